@@ -1,0 +1,147 @@
+"""disthook: a numpy autograd engine with PyTorch's hook semantics.
+
+``import disthook as torch`` runs torch programs that use tensors, autograd and hooks.
+"""
+from __future__ import annotations
+
+import numpy as _np
+
+from disthook import autograd, cuda, random, utils  # noqa: F401
+from disthook._dtype import (  # noqa: F401
+    bool, double, dtype, float, float16, float32, float64, get_default_dtype, half, int, int8,
+    int16, int32, int64, long, set_default_dtype, short, uint8,
+)
+from disthook._tensor_str import get_printoptions, set_printoptions  # noqa: F401
+from disthook.autograd import (  # noqa: F401
+    enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled,
+)
+from disthook.random import (  # noqa: F401
+    Generator, get_rng_state, initial_seed, manual_seed, seed, set_rng_state,
+)
+from disthook.tensor import (  # noqa: F401
+    Size, Tensor, arange, as_tensor, cat, concat, concatenate, device, empty, empty_like, eye,
+    from_numpy, full, full_like, linspace, ones, ones_like, stack, tensor, where, zeros,
+    zeros_like,
+)
+
+__version__ = "0.1.0"
+
+
+def is_tensor(obj) -> type(True):
+    return isinstance(obj, Tensor)
+
+
+def is_floating_point(t: Tensor) -> type(True):
+    return t.is_floating_point()
+
+
+def numel(t: Tensor) -> int:
+    return t.numel()
+
+
+# ---- random factories -------------------------------------------------------------------
+
+def _size(size) -> tuple:
+    from disthook.tensor import _size_args
+
+    return _size_args(size)
+
+
+def _rand_factory(arr, requires_grad, device):
+    from disthook.tensor import _factory
+
+    return _factory(arr, requires_grad, device)
+
+
+def _float_np(dtype):
+    return (dtype or get_default_dtype()).np if not isinstance(dtype, _np.dtype) else dtype
+
+
+def rand(*size, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
+    arr = random.gen().random(_size(size)).astype(_float_np(dtype))
+    return _rand_factory(arr, requires_grad, device)
+
+
+def randn(*size, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
+    arr = random.gen().standard_normal(_size(size)).astype(_float_np(dtype))
+    return _rand_factory(arr, requires_grad, device)
+
+
+def rand_like(t: Tensor, *, dtype=None, requires_grad=False) -> Tensor:
+    return rand(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
+
+
+def randn_like(t: Tensor, *, dtype=None, requires_grad=False) -> Tensor:
+    return randn(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
+
+
+def randint(low, high=None, size=None, *, dtype=None, device=None, requires_grad=False,
+            generator=None) -> Tensor:
+    if size is None:
+        low, high, size = 0, low, high
+    if high is None:
+        low, high = 0, low
+    if low >= high:
+        raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} "
+                           f">= to={high}")
+    np_dt = (dtype or int64).np
+    arr = random.gen().integers(low, high, size=_size((size,))).astype(np_dt)
+    return _rand_factory(arr, requires_grad, device)
+
+
+def randperm(n, *, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
+    return _rand_factory(random.gen().permutation(n).astype((dtype or int64).np),
+                         requires_grad, device)
+
+
+def normal(mean, std, size=None, *, generator=None) -> Tensor:
+    if isinstance(mean, Tensor) or isinstance(std, Tensor):
+        m = mean._data if isinstance(mean, Tensor) else mean
+        s = std._data if isinstance(std, Tensor) else std
+        shape = _np.broadcast_shapes(_np.shape(m), _np.shape(s))
+        dt = (mean if isinstance(mean, Tensor) else std)._data.dtype
+        return Tensor._make(random.gen().normal(m, s, shape).astype(dt), None, 0)
+    return Tensor._make(random.normal(mean, std, _size((size,)), get_default_dtype().np),
+                        None, 0)
+
+
+def bernoulli(p: Tensor, *, generator=None) -> Tensor:
+    return Tensor._make((random.gen().random(p.shape) < p._data).astype(p._data.dtype),
+                        None, 0)
+
+
+# ---- function forms of Tensor methods ------------------------------------------------------
+
+def _method(name: str):
+    def fn(input, *args, **kwargs):
+        return getattr(input, name)(*args, **kwargs)
+
+    fn.__name__ = name
+    fn.__doc__ = f"``torch.{name}(input, ...)``: same as ``input.{name}(...)``."
+    return fn
+
+
+for _name in (
+    "abs", "absolute", "neg", "negative", "exp", "expm1", "log", "log2", "log10", "log1p",
+    "sqrt", "rsqrt", "square", "sin", "cos", "tan", "tanh", "sigmoid", "relu", "erf", "sign",
+    "floor", "ceil", "round", "trunc", "reciprocal", "clamp", "clip", "clamp_min", "clamp_max",
+    "maximum", "minimum", "pow", "add", "sub", "subtract", "mul", "multiply", "div", "divide",
+    "true_divide", "matmul", "mm", "mv", "dot", "bmm", "sum", "mean", "var", "std", "max",
+    "min", "amax", "amin", "argmax", "argmin", "prod", "logsumexp", "softmax", "log_softmax",
+    "all", "any", "norm", "cumsum", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze",
+    "permute", "transpose", "swapaxes", "t", "split", "chunk", "unbind", "narrow", "select",
+    "masked_fill", "gather", "index_put", "eq", "ne", "lt", "le", "gt", "ge", "equal",
+    "allclose", "isclose", "logical_and", "logical_or", "logical_xor", "logical_not", "isnan",
+    "isinf", "isfinite", "clone", "detach", "lerp", "broadcast_to", "repeat",
+):
+    globals()[_name] = _method(_name)
+del _name
+
+
+def broadcast_tensors(*tensors):
+    shape = _np.broadcast_shapes(*(t.shape for t in tensors))
+    return tuple(t.expand(shape) for t in tensors)
+
+
+def broadcast_shapes(*shapes):
+    return Size(_np.broadcast_shapes(*shapes))

@@ -1,0 +1,94 @@
+"""dtypes: numpy dtypes under PyTorch's names.
+
+They print under torch's names (``torch.float32``, legacy type ``torch.FloatTensor``) so that
+printed output and string comparisons in torch programs are unchanged under
+``import disthook as torch``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+class dtype:
+    """A tensor element type; wraps a numpy dtype."""
+
+    __slots__ = ("name", "np", "is_floating_point", "is_signed", "itemsize", "legacy_type")
+
+    def __init__(self, name: str, np_dtype, legacy_type: str):
+        self.name = name
+        self.np = np.dtype(np_dtype)
+        self.is_floating_point = self.np.kind == "f"
+        self.is_signed = self.np.kind in "fi"
+        self.itemsize = self.np.itemsize
+        self.legacy_type = legacy_type
+
+    def __repr__(self) -> str:
+        return f"torch.{self.name}"
+
+    def __reduce__(self):
+        return (from_numpy_dtype, (self.np.str,))
+
+    @property
+    def is_complex(self) -> bool:
+        return False
+
+
+float16 = half = dtype("float16", np.float16, "torch.HalfTensor")
+float32 = float = dtype("float32", np.float32, "torch.FloatTensor")
+float64 = double = dtype("float64", np.float64, "torch.DoubleTensor")
+int8 = dtype("int8", np.int8, "torch.CharTensor")
+int16 = short = dtype("int16", np.int16, "torch.ShortTensor")
+int32 = int = dtype("int32", np.int32, "torch.IntTensor")
+int64 = long = dtype("int64", np.int64, "torch.LongTensor")
+uint8 = dtype("uint8", np.uint8, "torch.ByteTensor")
+bool = dtype("bool", np.bool_, "torch.BoolTensor")  # noqa: A001 - torch's name
+
+ALL = (float16, float32, float64, int8, int16, int32, int64, uint8, bool)
+_BY_NP = {d.np: d for d in ALL}
+_BY_LEGACY = {d.legacy_type: d for d in ALL}
+
+
+def from_numpy_dtype(np_dtype) -> dtype:
+    """The disthook dtype for a numpy dtype; TypeError names it when unsupported."""
+    d = _BY_NP.get(np.dtype(np_dtype))
+    if d is None:
+        raise TypeError(
+            f"can't convert np.ndarray of type numpy.{np.dtype(np_dtype).name}. The only supported "
+            "types are: float64, float32, float16, int64, int32, int16, int8, uint8, and bool."
+        )
+    return d
+
+
+def from_legacy(name: str) -> dtype:
+    try:
+        return _BY_LEGACY[name]
+    except KeyError:
+        raise ValueError(f"invalid type: '{name}'") from None
+
+
+_default = [float32]
+
+
+def get_default_dtype() -> dtype:
+    return _default[0]
+
+
+def set_default_dtype(d: dtype) -> None:
+    if not isinstance(d, dtype) or not d.is_floating_point:
+        raise TypeError(f"only floating-point types are supported as the default type, got {d}")
+    _default[0] = d
+
+
+def to_dtype(d) -> dtype:
+    """Accept a disthook dtype, a numpy dtype or a python type (float, int, bool)."""
+    if isinstance(d, dtype):
+        return d
+    import builtins
+
+    if d is builtins.float:
+        return get_default_dtype()
+    if d is builtins.int:
+        return int64
+    if d is builtins.bool:
+        return bool
+    return from_numpy_dtype(d)

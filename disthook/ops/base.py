@@ -1,0 +1,194 @@
+"""The op machinery: one class per differentiable op, forward and backward side by side.
+
+An op's ``forward(ctx, *arrays, **params)`` works on numpy arrays and returns an array (or a
+tuple of arrays); its ``backward(ctx, *grads)`` works on Tensors, so the backward pass is
+itself differentiable (``create_graph=True``). ``ctx`` is the graph Node, an instance of the
+op's ``<Name>Backward0`` class. With grad mode off or no input requiring grad, ``apply``
+only runs ``forward`` and builds no node.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from disthook import _dtype
+from disthook.autograd import grad_mode
+from disthook.autograd.graph import Node, gradient_edge
+
+
+class Op(Node):
+    """Base of every built-in op. Subclasses define ``forward`` and ``backward``."""
+
+    __slots__ = ()
+    node_name: str | None = None  # torch's name for the node, default "<Class>Backward0"
+    differentiable = True
+    view = False  # output shares memory and version counter with input 0
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "forward" in cls.__dict__ or "node_name" in cls.__dict__:
+            name = cls.__dict__.get("node_name") or f"{cls.__name__}Backward0"
+            cls._node_cls = type(name, (cls,), {"__slots__": (), "__module__": cls.__module__})
+
+    @staticmethod
+    def forward(ctx, *arrays, **params):
+        raise NotImplementedError
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError
+
+    def _backward(self, grads: list) -> tuple:
+        return self.backward(self, *grads)
+
+    @classmethod
+    def apply(cls, *inputs, **params):
+        """Run the op on Tensor ``inputs`` with keyword ``params``; wire it into the graph."""
+        if grad_mode._state.enabled and cls.differentiable:
+            needs = tuple([t._requires_grad for t in inputs])
+            if True in needs:
+                ctx = cls._node_cls()
+                ctx.needs_input_grad = needs
+                out = cls.forward(ctx, *inputs, **params)
+                ctx.next_functions = tuple([gradient_edge(t) for t in inputs])
+                ctx._input_meta = tuple([(t._data.shape, t._data.dtype) for t in inputs])
+                if type(out) is tuple:
+                    ctx._output_meta = tuple([(o.shape, o.dtype) for o in out])
+                    outs = tuple([_wrap(o, ctx, i, inputs, cls.view) for i, o in enumerate(out)])
+                else:
+                    outs = _wrap(out, ctx, 0, inputs, cls.view)
+                if ctx._saved is not None and OUTPUT in ctx._saved:
+                    ctx._resolve_saved_output(outs)
+                return outs
+        out = cls.forward(_NO_CTX, *inputs, **params)
+        if type(out) is tuple:
+            return tuple([_wrap(o, None, 0, inputs, cls.view) for o in out])
+        return _wrap(out, None, 0, inputs, cls.view)
+
+    def _resolve_saved_output(self, outs) -> None:
+        from disthook.autograd.graph import _SavedTensor
+
+        out = outs[0] if type(outs) is tuple else outs
+        self._saved = tuple(
+            _SavedTensor(out, self) if s is OUTPUT else s for s in self._saved
+        )
+
+    def save_for_backward(self, *tensors) -> None:
+        from disthook.autograd.graph import _SavedTensor
+
+        self._saved = tuple(
+            s if (s is None or s is OUTPUT) else _SavedTensor(s, self) for s in tensors
+        )
+
+
+class _Output:
+    """Marker for ``ctx.save_for_backward``: save the op's (first) output."""
+
+    def __repr__(self) -> str:
+        return "OUTPUT"
+
+
+OUTPUT = _Output()
+
+
+def _wrap(array, node, output_nr: int, inputs, view: bool):
+    from disthook.tensor import Tensor
+
+    if type(array) is not np.ndarray:
+        array = np.asarray(array)
+    t = Tensor._make(array, node, output_nr)
+    if view:
+        base = inputs[0]
+        if array.base is not None and np.may_share_memory(array, base._data):
+            t._vc = base._vc
+            t._base = base._base if base._base is not None else base
+    return t
+
+
+class _NoCtx:
+    """Stands in for the node when no graph is recorded: saving is a no-op."""
+
+    needs_input_grad = ()
+
+    def save_for_backward(self, *tensors) -> None:
+        pass
+
+    def __setattr__(self, name, value) -> None:
+        pass
+
+
+_NO_CTX = _NoCtx()
+
+
+# ---- dtype promotion and scalar wrapping (torch's rules, not numpy's) -----------------------
+
+def _category(np_dtype) -> int:
+    kind = np_dtype.kind
+    return 2 if kind == "f" else (0 if kind == "b" else 1)
+
+
+def result_dtype(a, b):
+    """Numpy dtype of a binary op on Tensors/scalars under torch's promotion rules."""
+    from disthook.tensor import Tensor
+
+    ta, tb = isinstance(a, Tensor), isinstance(b, Tensor)
+    if ta and tb:
+        da, db = a._data.dtype, b._data.dtype
+        if da == db:
+            return da
+        ca, cb = _category(da), _category(db)
+        if ca != cb:
+            return da if ca > cb else db
+        # within a category, a 0-dim tensor does not widen a dimensioned one
+        if a._data.ndim == 0 and b._data.ndim != 0:
+            return db
+        if b._data.ndim == 0 and a._data.ndim != 0:
+            return da
+        return np.promote_types(da, db)
+    t, s = (a, b) if ta else (b, a)
+    dt = t._data.dtype
+    if isinstance(s, (bool, np.bool_)):
+        return dt
+    if isinstance(s, (int, np.integer)):
+        return dt if dt.kind != "b" else np.dtype(np.int64)
+    if isinstance(s, (float, np.floating)):
+        return dt if dt.kind == "f" else _dtype.get_default_dtype().np
+    raise TypeError(f"unsupported operand type: '{type(s).__name__}'")
+
+
+def binary_operands(a, b):
+    """Tensors of a common dtype for a binary op; python scalars become constant Tensors."""
+    from disthook.tensor import Tensor
+
+    dt = result_dtype(a, b)
+    a = _as(a, dt)
+    b = _as(b, dt)
+    return a, b
+
+
+def _as(x, dt):
+    from disthook.tensor import Tensor
+
+    if isinstance(x, Tensor):
+        return x if x._data.dtype == dt else x.to(dt)
+    return Tensor._make(np.asarray(x, dtype=dt), None, 0)
+
+
+def sum_to(g, shape: tuple):
+    """Undo broadcasting: sum ``g`` (a Tensor) down to ``shape``. ValueError if impossible."""
+    if g.shape == shape:
+        return g
+    lead = g.ndim - len(shape)
+    if lead < 0:
+        raise ValueError(f"cannot sum shape {tuple(g.shape)} to {tuple(shape)}")
+    dims = list(range(lead))
+    for i, n in enumerate(shape):
+        m = g.shape[lead + i]
+        if n == 1 and m != 1:
+            dims.append(lead + i)
+        elif n != m:
+            raise ValueError(f"cannot sum shape {tuple(g.shape)} to {tuple(shape)}")
+    if dims:
+        g = g.sum(dim=tuple(dims), keepdim=True)
+    if lead:
+        g = g.reshape(shape)
+    return g

@@ -1,0 +1,467 @@
+"""Elementwise ops: arithmetic, unary math, activations, clamp, where, comparisons.
+
+Binary ops broadcast; the engine sums each gradient back to its input's shape.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from disthook.ops.base import OUTPUT, Op
+
+
+def _needs(ctx, i: int) -> bool:
+    return ctx.needs_input_grad[i]
+
+
+# ---- arithmetic -------------------------------------------------------------------------
+
+class Add(Op):
+    @staticmethod
+    def forward(ctx, a, b, alpha=1):
+        ctx.alpha = alpha
+        return a._data + b._data if alpha == 1 else a._data + alpha * b._data
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, (g if ctx.alpha == 1 else g * ctx.alpha)
+
+
+class Sub(Op):
+    @staticmethod
+    def forward(ctx, a, b, alpha=1):
+        ctx.alpha = alpha
+        return a._data - b._data if alpha == 1 else a._data - alpha * b._data
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, (-g if ctx.alpha == 1 else g * -ctx.alpha)
+
+
+class Mul(Op):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return a._data * b._data
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        return (g * b if _needs(ctx, 0) else None), (g * a if _needs(ctx, 1) else None)
+
+
+class Div(Op):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return a._data / b._data
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        ga = g / b if _needs(ctx, 0) else None
+        gb = -g * a / (b * b) if _needs(ctx, 1) else None
+        return ga, gb
+
+
+class Neg(Op):
+    @staticmethod
+    def forward(ctx, a):
+        return -a._data
+
+    @staticmethod
+    def backward(ctx, g):
+        return -g
+
+
+class PowScalar(Op):
+    node_name = "PowBackward0"
+
+    @staticmethod
+    def forward(ctx, a, exponent):
+        ctx.save_for_backward(a)
+        ctx.exponent = exponent
+        out = a._data ** exponent
+        return out.astype(a._data.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, g):
+        (a,) = ctx.saved_tensors
+        e = ctx.exponent
+        if e == 0:
+            return g * 0
+        return g * e * a ** (e - 1) if e != 2 else g * 2 * a
+
+
+class Pow(Op):
+    node_name = "PowBackward1"
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b, OUTPUT)
+        return np.power(a._data, b._data)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b, out = ctx.saved_tensors
+        ga = g * b * a ** (b - 1) if _needs(ctx, 0) else None
+        gb = None
+        if _needs(ctx, 1):
+            safe_log = a.where(a > 0, a.new_ones(())).log()  # 0 ** b contributes no log term
+            gb = g * out * safe_log
+        return ga, gb
+
+
+class RPowScalar(Op):
+    """``scalar ** tensor``."""
+
+    node_name = "PowBackward2"
+
+    @staticmethod
+    def forward(ctx, b, base):
+        ctx.save_for_backward(OUTPUT)
+        ctx.log_base = math.log(base) if base > 0 else float("nan")
+        return np.power(np.asarray(base, dtype=b._data.dtype), b._data)
+
+    @staticmethod
+    def backward(ctx, g):
+        (out,) = ctx.saved_tensors
+        return g * out * ctx.log_base
+
+
+# ---- unary math -------------------------------------------------------------------------
+
+class Abs(Op):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        return np.abs(a._data)
+
+    @staticmethod
+    def backward(ctx, g):
+        (a,) = ctx.saved_tensors
+        return g * a.sign()
+
+
+class Sign(Op):
+    @staticmethod
+    def forward(ctx, a):
+        return np.sign(a._data)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 0
+
+
+class _ZeroGrad(Op):
+    """Piecewise-constant ops (floor, ceil, round, trunc): gradient zero."""
+
+    fn = None
+
+    @classmethod
+    def forward(cls, ctx, a):
+        return cls.fn(a._data)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 0
+
+
+class Floor(_ZeroGrad):
+    fn = staticmethod(np.floor)
+    node_name = "FloorBackward0"
+
+
+class Ceil(_ZeroGrad):
+    fn = staticmethod(np.ceil)
+    node_name = "CeilBackward0"
+
+
+class Round(_ZeroGrad):
+    fn = staticmethod(np.round)
+    node_name = "RoundBackward0"
+
+
+class Trunc(_ZeroGrad):
+    fn = staticmethod(np.trunc)
+    node_name = "TruncBackward0"
+
+
+class Exp(Op):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(OUTPUT)
+        return np.exp(a._data)
+
+    @staticmethod
+    def backward(ctx, g):
+        (out,) = ctx.saved_tensors
+        return g * out
+
+
+class Log(Op):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        return np.log(a._data)
+
+    @staticmethod
+    def backward(ctx, g):
+        (a,) = ctx.saved_tensors
+        return g / a
+
+
+class Sqrt(Op):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(OUTPUT)
+        return np.sqrt(a._data)
+
+    @staticmethod
+    def backward(ctx, g):
+        (out,) = ctx.saved_tensors
+        return g / (2 * out)
+
+
+class Sin(Op):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        return np.sin(a._data)
+
+    @staticmethod
+    def backward(ctx, g):
+        (a,) = ctx.saved_tensors
+        return g * a.cos()
+
+
+class Cos(Op):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        return np.cos(a._data)
+
+    @staticmethod
+    def backward(ctx, g):
+        (a,) = ctx.saved_tensors
+        return -g * a.sin()
+
+
+class Tanh(Op):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(OUTPUT)
+        return np.tanh(a._data)
+
+    @staticmethod
+    def backward(ctx, g):
+        (out,) = ctx.saved_tensors
+        return g * (1 - out * out)
+
+
+class Sigmoid(Op):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(OUTPUT)
+        x = a._data
+        # stable in both tails: exp of a non-positive number only
+        e = np.exp(-np.abs(x))
+        return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, g):
+        (out,) = ctx.saved_tensors
+        return g * out * (1 - out)
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """erf to about 1e-7 (Abramowitz & Stegun 7.1.26); numpy has none."""
+    s = np.sign(x)
+    a = np.abs(x).astype(np.float64)
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027
+                                                                            + t * 1.061405429))))
+    return (s * (1.0 - poly * np.exp(-a * a))).astype(x.dtype, copy=False)
+
+
+class Erf(Op):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        return _erf(a._data)
+
+    @staticmethod
+    def backward(ctx, g):
+        (a,) = ctx.saved_tensors
+        return g * (2 / math.sqrt(math.pi)) * (-(a * a)).exp()
+
+
+# ---- activations ------------------------------------------------------------------------
+
+class Relu(Op):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(OUTPUT)
+        return np.maximum(a._data, 0, dtype=a._data.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        (out,) = ctx.saved_tensors
+        return g * (out > 0)
+
+
+class LeakyRelu(Op):
+    @staticmethod
+    def forward(ctx, a, negative_slope=0.01):
+        ctx.save_for_backward(a)
+        ctx.slope = negative_slope
+        x = a._data
+        return np.where(x > 0, x, x * np.asarray(negative_slope, dtype=x.dtype))
+
+    @staticmethod
+    def backward(ctx, g):
+        (a,) = ctx.saved_tensors
+        return g * (a > 0).where(a.new_ones(()), a.new_full((), ctx.slope))
+
+
+class Gelu(Op):
+    @staticmethod
+    def forward(ctx, a, approximate="none"):
+        ctx.save_for_backward(a)
+        ctx.approximate = approximate
+        x = a._data
+        if approximate == "tanh":
+            inner = math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)
+            return (0.5 * x * (1 + np.tanh(inner))).astype(x.dtype, copy=False)
+        return (0.5 * x * (1 + _erf(x / math.sqrt(2)))).astype(x.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        if ctx.approximate == "tanh":
+            k = math.sqrt(2 / math.pi)
+            inner = k * (x + 0.044715 * x ** 3)
+            th = inner.tanh()
+            d_inner = k * (1 + 3 * 0.044715 * x * x)
+            return g * (0.5 * (1 + th) + 0.5 * x * (1 - th * th) * d_inner)
+        cdf = 0.5 * (1 + (x * (1 / math.sqrt(2))).erf())
+        pdf = (-0.5 * x * x).exp() * (1 / math.sqrt(2 * math.pi))
+        return g * (cdf + x * pdf)
+
+
+class Silu(Op):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        x = a._data
+        e = np.exp(-np.abs(x))
+        sig = np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+        return (x * sig).astype(x.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, g):
+        (a,) = ctx.saved_tensors
+        s = a.sigmoid()
+        return g * (s * (1 + a * (1 - s)))
+
+
+class Clamp(Op):
+    node_name = "ClampBackward1"
+
+    @staticmethod
+    def forward(ctx, a, min=None, max=None):
+        ctx.save_for_backward(a)
+        ctx.bounds = (min, max)
+        return np.clip(a._data, min, max).astype(a._data.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, g):
+        (a,) = ctx.saved_tensors
+        lo, hi = ctx.bounds
+        mask = None
+        if lo is not None:
+            mask = a >= lo
+        if hi is not None:
+            mask = (a <= hi) if mask is None else mask.logical_and(a <= hi)
+        return g if mask is None else g * mask
+
+
+class Maximum(Op):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return np.maximum(a._data, b._data)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        # ties share the gradient equally, as torch does
+        share = (a > b) + (a == b) * 0.5
+        return g * share, g * (1 - share)
+
+
+class Minimum(Op):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return np.minimum(a._data, b._data)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        share = (a < b) + (a == b) * 0.5
+        return g * share, g * (1 - share)
+
+
+class Where(Op):
+    """``where(cond, a, b)``; cond takes no gradient."""
+
+    @staticmethod
+    def forward(ctx, cond, a, b):
+        ctx.save_for_backward(cond)
+        return np.where(cond._data, a._data, b._data)
+
+    @staticmethod
+    def backward(ctx, g):
+        (cond,) = ctx.saved_tensors
+        zero = g.new_zeros(())
+        ga = g.where(cond, zero) if _needs(ctx, 1) else None
+        gb = zero.where(cond, g) if _needs(ctx, 2) else None
+        return None, ga, gb
+
+
+# ---- comparisons and logic: no gradient ----------------------------------------------------
+
+class _NoGrad(Op):
+    differentiable = False
+    fn = None
+
+    @classmethod
+    def forward(cls, ctx, *xs):
+        return cls.fn(*[x._data for x in xs])
+
+
+def _nograd_op(name: str, fn) -> type:
+    return type(name, (_NoGrad,), {"fn": staticmethod(fn), "forward": _NoGrad.forward})
+
+
+Eq = _nograd_op("Eq", np.equal)
+Ne = _nograd_op("Ne", np.not_equal)
+Lt = _nograd_op("Lt", np.less)
+Le = _nograd_op("Le", np.less_equal)
+Gt = _nograd_op("Gt", np.greater)
+Ge = _nograd_op("Ge", np.greater_equal)
+LogicalAnd = _nograd_op("LogicalAnd", np.logical_and)
+LogicalOr = _nograd_op("LogicalOr", np.logical_or)
+LogicalXor = _nograd_op("LogicalXor", np.logical_xor)
+LogicalNot = _nograd_op("LogicalNot", np.logical_not)
+IsNan = _nograd_op("IsNan", np.isnan)
+IsInf = _nograd_op("IsInf", np.isinf)
+IsFinite = _nograd_op("IsFinite", np.isfinite)
+BitAnd = _nograd_op("BitAnd", np.bitwise_and)
+BitOr = _nograd_op("BitOr", np.bitwise_or)
+BitXor = _nograd_op("BitXor", np.bitwise_xor)
+BitNot = _nograd_op("BitNot", np.invert)
+FloorDiv = _nograd_op("FloorDiv", np.floor_divide)
+Remainder = _nograd_op("Remainder", np.remainder)

@@ -1,0 +1,129 @@
+"""Matrix products: mm, mv, dot, batched matmul, addmm (the linear layer's op)."""
+from __future__ import annotations
+
+import numpy as np
+
+from disthook.ops.base import Op
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise RuntimeError(msg)
+
+
+class Mm(Op):
+    @staticmethod
+    def forward(ctx, a, b):
+        x, y = a._data, b._data
+        _check(x.shape[1] == y.shape[0],
+               f"mat1 and mat2 shapes cannot be multiplied ({x.shape[0]}x{x.shape[1]} and "
+               f"{y.shape[0]}x{y.shape[1]})")
+        ctx.save_for_backward(a, b)
+        return x @ y
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        ga = g.mm(b.t()) if ctx.needs_input_grad[0] else None
+        gb = a.t().mm(g) if ctx.needs_input_grad[1] else None
+        return ga, gb
+
+
+class Mv(Op):
+    @staticmethod
+    def forward(ctx, a, v):
+        x, y = a._data, v._data
+        _check(x.shape[1] == y.shape[0],
+               f"size mismatch, got input ({x.shape[0]}), mat ({x.shape[0]}x{x.shape[1]}), "
+               f"vec ({y.shape[0]})")
+        ctx.save_for_backward(a, v)
+        return x @ y
+
+    @staticmethod
+    def backward(ctx, g):
+        a, v = ctx.saved_tensors
+        ga = g.unsqueeze(1) * v.unsqueeze(0) if ctx.needs_input_grad[0] else None
+        gv = a.t().mv(g) if ctx.needs_input_grad[1] else None
+        return ga, gv
+
+
+class Dot(Op):
+    @staticmethod
+    def forward(ctx, a, b):
+        x, y = a._data, b._data
+        _check(x.shape == y.shape,
+               "inconsistent tensor size, expected tensor [%d] and src [%d] to have the same "
+               "number of elements, but got %d and %d elements respectively"
+               % (x.shape[0], y.shape[0], x.shape[0], y.shape[0]))
+        ctx.save_for_backward(a, b)
+        return np.dot(x, y)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        return (g * b if ctx.needs_input_grad[0] else None), (
+            g * a if ctx.needs_input_grad[1] else None)
+
+
+class Bmm(Op):
+    """Batched matmul with broadcast batch dims (both operands at least 2-D)."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        x, y = a._data, b._data
+        _check(x.shape[-1] == y.shape[-2],
+               f"Expected size for first two dimensions of batch2 tensor to be: "
+               f"{list(x.shape[:-2]) + [x.shape[-1]]} but got: {list(y.shape[:-1])}.")
+        ctx.save_for_backward(a, b)
+        return np.matmul(x, y)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        ga = g.matmul(b.transpose(-1, -2)) if ctx.needs_input_grad[0] else None
+        gb = a.transpose(-1, -2).matmul(g) if ctx.needs_input_grad[1] else None
+        return ga, gb
+
+
+class Addmm(Op):
+    """``bias + a @ b``, the op ``nn.Linear`` records for 2-D input."""
+
+    @staticmethod
+    def forward(ctx, bias, a, b):
+        x, y = a._data, b._data
+        _check(x.shape[1] == y.shape[0],
+               f"mat1 and mat2 shapes cannot be multiplied ({x.shape[0]}x{x.shape[1]} and "
+               f"{y.shape[0]}x{y.shape[1]})")
+        ctx.save_for_backward(a, b)
+        out = x @ y
+        out += bias._data
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        return (g if need[0] else None,
+                g.mm(b.t()) if need[1] else None,
+                a.t().mm(g) if need[2] else None)
+
+
+def matmul(a, b):
+    """torch.matmul's dispatch on the operands' ranks."""
+    da, db = a.ndim, b.ndim
+    if da == 0 or db == 0:
+        raise RuntimeError(
+            f"both arguments to matmul need to be at least 1D, but they are {da}D and {db}D")
+    if da == 1 and db == 1:
+        return Dot.apply(a, b)
+    if da == 2 and db == 1:
+        return Mv.apply(a, b)
+    if da == 1 and db == 2:
+        return Mm.apply(a.unsqueeze(0), b).squeeze(0)
+    if da == 2 and db == 2:
+        return Mm.apply(a, b)
+    if db == 1:
+        return Bmm.apply(a, b.unsqueeze(-1)).squeeze(-1)
+    if da == 1:
+        return Bmm.apply(a.unsqueeze(0), b).squeeze(-2)
+    return Bmm.apply(a, b)

@@ -1,0 +1,339 @@
+"""Shape and indexing ops: view/reshape, permute, transpose, expand, squeeze, repeat,
+cat/stack/split, getitem and index-put, masked_fill, pad."""
+from __future__ import annotations
+
+import numpy as np
+
+from disthook.ops.base import Op
+
+
+class View(Op):
+    """reshape/view; the output shares memory with the input when numpy can view it."""
+
+    node_name = "ViewBackward0"
+    view = True
+
+    @staticmethod
+    def forward(ctx, a, shape):
+        ctx.shape = a._data.shape
+        return a._data.reshape(shape)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.reshape(ctx.shape)
+
+
+class Permute(Op):
+    view = True
+
+    @staticmethod
+    def forward(ctx, a, dims):
+        ctx.dims = dims
+        return a._data.transpose(dims)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.permute(tuple(np.argsort(ctx.dims)))
+
+
+class Transpose(Op):
+    node_name = "TransposeBackward0"
+    view = True
+
+    @staticmethod
+    def forward(ctx, a, dim0, dim1):
+        ctx.pair = (dim0, dim1)
+        return np.swapaxes(a._data, dim0, dim1)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.transpose(*ctx.pair)
+
+
+class T(Transpose):
+    """``.t()`` of a matrix."""
+
+    node_name = "TBackward0"
+
+
+class Expand(Op):
+    view = True
+
+    @staticmethod
+    def forward(ctx, a, shape):
+        ctx.shape = a._data.shape
+        return np.broadcast_to(a._data, shape)
+
+    @staticmethod
+    def backward(ctx, g):
+        from disthook.ops.base import sum_to
+
+        return sum_to(g, ctx.shape)
+
+
+class Squeeze(Op):
+    node_name = "SqueezeBackward1"
+    view = True
+
+    @staticmethod
+    def forward(ctx, a, dims=None):
+        ctx.shape = a._data.shape
+        return np.squeeze(a._data, axis=dims)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.reshape(ctx.shape)
+
+
+class Unsqueeze(Op):
+    node_name = "UnsqueezeBackward0"
+    view = True
+
+    @staticmethod
+    def forward(ctx, a, dim):
+        ctx.dim = dim
+        return np.expand_dims(a._data, dim)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.squeeze(ctx.dim)
+
+
+class Repeat(Op):
+    @staticmethod
+    def forward(ctx, a, repeats):
+        x = a._data
+        lead = len(repeats) - x.ndim
+        ctx.shape = (1,) * lead + x.shape
+        ctx.in_shape = x.shape
+        ctx.repeats = repeats
+        return np.tile(x, repeats)
+
+    @staticmethod
+    def backward(ctx, g):
+        # split every dim d into (repeats[d], size[d]) and sum over the repeats
+        split = []
+        for r, n in zip(ctx.repeats, ctx.shape):
+            split += [r, n]
+        g = g.reshape(tuple(split)).sum(dim=tuple(range(0, len(split), 2)))
+        return g.reshape(ctx.in_shape)
+
+
+class Cat(Op):
+    @staticmethod
+    def forward(ctx, *tensors, dim=0):
+        ctx.dim = dim
+        ctx.sizes = [t._data.shape[dim] if t._data.ndim else 0 for t in tensors]
+        return np.concatenate([t._data for t in tensors], axis=dim)
+
+    @staticmethod
+    def backward(ctx, g):
+        bounds = np.cumsum([0] + ctx.sizes)
+        return tuple(g.narrow(ctx.dim, int(bounds[i]), n) if ctx.needs_input_grad[i] else None
+                     for i, n in enumerate(ctx.sizes))
+
+
+class Stack(Op):
+    @staticmethod
+    def forward(ctx, *tensors, dim=0):
+        ctx.dim = dim
+        return np.stack([t._data for t in tensors], axis=dim)
+
+    @staticmethod
+    def backward(ctx, g):
+        return tuple(g.select(ctx.dim, i) if need else None
+                     for i, need in enumerate(ctx.needs_input_grad))
+
+
+class Split(Op):
+    """Split into pieces along a dim: one node, one output per piece (views)."""
+
+    node_name = "SplitBackward0"
+    view = True
+
+    @staticmethod
+    def forward(ctx, a, sizes, dim=0):
+        ctx.dim = dim
+        bounds = np.cumsum(sizes)[:-1]
+        return tuple(np.split(a._data, bounds, axis=dim))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        from disthook.ops.shape import Cat
+
+        return Cat.apply(*grads, dim=ctx.dim)
+
+
+class Index(Op):
+    """``a[index]`` with basic or advanced indexing."""
+
+    node_name = "IndexBackward0"
+
+    @staticmethod
+    def forward(ctx, a, index):
+        ctx.index = index
+        ctx.shape = a._data.shape
+        return a._data[index]
+
+    @staticmethod
+    def backward(ctx, g):
+        return ScatterIndex.apply(g, index=ctx.index, shape=ctx.shape)
+
+
+class Slice(Index):
+    """Basic indexing (ints, slices, None, Ellipsis): the result is a view."""
+
+    node_name = "SliceBackward0"
+    view = True
+
+
+class Select(Slice):
+    node_name = "SelectBackward0"
+
+
+class ScatterIndex(Op):
+    """Zeros of ``shape`` with ``g`` added at ``index`` (repeats accumulate); the backward of
+    indexing, differentiable in turn."""
+
+    node_name = "IndexPutBackward0"
+
+    @staticmethod
+    def forward(ctx, g, index, shape):
+        ctx.index = index
+        out = np.zeros(shape, dtype=g._data.dtype)
+        if _is_basic(index):
+            out[index] = g._data
+        else:
+            np.add.at(out, index, g._data)
+        return out
+
+    @staticmethod
+    def backward(ctx, gg):
+        return gg[ctx.index]
+
+
+def _is_basic(index) -> bool:
+    items = index if isinstance(index, tuple) else (index,)
+    return all(i is None or i is Ellipsis or isinstance(i, (int, np.integer, slice))
+               for i in items)
+
+
+class IndexPut(Op):
+    """``out = a.clone(); out[index] = value``: the graph of ``a[index] = value``."""
+
+    node_name = "CopySlices"
+
+    @staticmethod
+    def forward(ctx, a, value, index, accumulate=False):
+        ctx.index = index
+        ctx.accumulate = accumulate
+        out = a._data.copy()
+        if accumulate:
+            np.add.at(out, index, value._data)
+        else:
+            out[index] = value._data
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        ga = None
+        if ctx.needs_input_grad[0]:
+            ga = g if ctx.accumulate else g.index_put(ctx.index, g.new_zeros(()))
+        gv = g[ctx.index] if ctx.needs_input_grad[1] else None
+        return ga, gv
+
+
+class ScatterAlong(Op):
+    """Zeros of ``shape`` with ``g`` placed at ``index`` along ``dim`` (max/min backward)."""
+
+    node_name = "ScatterBackward0"
+
+    @staticmethod
+    def forward(ctx, g, index, dim, shape):
+        ctx.index, ctx.dim = index, dim
+        out = np.zeros(shape, dtype=g._data.dtype)
+        np.put_along_axis(out, index, g._data, axis=dim)
+        return out
+
+    @staticmethod
+    def backward(ctx, gg):
+        from disthook.tensor import Tensor
+
+        return GatherAlong.apply(gg, index=ctx.index, dim=ctx.dim)
+
+
+class GatherAlong(Op):
+    node_name = "GatherBackward0"
+
+    @staticmethod
+    def forward(ctx, a, index, dim):
+        ctx.index, ctx.dim, ctx.shape = index, dim, a._data.shape
+        return np.take_along_axis(a._data, index, axis=dim)
+
+    @staticmethod
+    def backward(ctx, g):
+        return ScatterAddAlong.apply(g, index=ctx.index, dim=ctx.dim, shape=ctx.shape)
+
+
+class ScatterAddAlong(Op):
+    node_name = "ScatterAddBackward0"
+
+    @staticmethod
+    def forward(ctx, g, index, dim, shape):
+        ctx.index, ctx.dim = index, dim
+        out = np.zeros(shape, dtype=g._data.dtype)
+        idx = list(np.indices(index.shape, sparse=True))
+        idx[dim] = index
+        np.add.at(out, tuple(idx), g._data)
+        return out
+
+    @staticmethod
+    def backward(ctx, gg):
+        return GatherAlong.apply(gg, index=ctx.index, dim=ctx.dim)
+
+
+class MaskedFill(Op):
+    @staticmethod
+    def forward(ctx, a, mask, value):
+        ctx.save_for_backward(mask)
+        return np.where(mask._data, np.asarray(value, dtype=a._data.dtype), a._data)
+
+    @staticmethod
+    def backward(ctx, g):
+        (mask,) = ctx.saved_tensors
+        return g.masked_fill(mask, 0), None
+
+
+class ConstantPad(Op):
+    node_name = "ConstantPadNdBackward0"
+
+    @staticmethod
+    def forward(ctx, a, pad, value=0.0):
+        x = a._data
+        if len(pad) % 2 or len(pad) // 2 > x.ndim:
+            raise RuntimeError(
+                f"Padding length must be divisible by 2 and at most twice the number of "
+                f"dimensions of the input, got {len(pad)} for a {x.ndim}-D input")
+        widths = [(0, 0)] * x.ndim
+        for i in range(len(pad) // 2):
+            widths[x.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
+        ctx.widths = widths
+        ctx.shape = x.shape
+        if any(lo < 0 or hi < 0 for lo, hi in widths):
+            # negative padding crops
+            crop = tuple(slice(max(-lo, 0), n - max(-hi, 0)) for (lo, hi), n in zip(widths, x.shape))
+            x = x[crop]
+            widths = [(max(lo, 0), max(hi, 0)) for lo, hi in widths]
+            ctx.crop = crop
+        else:
+            ctx.crop = None
+        return np.pad(x, widths, mode="constant", constant_values=value)
+
+    @staticmethod
+    def backward(ctx, g):
+        pos = [(max(lo, 0), max(hi, 0)) for lo, hi in ctx.widths]
+        inner = tuple(slice(lo, g.shape[d] - hi) for d, (lo, hi) in enumerate(pos))
+        g = g[inner]
+        if ctx.crop is not None:
+            g = ScatterIndex.apply(g, index=ctx.crop, shape=ctx.shape)
+        return g

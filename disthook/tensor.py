@@ -1,0 +1,1670 @@
+"""Tensor: a numpy array with autograd, and the factory functions.
+
+Tensor methods are thin: each one validates its arguments and calls one op from
+``disthook.ops``; no method carries derivative code.
+"""
+from __future__ import annotations
+
+import builtins
+import numbers
+import warnings
+from collections import OrderedDict
+
+import numpy as np
+
+from disthook import _dtype
+from disthook._dtype import dtype as _DType
+from disthook.autograd import grad_mode
+from disthook.ops import elementwise as E
+from disthook.ops import linalg as L
+from disthook.ops import reduce as R
+from disthook.ops import shape as S
+from disthook.ops.base import binary_operands, result_dtype
+from disthook.utils.hooks import RemovableHandle
+
+NON_LEAF_GRAD_WARNING = (
+    "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. Its .grad "
+    "attribute won't be populated during autograd.backward(). If you indeed want the .grad "
+    "field to be populated for a non-leaf Tensor, use .retain_grad() on the non-leaf Tensor. "
+    "If you access the non-leaf Tensor by mistake, make sure you access the leaf Tensor "
+    "instead. See github.com/pytorch/pytorch/pull/30531 for more information."
+)
+NO_GRAD_HOOK_MSG = "cannot register a hook on a tensor that doesn't require gradient"
+
+
+class Size(tuple):
+    """A tensor shape: a tuple that prints like ``torch.Size([2, 3])``."""
+
+    def __repr__(self) -> str:
+        return f"torch.Size({list(self)})"
+
+    def numel(self) -> int:
+        n = 1
+        for s in self:
+            n *= s
+        return n
+
+    def __getitem__(self, item):
+        out = tuple.__getitem__(self, item)
+        return Size(out) if isinstance(item, slice) else out
+
+
+class device:
+    """Only the CPU exists; kept so torch code that names devices runs unchanged."""
+
+    def __init__(self, type="cpu", index=None):
+        if isinstance(type, device):
+            type, index = type.type, type.index
+        if ":" in str(type):
+            type, index = str(type).split(":")
+            index = int(index)
+        if type not in ("cpu", "cuda", "mps", "meta"):
+            raise RuntimeError(f"Expected one of cpu, cuda, mps, meta device type at start of "
+                               f"device string: {type}")
+        self.type = type
+        self.index = index
+
+    def __repr__(self) -> str:
+        idx = "" if self.index is None else f", index={self.index}"
+        return f"device(type='{self.type}'{idx})"
+
+    def __str__(self) -> str:
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, str):
+            other = device(other)
+        return isinstance(other, device) and (self.type, self.index) == (other.type, other.index)
+
+    def __hash__(self) -> int:
+        return hash((self.type, self.index))
+
+
+CPU = device("cpu")
+
+
+def _check_device(dev) -> None:
+    if dev is None:
+        return
+    d = dev if isinstance(dev, device) else device(dev)
+    if d.type != "cpu":
+        raise RuntimeError(
+            f"disthook runs on the CPU only; device '{d}' is not available "
+            "(disthook.cuda.is_available() is False)")
+
+
+def _np_dtype(dtype):
+    return None if dtype is None else _dtype.to_dtype(dtype).np
+
+
+def _index_arg(item):
+    """Turn Tensors inside an index into numpy arrays; validate types."""
+    if isinstance(item, tuple):
+        return tuple(_index_arg(i) for i in item)
+    if isinstance(item, Tensor):
+        return item._data
+    if isinstance(item, list):
+        return np.asarray([i._data if isinstance(i, Tensor) else i for i in item])
+    return item
+
+
+def _is_basic(index) -> bool:
+    items = index if isinstance(index, tuple) else (index,)
+    return builtins.all(
+        i is None or i is Ellipsis or isinstance(i, (int, np.integer, slice)) for i in items)
+
+
+class Tensor:
+    """An n-dimensional array that records the ops applied to it for backward."""
+
+    __slots__ = ("_data", "_requires_grad", "_grad_fn", "_output_nr", "_grad",
+                 "_backward_hooks", "_post_acc_hooks", "_retains_grad", "_vc", "_base",
+                 "_grad_acc", "__weakref__", "__dict__")
+
+    # ---- construction ----------------------------------------------------------------------
+    def __init__(self, *args, **kwargs):
+        """Legacy constructor: ``Tensor(data)`` or ``Tensor(*sizes)``, float32."""
+        dt = _dtype.get_default_dtype().np
+        if len(args) == 1 and not isinstance(args[0], (int, np.integer)):
+            src = args[0]
+            data = np.array(src._data if isinstance(src, Tensor) else src, dtype=dt)
+        else:
+            data = np.empty(tuple(int(a) for a in args), dtype=dt)
+        Tensor._init(self, data, None, 0)
+
+    @staticmethod
+    def _init(t, data, grad_fn, output_nr):
+        t._data = data
+        t._requires_grad = False
+        t._grad_fn = grad_fn
+        t._output_nr = output_nr
+        t._grad = None
+        t._backward_hooks = None
+        t._post_acc_hooks = None
+        t._retains_grad = False
+        t._vc = [0]
+        t._base = None
+        t._grad_acc = None
+
+    @classmethod
+    def _make(cls, data, grad_fn, output_nr) -> "Tensor":
+        t = object.__new__(Tensor)
+        t._data = data
+        t._requires_grad = grad_fn is not None
+        t._grad_fn = grad_fn
+        t._output_nr = output_nr
+        t._grad = None
+        t._backward_hooks = None
+        t._post_acc_hooks = None
+        t._retains_grad = False
+        t._vc = [0]
+        t._base = None
+        t._grad_acc = None
+        return t
+
+    # ---- metadata ------------------------------------------------------------------------
+    @property
+    def shape(self) -> Size:
+        return Size(self._data.shape)
+
+    def size(self, dim=None):
+        if dim is None:
+            return Size(self._data.shape)
+        return self._data.shape[self._dim(dim)]
+
+    @property
+    def dtype(self) -> _DType:
+        return _dtype.from_numpy_dtype(self._data.dtype)
+
+    @property
+    def device(self) -> device:
+        return CPU
+
+    is_cuda = False
+    is_sparse = False
+    is_quantized = False
+    is_meta = False
+
+    @property
+    def ndim(self) -> int:
+        return self._data.ndim
+
+    def dim(self) -> int:
+        return self._data.ndim
+
+    ndimension = dim
+
+    def numel(self) -> int:
+        return self._data.size
+
+    nelement = numel
+
+    def element_size(self) -> int:
+        return self._data.itemsize
+
+    def is_floating_point(self) -> bool:
+        return self._data.dtype.kind == "f"
+
+    def is_complex(self) -> bool:
+        return False
+
+    def is_contiguous(self, memory_format=None) -> bool:
+        return self._data.flags.c_contiguous
+
+    def stride(self, dim=None):
+        st = tuple(s // self._data.itemsize for s in self._data.strides)
+        return st if dim is None else st[self._dim(dim)]
+
+    def data_ptr(self) -> int:
+        return self._data.__array_interface__["data"][0]
+
+    def type(self, dtype=None):
+        if dtype is None:
+            return self.dtype.legacy_type
+        if isinstance(dtype, str):
+            dtype = _dtype.from_legacy(dtype)
+        return self.to(dtype)
+
+    def get_device(self) -> int:
+        return -1
+
+    @property
+    def _version(self) -> int:
+        return self._vc[0]
+
+    @property
+    def output_nr(self) -> int:
+        return self._output_nr
+
+    def _dim(self, dim: int) -> int:
+        """Wrap a possibly negative dim; IndexError with torch's wording when out of range."""
+        n = builtins.max(self._data.ndim, 1)
+        if not isinstance(dim, (int, np.integer)):
+            raise TypeError(f"dim must be an int, got {type(dim).__name__}")
+        if not -n <= dim < n:
+            raise IndexError(
+                f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got "
+                f"{dim})")
+        return int(dim) % n
+
+    # ---- autograd attributes -------------------------------------------------------------
+    @property
+    def requires_grad(self) -> bool:
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        if self._grad_fn is not None:
+            if value:
+                return
+            raise RuntimeError(
+                "you can only change requires_grad flags of leaf variables. If you want to use "
+                "a computed variable in a subgraph that doesn't require differentiation use "
+                "var_no_grad = var.detach().")
+        if value and self._data.dtype.kind != "f":
+            raise RuntimeError(
+                "only Tensors of floating point and complex dtype can require gradients")
+        self._requires_grad = builtins.bool(value)
+
+    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        self.requires_grad = requires_grad
+        return self
+
+    @property
+    def grad_fn(self):
+        return self._grad_fn
+
+    @property
+    def is_leaf(self) -> bool:
+        return self._grad_fn is None
+
+    @property
+    def grad(self):
+        if self._grad_fn is not None and not self._retains_grad and self._grad is None:
+            warnings.warn(NON_LEAF_GRAD_WARNING, UserWarning, stacklevel=2)
+        return self._grad
+
+    @grad.setter
+    def grad(self, value) -> None:
+        if value is not None:
+            if not isinstance(value, Tensor):
+                raise TypeError(
+                    f"assigned grad expected to be a Tensor or None but got grad of type "
+                    f"{type(value).__name__}")
+            if value.shape != self.shape:
+                raise RuntimeError(
+                    f"attempting to assign a gradient of size '{list(value.shape)}' to a "
+                    f"tensor of size '{list(self.shape)}'. Please ensure that the gradient and "
+                    "the tensor are the same size")
+            if value._data.dtype != self._data.dtype:
+                raise RuntimeError(
+                    "attempting to assign a gradient with dtype "
+                    f"'{value.dtype.name}' to a tensor with dtype '{self.dtype.name}'. Please "
+                    "ensure that the gradient and the tensor have the same dtype")
+        self._grad = value
+
+    @grad.deleter
+    def grad(self) -> None:
+        self._grad = None
+
+    @property
+    def retains_grad(self) -> bool:
+        return self._retains_grad
+
+    @property
+    def data(self) -> "Tensor":
+        t = Tensor._make(self._data, None, 0)
+        return t
+
+    @data.setter
+    def data(self, value: "Tensor") -> None:
+        self._data = value._data
+
+    # ---- hooks ---------------------------------------------------------------------------
+    def register_hook(self, hook) -> RemovableHandle:
+        """``hook(grad) -> Tensor | None`` runs when this tensor's gradient is computed."""
+        if not self._requires_grad:
+            raise RuntimeError(NO_GRAD_HOOK_MSG)
+        if self._backward_hooks is None:
+            if self._grad_fn is not None:
+                self._backward_hooks = self._grad_fn._hooks_for_output(self._output_nr)
+            else:
+                self._backward_hooks = OrderedDict()
+        handle = RemovableHandle(self._backward_hooks)
+        self._backward_hooks[handle.id] = hook
+        return handle
+
+    def register_post_accumulate_grad_hook(self, hook) -> RemovableHandle:
+        """``hook(tensor) -> None`` runs after this leaf's ``.grad`` was updated."""
+        if not self._requires_grad:
+            raise RuntimeError(NO_GRAD_HOOK_MSG)
+        if self._grad_fn is not None:
+            raise RuntimeError(
+                "post accumulate grad hooks cannot be registered on non-leaf tensors")
+        if self._post_acc_hooks is None:
+            self._post_acc_hooks = OrderedDict()
+        handle = RemovableHandle(self._post_acc_hooks)
+        self._post_acc_hooks[handle.id] = hook
+        return handle
+
+    def retain_grad(self) -> None:
+        if not self._requires_grad:
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+        if self._grad_fn is None or self._retains_grad:
+            return
+        import weakref
+
+        node = self._grad_fn
+        if node._retains is None:
+            node._retains = {}
+        node._retains[self._output_nr] = weakref.ref(self)
+        self._retains_grad = True
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        from disthook import autograd
+
+        autograd.backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+
+    # ---- conversion ----------------------------------------------------------------------
+    def numpy(self, *, force: bool = False) -> np.ndarray:
+        if self._requires_grad and not force:
+            raise RuntimeError(
+                "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() "
+                "instead.")
+        return self._data
+
+    def __array__(self, dtype=None, copy=None):
+        return self._data if dtype is None else self._data.astype(dtype)
+
+    def item(self):
+        if self._data.size != 1:
+            raise RuntimeError(
+                f"a Tensor with {self._data.size} elements cannot be converted to Scalar")
+        return self._data.reshape(()).item()
+
+    def tolist(self):
+        return self._data.tolist()
+
+    def __float__(self) -> float:
+        return builtins.float(self.item())
+
+    def __int__(self) -> int:
+        return builtins.int(self.item())
+
+    def __index__(self) -> int:
+        if self._data.dtype.kind not in "iub" or self._data.size != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an "
+                            "index")
+        return builtins.int(self.item())
+
+    def __bool__(self) -> bool:
+        if self._data.size != 1:
+            raise RuntimeError(
+                f"Boolean value of Tensor with more than one value is ambiguous")
+        return builtins.bool(self._data.reshape(()).item())
+
+    def __len__(self) -> int:
+        if self._data.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self._data.shape[0]
+
+    def __iter__(self):
+        if self._data.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return iter(self.unbind(0))
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __reduce_ex__(self, protocol):
+        return (_rebuild, (self._data, self._requires_grad))
+
+    def __deepcopy__(self, memo):
+        if self._grad_fn is not None:
+            raise RuntimeError(
+                "Only Tensors created explicitly by the user (graph leaves) support the "
+                "deepcopy protocol at the moment.")
+        t = type(self).__new__(type(self))
+        Tensor._init(t, self._data.copy(), None, 0)
+        t._requires_grad = self._requires_grad
+        if self._grad is not None:
+            t._grad = self._grad.__deepcopy__(memo)
+        memo[id(self)] = t
+        return t
+
+    def __repr__(self, *, tensor_contents=None) -> str:
+        from disthook._tensor_str import format_tensor
+
+        suffixes = []
+        if self._grad_fn is not None:
+            suffixes.append(f"grad_fn=<{self._grad_fn.name()}>")
+        elif self._requires_grad:
+            suffixes.append("requires_grad=True")
+        return format_tensor(self._data, suffixes=suffixes)
+
+    def __format__(self, spec: str) -> str:
+        if self._data.ndim == 0 and spec:
+            return self.item().__format__(spec)
+        return object.__format__(self, spec) if spec else repr(self)
+
+    def detach(self) -> "Tensor":
+        t = Tensor._make(self._data, None, 0)
+        t._vc = self._vc
+        t._base = self._base
+        return t
+
+    def detach_(self) -> "Tensor":
+        if self._base is not None and self._base._requires_grad:
+            raise RuntimeError("Can't detach views in-place. Use detach() instead.")
+        self._grad_fn = None
+        self._requires_grad = False
+        return self
+
+    def clone(self, *, memory_format=None) -> "Tensor":
+        return Clone.apply(self)
+
+    def contiguous(self, memory_format=None) -> "Tensor":
+        return self if self._data.flags.c_contiguous else self.clone()
+
+    def to(self, *args, **kwargs) -> "Tensor":
+        """``to(dtype)``, ``to(device)``, ``to(device, dtype)``, ``to(other)``; CPU only."""
+        target = kwargs.get("dtype")
+        copy = kwargs.get("copy", False)
+        _check_device(kwargs.get("device"))
+        for a in args:
+            if isinstance(a, Tensor):
+                target = a.dtype
+            elif isinstance(a, (str, device)):
+                _check_device(a)
+            elif a is not None:
+                target = a
+        if target is None:
+            return self.clone() if copy else self
+        np_dt = _dtype.to_dtype(target).np
+        if np_dt == self._data.dtype:
+            return self.clone() if copy else self
+        return ToCopy.apply(self, dtype=np_dt)
+
+    def cpu(self, memory_format=None) -> "Tensor":
+        return self
+
+    def cuda(self, device=None, non_blocking=False):
+        raise AssertionError("Torch not compiled with CUDA enabled")
+
+    def float(self):
+        return self.to(_dtype.float32)
+
+    def double(self):
+        return self.to(_dtype.float64)
+
+    def half(self):
+        return self.to(_dtype.float16)
+
+    def long(self):
+        return self.to(_dtype.int64)
+
+    def int(self):
+        return self.to(_dtype.int32)
+
+    def bool(self):
+        return self.to(_dtype.bool)
+
+    def type_as(self, other: "Tensor") -> "Tensor":
+        return self.to(other.dtype)
+
+    def new_tensor(self, data, dtype=None, device=None, requires_grad=False) -> "Tensor":
+        return tensor(data._data.copy() if isinstance(data, Tensor) else data,
+                      dtype=dtype or self.dtype, requires_grad=requires_grad)
+
+    def new_zeros(self, size, *args, dtype=None, **kwargs) -> "Tensor":
+        return zeros(size, *args, dtype=dtype or self.dtype, **kwargs)
+
+    def new_ones(self, size, *args, dtype=None, **kwargs) -> "Tensor":
+        return ones(size, *args, dtype=dtype or self.dtype, **kwargs)
+
+    def new_full(self, size, fill_value, *, dtype=None, **kwargs) -> "Tensor":
+        return full(size, fill_value, dtype=dtype or self.dtype, **kwargs)
+
+    def new_empty(self, size, *args, dtype=None, **kwargs) -> "Tensor":
+        return empty(size, *args, dtype=dtype or self.dtype, **kwargs)
+
+    # ---- arithmetic ----------------------------------------------------------------------
+    def _binary(self, op, other, reverse=False, **params):
+        if not isinstance(other, (Tensor, numbers.Number, np.generic)):
+            return NotImplemented
+        a, b = binary_operands(self, other)
+        if reverse:
+            a, b = b, a
+        if a._data.shape != b._data.shape:
+            _check_broadcast(a, b)
+        return op.apply(a, b, **params)
+
+    def __add__(self, other):
+        return self._binary(E.Add, other)
+
+    def __radd__(self, other):
+        return self._binary(E.Add, other, reverse=True)
+
+    def __sub__(self, other):
+        return self._binary(E.Sub, other)
+
+    def __rsub__(self, other):
+        return self._binary(E.Sub, other, reverse=True)
+
+    def __mul__(self, other):
+        return self._binary(E.Mul, other)
+
+    def __rmul__(self, other):
+        return self._binary(E.Mul, other, reverse=True)
+
+    def __truediv__(self, other):
+        return self._binary_float(E.Div, other)
+
+    def __rtruediv__(self, other):
+        return self._binary_float(E.Div, other, reverse=True)
+
+    def _binary_float(self, op, other, reverse=False):
+        # true division always produces a floating result
+        if not isinstance(other, (Tensor, numbers.Number, np.generic)):
+            return NotImplemented
+        dt = result_dtype(self, other)
+        if dt.kind != "f":
+            dt = _dtype.get_default_dtype().np
+        a = self.to(dt)
+        b = other.to(dt) if isinstance(other, Tensor) else other
+        return a._binary(op, b, reverse=reverse)
+
+    def __floordiv__(self, other):
+        return self._binary(E.FloorDiv, other)
+
+    def __rfloordiv__(self, other):
+        return self._binary(E.FloorDiv, other, reverse=True)
+
+    def __mod__(self, other):
+        return self._binary(E.Remainder, other)
+
+    def __neg__(self):
+        return E.Neg.apply(self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return self.abs()
+
+    def __pow__(self, exponent):
+        return self.pow(exponent)
+
+    def __rpow__(self, base):
+        if isinstance(base, Tensor):
+            return base.pow(self)
+        return E.RPowScalar.apply(self if self.is_floating_point() else self.float(), base=base)
+
+    def __matmul__(self, other):
+        return self.matmul(other)
+
+    def __rmatmul__(self, other):
+        return tensor(other).matmul(self)
+
+    def __eq__(self, other):
+        return self._compare(E.Eq, other)
+
+    def __ne__(self, other):
+        return self._compare(E.Ne, other)
+
+    def __lt__(self, other):
+        return self._compare(E.Lt, other)
+
+    def __le__(self, other):
+        return self._compare(E.Le, other)
+
+    def __gt__(self, other):
+        return self._compare(E.Gt, other)
+
+    def __ge__(self, other):
+        return self._compare(E.Ge, other)
+
+    def _compare(self, op, other):
+        if not isinstance(other, (Tensor, numbers.Number, np.generic)):
+            return NotImplemented
+        return self._binary(op, other)
+
+    def __and__(self, other):
+        return self._binary(E.BitAnd, other)
+
+    def __or__(self, other):
+        return self._binary(E.BitOr, other)
+
+    def __xor__(self, other):
+        return self._binary(E.BitXor, other)
+
+    def __invert__(self):
+        return E.BitNot.apply(self)
+
+    __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
+
+    def add(self, other, *, alpha=1):
+        return self._binary(E.Add, other, alpha=alpha)
+
+    def sub(self, other, *, alpha=1):
+        return self._binary(E.Sub, other, alpha=alpha)
+
+    subtract = sub
+
+    def mul(self, other):
+        return self * other
+
+    multiply = mul
+
+    def div(self, other, *, rounding_mode=None):
+        if rounding_mode is None:
+            return self / other
+        if rounding_mode == "floor":
+            return (self / other).floor()
+        if rounding_mode == "trunc":
+            return (self / other).trunc()
+        raise RuntimeError(
+            f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
+            f"'{rounding_mode}'")
+
+    divide = true_divide = div
+
+    def pow(self, exponent):
+        if isinstance(exponent, Tensor):
+            return self._binary(E.Pow, exponent)
+        if not isinstance(exponent, numbers.Number):
+            raise TypeError(f"pow(): exponent must be a number or Tensor, got "
+                            f"{type(exponent).__name__}")
+        base = self
+        if self._data.dtype.kind != "f" and isinstance(exponent, builtins.float):
+            base = self.float()
+        return E.PowScalar.apply(base, exponent=exponent)
+
+    def neg(self):
+        return E.Neg.apply(self)
+
+    negative = neg
+
+    def abs(self):
+        return E.Abs.apply(self)
+
+    absolute = abs
+
+    def sign(self):
+        return E.Sign.apply(self)
+
+    def floor(self):
+        return E.Floor.apply(self)
+
+    def ceil(self):
+        return E.Ceil.apply(self)
+
+    def round(self, decimals=0):
+        if decimals:
+            return (self * 10 ** decimals).round() / 10 ** decimals
+        return E.Round.apply(self)
+
+    def trunc(self):
+        return E.Trunc.apply(self)
+
+    def exp(self):
+        return E.Exp.apply(self._floating())
+
+    def log(self):
+        return E.Log.apply(self._floating())
+
+    def log2(self):
+        return self.log() / np.log(2)
+
+    def log10(self):
+        return self.log() / np.log(10)
+
+    def log1p(self):
+        return (self + 1).log()
+
+    def expm1(self):
+        return self.exp() - 1
+
+    def sqrt(self):
+        return E.Sqrt.apply(self._floating())
+
+    def rsqrt(self):
+        return 1 / self.sqrt()
+
+    def square(self):
+        return self * self
+
+    def reciprocal(self):
+        return 1 / self
+
+    def sin(self):
+        return E.Sin.apply(self._floating())
+
+    def cos(self):
+        return E.Cos.apply(self._floating())
+
+    def tan(self):
+        return self.sin() / self.cos()
+
+    def tanh(self):
+        return E.Tanh.apply(self._floating())
+
+    def sigmoid(self):
+        return E.Sigmoid.apply(self._floating())
+
+    def erf(self):
+        return E.Erf.apply(self._floating())
+
+    def relu(self):
+        return E.Relu.apply(self)
+
+    def _floating(self) -> "Tensor":
+        return self if self._data.dtype.kind == "f" else self.to(_dtype.get_default_dtype())
+
+    def clamp(self, min=None, max=None):
+        if min is None and max is None:
+            raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+        if isinstance(min, Tensor) or isinstance(max, Tensor):
+            out = self
+            if min is not None:
+                out = out.maximum(min if isinstance(min, Tensor) else out.new_full((), min))
+            if max is not None:
+                out = out.minimum(max if isinstance(max, Tensor) else out.new_full((), max))
+            return out
+        return E.Clamp.apply(self, min=min, max=max)
+
+    clip = clamp
+
+    def clamp_min(self, min):
+        return self.clamp(min=min)
+
+    def clamp_max(self, max):
+        return self.clamp(max=max)
+
+    def maximum(self, other):
+        return self._binary(E.Maximum, other)
+
+    def minimum(self, other):
+        return self._binary(E.Minimum, other)
+
+    def where(self, condition, other):
+        """``torch.where(condition, self, other)``."""
+        return where(condition, self, other)
+
+    def masked_fill(self, mask, value):
+        if isinstance(value, Tensor):
+            if value.ndim != 0:
+                raise RuntimeError(
+                    "masked_fill_ only supports a 0-dimensional value tensor, but got tensor "
+                    f"with {value.ndim} dimension(s).")
+            if value._requires_grad:
+                return where(mask, value.expand(self.shape), self)
+            value = value.item()
+        mask = _as_bool_mask(mask, "masked_fill")
+        _check_broadcast(self, mask)
+        return S.MaskedFill.apply(self, mask, value=value)
+
+    def lerp(self, end, weight):
+        return self + weight * (end - self)
+
+    def eq(self, other):
+        return self == other
+
+    def ne(self, other):
+        return self != other
+
+    def lt(self, other):
+        return self < other
+
+    def le(self, other):
+        return self <= other
+
+    def gt(self, other):
+        return self > other
+
+    def ge(self, other):
+        return self >= other
+
+    def equal(self, other) -> bool:
+        return self.shape == other.shape and builtins.bool(np.array_equal(self._data, other._data))
+
+    def allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
+        return builtins.bool(np.allclose(self._data, other._data, rtol, atol, equal_nan))
+
+    def isclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+        return Tensor._make(np.isclose(self._data, _data_of(other), rtol, atol, equal_nan),
+                            None, 0)
+
+    def logical_and(self, other):
+        return self._binary(E.LogicalAnd, other)
+
+    def logical_or(self, other):
+        return self._binary(E.LogicalOr, other)
+
+    def logical_xor(self, other):
+        return self._binary(E.LogicalXor, other)
+
+    def logical_not(self):
+        return E.LogicalNot.apply(self)
+
+    def isnan(self):
+        return E.IsNan.apply(self)
+
+    def isinf(self):
+        return E.IsInf.apply(self)
+
+    def isfinite(self):
+        return E.IsFinite.apply(self)
+
+    # ---- reductions ----------------------------------------------------------------------
+    def sum(self, dim=None, keepdim=False, *, dtype=None):
+        dims = R.norm_dims(dim, self.ndim)
+        if dims is None and not keepdim:
+            return R.SumAll.apply(self, dtype=_np_dtype(dtype))
+        return R.Sum.apply(self, dim=dims, keepdim=keepdim, dtype=_np_dtype(dtype))
+
+    def mean(self, dim=None, keepdim=False, *, dtype=None):
+        x = self if dtype is None else self.to(dtype)
+        dims = R.norm_dims(dim, self.ndim)
+        if dims is None and not keepdim:
+            return R.MeanAll.apply(x)
+        return R.Mean.apply(x, dim=dims, keepdim=keepdim)
+
+    def _correction(self, unbiased, correction):
+        if correction is not None:
+            return correction
+        return 1 if unbiased is None or unbiased else 0
+
+    def var(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
+        if isinstance(dim, builtins.bool):
+            unbiased, dim = dim, None
+        return R.Var.apply(self, dim=R.norm_dims(dim, self.ndim),
+                           correction=self._correction(unbiased, correction), keepdim=keepdim)
+
+    def std(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
+        if isinstance(dim, builtins.bool):
+            unbiased, dim = dim, None
+        return R.Std.apply(self, dim=R.norm_dims(dim, self.ndim),
+                           correction=self._correction(unbiased, correction), keepdim=keepdim)
+
+    def max(self, dim=None, keepdim=False):
+        if isinstance(dim, Tensor):
+            return self.maximum(dim)
+        if dim is None:
+            return R.MaxAll.apply(self)
+        values, indices = R.MaxDim.apply(self, dim=self._dim(dim), keepdim=keepdim)
+        return _ValuesIndices(values, indices, "max")
+
+    def min(self, dim=None, keepdim=False):
+        if isinstance(dim, Tensor):
+            return self.minimum(dim)
+        if dim is None:
+            return R.MinAll.apply(self)
+        values, indices = R.MinDim.apply(self, dim=self._dim(dim), keepdim=keepdim)
+        return _ValuesIndices(values, indices, "min")
+
+    def amax(self, dim=(), keepdim=False):
+        return R.Amax.apply(self, dim=R.norm_dims(dim, self.ndim), keepdim=keepdim)
+
+    def amin(self, dim=(), keepdim=False):
+        return R.Amin.apply(self, dim=R.norm_dims(dim, self.ndim), keepdim=keepdim)
+
+    def argmax(self, dim=None, keepdim=False):
+        return self._arg(np.argmax, dim, keepdim)
+
+    def argmin(self, dim=None, keepdim=False):
+        return self._arg(np.argmin, dim, keepdim)
+
+    def _arg(self, fn, dim, keepdim):
+        if dim is None:
+            out = np.asarray(fn(self._data), dtype=np.int64)
+            return Tensor._make(out.reshape((1,) * self.ndim) if keepdim else out, None, 0)
+        d = self._dim(dim)
+        out = fn(self._data, axis=d)
+        if keepdim:
+            out = np.expand_dims(out, d)
+        return Tensor._make(out.astype(np.int64), None, 0)
+
+    def prod(self, dim=None, keepdim=False, *, dtype=None):
+        x = self if dtype is None else self.to(dtype)
+        if dim is None:
+            return R.ProdAll.apply(x)
+        return R.Prod.apply(x, dim=(self._dim(dim),), keepdim=keepdim)
+
+    def logsumexp(self, dim, keepdim=False):
+        return R.LogSumExp.apply(self._floating(), dim=R.norm_dims(dim, self.ndim),
+                                 keepdim=keepdim)
+
+    def softmax(self, dim, dtype=None):
+        x = self._floating() if dtype is None else self.to(dtype)
+        return R.Softmax.apply(x, dim=self._dim(dim))
+
+    def log_softmax(self, dim, dtype=None):
+        x = self._floating() if dtype is None else self.to(dtype)
+        return R.LogSoftmax.apply(x, dim=self._dim(dim))
+
+    def all(self, dim=None, keepdim=False):
+        return Tensor._make(np.asarray(np.all(self._data, axis=dim, keepdims=keepdim)), None, 0)
+
+    def any(self, dim=None, keepdim=False):
+        return Tensor._make(np.asarray(np.any(self._data, axis=dim, keepdims=keepdim)), None, 0)
+
+    def norm(self, p="fro", dim=None, keepdim=False):
+        if p in ("fro", 2, 2.0):
+            return (self * self).sum(dim, keepdim).sqrt()
+        if p in (1, 1.0):
+            return self.abs().sum(dim, keepdim)
+        if p == builtins.float("inf"):
+            return self.abs().amax(() if dim is None else dim, keepdim)
+        return (self.abs() ** p).sum(dim, keepdim) ** (1.0 / p)
+
+    def cumsum(self, dim):
+        d = self._dim(dim)
+        n = self.shape[d]
+        # lower-triangular ones: a differentiable prefix sum
+        tri = tensor(np.tril(np.ones((n, n), dtype=self._data.dtype)))
+        moved = self.transpose(d, -1) if d != self.ndim - 1 else self
+        out = moved.matmul(tri.t())
+        return out.transpose(d, -1) if d != self.ndim - 1 else out
+
+    # ---- matrix products -----------------------------------------------------------------
+    def matmul(self, other):
+        if not isinstance(other, Tensor):
+            raise TypeError(f"matmul(): argument 'other' must be Tensor, not "
+                            f"{type(other).__name__}")
+        a, b = binary_operands(self, other)
+        return L.matmul(a, b)
+
+    def mm(self, other):
+        if self.ndim != 2:
+            raise RuntimeError(f"self must be a matrix")
+        if other.ndim != 2:
+            raise RuntimeError(f"mat2 must be a matrix")
+        a, b = binary_operands(self, other)
+        return L.Mm.apply(a, b)
+
+    def mv(self, vec):
+        return L.Mv.apply(*binary_operands(self, vec))
+
+    def dot(self, other):
+        if self.ndim != 1 or other.ndim != 1:
+            raise RuntimeError(f"1D tensors expected, but got {self.ndim}D and {other.ndim}D "
+                               "tensors")
+        return L.Dot.apply(*binary_operands(self, other))
+
+    def bmm(self, other):
+        if self.ndim != 3 or other.ndim != 3:
+            raise RuntimeError(f"batch1 must be a 3D tensor")
+        return L.Bmm.apply(*binary_operands(self, other))
+
+    # ---- shape ---------------------------------------------------------------------------
+    def _shape_arg(self, shape) -> tuple:
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list, Size)):
+            shape = tuple(shape[0])
+        shape = tuple(builtins.int(s) for s in shape)
+        n = self._data.size
+        if shape.count(-1) > 1:
+            raise RuntimeError("only one dimension can be inferred")
+        known = 1
+        for s in shape:
+            if s != -1:
+                known *= s
+        if (-1 in shape and (known == 0 or n % known)) or (-1 not in shape and known != n):
+            raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {n}")
+        return shape
+
+    def view(self, *shape):
+        if len(shape) == 1 and isinstance(shape[0], _DType):
+            raise NotImplementedError("view(dtype) reinterpretation is not supported")
+        shape = self._shape_arg(shape)
+        if not self._data.flags.c_contiguous and self._data.size > 1:
+            try:
+                np.reshape(self._data, shape, copy=False)  # numpy >= 2.1
+            except (ValueError, TypeError):
+                raise RuntimeError(
+                    "view size is not compatible with input tensor's size and stride (at least "
+                    "one dimension spans across two contiguous subspaces). Use .reshape(...) "
+                    "instead.") from None
+        return S.View.apply(self, shape=shape)
+
+    def reshape(self, *shape):
+        return S.View.apply(self, shape=self._shape_arg(shape))
+
+    def view_as(self, other):
+        return self.view(other.shape)
+
+    def reshape_as(self, other):
+        return self.reshape(other.shape)
+
+    def flatten(self, start_dim=0, end_dim=-1):
+        if self.ndim == 0:
+            return self.reshape(1)
+        s, e = self._dim(start_dim), self._dim(end_dim)
+        if s > e:
+            raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
+        if s == e:
+            return self
+        shape = self.shape
+        return self.reshape(shape[:s] + (-1,) + shape[e + 1:])
+
+    def unflatten(self, dim, sizes):
+        d = self._dim(dim)
+        return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1:])
+
+    def squeeze(self, dim=None):
+        if dim is None:
+            return S.Squeeze.apply(self, dims=None)
+        dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
+        keep = tuple(d for d in (self._dim(d) for d in dims) if self.shape[d] == 1)
+        if not keep:
+            return S.Squeeze.apply(self, dims=())
+        return S.Squeeze.apply(self, dims=keep)
+
+    def unsqueeze(self, dim):
+        n = self.ndim + 1
+        if not -n <= dim < n:
+            raise IndexError(
+                f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got "
+                f"{dim})")
+        return S.Unsqueeze.apply(self, dim=dim % n)
+
+    def permute(self, *dims):
+        if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+            dims = tuple(dims[0])
+        if len(dims) != self.ndim:
+            raise RuntimeError(
+                f"permute(sparse_coo): number of dimensions in the tensor input does not match "
+                f"the length of the desired ordering of dimensions i.e. input.dim() = "
+                f"{self.ndim} is not equal to len(dims) = {len(dims)}")
+        dims = tuple(self._dim(d) for d in dims)
+        if len(set(dims)) != len(dims):
+            raise RuntimeError("permute(): duplicate dims are not allowed.")
+        return S.Permute.apply(self, dims=dims)
+
+    def transpose(self, dim0, dim1):
+        if self.ndim == 0:
+            return self
+        return S.Transpose.apply(self, dim0=self._dim(dim0), dim1=self._dim(dim1))
+
+    swapaxes = transpose
+
+    def t(self):
+        if self.ndim > 2:
+            raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is "
+                               f"{self.ndim}D")
+        if self.ndim < 2:
+            return self
+        return S.T.apply(self, dim0=0, dim1=1)
+
+    @property
+    def T(self):
+        if self.ndim < 2:
+            return self
+        return self.permute(tuple(range(self.ndim - 1, -1, -1)))
+
+    @property
+    def mT(self):
+        return self.transpose(-2, -1)
+
+    def expand(self, *sizes):
+        if len(sizes) == 1 and isinstance(sizes[0], (tuple, list, Size)):
+            sizes = tuple(sizes[0])
+        if len(sizes) < self.ndim:
+            raise RuntimeError(
+                f"expand(torch.FloatTensor{{{list(self.shape)}}}, size={list(sizes)}): the "
+                "number of sizes provided ({}) must be greater or equal to the number of "
+                "dimensions in the tensor ({})".format(len(sizes), self.ndim))
+        lead = len(sizes) - self.ndim
+        shape = []
+        for i, s in enumerate(sizes):
+            cur = self.shape[i - lead] if i >= lead else 1
+            if s == -1:
+                if i < lead:
+                    raise RuntimeError("The expanded size of the tensor (-1) isn't allowed in a "
+                                       "leading, non-existing dimension " f"{i}")
+                s = cur
+            elif cur != 1 and s != cur:
+                raise RuntimeError(
+                    f"The expanded size of the tensor ({s}) must match the existing size "
+                    f"({cur}) at non-singleton dimension {i}.  Target sizes: {list(sizes)}.  "
+                    f"Tensor sizes: {list(self.shape)}")
+            shape.append(builtins.int(s))
+        shape = tuple(shape)
+        if shape == self.shape:
+            return S.Expand.apply(self, shape=shape) if self._requires_grad else self
+        return S.Expand.apply(self, shape=shape)
+
+    def expand_as(self, other):
+        return self.expand(other.shape)
+
+    def broadcast_to(self, shape):
+        return self.expand(shape)
+
+    def repeat(self, *repeats):
+        if len(repeats) == 1 and isinstance(repeats[0], (tuple, list, Size)):
+            repeats = tuple(repeats[0])
+        if len(repeats) < self.ndim:
+            raise RuntimeError(
+                "Number of dimensions of repeat dims can not be smaller than number of "
+                "dimensions of tensor")
+        return S.Repeat.apply(self, repeats=tuple(builtins.int(r) for r in repeats))
+
+    def narrow(self, dim, start, length):
+        d = self._dim(dim)
+        index = [slice(None)] * self.ndim
+        index[d] = slice(start, start + length)
+        return self[tuple(index)]
+
+    def select(self, dim, index):
+        d = self._dim(dim)
+        return self[(slice(None),) * d + (index,)]
+
+    def split(self, split_size, dim=0):
+        d = self._dim(dim)
+        n = self.shape[d]
+        if isinstance(split_size, (int, np.integer)):
+            if split_size <= 0 and n:
+                raise RuntimeError(f"split_size can only be 0 if dimension size is 0, but got "
+                                   f"dimension size of {n}")
+            sizes = [split_size] * (n // split_size) + ([n % split_size] if n % split_size else [])
+        else:
+            sizes = list(split_size)
+            if builtins.sum(sizes) != n:
+                raise RuntimeError(
+                    f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's "
+                    f"size at dimension {d}), but got split_sizes={sizes}")
+        return S.Split.apply(self, sizes=sizes, dim=d)
+
+    def chunk(self, chunks, dim=0):
+        d = self._dim(dim)
+        n = self.shape[d]
+        size = -(-n // chunks) if n else 0
+        return self.split(builtins.max(size, 1), d)
+
+    def unbind(self, dim=0):
+        d = self._dim(dim)
+        return tuple(self.select(d, i) for i in range(self.shape[d]))
+
+    # ---- indexing ------------------------------------------------------------------------
+    def __getitem__(self, item):
+        index = _index_arg(item)
+        if _is_basic(index):
+            _check_basic_index(self, index)
+            op = S.Select if isinstance(index, (int, np.integer)) else S.Slice
+            return op.apply(self, index=index)
+        try:
+            self._data[index]
+        except IndexError as e:
+            raise IndexError(str(e)) from None
+        return S.Index.apply(self, index=index)
+
+    def __setitem__(self, item, value):
+        index = _index_arg(item)
+        if not isinstance(value, Tensor):
+            value = Tensor._make(np.asarray(value, dtype=self._data.dtype), None, 0)
+        self._inplace(S.IndexPut, value.to(self.dtype), index=index)
+
+    def index_put(self, index, value, accumulate=False):
+        if not isinstance(value, Tensor):
+            value = Tensor._make(np.asarray(value, dtype=self._data.dtype), None, 0)
+        return S.IndexPut.apply(self, value, index=_index_arg(index), accumulate=accumulate)
+
+    def gather(self, dim, index):
+        return S.GatherAlong.apply(self, index=index._data, dim=self._dim(dim))
+
+    # ---- in-place ------------------------------------------------------------------------
+    def _inplace(self, op, *others, **params):
+        """Apply ``op`` to (self, *others) and write the result into self's storage.
+
+        When a graph is recorded, self's old value becomes the op's input (hooks registered
+        before stay bound to it) and self takes the op's node as its grad_fn.
+        """
+        records = grad_mode._state.enabled and (
+            self._requires_grad or builtins.any(o._requires_grad for o in others))
+        if records and self._grad_fn is None and self._requires_grad:
+            raise RuntimeError(
+                "a leaf Variable that requires grad is being used in an in-place operation.")
+        if records and self._base is not None and self._base._requires_grad:
+            raise RuntimeError(
+                "disthook does not support in-place modification of a view of a tensor that "
+                "requires grad; clone() the view first, or modify it under no_grad()")
+        if not records:
+            with grad_mode.no_grad():
+                out = op.apply(self, *others, **params)
+            _write(self, out._data)
+            return self
+        old = Tensor._make(self._data.copy(), self._grad_fn, self._output_nr)
+        old._requires_grad = self._requires_grad
+        out = op.apply(old, *others, **params)
+        _write(self, out._data)
+        old_node, old_nr = self._grad_fn, self._output_nr
+        self._grad_fn, self._output_nr = out._grad_fn, out._output_nr
+        self._requires_grad = True
+        self._backward_hooks = None
+        if self._retains_grad:
+            # retain_grad follows the tensor to its newest version
+            if old_node is not None and old_node._retains:
+                old_node._retains.pop(old_nr, None)
+            self._retains_grad = False
+            self.retain_grad()
+        return self
+
+    def _inplace_binary(self, op, other, **params):
+        a, b = binary_operands(self, other)
+        if a._data.dtype != self._data.dtype:
+            if not np.can_cast(a._data.dtype, self._data.dtype, "same_kind"):
+                raise RuntimeError(
+                    f"result type {_kind_title(a._data.dtype)} can't be cast to the desired "
+                    f"output type {_kind_title(self._data.dtype)}")
+            b = b.to(self.dtype)
+        if np.broadcast_shapes(self._data.shape, b._data.shape) != self._data.shape:
+            raise RuntimeError(
+                f"output with shape {list(self.shape)} doesn't match the broadcast shape "
+                f"{list(np.broadcast_shapes(self._data.shape, b._data.shape))}")
+        return self._inplace(op, b, **params)
+
+    def add_(self, other, *, alpha=1):
+        return self._inplace_binary(E.Add, other, alpha=alpha)
+
+    def sub_(self, other, *, alpha=1):
+        return self._inplace_binary(E.Sub, other, alpha=alpha)
+
+    def mul_(self, other):
+        return self._inplace_binary(E.Mul, other)
+
+    def div_(self, other):
+        return self._inplace_binary(E.Div, other)
+
+    def pow_(self, exponent):
+        return self._inplace(E.PowScalar, exponent=exponent)
+
+    def neg_(self):
+        return self._inplace(E.Neg)
+
+    def abs_(self):
+        return self._inplace(E.Abs)
+
+    def exp_(self):
+        return self._inplace(E.Exp)
+
+    def sqrt_(self):
+        return self._inplace(E.Sqrt)
+
+    def relu_(self):
+        return self._inplace(E.Relu)
+
+    def sigmoid_(self):
+        return self._inplace(E.Sigmoid)
+
+    def tanh_(self):
+        return self._inplace(E.Tanh)
+
+    def clamp_(self, min=None, max=None):
+        if min is None and max is None:
+            raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+        return self._inplace(E.Clamp, min=min, max=max)
+
+    clip_ = clamp_
+
+    def masked_fill_(self, mask, value):
+        mask = _as_bool_mask(mask, "masked_fill_")
+        if isinstance(value, Tensor):
+            value = value.item()
+        return self._inplace(S.MaskedFill, mask, value=value)
+
+    def zero_(self):
+        return self.fill_(0)
+
+    def fill_(self, value):
+        if isinstance(value, Tensor):
+            value = value.item()
+        return self._inplace(Fill, value=value)
+
+    def copy_(self, src, non_blocking=False):
+        if not isinstance(src, Tensor):
+            src = tensor(src)
+        src = src.to(self.dtype)
+        if src.shape != self.shape:
+            src = src.expand(self.shape)
+        return self._inplace(CopyFrom, src)
+
+    def uniform_(self, a=0.0, b=1.0, generator=None):
+        from disthook import random as _random
+
+        with grad_mode.no_grad():
+            _write(self, _random.uniform(a, b, self.shape, self._data.dtype))
+        return self
+
+    def normal_(self, mean=0.0, std=1.0, generator=None):
+        from disthook import random as _random
+
+        with grad_mode.no_grad():
+            _write(self, _random.normal(mean, std, self.shape, self._data.dtype))
+        return self
+
+
+def _write(t: Tensor, values: np.ndarray) -> None:
+    """Write ``values`` into ``t``'s storage and bump its version counter."""
+    try:
+        np.copyto(t._data, values, casting="unsafe")
+    except ValueError:
+        raise RuntimeError(
+            "unsupported operation: more than one element of the written-to tensor refers to a "
+            "single memory location. Please clone() the tensor before performing the operation."
+        ) from None
+    t._vc[0] += 1
+
+
+def _kind_title(dt) -> str:
+    return {"f": "Float", "i": "Long", "b": "Bool", "u": "Byte"}[dt.kind]
+
+
+def _data_of(x):
+    return x._data if isinstance(x, Tensor) else x
+
+
+def _rebuild(data, requires_grad):
+    t = Tensor._make(data, None, 0)
+    t._requires_grad = requires_grad
+    return t
+
+
+def _check_basic_index(t: Tensor, index) -> None:
+    items = index if isinstance(index, tuple) else (index,)
+    dim = 0
+    for i in items:
+        if i is Ellipsis:
+            dim = t.ndim - builtins.sum(1 for j in items if j is not None and j is not Ellipsis)
+            continue
+        if i is None:
+            continue
+        if dim >= t.ndim:
+            raise IndexError(f"too many indices for tensor of dimension {t.ndim}")
+        if isinstance(i, (int, np.integer)):
+            n = t.shape[dim]
+            if not -n <= i < n:
+                raise IndexError(
+                    f"index {i} is out of bounds for dimension {dim} with size {n}")
+        dim += 1
+
+
+def _check_broadcast(a: Tensor, b: Tensor) -> None:
+    """RuntimeError with torch's wording when two shapes do not broadcast."""
+    sa, sb = a._data.shape, b._data.shape
+    for i in range(1, builtins.min(len(sa), len(sb)) + 1):
+        x, y = sa[-i], sb[-i]
+        if x != y and x != 1 and y != 1:
+            dim = builtins.max(len(sa), len(sb)) - i
+            raise RuntimeError(
+                f"The size of tensor a ({x}) must match the size of tensor b ({y}) at "
+                f"non-singleton dimension {dim}")
+
+
+def _as_bool_mask(mask, where: str) -> Tensor:
+    if not isinstance(mask, Tensor):
+        mask = tensor(mask)
+    if mask._data.dtype != np.bool_:
+        raise RuntimeError(f"{where} only supports boolean masks, but got mask with dtype "
+                           f"{mask.dtype.name}")
+    return mask
+
+
+class _ValuesIndices(tuple):
+    """(values, indices) returned by ``max(dim)`` / ``min(dim)``."""
+
+    def __new__(cls, values, indices, name):
+        self = super().__new__(cls, (values, indices))
+        self._name = name
+        return self
+
+    values = property(lambda self: self[0])
+    indices = property(lambda self: self[1])
+
+    def __repr__(self) -> str:
+        return f"torch.return_types.{self._name}(\nvalues={self[0]!r},\nindices={self[1]!r})"
+
+
+# ---- ops that only Tensor methods use -----------------------------------------------------
+from disthook.ops.base import Op  # noqa: E402
+
+
+class Clone(Op):
+    @staticmethod
+    def forward(ctx, a):
+        return a._data.copy()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+class ToCopy(Op):
+    @staticmethod
+    def forward(ctx, a, dtype):
+        ctx.dtype = a._data.dtype
+        return a._data.astype(dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.to(ctx.dtype)
+
+
+class Fill(Op):
+    @staticmethod
+    def forward(ctx, a, value):
+        return np.full_like(a._data, value)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 0
+
+
+class CopyFrom(Op):
+    node_name = "CopyBackwards"
+
+    @staticmethod
+    def forward(ctx, a, src):
+        return src._data.copy()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 0, g
+
+
+# ---- factories ------------------------------------------------------------------------------
+
+def _infer_dtype(data) -> np.dtype:
+    """torch.tensor's inference: bools → bool, ints → int64, floats → default dtype."""
+    arr = np.asarray(data)
+    kind = arr.dtype.kind
+    if kind == "b":
+        return np.dtype(np.bool_)
+    if kind in "iu":
+        return arr.dtype if isinstance(data, np.ndarray) else np.dtype(np.int64)
+    if kind == "f":
+        return arr.dtype if isinstance(data, np.ndarray) else _dtype.get_default_dtype().np
+    raise TypeError(f"Could not infer dtype of {type(data).__name__}")
+
+
+def _unwrap_nested(data):
+    if isinstance(data, Tensor):
+        return data._data
+    if isinstance(data, (list, tuple)):
+        return [_unwrap_nested(d) for d in data]
+    return data
+
+
+def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False) -> Tensor:
+    """A new leaf tensor with a copy of ``data``."""
+    _check_device(device)
+    if isinstance(data, Tensor):
+        arr = data._data.copy() if dtype is None else data._data.astype(_np_dtype(dtype))
+    else:
+        data = _unwrap_nested(data)
+        np_dt = _np_dtype(dtype) if dtype is not None else _infer_dtype(data)
+        arr = np.array(data, dtype=np_dt)
+    t = Tensor._make(arr, None, 0)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def as_tensor(data, dtype=None, device=None) -> Tensor:
+    _check_device(device)
+    if isinstance(data, Tensor):
+        return data if dtype is None else data.to(dtype)
+    if isinstance(data, np.ndarray):
+        return from_numpy(data) if dtype is None else from_numpy(data.astype(_np_dtype(dtype)))
+    return tensor(data, dtype=dtype)
+
+
+def from_numpy(arr: np.ndarray) -> Tensor:
+    """A tensor sharing memory with ``arr``."""
+    if not isinstance(arr, np.ndarray):
+        raise TypeError(f"expected np.ndarray (got {type(arr).__name__})")
+    _dtype.from_numpy_dtype(arr.dtype)
+    return Tensor._make(arr, None, 0)
+
+
+def _size_args(size) -> tuple:
+    if len(size) == 1 and isinstance(size[0], (tuple, list, Size)):
+        size = tuple(size[0])
+    out = tuple(builtins.int(s) for s in size)
+    if builtins.any(s < 0 for s in out):
+        raise RuntimeError(f"Trying to create tensor with negative dimension "
+                           f"{builtins.min(out)}: {list(out)}")
+    return out
+
+
+def _factory(arr: np.ndarray, requires_grad: bool, device=None) -> Tensor:
+    _check_device(device)
+    t = Tensor._make(arr, None, 0)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def _float_dt(dtype):
+    return _np_dtype(dtype) if dtype is not None else _dtype.get_default_dtype().np
+
+
+def zeros(*size, dtype=None, device=None, requires_grad=False, out=None) -> Tensor:
+    return _factory(np.zeros(_size_args(size), _float_dt(dtype)), requires_grad, device)
+
+
+def ones(*size, dtype=None, device=None, requires_grad=False, out=None) -> Tensor:
+    return _factory(np.ones(_size_args(size), _float_dt(dtype)), requires_grad, device)
+
+
+def empty(*size, dtype=None, device=None, requires_grad=False, memory_format=None) -> Tensor:
+    return _factory(np.zeros(_size_args(size), _float_dt(dtype)), requires_grad, device)
+
+
+def full(size, fill_value, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    if dtype is None:
+        dtype = _infer_dtype(fill_value)
+    return _factory(np.full(_size_args((size,)), fill_value, _np_dtype(dtype)), requires_grad,
+                    device)
+
+
+def _like(t: Tensor, dtype):
+    return t._data.dtype if dtype is None else _np_dtype(dtype)
+
+
+def zeros_like(t, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return _factory(np.zeros(t.shape, _like(t, dtype)), requires_grad, device)
+
+
+def ones_like(t, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return _factory(np.ones(t.shape, _like(t, dtype)), requires_grad, device)
+
+
+def empty_like(t, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return _factory(np.zeros(t.shape, _like(t, dtype)), requires_grad, device)
+
+
+def full_like(t, fill_value, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return _factory(np.full(t.shape, fill_value, _like(t, dtype)), requires_grad, device)
+
+
+def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    if end is None:
+        start, end = 0, start
+    vals = [_data_of(v) for v in (start, end, step)]
+    if step == 0:
+        raise RuntimeError("step must be nonzero")
+    if dtype is None:
+        is_float = builtins.any(isinstance(v, builtins.float) or
+                                (isinstance(v, np.ndarray) and v.dtype.kind == "f") for v in vals)
+        dtype = _dtype.get_default_dtype() if is_float else _dtype.int64
+    return _factory(np.arange(*vals, dtype=_np_dtype(dtype)), requires_grad, device)
+
+
+def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return _factory(np.linspace(start, end, steps, dtype=_float_dt(dtype)), requires_grad,
+                    device)
+
+
+def eye(n, m=None, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return _factory(np.eye(n, m, dtype=_float_dt(dtype)), requires_grad, device)
+
+
+def where(condition, input=None, other=None) -> Tensor:
+    """``where(cond, a, b)``: a where cond else b; ``where(cond)``: indices of True."""
+    if not isinstance(condition, Tensor):
+        condition = tensor(condition)
+    if input is None and other is None:
+        return tuple(Tensor._make(i.astype(np.int64), None, 0)
+                     for i in np.nonzero(condition._data))
+    if condition._data.dtype != np.bool_:
+        raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor "
+                           f"with dtype {condition.dtype.name}")
+    if not isinstance(input, Tensor):
+        input = (other.new_full((), input) if isinstance(other, Tensor)
+                 else tensor(input))
+    a, b = binary_operands(input, other)
+    return E.Where.apply(condition, a, b)
+
+
+def cat(tensors, dim=0) -> Tensor:
+    tensors = list(tensors)
+    if not tensors:
+        raise RuntimeError("torch.cat(): expected a non-empty list of Tensors")
+    ref = next((t for t in tensors if t.ndim), tensors[0])
+    d = ref._dim(dim)
+    dt = tensors[0]._data.dtype
+    for t in tensors[1:]:
+        dt = result_dtype(Tensor._make(np.empty(0, dt), None, 0), t)
+    parts = []
+    for i, t in enumerate(tensors):
+        if t.ndim == 1 and t.shape[0] == 0:
+            continue  # torch skips legacy empty tensors
+        if t.ndim != ref.ndim:
+            raise RuntimeError(
+                f"Tensors must have same number of dimensions: got {ref.ndim} and {t.ndim}")
+        for k in range(ref.ndim):
+            if k != d and t.shape[k] != ref.shape[k]:
+                raise RuntimeError(
+                    f"Sizes of tensors must match except in dimension {d}. Expected size "
+                    f"{ref.shape[k]} but got size {t.shape[k]} for tensor number {i} in the list.")
+        parts.append(t.to(dt))
+    return S.Cat.apply(*parts, dim=d)
+
+
+concat = concatenate = cat
+
+
+def stack(tensors, dim=0) -> Tensor:
+    tensors = list(tensors)
+    if not tensors:
+        raise RuntimeError("stack expects a non-empty TensorList")
+    for i, t in enumerate(tensors[1:], 1):
+        if t.shape != tensors[0].shape:
+            raise RuntimeError(
+                f"stack expects each tensor to be equal size, but got {list(tensors[0].shape)} "
+                f"at entry 0 and {list(t.shape)} at entry {i}")
+    n = tensors[0].ndim + 1
+    if not -n <= dim < n:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], "
+                         f"but got {dim})")
+    return S.Stack.apply(*tensors, dim=dim % n)

@@ -1,0 +1,1 @@
+from disthook.utils import hooks  # noqa: F401
