@@ -66,6 +66,21 @@ def from_legacy(name: str) -> dtype:
         raise ValueError(f"invalid type: '{name}'") from None
 
 
+_C_TYPE_NAMES = {float16: "c10::Half", float32: "float", float64: "double", int8: "signed char",
+                 int16: "short int", int32: "int", int64: "long int", uint8: "unsigned char",
+                 bool: "bool"}
+
+
+def scalar_type_name(d: dtype) -> str:
+    """torch's ScalarType name as its error messages print it: ``Float``, ``Long``."""
+    return d.legacy_type[len("torch."):-len("Tensor")]
+
+
+def c_type_name(d: dtype) -> str:
+    """The C++ element type as some of torch's error messages print it: ``float``, ``long int``."""
+    return _C_TYPE_NAMES[d]
+
+
 _default = [float32]
 
 

@@ -19,7 +19,7 @@ from disthook.ops import elementwise as E
 from disthook.ops import linalg as L
 from disthook.ops import reduce as R
 from disthook.ops import shape as S
-from disthook.ops.base import binary_operands, result_dtype
+from disthook.ops.base import binary_operands, check_broadcast, result_dtype
 from disthook.utils.hooks import RemovableHandle
 
 NON_LEAF_GRAD_WARNING = (
@@ -30,6 +30,9 @@ NON_LEAF_GRAD_WARNING = (
     "instead. See github.com/pytorch/pytorch/pull/30531 for more information."
 )
 NO_GRAD_HOOK_MSG = "cannot register a hook on a tensor that doesn't require gradient"
+
+
+_new = object.__new__
 
 
 class Size(tuple):
@@ -105,6 +108,10 @@ def _index_arg(item):
         return item._data
     if isinstance(item, list):
         return np.asarray([i._data if isinstance(i, Tensor) else i for i in item])
+    if isinstance(item, slice) and item.step is not None and item.step <= 0:
+        # numpy would walk backwards
+        raise ValueError("slice step cannot be zero" if item.step == 0 else
+                         "step must be greater than zero")
     return item
 
 
@@ -117,9 +124,17 @@ def _is_basic(index) -> bool:
 class Tensor:
     """An n-dimensional array that records the ops applied to it for backward."""
 
-    __slots__ = ("_data", "_requires_grad", "_grad_fn", "_output_nr", "_grad",
-                 "_backward_hooks", "_post_acc_hooks", "_retains_grad", "_vc", "_base",
-                 "_grad_acc", "__weakref__", "__dict__")
+    # hot fields live in slots; the rest are class-level defaults, set per tensor only when used
+    __slots__ = ("_data", "_requires_grad", "_grad_fn", "_output_nr", "_vc", "__weakref__",
+                 "__dict__")
+    _grad = None
+    _backward_hooks = None
+    _post_acc_hooks = None
+    _retains_grad = False
+    _base = None
+    _grad_acc = None
+    # numpy scalars and arrays defer to Tensor's reflected operators, as they do for torch's
+    __array_priority__ = 1000
 
     # ---- construction ----------------------------------------------------------------------
     def __init__(self, *args, **kwargs):
@@ -138,28 +153,16 @@ class Tensor:
         t._requires_grad = False
         t._grad_fn = grad_fn
         t._output_nr = output_nr
-        t._grad = None
-        t._backward_hooks = None
-        t._post_acc_hooks = None
-        t._retains_grad = False
         t._vc = [0]
-        t._base = None
-        t._grad_acc = None
 
     @classmethod
     def _make(cls, data, grad_fn, output_nr) -> "Tensor":
-        t = object.__new__(Tensor)
+        t = _new(Tensor)
         t._data = data
         t._requires_grad = grad_fn is not None
         t._grad_fn = grad_fn
         t._output_nr = output_nr
-        t._grad = None
-        t._backward_hooks = None
-        t._post_acc_hooks = None
-        t._retains_grad = False
         t._vc = [0]
-        t._base = None
-        t._grad_acc = None
         return t
 
     # ---- metadata ------------------------------------------------------------------------
@@ -530,12 +533,24 @@ class Tensor:
 
     # ---- arithmetic ----------------------------------------------------------------------
     def _binary(self, op, other, reverse=False, **params):
-        if not isinstance(other, (Tensor, numbers.Number, np.generic)):
+        dt = self._data.dtype
+        kind = type(other)
+        if (kind is Tensor or isinstance(other, Tensor)) and other._data.dtype == dt:
+            a, b = self, other  # same dtype: no promotion needed
+        elif (kind is builtins.float and dt.kind == "f") or (kind is builtins.int and dt.kind in "fiu"):
+            a, b = self, _new(Tensor)  # a python scalar wrapped as a constant of self's dtype
+            b._data = np.array(other, dt)
+            b._requires_grad = False
+            b._grad_fn = None
+            b._output_nr = 0
+            b._vc = [0]
+        elif not isinstance(other, (Tensor, numbers.Number, np.generic)):
             return NotImplemented
-        a, b = binary_operands(self, other)
+        else:
+            a, b = binary_operands(self, other)
         if reverse:
             a, b = b, a
-        if a._data.shape != b._data.shape:
+        if a._data.shape != b._data.shape and b._data.ndim and a._data.ndim:
             _check_broadcast(a, b)
         return op.apply(a, b, **params)
 
@@ -549,7 +564,7 @@ class Tensor:
         return self._binary(E.Sub, other)
 
     def __rsub__(self, other):
-        return self._binary(E.Sub, other, reverse=True)
+        return self._binary(E.Rsub, other, reverse=True)
 
     def __mul__(self, other):
         return self._binary(E.Mul, other)
@@ -561,6 +576,8 @@ class Tensor:
         return self._binary_float(E.Div, other)
 
     def __rtruediv__(self, other):
+        if isinstance(other, (numbers.Number, np.generic)):
+            return self.reciprocal() * other  # torch's scalar / tensor
         return self._binary_float(E.Div, other, reverse=True)
 
     def _binary_float(self, op, other, reverse=False):
@@ -598,7 +615,11 @@ class Tensor:
     def __rpow__(self, base):
         if isinstance(base, Tensor):
             return base.pow(self)
-        return E.RPowScalar.apply(self if self.is_floating_point() else self.float(), base=base)
+        x = self
+        if not self.is_floating_point():
+            integral = isinstance(base, (int, np.integer))
+            x = self.float() if not integral else self.long() if self.dtype.np.kind == "b" else self
+        return E.RPowScalar.apply(x, base=base)
 
     def __matmul__(self, other):
         return self.matmul(other)
@@ -678,6 +699,10 @@ class Tensor:
         base = self
         if self._data.dtype.kind != "f" and isinstance(exponent, builtins.float):
             base = self.float()
+        elif self._data.dtype.kind in "iu" and exponent < 0:
+            raise RuntimeError("Integers to negative integer powers are not allowed.")
+        elif self._data.dtype.kind == "b":
+            base = self.long()
         return E.PowScalar.apply(base, exponent=exponent)
 
     def neg(self):
@@ -732,10 +757,10 @@ class Tensor:
         return 1 / self.sqrt()
 
     def square(self):
-        return self * self
+        return self.pow(2)
 
     def reciprocal(self):
-        return 1 / self
+        return E.Reciprocal.apply(self._floating())
 
     def sin(self):
         return E.Sin.apply(self._floating())
@@ -765,21 +790,38 @@ class Tensor:
         if min is None and max is None:
             raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
         if isinstance(min, Tensor) or isinstance(max, Tensor):
-            out = self
-            if min is not None:
-                out = out.maximum(min if isinstance(min, Tensor) else out.new_full((), min))
-            if max is not None:
-                out = out.minimum(max if isinstance(max, Tensor) else out.new_full((), max))
-            return out
-        return E.Clamp.apply(self, min=min, max=max)
+            return self._clamp_tensor(E.ClampTensor, min, max)
+        # float bounds make an integer result floating
+        float_bound = isinstance(min, builtins.float) or isinstance(max, builtins.float)
+        x = self._floating() if float_bound else self
+        return E.Clamp.apply(x, min=min, max=max)
+
+    def _clamp_tensor(self, op, min, max):
+        bounds = [b for b in (min, max) if b is not None]
+        if not builtins.all(isinstance(b, Tensor) for b in bounds):
+            kinds = ", ".join(type(b).__name__ for b in (min, max))
+            raise TypeError(f"clamp() received an invalid combination of arguments - got "
+                            f"({kinds}), but expected one of: (Tensor min = None, Tensor max = "
+                            "None) or (Number min = None, Number max = None)")
+        dt = np.result_type(*[result_dtype(self, b) for b in bounds])
+        shape = self._data.shape
+        for b in bounds:
+            check_broadcast(shape, b._data.shape)
+            shape = np.broadcast_shapes(shape, b._data.shape)
+        return op.apply(self.to(dt), *[b.to(dt) for b in bounds], has_min=min is not None,
+                        has_max=max is not None)
 
     clip = clamp
 
     def clamp_min(self, min):
-        return self.clamp(min=min)
+        if isinstance(min, Tensor):
+            return self._clamp_tensor(E.ClampMinTensor, min, None)
+        return E.ClampMin.apply(self, min=min)
 
     def clamp_max(self, max):
-        return self.clamp(max=max)
+        if isinstance(max, Tensor):
+            return self._clamp_tensor(E.ClampMaxTensor, None, max)
+        return E.ClampMax.apply(self, max=max)
 
     def maximum(self, other):
         return self._binary(E.Maximum, other)
@@ -800,8 +842,8 @@ class Tensor:
             if value._requires_grad:
                 return where(mask, value.expand(self.shape), self)
             value = value.item()
-        mask = _as_bool_mask(mask, "masked_fill")
-        _check_broadcast(self, mask)
+        mask = _as_bool_mask(mask, "masked_fill_")
+        _check_broadcast(mask, self)
         return S.MaskedFill.apply(self, mask, value=value)
 
     def lerp(self, end, weight):
@@ -859,14 +901,14 @@ class Tensor:
     # ---- reductions ----------------------------------------------------------------------
     def sum(self, dim=None, keepdim=False, *, dtype=None):
         dims = R.norm_dims(dim, self.ndim)
-        if dims is None and not keepdim:
+        if dim is None and not keepdim:
             return R.SumAll.apply(self, dtype=_np_dtype(dtype))
         return R.Sum.apply(self, dim=dims, keepdim=keepdim, dtype=_np_dtype(dtype))
 
     def mean(self, dim=None, keepdim=False, *, dtype=None):
         x = self if dtype is None else self.to(dtype)
         dims = R.norm_dims(dim, self.ndim)
-        if dims is None and not keepdim:
+        if dim is None and not keepdim:
             return R.MeanAll.apply(x)
         return R.Mean.apply(x, dim=dims, keepdim=keepdim)
 
@@ -949,53 +991,51 @@ class Tensor:
     def any(self, dim=None, keepdim=False):
         return Tensor._make(np.asarray(np.any(self._data, axis=dim, keepdims=keepdim)), None, 0)
 
-    def norm(self, p="fro", dim=None, keepdim=False):
-        if p in ("fro", 2, 2.0):
-            return (self * self).sum(dim, keepdim).sqrt()
-        if p in (1, 1.0):
-            return self.abs().sum(dim, keepdim)
-        if p == builtins.float("inf"):
-            return self.abs().amax(() if dim is None else dim, keepdim)
-        return (self.abs() ** p).sum(dim, keepdim) ** (1.0 / p)
+    def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
+        if not isinstance(p, numbers.Number) and p != "fro":
+            raise NotImplementedError(f"norm(p={p!r}) is not supported by disthook")
+        if dtype is None and not self.is_floating_point():
+            raise RuntimeError("linalg.vector_norm: Expected a floating point or complex tensor "
+                               f"as input. Got {_dtype.scalar_type_name(self.dtype)}")
+        x = self if dtype is None else self.to(dtype)
+        return R.LinalgVectorNorm.apply(x, ord=2.0 if p == "fro" else builtins.float(p),
+                                        dim=R.norm_dims(dim, self.ndim), keepdim=keepdim)
 
-    def cumsum(self, dim):
-        d = self._dim(dim)
-        n = self.shape[d]
-        # lower-triangular ones: a differentiable prefix sum
-        tri = tensor(np.tril(np.ones((n, n), dtype=self._data.dtype)))
-        moved = self.transpose(d, -1) if d != self.ndim - 1 else self
-        out = moved.matmul(tri.t())
-        return out.transpose(d, -1) if d != self.ndim - 1 else out
+    def cumsum(self, dim, *, dtype=None):
+        x = self if dtype is None else self.to(dtype)
+        return R.Cumsum.apply(x, dim=self._dim(dim))
 
     # ---- matrix products -----------------------------------------------------------------
     def matmul(self, other):
         if not isinstance(other, Tensor):
             raise TypeError(f"matmul(): argument 'other' must be Tensor, not "
                             f"{type(other).__name__}")
-        a, b = binary_operands(self, other)
-        return L.matmul(a, b)
+        return L.matmul(self, other)
 
     def mm(self, other):
         if self.ndim != 2:
             raise RuntimeError(f"self must be a matrix")
         if other.ndim != 2:
             raise RuntimeError(f"mat2 must be a matrix")
-        a, b = binary_operands(self, other)
-        return L.Mm.apply(a, b)
+        L.check_same_dtype(self, other, "mm")
+        return L.Mm.apply(self, other)
 
     def mv(self, vec):
-        return L.Mv.apply(*binary_operands(self, vec))
+        L.check_same_dtype(self, vec, "mv")
+        return L.Mv.apply(self, vec)
 
     def dot(self, other):
         if self.ndim != 1 or other.ndim != 1:
             raise RuntimeError(f"1D tensors expected, but got {self.ndim}D and {other.ndim}D "
                                "tensors")
-        return L.Dot.apply(*binary_operands(self, other))
+        L.check_same_dtype(self, other, "dot")
+        return L.Dot.apply(self, other)
 
     def bmm(self, other):
         if self.ndim != 3 or other.ndim != 3:
             raise RuntimeError(f"batch1 must be a 3D tensor")
-        return L.Bmm.apply(*binary_operands(self, other))
+        L.check_same_dtype(self, other, "bmm")
+        return L.Bmm.apply(self, other)
 
     # ---- shape ---------------------------------------------------------------------------
     def _shape_arg(self, shape) -> tuple:
@@ -1003,6 +1043,10 @@ class Tensor:
             shape = tuple(shape[0])
         shape = tuple(builtins.int(s) for s in shape)
         n = self._data.size
+        for i, s in enumerate(shape):
+            if s < -1:
+                raise RuntimeError(f"invalid shape dimension {s} at index {i} of shape "
+                                   f"{list(shape)}")
         if shape.count(-1) > 1:
             raise RuntimeError("only one dimension can be inferred")
         known = 1
@@ -1017,18 +1061,17 @@ class Tensor:
         if len(shape) == 1 and isinstance(shape[0], _DType):
             raise NotImplementedError("view(dtype) reinterpretation is not supported")
         shape = self._shape_arg(shape)
-        if not self._data.flags.c_contiguous and self._data.size > 1:
-            try:
-                np.reshape(self._data, shape, copy=False)  # numpy >= 2.1
-            except (ValueError, TypeError):
-                raise RuntimeError(
-                    "view size is not compatible with input tensor's size and stride (at least "
-                    "one dimension spans across two contiguous subspaces). Use .reshape(...) "
-                    "instead.") from None
+        if not _can_view(self._data, shape):
+            raise RuntimeError(
+                "view size is not compatible with input tensor's size and stride (at least "
+                "one dimension spans across two contiguous subspaces). Use .reshape(...) "
+                "instead.")
         return S.View.apply(self, shape=shape)
 
     def reshape(self, *shape):
-        return S.View.apply(self, shape=self._shape_arg(shape))
+        shape = self._shape_arg(shape)
+        op = S.View if _can_view(self._data, shape) else S.UnsafeView
+        return op.apply(self, shape=shape)
 
     def view_as(self, other):
         return self.view(other.shape)
@@ -1053,12 +1096,11 @@ class Tensor:
 
     def squeeze(self, dim=None):
         if dim is None:
-            return S.Squeeze.apply(self, dims=None)
+            return S.SqueezeAll.apply(self, dims=None)
+        op = S.Squeeze if isinstance(dim, (int, np.integer)) else S.SqueezeDims
         dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
-        keep = tuple(d for d in (self._dim(d) for d in dims) if self.shape[d] == 1)
-        if not keep:
-            return S.Squeeze.apply(self, dims=())
-        return S.Squeeze.apply(self, dims=keep)
+        keep = tuple(d for d in (self._dim(d) for d in dims) if self.ndim and self.shape[d] == 1)
+        return op.apply(self, dims=keep)
 
     def unsqueeze(self, dim):
         n = self.ndim + 1
@@ -1092,14 +1134,10 @@ class Tensor:
         if self.ndim > 2:
             raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is "
                                f"{self.ndim}D")
-        if self.ndim < 2:
-            return self
-        return S.T.apply(self, dim0=0, dim1=1)
+        return S.T.apply(self)
 
     @property
     def T(self):
-        if self.ndim < 2:
-            return self
         return self.permute(tuple(range(self.ndim - 1, -1, -1)))
 
     @property
@@ -1111,9 +1149,9 @@ class Tensor:
             sizes = tuple(sizes[0])
         if len(sizes) < self.ndim:
             raise RuntimeError(
-                f"expand(torch.FloatTensor{{{list(self.shape)}}}, size={list(sizes)}): the "
-                "number of sizes provided ({}) must be greater or equal to the number of "
-                "dimensions in the tensor ({})".format(len(sizes), self.ndim))
+                f"expand({self.dtype.legacy_type}{{{list(self.shape)}}}, size={list(sizes)}): "
+                f"the number of sizes provided ({len(sizes)}) must be greater or equal to the "
+                f"number of dimensions in the tensor ({self.ndim})")
         lead = len(sizes) - self.ndim
         shape = []
         for i, s in enumerate(sizes):
@@ -1147,16 +1185,36 @@ class Tensor:
             raise RuntimeError(
                 "Number of dimensions of repeat dims can not be smaller than number of "
                 "dimensions of tensor")
-        return S.Repeat.apply(self, repeats=tuple(builtins.int(r) for r in repeats))
+        repeats = tuple(builtins.int(r) for r in repeats)
+        if builtins.min(repeats, default=0) < 0:
+            padded = (1,) * (len(repeats) - self.ndim) + self.shape
+            shape = [n * r for n, r in zip(padded, repeats)]
+            raise RuntimeError(f"Trying to create tensor with negative dimension "
+                               f"{builtins.min(shape)}: {shape}")
+        return S.Repeat.apply(self, repeats=repeats)
 
     def narrow(self, dim, start, length):
         d = self._dim(dim)
+        n = self.shape[d]
+        if not -n <= start <= n:
+            raise IndexError(f"start out of range (expected to be in range of [{-n}, {n}], but "
+                             f"got {start})")
+        start = start % n if start < 0 else start
+        if length < 0:
+            raise RuntimeError("narrow(): length must be non-negative.")
+        if start + length > n:
+            raise RuntimeError(f"start ({start}) + length ({length}) exceeds dimension size "
+                               f"({n}).")
         index = [slice(None)] * self.ndim
         index[d] = slice(start, start + length)
         return self[tuple(index)]
 
     def select(self, dim, index):
         d = self._dim(dim)
+        n = self.shape[d]
+        if not -n <= index < n:
+            raise IndexError(f"select(): index {index} out of range for tensor of size "
+                             f"{list(self.shape)} at dimension {d}")
         return self[(slice(None),) * d + (index,)]
 
     def split(self, split_size, dim=0):
@@ -1173,29 +1231,30 @@ class Tensor:
                 raise RuntimeError(
                     f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's "
                     f"size at dimension {d}), but got split_sizes={sizes}")
-        return S.Split.apply(self, sizes=sizes, dim=d)
+        op = S.Split if isinstance(split_size, (int, np.integer)) else S.SplitWithSizes
+        return op.apply(self, sizes=sizes, dim=d)
 
     def chunk(self, chunks, dim=0):
+        if chunks <= 0:
+            raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
         d = self._dim(dim)
         n = self.shape[d]
         size = -(-n // chunks) if n else 0
         return self.split(builtins.max(size, 1), d)
 
     def unbind(self, dim=0):
-        d = self._dim(dim)
-        return tuple(self.select(d, i) for i in range(self.shape[d]))
+        return S.Unbind.apply(self, dim=self._dim(dim))
 
     # ---- indexing ------------------------------------------------------------------------
     def __getitem__(self, item):
         index = _index_arg(item)
         if _is_basic(index):
             _check_basic_index(self, index)
-            op = S.Select if isinstance(index, (int, np.integer)) else S.Slice
-            return op.apply(self, index=index)
+            return S.basic_index_op(index).apply(self, index=index)
         try:
             self._data[index]
         except IndexError as e:
-            raise IndexError(str(e)) from None
+            raise IndexError(str(e).replace(" axis ", " dimension ")) from None
         return S.Index.apply(self, index=index)
 
     def __setitem__(self, item, value):
@@ -1210,7 +1269,23 @@ class Tensor:
         return S.IndexPut.apply(self, value, index=_index_arg(index), accumulate=accumulate)
 
     def gather(self, dim, index):
-        return S.GatherAlong.apply(self, index=index._data, dim=self._dim(dim))
+        d = self._dim(dim)
+        if index._data.dtype not in (np.int32, np.int64):
+            raise RuntimeError("gather(): Expected dtype int32/int64 for index")
+        if index.ndim != self.ndim:
+            raise RuntimeError(
+                "Index tensor must have the same number of dimensions as input tensor")
+        for k in range(self.ndim):
+            if k != d and index.shape[k] > self.shape[k]:
+                raise RuntimeError(
+                    f"Size does not match at dimension {k} expected index {list(index.shape)} "
+                    f"to be no larger than self {list(self.shape)} apart from dimension {d}")
+        n = self.shape[d] if self.ndim else 1
+        bad = index._data[(index._data < 0) | (index._data >= n)]
+        if bad.size:
+            raise RuntimeError(f"index {bad.flat[0]} is out of bounds for dimension {d} with "
+                               f"size {n}")
+        return S.GatherAlong.apply(self, index=index._data, dim=d)
 
     # ---- in-place ------------------------------------------------------------------------
     def _inplace(self, op, *others, **params):
@@ -1224,6 +1299,11 @@ class Tensor:
         if records and self._grad_fn is None and self._requires_grad:
             raise RuntimeError(
                 "a leaf Variable that requires grad is being used in an in-place operation.")
+        custom_view = self.__dict__.get("_custom_view") if records else None
+        if custom_view is not None:
+            from disthook.autograd.function import VIEW_INPLACE_MSG
+
+            raise RuntimeError(VIEW_INPLACE_MSG.format(i=custom_view[0], name=custom_view[1]))
         if records and self._base is not None and self._base._requires_grad:
             raise RuntimeError(
                 "disthook does not support in-place modification of a view of a tensor that "
@@ -1388,16 +1468,20 @@ def _check_basic_index(t: Tensor, index) -> None:
         dim += 1
 
 
+def _can_view(data: np.ndarray, shape: tuple) -> bool:
+    """Can ``data`` be reshaped to ``shape`` without a copy?"""
+    if data.flags.c_contiguous or data.size <= 1:
+        return True
+    try:
+        np.reshape(data, shape, copy=False)  # numpy >= 2.1
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
 def _check_broadcast(a: Tensor, b: Tensor) -> None:
-    """RuntimeError with torch's wording when two shapes do not broadcast."""
-    sa, sb = a._data.shape, b._data.shape
-    for i in range(1, builtins.min(len(sa), len(sb)) + 1):
-        x, y = sa[-i], sb[-i]
-        if x != y and x != 1 and y != 1:
-            dim = builtins.max(len(sa), len(sb)) - i
-            raise RuntimeError(
-                f"The size of tensor a ({x}) must match the size of tensor b ({y}) at "
-                f"non-singleton dimension {dim}")
+    """RuntimeError with torch's wording when two tensors' shapes do not broadcast."""
+    check_broadcast(a._data.shape, b._data.shape)
 
 
 def _as_bool_mask(mask, where: str) -> Tensor:
@@ -1405,7 +1489,7 @@ def _as_bool_mask(mask, where: str) -> Tensor:
         mask = tensor(mask)
     if mask._data.dtype != np.bool_:
         raise RuntimeError(f"{where} only supports boolean masks, but got mask with dtype "
-                           f"{mask.dtype.name}")
+                           f"{_dtype.c_type_name(mask.dtype)}")
     return mask
 
 
@@ -1618,18 +1702,24 @@ def where(condition, input=None, other=None) -> Tensor:
                      for i in np.nonzero(condition._data))
     if condition._data.dtype != np.bool_:
         raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor "
-                           f"with dtype {condition.dtype.name}")
-    if not isinstance(input, Tensor):
-        input = (other.new_full((), input) if isinstance(other, Tensor)
-                 else tensor(input))
+                           f"with dtype {_dtype.scalar_type_name(condition.dtype)}")
+    if not isinstance(input, Tensor) and not isinstance(other, Tensor):
+        input = tensor(input)  # two python scalars: input's type decides, as in torch
     a, b = binary_operands(input, other)
+    _check_broadcast(a, b)
+    shape = np.broadcast_shapes(a._data.shape, b._data.shape)
+    check_broadcast(condition._data.shape, shape)
     return E.Where.apply(condition, a, b)
 
 
 def cat(tensors, dim=0) -> Tensor:
     tensors = list(tensors)
     if not tensors:
-        raise RuntimeError("torch.cat(): expected a non-empty list of Tensors")
+        raise ValueError("torch.cat(): expected a non-empty list of Tensors")
+    for i, t in enumerate(tensors):
+        if t.ndim == 0:
+            raise RuntimeError(f"zero-dimensional tensor (at position {i}) cannot be "
+                               "concatenated")
     ref = next((t for t in tensors if t.ndim), tensors[0])
     d = ref._dim(dim)
     dt = tensors[0]._data.dtype

@@ -405,18 +405,13 @@ def _apply(node: Node, grads: list) -> tuple:
     Multi-output nodes get zeros for outputs with no gradient; gradients for inputs that need
     none are dropped; broadcast gradients are summed back to the input's shape.
     """
-    if all(g is None for g in grads):
-        if type(node) is AccumulateGrad:
-            node._backward(grads)
-            return ()
-        return (None,) * len(node.next_functions)
-    if node._output_meta is not None and node.materialize_grads:
-        from disthook.tensor import Tensor
-
-        grads = [
-            Tensor._make(np.zeros(meta[0], dtype=meta[1]), None, 0) if g is None else g
-            for g, meta in zip(grads, node._output_meta)
-        ]
+    if len(grads) == 1:
+        if grads[0] is None:
+            return _no_grads(node, grads)
+    elif all(g is None for g in grads):
+        return _no_grads(node, grads)
+    elif node._output_meta is not None and node.materialize_grads:
+        grads = [_zeros(meta) if g is None else g for g, meta in zip(grads, node._output_meta)]
     out = node._backward(grads)
     if type(node) is AccumulateGrad:
         return ()
@@ -433,14 +428,34 @@ def _apply(node: Node, grads: list) -> tuple:
             )
     needs = node.needs_input_grad
     metas = node._input_meta
-    fitted = list(out)
-    for j, g in enumerate(fitted):
+    fitted = None
+    for j, g in enumerate(out):
         if g is None:
             continue
         if not needs[j]:
-            fitted[j] = None
-            continue
-        meta = metas[j]
-        if meta is not None and (g.shape != meta[0] or g._data.dtype != meta[1]):
-            fitted[j] = _check_grad(node, j, g, meta)
-    return tuple(fitted)
+            if not node.drops_unneeded_grads:
+                continue  # kept for post-hooks; the edge is empty so it goes nowhere
+            g = None
+        else:
+            meta = metas[j]
+            data = g._data
+            if data.shape == meta[0] and data.dtype == meta[1]:
+                continue
+            g = _check_grad(node, j, g, meta)
+        if fitted is None:
+            fitted = list(out)
+        fitted[j] = g
+    return out if fitted is None else tuple(fitted)
+
+
+def _no_grads(node: Node, grads: list) -> tuple:
+    if type(node) is AccumulateGrad:
+        node._backward(grads)
+        return ()
+    return (None,) * len(node.next_functions)
+
+
+def _zeros(meta):
+    from disthook.tensor import Tensor
+
+    return Tensor._make(np.zeros(meta[0], dtype=meta[1]), None, 0)

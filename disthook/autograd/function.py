@@ -160,7 +160,7 @@ class Function:
                 view = Tensor._make(o._data, ctx, i)
                 view._vc = o._vc
                 view._base = o
-                view.__dict__["_custom_view"] = (i, ctx.name())
+                view.__dict__["_custom_view"] = (i, cls.__name__)
                 wrapped.append(view)
                 continue
             if o._grad_fn is not None or o._base is not None:

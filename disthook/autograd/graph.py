@@ -28,26 +28,25 @@ class Node:
     """One backward function of the graph."""
 
     materialize_grads = True  # the engine gives zeros for outputs that got no gradient
+    drops_unneeded_grads = False  # built-in ops: no gradient for inputs that need none
 
-    __slots__ = (
-        "next_functions", "_seq", "_pre_hooks", "_post_hooks", "_tensor_hooks", "_retains",
-        "_saved", "_freed", "needs_input_grad", "_input_meta", "_output_meta", "metadata_",
-        "__weakref__", "__dict__",
-    )
+    # hot fields live in slots; the rest are class-level defaults, set per node only when used
+    __slots__ = ("next_functions", "_seq", "needs_input_grad", "_input_meta", "__weakref__",
+                 "__dict__")
+    _pre_hooks = None
+    _post_hooks = None
+    _tensor_hooks = None  # {output_nr: OrderedDict} of the outputs' tensor hooks
+    _retains = None  # {output_nr: weakref to the tensor that retains grad}
+    _saved = None
+    _freed = False
+    _output_meta = None  # (shape, np dtype) per output, for multi-output nodes
+    metadata_ = None
 
     def __init__(self) -> None:
         self.next_functions: tuple = ()
         self._seq = next(_sequence)
-        self._pre_hooks = None
-        self._post_hooks = None
-        self._tensor_hooks = None  # {output_nr: OrderedDict} of the outputs' tensor hooks
-        self._retains = None  # {output_nr: weakref to the tensor that retains grad}
-        self._saved = None
-        self._freed = False
         self.needs_input_grad: tuple = ()
-        self._input_meta: tuple = ()  # (shape, np dtype) per input, None for non-tensors
-        self._output_meta = None  # (shape, np dtype) per output, for multi-output nodes
-        self.metadata_ = None
+        self._input_meta: tuple = ()  # (shape, np dtype) per input
 
     # ---- identity -------------------------------------------------------------------------
     def name(self) -> str:

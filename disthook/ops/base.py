@@ -12,7 +12,7 @@ import numpy as np
 
 from disthook import _dtype
 from disthook.autograd import grad_mode
-from disthook.autograd.graph import Node, gradient_edge
+from disthook.autograd.graph import Node, _SavedTensor, gradient_edge
 
 
 class Op(Node):
@@ -21,6 +21,7 @@ class Op(Node):
     __slots__ = ()
     node_name: str | None = None  # torch's name for the node, default "<Class>Backward0"
     differentiable = True
+    drops_unneeded_grads = True
     view = False  # output shares memory and version counter with input 0
 
     def __init_subclass__(cls, **kwargs):
@@ -49,14 +50,17 @@ class Op(Node):
                 ctx = cls._node_cls()
                 ctx.needs_input_grad = needs
                 out = cls.forward(ctx, *inputs, **params)
-                ctx.next_functions = tuple([gradient_edge(t) for t in inputs])
+                ctx.next_functions = tuple([
+                    (t._grad_fn, t._output_nr) if t._grad_fn is not None else gradient_edge(t)
+                    for t in inputs])
                 ctx._input_meta = tuple([(t._data.shape, t._data.dtype) for t in inputs])
                 if type(out) is tuple:
                     ctx._output_meta = tuple([(o.shape, o.dtype) for o in out])
                     outs = tuple([_wrap(o, ctx, i, inputs, cls.view) for i, o in enumerate(out)])
                 else:
                     outs = _wrap(out, ctx, 0, inputs, cls.view)
-                if ctx._saved is not None and OUTPUT in ctx._saved:
+                saved = ctx._saved
+                if saved is not None and OUTPUT in saved:
                     ctx._resolve_saved_output(outs)
                 return outs
         out = cls.forward(_NO_CTX, *inputs, **params)
@@ -65,19 +69,15 @@ class Op(Node):
         return _wrap(out, None, 0, inputs, cls.view)
 
     def _resolve_saved_output(self, outs) -> None:
-        from disthook.autograd.graph import _SavedTensor
-
         out = outs[0] if type(outs) is tuple else outs
         self._saved = tuple(
             _SavedTensor(out, self) if s is OUTPUT else s for s in self._saved
         )
 
     def save_for_backward(self, *tensors) -> None:
-        from disthook.autograd.graph import _SavedTensor
-
-        self._saved = tuple(
+        self._saved = tuple([
             s if (s is None or s is OUTPUT) else _SavedTensor(s, self) for s in tensors
-        )
+        ])
 
 
 class _Output:
@@ -91,17 +91,23 @@ OUTPUT = _Output()
 
 
 def _wrap(array, node, output_nr: int, inputs, view: bool):
-    from disthook.tensor import Tensor
-
     if type(array) is not np.ndarray:
         array = np.asarray(array)
-    t = Tensor._make(array, node, output_nr)
+    t = _make(array, node, output_nr)
     if view:
         base = inputs[0]
         if array.base is not None and np.may_share_memory(array, base._data):
             t._vc = base._vc
             t._base = base._base if base._base is not None else base
     return t
+
+
+def _make(array, node, output_nr):
+    global _make
+    from disthook.tensor import Tensor
+
+    _make = Tensor._make  # bound on first use: disthook.tensor imports this module
+    return _make(array, node, output_nr)
 
 
 class _NoCtx:
@@ -171,6 +177,17 @@ def _as(x, dt):
     if isinstance(x, Tensor):
         return x if x._data.dtype == dt else x.to(dt)
     return Tensor._make(np.asarray(x, dtype=dt), None, 0)
+
+
+def check_broadcast(sa: tuple, sb: tuple) -> None:
+    """RuntimeError with torch's wording when shapes ``sa`` and ``sb`` do not broadcast."""
+    for i in range(1, min(len(sa), len(sb)) + 1):
+        x, y = sa[-i], sb[-i]
+        if x != y and x != 1 and y != 1:
+            dim = max(len(sa), len(sb)) - i
+            raise RuntimeError(
+                f"The size of tensor a ({x}) must match the size of tensor b ({y}) at "
+                f"non-singleton dimension {dim}")
 
 
 def sum_to(g, shape: tuple):

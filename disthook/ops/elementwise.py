@@ -18,9 +18,12 @@ def _needs(ctx, i: int) -> bool:
 # ---- arithmetic -------------------------------------------------------------------------
 
 class Add(Op):
+    alpha = 1
+
     @staticmethod
     def forward(ctx, a, b, alpha=1):
-        ctx.alpha = alpha
+        if alpha != 1:
+            ctx.alpha = alpha
         return a._data + b._data if alpha == 1 else a._data + alpha * b._data
 
     @staticmethod
@@ -29,14 +32,23 @@ class Add(Op):
 
 
 class Sub(Op):
+    alpha = 1
+
     @staticmethod
     def forward(ctx, a, b, alpha=1):
-        ctx.alpha = alpha
+        if alpha != 1:
+            ctx.alpha = alpha
         return a._data - b._data if alpha == 1 else a._data - alpha * b._data
 
     @staticmethod
     def backward(ctx, g):
         return g, (-g if ctx.alpha == 1 else g * -ctx.alpha)
+
+
+class Rsub(Sub):
+    """``scalar - tensor``: torch records it as its own node."""
+
+    node_name = "RsubBackward1"
 
 
 class Mul(Op):
@@ -65,9 +77,25 @@ class Div(Op):
         return ga, gb
 
 
+class Reciprocal(Op):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(OUTPUT)
+        return np.reciprocal(a._data)
+
+    @staticmethod
+    def backward(ctx, g):
+        (out,) = ctx.saved_tensors
+        return -g * out * out
+
+
 class Neg(Op):
     @staticmethod
     def forward(ctx, a):
+        if a._data.dtype.kind == "b":
+            raise RuntimeError(
+                "Negation, the `-` operator, on a bool tensor is not supported. If you are "
+                "trying to invert a mask, use the `~` or `logical_not()` operator instead.")
         return -a._data
 
     @staticmethod
@@ -120,14 +148,21 @@ class RPowScalar(Op):
 
     @staticmethod
     def forward(ctx, b, base):
-        ctx.save_for_backward(OUTPUT)
-        ctx.log_base = math.log(base) if base > 0 else float("nan")
-        return np.power(np.asarray(base, dtype=b._data.dtype), b._data)
+        ctx.save_for_backward(b, OUTPUT)
+        ctx.log_base = math.log(base) if base > 0 else -math.inf if base == 0 else math.nan
+        x = b._data
+        if x.dtype.kind in "iu" and (x < 0).any():
+            # an integer to a negative power truncates toward zero, as in torch
+            return np.trunc(np.power(float(base), x)).astype(x.dtype)
+        return np.power(np.asarray(base, dtype=x.dtype), x)
 
     @staticmethod
     def backward(ctx, g):
-        (out,) = ctx.saved_tensors
-        return g * out * ctx.log_base
+        b, out = ctx.saved_tensors
+        grad = g * out * ctx.log_base
+        if ctx.log_base == -math.inf:
+            grad = grad.where(b < 0, 0.0)  # 0 ** b: torch takes the gradient as 0 where b >= 0
+        return grad
 
 
 # ---- unary math -------------------------------------------------------------------------
@@ -322,7 +357,7 @@ class LeakyRelu(Op):
     @staticmethod
     def backward(ctx, g):
         (a,) = ctx.saved_tensors
-        return g * (a > 0).where(a.new_ones(()), a.new_full((), ctx.slope))
+        return g * a.new_ones(()).where(a > 0, a.new_full((), ctx.slope))
 
 
 class Gelu(Op):
@@ -387,6 +422,61 @@ class Clamp(Op):
         return g if mask is None else g * mask
 
 
+class ClampMin(Clamp):
+    """``clamp_min``: torch names its node apart from ``clamp(min=)``."""
+
+    node_name = "ClampMinBackward0"
+
+
+class ClampMax(Clamp):
+    node_name = "ClampMaxBackward0"
+
+
+class ClampTensor(Op):
+    """``clamp`` with Tensor bounds, either of which may be absent; a bound takes the gradient
+    where it binds."""
+
+    node_name = "ClampBackward0"
+
+    @staticmethod
+    def forward(ctx, a, *bounds, has_min, has_max):
+        ctx.save_for_backward(a, *bounds)
+        ctx.has_min, ctx.has_max = has_min, has_max
+        out = a._data
+        if has_min:
+            out = np.maximum(out, bounds[0]._data)
+        if has_max:
+            out = np.minimum(out, bounds[-1]._data)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        a, *bounds = ctx.saved_tensors
+        zero = g.new_zeros(())
+        lo = bounds[0] if ctx.has_min else None
+        hi = bounds[-1] if ctx.has_max else None
+        inside = a >= lo if lo is not None else None
+        if hi is not None:
+            inside = a <= hi if inside is None else inside.logical_and(a <= hi)
+        grads = [g.where(inside, zero)]
+        # with min > max the result is max everywhere, as in torch
+        if lo is not None:
+            binds = a < lo if hi is None else (a < lo).logical_and(lo < hi)
+            grads.append(g.where(binds, zero))
+        if hi is not None:
+            binds = a > hi if lo is None else (a > hi).logical_or(hi < lo)
+            grads.append(g.where(binds, zero))
+        return tuple(grads)
+
+
+class ClampMinTensor(ClampTensor):
+    node_name = "ClampMinBackward1"
+
+
+class ClampMaxTensor(ClampTensor):
+    node_name = "ClampMaxBackward1"
+
+
 class Maximum(Op):
     @staticmethod
     def forward(ctx, a, b):
@@ -443,7 +533,7 @@ class _NoGrad(Op):
 
 
 def _nograd_op(name: str, fn) -> type:
-    return type(name, (_NoGrad,), {"fn": staticmethod(fn), "forward": _NoGrad.forward})
+    return type(name, (_NoGrad,), {"fn": staticmethod(fn)})
 
 
 Eq = _nograd_op("Eq", np.equal)

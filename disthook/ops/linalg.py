@@ -3,12 +3,33 @@ from __future__ import annotations
 
 import numpy as np
 
-from disthook.ops.base import Op
+from disthook import _dtype
+from disthook.ops.base import Op, check_broadcast
 
 
 def _check(cond: bool, msg: str) -> None:
     if not cond:
         raise RuntimeError(msg)
+
+
+def check_same_dtype(a, b, kind: str) -> None:
+    """Matrix products do not promote: RuntimeError, worded as torch's ``kind`` kernel does,
+    when the operands' dtypes differ."""
+    if a._data.dtype == b._data.dtype:
+        return
+    s, c = _dtype.scalar_type_name, _dtype.c_type_name
+    if kind == "dot":
+        msg = (f"dot : expected both vectors to have same dtype, but found {s(a.dtype)} and "
+               f"{s(b.dtype)}")
+    elif kind == "mv":
+        msg = (f"addmv input tensors must have the same dtype, but got {s(b.dtype)}, "
+               f"{s(a.dtype)}, and {s(b.dtype)}")
+    elif kind == "mm":
+        msg = (f"expected m1 and m2 to have the same dtype, but got: {c(a.dtype)} != "
+               f"{c(b.dtype)}")
+    else:
+        msg = f"expected scalar type {s(a.dtype)} but found {s(b.dtype)}"
+    raise RuntimeError(msg)
 
 
 class Mm(Op):
@@ -74,6 +95,7 @@ class Bmm(Op):
         _check(x.shape[-1] == y.shape[-2],
                f"Expected size for first two dimensions of batch2 tensor to be: "
                f"{list(x.shape[:-2]) + [x.shape[-1]]} but got: {list(y.shape[:-1])}.")
+        check_broadcast(x.shape[:-2], y.shape[:-2])
         ctx.save_for_backward(a, b)
         return np.matmul(x, y)
 
@@ -114,6 +136,8 @@ def matmul(a, b):
     if da == 0 or db == 0:
         raise RuntimeError(
             f"both arguments to matmul need to be at least 1D, but they are {da}D and {db}D")
+    check_same_dtype(a, b, "dot" if da == db == 1 else "mv" if db == 1 else
+                     "mm" if db == 2 else "bmm")
     if da == 1 and db == 1:
         return Dot.apply(a, b)
     if da == 2 and db == 1:
@@ -122,6 +146,11 @@ def matmul(a, b):
         return Mm.apply(a.unsqueeze(0), b).squeeze(0)
     if da == 2 and db == 2:
         return Mm.apply(a, b)
+    if db == 2 and a.shape[-1] != b.shape[0]:
+        # torch folds the batch into the rows of one mm, and its error says so
+        rows = int(np.prod(a.shape[:-1]))
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({rows}x{a.shape[-1]} "
+                           f"and {b.shape[0]}x{b.shape[1]})")
     if db == 1:
         return Bmm.apply(a, b.unsqueeze(-1)).squeeze(-1)
     if da == 1:

@@ -1,4 +1,5 @@
-"""Reductions: sum, mean, var/std, max/min/amax/amin, prod, logsumexp, softmax family."""
+"""Reductions: sum, mean, var/std, max/min/amax/amin, prod, vector norm, logsumexp, the
+softmax family, and cumsum."""
 from __future__ import annotations
 
 import numpy as np
@@ -22,8 +23,9 @@ def norm_dims(dim, ndim: int, *, allow_none: bool = True) -> tuple | None:
                 f"but got {d})"
             )
         out.append(int(d) % rank if ndim else 0)
-    if len(set(out)) != len(out):
-        raise RuntimeError(f"dim {out} appears multiple times in the list of dims")
+    for i, d in enumerate(out):
+        if d in out[:i]:
+            raise RuntimeError(f"dim {d} appears multiple times in the list of dims")
     return tuple(out) if ndim else None
 
 
@@ -85,11 +87,17 @@ def _kind_name(dt) -> str:
     return {"i": "Long", "b": "Bool", "u": "Byte"}.get(dt.kind, str(dt))
 
 
+def _check_floating_for_var(a) -> None:
+    if a._data.dtype.kind != "f":
+        raise RuntimeError("std and var only support floating point and complex dtypes")
+
+
 class Var(Op):
     node_name = "VarBackward0"
 
     @staticmethod
     def forward(ctx, a, dim=None, correction=1, keepdim=False):
+        _check_floating_for_var(a)
         ctx.save_for_backward(a)
         x = a._data
         ctx.dims, ctx.correction, ctx.keepdim = dim, correction, keepdim
@@ -111,6 +119,7 @@ class Std(Op):
 
     @staticmethod
     def forward(ctx, a, dim=None, correction=1, keepdim=False):
+        _check_floating_for_var(a)
         ctx.save_for_backward(a, OUTPUT)
         x = a._data
         ctx.dims, ctx.correction, ctx.keepdim = dim, correction, keepdim
@@ -122,7 +131,8 @@ class Std(Op):
     def backward(ctx, g):
         a, out = ctx.saved_tensors
         centered = a - a.mean(dim=ctx.dims, keepdim=True)
-        g = expand_back(g / out, a.shape, ctx.dims, ctx.keepdim)
+        safe_out = out.masked_fill(out == 0, np.inf)  # a zero std has a zero gradient
+        g = expand_back(g / safe_out, a.shape, ctx.dims, ctx.keepdim)
         return g * centered * (1.0 / (ctx.n - ctx.correction))
 
 
@@ -131,13 +141,19 @@ class Amax(Op):
 
     node_name = "AmaxBackward0"
     fn = staticmethod(np.max)
+    torch_name = "amax"  # for error messages
 
     @classmethod
     def forward(cls, ctx, a, dim=None, keepdim=False):
-        if a._data.size == 0:
+        x = a._data
+        if dim is None and x.size == 0:
             raise RuntimeError(
-                f"{cls.__name__.lower()}(): Expected reduction dim to be specified for input."
+                f"{cls.torch_name}(): Expected reduction dim to be specified for input."
                 "numel() == 0. Specify the reduction dim with the 'dim' argument.")
+        for d in dim or ():
+            if x.shape[d] == 0:
+                raise IndexError(
+                    f"{cls.torch_name}(): Expected reduction dim {d} to have non-zero size.")
         ctx.save_for_backward(a, OUTPUT)
         ctx.dims, ctx.keepdim = dim, keepdim
         return cls.fn(a._data, axis=dim, keepdims=keepdim)
@@ -154,14 +170,17 @@ class Amax(Op):
 class Amin(Amax):
     node_name = "AminBackward0"
     fn = staticmethod(np.min)
+    torch_name = "amin"
 
 
 class MaxAll(Amax):
     node_name = "MaxBackward1"
+    torch_name = "max"
 
 
 class MinAll(Amin):
     node_name = "MinBackward1"
+    torch_name = "min"
 
 
 class MaxDim(Op):
@@ -169,10 +188,14 @@ class MaxDim(Op):
 
     node_name = "MaxBackward0"
     arg = staticmethod(np.argmax)
+    torch_name = "max"
 
     @classmethod
     def forward(cls, ctx, a, dim=0, keepdim=False):
         x = a._data
+        if x.ndim and x.shape[dim] == 0:
+            raise IndexError(
+                f"{cls.torch_name}(): Expected reduction dim {dim} to have non-zero size.")
         idx = cls.arg(x, axis=dim)
         idx_k = np.expand_dims(idx, dim)
         vals = np.take_along_axis(x, idx_k, axis=dim)
@@ -195,6 +218,7 @@ class MaxDim(Op):
 class MinDim(MaxDim):
     node_name = "MinBackward0"
     arg = staticmethod(np.argmin)
+    torch_name = "min"
 
 
 class Prod(Op):
@@ -204,7 +228,9 @@ class Prod(Op):
     def forward(ctx, a, dim=None, keepdim=False):
         ctx.save_for_backward(a, OUTPUT)
         ctx.dim, ctx.keepdim = dim, keepdim
-        return np.prod(a._data, axis=dim, keepdims=keepdim)
+        x = a._data
+        dtype = np.int64 if x.dtype.kind in "biu" else x.dtype  # integers widen, as in sum
+        return np.prod(x, axis=dim, keepdims=keepdim, dtype=dtype)
 
     @staticmethod
     def backward(ctx, g):
@@ -212,20 +238,71 @@ class Prod(Op):
         g = expand_back(g, a.shape, ctx.dim, ctx.keepdim)
         if not (a._data == 0).any():
             return g * expand_back(out, a.shape, ctx.dim, ctx.keepdim) / a
-        # with zeros: the product of all the other elements, computed directly
-        x = a._data
-        axis = ctx.dim if ctx.dim is not None else None
-        flat = x.reshape(-1) if axis is None else np.moveaxis(x, axis[0], -1)
-        left = np.cumprod(np.concatenate([np.ones_like(flat[..., :1]), flat[..., :-1]], -1), -1)
-        right = np.flip(np.cumprod(np.flip(np.concatenate(
-            [flat[..., 1:], np.ones_like(flat[..., :1])], -1), -1), -1), -1)
-        others = left * right
-        others = others.reshape(x.shape) if axis is None else np.moveaxis(others, -1, axis[0])
-        return g * a.new_tensor(others)
+        return g * _prod_of_others(a, ctx.dim)
+
+
+def _prod_of_others(a, dim):
+    """For each element, the product of the others along ``dim`` (all when None): exact
+    when ``a`` holds zeros, and differentiable again (double backward of prod)."""
+    def total(t):
+        return t.sum() if dim is None else t.sum(dim=dim, keepdim=True)
+
+    zeros = a == 0
+    nonzero = a.masked_fill(zeros, 1)
+    nonzero_prod = nonzero.prod() if dim is None else nonzero.prod(dim[0], keepdim=True)
+    # the zeros among the others multiply in: 1 if none, the one zero itself (its value 0,
+    # its gradient 1) if one, 0 if more
+    zeros_left = total(zeros) - zeros
+    zero_kept = a * zeros
+    lone_zero = (total(zero_kept) - zero_kept).where(zeros_left == 1, 0.0)
+    zero_factor = lone_zero.where(zeros_left != 0, 1.0)
+    return nonzero_prod / nonzero * zero_factor
 
 
 class ProdAll(Prod):
     node_name = "ProdBackward0"
+
+
+class LinalgVectorNorm(Op):
+    """``norm(p, dim)``: the p-norm of the elements over ``dims`` (all when None)."""
+
+    @staticmethod
+    def forward(ctx, a, ord=2.0, dim=None, keepdim=False):
+        ctx.save_for_backward(a, OUTPUT)
+        ctx.ord, ctx.dims, ctx.keepdim = ord, dim, keepdim
+        x = np.abs(a._data)
+        if ord == np.inf:
+            out = np.max(x, axis=dim, keepdims=keepdim)
+        elif ord == -np.inf:
+            out = np.min(x, axis=dim, keepdims=keepdim)
+        elif ord == 0:
+            out = np.sum(x != 0, axis=dim, keepdims=keepdim)
+        elif ord == 1:
+            out = np.sum(x, axis=dim, keepdims=keepdim)
+        elif ord == 2:
+            out = np.sqrt(np.sum(x * x, axis=dim, keepdims=keepdim))
+        else:
+            out = np.sum(x ** ord, axis=dim, keepdims=keepdim) ** (1.0 / ord)
+        return np.asarray(out, dtype=a._data.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, out = ctx.saved_tensors
+        p = ctx.ord
+        g = expand_back(g, a.shape, ctx.dims, ctx.keepdim)
+        if p == 0:
+            return g * 0
+        if p == 1:
+            return g * a.sign()
+        norm = expand_back(out, a.shape, ctx.dims, ctx.keepdim)
+        if abs(p) == np.inf:
+            # the extremes share the gradient evenly, as torch does
+            mask = (a.abs() == norm).to(g.dtype)
+            return g * a.sign() * mask / mask.sum(dim=ctx.dims, keepdim=True)
+        safe_norm = norm.masked_fill(norm == 0, 1)  # a zero norm has a zero gradient
+        if p == 2:
+            return g * a / safe_norm
+        return g * a.sign() * a.abs() ** (p - 1) / safe_norm ** (p - 1)
 
 
 class LogSumExp(Op):
@@ -236,9 +313,10 @@ class LogSumExp(Op):
         ctx.save_for_backward(a, OUTPUT)
         ctx.dim, ctx.keepdim = dim, keepdim
         x = a._data
-        m = np.max(x, axis=dim, keepdims=True)
+        m = np.max(x, axis=dim, keepdims=True, initial=-np.inf)
         m = np.where(np.isfinite(m), m, 0)
-        out = np.log(np.sum(np.exp(x - m), axis=dim, keepdims=True)) + m
+        with np.errstate(divide="ignore"):  # an empty or all -inf reduction gives -inf
+            out = np.log(np.sum(np.exp(x - m), axis=dim, keepdims=True)) + m
         return out if keepdim else np.squeeze(out, axis=dim)
 
     @staticmethod
@@ -254,7 +332,7 @@ class Softmax(Op):
         ctx.save_for_backward(OUTPUT)
         ctx.dim = dim
         x = a._data
-        e = np.exp(x - np.max(x, axis=dim, keepdims=True))
+        e = np.exp(x - np.max(x, axis=dim, keepdims=True, initial=-np.inf))
         return e / np.sum(e, axis=dim, keepdims=True)
 
     @staticmethod
@@ -269,10 +347,25 @@ class LogSoftmax(Op):
         ctx.save_for_backward(OUTPUT)
         ctx.dim = dim
         x = a._data
-        shifted = x - np.max(x, axis=dim, keepdims=True)
+        shifted = x - np.max(x, axis=dim, keepdims=True, initial=-np.inf)
         return shifted - np.log(np.sum(np.exp(shifted), axis=dim, keepdims=True))
 
     @staticmethod
     def backward(ctx, g):
         (y,) = ctx.saved_tensors
         return g - y.exp() * g.sum(dim=ctx.dim, keepdim=True)
+
+
+class Cumsum(Op):
+    @staticmethod
+    def forward(ctx, a, dim):
+        ctx.dim = dim
+        x = a._data
+        dtype = np.int64 if x.dtype.kind in "biu" else x.dtype
+        return np.cumsum(x.reshape(-1) if x.ndim == 0 else x, axis=dim, dtype=dtype).reshape(
+            x.shape)
+
+    @staticmethod
+    def backward(ctx, g):
+        # the gradient of a prefix sum is the suffix sum: total - prefix + own
+        return g.sum(dim=ctx.dim, keepdim=True) - g.cumsum(ctx.dim) + g

@@ -23,6 +23,13 @@ class View(Op):
         return g.reshape(ctx.shape)
 
 
+class UnsafeView(View):
+    """reshape that has to copy (the input's strides admit no view)."""
+
+    node_name = "UnsafeViewBackward0"
+    view = False
+
+
 class Permute(Op):
     view = True
 
@@ -50,10 +57,18 @@ class Transpose(Op):
         return g.transpose(*ctx.pair)
 
 
-class T(Transpose):
-    """``.t()`` of a matrix."""
+class T(Op):
+    """``.t()``: transpose of a matrix, identity view of a vector or scalar."""
 
-    node_name = "TBackward0"
+    view = True
+
+    @staticmethod
+    def forward(ctx, a):
+        return a._data.T
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.t()
 
 
 class Expand(Op):
@@ -83,6 +98,18 @@ class Squeeze(Op):
     @staticmethod
     def backward(ctx, g):
         return g.reshape(ctx.shape)
+
+
+class SqueezeAll(Squeeze):
+    """``squeeze()`` with no dim."""
+
+    node_name = "SqueezeBackward0"
+
+
+class SqueezeDims(Squeeze):
+    """``squeeze(dims)`` with a tuple of dims."""
+
+    node_name = "SqueezeBackward2"
 
 
 class Unsqueeze(Op):
@@ -164,6 +191,28 @@ class Split(Op):
         return Cat.apply(*grads, dim=ctx.dim)
 
 
+class SplitWithSizes(Split):
+    """``split([sizes])``."""
+
+    node_name = "SplitWithSizesBackward0"
+
+
+class Unbind(Op):
+    """One view per index along a dim: one node, one output each."""
+
+    view = True
+
+    @staticmethod
+    def forward(ctx, a, dim=0):
+        ctx.dim = dim
+        x = a._data
+        return tuple(x[(slice(None),) * dim + (i,)] for i in range(x.shape[dim]))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return Stack.apply(*grads, dim=ctx.dim)
+
+
 class Index(Op):
     """``a[index]`` with basic or advanced indexing."""
 
@@ -189,6 +238,32 @@ class Slice(Index):
 
 class Select(Slice):
     node_name = "SelectBackward0"
+
+
+class UnsqueezeIndex(Slice):
+    node_name = "UnsqueezeBackward0"
+
+
+class Alias(Slice):
+    node_name = "AliasBackward0"
+
+
+def basic_index_op(index) -> type:
+    """The op for a basic index, named as torch names it: after its last item that is not a
+    full slice or Ellipsis (``x[1, :]`` selects, ``x[:, None]`` unsqueezes, ``x[:, :]`` is
+    an alias); a lone slice ``x[:]`` slices."""
+    if isinstance(index, slice):
+        return Slice
+    items = index if isinstance(index, tuple) else (index,)
+    for item in reversed(items):
+        if item is None:
+            return UnsqueezeIndex
+        if isinstance(item, slice):
+            if item != slice(None):
+                return Slice
+        elif item is not Ellipsis:
+            return Select
+    return Alias
 
 
 class ScatterIndex(Op):
@@ -267,8 +342,12 @@ class GatherAlong(Op):
 
     @staticmethod
     def forward(ctx, a, index, dim):
-        ctx.index, ctx.dim, ctx.shape = index, dim, a._data.shape
-        return np.take_along_axis(a._data, index, axis=dim)
+        x = a._data
+        ctx.index, ctx.dim, ctx.shape = index, dim, x.shape
+        if index.shape != x.shape:
+            # the index may be smaller than the input in the other dims
+            x = x[tuple(slice(None) if d == dim else slice(n) for d, n in enumerate(index.shape))]
+        return np.take_along_axis(x, index, axis=dim)
 
     @staticmethod
     def backward(ctx, g):
