@@ -145,3 +145,4 @@ def broadcast_tensors(*tensors):
 
 def broadcast_shapes(*shapes):
     return Size(_np.broadcast_shapes(*shapes))
+from disthook import nn  # noqa: E402,F401

@@ -1,0 +1,172 @@
+"""``disthook bench``: disthook against torch (when installed), side by side in one run.
+
+Every figure is a ratio disthook / torch of medians over repeats measured in the same
+process, single-threaded (one BLAS thread, ``torch.set_num_threads(1)``), because absolute
+times on shared machines mean little.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+               "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+MLP_SIZES = (784, 1024, 1024, 1024, 10)
+MLP_BATCH = 128
+CHAIN_OPS = 2000
+CHAIN_NUMEL = 16
+
+
+def _median_time(fn, repeats: int, inner: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        times.append((time.perf_counter() - t0) / inner)
+    return statistics.median(times)
+
+
+# ---- workloads, written once against the torch API and run with either library ------------
+
+def mlp_step(lib, seed: int = 0):
+    """One SGD step of an MLP with cross-entropy, built from tensor ops only."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    weights = []
+    for fan_in, fan_out in zip(MLP_SIZES[:-1], MLP_SIZES[1:]):
+        bound = 1 / fan_in ** 0.5
+        w = lib.tensor(rng.uniform(-bound, bound, (fan_in, fan_out)).astype(np.float32),
+                       requires_grad=True)
+        b = lib.tensor(rng.uniform(-bound, bound, (fan_out,)).astype(np.float32),
+                       requires_grad=True)
+        weights.append((w, b))
+    x = lib.tensor(rng.standard_normal((MLP_BATCH, MLP_SIZES[0])).astype(np.float32))
+    y = lib.tensor(rng.integers(0, MLP_SIZES[-1], MLP_BATCH))
+    rows = lib.arange(MLP_BATCH)
+
+    def step():
+        h = x
+        for i, (w, b) in enumerate(weights):
+            h = h @ w + b
+            if i < len(weights) - 1:
+                h = h.relu()
+        loss = -h.log_softmax(dim=1)[rows, y].mean()
+        loss.backward()
+        with lib.no_grad():
+            for w, b in weights:
+                w -= 0.01 * w.grad
+                b -= 0.01 * b.grad
+                w.grad = None
+                b.grad = None
+        return loss
+
+    return step
+
+
+def tiny_chain(lib):
+    """CHAIN_OPS elementwise ops on a CHAIN_NUMEL-element tensor, forward and backward."""
+    x = lib.ones(CHAIN_NUMEL, requires_grad=True)
+
+    def step():
+        y = x
+        for i in range(CHAIN_OPS // 2):
+            y = y * 1.0001
+            y = y + 0.0001
+        y.sum().backward()
+        x.grad = None
+
+    return step
+
+
+SUITES = {
+    "engine": [
+        ("MLP 784-1024x3-10 SGD step, batch 128", mlp_step, 1.15, (7, 3)),
+        (f"{CHAIN_OPS} tiny ops fwd+bwd ({CHAIN_NUMEL} elems)", tiny_chain, 1.5, (7, 3)),
+    ],
+}
+
+
+def run_suite(name: str, quick: bool) -> list[dict]:
+    import disthook
+
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+    except ImportError:
+        torch = None
+    rows = []
+    for label, workload, target, (repeats, inner) in SUITES[name]:
+        if quick:
+            repeats, inner = 3, 1
+        ours = _median_time(workload(disthook), repeats, inner)
+        theirs = _median_time(workload(torch), repeats, inner) if torch is not None else None
+        rows.append({
+            "suite": name, "case": label, "disthook_s": ours, "torch_s": theirs,
+            "ratio": (ours / theirs) if theirs else None, "target": target,
+        })
+    return rows
+
+
+def _blas() -> str:
+    import numpy as np
+
+    try:
+        deps = np.show_config(mode="dicts")["Build Dependencies"]
+        blas = deps.get("blas", {})
+        return f"{blas.get('name', '?')} {blas.get('version', '')}".strip()
+    except Exception:  # older numpy
+        return "unknown"
+
+
+def _print(rows: list[dict]) -> None:
+    print(f"{'case':<44} {'torch':>10} {'disthook':>10} {'ratio':>7} {'target':>7}")
+    for r in rows:
+        torch_s = f"{r['torch_s'] * 1e3:.2f}ms" if r["torch_s"] else "n/a"
+        ratio = f"{r['ratio']:.2f}x" if r["ratio"] else "n/a"
+        ok = "" if r["ratio"] is None else ("  ok" if r["ratio"] <= r["target"] else "  MISS")
+        print(f"{r['case']:<44} {torch_s:>10} {r['disthook_s'] * 1e3:>8.2f}ms {ratio:>7} "
+              f"{r['target']:>6.2f}x{ok}")
+
+
+def main(suite: str = "engine", *, quick: bool = False, json_path: str | None = None) -> int:
+    if any(os.environ.get(v) != "1" for v in THREAD_VARS):
+        # thread counts must be fixed before numpy loads its BLAS: run again in a child
+        env = dict(os.environ, **{v: "1" for v in THREAD_VARS})
+        cmd = [sys.executable, "-m", "disthook.bench", suite] + (["--quick"] if quick else [])
+        cmd += ["--json", json_path] if json_path else []
+        return subprocess.call(cmd, env=env)
+    import numpy as np
+
+    print(f"disthook bench {suite}: numpy {np.__version__} with BLAS {_blas()}, one thread")
+    try:
+        import torch
+
+        print(f"baseline: torch {torch.__version__}, torch.set_num_threads(1)")
+    except ImportError:
+        print("baseline: torch is not installed (pip install torch==2.13.0); ratios are n/a")
+    rows = run_suite(suite, quick)
+    _print(rows)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(rows, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m disthook.bench")
+    p.add_argument("suite", nargs="?", default="engine", choices=sorted(SUITES))
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--json")
+    a = p.parse_args()
+    sys.exit(main(a.suite, quick=a.quick, json_path=a.json))

@@ -1,0 +1,46 @@
+"""``Parameter``: a leaf Tensor that a Module registers as one of its parameters."""
+from __future__ import annotations
+
+from disthook.tensor import Tensor, empty
+
+
+class Parameter(Tensor):
+    """A Tensor that ``Module.__setattr__`` records in ``_parameters``.
+
+    It shares storage (and version counter) with the tensor it is made from, like
+    ``tensor.detach()``, so it is always a leaf; ``requires_grad`` defaults to True.
+    """
+
+    def __new__(cls, data: Tensor | None = None, requires_grad: bool = True):
+        if data is None:
+            data = empty(0)
+        if not isinstance(data, Tensor):
+            raise TypeError(
+                f"Parameter(): argument 'data' must be Tensor, not {type(data).__name__}")
+        param = object.__new__(cls)
+        Tensor._init(param, data._data, None, 0)
+        param._vc = data._vc
+        param.requires_grad = requires_grad
+        return param
+
+    def __init__(self, data: Tensor | None = None, requires_grad: bool = True) -> None:
+        pass  # everything happens in __new__; Tensor.__init__ is the legacy constructor
+
+    def __repr__(self) -> str:
+        return "Parameter containing:\n" + super().__repr__()
+
+    def __reduce_ex__(self, protocol):
+        return (_rebuild_parameter, (self._data, self._requires_grad))
+
+    def __deepcopy__(self, memo):
+        if id(self) in memo:
+            return memo[id(self)]
+        result = Parameter(Tensor._make(self._data.copy(), None, 0), self._requires_grad)
+        if self._grad is not None:
+            result._grad = self._grad.__deepcopy__(memo)
+        memo[id(self)] = result
+        return result
+
+
+def _rebuild_parameter(data, requires_grad: bool) -> Parameter:
+    return Parameter(Tensor._make(data, None, 0), requires_grad)
