@@ -1,0 +1,333 @@
+"""The one message schema of disthook, and its codec: every process speaks only this.
+
+A message is a ZeroMQ multipart::
+
+    frame 0      msgpack map {"v": protocol version, "t": message type,
+                              "r": request id, "c": context id or None,
+                              "f": fields, "a": [[dtype, shape], ...]}
+    frame 1..n   the raw bytes of each array, C order, in the order of "a"
+
+Arrays may sit anywhere inside the fields (nested in lists and maps); in the header each one
+is replaced by a msgpack extension value (code ``ARRAY_EXT``) holding its index into "a".
+Arrays are sent without copying (``zmq.Socket.send_multipart(frames, copy=False)`` over the
+array's own buffer), so a sender must never change an array after handing it to ``encode``;
+received arrays are read-only views over the frames (``np.frombuffer``).
+
+Decoding trusts nothing: the header size, frame count, array sizes and shape ranks are
+capped (``Limits``), the version must match, the type must be one of ``SCHEMAS`` and its
+fields must match the schema field by field. Anything else raises ``WireError`` with a
+message that says what was expected and what came; callers answer it with an ``error``
+message and carry on. No pickle and no eval anywhere: a message can only ever produce
+None, bools, numbers, strings, bytes, lists, maps and numpy arrays of ``DTYPES``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgpack
+import numpy as np
+
+__all__ = [
+    "ARRAY_EXT",
+    "DTYPES",
+    "Limits",
+    "Message",
+    "PROTOCOL_VERSION",
+    "SCHEMAS",
+    "WireError",
+    "decode",
+    "encode",
+]
+
+PROTOCOL_VERSION = 1
+ARRAY_EXT = 1  # msgpack extension code of an array placeholder in the header
+
+# The array dtypes that may cross the wire, by their little-endian numpy names.
+DTYPES = frozenset({"<f2", "<f4", "<f8", "|i1", "<i2", "<i4", "<i8", "|u1", "|b1"})
+
+
+class WireError(ValueError):
+    """A message that does not follow the protocol (malformed, too large, or off-schema)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """Caps checked while decoding, before anything large is allocated."""
+
+    max_header_bytes: int = 1 << 20          # 1 MiB of msgpack header
+    max_frames: int = 4097                   # header + 4096 arrays
+    max_array_bytes: int = 1 << 31           # 2 GiB per array
+    max_total_bytes: int = 1 << 32           # 4 GiB per message
+    max_rank: int = 8
+
+
+DEFAULT_LIMITS = Limits()
+
+
+@dataclasses.dataclass
+class Message:
+    """A decoded message: its type, request id, context id and validated fields."""
+
+    type: str
+    req: int = 0
+    ctx: str | None = None
+    fields: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.fields[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.fields.get(name, default)
+
+
+# ---- schemas --------------------------------------------------------------------------------
+#
+# A schema maps each field name to its kind; a trailing "?" makes the field optional (absent
+# or None). Kinds:
+#   str, int, float (an int is accepted), bool, bytes, array (a numpy array),
+#   list (of anything valid), map (str keys, anything valid), any (anything valid).
+
+_KINDS = frozenset({"str", "int", "float", "bool", "bytes", "array", "list", "map", "any"})
+
+SCHEMAS: dict[str, dict[str, str]] = {
+    # replies shared by every request
+    "ok": {"result": "any?"},
+    "error": {"kind": "str", "message": "str", "worker": "str?", "path": "str?",
+              "traceback": "str?"},
+    # control plane: worker <-> coordinator
+    "register": {"worker": "str", "address": "str", "pid": "int", "host": "str?"},
+    "heartbeat": {"worker": "str", "memory": "int?"},
+    "shutdown": {"reason": "str?"},
+    "status": {},
+    # placement: coordinator -> worker
+    "load_stage": {"stage": "int", "spec": "map", "state": "map", "prev": "str?",
+                   "next": "str?"},
+    # data plane: activations forward, gradients backward
+    "forward": {"stage": "int", "inputs": "list", "grad_enabled": "bool", "reply_to": "str?"},
+    "backward": {"stage": "int", "grads": "list", "retain_graph": "bool"},
+    "release": {"stage": "int?"},
+    # hooks: a stub fired on a worker asks the client to run the callable
+    "hook_event": {"hook": "int", "kind": "str", "path": "str", "args": "list"},
+    "hook_reply": {"hook": "int", "result": "any?"},
+    # parameters, buffers and optimizer shards
+    "get_state": {"names": "list?"},
+    "set_state": {"state": "map"},
+    "step": {"optimizer": "map?", "zero_grad": "bool?"},
+}
+
+for _type, _schema in SCHEMAS.items():  # a typo in a schema is a bug: fail at import
+    for _field, _kind in _schema.items():
+        if _kind.rstrip("?") not in _KINDS:
+            raise AssertionError(f"schema {_type!r} field {_field!r}: unknown kind {_kind!r}")
+
+
+# ---- encoding -------------------------------------------------------------------------------
+
+def encode(msg_type: str, fields: Mapping[str, Any] | None = None, *, req: int = 0,
+           ctx: str | None = None) -> list:
+    """Frames of one message: the header, then each array's buffer (not copied)."""
+    fields = dict(fields or {})
+    _validate_fields(msg_type, fields)
+    arrays: list[np.ndarray] = []
+    body = _extract(fields, arrays)
+    header = {"v": PROTOCOL_VERSION, "t": msg_type, "r": int(req), "c": ctx, "f": body,
+              "a": [[a.dtype.str, list(a.shape)] for a in arrays]}
+    try:
+        packed = msgpack.packb(header, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise WireError(f"{msg_type!r} message cannot be packed: {exc}") from None
+    return [packed] + [memoryview(a).cast("B") if a.size else b"" for a in arrays]
+
+
+def _extract(value, arrays: list[np.ndarray]):
+    """A copy of ``value`` with each array moved to ``arrays`` and replaced by a placeholder."""
+    if isinstance(value, np.ndarray):
+        arrays.append(_sendable(value, len(arrays)))
+        return msgpack.ExtType(ARRAY_EXT, (len(arrays) - 1).to_bytes(4, "little"))
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise WireError(f"map keys must be strings, got {type(k).__name__} {k!r:.40}")
+            out[k] = _extract(v, arrays)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_extract(v, arrays) for v in value]
+    if isinstance(value, np.generic):  # numpy scalars travel as plain numbers
+        return value.item()
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return value
+    raise WireError(f"cannot send a value of type {type(value).__name__}: {value!r:.80}")
+
+
+def _sendable(arr: np.ndarray, index: int) -> np.ndarray:
+    dt = arr.dtype
+    if dt.byteorder == ">":
+        arr = arr.astype(dt.newbyteorder("<"))
+    if arr.dtype.str not in DTYPES:
+        raise WireError(f"array {index}: dtype {arr.dtype} cannot be sent; "
+                        f"expected one of {sorted(DTYPES)}")
+    # copy only when not C-contiguous (np.ascontiguousarray would turn 0-d into 1-d)
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+
+
+# ---- decoding -------------------------------------------------------------------------------
+
+def decode(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS) -> Message:
+    """Validate and decode the frames of one message; raise ``WireError`` if anything is off."""
+    if not frames:
+        raise WireError("empty message: expected a header frame")
+    if len(frames) > limits.max_frames:
+        raise WireError(f"too many frames: {len(frames)} > {limits.max_frames}")
+    head = _buffer(frames[0])
+    if len(head) > limits.max_header_bytes:
+        raise WireError(f"header of {len(head)} bytes exceeds {limits.max_header_bytes}")
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=True,
+                                max_buffer_size=limits.max_header_bytes + 1,
+                                ext_hook=_placeholder)
+    unpacker.feed(head)
+    try:
+        header = unpacker.unpack()
+    except WireError:
+        raise
+    except Exception as exc:  # msgpack raises several types for bad input
+        raise WireError(f"malformed header: {type(exc).__name__}: {exc}") from None
+    if unpacker.tell() != len(head):
+        raise WireError(f"header has {len(head) - unpacker.tell()} trailing bytes")
+    if not isinstance(header, dict):
+        raise WireError(f"header must be a map, got {type(header).__name__}")
+    missing = _HEADER_KEYS - header.keys()
+    extra = header.keys() - _HEADER_KEYS
+    if missing or extra:
+        raise WireError(f"header keys: missing {sorted(missing)}, unexpected {sorted(extra)}")
+    if header["v"] != PROTOCOL_VERSION:
+        raise WireError(f"protocol version {header['v']!r}, expected {PROTOCOL_VERSION}")
+    msg_type, req, ctx, fields = header["t"], header["r"], header["c"], header["f"]
+    if not isinstance(msg_type, str):
+        raise WireError(f"message type must be a string, got {type(msg_type).__name__}")
+    if type(req) is not int:
+        raise WireError(f"request id must be an int, got {type(req).__name__}")
+    if ctx is not None and not isinstance(ctx, str):
+        raise WireError(f"context id must be a string or None, got {type(ctx).__name__}")
+    if not isinstance(fields, dict):
+        raise WireError(f"fields must be a map, got {type(fields).__name__}")
+    arrays = _arrays(header["a"], frames[1:], limits)
+    used: set[int] = set()
+    fields = {k: _resolve(v, arrays, used) for k, v in fields.items()}
+    if len(used) != len(arrays):
+        raise WireError(f"{len(arrays) - len(used)} array frame(s) not referenced by the header")
+    _validate_fields(msg_type, fields)
+    return Message(msg_type, req, ctx, fields)
+
+
+_HEADER_KEYS = frozenset({"v", "t", "r", "c", "f", "a"})
+
+
+class _Placeholder:
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+
+def _placeholder(code: int, data: bytes):
+    if code != ARRAY_EXT or len(data) != 4:
+        raise WireError(f"unknown msgpack extension {code} of {len(data)} bytes")
+    return _Placeholder(int.from_bytes(data, "little"))
+
+
+def _buffer(frame) -> memoryview:
+    buf = getattr(frame, "buffer", frame)  # zmq.Frame or bytes-like
+    return memoryview(buf).cast("B") if not isinstance(buf, bytes) else memoryview(buf)
+
+
+def _arrays(table, frames: Sequence, limits: Limits) -> list[np.ndarray]:
+    if not isinstance(table, list):
+        raise WireError(f"array table must be a list, got {type(table).__name__}")
+    if len(table) != len(frames):
+        raise WireError(f"header describes {len(table)} array(s) but {len(frames)} "
+                        "array frame(s) came")
+    arrays, total = [], 0
+    for i, (entry, frame) in enumerate(zip(table, frames)):
+        if not (isinstance(entry, list) and len(entry) == 2):
+            raise WireError(f"array {i}: descriptor must be [dtype, shape], got {entry!r:.80}")
+        dtype, shape = entry
+        if not isinstance(dtype, str) or dtype not in DTYPES:
+            raise WireError(f"array {i}: dtype {dtype!r} is not allowed; "
+                            f"expected one of {sorted(DTYPES)}")
+        if not (isinstance(shape, list) and len(shape) <= limits.max_rank
+                and all(type(d) is int and d >= 0 for d in shape)):
+            raise WireError(f"array {i}: shape must be a list of at most {limits.max_rank} "
+                            f"non-negative ints, got {shape!r:.80}")
+        dt = np.dtype(dtype)
+        nbytes = dt.itemsize * int(np.prod(shape, dtype=object))
+        if nbytes > limits.max_array_bytes:
+            raise WireError(f"array {i}: {nbytes} bytes exceeds {limits.max_array_bytes}")
+        total += nbytes
+        if total > limits.max_total_bytes:
+            raise WireError(f"arrays exceed {limits.max_total_bytes} bytes in all")
+        buf = _buffer(frame)
+        if len(buf) != nbytes:
+            raise WireError(f"array {i}: frame has {len(buf)} bytes, dtype {dtype} and shape "
+                            f"{tuple(shape)} need {nbytes}")
+        shape = tuple(shape)
+        arr = np.frombuffer(buf, dtype=dt).reshape(shape) if nbytes else np.empty(shape, dt)
+        if dt.kind == "b" and nbytes and np.any(arr.view(np.uint8) > 1):
+            raise WireError(f"array {i}: bool array holds bytes other than 0 and 1")
+        arrays.append(arr)
+    return arrays
+
+
+def _resolve(value, arrays: list[np.ndarray], used: set[int]):
+    """Replace array placeholders by the arrays, checking every reference."""
+    if isinstance(value, _Placeholder):
+        if not 0 <= value.index < len(arrays):
+            raise WireError(f"array reference {value.index} out of range "
+                            f"(message has {len(arrays)} array(s))")
+        if value.index in used:
+            raise WireError(f"array {value.index} referenced twice")
+        used.add(value.index)
+        return arrays[value.index]
+    if isinstance(value, list):
+        return [_resolve(v, arrays, used) for v in value]
+    if isinstance(value, dict):
+        return {k: _resolve(v, arrays, used) for k, v in value.items()}
+    return value
+
+
+# ---- schema validation ------------------------------------------------------------------------
+
+_CHECKS = {
+    "str": lambda v: isinstance(v, str),
+    "int": lambda v: type(v) is int,
+    "float": lambda v: type(v) in (int, float),
+    "bool": lambda v: type(v) is bool,
+    "bytes": lambda v: isinstance(v, (bytes, bytearray, memoryview)),
+    "array": lambda v: isinstance(v, np.ndarray),
+    "list": lambda v: isinstance(v, (list, tuple)),
+    "map": lambda v: isinstance(v, dict),
+    "any": lambda v: True,
+}
+
+
+def _validate_fields(msg_type: str, fields: Mapping[str, Any]) -> None:
+    schema = SCHEMAS.get(msg_type)
+    if schema is None:
+        raise WireError(f"unknown message type {msg_type!r}; expected one of {sorted(SCHEMAS)}")
+    unexpected = fields.keys() - schema.keys()
+    if unexpected:
+        raise WireError(f"{msg_type!r} message: unexpected field(s) {sorted(unexpected)}; "
+                        f"its fields are {sorted(schema)}")
+    for name, kind in schema.items():
+        optional = kind.endswith("?")
+        kind = kind.rstrip("?")
+        value = fields.get(name)
+        if value is None:
+            if not optional:
+                raise WireError(f"{msg_type!r} message: field {name!r} ({kind}) is missing")
+            continue
+        if not _CHECKS[kind](value):
+            raise WireError(f"{msg_type!r} message: field {name!r} must be {kind}, "
+                            f"got {type(value).__name__}")
