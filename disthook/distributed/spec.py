@@ -1,0 +1,213 @@
+"""Modules as data: what crosses the wire when a stage is placed on a worker. Never pickle.
+
+A module travels as a *spec*: a plain map of its class path, its plain attributes, its
+parameters and buffers (numpy arrays, which ``disthook.wire`` sends as raw frames) and the
+specs of its children. ``build_module`` makes the module again from a spec without calling
+the class's ``__init__`` (whose arguments are unknown): it sets up the bare ``Module`` state,
+then restores attributes, tensors and children, the way ``copy.deepcopy`` or unpickling would
+but from data only.
+
+Plain attributes are None, bool, int, float, str, disthook dtypes, and tuples, lists and
+str-keyed dicts of those. Containers are tagged (``{"tuple": [...]}``) so that a tuple comes
+back a tuple; scalars travel as they are. Anything else (a lambda, an open file, a numpy
+array kept as an attribute) is refused by ``module_spec`` with the module path and the
+attribute's name, before anything is sent.
+
+A parameter or buffer shared by several modules of one stage (tied weights) travels once;
+its other places hold ``{"tied": "<path of the first>"}`` and are rebuilt as the same object.
+"""
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from disthook import _dtype
+from disthook.nn.modules.module import Module
+from disthook.nn.parameter import Parameter
+from disthook.tensor import Tensor
+
+__all__ = ["SpecError", "build_module", "class_path", "module_spec", "resolve_class"]
+
+# The state every Module keeps in its __dict__ apart from plain attributes: never sent.
+_MODULE_INTERNALS = frozenset({
+    "training", "_parameters", "_buffers", "_non_persistent_buffers_set", "_modules",
+    "_backward_pre_hooks", "_backward_hooks", "_is_full_backward_hook", "_forward_hooks",
+    "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs", "_state_dict_hooks", "_state_dict_pre_hooks",
+    "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks",
+})
+
+
+class SpecError(TypeError):
+    """A module that cannot be described as data, or a spec that cannot be built."""
+
+
+def class_path(cls: type) -> str:
+    """``"package.module:Qualified.Name"`` of a class."""
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def resolve_class(path: str, *, allow: Callable[[str], bool] | None = None) -> type:
+    """The Module subclass named by ``path``; ``allow(module_name)`` may refuse the import."""
+    if not isinstance(path, str) or path.count(":") != 1:
+        raise SpecError(f"class path must look like 'package.module:ClassName', got {path!r}")
+    mod_name, qualname = path.split(":")
+    if allow is not None and not allow(mod_name):
+        raise SpecError(f"importing {mod_name!r} is not allowed here (class {path!r})")
+    try:
+        obj: Any = importlib.import_module(mod_name)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise SpecError(f"cannot find class {path!r}: {exc}") from None
+    if not (isinstance(obj, type) and issubclass(obj, Module)):
+        raise SpecError(f"{path!r} is not a disthook.nn.Module subclass")
+    return obj
+
+
+# ---- module -> spec -------------------------------------------------------------------------
+
+def module_spec(module: Module, path: str = "") -> dict:
+    """The spec of ``module`` and its whole subtree (arrays are views of the live tensors)."""
+    if not isinstance(module, Module):
+        raise SpecError(f"expected a disthook.nn.Module, got {type(module).__name__}")
+    return _spec(module, path, {})
+
+
+def _spec(module: Module, path: str, seen: dict[int, str]) -> dict:
+    where = path or "the root module"
+    attrs = {}
+    for name, value in module.__dict__.items():
+        if name in _MODULE_INTERNALS:
+            continue
+        try:
+            attrs[name] = _plain(value)
+        except SpecError as exc:
+            raise SpecError(f"attribute {name!r} of {where} ({type(module).__name__}) cannot "
+                            f"travel to a worker: {exc}. Only None, bool, int, float, str, "
+                            "dtypes and tuples, lists and str-keyed dicts of them do; build "
+                            "such values in forward() or from plain attributes.") from None
+    return {
+        "class": class_path(type(module)),
+        "training": bool(module.training),
+        "attrs": attrs,
+        "params": {name: _tensor_entry(p, _join(path, name), seen)
+                   for name, p in module._parameters.items()},
+        "buffers": {name: _tensor_entry(b, _join(path, name), seen,
+                                        persistent=name not in module._non_persistent_buffers_set)
+                    for name, b in module._buffers.items()},
+        "children": {name: (None if child is None else _spec(child, _join(path, name), seen))
+                     for name, child in module._modules.items()},
+    }
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _tensor_entry(t: Tensor | None, path: str, seen: dict[int, str], **extra) -> dict | None:
+    if t is None:
+        return None
+    if id(t) in seen:
+        return {"tied": seen[id(t)], **extra}
+    seen[id(t)] = path
+    return {"data": t._data, "requires_grad": bool(t._requires_grad), **extra}
+
+
+def _plain(value):
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if isinstance(value, _dtype.dtype):
+        return {"dtype": str(value).removeprefix("torch.")}
+    if type(value) is tuple:
+        return {"tuple": [_plain(v) for v in value]}
+    if type(value) is list:
+        return {"list": [_plain(v) for v in value]}
+    if type(value) is dict:
+        for k in value:
+            if not isinstance(k, str):
+                raise SpecError(f"dict key {k!r} is not a str")
+        return {"dict": {k: _plain(v) for k, v in value.items()}}
+    raise SpecError(f"a value of type {type(value).__name__}")
+
+
+# ---- spec -> module -------------------------------------------------------------------------
+
+def build_module(spec: dict, *, allow: Callable[[str], bool] | None = None) -> Module:
+    """A new module (own, writable copies of every array) from a spec."""
+    return _build(spec, "", {}, allow)
+
+
+def _build(spec, path: str, made: dict[str, Tensor], allow) -> Module:
+    where = path or "the root module"
+    if not isinstance(spec, dict) or spec.keys() != {"class", "training", "attrs", "params",
+                                                     "buffers", "children"}:
+        raise SpecError(f"spec of {where} must be a map with keys class, training, attrs, "
+                        f"params, buffers, children; got {_keys(spec)}")
+    cls = resolve_class(spec["class"], allow=allow)
+    module = cls.__new__(cls)
+    Module.__init__(module)
+    module.training = bool(spec["training"])
+    for name, value in spec["attrs"].items():
+        if name in _MODULE_INTERNALS:
+            raise SpecError(f"spec of {where}: attribute {name!r} is Module state, not data")
+        module.__dict__[name] = _unplain(value, f"{where}.{name}")
+    for name, entry in spec["params"].items():
+        t = _tensor(entry, _join(path, name), made, parameter=True)
+        module._parameters[name] = t
+    for name, entry in spec["buffers"].items():
+        t = _tensor(entry, _join(path, name), made, parameter=False)
+        module._buffers[name] = t
+        if entry is not None and not entry.get("persistent", True):
+            module._non_persistent_buffers_set.add(name)
+    for name, child in spec["children"].items():
+        module._modules[name] = (None if child is None
+                                 else _build(child, _join(path, name), made, allow))
+    return module
+
+
+def _keys(obj) -> str:
+    return str(sorted(obj)) if isinstance(obj, dict) else type(obj).__name__
+
+
+def _tensor(entry, path: str, made: dict[str, Tensor], *, parameter: bool):
+    if entry is None:
+        return None
+    if not isinstance(entry, dict):
+        raise SpecError(f"tensor entry of {path} must be a map, got {type(entry).__name__}")
+    if "tied" in entry:
+        tied = made.get(entry["tied"])
+        if tied is None:
+            raise SpecError(f"{path} is tied to {entry['tied']!r}, which was not built before it")
+        made[path] = tied
+        return tied
+    data = entry.get("data")
+    if not isinstance(data, np.ndarray):
+        raise SpecError(f"tensor entry of {path} has no array 'data'")
+    t = Tensor._make(np.array(data), None, 0)  # own, writable copy of the received frame
+    if parameter:
+        t = Parameter(t, bool(entry.get("requires_grad", True)))
+    elif entry.get("requires_grad"):
+        t.requires_grad_(True)
+    made[path] = t
+    return t
+
+
+def _unplain(value, where: str):
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if isinstance(value, dict) and len(value) == 1:
+        (tag, payload), = value.items()
+        if tag == "dtype" and isinstance(payload, str):
+            dt = getattr(_dtype, payload, None)
+            if isinstance(dt, _dtype.dtype):
+                return dt
+        elif tag in ("tuple", "list") and isinstance(payload, list):
+            items = [_unplain(v, where) for v in payload]
+            return tuple(items) if tag == "tuple" else items
+        elif tag == "dict" and isinstance(payload, dict):
+            return {k: _unplain(v, where) for k, v in payload.items()}
+    raise SpecError(f"spec of {where}: {value!r:.80} is not a plain attribute value")
