@@ -86,12 +86,106 @@ def tiny_chain(lib):
     return step
 
 
+def small_cnn(lib, seed: int = 0):
+    """Forward and backward of a small CNN on MNIST-sized input (batch 64, 1x28x28)."""
+    import numpy as np
+
+    lib.manual_seed(seed)
+    nn = lib.nn
+    model = nn.Sequential(
+        nn.Conv2d(1, 32, 3), nn.ReLU(),
+        nn.Conv2d(32, 64, 3), nn.ReLU(),
+        nn.MaxPool2d(2), nn.Flatten(),
+        nn.Linear(64 * 12 * 12, 10),
+    )
+    rng = np.random.default_rng(seed)
+    x = lib.tensor(rng.standard_normal((64, 1, 28, 28)).astype(np.float32))
+    y = lib.tensor(rng.integers(0, 10, 64))
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step():
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        model.zero_grad()
+        return loss
+
+    return step
+
+
+HOOKED_LAYERS = 10
+HOOKED_WIDTH = 64
+HOOKED_BATCH = 32
+
+
+def _hooked_mlp(lib, hooks: bool, seed: int = 0):
+    """A 10-layer MLP step, with or without a no-op forward and full backward hook per Linear."""
+    import numpy as np
+
+    lib.manual_seed(seed)
+    nn = lib.nn
+    layers = []
+    for _ in range(HOOKED_LAYERS):
+        layers += [nn.Linear(HOOKED_WIDTH, HOOKED_WIDTH), nn.ReLU()]
+    model = nn.Sequential(*layers)
+    if hooks:
+        for layer in model:
+            if isinstance(layer, nn.Linear):
+                layer.register_forward_hook(lambda module, args, output: None)
+                layer.register_full_backward_hook(lambda module, grad_in, grad_out: None)
+    rng = np.random.default_rng(seed)
+    x = lib.tensor(rng.standard_normal((HOOKED_BATCH, HOOKED_WIDTH)).astype(np.float32),
+                   requires_grad=True)
+
+    def step():
+        loss = model(x).square().mean()
+        loss.backward()
+        model.zero_grad()
+        x.grad = None
+        return loss
+
+    return step
+
+
+def hook_overhead(lib):
+    """Two workloads whose time difference is the cost of 10 + 10 no-op module hooks."""
+    return _hooked_mlp(lib, hooks=True), _hooked_mlp(lib, hooks=False)
+
+
 SUITES = {
     "engine": [
         ("MLP 784-1024x3-10 SGD step, batch 128", mlp_step, 1.15, (7, 3)),
         (f"{CHAIN_OPS} tiny ops fwd+bwd ({CHAIN_NUMEL} elems)", tiny_chain, 1.5, (7, 3)),
     ],
+    "nn": [
+        ("CNN 2xConv2d 3x3+pool+Linear fwd+bwd, b 64", small_cnn, 2.0, (5, 2)),
+        (f"hook cost: {HOOKED_LAYERS} fwd + {HOOKED_LAYERS} full bwd hooks", hook_overhead,
+         1.0, (15, 10)),
+    ],
 }
+
+
+def _measure(workload, lib, repeats: int, inner: int) -> float:
+    """Median seconds per call; for a (hooked, plain) pair, the median difference.
+
+    The two sides of a pair are timed alternately, so that a slow spell of the machine
+    falls on both and cancels in the difference.
+    """
+    made = workload(lib)
+    if not isinstance(made, tuple):
+        return _median_time(made, repeats, inner)
+    hooked, plain = made
+    hooked(), plain()  # warm-up
+    diffs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            hooked()
+        t1 = time.perf_counter()
+        for _ in range(inner):
+            plain()
+        t2 = time.perf_counter()
+        diffs.append(((t1 - t0) - (t2 - t1)) / inner)
+    return statistics.median(diffs)
 
 
 def run_suite(name: str, quick: bool) -> list[dict]:
@@ -106,9 +200,9 @@ def run_suite(name: str, quick: bool) -> list[dict]:
     rows = []
     for label, workload, target, (repeats, inner) in SUITES[name]:
         if quick:
-            repeats, inner = 3, 1
-        ours = _median_time(workload(disthook), repeats, inner)
-        theirs = _median_time(workload(torch), repeats, inner) if torch is not None else None
+            repeats, inner = 3, max(1, inner // 5)
+        ours = _measure(workload, disthook, repeats, inner)
+        theirs = _measure(workload, torch, repeats, inner) if torch is not None else None
         rows.append({
             "suite": name, "case": label, "disthook_s": ours, "torch_s": theirs,
             "ratio": (ours / theirs) if theirs else None, "target": target,
@@ -137,7 +231,7 @@ def _print(rows: list[dict]) -> None:
               f"{r['target']:>6.2f}x{ok}")
 
 
-def main(suite: str = "engine", *, quick: bool = False, json_path: str | None = None) -> int:
+def main(suite: str = "all", *, quick: bool = False, json_path: str | None = None) -> int:
     if any(os.environ.get(v) != "1" for v in THREAD_VARS):
         # thread counts must be fixed before numpy loads its BLAS: run again in a child
         env = dict(os.environ, **{v: "1" for v in THREAD_VARS})
@@ -153,7 +247,8 @@ def main(suite: str = "engine", *, quick: bool = False, json_path: str | None = 
         print(f"baseline: torch {torch.__version__}, torch.set_num_threads(1)")
     except ImportError:
         print("baseline: torch is not installed (pip install torch==2.13.0); ratios are n/a")
-    rows = run_suite(suite, quick)
+    names = sorted(SUITES) if suite == "all" else [suite]
+    rows = [row for name in names for row in run_suite(name, quick)]
     _print(rows)
     if json_path:
         with open(json_path, "w") as f:
@@ -165,7 +260,7 @@ if __name__ == "__main__":
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m disthook.bench")
-    p.add_argument("suite", nargs="?", default="engine", choices=sorted(SUITES))
+    p.add_argument("suite", nargs="?", default="all", choices=["all", *sorted(SUITES)])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--json")
     a = p.parse_args()

@@ -1,4 +1,12 @@
 """The client side of a disthook cluster (see ../shared/DESIGN.md).
 
-``spec`` turns modules into data and back, the form in which a stage travels to a worker.
+- ``local_cluster`` / ``connect`` / ``Cluster``: start or attach to a coordinator and its
+  workers, list them, shut them down (``cluster``);
+- ``spec``: modules as data, the form in which a stage travels to a worker;
+- ``rpc``: requests with deadlines, and the errors remote calls end with.
 """
+from disthook.distributed.cluster import Cluster, WorkerInfo, connect, local_cluster
+from disthook.distributed.rpc import ClusterError, RemoteError, RemoteTimeout
+
+__all__ = ["Cluster", "ClusterError", "RemoteError", "RemoteTimeout", "WorkerInfo", "connect",
+           "local_cluster"]

@@ -1,0 +1,5 @@
+import sys
+
+from coordinator.server import main
+
+sys.exit(main())

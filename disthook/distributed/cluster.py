@@ -1,0 +1,205 @@
+"""Starting, attaching to and stopping a cluster: ``local_cluster`` and ``connect``.
+
+``local_cluster(workers=N)`` starts a coordinator and N worker processes on loopback (free
+ports), waits until every worker has registered, and on leaving the ``with`` block — normally,
+by an exception or by Ctrl-C — asks the coordinator to shut the cluster down, waits for every
+process and kills what does not end in time. The processes also stop by themselves when the
+process that started them dies, so a crashed client leaves nothing behind.
+
+``connect(address)`` attaches to a cluster someone else started (``disthook launch``); closing
+it only closes the connection.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import threading
+import time
+import weakref
+
+from disthook.distributed.rpc import DEFAULT_TIMEOUT, ClusterError, Peer, RemoteTimeout
+
+__all__ = ["Cluster", "WorkerInfo", "connect", "local_cluster"]
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerInfo:
+    """One worker as the coordinator sees it."""
+
+    id: str
+    pid: int
+    address: str
+    host: str
+    stage: int | None
+    alive: bool
+    last_seen: float
+    memory: int | None
+
+
+class Cluster:
+    """A connection to a running cluster (and, for a local cluster, its processes)."""
+
+    def __init__(self, address: str, *, timeout: float = DEFAULT_TIMEOUT,
+                 _processes: list[subprocess.Popen] | None = None):
+        self.address = address
+        self.timeout = timeout
+        self._coordinator = Peer(address, name=f"the coordinator at {address}")
+        self._processes = list(_processes or [])
+        self._closed = False
+        # the processes must not outlive an unreferenced cluster object either
+        self._finalizer = weakref.finalize(self, _reap, self._processes, 5.0)
+
+    # ---- what the cluster is -----------------------------------------------------------------
+    def status(self) -> dict:
+        """The coordinator's view: itself and every worker."""
+        self._check_open()
+        return self._coordinator.request("status", timeout=self.timeout)["result"]
+
+    def workers(self) -> list[WorkerInfo]:
+        """Every registered worker: id, pid, address, host, stage, liveness, memory."""
+        return [WorkerInfo(**w) for w in self.status()["workers"]]
+
+    def wait_for_workers(self, n: int, timeout: float = 60.0) -> list[WorkerInfo]:
+        """Block until ``n`` workers are registered and alive (``ClusterError`` at the deadline)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._check_processes()
+            try:
+                workers = [w for w in self.workers() if w.alive]
+            except RemoteTimeout:
+                workers = []
+            if len(workers) >= n:
+                return workers
+            if time.monotonic() > deadline:
+                raise ClusterError(f"only {len(workers)} of {n} workers registered with "
+                                   f"{self.address} within {timeout:g} s")
+            time.sleep(0.05)
+
+    # ---- ending ------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Shut a local cluster down and reap its processes; for ``connect``, just disconnect."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._processes:
+                try:
+                    self._coordinator.request("shutdown", {"reason": "the client closed the "
+                                                           "cluster"}, timeout=5.0)
+                except (RemoteTimeout, OSError):
+                    pass  # the processes are terminated below anyway
+        finally:
+            self._coordinator.close()
+            self._finalizer()  # waits for the processes, kills the stragglers
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<disthook Cluster at {self.address} ({state})>"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClusterError(f"the cluster at {self.address} is closed")
+
+    def _check_processes(self) -> None:
+        for proc in self._processes:
+            if proc.poll() is not None:
+                raise ClusterError(f"process {' '.join(proc.args[1:4])} (pid {proc.pid}) "
+                                   f"exited with code {proc.returncode} during start-up")
+
+
+def connect(address: str, *, timeout: float = DEFAULT_TIMEOUT) -> Cluster:
+    """Attach to a running cluster by its coordinator's endpoint (``tcp://host:port``)."""
+    cluster = Cluster(address, timeout=timeout)
+    try:
+        cluster.status()  # fail now, not at the first real call, if nobody answers
+    except RemoteTimeout:
+        cluster.close()
+        raise ClusterError(f"no coordinator answers at {address}") from None
+    return cluster
+
+
+def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
+                  heartbeat: float = 0.5, timeout: float = DEFAULT_TIMEOUT,
+                  start_timeout: float = 60.0, log_level: str = "WARNING",
+                  stderr=None) -> Cluster:
+    """Start a coordinator and ``workers`` worker processes on this machine; a ``Cluster``."""
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise ValueError(f"local_cluster() needs workers >= 1, got {workers!r}")
+    procs: list[subprocess.Popen] = []
+    try:
+        coordinator = _spawn(["coordinator", "--bind", f"tcp://{host}:{port}",
+                              "--heartbeat", str(heartbeat), "--log-level", log_level],
+                             stderr, announce=True)
+        procs.append(coordinator)
+        address = _announced_address(coordinator, start_timeout)
+        for _ in range(workers):
+            procs.append(_spawn(["workers", "--coordinator", address,
+                                 "--bind", f"tcp://{host}:0", "--log-level", log_level,
+                                 "--orphan-after", str(max(10.0, 40 * heartbeat))], stderr,
+                                announce=False))
+        cluster = Cluster(address, timeout=timeout, _processes=procs)
+    except BaseException:
+        _reap(procs, 5.0)
+        raise
+    try:
+        cluster.wait_for_workers(workers, timeout=start_timeout)
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster
+
+
+def _spawn(args: list[str], stderr, *, announce: bool) -> subprocess.Popen:
+    """``python -m <role> ...`` as a child that stops when this process is gone."""
+    cmd = [sys.executable, "-m", *args, "--parent-pid", str(os.getpid())]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE if announce else subprocess.DEVNULL,
+                            stderr=stderr, stdin=subprocess.DEVNULL, text=True,
+                            start_new_session=True)  # Ctrl-C reaches the client only
+
+
+def _announced_address(proc: subprocess.Popen, timeout: float) -> str:
+    """The endpoint on the coordinator's first stdout line (it may have picked its port)."""
+    box: list[str] = []
+    reader = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    line = box[0] if box else ""
+    if not line.startswith("disthook coordinator listening on "):
+        if box:  # stdout closed: the process is ending, let it say with which code
+            try:
+                proc.wait(5.0)
+            except subprocess.TimeoutExpired:
+                pass
+        if proc.poll() is not None:
+            raise ClusterError(f"the coordinator exited with code {proc.returncode} before "
+                               f"announcing its address (its stderr says why)")
+        raise ClusterError(f"the coordinator did not announce its address within {timeout:g} s "
+                           f"(it printed {line!r})")
+    # keep draining stdout so that a chatty process never blocks on a full pipe
+    threading.Thread(target=proc.stdout.read, daemon=True).start()
+    return line.rsplit(" ", 1)[1].strip()
+
+
+def _reap(procs: list[subprocess.Popen], grace: float) -> None:
+    """Wait up to ``grace`` seconds for every process, then terminate, then kill."""
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(2.0)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    procs.clear()

@@ -1,0 +1,112 @@
+"""Requests with deadlines over ZeroMQ, and the errors a remote call can end with.
+
+Every process talks through ``disthook.wire`` messages. A ``Peer`` is one DEALER socket
+connected to one endpoint; ``request`` sends a message with a fresh request id and waits,
+never longer than its deadline, for the reply with the same id (replies to requests that
+already timed out are dropped). An ``error`` reply becomes ``RemoteError``.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import time
+
+import zmq
+
+from disthook import wire
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "ClusterError",
+    "Peer",
+    "RemoteError",
+    "RemoteTimeout",
+    "error_fields",
+]
+
+DEFAULT_TIMEOUT = 30.0  # seconds a request may wait for its reply unless told otherwise
+
+
+class ClusterError(RuntimeError):
+    """A cluster that cannot start, or a call it cannot take."""
+
+
+class RemoteError(RuntimeError):
+    """An exception raised in another process, with where it happened and its traceback."""
+
+    def __init__(self, kind: str, message: str, *, worker: str | None = None,
+                 path: str | None = None, traceback: str | None = None):
+        self.kind, self.message = kind, message
+        self.worker, self.path, self.remote_traceback = worker, path, traceback
+        where = ", ".join(p for p in (f"worker {worker}" if worker else "",
+                                      f"module {path!r}" if path else "") if p)
+        text = f"{kind}: {message}" + (f" (on {where})" if where else "")
+        if traceback:
+            text += "\n\nRemote traceback:\n" + traceback.rstrip()
+        super().__init__(text)
+
+
+class RemoteTimeout(TimeoutError):
+    """No reply came before the deadline."""
+
+
+def error_fields(exc: BaseException, *, worker: str | None = None, path: str | None = None,
+                 traceback: str | None = None) -> dict:
+    """The fields of an ``error`` message describing ``exc``."""
+    return {"kind": type(exc).__name__, "message": str(exc), "worker": worker, "path": path,
+            "traceback": traceback}
+
+
+_request_ids = itertools.count(1)
+
+
+class Peer:
+    """A request/reply channel to one endpoint (a DEALER socket; the far end is a ROUTER)."""
+
+    def __init__(self, address: str, *, context: zmq.Context | None = None,
+                 identity: bytes | None = None, name: str | None = None):
+        self.address = address
+        self.name = name or address
+        self._ctx = context or zmq.Context.instance()
+        self._sock = self._ctx.socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        if identity is not None:
+            self._sock.setsockopt(zmq.IDENTITY, identity)
+        self._sock.connect(address)
+        self._pid = os.getpid()
+
+    def send(self, msg_type: str, fields: dict | None = None, *, req: int = 0,
+             ctx: str | None = None) -> None:
+        self._sock.send_multipart(wire.encode(msg_type, fields, req=req, ctx=ctx), copy=False)
+
+    def request(self, msg_type: str, fields: dict | None = None, *, ctx: str | None = None,
+                timeout: float = DEFAULT_TIMEOUT) -> wire.Message:
+        """Send and wait for the reply; ``RemoteError`` for an error reply."""
+        req = next(_request_ids)
+        self.send(msg_type, fields, req=req, ctx=ctx)
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._sock.poll(int(left * 1000) + 1):
+                raise RemoteTimeout(f"no reply to {msg_type!r} from {self.name} within "
+                                    f"{timeout:g} s")
+            try:
+                reply = wire.decode(self._sock.recv_multipart(copy=False))
+            except wire.WireError:
+                continue  # a malformed reply is not ours to answer; keep waiting
+            if reply.req != req:
+                continue  # the late reply of a request that already timed out
+            if reply.type == "error":
+                raise RemoteError(reply["kind"], reply["message"], worker=reply.get("worker"),
+                                  path=reply.get("path"), traceback=reply.get("traceback"))
+            return reply
+
+    def close(self) -> None:
+        if os.getpid() == self._pid:  # a forked child must not close the parent's socket
+            self._sock.close(linger=0)
+
+    def __enter__(self) -> Peer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

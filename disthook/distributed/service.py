@@ -1,0 +1,136 @@
+"""The request loop shared by the coordinator and worker processes.
+
+A ``Service`` owns a ROUTER socket. Each request is decoded with ``disthook.wire`` and
+handed to the method ``on_<type>(msg, sender)``; what the method returns is sent back as
+an ``ok`` reply with the same request id, and whatever it raises goes back as an ``error``
+reply with the traceback — the service itself carries on. A malformed message gets an
+error reply too and never stops the loop. Between messages the loop calls ``tick()`` at
+least every ``tick_interval`` seconds (heartbeats, deadlines), and it ends on ``stop()``,
+on SIGTERM/SIGINT, or when the process that started it dies (``parent_pid``).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import time
+import traceback
+
+import zmq
+
+from disthook import wire
+from disthook.distributed.rpc import error_fields
+
+__all__ = ["Service", "bind_endpoint"]
+
+
+def bind_endpoint(sock: zmq.Socket, address: str) -> str:
+    """Bind ``sock`` to ``address`` (port 0 or ``*`` picks a free port); the endpoint bound."""
+    scheme, _, rest = address.partition("://")
+    if scheme != "tcp" or ":" not in rest:
+        if scheme in ("ipc", "inproc"):
+            sock.bind(address)
+            return address
+        raise ValueError(f"expected an address like tcp://127.0.0.1:5555, got {address!r}")
+    host, _, port = rest.rpartition(":")
+    if port in ("0", "*"):
+        port_no = sock.bind_to_random_port(f"tcp://{host}")
+        return f"tcp://{host}:{port_no}"
+    sock.bind(address)
+    return address
+
+
+class Service:
+    """A ROUTER request loop; subclasses add ``on_<type>`` handlers and ``tick``."""
+
+    role = "service"
+    tick_interval = 0.25
+
+    def __init__(self, bind: str, *, name: str | None = None, parent_pid: int | None = None):
+        self.ctx = zmq.Context()
+        self.router = self.ctx.socket(zmq.ROUTER)
+        self.router.setsockopt(zmq.LINGER, 0)
+        self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)  # an unroutable reply raises, not drops
+        self.address = bind_endpoint(self.router, bind)
+        self.name = name or f"{self.role}-{socket.gethostname()}-{os.getpid()}"
+        self.log = logging.getLogger(f"disthook.{self.role}")
+        self.parent_pid = parent_pid
+        self.poller = zmq.Poller()
+        self.poller.register(self.router, zmq.POLLIN)
+        self._running = False
+
+    # ---- the loop ---------------------------------------------------------------------------
+    def serve_forever(self) -> None:
+        self._running = True
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self.stop("signal"))
+        next_tick = 0.0
+        try:
+            while self._running:
+                timeout = max(0.0, next_tick - time.monotonic())
+                for sock, _ in self.poller.poll(int(timeout * 1000)):
+                    self.on_socket(sock)
+                if time.monotonic() >= next_tick:
+                    if self.parent_pid is not None and os.getppid() != self.parent_pid:
+                        self.stop(f"parent process {self.parent_pid} is gone")
+                        break
+                    self.tick()
+                    next_tick = time.monotonic() + self.tick_interval
+        finally:
+            self.close()
+
+    def stop(self, reason: str = "asked to") -> None:
+        if self._running:
+            self.log.info("%s stopping: %s", self.name, reason)
+        self._running = False
+
+    def close(self) -> None:
+        self.ctx.destroy(linger=200)  # let the last replies and shutdown notices go out
+
+    def tick(self) -> None:
+        """Called between messages, at least every ``tick_interval`` seconds."""
+
+    # ---- requests ----------------------------------------------------------------------------
+    def on_socket(self, sock: zmq.Socket) -> None:
+        if sock is self.router:
+            frames = self.router.recv_multipart(copy=False)
+            self.handle(frames[0].bytes, frames[1:], self.router)
+
+    def handle(self, sender: bytes, frames: list, sock: zmq.Socket) -> None:
+        """Decode one request from ``sender``, run its handler, send the reply."""
+        try:
+            msg = wire.decode(frames)
+        except wire.WireError as exc:
+            self.log.warning("%s: malformed message from %r: %s", self.name, sender, exc)
+            self.reply(sock, sender, 0, "error", error_fields(exc, worker=self.name))
+            return
+        handler = getattr(self, f"on_{msg.type}", None)
+        if handler is None:
+            exc = wire.WireError(f"a {self.role} does not take {msg.type!r} messages")
+            self.reply(sock, sender, msg.req, "error", error_fields(exc, worker=self.name))
+            return
+        try:
+            result = handler(msg, sender)
+        except Exception as exc:
+            self.log.debug("%s: %s failed", self.name, msg.type, exc_info=True)
+            fields = error_fields(exc, worker=self.name, traceback=traceback.format_exc(),
+                                  path=getattr(exc, "module_path", None))
+            self.reply(sock, sender, msg.req, "error", fields, ctx=msg.ctx)
+            return
+        if result is not NO_REPLY:
+            self.reply(sock, sender, msg.req, "ok", {"result": result}, ctx=msg.ctx)
+
+    def reply(self, sock: zmq.Socket, to: bytes, req: int, msg_type: str, fields: dict,
+              ctx: str | None = None) -> None:
+        try:
+            frames = wire.encode(msg_type, fields, req=req, ctx=ctx)
+        except wire.WireError as exc:  # a handler returned something unsendable
+            frames = wire.encode("error", error_fields(exc, worker=self.name), req=req, ctx=ctx)
+        try:
+            sock.send_multipart([to, *frames], copy=False)
+        except zmq.ZMQError as exc:  # the peer went away meanwhile (as at shutdown)
+            self.log.debug("%s: cannot reply to %r: %s", self.name, to, exc)
+
+
+NO_REPLY = object()  # a handler's return value meaning "the reply is sent later, or never"

@@ -1,0 +1,205 @@
+"""Real coordinator and worker processes on loopback: start, status, errors, shutdown, reaping.
+
+Ports are picked free by the processes themselves (port 0), every wait has a deadline, and
+every process started here is reaped, so these tests run safely under ``pytest -n auto``.
+"""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import zmq
+
+from disthook import wire
+from disthook.distributed import ClusterError, RemoteError, connect, local_cluster
+from disthook.distributed.rpc import Peer, RemoteTimeout
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def gone(pid: int, within: float = 10.0) -> bool:
+    """True once no process ``pid`` exists (reaped, or not our child and exited)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        try:  # our own child: reap it if it exited
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return True
+        except ChildProcessError:
+            pass
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().split()[2] == "Z":  # a zombie of another parent: it has ended
+                return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture
+def cluster():
+    with local_cluster(workers=2, heartbeat=0.1) as c:
+        yield c
+
+
+def test_local_cluster_starts_registers_and_reaps():
+    with local_cluster(workers=2) as c:
+        workers = c.workers()
+        pids = [w.pid for w in workers] + [p.pid for p in c._processes]
+        assert len(workers) == 2 and all(w.alive for w in workers)
+        assert len({w.pid for w in workers}) == 2
+        for w in workers:
+            assert w.address.startswith("tcp://127.0.0.1:") and w.stage is None
+        assert c.address.startswith("tcp://127.0.0.1:")
+        status = c.status()["coordinator"]
+        assert status["address"] == c.address
+    assert len(pids) == 5 and all(gone(pid) for pid in pids)
+    with pytest.raises(ClusterError, match="is closed"):
+        c.workers()
+    c.close()  # closing twice is harmless
+
+
+def test_exception_in_the_with_block_still_reaps():
+    with pytest.raises(KeyError), local_cluster(workers=1) as c:
+        pids = [p.pid for p in c._processes]
+        raise KeyError("boom")
+    assert all(gone(pid) for pid in pids)
+
+
+def test_bad_worker_count():
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="workers >= 1"):
+            local_cluster(workers=bad)
+
+
+def test_workers_answer_status_on_their_own_endpoint(cluster):
+    for info in cluster.workers():
+        with Peer(info.address) as peer:
+            result = peer.request("status", timeout=10)["result"]
+        assert result["id"] == info.id and result["pid"] == info.pid
+
+
+def test_malformed_and_unknown_messages_get_error_replies_and_the_service_lives(cluster):
+    ctx = zmq.Context.instance()
+    for address in [cluster.address] + [w.address for w in cluster.workers()]:
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(address)
+        try:
+            sock.send_multipart([b"\xc1 not msgpack"])
+            assert sock.poll(10_000)
+            reply = wire.decode(sock.recv_multipart())
+            assert reply.type == "error" and reply["kind"] == "WireError"
+            assert "malformed header" in reply["message"]
+        finally:
+            sock.close()
+        with Peer(address) as peer:
+            with pytest.raises(RemoteError, match="does not take 'hook_reply' messages"):
+                peer.request("hook_reply", {"hook": 1}, timeout=10)
+            assert peer.request("status", timeout=10).type == "ok"  # still serving
+
+
+def test_remote_error_names_worker_and_carries_traceback(cluster):
+    with Peer(cluster.address) as peer, pytest.raises(RemoteError) as info:
+        peer.request("heartbeat", {"worker": "nobody"}, timeout=10)
+    err = info.value
+    assert err.kind == "LookupError" and err.worker == "coordinator"
+    assert "worker 'nobody' is not registered" in str(err)
+    assert "Remote traceback" in str(err) and "on_heartbeat" in err.remote_traceback
+
+
+def test_connect_to_a_running_cluster(cluster):
+    with connect(cluster.address) as other:
+        assert [w.id for w in other.workers()] == [w.id for w in cluster.workers()]
+    assert len(cluster.workers()) == 2  # closing a connection leaves the cluster running
+
+
+def test_connect_to_nobody_fails_fast():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.monotonic()
+    with pytest.raises(ClusterError, match=f"no coordinator answers at tcp://127.0.0.1:{port}"):
+        connect(f"tcp://127.0.0.1:{port}", timeout=0.5)
+    assert time.monotonic() - t0 < 10
+
+
+def test_request_timeout_names_the_peer():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with Peer(f"tcp://127.0.0.1:{port}", name="the void") as peer:
+        with pytest.raises(RemoteTimeout, match="no reply to 'status' from the void within 0.2 s"):
+            peer.request("status", timeout=0.2)
+
+
+def test_a_killed_worker_is_reported_lost(cluster):
+    victim = cluster.workers()[0]
+    os.kill(victim.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        states = {w.id: w.alive for w in cluster.workers()}
+        if not states[victim.id]:
+            break
+        time.sleep(0.1)
+    assert states == {victim.id: False, cluster.workers()[1].id: True}
+
+
+def test_processes_stop_when_the_client_dies(tmp_path):
+    """A client killed with SIGKILL cannot clean up: its cluster must end by itself."""
+    script = tmp_path / "client.py"
+    script.write_text(textwrap.dedent("""
+        import sys, time
+        from disthook.distributed import local_cluster
+        c = local_cluster(workers=2)
+        print(" ".join(str(p.pid) for p in c._processes), flush=True)
+        time.sleep(600)
+    """))
+    client = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in client.stdout.readline().split()]
+        assert len(pids) == 3
+        client.kill()
+        client.wait(10)
+        assert all(gone(pid, within=20) for pid in pids)
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+
+
+def test_launch_and_status_commands(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    launch = subprocess.Popen([sys.executable, "-m", "disthook.cli", "launch", "--workers", "2",
+                               "--bind", address, "--log-level", "WARNING"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = launch.stdout.readline()
+        assert line.startswith(f"disthook cluster up: coordinator {address}, 2 worker(s)"), line
+        status = subprocess.run([sys.executable, "-m", "disthook.cli", "status",
+                                 "--coordinator", address], capture_output=True, text=True, check=False,
+                                timeout=60)
+        assert status.returncode == 0, status.stderr
+        lines = status.stdout.splitlines()
+        assert lines[0].startswith(f"coordinator {address}")
+        assert len(lines) == 4 and all(" yes " in line for line in lines[2:])
+        launch.send_signal(signal.SIGINT)
+        assert launch.wait(30) == 0
+        assert "stopping the cluster" in launch.stderr.read()
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+            launch.wait()
+    status = subprocess.run([sys.executable, "-m", "disthook.cli", "status", "--coordinator",
+                             address, "--timeout", "0.5"], capture_output=True, text=True, check=False,
+                            timeout=60)
+    assert status.returncode == 1
+    assert f"no coordinator answers at {address}" in status.stderr

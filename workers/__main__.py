@@ -1,0 +1,5 @@
+import sys
+
+from workers.server import main
+
+sys.exit(main())
