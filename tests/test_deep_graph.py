@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gc
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -35,7 +34,6 @@ def low_recursion_limit():
 
 
 def test_chain_of_100k_muls_forward_backward_and_teardown(low_recursion_limit):
-    t0 = time.perf_counter()
     x = torch.tensor([1.0, 2.0], requires_grad=True)
     y = x
     for _ in range(N):
@@ -52,7 +50,6 @@ def test_chain_of_100k_muls_forward_backward_and_teardown(low_recursion_limit):
     # dropping the last references frees 100k nodes without recursing
     del y, s
     gc.collect()
-    assert time.perf_counter() - t0 < 10.0
 
 
 def test_chain_of_100k_adds_teardown_without_backward(low_recursion_limit):
