@@ -41,7 +41,7 @@ int16 = short = dtype("int16", np.int16, "torch.ShortTensor")
 int32 = int = dtype("int32", np.int32, "torch.IntTensor")
 int64 = long = dtype("int64", np.int64, "torch.LongTensor")
 uint8 = dtype("uint8", np.uint8, "torch.ByteTensor")
-bool = dtype("bool", np.bool_, "torch.BoolTensor")  # noqa: A001 - torch's name
+bool = dtype("bool", np.bool_, "torch.BoolTensor")
 
 ALL = (float16, float32, float64, int8, int16, int32, int64, uint8, bool)
 _BY_NP = {d.np: d for d in ALL}

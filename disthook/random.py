@@ -1,73 +1,92 @@
-"""The random number generator behind rand/randn/randint and initialisers.
+"""The random number generators behind rand/randn/randint and initialisers.
 
-One numpy PCG64 generator, seeded like torch's default generator at import, so programs are
-reproducible without a seed. Numbers differ from torch's (its generator is mt19937).
+Each ``Generator`` is an independent numpy PCG64 stream; ``default_generator`` is the one
+used when no ``generator=`` is given. Every generator starts from torch's default seed, so
+programs are reproducible without a seed. Numbers differ from torch's (its generator is
+mt19937).
 """
 from __future__ import annotations
+
+import json
 
 import numpy as np
 
 DEFAULT_SEED = 67280421310721  # torch.initial_seed() of a fresh process
-
-_state = {"seed": DEFAULT_SEED, "gen": np.random.default_rng(DEFAULT_SEED)}
-
-
-def manual_seed(seed: int):
-    seed = int(seed)
-    _state["seed"] = seed
-    _state["gen"] = np.random.default_rng(seed & 0xFFFFFFFFFFFFFFFF)
-    return Generator(seed)
-
-
-def seed() -> int:
-    s = int(np.random.SeedSequence().entropy) & 0xFFFFFFFFFFFFFFFF
-    manual_seed(s)
-    return s
-
-
-def initial_seed() -> int:
-    return _state["seed"]
-
-
-def get_rng_state():
-    from disthook.tensor import Tensor
-
-    import json
-
-    raw = json.dumps(_state["gen"].bit_generator.state).encode()
-    return Tensor._make(np.frombuffer(raw, dtype=np.uint8).copy(), None, 0)
-
-
-def set_rng_state(state) -> None:
-    import json
-
-    gen = np.random.default_rng()
-    gen.bit_generator.state = json.loads(bytes(state._data.astype(np.uint8)).decode())
-    _state["gen"] = gen
+_SEED_MASK = 0xFFFFFFFFFFFFFFFF
 
 
 class Generator:
-    """Handle returned by ``manual_seed`` (the process has one generator)."""
+    """One random stream: seeding or drawing from it never touches another generator."""
 
-    def __init__(self, seed: int = DEFAULT_SEED):
-        self._seed = seed
+    def __init__(self, device="cpu") -> None:
+        self._device = device
+        self.manual_seed(DEFAULT_SEED)
+
+    @property
+    def device(self):
+        from disthook.tensor import device
+
+        return device(self._device)
 
     def manual_seed(self, seed: int) -> "Generator":
-        manual_seed(seed)
-        self._seed = seed
+        self._seed = int(seed)
+        self._rng = np.random.default_rng(self._seed & _SEED_MASK)
         return self
+
+    def seed(self) -> int:
+        """Reseed from fresh entropy; returns the new seed."""
+        s = int(np.random.SeedSequence().entropy) & _SEED_MASK
+        self.manual_seed(s)
+        return s
 
     def initial_seed(self) -> int:
         return self._seed
 
+    def get_state(self):
+        """The stream's state as a uint8 tensor (JSON of numpy's bit-generator state)."""
+        from disthook.tensor import Tensor
 
-def gen() -> np.random.Generator:
-    return _state["gen"]
+        raw = json.dumps(self._rng.bit_generator.state).encode()
+        return Tensor._make(np.frombuffer(raw, dtype=np.uint8).copy(), None, 0)
+
+    def set_state(self, state) -> "Generator":
+        rng = np.random.default_rng()
+        rng.bit_generator.state = json.loads(bytes(state._data.astype(np.uint8)).decode())
+        self._rng = rng
+        return self
 
 
-def uniform(a, b, shape, dtype) -> np.ndarray:
-    return gen().uniform(a, b, size=tuple(shape)).astype(dtype)
+default_generator = Generator()
 
 
-def normal(mean, std, shape, dtype) -> np.ndarray:
-    return gen().normal(mean, std, size=tuple(shape)).astype(dtype)
+def manual_seed(seed: int) -> Generator:
+    return default_generator.manual_seed(seed)
+
+
+def seed() -> int:
+    return default_generator.seed()
+
+
+def initial_seed() -> int:
+    return default_generator.initial_seed()
+
+
+def get_rng_state():
+    return default_generator.get_state()
+
+
+def set_rng_state(state) -> None:
+    default_generator.set_state(state)
+
+
+def gen(generator: Generator | None = None) -> np.random.Generator:
+    """The numpy stream of ``generator``, or of the default generator."""
+    return (default_generator if generator is None else generator)._rng
+
+
+def uniform(a, b, shape, dtype, generator: Generator | None = None) -> np.ndarray:
+    return gen(generator).uniform(a, b, size=tuple(shape)).astype(dtype)
+
+
+def normal(mean, std, shape, dtype, generator: Generator | None = None) -> np.ndarray:
+    return gen(generator).normal(mean, std, size=tuple(shape)).astype(dtype)

@@ -13,6 +13,7 @@ from collections import OrderedDict
 import numpy as np
 
 from disthook import _dtype
+from disthook import random as _random
 from disthook._dtype import dtype as _DType
 from disthook.autograd import grad_mode
 from disthook.ops import elementwise as E
@@ -30,6 +31,26 @@ NON_LEAF_GRAD_WARNING = (
     "instead. See github.com/pytorch/pytorch/pull/30531 for more information."
 )
 NO_GRAD_HOOK_MSG = "cannot register a hook on a tensor that doesn't require gradient"
+TO_SCALAR_WARNING = (
+    "Converting a tensor with requires_grad=True to a scalar may lead to unexpected "
+    "behavior.\nConsider using tensor.detach() first.")
+NON_LEAF_REQUIRES_GRAD_MSG = "you can only change requires_grad flags of leaf variables."
+NON_LEAF_REQUIRES_GRAD_HINT = (
+    " If you want to use a computed variable in a subgraph that doesn't require "
+    "differentiation use var_no_grad = var.detach().")
+FACTORY_REQUIRES_GRAD_MSG = (
+    "Only Tensors of floating point and complex dtype can require gradients")
+NO_GRAD_VIEW_HINT = (
+    " Given that this use case is ambiguous and error-prone, it is forbidden. You can clarify "
+    "your code by moving both the view and the inplace either both inside the no_grad block "
+    "(if you don't want the inplace to be tracked) or both outside (if you want the inplace "
+    "to be tracked).")
+MULTI_OUTPUT_VIEW_HINT = (
+    " This view is the output of a function that returns multiple views. Such functions do "
+    "not allow the output views to be modified inplace. You should replace the inplace "
+    "operation by an out-of-place one.")
+LEAF_INPLACE_MSG = "a leaf Variable that requires grad is being used in an in-place operation."
+VIEW_OF_LEAF_INPLACE_MSG = "a view of " + LEAF_INPLACE_MSG
 
 
 _new = object.__new__
@@ -50,6 +71,24 @@ class Size(tuple):
     def __getitem__(self, item):
         out = tuple.__getitem__(self, item)
         return Size(out) if isinstance(item, slice) else out
+
+    # concatenation and repetition stay Sizes, from either side
+    def __add__(self, other):
+        if not isinstance(other, tuple):
+            raise TypeError(f"can only concatenate tuple (not {type(other).__name__}) to "
+                            "torch.Size")
+        return Size(tuple.__add__(self, other))
+
+    def __radd__(self, other):
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return Size(tuple.__add__(other, self))
+
+    def __mul__(self, n):
+        out = tuple.__mul__(self, n)
+        return out if out is NotImplemented else Size(out)
+
+    __rmul__ = __mul__
 
 
 class device:
@@ -75,9 +114,9 @@ class device:
         return self.type if self.index is None else f"{self.type}:{self.index}"
 
     def __eq__(self, other) -> bool:
-        if isinstance(other, str):
-            other = device(other)
-        return isinstance(other, device) and (self.type, self.index) == (other.type, other.index)
+        if not isinstance(other, device):
+            return NotImplemented  # as in torch, a device never equals its name
+        return (self.type, self.index) == (other.type, other.index)
 
     def __hash__(self) -> int:
         return hash((self.type, self.index))
@@ -87,13 +126,16 @@ CPU = device("cpu")
 
 
 def _check_device(dev) -> None:
+    """Only the CPU exists: other devices fail as they do in a CPU-only torch build."""
     if dev is None:
         return
     d = dev if isinstance(dev, device) else device(dev)
+    if d.type == "cuda":
+        raise AssertionError("Torch not compiled with CUDA enabled")
+    if d.type == "mps":
+        raise RuntimeError("PyTorch is not linked with support for mps devices")
     if d.type != "cpu":
-        raise RuntimeError(
-            f"disthook runs on the CPU only; device '{d}' is not available "
-            "(disthook.cuda.is_available() is False)")
+        raise RuntimeError(f"disthook runs on the CPU only; device '{d}' is not available")
 
 
 def _np_dtype(dtype):
@@ -131,7 +173,9 @@ class Tensor:
     _backward_hooks = None
     _post_acc_hooks = None
     _retains_grad = False
-    _base = None
+    _base = None  # the root tensor whose memory a view shares
+    _view_creation = 0  # ops.base.DEFAULT_VIEW / NO_GRAD_VIEW / MULTI_OUTPUT_VIEW
+    _views = None  # on a root: weak references to its views whose history follows it
     _grad_acc = None
     # numpy scalars and arrays defer to Tensor's reflected operators, as they do for torch's
     __array_priority__ = 1000
@@ -258,19 +302,22 @@ class Tensor:
     @requires_grad.setter
     def requires_grad(self, value: bool) -> None:
         if self._grad_fn is not None:
-            if value:
-                return
-            raise RuntimeError(
-                "you can only change requires_grad flags of leaf variables. If you want to use "
-                "a computed variable in a subgraph that doesn't require differentiation use "
-                "var_no_grad = var.detach().")
+            raise RuntimeError(NON_LEAF_REQUIRES_GRAD_MSG + (
+                "" if value else NON_LEAF_REQUIRES_GRAD_HINT))
         if value and self._data.dtype.kind != "f":
             raise RuntimeError(
                 "only Tensors of floating point and complex dtype can require gradients")
         self._requires_grad = builtins.bool(value)
 
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
-        self.requires_grad = requires_grad
+        # torch words these two checks differently from the property setter's
+        if self._grad_fn is not None:
+            if not requires_grad:
+                raise RuntimeError(NON_LEAF_REQUIRES_GRAD_MSG + NON_LEAF_REQUIRES_GRAD_HINT)
+            return self  # a non-leaf already requires grad
+        if requires_grad and self._data.dtype.kind != "f":
+            raise RuntimeError("only Tensors of floating point dtype can require gradients")
+        self._requires_grad = builtins.bool(requires_grad)
         return self
 
     @property
@@ -300,10 +347,15 @@ class Tensor:
                     f"tensor of size '{list(self.shape)}'. Please ensure that the gradient and "
                     "the tensor are the same size")
             if value._data.dtype != self._data.dtype:
+                got = _dtype.c_type_name(value.dtype)
+                want = _dtype.scalar_type_name(self.dtype)
                 raise RuntimeError(
-                    "attempting to assign a gradient with dtype "
-                    f"'{value.dtype.name}' to a tensor with dtype '{self.dtype.name}'. Please "
-                    "ensure that the gradient and the tensor have the same dtype")
+                    f"attempting to assign a gradient with dtype '{got}' to a tensor with "
+                    f"grad_dtype '{want}'. The gradient must match the tensor's grad_dtype "
+                    "(defaults to the tensor's dtype). You can set the tensor's grad_dtype "
+                    "attribute with a specific dtype, or None to allow any dtype. Set grad_dtype "
+                    "with caution. Diverging the dtypes of a tensor and its gradient may break "
+                    "downstream systems that assume they match.")
         self._grad = value
 
     @grad.deleter
@@ -370,7 +422,7 @@ class Tensor:
 
     # ---- conversion ----------------------------------------------------------------------
     def numpy(self, *, force: bool = False) -> np.ndarray:
-        if self._requires_grad and not force:
+        if self._requires_grad and not force and grad_mode._state.enabled:
             raise RuntimeError(
                 "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() "
                 "instead.")
@@ -389,10 +441,18 @@ class Tensor:
         return self._data.tolist()
 
     def __float__(self) -> float:
-        return builtins.float(self.item())
+        if self._requires_grad:
+            warnings.warn(TO_SCALAR_WARNING, UserWarning, stacklevel=2)
+        return builtins.float(self._scalar())
 
     def __int__(self) -> int:
-        return builtins.int(self.item())
+        return builtins.int(self._scalar())
+
+    def _scalar(self):
+        """The one element, for Python's number conversions (ValueError otherwise)."""
+        if self._data.size != 1:
+            raise ValueError("only one element tensors can be converted to Python scalars")
+        return self._data.reshape(()).item()
 
     def __index__(self) -> int:
         if self._data.dtype.kind not in "iub" or self._data.size != 1:
@@ -403,7 +463,7 @@ class Tensor:
     def __bool__(self) -> bool:
         if self._data.size != 1:
             raise RuntimeError(
-                f"Boolean value of Tensor with more than one value is ambiguous")
+                "Boolean value of Tensor with more than one value is ambiguous")
         return builtins.bool(self._data.reshape(()).item())
 
     def __len__(self) -> int:
@@ -426,7 +486,9 @@ class Tensor:
         if self._grad_fn is not None:
             raise RuntimeError(
                 "Only Tensors created explicitly by the user (graph leaves) support the "
-                "deepcopy protocol at the moment.")
+                "deepcopy protocol at the moment.  If you were attempting to deepcopy a "
+                "module, this may be because of a torch.nn.utils.weight_norm usage, see "
+                "https://github.com/pytorch/pytorch/pull/103001")
         t = type(self).__new__(type(self))
         Tensor._init(t, self._data.copy(), None, 0)
         t._requires_grad = self._requires_grad
@@ -440,7 +502,7 @@ class Tensor:
 
         suffixes = []
         if self._grad_fn is not None:
-            suffixes.append(f"grad_fn=<{self._grad_fn.name()}>")
+            suffixes.append(f"grad_fn=<{type(self._grad_fn).__name__}>")
         elif self._requires_grad:
             suffixes.append("requires_grad=True")
         return format_tensor(self._data, suffixes=suffixes)
@@ -451,10 +513,14 @@ class Tensor:
         return object.__format__(self, spec) if spec else repr(self)
 
     def detach(self) -> "Tensor":
+        """A new leaf sharing memory and version counter, but not a view: in-place changes of
+        it are not tracked, as in torch."""
         t = Tensor._make(self._data, None, 0)
         t._vc = self._vc
-        t._base = self._base
         return t
+
+    def _is_view(self) -> bool:
+        return self._base is not None
 
     def detach_(self) -> "Tensor":
         if self._base is not None and self._base._requires_grad:
@@ -486,7 +552,7 @@ class Tensor:
         np_dt = _dtype.to_dtype(target).np
         if np_dt == self._data.dtype:
             return self.clone() if copy else self
-        return ToCopy.apply(self, dtype=np_dt)
+        return (ToCopy if np_dt.kind == "f" else CastNoGrad).apply(self, dtype=np_dt)
 
     def cpu(self, memory_format=None) -> "Tensor":
         return self
@@ -663,6 +729,33 @@ class Tensor:
         return E.BitNot.apply(self)
 
     __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
+
+    # augmented assignment is in place, as in torch: ``w -= lr * w.grad`` updates w itself
+    def __iadd__(self, other):
+        return self.add_(other) if _is_operand(other) else NotImplemented
+
+    def __isub__(self, other):
+        return self.sub_(other) if _is_operand(other) else NotImplemented
+
+    def __imul__(self, other):
+        return self.mul_(other) if _is_operand(other) else NotImplemented
+
+    def __itruediv__(self, other):
+        return self.div_(other) if _is_operand(other) else NotImplemented
+
+    __idiv__ = __itruediv__
+
+    def __ipow__(self, exponent):
+        return self.pow_(exponent) if _is_operand(exponent) else NotImplemented
+
+    def __iand__(self, other):
+        return self._inplace_binary(E.BitAnd, other) if _is_operand(other) else NotImplemented
+
+    def __ior__(self, other):
+        return self._inplace_binary(E.BitOr, other) if _is_operand(other) else NotImplemented
+
+    def __ixor__(self, other):
+        return self._inplace_binary(E.BitXor, other) if _is_operand(other) else NotImplemented
 
     def add(self, other, *, alpha=1):
         return self._binary(E.Add, other, alpha=alpha)
@@ -1014,9 +1107,9 @@ class Tensor:
 
     def mm(self, other):
         if self.ndim != 2:
-            raise RuntimeError(f"self must be a matrix")
+            raise RuntimeError("self must be a matrix")
         if other.ndim != 2:
-            raise RuntimeError(f"mat2 must be a matrix")
+            raise RuntimeError("mat2 must be a matrix")
         L.check_same_dtype(self, other, "mm")
         return L.Mm.apply(self, other)
 
@@ -1033,7 +1126,7 @@ class Tensor:
 
     def bmm(self, other):
         if self.ndim != 3 or other.ndim != 3:
-            raise RuntimeError(f"batch1 must be a 3D tensor")
+            raise RuntimeError("batch1 must be a 3D tensor")
         L.check_same_dtype(self, other, "bmm")
         return L.Bmm.apply(self, other)
 
@@ -1259,6 +1352,10 @@ class Tensor:
 
     def __setitem__(self, item, value):
         index = _index_arg(item)
+        if (self._grad_fn is None and self._requires_grad and grad_mode._state.enabled
+                and _is_basic(index)):
+            # torch writes a basic index through a view of self: the error says so
+            raise RuntimeError(VIEW_OF_LEAF_INPLACE_MSG)
         if not isinstance(value, Tensor):
             value = Tensor._make(np.asarray(value, dtype=self._data.dtype), None, 0)
         self._inplace(S.IndexPut, value.to(self.dtype), index=index)
@@ -1292,42 +1389,71 @@ class Tensor:
         """Apply ``op`` to (self, *others) and write the result into self's storage.
 
         When a graph is recorded, self's old value becomes the op's input (hooks registered
-        before stay bound to it) and self takes the op's node as its grad_fn.
+        before stay bound to it) and self takes the op's node as its grad_fn. When self is a
+        view, its root base takes the history instead (a CopySlices node that runs the op's
+        backward on the view's part of the gradient), and every view of the root is rebased
+        onto it, as in torch.
         """
         records = grad_mode._state.enabled and (
             self._requires_grad or builtins.any(o._requires_grad for o in others))
-        if records and self._grad_fn is None and self._requires_grad:
-            raise RuntimeError(
-                "a leaf Variable that requires grad is being used in an in-place operation.")
-        custom_view = self.__dict__.get("_custom_view") if records else None
-        if custom_view is not None:
-            from disthook.autograd.function import VIEW_INPLACE_MSG
-
-            raise RuntimeError(VIEW_INPLACE_MSG.format(i=custom_view[0], name=custom_view[1]))
-        if records and self._base is not None and self._base._requires_grad:
-            raise RuntimeError(
-                "disthook does not support in-place modification of a view of a tensor that "
-                "requires grad; clone() the view first, or modify it under no_grad()")
         if not records:
+            if self._view_creation and grad_mode._state.enabled and self._base._requires_grad:
+                self._check_view_inplace()  # a view made under no_grad of a tracked base
             with grad_mode.no_grad():
                 out = op.apply(self, *others, **params)
             _write(self, out._data)
             return self
+        if self._base is None:
+            if self._grad_fn is None and self._requires_grad:
+                raise RuntimeError(LEAF_INPLACE_MSG)
+        else:
+            self._check_view_inplace()
         old = Tensor._make(self._data.copy(), self._grad_fn, self._output_nr)
         old._requires_grad = self._requires_grad
         out = op.apply(old, *others, **params)
         _write(self, out._data)
+        if self._base is None:
+            self._set_history(out._grad_fn, out._output_nr)
+            if self._views:
+                S.rebase_views(self)
+        else:
+            S.rebase_on_view_inplace(self, out._grad_fn)
+        return self
+
+    def _check_view_inplace(self) -> None:
+        """Errors torch gives for a recorded in-place op on a view it cannot rebase."""
+        custom_view = self.__dict__.get("_custom_view")
+        if custom_view is not None:
+            from disthook.autograd.function import VIEW_INPLACE_MSG
+
+            raise RuntimeError(VIEW_INPLACE_MSG.format(i=custom_view[0], name=custom_view[1]))
+        creation = self._view_creation
+        if creation:
+            if self._grad_fn is not None:
+                name = _strip_backward(self._grad_fn.name())
+                msg = (f"Output {self._output_nr} of {name} is a view and is being modified "
+                       "inplace.")
+            else:
+                msg = ("A view was created in no_grad mode and is being modified inplace with "
+                       "grad mode enabled.")
+            raise RuntimeError(msg + (NO_GRAD_VIEW_HINT if creation == S.NO_GRAD_VIEW
+                                      else MULTI_OUTPUT_VIEW_HINT))
+        root = self._base
+        if root._grad_fn is None and root._requires_grad:
+            raise RuntimeError(VIEW_OF_LEAF_INPLACE_MSG)
+
+    def _set_history(self, node, output_nr: int) -> None:
+        """Give this tensor a new grad_fn (after an in-place op): hooks registered before stay
+        with the old one; retain_grad follows the tensor."""
         old_node, old_nr = self._grad_fn, self._output_nr
-        self._grad_fn, self._output_nr = out._grad_fn, out._output_nr
+        self._grad_fn, self._output_nr = node, output_nr
         self._requires_grad = True
         self._backward_hooks = None
         if self._retains_grad:
-            # retain_grad follows the tensor to its newest version
             if old_node is not None and old_node._retains:
                 old_node._retains.pop(old_nr, None)
             self._retains_grad = False
             self.retain_grad()
-        return self
 
     def _inplace_binary(self, op, other, **params):
         a, b = binary_operands(self, other)
@@ -1341,6 +1467,12 @@ class Tensor:
             raise RuntimeError(
                 f"output with shape {list(self.shape)} doesn't match the broadcast shape "
                 f"{list(np.broadcast_shapes(self._data.shape, b._data.shape))}")
+        ufunc = _UFUNC_INPLACE.get(op) if not grad_mode._state.enabled else None
+        if ufunc is not None:
+            # no graph (an optimizer step): compute straight into self's memory
+            alpha = params.get("alpha", 1)
+            _write_with(self, ufunc, b._data if alpha == 1 else b._data * alpha)
+            return self
         return self._inplace(op, b, **params)
 
     def add_(self, other, *, alpha=1):
@@ -1353,9 +1485,18 @@ class Tensor:
         return self._inplace_binary(E.Mul, other)
 
     def div_(self, other):
+        if self._data.dtype.kind != "f" and result_dtype(self, other).kind != "f":
+            # true division of integers is floating, which an integer tensor cannot hold
+            raise RuntimeError(f"result type Float can't be cast to the desired output type "
+                               f"{_kind_title(self._data.dtype)}")
         return self._inplace_binary(E.Div, other)
 
     def pow_(self, exponent):
+        if isinstance(exponent, Tensor):
+            return self._inplace_binary(E.Pow, exponent)
+        if self._data.dtype.kind != "f" and isinstance(exponent, builtins.float):
+            raise RuntimeError(f"result type Float can't be cast to the desired output type "
+                               f"{_kind_title(self._data.dtype)}")
         return self._inplace(E.PowScalar, exponent=exponent)
 
     def neg_(self):
@@ -1393,7 +1534,7 @@ class Tensor:
         return self._inplace(S.MaskedFill, mask, value=value)
 
     def zero_(self):
-        return self.fill_(0)
+        return self._inplace(Zero, value=0)
 
     def fill_(self, value):
         if isinstance(value, Tensor):
@@ -1408,31 +1549,50 @@ class Tensor:
             src = src.expand(self.shape)
         return self._inplace(CopyFrom, src)
 
-    def uniform_(self, a=0.0, b=1.0, generator=None):
-        from disthook import random as _random
+    def uniform_(self, a=0.0, b=1.0, *, generator=None):
+        return self._inplace(Uniform, low=a, high=b, generator=generator)
 
-        with grad_mode.no_grad():
-            _write(self, _random.uniform(a, b, self.shape, self._data.dtype))
-        return self
-
-    def normal_(self, mean=0.0, std=1.0, generator=None):
-        from disthook import random as _random
-
-        with grad_mode.no_grad():
-            _write(self, _random.normal(mean, std, self.shape, self._data.dtype))
-        return self
+    def normal_(self, mean=0.0, std=1.0, *, generator=None):
+        return self._inplace(Normal, mean=mean, std=std, generator=generator)
 
 
 def _write(t: Tensor, values: np.ndarray) -> None:
     """Write ``values`` into ``t``'s storage and bump its version counter."""
+    _write_with(t, None, values)
+
+
+# binary in-place ops that, without a graph, run as a numpy ufunc writing into the tensor
+_UFUNC_INPLACE = {E.Add: np.add, E.Sub: np.subtract, E.Mul: np.multiply, E.Div: np.divide}
+
+
+def _write_with(t: Tensor, ufunc, values: np.ndarray) -> None:
+    """``t = ufunc(t, values)`` (or ``t = values`` without a ufunc) in ``t``'s storage, and
+    bump its version counter."""
     try:
-        np.copyto(t._data, values, casting="unsafe")
+        if ufunc is None:
+            np.copyto(t._data, values, casting="unsafe")
+        else:
+            ufunc(t._data, values, out=t._data, casting="unsafe")
     except ValueError:
         raise RuntimeError(
             "unsupported operation: more than one element of the written-to tensor refers to a "
             "single memory location. Please clone() the tensor before performing the operation."
         ) from None
     t._vc[0] += 1
+
+
+def _strip_backward(name: str) -> str:
+    """A node's name as torch's messages print it: ``MulBackward0`` -> ``Mul``,
+    ``PowBackward1`` -> ``Pow1``, ``MyFnBackward`` -> ``MyFn``."""
+    stem, sep, digits = name.rpartition("Backward")
+    if not sep or not (digits == "" or digits.isdigit()):
+        return name
+    return stem + ("" if digits in ("", "0") else digits)
+
+
+def _is_operand(x) -> bool:
+    """Can ``x`` be the other operand of an arithmetic op (else NotImplemented)?"""
+    return isinstance(x, (Tensor, numbers.Number, np.generic))
 
 
 def _kind_title(dt) -> str:
@@ -1508,8 +1668,33 @@ class _ValuesIndices(tuple):
         return f"torch.return_types.{self._name}(\nvalues={self[0]!r},\nindices={self[1]!r})"
 
 
+class _StaleView(Tensor):
+    """A view made by a multi-output op (split, unbind) after its base changed in place: its
+    history cannot be rebuilt, so reading its grad_fn (an op recording it, backward, repr)
+    raises, as in torch. ``break_view`` turns a view into one."""
+
+    __slots__ = ()
+    _grad_fn_slot = Tensor.__dict__["_grad_fn"]
+
+    @property
+    def _grad_fn(self):
+        raise RuntimeError(self.__dict__["_stale_msg"])
+
+    @_grad_fn.setter
+    def _grad_fn(self, node) -> None:
+        _StaleView._grad_fn_slot.__set__(self, node)
+
+
+def break_view(view: Tensor) -> None:
+    name = _strip_backward(view._grad_fn.name())
+    view.__dict__["_stale_msg"] = (
+        f"Output {view._output_nr} of {name} is a view and its base or another view of its "
+        "base has been modified inplace." + MULTI_OUTPUT_VIEW_HINT)
+    view.__class__ = _StaleView
+
+
 # ---- ops that only Tensor methods use -----------------------------------------------------
-from disthook.ops.base import Op  # noqa: E402
+from disthook.ops.base import Op
 
 
 class Clone(Op):
@@ -1533,7 +1718,15 @@ class ToCopy(Op):
         return g.to(ctx.dtype)
 
 
+class CastNoGrad(ToCopy):
+    """A cast to an integer or bool dtype: not differentiable, the result has no history."""
+
+    differentiable = False
+
+
 class Fill(Op):
+    node_name = "FillBackward2"  # torch's name for fill_ with a number
+
     @staticmethod
     def forward(ctx, a, value):
         return np.full_like(a._data, value)
@@ -1543,8 +1736,39 @@ class Fill(Op):
         return g * 0
 
 
+class Zero(Fill):
+    node_name = "ZeroBackward0"
+
+
+class Uniform(Op):
+    """``uniform_``: fresh values, independent of the old ones (gradient zero)."""
+
+    @staticmethod
+    def forward(ctx, a, low, high, generator):
+        return _random.uniform(low, high, a._data.shape, a._data.dtype, generator)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 0
+
+
+class Normal(Op):
+    """``normal_``: fresh values, independent of the old ones (gradient zero)."""
+
+    @staticmethod
+    def forward(ctx, a, mean, std, generator):
+        return _random.normal(mean, std, a._data.shape, a._data.dtype, generator)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 0
+
+
 class CopyFrom(Op):
     node_name = "CopyBackwards"
+
+    def name(self) -> str:
+        return "torch::autograd::CopyBackwards"  # torch's qualified name for this C++ node
 
     @staticmethod
     def forward(ctx, a, src):
@@ -1587,10 +1811,7 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
         data = _unwrap_nested(data)
         np_dt = _np_dtype(dtype) if dtype is not None else _infer_dtype(data)
         arr = np.array(data, dtype=np_dt)
-    t = Tensor._make(arr, None, 0)
-    if requires_grad:
-        t.requires_grad_(True)
-    return t
+    return _factory(arr, requires_grad)
 
 
 def as_tensor(data, dtype=None, device=None) -> Tensor:
@@ -1621,10 +1842,13 @@ def _size_args(size) -> tuple:
 
 
 def _factory(arr: np.ndarray, requires_grad: bool, device=None) -> Tensor:
+    """A new leaf holding ``arr``; factories word the dtype check with a capital O."""
     _check_device(device)
     t = Tensor._make(arr, None, 0)
     if requires_grad:
-        t.requires_grad_(True)
+        if arr.dtype.kind != "f":
+            raise RuntimeError(FACTORY_REQUIRES_GRAD_MSG)
+        t._requires_grad = True
     return t
 
 

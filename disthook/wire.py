@@ -192,7 +192,7 @@ def decode(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS) -> Message:
         header = unpacker.unpack()
     except WireError:
         raise
-    except Exception as exc:  # noqa: BLE001 - msgpack raises many types for bad input
+    except Exception as exc:
         raise WireError(f"malformed header: {type(exc).__name__}: {exc}") from None
     if unpacker.tell() != len(head):
         raise WireError(f"header has {len(head) - unpacker.tell()} trailing bytes")

@@ -284,9 +284,6 @@ def test_backward_inputs_non_leaf_gets_grad(T):
     assert w.grad is None
 
 
-@libs(xfail="backward(inputs=[non_leaf]) does not make the non-leaf retain grad: torch calls "
-      "retain_grad() on it, so retains_grad is True and a later plain backward() accumulates "
-      "into its .grad; disthook only writes .grad in engine._capture")
 def test_backward_inputs_non_leaf_starts_retaining_grad(T):
     x = T.tensor([1.0, 2.0], requires_grad=True)
     h = x * 2
@@ -324,16 +321,12 @@ def test_backward_inputs_empty(T):
         (x * 2).sum().backward(inputs=[])
 
 
-@libs(xfail="'inputs' error text: disthook says \"'inputs' argument to backward() cannot be "
-      "empty.\", torch uses backticks")
 def test_backward_inputs_empty_exact_message(T):
     x = T.ones(2, requires_grad=True)
     with exact(RuntimeError, "`inputs` argument to `backward()` cannot be empty."):
         (x * 2).sum().backward(inputs=[])
 
 
-@libs(xfail="backward(inputs=[t]) with t not requiring grad: torch raises \"can't retain_grad "
-      "on Tensor that has requires_grad=False\", disthook another text")
 def test_backward_inputs_not_requiring_grad(T):
     x = T.ones(2, requires_grad=True)
     with exact(RuntimeError, "can't retain_grad on Tensor that has requires_grad=False"):
@@ -392,8 +385,6 @@ def test_autograd_backward_mismatch_in_second_root(T):
     assert x.grad is None
 
 
-@libs(xfail="count mismatch text: torch says 'got 2 tensors and 1 gradients', disthook "
-      "'got 1 gradients for 2 outputs' (autograd/__init__.py _make_grads)")
 def test_autograd_backward_count_mismatch(T):
     x = T.tensor([1.0, 2.0], requires_grad=True)
     with exact(RuntimeError, "got 2 tensors and 1 gradients"):
@@ -469,8 +460,6 @@ def test_grad_unused_input_error(T):
         T.autograd.grad((a * 2).sum(), [a, b])
 
 
-@libs(xfail="unused-input error text: torch 2.13 says 'The differentiated Tensor at index 1 "
-      "appears...', disthook 'One of the differentiated Tensors appears...' (autograd.grad)")
 def test_grad_unused_input_error_exact(T):
     a = T.ones(2, requires_grad=True)
     b = T.ones(2, requires_grad=True)
@@ -525,9 +514,6 @@ def test_grad_through_intermediate_input_stops_there(T):
     close(gx, [3.0, 12.0])  # d(x^3)/dx
 
 
-@libs(xfail="autograd.grad(loss, <generator>) (e.g. model.parameters()) raises TypeError "
-      "'inputs must be a Tensor or a sequence of Tensors, got generator'; torch accepts any "
-      "iterable (autograd/__init__.py _as_tuple only takes Sequence)")
 def test_grad_accepts_generator_inputs(T):
     x = T.tensor([1.0, 2.0], requires_grad=True)
     w = T.tensor([3.0, 4.0], requires_grad=True)
@@ -536,20 +522,124 @@ def test_grad_accepts_generator_inputs(T):
     close(gw, [1.0, 2.0])
 
 
-@libs(xfail="backward(inputs=<generator>) raises TypeError; torch accepts any iterable "
-      "(autograd/__init__.py _as_tuple)")
 def test_backward_accepts_generator_inputs(T):
     x = T.tensor([1.0, 2.0], requires_grad=True)
     (x * x).sum().backward(inputs=(p for p in [x]))
     close(x.grad, [2.0, 4.0])
 
 
-@libs(xfail="grad(out, []) says 'grad requires non-empty inputs.'; torch: '`inputs` argument "
-      "to `grad()` cannot be empty.'")
 def test_grad_empty_inputs_message(T):
     x = T.ones(2, requires_grad=True)
     with exact(RuntimeError, "`inputs` argument to `grad()` cannot be empty."):
         T.autograd.grad((x * 2).sum(), [])
+
+
+def test_grad_and_backward_accept_dict_inputs(T):
+    x = T.tensor([1.0, 2.0], requires_grad=True)
+    w = T.tensor([3.0, 4.0], requires_grad=True)
+    out = T.autograd.grad((x * w).sum(), {"x": x, "w": w}, retain_graph=True)
+    assert isinstance(out, dict) and list(out) == ["x", "w"]
+    close(out["x"], [3.0, 4.0])
+    close(out["w"], [1.0, 2.0])
+    (x * w).sum().backward(inputs={"w": w})
+    close(w.grad, [1.0, 2.0])
+    assert x.grad is None
+
+
+def test_inputs_mapping_that_is_not_a_dict(T):
+    import types
+
+    x = T.ones(2, requires_grad=True)
+    with exact(TypeError, "`inputs` argument to `grad()` must be a dict, not mappingproxy. "
+               "Other Mapping types are not supported."):
+        T.autograd.grad((x * 2).sum(), types.MappingProxyType({"x": x}))
+    with exact(TypeError, "`inputs` argument to `backward()` must be a dict, not "
+               "mappingproxy. Other Mapping types are not supported."):
+        (x * 2).sum().backward(inputs=types.MappingProxyType({"x": x}))
+    with exact(RuntimeError, "`inputs` argument to `backward()` cannot be empty."):
+        (x * 2).sum().backward(inputs={})
+
+
+def test_inputs_that_are_not_tensors(T):
+    x = T.ones(2, requires_grad=True)
+    with exact(RuntimeError, "all inputs have to be Tensors or GradientEdges, but got int"):
+        T.autograd.grad((x * 2).sum(), [x, 3])
+    with exact(RuntimeError, "all inputs have to be Tensors or GradientEdges, but got int"):
+        (x * 2).sum().backward(inputs=[3])
+
+
+def test_roots_and_grad_tensors_may_be_generators(T):
+    x = T.tensor([1.0, 2.0], requires_grad=True)
+    T.autograd.backward((t for t in [x * 2]), (g for g in [T.tensor([1.0, 3.0])]))
+    close(x.grad, [2.0, 6.0])
+    (g,) = T.autograd.grad(iter([(x * x).sum()]), x, iter([None]))
+    close(g, [2.0, 4.0])
+
+
+def test_grad_tensors_must_be_tensors_or_none(T):
+    x = T.ones(2, requires_grad=True)
+    with exact(TypeError, "gradients can be either Tensors or None, but got float"):
+        T.autograd.backward([(x * 2).sum()], [3.0])
+    with pytest.raises(TypeError, match="'float' object is not iterable"):
+        (x * 2).sum().backward(3.0)
+
+
+def test_grad_variables_is_deprecated(T):
+    x = T.ones(2, requires_grad=True)
+    with pytest.warns(FutureWarning, match="^`grad_variables` is deprecated. Use "
+                      "`grad_tensors` instead.$"):
+        T.autograd.backward([(x * 2).sum()], grad_variables=[None])
+    close(x.grad, [2.0, 2.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        with exact(RuntimeError, "`grad_tensors` and `grad_variables` (deprecated) arguments "
+                   "both passed to `backward()`. Please only use `grad_tensors`."):
+            T.autograd.backward([(x * 2).sum()], [None], grad_variables=[None])
+
+
+def test_seed_shape_is_checked_before_requires_grad(T):
+    # torch checks the given gradients (in Python) before the roots (in its engine)
+    with exact(RuntimeError, "Mismatch in shape: grad_output[0] has a shape of "
+               "torch.Size([3]) and output[0] has a shape of torch.Size([2])."):
+        T.autograd.backward([T.ones(2)], [T.ones(3)])
+    with exact(RuntimeError,
+               "element 0 of tensors does not require grad and does not have a grad_fn"):
+        T.autograd.backward([T.ones(2)])
+
+
+def test_grad_with_no_outputs_reports_unused_inputs(T):
+    x = T.ones(2, requires_grad=True)
+    with exact(RuntimeError, UNUSED.format(0)):
+        T.autograd.grad([], [x])
+    assert T.autograd.grad([], [x], allow_unused=True) == (None,)
+    T.autograd.backward([])  # nothing to do
+
+
+def test_backward_inputs_unreachable_non_leaf_still_retains_grad(T):
+    x = T.ones(2, requires_grad=True)
+    h = x * 2
+    (x * 3).sum().backward(inputs=[h])
+    assert h.retains_grad
+    assert h.grad is None and x.grad is None
+
+
+def test_single_root_tensor_hooks_fire_even_when_no_input_is_reached(T):
+    # torch starts from a lone root's node even when it leads to no input: the root's tensor
+    # hooks fire, its node does not run; with several roots, unneeded roots are not visited
+    x = T.ones(2, requires_grad=True)
+    u = T.ones(2, requires_grad=True)
+    out = (x * 3).sum()
+    log = []
+    out.register_hook(lambda g: log.append("tensor"))
+    out.grad_fn.register_prehook(lambda go: log.append("pre"))
+    out.grad_fn.register_hook(lambda gi, go: log.append("post"))
+    assert T.autograd.grad(out, [u], allow_unused=True, retain_graph=True) == (None,)
+    assert log == ["tensor"]
+    out.backward(inputs=[u], retain_graph=True)
+    assert log == ["tensor", "tensor"]
+    assert u.grad is None and x.grad is None
+    assert T.autograd.grad([out, out * 1], [u], allow_unused=True) == (None,)
+    assert log == ["tensor", "tensor"]
 
 
 def test_grad_with_scalar_grad_output(T):
@@ -734,8 +824,6 @@ def test_no_grad_decorator_with_parentheses(T):
     assert f.__name__ == "f"
 
 
-@libs(xfail="@no_grad without parentheses: no_grad(fn) raises TypeError, _Mode has no "
-      "__init__ taking a function (autograd/grad_mode.py)")
 def test_no_grad_decorator_without_parentheses(T):
     @T.no_grad
     def f(x):
@@ -746,8 +834,6 @@ def test_no_grad_decorator_without_parentheses(T):
     assert T.is_grad_enabled()
 
 
-@libs(xfail="a decorated generator function runs with grad enabled: _Mode.__call__ wraps "
-      "only the generator creation (autograd/grad_mode.py)")
 def test_no_grad_decorates_generator(T):
     @T.no_grad()
     def gen():
@@ -818,8 +904,6 @@ def test_set_grad_enabled_decorator(T):
     assert T.is_grad_enabled()
 
 
-@libs(xfail="decorating with @set_grad_enabled(False) leaves grad mode disabled afterwards: "
-      "set_grad_enabled.__init__ sets the mode and __call__ does not restore it")
 def test_set_grad_enabled_decorator_restores_mode_at_definition(T):
     @T.set_grad_enabled(False)
     def f():
@@ -891,11 +975,52 @@ def test_inference_mode(T):
     assert f() is False
 
 
-@libs(xfail="disthook has no torch.is_inference_mode_enabled()")
 def test_is_inference_mode_enabled(T):
     assert T.is_inference_mode_enabled() is False
     with T.inference_mode():
         assert T.is_inference_mode_enabled() is True
+
+
+def test_inference_mode_nesting_and_bare_decorators(T):
+    with T.inference_mode():
+        with T.inference_mode(False):
+            assert T.is_grad_enabled() and not T.is_inference_mode_enabled()
+        with T.enable_grad():
+            assert T.is_grad_enabled() and T.is_inference_mode_enabled()
+    assert T.is_grad_enabled() and not T.is_inference_mode_enabled()
+
+    @T.inference_mode
+    def f():
+        return T.is_inference_mode_enabled(), T.is_grad_enabled()
+
+    @T.enable_grad
+    def g():
+        return T.is_grad_enabled()
+
+    assert f() == (True, False)
+    with T.no_grad():
+        assert g() is True
+
+
+def test_decorated_generator_keeps_mode_across_send_and_return(T):
+    seen = []
+
+    @T.no_grad()
+    def gen():
+        got = yield T.is_grad_enabled()
+        seen.append((got, T.is_grad_enabled()))
+        yield 5
+        return 7
+
+    it = gen()
+    assert next(it) is False
+    assert T.is_grad_enabled()  # the caller's mode between resumptions
+    assert it.send(3) == 5
+    with pytest.raises(StopIteration) as stop:
+        next(it)
+    assert stop.value.value == 7
+    assert seen == [(3, False)]
+    assert T.is_grad_enabled()
 
 
 def test_grad_mode_aliases(T):
@@ -933,9 +1058,6 @@ def test_requires_grad_on_non_leaf(T):
     assert y.requires_grad
 
 
-@libs(xfail="'nonleaf.requires_grad = True' is silently accepted by disthook; torch raises "
-      "'you can only change requires_grad flags of leaf variables.' (Tensor.requires_grad "
-      "setter returns early for value=True)")
 def test_requires_grad_setter_true_on_non_leaf(T):
     y = T.ones(2, requires_grad=True) * 2
     with exact(RuntimeError, "you can only change requires_grad flags of leaf variables."):
@@ -951,16 +1073,12 @@ def test_requires_grad_setter_on_integer_tensor(T):
     assert not t.requires_grad
 
 
-@libs(xfail="int requires_grad_() text: torch says 'only Tensors of floating point dtype can "
-      "require gradients' (no 'and complex'), disthook reuses the setter's message")
 def test_requires_grad_method_on_integer_tensor(T):
     t = T.ones(2, dtype=T.int64)
     with exact(RuntimeError, "only Tensors of floating point dtype can require gradients"):
         t.requires_grad_()
 
 
-@libs(xfail="factory(requires_grad=True) on int dtype: torch says 'Only Tensors...' with a "
-      "capital O, disthook reuses the setter's lower-case message")
 def test_requires_grad_factory_on_integer_dtype(T):
     with exact(RuntimeError,
                "Only Tensors of floating point and complex dtype can require gradients"):
@@ -1103,16 +1221,23 @@ def test_to_same_dtype_returns_self(T):
     assert x.to(T.float32, copy=True) is not x
 
 
-@libs(xfail="float->int/bool casts (.to(int64), .long(), .int(), .to(bool)) record "
-      "ToCopyBackward0 and require grad; torch gives requires_grad=False (ToCopy.apply / "
-      "Op.apply do not drop non-float outputs)")
 def test_float_to_int_cast_is_not_differentiable(T):
     x = T.tensor([1.5, 2.5], requires_grad=True)
     i = x.to(T.int64)
     assert i.dtype == T.int64
     assert not i.requires_grad and i.grad_fn is None
-    for r in (x.long(), x.int(), x.to(T.bool), x.to(T.int32)):
+    for r in (x.long(), x.int(), x.to(T.bool), x.to(T.int32), x.type(T.int64),
+              x.to(T.int64, copy=True), (x * 2).long()):
         assert not r.requires_grad and r.grad_fn is None
+
+
+def test_max_indices_are_not_differentiable(T):
+    x = T.tensor([[1.0, 3.0], [4.0, 2.0]], requires_grad=True)
+    values, indices = x.max(1)
+    assert values.requires_grad and values.grad_fn.name() == "MaxBackward0"
+    assert not indices.requires_grad and indices.grad_fn is None and indices.is_leaf
+    values.sum().backward()
+    assert x.grad.tolist() == [[0.0, 1.0], [1.0, 0.0]]
 
 
 def test_non_differentiable_integer_results(T):
@@ -1215,8 +1340,6 @@ def test_accumulate_grad_node(T):
     assert x.grad_fn is None
 
 
-@libs(xfail="AccumulateGrad.name() is 'torch::autograd::AccumulateGrad' in torch (C++ node "
-      "names are qualified), disthook returns the bare class name (graph.Node.name)")
 def test_accumulate_grad_node_name(T):
     x = T.ones(2, requires_grad=True)
     assert (x * 2).grad_fn.next_functions[0][0].name() == "torch::autograd::AccumulateGrad"
@@ -1267,8 +1390,6 @@ def test_variable_shares_storage(T):
     close(t, [2.0, 3.0])
 
 
-@libs(xfail="Variable(t) returns t itself; torch returns a new detached alias (requires_grad "
-      "False even when t requires grad; requires_grad=True does not flip t)")
 def test_variable_is_a_detached_alias(T):
     a = T.ones(2, requires_grad=True)
     v = T.autograd.Variable(a)
@@ -1279,7 +1400,20 @@ def test_variable_is_a_detached_alias(T):
     assert v3.requires_grad and not t.requires_grad
 
 
-@libs(xfail="autograd.Variable is a function in disthook, so isinstance(t, Variable) raises "
-      "TypeError; in torch it is a class whose isinstance accepts every Tensor")
 def test_isinstance_variable(T):
     assert isinstance(T.ones(2), T.autograd.Variable)
+
+
+def test_variable_shares_memory_and_version_and_checks_its_input(T):
+    a = T.ones(2, requires_grad=True)
+    v = T.autograd.Variable(a)
+    v.add_(1)  # not tracked: v does not require grad
+    assert a.tolist() == [2.0, 2.0] and a._version == 1 and a.is_leaf
+    assert T.autograd.Variable(a * 2).grad_fn is None
+    with exact(TypeError, "Variable data has to be a tensor, but got list"):
+        T.autograd.Variable([1.0])
+    with exact(RuntimeError, "Only Tensors of floating point and complex dtype can require "
+               "gradients"):
+        T.autograd.Variable(T.ones(2, dtype=T.int64), requires_grad=True)
+    with pytest.warns(UserWarning, match="^volatile was removed and now has no effect"):
+        T.autograd.Variable(a, volatile=True)

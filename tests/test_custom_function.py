@@ -47,6 +47,20 @@ SECOND_BACKWARD = (
     "calling backward."
 )
 
+VIEW_INPLACE_MSG = (
+    "Output 0 of {} is a view and is being modified inplace. This view was created inside a "
+    "custom Function (or because an input was returned as-is) and the autograd logic to handle "
+    "view+inplace would override the custom backward associated with the custom Function, "
+    "leading to incorrect gradients. This behavior is forbidden. You can fix this by cloning "
+    "the output of the custom Function.")
+VIEW_BASE_INPLACE_MSG = (
+    "Output 0 of {} is a view and its base or another view of its base has been modified "
+    "inplace. This view was created inside a custom Function (or because an input was "
+    "returned as-is) and the autograd logic to handle view+inplace would override the custom "
+    "backward associated with the custom Function, leading to incorrect gradients. This "
+    "behavior is forbidden. You can fix this by cloning the output of the custom Function.")
+
+
 
 def make_square(T):
     class Square(T.autograd.Function):
@@ -527,10 +541,6 @@ def test_too_few_gradients_counts_non_tensor_args(T):
         Scale.apply(x, 2.0).sum().backward()
 
 
-@libs(xfail="a gradient returned for a non-tensor forward arg is silently dropped; torch "
-      "raises RuntimeError '... returned a gradient different than None at position 2, but "
-      "the corresponding forward input was not a Variable' (function.py "
-      "BackwardCFunction._backward only inspects the tensor positions)")
 def test_gradient_for_non_tensor_arg(T):
     class Bad(T.autograd.Function):
         @staticmethod
@@ -771,9 +781,6 @@ def test_nested_function_call_in_forward(T):
     close(x.grad, [2.0, 2.0])
 
 
-@libs(xfail="ctx.save_for_backward(non-tensor) raises AttributeError (\"'int' object has no "
-      "attribute '_vc'\", graph._SavedTensor); torch raises TypeError 'save_for_backward can "
-      "only save variables, but argument 1 is of type int'")
 def test_save_for_backward_non_tensor(T):
     class SaveInt(T.autograd.Function):
         @staticmethod
@@ -791,9 +798,6 @@ def test_save_for_backward_non_tensor(T):
         SaveInt.apply(x)
 
 
-@libs(xfail="mark_dirty on a leaf that requires grad is accepted and turns the leaf into a "
-      "non-leaf; torch raises 'a leaf Variable that requires grad has been used in an "
-      "in-place operation.' (function.Function.apply dirty branch)")
 def test_mark_dirty_on_leaf_requiring_grad(T):
     class DirtyLeaf(T.autograd.Function):
         @staticmethod
@@ -812,9 +816,6 @@ def test_mark_dirty_on_leaf_requiring_grad(T):
         DirtyLeaf.apply(x)
 
 
-@libs(xfail="integer outputs of a custom Function require grad and get the node as grad_fn; "
-      "torch makes non-differentiable-dtype outputs requires_grad=False automatically "
-      "(function.Function.apply wraps every Tensor output)")
 def test_integer_output_is_not_differentiable(T):
     class IntOut(T.autograd.Function):
         @staticmethod
@@ -833,10 +834,6 @@ def test_integer_output_is_not_differentiable(T):
     close(x.grad, [2.0, 2.0])
 
 
-@libs(xfail="backward returning a Python float for a tensor input raises TypeError('... "
-      "returned a gradient different than None at position 1, but the corresponding forward "
-      "input was not a Variable'); torch raises RuntimeError('expected Variable or None (got "
-      "float)') (function.BackwardCFunction._backward: the two checks are swapped)")
 def test_backward_returning_non_tensor(T):
     class Bad(T.autograd.Function):
         @staticmethod
@@ -852,9 +849,6 @@ def test_backward_returning_non_tensor(T):
         Bad.apply(x).sum().backward()
 
 
-@libs(xfail="a custom Function's saved *output* is saved as the tensor object itself, so "
-      "after an in-place op the error names its new grad_fn ('output 0 of MulBackward0'); "
-      "torch names the Function ('output 0 of Saved2') and unpacks a distinct tensor")
 def test_saved_output_of_custom_function(T):
     class Saved2(T.autograd.Function):
         @staticmethod
@@ -876,4 +870,249 @@ def test_saved_output_of_custom_function(T):
     with pytest.raises(RuntimeError, match=re.escape(
             "[torch.FloatTensor [2]], which is output 0 of Saved2, is at version 1; expected "
             "version 0 instead.")):
+        y.sum().backward()
+
+
+def make_identity(T):
+    class Id(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, *args):
+            return args if len(args) > 1 else args[0]
+
+        @staticmethod
+        def backward(ctx, *grads):
+            return grads if len(grads) > 1 else grads[0]
+
+    return Id
+
+
+def test_non_differentiable_input_returned_as_is_is_a_new_alias(T):
+    Id = make_identity(T)
+    a = T.ones(2)
+    r = Id.apply(a)
+    assert r is not a and r._base is a and not r.requires_grad
+    i = T.tensor([1, 2])
+    w = T.ones(2, requires_grad=True)
+    ri, rw = Id.apply(i, w)  # an integer input: no history even though w records one
+    assert ri is not i and ri._base is i and ri.grad_fn is None
+    assert rw.grad_fn is not None
+    with T.no_grad():
+        r2 = Id.apply(w)  # requires grad but nothing recorded: a detached alias
+    assert r2 is not w and not r2.requires_grad and r2.grad_fn is None
+    r.add_(1)
+    assert a.tolist() == [2.0, 2.0] and a._version == 1
+
+
+def test_marked_non_differentiable_input_comes_back_detached(T):
+    class ND(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            ctx.mark_non_differentiable(a)
+            return a
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    x = T.ones(2, requires_grad=True)
+    r = ND.apply(x)
+    assert r is not x and not r.requires_grad and r.grad_fn is None
+
+
+def test_input_returned_as_is_cannot_be_used_after_an_in_place_change(T):
+    Id = make_identity(T)
+    msg = VIEW_BASE_INPLACE_MSG.format("Id")
+    base = T.ones(2, requires_grad=True).clone()
+    v = Id.apply(base)
+    assert v._base is base and v.grad_fn.name() == "IdBackward"
+    base.mul_(2)
+    assert v.requires_grad  # reading requires_grad does not touch the history
+    with exact(RuntimeError, msg):
+        v + 1
+    with exact(RuntimeError, msg):
+        _ = v.grad_fn
+    with exact(RuntimeError, msg):
+        v.sum().backward()
+    with T.no_grad():
+        assert (v + 1).tolist() == [3.0, 3.0]  # nothing recorded, nothing checked
+    leaf = T.ones(2, requires_grad=True)
+    v = Id.apply(leaf)
+    with T.no_grad():
+        v.mul_(2)  # the view itself, changed where no graph is recorded
+    with exact(RuntimeError, msg):
+        v * 2
+
+
+def test_view_made_in_forward_is_a_custom_function_view(T):
+    class First(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a[:1]
+
+        @staticmethod
+        def backward(ctx, g):
+            return T.cat([g, T.zeros(2)])
+
+    x = T.ones(3, requires_grad=True).clone()
+    s = First.apply(x)
+    assert s._base is x and s.grad_fn.name() == "FirstBackward"
+    with exact(RuntimeError, VIEW_INPLACE_MSG.format("First")):
+        s.mul_(2)
+    s.sum().backward(retain_graph=True)
+    x.mul_(2)
+    with exact(RuntimeError, VIEW_BASE_INPLACE_MSG.format("First")):
+        s + 1
+
+
+def test_mark_dirty_bumps_the_version_even_without_graph(T):
+    class Dirty(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            a.mul_(2)
+            ctx.mark_dirty(a)
+            return a
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    b = T.ones(2)
+    assert Dirty.apply(b) is b and b._version == 2 and b.grad_fn is None
+    x = T.ones(2, requires_grad=True)
+    with T.no_grad():
+        r = Dirty.apply(x)
+    assert r is not x and x._version == 2 and x.is_leaf and not r.requires_grad
+    c = T.ones(2, requires_grad=True).clone()
+    assert Dirty.apply(c) is c and c._version == 2 and c.grad_fn.name() == "DirtyBackward"
+
+
+def test_mark_dirty_checks(T):
+    class NotATensor(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            ctx.mark_dirty(3)
+            return a * 1
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    class NotAnInput(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            out = a * 2
+            ctx.mark_dirty(out)
+            return out
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    for x in (T.ones(2), T.ones(2, requires_grad=True)):
+        with exact(RuntimeError, "mark_dirty can only accept variables, but argument "):
+            NotATensor.apply(x)
+    with pytest.warns(UserWarning, match=re.escape(
+            "ctx.mark_dirty() received a tensor that was not an input. Only input Tensors that "
+            "have been mutated should be passed to ctx.mark_dirty().")):
+        out = NotAnInput.apply(T.ones(2, requires_grad=True))
+    assert out.grad_fn.name() == "NotAnInputBackward"
+
+
+def test_save_for_backward_is_checked_only_when_a_graph_is_recorded(T):
+    class SaveInt(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            ctx.save_for_backward(a, None, 3)
+            return a * 1
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    assert SaveInt.apply(T.ones(2)).tolist() == [1.0, 1.0]
+    with exact(TypeError,
+               "save_for_backward can only save variables, but argument 2 is of type int"):
+        SaveInt.apply(T.ones(2, requires_grad=True))
+
+
+def test_saved_view_output_unpacks_as_a_new_view(T):
+    class Save(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            y = a[:1]
+            ctx.save_for_backward(y)
+            return y
+
+        @staticmethod
+        def backward(ctx, g):
+            (y,) = ctx.saved_tensors
+            return T.cat([g * y, T.zeros(1)])
+
+    x = T.tensor([3.0, 4.0], requires_grad=True)
+    a = x * 1
+    y = Save.apply(a)
+    (s,) = y.grad_fn.saved_tensors
+    assert s is not y and s.grad_fn is y.grad_fn and y._base is a
+    y.sum().backward()
+    close(x.grad, [3.0, 0.0])
+
+
+def test_backward_returning_an_array_names_its_type(T):
+    class Bad(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a * 1
+
+        @staticmethod
+        def backward(ctx, g):
+            return np.ones(2)
+
+    with exact(RuntimeError, "expected Variable or None (got numpy.ndarray)"):
+        Bad.apply(T.ones(2, requires_grad=True)).sum().backward()
+
+
+def test_backward_runs_when_no_output_got_a_gradient(T):
+    log = []
+
+    def make(materialize):
+        class F(T.autograd.Function):
+            @staticmethod
+            def forward(ctx, a):
+                ctx.set_materialize_grads(materialize)
+                return a * 1
+
+            @staticmethod
+            def backward(ctx, g):
+                log.append(None if g is None else g.tolist())
+                return g
+
+        return F
+
+    x = T.tensor([1.0], requires_grad=True)
+    for materialize, want in ((True, [0.0]), (False, None)):
+        e = make(materialize).apply(x) * 2
+        e.grad_fn.register_hook(lambda gi, go: (None, None))  # nothing reaches F
+        e.sum().backward()
+        assert log[-1] == want
+    close(x.grad, [0.0])
+
+
+@pytest.mark.parametrize("name, shown", [("FooBackward3", "FooBackward3"),
+                                         ("Backward2Foo", "Backward2Foo"), ("X", "X")])
+def test_modified_saved_output_names_the_function(T, name, shown):
+    # the node's name without its trailing "Backward" (torch strips "Backward<N>")
+    def forward(ctx, a):
+        y = a.exp()
+        ctx.save_for_backward(y)
+        return y
+
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g * y
+
+    fn = type(name, (T.autograd.Function,),
+              {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+    y = fn.apply(T.tensor([1.0, 2.0], requires_grad=True))
+    y.mul_(2)
+    with pytest.raises(RuntimeError, match=re.escape(f", which is output 0 of {shown}, is at")):
         y.sum().backward()

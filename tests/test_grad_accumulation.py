@@ -20,7 +20,6 @@ from hook_conformance import (
     RETAIN_NO_GRAD,
     SECOND_BACKWARD,
     exact,
-    libs,
     load,
     vals,
 )
@@ -30,12 +29,6 @@ from hook_conformance import (
 def T(request):
     """The library under test (hook_conformance.load skips torch when it is missing)."""
     return load(request.param)
-
-
-ALIAS_XFAIL = ("accumulate_into_grad (engine.py) makes .grad share the numpy buffer of the "
-               "incoming gradient whenever _is_shared() says it is fresh; it cannot see that the "
-               "caller (a seed, a tensor a hook kept) still holds it. torch steals the buffer "
-               "only when nothing else references it, otherwise it clones")
 
 
 # ---- §2 register_post_accumulate_grad_hook ---------------------------------------------------
@@ -104,10 +97,6 @@ def test_post_acc_hook_returning_a_tensor_raises(T):
         (x * 1).sum().backward()
 
 
-@libs(xfail="AccumulateGrad._backward (autograd/graph.py) raises RuntimeError 'Tensor post "
-            "accumulate grad hooks should return None.' for any non-None return; torch first "
-            "checks the type: a non-Tensor gives TypeError \"expected Variable, but hook "
-            "returned '<type>'\" (hook_semantics.md §2 does not mention this)")
 @pytest.mark.parametrize("ret, tname", [(0, "int"), (False, "bool"), ((), "tuple"),
                                         ("x", "str"), ([1], "list"), (1.5, "float")])
 def test_post_acc_hook_returning_non_tensor_is_type_error(T, ret, tname):
@@ -116,6 +105,29 @@ def test_post_acc_hook_returning_non_tensor_is_type_error(T, ret, tname):
     x.register_post_accumulate_grad_hook(lambda t: ret)
     with exact(TypeError, f"expected Variable, but hook returned '{tname}'"):
         (x * 1).sum().backward()
+
+
+def test_post_acc_hook_result_is_checked_then_refused(T):
+    # the result is validated against the tensor like a gradient hook's (type, then size);
+    # returning the tensor itself counts as returning None, and later hooks see a result
+    def run(*hooks):
+        x = T.tensor([1.0], requires_grad=True)
+        for hook in hooks:
+            x.register_post_accumulate_grad_hook(hook)
+        (x * 2).sum().backward()
+        return x
+
+    with exact(RuntimeError, "hook '<lambda>' has changed the type of value "
+               "(was torch.FloatTensor got torch.DoubleTensor)"):
+        run(lambda t: T.ones(3, dtype=T.float64))
+    with exact(RuntimeError, "hook '<lambda>' has changed the size of value"):
+        run(lambda t: T.ones(3))
+    x = run(lambda t: t, lambda t: None)
+    assert vals(x.grad) == [2.0]
+    seen = []
+    with exact(RuntimeError, POST_ACC_RETURN):
+        run(lambda t: t * 5, lambda t: seen.append(vals(t)))
+    assert seen == [[5.0]]
 
 
 def test_post_acc_hook_not_under_autograd_grad(T):
@@ -557,8 +569,6 @@ def test_retain_grad_does_not_keep_tensor_alive(T):
     assert vals(x.grad) == [2.0, 2.0]
 
 
-@libs(xfail="ops/elementwise.Div.forward saves both operands unconditionally, so y / 2 keeps "
-            "y alive; torch saves self only when the divisor requires grad")
 def test_retain_grad_tensor_dies(T):
     # PyTorch's test_retain_grad_cycle: retain_grad does not keep the tensor alive
     x = T.ones(2, requires_grad=True)
@@ -578,9 +588,6 @@ def test_retain_grad_tensor_dies(T):
     assert vals(x.grad) == [1.0, 1.0]
 
 
-@libs(xfail="backward(inputs=[non_leaf]) writes .grad through engine._capture without making the "
-            "tensor retain grad; torch calls retain_grad() on each non-leaf input "
-            "(python_engine.cpp), so retains_grad becomes True and later backwards accumulate")
 def test_backward_inputs_makes_non_leaf_retain_grad(T):
     x = T.tensor([1.0], requires_grad=True)
     y = x + 2
@@ -595,8 +602,6 @@ def test_backward_inputs_makes_non_leaf_retain_grad(T):
     assert vals(x.grad) == [30.0]
 
 
-@libs(xfail="a non-leaf that retains grad and is in backward(inputs=) gets its gradient twice: "
-            "once from node._retains in engine._run and again from engine._capture")
 def test_backward_inputs_on_retained_non_leaf_writes_once(T):
     x = T.tensor([1.0], requires_grad=True)
     y = x * 2
@@ -683,7 +688,6 @@ def test_retained_non_leaf_grad_is_new_object_each_pass(T):
     assert vals(y.grad) == [8.0]
 
 
-@libs(xfail=ALIAS_XFAIL)
 def test_first_leaf_grad_does_not_alias_seed(T):
     x = T.tensor([1.0, 2.0], requires_grad=True)
     seed = T.tensor([3.0, 4.0])
@@ -695,7 +699,6 @@ def test_first_leaf_grad_does_not_alias_seed(T):
     assert vals(x.grad) == [7.0, 9.0]
 
 
-@libs(xfail=ALIAS_XFAIL)
 @pytest.mark.parametrize("expr", ["x.clone()", "x + 0"])
 def test_leaf_grad_does_not_alias_seed_through_identity_ops(T, expr):
     x = T.tensor([1.0, 2.0], requires_grad=True)
@@ -705,7 +708,6 @@ def test_leaf_grad_does_not_alias_seed_through_identity_ops(T, expr):
     assert vals(x.grad) == [3.0, 4.0]
 
 
-@libs(xfail=ALIAS_XFAIL)
 def test_grad_kept_by_leaf_hook_is_not_accumulated_into(T):
     # logging gradients from a hook, then a second backward: the logged tensor must not change
     x = T.tensor([1.0, 2.0], requires_grad=True)
@@ -715,6 +717,56 @@ def test_grad_kept_by_leaf_hook_is_not_accumulated_into(T):
     (x * 1).sum().backward()
     assert [vals(g) for g in saved] == [[1.0, 1.0], [1.0, 1.0]]
     assert vals(x.grad) == [2.0, 2.0]
+
+
+def test_leaf_grad_takes_the_buffer_only_when_nobody_else_holds_it(T):
+    # torch steals an incoming gradient nobody else references (AccumulateGrad post-hooks
+    # then see .grad's own storage) and copies any other
+    def shares(build, hook=None):
+        x = T.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+        seen = []
+        acc = x.view_as(x).grad_fn.next_functions[0][0]
+        acc.register_hook(lambda gi, go: seen.append(go[0]))
+        if hook is not None:
+            x.register_hook(hook)
+        build(x)
+        return x.grad.data_ptr() == seen[0].data_ptr()
+
+    w = T.ones(2, 2)
+    kept = []
+    assert shares(lambda x: (x @ w).sum().backward())
+    assert shares(lambda x: (x * 3 + x * 2).sum().backward())
+    assert shares(lambda x: (x * 3).sum().backward(), lambda g: g * 2)
+    assert not shares(lambda x: x.clone().backward(T.ones(2, 2)))
+    assert not shares(lambda x: (x * 3).sum().backward(), lambda g: kept.append(g))
+    assert not shares(lambda x: (x * 3).sum().backward(),
+                      lambda g: kept.append(g * 2) or kept[-1])
+
+
+def test_two_leaves_fed_the_same_gradient_get_separate_grads(T):
+    x = T.tensor([1.0, 2.0], requires_grad=True)
+    y = T.tensor([3.0, 4.0], requires_grad=True)
+    seed = T.tensor([1.0, 1.0])
+    (x + y).backward(seed)
+    (x + y).backward(seed)
+    assert vals(x.grad) == vals(y.grad) == [2.0, 2.0]
+    assert vals(seed) == [1.0, 1.0]
+
+
+@IGNORE_CREATE_GRAPH_WARNING
+def test_first_leaf_grad_under_create_graph_is_a_copy(T):
+    x = T.tensor([1.0, 2.0], requires_grad=True)
+    seed = T.tensor([3.0, 4.0])
+    x.backward(seed, create_graph=True)
+    assert x.grad is not seed and x.grad.grad_fn is None
+    seed.add_(1)
+    assert vals(x.grad) == [3.0, 4.0]
+    w = T.tensor([3.0, 4.0], requires_grad=True)
+    z = T.tensor([1.0, 2.0], requires_grad=True)
+    (z * w).sum().backward(create_graph=True)
+    assert type(z.grad.grad_fn).__name__ == "CopyBackwards"
+    assert z.grad.grad_fn.next_functions[0] == (None, 0)
+    assert z.grad.grad_fn.next_functions[1][0].name() == "MulBackward0"
 
 
 def test_manual_grad_then_accumulate(T):
@@ -743,8 +795,6 @@ def test_grad_assignment_type_error(T, value, tname):
         x.grad = value
 
 
-@libs(xfail="the .grad setter (tensor.py) says \"... with dtype 'float64' to a tensor with "
-            "dtype 'float32'. Please ensure ...\"; torch 2.13 words it with grad_dtype")
 def test_grad_assignment_dtype_error(T):
     x = T.tensor([1.0], requires_grad=True)
     with exact(RuntimeError,

@@ -7,7 +7,7 @@ Each test runs under disthook and torch (``T`` fixture, see hook_conformance.py)
 from __future__ import annotations
 
 import pytest
-from hook_conformance import IGNORE_CREATE_GRAPH_WARNING, exact, libs, load, vals
+from hook_conformance import IGNORE_CREATE_GRAPH_WARNING, exact, load, vals
 
 
 @pytest.fixture(params=["disthook", "torch"])
@@ -58,8 +58,6 @@ def test_accumulate_grad_node_is_reused_while_alive(T):
     assert acc.next_functions == ()
 
 
-@libs(xfail="AccumulateGrad.name() returns 'AccumulateGrad' (Node.name() is type(self).__name__ "
-            "in autograd/graph.py); torch returns 'torch::autograd::AccumulateGrad'")
 def test_accumulate_grad_name(T):
     # [e2 2d] prints "acc node name: torch::autograd::AccumulateGrad"
     a = T.tensor([1.0], requires_grad=True)
@@ -245,9 +243,6 @@ def test_posthook_grad_inputs_include_none_for_non_grad_operand(T):
     assert log == [([5.0], None)]
 
 
-@libs(xfail="engine._apply computes every grad_input and hands them all to post-hooks; under "
-            "inputs= / autograd.grad torch computes only the slots whose edge leads to a "
-            "wanted input, so the others are None in the post-hook's grad_inputs")
 def test_posthook_slots_for_unneeded_edges_are_none(T):
     a = T.tensor([1.0], requires_grad=True)
     b = T.tensor([2.0], requires_grad=True)
@@ -339,9 +334,6 @@ def test_accumulate_grad_prehook_wrong_length(T):
         (a * 1).sum().backward()
 
 
-@libs(xfail="node hook results are not validated element-wise: run_tuple_hooks only checks "
-            "tuple type and length, so a non-Tensor slot (5) passes; torch raises "
-            "TypeError 'expected Variable, but hook returned 'int''")
 def test_prehook_slot_not_a_tensor(T):
     a = T.tensor([1.0], requires_grad=True)
     b = a * 2
@@ -350,9 +342,6 @@ def test_prehook_slot_not_a_tensor(T):
         b.sum().backward()
 
 
-@libs(xfail="node pre-hook results are not validated element-wise (run_tuple_hooks): a slot "
-            "of the wrong shape is not reported as \"hook '<lambda>' has changed the size of "
-            "value\"")
 def test_prehook_slot_wrong_size(T):
     a = T.tensor([1.0], requires_grad=True)
     b = a * 2
@@ -361,15 +350,108 @@ def test_prehook_slot_wrong_size(T):
         b.sum().backward()
 
 
-@libs(xfail="node post-hook results are not validated element-wise (run_tuple_hooks): a slot "
-            "of the wrong shape is not reported as \"hook '<lambda>' has changed the size of "
-            "value\"")
 def test_posthook_slot_wrong_size(T):
     a = T.tensor([1.0], requires_grad=True)
     b = a * 2
     b.grad_fn.register_hook(lambda gi, go: (T.ones(3), None))
     with exact(RuntimeError, "hook '<lambda>' has changed the size of value"):
         b.sum().backward()
+
+
+NONE_REPLACED = "can't replace a None gradient with a non-None value"
+
+
+def test_node_hook_slot_checks(T):
+    class Named:
+        def __init__(self, ret):
+            self.ret = ret
+
+        def __call__(self, *args):
+            return self.ret
+
+    def run(kind, ret):
+        a = T.tensor([1.0], requires_grad=True)
+        b = a * 2
+        register = b.grad_fn.register_prehook if kind == "pre" else b.grad_fn.register_hook
+        register(Named(ret))
+        b.sum().backward()
+
+    for kind, pad in (("pre", ()), ("post", (None,))):
+        with exact(TypeError, "expected Variable, but hook returned 'list'"):
+            run(kind, ([1.0],) + pad)
+        with exact(RuntimeError, "hook '<unknown>' has changed the size of value"):
+            run(kind, (T.tensor(3.0),) + pad)  # a 0-d tensor for a [1] gradient
+        # the type is checked before the size
+        with exact(RuntimeError, "hook '<unknown>' has changed the type of value (was "
+                   "torch.FloatTensor got torch.LongTensor)"):
+            run(kind, (T.ones(3, dtype=T.int64),) + pad)
+        run(kind, (None,) + pad)  # a slot may always be emptied
+
+
+def test_node_hook_cannot_fill_an_empty_slot(T):
+    a = T.tensor([1.0], requires_grad=True)
+    b = a * T.tensor([2.0])  # the constant's slot is None
+    b.grad_fn.register_hook(lambda gi, go: (gi[0], 5))
+    with exact(RuntimeError, NONE_REPLACED):
+        b.sum().backward()
+    u, _ = T.tensor([1.0, 2.0], requires_grad=True).unbind()
+    w = u * 3  # the second output gets no gradient: its slot in UnbindBackward0's grad_outputs is None
+    u.grad_fn.register_prehook(lambda go: (go[0], T.ones(())))
+    with exact(RuntimeError, NONE_REPLACED):
+        w.backward()
+
+
+def test_node_hooks_chain_and_check_against_the_previous_result(T):
+    a = T.tensor([1.0], requires_grad=True)
+    b = a * 2
+    log = []
+    b.grad_fn.register_prehook(lambda go: (go[0] * 10,))
+    b.grad_fn.register_prehook(lambda go: log.append(go[0].tolist()))
+    b.grad_fn.register_prehook(lambda go: go)  # the same tuple: no change
+    b.grad_fn.register_hook(lambda gi, go: (None, None))
+    b.grad_fn.register_hook(lambda gi, go: log.append(gi))
+    b.sum().backward()
+    assert log == [[10.0], (None, None)]
+    assert a.grad is None
+    c = a * 2
+    c.grad_fn.register_hook(lambda gi, go: (None, None))
+    c.grad_fn.register_hook(lambda gi, go: (T.ones(1), None))  # fills what the first emptied
+    with exact(RuntimeError, NONE_REPLACED):
+        c.sum().backward()
+
+
+def test_custom_function_posthook_keeps_every_slot_under_inputs(T):
+    # built-in nodes compute only the gradients leading to a wanted input; a custom Function
+    # returns what its backward returns
+    class Mul(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            ctx.save_for_backward(a, b)
+            return a * b
+
+        @staticmethod
+        def backward(ctx, g):
+            a, b = ctx.saved_tensors
+            return g * b, g * a
+
+    a = T.tensor([1.0], requires_grad=True)
+    b = T.tensor([2.0], requires_grad=True)
+    c = Mul.apply(a, b)
+    log = []
+    c.grad_fn.register_hook(lambda gi, go: log.append(ft(gi)))
+    c.sum().backward(inputs=[a], retain_graph=True)
+    T.autograd.grad(c.sum(), b)
+    assert log == [([2.0], [1.0]), ([2.0], [1.0])]
+    assert vals(a.grad) == [2.0] and b.grad is None
+
+
+def test_posthook_unneeded_slot_cannot_be_filled(T):
+    a = T.tensor([1.0], requires_grad=True)
+    b = T.tensor([2.0], requires_grad=True)
+    c = a * b
+    c.grad_fn.register_hook(lambda gi, go: (gi[0], T.ones(1)))
+    with exact(RuntimeError, NONE_REPLACED):
+        c.sum().backward(inputs=[a])
 
 
 def test_exception_in_node_hook_propagates_and_grad_mode_restored(T):

@@ -1,135 +1,192 @@
 """Automatic differentiation: ``backward``, ``grad``, grad mode and custom Functions."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+import warnings
+from collections.abc import Mapping
 
 from disthook.autograd import graph  # noqa: F401
-from disthook.autograd.engine import execute
+from disthook.autograd.engine import execute, typename
 from disthook.autograd.function import Function, InplaceFunction, once_differentiable  # noqa
-from disthook.autograd.grad_mode import (  # noqa: F401
-    enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled,
+from disthook.autograd.grad_mode import (
+    enable_grad,
+    inference_mode,
+    is_grad_enabled,
+    no_grad,
+    set_grad_enabled,
 )
+from disthook.autograd.variable import Variable
 
-__all__ = ["backward", "grad", "Function", "Variable", "no_grad", "enable_grad",
-           "set_grad_enabled", "is_grad_enabled", "inference_mode"]
+__all__ = [
+    "Function",
+    "Variable",
+    "backward",
+    "enable_grad",
+    "grad",
+    "inference_mode",
+    "is_grad_enabled",
+    "no_grad",
+    "set_grad_enabled",
+]
 
 
-def Variable(data, requires_grad: bool = False, volatile: bool = False):  # noqa: N802
-    """Old API: returns the tensor itself (requires_grad set when asked)."""
-    from disthook.tensor import Tensor, tensor
-
-    t = data if isinstance(data, Tensor) else tensor(data)
-    if requires_grad:
-        t.requires_grad_(True)
-    return t
-
-
-def _as_tuple(x, what: str) -> tuple:
+def _as_tuple(x) -> tuple:
+    """A Tensor becomes a 1-tuple; any other iterable (list, generator, ...) a tuple."""
     from disthook.tensor import Tensor
 
-    if x is None:
-        return ()
     if isinstance(x, Tensor):
         return (x,)
-    if isinstance(x, Sequence):
-        return tuple(x)
-    raise TypeError(f"{what} must be a Tensor or a sequence of Tensors, got {type(x).__name__}")
+    return tuple(x)
 
 
-def _make_grads(outputs: tuple, grads: tuple, is_grads_batched: bool = False) -> list:
-    """The seed gradients: ones for scalar outputs, the given tensors checked by shape."""
-    from disthook.tensor import Tensor, ones_like, tensor
+def _inputs_tuple(inputs, api: str) -> tuple:
+    """``inputs=`` of backward()/grad(): a Tensor, any iterable of Tensors, or a dict."""
+    from disthook.tensor import Tensor
 
-    if len(grads) != len(outputs):
-        raise RuntimeError(f"grad can be implicitly created only for scalar outputs"
-                           if not grads else
-                           f"got {len(grads)} gradients for {len(outputs)} outputs")
+    if isinstance(inputs, Tensor):
+        return (inputs,)
+    if type(inputs) is dict:
+        return tuple(inputs.values())
+    if isinstance(inputs, Mapping):
+        raise TypeError(f"`inputs` argument to `{api}()` must be a dict, not "
+                        f"{type(inputs).__name__}. Other Mapping types are not supported.")
+    return tuple(inputs)
+
+
+def _make_grads(outputs: tuple, grads: tuple) -> tuple:
+    """The seed gradients: ones for scalar outputs that require grad, given ones checked.
+
+    Pairs are zipped as torch does: a count mismatch is reported later, by the engine call.
+    """
+    from disthook.tensor import Tensor, ones_like
+
     seeds = []
     for i, (out, g) in enumerate(zip(outputs, grads)):
-        if g is None:
-            if out._data.size != 1:
-                raise RuntimeError("grad can be implicitly created only for scalar outputs")
-            if out._data.dtype.kind != "f":
+        if not isinstance(out, Tensor):
+            raise AssertionError("Expected output to be a torch.Tensor")
+        if isinstance(g, Tensor):
+            if g.shape != out.shape:
                 raise RuntimeError(
-                    "grad can be implicitly created only for real scalar outputs but got "
-                    f"{out.dtype}")
-            seeds.append(ones_like(out))
-            continue
-        if not isinstance(g, Tensor):
-            g = tensor(g, dtype=out.dtype)
-        if g.shape != out.shape:
-            raise RuntimeError(
-                f"Mismatch in shape: grad_output[{i}] has a shape of {g.shape} and output[{i}] "
-                f"has a shape of {out.shape}.")
-        seeds.append(g)
-    return seeds
+                    f"Mismatch in shape: grad_output[{_index(grads, g)}] has a shape of "
+                    f"{g.shape} and output[{_index(outputs, out)}] has a shape of "
+                    f"{out.shape}.")
+            seeds.append(g)
+        elif g is None:
+            if out._requires_grad:
+                if out._data.size != 1:
+                    raise RuntimeError("grad can be implicitly created only for scalar outputs")
+                if out._data.dtype.kind != "f":
+                    raise RuntimeError(
+                        "grad can be implicitly created only for real scalar outputs but got "
+                        f"{out.dtype}")
+                g = ones_like(out)
+            seeds.append(g)
+        else:
+            raise TypeError(
+                f"gradients can be either Tensors or None, but got {type(g).__name__}")
+    return tuple(seeds)
 
 
-def _check_roots(outputs: tuple) -> None:
+def _index(items: tuple, x) -> int:
+    # torch names the first position holding this object (list.index compares by identity
+    # first, and Tensors are never compared by value here)
+    for i, item in enumerate(items):
+        if item is x:
+            return i
+    return 0
+
+
+def _run_backward(outputs: tuple, seeds: tuple, retain_graph: bool, create_graph: bool,
+                  inputs: tuple, allow_unreachable: bool, accumulate_grad: bool) -> tuple:
+    """Check the roots and inputs as torch's engine entry point does, then run the engine."""
+    from disthook.tensor import Tensor
+
+    if len(outputs) != len(seeds):
+        raise RuntimeError(f"got {len(outputs)} tensors and {len(seeds)} gradients")
     for i, out in enumerate(outputs):
         if not out._requires_grad:
             raise RuntimeError(
                 f"element {i} of tensors does not require grad and does not have a grad_fn")
+    for t in inputs:
+        if not isinstance(t, Tensor):
+            raise RuntimeError(
+                f"all inputs have to be Tensors or GradientEdges, but got {typename(t)}")
+        if accumulate_grad:
+            # backward(inputs=[non_leaf]) fills its .grad through retain_grad, as in torch
+            t.retain_grad()
+        if not t._requires_grad:
+            raise RuntimeError("One of the differentiated Tensors does not require grad")
+    results = execute(outputs, seeds, retain_graph=retain_graph, create_graph=create_graph,
+                      inputs=inputs or None, accumulate=accumulate_grad)
+    if not allow_unreachable:
+        for i, g in enumerate(results):
+            if g is None:
+                raise RuntimeError(
+                    f"The differentiated Tensor at index {i} appears to not have been used in "
+                    "the graph. Set allow_unused=True if this is the desired behavior.")
+    return None if results is None else tuple(results)
 
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
              grad_variables=None, inputs=None) -> None:
     """Accumulate into ``.grad`` of the leaves (or of ``inputs``) the gradients of ``tensors``."""
-    outputs = _as_tuple(tensors, "tensors")
-    grads = _as_tuple(grad_tensors if grad_tensors is not None else grad_variables,
-                      "grad_tensors")
-    if not grads:
-        grads = (None,) * len(outputs)
-    if inputs is not None:
-        inputs = _as_tuple(inputs, "inputs")
-        if not inputs:
-            raise RuntimeError("'inputs' argument to backward() cannot be empty.")
-        for t in inputs:
-            if not t._requires_grad:
-                raise RuntimeError("One of the differentiated Tensors does not require grad")
-    _check_roots(outputs)
+    from disthook.tensor import Tensor
+
+    if grad_variables is not None:
+        warnings.warn("`grad_variables` is deprecated. Use `grad_tensors` instead.",
+                      FutureWarning, stacklevel=2)
+        if grad_tensors is not None:
+            raise RuntimeError(
+                "`grad_tensors` and `grad_variables` (deprecated) arguments both passed to "
+                "`backward()`. Please only use `grad_tensors`.")
+        grad_tensors = grad_variables
+    ins = () if inputs is None else _inputs_tuple(inputs, "backward")
+    if inputs is not None and not ins:
+        raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
+    outputs = _as_tuple(tensors)
+    grads = (None,) * len(outputs) if grad_tensors is None else (
+        (grad_tensors,) if isinstance(grad_tensors, Tensor) else tuple(grad_tensors))
     seeds = _make_grads(outputs, grads)
     if retain_graph is None:
         retain_graph = create_graph
-    execute(outputs, seeds, retain_graph=retain_graph, create_graph=create_graph,
-            inputs=inputs, accumulate=True)
+    _run_backward(outputs, seeds, retain_graph, create_graph, ins,
+                  allow_unreachable=True, accumulate_grad=True)
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
          only_inputs=True, allow_unused=None, is_grads_batched=False,
-         materialize_grads=False) -> tuple:
-    """The gradients of ``outputs`` w.r.t. ``inputs``, without touching any ``.grad``."""
-    from disthook.tensor import zeros_like
+         materialize_grads=False):
+    """The gradients of ``outputs`` w.r.t. ``inputs``, without touching any ``.grad``.
 
-    outs = _as_tuple(outputs, "outputs")
-    ins = _as_tuple(inputs, "inputs")
-    if not ins:
-        raise RuntimeError("grad requires non-empty inputs.")
-    if is_grads_batched:
-        raise NotImplementedError("is_grads_batched=True is not supported by disthook")
-    if allow_unused is None:
-        allow_unused = materialize_grads
+    ``inputs`` may be a dict (``dict(model.named_parameters())``): the result is then a dict
+    with the same keys.
+    """
+    from disthook.tensor import Tensor, zeros_like
+
     if materialize_grads and allow_unused is False:
         raise ValueError("Expected allow_unused to be True or not passed when "
                          "materialize_grads=True, but got: allow_unused=False.")
-    for t in ins:
-        if not t._requires_grad:
-            raise RuntimeError("One of the differentiated Tensors does not require grad")
-    gouts = _as_tuple(grad_outputs, "grad_outputs") or (None,) * len(outs)
-    _check_roots(outs)
+    if allow_unused is None:
+        allow_unused = materialize_grads
+    outs = _as_tuple(outputs)
+    ins = _inputs_tuple(inputs, "grad")
+    if not ins:
+        raise RuntimeError("`inputs` argument to `grad()` cannot be empty.")
+    if not only_inputs:
+        warnings.warn("only_inputs argument is deprecated and is ignored now (defaults to "
+                      "True). To accumulate gradient for other parts of the graph, please use "
+                      "torch.autograd.backward.", FutureWarning, stacklevel=2)
+    if is_grads_batched:
+        raise NotImplementedError("is_grads_batched=True is not supported by disthook")
+    gouts = (None,) * len(outs) if grad_outputs is None else (
+        (grad_outputs,) if isinstance(grad_outputs, Tensor) else tuple(grad_outputs))
     seeds = _make_grads(outs, gouts)
     if retain_graph is None:
         retain_graph = create_graph
-    result = execute(outs, seeds, retain_graph=retain_graph, create_graph=create_graph,
-                     inputs=ins, accumulate=False)
-    final = []
-    for t, g in zip(ins, result):
-        if g is None:
-            if not allow_unused:
-                raise RuntimeError(
-                    "One of the differentiated Tensors appears to not have been used in the "
-                    "graph. Set allow_unused=True if this is the desired behavior.")
-            if materialize_grads:
-                g = zeros_like(t)
-        final.append(g)
-    return tuple(final)
+    result = _run_backward(outs, seeds, retain_graph, create_graph, ins,
+                           allow_unreachable=allow_unused, accumulate_grad=False)
+    if materialize_grads:
+        result = tuple(zeros_like(t, requires_grad=create_graph) if g is None else g
+                       for g, t in zip(result, ins))
+    if type(inputs) is dict:
+        return dict(zip(inputs.keys(), result))
+    return result

@@ -8,6 +8,8 @@ post-hooks, then its gradients travel along its edges. No recursion, so deep gra
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from disthook.autograd import grad_mode
@@ -15,63 +17,102 @@ from disthook.autograd.graph import AccumulateGrad, Node, gradient_edge
 
 
 def _hook_name(hook) -> str:
-    return getattr(hook, "__name__", None) or type(hook).__name__
+    """The name torch puts in hook errors: ``__name__`` when it is a string, else <unknown>."""
+    name = getattr(hook, "__name__", None)
+    return name if isinstance(name, str) else "<unknown>"
 
 
-def _legacy(t) -> str:
-    return t.dtype.legacy_type
+def typename(obj) -> str:
+    """A type's name as CPython's C level spells it (``float``, ``Foo``, ``numpy.ndarray``),
+    which torch's messages quote."""
+    t = type(obj)
+    if t.__flags__ & (1 << 9) or t.__module__ == "builtins":  # a class made by Python code
+        return t.__name__
+    return f"{t.__module__}.{t.__name__}"
+
+
+def _check_hook_result(original, result, hook) -> None:
+    """Validate one value a hook returned in place of ``original`` (not None)."""
+    from disthook.tensor import Tensor
+
+    if original is None:
+        raise RuntimeError("can't replace a None gradient with a non-None value")
+    if not isinstance(result, Tensor):
+        raise TypeError(f"expected Variable, but hook returned '{typename(result)}'")
+    if result._data.dtype != original._data.dtype:
+        raise RuntimeError(
+            f"hook '{_hook_name(hook)}' has changed the type of value "
+            f"(was {original.dtype.legacy_type} got {result.dtype.legacy_type})")
+    if result._data.shape != original._data.shape:
+        raise RuntimeError(f"hook '{_hook_name(hook)}' has changed the size of value")
+
+
+def _call_value_hooks(hooks, value):
+    """Chain hooks over ``value``: a result that is neither None nor ``value`` itself replaces
+    it, after validation. Returns (value, whether any hook replaced it)."""
+    modified = False
+    for hook in list(hooks.values()):
+        result = hook(value)
+        if result is None or result is value:
+            continue
+        _check_hook_result(value, result, hook)
+        value = result
+        modified = True
+    return value, modified
 
 
 def run_tensor_hooks(hooks, grad):
     """Chain a tensor's hooks over ``grad``; each non-None result replaces it, validated."""
-    from disthook.tensor import Tensor
-
-    for hook in list(hooks.values()):
-        result = hook(grad)
-        if result is None:
-            continue
-        if not isinstance(result, Tensor):
-            raise TypeError(f"expected Variable, but hook returned '{type(result).__name__}'")
-        if grad is not None:
-            if result.shape != grad.shape:
-                raise RuntimeError(f"hook '{_hook_name(hook)}' has changed the size of value")
-            if result._data.dtype != grad._data.dtype:
-                raise RuntimeError(
-                    f"hook '{_hook_name(hook)}' has changed the type of value "
-                    f"(was {_legacy(grad)} got {_legacy(result)})"
-                )
-        grad = result
-    return grad
+    return _call_value_hooks(hooks, grad)[0]
 
 
-def run_tuple_hooks(hooks, call, expected: int) -> tuple | None:
-    """Chain node hooks whose results replace a tuple; validates the type and length."""
+def run_post_acc_hooks(hooks, t) -> None:
+    """Post-accumulate-grad hooks of leaf ``t``: results are validated, then refused."""
+    if _call_value_hooks(hooks, t)[1]:
+        raise RuntimeError("Tensor post accumulate grad hooks should return None.")
+
+
+def run_tuple_hooks(hooks, call, current: tuple) -> tuple | None:
+    """Chain node hooks whose results replace the tuple ``current``; each result is checked
+    for type and length, and slot by slot against the value it replaces."""
     out = None
     for hook in list(hooks.values()):
-        result = call(hook, out)
-        if result is None:
+        result = call(hook, current)
+        if result is None or result is current:
             continue
         if not isinstance(result, tuple):
-            raise TypeError(f"expected tuple, but hook returned '{type(result).__name__}'")
-        if len(result) != expected:
+            raise TypeError(f"expected tuple, but hook returned '{typename(result)}'")
+        if len(result) != len(current):
             raise RuntimeError(
                 f"hook '{_hook_name(hook)}' has returned an incorrect number of values "
-                f"(got {len(result)}, but expected {expected})"
+                f"(got {len(result)}, but expected {len(current)})"
             )
-        out = result
+        for old, new in zip(current, result):
+            if new is not None:
+                _check_hook_result(old, new, hook)
+        out = current = result
     return out
 
 
-def accumulate_into_grad(t, grad) -> None:
-    """Add ``grad`` into leaf ``t.grad``: in place, or out of place under create_graph."""
+def accumulate_into_grad(t, grad, fresh: bool = False) -> None:
+    """Add ``grad`` into leaf ``t.grad``: in place, or out of place under create_graph.
+
+    The first gradient becomes ``.grad`` itself only when ``fresh`` (nothing else references
+    it: see _take_owned; torch steals the buffer then too); otherwise ``.grad`` gets a copy,
+    so it never aliases a seed, a hook's result or a gradient a hook kept.
+    """
     if grad is None:
         return
     if t._grad is None:
         if grad_mode.is_grad_enabled():
-            t._grad = grad
+            # create_graph: a differentiable copy, as torch's CopyBackwards
+            from disthook.tensor import CopyFrom, Tensor
+
+            t._grad = CopyFrom.apply(Tensor._make(grad._data, None, 0), grad)
+        elif fresh:
+            t._grad = grad.detach()
         else:
-            # a fresh buffer owned by .grad, never an alias of a gradient used elsewhere
-            t._grad = grad.detach().clone() if _is_shared(grad) else grad.detach()
+            t._grad = grad.detach().clone()
     elif grad_mode.is_grad_enabled():
         t._grad = t._grad + grad
     else:
@@ -79,27 +120,57 @@ def accumulate_into_grad(t, grad) -> None:
         t._grad._vc[0] += 1
 
 
-def _is_shared(grad) -> bool:
-    # gradients produced by ops are fresh arrays; views or tensors users still hold are not
-    return grad._base is not None or grad._data.base is not None or not grad._data.flags.writeable
+def _take_owned(grads: list, variable) -> tuple:
+    """Take ``grads[0]`` out of the list; may it become ``.grad`` without a copy?
+
+    As in torch, only when nothing else references it: not the tensor object (a seed, a
+    gradient passed through clone or ``x + 0``, a tensor a hook returned or kept), not its
+    array (another tensor on it, a view of it), and its layout is the parameter's. The
+    engine drops its own references first, so the count is this function's alone.
+    """
+    grad = grads[0]
+    grads[0] = None
+    if grad is None:
+        return None, False
+    data = grad._data  # held by grad and by this local
+    owned = (sys.getrefcount(grad) <= _LOCAL_REFS and sys.getrefcount(data) <= _LOCAL_REFS + 1
+             and data.base is None and data.flags.writeable
+             and data.strides == variable._data.strides)
+    return grad, owned
+
+
+def _local_refcount() -> int:
+    """What sys.getrefcount reports for an object only one local variable holds (2 where the
+    call's own argument counts, as up to CPython 3.13; less where it is borrowed)."""
+    obj = object()
+    return sys.getrefcount(obj)
+
+
+_LOCAL_REFS = _local_refcount()
 
 
 def inplace_error(saved, node: Node) -> RuntimeError:
-    t = saved.tensor
-    shape = list(saved.data.shape if t is None else t.shape)
-    legacy = (saved.data.dtype if t is None else t._data.dtype)
-    from disthook._dtype import from_numpy_dtype
+    """torch's message for a saved tensor changed in place since it was saved.
 
-    where = f"output {saved.output_nr} of {node.name()}" if saved.is_output else (
-        f"output {t._output_nr} of {t._grad_fn.name()}" if t._grad_fn is not None
-        else "a leaf tensor"
-    )
+    The tensor is named by the node that made it (for a node's own output, that node; else
+    the tensor's current grad_fn), without the ``Backward<N>`` suffix; a leaf is not named.
+    """
+    from disthook._dtype import from_numpy_dtype
+    from disthook.tensor import _strip_backward
+
+    t = saved.tensor
+    data = saved.data if t is None else t._data
+    legacy = from_numpy_dtype(data.dtype).legacy_type
+    maker = node if saved.is_output else t._grad_fn
+    nr = saved.output_nr if saved.is_output else t._output_nr
+    which = "" if maker is None else (
+        f", which is output {nr} of {_strip_backward(maker.name())},")
     return RuntimeError(
         "one of the variables needed for gradient computation has been modified by an inplace "
-        f"operation: [{from_numpy_dtype(legacy).legacy_type} {shape}], which is {where}, is at "
-        f"version {saved.vc[0]}; expected version {saved.version} instead. Hint: the backtrace "
-        "further above can point at the operation that failed to compute its gradient. The "
-        "variable in question was changed in there or anywhere later. Good luck!"
+        f"operation: [{legacy} {list(data.shape)}]{which} is at version {saved.vc[0]}; "
+        f"expected version {saved.version} instead. Hint: enable anomaly detection to find "
+        "the operation that failed to compute its gradient, with "
+        "torch.autograd.set_detect_anomaly(True, check_nan=False)."
     )
 
 
@@ -182,8 +253,11 @@ class _GraphTask:
         self.accumulate = accumulate
         self.deps: dict = {}
         self.buffers: dict = {}
+        # under inputs= only (torch's exec_info): nodes that run, and nodes needed at all
+        # (running or capturing); None means every node runs
+        self.runs: set | None = None
         self.needed: set | None = None
-        self.captures: dict = {}  # (node, output_nr) -> slot index in results
+        self.captures: dict = {}  # (node, output_nr) -> slot indices in the results
 
 
 def _count_dependencies(roots) -> dict:
@@ -204,44 +278,49 @@ def _count_dependencies(roots) -> dict:
     return deps
 
 
-def _needed_nodes(roots, targets: set) -> set:
-    """Nodes from which some target is reachable (targets included), iteratively."""
+def _execution_plan(roots, targets: set, capture_nodes: set) -> tuple:
+    """(needed, runs) under ``inputs=``, by an iterative depth-first walk.
+
+    A node runs when it is a target (``backward(inputs=)``) or some node it leads to is
+    needed; it is needed when it runs or captures a gradient (``autograd.grad``).
+    """
     needed: set = set()
-    state: dict = {}
+    runs: set = set()
+    seen: set = set()
     for root in roots:
-        if root in state:
+        if root in seen:
             continue
+        seen.add(root)
         stack = [(root, iter(root.next_functions))]
-        state[root] = 1
         while stack:
             node, it = stack[-1]
-            advanced = False
             for nxt, _ in it:
                 if nxt is None:
                     continue
-                if nxt not in state:
-                    state[nxt] = 1
+                if nxt not in seen:
+                    seen.add(nxt)
                     stack.append((nxt, iter(nxt.next_functions)))
-                    advanced = True
                     break
                 if nxt in needed:
+                    runs.add(node)
+            else:
+                stack.pop()
+                if node in targets:
+                    runs.add(node)
+                if node in runs or node in capture_nodes:
                     needed.add(node)
-            if advanced:
-                continue
-            stack.pop()
-            if node in targets:
-                needed.add(node)
-            if node in needed and stack:
-                needed.add(stack[-1][0])
-    return needed
+                    if stack:
+                        runs.add(stack[-1][0])
+    return needed, runs
 
 
 def execute(roots, grads, *, retain_graph: bool, create_graph: bool, inputs=None,
-            accumulate: bool = True) -> list:
+            accumulate: bool = True) -> list | None:
     """Run backward from ``roots`` (tensors) seeded with ``grads`` (tensors).
 
-    ``inputs``: tensors to restrict to (``backward(inputs=)``) or to return gradients for
-    (``autograd.grad``, ``accumulate=False``). Returns the captured gradients per input.
+    ``inputs``: tensors to restrict to (``backward(inputs=)``: their nodes run) or to return
+    gradients for (``autograd.grad``, ``accumulate=False``: their gradients are captured).
+    Returns the captured gradients per input under ``autograd.grad``.
     """
     task = _GraphTask(retain_graph, accumulate)
     root_nodes = []
@@ -256,24 +335,22 @@ def execute(roots, grads, *, retain_graph: bool, create_graph: bool, inputs=None
 
     results = None
     if inputs is not None:
-        results = [None] * len(inputs)
         targets = set()
         for i, t in enumerate(inputs):
             node, nr = gradient_edge(t)
-            task.captures.setdefault((node, nr), []).append(i)
             if accumulate:
-                # backward(inputs=): the input's node runs; under autograd.grad it runs only
-                # when another input further up needs it
-                targets.add(node)
-        capture_nodes = {n for n, _ in task.captures}
-        task.needed = _needed_nodes(root_nodes, targets | capture_nodes)
-        task.capture_nodes = capture_nodes
-        task.targets = targets
+                targets.add(node)  # backward(inputs=): the input's node runs
+            else:
+                task.captures.setdefault((node, nr), []).append(i)
+        if not accumulate:
+            results = [None] * len(inputs)
+        task.needed, task.runs = _execution_plan(
+            root_nodes, targets, {node for node, _ in task.captures})
 
     prev = grad_mode.is_grad_enabled()
     grad_mode._state.enabled = create_graph
     try:
-        _run(task, root_nodes, results, inputs)
+        _run(task, root_nodes, results, len(roots) == 1)
     finally:
         grad_mode._state.enabled = prev
     return results
@@ -283,68 +360,61 @@ def _num_outputs(node: Node) -> int:
     return 1 if node._output_meta is None else len(node._output_meta)
 
 
-def _run(task: _GraphTask, root_nodes, results, inputs) -> None:
+def _run(task: _GraphTask, root_nodes, results, single_root: bool) -> None:
     ready = _ReadyQueue()
     deps = task.deps
     buffers = task.buffers
     needed = task.needed
+    runs = task.runs
+    captures = task.captures
     for node in root_nodes:
-        if deps.get(node, 0) == 0:
+        # torch starts from a lone root's node even when it leads to no input (its tensor
+        # hooks fire); of several roots, only those needed
+        if deps.get(node, 0) == 0 and (needed is None or single_root or node in needed):
             ready.push(node)
     while ready:
         node = ready.pop()
         grads = buffers.pop(node)
-        if needed is not None and node not in needed:
-            continue
+        is_acc = type(node) is AccumulateGrad
+        if needed is not None:
+            if node not in runs:
+                # only reached: its tensor hooks and retain_grad fire, then the captures
+                _tensor_pre_hooks(node, grads, is_acc)
+                if captures:
+                    _capture(captures, node, grads, results)
+                continue
+            if captures:
+                # a node that also runs gives its inputs' gradients before their hooks
+                _capture(captures, node, grads, results)
 
         # 1-2. tensor hooks of each output (chained), then retain_grad
-        hooks_by_output = (
-            {0: node.variable._backward_hooks} if type(node) is AccumulateGrad
-            and node.variable._backward_hooks else node._tensor_hooks
-        )
-        if hooks_by_output:
-            for nr, hooks in hooks_by_output.items():
-                if hooks:
-                    grads[nr] = run_tensor_hooks(hooks, grads[nr])
-        if node._retains:
-            for nr, ref in node._retains.items():
-                t = ref()
-                if t is not None and grads[nr] is not None:
-                    g = grads[nr]
-                    t._grad = g.detach().clone() if t._grad is None else t._grad + g
-
-        if task.captures:
-            _capture(task, node, grads, results, inputs)
-        if needed is not None and node not in task.targets and not _leads_on(task, node):
-            # only wanted for a capture: the node itself does not run
-            _release_edges(task, node, ready)
-            continue
+        if node._tensor_hooks or node._retains or (is_acc and node.variable._backward_hooks):
+            _tensor_pre_hooks(node, grads, is_acc)
 
         # 3. node pre-hooks
         if node._pre_hooks:
-            replaced = run_tuple_hooks(
-                node._pre_hooks, lambda h, cur: h(cur if cur is not None else tuple(grads)),
-                len(grads),
-            )
-            if replaced is not None:
-                grads = list(replaced)
+            grads = _run_pre_hooks(node, grads)
 
         # 4. the node itself
-        if type(node) is AccumulateGrad and not task.accumulate:
+        if is_acc:
+            # the previous node's gradients may still be referenced from these locals
+            grad_inputs = g = None
+            if task.accumulate:
+                grad, owned = _take_owned(grads, node.variable)
+                node.accumulate(grad, owned)
+                grads[0] = grad
             grad_inputs = ()
         else:
             grad_inputs = _apply(node, grads)
+            if needed is not None and node.drops_unneeded_grads:
+                # torch computes only the gradients whose edge leads to a needed node
+                grad_inputs = tuple([
+                    g if g is None or (nxt is not None and nxt in needed) else None
+                    for g, (nxt, _) in zip(grad_inputs, node.next_functions)])
 
         # 5. node post-hooks (grad_inputs first)
         if node._post_hooks:
-            grad_outputs = tuple(grads)
-            replaced = run_tuple_hooks(
-                node._post_hooks,
-                lambda h, cur: h(cur if cur is not None else grad_inputs, grad_outputs),
-                len(grad_inputs),
-            )
-            if replaced is not None:
-                grad_inputs = replaced
+            grad_inputs = _run_post_hooks(node, grad_inputs, grads)
         if not task.retain_graph:
             node._release()
 
@@ -368,53 +438,61 @@ def _run(task: _GraphTask, root_nodes, results, inputs) -> None:
                 ready.push(nxt)
 
 
-def _leads_on(task: _GraphTask, node: Node) -> bool:
-    """Under inputs=: does this node have to run for some input further up?"""
-    return any(nxt is not None and nxt in task.needed for nxt, _ in node.next_functions)
+def _run_pre_hooks(node: Node, grads: list) -> list:
+    replaced = run_tuple_hooks(node._pre_hooks, lambda h, cur: h(cur), tuple(grads))
+    return grads if replaced is None else list(replaced)
 
 
-def _release_edges(task: _GraphTask, node: Node, ready) -> None:
-    # a node that does not run still releases its successors' dependency counts
-    for nxt, _ in node.next_functions:
-        if nxt is None or nxt not in task.needed:
-            continue
-        left = task.deps[nxt] - 1
-        task.deps[nxt] = left
-        task.buffers.setdefault(nxt, [None] * _num_outputs(nxt))
-        if left == 0:
-            ready.push(nxt)
+def _run_post_hooks(node: Node, grad_inputs: tuple, grads: list) -> tuple:
+    grad_outputs = tuple(grads)
+    replaced = run_tuple_hooks(
+        node._post_hooks, lambda h, cur: h(cur, grad_outputs), grad_inputs)
+    return grad_inputs if replaced is None else replaced
 
 
-def _capture(task: _GraphTask, node: Node, grads, results, inputs) -> None:
-    for nr in range(len(grads)):
-        slots = task.captures.get((node, nr))
-        if not slots:
-            continue
-        g = grads[nr]
-        for i in slots:
-            results[i] = g
-            t = inputs[i]
-            if task.accumulate and g is not None and t._grad_fn is not None:
-                # backward(inputs=[non-leaf]) accumulates into its .grad like a leaf
+def _tensor_pre_hooks(node: Node, grads: list, is_acc: bool) -> None:
+    """Steps 1-2 of a node: its outputs' tensor hooks, chained, then retain_grad."""
+    if is_acc:
+        hooks = node.variable._backward_hooks
+        if hooks:
+            grads[0] = run_tensor_hooks(hooks, grads[0])
+        return
+    if node._tensor_hooks:
+        for nr, hooks in list(node._tensor_hooks.items()):
+            if hooks:
+                grads[nr] = run_tensor_hooks(hooks, grads[nr])
+    if node._retains:
+        for nr, ref in list(node._retains.items()):
+            t = ref()
+            g = grads[nr]
+            if t is not None and g is not None:
                 t._grad = g.detach().clone() if t._grad is None else t._grad + g
+
+
+def _capture(captures: dict, node: Node, grads, results) -> None:
+    for nr, g in enumerate(grads):
+        slots = captures.get((node, nr))
+        if slots:
+            for i in slots:
+                results[i] = g
 
 
 def _apply(node: Node, grads: list) -> tuple:
     """Call the node's backward and fit each gradient to its input (torch's validate_outputs).
 
-    Multi-output nodes get zeros for outputs with no gradient; gradients for inputs that need
-    none are dropped; broadcast gradients are summed back to the input's shape.
+    A node that got no gradient at all is skipped (its gradients are all None) unless it
+    must run anyway (custom Functions); multi-output nodes get zeros for outputs with no
+    gradient; gradients for inputs that need none are dropped; broadcast gradients are
+    summed back to the input's shape.
     """
     if len(grads) == 1:
-        if grads[0] is None:
-            return _no_grads(node, grads)
-    elif all(g is None for g in grads):
-        return _no_grads(node, grads)
+        if grads[0] is None and not node.runs_without_grads:
+            return (None,) * len(node.next_functions)
+    elif not node.runs_without_grads and all(g is None for g in grads):
+        return (None,) * len(node.next_functions)
     elif node._output_meta is not None and node.materialize_grads:
         grads = [_zeros(meta) if g is None else g for g, meta in zip(grads, node._output_meta)]
     out = node._backward(grads)
-    if type(node) is AccumulateGrad:
-        return ()
     if type(out) is not tuple:
         out = (out,)
     n = len(node.next_functions)
@@ -446,13 +524,6 @@ def _apply(node: Node, grads: list) -> tuple:
             fitted = list(out)
         fitted[j] = g
     return out if fitted is None else tuple(fitted)
-
-
-def _no_grads(node: Node, grads: list) -> tuple:
-    if type(node) is AccumulateGrad:
-        node._backward(grads)
-        return ()
-    return (None,) * len(node.next_functions)
 
 
 def _zeros(meta):

@@ -1,10 +1,12 @@
 """Custom ops: subclass ``Function`` with ``forward(ctx, ...)`` and ``backward(ctx, ...)``."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from disthook.autograd import grad_mode
-from disthook.autograd.graph import Node, gradient_edge
+from disthook.autograd.graph import Node, _SavedTensor, gradient_edge
 
 VIEW_INPLACE_MSG = (
     "Output {i} of {name} is a view and is being modified inplace. This view was created "
@@ -28,13 +30,15 @@ class BackwardCFunction(Node):
     _forward_cls = None
 
     materialize_grads = False  # done here, so that set_materialize_grads(False) holds
+    runs_without_grads = True  # backward runs even when no output got a gradient
 
     def __init__(self) -> None:
         super().__init__()
         self._materialize = True
         self._dirty = ()
         self._non_differentiable = ()
-        self._tensor_positions = ()
+        self._to_save = None
+        self._is_tensor_arg = ()
 
     def mark_dirty(self, *tensors) -> None:
         self._dirty = tensors
@@ -45,10 +49,16 @@ class BackwardCFunction(Node):
     def set_materialize_grads(self, value: bool) -> None:
         self._materialize = value
 
+    def save_for_backward(self, *tensors) -> None:
+        # kept as given: they are saved once the outputs are wired to this node, so that a
+        # saved output is recognised as one (Function.apply)
+        self._to_save = tensors
+
     def save_for_forward(self, *tensors) -> None:
         pass
 
     def _backward(self, grads: list) -> tuple:
+        from disthook.autograd.engine import typename
         from disthook.tensor import Tensor
 
         if self._materialize:
@@ -59,7 +69,7 @@ class BackwardCFunction(Node):
         result = self._forward_cls.backward(self, *grads)
         if type(result) is not tuple:
             result = (result,)
-        n_args = len(self.needs_input_grad)
+        n_args = len(self._is_tensor_arg)
         if len(result) != n_args:
             if len(result) > n_args and all(r is None for r in result[n_args:]):
                 result = result[:n_args]
@@ -68,15 +78,76 @@ class BackwardCFunction(Node):
                     f"function {self.name()} returned an incorrect number of gradients "
                     f"(expected {n_args}, got {len(result)})")
         out = []
-        for pos in self._tensor_positions:
-            g = result[pos]
+        for pos, (g, is_tensor) in enumerate(zip(result, self._is_tensor_arg)):
+            if not is_tensor:
+                if g is not None:
+                    raise RuntimeError(
+                        f"function {self.name()} returned a gradient different than None at "
+                        f"position {pos + 1}, but the corresponding forward input was not a "
+                        "Variable")
+                continue
             if g is not None and not isinstance(g, Tensor):
-                raise TypeError(
-                    f"function {self.name()} returned a gradient different than None at "
-                    f"position {pos + 1}, but the corresponding forward input was not a "
-                    "Variable")
+                raise RuntimeError(f"expected Variable or None (got {typename(g)})")
             out.append(g)
         return tuple(out)
+
+
+_view_class = None
+
+
+def _custom_view_class():
+    """``_CustomFunctionView``, made on first use (disthook.tensor imports this package)."""
+    global _view_class
+    if _view_class is not None:
+        return _view_class
+    from disthook.tensor import Tensor
+
+    grad_fn_slot = Tensor.__dict__["_grad_fn"]
+
+    class _CustomFunctionView(Tensor):
+        """An output of a custom Function that is a view (an input returned as-is, or a view
+        made in forward). As in torch, its history cannot be rebuilt: once it or its base is
+        changed in place, reading its grad_fn (an op that records it, backward, is_leaf)
+        raises."""
+
+        __slots__ = ()
+
+        @property
+        def _grad_fn(self):
+            if self._vc[0] != self.__dict__["_view_version"]:
+                i, name = self.__dict__["_custom_view"]
+                raise RuntimeError(VIEW_BASE_INPLACE_MSG.format(i=i, name=name))
+            return grad_fn_slot.__get__(self, Tensor)
+
+        @_grad_fn.setter
+        def _grad_fn(self, node) -> None:
+            grad_fn_slot.__set__(self, node)
+
+    _view_class = _CustomFunctionView
+    return _view_class
+
+
+def _as_custom_view(view, base, node, output_nr: int, name: str):
+    """Make Tensor ``view`` (sharing storage and version with ``base``) the custom-Function
+    view output ``output_nr`` of ``node``."""
+    view.__class__ = _custom_view_class()
+    view._grad_fn, view._output_nr, view._requires_grad = node, output_nr, True
+    view._vc = base._vc
+    view._base = base._base if base._base is not None else base
+    view.__dict__["_custom_view"] = (output_nr, name)
+    view.__dict__["_view_version"] = base._vc[0]
+    return view
+
+
+def _alias(t):
+    """A new tensor on ``t``'s storage and version counter, without history (torch returns
+    one for a non-differentiable input that forward returned as-is)."""
+    from disthook.tensor import Tensor
+
+    alias = Tensor._make(t._data, None, 0)
+    alias._vc = t._vc
+    alias._base = t._base if t._base is not None else t
+    return alias
 
 
 class Function:
@@ -115,7 +186,8 @@ class Function:
         from disthook.tensor import Tensor
 
         ctx = cls._backward_cls()
-        needs = tuple(isinstance(a, Tensor) and a._requires_grad for a in args)
+        is_tensor = tuple(isinstance(a, Tensor) for a in args)
+        needs = tuple(t and a._requires_grad for t, a in zip(is_tensor, args))
         ctx.needs_input_grad = needs
         uses_setup = cls.setup_context is not Function.setup_context
         with grad_mode.no_grad():
@@ -127,48 +199,102 @@ class Function:
         records = grad_mode.is_grad_enabled() and any(needs)
         single = not isinstance(out, tuple)
         outs = (out,) if single else out
-        if not records:
-            return out
-        positions = tuple(i for i, a in enumerate(args) if isinstance(a, Tensor))
-        ctx._tensor_positions = positions
-        ctx.next_functions = tuple(gradient_edge(args[i]) for i in positions)
-        ctx._input_meta = tuple((args[i]._data.shape, args[i]._data.dtype) for i in positions)
-        ctx.needs_input_grad = needs
-        ctx._output_meta = tuple(
-            (o._data.shape, o._data.dtype) if isinstance(o, Tensor) else ((), np.float32)
-            for o in outs)
-        wrapped = []
+        dirty = _bump_dirty(ctx._dirty)
+        if records:
+            positions = tuple(i for i, t in enumerate(is_tensor) if t)
+            ctx._is_tensor_arg = is_tensor
+            ctx.next_functions = tuple(gradient_edge(args[i]) for i in positions)
+            ctx._input_meta = tuple((args[i]._data.shape, args[i]._data.dtype)
+                                    for i in positions)
+            ctx._output_meta = tuple(
+                (o._data.shape, o._data.dtype) if isinstance(o, Tensor) else ((), np.float32)
+                for o in outs)
+        node = ctx if records else None
         input_ids = {id(a) for a in args if isinstance(a, Tensor)}
-        dirty = {id(t) for t in ctx._dirty}
         non_diff = {id(t) for t in ctx._non_differentiable}
-        for i, o in enumerate(outs):
-            if not isinstance(o, Tensor):
-                wrapped.append(o)
-                continue
-            if id(o) in non_diff:
-                wrapped.append(o)
-                continue
-            if id(o) in dirty:
-                # modified in place and returned: the tensor itself takes the new history
-                o._vc[0] += 1
-                o._grad_fn, o._output_nr, o._requires_grad = ctx, i, True
-                o._backward_hooks = None
-                wrapped.append(o)
-                continue
-            if id(o) in input_ids:
-                # an input returned as-is becomes a view of it; in-place on it is forbidden
-                view = Tensor._make(o._data, ctx, i)
-                view._vc = o._vc
-                view._base = o
-                view.__dict__["_custom_view"] = (i, cls.__name__)
-                wrapped.append(view)
-                continue
-            if o._grad_fn is not None or o._base is not None:
-                o = Tensor._make(o._data, ctx, i)
-            else:
-                o._grad_fn, o._output_nr, o._requires_grad = ctx, i, True
-            wrapped.append(o)
-        return wrapped[0] if single else tuple(wrapped)
+        wrapped = tuple(
+            _wrap_output(o, i, node, cls.__name__, id(o) in input_ids, id(o) in dirty,
+                         id(o) not in non_diff)
+            for i, o in enumerate(outs))
+        if records and ctx._to_save is not None:
+            ctx._saved = tuple(_saved(t, i, ctx) for i, t in enumerate(ctx._to_save))
+        ctx._to_save = None
+        return wrapped[0] if single else wrapped
+
+
+def _bump_dirty(tensors) -> set:
+    """Validate ``ctx.mark_dirty`` arguments and bump their versions; their ids."""
+    from disthook.tensor import Tensor
+
+    ids = set()
+    for t in tensors:
+        if not isinstance(t, Tensor):
+            # (torch's text really stops there)
+            raise RuntimeError(
+                "mark_dirty can only accept variables, but argument ")
+        ids.add(id(t))
+        t._vc[0] += 1
+    return ids
+
+
+def _wrap_output(o, i: int, node, name: str, is_input: bool, is_modified: bool,
+                 marked_differentiable: bool):
+    """Output ``i`` of a custom Function, wired to ``node`` as torch does (see its
+    custom_function.cpp for the cases)."""
+    from disthook.tensor import Tensor
+
+    if not isinstance(o, Tensor):
+        return o
+    if node is None or not marked_differentiable or o._data.dtype.kind != "f":
+        # not differentiable: no history; inputs come back as aliases
+        if not o._requires_grad:
+            return _alias(o) if is_input and not is_modified else o
+        if is_input:
+            return o.detach()
+        if o._base is None:
+            o.detach_()
+        return o
+    if is_modified:
+        if o._grad_fn is None and o._requires_grad:
+            raise RuntimeError(
+                "a leaf Variable that requires grad has been used in an in-place operation.")
+        if not is_input:
+            warnings.warn(
+                "ctx.mark_dirty() received a tensor that was not an input. Only input Tensors "
+                "that have been mutated should be passed to ctx.mark_dirty().", UserWarning,
+                stacklevel=3)
+        # modified in place and returned: the tensor itself takes the new history, as after
+        # an in-place op (earlier tensor hooks stay with the old node, retain_grad follows)
+        old_node, old_nr = o._grad_fn, o._output_nr
+        o._grad_fn, o._output_nr, o._requires_grad = node, i, True
+        o._backward_hooks = None
+        if o._retains_grad:
+            if old_node is not None and old_node._retains:
+                old_node._retains.pop(old_nr, None)
+            o._retains_grad = False
+            o.retain_grad()
+        return o
+    if is_input:
+        # an input returned as-is becomes a view of it; in-place on it is forbidden
+        return _as_custom_view(Tensor._make(o._data, None, 0), o, node, i, name)
+    if o._base is not None and type(o) is Tensor:
+        return _as_custom_view(o, o._base, node, i, name)  # a view made in forward
+    o._grad_fn, o._output_nr, o._requires_grad = node, i, True
+    return o
+
+
+def _saved(t, i: int, node):
+    """One ``ctx.save_for_backward`` argument, saved once the outputs are wired."""
+    from disthook.tensor import Tensor
+
+    if t is None:
+        return None
+    if not isinstance(t, Tensor):
+        from disthook.autograd.engine import typename
+
+        raise TypeError(f"save_for_backward can only save variables, but argument {i} is of "
+                        f"type {typename(t)}")
+    return _SavedTensor(t, node)
 
 
 class InplaceFunction(Function):

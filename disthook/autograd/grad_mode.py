@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 
 
 class _State(threading.local):
     enabled = True
+    inference = False
 
 
 _state = _State()
@@ -14,6 +16,10 @@ _state = _State()
 
 def is_grad_enabled() -> bool:
     return _state.enabled
+
+
+def is_inference_mode_enabled() -> bool:
+    return _state.inference
 
 
 class _Mode:
@@ -33,6 +39,9 @@ class _Mode:
         return type(self)()
 
     def __call__(self, fn):
+        if inspect.isgeneratorfunction(fn):
+            return self._wrap_generator(fn)
+
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             with self._fresh():
@@ -40,27 +49,80 @@ class _Mode:
 
         return wrapper
 
+    def _wrap_generator(self, fn):
+        """The mode holds inside the generator's body only: it is entered at each resume and
+        left at each yield, so the caller's code between yields keeps its own mode."""
 
-class no_grad(_Mode):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            gen = fn(*args, **kwargs)
+            try:
+                with self._fresh():
+                    value = gen.send(None)
+                while True:
+                    try:
+                        sent = yield value
+                    except GeneratorExit:
+                        with self._fresh():
+                            gen.close()
+                        raise
+                    except BaseException as exc:
+                        with self._fresh():
+                            value = gen.throw(exc)
+                    else:
+                        with self._fresh():
+                            value = gen.send(sent)
+            except StopIteration as stop:
+                return stop.value
+
+        return wrapper
+
+
+class _BareDecorator(_Mode):
+    """A mode usable as ``@mode`` as well as ``@mode()``."""
+
+    def __new__(cls, fn=None):
+        if fn is None:
+            return super().__new__(cls)
+        return cls()(fn)
+
+
+class no_grad(_BareDecorator):
     """Ops inside record no graph."""
 
     mode = False
 
 
-class enable_grad(_Mode):
+class enable_grad(_BareDecorator):
     """Ops inside record a graph, even within no_grad."""
 
     mode = True
 
 
 class inference_mode(_Mode):
-    """Like no_grad (disthook has no separate inference tensors)."""
+    """Like no_grad (disthook has no separate inference tensors), and
+    ``is_inference_mode_enabled()`` is True inside; ``inference_mode(False)`` enables grad."""
+
+    def __new__(cls, mode=True):
+        if isinstance(mode, bool):
+            return super().__new__(cls)
+        return cls()(mode)  # used bare: @inference_mode
 
     def __init__(self, mode: bool = True):
+        self.inference = mode
         self.mode = not mode
 
+    def __enter__(self):
+        self._prev_inference = _state.inference
+        _state.inference = self.inference
+        super().__enter__()
+
+    def __exit__(self, *exc):
+        _state.inference = self._prev_inference
+        return super().__exit__(*exc)
+
     def _fresh(self) -> "_Mode":
-        return inference_mode(not self.mode)
+        return inference_mode(self.inference)
 
 
 class set_grad_enabled(_Mode):
@@ -73,6 +135,10 @@ class set_grad_enabled(_Mode):
 
     def __enter__(self):
         pass
+
+    def __call__(self, fn):
+        _state.enabled = self._prev  # used as a decorator: the mode applies inside fn only
+        return super().__call__(fn)
 
     def _fresh(self) -> "_Mode":
         return _Scoped(self.mode)

@@ -29,6 +29,7 @@ class Node:
 
     materialize_grads = True  # the engine gives zeros for outputs that got no gradient
     drops_unneeded_grads = False  # built-in ops: no gradient for inputs that need none
+    runs_without_grads = False  # runs even when no output got a gradient (custom Functions)
 
     # hot fields live in slots; the rest are class-level defaults, set per node only when used
     __slots__ = ("next_functions", "_seq", "needs_input_grad", "_input_meta", "__weakref__",
@@ -53,7 +54,7 @@ class Node:
         return type(self).__name__
 
     def __repr__(self) -> str:
-        return f"<{self.name()} object at {hex(id(self))}>"
+        return f"<{type(self).__name__} object at {hex(id(self))}>"
 
     @property
     def metadata(self) -> dict:
@@ -154,15 +155,21 @@ class AccumulateGrad(Node):
         self._seq = float("inf")  # like torch: a ready AccumulateGrad runs first
         self.variable = variable
 
-    def _backward(self, grads: list) -> tuple:
-        from disthook.autograd.engine import accumulate_into_grad
+    def name(self) -> str:
+        return "torch::autograd::AccumulateGrad"  # torch's C++ nodes have qualified names
 
-        accumulate_into_grad(self.variable, grads[0])
+    def accumulate(self, grad, fresh: bool = False) -> None:
+        """Add ``grad`` into ``.grad`` (``fresh``: it may become ``.grad`` without a copy),
+        then run the post-accumulate-grad hooks."""
+        from disthook.autograd.engine import accumulate_into_grad, run_post_acc_hooks
+
+        accumulate_into_grad(self.variable, grad, fresh)
         hooks = self.variable._post_acc_hooks
         if hooks:
-            for hook in list(hooks.values()):
-                if hook(self.variable) is not None:
-                    raise RuntimeError("Tensor post accumulate grad hooks should return None.")
+            run_post_acc_hooks(hooks, self.variable)
+
+    def _backward(self, grads: list) -> tuple:
+        self.accumulate(grads[0])
         return ()
 
 

@@ -8,6 +8,8 @@ only runs ``forward`` and builds no node.
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from disthook import _dtype
@@ -56,7 +58,11 @@ class Op(Node):
                 ctx._input_meta = tuple([(t._data.shape, t._data.dtype) for t in inputs])
                 if type(out) is tuple:
                     ctx._output_meta = tuple([(o.shape, o.dtype) for o in out])
-                    outs = tuple([_wrap(o, ctx, i, inputs, cls.view) for i, o in enumerate(out)])
+                    # integer outputs (max's indices) are not differentiable: no history
+                    view = cls.view and MULTI_OUTPUT_VIEW
+                    outs = tuple([_wrap(o, ctx, i, inputs, view) if o.dtype.kind == "f"
+                                  else _wrap(o, None, 0, inputs, view)
+                                  for i, o in enumerate(out)])
                 else:
                     outs = _wrap(out, ctx, 0, inputs, cls.view)
                 saved = ctx._saved
@@ -65,7 +71,8 @@ class Op(Node):
                 return outs
         out = cls.forward(_NO_CTX, *inputs, **params)
         if type(out) is tuple:
-            return tuple([_wrap(o, None, 0, inputs, cls.view) for o in out])
+            view = cls.view and MULTI_OUTPUT_VIEW
+            return tuple([_wrap(o, None, 0, inputs, view) for o in out])
         return _wrap(out, None, 0, inputs, cls.view)
 
     def _resolve_saved_output(self, outs) -> None:
@@ -80,6 +87,15 @@ class Op(Node):
         ])
 
 
+def save_crossed(ctx, a, b) -> None:
+    """Save each operand of a product only for the other operand's gradient, as torch does:
+    ``a`` is kept only when ``b`` needs a gradient and vice versa, so an operand no gradient
+    reads may be changed in place (and freed) before backward."""
+    need = ctx.needs_input_grad
+    if need:  # empty when no graph is recorded
+        ctx.save_for_backward(a if need[1] else None, b if need[0] else None)
+
+
 class _Output:
     """Marker for ``ctx.save_for_backward``: save the op's (first) output."""
 
@@ -90,16 +106,50 @@ class _Output:
 OUTPUT = _Output()
 
 
-def _wrap(array, node, output_nr: int, inputs, view: bool):
+def _wrap(array, node, output_nr: int, inputs, view):
+    """The output Tensor of an op. ``view``: falsy, True for a view op's output, or
+    MULTI_OUTPUT_VIEW for one of the views a multi-output op (split, unbind) returns."""
     if type(array) is not np.ndarray:
         array = np.asarray(array)
+    if not view:
+        return _make(array, node, output_nr)
+    base = inputs[0]
+    if array is base._data:
+        array = array.view()  # a no-op view (squeeze of nothing) is still a new view
     t = _make(array, node, output_nr)
-    if view:
-        base = inputs[0]
-        if array.base is not None and np.may_share_memory(array, base._data):
-            t._vc = base._vc
-            t._base = base._base if base._base is not None else base
+    if array.base is not None and np.may_share_memory(array, base._data):
+        _as_view(t, base, view)
     return t
+
+
+# how a view was made (torch's CreationMeta): in-place on the last two is forbidden under
+# grad mode, since the history of such a view cannot be rebased
+DEFAULT_VIEW, NO_GRAD_VIEW, MULTI_OUTPUT_VIEW = 0, 1, 2
+
+
+def _as_view(t, base, view) -> None:
+    """Make ``t`` a view of ``base``: it shares the version counter, records the root base
+    and how it was made, and registers with the root, so that an in-place change of the root
+    or of another of its views rebases ``t``'s history (see ``Tensor._inplace``)."""
+    root = base._base if base._base is not None else base
+    t._vc = base._vc
+    t._base = root
+    if not grad_mode._state.enabled:
+        t._view_creation = NO_GRAD_VIEW
+        return
+    creation = MULTI_OUTPUT_VIEW if view == MULTI_OUTPUT_VIEW else base._view_creation
+    if creation:
+        t._view_creation = creation
+    if root._grad_fn is not None or not root._requires_grad:
+        # (a leaf that requires grad is never changed in place under grad mode: no need)
+        views = root._views
+        if views is None:
+            root._views = [weakref.ref(t)]
+        else:
+            n = len(views)
+            if n >= 16 and not n & (n - 1):  # at powers of two: drop the dead, amortised O(1)
+                views[:] = [r for r in views if r() is not None]
+            views.append(weakref.ref(t))
 
 
 def _make(array, node, output_nr):
@@ -163,7 +213,6 @@ def result_dtype(a, b):
 
 def binary_operands(a, b):
     """Tensors of a common dtype for a binary op; python scalars become constant Tensors."""
-    from disthook.tensor import Tensor
 
     dt = result_dtype(a, b)
     a = _as(a, dt)

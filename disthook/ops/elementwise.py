@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from disthook.ops.base import OUTPUT, Op
+from disthook.ops.base import OUTPUT, Op, save_crossed
 
 
 def _needs(ctx, i: int) -> bool:
@@ -54,7 +54,7 @@ class Rsub(Sub):
 class Mul(Op):
     @staticmethod
     def forward(ctx, a, b):
-        ctx.save_for_backward(a, b)
+        save_crossed(ctx, a, b)
         return a._data * b._data
 
     @staticmethod
@@ -66,7 +66,10 @@ class Mul(Op):
 class Div(Op):
     @staticmethod
     def forward(ctx, a, b):
-        ctx.save_for_backward(a, b)
+        # a's gradient reads b; b's reads both
+        need = ctx.needs_input_grad
+        if need:
+            ctx.save_for_backward(a if need[1] else None, b)
         return a._data / b._data
 
     @staticmethod

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from disthook import _dtype
-from disthook.ops.base import Op, check_broadcast
+from disthook.ops.base import Op, check_broadcast, save_crossed
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -39,7 +39,7 @@ class Mm(Op):
         _check(x.shape[1] == y.shape[0],
                f"mat1 and mat2 shapes cannot be multiplied ({x.shape[0]}x{x.shape[1]} and "
                f"{y.shape[0]}x{y.shape[1]})")
-        ctx.save_for_backward(a, b)
+        save_crossed(ctx, a, b)
         return x @ y
 
     @staticmethod
@@ -57,7 +57,7 @@ class Mv(Op):
         _check(x.shape[1] == y.shape[0],
                f"size mismatch, got input ({x.shape[0]}), mat ({x.shape[0]}x{x.shape[1]}), "
                f"vec ({y.shape[0]})")
-        ctx.save_for_backward(a, v)
+        save_crossed(ctx, a, v)
         return x @ y
 
     @staticmethod
@@ -76,7 +76,7 @@ class Dot(Op):
                "inconsistent tensor size, expected tensor [%d] and src [%d] to have the same "
                "number of elements, but got %d and %d elements respectively"
                % (x.shape[0], y.shape[0], x.shape[0], y.shape[0]))
-        ctx.save_for_backward(a, b)
+        save_crossed(ctx, a, b)
         return np.dot(x, y)
 
     @staticmethod
@@ -96,7 +96,7 @@ class Bmm(Op):
                f"Expected size for first two dimensions of batch2 tensor to be: "
                f"{list(x.shape[:-2]) + [x.shape[-1]]} but got: {list(y.shape[:-1])}.")
         check_broadcast(x.shape[:-2], y.shape[:-2])
-        ctx.save_for_backward(a, b)
+        save_crossed(ctx, a, b)
         return np.matmul(x, y)
 
     @staticmethod
@@ -116,7 +116,9 @@ class Addmm(Op):
         _check(x.shape[1] == y.shape[0],
                f"mat1 and mat2 shapes cannot be multiplied ({x.shape[0]}x{x.shape[1]} and "
                f"{y.shape[0]}x{y.shape[1]})")
-        ctx.save_for_backward(a, b)
+        need = ctx.needs_input_grad
+        if need:  # each matrix only for the other's gradient
+            ctx.save_for_backward(a if need[2] else None, b if need[1] else None)
         out = x @ y
         out += bias._data
         return out

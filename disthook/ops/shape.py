@@ -2,9 +2,12 @@
 cat/stack/split, getitem and index-put, masked_fill, pad."""
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
-from disthook.ops.base import Op
+from disthook.autograd.graph import gradient_edge
+from disthook.ops.base import MULTI_OUTPUT_VIEW, NO_GRAD_VIEW, Op, sum_to  # noqa: F401
 
 
 class View(Op):
@@ -206,7 +209,8 @@ class Unbind(Op):
     def forward(ctx, a, dim=0):
         ctx.dim = dim
         x = a._data
-        return tuple(x[(slice(None),) * dim + (i,)] for i in range(x.shape[dim]))
+        # the Ellipsis keeps 0-d pieces views (numpy would return scalar copies)
+        return tuple(x[(slice(None),) * dim + (i, Ellipsis)] for i in range(x.shape[dim]))
 
     @staticmethod
     def backward(ctx, *grads):
@@ -234,6 +238,18 @@ class Slice(Index):
 
     node_name = "SliceBackward0"
     view = True
+
+    @staticmethod
+    def forward(ctx, a, index):
+        ctx.index = index
+        ctx.shape = a._data.shape
+        out = a._data[index]
+        if type(out) is not np.ndarray:
+            # numpy gives a scalar copy when ints select one element; a trailing Ellipsis
+            # makes it a 0-d view of the same memory, as torch's a[i] is
+            items = index if isinstance(index, tuple) else (index,)
+            out = a._data[items + (Ellipsis,)]
+        return out
 
 
 class Select(Slice):
@@ -298,6 +314,9 @@ class IndexPut(Op):
 
     node_name = "CopySlices"
 
+    def name(self) -> str:
+        return "torch::autograd::CopySlices"  # torch's qualified name for this C++ node
+
     @staticmethod
     def forward(ctx, a, value, index, accumulate=False):
         ctx.index = index
@@ -318,6 +337,121 @@ class IndexPut(Op):
         return ga, gv
 
 
+# ---- in-place on views: the root base's history is rebased (torch's CopySlices) ------------
+
+def view_index(view: np.ndarray, root: np.ndarray) -> tuple:
+    """Where each element of ``view`` sits in ``root``, whose memory it shares, as an
+    advanced index into ``root``: a tuple of integer arrays shaped like ``view``."""
+    item = root.itemsize
+    if min(root.strides + view.strides, default=0) < 0:
+        raise NotImplementedError("in-place on a view with negative strides is not supported")
+    as_strided = np.lib.stride_tricks.as_strided
+    # label the root's memory, element by element, with each element's C-order flat index
+    span = 1 + sum((n - 1) * s for n, s in zip(root.shape, root.strides)) // item
+    labels = np.full(max(span, 1), -1, dtype=np.int64)
+    if root.size:
+        in_labels = tuple(s // item * labels.itemsize for s in root.strides)
+        as_strided(labels, root.shape, in_labels)[...] = np.arange(root.size).reshape(root.shape)
+    offset = (view.__array_interface__["data"][0] - root.__array_interface__["data"][0]) // item
+    view_strides = tuple(s // item * labels.itemsize for s in view.strides)
+    flat = as_strided(labels[offset:], view.shape, view_strides).copy() if view.size else \
+        np.zeros(view.shape, np.int64)
+    return np.unravel_index(flat, root.shape)
+
+
+class AsStrided(Op):
+    """The history of a view once its root changed in place: the view taken afresh from the
+    root (torch's AsStridedBackward0). Built directly by ``rebase_views``; ``ctx.arrays`` is
+    (view's array, root's array), whose geometry gives the index, found when backward runs."""
+
+    node_name = "AsStridedBackward0"
+
+    @staticmethod
+    def backward(ctx, g):
+        view, root = ctx.arrays
+        return ScatterIndex.apply(g, index=view_index(view, root), shape=root.shape)
+
+
+class CopySlices(Op):
+    """The root's history after an in-place op on one of its views: the op's node ``fn``
+    takes the view's part of the root's gradient, the rest passes through unchanged; edges
+    to the op's other inputs are ``fn``'s. Built directly by ``rebase_on_view_inplace``."""
+
+    node_name = "CopySlices"
+    name = IndexPut.name  # the same C++ node in torch
+
+    @staticmethod
+    def backward(ctx, g):
+        fn = ctx.fn
+        index = view_index(*ctx.arrays)
+        grads = fn._backward([g[index]])
+        if type(grads) is not tuple:
+            grads = (grads,)
+        fitted = []
+        for need, meta, gi in zip(fn.needs_input_grad, fn._input_meta, grads):
+            if gi is None or not need:
+                fitted.append(None)
+                continue
+            if gi.shape != meta[0]:
+                gi = sum_to(gi, meta[0])  # undo broadcasting, as the engine does
+            fitted.append(gi if gi._data.dtype == meta[1] else gi.to(meta[1]))
+        view_grad = fitted[0] if fitted[0] is not None else g.new_zeros(())
+        return (g.index_put(index, view_grad), *fitted[1:])
+
+    def _release(self) -> None:
+        self.fn._release()
+        super()._release()
+
+
+def _node(op: type, inputs_meta: tuple, edges: tuple, needs: tuple):
+    node = op._node_cls()
+    node.next_functions = edges
+    node.needs_input_grad = needs
+    node._input_meta = inputs_meta
+    return node
+
+
+def rebase_views(root) -> None:
+    """After ``root``'s history changed in place, each live view of it takes the history
+    ``AsStrided(root)``, so gradients through the view see the change."""
+    views = root._views
+    live = []
+    for ref in views:
+        v = ref()
+        if v is None:
+            continue
+        if v._view_creation == MULTI_OUTPUT_VIEW:
+            from disthook.tensor import break_view
+
+            break_view(v)
+            continue
+        live.append(ref)
+        node = _node(AsStrided, ((root._data.shape, root._data.dtype),), (gradient_edge(root),),
+                     (True,))
+        node.arrays = (v._data, root._data)
+        v._set_history(node, 0)
+    views[:] = live
+
+
+def rebase_on_view_inplace(view, fn) -> None:
+    """``view`` (already written) was changed in place by the op whose node is ``fn`` (its
+    input 0 is the view's old value): the root takes a CopySlices history and all its views
+    are rebased onto it."""
+    root = view._base
+    edge = gradient_edge(root)
+    node = _node(CopySlices, ((root._data.shape, root._data.dtype),) + fn._input_meta[1:],
+                 (edge,) + fn.next_functions[1:],
+                 (edge[0] is not None,) + fn.needs_input_grad[1:])
+    node.fn = fn
+    node.arrays = (view._data, root._data)
+    root._set_history(node, 0)
+    if root._views is None:
+        root._views = []
+    if not any(ref() is view for ref in root._views):
+        root._views.append(weakref.ref(view))
+    rebase_views(root)
+
+
 class ScatterAlong(Op):
     """Zeros of ``shape`` with ``g`` placed at ``index`` along ``dim`` (max/min backward)."""
 
@@ -332,7 +466,6 @@ class ScatterAlong(Op):
 
     @staticmethod
     def backward(ctx, gg):
-        from disthook.tensor import Tensor
 
         return GatherAlong.apply(gg, index=ctx.index, dim=ctx.dim)
 

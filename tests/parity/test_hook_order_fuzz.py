@@ -104,20 +104,8 @@ def run_case(T, seed: int, variant: str):
     return log, grads, result
 
 
-UNNEEDED_SLOTS = ("under inputs= / autograd.grad, node post-hooks get computed gradients in "
-                  "grad_inputs slots whose edge leads to no input; torch leaves them None "
-                  "(see test_node_hooks.py::test_posthook_slots_for_unneeded_edges_are_none)")
-RAW_CAPTURE = ("autograd.grad returns the hooked gradient for an input whose node also has to "
-               "run; torch captures it before the tensor hooks (see test_tensor_hooks.py::"
-               "test_autograd_grad_capture_before_hooks_when_node_runs)")
-KNOWN = {
-    (0, "inputs"): UNNEEDED_SLOTS, (7, "inputs"): UNNEEDED_SLOTS,
-    (12, "grad"): RAW_CAPTURE, (13, "grad"): RAW_CAPTURE, (20, "grad"): UNNEEDED_SLOTS,
-    (21, "inputs"): UNNEEDED_SLOTS, (22, "inputs"): UNNEEDED_SLOTS,
-    (22, "grad"): UNNEEDED_SLOTS, (24, "grad"): UNNEEDED_SLOTS,
-    (25, "inputs"): UNNEEDED_SLOTS, (25, "grad"): UNNEEDED_SLOTS, (29, "grad"): RAW_CAPTURE,
-    (32, "grad"): UNNEEDED_SLOTS, (37, "inputs"): UNNEEDED_SLOTS, (38, "grad"): RAW_CAPTURE,
-}
+# (seed, variant) -> reason, for cases known to differ from torch (strict xfail); none now
+KNOWN: dict = {}
 CASES = [
     pytest.param(seed, variant, marks=pytest.mark.xfail(strict=True, reason=KNOWN[seed, variant]))
     if (seed, variant) in KNOWN else (seed, variant)

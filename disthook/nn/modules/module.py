@@ -371,7 +371,7 @@ class Module:
                     new = hook(self, args, result)
                     if new is not None:
                         result = new
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:
                     warnings.warn("global " + ALWAYS_CALL_SILENCED_MSG.format(e),
                                   UserWarning, stacklevel=3)
         for hook_id, hook in tuple(self._forward_hooks.items()):
@@ -383,7 +383,7 @@ class Module:
                         new = hook(self, args, result)
                     if new is not None:
                         result = new
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:
                     warnings.warn(ALWAYS_CALL_SILENCED_MSG.format(e), UserWarning,
                                   stacklevel=3)
 
@@ -631,7 +631,7 @@ class Module:
                 raise AttributeError(mod._get_name() + " has no attribute `" + item + "`")
             mod = getattr(mod, item)
             if not isinstance(mod, Module):
-                raise AttributeError("`" + item + "` is not an nn.Module")  # noqa: TRY004
+                raise AttributeError("`" + item + "` is not an nn.Module")
         return mod
 
     def get_parameter(self, target: str) -> Parameter:
@@ -641,7 +641,7 @@ class Module:
             raise AttributeError(mod._get_name() + " has no attribute `" + name + "`")
         param = getattr(mod, name)
         if not isinstance(param, Parameter):
-            raise AttributeError("`" + name + "` is not an nn.Parameter")  # noqa: TRY004
+            raise AttributeError("`" + name + "` is not an nn.Parameter")
         return param
 
     # ---- traversal ----------------------------------------------------------------------
@@ -717,7 +717,7 @@ class Module:
     # ---- modes and gradients ------------------------------------------------------------
     def train(self, mode: bool = True) -> Module:
         if not isinstance(mode, bool):
-            raise ValueError("training mode is expected to be boolean")  # noqa: TRY004
+            raise ValueError("training mode is expected to be boolean")
         self.training = mode
         for module in self.children():
             module.train(mode)
@@ -853,7 +853,7 @@ class Module:
             try:
                 with grad_mode.no_grad():
                     param.copy_(value)
-            except Exception as ex:  # noqa: BLE001
+            except Exception as ex:
                 error_msgs.append(
                     f'While copying the parameter named "{key}", whose dimensions in the '
                     f"model are {param.size()} and whose dimensions in the checkpoint are "
