@@ -8,19 +8,65 @@ import numpy as _np
 
 from disthook import autograd, cuda, random, utils  # noqa: F401
 from disthook._dtype import (  # noqa: F401
-    bool, double, dtype, float, float16, float32, float64, get_default_dtype, half, int, int8,
-    int16, int32, int64, long, set_default_dtype, short, uint8,
+    bool,
+    double,
+    dtype,
+    float,
+    float16,
+    float32,
+    float64,
+    get_default_dtype,
+    half,
+    int,
+    int8,
+    int16,
+    int32,
+    int64,
+    long,
+    set_default_dtype,
+    short,
+    uint8,
 )
 from disthook._tensor_str import get_printoptions, set_printoptions  # noqa: F401
 from disthook.autograd import (  # noqa: F401
-    enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled,
+    enable_grad,
+    inference_mode,
+    is_grad_enabled,
+    no_grad,
+    set_grad_enabled,
 )
+from disthook.autograd.grad_mode import is_inference_mode_enabled  # noqa: F401
 from disthook.random import (  # noqa: F401
-    Generator, get_rng_state, initial_seed, manual_seed, seed, set_rng_state,
+    Generator,
+    default_generator,
+    get_rng_state,
+    initial_seed,
+    manual_seed,
+    seed,
+    set_rng_state,
 )
 from disthook.tensor import (  # noqa: F401
-    Size, Tensor, arange, as_tensor, cat, concat, concatenate, device, empty, empty_like, eye,
-    from_numpy, full, full_like, linspace, ones, ones_like, stack, tensor, where, zeros,
+    Size,
+    Tensor,
+    arange,
+    as_tensor,
+    cat,
+    concat,
+    concatenate,
+    device,
+    empty,
+    empty_like,
+    eye,
+    from_numpy,
+    full,
+    full_like,
+    linspace,
+    ones,
+    ones_like,
+    stack,
+    tensor,
+    where,
+    zeros,
     zeros_like,
 )
 
@@ -58,12 +104,12 @@ def _float_np(dtype):
 
 
 def rand(*size, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
-    arr = random.gen().random(_size(size)).astype(_float_np(dtype))
+    arr = random.gen(generator).random(_size(size)).astype(_float_np(dtype))
     return _rand_factory(arr, requires_grad, device)
 
 
 def randn(*size, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
-    arr = random.gen().standard_normal(_size(size)).astype(_float_np(dtype))
+    arr = random.gen(generator).standard_normal(_size(size)).astype(_float_np(dtype))
     return _rand_factory(arr, requires_grad, device)
 
 
@@ -85,12 +131,12 @@ def randint(low, high=None, size=None, *, dtype=None, device=None, requires_grad
         raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} "
                            f">= to={high}")
     np_dt = (dtype or int64).np
-    arr = random.gen().integers(low, high, size=_size((size,))).astype(np_dt)
+    arr = random.gen(generator).integers(low, high, size=_size((size,))).astype(np_dt)
     return _rand_factory(arr, requires_grad, device)
 
 
 def randperm(n, *, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
-    return _rand_factory(random.gen().permutation(n).astype((dtype or int64).np),
+    return _rand_factory(random.gen(generator).permutation(n).astype((dtype or int64).np),
                          requires_grad, device)
 
 
@@ -100,13 +146,13 @@ def normal(mean, std, size=None, *, generator=None) -> Tensor:
         s = std._data if isinstance(std, Tensor) else std
         shape = _np.broadcast_shapes(_np.shape(m), _np.shape(s))
         dt = (mean if isinstance(mean, Tensor) else std)._data.dtype
-        return Tensor._make(random.gen().normal(m, s, shape).astype(dt), None, 0)
-    return Tensor._make(random.normal(mean, std, _size((size,)), get_default_dtype().np),
-                        None, 0)
+        return Tensor._make(random.gen(generator).normal(m, s, shape).astype(dt), None, 0)
+    return Tensor._make(random.normal(mean, std, _size((size,)), get_default_dtype().np,
+                                      generator), None, 0)
 
 
 def bernoulli(p: Tensor, *, generator=None) -> Tensor:
-    return Tensor._make((random.gen().random(p.shape) < p._data).astype(p._data.dtype),
+    return Tensor._make((random.gen(generator).random(p.shape) < p._data).astype(p._data.dtype),
                         None, 0)
 
 
@@ -145,4 +191,4 @@ def broadcast_tensors(*tensors):
 
 def broadcast_shapes(*shapes):
     return Size(_np.broadcast_shapes(*shapes))
-from disthook import nn  # noqa: E402,F401
+from disthook import nn, optim  # noqa: F401

@@ -1,4 +1,4 @@
-"""Elementwise activation layers."""
+"""Activation layers: elementwise, and softmax over a dim."""
 from __future__ import annotations
 
 from disthook.nn import functional as F
@@ -26,3 +26,69 @@ class Sigmoid(Module):
 class Tanh(Module):
     def forward(self, input: Tensor) -> Tensor:
         return F.tanh(input)
+
+
+class LeakyReLU(Module):
+    def __init__(self, negative_slope: float = 1e-2, inplace: bool = False) -> None:
+        super().__init__()
+        self.negative_slope = negative_slope
+        self.inplace = inplace
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.leaky_relu(input, self.negative_slope, self.inplace)
+
+    def extra_repr(self) -> str:
+        inplace = ", inplace=True" if self.inplace else ""
+        return f"negative_slope={self.negative_slope}{inplace}"
+
+
+class GELU(Module):
+    """``x * Phi(x)``; ``approximate='tanh'`` uses the tanh approximation of Phi."""
+
+    def __init__(self, approximate: str = "none") -> None:
+        super().__init__()
+        self.approximate = approximate
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.gelu(input, approximate=self.approximate)
+
+    def extra_repr(self) -> str:
+        return f"approximate={self.approximate!r}"
+
+
+class SiLU(Module):
+    """``x * sigmoid(x)``."""
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.silu(input, inplace=self.inplace)
+
+    def extra_repr(self) -> str:
+        return "inplace=True" if self.inplace else ""
+
+
+class Softmax(Module):
+    def __init__(self, dim: int | None = None) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.softmax(input, self.dim, _stacklevel=5)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class LogSoftmax(Module):
+    def __init__(self, dim: int | None = None) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.log_softmax(input, self.dim, _stacklevel=5)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"

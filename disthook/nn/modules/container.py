@@ -1,9 +1,10 @@
-"""``Sequential`` and ``ModuleList``: children named "0", "1", ... in order."""
+"""``Sequential`` and ``ModuleList`` (children named "0", "1", ... in order) and
+``ModuleDict`` (children by name)."""
 from __future__ import annotations
 
 import operator
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 from disthook.nn.modules.module import Module, _addindent
 
@@ -61,11 +62,50 @@ class Sequential(Module):
         if not isinstance(other, Sequential):
             msg = ("add operator supports only objects of Sequential class, but "
                    f"{type(other)} is given.")
-            raise ValueError(msg)  # noqa: TRY004 (torch's type)
+            raise ValueError(msg)
         result = Sequential()
         for module in (*self, *other):
             result.append(module)
         return result
+
+    def __iadd__(self, other: Sequential) -> Sequential:
+        if not isinstance(other, Sequential):
+            msg = ("add operator supports only objects of Sequential class, but "
+                   f"{type(other)} is given.")
+            raise ValueError(msg)
+        for module in list(other):
+            self.append(module)
+        return self
+
+    def _check_factor(self, other) -> None:
+        if not isinstance(other, int):
+            raise TypeError(f"unsupported operand type(s) for *: {type(self)} and {type(other)}")
+        if other <= 0:
+            raise ValueError(f"Non-positive multiplication factor {other} for {type(self)}")
+
+    def __mul__(self, other: int) -> Sequential:
+        """The same children repeated ``other`` times (shared, not copied), as in torch."""
+        self._check_factor(other)
+        result = Sequential()
+        for _ in range(other):
+            for module in self:
+                result.append(module)
+        return result
+
+    __rmul__ = __mul__
+
+    def __imul__(self, other: int) -> Sequential:
+        self._check_factor(other)
+        modules = list(self)
+        for _ in range(other - 1):
+            for module in modules:
+                self.append(module)
+        return self
+
+    def pop(self, key) -> Module:
+        module = self[key]
+        del self[key]
+        return module
 
     def append(self, module: Module) -> Sequential:
         self.add_module(str(len(self)), module)
@@ -73,7 +113,7 @@ class Sequential(Module):
 
     def insert(self, index: int, module: Module) -> Sequential:
         if not isinstance(module, Module):
-            raise AssertionError(f"module should be of type: {Module}")  # noqa: TRY004
+            raise AssertionError(f"module should be of type: {Module}")
         n = len(self._modules)
         if not -n <= index <= n:
             raise IndexError(f"Index out of range: {index}")
@@ -126,7 +166,7 @@ class ModuleList(Module):
     def __iter__(self) -> Iterator[Module]:
         return iter(self._modules.values())
 
-    def __iadd__(self, modules: Iterable[Module]) -> ModuleList:  # noqa: PYI034
+    def __iadd__(self, modules: Iterable[Module]) -> ModuleList:
         return self.extend(modules)
 
     def __add__(self, other: Iterable[Module]) -> ModuleList:
@@ -172,3 +212,65 @@ class ModuleList(Module):
                      else f"({first}-{last}): {last - first + 1} x {text}")
             lines.append(_addindent(label, 2))
         return self._get_name() + "(\n  " + "\n  ".join(lines) + "\n)"
+
+
+class ModuleDict(Module):
+    """Submodules by name, in insertion order, registered like attributes."""
+
+    def __init__(self, modules: Mapping | Iterable | None = None) -> None:
+        super().__init__()
+        if modules is not None:
+            self.update(modules)
+
+    def __getitem__(self, key: str) -> Module:
+        return self._modules[key]
+
+    def __setitem__(self, key: str, module: Module) -> None:
+        self.add_module(key, module)
+
+    def __delitem__(self, key: str) -> None:
+        del self._modules[key]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._modules)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._modules
+
+    def clear(self) -> None:
+        self._modules.clear()
+
+    def pop(self, key: str) -> Module:
+        module = self[key]
+        del self[key]
+        return module
+
+    def keys(self):
+        return self._modules.keys()
+
+    def items(self):
+        return self._modules.items()
+
+    def values(self):
+        return self._modules.values()
+
+    def update(self, modules: Mapping | Iterable) -> None:
+        """Add (or replace) children from a mapping or from (name, module) pairs."""
+        if not isinstance(modules, Iterable):
+            raise TypeError("ModuleDict.update should be called with an iterable of key/value "
+                            f"pairs, but got {type(modules).__name__}")
+        if isinstance(modules, (Mapping, ModuleDict)):
+            for key, module in modules.items():
+                self[key] = module
+            return
+        for j, pair in enumerate(modules):
+            if not isinstance(pair, Iterable):
+                raise TypeError(f"ModuleDict update sequence element #{j} should be Iterable; "
+                                f"is{type(pair).__name__}")
+            if len(pair) != 2:
+                raise ValueError(f"ModuleDict update sequence element #{j} has length "
+                                 f"{len(pair)}; 2 is required")
+            self[pair[0]] = pair[1]

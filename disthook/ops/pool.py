@@ -1,0 +1,263 @@
+"""Pooling over the last ``len(kernel)`` dims of any-rank input: max, average, adaptive average.
+
+Windows are strided slices of a padded copy, one per kernel offset, so the work is a short
+Python loop over the kernel (4 offsets for 2x2) of whole-array numpy operations. Every
+backward is an op whose own backward is the forward again (average pooling and its
+gradient are adjoint linear maps; max pooling's gradient scatters to the argmax and its
+adjoint gathers from there), so any order of derivative works.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from disthook.ops.base import Op
+
+
+def pool_output_size(n: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
+    """torch's pooling output length; with ``ceil_mode`` the last window must start inside
+    the input or its left padding."""
+    span = n + 2 * p - d * (k - 1) - 1
+    out = (span + (s - 1 if ceil_mode else 0)) // s + 1
+    if ceil_mode and (out - 1) * s >= n + p:
+        out -= 1
+    return out
+
+
+def _padded(x: np.ndarray, kernel, stride, padding, dilation, out, fill) -> np.ndarray:
+    """``x`` padded by ``padding`` before each pooled dim and as far after as the last
+    window reaches, with ``fill``."""
+    nd = len(kernel)
+    spatial = x.shape[-nd:]
+    after = [max(0, (o - 1) * s + d * (k - 1) + 1 - n - p)
+             for n, k, s, p, d, o in zip(spatial, kernel, stride, padding, dilation, out)]
+    if not any(padding) and not any(after):
+        return x
+    shape = x.shape[:-nd] + tuple(n + p + a for n, p, a in zip(spatial, padding, after))
+    xp = np.full(shape, fill, dtype=x.dtype)
+    xp[(..., *[slice(p, p + n) for n, p in zip(spatial, padding)])] = x
+    return xp
+
+
+def _windows(kernel, stride, dilation, out):
+    """For each kernel offset (row-major), the index of the elements it reads in every
+    window: one strided slice per pooled dim."""
+    for k in np.ndindex(*kernel):
+        yield (..., *[slice(ki * d, ki * d + s * (o - 1) + 1, s)
+                      for ki, d, s, o in zip(k, dilation, stride, out)])
+
+
+# ---- max pooling ----------------------------------------------------------------------------
+
+def _lowest(dtype):
+    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+
+
+def max_pool(x: np.ndarray, kernel, stride, padding, dilation, out) -> tuple:
+    """(values, arg): each window's maximum and which kernel offset (row-major) holds it;
+    ties go to the first, as in torch."""
+    xp = _padded(x, kernel, stride, padding, dilation, out, _lowest(x.dtype))
+    views = [xp[index] for index in _windows(kernel, stride, dilation, out)]
+    best = views[0].copy()
+    for v in views[1:]:
+        np.maximum(best, v, out=best)  # NaN wins, as in torch
+    arg = np.full(best.shape, len(views) - 1, dtype=np.int8 if len(views) < 128 else np.int32)
+    for j in range(len(views) - 2, -1, -1):
+        np.putmask(arg, views[j] == best, j)
+    if best.dtype.kind == "f" and np.isnan(best).any():
+        for j, v in enumerate(views):  # torch keeps the last NaN of a window
+            np.putmask(arg, np.isnan(v), j)
+    return best, arg
+
+
+def flat_indices(arg: np.ndarray, geometry) -> np.ndarray:
+    """The position of each window's maximum as a flat index into the pooled dims of the
+    (unpadded) input: what ``return_indices`` returns."""
+    in_shape, kernel, stride, padding, dilation, out = geometry
+    nd = len(kernel)
+    offsets = np.array(list(np.ndindex(*kernel)), dtype=np.int64).reshape(-1, nd)
+    flat = np.zeros(arg.shape, dtype=np.int64)
+    for i in range(nd):
+        start = np.arange(out[i]) * stride[i] - padding[i]
+        coord = start.reshape((-1,) + (1,) * (nd - 1 - i)) + offsets[arg, i] * dilation[i]
+        flat = flat * in_shape[len(in_shape) - nd + i] + coord
+    return flat
+
+
+def _windows_disjoint(kernel, stride, dilation) -> bool:
+    return all(s >= d * (k - 1) + 1 for k, s, d in zip(kernel, stride, dilation))
+
+
+def max_pool_scatter(g: np.ndarray, arg: np.ndarray, geometry) -> np.ndarray:
+    """Zeros of the input's shape with each window's gradient at its maximum (windows that
+    overlap may add to one position): one masked write per kernel offset."""
+    in_shape, kernel, stride, padding, dilation, out = geometry
+    nd = len(kernel)
+    spatial = in_shape[-nd:]
+    after = [max(0, (o - 1) * s + d * (k - 1) + 1 - n - p)
+             for n, k, s, p, d, o in zip(spatial, kernel, stride, padding, dilation, out)]
+    padded = tuple(in_shape[:-nd]) + tuple(n + p + a for n, p, a in zip(spatial, padding, after))
+    xp = np.zeros(padded, dtype=g.dtype)
+    disjoint = _windows_disjoint(kernel, stride, dilation)
+    mask = np.empty(arg.shape, dtype=bool)
+    for j, index in enumerate(_windows(kernel, stride, dilation, out)):
+        np.equal(arg, j, out=mask)
+        if disjoint:
+            np.multiply(g, mask, out=xp[index])
+        else:
+            xp[index] += g * mask
+    if padded == tuple(in_shape):
+        return xp
+    return np.ascontiguousarray(xp[(..., *[slice(p, p + n) for n, p in zip(spatial, padding)])])
+
+
+class MaxPool2d(Op):
+    """Max pooling over the last two dims; with ``return_indices`` a second output holds the
+    flat index (into H*W) of each maximum."""
+
+    node_name = "MaxPool2DWithIndicesBackward0"
+
+    @staticmethod
+    def forward(ctx, x, kernel, stride, padding, dilation, out, return_indices=False):
+        values, arg = max_pool(x._data, kernel, stride, padding, dilation, out)
+        geometry = (x._data.shape, kernel, stride, padding, dilation, out)
+        ctx.arg, ctx.geometry = arg, geometry
+        return (values, flat_indices(arg, geometry)) if return_indices else values
+
+    @staticmethod
+    def backward(ctx, g, g_indices=None):
+        return MaxPoolScatter.apply(g, arg=ctx.arg, geometry=ctx.geometry)
+
+
+class MaxPoolScatter(Op):
+    """The gradient of max pooling; its adjoint gathers from each window's maximum."""
+
+    node_name = "MaxPool2DWithIndicesBackwardBackward0"
+
+    @staticmethod
+    def forward(ctx, g, arg, geometry):
+        ctx.arg, ctx.geometry = arg, geometry
+        return max_pool_scatter(g._data, arg, geometry)
+
+    @staticmethod
+    def backward(ctx, h):
+        from disthook.ops.shape import GatherAlong
+
+        idx = flat_indices(ctx.arg, ctx.geometry)
+        lead = math.prod(idx.shape[:-2])
+        rows = h.reshape(lead, h.shape[-2] * h.shape[-1])
+        taken = GatherAlong.apply(rows, index=idx.reshape(lead, -1), dim=1)
+        return taken.reshape(idx.shape)
+
+
+# ---- average pooling ------------------------------------------------------------------------
+
+def avg_divisor(spatial, kernel, stride, padding, out, count_include_pad: bool,
+                divisor_override) -> np.ndarray | int:
+    """What each window's sum is divided by, shaped to broadcast against the output: the
+    window's size clipped to the padded input, or (``count_include_pad=False``) the number
+    of input elements in it."""
+    if divisor_override:
+        return divisor_override
+    total = None
+    for i, (n, k, s, p, o) in enumerate(zip(spatial, kernel, stride, padding, out)):
+        start = np.arange(o) * s - p
+        end = np.minimum(start + k, n + p)
+        size = end - start
+        if not count_include_pad:
+            size = np.minimum(end, n) - np.maximum(start, 0)
+        size = size.reshape((-1,) + (1,) * (len(kernel) - 1 - i))
+        total = size if total is None else total * size
+    return total
+
+
+def avg_pool(x: np.ndarray, kernel, stride, padding, out, divisor) -> np.ndarray:
+    ones = (1,) * len(kernel)
+    xp = _padded(x, kernel, stride, padding, ones, out, 0)
+    acc = None
+    for index in _windows(kernel, stride, ones, out):
+        acc = xp[index].copy() if acc is None else np.add(acc, xp[index], out=acc)
+    if x.dtype.kind == "f":
+        return (acc / divisor).astype(x.dtype, copy=False)
+    return (acc // divisor).astype(x.dtype, copy=False)
+
+
+def avg_pool_grad(g: np.ndarray, in_shape, kernel, stride, padding, out,
+                  divisor) -> np.ndarray:
+    """The adjoint of ``avg_pool``: each output's gradient, divided by its window's
+    divisor, added to every element of its window."""
+    nd = len(kernel)
+    ones = (1,) * nd
+    spatial = in_shape[-nd:]
+    after = [max(0, (o - 1) * s + k - n - p)
+             for n, k, s, p, o in zip(spatial, kernel, stride, padding, out)]
+    padded = tuple(in_shape[:-nd]) + tuple(n + p + a for n, p, a in zip(spatial, padding, after))
+    xp = np.zeros(padded, dtype=g.dtype)
+    share = (g / divisor).astype(g.dtype, copy=False)
+    for index in _windows(kernel, stride, ones, out):
+        xp[index] += share
+    return xp[(..., *[slice(p, p + n) for n, p in zip(spatial, padding)])]
+
+
+class AvgPool2d(Op):
+    node_name = "AvgPool2DBackward0"
+
+    @staticmethod
+    def forward(ctx, x, kernel, stride, padding, out, divisor):
+        ctx.params = (x._data.shape, kernel, stride, padding, out, divisor)
+        return avg_pool(x._data, kernel, stride, padding, out, divisor)
+
+    @staticmethod
+    def backward(ctx, g):
+        in_shape, *rest = ctx.params
+        return AvgPoolGrad.apply(g, in_shape=in_shape, params=tuple(rest))
+
+
+class AvgPoolGrad(Op):
+    node_name = "AvgPool2DBackwardBackward0"
+
+    @staticmethod
+    def forward(ctx, g, in_shape, params):
+        ctx.params = params
+        return avg_pool_grad(g._data, in_shape, *params)
+
+    @staticmethod
+    def backward(ctx, h):
+        kernel, stride, padding, out, divisor = ctx.params
+        return AvgPool2d.apply(h, kernel=kernel, stride=stride, padding=padding, out=out,
+                               divisor=divisor)
+
+
+# ---- adaptive average pooling ---------------------------------------------------------------
+
+def adaptive_matrix(n: int, o: int, dtype) -> np.ndarray:
+    """``(o, n)``: row i averages input positions floor(i*n/o) .. ceil((i+1)*n/o) - 1."""
+    i = np.arange(o)
+    start = (i * n) // o
+    end = -((-(i + 1) * n) // o)
+    pos = np.arange(n)
+    inside = (pos >= start[:, None]) & (pos < end[:, None])
+    return (inside / (end - start)[:, None]).astype(dtype)
+
+
+class AdaptiveAvgPool2d(Op):
+    """Adaptive average pooling of the last two dims: ``A_h @ x @ A_w.T`` with averaging
+    matrices, since the average over a rectangle is separable."""
+
+    node_name = "AdaptiveAvgPool2DBackward0"
+
+    @staticmethod
+    def forward(ctx, x, out):
+        xd = x._data
+        a_h = adaptive_matrix(xd.shape[-2], out[0], xd.dtype)
+        a_w = adaptive_matrix(xd.shape[-1], out[1], xd.dtype)
+        ctx.mats = (a_h, a_w)
+        return np.matmul(a_h, np.matmul(xd, a_w.T))
+
+    @staticmethod
+    def backward(ctx, g):
+        from disthook.tensor import Tensor
+
+        a_h, a_w = ctx.mats
+        return Tensor._make(a_h.T, None, 0) @ (g @ Tensor._make(a_w, None, 0))

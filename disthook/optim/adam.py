@@ -1,0 +1,77 @@
+"""Adam (optionally AMSGrad, decoupled weight decay) as torch's single-tensor algorithm:
+the same operations in the same order, so parameters agree with torch's to rounding."""
+from __future__ import annotations
+
+from disthook import _dtype
+from disthook.optim.optimizer import Optimizer
+from disthook.optim.sgd import _check_flags
+from disthook.tensor import tensor, zeros_like
+
+
+class Adam(Optimizer):
+    def __init__(self, params, lr: float = 1e-3, betas: tuple = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0, amsgrad: bool = False, *, foreach: bool | None = None,
+                 maximize: bool = False, capturable: bool = False, differentiable: bool = False,
+                 fused: bool | None = None, decoupled_weight_decay: bool = False) -> None:
+        if not 0.0 <= lr:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 <= eps:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        if not 0.0 <= betas[0] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
+        if not 0.0 <= betas[1] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if not (isinstance(betas[0], float) and isinstance(betas[1], float)):
+            raise ValueError("betas must be either both floats or both Tensors")
+        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
+                    "amsgrad": amsgrad, "maximize": maximize, "foreach": foreach,
+                    "capturable": capturable, "differentiable": differentiable, "fused": fused,
+                    "decoupled_weight_decay": decoupled_weight_decay}
+        super().__init__(params, defaults)
+        _check_flags(differentiable, foreach, fused)
+
+    def _state(self, p, amsgrad: bool) -> dict:
+        state = self.state[p]
+        if len(state) == 0:
+            # torch keeps the step count as a float tensor of the default float width
+            step_dtype = _dtype.float64 if _dtype.get_default_dtype() == _dtype.float64 else (
+                _dtype.float32)
+            state["step"] = tensor(0.0, dtype=step_dtype)
+            state["exp_avg"] = zeros_like(p)
+            state["exp_avg_sq"] = zeros_like(p)
+            if amsgrad:
+                state["max_exp_avg_sq"] = zeros_like(p)
+        return state
+
+    def _update(self, p, group: dict) -> None:
+        lr, eps, weight_decay = group["lr"], group["eps"], group["weight_decay"]
+        beta1, beta2 = group["betas"]
+        state = self._state(p, group["amsgrad"])
+        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+        grad = -p.grad if group["maximize"] else p.grad
+
+        state["step"].add_(1)
+        if weight_decay != 0:
+            if group["decoupled_weight_decay"]:
+                p.mul_(1 - lr * weight_decay)
+            else:
+                grad = grad.add(p, alpha=weight_decay)
+
+        # exp_avg.lerp_(grad, 1 - beta1) and exp_avg_sq.mul_(beta2).addcmul_(grad, grad, ...)
+        exp_avg.add_(grad - exp_avg, alpha=1 - beta1)
+        exp_avg_sq.mul_(beta2).add_(grad * grad, alpha=1 - beta2)
+
+        step = state["step"].item()
+        bias_correction1 = 1 - beta1 ** step
+        bias_correction2 = 1 - beta2 ** step
+        step_size = lr / bias_correction1
+        bias_correction2_sqrt = bias_correction2 ** 0.5
+        if group["amsgrad"]:
+            max_exp_avg_sq = state["max_exp_avg_sq"]
+            max_exp_avg_sq.copy_(max_exp_avg_sq.maximum(exp_avg_sq))
+            denom = (max_exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+        else:
+            denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+        p.add_(exp_avg / denom, alpha=-step_size)

@@ -1,0 +1,255 @@
+"""``Optimizer``: parameter groups, per-parameter state, ``zero_grad``, step hooks and
+``state_dict`` / ``load_state_dict`` in torch's format (parameters as integer ids).
+
+Subclasses define ``step``; it runs under ``no_grad`` and changes the parameters in place, so
+each update bumps the parameter's version counter as torch's does.
+"""
+from __future__ import annotations
+
+import functools
+import warnings
+from collections import OrderedDict, defaultdict
+from copy import deepcopy
+from itertools import chain
+
+from disthook.autograd import grad_mode
+from disthook.tensor import Tensor
+from disthook.utils.hooks import RemovableHandle
+
+
+class _RequiredParameter:
+    """Default of a hyperparameter every group must set (``SGD``'s ``lr`` in old torch)."""
+
+    def __repr__(self) -> str:
+        return "<required parameter>"
+
+
+required = _RequiredParameter()
+
+
+def _typename(obj) -> str:
+    """``torch.typename``: ``torch.FloatTensor`` for a tensor, else the qualified type name."""
+    if isinstance(obj, Tensor):
+        return obj.type()
+    module = getattr(obj, "__module__", "") or ""
+    qualname = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    if qualname is None:
+        module, qualname = type(obj).__module__, type(obj).__qualname__
+    return qualname if module in ("", "builtins") else f"{module}.{qualname}"
+
+
+def _step_with_hooks(step):
+    """Wrap a subclass's ``step``: pre-hooks may replace (args, kwargs); post-hooks follow."""
+    @functools.wraps(step)
+    def wrapper(self, *args, **kwargs):
+        for hook in list(self._optimizer_step_pre_hooks.values()):
+            result = hook(self, args, kwargs)
+            if result is not None:
+                if not (isinstance(result, tuple) and len(result) == 2):
+                    raise RuntimeError(f"{step} must return None or a tuple of (new_args, "
+                                       f"new_kwargs), but got {result}.")
+                args, kwargs = result
+        out = step(self, *args, **kwargs)
+        for hook in list(self._optimizer_step_post_hooks.values()):
+            hook(self, args, kwargs)
+        return out
+
+    wrapper._with_step_hooks = True
+    return wrapper
+
+
+class Optimizer:
+    """Base of every optimizer: ``params`` is an iterable of tensors, of ``(name, tensor)``
+    pairs, or of dicts (parameter groups with their own hyperparameters)."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        step = cls.__dict__.get("step")
+        if step is not None and not getattr(step, "_with_step_hooks", False):
+            cls.step = _step_with_hooks(step)
+
+    def __init__(self, params, defaults: dict) -> None:
+        self.defaults = defaults
+        self._optimizer_step_pre_hooks: OrderedDict = OrderedDict()
+        self._optimizer_step_post_hooks: OrderedDict = OrderedDict()
+        if isinstance(params, Tensor):
+            raise TypeError("params argument given to the optimizer should be an iterable of "
+                            "Tensors or dicts, but got " + _typename(params))
+        self.state: defaultdict = defaultdict(dict)
+        self.param_groups: list[dict] = []
+        param_groups = list(params)
+        if len(param_groups) == 0:
+            raise ValueError("optimizer got an empty parameter list")
+        if not isinstance(param_groups[0], dict):
+            param_groups = [{"params": param_groups}]
+        for group in param_groups:
+            self.add_param_group(group)
+
+    def __repr__(self) -> str:
+        text = self.__class__.__name__ + " ("
+        for i, group in enumerate(self.param_groups):
+            text += f"\nParameter Group {i}\n"
+            for key in sorted(group):
+                if key != "params":
+                    text += f"    {key}: {group[key]}\n"
+        return text + ")"
+
+    # ---- parameter groups -------------------------------------------------------------------
+    def add_param_group(self, param_group: dict) -> None:
+        """Add a group; hyperparameters it does not set come from ``defaults``."""
+        if not isinstance(param_group, dict):
+            raise TypeError(f"param_group must be a dict, but got {type(param_group)}")
+        params = param_group["params"]
+        if isinstance(params, Tensor):
+            params = [params]
+        elif isinstance(params, set):
+            raise TypeError("optimizer parameters need to be organized in ordered collections, "
+                            "but the ordering of tensors in sets will change between runs. "
+                            "Please use a list instead.")
+        tensors, names = [], []
+        for param in params:
+            if isinstance(param, tuple):
+                names.append(param[0])
+                param = param[1]
+            tensors.append(param)
+        param_group["params"] = tensors
+        if names:
+            if len(names) != len(tensors):
+                raise ValueError("all optimizer params should be with/without names. Some "
+                                 "param names are missing")
+            param_group["param_names"] = names
+
+        for param in tensors:
+            if not isinstance(param, Tensor):
+                raise TypeError("optimizer can only optimize Tensors, but one of the params is "
+                                + _typename(param))
+            if not self.defaults.get("differentiable", None) and not (
+                    param.is_leaf or param.retains_grad):
+                raise ValueError("can't optimize a non-leaf Tensor")
+        for name, default in self.defaults.items():
+            if default is required and name not in param_group:
+                raise ValueError("parameter group didn't specify a value of required "
+                                 f"optimization parameter {name}")
+            param_group.setdefault(name, default)
+
+        if len({id(p) for p in tensors}) != len(tensors):
+            warnings.warn("optimizer contains a parameter group with duplicate parameters; in "
+                          "future, this will cause an error; see "
+                          "github.com/pytorch/pytorch/issues/40967 for more information",
+                          UserWarning, stacklevel=3)
+        seen = set()
+        for group in self.param_groups:
+            seen.update(id(p) for p in group["params"])
+            if ("param_names" in param_group) != ("param_names" in group):
+                kind = "with names" if "param_names" in param_group else "without names"
+                raise ValueError("all optimizer param groups should be with/without names. "
+                                 f"cannot add param group {kind} to the optimizer")
+        if any(id(p) in seen for p in tensors):
+            raise ValueError("some parameters appear in more than one parameter group")
+        self.param_groups.append(param_group)
+
+    # ---- gradients and steps ----------------------------------------------------------------
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Drop every parameter's ``.grad`` (or zero it in place with ``set_to_none=False``)."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                    continue
+                if p.grad.grad_fn is not None:
+                    p.grad.detach_()
+                else:
+                    p.grad.requires_grad_(False)
+                p.grad.zero_()
+
+    def step(self, closure=None):
+        """One update of every parameter that has a gradient; returns the closure's loss.
+
+        The closure (re-evaluating the model) runs with grad enabled; the updates run under
+        no_grad, one parameter at a time, through the subclass's ``_update(p, group)``.
+        """
+        loss = None
+        if closure is not None:
+            with grad_mode.enable_grad():
+                loss = closure()
+        with grad_mode.no_grad():
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        self._update(p, group)
+        return loss
+
+    def _update(self, p, group: dict) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not define _update(p, group)")
+
+    step = _step_with_hooks(step)  # subclasses that define their own are wrapped on creation
+
+    def register_step_pre_hook(self, hook) -> RemovableHandle:
+        """``hook(optimizer, args, kwargs) -> None | (args, kwargs)`` before each ``step``."""
+        handle = RemovableHandle(self._optimizer_step_pre_hooks)
+        self._optimizer_step_pre_hooks[handle.id] = hook
+        return handle
+
+    def register_step_post_hook(self, hook) -> RemovableHandle:
+        """``hook(optimizer, args, kwargs)`` after each ``step``."""
+        handle = RemovableHandle(self._optimizer_step_post_hooks)
+        self._optimizer_step_post_hooks[handle.id] = hook
+        return handle
+
+    # ---- state dict -------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """``{"state": {id: {...}}, "param_groups": [{..., "params": [ids]}]}``; ids number
+        the parameters in group order, as torch's do. The state tensors are not copied."""
+        ids: dict = {}
+        groups = []
+        for group in self.param_groups:
+            packed = {k: v for k, v in group.items() if k != "params"}
+            for p in group["params"]:
+                ids.setdefault(id(p), len(ids))
+            packed["params"] = [ids[id(p)] for p in group["params"]]
+            groups.append(packed)
+        state = {(ids[id(k)] if isinstance(k, Tensor) else k): v for k, v in self.state.items()}
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore hyperparameters and state from ``state_dict``; the ids are matched to this
+        optimizer's parameters by position. Float state is cast to its parameter's dtype."""
+        groups = self.param_groups
+        saved_groups = deepcopy(state_dict["param_groups"])
+        if len(groups) != len(saved_groups):
+            raise ValueError("loaded state dict has a different number of parameter groups")
+        if any(len(g["params"]) != len(s["params"]) for g, s in zip(groups, saved_groups)):
+            raise ValueError("loaded state dict contains a parameter group that doesn't match "
+                             "the size of optimizer's group")
+        id_map = dict(zip(chain.from_iterable(g["params"] for g in saved_groups),
+                          chain.from_iterable(g["params"] for g in groups)))
+        state: defaultdict = defaultdict(dict)
+        for key, value in state_dict["state"].items():
+            if key in id_map:
+                param = id_map[key]
+                state[param] = _cast(param, value)
+            else:
+                state[key] = value
+        new_groups = []
+        for group, saved in zip(groups, saved_groups):
+            saved["params"] = group["params"]
+            if "param_names" in group and "param_names" not in saved:
+                saved["param_names"] = group["param_names"]
+            new_groups.append(saved)
+        self.state = state
+        self.param_groups = new_groups
+
+
+def _cast(param: Tensor, value, key=None):
+    """State ``value`` for ``param``: tensors take its dtype (``step`` keeps its own)."""
+    if isinstance(value, Tensor):
+        if key != "step" and param.is_floating_point():
+            return value.to(param.dtype)
+        return value
+    if isinstance(value, dict):
+        return {k: _cast(param, v, k) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cast(param, v) for v in value)
+    return value
