@@ -20,7 +20,7 @@ from disthook.ops import elementwise as E
 from disthook.ops import linalg as L
 from disthook.ops import reduce as R
 from disthook.ops import shape as S
-from disthook.ops.base import binary_operands, check_broadcast, result_dtype
+from disthook.ops.base import _NO_CTX, binary_operands, check_broadcast, result_dtype
 from disthook.utils.hooks import RemovableHandle
 
 NON_LEAF_GRAD_WARNING = (
@@ -618,7 +618,12 @@ class Tensor:
             a, b = b, a
         if a._data.shape != b._data.shape and b._data.ndim and a._data.ndim:
             _check_broadcast(a, b)
-        return op.apply(a, b, **params)
+        if grad_mode._state.enabled and (a._requires_grad or b._requires_grad):
+            return op.apply(a, b, **params)
+        # no graph to record (as inside backward): the op's forward alone, without apply's
+        # bookkeeping; every binary op returns one new array
+        out = op.forward(_NO_CTX, a, b, **params)
+        return Tensor._make(out if type(out) is np.ndarray else np.asarray(out), None, 0)
 
     def __add__(self, other):
         return self._binary(E.Add, other)

@@ -14,7 +14,7 @@ import numpy as np
 
 from disthook import _dtype
 from disthook.autograd import grad_mode
-from disthook.autograd.graph import Node, _SavedTensor, gradient_edge
+from disthook.autograd.graph import Node, _SavedTensor, _sequence, grad_accumulator
 
 
 class Op(Node):
@@ -49,11 +49,13 @@ class Op(Node):
         if grad_mode._state.enabled and cls.differentiable:
             needs = tuple([t._requires_grad for t in inputs])
             if True in needs:
-                ctx = cls._node_cls()
+                ctx = _new(cls._node_cls)  # Node.__init__'s fields are all set right here
+                ctx._seq = next(_sequence)
                 ctx.needs_input_grad = needs
                 out = cls.forward(ctx, *inputs, **params)
                 ctx.next_functions = tuple([
-                    (t._grad_fn, t._output_nr) if t._grad_fn is not None else gradient_edge(t)
+                    (t._grad_fn, t._output_nr) if t._grad_fn is not None
+                    else (grad_accumulator(t), 0) if t._requires_grad else _NO_EDGE
                     for t in inputs])
                 ctx._input_meta = tuple([(t._data.shape, t._data.dtype) for t in inputs])
                 if type(out) is tuple:
@@ -63,6 +65,8 @@ class Op(Node):
                     outs = tuple([_wrap(o, ctx, i, inputs, view) if o.dtype.kind == "f"
                                   else _wrap(o, None, 0, inputs, view)
                                   for i, o in enumerate(out)])
+                elif type(out) is np.ndarray and not cls.view:
+                    outs = _make(out, ctx, 0)
                 else:
                     outs = _wrap(out, ctx, 0, inputs, cls.view)
                 saved = ctx._saved
@@ -85,6 +89,10 @@ class Op(Node):
         self._saved = tuple([
             s if (s is None or s is OUTPUT) else _SavedTensor(s, self) for s in tensors
         ])
+
+
+_new = object.__new__
+_NO_EDGE = (None, 0)  # the edge of an input that takes no gradient
 
 
 def save_crossed(ctx, a, b) -> None:
