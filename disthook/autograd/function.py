@@ -3,6 +3,10 @@ from __future__ import annotations
 
 import warnings
 
+# Names from modules that import this one are looked up at call time in sys.modules: they
+# are loaded by then, and a from-import inside a hot function costs about 1.7 us per call.
+from sys import modules as _loaded
+
 import numpy as np
 
 from disthook.autograd import grad_mode
@@ -58,8 +62,8 @@ class BackwardCFunction(Node):
         pass
 
     def _backward(self, grads: list) -> tuple:
-        from disthook.autograd.engine import typename
-        from disthook.tensor import Tensor
+        typename = _loaded["disthook.autograd.engine"].typename
+        Tensor = _loaded["disthook.tensor"].Tensor
 
         if self._materialize:
             grads = [
@@ -100,7 +104,7 @@ def _custom_view_class():
     global _view_class
     if _view_class is not None:
         return _view_class
-    from disthook.tensor import Tensor
+    Tensor = _loaded["disthook.tensor"].Tensor
 
     grad_fn_slot = Tensor.__dict__["_grad_fn"]
 
@@ -142,7 +146,7 @@ def _as_custom_view(view, base, node, output_nr: int, name: str):
 def _alias(t):
     """A new tensor on ``t``'s storage and version counter, without history (torch returns
     one for a non-differentiable input that forward returned as-is)."""
-    from disthook.tensor import Tensor
+    Tensor = _loaded["disthook.tensor"].Tensor
 
     alias = Tensor._make(t._data, None, 0)
     alias._vc = t._vc
@@ -183,20 +187,24 @@ class Function:
 
     @classmethod
     def apply(cls, *args, **kwargs):
-        from disthook.tensor import Tensor
+        Tensor = _loaded["disthook.tensor"].Tensor
 
         ctx = cls._backward_cls()
         is_tensor = tuple(isinstance(a, Tensor) for a in args)
         needs = tuple(t and a._requires_grad for t, a in zip(is_tensor, args))
         ctx.needs_input_grad = needs
         uses_setup = cls.setup_context is not Function.setup_context
-        with grad_mode.no_grad():
+        state = grad_mode._state  # forward runs under no_grad (the context manager, inlined)
+        enabled, state.enabled = state.enabled, False
+        try:
             if uses_setup:
                 out = cls.forward(*args, **kwargs)
                 cls.setup_context(ctx, args, out)
             else:
                 out = cls.forward(ctx, *args, **kwargs)
-        records = grad_mode.is_grad_enabled() and any(needs)
+        finally:
+            state.enabled = enabled
+        records = enabled and any(needs)
         single = not isinstance(out, tuple)
         outs = (out,) if single else out
         dirty = _bump_dirty(ctx._dirty)
@@ -224,7 +232,7 @@ class Function:
 
 def _bump_dirty(tensors) -> set:
     """Validate ``ctx.mark_dirty`` arguments and bump their versions; their ids."""
-    from disthook.tensor import Tensor
+    Tensor = _loaded["disthook.tensor"].Tensor
 
     ids = set()
     for t in tensors:
@@ -241,7 +249,7 @@ def _wrap_output(o, i: int, node, name: str, is_input: bool, is_modified: bool,
                  marked_differentiable: bool):
     """Output ``i`` of a custom Function, wired to ``node`` as torch does (see its
     custom_function.cpp for the cases)."""
-    from disthook.tensor import Tensor
+    Tensor = _loaded["disthook.tensor"].Tensor
 
     if not isinstance(o, Tensor):
         return o
@@ -285,12 +293,12 @@ def _wrap_output(o, i: int, node, name: str, is_input: bool, is_modified: bool,
 
 def _saved(t, i: int, node):
     """One ``ctx.save_for_backward`` argument, saved once the outputs are wired."""
-    from disthook.tensor import Tensor
+    Tensor = _loaded["disthook.tensor"].Tensor
 
     if t is None:
         return None
     if not isinstance(t, Tensor):
-        from disthook.autograd.engine import typename
+        typename = _loaded["disthook.autograd.engine"].typename
 
         raise TypeError(f"save_for_backward can only save variables, but argument {i} is of "
                         f"type {typename(t)}")

@@ -16,6 +16,7 @@ from typing import Any
 
 from disthook import _dtype
 from disthook.autograd import grad_mode
+from disthook.nn.modules import _functions  # noqa: F401 - utils.hooks finds it loaded
 from disthook.nn.parameter import Parameter
 from disthook.tensor import Tensor, _check_device
 from disthook.tensor import device as _device
