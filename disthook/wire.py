@@ -102,12 +102,12 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "shutdown": {"reason": "str?"},
     "status": {},
     # placement: coordinator -> worker
-    "load_stage": {"stage": "int", "spec": "map", "state": "map", "prev": "str?",
-                   "next": "str?"},
-    # data plane: activations forward, gradients backward
-    "forward": {"stage": "int", "inputs": "list", "grad_enabled": "bool", "reply_to": "str?"},
-    "backward": {"stage": "int", "grads": "list", "retain_graph": "bool"},
-    "release": {"stage": "int?"},
+    "load_stage": {"stage": "int", "spec": "map", "prev": "str?", "next": "str?"},
+    # data plane: activations forward, gradients backward. The reply goes to the client
+    # named by reply_to (hex of its socket identity) from the last (first) stage.
+    "forward": {"stage": "int", "inputs": "list", "grad_enabled": "bool", "reply_to": "str"},
+    "backward": {"stage": "int", "grads": "list", "retain_graph": "bool", "reply_to": "str"},
+    "release": {"contexts": "list"},
     # hooks: a stub fired on a worker asks the client to run the callable
     "hook_event": {"hook": "int", "kind": "str", "path": "str", "args": "list"},
     "hook_reply": {"hook": "int", "result": "any?"},

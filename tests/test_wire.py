@@ -44,7 +44,7 @@ def test_header_fields_roundtrip():
 def test_nested_arrays_keep_their_places():
     a, b, c = np.arange(3.0), np.ones((2, 2), np.float32), np.array([True, False])
     msg = roundtrip("forward", {"stage": 1, "inputs": [a, {"x": b, "y": [c, 5]}],
-                                "grad_enabled": True})
+                                "grad_enabled": True, "reply_to": "c1"})
     got_a, rest = msg["inputs"]
     np.testing.assert_array_equal(got_a, a)
     np.testing.assert_array_equal(rest["x"], b)
@@ -94,7 +94,8 @@ def test_roundtrip_over_a_zmq_socket_without_copies():
         b_sock.connect("inproc://wire-test")
         arr = np.random.default_rng(1).standard_normal((64, 128)).astype(np.float32)
         a_sock.send_multipart(encode("backward", {"stage": 0, "grads": [arr, None],
-                                                  "retain_graph": False}, ctx="c"), copy=False)
+                                                  "retain_graph": False, "reply_to": "c1"},
+                                     ctx="c"), copy=False)
         assert b_sock.poll(5000)
         msg = decode(b_sock.recv_multipart(copy=False))
         np.testing.assert_array_equal(msg["grads"][0], arr)
@@ -312,7 +313,8 @@ def test_random_mutations_raise_only_wire_error():
     rng = random.Random(1234)
     base = [bytes(f) for f in encode(
         "forward", {"stage": 2, "inputs": [np.arange(6, dtype=np.float32).reshape(2, 3),
-                                           {"k": np.array([True])}], "grad_enabled": False},
+                                           {"k": np.array([True])}], "grad_enabled": False,
+                    "reply_to": "c1"},
         req=9, ctx="abc")]
     outcomes = {"ok": 0, "rejected": 0}
     for _ in range(3000):

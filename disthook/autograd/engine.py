@@ -9,6 +9,7 @@ post-hooks, then its gradients travel along its edges. No recursion, so deep gra
 from __future__ import annotations
 
 import sys
+import threading
 
 # Names from modules that import this one are looked up at call time in sys.modules: they
 # are loaded by then, and a from-import inside a hot function costs about 1.7 us per call.
@@ -354,11 +355,26 @@ def execute(roots, grads, *, retain_graph: bool, create_graph: bool, inputs=None
 
     prev = grad_mode.is_grad_enabled()
     grad_mode._state.enabled = create_graph
+    running = _running.__dict__.setdefault("tasks", [])
+    running.append(task)
     try:
         _run(task, root_nodes, results, len(roots) == 1)
     finally:
+        running.pop()
         grad_mode._state.enabled = prev
     return results
+
+
+_running = threading.local()  # the backward calls running in this thread, innermost last
+
+
+def retains_graph() -> bool:
+    """Whether the backward now running in this thread keeps the graph (retain_graph=True):
+    for nodes whose saved state lives elsewhere, like the remote stages of a model."""
+    tasks = getattr(_running, "tasks", None)
+    if not tasks:
+        raise RuntimeError("retains_graph() is only meaningful during a backward")
+    return tasks[-1].retain_graph
 
 
 def _num_outputs(node: Node) -> int:

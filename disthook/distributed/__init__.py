@@ -2,6 +2,8 @@
 
 - ``local_cluster`` / ``connect`` / ``Cluster``: start or attach to a coordinator and its
   workers, list them, shut them down (``cluster``);
+- ``remote``: ``Cluster.deploy`` and ``RemoteModel``, a model whose stages run on workers,
+  with a client-side autograd node whose backward crosses the stages;
 - ``spec``: modules as data, the form in which a stage travels to a worker;
 - ``rpc``: requests with deadlines, and the errors remote calls end with.
 """

@@ -48,6 +48,7 @@ class Cluster:
         self._coordinator = Peer(address, name=f"the coordinator at {address}")
         self._processes = list(_processes or [])
         self._closed = False
+        self._deployments: list = []
         # the processes must not outlive an unreferenced cluster object either
         self._finalizer = weakref.finalize(self, _reap, self._processes, 5.0)
 
@@ -77,12 +78,24 @@ class Cluster:
                                    f"{self.address} within {timeout:g} s")
             time.sleep(0.05)
 
+    # ---- placing a model ----------------------------------------------------------------------
+    def deploy(self, module, stages: int = 1, *, balance: str = "params", split_points=None):
+        """Place contiguous stages of ``module``'s children on workers; a ``RemoteModel``."""
+        from disthook.distributed.remote import deploy
+
+        self._check_open()
+        remote = deploy(self, module, stages, split_points=split_points, balance=balance)
+        self._deployments.append(remote)
+        return remote
+
     # ---- ending ------------------------------------------------------------------------------
     def close(self) -> None:
         """Shut a local cluster down and reap its processes; for ``connect``, just disconnect."""
         if self._closed:
             return
         self._closed = True
+        for remote in self._deployments:
+            remote.close()
         try:
             if self._processes:
                 try:

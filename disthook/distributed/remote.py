@@ -1,0 +1,286 @@
+"""A model deployed on workers, as seen from the client: ``RemoteModel`` and its autograd node.
+
+``Cluster.deploy(module, stages=N)`` cuts the module's children into N contiguous stages
+(balanced by parameter count, or at ``split_points``) and places each on a worker. Calling
+the ``RemoteModel`` sends the input to the first stage; activations go worker to worker
+directly and the last stage answers the client. The output is an ordinary Tensor whose
+``grad_fn`` is a ``RemoteBackward`` node: when the client's backward reaches it, the gradient
+goes to the last stage, travels back worker to worker, and the first stage answers with the
+gradient for the input (when the input requires grad). Parameters' gradients accumulate on
+the workers, in ``.grad`` of the real parameters, as in one process.
+
+A forward with grad enabled opens a context on every stage; backward without
+``retain_graph`` closes it, and a context whose output tensor is dropped without backward is
+released by the client at its next call (workers also expire contexts after a deadline).
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import time
+import uuid
+import weakref
+from collections import OrderedDict
+
+import numpy as np
+import zmq
+
+from disthook import wire
+from disthook.autograd import engine, grad_mode
+from disthook.autograd.graph import SECOND_BACKWARD_MSG, Node, gradient_edge
+from disthook.distributed.rpc import DEFAULT_TIMEOUT, RemoteError, RemoteTimeout
+from disthook.distributed.spec import module_spec
+from disthook.nn.modules.container import Sequential
+from disthook.nn.modules.module import Module
+from disthook.tensor import Tensor
+
+__all__ = ["RemoteBackward0", "RemoteModel", "partition"]
+
+_request_ids = itertools.count(1)
+
+
+def partition(sizes: list[int], stages: int) -> list[int]:
+    """Split points (indices where stages 2..N start) for contiguous stages of ``sizes``
+    whose largest total is as small as possible; every stage gets at least one item."""
+    n = len(sizes)
+    if not 1 <= stages <= n:
+        raise ValueError(f"cannot cut {n} children into {stages} stages: need 1 <= stages <= {n}")
+    prefix = [0, *itertools.accumulate(sizes)]
+
+    def cuts_for(limit: int) -> list[int] | None:  # greedy: fill each stage up to the limit
+        cuts, start = [], 0
+        for k in range(stages - 1):
+            end = start + 1
+            # leave at least one item for each of the stages after this one
+            while end < n - (stages - 1 - k) and prefix[end + 1] - prefix[start] <= limit:
+                end += 1
+            cuts.append(end)
+            start = end
+        return cuts if prefix[n] - prefix[start] <= limit else None
+
+    lo, hi = max(sizes, default=0), prefix[n]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if cuts_for(mid) is None:
+            lo = mid + 1
+        else:
+            hi = mid
+    return cuts_for(lo)
+
+
+class _Hub:
+    """The client's sockets to the workers of one deployment, all with one identity, so that
+    whichever worker finishes a pipelined request can answer the client directly."""
+
+    def __init__(self, addresses: list[str], timeout: float):
+        self.identity = f"client-{os.getpid()}-{uuid.uuid4().hex[:12]}".encode()
+        self.ctx = zmq.Context.instance()
+        self.timeout = timeout
+        self.poller = zmq.Poller()
+        self.socks: dict[str, zmq.Socket] = {}
+        for address in addresses:
+            if address not in self.socks:
+                sock = self.ctx.socket(zmq.DEALER)
+                sock.setsockopt(zmq.LINGER, 0)
+                sock.setsockopt(zmq.IDENTITY, self.identity)
+                sock.connect(address)
+                self.poller.register(sock, zmq.POLLIN)
+                self.socks[address] = sock
+        self._pid = os.getpid()
+        self.pending_releases: list[str] = []
+
+    @property
+    def reply_to(self) -> str:
+        return self.identity.hex()
+
+    def send(self, address: str, msg_type: str, fields: dict, *, req: int = 0,
+             ctx: str | None = None) -> None:
+        self.socks[address].send_multipart(wire.encode(msg_type, fields, req=req, ctx=ctx),
+                                           copy=False)
+
+    def request(self, address: str, msg_type: str, fields: dict, *, ctx: str | None = None,
+                what: str = "") -> wire.Message:
+        """Send to ``address``; wait for the reply with the same id from any worker."""
+        self.flush_releases()
+        req = next(_request_ids)
+        self.send(address, msg_type, fields, req=req, ctx=ctx)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            left = deadline - time.monotonic()
+            events = dict(self.poller.poll(max(0, int(left * 1000)) + 1)) if left > 0 else {}
+            if not events and time.monotonic() >= deadline:
+                raise RemoteTimeout(f"no answer to {what or msg_type!r} within "
+                                    f"{self.timeout:g} s")
+            for sock in events:
+                try:
+                    reply = wire.decode(sock.recv_multipart(copy=False))
+                except wire.WireError:
+                    continue
+                if reply.req != req:
+                    continue  # a late answer to a request that timed out
+                if reply.type == "error":
+                    raise RemoteError(reply["kind"], reply["message"],
+                                      worker=reply.get("worker"), path=reply.get("path"),
+                                      traceback=reply.get("traceback"))
+                return reply
+
+    def flush_releases(self) -> None:
+        if self.pending_releases and self.socks:
+            contexts, self.pending_releases = self.pending_releases, []
+            first = next(iter(self.socks))
+            self.send(first, "release", {"contexts": contexts})
+
+    def close(self) -> None:
+        if os.getpid() == self._pid:
+            for sock in self.socks.values():
+                sock.close(linger=0)
+        self.socks = {}
+
+
+class RemoteBackward0(Node):
+    """The client-side node of one remote forward: backward crosses to the workers."""
+
+    def __init__(self, model: RemoteModel, ctx_id: str, x: Tensor):
+        super().__init__()
+        self.next_functions = (gradient_edge(x),)
+        self.needs_input_grad = (x._requires_grad,)
+        self._input_meta = ((x._data.shape, x._data.dtype),)
+        self._model = model
+        self._ctx_id = ctx_id
+        # a graph dropped without backward: release its contexts at the next call
+        self._finalizer = weakref.finalize(self, model._hub.pending_releases.append, ctx_id)
+
+    def name(self) -> str:
+        return "RemoteBackward0"
+
+    def _backward(self, grads: list) -> tuple:
+        if self._freed:
+            raise RuntimeError(SECOND_BACKWARD_MSG)
+        (g,) = grads
+        # the workers keep their graphs exactly when this backward keeps the client's
+        retain = engine.retains_graph()
+        reply = self._model._hub.request(
+            self._model._addresses[-1], "backward",
+            {"stage": len(self._model._addresses) - 1, "grads": [g._data],
+             "retain_graph": retain, "reply_to": self._model._hub.reply_to},
+            ctx=self._ctx_id, what="backward through the remote stages")
+        if not retain:
+            self._finalizer.detach()  # the workers closed the context themselves
+        (gx,) = reply["result"]["grads"]
+        return (None if gx is None else Tensor._make(np.array(gx), None, 0),)
+
+    def _release(self) -> None:
+        self._freed = True
+
+
+class RemoteModel:
+    """A module whose stages live on workers; call it like the module."""
+
+    def __init__(self, cluster, module: Module, stage_modules: list[Sequential],
+                 workers: list, timeout: float = DEFAULT_TIMEOUT):
+        self._cluster = cluster
+        self._stage_names = [list(m._modules) for m in stage_modules]
+        self._addresses = [w.address for w in workers]
+        self._workers = workers
+        self._class_name = type(module).__name__
+        self._hub = _Hub(self._addresses, timeout)
+        self._closed = False
+
+    # ---- calling ------------------------------------------------------------------------------
+    def __call__(self, x: Tensor) -> Tensor:
+        if not isinstance(x, Tensor):
+            raise TypeError(f"a RemoteModel takes one Tensor, got {type(x).__name__}")
+        grad = grad_mode.is_grad_enabled()
+        ctx_id = uuid.uuid4().hex
+        reply = self._hub.request(
+            self._addresses[0], "forward",
+            {"stage": 0, "inputs": [x._data], "grad_enabled": grad,
+             "reply_to": self._hub.reply_to},
+            ctx=ctx_id, what="forward through the remote stages")
+        result = reply["result"]
+        out = np.array(result["output"])
+        if grad and (result["requires_grad"] or x._requires_grad):
+            return Tensor._make(out, RemoteBackward0(self, ctx_id, x), 0)
+        return Tensor._make(out, None, 0)
+
+    forward = __call__
+
+    # ---- state --------------------------------------------------------------------------------
+    def _states(self) -> list[dict]:
+        return [self._hub.request(a, "get_state", {}, what="get_state")["result"]
+                for a in self._addresses]
+
+    def state_dict(self) -> OrderedDict:
+        """Every stage's parameters and buffers by their names in the full model."""
+        out = OrderedDict()
+        for state in self._states():
+            for name, arr in state["state"].items():
+                out[name] = Tensor._make(np.array(arr), None, 0)
+        return out
+
+    def named_gradients(self) -> OrderedDict:
+        """``.grad`` of every parameter that has one, fetched from its worker."""
+        out = OrderedDict()
+        for state in self._states():
+            for name, arr in state["grads"].items():
+                out[name] = Tensor._make(np.array(arr), None, 0)
+        return out
+
+    def zero_grad(self) -> None:
+        for a in self._addresses:
+            self._hub.request(a, "step", {"zero_grad": True}, what="zero_grad")
+
+    def workers(self) -> list[tuple[int, str, list[str]]]:
+        """(stage, worker id, names of the children it holds) per stage."""
+        return [(i, w.id, names) for i, (w, names)
+                in enumerate(zip(self._workers, self._stage_names))]
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._hub.flush_releases()
+            self._hub.close()
+
+    def __repr__(self) -> str:
+        lines = [f"Remote{self._class_name}("]
+        for stage, wid, names in self.workers():
+            lines.append(f"  stage {stage} on {wid}: {', '.join(names)}")
+        return "\n".join(lines) + "\n)"
+
+
+def deploy(cluster, module: Module, stages: int, split_points=None,
+           balance: str = "params") -> RemoteModel:
+    """Place contiguous stages of ``module``'s children on the cluster's workers."""
+    if not isinstance(module, Module):
+        raise TypeError(f"deploy() takes a disthook.nn.Module, got {type(module).__name__}")
+    children = list(module._modules.items())
+    if not children:
+        raise ValueError(f"{type(module).__name__} has no children to place in stages")
+    if balance != "params":
+        raise ValueError(f"balance={balance!r}: only 'params' is implemented so far")
+    if split_points is None:
+        sizes = [sum(p.numel() for p in child.parameters()) if child is not None else 0
+                 for _, child in children]
+        split_points = partition(sizes, stages)
+    else:
+        split_points = list(split_points)
+        if (len(split_points) != stages - 1 or split_points != sorted(set(split_points))
+                or (split_points and not 0 < split_points[0] <= split_points[-1] < len(children))):
+            raise ValueError(f"split_points={split_points} must be {stages - 1} increasing "
+                             f"indices between 1 and {len(children) - 1}")
+    alive = [w for w in cluster.workers() if w.alive]
+    if len(alive) < stages:
+        raise ValueError(f"{stages} stages need {stages} workers; the cluster has {len(alive)}")
+    bounds = [0, *split_points, len(children)]
+    stage_modules = [Sequential(OrderedDict(children[a:b])) for a, b in zip(bounds, bounds[1:])]
+    for m in stage_modules:
+        m.train(module.training)
+    workers = alive[:stages]
+    remote = RemoteModel(cluster, module, stage_modules, workers, timeout=cluster.timeout)
+    for i, (m, w) in enumerate(zip(stage_modules, workers)):
+        remote._hub.request(w.address, "load_stage", {
+            "stage": i, "spec": module_spec(m),
+            "prev": workers[i - 1].address if i > 0 else None,
+            "next": workers[i + 1].address if i + 1 < stages else None,
+        }, what=f"load_stage {i} on {w.id}")
+    return remote

@@ -1,0 +1,196 @@
+"""A model deployed on real worker processes computes what it computes in one process.
+
+Forward crosses the stages worker to worker, backward comes back the same way, gradients
+land in ``.grad`` of the parameters on their workers and in ``x.grad`` on the client.
+"""
+import gc
+import time
+
+import numpy as np
+import pytest
+
+import disthook as torch
+from disthook import nn
+from disthook.distributed import RemoteError, local_cluster
+from disthook.distributed.remote import partition
+from disthook.distributed.rpc import Peer
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with local_cluster(workers=3) as c:
+        yield c
+
+
+def make_net(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.Tanh(),
+                         nn.Linear(16, 3))
+
+
+def data(seed=1):
+    torch.manual_seed(seed)
+    return torch.randn(5, 8), torch.tensor([0, 1, 2, 1, 0])
+
+
+def close(a, b):
+    np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-6, atol=1e-7)
+
+
+def contexts(cluster):
+    counts = []
+    for w in cluster.workers():
+        with Peer(w.address) as peer:
+            counts.append(peer.request("status", timeout=10)["result"].get("contexts", 0))
+    return counts
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3])
+def test_forward_backward_same_as_one_process(cluster, stages):
+    net = make_net()
+    x, y = data()
+    x_local = x.clone().requires_grad_(True)
+    loss = nn.functional.cross_entropy(net(x_local), y)
+    loss.backward()
+
+    remote = cluster.deploy(net, stages=stages)
+    placed = [names for _, _, names in remote.workers()]
+    assert len(placed) == stages and sum(placed, []) == ["0", "1", "2", "3", "4"]
+    x_remote = x.clone().requires_grad_(True)
+    out = remote(x_remote)
+    assert out.grad_fn.name() == "RemoteBackward0"
+    assert out.grad_fn.next_functions[0][0].variable is x_remote  # the input's AccumulateGrad
+    loss_r = nn.functional.cross_entropy(out, y)
+    assert loss_r.item() == pytest.approx(loss.item(), rel=1e-6)
+    loss_r.backward()
+    close(x_remote.grad, x_local.grad)
+    grads = remote.named_gradients()
+    assert sorted(grads) == sorted(n for n, _ in net.named_parameters())
+    for name, p in net.named_parameters():
+        close(grads[name], p.grad)
+    for name, t in net.state_dict().items():
+        close(remote.state_dict()[name], t)
+    remote.close()
+
+
+def test_retain_graph_and_accumulation(cluster):
+    net = make_net()
+    x, y = data()
+    local = nn.functional.cross_entropy(net(x), y)
+    local.backward(retain_graph=True)
+    local.backward()
+    remote = cluster.deploy(net, stages=3)
+    out = nn.functional.cross_entropy(remote(x), y)
+    out.backward(retain_graph=True)
+    out.backward()  # the stages kept their graphs
+    grads = remote.named_gradients()
+    for name, p in net.named_parameters():
+        close(grads[name], p.grad)
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        out.backward()
+    remote.zero_grad()
+    assert remote.named_gradients() == {}
+    remote.close()
+
+
+def test_input_without_grad_still_gives_parameter_grads(cluster):
+    net = make_net()
+    x, y = data()
+    remote = cluster.deploy(net, stages=2)
+    out = remote(x)
+    assert out.requires_grad and x.grad is None
+    nn.functional.cross_entropy(out, y).backward()
+    assert x.grad is None
+    nn.functional.cross_entropy(net(x), y).backward()
+    grads = remote.named_gradients()
+    for name, p in net.named_parameters():
+        close(grads[name], p.grad)
+    remote.close()
+
+
+def test_no_grad_inference_opens_no_context(cluster):
+    net = make_net()
+    x, _ = data()
+    remote = cluster.deploy(net, stages=3)
+    with torch.no_grad():
+        out = remote(x)
+    assert out.grad_fn is None and not out.requires_grad
+    close(out, net(x))
+    assert contexts(cluster) == [0, 0, 0]
+    remote.close()
+
+
+def test_dropped_graph_is_released_on_every_stage(cluster):
+    net = make_net()
+    x, _ = data()
+    remote = cluster.deploy(net, stages=3)
+    out = remote(x)
+    assert contexts(cluster) == [1, 1, 1]
+    del out
+    gc.collect()
+    with torch.no_grad():
+        remote(x)  # the next call carries the release
+    deadline = time.monotonic() + 10
+    while contexts(cluster) != [0, 0, 0] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert contexts(cluster) == [0, 0, 0]
+    remote.close()
+
+
+def test_stage_error_reaches_the_client_and_the_cluster_stays_usable(cluster):
+    net = make_net()
+    remote = cluster.deploy(net, stages=3)
+    with pytest.raises(RemoteError) as info:
+        remote(torch.randn(5, 7))  # 7 features where the first Linear takes 8
+    err = info.value
+    assert err.kind == "RuntimeError" and err.path == "stage 0" and err.worker
+    assert "mat1 and mat2 shapes cannot be multiplied (5x7 and 8x16)" in str(err)
+    assert "Remote traceback" in str(err)
+    x, _ = data()
+    close(remote(x), net(x))  # still serving
+    remote.close()
+
+
+def test_deploy_errors(cluster):
+    net = make_net()
+    with pytest.raises(ValueError, match="4 stages need 4 workers; the cluster has 3"):
+        cluster.deploy(net, stages=4)
+    with pytest.raises(ValueError, match="cannot cut 5 children into 6 stages"):
+        cluster.deploy(net, stages=6)
+    with pytest.raises(ValueError, match=r"split_points=\[3, 2\] must be 2 increasing"):
+        cluster.deploy(net, stages=3, split_points=[3, 2])
+    with pytest.raises(TypeError, match="takes a disthook.nn.Module, got int"):
+        cluster.deploy(3, stages=1)
+    remote = cluster.deploy(net, stages=2, split_points=[1])
+    assert [names for _, _, names in remote.workers()] == [["0"], ["1", "2", "3", "4"]]
+    with pytest.raises(TypeError, match="takes one Tensor, got list"):
+        remote([1.0])
+    remote.close()
+
+
+def test_batchnorm_running_stats_update_on_the_worker(cluster):
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, 2))
+    x = torch.randn(8, 4)
+    remote = cluster.deploy(net, stages=2)
+    remote(x).sum().backward()
+    net(x).sum().backward()
+    state = remote.state_dict()
+    for name in ("1.running_mean", "1.running_var", "1.num_batches_tracked"):
+        close(state[name], net.state_dict()[name])
+    remote.close()
+
+
+@pytest.mark.parametrize("sizes,stages,cuts", [
+    ([10, 0, 10, 0, 10], 3, [2, 4]),
+    ([1, 1, 1, 1], 4, [1, 2, 3]),
+    ([100, 1, 1, 1], 2, [1]),
+    ([1, 1, 1, 100], 2, [3]),
+    ([5], 1, []),
+    ([0, 0, 0], 2, [2]),  # ties: parameter-free layers stay with the stage before
+    ([3, 0, 0, 3], 3, [2, 3]),
+])
+def test_partition_balances_contiguous_stages(sizes, stages, cuts):
+    assert partition(sizes, stages) == cuts
