@@ -111,6 +111,9 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # hooks: a stub fired on a worker asks the client to run the callable
     "hook_event": {"hook": "int", "kind": "str", "path": "str", "args": "list"},
     "hook_reply": {"hook": "int", "result": "any?"},
+    "add_hook": {"hook": "int", "kind": "str", "path": "str", "options": "map",
+                 "reply_to": "str"},
+    "remove_hook": {"hook": "int"},
     # parameters, buffers and optimizer shards
     "get_state": {"names": "list?"},
     "set_state": {"state": "map"},

@@ -21,6 +21,7 @@ from disthook import wire
 from disthook.distributed.rpc import error_fields
 from disthook.distributed.service import NO_REPLY, Service
 from disthook.distributed.spec import build_module
+from disthook.distributed.values import pack, unpack
 
 __all__ = ["Worker"]
 
@@ -57,6 +58,11 @@ class Worker(Service):
         self.neighbours: dict[str, zmq.Socket] = {}  # "prev"/"next" -> DEALER to that worker
         self.contexts: dict[str, _Context] = {}  # open forward graphs by context id
         self.context_ttl = context_ttl
+        self.hooks: dict[int, object] = {}  # client hook id -> handle of its stub
+        self.hook_timeout = 300.0
+        self._backlog: list[tuple[bytes, list]] = []  # requests that came during a hook call
+        self._event_ids = itertools.count(1)
+        self._ctx: str | None = None  # the context of the forward/backward now running
         self._register()
         self.next_beat = time.monotonic() + 1.0  # re-register if no answer came by then
 
@@ -71,9 +77,13 @@ class Worker(Service):
             frames = sock.recv_multipart(copy=False)
             self.log.warning("worker %s: unexpected message from a neighbour (%d frames)",
                              self.id, len(frames))
-            return None
+            return
         if sock is not self.control:
-            return super().on_socket(sock)
+            super().on_socket(sock)
+            while self._backlog:  # what arrived while a client hook ran
+                sender, frames = self._backlog.pop(0)
+                self.handle(sender, frames, self.router)
+            return
         try:
             msg = wire.decode(self.control.recv_multipart(copy=False))
         except wire.WireError as exc:
@@ -152,6 +162,7 @@ class Worker(Service):
                 if grad and t.is_floating_point():
                     t.requires_grad_(True)  # a fresh leaf per context: its grad goes back
                 inputs.append(t)
+            self._ctx, self._client = msg.ctx, client
             with disthook.set_grad_enabled(grad):
                 out = self.module(*inputs)
             if not isinstance(out, disthook.Tensor):
@@ -185,6 +196,7 @@ class Worker(Service):
             (g,) = msg["grads"]
             grad = disthook.from_numpy(np.array(g))
             retain = msg["retain_graph"]
+            self._ctx, self._client = msg.ctx, client
             for t in context.inputs:
                 t.grad = None  # the gradient of this backward only goes to the previous stage
             disthook.autograd.backward([context.output], [grad], retain_graph=retain)
@@ -202,6 +214,101 @@ class Worker(Service):
         except Exception as exc:  # noqa: BLE001
             self._to_client(client, msg, "error", self._error(exc))
         return NO_REPLY
+
+    # ---- client hooks ------------------------------------------------------------------------
+    def on_add_hook(self, msg, sender: bytes):
+        """Register a stub that runs the client's hook ``msg["hook"]`` when it fires here."""
+        if self.module is None:
+            raise RuntimeError(f"worker {self.id} holds no stage")
+        kind, path, hook_id, opts = msg["kind"], msg["path"], msg["hook"], msg["options"]
+        client = bytes.fromhex(msg["reply_to"])
+        if kind == "tensor":
+            target = self.module.get_parameter(path)
+            handle = target.register_hook(self._tensor_stub(hook_id, path, client))
+        else:
+            target = self.module.get_submodule(path)
+            stub = self._module_stub(kind, hook_id, path, client, opts)
+            if kind == "forward_pre":
+                handle = target.register_forward_pre_hook(
+                    stub, prepend=opts.get("prepend", False),
+                    with_kwargs=opts.get("with_kwargs", False))
+            elif kind == "forward":
+                handle = target.register_forward_hook(
+                    stub, prepend=opts.get("prepend", False),
+                    with_kwargs=opts.get("with_kwargs", False),
+                    always_call=opts.get("always_call", False))
+            elif kind == "full_backward":
+                handle = target.register_full_backward_hook(stub, prepend=opts.get("prepend",
+                                                                                   False))
+            elif kind == "full_backward_pre":
+                handle = target.register_full_backward_pre_hook(
+                    stub, prepend=opts.get("prepend", False))
+            else:
+                raise ValueError(f"unknown hook kind {kind!r}")
+        self.hooks[hook_id] = handle
+
+    def on_remove_hook(self, msg, sender: bytes):
+        handle = self.hooks.pop(msg["hook"], None)
+        if handle is not None:
+            handle.remove()
+
+    def _module_stub(self, kind: str, hook_id: int, path: str, client: bytes, opts: dict):
+        """The worker-side body of a client module hook: the event crosses, the answer comes
+        back and is returned to the module machinery as the client's hook returned it."""
+        worker = self
+        forward_kind = kind in ("forward_pre", "forward")
+
+        def stub(module, *args):
+            originals = list(_tensors_in(args))
+            data = worker._call_client(client, hook_id, kind, path, [pack(a) for a in args],
+                                       diff=forward_kind and disthook.is_grad_enabled())
+            if data is None:
+                return None
+            return _unpack_result(data, originals, worker, client, hook_id)
+
+        stub.__name__ = f"client_hook_{hook_id}"  # how engine errors name the hook
+        return stub
+
+    def _tensor_stub(self, hook_id: int, path: str, client: bytes):
+        worker = self
+
+        def stub(grad):
+            data = worker._call_client(client, hook_id, "tensor", path, [pack(grad)])
+            return None if data is None else _unpack_result(data, [grad], worker, client,
+                                                            hook_id)
+
+        stub.__name__ = f"client_hook_{hook_id}"
+        return stub
+
+    def _call_client(self, client: bytes, hook_id: int, kind: str, path: str, args: list,
+                     diff: bool = False):
+        """Send a hook event to the client and serve nothing else until its answer comes."""
+        req = next(self._event_ids)
+        fields = {"hook": hook_id, "kind": kind, "path": path,
+                  "args": [{"diff": diff}, *args]}
+        self.reply(self.router, client, req, "hook_event", fields, ctx=self._ctx)
+        deadline = time.monotonic() + self.hook_timeout
+        while time.monotonic() < deadline:
+            for sock, _ in self.poller.poll(100):
+                if sock is not self.router:
+                    self.on_socket(sock)  # heartbeats, neighbours
+                    continue
+                frames = self.router.recv_multipart(copy=False)
+                sender, body = frames[0].bytes, frames[1:]
+                try:
+                    msg = wire.decode(body)
+                except wire.WireError:
+                    self._backlog.append((sender, body))  # answered with an error later
+                    continue
+                if sender == client and msg.req == req and msg.type in ("hook_reply", "error"):
+                    if msg.type == "error":
+                        raise RuntimeError(f"the client's {kind} hook on {path!r} raised "
+                                           f"{msg['kind']}: {msg['message']}")
+                    return msg.get("result")
+                self._backlog.append((sender, body))
+            self.tick()
+        raise TimeoutError(f"the client did not answer its {kind} hook on {path!r} within "
+                           f"{self.hook_timeout:g} s")
 
     def on_release(self, msg, sender: bytes):
         for ctx_id in msg["contexts"]:
@@ -243,6 +350,53 @@ class Worker(Service):
 
 
 _load_ids = itertools.count()
+
+
+def _tensors_in(value):
+    """The tensors of a hook argument, in the order ``values.pack`` visits them."""
+    if isinstance(value, disthook.Tensor):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _tensors_in(v)
+    elif isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        for v in value.values():
+            yield from _tensors_in(v)
+
+
+class _ClientFunction(disthook.autograd.Function):
+    """A tensor a client hook computed from tensors of this worker: its backward asks the
+    client for the vector-Jacobian product of that computation."""
+
+    @staticmethod
+    def forward(ctx, worker, client, hook_id, key, value, *inputs):
+        ctx.call = (worker, client, hook_id, key, len(inputs))
+        return disthook.from_numpy(np.array(value))
+
+    @staticmethod
+    def backward(ctx, grad):
+        worker, client, hook_id, key, n = ctx.call
+        data = worker._call_client(client, hook_id, "vjp", key, [pack(grad)])
+        grads = unpack(data)
+        if len(grads) != n:
+            raise RuntimeError(f"the client returned {len(grads)} gradients for {n} inputs")
+        return (None, None, None, None, None, *grads)
+
+
+def _unpack_result(data, originals: list, worker, client: bytes, hook_id: int):
+    """A client hook's result: ``{"same": i}`` is the i-th original tensor itself; a tensor
+    with a ``vjp`` key was computed from the originals and stays differentiable."""
+    if isinstance(data, dict) and "same" in data:
+        return originals[data["same"]]
+    if isinstance(data, dict) and "vjp" in data:
+        inputs = [t for t in originals if t.requires_grad]
+        return _ClientFunction.apply(worker, client, hook_id, data["vjp"], data["tensor"],
+                                     *inputs)
+    if isinstance(data, dict) and len(data) == 1 and next(iter(data)) in ("tuple", "list"):
+        (tag, items), = data.items()
+        out = [_unpack_result(v, originals, worker, client, hook_id) for v in items]
+        return tuple(out) if tag == "tuple" else out
+    return unpack(data)
 
 
 class _Context:

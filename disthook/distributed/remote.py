@@ -25,11 +25,13 @@ from collections import OrderedDict
 import numpy as np
 import zmq
 
+from disthook import autograd as torch_autograd
 from disthook import wire
 from disthook.autograd import engine, grad_mode
 from disthook.autograd.graph import SECOND_BACKWARD_MSG, Node, gradient_edge
 from disthook.distributed.rpc import DEFAULT_TIMEOUT, RemoteError, RemoteTimeout
 from disthook.distributed.spec import module_spec
+from disthook.distributed.values import pack, unpack
 from disthook.nn.modules.container import Sequential
 from disthook.nn.modules.module import Module
 from disthook.tensor import Tensor
@@ -88,6 +90,70 @@ class _Hub:
                 self.socks[address] = sock
         self._pid = os.getpid()
         self.pending_releases: list[str] = []
+        self.hooks: dict[int, tuple] = {}  # hook id -> (callable, kind, module proxy)
+        self.vjps: dict[str, tuple] = {}  # key -> (result tensor, leaves) for "vjp" events
+        self.hook_error: BaseException | None = None
+
+    def _serve_event(self, sock: zmq.Socket, event: wire.Message) -> None:
+        """Run the hook a worker asked for and answer it on the socket the event came on."""
+        try:
+            result = self._run_hook(event)
+            frames = wire.encode("hook_reply", {"hook": event["hook"], "result": result},
+                                 req=event.req, ctx=event.ctx)
+        except Exception as exc:  # noqa: BLE001 - the worker must hear; we re-raise it later
+            self.hook_error = exc
+            frames = wire.encode("error", {"kind": type(exc).__name__, "message": str(exc)},
+                                 req=event.req, ctx=event.ctx)
+        sock.send_multipart(frames, copy=False)
+
+    def _run_hook(self, event: wire.Message):
+        kind = event["kind"]
+        if kind == "vjp":
+            result, leaves = self.vjps[event["path"]]
+            (grad,) = [unpack(a) for a in event["args"][1:]]
+            wanted = [t for t in leaves if t.requires_grad]
+            grads = torch_autograd.grad(result, wanted, grad, allow_unused=True)
+            return pack(list(grads))
+        entry = self.hooks.get(event["hook"])
+        if entry is None:
+            raise RuntimeError(f"hook {event['hook']} was removed on the client")
+        fn, _, proxy = entry
+        diff = event["args"][0]["diff"]
+        leaves: list[Tensor] = []
+
+        def leaf(array, requires_grad):
+            t = Tensor._make(np.array(array), None, 0)
+            if diff and requires_grad:
+                t.requires_grad_(True)
+            leaves.append(t)
+            return t
+
+        args = [unpack(a, leaf) for a in event["args"][1:]]
+        if kind == "tensor":
+            out = fn(*args)
+        else:
+            with grad_mode.set_grad_enabled(diff):
+                out = fn(proxy, *args)
+        if out is None:
+            return None
+        return self._pack_result(out, leaves, f"{event.ctx}:{event.req}:{event['hook']}")
+
+    def _pack_result(self, value, leaves: list, key: str):
+        """A hook's result: a leaf itself as ``{"same": i}``, a tensor computed from leaves
+        with a key for its vector-Jacobian product, containers element by element."""
+        if isinstance(value, Tensor):
+            for i, t in enumerate(leaves):
+                if value is t:
+                    return {"same": i}
+            if value.requires_grad and value.grad_fn is not None:
+                k = f"{key}:{len(self.vjps)}"
+                self.vjps[k] = (value, leaves)
+                return {"tensor": value.detach()._data, "vjp": k}
+            return pack(value)
+        if isinstance(value, (tuple, list)):
+            items = [self._pack_result(v, leaves, f"{key}.{i}") for i, v in enumerate(value)]
+            return {"tuple" if isinstance(value, tuple) else "list": items}
+        return pack(value)
 
     @property
     def reply_to(self) -> str:
@@ -116,17 +182,32 @@ class _Hub:
                     reply = wire.decode(sock.recv_multipart(copy=False))
                 except wire.WireError:
                     continue
+                if reply.type == "hook_event":  # a worker runs one of our hooks meanwhile
+                    self._serve_event(sock, reply)
+                    deadline = time.monotonic() + self.timeout  # the worker is alive
+                    continue
                 if reply.req != req:
                     continue  # a late answer to a request that timed out
                 if reply.type == "error":
+                    if self.hook_error is not None:  # our own hook failed: raise that
+                        exc, self.hook_error = self.hook_error, None
+                        raise exc
                     raise RemoteError(reply["kind"], reply["message"],
                                       worker=reply.get("worker"), path=reply.get("path"),
                                       traceback=reply.get("traceback"))
                 return reply
 
+    def drop_context(self, ctx_id: str) -> None:
+        """Forget the client-side hook graphs of a context whose backward is over."""
+        prefix = f"{ctx_id}:"
+        for key in [k for k in self.vjps if k.startswith(prefix)]:
+            del self.vjps[key]
+
     def flush_releases(self) -> None:
         if self.pending_releases and self.socks:
             contexts, self.pending_releases = self.pending_releases, []
+            for ctx_id in contexts:
+                self.drop_context(ctx_id)
             first = next(iter(self.socks))
             self.send(first, "release", {"contexts": contexts})
 
@@ -166,6 +247,7 @@ class RemoteBackward0(Node):
             ctx=self._ctx_id, what="backward through the remote stages")
         if not retain:
             self._finalizer.detach()  # the workers closed the context themselves
+            self._model._hub.drop_context(self._ctx_id)
         (gx,) = reply["result"]["grads"]
         return (None if gx is None else Tensor._make(np.array(gx), None, 0),)
 
@@ -183,6 +265,7 @@ class RemoteModel:
         self._addresses = [w.address for w in workers]
         self._workers = workers
         self._class_name = type(module).__name__
+        self._local = module  # the tree's shape (names, kinds); its weights go stale
         self._hub = _Hub(self._addresses, timeout)
         self._closed = False
 
@@ -204,6 +287,48 @@ class RemoteModel:
         return Tensor._make(out, None, 0)
 
     forward = __call__
+
+    # ---- the module tree ------------------------------------------------------------------------
+    def __getitem__(self, idx) -> RemoteModule:
+        names = [n for stage in self._stage_names for n in stage]
+        if isinstance(idx, int):
+            if not -len(names) <= idx < len(names):
+                raise IndexError(f"index {idx} is out of range")
+            return RemoteModule(self, names[idx])
+        raise TypeError(f"RemoteModel indices must be integers, not {type(idx).__name__}")
+
+    def __len__(self) -> int:
+        return sum(len(stage) for stage in self._stage_names)
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def get_submodule(self, target: str) -> RemoteModule:
+        self._local.get_submodule(target)  # the local twin raises torch's errors
+        return RemoteModule(self, target)
+
+    def _owner(self, path: str) -> str:
+        """The address of the worker holding the child that ``path`` starts with."""
+        top = path.split(".", 1)[0]
+        for names, address in zip(self._stage_names, self._addresses):
+            if top in names:
+                return address
+        raise AttributeError(f"no child {top!r} in the deployed {self._class_name}")
+
+    def _add_hook(self, kind: str, path: str, fn, proxy, **options) -> RemoteHandle:
+        if not callable(fn):
+            raise TypeError(f"hook must be callable, got {type(fn).__name__}")
+        hook_id = next(_hook_ids)
+        address = self._owner(path)
+        self._hub.hooks[hook_id] = (fn, kind, proxy)
+        try:
+            self._hub.request(address, "add_hook", {
+                "hook": hook_id, "kind": kind, "path": path, "options": options,
+                "reply_to": self._hub.reply_to}, what=f"register a {kind} hook on {path!r}")
+        except BaseException:
+            del self._hub.hooks[hook_id]
+            raise
+        return RemoteHandle(self, hook_id, address)
 
     # ---- state --------------------------------------------------------------------------------
     def _states(self) -> list[dict]:
@@ -246,6 +371,95 @@ class RemoteModel:
         for stage, wid, names in self.workers():
             lines.append(f"  stage {stage} on {wid}: {', '.join(names)}")
         return "\n".join(lines) + "\n)"
+
+
+_hook_ids = itertools.count(1)
+
+
+class RemoteHandle:
+    """Removes a client hook from the worker that fires it (idempotent, a context manager)."""
+
+    def __init__(self, model: RemoteModel, hook_id: int, address: str):
+        self.id, self._model, self._address = hook_id, model, address
+
+    def remove(self) -> None:
+        hub = self._model._hub
+        if hub.hooks.pop(self.id, None) is not None and hub.socks:
+            hub.request(self._address, "remove_hook", {"hook": self.id}, what="remove_hook")
+
+    def __enter__(self) -> RemoteHandle:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+
+class RemoteModule:
+    """A submodule of a deployed model, by its path; hooks registered here fire on its
+    worker and run here, with exactly the signatures and return rules of one process."""
+
+    def __init__(self, model: RemoteModel, path: str):
+        self._model, self._path = model, path
+
+    def __getattr__(self, name: str):
+        target = f"{self._path}.{name}"
+        local = self._model._local
+        if name in local.get_submodule(self._path)._parameters:
+            return RemoteParameter(self._model, target)
+        if name in local.get_submodule(self._path)._modules:
+            return RemoteModule(self._model, target)
+        raise AttributeError(f"'{type(local.get_submodule(self._path)).__name__}' object "
+                             f"(remote, at {self._path!r}) has no attribute '{name}'")
+
+    def __getitem__(self, idx) -> RemoteModule:
+        names = list(self._model._local.get_submodule(self._path)._modules)
+        return RemoteModule(self._model, f"{self._path}.{names[idx]}")
+
+    def register_forward_pre_hook(self, hook, *, prepend: bool = False,
+                                  with_kwargs: bool = False) -> RemoteHandle:
+        return self._model._add_hook("forward_pre", self._path, hook, self, prepend=prepend,
+                                     with_kwargs=with_kwargs)
+
+    def register_forward_hook(self, hook, *, prepend: bool = False, with_kwargs: bool = False,
+                              always_call: bool = False) -> RemoteHandle:
+        return self._model._add_hook("forward", self._path, hook, self, prepend=prepend,
+                                     with_kwargs=with_kwargs, always_call=always_call)
+
+    def register_full_backward_hook(self, hook, prepend: bool = False) -> RemoteHandle:
+        return self._model._add_hook("full_backward", self._path, hook, self, prepend=prepend)
+
+    def register_full_backward_pre_hook(self, hook, prepend: bool = False) -> RemoteHandle:
+        return self._model._add_hook("full_backward_pre", self._path, hook, self,
+                                     prepend=prepend)
+
+    def __repr__(self) -> str:
+        local = self._model._local.get_submodule(self._path)
+        return f"Remote({self._path}: {local!r})"
+
+
+class RemoteParameter:
+    """A parameter of a deployed model; tensor hooks registered here fire on its worker."""
+
+    def __init__(self, model: RemoteModel, path: str):
+        self._model, self._path = model, path
+
+    def register_hook(self, hook) -> RemoteHandle:
+        return self._model._add_hook("tensor", self._path, hook, self)
+
+    @property
+    def grad(self) -> Tensor | None:
+        return self._model.named_gradients().get(self._path)
+
+    @property
+    def data(self) -> Tensor:
+        return self._model.state_dict()[self._path]
+
+    @property
+    def shape(self):
+        return self._model._local.get_parameter(self._path).shape
+
+    def __repr__(self) -> str:
+        return f"RemoteParameter({self._path}, shape={tuple(self.shape)})"
 
 
 def deploy(cluster, module: Module, stages: int, split_points=None,

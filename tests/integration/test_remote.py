@@ -194,3 +194,87 @@ def test_batchnorm_running_stats_update_on_the_worker(cluster):
 ])
 def test_partition_balances_contiguous_stages(sizes, stages, cuts):
     assert partition(sizes, stages) == cuts
+
+
+# ---- client hooks: registered on proxies, fired on the owning worker, run here ----------------
+
+def hooked_program(model, x, y, log):
+    """Hooks of every kind that crosses, with replacements, on a model or its remote twin."""
+    handles = [
+        model[2].register_forward_pre_hook(lambda m, args: (args[0] + 2,)),
+        model[2].register_forward_hook(
+            lambda m, args, out: log.append(("forward 2", args[0].detach(), out.detach()))),
+        model[3].register_forward_hook(lambda m, args, out: out * 2),  # stays differentiable
+        model[2].register_full_backward_hook(
+            lambda m, gin, gout: log.append(("backward 2", gin[0], gout[0]))),
+        model[4].register_full_backward_pre_hook(lambda m, gout: (gout[0] * 3,)),
+        model[0].weight.register_hook(lambda g: g.clamp(-0.01, 0.01)),
+        model[4].bias.register_hook(lambda g: log.append(("bias 4", g))),
+    ]
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    for h in handles:
+        h.remove()
+    return loss
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3])
+def test_client_hooks_give_the_same_log_and_gradients_as_one_process(cluster, stages):
+    net = make_net()
+    x, y = data()
+    x_local, x_remote = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    local_log, remote_log = [], []
+    local_loss = hooked_program(net, x_local, y, local_log)
+    remote = cluster.deploy(net, stages=stages)
+    remote_loss = hooked_program(remote, x_remote, y, remote_log)
+    close(remote_loss, local_loss)
+    assert [e[0] for e in remote_log] == [e[0] for e in local_log] \
+        == ["forward 2", "bias 4", "backward 2"]
+    for got, want in zip(remote_log, local_log):
+        for a, b in zip(got[1:], want[1:]):
+            close(a, b)
+    close(x_remote.grad, x_local.grad)
+    grads = remote.named_gradients()
+    for name, p in net.named_parameters():
+        close(grads[name], p.grad)
+    # the handles were removed: a plain step now matches a plain local step
+    net.zero_grad()
+    remote.zero_grad()
+    nn.functional.cross_entropy(net(x), y).backward()
+    nn.functional.cross_entropy(remote(x), y).backward()
+    grads = remote.named_gradients()
+    for name, p in net.named_parameters():
+        close(grads[name], p.grad)
+    remote.close()
+
+
+def test_exception_in_a_client_hook_is_raised_at_the_caller(cluster):
+    net = make_net()
+    x, _ = data()
+    remote = cluster.deploy(net, stages=2)
+
+    def bad(module, args, out):
+        raise ValueError("hook says no")
+
+    with remote[3].register_forward_hook(bad):
+        with pytest.raises(ValueError, match="hook says no"):
+            remote(x)
+    close(remote(x), net(x))  # removed by the with block; the cluster goes on
+    remote.close()
+
+
+def test_hook_proxies_and_errors(cluster):
+    net = make_net()
+    remote = cluster.deploy(net, stages=2)
+    assert len(remote) == 5 and [m._path for m in remote] == ["0", "1", "2", "3", "4"]
+    assert remote[-1]._path == "4" and remote[2].weight.shape == (16, 16)
+    with pytest.raises(IndexError, match="index 5 is out of range"):
+        remote[5]
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        remote[0].nope
+    with pytest.raises(TypeError, match="hook must be callable, got int"):
+        remote[0].register_forward_hook(3)
+    x, _ = data()
+    remote(x).sum().backward()
+    close(remote[0].weight.grad, remote.named_gradients()["0.weight"])
+    remote.close()

@@ -1,0 +1,57 @@
+"""Hook arguments and results as wire data, both ways between a worker and the client.
+
+Tensors travel as their array plus whether they require grad; tuples, lists and str-keyed
+dicts keep their kind; None, bools, numbers and strings travel as they are. Anything else
+(a module object, say) cannot cross: it travels as ``{"opaque": "<type name>"}`` and
+arrives as ``None`` — the receiving side substitutes what it knows (the client passes its
+module proxy to a module hook in place of the worker's module).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from disthook.tensor import Tensor
+
+__all__ = ["pack", "unpack"]
+
+
+def pack(value):
+    """Wire data for ``value`` (tensors by value: their arrays, detached)."""
+    if isinstance(value, Tensor):
+        return {"tensor": value._data, "requires_grad": bool(value._requires_grad)}
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if isinstance(value, tuple):
+        return {"tuple": [pack(v) for v in value]}
+    if isinstance(value, list):
+        return {"list": [pack(v) for v in value]}
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {"dict": {k: pack(v) for k, v in value.items()}}
+    return {"opaque": type(value).__name__}
+
+
+def unpack(data, make_tensor=None):
+    """The value of wire data; ``make_tensor(array, requires_grad)`` builds each tensor
+    (default: a new tensor owning a copy of the array, without history)."""
+    if make_tensor is None:
+        make_tensor = _plain_tensor
+    if data is None or type(data) in (bool, int, float, str):
+        return data
+    if isinstance(data, dict) and len(data) in (1, 2):
+        if "tensor" in data and isinstance(data["tensor"], np.ndarray):
+            return make_tensor(data["tensor"], bool(data.get("requires_grad")))
+        if len(data) == 1:
+            (tag, payload), = data.items()
+            if tag == "tuple" and isinstance(payload, list):
+                return tuple(unpack(v, make_tensor) for v in payload)
+            if tag == "list" and isinstance(payload, list):
+                return [unpack(v, make_tensor) for v in payload]
+            if tag == "dict" and isinstance(payload, dict):
+                return {k: unpack(v, make_tensor) for k, v in payload.items()}
+            if tag == "opaque":
+                return None
+    raise ValueError(f"not a packed hook value: {data!r:.80}")
+
+
+def _plain_tensor(array: np.ndarray, requires_grad: bool) -> Tensor:
+    return Tensor._make(np.array(array), None, 0)
