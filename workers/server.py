@@ -59,6 +59,7 @@ class Worker(Service):
         self.contexts: dict[str, _Context] = {}  # open forward graphs by context id
         self.context_ttl = context_ttl
         self.hooks: dict[int, object] = {}  # client hook id -> handle of its stub
+        self.optimizers: dict[int, object] = {}  # DistributedOptimizer id -> local share
         self.hook_timeout = 300.0
         self._backlog: list[tuple[bytes, list]] = []  # requests that came during a hook call
         self._event_ids = itertools.count(1)
@@ -146,6 +147,8 @@ class Worker(Service):
                 self.neighbours[side] = sock
         self.module, self.stage = module, msg["stage"]
         self.contexts.clear()
+        self.hooks.clear()
+        self.optimizers.clear()
         self.log.info("worker %s: stage %d loaded (%s)", self.id, self.stage,
                       ", ".join(module._modules))
         return {"parameters": sum(p.numel() for p in module.parameters())}
@@ -328,13 +331,48 @@ class Worker(Service):
         return {"stage": self.stage, "state": state, "grads": grads}
 
     def on_step(self, msg, sender: bytes):
-        """``zero_grad`` of the stage (optimizer steps come with the DistributedOptimizer)."""
+        """The stage's share of an optimizer (made on first use), or the stage's zero_grad.
+
+        ``optimizer``: {"id", "class" (a name in disthook.optim), "kwargs", "params" (full
+        names), "action": "step" | "zero_grad", "set_to_none"}.
+        """
         if self.module is None:
             raise RuntimeError(f"worker {self.id} holds no stage")
-        if msg.get("optimizer"):
-            raise NotImplementedError("optimizer steps on workers are not implemented yet")
-        if msg.get("zero_grad"):
-            self.module.zero_grad()
+        spec = msg.get("optimizer")
+        if spec is None:
+            if msg.get("zero_grad"):
+                self.module.zero_grad()
+            return
+        opt = self.optimizers.get(spec["id"])
+        if opt is None:
+            cls = getattr(disthook.optim, spec["class"], None)
+            if not (isinstance(cls, type) and issubclass(cls, disthook.optim.Optimizer)):
+                raise ValueError(f"{spec['class']!r} is not an optimizer of disthook.optim")
+            params = dict(self.module.named_parameters())
+            missing = [n for n in spec["params"] if n not in params]
+            if missing:
+                raise KeyError(f"stage {self.stage} has no parameters {missing}")
+            opt = cls([params[n] for n in spec["params"]], **spec["kwargs"])
+            self.optimizers[spec["id"]] = opt
+        if spec["action"] == "step":
+            opt.step()
+        elif spec["action"] == "zero_grad":
+            opt.zero_grad(set_to_none=spec.get("set_to_none", True))
+        else:
+            raise ValueError(f"unknown optimizer action {spec['action']!r}")
+        return
+
+    def on_set_state(self, msg, sender: bytes):
+        """Copy arrays into the stage's parameters and buffers by full name (no_grad, in place)."""
+        if self.module is None:
+            raise RuntimeError(f"worker {self.id} holds no stage")
+        own = self.module.state_dict(keep_vars=True)
+        unknown = [n for n in msg["state"] if n not in own]
+        if unknown:
+            raise KeyError(f"stage {self.stage} has no parameters or buffers {unknown}")
+        with disthook.no_grad():
+            for name, arr in msg["state"].items():
+                own[name].copy_(disthook.from_numpy(np.array(arr)))
 
     # ---- helpers -------------------------------------------------------------------------------
     def _need_stage(self, stage: int) -> None:

@@ -8,7 +8,8 @@
 - ``rpc``: requests with deadlines, and the errors remote calls end with.
 """
 from disthook.distributed.cluster import Cluster, WorkerInfo, connect, local_cluster
+from disthook.distributed.remote import DistributedOptimizer
 from disthook.distributed.rpc import ClusterError, RemoteError, RemoteTimeout
 
-__all__ = ["Cluster", "ClusterError", "RemoteError", "RemoteTimeout", "WorkerInfo", "connect",
-           "local_cluster"]
+__all__ = ["Cluster", "ClusterError", "DistributedOptimizer", "RemoteError", "RemoteTimeout",
+           "WorkerInfo", "connect", "local_cluster"]

@@ -15,6 +15,7 @@ released by the client at its next call (workers also expire contexts after a de
 """
 from __future__ import annotations
 
+import copy
 import itertools
 import os
 import time
@@ -36,7 +37,7 @@ from disthook.nn.modules.container import Sequential
 from disthook.nn.modules.module import Module
 from disthook.tensor import Tensor
 
-__all__ = ["RemoteBackward0", "RemoteModel", "partition"]
+__all__ = ["DistributedOptimizer", "RemoteBackward0", "RemoteModel", "partition"]
 
 _request_ids = itertools.count(1)
 
@@ -355,6 +356,34 @@ class RemoteModel:
         for a in self._addresses:
             self._hub.request(a, "step", {"zero_grad": True}, what="zero_grad")
 
+    def named_parameters(self):
+        """(full name, ``RemoteParameter``) for every parameter, in the model's order."""
+        for name, _ in self._local.named_parameters():
+            yield name, RemoteParameter(self, name)
+
+    def parameters(self):
+        for _, p in self.named_parameters():
+            yield p
+
+    def load_state_dict(self, state_dict) -> None:
+        """Copy tensors into the workers' parameters and buffers (all names must be known)."""
+        own = self.state_dict()
+        unknown = [n for n in state_dict if n not in own]
+        missing = [n for n in own if n not in state_dict]
+        if unknown or missing:
+            raise RuntimeError(f"Error(s) in loading state_dict for Remote{self._class_name}: "
+                               f"missing keys {missing}, unexpected keys {unknown}")
+        for names, address in zip(self._stage_names, self._addresses):
+            part = {n: _array(t) for n, t in state_dict.items()
+                    if n.split(".", 1)[0] in names}
+            self._hub.request(address, "set_state", {"state": part}, what="load_state_dict")
+
+    def to_local(self) -> Module:
+        """An ordinary module with the workers' current parameters and buffers."""
+        local = copy.deepcopy(self._local)
+        local.load_state_dict(self.state_dict())
+        return local
+
     def workers(self) -> list[tuple[int, str, list[str]]]:
         """(stage, worker id, names of the children it holds) per stage."""
         return [(i, w.id, names) for i, (w, names)
@@ -374,6 +403,51 @@ class RemoteModel:
 
 
 _hook_ids = itertools.count(1)
+
+
+def _array(t) -> np.ndarray:
+    return t.detach()._data if isinstance(t, Tensor) else np.asarray(t)
+
+
+_optimizer_ids = itertools.count(1)
+
+
+class DistributedOptimizer:
+    """An optimizer of ``disthook.optim`` whose state and steps live with the parameters:
+    each worker steps its own share, exactly as the local optimizer would."""
+
+    def __init__(self, optimizer_class, params, **kwargs):
+        from disthook import optim
+
+        if not (isinstance(optimizer_class, type) and issubclass(optimizer_class, optim.Optimizer)
+                and getattr(optim, optimizer_class.__name__, None) is optimizer_class):
+            raise TypeError(f"DistributedOptimizer takes an optimizer class of disthook.optim, "
+                            f"got {optimizer_class!r}")
+        params = list(params)
+        if not params or not all(isinstance(p, RemoteParameter) for p in params):
+            raise TypeError("DistributedOptimizer takes the parameters of a deployed model "
+                            "(remote.parameters())")
+        self.id = next(_optimizer_ids)
+        self.class_name = optimizer_class.__name__
+        self.kwargs = kwargs
+        self.shares: dict[tuple, list[str]] = {}  # (model id, address) -> names
+        self.models = {}
+        for p in params:
+            key = (id(p._model), p._model._owner(p._path))
+            self.models[id(p._model)] = p._model
+            self.shares.setdefault(key, []).append(p._path)
+
+    def _each(self, action: str, **extra) -> None:
+        for (model_id, address), names in self.shares.items():
+            self.models[model_id]._hub.request(address, "step", {"optimizer": {
+                "id": self.id, "class": self.class_name, "kwargs": self.kwargs,
+                "params": names, "action": action, **extra}}, what=f"optimizer {action}")
+
+    def step(self) -> None:
+        self._each("step")
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self._each("zero_grad", set_to_none=set_to_none)
 
 
 class RemoteHandle:

@@ -278,3 +278,53 @@ def test_hook_proxies_and_errors(cluster):
     remote(x).sum().backward()
     close(remote[0].weight.grad, remote.named_gradients()["0.weight"])
     remote.close()
+
+
+# ---- training: the optimizer steps each worker's share ----------------------------------------
+
+@pytest.mark.parametrize("name,kwargs", [
+    ("SGD", {"lr": 0.1, "momentum": 0.9, "weight_decay": 1e-3}),
+    ("Adam", {"lr": 1e-2, "betas": (0.8, 0.99)}),
+], ids=["sgd-momentum", "adam"])
+@pytest.mark.parametrize("stages", [2, 3])
+def test_training_steps_match_one_process(cluster, stages, name, kwargs):
+    from disthook.distributed import DistributedOptimizer
+
+    cls = getattr(torch.optim, name)
+    net = make_net()
+    remote = cluster.deploy(net, stages=stages)
+    local_opt = cls(net.parameters(), **kwargs)
+    remote_opt = DistributedOptimizer(cls, remote.parameters(), **kwargs)
+    for step in range(3):
+        x, y = data(seed=10 + step)
+        local_opt.zero_grad()
+        nn.functional.cross_entropy(net(x), y).backward()
+        local_opt.step()
+        remote_opt.zero_grad()
+        nn.functional.cross_entropy(remote(x), y).backward()
+        remote_opt.step()
+    state = remote.state_dict()
+    for n, t in net.state_dict().items():
+        close(state[n], t)
+    twin = remote.to_local()
+    assert type(twin) is nn.Sequential and twin is not net
+    x, _ = data(seed=99)
+    close(twin(x), net(x))
+    remote.close()
+
+
+def test_load_state_dict_and_its_errors(cluster):
+    net, other = make_net(seed=0), make_net(seed=5)
+    remote = cluster.deploy(net, stages=2)
+    remote.load_state_dict(other.state_dict())
+    x, _ = data()
+    close(remote(x), other(x))
+    with pytest.raises(RuntimeError, match=r"missing keys \['4.bias'\], unexpected keys \[\]"):
+        remote.load_state_dict({k: v for k, v in other.state_dict().items() if k != "4.bias"})
+    from disthook.distributed import DistributedOptimizer
+
+    with pytest.raises(TypeError, match="optimizer class of disthook.optim"):
+        DistributedOptimizer(dict, remote.parameters())
+    with pytest.raises(TypeError, match="parameters of a deployed model"):
+        DistributedOptimizer(torch.optim.SGD, net.parameters(), lr=0.1)
+    remote.close()
