@@ -243,6 +243,8 @@ class Worker(Service):
             elif kind == "full_backward":
                 handle = target.register_full_backward_hook(stub, prepend=opts.get("prepend",
                                                                                    False))
+            elif kind == "backward":
+                handle = target.register_backward_hook(stub)
             elif kind == "full_backward_pre":
                 handle = target.register_full_backward_pre_hook(
                     stub, prepend=opts.get("prepend", False))
@@ -265,6 +267,11 @@ class Worker(Service):
             originals = list(_tensors_in(args))
             data = worker._call_client(client, hook_id, kind, path, [pack(a) for a in args],
                                        diff=forward_kind and disthook.is_grad_enabled())
+            if isinstance(data, dict) and "watch" in data:
+                for i in data["watch"]:  # the client's hook hooked these tensors
+                    originals[i].register_hook(
+                        worker._tensor_stub(hook_id, f"{data['key']}#{i}", client, "leaf_hook"))
+                data = data["value"]
             if data is None:
                 return None
             return _unpack_result(data, originals, worker, client, hook_id)
@@ -272,11 +279,11 @@ class Worker(Service):
         stub.__name__ = f"client_hook_{hook_id}"  # how engine errors name the hook
         return stub
 
-    def _tensor_stub(self, hook_id: int, path: str, client: bytes):
+    def _tensor_stub(self, hook_id: int, path: str, client: bytes, kind: str = "tensor"):
         worker = self
 
         def stub(grad):
-            data = worker._call_client(client, hook_id, "tensor", path, [pack(grad)])
+            data = worker._call_client(client, hook_id, kind, path, [pack(grad)])
             return None if data is None else _unpack_result(data, [grad], worker, client,
                                                             hook_id)
 

@@ -93,6 +93,7 @@ class _Hub:
         self.pending_releases: list[str] = []
         self.hooks: dict[int, tuple] = {}  # hook id -> (callable, kind, module proxy)
         self.vjps: dict[str, tuple] = {}  # key -> (result tensor, leaves) for "vjp" events
+        self.watched: dict[str, list] = {}  # key -> a hook's tensors that got tensor hooks
         self.hook_error: BaseException | None = None
 
     def _serve_event(self, sock: zmq.Socket, event: wire.Message) -> None:
@@ -109,6 +110,12 @@ class _Hub:
 
     def _run_hook(self, event: wire.Message):
         kind = event["kind"]
+        if kind == "leaf_hook":
+            key, _, index = event["path"].rpartition("#")
+            leaf = self.watched[key][int(index)]
+            (grad,) = [unpack(a) for a in event["args"][1:]]
+            out = engine.run_tensor_hooks(leaf._backward_hooks, grad)
+            return None if out is grad else pack(out)
         if kind == "vjp":
             result, leaves = self.vjps[event["path"]]
             (grad,) = [unpack(a) for a in event["args"][1:]]
@@ -135,9 +142,15 @@ class _Hub:
         else:
             with grad_mode.set_grad_enabled(diff):
                 out = fn(proxy, *args)
-        if out is None:
-            return None
-        return self._pack_result(out, leaves, f"{event.ctx}:{event.req}:{event['hook']}")
+        key = f"{event.ctx}:{event.req}:{event['hook']}"
+        value = None if out is None else self._pack_result(out, leaves, key)
+        # tensors the hook put tensor hooks on (the Grad-CAM pattern): the worker hooks the
+        # real tensors, and their gradients come here to run these hooks
+        watch = [i for i, t in enumerate(leaves) if t._backward_hooks]
+        if watch:
+            self.watched[key] = leaves
+            return {"value": value, "watch": watch, "key": key}
+        return value
 
     def _pack_result(self, value, leaves: list, key: str):
         """A hook's result: a leaf itself as ``{"same": i}``, a tensor computed from leaves
@@ -201,8 +214,9 @@ class _Hub:
     def drop_context(self, ctx_id: str) -> None:
         """Forget the client-side hook graphs of a context whose backward is over."""
         prefix = f"{ctx_id}:"
-        for key in [k for k in self.vjps if k.startswith(prefix)]:
-            del self.vjps[key]
+        for store in (self.vjps, self.watched):
+            for key in [k for k in store if k.startswith(prefix)]:
+                del store[key]
 
     def flush_releases(self) -> None:
         if self.pending_releases and self.socks:
@@ -501,6 +515,10 @@ class RemoteModule:
 
     def register_full_backward_hook(self, hook, prepend: bool = False) -> RemoteHandle:
         return self._model._add_hook("full_backward", self._path, hook, self, prepend=prepend)
+
+    def register_backward_hook(self, hook) -> RemoteHandle:
+        """The legacy hook: sees the gradients of the last op of the module's forward."""
+        return self._model._add_hook("backward", self._path, hook, self)
 
     def register_full_backward_pre_hook(self, hook, prepend: bool = False) -> RemoteHandle:
         return self._model._add_hook("full_backward_pre", self._path, hook, self,

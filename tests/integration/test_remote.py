@@ -328,3 +328,57 @@ def test_load_state_dict_and_its_errors(cluster):
     with pytest.raises(TypeError, match="parameters of a deployed model"):
         DistributedOptimizer(torch.optim.SGD, net.parameters(), lr=0.1)
     remote.close()
+
+
+def test_grad_cam_pattern_forward_hook_hooks_the_output(cluster):
+    """A forward hook keeps the activation and puts a tensor hook on it for its gradient."""
+    def grad_cam(model, x, y):
+        seen = {}
+
+        def keep(module, args, out):
+            seen["activation"] = out.detach()
+            out.register_hook(lambda g: seen.__setitem__("gradient", g))
+            out.register_hook(lambda g: g * 0.5)  # and a replacement, chained after it
+
+        handle = model[2].register_forward_hook(keep)
+        nn.functional.cross_entropy(model(x), y).backward()
+        handle.remove()
+        return seen
+
+    net = make_net()
+    x, y = data()
+    x_local, x_remote = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    local = grad_cam(net, x_local, y)
+    remote = cluster.deploy(net, stages=3)
+    got = grad_cam(remote, x_remote, y)
+    close(got["activation"], local["activation"])
+    close(got["gradient"], local["gradient"])
+    close(x_remote.grad, x_local.grad)
+    grads = remote.named_gradients()
+    for name, p in net.named_parameters():
+        close(grads[name], p.grad)
+    remote.close()
+
+
+def test_legacy_backward_hook_sees_the_last_op(cluster):
+    def program(model, x, y):
+        log = []
+        handle = model[2].register_backward_hook(
+            lambda m, gin, gout: log.append([None if g is None else g.detach() for g in gin]
+                                            + [gout[0].detach()]))
+        nn.functional.cross_entropy(model(x), y).backward()
+        handle.remove()
+        return log
+
+    net = make_net()
+    x, y = data()
+    with pytest.warns(FutureWarning, match="non-full backward hook when the forward contains"):
+        local = program(net, x, y)
+    remote = cluster.deploy(net, stages=2)
+    got = program(remote, x, y)  # (the worker, not the client, issues the FutureWarning)
+    assert len(got) == len(local) == 1 and len(got[0]) == len(local[0]) == 4
+    for a, b in zip(got[0], local[0]):
+        assert (a is None) == (b is None)
+        if a is not None:
+            close(a, b)
+    remote.close()
