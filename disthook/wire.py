@@ -116,6 +116,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "remove_hook": {"hook": "int"},
     # parameters, buffers and optimizer shards
     "get_state": {"names": "list?"},
+    "train": {"mode": "bool"},
     "set_state": {"state": "map"},
     "step": {"optimizer": "map?", "zero_grad": "bool?"},
 }

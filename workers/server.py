@@ -369,6 +369,11 @@ class Worker(Service):
             raise ValueError(f"unknown optimizer action {spec['action']!r}")
         return
 
+    def on_train(self, msg, sender: bytes):
+        if self.module is None:
+            raise RuntimeError(f"worker {self.id} holds no stage")
+        self.module.train(msg["mode"])
+
     def on_set_state(self, msg, sender: bytes):
         """Copy arrays into the stage's parameters and buffers by full name (no_grad, in place)."""
         if self.module is None:

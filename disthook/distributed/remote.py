@@ -270,22 +270,29 @@ class RemoteBackward0(Node):
         self._freed = True
 
 
-class RemoteModel:
-    """A module whose stages live on workers; call it like the module."""
+class RemoteModel(Module):
+    """A module whose stages live on workers. It is a Module itself, so hooks registered on
+    it (the whole model) fire here with the model's input and output, as in one process."""
 
     def __init__(self, cluster, module: Module, stage_modules: list[Sequential],
                  workers: list, timeout: float = DEFAULT_TIMEOUT):
-        self._cluster = cluster
-        self._stage_names = [list(m._modules) for m in stage_modules]
-        self._addresses = [w.address for w in workers]
-        self._workers = workers
-        self._class_name = type(module).__name__
-        self._local = module  # the tree's shape (names, kinds); its weights go stale
-        self._hub = _Hub(self._addresses, timeout)
-        self._closed = False
+        super().__init__()
+        fields = {
+            "_cluster": cluster,
+            "_stage_names": [list(m._modules) for m in stage_modules],
+            "_addresses": [w.address for w in workers],
+            "_workers": workers,
+            "_class_name": type(module).__name__,
+            "_local": module,  # the tree's shape (names, kinds); its weights go stale
+            "_hub": _Hub([w.address for w in workers], timeout),
+            "_closed": False,
+        }
+        for name, value in fields.items():  # plain attributes, not submodules
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "training", module.training)
 
     # ---- calling ------------------------------------------------------------------------------
-    def __call__(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor) -> Tensor:
         if not isinstance(x, Tensor):
             raise TypeError(f"a RemoteModel takes one Tensor, got {type(x).__name__}")
         grad = grad_mode.is_grad_enabled()
@@ -301,7 +308,14 @@ class RemoteModel:
             return Tensor._make(out, RemoteBackward0(self, ctx_id, x), 0)
         return Tensor._make(out, None, 0)
 
-    forward = __call__
+    def train(self, mode: bool = True) -> RemoteModel:
+        """Switch every stage to training (or, with False, evaluation) mode."""
+        if not isinstance(mode, bool):
+            raise ValueError("training mode is expected to be boolean")
+        for address in self._addresses:
+            self._hub.request(address, "train", {"mode": mode}, what="train()")
+        object.__setattr__(self, "training", mode)
+        return self
 
     # ---- the module tree ------------------------------------------------------------------------
     def __getitem__(self, idx) -> RemoteModule:
@@ -397,6 +411,25 @@ class RemoteModel:
         local = copy.deepcopy(self._local)
         local.load_state_dict(self.state_dict())
         return local
+
+    def named_children(self):
+        for name in self._local._modules:
+            yield name, RemoteModule(self, name)
+
+    def children(self):
+        for _, child in self.named_children():
+            yield child
+
+    def named_modules(self, memo=None, prefix: str = "", remove_duplicate: bool = True):
+        """This model, then a ``RemoteModule`` per submodule, by the names of the local tree."""
+        yield prefix, self
+        for path, _ in self._local.named_modules():
+            if path:
+                yield (f"{prefix}.{path}" if prefix else path), RemoteModule(self, path)
+
+    def modules(self, remove_duplicate: bool = True):
+        for _, module in self.named_modules():
+            yield module
 
     def workers(self) -> list[tuple[int, str, list[str]]]:
         """(stage, worker id, names of the children it holds) per stage."""

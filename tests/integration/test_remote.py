@@ -382,3 +382,46 @@ def test_legacy_backward_hook_sees_the_last_op(cluster):
         if a is not None:
             close(a, b)
     remote.close()
+
+
+def test_hooks_on_the_whole_model_fire_on_the_client(cluster):
+    def program(model, x, y):
+        log = []
+        hs = [model.register_forward_pre_hook(lambda m, args: log.append("pre") or (args[0] * 2,)),
+              model.register_forward_hook(lambda m, args, out: out + 1),
+              model.register_full_backward_hook(
+                  lambda m, gin, gout: log.append(("bwd", gin[0].detach(), gout[0].detach())))]
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        for h in hs:
+            h.remove()
+        return loss, log
+
+    net = make_net()
+    x, y = data()
+    xl, xr = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    local_loss, local_log = program(net, xl, y)
+    remote = cluster.deploy(net, stages=2)
+    remote_loss, remote_log = program(remote, xr, y)
+    close(remote_loss, local_loss)
+    assert remote_log[0] == local_log[0] == "pre" and len(remote_log) == len(local_log) == 2
+    close(remote_log[1][1], local_log[1][1])
+    close(remote_log[1][2], local_log[1][2])
+    close(xr.grad, xl.grad)
+    assert [n for n, _ in remote.named_modules()] == [n for n, _ in net.named_modules()]
+    assert [c._path for c in remote.children()] == ["0", "1", "2", "3", "4"]
+    remote.eval()
+    assert not remote.training
+    remote.train()
+    remote.close()
+
+
+def test_train_and_eval_reach_the_workers(cluster):
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 6), nn.Dropout(0.5), nn.Linear(6, 2))
+    remote = cluster.deploy(net, stages=2)
+    x = torch.randn(3, 4)
+    net.eval()
+    remote.eval()
+    close(remote(x), net(x))  # dropout off on the worker too
+    remote.close()
