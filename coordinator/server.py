@@ -27,7 +27,7 @@ class WorkerRecord:
     registered: float
     last_seen: float
     memory: int | None = None
-    stage: int | None = None
+    stages: list = dataclasses.field(default_factory=list)  # as the worker last reported
 
 
 class Coordinator(Service):
@@ -61,6 +61,7 @@ class Coordinator(Service):
             raise LookupError(f"worker {msg['worker']!r} is not registered")
         record.last_seen = time.monotonic()
         record.memory = msg.get("memory")
+        record.stages = list(msg.get("stages") or [])
 
     # ---- from clients ------------------------------------------------------------------------
     def on_status(self, msg, sender: bytes):
@@ -70,7 +71,7 @@ class Coordinator(Service):
                             "host": socket.gethostname(), "uptime": time.time() - self.started},
             "workers": [
                 {"id": r.id, "address": r.address, "pid": r.pid, "host": r.host,
-                 "stage": r.stage, "alive": now - r.last_seen <= self.lost_after,
+                 "stages": r.stages, "alive": now - r.last_seen <= self.lost_after,
                  "last_seen": now - r.last_seen, "memory": r.memory}
                 for r in sorted(self.workers.values(), key=lambda r: r.registered)
             ],

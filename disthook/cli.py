@@ -80,13 +80,14 @@ def _print_status(status: dict) -> None:
     c = status["coordinator"]
     print(f"coordinator {c['address']}  pid {c['pid']}  host {c['host']}  "
           f"up {c['uptime']:.0f} s")
-    print(f"{'worker':<24} {'pid':>7} {'host':<12} {'address':<24} {'stage':>5} "
-          f"{'alive':>5} {'seen':>7} {'memory':>9}")
+    print(f"{'worker':<24} {'pid':>7} {'host':<12} {'address':<24} "
+          f"{'alive':>5} {'seen':>7} {'memory':>9}  stages")
     for w in status["workers"]:
         memory = f"{w['memory'] / 2**20:.0f} MiB" if w["memory"] else "?"
-        stage = "-" if w["stage"] is None else str(w["stage"])
-        print(f"{w['id']:<24} {w['pid']:>7} {w['host']:<12} {w['address']:<24} {stage:>5} "
-              f"{'yes' if w['alive'] else 'LOST':>5} {w['last_seen']:>6.1f}s {memory:>9}")
+        stages = "; ".join(w["stages"]) or "-"
+        print(f"{w['id']:<24} {w['pid']:>7} {w['host']:<12} {w['address']:<24} "
+              f"{'yes' if w['alive'] else 'LOST':>5} {w['last_seen']:>6.1f}s {memory:>9}  "
+              f"{stages}")
 
 
 def bench_suites() -> list[str]:

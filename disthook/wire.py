@@ -23,6 +23,7 @@ None, bools, numbers, strings, bytes, lists, maps and numpy arrays of ``DTYPES``
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -46,6 +47,7 @@ ARRAY_EXT = 1  # msgpack extension code of an array placeholder in the header
 
 # The array dtypes that may cross the wire, by their little-endian numpy names.
 DTYPES = frozenset({"<f2", "<f4", "<f8", "|i1", "<i2", "<i4", "<i8", "|u1", "|b1"})
+_NP_DTYPES = {s: np.dtype(s) for s in DTYPES}
 
 
 class WireError(ValueError):
@@ -98,27 +100,32 @@ SCHEMAS: dict[str, dict[str, str]] = {
               "traceback": "str?"},
     # control plane: worker <-> coordinator
     "register": {"worker": "str", "address": "str", "pid": "int", "host": "str?"},
-    "heartbeat": {"worker": "str", "memory": "int?"},
+    "heartbeat": {"worker": "str", "memory": "int?", "stages": "list?"},
     "shutdown": {"reason": "str?"},
     "status": {},
-    # placement: coordinator -> worker
-    "load_stage": {"stage": "int", "spec": "map", "prev": "str?", "next": "str?"},
+    # placement: client -> worker. A worker may hold stages of several models; every
+    # message below names the model (the deployment's id) it is for.
+    "load_stage": {"model": "str", "stage": "int", "spec": "map", "prev": "str?",
+                   "next": "str?"},
+    "unload": {"model": "str"},
     # data plane: activations forward, gradients backward. The reply goes to the client
     # named by reply_to (hex of its socket identity) from the last (first) stage.
-    "forward": {"stage": "int", "inputs": "list", "grad_enabled": "bool", "reply_to": "str"},
-    "backward": {"stage": "int", "grads": "list", "retain_graph": "bool", "reply_to": "str"},
-    "release": {"contexts": "list"},
+    "forward": {"model": "str", "stage": "int", "inputs": "list", "grad_enabled": "bool",
+                "reply_to": "str", "requires_grad": "list?"},
+    "backward": {"model": "str", "stage": "int", "grads": "list", "retain_graph": "bool",
+                 "reply_to": "str"},
+    "release": {"model": "str", "contexts": "list"},
     # hooks: a stub fired on a worker asks the client to run the callable
     "hook_event": {"hook": "int", "kind": "str", "path": "str", "args": "list"},
     "hook_reply": {"hook": "int", "result": "any?"},
-    "add_hook": {"hook": "int", "kind": "str", "path": "str", "options": "map",
-                 "reply_to": "str"},
-    "remove_hook": {"hook": "int"},
+    "add_hook": {"model": "str", "hook": "int", "kind": "str", "path": "str",
+                 "options": "map", "reply_to": "str"},
+    "remove_hook": {"model": "str", "hook": "int"},
     # parameters, buffers and optimizer shards
-    "get_state": {"names": "list?"},
-    "train": {"mode": "bool"},
-    "set_state": {"state": "map"},
-    "step": {"optimizer": "map?", "zero_grad": "bool?"},
+    "get_state": {"model": "str", "names": "list?"},
+    "train": {"model": "str", "mode": "bool"},
+    "set_state": {"model": "str", "state": "map"},
+    "step": {"model": "str", "optimizer": "map?", "zero_grad": "bool?"},
 }
 
 for _type, _schema in SCHEMAS.items():  # a typo in a schema is a bug: fail at import
@@ -147,23 +154,36 @@ def encode(msg_type: str, fields: Mapping[str, Any] | None = None, *, req: int =
 
 def _extract(value, arrays: list[np.ndarray]):
     """A copy of ``value`` with each array moved to ``arrays`` and replaced by a placeholder."""
+    t = type(value)
+    if t in _PLAIN:
+        return value
+    if t is dict:
+        out = {}
+        for k, v in value.items():
+            if type(k) is not str:
+                raise WireError(f"map keys must be strings, got {type(k).__name__} {k!r:.40}")
+            out[k] = v if type(v) in _PLAIN else _extract(v, arrays)
+        return out
+    if t is list or t is tuple:
+        return [v if type(v) in _PLAIN else _extract(v, arrays) for v in value]
     if isinstance(value, np.ndarray):
         arrays.append(_sendable(value, len(arrays)))
         return msgpack.ExtType(ARRAY_EXT, (len(arrays) - 1).to_bytes(4, "little"))
-    if isinstance(value, dict):
-        out = {}
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise WireError(f"map keys must be strings, got {type(k).__name__} {k!r:.40}")
-            out[k] = _extract(v, arrays)
-        return out
-    if isinstance(value, (list, tuple)):
-        return [_extract(v, arrays) for v in value]
     if isinstance(value, np.generic):  # numpy scalars travel as plain numbers
         return value.item()
-    if value is None or isinstance(value, (bool, int, float, str, bytes)):
-        return value
+    if isinstance(value, (dict, list, tuple, bool, int, float, str, bytes)):  # subclasses
+        return _extract(_plain_copy(value), arrays)
     raise WireError(f"cannot send a value of type {type(value).__name__}: {value!r:.80}")
+
+
+_PLAIN = frozenset({str, int, float, bool, bytes, type(None)})
+
+
+def _plain_copy(value):
+    for base in (bool, int, float, str, bytes, dict, list):
+        if isinstance(value, base):
+            return base(value)
+    return list(value)  # a tuple subclass
 
 
 def _sendable(arr: np.ndarray, index: int) -> np.ndarray:
@@ -188,18 +208,22 @@ def decode(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS) -> Message:
     head = _buffer(frames[0])
     if len(head) > limits.max_header_bytes:
         raise WireError(f"header of {len(head)} bytes exceeds {limits.max_header_bytes}")
-    unpacker = msgpack.Unpacker(raw=False, strict_map_key=True,
-                                max_buffer_size=limits.max_header_bytes + 1,
-                                ext_hook=_placeholder)
-    unpacker.feed(head)
+    refs: list[_Placeholder] = []  # every array reference the header holds
+
+    def placeholder(code: int, data: bytes) -> _Placeholder:
+        if code != ARRAY_EXT or len(data) != 4:
+            raise WireError(f"unknown msgpack extension {code} of {len(data)} bytes")
+        refs.append(_Placeholder(int.from_bytes(data, "little")))
+        return refs[-1]
+
     try:
-        header = unpacker.unpack()
+        header = msgpack.unpackb(head, raw=False, strict_map_key=True, ext_hook=placeholder)
     except WireError:
         raise
+    except msgpack.ExtraData as exc:
+        raise WireError(f"header has {len(exc.extra)} trailing bytes") from None
     except Exception as exc:
         raise WireError(f"malformed header: {type(exc).__name__}: {exc}") from None
-    if unpacker.tell() != len(head):
-        raise WireError(f"header has {len(head) - unpacker.tell()} trailing bytes")
     if not isinstance(header, dict):
         raise WireError(f"header must be a map, got {type(header).__name__}")
     missing = _HEADER_KEYS - header.keys()
@@ -218,10 +242,14 @@ def decode(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS) -> Message:
     if not isinstance(fields, dict):
         raise WireError(f"fields must be a map, got {type(fields).__name__}")
     arrays = _arrays(header["a"], frames[1:], limits)
-    used: set[int] = set()
-    fields = {k: _resolve(v, arrays, used) for k, v in fields.items()}
-    if len(used) != len(arrays):
-        raise WireError(f"{len(arrays) - len(used)} array frame(s) not referenced by the header")
+    if refs or arrays:  # a message without arrays needs no walk
+        used: set[int] = set()
+        fields = {k: _resolve(v, arrays, used) for k, v in fields.items()}
+        if len(used) != len(arrays):
+            raise WireError(f"{len(arrays) - len(used)} array frame(s) not referenced by the "
+                            "header")
+        if len(used) != len(refs):  # a placeholder outside the fields (say in the table)
+            raise WireError("array reference outside the message fields")
     _validate_fields(msg_type, fields)
     return Message(msg_type, req, ctx, fields)
 
@@ -234,12 +262,6 @@ class _Placeholder:
 
     def __init__(self, index: int):
         self.index = index
-
-
-def _placeholder(code: int, data: bytes):
-    if code != ARRAY_EXT or len(data) != 4:
-        raise WireError(f"unknown msgpack extension {code} of {len(data)} bytes")
-    return _Placeholder(int.from_bytes(data, "little"))
 
 
 def _buffer(frame) -> memoryview:
@@ -265,8 +287,8 @@ def _arrays(table, frames: Sequence, limits: Limits) -> list[np.ndarray]:
                 and all(type(d) is int and d >= 0 for d in shape)):
             raise WireError(f"array {i}: shape must be a list of at most {limits.max_rank} "
                             f"non-negative ints, got {shape!r:.80}")
-        dt = np.dtype(dtype)
-        nbytes = dt.itemsize * int(np.prod(shape, dtype=object))
+        dt = _NP_DTYPES[dtype]
+        nbytes = dt.itemsize * math.prod(shape)
         if nbytes > limits.max_array_bytes:
             raise WireError(f"array {i}: {nbytes} bytes exceeds {limits.max_array_bytes}")
         total += nbytes
@@ -286,7 +308,8 @@ def _arrays(table, frames: Sequence, limits: Limits) -> list[np.ndarray]:
 
 def _resolve(value, arrays: list[np.ndarray], used: set[int]):
     """Replace array placeholders by the arrays, checking every reference."""
-    if isinstance(value, _Placeholder):
+    t = type(value)
+    if t is _Placeholder:
         if not 0 <= value.index < len(arrays):
             raise WireError(f"array reference {value.index} out of range "
                             f"(message has {len(arrays)} array(s))")
@@ -294,11 +317,15 @@ def _resolve(value, arrays: list[np.ndarray], used: set[int]):
             raise WireError(f"array {value.index} referenced twice")
         used.add(value.index)
         return arrays[value.index]
-    if isinstance(value, list):
-        return [_resolve(v, arrays, used) for v in value]
-    if isinstance(value, dict):
-        return {k: _resolve(v, arrays, used) for k, v in value.items()}
+    if t is list:
+        return [_resolve(v, arrays, used) if type(v) in _WALK else v for v in value]
+    if t is dict:
+        return {k: _resolve(v, arrays, used) if type(v) in _WALK else v
+                for k, v in value.items()}
     return value
+
+
+_WALK = (list, dict, _Placeholder)
 
 
 # ---- schema validation ------------------------------------------------------------------------

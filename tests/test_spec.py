@@ -26,7 +26,7 @@ class Scaled(nn.Module):
 
 
 def through_wire(spec):
-    frames = wire.encode("load_stage", {"stage": 0, "spec": spec})
+    frames = wire.encode("load_stage", {"model": "m", "stage": 0, "spec": spec})
     return wire.decode([bytes(f) for f in frames])["spec"]
 
 

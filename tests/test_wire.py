@@ -43,7 +43,7 @@ def test_header_fields_roundtrip():
 
 def test_nested_arrays_keep_their_places():
     a, b, c = np.arange(3.0), np.ones((2, 2), np.float32), np.array([True, False])
-    msg = roundtrip("forward", {"stage": 1, "inputs": [a, {"x": b, "y": [c, 5]}],
+    msg = roundtrip("forward", {"model": "m", "stage": 1, "inputs": [a, {"x": b, "y": [c, 5]}],
                                 "grad_enabled": True, "reply_to": "c1"})
     got_a, rest = msg["inputs"]
     np.testing.assert_array_equal(got_a, a)
@@ -93,7 +93,7 @@ def test_roundtrip_over_a_zmq_socket_without_copies():
         a_sock.bind("inproc://wire-test")
         b_sock.connect("inproc://wire-test")
         arr = np.random.default_rng(1).standard_normal((64, 128)).astype(np.float32)
-        a_sock.send_multipart(encode("backward", {"stage": 0, "grads": [arr, None],
+        a_sock.send_multipart(encode("backward", {"model": "m", "stage": 0, "grads": [arr, None],
                                                   "retain_graph": False, "reply_to": "c1"},
                                      ctx="c"), copy=False)
         assert b_sock.poll(5000)
@@ -312,7 +312,7 @@ def test_decode_deep_nesting_is_refused_not_a_crash():
 def test_random_mutations_raise_only_wire_error():
     rng = random.Random(1234)
     base = [bytes(f) for f in encode(
-        "forward", {"stage": 2, "inputs": [np.arange(6, dtype=np.float32).reshape(2, 3),
+        "forward", {"model": "m", "stage": 2, "inputs": [np.arange(6, dtype=np.float32).reshape(2, 3),
                                            {"k": np.array([True])}], "grad_enabled": False,
                     "reply_to": "c1"},
         req=9, ctx="abc")]

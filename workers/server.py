@@ -1,4 +1,8 @@
-"""The worker: one process that owns a stage of a model and answers on its own endpoint.
+"""The worker: one process that owns stages of deployed models and answers on its own endpoint.
+
+A worker may hold stages of several models at once (each deployment has its own model id;
+every data-plane message names the model it is for), each with its own neighbours, forward
+contexts, client hooks and optimizer shares.
 
 It registers with the coordinator, then sends a heartbeat every interval the coordinator
 gave; it stops when the coordinator says ``shutdown``, when the coordinator has not answered
@@ -53,17 +57,13 @@ class Worker(Service):
         self.orphan_after = orphan_after
         self.registered = False
         self.last_heard = time.monotonic()
-        self.stage: int | None = None
-        self.module = None  # the stage's modules, an nn.Sequential named as in the full model
-        self.neighbours: dict[str, zmq.Socket] = {}  # "prev"/"next" -> DEALER to that worker
-        self.contexts: dict[str, _Context] = {}  # open forward graphs by context id
+        self.stages: dict[str, _Stage] = {}  # model id -> the stage of it held here
         self.context_ttl = context_ttl
-        self.hooks: dict[int, object] = {}  # client hook id -> handle of its stub
-        self.optimizers: dict[int, object] = {}  # DistributedOptimizer id -> local share
         self.hook_timeout = 300.0
         self._backlog: list[tuple[bytes, list]] = []  # requests that came during a hook call
         self._event_ids = itertools.count(1)
         self._ctx: str | None = None  # the context of the forward/backward now running
+        self._current: _Stage | None = None  # the stage of the request now running
         self._register()
         self.next_beat = time.monotonic() + 1.0  # re-register if no answer came by then
 
@@ -74,7 +74,8 @@ class Worker(Service):
 
     # ---- the control channel ----------------------------------------------------------------
     def on_socket(self, sock: zmq.Socket) -> None:
-        if sock in self.neighbours.values():  # neighbours never reply; anything is a fault
+        if any(sock in st.neighbours.values() for st in self.stages.values()):
+            # neighbours never reply; anything is a fault
             frames = sock.recv_multipart(copy=False)
             self.log.warning("worker %s: unexpected message from a neighbour (%d frames)",
                              self.id, len(frames))
@@ -111,30 +112,37 @@ class Worker(Service):
             self.stop(f"no word from the coordinator at {self.coordinator_address} for "
                       f"{self.orphan_after:g} s")
             return
-        for ctx_id in [c for c, v in self.contexts.items() if now - v.created > self.context_ttl]:
-            self.log.warning("worker %s: context %s expired after %g s without backward",
-                             self.id, ctx_id, self.context_ttl)
-            del self.contexts[ctx_id]
+        for st in self.stages.values():
+            for ctx_id in [c for c, v in st.contexts.items()
+                           if now - v.created > self.context_ttl]:
+                self.log.warning("worker %s: context %s of %s expired after %g s without "
+                                 "backward", self.id, ctx_id, st.name, self.context_ttl)
+                del st.contexts[ctx_id]
         if now >= self.next_beat:
-            if self.registered:
-                self.control.send_multipart(wire.encode(
-                    "heartbeat", {"worker": self.id, "memory": _rss_bytes()}), copy=False)
-            else:
-                self._register()
-            self.next_beat = now + self.heartbeat
+            self._beat()
+
+    def _beat(self) -> None:
+        """A heartbeat now (also right after placement changes, so status is current)."""
+        if self.registered:
+            self.control.send_multipart(wire.encode("heartbeat", {
+                "worker": self.id, "memory": _rss_bytes(),
+                "stages": [st.name for st in self.stages.values()]}), copy=False)
+        else:
+            self._register()
+        self.next_beat = time.monotonic() + self.heartbeat
 
     # ---- requests ----------------------------------------------------------------------------
     def on_status(self, msg, sender: bytes):
         return {"id": self.id, "pid": os.getpid(), "address": self.address,
-                "stage": self.stage, "memory": _rss_bytes(), "contexts": len(self.contexts)}
+                "stages": [st.name for st in self.stages.values()], "memory": _rss_bytes(),
+                "contexts": sum(len(st.contexts) for st in self.stages.values())}
 
     def on_load_stage(self, msg, sender: bytes):
-        """Build the stage's modules from their spec and connect to the neighbour stages."""
+        """Build a stage of model ``msg["model"]`` from its spec and connect to its neighbour
+        stages; a stage of that model held before is replaced."""
         module = build_module(msg["spec"])
-        for sock in self.neighbours.values():
-            self.poller.unregister(sock)
-            sock.close(linger=0)
-        self.neighbours = {}
+        self._drop(msg["model"])
+        stage = _Stage(msg["model"], msg["stage"], module)
         for side in ("prev", "next"):
             if msg.get(side):
                 sock = self.ctx.socket(zmq.DEALER)
@@ -144,38 +152,55 @@ class Worker(Service):
                 sock.setsockopt(zmq.IDENTITY, f"{self.id}>{side}>{next(_load_ids)}".encode())
                 sock.connect(msg[side])
                 self.poller.register(sock, zmq.POLLIN)
-                self.neighbours[side] = sock
-        self.module, self.stage = module, msg["stage"]
-        self.contexts.clear()
-        self.hooks.clear()
-        self.optimizers.clear()
-        self.log.info("worker %s: stage %d loaded (%s)", self.id, self.stage,
+                stage.neighbours[side] = sock
+        self.stages[stage.model] = stage
+        self.log.info("worker %s: %s loaded (%s)", self.id, stage.name,
                       ", ".join(module._modules))
+        self._beat()
         return {"parameters": sum(p.numel() for p in module.parameters())}
+
+    def on_unload(self, msg, sender: bytes):
+        """Forget the stage of a model (its graphs, hooks and optimizer shares too)."""
+        if self._drop(msg["model"]):
+            self._beat()
+
+    def _drop(self, model: str) -> bool:
+        stage = self.stages.pop(model, None)
+        if stage is None:
+            return False
+        for sock in stage.neighbours.values():
+            self.poller.unregister(sock)
+            sock.close(linger=0)
+        for handle in stage.hooks.values():
+            handle.remove()
+        self.log.info("worker %s: %s unloaded", self.id, stage.name)
+        return True
 
     def on_forward(self, msg, sender: bytes):
         """Run the stage on the activations; pass them on, or answer the client if last."""
         client = bytes.fromhex(msg["reply_to"])
         try:
-            self._need_stage(msg["stage"])
+            st = self._stage(msg)
             grad = msg["grad_enabled"]
+            flags = msg.get("requires_grad") or [True] * len(msg["inputs"])
             inputs = []
-            for a in msg["inputs"]:
+            for a, flag in zip(msg["inputs"], flags):
                 t = disthook.from_numpy(np.array(a))  # an own, writable copy of the frame
-                if grad and t.is_floating_point():
+                if grad and flag and t.is_floating_point():
                     t.requires_grad_(True)  # a fresh leaf per context: its grad goes back
                 inputs.append(t)
             self._ctx, self._client = msg.ctx, client
             with disthook.set_grad_enabled(grad):
-                out = self.module(*inputs)
+                out = st.module(*inputs)
             if not isinstance(out, disthook.Tensor):
-                raise TypeError(f"stage {self.stage} returned {type(out).__name__}; a stage "
+                raise TypeError(f"{st.name} returned {type(out).__name__}; a stage "
                                 "must return one Tensor")
             if grad and out.requires_grad:
-                self.contexts[msg.ctx] = _Context(inputs, out)
-            fields = {"stage": self.stage + 1, "inputs": [out.detach().numpy()],
-                      "grad_enabled": grad, "reply_to": msg["reply_to"]}
-            nxt = self.neighbours.get("next")
+                st.contexts[msg.ctx] = _Context(inputs, out)
+            fields = {"model": st.model, "stage": st.index + 1,
+                      "inputs": [out.detach().numpy()], "grad_enabled": grad,
+                      "requires_grad": [out.requires_grad], "reply_to": msg["reply_to"]}
+            nxt = st.neighbours.get("next")
             if nxt is not None:
                 nxt.send_multipart(wire.encode("forward", fields, req=msg.req, ctx=msg.ctx),
                                    copy=False)
@@ -190,11 +215,11 @@ class Worker(Service):
         """Backward through the stage's graph of this context; pass the input's gradient on."""
         client = bytes.fromhex(msg["reply_to"])
         try:
-            self._need_stage(msg["stage"])
-            context = self.contexts.get(msg.ctx)
+            st = self._stage(msg)
+            context = st.contexts.get(msg.ctx)
             if context is None:
                 raise RuntimeError(
-                    f"no forward graph of context {msg.ctx!r} on stage {self.stage}: it ran "
+                    f"no forward graph of context {msg.ctx!r} on {st.name}: it ran "
                     "backward already without retain_graph=True, was released, or expired")
             (g,) = msg["grads"]
             grad = disthook.from_numpy(np.array(g))
@@ -204,12 +229,13 @@ class Worker(Service):
                 t.grad = None  # the gradient of this backward only goes to the previous stage
             disthook.autograd.backward([context.output], [grad], retain_graph=retain)
             if not retain:
-                del self.contexts[msg.ctx]
+                del st.contexts[msg.ctx]
             grads = [None if t.grad is None else t.grad.numpy() for t in context.inputs]
-            prev = self.neighbours.get("prev")
-            if prev is not None:
-                fields = {"stage": self.stage - 1, "grads": grads, "retain_graph": retain,
-                          "reply_to": msg["reply_to"]}
+            prev = st.neighbours.get("prev")
+            # when no input needed a gradient, no earlier stage kept a graph: answer now
+            if prev is not None and any(t.requires_grad for t in context.inputs):
+                fields = {"model": st.model, "stage": st.index - 1, "grads": grads,
+                          "retain_graph": retain, "reply_to": msg["reply_to"]}
                 prev.send_multipart(wire.encode("backward", fields, req=msg.req, ctx=msg.ctx),
                                     copy=False)
             else:
@@ -221,15 +247,14 @@ class Worker(Service):
     # ---- client hooks ------------------------------------------------------------------------
     def on_add_hook(self, msg, sender: bytes):
         """Register a stub that runs the client's hook ``msg["hook"]`` when it fires here."""
-        if self.module is None:
-            raise RuntimeError(f"worker {self.id} holds no stage")
+        st = self._stage(msg)
         kind, path, hook_id, opts = msg["kind"], msg["path"], msg["hook"], msg["options"]
         client = bytes.fromhex(msg["reply_to"])
         if kind == "tensor":
-            target = self.module.get_parameter(path)
+            target = st.module.get_parameter(path)
             handle = target.register_hook(self._tensor_stub(hook_id, path, client))
         else:
-            target = self.module.get_submodule(path)
+            target = st.module.get_submodule(path)
             stub = self._module_stub(kind, hook_id, path, client, opts)
             if kind == "forward_pre":
                 handle = target.register_forward_pre_hook(
@@ -250,10 +275,10 @@ class Worker(Service):
                     stub, prepend=opts.get("prepend", False))
             else:
                 raise ValueError(f"unknown hook kind {kind!r}")
-        self.hooks[hook_id] = handle
+        st.hooks[hook_id] = handle
 
     def on_remove_hook(self, msg, sender: bytes):
-        handle = self.hooks.pop(msg["hook"], None)
+        handle = self._stage(msg).hooks.pop(msg["hook"], None)
         if handle is not None:
             handle.remove()
 
@@ -321,21 +346,24 @@ class Worker(Service):
                            f"{self.hook_timeout:g} s")
 
     def on_release(self, msg, sender: bytes):
+        st = self.stages.get(msg["model"])
+        if st is None:  # unloaded meanwhile: nothing left to release
+            return NO_REPLY
         for ctx_id in msg["contexts"]:
-            self.contexts.pop(ctx_id, None)
-        nxt = self.neighbours.get("next")
+            st.contexts.pop(ctx_id, None)
+        nxt = st.neighbours.get("next")
         if nxt is not None:  # the whole pipeline forgets the contexts
-            nxt.send_multipart(wire.encode("release", {"contexts": msg["contexts"]}), copy=False)
+            nxt.send_multipart(wire.encode("release", {"model": st.model,
+                                                       "contexts": msg["contexts"]}), copy=False)
         return NO_REPLY
 
     def on_get_state(self, msg, sender: bytes):
         """The stage's parameters and buffers, and the parameters' gradients, by full name."""
-        if self.module is None:
-            raise RuntimeError(f"worker {self.id} holds no stage")
-        state = {name: t.detach().numpy() for name, t in self.module.state_dict().items()}
-        grads = {name: p.grad.numpy() for name, p in self.module.named_parameters()
+        st = self._stage(msg)
+        state = {name: t.detach().numpy() for name, t in st.module.state_dict().items()}
+        grads = {name: p.grad.numpy() for name, p in st.module.named_parameters()
                  if p.grad is not None}
-        return {"stage": self.stage, "state": state, "grads": grads}
+        return {"stage": st.index, "state": state, "grads": grads}
 
     def on_step(self, msg, sender: bytes):
         """The stage's share of an optimizer (made on first use), or the stage's zero_grad.
@@ -343,24 +371,23 @@ class Worker(Service):
         ``optimizer``: {"id", "class" (a name in disthook.optim), "kwargs", "params" (full
         names), "action": "step" | "zero_grad", "set_to_none"}.
         """
-        if self.module is None:
-            raise RuntimeError(f"worker {self.id} holds no stage")
+        st = self._stage(msg)
         spec = msg.get("optimizer")
         if spec is None:
             if msg.get("zero_grad"):
-                self.module.zero_grad()
+                st.module.zero_grad()
             return
-        opt = self.optimizers.get(spec["id"])
+        opt = st.optimizers.get(spec["id"])
         if opt is None:
             cls = getattr(disthook.optim, spec["class"], None)
             if not (isinstance(cls, type) and issubclass(cls, disthook.optim.Optimizer)):
                 raise ValueError(f"{spec['class']!r} is not an optimizer of disthook.optim")
-            params = dict(self.module.named_parameters())
+            params = dict(st.module.named_parameters())
             missing = [n for n in spec["params"] if n not in params]
             if missing:
-                raise KeyError(f"stage {self.stage} has no parameters {missing}")
+                raise KeyError(f"{st.name} has no parameters {missing}")
             opt = cls([params[n] for n in spec["params"]], **spec["kwargs"])
-            self.optimizers[spec["id"]] = opt
+            st.optimizers[spec["id"]] = opt
         if spec["action"] == "step":
             opt.step()
         elif spec["action"] == "zero_grad":
@@ -370,30 +397,37 @@ class Worker(Service):
         return
 
     def on_train(self, msg, sender: bytes):
-        if self.module is None:
-            raise RuntimeError(f"worker {self.id} holds no stage")
-        self.module.train(msg["mode"])
+        self._stage(msg).module.train(msg["mode"])
 
     def on_set_state(self, msg, sender: bytes):
         """Copy arrays into the stage's parameters and buffers by full name (no_grad, in place)."""
-        if self.module is None:
-            raise RuntimeError(f"worker {self.id} holds no stage")
-        own = self.module.state_dict(keep_vars=True)
+        st = self._stage(msg)
+        own = st.module.state_dict(keep_vars=True)
         unknown = [n for n in msg["state"] if n not in own]
         if unknown:
-            raise KeyError(f"stage {self.stage} has no parameters or buffers {unknown}")
+            raise KeyError(f"{st.name} has no parameters or buffers {unknown}")
         with disthook.no_grad():
             for name, arr in msg["state"].items():
                 own[name].copy_(disthook.from_numpy(np.array(arr)))
 
     # ---- helpers -------------------------------------------------------------------------------
-    def _need_stage(self, stage: int) -> None:
-        if self.module is None or stage != self.stage:
-            raise RuntimeError(f"worker {self.id} holds stage {self.stage}, not stage {stage}")
+    def _stage(self, msg) -> _Stage:
+        """The stage of the model a message names (and, when it names one, that index)."""
+        st = self.stages.get(msg["model"])
+        index = msg.get("stage")
+        if st is None:
+            held = ", ".join(s.name for s in self.stages.values()) or "nothing"
+            raise RuntimeError(f"worker {self.id} holds no stage of model {msg['model']!r} "
+                               f"(it holds {held}); was the model closed?")
+        if index is not None and index != st.index:
+            raise RuntimeError(f"worker {self.id} holds {st.name}, not stage {index}")
+        self._current = st
+        return st
 
     def _error(self, exc: BaseException) -> dict:
+        st = getattr(self, "_current", None)
         return error_fields(exc, worker=self.id, traceback=traceback.format_exc(),
-                            path=None if self.stage is None else f"stage {self.stage}")
+                            path=None if st is None else st.name)
 
     def _to_client(self, client: bytes, msg, msg_type: str, fields: dict) -> None:
         self.reply(self.router, client, msg.req, msg_type, fields, ctx=msg.ctx)
@@ -449,6 +483,19 @@ def _unpack_result(data, originals: list, worker, client: bytes, hook_id: int):
     return unpack(data)
 
 
+class _Stage:
+    """One model's stage on this worker: its modules (an nn.Sequential named as in the full
+    model), its neighbour stages, open forward graphs, client hooks and optimizer shares."""
+
+    def __init__(self, model: str, index: int, module) -> None:
+        self.model, self.index, self.module = model, index, module
+        self.name = f"stage {index} of {model}"
+        self.neighbours: dict[str, zmq.Socket] = {}  # "prev"/"next" -> DEALER to that worker
+        self.contexts: dict[str, _Context] = {}  # open forward graphs by context id
+        self.hooks: dict[int, object] = {}  # client hook id -> handle of its stub
+        self.optimizers: dict[int, object] = {}  # DistributedOptimizer id -> local share
+
+
 class _Context:
     """The graph of one forward on this stage: its input leaves and its output."""
 
@@ -456,6 +503,33 @@ class _Context:
 
     def __init__(self, inputs: list, output) -> None:
         self.inputs, self.output, self.created = inputs, output, time.monotonic()
+
+
+# glibc's malloc returns freed memory at the top of its heap to the system, and serves large
+# arrays from fresh mappings; a worker that frees and re-allocates the same few MiB of
+# gradients every step (optimizer.zero_grad() sets them to None) then takes a page fault per
+# 4 KiB page on every step: measured, about 1,800 faults and +5 ms per backward of a
+# 784x1024 layer. Workers keep up to this much freed memory mapped instead.
+MALLOC_KEEP_BYTES = 256 << 20
+
+
+def _tune_malloc() -> bool:
+    """Keep freed memory (up to ``MALLOC_KEEP_BYTES``) mapped; True if glibc took it."""
+    import ctypes
+    import ctypes.util
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    ok = mallopt(m_trim_threshold, MALLOC_KEEP_BYTES)
+    ok &= mallopt(m_mmap_threshold, 32 << 20)  # glibc's largest allowed threshold
+    return bool(ok)
 
 
 def main(argv=None) -> int:
@@ -477,6 +551,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    if not _tune_malloc():
+        logging.getLogger(__name__).info("malloc not tuned (not glibc)")
     worker = Worker(args.coordinator, bind=args.bind, worker_id=args.worker_id,
                     orphan_after=args.orphan_after, parent_pid=args.parent_pid)
     print(f"disthook worker {worker.id} serving on {worker.address}", flush=True)

@@ -32,7 +32,7 @@ class WorkerInfo:
     pid: int
     address: str
     host: str
-    stage: int | None
+    stages: list[str]  # "stage i of <model id>" for each stage it holds
     alive: bool
     last_seen: float
     memory: int | None
@@ -59,7 +59,7 @@ class Cluster:
         return self._coordinator.request("status", timeout=self.timeout)["result"]
 
     def workers(self) -> list[WorkerInfo]:
-        """Every registered worker: id, pid, address, host, stage, liveness, memory."""
+        """Every registered worker: id, pid, address, host, stages held, liveness, memory."""
         return [WorkerInfo(**w) for w in self.status()["workers"]]
 
     def wait_for_workers(self, n: int, timeout: float = 60.0) -> list[WorkerInfo]:
@@ -95,7 +95,7 @@ class Cluster:
             return
         self._closed = True
         for remote in self._deployments:
-            remote.close()
+            remote.close(unload=not self._processes)  # a local cluster's workers stop anyway
         try:
             if self._processes:
                 try:

@@ -75,7 +75,8 @@ class _Hub:
     """The client's sockets to the workers of one deployment, all with one identity, so that
     whichever worker finishes a pipelined request can answer the client directly."""
 
-    def __init__(self, addresses: list[str], timeout: float):
+    def __init__(self, model: str, addresses: list[str], timeout: float):
+        self.model = model  # every message to a worker names the model it is for
         self.identity = f"client-{os.getpid()}-{uuid.uuid4().hex[:12]}".encode()
         self.ctx = zmq.Context.instance()
         self.timeout = timeout
@@ -175,17 +176,31 @@ class _Hub:
 
     def send(self, address: str, msg_type: str, fields: dict, *, req: int = 0,
              ctx: str | None = None) -> None:
-        self.socks[address].send_multipart(wire.encode(msg_type, fields, req=req, ctx=ctx),
-                                           copy=False)
+        if not self.socks:
+            raise RuntimeError(f"the deployed model {self.model} is closed; deploy it again "
+                               "to use it")
+        self.socks[address].send_multipart(
+            wire.encode(msg_type, {"model": self.model, **fields}, req=req, ctx=ctx),
+            copy=False)
 
     def request(self, address: str, msg_type: str, fields: dict, *, ctx: str | None = None,
                 what: str = "") -> wire.Message:
         """Send to ``address``; wait for the reply with the same id from any worker."""
+        return self.request_all([(address, fields)], msg_type, ctx=ctx, what=what)[0]
+
+    def request_all(self, calls: list[tuple[str, dict]], msg_type: str, *,
+                    ctx: str | None = None, what: str = "") -> list[wire.Message]:
+        """Send one request per (address, fields) at once, then wait for every reply (from
+        any worker), so the workers serve them side by side; the replies in call order.
+        The first error reply is raised once all have come."""
         self.flush_releases()
-        req = next(_request_ids)
-        self.send(address, msg_type, fields, req=req, ctx=ctx)
+        reqs = []
+        for address, fields in calls:
+            reqs.append(next(_request_ids))
+            self.send(address, msg_type, fields, req=reqs[-1], ctx=ctx)
+        replies: dict[int, wire.Message] = {}
         deadline = time.monotonic() + self.timeout
-        while True:
+        while len(replies) < len(reqs):
             left = deadline - time.monotonic()
             events = dict(self.poller.poll(max(0, int(left * 1000)) + 1)) if left > 0 else {}
             if not events and time.monotonic() >= deadline:
@@ -200,16 +215,17 @@ class _Hub:
                     self._serve_event(sock, reply)
                     deadline = time.monotonic() + self.timeout  # the worker is alive
                     continue
-                if reply.req != req:
-                    continue  # a late answer to a request that timed out
-                if reply.type == "error":
-                    if self.hook_error is not None:  # our own hook failed: raise that
-                        exc, self.hook_error = self.hook_error, None
-                        raise exc
-                    raise RemoteError(reply["kind"], reply["message"],
-                                      worker=reply.get("worker"), path=reply.get("path"),
-                                      traceback=reply.get("traceback"))
-                return reply
+                if reply.req in reqs:  # anything else: a late answer to a timed-out request
+                    replies[reply.req] = reply
+        for req in reqs:
+            reply = replies[req]
+            if reply.type == "error":
+                if self.hook_error is not None:  # our own hook failed: raise that
+                    exc, self.hook_error = self.hook_error, None
+                    raise exc
+                raise RemoteError(reply["kind"], reply["message"], worker=reply.get("worker"),
+                                  path=reply.get("path"), traceback=reply.get("traceback"))
+        return [replies[req] for req in reqs]
 
     def drop_context(self, ctx_id: str) -> None:
         """Forget the client-side hook graphs of a context whose backward is over."""
@@ -226,10 +242,14 @@ class _Hub:
             first = next(iter(self.socks))
             self.send(first, "release", {"contexts": contexts})
 
-    def close(self) -> None:
+    def close(self, unload: bool = True) -> None:
+        """Close the sockets; with ``unload`` the workers first drop the model's stages (sent
+        without waiting: a worker that is gone has nothing left to drop)."""
         if os.getpid() == self._pid:
-            for sock in self.socks.values():
-                sock.close(linger=0)
+            for address, sock in self.socks.items():
+                if unload:
+                    self.send(address, "unload", {})
+                sock.close(linger=500 if unload else 0)
         self.socks = {}
 
 
@@ -284,9 +304,10 @@ class RemoteModel(Module):
             "_workers": workers,
             "_class_name": type(module).__name__,
             "_local": module,  # the tree's shape (names, kinds); its weights go stale
-            "_hub": _Hub([w.address for w in workers], timeout),
+            "_model_id": f"{type(module).__name__}-{uuid.uuid4().hex[:8]}",
             "_closed": False,
         }
+        fields["_hub"] = _Hub(fields["_model_id"], fields["_addresses"], timeout)
         for name, value in fields.items():  # plain attributes, not submodules
             object.__setattr__(self, name, value)
         object.__setattr__(self, "training", module.training)
@@ -300,11 +321,11 @@ class RemoteModel(Module):
         reply = self._hub.request(
             self._addresses[0], "forward",
             {"stage": 0, "inputs": [x._data], "grad_enabled": grad,
-             "reply_to": self._hub.reply_to},
+             "requires_grad": [x._requires_grad], "reply_to": self._hub.reply_to},
             ctx=ctx_id, what="forward through the remote stages")
         result = reply["result"]
         out = np.array(result["output"])
-        if grad and (result["requires_grad"] or x._requires_grad):
+        if grad and result["requires_grad"]:
             return Tensor._make(out, RemoteBackward0(self, ctx_id, x), 0)
         return Tensor._make(out, None, 0)
 
@@ -312,8 +333,8 @@ class RemoteModel(Module):
         """Switch every stage to training (or, with False, evaluation) mode."""
         if not isinstance(mode, bool):
             raise ValueError("training mode is expected to be boolean")
-        for address in self._addresses:
-            self._hub.request(address, "train", {"mode": mode}, what="train()")
+        self._hub.request_all([(a, {"mode": mode}) for a in self._addresses], "train",
+                              what="train()")
         object.__setattr__(self, "training", mode)
         return self
 
@@ -361,8 +382,9 @@ class RemoteModel(Module):
 
     # ---- state --------------------------------------------------------------------------------
     def _states(self) -> list[dict]:
-        return [self._hub.request(a, "get_state", {}, what="get_state")["result"]
-                for a in self._addresses]
+        replies = self._hub.request_all([(a, {}) for a in self._addresses], "get_state",
+                                        what="get_state")
+        return [r["result"] for r in replies]
 
     def state_dict(self) -> OrderedDict:
         """Every stage's parameters and buffers by their names in the full model."""
@@ -381,8 +403,8 @@ class RemoteModel(Module):
         return out
 
     def zero_grad(self) -> None:
-        for a in self._addresses:
-            self._hub.request(a, "step", {"zero_grad": True}, what="zero_grad")
+        self._hub.request_all([(a, {"zero_grad": True}) for a in self._addresses], "step",
+                              what="zero_grad")
 
     def named_parameters(self):
         """(full name, ``RemoteParameter``) for every parameter, in the model's order."""
@@ -401,10 +423,10 @@ class RemoteModel(Module):
         if unknown or missing:
             raise RuntimeError(f"Error(s) in loading state_dict for Remote{self._class_name}: "
                                f"missing keys {missing}, unexpected keys {unknown}")
-        for names, address in zip(self._stage_names, self._addresses):
-            part = {n: _array(t) for n, t in state_dict.items()
-                    if n.split(".", 1)[0] in names}
-            self._hub.request(address, "set_state", {"state": part}, what="load_state_dict")
+        calls = [(address, {"state": {n: _array(t) for n, t in state_dict.items()
+                                      if n.split(".", 1)[0] in names}})
+                 for names, address in zip(self._stage_names, self._addresses)]
+        self._hub.request_all(calls, "set_state", what="load_state_dict")
 
     def to_local(self) -> Module:
         """An ordinary module with the workers' current parameters and buffers."""
@@ -436,14 +458,17 @@ class RemoteModel(Module):
         return [(i, w.id, names) for i, (w, names)
                 in enumerate(zip(self._workers, self._stage_names))]
 
-    def close(self) -> None:
+    def close(self, unload: bool = True) -> None:
+        """Disconnect; the workers drop the model's stages unless ``unload`` is False."""
         if not self._closed:
             self._closed = True
+            if not unload:
+                self._hub.pending_releases.clear()
             self._hub.flush_releases()
-            self._hub.close()
+            self._hub.close(unload)
 
     def __repr__(self) -> str:
-        lines = [f"Remote{self._class_name}("]
+        lines = [f"Remote{self._class_name}({self._model_id}"]
         for stage, wid, names in self.workers():
             lines.append(f"  stage {stage} on {wid}: {', '.join(names)}")
         return "\n".join(lines) + "\n)"
@@ -485,10 +510,13 @@ class DistributedOptimizer:
             self.shares.setdefault(key, []).append(p._path)
 
     def _each(self, action: str, **extra) -> None:
-        for (model_id, address), names in self.shares.items():
-            self.models[model_id]._hub.request(address, "step", {"optimizer": {
+        """Every worker's share at once (per model), then wait for all of them."""
+        for model_id, model in self.models.items():
+            calls = [(address, {"optimizer": {
                 "id": self.id, "class": self.class_name, "kwargs": self.kwargs,
-                "params": names, "action": action, **extra}}, what=f"optimizer {action}")
+                "params": names, "action": action, **extra}})
+                for (mid, address), names in self.shares.items() if mid == model_id]
+            model._hub.request_all(calls, "step", what=f"optimizer {action}")
 
     def step(self) -> None:
         self._each("step")
@@ -614,12 +642,17 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
     stage_modules = [Sequential(OrderedDict(children[a:b])) for a, b in zip(bounds, bounds[1:])]
     for m in stage_modules:
         m.train(module.training)
-    workers = alive[:stages]
+    # the least loaded workers first (by the stages they hold), in registration order
+    workers = sorted(alive, key=lambda w: len(w.stages))[:stages]
     remote = RemoteModel(cluster, module, stage_modules, workers, timeout=cluster.timeout)
-    for i, (m, w) in enumerate(zip(stage_modules, workers)):
-        remote._hub.request(w.address, "load_stage", {
-            "stage": i, "spec": module_spec(m),
-            "prev": workers[i - 1].address if i > 0 else None,
-            "next": workers[i + 1].address if i + 1 < stages else None,
-        }, what=f"load_stage {i} on {w.id}")
+    try:
+        for i, (m, w) in enumerate(zip(stage_modules, workers)):
+            remote._hub.request(w.address, "load_stage", {
+                "stage": i, "spec": module_spec(m),
+                "prev": workers[i - 1].address if i > 0 else None,
+                "next": workers[i + 1].address if i + 1 < stages else None,
+            }, what=f"load_stage {i} on {w.id}")
+    except BaseException:
+        remote.close()  # the stages loaded so far are dropped again
+        raise
     return remote

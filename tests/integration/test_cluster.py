@@ -54,7 +54,7 @@ def test_local_cluster_starts_registers_and_reaps():
         assert len(workers) == 2 and all(w.alive for w in workers)
         assert len({w.pid for w in workers}) == 2
         for w in workers:
-            assert w.address.startswith("tcp://127.0.0.1:") and w.stage is None
+            assert w.address.startswith("tcp://127.0.0.1:") and w.stages == []
         assert c.address.startswith("tcp://127.0.0.1:")
         status = c.status()["coordinator"]
         assert status["address"] == c.address
