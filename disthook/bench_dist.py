@@ -1,0 +1,157 @@
+"""``disthook bench dist``: the cost of distribution, against baselines run in the same go.
+
+(a) a client hook round trip (a forward hook returning None, on a worker) against a raw
+    pyzmq request/reply of a small message between two processes;
+(b) moving a 16 MiB float32 activation one stage further against raw pyzmq one-way
+    transfer of the same array between two processes (time ratio; throughput is 1/ratio);
+(c) an MLP training step on 2 workers against the same step in one process.
+Every figure is a ratio of medians, disthook / baseline; lower is better.
+"""
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+import zmq
+
+ECHO = r"""
+import sys, zmq
+ctx = zmq.Context()
+s = ctx.socket(zmq.ROUTER)
+port = s.bind_to_random_port("tcp://127.0.0.1")
+pull = ctx.socket(zmq.PULL)
+pull_port = pull.bind_to_random_port("tcp://127.0.0.1")
+print(port, pull_port, flush=True)
+poller = zmq.Poller()
+poller.register(s, zmq.POLLIN)
+poller.register(pull, zmq.POLLIN)
+while True:
+    for sock, _ in poller.poll():
+        if sock is s:
+            frames = s.recv_multipart(copy=False)
+            if frames[-1].bytes == b"quit":
+                sys.exit(0)
+            s.send_multipart(frames, copy=False)
+        else:
+            frames = pull.recv_multipart(copy=False)
+            s.send_multipart([frames[0].bytes, b"got"])  # acknowledge on the ROUTER
+"""
+
+ARRAY_MIB = 16
+
+
+def _median(fn, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _raw_baselines(repeats: int) -> tuple[float, float]:
+    """(small round trip, one 16 MiB transfer + ack) with plain pyzmq, in seconds."""
+    proc = subprocess.Popen([sys.executable, "-c", ECHO], stdout=subprocess.PIPE, text=True)
+    ctx = zmq.Context.instance()
+    dealer, push = ctx.socket(zmq.DEALER), ctx.socket(zmq.PUSH)
+    try:
+        port, pull_port = proc.stdout.readline().split()
+        dealer.setsockopt(zmq.IDENTITY, b"bench")
+        dealer.connect(f"tcp://127.0.0.1:{port}")
+        push.connect(f"tcp://127.0.0.1:{pull_port}")
+        small = b"x" * 64
+
+        def round_trip():
+            for _ in range(100):
+                dealer.send(small)
+                dealer.recv()
+
+        array = np.ones(ARRAY_MIB * 2**20 // 4, np.float32)
+
+        def transfer():
+            push.send_multipart([b"bench", array], copy=False)
+            dealer.recv()
+
+        rtt = _median(round_trip, repeats) / 100
+        big = _median(transfer, repeats)
+        dealer.send(b"quit")
+        proc.wait(10)
+        return rtt, big
+    finally:
+        dealer.close(linger=0)
+        push.close(linger=0)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def run(quick: bool = False) -> list[dict]:
+    import disthook as torch
+    from disthook import nn
+    from disthook.distributed import DistributedOptimizer, local_cluster
+
+    repeats = 5 if quick else 15
+    rtt, big = _raw_baselines(repeats)
+    rows = []
+    with local_cluster(workers=2) as cluster:
+        # (a) the extra time a no-op client hook adds to a tiny remote forward
+        tiny = cluster.deploy(nn.Sequential(nn.Identity()), stages=1)
+        x = torch.ones(4)
+        with torch.no_grad():
+            def calls(n=50):
+                for _ in range(n):
+                    tiny(x)
+            plain = _median(calls, repeats) / 50
+            handle = tiny[0].register_forward_hook(lambda m, args, out: None)
+            hooked = _median(calls, repeats) / 50
+            handle.remove()
+        rows.append(_row("client hook round trip vs raw zmq round trip", hooked - plain, rtt,
+                         1.5, "raw pyzmq"))
+        tiny.close()
+
+        # (b) one more stage hop of a 16 MiB activation
+        xb = torch.ones(ARRAY_MIB * 2**20 // 4)
+        one = cluster.deploy(nn.Sequential(nn.Identity(), nn.Identity()), stages=1)
+        two = cluster.deploy(nn.Sequential(nn.Identity(), nn.Identity()), stages=2)
+        with torch.no_grad():
+            t_one = _median(lambda: one(xb), repeats)
+            t_two = _median(lambda: two(xb), repeats)
+        rows.append(_row(f"{ARRAY_MIB} MiB activation, one stage hop (1/throughput)",
+                         t_two - t_one, big, 1 / 0.7, "raw pyzmq"))
+        one.close()
+        two.close()
+
+        # (c) an MLP training step on 2 workers against one process
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                            nn.Linear(1024, 10))
+        xs, ys = torch.randn(128, 784), torch.randint(0, 10, (128,))
+        local_opt = torch.optim.SGD(net.parameters(), lr=0.01)
+
+        def local_step():
+            local_opt.zero_grad()
+            nn.functional.cross_entropy(net(xs), ys).backward()
+            local_opt.step()
+
+        remote = cluster.deploy(net, stages=2)
+        remote_opt = DistributedOptimizer(torch.optim.SGD, remote.parameters(), lr=0.01)
+
+        def remote_step():
+            remote_opt.zero_grad()
+            nn.functional.cross_entropy(remote(xs), ys).backward()
+            remote_opt.step()
+
+        rows.append(_row("MLP 784-1024-1024-10 SGD step, 2 workers", _median(remote_step, repeats),
+                         _median(local_step, repeats), 1.15, "one process"))
+        remote.close()
+    return rows
+
+
+def _row(case: str, ours: float, baseline: float, target: float, name: str) -> dict:
+    return {"suite": "dist", "case": case, "disthook_s": ours, "torch_s": baseline,
+            "baseline": name, "ratio": ours / baseline if baseline > 0 else None,
+            "target": target}
