@@ -125,6 +125,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "get_state": {"model": "str", "names": "list?"},
     "train": {"model": "str", "mode": "bool"},
     "set_state": {"model": "str", "state": "map"},
+    "param_op": {"model": "str", "name": "str", "op": "str", "args": "any",
+                 "kwargs": "any"},
     "step": {"model": "str", "optimizer": "map?", "zero_grad": "bool?"},
 }
 

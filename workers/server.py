@@ -360,10 +360,31 @@ class Worker(Service):
     def on_get_state(self, msg, sender: bytes):
         """The stage's parameters and buffers, and the parameters' gradients, by full name."""
         st = self._stage(msg)
-        state = {name: t.detach().numpy() for name, t in st.module.state_dict().items()}
+        names = msg.get("names")
+        state = {name: t.detach().numpy() for name, t in st.module.state_dict().items()
+                 if names is None or name in names}
         grads = {name: p.grad.numpy() for name, p in st.module.named_parameters()
-                 if p.grad is not None}
+                 if p.grad is not None and (names is None or name in names)}
+        unknown = [] if names is None else [n for n in names if n not in state]
+        if unknown:
+            raise KeyError(f"{st.name} has no parameters or buffers {unknown}")
         return {"stage": st.index, "state": state, "grads": grads}
+
+    def on_param_op(self, msg, sender: bytes):
+        """An in-place method of a parameter (``fill_``, ``copy_``, ``requires_grad_``, ...),
+        run without autograd as ``p.data.<op>(*args)`` would run in one process."""
+        st = self._stage(msg)
+        op = msg["op"]
+        if not (op.endswith("_") and not op.startswith("_")
+                and callable(getattr(disthook.Tensor, op, None))):
+            raise ValueError(f"{op!r} is not an in-place tensor method")
+        param = st.module.get_parameter(msg["name"])
+        args, kwargs = unpack(msg["args"]), unpack(msg["kwargs"])
+        if op == "requires_grad_":
+            param.requires_grad_(*args, **kwargs)
+            return
+        with disthook.no_grad():
+            getattr(param, op)(*args, **kwargs)
 
     def on_step(self, msg, sender: bytes):
         """The stage's share of an optimizer (made on first use), or the stage's zero_grad.

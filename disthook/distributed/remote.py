@@ -381,7 +381,11 @@ class RemoteModel(Module):
         return RemoteHandle(self, hook_id, address)
 
     # ---- state --------------------------------------------------------------------------------
-    def _states(self) -> list[dict]:
+    def _states(self, names: list[str] | None = None):
+        """Every stage's state and gradients; with ``names``, just those (one worker asked)."""
+        if names is not None:
+            return self._hub.request(self._owner(names[0]), "get_state", {"names": names},
+                                     what="get_state")["result"]
         replies = self._hub.request_all([(a, {}) for a in self._addresses], "get_state",
                                         what="get_state")
         return [r["result"] for r in replies]
@@ -591,28 +595,133 @@ class RemoteModule:
 
 
 class RemoteParameter:
-    """A parameter of a deployed model; tensor hooks registered here fire on its worker."""
+    """A parameter of a deployed model, living on its worker. It reads like a tensor (each
+    read fetches the current value), takes tensor hooks that fire on the worker, and takes
+    in-place updates that run on the worker: under ``no_grad()`` or through ``.data``, as for
+    a local parameter (``p.copy_(t)``, ``p.data.fill_(0)``, ``p.requires_grad_(False)``)."""
 
-    def __init__(self, model: RemoteModel, path: str):
-        self._model, self._path = model, path
+    def __init__(self, model: RemoteModel, path: str, *, _data: bool = False):
+        self._model, self._path, self._is_data = model, path, _data
+
+    # ---- what it is, without a round trip (from the model's local twin) --------------------
+    @property
+    def _twin(self):
+        return self._model._local.get_parameter(self._path)
+
+    @property
+    def shape(self):
+        return self._twin.shape
+
+    @property
+    def dtype(self):
+        return self._twin.dtype
+
+    @property
+    def device(self):
+        return self._twin.device
+
+    @property
+    def requires_grad(self) -> bool:
+        return False if self._is_data else self._twin.requires_grad
+
+    @property
+    def is_leaf(self) -> bool:
+        return True
+
+    def size(self, dim=None):
+        return self._twin.size(dim) if dim is not None else self._twin.size()
+
+    def dim(self) -> int:
+        return self._twin.dim()
+
+    @property
+    def ndim(self) -> int:
+        return self._twin.dim()
+
+    def numel(self) -> int:
+        return self._twin.numel()
+
+    def __len__(self) -> int:
+        return len(self._twin)
+
+    # ---- reading: the current value from the worker -----------------------------------------
+    def detach(self) -> Tensor:
+        """A local tensor holding the parameter's current value."""
+        state = self._model._states(names=[self._path])
+        return Tensor._make(np.array(state["state"][self._path]), None, 0)
+
+    @property
+    def data(self) -> RemoteParameter:
+        """The parameter without autograd: reads fetch, in-place ops write to the worker."""
+        return RemoteParameter(self._model, self._path, _data=True)
+
+    @property
+    def grad(self) -> Tensor | None:
+        grads = self._model._states(names=[self._path])["grads"]
+        arr = grads.get(self._path)
+        return None if arr is None else Tensor._make(np.array(arr), None, 0)
+
+    def numpy(self) -> np.ndarray:
+        if self.requires_grad and grad_mode.is_grad_enabled():
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use "
+                               "tensor.detach().numpy() instead.")
+        return self.detach()._data
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self.detach()._data
+        return arr if dtype is None else arr.astype(dtype)
 
     def register_hook(self, hook) -> RemoteHandle:
         return self._model._add_hook("tensor", self._path, hook, self)
 
-    @property
-    def grad(self) -> Tensor | None:
-        return self._model.named_gradients().get(self._path)
+    # ---- in place, on the worker ---------------------------------------------------------------
+    def requires_grad_(self, requires_grad: bool = True) -> RemoteParameter:
+        self._inplace("requires_grad_", (bool(requires_grad),), {})
+        self._twin.requires_grad_(bool(requires_grad))
+        return self
 
-    @property
-    def data(self) -> Tensor:
-        return self._model.state_dict()[self._path]
+    def _inplace(self, op: str, args: tuple, kwargs: dict) -> RemoteParameter:
+        if (op != "requires_grad_" and not self._is_data and self.requires_grad
+                and grad_mode.is_grad_enabled()):
+            raise RuntimeError("a leaf Variable that requires grad is being used in an "
+                               "in-place operation.")
+        args = tuple(a.detach() if isinstance(a, RemoteParameter) else a for a in args)
+        kwargs = {k: a.detach() if isinstance(a, RemoteParameter) else a
+                  for k, a in kwargs.items()}
+        self._model._hub.request(self._model._owner(self._path), "param_op", {
+            "name": self._path, "op": op, "args": pack(list(args)), "kwargs": pack(kwargs)},
+            what=f"{self._path}.{op}()")
+        return self
 
-    @property
-    def shape(self):
-        return self._model._local.get_parameter(self._path).shape
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        attr = getattr(Tensor, name, None)
+        if attr is None:
+            raise AttributeError(f"'RemoteParameter' object has no attribute '{name}'")
+        if name.endswith("_") and callable(attr):  # an in-place method: runs on the worker
+            return lambda *args, **kwargs: self._inplace(name, args, kwargs)
+        return getattr(self.detach(), name)  # anything else reads a local copy
 
     def __repr__(self) -> str:
         return f"RemoteParameter({self._path}, shape={tuple(self.shape)})"
+
+
+def _reading(name: str):
+    def method(self, *args):
+        args = tuple(a.detach() if isinstance(a, RemoteParameter) else a for a in args)
+        return getattr(self.detach(), name)(*args)  # the operators take no keywords
+
+    method.__name__ = name
+    return method
+
+
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+              "__truediv__", "__rtruediv__", "__matmul__", "__rmatmul__", "__pow__", "__neg__",
+              "__abs__", "__getitem__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__",
+              "__ge__", "__float__", "__int__", "__bool__", "__iter__"):
+    setattr(RemoteParameter, _name, _reading(_name))
+RemoteParameter.__hash__ = object.__hash__  # __eq__ compares values; identity stays hashable
 
 
 def deploy(cluster, module: Module, stages: int, split_points=None,

@@ -520,3 +520,42 @@ def test_stages_without_gradients_need_no_graph(cluster):
         close(out, frozen(x))
     finally:
         remote.close()
+
+
+def test_remote_parameters_read_like_tensors_and_update_in_place(cluster):
+    net = make_net()
+    remote = cluster.deploy(net, stages=2)
+    try:
+        w = remote[2].weight
+        assert w.shape == (16, 16) and w.size(0) == 16 and w.dim() == 2 and w.numel() == 256
+        assert w.requires_grad and w.is_leaf and w.dtype == torch.float32
+        close(w.detach(), net[2].weight)
+        np.testing.assert_array_equal(np.asarray(w), net[2].weight.detach().numpy())
+        close(w.sum(), net[2].weight.sum())  # other methods read a local copy
+        close(w * 2, net[2].weight * 2)
+        with pytest.raises(RuntimeError, match="Can't call numpy\\(\\) on Tensor that "
+                                               "requires grad"):
+            w.numpy()
+        with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being "
+                                               "used in an in-place operation"):
+            w.fill_(0.5)
+        w.data.fill_(0.25)  # through .data: allowed anywhere, as in one process
+        np.testing.assert_array_equal(w.data.numpy(), np.full((16, 16), 0.25, np.float32))
+        new = torch.randn(16)
+        with torch.no_grad():
+            remote[2].bias.copy_(new)
+            remote[0].weight.mul_(0)
+            remote[4].weight.add_(torch.ones(3, 16), alpha=2)
+        close(remote[2].bias.detach(), new)
+        assert not remote[0].weight.detach().numpy().any()
+        close(remote[4].weight.detach(), net[4].weight.detach() + 2)
+        # frozen on the worker: no gradient reaches it
+        remote[0].weight.requires_grad_(False)
+        assert not remote[0].weight.requires_grad
+        x, y = data()
+        nn.functional.cross_entropy(remote(x), y).backward()
+        assert remote[0].weight.grad is None and remote[0].bias.grad is not None
+        with pytest.raises(AttributeError, match="no attribute 'nonsense'"):
+            w.nonsense
+    finally:
+        remote.close()
