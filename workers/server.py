@@ -64,6 +64,7 @@ class Worker(Service):
         self._event_ids = itertools.count(1)
         self._ctx: str | None = None  # the context of the forward/backward now running
         self._current: _Stage | None = None  # the stage of the request now running
+        self._retained: list[tuple] = []  # tensors client hooks retain_grad()-ed this forward
         self._register()
         self.next_beat = time.monotonic() + 1.0  # re-register if no answer came by then
 
@@ -190,13 +191,15 @@ class Worker(Service):
                     t.requires_grad_(True)  # a fresh leaf per context: its grad goes back
                 inputs.append(t)
             self._ctx, self._client = msg.ctx, client
+            self._retained = []
             with disthook.set_grad_enabled(grad):
                 out = st.module(*inputs)
             if not isinstance(out, disthook.Tensor):
                 raise TypeError(f"{st.name} returned {type(out).__name__}; a stage "
                                 "must return one Tensor")
             if grad and out.requires_grad:
-                st.contexts[msg.ctx] = _Context(inputs, out)
+                st.contexts[msg.ctx] = _Context(inputs, out, self._retained)
+            self._retained = []
             fields = {"model": st.model, "stage": st.index + 1,
                       "inputs": [out.detach().numpy()], "grad_enabled": grad,
                       "requires_grad": [out.requires_grad], "reply_to": msg["reply_to"]}
@@ -228,6 +231,9 @@ class Worker(Service):
             for t in context.inputs:
                 t.grad = None  # the gradient of this backward only goes to the previous stage
             disthook.autograd.backward([context.output], [grad], retain_graph=retain)
+            for who, hook_id, key, t in context.retained:  # what client hooks retained
+                if t.grad is not None:
+                    self._call_client(who, hook_id, "retained", key, [pack(t.grad)])
             if not retain:
                 del st.contexts[msg.ctx]
             grads = [None if t.grad is None else t.grad.numpy() for t in context.inputs]
@@ -296,6 +302,10 @@ class Worker(Service):
                 for i in data["watch"]:  # the client's hook hooked these tensors
                     originals[i].register_hook(
                         worker._tensor_stub(hook_id, f"{data['key']}#{i}", client, "leaf_hook"))
+                for i in data["retain"]:  # ... or asked them to retain their gradients
+                    originals[i].retain_grad()
+                    worker._retained.append((client, hook_id, f"{data['key']}#{i}",
+                                             originals[i]))
                 data = data["value"]
             if data is None:
                 return None
@@ -520,10 +530,11 @@ class _Stage:
 class _Context:
     """The graph of one forward on this stage: its input leaves and its output."""
 
-    __slots__ = ("created", "inputs", "output")
+    __slots__ = ("created", "inputs", "output", "retained")
 
-    def __init__(self, inputs: list, output) -> None:
+    def __init__(self, inputs: list, output, retained: list) -> None:
         self.inputs, self.output, self.created = inputs, output, time.monotonic()
+        self.retained = retained  # (client, hook id, key, tensor) whose grad goes to client
 
 
 # glibc's malloc returns freed memory at the top of its heap to the system, and serves large

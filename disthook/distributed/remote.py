@@ -111,6 +111,11 @@ class _Hub:
 
     def _run_hook(self, event: wire.Message):
         kind = event["kind"]
+        if kind == "retained":  # the gradient a worker's tensor retained, after its backward
+            key, _, index = event["path"].rpartition("#")
+            (grad,) = [unpack(a) for a in event["args"][1:]]
+            self.watched[key][int(index)]._grad = grad
+            return None
         if kind == "leaf_hook":
             key, _, index = event["path"].rpartition("#")
             leaf = self.watched[key][int(index)]
@@ -134,6 +139,8 @@ class _Hub:
             t = Tensor._make(np.array(array), None, 0)
             if diff and requires_grad:
                 t.requires_grad_(True)
+            ref = weakref.ref(t)
+            t.retain_grad = lambda: _retain_on_worker(ref())  # acts on the worker's tensor
             leaves.append(t)
             return t
 
@@ -148,9 +155,10 @@ class _Hub:
         # tensors the hook put tensor hooks on (the Grad-CAM pattern): the worker hooks the
         # real tensors, and their gradients come here to run these hooks
         watch = [i for i, t in enumerate(leaves) if t._backward_hooks]
-        if watch:
+        retain = [i for i, t in enumerate(leaves) if t.__dict__.get("_retain_on_worker")]
+        if watch or retain:
             self.watched[key] = leaves
-            return {"value": value, "watch": watch, "key": key}
+            return {"value": value, "watch": watch, "retain": retain, "key": key}
         return value
 
     def _pack_result(self, value, leaves: list, key: str):
@@ -251,6 +259,14 @@ class _Hub:
                     self.send(address, "unload", {})
                 sock.close(linger=500 if unload else 0)
         self.socks = {}
+
+
+def _retain_on_worker(t: Tensor) -> None:
+    """``retain_grad()`` of a tensor a client hook got: the worker's tensor retains its
+    gradient, which comes here when that worker's backward is done."""
+    if not t._requires_grad:
+        raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+    t._retain_on_worker = True
 
 
 class RemoteBackward0(Node):

@@ -559,3 +559,44 @@ def test_remote_parameters_read_like_tensors_and_update_in_place(cluster):
             w.nonsense
     finally:
         remote.close()
+
+
+@pytest.mark.parametrize("stages", [1, 3])
+def test_retain_grad_in_a_client_hook_retains_on_the_worker(cluster, stages):
+    """out.retain_grad() in a forward hook: after backward, out.grad on the client is the
+    worker tensor's gradient, accumulated over backwards as in one process."""
+    def run(model, x, y):
+        kept = {}
+
+        def keep(module, args, out):
+            out.retain_grad()
+            kept["out"] = out
+
+        handle = model[2].register_forward_hook(keep)
+        loss = nn.functional.cross_entropy(model(x), y)
+        handle.remove()
+        loss.backward(retain_graph=True)
+        first = kept["out"].grad.clone()
+        loss.backward()
+        return first, kept["out"].grad
+
+    net = make_net()
+    x, y = data()
+    local = run(net, x, y)
+    remote = cluster.deploy(net, stages=stages)
+    try:
+        got = run(remote, x, y)
+        close(got[0], local[0])
+        close(got[1], local[1])
+        close(got[1], 2 * local[0])
+
+        def no_grad_hook(module, args, out):
+            out.retain_grad()
+
+        handle = remote[2].register_forward_hook(no_grad_hook)
+        with torch.no_grad(), pytest.raises(RuntimeError, match="can't retain_grad on Tensor "
+                                                                "that has requires_grad=False"):
+            remote(x)
+        handle.remove()
+    finally:
+        remote.close()
