@@ -34,7 +34,8 @@ def _launch(args) -> int:
               file=sys.stderr)
         return 2
     cluster = local_cluster(args.workers, host=host, port=int(port), heartbeat=args.heartbeat,
-                            log_level=args.log_level, stderr=None)
+                            log_level=args.log_level, stderr=None,
+                            allow_hook_modules=args.allow_hook_module)
     try:
         print(f"disthook cluster up: coordinator {cluster.address}, {args.workers} worker(s); "
               "Ctrl-C stops it", flush=True)
@@ -116,6 +117,9 @@ def main(argv=None) -> int:
                         help=f"the coordinator's endpoint (default {DEFAULT_COORDINATOR})")
     launch.add_argument("--heartbeat", type=float, default=0.5, help="seconds between beats")
     launch.add_argument("--log-level", default="INFO")
+    launch.add_argument("--allow-hook-module", action="append", default=[], metavar="MODULE",
+                        help="a module (or package) whose functions hooks.by_path may run on "
+                             "the workers; repeat for more")
     launch.set_defaults(fn=_launch)
     # listed for --help; main() hands their arguments to the role's own parser
     sub.add_parser("coordinator", help="run only the coordinator (options: --help)")

@@ -119,7 +119,9 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "hook_event": {"hook": "int", "kind": "str", "path": "str", "args": "list"},
     "hook_reply": {"hook": "int", "result": "any?"},
     "add_hook": {"model": "str", "hook": "int", "kind": "str", "path": "str",
-                 "options": "map", "reply_to": "str"},
+                 "options": "map", "reply_to": "str", "worker_hook": "map?"},
+    # worker hooks' capture buffers, emptied by the fetch unless clear is False
+    "captured": {"name": "str", "clear": "bool?"},
     "remove_hook": {"model": "str", "hook": "int"},
     # parameters, buffers and optimizer shards
     "get_state": {"model": "str", "names": "list?"},

@@ -22,6 +22,7 @@ import zmq
 
 import disthook
 from disthook import wire
+from disthook.distributed import hooks as worker_hooks
 from disthook.distributed.rpc import error_fields
 from disthook.distributed.service import NO_REPLY, Service
 from disthook.distributed.spec import build_module
@@ -43,7 +44,8 @@ class Worker(Service):
 
     def __init__(self, coordinator: str, *, bind: str = "tcp://127.0.0.1:0",
                  worker_id: str | None = None, orphan_after: float = 30.0,
-                 context_ttl: float = 600.0, parent_pid: int | None = None):
+                 context_ttl: float = 600.0, parent_pid: int | None = None,
+                 allow_hook_modules: tuple[str, ...] = ()):
         wid = worker_id or f"{socket.gethostname()}-{os.getpid()}"
         super().__init__(bind, name=wid, parent_pid=parent_pid)
         self.id = wid
@@ -58,6 +60,8 @@ class Worker(Service):
         self.registered = False
         self.last_heard = time.monotonic()
         self.stages: dict[str, _Stage] = {}  # model id -> the stage of it held here
+        self.captures = worker_hooks.Captures()  # what hooks.capture(...) kept, by buffer
+        self.allow_hook_modules = tuple(allow_hook_modules)  # for hooks.by_path
         self.context_ttl = context_ttl
         self.hook_timeout = 300.0
         self._backlog: list[tuple[bytes, list]] = []  # requests that came during a hook call
@@ -256,12 +260,17 @@ class Worker(Service):
         st = self._stage(msg)
         kind, path, hook_id, opts = msg["kind"], msg["path"], msg["hook"], msg["options"]
         client = bytes.fromhex(msg["reply_to"])
+        spec = msg.get("worker_hook")
+        if spec is not None:  # runs here, without a round trip
+            stub = worker_hooks.build(spec, kind, path, self.captures, self.allow_hook_modules)
         if kind == "tensor":
             target = st.module.get_parameter(path)
-            handle = target.register_hook(self._tensor_stub(hook_id, path, client))
+            handle = target.register_hook(
+                stub if spec is not None else self._tensor_stub(hook_id, path, client))
         else:
             target = st.module.get_submodule(path)
-            stub = self._module_stub(kind, hook_id, path, client, opts)
+            if spec is None:
+                stub = self._module_stub(kind, hook_id, path, client, opts)
             if kind == "forward_pre":
                 handle = target.register_forward_pre_hook(
                     stub, prepend=opts.get("prepend", False),
@@ -282,6 +291,12 @@ class Worker(Service):
             else:
                 raise ValueError(f"unknown hook kind {kind!r}")
         st.hooks[hook_id] = handle
+
+    def on_captured(self, msg, sender: bytes):
+        """The capture buffer ``name``: [{"order", "path", "kind", "value"}, ...]."""
+        return [{"order": list(order), "path": path, "kind": kind, "value": pack(value)}
+                for order, path, kind, value in self.captures.take(msg["name"],
+                                                                   msg.get("clear", True))]
 
     def on_remove_hook(self, msg, sender: bytes):
         handle = self._stage(msg).hooks.pop(msg["hook"], None)
@@ -579,6 +594,9 @@ def main(argv=None) -> int:
     p.add_argument("--orphan-after", type=float, default=30.0,
                    help="stop after this many seconds without word from the coordinator")
     p.add_argument("--parent-pid", type=int, help="stop when this parent process is gone")
+    p.add_argument("--allow-hook-module", action="append", default=[], metavar="MODULE",
+                   help="a module (or package) whose functions hooks.by_path may run here; "
+                        "repeat for more")
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
@@ -586,7 +604,8 @@ def main(argv=None) -> int:
     if not _tune_malloc():
         logging.getLogger(__name__).info("malloc not tuned (not glibc)")
     worker = Worker(args.coordinator, bind=args.bind, worker_id=args.worker_id,
-                    orphan_after=args.orphan_after, parent_pid=args.parent_pid)
+                    orphan_after=args.orphan_after, parent_pid=args.parent_pid,
+                    allow_hook_modules=tuple(args.allow_hook_module))
     print(f"disthook worker {worker.id} serving on {worker.address}", flush=True)
     worker.serve_forever()
     return 0

@@ -88,6 +88,23 @@ class Cluster:
         self._deployments.append(remote)
         return remote
 
+    def captured(self, name: str, *, clear: bool = True) -> list:
+        """What ``hooks.capture(name)`` kept on every worker, oldest first: per hook call, a
+        detached Tensor (or a tuple of them, for a forward pre hook's args or a backward
+        hook's grad_output). The workers' buffers are emptied unless ``clear`` is False."""
+        from disthook.distributed.values import unpack
+
+        self._check_open()
+        items = []
+        for w in self.workers():
+            if not w.alive:
+                continue
+            with Peer(w.address, name=f"worker {w.id}") as peer:
+                items += peer.request("captured", {"name": name, "clear": clear},
+                                      timeout=self.timeout)["result"]
+        items.sort(key=lambda item: item["order"])
+        return [unpack(item["value"]) for item in items]
+
     # ---- ending ------------------------------------------------------------------------------
     def close(self) -> None:
         """Shut a local cluster down and reap its processes; for ``connect``, just disconnect."""
@@ -142,8 +159,11 @@ def connect(address: str, *, timeout: float = DEFAULT_TIMEOUT) -> Cluster:
 def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
                   heartbeat: float = 0.5, timeout: float = DEFAULT_TIMEOUT,
                   start_timeout: float = 60.0, log_level: str = "WARNING",
-                  stderr=None) -> Cluster:
-    """Start a coordinator and ``workers`` worker processes on this machine; a ``Cluster``."""
+                  stderr=None, allow_hook_modules=()) -> Cluster:
+    """Start a coordinator and ``workers`` worker processes on this machine; a ``Cluster``.
+
+    ``allow_hook_modules``: modules (or packages) whose functions ``hooks.by_path`` may run
+    on the workers."""
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise ValueError(f"local_cluster() needs workers >= 1, got {workers!r}")
     procs: list[subprocess.Popen] = []
@@ -153,11 +173,12 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
                              stderr, announce=True)
         procs.append(coordinator)
         address = _announced_address(coordinator, start_timeout)
+        allow = [arg for m in allow_hook_modules for arg in ("--allow-hook-module", m)]
         for _ in range(workers):
             procs.append(_spawn(["workers", "--coordinator", address,
                                  "--bind", f"tcp://{host}:0", "--log-level", log_level,
-                                 "--orphan-after", str(max(10.0, 40 * heartbeat))], stderr,
-                                announce=False))
+                                 "--orphan-after", str(max(10.0, 40 * heartbeat)), *allow],
+                                stderr, announce=False))
         cluster = Cluster(address, timeout=timeout, _processes=procs)
     except BaseException:
         _reap(procs, 5.0)

@@ -30,6 +30,7 @@ from disthook import autograd as torch_autograd
 from disthook import wire
 from disthook.autograd import engine, grad_mode
 from disthook.autograd.graph import SECOND_BACKWARD_MSG, Node, gradient_edge
+from disthook.distributed.hooks import WorkerHook
 from disthook.distributed.rpc import DEFAULT_TIMEOUT, RemoteError, RemoteTimeout
 from disthook.distributed.spec import module_spec
 from disthook.distributed.values import pack, unpack
@@ -387,10 +388,13 @@ class RemoteModel(Module):
         hook_id = next(_hook_ids)
         address = self._owner(path)
         self._hub.hooks[hook_id] = (fn, kind, proxy)
+        fields = {"hook": hook_id, "kind": kind, "path": path, "options": options,
+                  "reply_to": self._hub.reply_to}
+        if isinstance(fn, WorkerHook):
+            fields["worker_hook"] = fn.spec()
         try:
-            self._hub.request(address, "add_hook", {
-                "hook": hook_id, "kind": kind, "path": path, "options": options,
-                "reply_to": self._hub.reply_to}, what=f"register a {kind} hook on {path!r}")
+            self._hub.request(address, "add_hook", fields,
+                              what=f"register a {kind} hook on {path!r}")
         except BaseException:
             del self._hub.hooks[hook_id]
             raise

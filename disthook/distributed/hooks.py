@@ -1,0 +1,237 @@
+"""Hooks that run inside the worker that owns the module or tensor: no round trip to the client.
+
+Register them on a deployed model's proxies like any hook::
+
+    from disthook.distributed import hooks
+    remote[2].register_forward_hook(hooks.capture("act"))        # the layer's outputs
+    remote[2].register_full_backward_hook(hooks.capture("gout")) # its grad_output
+    remote[0].weight.register_hook(hooks.clamp_grad(-1, 1))      # the weight's gradient, clamped
+    remote[4].register_full_backward_pre_hook(hooks.scale_grad(0.5))
+    remote[2].register_forward_hook(hooks.check_finite())        # raise on inf/nan
+    remote[2].register_forward_hook(hooks.by_path("mypkg.probes:record", tag="l2"))
+    ...
+    cluster.captured("act")  # the captured tensors, oldest first (and the buffers emptied)
+
+What each sees, by the kind of hook it is registered as:
+
+=================  ===================  ==================  ===================================
+kind               capture stores       clamp/scale return  check_finite checks
+=================  ===================  ==================  ===================================
+tensor             the gradient         the new gradient    the gradient
+forward_pre        the positional args  (not allowed)       the positional args
+forward            the output           (not allowed)       the output
+full_backward      grad_output          the new grad_input  grad_input and grad_output
+full_backward_pre  grad_output          the new grad_output grad_output
+backward (legacy)  grad_output          the new grad_input  grad_input and grad_output
+=================  ===================  ==================  ===================================
+
+``by_path("pkg.module:function", **kwargs)`` runs a function of a module the worker was
+started to allow (``disthook worker --allow-hook-module pkg``, or
+``local_cluster(allow_hook_modules=["pkg"])``): it is called as the hook would be, with
+``kwargs`` added, and its return value is used as the hook's.
+"""
+from __future__ import annotations
+
+import importlib
+import itertools
+import time
+
+__all__ = ["WorkerHook", "by_path", "capture", "check_finite", "clamp_grad", "scale_grad"]
+
+GRADIENT_KINDS = ("tensor", "full_backward", "full_backward_pre", "backward")
+KINDS = (*GRADIENT_KINDS, "forward_pre", "forward")
+
+
+class WorkerHook:
+    """A hook to run on the worker, described as data: a built-in's name and its options."""
+
+    def __init__(self, name: str, **options):
+        self.name, self.options = name, options
+
+    def spec(self) -> dict:
+        return {"name": self.name, "options": self.options}
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"hooks.{self.name}(...) runs on a worker: register it on a module or "
+                        "parameter of a deployed model (cluster.deploy(...))")
+
+    def __repr__(self) -> str:
+        opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+        return f"hooks.{self.name}({opts})"
+
+
+def capture(name: str) -> WorkerHook:
+    """Keep a detached copy of what the hook sees in the worker's buffer ``name``."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"capture() takes a non-empty buffer name, got {name!r}")
+    return WorkerHook("capture", buffer=name)
+
+
+def clamp_grad(min: float | None = None, max: float | None = None) -> WorkerHook:  # noqa: A002
+    """Clamp gradients to [min, max] (either may be None), as ``grad.clamp(min, max)``."""
+    if min is None and max is None:
+        raise ValueError("clamp_grad() needs min or max")
+    for label, v in (("min", min), ("max", max)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise TypeError(f"clamp_grad(): {label} must be a number, got {v!r}")
+    if min is not None and max is not None and min > max:
+        raise ValueError(f"clamp_grad(): min {min} is greater than max {max}")
+    return WorkerHook("clamp_grad", min=min, max=max)
+
+
+def scale_grad(factor: float) -> WorkerHook:
+    """Multiply gradients by ``factor``."""
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)):
+        raise TypeError(f"scale_grad() takes a number, got {factor!r}")
+    return WorkerHook("scale_grad", factor=factor)
+
+
+def check_finite() -> WorkerHook:
+    """Raise ``RuntimeError`` (a ``RemoteError`` at the client) naming the module path and the
+    hook kind as soon as what the hook sees holds an inf or a nan."""
+    return WorkerHook("check_finite")
+
+
+def by_path(target: str, **kwargs) -> WorkerHook:
+    """Run ``function`` of ``package.module`` (given as ``"package.module:function"``)."""
+    if not isinstance(target, str) or target.count(":") != 1 or not all(target.split(":")):
+        raise ValueError(f"by_path() takes 'package.module:function', got {target!r}")
+    return WorkerHook("by_path", target=target, kwargs=kwargs)
+
+
+# ---- on the worker ---------------------------------------------------------------------------
+
+_sequence = itertools.count()
+
+
+class Captures:
+    """A worker's capture buffers: name -> [(order key, path, kind, tensor), ...]."""
+
+    def __init__(self):
+        self.buffers: dict[str, list] = {}
+
+    def add(self, name: str, path: str, kind: str, value) -> None:
+        self.buffers.setdefault(name, []).append(
+            ((time.time_ns(), next(_sequence)), path, kind, value))
+
+    def take(self, name: str, clear: bool = True) -> list:
+        items = self.buffers.get(name, [])
+        if clear:
+            self.buffers.pop(name, None)
+        return items
+
+
+def build(spec: dict, kind: str, path: str, captures: Captures, allowed: tuple[str, ...]):
+    """The callable a worker registers for the worker hook ``spec`` as a ``kind`` hook."""
+    import disthook
+
+    name, opts = spec.get("name"), spec.get("options") or {}
+    if kind not in KINDS:
+        raise ValueError(f"unknown hook kind {kind!r}")
+    where = f"{kind} hook on {path!r}"
+    tensor_hook = kind == "tensor"
+
+    def seen(args):
+        """What the hook looks at, by kind (see the module docstring)."""
+        if tensor_hook:
+            return args[0]
+        if kind == "forward_pre":
+            return args[1]
+        if kind == "forward":
+            return args[2]
+        return args[-1] if kind == "full_backward_pre" else args[2]  # grad_output
+
+    def grads_out(args):
+        """The gradients the hook may replace: its return value takes their place."""
+        return args[0] if tensor_hook else args[1]  # grad_output of a pre hook, else grad_input
+
+    if name == "capture":
+        buffer = opts["buffer"]
+
+        def hook(*args):
+            captures.add(buffer, path, kind, _detached_copy(seen(args)))
+    elif name in ("clamp_grad", "scale_grad"):
+        if kind not in GRADIENT_KINDS:
+            raise ValueError(f"hooks.{name} changes gradients: register it as a tensor hook or "
+                             f"a backward hook, not as a {kind} hook")
+        if name == "clamp_grad":
+            def change(g):
+                return g.clamp(opts.get("min"), opts.get("max"))
+        else:
+            def change(g):
+                return g * opts["factor"]
+
+        def hook(*args):
+            return _map_tensors(grads_out(args), change)
+    elif name == "check_finite":
+        def hook(*args):
+            values = [seen(args)] if kind in ("tensor", "forward_pre", "forward",
+                                              "full_backward_pre") else [args[1], args[2]]
+            for value in values:
+                for t in _tensors(value):
+                    if t.is_floating_point() and not bool(disthook.isfinite(t).all()):
+                        bad = int((~disthook.isfinite(t)).sum())
+                        raise RuntimeError(f"check_finite: {bad} non-finite value(s) in a "
+                                           f"tensor of shape {tuple(t.shape)} seen by the "
+                                           f"{where}")
+    elif name == "by_path":
+        fn = _import_allowed(opts["target"], allowed)
+        kwargs = opts.get("kwargs") or {}
+
+        def hook(*args):
+            return fn(*args, **kwargs)
+    else:
+        raise ValueError(f"unknown worker hook {name!r}; expected capture, clamp_grad, "
+                         "scale_grad, check_finite or by_path")
+    hook.__name__ = f"worker_hook_{name}"
+    return hook
+
+
+def _import_allowed(target: str, allowed: tuple[str, ...]):
+    module_name, _, attr = target.partition(":")
+    if not any(module_name == a or module_name.startswith(a + ".") for a in allowed):
+        raise PermissionError(
+            f"hooks.by_path({target!r}): module {module_name!r} is not allowed on this worker "
+            f"(allowed: {', '.join(allowed) or 'none'}); start the worker with "
+            f"--allow-hook-module {module_name.split('.')[0]}")
+    module = importlib.import_module(module_name)
+    fn = module
+    for part in attr.split("."):
+        fn = getattr(fn, part, None)
+        if fn is None:
+            raise AttributeError(f"hooks.by_path({target!r}): {module_name} has no {attr!r}")
+    if not callable(fn):
+        raise TypeError(f"hooks.by_path({target!r}) is not callable")
+    return fn
+
+
+def _tensors(value):
+    import disthook
+
+    if isinstance(value, disthook.Tensor):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _tensors(v)
+
+
+def _map_tensors(value, fn):
+    import disthook
+
+    if isinstance(value, disthook.Tensor):
+        return fn(value)
+    if isinstance(value, tuple):
+        return tuple(_map_tensors(v, fn) for v in value)
+    if isinstance(value, list):
+        return [_map_tensors(v, fn) for v in value]
+    return value  # None stays None
+
+
+def _detached_copy(value):
+    import disthook
+
+    if isinstance(value, disthook.Tensor):
+        return value.detach().clone()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_detached_copy(v) for v in value)
+    return value
