@@ -26,7 +26,7 @@ from disthook.distributed import hooks as worker_hooks
 from disthook.distributed.rpc import error_fields
 from disthook.distributed.service import NO_REPLY, Service
 from disthook.distributed.spec import build_module
-from disthook.distributed.values import pack, unpack
+from disthook.distributed.values import pack, tensors_in, unpack
 
 __all__ = ["Worker"]
 
@@ -310,7 +310,7 @@ class Worker(Service):
         forward_kind = kind in ("forward_pre", "forward")
 
         def stub(module, *args):
-            originals = list(_tensors_in(args))
+            originals = list(tensors_in(args))
             data = worker._call_client(client, hook_id, kind, path, [pack(a) for a in args],
                                        diff=forward_kind and disthook.is_grad_enabled())
             if isinstance(data, dict) and "watch" in data:
@@ -482,16 +482,6 @@ class Worker(Service):
 _load_ids = itertools.count()
 
 
-def _tensors_in(value):
-    """The tensors of a hook argument, in the order ``values.pack`` visits them."""
-    if isinstance(value, disthook.Tensor):
-        yield value
-    elif isinstance(value, (tuple, list)):
-        for v in value:
-            yield from _tensors_in(v)
-    elif isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        for v in value.values():
-            yield from _tensors_in(v)
 
 
 class _ClientFunction(disthook.autograd.Function):

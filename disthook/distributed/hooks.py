@@ -124,6 +124,7 @@ class Captures:
 def build(spec: dict, kind: str, path: str, captures: Captures, allowed: tuple[str, ...]):
     """The callable a worker registers for the worker hook ``spec`` as a ``kind`` hook."""
     import disthook
+    from disthook.distributed.values import tensors_in
 
     name, opts = spec.get("name"), spec.get("options") or {}
     if kind not in KINDS:
@@ -168,7 +169,7 @@ def build(spec: dict, kind: str, path: str, captures: Captures, allowed: tuple[s
             values = [seen(args)] if kind in ("tensor", "forward_pre", "forward",
                                               "full_backward_pre") else [args[1], args[2]]
             for value in values:
-                for t in _tensors(value):
+                for t in tensors_in(value):
                     if t.is_floating_point() and not bool(disthook.isfinite(t).all()):
                         bad = int((~disthook.isfinite(t)).sum())
                         raise RuntimeError(f"check_finite: {bad} non-finite value(s) in a "
@@ -203,16 +204,6 @@ def _import_allowed(target: str, allowed: tuple[str, ...]):
     if not callable(fn):
         raise TypeError(f"hooks.by_path({target!r}) is not callable")
     return fn
-
-
-def _tensors(value):
-    import disthook
-
-    if isinstance(value, disthook.Tensor):
-        yield value
-    elif isinstance(value, (tuple, list)):
-        for v in value:
-            yield from _tensors(v)
 
 
 def _map_tensors(value, fn):

@@ -53,5 +53,17 @@ def unpack(data, make_tensor=None):
     raise ValueError(f"not a packed hook value: {data!r:.80}")
 
 
+def tensors_in(value):
+    """The tensors in a value, in the order ``pack`` visits them."""
+    if isinstance(value, Tensor):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from tensors_in(v)
+    elif isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        for v in value.values():
+            yield from tensors_in(v)
+
+
 def _plain_tensor(array: np.ndarray, requires_grad: bool) -> Tensor:
     return Tensor._make(np.array(array), None, 0)
