@@ -106,7 +106,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # placement: client -> worker. A worker may hold stages of several models; every
     # message below names the model (the deployment's id) it is for.
     "load_stage": {"model": "str", "stage": "int", "spec": "map", "prev": "str?",
-                   "next": "str?"},
+                   "next": "str?", "main": "str?"},
     "unload": {"model": "str"},
     # data plane: activations forward, gradients backward. The reply goes to the client
     # named by reply_to (hex of its socket identity) from the last (first) stage.

@@ -25,7 +25,7 @@ from disthook import wire
 from disthook.distributed import hooks as worker_hooks
 from disthook.distributed.rpc import error_fields
 from disthook.distributed.service import NO_REPLY, Service
-from disthook.distributed.spec import build_module
+from disthook.distributed.spec import build_module, import_main
 from disthook.distributed.values import pack, tensors_in, unpack
 
 __all__ = ["Worker"]
@@ -45,7 +45,7 @@ class Worker(Service):
     def __init__(self, coordinator: str, *, bind: str = "tcp://127.0.0.1:0",
                  worker_id: str | None = None, orphan_after: float = 30.0,
                  context_ttl: float = 600.0, parent_pid: int | None = None,
-                 allow_hook_modules: tuple[str, ...] = ()):
+                 allow_hook_modules: tuple[str, ...] = (), allow_main_scripts: bool = False):
         wid = worker_id or f"{socket.gethostname()}-{os.getpid()}"
         super().__init__(bind, name=wid, parent_pid=parent_pid)
         self.id = wid
@@ -62,6 +62,7 @@ class Worker(Service):
         self.stages: dict[str, _Stage] = {}  # model id -> the stage of it held here
         self.captures = worker_hooks.Captures()  # what hooks.capture(...) kept, by buffer
         self.allow_hook_modules = tuple(allow_hook_modules)  # for hooks.by_path
+        self.allow_main_scripts = allow_main_scripts  # import a client's script by its path
         self.context_ttl = context_ttl
         self.hook_timeout = 300.0
         self._backlog: list[tuple[bytes, list]] = []  # requests that came during a hook call
@@ -145,7 +146,16 @@ class Worker(Service):
     def on_load_stage(self, msg, sender: bytes):
         """Build a stage of model ``msg["model"]`` from its spec and connect to its neighbour
         stages; a stage of that model held before is replaced."""
-        module = build_module(msg["spec"])
+        main = None
+        if msg.get("main"):
+            if not self.allow_main_scripts:
+                raise PermissionError(
+                    f"the model uses classes of the client's main script {msg['main']}; this "
+                    "worker does not import client scripts (start it with "
+                    "--allow-main-scripts, as local clusters do, or define the classes in a "
+                    "module installed on the workers)")
+            main = import_main(msg["main"])
+        module = build_module(msg["spec"], main=main)
         self._drop(msg["model"])
         stage = _Stage(msg["model"], msg["stage"], module)
         for side in ("prev", "next"):
@@ -587,6 +597,9 @@ def main(argv=None) -> int:
     p.add_argument("--allow-hook-module", action="append", default=[], metavar="MODULE",
                    help="a module (or package) whose functions hooks.by_path may run here; "
                         "repeat for more")
+    p.add_argument("--allow-main-scripts", action="store_true",
+                   help="import a client's main script by its path when its model uses "
+                        "classes defined there (local clusters do; the script runs here)")
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
@@ -595,7 +608,11 @@ def main(argv=None) -> int:
         logging.getLogger(__name__).info("malloc not tuned (not glibc)")
     worker = Worker(args.coordinator, bind=args.bind, worker_id=args.worker_id,
                     orphan_after=args.orphan_after, parent_pid=args.parent_pid,
-                    allow_hook_modules=tuple(args.allow_hook_module))
+                    allow_hook_modules=tuple(args.allow_hook_module),
+                    allow_main_scripts=args.allow_main_scripts)
+    from disthook.distributed import cluster
+
+    cluster.IN_WORKER = True  # a client script imported here must not start clusters
     print(f"disthook worker {worker.id} serving on {worker.address}", flush=True)
     worker.serve_forever()
     return 0

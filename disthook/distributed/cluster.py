@@ -23,6 +23,8 @@ from disthook.distributed.rpc import DEFAULT_TIMEOUT, ClusterError, Peer, Remote
 
 __all__ = ["Cluster", "WorkerInfo", "connect", "local_cluster"]
 
+IN_WORKER = False  # set in worker processes: they must not start clusters of their own
+
 
 @dataclasses.dataclass(frozen=True)
 class WorkerInfo:
@@ -164,6 +166,11 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
 
     ``allow_hook_modules``: modules (or packages) whose functions ``hooks.by_path`` may run
     on the workers."""
+    if IN_WORKER:
+        raise RuntimeError(
+            "local_cluster() was called while a worker imported the client's main script to "
+            "find the model's classes: put the code that starts the cluster under "
+            "if __name__ == \"__main__\":")
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise ValueError(f"local_cluster() needs workers >= 1, got {workers!r}")
     procs: list[subprocess.Popen] = []
@@ -174,6 +181,7 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
         procs.append(coordinator)
         address = _announced_address(coordinator, start_timeout)
         allow = [arg for m in allow_hook_modules for arg in ("--allow-hook-module", m)]
+        allow.append("--allow-main-scripts")  # the client's script is on this machine
         for _ in range(workers):
             procs.append(_spawn(["workers", "--coordinator", address,
                                  "--bind", f"tcp://{host}:0", "--log-level", log_level,
@@ -194,8 +202,14 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
 def _spawn(args: list[str], stderr, *, announce: bool) -> subprocess.Popen:
     """``python -m <role> ...`` as a child that stops when this process is gone."""
     cmd = [sys.executable, "-m", *args, "--parent-pid", str(os.getpid())]
+    # the workers import what the client imports (its sys.path, as multiprocessing's spawn
+    # passes it), so a model class in a module beside the client's script is found
+    paths = [os.path.abspath(p or os.curdir) for p in sys.path]
+    paths += os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(dict.fromkeys(
+        p for p in paths if p and os.path.isdir(p))))
     return subprocess.Popen(cmd, stdout=subprocess.PIPE if announce else subprocess.DEVNULL,
-                            stderr=stderr, stdin=subprocess.DEVNULL, text=True,
+                            stderr=stderr, stdin=subprocess.DEVNULL, text=True, env=env,
                             start_new_session=True)  # Ctrl-C reaches the client only
 
 

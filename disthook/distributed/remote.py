@@ -32,7 +32,7 @@ from disthook.autograd import engine, grad_mode
 from disthook.autograd.graph import SECOND_BACKWARD_MSG, Node, gradient_edge
 from disthook.distributed.hooks import WorkerHook
 from disthook.distributed.rpc import DEFAULT_TIMEOUT, RemoteError, RemoteTimeout
-from disthook.distributed.spec import module_spec
+from disthook.distributed.spec import main_script_of, module_spec
 from disthook.distributed.values import pack, unpack
 from disthook.nn.modules.container import Sequential
 from disthook.nn.modules.module import Module
@@ -774,10 +774,11 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
     # the least loaded workers first (by the stages they hold), in registration order
     workers = sorted(alive, key=lambda w: len(w.stages))[:stages]
     remote = RemoteModel(cluster, module, stage_modules, workers, timeout=cluster.timeout)
+    specs = [module_spec(m) for m in stage_modules]
     try:
-        for i, (m, w) in enumerate(zip(stage_modules, workers)):
+        for i, (spec, w) in enumerate(zip(specs, workers)):
             remote._hub.request(w.address, "load_stage", {
-                "stage": i, "spec": module_spec(m),
+                "stage": i, "spec": spec, "main": main_script_of(spec),
                 "prev": workers[i - 1].address if i > 0 else None,
                 "next": workers[i + 1].address if i + 1 < stages else None,
             }, what=f"load_stage {i} on {w.id}")

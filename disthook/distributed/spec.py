@@ -19,6 +19,9 @@ its other places hold ``{"tied": "<path of the first>"}`` and are rebuilt as the
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -50,15 +53,25 @@ def class_path(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-def resolve_class(path: str, *, allow: Callable[[str], bool] | None = None) -> type:
-    """The Module subclass named by ``path``; ``allow(module_name)`` may refuse the import."""
+def resolve_class(path: str, *, allow: Callable[[str], bool] | None = None,
+                  main=None) -> type:
+    """The Module subclass named by ``path``; ``allow(module_name)`` may refuse the import.
+    Classes of ``__main__`` (the client's script) come from ``main``, that script imported
+    by the worker (see ``import_main``)."""
     if not isinstance(path, str) or path.count(":") != 1:
         raise SpecError(f"class path must look like 'package.module:ClassName', got {path!r}")
     mod_name, qualname = path.split(":")
+    if mod_name in ("__main__", "__mp_main__"):
+        if main is None:
+            raise SpecError(f"class {path!r} is defined in the client's main script, which "
+                            "this worker did not import; define the class in an importable "
+                            "module, or deploy on a local cluster")
+        mod_name = main.__name__
     if allow is not None and not allow(mod_name):
         raise SpecError(f"importing {mod_name!r} is not allowed here (class {path!r})")
     try:
-        obj: Any = importlib.import_module(mod_name)
+        from_main = main is not None and mod_name == main.__name__
+        obj: Any = main if from_main else importlib.import_module(mod_name)
         for part in qualname.split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as exc:
@@ -136,18 +149,61 @@ def _plain(value):
 
 # ---- spec -> module -------------------------------------------------------------------------
 
-def build_module(spec: dict, *, allow: Callable[[str], bool] | None = None) -> Module:
-    """A new module (own, writable copies of every array) from a spec."""
-    return _build(spec, "", {}, allow)
+def build_module(spec: dict, *, allow: Callable[[str], bool] | None = None,
+                 main=None) -> Module:
+    """A new module (own, writable copies of every array) from a spec; ``main`` is the
+    client's main script as a module, for the classes defined there."""
+    return _build(spec, "", {}, allow, main)
 
 
-def _build(spec, path: str, made: dict[str, Tensor], allow) -> Module:
+def main_script_of(spec: dict) -> str | None:
+    """The path of the client's main script if a class of the spec is defined there (None if
+    none is); ``SpecError`` if that script is no file (an interactive session)."""
+    def uses_main(s) -> bool:
+        return (s["class"].split(":")[0] in ("__main__", "__mp_main__")
+                or any(c is not None and uses_main(c) for c in s["children"].values()))
+
+    if not uses_main(spec):
+        return None
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if not path:
+        raise SpecError("a module class is defined in an interactive session (no script "
+                        "file): workers cannot import it; define it in a module file")
+    return os.path.abspath(path)
+
+
+def import_main(path: str):
+    """The client's main script imported under the name ``__mp_main__`` (so that its
+    ``if __name__ == "__main__":`` block does not run), once per path."""
+    loaded = sys.modules.get("__mp_main__")
+    if loaded is not None and getattr(loaded, "__file__", None) == path:
+        return loaded
+    if not os.path.isfile(path):
+        raise SpecError(f"the client's main script {path} is not on this worker's machine; "
+                        "define the model's classes in a module installed on the workers")
+    spec = importlib.util.spec_from_file_location("__mp_main__", path)
+    module = importlib.util.module_from_spec(spec)
+    directory = os.path.dirname(path)
+    if directory not in sys.path:
+        sys.path.insert(0, directory)  # the script's own imports resolve as when it runs
+    sys.modules["__mp_main__"] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as exc:
+        sys.modules.pop("__mp_main__", None)
+        raise SpecError(f"importing the client's main script {path} on the worker failed: "
+                        f"{type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def _build(spec, path: str, made: dict[str, Tensor], allow, main=None) -> Module:
     where = path or "the root module"
     if not isinstance(spec, dict) or spec.keys() != {"class", "training", "attrs", "params",
                                                      "buffers", "children"}:
         raise SpecError(f"spec of {where} must be a map with keys class, training, attrs, "
                         f"params, buffers, children; got {_keys(spec)}")
-    cls = resolve_class(spec["class"], allow=allow)
+    cls = resolve_class(spec["class"], allow=allow, main=main)
     module = cls.__new__(cls)
     Module.__init__(module)
     module.training = bool(spec["training"])
@@ -165,7 +221,7 @@ def _build(spec, path: str, made: dict[str, Tensor], allow) -> Module:
             module._non_persistent_buffers_set.add(name)
     for name, child in spec["children"].items():
         module._modules[name] = (None if child is None
-                                 else _build(child, _join(path, name), made, allow))
+                                 else _build(child, _join(path, name), made, allow, main))
     return module
 
 

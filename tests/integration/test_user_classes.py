@@ -1,0 +1,120 @@
+"""Model classes from the user's own files deploy: a class in the main script (imported by
+the workers the way multiprocessing's spawn does it, so the __main__ guard is needed) and a
+class in a module beside the script (workers get the client's sys.path)."""
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.timeout(180)
+
+MODULE = '''
+import disthook as torch
+
+
+class Scale(torch.nn.Module):
+    def __init__(self, factor):
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x):
+        return x * self.factor
+'''
+
+SCRIPT = '''
+import disthook as torch
+from disthook.distributed import local_cluster
+from user_layers import Scale
+
+
+class Twice(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.lin(x) * 2
+
+
+def main():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(Twice(), Scale(0.5), torch.nn.Tanh())
+    x = torch.randn(2, 3)
+    with local_cluster(workers=2) as cluster:
+        remote = cluster.deploy(net, stages=2)
+        out = remote(x)
+        out.sum().backward()
+        net(x).sum().backward()
+        same = torch.allclose(remote[0].lin.weight.grad, net[0].lin.weight.grad)
+        print("same output", torch.allclose(out, net(x)), "same grad", same)
+
+
+GUARD
+'''
+
+
+def run(tmp_path, guard: str) -> subprocess.CompletedProcess:
+    (tmp_path / "user_layers.py").write_text(MODULE)
+    (tmp_path / "script.py").write_text(textwrap.dedent(SCRIPT).replace("GUARD", guard))
+    return subprocess.run([sys.executable, "script.py"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=150)
+
+
+def test_classes_of_the_main_script_and_a_module_beside_it_deploy(tmp_path):
+    proc = run(tmp_path, 'if __name__ == "__main__":\n    main()')
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "same output True same grad True"
+
+
+def test_a_script_without_the_main_guard_gets_a_clear_error(tmp_path):
+    proc = run(tmp_path, "main()")
+    assert proc.returncode != 0
+    assert "put the code that starts the cluster under" in proc.stderr
+    assert 'if __name__ == "__main__":' in proc.stderr
+
+
+def test_a_worker_refuses_client_scripts_unless_allowed(tmp_path):
+    """``disthook worker`` started by hand does not run a client's script unless allowed."""
+    from disthook import nn
+    from disthook.distributed import RemoteError
+    from disthook.distributed.rpc import Peer
+    from disthook.distributed.spec import module_spec
+
+    spec = module_spec(nn.Sequential(nn.Identity()))
+    spec["children"]["0"]["class"] = "__main__:Twice"
+    coordinator = subprocess.Popen([sys.executable, "-m", "coordinator", "--bind",
+                                    "tcp://127.0.0.1:0", "--log-level", "WARNING"],
+                                   stdout=subprocess.PIPE, text=True)
+    worker = None
+    try:
+        address = coordinator.stdout.readline().split()[-1]
+        worker = subprocess.Popen([sys.executable, "-m", "workers", "--coordinator", address,
+                                   "--log-level", "WARNING"], stdout=subprocess.PIPE, text=True)
+        worker_address = worker.stdout.readline().split()[-1]
+        with Peer(worker_address) as peer:
+            with pytest.raises(RemoteError, match="does not import client scripts"):
+                peer.request("load_stage", {"model": "m", "stage": 0, "spec": spec,
+                                            "main": str(tmp_path / "script.py")}, timeout=30)
+            with pytest.raises(RemoteError, match="defined in the client's main script, which "
+                                                  "this worker did not import"):
+                peer.request("load_stage", {"model": "m", "stage": 0, "spec": spec},
+                             timeout=30)
+    finally:
+        for proc in (worker, coordinator):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(10)
+
+
+def test_a_class_from_an_interactive_session_cannot_deploy(monkeypatch):
+    import types
+
+    from disthook import nn
+    from disthook.distributed.spec import SpecError, main_script_of, module_spec
+
+    spec = module_spec(nn.Sequential(nn.Identity()))
+    spec["children"]["0"]["class"] = "__main__:Net"
+    monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))
+    with pytest.raises(SpecError, match="interactive session"):
+        main_script_of(spec)
