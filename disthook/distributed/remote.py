@@ -323,6 +323,9 @@ class RemoteModel(Module):
             "_local": module,  # the tree's shape (names, kinds); its weights go stale
             "_model_id": f"{type(module).__name__}-{uuid.uuid4().hex[:8]}",
             "_closed": False,
+            # the root's forward does not run remotely: a non-Sequential root is checked to
+            # only chain its children, at the first call (see _check_chain)
+            "_chain_checked": isinstance(module, Sequential),
         }
         fields["_hub"] = _Hub(fields["_model_id"], fields["_addresses"], timeout)
         for name, value in fields.items():  # plain attributes, not submodules
@@ -333,6 +336,8 @@ class RemoteModel(Module):
     def forward(self, x: Tensor) -> Tensor:
         if not isinstance(x, Tensor):
             raise TypeError(f"a RemoteModel takes one Tensor, got {type(x).__name__}")
+        if not self._chain_checked:
+            self._check_chain(x)
         grad = grad_mode.is_grad_enabled()
         ctx_id = uuid.uuid4().hex
         reply = self._hub.request(
@@ -346,6 +351,37 @@ class RemoteModel(Module):
             return Tensor._make(out, RemoteBackward0(self, ctx_id, x), 0)
         return Tensor._make(out, None, 0)
 
+    def _check_chain(self, x: Tensor) -> None:
+        """Deployment runs the children one after the other, not the root's forward: make
+        sure, once, that the root's forward does exactly that (each child called once, in
+        order, on the previous one's output; the last one's output returned), by running a
+        copy of the module here with recording hooks."""
+        twin = copy.deepcopy(self._local)
+        for m in twin.modules():  # the user's own hooks must not fire for this check
+            for hooks in (m._forward_hooks, m._forward_pre_hooks, m._backward_hooks,
+                          m._backward_pre_hooks):
+                hooks.clear()
+        calls = []
+        for name, child in twin.named_children():
+            child.register_forward_hook(
+                lambda m, args, out, name=name: calls.append((name, args, out)))
+        with grad_mode.no_grad():
+            result = twin(x)
+        names = list(twin._modules)
+        chained = ([c[0] for c in calls] == names
+                   and len(calls[0][1]) == 1 and calls[0][1][0] is x
+                   and all(len(args) == 1 and args[0] is prev[2]
+                           for prev, (_, args, _) in zip(calls, calls[1:]))
+                   and result is calls[-1][2])
+        if not chained:
+            order = " -> ".join(c[0] for c in calls) or "no child"
+            raise RuntimeError(
+                f"{self._class_name}.forward does not just chain its children "
+                f"{' -> '.join(names)} (it called {order}, or changed values between them): "
+                "a deployed model runs its children one after the other, so it would compute "
+                "something else. Deploy an nn.Sequential of the steps instead")
+        object.__setattr__(self, "_chain_checked", True)
+
     def train(self, mode: bool = True) -> RemoteModel:
         """Switch every stage to training (or, with False, evaluation) mode."""
         if not isinstance(mode, bool):
@@ -356,6 +392,14 @@ class RemoteModel(Module):
         return self
 
     # ---- the module tree ------------------------------------------------------------------------
+    def __getattr__(self, name: str):
+        local = self.__dict__.get("_local")
+        if local is not None and name in local._modules:
+            return RemoteModule(self, name)
+        if local is not None and name in local.__dict__ and not callable(local.__dict__[name]):
+            return local.__dict__[name]  # a plain attribute of the deployed module
+        return super().__getattr__(name)
+
     def __getitem__(self, idx) -> RemoteModule:
         names = [n for stage in self._stage_names for n in stage]
         if isinstance(idx, int):
@@ -492,7 +536,7 @@ class RemoteModel(Module):
             self._hub.close(unload)
 
     def __repr__(self) -> str:
-        lines = [f"Remote{self._class_name}({self._model_id}"]
+        lines = [f"Remote{self._class_name}(id={self._model_id},"]
         for stage, wid, names in self.workers():
             lines.append(f"  stage {stage} on {wid}: {', '.join(names)}")
         return "\n".join(lines) + "\n)"
@@ -575,14 +619,23 @@ class RemoteModule:
         self._model, self._path = model, path
 
     def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
         target = f"{self._path}.{name}"
-        local = self._model._local
-        if name in local.get_submodule(self._path)._parameters:
+        twin = self._model._local.get_submodule(self._path)
+        if name in twin._parameters:
             return RemoteParameter(self._model, target)
-        if name in local.get_submodule(self._path)._modules:
+        if name in twin._modules:
             return RemoteModule(self._model, target)
-        raise AttributeError(f"'{type(local.get_submodule(self._path)).__name__}' object "
-                             f"(remote, at {self._path!r}) has no attribute '{name}'")
+        if name in twin._buffers:  # a buffer's current value (running stats change remotely)
+            state = self._model._states(names=[target])["state"]
+            return Tensor._make(np.array(state[target]), None, 0)
+        if name == "training":
+            return self._model.training
+        if name in twin.__dict__ and not callable(twin.__dict__[name]):
+            return twin.__dict__[name]  # a plain attribute (in_features, eps, ...)
+        raise AttributeError(f"'{type(twin).__name__}' object (remote, at {self._path!r}) "
+                             f"has no attribute '{name}'")
 
     def __getitem__(self, idx) -> RemoteModule:
         names = list(self._model._local.get_submodule(self._path)._modules)
@@ -752,6 +805,12 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
     children = list(module._modules.items())
     if not children:
         raise ValueError(f"{type(module).__name__} has no children to place in stages")
+    own = [*module._parameters, *module._buffers]
+    if own:
+        raise ValueError(f"{type(module).__name__} has parameters or buffers of its own "
+                         f"({', '.join(own)}); only its children are placed on workers, so "
+                         "move them into a child module")
+
     if balance != "params":
         raise ValueError(f"balance={balance!r}: only 'params' is implemented so far")
     if split_points is None:

@@ -600,3 +600,57 @@ def test_retain_grad_in_a_client_hook_retains_on_the_worker(cluster, stages):
         handle.remove()
     finally:
         remote.close()
+
+
+class Chain(nn.Module):
+    """Not a Sequential, but its forward only chains its children: deployable."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1, self.act, self.l2 = nn.Linear(8, 6), nn.Tanh(), nn.Linear(6, 3)
+        self.note = "plain attribute"
+
+    def forward(self, x):
+        return self.l2(self.act(self.l1(x)))
+
+
+class Residual(Chain):
+    def forward(self, x):
+        h = self.act(self.l1(x))
+        return self.l2(h + 1)
+
+
+class OwnWeight(Chain):
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(1))
+
+
+def test_a_module_that_chains_its_children_deploys_and_others_are_refused(cluster):
+    torch.manual_seed(0)
+    net = Chain()
+    x, _ = data()
+    remote = cluster.deploy(net, stages=2)
+    try:
+        assert remote.l2.out_features == 3 and remote.note == "plain attribute"
+        close(remote(x), net(x))
+        assert remote.l1.weight.shape == (6, 8)
+    finally:
+        remote.close()
+    remote = cluster.deploy(Residual(), stages=2)
+    try:
+        with pytest.raises(RuntimeError, match="Residual.forward does not just chain its "
+                                               "children l1 -> act -> l2"):
+            remote(x)
+    finally:
+        remote.close()
+    with pytest.raises(ValueError, match="OwnWeight has parameters or buffers of its own "
+                                         r"\(scale\)"):
+        cluster.deploy(OwnWeight(), stages=2)
+    bn = cluster.deploy(nn.Sequential(nn.Linear(8, 4), nn.BatchNorm1d(4)), stages=2)
+    try:
+        bn(x)
+        assert bn[1].running_mean.abs().sum().item() > 0  # a buffer reads its current value
+        assert bn[1].eps == 1e-5 and bn[1].training
+    finally:
+        bn.close()
