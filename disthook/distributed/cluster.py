@@ -81,12 +81,18 @@ class Cluster:
             time.sleep(0.05)
 
     # ---- placing a model ----------------------------------------------------------------------
-    def deploy(self, module, stages: int = 1, *, balance: str = "params", split_points=None):
-        """Place contiguous stages of ``module``'s children on workers; a ``RemoteModel``."""
+    def deploy(self, module, stages: int = 1, *, balance: str = "params", split_points=None,
+               sample_input=None):
+        """Place contiguous stages of ``module``'s children on workers; a ``RemoteModel``.
+
+        Stages are balanced by parameter count (``balance="params"``), by the children's
+        forward time measured here on ``sample_input`` (``balance="time"``), or cut where
+        ``split_points`` say (indices of the children that start stages 2..N)."""
         from disthook.distributed.remote import deploy
 
         self._check_open()
-        remote = deploy(self, module, stages, split_points=split_points, balance=balance)
+        remote = deploy(self, module, stages, split_points=split_points, balance=balance,
+                        sample_input=sample_input)
         self._deployments.append(remote)
         return remote
 

@@ -356,11 +356,7 @@ class RemoteModel(Module):
         sure, once, that the root's forward does exactly that (each child called once, in
         order, on the previous one's output; the last one's output returned), by running a
         copy of the module here with recording hooks."""
-        twin = copy.deepcopy(self._local)
-        for m in twin.modules():  # the user's own hooks must not fire for this check
-            for hooks in (m._forward_hooks, m._forward_pre_hooks, m._backward_hooks,
-                          m._backward_pre_hooks):
-                hooks.clear()
+        twin = _bare_copy(self._local)
         calls = []
         for name, child in twin.named_children():
             child.register_forward_hook(
@@ -543,6 +539,31 @@ class RemoteModel(Module):
 
 
 _hook_ids = itertools.count(1)
+
+
+def _bare_copy(module: Module) -> Module:
+    """A copy of ``module`` without the user's hooks, to run here for a check or a timing."""
+    twin = copy.deepcopy(module)
+    for m in twin.modules():
+        for hooks in (m._forward_hooks, m._forward_pre_hooks, m._backward_hooks,
+                      m._backward_pre_hooks):
+            hooks.clear()
+    return twin
+
+
+def _forward_times(module: Module, x: Tensor, repeats: int = 3) -> list[int]:
+    """Each child's forward time on ``x`` (chained, no_grad, best of ``repeats``), in
+    microseconds, for balancing stages by time."""
+    twin = _bare_copy(module)
+    best = [float("inf")] * len(twin._modules)
+    with grad_mode.no_grad():
+        for _ in range(repeats):
+            h = x
+            for i, child in enumerate(twin._modules.values()):
+                t0 = time.perf_counter()
+                h = child(h)
+                best[i] = min(best[i], time.perf_counter() - t0)
+    return [max(1, int(t * 1e6)) for t in best]
 
 
 def _array(t) -> np.ndarray:
@@ -798,7 +819,7 @@ RemoteParameter.__hash__ = object.__hash__  # __eq__ compares values; identity s
 
 
 def deploy(cluster, module: Module, stages: int, split_points=None,
-           balance: str = "params") -> RemoteModel:
+           balance: str = "params", sample_input=None) -> RemoteModel:
     """Place contiguous stages of ``module``'s children on the cluster's workers."""
     if not isinstance(module, Module):
         raise TypeError(f"deploy() takes a disthook.nn.Module, got {type(module).__name__}")
@@ -810,12 +831,17 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
         raise ValueError(f"{type(module).__name__} has parameters or buffers of its own "
                          f"({', '.join(own)}); only its children are placed on workers, so "
                          "move them into a child module")
-
-    if balance != "params":
-        raise ValueError(f"balance={balance!r}: only 'params' is implemented so far")
+    if balance not in ("params", "time"):
+        raise ValueError(f"balance must be 'params' or 'time', got {balance!r}")
+    if balance == "time" and split_points is None and not isinstance(sample_input, Tensor):
+        raise ValueError("balance='time' times the children's forward on an example batch: "
+                         "pass sample_input=<a Tensor shaped like the model's input>")
     if split_points is None:
-        sizes = [sum(p.numel() for p in child.parameters()) if child is not None else 0
-                 for _, child in children]
+        if balance == "time":
+            sizes = _forward_times(module, sample_input)
+        else:
+            sizes = [sum(p.numel() for p in child.parameters()) if child is not None else 0
+                     for _, child in children]
         split_points = partition(sizes, stages)
     else:
         split_points = list(split_points)

@@ -654,3 +654,32 @@ def test_a_module_that_chains_its_children_deploys_and_others_are_refused(cluste
         assert bn[1].eps == 1e-5 and bn[1].training
     finally:
         bn.close()
+
+
+def test_balance_by_time_puts_the_slow_child_alone(cluster):
+    torch.manual_seed(0)
+    # three cheap layers and one much slower one (by time, though not by parameters)
+    net = nn.Sequential(nn.Linear(64, 64), nn.Linear(64, 64), nn.Linear(64, 64),
+                        nn.Conv1d(1, 1, 3, padding=1), nn.Flatten())
+    x = torch.randn(256, 64)
+    net_conv = nn.Sequential(nn.Linear(64, 64), nn.Linear(64, 64), nn.Unflatten(1, (1, 64)),
+                             nn.Conv1d(1, 64, 31, padding=15), nn.Flatten())
+    from disthook.distributed.remote import _forward_times
+    times = _forward_times(net_conv, x)
+    assert times[3] > sum(times[:3])  # the wide convolution dominates
+    remote = cluster.deploy(net_conv, stages=2, balance="time", sample_input=x)
+    try:
+        assert [names for _, _, names in remote.workers()] == [["0", "1", "2"], ["3", "4"]]
+        with torch.no_grad():
+            close(remote(x), net_conv(x))
+    finally:
+        remote.close()
+    by_params = cluster.deploy(net_conv, stages=2)  # the Linears hold the parameters
+    try:
+        assert [names for _, _, names in by_params.workers()][0] == ["0"]
+    finally:
+        by_params.close()
+    with pytest.raises(ValueError, match="pass sample_input="):
+        cluster.deploy(net, stages=2, balance="time")
+    with pytest.raises(ValueError, match="balance must be 'params' or 'time', got 'flops'"):
+        cluster.deploy(net, stages=2, balance="flops")
