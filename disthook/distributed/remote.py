@@ -856,8 +856,15 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
     stage_modules = [Sequential(OrderedDict(children[a:b])) for a, b in zip(bounds, bounds[1:])]
     for m in stage_modules:
         m.train(module.training)
-    # the least loaded workers first (by the stages they hold), in registration order
-    workers = sorted(alive, key=lambda w: len(w.stages))[:stages]
+    # the least loaded workers first (by the stages they hold, as reported or as this client
+    # placed them a moment ago), in registration order
+    placed: dict[str, set] = {}
+    for other in getattr(cluster, "_deployments", []):
+        if not other._closed:
+            for i, w in enumerate(other._workers):
+                placed.setdefault(w.id, set()).add(f"stage {i} of {other._model_id}")
+    workers = sorted(alive, key=lambda w: len(set(w.stages) | placed.get(w.id, set())))
+    workers = workers[:stages]
     remote = RemoteModel(cluster, module, stage_modules, workers, timeout=cluster.timeout)
     specs = [module_spec(m) for m in stage_modules]
     try:
