@@ -118,6 +118,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # hooks: a stub fired on a worker asks the client to run the callable
     "hook_event": {"hook": "int", "kind": "str", "path": "str", "args": "list"},
     "hook_reply": {"hook": "int", "result": "any?"},
+    # a warning raised on a worker, issued again by the client
+    "warning": {"category": "str", "message": "str", "worker": "str?"},
     "add_hook": {"model": "str", "hook": "int", "kind": "str", "path": "str",
                  "options": "map", "reply_to": "str", "worker_hook": "map?"},
     # worker hooks' capture buffers, emptied by the fetch unless clear is False

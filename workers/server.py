@@ -11,11 +11,13 @@ when its parent process is gone.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import socket
 import time
 import traceback
+import warnings
 
 import numpy as np
 import zmq
@@ -206,7 +208,7 @@ class Worker(Service):
                 inputs.append(t)
             self._ctx, self._client = msg.ctx, client
             self._retained = []
-            with disthook.set_grad_enabled(grad):
+            with self._warnings_to(client, msg), disthook.set_grad_enabled(grad):
                 out = st.module(*inputs)
             if not isinstance(out, disthook.Tensor):
                 raise TypeError(f"{st.name} returned {type(out).__name__}; a stage "
@@ -244,7 +246,8 @@ class Worker(Service):
             self._ctx, self._client = msg.ctx, client
             for t in context.inputs:
                 t.grad = None  # the gradient of this backward only goes to the previous stage
-            disthook.autograd.backward([context.output], [grad], retain_graph=retain)
+            with self._warnings_to(client, msg):
+                disthook.autograd.backward([context.output], [grad], retain_graph=retain)
             for who, hook_id, key, t in context.retained:  # what client hooks retained
                 if t.grad is not None:
                     self._call_client(who, hook_id, "retained", key, [pack(t.grad)])
@@ -484,6 +487,20 @@ class Worker(Service):
         st = getattr(self, "_current", None)
         return error_fields(exc, worker=self.id, traceback=traceback.format_exc(),
                             path=None if st is None else st.name)
+
+    @contextlib.contextmanager
+    def _warnings_to(self, client: bytes, msg):
+        """Warnings raised here go to the client, which issues them as its own (before the
+        activations or gradients move on, so they arrive before the answer)."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")  # the client's filters decide what is shown
+            try:
+                yield
+            finally:
+                for w in caught:
+                    self._to_client(client, msg, "warning", {
+                        "category": w.category.__name__, "message": str(w.message),
+                        "worker": self.id})
 
     def _to_client(self, client: bytes, msg, msg_type: str, fields: dict) -> None:
         self.reply(self.router, client, msg.req, msg_type, fields, ctx=msg.ctx)

@@ -237,8 +237,16 @@ def _announced_address(proc: subprocess.Popen, timeout: float) -> str:
                                f"announcing its address (its stderr says why)")
         raise ClusterError(f"the coordinator did not announce its address within {timeout:g} s "
                            f"(it printed {line!r})")
-    # keep draining stdout so that a chatty process never blocks on a full pipe
-    threading.Thread(target=proc.stdout.read, daemon=True).start()
+    # keep draining stdout so that a chatty process never blocks on a full pipe; the drain
+    # closes the pipe when the process is gone
+    def drain(pipe=proc.stdout):
+        try:
+            pipe.read()
+        finally:
+            pipe.close()
+
+    proc.drained = True
+    threading.Thread(target=drain, daemon=True).start()
     return line.rsplit(" ", 1)[1].strip()
 
 
@@ -256,4 +264,6 @@ def _reap(procs: list[subprocess.Popen], grace: float) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        if proc.stdout is not None and not getattr(proc, "drained", False):
+            proc.stdout.close()  # never handed to a drain thread (start-up failed)
     procs.clear()

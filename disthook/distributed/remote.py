@@ -20,6 +20,7 @@ import itertools
 import os
 import time
 import uuid
+import warnings
 import weakref
 from collections import OrderedDict
 
@@ -224,8 +225,20 @@ class _Hub:
                     self._serve_event(sock, reply)
                     deadline = time.monotonic() + self.timeout  # the worker is alive
                     continue
+                if reply.type == "warning":
+                    _issue_warning(reply)
+                    continue
                 if reply.req in reqs:  # anything else: a late answer to a timed-out request
                     replies[reply.req] = reply
+        # warnings a stage sent before passing its result on may still be on their way on
+        # another socket than the last answer's: take those that are here
+        for sock in dict(self.poller.poll(0)):
+            try:
+                late = wire.decode(sock.recv_multipart(copy=False))
+            except wire.WireError:
+                continue
+            if late.type == "warning":
+                _issue_warning(late)
         for req in reqs:
             reply = replies[req]
             if reply.type == "error":
@@ -260,6 +273,18 @@ class _Hub:
                     self.send(address, "unload", {})
                 sock.close(linger=500 if unload else 0)
         self.socks = {}
+
+
+_WARNING_CLASSES = {cls.__name__: cls for cls in (
+    Warning, UserWarning, DeprecationWarning, PendingDeprecationWarning, SyntaxWarning,
+    RuntimeWarning, FutureWarning, ImportWarning, UnicodeWarning, BytesWarning,
+    ResourceWarning)}
+
+
+def _issue_warning(msg: wire.Message) -> None:
+    """A worker's warning, as the client's own (its category kept when it is a built-in)."""
+    category = _WARNING_CLASSES.get(msg["category"], UserWarning)
+    warnings.warn(msg["message"], category, stacklevel=4)
 
 
 def _retain_on_worker(t: Tensor) -> None:

@@ -44,3 +44,18 @@ def test_seed_001_save_values_on_two_workers_prints_the_same():
     remote = run(program.replace("model = Net()\n", DEPLOY))
     assert local.count("\n") == 5 and "None" not in local
     assert remote == local
+
+
+def test_a_warning_raised_on_a_worker_reaches_the_client():
+    """Seed 001 on l1: the input needs no grad, so torch warns that the full backward hook
+    fires with respect to the outputs; the worker owning l1 warns, the client shows it."""
+    import warnings
+
+    from parity.test_seed_module_hooks import NO_INPUT_GRAD_WARNING, SEED_001_ON_L1
+
+    program = as_disthook(SEED_001_ON_L1).replace("model = Net()\n", DEPLOY)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run(program)
+    got = [(w.category.__name__, str(w.message)) for w in caught]
+    assert got == [NO_INPUT_GRAD_WARNING]
