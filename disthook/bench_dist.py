@@ -101,16 +101,23 @@ def run(quick: bool = False) -> list[dict]:
         # (a) the extra time a no-op client hook adds to a tiny remote forward
         tiny = cluster.deploy(nn.Sequential(nn.Identity()), stages=1)
         x = torch.ones(4)
+        def calls(n=50):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                tiny(x)
+            return (time.perf_counter() - t0) / n
+
+        extra = []  # plain and hooked runs alternate, so that drift hits both alike
         with torch.no_grad():
-            def calls(n=50):
-                for _ in range(n):
-                    tiny(x)
-            plain = _median(calls, repeats) / 50
-            handle = tiny[0].register_forward_hook(lambda m, args, out: None)
-            hooked = _median(calls, repeats) / 50
-            handle.remove()
-        rows.append(_row("client hook round trip vs raw zmq round trip", hooked - plain, rtt,
-                         1.5, "raw pyzmq"))
+            calls()
+            for _ in range(repeats):
+                plain = calls()
+                handle = tiny[0].register_forward_hook(lambda m, args, out: None)
+                hooked = calls()
+                handle.remove()
+                extra.append(hooked - plain)
+        rows.append(_row("client hook round trip vs raw zmq round trip",
+                         statistics.median(extra), rtt, 1.5, "raw pyzmq"))
         tiny.close()
 
         # (b) one more stage hop of a 16 MiB activation
