@@ -39,6 +39,11 @@ class WorkerInfo:
     last_seen: float
     memory: int | None
 
+    @property
+    def stage(self) -> int | None:
+        """The index of the (first) stage this worker holds; None when it holds none."""
+        return int(self.stages[0].split()[1]) if self.stages else None
+
 
 class Cluster:
     """A connection to a running cluster (and, for a local cluster, its processes)."""

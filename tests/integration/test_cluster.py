@@ -203,3 +203,12 @@ def test_launch_and_status_commands(tmp_path):
                             timeout=60)
     assert status.returncode == 1
     assert f"no coordinator answers at {address}" in status.stderr
+
+
+def test_worker_info_stage_is_the_first_stage_held():
+    from disthook.distributed import WorkerInfo
+
+    info = dict(id="w", pid=1, address="tcp://127.0.0.1:1", host="h", alive=True,
+                last_seen=0.0, memory=None)
+    assert WorkerInfo(stages=[], **info).stage is None
+    assert WorkerInfo(stages=["stage 2 of Net-1", "stage 0 of Net-2"], **info).stage == 2

@@ -468,6 +468,7 @@ def test_two_models_share_workers_and_stay_apart(cluster):
                 close(g, local[name][n])
         reported(cluster, a._model_id, 2)
         reported(cluster, b._model_id, 3)
+        assert all(isinstance(w.stage, int) for w in cluster.workers())
     finally:
         a.close()
         b.close()
