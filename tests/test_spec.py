@@ -133,3 +133,13 @@ def test_malformed_specs_are_refused():
     bad = dict(good, params={"weight": {"requires_grad": True}})
     with pytest.raises(SpecError, match="has no array 'data'"):
         build_module(bad)
+
+
+def test_a_class_defined_in_a_function_is_refused_on_the_client():
+    class Inner(nn.Module):
+        def forward(self, x):
+            return x
+
+    with pytest.raises(SpecError, match=r"1 is a .*<locals>.Inner, a class defined inside a "
+                                        "function: workers cannot import it"):
+        module_spec(nn.Sequential(nn.Identity(), Inner()))

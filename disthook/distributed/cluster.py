@@ -87,17 +87,20 @@ class Cluster:
 
     # ---- placing a model ----------------------------------------------------------------------
     def deploy(self, module, stages: int = 1, *, balance: str = "params", split_points=None,
-               sample_input=None):
+               sample_input=None, chunks: int = 1):
         """Place contiguous stages of ``module``'s children on workers; a ``RemoteModel``.
 
         Stages are balanced by parameter count (``balance="params"``), by the children's
         forward time measured here on ``sample_input`` (``balance="time"``), or cut where
-        ``split_points`` say (indices of the children that start stages 2..N)."""
+        ``split_points`` say (indices of the children that start stages 2..N). With
+        ``chunks=M`` each call splits its batch along dim 0 into M micro-batches that flow
+        through the stages as a pipeline (forward, and backward after it: GPipe); hooks fire
+        once per micro-batch, in micro-batch order."""
         from disthook.distributed.remote import deploy
 
         self._check_open()
         remote = deploy(self, module, stages, split_points=split_points, balance=balance,
-                        sample_input=sample_input)
+                        sample_input=sample_input, chunks=chunks)
         self._deployments.append(remote)
         return remote
 

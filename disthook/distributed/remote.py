@@ -198,16 +198,19 @@ class _Hub:
         """Send to ``address``; wait for the reply with the same id from any worker."""
         return self.request_all([(address, fields)], msg_type, ctx=ctx, what=what)[0]
 
-    def request_all(self, calls: list[tuple[str, dict]], msg_type: str, *,
+    def request_all(self, calls: list[tuple], msg_type: str, *,
                     ctx: str | None = None, what: str = "") -> list[wire.Message]:
-        """Send one request per (address, fields) at once, then wait for every reply (from
-        any worker), so the workers serve them side by side; the replies in call order.
-        The first error reply is raised once all have come."""
+        """Send one request per (address, fields) or (address, fields, context) at once,
+        then wait for every reply (from any worker), so the workers serve them side by side
+        (and micro-batches flow through the stages as a pipeline); the replies in call
+        order. The first error reply is raised once all have come."""
         self.flush_releases()
         reqs = []
-        for address, fields in calls:
+        for call in calls:
+            address, fields = call[0], call[1]
             reqs.append(next(_request_ids))
-            self.send(address, msg_type, fields, req=reqs[-1], ctx=ctx)
+            self.send(address, msg_type, fields, req=reqs[-1],
+                      ctx=call[2] if len(call) > 2 else ctx)
         replies: dict[int, wire.Message] = {}
         deadline = time.monotonic() + self.timeout
         while len(replies) < len(reqs):
@@ -296,17 +299,21 @@ def _retain_on_worker(t: Tensor) -> None:
 
 
 class RemoteBackward0(Node):
-    """The client-side node of one remote forward: backward crosses to the workers."""
+    """The client-side node of one remote forward: backward crosses to the workers. With
+    micro-batches, one context per micro-batch: their backwards are sent at once and flow
+    back through the stages as a pipeline."""
 
-    def __init__(self, model: RemoteModel, ctx_id: str, x: Tensor):
+    def __init__(self, model: RemoteModel, ctx_ids: list[str], x: Tensor,
+                 sizes: list[int] | None):
         super().__init__()
         self.next_functions = (gradient_edge(x),)
         self.needs_input_grad = (x._requires_grad,)
         self._input_meta = ((x._data.shape, x._data.dtype),)
         self._model = model
-        self._ctx_id = ctx_id
+        self._ctx_ids = ctx_ids
+        self._sizes = sizes  # rows of each micro-batch (None: one, the whole batch)
         # a graph dropped without backward: release its contexts at the next call
-        self._finalizer = weakref.finalize(self, model._hub.pending_releases.append, ctx_id)
+        self._finalizer = weakref.finalize(self, model._hub.pending_releases.extend, ctx_ids)
 
     def name(self) -> str:
         return "RemoteBackward0"
@@ -317,16 +324,24 @@ class RemoteBackward0(Node):
         (g,) = grads
         # the workers keep their graphs exactly when this backward keeps the client's
         retain = engine.retains_graph()
-        reply = self._model._hub.request(
-            self._model._addresses[-1], "backward",
-            {"stage": len(self._model._addresses) - 1, "grads": [g._data],
-             "retain_graph": retain, "reply_to": self._model._hub.reply_to},
-            ctx=self._ctx_id, what="backward through the remote stages")
+        model = self._model
+        parts = [g._data] if self._sizes is None else _split_rows(g._data, self._sizes)
+        replies = model._hub.request_all(
+            [(model._addresses[-1], {"stage": len(model._addresses) - 1, "grads": [part],
+                                     "retain_graph": retain, "reply_to": model._hub.reply_to},
+              ctx_id) for part, ctx_id in zip(parts, self._ctx_ids)],
+            "backward", what="backward through the remote stages")
         if not retain:
-            self._finalizer.detach()  # the workers closed the context themselves
-            self._model._hub.drop_context(self._ctx_id)
-        (gx,) = reply["result"]["grads"]
-        return (None if gx is None else Tensor._make(np.array(gx), None, 0),)
+            self._finalizer.detach()  # the workers closed the contexts themselves
+            for ctx_id in self._ctx_ids:
+                model._hub.drop_context(ctx_id)
+        gxs = [r["result"]["grads"][0] for r in replies]
+        if all(gx is None for gx in gxs):
+            return (None,)
+        gxs = [np.zeros(p.shape, g._data.dtype) if gx is None else np.asarray(gx)
+               for gx, p in zip(gxs, parts)]
+        return (Tensor._make(np.concatenate(gxs) if len(gxs) > 1 else np.array(gxs[0]),
+                             None, 0),)
 
     def _release(self) -> None:
         self._freed = True
@@ -337,7 +352,7 @@ class RemoteModel(Module):
     it (the whole model) fire here with the model's input and output, as in one process."""
 
     def __init__(self, cluster, module: Module, stage_modules: list[Sequential],
-                 workers: list, timeout: float = DEFAULT_TIMEOUT):
+                 workers: list, timeout: float = DEFAULT_TIMEOUT, chunks: int = 1):
         super().__init__()
         fields = {
             "_cluster": cluster,
@@ -351,6 +366,7 @@ class RemoteModel(Module):
             # the root's forward does not run remotely: a non-Sequential root is checked to
             # only chain its children, at the first call (see _check_chain)
             "_chain_checked": isinstance(module, Sequential),
+            "_chunks": chunks,  # micro-batches per call (split along dim 0)
         }
         fields["_hub"] = _Hub(fields["_model_id"], fields["_addresses"], timeout)
         for name, value in fields.items():  # plain attributes, not submodules
@@ -364,16 +380,31 @@ class RemoteModel(Module):
         if not self._chain_checked:
             self._check_chain(x)
         grad = grad_mode.is_grad_enabled()
-        ctx_id = uuid.uuid4().hex
-        reply = self._hub.request(
-            self._addresses[0], "forward",
-            {"stage": 0, "inputs": [x._data], "grad_enabled": grad,
-             "requires_grad": [x._requires_grad], "reply_to": self._hub.reply_to},
-            ctx=ctx_id, what="forward through the remote stages")
-        result = reply["result"]
-        out = np.array(result["output"])
-        if grad and result["requires_grad"]:
-            return Tensor._make(out, RemoteBackward0(self, ctx_id, x), 0)
+        rows = x._data.shape[0] if x._data.ndim else 0
+        chunks = min(self._chunks, rows) if rows > 1 else 1
+        sizes = None  # one micro-batch: the whole input
+        if chunks > 1:  # torch.tensor_split's sizes: the first rows % chunks get one more
+            sizes = [rows // chunks + (i < rows % chunks) for i in range(chunks)]
+        parts = [x._data] if sizes is None else _split_rows(x._data, sizes)
+        ctx_ids = [uuid.uuid4().hex for _ in parts]
+        # every micro-batch is sent at once: stage 0 works on the second while stage 1
+        # works on the first, and so on (the GPipe fill and drain)
+        replies = self._hub.request_all(
+            [(self._addresses[0], {"stage": 0, "inputs": [part], "grad_enabled": grad,
+                                   "requires_grad": [x._requires_grad],
+                                   "reply_to": self._hub.reply_to}, ctx_id)
+             for part, ctx_id in zip(parts, ctx_ids)],
+            "forward", what="forward through the remote stages")
+        results = [r["result"] for r in replies]
+        outs = [np.asarray(r["output"]) for r in results]
+        if sizes is not None and any(o.ndim == 0 or len(o) != n for o, n in zip(outs, sizes)):
+            raise RuntimeError(
+                f"with chunks={chunks} the model's output must keep the batch dimension: "
+                f"micro-batches of {sizes} rows gave outputs of shapes "
+                f"{[tuple(o.shape) for o in outs]}")
+        out = np.concatenate(outs) if len(outs) > 1 else np.array(outs[0])
+        if grad and all(r["requires_grad"] for r in results):
+            return Tensor._make(out, RemoteBackward0(self, ctx_ids, x, sizes), 0)
         return Tensor._make(out, None, 0)
 
     def _check_chain(self, x: Tensor) -> None:
@@ -589,6 +620,12 @@ def _forward_times(module: Module, x: Tensor, repeats: int = 3) -> list[int]:
                 h = child(h)
                 best[i] = min(best[i], time.perf_counter() - t0)
     return [max(1, int(t * 1e6)) for t in best]
+
+
+def _split_rows(arr: np.ndarray, sizes: list[int]) -> list[np.ndarray]:
+    """``arr`` cut along dim 0 into consecutive parts of ``sizes`` rows (views)."""
+    bounds = np.cumsum([0, *sizes])
+    return [arr[a:b] for a, b in zip(bounds, bounds[1:])]
 
 
 def _array(t) -> np.ndarray:
@@ -844,7 +881,7 @@ RemoteParameter.__hash__ = object.__hash__  # __eq__ compares values; identity s
 
 
 def deploy(cluster, module: Module, stages: int, split_points=None,
-           balance: str = "params", sample_input=None) -> RemoteModel:
+           balance: str = "params", sample_input=None, chunks: int = 1) -> RemoteModel:
     """Place contiguous stages of ``module``'s children on the cluster's workers."""
     if not isinstance(module, Module):
         raise TypeError(f"deploy() takes a disthook.nn.Module, got {type(module).__name__}")
@@ -856,6 +893,8 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
         raise ValueError(f"{type(module).__name__} has parameters or buffers of its own "
                          f"({', '.join(own)}); only its children are placed on workers, so "
                          "move them into a child module")
+    if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
+        raise ValueError(f"chunks must be a positive int, got {chunks!r}")
     if balance not in ("params", "time"):
         raise ValueError(f"balance must be 'params' or 'time', got {balance!r}")
     if balance == "time" and split_points is None and not isinstance(sample_input, Tensor):
@@ -890,7 +929,8 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
                 placed.setdefault(w.id, set()).add(f"stage {i} of {other._model_id}")
     workers = sorted(alive, key=lambda w: len(set(w.stages) | placed.get(w.id, set())))
     workers = workers[:stages]
-    remote = RemoteModel(cluster, module, stage_modules, workers, timeout=cluster.timeout)
+    remote = RemoteModel(cluster, module, stage_modules, workers, timeout=cluster.timeout,
+                         chunks=chunks)
     specs = [module_spec(m) for m in stage_modules]
     try:
         for i, (spec, w) in enumerate(zip(specs, workers)):

@@ -103,6 +103,9 @@ def _spec(module: Module, path: str, seen: dict[int, str]) -> dict:
                             f"travel to a worker: {exc}. Only None, bool, int, float, str, "
                             "dtypes and tuples, lists and str-keyed dicts of them do; build "
                             "such values in forward() or from plain attributes.") from None
+    if "<locals>" in type(module).__qualname__:
+        raise SpecError(f"{where} is a {type(module).__qualname__}, a class defined inside a "
+                        "function: workers cannot import it; define it at module level")
     return {
         "class": class_path(type(module)),
         "training": bool(module.training),

@@ -18,12 +18,6 @@ from disthook.distributed.rpc import Peer
 pytestmark = pytest.mark.timeout(180)
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    with local_cluster(workers=3) as c:
-        yield c
-
-
 def make_net(seed=0):
     torch.manual_seed(seed)
     return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.Tanh(),
