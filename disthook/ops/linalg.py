@@ -40,14 +40,29 @@ class Mm(Op):
                f"mat1 and mat2 shapes cannot be multiplied ({x.shape[0]}x{x.shape[1]} and "
                f"{y.shape[0]}x{y.shape[1]})")
         save_crossed(ctx, a, b)
+        ctx.b_transposed = _transposed(y)
         return x @ y
 
     @staticmethod
     def backward(ctx, g):
         a, b = ctx.saved_tensors
         ga = g.mm(b.t()) if ctx.needs_input_grad[0] else None
-        gb = a.t().mm(g) if ctx.needs_input_grad[1] else None
+        gb = _right_grad(a, g, ctx.b_transposed) if ctx.needs_input_grad[1] else None
         return ga, gb
+
+
+def _transposed(arr: np.ndarray) -> bool:
+    return arr.ndim == 2 and arr.flags.f_contiguous and not arr.flags.c_contiguous
+
+
+def _right_grad(a, g, b_transposed: bool):
+    """``a.T @ g``, the gradient of the right operand ``b``, laid out like ``b``: when ``b``
+    is a transposed view (``weight.t()`` in Linear) the product is taken as ``(g.T @ a).T``,
+    so that the gradient reaching the weight through the transpose is contiguous and its
+    accumulation into ``.grad`` is a plain add, not a strided one (~7 ms per 1024x1024)."""
+    if b_transposed:
+        return g.t().mm(a).t()
+    return a.t().mm(g)
 
 
 class Mv(Op):
@@ -119,6 +134,7 @@ class Addmm(Op):
         need = ctx.needs_input_grad
         if need:  # each matrix only for the other's gradient
             ctx.save_for_backward(a if need[2] else None, b if need[1] else None)
+            ctx.b_transposed = _transposed(y)
         out = x @ y
         out += bias._data
         return out
@@ -129,7 +145,7 @@ class Addmm(Op):
         need = ctx.needs_input_grad
         return (g if need[0] else None,
                 g.mm(b.t()) if need[1] else None,
-                a.t().mm(g) if need[2] else None)
+                _right_grad(a, g, ctx.b_transposed) if need[2] else None)
 
 
 def matmul(a, b):
