@@ -1,0 +1,81 @@
+"""Pipeline schedules, without processes: every micro-batch is forwarded and backwarded
+exactly once per stage, every dependency is respected, nothing deadlocks, and 1F1B holds at
+most p - s micro-batches on stage s."""
+import pytest
+
+from disthook.distributed.schedule import (
+    ScheduleError,
+    bubble_fraction,
+    gpipe,
+    in_flight,
+    one_f_one_b,
+    schedule,
+    simulate,
+)
+
+SIZES = [(p, m) for p in range(1, 9) for m in range(1, 33)]
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("p,m", SIZES)
+def test_schedules_run_every_action_once_in_dependency_order(name, p, m):
+    stages = schedule(name, p, m)
+    assert len(stages) == p
+    order = simulate(stages, m)
+    for s, actions in enumerate(stages):
+        kinds = [k for k, _ in actions]
+        assert kinds.count("forward") == kinds.count("backward") == m
+        assert kinds.count("recv_act") == (m if s > 0 else 0)
+        assert kinds.count("send_act") == (m if s < p - 1 else 0)
+        assert kinds.count("recv_grad") == (m if s < p - 1 else 0)
+        assert kinds.count("send_grad") == (m if s > 0 else 0)
+    # across stages: a micro-batch's forward on stage s+1 comes after it on stage s, its
+    # backward on stage s after it on stage s+1
+    when = {(s, a): i for i, (s, a) in enumerate(order)}
+    for s in range(p - 1):
+        for mb in range(m):
+            assert when[(s, ("forward", mb))] < when[(s + 1, ("forward", mb))]
+            assert when[(s + 1, ("backward", mb))] < when[(s, ("backward", mb))]
+
+
+@pytest.mark.parametrize("p,m", SIZES)
+def test_1f1b_holds_at_most_p_minus_s_micro_batches_and_gpipe_holds_all(p, m):
+    for s, actions in enumerate(one_f_one_b(p, m)):
+        assert in_flight(actions) <= min(p - s, m)
+        assert in_flight(actions) <= p
+    for actions in gpipe(p, m):
+        assert in_flight(actions) == m
+
+
+def test_1f1b_for_4_stages_and_8_micro_batches_interleaves():
+    first = [a for a in one_f_one_b(4, 8)[0] if a[0] in ("forward", "backward")]
+    assert first[:5] == [("forward", 0), ("forward", 1), ("forward", 2), ("forward", 3),
+                         ("backward", 0)]
+    last = [a for a in one_f_one_b(4, 8)[3] if a[0] in ("forward", "backward")]
+    assert last[:4] == [("forward", 0), ("backward", 0), ("forward", 1), ("backward", 1)]
+
+
+def test_simulate_finds_broken_schedules():
+    good = gpipe(2, 2)
+    with pytest.raises(ScheduleError, match="deadlock"):
+        simulate([[("recv_grad", 0)] + good[0], good[1]], 2)
+    with pytest.raises(ScheduleError, match="appears twice"):
+        simulate([good[0] + [("forward", 0)], good[1]], 2)
+    with pytest.raises(ScheduleError, match=r"stage 0 never runs \[\('backward', 1\)\]"):
+        simulate([[a for a in good[0] if a != ("backward", 1)], good[1]], 2)
+    with pytest.raises(ScheduleError, match=r"\('backward', 0\) before \('forward', 0\)"):
+        simulate([[("backward", 0)], []], 1)
+    with pytest.raises(ScheduleError, match="names no micro-batch of 2"):
+        simulate([[("forward", 5)]], 2)
+
+
+def test_bad_sizes_and_names():
+    with pytest.raises(ValueError, match="positive int of stages, got 0"):
+        gpipe(0, 4)
+    with pytest.raises(ValueError, match="positive int of micro-batches, got 2.0"):
+        one_f_one_b(2, 2.0)
+    with pytest.raises(ValueError, match=r"schedule must be one of \['1f1b', 'gpipe'\], "
+                                         "got 'zigzag'"):
+        schedule("zigzag", 2, 2)
+    assert bubble_fraction(2, 8) == pytest.approx(1 / 9)
+    assert bubble_fraction(1, 5) == 0
