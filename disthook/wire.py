@@ -125,6 +125,12 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # worker hooks' capture buffers, emptied by the fetch unless clear is False
     "captured": {"name": "str", "clear": "bool?"},
     "remove_hook": {"model": "str", "hook": "int"},
+    # pipelined training steps: the client gives each stage its schedule; micro-batch
+    # activations and gradients (or an abort) go stage to stage as "pipe" messages
+    "train_step": {"model": "str", "step": "str", "schedule": "list", "reply_to": "str",
+                   "inputs": "list?", "targets": "list?", "loss": "map?", "scales": "list?"},
+    "pipe": {"model": "str", "step": "str", "kind": "str", "mb": "int", "data": "array?",
+             "reason": "str?"},
     # parameters, buffers and optimizer shards
     "get_state": {"model": "str", "names": "list?"},
     "train": {"model": "str", "mode": "bool"},

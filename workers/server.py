@@ -11,6 +11,7 @@ when its parent process is gone.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import os
@@ -26,7 +27,7 @@ import disthook
 from disthook import wire
 from disthook.distributed import hooks as worker_hooks
 from disthook.distributed.rpc import error_fields
-from disthook.distributed.service import NO_REPLY, Service
+from disthook.distributed.service import NO_REPLY, Service, recv_now
 from disthook.distributed.spec import build_module, import_main
 from disthook.distributed.values import pack, tensors_in, unpack
 
@@ -72,6 +73,8 @@ class Worker(Service):
         self._ctx: str | None = None  # the context of the forward/backward now running
         self._current: _Stage | None = None  # the stage of the request now running
         self._retained: list[tuple] = []  # tensors client hooks retain_grad()-ed this forward
+        self._mailbox: dict[tuple, object] = {}  # pipeline messages not yet asked for
+        self._finished_steps: collections.deque = collections.deque(maxlen=256)
         self._register()
         self.next_beat = time.monotonic() + 1.0  # re-register if no answer came by then
 
@@ -84,7 +87,9 @@ class Worker(Service):
     def on_socket(self, sock: zmq.Socket) -> None:
         if any(sock in st.neighbours.values() for st in self.stages.values()):
             # neighbours never reply; anything is a fault
-            frames = sock.recv_multipart(copy=False)
+            frames = recv_now(sock)
+            if frames is None:
+                return
             self.log.warning("worker %s: unexpected message from a neighbour (%d frames)",
                              self.id, len(frames))
             return
@@ -94,8 +99,11 @@ class Worker(Service):
                 sender, frames = self._backlog.pop(0)
                 self.handle(sender, frames, self.router)
             return
+        frames = recv_now(self.control)
+        if frames is None:  # taken by a wait inside a handler since the poll
+            return
         try:
-            msg = wire.decode(self.control.recv_multipart(copy=False))
+            msg = wire.decode(frames)
         except wire.WireError as exc:
             self.log.warning("worker %s: malformed message from the coordinator: %s", self.id, exc)
             return
@@ -360,28 +368,132 @@ class Worker(Service):
         fields = {"hook": hook_id, "kind": kind, "path": path,
                   "args": [{"diff": diff}, *args]}
         self.reply(self.router, client, req, "hook_event", fields, ctx=self._ctx)
-        deadline = time.monotonic() + self.hook_timeout
+        msg = self._serve_until(
+            lambda sender, m: (sender == client and m.req == req
+                               and m.type in ("hook_reply", "error")),
+            None, self.hook_timeout, f"the client's answer to its {kind} hook on {path!r}")
+        if msg.type == "error":
+            raise RuntimeError(f"the client's {kind} hook on {path!r} raised "
+                               f"{msg['kind']}: {msg['message']}")
+        return msg.get("result")
+
+    def _serve_until(self, wanted, ready, timeout: float, what: str):
+        """Wait inside a request: keep serving heartbeats, keep pipeline messages in the
+        mailbox and other requests for later, until a message ``wanted(sender, msg)`` comes
+        (returned) or ``ready()`` is true (None returned)."""
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            if ready is not None and ready():
+                return None
+            if not self._running:  # shut down while waiting: end the request now
+                raise RuntimeError(f"worker {self.id} is stopping; it was waiting for {what}")
             for sock, _ in self.poller.poll(100):
                 if sock is not self.router:
                     self.on_socket(sock)  # heartbeats, neighbours
                     continue
-                frames = self.router.recv_multipart(copy=False)
+                frames = recv_now(self.router)
+                if frames is None:
+                    continue
                 sender, body = frames[0].bytes, frames[1:]
                 try:
                     msg = wire.decode(body)
                 except wire.WireError:
                     self._backlog.append((sender, body))  # answered with an error later
                     continue
-                if sender == client and msg.req == req and msg.type in ("hook_reply", "error"):
-                    if msg.type == "error":
-                        raise RuntimeError(f"the client's {kind} hook on {path!r} raised "
-                                           f"{msg['kind']}: {msg['message']}")
-                    return msg.get("result")
-                self._backlog.append((sender, body))
+                if msg.type == "pipe":
+                    self.on_pipe(msg, sender)
+                elif wanted is not None and wanted(sender, msg):
+                    return msg
+                else:
+                    self._backlog.append((sender, body))
             self.tick()
-        raise TimeoutError(f"the client did not answer its {kind} hook on {path!r} within "
-                           f"{self.hook_timeout:g} s")
+        raise TimeoutError(f"worker {self.id} waited {timeout:g} s for {what}")
+
+    # ---- pipelined training steps ---------------------------------------------------------
+    def on_pipe(self, msg, sender: bytes):
+        """An activation or gradient of a micro-batch from a neighbour stage (or word that
+        it aborted the step), kept until the schedule asks for it."""
+        if (msg["model"], msg["step"]) not in self._finished_steps:  # else: late, dropped
+            self._mailbox[(msg["model"], msg["step"], msg["kind"], msg["mb"])] = msg
+        return NO_REPLY
+
+    def on_train_step(self, msg, sender: bytes):
+        """Run this stage's list of a pipeline schedule (see disthook.distributed.schedule):
+        micro-batch forwards and backwards, activations and gradients to and from the
+        neighbour stages; the last stage computes each micro-batch's loss, scaled."""
+        st = self._stage(msg)
+        step, model = msg["step"], st.model
+        client = bytes.fromhex(msg["reply_to"])
+        first, last = "prev" not in st.neighbours, "next" not in st.neighbours
+        loss_fn = _loss_function(msg["loss"]) if last else None
+        held: dict[int, tuple] = {}  # micro-batch -> (input leaf, output or scaled loss)
+        received: dict[tuple, np.ndarray] = {}
+        grads_in: dict[int, object] = {}
+        losses: dict[int, float] = {}
+        self._client = client
+        try:
+            for kind, mb in msg["schedule"]:
+                self._ctx = f"{step}.{mb}"
+                if kind in ("recv_act", "recv_grad"):
+                    received[(kind, mb)] = self._pipe_recv(st, step, kind[5:], mb)
+                elif kind == "forward":
+                    data = msg["inputs"][mb] if first else received.pop(("recv_act", mb))
+                    leaf = disthook.from_numpy(np.array(data))
+                    if not first and leaf.is_floating_point():
+                        leaf.requires_grad_(True)
+                    with self._warnings_to(client, msg):
+                        out = st.module(leaf)
+                        if last:
+                            target = disthook.from_numpy(np.array(msg["targets"][mb]))
+                            loss = loss_fn(out, target)
+                            losses[mb] = float(loss.item())
+                            out = loss * msg["scales"][mb]
+                    held[mb] = (leaf, out)
+                elif kind == "send_act":
+                    self._pipe_send(st, "next", step, "act", mb, held[mb][1].detach().numpy())
+                elif kind == "backward":
+                    leaf, out = held.pop(mb)
+                    with self._warnings_to(client, msg):
+                        if last:
+                            disthook.autograd.backward([out])
+                        else:
+                            g = disthook.from_numpy(np.array(received.pop(("recv_grad", mb))))
+                            disthook.autograd.backward([out], [g])
+                    grads_in[mb] = leaf.grad
+                elif kind == "send_grad":
+                    g = grads_in.pop(mb)
+                    if g is None:
+                        raise RuntimeError(f"{st.name}: no gradient reached the input of "
+                                           f"micro-batch {mb}")
+                    self._pipe_send(st, "prev", step, "grad", mb, g.numpy())
+                else:
+                    raise ValueError(f"unknown schedule action {kind!r}")
+        except BaseException as exc:
+            for side in ("prev", "next"):  # the neighbours must not wait for us
+                if side in st.neighbours:
+                    self._pipe_send(st, side, step, "abort", -1, None,
+                                    reason=f"{st.name} on worker {self.id} failed: "
+                                           f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            self._finished_steps.append((model, step))
+            for key in [k for k in self._mailbox if k[:2] == (model, step)]:
+                del self._mailbox[key]
+        return {"losses": [losses[mb] for mb in sorted(losses)]} if last else {}
+
+    def _pipe_send(self, st, side: str, step: str, kind: str, mb: int, data,
+                   reason: str | None = None) -> None:
+        fields = {"model": st.model, "step": step, "kind": kind, "mb": mb, "data": data,
+                  "reason": reason}
+        st.neighbours[side].send_multipart(wire.encode("pipe", fields), copy=False)
+
+    def _pipe_recv(self, st, step: str, kind: str, mb: int) -> np.ndarray:
+        key, abort = (st.model, step, kind, mb), (st.model, step, "abort", -1)
+        self._serve_until(None, lambda: key in self._mailbox or abort in self._mailbox,
+                          PIPE_TIMEOUT, f"the {kind} of micro-batch {mb} ({st.name})")
+        if abort in self._mailbox:
+            raise RuntimeError(f"the step was aborted: {self._mailbox[abort]['reason']}")
+        return self._mailbox.pop(key)["data"]
 
     def on_release(self, msg, sender: bytes):
         st = self.stages.get(msg["model"])
@@ -507,6 +619,21 @@ class Worker(Service):
 
 
 _load_ids = itertools.count()
+PIPE_TIMEOUT = 300.0  # seconds a stage waits for a neighbour's activation or gradient
+
+
+def _loss_function(spec: dict):
+    """The loss of a training step: a module (sent as a spec) or a function of
+    disthook.nn.functional (sent by name)."""
+    from disthook.nn import functional
+
+    if "module" in spec:
+        return build_module(spec["module"])
+    name = spec.get("function")
+    fn = getattr(functional, name, None) if isinstance(name, str) else None
+    if fn is None or not callable(fn) or name.startswith("_"):
+        raise ValueError(f"unknown loss function {name!r} of disthook.nn.functional")
+    return fn
 
 
 
@@ -621,6 +748,10 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: stacks
     if not _tune_malloc():
         logging.getLogger(__name__).info("malloc not tuned (not glibc)")
     worker = Worker(args.coordinator, bind=args.bind, worker_id=args.worker_id,

@@ -87,7 +87,7 @@ class Cluster:
 
     # ---- placing a model ----------------------------------------------------------------------
     def deploy(self, module, stages: int = 1, *, balance: str = "params", split_points=None,
-               sample_input=None, chunks: int = 1):
+               sample_input=None, chunks: int = 1, schedule: str = "gpipe"):
         """Place contiguous stages of ``module``'s children on workers; a ``RemoteModel``.
 
         Stages are balanced by parameter count (``balance="params"``), by the children's
@@ -95,12 +95,14 @@ class Cluster:
         ``split_points`` say (indices of the children that start stages 2..N). With
         ``chunks=M`` each call splits its batch along dim 0 into M micro-batches that flow
         through the stages as a pipeline (forward, and backward after it: GPipe); hooks fire
-        once per micro-batch, in micro-batch order."""
+        once per micro-batch, in micro-batch order. ``remote.train_step(x, target, loss_fn)``
+        runs a whole step with the loss on the last stage under ``schedule`` ("gpipe" or
+        "1f1b", which holds at most as many micro-batches per stage as there are stages)."""
         from disthook.distributed.remote import deploy
 
         self._check_open()
         remote = deploy(self, module, stages, split_points=split_points, balance=balance,
-                        sample_input=sample_input, chunks=chunks)
+                        sample_input=sample_input, chunks=chunks, schedule=schedule)
         self._deployments.append(remote)
         return remote
 

@@ -352,7 +352,8 @@ class RemoteModel(Module):
     it (the whole model) fire here with the model's input and output, as in one process."""
 
     def __init__(self, cluster, module: Module, stage_modules: list[Sequential],
-                 workers: list, timeout: float = DEFAULT_TIMEOUT, chunks: int = 1):
+                 workers: list, timeout: float = DEFAULT_TIMEOUT, chunks: int = 1,
+                 schedule: str = "gpipe"):
         super().__init__()
         fields = {
             "_cluster": cluster,
@@ -367,6 +368,7 @@ class RemoteModel(Module):
             # only chain its children, at the first call (see _check_chain)
             "_chain_checked": isinstance(module, Sequential),
             "_chunks": chunks,  # micro-batches per call (split along dim 0)
+            "_schedule": schedule,  # of train_step: "gpipe" or "1f1b"
         }
         fields["_hub"] = _Hub(fields["_model_id"], fields["_addresses"], timeout)
         for name, value in fields.items():  # plain attributes, not submodules
@@ -406,6 +408,59 @@ class RemoteModel(Module):
         if grad and all(r["requires_grad"] for r in results):
             return Tensor._make(out, RemoteBackward0(self, ctx_ids, x, sizes), 0)
         return Tensor._make(out, None, 0)
+
+    def train_step(self, x: Tensor, target: Tensor, loss_fn, scale_grads: bool = True):
+        """One pipelined training step with the loss on the last stage: ``x`` and ``target``
+        are cut into the model's ``chunks`` micro-batches, every stage runs its list of the
+        model's ``schedule`` (GPipe or 1F1B) against its neighbours, and gradients
+        accumulate in ``.grad`` on the workers. With ``scale_grads`` each micro-batch's loss
+        is weighted by its share of the rows, so that a mean-reduced ``loss_fn`` gives the
+        gradients of the whole batch. ``loss_fn``: a loss module (``nn.CrossEntropyLoss()``)
+        or a function of ``disthook.nn.functional``. Returns the micro-batch losses."""
+        from disthook.distributed import schedule as schedules
+        from disthook.nn import functional
+
+        for name, t in (("x", x), ("target", target)):
+            if not isinstance(t, Tensor) or t._data.ndim == 0:
+                raise TypeError(f"train_step(): {name} must be a Tensor with a batch "
+                                f"dimension, got {type(t).__name__}")
+        if len(target._data) != len(x._data):
+            raise ValueError(f"train_step(): x has {len(x._data)} rows but target has "
+                             f"{len(target._data)}")
+        if isinstance(loss_fn, Module):
+            loss = {"module": module_spec(loss_fn)}
+        elif callable(loss_fn) and getattr(functional, getattr(loss_fn, "__name__", ""),
+                                           None) is loss_fn:
+            loss = {"function": loss_fn.__name__}
+        else:
+            raise TypeError("train_step(): loss_fn runs on the last worker, so it must be a "
+                            "loss module (nn.CrossEntropyLoss()) or a function of "
+                            f"disthook.nn.functional, got {loss_fn!r}")
+        if not self._chain_checked:
+            self._check_chain(x)
+        rows = len(x._data)
+        m = min(self._chunks, rows)
+        sizes = [rows // m + (i < rows % m) for i in range(m)]
+        scales = [n / rows if scale_grads else 1.0 for n in sizes]
+        plan = schedules.schedule(self._schedule, len(self._addresses), m)
+        step = uuid.uuid4().hex
+        calls = []
+        for s, address in enumerate(self._addresses):
+            fields = {"step": step, "schedule": [list(a) for a in plan[s]],
+                      "reply_to": self._hub.reply_to}
+            if s == 0:
+                fields["inputs"] = _split_rows(x._data, sizes)
+            if s == len(self._addresses) - 1:
+                fields.update(targets=_split_rows(target._data, sizes), loss=loss,
+                              scales=scales)
+            calls.append((address, fields))
+        try:
+            replies = self._hub.request_all(calls, "train_step", ctx=step,
+                                            what=f"a {self._schedule} training step")
+        finally:
+            for mb in range(m):
+                self._hub.drop_context(f"{step}.{mb}")
+        return Tensor._make(np.array(replies[-1]["result"]["losses"], np.float32), None, 0)
 
     def _check_chain(self, x: Tensor) -> None:
         """Deployment runs the children one after the other, not the root's forward: make
@@ -881,7 +936,8 @@ RemoteParameter.__hash__ = object.__hash__  # __eq__ compares values; identity s
 
 
 def deploy(cluster, module: Module, stages: int, split_points=None,
-           balance: str = "params", sample_input=None, chunks: int = 1) -> RemoteModel:
+           balance: str = "params", sample_input=None, chunks: int = 1,
+           schedule: str = "gpipe") -> RemoteModel:
     """Place contiguous stages of ``module``'s children on the cluster's workers."""
     if not isinstance(module, Module):
         raise TypeError(f"deploy() takes a disthook.nn.Module, got {type(module).__name__}")
@@ -895,6 +951,8 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
                          "move them into a child module")
     if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
         raise ValueError(f"chunks must be a positive int, got {chunks!r}")
+    if schedule not in ("gpipe", "1f1b"):
+        raise ValueError(f"schedule must be 'gpipe' or '1f1b', got {schedule!r}")
     if balance not in ("params", "time"):
         raise ValueError(f"balance must be 'params' or 'time', got {balance!r}")
     if balance == "time" and split_points is None and not isinstance(sample_input, Tensor):
@@ -930,7 +988,7 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
     workers = sorted(alive, key=lambda w: len(set(w.stages) | placed.get(w.id, set())))
     workers = workers[:stages]
     remote = RemoteModel(cluster, module, stage_modules, workers, timeout=cluster.timeout,
-                         chunks=chunks)
+                         chunks=chunks, schedule=schedule)
     specs = [module_spec(m) for m in stage_modules]
     try:
         for i, (spec, w) in enumerate(zip(specs, workers)):

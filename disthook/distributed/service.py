@@ -94,7 +94,9 @@ class Service:
     # ---- requests ----------------------------------------------------------------------------
     def on_socket(self, sock: zmq.Socket) -> None:
         if sock is self.router:
-            frames = self.router.recv_multipart(copy=False)
+            frames = recv_now(self.router)
+            if frames is None:  # a wait inside a handler took it since the poll
+                return
             self.handle(frames[0].bytes, frames[1:], self.router)
 
     def handle(self, sender: bytes, frames: list, sock: zmq.Socket) -> None:
@@ -131,6 +133,16 @@ class Service:
             sock.send_multipart([to, *frames], copy=False)
         except zmq.ZMQError as exc:  # the peer went away meanwhile (as at shutdown)
             self.log.debug("%s: cannot reply to %r: %s", self.name, to, exc)
+
+
+def recv_now(sock: zmq.Socket):
+    """The next message of ``sock`` if one is there, else None; never blocks. A poll's event
+    can be stale: a handler that waits inside (for a hook's answer, a neighbour's
+    activation) polls and reads the same sockets, so the message may be gone already."""
+    try:
+        return sock.recv_multipart(zmq.NOBLOCK, copy=False)
+    except zmq.Again:
+        return None
 
 
 NO_REPLY = object()  # a handler's return value meaning "the reply is sent later, or never"

@@ -17,25 +17,34 @@ def batch(rows=10, seed=1):
     return torch.randn(rows, 8), torch.randint(0, 3, (rows,))
 
 
-@pytest.mark.parametrize("stages", [2, 3])
-@pytest.mark.parametrize("chunks", [1, 2, 4, 8])
-def test_training_with_micro_batches_equals_whole_batch_training(cluster, stages, chunks):
+def train_three_steps(cluster, stages, chunks, schedule, remote_step):
+    """Three SGD-momentum steps in one process on the whole batch, and on the workers with
+    ``remote_step(remote, x, y)``: the parameters agree."""
     local = make_net()
     x, y = batch()
     opt = torch.optim.SGD(local.parameters(), lr=0.1, momentum=0.9)
-    remote = cluster.deploy(make_net(), stages=stages, chunks=chunks)
+    remote = cluster.deploy(make_net(), stages=stages, chunks=chunks, schedule=schedule)
     ropt = DistributedOptimizer(torch.optim.SGD, remote.parameters(), lr=0.1, momentum=0.9)
     try:
         for _ in range(3):
-            for model, o in ((local, opt), (remote, ropt)):
-                o.zero_grad()
-                nn.functional.cross_entropy(model(x), y).backward()
-                o.step()
+            opt.zero_grad()
+            nn.functional.cross_entropy(local(x), y).backward()
+            opt.step()
+            ropt.zero_grad()
+            remote_step(remote, x, y)
+            ropt.step()
         state = remote.state_dict()
         for name, p in local.state_dict().items():
             np.testing.assert_allclose(state[name].numpy(), p.numpy(), rtol=1e-5, atol=1e-6)
     finally:
         remote.close()
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("chunks", [1, 2, 4, 8])
+def test_training_with_micro_batches_equals_whole_batch_training(cluster, stages, chunks):
+    train_three_steps(cluster, stages, chunks, "gpipe",
+                      lambda r, x, y: nn.functional.cross_entropy(r(x), y).backward())
 
 
 def test_input_gradient_and_hooks_per_micro_batch(cluster):
@@ -83,3 +92,58 @@ def test_micro_batches_need_outputs_that_keep_the_batch_dimension(cluster):
                                        rtol=1e-6, atol=1e-7)
     finally:
         few.close()
+
+
+# ---- train_step: the loss on the last stage, GPipe or 1F1B run by the workers ---------------
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("chunks", [1, 2, 4, 8])
+def test_train_step_equals_whole_batch_training(cluster, schedule, stages, chunks):
+    def step(remote, x, y):
+        losses = remote.train_step(x, y, nn.functional.cross_entropy)
+        assert losses.shape == (chunks,)
+
+    train_three_steps(cluster, stages, chunks, schedule, step)
+
+
+def test_train_step_losses_hooks_and_a_loss_module(cluster):
+    """Per-micro-batch losses, hooks once per micro-batch in schedule order, a loss module."""
+    x, y = batch(8)
+    remote = cluster.deploy(make_net(), stages=2, chunks=4, schedule="1f1b")
+    try:
+        events = []
+        remote[4].register_forward_hook(lambda m, a, out: events.append(("F", len(out))))
+        remote[4].register_full_backward_hook(lambda m, gi, go: events.append(("B", len(go[0]))))
+        losses = remote.train_step(x, y, nn.CrossEntropyLoss())
+        local = make_net()
+        want = [nn.functional.cross_entropy(local(x[i:i + 2]), y[i:i + 2]).item()
+                for i in range(0, 8, 2)]
+        np.testing.assert_allclose(losses.numpy(), want, rtol=1e-6)
+        # the last stage of 1F1B alternates: forward 0, backward 0, forward 1, ...
+        assert events == [("F", 2), ("B", 2)] * 4
+    finally:
+        remote.close()
+
+
+def test_train_step_errors_end_the_step_everywhere_and_the_model_stays_usable(cluster):
+    from disthook.distributed import RemoteError
+
+    x, y = batch(8)
+    remote = cluster.deploy(make_net(), stages=3, chunks=4, schedule="1f1b")
+    try:
+        bad = y.clone()
+        bad[5] = 7  # no such class: the last stage fails on micro-batch 2
+        with pytest.raises(RemoteError, match="Target 7 is out of bounds"):
+            remote.train_step(x, bad, nn.functional.cross_entropy)
+        remote.zero_grad()
+        losses = remote.train_step(x, y, nn.functional.cross_entropy)
+        assert losses.shape == (4,)
+        with pytest.raises(TypeError, match="loss_fn runs on the last worker"):
+            remote.train_step(x, y, lambda out, t: out.sum())
+        with pytest.raises(ValueError, match="x has 8 rows but target has 3"):
+            remote.train_step(x, y[:3], nn.functional.cross_entropy)
+    finally:
+        remote.close()
+    with pytest.raises(ValueError, match="schedule must be 'gpipe' or '1f1b', got 'pipedream'"):
+        cluster.deploy(make_net(), stages=2, schedule="pipedream")
