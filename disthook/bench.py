@@ -152,9 +152,10 @@ def hook_overhead(lib):
 
 
 # "dist" (disthook.bench_dist) starts a local cluster; its baselines are raw pyzmq and one
-# process rather than torch.
+# process rather than torch. "pipeline" (disthook.bench_pipeline) prints a table of its own.
 SUITES = {
     "dist": [],
+    "pipeline": [],
     "engine": [
         ("MLP 784-1024x3-10 SGD step, batch 128", mlp_step, 1.15, (7, 3)),
         (f"{CHAIN_OPS} tiny ops fwd+bwd ({CHAIN_NUMEL} elems)", tiny_chain, 1.5, (7, 3)),
@@ -261,8 +262,15 @@ def main(suite: str = "all", *, quick: bool = False, json_path: str | None = Non
         print("dist: baselines are raw pyzmq between two processes and one process; the "
               "workers are local processes, one BLAS thread each")
     names = sorted(SUITES) if suite == "all" else [suite]
-    rows = [row for name in names for row in run_suite(name, quick)]
-    _print(rows)
+    rows = [row for name in names if name != "pipeline" for row in run_suite(name, quick)]
+    if rows:
+        _print(rows)
+    if "pipeline" in names:
+        from disthook import bench_pipeline
+
+        pipeline_rows = bench_pipeline.run(quick)
+        bench_pipeline.print_rows(pipeline_rows)
+        rows += [{"suite": "pipeline", **r} for r in pipeline_rows]
     if json_path:
         with open(json_path, "w") as f:
             json.dump(rows, f, indent=2)

@@ -27,7 +27,7 @@ import disthook
 from disthook import wire
 from disthook.distributed import hooks as worker_hooks
 from disthook.distributed.rpc import error_fields
-from disthook.distributed.service import NO_REPLY, Service, recv_now
+from disthook.distributed.service import NO_REPLY, Service, recv_now, tune_malloc
 from disthook.distributed.spec import build_module, import_main
 from disthook.distributed.values import pack, tensors_in, unpack
 
@@ -431,9 +431,11 @@ class Worker(Service):
         grads_in: dict[int, object] = {}
         losses: dict[int, float] = {}
         self._client = client
+        busy, peak = 0.0, _rss_bytes() or 0  # compute time; the most memory held
         try:
             for kind, mb in msg["schedule"]:
                 self._ctx = f"{step}.{mb}"
+                started = time.perf_counter()
                 if kind in ("recv_act", "recv_grad"):
                     received[(kind, mb)] = self._pipe_recv(st, step, kind[5:], mb)
                 elif kind == "forward":
@@ -449,6 +451,7 @@ class Worker(Service):
                             losses[mb] = float(loss.item())
                             out = loss * msg["scales"][mb]
                     held[mb] = (leaf, out)
+                    peak = max(peak, _rss_bytes() or 0)
                 elif kind == "send_act":
                     self._pipe_send(st, "next", step, "act", mb, held[mb][1].detach().numpy())
                 elif kind == "backward":
@@ -468,6 +471,8 @@ class Worker(Service):
                     self._pipe_send(st, "prev", step, "grad", mb, g.numpy())
                 else:
                     raise ValueError(f"unknown schedule action {kind!r}")
+                if kind in ("forward", "backward"):
+                    busy += time.perf_counter() - started
         except BaseException as exc:
             for side in ("prev", "next"):  # the neighbours must not wait for us
                 if side in st.neighbours:
@@ -479,7 +484,8 @@ class Worker(Service):
             self._finished_steps.append((model, step))
             for key in [k for k in self._mailbox if k[:2] == (model, step)]:
                 del self._mailbox[key]
-        return {"losses": [losses[mb] for mb in sorted(losses)]} if last else {}
+        stats = {"busy": busy, "peak_rss": peak}
+        return {"losses": [losses[mb] for mb in sorted(losses)], **stats} if last else stats
 
     def _pipe_send(self, st, side: str, step: str, kind: str, mb: int, data,
                    reason: str | None = None) -> None:
@@ -696,33 +702,6 @@ class _Context:
         self.retained = retained  # (client, hook id, key, tensor) whose grad goes to client
 
 
-# glibc's malloc returns freed memory at the top of its heap to the system, and serves large
-# arrays from fresh mappings; a worker that frees and re-allocates the same few MiB of
-# gradients every step (optimizer.zero_grad() sets them to None) then takes a page fault per
-# 4 KiB page on every step: measured, about 1,800 faults and +5 ms per backward of a
-# 784x1024 layer. Workers keep up to this much freed memory mapped instead.
-MALLOC_KEEP_BYTES = 256 << 20
-
-
-def _tune_malloc() -> bool:
-    """Keep freed memory (up to ``MALLOC_KEEP_BYTES``) mapped; True if glibc took it."""
-    import ctypes
-    import ctypes.util
-    import sys
-
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
-        return False
-    m_trim_threshold, m_mmap_threshold = -1, -3
-    ok = mallopt(m_trim_threshold, MALLOC_KEEP_BYTES)
-    ok &= mallopt(m_mmap_threshold, 32 << 20)  # glibc's largest allowed threshold
-    return bool(ok)
-
-
 def main(argv=None) -> int:
     import argparse
     import logging
@@ -752,7 +731,7 @@ def main(argv=None) -> int:
     import signal
 
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: stacks
-    if not _tune_malloc():
+    if not tune_malloc():
         logging.getLogger(__name__).info("malloc not tuned (not glibc)")
     worker = Worker(args.coordinator, bind=args.bind, worker_id=args.worker_id,
                     orphan_after=args.orphan_after, parent_pid=args.parent_pid,

@@ -369,6 +369,7 @@ class RemoteModel(Module):
             "_chain_checked": isinstance(module, Sequential),
             "_chunks": chunks,  # micro-batches per call (split along dim 0)
             "_schedule": schedule,  # of train_step: "gpipe" or "1f1b"
+            "step_stats": [],  # of the last train_step, per stage (busy, wall, peak_rss)
         }
         fields["_hub"] = _Hub(fields["_model_id"], fields["_addresses"], timeout)
         for name, value in fields.items():  # plain attributes, not submodules
@@ -454,12 +455,18 @@ class RemoteModel(Module):
                 fields.update(targets=_split_rows(target._data, sizes), loss=loss,
                               scales=scales)
             calls.append((address, fields))
+        started = time.perf_counter()
         try:
             replies = self._hub.request_all(calls, "train_step", ctx=step,
                                             what=f"a {self._schedule} training step")
         finally:
             for mb in range(m):
                 self._hub.drop_context(f"{step}.{mb}")
+        wall = time.perf_counter() - started
+        # per stage: seconds computing, the step's wall time seen here, the worker's RSS peak
+        object.__setattr__(self, "step_stats", [
+            {"busy": r["result"]["busy"], "wall": wall, "peak_rss": r["result"]["peak_rss"]}
+            for r in replies])
         return Tensor._make(np.array(replies[-1]["result"]["losses"], np.float32), None, 0)
 
     def _check_chain(self, x: Tensor) -> None:

@@ -1,0 +1,126 @@
+"""``disthook bench pipeline``: pipelined training on 2 workers against one process.
+
+The model is eight blocks of Linear(1024, 1024) + ReLU and a Linear(1024, 10) head, batch
+1024, float32, SGD; on the workers it is cut after block 4 and trained with
+``train_step`` for m = 1, 2, 4, 8 micro-batches under GPipe and 1F1B. Printed beside each
+speedup: the limit for this machine, 2m/(m+1) times (per-sample time of a layer at the full
+batch / per-sample time at the micro-batch size), measured in the same run; the bubble
+(idle time / step time) of each stage, measured, beside (p-1)/(m+p-1); and at m = 8 the
+peak RSS of each worker under GPipe and under 1F1B, each on fresh worker processes.
+The one-process baseline runs with the workers' malloc setting (freed memory stays mapped).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+BATCH, WIDTH, BLOCKS = 1024, 1024, 8
+MICRO = (1, 2, 4, 8)
+
+
+def _model():
+    import disthook as torch
+    from disthook import nn
+
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(BLOCKS):
+        layers += [nn.Linear(WIDTH, WIDTH), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(WIDTH, 10))
+
+
+def _median(fn, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _per_sample_layer_time(rows: int, repeats: int) -> float:
+    """Seconds per sample of one Linear(1024, 1024) + ReLU forward and backward."""
+    import disthook as torch
+    from disthook import nn
+
+    layer = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.ReLU())
+    x = torch.randn(rows, WIDTH, requires_grad=True)
+
+    def run():
+        layer(x).sum().backward()
+
+    return _median(run, repeats) / rows
+
+
+def run(quick: bool = False) -> list[dict]:
+    import disthook as torch
+    from disthook import nn
+    from disthook.distributed import DistributedOptimizer, local_cluster
+    from disthook.distributed.schedule import bubble_fraction
+
+    from disthook.distributed.service import tune_malloc
+
+    tune_malloc()  # as in the workers, so that page faults do not favour either side
+    repeats = 2 if quick else 5
+    x, y = torch.randn(BATCH, WIDTH), torch.randint(0, 10, (BATCH,))
+    net = _model()
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+
+    def local_step():
+        opt.zero_grad()
+        nn.functional.cross_entropy(net(x), y).backward()
+        opt.step()
+
+    one = _median(local_step, repeats)
+    full = _per_sample_layer_time(BATCH, repeats)
+    rows = []
+    for schedule in ("gpipe", "1f1b"):
+        with local_cluster(workers=2) as cluster:  # fresh workers: RSS peaks of this schedule
+            for m in MICRO:
+                remote = cluster.deploy(_model(), stages=2, split_points=[2 * BLOCKS // 2],
+                                        chunks=m, schedule=schedule)
+                ropt = DistributedOptimizer(torch.optim.SGD, remote.parameters(), lr=0.01)
+                busy = []
+
+                def step():
+                    ropt.zero_grad()
+                    remote.train_step(x, y, nn.functional.cross_entropy)
+                    ropt.step()
+                    busy.append([s["busy"] / s["wall"] for s in remote.step_stats])
+
+                t = _median(step, repeats)
+                limit = 2 * m / (m + 1) * full / _per_sample_layer_time(BATCH // m, repeats)
+                idle = [1 - statistics.median(b[i] for b in busy) for i in range(2)]
+                rows.append({
+                    "schedule": schedule, "m": m, "one_process_s": one, "step_s": t,
+                    "samples_per_s": BATCH / t, "speedup": one / t, "limit": limit,
+                    "of_limit": one / t / limit, "bubble_measured": idle,
+                    "bubble_formula": bubble_fraction(2, m),
+                    "peak_rss": [s["peak_rss"] for s in remote.step_stats],
+                })
+                remote.close()
+    return rows
+
+
+def print_rows(rows: list[dict]) -> None:
+    one = rows[0]["one_process_s"]
+    print(f"one process: {one * 1e3:.0f} ms per step, {BATCH / one:.0f} samples/s "
+          f"(MLP {BLOCKS}x Linear({WIDTH},{WIDTH})+ReLU + head, batch {BATCH}, SGD)")
+    print(f"{'schedule':<8} {'m':>2} {'step':>9} {'samples/s':>10} {'speedup':>8} "
+          f"{'limit':>6} {'of limit':>9} {'bubble 0/1 (formula)':>22} {'peak RSS 0/1':>16}")
+    for r in rows:
+        bubble = "/".join(f"{b:.2f}" for b in r["bubble_measured"])
+        rss = "/".join(f"{v / 2**20:.0f}" for v in r["peak_rss"])
+        print(f"{r['schedule']:<8} {r['m']:>2} {r['step_s'] * 1e3:>7.0f}ms "
+              f"{r['samples_per_s']:>10.0f} {r['speedup']:>7.2f}x {r['limit']:>5.2f}x "
+              f"{r['of_limit'] * 100:>8.0f}% {bubble:>14} ({r['bubble_formula']:.2f}) "
+              f"{rss:>12} MiB")
+    targets = [r for r in rows if r["m"] == 8]
+    for r in targets:
+        ok = r["speedup"] >= 1.4 and r["of_limit"] >= 0.9
+        print(f"target at m = 8 ({r['schedule']}): >= 1.40x and >= 90% of the limit: "
+              f"{'ok' if ok else 'MISS'}")
+    g, f = (next(r for r in targets if r["schedule"] == s) for s in ("gpipe", "1f1b"))
+    lower = all(b < a for a, b in zip(g["peak_rss"], f["peak_rss"]))
+    print(f"1F1B peak RSS below GPipe's on every worker: {'yes' if lower else 'NO'}")
