@@ -12,7 +12,8 @@ The one-process baseline runs with the workers' malloc setting (freed memory sta
 from __future__ import annotations
 
 import statistics
-import time
+
+from disthook.bench_dist import _median
 
 BATCH, WIDTH, BLOCKS = 1024, 1024, 8
 MICRO = (1, 2, 4, 8)
@@ -27,16 +28,6 @@ def _model():
     for _ in range(BLOCKS):
         layers += [nn.Linear(WIDTH, WIDTH), nn.ReLU()]
     return nn.Sequential(*layers, nn.Linear(WIDTH, 10))
-
-
-def _median(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def _per_sample_layer_time(rows: int, repeats: int) -> float:
@@ -58,7 +49,6 @@ def run(quick: bool = False) -> list[dict]:
     from disthook import nn
     from disthook.distributed import DistributedOptimizer, local_cluster
     from disthook.distributed.schedule import bubble_fraction
-
     from disthook.distributed.service import tune_malloc
 
     tune_malloc()  # as in the workers, so that page faults do not favour either side
@@ -83,7 +73,7 @@ def run(quick: bool = False) -> list[dict]:
                 ropt = DistributedOptimizer(torch.optim.SGD, remote.parameters(), lr=0.01)
                 busy = []
 
-                def step():
+                def step(remote=remote, ropt=ropt, busy=busy):
                     ropt.zero_grad()
                     remote.train_step(x, y, nn.functional.cross_entropy)
                     ropt.step()
