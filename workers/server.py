@@ -546,7 +546,9 @@ class Worker(Service):
         """The stage's share of an optimizer (made on first use), or the stage's zero_grad.
 
         ``optimizer``: {"id", "class" (a name in disthook.optim), "kwargs", "params" (full
-        names), "action": "step" | "zero_grad", "set_to_none"}.
+        names), "action": "step" | "zero_grad" | "state" | "load", "set_to_none", "state"}.
+        "state" returns the share's state by parameter name ({"state": {name: {key: value}},
+        "param_groups": [hyperparameters]}); "load" restores such a state.
         """
         st = self._stage(msg)
         spec = msg.get("optimizer")
@@ -569,6 +571,27 @@ class Worker(Service):
             opt.step()
         elif spec["action"] == "zero_grad":
             opt.zero_grad(set_to_none=spec.get("set_to_none", True))
+        elif spec["action"] == "state":
+            saved = opt.state_dict()
+            names = spec["params"]  # one group: ids 0..n-1 are these names in order
+            return {"state": {names[i]: {k: v.detach().numpy() if isinstance(v, disthook.Tensor)
+                                         else v for k, v in s.items()}
+                              for i, s in saved["state"].items()},
+                    "param_groups": [{k: list(v) if isinstance(v, tuple) else v
+                                      for k, v in g.items() if k != "params"}
+                                     for g in saved["param_groups"]]}
+        elif spec["action"] == "load":
+            names, given = spec["params"], spec["state"]
+            unknown = [n for n in given["state"] if n not in names]
+            if unknown:
+                raise KeyError(f"{st.name}: optimizer state for parameters it does not step: "
+                               f"{unknown}")
+            state = {names.index(n): {k: disthook.from_numpy(np.array(v))
+                                      if isinstance(v, np.ndarray) else v
+                                      for k, v in s.items()}
+                     for n, s in given["state"].items()}
+            groups = [{**g, "params": list(range(len(names)))} for g in given["param_groups"]]
+            opt.load_state_dict({"state": state, "param_groups": groups})
         else:
             raise ValueError(f"unknown optimizer action {spec['action']!r}")
         return

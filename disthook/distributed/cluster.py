@@ -87,7 +87,8 @@ class Cluster:
 
     # ---- placing a model ----------------------------------------------------------------------
     def deploy(self, module, stages: int = 1, *, balance: str = "params", split_points=None,
-               sample_input=None, chunks: int = 1, schedule: str = "gpipe"):
+               sample_input=None, chunks: int = 1, schedule: str = "gpipe",
+               checkpoint: str | None = None):
         """Place contiguous stages of ``module``'s children on workers; a ``RemoteModel``.
 
         Stages are balanced by parameter count (``balance="params"``), by the children's
@@ -97,14 +98,37 @@ class Cluster:
         through the stages as a pipeline (forward, and backward after it: GPipe); hooks fire
         once per micro-batch, in micro-batch order. ``remote.train_step(x, target, loss_fn)``
         runs a whole step with the loss on the last stage under ``schedule`` ("gpipe" or
-        "1f1b", which holds at most as many micro-batches per stage as there are stages)."""
+        "1f1b", which holds at most as many micro-batches per stage as there are stages).
+        ``checkpoint``: a directory written by ``remote.save``, whose weights are loaded
+        (the module must have the structure it was saved with)."""
         from disthook.distributed.remote import deploy
 
         self._check_open()
         remote = deploy(self, module, stages, split_points=split_points, balance=balance,
                         sample_input=sample_input, chunks=chunks, schedule=schedule)
+        if checkpoint is not None:
+            try:
+                remote.load_checkpoint(checkpoint)
+            except BaseException:
+                remote.close()
+                raise
         self._deployments.append(remote)
         return remote
+
+    def load(self, path: str):
+        """Deploy the model saved in checkpoint ``path`` as it was saved (its classes, stage
+        layout, micro-batches and schedule) with its weights; a ``RemoteModel``. Its
+        optimizer state is restored with ``remote.load_checkpoint(path, optimizer=...)``."""
+        from disthook.distributed import checkpoint as ckpt
+        from disthook.distributed.remote import rebuild
+
+        manifest, shards = ckpt.read(path)
+        module = rebuild(manifest["structure"], shards)
+        sizes = [len(names) for names in manifest["stages"]]
+        cuts = [sum(sizes[:i]) for i in range(1, len(sizes))]
+        remote = self.deploy(module, len(sizes), split_points=cuts,
+                             chunks=manifest["chunks"], schedule=manifest["schedule"])
+        return remote  # the rebuilt module carried the saved weights to the workers
 
     def captured(self, name: str, *, clear: bool = True) -> list:
         """What ``hooks.capture(name)`` kept on every worker, oldest first: per hook call, a

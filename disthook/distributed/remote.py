@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import itertools
 import os
+import sys
 import time
 import uuid
 import warnings
@@ -33,7 +34,7 @@ from disthook.autograd import engine, grad_mode
 from disthook.autograd.graph import SECOND_BACKWARD_MSG, Node, gradient_edge
 from disthook.distributed.hooks import WorkerHook
 from disthook.distributed.rpc import DEFAULT_TIMEOUT, RemoteError, RemoteTimeout
-from disthook.distributed.spec import main_script_of, module_spec
+from disthook.distributed.spec import class_path, main_script_of, module_spec
 from disthook.distributed.values import pack, unpack
 from disthook.nn.modules.container import Sequential
 from disthook.nn.modules.module import Module
@@ -610,6 +611,68 @@ class RemoteModel(Module):
                  for names, address in zip(self._stage_names, self._addresses)]
         self._hub.request_all(calls, "set_state", what="load_state_dict")
 
+    def save(self, path: str, *, optimizer: DistributedOptimizer | None = None,
+             step: int | None = None) -> None:
+        """A checkpoint of the model (and of ``optimizer``'s state) in directory ``path``:
+        one .npz per stage and a manifest (disthook.distributed.checkpoint); written
+        atomically, so an interrupted save leaves the previous checkpoint intact."""
+        from disthook.distributed import checkpoint
+
+        shards = [{f"param/{n}": np.asarray(a) for n, a in st["state"].items()}
+                  for st in self._states()]
+        manifest = {"step": step, "class": class_path(type(self._local)),
+                    "fingerprint": checkpoint.fingerprint(self._local),
+                    "stages": self._stage_names, "chunks": self._chunks,
+                    "schedule": self._schedule, "structure": _structure(self._local)}
+        if optimizer is not None:
+            state, groups = optimizer.state_by_name()
+            scalars = {}
+            for name, entries in state.items():
+                shard = shards[self._stage_of(name)]
+                for key, value in entries.items():
+                    if isinstance(value, np.ndarray):
+                        shard[f"opt/{name}/{key}"] = value
+                    else:
+                        scalars.setdefault(name, {})[key] = value
+            manifest["optimizer"] = {"class": optimizer.class_name,
+                                     "kwargs": optimizer.kwargs, "param_groups": groups,
+                                     "scalars": scalars}
+        checkpoint.write(path, manifest, shards)
+
+    def load_checkpoint(self, path: str, *, optimizer: DistributedOptimizer | None = None):
+        """Restore parameters and buffers (and ``optimizer``'s state) saved by ``save``;
+        the model must have the structure it was saved with. Returns the saved step."""
+        from disthook.distributed import checkpoint
+
+        manifest, shards = checkpoint.read(path)
+        if manifest["fingerprint"] != checkpoint.fingerprint(self._local):
+            raise checkpoint.CheckpointError(
+                f"{path} holds a checkpoint of another model ({manifest['class']}, other "
+                f"parameter names or shapes) than this {self._class_name}")
+        arrays = {k: v for shard in shards for k, v in shard.items()}
+        self.load_state_dict({k[len("param/"):]: v for k, v in arrays.items()
+                              if k.startswith("param/")})
+        if optimizer is not None:
+            saved = manifest.get("optimizer")
+            if saved is None:
+                raise checkpoint.CheckpointError(f"{path} was saved without optimizer state")
+            if saved["class"] != optimizer.class_name:
+                raise checkpoint.CheckpointError(
+                    f"{path} holds {saved['class']} state, not {optimizer.class_name}")
+            state: dict = {}
+            for key, value in arrays.items():
+                if key.startswith("opt/"):
+                    name, _, entry = key[4:].rpartition("/")
+                    state.setdefault(name, {})[entry] = value
+            for name, entries in saved["scalars"].items():
+                state.setdefault(name, {}).update(entries)
+            optimizer.load_state_by_name(state, saved["param_groups"])
+        return manifest["step"]
+
+    def _stage_of(self, name: str) -> int:
+        top = name.split(".", 1)[0]
+        return next(i for i, names in enumerate(self._stage_names) if top in names)
+
     def to_local(self) -> Module:
         """An ordinary module with the workers' current parameters and buffers."""
         local = copy.deepcopy(self._local)
@@ -684,6 +747,51 @@ def _forward_times(module: Module, x: Tensor, repeats: int = 3) -> list[int]:
     return [max(1, int(t * 1e6)) for t in best]
 
 
+def _structure(module: Module) -> dict:
+    """The module's spec with every tensor's data replaced by its shape and dtype: the
+    checkpoint's description of the model, rebuilt with the saved arrays by ``load``."""
+    def strip(spec):
+        for kind in ("params", "buffers"):
+            for entry in spec[kind].values():
+                if entry is not None and "data" in entry:
+                    arr = entry.pop("data")
+                    entry["shape"], entry["dtype"] = list(arr.shape), arr.dtype.str
+        for child in spec["children"].values():
+            if child is not None:
+                strip(child)
+        return spec
+
+    return strip(module_spec(module))
+
+
+def rebuild(structure: dict, shards: list[dict]) -> Module:
+    """The module a checkpoint describes, with its saved arrays (buffers that are not saved,
+    the non-persistent ones, start as zeros)."""
+    from disthook.distributed.spec import build_module
+
+    arrays = {k[len("param/"):]: v for shard in shards for k, v in shard.items()
+              if k.startswith("param/")}
+
+    def fill(spec, path):
+        spec = dict(spec)
+        for kind in ("params", "buffers"):
+            entries = {}
+            for name, entry in spec[kind].items():
+                if entry is not None and "shape" in entry:
+                    full = f"{path}.{name}" if path else name
+                    entry = {k: v for k, v in entry.items() if k not in ("shape", "dtype")}
+                    entry["data"] = arrays.get(full, np.zeros(spec[kind][name]["shape"],
+                                                              spec[kind][name]["dtype"]))
+                entries[name] = entry
+            spec[kind] = entries
+        spec["children"] = {n: None if c is None else fill(c, f"{path}.{n}" if path else n)
+                            for n, c in spec["children"].items()}
+        return spec
+
+    # classes of the client's own script resolve to it, as they did when it saved
+    return build_module(fill(structure, ""), main=sys.modules.get("__main__"))
+
+
 def _split_rows(arr: np.ndarray, sizes: list[int]) -> list[np.ndarray]:
     """``arr`` cut along dim 0 into consecutive parts of ``sizes`` rows (views)."""
     bounds = np.cumsum([0, *sizes])
@@ -722,14 +830,34 @@ class DistributedOptimizer:
             self.models[id(p._model)] = p._model
             self.shares.setdefault(key, []).append(p._path)
 
-    def _each(self, action: str, **extra) -> None:
-        """Every worker's share at once (per model), then wait for all of them."""
+    def _each(self, action: str, per_share=None, **extra) -> dict:
+        """Every worker's share at once (per model), then wait for all of them; the results
+        by (model id, address). ``per_share(names)`` adds fields for one share."""
+        results = {}
         for model_id, model in self.models.items():
+            keys = [key for key in self.shares if key[0] == model_id]
             calls = [(address, {"optimizer": {
                 "id": self.id, "class": self.class_name, "kwargs": self.kwargs,
-                "params": names, "action": action, **extra}})
-                for (mid, address), names in self.shares.items() if mid == model_id]
-            model._hub.request_all(calls, "step", what=f"optimizer {action}")
+                "params": self.shares[(mid, address)], "action": action, **extra,
+                **(per_share(self.shares[(mid, address)]) if per_share else {})}})
+                for mid, address in keys]
+            replies = model._hub.request_all(calls, "step", what=f"optimizer {action}")
+            results.update({key: r.get("result") for key, r in zip(keys, replies)})
+        return results
+
+    def state_by_name(self) -> tuple[dict, list]:
+        """({parameter name: {key: value}}, param_groups' hyperparameters) of all shares."""
+        state, groups = {}, []
+        for result in self._each("state").values():
+            state.update(result["state"])
+            groups = result["param_groups"]
+        return state, groups
+
+    def load_state_by_name(self, state: dict, param_groups: list) -> None:
+        """Restore what ``state_by_name`` gave (each share takes its parameters' part)."""
+        self._each("load", per_share=lambda names: {"state": {
+            "state": {n: s for n, s in state.items() if n in names},
+            "param_groups": param_groups}})
 
     def step(self) -> None:
         self._each("step")
