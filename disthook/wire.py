@@ -111,9 +111,9 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # data plane: activations forward, gradients backward. The reply goes to the client
     # named by reply_to (hex of its socket identity) from the last (first) stage.
     "forward": {"model": "str", "stage": "int", "inputs": "list", "grad_enabled": "bool",
-                "reply_to": "str", "requires_grad": "list?"},
+                "reply_to": "str", "requires_grad": "list?", "mb": "int?"},
     "backward": {"model": "str", "stage": "int", "grads": "list", "retain_graph": "bool",
-                 "reply_to": "str"},
+                 "reply_to": "str", "mb": "int?"},
     "release": {"model": "str", "contexts": "list"},
     # hooks: a stub fired on a worker asks the client to run the callable
     "hook_event": {"hook": "int", "kind": "str", "path": "str", "args": "list"},

@@ -216,6 +216,7 @@ class Worker(Service):
                 inputs.append(t)
             self._ctx, self._client = msg.ctx, client
             self._retained = []
+            self.captures.micro_batch = msg.get("mb")
             with self._warnings_to(client, msg), disthook.set_grad_enabled(grad):
                 out = st.module(*inputs)
             if not isinstance(out, disthook.Tensor):
@@ -226,7 +227,8 @@ class Worker(Service):
             self._retained = []
             fields = {"model": st.model, "stage": st.index + 1,
                       "inputs": [out.detach().numpy()], "grad_enabled": grad,
-                      "requires_grad": [out.requires_grad], "reply_to": msg["reply_to"]}
+                      "requires_grad": [out.requires_grad], "reply_to": msg["reply_to"],
+                      "mb": msg.get("mb")}
             nxt = st.neighbours.get("next")
             if nxt is not None:
                 nxt.send_multipart(wire.encode("forward", fields, req=msg.req, ctx=msg.ctx),
@@ -251,6 +253,7 @@ class Worker(Service):
             (g,) = msg["grads"]
             grad = disthook.from_numpy(np.array(g))
             retain = msg["retain_graph"]
+            self.captures.micro_batch = msg.get("mb")
             self._ctx, self._client = msg.ctx, client
             for t in context.inputs:
                 t.grad = None  # the gradient of this backward only goes to the previous stage
@@ -266,7 +269,8 @@ class Worker(Service):
             # when no input needed a gradient, no earlier stage kept a graph: answer now
             if prev is not None and any(t.requires_grad for t in context.inputs):
                 fields = {"model": st.model, "stage": st.index - 1, "grads": grads,
-                          "retain_graph": retain, "reply_to": msg["reply_to"]}
+                          "retain_graph": retain, "reply_to": msg["reply_to"],
+                          "mb": msg.get("mb")}
                 prev.send_multipart(wire.encode("backward", fields, req=msg.req, ctx=msg.ctx),
                                     copy=False)
             else:
@@ -314,10 +318,11 @@ class Worker(Service):
         st.hooks[hook_id] = handle
 
     def on_captured(self, msg, sender: bytes):
-        """The capture buffer ``name``: [{"order", "path", "kind", "value"}, ...]."""
-        return [{"order": list(order), "path": path, "kind": kind, "value": pack(value)}
-                for order, path, kind, value in self.captures.take(msg["name"],
-                                                                   msg.get("clear", True))]
+        """The capture buffer ``name``: [{"order", "path", "kind", "micro_batch", "value"}]."""
+        return [{"order": list(order), "path": path, "kind": kind, "micro_batch": mb,
+                 "value": pack(value)}
+                for order, path, kind, mb, value in self.captures.take(msg["name"],
+                                                                       msg.get("clear", True))]
 
     def on_remove_hook(self, msg, sender: bytes):
         handle = self._stage(msg).hooks.pop(msg["hook"], None)
@@ -435,6 +440,7 @@ class Worker(Service):
         try:
             for kind, mb in msg["schedule"]:
                 self._ctx = f"{step}.{mb}"
+                self.captures.micro_batch = mb
                 started = time.perf_counter()
                 if kind in ("recv_act", "recv_grad"):
                     received[(kind, mb)] = self._pipe_recv(st, step, kind[5:], mb)
@@ -481,6 +487,7 @@ class Worker(Service):
                                            f"{type(exc).__name__}: {exc}")
             raise
         finally:
+            self.captures.micro_batch = None
             self._finished_steps.append((model, step))
             for key in [k for k in self._mailbox if k[:2] == (model, step)]:
                 del self._mailbox[key]

@@ -130,10 +130,12 @@ class Cluster:
                              chunks=manifest["chunks"], schedule=manifest["schedule"])
         return remote  # the rebuilt module carried the saved weights to the workers
 
-    def captured(self, name: str, *, clear: bool = True) -> list:
+    def captured(self, name: str, *, clear: bool = True, details: bool = False) -> list:
         """What ``hooks.capture(name)`` kept on every worker, oldest first: per hook call, a
         detached Tensor (or a tuple of them, for a forward pre hook's args or a backward
-        hook's grad_output). The workers' buffers are emptied unless ``clear`` is False."""
+        hook's grad_output). The workers' buffers are emptied unless ``clear`` is False.
+        With ``details`` each item is a dict: value, path, kind (of hook) and micro_batch
+        (its index when the model runs micro-batches, else None)."""
         from disthook.distributed.values import unpack
 
         self._check_open()
@@ -145,6 +147,9 @@ class Cluster:
                 items += peer.request("captured", {"name": name, "clear": clear},
                                       timeout=self.timeout)["result"]
         items.sort(key=lambda item: item["order"])
+        if details:
+            return [{"value": unpack(i["value"]), "path": i["path"], "kind": i["kind"],
+                     "micro_batch": i["micro_batch"]} for i in items]
         return [unpack(item["value"]) for item in items]
 
     # ---- ending ------------------------------------------------------------------------------

@@ -105,14 +105,16 @@ _sequence = itertools.count()
 
 
 class Captures:
-    """A worker's capture buffers: name -> [(order key, path, kind, tensor), ...]."""
+    """A worker's capture buffers: name -> [(order key, path, kind, micro-batch, tensor)].
+    ``micro_batch`` is set by the worker while it runs a micro-batch (None otherwise)."""
 
     def __init__(self):
         self.buffers: dict[str, list] = {}
+        self.micro_batch: int | None = None
 
     def add(self, name: str, path: str, kind: str, value) -> None:
         self.buffers.setdefault(name, []).append(
-            ((time.time_ns(), next(_sequence)), path, kind, value))
+            ((time.time_ns(), next(_sequence)), path, kind, self.micro_batch, value))
 
     def take(self, name: str, clear: bool = True) -> list:
         items = self.buffers.get(name, [])

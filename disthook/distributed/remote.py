@@ -329,8 +329,9 @@ class RemoteBackward0(Node):
         parts = [g._data] if self._sizes is None else _split_rows(g._data, self._sizes)
         replies = model._hub.request_all(
             [(model._addresses[-1], {"stage": len(model._addresses) - 1, "grads": [part],
-                                     "retain_graph": retain, "reply_to": model._hub.reply_to},
-              ctx_id) for part, ctx_id in zip(parts, self._ctx_ids)],
+                                     "retain_graph": retain, "reply_to": model._hub.reply_to,
+                                     "mb": None if self._sizes is None else i}, ctx_id)
+             for i, (part, ctx_id) in enumerate(zip(parts, self._ctx_ids))],
             "backward", what="backward through the remote stages")
         if not retain:
             self._finalizer.detach()  # the workers closed the contexts themselves
@@ -396,8 +397,9 @@ class RemoteModel(Module):
         replies = self._hub.request_all(
             [(self._addresses[0], {"stage": 0, "inputs": [part], "grad_enabled": grad,
                                    "requires_grad": [x._requires_grad],
-                                   "reply_to": self._hub.reply_to}, ctx_id)
-             for part, ctx_id in zip(parts, ctx_ids)],
+                                   "reply_to": self._hub.reply_to,
+                                   "mb": None if sizes is None else i}, ctx_id)
+             for i, (part, ctx_id) in enumerate(zip(parts, ctx_ids))],
             "forward", what="forward through the remote stages")
         results = [r["result"] for r in replies]
         outs = [np.asarray(r["output"]) for r in results]

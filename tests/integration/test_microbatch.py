@@ -147,3 +147,29 @@ def test_train_step_errors_end_the_step_everywhere_and_the_model_stays_usable(cl
         remote.close()
     with pytest.raises(ValueError, match="schedule must be 'gpipe' or '1f1b', got 'pipedream'"):
         cluster.deploy(make_net(), stages=2, schedule="pipedream")
+
+
+@pytest.mark.parametrize("mode", ["call", "train_step"])
+def test_captures_keep_the_micro_batch_index(cluster, mode):
+    from disthook.distributed import hooks
+
+    x, y = batch(9)
+    remote = cluster.deploy(make_net(), stages=2, chunks=3, schedule="1f1b")
+    try:
+        remote[2].register_forward_hook(hooks.capture("mb-out"))
+        remote[2].register_full_backward_hook(hooks.capture("mb-grad"))
+        if mode == "call":
+            nn.functional.cross_entropy(remote(x), y).backward()
+        else:
+            remote.train_step(x, y, nn.functional.cross_entropy)
+        outs = cluster.captured("mb-out", details=True)
+        assert [o["micro_batch"] for o in outs] == [0, 1, 2]
+        assert all(o["path"] == "2" and o["kind"] == "forward" for o in outs)
+        assert [len(o["value"]) for o in outs] == [3, 3, 3]
+        grads = cluster.captured("mb-grad", details=True)
+        assert sorted(g["micro_batch"] for g in grads) == [0, 1, 2]
+        with torch.no_grad():
+            remote(x[:2])  # fewer rows than chunks: one micro-batch per row
+        assert [o["micro_batch"] for o in cluster.captured("mb-out", details=True)] == [0, 1]
+    finally:
+        remote.close()
