@@ -627,6 +627,9 @@ class RemoteModel(Module):
                     "stages": self._stage_names, "chunks": self._chunks,
                     "schedule": self._schedule, "structure": _structure(self._local)}
         if optimizer is not None:
+            if set(optimizer.models) != {id(self)}:
+                raise ValueError("save(optimizer=...) takes an optimizer of this model's "
+                                 "parameters only")
             state, groups = optimizer.state_by_name()
             scalars = {}
             for name, entries in state.items():

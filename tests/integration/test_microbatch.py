@@ -97,7 +97,7 @@ def test_micro_batches_need_outputs_that_keep_the_batch_dimension(cluster):
 # ---- train_step: the loss on the last stage, GPipe or 1F1B run by the workers ---------------
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
-@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("stages", [1, 2, 3])
 @pytest.mark.parametrize("chunks", [1, 2, 4, 8])
 def test_train_step_equals_whole_batch_training(cluster, schedule, stages, chunks):
     def step(remote, x, y):
