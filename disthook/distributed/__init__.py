@@ -12,7 +12,7 @@
 from disthook.distributed import hooks
 from disthook.distributed.cluster import Cluster, WorkerInfo, connect, local_cluster
 from disthook.distributed.remote import DistributedOptimizer
-from disthook.distributed.rpc import ClusterError, RemoteError, RemoteTimeout
+from disthook.distributed.rpc import ClusterError, RemoteError, RemoteTimeout, WorkerLost
 
 __all__ = ["Cluster", "ClusterError", "DistributedOptimizer", "RemoteError", "RemoteTimeout",
-           "WorkerInfo", "connect", "hooks", "local_cluster"]
+           "WorkerInfo", "WorkerLost", "connect", "hooks", "local_cluster"]

@@ -33,7 +33,7 @@ from disthook import wire
 from disthook.autograd import engine, grad_mode
 from disthook.autograd.graph import SECOND_BACKWARD_MSG, Node, gradient_edge
 from disthook.distributed.hooks import WorkerHook
-from disthook.distributed.rpc import DEFAULT_TIMEOUT, RemoteError, RemoteTimeout
+from disthook.distributed.rpc import DEFAULT_TIMEOUT, RemoteError, RemoteTimeout, WorkerLost
 from disthook.distributed.spec import class_path, main_script_of, module_spec
 from disthook.distributed.values import pack, unpack
 from disthook.nn.modules.container import Sequential
@@ -78,8 +78,12 @@ class _Hub:
     """The client's sockets to the workers of one deployment, all with one identity, so that
     whichever worker finishes a pipelined request can answer the client directly."""
 
-    def __init__(self, model: str, addresses: list[str], timeout: float):
+    def __init__(self, model: str, addresses: list[str], timeout: float,
+                 holders: dict[str, tuple[str, int]] | None = None):
         self.model = model  # every message to a worker names the model it is for
+        self.holders = holders or {}  # address -> (worker id, stage) for WorkerLost
+        self.monitors: dict[zmq.Socket, str] = {}  # connection events -> address
+        self.lost: dict[str, str] = {}  # address -> what was in flight when it went
         self.identity = f"client-{os.getpid()}-{uuid.uuid4().hex[:12]}".encode()
         self.ctx = zmq.Context.instance()
         self.timeout = timeout
@@ -90,6 +94,10 @@ class _Hub:
                 sock = self.ctx.socket(zmq.DEALER)
                 sock.setsockopt(zmq.LINGER, 0)
                 sock.setsockopt(zmq.IDENTITY, self.identity)
+                # a worker that dies closes its connection: the monitor reports it at once
+                monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+                self.poller.register(monitor, zmq.POLLIN)
+                self.monitors[monitor] = address
                 sock.connect(address)
                 self.poller.register(sock, zmq.POLLIN)
                 self.socks[address] = sock
@@ -206,6 +214,8 @@ class _Hub:
         (and micro-batches flow through the stages as a pipeline); the replies in call
         order. The first error reply is raised once all have come."""
         self.flush_releases()
+        if self.lost:  # a worker of this model went away earlier
+            self._raise_lost(next(iter(self.lost)), what or msg_type, ctx)
         reqs = []
         for call in calls:
             address, fields = call[0], call[1]
@@ -221,6 +231,16 @@ class _Hub:
                 raise RemoteTimeout(f"no answer to {what or msg_type!r} within "
                                     f"{self.timeout:g} s")
             for sock in events:
+                if sock in self.monitors:
+                    if self._disconnected(sock):
+                        address = self.monitors[sock]
+                        self.lost[address] = what or msg_type
+                        if msg_type == "train_step":  # the other stages must stop waiting
+                            self._abort_step(ctx, address)
+                        in_flight = [c[2] if len(c) > 2 else ctx for c in calls]
+                        self._raise_lost(address, what or msg_type,
+                                         ", ".join(c for c in in_flight if c) or None)
+                    continue
                 try:
                     reply = wire.decode(sock.recv_multipart(copy=False))
                 except wire.WireError:
@@ -237,6 +257,10 @@ class _Hub:
         # warnings a stage sent before passing its result on may still be on their way on
         # another socket than the last answer's: take those that are here
         for sock in dict(self.poller.poll(0)):
+            if sock in self.monitors:
+                if self._disconnected(sock):
+                    self.lost[self.monitors[sock]] = "no call (between calls)"
+                continue
             try:
                 late = wire.decode(sock.recv_multipart(copy=False))
             except wire.WireError:
@@ -252,6 +276,27 @@ class _Hub:
                 raise RemoteError(reply["kind"], reply["message"], worker=reply.get("worker"),
                                   path=reply.get("path"), traceback=reply.get("traceback"))
         return [replies[req] for req in reqs]
+
+    @staticmethod
+    def _disconnected(monitor: zmq.Socket) -> bool:
+        from zmq.utils.monitor import recv_monitor_message
+
+        try:
+            event = recv_monitor_message(monitor, zmq.NOBLOCK)
+        except zmq.Again:
+            return False
+        return event["event"] == zmq.EVENT_DISCONNECTED
+
+    def _raise_lost(self, address: str, what: str, ctx: str | None):
+        worker, stage = self.holders.get(address, (address, -1))
+        raise WorkerLost(worker, stage, what, ctx)
+
+    def _abort_step(self, step: str | None, lost: str) -> None:
+        worker, _ = self.holders.get(lost, (lost, -1))
+        for address in self.socks:
+            if address != lost and step is not None:
+                self.send(address, "pipe", {"step": step, "kind": "abort", "mb": -1,
+                                            "reason": f"worker {worker} is lost"})
 
     def drop_context(self, ctx_id: str) -> None:
         """Forget the client-side hook graphs of a context whose backward is over."""
@@ -272,8 +317,12 @@ class _Hub:
         """Close the sockets; with ``unload`` the workers first drop the model's stages (sent
         without waiting: a worker that is gone has nothing left to drop)."""
         if os.getpid() == self._pid:
+            for sock in self.socks.values():
+                sock.disable_monitor()
+            for monitor in self.monitors:
+                monitor.close(linger=0)
             for address, sock in self.socks.items():
-                if unload:
+                if unload and address not in self.lost:
                     self.send(address, "unload", {})
                 sock.close(linger=500 if unload else 0)
         self.socks = {}
@@ -373,7 +422,8 @@ class RemoteModel(Module):
             "_schedule": schedule,  # of train_step: "gpipe" or "1f1b"
             "step_stats": [],  # of the last train_step, per stage (busy, wall, peak_rss)
         }
-        fields["_hub"] = _Hub(fields["_model_id"], fields["_addresses"], timeout)
+        holders = {w.address: (w.id, i) for i, w in enumerate(workers)}
+        fields["_hub"] = _Hub(fields["_model_id"], fields["_addresses"], timeout, holders)
         for name, value in fields.items():  # plain attributes, not submodules
             object.__setattr__(self, name, value)
         object.__setattr__(self, "training", module.training)

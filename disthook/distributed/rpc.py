@@ -21,6 +21,7 @@ __all__ = [
     "Peer",
     "RemoteError",
     "RemoteTimeout",
+    "WorkerLost",
     "error_fields",
 ]
 
@@ -48,6 +49,18 @@ class RemoteError(RuntimeError):
 
 class RemoteTimeout(TimeoutError):
     """No reply came before the deadline."""
+
+
+class WorkerLost(ClusterError):
+    """A worker holding a stage of the model went away (its connection closed) while a call
+    needed it, or before: names the worker, its stage and what was in flight."""
+
+    def __init__(self, worker: str, stage: int, what: str, context: str | None = None):
+        self.worker, self.stage, self.what, self.context = worker, stage, what, context
+        ctx = f" (context {context})" if context else ""
+        super().__init__(f"worker {worker}, holding stage {stage}, is lost: its connection "
+                         f"closed during {what}{ctx}; deploy the model again (its stage's "
+                         "state on that worker is gone)")
 
 
 def error_fields(exc: BaseException, *, worker: str | None = None, path: str | None = None,

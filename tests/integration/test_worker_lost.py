@@ -1,0 +1,65 @@
+"""A worker killed while a call needs it: the call ends with WorkerLost naming the worker,
+its stage and what was in flight, at once (not at the request deadline); the stages that
+survive stop waiting; later calls on that model say so immediately."""
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+import disthook as torch
+from disthook import nn
+from disthook.distributed import WorkerLost, local_cluster
+from disthook.distributed.rpc import Peer
+
+pytestmark = pytest.mark.timeout(180)
+
+
+class Sleepy(nn.Module):
+    """Takes a while, so that the test can kill a worker in the middle of a call."""
+
+    def forward(self, x):
+        time.sleep(1.5)
+        return x
+
+
+def kill_later(pid: int, delay: float) -> threading.Timer:
+    timer = threading.Timer(delay, os.kill, (pid, signal.SIGKILL))
+    timer.start()
+    return timer
+
+
+def test_a_worker_killed_during_forward_ends_the_call_with_worker_lost():
+    with local_cluster(workers=2, timeout=60) as cluster:
+        remote = cluster.deploy(nn.Sequential(nn.Linear(4, 4), Sleepy()), stages=2)
+        (_, victim, _), = [w for w in remote.workers() if w[0] == 1]
+        pid = next(w.pid for w in cluster.workers() if w.id == victim)
+        kill_later(pid, 0.5)
+        started = time.monotonic()
+        with pytest.raises(WorkerLost, match=f"worker {victim}, holding stage 1, is lost: "
+                                             "its connection closed during forward") as info:
+            remote(torch.ones(2, 4))
+        assert time.monotonic() - started < 10  # the disconnect, not the 60 s deadline
+        assert info.value.stage == 1 and info.value.context
+        with pytest.raises(WorkerLost, match=f"worker {victim}"):
+            remote(torch.ones(2, 4))  # the model stays broken, and says so at once
+        remote.close()
+
+
+def test_a_worker_killed_during_train_step_frees_the_other_stages():
+    with local_cluster(workers=2, timeout=60) as cluster:
+        remote = cluster.deploy(nn.Sequential(nn.Linear(4, 4), Sleepy(), nn.Linear(4, 2)),
+                                stages=2, split_points=[1], chunks=2)
+        stages = {stage: wid for stage, wid, _ in remote.workers()}
+        workers = {w.id: w for w in cluster.workers()}
+        kill_later(workers[stages[1]].pid, 0.5)
+        with pytest.raises(WorkerLost, match="holding stage 1"):
+            remote.train_step(torch.ones(4, 4), torch.tensor([0, 1, 0, 1]),
+                              nn.functional.cross_entropy)
+        survivor = workers[stages[0]]
+        started = time.monotonic()
+        with Peer(survivor.address) as peer:  # answers: it no longer waits for stage 1
+            assert peer.request("status", timeout=20)["result"]["id"] == survivor.id
+        assert time.monotonic() - started < 10
+        remote.close()
