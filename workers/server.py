@@ -151,7 +151,8 @@ class Worker(Service):
     def on_status(self, msg, sender: bytes):
         return {"id": self.id, "pid": os.getpid(), "address": self.address,
                 "stages": [st.name for st in self.stages.values()], "memory": _rss_bytes(),
-                "contexts": sum(len(st.contexts) for st in self.stages.values())}
+                "contexts": sum(len(st.contexts) for st in self.stages.values()),
+                "mailbox": len(self._mailbox)}
 
     def on_load_stage(self, msg, sender: bytes):
         """Build a stage of model ``msg["model"]`` from its spec and connect to its neighbour
@@ -418,8 +419,15 @@ class Worker(Service):
     def on_pipe(self, msg, sender: bytes):
         """An activation or gradient of a micro-batch from a neighbour stage (or word that
         it aborted the step), kept until the schedule asks for it."""
-        if (msg["model"], msg["step"]) not in self._finished_steps:  # else: late, dropped
-            self._mailbox[(msg["model"], msg["step"], msg["kind"], msg["mb"])] = msg
+        key = (msg["model"], msg["step"])
+        if msg["model"] not in self.stages or key in self._finished_steps:
+            return NO_REPLY  # for no model held here, or late: dropped
+        if len(self._mailbox) >= MAILBOX_LIMIT:  # nobody asks for these: a faulty peer
+            oldest = next(iter(self._mailbox))
+            self.log.warning("worker %s: pipeline mailbox full (%d); dropping %s", self.id,
+                             MAILBOX_LIMIT, oldest)
+            del self._mailbox[oldest]
+        self._mailbox[(*key, msg["kind"], msg["mb"])] = msg
         return NO_REPLY
 
     def on_train_step(self, msg, sender: bytes):
@@ -656,6 +664,7 @@ class Worker(Service):
 
 _load_ids = itertools.count()
 PIPE_TIMEOUT = 300.0  # seconds a stage waits for a neighbour's activation or gradient
+MAILBOX_LIMIT = 4096  # pipeline messages kept before anyone asked for them
 
 
 def _loss_function(spec: dict):

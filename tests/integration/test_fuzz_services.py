@@ -1,0 +1,109 @@
+"""10,000 random and mutated messages at the coordinator and at a worker that holds a stage:
+each process keeps serving, and a training step afterwards gives the right values."""
+import random
+
+import numpy as np
+import pytest
+import zmq
+from test_remote import data, make_net
+
+from disthook import nn, wire
+from disthook.distributed import local_cluster
+
+pytestmark = pytest.mark.timeout(300)
+
+TYPES = sorted(wire.SCHEMAS)
+HARMLESS = [t for t in TYPES if t not in ("shutdown",)]
+
+
+def mutated_messages(rng: random.Random, n: int):
+    """Random frames, truncated and corrupted valid messages, unknown types, wrong field
+    kinds, huge declared arrays, and well-formed messages for models nobody holds."""
+    valid = wire.encode("forward", {"model": "nobody", "stage": 0,
+                                    "inputs": [np.ones((2, 8), np.float32)],
+                                    "grad_enabled": True, "reply_to": "00"})
+    valid = [bytes(f) for f in valid]
+    for i in range(n):
+        kind = i % 6
+        if kind == 0:
+            yield [rng.randbytes(rng.randint(0, 64)) for _ in range(rng.randint(1, 4))]
+        elif kind == 1:  # a valid message with bytes flipped in its header
+            head = bytearray(valid[0])
+            for _ in range(rng.randint(1, 4)):
+                head[rng.randrange(len(head))] = rng.randrange(256)
+            yield [bytes(head), *valid[1:]]
+        elif kind == 2:  # truncated frames, or frames missing
+            cut = valid[0][:rng.randrange(len(valid[0]))]
+            yield [cut] if rng.random() < 0.5 else [valid[0]]
+        elif kind == 3:  # a well-formed message of a random type with random fields
+            t = rng.choice(HARMLESS)
+            fields = {k: rng.choice([None, 1, "x", [1, 2], {"a": 1}, True, 2.5])
+                      for k in wire.SCHEMAS[t]}
+            try:
+                yield [bytes(f) for f in wire.encode(t, fields)]
+            except wire.WireError:
+                yield [rng.randbytes(8)]
+        elif kind == 4:  # a huge declared array behind a tiny frame
+            yield [bytes(wire.encode("status", {})[0]).replace(b"\xa1a\x90", b"\xa1a\x91\x92"
+                   b"\xa3<f4\x91\xce\x7f\xff\xff\xff"), b"1234"]
+        else:  # valid messages for a model nobody holds, including pipeline traffic
+            yield [bytes(f) for f in wire.encode("pipe", {
+                "model": f"m{rng.randrange(100)}", "step": str(i), "kind": "act",
+                "mb": rng.randrange(8), "data": np.zeros(3, np.float32)})]
+
+
+def test_services_survive_a_storm_of_bad_messages_and_still_train_right():
+    with local_cluster(workers=2) as cluster:
+        remote = cluster.deploy(make_net(), stages=2)
+        targets = [cluster.address] + [w.address for w in cluster.workers()]
+        ctx = zmq.Context.instance()
+        rng = random.Random(0)
+        sent = answered = 0
+        for address in targets:
+            sock = ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(address)
+            try:
+                for frames in mutated_messages(rng, 3400):
+                    sock.send_multipart(frames)
+                    sent += 1
+                    while sock.poll(0):  # error replies
+                        wire.decode(sock.recv_multipart())
+                        answered += 1
+                # a process serves one connection in order: once this status is answered,
+                # every message before it was handled
+                sock.send_multipart(wire.encode("status", {}, req=987654))
+                while True:
+                    assert sock.poll(120_000), f"{address} stopped answering"
+                    reply = wire.decode(sock.recv_multipart())
+                    if reply.req == 987654:
+                        assert reply.type == "ok"
+                        break
+                    answered += 1
+            finally:
+                sock.close()
+        assert sent >= 10_000
+        assert answered > 5_000  # most bad messages got an error reply
+        # every process still serves, and a training step is exactly right
+        assert all(w.alive for w in cluster.workers())
+        local = make_net()
+        x, y = data()
+        nn.functional.cross_entropy(local(x), y).backward()
+        nn.functional.cross_entropy(remote(x), y).backward()
+        grads = remote.named_gradients()
+        for name, p in local.named_parameters():
+            np.testing.assert_allclose(grads[name].numpy(), p.grad.numpy(), rtol=1e-6,
+                                       atol=1e-7)
+        # pipeline messages for a model the worker holds, that no step will ever ask for,
+        # are kept up to a bound
+        from disthook.distributed.rpc import Peer
+        from workers.server import MAILBOX_LIMIT
+
+        first = cluster.workers()[0].address
+        with Peer(first) as peer:
+            for i in range(MAILBOX_LIMIT + 500):
+                peer._sock.send_multipart(wire.encode("pipe", {
+                    "model": remote._model_id, "step": f"s{i}", "kind": "act", "mb": 0,
+                    "data": None}))
+            assert peer.request("status", timeout=60)["result"]["mailbox"] == MAILBOX_LIMIT
+        remote.close()
