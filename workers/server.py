@@ -79,9 +79,18 @@ class Worker(Service):
         self.next_beat = time.monotonic() + 1.0  # re-register if no answer came by then
 
     def _register(self) -> None:
-        self.control.send_multipart(wire.encode("register", {
+        self._to_coordinator("register", {
             "worker": self.id, "address": self.address, "pid": os.getpid(),
-            "host": socket.gethostname()}), copy=False)
+            "host": socket.gethostname()})
+
+    def _to_coordinator(self, msg_type: str, fields: dict) -> None:
+        """Never blocks: while the coordinator is away its queue may fill; a beat is dropped
+        then (the next one says the same), and the worker goes on serving its stages."""
+        try:
+            self.control.send_multipart(wire.encode(msg_type, fields), zmq.NOBLOCK,
+                                        copy=False)
+        except zmq.Again:
+            pass
 
     # ---- the control channel ----------------------------------------------------------------
     def on_socket(self, sock: zmq.Socket) -> None:
@@ -140,9 +149,9 @@ class Worker(Service):
     def _beat(self) -> None:
         """A heartbeat now (also right after placement changes, so status is current)."""
         if self.registered:
-            self.control.send_multipart(wire.encode("heartbeat", {
+            self._to_coordinator("heartbeat", {
                 "worker": self.id, "memory": _rss_bytes(),
-                "stages": [st.name for st in self.stages.values()]}), copy=False)
+                "stages": [st.name for st in self.stages.values()]})
         else:
             self._register()
         self.next_beat = time.monotonic() + self.heartbeat

@@ -1,0 +1,68 @@
+"""The coordinator dies mid-training: the data plane does not need it, so training goes on;
+a coordinator started again on the same address gets the workers back (they register again
+with their stages) and the client's cluster calls work again."""
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from test_remote import data, make_net
+
+import disthook as torch
+from disthook import nn
+from disthook.distributed import DistributedOptimizer, RemoteTimeout, local_cluster
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def test_training_survives_the_coordinator_and_workers_register_again():
+    x, y = data()
+    local = make_net()
+    opt = torch.optim.SGD(local.parameters(), lr=0.1)
+    revived = None
+    with local_cluster(workers=2, timeout=5) as cluster:
+        try:
+            remote = cluster.deploy(make_net(), stages=2)
+            ropt = DistributedOptimizer(torch.optim.SGD, remote.parameters(), lr=0.1)
+
+            def both_steps():
+                for model, o in ((local, opt), (remote, ropt)):
+                    o.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    o.step()
+
+            both_steps()
+            coordinator = cluster._processes[0]
+            coordinator.kill()
+            coordinator.wait(10)
+            both_steps()  # activations and gradients go worker to worker: no coordinator
+            with pytest.raises(RemoteTimeout):
+                cluster.status()  # a clear error while it is away
+            revived = subprocess.Popen([sys.executable, "-m", "coordinator", "--bind",
+                                        cluster.address, "--log-level", "WARNING"],
+                                       stdout=subprocess.DEVNULL)
+            deadline = time.monotonic() + 30
+            while True:  # the workers register again, with the stages they kept
+                try:
+                    workers = [w for w in cluster.workers() if w.alive]
+                except RemoteTimeout:
+                    workers = []
+                if len(workers) == 2 and all(w.stages for w in workers):
+                    break
+                assert time.monotonic() < deadline, "the workers did not come back"
+                time.sleep(0.2)
+            both_steps()
+            state = remote.state_dict()
+            for name, p in local.state_dict().items():
+                np.testing.assert_allclose(state[name].numpy(), p.numpy(), rtol=1e-6,
+                                           atol=1e-7)
+        finally:
+            cluster.close()  # the revived coordinator tells the workers to stop
+            if revived is not None:
+                try:
+                    assert revived.wait(10) == 0  # it took the shutdown and stopped
+                finally:
+                    if revived.poll() is None:
+                        revived.kill()
+                        revived.wait()
