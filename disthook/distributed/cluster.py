@@ -54,8 +54,10 @@ class Cluster:
         self.timeout = timeout
         self._coordinator = Peer(address, name=f"the coordinator at {address}")
         self._processes = list(_processes or [])
+        self._lock = threading.Lock()
         self._closed = False
         self._deployments: list = []
+        self._restarter: tuple | None = None  # (stop event, thread) of restart=True
         # the processes must not outlive an unreferenced cluster object either
         self._finalizer = weakref.finalize(self, _reap, self._processes, 5.0)
 
@@ -158,6 +160,9 @@ class Cluster:
         if self._closed:
             return
         self._closed = True
+        if self._restarter is not None:  # workers stopping now must not be replaced
+            self._restarter[0].set()
+            self._restarter[1].join()
         for remote in self._deployments:
             remote.close(unload=not self._processes)  # a local cluster's workers stop anyway
         try:
@@ -170,6 +175,22 @@ class Cluster:
         finally:
             self._coordinator.close()
             self._finalizer()  # waits for the processes, kills the stragglers
+
+    def _start_restarter(self, worker_args: list[str], stderr) -> None:
+        """A thread that replaces every worker process that exits (local clusters)."""
+        stop = threading.Event()
+        procs, lock = self._processes, self._lock
+
+        def watch():
+            while not stop.wait(0.2):
+                with lock:
+                    for i, proc in enumerate(procs):
+                        if i > 0 and proc.poll() is not None and not stop.is_set():
+                            procs[i] = _spawn(worker_args, stderr, announce=False)
+
+        thread = threading.Thread(target=watch, name="disthook-restarter", daemon=True)
+        thread.start()
+        self._restarter = (stop, thread)
 
     def __enter__(self) -> Cluster:
         return self
@@ -206,11 +227,13 @@ def connect(address: str, *, timeout: float = DEFAULT_TIMEOUT) -> Cluster:
 def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
                   heartbeat: float = 0.5, timeout: float = DEFAULT_TIMEOUT,
                   start_timeout: float = 60.0, log_level: str = "WARNING",
-                  stderr=None, allow_hook_modules=()) -> Cluster:
+                  stderr=None, allow_hook_modules=(), restart: bool = False) -> Cluster:
     """Start a coordinator and ``workers`` worker processes on this machine; a ``Cluster``.
 
     ``allow_hook_modules``: modules (or packages) whose functions ``hooks.by_path`` may run
-    on the workers."""
+    on the workers. With ``restart`` a worker process that dies is replaced by a new one
+    (a model that had a stage there raises WorkerLost; ``remote.recover()`` places it again
+    and loads its last checkpoint)."""
     if IN_WORKER:
         raise RuntimeError(
             "local_cluster() was called while a worker imported the client's main script to "
@@ -227,12 +250,14 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
         address = _announced_address(coordinator, start_timeout)
         allow = [arg for m in allow_hook_modules for arg in ("--allow-hook-module", m)]
         allow.append("--allow-main-scripts")  # the client's script is on this machine
+        worker_args = ["workers", "--coordinator", address, "--bind", f"tcp://{host}:0",
+                       "--log-level", log_level, "--orphan-after",
+                       str(max(10.0, 40 * heartbeat)), *allow]
         for _ in range(workers):
-            procs.append(_spawn(["workers", "--coordinator", address,
-                                 "--bind", f"tcp://{host}:0", "--log-level", log_level,
-                                 "--orphan-after", str(max(10.0, 40 * heartbeat)), *allow],
-                                stderr, announce=False))
+            procs.append(_spawn(worker_args, stderr, announce=False))
         cluster = Cluster(address, timeout=timeout, _processes=procs)
+        if restart:
+            cluster._start_restarter(worker_args, stderr)
     except BaseException:
         _reap(procs, 5.0)
         raise

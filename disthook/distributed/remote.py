@@ -33,7 +33,13 @@ from disthook import wire
 from disthook.autograd import engine, grad_mode
 from disthook.autograd.graph import SECOND_BACKWARD_MSG, Node, gradient_edge
 from disthook.distributed.hooks import WorkerHook
-from disthook.distributed.rpc import DEFAULT_TIMEOUT, RemoteError, RemoteTimeout, WorkerLost
+from disthook.distributed.rpc import (
+    DEFAULT_TIMEOUT,
+    ClusterError,
+    RemoteError,
+    RemoteTimeout,
+    WorkerLost,
+)
 from disthook.distributed.spec import class_path, main_script_of, module_spec
 from disthook.distributed.values import pack, unpack
 from disthook.nn.modules.container import Sequential
@@ -421,6 +427,7 @@ class RemoteModel(Module):
             "_chunks": chunks,  # micro-batches per call (split along dim 0)
             "_schedule": schedule,  # of train_step: "gpipe" or "1f1b"
             "step_stats": [],  # of the last train_step, per stage (busy, wall, peak_rss)
+            "_checkpoint": None,  # the last checkpoint saved or loaded, for recover()
         }
         holders = {w.address: (w.id, i) for i, w in enumerate(workers)}
         fields["_hub"] = _Hub(fields["_model_id"], fields["_addresses"], timeout, holders)
@@ -693,6 +700,7 @@ class RemoteModel(Module):
                                      "kwargs": optimizer.kwargs, "param_groups": groups,
                                      "scalars": scalars}
         checkpoint.write(path, manifest, shards)
+        object.__setattr__(self, "_checkpoint", path)
 
     def load_checkpoint(self, path: str, *, optimizer: DistributedOptimizer | None = None):
         """Restore parameters and buffers (and ``optimizer``'s state) saved by ``save``;
@@ -722,7 +730,38 @@ class RemoteModel(Module):
             for name, entries in saved["scalars"].items():
                 state.setdefault(name, {}).update(entries)
             optimizer.load_state_by_name(state, saved["param_groups"])
+        object.__setattr__(self, "_checkpoint", path)
         return manifest["step"]
+
+    def recover(self, *, optimizer: DistributedOptimizer | None = None) -> int | None:
+        """After ``WorkerLost``: place the stages again on live workers (a replacement from
+        ``local_cluster(restart=True)``, or any other) and load the last checkpoint this
+        model saved or loaded (and ``optimizer``'s state from it). Returns the checkpoint's
+        step. Client hooks registered before must be registered again."""
+        path = self._checkpoint
+        if path is None:
+            lost = ", ".join(f"stage {self._hub.holders.get(a, (a, '?'))[1]} on worker "
+                             f"{self._hub.holders.get(a, (a, '?'))[0]}" for a in self._hub.lost)
+            raise ClusterError(f"cannot recover Remote{self._class_name}: {lost or 'a stage'} "
+                               "is lost and the model has no checkpoint (remote.save(path))")
+        stages = len(self._addresses)
+        lost = set(self._hub.lost)
+        deadline = time.monotonic() + 60
+        while len([w for w in self._cluster.workers()
+                   if w.alive and w.address not in lost]) < stages:
+            if time.monotonic() > deadline:
+                raise ClusterError(f"cannot recover Remote{self._class_name}: fewer than "
+                                   f"{stages} live workers within 60 s")
+            time.sleep(0.1)
+        self._hub.close(unload=True)  # the surviving stages are dropped
+        sizes = [len(names) for names in self._stage_names]
+        cuts = [sum(sizes[:i]) for i in range(1, stages)]
+        fresh = deploy(self._cluster, self._local, stages, split_points=cuts,
+                       chunks=self._chunks, schedule=self._schedule, _exclude=lost)
+        for name in ("_stage_names", "_addresses", "_workers", "_model_id", "_hub"):
+            object.__setattr__(self, name, fresh.__dict__[name])
+        object.__setattr__(self, "_closed", False)
+        return self.load_checkpoint(path, optimizer=optimizer)
 
     def _stage_of(self, name: str) -> int:
         top = name.split(".", 1)[0]
@@ -878,23 +917,29 @@ class DistributedOptimizer:
         self.id = next(_optimizer_ids)
         self.class_name = optimizer_class.__name__
         self.kwargs = kwargs
-        self.shares: dict[tuple, list[str]] = {}  # (model id, address) -> names
-        self.models = {}
-        for p in params:
-            key = (id(p._model), p._model._owner(p._path))
-            self.models[id(p._model)] = p._model
-            self.shares.setdefault(key, []).append(p._path)
+        self.params = [(p._model, p._path) for p in params]
+        self.models = {id(p._model): p._model for p in params}
+
+    @property
+    def shares(self) -> dict[tuple, list[str]]:
+        """(model id, address) -> parameter names: where each share lives now (a recovered
+        model's stages may have moved to other workers)."""
+        shares: dict[tuple, list[str]] = {}
+        for model, path in self.params:
+            shares.setdefault((id(model), model._owner(path)), []).append(path)
+        return shares
 
     def _each(self, action: str, per_share=None, **extra) -> dict:
         """Every worker's share at once (per model), then wait for all of them; the results
         by (model id, address). ``per_share(names)`` adds fields for one share."""
         results = {}
+        shares = self.shares
         for model_id, model in self.models.items():
-            keys = [key for key in self.shares if key[0] == model_id]
+            keys = [key for key in shares if key[0] == model_id]
             calls = [(address, {"optimizer": {
                 "id": self.id, "class": self.class_name, "kwargs": self.kwargs,
-                "params": self.shares[(mid, address)], "action": action, **extra,
-                **(per_share(self.shares[(mid, address)]) if per_share else {})}})
+                "params": shares[(mid, address)], "action": action, **extra,
+                **(per_share(shares[(mid, address)]) if per_share else {})}})
                 for mid, address in keys]
             replies = model._hub.request_all(calls, "step", what=f"optimizer {action}")
             results.update({key: r.get("result") for key, r in zip(keys, replies)})
@@ -1127,7 +1172,7 @@ RemoteParameter.__hash__ = object.__hash__  # __eq__ compares values; identity s
 
 def deploy(cluster, module: Module, stages: int, split_points=None,
            balance: str = "params", sample_input=None, chunks: int = 1,
-           schedule: str = "gpipe") -> RemoteModel:
+           schedule: str = "gpipe", _exclude: set | None = None) -> RemoteModel:
     """Place contiguous stages of ``module``'s children on the cluster's workers."""
     if not isinstance(module, Module):
         raise TypeError(f"deploy() takes a disthook.nn.Module, got {type(module).__name__}")
@@ -1161,7 +1206,7 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
                 or (split_points and not 0 < split_points[0] <= split_points[-1] < len(children))):
             raise ValueError(f"split_points={split_points} must be {stages - 1} increasing "
                              f"indices between 1 and {len(children) - 1}")
-    alive = [w for w in cluster.workers() if w.alive]
+    alive = [w for w in cluster.workers() if w.alive and w.address not in (_exclude or ())]
     if len(alive) < stages:
         raise ValueError(f"{stages} stages need {stages} workers; the cluster has {len(alive)}")
     bounds = [0, *split_points, len(children)]

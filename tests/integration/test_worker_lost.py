@@ -6,6 +6,7 @@ import signal
 import threading
 import time
 
+import numpy as np
 import pytest
 
 import disthook as torch
@@ -63,3 +64,47 @@ def test_a_worker_killed_during_train_step_frees_the_other_stages():
             assert peer.request("status", timeout=20)["result"]["id"] == survivor.id
         assert time.monotonic() - started < 10
         remote.close()
+
+
+def test_a_lost_worker_is_replaced_and_the_model_recovers_from_its_checkpoint(tmp_path):
+    """restart=True brings a new worker; recover() places the stages again and loads the
+    last checkpoint, optimizer state included: training then matches an uninterrupted run
+    restarted from that checkpoint."""
+    from test_remote import data, make_net
+
+    from disthook.distributed import ClusterError, DistributedOptimizer
+
+    x, y = data()
+
+    def step(model, opt):
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    local = make_net()
+    lopt = torch.optim.Adam(local.parameters(), lr=1e-2)
+    for _ in range(2):
+        step(local, lopt)  # the run the checkpoint is of
+    with local_cluster(workers=2, restart=True) as cluster:
+        remote = cluster.deploy(make_net(), stages=2)
+        ropt = DistributedOptimizer(torch.optim.Adam, remote.parameters(), lr=1e-2)
+        with pytest.raises(ClusterError, match="has no checkpoint"):
+            remote.recover()
+        for _ in range(2):
+            step(remote, ropt)
+        remote.save(str(tmp_path / "ckpt"), optimizer=ropt, step=2)
+        step(remote, ropt)  # a step the crash will lose
+        victim = remote.workers()[1][1]
+        os.kill(next(w.pid for w in cluster.workers() if w.id == victim), signal.SIGKILL)
+        with pytest.raises(WorkerLost, match=f"worker {victim}, holding stage 1"):
+            step(remote, ropt)
+        assert remote.recover(optimizer=ropt) == 2
+        assert victim not in [wid for _, wid, _ in remote.workers()]
+        step(remote, ropt)
+        step(local, lopt)
+        state = remote.state_dict()
+        for name, p in local.state_dict().items():
+            np.testing.assert_allclose(state[name].numpy(), p.numpy(), rtol=1e-5, atol=1e-6)
+        # the replacement runs beside the survivor (the coordinator still lists the dead
+        # worker until its beats have been missing for lost_after)
+        assert sum(p.poll() is None for p in cluster._processes) == 3
