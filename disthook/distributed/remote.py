@@ -109,7 +109,8 @@ class _Hub:
                 self.socks[address] = sock
         self._pid = os.getpid()
         self.pending_releases: list[str] = []
-        self.hooks: dict[int, tuple] = {}  # hook id -> (callable, kind, module proxy)
+        # hook id -> (callable, kind, module proxy, its add_hook fields), in registration order
+        self.hooks: dict[int, tuple] = {}
         self.vjps: dict[str, tuple] = {}  # key -> (result tensor, leaves) for "vjp" events
         self.watched: dict[str, list] = {}  # key -> a hook's tensors that got tensor hooks
         self.hook_error: BaseException | None = None
@@ -148,7 +149,7 @@ class _Hub:
         entry = self.hooks.get(event["hook"])
         if entry is None:
             raise RuntimeError(f"hook {event['hook']} was removed on the client")
-        fn, _, proxy = entry
+        fn, _, proxy, _ = entry
         diff = event["args"][0]["diff"]
         leaves: list[Tensor] = []
 
@@ -604,19 +605,21 @@ class RemoteModel(Module):
         if not callable(fn):
             raise TypeError(f"hook must be callable, got {type(fn).__name__}")
         hook_id = next(_hook_ids)
-        address = self._owner(path)
-        self._hub.hooks[hook_id] = (fn, kind, proxy)
-        fields = {"hook": hook_id, "kind": kind, "path": path, "options": options,
-                  "reply_to": self._hub.reply_to}
+        fields = {"hook": hook_id, "kind": kind, "path": path, "options": options}
         if isinstance(fn, WorkerHook):
             fields["worker_hook"] = fn.spec()
+        self._hub.hooks[hook_id] = (fn, kind, proxy, fields)
         try:
-            self._hub.request(address, "add_hook", fields,
-                              what=f"register a {kind} hook on {path!r}")
+            self._register_hook(fields)
         except BaseException:
             del self._hub.hooks[hook_id]
             raise
-        return RemoteHandle(self, hook_id, address)
+        return RemoteHandle(self, hook_id, path)
+
+    def _register_hook(self, fields: dict) -> None:
+        self._hub.request(self._owner(fields["path"]), "add_hook",
+                          {**fields, "reply_to": self._hub.reply_to},
+                          what=f"register a {fields['kind']} hook on {fields['path']!r}")
 
     # ---- state --------------------------------------------------------------------------------
     def _states(self, names: list[str] | None = None):
@@ -736,8 +739,9 @@ class RemoteModel(Module):
     def recover(self, *, optimizer: DistributedOptimizer | None = None) -> int | None:
         """After ``WorkerLost``: place the stages again on live workers (a replacement from
         ``local_cluster(restart=True)``, or any other) and load the last checkpoint this
-        model saved or loaded (and ``optimizer``'s state from it). Returns the checkpoint's
-        step. Client hooks registered before must be registered again."""
+        model saved or loaded (and ``optimizer``'s state from it); the hooks registered on
+        the model's modules and parameters are registered again, in their order, and their
+        handles keep working. Returns the checkpoint's step."""
         path = self._checkpoint
         if path is None:
             lost = ", ".join(f"stage {self._hub.holders.get(a, (a, '?'))[1]} on worker "
@@ -758,9 +762,13 @@ class RemoteModel(Module):
         cuts = [sum(sizes[:i]) for i in range(1, stages)]
         fresh = deploy(self._cluster, self._local, stages, split_points=cuts,
                        chunks=self._chunks, schedule=self._schedule, _exclude=lost)
+        hooks = self._hub.hooks
         for name in ("_stage_names", "_addresses", "_workers", "_model_id", "_hub"):
             object.__setattr__(self, name, fresh.__dict__[name])
         object.__setattr__(self, "_closed", False)
+        for hook_id, entry in hooks.items():  # in registration order: the same firing order
+            self._hub.hooks[hook_id] = entry
+            self._register_hook(entry[3])
         return self.load_checkpoint(path, optimizer=optimizer)
 
     def _stage_of(self, name: str) -> int:
@@ -969,13 +977,15 @@ class DistributedOptimizer:
 class RemoteHandle:
     """Removes a client hook from the worker that fires it (idempotent, a context manager)."""
 
-    def __init__(self, model: RemoteModel, hook_id: int, address: str):
-        self.id, self._model, self._address = hook_id, model, address
+    def __init__(self, model: RemoteModel, hook_id: int, path: str):
+        self.id, self._model, self._path = hook_id, model, path
 
     def remove(self) -> None:
         hub = self._model._hub
         if hub.hooks.pop(self.id, None) is not None and hub.socks:
-            hub.request(self._address, "remove_hook", {"hook": self.id}, what="remove_hook")
+            # asked where the module is now (a recovered model's stages may have moved)
+            hub.request(self._model._owner(self._path), "remove_hook", {"hook": self.id},
+                        what="remove_hook")
 
     def __enter__(self) -> RemoteHandle:
         return self

@@ -88,6 +88,8 @@ def test_a_lost_worker_is_replaced_and_the_model_recovers_from_its_checkpoint(tm
     with local_cluster(workers=2, restart=True) as cluster:
         remote = cluster.deploy(make_net(), stages=2)
         ropt = DistributedOptimizer(torch.optim.Adam, remote.parameters(), lr=1e-2)
+        before = []  # a hook registered before the crash fires after recover() too
+        kept = remote[2].register_forward_hook(lambda m, a, out: before.append(len(out)))
         with pytest.raises(ClusterError, match="has no checkpoint"):
             remote.recover()
         for _ in range(2):
@@ -98,10 +100,20 @@ def test_a_lost_worker_is_replaced_and_the_model_recovers_from_its_checkpoint(tm
         os.kill(next(w.pid for w in cluster.workers() if w.id == victim), signal.SIGKILL)
         with pytest.raises(WorkerLost, match=f"worker {victim}, holding stage 1"):
             step(remote, ropt)
+        fired = len(before)
+        assert fired >= 3
         assert remote.recover(optimizer=ropt) == 2
         assert victim not in [wid for _, wid, _ in remote.workers()]
+        seen = []
+        handle = remote[4].register_forward_hook(lambda m, a, out: seen.append("hook"))
         step(remote, ropt)
         step(local, lopt)
+        assert seen == ["hook"] and len(before) == fired + 1
+        handle.remove()
+        kept.remove()
+        step(remote, ropt)
+        step(local, lopt)
+        assert len(before) == fired + 1
         state = remote.state_dict()
         for name, p in local.state_dict().items():
             np.testing.assert_allclose(state[name].numpy(), p.numpy(), rtol=1e-5, atol=1e-6)
