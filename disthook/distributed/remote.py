@@ -446,8 +446,8 @@ class RemoteModel(Module):
         rows = x._data.shape[0] if x._data.ndim else 0
         chunks = min(self._chunks, rows) if rows > 1 else 1
         sizes = None  # one micro-batch: the whole input
-        if chunks > 1:  # torch.tensor_split's sizes: the first rows % chunks get one more
-            sizes = [rows // chunks + (i < rows % chunks) for i in range(chunks)]
+        if chunks > 1:
+            sizes = _micro_batch_sizes(rows, chunks)
         parts = [x._data] if sizes is None else _split_rows(x._data, sizes)
         ctx_ids = [uuid.uuid4().hex for _ in parts]
         # every micro-batch is sent at once: stage 0 works on the second while stage 1
@@ -502,7 +502,7 @@ class RemoteModel(Module):
             self._check_chain(x)
         rows = len(x._data)
         m = min(self._chunks, rows)
-        sizes = [rows // m + (i < rows % m) for i in range(m)]
+        sizes = _micro_batch_sizes(rows, m)
         scales = [n / rows if scale_grads else 1.0 for n in sizes]
         plan = schedules.schedule(self._schedule, len(self._addresses), m)
         step = uuid.uuid4().hex
@@ -892,6 +892,12 @@ def rebuild(structure: dict, shards: list[dict]) -> Module:
 
     # classes of the client's own script resolve to it, as they did when it saved
     return build_module(fill(structure, ""), main=sys.modules.get("__main__"))
+
+
+def _micro_batch_sizes(rows: int, chunks: int) -> list[int]:
+    """Rows per micro-batch, as torch.tensor_split cuts: the first rows % chunks get one
+    more."""
+    return [rows // chunks + (i < rows % chunks) for i in range(chunks)]
 
 
 def _split_rows(arr: np.ndarray, sizes: list[int]) -> list[np.ndarray]:

@@ -33,6 +33,13 @@ def close(a, b):
     np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-6, atol=1e-7)
 
 
+def same_grads(remote, net):
+    """Every parameter's .grad on the workers equals the one-process model's."""
+    grads = remote.named_gradients()
+    for name, p in net.named_parameters():
+        close(grads[name], p.grad)
+
+
 def contexts(cluster):
     counts = []
     for w in cluster.workers():
@@ -79,9 +86,7 @@ def test_retain_graph_and_accumulation(cluster):
     out = nn.functional.cross_entropy(remote(x), y)
     out.backward(retain_graph=True)
     out.backward()  # the stages kept their graphs
-    grads = remote.named_gradients()
-    for name, p in net.named_parameters():
-        close(grads[name], p.grad)
+    same_grads(remote, net)
     with pytest.raises(RuntimeError, match="backward through the graph a second time"):
         out.backward()
     remote.zero_grad()
@@ -98,9 +103,7 @@ def test_input_without_grad_still_gives_parameter_grads(cluster):
     nn.functional.cross_entropy(out, y).backward()
     assert x.grad is None
     nn.functional.cross_entropy(net(x), y).backward()
-    grads = remote.named_gradients()
-    for name, p in net.named_parameters():
-        close(grads[name], p.grad)
+    same_grads(remote, net)
     remote.close()
 
 
@@ -228,17 +231,13 @@ def test_client_hooks_give_the_same_log_and_gradients_as_one_process(cluster, st
         for a, b in zip(got[1:], want[1:]):
             close(a, b)
     close(x_remote.grad, x_local.grad)
-    grads = remote.named_gradients()
-    for name, p in net.named_parameters():
-        close(grads[name], p.grad)
+    same_grads(remote, net)
     # the handles were removed: a plain step now matches a plain local step
     net.zero_grad()
     remote.zero_grad()
     nn.functional.cross_entropy(net(x), y).backward()
     nn.functional.cross_entropy(remote(x), y).backward()
-    grads = remote.named_gradients()
-    for name, p in net.named_parameters():
-        close(grads[name], p.grad)
+    same_grads(remote, net)
     remote.close()
 
 
@@ -348,9 +347,7 @@ def test_grad_cam_pattern_forward_hook_hooks_the_output(cluster):
     close(got["activation"], local["activation"])
     close(got["gradient"], local["gradient"])
     close(x_remote.grad, x_local.grad)
-    grads = remote.named_gradients()
-    for name, p in net.named_parameters():
-        close(grads[name], p.grad)
+    same_grads(remote, net)
     remote.close()
 
 
