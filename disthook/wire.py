@@ -97,7 +97,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # replies shared by every request
     "ok": {"result": "any?"},
     "error": {"kind": "str", "message": "str", "worker": "str?", "path": "str?",
-              "traceback": "str?"},
+              "stage": "str?", "traceback": "str?"},
     # control plane: worker <-> coordinator
     "register": {"worker": "str", "address": "str", "pid": "int", "host": "str?"},
     "heartbeat": {"worker": "str", "memory": "int?", "stages": "list?"},

@@ -247,7 +247,7 @@ class Worker(Service):
                 self._to_client(client, msg, "ok", {"result": {
                     "output": out.detach().numpy(), "requires_grad": out.requires_grad}})
         except Exception as exc:  # noqa: BLE001 - the client, not the previous stage, hears it
-            self._to_client(client, msg, "error", self._error(exc))
+            self._to_client(client, msg, "error", self.error_reply(exc, msg.get("inputs")))
         return NO_REPLY
 
     def on_backward(self, msg, sender: bytes):
@@ -286,7 +286,7 @@ class Worker(Service):
             else:
                 self._to_client(client, msg, "ok", {"result": {"grads": grads}})
         except Exception as exc:  # noqa: BLE001
-            self._to_client(client, msg, "error", self._error(exc))
+            self._to_client(client, msg, "error", self.error_reply(exc))
         return NO_REPLY
 
     # ---- client hooks ------------------------------------------------------------------------
@@ -648,10 +648,27 @@ class Worker(Service):
         self._current = st
         return st
 
-    def _error(self, exc: BaseException) -> dict:
-        st = getattr(self, "_current", None)
-        return error_fields(exc, worker=self.id, traceback=traceback.format_exc(),
-                            path=None if st is None else st.name)
+    def handle(self, sender: bytes, frames: list, sock) -> None:
+        outer, self._current = self._current, None  # a request served inside a hook's wait
+        try:
+            super().handle(sender, frames, sock)
+        finally:
+            self._current = outer
+
+    def error_reply(self, exc: BaseException, inputs=None) -> dict:
+        """Where ``exc`` happened: this worker, the stage of the request now running, and the
+        innermost submodule of that stage whose code was on the stack (its path in the
+        model). With ``inputs`` (a forward's arrays) the message also says what came in."""
+        st = self._current
+        path = None if st is None else _module_in_traceback(st.module, exc.__traceback__)
+        message = str(exc)
+        if inputs is not None and st is not None:
+            got = ", ".join(f"{a.dtype} of shape {tuple(a.shape)}" for a in inputs)
+            message += f" [the input of {st.name} was {got}]"
+        fields = error_fields(exc, worker=self.id, traceback=traceback.format_exc(),
+                              path=path, stage=None if st is None else st.name)
+        fields["message"] = message
+        return fields
 
     @contextlib.contextmanager
     def _warnings_to(self, client: bytes, msg):
@@ -669,6 +686,18 @@ class Worker(Service):
 
     def _to_client(self, client: bytes, msg, msg_type: str, fields: dict) -> None:
         self.reply(self.router, client, msg.req, msg_type, fields, ctx=msg.ctx)
+
+
+def _module_in_traceback(root, tb) -> str | None:
+    """The path (in ``root``) of the innermost submodule of ``root`` running in ``tb``."""
+    paths = {id(m): name for name, m in root.named_modules() if name}
+    found = None
+    while tb is not None:
+        owner = tb.tb_frame.f_locals.get("self")
+        if owner is not None and id(owner) in paths:
+            found = paths[id(owner)]
+        tb = tb.tb_next
+    return found
 
 
 _load_ids = itertools.count()

@@ -36,9 +36,9 @@ from disthook.distributed.hooks import WorkerHook
 from disthook.distributed.rpc import (
     DEFAULT_TIMEOUT,
     ClusterError,
-    RemoteError,
     RemoteTimeout,
     WorkerLost,
+    raise_error,
 )
 from disthook.distributed.spec import class_path, main_script_of, module_spec
 from disthook.distributed.values import pack, unpack
@@ -280,8 +280,7 @@ class _Hub:
                 if self.hook_error is not None:  # our own hook failed: raise that
                     exc, self.hook_error = self.hook_error, None
                     raise exc
-                raise RemoteError(reply["kind"], reply["message"], worker=reply.get("worker"),
-                                  path=reply.get("path"), traceback=reply.get("traceback"))
+                raise_error(reply)
         return [replies[req] for req in reqs]
 
     @staticmethod
@@ -592,6 +591,10 @@ class RemoteModel(Module):
     def get_submodule(self, target: str) -> RemoteModule:
         self._local.get_submodule(target)  # the local twin raises torch's errors
         return RemoteModule(self, target)
+
+    def get_parameter(self, target: str) -> RemoteParameter:
+        self._local.get_parameter(target)  # the local twin raises torch's errors
+        return RemoteParameter(self, target)
 
     def _owner(self, path: str) -> str:
         """The address of the worker holding the child that ``path`` starts with."""

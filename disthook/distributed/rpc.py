@@ -23,6 +23,7 @@ __all__ = [
     "RemoteTimeout",
     "WorkerLost",
     "error_fields",
+    "raise_error",
 ]
 
 DEFAULT_TIMEOUT = 30.0  # seconds a request may wait for its reply unless told otherwise
@@ -36,11 +37,14 @@ class RemoteError(RuntimeError):
     """An exception raised in another process, with where it happened and its traceback."""
 
     def __init__(self, kind: str, message: str, *, worker: str | None = None,
-                 path: str | None = None, traceback: str | None = None):
+                 path: str | None = None, stage: str | None = None,
+                 traceback: str | None = None):
         self.kind, self.message = kind, message
-        self.worker, self.path, self.remote_traceback = worker, path, traceback
+        self.worker, self.path, self.stage = worker, path, stage
+        self.remote_traceback = traceback
         where = ", ".join(p for p in (f"worker {worker}" if worker else "",
-                                      f"module {path!r}" if path else "") if p)
+                                      f"module {path!r}" if path else "",
+                                      stage or "") if p)
         text = f"{kind}: {message}" + (f" (on {where})" if where else "")
         if traceback:
             text += "\n\nRemote traceback:\n" + traceback.rstrip()
@@ -64,10 +68,18 @@ class WorkerLost(ClusterError):
 
 
 def error_fields(exc: BaseException, *, worker: str | None = None, path: str | None = None,
-                 traceback: str | None = None) -> dict:
-    """The fields of an ``error`` message describing ``exc``."""
+                 stage: str | None = None, traceback: str | None = None) -> dict:
+    """The fields of an ``error`` message describing ``exc``: where it happened (worker,
+    module path, stage) and the remote traceback."""
     return {"kind": type(exc).__name__, "message": str(exc), "worker": worker, "path": path,
-            "traceback": traceback}
+            "stage": stage, "traceback": traceback}
+
+
+def raise_error(reply: wire.Message):
+    """Raise the ``RemoteError`` an ``error`` reply describes."""
+    raise RemoteError(reply["kind"], reply["message"], worker=reply.get("worker"),
+                      path=reply.get("path"), stage=reply.get("stage"),
+                      traceback=reply.get("traceback"))
 
 
 _request_ids = itertools.count(1)
@@ -110,8 +122,7 @@ class Peer:
             if reply.req != req:
                 continue  # the late reply of a request that already timed out
             if reply.type == "error":
-                raise RemoteError(reply["kind"], reply["message"], worker=reply.get("worker"),
-                                  path=reply.get("path"), traceback=reply.get("traceback"))
+                raise_error(reply)
             return reply
 
     def close(self) -> None:

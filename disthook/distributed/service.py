@@ -116,12 +116,14 @@ class Service:
             result = handler(msg, sender)
         except Exception as exc:
             self.log.debug("%s: %s failed", self.name, msg.type, exc_info=True)
-            fields = error_fields(exc, worker=self.name, traceback=traceback.format_exc(),
-                                  path=getattr(exc, "module_path", None))
-            self.reply(sock, sender, msg.req, "error", fields, ctx=msg.ctx)
+            self.reply(sock, sender, msg.req, "error", self.error_reply(exc), ctx=msg.ctx)
             return
         if result is not NO_REPLY:
             self.reply(sock, sender, msg.req, "ok", {"result": result}, ctx=msg.ctx)
+
+    def error_reply(self, exc: BaseException) -> dict:
+        """The fields of the ``error`` reply for ``exc``, raised by the handler running now."""
+        return error_fields(exc, worker=self.name, traceback=traceback.format_exc())
 
     def reply(self, sock: zmq.Socket, to: bytes, req: int, msg_type: str, fields: dict,
               ctx: str | None = None) -> None:

@@ -75,7 +75,9 @@ def resolve_class(path: str, *, allow: Callable[[str], bool] | None = None,
         for part in qualname.split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as exc:
-        raise SpecError(f"cannot find class {path!r}: {exc}") from None
+        raise SpecError(f"cannot find class {path!r}: {exc} (sys.path here: "
+                        f"{', '.join(p for p in sys.path if p) or 'empty'}); install its "
+                        "module where the workers run, or put it on their PYTHONPATH") from None
     if not (isinstance(obj, type) and issubclass(obj, Module)):
         raise SpecError(f"{path!r} is not a disthook.nn.Module subclass")
     return obj
@@ -206,7 +208,11 @@ def _build(spec, path: str, made: dict[str, Tensor], allow, main=None) -> Module
                                                      "buffers", "children"}:
         raise SpecError(f"spec of {where} must be a map with keys class, training, attrs, "
                         f"params, buffers, children; got {_keys(spec)}")
-    cls = resolve_class(spec["class"], allow=allow, main=main)
+    try:
+        cls = resolve_class(spec["class"], allow=allow, main=main)
+    except SpecError as exc:
+        raise SpecError(f"module {path!r}: {exc}" if path else f"the root module: {exc}") \
+            from None
     module = cls.__new__(cls)
     Module.__init__(module)
     module.training = bool(spec["training"])

@@ -142,7 +142,8 @@ def test_stage_error_reaches_the_client_and_the_cluster_stays_usable(cluster):
     with pytest.raises(RemoteError) as info:
         remote(torch.randn(5, 7))  # 7 features where the first Linear takes 8
     err = info.value
-    assert err.kind == "RuntimeError" and err.path.startswith("stage 0 of Sequential-") and err.worker
+    assert err.kind == "RuntimeError" and err.path == "0" and err.worker
+    assert err.stage.startswith("stage 0 of Sequential-")
     assert "mat1 and mat2 shapes cannot be multiplied (5x7 and 8x16)" in str(err)
     assert "Remote traceback" in str(err)
     x, _ = data()
