@@ -34,8 +34,8 @@ class Coordinator(Service):
     role = "coordinator"
 
     def __init__(self, bind: str, *, heartbeat: float = 0.5, lost_after: float | None = None,
-                 parent_pid: int | None = None):
-        super().__init__(bind, parent_pid=parent_pid, name="coordinator")
+                 parent_pid: int | None = None, keys=None):
+        super().__init__(bind, parent_pid=parent_pid, name="coordinator", keys=keys)
         self.heartbeat = heartbeat
         self.lost_after = lost_after if lost_after is not None else 10 * heartbeat
         self.workers: dict[str, WorkerRecord] = {}
@@ -96,11 +96,18 @@ def main(argv=None) -> int:
                         "(default tcp://127.0.0.1:5555, loopback only)")
     p.add_argument("--heartbeat", type=float, default=0.5, help="seconds between heartbeats")
     p.add_argument("--parent-pid", type=int, help="stop when this parent process is gone")
+    p.add_argument("--keys", metavar="DIR",
+                   help="key directory (disthook keys generate DIR): encrypt every connection "
+                        "and accept only the peers it authorizes")
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    coordinator = Coordinator(args.bind, heartbeat=args.heartbeat, parent_pid=args.parent_pid)
+    from disthook.distributed.security import SERVER, Keys
+
+    keys = Keys.load(args.keys, SERVER) if args.keys else None
+    coordinator = Coordinator(args.bind, heartbeat=args.heartbeat, parent_pid=args.parent_pid,
+                              keys=keys)
     # the first line on stdout is the endpoint, for launchers that asked for port 0
     print(f"disthook coordinator listening on {coordinator.address}", flush=True)
     coordinator.serve_forever()

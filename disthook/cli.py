@@ -35,10 +35,11 @@ def _launch(args) -> int:
         return 2
     cluster = local_cluster(args.workers, host=host, port=int(port), heartbeat=args.heartbeat,
                             log_level=args.log_level, stderr=None,
-                            allow_hook_modules=args.allow_hook_module)
+                            allow_hook_modules=args.allow_hook_module, keys=args.keys)
     try:
-        print(f"disthook cluster up: coordinator {cluster.address}, {args.workers} worker(s); "
-              "Ctrl-C stops it", flush=True)
+        secured = f", keys {args.keys}" if args.keys else ""
+        print(f"disthook cluster up: coordinator {cluster.address}, {args.workers} worker(s)"
+              f"{secured}; Ctrl-C stops it", flush=True)
         _print_status(cluster.status())
         while True:  # watch: leave when a process dies, or on Ctrl-C
             time.sleep(0.5)
@@ -68,8 +69,9 @@ def _status(args) -> int:
     from disthook.distributed import ClusterError, connect
 
     try:
-        cluster = connect(args.coordinator, timeout=args.timeout)
-    except ClusterError as exc:
+        cluster = connect(args.coordinator, timeout=args.timeout, keys=args.keys,
+                          key_name=args.key_name)
+    except (ClusterError, OSError, ValueError) as exc:  # no answer, refused, bad key files
         print(f"disthook status: {exc}", file=sys.stderr)
         return 1
     with cluster:
@@ -89,6 +91,26 @@ def _print_status(status: dict) -> None:
         print(f"{w['id']:<24} {w['pid']:>7} {w['host']:<12} {w['address']:<24} "
               f"{'yes' if w['alive'] else 'LOST':>5} {w['last_seen']:>6.1f}s {memory:>9}  "
               f"{stages}")
+
+
+def _keys(args) -> int:
+    from disthook.distributed import security
+
+    try:
+        if args.action == "generate":
+            keys = security.generate(args.dir)
+            print(f"keys made in {args.dir}: server.key(_secret) for the coordinator and "
+                  f"workers, client.key(_secret) for a client (public key "
+                  f"{keys.fingerprint}...); start every process with --keys {args.dir}, and "
+                  "copy the directory to each host (the *_secret files are secrets)")
+        else:
+            secret = security.add_client(args.dir, args.name)
+            print(f"client key {args.name!r} made and authorized: {secret}; connect with "
+                  f"connect(address, keys={args.dir!r}, key_name={args.name!r})")
+    except (OSError, ValueError) as exc:
+        print(f"disthook keys: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def bench_suites() -> list[str]:
@@ -120,6 +142,9 @@ def main(argv=None) -> int:
     launch.add_argument("--allow-hook-module", action="append", default=[], metavar="MODULE",
                         help="a module (or package) whose functions hooks.by_path may run on "
                              "the workers; repeat for more")
+    launch.add_argument("--keys", metavar="DIR",
+                        help="run with keys from DIR (disthook keys generate DIR): every "
+                             "connection encrypted, only authorized peers accepted")
     launch.set_defaults(fn=_launch)
     # listed for --help; main() hands their arguments to the role's own parser
     sub.add_parser("coordinator", help="run only the coordinator (options: --help)")
@@ -128,7 +153,19 @@ def main(argv=None) -> int:
     status.add_argument("--coordinator", default=DEFAULT_COORDINATOR,
                         help=f"the coordinator's endpoint (default {DEFAULT_COORDINATOR})")
     status.add_argument("--timeout", type=float, default=5.0, help="seconds to wait")
+    status.add_argument("--keys", metavar="DIR", help="the cluster's key directory")
+    status.add_argument("--key-name", default="client",
+                        help="which client pair of DIR to use (default client)")
     status.set_defaults(fn=_status)
+    keys = sub.add_parser("keys", help="make the key directory of a cluster that uses keys")
+    keys_sub = keys.add_subparsers(dest="action", required=True)
+    generate = keys_sub.add_parser("generate", help="a new key directory: the servers' pair, "
+                                                     "a client's pair, both authorized")
+    generate.add_argument("dir")
+    add = keys_sub.add_parser("add", help="one more client pair in DIR, authorized")
+    add.add_argument("dir")
+    add.add_argument("name", help="the pair's name (a plain word)")
+    keys.set_defaults(fn=_keys)
     args = parser.parse_args(argv)
     return args.fn(args)
 

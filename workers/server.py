@@ -27,6 +27,7 @@ import disthook
 from disthook import wire
 from disthook.distributed import hooks as worker_hooks
 from disthook.distributed.rpc import error_fields
+from disthook.distributed.security import SERVER, Keys
 from disthook.distributed.service import NO_REPLY, Service, recv_now, tune_malloc
 from disthook.distributed.spec import build_module, import_main
 from disthook.distributed.values import pack, tensors_in, unpack
@@ -48,15 +49,13 @@ class Worker(Service):
     def __init__(self, coordinator: str, *, bind: str = "tcp://127.0.0.1:0",
                  worker_id: str | None = None, orphan_after: float = 30.0,
                  context_ttl: float = 600.0, parent_pid: int | None = None,
-                 allow_hook_modules: tuple[str, ...] = (), allow_main_scripts: bool = False):
+                 allow_hook_modules: tuple[str, ...] = (), allow_main_scripts: bool = False,
+                 keys: Keys | None = None):
         wid = worker_id or f"{socket.gethostname()}-{os.getpid()}"
-        super().__init__(bind, name=wid, parent_pid=parent_pid)
+        super().__init__(bind, name=wid, parent_pid=parent_pid, keys=keys)
         self.id = wid
         self.coordinator_address = coordinator
-        self.control = self.ctx.socket(zmq.DEALER)
-        self.control.setsockopt(zmq.LINGER, 0)
-        self.control.setsockopt(zmq.IDENTITY, wid.encode())
-        self.control.connect(coordinator)
+        self.control = self._dial(coordinator, wid.encode(), linger=0)
         self.poller.register(self.control, zmq.POLLIN)
         self.heartbeat = 0.5
         self.orphan_after = orphan_after
@@ -77,6 +76,16 @@ class Worker(Service):
         self._finished_steps: collections.deque = collections.deque(maxlen=256)
         self._register()
         self.next_beat = time.monotonic() + 1.0  # re-register if no answer came by then
+
+    def _dial(self, address: str, identity: bytes, *, linger: int) -> zmq.Socket:
+        """A DEALER connected to ``address`` (with the cluster's keys, when it has them)."""
+        sock = self.ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, linger)
+        sock.setsockopt(zmq.IDENTITY, identity)
+        if self.keys is not None:
+            self.keys.dial(sock)
+        sock.connect(address)
+        return sock
 
     def _register(self) -> None:
         self._to_coordinator("register", {
@@ -180,12 +189,10 @@ class Worker(Service):
         stage = _Stage(msg["model"], msg["stage"], module)
         for side in ("prev", "next"):
             if msg.get(side):
-                sock = self.ctx.socket(zmq.DEALER)
-                sock.setsockopt(zmq.LINGER, 1000)
                 # a fresh identity per load: a ROUTER refuses a peer whose identity is still
                 # held by the connection it replaces
-                sock.setsockopt(zmq.IDENTITY, f"{self.id}>{side}>{next(_load_ids)}".encode())
-                sock.connect(msg[side])
+                sock = self._dial(msg[side], f"{self.id}>{side}>{next(_load_ids)}".encode(),
+                                  linger=1000)
                 self.poller.register(sock, zmq.POLLIN)
                 stage.neighbours[side] = sock
         self.stages[stage.model] = stage
@@ -800,10 +807,14 @@ def main(argv=None) -> int:
     p.add_argument("--allow-main-scripts", action="store_true",
                    help="import a client's main script by its path when its model uses "
                         "classes defined there (local clusters do; the script runs here)")
+    p.add_argument("--keys", metavar="DIR",
+                   help="key directory (disthook keys generate DIR): encrypt every connection "
+                        "and accept only the peers it authorizes")
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    keys = Keys.load(args.keys, SERVER) if args.keys else None
     import faulthandler
     import signal
 
@@ -813,7 +824,7 @@ def main(argv=None) -> int:
     worker = Worker(args.coordinator, bind=args.bind, worker_id=args.worker_id,
                     orphan_after=args.orphan_after, parent_pid=args.parent_pid,
                     allow_hook_modules=tuple(args.allow_hook_module),
-                    allow_main_scripts=args.allow_main_scripts)
+                    allow_main_scripts=args.allow_main_scripts, keys=keys)
     from disthook.distributed import cluster
 
     cluster.IN_WORKER = True  # a client script imported here must not start clusters

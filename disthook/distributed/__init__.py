@@ -7,12 +7,15 @@
 - ``spec``: modules as data, the form in which a stage travels to a worker;
 - ``hooks``: hooks that run inside the worker (capture, clamp_grad, scale_grad,
   check_finite, by_path), without a round trip to the client;
-- ``rpc``: requests with deadlines, and the errors remote calls end with.
+- ``rpc``: requests with deadlines, and the errors remote calls end with;
+- ``security``: key directories, CURVE encryption and which peers the servers accept.
 """
 from disthook.distributed import hooks
 from disthook.distributed.cluster import Cluster, WorkerInfo, connect, local_cluster
 from disthook.distributed.remote import DistributedOptimizer
 from disthook.distributed.rpc import ClusterError, RemoteError, RemoteTimeout, WorkerLost
+from disthook.distributed.security import AuthenticationError
 
-__all__ = ["Cluster", "ClusterError", "DistributedOptimizer", "RemoteError", "RemoteTimeout",
-           "WorkerInfo", "WorkerLost", "connect", "hooks", "local_cluster"]
+__all__ = ["AuthenticationError", "Cluster", "ClusterError", "DistributedOptimizer",
+           "RemoteError", "RemoteTimeout", "WorkerInfo", "WorkerLost", "connect", "hooks",
+           "local_cluster"]

@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import weakref
 
 from disthook.distributed.rpc import DEFAULT_TIMEOUT, ClusterError, Peer, RemoteTimeout
+from disthook.distributed.security import CLIENT, Keys, generate
 
 __all__ = ["Cluster", "WorkerInfo", "connect", "local_cluster"]
 
@@ -49,15 +52,17 @@ class Cluster:
     """A connection to a running cluster (and, for a local cluster, its processes)."""
 
     def __init__(self, address: str, *, timeout: float = DEFAULT_TIMEOUT,
-                 _processes: list[subprocess.Popen] | None = None):
+                 keys: Keys | None = None, _processes: list[subprocess.Popen] | None = None):
         self.address = address
         self.timeout = timeout
-        self._coordinator = Peer(address, name=f"the coordinator at {address}")
+        self.keys = keys  # this client's pair and the servers' key, when the cluster uses keys
+        self._coordinator = Peer(address, name=f"the coordinator at {address}", keys=keys)
         self._processes = list(_processes or [])
         self._lock = threading.Lock()
         self._closed = False
         self._deployments: list = []
         self._restarter: tuple | None = None  # (stop event, thread) of restart=True
+        self._cleanups: list = []  # run after the processes are gone (a scratch key dir)
         # the processes must not outlive an unreferenced cluster object either
         self._finalizer = weakref.finalize(self, _reap, self._processes, 5.0)
 
@@ -145,7 +150,7 @@ class Cluster:
         for w in self.workers():
             if not w.alive:
                 continue
-            with Peer(w.address, name=f"worker {w.id}") as peer:
+            with Peer(w.address, name=f"worker {w.id}", keys=self.keys) as peer:
                 items += peer.request("captured", {"name": name, "clear": clear},
                                       timeout=self.timeout)["result"]
         items.sort(key=lambda item: item["order"])
@@ -175,6 +180,8 @@ class Cluster:
         finally:
             self._coordinator.close()
             self._finalizer()  # waits for the processes, kills the stragglers
+            for cleanup in self._cleanups:
+                cleanup()
 
     def _start_restarter(self, worker_args: list[str], stderr) -> None:
         """A thread that replaces every worker process that exits (local clusters)."""
@@ -213,27 +220,40 @@ class Cluster:
                                    f"exited with code {proc.returncode} during start-up")
 
 
-def connect(address: str, *, timeout: float = DEFAULT_TIMEOUT) -> Cluster:
-    """Attach to a running cluster by its coordinator's endpoint (``tcp://host:port``)."""
-    cluster = Cluster(address, timeout=timeout)
+def connect(address: str, *, timeout: float = DEFAULT_TIMEOUT, keys=None,
+            key_name: str = CLIENT) -> Cluster:
+    """Attach to a running cluster by its coordinator's endpoint (``tcp://host:port``).
+    ``keys``: the cluster's key directory (or a ``Keys``), when it runs with keys; the client
+    pair used is ``key_name`` (default "client"). A cluster that refuses the key raises
+    ``AuthenticationError``."""
+    if keys is not None and not isinstance(keys, Keys):
+        keys = Keys.load(os.fspath(keys), key_name)
+    cluster = Cluster(address, timeout=timeout, keys=keys)
     try:
         cluster.status()  # fail now, not at the first real call, if nobody answers
     except RemoteTimeout:
         cluster.close()
-        raise ClusterError(f"no coordinator answers at {address}") from None
+        hint = "" if keys is not None else " (if it runs with keys, pass keys=DIR)"
+        raise ClusterError(f"no coordinator answers at {address}{hint}") from None
+    except BaseException:
+        cluster.close()
+        raise
     return cluster
 
 
 def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
                   heartbeat: float = 0.5, timeout: float = DEFAULT_TIMEOUT,
                   start_timeout: float = 60.0, log_level: str = "WARNING",
-                  stderr=None, allow_hook_modules=(), restart: bool = False) -> Cluster:
+                  stderr=None, allow_hook_modules=(), restart: bool = False,
+                  secure: bool = False, keys=None) -> Cluster:
     """Start a coordinator and ``workers`` worker processes on this machine; a ``Cluster``.
 
     ``allow_hook_modules``: modules (or packages) whose functions ``hooks.by_path`` may run
     on the workers. With ``restart`` a worker process that dies is replaced by a new one
     (a model that had a stage there raises WorkerLost; ``remote.recover()`` places it again
-    and loads its last checkpoint)."""
+    and loads its last checkpoint). With ``secure`` every connection is encrypted and the
+    processes accept only this client's key: a fresh key directory is made for the cluster
+    (and removed with it), or ``keys=DIR`` names one (``disthook keys generate DIR``)."""
     if IN_WORKER:
         raise RuntimeError(
             "local_cluster() was called while a worker imported the client's main script to "
@@ -242,24 +262,34 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise ValueError(f"local_cluster() needs workers >= 1, got {workers!r}")
     procs: list[subprocess.Popen] = []
+    scratch = None  # a key directory made for this cluster alone
+    if secure and keys is None:
+        scratch = keys = tempfile.mkdtemp(prefix="disthook-keys-")
+        generate(keys)
+    key_args = ["--keys", os.fspath(keys)] if keys is not None else []
     try:
         coordinator = _spawn(["coordinator", "--bind", f"tcp://{host}:{port}",
-                              "--heartbeat", str(heartbeat), "--log-level", log_level],
-                             stderr, announce=True)
+                              "--heartbeat", str(heartbeat), "--log-level", log_level,
+                              *key_args], stderr, announce=True)
         procs.append(coordinator)
         address = _announced_address(coordinator, start_timeout)
         allow = [arg for m in allow_hook_modules for arg in ("--allow-hook-module", m)]
         allow.append("--allow-main-scripts")  # the client's script is on this machine
         worker_args = ["workers", "--coordinator", address, "--bind", f"tcp://{host}:0",
                        "--log-level", log_level, "--orphan-after",
-                       str(max(10.0, 40 * heartbeat)), *allow]
+                       str(max(10.0, 40 * heartbeat)), *allow, *key_args]
         for _ in range(workers):
             procs.append(_spawn(worker_args, stderr, announce=False))
-        cluster = Cluster(address, timeout=timeout, _processes=procs)
+        cluster = Cluster(address, timeout=timeout, _processes=procs,
+                          keys=None if keys is None else Keys.load(os.fspath(keys)))
+        if scratch is not None:  # after the processes: they read the keys at start
+            cluster._cleanups.append(weakref.finalize(cluster, shutil.rmtree, scratch, True))
         if restart:
             cluster._start_restarter(worker_args, stderr)
     except BaseException:
         _reap(procs, 5.0)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
         raise
     try:
         cluster.wait_for_workers(workers, timeout=start_timeout)

@@ -85,7 +85,7 @@ class _Hub:
     whichever worker finishes a pipelined request can answer the client directly."""
 
     def __init__(self, model: str, addresses: list[str], timeout: float,
-                 holders: dict[str, tuple[str, int]] | None = None):
+                 holders: dict[str, tuple[str, int]] | None = None, keys=None):
         self.model = model  # every message to a worker names the model it is for
         self.holders = holders or {}  # address -> (worker id, stage) for WorkerLost
         self.monitors: dict[zmq.Socket, str] = {}  # connection events -> address
@@ -100,6 +100,8 @@ class _Hub:
                 sock = self.ctx.socket(zmq.DEALER)
                 sock.setsockopt(zmq.LINGER, 0)
                 sock.setsockopt(zmq.IDENTITY, self.identity)
+                if keys is not None:
+                    keys.dial(sock)
                 # a worker that dies closes its connection: the monitor reports it at once
                 monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
                 self.poller.register(monitor, zmq.POLLIN)
@@ -430,7 +432,8 @@ class RemoteModel(Module):
             "_checkpoint": None,  # the last checkpoint saved or loaded, for recover()
         }
         holders = {w.address: (w.id, i) for i, w in enumerate(workers)}
-        fields["_hub"] = _Hub(fields["_model_id"], fields["_addresses"], timeout, holders)
+        fields["_hub"] = _Hub(fields["_model_id"], fields["_addresses"], timeout, holders,
+                              keys=getattr(cluster, "keys", None))
         for name, value in fields.items():  # plain attributes, not submodules
             object.__setattr__(self, name, value)
         object.__setattr__(self, "training", module.training)

@@ -14,9 +14,15 @@ import time
 import zmq
 
 from disthook import wire
+from disthook.distributed.security import (
+    HANDSHAKE_FAILURES,
+    AuthenticationError,
+    handshake_refusal,
+)
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "AuthenticationError",
     "ClusterError",
     "Peer",
     "RemoteError",
@@ -89,7 +95,7 @@ class Peer:
     """A request/reply channel to one endpoint (a DEALER socket; the far end is a ROUTER)."""
 
     def __init__(self, address: str, *, context: zmq.Context | None = None,
-                 identity: bytes | None = None, name: str | None = None):
+                 identity: bytes | None = None, name: str | None = None, keys=None):
         self.address = address
         self.name = name or address
         self._ctx = context or zmq.Context.instance()
@@ -97,6 +103,13 @@ class Peer:
         self._sock.setsockopt(zmq.LINGER, 0)
         if identity is not None:
             self._sock.setsockopt(zmq.IDENTITY, identity)
+        if keys is not None:
+            keys.dial(self._sock)
+        # a server that refuses us never answers: its refusal shows on the monitor
+        self._refusals = self._sock.get_monitor_socket(HANDSHAKE_FAILURES)
+        self._poller = zmq.Poller()
+        self._poller.register(self._sock, zmq.POLLIN)
+        self._poller.register(self._refusals, zmq.POLLIN)
         self._sock.connect(address)
         self._pid = os.getpid()
 
@@ -112,7 +125,14 @@ class Peer:
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
-            if left <= 0 or not self._sock.poll(int(left * 1000) + 1):
+            ready = dict(self._poller.poll(int(left * 1000) + 1)) if left > 0 else {}
+            if self._refusals in ready:
+                why = handshake_refusal(self._refusals)
+                if why is not None:
+                    raise AuthenticationError(f"{self.name} refused the connection: {why}")
+            if self._sock not in ready:
+                if time.monotonic() < deadline:
+                    continue
                 raise RemoteTimeout(f"no reply to {msg_type!r} from {self.name} within "
                                     f"{timeout:g} s")
             try:
@@ -127,6 +147,8 @@ class Peer:
 
     def close(self) -> None:
         if os.getpid() == self._pid:  # a forked child must not close the parent's socket
+            self._sock.disable_monitor()
+            self._refusals.close(linger=0)
             self._sock.close(linger=0)
 
     def __enter__(self) -> Peer:

@@ -21,6 +21,12 @@ import zmq
 
 from disthook import wire
 from disthook.distributed.rpc import error_fields
+from disthook.distributed.security import (
+    HANDSHAKE_FAILURES,
+    Keys,
+    handshake_refusal,
+    warn_if_exposed,
+)
 
 __all__ = ["Service", "bind_endpoint"]
 
@@ -47,16 +53,26 @@ class Service:
     role = "service"
     tick_interval = 0.25
 
-    def __init__(self, bind: str, *, name: str | None = None, parent_pid: int | None = None):
+    def __init__(self, bind: str, *, name: str | None = None, parent_pid: int | None = None,
+                 keys: Keys | None = None):
         self.ctx = zmq.Context()
+        self.name = name or f"{self.role}-{socket.gethostname()}-{os.getpid()}"
+        self.log = logging.getLogger(f"disthook.{self.role}")
+        self.keys = keys
         self.router = self.ctx.socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
         self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)  # an unroutable reply raises, not drops
-        self.address = bind_endpoint(self.router, bind)
-        self.name = name or f"{self.role}-{socket.gethostname()}-{os.getpid()}"
-        self.log = logging.getLogger(f"disthook.{self.role}")
-        self.parent_pid = parent_pid
         self.poller = zmq.Poller()
+        self._auth = self._refusals = None
+        if keys is not None:  # encrypted, and only authorized keys get in
+            keys.serve(self.router)
+            self._auth = keys.guard(self.ctx, self.log, self.name)
+            # a peer without keys never reaches the key check: its handshake fails; log it
+            self._refusals = self.router.get_monitor_socket(HANDSHAKE_FAILURES)
+            self.poller.register(self._refusals, zmq.POLLIN)
+        self.address = bind_endpoint(self.router, bind)
+        warn_if_exposed(self.address, keys, self.log, self.name)
+        self.parent_pid = parent_pid
         self.poller.register(self.router, zmq.POLLIN)
         self._running = False
 
@@ -86,6 +102,11 @@ class Service:
         self._running = False
 
     def close(self) -> None:
+        if self._refusals is not None:
+            self.router.disable_monitor()
+            self._refusals.close(linger=0)
+        if self._auth is not None:
+            self._auth.stop()
         self.ctx.destroy(linger=200)  # let the last replies and shutdown notices go out
 
     def tick(self) -> None:
@@ -93,6 +114,11 @@ class Service:
 
     # ---- requests ----------------------------------------------------------------------------
     def on_socket(self, sock: zmq.Socket) -> None:
+        if sock is self._refusals:
+            why = handshake_refusal(sock)
+            if why is not None and "refused this key" not in why:  # the gate logs those
+                self.log.warning("%s: refused a connection: %s", self.name, why)
+            return
         if sock is self.router:
             frames = recv_now(self.router)
             if frames is None:  # a wait inside a handler took it since the poll

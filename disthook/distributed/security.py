@@ -1,0 +1,209 @@
+"""Keys, encryption and peer authentication for a cluster (ZeroMQ's CURVE and ZAP).
+
+A key directory, made by ``disthook keys generate DIR``, holds:
+
+- ``server.key`` / ``server.key_secret``: the cluster's own pair. The coordinator and every
+  worker serve with it, and use it too when they connect (a worker to the coordinator and to
+  its neighbour stages), so one directory copied to every host is a whole cluster's setup.
+- ``client.key`` / ``client.key_secret``: a client's pair (more with ``disthook keys add``).
+- ``authorized/``: the public keys of every peer the servers accept, one ``NAME.key`` each.
+
+With keys every socket is encrypted, and a server answers a peer only when that peer's public
+key is in ``authorized/`` (read again at each new connection, so adding or deleting a file
+takes effect for the next one); a refused peer is logged with its key. Without keys a server
+that binds anything but loopback warns that whoever reaches its port may drive it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import logging
+import os
+import shutil
+import threading
+
+import zmq
+import zmq.auth
+from zmq.auth.thread import ThreadAuthenticator
+
+__all__ = [
+    "AuthenticationError",
+    "Keys",
+    "add_client",
+    "generate",
+    "handshake_refusal",
+    "is_loopback",
+    "warn_if_exposed",
+]
+
+SERVER = "server"
+CLIENT = "client"
+AUTHORIZED = "authorized"
+
+# what a client's monitor reports when a server refused it, or they speak different security
+HANDSHAKE_FAILURES = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                      | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+
+
+class AuthenticationError(ConnectionRefusedError):
+    """A server refused this process's key, or the two sides do not use the same security."""
+
+
+def generate(directory: str) -> Keys:
+    """Make a key directory (server pair, one client pair, both authorized); its ``Keys``
+    as a client sees them. Refuses a directory that already holds keys."""
+    if os.path.exists(os.path.join(directory, f"{SERVER}.key_secret")):
+        raise FileExistsError(f"{directory} already holds keys ({SERVER}.key_secret); "
+                              "remove it first, or use another directory")
+    os.makedirs(os.path.join(directory, AUTHORIZED), exist_ok=True)
+    _make_pair(directory, SERVER)
+    _make_pair(directory, CLIENT)
+    return Keys.load(directory)
+
+
+def add_client(directory: str, name: str) -> str:
+    """A new client pair ``NAME.key(_secret)`` in ``directory``, authorized; its secret file."""
+    if not name.isidentifier():
+        raise ValueError(f"a client name is a plain word (letters, digits, _), got {name!r}")
+    if name == SERVER or os.path.exists(os.path.join(directory, f"{name}.key_secret")):
+        raise FileExistsError(f"{directory} already has keys named {name!r}")
+    if not os.path.isdir(os.path.join(directory, AUTHORIZED)):
+        raise FileNotFoundError(f"{directory} is not a key directory (no {AUTHORIZED}/); "
+                                "make one with: disthook keys generate DIR")
+    return _make_pair(directory, name)
+
+
+def _make_pair(directory: str, name: str) -> str:
+    public, secret = zmq.auth.create_certificates(directory, name)
+    os.chmod(secret, 0o600)
+    shutil.copy(public, os.path.join(directory, AUTHORIZED, f"{name}.key"))
+    return secret
+
+
+@dataclasses.dataclass(frozen=True)
+class Keys:
+    """This process's key pair and the servers' public key, from a key directory."""
+
+    directory: str
+    name: str  # which pair: "server" for the coordinator and workers, a client's name else
+    public: bytes
+    secret: bytes
+    server_public: bytes
+
+    @classmethod
+    def load(cls, directory: str, name: str = CLIENT) -> Keys:
+        def read(path: str, secret: bool) -> tuple[bytes, bytes | None]:
+            if not os.path.isfile(path):
+                raise FileNotFoundError(
+                    f"no key file {path}; make a key directory with: disthook keys generate "
+                    f"{directory}" + ("" if name in (SERVER, CLIENT) else
+                                      f", then: disthook keys add {directory} {name}"))
+            try:
+                return zmq.auth.load_certificate(path)
+            except (ValueError, OSError) as exc:
+                kind = "secret" if secret else "public"
+                raise ValueError(f"{path} is not a {kind} key file: {exc}") from None
+
+        public, secret = read(os.path.join(directory, f"{name}.key_secret"), True)
+        if secret is None:
+            raise ValueError(f"{directory}/{name}.key_secret holds no secret key")
+        server_public, _ = read(os.path.join(directory, f"{SERVER}.key"), False)
+        return cls(os.path.abspath(directory), name, public, secret, server_public)
+
+    @property
+    def fingerprint(self) -> str:
+        """The first characters of this pair's public key, as the servers' logs show keys."""
+        return self.public.decode()[:8]
+
+    def serve(self, sock: zmq.Socket) -> None:
+        """Make ``sock`` (before it binds) a CURVE server with the cluster's pair."""
+        sock.setsockopt(zmq.CURVE_SERVER, 1)
+        sock.setsockopt(zmq.CURVE_PUBLICKEY, self.public)
+        sock.setsockopt(zmq.CURVE_SECRETKEY, self.secret)
+
+    def dial(self, sock: zmq.Socket) -> None:
+        """Make ``sock`` (before it connects) a CURVE client of the cluster's servers."""
+        sock.setsockopt(zmq.CURVE_SERVERKEY, self.server_public)
+        sock.setsockopt(zmq.CURVE_PUBLICKEY, self.public)
+        sock.setsockopt(zmq.CURVE_SECRETKEY, self.secret)
+
+    def authorized(self) -> set[bytes]:
+        """The public keys (Z85) listed in ``authorized/`` now."""
+        folder = os.path.join(self.directory, AUTHORIZED)
+        keys = set()
+        for entry in sorted(os.listdir(folder)):
+            if entry.endswith(".key"):
+                try:
+                    public, _ = zmq.auth.load_certificate(os.path.join(folder, entry))
+                except (ValueError, OSError):
+                    continue  # a damaged file authorizes no one
+                keys.add(public)
+        return keys
+
+    def guard(self, ctx: zmq.Context, log: logging.Logger, who: str) -> ThreadAuthenticator:
+        """Start the ZAP handler of ``ctx``: every CURVE connection to a socket of ``ctx``
+        is accepted only when its key is authorized; refusals are logged as warnings."""
+        auth = ThreadAuthenticator(ctx, log=logging.getLogger("disthook.zap"))
+        auth.start()
+        auth.configure_curve_callback("*", credentials_provider=_Gate(self, log, who))
+        return auth
+
+
+class _Gate:
+    """The ZAP decision: a peer's key is in ``authorized/``, or it is refused (and logged)."""
+
+    def __init__(self, keys: Keys, log: logging.Logger, who: str):
+        self.keys, self.log, self.who = keys, log, who
+        self._lock = threading.Lock()
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        with self._lock:
+            try:
+                allowed = key in self.keys.authorized()
+            except OSError as exc:
+                self.log.warning("%s: cannot read the authorized keys (%s); refusing", self.who,
+                                 exc)
+                return False
+        if not allowed:
+            self.log.warning("%s: refused a connection from an unauthorized key %s...",
+                             self.who, key.decode()[:8])
+        return allowed
+
+
+def is_loopback(address: str) -> bool:
+    """True for endpoints only this machine can reach: ipc, inproc, tcp on 127.x/::1."""
+    scheme, _, rest = address.partition("://")
+    if scheme in ("ipc", "inproc"):
+        return True
+    host = rest.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name or interface name: assume reachable
+
+
+def warn_if_exposed(address: str, keys: Keys | None, log: logging.Logger, who: str) -> None:
+    if keys is None and not is_loopback(address):
+        log.warning("%s: listening on %s WITHOUT keys: anyone who can reach this port can "
+                    "deploy models and run their code here; start every process with "
+                    "--keys DIR (made by: disthook keys generate DIR)", who, address)
+
+
+def handshake_refusal(monitor: zmq.Socket) -> str | None:
+    """Read one event from a monitor made with ``HANDSHAKE_FAILURES``: why the handshake
+    failed, or None for another event (or none waiting)."""
+    from zmq.utils.monitor import recv_monitor_message
+
+    try:
+        event = recv_monitor_message(monitor, zmq.NOBLOCK)
+    except zmq.Again:
+        return None
+    if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+        return f"the server refused this key (status {event['value']})"
+    if event["event"] & HANDSHAKE_FAILURES:
+        return ("the security handshake failed: one side uses keys and the other does not, "
+                "or they are of different clusters")
+    return None
+
