@@ -5,9 +5,10 @@ every data-plane message names the model it is for), each with its own neighbour
 contexts, client hooks and optimizer shares.
 
 It registers with the coordinator, then sends a heartbeat every interval the coordinator
-gave; it stops when the coordinator says ``shutdown``, when the coordinator has not answered
-for ``orphan_after`` seconds (so that no worker outlives its cluster), on SIGTERM/SIGINT, or
-when its parent process is gone.
+gave. While the coordinator is away it keeps its stages and serves them (training needs only
+the workers), and registers again when a coordinator answers on the same address. It stops
+when the coordinator says ``shutdown``, on SIGTERM/SIGINT, when its parent process is gone,
+or, if ``orphan_after`` is set, when the coordinator has been silent that many seconds.
 """
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ class Worker(Service):
     role = "worker"
 
     def __init__(self, coordinator: str, *, bind: str = "tcp://127.0.0.1:0",
-                 worker_id: str | None = None, orphan_after: float = 30.0,
+                 worker_id: str | None = None, orphan_after: float | None = None,
                  context_ttl: float = 600.0, parent_pid: int | None = None,
                  allow_hook_modules: tuple[str, ...] = (), allow_main_scripts: bool = False,
                  keys: Keys | None = None):
@@ -142,7 +143,7 @@ class Worker(Service):
 
     def tick(self) -> None:
         now = time.monotonic()
-        if now - self.last_heard > self.orphan_after:
+        if self.orphan_after and now - self.last_heard > self.orphan_after:
             self.stop(f"no word from the coordinator at {self.coordinator_address} for "
                       f"{self.orphan_after:g} s")
             return
@@ -798,8 +799,13 @@ def main(argv=None) -> int:
                    help="endpoint for the data plane; port 0 picks a free one "
                         "(default tcp://127.0.0.1:0, loopback only)")
     p.add_argument("--id", dest="worker_id", help="worker id (default host-pid)")
-    p.add_argument("--orphan-after", type=float, default=30.0,
-                   help="stop after this many seconds without word from the coordinator")
+    p.add_argument("--orphan-after", type=float, default=0.0,
+                   help="stop after this many seconds without word from the coordinator "
+                        "(default 0: never; the worker keeps its stages and waits for a "
+                        "coordinator on the same address)")
+    p.add_argument("--context-ttl", type=float, default=600.0,
+                   help="drop a forward's graph kept for a backward that has not come in "
+                        "this many seconds (a client that vanished; default 600)")
     p.add_argument("--parent-pid", type=int, help="stop when this parent process is gone")
     p.add_argument("--allow-hook-module", action="append", default=[], metavar="MODULE",
                    help="a module (or package) whose functions hooks.by_path may run here; "
@@ -822,7 +828,8 @@ def main(argv=None) -> int:
     if not tune_malloc():
         logging.getLogger(__name__).info("malloc not tuned (not glibc)")
     worker = Worker(args.coordinator, bind=args.bind, worker_id=args.worker_id,
-                    orphan_after=args.orphan_after, parent_pid=args.parent_pid,
+                    orphan_after=args.orphan_after or None, parent_pid=args.parent_pid,
+                    context_ttl=args.context_ttl,
                     allow_hook_modules=tuple(args.allow_hook_module),
                     allow_main_scripts=args.allow_main_scripts, keys=keys)
     from disthook.distributed import cluster

@@ -245,7 +245,7 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
                   heartbeat: float = 0.5, timeout: float = DEFAULT_TIMEOUT,
                   start_timeout: float = 60.0, log_level: str = "WARNING",
                   stderr=None, allow_hook_modules=(), restart: bool = False,
-                  secure: bool = False, keys=None) -> Cluster:
+                  secure: bool = False, keys=None, context_ttl: float = 600.0) -> Cluster:
     """Start a coordinator and ``workers`` worker processes on this machine; a ``Cluster``.
 
     ``allow_hook_modules``: modules (or packages) whose functions ``hooks.by_path`` may run
@@ -253,7 +253,9 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
     (a model that had a stage there raises WorkerLost; ``remote.recover()`` places it again
     and loads its last checkpoint). With ``secure`` every connection is encrypted and the
     processes accept only this client's key: a fresh key directory is made for the cluster
-    (and removed with it), or ``keys=DIR`` names one (``disthook keys generate DIR``)."""
+    (and removed with it), or ``keys=DIR`` names one (``disthook keys generate DIR``).
+    ``context_ttl``: seconds a worker keeps a forward's graph waiting for its backward (the
+    graphs of a client that vanished are dropped then)."""
     if IN_WORKER:
         raise RuntimeError(
             "local_cluster() was called while a worker imported the client's main script to "
@@ -276,8 +278,8 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
         allow = [arg for m in allow_hook_modules for arg in ("--allow-hook-module", m)]
         allow.append("--allow-main-scripts")  # the client's script is on this machine
         worker_args = ["workers", "--coordinator", address, "--bind", f"tcp://{host}:0",
-                       "--log-level", log_level, "--orphan-after",
-                       str(max(10.0, 40 * heartbeat)), *allow, *key_args]
+                       "--log-level", log_level, "--context-ttl", str(context_ttl), *allow,
+                       *key_args]
         for _ in range(workers):
             procs.append(_spawn(worker_args, stderr, announce=False))
         cluster = Cluster(address, timeout=timeout, _processes=procs,

@@ -739,6 +739,8 @@ class RemoteModel(Module):
             for name, entries in saved["scalars"].items():
                 state.setdefault(name, {}).update(entries)
             optimizer.load_state_by_name(state, saved["param_groups"])
+            if isinstance(manifest["step"], int):
+                optimizer.steps = manifest["step"]  # its count goes on from the checkpoint's
         object.__setattr__(self, "_checkpoint", path)
         return manifest["step"]
 
@@ -921,9 +923,14 @@ _optimizer_ids = itertools.count(1)
 
 class DistributedOptimizer:
     """An optimizer of ``disthook.optim`` whose state and steps live with the parameters:
-    each worker steps its own share, exactly as the local optimizer would."""
+    each worker steps its own share, exactly as the local optimizer would.
 
-    def __init__(self, optimizer_class, params, **kwargs):
+    With ``checkpoint_every=K`` and ``checkpoint=PATH`` every K-th ``step()`` ends by saving
+    the model with this optimizer's state to PATH (``remote.save``, atomic), tagged with the
+    number of steps taken, which ``remote.recover(optimizer=...)`` returns after a loss."""
+
+    def __init__(self, optimizer_class, params, *, checkpoint_every: int | None = None,
+                 checkpoint: str | None = None, **kwargs):
         from disthook import optim
 
         if not (isinstance(optimizer_class, type) and issubclass(optimizer_class, optim.Optimizer)
@@ -939,6 +946,20 @@ class DistributedOptimizer:
         self.kwargs = kwargs
         self.params = [(p._model, p._path) for p in params]
         self.models = {id(p._model): p._model for p in params}
+        if (checkpoint_every is None) != (checkpoint is None):
+            raise ValueError("DistributedOptimizer: checkpoint_every=K and checkpoint=PATH go "
+                             f"together, got checkpoint_every={checkpoint_every!r}, "
+                             f"checkpoint={checkpoint!r}")
+        if checkpoint_every is not None:
+            if (not isinstance(checkpoint_every, int) or isinstance(checkpoint_every, bool)
+                    or checkpoint_every < 1):
+                raise ValueError("DistributedOptimizer: checkpoint_every must be an int >= 1, "
+                                 f"got {checkpoint_every!r}")
+            if len(self.models) != 1:
+                raise ValueError("DistributedOptimizer: checkpoint_every saves one model; "
+                                 f"these parameters belong to {len(self.models)} models")
+        self.checkpoint_every, self.checkpoint = checkpoint_every, checkpoint
+        self.steps = 0  # step() calls so far (recover() sets it back to the checkpoint's)
 
     @property
     def shares(self) -> dict[tuple, list[str]]:
@@ -981,6 +1002,10 @@ class DistributedOptimizer:
 
     def step(self) -> None:
         self._each("step")
+        self.steps += 1
+        if self.checkpoint_every and self.steps % self.checkpoint_every == 0:
+            (model,) = self.models.values()
+            model.save(self.checkpoint, optimizer=self, step=self.steps)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self._each("zero_grad", set_to_none=set_to_none)

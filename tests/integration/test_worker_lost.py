@@ -25,6 +25,16 @@ class Sleepy(nn.Module):
         return x
 
 
+def step(model, opt):
+    """One training step of ``model`` on test_remote's data."""
+    from test_remote import data
+
+    x, y = data()
+    opt.zero_grad()
+    nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+
+
 def kill_later(pid: int, delay: float) -> threading.Timer:
     timer = threading.Timer(delay, os.kill, (pid, signal.SIGKILL))
     timer.start()
@@ -70,16 +80,9 @@ def test_a_lost_worker_is_replaced_and_the_model_recovers_from_its_checkpoint(tm
     """restart=True brings a new worker; recover() places the stages again and loads the
     last checkpoint, optimizer state included: training then matches an uninterrupted run
     restarted from that checkpoint."""
-    from test_remote import data, make_net
+    from test_remote import make_net
 
     from disthook.distributed import ClusterError, DistributedOptimizer
-
-    x, y = data()
-
-    def step(model, opt):
-        opt.zero_grad()
-        nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
 
     local = make_net()
     lopt = torch.optim.Adam(local.parameters(), lr=1e-2)
@@ -120,3 +123,87 @@ def test_a_lost_worker_is_replaced_and_the_model_recovers_from_its_checkpoint(tm
         # the replacement runs beside the survivor (the coordinator still lists the dead
         # worker until its beats have been missing for lost_after)
         assert sum(p.poll() is None for p in cluster._processes) == 3
+
+
+class _SlowBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(1.5)
+        return grad
+
+
+class SlowBackward(nn.Module):
+    """Quick forward, slow backward: a kill lands while the stage runs backward."""
+
+    def forward(self, x):
+        return _SlowBackward.apply(x)
+
+
+def test_a_worker_killed_during_backward_ends_the_backward_with_worker_lost():
+    with local_cluster(workers=2, timeout=60) as cluster:
+        remote = cluster.deploy(nn.Sequential(nn.Linear(4, 4), SlowBackward()), stages=2)
+        (_, victim, _), = [w for w in remote.workers() if w[0] == 1]
+        out = remote(torch.ones(2, 4, requires_grad=True))
+        kill_later(next(w.pid for w in cluster.workers() if w.id == victim), 0.5)
+        started = time.monotonic()
+        with pytest.raises(WorkerLost, match=f"worker {victim}, holding stage 1, is lost: "
+                                             "its connection closed during backward"):
+            out.sum().backward()
+        assert time.monotonic() - started < 10
+        remote.close()
+
+
+def test_checkpoint_every_k_steps_and_a_kill_while_idle(tmp_path):
+    """DistributedOptimizer(checkpoint_every=2) saves at steps 2 and 4; a worker killed
+    between calls makes the next call raise WorkerLost at once; recover() says step 4, and
+    training then equals an uninterrupted run of 4 steps continued."""
+    from test_remote import make_net
+
+    from disthook.distributed import DistributedOptimizer
+
+    local = make_net()
+    lopt = torch.optim.SGD(local.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(4):
+        step(local, lopt)
+    path = str(tmp_path / "auto")
+    with local_cluster(workers=2, restart=True, heartbeat=0.2) as cluster:
+        remote = cluster.deploy(make_net(), stages=2)
+        ropt = DistributedOptimizer(torch.optim.SGD, remote.parameters(), lr=0.1,
+                                    momentum=0.9, checkpoint_every=2, checkpoint=path)
+        for _ in range(5):  # checkpoints after steps 2 and 4; step 5 will be lost
+            step(remote, ropt)
+        assert ropt.steps == 5
+        victim = remote.workers()[0][1]
+        os.kill(next(w.pid for w in cluster.workers() if w.id == victim), signal.SIGKILL)
+        time.sleep(3 * 0.2)  # idle: nothing in flight
+        started = time.monotonic()
+        with pytest.raises(WorkerLost, match=f"worker {victim}, holding stage 0"):
+            step(remote, ropt)
+        assert time.monotonic() - started < 3 * 0.2 + 1
+        assert remote.recover(optimizer=ropt) == 4 and ropt.steps == 4
+        for _ in range(2):
+            step(remote, ropt)
+            step(local, lopt)
+        state = remote.state_dict()
+        for name, p in local.state_dict().items():
+            np.testing.assert_allclose(state[name].numpy(), p.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"checkpoint_every": 2}, "go together"),
+    ({"checkpoint": "x"}, "go together"),
+    ({"checkpoint_every": 0, "checkpoint": "x"}, "an int >= 1, got 0"),
+])
+def test_checkpoint_every_arguments_are_checked(cluster, kwargs, message):
+    from test_remote import make_net
+
+    from disthook.distributed import DistributedOptimizer
+
+    remote = cluster.deploy(make_net(), stages=1)
+    with pytest.raises(ValueError, match=message):
+        DistributedOptimizer(torch.optim.SGD, remote.parameters(), lr=0.1, **kwargs)
+    remote.close()
