@@ -68,7 +68,8 @@ class Coordinator(Service):
         now = time.monotonic()
         return {
             "coordinator": {"address": self.address, "pid": os.getpid(),
-                            "host": socket.gethostname(), "uptime": time.time() - self.started},
+                            "host": socket.gethostname(), "uptime": time.time() - self.started,
+                            "heartbeat": self.heartbeat},
             "workers": [
                 {"id": r.id, "address": r.address, "pid": r.pid, "host": r.host,
                  "stages": r.stages, "alive": now - r.last_seen <= self.lost_after,

@@ -63,6 +63,7 @@ class Cluster:
         self._deployments: list = []
         self._restarter: tuple | None = None  # (stop event, thread) of restart=True
         self._cleanups: list = []  # run after the processes are gone (a scratch key dir)
+        self._heartbeat: float | None = None
         # the processes must not outlive an unreferenced cluster object either
         self._finalizer = weakref.finalize(self, _reap, self._processes, 5.0)
 
@@ -71,6 +72,13 @@ class Cluster:
         """The coordinator's view: itself and every worker."""
         self._check_open()
         return self._coordinator.request("status", timeout=self.timeout)["result"]
+
+    @property
+    def heartbeat(self) -> float:
+        """The cluster's heartbeat interval in seconds (the coordinator's setting)."""
+        if self._heartbeat is None:
+            self._heartbeat = float(self.status()["coordinator"]["heartbeat"])
+        return self._heartbeat
 
     def workers(self) -> list[WorkerInfo]:
         """Every registered worker: id, pid, address, host, stages held, liveness, memory."""

@@ -80,12 +80,18 @@ def partition(sizes: list[int], stages: int) -> list[int]:
     return cuts_for(lo)
 
 
+# a worker whose connection carries no heartbeat answer for this many of the cluster's
+# heartbeat intervals is lost (the connection is dropped and calls end with WorkerLost)
+LOST_AFTER_BEATS = 3
+
+
 class _Hub:
     """The client's sockets to the workers of one deployment, all with one identity, so that
     whichever worker finishes a pipelined request can answer the client directly."""
 
     def __init__(self, model: str, addresses: list[str], timeout: float,
-                 holders: dict[str, tuple[str, int]] | None = None, keys=None):
+                 holders: dict[str, tuple[str, int]] | None = None, keys=None,
+                 heartbeat: float | None = None):
         self.model = model  # every message to a worker names the model it is for
         self.holders = holders or {}  # address -> (worker id, stage) for WorkerLost
         self.monitors: dict[zmq.Socket, str] = {}  # connection events -> address
@@ -102,6 +108,11 @@ class _Hub:
                 sock.setsockopt(zmq.IDENTITY, self.identity)
                 if keys is not None:
                     keys.dial(sock)
+                if heartbeat:  # a worker that stops answering (hung, cut off) is dropped too
+                    ivl = max(1, int(heartbeat * 1000))
+                    sock.setsockopt(zmq.HEARTBEAT_IVL, ivl)
+                    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, LOST_AFTER_BEATS * ivl)
+                    sock.setsockopt(zmq.HEARTBEAT_TTL, LOST_AFTER_BEATS * ivl)
                 # a worker that dies closes its connection: the monitor reports it at once
                 monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
                 self.poller.register(monitor, zmq.POLLIN)
@@ -433,7 +444,7 @@ class RemoteModel(Module):
         }
         holders = {w.address: (w.id, i) for i, w in enumerate(workers)}
         fields["_hub"] = _Hub(fields["_model_id"], fields["_addresses"], timeout, holders,
-                              keys=getattr(cluster, "keys", None))
+                              keys=cluster.keys, heartbeat=cluster.heartbeat)
         for name, value in fields.items():  # plain attributes, not submodules
             object.__setattr__(self, name, value)
         object.__setattr__(self, "training", module.training)

@@ -207,3 +207,26 @@ def test_checkpoint_every_arguments_are_checked(cluster, kwargs, message):
     with pytest.raises(ValueError, match=message):
         DistributedOptimizer(torch.optim.SGD, remote.parameters(), lr=0.1, **kwargs)
     remote.close()
+
+
+def test_a_worker_that_stops_answering_is_lost_within_three_heartbeats():
+    """SIGSTOP: the process is there, its connection stays open, but nothing answers (as on
+    a hung host or a cut link). The missing heartbeat answers end the call."""
+    heartbeat = 0.3
+    with local_cluster(workers=2, timeout=60, heartbeat=heartbeat) as cluster:
+        remote = cluster.deploy(nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 2)),
+                                stages=2)
+        remote(torch.ones(2, 4))
+        (_, victim, _), = [w for w in remote.workers() if w[0] == 1]
+        pid = next(w.pid for w in cluster.workers() if w.id == victim)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with pytest.raises(WorkerLost, match=f"worker {victim}, holding stage 1"):
+                remote(torch.ones(2, 4))
+            waited = time.monotonic() - started
+            assert waited < 3 * heartbeat + 1.5, waited
+        finally:
+            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, signal.SIGCONT)
+        remote.close()
