@@ -1,8 +1,9 @@
 """The coordinator: the registry of workers, their liveness, and the cluster's shutdown.
 
 Workers register (their id, data-plane address, pid, host) and then send a heartbeat every
-``heartbeat`` seconds; a worker silent for ``lost_after`` seconds is reported as lost. Clients
-ask for ``status`` and may ``shutdown`` the cluster, which tells every worker to stop first.
+``heartbeat`` seconds; a worker silent for ``lost_after`` seconds (``SILENT_AFTER_BEATS``
+beats) is reported as not alive. Clients ask for ``status`` and may ``shutdown`` the
+cluster, which tells every worker to stop first.
 The coordinator carries no activations or gradients.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ import socket
 import time
 
 from disthook.distributed.service import Service
+from disthook.wire import HEARTBEAT_S, SILENT_AFTER_BEATS
 
 __all__ = ["Coordinator", "WorkerRecord"]
 
@@ -33,11 +35,13 @@ class WorkerRecord:
 class Coordinator(Service):
     role = "coordinator"
 
-    def __init__(self, bind: str, *, heartbeat: float = 0.5, lost_after: float | None = None,
+    def __init__(self, bind: str, *, heartbeat: float = HEARTBEAT_S,
+                 lost_after: float | None = None,
                  parent_pid: int | None = None, keys=None):
         super().__init__(bind, parent_pid=parent_pid, name="coordinator", keys=keys)
         self.heartbeat = heartbeat
-        self.lost_after = lost_after if lost_after is not None else 10 * heartbeat
+        self.lost_after = (lost_after if lost_after is not None
+                           else SILENT_AFTER_BEATS * heartbeat)
         self.workers: dict[str, WorkerRecord] = {}
         self.started = time.time()
 
@@ -95,7 +99,8 @@ def main(argv=None) -> int:
     p.add_argument("--bind", default="tcp://127.0.0.1:5555",
                    help="endpoint to listen on; port 0 picks a free one "
                         "(default tcp://127.0.0.1:5555, loopback only)")
-    p.add_argument("--heartbeat", type=float, default=0.5, help="seconds between heartbeats")
+    p.add_argument("--heartbeat", type=float, default=HEARTBEAT_S,
+                   help=f"seconds between heartbeats (default {HEARTBEAT_S})")
     p.add_argument("--parent-pid", type=int, help="stop when this parent process is gone")
     p.add_argument("--keys", metavar="DIR",
                    help="key directory (disthook keys generate DIR): encrypt every connection "

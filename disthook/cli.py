@@ -8,6 +8,8 @@ import signal
 import sys
 import time
 
+from disthook.wire import HEARTBEAT_S
+
 DEFAULT_COORDINATOR = "tcp://127.0.0.1:5555"
 
 
@@ -137,7 +139,8 @@ def main(argv=None) -> int:
     launch.add_argument("--workers", type=int, default=2, help="how many workers (default 2)")
     launch.add_argument("--bind", default=DEFAULT_COORDINATOR,
                         help=f"the coordinator's endpoint (default {DEFAULT_COORDINATOR})")
-    launch.add_argument("--heartbeat", type=float, default=0.5, help="seconds between beats")
+    launch.add_argument("--heartbeat", type=float, default=HEARTBEAT_S,
+                        help=f"seconds between beats (default {HEARTBEAT_S})")
     launch.add_argument("--log-level", default="INFO")
     launch.add_argument("--allow-hook-module", action="append", default=[], metavar="MODULE",
                         help="a module (or package) whose functions hooks.by_path may run on "

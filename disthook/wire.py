@@ -43,6 +43,10 @@ __all__ = [
 ]
 
 PROTOCOL_VERSION = 1
+# liveness, shared by every process (seconds, and counts of heartbeat intervals)
+HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
+LOST_AFTER_BEATS = 3  # a connection with no answer to its pings this long is dropped
+SILENT_AFTER_BEATS = 10  # the coordinator lists a worker this long without beats as not alive
 ARRAY_EXT = 1  # msgpack extension code of an array placeholder in the header
 
 # The array dtypes that may cross the wire, by their little-endian numpy names.

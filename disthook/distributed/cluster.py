@@ -23,6 +23,7 @@ import weakref
 
 from disthook.distributed.rpc import DEFAULT_TIMEOUT, ClusterError, Peer, RemoteTimeout
 from disthook.distributed.security import CLIENT, Keys, generate
+from disthook.wire import HEARTBEAT_S
 
 __all__ = ["Cluster", "WorkerInfo", "connect", "local_cluster"]
 
@@ -250,7 +251,7 @@ def connect(address: str, *, timeout: float = DEFAULT_TIMEOUT, keys=None,
 
 
 def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
-                  heartbeat: float = 0.5, timeout: float = DEFAULT_TIMEOUT,
+                  heartbeat: float = HEARTBEAT_S, timeout: float = DEFAULT_TIMEOUT,
                   start_timeout: float = 60.0, log_level: str = "WARNING",
                   stderr=None, allow_hook_modules=(), restart: bool = False,
                   secure: bool = False, keys=None, context_ttl: float = 600.0) -> Cluster:

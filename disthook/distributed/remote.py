@@ -80,11 +80,6 @@ def partition(sizes: list[int], stages: int) -> list[int]:
     return cuts_for(lo)
 
 
-# a worker whose connection carries no heartbeat answer for this many of the cluster's
-# heartbeat intervals is lost (the connection is dropped and calls end with WorkerLost)
-LOST_AFTER_BEATS = 3
-
-
 class _Hub:
     """The client's sockets to the workers of one deployment, all with one identity, so that
     whichever worker finishes a pipelined request can answer the client directly."""
@@ -108,11 +103,13 @@ class _Hub:
                 sock.setsockopt(zmq.IDENTITY, self.identity)
                 if keys is not None:
                     keys.dial(sock)
-                if heartbeat:  # a worker that stops answering (hung, cut off) is dropped too
+                # a worker that stops answering (hung, cut off) is dropped after
+                # LOST_AFTER_BEATS intervals without a ping answer: calls end with WorkerLost
+                if heartbeat:
                     ivl = max(1, int(heartbeat * 1000))
                     sock.setsockopt(zmq.HEARTBEAT_IVL, ivl)
-                    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, LOST_AFTER_BEATS * ivl)
-                    sock.setsockopt(zmq.HEARTBEAT_TTL, LOST_AFTER_BEATS * ivl)
+                    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, wire.LOST_AFTER_BEATS * ivl)
+                    sock.setsockopt(zmq.HEARTBEAT_TTL, wire.LOST_AFTER_BEATS * ivl)
                 # a worker that dies closes its connection: the monitor reports it at once
                 monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
                 self.poller.register(monitor, zmq.POLLIN)
