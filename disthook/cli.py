@@ -37,17 +37,23 @@ def _launch(args) -> int:
         return 2
     cluster = local_cluster(args.workers, host=host, port=int(port), heartbeat=args.heartbeat,
                             log_level=args.log_level, stderr=None,
-                            allow_hook_modules=args.allow_hook_module, keys=args.keys)
+                            allow_hook_modules=args.allow_hook_module, keys=args.keys,
+                            restart=args.restart)
     try:
         secured = f", keys {args.keys}" if args.keys else ""
         print(f"disthook cluster up: coordinator {cluster.address}, {args.workers} worker(s)"
               f"{secured}; Ctrl-C stops it", flush=True)
         _print_status(cluster.status())
-        while True:  # watch: leave when a process dies, or on Ctrl-C
+        pids = [proc.pid for proc in cluster._processes]
+        while True:  # watch: leave when a process dies (unless --restart), or on Ctrl-C
             time.sleep(0.5)
-            for proc in cluster._processes:
-                if proc.poll() is not None:
-                    print(f"disthook launch: {' '.join(proc.args[1:3])} (pid {proc.pid}) "
+            for i, proc in enumerate(cluster._processes):
+                if proc.pid != pids[i]:  # the restarter replaced it
+                    print(f"disthook launch: pid {pids[i]} died; {proc.args[2]} "
+                          f"started again as pid {proc.pid}", file=sys.stderr, flush=True)
+                    pids[i] = proc.pid
+                elif proc.poll() is not None and not args.restart:
+                    print(f"disthook launch: {proc.args[2]} (pid {proc.pid}) "
                           f"exited with code {proc.returncode}; stopping the cluster",
                           file=sys.stderr)
                     return 1
@@ -145,6 +151,9 @@ def main(argv=None) -> int:
     launch.add_argument("--allow-hook-module", action="append", default=[], metavar="MODULE",
                         help="a module (or package) whose functions hooks.by_path may run on "
                              "the workers; repeat for more")
+    launch.add_argument("--restart", action="store_true",
+                        help="replace a process that dies (a worker by a new worker, the "
+                             "coordinator on the same address) instead of stopping")
     launch.add_argument("--keys", metavar="DIR",
                         help="run with keys from DIR (disthook keys generate DIR): every "
                              "connection encrypted, only authorized peers accepted")

@@ -192,8 +192,11 @@ class Cluster:
             for cleanup in self._cleanups:
                 cleanup()
 
-    def _start_restarter(self, worker_args: list[str], stderr) -> None:
-        """A thread that replaces every worker process that exits (local clusters)."""
+    def _start_restarter(self, coordinator_args: list[str], worker_args: list[str],
+                         stderr) -> None:
+        """A thread that replaces every process that exits (local clusters): a worker by a
+        new worker, the coordinator by a new one on the same address (the workers register
+        with it again, keeping their stages)."""
         stop = threading.Event()
         procs, lock = self._processes, self._lock
 
@@ -201,8 +204,9 @@ class Cluster:
             while not stop.wait(0.2):
                 with lock:
                     for i, proc in enumerate(procs):
-                        if i > 0 and proc.poll() is not None and not stop.is_set():
-                            procs[i] = _spawn(worker_args, stderr, announce=False)
+                        if proc.poll() is not None and not stop.is_set():
+                            args = coordinator_args if i == 0 else worker_args
+                            procs[i] = _spawn(args, stderr, announce=False)
 
         thread = threading.Thread(target=watch, name="disthook-restarter", daemon=True)
         thread.start()
@@ -260,7 +264,8 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
     ``allow_hook_modules``: modules (or packages) whose functions ``hooks.by_path`` may run
     on the workers. With ``restart`` a worker process that dies is replaced by a new one
     (a model that had a stage there raises WorkerLost; ``remote.recover()`` places it again
-    and loads its last checkpoint). With ``secure`` every connection is encrypted and the
+    and loads its last checkpoint), and a coordinator that dies by a new one on the same
+    address. With ``secure`` every connection is encrypted and the
     processes accept only this client's key: a fresh key directory is made for the cluster
     (and removed with it), or ``keys=DIR`` names one (``disthook keys generate DIR``).
     ``context_ttl``: seconds a worker keeps a forward's graph waiting for its backward (the
@@ -279,9 +284,10 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
         generate(keys)
     key_args = ["--keys", os.fspath(keys)] if keys is not None else []
     try:
-        coordinator = _spawn(["coordinator", "--bind", f"tcp://{host}:{port}",
-                              "--heartbeat", str(heartbeat), "--log-level", log_level,
-                              *key_args], stderr, announce=True)
+        coordinator_args = ["coordinator", "--heartbeat", str(heartbeat), "--log-level",
+                            log_level, *key_args]
+        coordinator = _spawn([*coordinator_args, "--bind", f"tcp://{host}:{port}"], stderr,
+                             announce=True)
         procs.append(coordinator)
         address = _announced_address(coordinator, start_timeout)
         allow = [arg for m in allow_hook_modules for arg in ("--allow-hook-module", m)]
@@ -296,7 +302,8 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
         if scratch is not None:  # after the processes: they read the keys at start
             cluster._cleanups.append(weakref.finalize(cluster, shutil.rmtree, scratch, True))
         if restart:
-            cluster._start_restarter(worker_args, stderr)
+            cluster._start_restarter([*coordinator_args, "--bind", address], worker_args,
+                                     stderr)
     except BaseException:
         _reap(procs, 5.0)
         if scratch is not None:

@@ -185,8 +185,8 @@ def test_launch_and_status_commands(tmp_path):
         line = launch.stdout.readline()
         assert line.startswith(f"disthook cluster up: coordinator {address}, 2 worker(s)"), line
         status = subprocess.run([sys.executable, "-m", "disthook.cli", "status",
-                                 "--coordinator", address], capture_output=True, text=True, check=False,
-                                timeout=60)
+                                 "--coordinator", address], capture_output=True, text=True,
+                                check=False, timeout=60)
         assert status.returncode == 0, status.stderr
         lines = status.stdout.splitlines()
         assert lines[0].startswith(f"coordinator {address}")
@@ -199,10 +199,43 @@ def test_launch_and_status_commands(tmp_path):
             launch.kill()
             launch.wait()
     status = subprocess.run([sys.executable, "-m", "disthook.cli", "status", "--coordinator",
-                             address, "--timeout", "0.5"], capture_output=True, text=True, check=False,
-                            timeout=60)
+                             address, "--timeout", "0.5"], capture_output=True, text=True,
+                            check=False, timeout=60)
     assert status.returncode == 1
     assert f"no coordinator answers at {address}" in status.stderr
+
+
+def test_launch_restart_replaces_a_killed_worker(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    errors = tmp_path / "stderr.txt"
+    with open(errors, "w") as err:
+        launch = subprocess.Popen([sys.executable, "-m", "disthook.cli", "launch", "--workers",
+                                   "2", "--bind", address, "--log-level", "WARNING",
+                                   "--restart"], stdout=subprocess.PIPE, stderr=err, text=True)
+    try:
+        assert launch.stdout.readline().startswith("disthook cluster up")
+        from disthook.distributed import connect
+
+        with connect(address) as cluster:
+            victim = cluster.workers()[0]
+            os.kill(victim.pid, signal.SIGKILL)
+            deadline = time.monotonic() + 30
+            while f"pid {victim.pid} died; workers started again" not in errors.read_text():
+                assert launch.poll() is None, errors.read_text()  # it did not stop
+                assert time.monotonic() < deadline, errors.read_text()
+                time.sleep(0.1)
+            while len([w for w in cluster.workers() if w.alive]) < 2:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        launch.send_signal(signal.SIGINT)
+        assert launch.wait(30) == 0
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+            launch.wait()
 
 
 def test_worker_info_stage_is_the_first_stage_held():

@@ -16,6 +16,20 @@ from disthook.distributed import DistributedOptimizer, RemoteTimeout, local_clus
 pytestmark = pytest.mark.timeout(180)
 
 
+def workers_come_back(cluster, n=2, timeout=30.0):
+    """Wait until ``n`` workers are registered again, alive, with the stages they kept."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            workers = [w for w in cluster.workers() if w.alive]
+        except RemoteTimeout:  # no coordinator (yet)
+            workers = []
+        if len(workers) == n and all(w.stages for w in workers):
+            return
+        assert time.monotonic() < deadline, "the workers did not come back"
+        time.sleep(0.2)
+
+
 def test_training_survives_the_coordinator_and_workers_register_again():
     x, y = data()
     local = make_net()
@@ -42,16 +56,7 @@ def test_training_survives_the_coordinator_and_workers_register_again():
             revived = subprocess.Popen([sys.executable, "-m", "coordinator", "--bind",
                                         cluster.address, "--log-level", "WARNING"],
                                        stdout=subprocess.DEVNULL)
-            deadline = time.monotonic() + 30
-            while True:  # the workers register again, with the stages they kept
-                try:
-                    workers = [w for w in cluster.workers() if w.alive]
-                except RemoteTimeout:
-                    workers = []
-                if len(workers) == 2 and all(w.stages for w in workers):
-                    break
-                assert time.monotonic() < deadline, "the workers did not come back"
-                time.sleep(0.2)
+            workers_come_back(cluster)
             both_steps()
             state = remote.state_dict()
             for name, p in local.state_dict().items():
@@ -66,3 +71,16 @@ def test_training_survives_the_coordinator_and_workers_register_again():
                     if revived.poll() is None:
                         revived.kill()
                         revived.wait()
+
+
+def test_restart_true_replaces_a_dead_coordinator_on_the_same_address():
+    with local_cluster(workers=2, restart=True, timeout=5) as cluster:
+        remote = cluster.deploy(make_net(), stages=2)
+        first = cluster._processes[0]
+        first.kill()
+        first.wait(10)
+        workers_come_back(cluster)  # to a new coordinator the restarter started
+        assert cluster._processes[0].pid != first.pid
+        x, _ = data()
+        with torch.no_grad():
+            np.testing.assert_allclose(remote(x).numpy(), make_net()(x).numpy(), rtol=1e-6)
