@@ -51,10 +51,12 @@ class Worker(Service):
                  worker_id: str | None = None, orphan_after: float | None = None,
                  context_ttl: float = 600.0, parent_pid: int | None = None,
                  allow_hook_modules: tuple[str, ...] = (), allow_main_scripts: bool = False,
-                 keys: Keys | None = None):
+                 keys: Keys | None = None, advertise: str | None = None):
         wid = worker_id or f"{socket.gethostname()}-{os.getpid()}"
         super().__init__(bind, name=wid, parent_pid=parent_pid, keys=keys)
         self.id = wid
+        self.bound = self.address
+        self.address = advertised_address(self.bound, advertise, self.log)  # what peers dial
         self.coordinator_address = coordinator
         self.control = self._dial(coordinator, wid.encode(), linger=0)
         self.poller.register(self.control, zmq.POLLIN)
@@ -696,6 +698,29 @@ class Worker(Service):
         self.reply(self.router, client, msg.req, msg_type, fields, ctx=msg.ctx)
 
 
+def advertised_address(bound: str, advertise: str | None, log) -> str:
+    """The endpoint peers reach this worker at: ``advertise`` ("host" or "host:port"; the
+    port defaults to the bound one), else the bound endpoint. A wildcard bind (0.0.0.0, *,
+    ::) without ``advertise`` falls back to this host's name, with a warning."""
+    scheme, _, rest = bound.partition("://")
+    host, _, port = rest.rpartition(":")
+    if advertise:
+        if "://" in advertise:
+            raise ValueError(f"--advertise takes host or host:port, got {advertise!r}")
+        a_host, sep, a_port = advertise.rpartition(":")
+        if not sep:  # no port given
+            a_host, a_port = advertise, port
+        elif not a_port.isdigit() or not a_host:
+            raise ValueError(f"--advertise takes host or host:port, got {advertise!r}")
+        return f"{scheme}://{a_host}:{a_port}"
+    if host in ("0.0.0.0", "*", "[::]", "::"):
+        name = socket.gethostname()
+        log.warning("bound to %s without --advertise: peers are told tcp://%s:%s (this host's "
+                    "name); pass --advertise HOST if they cannot resolve it", bound, name, port)
+        return f"{scheme}://{name}:{port}"
+    return bound
+
+
 def _module_in_traceback(root, tb) -> str | None:
     """The path (in ``root``) of the innermost submodule of ``root`` running in ``tb``."""
     paths = {id(m): name for name, m in root.named_modules() if name}
@@ -798,6 +823,9 @@ def main(argv=None) -> int:
     p.add_argument("--bind", default="tcp://127.0.0.1:0",
                    help="endpoint for the data plane; port 0 picks a free one "
                         "(default tcp://127.0.0.1:0, loopback only)")
+    p.add_argument("--advertise", metavar="HOST[:PORT]",
+                   help="the address peers and clients reach this worker at, when it binds "
+                        "a wildcard or sits behind NAT (default: the bound address)")
     p.add_argument("--id", dest="worker_id", help="worker id (default host-pid)")
     p.add_argument("--orphan-after", type=float, default=0.0,
                    help="stop after this many seconds without word from the coordinator "
@@ -829,7 +857,7 @@ def main(argv=None) -> int:
         logging.getLogger(__name__).info("malloc not tuned (not glibc)")
     worker = Worker(args.coordinator, bind=args.bind, worker_id=args.worker_id,
                     orphan_after=args.orphan_after or None, parent_pid=args.parent_pid,
-                    context_ttl=args.context_ttl,
+                    context_ttl=args.context_ttl, advertise=args.advertise,
                     allow_hook_modules=tuple(args.allow_hook_module),
                     allow_main_scripts=args.allow_main_scripts, keys=keys)
     from disthook.distributed import cluster
