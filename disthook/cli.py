@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import signal
 import sys
 import time
@@ -29,6 +30,10 @@ def _bench(args) -> int:
 def _launch(args) -> int:
     from disthook.distributed import local_cluster
 
+    if args.hosts:
+        return _launch_ssh(args)
+    if args.ray is not None:
+        return _launch_ray(args)
     scheme, _, rest = args.bind.partition("://")
     host, _, port = rest.rpartition(":")
     if scheme != "tcp" or not host or not port.isdigit():
@@ -39,30 +44,113 @@ def _launch(args) -> int:
                             log_level=args.log_level, stderr=None,
                             allow_hook_modules=args.allow_hook_module, keys=args.keys,
                             restart=args.restart)
-    try:
+    pids = [proc.pid for proc in cluster._processes]
+
+    def start():
         secured = f", keys {args.keys}" if args.keys else ""
         print(f"disthook cluster up: coordinator {cluster.address}, {args.workers} worker(s)"
               f"{secured}; Ctrl-C stops it", flush=True)
         _print_status(cluster.status())
-        pids = [proc.pid for proc in cluster._processes]
-        while True:  # watch: leave when a process dies (unless --restart), or on Ctrl-C
-            time.sleep(0.5)
-            for i, proc in enumerate(cluster._processes):
-                if proc.pid != pids[i]:  # the restarter replaced it
-                    print(f"disthook launch: pid {pids[i]} died; {proc.args[2]} "
-                          f"started again as pid {proc.pid}", file=sys.stderr, flush=True)
-                    pids[i] = proc.pid
-                elif proc.poll() is not None and not args.restart:
-                    print(f"disthook launch: {proc.args[2]} (pid {proc.pid}) "
-                          f"exited with code {proc.returncode}; stopping the cluster",
-                          file=sys.stderr)
-                    return 1
+
+    def check():  # a process died: stop, unless --restart replaced it
+        for i, proc in enumerate(cluster._processes):
+            if proc.pid != pids[i]:  # the restarter replaced it
+                print(f"disthook launch: pid {pids[i]} died; {proc.args[2]} started again "
+                      f"as pid {proc.pid}", file=sys.stderr, flush=True)
+                pids[i] = proc.pid
+            elif proc.poll() is not None and not args.restart:
+                return f"{proc.args[2]} (pid {proc.pid}) exited with code {proc.returncode}"
+        return None
+
+    return _foreground(start, check, cluster.close)
+
+
+def _foreground(start, check, stop, every: float = 0.5) -> int:
+    """Run a launched cluster in the foreground: ``start()``, then ``check()`` every
+    ``every`` seconds until it names a process that ended (exit 1) or Ctrl-C (exit 0);
+    ``stop()`` in every case, safe from a second Ctrl-C."""
+    try:
+        start()
+        while True:
+            time.sleep(every)
+            ended = check()
+            if ended:
+                print(f"disthook launch: {ended}; stopping the cluster", file=sys.stderr)
+                return 1
     except KeyboardInterrupt:
         print("\ndisthook launch: stopping the cluster", file=sys.stderr)
         return 0
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the reaping
-        cluster.close()
+        stop()
+
+
+def _port_of(bind: str) -> int:
+    port = bind.rpartition(":")[2]
+    return int(port) if port.isdigit() else 5555
+
+
+def _launch_ssh(args) -> int:
+    """``launch --hosts FILE``: every process under ssh; Ctrl-C hangs them all up."""
+    import subprocess
+
+    from deploy import ssh
+
+    try:
+        with open(args.hosts) as f:
+            hosts = ssh.parse_hosts(f.read(), args.hosts)
+    except (OSError, ValueError) as exc:
+        print(f"disthook launch: {exc}", file=sys.stderr)
+        return 2
+    plan = ssh.commands(hosts, port=_port_of(args.bind), keys=args.keys,
+                        heartbeat=args.heartbeat, log_level=args.log_level)
+    if args.dry_run:
+        for what, argv in plan:
+            print(f"# {what}\n{shlex.join(argv)}")
+        return 0
+    procs = []
+
+    def start():
+        for what, argv in plan:
+            procs.append((what, subprocess.Popen(argv, stdin=subprocess.DEVNULL)))
+            if not procs[1:]:
+                time.sleep(1.0)  # the coordinator first
+        print(f"disthook cluster up over ssh: {len(plan) - 1} worker(s); Ctrl-C stops it",
+              flush=True)
+
+    def check():
+        return next((f"the {what} ended with code {proc.returncode}" for what, proc in procs
+                     if proc.poll() is not None), None)
+
+    def stop():
+        for _, proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for _, proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+    return _foreground(start, check, stop)
+
+
+def _launch_ray(args) -> int:
+    """``launch --ray [ADDRESS]``: the processes started by Ray actors."""
+    from deploy import ray_launcher
+
+    try:
+        cluster = ray_launcher.launch(args.workers, address=args.ray or None,
+                                      port=_port_of(args.bind), keys=args.keys,
+                                      heartbeat=args.heartbeat, log_level=args.log_level)
+    except ImportError as exc:
+        print(f"disthook launch: {exc}", file=sys.stderr)
+        return 2
+    return _foreground(
+        lambda: print(f"disthook cluster up on Ray: coordinator {cluster.address}, "
+                      f"{args.workers} worker(s); Ctrl-C stops it", flush=True),
+        lambda: None if all(cluster.running()) else "a process ended",
+        cluster.stop, every=1.0)
 
 
 ROLES = {"coordinator": "coordinator", "worker": "workers"}
@@ -151,6 +239,14 @@ def main(argv=None) -> int:
     launch.add_argument("--allow-hook-module", action="append", default=[], metavar="MODULE",
                         help="a module (or package) whose functions hooks.by_path may run on "
                              "the workers; repeat for more")
+    launch.add_argument("--hosts", metavar="FILE",
+                        help="run the processes over ssh on the hosts FILE lists (see "
+                             "deploy/ssh.py for its format); --bind gives the port")
+    launch.add_argument("--dry-run", action="store_true",
+                        help="with --hosts: print the ssh commands instead of running them")
+    launch.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                        help="start the processes as Ray actors on the Ray cluster at "
+                             "ADDRESS (default: this machine's); needs disthook[ray]")
     launch.add_argument("--restart", action="store_true",
                         help="replace a process that dies (a worker by a new worker, the "
                              "coordinator on the same address) instead of stopping")

@@ -15,12 +15,13 @@ import dataclasses
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 import weakref
 
+from deploy.local import spawn
+from deploy.roles import Role, coordinator_role, worker_role
 from disthook.distributed.rpc import DEFAULT_TIMEOUT, ClusterError, Peer, RemoteTimeout
 from disthook.distributed.security import CLIENT, Keys, generate
 from disthook.wire import HEARTBEAT_S
@@ -192,8 +193,7 @@ class Cluster:
             for cleanup in self._cleanups:
                 cleanup()
 
-    def _start_restarter(self, coordinator_args: list[str], worker_args: list[str],
-                         stderr) -> None:
+    def _start_restarter(self, coordinator: Role, worker: Role, stderr) -> None:
         """A thread that replaces every process that exits (local clusters): a worker by a
         new worker, the coordinator by a new one on the same address (the workers register
         with it again, keeping their stages)."""
@@ -205,8 +205,7 @@ class Cluster:
                 with lock:
                     for i, proc in enumerate(procs):
                         if proc.poll() is not None and not stop.is_set():
-                            args = coordinator_args if i == 0 else worker_args
-                            procs[i] = _spawn(args, stderr, announce=False)
+                            procs[i] = spawn(coordinator if i == 0 else worker, stderr)
 
         thread = threading.Thread(target=watch, name="disthook-restarter", daemon=True)
         thread.start()
@@ -282,28 +281,27 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
     if secure and keys is None:
         scratch = keys = tempfile.mkdtemp(prefix="disthook-keys-")
         generate(keys)
-    key_args = ["--keys", os.fspath(keys)] if keys is not None else []
+    key_dir = None if keys is None else os.fspath(keys)
     try:
-        coordinator_args = ["coordinator", "--heartbeat", str(heartbeat), "--log-level",
-                            log_level, *key_args]
-        coordinator = _spawn([*coordinator_args, "--bind", f"tcp://{host}:{port}"], stderr,
-                             announce=True)
+        first = coordinator_role(f"tcp://{host}:{port}", heartbeat=heartbeat, keys=key_dir,
+                                 log_level=log_level)
+        coordinator = spawn(first, stderr, announce=True)
         procs.append(coordinator)
         address = _announced_address(coordinator, start_timeout)
-        allow = [arg for m in allow_hook_modules for arg in ("--allow-hook-module", m)]
-        allow.append("--allow-main-scripts")  # the client's script is on this machine
-        worker_args = ["workers", "--coordinator", address, "--bind", f"tcp://{host}:0",
-                       "--log-level", log_level, "--context-ttl", str(context_ttl), *allow,
-                       *key_args]
+        # allow_main_scripts: the client's script is on this machine
+        worker = worker_role(address, bind=f"tcp://{host}:0", keys=key_dir,
+                             log_level=log_level, allow_hook_modules=allow_hook_modules,
+                             allow_main_scripts=True, context_ttl=context_ttl)
         for _ in range(workers):
-            procs.append(_spawn(worker_args, stderr, announce=False))
+            procs.append(spawn(worker, stderr))
         cluster = Cluster(address, timeout=timeout, _processes=procs,
                           keys=None if keys is None else Keys.load(os.fspath(keys)))
         if scratch is not None:  # after the processes: they read the keys at start
             cluster._cleanups.append(weakref.finalize(cluster, shutil.rmtree, scratch, True))
         if restart:
-            cluster._start_restarter([*coordinator_args, "--bind", address], worker_args,
-                                     stderr)
+            again = coordinator_role(address, heartbeat=heartbeat, keys=key_dir,
+                                     log_level=log_level)  # the same address as before
+            cluster._start_restarter(again, worker, stderr)
     except BaseException:
         _reap(procs, 5.0)
         if scratch is not None:
@@ -315,20 +313,6 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
         cluster.close()
         raise
     return cluster
-
-
-def _spawn(args: list[str], stderr, *, announce: bool) -> subprocess.Popen:
-    """``python -m <role> ...`` as a child that stops when this process is gone."""
-    cmd = [sys.executable, "-m", *args, "--parent-pid", str(os.getpid())]
-    # the workers import what the client imports (its sys.path, as multiprocessing's spawn
-    # passes it), so a model class in a module beside the client's script is found
-    paths = [os.path.abspath(p or os.curdir) for p in sys.path]
-    paths += os.environ.get("PYTHONPATH", "").split(os.pathsep)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(dict.fromkeys(
-        p for p in paths if p and os.path.isdir(p))))
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE if announce else subprocess.DEVNULL,
-                            stderr=stderr, stdin=subprocess.DEVNULL, text=True, env=env,
-                            start_new_session=True)  # Ctrl-C reaches the client only
 
 
 def _announced_address(proc: subprocess.Popen, timeout: float) -> str:

@@ -1,0 +1,79 @@
+"""The command line of each role of a cluster, made once for every launcher.
+
+A ``Role`` is the module to run (``python -m coordinator`` or ``python -m workers``) and its
+arguments; a launcher turns it into a local child process, an SSH command, a Ray actor's
+child or a container's arguments.
+"""
+from __future__ import annotations
+
+import dataclasses
+import shlex
+
+__all__ = ["Role", "coordinator_role", "worker_role"]
+
+DEFAULT_PORT = 5555
+
+
+@dataclasses.dataclass(frozen=True)
+class Role:
+    """``python -m <module> <args>``: one process of a cluster."""
+
+    module: str  # "coordinator" or "workers"
+    args: tuple[str, ...]
+
+    def argv(self, python: str = "python") -> list[str]:
+        return [python, "-m", self.module, *self.args]
+
+    def shell(self, python: str = "python") -> str:
+        """The same, as one line for a shell (each word quoted as needed)."""
+        return shlex.join(self.argv(python))
+
+
+def _common(keys: str | None, log_level: str | None) -> list[str]:
+    out = []
+    if keys:
+        out += ["--keys", keys]
+    if log_level:
+        out += ["--log-level", log_level]
+    return out
+
+
+def coordinator_role(bind: str, *, keys: str | None = None, heartbeat: float | None = None,
+                     log_level: str | None = None) -> Role:
+    """The coordinator, listening on ``bind`` (``tcp://HOST:PORT``)."""
+    _check_endpoint(bind, "bind")
+    args = ["--bind", bind]
+    if heartbeat is not None:
+        args += ["--heartbeat", f"{heartbeat:g}"]
+    return Role("coordinator", tuple(args + _common(keys, log_level)))
+
+
+def worker_role(coordinator: str, *, worker_id: str | None = None,
+                bind: str = "tcp://0.0.0.0:0", advertise: str | None = None,
+                keys: str | None = None, log_level: str | None = None,
+                allow_hook_modules=(), allow_main_scripts: bool = False,
+                context_ttl: float | None = None) -> Role:
+    """A worker of the coordinator at ``coordinator``, binding ``bind`` and telling peers
+    ``advertise`` (its host name or address, as they reach it). ``allow_main_scripts`` only
+    where the client's script is on the same machine (local clusters)."""
+    _check_endpoint(coordinator, "coordinator")
+    _check_endpoint(bind, "bind")
+    args = ["--coordinator", coordinator, "--bind", bind]
+    if advertise:
+        args += ["--advertise", advertise]
+    if worker_id:
+        args += ["--id", worker_id]
+    for module in allow_hook_modules:
+        args += ["--allow-hook-module", module]
+    if allow_main_scripts:
+        args.append("--allow-main-scripts")
+    if context_ttl is not None:
+        args += ["--context-ttl", f"{context_ttl:g}"]
+    return Role("workers", tuple(args + _common(keys, log_level)))
+
+
+def _check_endpoint(address: str, what: str) -> None:
+    scheme, _, rest = address.partition("://")
+    host, _, port = rest.rpartition(":")
+    if scheme != "tcp" or not host or not (port.isdigit() or port == "*"):
+        raise ValueError(f"{what} must look like tcp://HOST:PORT, got {address!r}")
