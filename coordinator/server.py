@@ -13,6 +13,7 @@ import os
 import socket
 import time
 
+from disthook import wire
 from disthook.distributed.service import Service
 from disthook.wire import HEARTBEAT_S, SILENT_AFTER_BEATS
 
@@ -73,7 +74,8 @@ class Coordinator(Service):
         return {
             "coordinator": {"address": self.address, "pid": os.getpid(),
                             "host": socket.gethostname(), "uptime": time.time() - self.started,
-                            "heartbeat": self.heartbeat},
+                            "heartbeat": self.heartbeat,
+                            "messages": wire.decoded_count()},
             "workers": [
                 {"id": r.id, "address": r.address, "pid": r.pid, "host": r.host,
                  "stages": r.stages, "alive": now - r.last_seen <= self.lost_after,

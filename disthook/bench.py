@@ -152,10 +152,13 @@ def hook_overhead(lib):
 
 
 # "dist" (disthook.bench_dist) starts a local cluster; its baselines are raw pyzmq and one
-# process rather than torch. "pipeline" (disthook.bench_pipeline) prints a table of its own.
+# process rather than torch. "pipeline" (disthook.bench_pipeline) and "peers"
+# (disthook.bench_peers: torch RPC and torch.distributed.pipelining) print tables of their own.
 SUITES = {
     "dist": [],
     "pipeline": [],
+    "peers": [],
+    "scaling": [],
     "engine": [
         ("MLP 784-1024x3-10 SGD step, batch 128", mlp_step, 1.15, (7, 3)),
         (f"{CHAIN_OPS} tiny ops fwd+bwd ({CHAIN_NUMEL} elems)", tiny_chain, 1.5, (7, 3)),
@@ -262,7 +265,9 @@ def main(suite: str = "all", *, quick: bool = False, json_path: str | None = Non
         print("dist: baselines are raw pyzmq between two processes and one process; the "
               "workers are local processes, one BLAS thread each")
     names = sorted(SUITES) if suite == "all" else [suite]
-    rows = [row for name in names if name != "pipeline" for row in run_suite(name, quick)]
+    own_tables = {"pipeline", "peers", "scaling"}  # suites that print tables of their own
+    rows = [row for name in names if name not in own_tables
+            for row in run_suite(name, quick)]
     if rows:
         _print(rows)
     if "pipeline" in names:
@@ -271,6 +276,18 @@ def main(suite: str = "all", *, quick: bool = False, json_path: str | None = Non
         pipeline_rows = bench_pipeline.run(quick)
         bench_pipeline.print_rows(pipeline_rows)
         rows += [{"suite": "pipeline", **r} for r in pipeline_rows]
+    if "scaling" in names:
+        from disthook import bench_scaling
+
+        scaling_rows = bench_scaling.run(quick)
+        bench_scaling.print_rows(scaling_rows)
+        rows += scaling_rows
+    if "peers" in names:
+        from disthook import bench_peers
+
+        peer_rows = bench_peers.run(quick)
+        bench_peers.print_rows(peer_rows)
+        rows += peer_rows
     if json_path:
         with open(json_path, "w") as f:
             json.dump(rows, f, indent=2)

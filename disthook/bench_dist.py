@@ -94,7 +94,6 @@ def run(quick: bool = False) -> list[dict]:
     import disthook as torch
     from disthook import nn
     from disthook.distributed import DistributedOptimizer, local_cluster
-
     from disthook.distributed.service import tune_malloc
 
     tune_malloc()  # the one-process baseline of (c) runs with the workers' malloc setting

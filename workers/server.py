@@ -173,7 +173,7 @@ class Worker(Service):
         return {"id": self.id, "pid": os.getpid(), "address": self.address,
                 "stages": [st.name for st in self.stages.values()], "memory": _rss_bytes(),
                 "contexts": sum(len(st.contexts) for st in self.stages.values()),
-                "mailbox": len(self._mailbox)}
+                "mailbox": len(self._mailbox), "messages": wire.decoded_count()}
 
     def on_load_stage(self, msg, sender: bytes):
         """Build a stage of model ``msg["model"]`` from its spec and connect to its neighbour
