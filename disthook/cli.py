@@ -45,12 +45,9 @@ def _print_summary(summary) -> None:
           f"after {summary.epochs} epoch(s) ({summary.seconds:.0f} s)")
     print(f"files: {summary.out / 'index.html'} ({', '.join(summary.files[:-1])} beside it)")
     print("hooks fired per worker:")
-    holds = {worker: f"stage {stage}: {', '.join(children)}"
-             for stage, worker, children in summary.stages}
-    for worker, counts in sorted(summary.hook_counts.items(),
-                                 key=lambda item: holds.get(item[0], "~")):
+    for worker, holds, counts in summary.hooks_fired():
         fired = ", ".join(f"{name} {n}" for name, n in sorted(counts.items())) or "none"
-        print(f"  {worker} ({holds.get(worker, 'no stage')}): {fired}")
+        print(f"  {worker} ({holds}): {fired}")
 
 
 def _bench(args) -> int:

@@ -4,6 +4,10 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
+HEADINGS = {"curves.png": "Loss and accuracy",
+            "feature_maps.png": "Feature maps of the first conv layer",
+            "gradient_flow.png": "Gradient flow",
+            "grad_cam.png": "Grad-CAM"}
 EXPLANATIONS = {
     "curves.png": "Training loss and accuracy per pipelined step (accuracy from the logits a "
                   "capture hook kept on the last stage's worker), and test accuracy after "
@@ -14,9 +18,8 @@ EXPLANATIONS = {
     "gradient_flow.png": "Every parameter's gradient norm per micro-batch, recorded by "
                          "record_norm tensor hooks on the owning workers before "
                          "clip_grad_norm hooks clip it at the dashed line.",
-    "grad_cam.png": "Grad-CAM: where the last conv layer looked for the predicted class, from "
-                    "its output and gradient captured by a forward and a full backward hook "
-                    "on its worker.",
+    "grad_cam.png": "Where the last conv layer looked for the predicted class, from its output "
+                    "and gradient captured by a forward and a full backward hook on its worker.",
 }
 
 PAGE = """<!DOCTYPE html>
@@ -50,9 +53,8 @@ its layer or parameter; the clip hooks rescaled {clipped:.1%} of the micro-batch
 def write(path: Path, figures: dict, summary) -> None:
     """``index.html`` at ``path`` showing ``figures`` (file names relative to it)."""
     sections = "\n".join(
-        f'<h2>{html.escape(Path(name).stem.replace("_", " ").capitalize())}</h2>\n'
-        f'<p>{html.escape(EXPLANATIONS[name])}</p>\n'
-        f'<img src="{html.escape(file)}" alt="{html.escape(Path(name).stem)}">'
+        f'<h2>{html.escape(HEADINGS[name])}</h2>\n<p>{html.escape(EXPLANATIONS[name])}</p>\n'
+        f'<img src="{html.escape(file)}" alt="{html.escape(HEADINGS[name])}">'
         for name, file in figures.items())
     Path(path).write_text(PAGE.format(
         stages=len(summary.stages), epochs=summary.epochs, accuracy=summary.test_accuracy,
@@ -61,12 +63,10 @@ def write(path: Path, figures: dict, summary) -> None:
 
 
 def _counts_table(summary) -> str:
-    holds = {worker: f"stage {stage}: {', '.join(children)}"
-             for stage, worker, children in summary.stages}
-    names = sorted({name for counts in summary.hook_counts.values() for name in counts})
+    rows = summary.hooks_fired()
+    names = sorted({name for _, _, counts in rows for name in counts})
     head = "".join(f"<th>{html.escape(n)}</th>" for n in names)
-    rows = "".join(
-        f"<tr><td>{html.escape(worker)} ({html.escape(holds.get(worker, 'no stage'))})</td>"
-        + "".join(f"<td>{counts.get(n, 0)}</td>" for n in names) + "</tr>\n"
-        for worker, counts in summary.hook_counts.items())
-    return f"<table>\n<tr><th>worker</th>{head}</tr>\n{rows}</table>"
+    body = "".join(f"<tr><td>{html.escape(worker)} ({html.escape(holds)})</td>"
+                   + "".join(f"<td>{counts.get(n, 0)}</td>" for n in names) + "</tr>\n"
+                   for worker, holds, counts in rows)
+    return f"<table>\n<tr><th>worker</th>{head}</tr>\n{body}</table>"

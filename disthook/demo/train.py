@@ -68,6 +68,14 @@ class Summary:
     clipped: float  # the share of micro-batch gradients the clip hooks rescaled
     seconds: float
 
+    def hooks_fired(self) -> list[tuple[str, str, dict]]:
+        """(worker id, "stage i: its children", {hook name: calls}) in stage order."""
+        holds = {worker: f"stage {stage}: {', '.join(children)}"
+                 for stage, worker, children in self.stages}
+        return sorted(((worker, holds.get(worker, "no stage"), counts)
+                       for worker, counts in self.hook_counts.items()),
+                      key=lambda row: row[1])
+
 
 def run(*, workers: int = 2, epochs: int = EPOCHS, out: str | Path = "disthook-demo",
         quick: bool = False, seed: int = 0, progress: bool = True) -> Summary:
