@@ -15,10 +15,42 @@ DEFAULT_COORDINATOR = "tcp://127.0.0.1:5555"
 
 
 def _demo(args) -> int:
-    from disthook.examples import tensor_hooks
+    if args.seed_hooks:
+        from disthook.examples import tensor_hooks
 
-    tensor_hooks.main()
+        tensor_hooks.main()
+        return 0
+    from disthook import demo
+
+    lacking = demo.missing()
+    if lacking:
+        print(f"disthook demo needs {', '.join(lacking)}: {demo.INSTALL}", file=sys.stderr)
+        return 2
+    from disthook.demo.train import EPOCHS
+
+    epochs = args.epochs if args.epochs is not None else 1 if args.quick else EPOCHS
+    if args.workers < 2 or epochs < 1:
+        print(f"disthook demo: needs --workers >= 2 (two pipeline stages) and --epochs >= 1, "
+              f"got {args.workers} and {epochs}", file=sys.stderr)
+        return 2
+    try:
+        summary = demo.run(workers=args.workers, epochs=epochs, out=args.out, quick=args.quick)
+    except KeyboardInterrupt:  # the cluster was closed and its processes reaped on the way
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        print("\ndisthook demo: interrupted; the cluster is stopped", file=sys.stderr)
+        return 130
+    _print_summary(summary)
     return 0
+
+
+def _print_summary(summary) -> None:
+    print(f"test accuracy: {summary.test_accuracy:.1%} on {summary.test_digits} digits "
+          f"after {summary.epochs} epoch(s) ({summary.seconds:.0f} s)")
+    print(f"files: {summary.out / 'index.html'} ({', '.join(summary.files[:-1])} beside it)")
+    print("hooks fired per worker:")
+    for worker, holds, counts in summary.hooks_fired():
+        fired = ", ".join(f"{name} {n}" for name, n in sorted(counts.items())) or "none"
+        print(f"  {worker} ({holds}): {fired}")
 
 
 def _bench(args) -> int:
@@ -221,7 +253,16 @@ def main(argv=None) -> int:
         _run_role(argv[0], argv[1:])
     parser = argparse.ArgumentParser(prog="disthook", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="run the tensor-hook examples of the seed documents")
+    demo = sub.add_parser("demo", help="train a CNN on 2 workers, watched by worker hooks; "
+                                       "writes plots and an index.html")
+    demo.add_argument("--workers", type=int, default=2, help="how many workers (default 2)")
+    demo.add_argument("--epochs", type=int, default=None,
+                      help="training epochs (default 12; 1 with --quick)")
+    demo.add_argument("--out", default="disthook-demo", metavar="DIR",
+                      help="where the figures and index.html go (default ./disthook-demo)")
+    demo.add_argument("--quick", action="store_true", help="a subset of the digits, 1 epoch")
+    demo.add_argument("--seed-hooks", action="store_true",
+                      help="instead, run the tensor-hook examples of the seed documents")
     demo.set_defaults(fn=_demo)
     bench = sub.add_parser("bench", help="benchmarks against torch (when installed)")
     bench.add_argument("suite", nargs="?", default="all", choices=["all", *bench_suites()],

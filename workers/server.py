@@ -173,7 +173,8 @@ class Worker(Service):
         return {"id": self.id, "pid": os.getpid(), "address": self.address,
                 "stages": [st.name for st in self.stages.values()], "memory": _rss_bytes(),
                 "contexts": sum(len(st.contexts) for st in self.stages.values()),
-                "mailbox": len(self._mailbox), "messages": wire.decoded_count()}
+                "mailbox": len(self._mailbox), "hooks_fired": dict(self.captures.fired),
+                "messages": wire.decoded_count()}
 
     def on_load_stage(self, msg, sender: bytes):
         """Build a stage of model ``msg["model"]`` from its spec and connect to its neighbour
@@ -356,6 +357,7 @@ class Worker(Service):
         forward_kind = kind in ("forward_pre", "forward")
 
         def stub(module, *args):
+            worker.captures.fired["client"] += 1
             originals = list(tensors_in(args))
             data = worker._call_client(client, hook_id, kind, path, [pack(a) for a in args],
                                        diff=forward_kind and disthook.is_grad_enabled())
@@ -379,6 +381,7 @@ class Worker(Service):
         worker = self
 
         def stub(grad):
+            worker.captures.fired["client"] += 1
             data = worker._call_client(client, hook_id, kind, path, [pack(grad)])
             return None if data is None else _unpack_result(data, [grad], worker, client,
                                                             hook_id)

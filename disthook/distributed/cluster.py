@@ -155,19 +155,31 @@ class Cluster:
         (its index when the model runs micro-batches, else None)."""
         from disthook.distributed.values import unpack
 
-        self._check_open()
-        items = []
-        for w in self.workers():
-            if not w.alive:
-                continue
-            with Peer(w.address, name=f"worker {w.id}", keys=self.keys) as peer:
-                items += peer.request("captured", {"name": name, "clear": clear},
-                                      timeout=self.timeout)["result"]
+        items = [item for items in self._ask_workers("captured", {"name": name, "clear": clear})
+                 .values() for item in items]
         items.sort(key=lambda item: item["order"])
         if details:
             return [{"value": unpack(i["value"]), "path": i["path"], "kind": i["kind"],
                      "micro_batch": i["micro_batch"]} for i in items]
         return [unpack(item["value"]) for item in items]
+
+    def hook_counts(self) -> dict[str, dict[str, int]]:
+        """How many times hooks fired on each live worker since it started: worker id ->
+        {hook name: calls}, worker hooks by their name (``capture``, ``clamp_grad``, ...),
+        client hooks (whose stub fires on the worker) as ``client``."""
+        return {worker_id: reply["hooks_fired"]
+                for worker_id, reply in self._ask_workers("status").items()}
+
+    def _ask_workers(self, msg_type: str, fields: dict | None = None) -> dict:
+        """Send one request to every live worker directly; worker id -> its result."""
+        self._check_open()
+        results = {}
+        for w in self.workers():
+            if w.alive:
+                with Peer(w.address, name=f"worker {w.id}", keys=self.keys) as peer:
+                    results[w.id] = peer.request(msg_type, fields,
+                                                 timeout=self.timeout)["result"]
+        return results
 
     # ---- ending ------------------------------------------------------------------------------
     def close(self) -> None:

@@ -9,13 +9,18 @@ Register them on a deployed model's proxies like any hook::
     remote[4].register_full_backward_pre_hook(hooks.scale_grad(0.5))
     remote[2].register_forward_hook(hooks.check_finite())        # raise on inf/nan
     remote[2].register_forward_hook(hooks.by_path("mypkg.probes:record", tag="l2"))
+    remote[0].weight.register_hook(hooks.record_norm("gnorm"))   # only the gradient's L2 norm
+    remote[0].weight.register_hook(hooks.clip_grad_norm(1.0))    # rescaled to norm <= 1
     ...
     cluster.captured("act")  # the captured tensors, oldest first (and the buffers emptied)
+    cluster.hook_counts()    # how many times hooks fired on each worker, by hook
 
 What each sees, by the kind of hook it is registered as:
 
 =================  ===================  ==================  ===================================
-kind               capture stores       clamp/scale return  check_finite checks
+kind               capture stores       clamp/scale/clip    check_finite checks
+                   (record_norm: its    return
+                   L2 norm)
 =================  ===================  ==================  ===================================
 tensor             the gradient         the new gradient    the gradient
 forward_pre        the positional args  (not allowed)       the positional args
@@ -32,11 +37,14 @@ started to allow (``disthook worker --allow-hook-module pkg``, or
 """
 from __future__ import annotations
 
+import collections
 import importlib
 import itertools
+import math
 import time
 
-__all__ = ["WorkerHook", "by_path", "capture", "check_finite", "clamp_grad", "scale_grad"]
+__all__ = ["WorkerHook", "by_path", "capture", "check_finite", "clamp_grad", "clip_grad_norm",
+           "record_norm", "scale_grad"]
 
 GRADIENT_KINDS = ("tensor", "full_backward", "full_backward_pre", "backward")
 KINDS = (*GRADIENT_KINDS, "forward_pre", "forward")
@@ -62,9 +70,19 @@ class WorkerHook:
 
 def capture(name: str) -> WorkerHook:
     """Keep a detached copy of what the hook sees in the worker's buffer ``name``."""
+    return WorkerHook("capture", buffer=_buffer_name("capture", name))
+
+
+def record_norm(name: str) -> WorkerHook:
+    """Keep only the L2 norm of what the hook sees (over all its tensors) in the worker's
+    buffer ``name``, as a 0-dim float64 tensor: gradient flow without moving gradients."""
+    return WorkerHook("record_norm", buffer=_buffer_name("record_norm", name))
+
+
+def _buffer_name(hook: str, name) -> str:
     if not isinstance(name, str) or not name:
-        raise TypeError(f"capture() takes a non-empty buffer name, got {name!r}")
-    return WorkerHook("capture", buffer=name)
+        raise TypeError(f"{hook}() takes a non-empty buffer name, got {name!r}")
+    return name
 
 
 def clamp_grad(min: float | None = None, max: float | None = None) -> WorkerHook:  # noqa: A002
@@ -84,6 +102,17 @@ def scale_grad(factor: float) -> WorkerHook:
     if isinstance(factor, bool) or not isinstance(factor, (int, float)):
         raise TypeError(f"scale_grad() takes a number, got {factor!r}")
     return WorkerHook("scale_grad", factor=factor)
+
+
+def clip_grad_norm(max_norm: float) -> WorkerHook:
+    """Rescale each gradient whose L2 norm exceeds ``max_norm`` to norm ``max_norm`` (per
+    tensor and per call, unlike ``nn.utils.clip_grad_norm_``, which clips the total norm)."""
+    if isinstance(max_norm, bool) or not isinstance(max_norm, (int, float)):
+        raise TypeError(f"clip_grad_norm() takes a number, got {max_norm!r}")
+    if not max_norm > 0 or math.isinf(max_norm):
+        raise ValueError(f"clip_grad_norm(): max_norm must be positive and finite, "
+                         f"got {max_norm}")
+    return WorkerHook("clip_grad_norm", max_norm=max_norm)
 
 
 def check_finite() -> WorkerHook:
@@ -106,11 +135,13 @@ _sequence = itertools.count()
 
 class Captures:
     """A worker's capture buffers: name -> [(order key, path, kind, micro-batch, tensor)].
-    ``micro_batch`` is set by the worker while it runs a micro-batch (None otherwise)."""
+    ``micro_batch`` is set by the worker while it runs a micro-batch (None otherwise).
+    ``fired`` counts the hook calls on this worker by hook name ("client" for client hooks)."""
 
     def __init__(self):
         self.buffers: dict[str, list] = {}
         self.micro_batch: int | None = None
+        self.fired: collections.Counter = collections.Counter()
 
     def add(self, name: str, path: str, kind: str, value) -> None:
         self.buffers.setdefault(name, []).append(
@@ -153,13 +184,24 @@ def build(spec: dict, kind: str, path: str, captures: Captures, allowed: tuple[s
 
         def hook(*args):
             captures.add(buffer, path, kind, _detached_copy(seen(args)))
-    elif name in ("clamp_grad", "scale_grad"):
+    elif name == "record_norm":
+        buffer = opts["buffer"]
+
+        def hook(*args):
+            squares = sum(float((t.detach().double() ** 2).sum()) for t in tensors_in(seen(args)))
+            captures.add(buffer, path, kind, disthook.tensor(math.sqrt(squares),
+                                                             dtype=disthook.float64))
+    elif name in ("clamp_grad", "scale_grad", "clip_grad_norm"):
         if kind not in GRADIENT_KINDS:
             raise ValueError(f"hooks.{name} changes gradients: register it as a tensor hook or "
                              f"a backward hook, not as a {kind} hook")
         if name == "clamp_grad":
             def change(g):
                 return g.clamp(opts.get("min"), opts.get("max"))
+        elif name == "clip_grad_norm":
+            def change(g):
+                norm = math.sqrt(float((g.detach().double() ** 2).sum()))
+                return g * (opts["max_norm"] / norm) if norm > opts["max_norm"] else g
         else:
             def change(g):
                 return g * opts["factor"]
@@ -184,10 +226,15 @@ def build(spec: dict, kind: str, path: str, captures: Captures, allowed: tuple[s
         def hook(*args):
             return fn(*args, **kwargs)
     else:
-        raise ValueError(f"unknown worker hook {name!r}; expected capture, clamp_grad, "
-                         "scale_grad, check_finite or by_path")
-    hook.__name__ = f"worker_hook_{name}"
-    return hook
+        raise ValueError(f"unknown worker hook {name!r}; expected capture, record_norm, "
+                         "clamp_grad, scale_grad, clip_grad_norm, check_finite or by_path")
+
+    def counted(*args):
+        captures.fired[name] += 1
+        return hook(*args)
+
+    counted.__name__ = f"worker_hook_{name}"
+    return counted
 
 
 def _import_allowed(target: str, allowed: tuple[str, ...]):

@@ -140,6 +140,61 @@ def test_by_path_runs_an_allowed_function_and_refuses_others(cluster):
         remote.close()
 
 
+def test_record_norm_and_clip_grad_norm_match_the_callables(cluster):
+    net = make_net()
+    x, y = data()
+    norms = []
+
+    def clip(g, max_norm=0.05):
+        norm = float(np.linalg.norm(g.numpy().astype(np.float64)))
+        norms.append(norm)
+        return g * (max_norm / norm) if norm > max_norm else g
+
+    net[0].weight.register_hook(clip)
+    net[4].register_full_backward_hook(
+        lambda m, gi, go: norms.append(float(np.linalg.norm(go[0].numpy()))))
+    step(net, x, y)
+    remote = cluster.deploy(make_net(), stages=2)
+    try:
+        remote[0].weight.register_hook(hooks.record_norm("norms"))
+        remote[0].weight.register_hook(hooks.clip_grad_norm(0.05))
+        remote[0].bias.register_hook(hooks.clip_grad_norm(1e6))  # never reached: unchanged
+        remote[4].register_full_backward_hook(hooks.record_norm("norms"))
+        step(remote, x, y)
+        got = cluster.captured("norms", details=True)
+        assert [(i["path"], i["kind"]) for i in got] == [("4", "full_backward"),
+                                                         ("0.weight", "tensor")]
+        assert all(i["value"].shape == () and i["value"].dtype == torch.float64 for i in got)
+        np.testing.assert_allclose([float(i["value"]) for i in got], norms, rtol=1e-6)
+        assert norms[1] > 0.05  # the clip did something
+        grads = remote.named_gradients()
+        for name, p in net.named_parameters():
+            close(grads[name], p.grad)
+        assert np.linalg.norm(grads["0.weight"].numpy()) == pytest.approx(0.05, rel=1e-5)
+    finally:
+        remote.close()
+
+
+def test_hook_counts_say_how_often_hooks_fired_on_each_worker(cluster):
+    remote = cluster.deploy(make_net(), stages=2, chunks=2)
+    try:
+        (_, first, _), (_, second, _) = remote.workers()
+        before = cluster.hook_counts()
+        remote[0].weight.register_hook(hooks.record_norm("n"))
+        remote[0].register_forward_hook(hooks.capture("a"))
+        remote[4].register_forward_hook(lambda m, args, out: None)  # a client hook
+        x, y = data()
+        step(remote, x, y)  # two micro-batches: every hook fires twice
+        after = cluster.hook_counts()
+        fired = {w: {k: v - before[w].get(k, 0) for k, v in after[w].items()
+                     if v != before[w].get(k, 0)} for w in after}
+        assert fired[first] == {"record_norm": 2, "capture": 2}
+        assert fired[second] == {"client": 2}
+        assert len(cluster.captured("n")) == len(cluster.captured("a")) == 2
+    finally:
+        remote.close()
+
+
 def test_bad_worker_hooks_are_refused():
     with pytest.raises(ValueError, match="needs min or max"):
         hooks.clamp_grad()
@@ -151,6 +206,12 @@ def test_bad_worker_hooks_are_refused():
         hooks.by_path("no_colon")
     with pytest.raises(TypeError, match="non-empty buffer name"):
         hooks.capture("")
+    with pytest.raises(TypeError, match=r"record_norm\(\) takes a non-empty buffer name"):
+        hooks.record_norm(None)
+    with pytest.raises(ValueError, match="max_norm must be positive and finite, got 0"):
+        hooks.clip_grad_norm(0)
+    with pytest.raises(TypeError, match="clip_grad_norm\\(\\) takes a number"):
+        hooks.clip_grad_norm("1")
     net = make_net()
     net[0].register_forward_hook(hooks.capture("x"))
     with pytest.raises(TypeError, match="runs on a worker"):

@@ -1,0 +1,137 @@
+"""The demo's figures, drawn with matplotlib's Agg backend (no display needed)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+DPI = 110
+LAYER_NAMES = {"0": "conv1", "2": "conv2", "6": "linear"}  # children of demo.model's CNN
+
+
+def _save(fig, path: Path) -> str:
+    fig.savefig(path, dpi=DPI, bbox_inches="tight", facecolor="white")
+    plt.close(fig)
+    return Path(path).name
+
+
+def _label(param: str) -> str:
+    """``"0.weight"`` as ``"conv1.weight"``."""
+    child, _, attr = param.partition(".")
+    return f"{LAYER_NAMES.get(child, child)}.{attr}"
+
+
+def curves(history, path: Path) -> str:
+    """Training loss, and training/test accuracy, over the steps."""
+    steps = np.arange(1, len(history.loss) + 1)
+    epoch_ends = np.arange(1, len(history.test_accuracy) + 1) * history.steps_per_epoch
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    left.plot(steps, history.loss, color="tab:blue", alpha=0.35, label="per step")
+    left.plot(steps, _smooth(history.loss), color="tab:blue", label="moving average")
+    left.set(title="Training loss (cross-entropy)", xlabel="step", ylabel="loss")
+    left.set_yscale("log")
+    right.plot(steps, 100 * np.asarray(history.accuracy), color="tab:orange", alpha=0.35,
+               label="training batch (logits captured on the last stage's worker)")
+    right.plot(epoch_ends, 100 * np.asarray(history.test_accuracy), "o-", color="tab:green",
+               label="test set, after each epoch")
+    right.set(title="Accuracy", xlabel="step", ylabel="accuracy (%)", ylim=(0, 101))
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize=8)
+        for x in epoch_ends[:-1]:
+            ax.axvline(x, color="grey", lw=0.5, ls=":")
+    return _save(fig, path)
+
+
+def _smooth(values, width: int = 10) -> np.ndarray:
+    values = np.asarray(values, dtype=float)
+    width = max(1, min(width, len(values)))
+    padded = np.concatenate([np.full(width - 1, values[0]), values])
+    return np.convolve(padded, np.ones(width) / width, mode="valid")
+
+
+def feature_maps(images: np.ndarray, labels: np.ndarray, maps_by_epoch: dict,
+                 path: Path) -> str:
+    """Each probe digit and the first conv layer's feature maps of it, after the first and
+    the last epoch."""
+    epochs = sorted({min(maps_by_epoch), max(maps_by_epoch)})
+    channels = maps_by_epoch[epochs[0]].shape[1]
+    rows = [(i, e) for i in range(len(images)) for e in epochs]
+    fig, axes = plt.subplots(len(rows), channels + 1, figsize=(1.0 * (channels + 1),
+                                                              1.15 * len(rows) + 0.6),
+                             squeeze=False)
+    scale = max(float(np.abs(maps_by_epoch[e]).max()) for e in epochs) or 1.0
+    for r, (i, epoch) in enumerate(rows):
+        axes[r, 0].imshow(images[i, 0], cmap="gray_r", vmin=0, vmax=1)
+        axes[r, 0].set_title(f"digit {labels[i]}\nepoch {epoch}", fontsize=8)
+        maps = maps_by_epoch[epoch][i]
+        for c in range(channels):
+            im = axes[r, c + 1].imshow(maps[c], cmap="RdBu_r", vmin=-scale, vmax=scale)
+            if r == 0:
+                axes[r, c + 1].set_title(f"filter {c}", fontsize=7)
+    for ax in axes.ravel():
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.colorbar(im, ax=axes, shrink=0.6, pad=0.01, label="activation (conv output)")
+    fig.suptitle("First conv layer's feature maps, captured by a forward hook on the first "
+                 "stage's worker", fontsize=11)
+    return _save(fig, path)
+
+
+def gradient_flow(history, clip_norm: float, path: Path) -> str:
+    """Each parameter's gradient norm (before clipping) over the steps, and per layer."""
+    names = list(history.grad_norms)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2),
+                                      gridspec_kw={"width_ratios": [2, 1]})
+    colors = plt.get_cmap("tab10")
+    for k, name in enumerate(names):
+        per_step = np.asarray(history.grad_norms[name])  # steps x micro-batches
+        left.plot(np.arange(1, len(per_step) + 1), per_step.mean(axis=1), color=colors(k),
+                  lw=1.2, label=_label(name))
+    left.axhline(clip_norm, color="black", ls="--", lw=1, label=f"clip at {clip_norm:g}")
+    left.set_yscale("log")
+    left.set(title="Gradient norm per parameter (mean over the step's micro-batches)",
+             xlabel="step", ylabel="‖grad‖ before clipping")
+    left.grid(alpha=0.3, which="both")
+    left.legend(fontsize=7, ncol=2)
+    means = [np.mean(history.grad_norms[n]) for n in names]
+    peaks = [np.max(history.grad_norms[n]) for n in names]
+    y = np.arange(len(names))
+    right.barh(y, peaks, color="lightgrey", label="largest")
+    right.barh(y, means, color=[colors(k) for k in range(len(names))], label="mean")
+    right.axvline(clip_norm, color="black", ls="--", lw=1)
+    right.set_yticks(y, [_label(n) for n in names], fontsize=8)
+    right.invert_yaxis()
+    right.set_xscale("log")
+    right.set(title="Per layer, whole run", xlabel="‖grad‖ per micro-batch")
+    right.legend(fontsize=7)
+    fig.suptitle("Gradient flow, recorded on the workers by record_norm tensor hooks",
+                 fontsize=11)
+    return _save(fig, path)
+
+
+def grad_cam(images: np.ndarray, labels: np.ndarray, predicted: np.ndarray, cams: np.ndarray,
+             path: Path) -> str:
+    """Each digit, and its Grad-CAM heat map for the predicted class laid over it."""
+    n = len(images)
+    fig, axes = plt.subplots(2, n, figsize=(1.45 * n + 0.8, 3.4), squeeze=False)
+    for i in range(n):
+        axes[0, i].imshow(images[i, 0], cmap="gray_r", vmin=0, vmax=1)
+        ok = "" if labels[i] == predicted[i] else " ✗"
+        axes[0, i].set_title(f"true {labels[i]}, pred {predicted[i]}{ok}", fontsize=8)
+        axes[1, i].imshow(images[i, 0], cmap="gray", vmin=0, vmax=1)
+        im = axes[1, i].imshow(cams[i], cmap="jet", alpha=0.5, vmin=0, vmax=1,
+                               interpolation="bilinear")
+    for ax in axes.ravel():
+        ax.set_xticks([])
+        ax.set_yticks([])
+    axes[0, 0].set_ylabel("digit", fontsize=9)
+    axes[1, 0].set_ylabel("Grad-CAM", fontsize=9)
+    fig.colorbar(im, ax=axes[1, :], shrink=0.9, pad=0.01, label="importance")
+    fig.suptitle("Grad-CAM at the last conv layer for the predicted class "
+                 "(captured on the last stage's worker)", fontsize=10)
+    return _save(fig, path)
