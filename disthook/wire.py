@@ -114,8 +114,10 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "unload": {"model": "str"},
     # data plane: activations forward, gradients backward. The reply goes to the client
     # named by reply_to (hex of its socket identity) from the last (first) stage.
+    # with stop (a module path), the stage holding that module answers the client with the
+    # module's output and the later stages do no work (RemoteModel.run_until)
     "forward": {"model": "str", "stage": "int", "inputs": "list", "grad_enabled": "bool",
-                "reply_to": "str", "requires_grad": "list?", "mb": "int?"},
+                "reply_to": "str", "requires_grad": "list?", "mb": "int?", "stop": "str?"},
     "backward": {"model": "str", "stage": "int", "grads": "list", "retain_graph": "bool",
                  "reply_to": "str", "mb": "int?"},
     "release": {"model": "str", "contexts": "list"},
@@ -124,8 +126,10 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "hook_reply": {"hook": "int", "result": "any?"},
     # a warning raised on a worker, issued again by the client
     "warning": {"category": "str", "message": "str", "worker": "str?"},
+    # tag: who registered the hook ("toolkit": disthook.hooks), listed by list_hooks
     "add_hook": {"model": "str", "hook": "int", "kind": "str", "path": "str",
-                 "options": "map", "reply_to": "str", "worker_hook": "map?"},
+                 "options": "map", "reply_to": "str", "worker_hook": "map?", "tag": "str?"},
+    "list_hooks": {"model": "str"},
     # worker hooks' capture buffers, emptied by the fetch unless clear is False
     "captured": {"name": "str", "clear": "bool?"},
     "remove_hook": {"model": "str", "hook": "int"},

@@ -25,6 +25,7 @@ import numpy as np
 import zmq
 
 import disthook
+from disthook import hooks as toolkit
 from disthook import wire
 from disthook.distributed import hooks as worker_hooks
 from disthook.distributed.rpc import error_fields
@@ -171,7 +172,10 @@ class Worker(Service):
         return {"id": self.id, "pid": os.getpid(), "address": self.address,
                 "stages": [st.name for st in self.stages.values()], "memory": _rss_bytes(),
                 "contexts": sum(len(st.contexts) for st in self.stages.values()),
-                "mailbox": len(self._mailbox)}
+                "mailbox": len(self._mailbox),
+                # per stage: micro-batch forwards run so far, client and worker hooks held
+                "stage_stats": {st.name: {"forwards": st.forwards, "hooks": len(st.hooks)}
+                                for st in self.stages.values()}}
 
     def on_load_stage(self, msg, sender: bytes):
         """Build a stage of model ``msg["model"]`` from its spec and connect to its neighbour
@@ -235,20 +239,26 @@ class Worker(Service):
             self._ctx, self._client = msg.ctx, client
             self._retained = []
             self.captures.micro_batch = msg.get("mb")
+            stop = msg.get("stop")
+            stop_here = stop is not None and stop.split(".", 1)[0] in st.module._modules
+            st.forwards += 1
             with self._warnings_to(client, msg), disthook.set_grad_enabled(grad):
-                out = st.module(*inputs)
+                if stop_here:  # the output of module `stop` is the answer: no later stage
+                    out = toolkit.stop_after(st.module, stop, *inputs)
+                else:
+                    out = st.module(*inputs)
             if not isinstance(out, disthook.Tensor):
-                raise TypeError(f"{st.name} returned {type(out).__name__}; a stage "
-                                "must return one Tensor")
+                raise TypeError(f"{stop if stop_here else st.name} returned "
+                                f"{type(out).__name__}; a stage must return one Tensor")
             if grad and out.requires_grad:
                 st.contexts[msg.ctx] = _Context(inputs, out, self._retained)
             self._retained = []
             fields = {"model": st.model, "stage": st.index + 1,
                       "inputs": [out.detach().numpy()], "grad_enabled": grad,
                       "requires_grad": [out.requires_grad], "reply_to": msg["reply_to"],
-                      "mb": msg.get("mb")}
+                      "mb": msg.get("mb"), "stop": stop}
             nxt = st.neighbours.get("next")
-            if nxt is not None:
+            if nxt is not None and not stop_here:
                 nxt.send_multipart(wire.encode("forward", fields, req=msg.req, ctx=msg.ctx),
                                    copy=False)
             else:
@@ -334,6 +344,14 @@ class Worker(Service):
             else:
                 raise ValueError(f"unknown hook kind {kind!r}")
         st.hooks[hook_id] = handle
+        st.hook_info[hook_id] = {"hook": hook_id, "kind": kind, "path": path,
+                                 "tag": msg.get("tag"),
+                                 "runs": "client" if spec is None else "worker"}
+
+    def on_list_hooks(self, msg, sender: bytes):
+        """The hooks registered on this stage: [{"hook", "kind", "path", "tag", "runs"}],
+        where runs is "client" (a stub that calls the client) or "worker" (a worker hook)."""
+        return list(self._stage(msg).hook_info.values())
 
     def on_captured(self, msg, sender: bytes):
         """The capture buffer ``name``: [{"order", "path", "kind", "micro_batch", "value"}]."""
@@ -343,7 +361,9 @@ class Worker(Service):
                                                                        msg.get("clear", True))]
 
     def on_remove_hook(self, msg, sender: bytes):
-        handle = self._stage(msg).hooks.pop(msg["hook"], None)
+        st = self._stage(msg)
+        st.hook_info.pop(msg["hook"], None)
+        handle = st.hooks.pop(msg["hook"], None)
         if handle is not None:
             handle.remove()
 
@@ -470,6 +490,7 @@ class Worker(Service):
                 if kind in ("recv_act", "recv_grad"):
                     received[(kind, mb)] = self._pipe_recv(st, step, kind[5:], mb)
                 elif kind == "forward":
+                    st.forwards += 1
                     data = msg["inputs"][mb] if first else received.pop(("recv_act", mb))
                     leaf = disthook.from_numpy(np.array(data))
                     if not first and leaf.is_floating_point():
@@ -774,6 +795,8 @@ class _Stage:
         self.neighbours: dict[str, zmq.Socket] = {}  # "prev"/"next" -> DEALER to that worker
         self.contexts: dict[str, _Context] = {}  # open forward graphs by context id
         self.hooks: dict[int, object] = {}  # client hook id -> handle of its stub
+        self.hook_info: dict[int, dict] = {}  # hook id -> what on_list_hooks tells of it
+        self.forwards = 0  # forwards run (one per micro-batch), for status
         self.optimizers: dict[int, object] = {}  # DistributedOptimizer id -> local share
 
 

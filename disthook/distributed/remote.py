@@ -370,8 +370,10 @@ class RemoteBackward0(Node):
     back through the stages as a pipeline."""
 
     def __init__(self, model: RemoteModel, ctx_ids: list[str], x: Tensor,
-                 sizes: list[int] | None):
+                 sizes: list[int] | None, stage: int | None = None):
         super().__init__()
+        # the stage whose output this is: the last, or the one a run_until stopped at
+        self._stage = len(model._addresses) - 1 if stage is None else stage
         self.next_functions = (gradient_edge(x),)
         self.needs_input_grad = (x._requires_grad,)
         self._input_meta = ((x._data.shape, x._data.dtype),)
@@ -393,7 +395,7 @@ class RemoteBackward0(Node):
         model = self._model
         parts = [g._data] if self._sizes is None else _split_rows(g._data, self._sizes)
         replies = model._hub.request_all(
-            [(model._addresses[-1], {"stage": len(model._addresses) - 1, "grads": [part],
+            [(model._addresses[self._stage], {"stage": self._stage, "grads": [part],
                                      "retain_graph": retain, "reply_to": model._hub.reply_to,
                                      "mb": None if self._sizes is None else i}, ctx_id)
              for i, (part, ctx_id) in enumerate(zip(parts, self._ctx_ids))],
@@ -448,6 +450,11 @@ class RemoteModel(Module):
 
     # ---- calling ------------------------------------------------------------------------------
     def forward(self, x: Tensor) -> Tensor:
+        return self._run_stages(x)
+
+    def _run_stages(self, x: Tensor, stop: str | None = None) -> Tensor:
+        """The stages' forward on ``x``; with ``stop`` (a module path), only up to the stage
+        holding that module, whose output is returned (the later stages do no work)."""
         if not isinstance(x, Tensor):
             raise TypeError(f"a RemoteModel takes one Tensor, got {type(x).__name__}")
         if not self._chain_checked:
@@ -466,9 +473,10 @@ class RemoteModel(Module):
             [(self._addresses[0], {"stage": 0, "inputs": [part], "grad_enabled": grad,
                                    "requires_grad": [x._requires_grad],
                                    "reply_to": self._hub.reply_to,
-                                   "mb": None if sizes is None else i}, ctx_id)
+                                   "mb": None if sizes is None else i, "stop": stop}, ctx_id)
              for i, (part, ctx_id) in enumerate(zip(parts, ctx_ids))],
-            "forward", what="forward through the remote stages")
+            "forward", what="forward through the remote stages" + (
+                f" up to {stop!r}" if stop else ""))
         results = [r["result"] for r in replies]
         outs = [np.asarray(r["output"]) for r in results]
         if sizes is not None and any(o.ndim == 0 or len(o) != n for o, n in zip(outs, sizes)):
@@ -478,7 +486,8 @@ class RemoteModel(Module):
                 f"{[tuple(o.shape) for o in outs]}")
         out = np.concatenate(outs) if len(outs) > 1 else np.array(outs[0])
         if grad and all(r["requires_grad"] for r in results):
-            return Tensor._make(out, RemoteBackward0(self, ctx_ids, x, sizes), 0)
+            stage = None if stop is None else self._stage_of(stop)
+            return Tensor._make(out, RemoteBackward0(self, ctx_ids, x, sizes, stage), 0)
         return Tensor._make(out, None, 0)
 
     def train_step(self, x: Tensor, target: Tensor, loss_fn, scale_grads: bool = True):
@@ -615,11 +624,14 @@ class RemoteModel(Module):
                 return address
         raise AttributeError(f"no child {top!r} in the deployed {self._class_name}")
 
-    def _add_hook(self, kind: str, path: str, fn, proxy, **options) -> RemoteHandle:
+    def _add_hook(self, kind: str, path: str, fn, proxy, *, tag: str | None = None,
+                  **options) -> RemoteHandle:
+        """Register ``fn`` as a ``kind`` hook on the worker holding ``path``; ``tag`` says
+        who registered it (``"toolkit"``: disthook.hooks), as ``_hooks_on_workers`` tells."""
         if not callable(fn):
             raise TypeError(f"hook must be callable, got {type(fn).__name__}")
         hook_id = next(_hook_ids)
-        fields = {"hook": hook_id, "kind": kind, "path": path, "options": options}
+        fields = {"hook": hook_id, "kind": kind, "path": path, "options": options, "tag": tag}
         if isinstance(fn, WorkerHook):
             fields["worker_hook"] = fn.spec()
         self._hub.hooks[hook_id] = (fn, kind, proxy, fields)
@@ -629,6 +641,14 @@ class RemoteModel(Module):
             del self._hub.hooks[hook_id]
             raise
         return RemoteHandle(self, hook_id, path)
+
+    def _hooks_on_workers(self) -> list[dict]:
+        """Every hook the stages hold, asked of their workers: {"hook", "kind", "path",
+        "tag", "runs" ("client" or "worker"), "worker" (its id)}, stage by stage."""
+        replies = self._hub.request_all([(a, {}) for a in self._addresses], "list_hooks",
+                                        what="list_hooks")
+        return [{**entry, "worker": w.id} for w, reply in zip(self._workers, replies)
+                for entry in reply["result"]]
 
     def _register_hook(self, fields: dict) -> None:
         self._hub.request(self._owner(fields["path"]), "add_hook",
