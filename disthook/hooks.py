@@ -194,7 +194,8 @@ def active_hooks(model) -> list[ActiveHook]:
     return [ActiveHook(h["kind"], h["path"],
                        "client" if h["runs"] == "client" else f"worker {h['worker']}",
                        h["hook"])
-            for h in model._hooks_on_workers() if h["tag"] == TAG]
+            for h in sorted(model._hooks_on_workers(), key=lambda h: h["hook"])
+            if h["tag"] == TAG]  # ids count up in registration order
 
 
 # ---- caches ----------------------------------------------------------------------------------

@@ -279,14 +279,17 @@ class Worker(Service):
                     f"no forward graph of context {msg.ctx!r} on {st.name}: it ran "
                     "backward already without retain_graph=True, was released, or expired")
             (g,) = msg["grads"]
-            grad = disthook.from_numpy(np.array(g))
             retain = msg["retain_graph"]
             self.captures.micro_batch = msg.get("mb")
             self._ctx, self._client = msg.ctx, client
             for t in context.inputs:
                 t.grad = None  # the gradient of this backward only goes to the previous stage
-            with self._warnings_to(client, msg):
-                disthook.autograd.backward([context.output], [grad], retain_graph=retain)
+            # None: the next stage's output did not depend on this one's (a hook replaced
+            # it by a constant); nothing flows back, and the context ends as after backward
+            if g is not None:
+                grad = disthook.from_numpy(np.array(g))
+                with self._warnings_to(client, msg):
+                    disthook.autograd.backward([context.output], [grad], retain_graph=retain)
             for who, hook_id, key, t in context.retained:  # what client hooks retained
                 if t.grad is not None:
                     self._call_client(who, hook_id, "retained", key, [pack(t.grad)])
