@@ -122,29 +122,42 @@ def _model_name(model) -> str:
 
 # ---- temporary hooks -------------------------------------------------------------------------
 
-def _add(model, kind: str, path: str, fn):
-    """Register one toolkit hook; its handle."""
+def _add(model, plan: list[tuple]) -> list:
+    """Register the toolkit hooks of ``plan`` [(kind, path, fn)]; their handles. On a
+    deployed model the requests go out together; if one fails, none stays."""
     if _is_remote(model):
-        return model._add_hook(kind, path, fn, model.get_submodule(path), tag=TAG)
+        return model._add_hooks([(kind, path, fn, model.get_submodule(path), {})
+                                 for kind, path, fn in plan], tag=TAG)
     worker_hooks = sys.modules.get("disthook.distributed.hooks")
-    if worker_hooks is not None and isinstance(fn, worker_hooks.WorkerHook):
-        raise TypeError(f"{fn!r} for {path!r} runs on a worker: use it on a deployed model "
-                        "(cluster.deploy(...)), or pass a function here")
-    handle = getattr(model.get_submodule(path), KINDS[kind])(fn)
-    _registry.setdefault(model, {})[handle.id] = ActiveHook(kind, path, "local", handle.id)
-    return handle
+    handles: list = []
+    try:
+        for kind, path, fn in plan:
+            if worker_hooks is not None and isinstance(fn, worker_hooks.WorkerHook):
+                raise TypeError(f"{fn!r} for {path!r} runs on a worker: use it on a deployed "
+                                "model (cluster.deploy(...)), or pass a function here")
+            handle = getattr(model.get_submodule(path), KINDS[kind])(fn)
+            handles.append(handle)
+            _registry.setdefault(model, {})[handle.id] = ActiveHook(kind, path, "local",
+                                                                    handle.id)
+    except BaseException:
+        _remove(model, handles)
+        raise
+    return handles
 
 
 def _remove(model, handles: list) -> None:
-    """Remove every handle (all are tried; the first failure is raised after)."""
+    """Remove the toolkit hooks of ``handles`` (locally each is tried; the first failure
+    is raised after)."""
+    if _is_remote(model):
+        model._remove_hooks([handle.id for handle in handles])
+        return
     failure = None
     for handle in reversed(handles):
         try:
             handle.remove()
         except Exception as exc:  # noqa: BLE001 - the others must still go
             failure = failure or exc
-        if not _is_remote(model):
-            _registry.get(model, {}).pop(handle.id, None)
+        _registry.get(model, {}).pop(handle.id, None)
     if failure is not None:
         raise failure
 
@@ -168,10 +181,8 @@ def hooks(model, forward: dict | None = None, backward: dict | None = None,
                 raise TypeError(f"hooks(): the {kind} hook for {key!r} must be callable, got "
                                 f"{type(fn).__name__}")
             plan += [(kind, path, fn) for path in _select(model, key)]  # all checked first
-    handles: list = []
+    handles = _add(model, plan)
     try:
-        for kind, path, fn in plan:
-            handles.append(_add(model, kind, path, fn))
         where = "local" if not _is_remote(model) else None
         yield [ActiveHook(kind, path, where or _where(fn, model, path), h.id)
                for (kind, path, fn), h in zip(plan, handles)]

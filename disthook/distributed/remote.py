@@ -15,6 +15,7 @@ released by the client at its next call (workers also expire contexts after a de
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import os
@@ -628,19 +629,44 @@ class RemoteModel(Module):
                   **options) -> RemoteHandle:
         """Register ``fn`` as a ``kind`` hook on the worker holding ``path``; ``tag`` says
         who registered it (``"toolkit"``: disthook.hooks), as ``_hooks_on_workers`` tells."""
-        if not callable(fn):
-            raise TypeError(f"hook must be callable, got {type(fn).__name__}")
-        hook_id = next(_hook_ids)
-        fields = {"hook": hook_id, "kind": kind, "path": path, "options": options, "tag": tag}
-        if isinstance(fn, WorkerHook):
-            fields["worker_hook"] = fn.spec()
-        self._hub.hooks[hook_id] = (fn, kind, proxy, fields)
+        return self._add_hooks([(kind, path, fn, proxy, options)], tag=tag)[0]
+
+    def _add_hooks(self, hooks: list[tuple], *, tag: str | None = None) -> list[RemoteHandle]:
+        """Register several hooks, each (kind, path, fn, proxy, options), in that order: the
+        requests go out together and the workers answer them side by side. If any fails,
+        none stays registered."""
+        entries = []
+        for kind, path, fn, proxy, options in hooks:
+            if not callable(fn):
+                raise TypeError(f"hook must be callable, got {type(fn).__name__}")
+            fields = {"hook": next(_hook_ids), "kind": kind, "path": path, "options": options,
+                      "tag": tag}
+            if isinstance(fn, WorkerHook):
+                fields["worker_hook"] = fn.spec()
+            entries.append((fn, kind, proxy, fields))
+        for entry in entries:
+            self._hub.hooks[entry[3]["hook"]] = entry
         try:
-            self._register_hook(fields)
+            self._hub.request_all(
+                [(self._owner(f["path"]), {**f, "reply_to": self._hub.reply_to})
+                 for *_, f in entries], "add_hook",
+                what=", ".join(f"register a {f['kind']} hook on {f['path']!r}"
+                               for *_, f in entries[:3]) + (", ..." if len(entries) > 3 else ""))
         except BaseException:
-            del self._hub.hooks[hook_id]
+            with contextlib.suppress(Exception):  # those that were registered go again
+                self._remove_hooks([f["hook"] for *_, f in entries])
             raise
-        return RemoteHandle(self, hook_id, path)
+        return [RemoteHandle(self, f["hook"], f["path"]) for *_, f in entries]
+
+    def _remove_hooks(self, hook_ids: list[int]) -> None:
+        """Remove client hooks from their workers, the requests sent together (ids removed
+        before are skipped)."""
+        entries = [self._hub.hooks.pop(hook_id, None) for hook_id in hook_ids]
+        # asked where the module is now (a recovered model's stages may have moved)
+        calls = [(self._owner(e[3]["path"]), {"hook": e[3]["hook"]})
+                 for e in entries if e is not None]
+        if calls and self._hub.socks:
+            self._hub.request_all(calls, "remove_hook", what="remove_hook")
 
     def _hooks_on_workers(self) -> list[dict]:
         """Every hook the stages hold, asked of their workers: {"hook", "kind", "path",
@@ -1046,11 +1072,7 @@ class RemoteHandle:
         self.id, self._model, self._path = hook_id, model, path
 
     def remove(self) -> None:
-        hub = self._model._hub
-        if hub.hooks.pop(self.id, None) is not None and hub.socks:
-            # asked where the module is now (a recovered model's stages may have moved)
-            hub.request(self._model._owner(self._path), "remove_hook", {"hook": self.id},
-                        what="remove_hook")
+        self._model._remove_hooks([self.id])
 
     def __enter__(self) -> RemoteHandle:
         return self

@@ -7,6 +7,7 @@ import pytest
 import disthook as torch
 from disthook import hooks as toolkit
 from disthook import nn
+from disthook.distributed import RemoteError
 from disthook.distributed import hooks as worker_hooks
 from disthook.distributed.rpc import Peer
 
@@ -131,6 +132,15 @@ def test_hooks_run_where_they_belong_and_none_outlives_an_error(deployed, cluste
 
 FN_PATCH = {"1.0": lambda out: out * 2 - 1, "*.1": lambda out: out.abs()}
 TENSOR_PATCH = {"3": torch.linspace(-1, 1, 40).reshape(5, 8)}  # cuts "0".."2" off
+
+
+def test_a_hook_a_worker_refuses_leaves_none_of_the_others(deployed, cluster):
+    with pytest.raises(RemoteError, match="hooks.clamp_grad changes gradients"):
+        with deployed.hooks(forward={"*": lambda m, a, out: None,
+                                     "4": worker_hooks.clamp_grad(-1, 1)}):
+            pass
+    assert deployed.active_hooks() == [] and deployed._hub.hooks == {}
+    assert [s["hooks"] for s in stage_stats(cluster, deployed)] == [0, 0]
 
 
 @pytest.mark.parametrize("deployed", [1, 2], indirect=True)
