@@ -10,7 +10,8 @@ engine. On a deployed model:
 - ``hooks(...)`` registers its hooks on the workers holding the modules (a Python callable
   runs in the client, a worker hook of ``disthook.distributed.hooks`` in the worker);
 - ``run_with_cache`` and ``trace`` record with ``hooks.capture`` on the workers and fetch
-  the records once (``cluster.captured``), with no round trip per module; with
+  the records once per call (as ``cluster.captured`` does, over the model's own
+  connections), with no round trip per module; with
   micro-batches the pieces of each value are joined along dim 0;
 - ``patch`` replaces outputs with client forward hooks (a function's result stays
   differentiable across the processes);
@@ -77,10 +78,11 @@ def _named_modules(model) -> list[tuple[str, object]]:
     return [(path, module) for path, module in tree.named_modules() if path]
 
 
-def _select(model, key) -> list[str]:
+def _select(model, key, named: list | None = None) -> list[str]:
     """The paths ``key`` (an exact path, a glob pattern or a predicate) selects, in module
-    order; a key that selects nothing is an error naming it and paths that exist."""
-    named = _named_modules(model)
+    order (``named``: ``_named_modules(model)``, when known); a key that selects nothing is
+    an error naming it and paths that exist."""
+    named = _named_modules(model) if named is None else named
     paths = [p for p, _ in named]
     if callable(key):
         found = [p for p, m in named if key(p, m)]
@@ -105,8 +107,9 @@ def _select(model, key) -> list[str]:
 def _select_all(model, names) -> list[str]:
     """Paths selected by one key or a list of keys, each once, in module order."""
     keys = names if isinstance(names, (list, tuple)) else [names]
-    chosen = {p for key in keys for p in _select(model, key)}
-    return [p for p, _ in _named_modules(model) if p in chosen]
+    named = _named_modules(model)
+    chosen = {p for key in keys for p in _select(model, key, named)}
+    return [p for p, _ in named if p in chosen]
 
 
 def _available(paths: list[str], key: str) -> str:
@@ -168,7 +171,7 @@ def hooks(model, forward: dict | None = None, backward: dict | None = None,
     """Register hooks for the ``with`` block only: ``{key: hook}`` per kind, ``backward``
     being full backward hooks; removed on exit, also when the block raises. Yields the
     ``ActiveHook`` entries registered."""
-    plan = []
+    plan, named = [], _named_modules(model)
     for kind, table in (("forward_pre", forward_pre), ("forward", forward),
                         ("full_backward", backward)):
         if table is None:
@@ -180,7 +183,7 @@ def hooks(model, forward: dict | None = None, backward: dict | None = None,
             if not callable(fn):
                 raise TypeError(f"hooks(): the {kind} hook for {key!r} must be callable, got "
                                 f"{type(fn).__name__}")
-            plan += [(kind, path, fn) for path in _select(model, key)]  # all checked first
+            plan += [(kind, path, fn) for path in _select(model, key, named)]  # all checked
     handles = _add(model, plan)
     try:
         where = "local" if not _is_remote(model) else None
@@ -288,7 +291,7 @@ class _Recorder:
         """Fetch the workers' records (one request per worker) and update ``seen``."""
         if not self.remote:
             return
-        self.captured += self.model._cluster.captured(self.buffer, details=True)
+        self.captured += self.model._captured(self.buffer)
         picks = {"forward_pre": ("input", lambda v: v[0]), "forward": ("output", None),
                  "full_backward": ("grad", lambda v: v[0])}
         calls: dict[tuple, list] = {}  # (what, path) -> [[(micro-batch, value), ...] per call]
@@ -300,7 +303,7 @@ class _Recorder:
             if mb is None or (runs[-1] and runs[-1][-1][0] is not None
                               and mb <= runs[-1][-1][0]):
                 runs.append([])  # a new call: no micro-batches, or they start over
-            runs[-1].append((mb, _detached(value)))
+            runs[-1].append((mb, value))  # fresh tensors, made from the fetched arrays
         for (what, path), runs in calls.items():
             last = sorted(runs[-1], key=lambda entry: entry[0] or 0)
             self.seen[what][path] = _join([value for _, value in last])

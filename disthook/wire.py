@@ -126,13 +126,15 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "hook_reply": {"hook": "int", "result": "any?"},
     # a warning raised on a worker, issued again by the client
     "warning": {"category": "str", "message": "str", "worker": "str?"},
-    # tag: who registered the hook ("toolkit": disthook.hooks), listed by list_hooks
-    "add_hook": {"model": "str", "hook": "int", "kind": "str", "path": "str",
-                 "options": "map", "reply_to": "str", "worker_hook": "map?", "tag": "str?"},
+    # hooks to register on one worker, all or none: each a map {"hook": int, "kind": str,
+    # "path": str, "options": map, "worker_hook": map?, "tag": str?}, tag saying who
+    # registered it ("toolkit": disthook.hooks), as list_hooks tells
+    "add_hooks": {"model": "str", "hooks": "list", "reply_to": "str"},
+    "remove_hooks": {"model": "str", "hooks": "list"},  # hook ids
     "list_hooks": {"model": "str"},
-    # worker hooks' capture buffers, emptied by the fetch unless clear is False
-    "captured": {"name": "str", "clear": "bool?"},
-    "remove_hook": {"model": "str", "hook": "int"},
+    # worker hooks' capture buffers (shared by every model on the worker; a client names
+    # its model when it asks over that model's connection), emptied unless clear is False
+    "captured": {"name": "str", "clear": "bool?", "model": "str?"},
     # pipelined training steps: the client gives each stage its schedule; micro-batch
     # activations and gradients (or an abort) go stage to stage as "pipe" messages
     "train_step": {"model": "str", "step": "str", "schedule": "list", "reply_to": "str",

@@ -311,12 +311,23 @@ class Worker(Service):
         return NO_REPLY
 
     # ---- client hooks ------------------------------------------------------------------------
-    def on_add_hook(self, msg, sender: bytes):
-        """Register a stub that runs the client's hook ``msg["hook"]`` when it fires here."""
+    def on_add_hooks(self, msg, sender: bytes):
+        """Register hooks on the stage, all or none: a worker hook runs here, any other is a
+        stub that runs the client's hook when it fires here."""
         st = self._stage(msg)
-        kind, path, hook_id, opts = msg["kind"], msg["path"], msg["hook"], msg["options"]
         client = bytes.fromhex(msg["reply_to"])
-        spec = msg.get("worker_hook")
+        added = []
+        try:
+            for entry in msg["hooks"]:
+                self._add_hook(st, _hook_entry(entry), client)
+                added.append(entry["hook"])
+        except BaseException:
+            self._remove_hooks(st, added)
+            raise
+
+    def _add_hook(self, st, entry: dict, client: bytes) -> None:
+        kind, path, hook_id, opts = entry["kind"], entry["path"], entry["hook"], entry["options"]
+        spec = entry.get("worker_hook")
         if spec is not None:  # runs here, without a round trip
             stub = worker_hooks.build(spec, kind, path, self.captures, self.allow_hook_modules)
         if kind == "tensor":
@@ -348,7 +359,7 @@ class Worker(Service):
                 raise ValueError(f"unknown hook kind {kind!r}")
         st.hooks[hook_id] = handle
         st.hook_info[hook_id] = {"hook": hook_id, "kind": kind, "path": path,
-                                 "tag": msg.get("tag"),
+                                 "tag": entry.get("tag"),
                                  "runs": "client" if spec is None else "worker"}
 
     def on_list_hooks(self, msg, sender: bytes):
@@ -363,12 +374,16 @@ class Worker(Service):
                 for order, path, kind, mb, value in self.captures.take(msg["name"],
                                                                        msg.get("clear", True))]
 
-    def on_remove_hook(self, msg, sender: bytes):
-        st = self._stage(msg)
-        st.hook_info.pop(msg["hook"], None)
-        handle = st.hooks.pop(msg["hook"], None)
-        if handle is not None:
-            handle.remove()
+    def on_remove_hooks(self, msg, sender: bytes):
+        self._remove_hooks(self._stage(msg), msg["hooks"])
+
+    @staticmethod
+    def _remove_hooks(st, hook_ids) -> None:
+        for hook_id in hook_ids:  # an id not held here (removed before) is no error
+            st.hook_info.pop(hook_id, None)
+            handle = st.hooks.pop(hook_id, None)
+            if handle is not None:
+                handle.remove()
 
     def _module_stub(self, kind: str, hook_id: int, path: str, client: bytes, opts: dict):
         """The worker-side body of a client module hook: the event crosses, the answer comes
@@ -751,6 +766,26 @@ def _loss_function(spec: dict):
     return fn
 
 
+
+
+_HOOK_ENTRY = {"hook": int, "kind": str, "path": str, "options": dict}
+
+
+def _hook_entry(entry) -> dict:
+    """One hook of an add_hooks message, its fields checked (the wire checks the list)."""
+    if not isinstance(entry, dict):
+        raise ValueError(f"add_hooks: a hook must be a map, got {type(entry).__name__}")
+    for name, kind in _HOOK_ENTRY.items():
+        if type(entry.get(name)) is not kind:
+            raise ValueError(f"add_hooks: field {name!r} of a hook must be {kind.__name__}, "
+                             f"got {type(entry.get(name)).__name__}")
+    for name, kind in (("worker_hook", dict), ("tag", str)):
+        if entry.get(name) is not None and not isinstance(entry[name], kind):
+            raise ValueError(f"add_hooks: field {name!r} of a hook must be {kind.__name__}")
+    unexpected = set(entry) - {*_HOOK_ENTRY, "worker_hook", "tag"}
+    if unexpected:
+        raise ValueError(f"add_hooks: unexpected field(s) {sorted(unexpected)} in a hook")
+    return entry
 
 
 class _ClientFunction(disthook.autograd.Function):

@@ -632,9 +632,8 @@ class RemoteModel(Module):
         return self._add_hooks([(kind, path, fn, proxy, options)], tag=tag)[0]
 
     def _add_hooks(self, hooks: list[tuple], *, tag: str | None = None) -> list[RemoteHandle]:
-        """Register several hooks, each (kind, path, fn, proxy, options), in that order: the
-        requests go out together and the workers answer them side by side. If any fails,
-        none stays registered."""
+        """Register several hooks, each (kind, path, fn, proxy, options), in that order: one
+        request per worker, all sent at once. If any fails, none stays registered."""
         entries = []
         for kind, path, fn, proxy, options in hooks:
             if not callable(fn):
@@ -644,29 +643,38 @@ class RemoteModel(Module):
             if isinstance(fn, WorkerHook):
                 fields["worker_hook"] = fn.spec()
             entries.append((fn, kind, proxy, fields))
-        for entry in entries:
-            self._hub.hooks[entry[3]["hook"]] = entry
+            self._hub.hooks[fields["hook"]] = entries[-1]
         try:
-            self._hub.request_all(
-                [(self._owner(f["path"]), {**f, "reply_to": self._hub.reply_to})
-                 for *_, f in entries], "add_hook",
-                what=", ".join(f"register a {f['kind']} hook on {f['path']!r}"
-                               for *_, f in entries[:3]) + (", ..." if len(entries) > 3 else ""))
+            self._register_hooks([fields for *_, fields in entries])
         except BaseException:
             with contextlib.suppress(Exception):  # those that were registered go again
-                self._remove_hooks([f["hook"] for *_, f in entries])
+                self._remove_hooks([fields["hook"] for *_, fields in entries])
             raise
-        return [RemoteHandle(self, f["hook"], f["path"]) for *_, f in entries]
+        return [RemoteHandle(self, fields["hook"], fields["path"]) for *_, fields in entries]
+
+    def _register_hooks(self, hooks: list[dict]) -> None:
+        """Send add_hooks fields to the workers holding their modules (each worker registers
+        its share in order, all or none)."""
+        shares: dict[str, list] = {}
+        for fields in hooks:
+            shares.setdefault(self._owner(fields["path"]), []).append(fields)
+        what = ", ".join(f"register a {f['kind']} hook on {f['path']!r}" for f in hooks[:3])
+        self._hub.request_all([(address, {"hooks": share, "reply_to": self._hub.reply_to})
+                               for address, share in shares.items()], "add_hooks",
+                              what=what + (", ..." if len(hooks) > 3 else ""))
 
     def _remove_hooks(self, hook_ids: list[int]) -> None:
-        """Remove client hooks from their workers, the requests sent together (ids removed
-        before are skipped)."""
-        entries = [self._hub.hooks.pop(hook_id, None) for hook_id in hook_ids]
-        # asked where the module is now (a recovered model's stages may have moved)
-        calls = [(self._owner(e[3]["path"]), {"hook": e[3]["hook"]})
-                 for e in entries if e is not None]
-        if calls and self._hub.socks:
-            self._hub.request_all(calls, "remove_hook", what="remove_hook")
+        """Remove client hooks from their workers, one request per worker, sent at once
+        (ids removed before are skipped)."""
+        shares: dict[str, list] = {}
+        for hook_id in hook_ids:
+            entry = self._hub.hooks.pop(hook_id, None)
+            if entry is not None:
+                # asked where the module is now (a recovered model's stages may have moved)
+                shares.setdefault(self._owner(entry[3]["path"]), []).append(hook_id)
+        if shares and self._hub.socks:
+            self._hub.request_all([(address, {"hooks": ids}) for address, ids in shares.items()],
+                                  "remove_hooks", what="remove_hooks")
 
     def _hooks_on_workers(self) -> list[dict]:
         """Every hook the stages hold, asked of their workers: {"hook", "kind", "path",
@@ -676,10 +684,14 @@ class RemoteModel(Module):
         return [{**entry, "worker": w.id} for w, reply in zip(self._workers, replies)
                 for entry in reply["result"]]
 
-    def _register_hook(self, fields: dict) -> None:
-        self._hub.request(self._owner(fields["path"]), "add_hook",
-                          {**fields, "reply_to": self._hub.reply_to},
-                          what=f"register a {fields['kind']} hook on {fields['path']!r}")
+    def _captured(self, name: str) -> list[dict]:
+        """``cluster.captured(name, details=True)`` from this model's workers only, over the
+        model's own connections, all asked at once."""
+        from disthook.distributed.cluster import captured_items
+
+        replies = self._hub.request_all([(a, {"name": name}) for a in dict.fromkeys(
+            self._addresses)], "captured", what=f"captured({name!r})")
+        return captured_items([item for r in replies for item in r["result"]], details=True)
 
     # ---- state --------------------------------------------------------------------------------
     def _states(self, names: list[str] | None = None):
@@ -828,9 +840,9 @@ class RemoteModel(Module):
         for name in ("_stage_names", "_addresses", "_workers", "_model_id", "_hub"):
             object.__setattr__(self, name, fresh.__dict__[name])
         object.__setattr__(self, "_closed", False)
-        for hook_id, entry in hooks.items():  # in registration order: the same firing order
-            self._hub.hooks[hook_id] = entry
-            self._register_hook(entry[3])
+        self._hub.hooks.update(hooks)
+        if hooks:  # in registration order: the same firing order
+            self._register_hooks([entry[3] for entry in hooks.values()])
         return self.load_checkpoint(path, optimizer=optimizer)
 
     def _stage_of(self, name: str) -> int:

@@ -74,10 +74,10 @@ def test_run_with_cache_is_recorded_on_the_workers_and_equals_one_process(deploy
     out = net(x)
     loss_fn(out).backward()
     events, fetches = [], []
-    serve, fetch = deployed._hub._serve_event, cluster.captured
+    serve, fetch = deployed._hub._serve_event, deployed._captured
     monkeypatch.setattr(deployed._hub, "_serve_event",
                         lambda *a: events.append(a) or serve(*a))
-    monkeypatch.setattr(cluster, "captured", lambda *a, **k: fetches.append(a) or fetch(*a, **k))
+    monkeypatch.setattr(deployed, "_captured", lambda *a: fetches.append(a) or fetch(*a))
     got_out, cache = deployed.run_with_cache(x, include_grads=True, loss_fn=loss_fn)
     assert events == [] and len(fetches) == 1  # no round trip per module; one fetch
     close(got_out, out)
