@@ -154,11 +154,13 @@ def hook_overhead(lib):
 # "dist" (disthook.bench_dist) starts a local cluster; its baselines are raw pyzmq and one
 # process rather than torch. "pipeline" (disthook.bench_pipeline) and "peers"
 # (disthook.bench_peers: torch RPC and torch.distributed.pipelining) print tables of their own.
+# "toolkit" (disthook.bench_toolkit) compares run_with_cache on workers with client hooks.
 SUITES = {
     "dist": [],
     "pipeline": [],
     "peers": [],
     "scaling": [],
+    "toolkit": [],
     "engine": [
         ("MLP 784-1024x3-10 SGD step, batch 128", mlp_step, 1.15, (7, 3)),
         (f"{CHAIN_OPS} tiny ops fwd+bwd ({CHAIN_NUMEL} elems)", tiny_chain, 1.5, (7, 3)),
@@ -208,6 +210,10 @@ def run_suite(name: str, quick: bool) -> list[dict]:
         from disthook import bench_dist
 
         return bench_dist.run(quick)
+    if name == "toolkit":
+        from disthook import bench_toolkit
+
+        return bench_toolkit.run(quick)
     rows = []
     for label, workload, target, (repeats, inner) in SUITES[name]:
         if quick:
@@ -253,7 +259,7 @@ def main(suite: str = "all", *, quick: bool = False, json_path: str | None = Non
     import numpy as np
 
     print(f"disthook bench {suite}: numpy {np.__version__} with BLAS {_blas()}, one thread")
-    if suite != "dist":
+    if suite not in ("dist", "toolkit"):
         try:
             import torch
 
@@ -264,6 +270,9 @@ def main(suite: str = "all", *, quick: bool = False, json_path: str | None = Non
     if suite in ("dist", "all"):
         print("dist: baselines are raw pyzmq between two processes and one process; the "
               "workers are local processes, one BLAS thread each")
+    if suite in ("toolkit", "all"):
+        print("toolkit: baselines are client forward hooks and a forward without hooks, on "
+              "the same 2 local workers")
     names = sorted(SUITES) if suite == "all" else [suite]
     own_tables = {"pipeline", "peers", "scaling"}  # suites that print tables of their own
     rows = [row for name in names if name not in own_tables

@@ -114,8 +114,10 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "unload": {"model": "str"},
     # data plane: activations forward, gradients backward. The reply goes to the client
     # named by reply_to (hex of its socket identity) from the last (first) stage.
+    # with stop (a module path), the stage holding that module answers the client with the
+    # module's output and the later stages do no work (RemoteModel.run_until)
     "forward": {"model": "str", "stage": "int", "inputs": "list", "grad_enabled": "bool",
-                "reply_to": "str", "requires_grad": "list?", "mb": "int?"},
+                "reply_to": "str", "requires_grad": "list?", "mb": "int?", "stop": "str?"},
     "backward": {"model": "str", "stage": "int", "grads": "list", "retain_graph": "bool",
                  "reply_to": "str", "mb": "int?"},
     "release": {"model": "str", "contexts": "list"},
@@ -124,11 +126,15 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "hook_reply": {"hook": "int", "result": "any?"},
     # a warning raised on a worker, issued again by the client
     "warning": {"category": "str", "message": "str", "worker": "str?"},
-    "add_hook": {"model": "str", "hook": "int", "kind": "str", "path": "str",
-                 "options": "map", "reply_to": "str", "worker_hook": "map?"},
-    # worker hooks' capture buffers, emptied by the fetch unless clear is False
-    "captured": {"name": "str", "clear": "bool?"},
-    "remove_hook": {"model": "str", "hook": "int"},
+    # hooks to register on one worker, all or none: each a map {"hook": int, "kind": str,
+    # "path": str, "options": map, "worker_hook": map?, "tag": str?}, tag saying who
+    # registered it ("toolkit": disthook.hooks), as list_hooks tells
+    "add_hooks": {"model": "str", "hooks": "list", "reply_to": "str"},
+    "remove_hooks": {"model": "str", "hooks": "list"},  # hook ids
+    "list_hooks": {"model": "str"},
+    # worker hooks' capture buffers (shared by every model on the worker; a client names
+    # its model when it asks over that model's connection), emptied unless clear is False
+    "captured": {"name": "str", "clear": "bool?", "model": "str?"},
     # pipelined training steps: the client gives each stage its schedule; micro-batch
     # activations and gradients (or an abort) go stage to stage as "pipe" messages
     "train_step": {"model": "str", "step": "str", "schedule": "list", "reply_to": "str",

@@ -25,6 +25,7 @@ import numpy as np
 import zmq
 
 import disthook
+from disthook import hooks as toolkit
 from disthook import wire
 from disthook.distributed import hooks as worker_hooks
 from disthook.distributed.rpc import error_fields
@@ -174,7 +175,10 @@ class Worker(Service):
                 "stages": [st.name for st in self.stages.values()], "memory": _rss_bytes(),
                 "contexts": sum(len(st.contexts) for st in self.stages.values()),
                 "mailbox": len(self._mailbox), "hooks_fired": dict(self.captures.fired),
-                "messages": wire.decoded_count()}
+                "messages": wire.decoded_count(),
+                # per stage: micro-batch forwards run so far, client and worker hooks held
+                "stage_stats": {st.name: {"forwards": st.forwards, "hooks": len(st.hooks)}
+                                for st in self.stages.values()}}
 
     def on_load_stage(self, msg, sender: bytes):
         """Build a stage of model ``msg["model"]`` from its spec and connect to its neighbour
@@ -238,20 +242,26 @@ class Worker(Service):
             self._ctx, self._client = msg.ctx, client
             self._retained = []
             self.captures.micro_batch = msg.get("mb")
+            stop = msg.get("stop")
+            stop_here = stop is not None and stop.split(".", 1)[0] in st.module._modules
+            st.forwards += 1
             with self._warnings_to(client, msg), disthook.set_grad_enabled(grad):
-                out = st.module(*inputs)
+                if stop_here:  # the output of module `stop` is the answer: no later stage
+                    out = toolkit.stop_after(st.module, stop, *inputs)
+                else:
+                    out = st.module(*inputs)
             if not isinstance(out, disthook.Tensor):
-                raise TypeError(f"{st.name} returned {type(out).__name__}; a stage "
-                                "must return one Tensor")
+                raise TypeError(f"{stop if stop_here else st.name} returned "
+                                f"{type(out).__name__}; a stage must return one Tensor")
             if grad and out.requires_grad:
                 st.contexts[msg.ctx] = _Context(inputs, out, self._retained)
             self._retained = []
             fields = {"model": st.model, "stage": st.index + 1,
                       "inputs": [out.detach().numpy()], "grad_enabled": grad,
                       "requires_grad": [out.requires_grad], "reply_to": msg["reply_to"],
-                      "mb": msg.get("mb")}
+                      "mb": msg.get("mb"), "stop": stop}
             nxt = st.neighbours.get("next")
-            if nxt is not None:
+            if nxt is not None and not stop_here:
                 nxt.send_multipart(wire.encode("forward", fields, req=msg.req, ctx=msg.ctx),
                                    copy=False)
             else:
@@ -272,14 +282,17 @@ class Worker(Service):
                     f"no forward graph of context {msg.ctx!r} on {st.name}: it ran "
                     "backward already without retain_graph=True, was released, or expired")
             (g,) = msg["grads"]
-            grad = disthook.from_numpy(np.array(g))
             retain = msg["retain_graph"]
             self.captures.micro_batch = msg.get("mb")
             self._ctx, self._client = msg.ctx, client
             for t in context.inputs:
                 t.grad = None  # the gradient of this backward only goes to the previous stage
-            with self._warnings_to(client, msg):
-                disthook.autograd.backward([context.output], [grad], retain_graph=retain)
+            # None: the next stage's output did not depend on this one's (a hook replaced
+            # it by a constant); nothing flows back, and the context ends as after backward
+            if g is not None:
+                grad = disthook.from_numpy(np.array(g))
+                with self._warnings_to(client, msg):
+                    disthook.autograd.backward([context.output], [grad], retain_graph=retain)
             for who, hook_id, key, t in context.retained:  # what client hooks retained
                 if t.grad is not None:
                     self._call_client(who, hook_id, "retained", key, [pack(t.grad)])
@@ -301,12 +314,23 @@ class Worker(Service):
         return NO_REPLY
 
     # ---- client hooks ------------------------------------------------------------------------
-    def on_add_hook(self, msg, sender: bytes):
-        """Register a stub that runs the client's hook ``msg["hook"]`` when it fires here."""
+    def on_add_hooks(self, msg, sender: bytes):
+        """Register hooks on the stage, all or none: a worker hook runs here, any other is a
+        stub that runs the client's hook when it fires here."""
         st = self._stage(msg)
-        kind, path, hook_id, opts = msg["kind"], msg["path"], msg["hook"], msg["options"]
         client = bytes.fromhex(msg["reply_to"])
-        spec = msg.get("worker_hook")
+        added = []
+        try:
+            for entry in msg["hooks"]:
+                self._add_hook(st, _hook_entry(entry), client)
+                added.append(entry["hook"])
+        except BaseException:
+            self._remove_hooks(st, added)
+            raise
+
+    def _add_hook(self, st, entry: dict, client: bytes) -> None:
+        kind, path, hook_id, opts = entry["kind"], entry["path"], entry["hook"], entry["options"]
+        spec = entry.get("worker_hook")
         if spec is not None:  # runs here, without a round trip
             stub = worker_hooks.build(spec, kind, path, self.captures, self.allow_hook_modules)
         if kind == "tensor":
@@ -337,6 +361,14 @@ class Worker(Service):
             else:
                 raise ValueError(f"unknown hook kind {kind!r}")
         st.hooks[hook_id] = handle
+        st.hook_info[hook_id] = {"hook": hook_id, "kind": kind, "path": path,
+                                 "tag": entry.get("tag"),
+                                 "runs": "client" if spec is None else "worker"}
+
+    def on_list_hooks(self, msg, sender: bytes):
+        """The hooks registered on this stage: [{"hook", "kind", "path", "tag", "runs"}],
+        where runs is "client" (a stub that calls the client) or "worker" (a worker hook)."""
+        return list(self._stage(msg).hook_info.values())
 
     def on_captured(self, msg, sender: bytes):
         """The capture buffer ``name``: [{"order", "path", "kind", "micro_batch", "value"}]."""
@@ -345,10 +377,16 @@ class Worker(Service):
                 for order, path, kind, mb, value in self.captures.take(msg["name"],
                                                                        msg.get("clear", True))]
 
-    def on_remove_hook(self, msg, sender: bytes):
-        handle = self._stage(msg).hooks.pop(msg["hook"], None)
-        if handle is not None:
-            handle.remove()
+    def on_remove_hooks(self, msg, sender: bytes):
+        self._remove_hooks(self._stage(msg), msg["hooks"])
+
+    @staticmethod
+    def _remove_hooks(st, hook_ids) -> None:
+        for hook_id in hook_ids:  # an id not held here (removed before) is no error
+            st.hook_info.pop(hook_id, None)
+            handle = st.hooks.pop(hook_id, None)
+            if handle is not None:
+                handle.remove()
 
     def _module_stub(self, kind: str, hook_id: int, path: str, client: bytes, opts: dict):
         """The worker-side body of a client module hook: the event crosses, the answer comes
@@ -475,6 +513,7 @@ class Worker(Service):
                 if kind in ("recv_act", "recv_grad"):
                     received[(kind, mb)] = self._pipe_recv(st, step, kind[5:], mb)
                 elif kind == "forward":
+                    st.forwards += 1
                     data = msg["inputs"][mb] if first else received.pop(("recv_act", mb))
                     leaf = disthook.from_numpy(np.array(data))
                     if not first and leaf.is_floating_point():
@@ -757,6 +796,26 @@ def _loss_function(spec: dict):
 
 
 
+_HOOK_ENTRY = {"hook": int, "kind": str, "path": str, "options": dict}
+
+
+def _hook_entry(entry) -> dict:
+    """One hook of an add_hooks message, its fields checked (the wire checks the list)."""
+    if not isinstance(entry, dict):
+        raise ValueError(f"add_hooks: a hook must be a map, got {type(entry).__name__}")
+    for name, kind in _HOOK_ENTRY.items():
+        if type(entry.get(name)) is not kind:
+            raise ValueError(f"add_hooks: field {name!r} of a hook must be {kind.__name__}, "
+                             f"got {type(entry.get(name)).__name__}")
+    for name, kind in (("worker_hook", dict), ("tag", str)):
+        if entry.get(name) is not None and not isinstance(entry[name], kind):
+            raise ValueError(f"add_hooks: field {name!r} of a hook must be {kind.__name__}")
+    unexpected = set(entry) - {*_HOOK_ENTRY, "worker_hook", "tag"}
+    if unexpected:
+        raise ValueError(f"add_hooks: unexpected field(s) {sorted(unexpected)} in a hook")
+    return entry
+
+
 class _ClientFunction(disthook.autograd.Function):
     """A tensor a client hook computed from tensors of this worker: its backward asks the
     client for the vector-Jacobian product of that computation."""
@@ -802,6 +861,8 @@ class _Stage:
         self.neighbours: dict[str, zmq.Socket] = {}  # "prev"/"next" -> DEALER to that worker
         self.contexts: dict[str, _Context] = {}  # open forward graphs by context id
         self.hooks: dict[int, object] = {}  # client hook id -> handle of its stub
+        self.hook_info: dict[int, dict] = {}  # hook id -> what on_list_hooks tells of it
+        self.forwards = 0  # forwards run (one per micro-batch), for status
         self.optimizers: dict[int, object] = {}  # DistributedOptimizer id -> local share
 
 

@@ -153,15 +153,9 @@ class Cluster:
         hook's grad_output). The workers' buffers are emptied unless ``clear`` is False.
         With ``details`` each item is a dict: value, path, kind (of hook) and micro_batch
         (its index when the model runs micro-batches, else None)."""
-        from disthook.distributed.values import unpack
-
         items = [item for items in self._ask_workers("captured", {"name": name, "clear": clear})
                  .values() for item in items]
-        items.sort(key=lambda item: item["order"])
-        if details:
-            return [{"value": unpack(i["value"]), "path": i["path"], "kind": i["kind"],
-                     "micro_batch": i["micro_batch"]} for i in items]
-        return [unpack(item["value"]) for item in items]
+        return captured_items(items, details)
 
     def hook_counts(self) -> dict[str, dict[str, int]]:
         """How many times hooks fired on each live worker since it started: worker id ->
@@ -242,6 +236,18 @@ class Cluster:
             if proc.poll() is not None:
                 raise ClusterError(f"process {' '.join(proc.args[1:4])} (pid {proc.pid}) "
                                    f"exited with code {proc.returncode} during start-up")
+
+
+def captured_items(items: list[dict], details: bool) -> list:
+    """Workers' capture records (on_captured) as ``Cluster.captured`` returns them: oldest
+    first, each its value, or with ``details`` a dict of value, path, kind, micro_batch."""
+    from disthook.distributed.values import unpack
+
+    items = sorted(items, key=lambda item: item["order"])
+    if details:
+        return [{"value": unpack(i["value"]), "path": i["path"], "kind": i["kind"],
+                 "micro_batch": i["micro_batch"]} for i in items]
+    return [unpack(item["value"]) for item in items]
 
 
 def connect(address: str, *, timeout: float = DEFAULT_TIMEOUT, keys=None,

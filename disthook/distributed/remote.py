@@ -15,6 +15,7 @@ released by the client at its next call (workers also expire contexts after a de
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import os
@@ -370,8 +371,10 @@ class RemoteBackward0(Node):
     back through the stages as a pipeline."""
 
     def __init__(self, model: RemoteModel, ctx_ids: list[str], x: Tensor,
-                 sizes: list[int] | None):
+                 sizes: list[int] | None, stage: int | None = None):
         super().__init__()
+        # the stage whose output this is: the last, or the one a run_until stopped at
+        self._stage = len(model._addresses) - 1 if stage is None else stage
         self.next_functions = (gradient_edge(x),)
         self.needs_input_grad = (x._requires_grad,)
         self._input_meta = ((x._data.shape, x._data.dtype),)
@@ -393,7 +396,7 @@ class RemoteBackward0(Node):
         model = self._model
         parts = [g._data] if self._sizes is None else _split_rows(g._data, self._sizes)
         replies = model._hub.request_all(
-            [(model._addresses[-1], {"stage": len(model._addresses) - 1, "grads": [part],
+            [(model._addresses[self._stage], {"stage": self._stage, "grads": [part],
                                      "retain_graph": retain, "reply_to": model._hub.reply_to,
                                      "mb": None if self._sizes is None else i}, ctx_id)
              for i, (part, ctx_id) in enumerate(zip(parts, self._ctx_ids))],
@@ -448,6 +451,11 @@ class RemoteModel(Module):
 
     # ---- calling ------------------------------------------------------------------------------
     def forward(self, x: Tensor) -> Tensor:
+        return self._run_stages(x)
+
+    def _run_stages(self, x: Tensor, stop: str | None = None) -> Tensor:
+        """The stages' forward on ``x``; with ``stop`` (a module path), only up to the stage
+        holding that module, whose output is returned (the later stages do no work)."""
         if not isinstance(x, Tensor):
             raise TypeError(f"a RemoteModel takes one Tensor, got {type(x).__name__}")
         if not self._chain_checked:
@@ -466,9 +474,10 @@ class RemoteModel(Module):
             [(self._addresses[0], {"stage": 0, "inputs": [part], "grad_enabled": grad,
                                    "requires_grad": [x._requires_grad],
                                    "reply_to": self._hub.reply_to,
-                                   "mb": None if sizes is None else i}, ctx_id)
+                                   "mb": None if sizes is None else i, "stop": stop}, ctx_id)
              for i, (part, ctx_id) in enumerate(zip(parts, ctx_ids))],
-            "forward", what="forward through the remote stages")
+            "forward", what="forward through the remote stages" + (
+                f" up to {stop!r}" if stop else ""))
         results = [r["result"] for r in replies]
         outs = [np.asarray(r["output"]) for r in results]
         if sizes is not None and any(o.ndim == 0 or len(o) != n for o, n in zip(outs, sizes)):
@@ -478,7 +487,8 @@ class RemoteModel(Module):
                 f"{[tuple(o.shape) for o in outs]}")
         out = np.concatenate(outs) if len(outs) > 1 else np.array(outs[0])
         if grad and all(r["requires_grad"] for r in results):
-            return Tensor._make(out, RemoteBackward0(self, ctx_ids, x, sizes), 0)
+            stage = None if stop is None else self._stage_of(stop)
+            return Tensor._make(out, RemoteBackward0(self, ctx_ids, x, sizes, stage), 0)
         return Tensor._make(out, None, 0)
 
     def train_step(self, x: Tensor, target: Tensor, loss_fn, scale_grads: bool = True):
@@ -615,25 +625,73 @@ class RemoteModel(Module):
                 return address
         raise AttributeError(f"no child {top!r} in the deployed {self._class_name}")
 
-    def _add_hook(self, kind: str, path: str, fn, proxy, **options) -> RemoteHandle:
-        if not callable(fn):
-            raise TypeError(f"hook must be callable, got {type(fn).__name__}")
-        hook_id = next(_hook_ids)
-        fields = {"hook": hook_id, "kind": kind, "path": path, "options": options}
-        if isinstance(fn, WorkerHook):
-            fields["worker_hook"] = fn.spec()
-        self._hub.hooks[hook_id] = (fn, kind, proxy, fields)
-        try:
-            self._register_hook(fields)
-        except BaseException:
-            del self._hub.hooks[hook_id]
-            raise
-        return RemoteHandle(self, hook_id, path)
+    def _add_hook(self, kind: str, path: str, fn, proxy, *, tag: str | None = None,
+                  **options) -> RemoteHandle:
+        """Register ``fn`` as a ``kind`` hook on the worker holding ``path``; ``tag`` says
+        who registered it (``"toolkit"``: disthook.hooks), as ``_hooks_on_workers`` tells."""
+        return self._add_hooks([(kind, path, fn, proxy, options)], tag=tag)[0]
 
-    def _register_hook(self, fields: dict) -> None:
-        self._hub.request(self._owner(fields["path"]), "add_hook",
-                          {**fields, "reply_to": self._hub.reply_to},
-                          what=f"register a {fields['kind']} hook on {fields['path']!r}")
+    def _add_hooks(self, hooks: list[tuple], *, tag: str | None = None) -> list[RemoteHandle]:
+        """Register several hooks, each (kind, path, fn, proxy, options), in that order: one
+        request per worker, all sent at once. If any fails, none stays registered."""
+        entries = []
+        for kind, path, fn, proxy, options in hooks:
+            if not callable(fn):
+                raise TypeError(f"hook must be callable, got {type(fn).__name__}")
+            fields = {"hook": next(_hook_ids), "kind": kind, "path": path, "options": options,
+                      "tag": tag}
+            if isinstance(fn, WorkerHook):
+                fields["worker_hook"] = fn.spec()
+            entries.append((fn, kind, proxy, fields))
+            self._hub.hooks[fields["hook"]] = entries[-1]
+        try:
+            self._register_hooks([fields for *_, fields in entries])
+        except BaseException:
+            with contextlib.suppress(Exception):  # those that were registered go again
+                self._remove_hooks([fields["hook"] for *_, fields in entries])
+            raise
+        return [RemoteHandle(self, fields["hook"], fields["path"]) for *_, fields in entries]
+
+    def _register_hooks(self, hooks: list[dict]) -> None:
+        """Send add_hooks fields to the workers holding their modules (each worker registers
+        its share in order, all or none)."""
+        shares: dict[str, list] = {}
+        for fields in hooks:
+            shares.setdefault(self._owner(fields["path"]), []).append(fields)
+        what = ", ".join(f"register a {f['kind']} hook on {f['path']!r}" for f in hooks[:3])
+        self._hub.request_all([(address, {"hooks": share, "reply_to": self._hub.reply_to})
+                               for address, share in shares.items()], "add_hooks",
+                              what=what + (", ..." if len(hooks) > 3 else ""))
+
+    def _remove_hooks(self, hook_ids: list[int]) -> None:
+        """Remove client hooks from their workers, one request per worker, sent at once
+        (ids removed before are skipped)."""
+        shares: dict[str, list] = {}
+        for hook_id in hook_ids:
+            entry = self._hub.hooks.pop(hook_id, None)
+            if entry is not None:
+                # asked where the module is now (a recovered model's stages may have moved)
+                shares.setdefault(self._owner(entry[3]["path"]), []).append(hook_id)
+        if shares and self._hub.socks:
+            self._hub.request_all([(address, {"hooks": ids}) for address, ids in shares.items()],
+                                  "remove_hooks", what="remove_hooks")
+
+    def _hooks_on_workers(self) -> list[dict]:
+        """Every hook the stages hold, asked of their workers: {"hook", "kind", "path",
+        "tag", "runs" ("client" or "worker"), "worker" (its id)}, stage by stage."""
+        replies = self._hub.request_all([(a, {}) for a in self._addresses], "list_hooks",
+                                        what="list_hooks")
+        return [{**entry, "worker": w.id} for w, reply in zip(self._workers, replies)
+                for entry in reply["result"]]
+
+    def _captured(self, name: str) -> list[dict]:
+        """``cluster.captured(name, details=True)`` from this model's workers only, over the
+        model's own connections, all asked at once."""
+        from disthook.distributed.cluster import captured_items
+
+        replies = self._hub.request_all([(a, {"name": name}) for a in dict.fromkeys(
+            self._addresses)], "captured", what=f"captured({name!r})")
+        return captured_items([item for r in replies for item in r["result"]], details=True)
 
     # ---- state --------------------------------------------------------------------------------
     def _states(self, names: list[str] | None = None):
@@ -782,9 +840,9 @@ class RemoteModel(Module):
         for name in ("_stage_names", "_addresses", "_workers", "_model_id", "_hub"):
             object.__setattr__(self, name, fresh.__dict__[name])
         object.__setattr__(self, "_closed", False)
-        for hook_id, entry in hooks.items():  # in registration order: the same firing order
-            self._hub.hooks[hook_id] = entry
-            self._register_hook(entry[3])
+        self._hub.hooks.update(hooks)
+        if hooks:  # in registration order: the same firing order
+            self._register_hooks([entry[3] for entry in hooks.values()])
         return self.load_checkpoint(path, optimizer=optimizer)
 
     def _stage_of(self, name: str) -> int:
@@ -1026,11 +1084,7 @@ class RemoteHandle:
         self.id, self._model, self._path = hook_id, model, path
 
     def remove(self) -> None:
-        hub = self._model._hub
-        if hub.hooks.pop(self.id, None) is not None and hub.socks:
-            # asked where the module is now (a recovered model's stages may have moved)
-            hub.request(self._model._owner(self._path), "remove_hook", {"hook": self.id},
-                        what="remove_hook")
+        self._model._remove_hooks([self.id])
 
     def __enter__(self) -> RemoteHandle:
         return self

@@ -1,0 +1,70 @@
+"""``disthook bench toolkit``: caching every module's output on a deployed model.
+
+A 16-layer MLP (Linear(256, 256) with ReLU between: 31 modules), batch 64, on 2 workers,
+no_grad. ``run_with_cache`` records on the workers with ``hooks.capture`` and fetches the
+records once; its time includes registering and removing those hooks. The baselines are the
+same cache collected with client forward hooks registered beforehand (one round trip to the
+client per module call), and a plain forward without hooks. Ratios of medians; lower is
+better.
+"""
+from __future__ import annotations
+
+from disthook.bench_dist import _median, _row
+
+WIDTH, LAYERS, BATCH = 256, 16, 64
+
+
+def _model():
+    import disthook as torch
+    from disthook import nn
+
+    torch.manual_seed(0)
+    layers = []
+    for i in range(LAYERS):
+        layers.append(nn.Linear(WIDTH, WIDTH))
+        if i < LAYERS - 1:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+def run(quick: bool = False) -> list[dict]:
+    import disthook as torch
+    from disthook.distributed import local_cluster
+
+    repeats = 5 if quick else 11
+    net = _model()
+    x = torch.randn(BATCH, WIDTH)
+    paths = [path for path, _ in net.named_modules() if path]
+    rows = []
+    with local_cluster(workers=2) as cluster, torch.no_grad():
+        remote = cluster.deploy(net, stages=2)
+        cache: dict = {}
+
+        def toolkit():
+            _, got = remote.run_with_cache(x)
+            assert len(got) == len(paths)
+
+        def plain():
+            remote(x)
+
+        handles = []
+
+        def client_hooks():
+            cache.clear()
+            remote(x)
+            assert len(cache) == len(paths)
+
+        t_toolkit, t_plain = _median(toolkit, repeats), _median(plain, repeats)
+        for path in paths:
+            handles.append(remote.get_submodule(path).register_forward_hook(
+                lambda m, args, out, path=path: cache.__setitem__(path, out.detach())))
+        t_client = _median(client_hooks, repeats)
+        for handle in handles:
+            handle.remove()
+        label = f"run_with_cache, {len(paths)} modules of a {LAYERS}-layer MLP, 2 workers"
+        rows.append(_row(f"{label} vs client hooks", t_toolkit, t_client, 0.5, "client hooks"))
+        rows.append(_row(f"{label} vs no hooks", t_toolkit, t_plain, 2.0, "no hooks"))
+        remote.close()
+    for row in rows:
+        row["suite"] = "toolkit"
+    return rows
