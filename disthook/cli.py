@@ -1,5 +1,5 @@
-"""The ``disthook`` command: run a cluster (``launch``, ``coordinator``, ``worker``), look at it
-(``status``), and the ``demo`` and ``bench`` programs."""
+"""disthook: run a cluster (launch, coordinator, worker), look at it (status), make its keys
+(keys), and run the demo and the benchmarks (demo, bench)."""
 from __future__ import annotations
 
 import argparse
@@ -203,22 +203,34 @@ def _status(args) -> int:
         print(f"disthook status: {exc}", file=sys.stderr)
         return 1
     with cluster:
-        _print_status(cluster.status())
+        _print_status(cluster.status(), cluster._ask_workers("status"))
     return 0
 
 
-def _print_status(status: dict) -> None:
+def _print_status(status: dict, details: dict | None = None) -> None:
+    """The coordinator, then a row per worker: id, address, liveness, last heartbeat, memory,
+    open forward graphs, and per stage held its modules and parameter count (``details``:
+    the workers' own status replies by id, when they could be asked)."""
     c = status["coordinator"]
     print(f"coordinator {c['address']}  pid {c['pid']}  host {c['host']}  "
           f"up {c['uptime']:.0f} s")
-    print(f"{'worker':<24} {'pid':>7} {'host':<12} {'address':<24} "
-          f"{'alive':>5} {'seen':>7} {'memory':>9}  stages")
+    print(f"{'worker':<22} {'address':<24} {'alive':>5} {'beat':>7} {'memory':>8} "
+          f"{'graphs':>6}  {'stage':<24} {'modules':<14} {'params':>9}")
+    details = details or {}
     for w in status["workers"]:
         memory = f"{w['memory'] / 2**20:.0f} MiB" if w["memory"] else "?"
-        stages = "; ".join(w["stages"]) or "-"
-        print(f"{w['id']:<24} {w['pid']:>7} {w['host']:<12} {w['address']:<24} "
-              f"{'yes' if w['alive'] else 'LOST':>5} {w['last_seen']:>6.1f}s {memory:>9}  "
-              f"{stages}")
+        mine = details.get(w["id"], {})
+        graphs = mine.get("contexts", "?")
+        stages = [(name, mine.get("stage_stats", {}).get(name, {})) for name in w["stages"]]
+        head = (f"{w['id']:<22} {w['address']:<24} {'yes' if w['alive'] else 'LOST':>5} "
+                f"{w['last_seen']:>6.1f}s {memory:>8} {graphs:>6}  ")
+        if not stages:
+            print(head + "-")
+        for i, (name, stats) in enumerate(stages):
+            modules = ",".join(stats.get("modules", [])) or "?"
+            params = stats.get("parameters", "?")
+            print((head if i == 0 else " " * len(head)) +
+                  f"{name:<24} {modules:<14} {params:>9}")
 
 
 def _keys(args) -> int:
@@ -251,7 +263,26 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in ROLES:
         _run_role(argv[0], argv[1:])
-    parser = argparse.ArgumentParser(prog="disthook", description=__doc__)
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except Exception as exc:  # noqa: BLE001 - one clear line; --debug for the traceback
+        if args.debug:
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        print(f"disthook {args.command}: {type(exc).__name__}: {first} (--debug shows the "
+              "traceback)", file=sys.stderr)
+        return 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every command but the roles (which parse their own arguments)."""
+    parser = argparse.ArgumentParser(
+        prog="disthook", description=__doc__,
+        epilog="Each command has its own --help. disthook coordinator|worker --help lists "
+               "the options of those roles.")
+    parser.add_argument("--debug", action="store_true",
+                        help="on an error, show the traceback instead of one line")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="train a CNN on 2 workers, watched by worker hooks; "
                                        "writes plots and an index.html")
@@ -264,7 +295,8 @@ def main(argv=None) -> int:
     demo.add_argument("--seed-hooks", action="store_true",
                       help="instead, run the tensor-hook examples of the seed documents")
     demo.set_defaults(fn=_demo)
-    bench = sub.add_parser("bench", help="benchmarks against torch (when installed)")
+    bench = sub.add_parser("bench", help="benchmarks: ratios against torch, raw pyzmq, one "
+                                         "process and torch's distributed tools")
     bench.add_argument("suite", nargs="?", default="all", choices=["all", *bench_suites()],
                        help="which suite (default: all)")
     bench.add_argument("--quick", action="store_true", help="fewer repeats")
@@ -315,8 +347,7 @@ def main(argv=None) -> int:
     add.add_argument("dir")
     add.add_argument("name", help="the pair's name (a plain word)")
     keys.set_defaults(fn=_keys)
-    args = parser.parse_args(argv)
-    return args.fn(args)
+    return parser
 
 
 if __name__ == "__main__":

@@ -177,7 +177,9 @@ class Worker(Service):
                 "mailbox": len(self._mailbox), "hooks_fired": dict(self.captures.fired),
                 "messages": wire.decoded_count(),
                 # per stage: micro-batch forwards run so far, client and worker hooks held
-                "stage_stats": {st.name: {"forwards": st.forwards, "hooks": len(st.hooks)}
+                "stage_stats": {st.name: {"forwards": st.forwards, "hooks": len(st.hooks),
+                                          "modules": list(st.module._modules),
+                                          "parameters": st.parameters}
                                 for st in self.stages.values()}}
 
     def on_load_stage(self, msg, sender: bytes):
@@ -863,6 +865,7 @@ class _Stage:
         self.hooks: dict[int, object] = {}  # client hook id -> handle of its stub
         self.hook_info: dict[int, dict] = {}  # hook id -> what on_list_hooks tells of it
         self.forwards = 0  # forwards run (one per micro-batch), for status
+        self.parameters = sum(p.numel() for p in module.parameters())
         self.optimizers: dict[int, object] = {}  # DistributedOptimizer id -> local share
 
 

@@ -234,6 +234,15 @@ class _Hub:
         self.flush_releases()
         if self.lost:  # a worker of this model went away earlier
             self._raise_lost(next(iter(self.lost)), what or msg_type, ctx)
+        try:
+            return self._exchange(calls, msg_type, ctx, what)
+        except KeyboardInterrupt:  # Ctrl-C: no stage may keep waiting for the others
+            if msg_type == "train_step":
+                self._abort_step(ctx, "the client was interrupted")
+            raise
+
+    def _exchange(self, calls: list[tuple], msg_type: str, ctx: str | None,
+                  what: str) -> list[wire.Message]:
         reqs = []
         for call in calls:
             address, fields = call[0], call[1]
@@ -254,7 +263,8 @@ class _Hub:
                         address = self.monitors[sock]
                         self.lost[address] = what or msg_type
                         if msg_type == "train_step":  # the other stages must stop waiting
-                            self._abort_step(ctx, address)
+                            worker = self.holders.get(address, (address, -1))[0]
+                            self._abort_step(ctx, f"worker {worker} is lost", skip=address)
                         in_flight = [c[2] if len(c) > 2 else ctx for c in calls]
                         self._raise_lost(address, what or msg_type,
                                          ", ".join(c for c in in_flight if c) or None)
@@ -308,12 +318,12 @@ class _Hub:
         worker, stage = self.holders.get(address, (address, -1))
         raise WorkerLost(worker, stage, what, ctx)
 
-    def _abort_step(self, step: str | None, lost: str) -> None:
-        worker, _ = self.holders.get(lost, (lost, -1))
+    def _abort_step(self, step: str | None, reason: str, skip: str | None = None) -> None:
+        """Tell every stage (but ``skip``) to give up training step ``step``."""
         for address in self.socks:
-            if address != lost and step is not None:
+            if address != skip and step is not None:
                 self.send(address, "pipe", {"step": step, "kind": "abort", "mb": -1,
-                                            "reason": f"worker {worker} is lost"})
+                                            "reason": reason})
 
     def drop_context(self, ctx_id: str) -> None:
         """Forget the client-side hook graphs of a context whose backward is over."""

@@ -14,6 +14,7 @@ import time
 import pytest
 import zmq
 
+import disthook as torch
 from disthook import wire
 from disthook.distributed import ClusterError, RemoteError, connect, local_cluster
 from disthook.distributed.rpc import Peer, RemoteTimeout
@@ -245,3 +246,39 @@ def test_worker_info_stage_is_the_first_stage_held():
                 last_seen=0.0, memory=None)
     assert WorkerInfo(stages=[], **info).stage is None
     assert WorkerInfo(stages=["stage 2 of Net-1", "stage 0 of Net-2"], **info).stage == 2
+
+
+def test_cli_errors_are_one_line_and_debug_shows_the_traceback():
+    cli = [sys.executable, "-m", "disthook.cli"]
+    plain = subprocess.run([*cli, "launch", "--workers", "0"], capture_output=True, text=True,
+                           timeout=60)
+    assert plain.returncode == 1
+    assert plain.stderr.strip().splitlines() == [
+        "disthook launch: ValueError: local_cluster() needs workers >= 1, got 0 (--debug "
+        "shows the traceback)"]
+    debug = subprocess.run([*cli, "--debug", "launch", "--workers", "0"], capture_output=True,
+                           text=True, timeout=60)
+    assert debug.returncode == 1 and "Traceback (most recent call last)" in debug.stderr
+
+
+def test_status_lists_each_stage_with_its_modules_parameters_and_graphs(cluster):
+    from test_remote import make_net
+
+    remote = cluster.deploy(make_net(), stages=2)
+    try:
+        out = remote(torch.randn(2, 8))  # a graph stays open on both stages until backward
+        run = subprocess.run([sys.executable, "-m", "disthook.cli", "status", "--coordinator",
+                              cluster.address], capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stderr
+        rows = run.stdout.splitlines()
+        assert rows[1].split() == ["worker", "address", "alive", "beat", "memory", "graphs",
+                                   "stage", "modules", "params"]
+        for stage, workers_id, children in remote.workers():
+            (row,) = [r for r in rows if r.startswith(workers_id)]
+            params = sum(p.numel() for name, p in make_net().named_parameters()
+                         if name.split(".")[0] in children)
+            assert row.split()[-2:] == [",".join(children), str(params)], row
+            assert row.split()[6] == "1", row  # the open graph (after "49 MiB")
+        out.sum().backward()
+    finally:
+        remote.close()

@@ -173,3 +173,34 @@ def test_captures_keep_the_micro_batch_index(cluster, mode):
         assert [o["micro_batch"] for o in cluster.captured("mb-out", details=True)] == [0, 1]
     finally:
         remote.close()
+
+
+def test_ctrl_c_while_a_train_step_is_being_sent_frees_the_stages(cluster, monkeypatch):
+    """KeyboardInterrupt after the first stage got its train_step and before the second did:
+    the first must not wait for the second (for minutes); the next calls work at once."""
+    import time
+
+    from disthook.distributed import remote as remote_module
+
+    remote = cluster.deploy(make_net(), stages=2, chunks=2)
+    x, y = torch.randn(4, 8), torch.tensor([0, 1, 2, 0])
+    real_send, sent = remote_module._Hub.send, []
+
+    def interrupted_send(hub, address, msg_type, fields, **kwargs):
+        if msg_type == "train_step":
+            sent.append(address)
+            if len(sent) == 2:
+                raise KeyboardInterrupt
+        return real_send(hub, address, msg_type, fields, **kwargs)
+
+    monkeypatch.setattr(remote_module._Hub, "send", interrupted_send)
+    with pytest.raises(KeyboardInterrupt):
+        remote.train_step(x, y, nn.functional.cross_entropy)
+    monkeypatch.setattr(remote_module._Hub, "send", real_send)
+    started = time.monotonic()
+    h = remote[0].register_forward_hook(lambda m, a, out: None)  # a request to stage 0
+    h.remove()
+    losses = remote.train_step(x, y, nn.functional.cross_entropy)
+    assert time.monotonic() - started < 10
+    assert losses.shape == (2,)
+    remote.close()

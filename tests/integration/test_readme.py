@@ -56,3 +56,62 @@ def test_readme_example_runs(index, tmp_path):
 def test_the_readme_has_the_examples_this_test_expects():
     assert len(BLOCKS) >= 4
     assert any("local_cluster" in b for b in BLOCKS) and any(LAUNCHED in b for b in BLOCKS)
+
+
+DOCS = sorted((README.parent / "docs").glob("*.md"))
+
+
+def promised_lines(code: str) -> list[str]:
+    return re.findall(r"print\(.*\)\s+# (tensor\(.*?\)|torch\.Size\(\[.*?\]\)|\[.*?\]|\d+)$",
+                      code, re.M)
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_the_python_of_each_doc_runs_in_order_and_prints_what_it_says(doc, tmp_path):
+    code = "\n".join(re.findall(r"```python\n(.*?)```", doc.read_text(), re.S))
+    if not code:
+        pytest.skip(f"{doc.name} has no Python")
+    out = run_block(code, tmp_path).splitlines()
+    for promised in promised_lines(code):
+        assert promised in out, (promised, out)
+
+
+def command_lines(text: str) -> list[str]:
+    """Every ``disthook ...`` command in the bash blocks of ``text`` (comments dropped,
+    continuation lines joined)."""
+    lines = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line.startswith("disthook "):
+                lines.append(line)
+            elif " && disthook " in line:
+                lines.append("disthook " + line.split(" && disthook ", 1)[1])
+    return lines
+
+
+ALL_COMMANDS = [line for path in [README, *DOCS, README.parent / "deploy" / "README.md"]
+                for line in command_lines(path.read_text())]
+
+
+@pytest.mark.parametrize("line", ALL_COMMANDS)
+def test_every_documented_command_line_is_accepted_by_its_parser(line):
+    import shlex
+
+    from disthook.cli import ROLES, build_parser
+
+    words = shlex.split(line)[1:]
+    if words[0] in ROLES:  # the roles parse their own options: each must be one of them
+        helped = subprocess.run([sys.executable, "-m", ROLES[words[0]], "--help"],
+                                capture_output=True, text=True, timeout=60).stdout
+        for word in words[1:]:
+            if word.startswith("--"):
+                assert word in helped, (line, word)
+        return
+    build_parser().parse_args(words)  # exits (SystemExit) on anything it does not take
+
+
+def test_the_docs_have_what_issue_9_asks_for():
+    names = {p.name for p in DOCS}
+    assert {"quickstart.md", "hooks.md", "distributed.md", "cli.md", "security.md"} <= names
+    assert len(ALL_COMMANDS) >= 20

@@ -126,7 +126,7 @@ def test_keys_cli_makes_a_directory_and_launch_uses_it(tmp_path):
                                  "--keys", str(keys), "--key-name", "alice"],
                                 capture_output=True, text=True, timeout=60)
         assert status.returncode == 0, status.stderr
-        assert "stages" in status.stdout
+        assert "modules" in status.stdout  # the table, with what the workers said (keys)
         refused = subprocess.run([*cli, "status", "--coordinator", cluster.address,
                                   "--timeout", "3"], capture_output=True, text=True,
                                  timeout=60)
