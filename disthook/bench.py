@@ -249,12 +249,14 @@ def _print(rows: list[dict]) -> None:
               f"{r['target']:>6.2f}x{ok}")
 
 
-def main(suite: str = "all", *, quick: bool = False, json_path: str | None = None) -> int:
+def main(suite: str = "all", *, quick: bool = False, json_path: str | None = None,
+         plot_path: str | None = None) -> int:
     if any(os.environ.get(v) != "1" for v in THREAD_VARS):
         # thread counts must be fixed before numpy loads its BLAS: run again in a child
         env = dict(os.environ, **{v: "1" for v in THREAD_VARS})
         cmd = [sys.executable, "-m", "disthook.bench", suite] + (["--quick"] if quick else [])
         cmd += ["--json", json_path] if json_path else []
+        cmd += ["--plot", plot_path] if plot_path else []
         return subprocess.call(cmd, env=env)
     import numpy as np
 
@@ -300,6 +302,10 @@ def main(suite: str = "all", *, quick: bool = False, json_path: str | None = Non
     if json_path:
         with open(json_path, "w") as f:
             json.dump(rows, f, indent=2)
+    if plot_path:
+        from disthook.bench_plot import pipeline_plot
+
+        print(f"plot: {pipeline_plot(rows, plot_path)}")
     return 0
 
 
@@ -310,5 +316,6 @@ if __name__ == "__main__":
     p.add_argument("suite", nargs="?", default="all", choices=["all", *sorted(SUITES)])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--json")
+    p.add_argument("--plot")
     a = p.parse_args()
-    sys.exit(main(a.suite, quick=a.quick, json_path=a.json))
+    sys.exit(main(a.suite, quick=a.quick, json_path=a.json, plot_path=a.plot))

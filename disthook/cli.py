@@ -56,7 +56,7 @@ def _print_summary(summary) -> None:
 def _bench(args) -> int:
     from disthook import bench
 
-    return bench.main(args.suite, quick=args.quick, json_path=args.json)
+    return bench.main(args.suite, quick=args.quick, json_path=args.json, plot_path=args.plot)
 
 
 def _launch(args) -> int:
@@ -301,6 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="which suite (default: all)")
     bench.add_argument("--quick", action="store_true", help="fewer repeats")
     bench.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    bench.add_argument("--plot", metavar="PNG",
+                       help="also draw pipeline throughput against micro-batches beside the "
+                            "ideal (suites pipeline or all; needs matplotlib)")
     bench.set_defaults(fn=_bench)
     launch = sub.add_parser("launch", help="run a coordinator and N workers in the foreground")
     launch.add_argument("--workers", type=int, default=2, help="how many workers (default 2)")
