@@ -153,6 +153,8 @@ def _spawned(fn, nprocs: int, *args) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "seconds")
         env = {v: "1" for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+        # torch's notices about its own internals, raised in its RPC threads too
+        env["PYTHONWARNINGS"] = "ignore::DeprecationWarning,ignore::UserWarning"
         os.environ.update(env)
         mp.spawn(fn, args=(_free_port(), *args, out), nprocs=nprocs, join=True)
         with open(out) as f:
