@@ -148,7 +148,8 @@ def test_a_killed_worker_is_reported_lost(cluster):
         if not states[victim.id]:
             break
         time.sleep(0.1)
-    assert states == {victim.id: False, cluster.workers()[1].id: True}
+    assert states.pop(victim.id) is False
+    assert list(states.values()) == [True]  # the other worker (whatever its place in the list)
 
 
 def test_processes_stop_when_the_client_dies(tmp_path):
