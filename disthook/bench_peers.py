@@ -155,8 +155,16 @@ def _spawned(fn, nprocs: int, *args) -> float:
         env = {v: "1" for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
         # torch's notices about its own internals, raised in its RPC threads too
         env["PYTHONWARNINGS"] = "ignore::DeprecationWarning,ignore::UserWarning"
-        os.environ.update(env)
-        mp.spawn(fn, args=(_free_port(), *args, out), nprocs=nprocs, join=True)
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)  # what the spawned children inherit
+        try:
+            mp.spawn(fn, args=(_free_port(), *args, out), nprocs=nprocs, join=True)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
         with open(out) as f:
             return float(f.read())
 

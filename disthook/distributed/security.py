@@ -20,7 +20,6 @@ import ipaddress
 import logging
 import os
 import shutil
-import threading
 
 import zmq
 import zmq.auth
@@ -154,16 +153,15 @@ class _Gate:
 
     def __init__(self, keys: Keys, log: logging.Logger, who: str):
         self.keys, self.log, self.who = keys, log, who
-        self._lock = threading.Lock()
 
     def callback(self, domain: str, key: bytes) -> bool:
-        with self._lock:
-            try:
-                allowed = key in self.keys.authorized()
-            except OSError as exc:
-                self.log.warning("%s: cannot read the authorized keys (%s); refusing", self.who,
-                                 exc)
-                return False
+        """Called in the authenticator's one thread, a connection at a time."""
+        try:
+            allowed = key in self.keys.authorized()
+        except OSError as exc:
+            self.log.warning("%s: cannot read the authorized keys (%s); refusing", self.who,
+                             exc)
+            return False
         if not allowed:
             self.log.warning("%s: refused a connection from an unauthorized key %s...",
                              self.who, key.decode()[:8])

@@ -68,7 +68,9 @@ class Service:
             keys.serve(self.router)
             self._auth = keys.guard(self.ctx, self.log, self.name)
             # a peer without keys never reaches the key check: its handshake fails; log it
-            self._refusals = self.router.get_monitor_socket(HANDSHAKE_FAILURES)
+            # (refused keys are logged by the key check itself)
+            self._refusals = self.router.get_monitor_socket(
+                HANDSHAKE_FAILURES & ~zmq.EVENT_HANDSHAKE_FAILED_AUTH)
             self.poller.register(self._refusals, zmq.POLLIN)
         self.address = bind_endpoint(self.router, bind)
         warn_if_exposed(self.address, keys, self.log, self.name)
@@ -116,7 +118,7 @@ class Service:
     def on_socket(self, sock: zmq.Socket) -> None:
         if sock is self._refusals:
             why = handshake_refusal(sock)
-            if why is not None and "refused this key" not in why:  # the gate logs those
+            if why is not None:
                 self.log.warning("%s: refused a connection: %s", self.name, why)
             return
         if sock is self.router:
