@@ -9,6 +9,8 @@ A message is a ZeroMQ multipart::
 
 Arrays may sit anywhere inside the fields (nested in lists and maps); in the header each one
 is replaced by a msgpack extension value (code ``ARRAY_EXT``) holding its index into "a".
+``encode`` writes "a" before "f", so that ``decode`` puts each array in its place as it reads
+the fields (a header with "a" after "f" is read as well, its references resolved after).
 Arrays are sent without copying (``zmq.Socket.send_multipart(frames, copy=False)`` over the
 array's own buffer), so a sender must never change an array after handing it to ``encode``;
 received arrays are read-only views over the frames (``np.frombuffer``).
@@ -160,18 +162,53 @@ for _type, _schema in SCHEMAS.items():  # a typo in a schema is a bug: fail at i
 
 def encode(msg_type: str, fields: Mapping[str, Any] | None = None, *, req: int = 0,
            ctx: str | None = None) -> list:
-    """Frames of one message: the header, then each array's buffer (not copied)."""
-    fields = dict(fields or {})
+    """Frames of one message: the header, then each array's buffer (not copied).
+
+    Fields of kind list are built by disthook itself (activations, packed hook values) and
+    go to msgpack as they are, arrays found by its ``default`` callback; fields of kind any
+    or map may hold what a handler returned, and are walked first, so that a map key that
+    is not a string fails here, on the sending side, with the key named."""
+    if fields is None:
+        fields = {}
     _validate_fields(msg_type, fields)
     arrays: list[np.ndarray] = []
-    body = _extract(fields, arrays)
-    header = {"v": PROTOCOL_VERSION, "t": msg_type, "r": int(req), "c": ctx, "f": body,
-              "a": [[a.dtype.str, list(a.shape)] for a in arrays]}
+    walked = _WALKED[msg_type]
+    if walked:
+        body = None
+        for name in walked:
+            value = fields.get(name)
+            if value is not None and type(value) not in _PLAIN:
+                if body is None:
+                    body = dict(fields)
+                body[name] = _extract(value, arrays)
+        if body is not None:
+            fields = body
+
+    def default(value):
+        if isinstance(value, np.ndarray):
+            arrays.append(_sendable(value, len(arrays)))
+            return msgpack.ExtType(ARRAY_EXT, (len(arrays) - 1).to_bytes(4, "little"))
+        if isinstance(value, np.generic):  # numpy scalars travel as plain numbers
+            return value.item()
+        raise WireError(f"cannot send a value of type {type(value).__name__}: {value!r:.80}")
+
     try:
-        packed = msgpack.packb(header, use_bin_type=True)
+        body_bytes = msgpack.packb(fields, use_bin_type=True, default=default)
+        # the map of the other five keys, then "f" appended as its sixth entry: the array
+        # table comes before the fields, so that the receiver has the arrays in hand when
+        # it meets their references (msgpack fixmap 0x85 -> 0x86)
+        head = msgpack.packb({"v": PROTOCOL_VERSION, "t": msg_type, "r": int(req), "c": ctx,
+                              "a": [[a.dtype.str, list(a.shape)] for a in arrays]},
+                             use_bin_type=True)
+    except WireError:
+        raise
     except (TypeError, ValueError, OverflowError) as exc:
         raise WireError(f"{msg_type!r} message cannot be packed: {exc}") from None
-    return [packed] + [memoryview(a).cast("B") if a.size else b"" for a in arrays]
+    return [b"\x86" + head[1:] + _F_KEY + body_bytes] + [
+        memoryview(a).cast("B") if a.size else b"" for a in arrays]
+
+
+_F_KEY = msgpack.packb("f")
 
 
 def _extract(value, arrays: list[np.ndarray]):
@@ -230,16 +267,17 @@ def decode(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS) -> Message:
     head = _buffer(frames[0])
     if len(head) > limits.max_header_bytes:
         raise WireError(f"header of {len(head)} bytes exceeds {limits.max_header_bytes}")
-    refs: list[_Placeholder] = []  # every array reference the header holds
-
-    def placeholder(code: int, data: bytes) -> _Placeholder:
-        if code != ARRAY_EXT or len(data) != 4:
-            raise WireError(f"unknown msgpack extension {code} of {len(data)} bytes")
-        refs.append(_Placeholder(int.from_bytes(data, "little")))
-        return refs[-1]
+    # The header's entries are read one by one. When the array table comes before the
+    # fields (as encode writes it), every reference in the fields is resolved to its array
+    # as msgpack meets it; otherwise references become placeholders, resolved afterwards.
+    state = _DecodeState()
 
     try:
-        header = msgpack.unpackb(head, raw=False, strict_map_key=True, ext_hook=placeholder)
+        if len(frames) == 1:  # no arrays: the header in one go
+            header = msgpack.unpackb(head, raw=False, strict_map_key=True,
+                                     ext_hook=state.placeholder)
+        else:
+            header = _read_header(head, frames, limits, state)
     except WireError:
         raise
     except msgpack.ExtraData as exc:
@@ -248,9 +286,9 @@ def decode(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS) -> Message:
         raise WireError(f"malformed header: {type(exc).__name__}: {exc}") from None
     if not isinstance(header, dict):
         raise WireError(f"header must be a map, got {type(header).__name__}")
-    missing = _HEADER_KEYS - header.keys()
-    extra = header.keys() - _HEADER_KEYS
-    if missing or extra:
+    if len(header) != 6 or header.keys() != _HEADER_KEYS:
+        missing = _HEADER_KEYS - header.keys()
+        extra = header.keys() - _HEADER_KEYS
         raise WireError(f"header keys: missing {sorted(missing)}, unexpected {sorted(extra)}")
     if header["v"] != PROTOCOL_VERSION:
         raise WireError(f"protocol version {header['v']!r}, expected {PROTOCOL_VERSION}")
@@ -263,19 +301,88 @@ def decode(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS) -> Message:
         raise WireError(f"context id must be a string or None, got {type(ctx).__name__}")
     if not isinstance(fields, dict):
         raise WireError(f"fields must be a map, got {type(fields).__name__}")
-    arrays = _arrays(header["a"], frames[1:], limits)
-    if refs or arrays:  # a message without arrays needs no walk
-        used: set[int] = set()
-        fields = {k: _resolve(v, arrays, used) for k, v in fields.items()}
-        if len(used) != len(arrays):
-            raise WireError(f"{len(arrays) - len(used)} array frame(s) not referenced by the "
-                            "header")
-        if len(used) != len(refs):  # a placeholder outside the fields (say in the table)
-            raise WireError("array reference outside the message fields")
+    arrays = state.arrays
+    if arrays is None:  # the table came after the fields (or was not a list: say so)
+        arrays = _arrays(header["a"], frames[1:], limits)
+        if state.refs:
+            fields = {k: _resolve(v, arrays, state.used) for k, v in fields.items()}
+    if len(state.used) != len(arrays):
+        raise WireError(f"{len(arrays) - len(state.used)} array frame(s) not referenced by the "
+                        "header")
+    if state.outside or len(state.used) != state.refs:  # say a reference in the table
+        raise WireError("array reference outside the message fields")
     _validate_fields(msg_type, fields)
     global _decoded
     _decoded += 1
     return Message(msg_type, req, ctx, fields)
+
+
+def _read_header(head, frames: Sequence, limits: Limits, state) -> dict:
+    """The header map read entry by entry (see decode), or the whole value if not a map."""
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=True, ext_hook=state.ext,
+                                max_buffer_size=max(len(head), 1))
+    unpacker.feed(head)
+    try:
+        entries = unpacker.read_map_header()
+    except msgpack.UnpackValueError:
+        raise
+    except ValueError:  # not a map: the whole value, for the error message
+        return msgpack.unpackb(head, raw=False, strict_map_key=True, ext_hook=state.ext)
+    header = {}
+    for _ in range(entries):
+        key = unpacker.unpack()
+        if type(key) is str and key in header:
+            raise WireError(f"header key {key!r} appears twice")
+        if key == "f":
+            state.in_fields = True
+            header[key] = unpacker.unpack()
+            state.in_fields = False
+        else:
+            header[key] = value = unpacker.unpack()
+            if key == "a" and type(value) is list and "f" not in header:
+                state.arrays = _arrays(value, frames[1:], limits)
+    if unpacker.tell() != len(head):
+        raise WireError(f"header has {len(head) - unpacker.tell()} trailing bytes")
+    return header
+
+
+class _DecodeState:
+    __slots__ = ("arrays", "in_fields", "outside", "refs", "used")
+
+    def __init__(self):
+        self.arrays: list[np.ndarray] | None = None
+        self.used: set[int] = set()
+        self.refs = 0
+        self.in_fields = False
+        self.outside = False
+
+    def placeholder(self, code: int, data: bytes) -> _Placeholder:
+        """msgpack's ext hook when the references are resolved after the whole header."""
+        if code != ARRAY_EXT or len(data) != 4:
+            raise WireError(f"unknown msgpack extension {code} of {len(data)} bytes")
+        self.refs += 1
+        return _Placeholder(int.from_bytes(data, "little"))
+
+    def ext(self, code: int, data: bytes):
+        """msgpack's ext hook: an array reference becomes its array (or a placeholder while
+        the table is not read yet); a reference outside the fields is noted."""
+        if code != ARRAY_EXT or len(data) != 4:
+            raise WireError(f"unknown msgpack extension {code} of {len(data)} bytes")
+        index = int.from_bytes(data, "little")
+        if not self.in_fields:
+            self.outside = True
+            return None
+        self.refs += 1
+        arrays = self.arrays
+        if arrays is None:
+            return _Placeholder(index)
+        if index >= len(arrays):
+            raise WireError(f"array reference {index} out of range "
+                            f"(message has {len(arrays)} array(s))")
+        if index in self.used:
+            raise WireError(f"array {index} referenced twice")
+        self.used.add(index)
+        return arrays[index]
 
 
 _decoded = 0  # valid messages this process decoded (disthook bench scaling counts them)
@@ -308,18 +415,19 @@ def _arrays(table, frames: Sequence, limits: Limits) -> list[np.ndarray]:
         raise WireError(f"header describes {len(table)} array(s) but {len(frames)} "
                         "array frame(s) came")
     arrays, total = [], 0
+    max_rank = limits.max_rank
     for i, (entry, frame) in enumerate(zip(table, frames)):
-        if not (isinstance(entry, list) and len(entry) == 2):
+        if not (type(entry) is list and len(entry) == 2):
             raise WireError(f"array {i}: descriptor must be [dtype, shape], got {entry!r:.80}")
         dtype, shape = entry
-        if not isinstance(dtype, str) or dtype not in DTYPES:
+        dt = _NP_DTYPES.get(dtype) if type(dtype) is str else None
+        if dt is None:
             raise WireError(f"array {i}: dtype {dtype!r} is not allowed; "
                             f"expected one of {sorted(DTYPES)}")
-        if not (isinstance(shape, list) and len(shape) <= limits.max_rank
+        if not (type(shape) is list and len(shape) <= max_rank
                 and all(type(d) is int and d >= 0 for d in shape)):
-            raise WireError(f"array {i}: shape must be a list of at most {limits.max_rank} "
+            raise WireError(f"array {i}: shape must be a list of at most {max_rank} "
                             f"non-negative ints, got {shape!r:.80}")
-        dt = _NP_DTYPES[dtype]
         nbytes = dt.itemsize * math.prod(shape)
         if nbytes > limits.max_array_bytes:
             raise WireError(f"array {i}: {nbytes} bytes exceeds {limits.max_array_bytes}")
@@ -330,8 +438,12 @@ def _arrays(table, frames: Sequence, limits: Limits) -> list[np.ndarray]:
         if len(buf) != nbytes:
             raise WireError(f"array {i}: frame has {len(buf)} bytes, dtype {dtype} and shape "
                             f"{tuple(shape)} need {nbytes}")
-        shape = tuple(shape)
-        arr = np.frombuffer(buf, dtype=dt).reshape(shape) if nbytes else np.empty(shape, dt)
+        if not nbytes:
+            arr = np.empty(tuple(shape), dt)
+        elif len(shape) == 1:
+            arr = np.frombuffer(buf, dtype=dt)
+        else:
+            arr = np.frombuffer(buf, dtype=dt).reshape(shape)
         if dt.kind == "b" and nbytes and np.any(arr.view(np.uint8) > 1):
             raise WireError(f"array {i}: bool array holds bytes other than 0 and 1")
         arrays.append(arr)
@@ -373,24 +485,41 @@ _CHECKS = {
     "map": lambda v: isinstance(v, dict),
     "any": lambda v: True,
 }
+# fast paths of the checks: the exact types each kind accepts without calling its check
+_EXACT = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,),
+          "bytes": (bytes,), "array": (np.ndarray,), "list": (list, tuple), "map": (dict,),
+          "any": ()}
+
+# per message type: (field names, [(name, kind, optional, exact types, check)])
+_COMPILED = {
+    msg_type: (frozenset(schema), [
+        (name, kind.rstrip("?"), kind.endswith("?"), _EXACT[kind.rstrip("?")],
+         _CHECKS[kind.rstrip("?")]) for name, kind in schema.items()])
+    for msg_type, schema in SCHEMAS.items()}
+# the fields that encode walks in Python (see encode)
+_WALKED = {msg_type: tuple(name for name, kind in schema.items()
+                           if kind.rstrip("?") in ("any", "map"))
+           for msg_type, schema in SCHEMAS.items()}
 
 
 def _validate_fields(msg_type: str, fields: Mapping[str, Any]) -> None:
-    schema = SCHEMAS.get(msg_type)
-    if schema is None:
+    compiled = _COMPILED.get(msg_type)
+    if compiled is None:
         raise WireError(f"unknown message type {msg_type!r}; expected one of {sorted(SCHEMAS)}")
-    unexpected = fields.keys() - schema.keys()
-    if unexpected:
+    names, checks = compiled
+    if not fields.keys() <= names:
+        unexpected = fields.keys() - names
         raise WireError(f"{msg_type!r} message: unexpected field(s) {sorted(unexpected)}; "
-                        f"its fields are {sorted(schema)}")
-    for name, kind in schema.items():
-        optional = kind.endswith("?")
-        kind = kind.rstrip("?")
-        value = fields.get(name)
+                        f"its fields are {sorted(names)}")
+    get = fields.get
+    for name, kind, optional, exact, check in checks:
+        value = get(name)
         if value is None:
             if not optional:
                 raise WireError(f"{msg_type!r} message: field {name!r} ({kind}) is missing")
             continue
-        if not _CHECKS[kind](value):
+        if kind == "any" or type(value) in exact:  # bool is no exact int or float
+            continue
+        if not check(value):
             raise WireError(f"{msg_type!r} message: field {name!r} must be {kind}, "
                             f"got {type(value).__name__}")

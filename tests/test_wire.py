@@ -350,3 +350,60 @@ def test_random_bytes_raise_only_wire_error():
             decode(frames)
         except WireError:
             pass
+
+
+# ---- the order of the header's entries ----------------------------------------------------------
+
+def test_encode_puts_the_array_table_before_the_fields():
+    keys = list(header(good_frames()))
+    assert keys.index("a") < keys.index("f")
+
+
+def test_decode_takes_the_table_after_the_fields_too():
+    # msgpack maps have no order: a sender that writes the fields first is understood as well
+    a, b = np.arange(3.0), np.ones((2, 2), np.float32)
+    frames = [bytes(f) for f in encode("hook_reply", {"hook": 1, "result": [a, {"b": b}]})]
+    h = header(frames)
+    reordered = {k: h[k] for k in ("v", "t", "r", "c", "f", "a")}
+    msg = decode([repack(reordered)] + frames[1:])
+    np.testing.assert_array_equal(msg["result"][0], a)
+    np.testing.assert_array_equal(msg["result"][1]["b"], b)
+    ref = h["f"]["result"][0]
+    reordered["f"]["result"] = [ref, ref]
+    with pytest.raises(WireError, match="array 0 referenced twice"):
+        decode([repack(reordered)] + frames[1:])
+
+
+def test_decode_refuses_a_reference_outside_the_fields_in_either_order():
+    frames = good_frames()
+    h = header(frames)
+    ref = h["f"]["result"]
+    h["f"]["result"] = None
+    h["c"] = ref  # before the table
+    with pytest.raises(WireError, match="outside the message fields|not referenced"):
+        decode([repack(h), frames[1]])
+    h["c"] = None
+    h["f"]["result"] = ref
+    h["a"] = [["<f8", [3]], ref]  # inside the table itself
+    with pytest.raises(WireError, match="descriptor must be"):
+        decode([repack(h), frames[1], b""])
+
+
+def test_decode_refuses_a_header_key_twice():
+    frames = good_frames()
+    body = repack(header(frames))
+    # a map of 7 entries whose last repeats "a" with another table
+    twice = b"\x87" + body[1:] + msgpack.packb("a") + msgpack.packb([["<f4", [6]]])
+    with pytest.raises(WireError, match="header key 'a' appears twice"):
+        decode([twice, frames[1]])
+
+
+def test_encode_walks_handler_results_for_their_keys_but_not_activations():
+    # a handler's result (kind any) is checked key by key on the sending side ...
+    with pytest.raises(WireError, match="map keys must be strings, got tuple"):
+        encode("ok", {"result": {"fine": [{(1, 2): 3}]}})
+    # ... and so is a map field; both keep arrays anywhere inside
+    msg = roundtrip("ok", {"result": {"x": [np.ones(2), {"y": np.zeros(1)}]}})
+    assert msg["result"]["x"][1]["y"].shape == (1,)
+    msg = roundtrip("set_state", {"model": "m", "state": {"w": np.ones(3)}})
+    assert msg["state"]["w"].tolist() == [1.0, 1.0, 1.0]

@@ -77,6 +77,8 @@ class Worker(Service):
         self._current: _Stage | None = None  # the stage of the request now running
         self._retained: list[tuple] = []  # tensors client hooks retain_grad()-ed this forward
         self._mailbox: dict[tuple, object] = {}  # pipeline messages not yet asked for
+        self._warnings_routed = False  # see _warnings_to
+        self._warn_target: tuple | None = None  # (client, request) whose warnings these are
         self._finished_steps: collections.deque = collections.deque(maxlen=256)
         self._register()
         self.next_beat = time.monotonic() + 1.0  # re-register if no answer came by then
@@ -726,17 +728,31 @@ class Worker(Service):
 
     @contextlib.contextmanager
     def _warnings_to(self, client: bytes, msg):
-        """Warnings raised here go to the client, which issues them as its own (before the
-        activations or gradients move on, so they arrive before the answer)."""
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")  # the client's filters decide what is shown
-            try:
-                yield
-            finally:
-                for w in caught:
-                    self._to_client(client, msg, "warning", {
-                        "category": w.category.__name__, "message": str(w.message),
-                        "worker": self.id})
+        """Warnings raised here go to the client, which issues them as its own (sent as they
+        are raised, so before the activations or gradients move on and before the answer).
+        A request served inside another's wait (a hook's) sends its own to its client."""
+        if not self._warnings_routed:
+            # once per process, not a catch_warnings per request: every warning is shown
+            # (the client's filters decide what the user sees) and comes here
+            warnings.simplefilter("always")
+            shown = warnings.showwarning
+
+            def show(message, category, filename, lineno, file=None, line=None):
+                if self._warn_target is None:  # between requests: the worker's own log
+                    shown(message, category, filename, lineno, file, line)
+                    return
+                to, request = self._warn_target
+                self._to_client(to, request, "warning", {
+                    "category": category.__name__, "message": str(message),
+                    "worker": self.id})
+
+            warnings.showwarning = show
+            self._warnings_routed = True
+        outer, self._warn_target = self._warn_target, (client, msg)
+        try:
+            yield
+        finally:
+            self._warn_target = outer
 
     def _to_client(self, client: bytes, msg, msg_type: str, fields: dict) -> None:
         self.reply(self.router, client, msg.req, msg_type, fields, ctx=msg.ctx)

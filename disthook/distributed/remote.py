@@ -283,8 +283,9 @@ class _Hub:
                 if reply.req in reqs:  # anything else: a late answer to a timed-out request
                     replies[reply.req] = reply
         # warnings a stage sent before passing its result on may still be on their way on
-        # another socket than the last answer's: take those that are here
-        for sock in dict(self.poller.poll(0)):
+        # another socket than the last answer's: take those that are here (with one socket
+        # they came before the answer, in order)
+        for sock in dict(self.poller.poll(0)) if len(self.socks) > 1 else ():
             if sock in self.monitors:
                 if self._disconnected(sock):
                     self.lost[self.monitors[sock]] = "no call (between calls)"
