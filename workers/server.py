@@ -235,6 +235,14 @@ class Worker(Service):
         client = bytes.fromhex(msg["reply_to"])
         try:
             st = self._stage(msg)
+            zero_grads = msg.get("zero_grad")
+            if zero_grads is not None:  # the client's optimizer.zero_grad(), before all else
+                if not (isinstance(zero_grads, list) and st.index < len(zero_grads)
+                        and isinstance(zero_grads[st.index], list)):
+                    raise ValueError(f"forward: zero_grad must list the optimizer calls of "
+                                     f"every stage, got {zero_grads!r:.80}")
+                for spec in zero_grads[st.index]:
+                    self._optimizer_action(st, spec)
             grad = msg["grad_enabled"]
             flags = msg.get("requires_grad") or [True] * len(msg["inputs"])
             inputs = []
@@ -263,7 +271,7 @@ class Worker(Service):
             fields = {"model": st.model, "stage": st.index + 1,
                       "inputs": [out.detach().numpy()], "grad_enabled": grad,
                       "requires_grad": [out.requires_grad], "reply_to": msg["reply_to"],
-                      "mb": msg.get("mb"), "stop": stop}
+                      "mb": msg.get("mb"), "stop": stop, "zero_grad": zero_grads}
             nxt = st.neighbours.get("next")
             if nxt is not None and not stop_here:
                 nxt.send_multipart(wire.encode("forward", fields, req=msg.req, ctx=msg.ctx),
@@ -635,7 +643,15 @@ class Worker(Service):
         if spec is None:
             if msg.get("zero_grad"):
                 st.module.zero_grad()
-            return
+            return None
+        return self._optimizer_action(st, spec)
+
+    def _optimizer_action(self, st, spec):
+        """Run ``spec["action"]`` on the stage's share of optimizer ``spec["id"]``."""
+        if not isinstance(spec, dict) or not {"id", "class", "kwargs", "params",
+                                               "action"} <= spec.keys():
+            raise ValueError("an optimizer call must be a map with id, class, kwargs, params "
+                             f"and action, got {spec!r:.80}")
         opt = st.optimizers.get(spec["id"])
         if opt is None:
             cls = getattr(disthook.optim, spec["class"], None)

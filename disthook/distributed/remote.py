@@ -120,6 +120,9 @@ class _Hub:
                 self.socks[address] = sock
         self._pid = os.getpid()
         self.pending_releases: list[str] = []
+        # DistributedOptimizer.zero_grad() calls not sent yet: the next forward through every
+        # stage carries them (no round trip of their own); any other request sends them first
+        self.pending_zero_grads: list[tuple] = []  # (optimizer, set_to_none)
         # hook id -> (callable, kind, module proxy, its add_hook fields), in registration order
         self.hooks: dict[int, tuple] = {}
         self.vjps: dict[str, tuple] = {}  # key -> (result tensor, leaves) for "vjp" events
@@ -226,12 +229,15 @@ class _Hub:
         return self.request_all([(address, fields)], msg_type, ctx=ctx, what=what)[0]
 
     def request_all(self, calls: list[tuple], msg_type: str, *,
-                    ctx: str | None = None, what: str = "") -> list[wire.Message]:
+                    ctx: str | None = None, what: str = "",
+                    carries_zero_grads: bool = False) -> list[wire.Message]:
         """Send one request per (address, fields) or (address, fields, context) at once,
         then wait for every reply (from any worker), so the workers serve them side by side
         (and micro-batches flow through the stages as a pipeline); the replies in call
         order. The first error reply is raised once all have come."""
         self.flush_releases()
+        if self.pending_zero_grads and not carries_zero_grads:
+            self.flush_zero_grads()
         if self.lost:  # a worker of this model went away earlier
             self._raise_lost(next(iter(self.lost)), what or msg_type, ctx)
         try:
@@ -332,6 +338,28 @@ class _Hub:
         for store in (self.vjps, self.watched):
             for key in [k for k in store if k.startswith(prefix)]:
                 del store[key]
+
+    def flush_zero_grads(self) -> None:
+        """Send this model's zero_grad() calls that no forward has carried, and wait."""
+        pending, self.pending_zero_grads = self.pending_zero_grads, []
+        for optimizer, set_to_none in pending:
+            optimizer._each("zero_grad", set_to_none=set_to_none, only=self.model)
+
+    def take_zero_grads(self, model) -> tuple[list, list[list[dict]] | None]:
+        """The pending zero_grad() calls, taken, and the same as a forward field: per stage
+        of ``model``, the optimizer specs of its share (None when nothing is pending)."""
+        pending, self.pending_zero_grads = self.pending_zero_grads, []
+        if not pending:
+            return pending, None
+        per_stage: list[list[dict]] = [[] for _ in model._addresses]
+        for optimizer, set_to_none in pending:
+            shares = optimizer.shares
+            for index, address in enumerate(model._addresses):
+                names = shares.get((id(model), address))
+                if names:
+                    per_stage[index].append(optimizer._spec(names, "zero_grad",
+                                                            set_to_none=set_to_none))
+        return pending, per_stage
 
     def flush_releases(self) -> None:
         if self.pending_releases and self.socks:
@@ -479,16 +507,26 @@ class RemoteModel(Module):
             sizes = _micro_batch_sizes(rows, chunks)
         parts = [x._data] if sizes is None else _split_rows(x._data, sizes)
         ctx_ids = [uuid.uuid4().hex for _ in parts]
+        # optimizer.zero_grad() calls since the last request ride with the first micro-batch,
+        # which reaches every stage before anything else of this call (not with stop: the
+        # later stages would not hear them)
+        taken, zero_grads = self._hub.take_zero_grads(self) if stop is None else ([], None)
         # every micro-batch is sent at once: stage 0 works on the second while stage 1
         # works on the first, and so on (the GPipe fill and drain)
-        replies = self._hub.request_all(
-            [(self._addresses[0], {"stage": 0, "inputs": [part], "grad_enabled": grad,
-                                   "requires_grad": [x._requires_grad],
-                                   "reply_to": self._hub.reply_to,
-                                   "mb": None if sizes is None else i, "stop": stop}, ctx_id)
-             for i, (part, ctx_id) in enumerate(zip(parts, ctx_ids))],
-            "forward", what="forward through the remote stages" + (
-                f" up to {stop!r}" if stop else ""))
+        try:
+            replies = self._hub.request_all(
+                [(self._addresses[0], {"stage": 0, "inputs": [part], "grad_enabled": grad,
+                                       "requires_grad": [x._requires_grad],
+                                       "reply_to": self._hub.reply_to,
+                                       "mb": None if sizes is None else i, "stop": stop,
+                                       "zero_grad": zero_grads if i == 0 else None}, ctx_id)
+                 for i, (part, ctx_id) in enumerate(zip(parts, ctx_ids))],
+                "forward", what="forward through the remote stages" + (
+                    f" up to {stop!r}" if stop else ""), carries_zero_grads=stop is None)
+        except BaseException:
+            # a stage failed before passing them on: they go again (zeroing twice is the same)
+            self._hub.pending_zero_grads[:0] = taken
+            raise
         results = [r["result"] for r in replies]
         outs = [np.asarray(r["output"]) for r in results]
         if sizes is not None and any(o.ndim == 0 or len(o) != n for o, n in zip(outs, sizes)):
@@ -1047,21 +1085,28 @@ class DistributedOptimizer:
             shares.setdefault((id(model), model._owner(path)), []).append(path)
         return shares
 
-    def _each(self, action: str, per_share=None, **extra) -> dict:
-        """Every worker's share at once (per model), then wait for all of them; the results
-        by (model id, address). ``per_share(names)`` adds fields for one share."""
+    def _each(self, action: str, per_share=None, only: str | None = None, **extra) -> dict:
+        """Every worker's share at once (per model, or of the model whose id is ``only``),
+        then wait for all of them; the results by (model id, address). ``per_share(names)``
+        adds fields for one share."""
         results = {}
         shares = self.shares
         for model_id, model in self.models.items():
+            if only is not None and model._model_id != only:
+                continue
             keys = [key for key in shares if key[0] == model_id]
-            calls = [(address, {"optimizer": {
-                "id": self.id, "class": self.class_name, "kwargs": self.kwargs,
-                "params": shares[(mid, address)], "action": action, **extra,
-                **(per_share(shares[(mid, address)]) if per_share else {})}})
+            calls = [(address, {"optimizer": self._spec(
+                shares[(mid, address)], action, **extra,
+                **(per_share(shares[(mid, address)]) if per_share else {}))})
                 for mid, address in keys]
             replies = model._hub.request_all(calls, "step", what=f"optimizer {action}")
             results.update({key: r.get("result") for key, r in zip(keys, replies)})
         return results
+
+    def _spec(self, names: list[str], action: str, **extra) -> dict:
+        """The ``optimizer`` field of a step message for the share holding ``names``."""
+        return {"id": self.id, "class": self.class_name, "kwargs": self.kwargs,
+                "params": names, "action": action, **extra}
 
     def state_by_name(self) -> tuple[dict, list]:
         """({parameter name: {key: value}}, param_groups' hyperparameters) of all shares."""
@@ -1085,7 +1130,11 @@ class DistributedOptimizer:
             model.save(self.checkpoint, optimizer=self, step=self.steps)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        self._each("zero_grad", set_to_none=set_to_none)
+        """As the local optimizer's. Sent with the model's next forward (which every stage
+        sees before it computes a gradient), or before any other request to its workers:
+        a training step pays no round trip for it."""
+        for model in self.models.values():
+            model._hub.pending_zero_grads.append((self, set_to_none))
 
 
 class RemoteHandle:

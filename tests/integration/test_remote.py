@@ -307,6 +307,49 @@ def test_training_steps_match_one_process(cluster, stages, name, kwargs):
     remote.close()
 
 
+def test_zero_grad_rides_with_the_next_forward_and_keeps_its_order(cluster):
+    """optimizer.zero_grad() costs no round trip of its own: the next forward carries it to
+    every stage; any other request sends it first, so gradients read or made after it are
+    the ones one process would have."""
+    from disthook import wire
+    from disthook.distributed import DistributedOptimizer
+
+    net = make_net()
+    remote = cluster.deploy(net, stages=3)
+    local_opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    remote_opt = DistributedOptimizer(torch.optim.SGD, remote.parameters(), lr=0.1)
+    x, y = data()
+    for opt, model in ((local_opt, net), (remote_opt, remote)):
+        nn.functional.cross_entropy(model(x), y).backward()  # gradients to clear
+        opt.zero_grad()
+    before = wire.decoded_count()
+    out = remote(x)
+    assert wire.decoded_count() - before == 1  # the forward's answer, nothing for zero_grad
+    assert not remote._hub.pending_zero_grads
+    nn.functional.cross_entropy(out, y).backward()
+    nn.functional.cross_entropy(net(x), y).backward()
+    same_grads(remote, net)
+    # zero_grad, then a gradient read: sent before the read (set_to_none=False keeps zeros)
+    local_opt.zero_grad(set_to_none=False)
+    remote_opt.zero_grad(set_to_none=False)
+    assert float(remote[0].weight.grad.abs().sum()) == 0.0
+    # zero_grad between a forward and its backward: sent before the backward
+    out, ref = remote(x), net(x)
+    remote_opt.zero_grad()
+    local_opt.zero_grad()
+    nn.functional.cross_entropy(out, y).backward()
+    nn.functional.cross_entropy(ref, y).backward()
+    same_grads(remote, net)
+    # a forward that fails on a stage leaves them pending: the next request sends them
+    remote_opt.zero_grad()
+    with pytest.raises(RemoteError):
+        remote(torch.ones(2, 3))
+    assert remote._hub.pending_zero_grads
+    assert remote[0].weight.grad is None
+    assert not remote._hub.pending_zero_grads
+    remote.close()
+
+
 def test_load_state_dict_and_its_errors(cluster):
     net, other = make_net(seed=0), make_net(seed=5)
     remote = cluster.deploy(net, stages=2)
