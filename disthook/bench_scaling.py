@@ -7,9 +7,10 @@ measured is the growth of what we add: the step time, the coordinator's CPU time
 (it only keeps the registry: it should not grow with the steps), and the messages every
 process decodes per step, against the model of them:
 
-    per step, p stages and m micro-batches:  p train_step requests + 2m(p - 1) pipeline
-    messages (activations forward, gradients back) + 2p optimizer requests (zero_grad,
-    step) decoded by the workers, and 3p replies decoded by the client.
+    per step, p stages and m micro-batches:  p train_step requests (which carry the
+    optimizer's zero_grad) + 2m(p - 1) pipeline messages (activations forward, gradients
+    back) + p optimizer step requests decoded by the workers, and 2p replies decoded by the
+    client.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ LAYERS, WIDTH, BATCH, MICRO = 16, 64, 32, 4
 
 def expected_messages(p: int, m: int) -> dict[str, int]:
     """The model above: messages decoded per step by the workers and by the client."""
-    return {"workers": p + 2 * m * (p - 1) + 2 * p, "client": 3 * p}
+    return {"workers": p + 2 * m * (p - 1) + p, "client": 2 * p}
 
 
 def _cpu_seconds(pid: int) -> float:

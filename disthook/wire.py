@@ -142,8 +142,10 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "captured": {"name": "str", "clear": "bool?", "model": "str?"},
     # pipelined training steps: the client gives each stage its schedule; micro-batch
     # activations and gradients (or an abort) go stage to stage as "pipe" messages
+    # (zero_grad: this stage's optimizer.zero_grad() calls, run before the schedule)
     "train_step": {"model": "str", "step": "str", "schedule": "list", "reply_to": "str",
-                   "inputs": "list?", "targets": "list?", "loss": "map?", "scales": "list?"},
+                   "inputs": "list?", "targets": "list?", "loss": "map?", "scales": "list?",
+                   "zero_grad": "list?"},
     "pipe": {"model": "str", "step": "str", "kind": "str", "mb": "int", "data": "array?",
              "reason": "str?"},
     # parameters, buffers and optimizer shards

@@ -237,8 +237,7 @@ class Worker(Service):
             st = self._stage(msg)
             zero_grads = msg.get("zero_grad")
             if zero_grads is not None:  # the client's optimizer.zero_grad(), before all else
-                if not (isinstance(zero_grads, list) and st.index < len(zero_grads)
-                        and isinstance(zero_grads[st.index], list)):
+                if not (st.index < len(zero_grads) and isinstance(zero_grads[st.index], list)):
                     raise ValueError(f"forward: zero_grad must list the optimizer calls of "
                                      f"every stage, got {zero_grads!r:.80}")
                 for spec in zero_grads[st.index]:
@@ -507,6 +506,8 @@ class Worker(Service):
         micro-batch forwards and backwards, activations and gradients to and from the
         neighbour stages; the last stage computes each micro-batch's loss, scaled."""
         st = self._stage(msg)
+        for spec in msg.get("zero_grad") or ():  # the client's optimizer.zero_grad() first
+            self._optimizer_action(st, spec)
         step, model = msg["step"], st.model
         client = bytes.fromhex(msg["reply_to"])
         first, last = "prev" not in st.neighbours, "next" not in st.neighbours

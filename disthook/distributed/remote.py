@@ -575,10 +575,13 @@ class RemoteModel(Module):
         scales = [n / rows if scale_grads else 1.0 for n in sizes]
         plan = schedules.schedule(self._schedule, len(self._addresses), m)
         step = uuid.uuid4().hex
+        # optimizer.zero_grad() calls since the last request: each stage gets its own
+        taken, zero_grads = self._hub.take_zero_grads(self)
         calls = []
         for s, address in enumerate(self._addresses):
             fields = {"step": step, "schedule": [list(a) for a in plan[s]],
-                      "reply_to": self._hub.reply_to}
+                      "reply_to": self._hub.reply_to,
+                      "zero_grad": None if zero_grads is None else zero_grads[s]}
             if s == 0:
                 fields["inputs"] = _split_rows(x._data, sizes)
             if s == len(self._addresses) - 1:
@@ -588,7 +591,11 @@ class RemoteModel(Module):
         started = time.perf_counter()
         try:
             replies = self._hub.request_all(calls, "train_step", ctx=step,
-                                            what=f"a {self._schedule} training step")
+                                            what=f"a {self._schedule} training step",
+                                            carries_zero_grads=True)
+        except BaseException:
+            self._hub.pending_zero_grads[:0] = taken  # they go again (see _run_stages)
+            raise
         finally:
             for mb in range(m):
                 self._hub.drop_context(f"{step}.{mb}")

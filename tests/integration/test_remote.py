@@ -350,6 +350,28 @@ def test_zero_grad_rides_with_the_next_forward_and_keeps_its_order(cluster):
     remote.close()
 
 
+def test_zero_grad_rides_with_a_pipelined_train_step(cluster):
+    from disthook import wire
+    from disthook.distributed import DistributedOptimizer
+
+    net = make_net()
+    remote = cluster.deploy(net, stages=3, chunks=2, schedule="1f1b")
+    local_opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    remote_opt = DistributedOptimizer(torch.optim.SGD, remote.parameters(), lr=0.1)
+    x, y = data()
+    for _ in range(2):  # the second step would double the gradients without the zero_grad
+        local_opt.zero_grad()
+        nn.functional.cross_entropy(net(x), y).backward()
+        remote_opt.zero_grad()
+        before = wire.decoded_count()
+        remote.train_step(x, y, nn.functional.cross_entropy)
+        assert wire.decoded_count() - before == 3  # one answer per stage, none for zero_grad
+        same_grads(remote, net)
+        local_opt.step()
+        remote_opt.step()
+    remote.close()
+
+
 def test_load_state_dict_and_its_errors(cluster):
     net, other = make_net(seed=0), make_net(seed=5)
     remote = cluster.deploy(net, stages=2)
