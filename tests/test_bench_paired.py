@@ -1,0 +1,43 @@
+"""The bench's paired timing: rounds run every callable in turn; ratios are taken per round."""
+import itertools
+
+from disthook import bench_dist, bench_pipeline
+from disthook.bench_dist import _paired, _ratio
+
+
+def test_rounds_run_each_callable_in_turn_after_one_warm_up(monkeypatch):
+    calls = []
+    ticks = itertools.count()
+    monkeypatch.setattr(bench_dist.time, "perf_counter", lambda: next(ticks))
+    times = _paired([lambda: calls.append("a"), lambda: calls.append("b")], 3)
+    assert calls == ["a", "b"] * 4  # the warm-up round, then three
+    assert [len(t) for t in times] == [3, 3]
+
+
+def test_the_ratio_is_the_median_of_the_rounds_ratios():
+    # a drift that doubles both sides in the last round leaves the ratio at 2
+    assert _ratio([2.0, 2.0, 4.0], [1.0, 1.0, 2.0]) == 2.0
+    # the ratio of medians would say 3.0 / 1.0 here; per round it is 1.5
+    assert _ratio([3.0, 1.5, 3.0], [2.0, 1.0, 1.0]) == 1.5
+
+
+def test_the_limit_follows_the_per_sample_cost_of_small_batches(monkeypatch):
+    # each fake layer "takes" rows x per-sample cost; a full batch costs 1 per sample, a
+    # micro-batch `slower` per sample: the limit is 2m/(m+1) / slower
+    for slower in (1.0, 1.25):
+        def layer(rows, slower=slower):
+            def run():
+                pass
+            run.seconds = rows * (1.0 if rows == bench_pipeline.BATCH else slower)
+            return run
+
+        def paired(fns, repeats):
+            return [[fn.seconds] * repeats for fn in fns]
+
+        monkeypatch.setattr(bench_pipeline, "_layer", layer)
+        monkeypatch.setattr(bench_pipeline, "_paired", paired)
+        limits = bench_pipeline._limits(3)
+        assert sorted(limits) == list(bench_pipeline.MICRO)
+        for m, limit in limits.items():
+            # (at m = 1 the micro-batch is the full batch)
+            assert abs(limit - 2 * m / (m + 1) / (slower if m > 1 else 1.0)) < 1e-12
