@@ -1,7 +1,7 @@
 """``disthook bench``: disthook against torch (when installed), side by side in one run.
 
-Every figure is a ratio disthook / torch of medians over repeats measured in the same
-process, single-threaded (one BLAS thread, ``torch.set_num_threads(1)``), because absolute
+Every figure is a ratio disthook / torch measured in the same process, the two timed in
+turn round by round (the median of the rounds' ratios), single-threaded (one BLAS thread, ``torch.set_num_threads(1)``), because absolute
 times on shared machines mean little.
 """
 from __future__ import annotations
@@ -22,15 +22,33 @@ CHAIN_OPS = 2000
 CHAIN_NUMEL = 16
 
 
-def _median_time(fn, repeats: int, inner: int) -> float:
-    fn()  # warm-up
-    times = []
+# ---- timing, shared by every suite ----------------------------------------------------------
+
+def _median(fn, repeats: int, inner: int = 1) -> float:
+    """Median seconds per call of ``fn`` over ``repeats`` rounds of ``inner`` calls, after a
+    warm-up call."""
+    return statistics.median(_paired([fn], repeats, inner)[0])
+
+
+def _paired(fns, repeats: int, inner: int = 1) -> list[list[float]]:
+    """Seconds per call of each of ``fns`` over ``repeats`` rounds, each round running
+    ``inner`` calls of every one in turn (after one warm-up call of each), so that the
+    machine's drift hits them alike; compare them round by round (``_ratio``)."""
+    for fn in fns:
+        fn()
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        times.append((time.perf_counter() - t0) / inner)
-    return statistics.median(times)
+        for fn, out in zip(fns, times):
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            out.append((time.perf_counter() - t0) / inner)
+    return times
+
+
+def _ratio(ours: list[float], baseline: list[float]) -> float:
+    """The median over rounds of ours / baseline."""
+    return statistics.median(a / b for a, b in zip(ours, baseline))
 
 
 # ---- workloads, written once against the torch API and run with either library ------------
@@ -162,39 +180,41 @@ SUITES = {
     "scaling": [],
     "toolkit": [],
     "engine": [
-        ("MLP 784-1024x3-10 SGD step, batch 128", mlp_step, 1.15, (7, 3)),
-        (f"{CHAIN_OPS} tiny ops fwd+bwd ({CHAIN_NUMEL} elems)", tiny_chain, 1.5, (7, 3)),
+        ("MLP 784-1024x3-10 SGD step, batch 128", mlp_step, 1.15, (7, 3), (3, 1)),
+        (f"{CHAIN_OPS} tiny ops fwd+bwd ({CHAIN_NUMEL} elems)", tiny_chain, 1.5, (7, 3),
+         (3, 1)),
     ],
     "nn": [
-        ("CNN 2xConv2d 3x3+pool+Linear fwd+bwd, b 64", small_cnn, 2.0, (5, 2)),
+        ("CNN 2xConv2d 3x3+pool+Linear fwd+bwd, b 64", small_cnn, 2.0, (5, 2), (3, 1)),
+        # a difference of two ~2 ms steps: --quick keeps every repeat (about 2 s in all);
+        # with 3 x 2 calls its ratio swung 0.9x-1.7x between runs, with 15 x 10 0.83x-0.86x
         (f"hook cost: {HOOKED_LAYERS} fwd + {HOOKED_LAYERS} full bwd hooks", hook_overhead,
-         1.0, (15, 10)),
+         1.0, (15, 10), (15, 10)),
     ],
 }
+# each case: (label, workload, target, (repeats, calls per repeat), the same under --quick)
 
 
-def _measure(workload, lib, repeats: int, inner: int) -> float:
-    """Median seconds per call; for a (hooked, plain) pair, the median difference.
+def _measure(workload, libs: list, repeats: int,
+             inner: int) -> tuple[list[float], float | None]:
+    """Median seconds per call with each library, and the ratio of the first to the second.
 
-    The two sides of a pair are timed alternately, so that a slow spell of the machine
-    falls on both and cancels in the difference.
+    Each round times every library in turn, so that a slow spell of the machine falls on
+    both; the ratio is the median of the rounds' ratios. For a (hooked, plain) pair of
+    workloads the figure is the median difference hooked - plain, both sides timed in the
+    same round, and the ratio that of the medians (a difference is too noisy to divide
+    round by round).
     """
-    made = workload(lib)
-    if not isinstance(made, tuple):
-        return _median_time(made, repeats, inner)
-    hooked, plain = made
-    hooked(), plain()  # warm-up
-    diffs = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            hooked()
-        t1 = time.perf_counter()
-        for _ in range(inner):
-            plain()
-        t2 = time.perf_counter()
-        diffs.append(((t1 - t0) - (t2 - t1)) / inner)
-    return statistics.median(diffs)
+    made = [workload(lib) for lib in libs]
+    if not isinstance(made[0], tuple):
+        times = _paired(made, repeats, inner)
+        ratio = _ratio(times[0], times[1]) if len(times) > 1 else None
+        return [statistics.median(t) for t in times], ratio
+    sides = _paired([fn for pair in made for fn in pair], repeats, inner)
+    diffs = [statistics.median(a - b for a, b in zip(sides[2 * i], sides[2 * i + 1]))
+             for i in range(len(made))]
+    ratio = diffs[0] / diffs[1] if len(diffs) > 1 and diffs[1] > 0 else None
+    return diffs, ratio
 
 
 def run_suite(name: str, quick: bool) -> list[dict]:
@@ -215,14 +235,14 @@ def run_suite(name: str, quick: bool) -> list[dict]:
 
         return bench_toolkit.run(quick)
     rows = []
-    for label, workload, target, (repeats, inner) in SUITES[name]:
-        if quick:
-            repeats, inner = 3, max(1, inner // 5)
-        ours = _measure(workload, disthook, repeats, inner)
-        theirs = _measure(workload, torch, repeats, inner) if torch is not None else None
+    for label, workload, target, full, fast in SUITES[name]:
+        repeats, inner = fast if quick else full
+        times, ratio = _measure(workload, [disthook] if torch is None else [disthook, torch],
+                                repeats, inner)
         rows.append({
-            "suite": name, "case": label, "disthook_s": ours, "torch_s": theirs,
-            "ratio": (ours / theirs) if theirs else None, "target": target,
+            "suite": name, "case": label, "disthook_s": times[0],
+            "torch_s": times[1] if torch is not None else None, "ratio": ratio,
+            "target": target,
             "baseline": "torch",
         })
     return rows

@@ -23,7 +23,7 @@ import os
 import socket
 import tempfile
 
-from disthook.bench_dist import _median
+from disthook.bench import _median
 
 SIZES = (784, 1024, 1024, 1024, 10)
 CUT = 2  # the first two Linear layers form stage 0: the stages are unbalanced (0.85M : 2.1M)

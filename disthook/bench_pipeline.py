@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import statistics
 
-from disthook.bench_dist import _paired, _ratio
+from disthook.bench import _paired, _ratio
 
 BATCH, WIDTH, BLOCKS = 1024, 1024, 8
 MICRO = (1, 2, 4, 8)

@@ -4,12 +4,16 @@ A 16-layer MLP (Linear(256, 256) with ReLU between: 31 modules), batch 64, on 2 
 no_grad. ``run_with_cache`` records on the workers with ``hooks.capture`` and fetches the
 records once; its time includes registering and removing those hooks. The baselines are the
 same cache collected with client forward hooks registered beforehand (one round trip to the
-client per module call), and a plain forward without hooks. Ratios of medians; lower is
-better.
+client per module call, on a second deployment of the model), and a plain forward without
+hooks. The three run in turn, round by round; each ratio is the median of the rounds'
+ratios; lower is better.
 """
 from __future__ import annotations
 
-from disthook.bench_dist import _median, _row
+import statistics
+
+from disthook.bench import _paired, _ratio
+from disthook.bench_dist import _row
 
 WIDTH, LAYERS, BATCH = 256, 16, 64
 
@@ -38,7 +42,11 @@ def run(quick: bool = False) -> list[dict]:
     rows = []
     with local_cluster(workers=2) as cluster, torch.no_grad():
         remote = cluster.deploy(net, stages=2)
+        hooked = cluster.deploy(net, stages=2)  # the same model, with client hooks on it
         cache: dict = {}
+        for path in paths:
+            hooked.get_submodule(path).register_forward_hook(
+                lambda m, args, out, path=path: cache.__setitem__(path, out.detach()))
 
         def toolkit():
             _, got = remote.run_with_cache(x)
@@ -47,24 +55,21 @@ def run(quick: bool = False) -> list[dict]:
         def plain():
             remote(x)
 
-        handles = []
-
         def client_hooks():
             cache.clear()
-            remote(x)
+            hooked(x)
             assert len(cache) == len(paths)
 
-        t_toolkit, t_plain = _median(toolkit, repeats), _median(plain, repeats)
-        for path in paths:
-            handles.append(remote.get_submodule(path).register_forward_hook(
-                lambda m, args, out, path=path: cache.__setitem__(path, out.detach())))
-        t_client = _median(client_hooks, repeats)
-        for handle in handles:
-            handle.remove()
+        # the three run in turn, round by round; each ratio is the median of the rounds'
+        t_toolkit, t_client, t_plain = _paired([toolkit, client_hooks, plain], repeats)
         label = f"run_with_cache, {len(paths)} modules of a {LAYERS}-layer MLP, 2 workers"
-        rows.append(_row(f"{label} vs client hooks", t_toolkit, t_client, 0.5, "client hooks"))
-        rows.append(_row(f"{label} vs no hooks", t_toolkit, t_plain, 2.0, "no hooks"))
+        rows.append(_row(f"{label} vs client hooks", statistics.median(t_toolkit),
+                         statistics.median(t_client), 0.5, "client hooks",
+                         _ratio(t_toolkit, t_client)))
+        rows.append(_row(f"{label} vs no hooks", statistics.median(t_toolkit),
+                         statistics.median(t_plain), 2.0, "no hooks", _ratio(t_toolkit, t_plain)))
         remote.close()
+        hooked.close()
     for row in rows:
         row["suite"] = "toolkit"
     return rows

@@ -1,14 +1,14 @@
 """The bench's paired timing: rounds run every callable in turn; ratios are taken per round."""
 import itertools
 
-from disthook import bench_dist, bench_pipeline
-from disthook.bench_dist import _paired, _ratio
+from disthook import bench, bench_pipeline
+from disthook.bench import _paired, _ratio
 
 
 def test_rounds_run_each_callable_in_turn_after_one_warm_up(monkeypatch):
     calls = []
     ticks = itertools.count()
-    monkeypatch.setattr(bench_dist.time, "perf_counter", lambda: next(ticks))
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: next(ticks))
     times = _paired([lambda: calls.append("a"), lambda: calls.append("b")], 3)
     assert calls == ["a", "b"] * 4  # the warm-up round, then three
     assert [len(t) for t in times] == [3, 3]
@@ -41,3 +41,41 @@ def test_the_limit_follows_the_per_sample_cost_of_small_batches(monkeypatch):
         for m, limit in limits.items():
             # (at m = 1 the micro-batch is the full batch)
             assert abs(limit - 2 * m / (m + 1) / (slower if m > 1 else 1.0)) < 1e-12
+
+
+class _Clock:
+    """A fake perf_counter that the fake workloads advance."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def spend(self, seconds):
+        def run():
+            self.now += seconds
+        return run
+
+
+def test_measure_compares_libraries_round_by_round(monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(bench.time, "perf_counter", clock)
+    cost = {"ours": 3.0, "theirs": 2.0}
+    times, ratio = bench._measure(lambda lib: clock.spend(cost[lib]), ["ours", "theirs"], 5, 2)
+    assert times == [3.0, 2.0] and ratio == 1.5
+    times, ratio = bench._measure(lambda lib: clock.spend(cost[lib]), ["ours"], 5, 2)
+    assert times == [3.0] and ratio is None
+
+
+def test_measure_of_a_hooked_and_plain_pair_is_their_difference(monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(bench.time, "perf_counter", clock)
+    cost = {"ours": (5.0, 4.0), "theirs": (3.5, 1.5)}  # hooks add 1.0 and 2.0
+
+    def workload(lib):
+        hooked, plain = cost[lib]
+        return clock.spend(hooked), clock.spend(plain)
+
+    times, ratio = bench._measure(workload, ["ours", "theirs"], 3, 4)
+    assert times == [1.0, 2.0] and ratio == 0.5
