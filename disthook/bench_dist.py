@@ -6,13 +6,13 @@
     transfer of the same array between two processes (time ratio; throughput is 1/ratio);
 (c) an MLP training step on 2 workers against the same step in one process (which keeps
     freed memory mapped, as the workers do).
-Every figure is a ratio disthook / baseline, lower is better. The two sides of (a) and (b),
-with and without the hook or the hop, run in turn and the figure is the median difference
-over rounds, divided by the raw median; for (c) it is the median of the ratios of steps run
-in turn.
+Every figure is a ratio disthook / baseline, lower is better, taken round by round and the
+median reported: each round of (a) times the raw round trip, plain calls and hooked calls;
+of (b) a one-stage and a two-stage forward and the raw transfer; of (c) both steps.
 """
 from __future__ import annotations
 
+import contextlib
 import statistics
 import subprocess
 import sys
@@ -21,7 +21,7 @@ import time
 import numpy as np
 import zmq
 
-from disthook.bench import _median, _paired, _ratio
+from disthook.bench import _paired, _ratio
 
 ECHO = r"""
 import sys, zmq
@@ -49,8 +49,11 @@ while True:
 ARRAY_MIB = 16
 
 
-def _raw_baselines(repeats: int) -> tuple[float, float]:
-    """(small round trip, one 16 MiB transfer + ack) with plain pyzmq, in seconds."""
+@contextlib.contextmanager
+def _raw_peer():
+    """A plain pyzmq echo process; yields (round_trip, transfer): the first returns the
+    seconds of one small request/reply (the median of 100), the second sends one 16 MiB
+    array one way and waits for its acknowledgement."""
     proc = subprocess.Popen([sys.executable, "-c", ECHO], stdout=subprocess.PIPE, text=True)
     ctx = zmq.Context.instance()
     dealer, push = ctx.socket(zmq.DEALER), ctx.socket(zmq.PUSH)
@@ -60,23 +63,25 @@ def _raw_baselines(repeats: int) -> tuple[float, float]:
         dealer.connect(f"tcp://127.0.0.1:{port}")
         push.connect(f"tcp://127.0.0.1:{pull_port}")
         small = b"x" * 64
+        array = np.ones(ARRAY_MIB * 2**20 // 4, np.float32)
 
         def round_trip():
+            times = []
             for _ in range(100):
+                t0 = time.perf_counter()
                 dealer.send(small)
                 dealer.recv()
-
-        array = np.ones(ARRAY_MIB * 2**20 // 4, np.float32)
+                times.append(time.perf_counter() - t0)
+            return statistics.median(times)
 
         def transfer():
             push.send_multipart([b"bench", array], copy=False)
             dealer.recv()
 
-        rtt = _median(round_trip, repeats) / 100
-        big = _median(transfer, repeats)
+        round_trip(), transfer()  # warm-up
+        yield round_trip, transfer
         dealer.send(b"quit")
         proc.wait(10)
-        return rtt, big
     finally:
         dealer.close(linger=0)
         push.close(linger=0)
@@ -93,40 +98,45 @@ def run(quick: bool = False) -> list[dict]:
 
     tune_malloc()  # the one-process baseline of (c) runs with the workers' malloc setting
     repeats = 5 if quick else 15
-    rtt, big = _raw_baselines(repeats)
     rows = []
-    with local_cluster(workers=2) as cluster:
-        # (a) the extra time a no-op client hook adds to a tiny remote forward
+    with _raw_peer() as (raw_round_trip, raw_transfer), local_cluster(workers=2) as cluster:
+        # (a) the extra time a no-op client hook adds to a tiny remote forward; each round
+        # times the raw round trip, plain calls and hooked calls, so drift hits all three
         tiny = cluster.deploy(nn.Sequential(nn.Identity()), stages=1)
         x = torch.ones(4)
+
         def calls(n=50):
             t0 = time.perf_counter()
             for _ in range(n):
                 tiny(x)
             return (time.perf_counter() - t0) / n
 
-        extra = []  # plain and hooked runs alternate, so that drift hits both alike
+        rtts, extra = [], []
         with torch.no_grad():
             calls()
             for _ in range(repeats):
+                rtts.append(raw_round_trip())
                 plain = calls()
                 handle = tiny[0].register_forward_hook(lambda m, args, out: None)
                 hooked = calls()
                 handle.remove()
                 extra.append(hooked - plain)
         rows.append(_row("client hook round trip vs raw zmq round trip",
-                         statistics.median(extra), rtt, 1.5, "raw pyzmq"))
+                         statistics.median(extra), statistics.median(rtts), 1.5, "raw pyzmq",
+                         _ratio(extra, rtts)))
         tiny.close()
 
-        # (b) one more stage hop of a 16 MiB activation
+        # (b) one more stage hop of a 16 MiB activation, the raw transfer timed in turn
         xb = torch.ones(ARRAY_MIB * 2**20 // 4)
         one = cluster.deploy(nn.Sequential(nn.Identity(), nn.Identity()), stages=1)
         two = cluster.deploy(nn.Sequential(nn.Identity(), nn.Identity()), stages=2)
         with torch.no_grad():
-            t_one, t_two = _paired([lambda: one(xb), lambda: two(xb)], repeats)
-        hop = statistics.median(b - a for a, b in zip(t_one, t_two))
+            t_one, t_two, bigs = _paired([lambda: one(xb), lambda: two(xb), raw_transfer],
+                                         repeats)
+        hops = [b - a for a, b in zip(t_one, t_two)]
         rows.append(_row(f"{ARRAY_MIB} MiB activation, one stage hop (1/throughput)",
-                         hop, big, 1 / 0.7, "raw pyzmq"))
+                         statistics.median(hops), statistics.median(bigs), 1 / 0.7,
+                         "raw pyzmq", _ratio(hops, bigs)))
         one.close()
         two.close()
 
