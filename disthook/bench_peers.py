@@ -2,8 +2,9 @@
 
 The model is an unbalanced MLP 784-1024x3-10 at batch 256 (float32, SGD, cross-entropy):
 stage 0 holds Linear(784, 1024), ReLU, Linear(1024, 1024), ReLU; stage 1 the rest. Each
-contender runs it on 2 local processes, one thread each, and every figure is a median step
-time from this one run:
+contender runs it on 2 local processes, one thread each; every figure is a median step time
+from this one run, measured in rounds (2 under --quick, else 3), each round timing every
+contender right after disthook's equivalent, and each ratio the median of the rounds':
 
 - torch RPC: a driver process and 2 stage processes, the stages as RRefs, forward through
   ``rpc_sync``, ``dist_autograd.backward`` and ``torch.distributed.optim.DistributedOptimizer``
@@ -21,9 +22,10 @@ from __future__ import annotations
 
 import os
 import socket
+import statistics
 import tempfile
 
-from disthook.bench import _median
+from disthook.bench import _median, _ratio
 
 SIZES = (784, 1024, 1024, 1024, 10)
 CUT = 2  # the first two Linear layers form stage 0: the stages are unbalanced (0.85M : 2.1M)
@@ -187,39 +189,40 @@ def _one_torch_process(repeats: int) -> float:
     return _median(step, repeats)
 
 
-def _disthook(repeats: int) -> dict[str, float]:
+def _disthook_steps(cluster) -> dict:
+    """disthook's three steps on ``cluster``, each on a deployment of its own: the plain step
+    (against torch RPC) and ``train_step`` under GPipe and 1F1B; with a ``close`` entry."""
     import disthook as torch
     from disthook import nn
-    from disthook.distributed import DistributedOptimizer, local_cluster
+    from disthook.distributed import DistributedOptimizer
 
     torch.manual_seed(0)
     net = nn.Sequential(*_stage_layers(nn, 0), *_stage_layers(nn, 1))
     x, y = _data(torch)
-    figures = {}
-    with local_cluster(workers=2) as cluster:
-        remote = cluster.deploy(net, stages=2, split_points=[2 * CUT])
-        opt = DistributedOptimizer(torch.optim.SGD, remote.parameters(), lr=LR)
+    deployed = []
 
-        def plain():
-            opt.zero_grad()
-            nn.functional.cross_entropy(remote(x), y).backward()
-            opt.step()
-
-        figures["plain"] = _median(plain, repeats)
-        remote.close()
-        for schedule in ("gpipe", "1f1b"):
+    def make(schedule: str | None):
+        if schedule is None:
+            remote = cluster.deploy(net, stages=2, split_points=[2 * CUT])
+        else:
             remote = cluster.deploy(net, stages=2, split_points=[2 * CUT], chunks=MICRO,
                                     schedule=schedule)
-            opt = DistributedOptimizer(torch.optim.SGD, remote.parameters(), lr=LR)
+        deployed.append(remote)
+        opt = DistributedOptimizer(torch.optim.SGD, remote.parameters(), lr=LR)
 
-            def piped():
-                opt.zero_grad()
+        def step():
+            opt.zero_grad()
+            if schedule is None:
+                nn.functional.cross_entropy(remote(x), y).backward()
+            else:
                 remote.train_step(x, y, nn.functional.cross_entropy)
-                opt.step()
+            opt.step()
 
-            figures[schedule] = _median(piped, repeats)
-            remote.close()
-    return figures
+        return step
+
+    steps = {"plain": make(None), "gpipe": make("gpipe"), "1f1b": make("1f1b")}
+    steps["close"] = lambda: [remote.close() for remote in deployed]
+    return steps
 
 
 def run(quick: bool = False) -> list[dict]:
@@ -228,24 +231,42 @@ def run(quick: bool = False) -> list[dict]:
     except ImportError:
         print("peers: torch is not installed (pip install torch==2.13.0): nothing to compare")
         return []
+    from disthook.distributed import local_cluster
+
     repeats = 5 if quick else 15
-    ours = _disthook(repeats)
-    one = _one_torch_process(repeats)
-    rpc = _spawned(_rpc_process, 3, repeats)
-    rows = [_row("2-stage step: torch RPC + dist autograd", ours["plain"], rpc,
-                 "torch RPC", one)]
+    rounds = 2 if quick else 3
+    # each round measures every contender right after disthook's equivalent, so that a slow
+    # spell of the machine falls on both; the ratio is the median of the rounds' ratios
+    cases = [("plain", "2-stage step: torch RPC + dist autograd", "torch RPC",
+              lambda: _spawned(_rpc_process, 3, repeats))]
     for schedule, label in (("gpipe", "GPipe"), ("1f1b", "1F1B")):
-        theirs = _spawned(_pipelining_process, 2, schedule, repeats)
-        rows.append(_row(f"2-stage step m={MICRO} {label}: torch pipelining", ours[schedule],
-                         theirs, f"torch {label}", one))
-    return rows
+        cases.append((schedule, f"2-stage step m={MICRO} {label}: torch pipelining",
+                      f"torch {label}",
+                      lambda schedule=schedule: _spawned(_pipelining_process, 2, schedule,
+                                                         repeats)))
+    ours = {key: [] for key, *_ in cases}
+    theirs = {key: [] for key, *_ in cases}
+    ones = []
+    with local_cluster(workers=2) as cluster:
+        steps = _disthook_steps(cluster)
+        try:
+            for _ in range(rounds):
+                ones.append(_one_torch_process(repeats))
+                for key, _, _, peer in cases:
+                    ours[key].append(_median(steps[key], repeats))
+                    theirs[key].append(peer())
+        finally:
+            steps["close"]()
+    one = statistics.median(ones)
+    return [_row(case, ours[key], theirs[key], name, one) for key, case, name, _ in cases]
 
 
-def _row(case: str, ours: float, theirs: float, name: str, one: float) -> dict:
-    return {"suite": "peers", "case": case, "disthook_s": ours, "torch_s": theirs,
-            "baseline": name, "ratio": ours / theirs, "target": 1.0,
-            "one_torch_process_s": one, "peer_vs_one_process": one / theirs,
-            "disthook_vs_one_process": one / ours}
+def _row(case: str, ours: list[float], theirs: list[float], name: str, one: float) -> dict:
+    mine, peer = statistics.median(ours), statistics.median(theirs)
+    return {"suite": "peers", "case": case, "disthook_s": mine, "torch_s": peer,
+            "baseline": name, "ratio": _ratio(ours, theirs), "target": 1.0,
+            "one_torch_process_s": one, "peer_vs_one_process": one / peer,
+            "disthook_vs_one_process": one / mine}
 
 
 def print_rows(rows: list[dict]) -> None:
