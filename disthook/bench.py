@@ -1,8 +1,8 @@
 """``disthook bench``: disthook against torch (when installed), side by side in one run.
 
 Every figure is a ratio disthook / torch measured in the same process, the two timed in
-turn round by round (the median of the rounds' ratios), single-threaded (one BLAS thread, ``torch.set_num_threads(1)``), because absolute
-times on shared machines mean little.
+turn round by round (the median of the rounds' ratios), single-threaded (one BLAS thread,
+``torch.set_num_threads(1)``), because absolute times on shared machines mean little.
 """
 from __future__ import annotations
 
@@ -187,7 +187,7 @@ SUITES = {
     "nn": [
         ("CNN 2xConv2d 3x3+pool+Linear fwd+bwd, b 64", small_cnn, 2.0, (5, 2), (3, 1)),
         # a difference of two ~2 ms steps: --quick keeps every repeat (about 2 s in all);
-        # with 3 x 2 calls its ratio swung 0.9x-1.7x between runs, with 15 x 10 0.83x-0.86x
+        # with 3 x 2 calls one run said 1.69x, with 15 x 10 in turn six runs 0.85x-1.06x
         (f"hook cost: {HOOKED_LAYERS} fwd + {HOOKED_LAYERS} full bwd hooks", hook_overhead,
          1.0, (15, 10), (15, 10)),
     ],

@@ -189,9 +189,9 @@ def _one_torch_process(repeats: int) -> float:
     return _median(step, repeats)
 
 
-def _disthook_steps(cluster) -> dict:
+def _disthook_steps(cluster) -> tuple[dict, list]:
     """disthook's three steps on ``cluster``, each on a deployment of its own: the plain step
-    (against torch RPC) and ``train_step`` under GPipe and 1F1B; with a ``close`` entry."""
+    (against torch RPC) and ``train_step`` under GPipe and 1F1B; and the deployments."""
     import disthook as torch
     from disthook import nn
     from disthook.distributed import DistributedOptimizer
@@ -220,9 +220,7 @@ def _disthook_steps(cluster) -> dict:
 
         return step
 
-    steps = {"plain": make(None), "gpipe": make("gpipe"), "1f1b": make("1f1b")}
-    steps["close"] = lambda: [remote.close() for remote in deployed]
-    return steps
+    return {"plain": make(None), "gpipe": make("gpipe"), "1f1b": make("1f1b")}, deployed
 
 
 def run(quick: bool = False) -> list[dict]:
@@ -248,7 +246,7 @@ def run(quick: bool = False) -> list[dict]:
     theirs = {key: [] for key, *_ in cases}
     ones = []
     with local_cluster(workers=2) as cluster:
-        steps = _disthook_steps(cluster)
+        steps, deployed = _disthook_steps(cluster)
         try:
             for _ in range(rounds):
                 ones.append(_one_torch_process(repeats))
@@ -256,7 +254,8 @@ def run(quick: bool = False) -> list[dict]:
                     ours[key].append(_median(steps[key], repeats))
                     theirs[key].append(peer())
         finally:
-            steps["close"]()
+            for remote in deployed:
+                remote.close()
     one = statistics.median(ones)
     return [_row(case, ours[key], theirs[key], name, one) for key, case, name, _ in cases]
 
