@@ -54,9 +54,9 @@ def _print_summary(summary) -> None:
 
 
 def _bench(args) -> int:
-    from disthook import bench
+    from disthook.bench.runner import main
 
-    return bench.main(args.suite, quick=args.quick, json_path=args.json, plot_path=args.plot)
+    return main(args.suite, quick=args.quick, json_path=args.json, plot_path=args.plot)
 
 
 def _launch(args) -> int:

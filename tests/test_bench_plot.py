@@ -1,7 +1,7 @@
 """``disthook bench --plot``: the pipeline figure from the suite's rows."""
 import pytest
 
-from disthook.bench_plot import pipeline_plot
+from disthook.bench.plot import pipeline_plot
 
 
 def rows():

@@ -21,7 +21,8 @@ import time
 import numpy as np
 import zmq
 
-from disthook.bench import _paired, _ratio
+from disthook.bench.table import comparison
+from disthook.bench.timing import paired, paired_ratio
 
 ECHO = r"""
 import sys, zmq
@@ -121,9 +122,9 @@ def run(quick: bool = False) -> list[dict]:
                 hooked = calls()
                 handle.remove()
                 extra.append(hooked - plain)
-        rows.append(_row("client hook round trip vs raw zmq round trip",
-                         statistics.median(extra), statistics.median(rtts), 1.5, "raw pyzmq",
-                         _ratio(extra, rtts)))
+        rows.append(comparison("dist", "client hook round trip vs raw zmq round trip",
+                               statistics.median(extra), statistics.median(rtts), 1.5,
+                               "raw pyzmq", paired_ratio(extra, rtts)))
         tiny.close()
 
         # (b) one more stage hop of a 16 MiB activation, the raw transfer timed in turn
@@ -131,12 +132,13 @@ def run(quick: bool = False) -> list[dict]:
         one = cluster.deploy(nn.Sequential(nn.Identity(), nn.Identity()), stages=1)
         two = cluster.deploy(nn.Sequential(nn.Identity(), nn.Identity()), stages=2)
         with torch.no_grad():
-            t_one, t_two, bigs = _paired([lambda: one(xb), lambda: two(xb), raw_transfer],
-                                         repeats)
+            t_one, t_two, bigs = paired([lambda: one(xb), lambda: two(xb), raw_transfer],
+                                        repeats)
         hops = [b - a for a, b in zip(t_one, t_two)]
-        rows.append(_row(f"{ARRAY_MIB} MiB activation, one stage hop (1/throughput)",
-                         statistics.median(hops), statistics.median(bigs), 1 / 0.7,
-                         "raw pyzmq", _ratio(hops, bigs)))
+        rows.append(comparison("dist", f"{ARRAY_MIB} MiB activation, one stage hop "
+                               "(1/throughput)", statistics.median(hops),
+                               statistics.median(bigs), 1 / 0.7, "raw pyzmq",
+                               paired_ratio(hops, bigs)))
         one.close()
         two.close()
 
@@ -160,16 +162,10 @@ def run(quick: bool = False) -> list[dict]:
             nn.functional.cross_entropy(remote(xs), ys).backward()
             remote_opt.step()
 
-        ours, base = _paired([remote_step, local_step], repeats)
-        rows.append(_row("MLP 784-1024-1024-10 SGD step, 2 workers", statistics.median(ours),
-                         statistics.median(base), 1.15, "one process", _ratio(ours, base)))
+        ours, base = paired([remote_step, local_step], repeats)
+        rows.append(comparison("dist", "MLP 784-1024-1024-10 SGD step, 2 workers",
+                               statistics.median(ours), statistics.median(base), 1.15,
+                               "one process", paired_ratio(ours, base)))
         remote.close()
     return rows
 
-
-def _row(case: str, ours: float, baseline: float, target: float, name: str,
-         ratio: float | None = None) -> dict:
-    if ratio is None:
-        ratio = ours / baseline if baseline > 0 else None
-    return {"suite": "dist", "case": case, "disthook_s": ours, "torch_s": baseline,
-            "baseline": name, "ratio": ratio, "target": target}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import statistics
 
-from disthook.bench import _paired, _ratio
+from disthook.bench.timing import paired, paired_ratio
 
 BATCH, WIDTH, BLOCKS = 1024, 1024, 8
 MICRO = (1, 2, 4, 8)
@@ -52,8 +52,8 @@ def _limits(repeats: int) -> dict[int, float]:
     / at BATCH/m rows), the two timed in turn and the median taken over rounds."""
     limits = {}
     for m in MICRO:
-        full, micro = _paired([_layer(BATCH), _layer(BATCH // m)], repeats)
-        limits[m] = 2 * m / (m + 1) / (m * _ratio(micro, full))
+        full, micro = paired([_layer(BATCH), _layer(BATCH // m)], repeats)
+        limits[m] = 2 * m / (m + 1) / (m * paired_ratio(micro, full))
     return limits
 
 
@@ -94,8 +94,8 @@ def run(quick: bool = False) -> list[dict]:
 
                 # one-process and pipelined steps in turn: the speedup is the median of
                 # their ratios, so that the machine's drift between them cancels
-                ones, steps = _paired([local_step, step], repeats)
-                speedup = _ratio(ones, steps)
+                ones, steps = paired([local_step, step], repeats)
+                speedup = paired_ratio(ones, steps)
                 idle = [1 - statistics.median(b[i] for b in busy[1:]) for i in range(2)]
                 rows.append({
                     "schedule": schedule, "m": m, "one_process_s": statistics.median(ones),

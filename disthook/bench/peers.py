@@ -25,7 +25,7 @@ import socket
 import statistics
 import tempfile
 
-from disthook.bench import _median, _ratio
+from disthook.bench.timing import median_seconds, paired_ratio
 
 SIZES = (784, 1024, 1024, 1024, 10)
 CUT = 2  # the first two Linear layers form stage 0: the stages are unbalanced (0.85M : 2.1M)
@@ -106,7 +106,7 @@ def _rpc_process(rank: int, port: int, repeats: int, out: str) -> None:
                 dist_autograd.backward(ctx, [loss])
                 opt.step(ctx)
 
-        seconds = _median(step, repeats)
+        seconds = median_seconds(step, repeats)
         with open(out, "w") as f:
             f.write(repr(seconds))
     rpc.shutdown()
@@ -140,7 +140,7 @@ def _pipelining_process(rank: int, port: int, schedule: str, repeats: int, out: 
             opt.step()
 
         dist.barrier()
-        seconds = _median(step, repeats)
+        seconds = median_seconds(step, repeats)
         if rank == 0:
             with open(out, "w") as f:
                 f.write(repr(seconds))
@@ -186,7 +186,7 @@ def _one_torch_process(repeats: int) -> float:
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
 
-    return _median(step, repeats)
+    return median_seconds(step, repeats)
 
 
 def _disthook_steps(cluster) -> tuple[dict, list]:
@@ -251,7 +251,7 @@ def run(quick: bool = False) -> list[dict]:
             for _ in range(rounds):
                 ones.append(_one_torch_process(repeats))
                 for key, _, _, peer in cases:
-                    ours[key].append(_median(steps[key], repeats))
+                    ours[key].append(median_seconds(steps[key], repeats))
                     theirs[key].append(peer())
         finally:
             for remote in deployed:
@@ -263,7 +263,7 @@ def run(quick: bool = False) -> list[dict]:
 def _row(case: str, ours: list[float], theirs: list[float], name: str, one: float) -> dict:
     mine, peer = statistics.median(ours), statistics.median(theirs)
     return {"suite": "peers", "case": case, "disthook_s": mine, "torch_s": peer,
-            "baseline": name, "ratio": _ratio(ours, theirs), "target": 1.0,
+            "baseline": name, "ratio": paired_ratio(ours, theirs), "target": 1.0,
             "one_torch_process_s": one, "peer_vs_one_process": one / peer,
             "disthook_vs_one_process": one / mine}
 

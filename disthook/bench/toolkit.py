@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import statistics
 
-from disthook.bench import _paired, _ratio
-from disthook.bench_dist import _row
+from disthook import hooks
+from disthook.bench.table import comparison
+from disthook.bench.timing import paired, paired_ratio
 
 WIDTH, LAYERS, BATCH = 256, 16, 64
 
@@ -49,7 +50,7 @@ def run(quick: bool = False) -> list[dict]:
                 lambda m, args, out, path=path: cache.__setitem__(path, out.detach()))
 
         def toolkit():
-            _, got = remote.run_with_cache(x)
+            _, got = hooks.run_with_cache(remote, x)
             assert len(got) == len(paths)
 
         def plain():
@@ -61,15 +62,14 @@ def run(quick: bool = False) -> list[dict]:
             assert len(cache) == len(paths)
 
         # the three run in turn, round by round; each ratio is the median of the rounds'
-        t_toolkit, t_client, t_plain = _paired([toolkit, client_hooks, plain], repeats)
+        t_toolkit, t_client, t_plain = paired([toolkit, client_hooks, plain], repeats)
         label = f"run_with_cache, {len(paths)} modules of a {LAYERS}-layer MLP, 2 workers"
-        rows.append(_row(f"{label} vs client hooks", statistics.median(t_toolkit),
-                         statistics.median(t_client), 0.5, "client hooks",
-                         _ratio(t_toolkit, t_client)))
-        rows.append(_row(f"{label} vs no hooks", statistics.median(t_toolkit),
-                         statistics.median(t_plain), 2.0, "no hooks", _ratio(t_toolkit, t_plain)))
+        rows.append(comparison("toolkit", f"{label} vs client hooks",
+                               statistics.median(t_toolkit), statistics.median(t_client), 0.5,
+                               "client hooks", paired_ratio(t_toolkit, t_client)))
+        rows.append(comparison("toolkit", f"{label} vs no hooks", statistics.median(t_toolkit),
+                               statistics.median(t_plain), 2.0, "no hooks",
+                               paired_ratio(t_toolkit, t_plain)))
         remote.close()
         hooked.close()
-    for row in rows:
-        row["suite"] = "toolkit"
     return rows

@@ -1,0 +1,170 @@
+"""``disthook bench engine`` and ``disthook bench nn``: disthook against torch in one process.
+
+Each workload is written once against the torch API and run with either library; every
+figure is a ratio disthook / torch, the two timed in turn round by round (the median of the
+rounds' ratios), single-threaded (one BLAS thread, ``torch.set_num_threads(1)``).
+"""
+from __future__ import annotations
+
+from disthook.bench.table import comparison
+from disthook.bench.timing import measure
+
+MLP_SIZES = (784, 1024, 1024, 1024, 10)
+MLP_BATCH = 128
+CHAIN_OPS = 2000
+CHAIN_NUMEL = 16
+
+
+# ---- workloads, written once against the torch API and run with either library ------------
+
+def mlp_step(lib, seed: int = 0):
+    """One SGD step of an MLP with cross-entropy, built from tensor ops only."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    weights = []
+    for fan_in, fan_out in zip(MLP_SIZES[:-1], MLP_SIZES[1:]):
+        bound = 1 / fan_in ** 0.5
+        w = lib.tensor(rng.uniform(-bound, bound, (fan_in, fan_out)).astype(np.float32),
+                       requires_grad=True)
+        b = lib.tensor(rng.uniform(-bound, bound, (fan_out,)).astype(np.float32),
+                       requires_grad=True)
+        weights.append((w, b))
+    x = lib.tensor(rng.standard_normal((MLP_BATCH, MLP_SIZES[0])).astype(np.float32))
+    y = lib.tensor(rng.integers(0, MLP_SIZES[-1], MLP_BATCH))
+    rows = lib.arange(MLP_BATCH)
+
+    def step():
+        h = x
+        for i, (w, b) in enumerate(weights):
+            h = h @ w + b
+            if i < len(weights) - 1:
+                h = h.relu()
+        loss = -h.log_softmax(dim=1)[rows, y].mean()
+        loss.backward()
+        with lib.no_grad():
+            for w, b in weights:
+                w -= 0.01 * w.grad
+                b -= 0.01 * b.grad
+                w.grad = None
+                b.grad = None
+        return loss
+
+    return step
+
+
+def tiny_chain(lib):
+    """CHAIN_OPS elementwise ops on a CHAIN_NUMEL-element tensor, forward and backward."""
+    x = lib.ones(CHAIN_NUMEL, requires_grad=True)
+
+    def step():
+        y = x
+        for i in range(CHAIN_OPS // 2):
+            y = y * 1.0001
+            y = y + 0.0001
+        y.sum().backward()
+        x.grad = None
+
+    return step
+
+
+def small_cnn(lib, seed: int = 0):
+    """Forward and backward of a small CNN on MNIST-sized input (batch 64, 1x28x28)."""
+    import numpy as np
+
+    lib.manual_seed(seed)
+    nn = lib.nn
+    model = nn.Sequential(
+        nn.Conv2d(1, 32, 3), nn.ReLU(),
+        nn.Conv2d(32, 64, 3), nn.ReLU(),
+        nn.MaxPool2d(2), nn.Flatten(),
+        nn.Linear(64 * 12 * 12, 10),
+    )
+    rng = np.random.default_rng(seed)
+    x = lib.tensor(rng.standard_normal((64, 1, 28, 28)).astype(np.float32))
+    y = lib.tensor(rng.integers(0, 10, 64))
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step():
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        model.zero_grad()
+        return loss
+
+    return step
+
+
+HOOKED_LAYERS = 10
+HOOKED_WIDTH = 64
+HOOKED_BATCH = 32
+
+
+def _hooked_mlp(lib, hooks: bool, seed: int = 0):
+    """A 10-layer MLP step, with or without a no-op forward and full backward hook per Linear."""
+    import numpy as np
+
+    lib.manual_seed(seed)
+    nn = lib.nn
+    layers = []
+    for _ in range(HOOKED_LAYERS):
+        layers += [nn.Linear(HOOKED_WIDTH, HOOKED_WIDTH), nn.ReLU()]
+    model = nn.Sequential(*layers)
+    if hooks:
+        for layer in model:
+            if isinstance(layer, nn.Linear):
+                layer.register_forward_hook(lambda module, args, output: None)
+                layer.register_full_backward_hook(lambda module, grad_in, grad_out: None)
+    rng = np.random.default_rng(seed)
+    x = lib.tensor(rng.standard_normal((HOOKED_BATCH, HOOKED_WIDTH)).astype(np.float32),
+                   requires_grad=True)
+
+    def step():
+        loss = model(x).square().mean()
+        loss.backward()
+        model.zero_grad()
+        x.grad = None
+        return loss
+
+    return step
+
+
+def hook_overhead(lib):
+    """Two workloads whose time difference is the cost of 10 + 10 no-op module hooks."""
+    return _hooked_mlp(lib, hooks=True), _hooked_mlp(lib, hooks=False)
+
+
+CASES = {
+    "engine": [
+        ("MLP 784-1024x3-10 SGD step, batch 128", mlp_step, 1.15, (7, 3), (3, 1)),
+        (f"{CHAIN_OPS} tiny ops fwd+bwd ({CHAIN_NUMEL} elems)", tiny_chain, 1.5, (7, 3),
+         (3, 1)),
+    ],
+    "nn": [
+        ("CNN 2xConv2d 3x3+pool+Linear fwd+bwd, b 64", small_cnn, 2.0, (5, 2), (3, 1)),
+        # a difference of two ~2 ms steps: --quick keeps every repeat (about 2 s in all);
+        # with 3 x 2 calls one run said 1.69x, with 15 x 10 in turn six runs 0.85x-1.06x
+        (f"hook cost: {HOOKED_LAYERS} fwd + {HOOKED_LAYERS} full bwd hooks", hook_overhead,
+         1.0, (15, 10), (15, 10)),
+    ],
+}
+# each case: (label, workload, target, (repeats, calls per repeat), the same under --quick)
+
+
+def run(suite: str, quick: bool = False) -> list[dict]:
+    """The rows of suite ``suite`` ("engine" or "nn"); torch's times are None without it."""
+    import disthook
+
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+    except ImportError:
+        torch = None
+    rows = []
+    for label, workload, target, full, fast in CASES[suite]:
+        repeats, inner = fast if quick else full
+        times, ratio = measure(workload, [disthook] if torch is None else [disthook, torch],
+                               repeats, inner)
+        rows.append(comparison(suite, label, times[0], times[1] if torch is not None else None,
+                               target, "torch", ratio))
+    return rows

@@ -1,0 +1,38 @@
+"""disthook.bench's layout: the suites import the shared helpers, never the other way round."""
+import ast
+import pathlib
+
+import disthook.bench
+
+PACKAGE = pathlib.Path(disthook.bench.__file__).parent
+SHARED = {"timing", "table"}
+
+
+def bench_imports(name: str) -> set[str]:
+    """The disthook.bench modules that module ``name`` imports, anywhere in its code."""
+    tree = ast.parse((PACKAGE / f"{name}.py").read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "disthook.bench":
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("disthook.bench."):
+            found.add(node.module.split(".")[2])
+        elif isinstance(node, ast.Import):
+            found |= {a.name.split(".")[2] for a in node.names
+                      if a.name.startswith("disthook.bench.")}
+    return found - {"SUITES"}
+
+
+def test_the_shared_helpers_import_no_suite_and_the_suites_no_other_suite():
+    modules = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__", "__main__"}
+    assert {"timing", "table", "runner", "engine", "dist", "pipeline", "peers", "scaling",
+            "toolkit", "plot"} <= modules
+    for name in SHARED:
+        assert bench_imports(name) == set(), name
+    for name in modules - SHARED - {"runner"}:
+        assert bench_imports(name) <= SHARED, name
+
+
+def test_every_suite_has_a_module_the_runner_imports():
+    suites = set(disthook.bench.SUITES) - {"nn"}  # nn's cases live beside engine's
+    assert suites <= bench_imports("runner")
