@@ -1,11 +1,11 @@
 """The hook toolkit: temporary hooks by path or pattern, activation caches, activation
 patching, stopping a forward early and tracing, beyond what torch offers.
 
-Every function takes a model and works the same on a local ``nn.Module`` and on a deployed
-``RemoteModel`` (``Module.hooks``, ``run_with_cache``, ``patch``, ``run_until`` and
-``active_hooks`` are the same functions as methods). The toolkit only registers and removes
-hooks; they are dispatched where all hooks are, in ``Module.__call__`` and the backward
-engine. On a deployed model:
+Every function takes the model first and works the same on a local ``nn.Module`` and on a
+deployed ``RemoteModel``. They are functions, not ``Module`` methods: torch's modules have
+none, and a model's own attribute named ``patch`` or ``hooks`` stays the model's. The
+toolkit only registers and removes hooks; they are dispatched where all hooks are, in
+``Module.__call__`` and the backward engine. On a deployed model:
 
 - ``hooks(...)`` registers its hooks on the workers holding the modules (a Python callable
   runs in the client, a worker hook of ``disthook.distributed.hooks`` in the worker);

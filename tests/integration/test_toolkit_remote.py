@@ -79,22 +79,23 @@ def test_run_with_cache_is_recorded_on_the_workers_and_equals_one_process(deploy
     monkeypatch.setattr(deployed._hub, "_serve_event",
                         lambda *a: events.append(a) or serve(*a))
     monkeypatch.setattr(deployed, "_captured", lambda *a: fetches.append(a) or fetch(*a))
-    got_out, cache = deployed.run_with_cache(x, include_grads=True, loss_fn=loss_fn)
+    got_out, cache = toolkit.run_with_cache(deployed, x, include_grads=True, loss_fn=loss_fn)
     assert events == [] and len(fetches) == 1  # no round trip per module; one fetch
     close(got_out, out)
     assert sorted(cache) == sorted(want)
     for key, value in want.items():
         close(cache[key], value)
     same_grads(deployed, net)
-    assert deployed.active_hooks() == [] and [s["hooks"] for s in stage_stats(cluster,
-                                                                               deployed)] == [0, 0]
+    assert toolkit.active_hooks(deployed) == []
+    assert [s["hooks"] for s in stage_stats(cluster, deployed)] == [0, 0]
     assert cluster.captured(fetches[0][0]) == []  # nothing left in the workers' buffers
 
 
 def test_run_with_cache_selects_by_pattern_and_predicate(deployed):
     net, x = make_net(), data()
-    _, want = net.run_with_cache(x, names=["*.0", lambda path, m: isinstance(m, nn.Tanh)])
-    _, got = deployed.run_with_cache(x, names=["*.0", lambda path, m: isinstance(m, nn.Tanh)])
+    names = ["*.0", lambda path, m: isinstance(m, nn.Tanh)]
+    _, want = toolkit.run_with_cache(net, x, names=names)
+    _, got = toolkit.run_with_cache(deployed, x, names=names)
     assert list(got) == list(want) == ["0.0", "0.1", "1.0", "3"]
     for key in want:
         close(got[key], want[key])
@@ -105,15 +106,16 @@ def test_hooks_run_where_they_belong_and_none_outlives_an_error(deployed, cluste
     log_local, log_remote = [], []
     for model, log in ((net, log_local), (deployed, log_remote)):
         with pytest.raises(KeyError, match="in the block"):
-            with model.hooks(forward={"*.0": lambda m, a, out, log=log: log.append(
-                                 out.detach().clone())},
-                             forward_pre={"4": lambda m, a, log=log: log.append(a[0])},
-                             backward={"2": worker_hooks.capture("tk-grads") if model is deployed
-                                       else lambda m, gi, go: None}) as added:
-                assert model.active_hooks() == added
+            with toolkit.hooks(model, forward={"*.0": lambda m, a, out, log=log: log.append(
+                                   out.detach().clone())},
+                               forward_pre={"4": lambda m, a, log=log: log.append(a[0])},
+                               backward={"2": worker_hooks.capture("tk-grads")
+                                         if model is deployed else lambda m, gi, go: None}
+                               ) as added:
+                assert toolkit.active_hooks(model) == added
                 model(x).sum().backward()
                 raise KeyError("in the block")
-        assert model.active_hooks() == []
+        assert toolkit.active_hooks(model) == []
     holder = {stage: worker for stage, worker, _ in deployed.workers()}[deployed._stage_of("2")]
     assert [(h.kind, h.path, h.where) for h in added] == [
         ("forward_pre", "4", "client"), ("forward", "0.0", "client"),
@@ -137,10 +139,10 @@ TENSOR_PATCH = {"3": torch.linspace(-1, 1, 40).reshape(5, 8)}  # cuts "0".."2" o
 
 def test_a_hook_a_worker_refuses_leaves_none_of_the_others(deployed, cluster):
     with pytest.raises(RemoteError, match="hooks.clamp_grad changes gradients"):
-        with deployed.hooks(forward={"*": lambda m, a, out: None,
-                                     "4": worker_hooks.clamp_grad(-1, 1)}):
+        with toolkit.hooks(deployed, forward={"*": lambda m, a, out: None,
+                                              "4": worker_hooks.clamp_grad(-1, 1)}):
             pass
-    assert deployed.active_hooks() == [] and deployed._hub.hooks == {}
+    assert toolkit.active_hooks(deployed) == [] and deployed._hub.hooks == {}
     assert [s["hooks"] for s in stage_stats(cluster, deployed)] == [0, 0]
 
 
@@ -149,27 +151,27 @@ def test_a_hook_a_worker_refuses_leaves_none_of_the_others(deployed, cluster):
                                               (TENSOR_PATCH, {"4"})])
 def test_patch_equals_one_process_and_stays_differentiable(deployed, patches, reached):
     net, x = make_net(), data()
-    want = net.patch(patches, x)
+    want = toolkit.patch(net, patches, x)
     loss_fn(want).backward()
-    out = deployed.patch(patches, x)
+    out = toolkit.patch(deployed, patches, x)
     loss_fn(out).backward()
     close(out, want)
     same_grads(deployed, net, names=reached)
     got = deployed.named_gradients()
     for name, p in net.named_parameters():
         assert (name in got) == (p.grad is not None) == (name.split(".")[0] in reached)
-    assert deployed.active_hooks() == []
+    assert toolkit.active_hooks(deployed) == []
 
 
 def test_patch_errors_name_the_path_and_shapes_and_the_model_stays_usable(deployed):
     x = data()
     with pytest.raises(RuntimeError, match=r"patch\('2'\): the patch has shape \(5, 7\) but "
                                            r"the module's output has shape \(5, 8\)"):
-        deployed.patch({"2": torch.zeros(5, 7)}, x)
+        toolkit.patch(deployed, {"2": torch.zeros(5, 7)}, x)
     with pytest.raises(ValueError, match=r"patch\('2'\): on a deployed model the patch tensor "
                                          "cannot receive a gradient"):
-        deployed.patch({"2": torch.zeros(5, 8, requires_grad=True)}, x)
-    assert deployed.active_hooks() == []
+        toolkit.patch(deployed, {"2": torch.zeros(5, 8, requires_grad=True)}, x)
+    assert toolkit.active_hooks(deployed) == []
     close(deployed(x), make_net()(x))
 
 
@@ -177,12 +179,12 @@ def test_patch_errors_name_the_path_and_shapes_and_the_model_stays_usable(deploy
 def test_run_until_leaves_the_later_stages_idle(cluster, chunks):
     net, x = make_net(), data()
     xl, xr = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
-    want = net.run_until(xl, "3")
+    want = toolkit.run_until(net, xl, "3")
     want.sum().backward()
     remote = cluster.deploy(make_net(), stages=3, split_points=[2, 4], chunks=chunks)
     try:
         before = [s["forwards"] for s in stage_stats(cluster, remote)]
-        out = remote.run_until(xr, "3")  # "3" is on stage 1 of 0..2
+        out = toolkit.run_until(remote, xr, "3")  # "3" is on stage 1 of 0..2
         after = [s["forwards"] for s in stage_stats(cluster, remote)]
         assert [a - b for a, b in zip(after, before)] == [chunks, chunks, 0]
         close(out, want)
@@ -209,7 +211,7 @@ def test_trace_equals_one_process_with_micro_batches(deployed):
         with toolkit.trace(model, "2") as single:
             model(x)
         results.append((traces, inside, single))
-        assert model.active_hooks() == []
+        assert toolkit.active_hooks(model) == []
     (want, want_inside, want_single), (got, got_inside, got_single) = results
     close(got_inside, want_inside)
     close(got_single.output, want_single.output)
@@ -222,11 +224,11 @@ def test_trace_equals_one_process_with_micro_batches(deployed):
 def test_errors_on_a_deployed_model(deployed):
     with pytest.raises(AttributeError, match=r"RemoteSequential has no submodule '5'.*"
                                              r"\(its 9 module paths: '0', '0.0'"):
-        deployed.run_with_cache(data(), names="5")
+        toolkit.run_with_cache(deployed, data(), names="5")
     with pytest.raises(ValueError, match="the pattern 'blocks.*' selects no module"):
-        deployed.hooks(forward={"blocks.*": print}).__enter__()
+        toolkit.hooks(deployed, forward={"blocks.*": print}).__enter__()
     with pytest.raises(ValueError, match="needs loss_fn"):
-        deployed.run_with_cache(data(), include_grads=True)
+        toolkit.run_with_cache(deployed, data(), include_grads=True)
     with pytest.raises(AttributeError, match="no submodule '9'"):
-        deployed.run_until(data(), "9")
-    assert deployed.active_hooks() == []
+        toolkit.run_until(deployed, data(), "9")
+    assert toolkit.active_hooks(deployed) == []

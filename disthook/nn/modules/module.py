@@ -485,38 +485,6 @@ class Module:
             self._backward_pre_hooks.move_to_end(handle.id, last=False)
         return handle
 
-    # ---- the hook toolkit (disthook.hooks; it only registers and removes hooks) ---------
-    def hooks(self, forward: dict | None = None, backward: dict | None = None,
-              forward_pre: dict | None = None):
-        """Hooks by module path, glob pattern or predicate for a ``with`` block only."""
-        from disthook import hooks as toolkit
-
-        return toolkit.hooks(self, forward=forward, backward=backward, forward_pre=forward_pre)
-
-    def run_with_cache(self, x: Tensor, names="*", include_grads: bool = False, loss_fn=None):
-        """``(output, {path: output of that module, "<path>.grad": its gradient})``."""
-        from disthook import hooks as toolkit
-
-        return toolkit.run_with_cache(self, x, names, include_grads, loss_fn)
-
-    def patch(self, patches: dict, x: Tensor):
-        """The output on ``x`` with module outputs replaced by tensors or ``fn(output)``."""
-        from disthook import hooks as toolkit
-
-        return toolkit.patch(self, patches, x)
-
-    def run_until(self, x: Tensor, path: str):
-        """The output of module ``path``, the forward stopping there."""
-        from disthook import hooks as toolkit
-
-        return toolkit.run_until(self, x, path)
-
-    def active_hooks(self) -> list:
-        """The hooks the toolkit registered that are registered now (``ActiveHook``s)."""
-        from disthook import hooks as toolkit
-
-        return toolkit.active_hooks(self)
-
     # ---- attribute registration ---------------------------------------------------------
     def __getattr__(self, name: str):
         d = self.__dict__
