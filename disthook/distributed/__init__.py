@@ -1,18 +1,28 @@
-"""The client side of a disthook cluster (see ../shared/DESIGN.md).
+"""The client side of a disthook cluster (see ../shared/DESIGN.md), one module per idea.
 
-- ``local_cluster`` / ``connect`` / ``Cluster``: start or attach to a coordinator and its
-  workers, list them, shut them down (``cluster``);
-- ``remote``: ``Cluster.deploy`` and ``RemoteModel``, a model whose stages run on workers,
-  with a client-side autograd node whose backward crosses the stages;
-- ``spec``: modules as data, the form in which a stage travels to a worker;
+- ``cluster``: ``local_cluster`` / ``connect`` / ``Cluster``: start or attach to a
+  coordinator and its workers, list them, shut them down;
+- ``remote``: ``RemoteModel``, a model whose stages run on workers, its autograd node
+  ``RemoteBackward0`` whose backward crosses the stages, and ``deploy``;
+- ``placement``: partition, split points, worker choice, micro-batch sizes (pure);
+- ``channel``: the sockets to a model's stages: requests side by side, lost workers,
+  batched releases of graphs and ``zero_grad`` calls;
+- ``client_hooks``: serving client hooks when a worker fires them;
+- ``proxies``: ``RemoteModule``, ``RemoteParameter``, ``RemoteHandle``;
+- ``hook_kinds``: the table of hook kinds (register method, options, what a hook sees);
+- ``optimizer``: ``DistributedOptimizer``, stepping each worker's share;
+- ``checkpoint``: the checkpoint layout and its file I/O;
+- ``schedule``: GPipe and 1F1B schedules (pure);
+- ``spec`` and ``values``: modules and values as data, the form in which they travel;
 - ``hooks``: hooks that run inside the worker (capture, clamp_grad, scale_grad,
   check_finite, by_path), without a round trip to the client;
 - ``rpc``: requests with deadlines, and the errors remote calls end with;
+- ``service``: the request loop of the coordinator and worker processes;
 - ``security``: key directories, CURVE encryption and which peers the servers accept.
 """
 from disthook.distributed import hooks
 from disthook.distributed.cluster import Cluster, WorkerInfo, connect, local_cluster
-from disthook.distributed.remote import DistributedOptimizer
+from disthook.distributed.optimizer import DistributedOptimizer
 from disthook.distributed.rpc import ClusterError, RemoteError, RemoteTimeout, WorkerLost
 from disthook.distributed.security import AuthenticationError
 

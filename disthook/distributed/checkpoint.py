@@ -13,6 +13,10 @@ Every file is written under a temporary name and renamed into place; the manifes
 last and names the shards of its own save (a fresh token per save), so an interrupted save
 never mixes shards of two saves; shards no manifest names are removed after the rename.
 Loading checks every shard's sha256 against the manifest.
+
+``save`` / ``load`` fill and read that layout for a deployed model (``RemoteModel.save`` and
+``load_checkpoint`` call them), and ``rebuild`` makes the module a checkpoint describes
+(``Cluster.load``).
 """
 from __future__ import annotations
 
@@ -20,11 +24,18 @@ import hashlib
 import io
 import json
 import os
+import sys
 import uuid
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-__all__ = ["CheckpointError", "fingerprint", "read", "write"]
+from disthook.distributed.spec import build_module, class_path, module_spec
+
+if TYPE_CHECKING:
+    from disthook.nn.modules.module import Module
+
+__all__ = ["CheckpointError", "fingerprint", "load", "read", "rebuild", "save", "write"]
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -110,3 +121,106 @@ def read(path: str) -> tuple[dict, list[dict[str, np.ndarray]]]:
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             shards.append({k: npz[k] for k in npz.files})
     return manifest, shards
+
+
+def save(model, path: str, *, optimizer=None, step: int | None = None) -> None:
+    """Write the deployed model's parameters and buffers (and ``optimizer``'s state) as
+    a checkpoint in directory ``path``, tagged with ``step``."""
+    shards = [{f"param/{n}": np.asarray(a) for n, a in st["state"].items()}
+              for st in model._states()]
+    manifest = {"step": step, "class": class_path(type(model._local)),
+                "fingerprint": fingerprint(model._local), "stages": model._stage_names,
+                "chunks": model._chunks, "schedule": model._schedule,
+                "structure": _structure(model._local)}
+    if optimizer is not None:
+        if set(optimizer.models) != {id(model)}:
+            raise ValueError("save(optimizer=...) takes an optimizer of this model's parameters "
+                             "only")
+        state, groups = optimizer.state_by_name()
+        scalars = {}
+        for name, entries in state.items():
+            shard = shards[model._stage_of(name)]
+            for key, value in entries.items():
+                if isinstance(value, np.ndarray):
+                    shard[f"opt/{name}/{key}"] = value
+                else:
+                    scalars.setdefault(name, {})[key] = value
+        manifest["optimizer"] = {"class": optimizer.class_name, "kwargs": optimizer.kwargs,
+                                 "param_groups": groups, "scalars": scalars}
+    write(path, manifest, shards)
+
+
+def load(model, path: str, *, optimizer=None):
+    """Restore the deployed model's parameters and buffers (and ``optimizer``'s state)
+    from the checkpoint in ``path``, which must be of a model of the same structure.
+    Returns the saved step."""
+    manifest, shards = read(path)
+    if manifest["fingerprint"] != fingerprint(model._local):
+        raise CheckpointError(f"{path} holds a checkpoint of another model ({manifest['class']}, "
+                              f"other parameter names or shapes) than this "
+                              f"{model._class_name}")
+    arrays = {k: v for shard in shards for k, v in shard.items()}
+    model.load_state_dict({k[len("param/"):]: v for k, v in arrays.items()
+                           if k.startswith("param/")})
+    if optimizer is not None:
+        saved = manifest.get("optimizer")
+        if saved is None:
+            raise CheckpointError(f"{path} was saved without optimizer state")
+        if saved["class"] != optimizer.class_name:
+            raise CheckpointError(f"{path} holds {saved['class']} state, not "
+                                  f"{optimizer.class_name}")
+        state: dict = {}
+        for key, value in arrays.items():
+            if key.startswith("opt/"):
+                name, _, entry = key[4:].rpartition("/")
+                state.setdefault(name, {})[entry] = value
+        for name, entries in saved["scalars"].items():
+            state.setdefault(name, {}).update(entries)
+        optimizer.load_state_by_name(state, saved["param_groups"])
+        if isinstance(manifest["step"], int):
+            optimizer.steps = manifest["step"]  # its count goes on from the checkpoint's
+    return manifest["step"]
+
+
+def _structure(module: Module) -> dict:
+    """The module's spec with every tensor's data replaced by its shape and dtype: the
+    checkpoint's description of the model, rebuilt with the saved arrays by ``load``."""
+    def strip(spec):
+        for kind in ("params", "buffers"):
+            for entry in spec[kind].values():
+                if entry is not None and "data" in entry:
+                    arr = entry.pop("data")
+                    entry["shape"], entry["dtype"] = list(arr.shape), arr.dtype.str
+        for child in spec["children"].values():
+            if child is not None:
+                strip(child)
+        return spec
+
+    return strip(module_spec(module))
+
+
+def rebuild(structure: dict, shards: list[dict]) -> Module:
+    """The module a checkpoint describes, with its saved arrays (buffers that are not saved,
+    the non-persistent ones, start as zeros)."""
+    arrays = {k[len("param/"):]: v for shard in shards for k, v in shard.items()
+              if k.startswith("param/")}
+
+    def fill(spec, path):
+        spec = dict(spec)
+        for kind in ("params", "buffers"):
+            entries = {}
+            for name, entry in spec[kind].items():
+                if entry is not None and "shape" in entry:
+                    full = f"{path}.{name}" if path else name
+                    entry = {k: v for k, v in entry.items() if k not in ("shape", "dtype")}
+                    entry["data"] = arrays.get(full, np.zeros(spec[kind][name]["shape"],
+                                                              spec[kind][name]["dtype"]))
+                entries[name] = entry
+            spec[kind] = entries
+        spec["children"] = {n: None if c is None else fill(c, f"{path}.{n}" if path else n)
+                            for n, c in spec["children"].items()}
+        return spec
+
+    # classes of the client's own script resolve to it, as they did when it saved
+    return build_module(fill(structure, ""), main=sys.modules.get("__main__"))
+

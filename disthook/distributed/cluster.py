@@ -137,10 +137,9 @@ class Cluster:
         layout, micro-batches and schedule) with its weights; a ``RemoteModel``. Its
         optimizer state is restored with ``remote.load_checkpoint(path, optimizer=...)``."""
         from disthook.distributed import checkpoint as ckpt
-        from disthook.distributed.remote import rebuild
 
         manifest, shards = ckpt.read(path)
-        module = rebuild(manifest["structure"], shards)
+        module = ckpt.rebuild(manifest["structure"], shards)
         sizes = [len(names) for names in manifest["stages"]]
         cuts = [sum(sizes[:i]) for i in range(1, len(sizes))]
         remote = self.deploy(module, len(sizes), split_points=cuts,

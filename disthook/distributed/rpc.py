@@ -3,7 +3,9 @@
 Every process talks through ``disthook.wire`` messages. A ``Peer`` is one DEALER socket
 connected to one endpoint; ``request`` sends a message with a fresh request id and waits,
 never longer than its deadline, for the reply with the same id (replies to requests that
-already timed out are dropped). An ``error`` reply becomes ``RemoteError``.
+already timed out are dropped). An ``error`` reply becomes ``RemoteError``. Request ids come
+from one counter per process and waits go through one poll-until-deadline helper, both
+shared with the client's channel to a model's stages (``channel``).
 """
 from __future__ import annotations
 
@@ -24,11 +26,14 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "AuthenticationError",
     "ClusterError",
+    "Deadline",
     "Peer",
     "RemoteError",
     "RemoteTimeout",
     "WorkerLost",
     "error_fields",
+    "next_request_id",
+    "poll_until",
     "raise_error",
 ]
 
@@ -91,6 +96,37 @@ def raise_error(reply: wire.Message):
 _request_ids = itertools.count(1)
 
 
+def next_request_id() -> int:
+    """A request id no other request of this process has (replies are matched by it)."""
+    return next(_request_ids)
+
+
+class Deadline:
+    """The moment a wait gives up: ``seconds`` from now, moved on again by ``renew``."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.renew()
+
+    def renew(self) -> None:
+        self.at = time.monotonic() + self.seconds
+
+    def left(self) -> float:
+        return self.at - time.monotonic()
+
+
+def poll_until(poller: zmq.Poller, deadline: Deadline) -> dict:
+    """The poller's ready sockets (socket -> events) as soon as there are any; an empty
+    dict once ``deadline`` has passed without any."""
+    while True:
+        left = deadline.left()
+        if left <= 0:
+            return {}
+        ready = dict(poller.poll(int(left * 1000) + 1))
+        if ready:
+            return ready
+
+
 class Peer:
     """A request/reply channel to one endpoint (a DEALER socket; the far end is a ROUTER)."""
 
@@ -120,21 +156,20 @@ class Peer:
     def request(self, msg_type: str, fields: dict | None = None, *, ctx: str | None = None,
                 timeout: float = DEFAULT_TIMEOUT) -> wire.Message:
         """Send and wait for the reply; ``RemoteError`` for an error reply."""
-        req = next(_request_ids)
+        req = next_request_id()
         self.send(msg_type, fields, req=req, ctx=ctx)
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout)
         while True:
-            left = deadline - time.monotonic()
-            ready = dict(self._poller.poll(int(left * 1000) + 1)) if left > 0 else {}
+            ready = poll_until(self._poller, deadline)
+            if not ready:
+                raise RemoteTimeout(f"no reply to {msg_type!r} from {self.name} within "
+                                    f"{timeout:g} s")
             if self._refusals in ready:
                 why = handshake_refusal(self._refusals)
                 if why is not None:
                     raise AuthenticationError(f"{self.name} refused the connection: {why}")
             if self._sock not in ready:
-                if time.monotonic() < deadline:
-                    continue
-                raise RemoteTimeout(f"no reply to {msg_type!r} from {self.name} within "
-                                    f"{timeout:g} s")
+                continue
             try:
                 reply = wire.decode(self._sock.recv_multipart(copy=False))
             except wire.WireError:

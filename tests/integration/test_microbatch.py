@@ -180,7 +180,7 @@ def test_ctrl_c_while_a_train_step_is_being_sent_frees_the_stages(cluster, monke
     the first must not wait for the second (for minutes); the next calls work at once."""
     import time
 
-    from disthook.distributed import remote as remote_module
+    from disthook.distributed import channel as remote_module
 
     remote = cluster.deploy(make_net(), stages=2, chunks=2)
     x, y = torch.randn(4, 8), torch.tensor([0, 1, 2, 0])

@@ -12,7 +12,7 @@ import pytest
 import disthook as torch
 from disthook import nn
 from disthook.distributed import RemoteError, local_cluster
-from disthook.distributed.remote import partition
+from disthook.distributed.placement import partition
 from disthook.distributed.rpc import Peer
 
 pytestmark = pytest.mark.timeout(180)

@@ -1,0 +1,263 @@
+"""The client's channel to the stages of one deployed model (``_Hub``): one DEALER socket
+per worker, all with one identity, so that whichever worker finishes a pipelined request
+answers the client directly. It sends requests side by side and waits for every reply
+(serving client-hook events and warnings meanwhile), sees a worker's connection close
+(``WorkerLost``), and batches what needs no round trip of its own: releases of graphs whose
+output is gone, and ``DistributedOptimizer.zero_grad()`` calls."""
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+
+import zmq
+
+from disthook import wire
+from disthook.distributed.client_hooks import HookServer, _issue_warning
+from disthook.distributed.rpc import (
+    Deadline,
+    RemoteTimeout,
+    WorkerLost,
+    next_request_id,
+    poll_until,
+    raise_error,
+)
+
+__all__ = []
+
+
+class _Hub(HookServer):
+    """The client's sockets to the workers of one deployment, all with one identity, so that
+    whichever worker finishes a pipelined request can answer the client directly."""
+
+    def __init__(self, model: str, addresses: list[str], timeout: float,
+                 holders: dict[str, tuple[str, int]] | None = None, keys=None,
+                 heartbeat: float | None = None):
+        super().__init__()
+        self.model = model  # every message to a worker names the model it is for
+        self.holders = holders or {}  # address -> (worker id, stage) for WorkerLost
+        self.monitors: dict[zmq.Socket, str] = {}  # connection events -> address
+        self.lost: dict[str, str] = {}  # address -> what was in flight when it went
+        self.identity = f"client-{os.getpid()}-{uuid.uuid4().hex[:12]}".encode()
+        self.ctx = zmq.Context.instance()
+        self.timeout = timeout
+        self.poller = zmq.Poller()
+        self.socks: dict[str, zmq.Socket] = {}
+        for address in addresses:
+            if address not in self.socks:
+                sock = self.ctx.socket(zmq.DEALER)
+                sock.setsockopt(zmq.LINGER, 0)
+                sock.setsockopt(zmq.IDENTITY, self.identity)
+                if keys is not None:
+                    keys.dial(sock)
+                # a worker that stops answering (hung, cut off) is dropped after
+                # LOST_AFTER_BEATS intervals without a ping answer: calls end with WorkerLost
+                if heartbeat:
+                    ivl = max(1, int(heartbeat * 1000))
+                    sock.setsockopt(zmq.HEARTBEAT_IVL, ivl)
+                    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, wire.LOST_AFTER_BEATS * ivl)
+                    sock.setsockopt(zmq.HEARTBEAT_TTL, wire.LOST_AFTER_BEATS * ivl)
+                # a worker that dies closes its connection: the monitor reports it at once
+                monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+                self.poller.register(monitor, zmq.POLLIN)
+                self.monitors[monitor] = address
+                sock.connect(address)
+                self.poller.register(sock, zmq.POLLIN)
+                self.socks[address] = sock
+        self._pid = os.getpid()
+        # contexts whose graph is gone on the client, to release on the workers (see release)
+        self.pending_releases: list[str] = []
+        self._busy = 0  # > 0 while a socket operation is under way (a request, a close)
+        self._thread = threading.get_ident()  # the thread that used the sockets last
+        # DistributedOptimizer.zero_grad() calls not sent yet: the next forward through every
+        # stage carries them (no round trip of their own); any other request sends them first
+        self.pending_zero_grads: list[tuple] = []  # (optimizer, set_to_none)
+
+    @property
+    def reply_to(self) -> str:
+        return self.identity.hex()
+
+    def send(self, address: str, msg_type: str, fields: dict, *, req: int = 0,
+             ctx: str | None = None) -> None:
+        if not self.socks:
+            raise RuntimeError(f"the deployed model {self.model} is closed; deploy it again "
+                               "to use it")
+        self.socks[address].send_multipart(
+            wire.encode(msg_type, {"model": self.model, **fields}, req=req, ctx=ctx),
+            copy=False)
+
+    def request(self, address: str, msg_type: str, fields: dict, *, ctx: str | None = None,
+                what: str = "") -> wire.Message:
+        """Send to ``address``; wait for the reply with the same id from any worker."""
+        return self.request_all([(address, fields)], msg_type, ctx=ctx, what=what)[0]
+
+    def request_all(self, calls: list[tuple], msg_type: str, *,
+                    ctx: str | None = None, what: str = "",
+                    carries_zero_grads: bool = False) -> list[wire.Message]:
+        """Send one request per (address, fields) or (address, fields, context) at once,
+        then wait for every reply (from any worker), so the workers serve them side by side
+        (and micro-batches flow through the stages as a pipeline); the replies in call
+        order. The first error reply is raised once all have come."""
+        self.flush_releases()
+        if self.pending_zero_grads and not carries_zero_grads:
+            self.flush_zero_grads()
+        if self.lost:  # a worker of this model went away earlier
+            self._raise_lost(next(iter(self.lost)), what or msg_type, ctx)
+        self._busy += 1
+        self._thread = threading.get_ident()
+        try:
+            return self._exchange(calls, msg_type, ctx, what)
+        except KeyboardInterrupt:  # Ctrl-C: no stage may keep waiting for the others
+            if msg_type == "train_step":
+                self._abort_step(ctx, "the client was interrupted")
+            raise
+        finally:
+            self._busy -= 1
+
+    def _exchange(self, calls: list[tuple], msg_type: str, ctx: str | None,
+                  what: str) -> list[wire.Message]:
+        reqs = []
+        for call in calls:
+            address, fields = call[0], call[1]
+            reqs.append(next_request_id())
+            self.send(address, msg_type, fields, req=reqs[-1],
+                      ctx=call[2] if len(call) > 2 else ctx)
+        replies: dict[int, wire.Message] = {}
+        deadline = Deadline(self.timeout)
+        while len(replies) < len(reqs):
+            events = poll_until(self.poller, deadline)
+            if not events:
+                raise RemoteTimeout(f"no answer to {what or msg_type!r} within "
+                                    f"{self.timeout:g} s")
+            for sock in events:
+                if sock in self.monitors:
+                    if self._disconnected(sock):
+                        address = self.monitors[sock]
+                        self.lost[address] = what or msg_type
+                        if msg_type == "train_step":  # the other stages must stop waiting
+                            worker = self.holders.get(address, (address, -1))[0]
+                            self._abort_step(ctx, f"worker {worker} is lost", skip=address)
+                        in_flight = [c[2] if len(c) > 2 else ctx for c in calls]
+                        self._raise_lost(address, what or msg_type,
+                                         ", ".join(c for c in in_flight if c) or None)
+                    continue
+                try:
+                    reply = wire.decode(sock.recv_multipart(copy=False))
+                except wire.WireError:
+                    continue
+                if reply.type == "hook_event":  # a worker runs one of our hooks meanwhile
+                    self._serve_event(sock, reply)
+                    deadline.renew()  # the worker is alive
+                    continue
+                if reply.type == "warning":
+                    _issue_warning(reply)
+                    continue
+                if reply.req in reqs:  # anything else: a late answer to a timed-out request
+                    replies[reply.req] = reply
+        # warnings a stage sent before passing its result on may still be on their way on
+        # another socket than the last answer's: take those that are here (with one socket
+        # they came before the answer, in order)
+        for sock in dict(self.poller.poll(0)) if len(self.socks) > 1 else ():
+            if sock in self.monitors:
+                if self._disconnected(sock):
+                    self.lost[self.monitors[sock]] = "no call (between calls)"
+                continue
+            try:
+                late = wire.decode(sock.recv_multipart(copy=False))
+            except wire.WireError:
+                continue
+            if late.type == "warning":
+                _issue_warning(late)
+        for req in reqs:
+            reply = replies[req]
+            if reply.type == "error":
+                if self.hook_error is not None:  # our own hook failed: raise that
+                    exc, self.hook_error = self.hook_error, None
+                    raise exc
+                raise_error(reply)
+        return [replies[req] for req in reqs]
+
+    @staticmethod
+    def _disconnected(monitor: zmq.Socket) -> bool:
+        from zmq.utils.monitor import recv_monitor_message
+
+        try:
+            event = recv_monitor_message(monitor, zmq.NOBLOCK)
+        except zmq.Again:
+            return False
+        return event["event"] == zmq.EVENT_DISCONNECTED
+
+    def _raise_lost(self, address: str, what: str, ctx: str | None):
+        worker, stage = self.holders.get(address, (address, -1))
+        raise WorkerLost(worker, stage, what, ctx)
+
+    def _abort_step(self, step: str | None, reason: str, skip: str | None = None) -> None:
+        """Tell every stage (but ``skip``) to give up training step ``step``."""
+        for address in self.socks:
+            if address != skip and step is not None:
+                self.send(address, "pipe", {"step": step, "kind": "abort", "mb": -1,
+                                            "reason": reason})
+
+    def flush_zero_grads(self) -> None:
+        """Send this model's zero_grad() calls that no forward has carried, and wait."""
+        pending, self.pending_zero_grads = self.pending_zero_grads, []
+        for optimizer, set_to_none in pending:
+            optimizer._each("zero_grad", set_to_none=set_to_none, only=self.model)
+
+    def take_zero_grads(self, model) -> tuple[list, list[list[dict]] | None]:
+        """The pending zero_grad() calls, taken, and the same as a forward field: per stage
+        of ``model``, the optimizer specs of its share (None when nothing is pending)."""
+        pending, self.pending_zero_grads = self.pending_zero_grads, []
+        if not pending:
+            return pending, None
+        per_stage: list[list[dict]] = [[] for _ in model._addresses]
+        for optimizer, set_to_none in pending:
+            shares = optimizer.shares
+            for index, address in enumerate(model._addresses):
+                names = shares.get((id(model), address))
+                if names:
+                    per_stage[index].append(optimizer._spec(names, "zero_grad",
+                                                            set_to_none=set_to_none))
+        return pending, per_stage
+
+    def release(self, ctx_ids: list[str]) -> None:
+        """The client's graph of ``ctx_ids`` is gone (its output was collected): the workers
+        may free theirs. A finalizer calls this wherever the collection happens: in the
+        thread that uses the sockets and between socket operations the release is sent at
+        once, anywhere else it goes with the next call."""
+        self.pending_releases.extend(ctx_ids)
+        if not self._busy and threading.get_ident() == self._thread:
+            try:
+                self.flush_releases()
+            except zmq.ZMQError:  # the sockets are going away (the interpreter exits)
+                pass
+
+    def flush_releases(self) -> None:
+        """Send the pending releases (one one-way message; the first stage passes it on)."""
+        if self.pending_releases and self.socks and os.getpid() == self._pid:
+            contexts, self.pending_releases = self.pending_releases, []
+            for ctx_id in contexts:
+                self.drop_context(ctx_id)
+            first = next(iter(self.socks))
+            self._busy += 1
+            try:
+                self.send(first, "release", {"contexts": contexts})
+            finally:
+                self._busy -= 1
+
+    def close(self, unload: bool = True) -> None:
+        """Close the sockets; with ``unload`` the workers first drop the model's stages (sent
+        without waiting: a worker that is gone has nothing left to drop)."""
+        self._busy += 1  # from now on nothing is sent: the model's stages go as a whole
+        if os.getpid() == self._pid:
+            for sock in self.socks.values():
+                sock.disable_monitor()
+            for monitor in self.monitors:
+                monitor.close(linger=0)
+            for address, sock in self.socks.items():
+                if unload and address not in self.lost:
+                    self.send(address, "unload", {})
+                sock.close(linger=500 if unload else 0)
+        self.socks = {}
+
+

@@ -1,0 +1,141 @@
+"""Client hooks served on the client: a worker fires the stub of a hook registered on a
+proxy, the event crosses here, the user's callable runs here with proxies of the worker's
+tensors, and its result (None, a replacement, or a tensor computed from the hook's tensors,
+whose vector-Jacobian product a later event asks for) crosses back. Warnings a worker raised
+for the client are re-issued here too."""
+from __future__ import annotations
+
+import warnings
+import weakref
+
+import numpy as np
+import zmq
+
+from disthook import autograd as torch_autograd
+from disthook import wire
+from disthook.autograd import engine, grad_mode
+from disthook.distributed.values import pack, unpack
+from disthook.tensor import Tensor
+
+__all__ = ["HookServer"]
+
+
+class HookServer:
+    """The client's hooks of one deployment and what their events left behind: the channel
+    to the stages (``channel._Hub``) is one, and serves events while it waits for replies."""
+
+    def __init__(self):
+        # hook id -> (callable, kind, module proxy, its add_hook fields), in registration order
+        self.hooks: dict[int, tuple] = {}
+        self.vjps: dict[str, tuple] = {}  # key -> (result tensor, leaves) for "vjp" events
+        self.watched: dict[str, list] = {}  # key -> a hook's tensors that got tensor hooks
+        self.hook_error: BaseException | None = None
+
+    def _serve_event(self, sock: zmq.Socket, event: wire.Message) -> None:
+        """Run the hook a worker asked for and answer it on the socket the event came on."""
+        try:
+            result = self._run_hook(event)
+            frames = wire.encode("hook_reply", {"hook": event["hook"], "result": result},
+                                 req=event.req, ctx=event.ctx)
+        except Exception as exc:  # noqa: BLE001 - the worker must hear; we re-raise it later
+            self.hook_error = exc
+            frames = wire.encode("error", {"kind": type(exc).__name__, "message": str(exc)},
+                                 req=event.req, ctx=event.ctx)
+        sock.send_multipart(frames, copy=False)
+
+    def _run_hook(self, event: wire.Message):
+        kind = event["kind"]
+        if kind == "retained":  # the gradient a worker's tensor retained, after its backward
+            key, _, index = event["path"].rpartition("#")
+            (grad,) = [unpack(a) for a in event["args"][1:]]
+            self.watched[key][int(index)]._grad = grad
+            return None
+        if kind == "leaf_hook":
+            key, _, index = event["path"].rpartition("#")
+            leaf = self.watched[key][int(index)]
+            (grad,) = [unpack(a) for a in event["args"][1:]]
+            out = engine.run_tensor_hooks(leaf._backward_hooks, grad)
+            return None if out is grad else pack(out)
+        if kind == "vjp":
+            result, leaves = self.vjps[event["path"]]
+            (grad,) = [unpack(a) for a in event["args"][1:]]
+            wanted = [t for t in leaves if t.requires_grad]
+            grads = torch_autograd.grad(result, wanted, grad, allow_unused=True)
+            return pack(list(grads))
+        entry = self.hooks.get(event["hook"])
+        if entry is None:
+            raise RuntimeError(f"hook {event['hook']} was removed on the client")
+        fn, _, proxy, _ = entry
+        diff = event["args"][0]["diff"]
+        leaves: list[Tensor] = []
+
+        def leaf(array, requires_grad):
+            t = Tensor._make(np.array(array), None, 0)
+            if diff and requires_grad:
+                t.requires_grad_(True)
+            ref = weakref.ref(t)
+            t.retain_grad = lambda: _retain_on_worker(ref())  # acts on the worker's tensor
+            leaves.append(t)
+            return t
+
+        args = [unpack(a, leaf) for a in event["args"][1:]]
+        if kind == "tensor":
+            out = fn(*args)
+        else:
+            with grad_mode.set_grad_enabled(diff):
+                out = fn(proxy, *args)
+        key = f"{event.ctx}:{event.req}:{event['hook']}"
+        value = None if out is None else self._pack_result(out, leaves, key)
+        # tensors the hook put tensor hooks on (the Grad-CAM pattern): the worker hooks the
+        # real tensors, and their gradients come here to run these hooks
+        watch = [i for i, t in enumerate(leaves) if t._backward_hooks]
+        retain = [i for i, t in enumerate(leaves) if t.__dict__.get("_retain_on_worker")]
+        if watch or retain:
+            self.watched[key] = leaves
+            return {"value": value, "watch": watch, "retain": retain, "key": key}
+        return value
+
+    def _pack_result(self, value, leaves: list, key: str):
+        """A hook's result: a leaf itself as ``{"same": i}``, a tensor computed from leaves
+        with a key for its vector-Jacobian product, containers element by element."""
+        if isinstance(value, Tensor):
+            for i, t in enumerate(leaves):
+                if value is t:
+                    return {"same": i}
+            if value.requires_grad and value.grad_fn is not None:
+                k = f"{key}:{len(self.vjps)}"
+                self.vjps[k] = (value, leaves)
+                return {"tensor": value.detach()._data, "vjp": k}
+            return pack(value)
+        if isinstance(value, (tuple, list)):
+            items = [self._pack_result(v, leaves, f"{key}.{i}") for i, v in enumerate(value)]
+            return {"tuple" if isinstance(value, tuple) else "list": items}
+        return pack(value)
+
+    def drop_context(self, ctx_id: str) -> None:
+        """Forget the client-side hook graphs of a context whose backward is over."""
+        prefix = f"{ctx_id}:"
+        for store in (self.vjps, self.watched):
+            for key in [k for k in store if k.startswith(prefix)]:
+                del store[key]
+
+
+_WARNING_CLASSES = {cls.__name__: cls for cls in (
+    Warning, UserWarning, DeprecationWarning, PendingDeprecationWarning, SyntaxWarning,
+    RuntimeWarning, FutureWarning, ImportWarning, UnicodeWarning, BytesWarning,
+    ResourceWarning)}
+
+
+def _issue_warning(msg: wire.Message) -> None:
+    """A worker's warning, as the client's own (its category kept when it is a built-in)."""
+    category = _WARNING_CLASSES.get(msg["category"], UserWarning)
+    warnings.warn(msg["message"], category, stacklevel=4)
+
+
+def _retain_on_worker(t: Tensor) -> None:
+    """``retain_grad()`` of a tensor a client hook got: the worker's tensor retains its
+    gradient, which comes here when that worker's backward is done."""
+    if not t._requires_grad:
+        raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+    t._retain_on_worker = True
+
