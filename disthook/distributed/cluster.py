@@ -20,7 +20,7 @@ import threading
 import time
 import weakref
 
-from deploy.local import spawn
+from deploy.local import spawn, stderr_tail
 from deploy.roles import Role, coordinator_role, worker_role
 from disthook.distributed.rpc import DEFAULT_TIMEOUT, ClusterError, Peer, RemoteTimeout
 from disthook.distributed.security import CLIENT, Keys, generate
@@ -29,6 +29,17 @@ from disthook.wire import HEARTBEAT_S
 __all__ = ["Cluster", "WorkerInfo", "connect", "local_cluster"]
 
 IN_WORKER = False  # set in worker processes: they must not start clusters of their own
+
+
+def _refuse_in_worker(call: str) -> None:
+    """A worker imports the client's main script to find the model's classes; code of that
+    script that starts or attaches to a cluster must not run there (it would deploy onto the
+    very worker that waits for it): fail at once with the fix."""
+    if IN_WORKER:
+        raise RuntimeError(
+            f"{call} was called while a worker imported the client's main script to find the "
+            "model's classes: put the code that starts the cluster under "
+            "if __name__ == \"__main__\":")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +66,7 @@ class Cluster:
 
     def __init__(self, address: str, *, timeout: float = DEFAULT_TIMEOUT,
                  keys: Keys | None = None, _processes: list[subprocess.Popen] | None = None):
+        _refuse_in_worker("Cluster()")
         self.address = address
         self.timeout = timeout
         self.keys = keys  # this client's pair and the servers' key, when the cluster uses keys
@@ -226,6 +238,14 @@ class Cluster:
         state = "closed" if self._closed else "open"
         return f"<disthook Cluster at {self.address} ({state})>"
 
+    def _last_stderr(self, pid: int) -> list[str]:
+        """The last stderr lines of this local cluster's process ``pid``, once it has ended
+        (none for processes started elsewhere, or whose stderr went to a file)."""
+        for proc in self._processes:
+            if proc.pid == pid:
+                return stderr_tail(proc)
+        return []
+
     def _check_open(self) -> None:
         if self._closed:
             raise ClusterError(f"the cluster at {self.address} is closed")
@@ -255,6 +275,7 @@ def connect(address: str, *, timeout: float = DEFAULT_TIMEOUT, keys=None,
     ``keys``: the cluster's key directory (or a ``Keys``), when it runs with keys; the client
     pair used is ``key_name`` (default "client"). A cluster that refuses the key raises
     ``AuthenticationError``."""
+    _refuse_in_worker("connect()")
     if keys is not None and not isinstance(keys, Keys):
         keys = Keys.load(os.fspath(keys), key_name)
     cluster = Cluster(address, timeout=timeout, keys=keys)
@@ -286,11 +307,7 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
     (and removed with it), or ``keys=DIR`` names one (``disthook keys generate DIR``).
     ``context_ttl``: seconds a worker keeps a forward's graph waiting for its backward (the
     graphs of a client that vanished are dropped then)."""
-    if IN_WORKER:
-        raise RuntimeError(
-            "local_cluster() was called while a worker imported the client's main script to "
-            "find the model's classes: put the code that starts the cluster under "
-            "if __name__ == \"__main__\":")
+    _refuse_in_worker("local_cluster()")
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise ValueError(f"local_cluster() needs workers >= 1, got {workers!r}")
     procs: list[subprocess.Popen] = []

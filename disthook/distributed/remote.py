@@ -45,7 +45,7 @@ from disthook.distributed.placement import (
     split_rows,
 )
 from disthook.distributed.proxies import RemoteHandle, RemoteModule, RemoteParameter
-from disthook.distributed.rpc import DEFAULT_TIMEOUT, ClusterError
+from disthook.distributed.rpc import DEFAULT_TIMEOUT, ClusterError, WorkerLost
 from disthook.distributed.spec import main_script_of, module_spec
 from disthook.nn.modules.container import Sequential
 from disthook.nn.modules.module import Module
@@ -581,6 +581,13 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
                 "prev": workers[i - 1].address if i > 0 else None,
                 "next": workers[i + 1].address if i + 1 < stages else None,
             }, what=f"load_stage {i} on {w.id}")
+    except WorkerLost as exc:  # it died loading its stage: its last words say why
+        remote.close()
+        pid = {w.id: w.pid for w in workers}.get(exc.worker)
+        lines = cluster._last_stderr(pid) if pid is not None else []
+        if not lines:
+            raise
+        raise WorkerLost(exc.worker, exc.stage, exc.what, exc.context, stderr=lines) from None
     except BaseException:
         remote.close()  # the stages loaded so far are dropped again
         raise

@@ -70,12 +70,16 @@ class WorkerLost(ClusterError):
     """A worker holding a stage of the model went away (its connection closed) while a call
     needed it, or before: names the worker, its stage and what was in flight."""
 
-    def __init__(self, worker: str, stage: int, what: str, context: str | None = None):
+    def __init__(self, worker: str, stage: int, what: str, context: str | None = None,
+                 stderr: list[str] | None = None):
         self.worker, self.stage, self.what, self.context = worker, stage, what, context
+        self.stderr = stderr or []  # the worker process's last stderr lines, when known
         ctx = f" (context {context})" if context else ""
+        said = ("; its last stderr lines:\n" + "\n".join(f"  {line}" for line in self.stderr)
+                if self.stderr else "")
         super().__init__(f"worker {worker}, holding stage {stage}, is lost: its connection "
                          f"closed during {what}{ctx}; deploy the model again (its stage's "
-                         "state on that worker is gone)")
+                         f"state on that worker is gone){said}")
 
 
 def error_fields(exc: BaseException, *, worker: str | None = None, path: str | None = None,
