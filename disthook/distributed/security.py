@@ -32,6 +32,7 @@ __all__ = [
     "generate",
     "handshake_refusal",
     "is_loopback",
+    "refusal_reason",
     "warn_if_exposed",
 ]
 
@@ -198,6 +199,12 @@ def handshake_refusal(monitor: zmq.Socket) -> str | None:
         event = recv_monitor_message(monitor, zmq.NOBLOCK)
     except zmq.Again:
         return None
+    return refusal_reason(event)
+
+
+def refusal_reason(event: dict) -> str | None:
+    """Why a handshake failed, for a monitor event (as pyzmq parses it); None for another
+    event."""
     if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
         return f"the server refused this key (status {event['value']})"
     if event["event"] & HANDSHAKE_FAILURES:

@@ -24,7 +24,7 @@ from disthook.distributed.rpc import error_fields
 from disthook.distributed.security import (
     HANDSHAKE_FAILURES,
     Keys,
-    handshake_refusal,
+    refusal_reason,
     warn_if_exposed,
 )
 
@@ -54,7 +54,8 @@ class Service:
     tick_interval = 0.25
 
     def __init__(self, bind: str, *, name: str | None = None, parent_pid: int | None = None,
-                 keys: Keys | None = None):
+                 keys: Keys | None = None, router_options: dict | None = None,
+                 watch_disconnects: bool = False):
         self.ctx = zmq.Context()
         self.name = name or f"{self.role}-{socket.gethostname()}-{os.getpid()}"
         self.log = logging.getLogger(f"disthook.{self.role}")
@@ -62,16 +63,20 @@ class Service:
         self.router = self.ctx.socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
         self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)  # an unroutable reply raises, not drops
+        for option, value in (router_options or {}).items():  # before bind: for every peer
+            self.router.setsockopt(option, value)
         self.poller = zmq.Poller()
-        self._auth = self._refusals = None
+        self._auth = None
+        events = zmq.EVENT_DISCONNECTED if watch_disconnects else 0  # see on_disconnected
         if keys is not None:  # encrypted, and only authorized keys get in
             keys.serve(self.router)
             self._auth = keys.guard(self.ctx, self.log, self.name)
             # a peer without keys never reaches the key check: its handshake fails; log it
             # (refused keys are logged by the key check itself)
-            self._refusals = self.router.get_monitor_socket(
-                HANDSHAKE_FAILURES & ~zmq.EVENT_HANDSHAKE_FAILED_AUTH)
-            self.poller.register(self._refusals, zmq.POLLIN)
+            events |= HANDSHAKE_FAILURES & ~zmq.EVENT_HANDSHAKE_FAILED_AUTH
+        self._monitor = self.router.get_monitor_socket(events) if events else None
+        if self._monitor is not None:
+            self.poller.register(self._monitor, zmq.POLLIN)
         self.address = bind_endpoint(self.router, bind)
         warn_if_exposed(self.address, keys, self.log, self.name)
         self.parent_pid = parent_pid
@@ -104,9 +109,9 @@ class Service:
         self._running = False
 
     def close(self) -> None:
-        if self._refusals is not None:
+        if self._monitor is not None:
             self.router.disable_monitor()
-            self._refusals.close(linger=0)
+            self._monitor.close(linger=0)
         if self._auth is not None:
             self._auth.stop()
         self.ctx.destroy(linger=200)  # let the last replies and shutdown notices go out
@@ -116,16 +121,34 @@ class Service:
 
     # ---- requests ----------------------------------------------------------------------------
     def on_socket(self, sock: zmq.Socket) -> None:
-        if sock is self._refusals:
-            why = handshake_refusal(sock)
-            if why is not None:
-                self.log.warning("%s: refused a connection: %s", self.name, why)
+        if sock is self._monitor:
+            self.read_monitor()
             return
         if sock is self.router:
             frames = recv_now(self.router)
             if frames is None:  # a wait inside a handler took it since the poll
                 return
             self.handle(frames[0].bytes, frames[1:], self.router)
+
+    def read_monitor(self) -> None:
+        """Every event of the endpoint's monitor: refused handshakes are logged, a closed
+        connection goes to ``on_disconnected`` with its file descriptor."""
+        from zmq.utils.monitor import recv_monitor_message
+
+        while True:
+            try:
+                event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if event["event"] == zmq.EVENT_DISCONNECTED:
+                self.on_disconnected(int(event["value"]))
+                continue
+            why = refusal_reason(event)
+            if why is not None:
+                self.log.warning("%s: refused a connection: %s", self.name, why)
+
+    def on_disconnected(self, fd: int) -> None:
+        """A peer's connection (file descriptor ``fd``) closed; with ``watch_disconnects``."""
 
     def handle(self, sender: bytes, frames: list, sock: zmq.Socket) -> None:
         """Decode one request from ``sender``, run its handler, send the reply."""

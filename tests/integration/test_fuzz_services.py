@@ -97,7 +97,7 @@ def test_services_survive_a_storm_of_bad_messages_and_still_train_right():
         # pipeline messages for a model the worker holds, that no step will ever ask for,
         # are kept up to a bound
         from disthook.distributed.rpc import Peer
-        from workers.server import MAILBOX_LIMIT
+        from workers.state import MAILBOX_LIMIT
 
         first = cluster.workers()[0].address
         with Peer(first) as peer:

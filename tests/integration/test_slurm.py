@@ -73,7 +73,8 @@ def test_the_sbatch_script_starts_a_cluster_and_runs_the_client(tmp_path):
             pass
         job.wait()
     assert job.returncode == 0, out + err
-    lines = [line for line in out.splitlines() if not line.startswith("disthook ")]
+    # two roles' announcements may interleave on the shared pipe: keep the client's lines
+    lines = [line for line in out.splitlines() if line and "disthook " not in line]
     assert lines[0] == "difference 0.0", out + err  # the roles announce themselves too
     host = socket.gethostname()
     assert lines[1] == f"workers ['{host}-0', '{host}-1']", out + err

@@ -1,0 +1,259 @@
+"""The worker's decisions driven with events alone: no sockets, no threads, no processes."""
+import pytest
+
+from disthook.distributed import schedule as schedules
+from disthook.wire import Message
+from workers.state import (
+    ClientGone,
+    Context,
+    JobDone,
+    Log,
+    MessageIn,
+    Reply,
+    Resume,
+    Run,
+    StepRun,
+    Tick,
+    WorkerState,
+)
+
+CLIENT, OTHER, NEIGHBOUR = b"client-a", b"client-b", b"w1>prev>0"
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def make_state(**kw):
+    clock = Clock()
+    state = WorkerState("w0", clock=clock, **kw)
+    state.models.add("m")
+    return state, clock
+
+
+def request(state, msg_type, sender=CLIENT, req=1, ctx=None, **fields):
+    fields.setdefault("model", "m")
+    return state.handle(MessageIn(sender, Message(msg_type, req, ctx, fields)))
+
+
+def started(instructions):
+    return [i.job for i in instructions if isinstance(i, Run)]
+
+
+def resumed(instructions):
+    return [i.wait for i in instructions if isinstance(i, Resume)]
+
+
+def pipe(state, step, kind, mb, sender=NEIGHBOUR, reason=None):
+    return request(state, "pipe", sender=sender, step=step, kind=kind, mb=mb, data=None,
+                   reason=reason)
+
+
+# ---- which request runs when ---------------------------------------------------------------
+def test_requests_of_one_client_on_one_model_run_one_at_a_time_in_order():
+    state, _ = make_state()
+    (first,) = started(request(state, "forward", req=1))
+    assert started(request(state, "forward", req=2)) == []  # behind the first
+    assert started(request(state, "backward", req=3)) == []
+    (second,) = started(state.handle(JobDone(first)))
+    assert second.msg.req == 2
+    (third,) = started(state.handle(JobDone(second)))
+    assert third.msg.req == 3
+    assert state.handle(JobDone(third)) == [] and state.lanes == {}
+
+
+def test_another_client_another_model_and_reads_do_not_wait():
+    state, _ = make_state()
+    state.models.add("n")
+    (first,) = started(request(state, "forward"))
+    assert len(started(request(state, "forward", sender=OTHER))) == 1  # another client
+    assert len(started(request(state, "forward", model="n"))) == 1  # another model
+    for kind in ("status", "get_state", "list_hooks", "captured", "release"):
+        assert len(started(request(state, kind))) == 1, kind  # reads: at once
+
+
+def test_a_forward_passed_on_by_a_neighbour_is_the_clients_request():
+    state, _ = make_state()
+    (job,) = started(request(state, "forward", sender=NEIGHBOUR,
+                             reply_to=CLIENT.hex()))
+    assert job.client == CLIENT and job.sender == NEIGHBOUR and job.lane == ("m", CLIENT)
+
+
+# ---- waits ------------------------------------------------------------------------------------
+def test_a_hook_answer_resumes_exactly_its_wait():
+    state, _ = make_state()
+    (job,) = started(request(state, "forward"))
+    wait = state.wait_for_client(job, CLIENT, 7, "the answer")
+    late = request(state, "hook_reply", sender=CLIENT, req=8, hook=1)  # another event's
+    assert late == [Reply(CLIENT, 8, "LookupError", "worker w0 has no hook event 8 waiting "
+                          "for an answer (it ended, or none was sent)")]
+    late_error = request(state, "error", sender=CLIENT, req=8, kind="X", message="")
+    assert isinstance(late_error[0], Log)  # an error is never answered with an error
+    assert resumed(request(state, "hook_reply", sender=OTHER, req=7, hook=1)) == []
+    out = request(state, "hook_reply", sender=CLIENT, req=7, hook=1, result=None)
+    assert resumed(out) == [wait] and wait.done and wait.outcome.req == 7
+    assert state.waits == {} and job.waiting is None
+
+
+def test_a_read_runs_while_a_request_waits_on_its_clients_hook():
+    state, _ = make_state()
+    (job,) = started(request(state, "forward"))
+    state.wait_for_client(job, CLIENT, 1, "the answer")
+    assert len(started(request(state, "get_state", req=2))) == 1
+    assert len(started(request(state, "status", req=3))) == 1
+    assert started(request(state, "forward", req=4)) == []  # its next forward: after
+
+
+def test_the_hook_deadline_ends_the_wait_with_a_timeout():
+    state, clock = make_state(hook_timeout=5.0)
+    (job,) = started(request(state, "forward"))
+    wait = state.wait_for_client(job, CLIENT, 1, "the answer to its forward hook")
+    clock.now += 4.9
+    assert resumed(state.handle(Tick(clock.now))) == []
+    clock.now += 0.2
+    assert resumed(state.handle(Tick(clock.now))) == [wait]
+    assert isinstance(wait.error, TimeoutError) and "forward hook" in str(wait.error)
+
+
+# ---- a client that goes away ------------------------------------------------------------------
+def test_a_client_gone_ends_its_waits_drops_its_queue_and_its_graphs():
+    state, _ = make_state()
+    (job,) = started(request(state, "forward", req=1))
+    request(state, "forward", req=2)  # queued behind it
+    (other,) = started(request(state, "forward", sender=OTHER))
+    wait = state.wait_for_client(job, CLIENT, 1, "the answer")
+    other_wait = state.wait_for_client(other, OTHER, 1, "the answer")
+    state.keep_context("m", "c1", Context(CLIENT, [], None, [], 0.0))
+    state.keep_context("m", "c2", Context(OTHER, [], None, [], 0.0))
+    out = state.handle(ClientGone(CLIENT))
+    assert resumed(out) == [wait] and isinstance(wait.error, ConnectionError)
+    assert any(isinstance(i, Log) and "went away" in i.text for i in out)
+    assert set(state.contexts) == {("m", "c2")} and not other_wait.done
+    # its running job ends by itself; nothing queued behind it starts, no wait opens again
+    with pytest.raises(ConnectionError, match="went away"):
+        state.wait_for_client(job, CLIENT, 2, "another answer")
+    assert started(state.handle(JobDone(job))) == []
+    assert state.lanes == {("m", OTHER): state.lanes[("m", OTHER)]}
+
+
+def test_a_peer_with_nothing_here_going_away_says_nothing():
+    state, _ = make_state()
+    assert state.handle(ClientGone(b"status-peer")) == []
+
+
+# ---- contexts -----------------------------------------------------------------------------------
+def test_contexts_expire_after_their_ttl_and_can_be_released():
+    state, clock = make_state(context_ttl=10.0)
+    state.keep_context("m", "old", Context(CLIENT, [], None, [], clock.now))
+    clock.now += 5
+    state.keep_context("m", "new", Context(CLIENT, [], None, [], clock.now))
+    clock.now += 6
+    out = state.handle(Tick(clock.now))
+    assert [i.text for i in out if isinstance(i, Log)][0].startswith(
+        "worker w0: context old of model m expired")
+    assert set(state.contexts) == {("m", "new")}
+    assert state.release("m", ["new", "unknown"]) == 1 and state.contexts == {}
+
+
+def test_unloading_a_model_drops_its_graphs_and_mail():
+    state, _ = make_state()
+    state.keep_context("m", "c", Context(CLIENT, [], None, [], 0.0))
+    pipe(state, "s", "act", 0)
+    state.unload("m")
+    assert state.contexts == {} and state.mailbox == {} and "m" not in state.models
+
+
+# ---- the pipeline mailbox -------------------------------------------------------------------
+def test_the_mailbox_keeps_at_most_its_limit_dropping_the_oldest():
+    state, _ = make_state(mailbox_limit=3)
+    for i in range(3):
+        assert pipe(state, f"s{i}", "act", 0) == []
+    out = pipe(state, "s3", "act", 0)
+    assert "mailbox full" in out[0].text
+    assert [k[1] for k in state.mailbox] == ["s1", "s2", "s3"]
+
+
+def test_mail_for_no_model_here_or_a_finished_step_is_dropped():
+    state, _ = make_state()
+    assert request(state, "pipe", model="other", step="s", kind="act", mb=0, data=None) == []
+    state.finish_step("m", "s")
+    pipe(state, "s", "act", 0)
+    assert state.mailbox == {}
+
+
+def test_a_waiting_step_resumes_when_its_message_comes_and_can_time_out():
+    state, clock = make_state(pipe_timeout=3.0)
+    (job,) = started(request(state, "train_step"))
+    run = StepRun("m", "s", [("recv_act", 0), ("forward", 0)])
+    action = run.next(state.mailbox)
+    assert action[0] == "wait"
+    wait = state.wait_for_pipe(job, action[1], "the act of micro-batch 0")
+    assert resumed(pipe(state, "s", "act", 0)) == [wait]
+    assert run.next(state.mailbox)[:3] == ("recv", "act", 0)
+    assert run.next(state.mailbox) == ("forward", 0)
+    assert run.next(state.mailbox) == ("done",)
+    # a wait that nothing ends
+    run = StepRun("m", "t", [("recv_grad", 1)])
+    wait = state.wait_for_pipe(job, run.next(state.mailbox)[1], "the grad of micro-batch 1")
+    clock.now += 3.5
+    assert resumed(state.handle(Tick(clock.now))) == [wait]
+    assert isinstance(wait.error, TimeoutError)
+
+
+def test_an_abort_from_a_neighbour_ends_the_step_where_it_waits():
+    state, _ = make_state()
+    (job,) = started(request(state, "train_step"))
+    run = StepRun("m", "s", [("recv_act", 0), ("forward", 0)])
+    wait = state.wait_for_pipe(job, run.next(state.mailbox)[1], "the act")
+    assert resumed(pipe(state, "s", "abort", -1, reason="stage 0 failed")) == [wait]
+    assert run.next(state.mailbox) == ("abort", "stage 0 failed")
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("p,m", [(2, 4), (3, 5), (4, 2)])
+def test_whole_training_steps_through_every_stage(name, p, m):
+    """p worker states, each walking its schedule; sends go into the next state's mailbox,
+    waits end when the message comes. Every stage runs its forwards and backwards in its
+    schedule's order, a backward only after its forward (and its gradient), and nothing is
+    left in any mailbox or wait."""
+    plan = schedules.schedule(name, p, m)
+    states = [make_state()[0] for _ in range(p)]
+    jobs = [started(request(s, "train_step"))[0] for s in states]
+    runs = [StepRun("m", "step", plan[s]) for s in range(p)]
+    blocked = [None] * p
+    done = [False] * p
+    ran = [[] for _ in range(p)]
+    while not all(done):
+        progressed = False
+        for s in range(p):
+            if done[s] or (blocked[s] is not None and not blocked[s].done):
+                continue
+            action = runs[s].next(states[s].mailbox)
+            kind = action[0]
+            progressed = True
+            if kind == "done":
+                states[s].finish_step("m", "step")
+                done[s] = True
+            elif kind == "wait":
+                blocked[s] = states[s].wait_for_pipe(jobs[s], action[1], "mail")
+            elif kind in ("forward", "backward"):
+                ran[s].append(action)
+            elif kind == "send_act":
+                resumed(pipe(states[s + 1], "step", "act", action[1]))
+            elif kind == "send_grad":
+                resumed(pipe(states[s - 1], "step", "grad", action[1]))
+            else:
+                assert kind == "recv"
+        assert progressed, f"deadlock: {blocked}"
+    for s in range(p):
+        assert ran[s] == [a for a in plan[s] if a[0] in ("forward", "backward")]
+        assert states[s].mailbox == {} and states[s].waits == {}
+
+
+def test_an_unknown_schedule_action_is_refused():
+    with pytest.raises(ValueError, match="unknown schedule action 'jump'"):
+        StepRun("m", "s", [("jump", 0)]).next({})

@@ -1,0 +1,191 @@
+"""Hooks on a worker's stages: registering and removing them, and the stubs that run a
+client's hook by sending the event to the client and waiting for its answer.
+
+A client hook fires inside the job of a forward or backward; its stub sends a
+``hook_event`` to the client that registered it and sleeps until the answer comes (the
+worker serves other requests meanwhile), the client goes away, or the hook deadline passes.
+The answer is used as torch would use the hook's return value.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import disthook
+from disthook.distributed import hook_kinds
+from disthook.distributed import hooks as worker_hooks
+from disthook.distributed.values import pack, tensors_in, unpack
+
+__all__ = ["HookHandlers"]
+
+
+class HookHandlers:
+    """The hook requests of ``Worker`` and its client-hook stubs (a mixin)."""
+
+    def on_add_hooks(self, job):
+        """Register hooks on the stage, all or none: a worker hook runs here, any other is a
+        stub that runs the client's hook when it fires here."""
+        st = self._stage(job)
+        client = bytes.fromhex(job.msg["reply_to"])
+        added = []
+        try:
+            for entry in job.msg["hooks"]:
+                self._add_hook(st, _hook_entry(entry), client)
+                added.append(entry["hook"])
+        except BaseException:
+            self._remove_hooks(st, added)
+            raise
+
+    def _add_hook(self, st, entry: dict, client: bytes) -> None:
+        kind, path, hook_id = entry["kind"], entry["path"], entry["hook"]
+        hook_kind = hook_kinds.KINDS.get(kind)
+        if hook_kind is None:
+            raise ValueError(f"unknown hook kind {kind!r}; the kinds are "
+                             f"{', '.join(hook_kinds.KINDS)}")
+        spec = entry.get("worker_hook")
+        if spec is not None:  # runs here, without a round trip
+            stub = worker_hooks.build(spec, kind, path, self.captures, self.allow_hook_modules)
+        elif hook_kind.on == "tensor":
+            stub = self._tensor_stub(hook_id, path, client)
+        else:
+            stub = self._module_stub(kind, hook_id, path, client)
+        target = (st.module.get_parameter(path) if hook_kind.on == "tensor"
+                  else st.module.get_submodule(path))
+        handle = hook_kinds.register(target, kind, stub, entry["options"])
+        st.hooks[hook_id] = handle
+        st.hook_info[hook_id] = {"hook": hook_id, "kind": kind, "path": path,
+                                 "tag": entry.get("tag"),
+                                 "runs": "client" if spec is None else "worker"}
+
+    def on_list_hooks(self, job):
+        """The hooks registered on this stage: [{"hook", "kind", "path", "tag", "runs"}],
+        where runs is "client" (a stub that calls the client) or "worker" (a worker hook)."""
+        return list(self._stage(job).hook_info.values())
+
+    def on_captured(self, job):
+        """The capture buffer ``name``: [{"order", "path", "kind", "micro_batch", "value"}]."""
+        msg = job.msg
+        return [{"order": list(order), "path": path, "kind": kind, "micro_batch": mb,
+                 "value": pack(value)}
+                for order, path, kind, mb, value in self.captures.take(msg["name"],
+                                                                       msg.get("clear", True))]
+
+    def on_remove_hooks(self, job):
+        self._remove_hooks(self._stage(job), job.msg["hooks"])
+
+    @staticmethod
+    def _remove_hooks(st, hook_ids) -> None:
+        for hook_id in hook_ids:  # an id not held here (removed before) is no error
+            st.hook_info.pop(hook_id, None)
+            handle = st.hooks.pop(hook_id, None)
+            if handle is not None:
+                handle.remove()
+
+    def _module_stub(self, kind: str, hook_id: int, path: str, client: bytes):
+        """The worker-side body of a client module hook: the event crosses, the answer comes
+        back and is returned to the module machinery as the client's hook returned it."""
+        worker = self
+        forward_kind = kind in ("forward_pre", "forward")
+
+        def stub(module, *args):
+            worker.captures.fired["client"] += 1
+            originals = list(tensors_in(args))
+            data = worker._call_client(client, hook_id, kind, path, [pack(a) for a in args],
+                                       diff=forward_kind and disthook.is_grad_enabled())
+            if isinstance(data, dict) and "watch" in data:
+                for i in data["watch"]:  # the client's hook hooked these tensors
+                    originals[i].register_hook(
+                        worker._tensor_stub(hook_id, f"{data['key']}#{i}", client, "leaf_hook"))
+                for i in data["retain"]:  # ... or asked them to retain their gradients
+                    originals[i].retain_grad()
+                    worker.current_job().retained.append(
+                        (client, hook_id, f"{data['key']}#{i}", originals[i]))
+                data = data["value"]
+            if data is None:
+                return None
+            return _unpack_result(data, originals, worker, client, hook_id)
+
+        stub.__name__ = f"client_hook_{hook_id}"  # how engine errors name the hook
+        return stub
+
+    def _tensor_stub(self, hook_id: int, path: str, client: bytes, kind: str = "tensor"):
+        worker = self
+
+        def stub(grad):
+            worker.captures.fired["client"] += 1
+            data = worker._call_client(client, hook_id, kind, path, [pack(grad)])
+            return None if data is None else _unpack_result(data, [grad], worker, client,
+                                                            hook_id)
+
+        stub.__name__ = f"client_hook_{hook_id}"
+        return stub
+
+    def _call_client(self, client: bytes, hook_id: int, kind: str, path: str, args: list,
+                     diff: bool = False):
+        """Send a hook event to ``client`` and sleep until its answer comes; the answer."""
+        job = self.current_job()
+        req = next(self._event_ids)
+        what = f"the client's answer to its {kind} hook on {path!r}"
+        wait = self.state.wait_for_client(job, client, req, what)
+        fields = {"hook": hook_id, "kind": kind, "path": path,
+                  "args": [{"diff": diff}, *args]}
+        self.reply(self.router, client, req, "hook_event", fields, ctx=job.msg.ctx)
+        msg = self.sleep_on(wait)
+        if msg.type == "error":
+            raise RuntimeError(f"the client's {kind} hook on {path!r} raised "
+                               f"{msg['kind']}: {msg['message']}")
+        return msg.get("result")
+
+
+_HOOK_ENTRY = {"hook": int, "kind": str, "path": str, "options": dict}
+
+
+def _hook_entry(entry) -> dict:
+    """One hook of an add_hooks message, its fields checked (the wire checks the list)."""
+    if not isinstance(entry, dict):
+        raise ValueError(f"add_hooks: a hook must be a map, got {type(entry).__name__}")
+    for name, kind in _HOOK_ENTRY.items():
+        if type(entry.get(name)) is not kind:
+            raise ValueError(f"add_hooks: field {name!r} of a hook must be {kind.__name__}, "
+                             f"got {type(entry.get(name)).__name__}")
+    for name, kind in (("worker_hook", dict), ("tag", str)):
+        if entry.get(name) is not None and not isinstance(entry[name], kind):
+            raise ValueError(f"add_hooks: field {name!r} of a hook must be {kind.__name__}")
+    unexpected = set(entry) - {*_HOOK_ENTRY, "worker_hook", "tag"}
+    if unexpected:
+        raise ValueError(f"add_hooks: unexpected field(s) {sorted(unexpected)} in a hook")
+    return entry
+
+
+class _ClientFunction(disthook.autograd.Function):
+    """A tensor a client hook computed from tensors of this worker: its backward asks the
+    client for the vector-Jacobian product of that computation."""
+
+    @staticmethod
+    def forward(ctx, worker, client, hook_id, key, value, *inputs):
+        ctx.call = (worker, client, hook_id, key, len(inputs))
+        return disthook.from_numpy(np.array(value))
+
+    @staticmethod
+    def backward(ctx, grad):
+        worker, client, hook_id, key, n = ctx.call
+        data = worker._call_client(client, hook_id, "vjp", key, [pack(grad)])
+        grads = unpack(data)
+        if len(grads) != n:
+            raise RuntimeError(f"the client returned {len(grads)} gradients for {n} inputs")
+        return (None, None, None, None, None, *grads)
+
+
+def _unpack_result(data, originals: list, worker, client: bytes, hook_id: int):
+    """A client hook's result: ``{"same": i}`` is the i-th original tensor itself; a tensor
+    with a ``vjp`` key was computed from the originals and stays differentiable."""
+    if isinstance(data, dict) and "same" in data:
+        return originals[data["same"]]
+    if isinstance(data, dict) and "vjp" in data:
+        inputs = [t for t in originals if t.requires_grad]
+        return _ClientFunction.apply(worker, client, hook_id, data["vjp"], data["tensor"],
+                                     *inputs)
+    if isinstance(data, dict) and len(data) == 1 and next(iter(data)) in ("tuple", "list"):
+        (tag, items), = data.items()
+        out = [_unpack_result(v, originals, worker, client, hook_id) for v in items]
+        return tuple(out) if tag == "tuple" else out
+    return unpack(data)

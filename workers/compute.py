@@ -1,0 +1,316 @@
+"""A worker's stages and the requests that run them: load and unload, forward and backward
+of one context, pipelined training steps, and releasing graphs.
+
+Each handler runs as the job of one request (``workers/server.py`` starts it; see
+``workers/state.py`` for when). A handler that must wait (for a neighbour's activation in a
+training step) asks the state for the wait and sleeps through ``Worker.sleep_on``; the
+worker serves everyone else meanwhile.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import time
+
+import numpy as np
+import zmq
+
+import disthook
+from disthook import hooks as toolkit
+from disthook import wire
+from disthook.distributed.service import NO_REPLY
+from disthook.distributed.spec import build_module, import_main
+from disthook.distributed.values import pack
+from workers.state import Context, StepRun
+
+__all__ = ["ComputeHandlers", "Stage", "rss_bytes"]
+
+
+class Stage:
+    """One model's stage on this worker: its modules (an nn.Sequential named as in the full
+    model), its neighbour stages, client hooks and optimizer shares. Its forward graphs are
+    kept in the worker's state (``WorkerState.contexts``)."""
+
+    def __init__(self, model: str, index: int, module) -> None:
+        self.model, self.index, self.module = model, index, module
+        self.name = f"stage {index} of {model}"
+        self.neighbours: dict[str, zmq.Socket] = {}  # "prev"/"next" -> DEALER to that worker
+        self.hooks: dict[int, object] = {}  # client hook id -> handle of its stub
+        self.hook_info: dict[int, dict] = {}  # hook id -> what on_list_hooks tells of it
+        self.forwards = 0  # forwards run (one per micro-batch), for status
+        self.parameters = sum(p.numel() for p in module.parameters())
+        self.optimizers: dict[int, object] = {}  # DistributedOptimizer id -> local share
+
+
+class ComputeHandlers:
+    """The stage-running requests of ``Worker`` (a mixin: it uses the worker's sockets,
+    state and helpers)."""
+
+    def on_load_stage(self, job):
+        """Build a stage of model ``msg["model"]`` from its spec and connect to its neighbour
+        stages; a stage of that model held before is replaced."""
+        msg = job.msg
+        main = None
+        if msg.get("main"):
+            if not self.allow_main_scripts:
+                raise PermissionError(
+                    f"the model uses classes of the client's main script {msg['main']}; this "
+                    "worker does not import client scripts (start it with "
+                    "--allow-main-scripts, as local clusters do, or define the classes in a "
+                    "module installed on the workers)")
+            main = import_main(msg["main"])
+        module = build_module(msg["spec"], main=main)
+        self._drop(msg["model"])
+        stage = Stage(msg["model"], msg["stage"], module)
+        for side in ("prev", "next"):
+            if msg.get(side):
+                # a fresh identity per load: a ROUTER refuses a peer whose identity is still
+                # held by the connection it replaces
+                sock = self._dial(msg[side], f"{self.id}>{side}>{next(_load_ids)}".encode(),
+                                  linger=1000)
+                self.poller.register(sock, zmq.POLLIN)
+                stage.neighbours[side] = sock
+        self.stages[stage.model] = stage
+        self.state.models.add(stage.model)
+        self.log.info("worker %s: %s loaded (%s)", self.id, stage.name,
+                      ", ".join(module._modules))
+        self._beat()
+        return {"parameters": sum(p.numel() for p in module.parameters())}
+
+    def on_unload(self, job):
+        """Forget the stage of a model (its graphs, hooks and optimizer shares too)."""
+        if self._drop(job.msg["model"]):
+            self._beat()
+
+    def _drop(self, model: str) -> bool:
+        stage = self.stages.pop(model, None)
+        self.state.unload(model)
+        if stage is None:
+            return False
+        for sock in stage.neighbours.values():
+            self.poller.unregister(sock)
+            sock.close(linger=0)
+        for handle in stage.hooks.values():
+            handle.remove()
+        self.log.info("worker %s: %s unloaded", self.id, stage.name)
+        return True
+
+    def on_forward(self, job):
+        """Run the stage on the activations; pass them on, or answer the client if last."""
+        msg = job.msg
+        try:
+            st = self._stage(job)
+            zero_grads = msg.get("zero_grad")
+            if zero_grads is not None:  # the client's optimizer.zero_grad(), before all else
+                if not (st.index < len(zero_grads) and isinstance(zero_grads[st.index], list)):
+                    raise ValueError(f"forward: zero_grad must list the optimizer calls of "
+                                     f"every stage, got {zero_grads!r:.80}")
+                for spec in zero_grads[st.index]:
+                    self._optimizer_action(st, spec)
+            grad = msg["grad_enabled"]
+            flags = msg.get("requires_grad") or [True] * len(msg["inputs"])
+            inputs = []
+            for a, flag in zip(msg["inputs"], flags):
+                t = disthook.from_numpy(np.array(a))  # an own, writable copy of the frame
+                if grad and flag and t.is_floating_point():
+                    t.requires_grad_(True)  # a fresh leaf per context: its grad goes back
+                inputs.append(t)
+            job.micro_batch = self.captures.micro_batch = msg.get("mb")
+            stop = msg.get("stop")
+            stop_here = stop is not None and stop.split(".", 1)[0] in st.module._modules
+            st.forwards += 1
+            with disthook.set_grad_enabled(grad):
+                if stop_here:  # the output of module `stop` is the answer: no later stage
+                    out = toolkit.stop_after(st.module, stop, *inputs)
+                else:
+                    out = st.module(*inputs)
+            if not isinstance(out, disthook.Tensor):
+                raise TypeError(f"{stop if stop_here else st.name} returned "
+                                f"{type(out).__name__}; a stage must return one Tensor")
+            if grad and out.requires_grad:
+                self.state.keep_context(st.model, msg.ctx, Context(
+                    job.client, inputs, out, job.retained, time.monotonic()))
+            fields = {"model": st.model, "stage": st.index + 1,
+                      "inputs": [out.detach().numpy()], "grad_enabled": grad,
+                      "requires_grad": [out.requires_grad], "reply_to": msg["reply_to"],
+                      "mb": msg.get("mb"), "stop": stop, "zero_grad": zero_grads}
+            nxt = st.neighbours.get("next")
+            if nxt is not None and not stop_here:
+                nxt.send_multipart(wire.encode("forward", fields, req=msg.req, ctx=msg.ctx),
+                                   copy=False)
+            else:
+                self._to_client(job, "ok", {"result": {
+                    "output": out.detach().numpy(), "requires_grad": out.requires_grad}})
+        except Exception as exc:  # noqa: BLE001 - the client, not the previous stage, hears it
+            self._to_client(job, "error", self.error_reply(exc, job, msg.get("inputs")))
+        return NO_REPLY
+
+    def on_backward(self, job):
+        """Backward through the stage's graph of this context; pass the input's gradient on."""
+        msg = job.msg
+        try:
+            st = self._stage(job)
+            context = self.state.context(st.model, msg.ctx)
+            if context is None:
+                raise RuntimeError(
+                    f"no forward graph of context {msg.ctx!r} on {st.name}: it ran "
+                    "backward already without retain_graph=True, was released, or expired")
+            (g,) = msg["grads"]
+            retain = msg["retain_graph"]
+            job.micro_batch = self.captures.micro_batch = msg.get("mb")
+            for t in context.inputs:
+                t.grad = None  # the gradient of this backward only goes to the previous stage
+            # None: the next stage's output did not depend on this one's (a hook replaced
+            # it by a constant); nothing flows back, and the context ends as after backward
+            if g is not None:
+                grad = disthook.from_numpy(np.array(g))
+                disthook.autograd.backward([context.output], [grad], retain_graph=retain)
+            for who, hook_id, key, t in context.retained:  # what client hooks retained
+                if t.grad is not None:
+                    self._call_client(who, hook_id, "retained", key, [pack(t.grad)])
+            if not retain:
+                self.state.end_context(st.model, msg.ctx)
+            grads = [None if t.grad is None else t.grad.numpy() for t in context.inputs]
+            prev = st.neighbours.get("prev")
+            # when no input needed a gradient, no earlier stage kept a graph: answer now
+            if prev is not None and any(t.requires_grad for t in context.inputs):
+                fields = {"model": st.model, "stage": st.index - 1, "grads": grads,
+                          "retain_graph": retain, "reply_to": msg["reply_to"],
+                          "mb": msg.get("mb")}
+                prev.send_multipart(wire.encode("backward", fields, req=msg.req, ctx=msg.ctx),
+                                    copy=False)
+            else:
+                self._to_client(job, "ok", {"result": {"grads": grads}})
+        except Exception as exc:  # noqa: BLE001
+            self._to_client(job, "error", self.error_reply(exc, job))
+        return NO_REPLY
+
+    def on_release(self, job):
+        """Forget the graphs of contexts whose outputs the client dropped; the next stage
+        forgets them too."""
+        msg = job.msg
+        st = self.stages.get(msg["model"])
+        if st is None:  # unloaded meanwhile: nothing left to release
+            return NO_REPLY
+        self.state.release(st.model, msg["contexts"])
+        nxt = st.neighbours.get("next")
+        if nxt is not None:  # the whole pipeline forgets the contexts
+            nxt.send_multipart(wire.encode("release", {"model": st.model,
+                                                       "contexts": msg["contexts"]}), copy=False)
+        return NO_REPLY
+
+    # ---- pipelined training steps ---------------------------------------------------------
+    def on_train_step(self, job):
+        """Run this stage's list of a pipeline schedule (see disthook.distributed.schedule):
+        micro-batch forwards and backwards, activations and gradients to and from the
+        neighbour stages; the last stage computes each micro-batch's loss, scaled."""
+        msg = job.msg
+        st = self._stage(job)
+        for spec in msg.get("zero_grad") or ():  # the client's optimizer.zero_grad() first
+            self._optimizer_action(st, spec)
+        step, model = msg["step"], st.model
+        first, last = "prev" not in st.neighbours, "next" not in st.neighbours
+        loss_fn = _loss_function(msg["loss"]) if last else None
+        run = StepRun(model, step, msg["schedule"])
+        held: dict[int, tuple] = {}  # micro-batch -> (input leaf, output or scaled loss)
+        received: dict[tuple, np.ndarray] = {}
+        grads_in: dict[int, object] = {}
+        losses: dict[int, float] = {}
+        busy, peak = 0.0, rss_bytes() or 0  # compute time; the most memory held
+        try:
+            while True:
+                action = run.next(self.state.mailbox)
+                kind = action[0]
+                if kind == "done":
+                    break
+                if kind == "abort":
+                    raise RuntimeError(f"the step was aborted: {action[1]}")
+                if kind == "wait":
+                    (_, _, what, mb), _ = action[1]
+                    wait = self.state.wait_for_pipe(
+                        job, action[1], f"the {what} of micro-batch {mb} ({st.name})")
+                    if wait is not None:
+                        self.sleep_on(wait)
+                    continue
+                if kind == "recv":
+                    received[(action[1], action[2])] = action[3]["data"]
+                    continue
+                mb = action[1]
+                job.micro_batch = self.captures.micro_batch = mb
+                started = time.perf_counter()
+                if kind == "forward":
+                    st.forwards += 1
+                    data = msg["inputs"][mb] if first else received.pop(("act", mb))
+                    leaf = disthook.from_numpy(np.array(data))
+                    if not first and leaf.is_floating_point():
+                        leaf.requires_grad_(True)
+                    out = st.module(leaf)
+                    if last:
+                        target = disthook.from_numpy(np.array(msg["targets"][mb]))
+                        loss = loss_fn(out, target)
+                        losses[mb] = float(loss.item())
+                        out = loss * msg["scales"][mb]
+                    held[mb] = (leaf, out)
+                    peak = max(peak, rss_bytes() or 0)
+                    busy += time.perf_counter() - started
+                elif kind == "send_act":
+                    self._pipe_send(st, "next", step, "act", mb, held[mb][1].detach().numpy())
+                elif kind == "backward":
+                    leaf, out = held.pop(mb)
+                    if last:
+                        disthook.autograd.backward([out])
+                    else:
+                        g = disthook.from_numpy(np.array(received.pop(("grad", mb))))
+                        disthook.autograd.backward([out], [g])
+                    grads_in[mb] = leaf.grad
+                    busy += time.perf_counter() - started
+                else:  # send_grad
+                    g = grads_in.pop(mb)
+                    if g is None:
+                        raise RuntimeError(f"{st.name}: no gradient reached the input of "
+                                           f"micro-batch {mb}")
+                    self._pipe_send(st, "prev", step, "grad", mb, g.numpy())
+        except BaseException as exc:
+            for side in ("prev", "next"):  # the neighbours must not wait for us
+                if side in st.neighbours:
+                    self._pipe_send(st, side, step, "abort", -1, None,
+                                    reason=f"{st.name} on worker {self.id} failed: "
+                                           f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            job.micro_batch = self.captures.micro_batch = None
+            self.state.finish_step(model, step)
+        stats = {"busy": busy, "peak_rss": peak}
+        return {"losses": [losses[mb] for mb in sorted(losses)], **stats} if last else stats
+
+    def _pipe_send(self, st, side: str, step: str, kind: str, mb: int, data,
+                   reason: str | None = None) -> None:
+        fields = {"model": st.model, "step": step, "kind": kind, "mb": mb, "data": data,
+                  "reason": reason}
+        st.neighbours[side].send_multipart(wire.encode("pipe", fields), copy=False)
+
+
+def _loss_function(spec: dict):
+    """The loss of a training step: a module (sent as a spec) or a function of
+    disthook.nn.functional (sent by name)."""
+    from disthook.nn import functional
+
+    if "module" in spec:
+        return build_module(spec["module"])
+    name = spec.get("function")
+    fn = getattr(functional, name, None) if isinstance(name, str) else None
+    if fn is None or not callable(fn) or name.startswith("_"):
+        raise ValueError(f"unknown loss function {name!r} of disthook.nn.functional")
+    return fn
+
+
+def rss_bytes() -> int | None:
+    """This process's resident memory, in bytes (None where /proc is not there)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+_load_ids = itertools.count()

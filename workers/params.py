@@ -1,0 +1,118 @@
+"""The requests that read or change a stage's parameters, buffers and optimizer shares."""
+from __future__ import annotations
+
+import numpy as np
+
+import disthook
+from disthook.distributed.values import unpack
+
+__all__ = ["ParamHandlers"]
+
+
+class ParamHandlers:
+    """Parameter, state and optimizer requests of ``Worker`` (a mixin)."""
+
+    def on_get_state(self, job):
+        """The stage's parameters and buffers, and the parameters' gradients, by full name."""
+        st = self._stage(job)
+        names = job.msg.get("names")
+        state = {name: t.detach().numpy() for name, t in st.module.state_dict().items()
+                 if names is None or name in names}
+        grads = {name: p.grad.numpy() for name, p in st.module.named_parameters()
+                 if p.grad is not None and (names is None or name in names)}
+        unknown = [] if names is None else [n for n in names if n not in state]
+        if unknown:
+            raise KeyError(f"{st.name} has no parameters or buffers {unknown}")
+        return {"stage": st.index, "state": state, "grads": grads}
+
+    def on_param_op(self, job):
+        """An in-place method of a parameter (``fill_``, ``copy_``, ``requires_grad_``, ...),
+        run without autograd as ``p.data.<op>(*args)`` would run in one process."""
+        st, msg = self._stage(job), job.msg
+        op = msg["op"]
+        if not (op.endswith("_") and not op.startswith("_")
+                and callable(getattr(disthook.Tensor, op, None))):
+            raise ValueError(f"{op!r} is not an in-place tensor method")
+        param = st.module.get_parameter(msg["name"])
+        args, kwargs = unpack(msg["args"]), unpack(msg["kwargs"])
+        if op == "requires_grad_":
+            param.requires_grad_(*args, **kwargs)
+            return
+        with disthook.no_grad():
+            getattr(param, op)(*args, **kwargs)
+
+    def on_step(self, job):
+        """The stage's share of an optimizer (made on first use), or the stage's zero_grad.
+
+        ``optimizer``: {"id", "class" (a name in disthook.optim), "kwargs", "params" (full
+        names), "action": "step" | "zero_grad" | "state" | "load", "set_to_none", "state"}.
+        "state" returns the share's state by parameter name ({"state": {name: {key: value}},
+        "param_groups": [hyperparameters]}); "load" restores such a state.
+        """
+        st = self._stage(job)
+        spec = job.msg.get("optimizer")
+        if spec is None:
+            if job.msg.get("zero_grad"):
+                st.module.zero_grad()
+            return None
+        return self._optimizer_action(st, spec)
+
+    def _optimizer_action(self, st, spec):
+        """Run ``spec["action"]`` on the stage's share of optimizer ``spec["id"]``."""
+        if not isinstance(spec, dict) or not {"id", "class", "kwargs", "params",
+                                               "action"} <= spec.keys():
+            raise ValueError("an optimizer call must be a map with id, class, kwargs, params "
+                             f"and action, got {spec!r:.80}")
+        opt = st.optimizers.get(spec["id"])
+        if opt is None:
+            cls = getattr(disthook.optim, spec["class"], None)
+            if not (isinstance(cls, type) and issubclass(cls, disthook.optim.Optimizer)):
+                raise ValueError(f"{spec['class']!r} is not an optimizer of disthook.optim")
+            params = dict(st.module.named_parameters())
+            missing = [n for n in spec["params"] if n not in params]
+            if missing:
+                raise KeyError(f"{st.name} has no parameters {missing}")
+            opt = cls([params[n] for n in spec["params"]], **spec["kwargs"])
+            st.optimizers[spec["id"]] = opt
+        if spec["action"] == "step":
+            opt.step()
+        elif spec["action"] == "zero_grad":
+            opt.zero_grad(set_to_none=spec.get("set_to_none", True))
+        elif spec["action"] == "state":
+            saved = opt.state_dict()
+            names = spec["params"]  # one group: ids 0..n-1 are these names in order
+            return {"state": {names[i]: {k: v.detach().numpy() if isinstance(v, disthook.Tensor)
+                                         else v for k, v in s.items()}
+                              for i, s in saved["state"].items()},
+                    "param_groups": [{k: list(v) if isinstance(v, tuple) else v
+                                      for k, v in g.items() if k != "params"}
+                                     for g in saved["param_groups"]]}
+        elif spec["action"] == "load":
+            names, given = spec["params"], spec["state"]
+            unknown = [n for n in given["state"] if n not in names]
+            if unknown:
+                raise KeyError(f"{st.name}: optimizer state for parameters it does not step: "
+                               f"{unknown}")
+            state = {names.index(n): {k: disthook.from_numpy(np.array(v))
+                                      if isinstance(v, np.ndarray) else v
+                                      for k, v in s.items()}
+                     for n, s in given["state"].items()}
+            groups = [{**g, "params": list(range(len(names)))} for g in given["param_groups"]]
+            opt.load_state_dict({"state": state, "param_groups": groups})
+        else:
+            raise ValueError(f"unknown optimizer action {spec['action']!r}")
+        return
+
+    def on_train(self, job):
+        self._stage(job).module.train(job.msg["mode"])
+
+    def on_set_state(self, job):
+        """Copy arrays into the stage's parameters and buffers by full name (no_grad, in place)."""
+        st = self._stage(job)
+        own = st.module.state_dict(keep_vars=True)
+        unknown = [n for n in job.msg["state"] if n not in own]
+        if unknown:
+            raise KeyError(f"{st.name} has no parameters or buffers {unknown}")
+        with disthook.no_grad():
+            for name, arr in job.msg["state"].items():
+                own[name].copy_(disthook.from_numpy(np.array(arr)))

@@ -1,0 +1,401 @@
+"""What a worker decides, as plain state: no sockets, no threads, no module code.
+
+The socket shell (``workers/server.py``) turns what arrives into events and hands each to
+``WorkerState.handle``, the only place that changes this state; what comes back is a list
+of instructions the shell carries out. The decisions kept here:
+
+- which request runs now and which waits: requests that change a stage run one at a time
+  per (model, client), in arrival order ("lanes"); reads (status, state, hooks, captures)
+  run at once, even while a request of the same client waits on its hook;
+- the waits of running requests: a client hook's answer, a neighbour's pipeline message;
+  each has a deadline, and a client that goes away fails its waits at once;
+- the forward graphs kept for a backward (contexts), per model and context id, with the
+  client that opened them: released by the client, dropped with the client, or expired;
+- the pipeline mailbox: activations and gradients of training steps, kept until the step's
+  schedule asks for them, bounded, and emptied when the step ends;
+- where a training step is in its schedule (``StepRun``).
+
+Stage code (the modules, their hooks and graphs) runs in the jobs the shell starts; it asks
+this state for waits and contexts and reports back when a job is done.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+import time
+from typing import Any
+
+__all__ = ["ClientGone", "Context", "Job", "JobDone", "Log", "MessageIn", "Reply", "Resume", "Run",
+           "StepRun", "Tick", "Wait", "WorkerState"]
+
+HOOK_TIMEOUT_S = 300.0  # a client hook's answer: the client is alive (its pings answer) but slow
+PIPE_TIMEOUT_S = 300.0  # a neighbour stage's activation or gradient of a training step
+MAILBOX_LIMIT = 4096  # pipeline messages kept before anyone asked for them
+FINISHED_STEPS_KEPT = 256  # steps whose late pipeline messages are dropped on arrival
+GONE_KEPT = 1024  # clients remembered as gone (a running job of theirs waits no more)
+
+# requests that only read (or only drop graphs): they run at once, never behind a waiting
+# request, so a client hook may read the model it runs on
+AT_ONCE = frozenset({"status", "get_state", "list_hooks", "captured", "release"})
+# answers to a wait of a running request, recognised by (sender, request id)
+ANSWERS = frozenset({"hook_reply", "error"})
+
+
+# ---- events (what happened) -----------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class MessageIn:
+    """A decoded message on the worker's endpoint from ``sender`` (its routing identity)."""
+
+    sender: bytes
+    msg: Any  # wire.Message
+
+
+@dataclasses.dataclass(frozen=True)
+class JobDone:
+    """A request's job ended (answered, failed, or given up)."""
+
+    job: Job
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientGone:
+    """The connection of ``identity`` closed (the process died, or missed its heartbeats)."""
+
+    identity: bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class Tick:
+    """Time passed: deadlines of waits and contexts are checked against ``now``."""
+
+    now: float
+
+
+# ---- instructions (what the shell does) ---------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """Start the job of a request (the shell runs its handler)."""
+
+    job: Job
+
+
+@dataclasses.dataclass(frozen=True)
+class Resume:
+    """A wait ended (``wait.outcome`` or ``wait.error`` is set): its job goes on."""
+
+    wait: Wait
+
+
+@dataclasses.dataclass(frozen=True)
+class Reply:
+    """Answer ``to`` at once with an error: what it sent fits nothing here."""
+
+    to: bytes
+    req: int
+    kind: str
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Log:
+    level: str  # "info" | "warning"
+    text: str
+
+
+# ---- records ----------------------------------------------------------------------------------
+@dataclasses.dataclass(eq=False)
+class Job:
+    """One request being served: who asked, for which model, and what it waits on now."""
+
+    sender: bytes  # who sent the request (the client, or the previous stage)
+    msg: Any  # wire.Message
+    client: bytes  # whose request it is (the forward's reply_to when a neighbour sent it)
+    model: str | None
+    lane: tuple | None = None  # (model, client) when it runs in a lane; None: at once
+    waiting: Wait | None = None
+    stage: Any = None  # the stage it runs on, once looked up (for error reports)
+    retained: list = dataclasses.field(default_factory=list)  # see Context.retained
+    micro_batch: int | None = None  # what capture hooks record as the micro-batch
+
+    @property
+    def kind(self) -> str:
+        return self.msg.type
+
+
+@dataclasses.dataclass(eq=False)
+class Wait:
+    """A running job waits for an answer: a client's hook answer (``client`` and ``req``) or
+    a pipeline message (``keys``: the mailbox keys any of which ends it)."""
+
+    id: int
+    job: Job
+    what: str
+    timeout: float
+    deadline: float
+    client: bytes | None = None
+    req: int | None = None
+    keys: tuple = ()
+    outcome: Any = None  # the answer message, or the mailbox key that came
+    error: BaseException | None = None
+    done: bool = False
+
+
+@dataclasses.dataclass(eq=False)
+class Context:
+    """The graph of one forward on a stage, kept for its backward."""
+
+    client: bytes
+    inputs: list
+    output: Any
+    retained: list  # (client, hook id, key, tensor) whose gradient goes to the client
+    created: float
+
+
+class WorkerState:
+    """Every decision of a worker that is not stage arithmetic; see the module docstring."""
+
+    def __init__(self, worker_id: str, *, context_ttl: float = 600.0,
+                 hook_timeout: float = HOOK_TIMEOUT_S, pipe_timeout: float = PIPE_TIMEOUT_S,
+                 mailbox_limit: int = MAILBOX_LIMIT, clock=time.monotonic):
+        self.worker_id = worker_id
+        self.context_ttl = context_ttl
+        self.hook_timeout = hook_timeout
+        self.pipe_timeout = pipe_timeout
+        self.mailbox_limit = mailbox_limit
+        self.clock = clock
+        self.models: set[str] = set()  # models with a stage here
+        self.contexts: dict[tuple[str, str], Context] = {}  # (model, ctx id) -> graph
+        self.mailbox: dict[tuple, Any] = {}  # (model, step, kind, mb) -> pipe message
+        self.finished_steps: collections.deque = collections.deque(maxlen=FINISHED_STEPS_KEPT)
+        self.waits: dict[int, Wait] = {}
+        self.lanes: dict[tuple, collections.deque] = {}  # busy lane -> requests queued in it
+        self.jobs: set[Job] = set()  # running (or waiting) jobs
+        self.gone: dict[bytes, None] = {}  # clients whose connection closed (the latest)
+        self._wait_ids = itertools.count(1)
+
+    # ---- the one entry point ------------------------------------------------------------------
+    def handle(self, event) -> list:
+        """Apply one event; the instructions it calls for, in order."""
+        if isinstance(event, MessageIn):
+            return self._on_message(event.sender, event.msg)
+        if isinstance(event, JobDone):
+            return self._on_job_done(event.job)
+        if isinstance(event, ClientGone):
+            return self._on_client_gone(event.identity)
+        if isinstance(event, Tick):
+            return self._on_tick(event.now)
+        raise TypeError(f"not a worker event: {event!r}")
+
+    def _on_message(self, sender: bytes, msg) -> list:
+        if msg.type in ANSWERS:
+            for wait in self.waits.values():
+                if wait.client == sender and wait.req == msg.req:
+                    return [self._end_wait(wait, outcome=msg)]
+            if msg.type == "error":  # never answer an error with an error
+                return [Log("info", f"worker {self.worker_id}: an error answer to hook event "
+                                    f"{msg.req}, which no request waits for; dropped")]
+            return [Reply(sender, msg.req, "LookupError",
+                          f"worker {self.worker_id} has no hook event {msg.req} waiting for "
+                          "an answer (it ended, or none was sent)")]
+        if msg.type == "pipe":
+            return self._on_pipe(msg)
+        client = _client_of(sender, msg)
+        model = msg.get("model") if isinstance(msg.get("model"), str) else None
+        job = Job(sender, msg, client, model)
+        if msg.type in AT_ONCE or model is None:
+            self.jobs.add(job)
+            return [Run(job)]
+        job.lane = (model, client)
+        queued = self.lanes.get(job.lane)
+        if queued is not None:  # that client's earlier request on this model is running
+            queued.append(job)
+            return []
+        self.lanes[job.lane] = collections.deque()
+        self.jobs.add(job)
+        return [Run(job)]
+
+    def _on_job_done(self, job: Job) -> list:
+        self.jobs.discard(job)
+        if job.waiting is not None:  # ended while waiting (stopped): the wait goes too
+            self.waits.pop(job.waiting.id, None)
+            job.waiting = None
+        if job.lane is None or job.lane not in self.lanes:
+            return []
+        queued = self.lanes[job.lane]
+        if not queued:
+            del self.lanes[job.lane]
+            return []
+        nxt = queued.popleft()
+        self.jobs.add(nxt)
+        return [Run(nxt)]
+
+    def _on_client_gone(self, identity: bytes) -> list:
+        self.gone[identity] = None
+        while len(self.gone) > GONE_KEPT:
+            del self.gone[next(iter(self.gone))]
+        out: list = []
+        for wait in [w for w in self.waits.values()
+                     if identity in (w.client, w.job.client)]:
+            out.append(self._end_wait(wait, error=ConnectionError(
+                f"the client went away while worker {self.worker_id} waited for "
+                f"{wait.what}")))
+        dropped = 0
+        for lane in [lane for lane in self.lanes if lane[1] == identity]:
+            dropped += len(self.lanes[lane])
+            self.lanes[lane].clear()  # the running job ends by itself; nothing after it
+        graphs = [key for key, c in self.contexts.items() if c.client == identity]
+        for key in graphs:
+            del self.contexts[key]
+        if out or dropped or graphs:  # a warning when it left requests unfinished
+            level = "warning" if out or dropped else "info"
+            out.append(Log(level, f"worker {self.worker_id}: client {_short(identity)} went "
+                                  f"away: {len(out)} wait(s) ended, {dropped} queued "
+                                  f"request(s) and {len(graphs)} graph(s) dropped"))
+        return out
+
+    def _on_tick(self, now: float) -> list:
+        out: list = []
+        for wait in [w for w in self.waits.values() if now >= w.deadline]:
+            out.append(self._end_wait(wait, error=TimeoutError(
+                f"worker {self.worker_id} waited {wait.timeout:g} s for {wait.what}")))
+        for key in [k for k, c in self.contexts.items() if now - c.created > self.context_ttl]:
+            del self.contexts[key]
+            out.append(Log("warning", f"worker {self.worker_id}: context {key[1]} of model "
+                                      f"{key[0]} expired after {self.context_ttl:g} s "
+                                      "without backward"))
+        return out
+
+    # ---- waits ----------------------------------------------------------------------------------
+    def wait_for_client(self, job: Job, client: bytes, req: int, what: str) -> Wait:
+        """The job waits for ``client``'s answer to hook event ``req`` (the client whose
+        hook fired; today the job's own)."""
+        return self._open_wait(job, what, self.hook_timeout, client=client, req=req)
+
+    def wait_for_pipe(self, job: Job, keys: tuple, what: str) -> Wait | None:
+        """The job waits until one of the mailbox ``keys`` is there (None: one is already)."""
+        if any(k in self.mailbox for k in keys):
+            return None
+        return self._open_wait(job, what, self.pipe_timeout, keys=tuple(keys))
+
+    def _open_wait(self, job: Job, what: str, timeout: float, **how) -> Wait:
+        if job not in self.jobs or job.client in self.gone or how.get("client") in self.gone:
+            raise ConnectionError(f"the client went away; worker {self.worker_id} does not "
+                                  f"wait for {what}")
+        wait = Wait(next(self._wait_ids), job, what, timeout, self.clock() + timeout, **how)
+        self.waits[wait.id] = wait
+        job.waiting = wait
+        return wait
+
+    def _end_wait(self, wait: Wait, *, outcome=None, error=None) -> Resume:
+        del self.waits[wait.id]
+        wait.outcome, wait.error, wait.done = outcome, error, True
+        wait.job.waiting = None
+        return Resume(wait)
+
+    def fail_all_waits(self, reason: str) -> list:
+        """End every wait with ``reason`` (the worker is stopping)."""
+        return [self._end_wait(w, error=RuntimeError(reason)) for w in list(self.waits.values())]
+
+    # ---- the pipeline mailbox ---------------------------------------------------------------
+    def _on_pipe(self, msg) -> list:
+        step = (msg["model"], msg["step"])
+        if msg["model"] not in self.models or step in self.finished_steps:
+            return []  # for no model held here, or late: dropped
+        out: list = []
+        if len(self.mailbox) >= self.mailbox_limit:  # nobody asks for these: a faulty peer
+            oldest = next(iter(self.mailbox))
+            del self.mailbox[oldest]
+            out.append(Log("warning", f"worker {self.worker_id}: pipeline mailbox full "
+                                      f"({self.mailbox_limit}); dropping {oldest}"))
+        key = (*step, msg["kind"], msg["mb"])
+        self.mailbox[key] = msg
+        for wait in [w for w in self.waits.values() if key in w.keys]:
+            out.append(self._end_wait(wait, outcome=key))
+        return out
+
+    def finish_step(self, model: str, step: str) -> None:
+        """A training step ended here: its mailbox entries go, later ones are dropped."""
+        self.finished_steps.append((model, step))
+        for key in [k for k in self.mailbox if k[:2] == (model, step)]:
+            del self.mailbox[key]
+
+    # ---- contexts -------------------------------------------------------------------------------
+    def keep_context(self, model: str, ctx_id: str, context: Context) -> None:
+        self.contexts[(model, ctx_id)] = context
+
+    def context(self, model: str, ctx_id: str) -> Context | None:
+        return self.contexts.get((model, ctx_id))
+
+    def end_context(self, model: str, ctx_id: str) -> None:
+        self.contexts.pop((model, ctx_id), None)
+
+    def release(self, model: str, ctx_ids) -> int:
+        """Forget the graphs of these contexts (the client dropped their outputs)."""
+        return sum(self.contexts.pop((model, c), None) is not None for c in ctx_ids)
+
+    def unload(self, model: str) -> None:
+        self.models.discard(model)
+        for key in [k for k in self.contexts if k[0] == model]:
+            del self.contexts[key]
+        for key in [k for k in self.mailbox if k[0] == model]:
+            del self.mailbox[key]
+
+    def counts(self) -> dict:
+        """For status: graphs kept, mailbox entries, jobs running and waiting, queued."""
+        return {"contexts": len(self.contexts), "mailbox": len(self.mailbox),
+                "jobs": len(self.jobs), "waits": len(self.waits),
+                "queued": sum(len(q) for q in self.lanes.values())}
+
+
+class StepRun:
+    """Where one stage is in its schedule of a pipelined training step.
+
+    ``next(mailbox)`` gives the next action to carry out: ``("forward", mb)``,
+    ``("backward", mb)``, ``("send_act", mb)``, ``("send_grad", mb)``, ``("recv", kind, mb,
+    message)`` once the message is in the mailbox (taken out of it), ``("wait", keys)`` when
+    it is not there yet (call again when one of ``keys`` came), ``("abort", reason)`` when
+    a neighbour gave up the step, and ``("done",)`` at the end.
+    """
+
+    def __init__(self, model: str, step: str, schedule: list):
+        self.model, self.step = model, step
+        self.schedule = [(str(kind), int(mb)) for kind, mb in schedule]
+        self.position = 0
+
+    def next(self, mailbox: dict) -> tuple:
+        abort = (self.model, self.step, "abort", -1)
+        if abort in mailbox:
+            return ("abort", mailbox[abort]["reason"])
+        if self.position == len(self.schedule):
+            return ("done",)
+        kind, mb = self.schedule[self.position]
+        if kind in ("recv_act", "recv_grad"):
+            key = (self.model, self.step, kind[5:], mb)
+            if key not in mailbox:
+                return ("wait", (key, abort))
+            self.position += 1
+            return ("recv", kind[5:], mb, mailbox.pop(key))
+        if kind not in ("forward", "backward", "send_act", "send_grad"):
+            raise ValueError(f"unknown schedule action {kind!r}")
+        self.position += 1
+        return (kind, mb)
+
+
+def _client_of(sender: bytes, msg) -> bytes:
+    """Whose request this is: the client named in ``reply_to`` (a forward or backward passed
+    on by a neighbour stage names it), else the sender."""
+    reply_to = msg.get("reply_to")
+    if isinstance(reply_to, str):
+        try:
+            return bytes.fromhex(reply_to)
+        except ValueError:
+            pass
+    return sender
+
+
+def _short(identity: bytes) -> str:
+    try:
+        return identity.decode()
+    except UnicodeDecodeError:
+        return identity.hex()
