@@ -44,7 +44,7 @@ __all__ = [
     "encode",
 ]
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: typed sub-records (hook entries, optimizer calls, hook values)
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
 LOST_AFTER_BEATS = 3  # a connection with no answer to its pings this long is dropped
@@ -97,7 +97,42 @@ class Message:
 #   str, int, float (an int is accepted), bool, bytes, array (a numpy array),
 #   list (of anything valid), map (str keys, anything valid), any (anything valid).
 
+#   the name of a record below (a map with its own schema), of an enum (a str from a set), of
+#   a pair (a list of two kinds), hook_value (see _check_hook_value), and list[KIND].
 _KINDS = frozenset({"str", "int", "float", "bool", "bytes", "array", "list", "map", "any"})
+
+# the sub-messages that travel inside fields, each validated like a message's fields
+RECORDS: dict[str, dict[str, str]] = {
+    # one hook to register: on the module (or parameter, kind "tensor") at path; worker_hook
+    # names a built-in worker hook (disthook.distributed.hooks), else the stub calls the
+    # client; tag says who registered it ("toolkit": disthook.hooks)
+    "hook_entry": {"hook": "int", "kind": "hook_kind", "path": "str", "options": "hook_options",
+                   "worker_hook": "map?", "tag": "str?"},
+    "hook_options": {"prepend": "bool?", "with_kwargs": "bool?", "always_call": "bool?"},
+    # one call of a stage's share of a DistributedOptimizer (made on first use): its class in
+    # disthook.optim, constructor kwargs, the full names of its parameters; "state" is the
+    # state to load (action "load")
+    "optimizer_call": {"id": "int", "class": "str", "kwargs": "map", "params": "list[str]",
+                       "action": "optimizer_action", "set_to_none": "bool?", "state": "map?"},
+    # the loss of a training step: a module (its spec) or a function of nn.functional
+    "loss_spec": {"module": "map?", "function": "str?"},
+}
+ENUMS: dict[str, frozenset] = {
+    "hook_kind": frozenset({"forward_pre", "forward", "full_backward", "backward",
+                            "full_backward_pre", "tensor"}),
+    # what a hook event asks the client: run hook `hook` of a kind above; run the tensor
+    # hooks a client hook put on a worker's tensor (leaf_hook); the vector-Jacobian product
+    # of a tensor a client hook computed (vjp); take a retained gradient (retained)
+    "event_kind": frozenset({"forward_pre", "forward", "full_backward", "backward",
+                             "full_backward_pre", "tensor", "leaf_hook", "vjp", "retained"}),
+    "pipe_kind": frozenset({"act", "grad", "abort"}),
+    "optimizer_action": frozenset({"step", "zero_grad", "state", "load"}),
+    "schedule_kind": frozenset({"recv_act", "forward", "send_act", "recv_grad", "backward",
+                                "send_grad"}),
+}
+PAIRS: dict[str, tuple[str, str]] = {
+    "schedule_action": ("schedule_kind", "int"),  # (kind, micro-batch)
+}
 
 SCHEMAS: dict[str, dict[str, str]] = {
     # replies shared by every request
@@ -122,20 +157,24 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # the "optimizer" maps of "step" (action zero_grad); each stage runs its own first
     "forward": {"model": "str", "stage": "int", "inputs": "list", "grad_enabled": "bool",
                 "reply_to": "str", "requires_grad": "list?", "mb": "int?", "stop": "str?",
-                "zero_grad": "list?"},
+                "zero_grad": "list[list[optimizer_call]]?"},
     "backward": {"model": "str", "stage": "int", "grads": "list", "retain_graph": "bool",
                  "reply_to": "str", "mb": "int?"},
-    "release": {"model": "str", "contexts": "list"},
-    # hooks: a stub fired on a worker asks the client to run the callable
-    "hook_event": {"hook": "int", "kind": "str", "path": "str", "args": "list"},
-    "hook_reply": {"hook": "int", "result": "any?"},
+    "release": {"model": "str", "contexts": "list[str]"},
+    # hooks: a stub fired on a worker asks the client to run the callable with args; diff:
+    # the client's copies of the tensors require grad where the worker's do (a forward hook
+    # with grad enabled). The answer: the hook's result (None: keep the value), and the
+    # arguments the hook put tensor hooks on (watch) or asked to retain_grad (retain), by
+    # index, under key (the worker names them to the client with "key#index" later)
+    "hook_event": {"hook": "int", "kind": "event_kind", "path": "str",
+                   "args": "list[hook_value]", "diff": "bool?"},
+    "hook_reply": {"hook": "int", "result": "hook_value?", "watch": "list[int]?",
+                   "retain": "list[int]?", "key": "str?"},
     # a warning raised on a worker, issued again by the client
     "warning": {"category": "str", "message": "str", "worker": "str?"},
-    # hooks to register on one worker, all or none: each a map {"hook": int, "kind": str,
-    # "path": str, "options": map, "worker_hook": map?, "tag": str?}, tag saying who
-    # registered it ("toolkit": disthook.hooks), as list_hooks tells
-    "add_hooks": {"model": "str", "hooks": "list", "reply_to": "str"},
-    "remove_hooks": {"model": "str", "hooks": "list"},  # hook ids
+    # hooks to register on one worker, all or none
+    "add_hooks": {"model": "str", "hooks": "list[hook_entry]", "reply_to": "str"},
+    "remove_hooks": {"model": "str", "hooks": "list[int]"},  # hook ids
     "list_hooks": {"model": "str"},
     # worker hooks' capture buffers (shared by every model on the worker; a client names
     # its model when it asks over that model's connection), emptied unless clear is False
@@ -143,10 +182,11 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # pipelined training steps: the client gives each stage its schedule; micro-batch
     # activations and gradients (or an abort) go stage to stage as "pipe" messages
     # (zero_grad: this stage's optimizer.zero_grad() calls, run before the schedule)
-    "train_step": {"model": "str", "step": "str", "schedule": "list", "reply_to": "str",
-                   "inputs": "list?", "targets": "list?", "loss": "map?", "scales": "list?",
-                   "zero_grad": "list?"},
-    "pipe": {"model": "str", "step": "str", "kind": "str", "mb": "int", "data": "array?",
+    "train_step": {"model": "str", "step": "str", "schedule": "list[schedule_action]",
+                   "reply_to": "str", "inputs": "list?", "targets": "list?",
+                   "loss": "loss_spec?", "scales": "list?",
+                   "zero_grad": "list[optimizer_call]?"},
+    "pipe": {"model": "str", "step": "str", "kind": "pipe_kind", "mb": "int", "data": "array?",
              "reason": "str?"},
     # parameters, buffers and optimizer shards
     "get_state": {"model": "str", "names": "list?"},
@@ -154,12 +194,23 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "set_state": {"model": "str", "state": "map"},
     "param_op": {"model": "str", "name": "str", "op": "str", "args": "any",
                  "kwargs": "any"},
-    "step": {"model": "str", "optimizer": "map?", "zero_grad": "bool?"},
+    "step": {"model": "str", "optimizer": "optimizer_call?", "zero_grad": "bool?"},
 }
 
-for _type, _schema in SCHEMAS.items():  # a typo in a schema is a bug: fail at import
+
+
+def _known_kind(kind: str) -> bool:
+    if kind.startswith("list[") and kind.endswith("]"):
+        return _known_kind(kind[5:-1])
+    return (kind in _KINDS or kind in RECORDS or kind in ENUMS or kind in PAIRS
+            or kind == "hook_value")
+
+
+# a typo in a schema is a bug: fail at import
+for _type, _schema in [*SCHEMAS.items(), *RECORDS.items(),
+                       *((name, dict(enumerate(pair))) for name, pair in PAIRS.items())]:
     for _field, _kind in _schema.items():
-        if _kind.rstrip("?") not in _KINDS:
+        if not _known_kind(_kind.rstrip("?")):
             raise AssertionError(f"schema {_type!r} field {_field!r}: unknown kind {_kind!r}")
 
 
@@ -316,7 +367,7 @@ def decode(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS) -> Message:
                         "header")
     if state.outside or len(state.used) != state.refs:  # say a reference in the table
         raise WireError("array reference outside the message fields")
-    _validate_fields(msg_type, fields)
+    _validate_fields(msg_type, fields, convert=True)
     global _decoded
     _decoded += 1
     return Message(msg_type, req, ctx, fields)
@@ -495,19 +546,174 @@ _EXACT = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,),
           "bytes": (bytes,), "array": (np.ndarray,), "list": (list, tuple), "map": (dict,),
           "any": ()}
 
-# per message type: (field names, [(name, kind, optional, exact types, check)])
+
+
+class Record(dict):
+    """A decoded sub-record (a RECORDS kind): a map whose fields are attributes too."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"record has no field {name!r}") from None
+
+
+MAX_NESTING = 32  # levels of nested hook values
+
+
+def _base_kind(kind: str) -> str:
+    """The plain kind a structured kind's value must be first."""
+    if kind.startswith("list[") or kind in PAIRS:
+        return "list"
+    if kind in RECORDS:
+        return "map"
+    if kind in ENUMS:
+        return "str"
+    if kind == "hook_value":
+        return "any"
+    return kind
+
+
+def _type_name(value) -> str:
+    return type(value).__name__
+
+
+_CHECKERS: dict[str, Any] = {}
+
+
+def _checker(kind: str):
+    """A function (where, value, depth) -> value that validates ``value`` as ``kind`` (records
+    come back as ``Record``), raising WireError that names ``where``; None for a plain kind
+    whose type check says all."""
+    if kind in _CHECKERS:
+        return _CHECKERS[kind]
+    if kind in _KINDS:
+        checker = None
+    elif kind.startswith("list["):
+        checker = _list_checker(kind)
+    elif kind in RECORDS:
+        checker = _record_checker(kind)
+    elif kind in ENUMS:
+        allowed = ENUMS[kind]
+
+        def checker(where, value, depth):
+            if value not in allowed:
+                raise WireError(f"{where} must be one of {sorted(allowed)}, got {value!r:.40}")
+            return value
+    elif kind in PAIRS:
+        kinds = PAIRS[kind]
+        parts = [(_base_kind(k), _checker(k)) for k in kinds]
+
+        def checker(where, value, depth):
+            if len(value) != 2:
+                raise WireError(f"{where} must be a pair ({', '.join(kinds)}), got "
+                                f"{len(value)} items")
+            out = []
+            for i, ((base, check), v) in enumerate(zip(parts, value)):
+                out.append(_field_value(f"{where}[{i}]", kinds[i], base, check, v, depth))
+            return out
+    else:
+        checker = _check_hook_value
+    _CHECKERS[kind] = checker
+    return checker
+
+
+def _field_value(where: str, kind: str, base: str, check, value, depth: int):
+    """``value`` checked as ``kind`` (its plain type ``base``, then ``check``)."""
+    if not (base == "any" or type(value) in _EXACT[base] or _CHECKS[base](value)):
+        raise WireError(f"{where} must be {kind}, got {_type_name(value)}")
+    return value if check is None else check(where, value, depth + 1)
+
+
+def _list_checker(kind: str):
+    inner_kind = kind[5:-1]
+    base, inner = _base_kind(inner_kind), _checker(inner_kind)
+
+    def check_list(where, value, depth):
+        return [_field_value(f"{where}[{i}]", inner_kind, base, inner, v, depth)
+                for i, v in enumerate(value)]
+    return check_list
+
+
+def _record_checker(name: str):
+    schema = RECORDS[name]
+    fields = [(field, kind.rstrip("?"), kind.endswith("?")) for field, kind in schema.items()]
+    compiled = [(field, kind, optional, _base_kind(kind), _checker(kind))
+                for field, kind, optional in fields]
+
+    def check_record(where, value, depth):
+        unexpected = value.keys() - schema.keys()
+        if unexpected:
+            raise WireError(f"{where} ({name}): unexpected field(s) {sorted(unexpected)}; its "
+                            f"fields are {sorted(schema)}")
+        out = Record()
+        for field, kind, optional, base, check in compiled:
+            v = value.get(field)
+            if v is None:
+                if not optional:
+                    raise WireError(f"{where} ({name}): field {field!r} ({kind}) is missing")
+                continue
+            out[field] = _field_value(f"{where}.{field}", kind, base, check, v, depth)
+        return out
+    return check_record
+
+
+_HOOK_VALUE_TAGS = {"same": "int", "tuple": "list", "list": "list", "dict": "map",
+                    "opaque": "str"}
+
+
+def _check_hook_value(where, value, depth):
+    """A hook's argument or result as disthook.distributed.values packs it (None, a bool,
+    number or string; {"tensor": array, "requires_grad": bool}; {"tuple"|"list": [values]};
+    {"dict": {str: value}}; {"opaque": type name}), or as a hook's result refers to the
+    worker's tensors ({"same": index}; {"tensor": array, "vjp": key})."""
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if depth > MAX_NESTING:
+        raise WireError(f"{where}: hook value nested deeper than {MAX_NESTING} levels")
+    if not isinstance(value, dict):
+        raise WireError(f"{where} must be a hook value (None, a number, a string or a "
+                        f"tagged map), got {_type_name(value)}")
+    if value.keys() in ({"tensor", "requires_grad"}, {"tensor", "vjp"}):
+        second = "requires_grad" if "requires_grad" in value else "vjp"
+        _field_value(f"{where}.tensor", "array", "array", None, value["tensor"], depth)
+        _field_value(f"{where}.{second}", "bool" if second == "requires_grad" else "str",
+                     "bool" if second == "requires_grad" else "str", None, value[second],
+                     depth)
+        return value
+    if len(value) != 1 or next(iter(value)) not in _HOOK_VALUE_TAGS:
+        raise WireError(f"{where}: not a hook value: a map with keys {sorted(value)}")
+    (tag, payload), = value.items()
+    kind = _HOOK_VALUE_TAGS[tag]
+    _field_value(f"{where}.{tag}", kind, kind, None, payload, depth)
+    if tag in ("tuple", "list"):
+        for i, v in enumerate(payload):
+            _check_hook_value(f"{where}.{tag}[{i}]", v, depth + 1)
+    elif tag == "dict":
+        for k, v in payload.items():
+            _check_hook_value(f"{where}.dict[{k!r}]", v, depth + 1)
+    return value
+
+
+# per message type: (field names, [(name, kind, optional, base kind, exact types of the base,
+# its type check, the deep check of a structured kind or None)])
 _COMPILED = {
     msg_type: (frozenset(schema), [
-        (name, kind.rstrip("?"), kind.endswith("?"), _EXACT[kind.rstrip("?")],
-         _CHECKS[kind.rstrip("?")]) for name, kind in schema.items()])
+        (name, kind.rstrip("?"), kind.endswith("?"), _base_kind(kind.rstrip("?")),
+         _EXACT[_base_kind(kind.rstrip("?"))], _CHECKS[_base_kind(kind.rstrip("?"))],
+         _checker(kind.rstrip("?"))) for name, kind in schema.items()])
     for msg_type, schema in SCHEMAS.items()}
 # the fields that encode walks in Python (see encode)
 _WALKED = {msg_type: tuple(name for name, kind in schema.items()
-                           if kind.rstrip("?") in ("any", "map"))
+                           if _base_kind(kind.rstrip("?")) in ("any", "map"))
            for msg_type, schema in SCHEMAS.items()}
 
 
-def _validate_fields(msg_type: str, fields: Mapping[str, Any]) -> None:
+def _validate_fields(msg_type: str, fields: Mapping[str, Any], convert: bool = False) -> None:
+    """Check ``fields`` against the message type's schema, sub-records included; with
+    ``convert`` (a decoded message's own fields) sub-records become ``Record``s in place."""
     compiled = _COMPILED.get(msg_type)
     if compiled is None:
         raise WireError(f"unknown message type {msg_type!r}; expected one of {sorted(SCHEMAS)}")
@@ -517,14 +723,16 @@ def _validate_fields(msg_type: str, fields: Mapping[str, Any]) -> None:
         raise WireError(f"{msg_type!r} message: unexpected field(s) {sorted(unexpected)}; "
                         f"its fields are {sorted(names)}")
     get = fields.get
-    for name, kind, optional, exact, check in checks:
+    for name, kind, optional, base, exact, check, deep in checks:
         value = get(name)
         if value is None:
             if not optional:
                 raise WireError(f"{msg_type!r} message: field {name!r} ({kind}) is missing")
             continue
-        if kind == "any" or type(value) in exact:  # bool is no exact int or float
-            continue
-        if not check(value):
+        if not (base == "any" or type(value) in exact or check(value)):  # bool: no exact int
             raise WireError(f"{msg_type!r} message: field {name!r} must be {kind}, "
                             f"got {type(value).__name__}")
+        if deep is not None:
+            checked = deep(f"{msg_type!r} message: field {name!r}", value, 0)
+            if convert:
+                fields[name] = checked

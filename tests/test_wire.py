@@ -26,18 +26,17 @@ def roundtrip(msg_type, fields, **kw):
 def test_array_roundtrip_every_dtype_and_shape(dtype, shape):
     rng = np.random.default_rng(0)
     a = np.asarray(rng.standard_normal(shape) * 10).astype(dtype)
-    msg = roundtrip("hook_reply", {"hook": 3, "result": a})
+    msg = roundtrip("ok", {"result": a})
     got = msg["result"]
     assert got.dtype == a.dtype and got.shape == a.shape
     np.testing.assert_array_equal(got, a)
 
 
 def test_header_fields_roundtrip():
-    msg = roundtrip("hook_event", {"hook": 7, "kind": "forward", "path": "net.2",
-                                   "args": [None, True, 1.5, -3, "s", b"\x00\xff", {"k": [1]}]},
+    msg = roundtrip("ok", {"result": [None, True, 1.5, -3, "s", b"\x00\xff", {"k": [1]}]},
                     req=42, ctx="ctx-1")
-    assert (msg.type, msg.req, msg.ctx) == ("hook_event", 42, "ctx-1")
-    assert msg["args"] == [None, True, 1.5, -3, "s", b"\x00\xff", {"k": [1]}]
+    assert (msg.type, msg.req, msg.ctx) == ("ok", 42, "ctx-1")
+    assert msg["result"] == [None, True, 1.5, -3, "s", b"\x00\xff", {"k": [1]}]
     assert msg.get("missing", "dflt") == "dflt"
 
 
@@ -138,15 +137,15 @@ def test_encode_unsendable_values():
 
 
 def test_every_schema_kind_is_known():
-    for schema in wire.SCHEMAS.values():
+    for schema in [*wire.SCHEMAS.values(), *wire.RECORDS.values()]:
         for kind in schema.values():
-            assert kind.rstrip("?") in wire._KINDS
+            assert wire._known_kind(kind.rstrip("?")), kind
 
 
 # ---- what decode refuses ------------------------------------------------------------------------
 
 def good_frames():
-    return [bytes(f) for f in encode("hook_reply", {"hook": 1, "result": np.arange(3.0)})]
+    return [bytes(f) for f in encode("ok", {"result": np.arange(3.0)})]
 
 
 def header(frames):
@@ -186,7 +185,7 @@ def test_decode_header_keys():
 def test_decode_wrong_version():
     h = header(good_frames())
     h["v"] = 99
-    with pytest.raises(WireError, match="protocol version 99, expected 1"):
+    with pytest.raises(WireError, match=f"protocol version 99, expected {wire.PROTOCOL_VERSION}"):
         decode([repack(h), good_frames()[1]])
 
 
@@ -281,7 +280,8 @@ def test_decode_bool_frame_with_other_bytes():
 
 
 def test_decode_validates_schema():
-    h = header(good_frames())
+    reply = {"hook": 1, "result": {"tensor": np.arange(3.0), "requires_grad": False}}
+    h = header([bytes(f) for f in encode("hook_reply", reply)])
     h["f"]["hook"] = "one"
     with pytest.raises(WireError, match="field 'hook' must be int, got str"):
         decode([repack(h), good_frames()[1]])
@@ -362,7 +362,7 @@ def test_encode_puts_the_array_table_before_the_fields():
 def test_decode_takes_the_table_after_the_fields_too():
     # msgpack maps have no order: a sender that writes the fields first is understood as well
     a, b = np.arange(3.0), np.ones((2, 2), np.float32)
-    frames = [bytes(f) for f in encode("hook_reply", {"hook": 1, "result": [a, {"b": b}]})]
+    frames = [bytes(f) for f in encode("ok", {"result": [a, {"b": b}]})]
     h = header(frames)
     reordered = {k: h[k] for k in ("v", "t", "r", "c", "f", "a")}
     msg = decode([repack(reordered)] + frames[1:])
@@ -407,3 +407,135 @@ def test_encode_walks_handler_results_for_their_keys_but_not_activations():
     assert msg["result"]["x"][1]["y"].shape == (1,)
     msg = roundtrip("set_state", {"model": "m", "state": {"w": np.ones(3)}})
     assert msg["state"]["w"].tolist() == [1.0, 1.0, 1.0]
+
+
+# ---- sub-records: every nested message is typed and checked -------------------------------------
+
+HOOK = {"hook": 1, "kind": "forward", "path": "net.0", "options": {"prepend": True}}
+OPT = {"id": 3, "class": "SGD", "kwargs": {"lr": 0.1}, "params": ["0.weight"],
+       "action": "zero_grad", "set_to_none": True}
+VALID = [
+    ("add_hooks", {"model": "m", "reply_to": "c1",
+                   "hooks": [HOOK, {**HOOK, "kind": "tensor", "worker_hook": {"name": "x"},
+                                    "tag": "toolkit", "options": {}}]}),
+    ("step", {"model": "m", "optimizer": OPT}),
+    ("forward", {"model": "m", "stage": 0, "inputs": [np.zeros(2)], "grad_enabled": True,
+                 "reply_to": "c1", "zero_grad": [[OPT], []]}),
+    ("train_step", {"model": "m", "step": "s", "reply_to": "c1", "loss": {"function": "mse"},
+                    "schedule": [["forward", 0], ["send_act", 0], ["backward", 0]],
+                    "zero_grad": [OPT]}),
+    ("pipe", {"model": "m", "step": "s", "kind": "abort", "mb": -1, "reason": "r"}),
+    ("hook_event", {"hook": 1, "kind": "vjp", "path": "k", "diff": True,
+                    "args": [{"tensor": np.ones(2), "requires_grad": True}, None, 1.5]}),
+    ("hook_reply", {"hook": 1, "watch": [0], "retain": [], "key": "c:1:1",
+                    "result": {"tuple": [{"same": 0}, {"tensor": np.ones(1), "vjp": "k"},
+                                         {"dict": {"a": {"list": [True, "s"]}}},
+                                         {"opaque": "Linear"}, None]}}),
+    ("release", {"model": "m", "contexts": ["a", "b"]}),
+]
+
+
+@pytest.mark.parametrize("msg_type,fields", VALID, ids=[v[0] for v in VALID])
+def test_sub_records_round_trip(msg_type, fields):
+    msg = roundtrip(msg_type, fields)
+    assert wire.encode(msg_type, msg.fields)  # what arrives is valid to send again
+
+
+def test_records_arrive_with_their_fields_as_attributes():
+    msg = roundtrip(*VALID[0])
+    entry = msg["hooks"][0]
+    assert isinstance(entry, wire.Record) and entry.kind == "forward" and entry.options.prepend
+    assert entry.get("tag") is None
+    with pytest.raises(AttributeError, match="no field 'tag'"):
+        entry.tag
+    assert roundtrip(*VALID[1])["optimizer"].action == "zero_grad"
+
+
+BAD = [
+    ("add_hooks", {"hooks": [{**HOOK, "kind": "fwd"}]},
+     r"field 'hooks'\[0\].kind must be one of \['backward', 'forward'"),
+    ("add_hooks", {"hooks": [{**HOOK, "options": {"prepend": 1}}]},
+     r"field 'hooks'\[0\].options.prepend must be bool, got int"),
+    ("add_hooks", {"hooks": [{**HOOK, "options": {"later": True}}]},
+     r"'hooks'\[0\].options \(hook_options\): unexpected field\(s\) \['later'\]"),
+    ("add_hooks", {"hooks": [{k: v for k, v in HOOK.items() if k != "path"}]},
+     r"'hooks'\[0\] \(hook_entry\): field 'path' \(str\) is missing"),
+    ("add_hooks", {"hooks": ["forward"]}, r"field 'hooks'\[0\] must be hook_entry, got str"),
+    ("step", {"optimizer": {**OPT, "action": "jump"}}, r"field 'optimizer'.action must be one"),
+    ("step", {"optimizer": {**OPT, "params": [0]}},
+     r"field 'optimizer'.params\[0\] must be str, got int"),
+    ("forward", {"zero_grad": [OPT]}, r"field 'zero_grad'\[0\] must be list\[optimizer_call\]"),
+    ("train_step", {"schedule": [["forward"]]}, r"'schedule'\[0\] must be a pair"),
+    ("train_step", {"schedule": [["forward", "0"]]}, r"'schedule'\[0\]\[1\] must be int"),
+    ("train_step", {"loss": {"function": "mse", "weights": 1}}, r"'loss' \(loss_spec\)"),
+    ("pipe", {"kind": "gradient"}, r"field 'kind' must be one of \['abort', 'act', 'grad'\]"),
+    ("hook_event", {"kind": "backward_pre"}, r"field 'kind' must be one of"),
+    ("hook_event", {"args": [b"\x00"]}, r"'args'\[0\] must be a hook value"),
+    ("hook_reply", {"result": {"same": True}}, r"'result'.same must be int, got bool"),
+    ("hook_reply", {"result": {"same": 0, "list": []}}, r"not a hook value: a map with keys"),
+    ("hook_reply", {"result": {"tensor": [1.0], "requires_grad": True}},
+     r"'result'.tensor must be array, got list"),
+    ("hook_reply", {"result": {"tuple": [{"tuple": [{"nope": 1}]}]}},
+     r"'result'.tuple\[0\].tuple\[0\]: not a hook value"),
+    ("hook_reply", {"watch": ["0"]}, r"field 'watch'\[0\] must be int, got str"),
+    ("release", {"contexts": [1]}, r"field 'contexts'\[0\] must be str, got int"),
+]
+
+
+@pytest.mark.parametrize("msg_type,change,text", BAD, ids=[b[2][:30] for b in BAD])
+def test_a_bad_sub_record_is_refused_naming_where(msg_type, change, text, monkeypatch):
+    fields = {**dict(VALID)[msg_type], **change}
+    with pytest.raises(WireError, match=text):
+        encode(msg_type, fields)
+    # and on arrival, from a sender that checks nothing
+    with monkeypatch.context() as m:
+        m.setattr(wire, "_validate_fields", lambda *args, **kwargs: None)
+        frames = [bytes(f) for f in encode(msg_type, fields)]
+    with pytest.raises(WireError, match=text):
+        decode(frames)
+
+
+def test_hook_values_nested_too_deep_are_refused():
+    value = None
+    for _ in range(wire.MAX_NESTING + 2):
+        value = {"list": [value]}
+    with pytest.raises(WireError, match="nested deeper than"):
+        encode("hook_reply", {"hook": 1, "result": value})
+
+
+def _mutate(value, rng):
+    """``value`` with one leaf (or key) somewhere inside replaced by a random thing."""
+    junk = [None, True, 0, -1, 2**40, 1.5, "", "forward", "x" * 3, b"\x00", [], {}, [1, "a"],
+            {"k": 1}, {"tuple": 1}, {"same": -1}]
+    if isinstance(value, dict) and value and rng.random() < 0.8:
+        key = rng.choice(sorted(value))
+        out = dict(value)
+        if rng.random() < 0.1:
+            out[rng.choice(["zz", "kind", "tensor"])] = rng.choice(junk)
+        else:
+            out[key] = _mutate(value[key], rng)
+        return out
+    if isinstance(value, list) and value and rng.random() < 0.8:
+        i = rng.randrange(len(value))
+        return [*value[:i], _mutate(value[i], rng), *value[i + 1:]]
+    return rng.choice(junk)
+
+
+def test_random_changes_inside_sub_records_raise_only_wire_error():
+    """Mutated nested fields, sent by a peer that checks nothing: decode accepts them only
+    when they are valid (they can be sent on as they came) and otherwise says WireError."""
+    rng = random.Random(7)
+    outcomes = {"ok": 0, "rejected": 0}
+    for _ in range(3000):
+        msg_type, fields = rng.choice(VALID)
+        good = [bytes(f) for f in encode(msg_type, fields)]
+        h = header(good)
+        h["f"] = _mutate(h["f"], rng)
+        try:
+            msg = decode([repack(h), *good[1:]])
+        except WireError:
+            outcomes["rejected"] += 1
+            continue
+        encode(msg.type, msg.fields)  # valid through and through
+        outcomes["ok"] += 1
+    assert outcomes["rejected"] > 1000 and outcomes["ok"] > 100

@@ -28,19 +28,16 @@ class HookHandlers:
         client = bytes.fromhex(job.msg["reply_to"])
         added = []
         try:
-            for entry in job.msg["hooks"]:
-                self._add_hook(st, _hook_entry(entry), client)
-                added.append(entry["hook"])
+            for entry in job.msg["hooks"]:  # wire.RECORDS["hook_entry"], checked on arrival
+                self._add_hook(st, entry, client)
+                added.append(entry.hook)
         except BaseException:
             self._remove_hooks(st, added)
             raise
 
-    def _add_hook(self, st, entry: dict, client: bytes) -> None:
-        kind, path, hook_id = entry["kind"], entry["path"], entry["hook"]
-        hook_kind = hook_kinds.KINDS.get(kind)
-        if hook_kind is None:
-            raise ValueError(f"unknown hook kind {kind!r}; the kinds are "
-                             f"{', '.join(hook_kinds.KINDS)}")
+    def _add_hook(self, st, entry, client: bytes) -> None:
+        kind, path, hook_id = entry.kind, entry.path, entry.hook
+        hook_kind = hook_kinds.KINDS[kind]
         spec = entry.get("worker_hook")
         if spec is not None:  # runs here, without a round trip
             stub = worker_hooks.build(spec, kind, path, self.captures, self.allow_hook_modules)
@@ -50,7 +47,7 @@ class HookHandlers:
             stub = self._module_stub(kind, hook_id, path, client)
         target = (st.module.get_parameter(path) if hook_kind.on == "tensor"
                   else st.module.get_submodule(path))
-        handle = hook_kinds.register(target, kind, stub, entry["options"])
+        handle = hook_kinds.register(target, kind, stub, entry.options)
         st.hooks[hook_id] = handle
         st.hook_info[hook_id] = {"hook": hook_id, "kind": kind, "path": path,
                                  "tag": entry.get("tag"),
@@ -89,17 +86,17 @@ class HookHandlers:
         def stub(module, *args):
             worker.captures.fired["client"] += 1
             originals = list(tensors_in(args))
-            data = worker._call_client(client, hook_id, kind, path, [pack(a) for a in args],
-                                       diff=forward_kind and disthook.is_grad_enabled())
-            if isinstance(data, dict) and "watch" in data:
-                for i in data["watch"]:  # the client's hook hooked these tensors
-                    originals[i].register_hook(
-                        worker._tensor_stub(hook_id, f"{data['key']}#{i}", client, "leaf_hook"))
-                for i in data["retain"]:  # ... or asked them to retain their gradients
-                    originals[i].retain_grad()
-                    worker.current_job().retained.append(
-                        (client, hook_id, f"{data['key']}#{i}", originals[i]))
-                data = data["value"]
+            answer = worker._call_client(client, hook_id, kind, path, [pack(a) for a in args],
+                                         diff=forward_kind and disthook.is_grad_enabled())
+            key = answer.get("key")
+            for i in answer.get("watch") or ():  # the client's hook hooked these tensors
+                _original(originals, i, path).register_hook(
+                    worker._tensor_stub(hook_id, f"{key}#{i}", client, "leaf_hook"))
+            for i in answer.get("retain") or ():  # ... or asked them to retain their grads
+                _original(originals, i, path).retain_grad()
+                worker.current_job().retained.append((client, hook_id, f"{key}#{i}",
+                                                      originals[i]))
+            data = answer.get("result")
             if data is None:
                 return None
             return _unpack_result(data, originals, worker, client, hook_id)
@@ -112,7 +109,7 @@ class HookHandlers:
 
         def stub(grad):
             worker.captures.fired["client"] += 1
-            data = worker._call_client(client, hook_id, kind, path, [pack(grad)])
+            data = worker._call_client(client, hook_id, kind, path, [pack(grad)]).get("result")
             return None if data is None else _unpack_result(data, [grad], worker, client,
                                                             hook_id)
 
@@ -121,39 +118,27 @@ class HookHandlers:
 
     def _call_client(self, client: bytes, hook_id: int, kind: str, path: str, args: list,
                      diff: bool = False):
-        """Send a hook event to ``client`` and sleep until its answer comes; the answer."""
+        """Send a hook event to ``client`` and sleep until its answer comes; the answer (a
+        ``hook_reply`` message)."""
         job = self.current_job()
         req = next(self._event_ids)
         what = f"the client's answer to its {kind} hook on {path!r}"
         wait = self.state.wait_for_client(job, client, req, what)
-        fields = {"hook": hook_id, "kind": kind, "path": path,
-                  "args": [{"diff": diff}, *args]}
+        fields = {"hook": hook_id, "kind": kind, "path": path, "args": args, "diff": diff}
         self.reply(self.router, client, req, "hook_event", fields, ctx=job.msg.ctx)
         msg = self.sleep_on(wait)
         if msg.type == "error":
             raise RuntimeError(f"the client's {kind} hook on {path!r} raised "
                                f"{msg['kind']}: {msg['message']}")
-        return msg.get("result")
+        return msg
 
 
-_HOOK_ENTRY = {"hook": int, "kind": str, "path": str, "options": dict}
-
-
-def _hook_entry(entry) -> dict:
-    """One hook of an add_hooks message, its fields checked (the wire checks the list)."""
-    if not isinstance(entry, dict):
-        raise ValueError(f"add_hooks: a hook must be a map, got {type(entry).__name__}")
-    for name, kind in _HOOK_ENTRY.items():
-        if type(entry.get(name)) is not kind:
-            raise ValueError(f"add_hooks: field {name!r} of a hook must be {kind.__name__}, "
-                             f"got {type(entry.get(name)).__name__}")
-    for name, kind in (("worker_hook", dict), ("tag", str)):
-        if entry.get(name) is not None and not isinstance(entry[name], kind):
-            raise ValueError(f"add_hooks: field {name!r} of a hook must be {kind.__name__}")
-    unexpected = set(entry) - {*_HOOK_ENTRY, "worker_hook", "tag"}
-    if unexpected:
-        raise ValueError(f"add_hooks: unexpected field(s) {sorted(unexpected)} in a hook")
-    return entry
+def _original(originals: list, i: int, path: str):
+    """The i-th tensor a client hook was given, as its answer names it."""
+    if not 0 <= i < len(originals):
+        raise ValueError(f"the answer of the client's hook on {path!r} names its tensor {i}; "
+                         f"the hook was given {len(originals)}")
+    return originals[i]
 
 
 class _ClientFunction(disthook.autograd.Function):
@@ -168,8 +153,8 @@ class _ClientFunction(disthook.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         worker, client, hook_id, key, n = ctx.call
-        data = worker._call_client(client, hook_id, "vjp", key, [pack(grad)])
-        grads = unpack(data)
+        grads = unpack(worker._call_client(client, hook_id, "vjp", key, [pack(grad)])
+                       .get("result"))
         if len(grads) != n:
             raise RuntimeError(f"the client returned {len(grads)} gradients for {n} inputs")
         return (None, None, None, None, None, *grads)
@@ -179,7 +164,7 @@ def _unpack_result(data, originals: list, worker, client: bytes, hook_id: int):
     """A client hook's result: ``{"same": i}`` is the i-th original tensor itself; a tensor
     with a ``vjp`` key was computed from the originals and stays differentiable."""
     if isinstance(data, dict) and "same" in data:
-        return originals[data["same"]]
+        return _original(originals, data["same"], "its module")
     if isinstance(data, dict) and "vjp" in data:
         inputs = [t for t in originals if t.requires_grad]
         return _ClientFunction.apply(worker, client, hook_id, data["vjp"], data["tensor"],

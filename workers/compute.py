@@ -102,9 +102,10 @@ class ComputeHandlers:
             st = self._stage(job)
             zero_grads = msg.get("zero_grad")
             if zero_grads is not None:  # the client's optimizer.zero_grad(), before all else
-                if not (st.index < len(zero_grads) and isinstance(zero_grads[st.index], list)):
+                if st.index >= len(zero_grads):
                     raise ValueError(f"forward: zero_grad must list the optimizer calls of "
-                                     f"every stage, got {zero_grads!r:.80}")
+                                     f"every stage; it has {len(zero_grads)} lists, this is "
+                                     f"{st.name}")
                 for spec in zero_grads[st.index]:
                     self._optimizer_action(st, spec)
             grad = msg["grad_enabled"]

@@ -58,11 +58,8 @@ class ParamHandlers:
         return self._optimizer_action(st, spec)
 
     def _optimizer_action(self, st, spec):
-        """Run ``spec["action"]`` on the stage's share of optimizer ``spec["id"]``."""
-        if not isinstance(spec, dict) or not {"id", "class", "kwargs", "params",
-                                               "action"} <= spec.keys():
-            raise ValueError("an optimizer call must be a map with id, class, kwargs, params "
-                             f"and action, got {spec!r:.80}")
+        """Run ``spec.action`` on the stage's share of optimizer ``spec.id`` (``spec``: a
+        wire.RECORDS["optimizer_call"], checked on arrival)."""
         opt = st.optimizers.get(spec["id"])
         if opt is None:
             cls = getattr(disthook.optim, spec["class"], None)

@@ -34,8 +34,8 @@ class HookServer:
     def _serve_event(self, sock: zmq.Socket, event: wire.Message) -> None:
         """Run the hook a worker asked for and answer it on the socket the event came on."""
         try:
-            result = self._run_hook(event)
-            frames = wire.encode("hook_reply", {"hook": event["hook"], "result": result},
+            answer = self._run_hook(event)
+            frames = wire.encode("hook_reply", {"hook": event["hook"], **answer},
                                  req=event.req, ctx=event.ctx)
         except Exception as exc:  # noqa: BLE001 - the worker must hear; we re-raise it later
             self.hook_error = exc
@@ -43,30 +43,31 @@ class HookServer:
                                  req=event.req, ctx=event.ctx)
         sock.send_multipart(frames, copy=False)
 
-    def _run_hook(self, event: wire.Message):
+    def _run_hook(self, event: wire.Message) -> dict:
+        """The fields of the answer to a hook event (see wire's hook_reply)."""
         kind = event["kind"]
         if kind == "retained":  # the gradient a worker's tensor retained, after its backward
             key, _, index = event["path"].rpartition("#")
-            (grad,) = [unpack(a) for a in event["args"][1:]]
+            (grad,) = [unpack(a) for a in event["args"]]
             self.watched[key][int(index)]._grad = grad
-            return None
+            return {}
         if kind == "leaf_hook":
             key, _, index = event["path"].rpartition("#")
             leaf = self.watched[key][int(index)]
-            (grad,) = [unpack(a) for a in event["args"][1:]]
+            (grad,) = [unpack(a) for a in event["args"]]
             out = engine.run_tensor_hooks(leaf._backward_hooks, grad)
-            return None if out is grad else pack(out)
+            return {} if out is grad else {"result": pack(out)}
         if kind == "vjp":
             result, leaves = self.vjps[event["path"]]
-            (grad,) = [unpack(a) for a in event["args"][1:]]
+            (grad,) = [unpack(a) for a in event["args"]]
             wanted = [t for t in leaves if t.requires_grad]
             grads = torch_autograd.grad(result, wanted, grad, allow_unused=True)
-            return pack(list(grads))
+            return {"result": pack(list(grads))}
         entry = self.hooks.get(event["hook"])
         if entry is None:
             raise RuntimeError(f"hook {event['hook']} was removed on the client")
         fn, _, proxy, _ = entry
-        diff = event["args"][0]["diff"]
+        diff = bool(event.get("diff"))
         leaves: list[Tensor] = []
 
         def leaf(array, requires_grad):
@@ -78,7 +79,7 @@ class HookServer:
             leaves.append(t)
             return t
 
-        args = [unpack(a, leaf) for a in event["args"][1:]]
+        args = [unpack(a, leaf) for a in event["args"]]
         if kind == "tensor":
             out = fn(*args)
         else:
@@ -92,8 +93,8 @@ class HookServer:
         retain = [i for i, t in enumerate(leaves) if t.__dict__.get("_retain_on_worker")]
         if watch or retain:
             self.watched[key] = leaves
-            return {"value": value, "watch": watch, "retain": retain, "key": key}
-        return value
+            return {"result": value, "watch": watch, "retain": retain, "key": key}
+        return {"result": value}
 
     def _pack_result(self, value, leaves: list, key: str):
         """A hook's result: a leaf itself as ``{"same": i}``, a tensor computed from leaves
