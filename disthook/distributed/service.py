@@ -135,11 +135,8 @@ class Service:
         connection goes to ``on_disconnected`` with its file descriptor."""
         from zmq.utils.monitor import recv_monitor_message
 
-        while True:
-            try:
-                event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        while self._monitor.get(zmq.EVENTS) & zmq.POLLIN:  # cheaper than zmq.Again
+            event = recv_monitor_message(self._monitor)
             if event["event"] == zmq.EVENT_DISCONNECTED:
                 self.on_disconnected(int(event["value"]))
                 continue
