@@ -1,4 +1,4 @@
-"""``Parameter``: a leaf Tensor that a Module registers as one of its parameters."""
+"""``Parameter`` and ``Buffer``: tensors a Module registers by attribute assignment."""
 from __future__ import annotations
 
 from disthook.tensor import Tensor, empty
@@ -44,3 +44,29 @@ class Parameter(Tensor):
 
 def _rebuild_parameter(data, requires_grad: bool) -> Parameter:
     return Parameter(Tensor._make(data, None, 0), requires_grad)
+
+
+class _BufferMeta(type):
+    """``isinstance(t, Buffer)`` holds for any Tensor that ``Buffer(...)`` marked."""
+
+    def __instancecheck__(cls, instance) -> bool:
+        if cls is Buffer and isinstance(instance, Tensor) and getattr(instance, "_is_buffer",
+                                                                      False):
+            return True
+        return super().__instancecheck__(instance)
+
+
+class Buffer(Tensor, metaclass=_BufferMeta):
+    """Marks a tensor as module state that is not a parameter (``nn.Buffer``).
+
+    As in torch, ``Buffer(t)`` returns a plain Tensor (``t`` detached, its requires_grad
+    kept) flagged with ``persistent``; assigning it to a Module attribute registers a buffer.
+    """
+
+    def __new__(cls, data: Tensor | None = None, *, persistent: bool = True):
+        if data is None:
+            data = empty(0)
+        t = data.detach().requires_grad_(data.requires_grad)
+        t.persistent = persistent
+        t._is_buffer = True
+        return t

@@ -17,7 +17,7 @@ from typing import Any
 from disthook import _dtype
 from disthook.autograd import grad_mode
 from disthook.nn.modules import _functions  # noqa: F401 - utils.hooks finds it loaded
-from disthook.nn.parameter import Parameter
+from disthook.nn.parameter import Buffer, Parameter
 from disthook.tensor import Tensor, _check_device
 from disthook.tensor import device as _device
 from disthook.utils.hooks import BackwardHook, RemovableHandle
@@ -43,6 +43,11 @@ MIXED_GLOBAL_BACKWARD_HOOKS_MSG = (
     "Please use only one of them."
 )
 DEAD_MODULE_MSG = "You are trying to call the hook of a dead Module!"
+EXTRA_STATE_KEY_SUFFIX = "_extra_state"
+LOAD_POST_HOOK_RETURN_MSG = (
+    "Hooks registered with ``register_load_state_dict_post_hook`` are not expected to return "
+    "new values, if incompatible_keys need to be modified, it should be done inplace."
+)
 ALWAYS_CALL_SILENCED_MSG = (
     "module forward hook with ``always_call=True`` raised an exception that was silenced as "
     "another error was raised in forward: {}"
@@ -175,18 +180,23 @@ def _run_registration_hooks(hooks: OrderedDict, module, name: str, value):
 
 
 class _WrappedHook:
-    """A legacy backward hook as a Node post-hook: holds its module by weak reference."""
+    """A hook that is handed its module first, held by weak reference (``module=None``:
+    called as is). Legacy backward hooks and load_state_dict pre-hooks are stored so."""
 
-    def __init__(self, hook: Callable, module: Module) -> None:
+    def __init__(self, hook: Callable, module: Module | None = None) -> None:
         self.hook = hook
         functools.update_wrapper(self, hook)  # the engine names the hook in its errors
-        self.module = weakref.ref(module)
+        self.with_module = module is not None
+        if self.with_module:
+            self.module = weakref.ref(module)
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
+        if not self.with_module:
+            return self.hook(*args, **kwargs)
         module = self.module()
         if module is None:
             raise RuntimeError(DEAD_MODULE_MSG)
-        return self.hook(module, *args)
+        return self.hook(module, *args, **kwargs)
 
 
 # ---- helpers -------------------------------------------------------------------------------
@@ -276,6 +286,10 @@ class Module:
         setattr_("_forward_hooks_always_called", OrderedDict())
         setattr_("_forward_pre_hooks", OrderedDict())
         setattr_("_forward_pre_hooks_with_kwargs", OrderedDict())
+        setattr_("_state_dict_hooks", OrderedDict())
+        setattr_("_state_dict_pre_hooks", OrderedDict())
+        setattr_("_load_state_dict_pre_hooks", OrderedDict())
+        setattr_("_load_state_dict_post_hooks", OrderedDict())
         setattr_("_modules", {})
         if self.call_super_init:
             super().__init__(*args, **kwargs)
@@ -528,11 +542,15 @@ class Module:
                                                     name, value)
             return
         buffers = d.get("_buffers")
-        if buffers is not None and name in buffers:
+        if isinstance(value, Buffer) or (buffers is not None and name in buffers):
             if value is not None and not isinstance(value, Tensor):
                 raise TypeError(f"cannot assign '{_typename(value)}' as buffer '{name}' "
                                 "(torch.nn.Buffer, torch.Tensor or None expected)")
-            self.register_buffer(name, value, name not in self._non_persistent_buffers_set)
+            if isinstance(value, Buffer):
+                persistent = value.persistent
+            else:
+                persistent = name not in self._non_persistent_buffers_set
+            self.register_buffer(name, value, persistent)
             return
         object.__setattr__(self, name, value)
 
@@ -549,6 +567,15 @@ class Module:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+        # state pickled before a hook kind existed: start it empty
+        for name in ("_forward_pre_hooks_with_kwargs", "_forward_hooks_with_kwargs",
+                     "_forward_hooks_always_called", "_state_dict_hooks",
+                     "_state_dict_pre_hooks", "_load_state_dict_pre_hooks",
+                     "_load_state_dict_post_hooks", "_backward_pre_hooks"):
+            if name not in self.__dict__:
+                object.__setattr__(self, name, OrderedDict())
+        if "_is_full_backward_hook" not in self.__dict__:
+            object.__setattr__(self, "_is_full_backward_hook", None)
 
     def __dir__(self):
         keys = [*dir(type(self)), *self.__dict__, *self._parameters, *self._modules,
@@ -803,6 +830,69 @@ class Module:
         return self._apply(lambda t: t.half() if t.is_floating_point() else t)
 
     # ---- state dict ---------------------------------------------------------------------
+    # Four hook kinds, stored and removed like the forward hooks: pre/post hooks of
+    # state_dict() and of load_state_dict(). load_state_dict pre-hooks are kept as
+    # _WrappedHook (with or without the module); post-hooks of state_dict() registered
+    # through the public API are marked and may not return a value.
+
+    def register_state_dict_pre_hook(self, hook: Callable) -> RemovableHandle:
+        """``hook(module, prefix, keep_vars) -> None`` before this module's state is saved."""
+        handle = RemovableHandle(self._state_dict_pre_hooks)
+        self._state_dict_pre_hooks[handle.id] = hook
+        return handle
+
+    def register_state_dict_post_hook(self, hook: Callable) -> RemovableHandle:
+        """``hook(module, state_dict, prefix, local_metadata) -> None``, after the subtree's
+        state is in ``state_dict`` (edit it in place; a returned value is an error)."""
+        hook._from_public_api = True
+        handle = RemovableHandle(self._state_dict_hooks)
+        self._state_dict_hooks[handle.id] = hook
+        return handle
+
+    def _register_state_dict_hook(self, hook: Callable) -> RemovableHandle:
+        """The private post-hook: a returned dict replaces the state dict from there on."""
+        if getattr(hook, "_from_public_api", False):
+            raise RuntimeError(
+                "Cannot register the same function as the state dict post hook that was "
+                "previously registered via register_state_dict_post_hook")
+        handle = RemovableHandle(self._state_dict_hooks)
+        self._state_dict_hooks[handle.id] = hook
+        return handle
+
+    def _register_load_state_dict_pre_hook(self, hook: Callable,
+                                           with_module: bool = False) -> RemovableHandle:
+        """``hook([module,] state_dict, prefix, local_metadata, strict, missing_keys,
+        unexpected_keys, error_msgs)`` before this module loads its part."""
+        handle = RemovableHandle(self._load_state_dict_pre_hooks)
+        self._load_state_dict_pre_hooks[handle.id] = _WrappedHook(
+            hook, self if with_module else None)
+        return handle
+
+    def register_load_state_dict_pre_hook(self, hook: Callable) -> RemovableHandle:
+        """``hook(module, state_dict, prefix, local_metadata, strict, missing_keys,
+        unexpected_keys, error_msgs) -> None``; it may edit ``state_dict`` and the lists."""
+        return self._register_load_state_dict_pre_hook(hook, with_module=True)
+
+    def register_load_state_dict_post_hook(self, hook: Callable) -> RemovableHandle:
+        """``hook(module, incompatible_keys) -> None`` once this module's subtree is loaded;
+        clearing or extending ``incompatible_keys``' lists changes what strict loading sees."""
+        handle = RemovableHandle(self._load_state_dict_post_hooks)
+        self._load_state_dict_post_hooks[handle.id] = hook
+        return handle
+
+    def get_extra_state(self) -> Any:
+        """Extra state for ``state_dict`` under ``<prefix>_extra_state`` (override it)."""
+        raise RuntimeError("Module.get_extra_state() is only called when a subclass "
+                           "overrides it")
+
+    def set_extra_state(self, state: Any) -> None:
+        """Take back what ``get_extra_state`` gave (override it together with it)."""
+        raise RuntimeError("Module.set_extra_state() is only called when a subclass "
+                           "overrides it")
+
+    def _has_extra_state(self, method: str) -> bool:
+        return getattr(type(self), method, None) is not getattr(Module, method)
+
     def _save_to_state_dict(self, destination, prefix: str, keep_vars: bool) -> None:
         for name, param in self._parameters.items():
             if param is not None:
@@ -810,28 +900,59 @@ class Module:
         for name, buf in self._buffers.items():
             if buf is not None and name not in self._non_persistent_buffers_set:
                 destination[prefix + name] = buf if keep_vars else buf.detach()
+        if self._has_extra_state("get_extra_state"):
+            destination[prefix + EXTRA_STATE_KEY_SUFFIX] = self.get_extra_state()
 
-    def state_dict(self, *, destination=None, prefix: str = "", keep_vars: bool = False):
-        """Parameters and persistent buffers by dotted name (detached unless keep_vars)."""
+    def state_dict(self, *args, destination=None, prefix: str = "", keep_vars: bool = False):
+        """Parameters and persistent buffers by dotted name (detached unless keep_vars).
+
+        Per module: pre-hooks, its own state, its children's, then post-hooks.
+        """
+        if args:
+            warnings.warn(
+                "Positional args are being deprecated, use kwargs instead. Refer to "
+                "https://pytorch.org/docs/main/generated/torch.nn.Module.html"
+                "#torch.nn.Module.state_dict for details.", FutureWarning, stacklevel=2)
+            if destination is None:
+                destination = args[0]
+            if len(args) > 1 and prefix == "":
+                prefix = args[1]
+            if len(args) > 2 and keep_vars is False:
+                keep_vars = args[2]
         if destination is None:
             destination = OrderedDict()
             destination._metadata = OrderedDict()
+        local_metadata = {"version": self._version}
         if hasattr(destination, "_metadata"):
-            destination._metadata[prefix[:-1]] = {"version": self._version}
+            destination._metadata[prefix[:-1]] = local_metadata
+        for hook in tuple(self._state_dict_pre_hooks.values()):
+            hook(self, prefix, keep_vars)
         self._save_to_state_dict(destination, prefix, keep_vars)
         for name, module in self._modules.items():
             if module is not None:
                 module.state_dict(destination=destination, prefix=prefix + name + ".",
                                   keep_vars=keep_vars)
+        for hook in tuple(self._state_dict_hooks.values()):
+            result = hook(self, destination, prefix, local_metadata)
+            if getattr(hook, "_from_public_api", False):
+                if result is not None:
+                    raise RuntimeError("state_dict post-hook must return None")
+            elif result is not None:
+                destination = result
         return destination
 
     def _load_from_state_dict(self, state_dict, prefix: str, local_metadata, strict: bool,
                               missing_keys: list, unexpected_keys: list,
                               error_msgs: list) -> None:
+        """Load this module's own parameters and buffers (not its children's)."""
+        for hook in tuple(self._load_state_dict_pre_hooks.values()):
+            hook(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                 error_msgs)
         persistent = {k: v for k, v in self._buffers.items()
                       if k not in self._non_persistent_buffers_set}
         local_state = {k: v for k, v in (*self._parameters.items(), *persistent.items())
                        if v is not None}
+        assign = local_metadata.get("assign_to_params_buffers", False)
         for name, param in local_state.items():
             key = prefix + name
             if key not in state_dict:
@@ -844,7 +965,7 @@ class Module:
                     f'While copying the parameter named "{key}", expected torch.Tensor or '
                     f"Tensor-like object from checkpoint but received {type(value)}")
                 continue
-            if param.ndim == 0 and value.ndim == 1 and value.shape[0] == 1:
+            if param.ndim == 0 and value.ndim == 1:
                 value = value[0]
             if value.shape != param.shape:
                 error_msgs.append(
@@ -853,15 +974,31 @@ class Module:
                 continue
             try:
                 with grad_mode.no_grad():
-                    param.copy_(value)
+                    if assign:
+                        if isinstance(param, Parameter):
+                            if isinstance(value, Parameter):
+                                value.requires_grad_(param.requires_grad)
+                            else:
+                                value = Parameter(value, requires_grad=param.requires_grad)
+                        setattr(self, name, value)
+                    else:
+                        param.copy_(value)
             except Exception as ex:
                 error_msgs.append(
                     f'While copying the parameter named "{key}", whose dimensions in the '
                     f"model are {param.size()} and whose dimensions in the checkpoint are "
                     f"{value.size()}, an exception occurred : {ex.args}.")
+        extra_key = prefix + EXTRA_STATE_KEY_SUFFIX
+        if self._has_extra_state("set_extra_state"):
+            if extra_key in state_dict:
+                self.set_extra_state(state_dict[extra_key])
+            elif strict:
+                missing_keys.append(extra_key)
+        elif strict and extra_key in state_dict:
+            unexpected_keys.append(extra_key)
         if strict:
             for key in state_dict:
-                if not key.startswith(prefix):
+                if not key.startswith(prefix) or key == extra_key:
                     continue
                 head = key[len(prefix):].split(".", 1)
                 if len(head) > 1:
@@ -872,7 +1009,11 @@ class Module:
 
     def load_state_dict(self, state_dict: Mapping, strict: bool = True,
                         assign: bool = False) -> _IncompatibleKeys:
-        """Copy ``state_dict`` into the parameters and buffers; report missing/unexpected."""
+        """Copy ``state_dict`` into the parameters and buffers; report missing/unexpected.
+
+        Per module: its pre-hooks and own state, its children, then its post-hooks, which
+        see (and may edit) the missing and unexpected keys gathered so far.
+        """
         if not isinstance(state_dict, Mapping):
             raise TypeError(f"Expected state_dict to be dict-like, got {type(state_dict)}.")
         missing: list = []
@@ -880,9 +1021,13 @@ class Module:
         errors: list = []
         metadata = getattr(state_dict, "_metadata", None)
         state_dict = OrderedDict(state_dict)
+        if metadata is not None:
+            state_dict._metadata = metadata
 
         def load(module: Module, local: dict, prefix: str = "") -> None:
             meta = {} if metadata is None else metadata.get(prefix[:-1], {})
+            if assign:
+                meta["assign_to_params_buffers"] = assign
             module._load_from_state_dict(local, prefix, meta, True, missing, unexpected,
                                          errors)
             for name, child in module._modules.items():
@@ -890,6 +1035,10 @@ class Module:
                     child_prefix = prefix + name + "."
                     load(child, {k: v for k, v in local.items() if k.startswith(child_prefix)},
                          child_prefix)
+            incompatible_keys = _IncompatibleKeys(missing, unexpected)
+            for hook in tuple(module._load_state_dict_post_hooks.values()):
+                if hook(module, incompatible_keys) is not None:
+                    raise AssertionError(LOAD_POST_HOOK_RETURN_MSG)
 
         load(self, state_dict)
         if strict:
