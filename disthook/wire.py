@@ -116,6 +116,8 @@ RECORDS: dict[str, dict[str, str]] = {
                        "action": "optimizer_action", "set_to_none": "bool?", "state": "map?"},
     # the loss of a training step: a module (its spec) or a function of nn.functional
     "loss_spec": {"module": "map?", "function": "str?"},
+    # a tensor a client hook was given (by index) and changed in place: its new value
+    "changed_arg": {"arg": "int", "value": "hook_value"},
 }
 ENUMS: dict[str, frozenset] = {
     "hook_kind": frozenset({"forward_pre", "forward", "full_backward", "backward",
@@ -165,11 +167,12 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # the client's copies of the tensors require grad where the worker's do (a forward hook
     # with grad enabled). The answer: the hook's result (None: keep the value), and the
     # arguments the hook put tensor hooks on (watch) or asked to retain_grad (retain), by
-    # index, under key (the worker names them to the client with "key#index" later)
+    # index, under key (the worker names them to the client with "key#index" later), and
+    # the arguments it changed in place (changed), which the worker changes the same way
     "hook_event": {"hook": "int", "kind": "event_kind", "path": "str",
                    "args": "list[hook_value]", "diff": "bool?"},
     "hook_reply": {"hook": "int", "result": "hook_value?", "watch": "list[int]?",
-                   "retain": "list[int]?", "key": "str?"},
+                   "retain": "list[int]?", "key": "str?", "changed": "list[changed_arg]?"},
     # a warning raised on a worker, issued again by the client
     "warning": {"category": "str", "message": "str", "worker": "str?"},
     # hooks to register on one worker, all or none

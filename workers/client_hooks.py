@@ -88,6 +88,7 @@ class HookHandlers:
             originals = list(tensors_in(args))
             answer = worker._call_client(client, hook_id, kind, path, [pack(a) for a in args],
                                          diff=forward_kind and disthook.is_grad_enabled())
+            _apply_changes(answer, originals, worker, client, hook_id, path)
             key = answer.get("key")
             for i in answer.get("watch") or ():  # the client's hook hooked these tensors
                 _original(originals, i, path).register_hook(
@@ -109,7 +110,9 @@ class HookHandlers:
 
         def stub(grad):
             worker.captures.fired["client"] += 1
-            data = worker._call_client(client, hook_id, kind, path, [pack(grad)]).get("result")
+            answer = worker._call_client(client, hook_id, kind, path, [pack(grad)])
+            _apply_changes(answer, [grad], worker, client, hook_id, path)
+            data = answer.get("result")
             return None if data is None else _unpack_result(data, [grad], worker, client,
                                                             hook_id)
 
@@ -131,6 +134,25 @@ class HookHandlers:
             raise RuntimeError(f"the client's {kind} hook on {path!r} raised "
                                f"{msg['kind']}: {msg['message']}")
         return msg
+
+
+def _apply_changes(answer, originals: list, worker, client: bytes, hook_id: int,
+                   path: str) -> None:
+    """What the client's hook changed in place in the tensors it was given, done to this
+    worker's tensors in place too: recorded by autograd where the tensor is part of a graph
+    (its gradient then flows back through the client's change), as in one process."""
+    for change in answer.get("changed") or ():
+        target = _original(originals, change.arg, path)
+        value = _unpack_result(change.value, originals, worker, client, hook_id)
+        if not isinstance(value, disthook.Tensor) or value.shape != target.shape:
+            raise RuntimeError(f"the client's hook on {path!r} changed tensor {change.arg} in "
+                               f"place to something that is not a tensor of its shape "
+                               f"{tuple(target.shape)}")
+        if value.requires_grad and disthook.is_grad_enabled():
+            target.copy_(value)
+        else:
+            with disthook.no_grad():
+                target.copy_(value)
 
 
 def _original(originals: list, i: int, path: str):

@@ -121,10 +121,11 @@ class ComputeHandlers:
             stop_here = stop is not None and stop.split(".", 1)[0] in st.module._modules
             st.forwards += 1
             with disthook.set_grad_enabled(grad):
+                given = [_as_computed(t) if st.index > 0 else t for t in inputs]
                 if stop_here:  # the output of module `stop` is the answer: no later stage
-                    out = toolkit.stop_after(st.module, stop, *inputs)
+                    out = toolkit.stop_after(st.module, stop, *given)
                 else:
-                    out = st.module(*inputs)
+                    out = st.module(*given)
             if not isinstance(out, disthook.Tensor):
                 raise TypeError(f"{stop if stop_here else st.name} returned "
                                 f"{type(out).__name__}; a stage must return one Tensor")
@@ -245,7 +246,7 @@ class ComputeHandlers:
                     leaf = disthook.from_numpy(np.array(data))
                     if not first and leaf.is_floating_point():
                         leaf.requires_grad_(True)
-                    out = st.module(leaf)
+                    out = st.module(leaf if first else _as_computed(leaf))
                     if last:
                         target = disthook.from_numpy(np.array(msg["targets"][mb]))
                         loss = loss_fn(out, target)
@@ -289,6 +290,24 @@ class ComputeHandlers:
         fields = {"model": st.model, "step": step, "kind": kind, "mb": mb, "data": data,
                   "reason": reason}
         st.neighbours[side].send_multipart(wire.encode("pipe", fields), copy=False)
+
+
+class _StageInput(disthook.autograd.Function):
+    """A stage's input as what it is in one process: the output of an op (the previous
+    stage's last), not a leaf, so that a hook may change it in place; it shares the leaf's
+    memory, and its gradient goes to the leaf, whose .grad the previous stage gets."""
+
+    @staticmethod
+    def forward(ctx, leaf):
+        return disthook.Tensor._make(leaf._data, None, 0)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def _as_computed(t):
+    return _StageInput.apply(t) if t.requires_grad else t
 
 
 def _loss_function(spec: dict):

@@ -55,12 +55,14 @@ class HookServer:
             key, _, index = event["path"].rpartition("#")
             leaf = self.watched[key][int(index)]
             (grad,) = [unpack(a) for a in event["args"]]
+            version = grad._version
             out = engine.run_tensor_hooks(leaf._backward_hooks, grad)
-            return {} if out is grad else {"result": pack(out)}
+            # a hook that changed the gradient in place changed it for the worker too
+            return {} if out is grad and grad._version == version else {"result": pack(out)}
         if kind == "vjp":
-            result, leaves = self.vjps[event["path"]]
+            result, bases = self.vjps[event["path"]]
             (grad,) = [unpack(a) for a in event["args"]]
-            wanted = [t for t in leaves if t.requires_grad]
+            wanted = [t for t in bases if t.requires_grad]
             grads = torch_autograd.grad(result, wanted, grad, allow_unused=True)
             return {"result": pack(list(grads))}
         entry = self.hooks.get(event["hook"])
@@ -68,49 +70,66 @@ class HookServer:
             raise RuntimeError(f"hook {event['hook']} was removed on the client")
         fn, _, proxy, _ = entry
         diff = bool(event.get("diff"))
-        leaves: list[Tensor] = []
+        leaves: list[Tensor] = []  # the tensors the hook is given, in the order packed
+        bases: list[Tensor] = []  # what each is computed from here: vjps are taken for these
 
         def leaf(array, requires_grad):
-            t = Tensor._make(np.array(array), None, 0)
+            t = base = Tensor._make(np.array(array), None, 0)
             if diff and requires_grad:
-                t.requires_grad_(True)
+                # the worker's tensor came out of an op: so does the hook's, so that the hook
+                # may change it in place (out[:, :4] = 0) as in one process, recorded
+                base.requires_grad_(True)
+                with grad_mode.set_grad_enabled(True):
+                    t = base.clone()
             ref = weakref.ref(t)
             t.retain_grad = lambda: _retain_on_worker(ref())  # acts on the worker's tensor
             leaves.append(t)
+            bases.append(base)
             return t
 
         args = [unpack(a, leaf) for a in event["args"]]
+        versions = [t._version for t in leaves]
         if kind == "tensor":
             out = fn(*args)
         else:
             with grad_mode.set_grad_enabled(diff):
                 out = fn(proxy, *args)
         key = f"{event.ctx}:{event.req}:{event['hook']}"
-        value = None if out is None else self._pack_result(out, leaves, key)
+        # tensors the hook changed in place: the worker changes its own the same way
+        changed = [{"arg": i, "value": self._pack_value(t, bases, f"{key}:{i}")}
+                   for i, t in enumerate(leaves) if t._version != versions[i]]
+        value = None if out is None else self._pack_result(out, leaves, bases, key)
         # tensors the hook put tensor hooks on (the Grad-CAM pattern): the worker hooks the
         # real tensors, and their gradients come here to run these hooks
         watch = [i for i, t in enumerate(leaves) if t._backward_hooks]
         retain = [i for i, t in enumerate(leaves) if t.__dict__.get("_retain_on_worker")]
+        answer = {"result": value, "changed": changed or None}
         if watch or retain:
             self.watched[key] = leaves
-            return {"result": value, "watch": watch, "retain": retain, "key": key}
-        return {"result": value}
+            answer.update(watch=watch, retain=retain, key=key)
+        return answer
 
-    def _pack_result(self, value, leaves: list, key: str):
-        """A hook's result: a leaf itself as ``{"same": i}``, a tensor computed from leaves
-        with a key for its vector-Jacobian product, containers element by element."""
+    def _pack_result(self, value, leaves: list, bases: list, key: str):
+        """A hook's result: one of the tensors it was given as ``{"same": i}`` (changed in
+        place or not: the worker makes the same change), a tensor computed from them with a
+        key for its vector-Jacobian product, containers element by element."""
         if isinstance(value, Tensor):
             for i, t in enumerate(leaves):
                 if value is t:
                     return {"same": i}
-            if value.requires_grad and value.grad_fn is not None:
-                k = f"{key}:{len(self.vjps)}"
-                self.vjps[k] = (value, leaves)
-                return {"tensor": value.detach()._data, "vjp": k}
-            return pack(value)
+            return self._pack_value(value, bases, key)
         if isinstance(value, (tuple, list)):
-            items = [self._pack_result(v, leaves, f"{key}.{i}") for i, v in enumerate(value)]
+            items = [self._pack_result(v, leaves, bases, f"{key}.{i}")
+                     for i, v in enumerate(value)]
             return {"tuple" if isinstance(value, tuple) else "list": items}
+        return pack(value)
+
+    def _pack_value(self, value: Tensor, bases: list, key: str):
+        """A tensor by value; one computed from the hook's tensors also with the key of its
+        vector-Jacobian product, so that gradients flow back through it on the worker."""
+        if value.requires_grad and value.grad_fn is not None:
+            self.vjps[key] = (value, bases)
+            return {"tensor": value.detach()._data, "vjp": key}
         return pack(value)
 
     def drop_context(self, ctx_id: str) -> None:
@@ -139,4 +158,5 @@ def _retain_on_worker(t: Tensor) -> None:
     if not t._requires_grad:
         raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
     t._retain_on_worker = True
+    t._retains_grad = True  # its .grad (the worker's, sent here) is expected: no warning
 
