@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as _np
 
-from disthook import autograd, cuda, random, utils  # noqa: F401
+from disthook import autograd, cuda, linalg, random, utils  # noqa: F401
 from disthook._dtype import (  # noqa: F401
     bool,
     double,
@@ -54,6 +54,7 @@ from disthook.tensor import (  # noqa: F401
     concat,
     concatenate,
     device,
+    einsum,
     empty,
     empty_like,
     eye,
@@ -61,10 +62,13 @@ from disthook.tensor import (  # noqa: F401
     full,
     full_like,
     linspace,
+    multinomial,
     ones,
     ones_like,
     stack,
+    std_mean,
     tensor,
+    var_mean,
     where,
     zeros,
     zeros_like,
@@ -178,7 +182,9 @@ for _name in (
     "permute", "transpose", "swapaxes", "t", "split", "chunk", "unbind", "narrow", "select",
     "masked_fill", "gather", "index_put", "eq", "ne", "lt", "le", "gt", "ge", "equal",
     "allclose", "isclose", "logical_and", "logical_or", "logical_xor", "logical_not", "isnan",
-    "isinf", "isfinite", "clone", "detach", "lerp", "broadcast_to", "repeat",
+    "isinf", "isfinite", "clone", "detach", "lerp", "broadcast_to", "repeat", "sort",
+    "argsort", "topk", "tril", "triu", "roll", "repeat_interleave", "index_select", "scatter",
+    "scatter_add", "addcmul", "addcdiv",
 ):
     globals()[_name] = _method(_name)
 del _name

@@ -20,6 +20,7 @@ from disthook.ops import elementwise as E
 from disthook.ops import linalg as L
 from disthook.ops import reduce as R
 from disthook.ops import shape as S
+from disthook.ops import sort as SortOps
 from disthook.ops.base import _NO_CTX, binary_operands, check_broadcast, result_dtype
 from disthook.utils.hooks import RemovableHandle
 
@@ -1103,6 +1104,201 @@ class Tensor:
         x = self if dtype is None else self.to(dtype)
         return R.Cumsum.apply(x, dim=self._dim(dim))
 
+    # ---- sorting and selection -----------------------------------------------------------
+    def sort(self, dim=-1, descending=False, *, stable=False):
+        op = SortOps.SortStable if stable else SortOps.Sort
+        values, indices = op.apply(self, dim=self._dim(dim), descending=descending,
+                                   stable=builtins.bool(stable))
+        return _ValuesIndices(values, indices, "sort")
+
+    def argsort(self, dim=-1, descending=False, *, stable=False):
+        d = self._dim(dim)
+        if self.ndim == 0:
+            return Tensor._make(np.zeros((), np.int64), None, 0)
+        index = SortOps.sort_indices(self._data, d, descending, builtins.bool(stable))
+        return Tensor._make(index.astype(np.int64), None, 0)
+
+    def topk(self, k, dim=-1, largest=True, sorted=True):
+        d = self._dim(dim)
+        n = self.shape[d] if self.ndim else 1
+        if not 0 <= k <= n:
+            raise RuntimeError("selected index k out of range")
+        values, indices = SortOps.Topk.apply(self, k=builtins.int(k), dim=d, largest=largest,
+                                             sorted=sorted)
+        return _ValuesIndices(values, indices, "topk")
+
+    def multinomial(self, num_samples, replacement=False, *, generator=None):
+        return multinomial(self, num_samples, replacement, generator=generator)
+
+    # ---- triangles, rolls, repeats -------------------------------------------------------
+    def _triangle(self, op, diagonal, inplace=False):
+        if self.ndim < 2:
+            raise RuntimeError(f"{op.method}: input tensor must have at least 2 dimensions")
+        if inplace:
+            return self._inplace(op, diagonal=builtins.int(diagonal))
+        return op.apply(self, diagonal=builtins.int(diagonal))
+
+    def tril(self, diagonal=0):
+        return self._triangle(S.Tril, diagonal)
+
+    def triu(self, diagonal=0):
+        return self._triangle(S.Triu, diagonal)
+
+    def tril_(self, diagonal=0):
+        return self._triangle(S.Tril, diagonal, inplace=True)
+
+    def triu_(self, diagonal=0):
+        return self._triangle(S.Triu, diagonal, inplace=True)
+
+    def roll(self, shifts, dims=None):
+        shifts = (shifts,) if isinstance(shifts, numbers.Integral) else tuple(shifts)
+        if dims is None:
+            if len(shifts) != 1:
+                raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, "
+                                   "dims:0")
+            return S.Roll.apply(self, shifts=(builtins.int(shifts[0]),), dims=None)
+        dims = (dims,) if isinstance(dims, numbers.Integral) else tuple(dims)
+        if len(shifts) != len(dims):
+            raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, "
+                               f"dims:{len(dims)}")
+        return S.Roll.apply(self, shifts=tuple(builtins.int(s) for s in shifts),
+                            dims=tuple(self._dim(d) for d in dims))
+
+    def repeat_interleave(self, repeats, dim=None, *, output_size=None):
+        if dim is None:
+            x, d = self.reshape(-1), 0
+        else:
+            x, d = self, self._dim(dim)
+        if isinstance(repeats, Tensor) and repeats.numel() != 1:
+            counts = repeats._data.reshape(-1)
+            if repeats.ndim > 1:
+                raise RuntimeError("repeats must be 0-dim or 1-dim tensor")
+            if counts.size != x.shape[d]:
+                raise RuntimeError(
+                    "repeats must have the same size as input along dim, but got "
+                    f"repeats.size(0) = {counts.size} and input.size({d}) = {x.shape[d]}")
+            if counts.size and counts.min() < 0:
+                raise RuntimeError("repeats can not be negative")
+            index = np.repeat(np.arange(counts.size), counts).astype(np.int64)
+            return S.IndexSelect.apply(x, index=index, dim=d)
+        r = builtins.int(repeats.item() if isinstance(repeats, Tensor) else repeats)
+        if r < 0:
+            raise RuntimeError("Repeats must be non-negative")
+        shape = list(x.shape)
+        out_shape = shape[:d] + [shape[d] * r] + shape[d + 1:]
+        spread = x.unsqueeze(d + 1).expand(*shape[:d + 1], r, *shape[d + 1:])
+        return spread.clone().view(out_shape)
+
+    def index_select(self, dim, index):
+        d = self._dim(dim)
+        if index.ndim > 1:
+            raise IndexError("index_select(): Index is supposed to be a vector")
+        if index._data.dtype.kind not in "iu":
+            raise RuntimeError("index_select(): Expected dtype int32 or int64 for index")
+        n = self.shape[d] if self.ndim else 1
+        idx = index._data.reshape(-1)
+        bad = idx[(idx < -n) | (idx >= n)]
+        if bad.size:
+            raise IndexError("index out of range in self")
+        return S.IndexSelect.apply(self, index=idx % builtins.max(n, 1), dim=d)
+
+    # ---- scatter -------------------------------------------------------------------------
+    def _scatter_checks(self, name, dim, index, src) -> int:
+        d = self._dim(dim)
+        if index._data.dtype != np.int64:
+            raise RuntimeError(f"{name}(): Expected dtype int64 for index")
+        if index.ndim != self.ndim and not (index.ndim <= 1 and self.ndim <= 1):
+            raise RuntimeError("Index tensor must have the same number of dimensions as self "
+                               "tensor")
+        if isinstance(src, Tensor):
+            if src._data.dtype != self._data.dtype:
+                raise RuntimeError(f"{name}(): Expected self.dtype to be equal to src.dtype")
+            if src.ndim != index.ndim and not (src.ndim <= 1 and index.ndim <= 1):
+                raise RuntimeError("Index tensor must have the same number of dimensions as "
+                                   "src tensor")
+        for k in range(index.ndim):
+            too_big = k != d and index.shape[k] > self.shape[k]
+            if too_big or (isinstance(src, Tensor) and index.shape[k] > src.shape[k]):
+                src_part = (f" and to be no larger size than src {list(src.shape)}"
+                            if isinstance(src, Tensor) else "")
+                raise RuntimeError(
+                    f"Expected index {list(index.shape)} to be no larger than self "
+                    f"{list(self.shape)} apart from dimension {d}{src_part}")
+        _check_index_bounds(self, index, d)
+        return d
+
+    def scatter(self, dim, index, src=None, *, value=None, reduce=None):
+        return self._scatter(dim, index, src, value, reduce, inplace=False)
+
+    def scatter_(self, dim, index, src=None, *, value=None, reduce=None):
+        return self._scatter(dim, index, src, value, reduce, inplace=True)
+
+    def _scatter(self, dim, index, src, value, reduce, inplace):
+        if reduce is not None:
+            raise NotImplementedError("scatter(reduce=...) is not supported by disthook")
+        src = value if src is None else src
+        d = self._scatter_checks("scatter", dim, index, src)
+        params = {"index": _along(index._data, self.ndim), "dim": d}
+        if isinstance(src, Tensor):
+            op, operands = S.Scatter, (src,)
+        else:
+            op, operands = S.ScatterValue, ()
+            params["value"] = src
+        if inplace:
+            return self._inplace(op, *operands, **params)
+        return op.apply(self, *operands, **params)
+
+    def scatter_add(self, dim, index, src):
+        if not isinstance(src, Tensor):
+            raise TypeError(f"scatter_add(): argument 'src' (position 3) must be Tensor, not "
+                            f"{type(src).__name__}")
+        d = self._scatter_checks("scatter_add", dim, index, src)
+        return S.ScatterAdd.apply(self, src, index=_along(index._data, self.ndim), dim=d)
+
+    def scatter_add_(self, dim, index, src):
+        if not isinstance(src, Tensor):
+            raise TypeError(f"scatter_add_(): argument 'src' (position 3) must be Tensor, not "
+                            f"{type(src).__name__}")
+        d = self._scatter_checks("scatter_add", dim, index, src)
+        return self._inplace(S.ScatterAdd, src, index=_along(index._data, self.ndim), dim=d)
+
+    # ---- fused multiply-add --------------------------------------------------------------
+    def addcmul(self, tensor1, tensor2, *, value=1):
+        return self._addc(E.Addcmul, tensor1, tensor2, value)
+
+    def addcdiv(self, tensor1, tensor2, *, value=1):
+        if (tensor1._data.dtype.kind in "biu" and tensor2._data.dtype.kind in "biu"):
+            raise RuntimeError(
+                "Integer division with addcdiv is no longer supported, and in a future "
+                "release addcdiv will perform a true division of tensor1 and tensor2. The "
+                "historic addcdiv behavior can be implemented as (input + value * "
+                "torch.trunc(tensor1 / tensor2)).to(input.dtype) for integer inputs and as "
+                "(input + value * tensor1 / tensor2) for float inputs. The future addcdiv "
+                "behavior is just the latter implementation: (input + value * tensor1 / "
+                "tensor2), for all dtypes.")
+        return self._addc(E.Addcdiv, tensor1, tensor2, value)
+
+    def addcmul_(self, tensor1, tensor2, *, value=1):
+        return self._addc(E.Addcmul, tensor1, tensor2, value, inplace=True)
+
+    def addcdiv_(self, tensor1, tensor2, *, value=1):
+        return self._addc(E.Addcdiv, tensor1, tensor2, value, inplace=True)
+
+    def _addc(self, op, t1, t2, value, inplace=False):
+        dt = np.result_type(result_dtype(self, t1), result_dtype(self, t2),
+                            result_dtype(t1, t2))
+        shape = np.broadcast_shapes(self._data.shape, t1._data.shape, t2._data.shape) \
+            if not inplace else self._data.shape
+        _check_broadcast(t1, t2)
+        check_broadcast(self._data.shape, np.broadcast_shapes(t1._data.shape, t2._data.shape))
+        if inplace:
+            if np.broadcast_shapes(shape, t1._data.shape, t2._data.shape) != shape:
+                raise RuntimeError(
+                    f"output with shape {list(shape)} doesn't match the broadcast shape "
+                    f"{list(np.broadcast_shapes(shape, t1._data.shape, t2._data.shape))}")
+            return self._inplace(op, t1.to(self.dtype), t2.to(self.dtype), value=value)
+        return op.apply(self.to(dt), t1.to(dt), t2.to(dt), value=value)
+
     # ---- matrix products -----------------------------------------------------------------
     def matmul(self, other):
         if not isinstance(other, Tensor):
@@ -1382,11 +1578,7 @@ class Tensor:
                 raise RuntimeError(
                     f"Size does not match at dimension {k} expected index {list(index.shape)} "
                     f"to be no larger than self {list(self.shape)} apart from dimension {d}")
-        n = self.shape[d] if self.ndim else 1
-        bad = index._data[(index._data < 0) | (index._data >= n)]
-        if bad.size:
-            raise RuntimeError(f"index {bad.flat[0]} is out of bounds for dimension {d} with "
-                               f"size {n}")
+        _check_index_bounds(self, index, d)
         return S.GatherAlong.apply(self, index=index._data, dim=d)
 
     # ---- in-place ------------------------------------------------------------------------
@@ -1658,8 +1850,22 @@ def _as_bool_mask(mask, where: str) -> Tensor:
     return mask
 
 
+def _check_index_bounds(t: Tensor, index: Tensor, d: int) -> None:
+    """RuntimeError, worded as torch's gather/scatter, for an index outside dim ``d``."""
+    n = t.shape[d] if t.ndim else 1
+    bad = index._data[(index._data < 0) | (index._data >= n)]
+    if bad.size:
+        raise RuntimeError(f"index {bad.flat[0]} is out of bounds for dimension {d} with "
+                           f"size {n}")
+
+
+def _along(index: np.ndarray, ndim: int) -> np.ndarray:
+    """An index for scatter along a dim, as numpy's put_along_axis takes it (0-d as 1-d)."""
+    return index.reshape(1) if index.ndim == 0 and ndim <= 1 else index
+
+
 class _ValuesIndices(tuple):
-    """(values, indices) returned by ``max(dim)`` / ``min(dim)``."""
+    """(values, indices) returned by ``max(dim)``, ``min(dim)``, ``sort`` and ``topk``."""
 
     def __new__(cls, values, indices, name):
         self = super().__new__(cls, (values, indices))
@@ -1987,3 +2193,84 @@ def stack(tensors, dim=0) -> Tensor:
         raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], "
                          f"but got {dim})")
     return S.Stack.apply(*tensors, dim=dim % n)
+
+
+def einsum(equation, *operands) -> Tensor:
+    """Sum of products over the subscripts of ``equation`` (``'ij,jk->ik'``, ellipsis and
+    implicit output as in torch); operands may be given as one list."""
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    inputs, output = L.parse_einsum(equation, [t.shape for t in operands])
+    sizes = {}
+    for k, (subs, t) in enumerate(zip(inputs, operands)):
+        for c, n in zip(subs, t.shape):
+            seen = sizes.setdefault(c, n)
+            if seen != n and seen != 1 and n != 1:
+                raise RuntimeError(f"einsum(): subscript {c} has size {n} for operand {k} which "
+                                   f"does not broadcast with previously seen size {seen}")
+            sizes[c] = builtins.max(seen, n)
+    dt = operands[0]._data.dtype
+    for t in operands[1:]:
+        dt = np.promote_types(dt, t._data.dtype)
+    expanded = []
+    for subs, t in zip(inputs, operands):
+        shape = tuple(sizes[c] for c in subs)
+        t = t if t._data.dtype == dt else t.to(dt)
+        expanded.append(t if tuple(t.shape) == shape else t.expand(shape))
+    return L.Einsum.apply(*expanded, inputs=inputs, output=output)
+
+
+def _var_mean_args(input, dim, unbiased, correction, name):
+    if input._data.dtype.kind != "f":
+        raise RuntimeError(f"{name} only support floating point and complex dtypes")
+    if isinstance(dim, builtins.bool):
+        unbiased, dim = dim, None
+    return R.norm_dims(dim, input.ndim), input._correction(unbiased, correction)
+
+
+def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None) -> tuple:
+    """(variance, mean) of ``input`` over ``dim`` in one node, as torch records it."""
+    dims, corr = _var_mean_args(input, dim, unbiased, correction, "var_mean")
+    return R.VarMean.apply(input, dim=dims, correction=corr, keepdim=keepdim)
+
+
+def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None) -> tuple:
+    """(standard deviation, mean) of ``input`` over ``dim`` in one node."""
+    dims, corr = _var_mean_args(input, dim, unbiased, correction, "std_mean")
+    return R.StdMean.apply(input, dim=dims, correction=corr, keepdim=keepdim)
+
+
+def multinomial(input, num_samples, replacement=False, *, generator=None) -> Tensor:
+    """Indices drawn from the categories of each row, weighted by its (unnormalised)
+    probabilities, with disthook's generator; without replacement each index at most once."""
+    p = input._data
+    if p.dtype.kind != "f":
+        raise RuntimeError(f"multinomial only supports floating-point dtypes for input, got: "
+                           f"{_dtype.scalar_type_name(input.dtype)}")
+    if p.ndim not in (1, 2):
+        raise RuntimeError("prob_dist must be 1 or 2 dim")
+    if num_samples <= 0:
+        raise RuntimeError("cannot sample n_sample <= 0 samples")
+    n = p.shape[-1]
+    if not replacement and num_samples > n:
+        raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without "
+                           "replacement")
+    rows = p.reshape(-1, n).astype(np.float64)
+    if not np.isfinite(rows).all() or (rows < 0).any():
+        raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+    totals = rows.sum(axis=1, keepdims=True)
+    if (totals <= 0).any():
+        raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
+    rng = _random.gen(generator)
+    if replacement:
+        cdf = np.cumsum(rows / totals, axis=1)
+        draws = rng.random((rows.shape[0], num_samples))
+        out = np.stack([np.minimum(np.searchsorted(c, d, side="right"), n - 1)
+                        for c, d in zip(cdf, draws)])
+    else:
+        # the largest p / E (E exponential) are a weighted draw without replacement
+        with np.errstate(divide="ignore"):
+            keys = rows / rng.exponential(size=rows.shape)
+        out = np.argsort(-keys, axis=1, kind="stable")[:, :num_samples]
+    out = out.astype(np.int64)
+    return Tensor._make(out if p.ndim == 2 else out.reshape(num_samples), None, 0)

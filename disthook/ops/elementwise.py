@@ -507,6 +507,44 @@ class Minimum(Op):
         return g * share, g * (1 - share)
 
 
+class Addcmul(Op):
+    """``a + value * t1 * t2``."""
+
+    @staticmethod
+    def forward(ctx, a, t1, t2, value=1):
+        ctx.value = value
+        need = ctx.needs_input_grad
+        if need:
+            ctx.save_for_backward(t1 if need[2] else None, t2 if need[1] else None)
+        return a._data + value * t1._data * t2._data
+
+    @staticmethod
+    def backward(ctx, g):
+        t1, t2 = ctx.saved_tensors
+        g1 = g * t2 * ctx.value if _needs(ctx, 1) else None
+        g2 = g * t1 * ctx.value if _needs(ctx, 2) else None
+        return g, g1, g2
+
+
+class Addcdiv(Op):
+    """``a + value * t1 / t2``."""
+
+    @staticmethod
+    def forward(ctx, a, t1, t2, value=1):
+        ctx.value = value
+        need = ctx.needs_input_grad
+        if need:
+            ctx.save_for_backward(t1 if need[2] else None, t2)
+        return a._data + value * t1._data / t2._data
+
+    @staticmethod
+    def backward(ctx, g):
+        t1, t2 = ctx.saved_tensors
+        g1 = g * ctx.value / t2 if _needs(ctx, 1) else None
+        g2 = -g * ctx.value * t1 / (t2 * t2) if _needs(ctx, 2) else None
+        return g, g1, g2
+
+
 class Where(Op):
     """``where(cond, a, b)``; cond takes no gradient."""
 

@@ -174,3 +174,106 @@ def matmul(a, b):
     if da == 1:
         return Bmm.apply(a.unsqueeze(0), b).squeeze(-2)
     return Bmm.apply(a, b)
+
+
+# ---- einsum ---------------------------------------------------------------------------------
+
+class Einsum(Op):
+    """``einsum(equation, *operands)`` with explicit subscripts (``'ij,jk->ik'``; the
+    ellipsis is expanded to letters before this op). The gradient of each operand is one
+    more einsum: the other operands and the output gradient contracted to its subscripts,
+    a ones vector supplying each letter only it has, an identity matrix each repeated
+    letter (a diagonal)."""
+
+    @staticmethod
+    def forward(ctx, *operands, inputs, output):
+        ctx.inputs, ctx.output = inputs, output
+        ctx.sizes = {c: n for subs, t in zip(inputs, operands)
+                     for c, n in zip(subs, t._data.shape)}
+        ctx.save_for_backward(*operands)
+        arrays = [t._data for t in operands]
+        out = np.einsum(",".join(inputs) + "->" + output, *arrays, optimize=len(arrays) > 2)
+        return np.asarray(out, dtype=np.result_type(*arrays))
+
+    @staticmethod
+    def backward(ctx, g):
+        from disthook.tensor import Tensor
+
+        operands = ctx.saved_tensors
+        grads = []
+        for i, subs in enumerate(ctx.inputs):
+            if not ctx.needs_input_grad[i]:
+                grads.append(None)
+                continue
+            terms = [(s, t) for j, (s, t) in enumerate(zip(ctx.inputs, operands)) if j != i]
+            terms.append((ctx.output, g))
+            known = set("".join(s for s, _ in terms))
+            target, seen = [], {}
+            unused = iter(c for c in _LETTERS if c not in ctx.sizes)
+            dtype = g._data.dtype
+            for c in subs:
+                if c in seen:  # a repeated letter: its own letter, tied by an identity
+                    fresh = next(unused)
+                    eye = np.eye(ctx.sizes[c], dtype=dtype)
+                    terms.append((c + fresh, Tensor._make(eye, None, 0)))
+                    target.append(fresh)
+                    continue
+                seen[c] = True
+                if c not in known:  # summed away in forward: every position gets the same
+                    ones = np.ones(ctx.sizes[c], dtype=dtype)
+                    terms.append((c, Tensor._make(ones, None, 0)))
+                    known.add(c)
+                target.append(c)
+            grads.append(Einsum.apply(*[t for _, t in terms],
+                                      inputs=tuple(s for s, _ in terms), output="".join(target)))
+        return tuple(grads)
+
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def parse_einsum(equation: str, shapes: list) -> tuple:
+    """(input subscripts, output subscripts) of ``equation`` with the ellipsis replaced by
+    letters and an implicit output made explicit (letters seen once, in alphabetical order,
+    after the ellipsis dims). RuntimeError with torch's wording when it does not fit."""
+    eq = equation.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    inputs = lhs.split(",")
+    if len(inputs) != len(shapes):
+        raise RuntimeError(f"einsum(): more operands were provided than specified in the "
+                           f"equation" if len(shapes) > len(inputs) else
+                           "einsum(): fewer operands were provided than specified in the "
+                           "equation")
+    used = set(c for c in eq if c.isalpha())
+    spare = [c for c in _LETTERS if c not in used]
+    ell = max((len(shape) - len(s.replace("...", "")) for s, shape in zip(inputs, shapes)
+               if "..." in s), default=0)
+    ell_letters = "".join(spare[:ell])
+    expanded = []
+    for s, shape in zip(inputs, shapes):
+        for c in s.replace("...", ""):
+            if not c.isalpha():
+                raise RuntimeError(f"einsum(): invalid subscript given at index "
+                                   f"{eq.index(c)} in the equation string, subscripts must "
+                                   "be in [a-zA-Z]")
+        if "..." in s:
+            n = len(shape) - len(s.replace("...", ""))
+            s = s.replace("...", ell_letters[ell - n:])
+        if len(s) != len(shape):
+            raise RuntimeError(f"einsum(): the number of subscripts in the equation ({len(s)}) "
+                               "does not match the number of dimensions "
+                               f"({len(shape)}) for operand {len(expanded)}"
+                               + ("" if "..." in lhs else " and no ellipsis was given"))
+        expanded.append(s)
+    if arrow:
+        output = rhs.replace("...", ell_letters)
+    else:
+        letters = "".join(expanded)
+        output = ell_letters + "".join(sorted(c for c in set(letters) if letters.count(c) == 1
+                                              and c not in ell_letters))
+    letters = set("".join(expanded))
+    for c in output:
+        if c not in letters:
+            raise RuntimeError(f"einsum(): output subscript {c} does not appear in the "
+                               "equation for any input operand")
+    return tuple(expanded), output

@@ -1,4 +1,4 @@
-"""Reductions: sum, mean, var/std, max/min/amax/amin, prod, vector norm, logsumexp, the
+"""Reductions: sum, mean, var/std (and with the mean), max/min/amax/amin, prod, vector norm, logsumexp, the
 softmax family, and cumsum."""
 from __future__ import annotations
 
@@ -134,6 +134,44 @@ class Std(Op):
         safe_out = out.masked_fill(out == 0, np.inf)  # a zero std has a zero gradient
         g = expand_back(g / safe_out, a.shape, ctx.dims, ctx.keepdim)
         return g * centered * (1.0 / (ctx.n - ctx.correction))
+
+
+class VarMean(Op):
+    """``var_mean``: (variance, mean) in one node; both gradients flow to the input."""
+
+    @staticmethod
+    def forward(ctx, a, dim=None, correction=1, keepdim=False):
+        var = Var.forward(ctx, a, dim=dim, correction=correction, keepdim=keepdim)
+        return var, np.mean(a._data, axis=dim, keepdims=keepdim).astype(a._data.dtype)
+
+    @staticmethod
+    def backward(ctx, g_var, g_mean):
+        (a,) = ctx.saved_tensors
+        count = a.numel() // max(1, g_mean.numel()) if a.numel() else 1
+        g = Var.backward(ctx, g_var)
+        return g + expand_back(g_mean, a.shape, ctx.dims, ctx.keepdim) / count
+
+
+class StdMean(Op):
+    """``std_mean``: (standard deviation, mean) in one node."""
+
+    @staticmethod
+    def forward(ctx, a, dim=None, correction=1, keepdim=False):
+        _check_floating_for_var(a)
+        x = a._data
+        ctx.dims, ctx.correction, ctx.keepdim = dim, correction, keepdim
+        ctx.n = x.size if dim is None else int(np.prod([x.shape[d] for d in dim]))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            std = np.std(x, axis=dim, ddof=correction, keepdims=keepdim).astype(x.dtype)
+        ctx.save_for_backward(a, OUTPUT)  # the std, the first output
+        return std, np.mean(x, axis=dim, keepdims=keepdim).astype(x.dtype)
+
+    @staticmethod
+    def backward(ctx, g_std, g_mean):
+        a = ctx.saved_tensors[0]
+        count = a.numel() // max(1, g_mean.numel()) if a.numel() else 1
+        g = Std.backward(ctx, g_std)
+        return g + expand_back(g_mean, a.shape, ctx.dims, ctx.keepdim) / count
 
 
 class Amax(Op):

@@ -1,5 +1,6 @@
 """Shape and indexing ops: view/reshape, permute, transpose, expand, squeeze, repeat,
-cat/stack/split, getitem and index-put, masked_fill, pad."""
+cat/stack/split, getitem and index-put, masked_fill, pad, tril/triu, roll, scatter,
+index_select."""
 from __future__ import annotations
 
 import weakref
@@ -549,3 +550,139 @@ class ConstantPad(Op):
         if ctx.crop is not None:
             g = ScatterIndex.apply(g, index=ctx.crop, shape=ctx.shape)
         return g
+
+
+class Tril(Op):
+    """The lower triangle of the last two dims (above diagonal ``k`` zeroed)."""
+
+    fn = staticmethod(np.tril)
+    method = "tril"
+
+    @classmethod
+    def forward(cls, ctx, a, diagonal=0):
+        ctx.diagonal = diagonal
+        return cls.fn(a._data, diagonal)
+
+    @classmethod
+    def backward(cls, ctx, g):
+        return getattr(g, cls.method)(ctx.diagonal)
+
+
+class Triu(Tril):
+    """The upper triangle of the last two dims (below diagonal ``k`` zeroed)."""
+
+    node_name = "TriuBackward0"
+    fn = staticmethod(np.triu)
+    method = "triu"
+
+
+class Roll(Op):
+    """Shift elements along dims, wrapping around (all flattened when ``dims`` is None)."""
+
+    @staticmethod
+    def forward(ctx, a, shifts, dims):
+        ctx.shifts, ctx.dims = shifts, dims
+        x = a._data
+        if dims is None:
+            return np.roll(x.reshape(-1), shifts[0]).reshape(x.shape)
+        return np.roll(x, shifts, axis=dims)
+
+    @staticmethod
+    def backward(ctx, g):
+        return Roll.apply(g, shifts=tuple(-s for s in ctx.shifts), dims=ctx.dims)
+
+
+def _along_dim(index: np.ndarray, dim: int) -> tuple:
+    """The advanced index that puts element ``j`` of a scatter at ``j`` with its ``dim``
+    coordinate replaced by ``index[j]``."""
+    idx = list(np.indices(index.shape, sparse=True))
+    idx[dim] = index
+    return tuple(idx)
+
+
+def _index_region(index: np.ndarray) -> tuple:
+    """The leading block of a tensor that an index of this shape addresses."""
+    return tuple(slice(0, n) for n in index.shape)
+
+
+class Scatter(Op):
+    """``a.scatter(dim, index, src)``: ``a`` with ``src``'s values written at ``index``."""
+
+    @staticmethod
+    def forward(ctx, a, src, index, dim):
+        ctx.index, ctx.dim, ctx.src_shape = index, dim, src._data.shape
+        out = a._data.copy()
+        out[_along_dim(index, dim)] = src._data[_index_region(index)]
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        ga = g.scatter(ctx.dim, _tensor(ctx.index), 0.0) if ctx.needs_input_grad[0] else None
+        gs = None
+        if ctx.needs_input_grad[1]:
+            gs = _grow(g.gather(ctx.dim, _tensor(ctx.index)), ctx.src_shape)
+        return ga, gs
+
+
+class ScatterValue(Op):
+    """``a.scatter(dim, index, value)`` with a scalar value."""
+
+    node_name = "ScatterBackward1"
+
+    @staticmethod
+    def forward(ctx, a, index, dim, value):
+        ctx.index, ctx.dim = index, dim
+        out = a._data.copy()
+        out[_along_dim(index, dim)] = np.asarray(value, dtype=out.dtype)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.scatter(ctx.dim, _tensor(ctx.index), 0.0)
+
+
+class ScatterAdd(Op):
+    """``a.scatter_add(dim, index, src)``: ``src``'s values added at ``index`` (repeats
+    accumulate)."""
+
+    @staticmethod
+    def forward(ctx, a, src, index, dim):
+        ctx.index, ctx.dim, ctx.src_shape = index, dim, src._data.shape
+        out = a._data.copy()
+        np.add.at(out, _along_dim(index, dim), src._data[_index_region(index)])
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        gs = None
+        if ctx.needs_input_grad[1]:
+            gs = _grow(g.gather(ctx.dim, _tensor(ctx.index)), ctx.src_shape)
+        return g, gs
+
+
+class IndexSelect(Op):
+    """``a.index_select(dim, index)``: whole slices along ``dim`` picked by a 1-d index."""
+
+    @staticmethod
+    def forward(ctx, a, index, dim):
+        ctx.index, ctx.dim, ctx.shape = index, dim, a._data.shape
+        return np.take(a._data, index, axis=dim)
+
+    @staticmethod
+    def backward(ctx, g):
+        index = (slice(None),) * ctx.dim + (ctx.index,)
+        return ScatterIndex.apply(g, index=index, shape=ctx.shape)
+
+
+def _tensor(array: np.ndarray):
+    from disthook.tensor import Tensor
+
+    return Tensor._make(array, None, 0)
+
+
+def _grow(g, shape: tuple):
+    """``g`` placed in the leading block of zeros of ``shape`` (a source larger than its
+    index takes no gradient outside it)."""
+    if tuple(g.shape) == tuple(shape):
+        return g
+    return ScatterIndex.apply(g, index=tuple(slice(0, n) for n in g.shape), shape=shape)
