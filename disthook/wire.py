@@ -129,6 +129,7 @@ ENUMS: dict[str, frozenset] = {
                              "full_backward_pre", "tensor", "leaf_hook", "vjp", "retained"}),
     "pipe_kind": frozenset({"act", "grad", "abort"}),
     "optimizer_action": frozenset({"step", "zero_grad", "state", "load"}),
+    "grad_op_kind": frozenset({"norm", "scale", "clamp", "set"}),
     "schedule_kind": frozenset({"recv_act", "forward", "send_act", "recv_grad", "backward",
                                 "send_grad"}),
 }
@@ -198,6 +199,11 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "param_op": {"model": "str", "name": "str", "op": "str", "args": "any",
                  "kwargs": "any"},
     "step": {"model": "str", "optimizer": "optimizer_call?", "zero_grad": "bool?"},
+    # gradients of named parameters, measured or changed where they live: "norm" (each
+    # one's norm of order value), "scale" (times value), "clamp" (into [-value, value]),
+    # "set" (to grads: an array or None per name)
+    "grad_op": {"model": "str", "names": "list[str]", "op": "grad_op_kind", "value": "float?",
+                "grads": "list?"},
 }
 
 

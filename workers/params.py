@@ -41,6 +41,42 @@ class ParamHandlers:
         with disthook.no_grad():
             getattr(param, op)(*args, **kwargs)
 
+    def on_grad_op(self, job):
+        """Gradients of named parameters of the stage, where they live (see wire's grad_op):
+        "norm" answers each one's norm (None for no gradient); "scale", "clamp" and "set"
+        change them in place, as ``clip_grad_norm_``, ``clip_grad_value_`` and ``p.grad =``
+        do in one process."""
+        st, msg = self._stage(job), job.msg
+        params = dict(st.module.named_parameters())
+        unknown = [n for n in msg["names"] if n not in params]
+        if unknown:
+            raise KeyError(f"{st.name} has no parameters {unknown}")
+        targets = [params[n] for n in msg["names"]]
+        op, value = msg["op"], msg.get("value")
+        if op != "set" and value is None:
+            raise ValueError(f"grad_op {op!r} needs a value")
+        with disthook.no_grad():
+            if op == "norm":
+                return [None if p.grad is None else float(p.grad.norm(value).item())
+                        for p in targets]
+            if op == "set":
+                grads = msg.get("grads")
+                if grads is None or len(grads) != len(targets):
+                    raise ValueError(f"grad_op set: one gradient (or None) per name, got "
+                                     f"{'none' if grads is None else len(grads)} for "
+                                     f"{len(targets)}")
+                for p, g in zip(targets, grads):
+                    p.grad = None if g is None else disthook.from_numpy(np.array(g))
+                return None
+            for p in targets:
+                if p.grad is None:
+                    continue
+                if op == "scale":
+                    p.grad.mul_(disthook.tensor(value, dtype=p.grad.dtype))
+                else:  # clamp
+                    p.grad.clamp_(min=-value, max=value)
+        return None
+
     def on_step(self, job):
         """The stage's share of an optimizer (made on first use), or the stage's zero_grad.
 

@@ -123,6 +123,10 @@ class RemoteParameter:
     def requires_grad(self) -> bool:
         return False if self._is_data else self._twin.requires_grad
 
+    @requires_grad.setter
+    def requires_grad(self, requires_grad: bool) -> None:
+        self.requires_grad_(requires_grad)
+
     @property
     def is_leaf(self) -> bool:
         return True
@@ -156,9 +160,71 @@ class RemoteParameter:
 
     @property
     def grad(self) -> Tensor | None:
+        """A local copy of the gradient on the worker: change it through the parameter
+        (``p.grad = g``, ``p.grad = None``, the clipping utilities), not in place."""
         grads = self._model._states(names=[self._path])["grads"]
         arr = grads.get(self._path)
         return None if arr is None else Tensor._make(np.array(arr), None, 0)
+
+    @grad.setter
+    def grad(self, value) -> None:
+        """``p.grad = g`` (a tensor of the parameter's shape) or ``p.grad = None``, on the
+        worker, with the errors torch gives."""
+        if value is not None:
+            if not isinstance(value, Tensor):
+                raise TypeError(f"assigned grad expected to be a Tensor or None but got grad "
+                                f"of type {type(value).__name__}")
+            if value.shape != self.shape:
+                raise RuntimeError(f"attempting to assign a gradient of size "
+                                   f"'{list(value.shape)}' to a tensor of size "
+                                   f"'{list(self.shape)}'. Please ensure that the gradient "
+                                   "and the tensor are the same size")
+            value = value.detach()._data
+        RemoteParameter._grad_op([self], "set", grads=[value])
+
+    @grad.deleter
+    def grad(self) -> None:
+        self.grad = None
+
+    # ---- gradients of many parameters at once, where they live (nn.utils.clip_grad) ------------
+    @staticmethod
+    def _grad_op(params: list, op: str, value: float | None = None, grads=None) -> list:
+        """Run ``grad_op`` on the workers holding ``params`` (RemoteParameters of one or
+        more models): per model one request per worker, sent together; the results in the
+        order of ``params``."""
+        results: list = [None] * len(params)
+        models: dict[int, tuple] = {}  # id(model) -> (model, {address: [indices]})
+        for i, p in enumerate(params):
+            model, owners = models.setdefault(id(p._model), (p._model, {}))
+            owners.setdefault(model._owner(p._path), []).append(i)
+        for model, owners in models.values():
+            calls = []
+            for address, indices in owners.items():
+                fields = {"names": [params[i]._path for i in indices], "op": op,
+                          "value": value}
+                if grads is not None:
+                    fields["grads"] = [grads[i] for i in indices]
+                calls.append((address, fields))
+            replies = model._hub.request_all(calls, "grad_op", what=f"{op} of gradients")
+            for indices, reply in zip(owners.values(), replies):
+                for i, result in zip(indices, reply["result"] or [None] * len(indices)):
+                    results[i] = result
+        return results
+
+    @staticmethod
+    def _grad_norms(params: list, norm_type: float) -> list:
+        """Each parameter's gradient norm (a 0-d tensor of its dtype; None: no gradient)."""
+        norms = RemoteParameter._grad_op(params, "norm", float(norm_type))
+        return [None if n is None else Tensor._make(np.array(n, p._twin._data.dtype), None, 0)
+                for p, n in zip(params, norms)]
+
+    @staticmethod
+    def _scale_grads(params: list, factor: Tensor) -> None:
+        RemoteParameter._grad_op(params, "scale", float(factor.item()))
+
+    @staticmethod
+    def _clamp_grads(params: list, clip_value: float) -> None:
+        RemoteParameter._grad_op(params, "clamp", float(clip_value))
 
     def numpy(self) -> np.ndarray:
         if self.requires_grad and grad_mode.is_grad_enabled():

@@ -1,5 +1,10 @@
 """Gradient clipping: rescale all gradients together by their total norm, or clamp each
-element. Both change ``.grad`` in place, under ``no_grad``."""
+element. Both change ``.grad`` in place, under ``no_grad``.
+
+Parameters of a deployed model (``RemoteParameter``) may be among them: their gradients are
+measured and changed on the workers that hold them (the type offers ``_grad_norms``,
+``_scale_grads`` and ``_clamp_grads`` for a list of its parameters), so the total norm and
+the clipping are exactly one process's and no gradient crosses the wire."""
 from __future__ import annotations
 
 import types
@@ -12,7 +17,7 @@ NORM_EPS = 1e-6  # added to the total norm before dividing, as torch does
 
 
 def _as_list(parameters) -> list:
-    if isinstance(parameters, Tensor):
+    if isinstance(parameters, Tensor) or _remote_kind(parameters) is not None:
         return [parameters]
     is_generator = isinstance(parameters, types.GeneratorType)
     parameters = list(parameters)
@@ -27,11 +32,18 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0,
     """Scale the gradients so that their joint ``norm_type``-norm is at most ``max_norm``;
     returns that norm (before clipping) as a 0-d tensor."""
     with grad_mode.no_grad():
-        grads = [p.grad for p in _as_list(parameters) if p.grad is not None]
+        params = _as_list(parameters)
+        local, remote = _split(params)
+        grads = [p.grad for p in local if p.grad is not None]
         norm_type = float(norm_type)
-        if not grads:
+        norm_of = {id(p): p.grad.norm(norm_type) for p in local if p.grad is not None}
+        for kind, of_kind in remote.items():  # measured on their workers, in one go each
+            norm_of.update(zip(map(id, of_kind), kind._grad_norms(of_kind, norm_type)))
+        # in the parameters' order, as one process sums them
+        norms = [norm_of[id(p)] for p in params if norm_of.get(id(p)) is not None]
+        if not norms:
             return tensor(0.0)
-        total_norm = stack([g.norm(norm_type) for g in grads]).norm(norm_type)
+        total_norm = stack(norms).norm(norm_type)
         if error_if_nonfinite and not total_norm.isfinite().item():
             raise RuntimeError(
                 f"The total norm of order {norm_type} for gradients from `parameters` is "
@@ -40,6 +52,8 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0,
         clip_coef = (float(max_norm) / (total_norm + NORM_EPS)).clamp(max=1.0)
         for g in grads:
             g.mul_(clip_coef)
+        for kind, of_kind in remote.items():
+            kind._scale_grads(of_kind, clip_coef)
         return total_norm
 
 
@@ -55,6 +69,30 @@ def clip_grad_value_(parameters, clip_value: float, foreach: bool | None = None)
     """Clamp every gradient element into ``[-clip_value, clip_value]``."""
     clip_value = float(clip_value)
     with grad_mode.no_grad():
-        for p in _as_list(parameters):
+        local, remote = _split(_as_list(parameters))
+        for p in local:
             if p.grad is not None:
                 p.grad.clamp_(min=-clip_value, max=clip_value)
+        for kind, of_kind in remote.items():
+            kind._clamp_grads(of_kind, clip_value)
+
+
+def _remote_kind(p):
+    """The type of a parameter that lives elsewhere (it measures and changes its gradients
+    where it lives), or None."""
+    kind = type(p)
+    return kind if hasattr(kind, "_grad_norms") and hasattr(kind, "_scale_grads") else None
+
+
+def _split(params: list) -> tuple[list, dict]:
+    """(local tensors, {remote type: its parameters}), in order; anything else refused."""
+    local, remote = [], {}
+    for p in params:
+        kind = _remote_kind(p)
+        if kind is not None:
+            remote.setdefault(kind, []).append(p)
+        elif isinstance(p, Tensor):
+            local.append(p)
+        else:
+            raise TypeError(f"expected parameters (Tensors), got {type(p).__name__}")
+    return local, remote
