@@ -23,6 +23,7 @@ from disthook.ops import loss as LossOps
 from disthook.ops import norm as NormOps
 from disthook.ops import pad as PadOps
 from disthook.ops import pool as PoolOps
+from disthook.ops import resample as ResampleOps
 from disthook.ops import shape as ShapeOps
 from disthook.ops.base import binary_operands, check_broadcast
 from disthook.ops.loss import REDUCTIONS
@@ -861,3 +862,148 @@ def _cross_entropy_with_probabilities(input: Tensor, target: Tensor, weight, red
     if reduction == "sum":
         return -(log_probs * target).sum()
     return -(log_probs * target).sum(class_dim)
+
+
+# ---- attention --------------------------------------------------------------------------------
+
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
+                                 attn_mask: Tensor | None = None, dropout_p: float = 0.0,
+                                 is_causal: bool = False, scale: float | None = None,
+                                 enable_gqa: bool = False) -> Tensor:
+    """``softmax(q @ k^T * scale + bias) @ v`` as torch's math path computes it: a boolean
+    mask (or ``is_causal``'s lower triangle) marks the keys that may be attended, a float
+    mask is added; a query with no key left attends to nothing (zeros, not NaN); dropout
+    (disthook's generator) applies whenever ``dropout_p > 0``."""
+    if query.ndim < 2 or key.ndim < 2 or value.ndim < 2:
+        raise RuntimeError(
+            "Expected query, key, and value to all be  at least 2 dimensional, but got "
+            f"query.dim: {query.ndim} key.dim: {key.ndim} and value.dim: {value.ndim} instead.")
+    if not query.dtype == key.dtype == value.dtype:
+        raise RuntimeError(
+            "Expected query, key, and value to have the same dtype, but got query.dtype: "
+            f"{c_type_name(query.dtype)} key.dtype: {c_type_name(key.dtype)} and value.dtype: "
+            f"{c_type_name(value.dtype)} instead.")
+    if attn_mask is not None and attn_mask.dtype != query.dtype and \
+            attn_mask._data.dtype != np.bool_:
+        raise RuntimeError(
+            "Expected attn_mask dtype to be bool or float or to match query dtype, but got "
+            f"attn_mask.dtype: {c_type_name(attn_mask.dtype)} and  query.dtype: "
+            f"{c_type_name(query.dtype)} instead.")
+    if is_causal and attn_mask is not None:
+        raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set "
+                           "when is_causal=True")
+    if dropout_p < 0.0 or dropout_p > 1.0:  # (a RuntimeError here, unlike F.dropout's)
+        raise RuntimeError(f"dropout probability has to be between 0 and 1, but got "
+                           f"{dropout_p}")
+    if enable_gqa and key.ndim >= 3 and key.shape[-3] != query.shape[-3]:
+        groups = query.shape[-3] // key.shape[-3]
+        key = key.repeat_interleave(groups, dim=-3)
+        value = value.repeat_interleave(groups, dim=-3)
+    L, S = query.shape[-2], key.shape[-2]
+    _check_batch2(query, key.shape[:-2], query.shape[-1], key.shape[-1])
+    _check_batch2(query, value.shape[:-2], S, value.shape[-2])
+    factor = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
+    weights = query @ key.transpose(-2, -1) * factor
+    if is_causal:
+        allowed = np.tril(np.ones((L, S), dtype=bool))
+        weights = weights.masked_fill(Tensor._make(~allowed, None, 0), -math.inf)
+    elif attn_mask is not None:
+        if attn_mask._data.dtype == np.bool_:
+            weights = weights.masked_fill(attn_mask.logical_not(), -math.inf)
+        else:
+            weights = weights + attn_mask
+    if is_causal or attn_mask is not None:
+        # a query whose every key is masked attends to nothing (torch's safe softmax)
+        empty = np.isneginf(weights._data).all(axis=-1, keepdims=True)
+        if empty.any():
+            empty_t = Tensor._make(empty, None, 0)
+            weights = weights.masked_fill(empty_t, 0.0).softmax(-1).masked_fill(empty_t, 0.0)
+            return _attend(weights, value, dropout_p)
+    return _attend(weights.softmax(-1), value, dropout_p)
+
+
+def _attend(weights: Tensor, value: Tensor, dropout_p: float) -> Tensor:
+    if dropout_p > 0.0:
+        weights = dropout(weights, dropout_p, training=True)
+    return weights @ value
+
+
+def _check_batch2(query: Tensor, batch: tuple, expected: int, got: int) -> None:
+    """The shape error torch's batched product gives inside attention: the second operand's
+    leading dim (keys' features, values' positions) must be ``expected``."""
+    if tuple(batch) == tuple(query.shape[:-2]) and got != expected:
+        n = int(np.prod(query.shape[:-2], dtype=np.int64))
+        raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: "
+                           f"[{n}, {expected}] but got: [{n}, {got}].")
+
+
+# ---- resampling ---------------------------------------------------------------------------------
+
+INTERPOLATE_MODES = ("nearest", "linear", "bilinear", "bicubic", "trilinear", "area",
+                     "nearest-exact")
+_LINEAR_MODES = {"linear": 1, "bilinear": 2, "trilinear": 3}
+
+
+def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "nearest",
+                align_corners: bool | None = None, recompute_scale_factor: bool | None = None,
+                antialias: bool = False) -> Tensor:
+    """Resize the spatial dims (all after the first two) to ``size`` or by ``scale_factor``
+    with 'nearest', 'nearest-exact' or '(bi/tri)linear' (``align_corners`` picks whether the
+    corner pixels' centres or edges line up)."""
+    if mode in ("nearest", "area", "nearest-exact"):
+        if align_corners is not None:
+            raise ValueError("align_corners option can only be set with the interpolating "
+                             "modes: linear | bilinear | bicubic | trilinear")
+    elif align_corners is None:
+        align_corners = False
+    dims = input.ndim - 2
+    spatial = list(input.shape[2:])
+    if size is not None and scale_factor is not None:
+        raise ValueError("only one of size or scale_factor should be defined")
+    if size is not None:
+        sizes = list(size) if isinstance(size, (list, tuple)) else [size] * dims
+        if len(sizes) != dims:
+            raise ValueError(
+                "Input and output must have the same number of spatial dimensions, but got "
+                f"input with spatial dimensions of {spatial} and output size of {size}. Please "
+                "provide input tensor in (N, C, d1, d2, ...,dK) format and output size in (o1, "
+                "o2, ...,oK) format.")
+        scales = [None] * dims
+    elif scale_factor is not None:
+        scales = (list(scale_factor) if isinstance(scale_factor, (list, tuple))
+                  else [scale_factor] * dims)
+        if len(scales) != dims:
+            raise ValueError(
+                "Input and scale_factor must have the same number of spatial dimensions, but "
+                f"got input with spatial dimensions of {spatial} and scale_factor of shape "
+                f"{scale_factor}. Please provide input tensor in (N, C, d1, d2, ...,dK) format "
+                "and scale_factor in (s1, s2, ...,sK) format.")
+        sizes = [int(math.floor(n * float(s))) for n, s in zip(spatial, scales)]
+        if recompute_scale_factor:
+            scales = [None] * dims
+    else:
+        raise ValueError("either size or scale_factor should be defined")
+    if antialias:
+        raise NotImplementedError("interpolate(antialias=True) is not supported by disthook")
+    linear_dims = _LINEAR_MODES.get(mode)
+    if linear_dims is not None and dims != linear_dims and dims in (1, 2, 3):
+        raise NotImplementedError(f"Got {input.ndim}D input, but {mode} mode needs "
+                                  f"{linear_dims + 2}D input")
+    if dims not in (1, 2, 3) or mode not in ("nearest", "nearest-exact", *_LINEAR_MODES):
+        raise NotImplementedError(
+            f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D) for "
+            "the modes: nearest | linear | bilinear | bicubic | trilinear | lanczos | area | "
+            f"nearest-exact (got {mode})")
+    if any(n <= 0 for n in sizes) or any(n <= 0 for n in spatial):
+        names = ("D", "H", "W")[3 - dims:]
+        got_in = ", ".join(f"{k}: {n}" for k, n in zip(names, spatial))
+        got_out = ", ".join(f"{k}: {n}" for k, n in zip(names, sizes))
+        raise RuntimeError(f"Input and output sizes should be greater than 0, but got input "
+                           f"({got_in}) output ({got_out})")
+    if linear_dims is not None:
+        matrices = tuple(ResampleOps.linear_matrix(n, o, s, align_corners)
+                         for n, o, s in zip(spatial, sizes, scales))
+    else:
+        matrices = tuple(ResampleOps.nearest_matrix(n, o, s, exact=mode == "nearest-exact")
+                         for n, o, s in zip(spatial, sizes, scales))
+    return ResampleOps.OPS[mode, dims].apply(input, matrices=matrices)

@@ -36,6 +36,7 @@ from disthook.nn.modules.pooling import (
     MaxPool2d,
 )
 from disthook.nn.modules.sparse import Embedding
+from disthook.nn.modules.upsampling import Upsample
 
 __all__ = [
     "GELU",
@@ -75,4 +76,5 @@ __all__ = [
     "Softmax",
     "Tanh",
     "Unflatten",
+    "Upsample",
 ]
