@@ -5,6 +5,7 @@ import warnings
 from collections.abc import Mapping
 
 from disthook.autograd import graph  # noqa: F401
+from disthook.autograd.gradcheck import gradcheck, gradgradcheck  # noqa: F401
 from disthook.autograd.engine import execute, typename
 from disthook.autograd.function import Function, InplaceFunction, once_differentiable  # noqa
 from disthook.autograd.grad_mode import (
@@ -22,6 +23,8 @@ __all__ = [
     "backward",
     "enable_grad",
     "grad",
+    "gradcheck",
+    "gradgradcheck",
     "inference_mode",
     "is_grad_enabled",
     "no_grad",
@@ -148,8 +151,32 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
     seeds = _make_grads(outputs, grads)
     if retain_graph is None:
         retain_graph = create_graph
+    if create_graph:
+        _warn_create_graph_cycle()
     _run_backward(outputs, seeds, retain_graph, create_graph, ins,
                   allow_unreachable=True, accumulate_grad=True)
+
+
+CREATE_GRAPH_CYCLE_WARNING = (
+    "Using backward() with create_graph=True will create a reference cycle between the "
+    "parameter and its gradient which can cause a memory leak. We recommend using "
+    "autograd.grad when creating the graph to avoid this. If you have to use this function, "
+    "make sure to reset the .grad fields of your parameters to None after use to break the "
+    "cycle and avoid the leak."
+)
+_warned_create_graph = False
+
+
+def _warn_create_graph_cycle() -> None:
+    """torch's warning for backward(create_graph=True): once per process, hooks or not
+    (measured on 2.13: a plain leaf, a Linear, a module with full backward hooks)."""
+    global _warned_create_graph
+    if _warned_create_graph:
+        return
+    _warned_create_graph = True
+    from disthook.utils.hooks import _caller_stacklevel
+
+    warnings.warn(CREATE_GRAPH_CYCLE_WARNING, UserWarning, stacklevel=_caller_stacklevel())
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,

@@ -264,6 +264,7 @@ class _GraphTask:
         self.runs: set | None = None
         self.needed: set | None = None
         self.captures: dict = {}  # (node, output_nr) -> slot indices in the results
+        self.roots: list = []
 
 
 def _count_dependencies(roots) -> dict:
@@ -338,6 +339,7 @@ def execute(roots, grads, *, retain_graph: bool, create_graph: bool, inputs=None
             root_nodes.append(node)
         buf[nr] = g if buf[nr] is None else buf[nr] + g
     task.deps = _count_dependencies(root_nodes)
+    task.roots = root_nodes
 
     results = None
     if inputs is not None:
@@ -375,6 +377,14 @@ def retains_graph() -> bool:
     if not tasks:
         raise RuntimeError("retains_graph() is only meaningful during a backward")
     return tasks[-1].retain_graph
+
+
+def will_execute(task: _GraphTask, node) -> bool:
+    """Whether ``node`` runs or gives a gradient in ``task`` (torch's
+    ``_will_engine_execute_node``): reached from the roots and, under ``inputs=``, needed."""
+    if node is None or not (node in task.deps or node in task.roots):
+        return False
+    return task.needed is None or node in task.needed
 
 
 def _num_outputs(node: Node) -> int:

@@ -15,6 +15,12 @@ from collections import OrderedDict
 # are loaded by then, and a from-import inside a hot function costs about 1.7 us per call.
 from sys import modules as _loaded
 
+from disthook.autograd import saved_hooks as _saved_hooks
+from disthook.autograd.saved_hooks import (  # noqa: F401 - torch.autograd.graph's names
+    disable_saved_tensors_hooks,
+    save_on_cpu,
+    saved_tensors_hooks,
+)
 from disthook.utils.hooks import RemovableHandle
 
 _sequence = itertools.count()
@@ -25,6 +31,12 @@ SECOND_BACKWARD_MSG = (
     "when you call .backward() or autograd.grad(). Specify retain_graph=True if you need to "
     "backward through the graph a second time or if you need to access saved tensors after "
     "calling backward."
+)
+PACK_INPLACE_MSG = (
+    "A saved tensor pack hook is modifying its input in place. Tensors provided as input to "
+    "pack hook cannot be modified by in-place operations as this can lead to unexpected "
+    "side-effects. Please open an issue if you need to perform in-place operations on the "
+    "input to a pack hook."
 )
 
 
@@ -119,15 +131,23 @@ class _SavedTensor:
     """A tensor saved for backward: its data, version at save time, and graph position.
 
     Saving a node's own output keeps no reference to the output tensor (that would be a
-    cycle); unpacking rebuilds it with this node as grad_fn.
+    cycle); unpacking rebuilds it with this node as grad_fn. Under saved_tensors_hooks only
+    what the pack hook returned is kept, with the tensor's place in the graph (``edge``);
+    as in torch, in-place changes are then not checked.
     """
 
-    __slots__ = ("tensor", "data", "version", "vc", "output_nr", "requires_grad", "is_output")
+    __slots__ = ("tensor", "data", "version", "vc", "output_nr", "requires_grad", "is_output",
+                 "packed", "unpack_hook", "edge")
 
     def __init__(self, t, node: Node) -> None:
+        self.is_output = t._grad_fn is node
+        pairs = _saved_hooks._tls.pairs
+        if pairs and not t.__dict__.get("_wrapped_number"):  # torch packs no python scalar
+            self._pack(t, pairs[-1])
+            return
+        self.unpack_hook = None
         self.version = t._vc[0]
         self.vc = t._vc
-        self.is_output = t._grad_fn is node
         if self.is_output:
             self.tensor = None
             self.data = t._data
@@ -135,7 +155,31 @@ class _SavedTensor:
         else:
             self.tensor = t
 
+    def _pack(self, t, pair) -> None:
+        pack_hook, self.unpack_hook = pair
+        version = t._vc[0]
+        grad_mode = _loaded["disthook.autograd.grad_mode"]
+        prev = grad_mode._state.enabled
+        grad_mode._state.enabled = False
+        try:
+            self.packed = pack_hook(t)
+        finally:
+            grad_mode._state.enabled = prev
+        if t._vc[0] != version:
+            raise RuntimeError(PACK_INPLACE_MSG)
+        self.output_nr = t._output_nr
+        if self.is_output:
+            self.edge = None
+        elif t._grad_fn is not None:
+            self.edge = t._grad_fn
+        elif t._requires_grad:
+            self.edge = grad_accumulator(t)
+        else:
+            self.edge = None
+
     def unpack(self, node: Node):
+        if self.unpack_hook is not None:
+            return self._unpack_hooked(node)
         if self.vc[0] != self.version:
             inplace_error = _loaded["disthook.autograd.engine"].inplace_error
 
@@ -147,6 +191,29 @@ class _SavedTensor:
             t._vc = self.vc
             return t
         return self.tensor
+
+    def _unpack_hooked(self, node: Node):
+        """The unpack hook's tensor, put back in the saved tensor's place in the graph."""
+        Tensor = _loaded["disthook.tensor"].Tensor
+
+        value = self.unpack_hook(self.packed)
+        if not isinstance(value, Tensor):
+            typename = _loaded["disthook.autograd.engine"].typename
+            raise TypeError("Output of saved tensor unpack_hook expected to be a Tensor but "
+                            f"got result of type {typename(value)}")
+        if self.is_output:
+            return Tensor._make(value._data, node, self.output_nr)
+        edge = self.edge
+        if edge is None:
+            return value
+        if type(edge) is AccumulateGrad:
+            if value is edge.variable:
+                return value
+            t = Tensor._make(value._data, None, 0)
+            t._requires_grad = True
+            t._grad_acc = weakref.ref(edge)
+            return t
+        return Tensor._make(value._data, edge, self.output_nr)
 
 
 class AccumulateGrad(Node):
@@ -195,3 +262,78 @@ def gradient_edge(t) -> tuple:
     if t._requires_grad:
         return (grad_accumulator(t), 0)
     return (None, 0)
+
+
+# ---- hooks over several tensors ---------------------------------------------------------------
+
+class _MultiHandle(RemovableHandle):
+    """One handle over the tensor hooks behind a multi-grad hook."""
+
+    def __init__(self, handles: tuple) -> None:  # takes no id of its own, as in torch
+        self.handles = handles
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+    def __getstate__(self):
+        return self.handles
+
+    def __setstate__(self, state) -> None:
+        self.handles = state
+
+
+def _current_task():
+    """The backward now running in this thread (None outside backward)."""
+    tasks = getattr(_loaded["disthook.autograd.engine"]._running, "tasks", None)
+    return tasks[-1] if tasks else None
+
+
+def register_multi_grad_hook(tensors, fn, *, mode: str = "all") -> RemovableHandle:
+    """``fn`` once per backward over several tensors.
+
+    ``mode="all"``: ``fn(grads)`` once every tensor that this backward reaches has its
+    gradient, with ``None`` for the tensors it does not reach. ``mode="any"``: ``fn(grad)``
+    with the first of their gradients to be computed. ``fn``'s return value is ignored.
+    """
+    modes = ("all", "any")
+    if mode not in modes:
+        raise ValueError(f"Expects mode to be one of {modes} but got {mode}")
+    tensors = tuple(tensors)
+    for t in tensors:
+        if not t.requires_grad:
+            raise AssertionError("Expected gradient function to be set")
+    engine = _loaded["disthook.autograd.engine"]
+
+    if mode == "any":
+        fired = weakref.WeakKeyDictionary()
+
+        def any_hook(grad):
+            task = _current_task()
+            if task is None or task in fired:
+                return
+            fired[task] = True
+            fn(grad)
+
+        return _MultiHandle(tuple(t.register_hook(any_hook) for t in tensors))
+
+    pending = weakref.WeakKeyDictionary()  # task -> [grads so far, how many remain]
+
+    def all_hook(index: int):
+        def hook(grad):
+            task = _current_task()
+            if task is None:
+                return
+            state = pending.get(task)
+            if state is None:
+                expected = sum(engine.will_execute(task, gradient_edge(t)[0])
+                               for t in tensors)
+                state = pending[task] = [[None] * len(tensors), expected]
+            state[0][index] = grad
+            state[1] -= 1
+            if state[1] == 0:
+                del pending[task]
+                fn(tuple(state[0]))
+        return hook
+
+    return _MultiHandle(tuple(t.register_hook(all_hook(i)) for i, t in enumerate(tensors)))
