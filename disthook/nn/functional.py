@@ -323,13 +323,19 @@ def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1,
     index (into H*W) of each maximum."""
     if input.ndim not in (3, 4) or 0 in input.shape[1:]:
         raise RuntimeError("non-empty 3D or 4D (batch mode) tensor expected for input")
-    kernel, stride, padding, dilation, out = _pool_geometry(
-        input, "max_pool2d", kernel_size, stride, padding, dilation, ceil_mode)
+    geometry = _pool_geometry(input, "max_pool2d", kernel_size, stride, padding, dilation,
+                              ceil_mode)
+    return _max_pool(PoolOps.MaxPool2d, input, geometry, return_indices)
+
+
+def _max_pool(op, input: Tensor, geometry: tuple, return_indices: bool):
+    """Run a max-pooling op; the indices it returns carry no history."""
+    kernel, stride, padding, dilation, out = geometry
     params = {"kernel": kernel, "stride": stride, "padding": padding, "dilation": dilation,
               "out": out}
     if not return_indices:
-        return PoolOps.MaxPool2d.apply(input, **params)
-    values, indices = PoolOps.MaxPool2d.apply(input, **params, return_indices=True)
+        return op.apply(input, **params)
+    values, indices = op.apply(input, **params, return_indices=True)
     return values, Tensor._make(indices._data, None, 0)
 
 
@@ -1007,3 +1013,221 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
         matrices = tuple(ResampleOps.nearest_matrix(n, o, s, exact=mode == "nearest-exact")
                          for n, o, s in zip(spatial, sizes, scales))
     return ResampleOps.OPS[mode, dims].apply(input, matrices=matrices)
+
+
+# ---- more activations ---------------------------------------------------------------------------
+
+def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
+    if inplace:
+        return input._inplace(E.EluInplace, alpha=alpha)
+    return E.Elu.apply(input, alpha=alpha)
+
+
+def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    return E.Softplus.apply(input, beta=beta, threshold=threshold)
+
+
+def mish(input: Tensor, inplace: bool = False) -> Tensor:
+    return input._inplace(E.Mish) if inplace else E.Mish.apply(input)
+
+
+def hardswish(input: Tensor, inplace: bool = False) -> Tensor:
+    return input._inplace(E.Hardswish) if inplace else E.Hardswish.apply(input)
+
+
+def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
+    """``sum(x1 * x2) / (|x1| |x2|)`` along ``dim``, each norm at least ``eps``, after
+    broadcasting the two, as torch computes it."""
+    shape = np.broadcast_shapes(tuple(x1.shape), tuple(x2.shape))
+    a, b = x1.expand(shape), x2.expand(shape)
+    return ((a / _norm_at_least(a, dim, eps)) * (b / _norm_at_least(b, dim, eps))).sum(dim=dim)
+
+
+def _norm_at_least(t: Tensor, dim: int, eps: float) -> Tensor:
+    """``t``'s 2-norm along ``dim`` raised to ``eps``, the raise outside the graph (as torch
+    clamps it under no_grad): the gradient is the norm's."""
+    norm = t.norm(dim=dim, keepdim=True)
+    return norm + (norm.detach().clamp_min(eps) - norm.detach())
+
+
+def pixel_shuffle(input: Tensor, upscale_factor: int) -> Tensor:
+    r = int(upscale_factor)
+    if input.ndim < 3:
+        raise RuntimeError(f"pixel_shuffle expects input to have at least 3 dimensions, but "
+                           f"got input with {input.ndim} dimension(s)")
+    if r <= 0:
+        raise RuntimeError(f"pixel_shuffle expects a positive upscale_factor, but got {r}")
+    c = input.shape[-3]
+    if c % (r * r):
+        raise RuntimeError(f"pixel_shuffle expects its input's 'channel' dimension to be "
+                           f"divisible by the square of upscale_factor, but input.size(-3)={c} "
+                           f"is not divisible by {r * r}")
+    return ShapeOps.PixelShuffle.apply(input, upscale_factor=r)
+
+
+def pixel_unshuffle(input: Tensor, downscale_factor: int) -> Tensor:
+    r = int(downscale_factor)
+    if input.ndim < 3:
+        raise RuntimeError(f"pixel_unshuffle expects input to have at least 3 dimensions, but "
+                           f"got input with {input.ndim} dimension(s)")
+    if r <= 0:
+        raise RuntimeError(f"pixel_unshuffle expects a positive downscale_factor, but got {r}")
+    h, w = input.shape[-2:]
+    if h % r:
+        raise RuntimeError(f"pixel_unshuffle expects height to be divisible by "
+                           f"downscale_factor, but input.size(-2)={h} is not divisible by {r}")
+    if w % r:
+        raise RuntimeError(f"pixel_unshuffle expects width to be divisible by "
+                           f"downscale_factor, but input.size(-1)={w} is not divisible by {r}")
+    return ShapeOps.PixelUnshuffle.apply(input, downscale_factor=r)
+
+
+# ---- group and instance norm --------------------------------------------------------------------
+
+def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None,
+               bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+    """Normalise each sample over each group of ``C / num_groups`` channels."""
+    if input.ndim < 2:
+        raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received "
+                           f"{input.ndim}")
+    c = input.shape[1]
+    if c % num_groups:
+        raise RuntimeError(f"Expected number of channels in input to be divisible by "
+                           f"num_groups, but got input of shape {list(input.shape)} and "
+                           f"num_groups={num_groups}")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and (t.ndim != 1 or t.numel() != c):
+            raise RuntimeError(f"Expected {name} to be a vector of size equal to the number of "
+                               f"channels in input, but got {name} of shape {list(t.shape)} "
+                               f"and input of shape {list(input.shape)}")
+    return NormOps.NativeGroupNorm.apply(
+        input, *NormOps.affine_operands(input, weight, bias), group=num_groups, eps=eps,
+        has_weight=weight is not None, has_bias=bias is not None)
+
+
+def instance_norm(input: Tensor, running_mean: Tensor | None = None,
+                  running_var: Tensor | None = None, weight: Tensor | None = None,
+                  bias: Tensor | None = None, use_input_stats: bool = True,
+                  momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
+    """Normalise each sample's channels over their spatial dims: batch norm of the input
+    seen as one sample of ``N * C`` channels, as torch does it; running statistics (when
+    given) move by the mean over the batch."""
+    if use_input_stats:
+        spatial = math.prod(input.shape[2:])
+        if spatial == 1:
+            raise ValueError(f"Expected more than 1 spatial element when training, got input "
+                             f"size {input.shape}")
+    n, c = input.shape[:2]
+    rm = running_mean.repeat(n) if running_mean is not None else None
+    rv = running_var.repeat(n) if running_var is not None else None
+    w = weight.repeat(n) if weight is not None else None
+    b = bias.repeat(n) if bias is not None else None
+    shaped = input.reshape(1, n * c, *input.shape[2:])
+    out = batch_norm(shaped, rm, rv, w, b, use_input_stats, momentum, eps)
+    if use_input_stats:
+        with grad_mode.no_grad():
+            if running_mean is not None:
+                running_mean.copy_(rm.reshape(n, c).mean(0))
+            if running_var is not None:
+                running_var.copy_(rv.reshape(n, c).mean(0))
+    return out.reshape(input.shape)
+
+
+# ---- transposed convolution ----------------------------------------------------------------------
+
+def conv_transpose1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1,
+                     padding=0, output_padding=0, groups: int = 1, dilation=1) -> Tensor:
+    return _conv_transpose(input, weight, bias, stride, padding, output_padding, groups,
+                           dilation, 1)
+
+
+def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1,
+                     padding=0, output_padding=0, groups: int = 1, dilation=1) -> Tensor:
+    return _conv_transpose(input, weight, bias, stride, padding, output_padding, groups,
+                           dilation, 2)
+
+
+def _conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation,
+                    dims: int) -> Tensor:
+    """The adjoint of a convolution with ``weight`` (``(C_in, C_out / groups, *kernel)``):
+    each input element spreads the kernel into the output."""
+    if input.ndim not in (dims + 1, dims + 2):
+        raise RuntimeError(
+            f"Expected {dims + 1}D (unbatched) or {dims + 2}D (batched) input to "
+            f"conv_transpose{dims}d, but got input of size: {list(input.shape)}")
+    batched = input.ndim == dims + 2
+    x = input if batched else input.unsqueeze(0)
+    stride, padding, output_padding, dilation = (
+        _conv_arg(v, name, dims, dims) for v, name in (
+            (stride, "stride"), (padding, "padding"), (output_padding, "output_padding"),
+            (dilation, "dilation")))
+    if x.shape[1] != weight.shape[0]:
+        raise RuntimeError(
+            f"Given transposed=1, weight of size {list(weight.shape)}, expected input"
+            f"{list(x.shape)} to have {weight.shape[0]} channels, but got {x.shape[1]} channels "
+            "instead")
+    for op, s, d in zip(output_padding, stride, dilation):
+        if op >= s and op >= d:
+            raise RuntimeError("output padding must be smaller than either stride or dilation, "
+                               f"but got output_padding: {op}, stride: {s}, dilation: {d}")
+    if weight.dtype != x.dtype:
+        raise RuntimeError(f"expected scalar type {scalar_type_name(x.dtype)} but found "
+                           f"{scalar_type_name(weight.dtype)}")
+    kernel = weight.shape[2:]
+    spatial = [(n - 1) * s - 2 * p + d * (k - 1) + op + 1 for n, s, p, d, k, op in
+               zip(x.shape[2:], stride, padding, dilation, kernel, output_padding)]
+    out_shape = (x.shape[0], weight.shape[1] * groups, *spatial)
+    spec = ConvOps.ConvSpec(stride, tuple((p, p) for p in padding), dilation, groups)
+    out = ConvOps.conv_transpose(x, weight, bias, spec, out_shape)
+    return out if batched else out.squeeze(0)
+
+
+# ---- 3-d pooling ------------------------------------------------------------------------------------
+
+def _pool3d_geometry(input: Tensor, fn: str, kernel_size, stride, padding, dilation,
+                     ceil_mode: bool) -> tuple:
+    if input.ndim not in (4, 5):
+        raise RuntimeError(f"{fn}: Expected 4D or 5D tensor for input, but got: "
+                           f"{list(input.shape)}")
+    kernel = tuple(int(k) for k in _ntuple(kernel_size, 3))
+    stride = kernel if stride in (None, [], ()) else tuple(int(s) for s in _ntuple(stride, 3))
+    padding = tuple(int(p) for p in _ntuple(padding, 3))
+    dilation = tuple(int(d) for d in _ntuple(dilation, 3))
+    for name, values in (("kernel_size", kernel), ("stride", stride), ("padding", padding),
+                         ("dilation", dilation)):
+        if len(values) != 3:
+            raise RuntimeError(f"{fn}: {name} must be a single int, or a tuple of three ints")
+    for k, p, d in zip(kernel, padding, dilation):
+        if p > (d * (k - 1) + 1) // 2:
+            raise RuntimeError(f"pad should be smaller than or equal to half of kernel size, "
+                               f"but got padW = {padding[2]}, padH = {padding[1]}, padT = "
+                               f"{padding[0]}, kW = {kernel[2]}, kH = {kernel[1]}, kT = "
+                               f"{kernel[0]}")
+    out = tuple(PoolOps.pool_output_size(n, k, s, p, d, ceil_mode) for n, k, s, p, d in
+                zip(input.shape[-3:], kernel, stride, padding, dilation))
+    if any(o < 1 for o in out):
+        raise RuntimeError(f"Given input size: ({'x'.join(map(str, input.shape[-4:]))}). "
+                           f"Calculated output size: ({input.shape[-4]}x"
+                           f"{'x'.join(map(str, out))}). Output size is too small")
+    return kernel, stride, padding, dilation, out
+
+
+def max_pool3d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1,
+               ceil_mode: bool = False, return_indices: bool = False):
+    """Max over each window of the last three dims."""
+    geometry = _pool3d_geometry(input, "max_pool3d", kernel_size, stride, padding, dilation,
+                                ceil_mode)
+    return _max_pool(PoolOps.MaxPool3d, input, geometry, return_indices)
+
+
+def avg_pool3d(input: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+               count_include_pad: bool = True, divisor_override: int | None = None) -> Tensor:
+    """Mean over each window of the last three dims."""
+    kernel, stride, padding, _, out = _pool3d_geometry(
+        input, "avg_pool3d", kernel_size, stride, padding, 1, ceil_mode)
+    if divisor_override is not None and divisor_override == 0:
+        raise RuntimeError("divisor must be not zero")
+    divisor = PoolOps.avg_divisor(tuple(input.shape[-3:]), kernel, stride, padding, out,
+                                  count_include_pad, divisor_override)
+    return PoolOps.AvgPool3d.apply(input, kernel=kernel, stride=stride, padding=padding,
+                                   out=out, divisor=divisor)

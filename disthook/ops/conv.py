@@ -310,3 +310,40 @@ class ConvWeightGrad(Op):
         dx = ConvInputGrad.apply(g, h, spec=ctx.spec, x_shape=ctx.x_shape) if need[0] else None
         dg = convolve(x, h, None, ctx.spec) if need[1] else None
         return dx, dg
+
+
+class ConvTranspose(Op):
+    """The transposed convolution ``conv_input_grad(x, w) + bias`` (what torch records as
+    the same ConvolutionBackward0 node as a convolution): its input gradient is the
+    convolution of the output gradient, its weight gradient the correlation of that with
+    the input."""
+
+    node_name = "ConvolutionBackward0"
+
+    @staticmethod
+    def forward(ctx, x, w, bias, spec, out_shape, has_bias=True):
+        need = ctx.needs_input_grad
+        if need:
+            ctx.save_for_backward(x if need[1] else None, w if need[0] else None)
+            ctx.spec, ctx.w_shape = spec, w._data.shape
+        y = conv_input_grad(x._data, w._data, spec, out_shape)
+        if has_bias:
+            y += bias._data.reshape(-1, *[1] * (y.ndim - 2))
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        gx = convolve(g, w, None, ctx.spec) if need[0] else None
+        gw = ConvWeightGrad.apply(g, x, spec=ctx.spec, w_shape=ctx.w_shape) if need[1] else None
+        gb = g.sum(dim=(0, *range(2, g.ndim))) if need[2] else None
+        return gx, gw, gb
+
+
+def conv_transpose(x, w, bias, spec: ConvSpec, out_shape: tuple):
+    """``ConvTranspose`` of Tensors, ``bias`` optional."""
+    if bias is None:
+        return ConvTranspose.apply(x, w, absent(x), spec=spec, out_shape=out_shape,
+                                   has_bias=False)
+    return ConvTranspose.apply(x, w, bias, spec=spec, out_shape=out_shape)

@@ -404,6 +404,81 @@ class Silu(Op):
         return g * (s * (1 + a * (1 - s)))
 
 
+class Elu(Op):
+    """``x`` where positive, ``alpha * (exp(x) - 1)`` elsewhere."""
+
+    @staticmethod
+    def forward(ctx, a, alpha=1.0):
+        ctx.save_for_backward(a)
+        ctx.alpha = alpha
+        x = a._data
+        return np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0))).astype(x.dtype,
+                                                                            copy=False)
+
+    @staticmethod
+    def backward(ctx, g):
+        (a,) = ctx.saved_tensors
+        return g * a.new_ones(()).where(a > 0, a.exp() * ctx.alpha)
+
+
+class EluInplace(Elu):
+    """``elu_``: torch records the in-place form under its own node."""
+
+    node_name = "EluBackward1"
+
+
+class Softplus(Op):
+    """``log(1 + exp(beta * x)) / beta``; ``x`` itself where ``beta * x > threshold``."""
+
+    @staticmethod
+    def forward(ctx, a, beta=1.0, threshold=20.0):
+        ctx.save_for_backward(a)
+        ctx.beta, ctx.threshold = beta, threshold
+        x = a._data
+        bx = x * beta
+        soft = np.logaddexp(0, bx) / beta
+        return np.where(bx > threshold, x, soft).astype(x.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, g):
+        (a,) = ctx.saved_tensors
+        bx = a * ctx.beta
+        return g * a.new_ones(()).where(bx > ctx.threshold, bx.sigmoid())
+
+
+class Mish(Op):
+    """``x * tanh(softplus(x))``."""
+
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        x = a._data
+        return (x * np.tanh(np.logaddexp(0, x))).astype(x.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, g):
+        (a,) = ctx.saved_tensors
+        t = Softplus.apply(a).tanh()
+        return g * (t + a * a.sigmoid() * (1 - t * t))
+
+
+class Hardswish(Op):
+    """``x * relu6(x + 3) / 6``."""
+
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        x = a._data
+        return (x * np.clip(x + 3, 0, 6) / 6).astype(x.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, g):
+        (a,) = ctx.saved_tensors
+        zero, one = a.new_zeros(()), a.new_ones(())
+        middle = (a / 3 + 0.5).where(a <= 3, one)
+        return g * zero.where(a < -3, middle)
+
+
 class Clamp(Op):
     node_name = "ClampBackward1"
 

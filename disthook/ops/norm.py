@@ -1,5 +1,6 @@
-"""Normalisation: batch norm (per channel, over batch and spatial dims) and layer norm (per
-sample, over the trailing dims), each one fused op.
+"""Normalisation: batch norm (per channel, over batch and spatial dims), layer norm (per
+sample, over the trailing dims) and group norm (per sample and group of channels), each one
+fused op.
 
 The forward is numpy. The backward is written with Tensor ops: without ``create_graph``
 it uses the statistics kept from forward; with it, it recomputes them from the saved input
@@ -34,10 +35,12 @@ def affine_operands(x, weight, bias) -> tuple:
     return (absent(x) if weight is None else weight, absent(x) if bias is None else bias)
 
 
-def _normalize_backward(ctx, g, axes: tuple, param_axes: tuple):
+def _normalize_backward(ctx, g, axes: tuple, param_axes: tuple, x=None, w=None):
     """Gradients of ``y = (x - mean) * invstd * w + b`` where mean and invstd are batch
-    statistics over ``axes`` (``ctx.batch_stats``) or constants."""
-    x, w = ctx.saved_tensors
+    statistics over ``axes`` (``ctx.batch_stats``) or constants. ``x`` and ``w`` are the
+    saved ones unless given (group norm passes them in its grouped shape)."""
+    if x is None:
+        x, w = ctx.saved_tensors
     need = ctx.needs_input_grad
     if ctx.batch_stats and grad_mode.is_grad_enabled():
         mean = x.mean(dim=axes, keepdim=True)
@@ -122,3 +125,41 @@ class NativeLayerNorm(Op):
         axes = tuple(range(g.ndim - n, g.ndim))
         lead = tuple(range(g.ndim - n))
         return _normalize_backward(ctx, g, axes, lead)
+
+
+class NativeGroupNorm(Op):
+    """``(x - mean) * invstd * weight + bias`` with statistics per sample over each group of
+    ``C / group`` channels (and all spatial dims); weight and bias per channel."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, group, eps, has_weight, has_bias):
+        xd = x._data
+        n, c = xd.shape[:2]
+        grouped = (n, group, c // group) + xd.shape[2:]
+        param_shape = (1, group, c // group) + (1,) * (xd.ndim - 2)
+        xg = xd.reshape(grouped)
+        mean, var = moments(xg, tuple(range(2, xg.ndim)))
+        invstd = 1 / np.sqrt(var + eps)
+        if ctx.needs_input_grad:
+            ctx.save_for_backward(x, weight if has_weight else None)
+            ctx.mean, ctx.invstd, ctx.eps = mean, invstd, eps
+            ctx.batch_stats = True
+            ctx.grouped, ctx.param_shape = grouped, param_shape
+            ctx.bias_shape = bias._data.shape
+        y = (xg - mean) * invstd
+        if has_weight:
+            y *= weight._data.reshape(param_shape)
+        if has_bias:
+            y += bias._data.reshape(param_shape)
+        return y.reshape(xd.shape).astype(xd.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        shape = x.shape
+        gg = g.reshape(ctx.grouped)
+        axes = tuple(range(2, gg.ndim))
+        grads = _normalize_backward(ctx, gg, axes, (0, *range(3, gg.ndim)),
+                                    x=x.reshape(ctx.grouped), w=w)
+        gx = grads[0].reshape(shape) if grads[0] is not None else None
+        return (gx, *grads[1:])

@@ -151,6 +151,12 @@ class MaxPoolScatter(Op):
         return taken.reshape(idx.shape)
 
 
+class MaxPool3d(MaxPool2d):
+    """Max pooling over the last three dims (the same windows, torch's 3-d node)."""
+
+    node_name = "MaxPool3DWithIndicesBackward0"
+
+
 # ---- average pooling ------------------------------------------------------------------------
 
 def avg_divisor(spatial, kernel, stride, padding, out, count_include_pad: bool,
@@ -227,6 +233,10 @@ class AvgPoolGrad(Op):
         kernel, stride, padding, out, divisor = ctx.params
         return AvgPool2d.apply(h, kernel=kernel, stride=stride, padding=padding, out=out,
                                divisor=divisor)
+
+
+class AvgPool3d(AvgPool2d):
+    node_name = "AvgPool3DBackward0"
 
 
 # ---- adaptive average pooling ---------------------------------------------------------------

@@ -686,3 +686,40 @@ def _grow(g, shape: tuple):
     if tuple(g.shape) == tuple(shape):
         return g
     return ScatterIndex.apply(g, index=tuple(slice(0, n) for n in g.shape), shape=shape)
+
+
+class PixelShuffle(Op):
+    """``(*, C * r * r, H, W) -> (*, C, H * r, W * r)``: each channel block of r * r becomes
+    an r x r patch."""
+
+    @staticmethod
+    def forward(ctx, a, upscale_factor):
+        ctx.r = r = upscale_factor
+        x = a._data
+        *lead, c, h, w = x.shape
+        y = x.reshape(*lead, c // (r * r), r, r, h, w)
+        n = len(lead)
+        y = y.transpose(*range(n), n, n + 3, n + 1, n + 4, n + 2)
+        return np.ascontiguousarray(y).reshape(*lead, c // (r * r), h * r, w * r)
+
+    @staticmethod
+    def backward(ctx, g):
+        return PixelUnshuffle.apply(g, downscale_factor=ctx.r)
+
+
+class PixelUnshuffle(Op):
+    """The inverse of PixelShuffle: each r x r patch becomes r * r channels."""
+
+    @staticmethod
+    def forward(ctx, a, downscale_factor):
+        ctx.r = r = downscale_factor
+        x = a._data
+        *lead, c, h, w = x.shape
+        y = x.reshape(*lead, c, h // r, r, w // r, r)
+        n = len(lead)
+        y = y.transpose(*range(n), n, n + 2, n + 4, n + 1, n + 3)
+        return np.ascontiguousarray(y).reshape(*lead, c * r * r, h // r, w // r)
+
+    @staticmethod
+    def backward(ctx, g):
+        return PixelShuffle.apply(g, upscale_factor=ctx.r)

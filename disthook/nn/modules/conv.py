@@ -1,4 +1,5 @@
-"""``Conv1d`` and ``Conv2d``: torch's arguments, checks, default initialisation and repr."""
+"""``Conv1d``, ``Conv2d`` and their transposes: torch's arguments, checks, default
+initialisation and repr."""
 from __future__ import annotations
 
 import math
@@ -121,5 +122,59 @@ class Conv1d(_ConvNd):
 
 class Conv2d(_ConvNd):
     """2-d convolution over ``(N, C_in, H, W)`` or ``(C_in, H, W)`` input."""
+
+    dims = 2
+
+
+class _ConvTransposeNd(_ConvNd):
+    """The adjoint of a convolution: weight ``(in_channels, out_channels / groups,
+    *kernel)``; ``output_padding`` (or ``output_size`` in forward) adds rows at the end where
+    a stride leaves the size ambiguous."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
+                 output_padding=0, groups: int = 1, bias: bool = True, dilation=1,
+                 padding_mode: str = "zeros", device=None, dtype=None) -> None:
+        if padding_mode != "zeros":
+            raise ValueError(f'Only "zeros" padding mode is supported for '
+                             f"{type(self).__name__}")
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias, padding_mode, device, dtype)
+        self.transposed = True
+        self.output_padding = F._ntuple(output_padding, self.dims)
+        self.weight = Parameter(empty((in_channels, out_channels // groups, *self.kernel_size),
+                                      dtype=dtype, device=device))
+        self.reset_parameters()
+
+    def _output_padding(self, input: Tensor, output_size) -> tuple:
+        if output_size is None:
+            return self.output_padding
+        sizes = list(output_size)[-self.dims:]
+        spatial = input.shape[-self.dims:]
+        pads = []
+        for i, (n, want) in enumerate(zip(spatial, sizes)):
+            least = ((n - 1) * self.stride[i] - 2 * self.padding[i]
+                     + self.dilation[i] * (self.kernel_size[i] - 1) + 1)
+            most = least + self.stride[i] - 1
+            if not least <= want <= most:
+                raise ValueError(f"requested an output size of {sizes}, but valid sizes range "
+                                 f"from {[least]} to {[most]} (for an input of "
+                                 f"{list(spatial)})")
+            pads.append(want - least)
+        return tuple(pads)
+
+    def forward(self, input: Tensor, output_size=None) -> Tensor:
+        conv = F.conv_transpose1d if self.dims == 1 else F.conv_transpose2d
+        return conv(input, self.weight, self.bias, self.stride, self.padding,
+                    self._output_padding(input, output_size), self.groups, self.dilation)
+
+
+class ConvTranspose1d(_ConvTransposeNd):
+    """Transposed 1-d convolution over ``(N, C_in, L)`` or ``(C_in, L)`` input."""
+
+    dims = 1
+
+
+class ConvTranspose2d(_ConvTransposeNd):
+    """Transposed 2-d convolution over ``(N, C_in, H, W)`` or ``(C_in, H, W)`` input."""
 
     dims = 2

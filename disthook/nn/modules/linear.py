@@ -48,3 +48,41 @@ class Linear(Module):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}")
+
+
+class LazyLinear(Linear):
+    """A Linear whose ``in_features`` is taken from its first input; it then becomes a
+    ``Linear`` (the same parameter objects, now with their shapes), as torch's does."""
+
+    def __init__(self, out_features: int, bias: bool = True, device=None, dtype=None) -> None:
+        Module.__init__(self)
+        self.in_features = 0
+        self.out_features = out_features
+        self._factory = {"dtype": dtype, "device": device}
+        self.weight = Parameter(empty(0, dtype=dtype, device=device))
+        if bias:
+            self.bias = Parameter(empty(0, dtype=dtype, device=device))
+        else:
+            self.register_parameter("bias", None)
+
+    def reset_parameters(self) -> None:
+        if self.in_features:
+            super().reset_parameters()
+
+    def has_uninitialized_params(self) -> bool:
+        return self.in_features == 0
+
+    def initialize_parameters(self, input: Tensor) -> None:
+        """Give the parameters their shapes from ``input``'s last dim, initialise them as
+        Linear does and become a Linear."""
+        self.in_features = input.shape[-1]
+        self.weight.data = empty((self.out_features, self.in_features), **self._factory)
+        if self.bias is not None:
+            self.bias.data = empty(self.out_features, **self._factory)
+        del self._factory
+        self.reset_parameters()
+        self.__class__ = Linear
+
+    def forward(self, input: Tensor) -> Tensor:
+        self.initialize_parameters(input)
+        return F.linear(input, self.weight, self.bias)

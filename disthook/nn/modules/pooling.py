@@ -1,4 +1,4 @@
-"""Pooling layers: max, average and adaptive average, 1-d and 2-d."""
+"""Pooling layers: max and average (1-d, 2-d, 3-d), adaptive average (1-d, 2-d)."""
 from __future__ import annotations
 
 from disthook.nn import functional as F
@@ -88,3 +88,15 @@ class AdaptiveAvgPool1d(_AdaptiveAvgPoolNd):
 class AdaptiveAvgPool2d(_AdaptiveAvgPoolNd):
     def forward(self, input: Tensor) -> Tensor:
         return F.adaptive_avg_pool2d(input, self.output_size)
+
+
+class MaxPool3d(_MaxPoolNd):
+    def forward(self, input: Tensor):
+        return F.max_pool3d(input, self.kernel_size, self.stride, self.padding, self.dilation,
+                            ceil_mode=self.ceil_mode, return_indices=self.return_indices)
+
+
+class AvgPool3d(AvgPool2d):
+    def forward(self, input: Tensor) -> Tensor:
+        return F.avg_pool3d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                            self.count_include_pad, self.divisor_override)
