@@ -155,3 +155,22 @@ def test_lazy_linear_becomes_linear():
     assert type(m) is disthook.nn.Linear and m.weight is weight
     assert m.weight.shape == (3, 5) and m.bias.shape == (3,) and y.shape == (2, 3)
     assert repr(m) == "Linear(in_features=5, out_features=3, bias=True)"
+
+
+def test_attention_layers_drop_out_only_in_training():
+    m = disthook.nn.MultiheadAttention(8, 2, dropout=0.5)
+    x = disthook.randn(5, 2, 8)
+    disthook.manual_seed(3)
+    a, wa = m(x, x, x)
+    disthook.manual_seed(3)
+    b, wb = m(x, x, x)
+    assert a.equal(b) and wa.equal(wb)
+    m.eval()
+    c, wc = m(x, x, x)
+    assert not a.equal(c)
+    np.testing.assert_allclose(wc.sum(-1).detach().numpy(), 1.0, rtol=1e-5)
+    rnn = disthook.nn.GRU(4, 6, 2, dropout=0.5)
+    y = disthook.randn(5, 2, 4)
+    assert not rnn(y)[0].equal(rnn(y)[0])
+    rnn.eval()
+    assert rnn(y)[0].equal(rnn(y)[0])

@@ -27,7 +27,7 @@ from disthook.ops import resample as ResampleOps
 from disthook.ops import shape as ShapeOps
 from disthook.ops.base import binary_operands, check_broadcast
 from disthook.ops.loss import REDUCTIONS
-from disthook.tensor import Tensor
+from disthook.tensor import Tensor, cat
 
 # ---- linear --------------------------------------------------------------------------------
 
@@ -1231,3 +1231,127 @@ def avg_pool3d(input: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bo
                                   count_include_pad, divisor_override)
     return PoolOps.AvgPool3d.apply(input, kernel=kernel, stride=stride, padding=padding,
                                    out=out, divisor=divisor)
+
+
+# ---- multi-head attention -------------------------------------------------------------------------
+
+def _float_mask(mask: Tensor | None, name: str, like: Tensor) -> Tensor | None:
+    """A boolean mask (True = masked out) as an additive float mask of ``like``'s dtype;
+    a float mask is kept."""
+    if mask is None:
+        return None
+    if mask._data.dtype == np.bool_:
+        return Tensor._make(np.where(mask._data, -np.inf, 0.0).astype(like._data.dtype),
+                            None, 0)
+    if mask._data.dtype.kind != "f":
+        raise AssertionError(f"only bool and floating types of {name} are supported")
+    return mask
+
+
+def multi_head_attention_forward(query: Tensor, key: Tensor, value: Tensor,
+                                 embed_dim_to_check: int, num_heads: int, in_proj_weight,
+                                 in_proj_bias, bias_k, bias_v, add_zero_attn: bool,
+                                 dropout_p: float, out_proj_weight: Tensor, out_proj_bias,
+                                 training: bool = True, key_padding_mask=None,
+                                 need_weights: bool = True, attn_mask=None,
+                                 use_separate_proj_weight: bool = False, q_proj_weight=None,
+                                 k_proj_weight=None, v_proj_weight=None, static_k=None,
+                                 static_v=None, average_attn_weights: bool = True,
+                                 is_causal: bool = False) -> tuple:
+    """Attention of ``num_heads`` heads over sequence-first input ``(L, N, E)`` (or ``(L, E)``
+    unbatched), as torch computes it: project q, k, v; optionally append bias_k/bias_v and
+    a zero key; masks (bool True = masked out, or float, added); softmax(q k^T / sqrt(d)),
+    dropout when ``training``; the heads joined and projected. Returns (output, weights:
+    averaged over heads when ``average_attn_weights``, or None unless ``need_weights``)."""
+    if static_k is not None or static_v is not None:
+        raise NotImplementedError("static_k / static_v are not supported by disthook")
+    batched = query.ndim == 3
+    if not batched:
+        query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+        if key_padding_mask is not None:
+            key_padding_mask = key_padding_mask.unsqueeze(0)
+    tgt_len, bsz, embed_dim = query.shape
+    src_len = key.shape[0]
+    if embed_dim != embed_dim_to_check:
+        raise AssertionError(f"was expecting embedding dimension of {embed_dim_to_check}, but "
+                             f"got {embed_dim}")
+    head_dim = embed_dim // num_heads
+    if is_causal and attn_mask is None:
+        raise RuntimeError("Need attn_mask if specifying the is_causal hint. You may use the "
+                           "Transformer module method `generate_square_subsequent_mask` to "
+                           "create this mask.")
+    key_padding_mask = _float_mask(key_padding_mask, "key_padding_mask", query)
+    causal_hint = is_causal and key_padding_mask is None and not need_weights
+    attn_mask = None if causal_hint else _float_mask(attn_mask, "attn_mask", query)
+    if attn_mask is not None:
+        if attn_mask.ndim == 2:
+            if tuple(attn_mask.shape) != (tgt_len, src_len):
+                raise RuntimeError(f"The shape of the 2D attn_mask is {attn_mask.shape}, but "
+                                   f"should be {(tgt_len, src_len)}.")
+            attn_mask = attn_mask.unsqueeze(0)
+        elif tuple(attn_mask.shape) != (bsz * num_heads, tgt_len, src_len):
+            raise RuntimeError(f"The shape of the 3D attn_mask is {attn_mask.shape}, but "
+                               f"should be {(bsz * num_heads, tgt_len, src_len)}.")
+
+    # projections
+    if use_separate_proj_weight:
+        w_q, w_k, w_v = q_proj_weight, k_proj_weight, v_proj_weight
+    else:
+        w_q, w_k, w_v = in_proj_weight.chunk(3)
+    b_q = b_k = b_v = None
+    if in_proj_bias is not None:
+        b_q, b_k, b_v = in_proj_bias.chunk(3)
+    q, k, v = linear(query, w_q, b_q), linear(key, w_k, b_k), linear(value, w_v, b_v)
+    if bias_k is not None and bias_v is not None:
+        k = cat([k, bias_k.repeat(1, bsz, 1)], 0)
+        v = cat([v, bias_v.repeat(1, bsz, 1)], 0)
+        attn_mask = pad(attn_mask, (0, 1)) if attn_mask is not None else None
+        key_padding_mask = (pad(key_padding_mask, (0, 1)) if key_padding_mask is not None
+                            else None)
+
+    # heads: (N * H, length, head_dim)
+    q = q.reshape(tgt_len, bsz * num_heads, head_dim).transpose(0, 1)
+    k = k.reshape(k.shape[0], bsz * num_heads, head_dim).transpose(0, 1)
+    v = v.reshape(v.shape[0], bsz * num_heads, head_dim).transpose(0, 1)
+    if add_zero_attn:
+        zeros = Tensor._make(np.zeros((bsz * num_heads, 1, head_dim), q._data.dtype), None, 0)
+        k, v = cat([k, zeros], 1), cat([v, zeros], 1)
+        attn_mask = pad(attn_mask, (0, 1)) if attn_mask is not None else None
+        key_padding_mask = (pad(key_padding_mask, (0, 1)) if key_padding_mask is not None
+                            else None)
+    src_len = k.shape[1]
+    if key_padding_mask is not None:
+        kpm = key_padding_mask.reshape(bsz, 1, 1, src_len).expand(
+            bsz, num_heads, 1, src_len).reshape(bsz * num_heads, 1, src_len)
+        attn_mask = kpm if attn_mask is None else attn_mask + kpm
+    if not training:
+        dropout_p = 0.0
+
+    if need_weights:
+        weights = (q * math.sqrt(1.0 / head_dim)) @ k.transpose(-2, -1)
+        if attn_mask is not None:
+            weights = weights + attn_mask
+        weights = weights.softmax(-1)
+        if dropout_p > 0.0:
+            weights = dropout(weights, p=dropout_p)
+        out = weights @ v
+    else:
+        if attn_mask is not None:
+            attn_mask = (attn_mask.unsqueeze(0) if attn_mask.shape[0] == 1
+                         else attn_mask.reshape(bsz, num_heads, -1, src_len))
+        out = scaled_dot_product_attention(
+            q.reshape(bsz, num_heads, tgt_len, head_dim),
+            k.reshape(bsz, num_heads, src_len, head_dim),
+            v.reshape(bsz, num_heads, src_len, head_dim), attn_mask, dropout_p, causal_hint)
+        out = out.reshape(bsz * num_heads, tgt_len, head_dim)
+        weights = None
+    out = out.transpose(0, 1).reshape(tgt_len * bsz, embed_dim)
+    out = linear(out, out_proj_weight, out_proj_bias).reshape(tgt_len, bsz, embed_dim)
+    if weights is not None:
+        weights = weights.reshape(bsz, num_heads, tgt_len, src_len)
+        if average_attn_weights:
+            weights = weights.mean(dim=1)
+    if not batched:
+        out = out.squeeze(1)
+        weights = weights.squeeze(0) if weights is not None else None
+    return out, weights

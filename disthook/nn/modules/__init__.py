@@ -6,6 +6,7 @@ from disthook.nn.modules.activation import (
     LeakyReLU,
     LogSoftmax,
     Mish,
+    MultiheadAttention,
     ReLU,
     Sigmoid,
     SiLU,
@@ -20,7 +21,12 @@ from disthook.nn.modules.distance import CosineSimilarity
 from disthook.nn.modules.dropout import Dropout
 from disthook.nn.modules.flatten import Flatten, Unflatten
 from disthook.nn.modules.instancenorm import InstanceNorm1d, InstanceNorm2d
-from disthook.nn.modules.linear import Identity, LazyLinear, Linear
+from disthook.nn.modules.linear import (
+    Identity,
+    LazyLinear,
+    Linear,
+    NonDynamicallyQuantizableLinear,
+)
 from disthook.nn.modules.loss import (
     BCELoss,
     BCEWithLogitsLoss,
@@ -44,7 +50,15 @@ from disthook.nn.modules.pooling import (
     MaxPool2d,
     MaxPool3d,
 )
+from disthook.nn.modules.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 from disthook.nn.modules.sparse import Embedding
+from disthook.nn.modules.transformer import (
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
 from disthook.nn.modules.upsampling import Upsample
 
 __all__ = [
@@ -68,6 +82,8 @@ __all__ = [
     "ELU",
     "Embedding",
     "Flatten",
+    "GRU",
+    "GRUCell",
     "GroupNorm",
     "Hardswish",
     "HuberLoss",
@@ -75,6 +91,8 @@ __all__ = [
     "InstanceNorm1d",
     "InstanceNorm2d",
     "L1Loss",
+    "LSTM",
+    "LSTMCell",
     "LayerNorm",
     "LazyLinear",
     "LeakyReLU",
@@ -88,9 +106,15 @@ __all__ = [
     "Module",
     "ModuleDict",
     "ModuleList",
+    "MultiheadAttention",
     "NLLLoss",
+    "NonDynamicallyQuantizableLinear",
     "PixelShuffle",
     "PixelUnshuffle",
+    "RNN",
+    "RNNBase",
+    "RNNCell",
+    "RNNCellBase",
     "ReLU",
     "Sequential",
     "SiLU",
@@ -99,6 +123,11 @@ __all__ = [
     "Softmax",
     "Softplus",
     "Tanh",
+    "Transformer",
+    "TransformerDecoder",
+    "TransformerDecoderLayer",
+    "TransformerEncoder",
+    "TransformerEncoderLayer",
     "Unflatten",
     "Upsample",
 ]

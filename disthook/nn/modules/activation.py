@@ -1,9 +1,13 @@
-"""Activation layers: elementwise, and softmax over a dim."""
+"""Activation layers: elementwise, softmax over a dim, and multi-head attention (where
+torch keeps it)."""
 from __future__ import annotations
 
 from disthook.nn import functional as F
+from disthook.nn import init
+from disthook.nn.modules.linear import NonDynamicallyQuantizableLinear
 from disthook.nn.modules.module import Module
-from disthook.tensor import Tensor
+from disthook.nn.parameter import Parameter
+from disthook.tensor import Tensor, empty
 
 
 class ReLU(Module):
@@ -143,3 +147,83 @@ class Hardswish(Mish):
 
     def forward(self, input: Tensor) -> Tensor:
         return F.hardswish(input, inplace=self.inplace)
+
+
+class MultiheadAttention(Module):
+    """Attention of ``num_heads`` heads (torch's parameters, names and defaults): inputs are
+    ``(L, N, E)``, or ``(N, L, E)`` with ``batch_first``, or unbatched ``(L, E)``; returns
+    (output, attention weights or None)."""
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
+                 add_bias_kv: bool = False, add_zero_attn: bool = False, kdim=None, vdim=None,
+                 batch_first: bool = False, device=None, dtype=None) -> None:
+        if embed_dim <= 0 or num_heads <= 0:
+            raise ValueError(f"embed_dim and num_heads must be greater than 0, got "
+                             f"embed_dim={embed_dim} and num_heads={num_heads} instead")
+        super().__init__()
+        factory = {"dtype": dtype, "device": device}
+        self.embed_dim = embed_dim
+        self.kdim = kdim if kdim is not None else embed_dim
+        self.vdim = vdim if vdim is not None else embed_dim
+        self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
+        self.num_heads = num_heads
+        self.dropout = dropout
+        self.batch_first = batch_first
+        self.head_dim = embed_dim // num_heads
+        if self.head_dim * num_heads != embed_dim:
+            raise AssertionError("embed_dim must be divisible by num_heads")
+        if self._qkv_same_embed_dim:
+            self.in_proj_weight = Parameter(empty((3 * embed_dim, embed_dim), **factory))
+            for name in ("q_proj_weight", "k_proj_weight", "v_proj_weight"):
+                self.register_parameter(name, None)
+        else:
+            self.q_proj_weight = Parameter(empty((embed_dim, embed_dim), **factory))
+            self.k_proj_weight = Parameter(empty((embed_dim, self.kdim), **factory))
+            self.v_proj_weight = Parameter(empty((embed_dim, self.vdim), **factory))
+            self.register_parameter("in_proj_weight", None)
+        if bias:
+            self.in_proj_bias = Parameter(empty(3 * embed_dim, **factory))
+        else:
+            self.register_parameter("in_proj_bias", None)
+        self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias=bias,
+                                                        **factory)
+        if add_bias_kv:
+            self.bias_k = Parameter(empty((1, 1, embed_dim), **factory))
+            self.bias_v = Parameter(empty((1, 1, embed_dim), **factory))
+        else:
+            self.bias_k = self.bias_v = None
+        self.add_zero_attn = add_zero_attn
+        self._reset_parameters()
+
+    def _reset_parameters(self) -> None:
+        if self._qkv_same_embed_dim:
+            init.xavier_uniform_(self.in_proj_weight)
+        else:
+            init.xavier_uniform_(self.q_proj_weight)
+            init.xavier_uniform_(self.k_proj_weight)
+            init.xavier_uniform_(self.v_proj_weight)
+        if self.in_proj_bias is not None:
+            init.constant_(self.in_proj_bias, 0.0)
+            init.constant_(self.out_proj.bias, 0.0)
+        if self.bias_k is not None:
+            init.xavier_normal_(self.bias_k)
+            init.xavier_normal_(self.bias_v)
+
+    def forward(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask=None,
+                need_weights: bool = True, attn_mask=None, average_attn_weights: bool = True,
+                is_causal: bool = False) -> tuple:
+        batched = query.ndim == 3
+        if self.batch_first and batched:
+            query, key, value = (t.transpose(1, 0) for t in (query, key, value))
+        out, weights = F.multi_head_attention_forward(
+            query, key, value, self.embed_dim, self.num_heads, self.in_proj_weight,
+            self.in_proj_bias, self.bias_k, self.bias_v, self.add_zero_attn, self.dropout,
+            self.out_proj.weight, self.out_proj.bias, training=self.training,
+            key_padding_mask=key_padding_mask, need_weights=need_weights, attn_mask=attn_mask,
+            use_separate_proj_weight=not self._qkv_same_embed_dim,
+            q_proj_weight=self.q_proj_weight, k_proj_weight=self.k_proj_weight,
+            v_proj_weight=self.v_proj_weight, average_attn_weights=average_attn_weights,
+            is_causal=is_causal)
+        if self.batch_first and batched:
+            out = out.transpose(1, 0)
+        return out, weights

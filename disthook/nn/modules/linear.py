@@ -50,6 +50,11 @@ class Linear(Module):
                 f"bias={self.bias is not None}")
 
 
+class NonDynamicallyQuantizableLinear(Linear):
+    """A Linear by another name: MultiheadAttention's output projection, named as in torch
+    (its repr and type show the name)."""
+
+
 class LazyLinear(Linear):
     """A Linear whose ``in_features`` is taken from its first input; it then becomes a
     ``Linear`` (the same parameter objects, now with their shapes), as torch's does."""
