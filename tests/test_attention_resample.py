@@ -197,3 +197,11 @@ def test_interpolate_errors_are_torchs(fn, exc, message):
         with pytest.raises(exc) as info:
             fn(lib_.nn.functional, lib_.ones(1, 2, 5, 7))
         assert type(info.value) is exc and str(info.value) == message
+
+
+def test_bench_attention_workload_runs():
+    from disthook.bench import engine
+
+    out = engine.attention(disthook)()
+    assert tuple(out.shape) == engine.ATTENTION_SHAPE
+    assert any(case[1] is engine.attention for case in engine.CASES["nn"])

@@ -94,6 +94,26 @@ def small_cnn(lib, seed: int = 0):
     return step
 
 
+ATTENTION_SHAPE = (8, 8, 128, 64)  # batch, heads, tokens, head dims
+
+
+def attention(lib, seed: int = 0):
+    """``F.scaled_dot_product_attention`` forward and backward (no mask)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    q, k, v = (lib.tensor(rng.standard_normal(ATTENTION_SHAPE).astype(np.float32),
+                          requires_grad=True) for _ in range(3))
+
+    def step():
+        out = lib.nn.functional.scaled_dot_product_attention(q, k, v)
+        out.sum().backward()
+        q.grad = k.grad = v.grad = None
+        return out
+
+    return step
+
+
 HOOKED_LAYERS = 10
 HOOKED_WIDTH = 64
 HOOKED_BATCH = 32
@@ -141,6 +161,7 @@ CASES = {
     ],
     "nn": [
         ("CNN 2xConv2d 3x3+pool+Linear fwd+bwd, b 64", small_cnn, 2.0, (5, 2), (3, 1)),
+        ("sdpa fwd+bwd b 8, 8 heads, 128 tokens, 64 dims", attention, 1.5, (7, 3), (3, 1)),
         # a difference of two ~2 ms steps: --quick keeps every repeat (about 2 s in all);
         # with 3 x 2 calls one run said 1.69x, with 15 x 10 in turn six runs 0.85x-1.06x
         (f"hook cost: {HOOKED_LAYERS} fwd + {HOOKED_LAYERS} full bwd hooks", hook_overhead,
