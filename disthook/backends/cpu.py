@@ -1,0 +1,5 @@
+"""``torch.backends.cpu``: the CPU is disthook's only device."""
+
+
+def get_cpu_capability() -> str:
+    return "DEFAULT"
