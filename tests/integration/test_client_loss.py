@@ -6,15 +6,14 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
+from clusters import open_graphs, wait_until, worker_statuses
 
 import disthook as torch
 from disthook import nn
 from disthook.distributed import local_cluster
-from disthook.distributed.rpc import Peer
 from disthook.wire import HEARTBEAT_S, LOST_AFTER_BEATS
 
 pytestmark = pytest.mark.timeout(120)
@@ -51,18 +50,6 @@ CLIENT = textwrap.dedent("""
 """)
 
 
-def statuses(cluster, timeout=10.0) -> list[dict]:
-    out = []
-    for w in cluster.workers():
-        with Peer(w.address) as peer:
-            out.append(peer.request("status", timeout=timeout)["result"])
-    return out
-
-
-def open_contexts(cluster) -> int:
-    return sum(s["contexts"] for s in statuses(cluster))
-
-
 def start_client(cluster, how: str, until: str) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-c", CLIENT, cluster.address, how],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -71,15 +58,6 @@ def start_client(cluster, how: str, until: str) -> subprocess.Popen:
         proc.kill()
         raise AssertionError(f"the client printed {line!r}: {proc.stderr.read()}")
     return proc
-
-
-def wait_until(predicate, seconds: float) -> float:
-    """Seconds until ``predicate()`` held (polled); fails after ``seconds``."""
-    start = time.monotonic()
-    while not predicate():
-        assert time.monotonic() - start < seconds, "did not happen in time"
-        time.sleep(0.05)
-    return time.monotonic() - start
 
 
 def trains_like_one_process(cluster) -> None:
@@ -102,14 +80,15 @@ def test_a_client_killed_inside_its_hook_frees_the_worker_at_once(how):
         proc = start_client(cluster, how, "in hook")
         try:
             # the worker waits on the hook, and still answers status meanwhile
-            waiting = statuses(cluster, timeout=LOSS_S)
+            waiting = list(worker_statuses(cluster, timeout=LOSS_S).values())
             assert sum(s["waits"] for s in waiting) == 1, waiting
             proc.kill()
             proc.wait(10)
-            took = wait_until(lambda: sum(s["waits"] for s in statuses(cluster)) == 0,
-                              LOSS_S + 2)
+            took = wait_until(
+                lambda: sum(s["waits"] for s in worker_statuses(cluster).values()) == 0,
+                LOSS_S + 2)
             assert took < LOSS_S + 1
-            assert open_contexts(cluster) == 0
+            assert sum(open_graphs(cluster).values()) == 0
             trains_like_one_process(cluster)
         finally:
             proc.kill()
@@ -120,7 +99,7 @@ def test_graphs_of_a_vanished_client_are_dropped_when_its_connection_closes():
     with local_cluster(workers=2) as cluster:
         proc = start_client(cluster, "vanish", "graphs open")
         proc.wait(30)
-        wait_until(lambda: open_contexts(cluster) == 0, LOSS_S + 2)
+        wait_until(lambda: sum(open_graphs(cluster).values()) == 0, LOSS_S + 2)
         trains_like_one_process(cluster)
 
 
@@ -128,9 +107,9 @@ def test_graphs_of_a_hung_client_are_dropped_after_its_missed_heartbeats():
     with local_cluster(workers=2) as cluster:
         proc = start_client(cluster, "hang", "graphs open")
         try:
-            assert open_contexts(cluster) == 10  # 5 graphs on each of the 2 stages
+            assert sum(open_graphs(cluster).values()) == 10  # 5 graphs on each of the 2 stages
             os.kill(proc.pid, signal.SIGSTOP)  # alive, but its pings go unanswered
-            took = wait_until(lambda: open_contexts(cluster) == 0, LOSS_S + 5)
+            took = wait_until(lambda: sum(open_graphs(cluster).values()) == 0, LOSS_S + 5)
             assert took > HEARTBEAT_S  # not before it missed its beats
             trains_like_one_process(cluster)
         finally:
@@ -143,8 +122,8 @@ def test_graphs_a_live_client_keeps_past_their_deadline_expire():
         remote = cluster.deploy(nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 2)),
                                 stages=2)
         outs = [remote(torch.ones(3, 4)) for _ in range(3)]
-        assert open_contexts(cluster) == 6
-        wait_until(lambda: open_contexts(cluster) == 0, 10)
+        assert sum(open_graphs(cluster).values()) == 6
+        wait_until(lambda: sum(open_graphs(cluster).values()) == 0, 10)
         with pytest.raises(Exception, match="expired"):
             outs[0].sum().backward()
         remote.close()

@@ -5,18 +5,13 @@ import gc
 import time
 
 import pytest
+from clusters import open_graphs
 
 import disthook as torch
 from disthook import nn
-from disthook.distributed import local_cluster
-
 pytestmark = pytest.mark.timeout(120)
 
-
-@pytest.fixture(scope="module")
-def cluster():
-    with local_cluster(workers=2) as c:
-        yield c
+CLUSTER_WORKERS = 2  # the conftest cluster's size
 
 
 @pytest.fixture
@@ -28,16 +23,11 @@ def remote(cluster):
     deployed.close()
 
 
-def contexts(cluster) -> dict[str, int]:
-    """Open forward graphs per worker (each worker's own status)."""
-    return {wid: status["contexts"] for wid, status in cluster._ask_workers("status").items()}
-
-
 def settled(cluster, want: int, within: float = 5.0) -> dict[str, int]:
     """The workers' open graphs once each holds ``want`` (releases are one-way messages)."""
     deadline = time.monotonic() + within
     while True:
-        counts = contexts(cluster)
+        counts = open_graphs(cluster)
         if set(counts.values()) == {want} or time.monotonic() > deadline:
             return counts
         time.sleep(0.05)

@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import pytest
+from clusters import open_graphs
 
 import disthook as torch
 from disthook import nn
@@ -40,12 +41,9 @@ def same_grads(remote, net):
         close(grads[name], p.grad)
 
 
-def contexts(cluster):
-    counts = []
-    for w in cluster.workers():
-        with Peer(w.address) as peer:
-            counts.append(peer.request("status", timeout=10)["result"].get("contexts", 0))
-    return counts
+def contexts(cluster) -> list[int]:
+    """Open forward graphs on each worker, in the coordinator's order."""
+    return list(open_graphs(cluster).values())
 
 
 @pytest.mark.parametrize("stages", [1, 2, 3])

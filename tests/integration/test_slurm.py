@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from clusters import free_port
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -55,9 +56,7 @@ def test_the_sbatch_script_starts_a_cluster_and_runs_the_client(tmp_path):
     for tool in ("srun", "scontrol"):
         (bin_dir / tool).chmod(0o755)
     (tmp_path / "client.py").write_text(CLIENT)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
                SLURM_JOB_NODELIST="node1", SLURM_NTASKS="2", DISTHOOK_PORT=str(port),
                DISTHOOK_PYTHON=sys.executable, DISTHOOK_ADVERTISE="127.0.0.1")

@@ -7,11 +7,11 @@ the number of steps (default 10,000); the figures are printed (``-s`` shows them
 import os
 
 import pytest
+from clusters import worker_statuses
 
 import disthook as torch
 from disthook import nn
 from disthook.distributed import DistributedOptimizer, hooks, local_cluster
-from disthook.distributed.rpc import Peer
 
 STEPS = int(os.environ.get("DISTHOOK_SOAK_STEPS", "10000"))
 WARMUP = max(1, STEPS // 10)
@@ -56,8 +56,6 @@ def test_ten_thousand_steps_keep_memory_flat_and_leave_no_contexts():
                   f"({(final[name] / baseline[name] - 1) * 100:+.1f}%)")
         for name in pids:
             assert final[name] < 1.05 * baseline[name], (name, baseline[name], final[name])
-        for w in cluster.workers():
-            with Peer(w.address) as peer:
-                status = peer.request("status", timeout=10)["result"]
+        for status in worker_statuses(cluster).values():
             assert status["contexts"] == 0 and status["mailbox"] == 0, status
         assert len(seen) == STEPS * 2  # the client hook: once per micro-batch, every step

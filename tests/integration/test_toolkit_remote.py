@@ -3,13 +3,13 @@ model in one process; caches are recorded on the workers and fetched once, run_u
 the later stages idle, and no hook outlives its block on any process."""
 import numpy as np
 import pytest
+from clusters import worker_statuses
 
 import disthook as torch
 from disthook import hooks as toolkit
 from disthook import nn
 from disthook.distributed import RemoteError
 from disthook.distributed import hooks as worker_hooks
-from disthook.distributed.rpc import Peer
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -43,13 +43,9 @@ def same_grads(remote, net, names=None):
 
 def stage_stats(cluster, remote):
     """Per stage of ``remote``: {"forwards", "hooks"} from its worker's status."""
-    addresses = {w.id: w.address for w in cluster.workers()}
-    stats = []
-    for stage, worker, _ in remote.workers():
-        with Peer(addresses[worker]) as peer:
-            status = peer.request("status", timeout=10)["result"]
-        stats.append(status["stage_stats"][f"stage {stage} of {remote._model_id}"])
-    return stats
+    statuses = worker_statuses(cluster)
+    return [statuses[worker]["stage_stats"][f"stage {stage} of {remote._model_id}"]
+            for stage, worker, _ in remote.workers()]
 
 
 @pytest.fixture

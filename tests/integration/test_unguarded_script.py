@@ -49,10 +49,7 @@ class Scale(torch.nn.Module):
 '''
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    with local_cluster(workers=2) as c:  # its workers import client scripts
-        yield c
+CLUSTER_WORKERS = 2  # the conftest cluster's size; its workers import client scripts
 
 
 def test_an_unguarded_script_fails_fast_with_the_advice_and_the_workers_serve_on(

@@ -1,0 +1,36 @@
+"""Helpers for the tests that run real clusters: a free port, waiting until something holds,
+and each worker's own status (asked on its endpoint, not the coordinator's view)."""
+import socket
+import time
+
+from disthook.distributed.rpc import Peer
+
+
+def free_port() -> int:
+    """A loopback port nothing listens at now (the OS picked it and let it go)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate, seconds: float) -> float:
+    """Seconds until ``predicate()`` held (polled); fails after ``seconds``."""
+    start = time.monotonic()
+    while not predicate():
+        assert time.monotonic() - start < seconds, "did not happen in time"
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+def worker_statuses(cluster, timeout: float = 10.0) -> dict[str, dict]:
+    """Every registered worker's own status reply, by worker id, in the coordinator's order."""
+    statuses = {}
+    for w in cluster.workers():
+        with Peer(w.address) as peer:
+            statuses[w.id] = peer.request("status", timeout=timeout)["result"]
+    return statuses
+
+
+def open_graphs(cluster) -> dict[str, int]:
+    """Open forward graphs (contexts) per worker, by worker id."""
+    return {wid: status["contexts"] for wid, status in worker_statuses(cluster).items()}
