@@ -91,31 +91,44 @@ class Coordinator(Service):
         self.stop(reason)
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
 def main(argv=None) -> int:
     import argparse
     import logging
     import sys
 
+    from disthook.distributed.endpoint import DEFAULT_COORDINATOR, EndpointInUse
+
     p = argparse.ArgumentParser(prog="disthook coordinator",
                                 description="Run the coordinator of a disthook cluster.")
-    p.add_argument("--bind", default="tcp://127.0.0.1:5555",
+    p.add_argument("--bind", default=DEFAULT_COORDINATOR,
                    help="endpoint to listen on; port 0 picks a free one "
-                        "(default tcp://127.0.0.1:5555, loopback only)")
+                        f"(default {DEFAULT_COORDINATOR}, loopback only)")
     p.add_argument("--heartbeat", type=float, default=HEARTBEAT_S,
                    help=f"seconds between heartbeats (default {HEARTBEAT_S})")
     p.add_argument("--parent-pid", type=int, help="stop when this parent process is gone")
     p.add_argument("--keys", metavar="DIR",
                    help="key directory (disthook keys generate DIR): encrypt every connection "
                         "and accept only the peers it authorizes")
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
+                   help="the least severe messages logged to stderr (default INFO)")
     args = p.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     from disthook.distributed.security import SERVER, Keys
 
-    keys = Keys.load(args.keys, SERVER) if args.keys else None
-    coordinator = Coordinator(args.bind, heartbeat=args.heartbeat, parent_pid=args.parent_pid,
-                              keys=keys)
+    try:
+        keys = Keys.load(args.keys, SERVER) if args.keys else None
+        coordinator = Coordinator(args.bind, heartbeat=args.heartbeat,
+                                  parent_pid=args.parent_pid, keys=keys)
+    except EndpointInUse as exc:
+        print(f"disthook coordinator: {exc.advice('--bind')}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as exc:  # a bad address, unreadable key files
+        print(f"disthook coordinator: {exc}", file=sys.stderr)
+        return 1
     # the first line on stdout is the endpoint, for launchers that asked for port 0
     print(f"disthook coordinator listening on {coordinator.address}", flush=True)
     coordinator.serve_forever()

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 from deploy.roles import coordinator_role, worker_role
+from disthook.distributed.endpoint import DEFAULT_PORT
 
 __all__ = ["RayCluster", "launch"]
 
@@ -92,7 +93,7 @@ class RayCluster:
         self.stop()
 
 
-def launch(workers: int = 2, *, address: str | None = None, port: int = 5555,
+def launch(workers: int = 2, *, address: str | None = None, port: int = DEFAULT_PORT,
            keys: str | None = None, heartbeat: float | None = None,
            log_level: str | None = None, cpus_per_worker: float = 1.0,
            timeout: float = 120.0) -> RayCluster:

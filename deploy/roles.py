@@ -11,8 +11,6 @@ import shlex
 
 __all__ = ["Role", "coordinator_role", "worker_role"]
 
-DEFAULT_PORT = 5555
-
 
 @dataclasses.dataclass(frozen=True)
 class Role:
@@ -41,8 +39,7 @@ def _common(keys: str | None, log_level: str | None) -> list[str]:
 def coordinator_role(bind: str, *, keys: str | None = None, heartbeat: float | None = None,
                      log_level: str | None = None) -> Role:
     """The coordinator, listening on ``bind`` (``tcp://HOST:PORT``)."""
-    _check_endpoint(bind, "bind")
-    args = ["--bind", bind]
+    args = ["--bind", _endpoint(bind, "bind")]
     if heartbeat is not None:
         args += ["--heartbeat", f"{heartbeat:g}"]
     return Role("coordinator", tuple(args + _common(keys, log_level)))
@@ -56,9 +53,8 @@ def worker_role(coordinator: str, *, worker_id: str | None = None,
     """A worker of the coordinator at ``coordinator``, binding ``bind`` and telling peers
     ``advertise`` (its host name or address, as they reach it). ``allow_main_scripts`` only
     where the client's script is on the same machine (local clusters)."""
-    _check_endpoint(coordinator, "coordinator")
-    _check_endpoint(bind, "bind")
-    args = ["--coordinator", coordinator, "--bind", bind]
+    args = ["--coordinator", _endpoint(coordinator, "coordinator"),
+            "--bind", _endpoint(bind, "bind")]
     if advertise:
         args += ["--advertise", advertise]
     if worker_id:
@@ -72,8 +68,9 @@ def worker_role(coordinator: str, *, worker_id: str | None = None,
     return Role("workers", tuple(args + _common(keys, log_level)))
 
 
-def _check_endpoint(address: str, what: str) -> None:
-    scheme, _, rest = address.partition("://")
-    host, _, port = rest.rpartition(":")
-    if scheme != "tcp" or not host or not (port.isdigit() or port == "*"):
-        raise ValueError(f"{what} must look like tcp://HOST:PORT, got {address!r}")
+def _endpoint(address: str, what: str) -> str:
+    """``address`` in the ``tcp://HOST:PORT`` form every role takes (ValueError if it is
+    no endpoint)."""
+    from disthook.distributed.endpoint import parse  # not at the top: disthook imports us
+
+    return str(parse(address, what))

@@ -20,7 +20,8 @@ from __future__ import annotations
 import dataclasses
 import shlex
 
-from deploy.roles import DEFAULT_PORT, coordinator_role, worker_role
+from deploy.roles import coordinator_role, worker_role
+from disthook.distributed.endpoint import DEFAULT_PORT
 
 __all__ = ["Host", "commands", "parse_hosts"]
 

@@ -9,14 +9,15 @@ import signal
 import sys
 import time
 
+from disthook.distributed.endpoint import DEFAULT_COORDINATOR, DEFAULT_PORT, parse
 from disthook.wire import HEARTBEAT_S
 
-DEFAULT_COORDINATOR = "tcp://127.0.0.1:5555"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 def _demo(args) -> int:
     if args.seed_hooks:
-        from disthook.examples import tensor_hooks
+        from disthook.demo import tensor_hooks
 
         tensor_hooks.main()
         return 0
@@ -61,21 +62,24 @@ def _bench(args) -> int:
 
 def _launch(args) -> int:
     from disthook.distributed import local_cluster
+    from disthook.distributed.endpoint import EndpointInUse
 
     if args.hosts:
         return _launch_ssh(args)
     if args.ray is not None:
         return _launch_ray(args)
-    scheme, _, rest = args.bind.partition("://")
-    host, _, port = rest.rpartition(":")
-    if scheme != "tcp" or not host or not port.isdigit():
-        print(f"disthook launch: --bind must look like tcp://127.0.0.1:5555, got {args.bind!r}",
-              file=sys.stderr)
-        return 2
-    cluster = local_cluster(args.workers, host=host, port=int(port), heartbeat=args.heartbeat,
-                            log_level=args.log_level, stderr=None,
-                            allow_hook_modules=args.allow_hook_module, keys=args.keys,
-                            restart=args.restart)
+    bind = parse(args.bind, "--bind")
+    if bind.scheme != "tcp":
+        raise ValueError(f"--bind must be a tcp endpoint (tcp://HOST:PORT) for launch, got "
+                         f"{args.bind!r}")
+    try:
+        cluster = local_cluster(args.workers, host=bind.host, port=bind.port,
+                                heartbeat=args.heartbeat, log_level=args.log_level, stderr=None,
+                                allow_hook_modules=args.allow_hook_module, keys=args.keys,
+                                restart=args.restart)
+    except EndpointInUse as exc:
+        print(f"disthook launch: {exc.advice('--bind')}", file=sys.stderr)
+        return 1
     pids = [proc.pid for proc in cluster._processes]
 
     def start():
@@ -118,8 +122,8 @@ def _foreground(start, check, stop, every: float = 0.5) -> int:
 
 
 def _port_of(bind: str) -> int:
-    port = bind.rpartition(":")[2]
-    return int(port) if port.isdigit() else 5555
+    """The port of ``--bind`` for launchers on other hosts (0 there: the default port)."""
+    return parse(bind, "--bind").port or DEFAULT_PORT
 
 
 def _launch_ssh(args) -> int:
@@ -195,11 +199,15 @@ def _run_role(command: str, rest: list[str]) -> None:
 
 def _status(args) -> int:
     from disthook.distributed import ClusterError, connect
+    from disthook.distributed.cluster import CoordinatorUnreachable
 
     try:
         cluster = connect(args.coordinator, timeout=args.timeout, keys=args.keys,
                           key_name=args.key_name)
-    except (ClusterError, OSError, ValueError) as exc:  # no answer, refused, bad key files
+    except CoordinatorUnreachable as exc:  # the hint as this command takes it
+        print(f"disthook status: {exc.advice('--keys DIR')}", file=sys.stderr)
+        return 1
+    except (ClusterError, OSError, ValueError) as exc:  # refused keys, bad key files, address
         print(f"disthook status: {exc}", file=sys.stderr)
         return 1
     with cluster:
@@ -251,6 +259,17 @@ def _keys(args) -> int:
         print(f"disthook keys: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _seconds(text: str) -> float:
+    """A time-out given on the command line: a number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0 seconds, got {text}")
+    return value
 
 
 def bench_suites() -> list[str]:
@@ -311,7 +330,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"the coordinator's endpoint (default {DEFAULT_COORDINATOR})")
     launch.add_argument("--heartbeat", type=float, default=HEARTBEAT_S,
                         help=f"seconds between beats (default {HEARTBEAT_S})")
-    launch.add_argument("--log-level", default="INFO")
+    launch.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
+                        help="the least severe messages the processes log to this terminal "
+                             "(default INFO)")
     launch.add_argument("--allow-hook-module", action="append", default=[], metavar="MODULE",
                         help="a module (or package) whose functions hooks.by_path may run on "
                              "the workers; repeat for more")
@@ -336,7 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="print a cluster's workers, stages and liveness")
     status.add_argument("--coordinator", default=DEFAULT_COORDINATOR,
                         help=f"the coordinator's endpoint (default {DEFAULT_COORDINATOR})")
-    status.add_argument("--timeout", type=float, default=5.0, help="seconds to wait")
+    status.add_argument("--timeout", type=_seconds, default=5.0,
+                        help="seconds to wait for the coordinator's answer (default 5)")
     status.add_argument("--keys", metavar="DIR", help="the cluster's key directory")
     status.add_argument("--key-name", default="client",
                         help="which client pair of DIR to use (default client)")

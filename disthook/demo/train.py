@@ -146,17 +146,18 @@ def train(cluster, remote, data, epochs: int, *, seed: int = 0, progress: bool =
                 losses = remote.train_step(x, y, nn.functional.cross_entropy).numpy()
                 opt.step()
                 opt.zero_grad()
-                logits = cluster.captured("logits", details=True)  # one per micro-batch
+                # one per micro-batch; emptied on reading, or the buffers would grow
+                logits = cluster.captured("logits", details=True, clear=True)
                 sizes = [len(item["value"]) for item in _in_micro_batch_order(logits)]
                 history.loss.append(float(np.dot(losses, sizes) / sum(sizes)))
                 predicted = _stitch(logits).argmax(1)
                 history.accuracy.append(float(np.mean(predicted == data.y_train[rows])))
-                _record_norms(history, cluster.captured("grad_norm", details=True))
+                _record_norms(history, cluster.captured("grad_norm", details=True, clear=True))
                 bar.set_postfix(loss=f"{history.loss[-1]:.3f}",
                                 acc=f"{history.accuracy[-1]:.0%}", refresh=False)
                 bar.update()
             history.test_accuracy.append(_evaluate(cluster, remote, data, history, epoch))
-            cluster.captured("logits")  # the evaluation's, not a training step's: dropped
+            cluster.captured("logits", clear=True)  # the evaluation's, not a step's: dropped
             bar.set_postfix(loss=f"{history.loss[-1]:.3f}", acc=f"{history.accuracy[-1]:.0%}",
                             test=f"{history.test_accuracy[-1]:.1%}")
     finally:
@@ -175,7 +176,7 @@ def _evaluate(cluster, remote, data, history: History, epoch: int) -> float:
             logits = remote(torch.from_numpy(data.x_test)).numpy()
     finally:
         handle.remove()
-    maps = _stitch(cluster.captured("feature_maps", details=True))
+    maps = _stitch(cluster.captured("feature_maps", details=True, clear=True))
     history.feature_maps[epoch] = maps[one_per_class(data.y_test)[:PROBES]]
     return float(np.mean(logits.argmax(1) == data.y_test))
 
@@ -195,8 +196,8 @@ def explain(cluster, remote, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         for handle in handles:
             handle.remove()
     remote.zero_grad()
-    activations = _stitch(cluster.captured("cam_activations", details=True))
-    gradients = _stitch(cluster.captured("cam_gradients", details=True))
+    activations = _stitch(cluster.captured("cam_activations", details=True, clear=True))
+    gradients = _stitch(cluster.captured("cam_gradients", details=True, clear=True))
     return grad_cam(activations, gradients), predicted
 
 

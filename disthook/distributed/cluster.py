@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import threading
@@ -22,11 +23,18 @@ import weakref
 
 from deploy.local import spawn, stderr_tail
 from deploy.roles import Role, coordinator_role, worker_role
-from disthook.distributed.rpc import DEFAULT_TIMEOUT, ClusterError, Peer, RemoteTimeout
+from disthook.distributed.endpoint import check_free, parse
+from disthook.distributed.rpc import (
+    DEFAULT_TIMEOUT,
+    ClusterError,
+    Peer,
+    RemoteTimeout,
+    dial_once,
+)
 from disthook.distributed.security import CLIENT, Keys, generate
 from disthook.wire import HEARTBEAT_S
 
-__all__ = ["Cluster", "WorkerInfo", "connect", "local_cluster"]
+__all__ = ["Cluster", "CoordinatorUnreachable", "WorkerInfo", "connect", "local_cluster"]
 
 IN_WORKER = False  # set in worker processes: they must not start clusters of their own
 
@@ -158,12 +166,13 @@ class Cluster:
                              chunks=manifest["chunks"], schedule=manifest["schedule"])
         return remote  # the rebuilt module carried the saved weights to the workers
 
-    def captured(self, name: str, *, clear: bool = True, details: bool = False) -> list:
+    def captured(self, name: str, *, clear: bool = False, details: bool = False) -> list:
         """What ``hooks.capture(name)`` kept on every worker, oldest first: per hook call, a
         detached Tensor (or a tuple of them, for a forward pre hook's args or a backward
-        hook's grad_output). The workers' buffers are emptied unless ``clear`` is False.
-        With ``details`` each item is a dict: value, path, kind (of hook) and micro_batch
-        (its index when the model runs micro-batches, else None)."""
+        hook's grad_output). Reading keeps the workers' buffers, so a second call returns
+        the same and more; ``clear=True`` empties them too (in a loop, do: they grow until
+        emptied). With ``details`` each item is a dict: value, path, kind (of hook) and
+        micro_batch (its index when the model runs micro-batches, else None)."""
         items = [item for items in self._ask_workers("captured", {"name": name, "clear": clear})
                  .values() for item in items]
         return captured_items(items, details)
@@ -269,26 +278,74 @@ def captured_items(items: list[dict], details: bool) -> list:
     return [unpack(item["value"]) for item in items]
 
 
+class CoordinatorUnreachable(ClusterError):
+    """No coordinator at the address ``connect`` was given: nothing listens there (refused,
+    or an unknown host), or nothing answered within the timeout. The message says what to
+    do; ``advice(keys_option)`` words it for the command line (``"--keys DIR"``)."""
+
+    def __init__(self, address: str, *, refused: bool, waited: float = 0.0,
+                 listening: bool | None = None, unknown_host: str | None = None,
+                 with_keys: bool = False):
+        self.address, self.refused, self.waited = address, refused, waited
+        self.listening, self.unknown_host, self.with_keys = listening, unknown_host, with_keys
+        super().__init__(self.advice("keys=DIR"))
+
+    def advice(self, keys_option: str) -> str:
+        """The message, naming the keys option as ``keys_option``."""
+        if self.unknown_host:
+            return (f"no coordinator at {self.address}: the host {self.unknown_host!r} is "
+                    "unknown; check the address")
+        command = "launch" if self.address.startswith("tcp://") else "coordinator"
+        start = f"start one with `disthook {command} --bind {self.address}`"
+        if self.refused:
+            return (f"no coordinator at {self.address}: nothing listens there (connection "
+                    f"refused); {start}, or check the address")
+        keys = "" if self.with_keys else f", or, if the cluster runs with keys, pass {keys_option}"
+        what = "something listens there but " if self.listening else ""
+        return (f"no coordinator at {self.address}: {what}no answer to a status request "
+                f"within {self.waited:g} s; check the address, {start}{keys}")
+
+
 def connect(address: str, *, timeout: float = DEFAULT_TIMEOUT, keys=None,
             key_name: str = CLIENT) -> Cluster:
-    """Attach to a running cluster by its coordinator's endpoint (``tcp://host:port``).
-    ``keys``: the cluster's key directory (or a ``Keys``), when it runs with keys; the client
-    pair used is ``key_name`` (default "client"). A cluster that refuses the key raises
-    ``AuthenticationError``."""
+    """Attach to a running cluster by its coordinator's endpoint (``tcp://host:port``, or
+    ``host:port``). ``keys``: the cluster's key directory (or a ``Keys``), when it runs with
+    keys; the client pair used is ``key_name`` (default "client"). A cluster that refuses the
+    key raises ``AuthenticationError``; no coordinator there, ``CoordinatorUnreachable`` (at
+    once when nothing listens; after ``timeout`` seconds when nothing answers)."""
     _refuse_in_worker("connect()")
+    endpoint = parse(address, "connect()'s address")  # a ValueError before any socket
+    if not timeout > 0:
+        raise ValueError(f"connect() needs timeout > 0 seconds, got {timeout!r}")
+    address = str(endpoint)
     if keys is not None and not isinstance(keys, Keys):
         keys = Keys.load(os.fspath(keys), key_name)
+    listening = dial_once(address, keys=keys, within=min(timeout, 1.0))
+    if listening is False:
+        raise CoordinatorUnreachable(address, refused=True, with_keys=keys is not None,
+                                     unknown_host=_unknown_host(endpoint))
     cluster = Cluster(address, timeout=timeout, keys=keys)
     try:
         cluster.status()  # fail now, not at the first real call, if nobody answers
     except RemoteTimeout:
         cluster.close()
-        hint = "" if keys is not None else " (if it runs with keys, pass keys=DIR)"
-        raise ClusterError(f"no coordinator answers at {address}{hint}") from None
+        raise CoordinatorUnreachable(address, refused=False, waited=timeout,
+                                     listening=listening, with_keys=keys is not None) from None
     except BaseException:
         cluster.close()
         raise
     return cluster
+
+
+def _unknown_host(endpoint) -> str | None:
+    """The endpoint's host when it has no address (a typo), else None."""
+    if endpoint.scheme != "tcp":
+        return None
+    try:
+        socket.getaddrinfo(endpoint.host.strip("[]"), endpoint.port)
+    except (socket.gaierror, UnicodeError):
+        return endpoint.host
+    return None
 
 
 def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
@@ -310,6 +367,7 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
     _refuse_in_worker("local_cluster()")
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise ValueError(f"local_cluster() needs workers >= 1, got {workers!r}")
+    check_free(f"tcp://{host}:{port}")  # EndpointInUse now, not a coordinator's traceback
     procs: list[subprocess.Popen] = []
     scratch = None  # a key directory made for this cluster alone
     if secure and keys is None:
@@ -363,8 +421,10 @@ def _announced_address(proc: subprocess.Popen, timeout: float) -> str:
             except subprocess.TimeoutExpired:
                 pass
         if proc.poll() is not None:
+            said = stderr_tail(proc)[-1:]  # its one-line error, when its stderr is relayed
+            why = f": {said[0]}" if said else " (its stderr says why)"
             raise ClusterError(f"the coordinator exited with code {proc.returncode} before "
-                               f"announcing its address (its stderr says why)")
+                               f"announcing its address{why}")
         raise ClusterError(f"the coordinator did not announce its address within {timeout:g} s "
                            f"(it printed {line!r})")
     # keep draining stdout so that a chatty process never blocks on a full pipe; the drain

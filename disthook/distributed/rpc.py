@@ -16,10 +16,12 @@ import time
 import zmq
 
 from disthook import wire
+from disthook.distributed.endpoint import parse
 from disthook.distributed.security import (
     HANDSHAKE_FAILURES,
     AuthenticationError,
     handshake_refusal,
+    refusal_reason,
 )
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "RemoteTimeout",
     "WorkerLost",
     "error_fields",
+    "dial_once",
     "next_request_id",
     "poll_until",
     "raise_error",
@@ -131,11 +134,44 @@ def poll_until(poller: zmq.Poller, deadline: Deadline) -> dict:
             return ready
 
 
+def dial_once(address: str, *, keys=None, within: float = 1.0) -> bool | None:
+    """Whether something listens at ``address``: one connection, made with the cluster's
+    ``keys`` so that a server sees an ordinary client come and go. False when the connection
+    is refused (on this machine at once) or the host is unknown, True once the handshake is
+    done, None when nothing is known within ``within`` seconds (a host that drops packets).
+    ``AuthenticationError`` when the server refuses the keys."""
+    from zmq.utils.monitor import recv_monitor_message
+
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    if keys is not None:
+        keys.dial(sock)
+    monitor = sock.get_monitor_socket(zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_HANDSHAKE_SUCCEEDED
+                                      | HANDSHAKE_FAILURES)
+    try:
+        sock.connect(str(parse(address)))
+        deadline = Deadline(within)
+        while monitor.poll(max(0, int(deadline.left() * 1000))):
+            event = recv_monitor_message(monitor)
+            if event["event"] == zmq.EVENT_CONNECT_RETRIED:
+                return False
+            why = refusal_reason(event)
+            if why is not None:
+                raise AuthenticationError(f"{address} refused the connection: {why}")
+            return True
+        return None
+    finally:
+        sock.disable_monitor()
+        monitor.close(linger=0)
+        sock.close(linger=0)
+
+
 class Peer:
     """A request/reply channel to one endpoint (a DEALER socket; the far end is a ROUTER)."""
 
     def __init__(self, address: str, *, context: zmq.Context | None = None,
                  identity: bytes | None = None, name: str | None = None, keys=None):
+        address = str(parse(address))  # ValueError before any socket for a bad address
         self.address = address
         self.name = name or address
         self._ctx = context or zmq.Context.instance()

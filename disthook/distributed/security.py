@@ -16,7 +16,6 @@ that binds anything but loopback warns that whoever reaches its port may drive i
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import logging
 import os
 import shutil
@@ -24,6 +23,8 @@ import shutil
 import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
+
+from disthook.distributed.endpoint import parse
 
 __all__ = [
     "AuthenticationError",
@@ -170,17 +171,8 @@ class _Gate:
 
 
 def is_loopback(address: str) -> bool:
-    """True for endpoints only this machine can reach: ipc, inproc, tcp on 127.x/::1."""
-    scheme, _, rest = address.partition("://")
-    if scheme in ("ipc", "inproc"):
-        return True
-    host = rest.rpartition(":")[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a host name or interface name: assume reachable
+    """True for endpoints only this machine can reach: ipc, tcp on 127.x/::1/localhost."""
+    return parse(address).loopback
 
 
 def warn_if_exposed(address: str, keys: Keys | None, log: logging.Logger, who: str) -> None:

@@ -10,6 +10,7 @@ on SIGTERM/SIGINT, or when the process that started it dies (``parent_pid``).
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
@@ -20,6 +21,7 @@ import traceback
 import zmq
 
 from disthook import wire
+from disthook.distributed.endpoint import EndpointInUse, parse
 from disthook.distributed.rpc import error_fields
 from disthook.distributed.security import (
     HANDSHAKE_FAILURES,
@@ -32,19 +34,19 @@ __all__ = ["Service", "bind_endpoint"]
 
 
 def bind_endpoint(sock: zmq.Socket, address: str) -> str:
-    """Bind ``sock`` to ``address`` (port 0 or ``*`` picks a free port); the endpoint bound."""
-    scheme, _, rest = address.partition("://")
-    if scheme != "tcp" or ":" not in rest:
-        if scheme in ("ipc", "inproc"):
-            sock.bind(address)
-            return address
-        raise ValueError(f"expected an address like tcp://127.0.0.1:5555, got {address!r}")
-    host, _, port = rest.rpartition(":")
-    if port in ("0", "*"):
-        port_no = sock.bind_to_random_port(f"tcp://{host}")
-        return f"tcp://{host}:{port_no}"
-    sock.bind(address)
-    return address
+    """Bind ``sock`` to ``address`` (``tcp://HOST:PORT``, ``HOST:PORT`` or ``ipc://PATH``;
+    port 0 or ``*`` picks a free port); the endpoint bound. ``EndpointInUse`` when another
+    process listens there."""
+    endpoint = parse(address)
+    try:
+        if endpoint.scheme == "tcp" and endpoint.port == 0:
+            return str(endpoint.with_port(sock.bind_to_random_port(f"tcp://{endpoint.host}")))
+        sock.bind(str(endpoint))
+    except zmq.ZMQError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise EndpointInUse(str(endpoint)) from None
+        raise
+    return str(endpoint)
 
 
 class Service:
@@ -77,7 +79,11 @@ class Service:
         self._monitor = self.router.get_monitor_socket(events) if events else None
         if self._monitor is not None:
             self.poller.register(self._monitor, zmq.POLLIN)
-        self.address = bind_endpoint(self.router, bind)
+        try:
+            self.address = bind_endpoint(self.router, bind)
+        except BaseException:  # a bad or busy address: leave no socket or thread behind
+            self.close()
+            raise
         warn_if_exposed(self.address, keys, self.log, self.name)
         self.parent_pid = parent_pid
         self.poller.register(self.router, zmq.POLLIN)

@@ -5,7 +5,6 @@ every process started here is reaped, so these tests run safely under ``pytest -
 """
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -13,6 +12,7 @@ import time
 
 import pytest
 import zmq
+from clusters import free_port
 
 import disthook as torch
 from disthook import wire
@@ -124,19 +124,16 @@ def test_connect_to_a_running_cluster(cluster):
 
 
 def test_connect_to_nobody_fails_fast():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     t0 = time.monotonic()
-    with pytest.raises(ClusterError, match=f"no coordinator answers at tcp://127.0.0.1:{port}"):
-        connect(f"tcp://127.0.0.1:{port}", timeout=0.5)
-    assert time.monotonic() - t0 < 10
+    with pytest.raises(ClusterError, match=f"no coordinator at tcp://127.0.0.1:{port}: nothing "
+                                           "listens there"):
+        connect(f"tcp://127.0.0.1:{port}")  # refused: at once, not after the 30 s timeout
+    assert time.monotonic() - t0 < 2
 
 
 def test_request_timeout_names_the_peer():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     with Peer(f"tcp://127.0.0.1:{port}", name="the void") as peer:
         with pytest.raises(RemoteTimeout, match="no reply to 'status' from the void within 0.2 s"):
             peer.request("status", timeout=0.2)
@@ -179,9 +176,7 @@ def test_processes_stop_when_the_client_dies(tmp_path):
 
 
 def test_launch_and_status_commands(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     address = f"tcp://127.0.0.1:{port}"
     launch = subprocess.Popen([sys.executable, "-m", "disthook.cli", "launch", "--workers", "2",
                                "--bind", address, "--log-level", "WARNING"],
@@ -207,13 +202,12 @@ def test_launch_and_status_commands(tmp_path):
                              address, "--timeout", "0.5"], capture_output=True, text=True,
                             check=False, timeout=60)
     assert status.returncode == 1
-    assert f"no coordinator answers at {address}" in status.stderr
+    assert status.stderr.startswith(f"disthook status: no coordinator at {address}: nothing "
+                                    "listens there")
 
 
 def test_launch_restart_replaces_a_killed_worker(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     address = f"tcp://127.0.0.1:{port}"
     errors = tmp_path / "stderr.txt"
     with open(errors, "w") as err:

@@ -32,9 +32,11 @@ def test_roles_are_the_command_lines_the_processes_take():
                             "tcp://0.0.0.0:0", "--advertise", "h", "--id", "h-0",
                             "--allow-hook-module", "probes", "--context-ttl", "60",
                             "--keys", "/k"]
-    for bad in ("h:5555", "tcp://h", "udp://h:1"):
+    for bad in ("tcp://h", "udp://h:1", "http://h:1", "tcp://h:99999"):
         with pytest.raises(ValueError, match="must look like tcp://HOST:PORT"):
             worker_role(bad)
+    # HOST:PORT means tcp, written out in full for the process
+    assert worker_role("h:5555").args[:2] == ("--coordinator", "tcp://h:5555")
     # what the roles build, the processes' own parsers take
     from coordinator.server import main as coordinator_main  # noqa: F401 - importable
     help_text = subprocess.run([sys.executable, "-m", "workers", "--help"],

@@ -162,15 +162,16 @@ def test_captures_keep_the_micro_batch_index(cluster, mode):
             nn.functional.cross_entropy(remote(x), y).backward()
         else:
             remote.train_step(x, y, nn.functional.cross_entropy)
-        outs = cluster.captured("mb-out", details=True)
+        outs = cluster.captured("mb-out", details=True, clear=True)
         assert [o["micro_batch"] for o in outs] == [0, 1, 2]
         assert all(o["path"] == "2" and o["kind"] == "forward" for o in outs)
         assert [len(o["value"]) for o in outs] == [3, 3, 3]
-        grads = cluster.captured("mb-grad", details=True)
+        grads = cluster.captured("mb-grad", details=True, clear=True)
         assert sorted(g["micro_batch"] for g in grads) == [0, 1, 2]
         with torch.no_grad():
             remote(x[:2])  # fewer rows than chunks: one micro-batch per row
-        assert [o["micro_batch"] for o in cluster.captured("mb-out", details=True)] == [0, 1]
+        assert [o["micro_batch"] for o in cluster.captured("mb-out", details=True,
+                                                            clear=True)] == [0, 1]
     finally:
         remote.close()
 

@@ -1,0 +1,121 @@
+"""What the command line says when something is off: one line that says what to do, as a
+newcomer meets it (nothing listening, a busy port, a bad option). Each test runs the command
+and reads its first line; every process started here is reaped."""
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import zmq
+from clusters import free_port
+
+from disthook.distributed import ClusterError, connect, local_cluster
+
+pytestmark = pytest.mark.timeout(120)
+
+CLI = [sys.executable, "-m", "disthook.cli"]
+
+
+def disthook(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout,
+                          check=False)
+
+
+@pytest.fixture
+def held_port():
+    """An address another process (here: a plain socket) listens at."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        yield f"tcp://127.0.0.1:{held.getsockname()[1]}"
+
+
+def test_status_with_nothing_there_says_how_to_start_one_at_once():
+    address = f"tcp://127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    run = disthook("status", "--coordinator", address)
+    assert run.returncode == 1
+    assert run.stderr.splitlines() == [
+        f"disthook status: no coordinator at {address}: nothing listens there (connection "
+        f"refused); start one with `disthook launch --bind {address}`, or check the address"]
+    assert time.monotonic() - started < 20  # the interpreter's start-up, not a 5 s wait
+
+
+def test_status_hint_names_the_command_line_option_for_keys():
+    with zmq.Context() as ctx, ctx.socket(zmq.ROUTER) as mute:  # listens, never answers
+        mute.setsockopt(zmq.LINGER, 0)
+        address = f"tcp://127.0.0.1:{mute.bind_to_random_port('tcp://127.0.0.1')}"
+        run = disthook("status", "--coordinator", address, "--timeout", "0.5")
+    assert run.returncode == 1
+    (line,) = run.stderr.splitlines()
+    assert line.startswith(f"disthook status: no coordinator at {address}: something listens "
+                           "there but no answer to a status request within 0.5 s")
+    assert line.endswith("if the cluster runs with keys, pass --keys DIR")
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "soon"])
+def test_status_timeout_must_be_seconds_above_zero(bad):
+    run = disthook("status", "--timeout", bad)
+    assert run.returncode == 2
+    assert run.stderr.splitlines()[-1].startswith("disthook status: error: argument --timeout:")
+
+
+def test_status_and_connect_take_host_port_and_reject_other_schemes():
+    with local_cluster(workers=1) as cluster:
+        bare = cluster.address.removeprefix("tcp://")
+        with connect(bare) as other:
+            assert len(other.workers()) == 1
+        run = disthook("status", "--coordinator", bare)
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.startswith(f"coordinator {cluster.address}")
+    run = disthook("status", "--coordinator", "http://127.0.0.1:1")
+    assert run.returncode == 1
+    assert run.stderr.splitlines() == [
+        "disthook status: connect()'s address must look like tcp://HOST:PORT (e.g. "
+        "tcp://127.0.0.1:5555) or ipc://PATH, got 'http://127.0.0.1:1'"]
+
+
+def test_launch_on_a_busy_port_is_one_line(held_port):
+    run = disthook("launch", "--workers", "1", "--bind", held_port)
+    assert run.returncode == 1
+    assert run.stderr.splitlines() == [
+        f"disthook launch: {held_port} is in use: another process listens there (a cluster "
+        "already running?); pick another port with --bind (tcp://127.0.0.1:0 picks a free "
+        "one), or stop what holds it"]
+
+
+def test_coordinator_on_a_busy_port_is_one_line(held_port):
+    run = disthook("coordinator", "--bind", held_port)
+    assert run.returncode == 1
+    assert run.stderr.splitlines() == [
+        f"disthook coordinator: {held_port} is in use: another process listens there (a "
+        "cluster already running?); pick another port with --bind (tcp://127.0.0.1:0 picks a "
+        "free one), or stop what holds it"]
+
+
+def test_a_coordinator_that_cannot_start_gives_its_reason_to_local_cluster(held_port,
+                                                                        monkeypatch):
+    from disthook.distributed import cluster as cluster_module
+
+    monkeypatch.setattr(cluster_module, "check_free", lambda address: None)  # as in a race
+    port = int(held_port.rsplit(":", 1)[1])
+    with pytest.raises(ClusterError, match="the coordinator exited with code 1 before "
+                                           f"announcing its address: disthook coordinator: "
+                                           f"{held_port} is in use"):
+        local_cluster(workers=1, port=port)
+
+
+@pytest.mark.parametrize("command", ["launch", "coordinator"])
+def test_log_level_has_choices(command):
+    run = disthook(command, "--log-level", "loud")
+    assert run.returncode == 2
+    assert "argument --log-level: invalid choice" in run.stderr.splitlines()[-1]
+    assert "DEBUG,INFO,WARNING,ERROR" in disthook(command, "--help").stdout
+
+
+def test_demo_seed_hooks_runs_the_tensor_hook_examples():
+    run = disthook("demo", "--seed-hooks")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[0] == ("1. y.register_hook(print); z = torch.mean(y); "
+                                          "z.backward()")
