@@ -157,7 +157,9 @@ class Service:
         """Decode one request from ``sender``, run its handler, send the reply."""
         try:
             msg = wire.decode(frames)
-        except wire.WireError as exc:
+        except Exception as exc:  # noqa: BLE001 - a bad message never stops the loop
+            if not isinstance(exc, wire.WireError):  # the codec's own slip: say which
+                exc = wire.WireError(f"malformed message: {type(exc).__name__}: {exc}")
             self.log.warning("%s: malformed message from %r: %s", self.name, sender, exc)
             self.reply(sock, sender, 0, "error", error_fields(exc, worker=self.name))
             return
