@@ -12,6 +12,7 @@ from disthook.autograd import grad_mode
 from disthook.distributed import hook_kinds
 from disthook.distributed.values import pack
 from disthook.tensor import Tensor
+from disthook.utils.hooks import RemovableHandle
 
 if TYPE_CHECKING:
     from disthook.distributed.remote import RemoteModel
@@ -19,11 +20,13 @@ if TYPE_CHECKING:
 __all__ = ["RemoteHandle", "RemoteModule", "RemoteParameter"]
 
 
-class RemoteHandle:
-    """Removes a client hook from the worker that fires it (idempotent, a context manager)."""
+class RemoteHandle(RemovableHandle):
+    """Removes a client hook from the worker that fires it (idempotent, a context manager);
+    a ``RemovableHandle`` like any other, so tools that check for one accept it."""
 
     def __init__(self, model: RemoteModel, hook_id: int, path: str):
         self.id, self._model, self._path = hook_id, model, path
+        self.hooks_dict_ref, self.extra_dict_ref = _no_dict, ()
 
     def remove(self) -> None:
         self._model._remove_hooks([self.id])
@@ -35,34 +38,134 @@ class RemoteHandle:
         self.remove()
 
 
+def _no_dict():
+    return None
+
+
 class RemoteModule:
     """A submodule of a deployed model, by its path; hooks registered here fire on its
-    worker and run here, with exactly the signatures and return rules of one process."""
+    worker and run here, with exactly the signatures and return rules of one process.
+
+    A proxy is an instance of its module's own class too (a ``RemoteModule`` subclass made
+    per class: the proxy of a ``Linear`` is an ``nn.Linear`` and an ``nn.Module``), so code
+    that walks ``named_modules()`` and picks modules by type finds them; there is one proxy
+    per path and model, so it can key a dict and keep attributes set on it. Its parameters
+    are ``RemoteParameter``s and its children proxies; what would run the module here
+    (calling it, moving it) says so and points at the deployed model."""
+
+    def __new__(cls, model: RemoteModel, path: str):
+        cached = model.__dict__.setdefault("_proxies", {}).get(path)
+        if cached is not None:
+            return cached
+        kind = type(model._local.get_submodule(path))
+        proxy = object.__new__(_proxy_class(kind) if cls is RemoteModule else cls)
+        model._proxies[path] = proxy
+        return proxy
 
     def __init__(self, model: RemoteModel, path: str):
-        self._model, self._path = model, path
+        object.__setattr__(self, "_model", model)
+        object.__setattr__(self, "_path", path)
+
+    @property
+    def _twin(self):
+        return self._model._local.get_submodule(self._path)
+
+    # ---- the module's structure, as proxies (what nn.Module's own methods walk) -------------
+    @property
+    def _modules(self) -> dict:
+        return {name: RemoteModule(self._model, f"{self._path}.{name}")
+                for name in self._twin._modules}
+
+    @property
+    def _parameters(self) -> dict:
+        return {name: RemoteParameter(self._model, f"{self._path}.{name}")
+                for name, p in self._twin._parameters.items() if p is not None}
+
+    @property
+    def _buffers(self) -> dict:
+        names = [f"{self._path}.{n}" for n, b in self._twin._buffers.items() if b is not None]
+        state = self._model._states(names=names)["state"] if names else {}
+        return {n.rsplit(".", 1)[1]: Tensor._make(np.array(state[n]), None, 0) for n in names}
+
+    @property
+    def _non_persistent_buffers_set(self) -> set:
+        return self._twin._non_persistent_buffers_set
 
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
-        target = f"{self._path}.{name}"
-        twin = self._model._local.get_submodule(self._path)
+        twin = self._twin
         if name in twin._parameters:
-            return RemoteParameter(self._model, target)
+            return RemoteParameter(self._model, f"{self._path}.{name}")
         if name in twin._modules:
-            return RemoteModule(self._model, target)
+            return RemoteModule(self._model, f"{self._path}.{name}")
         if name in twin._buffers:  # a buffer's current value (running stats change remotely)
-            state = self._model._states(names=[target])["state"]
-            return Tensor._make(np.array(state[target]), None, 0)
+            return self._buffers[name]
         if name == "training":
             return self._model.training
-        if name in twin.__dict__ and not callable(twin.__dict__[name]):
+        if name in twin.__dict__ and not callable(twin.__dict__[name]) \
+                and not name.startswith("_"):
             return twin.__dict__[name]  # a plain attribute (in_features, eps, ...)
         raise AttributeError(f"'{type(twin).__name__}' object (remote, at {self._path!r}) "
                              f"has no attribute '{name}'")
 
+    def __setattr__(self, name: str, value) -> None:
+        twin = self._twin
+        if name in twin._parameters or name in twin._modules or name in twin._buffers:
+            raise NotImplementedError(
+                f"assigning {name!r} of the deployed module at {self._path!r} here: load new "
+                "values with load_state_dict, or change it in place under no_grad() "
+                f"({self._path}.{name}.copy_(t))")
+        object.__setattr__(self, name, value)  # a plain attribute, kept on this proxy
+
+    def __delattr__(self, name: str) -> None:
+        object.__delattr__(self, name)
+
+    def __dir__(self):
+        return sorted({*dir(type(self._twin)), *self._twin.__dict__, *self.__dict__})
+
+    def __call__(self, *args, **kwargs):
+        raise NotImplementedError(
+            f"the submodule at {self._path!r} lives on a worker: call the deployed model "
+            "(its forward runs this module there), or use disthook.hooks.run_until(model, x, "
+            f"{self._path!r}) for its output")
+
+    def train(self, mode: bool = True):
+        raise NotImplementedError(
+            f"train()/eval() of the submodule at {self._path!r} alone: set the mode of the "
+            "deployed model (remote.train() or remote.eval())")
+
+    def eval(self):
+        return self.train(False)
+
+    def to(self, *args, **kwargs):
+        raise NotImplementedError(f"moving or casting the submodule at {self._path!r} of a "
+                                  "deployed model: its workers keep it as it was deployed")
+
+    def get_submodule(self, target: str):
+        return self._model.get_submodule(f"{self._path}.{target}" if target else self._path)
+
+    def get_parameter(self, target: str):
+        return self._model.get_parameter(f"{self._path}.{target}")
+
+    def state_dict(self, *args, destination=None, prefix: str = "", keep_vars: bool = False):
+        """The submodule's parameters and buffers, fetched from its worker."""
+        mine = f"{self._path}."
+        out = destination if destination is not None else type(self._model.state_dict())()
+        for name, value in self._model.state_dict().items():
+            if name.startswith(mine):
+                out[prefix + name[len(mine):]] = value
+        return out
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        params = list(self.parameters())
+        if set_to_none:
+            RemoteParameter._grad_op(params, "set", grads=[None] * len(params))
+        else:
+            RemoteParameter._grad_op(params, "scale", 0.0)
+
     def __getitem__(self, idx) -> RemoteModule:
-        names = list(self._model._local.get_submodule(self._path)._modules)
+        names = list(self._twin._modules)
         return RemoteModule(self._model, f"{self._path}.{names[idx]}")
 
     def _register(self, kind: str, hook, **options) -> RemoteHandle:
@@ -89,8 +192,24 @@ class RemoteModule:
         return self._register("full_backward_pre", hook, prepend=prepend)
 
     def __repr__(self) -> str:
-        local = self._model._local.get_submodule(self._path)
-        return f"Remote({self._path}: {local!r})"
+        return f"Remote({self._path}: {self._twin!r})"
+
+    __hash__ = object.__hash__
+    __eq__ = object.__eq__
+
+
+_PROXY_CLASSES: dict[type, type] = {}
+
+
+def _proxy_class(kind: type) -> type:
+    """The proxy class of a module class: ``RemoteModule`` first (it decides what runs
+    where), then the class itself (for isinstance and its plain methods)."""
+    cls = _PROXY_CLASSES.get(kind)
+    if cls is None:
+        cls = type(kind.__name__, (RemoteModule, kind),
+                   {"__module__": __name__, "__qualname__": f"RemoteModule[{kind.__qualname__}]"})
+        _PROXY_CLASSES[kind] = cls
+    return cls
 
 
 class RemoteParameter:

@@ -1,0 +1,81 @@
+"""The submodules of a deployed model are modules of their own class (a Linear's proxy is an
+nn.Linear), one per path, so tools that walk named_modules() and pick modules by type find
+them all and hook them as in one process; handles are RemovableHandles."""
+import numpy as np
+import pytest
+
+import disthook as torch
+from disthook import nn
+from disthook.utils.hooks import RemovableHandle
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def make_net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 8), nn.ReLU(),
+                         nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 8)),
+                         nn.LayerNorm(8), nn.Linear(8, 3))
+
+
+def cache_linear_outputs(model, x):
+    """What feature-extraction toolkits do: a forward hook on every Linear, found by type."""
+    cache, handles = {}, []
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            handles.append(module.register_forward_hook(
+                lambda m, args, out, name=name: cache.__setitem__(name, out.detach().numpy())))
+    model(x)
+    for h in handles:
+        assert isinstance(h, RemovableHandle)
+        h.remove()
+    return cache
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3])
+def test_a_walk_by_type_finds_and_hooks_every_module_as_in_one_process(cluster, stages):
+    x = torch.randn(4, 6)
+    expected = cache_linear_outputs(make_net(), x)
+    remote = cluster.deploy(make_net(), stages=stages)
+    try:
+        got = cache_linear_outputs(remote, x)
+        assert sorted(got) == sorted(expected) == ["0", "2.0", "2.2", "4"]
+        for name in expected:
+            np.testing.assert_allclose(got[name], expected[name], rtol=1e-6, atol=1e-6)
+        kinds = [type(m).__name__ for _, m in remote.named_modules()][1:]
+        assert kinds == [type(m).__name__ for _, m in make_net().named_modules()][1:]
+    finally:
+        remote.close()
+
+
+def test_proxies_are_modules_of_their_class_one_per_path(cluster):
+    remote = cluster.deploy(make_net(), stages=2)
+    try:
+        first, block = remote[0], remote[2]
+        assert isinstance(first, nn.Linear) and isinstance(first, nn.Module)
+        assert isinstance(block, nn.Sequential) and not isinstance(first, nn.Sequential)
+        assert first is remote[0] is remote.get_submodule("0")
+        assert block[0] is remote.get_submodule("2.0") and len(block) == 3
+        assert [type(m).__name__ for m in block] == ["Linear", "Tanh", "Linear"]
+        assert (first.in_features, first.out_features) == (6, 8)
+        assert [n for n, _ in block.named_parameters()] == ["0.weight", "0.bias", "2.weight",
+                                                           "2.bias"]
+        state = block.state_dict()
+        np.testing.assert_array_equal(state["0.weight"].numpy(),
+                                      make_net()[2][0].weight.detach().numpy())
+        np.testing.assert_array_equal(remote[3].weight.detach().numpy(), np.ones(8, np.float32))
+        first.tag = "kept"  # a plain attribute stays on the (one) proxy
+        assert remote[0].tag == "kept"
+        with pytest.raises(NotImplementedError, match="lives on a worker: call the deployed"):
+            first(torch.randn(2, 6))
+        with pytest.raises(NotImplementedError, match="load_state_dict"):
+            first.weight = nn.Parameter(torch.zeros(8, 6))
+        with pytest.raises(NotImplementedError, match="remote.train\\(\\) or remote.eval"):
+            block.eval()
+        # zero_grad of one submodule clears only its own parameters' gradients
+        remote(torch.randn(4, 6)).sum().backward()
+        block.zero_grad()
+        grads = remote.named_gradients()
+        assert "0.weight" in grads and not any(n.startswith("2.") for n in grads)
+    finally:
+        remote.close()
