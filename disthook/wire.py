@@ -324,7 +324,18 @@ def _sendable(arr: np.ndarray, index: int) -> np.ndarray:
 # ---- decoding -------------------------------------------------------------------------------
 
 def decode(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS) -> Message:
-    """Validate and decode the frames of one message; raise ``WireError`` if anything is off."""
+    """Validate and decode the frames of one message; raise ``WireError`` if anything is off
+    (and nothing else: a slip of the codec on strange input is a WireError too, so that no
+    peer can stop a process's loop)."""
+    try:
+        return _decode(frames, limits)
+    except WireError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise WireError(f"malformed message: {type(exc).__name__}: {exc}") from None
+
+
+def _decode(frames: Sequence, limits: Limits) -> Message:
     if not frames:
         raise WireError("empty message: expected a header frame")
     if len(frames) > limits.max_frames:
@@ -354,7 +365,8 @@ def decode(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS) -> Message:
     if len(header) != 6 or header.keys() != _HEADER_KEYS:
         missing = _HEADER_KEYS - header.keys()
         extra = header.keys() - _HEADER_KEYS
-        raise WireError(f"header keys: missing {sorted(missing)}, unexpected {sorted(extra)}")
+        raise WireError(f"header keys: missing {sorted(missing, key=str)}, unexpected "
+                        f"{sorted(extra, key=str)}")
     if header["v"] != PROTOCOL_VERSION:
         raise WireError(f"protocol version {header['v']!r}, expected {PROTOCOL_VERSION}")
     msg_type, req, ctx, fields = header["t"], header["r"], header["c"], header["f"]
@@ -655,7 +667,8 @@ def _record_checker(name: str):
     def check_record(where, value, depth):
         unexpected = value.keys() - schema.keys()
         if unexpected:
-            raise WireError(f"{where} ({name}): unexpected field(s) {sorted(unexpected)}; its "
+            raise WireError(f"{where} ({name}): unexpected field(s) "
+                            f"{sorted(unexpected, key=str)}; its "
                             f"fields are {sorted(schema)}")
         out = Record()
         for field, kind, optional, base, check in compiled:
@@ -693,7 +706,7 @@ def _check_hook_value(where, value, depth):
                      depth)
         return value
     if len(value) != 1 or next(iter(value)) not in _HOOK_VALUE_TAGS:
-        raise WireError(f"{where}: not a hook value: a map with keys {sorted(value)}")
+        raise WireError(f"{where}: not a hook value: a map with keys {sorted(value, key=str)}")
     (tag, payload), = value.items()
     kind = _HOOK_VALUE_TAGS[tag]
     _field_value(f"{where}.{tag}", kind, kind, None, payload, depth)
@@ -729,7 +742,8 @@ def _validate_fields(msg_type: str, fields: Mapping[str, Any], convert: bool = F
     names, checks = compiled
     if not fields.keys() <= names:
         unexpected = fields.keys() - names
-        raise WireError(f"{msg_type!r} message: unexpected field(s) {sorted(unexpected)}; "
+        raise WireError(f"{msg_type!r} message: unexpected field(s) "
+                        f"{sorted(unexpected, key=str)}; "
                         f"its fields are {sorted(names)}")
     get = fields.get
     for name, kind, optional, base, exact, check, deep in checks:

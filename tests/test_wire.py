@@ -539,3 +539,20 @@ def test_random_changes_inside_sub_records_raise_only_wire_error():
         encode(msg.type, msg.fields)  # valid through and through
         outcomes["ok"] += 1
     assert outcomes["rejected"] > 1000 and outcomes["ok"] > 100
+
+
+def test_maps_with_keys_of_mixed_kinds_are_a_wire_error():
+    """msgpack lets str and bytes keys share a map; decode says WireError, never TypeError."""
+    good = [bytes(f) for f in encode("status", {})]
+    h = header(good)
+    h[b"x"] = 1
+    with pytest.raises(WireError, match="header keys"):
+        decode([repack(h)])
+    h = header([bytes(f) for f in encode(*VALID[0])])
+    h["f"]["hooks"][0][b"raw"] = 1
+    with pytest.raises(WireError, match="unexpected field"):
+        decode([repack(h)])
+    h = header([bytes(f) for f in encode("hook_reply", {"hook": 1})])
+    h["f"]["result"] = {"a": 1, b"b": 2}
+    with pytest.raises(WireError, match="not a hook value"):
+        decode([repack(h)])
