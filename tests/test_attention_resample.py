@@ -61,6 +61,11 @@ def test_attention_masks():
              Q, K, V, (3, 4, 5), np_fn=lambda q, k, v, m: np_attention(q, k, v, m), name=False)
 
 
+def test_attention_grouped_query_heads():
+    check_op(lambda q, k, v: nnf(q).scaled_dot_product_attention(q, k, v, enable_gqa=True),
+             (2, 4, 3, 8), (2, 2, 5, 8), (2, 2, 5, 6), name=False, double=True)
+
+
 def test_attention_query_with_every_key_masked_gives_zeros():
     mask = BOOL_MASK.copy()
     mask[1] = False
@@ -153,6 +158,9 @@ def test_attention_errors_are_torchs(fn, exc, message):
     ((2, 3, 6), {"size": 11, "mode": "linear"}),
     ((2, 3, 6), {"size": 1, "mode": "linear", "align_corners": True}),
     ((1, 1, 3, 4, 5), {"size": (2, 5, 7), "mode": "trilinear"}),
+    ((1, 2, 5, 7), {"size": (3, 4), "mode": "area"}),
+    ((1, 2, 5, 7), {"scale_factor": 0.5, "mode": "area"}),
+    ((2, 3, 7), {"size": 3, "mode": "area"}),
 ])
 def test_interpolate(shape, kwargs):
     check_op(lambda x: nnf(x).interpolate(x, **kwargs), shape, double=True)

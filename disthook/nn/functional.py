@@ -954,8 +954,9 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
                 align_corners: bool | None = None, recompute_scale_factor: bool | None = None,
                 antialias: bool = False) -> Tensor:
     """Resize the spatial dims (all after the first two) to ``size`` or by ``scale_factor``
-    with 'nearest', 'nearest-exact' or '(bi/tri)linear' (``align_corners`` picks whether the
-    corner pixels' centres or edges line up)."""
+    with 'nearest', 'nearest-exact', '(bi/tri)linear' (``align_corners`` picks whether the
+    corner pixels' centres or edges line up) or 'area' (adaptive average pooling, 1-d and
+    2-d)."""
     if mode in ("nearest", "area", "nearest-exact"):
         if align_corners is not None:
             raise ValueError("align_corners option can only be set with the interpolating "
@@ -995,6 +996,9 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
     if linear_dims is not None and dims != linear_dims and dims in (1, 2, 3):
         raise NotImplementedError(f"Got {input.ndim}D input, but {mode} mode needs "
                                   f"{linear_dims + 2}D input")
+    if mode == "area" and dims in (1, 2):
+        pool = adaptive_avg_pool1d if dims == 1 else adaptive_avg_pool2d
+        return pool(input, tuple(sizes) if dims == 2 else sizes[0])
     if dims not in (1, 2, 3) or mode not in ("nearest", "nearest-exact", *_LINEAR_MODES):
         raise NotImplementedError(
             f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D) for "
