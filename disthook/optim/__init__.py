@@ -1,8 +1,15 @@
-"""``torch.optim``: SGD, Adam and AdamW over disthook tensors, and learning-rate schedules."""
+"""``torch.optim``: SGD, Adam, AdamW, Adadelta, Adagrad, RMSprop, NAdam, RAdam over
+disthook tensors, and learning-rate schedules."""
 from disthook.optim import lr_scheduler
+from disthook.optim.adadelta import Adadelta
+from disthook.optim.adagrad import Adagrad
 from disthook.optim.adam import Adam
 from disthook.optim.adamw import AdamW
+from disthook.optim.nadam import NAdam
 from disthook.optim.optimizer import Optimizer
+from disthook.optim.radam import RAdam
+from disthook.optim.rmsprop import RMSprop
 from disthook.optim.sgd import SGD
 
-__all__ = ["SGD", "Adam", "AdamW", "Optimizer", "lr_scheduler"]
+__all__ = ["SGD", "Adadelta", "Adagrad", "Adam", "AdamW", "NAdam", "Optimizer", "RAdam",
+           "RMSprop", "lr_scheduler"]

@@ -2,10 +2,9 @@
 the same operations in the same order, so parameters agree with torch's to rounding."""
 from __future__ import annotations
 
-from disthook import _dtype
-from disthook.optim.optimizer import Optimizer
+from disthook.optim.optimizer import Optimizer, moment_state, weight_decayed
 from disthook.optim.sgd import _check_flags
-from disthook.tensor import tensor, zeros_like
+from disthook.tensor import zeros_like
 
 
 class Adam(Optimizer):
@@ -35,12 +34,7 @@ class Adam(Optimizer):
     def _state(self, p, amsgrad: bool) -> dict:
         state = self.state[p]
         if len(state) == 0:
-            # torch keeps the step count as a float tensor of the default float width
-            step_dtype = _dtype.float64 if _dtype.get_default_dtype() == _dtype.float64 else (
-                _dtype.float32)
-            state["step"] = tensor(0.0, dtype=step_dtype)
-            state["exp_avg"] = zeros_like(p)
-            state["exp_avg_sq"] = zeros_like(p)
+            moment_state(state, p)
             if amsgrad:
                 state["max_exp_avg_sq"] = zeros_like(p)
         return state
@@ -53,11 +47,7 @@ class Adam(Optimizer):
         grad = -p.grad if group["maximize"] else p.grad
 
         state["step"].add_(1)
-        if weight_decay != 0:
-            if group["decoupled_weight_decay"]:
-                p.mul_(1 - lr * weight_decay)
-            else:
-                grad = grad.add(p, alpha=weight_decay)
+        grad = weight_decayed(p, grad, lr, weight_decay, group["decoupled_weight_decay"])
 
         # exp_avg.lerp_(grad, 1 - beta1) and exp_avg_sq.mul_(beta2).addcmul_(grad, grad, ...)
         exp_avg.add_(grad - exp_avg, alpha=1 - beta1)

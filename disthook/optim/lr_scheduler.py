@@ -1,9 +1,13 @@
 """Learning-rate schedules that rewrite ``group["lr"]`` of an optimizer, as torch's do:
 ``LRScheduler`` (the base: an initial step at construction, ``step``, ``get_last_lr``,
-``state_dict``), ``StepLR``, ``ExponentialLR`` and ``LambdaLR``."""
+``state_dict``), ``StepLR``, ``ExponentialLR``, ``LambdaLR``, ``ConstantLR``, ``LinearLR``,
+``CosineAnnealingLR``, ``OneCycleLR`` (which also cycles momentum), ``SequentialLR`` and
+``ReduceLROnPlateau`` (stepped with a metric)."""
 from __future__ import annotations
 
+import bisect
 import functools
+import math
 import types
 import warnings
 import weakref
@@ -21,6 +25,11 @@ _ORDER_WARNING = (
     "later, you should call them in the opposite order: `optimizer.step()` before "
     "`lr_scheduler.step()`.  Failure to do this will result in PyTorch skipping the first value "
     "of the learning rate schedule. See more details at "
+    "https://pytorch.org/docs/stable/optim.html#how-to-adjust-learning-rate")
+_OVERRIDDEN_WARNING = (
+    "Seems like `optimizer.step()` has been overridden after learning rate scheduler "
+    "initialization. Please, make sure to call `optimizer.step()` before "
+    "`lr_scheduler.step()`. See more details at "
     "https://pytorch.org/docs/stable/optim.html#how-to-adjust-learning-rate")
 _GET_LR_WARNING = "To get the last learning rate computed by the scheduler, please use " \
                   "`get_last_lr()`."
@@ -49,8 +58,18 @@ class LRScheduler:
         self.last_epoch = last_epoch
         _track_optimizer_steps(optimizer)
         self._get_lr_called_within_step = False
+        self._initial_step()
+
+    _is_initial = False  # True during the step made at construction
+
+    def _initial_step(self) -> None:
+        """The step made at construction, which sets the epoch-0 learning rates."""
         self._step_count = 0
-        self.step()  # the initial step sets the epoch-0 learning rates
+        self._is_initial = True
+        try:
+            self.step()
+        finally:
+            self._is_initial = False
 
     def state_dict(self) -> dict:
         """Everything but the optimizer."""
@@ -66,16 +85,25 @@ class LRScheduler:
         raise NotImplementedError
 
     def step(self, epoch: int | None = None) -> None:
-        if self._step_count == 1 and not getattr(self.optimizer, "_opt_called", False):
-            warnings.warn(_ORDER_WARNING, UserWarning, stacklevel=2)
+        if self._step_count == 1:
+            if not getattr(self.optimizer.step, "_wrapped_by_lr_sched", False):
+                warnings.warn(_OVERRIDDEN_WARNING, UserWarning, stacklevel=2)
+            elif not getattr(self.optimizer, "_opt_called", False):
+                warnings.warn(_ORDER_WARNING, UserWarning, stacklevel=2)
         self._step_count += 1
+        if epoch is not None:
+            warnings.warn(_EPOCH_DEPRECATION, UserWarning, stacklevel=2)
+        self._update_lr(epoch)
+
+    def _update_lr(self, epoch: int | None = None) -> None:
+        """Move to the next epoch (or to ``epoch``, by the closed form where there is one)
+        and write each group's new learning rate."""
         self._get_lr_called_within_step = True
         try:
             if epoch is None:
                 self.last_epoch += 1
                 values = self.get_lr()
             else:
-                warnings.warn(_EPOCH_DEPRECATION, UserWarning, stacklevel=2)
                 self.last_epoch = epoch
                 closed_form = getattr(self, "_get_closed_form_lr", None)
                 values = closed_form() if closed_form is not None else self.get_lr()
@@ -179,3 +207,377 @@ class LambdaLR(LRScheduler):
     def get_lr(self) -> list:
         self._warn_if_called_outside_step()
         return [base * fn(self.last_epoch) for fn, base in zip(self.lr_lambdas, self.base_lrs)]
+
+
+class ConstantLR(LRScheduler):
+    """Multiply the learning rates by ``factor`` until epoch ``total_iters``."""
+
+    def __init__(self, optimizer: Optimizer, factor: float = 1.0 / 3, total_iters: int = 5,
+                 last_epoch: int = -1) -> None:
+        if factor > 1.0 or factor < 0:
+            raise ValueError("Constant multiplicative factor expected to be between 0 and 1.")
+        self.factor = factor
+        self.total_iters = total_iters
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list:
+        self._warn_if_called_outside_step()
+        if self.last_epoch == 0:
+            return [lr * self.factor for lr in self._lrs()]
+        if self.last_epoch != self.total_iters:
+            return self._lrs()
+        return [lr * (1.0 / self.factor) for lr in self._lrs()]
+
+    def _get_closed_form_lr(self) -> list:
+        done = self.last_epoch >= self.total_iters
+        return [base * (self.factor + done * (1 - self.factor)) for base in self.base_lrs]
+
+
+class LinearLR(LRScheduler):
+    """Scale the learning rates by a factor going linearly from ``start_factor`` to
+    ``end_factor`` over ``total_iters`` epochs."""
+
+    def __init__(self, optimizer: Optimizer, start_factor: float = 1.0 / 3,
+                 end_factor: float = 1.0, total_iters: int = 5, last_epoch: int = -1) -> None:
+        if start_factor > 1.0 or start_factor <= 0:
+            raise ValueError("Starting multiplicative factor expected to be greater than 0 and "
+                             "less or equal to 1.")
+        if end_factor > 1.0 or end_factor < 0:
+            raise ValueError("Ending multiplicative factor expected to be between 0 and 1.")
+        self.start_factor = start_factor
+        self.end_factor = end_factor
+        self.total_iters = total_iters
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list:
+        self._warn_if_called_outside_step()
+        if self.last_epoch == 0:
+            return [lr * self.start_factor for lr in self._lrs()]
+        if self._is_initial or self.last_epoch > self.total_iters:
+            return self._lrs()
+        change = self.end_factor - self.start_factor
+        ratio = 1.0 + change / (self.total_iters * self.start_factor
+                                + (self.last_epoch - 1) * change)
+        return [lr * ratio for lr in self._lrs()]
+
+    def _get_closed_form_lr(self) -> list:
+        frac = min(self.total_iters, self.last_epoch) / self.total_iters
+        return [base * (self.start_factor + (self.end_factor - self.start_factor) * frac)
+                for base in self.base_lrs]
+
+
+class CosineAnnealingLR(LRScheduler):
+    """Anneal the learning rates from their initial value to ``eta_min`` along half a
+    cosine over ``T_max`` epochs (recursively, as torch does, so outside changes carry)."""
+
+    def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0,
+                 last_epoch: int = -1) -> None:
+        self.T_max = T_max
+        self.eta_min = eta_min
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list:
+        self._warn_if_called_outside_step()
+        t, t_max, eta_min = self.last_epoch, self.T_max, self.eta_min
+        if self._is_initial:
+            return self._lrs()
+        if self._step_count == 1 and t > 0:
+            return [eta_min + (base - eta_min) * (1 + math.cos(t * math.pi / t_max)) / 2
+                    for base in self.base_lrs]
+        if (t - 1 - t_max) % (2 * t_max) == 0:
+            return [lr + (base - eta_min) * (1 - math.cos(math.pi / t_max)) / 2
+                    for lr, base in zip(self._lrs(), self.base_lrs)]
+        ratio = (1 + math.cos(math.pi * t / t_max)) / (1 + math.cos(math.pi * (t - 1) / t_max))
+        return [ratio * (lr - eta_min) + eta_min for lr in self._lrs()]
+
+    def _get_closed_form_lr(self) -> list:
+        return [self.eta_min + (base - self.eta_min)
+                * (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / 2
+                for base in self.base_lrs]
+
+
+class OneCycleLR(LRScheduler):
+    """The 1cycle policy: learning rate up from ``max_lr / div_factor`` to ``max_lr``, then
+    down to ``initial / final_div_factor`` (cosine or linear), momentum the other way; one
+    step per batch, ``total_steps`` in all."""
+
+    def __init__(self, optimizer: Optimizer, max_lr, total_steps: int | None = None,
+                 epochs: int | None = None, steps_per_epoch: int | None = None,
+                 pct_start: float = 0.3, anneal_strategy: str = "cos",
+                 cycle_momentum: bool = True, base_momentum=0.85, max_momentum=0.95,
+                 div_factor: float = 25.0, final_div_factor: float = 1e4,
+                 three_phase: bool = False, last_epoch: int = -1) -> None:
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+        self.optimizer = optimizer
+        if total_steps is not None:
+            if total_steps <= 0 or not isinstance(total_steps, int):
+                raise ValueError(f"Expected positive integer total_steps, but got {total_steps}")
+            self.total_steps = total_steps
+        elif epochs is not None and steps_per_epoch is not None:
+            if not isinstance(epochs, int) or epochs <= 0:
+                raise ValueError(f"Expected positive integer epochs, but got {epochs}")
+            if not isinstance(steps_per_epoch, int) or steps_per_epoch <= 0:
+                raise ValueError("Expected positive integer steps_per_epoch, but got "
+                                 f"{steps_per_epoch}")
+            self.total_steps = epochs * steps_per_epoch
+        else:
+            raise ValueError("You must define either total_steps OR (epochs AND "
+                             "steps_per_epoch)")
+        up_end = float(pct_start * self.total_steps) - 1
+        if three_phase:
+            self._schedule_phases = [
+                (up_end, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
+                (float(2 * pct_start * self.total_steps) - 2, "max_lr", "initial_lr",
+                 "base_momentum", "max_momentum"),
+                (self.total_steps - 1, "initial_lr", "min_lr", "max_momentum", "max_momentum"),
+            ]
+        else:
+            self._schedule_phases = [
+                (up_end, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
+                (self.total_steps - 1, "max_lr", "min_lr", "base_momentum", "max_momentum"),
+            ]
+        if pct_start < 0 or pct_start > 1 or not isinstance(pct_start, float):
+            raise ValueError(f"Expected float between 0 and 1 pct_start, but got {pct_start}")
+        if anneal_strategy not in ("cos", "linear"):
+            raise ValueError("anneal_strategy must be one of 'cos' or 'linear', instead got "
+                             f"{anneal_strategy}")
+        self._anneal_func_type = anneal_strategy
+        max_lrs = _per_group("max_lr", optimizer, max_lr)
+        if last_epoch == -1:
+            for group, top in zip(optimizer.param_groups, max_lrs):
+                group["initial_lr"] = top / div_factor
+                group["max_lr"] = top
+                group["min_lr"] = group["initial_lr"] / final_div_factor
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
+                raise ValueError("optimizer must support momentum or beta1 with "
+                                 "`cycle_momentum` option enabled")
+            self.use_beta1 = "betas" in optimizer.defaults
+            tops = _per_group("max_momentum", optimizer, max_momentum)
+            bases = _per_group("base_momentum", optimizer, base_momentum)
+            if last_epoch == -1:
+                for top, base, group in zip(tops, bases, optimizer.param_groups):
+                    self._set_momentum(group, top)
+                    group["max_momentum"] = top
+                    group["base_momentum"] = base
+        super().__init__(optimizer, last_epoch)
+
+    def _set_momentum(self, group: dict, value: float) -> None:
+        if self.use_beta1:
+            group["betas"] = (value, *group["betas"][1:])
+        else:
+            group["momentum"] = value
+
+    def _anneal(self, start: float, end: float, pct: float) -> float:
+        if self._anneal_func_type == "cos":
+            return end + (start - end) / 2.0 * (math.cos(math.pi * pct) + 1)
+        return (end - start) * pct + start
+
+    def get_lr(self) -> list:
+        self._warn_if_called_outside_step()
+        step = self.last_epoch
+        if step > self.total_steps:
+            raise ValueError(f"Tried to step {step} times. The specified number of total "
+                             f"steps is {self.total_steps}")
+        lrs = []
+        for group in self.optimizer.param_groups:
+            start_step = 0.0
+            for i, (end_step, lr0, lr1, m0, m1) in enumerate(self._schedule_phases):
+                if step <= end_step or i == len(self._schedule_phases) - 1:
+                    pct = (step - start_step) / (end_step - start_step)
+                    lr = self._anneal(group[lr0], group[lr1], pct)
+                    momentum = (self._anneal(group[m0], group[m1], pct)
+                                if self.cycle_momentum else None)
+                    break
+                start_step = end_step
+            lrs.append(lr)
+            if self.cycle_momentum:
+                self._set_momentum(group, momentum)
+        return lrs
+
+
+def _per_group(name: str, optimizer: Optimizer, value) -> list:
+    """One value per parameter group: a list of that length, or one value repeated."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != len(optimizer.param_groups):
+            raise ValueError(f"{name} must have the same length as optimizer.param_groups. "
+                             f"{name} has {len(value)} values, param_groups has "
+                             f"{len(optimizer.param_groups)}.")
+        return list(value)
+    return [value] * len(optimizer.param_groups)
+
+
+class SequentialLR(LRScheduler):
+    """Run ``schedulers`` one after another, switching at the epochs in ``milestones``."""
+
+    def __init__(self, optimizer: Optimizer, schedulers: list, milestones: list,
+                 last_epoch: int = -1) -> None:
+        name = type(self).__name__
+        if len(schedulers) < 1:
+            raise ValueError(f"{name} expects at least one scheduler, but got no scheduler.")
+        for i, scheduler in enumerate(schedulers):
+            if not hasattr(scheduler, "optimizer"):
+                raise TypeError(f"{name} at index {i} should have `optimizer` as its "
+                                "attribute.")
+            if isinstance(scheduler, ReduceLROnPlateau):
+                raise ValueError(
+                    f"{name} does not support `ReduceLROnPlateau` scheduler as it requires "
+                    "additional kwargs to be specified when calling `step`, but got one at "
+                    f"index {i} in the given schedulers sequence.")
+            if optimizer != scheduler.optimizer:
+                raise ValueError(
+                    f"{name} expects all schedulers to belong to the same optimizer, but got "
+                    f"scheduler {type(scheduler).__name__} at index {i} has "
+                    f"{scheduler.optimizer}, which is different from "
+                    f"{type(optimizer).__name__}.")
+        if len(milestones) != len(schedulers) - 1:
+            raise ValueError(
+                "Sequential Schedulers expects number of schedulers provided to be one more "
+                "than the number of milestone points, but got number of schedulers "
+                f"{len(schedulers)} and the number of milestones to be equal to "
+                f"{len(milestones)}")
+        self._schedulers = schedulers
+        self._milestones = milestones
+        self.last_epoch = last_epoch + 1
+        self.optimizer = optimizer
+        # undo what the schedulers' own initial steps did, then start the first one again
+        for group in optimizer.param_groups:
+            group["lr"] = group["initial_lr"]
+        self.recursive_undo()
+        first = self._schedulers[bisect.bisect_right(self._milestones, 0)]
+        first._initial_step()
+        self._last_lr = first.get_last_lr()
+
+    def recursive_undo(self, sched=None) -> None:
+        """Step every (nested) scheduler's epoch back by one."""
+        scheds = self if sched is None else sched
+        if hasattr(scheds, "_schedulers"):
+            for s in scheds._schedulers:
+                self.recursive_undo(s)
+        elif hasattr(scheds, "last_epoch"):
+            scheds.last_epoch -= 1
+
+    def step(self) -> None:
+        self.last_epoch += 1
+        idx = bisect.bisect_right(self._milestones, self.last_epoch)
+        scheduler = self._schedulers[idx]
+        if idx > 0 and self._milestones[idx - 1] == self.last_epoch:
+            scheduler._update_lr(0)
+        else:
+            scheduler.step()
+        self._last_lr = scheduler.get_last_lr()
+
+    def state_dict(self) -> dict:
+        state = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_schedulers")}
+        state["_schedulers"] = [s.state_dict() for s in self._schedulers]
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        schedulers = state_dict.pop("_schedulers")
+        self.__dict__.update(state_dict)
+        state_dict["_schedulers"] = schedulers
+        for scheduler, state in zip(self._schedulers, schedulers):
+            scheduler.load_state_dict(state)
+
+
+class ReduceLROnPlateau(LRScheduler):
+    """Divide the learning rates by ``1 / factor`` once ``metrics`` given to ``step`` have
+    not improved (by ``threshold``) for more than ``patience`` epochs."""
+
+    def __init__(self, optimizer: Optimizer, mode: str = "min", factor: float = 0.1,
+                 patience: int = 10, threshold: float = 1e-4, threshold_mode: str = "rel",
+                 cooldown: int = 0, min_lr=0, eps: float = 1e-8) -> None:
+        if factor >= 1.0:
+            raise ValueError("Factor should be < 1.0.")
+        self.factor = factor
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+        self.optimizer = optimizer
+        if isinstance(min_lr, (list, tuple)):
+            if len(min_lr) != len(optimizer.param_groups):
+                raise ValueError(f"expected {len(optimizer.param_groups)} min_lrs, got "
+                                 f"{len(min_lr)}")
+            self.default_min_lr = None
+            self.min_lrs = list(min_lr)
+        else:
+            self.default_min_lr = min_lr
+            self.min_lrs = [min_lr] * len(optimizer.param_groups)
+        self.patience = patience
+        self.cooldown = cooldown
+        self.eps = eps
+        self.last_epoch = 0
+        self._last_lr = self._lrs()
+        self._init_is_better(mode, threshold, threshold_mode)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.best = self.mode_worse
+        self.cooldown_counter = 0
+        self.num_bad_epochs = 0
+
+    def step(self, metrics, epoch=None) -> None:
+        current = float(metrics)
+        if epoch is None:
+            epoch = self.last_epoch + 1
+        else:
+            warnings.warn(_EPOCH_DEPRECATION, UserWarning, stacklevel=2)
+        self.last_epoch = epoch
+        if self._is_better(current, self.best):
+            self.best = current
+            self.num_bad_epochs = 0
+        else:
+            self.num_bad_epochs += 1
+        if self.in_cooldown:
+            self.cooldown_counter -= 1
+            self.num_bad_epochs = 0
+        if self.num_bad_epochs > self.patience:
+            self._reduce_lr()
+            self.cooldown_counter = self.cooldown
+            self.num_bad_epochs = 0
+        self._last_lr = self._lrs()
+
+    def _reduce_lr(self) -> None:
+        groups = self.optimizer.param_groups
+        if len(groups) != len(self.min_lrs):
+            if self.default_min_lr is None:
+                raise RuntimeError(
+                    f"The number of param groups in the `optimizer` ({len(groups)}) differs "
+                    f"from when `ReduceLROnPlateau` was initialized ({len(self.min_lrs)}), "
+                    "usually due to a new param group being added to the optimizer. Please "
+                    "modify the `min_lrs` field to match the length of the `optimizer` param "
+                    "groups.")
+            self.min_lrs = [self.default_min_lr] * len(groups)
+        for group, min_lr in zip(groups, self.min_lrs):
+            old = float(group["lr"])
+            new = max(old * self.factor, min_lr)
+            if old - new > self.eps:
+                group["lr"] = new
+
+    @property
+    def in_cooldown(self) -> bool:
+        return self.cooldown_counter > 0
+
+    def _is_better(self, a: float, best: float) -> bool:
+        if self.mode == "min":
+            if self.threshold_mode == "rel":
+                return a < best * (1.0 - self.threshold)
+            return a < best - self.threshold
+        if self.threshold_mode == "rel":
+            return a > best * (self.threshold + 1.0)
+        return a > best + self.threshold
+
+    def _init_is_better(self, mode: str, threshold: float, threshold_mode: str) -> None:
+        if mode not in {"min", "max"}:
+            raise ValueError("mode " + mode + " is unknown!")
+        if threshold_mode not in {"rel", "abs"}:
+            raise ValueError("threshold mode " + threshold_mode + " is unknown!")
+        self.mode_worse = math.inf if mode == "min" else -math.inf
+        self.mode = mode
+        self.threshold = threshold
+        self.threshold_mode = threshold_mode
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.__dict__.update(state_dict)
+        self._init_is_better(self.mode, self.threshold, self.threshold_mode)

@@ -242,6 +242,57 @@ class Optimizer:
         self.param_groups = new_groups
 
 
+def _check_hyperparameters(lr, eps=0.0, weight_decay=0.0, betas=None, **more) -> None:
+    """torch's ValueErrors for out-of-range hyperparameters, checked in torch's order:
+    lr, eps, betas, weight_decay, then the rest as given (``name=(value, low)``)."""
+    if not 0.0 <= lr:
+        raise ValueError(f"Invalid learning rate: {lr}")
+    if not 0.0 <= eps:
+        raise ValueError(f"Invalid epsilon value: {eps}")
+    if betas is not None:
+        for i, beta in enumerate(betas):
+            if not 0.0 <= beta < 1.0:
+                raise ValueError(f"Invalid beta parameter at index {i}: {beta}")
+    if not 0.0 <= weight_decay:
+        raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+    for name, value in more.items():
+        if not 0.0 <= value:
+            raise ValueError(f"Invalid {name} value: {value}")
+
+
+def weight_decayed(p, grad, lr: float, weight_decay: float, decoupled: bool):
+    """The Adam family's weight decay: L2 added to the gradient, or (decoupled, as AdamW)
+    the parameter shrunk by ``lr * weight_decay`` first."""
+    if weight_decay != 0:
+        if decoupled:
+            p.mul_(1 - lr * weight_decay)
+        else:
+            grad = grad.add(p, alpha=weight_decay)
+    return grad
+
+
+def moment_state(state: dict, p, *extra: str) -> dict:
+    """Adam-style state on first use: ``step``, ``extra`` scalars at 1, the two moments."""
+    from disthook.tensor import zeros_like
+
+    if len(state) == 0:
+        state["step"] = new_step()
+        for name in extra:
+            state[name] = new_step(1.0)
+        state["exp_avg"] = zeros_like(p)
+        state["exp_avg_sq"] = zeros_like(p)
+    return state
+
+
+def new_step(value: float = 0.0) -> Tensor:
+    """A step counter as torch keeps it: a 0-d float tensor of the default float width."""
+    from disthook import _dtype
+    from disthook.tensor import tensor
+
+    dtype = _dtype.float64 if _dtype.get_default_dtype() == _dtype.float64 else _dtype.float32
+    return tensor(value, dtype=dtype)
+
+
 def _cast(param: Tensor, value, key=None):
     """State ``value`` for ``param``: tensors take its dtype (``step`` keeps its own)."""
     if isinstance(value, Tensor):

@@ -1,0 +1,47 @@
+"""Adagrad: torch's single-tensor algorithm. As in torch, the state exists from construction
+(``initial_accumulator_value`` fills the sums)."""
+from __future__ import annotations
+
+from disthook.optim.optimizer import Optimizer, _check_hyperparameters, new_step
+from disthook.optim.sgd import _check_flags
+from disthook.tensor import full_like
+
+
+class Adagrad(Optimizer):
+    def __init__(self, params, lr: float = 1e-2, lr_decay: float = 0, weight_decay: float = 0,
+                 initial_accumulator_value: float = 0, eps: float = 1e-10,
+                 foreach: bool | None = None, *, maximize: bool = False,
+                 differentiable: bool = False, fused: bool | None = None) -> None:
+        if not 0.0 <= lr:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 <= lr_decay:
+            raise ValueError(f"Invalid lr_decay value: {lr_decay}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if not 0.0 <= initial_accumulator_value:
+            raise ValueError("Invalid initial_accumulator_value value: "
+                             f"{initial_accumulator_value}")
+        _check_hyperparameters(lr, eps)
+        defaults = {"lr": lr, "lr_decay": lr_decay, "eps": eps, "weight_decay": weight_decay,
+                    "initial_accumulator_value": initial_accumulator_value,
+                    "foreach": foreach, "maximize": maximize,
+                    "differentiable": differentiable, "fused": fused}
+        super().__init__(params, defaults)
+        _check_flags(differentiable, foreach, fused)
+        for group in self.param_groups:
+            for p in group["params"]:
+                state = self.state[p]
+                state["step"] = new_step()
+                state["sum"] = full_like(p, initial_accumulator_value)
+
+    def _update(self, p, group: dict) -> None:
+        state = self.state[p]
+        grad = -p.grad if group["maximize"] else p.grad
+        state["step"].add_(1)
+        step = state["step"].item()
+        if group["weight_decay"] != 0:
+            grad = grad.add(p, alpha=group["weight_decay"])
+        clr = group["lr"] / (1 + (step - 1) * group["lr_decay"])
+        state["sum"].add_(grad * grad)
+        std = state["sum"].sqrt().add_(group["eps"])
+        p.add_(grad / std, alpha=-clr)
