@@ -148,9 +148,10 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "shutdown": {"reason": "str?"},
     "status": {},
     # placement: client -> worker. A worker may hold stages of several models; every
-    # message below names the model (the deployment's id) it is for.
+    # message below names the model (the deployment's id) it is for. aliases: the names
+    # under which the client imports disthook's modules ({"torch": "disthook", ...}).
     "load_stage": {"model": "str", "stage": "int", "spec": "map", "prev": "str?",
-                   "next": "str?", "main": "str?"},
+                   "next": "str?", "main": "str?", "aliases": "map?"},
     "unload": {"model": "str"},
     # data plane: activations forward, gradients backward. The reply goes to the client
     # named by reply_to (hex of its socket identity) from the last (first) stage.

@@ -18,6 +18,7 @@ import zmq
 import disthook
 from disthook import hooks as toolkit
 from disthook import wire
+from disthook.distributed import aliases
 from disthook.distributed.service import NO_REPLY
 from disthook.distributed.spec import build_module, import_main
 from disthook.distributed.values import pack
@@ -50,6 +51,7 @@ class ComputeHandlers:
         """Build a stage of model ``msg["model"]`` from its spec and connect to its neighbour
         stages; a stage of that model held before is replaced."""
         msg = job.msg
+        aliases.install(msg.get("aliases") or {})  # before the model's files are imported
         main = None
         if msg.get("main"):
             if not self.allow_main_scripts:

@@ -32,6 +32,7 @@ import numpy as np
 from disthook.autograd import engine, grad_mode
 from disthook.autograd.graph import SECOND_BACKWARD_MSG, Node, gradient_edge
 from disthook.distributed import checkpoint, placement
+from disthook.distributed.aliases import client_aliases
 from disthook.distributed.channel import _Hub
 from disthook.distributed.hooks import WorkerHook
 from disthook.distributed.optimizer import DistributedOptimizer
@@ -574,10 +575,12 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
     remote = RemoteModel(cluster, module, stage_modules, workers, timeout=cluster.timeout,
                          chunks=chunks, schedule=schedule)
     specs = [module_spec(m) for m in stage_modules]
+    aliases = client_aliases()  # `import torch` in the model's files means what it means here
     try:
         for i, (spec, w) in enumerate(zip(specs, workers)):
             remote._hub.request(w.address, "load_stage", {
                 "stage": i, "spec": spec, "main": main_script_of(spec),
+                "aliases": aliases or None,
                 "prev": workers[i - 1].address if i > 0 else None,
                 "next": workers[i + 1].address if i + 1 < stages else None,
             }, what=f"load_stage {i} on {w.id}")
