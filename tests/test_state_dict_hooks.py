@@ -337,3 +337,41 @@ def test_buffer_errors(lib):
     with pytest.raises(TypeError, match="^cannot assign 'int' as buffer 'b' "
                        r"\(torch.nn.Buffer, torch.Tensor or None expected\)$"):
         m.b = 3
+
+
+def _pickled_hook(*args):
+    pass
+
+
+def test_module_with_load_hooks_pickles_and_keeps_no_extra_reference(lib):
+    import pickle
+
+    m = lib.nn.Linear(2, 2)
+    m._register_load_state_dict_pre_hook(_pickled_hook, True)
+    m.register_load_state_dict_post_hook(_pickled_hook)
+    copy = pickle.loads(pickle.dumps(m))
+    wrapped = next(iter(copy._load_state_dict_pre_hooks.values()))
+    assert wrapped.module() is copy
+    copy.load_state_dict(m.state_dict())
+    ref = __import__("weakref").ref(m)
+    gc.disable()
+    try:
+        del m, copy, wrapped
+        assert ref() is None
+    finally:
+        gc.enable()
+
+
+def test_module_pickled_before_state_dict_hooks_existed_still_loads(lib):
+    import pickle
+
+    m = lib.nn.Softmax(1)
+    sd = m.state_dict()
+    for name in ("_load_state_dict_post_hooks", "_state_dict_hooks"):
+        delattr(m, name)
+    m = pickle.loads(pickle.dumps(m))
+    m.load_state_dict(sd)
+    called = []
+    m.register_load_state_dict_post_hook(lambda mod, keys: called.append(mod))
+    m.load_state_dict(sd)
+    assert called == [m]

@@ -198,6 +198,21 @@ class _WrappedHook:
             raise RuntimeError(DEAD_MODULE_MSG)
         return self.hook(module, *args, **kwargs)
 
+    def __getstate__(self) -> dict:
+        # pickled with its module (a weak reference cannot be): a module's copy keeps its hooks
+        state = {"hook": self.hook, "with_module": self.with_module}
+        if self.with_module:
+            state["module"] = self.module()
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.hook = state["hook"]
+        self.with_module = state["with_module"]
+        if self.with_module:
+            if state["module"] is None:
+                raise RuntimeError("You are trying to revive the hook of a dead Module!")
+            self.module = weakref.ref(state["module"])
+
 
 # ---- helpers -------------------------------------------------------------------------------
 
