@@ -168,6 +168,14 @@ class RemoteModule:
         names = list(self._twin._modules)
         return RemoteModule(self._model, f"{self._path}.{names[idx]}")
 
+    def named_buffers(self, prefix: str = "", recurse: bool = True,
+                      remove_duplicate: bool = True):
+        """The buffers' current values, fetched (fresh tensors: no two are the same)."""
+        mods = self.named_modules(prefix=prefix) if recurse else [(prefix, self)]
+        for path, module in mods:
+            for name, value in module._buffers.items():
+                yield (f"{path}.{name}" if path else name), value
+
     def _register(self, kind: str, hook, **options) -> RemoteHandle:
         return self._model._add_hook(kind, self._path, hook, self,
                                      **hook_kinds.options(kind, options))
@@ -217,6 +225,15 @@ class RemoteParameter:
     read fetches the current value), takes tensor hooks that fire on the worker, and takes
     in-place updates that run on the worker: under ``no_grad()`` or through ``.data``, as for
     a local parameter (``p.copy_(t)``, ``p.data.fill_(0)``, ``p.requires_grad_(False)``)."""
+
+    def __new__(cls, model: RemoteModel, path: str, *, _data: bool = False):
+        # one proxy per parameter (and one for its .data), as torch has one Parameter:
+        # identity holds, and walks that skip what they saw by id() see each once
+        cache = model.__dict__.setdefault("_param_proxies", {})
+        proxy = cache.get((path, _data))
+        if proxy is None:
+            proxy = cache[(path, _data)] = object.__new__(cls)
+        return proxy
 
     def __init__(self, model: RemoteModel, path: str, *, _data: bool = False):
         self._model, self._path, self._is_data = model, path, _data
@@ -389,7 +406,15 @@ class RemoteParameter:
         return getattr(self.detach(), name)  # anything else reads a local copy
 
     def __repr__(self) -> str:
-        return f"RemoteParameter({self._path}, shape={tuple(self.shape)})"
+        """As torch prints a parameter (its current value, fetched), with where it lives."""
+        model = self._model
+        try:
+            value = self.detach()
+        except Exception:  # noqa: BLE001 - closed, or its worker is gone: say what it was
+            return f"RemoteParameter({self._path}, shape={tuple(self.shape)}, unreachable)"
+        where = model._owner_name(self._path)
+        body = repr(value.requires_grad_(self.requires_grad))
+        return f"Parameter containing ({self._path} on {where}):\n{body}"
 
 
 def _reading(name: str):

@@ -313,6 +313,14 @@ class RemoteModel(Module):
                 return address
         raise AttributeError(f"no child {top!r} in the deployed {self._class_name}")
 
+    def _owner_name(self, path: str) -> str:
+        """"stage i of worker W" for the child that ``path`` starts with."""
+        top = path.split(".", 1)[0]
+        for stage, wid, names in self.workers():
+            if top in names:
+                return f"stage {stage}, worker {wid}"
+        return "the client"
+
     def _add_hook(self, kind: str, path: str, fn, proxy, *, tag: str | None = None,
                   **options) -> RemoteHandle:
         """Register ``fn`` as a ``kind`` hook on the worker holding ``path``; ``tag`` says
@@ -527,10 +535,17 @@ class RemoteModel(Module):
             self._hub.close(unload)
 
     def __repr__(self) -> str:
-        lines = [f"Remote{self._class_name}(id={self._model_id},"]
-        for stage, wid, names in self.workers():
-            lines.append(f"  stage {stage} on {wid}: {', '.join(names)}")
-        return "\n".join(lines) + "\n)"
+        """The module tree as torch prints it, each placed child marked with its stage and
+        worker."""
+        where = {name: f"stage {stage} on {wid}" for stage, wid, names in self.workers()
+                 for name in names}
+        head = f"{self._class_name}(  # deployed as {self._model_id}"
+        lines = [head if self._local._modules else head + ")"]
+        for name, child in self._local._modules.items():
+            first, *rest = repr(child).split("\n")
+            lines.append(f"  ({name}): {first}  # {where.get(name, 'on the client')}")
+            lines += [f"  {line}" for line in rest]
+        return "\n".join(lines) + ("\n)" if self._local._modules else "")
 
 
 _hook_ids = itertools.count(1)

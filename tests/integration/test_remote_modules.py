@@ -58,6 +58,9 @@ def test_proxies_are_modules_of_their_class_one_per_path(cluster):
         assert block[0] is remote.get_submodule("2.0") and len(block) == 3
         assert [type(m).__name__ for m in block] == ["Linear", "Tanh", "Linear"]
         assert (first.in_features, first.out_features) == (6, 8)
+        assert first.weight is remote[0].weight is remote.get_parameter("0.weight")
+        assert first.weight.data is first.weight.data is not first.weight
+        assert len(list(remote.parameters())) == len(list(make_net().parameters()))
         assert [n for n, _ in block.named_parameters()] == ["0.weight", "0.bias", "2.weight",
                                                            "2.bias"]
         state = block.state_dict()
@@ -77,5 +80,27 @@ def test_proxies_are_modules_of_their_class_one_per_path(cluster):
         block.zero_grad()
         grads = remote.named_gradients()
         assert "0.weight" in grads and not any(n.startswith("2.") for n in grads)
+    finally:
+        remote.close()
+
+
+def test_a_deployed_model_prints_as_torch_prints_it_with_where_each_child_lives(cluster):
+    remote = cluster.deploy(make_net(), stages=2)
+    try:
+        text = repr(remote)
+        local = repr(make_net()).split("\n")
+        got = text.split("\n")
+        where = {stage: wid for stage, wid, _ in remote.workers()}
+        assert got[0] == f"Sequential(  # deployed as {remote._model_id}"
+        # torch's lines, each top-level child marked with its stage and worker
+        assert [line.split("  # ")[0] for line in got[1:]] == local[1:]
+        assert got[1].endswith(f"  # stage 0 on {where[0]}")
+        assert got[-2].endswith(f"  # stage 1 on {where[1]}")
+        param = repr(remote[0].bias)
+        assert param.startswith(f"Parameter containing (0.bias on stage 0, worker {where[0]}):"
+                                "\ntensor([")
+        assert param.endswith("requires_grad=True)")
+        remote.close()
+        assert repr(remote[0].bias) == "RemoteParameter(0.bias, shape=(8,), unreachable)"
     finally:
         remote.close()
