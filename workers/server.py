@@ -32,6 +32,7 @@ import warnings
 import zmq
 
 from disthook import wire
+from disthook.distributed import endpoint
 from disthook.distributed import hooks as worker_hooks
 from disthook.distributed.rpc import error_fields
 from disthook.distributed.security import SERVER, Keys
@@ -53,6 +54,8 @@ from workers.state import (
 )
 
 __all__ = ["Worker"]
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 class Worker(ComputeHandlers, HookHandlers, ParamHandlers, Service):
@@ -451,22 +454,31 @@ def main(argv=None) -> int:
     p.add_argument("--keys", metavar="DIR",
                    help="key directory (disthook keys generate DIR): encrypt every connection "
                         "and accept only the peers it authorizes")
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
+                   help="the least severe messages logged to stderr (default INFO)")
     args = p.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    keys = Keys.load(args.keys, SERVER) if args.keys else None
     import faulthandler
     import signal
 
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: stacks
     if not tune_malloc():
         logging.getLogger(__name__).info("malloc not tuned (not glibc)")
-    worker = Worker(args.coordinator, bind=args.bind, worker_id=args.worker_id,
-                    orphan_after=args.orphan_after or None, parent_pid=args.parent_pid,
-                    context_ttl=args.context_ttl, advertise=args.advertise,
-                    allow_hook_modules=tuple(args.allow_hook_module),
-                    allow_main_scripts=args.allow_main_scripts, keys=keys)
+    try:
+        keys = Keys.load(args.keys, SERVER) if args.keys else None
+        coordinator = str(endpoint.parse(args.coordinator, "--coordinator"))
+        worker = Worker(coordinator, bind=args.bind, worker_id=args.worker_id,
+                        orphan_after=args.orphan_after or None, parent_pid=args.parent_pid,
+                        context_ttl=args.context_ttl, advertise=args.advertise,
+                        allow_hook_modules=tuple(args.allow_hook_module),
+                        allow_main_scripts=args.allow_main_scripts, keys=keys)
+    except endpoint.EndpointInUse as exc:
+        print(f"disthook worker: {exc.advice('--bind')}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as exc:  # a bad address, unreadable key files
+        print(f"disthook worker: {exc}", file=sys.stderr)
+        return 1
     from disthook.distributed import cluster
 
     cluster.IN_WORKER = True  # a client script imported here must not start clusters

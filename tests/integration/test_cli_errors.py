@@ -119,3 +119,31 @@ def test_demo_seed_hooks_runs_the_tensor_hook_examples():
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines()[0] == ("1. y.register_hook(print); z = torch.mean(y); "
                                           "z.backward()")
+
+
+def test_a_worker_takes_the_coordinator_as_host_port_and_says_what_is_wrong_in_one_line(
+        held_port):
+    worker = [sys.executable, "-m", "workers"]
+    run = subprocess.run([*worker, "--coordinator", "http://x:1"], capture_output=True,
+                         text=True, timeout=60)
+    assert (run.returncode, run.stderr.splitlines()) == (1, [
+        "disthook worker: --coordinator must look like tcp://HOST:PORT (e.g. "
+        "tcp://127.0.0.1:5555) or ipc://PATH, got 'http://x:1'"])
+    run = subprocess.run([*worker, "--coordinator", "127.0.0.1:5555", "--bind", held_port],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1 and len(run.stderr.splitlines()) == 1
+    assert run.stderr.startswith(f"disthook worker: {held_port} is in use"), run.stderr
+    run = subprocess.run([*worker, "--coordinator", "x:1", "--log-level", "loud"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "invalid choice: 'LOUD'" in run.stderr
+    # HOST:PORT reaches a running coordinator
+    with local_cluster(workers=1) as cluster:
+        host_port = cluster.address.removeprefix("tcp://")
+        proc = subprocess.Popen([*worker, "--coordinator", host_port, "--id", "by-host-port"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            cluster.wait_for_workers(2, timeout=30)
+            assert "by-host-port" in [w.id for w in cluster.workers()]
+        finally:
+            proc.terminate()
+            proc.wait(10)
