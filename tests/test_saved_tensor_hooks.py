@@ -329,3 +329,29 @@ def test_create_graph_backward_warns_once(name):
         "using autograd.grad when creating the graph to avoid this. If you have to use this "
         "function, make sure to reset the .grad fields of your parameters to None after use "
         "to break the cycle and avoid the leak.\n")
+
+
+# ---- grad_fn._saved_<name> and _raw_saved_<name> ---------------------------------------------
+
+def test_named_saved_tensors_and_their_own_hooks(lib, monkeypatch):
+    torch = lib.torch
+    a = torch.ones(2, requires_grad=True)
+    b = torch.ones(2, requires_grad=True) * 2
+    y = a * b
+    if lib.name == "disthook" and not type(y.grad_fn).saved_names:
+        # the op declares its names in ops/ (torch's: self, other); set them here until then
+        monkeypatch.setattr(type(y.grad_fn), "saved_names", ("self", "other"), raising=False)
+    assert y.grad_fn._saved_self is a and y.grad_fn._saved_other is b
+    log = []
+    raw = y.grad_fn._raw_saved_self
+    raw.register_hooks(lambda t: log.append("p") or t, lambda t: log.append("u") or t)
+    assert log == ["p"]
+    with pytest.raises(RuntimeError, match="^Calling register_hooks on a saved tensor whose "
+                       "hooks have already been set."):
+        raw.register_hooks(lambda t: t, lambda t: t)
+    y.sum().backward()
+    assert log == ["p", "u"] and a.grad.tolist() == [2.0, 2.0]
+    with pytest.raises(RuntimeError, match="^Trying to backward through the graph a second"):
+        y.grad_fn._saved_self
+    with pytest.raises(AttributeError, match="object has no attribute '_saved_nothing'"):
+        y.grad_fn._saved_nothing

@@ -122,9 +122,54 @@ class Node:
             self._saved = None
             self._freed = True
 
+    # ---- torch's named views of the saved tensors: grad_fn._saved_self, _raw_saved_self --
+    # An op names what it saves, position by position, in ``saved_names`` (torch's names:
+    # "self", "other", "result", ...); a position it did not save reads as None.
+    saved_names: tuple = ()
+
+    def __getattr__(self, name: str):
+        for head, raw in (("_raw_saved_", True), ("_saved_", False)):
+            if name.startswith(head) and name[len(head):] in type(self).saved_names:
+                i = type(self).saved_names.index(name[len(head):])
+                if raw:
+                    return _RawSavedTensor(self, i)
+                if self._freed:
+                    raise RuntimeError(SECOND_BACKWARD_MSG)
+                saved = self._saved[i] if self._saved and i < len(self._saved) else None
+                return None if saved is None else saved.unpack(self)
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
     # ---- backward -------------------------------------------------------------------------
     def _backward(self, grads: list) -> tuple:
         raise NotImplementedError(f"{self.name()} has no backward")
+
+
+class _RawSavedTensor:
+    """``grad_fn._raw_saved_<name>``: one saved tensor, to give its own pack/unpack hooks."""
+
+    def __init__(self, node: Node, index: int) -> None:
+        self.node, self.index = node, index
+
+    def register_hooks(self, pack_hook, unpack_hook) -> None:
+        """Pack the saved tensor now with ``pack_hook``; backward reads it through
+        ``unpack_hook``. One pair per saved tensor."""
+        if not (callable(pack_hook) and callable(unpack_hook)):
+            raise TypeError("register_hooks(): expected two callables (pack_hook, "
+                            f"unpack_hook), got {type(pack_hook).__name__} and "
+                            f"{type(unpack_hook).__name__}")
+        node = self.node
+        if node._freed:
+            raise RuntimeError(SECOND_BACKWARD_MSG)
+        saved = node._saved[self.index] if node._saved else None
+        if saved is None:
+            raise RuntimeError("None is forbidden: this saved tensor was not saved")
+        if saved.unpack_hook is not None:
+            raise RuntimeError("Calling register_hooks on a saved tensor whose hooks have "
+                               "already been set. Hint: only one pair of hooks is allowed at "
+                               "a time.")
+        tensor = saved.unpack(node)
+        saved._pack(tensor, (pack_hook, unpack_hook))
+        saved.tensor = saved.data = None  # only the packed value is kept from now on
 
 
 class _SavedTensor:
