@@ -27,6 +27,7 @@ from disthook.distributed.endpoint import check_free, parse
 from disthook.distributed.rpc import (
     DEFAULT_TIMEOUT,
     ClusterError,
+    Deadline,
     Peer,
     RemoteTimeout,
     dial_once,
@@ -36,6 +37,7 @@ from disthook.wire import HEARTBEAT_S
 
 __all__ = ["Cluster", "CoordinatorUnreachable", "WorkerInfo", "connect", "local_cluster"]
 
+STARTING_GRACE_S = 3.0  # how long connect() tries again when nothing listens yet
 IN_WORKER = False  # set in worker processes: they must not start clusters of their own
 
 
@@ -311,8 +313,9 @@ def connect(address: str, *, timeout: float = DEFAULT_TIMEOUT, keys=None,
     """Attach to a running cluster by its coordinator's endpoint (``tcp://host:port``, or
     ``host:port``). ``keys``: the cluster's key directory (or a ``Keys``), when it runs with
     keys; the client pair used is ``key_name`` (default "client"). A cluster that refuses the
-    key raises ``AuthenticationError``; no coordinator there, ``CoordinatorUnreachable`` (at
-    once when nothing listens; after ``timeout`` seconds when nothing answers)."""
+    key raises ``AuthenticationError``; no coordinator there, ``CoordinatorUnreachable``
+    (after ``STARTING_GRACE_S`` seconds when nothing listens, for one that is starting up
+    meanwhile; after ``timeout`` seconds when something listens but does not answer)."""
     _refuse_in_worker("connect()")
     endpoint = parse(address, "connect()'s address")  # a ValueError before any socket
     if not timeout > 0:
@@ -321,6 +324,10 @@ def connect(address: str, *, timeout: float = DEFAULT_TIMEOUT, keys=None,
     if keys is not None and not isinstance(keys, Keys):
         keys = Keys.load(os.fspath(keys), key_name)
     listening = dial_once(address, keys=keys, within=min(timeout, 1.0))
+    grace = Deadline(min(timeout, STARTING_GRACE_S))  # a coordinator still starting up
+    while listening is False and grace.left() > 0:
+        time.sleep(0.1)
+        listening = dial_once(address, keys=keys, within=min(timeout, 1.0))
     if listening is False:
         raise CoordinatorUnreachable(address, refused=True, with_keys=keys is not None,
                                      unknown_host=_unknown_host(endpoint))

@@ -147,3 +147,16 @@ def test_a_worker_takes_the_coordinator_as_host_port_and_says_what_is_wrong_in_o
         finally:
             proc.terminate()
             proc.wait(10)
+
+
+def test_connect_finds_a_coordinator_that_starts_just_after_it_was_called():
+    """A launcher that starts the coordinator and connects at once: no race."""
+    address = f"tcp://127.0.0.1:{free_port()}"
+    proc = subprocess.Popen([*CLI, "coordinator", "--bind", address],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with connect(address, timeout=30) as cluster:  # called while it starts
+            assert cluster.status()["coordinator"]["address"] == address
+    finally:
+        proc.terminate()
+        proc.wait(10)
