@@ -12,7 +12,7 @@ Register them on a deployed model's proxies like any hook::
     remote[0].weight.register_hook(hooks.record_norm("gnorm"))   # only the gradient's L2 norm
     remote[0].weight.register_hook(hooks.clip_grad_norm(1.0))    # rescaled to norm <= 1
     ...
-    cluster.captured("act")  # the captured tensors, oldest first (and the buffers emptied)
+    cluster.captured("act")  # the captured tensors, oldest first (clear=True empties them)
     cluster.hook_counts()    # how many times hooks fired on each worker, by hook
 
 What each sees, by the kind of hook it is registered as:
