@@ -5,6 +5,7 @@ Tests taking ``lib`` run under disthook and torch (when installed) with the same
 """
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 
@@ -34,6 +35,19 @@ def packs(lib, fn, *shapes, requires_grad=None):
     return log
 
 
+def _functional(t):
+    """torch.nn.functional of the library ``t`` belongs to."""
+    return importlib.import_module(type(t).__module__.split(".")[0] + ".nn.functional")
+
+
+def _gelu(a):
+    return _functional(a).gelu(a)
+
+
+def _linear(x, w, b):
+    return _functional(x).linear(x, w, b)
+
+
 @pytest.mark.parametrize("name, fn, shapes, expected", [
     ("mul", lambda a, b: a * b, [(2, 3), (2, 3)],
      [("pack", (2, 3), False, "input")] * 2 + [("unpack", (2, 3))] * 2),
@@ -48,6 +62,14 @@ def packs(lib, fn, *shapes, requires_grad=None):
     ("softmax", lambda a: a.softmax(-1), [(2, 3)],
      [("pack", (2, 3), False, "SoftmaxBackward0"), ("unpack", (2, 3))]),
     ("pow", lambda a: a ** 2, [(2, 3)], [("pack", (2, 3), False, "input"), ("unpack", (2, 3))]),
+    ("gelu", _gelu, [(2, 3)],
+     [("pack", (2, 3), False, "input"), ("unpack", (2, 3))]),
+    ("linear", lambda x, w, b: _linear(x, w, b), [(2, 3), (4, 3), (4,)],
+     [("pack", (2, 3), False, "input"), ("pack", (3, 4), False, "TBackward0"),
+      ("unpack", (2, 3)), ("unpack", (3, 4))]),
+    ("linear_3d", lambda x, w, b: _linear(x, w, b), [(5, 2, 3), (4, 3), (4,)],
+     [("pack", (10, 3), False, "ViewBackward0"), ("pack", (3, 4), False, "TBackward0"),
+      ("unpack", (10, 3)), ("unpack", (3, 4))]),
     ("sum", lambda a: a.sum(), [(2, 3)], []),
     ("add", lambda a: a + 1, [(2, 3)], []),
 ])
