@@ -694,6 +694,9 @@ def _check_hook_value(where, value, depth):
     worker's tensors ({"same": index}; {"tensor": array, "vjp": key})."""
     if value is None or type(value) in (bool, int, float, str):
         return value
+    if (type(value) is dict and len(value) == 2 and type(value.get("tensor")) is np.ndarray
+            and type(value.get("requires_grad")) is bool):  # the common case, at once
+        return value
     if depth > MAX_NESTING:
         raise WireError(f"{where}: hook value nested deeper than {MAX_NESTING} levels")
     if not isinstance(value, dict):

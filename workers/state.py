@@ -104,7 +104,7 @@ class Log:
 
 
 # ---- records ----------------------------------------------------------------------------------
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass(eq=False, slots=True)
 class Job:
     """One request being served: who asked, for which model, and what it waits on now."""
 
@@ -123,7 +123,7 @@ class Job:
         return self.msg.type
 
 
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass(eq=False, slots=True)
 class Wait:
     """A running job waits for an answer: a client's hook answer (``client`` and ``req``) or
     a pipeline message (``keys``: the mailbox keys any of which ends it)."""

@@ -141,7 +141,7 @@ class Service:
         connection goes to ``on_disconnected`` with its file descriptor."""
         from zmq.utils.monitor import recv_monitor_message
 
-        while self._monitor.get(zmq.EVENTS) & zmq.POLLIN:  # cheaper than zmq.Again
+        while self._monitor.getsockopt(zmq.EVENTS) & _POLLIN:  # cheaper than zmq.Again
             event = recv_monitor_message(self._monitor)
             if event["event"] == zmq.EVENT_DISCONNECTED:
                 self.on_disconnected(int(event["value"]))
@@ -204,6 +204,7 @@ def recv_now(sock: zmq.Socket):
 
 
 NO_REPLY = object()  # a handler's return value meaning "the reply is sent later, or never"
+_POLLIN = int(zmq.POLLIN)
 
 
 # glibc's malloc returns freed memory at the top of its heap to the system, and serves large
