@@ -176,3 +176,96 @@ def test_checkpointing_a_deep_mlp_lowers_peak_memory():
         checked = _peak_mib(lambda: run(mode))
         assert checked < 0.7 * plain, (mode, checked, plain)
         assert torch.allclose(x.grad, grad_plain)
+
+
+def test_without_early_stop_the_whole_segment_reruns(lib):
+    nn = lib.nn
+    log = []
+    a, b = nn.Linear(2, 2), nn.Linear(2, 2)
+    a.register_forward_hook(lambda *args: log.append("a"))
+    b.register_forward_hook(lambda *args: log.append("b"))
+    x = lib.torch.ones(1, 2, requires_grad=True)
+    y = checkpoint_of(lib)(lambda t: b(a(t).tanh()), x, use_reentrant=False, early_stop=False)
+    log.append("backward")
+    y.sum().backward()
+    assert log == ["a", "b", "backward", "a", "b"]
+
+
+def test_backward_inputs_and_buffers_updated_by_the_rerun(lib):
+    torch, nn = lib.torch, lib.nn
+    checkpoint = checkpoint_of(lib)
+    fc = nn.Linear(2, 2)
+    x = torch.ones(1, 2, requires_grad=True)
+    checkpoint(lambda t: fc(t).tanh(), x, use_reentrant=False).sum().backward(
+        inputs=[fc.weight])
+    assert x.grad is None and fc.weight.grad is not None
+    bn = nn.BatchNorm1d(2)
+    x = torch.tensor([[1.0, 2.0], [3.0, 5.0]], requires_grad=True)
+    checkpoint(lambda t: bn(t).tanh(), x, use_reentrant=False).sum().backward()
+    # the rerun updates the running statistics a second time, in torch too
+    assert int(bn.num_batches_tracked) == 2
+    assert bn.running_mean.tolist() == pytest.approx([0.38, 0.665])
+
+
+def test_checkpoint_sequential_equals_the_plain_model(lib):
+    torch, nn = lib.torch, lib.nn
+    seq = nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 1))
+    x = torch.ones(2, 3, requires_grad=True)
+    module = importlib.import_module(lib.name + ".utils.checkpoint")
+    module.checkpoint_sequential(seq, 2, x, use_reentrant=False).sum().backward()
+    got = x.grad.clone()
+    x.grad = None
+    seq(x).sum().backward()
+    assert torch.allclose(got, x.grad)
+
+
+@pytest.mark.parametrize("changed, message", [
+    ("shape", "torch.utils.checkpoint: Recomputed values for the following tensors have "
+     "different metadata than during the forward pass.\ntensor at position 0:\nsaved "
+     "metadata: {'shape': torch.Size([2]), 'dtype': torch.float32, 'device': "
+     "device(type='cpu')}\nrecomputed metadata: {'shape': torch.Size([1]), 'dtype': "
+     "torch.float32, 'device': device(type='cpu')}\ntensor at position 1:\nsaved metadata: "
+     "{'shape': torch.Size([2]), 'dtype': torch.float32, 'device': device(type='cpu')}\n"
+     "recomputed metadata: {'shape': torch.Size([1]), 'dtype': torch.float32, 'device': "
+     "device(type='cpu')}\n.\n"),
+    ("count", "torch.utils.checkpoint: A different number of tensors was saved during the "
+     "original forward and recomputation.\nNumber of tensors saved during forward: 2\nNumber "
+     "of tensors saved during recomputation: 1.\n"),
+])
+def test_a_rerun_that_saves_differently_is_refused(lib, changed, message):
+    """torch's message (it then adds tips about debug mode and torch.compile)."""
+    module = importlib.import_module(lib.name + ".utils.checkpoint")
+    calls = []
+    x = lib.torch.ones(2, requires_grad=True)
+
+    def f(t):
+        calls.append(1)
+        if len(calls) == 1:
+            return (t * t).sum()
+        return (t[:1] * t[:1]).sum() if changed == "shape" else t.exp().sum()
+
+    y = module.checkpoint(f, x, use_reentrant=False)
+    with pytest.raises(module.CheckpointError) as info:
+        y.backward()
+    assert str(info.value).startswith(message)
+
+
+def test_nested_non_reentrant_checkpoints_give_the_plain_gradients():
+    """Gradients equal the plain model's. The rerun order differs from torch's: disthook
+    reruns the inner segment first (hooks b, a), torch the outer one (a, b)."""
+    import disthook as torch
+    from disthook.utils.checkpoint import checkpoint
+
+    nn = torch.nn
+    a, b = nn.Linear(2, 2), nn.Linear(2, 2)
+    x = torch.tensor([[0.5, -1.0]], requires_grad=True)
+
+    def outer(t):
+        return checkpoint(lambda u: b(u).tanh(), a(t).tanh(), use_reentrant=False)
+
+    checkpoint(outer, x, use_reentrant=False).sum().backward()
+    got = [x.grad.clone(), a.weight.grad.clone(), b.weight.grad.clone()]
+    x.grad = a.weight.grad = b.weight.grad = None
+    b(a(x).tanh()).tanh().sum().backward()
+    assert all(torch.allclose(g, e) for g, e in zip(got, [x.grad, a.weight.grad,
+                                                          b.weight.grad]))

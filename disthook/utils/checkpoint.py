@@ -131,7 +131,7 @@ class _Frame:
         self.recomputed = weakref.WeakKeyDictionary()
 
     def pack(self, tensor) -> _Holder:
-        self.metadata.append((tensor.shape, tensor.dtype))
+        self.metadata.append(_metadata(tensor))
         return _Holder(len(self.metadata) - 1)
 
     def unpack(self, holder: _Holder):
@@ -142,12 +142,8 @@ class _Frame:
         values = self.recomputed.get(key)
         if values is None:
             values = self.recomputed[key] = self._recompute()
-        if holder.index >= len(values):
-            raise CheckpointError(
-                "torch.utils.checkpoint: Unpack is being triggered for a tensor that was not "
-                f"recomputed (saved tensor {holder.index}; the recomputation saved "
-                f"{len(values)} of {len(self.metadata)}). The checkpointed function must save "
-                "the same tensors each time it runs.")
+            if self.check:
+                self._check(values)
         return values[holder.index]
 
     def _recompute(self) -> list:
@@ -158,13 +154,6 @@ class _Frame:
         wanted = len(self.metadata)
 
         def pack(tensor):
-            i = len(values)
-            if self.check and i < wanted and (tensor.shape, tensor.dtype) != self.metadata[i]:
-                raise CheckpointError(
-                    "torch.utils.checkpoint: Recomputed values for the following tensors have "
-                    "different metadata than during the forward pass.\ntensor at position "
-                    f"{i}:\nsaved metadata: {self.metadata[i]}\nrecomputed metadata: "
-                    f"{(tensor.shape, tensor.dtype)}")
             values.append(tensor.detach())
             if self.early_stop and len(values) == wanted:
                 raise _StopRecomputation
@@ -182,6 +171,28 @@ class _Frame:
             if state_now is not None:
                 random.set_rng_state(state_now)
         return values
+
+    def _check(self, values: list) -> None:
+        """torch's determinism check: as many tensors saved again, each with the same
+        shape, dtype and device."""
+        if len(values) != len(self.metadata):
+            raise CheckpointError(
+                "torch.utils.checkpoint: A different number of tensors was saved during the "
+                "original forward and recomputation.\nNumber of tensors saved during forward: "
+                f"{len(self.metadata)}\nNumber of tensors saved during recomputation: "
+                f"{len(values)}.\n")
+        mismatched = "".join(
+            f"tensor at position {i}:\nsaved metadata: {saved}\nrecomputed metadata: {again}\n"
+            for i, (saved, again) in enumerate(zip(self.metadata, map(_metadata, values)))
+            if saved != again)
+        if mismatched:
+            raise CheckpointError(
+                "torch.utils.checkpoint: Recomputed values for the following tensors have "
+                f"different metadata than during the forward pass.\n{mismatched}.\n")
+
+
+def _metadata(tensor) -> dict:
+    return {"shape": tensor.shape, "dtype": tensor.dtype, "device": tensor.device}
 
 
 def _identity(x):
