@@ -375,3 +375,12 @@ def test_module_pickled_before_state_dict_hooks_existed_still_loads(lib):
     m.register_load_state_dict_post_hook(lambda mod, keys: called.append(mod))
     m.load_state_dict(sd)
     assert called == [m]
+
+
+def test_values_returned_by_pre_hooks_are_ignored(lib):
+    net = tree(lib)
+    net.register_state_dict_pre_hook(lambda m, prefix, keep_vars: {"ignored": 1})
+    net.register_load_state_dict_pre_hook(lambda *args: {"ignored": 1})
+    sd = net.state_dict()
+    assert "ignored" not in sd
+    assert net.load_state_dict(sd).missing_keys == []
