@@ -169,3 +169,33 @@ def test_num_workers_loads_in_process_with_a_warning():
                             persistent_workers=True, prefetch_factor=2)
     assert [b.tolist() for (b,) in loader] == [[0, 1, 2, 3], [4, 5]]
     assert get_worker_info() is None
+
+
+@pytest.mark.parametrize("n, replicas, drop_last", [(10, 3, False), (10, 3, True),
+                                                    (2, 4, False), (12, 4, True)])
+def test_distributed_sampler_shares_are_torchs(lib, n, replicas, drop_last):
+    module = importlib.import_module(lib.name + ".utils.data.distributed")
+    shares = [list(module.DistributedSampler(range(n), num_replicas=replicas, rank=r,
+                                             shuffle=False, drop_last=drop_last))
+              for r in range(replicas)]
+    expected = {(10, 3, False): [[0, 3, 6, 9], [1, 4, 7, 0], [2, 5, 8, 1]],
+                (10, 3, True): [[0, 3, 6], [1, 4, 7], [2, 5, 8]],
+                (2, 4, False): [[0], [1], [0], [1]],
+                (12, 4, True): [[0, 4, 8], [1, 5, 9], [2, 6, 10], [3, 7, 11]]}
+    assert shares == expected[(n, replicas, drop_last)]
+    shuffled = [module.DistributedSampler(range(12), num_replicas=3, rank=r, seed=5)
+                for r in range(3)]
+    first = [list(s) for s in shuffled]
+    assert sorted(i for share in first for i in share) == list(range(12))
+    for s in shuffled:
+        s.set_epoch(1)
+    assert [list(s) for s in shuffled] != first and len(shuffled[0]) == 4
+
+
+def test_distributed_sampler_needs_replicas_and_rank(lib):
+    module = importlib.import_module(lib.name + ".utils.data.distributed")
+    with pytest.raises(ValueError, match="^Default process group has not been initialized"):
+        module.DistributedSampler(range(4))
+    with pytest.raises(ValueError, match=r"^Invalid rank 3, rank should be in the interval "
+                       r"\[0, 2\]$"):
+        module.DistributedSampler(range(4), num_replicas=3, rank=3)

@@ -5,6 +5,7 @@ and loads in-process (see ``DataLoader``).
 """
 from disthook.utils.data.collate import default_collate, default_convert
 from disthook.utils.data.dataloader import DataLoader, get_worker_info
+from disthook.utils.data.distributed import DistributedSampler
 from disthook.utils.data.dataset import (
     ChainDataset,
     ConcatDataset,
@@ -26,6 +27,7 @@ from disthook.utils.data.sampler import (
 
 __all__ = [
     "BatchSampler", "ChainDataset", "ConcatDataset", "DataLoader", "Dataset",
+    "DistributedSampler",
     "IterableDataset", "RandomSampler", "Sampler", "SequentialSampler", "StackDataset",
     "Subset", "SubsetRandomSampler", "TensorDataset", "WeightedRandomSampler",
     "default_collate", "default_convert", "get_worker_info", "random_split",
