@@ -109,11 +109,16 @@ RECORDS: dict[str, dict[str, str]] = {
     "hook_entry": {"hook": "int", "kind": "hook_kind", "path": "str", "options": "hook_options",
                    "worker_hook": "map?", "tag": "str?"},
     "hook_options": {"prepend": "bool?", "with_kwargs": "bool?", "always_call": "bool?"},
-    # one call of a stage's share of a DistributedOptimizer (made on first use): its class in
-    # disthook.optim, constructor kwargs, the full names of its parameters; "state" is the
-    # state to load (action "load")
+    # one call of a stage's share of an optimizer (made on first use): its class (a name in
+    # disthook.optim, or "module:Class"), constructor kwargs, the full names of its
+    # parameters (in group order), its param groups when the client has them; "state" is
+    # the state to load (action "load")
     "optimizer_call": {"id": "int", "class": "str", "kwargs": "map", "params": "list[str]",
-                       "action": "optimizer_action", "set_to_none": "bool?", "state": "map?"},
+                       "action": "optimizer_action", "set_to_none": "bool?", "state": "map?",
+                       "groups": "list[optimizer_group]?"},
+    # the share of one of the client's param groups on a worker: its index there, its
+    # parameters here, its hyperparameters now (sent with every step: schedulers move them)
+    "optimizer_group": {"index": "int", "params": "list[str]", "hyper": "map"},
     # the loss of a training step: a module (its spec) or a function of nn.functional
     "loss_spec": {"module": "map?", "function": "str?"},
     # a tensor a client hook was given (by index) and changed in place: its new value

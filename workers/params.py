@@ -97,16 +97,22 @@ class ParamHandlers:
         """Run ``spec.action`` on the stage's share of optimizer ``spec.id`` (``spec``: a
         wire.RECORDS["optimizer_call"], checked on arrival)."""
         opt = st.optimizers.get(spec["id"])
+        groups = spec.get("groups")  # the client's param groups, as far as they are here
         if opt is None:
-            cls = getattr(disthook.optim, spec["class"], None)
-            if not (isinstance(cls, type) and issubclass(cls, disthook.optim.Optimizer)):
-                raise ValueError(f"{spec['class']!r} is not an optimizer of disthook.optim")
+            cls = _optimizer_class(spec["class"])
             params = dict(st.module.named_parameters())
             missing = [n for n in spec["params"] if n not in params]
             if missing:
                 raise KeyError(f"{st.name} has no parameters {missing}")
-            opt = cls([params[n] for n in spec["params"]], **spec["kwargs"])
+            if groups is None:
+                opt = cls([params[n] for n in spec["params"]], **spec["kwargs"])
+            else:  # the client's defaults, as far as the constructor takes them by name
+                opt = cls([{**g.hyper, "params": [params[n] for n in g.params]}
+                           for g in groups], **_accepted(cls, spec["kwargs"]))
             st.optimizers[spec["id"]] = opt
+        elif groups is not None:  # the groups' hyperparameters now (a scheduler moves lr)
+            for mine, given in zip(opt.param_groups, groups):
+                mine.update(given.hyper)
         if spec["action"] == "step":
             opt.step()
         elif spec["action"] == "zero_grad":
@@ -130,7 +136,12 @@ class ParamHandlers:
                                       if isinstance(v, np.ndarray) else v
                                       for k, v in s.items()}
                      for n, s in given["state"].items()}
-            groups = [{**g, "params": list(range(len(names)))} for g in given["param_groups"]]
+            if groups is None:
+                groups = [{**g, "params": list(range(len(names)))}
+                          for g in given["param_groups"]]
+            else:
+                groups = [{**g.hyper, "params": [names.index(n) for n in g.params]}
+                          for g in groups]
             opt.load_state_dict({"state": state, "param_groups": groups})
         else:
             raise ValueError(f"unknown optimizer action {spec['action']!r}")
@@ -149,3 +160,38 @@ class ParamHandlers:
         with disthook.no_grad():
             for name, arr in job.msg["state"].items():
                 own[name].copy_(disthook.from_numpy(np.array(arr)))
+
+
+def _accepted(cls: type, kwargs: dict) -> dict:
+    """The entries of ``kwargs`` that ``cls(params, ...)`` takes (an optimizer's defaults
+    may hold more than its constructor's arguments, as AdamW's do)."""
+    import inspect
+
+    params = inspect.signature(cls.__init__).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return dict(kwargs)
+    return {k: v for k, v in kwargs.items() if k in params and k not in ("self", "params")}
+
+
+def _optimizer_class(name: str) -> type:
+    """The optimizer class a client names: one of disthook.optim by its name, or any
+    subclass of disthook.optim.Optimizer by "package.module:Qualified.Name"."""
+    import importlib
+
+    if ":" not in name:
+        cls = getattr(disthook.optim, name, None)
+    else:
+        module, _, qualname = name.partition(":")
+        if module in ("__main__", "__mp_main__"):
+            raise ValueError(f"the optimizer class {name!r} is defined in the client's main "
+                             "script: define it in a module the workers can import")
+        try:
+            cls = importlib.import_module(module)
+            for part in qualname.split("."):
+                cls = getattr(cls, part)
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(f"cannot find the optimizer class {name!r} here: {exc}; install "
+                             "its module where the workers run") from None
+    if not (isinstance(cls, type) and issubclass(cls, disthook.optim.Optimizer)):
+        raise ValueError(f"{name!r} is not an optimizer (a disthook.optim.Optimizer subclass)")
+    return cls

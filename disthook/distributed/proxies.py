@@ -4,6 +4,7 @@ worker: reads fetch its value, in-place edits run there) and ``RemoteHandle`` (r
 client hook). Hooks go through the table of hook kinds (``hook_kinds``)."""
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -348,6 +349,65 @@ class RemoteParameter:
         return results
 
     @staticmethod
+    def _zero_grads(params: list, set_to_none: bool = True) -> None:
+        """``optimizer.zero_grad()`` of these parameters, on their workers."""
+        if set_to_none:
+            RemoteParameter._grad_op(params, "set", grads=[None] * len(params))
+        else:
+            RemoteParameter._grad_op(params, "scale", 0.0)
+
+    @staticmethod
+    def _optimizer_share(optimizer, action: str, state: dict | None = None):
+        """What a local optimizer (any ``disthook.optim.Optimizer``, param groups and all)
+        does to its remote parameters: each worker keeps a share of it, made with the same
+        class and defaults over the parameters it holds, and gets the groups' current
+        hyperparameters with every call. ``action``: "step"; "state" (each parameter's
+        state: {parameter: {key: value}}); "load" (``state``, the same shape, into the
+        shares)."""
+        share_id = optimizer.__dict__.get("_remote_share_id")
+        if share_id is None:
+            share_id = optimizer._remote_share_id = next(_optimizer_share_ids)
+        kind = type(optimizer)
+        from disthook import optim
+
+        name = kind.__name__ if getattr(optim, kind.__name__, None) is kind else \
+            f"{kind.__module__}:{kind.__qualname__}"
+        kwargs = {k: _hyperparameter(k, v) for k, v in optimizer.defaults.items()}
+        models: dict[int, tuple] = {}  # id(model) -> (model, {address: (names, groups)})
+        for index, group in enumerate(optimizer.param_groups):
+            hyper = {k: _hyperparameter(k, v) for k, v in group.items()
+                     if k not in ("params", "param_names")}
+            for p in group["params"]:
+                if not isinstance(p, RemoteParameter):
+                    continue
+                model, shares = models.setdefault(id(p._model), (p._model, {}))
+                names, groups = shares.setdefault(model._owner(p._path), ([], []))
+                if not groups or groups[-1]["index"] != index:
+                    groups.append({"index": index, "params": [], "hyper": hyper})
+                names.append(p._path)
+                groups[-1]["params"].append(p._path)
+        out = {}
+        for model, shares in models.values():
+            calls = []
+            for address, (names, groups) in shares.items():
+                call = {"id": share_id, "class": name, "kwargs": kwargs, "params": names,
+                        "groups": groups, "action": action}
+                if action == "load":
+                    call["state"] = {"param_groups": [], "state": {
+                        p._path: {k: _array_of(v) for k, v in value.items()}
+                        for p, value in (state or {}).items()
+                        if p._model is model and p._path in names}}
+                calls.append((address, {"optimizer": call}))
+            replies = model._hub.request_all(calls, "step", what=f"optimizer {action}")
+            if action == "state":
+                for reply in replies:
+                    for path, value in reply["result"]["state"].items():
+                        out[RemoteParameter(model, path)] = {
+                            k: Tensor._make(np.array(v), None, 0) if isinstance(v, np.ndarray)
+                            else v for k, v in value.items()}
+        return out
+
+    @staticmethod
     def _grad_norms(params: list, norm_type: float) -> list:
         """Each parameter's gradient norm (a 0-d tensor of its dtype; None: no gradient)."""
         norms = RemoteParameter._grad_op(params, "norm", float(norm_type))
@@ -415,6 +475,27 @@ class RemoteParameter:
         where = model._owner_name(self._path)
         body = repr(value.requires_grad_(self.requires_grad))
         return f"Parameter containing ({self._path} on {where}):\n{body}"
+
+
+_optimizer_share_ids = itertools.count(1 << 20)  # apart from DistributedOptimizer's ids
+
+
+def _hyperparameter(name: str, value):
+    """A hyperparameter as it travels: numbers, bools, strings, None, and lists of them."""
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if isinstance(value, (tuple, list)) and all(
+            v is None or type(v) in (bool, int, float, str) for v in value):
+        return list(value)
+    if isinstance(value, Tensor) and value.numel() == 1:
+        return value.item()
+    raise TypeError(f"the optimizer's {name!r} is a {type(value).__name__}; the workers that "
+                    "step a deployed model's parameters take numbers, bools, strings and "
+                    "lists of them")
+
+
+def _array_of(value):
+    return value.detach()._data if isinstance(value, Tensor) else value
 
 
 def _reading(name: str):

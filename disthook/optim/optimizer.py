@@ -3,6 +3,12 @@
 
 Subclasses define ``step``; it runs under ``no_grad`` and changes the parameters in place, so
 each update bumps the parameter's version counter as torch's does.
+
+Parameters that live elsewhere (a deployed model's ``RemoteParameter``: its type offers
+``_optimizer_share``) may be among them, with any optimizer, param groups and schedulers:
+the local step runs on the local parameters (and the closure), then each worker steps its
+own parameters with the same class and the groups' current hyperparameters; ``state_dict``,
+``load_state_dict`` and ``zero_grad`` reach them too. No parameter crosses the wire.
 """
 from __future__ import annotations
 
@@ -49,13 +55,50 @@ def _step_with_hooks(step):
                     raise RuntimeError(f"{step} must return None or a tuple of (new_args, "
                                        f"new_kwargs), but got {result}.")
                 args, kwargs = result
-        out = step(self, *args, **kwargs)
+        out = _step_local_then_remote(self, step, args, kwargs)
         for hook in list(self._optimizer_step_post_hooks.values()):
             hook(self, args, kwargs)
         return out
 
     wrapper._with_step_hooks = True
     return wrapper
+
+
+def _remote_kind(p):
+    """The type of a parameter that lives elsewhere and is stepped there, or None."""
+    kind = type(p)
+    return kind if hasattr(kind, "_optimizer_share") else None
+
+
+def _remote_params(optimizer) -> dict:
+    """{remote type: its parameters, in group order} of ``optimizer``."""
+    out: dict = {}
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            kind = _remote_kind(p)
+            if kind is not None:
+                out.setdefault(kind, []).append(p)
+    return out
+
+
+def _step_local_then_remote(optimizer, step, args, kwargs):
+    """The subclass's ``step`` over the local parameters (with the closure), then each
+    remote parameter's owner steps it with the same class and hyperparameters."""
+    remote = _remote_params(optimizer)
+    if not remote:
+        return step(optimizer, *args, **kwargs)
+    groups = optimizer.param_groups
+    optimizer.param_groups = [{**g, "params": [p for p in g["params"] if not _remote_kind(p)]}
+                              for g in groups]
+    try:
+        out = step(optimizer, *args, **kwargs)
+    finally:
+        for group, local in zip(groups, optimizer.param_groups):  # what the step changed
+            group.update({k: v for k, v in local.items() if k != "params"})
+        optimizer.param_groups = groups
+    for kind in remote:
+        kind._optimizer_share(optimizer, "step")
+    return out
 
 
 class Optimizer:
@@ -120,6 +163,8 @@ class Optimizer:
             param_group["param_names"] = names
 
         for param in tensors:
+            if _remote_kind(param) is not None:  # stepped where it lives
+                continue
             if not isinstance(param, Tensor):
                 raise TypeError("optimizer can only optimize Tensors, but one of the params is "
                                 + _typename(param))
@@ -151,8 +196,12 @@ class Optimizer:
     # ---- gradients and steps ----------------------------------------------------------------
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Drop every parameter's ``.grad`` (or zero it in place with ``set_to_none=False``)."""
+        for kind, params in _remote_params(self).items():  # one request per worker
+            kind._zero_grads(params, set_to_none)
         for group in self.param_groups:
             for p in group["params"]:
+                if _remote_kind(p) is not None:
+                    continue
                 if p.grad is None:
                     continue
                 if set_to_none:
@@ -211,6 +260,13 @@ class Optimizer:
             packed["params"] = [ids[id(p)] for p in group["params"]]
             groups.append(packed)
         state = {(ids[id(k)] if isinstance(k, Tensor) else k): v for k, v in self.state.items()}
+        remote = _remote_params(self)
+        for kind in remote:  # fetched from the workers that hold it
+            for p, value in kind._optimizer_share(self, "state").items():
+                state[ids[id(p)]] = value
+        if remote:  # in id order (group order), as one process steps them
+            state = dict(sorted(state.items(), key=lambda kv: kv[0] if isinstance(kv[0], int)
+                                else len(ids)))
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -229,7 +285,7 @@ class Optimizer:
         for key, value in state_dict["state"].items():
             if key in id_map:
                 param = id_map[key]
-                state[param] = _cast(param, value)
+                state[param] = value if _remote_kind(param) else _cast(param, value)
             else:
                 state[key] = value
         new_groups = []
@@ -238,8 +294,11 @@ class Optimizer:
             if "param_names" in group and "param_names" not in saved:
                 saved["param_names"] = group["param_names"]
             new_groups.append(saved)
+        remote = {p: state.pop(p) for p in list(state) if _remote_kind(p) is not None}
         self.state = state
         self.param_groups = new_groups
+        for kind, params in _remote_params(self).items():  # to the workers that hold them
+            kind._optimizer_share(self, "load", {p: remote[p] for p in params if p in remote})
 
 
 def _check_hyperparameters(lr, eps=0.0, weight_decay=0.0, betas=None, **more) -> None:
