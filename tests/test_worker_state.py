@@ -111,12 +111,17 @@ def test_a_read_runs_while_a_request_waits_on_its_clients_hook():
 def test_the_hook_deadline_ends_the_wait_with_a_timeout():
     state, clock = make_state(hook_timeout=5.0)
     (job,) = started(request(state, "forward"))
-    wait = state.wait_for_client(job, CLIENT, 1, "the answer to its forward hook")
+    wait = state.wait_for_client(job, CLIENT, 1, "the client's answer to its forward hook")
     clock.now += 4.9
     assert resumed(state.handle(Tick(clock.now))) == []
     clock.now += 0.2
-    assert resumed(state.handle(Tick(clock.now))) == [wait]
+    out = state.handle(Tick(clock.now))
+    assert resumed(out) == [wait]
     assert isinstance(wait.error, TimeoutError) and "forward hook" in str(wait.error)
+    # and the worker's log says so (the launch console shows it)
+    assert [i.text for i in out if isinstance(i, Log)] == [
+        "worker w0 waited 5 s for the client's answer to its forward hook; its request "
+        "(forward from client-a) ends with that error"]
 
 
 # ---- a client that goes away ------------------------------------------------------------------

@@ -257,8 +257,10 @@ class WorkerState:
     def _on_tick(self, now: float) -> list:
         out: list = []
         for wait in [w for w in self.waits.values() if now >= w.deadline]:
-            out.append(self._end_wait(wait, error=TimeoutError(
-                f"worker {self.worker_id} waited {wait.timeout:g} s for {wait.what}")))
+            text = f"worker {self.worker_id} waited {wait.timeout:g} s for {wait.what}"
+            out.append(self._end_wait(wait, error=TimeoutError(text)))
+            out.append(Log("warning", f"{text}; its request ({wait.job.kind} from "
+                                      f"{_short(wait.job.client)}) ends with that error"))
         for key in [k for k, c in self.contexts.items() if now - c.created > self.context_ttl]:
             del self.contexts[key]
             out.append(Log("warning", f"worker {self.worker_id}: context {key[1]} of model "
