@@ -295,6 +295,21 @@ class RemoteParameter:
         """The parameter without autograd: reads fetch, in-place ops write to the worker."""
         return RemoteParameter(self._model, self._path, _data=True)
 
+    @data.setter
+    def data(self, value) -> None:
+        """``p.data = t``: the worker's parameter takes ``t``'s values (its shape and dtype
+        stay what they were deployed with)."""
+        if isinstance(value, RemoteParameter):
+            value = value.detach()
+        if not isinstance(value, Tensor):
+            raise TypeError(f"data must be a Tensor, got {type(value).__name__}")
+        if value.shape != self.shape:
+            raise RuntimeError(f"a deployed parameter keeps its shape: {self._path} is "
+                               f"{list(self.shape)}, the new data is {list(value.shape)}")
+        self._model._hub.request(self._model._owner(self._path), "set_state", {
+            "state": {self._path: value.detach()._data.astype(self._twin._data.dtype)}},
+            what=f"{self._path}.data = ...")
+
     @property
     def grad(self) -> Tensor | None:
         """A local copy of the gradient on the worker: change it through the parameter

@@ -1,6 +1,6 @@
 """The gradient utilities on a deployed model's parameters: clip_grad_norm_ and
 clip_grad_value_ measure and clip on the workers exactly as one process does, and
-``p.grad = ...`` / ``p.requires_grad = ...`` set them there."""
+``p.grad = ...`` / ``p.requires_grad = ...`` / ``p.data = ...`` set them there."""
 import numpy as np
 import pytest
 
@@ -104,6 +104,11 @@ def test_grad_and_requires_grad_setters_act_on_the_worker(cluster):
             w.grad = [1.0]
         del w.grad
         assert w.grad is None
+        # .data = t replaces the values on the worker
+        remote[4].bias.data = torch.tensor([1.0, 2.0, 3.0])
+        np.testing.assert_array_equal(remote[4].bias.detach().numpy(), [1.0, 2.0, 3.0])
+        with pytest.raises(RuntimeError, match="keeps its shape"):
+            remote[4].bias.data = torch.ones(4)
         # a frozen parameter gets no gradient, as in one process
         remote[0].weight.requires_grad = False
         assert remote[0].weight.requires_grad is False
