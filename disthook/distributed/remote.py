@@ -1,5 +1,5 @@
-"""A model deployed on workers, as seen from the client: ``RemoteModel``, its autograd node
-``RemoteBackward0``, and ``deploy``, which places it.
+"""A model deployed on workers, as seen from the client: ``RemoteModel`` and ``deploy``,
+which places it (its autograd node ``RemoteBackward0`` is in ``autograd_node``).
 
 ``Cluster.deploy(module, stages=N)`` cuts the module's children into N contiguous stages
 (``placement``: balanced by parameter count or forward time, or at ``split_points``) and
@@ -24,15 +24,14 @@ import copy
 import itertools
 import time
 import uuid
-import weakref
 from collections import OrderedDict
 
 import numpy as np
 
-from disthook.autograd import engine, grad_mode
-from disthook.autograd.graph import SECOND_BACKWARD_MSG, Node, gradient_edge
+from disthook.autograd import grad_mode
 from disthook.distributed import checkpoint, placement
 from disthook.distributed.aliases import client_aliases
+from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.distributed.channel import _Hub
 from disthook.distributed.hooks import WorkerHook
 from disthook.distributed.optimizer import DistributedOptimizer
@@ -54,59 +53,6 @@ from disthook.tensor import Tensor
 
 # public API kept importable from here; the rest lives in the modules named above
 __all__ = ["DistributedOptimizer", "RemoteBackward0", "RemoteModel", "partition"]
-
-
-class RemoteBackward0(Node):
-    """The client-side node of one remote forward: backward crosses to the workers. With
-    micro-batches, one context per micro-batch: their backwards are sent at once and flow
-    back through the stages as a pipeline."""
-
-    def __init__(self, model: RemoteModel, ctx_ids: list[str], x: Tensor,
-                 sizes: list[int] | None, stage: int | None = None):
-        super().__init__()
-        # the stage whose output this is: the last, or the one a run_until stopped at
-        self._stage = len(model._addresses) - 1 if stage is None else stage
-        self.next_functions = (gradient_edge(x),)
-        self.needs_input_grad = (x._requires_grad,)
-        self._input_meta = ((x._data.shape, x._data.dtype),)
-        self._model = model
-        self._ctx_ids = ctx_ids
-        self._sizes = sizes  # rows of each micro-batch (None: one, the whole batch)
-        # a graph dropped without a backward that freed it: the workers free theirs. (Bound
-        # to the hub, not to its list of pending releases, which a flush replaces.)
-        self._finalizer = weakref.finalize(self, model._hub.release, ctx_ids)
-
-    def name(self) -> str:
-        return "RemoteBackward0"
-
-    def _backward(self, grads: list) -> tuple:
-        if self._freed:
-            raise RuntimeError(SECOND_BACKWARD_MSG)
-        (g,) = grads
-        # the workers keep their graphs exactly when this backward keeps the client's
-        retain = engine.retains_graph()
-        model = self._model
-        parts = [g._data] if self._sizes is None else split_rows(g._data, self._sizes)
-        replies = model._hub.request_all(
-            [(model._addresses[self._stage], {"stage": self._stage, "grads": [part],
-                                     "retain_graph": retain, "reply_to": model._hub.reply_to,
-                                     "mb": None if self._sizes is None else i}, ctx_id)
-             for i, (part, ctx_id) in enumerate(zip(parts, self._ctx_ids))],
-            "backward", what="backward through the remote stages")
-        if not retain:
-            self._finalizer.detach()  # the workers closed the contexts themselves
-            for ctx_id in self._ctx_ids:
-                model._hub.drop_context(ctx_id)
-        gxs = [r["result"]["grads"][0] for r in replies]
-        if all(gx is None for gx in gxs):
-            return (None,)
-        gxs = [np.zeros(p.shape, g._data.dtype) if gx is None else np.asarray(gx)
-               for gx, p in zip(gxs, parts)]
-        return (Tensor._make(np.concatenate(gxs) if len(gxs) > 1 else np.array(gxs[0]),
-                             None, 0),)
-
-    def _release(self) -> None:
-        self._freed = True
 
 
 class RemoteModel(Module):
