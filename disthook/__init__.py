@@ -74,7 +74,6 @@ from disthook.tensor import (  # noqa: F401
     zeros_like,
 )
 
-__version__ = "0.1.0"
 
 
 def is_tensor(obj) -> type(True):
@@ -198,3 +197,10 @@ def broadcast_tensors(*tensors):
 def broadcast_shapes(*shapes):
     return Size(_np.broadcast_shapes(*shapes))
 from disthook import nn, optim  # noqa: F401
+from disthook import accelerator, backends, distributions, futures, multiprocessing  # noqa: F401
+from disthook.serialization import load, save  # noqa: F401
+from disthook.torch_version import TORCH_VERSION as _TORCH_VERSION
+from disthook.torch_version import TorchVersion as _TorchVersion
+
+# what programs compare torch.__version__ with: the torch release whose semantics these follow
+__version__ = _TorchVersion(_TORCH_VERSION)

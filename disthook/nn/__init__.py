@@ -1,7 +1,8 @@
 """Neural-network layers with PyTorch's module hooks (``torch.nn``)."""
 from disthook.nn import functional, init, modules, utils
 from disthook.nn.modules import *
-from disthook.nn.parameter import Parameter
+from disthook.nn import parallel  # noqa: F401
+from disthook.nn.parameter import Buffer, Parameter
 
-__all__ = ["Parameter", "functional", "init", "modules", "utils"]
+__all__ = ["Buffer", "Parameter", "functional", "init", "modules", "parallel", "utils"]
 __all__ += modules.__all__  # every layer, as torch.nn has them
