@@ -1,4 +1,7 @@
+import importlib.util
+import re
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -18,3 +21,58 @@ def no_warnings():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         yield
+
+
+PARITY_HINT = "pip install -e '.[parity]' installs torch 2.13.0 and runs them"
+TORCH_MISSING = ("torch is not installed", "could not import 'torch'")
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+# a test module that skips itself at import when torch is missing
+IMPORTS_TORCH_OR_SKIPS = re.compile(r"^(?:\w+\s*=\s*)?pytest\.importorskip\(\s*[\"']torch[\"']",
+                                    re.MULTILINE)
+
+
+def _say_how_to_run(report) -> None:
+    """A test skipped for want of torch (a skipif or an importorskip) says how to run it,
+    in one wording for all."""
+    if report.skipped and isinstance(report.longrepr, tuple):
+        path, line, reason = report.longrepr
+        if any(text in reason for text in TORCH_MISSING):
+            report.longrepr = (path, line, f"torch is not installed: {PARITY_HINT}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    _say_how_to_run((yield).get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):  # a module named on the command line, skipped
+    _say_how_to_run((yield).get_result())
+
+
+def _needs_torch_to_import(path: Path) -> bool:
+    return (path.suffix == ".py" and path.name.startswith("test_")
+            and IMPORTS_TORCH_OR_SKIPS.search(path.read_text(encoding="utf-8")) is not None)
+
+
+def pytest_ignore_collect(collection_path: Path, config):
+    """Without torch, a module that would skip itself whole at import is not collected:
+    such a skip is one result for no collected test, so pytest's final count exceeded the
+    collected count by one per module. The end of the run names them instead."""
+    if not HAS_TORCH and _needs_torch_to_import(collection_path):
+        return True
+    return None
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if HAS_TORCH:
+        return
+    asked = [Path(arg.split("::")[0]) for arg in config.args] or [Path("tests")]
+    left_out = sorted({path for arg in asked if arg.exists()
+                       for path in ([arg] if arg.is_file() else arg.rglob("test_*.py"))
+                       if _needs_torch_to_import(path)})
+    if left_out:
+        terminalreporter.write_line(
+            f"{len(left_out)} test module(s) that compare with torch were not collected "
+            f"(torch is not installed: {PARITY_HINT}): "
+            + ", ".join(path.name for path in left_out))
