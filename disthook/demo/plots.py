@@ -8,6 +8,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
 DPI = 110
 LAYER_NAMES = {"0": "conv1", "2": "conv2", "6": "linear"}  # children of demo.model's CNN
@@ -25,8 +27,31 @@ def _label(param: str) -> str:
     return f"{LAYER_NAMES.get(child, child)}.{attr}"
 
 
+def _log_axis(axis) -> None:
+    """Label a log axis (after plotting) at enough values to read it: 1-9 times each power
+    of ten within one decade, 1, 2, 3 and 5 times it within two, 1, 2 and 5 within four, the
+    powers alone beyond (matplotlib's default labels the powers of ten only, so a range of less
+    than a decade shows one or two labels)."""
+    low, high = sorted(axis.get_view_interval())
+    decades = np.log10(high / low) if low > 0 else np.inf
+    subs = (np.arange(1, 10) if decades < 1 else (1, 2, 3, 5) if decades < 2
+            else (1, 2, 5) if decades < 4 else (1,))
+    axis.set_major_locator(LogLocator(base=10, subs=np.asarray(subs, dtype=float)))
+    axis.set_major_formatter(FormatStrFormatter("%g"))
+    axis.set_minor_locator(LogLocator(base=10, subs=np.arange(2, 10) * 1.0))
+    axis.set_minor_formatter(NullFormatter())
+
+
+EPOCH_LINE = dict(color="grey", lw=0.8, ls=":")
+
+
 def curves(history, path: Path) -> str:
     """Training loss, and training/test accuracy, over the steps."""
+    return _save(draw_curves(history), path)
+
+
+def draw_curves(history):
+    """The figure of ``curves``."""
     steps = np.arange(1, len(history.loss) + 1)
     epoch_ends = np.arange(1, len(history.test_accuracy) + 1) * history.steps_per_epoch
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
@@ -38,13 +63,21 @@ def curves(history, path: Path) -> str:
                label="training batch (logits captured on the last stage's worker)")
     right.plot(epoch_ends, 100 * np.asarray(history.test_accuracy), "o-", color="tab:green",
                label="test set, after each epoch")
-    right.set(title="Accuracy", xlabel="step", ylabel="accuracy (%)", ylim=(0, 101))
+    # room above 100%, so that a batch at 100% is drawn whole, not cut by the frame
+    right.set(title="Accuracy", xlabel="step", ylabel="accuracy (%)", ylim=(0, 105),
+              yticks=range(0, 101, 20))
     for ax in (left, right):
         ax.grid(alpha=0.3)
-        ax.legend(loc="best", fontsize=8)
         for x in epoch_ends[:-1]:
-            ax.axvline(x, color="grey", lw=0.5, ls=":")
-    return _save(fig, path)
+            ax.axvline(x, **EPOCH_LINE)
+        handles, _ = ax.get_legend_handles_labels()
+        if len(epoch_ends) > 1:
+            handles.append(Line2D([], [], label="end of an epoch", **EPOCH_LINE))
+        # accuracy rises from the lower left: its legend goes where the curves end up above
+        ax.legend(handles=handles, loc="upper right" if ax is left else "lower right",
+                  fontsize=8)
+    _log_axis(left.yaxis)
+    return fig
 
 
 def _smooth(values, width: int = 10) -> np.ndarray:
@@ -83,9 +116,14 @@ def feature_maps(images: np.ndarray, labels: np.ndarray, maps_by_epoch: dict,
 
 
 def gradient_flow(history, clip_norm: float, path: Path) -> str:
-    """Each parameter's gradient norm (before clipping) over the steps, and per layer."""
+    """Each parameter's gradient norm (before clipping) over the steps, and per parameter."""
+    return _save(draw_gradient_flow(history, clip_norm), path)
+
+
+def draw_gradient_flow(history, clip_norm: float):
+    """The figure of ``gradient_flow``."""
     names = list(history.grad_norms)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2),
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.4), layout="constrained",
                                       gridspec_kw={"width_ratios": [2, 1]})
     colors = plt.get_cmap("tab10")
     for k, name in enumerate(names):
@@ -107,31 +145,53 @@ def gradient_flow(history, clip_norm: float, path: Path) -> str:
     right.set_yticks(y, [_label(n) for n in names], fontsize=8)
     right.invert_yaxis()
     right.set_xscale("log")
-    right.set(title="Per layer, whole run", xlabel="‖grad‖ per micro-batch")
+    right.tick_params(axis="x", labelsize=7, labelrotation=45)
+    right.set(title="Per parameter, whole run", xlabel="‖grad‖ per micro-batch",
+              ylabel="parameter")
+    right.grid(alpha=0.3, axis="x", which="both")
     right.legend(fontsize=7)
+    _log_axis(left.yaxis)
+    _log_axis(right.xaxis)
     fig.suptitle("Gradient flow, recorded on the workers by record_norm tensor hooks",
                  fontsize=11)
-    return _save(fig, path)
+    return fig
 
 
 def grad_cam(images: np.ndarray, labels: np.ndarray, predicted: np.ndarray, cams: np.ndarray,
              path: Path) -> str:
-    """Each digit, and its Grad-CAM heat map for the predicted class laid over it."""
+    """Each digit; its Grad-CAM map for the predicted class as computed, one cell per
+    position of the conv layer's output; and that map smoothed and laid over the digit."""
+    return _save(draw_grad_cam(images, labels, predicted, cams), path)
+
+
+GRAD_CAM_ROWS = ("digit", "Grad-CAM {h}×{w}\n(as computed)", "smoothed,\nover the digit")
+
+
+def draw_grad_cam(images: np.ndarray, labels: np.ndarray, predicted: np.ndarray,
+                  cams: np.ndarray):
+    """The figure of ``grad_cam``: three rows of equal width, one column per digit."""
     n = len(images)
-    fig, axes = plt.subplots(2, n, figsize=(1.45 * n + 0.8, 3.4), squeeze=False)
+    fig, axes = plt.subplots(3, n, figsize=(1.25 * n + 1.6, 4.6), squeeze=False,
+                             layout="constrained")
     for i in range(n):
         axes[0, i].imshow(images[i, 0], cmap="gray_r", vmin=0, vmax=1)
         ok = "" if labels[i] == predicted[i] else " ✗"
-        axes[0, i].set_title(f"true {labels[i]}, pred {predicted[i]}{ok}", fontsize=8)
-        axes[1, i].imshow(images[i, 0], cmap="gray", vmin=0, vmax=1)
-        im = axes[1, i].imshow(cams[i], cmap="jet", alpha=0.5, vmin=0, vmax=1,
-                               interpolation="bilinear")
+        axes[0, i].set_title(f"true {labels[i]}\npred {predicted[i]}{ok}", fontsize=8)
+        im = axes[1, i].imshow(cams[i], cmap="jet", vmin=0, vmax=1, interpolation="nearest")
+        axes[2, i].imshow(images[i, 0], cmap="gray", vmin=0, vmax=1)
+        # the map stretched over the digit's extent, so a cell covers the pixels it saw
+        height, width = images[i, 0].shape
+        axes[2, i].imshow(cams[i], cmap="jet", alpha=0.5, vmin=0, vmax=1,
+                          interpolation="bilinear", extent=(-0.5, width - 0.5, height - 0.5,
+                                                            -0.5))
     for ax in axes.ravel():
         ax.set_xticks([])
         ax.set_yticks([])
-    axes[0, 0].set_ylabel("digit", fontsize=9)
-    axes[1, 0].set_ylabel("Grad-CAM", fontsize=9)
-    fig.colorbar(im, ax=axes[1, :], shrink=0.9, pad=0.01, label="importance")
+    h, w = cams.shape[1:]
+    for row, label in enumerate(GRAD_CAM_ROWS):
+        axes[row, 0].set_ylabel(label.format(h=h, w=w), fontsize=8)
+    # one colour bar beside all three rows, so every row keeps the same width
+    fig.colorbar(im, ax=axes, shrink=0.6, label="importance (1 = the map's peak)")
     fig.suptitle("Grad-CAM at the last conv layer for the predicted class "
                  "(captured on the last stage's worker)", fontsize=10)
-    return _save(fig, path)
+    return fig

@@ -11,15 +11,21 @@ HEADINGS = {"curves.png": "Loss and accuracy",
 EXPLANATIONS = {
     "curves.png": "Training loss and accuracy per pipelined step (accuracy from the logits a "
                   "capture hook kept on the last stage's worker), and test accuracy after "
-                  "each epoch.",
+                  "each epoch; the dotted lines mark where one epoch ends and the next "
+                  "begins. The loss axis is logarithmic.",
     "feature_maps.png": "What the first conv layer's filters respond to in two test digits, "
                         "after the first and the last epoch, kept by a capture forward hook "
                         "on the worker that owns the layer.",
     "gradient_flow.png": "Every parameter's gradient norm per micro-batch, recorded by "
                          "record_norm tensor hooks on the owning workers before "
-                         "clip_grad_norm hooks clip it at the dashed line.",
+                         "clip_grad_norm hooks clip it at the dashed line. Left: over the "
+                         "steps; right: each parameter's mean and largest norm over the run "
+                         "(both on log axes).",
     "grad_cam.png": "Where the last conv layer looked for the predicted class, from its output "
-                    "and gradient captured by a forward and a full backward hook on its worker.",
+                    "and gradient captured by a forward and a full backward hook on its worker. "
+                    "The middle row is the map as computed, one cell per position of the "
+                    "layer's output (the layer keeps the digit's 8x8 grid); the bottom row is "
+                    "the same map smoothed (bilinear) and laid over the digit.",
 }
 
 PAGE = """<!DOCTYPE html>
@@ -32,6 +38,7 @@ body {{ font-family: system-ui, sans-serif; max-width: 1100px; margin: 2em auto;
        padding: 0 1em; color: #222; }}
 img {{ max-width: 100%; border: 1px solid #ddd; }}
 table {{ border-collapse: collapse; }}
+pre {{ margin: 0; text-align: left; font-size: 0.85em; }}
 td, th {{ border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: right; }}
 th:first-child, td:first-child {{ text-align: left; }}
 </style>
@@ -42,6 +49,8 @@ th:first-child, td:first-child {{ text-align: left; }}
 (1F1B, 4 micro-batches per step) in {epochs} epoch(s): test accuracy
 <b>{accuracy:.1%}</b> on {digits} digits. Every hook below ran inside the worker that owns
 its layer or parameter; the clip hooks rescaled {clipped:.1%} of the micro-batch gradients.</p>
+<h2>Run setup</h2>
+{setup}
 <h2>Hooks fired per worker</h2>
 {counts}
 {sections}
@@ -59,7 +68,22 @@ def write(path: Path, figures: dict, summary) -> None:
     Path(path).write_text(PAGE.format(
         stages=len(summary.stages), epochs=summary.epochs, accuracy=summary.test_accuracy,
         digits=summary.test_digits, clipped=summary.clipped, sections=sections,
-        counts=_counts_table(summary)), encoding="utf-8")
+        counts=_counts_table(summary), setup=_setup_table(summary.setup)),
+        encoding="utf-8")
+
+
+def _setup_table(setup: dict) -> str:
+    """The run's setup, a row per item; the model as printed, the command as code."""
+    def cell(label, text):
+        if label == "model":
+            return f"<pre>{html.escape(text)}</pre>"
+        if label == "command":
+            return f"<code>{html.escape(text)}</code>"
+        return html.escape(text)
+
+    rows = "".join(f'<tr><th>{html.escape(label)}</th><td style="text-align: left">'
+                   f"{cell(label, text)}</td></tr>\n" for label, text in setup.items())
+    return f'<table class="setup">\n{rows}</table>'
 
 
 def _counts_table(summary) -> str:

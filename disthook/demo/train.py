@@ -14,6 +14,7 @@ Hooks, all running inside the worker that owns the module or parameter:
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import time
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from disthook.demo.model import (
     load_digits,
     one_per_class,
 )
+from disthook.demo.progress import Progress
 from disthook.distributed import DistributedOptimizer, hooks, local_cluster
 
 EPOCHS = 12
@@ -63,13 +65,15 @@ class Summary:
     epochs: int
     out: Path
     files: list[str]
-    stages: list  # (stage, worker id, children) per stage
+    stages: list  # (stage, worker id, children as "(index) Kind") per stage
     hook_counts: dict  # worker id -> {hook name: calls}
     clipped: float  # the share of micro-batch gradients the clip hooks rescaled
     seconds: float
+    setup: dict = dataclasses.field(default_factory=dict)  # what the run was: see run_setup
 
     def hooks_fired(self) -> list[tuple[str, str, dict]]:
-        """(worker id, "stage i: its children", {hook name: calls}) in stage order."""
+        """(worker id, "stage i: (0) Conv2d, (1) ReLU", {hook name: calls}) in stage
+        order."""
         holds = {worker: f"stage {stage}: {', '.join(children)}"
                  for stage, worker, children in self.stages}
         return sorted(((worker, holds.get(worker, "no stage"), counts)
@@ -78,9 +82,11 @@ class Summary:
 
 
 def run(*, workers: int = 2, epochs: int = EPOCHS, out: str | Path = "disthook-demo",
-        quick: bool = False, seed: int = 0, progress: bool = True) -> Summary:
+        quick: bool = False, seed: int = 0, progress: bool = True,
+        command: str | None = None) -> Summary:
     """Train, watch with worker hooks, explain with Grad-CAM, write the figures and
-    ``index.html`` to ``out``; a ``Summary``. ``quick``: a subset of the digits."""
+    ``index.html`` to ``out``; a ``Summary``. ``quick``: a subset of the digits.
+    ``progress``: say what happens on stderr; ``command``: how it was started, for the page."""
     from disthook.demo import plots, report
 
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 2:
@@ -89,17 +95,30 @@ def run(*, workers: int = 2, epochs: int = EPOCHS, out: str | Path = "disthook-d
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
     started = time.perf_counter()
+    say = Progress(enabled=progress)
+    batch_size = QUICK_BATCH_SIZE if quick else BATCH_SIZE
     data = load_digits(seed=seed, limit=QUICK_DIGITS if quick else None)
+    say.say(f"starting a coordinator and {workers} workers; digits: {len(data.y_train)} to "
+            f"train on, {len(data.y_test)} to test")
+    model = build_model(seed)
     with local_cluster(workers) as cluster:
-        remote = cluster.deploy(build_model(seed), stages=2, split_points=SPLIT_POINTS,
+        remote = cluster.deploy(model, stages=2, split_points=SPLIT_POINTS,
                                 chunks=CHUNKS, schedule="1f1b")
-        history = train(cluster, remote, data, epochs, seed=seed, progress=progress,
-                        batch_size=QUICK_BATCH_SIZE if quick else BATCH_SIZE)
+        stages = [(stage, worker, [f"({name}) {type(model._modules[name]).__name__}"
+                                   for name in names])
+                  for stage, worker, names in remote.workers()]
+        for stage, worker, children in stages:
+            say.say(f"stage {stage} on worker {worker}: {', '.join(children)}")
+        history = train(cluster, remote, data, epochs, seed=seed, progress=say,
+                        batch_size=batch_size)
         shown = one_per_class(data.y_test)  # a digit of each class, for Grad-CAM
         cam_x, cam_y = data.x_test[shown], data.y_test[shown]
+        say.say(f"Grad-CAM of {len(shown)} test digits, one per class")
         cams, cam_pred = explain(cluster, remote, cam_x)
-        stages, counts = remote.workers(), cluster.hook_counts()
+        counts = cluster.hook_counts()
+        say.say("stopping the cluster")
     out = Path(out)
+    say.say(f"writing figures and index.html to {out}")
     out.mkdir(parents=True, exist_ok=True)
     figures = {
         "curves.png": plots.curves(history, out / "curves.png"),
@@ -114,16 +133,32 @@ def run(*, workers: int = 2, epochs: int = EPOCHS, out: str | Path = "disthook-d
                       epochs=epochs, out=out.resolve(), files=[*figures, "index.html"],
                       stages=stages, hook_counts=counts,
                       clipped=float(np.mean(norms > CLIP_NORM)),
-                      seconds=time.perf_counter() - started)
+                      seconds=time.perf_counter() - started,
+                      setup=run_setup(model, data, epochs=epochs, batch_size=batch_size,
+                                      command=command))
     report.write(out / "index.html", figures, summary)
     return summary
 
 
-def train(cluster, remote, data, epochs: int, *, seed: int = 0, progress: bool = True,
-          batch_size: int = BATCH_SIZE) -> History:
-    """Pipelined training steps; after each epoch the test set is evaluated."""
-    from tqdm import tqdm
+def run_setup(model, data, *, epochs: int, batch_size: int, command: str | None) -> dict:
+    """What the run was, as the page shows it: label -> text, in reading order."""
+    return {"model": repr(model),
+            "placement": f"2 pipeline stages, split before child {SPLIT_POINTS[0]}",
+            "optimizer": f"Adam, learning rate {LEARNING_RATE:g}",
+            "batch": f"{batch_size} digits, {CHUNKS} micro-batches per step, 1F1B schedule",
+            "gradient clipping": f"norm {CLIP_NORM:g} per parameter and micro-batch",
+            "data": f"{len(data.y_train)} training and {len(data.y_test)} test digits "
+                    "(scikit-learn's 8x8 digits)",
+            "epochs": str(epochs),
+            "command": command or "disthook.demo.run(...)",
+            "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")}
 
+
+def train(cluster, remote, data, epochs: int, *, seed: int = 0,
+          progress: Progress | bool = True, batch_size: int = BATCH_SIZE) -> History:
+    """Pipelined training steps; after each epoch the test set is evaluated (a line per
+    epoch on ``progress``)."""
+    say = progress if isinstance(progress, Progress) else Progress(enabled=progress)
     history = History(steps_per_epoch=-(-len(data.y_train) // batch_size))
     opt = DistributedOptimizer(torch.optim.Adam, remote.parameters(), lr=LEARNING_RATE)
     handles = [remote[len(remote) - 1].register_forward_hook(hooks.capture("logits"))]
@@ -134,11 +169,9 @@ def train(cluster, remote, data, epochs: int, *, seed: int = 0, progress: bool =
         handles.append(param.register_hook(hooks.clip_grad_norm(CLIP_NORM)))
         history.grad_norms[name] = []
     rng = np.random.default_rng(seed)
-    bar = tqdm(total=epochs * history.steps_per_epoch, unit="step", disable=not progress,
-               dynamic_ncols=True, leave=False)
+    say.start_training(epochs, history.steps_per_epoch, batch_size)
     try:
         for epoch in range(1, epochs + 1):
-            bar.set_description(f"epoch {epoch}/{epochs}")
             order = rng.permutation(len(data.y_train))
             for first in range(0, len(order), batch_size):
                 rows = order[first:first + batch_size]
@@ -153,15 +186,15 @@ def train(cluster, remote, data, epochs: int, *, seed: int = 0, progress: bool =
                 predicted = _stitch(logits).argmax(1)
                 history.accuracy.append(float(np.mean(predicted == data.y_train[rows])))
                 _record_norms(history, cluster.captured("grad_norm", details=True, clear=True))
-                bar.set_postfix(loss=f"{history.loss[-1]:.3f}",
-                                acc=f"{history.accuracy[-1]:.0%}", refresh=False)
-                bar.update()
+                say.step(epoch, epochs, history.loss[-1], history.accuracy[-1])
             history.test_accuracy.append(_evaluate(cluster, remote, data, history, epoch))
             cluster.captured("logits", clear=True)  # the evaluation's, not a step's: dropped
-            bar.set_postfix(loss=f"{history.loss[-1]:.3f}", acc=f"{history.accuracy[-1]:.0%}",
-                            test=f"{history.test_accuracy[-1]:.1%}")
+            steps = slice(-history.steps_per_epoch, None)
+            say.end_epoch(epoch, epochs, loss=float(np.mean(history.loss[steps])),
+                          accuracy=float(np.mean(history.accuracy[steps])),
+                          test_accuracy=history.test_accuracy[-1])
     finally:
-        bar.close()
+        say.close()
         for handle in handles:
             handle.remove()
     return history

@@ -24,12 +24,13 @@ DEMO = [sys.executable, "-m", "disthook.cli", "demo"]
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
-    """One ``disthook demo --epochs 1 --quick``: its output directory and stdout."""
+    """One ``disthook demo --epochs 2 --quick`` (its output a pipe, not a terminal): its
+    output directory, stdout and stderr."""
     out = tmp_path_factory.mktemp("demo") / "out"
-    proc = subprocess.run([*DEMO, "--epochs", "1", "--quick", "--out", str(out)],
+    proc = subprocess.run([*DEMO, "--epochs", "2", "--quick", "--out", str(out)],
                           capture_output=True, text=True, timeout=200, check=False)
     assert proc.returncode == 0, proc.stderr
-    return out, proc.stdout
+    return out, proc.stdout, proc.stderr
 
 
 def image_sources(page: Path) -> list[str]:
@@ -50,7 +51,7 @@ def image_sources(page: Path) -> list[str]:
 def test_the_figures_are_pngs_matplotlib_reads(quick_run):
     import matplotlib.image
 
-    out, _ = quick_run
+    out, _, _ = quick_run
     pngs = sorted(p.name for p in out.glob("*.png"))
     assert pngs == ["curves.png", "feature_maps.png", "grad_cam.png", "gradient_flow.png"]
     for name in pngs:
@@ -61,29 +62,46 @@ def test_the_figures_are_pngs_matplotlib_reads(quick_run):
 
 
 def test_index_html_shows_every_figure_by_a_relative_path(quick_run):
-    out, _ = quick_run
+    out, _, _ = quick_run
     sources = image_sources(out / "index.html")
     assert sorted(sources) == sorted(p.name for p in out.glob("*.png"))
     assert all((out / s).is_file() for s in sources)
 
 
 def test_the_summary_gives_accuracy_files_and_hooks_fired_on_each_worker(quick_run):
-    out, stdout = quick_run
-    accuracy = re.search(r"^test accuracy: ([\d.]+)% on (\d+) digits after 1 epoch", stdout,
+    out, stdout, _ = quick_run
+    accuracy = re.search(r"^test accuracy: ([\d.]+)% on (\d+) digits after 2 epoch", stdout,
                          re.MULTILINE)
     assert accuracy, stdout
     assert float(accuracy.group(1)) > 20  # chance is 10%
     assert f"files: {out.resolve() / 'index.html'}" in stdout
-    workers = re.findall(r"^  (\S+) \(stage (\d): [\d, ]+\): (.*)$", stdout, re.MULTILINE)
-    assert [stage for _, stage, _ in workers] == ["0", "1"], stdout
+    workers = re.findall(r"^  (\S+) \(stage (\d): (.*)\): (.*)$", stdout, re.MULTILINE)
+    assert [(stage, children) for _, stage, children, _ in workers] == [
+        ("0", "(0) Conv2d, (1) ReLU"),
+        ("1", "(2) Conv2d, (3) ReLU, (4) MaxPool2d, (5) Flatten, (6) Linear")], stdout
     counts = [{name: int(n) for name, n in re.findall(r"(\w+) (\d+)", fired)}
-              for _, _, fired in workers]
+              for _, _, _, fired in workers]
     first, last = counts
     # every parameter has a norm recorder and a clip hook, fired once per micro-batch; the
     # last stage holds twice as many parameters (conv2 and linear) as the first (conv1)
     assert first["record_norm"] == first["clip_grad_norm"] > 0
     assert last["record_norm"] == last["clip_grad_norm"] == 2 * first["record_norm"]
     assert first["capture"] > 0 and last["capture"] > 0  # feature maps; logits, Grad-CAM
+
+
+def test_its_progress_in_a_pipe_is_whole_lines_with_one_per_epoch(quick_run):
+    out, _, stderr = quick_run
+    assert "\r" not in stderr  # no bar redrawn in place where there is no terminal
+    lines = stderr.splitlines()
+    assert lines[0].startswith("starting a coordinator and 2 workers; digits: 480 to train")
+    assert lines[1].startswith("stage 0 on worker ") and lines[1].endswith(
+        ": (0) Conv2d, (1) ReLU")
+    assert lines[3] == "training: 2 epoch(s) of 30 steps, batch 16"
+    epochs = [line for line in lines if line.startswith("epoch ")]
+    assert [line.split(":")[0] for line in epochs] == ["epoch 1/2", "epoch 2/2"]
+    assert all(re.fullmatch(r"epoch \d/2: train loss [\d.]+, train accuracy [\d.]+%, test "
+                            r"accuracy [\d.]+% \([\d.]+ s\)", line) for line in epochs), epochs
+    assert lines[-1] == f"writing figures and index.html to {out}"
 
 
 def test_without_the_demo_extra_it_says_what_to_install_in_one_line(tmp_path):
@@ -124,7 +142,7 @@ def test_ctrl_c_stops_the_cluster_and_exits_130(tmp_path):
                             stderr=subprocess.PIPE, text=True)
     try:
         seen = ""
-        while "epoch 1/" not in seen:  # training has started: the cluster is up
+        while "training: " not in seen:  # training has started: the cluster is up
             chunk = proc.stderr.read(1)
             assert chunk, f"the demo ended before training: {seen}"
             seen += chunk
@@ -170,7 +188,7 @@ def chromium(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install "
                                              "chromium)")
 def test_a_browser_loads_every_image_of_the_page(quick_run, tmp_path):
-    out, _ = quick_run
+    out, _, _ = quick_run
     page = out / "index.html"
     # the same page with a script that writes down, after load, how many images loaded;
     # beside it, so that its relative image paths resolve the same way
