@@ -1,6 +1,12 @@
-"""The worker process of a disthook cluster (see ../shared/DESIGN.md).
+"""The worker process of a disthook cluster (docs/distributed.md has the architecture).
 
-A worker owns one stage of a model: its modules, their parameters and the autograd graph of
-each open context. Tensor and module hooks registered on what it owns fire here; client
-hooks cross to the client as ``hook_event`` messages of ``disthook.wire``.
+A worker owns stages of deployed models: their modules, their parameters and the autograd
+graph of each open context. Tensor and module hooks registered on what it owns fire here;
+client hooks cross to the client as ``hook_event`` messages of ``disthook.wire``.
+
+- ``state``: every decision, as plain state driven by events (no sockets, no threads);
+- ``server``: the socket shell that turns messages into events and carries out the
+  instructions, the worker's command line;
+- ``runners``: the threads that take turns, so a request that waits never stops the loop;
+- ``compute``, ``client_hooks``, ``params``: the requests' handlers.
 """

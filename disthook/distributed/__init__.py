@@ -1,16 +1,19 @@
-"""The client side of a disthook cluster (see ../shared/DESIGN.md), one module per idea.
+"""The client side of a disthook cluster (docs/distributed.md), one module per idea.
 
 - ``cluster``: ``local_cluster`` / ``connect`` / ``Cluster``: start or attach to a
   coordinator and its workers, list them, shut them down;
-- ``remote``: ``RemoteModel``, a model whose stages run on workers, its autograd node
-  ``RemoteBackward0`` whose backward crosses the stages, and ``deploy``;
+- ``remote``: ``RemoteModel``, a model whose stages run on workers, and ``deploy``;
+- ``autograd_node``: ``RemoteBackward0``, the node whose backward crosses the stages;
+- ``aliases``: the names (``torch``) under which the client imports disthook, for workers;
+- ``endpoint``: the one parser of addresses and the default port;
 - ``placement``: partition, split points, worker choice, micro-batch sizes (pure);
 - ``channel``: the sockets to a model's stages: requests side by side, lost workers,
   batched releases of graphs and ``zero_grad`` calls;
 - ``client_hooks``: serving client hooks when a worker fires them;
 - ``proxies``: ``RemoteModule``, ``RemoteParameter``, ``RemoteHandle``;
 - ``hook_kinds``: the table of hook kinds (register method, options, what a hook sees);
-- ``optimizer``: ``DistributedOptimizer``, stepping each worker's share;
+- ``optimizer``: ``DistributedOptimizer``, stepping each worker's share (any
+  ``disthook.optim`` optimizer does so too for a deployed model's parameters);
 - ``checkpoint``: the checkpoint layout and its file I/O;
 - ``schedule``: GPipe and 1F1B schedules (pure);
 - ``spec`` and ``values``: modules and values as data, the form in which they travel;
