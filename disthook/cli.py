@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import signal
@@ -35,13 +36,21 @@ def _demo(args) -> int:
               f"got {args.workers} and {epochs}", file=sys.stderr)
         return 2
     try:
-        summary = demo.run(workers=args.workers, epochs=epochs, out=args.out, quick=args.quick)
+        summary = demo.run(workers=args.workers, epochs=epochs, out=args.out, quick=args.quick,
+                           command=_demo_command(args, epochs))
     except KeyboardInterrupt:  # the cluster was closed and its processes reaped on the way
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         print("\ndisthook demo: interrupted; the cluster is stopped", file=sys.stderr)
         return 130
     _print_summary(summary)
     return 0
+
+
+def _demo_command(args, epochs: int) -> str:
+    """The command line that repeats this demo run, for its page."""
+    argv = ["disthook", "demo", "--workers", str(args.workers), "--epochs", str(epochs),
+            "--out", args.out] + (["--quick"] if args.quick else [])
+    return shlex.join(argv)
 
 
 def _print_summary(summary) -> None:
@@ -86,7 +95,7 @@ def _launch(args) -> int:
         secured = f", keys {args.keys}" if args.keys else ""
         print(f"disthook cluster up: coordinator {cluster.address}, {args.workers} worker(s)"
               f"{secured}; Ctrl-C stops it", flush=True)
-        _print_status(cluster.status())
+        _print_status(cluster.full_status())
 
     def check():  # a process died: stop, unless --restart replaced it
         for i, proc in enumerate(cluster._processes):
@@ -211,34 +220,118 @@ def _status(args) -> int:
         print(f"disthook status: {exc}", file=sys.stderr)
         return 1
     with cluster:
-        _print_status(cluster.status(), cluster._ask_workers("status"))
+        if args.watch:
+            return _watch(cluster, args.every, as_json=args.json)
+        if args.json:
+            print(json.dumps(cluster.full_status(), indent=2))
+        else:
+            _print_status(cluster.full_status())
     return 0
 
 
-def _print_status(status: dict, details: dict | None = None) -> None:
-    """The coordinator, then a row per worker: id, address, liveness, last heartbeat, memory,
-    open forward graphs, and per stage held its modules and parameter count (``details``:
-    the workers' own status replies by id, when they could be asked)."""
+def _watch(cluster, every: float, *, as_json: bool = False, stream=None) -> int:
+    """``status --watch``: the table again every ``every`` seconds (redrawn in place on a
+    terminal, blocks apart otherwise; with ``--json`` one document per line) until Ctrl-C,
+    with each worker's calls per second since the last refresh."""
+    from disthook.distributed import ClusterError
+
+    stream = sys.stdout if stream is None else stream
+    redraw = stream.isatty() and not as_json
+    seen: dict[str, tuple[float, int]] = {}  # worker id -> (when, messages decoded then)
+    try:
+        while True:
+            try:
+                status = cluster.full_status()
+            except (ClusterError, OSError) as exc:
+                print(f"disthook status: the coordinator stopped answering: {exc}",
+                      file=sys.stderr)
+                return 1
+            rates = _call_rates(status, seen, time.monotonic())
+            if as_json:
+                for w in status["workers"]:
+                    w["calls_per_s"] = rates.get(w["id"])
+                print(json.dumps(status), file=stream, flush=True)
+            else:
+                if redraw:
+                    stream.write("\x1b[H\x1b[2J")  # home, clear: the table stays in place
+                _print_status(status, rates=rates, columns=WATCH_COLUMNS, stream=stream,
+                              note=f"every {every:g} s; Ctrl-C stops")
+                if not redraw:
+                    print(file=stream)
+                stream.flush()
+            time.sleep(every)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _call_rates(status: dict, seen: dict, now: float) -> dict[str, float]:
+    """Messages each worker decoded per second since it was last ``seen`` (updated), not
+    counting the status request that asked."""
+    rates = {}
+    for w in status["workers"]:
+        count = (w.get("own") or {}).get("messages")
+        if count is None:
+            continue
+        if w["id"] in seen:
+            then, before = seen[w["id"]]
+            # less this command's own status request to it
+            rates[w["id"]] = max(count - before - 1, 0) / max(now - then, 1e-9)
+        seen[w["id"]] = (now, count)
+    return rates
+
+
+STATUS_COLUMNS = ("worker", "address", "alive", "beat", "memory", "graphs", "stage",
+                  "modules", "params")
+WATCH_COLUMNS = ("worker", "alive", "beat", "memory", "graphs", "waits", "queued", "calls/s",
+                 "stage", "modules", "params")
+LEFT_ALIGNED = {"worker", "address", "stage", "modules"}
+
+
+def _print_status(status: dict, *, rates: dict | None = None,
+                  columns: tuple = STATUS_COLUMNS, stream=None, note: str = "") -> None:
+    """The coordinator, then a row per worker and stage it holds (``full_status()``'s
+    document): liveness, last heartbeat, memory, open forward graphs, requests waiting on a
+    hook or a neighbour and queued, calls per second (``rates``), the stage's modules and
+    parameter count. Each column is as wide as its widest cell; "?" where a worker did not
+    say."""
     c = status["coordinator"]
     print(f"coordinator {c['address']}  pid {c['pid']}  host {c['host']}  "
-          f"up {c['uptime']:.0f} s")
-    print(f"{'worker':<22} {'address':<24} {'alive':>5} {'beat':>7} {'memory':>8} "
-          f"{'graphs':>6}  {'stage':<24} {'modules':<14} {'params':>9}")
-    details = details or {}
-    for w in status["workers"]:
-        memory = f"{w['memory'] / 2**20:.0f} MiB" if w["memory"] else "?"
-        mine = details.get(w["id"], {})
-        graphs = mine.get("contexts", "?")
-        stages = [(name, mine.get("stage_stats", {}).get(name, {})) for name in w["stages"]]
-        head = (f"{w['id']:<22} {w['address']:<24} {'yes' if w['alive'] else 'LOST':>5} "
-                f"{w['last_seen']:>6.1f}s {memory:>8} {graphs:>6}  ")
-        if not stages:
-            print(head + "-")
-        for i, (name, stats) in enumerate(stages):
-            modules = ",".join(stats.get("modules", [])) or "?"
-            params = stats.get("parameters", "?")
-            print((head if i == 0 else " " * len(head)) +
-                  f"{name:<24} {modules:<14} {params:>9}")
+          f"up {c['uptime']:.0f} s" + (f"  ({note})" if note else ""), file=stream)
+    rows = [row for w in status["workers"] for row in _worker_rows(w, (rates or {}).get(w["id"]))]
+    for line in _table(columns, rows):
+        print(line, file=stream)
+
+
+def _worker_rows(w: dict, rate: float | None) -> list[dict]:
+    """A worker's cells: one row per stage it holds (the worker's own cells on the first)."""
+    own = w.get("own") or {}
+    memory = own.get("memory") or w.get("memory")
+    cells = {"worker": w["id"], "address": w["address"],
+             "alive": "yes" if w["alive"] else "LOST", "beat": f"{w['last_seen']:.1f}s",
+             "memory": f"{memory / 2**20:.0f} MiB" if memory else "?",
+             "graphs": str(own.get("contexts", "?")), "waits": str(own.get("waits", "?")),
+             "queued": str(own.get("queued", "?")),
+             "calls/s": "?" if rate is None else f"{rate:.1f}"}
+    if not w["stages"]:
+        return [{**cells, "stage": "-", "modules": "", "params": ""}]
+    rows = []
+    for name in w["stages"]:
+        stats = own.get("stage_stats", {}).get(name, {})
+        rows.append({**(cells if not rows else dict.fromkeys(cells, "")), "stage": name,
+                     "modules": ",".join(stats.get("modules", [])) or "?",
+                     "params": str(stats.get("parameters", "?"))})
+    return rows
+
+
+def _table(columns: tuple, rows: list[dict]) -> list[str]:
+    """A header and the rows, two spaces between columns sized to their content."""
+    widths = {c: max([len(c), *(len(row[c]) for row in rows)]) for c in columns}
+
+    def line(cells: dict) -> str:
+        return "  ".join(cells[c].ljust(widths[c]) if c in LEFT_ALIGNED
+                         else cells[c].rjust(widths[c]) for c in columns).rstrip()
+
+    return [line({c: c for c in columns}), *(line(row) for row in rows)]
 
 
 def _keys(args) -> int:
@@ -362,6 +455,14 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--keys", metavar="DIR", help="the cluster's key directory")
     status.add_argument("--key-name", default="client",
                         help="which client pair of DIR to use (default client)")
+    status.add_argument("--json", action="store_true",
+                        help="print the coordinator's and every worker's own status as one "
+                             "JSON document (with --watch: one document per line)")
+    status.add_argument("--watch", action="store_true",
+                        help="refresh until Ctrl-C: workers, stages, open graphs, memory, "
+                             "calls per second, requests waiting on hooks and queued")
+    status.add_argument("--every", type=_seconds, default=1.0, metavar="SECONDS",
+                        help="with --watch: seconds between refreshes (default 1)")
     status.set_defaults(fn=_status)
     keys = sub.add_parser("keys", help="make the key directory of a cluster that uses keys")
     keys_sub = keys.add_subparsers(dest="action", required=True)

@@ -186,6 +186,25 @@ class Cluster:
         return {worker_id: reply["hooks_fired"]
                 for worker_id, reply in self._ask_workers("status").items()}
 
+    def full_status(self, timeout: float | None = None) -> dict:
+        """The coordinator's status with each worker's own status reply under its entry's
+        ``"own"`` key (memory, open graphs as ``contexts``, ``waits``, ``queued``, messages
+        decoded, hooks fired, per-stage stats); ``None`` there, and the reason under
+        ``"error"``, for a worker that is lost or did not answer within ``timeout`` (default:
+        the cluster's). One JSON-ready document, for ``disthook status --json``."""
+        status = self.status()
+        for w in status["workers"]:
+            w["own"], w["error"] = None, None
+            if not w["alive"]:
+                w["error"] = "lost: no heartbeat"
+                continue
+            try:
+                with Peer(w["address"], name=f"worker {w['id']}", keys=self.keys) as peer:
+                    w["own"] = peer.request("status", timeout=timeout or self.timeout)["result"]
+            except (RuntimeError, OSError) as exc:  # an error, a time-out: say so, go on
+                w["error"] = str(exc)
+        return status
+
     def _ask_workers(self, msg_type: str, fields: dict | None = None) -> dict:
         """Send one request to every live worker directly; worker id -> its result."""
         self._check_open()
