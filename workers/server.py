@@ -200,16 +200,17 @@ class Worker(ComputeHandlers, HookHandlers, ParamHandlers, Service):
     def _execute(self, instructions: list) -> None:
         """Carry out what the state decided (jobs start at the end of the round)."""
         for ins in instructions:
-            if isinstance(ins, Run):
+            kind = type(ins)
+            if kind is Run:
                 self._todo.append(ins.job)
-            elif isinstance(ins, Resume):
+            elif kind is Resume:
                 turn = self._sleepers.pop(ins.wait.id, None)
                 if turn is not None:
                     self.runners.resume(turn)
-            elif isinstance(ins, Reply):
+            elif kind is Reply:
                 self.reply(self.router, ins.to, ins.req, "error", {
                     "kind": ins.kind, "message": ins.message, "worker": self.id})
-            elif isinstance(ins, Log):
+            elif kind is Log:
                 getattr(self.log, ins.level)("%s", ins.text)
 
     def _start_jobs(self) -> None:

@@ -43,7 +43,7 @@ ANSWERS = frozenset({"hook_reply", "error"})
 
 
 # ---- events (what happened) -----------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class MessageIn:
     """A decoded message on the worker's endpoint from ``sender`` (its routing identity)."""
 
@@ -51,21 +51,21 @@ class MessageIn:
     msg: Any  # wire.Message
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class JobDone:
     """A request's job ended (answered, failed, or given up)."""
 
     job: Job
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class ClientGone:
     """The connection of ``identity`` closed (the process died, or missed its heartbeats)."""
 
     identity: bytes
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Tick:
     """Time passed: deadlines of waits and contexts are checked against ``now``."""
 
@@ -73,21 +73,21 @@ class Tick:
 
 
 # ---- instructions (what the shell does) ---------------------------------------------------
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Run:
     """Start the job of a request (the shell runs its handler)."""
 
     job: Job
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Resume:
     """A wait ended (``wait.outcome`` or ``wait.error`` is set): its job goes on."""
 
     wait: Wait
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Reply:
     """Answer ``to`` at once with an error: what it sent fits nothing here."""
 
@@ -97,7 +97,7 @@ class Reply:
     message: str
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Log:
     level: str  # "info" | "warning"
     text: str
@@ -177,13 +177,14 @@ class WorkerState:
     # ---- the one entry point ------------------------------------------------------------------
     def handle(self, event) -> list:
         """Apply one event; the instructions it calls for, in order."""
-        if isinstance(event, MessageIn):
+        kind = type(event)
+        if kind is MessageIn:
             return self._on_message(event.sender, event.msg)
-        if isinstance(event, JobDone):
+        if kind is JobDone:
             return self._on_job_done(event.job)
-        if isinstance(event, ClientGone):
+        if kind is ClientGone:
             return self._on_client_gone(event.identity)
-        if isinstance(event, Tick):
+        if kind is Tick:
             return self._on_tick(event.now)
         raise TypeError(f"not a worker event: {event!r}")
 
