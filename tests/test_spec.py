@@ -85,7 +85,14 @@ def test_unsendable_attribute_names_module_and_attribute():
     net = nn.Sequential(nn.Linear(2, 2))
     net[0].act = lambda x: x
     with pytest.raises(SpecError, match=r"attribute 'act' of 0 \(Linear\) cannot travel to a "
-                                        r"worker: a value of type function"):
+                                        r"worker: a lambda \(define it as a function"):
+        module_spec(net)
+
+    def local_fn(x):
+        return x
+
+    net[0].act = local_fn
+    with pytest.raises(SpecError, match="local_fn, defined inside a function"):
         module_spec(net)
     root = nn.Linear(2, 2)
     root.table = {1: "x"}
@@ -143,3 +150,25 @@ def test_a_class_defined_in_a_function_is_refused_on_the_client():
     with pytest.raises(SpecError, match=r"1 is a .*<locals>.Inner, a class defined inside a "
                                         "function: workers cannot import it"):
         module_spec(nn.Sequential(nn.Identity(), Inner()))
+
+
+def test_functions_and_classes_of_a_module_travel_by_name():
+    """TransformerEncoderLayer holds F.relu; a model may hold a class to build things with."""
+    import math
+
+    net = nn.Sequential(nn.Linear(2, 2))
+    net[0].act = nn.functional.gelu
+    net[0].kinds = [math.sqrt, nn.Tanh]
+    spec = module_spec(net)
+    assert spec["children"]["0"]["attrs"]["act"] == {"ref": "disthook.nn.functional:gelu"}
+    copy = build_module(wire.decode(wire.encode("load_stage", {
+        "model": "m", "stage": 0, "spec": spec}))["spec"])
+    assert copy[0].act is nn.functional.gelu and copy[0].kinds == [math.sqrt, nn.Tanh]
+    layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0)
+    assert build_module(module_spec(layer)).activation is layer.activation
+    bad = {**spec["children"]["0"]["attrs"], "act": {"ref": "json:loads.nothing"}}
+    spec["children"]["0"]["attrs"] = bad
+    with pytest.raises(SpecError, match="names no function or class here"):
+        build_module(spec)
+    with pytest.raises(SpecError, match="importing 'json' is not allowed here"):
+        build_module(spec, allow=lambda m: m.startswith("disthook"))

@@ -22,6 +22,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -103,8 +104,9 @@ def _spec(module: Module, path: str, seen: dict[int, str]) -> dict:
         except SpecError as exc:
             raise SpecError(f"attribute {name!r} of {where} ({type(module).__name__}) cannot "
                             f"travel to a worker: {exc}. Only None, bool, int, float, str, "
-                            "dtypes and tuples, lists and str-keyed dicts of them do; build "
-                            "such values in forward() or from plain attributes.") from None
+                            "dtypes, functions and classes defined at a module's top level "
+                            "(by name), and tuples, lists and str-keyed dicts of them do; "
+                            "build such values in forward() or from plain attributes.") from None
     if "<locals>" in type(module).__qualname__:
         raise SpecError(f"{where} is a {type(module).__qualname__}, a class defined inside a "
                         "function: workers cannot import it; define it at module level")
@@ -149,10 +151,53 @@ def _plain(value):
             if not isinstance(k, str):
                 raise SpecError(f"dict key {k!r} is not a str")
         return {"dict": {k: _plain(v) for k, v in value.items()}}
+    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
+        return {"ref": _reference(value)}
     raise SpecError(f"a value of type {type(value).__name__}")
 
 
+def _reference(obj) -> str:
+    """``"module:qualname"`` of a function or class the workers can import by that name
+    (as F.relu held by TransformerEncoderLayer); a lambda or a nested function cannot."""
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", "")
+    if "<lambda>" in qualname:
+        raise SpecError("a lambda (define it as a function at a module's top level, or "
+                        "compute it in forward())")
+    if "<locals>" in qualname or not module:
+        raise SpecError(f"{qualname or repr(obj)}, defined inside a function (define it at a "
+                        "module's top level)")
+    found = sys.modules.get(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    if found is not obj:
+        raise SpecError(f"{module}.{qualname}, which is not found by that name")
+    return f"{module}:{qualname}"
+
+
 # ---- spec -> module -------------------------------------------------------------------------
+
+def _resolve_reference(path: str, where: str, allow, main):
+    """The function or class a ``{"ref": "module:qualname"}`` attribute names."""
+    if path.count(":") != 1:
+        raise SpecError(f"spec of {where}: {path!r} is not a 'module:qualname' reference")
+    module, qualname = path.split(":")
+    if module in ("__main__", "__mp_main__"):
+        if main is None:
+            raise SpecError(f"spec of {where}: {path!r} is defined in the client's main "
+                            "script, which this worker did not import")
+        found = main
+    else:
+        if allow is not None and not allow(module):
+            raise SpecError(f"spec of {where}: importing {module!r} is not allowed here")
+        try:
+            found = importlib.import_module(module)
+        except ImportError as exc:
+            raise SpecError(f"spec of {where}: cannot import {module!r}: {exc}") from None
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    if not callable(found):
+        raise SpecError(f"spec of {where}: {path!r} names no function or class here")
+    return found
 
 def build_module(spec: dict, *, allow: Callable[[str], bool] | None = None,
                  main=None) -> Module:
@@ -219,7 +264,7 @@ def _build(spec, path: str, made: dict[str, Tensor], allow, main=None) -> Module
     for name, value in spec["attrs"].items():
         if name in _MODULE_INTERNALS:
             raise SpecError(f"spec of {where}: attribute {name!r} is Module state, not data")
-        module.__dict__[name] = _unplain(value, f"{where}.{name}")
+        module.__dict__[name] = _unplain(value, f"{where}.{name}", allow, main)
     for name, entry in spec["params"].items():
         t = _tensor(entry, _join(path, name), made, parameter=True)
         module._parameters[name] = t
@@ -261,7 +306,7 @@ def _tensor(entry, path: str, made: dict[str, Tensor], *, parameter: bool):
     return t
 
 
-def _unplain(value, where: str):
+def _unplain(value, where: str, allow=None, main=None):
     if value is None or type(value) in (bool, int, float, str):
         return value
     if isinstance(value, dict) and len(value) == 1:
@@ -271,8 +316,10 @@ def _unplain(value, where: str):
             if isinstance(dt, _dtype.dtype):
                 return dt
         elif tag in ("tuple", "list") and isinstance(payload, list):
-            items = [_unplain(v, where) for v in payload]
+            items = [_unplain(v, where, allow, main) for v in payload]
             return tuple(items) if tag == "tuple" else items
         elif tag == "dict" and isinstance(payload, dict):
-            return {k: _unplain(v, where) for k, v in payload.items()}
+            return {k: _unplain(v, where, allow, main) for k, v in payload.items()}
+        elif tag == "ref" and isinstance(payload, str):
+            return _resolve_reference(payload, where, allow, main)
     raise SpecError(f"spec of {where}: {value!r:.80} is not a plain attribute value")
