@@ -17,7 +17,7 @@ from sys import modules as _loaded
 
 import numpy as np
 
-from disthook.autograd import grad_mode
+from disthook.autograd import grad_mode, saved_hooks
 from disthook.autograd.graph import AccumulateGrad, Node, gradient_edge
 
 
@@ -357,6 +357,9 @@ def execute(roots, grads, *, retain_graph: bool, create_graph: bool, inputs=None
 
     prev = grad_mode.is_grad_enabled()
     grad_mode._state.enabled = create_graph
+    # As torch's engine runs a graph task under a copy of the caller's thread-local state:
+    # saved-tensor hooks entered or exited inside backward (in a hook) end with it.
+    prev_hooks = saved_hooks.snapshot()
     running = _running.__dict__.setdefault("tasks", [])
     running.append(task)
     try:
@@ -364,6 +367,7 @@ def execute(roots, grads, *, retain_graph: bool, create_graph: bool, inputs=None
     finally:
         running.pop()
         grad_mode._state.enabled = prev
+        saved_hooks.restore(prev_hooks)
     return results
 
 

@@ -29,6 +29,16 @@ def current_pair() -> tuple | None:
     return pairs[-1] if pairs else None
 
 
+def snapshot() -> tuple:
+    """This thread's hook stack and disabled state, for restore() after a backward."""
+    return list(_tls.pairs), _tls.disabled_msg
+
+
+def restore(state: tuple) -> None:
+    _tls.pairs[:] = state[0]
+    _tls.disabled_msg = state[1]
+
+
 class saved_tensors_hooks:
     """Context manager: ``pack_hook(tensor) -> Any`` when a tensor is saved for backward,
     ``unpack_hook(packed) -> Tensor`` when it is read back."""
@@ -43,6 +53,9 @@ class saved_tensors_hooks:
         _tls.pairs.append((self.pack_hook, self.unpack_hook))
 
     def __exit__(self, *exc) -> None:
+        if not _tls.pairs:  # torch's internal assert on popping an empty stack
+            raise RuntimeError("is_initialized && !tls.stack.empty() INTERNAL ASSERT FAILED: "
+                               "saved_tensors_hooks exited more times than it was entered")
         _tls.pairs.pop()
 
 
