@@ -3,7 +3,7 @@
 Every test runs under disthook and, when it is installed, under torch 2.13 (the ``lib``
 fixture), so each expectation is proven against torch. Tests log the order in which hooks
 fire and assert the exact list, like PyTorch's test/nn/test_module_hooks.py. Section
-numbers refer to shared/hook_semantics.md.
+numbers refer to docs/hook_semantics.md.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Seed 003 (shared/seeds/003_*.txt): a 2024 Chinese blog post that reprints the docstrings of
+"""Seed 003: a 2024 Chinese blog post that reprints the docstrings of
 ``register_backward_hook`` and ``register_forward_hook`` with a translation. It has no program
 and no printed output, so the programs here are built from its statements, each run under
 disthook (only the import lines changed) and under torch, and checked against what torch 2.13

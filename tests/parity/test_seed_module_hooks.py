@@ -1,7 +1,8 @@
-"""The seed programs of shared/seeds/ (000, 001, 002, 004) run under disthook.
+"""The seed programs (000, 001, 002, 004: torch hook examples from 2018-2020 posts) run under
+disthook.
 
 Each program is the seed's code with only its import lines changed (``as_disthook``). The
-expected output is what torch 2.13 prints (hook_semantics.md §6.6-§6.8, §7.3-§7.4); it is
+expected output is what torch 2.13 prints (docs/hook_semantics.md §6.6-§6.8, §7.3-§7.4); it is
 hard-coded, so these tests run without torch, and each is also run under torch when it is
 installed to prove the expectation. Where the 2018-2020 posts printed something else, torch
 2.13 wins: e.g. seed 002's legacy hook on ``Linear(x)/4`` gets ``(grad, None)`` today.
