@@ -110,3 +110,23 @@ def test_without_a_terminal_progress_is_whole_lines_one_per_epoch():
     assert [line.split(" (")[0] for line in lines[1:]] == [
         f"epoch {e}/2: train loss 0.500, train accuracy 75.0%, test accuracy 80.0%"
         for e in (1, 2)]
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_the_epoch_lines_stay_above_the_bar():
+    stream = Terminal()
+    say = Progress(stream=stream)
+    say.start_training(1, 3, 16)
+    for _ in range(3):
+        say.step(1, 1, 0.5, 0.75)
+    say.end_epoch(1, 1, loss=0.5, accuracy=0.75, test_accuracy=0.8)
+    say.close()
+    text = stream.getvalue()
+    assert "epoch 1/1" in text and "3/3" in text  # the bar ran
+    kept = [line for line in text.replace("\r", "\n").splitlines()
+            if line.startswith("epoch 1/1: train loss 0.500")]
+    assert len(kept) == 1, text  # written once, as a whole line
