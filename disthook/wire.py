@@ -694,25 +694,27 @@ _HOOK_VALUE_TAGS = {"same": "int", "tuple": "list", "list": "list", "dict": "map
 
 def _check_hook_value(where, value, depth):
     """A hook's argument or result as disthook.distributed.values packs it (None, a bool,
-    number or string; {"tensor": array, "requires_grad": bool}; {"tuple"|"list": [values]};
+    number or string; {"tensor": array, "requires_grad": bool, "grad_fn"?: node name};
+    {"tuple"|"list": [values]};
     {"dict": {str: value}}; {"opaque": type name}), or as a hook's result refers to the
     worker's tensors ({"same": index}; {"tensor": array, "vjp": key})."""
     if value is None or type(value) in (bool, int, float, str):
         return value
-    if (type(value) is dict and len(value) == 2 and type(value.get("tensor")) is np.ndarray
-            and type(value.get("requires_grad")) is bool):  # the common case, at once
-        return value
+    if (type(value) is dict and type(value.get("tensor")) is np.ndarray
+            and type(value.get("requires_grad")) is bool
+            and (len(value) == 2 or (len(value) == 3 and type(value.get("grad_fn")) is str))):
+        return value  # the common case, at once
     if depth > MAX_NESTING:
         raise WireError(f"{where}: hook value nested deeper than {MAX_NESTING} levels")
     if not isinstance(value, dict):
         raise WireError(f"{where} must be a hook value (None, a number, a string or a "
                         f"tagged map), got {_type_name(value)}")
-    if value.keys() in ({"tensor", "requires_grad"}, {"tensor", "vjp"}):
-        second = "requires_grad" if "requires_grad" in value else "vjp"
+    if value.keys() in ({"tensor", "requires_grad"}, {"tensor", "vjp"},
+                        {"tensor", "requires_grad", "grad_fn"}):
         _field_value(f"{where}.tensor", "array", "array", None, value["tensor"], depth)
-        _field_value(f"{where}.{second}", "bool" if second == "requires_grad" else "str",
-                     "bool" if second == "requires_grad" else "str", None, value[second],
-                     depth)
+        for name, kind in (("requires_grad", "bool"), ("vjp", "str"), ("grad_fn", "str")):
+            if name in value:
+                _field_value(f"{where}.{name}", kind, kind, None, value[name], depth)
         return value
     if len(value) != 1 or next(iter(value)) not in _HOOK_VALUE_TAGS:
         raise WireError(f"{where}: not a hook value: a map with keys {sorted(value, key=str)}")

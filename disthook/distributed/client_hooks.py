@@ -15,6 +15,7 @@ from disthook import autograd as torch_autograd
 from disthook import wire
 from disthook.autograd import engine, grad_mode
 from disthook.distributed.values import pack, unpack
+from disthook.ops.base import Op
 from disthook.tensor import Tensor
 
 __all__ = ["HookServer"]
@@ -73,14 +74,15 @@ class HookServer:
         leaves: list[Tensor] = []  # the tensors the hook is given, in the order packed
         bases: list[Tensor] = []  # what each is computed from here: vjps are taken for these
 
-        def leaf(array, requires_grad):
+        def leaf(array, requires_grad, grad_fn=None):
             t = base = Tensor._make(np.array(array), None, 0)
             if diff and requires_grad:
-                # the worker's tensor came out of an op: so does the hook's, so that the hook
-                # may change it in place (out[:, :4] = 0) as in one process, recorded
+                # the worker's tensor came out of an op: so does the hook's (named as that
+                # op's node), so that the hook may change it in place (out[:, :4] = 0) as in
+                # one process, recorded
                 base.requires_grad_(True)
                 with grad_mode.set_grad_enabled(True):
-                    t = base.clone()
+                    t = _as_made_by(grad_fn or "CloneBackward0").apply(base)
             ref = weakref.ref(t)
             t.retain_grad = lambda: _retain_on_worker(ref())  # acts on the worker's tensor
             leaves.append(t)
@@ -138,6 +140,34 @@ class HookServer:
         for store in (self.vjps, self.watched):
             for key in [k for k in store if k.startswith(prefix)]:
                 del store[key]
+
+
+class _WorkerMade(Op):
+    """A copy of a worker's tensor that came out of an op there: identity, its node named
+    as the worker's (``_as_made_by``), so the hook sees ``grad_fn=<AddmmBackward0>`` as in
+    one process."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x._data.copy()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+_MADE_BY: dict[str, type] = {}
+
+
+def _as_made_by(node_name: str) -> type:
+    """The op class whose node is called ``node_name``."""
+    op = _MADE_BY.get(node_name)
+    if op is None:
+        if not node_name.isidentifier():
+            node_name = "CloneBackward0"
+        op = _MADE_BY[node_name] = type(f"_Made{node_name}", (_WorkerMade,),
+                                        {"node_name": node_name})
+    return op
 
 
 _WARNING_CLASSES = {cls.__name__: cls for cls in (

@@ -1,6 +1,7 @@
 """Hook arguments and results as wire data, both ways between a worker and the client.
 
-Tensors travel as their array plus whether they require grad; tuples, lists and str-keyed
+Tensors travel as their array, whether they require grad and the name of the node that
+made them (its ``grad_fn``, shown on the other side as it is here); tuples, lists and str-keyed
 dicts keep their kind; None, bools, numbers and strings travel as they are. Anything else
 (a module object, say) cannot cross: it travels as ``{"opaque": "<type name>"}`` and
 arrives as ``None`` — the receiving side substitutes what it knows (the client passes its
@@ -18,6 +19,9 @@ __all__ = ["pack", "unpack"]
 def pack(value):
     """Wire data for ``value`` (tensors by value: their arrays, detached)."""
     if isinstance(value, Tensor):
+        if value._grad_fn is not None:  # the receiver shows the same grad_fn name
+            return {"tensor": value._data, "requires_grad": bool(value._requires_grad),
+                    "grad_fn": type(value._grad_fn).__name__}
         return {"tensor": value._data, "requires_grad": bool(value._requires_grad)}
     if value is None or type(value) in (bool, int, float, str):
         return value
@@ -31,15 +35,17 @@ def pack(value):
 
 
 def unpack(data, make_tensor=None):
-    """The value of wire data; ``make_tensor(array, requires_grad)`` builds each tensor
+    """The value of wire data; ``make_tensor(array, requires_grad, grad_fn)`` builds each
+    tensor, ``grad_fn`` being the name of the node that made it on the sender (or None)
     (default: a new tensor owning a copy of the array, without history)."""
     if make_tensor is None:
         make_tensor = _plain_tensor
     if data is None or type(data) in (bool, int, float, str):
         return data
-    if isinstance(data, dict) and len(data) in (1, 2):
+    if isinstance(data, dict) and len(data) in (1, 2, 3):
         if "tensor" in data and isinstance(data["tensor"], np.ndarray):
-            return make_tensor(data["tensor"], bool(data.get("requires_grad")))
+            return make_tensor(data["tensor"], bool(data.get("requires_grad")),
+                               data.get("grad_fn"))
         if len(data) == 1:
             (tag, payload), = data.items()
             if tag == "tuple" and isinstance(payload, list):
@@ -65,5 +71,5 @@ def tensors_in(value):
             yield from tensors_in(v)
 
 
-def _plain_tensor(array: np.ndarray, requires_grad: bool) -> Tensor:
+def _plain_tensor(array: np.ndarray, requires_grad: bool, grad_fn: str | None = None) -> Tensor:
     return Tensor._make(np.array(array), None, 0)

@@ -1,6 +1,7 @@
-"""Seed 001's SaveValues program with its Net deployed on 2 workers prints what it prints in
-one process: the forward hook's input and output of l2 and the full backward hook's
-gradients, captured on the worker that owns l2 and handed to the client's hooks."""
+"""The seeds' programs with their model deployed on 2 workers print what they print in one
+process: seed 001's SaveValues (the forward hook's input and output of l2 and the full
+backward hook's gradients, captured on the worker that owns l2 and handed to the client's
+hooks), and seed 004's shape printer, feature extractor and gradient clipper."""
 import io
 import sys
 from contextlib import redirect_stdout
@@ -9,7 +10,13 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from parity.test_seed_module_hooks import SEED_001, as_disthook  # noqa: E402
+from parity.test_seed_module_hooks import (  # noqa: E402
+    SEED_001,
+    SEED_004_CLIPPER,
+    SEED_004_FEATURES,
+    SEED_004_SHAPES,
+    as_disthook,
+)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -59,3 +66,21 @@ def test_a_warning_raised_on_a_worker_reaches_the_client():
         run(program)
     got = [(w.category.__name__, str(w.message)) for w in caught]
     assert got == [NO_INPUT_GRAD_WARNING]
+
+
+@pytest.mark.parametrize("program,before", [
+    (SEED_004_SHAPES, "verbose_model = VerboseExecution(model)\n"),
+    (SEED_004_FEATURES, 'feature_extractor = FeatureExtractor(model, layers=["1", "2.0"])\n'),
+    (SEED_004_CLIPPER, "clipped_model = gradient_clipper(model, 0.3)\n"),
+], ids=["shapes", "features", "clipper"])
+def test_seed_004_programs_on_two_workers_print_the_same(program, before):
+    """The model deployed right before the wrapper takes it; every line the same (the
+    features' grad_fn names too), but for a printed model, which shows where each part
+    lives."""
+    program = as_disthook(program)
+    assert program.count(before) == 1
+    local = run(program)
+    remote = run(program.replace(before, DEPLOY.replace("Net()", "model") + before))
+    if "print(verbose_model)" in program:  # the printed tree is marked with the workers
+        local, remote = local.split("VerboseExecution(")[0], remote.split("VerboseExecution(")[0]
+    assert remote == local
