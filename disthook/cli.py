@@ -69,6 +69,9 @@ def _bench(args) -> int:
     return main(args.suite, quick=args.quick, json_path=args.json, plot_path=args.plot)
 
 
+STARTUP_STATUS_TIMEOUT_S = 2.0  # launch's table: how long each worker may take to answer
+
+
 def _launch(args) -> int:
     from disthook.distributed import local_cluster
     from disthook.distributed.endpoint import EndpointInUse
@@ -95,7 +98,8 @@ def _launch(args) -> int:
         secured = f", keys {args.keys}" if args.keys else ""
         print(f"disthook cluster up: coordinator {cluster.address}, {args.workers} worker(s)"
               f"{secured}; Ctrl-C stops it", flush=True)
-        _print_status(cluster.full_status())
+        # a worker that dies meanwhile must not hold the watch on the processes for long
+        _print_status(cluster.full_status(timeout=STARTUP_STATUS_TIMEOUT_S))
 
     def check():  # a process died: stop, unless --restart replaced it
         for i, proc in enumerate(cluster._processes):
