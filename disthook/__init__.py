@@ -163,6 +163,9 @@ def bernoulli(p: Tensor, *, generator=None) -> Tensor:
 
 def _method(name: str):
     def fn(input, *args, **kwargs):
+        if not isinstance(input, Tensor):
+            raise TypeError(f"{name}(): argument 'input' (position 1) must be Tensor, not "
+                            f"{type(input).__name__}")
         return getattr(input, name)(*args, **kwargs)
 
     fn.__name__ = name

@@ -9,8 +9,19 @@ import pytest
 
 import disthook
 
+def _hook_returns_a_str(t):
+    """A forward hook that returns a str: the next layer gets it (torch's TypeError)."""
+    seq = t.nn.Sequential(t.nn.Linear(2, 2), t.nn.Linear(2, 2))
+    seq[0].register_forward_hook(lambda module, args, out: "oops")
+    return seq(t.ones(1, 2))
+
+
 # (id, fn of the torch-like module, exception type, torch's message)
 CASES = [
+    ("hook_returns_str", _hook_returns_a_str, TypeError,
+     "linear(): argument 'input' (position 1) must be Tensor, not str"),
+    ("tanh_of_str", lambda t: t.tanh("x"), TypeError,
+     "tanh(): argument 'input' (position 1) must be Tensor, not str"),
     # broadcasting
     ("add", lambda t: t.ones(3) + t.ones(4), RuntimeError,
      "The size of tensor a (3) must match the size of tensor b (4) at non-singleton dimension 0"),
@@ -244,3 +255,11 @@ def test_broadcast_error_when_recording_a_graph():
             "The size of tensor a (3) must match the size of tensor b (4) at non-singleton "
             "dimension 1")):
         x * disthook.ones(2, 4)
+
+
+def test_an_op_given_something_else_than_a_tensor_raises_type_error():
+    """Not an AttributeError from inside the op: the exception type torch gives."""
+    for fn in (lambda: disthook.relu(None), lambda: disthook.nn.functional.gelu("x"),
+               lambda: disthook.ones(2).addcmul("a", "b")):
+        with pytest.raises(TypeError):
+            fn()

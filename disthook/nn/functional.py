@@ -33,6 +33,9 @@ from disthook.tensor import Tensor, cat
 
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``input @ weight.T + bias`` over the last dim of ``input``."""
+    if not isinstance(input, Tensor):  # a forward hook upstream returned something else
+        raise TypeError(f"linear(): argument 'input' (position 1) must be Tensor, not "
+                        f"{type(input).__name__}")
     if input._data.dtype != weight._data.dtype:
         raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: "
                            f"{_c_name(input)} != {_c_name(weight)}")

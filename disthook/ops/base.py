@@ -45,39 +45,44 @@ class Op(Node):
 
     @classmethod
     def apply(cls, *inputs, **params):
-        """Run the op on Tensor ``inputs`` with keyword ``params``; wire it into the graph."""
-        if grad_mode._state.enabled and cls.differentiable:
-            needs = tuple([t._requires_grad for t in inputs])
-            if True in needs:
-                ctx = _new(cls._node_cls)  # Node.__init__'s fields are all set right here
-                ctx._seq = next(_sequence)
-                ctx.needs_input_grad = needs
-                out = cls.forward(ctx, *inputs, **params)
-                ctx.next_functions = tuple([
-                    (t._grad_fn, t._output_nr) if t._grad_fn is not None
-                    else (grad_accumulator(t), 0) if t._requires_grad else _NO_EDGE
-                    for t in inputs])
-                ctx._input_meta = tuple([(t._data.shape, t._data.dtype) for t in inputs])
-                if type(out) is tuple:
-                    ctx._output_meta = tuple([(o.shape, o.dtype) for o in out])
-                    # integer outputs (max's indices) are not differentiable: no history
-                    view = cls.view and MULTI_OUTPUT_VIEW
-                    outs = tuple([_wrap(o, ctx, i, inputs, view) if o.dtype.kind == "f"
-                                  else _wrap(o, None, 0, inputs, view)
-                                  for i, o in enumerate(out)])
-                elif type(out) is np.ndarray and not cls.view:
-                    outs = _make(out, ctx, 0)
-                else:
-                    outs = _wrap(out, ctx, 0, inputs, cls.view)
-                saved = ctx._saved
-                if saved is not None and OUTPUT in saved:
-                    ctx._resolve_saved_output(outs)
-                return outs
-        out = cls.forward(_NO_CTX, *inputs, **params)
-        if type(out) is tuple:
-            view = cls.view and MULTI_OUTPUT_VIEW
-            return tuple([_wrap(o, None, 0, inputs, view) for o in out])
-        return _wrap(out, None, 0, inputs, cls.view)
+        """Run the op on Tensor ``inputs`` with keyword ``params``; wire it into the graph.
+        A non-Tensor input is torch's TypeError, naming its position and type."""
+        try:
+            if grad_mode._state.enabled and cls.differentiable:
+                needs = tuple([t._requires_grad for t in inputs])
+                if True in needs:
+                    ctx = _new(cls._node_cls)  # Node.__init__'s fields are all set right here
+                    ctx._seq = next(_sequence)
+                    ctx.needs_input_grad = needs
+                    out = cls.forward(ctx, *inputs, **params)
+                    ctx.next_functions = tuple([
+                        (t._grad_fn, t._output_nr) if t._grad_fn is not None
+                        else (grad_accumulator(t), 0) if t._requires_grad else _NO_EDGE
+                        for t in inputs])
+                    ctx._input_meta = tuple([(t._data.shape, t._data.dtype) for t in inputs])
+                    if type(out) is tuple:
+                        ctx._output_meta = tuple([(o.shape, o.dtype) for o in out])
+                        # integer outputs (max's indices) are not differentiable: no history
+                        view = cls.view and MULTI_OUTPUT_VIEW
+                        outs = tuple([_wrap(o, ctx, i, inputs, view) if o.dtype.kind == "f"
+                                      else _wrap(o, None, 0, inputs, view)
+                                      for i, o in enumerate(out)])
+                    elif type(out) is np.ndarray and not cls.view:
+                        outs = _make(out, ctx, 0)
+                    else:
+                        outs = _wrap(out, ctx, 0, inputs, cls.view)
+                    saved = ctx._saved
+                    if saved is not None and OUTPUT in saved:
+                        ctx._resolve_saved_output(outs)
+                    return outs
+            out = cls.forward(_NO_CTX, *inputs, **params)
+            if type(out) is tuple:
+                view = cls.view and MULTI_OUTPUT_VIEW
+                return tuple([_wrap(o, None, 0, inputs, view) for o in out])
+            return _wrap(out, None, 0, inputs, cls.view)
+        except AttributeError:
+            _check_tensors(cls, inputs)
+            raise
 
     def _resolve_saved_output(self, outs) -> None:
         out = outs[0] if type(outs) is tuple else outs
@@ -92,6 +97,17 @@ class Op(Node):
 
 
 _new = object.__new__
+
+
+def _check_tensors(cls, inputs: tuple) -> None:
+    """TypeError for the first input of ``cls`` that is not a Tensor (an AttributeError
+    from inside an op means one was given: a hook returned a str, say)."""
+    from disthook.tensor import Tensor
+
+    for position, t in enumerate(inputs, 1):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{cls.__name__.lower()}(): argument (position {position}) must "
+                            f"be Tensor, not {type(t).__name__}") from None
 _NO_EDGE = (None, 0)  # the edge of an input that takes no gradient
 
 
