@@ -119,12 +119,14 @@ class ComputeHandlers:
                     t.requires_grad_(True)  # a fresh leaf per context: its grad goes back
                 inputs.append(t)
             job.micro_batch = self.captures.micro_batch = msg.get("mb")
-            stop = msg.get("stop")
+            stop, path = msg.get("stop"), msg.get("path")
             stop_here = stop is not None and stop.split(".", 1)[0] in st.module._modules
             st.forwards += 1
             with disthook.set_grad_enabled(grad):
-                given = [_as_computed(t) if st.index > 0 else t for t in inputs]
-                if stop_here:  # the output of module `stop` is the answer: no later stage
+                given = [_as_computed(t) if st.index > 0 or path else t for t in inputs]
+                if path is not None:  # one submodule, called by the root's forward
+                    out = _submodule(st, path)(*given)
+                elif stop_here:  # the output of module `stop` is the answer: no later stage
                     out = toolkit.stop_after(st.module, stop, *given)
                 else:
                     out = st.module(*given)
@@ -133,13 +135,14 @@ class ComputeHandlers:
                                 f"{type(out).__name__}; a stage must return one Tensor")
             if grad and out.requires_grad:
                 self.state.keep_context(st.model, msg.ctx, Context(
-                    job.client, inputs, out, job.retained, time.monotonic()))
+                    job.client, inputs, out, job.retained, time.monotonic(),
+                    direct=path is not None))
             fields = {"model": st.model, "stage": st.index + 1,
                       "inputs": [out.detach().numpy()], "grad_enabled": grad,
                       "requires_grad": [out.requires_grad], "reply_to": msg["reply_to"],
                       "mb": msg.get("mb"), "stop": stop, "zero_grad": zero_grads}
             nxt = st.neighbours.get("next")
-            if nxt is not None and not stop_here:
+            if nxt is not None and not stop_here and path is None:
                 nxt.send_multipart(wire.encode("forward", fields, req=msg.req, ctx=msg.ctx),
                                    copy=False)
             else:
@@ -175,7 +178,7 @@ class ComputeHandlers:
             if not retain:
                 self.state.end_context(st.model, msg.ctx)
             grads = [None if t.grad is None else t.grad.numpy() for t in context.inputs]
-            prev = st.neighbours.get("prev")
+            prev = None if context.direct else st.neighbours.get("prev")
             # when no input needed a gradient, no earlier stage kept a graph: answer now
             if prev is not None and any(t.requires_grad for t in context.inputs):
                 fields = {"model": st.model, "stage": st.index - 1, "grads": grads,
@@ -310,6 +313,13 @@ class _StageInput(disthook.autograd.Function):
 
 def _as_computed(t):
     return _StageInput.apply(t) if t.requires_grad else t
+
+
+def _submodule(st, path: str):
+    """The submodule of the stage at ``path`` (a path in the whole model)."""
+    if path.split(".", 1)[0] not in st.module._modules:
+        raise LookupError(f"{st.name} holds {', '.join(st.module._modules)}, not {path!r}")
+    return st.module.get_submodule(path)
 
 
 def _loss_function(spec: dict):

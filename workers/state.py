@@ -150,6 +150,7 @@ class Context:
     output: Any
     retained: list  # (client, hook id, key, tensor) whose gradient goes to the client
     created: float
+    direct: bool = False  # one submodule's call from the client: backward answers it too
 
 
 class WorkerState:

@@ -29,7 +29,7 @@ from collections import OrderedDict
 import numpy as np
 
 from disthook.autograd import grad_mode
-from disthook.distributed import checkpoint, placement
+from disthook.distributed import checkpoint, glue, placement
 from disthook.distributed.aliases import client_aliases
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.distributed.channel import _Hub
@@ -75,6 +75,7 @@ class RemoteModel(Module):
             # the root's forward does not run remotely: a non-Sequential root is checked to
             # only chain its children, at the first call (see _check_chain)
             "_chain_checked": isinstance(module, Sequential),
+            "_glue": False,  # the root's forward runs here, each child on its worker
             "_chunks": chunks,  # micro-batches per call (split along dim 0)
             "_schedule": schedule,  # of train_step: "gpipe" or "1f1b"
             "step_stats": [],  # of the last train_step, per stage (busy, wall, peak_rss)
@@ -88,8 +89,36 @@ class RemoteModel(Module):
         object.__setattr__(self, "training", module.training)
 
     # ---- calling ------------------------------------------------------------------------------
-    def forward(self, x: Tensor) -> Tensor:
-        return self._run_stages(x)
+    def forward(self, *args, **kwargs):
+        """A chain of children runs worker to worker; any other forward (functional code
+        between the children, several inputs) runs here with each child on its worker
+        (``glue``). Which one is decided at the first call."""
+        if not self._chain_checked:
+            self._choose_path(args, kwargs)
+        if self._glue:
+            return glue.run_root_forward(self, args, kwargs)
+        if len(args) != 1 or kwargs:
+            raise TypeError(f"this deployed {self._class_name} chains its children: it takes "
+                            f"one Tensor, got {len(args)} argument(s)"
+                            f"{' and keywords ' + ', '.join(kwargs) if kwargs else ''}")
+        return self._run_stages(args[0])
+
+    def _choose_path(self, args: tuple, kwargs: dict) -> None:
+        use_glue = glue.needs_glue(self._local, args, kwargs)
+        if use_glue and self._chunks > 1:
+            raise NotImplementedError(
+                f"chunks={self._chunks}: {self._class_name}.forward runs on the client "
+                "between its children, which are called one by one; deploy it with "
+                "chunks=1, or an nn.Sequential of the steps to pipeline micro-batches")
+        object.__setattr__(self, "_glue", use_glue)
+        object.__setattr__(self, "_chain_checked", True)
+
+    def _refuse_glue(self, what: str) -> None:
+        if self._glue:
+            raise NotImplementedError(
+                f"{what} needs a model whose forward chains its children; "
+                f"{self._class_name}.forward runs on the client between its children: call "
+                "the model and backward, or deploy an nn.Sequential of the steps")
 
     def _run_stages(self, x: Tensor, stop: str | None = None) -> Tensor:
         """The stages' forward on ``x``; with ``stop`` (a module path), only up to the stage
@@ -98,6 +127,8 @@ class RemoteModel(Module):
             raise TypeError(f"a RemoteModel takes one Tensor, got {type(x).__name__}")
         if not self._chain_checked:
             self._check_chain(x)
+        if stop is not None:
+            self._refuse_glue("run_until")
         grad = grad_mode.is_grad_enabled()
         rows = x._data.shape[0] if x._data.ndim else 0
         chunks = min(self._chunks, rows) if rows > 1 else 1
@@ -166,6 +197,7 @@ class RemoteModel(Module):
             raise TypeError("train_step(): loss_fn runs on the last worker, so it must be a "
                             "loss module (nn.CrossEntropyLoss()) or a function of "
                             f"disthook.nn.functional, got {loss_fn!r}")
+        self._refuse_glue("train_step")
         if not self._chain_checked:
             self._check_chain(x)
         rows = len(x._data)

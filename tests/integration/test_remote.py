@@ -691,7 +691,7 @@ class OwnWeight(Chain):
         self.scale = nn.Parameter(torch.ones(1))
 
 
-def test_a_module_that_chains_its_children_deploys_and_others_are_refused(cluster):
+def test_a_module_that_chains_its_children_deploys_and_others_run_their_forward_here(cluster):
     torch.manual_seed(0)
     net = Chain()
     x, _ = data()
@@ -702,11 +702,12 @@ def test_a_module_that_chains_its_children_deploys_and_others_are_refused(cluste
         assert remote.l1.weight.shape == (6, 8)
     finally:
         remote.close()
-    remote = cluster.deploy(Residual(), stages=2)
-    try:
-        with pytest.raises(RuntimeError, match="Residual.forward does not just chain its "
-                                               "children l1 -> act -> l2"):
-            remote(x)
+    torch.manual_seed(0)
+    residual = Residual()
+    remote = cluster.deploy(residual, stages=2)
+    try:  # h + 1 between the children: the forward runs here, each child on its worker
+        close(remote(x), residual(x))
+        assert remote._glue
     finally:
         remote.close()
     with pytest.raises(ValueError, match="OwnWeight has parameters or buffers of its own "

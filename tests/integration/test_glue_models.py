@@ -1,0 +1,149 @@
+"""Models whose forward does more than chain their children deploy with no change: the
+root's forward runs on the client as written (functional ops, residuals, loops over a
+ModuleList, several inputs) and each child runs on its worker when the forward calls it.
+Training equals one process's; what needs a chain says so."""
+import numpy as np
+import pytest
+
+import disthook as torch
+import disthook.nn.functional as F
+from disthook import nn
+
+pytestmark = pytest.mark.timeout(180)
+
+
+class Net(nn.Module):
+    """The PyTorch MNIST example's network (smaller): functional ops between children."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 8, 3, 1)
+        self.conv2 = nn.Conv2d(8, 16, 3, 1)
+        self.dropout1 = nn.Dropout(0.25)
+        self.dropout2 = nn.Dropout(0.5)
+        self.fc1 = nn.Linear(16 * 5 * 5, 32)
+        self.fc2 = nn.Linear(32, 10)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x))
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = torch.flatten(self.dropout1(x), 1)
+        x = self.dropout2(F.relu(self.fc1(x)))
+        return F.log_softmax(self.fc2(x), dim=1)
+
+
+class Residual(nn.Module):
+    """Residual blocks in a ModuleList, looped over; a head; two inputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Sequential(nn.Linear(6, 6), nn.Tanh())
+                                     for _ in range(3)])
+        self.head = nn.Linear(6, 3)
+        self.scale = 0.5
+
+    def forward(self, x, shift):
+        for block in self.blocks:
+            x = x + self.scale * block(x)
+        return self.head(x + shift)
+
+
+def train(model, make_input, steps=3):
+    opt = torch.optim.Adadelta(model.parameters(), lr=1.0)
+    schedule = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7)
+    torch.manual_seed(1)
+    losses = []
+    for _ in range(steps):
+        args, y = make_input()
+        opt.zero_grad()
+        out = model(*args)
+        loss = F.cross_entropy(out, y)
+        loss.backward()
+        opt.step()
+        schedule.step()
+        losses.append(loss.item())
+    return losses, {n: v.detach().numpy() for n, v in model.state_dict().items()}
+
+
+def mnist_input():
+    return (torch.randn(4, 1, 14, 14),), torch.randint(0, 10, (4,))
+
+
+def residual_input():
+    return (torch.randn(5, 6), torch.randn(6)), torch.randint(0, 3, (5,))
+
+
+def made(cls):
+    torch.manual_seed(0)
+    model = cls()
+    model.eval()  # dropout draws from each process's own generator: off for the comparison
+    return model
+
+
+@pytest.mark.parametrize("cls,make_input", [(Net, mnist_input), (Residual, residual_input)],
+                         ids=["mnist-net", "residual-loop-two-inputs"])
+def test_a_model_with_code_between_its_children_trains_like_one_process(cluster, cls,
+                                                                        make_input):
+    expected = train(made(cls), make_input)
+    remote = cluster.deploy(made(cls), stages=2)
+    try:
+        seen = []
+        remote.get_submodule(list(made(cls)._modules)[1]).register_forward_hook(
+            lambda m, args, out: seen.append(out.shape))
+        got = train(remote, make_input)
+        np.testing.assert_allclose(got[0], expected[0], rtol=1e-5)
+        for name, value in expected[1].items():
+            np.testing.assert_allclose(got[1][name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+        assert seen  # the child's hook fired on its worker, for the client
+    finally:
+        remote.close()
+
+
+def test_what_needs_a_chain_says_so(cluster):
+    remote = cluster.deploy(made(Net), stages=2)
+    try:
+        x, y = mnist_input()
+        remote(*x)
+        with pytest.raises(NotImplementedError, match="train_step needs a model whose forward "
+                                                      "chains its children"):
+            remote.train_step(x[0], y, nn.CrossEntropyLoss())
+        from disthook import hooks
+
+        with pytest.raises(NotImplementedError, match="run_until needs"):
+            hooks.run_until(remote, x[0], "fc1")
+    finally:
+        remote.close()
+    remote = cluster.deploy(made(Net), stages=2, chunks=2)
+    try:
+        with pytest.raises(NotImplementedError, match="chunks=2"):
+            remote(*mnist_input()[0])
+    finally:
+        remote.close()
+
+
+def test_a_root_with_parameters_of_its_own_is_refused(cluster):
+    model = made(Residual)
+    model.bias = nn.Parameter(torch.zeros(3))
+    with pytest.raises(ValueError, match=r"Residual has parameters or buffers of its own "
+                                         r"\(bias\); only its children are placed"):
+        cluster.deploy(model, stages=2)
+
+
+class TwoArgs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(3, 3)
+        self.similarity = nn.CosineSimilarity(dim=1)
+
+    def forward(self, x):
+        return self.similarity(self.proj(x), x)
+
+
+def test_a_child_called_with_two_tensors_says_what_it_takes(cluster):
+    remote = cluster.deploy(TwoArgs(), stages=2)
+    try:
+        with pytest.raises(NotImplementedError, match="'similarity' is called with "
+                                                      r"\(Tensor, Tensor\)"):
+            remote(torch.randn(2, 3))
+    finally:
+        remote.close()
