@@ -112,3 +112,15 @@ def test_check_chain_accepts_a_chain_and_names_what_else_a_forward_did():
     with pytest.raises(RuntimeError, match=r"Skips.forward does not just chain its children "
                                            r"a -> b \(it called a -> b"):
         check_chain(Skips(), randn(3, 2))
+
+
+def test_tied_weights_across_stages_are_refused_naming_both():
+    from disthook.distributed.placement import check_ties
+
+    emb, head = nn.Embedding(10, 4), nn.Linear(4, 10, bias=False)
+    head.weight = emb.weight
+    stages = [nn.Sequential(emb), nn.Sequential(nn.Tanh(), head)]
+    with pytest.raises(ValueError, match=r"0.weight \(stage 0\) and 1.weight \(stage 1\) are "
+                                         r"one tensor \(tied weights\)"):
+        check_ties(stages)
+    check_ties([nn.Sequential(emb, head)])  # in one stage they stay one tensor

@@ -13,8 +13,8 @@ from disthook.autograd import grad_mode
 from disthook.nn.modules.module import Module
 from disthook.tensor import Tensor
 
-__all__ = ["bare_copy", "check_chain", "check_options", "choose_workers", "forward_times",
-           "micro_batch_sizes", "partition", "split_points", "split_rows"]
+__all__ = ["bare_copy", "check_chain", "check_options", "check_ties", "choose_workers",
+           "forward_times", "micro_batch_sizes", "partition", "split_points", "split_rows"]
 
 
 def partition(sizes: list[int], stages: int) -> list[int]:
@@ -89,6 +89,21 @@ def bare_copy(module: Module) -> Module:
                       m._backward_pre_hooks):
             hooks.clear()
     return twin
+
+
+def check_ties(stage_modules: list) -> None:
+    """A tensor shared by two stages (tied weights: an embedding and an output head) would
+    become two tensors, each trained apart: ``ValueError`` naming both places."""
+    owner: dict[int, tuple[int, str]] = {}
+    for stage, module in enumerate(stage_modules):
+        for name, t in [*module.named_parameters(remove_duplicate=False),
+                        *module.named_buffers(remove_duplicate=False)]:
+            first = owner.setdefault(id(t), (stage, name))
+            if first[0] != stage:
+                raise ValueError(
+                    f"{first[1]} (stage {first[0]}) and {name} (stage {stage}) are one tensor "
+                    "(tied weights): put the modules that share it in the same stage "
+                    "(split_points), or deploy fewer stages")
 
 
 def check_chain(module: Module, x: Tensor) -> None:

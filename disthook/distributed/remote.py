@@ -565,6 +565,7 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
     stage_modules = [Sequential(OrderedDict(children[a:b])) for a, b in zip(bounds, bounds[1:])]
     for m in stage_modules:
         m.train(module.training)
+    placement.check_ties(stage_modules)
     remote = RemoteModel(cluster, module, stage_modules, workers, timeout=cluster.timeout,
                          chunks=chunks, schedule=schedule)
     specs = [module_spec(m) for m in stage_modules]
