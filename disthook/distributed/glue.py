@@ -11,6 +11,7 @@ children fire on their workers; hooks on the whole model fire here, as in one pr
 """
 from __future__ import annotations
 
+import inspect
 import uuid
 from typing import TYPE_CHECKING
 
@@ -59,14 +60,16 @@ class _Root:
             return PlacedCall(self._model, name)
         if name == "training":
             return self._model.training
-        found = getattr(type(twin), name, None)
-        if found is not None and callable(found) and hasattr(found, "__get__"):
-            return found.__get__(self, type(self))  # a method of the root's class
         if name in twin.__dict__:
             return twin.__dict__[name]
-        if found is not None:
-            return found
-        raise AttributeError(f"'{type(twin).__name__}' object has no attribute '{name}'")
+        try:  # of the root's class: methods bound to this object, properties read through it
+            found = inspect.getattr_static(type(twin), name)
+        except AttributeError:
+            raise AttributeError(f"'{type(twin).__name__}' object has no attribute "
+                                 f"'{name}'") from None
+        if hasattr(found, "__get__"):
+            return found.__get__(self, type(twin))
+        return found
 
     def __setattr__(self, name: str, value) -> None:
         """A forward that keeps something on self (``self.input = x``) keeps it here."""

@@ -42,10 +42,19 @@ class Residual(nn.Module):
         self.head = nn.Linear(6, 3)
         self.scale = 0.5
 
+    @property
+    def width(self):
+        return self.head.in_features
+
+    @staticmethod
+    def shifted(x, shift):
+        return x + shift
+
     def forward(self, x, shift):
+        assert x.shape[-1] == self.width  # a property of the root, read in its forward
         for block in self.blocks:
             x = x + self.scale * block(x)
-        return self.head(x + shift)
+        return self.head(self.shifted(x, shift))
 
 
 def train(model, make_input, steps=3):
