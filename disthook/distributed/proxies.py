@@ -51,8 +51,8 @@ class RemoteModule:
     per class: the proxy of a ``Linear`` is an ``nn.Linear`` and an ``nn.Module``), so code
     that walks ``named_modules()`` and picks modules by type finds them; there is one proxy
     per path and model, so it can key a dict and keep attributes set on it. Its parameters
-    are ``RemoteParameter``s and its children proxies; what would run the module here
-    (calling it, moving it) says so and points at the deployed model."""
+    are ``RemoteParameter``s and its children proxies; calling it runs it alone on its
+    worker; what would change it here (moving it, setting its mode) says what to do."""
 
     def __new__(cls, model: RemoteModel, path: str):
         cached = model.__dict__.setdefault("_proxies", {}).get(path)
@@ -126,10 +126,11 @@ class RemoteModule:
         return sorted({*dir(type(self._twin)), *self._twin.__dict__, *self.__dict__})
 
     def __call__(self, *args, **kwargs):
-        raise NotImplementedError(
-            f"the submodule at {self._path!r} lives on a worker: call the deployed model "
-            "(its forward runs this module there), or use disthook.hooks.run_until(model, x, "
-            f"{self._path!r}) for its output")
+        """Run this submodule alone on its worker (one tensor in, one out), as calling it in
+        one process would; its output's backward goes back to that worker."""
+        from disthook.distributed.glue import call_placed
+
+        return call_placed(self._model, self._path, args, kwargs)
 
     def train(self, mode: bool = True):
         raise NotImplementedError(

@@ -69,8 +69,21 @@ def test_proxies_are_modules_of_their_class_one_per_path(cluster):
         np.testing.assert_array_equal(remote[3].weight.detach().numpy(), np.ones(8, np.float32))
         first.tag = "kept"  # a plain attribute stays on the (one) proxy
         assert remote[0].tag == "kept"
-        with pytest.raises(NotImplementedError, match="lives on a worker: call the deployed"):
-            first(torch.randn(2, 6))
+        # calling a submodule runs it alone on its worker, gradients and all
+        x = torch.randn(2, 6, requires_grad=True)
+        local = make_net()[0]
+        x_local = x.detach().clone().requires_grad_(True)
+        out = first(x)
+        np.testing.assert_allclose(out.detach().numpy(), local(x_local).detach().numpy(),
+                                   rtol=1e-6, atol=1e-6)
+        out.sum().backward()
+        local(x_local).sum().backward()
+        np.testing.assert_allclose(x.grad.numpy(), x_local.grad.numpy(), rtol=1e-6)
+        np.testing.assert_allclose(remote.named_gradients()["0.weight"].numpy(),
+                                   local.weight.grad.numpy(), rtol=1e-6, atol=1e-7)
+        remote.zero_grad()
+        with pytest.raises(NotImplementedError, match="takes one tensor"):
+            block[0](x, x)
         with pytest.raises(NotImplementedError, match="load_state_dict"):
             first.weight = nn.Parameter(torch.zeros(8, 6))
         with pytest.raises(NotImplementedError, match="remote.train\\(\\) or remote.eval"):
