@@ -11,7 +11,6 @@ children fire on their workers; hooks on the whole model fire here, as in one pr
 """
 from __future__ import annotations
 
-import inspect
 import uuid
 from typing import TYPE_CHECKING
 
@@ -43,16 +42,26 @@ def needs_glue(module, args: tuple, kwargs: dict) -> bool:
 
 def run_root_forward(model: RemoteModel, args: tuple, kwargs: dict):
     """The root module's forward, run here with its children standing for their workers."""
-    root = _Root(model)
-    return type(model._local).forward(root, *args, **kwargs)
+    return _root_class(type(model._local)).forward(_as_root(model), *args, **kwargs)
 
 
 class _Root:
-    """``self`` inside the root's forward: children are ``PlacedCall``s, plain attributes
-    and methods are the root's own (methods bound to this object)."""
+    """``self`` inside the root's forward: an instance of the root's own class (so methods,
+    properties, ``super()`` and ``isinstance`` work), whose children are ``PlacedCall``s
+    (also as ``self._modules``, so ``self.children()`` runs them on their workers) and whose
+    plain attributes are the root's."""
 
-    def __init__(self, model: RemoteModel):
-        object.__setattr__(self, "_model", model)
+    @property
+    def _modules(self) -> dict:
+        return {name: PlacedCall(self._model, name) for name in self._model._local._modules}
+
+    @property
+    def _parameters(self) -> dict:
+        return {}  # deploy refuses a root with parameters of its own
+
+    @property
+    def _buffers(self) -> dict:
+        return {}
 
     def __getattr__(self, name: str):
         twin = self._model._local
@@ -62,14 +71,7 @@ class _Root:
             return self._model.training
         if name in twin.__dict__:
             return twin.__dict__[name]
-        try:  # of the root's class: methods bound to this object, properties read through it
-            found = inspect.getattr_static(type(twin), name)
-        except AttributeError:
-            raise AttributeError(f"'{type(twin).__name__}' object has no attribute "
-                                 f"'{name}'") from None
-        if hasattr(found, "__get__"):
-            return found.__get__(self, type(twin))
-        return found
+        raise AttributeError(f"'{type(twin).__name__}' object has no attribute '{name}'")
 
     def __setattr__(self, name: str, value) -> None:
         """A forward that keeps something on self (``self.input = x``) keeps it here."""
@@ -77,6 +79,23 @@ class _Root:
             raise NotImplementedError(f"the forward assigns the child {name!r} of a "
                                       "deployed model; its children stay where they are")
         object.__setattr__(self._model._local, name, value)
+
+
+_ROOT_CLASSES: dict[type, type] = {}
+
+
+def _root_class(kind: type) -> type:
+    cls = _ROOT_CLASSES.get(kind)
+    if cls is None:
+        cls = _ROOT_CLASSES[kind] = type(kind.__name__, (_Root, kind), {
+            "__module__": __name__, "__qualname__": f"_Root[{kind.__qualname__}]"})
+    return cls
+
+
+def _as_root(model: RemoteModel):
+    root = object.__new__(_root_class(type(model._local)))
+    object.__setattr__(root, "_model", model)
+    return root
 
 
 class PlacedCall:

@@ -138,6 +138,44 @@ def test_a_root_with_parameters_of_its_own_is_refused(cluster):
         cluster.deploy(model, stages=2)
 
 
+class Base(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Tanh()
+        self.c = nn.Linear(4, 3)
+
+    def forward(self, x):
+        for layer in self.children():  # walks the children: each runs on its worker
+            x = layer(x) * 0.5
+        return x
+
+
+class Derived(Base):
+    def forward(self, x):
+        assert isinstance(self, Base)
+        return super().forward(x) + 1.0
+
+
+def test_a_forward_may_walk_its_children_and_call_super(cluster):
+    torch.manual_seed(0)
+    local = Derived()
+    x = torch.randn(3, 4)
+    remote = cluster.deploy(local, stages=2)
+    try:
+        out = remote(x)
+        np.testing.assert_allclose(out.detach().numpy(), local(x).detach().numpy(),
+                                   rtol=1e-6, atol=1e-6)
+        out.sum().backward()
+        local(x).sum().backward()
+        grads = remote.named_gradients()
+        for name, p in local.named_parameters():
+            np.testing.assert_allclose(grads[name].numpy(), p.grad.numpy(), rtol=1e-6,
+                                       atol=1e-7)
+    finally:
+        remote.close()
+
+
 class TwoArgs(nn.Module):
     def __init__(self):
         super().__init__()
