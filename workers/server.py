@@ -100,14 +100,6 @@ class Worker(ComputeHandlers, HookHandlers, ParamHandlers, Service):
         self.next_beat = time.monotonic() + 1.0  # re-register if no answer came by then
         self._next_tick = 0.0
 
-    @property
-    def hook_timeout(self) -> float:
-        return self.state.hook_timeout
-
-    @hook_timeout.setter
-    def hook_timeout(self, seconds: float) -> None:
-        self.state.hook_timeout = seconds
-
     def _dial(self, address: str, identity: bytes, *, linger: int) -> zmq.Socket:
         """A DEALER connected to ``address`` (with the cluster's keys, when it has them)."""
         sock = self.ctx.socket(zmq.DEALER)

@@ -297,10 +297,6 @@ class WorkerState:
         wait.job.waiting = None
         return Resume(wait)
 
-    def fail_all_waits(self, reason: str) -> list:
-        """End every wait with ``reason`` (the worker is stopping)."""
-        return [self._end_wait(w, error=RuntimeError(reason)) for w in list(self.waits.values())]
-
     # ---- the pipeline mailbox ---------------------------------------------------------------
     def _on_pipe(self, msg) -> list:
         step = (msg["model"], msg["step"])
