@@ -15,8 +15,7 @@ from disthook import autograd as torch_autograd
 from disthook import wire
 from disthook.autograd import engine, grad_mode
 from disthook.distributed.values import pack, unpack
-from disthook.ops.base import Op
-from disthook.tensor import Tensor
+from disthook.tensor import Clone, Tensor
 
 __all__ = ["HookServer"]
 
@@ -142,30 +141,18 @@ class HookServer:
                 del store[key]
 
 
-class _WorkerMade(Op):
-    """A copy of a worker's tensor that came out of an op there: identity, its node named
-    as the worker's (``_as_made_by``), so the hook sees ``grad_fn=<AddmmBackward0>`` as in
-    one process."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return x._data.copy()
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad
-
-
 _MADE_BY: dict[str, type] = {}
 
 
 def _as_made_by(node_name: str) -> type:
-    """The op class whose node is called ``node_name``."""
+    """A copy op whose node is called ``node_name``: the hook sees
+    ``grad_fn=<AddmmBackward0>`` as in one process."""
     op = _MADE_BY.get(node_name)
     if op is None:
         if not node_name.isidentifier():
             node_name = "CloneBackward0"
-        op = _MADE_BY[node_name] = type(f"_Made{node_name}", (_WorkerMade,),
+        # clone's forward and backward, its node named as the worker's tensor's was
+        op = _MADE_BY[node_name] = type(f"_Made{node_name}", (Clone,),
                                         {"node_name": node_name})
     return op
 
