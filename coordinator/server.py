@@ -14,7 +14,7 @@ import socket
 import time
 
 from disthook import wire
-from disthook.distributed.service import Service
+from disthook.distributed.service import LOG_LEVELS, Service
 from disthook.wire import HEARTBEAT_S, SILENT_AFTER_BEATS
 
 __all__ = ["Coordinator", "WorkerRecord"]
@@ -90,8 +90,6 @@ class Coordinator(Service):
             self.reply(self.router, record.identity, 0, "shutdown", {"reason": reason})
         self.stop(reason)
 
-
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 def main(argv=None) -> int:

@@ -11,9 +11,8 @@ import sys
 import time
 
 from disthook.distributed.endpoint import DEFAULT_COORDINATOR, DEFAULT_PORT, parse
+from disthook.distributed.service import LOG_LEVELS
 from disthook.wire import HEARTBEAT_S
-
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 def _demo(args) -> int:

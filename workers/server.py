@@ -36,7 +36,13 @@ from disthook.distributed import endpoint
 from disthook.distributed import hooks as worker_hooks
 from disthook.distributed.rpc import error_fields
 from disthook.distributed.security import SERVER, Keys
-from disthook.distributed.service import NO_REPLY, Service, recv_now, tune_malloc
+from disthook.distributed.service import (
+    LOG_LEVELS,
+    NO_REPLY,
+    Service,
+    recv_now,
+    tune_malloc,
+)
 from workers.client_hooks import HookHandlers
 from workers.compute import ComputeHandlers, rss_bytes
 from workers.params import ParamHandlers
@@ -54,8 +60,6 @@ from workers.state import (
 )
 
 __all__ = ["Worker"]
-
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 class Worker(ComputeHandlers, HookHandlers, ParamHandlers, Service):

@@ -30,7 +30,7 @@ from disthook.distributed.security import (
     warn_if_exposed,
 )
 
-__all__ = ["Service", "bind_endpoint"]
+__all__ = ["LOG_LEVELS", "Service", "bind_endpoint"]
 
 
 def bind_endpoint(sock: zmq.Socket, address: str) -> str:
@@ -204,6 +204,7 @@ def recv_now(sock: zmq.Socket):
 
 
 NO_REPLY = object()  # a handler's return value meaning "the reply is sent later, or never"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # what --log-level takes, everywhere
 _POLLIN = int(zmq.POLLIN)
 
 
