@@ -71,8 +71,11 @@ def _remote_kind(p):
 
 
 def _remote_params(optimizer) -> dict:
-    """{remote type: its parameters, in group order} of ``optimizer``."""
+    """{remote type: its parameters, in group order} of ``optimizer`` (at once empty for
+    one that was never given a remote parameter: the common, local case pays nothing)."""
     out: dict = {}
+    if not optimizer.__dict__.get("_has_remote"):
+        return out
     for group in optimizer.param_groups:
         for p in group["params"]:
             kind = _remote_kind(p)
@@ -164,6 +167,7 @@ class Optimizer:
 
         for param in tensors:
             if _remote_kind(param) is not None:  # stepped where it lives
+                self._has_remote = True
                 continue
             if not isinstance(param, Tensor):
                 raise TypeError("optimizer can only optimize Tensors, but one of the params is "
@@ -196,11 +200,12 @@ class Optimizer:
     # ---- gradients and steps ----------------------------------------------------------------
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Drop every parameter's ``.grad`` (or zero it in place with ``set_to_none=False``)."""
-        for kind, params in _remote_params(self).items():  # one request per worker
+        remote = _remote_params(self)
+        for kind, params in remote.items():  # one request per worker
             kind._zero_grads(params, set_to_none)
         for group in self.param_groups:
             for p in group["params"]:
-                if _remote_kind(p) is not None:
+                if remote and _remote_kind(p) is not None:
                     continue
                 if p.grad is None:
                     continue
