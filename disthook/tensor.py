@@ -611,6 +611,7 @@ class Tensor:
             b._grad_fn = None
             b._output_nr = 0
             b._vc = [0]
+            b.__dict__["_wrapped_number"] = True  # saved-tensor hooks skip it, as torch's
         elif not isinstance(other, (Tensor, numbers.Number, np.generic)):
             return NotImplemented
         else:

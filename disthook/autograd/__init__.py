@@ -8,6 +8,7 @@ from disthook.autograd import graph  # noqa: F401
 from disthook.autograd.gradcheck import gradcheck, gradgradcheck  # noqa: F401
 from disthook.autograd.engine import execute, typename
 from disthook.autograd.function import Function, InplaceFunction, once_differentiable  # noqa
+from disthook.autograd.graph import SavedTensor  # noqa: F401
 from disthook.autograd.grad_mode import (
     enable_grad,
     inference_mode,

@@ -24,6 +24,7 @@ from disthook.autograd.saved_hooks import (  # noqa: F401 - torch.autograd.graph
 from disthook.utils.hooks import RemovableHandle
 
 _sequence = itertools.count()
+_UINT64_MAX = 2**64 - 1
 
 SECOND_BACKWARD_MSG = (
     "Trying to backward through the graph a second time (or directly access saved tensors "
@@ -31,6 +32,10 @@ SECOND_BACKWARD_MSG = (
     "when you call .backward() or autograd.grad(). Specify retain_graph=True if you need to "
     "backward through the graph a second time or if you need to access saved tensors after "
     "calling backward."
+)
+DETACHED_INPUT_MSG = (
+    "Trying to use a saved tensor that has been detached in-place, i.e. with .detach_()."
+    "This is not supported, please use out-of-place `.detach()` instead"
 )
 PACK_INPLACE_MSG = (
     "A saved tensor pack hook is modifying its input in place. Tensors provided as input to "
@@ -132,35 +137,79 @@ class Node:
             if name.startswith(head) and name[len(head):] in type(self).saved_names:
                 i = type(self).saved_names.index(name[len(head):])
                 if raw:
-                    return _RawSavedTensor(self, i)
+                    return SavedTensor._of(self, i)
                 if self._freed:
                     raise RuntimeError(SECOND_BACKWARD_MSG)
                 saved = self._saved[i] if self._saved and i < len(self._saved) else None
                 return None if saved is None else saved.unpack(self)
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
+    # ---- scheduling -----------------------------------------------------------------------
+    def _sequence_nr(self) -> int:
+        """The node's priority in backward: a later node runs earlier (AccumulateGrad's is
+        the largest 64-bit unsigned value, as in torch)."""
+        return _UINT64_MAX if self._seq == float("inf") else self._seq
+
+    def _set_sequence_nr(self, sequence_nr: int) -> None:
+        self._seq = sequence_nr
+
     # ---- backward -------------------------------------------------------------------------
     def _backward(self, grads: list) -> tuple:
         raise NotImplementedError(f"{self.name()} has no backward")
 
 
-class _RawSavedTensor:
-    """``grad_fn._raw_saved_<name>``: one saved tensor, to give its own pack/unpack hooks."""
+class SavedTensor:
+    """``grad_fn._raw_saved_<name>``: one saved tensor, to give its own pack/unpack hooks
+    (``torch.autograd.SavedTensor``; made by autograd only, as in torch)."""
 
-    def __init__(self, node: Node, index: int) -> None:
-        self.node, self.index = node, index
+    __slots__ = ("index", "node")
+
+    def __init__(self) -> None:
+        raise RuntimeError("Trying to create a SavedTensor object from Python is forbidden.")
+
+    @classmethod
+    def _of(cls, node: Node, index: int) -> SavedTensor:
+        raw = object.__new__(cls)
+        raw.node, raw.index = node, index
+        return raw
+
+    def _saved(self):
+        node = self.node
+        return node._saved[self.index] if node._saved else None
+
+    @property
+    def data(self):
+        """What is kept: the pack hook's result as it returned it; without hooks the saved
+        input itself, or a detached tensor on a saved output's data."""
+        saved = self._saved()
+        if saved is None:
+            return None
+        if saved.unpack_hook is not None:
+            return saved.packed
+        if saved.is_output:
+            Tensor = _loaded["disthook.tensor"].Tensor
+
+            t = Tensor._make(saved.data, None, 0)
+            t._vc = saved.vc
+            return t
+        return saved.tensor
+
+    @property
+    def unpack_hook(self):
+        saved = self._saved()
+        return None if saved is None else saved.unpack_hook
 
     def register_hooks(self, pack_hook, unpack_hook) -> None:
         """Pack the saved tensor now with ``pack_hook``; backward reads it through
         ``unpack_hook``. One pair per saved tensor."""
         if not (callable(pack_hook) and callable(unpack_hook)):
-            raise TypeError("register_hooks(): expected two callables (pack_hook, "
-                            f"unpack_hook), got {type(pack_hook).__name__} and "
-                            f"{type(unpack_hook).__name__}")
+            raise TypeError("register_hooks(): incompatible function arguments: expected two "
+                            f"callables (pack_hook, unpack_hook), got "
+                            f"{type(pack_hook).__name__} and {type(unpack_hook).__name__}")
         node = self.node
         if node._freed:
             raise RuntimeError(SECOND_BACKWARD_MSG)
-        saved = node._saved[self.index] if node._saved else None
+        saved = self._saved()
         if saved is None:
             raise RuntimeError("None is forbidden: this saved tensor was not saved")
         if saved.unpack_hook is not None:
@@ -181,7 +230,7 @@ class _SavedTensor:
     as in torch, in-place changes are then not checked.
     """
 
-    __slots__ = ("tensor", "data", "version", "vc", "output_nr", "requires_grad", "is_output",
+    __slots__ = ("tensor", "data", "version", "vc", "output_nr", "had_grad_fn", "is_output",
                  "packed", "unpack_hook", "edge")
 
     def __init__(self, t, node: Node) -> None:
@@ -199,6 +248,7 @@ class _SavedTensor:
             self.output_nr = t._output_nr
         else:
             self.tensor = t
+            self.had_grad_fn = t._grad_fn is not None
 
     def _pack(self, t, pair) -> None:
         pack_hook, self.unpack_hook = pair
@@ -225,6 +275,8 @@ class _SavedTensor:
     def unpack(self, node: Node):
         if self.unpack_hook is not None:
             return self._unpack_hooked(node)
+        if not self.is_output and self.had_grad_fn and self.tensor._grad_fn is None:
+            raise RuntimeError(DETACHED_INPUT_MSG)
         if self.vc[0] != self.version:
             inplace_error = _loaded["disthook.autograd.engine"].inplace_error
 

@@ -249,7 +249,9 @@ def _as(x, dt):
 
     if isinstance(x, Tensor):
         return x if x._data.dtype == dt else x.to(dt)
-    return Tensor._make(np.asarray(x, dtype=dt), None, 0)
+    wrapped = Tensor._make(np.asarray(x, dtype=dt), None, 0)
+    wrapped.__dict__["_wrapped_number"] = True  # saved-tensor hooks skip it, as torch's
+    return wrapped
 
 
 def check_broadcast(sa: tuple, sb: tuple) -> None:

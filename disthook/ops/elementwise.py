@@ -52,6 +52,8 @@ class Rsub(Sub):
 
 
 class Mul(Op):
+    saved_names = ("self", "other")
+
     @staticmethod
     def forward(ctx, a, b):
         save_crossed(ctx, a, b)
@@ -64,6 +66,8 @@ class Mul(Op):
 
 
 class Div(Op):
+    saved_names = ("self", "other")
+
     @staticmethod
     def forward(ctx, a, b):
         # a's gradient reads b; b's reads both
@@ -81,6 +85,8 @@ class Div(Op):
 
 
 class Reciprocal(Op):
+    saved_names = ("result",)
+
     @staticmethod
     def forward(ctx, a):
         ctx.save_for_backward(OUTPUT)
@@ -108,6 +114,7 @@ class Neg(Op):
 
 class PowScalar(Op):
     node_name = "PowBackward0"
+    saved_names = ("self",)
 
     @staticmethod
     def forward(ctx, a, exponent):
@@ -127,6 +134,7 @@ class PowScalar(Op):
 
 class Pow(Op):
     node_name = "PowBackward1"
+    saved_names = ("self", "exponent", "result")
 
     @staticmethod
     def forward(ctx, a, b):
@@ -148,6 +156,7 @@ class RPowScalar(Op):
     """``scalar ** tensor``."""
 
     node_name = "PowBackward2"
+    saved_names = ("exponent", "result")
 
     @staticmethod
     def forward(ctx, b, base):
@@ -171,6 +180,8 @@ class RPowScalar(Op):
 # ---- unary math -------------------------------------------------------------------------
 
 class Abs(Op):
+    saved_names = ("self",)
+
     @staticmethod
     def forward(ctx, a):
         ctx.save_for_backward(a)
@@ -227,6 +238,8 @@ class Trunc(_ZeroGrad):
 
 
 class Exp(Op):
+    saved_names = ("result",)
+
     @staticmethod
     def forward(ctx, a):
         ctx.save_for_backward(OUTPUT)
@@ -239,6 +252,8 @@ class Exp(Op):
 
 
 class Log(Op):
+    saved_names = ("self",)
+
     @staticmethod
     def forward(ctx, a):
         ctx.save_for_backward(a)
@@ -251,6 +266,8 @@ class Log(Op):
 
 
 class Sqrt(Op):
+    saved_names = ("result",)
+
     @staticmethod
     def forward(ctx, a):
         ctx.save_for_backward(OUTPUT)
@@ -263,6 +280,8 @@ class Sqrt(Op):
 
 
 class Sin(Op):
+    saved_names = ("self",)
+
     @staticmethod
     def forward(ctx, a):
         ctx.save_for_backward(a)
@@ -275,6 +294,8 @@ class Sin(Op):
 
 
 class Cos(Op):
+    saved_names = ("self",)
+
     @staticmethod
     def forward(ctx, a):
         ctx.save_for_backward(a)
@@ -287,6 +308,8 @@ class Cos(Op):
 
 
 class Tanh(Op):
+    saved_names = ("result",)
+
     @staticmethod
     def forward(ctx, a):
         ctx.save_for_backward(OUTPUT)
@@ -299,6 +322,8 @@ class Tanh(Op):
 
 
 class Sigmoid(Op):
+    saved_names = ("result",)
+
     @staticmethod
     def forward(ctx, a):
         ctx.save_for_backward(OUTPUT)
@@ -324,6 +349,8 @@ def _erf(x: np.ndarray) -> np.ndarray:
 
 
 class Erf(Op):
+    saved_names = ("self",)
+
     @staticmethod
     def forward(ctx, a):
         ctx.save_for_backward(a)
@@ -338,6 +365,8 @@ class Erf(Op):
 # ---- activations ------------------------------------------------------------------------
 
 class Relu(Op):
+    saved_names = ("result",)
+
     @staticmethod
     def forward(ctx, a):
         ctx.save_for_backward(OUTPUT)
@@ -350,6 +379,8 @@ class Relu(Op):
 
 
 class LeakyRelu(Op):
+    saved_names = ("self",)
+
     @staticmethod
     def forward(ctx, a, negative_slope=0.01):
         ctx.save_for_backward(a)
@@ -364,6 +395,8 @@ class LeakyRelu(Op):
 
 
 class Gelu(Op):
+    saved_names = ("self",)
+
     @staticmethod
     def forward(ctx, a, approximate="none"):
         ctx.save_for_backward(a)
@@ -389,6 +422,8 @@ class Gelu(Op):
 
 
 class Silu(Op):
+    saved_names = ("self",)
+
     @staticmethod
     def forward(ctx, a):
         ctx.save_for_backward(a)
@@ -406,6 +441,8 @@ class Silu(Op):
 
 class Elu(Op):
     """``x`` where positive, ``alpha * (exp(x) - 1)`` elsewhere."""
+
+    saved_names = ("self",)
 
     @staticmethod
     def forward(ctx, a, alpha=1.0):
@@ -430,6 +467,8 @@ class EluInplace(Elu):
 class Softplus(Op):
     """``log(1 + exp(beta * x)) / beta``; ``x`` itself where ``beta * x > threshold``."""
 
+    saved_names = ("self",)
+
     @staticmethod
     def forward(ctx, a, beta=1.0, threshold=20.0):
         ctx.save_for_backward(a)
@@ -449,6 +488,8 @@ class Softplus(Op):
 class Mish(Op):
     """``x * tanh(softplus(x))``."""
 
+    saved_names = ("self",)
+
     @staticmethod
     def forward(ctx, a):
         ctx.save_for_backward(a)
@@ -464,6 +505,8 @@ class Mish(Op):
 
 class Hardswish(Op):
     """``x * relu6(x + 3) / 6``."""
+
+    saved_names = ("self",)
 
     @staticmethod
     def forward(ctx, a):
@@ -481,6 +524,7 @@ class Hardswish(Op):
 
 class Clamp(Op):
     node_name = "ClampBackward1"
+    saved_names = ("self",)
 
     @staticmethod
     def forward(ctx, a, min=None, max=None):
@@ -556,6 +600,8 @@ class ClampMaxTensor(ClampTensor):
 
 
 class Maximum(Op):
+    saved_names = ("self", "other")
+
     @staticmethod
     def forward(ctx, a, b):
         ctx.save_for_backward(a, b)
@@ -570,6 +616,8 @@ class Maximum(Op):
 
 
 class Minimum(Op):
+    saved_names = ("self", "other")
+
     @staticmethod
     def forward(ctx, a, b):
         ctx.save_for_backward(a, b)
@@ -622,6 +670,8 @@ class Addcdiv(Op):
 
 class Where(Op):
     """``where(cond, a, b)``; cond takes no gradient."""
+
+    saved_names = ("condition",)
 
     @staticmethod
     def forward(ctx, cond, a, b):

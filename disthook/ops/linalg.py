@@ -33,6 +33,8 @@ def check_same_dtype(a, b, kind: str) -> None:
 
 
 class Mm(Op):
+    saved_names = ("self", "mat2")
+
     @staticmethod
     def forward(ctx, a, b):
         x, y = a._data, b._data
@@ -66,6 +68,8 @@ def _right_grad(a, g, b_transposed: bool):
 
 
 class Mv(Op):
+    saved_names = ("self", "vec")
+
     @staticmethod
     def forward(ctx, a, v):
         x, y = a._data, v._data
@@ -84,6 +88,8 @@ class Mv(Op):
 
 
 class Dot(Op):
+    saved_names = ("self", "tensor")
+
     @staticmethod
     def forward(ctx, a, b):
         x, y = a._data, b._data
@@ -103,6 +109,8 @@ class Dot(Op):
 
 class Bmm(Op):
     """Batched matmul with broadcast batch dims (both operands at least 2-D)."""
+
+    saved_names = ("self", "mat2")
 
     @staticmethod
     def forward(ctx, a, b):
@@ -124,6 +132,8 @@ class Bmm(Op):
 
 class Addmm(Op):
     """``bias + a @ b``, the op ``nn.Linear`` records for 2-D input."""
+
+    saved_names = ("mat1", "mat2")
 
     @staticmethod
     def forward(ctx, bias, a, b):

@@ -365,6 +365,8 @@ class LogSumExp(Op):
 
 
 class Softmax(Op):
+    saved_names = ("result",)
+
     @staticmethod
     def forward(ctx, a, dim):
         ctx.save_for_backward(OUTPUT)
@@ -380,6 +382,8 @@ class Softmax(Op):
 
 
 class LogSoftmax(Op):
+    saved_names = ("result",)
+
     @staticmethod
     def forward(ctx, a, dim):
         ctx.save_for_backward(OUTPUT)

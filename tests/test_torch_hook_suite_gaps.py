@@ -1,0 +1,150 @@
+"""Gaps found by running PyTorch's own hook tests (test_autograd.py, nn/test_module_hooks.py)
+against disthook (issue 20): the saved-tensor views of a node (``_saved_<name>``,
+``_raw_saved_<name>`` and their ``data``/``unpack_hook``), a saved input detached in place,
+python scalars never packed, node sequence numbers, and more below.
+
+Each test taking ``lib`` runs under disthook and torch (when installed) with the same asserts.
+"""
+from __future__ import annotations
+
+import pytest
+from test_module_api import lib  # noqa: F401 - the fixture: disthook, then torch
+
+FREED = "after they have already been freed"
+
+
+# ---- a node's saved tensors, by torch's names -----------------------------------------------
+
+def test_saved_views_give_inputs_as_they_are_and_outputs_rebuilt(lib):
+    torch = lib.torch
+    x = torch.randn(3, requires_grad=True)
+    h = x * 2
+    prod = x * h
+    out = h.exp()
+    assert prod.grad_fn._saved_self is x and prod.grad_fn._saved_other is h
+    result = out.grad_fn._saved_result
+    assert result is not out and torch.equal(result, out)
+    assert result.grad_fn is out.grad_fn and result._version == out._version
+    prod.sum().backward()
+    with pytest.raises(RuntimeError, match=FREED):
+        prod.grad_fn._saved_self
+
+
+def test_saved_output_shares_data_and_version_with_the_output(lib):
+    torch = lib.torch
+    out = torch.rand(2, requires_grad=True).exp()
+    seen = out.grad_fn._saved_result
+    with torch.no_grad():
+        out += 1
+    assert torch.equal(seen, out) and seen._version == out._version == 1
+
+
+def test_raw_saved_data_and_unpack_hook(lib):
+    torch = lib.torch
+    x = torch.tensor(2.0, requires_grad=True)
+
+    def unpack(t):
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, unpack):
+        sq = x ** 2
+    ex = sq.exp()
+    again = ex ** 2
+    assert sq.grad_fn._raw_saved_self.data is x
+    assert sq.grad_fn._raw_saved_self.unpack_hook is unpack
+    kept = ex.grad_fn._raw_saved_result
+    assert kept.unpack_hook is None and kept.data is not ex and torch.equal(kept.data, ex)
+    assert again.grad_fn._raw_saved_self.data is ex
+    assert isinstance(kept, torch.autograd.SavedTensor)
+    with pytest.raises(RuntimeError, match="SavedTensor object from Python is forbidden"):
+        torch.autograd.SavedTensor()
+
+
+@pytest.mark.parametrize("pack, unpack, grad_factor", [
+    (lambda t: 2 * t, lambda t: t / 2, 2.0),  # round trip: the plain gradient
+    (lambda t: 2 * t, lambda t: t, 3.0),  # self reads 2x: d(x * 2x-as-constant) = x + 2x
+])
+def test_raw_saved_register_hooks_changes_what_backward_reads(lib, pack, unpack, grad_factor):
+    torch = lib.torch
+    x = torch.randn(4, requires_grad=True)
+    y = x * x
+    y.grad_fn._raw_saved_self.register_hooks(pack, unpack)
+    y.sum().backward()
+    assert torch.allclose(x.grad, grad_factor * x)
+
+
+def test_raw_saved_register_hooks_errors(lib):
+    torch = lib.torch
+    x = torch.randn(3, requires_grad=True) + 1
+    y = x * x
+    with pytest.raises(TypeError, match="missing 1 required positional argument"):
+        y.grad_fn._raw_saved_self.register_hooks(lambda t, extra: t, lambda t: t)
+    y = x * x
+    y.grad_fn._raw_saved_self.register_hooks(lambda t: t, lambda t: 1)
+    with pytest.raises(TypeError, match="unpack_hook expected to be a Tensor"):
+        y.grad_fn._saved_self
+
+    def doubles_in_place(t):
+        t *= 2
+        return t
+
+    y = torch.exp(x)
+    with pytest.raises(RuntimeError, match="pack hook is modifying its input in place"):
+        y.grad_fn._raw_saved_result.register_hooks(doubles_in_place, lambda t: t)
+
+
+def test_hooked_saved_input_keeps_its_place_in_the_graph(lib):
+    torch = lib.torch
+    base = torch.randn(5, requires_grad=True)
+    x = base + 1
+    y = x ** 3
+    y.grad_fn._raw_saved_self.register_hooks(lambda t: t, lambda t: t)
+    assert y.grad_fn._saved_self.grad_fn is x.grad_fn
+    (g,) = torch.autograd.grad(y.sum(), (base,), create_graph=True)
+    g.sum().backward()
+    assert torch.allclose(base.grad, 6 * x)
+
+
+def test_saved_input_detached_in_place_raises_but_saved_output_does_not(lib):
+    torch = lib.torch
+    a = torch.tensor(1.0, requires_grad=True).clone()
+    b = a.sin()
+    a.detach_()
+    with pytest.raises(RuntimeError, match="saved tensor that has been detached in-place"):
+        b.backward()
+    a = torch.tensor(1.0, requires_grad=True).clone()
+    b = a.exp()
+    a.detach_()
+    b.backward()
+
+
+def test_python_scalars_are_never_packed(lib):
+    torch = lib.torch
+
+    def refuse(t):
+        raise AssertionError("a python scalar was packed")
+
+    a = torch.randn(5, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(refuse, refuse):
+        out = (a * 3).sum()
+        (g,) = torch.autograd.grad(out, (a,))
+    assert torch.allclose(g, torch.full((5,), 3.0))
+
+
+# ---- scheduling --------------------------------------------------------------------------------
+
+def test_sequence_numbers_order_ready_nodes(lib):
+    torch = lib.torch
+    x, y, z = (torch.randn(3, requires_grad=True) for _ in range(3))
+    a, b = x + y, y + z
+    c = a + b
+    for node, nr in ((a.grad_fn, 100), (b.grad_fn, 99), (c.grad_fn, 98)):
+        node._set_sequence_nr(nr)
+    assert [n._sequence_nr() for n in (a.grad_fn, b.grad_fn, c.grad_fn)] == [100, 99, 98]
+    order = []
+    for name, t in (("a", a), ("b", b), ("c", c)):
+        t.register_hook(lambda g, name=name: order.append(name))
+    c.sum().backward()
+    assert order == ["c", "a", "b"]  # the root first, then the larger number
+    acc = (x * 1).grad_fn.next_functions[0][0]
+    assert acc._sequence_nr() == 2**64 - 1
