@@ -376,6 +376,22 @@ class Tensor:
     def data(self, value: "Tensor") -> None:
         self._data = value._data
 
+    def set_(self, source: "Tensor | None" = None) -> "Tensor":
+        """Make this tensor use ``source``'s data (empty without one), in place: its version
+        goes up and a leaf gets a new AccumulateGrad, so graphs made before no longer lead
+        to it (a GradientEdge taken before still does), as in torch."""
+        if grad_mode._state.enabled:
+            if self._grad_fn is None and self._requires_grad:
+                raise RuntimeError(LEAF_INPLACE_MSG)
+            if source is not None and source._requires_grad:
+                raise NotImplementedError(
+                    "set_() from a tensor that requires grad, under grad mode, is not "
+                    "supported by disthook")
+        self._data = np.empty(0, self._data.dtype) if source is None else source._data
+        self._vc[0] += 1
+        self._grad_acc = None
+        return self
+
     # ---- hooks ---------------------------------------------------------------------------
     def register_hook(self, hook) -> RemovableHandle:
         """``hook(grad) -> Tensor | None`` runs when this tensor's gradient is computed."""

@@ -148,3 +148,131 @@ def test_sequence_numbers_order_ready_nodes(lib):
     assert order == ["c", "a", "b"]  # the root first, then the larger number
     acc = (x * 1).grad_fn.next_functions[0][0]
     assert acc._sequence_nr() == 2**64 - 1
+
+
+# ---- GradientEdge: an edge in place of a tensor, as input or output ---------------------------
+
+def test_grad_to_an_edge_equals_grad_to_its_tensor(lib):
+    torch = lib.torch
+    G = torch.autograd.graph
+    leaf = torch.rand(2, requires_grad=True)
+    mid = leaf.clone()
+    var, mean = torch.var_mean(mid * 3)
+    for t, loss in ((leaf, (mid * 2).sum()), (mid, (mid * 2).sum()), (mean, mean * var)):
+        ref = torch.autograd.grad(loss, t, retain_graph=True)
+        new = torch.autograd.grad(loss, G.get_gradient_edge(t), retain_graph=True)
+        assert torch.allclose(ref[0], new[0])
+    edge = G.get_gradient_edge(mean)
+    assert isinstance(edge, G.GradientEdge) and isinstance(edge, tuple)
+    assert edge.node is mean.grad_fn and edge.output_nr == 1
+    assert G.GradientEdge(mid.grad_fn, 0).node is mid.grad_fn
+    with pytest.raises(RuntimeError, match="gradient edge for a Tensor that does not require"):
+        G.get_gradient_edge(torch.ones(2))
+
+
+def test_an_edge_keeps_meaning_the_version_it_was_taken_from(lib):
+    torch = lib.torch
+    x = torch.rand(2, requires_grad=True).clone()
+    before = torch.autograd.graph.get_gradient_edge(x)
+    x *= 2
+    g_before, g_now = torch.autograd.grad(x.sum(), (before, x))
+    assert torch.equal(g_before, torch.full((2,), 2.0)) and torch.equal(g_now, torch.ones(2))
+
+    leaf = torch.rand(2, requires_grad=True)
+    edge = torch.autograd.graph.get_gradient_edge(leaf)
+    out = leaf.clone()
+    with torch.no_grad():
+        assert leaf.set_(torch.rand(2)) is leaf  # a new AccumulateGrad from now on
+    with pytest.raises(RuntimeError, match="appears to not have been used in the graph"):
+        torch.autograd.grad(out.sum(), leaf, retain_graph=True)
+    assert torch.equal(torch.autograd.grad(out.sum(), edge)[0], torch.ones(2))
+
+
+def test_edge_inputs_to_grad_and_backward(lib):
+    torch = lib.torch
+    G = torch.autograd.graph
+    x = torch.rand(2, requires_grad=True).clone()
+    y = torch.rand(2, requires_grad=True).clone()
+    ex, ey = G.GradientEdge(x.grad_fn, x.output_nr), G.GradientEdge(y.grad_fn, y.output_nr)
+    out = x.clone()
+    gx, gy = torch.autograd.grad(out.sum(), (ex, y), allow_unused=True, retain_graph=True)
+    assert torch.equal(gx, torch.ones(2)) and gy is None
+    with pytest.raises(RuntimeError, match="materialize_grads cannot be used when the given "
+                                           "input is a GradientEdge"):
+        torch.autograd.grad(out.sum(), (x, ey), allow_unused=True, materialize_grads=True)
+    for inputs in ((ex, y), (x, ey), (ex, ey)):
+        torch.autograd.backward(out.sum(), inputs=inputs, retain_graph=True)
+    with pytest.raises(RuntimeError, match="all inputs have to be Tensors or GradientEdges, "
+                                           "but got int"):
+        torch.autograd.grad(out.sum(), (1,))
+
+
+def test_an_edge_as_output(lib):
+    torch = lib.torch
+    G = torch.autograd.graph
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+
+    def fn(reduce=True):
+        tmp = x.sin().cos()
+        if reduce:
+            tmp = tmp.sum()
+        return tmp.exp().clone().sin().sum(), G.get_gradient_edge(tmp)
+
+    out, edge = fn()
+    (g_tmp,) = torch.autograd.grad(out, (edge,))
+    (two_steps,) = torch.autograd.grad(edge, (x,), grad_outputs=(g_tmp,))
+    (one_go,) = torch.autograd.grad(fn()[0], (x,))
+    assert torch.allclose(two_steps, one_go)
+    with pytest.raises(RuntimeError, match="implicitly created only for scalar outputs"):
+        torch.autograd.grad(fn(reduce=False)[1], (x,))
+    with pytest.raises(RuntimeError, match=r"Mismatch in shape: grad_output\[0\] has a shape of "
+                                           r"torch.Size\(\[4\]\) and output\[0\] has a shape "
+                                           r"of torch.Size\(\[\]\)\."):
+        torch.autograd.grad(fn()[1], (x,), grad_outputs=torch.ones(4))
+    _, edge = fn()
+    torch.autograd.backward(edge, retain_graph=True)
+    (ref,) = torch.autograd.grad(edge, (x,), retain_graph=True)
+    assert torch.allclose(x.grad, ref)
+    x.grad = None
+    torch.autograd.backward((edge,), retain_graph=True)
+    assert torch.allclose(x.grad, ref)
+    (_, edge1), (out2, _) = fn(), fn()
+    (mixed,) = torch.autograd.grad((edge1, out2), (x,), retain_graph=True)
+    x.grad = None
+    torch.autograd.backward((edge1, out2))
+    assert torch.allclose(x.grad, mixed)
+
+
+def test_an_edge_keeps_its_graph_alive(lib):
+    torch = lib.torch
+
+    class Clone(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            return t.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            return g.clone()
+
+    inp = torch.rand(1, requires_grad=True)
+    for out in (inp.clone(), Clone.apply(inp)):
+        edge = torch.autograd.graph.get_gradient_edge(out)
+        torch.autograd.backward(edge)
+        del out
+        torch.autograd.backward(edge)
+    assert torch.equal(inp.grad, torch.full((1,), 4.0))
+
+
+def test_resize_function(lib):
+    torch = lib.torch
+    import importlib
+
+    Resize = importlib.import_module(f"{lib.name}.autograd._functions").Resize
+    x = torch.rand(6, requires_grad=True)
+    y = Resize.apply(x, (2, 3))
+    assert y.shape == (2, 3) and y.grad_fn.name() == "ResizeBackward"
+    (y * torch.arange(6.0).view(2, 3)).sum().backward()
+    assert torch.equal(x.grad, torch.arange(6.0))
+    with pytest.raises(RuntimeError, match="requested resize to 4x2 \\(8 elements in total\\)"):
+        Resize.apply(x, (4, 2))

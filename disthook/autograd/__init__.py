@@ -1,8 +1,11 @@
 """Automatic differentiation: ``backward``, ``grad``, grad mode and custom Functions."""
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Mapping
+
+import numpy as np
 
 from disthook.autograd import graph  # noqa: F401
 from disthook.autograd.gradcheck import gradcheck, gradgradcheck  # noqa: F401
@@ -34,19 +37,21 @@ __all__ = [
 
 
 def _as_tuple(x) -> tuple:
-    """A Tensor becomes a 1-tuple; any other iterable (list, generator, ...) a tuple."""
+    """A Tensor or GradientEdge becomes a 1-tuple; any other iterable (list, generator, ...)
+    a tuple."""
     from disthook.tensor import Tensor
 
-    if isinstance(x, Tensor):
+    if isinstance(x, Tensor) or type(x) is graph.GradientEdge:
         return (x,)
     return tuple(x)
 
 
 def _inputs_tuple(inputs, api: str) -> tuple:
-    """``inputs=`` of backward()/grad(): a Tensor, any iterable of Tensors, or a dict."""
+    """``inputs=`` of backward()/grad(): a Tensor or GradientEdge, any iterable of them, or
+    a dict."""
     from disthook.tensor import Tensor
 
-    if isinstance(inputs, Tensor):
+    if isinstance(inputs, Tensor) or type(inputs) is graph.GradientEdge:
         return (inputs,)
     if type(inputs) is dict:
         return tuple(inputs.values())
@@ -61,28 +66,36 @@ def _make_grads(outputs: tuple, grads: tuple) -> tuple:
 
     Pairs are zipped as torch does: a count mismatch is reported later, by the engine call.
     """
-    from disthook.tensor import Tensor, ones_like
+    from disthook._dtype import from_numpy_dtype
+    from disthook.tensor import Size, Tensor
 
     seeds = []
     for i, (out, g) in enumerate(zip(outputs, grads)):
-        if not isinstance(out, Tensor):
+        if type(out) is graph.GradientEdge:
+            # what flows into the edge: its node's forward output of that number
+            shape, np_dtype = graph.edge_metadata(out)
+            needs_grad = True
+        elif isinstance(out, Tensor):
+            shape, np_dtype = out._data.shape, out._data.dtype
+            needs_grad = out._requires_grad
+        else:
             raise AssertionError("Expected output to be a torch.Tensor")
         if isinstance(g, Tensor):
-            if g.shape != out.shape:
+            if g._data.shape != shape:
                 raise RuntimeError(
                     f"Mismatch in shape: grad_output[{_index(grads, g)}] has a shape of "
                     f"{g.shape} and output[{_index(outputs, out)}] has a shape of "
-                    f"{out.shape}.")
+                    f"{Size(shape)}.")
             seeds.append(g)
         elif g is None:
-            if out._requires_grad:
-                if out._data.size != 1:
+            if needs_grad:
+                if math.prod(shape) != 1:
                     raise RuntimeError("grad can be implicitly created only for scalar outputs")
-                if out._data.dtype.kind != "f":
+                if np_dtype.kind != "f":
                     raise RuntimeError(
                         "grad can be implicitly created only for real scalar outputs but got "
-                        f"{out.dtype}")
-                g = ones_like(out)
+                        f"{from_numpy_dtype(np_dtype)}")
+                g = Tensor._make(np.ones(shape, dtype=np_dtype), None, 0)
             seeds.append(g)
         else:
             raise TypeError(
@@ -107,10 +120,12 @@ def _run_backward(outputs: tuple, seeds: tuple, retain_graph: bool, create_graph
     if len(outputs) != len(seeds):
         raise RuntimeError(f"got {len(outputs)} tensors and {len(seeds)} gradients")
     for i, out in enumerate(outputs):
-        if not out._requires_grad:
+        if type(out) is not graph.GradientEdge and not out._requires_grad:
             raise RuntimeError(
                 f"element {i} of tensors does not require grad and does not have a grad_fn")
     for t in inputs:
+        if type(t) is graph.GradientEdge:
+            continue  # its node runs (backward) or gives its gradient (grad), as it is
         if not isinstance(t, Tensor):
             raise RuntimeError(
                 f"all inputs have to be Tensors or GradientEdges, but got {typename(t)}")
@@ -213,6 +228,9 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     result = _run_backward(outs, seeds, retain_graph, create_graph, ins,
                            allow_unreachable=allow_unused, accumulate_grad=False)
     if materialize_grads:
+        if any(g is None and type(t) is graph.GradientEdge for g, t in zip(result, ins)):
+            raise RuntimeError(
+                "materialize_grads cannot be used when the given input is a GradientEdge")
         result = tuple(zeros_like(t, requires_grad=create_graph) if g is None else g
                        for g, t in zip(result, ins))
     if type(inputs) is dict:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import weakref
 from collections import OrderedDict
+from typing import NamedTuple
 
 # Names from modules that import this one are looked up at call time in sys.modules: they
 # are loaded by then, and a from-import inside a hot function costs about 1.7 us per call.
@@ -62,6 +63,7 @@ class Node:
     _saved = None
     _freed = False
     _output_meta = None  # (shape, np dtype) per output, for multi-output nodes
+    _edge_meta = None  # {output_nr: (shape, np dtype)} of the edges get_gradient_edge gave
     metadata_ = None
 
     def __init__(self) -> None:
@@ -353,12 +355,53 @@ def grad_accumulator(t) -> AccumulateGrad:
 
 
 def gradient_edge(t) -> tuple:
-    """(node, output_nr) receiving the gradient of ``t``; (None, 0) when none does."""
+    """(node, output_nr) receiving the gradient of ``t``; (None, 0) when none does.
+    A GradientEdge stands for itself."""
+    if type(t) is GradientEdge:
+        return (t.node, t.output_nr)
     if t._grad_fn is not None:
         return (t._grad_fn, t._output_nr)
     if t._requires_grad:
         return (grad_accumulator(t), 0)
     return (None, 0)
+
+
+class GradientEdge(NamedTuple):
+    """Where a gradient enters the graph: input ``output_nr`` of ``node``, the gradient of
+    the node's forward output of that number. ``autograd.grad`` and ``backward`` take it in
+    place of a tensor, as an output or an input."""
+
+    node: Node
+    output_nr: int
+    # torch needs it to keep a graph of Python nodes alive; disthook's node already does
+    ownership_token: Node | None = None
+
+
+def get_gradient_edge(tensor) -> GradientEdge:
+    """The edge receiving ``tensor``'s gradient: its grad_fn, or a leaf's AccumulateGrad.
+    ``autograd.grad(loss, get_gradient_edge(t))`` equals ``autograd.grad(loss, t)``, and keeps
+    meaning the same tensor version after ``t`` is changed in place."""
+    if not tensor.requires_grad:
+        raise RuntimeError("It is not possible to get the gradient edge for a Tensor that "
+                           "does not require gradients")
+    node, output_nr = gradient_edge(tensor)
+    if node._edge_meta is None:
+        node._edge_meta = {}
+    node._edge_meta[output_nr] = (tensor._data.shape, tensor._data.dtype)
+    return GradientEdge(node, output_nr)
+
+
+def edge_metadata(edge: GradientEdge) -> tuple:
+    """(shape, numpy dtype) of the gradient that flows into ``edge``."""
+    node, nr = edge.node, edge.output_nr
+    if type(node) is AccumulateGrad:
+        return node.variable._data.shape, node.variable._data.dtype
+    if node._output_meta is not None:
+        return node._output_meta[nr]
+    if node._edge_meta is not None and nr in node._edge_meta:
+        return node._edge_meta[nr]
+    raise RuntimeError(f"disthook does not know the shape of output {nr} of {node.name()}: "
+                       "make the edge with torch.autograd.graph.get_gradient_edge(tensor)")
 
 
 # ---- hooks over several tensors ---------------------------------------------------------------
