@@ -59,6 +59,19 @@ class Generator:
 default_generator = Generator()
 
 
+def _stream_state() -> str:
+    """The default generator's state as a string: a deployed model's call carries it to the
+    worker, which draws from it (dropout) and hands it back, so that the draws of a program
+    are the ones it makes in one process."""
+    return json.dumps(default_generator._rng.bit_generator.state)
+
+
+def _set_stream_state(state: str) -> None:
+    rng = np.random.default_rng()
+    rng.bit_generator.state = json.loads(state)
+    default_generator._rng = rng
+
+
 def manual_seed(seed: int) -> Generator:
     return default_generator.manual_seed(seed)
 

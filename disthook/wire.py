@@ -162,13 +162,18 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # named by reply_to (hex of its socket identity) from the last (first) stage.
     # with stop (a module path), the stage holding that module answers the client with the
     # module's output and the later stages do no work (RemoteModel.run_until); with path,
-    # the stage runs that submodule alone and answers the client (a root forward run on the
-    # client calls it: disthook.distributed.glue)
+    # the stage runs that submodule alone on call (the packed (args, kwargs), inputs empty)
+    # and answers the client with its packed output (code running on the client calls it:
+    # disthook.distributed.glue)
+    # rng: the client's random stream (in training mode): each stage draws from it and
+    # passes it on, and the answer carries it back (result["rng"]), so that dropout draws
+    # what it draws in one process
     # zero_grad: the client's optimizer.zero_grad() calls not sent yet, per stage a list of
     # the "optimizer" maps of "step" (action zero_grad); each stage runs its own first
     "forward": {"model": "str", "stage": "int", "inputs": "list", "grad_enabled": "bool",
                 "reply_to": "str", "requires_grad": "list?", "mb": "int?", "stop": "str?",
-                "zero_grad": "list[list[optimizer_call]]?", "path": "str?"},
+                "zero_grad": "list[list[optimizer_call]]?", "path": "str?",
+                "call": "hook_value?", "rng": "str?"},
     "backward": {"model": "str", "stage": "int", "grads": "list", "retain_graph": "bool",
                  "reply_to": "str", "mb": "int?"},
     "release": {"model": "str", "contexts": "list[str]"},

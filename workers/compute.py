@@ -21,7 +21,7 @@ from disthook import wire
 from disthook.distributed import aliases
 from disthook.distributed.service import NO_REPLY
 from disthook.distributed.spec import build_module, import_main
-from disthook.distributed.values import pack
+from disthook.distributed.values import opaque_in, pack, tensors_in, unpack
 from workers.state import Context, StepRun
 
 __all__ = ["ComputeHandlers", "Stage", "rss_bytes"]
@@ -111,22 +111,29 @@ class ComputeHandlers:
                 for spec in zero_grads[st.index]:
                     self._optimizer_action(st, spec)
             grad = msg["grad_enabled"]
-            flags = msg.get("requires_grad") or [True] * len(msg["inputs"])
             inputs = []
-            for a, flag in zip(msg["inputs"], flags):
+
+            def leaf(a, flag: bool):
                 t = disthook.from_numpy(np.array(a))  # an own, writable copy of the frame
                 if grad and flag and t.is_floating_point():
                     t.requires_grad_(True)  # a fresh leaf per context: its grad goes back
                 inputs.append(t)
+                return t
+
             job.micro_batch = self.captures.micro_batch = msg.get("mb")
             stop, path = msg.get("stop"), msg.get("path")
             stop_here = stop is not None and stop.split(".", 1)[0] in st.module._modules
             st.forwards += 1
+            if path is not None:  # one submodule, called by code running on the client
+                return self._call_submodule(job, st, path, grad, leaf, inputs)
+            flags = msg.get("requires_grad") or [True] * len(msg["inputs"])
+            for a, flag in zip(msg["inputs"], flags):
+                leaf(a, flag)
+            if msg.get("rng"):  # the client's random stream, passed stage to stage
+                disthook.random._set_stream_state(msg["rng"])
             with disthook.set_grad_enabled(grad):
-                given = [_as_computed(t) if st.index > 0 or path else t for t in inputs]
-                if path is not None:  # one submodule, called by the root's forward
-                    out = _submodule(st, path)(*given)
-                elif stop_here:  # the output of module `stop` is the answer: no later stage
+                given = [_as_computed(t) if st.index > 0 else t for t in inputs]
+                if stop_here:  # the output of module `stop` is the answer: no later stage
                     out = toolkit.stop_after(st.module, stop, *given)
                 else:
                     out = st.module(*given)
@@ -135,21 +142,51 @@ class ComputeHandlers:
                                 f"{type(out).__name__}; a stage must return one Tensor")
             if grad and out.requires_grad:
                 self.state.keep_context(st.model, msg.ctx, Context(
-                    job.client, inputs, out, job.retained, time.monotonic(),
-                    direct=path is not None))
+                    job.client, inputs, out, job.retained, time.monotonic()))
             fields = {"model": st.model, "stage": st.index + 1,
                       "inputs": [out.detach().numpy()], "grad_enabled": grad,
                       "requires_grad": [out.requires_grad], "reply_to": msg["reply_to"],
-                      "mb": msg.get("mb"), "stop": stop, "zero_grad": zero_grads}
+                      "mb": msg.get("mb"), "stop": stop, "zero_grad": zero_grads,
+                      "rng": _stream_state(msg)}
             nxt = st.neighbours.get("next")
-            if nxt is not None and not stop_here and path is None:
+            if nxt is not None and not stop_here:
                 nxt.send_multipart(wire.encode("forward", fields, req=msg.req, ctx=msg.ctx),
                                    copy=False)
             else:
                 self._to_client(job, "ok", {"result": {
-                    "output": out.detach().numpy(), "requires_grad": out.requires_grad}})
+                    "output": out.detach().numpy(), "requires_grad": out.requires_grad,
+                    "rng": fields["rng"]}})
         except Exception as exc:  # noqa: BLE001 - the client, not the previous stage, hears it
             self._to_client(job, "error", self.error_reply(exc, job, msg.get("inputs")))
+        return NO_REPLY
+
+    def _call_submodule(self, job, st, path: str, grad: bool, leaf, inputs: list):
+        """Run the submodule at ``path`` on the call's arguments (``msg["call"]``: the
+        packed ``(args, kwargs)``, each tensor a fresh leaf made by ``leaf``) and answer the
+        client with its packed output; the graph is kept for the backward of its tensors."""
+        msg = job.msg
+        try:
+            args, kwargs = unpack(msg["call"], lambda a, flag, _name: _as_computed(leaf(a, flag)))
+            if msg.get("rng"):  # the client's random stream: drawn from here, handed back
+                disthook.random._set_stream_state(msg["rng"])
+            with disthook.set_grad_enabled(grad):
+                out = _submodule(st, path)(*args, **kwargs)
+            outs = list(tensors_in(out))
+            opaque = opaque_in(out)
+            if opaque:
+                raise TypeError(f"the module at {path!r} returned {opaque}, which cannot "
+                                "go back to the client: a module called from the client "
+                                "must return tensors, numbers, strings, None, or tuples, "
+                                "lists and str-keyed dicts of them")
+            if grad and any(o.requires_grad for o in outs):
+                self.state.keep_context(st.model, msg.ctx, Context(
+                    job.client, inputs, outs, job.retained, time.monotonic(),
+                    direct=True))
+            self._to_client(job, "ok", {"result": {
+                "output": pack(out),
+                "requires_grad": [o.requires_grad for o in outs], "rng": _stream_state(msg)}})
+        except Exception as exc:  # noqa: BLE001 - the client hears it
+            self._to_client(job, "error", self.error_reply(exc, job))
         return NO_REPLY
 
     def on_backward(self, job):
@@ -162,14 +199,24 @@ class ComputeHandlers:
                 raise RuntimeError(
                     f"no forward graph of context {msg.ctx!r} on {st.name}: it ran "
                     "backward already without retain_graph=True, was released, or expired")
-            (g,) = msg["grads"]
+            if not isinstance(context.output, list) and len(msg["grads"]) != 1:
+                raise ValueError(f"backward of {st.name} takes one gradient, got "
+                                 f"{len(msg['grads'])}")
+            g = msg["grads"][0]
             retain = msg["retain_graph"]
             job.micro_batch = self.captures.micro_batch = msg.get("mb")
             for t in context.inputs:
                 t.grad = None  # the gradient of this backward only goes to the previous stage
             # None: the next stage's output did not depend on this one's (a hook replaced
             # it by a constant); nothing flows back, and the context ends as after backward
-            if g is not None:
+            if isinstance(context.output, list):  # a submodule's call: a gradient per output
+                pairs = [(o, disthook.from_numpy(np.array(g)))
+                         for o, g in zip(context.output, msg["grads"])
+                         if g is not None and o.requires_grad]
+                if pairs:
+                    disthook.autograd.backward([o for o, _ in pairs], [g for _, g in pairs],
+                                               retain_graph=retain)
+            elif g is not None:
                 grad = disthook.from_numpy(np.array(g))
                 disthook.autograd.backward([context.output], [grad], retain_graph=retain)
             for who, hook_id, key, t in context.retained:  # what client hooks retained
@@ -309,6 +356,11 @@ class _StageInput(disthook.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         return grad
+
+
+def _stream_state(msg) -> str | None:
+    """The random stream to hand on after a forward that was given one."""
+    return disthook.random._stream_state() if msg.get("rng") else None
 
 
 def _as_computed(t):

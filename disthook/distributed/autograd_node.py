@@ -29,14 +29,21 @@ class RemoteBackward0(Node):
     micro-batches, one context per micro-batch: their backwards are sent at once and flow
     back through the stages as a pipeline."""
 
-    def __init__(self, model: RemoteModel, ctx_ids: list[str], x: Tensor,
+    def __init__(self, model: RemoteModel, ctx_ids: list[str], x: Tensor | list[Tensor],
                  sizes: list[int] | None, stage: int | None = None):
         super().__init__()
         # the stage whose output this is: the last, or the one a run_until stopped at
         self._stage = len(model._addresses) - 1 if stage is None else stage
-        self.next_functions = (gradient_edge(x),)
-        self.needs_input_grad = (x._requires_grad,)
-        self._input_meta = ((x._data.shape, x._data.dtype),)
+        # a list of inputs: one submodule's call from code running here, whose outputs
+        # (several, each with its gradient or None) are listed in _output_meta
+        self._call = isinstance(x, list)
+        xs = x if self._call else [x]
+        self.next_functions = tuple(gradient_edge(t) for t in xs)
+        self.needs_input_grad = tuple(t._requires_grad for t in xs)
+        self._input_meta = tuple((t._data.shape, t._data.dtype) for t in xs)
+        if self._call:
+            self._output_meta = []  # filled as the outputs are made (call_placed)
+            self.materialize_grads = False
         self._model = model
         self._ctx_ids = ctx_ids
         self._sizes = sizes  # rows of each micro-batch (None: one, the whole batch)
@@ -50,10 +57,12 @@ class RemoteBackward0(Node):
     def _backward(self, grads: list) -> tuple:
         if self._freed:
             raise RuntimeError(SECOND_BACKWARD_MSG)
-        (g,) = grads
         # the workers keep their graphs exactly when this backward keeps the client's
         retain = engine.retains_graph()
         model = self._model
+        if self._call:
+            return self._call_backward(grads, retain)
+        (g,) = grads
         parts = [g._data] if self._sizes is None else split_rows(g._data, self._sizes)
         replies = model._hub.request_all(
             [(model._addresses[self._stage], {"stage": self._stage, "grads": [part],
@@ -72,6 +81,21 @@ class RemoteBackward0(Node):
                for gx, p in zip(gxs, parts)]
         return (Tensor._make(np.concatenate(gxs) if len(gxs) > 1 else np.array(gxs[0]),
                              None, 0),)
+
+    def _call_backward(self, grads: list, retain: bool) -> tuple:
+        """Backward of one submodule's call: a gradient (or None) per output to its stage,
+        a gradient (or None) per input back."""
+        model = self._model
+        (reply,) = model._hub.request_all(
+            [(model._addresses[self._stage], {
+                "stage": self._stage, "grads": [None if g is None else g._data for g in grads],
+                "retain_graph": retain, "reply_to": model._hub.reply_to}, self._ctx_ids[0])],
+            "backward", what=f"backward of {self._path!r}")
+        if not retain:
+            self._finalizer.detach()
+            model._hub.drop_context(self._ctx_ids[0])
+        return tuple(None if g is None else Tensor._make(np.array(g), None, 0)
+                     for g in reply["result"]["grads"])
 
     def _release(self) -> None:
         self._freed = True

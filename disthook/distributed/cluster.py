@@ -125,12 +125,22 @@ class Cluster:
             time.sleep(0.05)
 
     # ---- placing a model ----------------------------------------------------------------------
-    def deploy(self, module, stages: int = 1, *, balance: str = "params", split_points=None,
-               sample_input=None, chunks: int = 1, schedule: str = "gpipe",
-               checkpoint: str | None = None):
-        """Place contiguous stages of ``module``'s children on workers; a ``RemoteModel``.
+    def deploy(self, module, stages: int = 1, *, placement: dict | None = None,
+               balance: str = "params", split_points=None, sample_input=None,
+               chunks: int = 1, schedule: str = "gpipe", checkpoint: str | None = None):
+        """Place ``module`` on ``stages`` workers; a ``RemoteModel``, an instance of the
+        module's own class whose forward and methods run as written.
 
-        Stages are balanced by parameter count (``balance="params"``), by the children's
+        Where the module's children can be cut into contiguous stages, they are (a chain:
+        activations go worker to worker). Otherwise (too few children, tied weights across
+        them, parameters of the root's own) its parts are placed over the module tree:
+        ``placement`` maps module paths to stages (``{"transformer.h.0": 0, "lm_head":
+        1}``; a path follows its nearest listed ancestor, and one not listed nor under a
+        listed one stays here), or one is chosen (balanced by parameters, tied parts
+        together, stateless parts here). A module whose parts are on several workers runs
+        its forward here, calling each part on its worker.
+
+        Contiguous stages are balanced by parameter count (``balance="params"``), by the children's
         forward time measured here on ``sample_input`` (``balance="time"``), or cut where
         ``split_points`` say (indices of the children that start stages 2..N). With
         ``chunks=M`` each call splits its batch along dim 0 into M micro-batches that flow
@@ -144,7 +154,8 @@ class Cluster:
 
         self._check_open()
         remote = deploy(self, module, stages, split_points=split_points, balance=balance,
-                        sample_input=sample_input, chunks=chunks, schedule=schedule)
+                        sample_input=sample_input, chunks=chunks, schedule=schedule,
+                        placement=placement)
         if checkpoint is not None:
             try:
                 remote.load_checkpoint(checkpoint)

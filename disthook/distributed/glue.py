@@ -1,29 +1,38 @@
-"""A deployed model whose forward does more than chain its children: the root's own forward
-runs here, on the client, unchanged; each of its children (placed on the workers as usual)
-runs on its worker when the forward calls it, and functional code between them (``F.relu``,
-``torch.flatten``, a residual ``x + h``) runs here.
+"""A deployed model whose forward does more than chain its children: the model's own
+forward code runs here, on the client, unchanged; each placed part runs on its worker when
+that code calls it, and functional code between them (``F.relu``, ``torch.flatten``, a
+residual ``x + h``) runs here.
 
-Inside the root's forward, ``self.conv1`` is a ``PlacedCall``: calling it sends the tensor
-to the worker holding ``conv1``, which runs that submodule alone and answers with its output,
-whose ``grad_fn`` (a ``RemoteBackward0``) sends the gradient back to that worker. Nested
-parts are reached the same way (``self.blocks[2]``, ``self.transformer.h``). Hooks on the
-children fire on their workers; hooks on the whole model fire here, as in one process.
+The client holds the model's tree with each placed part replaced by its proxy
+(``RemoteModule``, an instance of the part's own class): calling the proxy sends the
+arguments (tensors and plain values, positional and keyword) to the worker holding that
+part, which runs it alone and answers with its output (a tensor, or tuples, lists and dicts
+of them), whose ``grad_fn`` (a ``RemoteBackward0``) sends the gradients back to that worker.
+A module whose parts are on several workers ("split") is a copy of it here whose children
+are those proxies, copies and modules: its forward runs here, its own parameters stay here,
+and its hooks fire here, as in one process. Modules kept on the client whole (stateless
+ones between placed parts, or those a placement leaves out) are the model's own.
 """
 from __future__ import annotations
 
+import types
 import uuid
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from disthook import random
 from disthook.autograd import grad_mode
 from disthook.distributed.autograd_node import RemoteBackward0
+from disthook.distributed.values import opaque_in, pack, tensors_in, unpack
+from disthook.nn.modules.module import Module
 from disthook.tensor import Tensor
 
 if TYPE_CHECKING:
     from disthook.distributed.remote import RemoteModel
+    from disthook.distributed.tree import Layout
 
-__all__ = ["PlacedCall", "needs_glue", "run_root_forward"]
+__all__ = ["call_placed", "check_runs_here", "client_tree", "needs_glue", "run_root_forward"]
 
 
 def needs_glue(module, args: tuple, kwargs: dict) -> bool:
@@ -41,128 +50,124 @@ def needs_glue(module, args: tuple, kwargs: dict) -> bool:
 
 
 def run_root_forward(model: RemoteModel, args: tuple, kwargs: dict):
-    """The root module's forward, run here with its children standing for their workers."""
-    return _root_class(type(model._local)).forward(_as_root(model), *args, **kwargs)
+    """The root module's forward, run here on the model (whose children are the client's
+    tree)."""
+    check_runs_here(model._local, "")
+    return type(model._local).forward(model, *args, **kwargs)
 
 
-class _Root:
-    """``self`` inside the root's forward: an instance of the root's own class (so methods,
-    properties, ``super()`` and ``isinstance`` work), whose children are ``PlacedCall``s
-    (also as ``self._modules``, so ``self.children()`` runs them on their workers) and whose
-    plain attributes are the root's."""
+# ---- the client's tree --------------------------------------------------------------------
 
-    @property
-    def _modules(self) -> dict:
-        return {name: PlacedCall(self._model, name) for name in self._model._local._modules}
-
-    @property
-    def _parameters(self) -> dict:
-        return {}  # deploy refuses a root with parameters of its own
-
-    @property
-    def _buffers(self) -> dict:
-        return {}
-
-    def __getattr__(self, name: str):
-        twin = self._model._local
-        if name in twin._modules:
-            return PlacedCall(self._model, name)
-        if name == "training":
-            return self._model.training
-        if name in twin.__dict__:
-            return twin.__dict__[name]
-        raise AttributeError(f"'{type(twin).__name__}' object has no attribute '{name}'")
-
-    def __setattr__(self, name: str, value) -> None:
-        """A forward that keeps something on self (``self.input = x``) keeps it here."""
-        if name in self._model._local._modules:
-            raise NotImplementedError(f"the forward assigns the child {name!r} of a "
-                                      "deployed model; its children stay where they are")
-        object.__setattr__(self._model._local, name, value)
+# what Module.__init__ makes: a copy gets its own, empty, and keeps the rest of the attributes
+_FRESH = frozenset(Module().__dict__)
 
 
-_ROOT_CLASSES: dict[type, type] = {}
+def client_tree(model: RemoteModel, root: Module, lay: Layout) -> dict:
+    """The root's children as the client holds them (see the module's doc)."""
+    split, client = set(lay.split), set(lay.client)
+
+    def held(path: str, module: Module | None):
+        if module is None or path in client:
+            return module
+        if path not in split:
+            from disthook.distributed.proxies import RemoteModule
+            return RemoteModule(model, path)
+        check_runs_here(module, path)
+        twin = object.__new__(type(module))
+        Module.__init__(twin)
+        for name, value in module.__dict__.items():
+            if name not in _FRESH:
+                twin.__dict__[name] = value
+        twin.training = module.training
+        twin._parameters.update(module._parameters)  # its own stay here, the same tensors
+        twin._buffers.update(module._buffers)
+        twin._non_persistent_buffers_set.update(module._non_persistent_buffers_set)
+        for name, child in module._modules.items():
+            twin._modules[name] = held(f"{path}.{name}", child)
+        return twin
+
+    return {name: held(name, child) for name, child in root._modules.items()}
 
 
-def _root_class(kind: type) -> type:
-    cls = _ROOT_CLASSES.get(kind)
-    if cls is None:
-        cls = _ROOT_CLASSES[kind] = type(kind.__name__, (_Root, kind), {
-            "__module__": __name__, "__qualname__": f"_Root[{kind.__qualname__}]"})
-    return cls
+def check_runs_here(module: Module, path: str) -> None:
+    """A module whose forward runs here while its parts are on workers must not reach its
+    parts other than as its children: an attribute holding a module, or a callable that may
+    hold one (a lambda, a closure, a bound method), would still reach the modules as they were
+    before the deploy, with their old weights: ``ValueError`` naming it."""
+    where = f"the module at {path!r}" if path else "the model's root"
+    for name, value in module.__dict__.items():
+        if name in _FRESH:
+            continue
+        found = _stale_reference(value)
+        if found:
+            place = (f"place {path!r} whole on one stage (placement={{{path!r}: 0}})"
+                     if path else "move that code into a child module")
+            raise ValueError(
+                f"{where} ({type(module).__name__}) runs on the client because its parts are "
+                f"on several workers, and its attribute {name!r} holds {found}, which would "
+                f"still use the modules as they were before deploy(): {place}, or reach "
+                "the parts as attributes of self in forward()")
 
 
-def _as_root(model: RemoteModel):
-    root = object.__new__(_root_class(type(model._local)))
-    object.__setattr__(root, "_model", model)
-    return root
+def _stale_reference(value, depth: int = 0) -> str | None:
+    if isinstance(value, Module):
+        return f"a {type(value).__name__} module"
+    if isinstance(value, types.MethodType):
+        return "a bound method"
+    if isinstance(value, types.FunctionType):
+        if value.__closure__ or "<locals>" in value.__qualname__ or "<lambda>" in value.__qualname__:
+            return "a lambda or closure"
+        return None
+    if depth < 3 and isinstance(value, (list, tuple, set)):
+        return next((f for f in (_stale_reference(v, depth + 1) for v in value) if f), None)
+    if depth < 3 and isinstance(value, dict):
+        return next((f for f in (_stale_reference(v, depth + 1) for v in value.values())
+                     if f), None)
+    return None
 
 
-class PlacedCall:
-    """A submodule of a deployed model, inside the root's forward: calling it runs it on its
-    worker; its own children are reached by attribute, index or iteration."""
+# ---- one placed part's call ----------------------------------------------------------------
 
-    def __init__(self, model: RemoteModel, path: str):
-        self._model, self._path = model, path
-
-    @property
-    def _twin(self):
-        return self._model._local.get_submodule(self._path)
-
-    def __getattr__(self, name: str):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        twin = self._twin
-        if name in twin._modules:
-            return PlacedCall(self._model, f"{self._path}.{name}")
-        if name in twin._parameters or name in twin._buffers:
-            return getattr(self._model.get_submodule(self._path), name)
-        if name in twin.__dict__ and not callable(twin.__dict__[name]):
-            return twin.__dict__[name]
-        raise AttributeError(f"'{type(twin).__name__}' object (deployed, at {self._path!r}) "
-                             f"has no attribute '{name}' here")
-
-    def __len__(self) -> int:
-        return len(self._twin._modules)
-
-    def __iter__(self):
-        for name in self._twin._modules:
-            yield PlacedCall(self._model, f"{self._path}.{name}")
-
-    def __getitem__(self, idx):
-        names = list(self._twin._modules)
-        if isinstance(idx, slice):
-            return [PlacedCall(self._model, f"{self._path}.{n}") for n in names[idx]]
-        if isinstance(idx, str):
-            return PlacedCall(self._model, f"{self._path}.{idx}")
-        return PlacedCall(self._model, f"{self._path}.{names[idx]}")
-
-    def __call__(self, *args, **kwargs):
-        return call_placed(self._model, self._path, args, kwargs)
-
-    def __repr__(self) -> str:
-        return f"PlacedCall({self._path}: {type(self._twin).__name__})"
-
-
-def call_placed(model: RemoteModel, path: str, args: tuple, kwargs: dict) -> Tensor:
-    """Run the submodule at ``path`` on its worker with one tensor; its output, whose
-    backward goes to that worker."""
-    if kwargs or len(args) != 1 or not isinstance(args[0], Tensor):
-        got = ", ".join([type(a).__name__ for a in args] + [f"{k}=" for k in kwargs])
-        raise NotImplementedError(
-            f"the deployed submodule {path!r} is called with ({got}); a placed submodule "
-            "takes one tensor: call it with one, or keep that part in the root's forward")
-    (x,) = args
+def call_placed(model: RemoteModel, path: str, args: tuple, kwargs: dict):
+    """Run the part at ``path`` on its worker with these arguments; its output, whose
+    tensors' backward goes to that worker."""
+    opaque = opaque_in((args, kwargs))
+    if opaque:
+        raise TypeError(
+            f"the deployed module at {path!r} is called with {opaque}, which cannot go to its "
+            f"worker ({model._owner_name(path)}): the arguments of a placed module must be "
+            "tensors, numbers, strings, None, or tuples, lists and str-keyed dicts of them")
+    inputs = list(tensors_in((args, kwargs)))
     stage = model._stage_of(path)
     grad = grad_mode.is_grad_enabled()
     ctx_id = uuid.uuid4().hex
     (reply,) = model._hub.request_all(
-        [(model._addresses[stage], {"stage": stage, "inputs": [x._data], "grad_enabled": grad,
-                                    "requires_grad": [x._requires_grad],
+        [(model._addresses[stage], {"stage": stage, "inputs": [], "grad_enabled": grad,
+                                    "call": pack((list(args), kwargs)),
+                                    "rng": random._stream_state() if model.training else None,
                                     "reply_to": model._hub.reply_to, "path": path}, ctx_id)],
         "forward", what=f"forward of {path!r}")
     result = reply["result"]
-    out = np.array(result["output"])
-    if grad and result["requires_grad"]:
-        return Tensor._make(out, RemoteBackward0(model, [ctx_id], x, None, stage), 0)
-    return Tensor._make(out, None, 0)
+    if result.get("rng"):  # what the part drew (dropout) is drawn here too
+        random._set_stream_state(result["rng"])
+    flags = result["requires_grad"]
+    node = None
+    if grad and any(flags):
+        node = RemoteBackward0(model, [ctx_id], inputs, None, stage)
+        node._path = path
+    made = []
+
+    def output(array, requires_grad, _name):
+        nr = len(made)
+        data = np.array(array)
+        if node is not None:
+            node._output_meta.append((data.shape, data.dtype))
+        t = Tensor._make(data, node if node is not None and flags[nr] else None,
+                         nr if node is not None and flags[nr] else 0)
+        made.append(t)
+        return t
+
+    out = unpack(result["output"], output)
+    if node is not None:
+        node._output_meta = tuple(node._output_meta)
+    return out

@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 
+from disthook import random
 from disthook.autograd import grad_mode
 from disthook.nn.modules.module import Module
 from disthook.tensor import Tensor
@@ -116,8 +117,12 @@ def check_chain(module: Module, x: Tensor) -> None:
     for name, child in twin.named_children():
         child.register_forward_hook(
             lambda m, args, out, name=name: calls.append((name, args, out)))
-    with grad_mode.no_grad():
-        result = twin(x)
+    state = random._stream_state()  # the check draws nothing the program would see
+    try:
+        with grad_mode.no_grad():
+            result = twin(x)
+    finally:
+        random._set_stream_state(state)
     names = list(twin._modules)
     chained = ([c[0] for c in calls] == names
                and len(calls[0][1]) == 1 and calls[0][1][0] is x
@@ -138,6 +143,7 @@ def forward_times(module: Module, x: Tensor, repeats: int = 3) -> list[int]:
     microseconds, for balancing stages by time."""
     twin = bare_copy(module)
     best = [float("inf")] * len(twin._modules)
+    state = random._stream_state()
     with grad_mode.no_grad():
         for _ in range(repeats):
             h = x
@@ -145,6 +151,7 @@ def forward_times(module: Module, x: Tensor, repeats: int = 3) -> list[int]:
                 t0 = time.perf_counter()
                 h = child(h)
                 best[i] = min(best[i], time.perf_counter() - t0)
+    random._set_stream_state(state)
     return [max(1, int(t * 1e6)) for t in best]
 
 

@@ -166,9 +166,23 @@ class RemoteModule:
         else:
             RemoteParameter._grad_op(params, "scale", 0.0)
 
-    def __getitem__(self, idx) -> RemoteModule:
+    def __getitem__(self, idx):
+        """A child by position (``blocks[2]``, ``blocks[-1]``), by name (a ModuleDict's
+        ``layers["fc"]``), or a list of them by slice."""
         names = list(self._twin._modules)
+        if isinstance(idx, str):
+            if idx not in names:
+                raise KeyError(idx)
+            return RemoteModule(self._model, f"{self._path}.{idx}")
+        if isinstance(idx, slice):
+            return [RemoteModule(self._model, f"{self._path}.{n}") for n in names[idx]]
         return RemoteModule(self._model, f"{self._path}.{names[idx]}")
+
+    def __len__(self) -> int:
+        return len(self._twin._modules)
+
+    def __iter__(self):
+        return iter(list(self._modules.values()))
 
     def named_buffers(self, prefix: str = "", recurse: bool = True,
                       remove_duplicate: bool = True):
@@ -231,6 +245,7 @@ class RemoteParameter:
     def __new__(cls, model: RemoteModel, path: str, *, _data: bool = False):
         # one proxy per parameter (and one for its .data), as torch has one Parameter:
         # identity holds, and walks that skip what they saw by id() see each once
+        path = model._canonical.get(path, path)  # tied names are one parameter
         cache = model.__dict__.setdefault("_param_proxies", {})
         proxy = cache.get((path, _data))
         if proxy is None:
@@ -238,7 +253,7 @@ class RemoteParameter:
         return proxy
 
     def __init__(self, model: RemoteModel, path: str, *, _data: bool = False):
-        self._model, self._path, self._is_data = model, path, _data
+        self._model, self._path, self._is_data = model, model._canonical.get(path, path), _data
 
     # ---- what it is, without a round trip (from the model's local twin) --------------------
     @property

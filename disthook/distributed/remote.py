@@ -28,8 +28,9 @@ from collections import OrderedDict
 
 import numpy as np
 
+from disthook import random
 from disthook.autograd import grad_mode
-from disthook.distributed import checkpoint, glue, placement
+from disthook.distributed import checkpoint, glue, hook_kinds, placement, tree
 from disthook.distributed.aliases import client_aliases
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.distributed.channel import _Hub
@@ -47,6 +48,7 @@ from disthook.distributed.placement import (
 from disthook.distributed.proxies import RemoteHandle, RemoteModule, RemoteParameter
 from disthook.distributed.rpc import DEFAULT_TIMEOUT, ClusterError, WorkerLost
 from disthook.distributed.spec import main_script_of, module_spec
+from disthook.distributed.tree import Layout
 from disthook.nn.modules.container import Sequential
 from disthook.nn.modules.module import Module
 from disthook.tensor import Tensor
@@ -59,13 +61,22 @@ class RemoteModel(Module):
     """A module whose stages live on workers. It is a Module itself, so hooks registered on
     it (the whole model) fire here with the model's input and output, as in one process."""
 
-    def __init__(self, cluster, module: Module, stage_modules: list[Sequential],
+    def __init__(self, cluster, module: Module, stage_modules: list[Module],
                  workers: list, timeout: float = DEFAULT_TIMEOUT, chunks: int = 1,
-                 schedule: str = "gpipe"):
-        super().__init__()
+                 schedule: str = "gpipe", layout: Layout | None = None,
+                 placement: dict | None = None):
+        Module.__init__(self)  # not the root class's __init__ (see remote_class)
+        tree = layout is not None
+        if layout is None:  # contiguous stages of the root's children
+            layout = Layout([list(m._modules) for m in stage_modules], [""])
         fields = {
             "_cluster": cluster,
-            "_stage_names": [list(m._modules) for m in stage_modules],
+            "_layout": layout,
+            "_stage_names": layout.stages,  # the paths each stage holds whole
+            # the placement it was deployed with (None: contiguous children), for recover()
+            "_placement": placement,
+            # a parameter's first name in the model: tied names are one RemoteParameter
+            "_canonical": _first_names(module),
             "_addresses": [w.address for w in workers],
             "_workers": workers,
             "_class_name": type(module).__name__,
@@ -74,8 +85,10 @@ class RemoteModel(Module):
             "_closed": False,
             # the root's forward does not run remotely: a non-Sequential root is checked to
             # only chain its children, at the first call (see _check_chain)
-            "_chain_checked": isinstance(module, Sequential),
-            "_glue": False,  # the root's forward runs here, each child on its worker
+            "_chain_checked": isinstance(module, Sequential) or tree,
+            # the root's forward runs here, each placed part on its worker (always when the
+            # parts are placed over the tree)
+            "_glue": tree,
             "_chunks": chunks,  # micro-batches per call (split along dim 0)
             "_schedule": schedule,  # of train_step: "gpipe" or "1f1b"
             "step_stats": [],  # of the last train_step, per stage (busy, wall, peak_rss)
@@ -87,6 +100,11 @@ class RemoteModel(Module):
         for name, value in fields.items():  # plain attributes, not submodules
             object.__setattr__(self, name, value)
         object.__setattr__(self, "training", module.training)
+        # the client's tree: placed parts as proxies, split ones as copies (glue)
+        self._modules.update(glue.client_tree(self, module, layout))
+        self._parameters.update(module._parameters)  # the root's own stay here
+        self._buffers.update(module._buffers)
+        self._non_persistent_buffers_set.update(module._non_persistent_buffers_set)
 
     # ---- calling ------------------------------------------------------------------------------
     def forward(self, *args, **kwargs):
@@ -149,6 +167,10 @@ class RemoteModel(Module):
                                        "requires_grad": [x._requires_grad],
                                        "reply_to": self._hub.reply_to,
                                        "mb": None if sizes is None else i, "stop": stop,
+                                       # one call in training mode: the random stream goes
+                                       # through the stages and comes back (dropout)
+                                       "rng": (random._stream_state() if self.training
+                                               and sizes is None else None),
                                        "zero_grad": zero_grads if i == 0 else None}, ctx_id)
                  for i, (part, ctx_id) in enumerate(zip(parts, ctx_ids))],
                 "forward", what="forward through the remote stages" + (
@@ -158,6 +180,8 @@ class RemoteModel(Module):
             self._hub.pending_zero_grads[:0] = taken
             raise
         results = [r["result"] for r in replies]
+        if results[-1].get("rng"):
+            random._set_stream_state(results[-1]["rng"])
         outs = [np.asarray(r["output"]) for r in results]
         if sizes is not None and any(o.ndim == 0 or len(o) != n for o, n in zip(outs, sizes)):
             raise RuntimeError(
@@ -250,54 +274,66 @@ class RemoteModel(Module):
         self._hub.request_all([(a, {"mode": mode}) for a in self._addresses], "train",
                               what="train()")
         object.__setattr__(self, "training", mode)
+        for module in self._client_modules():
+            module.training = mode
+        self._local.train(mode)
         return self
 
     # ---- the module tree ------------------------------------------------------------------------
     def __getattr__(self, name: str):
+        try:  # the client's tree: children, the root's own parameters and buffers
+            return super().__getattr__(name)
+        except AttributeError:
+            pass
         local = self.__dict__.get("_local")
-        if local is not None and name in local._modules:
-            return RemoteModule(self, name)
-        if local is not None and name in local.__dict__ and not callable(local.__dict__[name]):
-            return local.__dict__[name]  # a plain attribute of the deployed module
-        return super().__getattr__(name)
+        if local is not None and name in local.__dict__:
+            value = local.__dict__[name]
+            if not callable(value) or isinstance(value, type):
+                return value  # a plain attribute of the deployed module
+            glue.check_runs_here(local, "")  # says why a callable attribute cannot be used
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
-    def __getitem__(self, idx) -> RemoteModule:
-        names = [n for stage in self._stage_names for n in stage]
+    def __getitem__(self, idx) -> Module:
+        children = list(self._modules.values())
         if isinstance(idx, int):
-            if not -len(names) <= idx < len(names):
+            if not -len(children) <= idx < len(children):
                 raise IndexError(f"index {idx} is out of range")
-            return RemoteModule(self, names[idx])
+            return children[idx]
         raise TypeError(f"RemoteModel indices must be integers, not {type(idx).__name__}")
 
     def __len__(self) -> int:
-        return sum(len(stage) for stage in self._stage_names)
+        return len(self._modules)
 
     def __iter__(self):
-        return (self[i] for i in range(len(self)))
+        return iter(list(self._modules.values()))
 
-    def get_submodule(self, target: str) -> RemoteModule:
+    def get_submodule(self, target: str) -> Module:
+        """The part at ``target``: a ``RemoteModule`` where it is on a worker, the module
+        itself where it runs here."""
         self._local.get_submodule(target)  # the local twin raises torch's errors
-        return RemoteModule(self, target)
+        return Module.get_submodule(self, target)
 
-    def get_parameter(self, target: str) -> RemoteParameter:
+    def get_parameter(self, target: str):
+        """A ``RemoteParameter`` where it is on a worker, the parameter itself here."""
         self._local.get_parameter(target)  # the local twin raises torch's errors
+        if self._layout.stage_of(target) is None:
+            return Module.get_parameter(self, target)
         return RemoteParameter(self, target)
 
     def _owner(self, path: str) -> str:
-        """The address of the worker holding the child that ``path`` starts with."""
-        top = path.split(".", 1)[0]
-        for names, address in zip(self._stage_names, self._addresses):
-            if top in names:
-                return address
-        raise AttributeError(f"no child {top!r} in the deployed {self._class_name}")
+        """The address of the worker holding the module (or tensor) at ``path``."""
+        stage = self._layout.stage_of(path)
+        if stage is None:
+            raise ValueError(f"{path!r} of the deployed {self._class_name} is on the client, "
+                             "not on a worker")
+        return self._addresses[stage]
 
     def _owner_name(self, path: str) -> str:
-        """"stage i of worker W" for the child that ``path`` starts with."""
-        top = path.split(".", 1)[0]
-        for stage, wid, names in self.workers():
-            if top in names:
-                return f"stage {stage}, worker {wid}"
-        return "the client"
+        """"stage i, worker W" for the part at ``path`` ("the client" for one here)."""
+        stage = self._layout.stage_of(path)
+        if stage is None:
+            return "the client"
+        return f"stage {stage}, worker {self._workers[stage].id}"
 
     def _add_hook(self, kind: str, path: str, fn, proxy, *, tag: str | None = None,
                   **options) -> RemoteHandle:
@@ -308,6 +344,20 @@ class RemoteModel(Module):
     def _add_hooks(self, hooks: list[tuple], *, tag: str | None = None) -> list[RemoteHandle]:
         """Register several hooks, each (kind, path, fn, proxy, options), in that order: one
         request per worker, all sent at once. If any fails, none stays registered."""
+        here = [(i, hook) for i, hook in enumerate(hooks)
+                if self._layout.stage_of(hook[1]) is None]
+        for _, (kind, path, fn, _, _) in here:
+            if isinstance(fn, WorkerHook):
+                raise ValueError(f"{fn!r} runs on a worker, but {path!r} runs on the client "
+                                 f"(its parts are on several workers, or it is kept here): "
+                                 "register a hook function of your own on it")
+        if here:  # parts that run here take their hooks here, as in one process
+            there = self._add_hooks([h for h in hooks if self._layout.stage_of(h[1]) is not None],
+                                    tag=tag)
+            handles = iter(there)
+            made = {i: hook_kinds.register(target, kind, fn, options)
+                    for i, (kind, _, fn, target, options) in here}
+            return [made[i] if i in made else next(handles) for i in range(len(hooks))]
         entries = []
         for kind, path, fn, proxy, options in hooks:
             if not callable(fn):
@@ -378,33 +428,69 @@ class RemoteModel(Module):
         return [r["result"] for r in replies]
 
     def state_dict(self) -> OrderedDict:
-        """Every stage's parameters and buffers by their names in the full model."""
-        out = OrderedDict()
+        """Every parameter and buffer by its name in the full model, in the model's order:
+        fetched from the workers, and those kept here."""
+        fetched = {}
         for state in self._states():
-            for name, arr in state["state"].items():
-                out[name] = Tensor._make(np.array(arr), None, 0)
+            fetched.update(state["state"])
+        out = OrderedDict()
+        for name, here in self._local.state_dict().items():  # the parts here are live
+            out[name] = (Tensor._make(np.array(fetched[name]), None, 0) if name in fetched
+                         else here.detach())
         return out
 
     def named_gradients(self) -> OrderedDict:
-        """``.grad`` of every parameter that has one, fetched from its worker."""
-        out = OrderedDict()
+        """``.grad`` of every parameter that has one, fetched from its worker (or here)."""
+        fetched = {}
         for state in self._states():
-            for name, arr in state["grads"].items():
-                out[name] = Tensor._make(np.array(arr), None, 0)
+            fetched.update(state["grads"])
+        out = OrderedDict()
+        for name, p in self._local.named_parameters():
+            if name in fetched:
+                out[name] = Tensor._make(np.array(fetched[name]), None, 0)
+            elif self._layout.stage_of(name) is None and p.grad is not None:
+                out[name] = p.grad.detach()
         return out
 
-    def zero_grad(self) -> None:
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for _, p in self._client_parameters():
+            if p.grad is not None:
+                if set_to_none:
+                    p.grad = None
+                else:
+                    p.grad.detach().zero_()
         self._hub.request_all([(a, {"zero_grad": True}) for a in self._addresses], "step",
                               what="zero_grad")
 
-    def named_parameters(self):
-        """(full name, ``RemoteParameter``) for every parameter, in the model's order."""
-        for name, _ in self._local.named_parameters():
-            yield name, RemoteParameter(self, name)
+    def named_parameters(self, prefix: str = "", recurse: bool = True,
+                         remove_duplicate: bool = True):
+        """(full name, parameter) for every parameter, in the model's order: a
+        ``RemoteParameter`` for one on a worker, the parameter itself for one here."""
+        if not recurse:
+            yield from Module.named_parameters(self, prefix, recurse, remove_duplicate)
+            return
+        for name, p in self._local.named_parameters(remove_duplicate=remove_duplicate):
+            yield (f"{prefix}.{name}" if prefix else name), (
+                p if self._layout.stage_of(name) is None else RemoteParameter(self, name))
 
-    def parameters(self):
-        for _, p in self.named_parameters():
+    def parameters(self, recurse: bool = True):
+        for _, p in self.named_parameters(recurse=recurse):
             yield p
+
+    def _client_parameters(self):
+        """(name, parameter) of the parameters kept here."""
+        return [(n, p) for n, p in self._local.named_parameters()
+                if self._layout.stage_of(n) is None]
+
+    def _client_modules(self):
+        """The modules of the client's tree that run here (not the proxies)."""
+        stack = [self]
+        while stack:
+            module = stack.pop()
+            for child in module._modules.values():
+                if child is not None and not isinstance(child, RemoteModule):
+                    yield child
+                    stack.append(child)
 
     def load_state_dict(self, state_dict) -> None:
         """Copy tensors into the workers' parameters and buffers (all names must be known)."""
@@ -414,10 +500,17 @@ class RemoteModel(Module):
         if unknown or missing:
             raise RuntimeError(f"Error(s) in loading state_dict for Remote{self._class_name}: "
                                f"missing keys {missing}, unexpected keys {unknown}")
+        where = {n: self._layout.stage_of(n) for n in state_dict}
         calls = [(address, {"state": {n: _array(t) for n, t in state_dict.items()
-                                      if n.split(".", 1)[0] in names}})
-                 for names, address in zip(self._stage_names, self._addresses)]
+                                      if where[n] == i}})
+                 for i, address in enumerate(self._addresses)]
         self._hub.request_all(calls, "set_state", what="load_state_dict")
+        here = {**dict(self._local.named_parameters(remove_duplicate=False)),
+                **dict(self._local.named_buffers(remove_duplicate=False))}
+        with grad_mode.no_grad():
+            for n, t in state_dict.items():
+                if where[n] is None:
+                    here[n].copy_(Tensor._make(np.asarray(_array(t)), None, 0))
 
     def save(self, path: str, *, optimizer: DistributedOptimizer | None = None,
              step: int | None = None) -> None:
@@ -456,12 +549,16 @@ class RemoteModel(Module):
                                    f"{stages} live workers within 60 s")
             time.sleep(0.1)
         self._hub.close(unload=True)  # the surviving stages are dropped
-        sizes = [len(names) for names in self._stage_names]
-        cuts = [sum(sizes[:i]) for i in range(1, stages)]
-        fresh = deploy(self._cluster, self._local, stages, split_points=cuts,
-                       chunks=self._chunks, schedule=self._schedule, _exclude=lost)
+        if self._placement is not None:
+            fresh = deploy(self._cluster, self._local, stages, placement=self._placement,
+                           _exclude=lost)
+        else:
+            sizes = [len(names) for names in self._stage_names]
+            cuts = [sum(sizes[:i]) for i in range(1, stages)]
+            fresh = deploy(self._cluster, self._local, stages, split_points=cuts,
+                           chunks=self._chunks, schedule=self._schedule, _exclude=lost)
         hooks = self._hub.hooks
-        for name in ("_stage_names", "_addresses", "_workers", "_model_id", "_hub"):
+        for name in ("_layout", "_stage_names", "_addresses", "_workers", "_model_id", "_hub"):
             object.__setattr__(self, name, fresh.__dict__[name])
         object.__setattr__(self, "_closed", False)
         self._hub.hooks.update(hooks)
@@ -470,33 +567,17 @@ class RemoteModel(Module):
         return self.load_checkpoint(path, optimizer=optimizer)
 
     def _stage_of(self, name: str) -> int:
-        top = name.split(".", 1)[0]
-        return next(i for i, names in enumerate(self._stage_names) if top in names)
+        stage = self._layout.stage_of(name)
+        if stage is None:
+            raise ValueError(f"{name!r} of the deployed {self._class_name} is on the client, "
+                             "not on a worker")
+        return stage
 
     def to_local(self) -> Module:
         """An ordinary module with the workers' current parameters and buffers."""
         local = copy.deepcopy(self._local)
         local.load_state_dict(self.state_dict())
         return local
-
-    def named_children(self):
-        for name in self._local._modules:
-            yield name, RemoteModule(self, name)
-
-    def children(self):
-        for _, child in self.named_children():
-            yield child
-
-    def named_modules(self, memo=None, prefix: str = "", remove_duplicate: bool = True):
-        """This model, then a ``RemoteModule`` per submodule, by the names of the local tree."""
-        yield prefix, self
-        for path, _ in self._local.named_modules():
-            if path:
-                yield (f"{prefix}.{path}" if prefix else path), RemoteModule(self, path)
-
-    def modules(self, remove_duplicate: bool = True):
-        for _, module in self.named_modules():
-            yield module
 
     def workers(self) -> list[tuple[int, str, list[str]]]:
         """(stage, worker id, names of the children it holds) per stage."""
@@ -513,17 +594,29 @@ class RemoteModel(Module):
             self._hub.close(unload)
 
     def __repr__(self) -> str:
-        """The module tree as torch prints it, each placed child marked with its stage and
-        worker."""
+        """The module tree as torch prints it, each placed part marked with its stage and
+        worker, each part kept here marked so."""
         where = {name: f"stage {stage} on {wid}" for stage, wid, names in self.workers()
                  for name in names}
-        head = f"{self._class_name}(  # deployed as {self._model_id}"
-        lines = [head if self._local._modules else head + ")"]
-        for name, child in self._local._modules.items():
-            first, *rest = repr(child).split("\n")
-            lines.append(f"  ({name}): {first}  # {where.get(name, 'on the client')}")
-            lines += [f"  {line}" for line in rest]
-        return "\n".join(lines) + ("\n)" if self._local._modules else "")
+        split = set(self._layout.split)
+
+        def lines_of(module, path: str, head: str) -> list[str]:
+            children = module._modules
+            lines = [head if children else head + ")"]
+            for name, child in children.items():
+                sub = f"{path}.{name}" if path else name
+                if sub in split:
+                    first, *rest = lines_of(child, sub, f"{type(child).__name__}(")
+                    first += "  # split: runs on the client"
+                else:
+                    first, *rest = repr(child).split("\n")
+                    first += f"  # {where.get(sub, 'on the client')}"
+                lines.append(f"  ({name}): {first}")
+                lines += [f"  {line}" for line in rest]
+            return lines + ([")"] if children else [])
+
+        return "\n".join(lines_of(self._local, "",
+                                   f"{self._class_name}(  # deployed as {self._model_id}"))
 
 
 _hook_ids = itertools.count(1)
@@ -535,25 +628,42 @@ def _array(t) -> np.ndarray:
 
 def deploy(cluster, module: Module, stages: int, split_points=None,
            balance: str = "params", sample_input=None, chunks: int = 1,
-           schedule: str = "gpipe", _exclude: set | None = None) -> RemoteModel:
-    """Place contiguous stages of ``module``'s children on the cluster's workers."""
+           schedule: str = "gpipe", placement: dict | None = None,
+           _exclude: set | None = None) -> RemoteModel:
+    """Place ``module`` on the cluster's workers: contiguous stages of its children where
+    that works (a chain: activations go worker to worker, micro-batches pipeline), else its
+    parts over the module tree (``placement``, or ``tree.auto_placement``), with the model's
+    own forward running on the client (``glue``)."""
     if not isinstance(module, Module):
         raise TypeError(f"deploy() takes a disthook.nn.Module, got {type(module).__name__}")
-    children = list(module._modules.items())
-    if not children:
+    if not module._modules:
         raise ValueError(f"{type(module).__name__} has no children to place in stages")
-    own = [*module._parameters, *module._buffers]
-    if own:
-        raise ValueError(f"{type(module).__name__} has parameters or buffers of its own "
-                         f"({', '.join(own)}); only its children are placed on workers, so "
-                         "move them into a child module")
     check_options(chunks, schedule, balance, split_points, sample_input)
-    if split_points is None and balance == "time":
-        sizes = forward_times(module, sample_input)
+    lay = stage_modules = None
+    if placement is not None:
+        if split_points is not None:
+            raise ValueError("deploy() takes placement or split_points, not both")
+        if not isinstance(placement, dict) or not placement:
+            raise ValueError(f"placement must be a non-empty dict of module paths to stage "
+                             f"numbers, got {placement!r}")
+        stages = _placement_stages(placement, stages)
     else:
-        sizes = [sum(p.numel() for p in child.parameters()) if child is not None else 0
-                 for _, child in children]
-    cuts = placement.split_points(sizes, stages, split_points)
+        stage_modules = _children_stages(module, stages, split_points, balance, sample_input)
+        if stage_modules is None:  # the children alone do not make the stages: the tree
+            if balance == "time":
+                raise ValueError(
+                    f"balance='time' cuts the children of {type(module).__name__} into "
+                    f"{stages} stages, which they cannot make (too few, tied across stages, "
+                    "or the root holds parameters): use balance='params', or placement=")
+            placement = tree.auto_placement(module, stages)
+    if placement is not None:
+        if chunks > 1:
+            raise NotImplementedError(
+                f"chunks={chunks}: a model placed over its module tree runs its forward on "
+                "the client, calling each part on its worker in turn; deploy with chunks=1, "
+                "or an nn.Sequential of the steps to pipeline micro-batches")
+        lay = tree.layout(module, placement, stages)
+        stage_modules = [tree.stage_module(module, paths) for paths in lay.stages]
     alive = [w for w in cluster.workers() if w.alive and w.address not in (_exclude or ())]
     placed: dict[str, set] = {}  # worker id -> stages this client placed there a moment ago
     for other in getattr(cluster, "_deployments", []):
@@ -561,13 +671,9 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
             for i, w in enumerate(other._workers):
                 placed.setdefault(w.id, set()).add(f"stage {i} of {other._model_id}")
     workers = choose_workers(alive, stages, placed)
-    bounds = [0, *cuts, len(children)]
-    stage_modules = [Sequential(OrderedDict(children[a:b])) for a, b in zip(bounds, bounds[1:])]
-    for m in stage_modules:
-        m.train(module.training)
-    placement.check_ties(stage_modules)
-    remote = RemoteModel(cluster, module, stage_modules, workers, timeout=cluster.timeout,
-                         chunks=chunks, schedule=schedule)
+    remote = remote_class(type(module))(
+        cluster, module, stage_modules, workers, timeout=cluster.timeout, chunks=chunks,
+        schedule=schedule, layout=lay, placement=placement)
     specs = [module_spec(m) for m in stage_modules]
     aliases = client_aliases()  # `import torch` in the model's files means what it means here
     try:
@@ -589,3 +695,74 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
         remote.close()  # the stages loaded so far are dropped again
         raise
     return remote
+
+
+def _children_stages(module: Module, stages: int, split_points, balance: str,
+                     sample_input) -> list[Sequential] | None:
+    """Contiguous stages of the root's children (``nn.Sequential``s named as in the model),
+    or None when they cannot make them and no ``split_points`` ask for them: fewer
+    children than stages, a tensor shared across stages, or a root holding parameters or
+    buffers of its own."""
+    children = list(module._modules.items())
+    own = [*module._parameters, *module._buffers]
+    if split_points is None and (own or len(children) < stages):
+        return None
+    if own:
+        raise ValueError(f"{type(module).__name__} has parameters or buffers of its own "
+                         f"({', '.join(own)}), which split_points cannot place: leave "
+                         "split_points out (the root's own stay on the client), or move them "
+                         "into a child module")
+    if split_points is None and balance == "time":
+        sizes = forward_times(module, sample_input)
+    else:
+        sizes = [sum(p.numel() for p in child.parameters()) if child is not None else 0
+                 for _, child in children]
+    cuts = placement.split_points(sizes, stages, split_points)
+    bounds = [0, *cuts, len(children)]
+    stage_modules = [Sequential(OrderedDict(children[a:b])) for a, b in zip(bounds, bounds[1:])]
+    for m in stage_modules:
+        m.train(module.training)
+    try:
+        placement.check_ties(stage_modules)
+    except ValueError:
+        if split_points is not None:
+            raise
+        return None  # the tree can keep the tied parts together
+    return stage_modules
+
+
+def _placement_stages(given: dict, stages: int) -> int:
+    """The stages a placement uses (its largest stage number + 1), checked against
+    ``stages`` when that says more than 1."""
+    numbers = [v for v in given.values() if isinstance(v, int) and not isinstance(v, bool)]
+    used = max(numbers, default=-1) + 1
+    if stages not in (1, used):
+        raise ValueError(f"placement uses stages 0 to {used - 1}, but stages={stages}: give "
+                         "one or the other, or make them agree")
+    return max(used, 1)
+
+
+def _first_names(module: Module) -> dict[str, str]:
+    """Each parameter's name -> the first name of the same tensor (tied weights)."""
+    first: dict[int, str] = {}
+    return {name: first.setdefault(id(p), name)
+            for name, p in module.named_parameters(remove_duplicate=False)}
+
+
+_REMOTE_CLASSES: dict[type, type] = {}
+
+
+def remote_class(kind: type) -> type:
+    """The class of a deployed ``kind``: ``RemoteModel`` first (it decides what runs where),
+    then ``kind`` itself, so that the model is an instance of its own class and its methods
+    (``generate``, ``configure_optimizers``) run on it. Containers (``nn.Sequential``) stay
+    plain ``RemoteModel``s: their methods edit the tree, which a deployed model cannot."""
+    from disthook.nn.modules.container import ModuleDict, ModuleList
+
+    if kind is Module or issubclass(kind, (Sequential, ModuleList, ModuleDict)):
+        return RemoteModel
+    cls = _REMOTE_CLASSES.get(kind)
+    if cls is None:
+        cls = _REMOTE_CLASSES[kind] = type(kind.__name__, (RemoteModel, kind), {
+            "__module__": __name__, "__qualname__": f"RemoteModel[{kind.__qualname__}]"})
+    return cls

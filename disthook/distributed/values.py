@@ -13,7 +13,7 @@ import numpy as np
 
 from disthook.tensor import Tensor
 
-__all__ = ["pack", "unpack"]
+__all__ = ["opaque_in", "pack", "tensors_in", "unpack"]
 
 
 def pack(value):
@@ -69,6 +69,23 @@ def tensors_in(value):
     elif isinstance(value, dict) and all(isinstance(k, str) for k in value):
         for v in value.values():
             yield from tensors_in(v)
+
+
+def opaque_in(value) -> str | None:
+    """What in ``value`` would travel as opaque (``"a Linear"``), or None if it all packs."""
+    if isinstance(value, Tensor) or value is None or type(value) in (bool, int, float, str):
+        return None
+    if isinstance(value, (tuple, list)):
+        items = value
+    elif isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        items = value.values()
+    else:
+        return f"a {type(value).__name__}"
+    for v in items:
+        found = opaque_in(v)
+        if found:
+            return found
+    return None
 
 
 def _plain_tensor(array: np.ndarray, requires_grad: bool, grad_fn: str | None = None) -> Tensor:

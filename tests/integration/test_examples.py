@@ -105,3 +105,15 @@ def test_pipeline_training(tmp_path):
     assert out.count("checkpoint of step") == 2
     restored = float(re.search(r"restored from the checkpoint: loss ([\d.]+)", out).group(1))
     assert restored < losses[-1]  # the weights after the last step, saved and loaded
+
+
+def test_gpt(tmp_path):
+    out = both_ways("gpt.py", tmp_path)
+    losses = [float(v) for v in re.findall(r"loss ([\d.]+)", out)]
+    assert len(losses) == 5 and losses[-1] < losses[0]
+
+
+def test_mnist(tmp_path):
+    out = both_ways("mnist.py", tmp_path)
+    correct = [int(v) for v in re.findall(r"accuracy (\d+)/48", out)]
+    assert len(correct) == 3 and correct[-1] > 40  # it learns: same numbers both ways

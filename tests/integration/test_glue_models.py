@@ -2,6 +2,8 @@
 root's forward runs on the client as written (functional ops, residuals, loops over a
 ModuleList, several inputs) and each child runs on its worker when the forward calls it.
 Training equals one process's; what needs a chain says so."""
+import copy
+
 import numpy as np
 import pytest
 
@@ -130,12 +132,35 @@ def test_what_needs_a_chain_says_so(cluster):
         remote.close()
 
 
-def test_a_root_with_parameters_of_its_own_is_refused(cluster):
-    model = made(Residual)
-    model.bias = nn.Parameter(torch.zeros(3))
-    with pytest.raises(ValueError, match=r"Residual has parameters or buffers of its own "
-                                         r"\(bias\); only its children are placed"):
-        cluster.deploy(model, stages=2)
+class BiasedResidual(Residual):
+    """A root holding a parameter and a buffer of its own, used in its forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.bias = nn.Parameter(torch.linspace(-1, 1, 3))
+        self.register_buffer("offset", torch.full((6,), 0.25))
+
+    def forward(self, x, shift):
+        return super().forward(x + self.offset, shift) + self.bias
+
+
+def test_a_root_with_parameters_of_its_own_keeps_them_on_the_client(cluster):
+    expected = train(made(BiasedResidual), residual_input)
+    remote = cluster.deploy(made(BiasedResidual), stages=2)
+    try:
+        assert type(remote.bias) is nn.Parameter  # the root's own: here, not a proxy
+        assert isinstance(remote, BiasedResidual)
+        assert [n for n, _ in remote.named_parameters()] == \
+            [n for n, _ in made(BiasedResidual).named_parameters()]
+        got = train(remote, residual_input)
+        np.testing.assert_allclose(got[0], expected[0], rtol=1e-5)
+        assert list(got[1]) == list(expected[1])  # state_dict in the model's own order
+        for name, value in expected[1].items():
+            np.testing.assert_allclose(got[1][name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+        with pytest.raises(ValueError, match="own.*split_points cannot place"):
+            cluster.deploy(made(BiasedResidual), stages=2, split_points=[1])
+    finally:
+        remote.close()
 
 
 class Base(nn.Module):
@@ -186,11 +211,20 @@ class TwoArgs(nn.Module):
         return self.similarity(self.proj(x), x)
 
 
-def test_a_child_called_with_two_tensors_says_what_it_takes(cluster):
-    remote = cluster.deploy(TwoArgs(), stages=2)
+def test_a_child_called_with_two_tensors_runs_on_its_worker(cluster):
+    torch.manual_seed(0)
+    local = TwoArgs()
+    remote = cluster.deploy(copy.deepcopy(local), stages=2)
     try:
-        with pytest.raises(NotImplementedError, match="'similarity' is called with "
-                                                      r"\(Tensor, Tensor\)"):
-            remote(torch.randn(2, 3))
+        assert remote.workers()[1][2] == ["similarity"]
+        x = torch.randn(4, 3, requires_grad=True)
+        rx = x.detach().clone().requires_grad_(True)
+        out, rout = local(x), remote(rx)
+        np.testing.assert_allclose(rout.detach().numpy(), out.detach().numpy(), rtol=1e-6)
+        out.pow(2).sum().backward()
+        rout.pow(2).sum().backward()
+        np.testing.assert_allclose(rx.grad.numpy(), x.grad.numpy(), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(remote.proj.weight.grad.numpy(),
+                                   local.proj.weight.grad.numpy(), rtol=1e-5, atol=1e-7)
     finally:
         remote.close()
