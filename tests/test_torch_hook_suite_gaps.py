@@ -276,3 +276,269 @@ def test_resize_function(lib):
     assert torch.equal(x.grad, torch.arange(6.0))
     with pytest.raises(RuntimeError, match="requested resize to 4x2 \\(8 elements in total\\)"):
         Resize.apply(x, (4, 2))
+
+
+# ---- non-reentrant checkpoint: torch's nestable design ------------------------------------------
+
+def _checkpoint_module(lib):
+    import importlib
+
+    return importlib.import_module(f"{lib.name}.utils.checkpoint")
+
+
+def _counting_clone(torch, counter):
+    def fn(x):
+        def clone(t):  # saves nothing: rerun only when early stop is off
+            counter[0] += 1
+            return t.clone()
+        return clone(x.sin().cos())
+    return fn
+
+
+@pytest.mark.parametrize("outer, local, reruns", [
+    (None, None, 0), (None, False, 1), (None, True, 0),
+    (False, None, 1), (True, None, 0), (False, True, 1), (True, False, 0),
+])
+def test_early_stop_setting_is_read_at_forward_and_wins_over_the_argument(lib, outer, local,
+                                                                          reruns):
+    cp = _checkpoint_module(lib)
+    counter = [0]
+    kwargs = {} if local is None else {"early_stop": local}
+    a = lib.torch.tensor(1.0, requires_grad=True)
+    if outer is None:
+        out = cp.checkpoint(_counting_clone(lib.torch, counter), a, use_reentrant=False,
+                            **kwargs)
+    else:
+        with cp.set_checkpoint_early_stop(outer):
+            out = cp.checkpoint(_counting_clone(lib.torch, counter), a, use_reentrant=False,
+                                **kwargs)
+    out.backward()
+    assert counter[0] == 1 + reruns
+
+
+def _flaky(orig, again):
+    calls = [0]
+
+    def fn(x):
+        calls[0] += 1
+        return orig(x) if calls[0] == 1 else again(x)
+    return fn
+
+
+def test_checkpoint_errors_for_a_rerun_that_saves_more_or_differently(lib):
+    torch, cp = lib.torch, _checkpoint_module(lib)
+    a = torch.randn(1, requires_grad=True)
+    two, three = (lambda x: x.sin().exp()), (lambda x: x.sin().exp().sin())
+    with cp.set_checkpoint_early_stop(False):
+        out = cp.checkpoint(_flaky(two, three), a, use_reentrant=False)
+    with pytest.raises(cp.CheckpointError, match="trying to save more tensors during "
+                                                 "recomputation than during the original"):
+        out.backward()
+    cp.checkpoint(_flaky(two, three), a, use_reentrant=False).backward()  # early stop: fine
+    alt = lambda x: x.sin() * torch.tensor([1.0, 2.0])  # noqa: E731
+    for kwargs, ctx in (({"debug": True}, None), ({}, True), ({"debug": True}, False)):
+        manager = cp.set_checkpoint_debug_enabled(ctx)
+        with manager:
+            out = cp.checkpoint(_flaky(two, alt), a, use_reentrant=False, **kwargs)
+            with pytest.raises(cp.CheckpointError) as info:
+                out.backward()
+        debug = ctx if ctx is not None else kwargs.get("debug", False)
+        assert ("You are seeing this error because you passed `debug=True` to checkpoint"
+                in str(info.value)) == debug
+        assert ("have different metadata than during the forward pass" in str(info.value)
+                ) != debug
+
+
+def test_saved_tensors_read_outside_backward_recompute_each_time(lib):
+    torch, cp = lib.torch, _checkpoint_module(lib)
+    count = [0]
+
+    def fn(a):
+        count[0] += 1
+        return torch.exp(a * (a * a))
+
+    a = torch.randn(5, requires_grad=True)
+    d = cp.checkpoint(fn, a, use_reentrant=False)
+    d.grad_fn._saved_result
+    d.grad_fn._saved_result
+    d.sum().backward()
+    assert count[0] == 4
+    with pytest.raises(RuntimeError, match=FREED):
+        d.grad_fn._saved_result
+
+
+def test_a_recomputed_tensor_can_be_unpacked_once_per_backward(lib):
+    torch, cp = lib.torch, _checkpoint_module(lib)
+    errors = []
+
+    class Twice(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, y):
+            ctx.save_for_backward(x, y)
+            return x * y
+
+        @staticmethod
+        def backward(ctx, g):
+            x, y = ctx.saved_tensors
+            try:
+                ctx.saved_tensors
+            except RuntimeError as error:
+                errors.append(str(error))
+            return g * y, g * x
+
+    x, y = torch.tensor(2.0, requires_grad=True), torch.tensor(3.0, requires_grad=True)
+    cp.checkpoint(lambda u, v: Twice.apply(u * v, v * v), x, y, use_reentrant=False).backward()
+    assert len(errors) == 1 and errors[0].startswith(
+        "torch.utils.checkpoint: Unpack is being triggered for a tensor that was already "
+        "unpacked once. If you are calling ctx.saved_tensors in backward")
+
+
+def test_graph_exec_group_recomputes_once_and_refuses_overlap(lib):
+    torch, cp = lib.torch, _checkpoint_module(lib)
+    for grouped, runs in ((True, 2), (False, 3)):
+        counter = [0]
+
+        def fn(x):
+            counter[0] += 1
+            y = x.sin().cos()
+            return y, y.sin().cos()
+
+        x = torch.randn(3, requires_grad=True)
+        y, z = cp.checkpoint(fn, x, use_reentrant=False)
+        with cp.GraphExecGroup() if grouped else cp.noop_context_fn()[0]:
+            (gy,) = torch.autograd.grad(z, (y,), grad_outputs=(torch.ones(3),))
+            torch.autograd.grad(y, (x,), grad_outputs=(gy,))
+        assert counter[0] == runs
+    out = cp.checkpoint(lambda t: t.sin().cos(), x, use_reentrant=False)
+    with cp.GraphExecGroup() as group:
+        with pytest.raises(RuntimeError, match="GraphExecGroup contexts cannot be nested"):
+            with cp.GraphExecGroup():
+                pass
+        assert cp.GraphExecGroup._get_current_group() is group
+        out.sum().backward(retain_graph=True)
+        with pytest.raises(RuntimeError, match="Performing two backward calls that overlap"):
+            out.sum().backward()
+
+
+def test_recomputed_tensors_die_with_their_use(lib):
+    import gc
+    import weakref
+
+    torch, cp = lib.torch, _checkpoint_module(lib)
+    refs = []
+
+    class Keep(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            y = x.clone()
+            ctx.save_for_backward(y)
+            refs.append(weakref.ref(y))
+            return y
+
+        @staticmethod
+        def backward(ctx, g):
+            ctx.saved_tensors
+            return None
+
+    inp = torch.randn(3, requires_grad=True)
+    gc.disable()
+    try:
+        cp.checkpoint(Keep.apply, inp, use_reentrant=False).sum().backward()
+        assert len(refs) == 2 and all(r() is None for r in refs)
+    finally:
+        gc.enable()
+
+
+def test_non_tensor_inputs_keep_their_identity_through_recompute(lib):
+    torch, cp = lib.torch, _checkpoint_module(lib)
+    seen = []
+
+    class Keep(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, y):
+            ctx.save_for_backward(y)
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            seen.append(ctx.saved_tensors[0])
+            return g, None
+
+    a, b = torch.tensor(1.0, requires_grad=True), torch.tensor(1.0)
+    cp.checkpoint(Keep.apply, a, b, use_reentrant=False).backward()
+    assert seen[0] is b
+
+
+@pytest.mark.parametrize("early_stop", [True, False])
+def test_nested_checkpoints_under_higher_order_grads(lib, early_stop):
+    torch, cp = lib.torch, _checkpoint_module(lib)
+
+    def c(fn):
+        return lambda t: cp.checkpoint(fn, t, use_reentrant=False)
+
+    def grad(fn):
+        def wrapper(t):
+            with torch.enable_grad():
+                (g,) = torch.autograd.grad(fn(t), (t,), create_graph=True)
+            return g
+        return wrapper
+
+    def f(t):
+        return t.sin().exp().sin()
+
+    x = torch.randn((), requires_grad=True)
+    with cp.set_checkpoint_early_stop(early_stop):
+        for plain, wrapped in ((f, c(c(f))), (grad(grad(f)), grad(c(grad(c(f))))),
+                               (grad(grad(f)), c(grad(grad(c(f)))))):
+            assert torch.allclose(plain(x), wrapped(x))
+
+
+def test_an_outer_checkpoint_reruns_before_the_inner_one(lib):
+    torch, cp, nn = lib.torch, _checkpoint_module(lib), lib.nn
+    log = []
+    a, b = nn.Linear(2, 2), nn.Linear(2, 2)
+    a.register_forward_pre_hook(lambda m, args: log.append("a"))
+    b.register_forward_pre_hook(lambda m, args: log.append("b"))
+    x = torch.tensor([[0.5, -1.0]], requires_grad=True)
+
+    def outer(t):
+        return cp.checkpoint(lambda u: b(u).tanh(), a(t).tanh(), use_reentrant=False)
+
+    cp.checkpoint(outer, x, use_reentrant=False).sum().backward()
+    assert log == ["a", "b", "a", "b"]
+
+
+# ---- custom Functions -------------------------------------------------------------------
+
+def test_clear_saved_tensors_on_access(lib):
+    import weakref
+
+    torch = lib.torch
+    errors = []
+
+    class Once(torch.autograd.Function):
+        clear_saved_tensors_on_access = True
+
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            ref = weakref.ref(x)
+            del x
+            errors.append(ref() is None)
+            try:
+                ctx.saved_tensors
+            except RuntimeError as error:
+                errors.append(str(error))
+            return g
+
+    y = Once.apply(torch.randn(3, requires_grad=True).clone())
+    y.sum().backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="saved_tensors can only be accessed once when "
+                                           "clear_saved_tensors_on_access=True"):
+        y.sum().backward()
+    assert errors[0] is True and "can only be accessed once" in errors[1]

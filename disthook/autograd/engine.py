@@ -8,6 +8,7 @@ post-hooks, then its gradients travel along its edges. No recursion, so deep gra
 """
 from __future__ import annotations
 
+import itertools
 import sys
 import threading
 
@@ -251,10 +252,14 @@ class _ReadyQueue:
         return top
 
 
+_task_ids = itertools.count()
+
+
 class _GraphTask:
     """State of one backward call."""
 
     def __init__(self, retain_graph: bool, accumulate: bool):
+        self.id = next(_task_ids)  # torch's graph task id: one per backward call
         self.retain_graph = retain_graph
         self.accumulate = accumulate
         self.deps: dict = {}
@@ -381,6 +386,12 @@ def retains_graph() -> bool:
     if not tasks:
         raise RuntimeError("retains_graph() is only meaningful during a backward")
     return tasks[-1].retain_graph
+
+
+def current_task_id() -> int:
+    """The id of the backward now running in this thread, -1 outside backward."""
+    tasks = getattr(_running, "tasks", None)
+    return tasks[-1].id if tasks else -1
 
 
 def will_execute(task: _GraphTask, node) -> bool:

@@ -28,6 +28,13 @@ VIEW_BASE_INPLACE_MSG = (
 )
 
 
+ACCESSED_ONCE_MSG = (
+    "saved_tensors can only be accessed once when clear_saved_tensors_on_access=True is set "
+    "on the autograd.Function. Either access saved_tensors only once, or set "
+    "clear_saved_tensors_on_access=False."
+)
+
+
 class BackwardCFunction(Node):
     """The node of a custom Function call; it is also the ``ctx`` its methods receive."""
 
@@ -60,6 +67,19 @@ class BackwardCFunction(Node):
 
     def save_for_forward(self, *tensors) -> None:
         pass
+
+    @property
+    def saved_tensors(self) -> tuple:
+        """As Node's; with ``clear_saved_tensors_on_access = True`` on the Function, the first
+        read also lets them go, and any later read raises, as in torch."""
+        if not self._forward_cls.clear_saved_tensors_on_access:
+            return Node.saved_tensors.fget(self)
+        if self.__dict__.get("_saved_accessed"):
+            raise RuntimeError(ACCESSED_ONCE_MSG)
+        tensors = Node.saved_tensors.fget(self)
+        self._saved = None
+        self._saved_accessed = True
+        return tensors
 
     def _backward(self, grads: list) -> tuple:
         typename = _loaded["disthook.autograd.engine"].typename
@@ -157,6 +177,9 @@ def _alias(t):
 class Function:
     """Base class of user-defined differentiable operations (torch.autograd.Function)."""
 
+    # True: ctx.saved_tensors lets the saved tensors go at the first read (may be read once)
+    clear_saved_tensors_on_access = False
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         cls._backward_cls = type(f"{cls.__name__}Backward", (BackwardCFunction,),
@@ -224,9 +247,9 @@ class Function:
             _wrap_output(o, i, node, cls.__name__, id(o) in input_ids, id(o) in dirty,
                          id(o) not in non_diff)
             for i, o in enumerate(outs))
-        if records and ctx._to_save is not None:
-            ctx._saved = tuple(_saved(t, i, ctx) for i, t in enumerate(ctx._to_save))
-        ctx._to_save = None
+        to_save, ctx._to_save = ctx._to_save, None  # (no cycle via ctx if a pack hook raises)
+        if records and to_save is not None:
+            ctx._saved = tuple(_saved(t, i, ctx) for i, t in enumerate(to_save))
         return wrapped[0] if single else wrapped
 
 

@@ -235,8 +235,8 @@ class _SavedTensor:
     __slots__ = ("tensor", "data", "version", "vc", "output_nr", "had_grad_fn", "is_output",
                  "packed", "unpack_hook", "edge")
 
-    def __init__(self, t, node: Node) -> None:
-        self.is_output = t._grad_fn is node
+    def __init__(self, t, node: Node | None, is_output: bool | None = None) -> None:
+        self.is_output = t._grad_fn is node if is_output is None else is_output
         pairs = _saved_hooks._tls.pairs
         if pairs and not t.__dict__.get("_wrapped_number"):  # torch packs no python scalar
             self._pack(t, pairs[-1])

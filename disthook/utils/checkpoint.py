@@ -12,6 +12,10 @@ Two variants, as in torch:
 """
 from __future__ import annotations
 
+import collections
+import contextlib
+import itertools
+import threading
 import warnings
 import weakref
 from collections.abc import Callable
@@ -20,7 +24,8 @@ from disthook.autograd import grad_mode
 from disthook.autograd.function import Function
 from disthook.autograd.saved_hooks import saved_tensors_hooks
 
-__all__ = ["CheckpointError", "checkpoint", "checkpoint_sequential"]
+__all__ = ["CheckpointError", "GraphExecGroup", "checkpoint", "checkpoint_sequential",
+           "set_checkpoint_debug_enabled", "set_checkpoint_early_stop"]
 
 USE_REENTRANT_WARNING = (
     "torch.utils.checkpoint: the use_reentrant parameter should be passed explicitly. "
@@ -62,14 +67,24 @@ def checkpoint(function: Callable, *args, use_reentrant: bool | None = None,
         if kwargs:
             raise ValueError("Unexpected keyword arguments: " + ",".join(kwargs))
         return CheckpointFunction.apply(function, preserve_rng_state, *args)
+    on_error = None
+    if _checkpoint_debug_enabled if _checkpoint_debug_enabled is not None else debug:
+        if context_fn is not noop_context_fn:
+            raise ValueError("debug=True is incompatible with non-default context_fn")
+        on_error = _debug_report
     if determinism_check not in ("default", "none"):
         raise ValueError("determinism_check should be one of ['default', 'none'], but got "
                          f"{determinism_check}")
     forward_ctx, recompute_ctx = context_fn()
-    frame = _Frame(function, args, kwargs, preserve_rng_state, early_stop,
-                   determinism_check == "default", recompute_ctx)
-    with saved_tensors_hooks(frame.pack, frame.unpack), forward_ctx:
+    if not grad_mode.is_grad_enabled():
         return function(*args, **kwargs)
+    frame = _Frame(function, args, kwargs, preserve_rng_state,
+                   _enable_checkpoint_early_stop if _enable_checkpoint_early_stop is not None
+                   else early_stop, determinism_check == "default", recompute_ctx, on_error)
+    with saved_tensors_hooks(frame.pack, frame.unpack), forward_ctx:
+        out = function(*args, **kwargs)
+    frame.forward_completed = True
+    return out
 
 
 def checkpoint_sequential(functions, segments: int, input, use_reentrant: bool | None = None,
@@ -101,94 +116,252 @@ def checkpoint_sequential(functions, segments: int, input, use_reentrant: bool |
 
 
 # ---- use_reentrant=False: saved-tensor hooks that recompute ---------------------------------
+#
+# As torch's: a checkpointed call saves nothing but its inputs, themselves saved tensors (so
+# under an outer checkpoint they are the outer one's to recompute). Each tensor its ops save
+# becomes a _Holder; the first unpack in a backward reruns the call under hooks that put each
+# recomputed tensor in its holder, keyed by that backward's id (or by the GraphExecGroup),
+# and stops once every holder is filled (early stop). An unpack hands the tensor over and
+# forgets it, so recomputed tensors live no longer than their use, and a holder (with what it
+# holds) dies with the saved variable that packed it.
+
+_enable_checkpoint_early_stop: bool | None = None
+_checkpoint_debug_enabled: bool | None = None
+
+
+@contextlib.contextmanager
+def set_checkpoint_early_stop(enable: bool):
+    """Whether checkpoints made under this context stop recomputing once they have all they
+    need (the default); it overrides ``checkpoint(early_stop=)`` and only needs to be active
+    during forward."""
+    global _enable_checkpoint_early_stop
+    prev = _enable_checkpoint_early_stop
+    _enable_checkpoint_early_stop = enable
+    try:
+        yield
+    finally:
+        _enable_checkpoint_early_stop = prev
+
+
+@contextlib.contextmanager
+def set_checkpoint_debug_enabled(enabled: bool | None):
+    """``checkpoint(debug=)`` for every checkpoint under this context (None: each call's)."""
+    global _checkpoint_debug_enabled
+    prev = _checkpoint_debug_enabled
+    _checkpoint_debug_enabled = enabled
+    try:
+        yield
+    finally:
+        _checkpoint_debug_enabled = prev
+
+
+class GraphExecGroup:
+    """The backward calls under one instance recompute each checkpointed region at most once,
+    so they must use disjoint parts of the graph (no saved tensor twice), even with
+    retain_graph=True. Not nestable; no effect on use_reentrant=True."""
+
+    _tls = threading.local()
+
+    def __enter__(self) -> GraphExecGroup:
+        current = self._get_current_group()
+        if current is not None:
+            raise RuntimeError("GraphExecGroup contexts cannot be nested. Already inside group "
+                               f"{current}")
+        self._tls.group = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._tls.group = None
+
+    @classmethod
+    def _get_current_group(cls) -> GraphExecGroup | None:
+        return getattr(cls._tls, "group", None)
+
+
+class _Handle:
+    """The key of one recomputed tensor for one backward."""
+
+    __slots__ = ("__weakref__",)
+
 
 class _Holder:
-    """What the forward keeps for one saved tensor: its position in the segment."""
+    """What the forward keeps for one saved tensor: a handle per backward, None once used."""
 
-    __slots__ = ("index", "__weakref__")
+    __slots__ = ("handles", "__weakref__")
 
-    def __init__(self, index: int) -> None:
-        self.index = index
+    def __init__(self) -> None:
+        self.handles: dict = {}
 
 
 class _StopRecomputation(Exception):
     pass
 
 
+_outside_backward_ids = itertools.count(-2, -1)  # a fresh key for each unpack outside backward
+
+
 class _Frame:
-    """One checkpointed call: its inputs, RNG state, and the tensors recomputed per
-    backward (keyed by the engine's task, so each backward recomputes once)."""
+    """One checkpointed call: its saved inputs, RNG state, the holders of what its ops saved
+    and, per backward, the recomputed tensors."""
 
     def __init__(self, function, args, kwargs, preserve_rng_state: bool, early_stop: bool,
-                 check: bool, recompute_ctx) -> None:
+                 check: bool, recompute_ctx, on_error) -> None:
         from disthook import random
+        from disthook.autograd.graph import _SavedTensor
+        from disthook.tensor import Tensor
 
-        self.function, self.args, self.kwargs = function, args, kwargs
+        self.function, self.kwargs = function, kwargs
+        # the inputs are saved tensors: under an outer checkpoint, its pack hook keeps them
+        self.saved_args = [_SavedTensor(a, None, is_output=False) if isinstance(a, Tensor)
+                           else a for a in args]
         self.rng_state = random.get_rng_state() if preserve_rng_state else None
         self.early_stop, self.check = early_stop, check
         self.recompute_ctx = recompute_ctx
-        self.metadata: list = []  # (shape, dtype) per saved tensor, at forward time
-        self.recomputed = weakref.WeakKeyDictionary()
+        self.on_error = on_error
+        self.weak_holders: list = []
+        self.metadata: list = []  # (shape, dtype, device) per saved tensor, at forward time
+        self.recomputed: dict = collections.defaultdict(weakref.WeakKeyDictionary)
+        self.recompute_count: dict = collections.defaultdict(int)
+        self.is_recomputed: dict = collections.defaultdict(bool)
+        self.recomputed_metadata: dict = collections.defaultdict(list)  # for debug reports
+        self.forward_completed = False
+        self.ignore_saved_mismatch = False
 
+    # -- the hooks of the original forward
     def pack(self, tensor) -> _Holder:
+        holder = _Holder()
+        self.weak_holders.append(weakref.ref(holder))
         self.metadata.append(_metadata(tensor))
-        return _Holder(len(self.metadata) - 1)
+        return holder
 
     def unpack(self, holder: _Holder):
         from disthook.autograd import engine
 
-        tasks = getattr(engine._running, "tasks", None)
-        key = tasks[-1] if tasks else _NO_TASK
-        values = self.recomputed.get(key)
-        if values is None:
-            values = self.recomputed[key] = self._recompute()
-            if self.check:
-                self._check(values)
-        return values[holder.index]
+        gid = GraphExecGroup._get_current_group()
+        if gid is None:
+            gid = engine.current_task_id()
+            if gid == -1:
+                gid = next(_outside_backward_ids)
+        try:
+            if not self.is_recomputed[gid]:
+                self._recompute(gid)
+                self.is_recomputed[gid] = True
+                self._check(gid)
+            handle = holder.handles.get(gid)
+            if handle is None:
+                overlap = ("Performing two backward calls that overlap (i.e. require the same "
+                           "saved activation in order to compute gradients) is not allowed "
+                           "while under the torch.utils.checkpoint.GraphExecGroup context. "
+                           if GraphExecGroup._get_current_group() is not None else "")
+                raise CheckpointError(
+                    "torch.utils.checkpoint: Unpack is being triggered for a tensor that was "
+                    f"already unpacked once. {overlap}If you are calling ctx.saved_tensors in "
+                    "backward, make sure to do so only once. Otherwise please open an issue "
+                    "with details on your use case.")
+        except CheckpointError as error:
+            if self.on_error is None:
+                raise
+            self.on_error(self, gid, error)
+        holder.handles[gid] = None
+        return self.recomputed[gid].pop(handle)
 
-    def _recompute(self) -> list:
-        """Rerun the segment with grad under hooks that keep each saved tensor detached."""
+    # -- the rerun
+    def _recompute(self, gid) -> None:
+        """Rerun the call with grad, under hooks that fill the holders for ``gid``."""
         from disthook import random
+        from disthook.autograd.graph import _SavedTensor
 
-        values: list = []
-        wanted = len(self.metadata)
+        args = [a.unpack(None) if type(a) is _SavedTensor else a for a in self.saved_args]
+        holders = self.weak_holders
+        recomputed = self.recomputed[gid]
 
         def pack(tensor):
-            values.append(tensor.detach())
-            if self.early_stop and len(values) == wanted:
+            tensor = tensor.detach() if tensor.requires_grad else tensor
+            index = self.recompute_count[gid]
+            self.recompute_count[gid] += 1
+            if self.on_error is not None:
+                self.recomputed_metadata[gid].append(_metadata(tensor))
+            if index >= len(holders):
+                if not self.forward_completed:
+                    # early stop off and a backward inside the checkpointed call itself
+                    self.ignore_saved_mismatch = True
+                    return tensor
+                raise CheckpointError(
+                    "torch.utils.checkpoint: trying to save more tensors during recomputation "
+                    f"than during the original forward pass.\n{DEBUG_TIP}")
+            holder = holders[index]()
+            if holder is not None:  # else freed already (a backward inside the forward)
+                holder.handles[gid] = handle = _Handle()
+                recomputed[handle] = tensor
+            if self.early_stop and self.recompute_count[gid] == len(holders):
                 raise _StopRecomputation
+            return tensor  # kept, should the rerun itself be differentiated
 
         state_now = random.get_rng_state() if self.rng_state is not None else None
         if self.rng_state is not None:
             random.set_rng_state(self.rng_state)
         try:
-            with grad_mode.enable_grad(), saved_tensors_hooks(pack, _identity), \
+            with saved_tensors_hooks(pack, _identity), grad_mode.enable_grad(), \
                     self.recompute_ctx:
-                self.function(*self.args, **self.kwargs)
+                self.function(*args, **self.kwargs)
         except _StopRecomputation:
             pass
         finally:
             if state_now is not None:
                 random.set_rng_state(state_now)
-        return values
 
-    def _check(self, values: list) -> None:
+    def _check(self, gid) -> None:
         """torch's determinism check: as many tensors saved again, each with the same
         shape, dtype and device."""
-        if len(values) != len(self.metadata):
+        if not self.check or self.ignore_saved_mismatch:
+            return
+        if self.recompute_count[gid] != len(self.weak_holders):
             raise CheckpointError(
                 "torch.utils.checkpoint: A different number of tensors was saved during the "
                 "original forward and recomputation.\nNumber of tensors saved during forward: "
-                f"{len(self.metadata)}\nNumber of tensors saved during recomputation: "
-                f"{len(values)}.\n")
-        mismatched = "".join(
-            f"tensor at position {i}:\nsaved metadata: {saved}\nrecomputed metadata: {again}\n"
-            for i, (saved, again) in enumerate(zip(self.metadata, map(_metadata, values)))
-            if saved != again)
+                f"{len(self.weak_holders)}\nNumber of tensors saved during recomputation: "
+                f"{self.recompute_count[gid]}.\n{DEBUG_TIP}")
+        mismatched = ""
+        for i, ref in enumerate(self.weak_holders):
+            holder = ref()
+            if holder is None:
+                continue
+            again = _metadata(self.recomputed[gid][holder.handles[gid]])
+            if again != self.metadata[i]:
+                mismatched += (f"tensor at position {i}:\nsaved metadata: {self.metadata[i]}\n"
+                               f"recomputed metadata: {again}\n")
         if mismatched:
             raise CheckpointError(
                 "torch.utils.checkpoint: Recomputed values for the following tensors have "
-                f"different metadata than during the forward pass.\n{mismatched}.\n")
+                f"different metadata than during the forward pass.\n{mismatched}.\n{DEBUG_TIP}")
+
+
+DEBUG_TIP = """
+Tip: To see a more detailed error message, either pass `debug=True` to
+`torch.utils.checkpoint.checkpoint(...)` or wrap the code block
+with `with torch.utils.checkpoint.set_checkpoint_debug_enabled(True):` to
+enable checkpoint-debug mode globally.
+"""
+
+
+def _debug_report(frame: _Frame, gid, error: CheckpointError):
+    """checkpoint(debug=True): the error again, with what each run saved. (torch logs the
+    operators that ran, with stack traces; disthook, which has no operator dispatch to
+    watch, lists the tensors each run saved.)"""
+    def listing(metas: list) -> str:
+        return "\n".join(f"{i}: {m}" for i, m in enumerate(metas)) or "(none)"
+
+    raise CheckpointError(
+        "An error happened while unpacking tensors; dumping logs of latest computation "
+        "because you passed `debug=True` to `torch.utils.checkpoint.checkpoint()`.\n\n"
+        f"Tensors saved during the original forward:\n{listing(frame.metadata)}\n\n"
+        "Tensors saved during recomputation:\n"
+        f"{listing(frame.recomputed_metadata[gid])}\n\n"
+        " ERROR: Detected non-determinism while running activation checkpointing\n\n"
+        " You are seeing this error because you passed `debug=True` to checkpoint and "
+        "tensors to be saved during the original forward and differ between those saved "
+        "during recomputation. This can happen if different operators were ran in the "
+        "original forward and in the recomputation.\n") from error
 
 
 def _metadata(tensor) -> dict:
@@ -197,13 +370,6 @@ def _metadata(tensor) -> dict:
 
 def _identity(x):
     return x
-
-
-class _NoTask:
-    """The key for unpacks outside any backward (reading saved tensors directly)."""
-
-
-_NO_TASK = _NoTask()
 
 
 # ---- use_reentrant=True: a custom Function that reruns the segment in its backward ----------
