@@ -174,19 +174,24 @@ SCHEMAS: dict[str, dict[str, str]] = {
                 "reply_to": "str", "requires_grad": "list?", "mb": "int?", "stop": "str?",
                 "zero_grad": "list[list[optimizer_call]]?", "path": "str?",
                 "call": "hook_value?", "rng": "str?"},
+    # taps: keys of tensors client forward hooks were given, whose gradients the client
+    # wants (autograd.grad with respect to them); each stage adds those it holds to tapped
+    # (key -> gradient) and the answer carries them all (result["tapped"])
     "backward": {"model": "str", "stage": "int", "grads": "list", "retain_graph": "bool",
-                 "reply_to": "str", "mb": "int?"},
+                 "reply_to": "str", "mb": "int?", "taps": "list[str]?", "tapped": "map?"},
     "release": {"model": "str", "contexts": "list[str]"},
     # hooks: a stub fired on a worker asks the client to run the callable with args; diff:
     # the client's copies of the tensors require grad where the worker's do (a forward hook
     # with grad enabled). The answer: the hook's result (None: keep the value), and the
     # arguments the hook put tensor hooks on (watch) or asked to retain_grad (retain), by
     # index, under key (the worker names them to the client with "key#index" later), and
-    # the arguments it changed in place (changed), which the worker changes the same way
+    # the arguments it changed in place (changed), which the worker changes the same way,
+    # and those whose gradients a later backward may ask for (taps, also under key)
     "hook_event": {"hook": "int", "kind": "event_kind", "path": "str",
                    "args": "list[hook_value]", "diff": "bool?"},
     "hook_reply": {"hook": "int", "result": "hook_value?", "watch": "list[int]?",
-                   "retain": "list[int]?", "key": "str?", "changed": "list[changed_arg]?"},
+                   "retain": "list[int]?", "key": "str?", "changed": "list[changed_arg]?",
+                   "taps": "list[int]?"},
     # a warning raised on a worker, issued again by the client
     "warning": {"category": "str", "message": "str", "worker": "str?"},
     # hooks to register on one worker, all or none
@@ -704,7 +709,9 @@ def _check_hook_value(where, value, depth):
     number or string; {"tensor": array, "requires_grad": bool, "grad_fn"?: node name};
     {"tuple"|"list": [values]};
     {"dict": {str: value}}; {"opaque": type name}), or as a hook's result refers to the
-    worker's tensors ({"same": index}; {"tensor": array, "vjp": key})."""
+    worker's tensors ({"same": index}; {"tensor": array, "vjp": key}), or stands for a
+    tensor of the client that requires grad ({"tensor": array, "feed": key}: the worker's
+    copy is a leaf whose gradient a backward may ask for)."""
     if value is None or type(value) in (bool, int, float, str):
         return value
     if (type(value) is dict and type(value.get("tensor")) is np.ndarray
@@ -716,10 +723,11 @@ def _check_hook_value(where, value, depth):
     if not isinstance(value, dict):
         raise WireError(f"{where} must be a hook value (None, a number, a string or a "
                         f"tagged map), got {_type_name(value)}")
-    if value.keys() in ({"tensor", "requires_grad"}, {"tensor", "vjp"},
+    if value.keys() in ({"tensor", "requires_grad"}, {"tensor", "vjp"}, {"tensor", "feed"},
                         {"tensor", "requires_grad", "grad_fn"}):
         _field_value(f"{where}.tensor", "array", "array", None, value["tensor"], depth)
-        for name, kind in (("requires_grad", "bool"), ("vjp", "str"), ("grad_fn", "str")):
+        for name, kind in (("requires_grad", "bool"), ("vjp", "str"), ("grad_fn", "str"),
+                           ("feed", "str")):
             if name in value:
                 _field_value(f"{where}.{name}", kind, kind, None, value[name], depth)
         return value

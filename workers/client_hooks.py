@@ -90,6 +90,9 @@ class HookHandlers:
                                          diff=forward_kind and disthook.is_grad_enabled())
             _apply_changes(answer, originals, worker, client, hook_id, path)
             key = answer.get("key")
+            job = worker.current_job()
+            for i in answer.get("taps") or ():  # the client may want their gradients later
+                job.taps[f"{key}#{i}"] = _original(originals, i, path)
             for i in answer.get("watch") or ():  # the client's hook hooked these tensors
                 _original(originals, i, path).register_hook(
                     worker._tensor_stub(hook_id, f"{key}#{i}", client, "leaf_hook"))
@@ -187,6 +190,12 @@ def _unpack_result(data, originals: list, worker, client: bytes, hook_id: int):
     with a ``vjp`` key was computed from the originals and stays differentiable."""
     if isinstance(data, dict) and "same" in data:
         return _original(originals, data["same"], "its module")
+    if isinstance(data, dict) and "feed" in data:  # the client's own, requiring grad
+        leaf = disthook.from_numpy(np.array(data["tensor"]))
+        if disthook.is_grad_enabled():
+            leaf.requires_grad_(True)
+            worker.current_job().taps[data["feed"]] = leaf  # its gradient may be asked for
+        return leaf
     if isinstance(data, dict) and "vjp" in data:
         inputs = [t for t in originals if t.requires_grad]
         return _ClientFunction.apply(worker, client, hook_id, data["vjp"], data["tensor"],

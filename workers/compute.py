@@ -142,7 +142,7 @@ class ComputeHandlers:
                                 f"{type(out).__name__}; a stage must return one Tensor")
             if grad and out.requires_grad:
                 self.state.keep_context(st.model, msg.ctx, Context(
-                    job.client, inputs, out, job.retained, time.monotonic()))
+                    job.client, inputs, out, job.retained, time.monotonic(), taps=job.taps))
             fields = {"model": st.model, "stage": st.index + 1,
                       "inputs": [out.detach().numpy()], "grad_enabled": grad,
                       "requires_grad": [out.requires_grad], "reply_to": msg["reply_to"],
@@ -181,7 +181,7 @@ class ComputeHandlers:
             if grad and any(o.requires_grad for o in outs):
                 self.state.keep_context(st.model, msg.ctx, Context(
                     job.client, inputs, outs, job.retained, time.monotonic(),
-                    direct=True))
+                    direct=True, taps=job.taps))
             self._to_client(job, "ok", {"result": {
                 "output": pack(out),
                 "requires_grad": [o.requires_grad for o in outs], "rng": _stream_state(msg)}})
@@ -207,6 +207,9 @@ class ComputeHandlers:
             job.micro_batch = self.captures.micro_batch = msg.get("mb")
             for t in context.inputs:
                 t.grad = None  # the gradient of this backward only goes to the previous stage
+            tapped = dict(msg.get("tapped") or {})  # gradients of hooked tensors, asked for
+            handles = [_tap(context.taps[key], key, tapped) for key in msg.get("taps") or ()
+                       if key in context.taps]
             # None: the next stage's output did not depend on this one's (a hook replaced
             # it by a constant); nothing flows back, and the context ends as after backward
             if isinstance(context.output, list):  # a submodule's call: a gradient per output
@@ -219,6 +222,8 @@ class ComputeHandlers:
             elif g is not None:
                 grad = disthook.from_numpy(np.array(g))
                 disthook.autograd.backward([context.output], [grad], retain_graph=retain)
+            for handle in handles:
+                handle.remove()
             for who, hook_id, key, t in context.retained:  # what client hooks retained
                 if t.grad is not None:
                     self._call_client(who, hook_id, "retained", key, [pack(t.grad)])
@@ -230,11 +235,12 @@ class ComputeHandlers:
             if prev is not None and any(t.requires_grad for t in context.inputs):
                 fields = {"model": st.model, "stage": st.index - 1, "grads": grads,
                           "retain_graph": retain, "reply_to": msg["reply_to"],
-                          "mb": msg.get("mb")}
+                          "mb": msg.get("mb"), "taps": msg.get("taps"),
+                          "tapped": tapped or None}
                 prev.send_multipart(wire.encode("backward", fields, req=msg.req, ctx=msg.ctx),
                                     copy=False)
             else:
-                self._to_client(job, "ok", {"result": {"grads": grads}})
+                self._to_client(job, "ok", {"result": {"grads": grads, "tapped": tapped}})
         except Exception as exc:  # noqa: BLE001
             self._to_client(job, "error", self.error_reply(exc, job))
         return NO_REPLY
@@ -356,6 +362,15 @@ class _StageInput(disthook.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         return grad
+
+
+def _tap(t, key: str, into: dict):
+    """Keep the gradient that reaches ``t`` in this backward (after its own tensor hooks, as
+    autograd.grad sees it) in ``into[key]``; the handle removes the tap."""
+    def keep(grad):
+        into[key] = grad.numpy() if key not in into else into[key] + grad.numpy()
+
+    return t.register_hook(keep)
 
 
 def _stream_state(msg) -> str | None:

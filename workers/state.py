@@ -116,6 +116,7 @@ class Job:
     waiting: Wait | None = None
     stage: Any = None  # the stage it runs on, once looked up (for error reports)
     retained: list = dataclasses.field(default_factory=list)  # see Context.retained
+    taps: dict = dataclasses.field(default_factory=dict)  # see Context.taps
     micro_batch: int | None = None  # what capture hooks record as the micro-batch
 
     @property
@@ -151,6 +152,10 @@ class Context:
     retained: list  # (client, hook id, key, tensor) whose gradient goes to the client
     created: float
     direct: bool = False  # one submodule's call from the client: backward answers it too
+    # the tensors client forward hooks were given, by the key the client names them with
+    # ("<event key>#<index>"): a backward may ask for their gradients (autograd.grad on the
+    # client with respect to a tensor a hook kept)
+    taps: dict = dataclasses.field(default_factory=dict)
 
 
 class WorkerState:

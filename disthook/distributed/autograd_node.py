@@ -8,6 +8,9 @@ without such a backward releases the workers' graphs through its finalizer.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
+import threading
 import weakref
 from typing import TYPE_CHECKING
 
@@ -41,6 +44,20 @@ class RemoteBackward0(Node):
         self.next_functions = tuple(gradient_edge(t) for t in xs)
         self.needs_input_grad = tuple(t._requires_grad for t in xs)
         self._input_meta = tuple((t._data.shape, t._data.dtype) for t in xs)
+        # tensors client forward hooks were given in this forward (one context): further
+        # inputs of this node while something here still holds them, whose gradients the
+        # workers send when a backward needs them (autograd.grad(out, kept))
+        # (key, weakref to the tensor here, shape, dtype); a key ending in "@" is a tensor
+        # of the client's own a hook returned (fed to the worker), whose .grad accumulates
+        self._taps: list[tuple] = []
+        self._live: list[tuple] = []  # the taps alive when the engine last read the edges
+        for i, ctx_id in enumerate(ctx_ids):
+            for key, t, base in model._hub.taps.pop(ctx_id, ()):
+                if len(ctx_ids) == 1:
+                    self._taps.append((key, weakref.ref(t), t._data.shape, t._data.dtype))
+                    if base is not None:  # a copy of the worker's: it must not take more
+                        base.register_hook(functools.partial(_client_use, weakref.ref(self),
+                                                             key))
         if self._call:
             self._output_meta = []  # filled as the outputs are made (call_placed)
             self.materialize_grads = False
@@ -50,9 +67,62 @@ class RemoteBackward0(Node):
         # a graph dropped without a backward that freed it: the workers free theirs. (Bound
         # to the hub, not to its list of pending releases, which a flush replaces.)
         self._finalizer = weakref.finalize(self, model._hub.release, ctx_ids)
+        self._path = None  # the part called, for a call from code running here
 
     def name(self) -> str:
         return "RemoteBackward0"
+
+    # the edges: the inputs', then the live taps' (read by the engine as a graph starts)
+    @property
+    def next_functions(self) -> tuple:
+        self._live = [(key, *gradient_edge(t), shape, dtype) for key, ref, shape, dtype
+                      in self._taps if (t := ref()) is not None]
+        return self._edges + tuple((node, nr) for _, node, nr, _, _ in self._live)
+
+    @next_functions.setter
+    def next_functions(self, edges: tuple) -> None:
+        self._edges = edges
+
+    @property
+    def needs_input_grad(self) -> tuple:
+        return self._needs + (True,) * len(self._live)
+
+    @needs_input_grad.setter
+    def needs_input_grad(self, needs: tuple) -> None:
+        self._needs = needs
+
+    @property
+    def _input_meta(self) -> tuple:
+        return self._meta + tuple((shape, dtype) for _, _, _, shape, dtype in self._live)
+
+    @_input_meta.setter
+    def _input_meta(self, meta: tuple) -> None:
+        self._meta = meta
+
+    def _wanted_taps(self) -> list[str]:
+        """The keys of the live taps this backward needs: those a backward with inputs=
+        reaches, the client's own tensors fed to a worker, and those with tensor hooks or
+        retain_grad here."""
+        tasks = getattr(engine._running, "tasks", None)
+        task = tasks[-1] if tasks else None
+        wanted = []
+        for key, node, nr, _, _ in self._live:
+            hooked = bool((node._tensor_hooks or {}).get(nr)) or nr in (node._retains or {})
+            fed = key.endswith("@")  # the client's own leaf: backward accumulates its .grad
+            if hooked or (task is not None and (task.needed is not None or fed)
+                          and engine.will_execute(task, node)):
+                wanted.append(key)
+        return wanted
+
+    def _tap_grads(self, tapped: dict | None, wanted: list[str]) -> tuple:
+        """A gradient (or None) per live tap, from the workers' answer."""
+        tapped = tapped or {}
+        out = []
+        for key, _, _, shape, dtype in self._live:
+            g = tapped.get(key) if key in wanted else None
+            out.append(None if g is None else Tensor._make(np.array(g, dtype), None, 0))
+        self._given = {key: g for (key, *_), g in zip(self._live, out)}
+        return tuple(out)
 
     def _backward(self, grads: list) -> tuple:
         if self._freed:
@@ -63,39 +133,81 @@ class RemoteBackward0(Node):
         if self._call:
             return self._call_backward(grads, retain)
         (g,) = grads
+        wanted = self._wanted_taps()
         parts = [g._data] if self._sizes is None else split_rows(g._data, self._sizes)
         replies = model._hub.request_all(
             [(model._addresses[self._stage], {"stage": self._stage, "grads": [part],
                                      "retain_graph": retain, "reply_to": model._hub.reply_to,
-                                     "mb": None if self._sizes is None else i}, ctx_id)
+                                     "mb": None if self._sizes is None else i,
+                                     "taps": wanted or None}, ctx_id)
              for i, (part, ctx_id) in enumerate(zip(parts, self._ctx_ids))],
             "backward", what="backward through the remote stages")
+        taps = self._tap_grads(replies[0]["result"].get("tapped"), wanted)
         if not retain:
             self._finalizer.detach()  # the workers closed the contexts themselves
             for ctx_id in self._ctx_ids:
                 model._hub.drop_context(ctx_id)
         gxs = [r["result"]["grads"][0] for r in replies]
         if all(gx is None for gx in gxs):
-            return (None,)
+            return (None, *taps)
         gxs = [np.zeros(p.shape, g._data.dtype) if gx is None else np.asarray(gx)
                for gx, p in zip(gxs, parts)]
         return (Tensor._make(np.concatenate(gxs) if len(gxs) > 1 else np.array(gxs[0]),
-                             None, 0),)
+                             None, 0), *taps)
 
     def _call_backward(self, grads: list, retain: bool) -> tuple:
         """Backward of one submodule's call: a gradient (or None) per output to its stage,
         a gradient (or None) per input back."""
         model = self._model
+        wanted = self._wanted_taps()
         (reply,) = model._hub.request_all(
             [(model._addresses[self._stage], {
                 "stage": self._stage, "grads": [None if g is None else g._data for g in grads],
-                "retain_graph": retain, "reply_to": model._hub.reply_to}, self._ctx_ids[0])],
+                "retain_graph": retain, "reply_to": model._hub.reply_to,
+                "taps": wanted or None}, self._ctx_ids[0])],
             "backward", what=f"backward of {self._path!r}")
         if not retain:
             self._finalizer.detach()
             model._hub.drop_context(self._ctx_ids[0])
-        return tuple(None if g is None else Tensor._make(np.array(g), None, 0)
-                     for g in reply["result"]["grads"])
+        return (*(None if g is None else Tensor._make(np.array(g), None, 0)
+                  for g in reply["result"]["grads"]),
+                *self._tap_grads(reply["result"].get("tapped"), wanted))
 
     def _release(self) -> None:
         self._freed = True
+
+
+class _Vjp(threading.local):
+    running = False  # a worker asked for a hook result's vector-Jacobian product here
+
+
+_vjp = _Vjp()
+
+
+@contextlib.contextmanager
+def serving_vjp():
+    """While the client computes a vjp a worker asked for: gradients reach the stand-ins of
+    the hook's tensors by design (and go back to the worker)."""
+    _vjp.running, before = True, _vjp.running
+    try:
+        yield
+    finally:
+        _vjp.running = before
+
+
+def _client_use(node_ref, key: str, grad: Tensor) -> None:
+    """A gradient reached the client's stand-in of a tensor a hook got from a worker: only
+    the gradient the worker sent for it may (a use of that tensor here, in what the backward
+    differentiates, would need its gradient to flow on into the worker's graph)."""
+    if _vjp.running or grad is None or not grad._data.any():
+        return  # nothing flows: nothing is lost
+    node = node_ref()
+    given = None if node is None else getattr(node, "_given", {}).get(key)
+    if given is not None and (grad is given or np.array_equal(grad._data, given._data)):
+        return
+    raise RuntimeError(
+        "a tensor that a forward hook got from a module on a worker is used on the client in "
+        "what this backward differentiates (a loss term computed from a hook's output, say): "
+        "its gradient cannot flow on into the worker's graph, so the gradients of the "
+        "parameters before that module would miss that term. Compute that term in the model "
+        "(or in a hook that returns the changed output), or detach() the hook's tensor")

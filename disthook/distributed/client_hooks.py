@@ -14,6 +14,7 @@ import zmq
 from disthook import autograd as torch_autograd
 from disthook import wire
 from disthook.autograd import engine, grad_mode
+from disthook.distributed.autograd_node import serving_vjp
 from disthook.distributed.values import pack, unpack
 from disthook.tensor import Clone, Tensor
 
@@ -29,6 +30,9 @@ class HookServer:
         self.hooks: dict[int, tuple] = {}
         self.vjps: dict[str, tuple] = {}  # key -> (result tensor, leaves) for "vjp" events
         self.watched: dict[str, list] = {}  # key -> a hook's tensors that got tensor hooks
+        # forward context -> [(key, tensor)]: tensors forward hooks were given that may be
+        # differentiated against later; the context's RemoteBackward0 takes them (taps)
+        self.taps: dict[str, list] = {}
         self.hook_error: BaseException | None = None
 
     def _serve_event(self, sock: zmq.Socket, event: wire.Message) -> None:
@@ -63,7 +67,8 @@ class HookServer:
             result, bases = self.vjps[event["path"]]
             (grad,) = [unpack(a) for a in event["args"]]
             wanted = [t for t in bases if t.requires_grad]
-            grads = torch_autograd.grad(result, wanted, grad, allow_unused=True)
+            with serving_vjp():
+                grads = torch_autograd.grad(result, wanted, grad, allow_unused=True)
             return {"result": pack(list(grads))}
         entry = self.hooks.get(event["hook"])
         if entry is None:
@@ -99,7 +104,8 @@ class HookServer:
         # tensors the hook changed in place: the worker changes its own the same way
         changed = [{"arg": i, "value": self._pack_value(t, bases, f"{key}:{i}")}
                    for i, t in enumerate(leaves) if t._version != versions[i]]
-        value = None if out is None else self._pack_result(out, leaves, bases, key)
+        value = None if out is None else self._pack_result(out, leaves, bases, key,
+                                                           event.ctx if diff else None)
         # tensors the hook put tensor hooks on (the Grad-CAM pattern): the worker hooks the
         # real tensors, and their gradients come here to run these hooks
         watch = [i for i, t in enumerate(leaves) if t._backward_hooks]
@@ -108,19 +114,32 @@ class HookServer:
         if watch or retain:
             self.watched[key] = leaves
             answer.update(watch=watch, retain=retain, key=key)
+        # the others that require grad: a backward may ask the worker for their gradients
+        taps = [i for i, t in enumerate(leaves) if diff and t._requires_grad
+                and t.grad_fn is not None and i not in watch and i not in retain]
+        if taps:
+            self.taps.setdefault(event.ctx, []).extend(
+                (f"{key}#{i}", leaves[i], bases[i]) for i in taps)
+            answer.update(taps=taps, key=key)
         return answer
 
-    def _pack_result(self, value, leaves: list, bases: list, key: str):
+    def _pack_result(self, value, leaves: list, bases: list, key: str, ctx: str | None):
         """A hook's result: one of the tensors it was given as ``{"same": i}`` (changed in
         place or not: the worker makes the same change), a tensor computed from them with a
-        key for its vector-Jacobian product, containers element by element."""
+        key for its vector-Jacobian product, a tensor of the client's own that requires grad
+        (a leaf: Captum's layer attributions return such inputs) with a key under which the
+        worker's backward gives its gradient to this context's RemoteBackward0, containers
+        element by element. ``ctx``: the forward's context when its graph is recorded."""
         if isinstance(value, Tensor):
             for i, t in enumerate(leaves):
                 if value is t:
                     return {"same": i}
+            if value.requires_grad and value.grad_fn is None and ctx is not None:
+                self.taps.setdefault(ctx, []).append((f"{key}@", value, None))
+                return {"tensor": value.detach()._data, "feed": f"{key}@"}
             return self._pack_value(value, bases, key)
         if isinstance(value, (tuple, list)):
-            items = [self._pack_result(v, leaves, bases, f"{key}.{i}")
+            items = [self._pack_result(v, leaves, bases, f"{key}.{i}", ctx)
                      for i, v in enumerate(value)]
             return {"tuple" if isinstance(value, tuple) else "list": items}
         return pack(value)
@@ -136,6 +155,7 @@ class HookServer:
     def drop_context(self, ctx_id: str) -> None:
         """Forget the client-side hook graphs of a context whose backward is over."""
         prefix = f"{ctx_id}:"
+        self.taps.pop(ctx_id, None)
         for store in (self.vjps, self.watched):
             for key in [k for k in store if k.startswith(prefix)]:
                 del store[key]

@@ -155,6 +155,8 @@ def call_placed(model: RemoteModel, path: str, args: tuple, kwargs: dict):
     if grad and any(flags):
         node = RemoteBackward0(model, [ctx_id], inputs, None, stage)
         node._path = path
+    else:
+        model._hub.taps.pop(ctx_id, None)  # no graph: nothing to differentiate against
     made = []
 
     def output(array, requires_grad, _name):

@@ -192,6 +192,8 @@ class RemoteModel(Module):
         if grad and all(r["requires_grad"] for r in results):
             stage = None if stop is None else self._stage_of(stop)
             return Tensor._make(out, RemoteBackward0(self, ctx_ids, x, sizes, stage), 0)
+        for ctx_id in ctx_ids:  # no graph: nothing to differentiate against
+            self._hub.taps.pop(ctx_id, None)
         return Tensor._make(out, None, 0)
 
     def train_step(self, x: Tensor, target: Tensor, loss_fn, scale_grads: bool = True):

@@ -1,0 +1,94 @@
+"""Gradients with respect to tensors that hooks handle, as layer-attribution libraries take
+them: ``autograd.grad(out, kept)`` where a forward hook on a worker's module kept its output;
+a hook that returns a tensor of the client's own that requires grad (Captum's layer
+integrated gradients) gets that tensor's gradient, by ``autograd.grad`` or in ``.grad``;
+a kept tensor used on the client in what a backward differentiates is refused loudly
+(its gradient could not flow on into the worker's graph). On 2 and 3 workers, for a chain
+and for a model whose forward runs on the client."""
+import copy
+
+import numpy as np
+import pytest
+
+import disthook as torch
+import disthook.nn.functional as F
+from disthook import nn
+
+pytestmark = pytest.mark.timeout(180)
+CLUSTER_WORKERS = 3
+
+
+class Residual(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(4, 5)
+        self.mid = nn.Linear(5, 5)
+        self.out = nn.Linear(5, 2)
+
+    def forward(self, x):
+        h = F.tanh(self.inp(x))
+        return self.out(h + F.tanh(self.mid(h)))
+
+
+def chain():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 5), nn.Tanh(), nn.Linear(5, 5), nn.Tanh(),
+                         nn.Linear(5, 2))
+
+
+def residual():
+    torch.manual_seed(0)
+    return Residual()
+
+
+def layer(model):
+    """The hooked module: the middle Linear."""
+    return model.mid if hasattr(model, "mid") else model[2]
+
+
+def kept_gradient(model, x):
+    kept = []
+    handle = layer(model).register_forward_hook(lambda m, args, out: kept.append(out))
+    out = model(x)
+    (g,) = torch.autograd.grad(out.square().sum(), kept[0])
+    handle.remove()
+    return g
+
+
+def fed_gradients(model, x):
+    """The hook replaces the layer's output by a tensor of its own (scaled, requiring grad),
+    as integrated gradients does; its gradient by autograd.grad, then by backward."""
+    fed = []
+
+    def replace(m, args, out):
+        fed.append((out.detach() * 0.5).requires_grad_())
+        return fed[-1]
+
+    handle = layer(model).register_forward_hook(replace)
+    (by_grad,) = torch.autograd.grad(model(x).sum(), fed[-1])
+    model(x).sum().backward()
+    handle.remove()
+    return by_grad, fed[-1].grad
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("make", [chain, residual])
+def test_gradients_with_respect_to_what_hooks_handle(cluster, make, stages):
+    x = torch.randn(6, 4)
+    local = make()
+    remote = cluster.deploy(copy.deepcopy(local), stages=stages)
+    try:
+        np.testing.assert_allclose(kept_gradient(remote, x).numpy(),
+                                   kept_gradient(local, x).numpy(), rtol=1e-5, atol=1e-7)
+        for got, want in zip(fed_gradients(remote, x), fed_gradients(local, x), strict=True):
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-7)
+        # a kept output used on the client in the loss: refused, not silently dropped
+        kept = []
+        layer(remote).register_forward_hook(lambda m, args, out: kept.append(out))
+        out = remote(x)
+        with pytest.raises(RuntimeError, match="used on the client in what this backward "
+                                               "differentiates"):
+            (out.sum() + kept[0].square().sum()).backward()
+        remote(x).sum().backward()  # kept, not used: a plain backward is untouched
+    finally:
+        remote.close()
