@@ -3,15 +3,27 @@
 A module travels as a *spec*: a plain map of its class path, its plain attributes, its
 parameters and buffers (numpy arrays, which ``disthook.wire`` sends as raw frames) and the
 specs of its children. ``build_module`` makes the module again from a spec without calling
-the class's ``__init__`` (whose arguments are unknown): it sets up the bare ``Module`` state,
-then restores attributes, tensors and children, the way ``copy.deepcopy`` or unpickling would
-but from data only.
+the class's ``__init__`` (but see rebuilds, below): it sets up the bare ``Module`` state, then
+restores attributes, tensors and children, the way ``copy.deepcopy`` or unpickling would but
+from data only.
 
-Plain attributes are None, bool, int, float, str, disthook dtypes, and tuples, lists and
-str-keyed dicts of those. Containers are tagged (``{"tuple": [...]}``) so that a tuple comes
-back a tuple; scalars travel as they are. Anything else (a lambda, an open file, a numpy
-array kept as an attribute) is refused by ``module_spec`` with the module path and the
-attribute's name, before anything is sent.
+Plain attributes are data: None, bool, int, float, str, disthook dtypes, functions and classes
+defined at a module's top level (by name), objects of such classes whose ``__dict__`` is data
+(a config object, a dataclass: its class and attributes, rebuilt without calling
+``__init__``), and tuples, lists and str-keyed dicts of those. Containers are tagged
+(``{"tuple": [...]}``) so that a tuple comes back a tuple; scalars travel as they are.
+
+A module with an attribute that is not data (a lambda or closure over its submodules, a bound
+method, a nested function) travels as a *rebuild*: its spec adds the arguments its class was
+called with (``Module`` records them; they must be data, as above). The worker calls the class
+with them, so that the constructor makes those callables again over the new module's own
+submodules, then brings the new module to the spec's state in place: each parameter and buffer
+is copied into the tensor the constructor made (so what a closure captured stays what the
+module holds), plain attributes are set, and its submodules are restored by name. The
+constructor's random draws leave the worker's generator as it was. A module whose arguments
+are not data, that was not made by calling its class (a copy), or whose attribute that is not
+data was set after its constructor, is refused by ``module_spec`` with the module path, the
+attribute and the argument, before anything is sent.
 
 A parameter or buffer shared by several modules of one stage (tied weights) travels once;
 its other places hold ``{"tied": "<path of the first>"}`` and are rebuilt as the same object.
@@ -20,6 +32,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import os
 import sys
 import types
@@ -29,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from disthook import _dtype
+from disthook import random as _random
 from disthook.nn.modules.module import Module
 from disthook.nn.parameter import Parameter
 from disthook.tensor import Tensor
@@ -41,8 +55,9 @@ _MODULE_INTERNALS = frozenset({
     "_backward_pre_hooks", "_backward_hooks", "_is_full_backward_hook", "_forward_hooks",
     "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
     "_forward_pre_hooks_with_kwargs", "_state_dict_hooks", "_state_dict_pre_hooks",
-    "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks",
+    "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks", "_constructor_args",
 })
+_SPEC_KEYS = frozenset({"class", "training", "attrs", "params", "buffers", "children"})
 
 
 class SpecError(TypeError):
@@ -90,27 +105,30 @@ def module_spec(module: Module, path: str = "") -> dict:
     """The spec of ``module`` and its whole subtree (arrays are views of the live tensors)."""
     if not isinstance(module, Module):
         raise SpecError(f"expected a disthook.nn.Module, got {type(module).__name__}")
-    return _spec(module, path, {})
+    return _spec(module, path, {}, False)
 
 
-def _spec(module: Module, path: str, seen: dict[int, str]) -> dict:
+_DATA = ("Data is None, bool, int, float, str, dtypes, functions and classes defined at a "
+         "module's top level (by name), objects of such classes whose attributes are data (a "
+         "config object, a dataclass), and tuples, lists and str-keyed dicts of those")
+
+
+def _spec(module: Module, path: str, seen: dict[int, str], made_by_parent: bool) -> dict:
+    """``made_by_parent``: the module is inside one that the worker makes by calling its
+    class, so the worker takes this one as that constructor makes it (no arguments needed)."""
     where = path or "the root module"
-    attrs = {}
-    for name, value in module.__dict__.items():
+    attrs, not_data = {}, {}
+    for position, (name, value) in enumerate(module.__dict__.items()):
         if name in _MODULE_INTERNALS:
             continue
         try:
             attrs[name] = _plain(value)
         except SpecError as exc:
-            raise SpecError(f"attribute {name!r} of {where} ({type(module).__name__}) cannot "
-                            f"travel to a worker: {exc}. Only None, bool, int, float, str, "
-                            "dtypes, functions and classes defined at a module's top level "
-                            "(by name), and tuples, lists and str-keyed dicts of them do; "
-                            "build such values in forward() or from plain attributes.") from None
+            not_data[name] = (str(exc), position)
     if "<locals>" in type(module).__qualname__:
         raise SpecError(f"{where} is a {type(module).__qualname__}, a class defined inside a "
                         "function: workers cannot import it; define it at module level")
-    return {
+    spec = {
         "class": class_path(type(module)),
         "training": bool(module.training),
         "attrs": attrs,
@@ -119,9 +137,71 @@ def _spec(module: Module, path: str, seen: dict[int, str]) -> dict:
         "buffers": {name: _tensor_entry(b, _join(path, name), seen,
                                         persistent=name not in module._non_persistent_buffers_set)
                     for name, b in module._buffers.items()},
-        "children": {name: (None if child is None else _spec(child, _join(path, name), seen))
-                     for name, child in module._modules.items()},
     }
+    if not_data:
+        spec["rebuild"] = _rebuild_entry(module, where, not_data, made_by_parent)
+    made_by_parent = made_by_parent or bool(not_data)
+    spec["children"] = {
+        name: None if child is None else _spec(child, _join(path, name), seen, made_by_parent)
+        for name, child in module._modules.items()}
+    return spec
+
+
+def _rebuild_entry(module: Module, where: str, not_data: dict[str, tuple[str, int]],
+                   made_by_parent: bool) -> dict:
+    """How the worker makes ``module`` again: the names of its attributes that are not data
+    (``not_data``: name -> what it is, its place in ``__dict__``), which its constructor must
+    make, and (unless a constructor above makes it) the arguments of its class call."""
+    cls = type(module).__name__
+    record = module.__dict__.get("_constructor_args")
+    if record is not None:  # attributes past the constructor's own were set after it
+        for name, (what, position) in not_data.items():
+            if position >= record[2]:
+                raise SpecError(
+                    f"attribute {name!r} of {where} ({cls}) cannot travel to a worker: {what}. "
+                    f"It was set after {cls} was constructed, so making {cls} again on the "
+                    f"worker would not make it: set it in the constructor of {cls}, or build "
+                    f"it in forward() from data. {_DATA}.")
+    entry = {"constructed": sorted(not_data)}
+    if made_by_parent:
+        return entry
+    name, (what, _) = next(iter(not_data.items()))
+    if record is None:
+        raise SpecError(
+            f"attribute {name!r} of {where} ({cls}) cannot travel to a worker: {what}. A "
+            f"worker makes such a module again by calling {cls} with the arguments it was "
+            "constructed with, but this one was not made by calling its class (a copy, or a "
+            f"module loaded or built from data): construct it by calling {cls}(...), or keep "
+            f"only data in its attributes and build {name!r} in forward(). {_DATA}.")
+    args, kwargs, _ = record
+
+    def encode(label: str, value):
+        try:
+            return _plain(value)
+        except SpecError as exc:
+            raise SpecError(
+                f"attribute {name!r} of {where} ({cls}) is not data ({what}), so a worker must "
+                f"make {cls} again by calling it with its constructor arguments, but they are "
+                f"not data: argument {label} is {exc}. {_DATA}; pass such values to the "
+                "constructor and build modules and tensors inside it, or keep only data in "
+                f"the attributes of {cls} (build {name!r} in forward()).") from None
+
+    entry["args"] = [encode(_argument_label(type(module), i), v) for i, v in enumerate(args)]
+    entry["kwargs"] = {k: encode(repr(k), v) for k, v in kwargs.items()}
+    return entry
+
+
+def _argument_label(cls: type, index: int) -> str:
+    """The name of positional argument ``index`` of ``cls(...)``, for messages."""
+    try:
+        params = list(inspect.signature(cls).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    named = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if index < len(named):
+        return repr(named[index])
+    star = next((p.name for p in params if p.kind is p.VAR_POSITIONAL), None)
+    return f"{star}[{index - len(named)}]" if star else f"#{index}"
 
 
 def _join(path: str, name: str) -> str:
@@ -137,23 +217,53 @@ def _tensor_entry(t: Tensor | None, path: str, seen: dict[int, str], **extra) ->
     return {"data": t._data, "requires_grad": bool(t._requires_grad), **extra}
 
 
-def _plain(value):
+def _plain(value, inside: frozenset[int] = frozenset()):
+    """``value`` as data (see the module's doc); ``inside``: ids of the containers and
+    objects it is in, so that one that holds itself is refused, not followed forever."""
     if value is None or type(value) in (bool, int, float, str):
         return value
     if isinstance(value, _dtype.dtype):
         return {"dtype": str(value).removeprefix("torch.")}
-    if type(value) is tuple:
-        return {"tuple": [_plain(v) for v in value]}
-    if type(value) is list:
-        return {"list": [_plain(v) for v in value]}
-    if type(value) is dict:
-        for k in value:
-            if not isinstance(k, str):
-                raise SpecError(f"dict key {k!r} is not a str")
-        return {"dict": {k: _plain(v) for k, v in value.items()}}
     if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
         return {"ref": _reference(value)}
+    if id(value) in inside:
+        raise SpecError(f"a {type(value).__name__} that holds itself")
+    inside = inside | {id(value)}
+    if type(value) is tuple:
+        return {"tuple": [_plain(v, inside) for v in value]}
+    if type(value) is list:
+        return {"list": [_plain(v, inside) for v in value]}
+    if type(value) is dict:
+        return {"dict": _plain_dict(value, inside)}
+    if _plain_class(type(value)) and hasattr(value, "__dict__"):
+        return {"object": {"class": _reference(type(value)),
+                           "attrs": _plain_dict(vars(value), inside)}}
+    if isinstance(value, Module):
+        raise SpecError(f"a {type(value).__name__} module")
+    if isinstance(value, Tensor):
+        raise SpecError("a tensor")
+    if isinstance(value, types.MethodType):
+        raise SpecError(f"a bound method ({value.__qualname__})")
     raise SpecError(f"a value of type {type(value).__name__}")
+
+
+def _plain_dict(value: dict, inside: frozenset[int]) -> dict:
+    for k in value:
+        if not isinstance(k, str):
+            raise SpecError(f"dict key {k!r} is not a str")
+    return {k: _plain(v, inside) for k, v in value.items()}
+
+
+def _plain_class(cls: type) -> bool:
+    """Whether an object of ``cls`` is all in its ``__dict__``, so that ``object.__new__``
+    and that dict make it again: no ``__new__`` of its own, no slots, not a module or tensor."""
+    if cls.__new__ is not object.__new__ or issubclass(cls, (Module, Tensor)):
+        return False
+    for c in cls.__mro__:
+        slots = vars(c).get("__slots__", ())
+        if set((slots,) if isinstance(slots, str) else slots) - {"__dict__", "__weakref__"}:
+            return False
+    return True
 
 
 def _reference(obj) -> str:
@@ -209,11 +319,7 @@ def build_module(spec: dict, *, allow: Callable[[str], bool] | None = None,
 def main_script_of(spec: dict) -> str | None:
     """The path of the client's main script if a class of the spec is defined there (None if
     none is); ``SpecError`` if that script is no file (an interactive session)."""
-    def uses_main(s) -> bool:
-        return (s["class"].split(":")[0] in ("__main__", "__mp_main__")
-                or any(c is not None and uses_main(c) for c in s["children"].values()))
-
-    if not uses_main(spec):
+    if not _uses_main(spec):
         return None
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
@@ -221,6 +327,34 @@ def main_script_of(spec: dict) -> str | None:
         raise SpecError("a module class is defined in an interactive session (no script "
                         "file): workers cannot import it; define it in a module file")
     return os.path.abspath(path)
+
+
+def _uses_main(spec: dict) -> bool:
+    """Whether a class or function the spec names (its modules', their attributes' and their
+    constructor arguments') is defined in the client's main script."""
+    rebuild = spec.get("rebuild", {})
+    values = [*spec["attrs"].values(), *rebuild.get("args", ()),
+              *rebuild.get("kwargs", {}).values()]
+    return (_in_main(spec["class"]) or any(_value_uses_main(v) for v in values)
+            or any(c is not None and _uses_main(c) for c in spec["children"].values()))
+
+
+def _value_uses_main(value) -> bool:
+    if not isinstance(value, dict):
+        return False
+    (tag, payload), = value.items()
+    if tag == "ref":
+        return _in_main(payload)
+    if tag == "object":
+        return _in_main(payload["class"]) or any(map(_value_uses_main,
+                                                     payload["attrs"].values()))
+    if tag in ("tuple", "list"):
+        return any(map(_value_uses_main, payload))
+    return tag == "dict" and any(map(_value_uses_main, payload.values()))
+
+
+def _in_main(path: str) -> bool:
+    return path.split(":")[0] in ("__main__", "__mp_main__")
 
 
 def import_main(path: str):
@@ -249,15 +383,11 @@ def import_main(path: str):
 
 def _build(spec, path: str, made: dict[str, Tensor], allow, main=None) -> Module:
     where = path or "the root module"
-    if not isinstance(spec, dict) or spec.keys() != {"class", "training", "attrs", "params",
-                                                     "buffers", "children"}:
-        raise SpecError(f"spec of {where} must be a map with keys class, training, attrs, "
-                        f"params, buffers, children; got {_keys(spec)}")
-    try:
-        cls = resolve_class(spec["class"], allow=allow, main=main)
-    except SpecError as exc:
-        raise SpecError(f"module {path!r}: {exc}" if path else f"the root module: {exc}") \
-            from None
+    cls = _spec_class(spec, path, allow, main)
+    if "rebuild" in spec:
+        module = _construct(cls, spec["rebuild"], where, allow, main)
+        _restore(module, spec, path, made, set(), allow, main)
+        return module
     module = cls.__new__(cls)
     Module.__init__(module)
     module.training = bool(spec["training"])
@@ -277,6 +407,127 @@ def _build(spec, path: str, made: dict[str, Tensor], allow, main=None) -> Module
         module._modules[name] = (None if child is None
                                  else _build(child, _join(path, name), made, allow, main))
     return module
+
+
+def _spec_class(spec, path: str, allow, main) -> type:
+    """The module class of a spec, once its keys are checked."""
+    where = path or "the root module"
+    if not isinstance(spec, dict) or spec.keys() - {"rebuild"} != _SPEC_KEYS:
+        raise SpecError(f"spec of {where} must be a map with keys class, training, attrs, "
+                        f"params, buffers, children (and rebuild); got {_keys(spec)}")
+    try:
+        return resolve_class(spec["class"], allow=allow, main=main)
+    except SpecError as exc:
+        raise SpecError(f"module {path!r}: {exc}" if path else f"the root module: {exc}") \
+            from None
+
+
+def _construct(cls: type, rebuild, where: str, allow, main) -> Module:
+    """``cls`` called with the spec's constructor arguments; the default generator's state
+    is as before (the constructor's random initial values are overwritten anyway)."""
+    if not (isinstance(rebuild, dict) and isinstance(rebuild.get("args"), list)
+            and isinstance(rebuild.get("kwargs"), dict)
+            and isinstance(rebuild.get("constructed"), list)):
+        raise SpecError(f"spec of {where}: 'rebuild' must be a map of the constructor's args "
+                        f"(a list) and kwargs (a map) and the names it makes; got "
+                        f"{_keys(rebuild)}")
+    args = [_unplain(v, f"{where} (argument {i} of {cls.__name__})", allow, main)
+            for i, v in enumerate(rebuild["args"])]
+    kwargs = {k: _unplain(v, f"{where} (argument {k!r} of {cls.__name__})", allow, main)
+              for k, v in rebuild["kwargs"].items()}
+    rng_state = _random.get_rng_state()
+    try:
+        module = cls(*args, **kwargs)
+    except Exception as exc:
+        raise SpecError(f"{where}: making {cls.__name__} again with the arguments it was "
+                        f"constructed with failed: {type(exc).__name__}: {exc}") from exc
+    finally:
+        _random.set_rng_state(rng_state)
+    if not isinstance(module, cls):
+        raise SpecError(f"{where}: calling {cls.__name__} made a {type(module).__name__}")
+    return module
+
+
+def _restore(module: Module, spec: dict, path: str, made: dict[str, Tensor],
+             filled: set[int], allow, main) -> None:
+    """Bring ``module``, as its constructor made it, to the spec's state in place: the same
+    tensor and module objects (closures may hold them) with the spec's values. ``filled``:
+    the ids of the constructor's tensors already given a value (a second place that holds
+    one, which the client's module does not share, gets a tensor of its own)."""
+    where = path or "the root module"
+    cls = type(module).__name__
+    module.training = bool(spec["training"])
+    for name, value in spec["attrs"].items():
+        if name in _MODULE_INTERNALS:
+            raise SpecError(f"spec of {where}: attribute {name!r} is Module state, not data")
+        module.__dict__[name] = _unplain(value, f"{where}.{name}", allow, main)
+    rebuild = spec.get("rebuild", {"constructed": []})
+    constructed = rebuild.get("constructed") if isinstance(rebuild, dict) else None
+    if not isinstance(constructed, list):
+        raise SpecError(f"spec of {where}: 'rebuild' must name the attributes its "
+                        "constructor makes")
+    for name in constructed:
+        if name not in module.__dict__:
+            raise SpecError(
+                f"{where} ({cls}): its constructor did not make attribute {name!r}, which "
+                "the client's module holds (set after construction?): set it in the "
+                f"constructor of {cls}, or make it data")
+    for kind, entries, held in (("parameters", spec["params"], module._parameters),
+                                ("buffers", spec["buffers"], module._buffers)):
+        _check_same_names(kind, entries, held, where, cls)
+        for name, entry in entries.items():
+            held[name] = _restored_tensor(held[name], entry, _join(path, name), made, filled,
+                                          parameter=kind == "parameters")
+    module._non_persistent_buffers_set.clear()
+    module._non_persistent_buffers_set.update(
+        name for name, entry in spec["buffers"].items()
+        if entry is not None and not entry.get("persistent", True))
+    _check_same_names("submodules", spec["children"], module._modules, where, cls)
+    for name, child_spec in spec["children"].items():
+        child, child_path = module._modules[name], _join(path, name)
+        if child_spec is None or child is None:
+            module._modules[name] = None if child_spec is None else _build(
+                child_spec, child_path, made, allow, main)
+            continue
+        child_cls = _spec_class(child_spec, child_path, allow, main)
+        if type(child) is not child_cls:
+            raise SpecError(
+                f"{child_path}: the constructor of {cls} makes a {type(child).__name__} "
+                f"there, the client's module has a {child_cls.__name__} (replaced after "
+                f"construction?): make it in the constructor of {cls}")
+        _restore(child, child_spec, child_path, made, filled, allow, main)
+
+
+def _check_same_names(kind: str, entries, held: dict, where: str, cls: str) -> None:
+    if not isinstance(entries, dict):
+        raise SpecError(f"spec of {where}: {kind} must be a map, got {type(entries).__name__}")
+    extra, missing = [n for n in held if n not in entries], [n for n in entries if n not in held]
+    if extra or missing:
+        raise SpecError(
+            f"{where} ({cls}): made again by its constructor, it has {kind} {extra} that the "
+            f"client's module has not, and lacks {missing} (added or removed after "
+            f"construction?): change {kind} in the constructor of {cls} only")
+
+
+def _restored_tensor(current: Tensor | None, entry, path: str, made: dict[str, Tensor],
+                     filled: set[int], *, parameter: bool) -> Tensor | None:
+    """The tensor at ``path`` of a constructed module with the spec's value: the
+    constructor's own (``current``), its array overwritten, wherever it can be."""
+    if (entry is None or current is None or id(current) in filled or "tied" in entry
+            or current.grad_fn is not None):
+        return _tensor(entry, path, made, parameter=parameter)
+    data = entry.get("data") if isinstance(entry, dict) else None
+    if not isinstance(data, np.ndarray):
+        raise SpecError(f"tensor entry of {path} has no array 'data'")
+    if current._data.shape == data.shape and current._data.dtype == data.dtype \
+            and current._data.flags.writeable:
+        np.copyto(current._data, data)
+    else:
+        current._data = np.array(data)
+    current.requires_grad_(bool(entry.get("requires_grad", parameter)))
+    made[path] = current
+    filled.add(id(current))
+    return current
 
 
 def _keys(obj) -> str:
@@ -322,4 +573,21 @@ def _unplain(value, where: str, allow=None, main=None):
             return {k: _unplain(v, where, allow, main) for k, v in payload.items()}
         elif tag == "ref" and isinstance(payload, str):
             return _resolve_reference(payload, where, allow, main)
+        elif tag == "object" and isinstance(payload, dict) and payload.keys() == {
+                "class", "attrs"} and isinstance(payload["attrs"], dict):
+            return _unplain_object(payload, where, allow, main)
     raise SpecError(f"spec of {where}: {value!r:.80} is not a plain attribute value")
+
+
+def _unplain_object(payload: dict, where: str, allow, main):
+    """An object of a plain class (``_plain_class``), made without calling its
+    ``__init__``: ``object.__new__``, then its ``__dict__``, as unpickling would."""
+    cls = _resolve_reference(payload["class"], where, allow, main) \
+        if isinstance(payload["class"], str) else None
+    if not (isinstance(cls, type) and _plain_class(cls)):
+        raise SpecError(f"spec of {where}: {payload['class']!r:.80} is not a class whose "
+                        "objects are plain data here")
+    obj = object.__new__(cls)
+    obj.__dict__.update({k: _unplain(v, f"{where}.{k}", allow, main)
+                         for k, v in payload["attrs"].items()})
+    return obj
