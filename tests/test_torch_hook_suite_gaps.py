@@ -542,3 +542,64 @@ def test_clear_saved_tensors_on_access(lib):
                                            "clear_saved_tensors_on_access=True"):
         y.sum().backward()
     assert errors[0] is True and "can only be accessed once" in errors[1]
+
+
+# ---- gradcheck's checks after the Jacobians -----------------------------------------------------
+
+def _hooked_clone(torch, hook):
+    def fn(x):
+        y = x.clone()
+        y.register_hook(hook)
+        return y
+    return fn
+
+
+def test_gradcheck_checks_backward_with_undefined_output_grads(lib):
+    torch = lib.torch
+    gradcheck = torch.autograd.gradcheck
+
+    def refuse_none(g):
+        if g is None:
+            raise RuntimeError("x is undefined")
+
+    fn = _hooked_clone(torch, refuse_none)
+    x = torch.ones(2, dtype=torch.double, requires_grad=True)
+    with pytest.warns(UserWarning, match="Backwards compatibility: New undefined gradient "
+                                         "support checking feature"):
+        with pytest.raises(RuntimeError, match="Expected backward function to handle "
+                                               "undefined output grads"):
+            gradcheck(fn, (x,))
+        assert gradcheck(fn, (x,), raise_exception=False) is False
+    assert gradcheck(fn, (x,), check_undefined_grad=False) is True
+    assert gradcheck(fn, (x,), check_undefined_grad=False, check_batched_grad=True,
+                     fast_mode=True) is True
+
+
+def test_gradcheck_checks_backward_scales_with_grad_output(lib):
+    torch = lib.torch
+    gradcheck = torch.autograd.gradcheck
+    fn = _hooked_clone(torch, lambda g: g + 1e-2)
+    x = torch.ones(1, dtype=torch.double, requires_grad=True)
+    with pytest.raises(RuntimeError, match="^backward not multiplied by grad_output"):
+        gradcheck(fn, (x,), atol=1e-1)
+    assert gradcheck(fn, (x,), atol=1e-1, raise_exception=False) is False
+    import importlib
+
+    module = importlib.import_module(f"{lib.name}.autograd.gradcheck")
+    with pytest.raises(module.GradcheckError,
+                       match="^Jacobian mismatch for output 0 with respect to input 0"):
+        gradcheck(fn, (torch.ones(2, 2, dtype=torch.double, requires_grad=True),))
+
+
+def test_gradcheck_lets_other_errors_through_and_needs_a_mode(lib):
+    torch = lib.torch
+    x = torch.ones(1, dtype=torch.double, requires_grad=True)
+
+    def broken(t):
+        raise RuntimeError("Not a GradcheckError!")
+
+    with pytest.raises(RuntimeError, match="Not a GradcheckError!"):
+        torch.autograd.gradcheck(broken, (x,), raise_exception=False)
+    with pytest.raises(AssertionError, match="Expected at least one of check_forward_ad or "
+                                             "check_backward_ad to be True"):
+        torch.autograd.gradcheck(lambda t: t, (x,), check_backward_ad=False)

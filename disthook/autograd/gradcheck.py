@@ -10,6 +10,8 @@ import warnings
 
 import numpy as np
 
+from disthook.autograd.function import Function
+
 __all__ = ["GradcheckError", "gradcheck", "gradgradcheck"]
 
 
@@ -82,13 +84,33 @@ def gradcheck(func, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: floa
               check_forward_ad: bool = False, check_backward_ad: bool = True,
               fast_mode: bool = False, masked: bool | None = None) -> bool:
     """True when ``func``'s gradients w.r.t. every input that requires grad match finite
-    differences; otherwise GradcheckError (or False with ``raise_exception=False``)."""
+    differences; otherwise GradcheckError (or False with ``raise_exception=False``).
+
+    As torch's, it then checks that backward scales with grad_output (zero in, zero out) and,
+    with ``check_undefined_grad``, that backward copes with undefined (None) output
+    gradients. ``fast_mode`` compares the full Jacobians (the same verdict as torch's
+    projections, a message that starts the same). ``check_batched_grad`` and
+    ``check_batched_forward_grad`` are accepted and not run: they test vmap's batching rules,
+    and disthook has no vmap. ``check_forward_ad`` is not supported (no forward-mode AD).
+    """
+    if not check_forward_ad and not check_backward_ad:
+        raise AssertionError(
+            "Expected at least one of check_forward_ad or check_backward_ad to be True")
+    if check_forward_ad:
+        raise NotImplementedError("disthook's gradcheck checks backward mode only: "
+                                  "check_forward_ad is not supported")
+    try:
+        return _gradcheck(func, _as_tuple(inputs), eps, atol, rtol, check_undefined_grad)
+    except GradcheckError:
+        if raise_exception:
+            raise
+        return False
+
+
+def _gradcheck(func, inputs: tuple, eps: float, atol: float, rtol: float,
+               check_undefined_grad: bool) -> bool:
     from disthook.tensor import Tensor
 
-    if check_forward_ad or check_batched_grad or check_batched_forward_grad:
-        raise NotImplementedError("disthook's gradcheck checks backward mode only: "
-                                  "check_forward_ad and the batched checks are not supported")
-    inputs = _as_tuple(inputs)
     wrt = [i for i, t in enumerate(inputs) if isinstance(t, Tensor) and t.requires_grad]
     if not wrt:
         raise ValueError("gradcheck expects at least one input tensor to require gradient, "
@@ -98,9 +120,9 @@ def gradcheck(func, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: floa
             warnings.warn(
                 f"Input #{i} requires gradient and is not a double precision floating point "
                 "or complex. This check will likely fail if all the inputs are not of double "
-                "precision floating point or complex. ", UserWarning, stacklevel=2)
+                "precision floating point or complex. ", UserWarning, stacklevel=3)
     outputs = _differentiable_outputs(func(*inputs))
-    if not check_backward_ad or not outputs:
+    if not outputs:
         return True
     analytical = _analytical_jacobians(outputs, inputs, wrt)
     numerical = _numerical_jacobians(func, inputs, wrt, len(outputs), eps)
@@ -108,12 +130,83 @@ def gradcheck(func, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: floa
         for j, i in enumerate(wrt):
             a, n = analytical[o][j], numerical[o][j]
             if not np.allclose(a, n, rtol=rtol, atol=atol):
-                if not raise_exception:
-                    return False
                 raise GradcheckError(
                     f"Jacobian mismatch for output {o} with respect to input {i},\n"
                     f"numerical:{n}\nanalytical:{a}\n")
+    diff_inputs = [inputs[i] for i in wrt]
+    _check_backward_scales_with_grad_output(outputs, diff_inputs)
+    if check_undefined_grad:
+        _check_undefined_output_grads(func, inputs, diff_inputs)
     return True
+
+
+def _zero_grads(outputs) -> list:
+    from disthook.tensor import zeros_like
+
+    return [zeros_like(o) for o in outputs]
+
+
+def _check_backward_scales_with_grad_output(outputs: list, diff_inputs: list) -> None:
+    """Zero output gradients must give zero input gradients."""
+    from disthook import autograd
+
+    grads = autograd.grad(outputs, diff_inputs, _zero_grads(outputs), allow_unused=True)
+    for g, t in zip(grads, diff_inputs):
+        if g is None:
+            continue
+        if not (g._data == 0).all():
+            raise GradcheckError("backward not multiplied by grad_output")
+        if g.dtype != t.dtype:
+            raise GradcheckError("grad is incorrect type")
+
+
+class UndefinedGrad(Function):
+    """Identity whose backward gives no gradient: what follows it sees an undefined one."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return None
+
+
+def _check_undefined_output_grads(func, inputs: tuple, diff_inputs: list) -> None:
+    """Backward must work, and give nothing or zeros, when every output gradient is
+    undefined; with several outputs, also when any one of them is."""
+    from disthook import autograd
+
+    def warn_bc_breaking():
+        warnings.warn(
+            "Backwards compatibility: New undefined gradient support checking feature is "
+            "enabled by default, but it may break existing callers of this function. If this "
+            'is true for you, you can call this function with "check_undefined_grad=False" '
+            "to disable the feature", UserWarning, stacklevel=4)
+
+    def check(outputs: list) -> None:
+        try:
+            grads = autograd.grad(outputs, diff_inputs, _zero_grads(outputs),
+                                  allow_unused=True)
+        except RuntimeError as error:
+            warn_bc_breaking()
+            raise GradcheckError(
+                "Expected backward function to handle undefined output grads. Please look at "
+                '"Notes about undefined output gradients" in "tools/autograd/derivatives.yaml"'
+            ) from error
+        if any(g is not None and not (g._data == 0).all() for g in grads):
+            warn_bc_breaking()
+            raise GradcheckError(
+                "Expected all input grads to be undefined or zero when all output grads are "
+                'undefined or zero. Please look at "Notes about undefined output gradients" '
+                'in "tools/autograd/derivatives.yaml"')
+
+    outputs = _differentiable_outputs(func(*inputs))
+    check([UndefinedGrad.apply(o) for o in outputs])
+    if len(outputs) > 1:
+        for k in range(len(outputs)):
+            again = _differentiable_outputs(func(*inputs))
+            check([UndefinedGrad.apply(o) if i == k else o for i, o in enumerate(again)])
 
 
 def gradgradcheck(func, inputs, grad_outputs=None, *, eps: float = 1e-6, atol: float = 1e-5,
@@ -147,4 +240,4 @@ def gradgradcheck(func, inputs, grad_outputs=None, *, eps: float = 1e-6, atol: f
         return tuple(g for g in grads if g is not None)
 
     return gradcheck(first_derivative, inputs + grad_outputs, eps=eps, atol=atol, rtol=rtol,
-                     raise_exception=raise_exception)
+                     raise_exception=raise_exception, check_undefined_grad=check_undefined_grad)
