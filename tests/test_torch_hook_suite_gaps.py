@@ -603,3 +603,27 @@ def test_gradcheck_lets_other_errors_through_and_needs_a_mode(lib):
     with pytest.raises(AssertionError, match="Expected at least one of check_forward_ad or "
                                              "check_backward_ad to be True"):
         torch.autograd.gradcheck(lambda t: t, (x,), check_backward_ad=False)
+
+
+# ---- warnings torch gives once ---------------------------------------------------------------
+
+def test_create_graph_warning_every_time_under_warn_always(lib):
+    import warnings
+
+    torch = lib.torch
+    # disthook keeps the pair in disthook.autograd until its top level re-exports them
+    module = torch if lib.name == "torch" else torch.autograd
+    old = module.is_warn_always_enabled()
+    module.set_warn_always(True)
+    try:
+        for _ in range(2):
+            b = torch.randn(3, requires_grad=True, dtype=torch.double)
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("default")
+                (b * b).sum().backward(create_graph=True)
+            assert sum("Using backward() with create_graph=True" in str(w.message)
+                       for w in seen) == 1
+            b.grad = None
+    finally:
+        module.set_warn_always(old)
+    assert module.is_warn_always_enabled() == old

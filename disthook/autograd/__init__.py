@@ -181,13 +181,26 @@ CREATE_GRAPH_CYCLE_WARNING = (
     "cycle and avoid the leak."
 )
 _warned_create_graph = False
+_warn_always = False
+
+
+def set_warn_always(b: bool) -> None:
+    """``torch.set_warn_always``: while True, the warnings torch gives once per process
+    (TORCH_WARN_ONCE, like backward(create_graph=True)'s) come every time."""
+    global _warn_always
+    _warn_always = bool(b)
+
+
+def is_warn_always_enabled() -> bool:
+    return _warn_always
 
 
 def _warn_create_graph_cycle() -> None:
     """torch's warning for backward(create_graph=True): once per process, hooks or not
-    (measured on 2.13: a plain leaf, a Linear, a module with full backward hooks)."""
+    (measured on 2.13: a plain leaf, a Linear, a module with full backward hooks), or each
+    time under set_warn_always(True)."""
     global _warned_create_graph
-    if _warned_create_graph:
+    if _warned_create_graph and not _warn_always:
         return
     _warned_create_graph = True
     from disthook.utils.hooks import _caller_stacklevel
