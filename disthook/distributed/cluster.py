@@ -44,9 +44,12 @@ IN_WORKER = False  # set in worker processes: they must not start clusters of th
 def _refuse_in_worker(call: str) -> None:
     """A worker imports the client's main script to find the model's classes; code of that
     script that starts or attaches to a cluster must not run there (it would deploy onto the
-    very worker that waits for it): fail at once with the fix."""
+    very worker that waits for it): the import stops at that line, keeping what the script
+    defined above it (``spec.import_main``), and says the fix if a class is missing."""
     if IN_WORKER:
-        raise RuntimeError(
+        from disthook.distributed.spec import MainImportStopped
+
+        raise MainImportStopped(
             f"{call} was called while a worker imported the client's main script to find the "
             "model's classes: put the code that starts the cluster under "
             "if __name__ == \"__main__\":")

@@ -91,6 +91,13 @@ def resolve_class(path: str, *, allow: Callable[[str], bool] | None = None,
         for part in qualname.split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as exc:
+        stopped = getattr(main, "__import_stopped__", None) if from_main else None
+        if stopped:  # the client's script starts its cluster above this class
+            raise SpecError(f"cannot find class {path!r} in the client's main script: the "
+                            "worker imports it only up to the line that starts or attaches "
+                            "to the cluster, and the class is defined below that line; "
+                            "define it above, or put the script's code under "
+                            "if __name__ == \"__main__\":") from None
         raise SpecError(f"cannot find class {path!r}: {exc} (sys.path here: "
                         f"{', '.join(p for p in sys.path if p) or 'empty'}); install its "
                         "module where the workers run, or put it on their PYTHONPATH") from None
@@ -357,9 +364,17 @@ def _in_main(path: str) -> bool:
     return path.split(":")[0] in ("__main__", "__mp_main__")
 
 
+class MainImportStopped(RuntimeError):
+    """Raised by the line of the client's main script that starts or attaches to a cluster,
+    when a worker imports that script: the import ends there, with what it defined so far."""
+
+
 def import_main(path: str):
     """The client's main script imported under the name ``__mp_main__`` (so that its
-    ``if __name__ == "__main__":`` block does not run), once per path."""
+    ``if __name__ == "__main__":`` block does not run), once per path. A script that starts
+    its cluster unguarded is imported up to that line: the classes defined above it (as
+    scripts usually define them) are found; a class defined below it is not, and the error
+    says so (``resolve_class``)."""
     loaded = sys.modules.get("__mp_main__")
     if loaded is not None and getattr(loaded, "__file__", None) == path:
         return loaded
@@ -374,6 +389,8 @@ def import_main(path: str):
     sys.modules["__mp_main__"] = module
     try:
         spec.loader.exec_module(module)
+    except MainImportStopped as exc:
+        module.__dict__["__import_stopped__"] = str(exc)  # kept: what it defined above
     except BaseException as exc:
         sys.modules.pop("__mp_main__", None)
         raise SpecError(f"importing the client's main script {path} on the worker failed: "

@@ -1,5 +1,7 @@
-"""A worker never runs the client's connect()/deploy(): a script without the __main__ guard
-that deploys through ``connect()`` fails at once with the advice, and the workers serve on;
+"""A worker never runs the client's connect()/deploy(): a worker importing a script without
+the __main__ guard stops at the line that connects, keeping the classes defined above it (the
+script deploys, as written); a class defined below that line fails at once with the advice,
+and the workers serve on;
 a worker that dies importing a model's module says why in the client's error (issue 18,
 item 4)."""
 import subprocess
@@ -52,19 +54,31 @@ class Scale(torch.nn.Module):
 CLUSTER_WORKERS = 2  # the conftest cluster's size; its workers import client scripts
 
 
-def test_an_unguarded_script_fails_fast_with_the_advice_and_the_workers_serve_on(
-        cluster, tmp_path):
+def test_an_unguarded_script_deploys_its_classes_defined_above_the_connect(cluster, tmp_path):
     script = tmp_path / "unguarded.py"
     script.write_text(textwrap.dedent(SCRIPT).replace("ADDRESS", repr(cluster.address)))
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "deployed torch.Size([2, 3])"
+
+
+def test_a_class_below_the_connect_fails_fast_with_the_advice_and_the_workers_serve_on(
+        cluster, tmp_path):
+    script = tmp_path / "unguarded_below.py"
+    source = textwrap.dedent(SCRIPT).replace("ADDRESS", repr(cluster.address))
+    head, cls, tail = source.partition("class Twice")
+    body, connect, rest = tail.partition("cluster = connect")
+    script.write_text(head + connect + rest.replace("remote = ", cls + body + "remote = ", 1))
     started = time.monotonic()
     proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
                           text=True, timeout=60, check=False)
     took = time.monotonic() - started
     assert proc.returncode != 0, proc.stdout
     assert took < 15, f"took {took:.1f} s"  # not the 30 s of a request's deadline
-    assert "connect() was called while a worker imported the client's main script" \
+    assert "the worker imports it only up to the line that starts or attaches to the cluster" \
         in proc.stderr
-    assert 'put the code that starts the cluster under if __name__ == "__main__":' \
+    assert 'define it above, or put the script\'s code under if __name__ == "__main__":' \
         in proc.stderr
     # the same workers deploy and run another model at once
     assert all(w.alive for w in cluster.workers())
