@@ -89,8 +89,6 @@ def test_matmul_saves_both_operands(lib):
     assert len(log) == 4
 
 
-@pytest.mark.xfail(strict=True, reason="ops/base.py's _as does not yet mark the tensors it "
-                   "makes from python scalars with _wrapped_number, which graph.py reads")
 def test_python_scalars_are_not_packed():
     import disthook as torch
 

@@ -155,6 +155,7 @@ class ComputeHandlers:
             else:
                 self._to_client(job, "ok", {"result": {
                     "output": out.detach().numpy(), "requires_grad": out.requires_grad,
+                    "grad_fn": None if out.grad_fn is None else out.grad_fn.name(),
                     "rng": fields["rng"]}})
         except Exception as exc:  # noqa: BLE001 - the client, not the previous stage, hears it
             self._to_client(job, "error", self.error_reply(exc, job, msg.get("inputs")))
@@ -383,8 +384,9 @@ def _as_computed(t):
 
 
 def _submodule(st, path: str):
-    """The submodule of the stage at ``path`` (a path in the whole model)."""
-    if path.split(".", 1)[0] not in st.module._modules:
+    """The submodule of the stage at ``path`` (a path in the whole model; "": the stage
+    holds the whole model)."""
+    if path and path.split(".", 1)[0] not in st.module._modules:
         raise LookupError(f"{st.name} holds {', '.join(st.module._modules)}, not {path!r}")
     return st.module.get_submodule(path)
 

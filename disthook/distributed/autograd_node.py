@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from disthook.autograd import engine
+from disthook.autograd import engine, grad_mode
 from disthook.autograd.graph import SECOND_BACKWARD_MSG, Node, gradient_edge
 from disthook.distributed.placement import split_rows
 from disthook.tensor import Tensor
@@ -70,7 +70,18 @@ class RemoteBackward0(Node):
         self._path = None  # the part called, for a call from code running here
 
     def name(self) -> str:
-        return "RemoteBackward0"
+        return type(self).__name__
+
+    def made_by(self, name: str | None) -> None:
+        """Take the name of the node that made the output on its worker: the node becomes
+        an instance of a subclass called so (``AddmmBackward0``), so that a program prints
+        its outputs' ``grad_fn`` as in one process; it stays a ``RemoteBackward0``."""
+        if name and name.isidentifier() and name != type(self).__name__:
+            cls = _NAMED.get(name)
+            if cls is None:
+                cls = _NAMED[name] = type(name, (RemoteBackward0,), {
+                    "__module__": __name__, "__qualname__": f"RemoteBackward0[{name}]"})
+            self.__class__ = cls
 
     # the edges: the inputs', then the live taps' (read by the engine as a graph starts)
     @property
@@ -127,6 +138,13 @@ class RemoteBackward0(Node):
     def _backward(self, grads: list) -> tuple:
         if self._freed:
             raise RuntimeError(SECOND_BACKWARD_MSG)
+        if grad_mode.is_grad_enabled():  # the engine records the backward: create_graph
+            raise NotImplementedError(
+                "backward(create_graph=True) or autograd.grad(..., create_graph=True) through "
+                "a deployed model: the gradients computed on its workers come back as "
+                "values, without a graph, so they cannot be differentiated again (gradient "
+                "penalties, double backward). Compute that part in one process (remote."
+                "to_local()), or keep create_graph=False")
         # the workers keep their graphs exactly when this backward keeps the client's
         retain = engine.retains_graph()
         model = self._model
@@ -175,6 +193,9 @@ class RemoteBackward0(Node):
 
     def _release(self) -> None:
         self._freed = True
+
+
+_NAMED: dict[str, type] = {}  # worker node name -> its RemoteBackward0 subclass
 
 
 class _Vjp(threading.local):

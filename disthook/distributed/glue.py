@@ -78,6 +78,7 @@ def client_tree(model: RemoteModel, root: Module, lay: Layout) -> dict:
         for name, value in module.__dict__.items():
             if name not in _FRESH:
                 twin.__dict__[name] = value
+        copy_hooks(module, twin)  # the hooks it had before deploy fire here, as before
         twin.training = module.training
         twin._parameters.update(module._parameters)  # its own stay here, the same tensors
         twin._buffers.update(module._buffers)
@@ -87,6 +88,58 @@ def client_tree(model: RemoteModel, root: Module, lay: Layout) -> dict:
         return twin
 
     return {name: held(name, child) for name, child in root._modules.items()}
+
+
+_HOOK_DICTS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks",
+               "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
+               "_backward_pre_hooks", "_backward_hooks", "_state_dict_hooks",
+               "_state_dict_pre_hooks", "_load_state_dict_pre_hooks",
+               "_load_state_dict_post_hooks")
+
+
+def copy_hooks(source: Module, target: Module) -> None:
+    """``target`` takes the hooks ``source`` has (copies of its dicts: a hook added to one
+    later is not added to the other)."""
+    for name in _HOOK_DICTS:
+        mine = target.__dict__.get(name)
+        if mine is not None:
+            mine.clear()
+            mine.update(source.__dict__.get(name) or {})
+    target._is_full_backward_hook = source._is_full_backward_hook
+
+
+def carry_hooks(model: RemoteModel, root: Module) -> None:
+    """Hooks registered before the deploy (in a constructor, say) on the parts now on
+    workers, and on their parameters, are registered again on their proxies, in their
+    order, so that they fire there for the client as before. (Parts that run here keep
+    theirs: see ``client_tree``; the root's go to the model itself.)"""
+    entries = []
+    for path, module in root.named_modules():
+        if not path or model._layout.stage_of(path) is None:
+            continue
+        for hook_id, fn in module._forward_pre_hooks.items():
+            entries.append(("forward_pre", path, fn, {
+                "with_kwargs": hook_id in module._forward_pre_hooks_with_kwargs}))
+        for hook_id, fn in module._forward_hooks.items():
+            entries.append(("forward", path, fn, {
+                "with_kwargs": hook_id in module._forward_hooks_with_kwargs,
+                "always_call": hook_id in module._forward_hooks_always_called}))
+        for fn in module._backward_pre_hooks.values():
+            entries.append(("full_backward_pre", path, fn, {}))
+        for fn in module._backward_hooks.values():
+            full = module._is_full_backward_hook is not False
+            entries.append(("full_backward" if full else "backward", path, fn, {}))
+        for name, p in module._parameters.items():
+            for fn in (p._backward_hooks or {}).values() if p is not None else ():
+                entries.append(("tensor", f"{path}.{name}", fn, {}))
+    if entries:
+        from disthook.distributed import hook_kinds
+        from disthook.distributed.proxies import RemoteParameter
+
+        model._add_hooks([
+            (kind, path, fn,
+             RemoteParameter(model, path) if kind == "tensor" else model.get_submodule(path),
+             hook_kinds.options(kind, options)) for kind, path, fn, options in entries])
 
 
 def check_runs_here(module: Module, path: str) -> None:
@@ -159,11 +212,13 @@ def call_placed(model: RemoteModel, path: str, args: tuple, kwargs: dict):
         model._hub.taps.pop(ctx_id, None)  # no graph: nothing to differentiate against
     made = []
 
-    def output(array, requires_grad, _name):
+    def output(array, requires_grad, made_by):
         nr = len(made)
         data = np.array(array)
         if node is not None:
             node._output_meta.append((data.shape, data.dtype))
+            if flags[nr] and type(node) is RemoteBackward0:
+                node.made_by(made_by)  # the worker's node's name, shown as grad_fn
         t = Tensor._make(data, node if node is not None and flags[nr] else None,
                          nr if node is not None and flags[nr] else 0)
         made.append(t)

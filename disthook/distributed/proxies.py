@@ -92,6 +92,37 @@ class RemoteModule:
     def _non_persistent_buffers_set(self) -> set:
         return self._twin._non_persistent_buffers_set
 
+    # the hooks the client registered on this module, by id, as a module's own dicts read
+    # (tools check len(module._backward_hooks)); changing them goes through the register
+    # methods and handles
+    def _client_hooks(self, *kinds: str) -> dict:
+        return {hook_id: fn for hook_id, (fn, kind, _, fields) in self._model._hub.hooks.items()
+                if kind in kinds and fields["path"] == self._path}
+
+    @property
+    def _forward_pre_hooks(self) -> dict:
+        return self._client_hooks("forward_pre")
+
+    @property
+    def _forward_hooks(self) -> dict:
+        return self._client_hooks("forward")
+
+    @property
+    def _backward_hooks(self) -> dict:
+        return self._client_hooks("full_backward", "backward")
+
+    @property
+    def _backward_pre_hooks(self) -> dict:
+        return self._client_hooks("full_backward_pre")
+
+    @property
+    def _is_full_backward_hook(self) -> bool | None:
+        kinds = {kind for _, kind, _, fields in self._model._hub.hooks.values()
+                 if fields["path"] == self._path}
+        if "backward" in kinds:
+            return False
+        return True if "full_backward" in kinds else None
+
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
@@ -497,15 +528,13 @@ class RemoteParameter:
         return getattr(self.detach(), name)  # anything else reads a local copy
 
     def __repr__(self) -> str:
-        """As torch prints a parameter (its current value, fetched), with where it lives."""
-        model = self._model
+        """As torch prints a parameter (its current value, fetched): a program prints what
+        it prints in one process (``remote.workers()`` says where each part lives)."""
         try:
             value = self.detach()
         except Exception:  # noqa: BLE001 - closed, or its worker is gone: say what it was
             return f"RemoteParameter({self._path}, shape={tuple(self.shape)}, unreachable)"
-        where = model._owner_name(self._path)
-        body = repr(value.requires_grad_(self.requires_grad))
-        return f"Parameter containing ({self._path} on {where}):\n{body}"
+        return f"Parameter containing:\n{value.requires_grad_(self.requires_grad)!r}"
 
 
 _optimizer_share_ids = itertools.count(1 << 20)  # apart from DistributedOptimizer's ids

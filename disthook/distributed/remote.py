@@ -66,7 +66,8 @@ class RemoteModel(Module):
                  schedule: str = "gpipe", layout: Layout | None = None,
                  placement: dict | None = None):
         Module.__init__(self)  # not the root class's __init__ (see remote_class)
-        tree = layout is not None
+        whole = layout is not None and layout.stages == [[""]]  # the model on one worker
+        tree = layout is not None and not whole
         if layout is None:  # contiguous stages of the root's children
             layout = Layout([list(m._modules) for m in stage_modules], [""])
         fields = {
@@ -85,10 +86,11 @@ class RemoteModel(Module):
             "_closed": False,
             # the root's forward does not run remotely: a non-Sequential root is checked to
             # only chain its children, at the first call (see _check_chain)
-            "_chain_checked": isinstance(module, Sequential) or tree,
+            "_chain_checked": isinstance(module, Sequential) or tree or whole,
             # the root's forward runs here, each placed part on its worker (always when the
             # parts are placed over the tree)
             "_glue": tree,
+            "_whole": whole,  # a model with no children, placed whole (forward: one call)
             "_chunks": chunks,  # micro-batches per call (split along dim 0)
             "_schedule": schedule,  # of train_step: "gpipe" or "1f1b"
             "step_stats": [],  # of the last train_step, per stage (busy, wall, peak_rss)
@@ -102,17 +104,56 @@ class RemoteModel(Module):
         object.__setattr__(self, "training", module.training)
         # the client's tree: placed parts as proxies, split ones as copies (glue)
         self._modules.update(glue.client_tree(self, module, layout))
-        self._parameters.update(module._parameters)  # the root's own stay here
-        self._buffers.update(module._buffers)
-        self._non_persistent_buffers_set.update(module._non_persistent_buffers_set)
+        if not whole:
+            self._parameters.update(module._parameters)  # the root's own stay here
+            self._buffers.update(module._buffers)
+            self._non_persistent_buffers_set.update(module._non_persistent_buffers_set)
+        glue.copy_hooks(module, self)  # the root's hooks from before the deploy: here
 
     # ---- calling ------------------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        if not self._chain_checked:
+            self._choose_path(args, kwargs)
+        if not self._glue and self._is_full_backward_hook is False:
+            self._route_legacy_hooks()
+        return Module.__call__(self, *args, **kwargs)
+
+    def _get_backward_hooks(self):
+        """The model's hooks as a module's: legacy backward hooks of a chain fire on the
+        worker of its last op instead (``_route_legacy_hooks``)."""
+        full, legacy = super()._get_backward_hooks()
+        return (full, legacy) if self._glue else (full, [])
+
+    def _route_legacy_hooks(self) -> None:
+        """A legacy backward hook on the model sees the gradients of the last op of its
+        forward, which for a chain runs on the last worker: one hook there (on the last
+        child, whose output is the model's) runs the model's legacy hooks, as they are when
+        it fires, with the model as their module."""
+        if self.__dict__.get("_legacy_router") is not None or not self._backward_hooks:
+            return
+        model = self
+
+        def run_legacy_hooks(module, grad_input, grad_output):
+            changed = None
+            for hook in list(model._backward_hooks.values()):
+                result = hook(model, grad_input if changed is None else changed, grad_output)
+                if result is not None:
+                    changed = result
+            return changed
+
+        last = self._stage_names[-1][-1]  # "": the whole model
+        object.__setattr__(self, "_legacy_router",
+                           self._add_hook("backward", last, run_legacy_hooks,
+                                          self.get_submodule(last)))
+
     def forward(self, *args, **kwargs):
         """A chain of children runs worker to worker; any other forward (functional code
         between the children, several inputs) runs here with each child on its worker
         (``glue``). Which one is decided at the first call."""
         if not self._chain_checked:
             self._choose_path(args, kwargs)
+        if self._whole:
+            return glue.call_placed(self, "", args, kwargs)
         if self._glue:
             return glue.run_root_forward(self, args, kwargs)
         if len(args) != 1 or kwargs:
@@ -191,7 +232,9 @@ class RemoteModel(Module):
         out = np.concatenate(outs) if len(outs) > 1 else np.array(outs[0])
         if grad and all(r["requires_grad"] for r in results):
             stage = None if stop is None else self._stage_of(stop)
-            return Tensor._make(out, RemoteBackward0(self, ctx_ids, x, sizes, stage), 0)
+            node = RemoteBackward0(self, ctx_ids, x, sizes, stage)
+            node.made_by(results[-1].get("grad_fn"))
+            return Tensor._make(out, node, 0)
         for ctx_id in ctx_ids:  # no graph: nothing to differentiate against
             self._hub.taps.pop(ctx_id, None)
         return Tensor._make(out, None, 0)
@@ -553,12 +596,13 @@ class RemoteModel(Module):
         self._hub.close(unload=True)  # the surviving stages are dropped
         if self._placement is not None:
             fresh = deploy(self._cluster, self._local, stages, placement=self._placement,
-                           _exclude=lost)
+                           _exclude=lost, _carry_hooks=False)
         else:
             sizes = [len(names) for names in self._stage_names]
             cuts = [sum(sizes[:i]) for i in range(1, stages)]
             fresh = deploy(self._cluster, self._local, stages, split_points=cuts,
-                           chunks=self._chunks, schedule=self._schedule, _exclude=lost)
+                           chunks=self._chunks, schedule=self._schedule, _exclude=lost,
+                           _carry_hooks=False)
         hooks = self._hub.hooks
         for name in ("_layout", "_stage_names", "_addresses", "_workers", "_model_id", "_hub"):
             object.__setattr__(self, name, fresh.__dict__[name])
@@ -631,18 +675,24 @@ def _array(t) -> np.ndarray:
 def deploy(cluster, module: Module, stages: int, split_points=None,
            balance: str = "params", sample_input=None, chunks: int = 1,
            schedule: str = "gpipe", placement: dict | None = None,
-           _exclude: set | None = None) -> RemoteModel:
+           _exclude: set | None = None, _carry_hooks: bool = True) -> RemoteModel:
     """Place ``module`` on the cluster's workers: contiguous stages of its children where
     that works (a chain: activations go worker to worker, micro-batches pipeline), else its
     parts over the module tree (``placement``, or ``tree.auto_placement``), with the model's
     own forward running on the client (``glue``)."""
     if not isinstance(module, Module):
         raise TypeError(f"deploy() takes a disthook.nn.Module, got {type(module).__name__}")
-    if not module._modules:
-        raise ValueError(f"{type(module).__name__} has no children to place in stages")
     check_options(chunks, schedule, balance, split_points, sample_input)
     lay = stage_modules = None
-    if placement is not None:
+    if not module._modules:  # nothing to cut: the whole model goes to one worker
+        if stages != 1 or placement is not None or split_points is not None:
+            raise ValueError(f"{type(module).__name__} has no children to place in "
+                             f"{stages} stages: deploy it whole (stages=1)")
+        if chunks > 1:
+            raise NotImplementedError(f"chunks={chunks}: a model with no children runs whole "
+                                      "on one worker; deploy it with chunks=1")
+        lay, stage_modules = Layout([[""]], []), [module]
+    elif placement is not None:
         if split_points is not None:
             raise ValueError("deploy() takes placement or split_points, not both")
         if not isinstance(placement, dict) or not placement:
@@ -695,6 +745,12 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
         raise WorkerLost(exc.worker, exc.stage, exc.what, exc.context, stderr=lines) from None
     except BaseException:
         remote.close()  # the stages loaded so far are dropped again
+        raise
+    try:
+        if _carry_hooks:
+            glue.carry_hooks(remote, module)
+    except BaseException:
+        remote.close()
         raise
     return remote
 

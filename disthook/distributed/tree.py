@@ -38,7 +38,7 @@ class Layout:
         is on the client."""
         for i, paths in enumerate(self.stages):
             for p in paths:
-                if path == p or path.startswith(p + "."):
+                if p == "" or path == p or path.startswith(p + "."):  # "": the whole model
                     return i
         return None
 

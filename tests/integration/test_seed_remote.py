@@ -1,8 +1,12 @@
-"""The seeds' programs with their model deployed on 2 workers print what they print in one
-process: seed 001's SaveValues (the forward hook's input and output of l2 and the full
-backward hook's gradients, captured on the worker that owns l2 and handed to the client's
-hooks), and seed 004's shape printer, feature extractor and gradient clipper."""
+"""The seeds' programs with their model deployed (one line inserted) print what they print
+in one process: seed 000's model with no children and a legacy backward hook registered in
+its constructor (deployed whole on one worker), seed 001's SaveValues (the forward hook's
+input and output of l2 and the full backward hook's gradients, captured on the worker that
+owns l2 and handed to the client's hooks), seed 002's MyNet with a legacy backward hook on the
+whole model (it sees the last op's gradients, on the last worker) and a tensor hook on the
+input, and seed 004's shape printer, feature extractor and gradient clipper."""
 import io
+import subprocess
 import sys
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -11,7 +15,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from parity.test_seed_module_hooks import (  # noqa: E402
+    SEED_000_A,
+    SEED_000_B,
     SEED_001,
+    SEED_002,
     SEED_004_CLIPPER,
     SEED_004_FEATURES,
     SEED_004_SHAPES,
@@ -84,3 +91,30 @@ def test_seed_004_programs_on_two_workers_print_the_same(program, before):
     if "print(verbose_model)" in program:  # the printed tree is marked with the workers
         local, remote = local.split("VerboseExecution(")[0], remote.split("VerboseExecution(")[0]
     assert remote == local
+
+
+@pytest.mark.parametrize("program,line,stages", [
+    (SEED_000_A, "model = Model4cxq()\n", 1),
+    (SEED_000_B, "model = Model4cxq()\n", 1),
+    (SEED_002, "    net = MyNet()\n", 2),
+], ids=["000-a", "000-b", "002"])
+def test_seeds_000_and_002_deployed_print_the_same(tmp_path, program, line, stages):
+    """Run as scripts (their classes are found on the workers by importing them; seed 000
+    starts its cluster unguarded, after its classes)."""
+    program = as_disthook(program)
+    assert program.count(line) == 1
+    indent = line[:len(line) - len(line.lstrip())]
+    name = line.split("=")[0].strip()
+    deploy = "".join(f"{indent}{text}\n" for text in (
+        "from disthook.distributed import local_cluster",
+        f"cluster = local_cluster(workers={stages})",
+        f"{name} = cluster.deploy({name}, stages={stages})"))
+    outputs = []
+    for i, source in enumerate((program, program.replace(line, line + deploy))):
+        script = tmp_path / f"seed_{i}.py"
+        script.write_text(source + ("\ncluster.close()\n" if i and not indent else ""))
+        proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                              timeout=120, check=False, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        outputs.append(proc.stdout)
+    assert outputs[1] == outputs[0]
