@@ -176,9 +176,11 @@ SCHEMAS: dict[str, dict[str, str]] = {
                 "call": "hook_value?", "rng": "str?"},
     # taps: keys of tensors client forward hooks were given, whose gradients the client
     # wants (autograd.grad with respect to them); each stage adds those it holds to tapped
-    # (key -> gradient) and the answer carries them all (result["tapped"])
+    # (key -> gradient) and the answer carries them all (result["tapped"]). accumulate
+    # False: an autograd.grad, which leaves every .grad as it is (default: a backward)
     "backward": {"model": "str", "stage": "int", "grads": "list", "retain_graph": "bool",
-                 "reply_to": "str", "mb": "int?", "taps": "list[str]?", "tapped": "map?"},
+                 "reply_to": "str", "mb": "int?", "taps": "list[str]?", "tapped": "map?",
+                 "accumulate": "bool?"},
     "release": {"model": "str", "contexts": "list[str]"},
     # hooks: a stub fired on a worker asks the client to run the callable with args; diff:
     # the client's copies of the tensors require grad where the worker's do (a forward hook

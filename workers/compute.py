@@ -209,35 +209,28 @@ class ComputeHandlers:
             for t in context.inputs:
                 t.grad = None  # the gradient of this backward only goes to the previous stage
             tapped = dict(msg.get("tapped") or {})  # gradients of hooked tensors, asked for
-            handles = [_tap(context.taps[key], key, tapped) for key in msg.get("taps") or ()
-                       if key in context.taps]
+            taps = [(key, context.taps[key]) for key in msg.get("taps") or ()
+                    if key in context.taps]
             # None: the next stage's output did not depend on this one's (a hook replaced
             # it by a constant); nothing flows back, and the context ends as after backward
-            if isinstance(context.output, list):  # a submodule's call: a gradient per output
-                pairs = [(o, disthook.from_numpy(np.array(g)))
-                         for o, g in zip(context.output, msg["grads"])
-                         if g is not None and o.requires_grad]
-                if pairs:
-                    disthook.autograd.backward([o for o, _ in pairs], [g for _, g in pairs],
-                                               retain_graph=retain)
-            elif g is not None:
-                grad = disthook.from_numpy(np.array(g))
-                disthook.autograd.backward([context.output], [grad], retain_graph=retain)
-            for handle in handles:
-                handle.remove()
+            outputs = context.output if isinstance(context.output, list) else [context.output]
+            given = msg["grads"] if isinstance(context.output, list) else [g]
+            pairs = [(o, disthook.from_numpy(np.array(gr))) for o, gr in zip(outputs, given)
+                     if gr is not None and o.requires_grad]
+            grads = _run_backward(pairs, context.inputs, taps, tapped, retain,
+                                  msg.get("accumulate", True))
             for who, hook_id, key, t in context.retained:  # what client hooks retained
                 if t.grad is not None:
                     self._call_client(who, hook_id, "retained", key, [pack(t.grad)])
             if not retain:
                 self.state.end_context(st.model, msg.ctx)
-            grads = [None if t.grad is None else t.grad.numpy() for t in context.inputs]
             prev = None if context.direct else st.neighbours.get("prev")
             # when no input needed a gradient, no earlier stage kept a graph: answer now
             if prev is not None and any(t.requires_grad for t in context.inputs):
                 fields = {"model": st.model, "stage": st.index - 1, "grads": grads,
                           "retain_graph": retain, "reply_to": msg["reply_to"],
                           "mb": msg.get("mb"), "taps": msg.get("taps"),
-                          "tapped": tapped or None}
+                          "tapped": tapped or None, "accumulate": msg.get("accumulate")}
                 prev.send_multipart(wire.encode("backward", fields, req=msg.req, ctx=msg.ctx),
                                     copy=False)
             else:
@@ -363,6 +356,33 @@ class _StageInput(disthook.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         return grad
+
+
+def _run_backward(pairs: list, inputs: list, taps: list, tapped: dict, retain: bool,
+                  accumulate: bool) -> list:
+    """The stage's part of a backward from ``pairs`` (output, gradient): the gradients of
+    its ``inputs`` (arrays or None), those of the ``taps`` (key, tensor) put in ``tapped``.
+    ``accumulate``: a backward, whose parameters' ``.grad`` grow; else an autograd.grad,
+    which leaves every ``.grad`` as it is (hooks fire as they do in it)."""
+    if accumulate:
+        handles = [_tap(t, key, tapped) for key, t in taps]
+        try:
+            if pairs:
+                disthook.autograd.backward([o for o, _ in pairs], [g for _, g in pairs],
+                                           retain_graph=retain)
+        finally:
+            for handle in handles:
+                handle.remove()
+        return [None if t.grad is None else t.grad.numpy() for t in inputs]
+    wanted = [t for t in inputs if t.requires_grad] + [t for _, t in taps]
+    got = disthook.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
+                                 retain_graph=retain, allow_unused=True) \
+        if pairs and wanted else [None] * len(wanted)
+    by_id = {id(t): g for t, g in zip(wanted, got)}
+    for (key, t), g in zip(taps, got[len(wanted) - len(taps):]):
+        if g is not None:
+            tapped[key] = g.numpy() if key not in tapped else tapped[key] + g.numpy()
+    return [None if by_id.get(id(t)) is None else by_id[id(t)].numpy() for t in inputs]
 
 
 def _tap(t, key: str, into: dict):

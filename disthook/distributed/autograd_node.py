@@ -110,6 +110,14 @@ class RemoteBackward0(Node):
     def _input_meta(self, meta: tuple) -> None:
         self._meta = meta
 
+    @staticmethod
+    def _accumulates() -> bool:
+        """Whether the backward now running grows the workers' ``.grad``: a plain backward
+        does; autograd.grad, and a backward restricted to ``inputs=`` (none of which live on
+        a worker), do not."""
+        tasks = getattr(engine._running, "tasks", None)
+        return not tasks or (tasks[-1].accumulate and tasks[-1].needed is None)
+
     def _wanted_taps(self) -> list[str]:
         """The keys of the live taps this backward needs: those a backward with inputs=
         reaches, the client's own tensors fed to a worker, and those with tensor hooks or
@@ -157,7 +165,8 @@ class RemoteBackward0(Node):
             [(model._addresses[self._stage], {"stage": self._stage, "grads": [part],
                                      "retain_graph": retain, "reply_to": model._hub.reply_to,
                                      "mb": None if self._sizes is None else i,
-                                     "taps": wanted or None}, ctx_id)
+                                     "taps": wanted or None,
+                                     "accumulate": self._accumulates()}, ctx_id)
              for i, (part, ctx_id) in enumerate(zip(parts, self._ctx_ids))],
             "backward", what="backward through the remote stages")
         taps = self._tap_grads(replies[0]["result"].get("tapped"), wanted)
@@ -182,7 +191,8 @@ class RemoteBackward0(Node):
             [(model._addresses[self._stage], {
                 "stage": self._stage, "grads": [None if g is None else g._data for g in grads],
                 "retain_graph": retain, "reply_to": model._hub.reply_to,
-                "taps": wanted or None}, self._ctx_ids[0])],
+                "taps": wanted or None, "accumulate": self._accumulates()},
+              self._ctx_ids[0])],
             "backward", what=f"backward of {self._path!r}")
         if not retain:
             self._finalizer.detach()

@@ -92,3 +92,29 @@ def test_gradients_with_respect_to_what_hooks_handle(cluster, make, stages):
         remote(x).sum().backward()  # kept, not used: a plain backward is untouched
     finally:
         remote.close()
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("make", [chain, residual])
+def test_autograd_grad_leaves_every_grad_as_it_is(cluster, make, stages):
+    """autograd.grad through a deployed model (Captum's saliency, an FGSM step inside a
+    training loop) fills no parameter's .grad on the workers, as in one process; backward
+    restricted to inputs= neither; a plain backward does."""
+    x = torch.randn(6, 4, requires_grad=True)
+    local = make()
+    remote = cluster.deploy(copy.deepcopy(local), stages=stages)
+    try:
+        for model in (local, remote):
+            (g,) = torch.autograd.grad(model(x).sum(), x)
+            assert g.shape == x.shape
+            model(x).sum().backward(inputs=[x])
+        assert all(p.grad is None for p in local.parameters())
+        assert not remote.named_gradients()
+        remote(x).sum().backward()
+        local(x).sum().backward()
+        grads = remote.named_gradients()
+        for name, p in local.named_parameters():
+            np.testing.assert_allclose(grads[name].numpy(), p.grad.numpy(), rtol=1e-5,
+                                       atol=1e-7)
+    finally:
+        remote.close()
