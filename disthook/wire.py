@@ -155,8 +155,10 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # placement: client -> worker. A worker may hold stages of several models; every
     # message below names the model (the deployment's id) it is for. aliases: the names
     # under which the client imports disthook's modules ({"torch": "disthook", ...}).
+    # writable: clients other than the one that loads the stage may change its weights
+    # (load_state_dict, in-place edits, optimizer steps); by default they may not
     "load_stage": {"model": "str", "stage": "int", "spec": "map", "prev": "str?",
-                   "next": "str?", "main": "str?", "aliases": "map?"},
+                   "next": "str?", "main": "str?", "aliases": "map?", "writable": "bool?"},
     "unload": {"model": "str"},
     # data plane: activations forward, gradients backward. The reply goes to the client
     # named by reply_to (hex of its socket identity) from the last (first) stage.
