@@ -4,6 +4,8 @@
 """
 from __future__ import annotations
 
+import builtins as _builtins
+
 import numpy as _np
 
 from disthook import autograd, cuda, linalg, random, utils  # noqa: F401
@@ -199,6 +201,84 @@ def broadcast_tensors(*tensors):
 
 def broadcast_shapes(*shapes):
     return Size(_np.broadcast_shapes(*shapes))
+
+
+# ---- legacy tensor types: torch.FloatTensor, torch.LongTensor, ... --------------------------
+
+class _LegacyTensorType(type):
+    """The class of ``FloatTensor`` and the other legacy types, as torch's tensortype: calling
+    one makes a plain Tensor of its dtype, from data or (uninitialised) from sizes, and
+    ``isinstance`` asks whether a tensor has that dtype."""
+
+    dtype: dtype
+
+    def __instancecheck__(cls, obj) -> _builtins.bool:
+        return isinstance(obj, Tensor) and obj._data.dtype == cls.dtype.np
+
+    def __call__(cls, *args, device=None) -> Tensor:
+        from disthook.tensor import device as as_device
+
+        if device is not None and as_device(device).type != "cpu":
+            raise RuntimeError("legacy constructor expects device type: cpu but device type: "
+                               f"{as_device(device).type} was passed")
+        if not args:
+            return empty((0,), dtype=cls.dtype)
+        if len(args) == 1 and isinstance(args[0], Size):
+            return empty(tuple(args[0]), dtype=cls.dtype)
+        sizes = [isinstance(a, (_builtins.int, _np.integer)) and not isinstance(a, _builtins.bool)
+                 for a in args]
+        if _builtins.all(sizes):
+            for d in args:
+                if d < 0:
+                    raise RuntimeError(f"Trying to create tensor with negative dimension {d}: "
+                                       f"{list(args)}")
+            return empty(tuple(_builtins.int(a) for a in args), dtype=cls.dtype)
+        if len(args) > 1:
+            pos = sizes.index(False)
+            raise TypeError(f"new(): argument 'size' failed to unpack the object at pos "
+                            f"{pos + 1} with error \"type must be tuple of ints,but got "
+                            f"{type(args[pos]).__name__}\"")
+        return _legacy_from_data(cls.dtype, args[0])
+
+
+def _legacy_from_data(dt: dtype, data) -> Tensor:
+    """``FloatTensor(data)``: a copy of a sequence, or the tensor itself (as an alias, whose
+    node is AliasBackward0) when it has the type's dtype; torch's errors otherwise."""
+    from disthook._dtype import c_type_name
+
+    if isinstance(data, Tensor):
+        if data.dtype != dt:
+            options = ("TensorOptions(dtype={}, device=cpu, layout=Strided, requires_grad=false "
+                       "(default), pinned_memory=false (default), memory_format=(nullopt))")
+            raise TypeError(f"expected {options.format(c_type_name(dt))} (got "
+                            f"{options.format(c_type_name(data.dtype))})")
+        return data[...]
+    if isinstance(data, (str, bytes)):
+        raise TypeError(f"new(): invalid data type '{type(data).__name__}'")
+    if not isinstance(data, (list, tuple, _np.ndarray)):
+        kind = type(data)
+        name = kind.__name__ if kind.__module__ == "builtins" else \
+            f"{kind.__module__}.{kind.__name__}"
+        raise TypeError(f"new(): data must be a sequence (got {name})")
+    return tensor(data, dtype=dt)
+
+
+def _legacy_type(dt: dtype) -> _LegacyTensorType:
+    name = dt.legacy_type.split(".")[-1]
+    return _LegacyTensorType(name, (), {"dtype": dt, "is_cuda": False, "is_sparse": False,
+                                        "__doc__": f"Legacy constructor of {dt} tensors."})
+
+
+HalfTensor = _legacy_type(float16)
+FloatTensor = _legacy_type(float32)
+DoubleTensor = _legacy_type(float64)
+CharTensor = _legacy_type(int8)
+ShortTensor = _legacy_type(int16)
+IntTensor = _legacy_type(int32)
+LongTensor = _legacy_type(int64)
+ByteTensor = _legacy_type(uint8)
+BoolTensor = _legacy_type(bool)
+
 from disthook import nn, optim  # noqa: F401
 from disthook import accelerator, backends, distributions, futures, multiprocessing  # noqa: F401
 from disthook.serialization import load, save  # noqa: F401

@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Generic, TypeVar
 
 __all__ = ["Future", "collect_all", "wait_all"]
 
+T = TypeVar("T")
 
-class Future:
+
+class Future(Generic[T]):
+    """Holds a value (or an exception) set once, perhaps by another thread. Generic in the
+    value's type, as torch's is, so ``Future[Tensor]`` works as an annotation."""
+
     def __init__(self, *, devices=None) -> None:
         self._done = threading.Event()
         self._lock = threading.Lock()
@@ -20,19 +26,19 @@ class Future:
     def done(self) -> bool:
         return self._done.is_set()
 
-    def wait(self):
+    def wait(self) -> T:
         """Block until done; the value, or the exception set on the future raised."""
         self._done.wait()
         return self.value()
 
-    def value(self):
+    def value(self) -> T:
         if not self._done.is_set():
             raise RuntimeError("Future.value() called on a Future that is not completed yet")
         if self._exception is not None:
             raise self._exception
         return self._result
 
-    def set_result(self, result) -> None:
+    def set_result(self, result: T) -> None:
         self._complete(result, None)
 
     def set_exception(self, result: BaseException) -> None:

@@ -9,8 +9,9 @@ and says so (disthook spreads one model over processes by stages instead: see
 from __future__ import annotations
 
 from disthook.nn.modules.module import Module
+from disthook.nn.parallel.scatter_gather import gather, scatter
 
-__all__ = ["DataParallel", "DistributedDataParallel", "data_parallel"]
+__all__ = ["DataParallel", "DistributedDataParallel", "data_parallel", "gather", "scatter"]
 
 DDP_MSG = (
     "DistributedDataParallel is not supported by disthook: it needs torch.distributed process "

@@ -6,6 +6,8 @@ from collections.abc import Iterable, Iterator, Sized
 __all__ = ["BatchSampler", "RandomSampler", "Sampler", "SequentialSampler",
            "SubsetRandomSampler", "WeightedRandomSampler"]
 
+REPLACEMENT_CHUNK = 32  # indices RandomSampler(replacement=True) draws at a time, as torch
+
 
 def _fresh_generator():
     """A generator seeded from the default one, as torch's samplers make when given none:
@@ -64,7 +66,11 @@ class RandomSampler(Sampler):
         n = len(self.data_source)
         rng = gen(self.generator if self.generator is not None else _fresh_generator())
         if self.replacement:
-            yield from rng.integers(0, n, size=self.num_samples).tolist()
+            # drawn lazily, REPLACEMENT_CHUNK at a time as torch does: num_samples may be far
+            # more than memory holds (minGPT's Trainer asks for 1e10)
+            for _ in range(self.num_samples // REPLACEMENT_CHUNK):
+                yield from rng.integers(0, n, size=REPLACEMENT_CHUNK).tolist()
+            yield from rng.integers(0, n, size=self.num_samples % REPLACEMENT_CHUNK).tolist()
             return
         for _ in range(self.num_samples // n):
             yield from rng.permutation(n).tolist()
