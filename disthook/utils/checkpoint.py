@@ -187,7 +187,7 @@ class _Handle:
 class _Holder:
     """What the forward keeps for one saved tensor: a handle per backward, None once used."""
 
-    __slots__ = ("handles", "__weakref__")
+    __slots__ = ("__weakref__", "handles")
 
     def __init__(self) -> None:
         self.handles: dict = {}
