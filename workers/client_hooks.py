@@ -47,8 +47,10 @@ class HookHandlers:
             stub = self._module_stub(kind, hook_id, path, client)
         target = (st.module.get_parameter(path) if hook_kind.on == "tensor"
                   else st.module.get_submodule(path))
-        handle = hook_kinds.register(target, kind, stub, entry.options)
+        handle = hook_kinds.register(target, kind, _only_for(self, client, stub),
+                                     entry.options)
         st.hooks[hook_id] = handle
+        st.hook_clients[hook_id] = client
         st.hook_info[hook_id] = {"hook": hook_id, "kind": kind, "path": path,
                                  "tag": entry.get("tag"),
                                  "runs": "client" if spec is None else "worker"}
@@ -73,6 +75,7 @@ class HookHandlers:
     def _remove_hooks(st, hook_ids) -> None:
         for hook_id in hook_ids:  # an id not held here (removed before) is no error
             st.hook_info.pop(hook_id, None)
+            st.hook_clients.pop(hook_id, None)
             handle = st.hooks.pop(hook_id, None)
             if handle is not None:
                 handle.remove()
@@ -137,6 +140,19 @@ class HookHandlers:
             raise RuntimeError(f"the client's {kind} hook on {path!r} raised "
                                f"{msg['kind']}: {msg['message']}")
         return msg
+
+
+def _only_for(worker, client: bytes, hook):
+    """``hook`` as it fires for ``client``'s own calls only: a client's hooks never see (or
+    change) another client's forward or backward."""
+    def for_its_client(*args, **kwargs):
+        job = getattr(worker._local, "job", None)
+        if job is not None and job.client != client:
+            return None
+        return hook(*args, **kwargs)
+
+    for_its_client.__name__ = getattr(hook, "__name__", "hook")
+    return for_its_client
 
 
 def _apply_changes(answer, originals: list, worker, client: bytes, hook_id: int,

@@ -30,17 +30,56 @@ __all__ = ["ComputeHandlers", "Stage", "rss_bytes"]
 class Stage:
     """One model's stage on this worker: its modules (an nn.Sequential named as in the full
     model), its neighbour stages, client hooks and optimizer shares. Its forward graphs are
-    kept in the worker's state (``WorkerState.contexts``)."""
+    kept in the worker's state (``WorkerState.contexts``).
 
-    def __init__(self, model: str, index: int, module) -> None:
+    Several clients may use one stage; each sees the gradients of its own backward passes
+    only. The parameters' ``.grad`` hold one client's at a time (``use_grads``, called
+    whenever a job of a client touches the stage, and again when a job that waited goes on:
+    jobs take turns, so what is installed is always the running job's client's); the others'
+    wait in ``grads``. One client costs nothing: nothing is swapped."""
+
+    def __init__(self, model: str, index: int, module, owner: bytes = b"",
+                 writable: bool = False) -> None:
         self.model, self.index, self.module = model, index, module
+        self.owner, self.writable = owner, writable  # who loaded it; may others write it
+        self.params = list(module.parameters())
+        self.installed = owner  # whose gradients the parameters' .grad hold now
+        self.grads: dict[bytes, list] = {}  # every other client's, one per parameter
         self.name = f"stage {index} of {model}"
         self.neighbours: dict[str, zmq.Socket] = {}  # "prev"/"next" -> DEALER to that worker
         self.hooks: dict[int, object] = {}  # client hook id -> handle of its stub
         self.hook_info: dict[int, dict] = {}  # hook id -> what on_list_hooks tells of it
         self.forwards = 0  # forwards run (one per micro-batch), for status
         self.parameters = sum(p.numel() for p in module.parameters())
-        self.optimizers: dict[int, object] = {}  # DistributedOptimizer id -> local share
+        self.optimizers: dict[tuple, object] = {}  # (client, optimizer id) -> local share
+        self.hook_clients: dict[int, bytes] = {}  # hook id -> the client that registered it
+
+    def use_grads(self, client: bytes) -> None:
+        """Make the parameters' ``.grad`` those of ``client`` (kept aside for the one
+        installed before)."""
+        if client == self.installed:
+            return
+        self.grads[self.installed] = [p._grad for p in self.params]
+        mine = self.grads.pop(client, None)
+        for i, p in enumerate(self.params):
+            p._grad = None if mine is None else mine[i]
+        self.installed = client
+
+    def forget(self, client: bytes) -> None:
+        """A client went away: its gradients, hooks' records and optimizer shares go."""
+        if client == self.installed and client != self.owner:
+            self.use_grads(self.owner)
+        self.grads.pop(client, None)
+        for key in [k for k in self.optimizers if k[0] == client]:
+            del self.optimizers[key]
+
+    def check_write(self, client: bytes, what: str) -> None:
+        """``PermissionError`` unless ``client`` may change the stage's weights."""
+        if client != self.owner and not self.writable:
+            raise PermissionError(
+                f"{what} would change {self.name}, which its deployer shares read-only: "
+                "this client may run it, hook it and take gradients, not change its weights "
+                "(the deployer opens writes with deploy(..., writable=True))")
 
 
 class ComputeHandlers:
@@ -62,8 +101,12 @@ class ComputeHandlers:
                     "module installed on the workers)")
             main = import_main(msg["main"])
         module = build_module(msg["spec"], main=main)
+        held = self.stages.get(msg["model"])
+        if held is not None:
+            held.check_write(job.client, "loading it again")
         self._drop(msg["model"])
-        stage = Stage(msg["model"], msg["stage"], module)
+        stage = Stage(msg["model"], msg["stage"], module, owner=job.client,
+                      writable=bool(msg.get("writable")))
         for side in ("prev", "next"):
             if msg.get(side):
                 # a fresh identity per load: a ROUTER refuses a peer whose identity is still
@@ -80,7 +123,12 @@ class ComputeHandlers:
         return {"parameters": sum(p.numel() for p in module.parameters())}
 
     def on_unload(self, job):
-        """Forget the stage of a model (its graphs, hooks and optimizer shares too)."""
+        """Forget the stage of a model (its graphs, hooks and optimizer shares too): only
+        its deployer may."""
+        held = self.stages.get(job.msg["model"])
+        if held is not None and job.client != held.owner:
+            raise PermissionError(f"unloading {held.name}: only the client that deployed it "
+                                  "may; close() of an attached model leaves it loaded")
         if self._drop(job.msg["model"]):
             self._beat()
 
@@ -109,7 +157,7 @@ class ComputeHandlers:
                                      f"every stage; it has {len(zero_grads)} lists, this is "
                                      f"{st.name}")
                 for spec in zero_grads[st.index]:
-                    self._optimizer_action(st, spec)
+                    self._optimizer_action(st, spec, job.client)
             grad = msg["grad_enabled"]
             inputs = []
 
@@ -261,7 +309,7 @@ class ComputeHandlers:
         msg = job.msg
         st = self._stage(job)
         for spec in msg.get("zero_grad") or ():  # the client's optimizer.zero_grad() first
-            self._optimizer_action(st, spec)
+            self._optimizer_action(st, spec, job.client)
         step, model = msg["step"], st.model
         first, last = "prev" not in st.neighbours, "next" not in st.neighbours
         loss_fn = _loss_function(msg["loss"]) if last else None

@@ -33,6 +33,7 @@ class ParamHandlers:
         if not (op.endswith("_") and not op.startswith("_")
                 and callable(getattr(disthook.Tensor, op, None))):
             raise ValueError(f"{op!r} is not an in-place tensor method")
+        st.check_write(job.client, f"{msg['name']}.{op}(...)")
         param = st.module.get_parameter(msg["name"])
         args, kwargs = unpack(msg["args"]), unpack(msg["kwargs"])
         if op == "requires_grad_":
@@ -89,14 +90,17 @@ class ParamHandlers:
         spec = job.msg.get("optimizer")
         if spec is None:
             if job.msg.get("zero_grad"):
-                st.module.zero_grad()
+                st.module.zero_grad()  # the client's own gradients (Stage.use_grads)
             return None
-        return self._optimizer_action(st, spec)
+        return self._optimizer_action(st, spec, job.client)
 
-    def _optimizer_action(self, st, spec):
-        """Run ``spec.action`` on the stage's share of optimizer ``spec.id`` (``spec``: a
-        wire.RECORDS["optimizer_call"], checked on arrival)."""
-        opt = st.optimizers.get(spec["id"])
+    def _optimizer_action(self, st, spec, client: bytes):
+        """Run ``spec.action`` on ``client``'s share of its optimizer ``spec.id`` on the
+        stage (``spec``: a wire.RECORDS["optimizer_call"], checked on arrival). A step or a
+        load changes weights: only a client that may write does."""
+        if spec["action"] in ("step", "load"):
+            st.check_write(client, f"an optimizer {spec['action']}")
+        opt = st.optimizers.get((client, spec["id"]))
         groups = spec.get("groups")  # the client's param groups, as far as they are here
         if opt is None:
             cls = _optimizer_class(spec["class"])
@@ -109,7 +113,7 @@ class ParamHandlers:
             else:  # the client's defaults, as far as the constructor takes them by name
                 opt = cls([{**g.hyper, "params": [params[n] for n in g.params]}
                            for g in groups], **_accepted(cls, spec["kwargs"]))
-            st.optimizers[spec["id"]] = opt
+            st.optimizers[(client, spec["id"])] = opt
         elif groups is not None:  # the groups' hyperparameters now (a scheduler moves lr)
             for mine, given in zip(opt.param_groups, groups):
                 mine.update(given.hyper)
@@ -148,11 +152,15 @@ class ParamHandlers:
         return
 
     def on_train(self, job):
-        self._stage(job).module.train(job.msg["mode"])
+        st = self._stage(job)
+        if st.module.training != job.msg["mode"]:  # the mode is the model's, for everyone
+            st.check_write(job.client, "train()/eval()")
+        st.module.train(job.msg["mode"])
 
     def on_set_state(self, job):
         """Copy arrays into the stage's parameters and buffers by full name (no_grad, in place)."""
         st = self._stage(job)
+        st.check_write(job.client, "load_state_dict")
         own = st.module.state_dict(keep_vars=True)
         unknown = [n for n in job.msg["state"] if n not in own]
         if unknown:

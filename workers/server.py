@@ -192,6 +192,10 @@ class Worker(ComputeHandlers, HookHandlers, ParamHandlers, Service):
         sender = self._peers.pop(fd, None)
         if sender is not None:
             self._execute(self.state.handle(ClientGone(sender)))
+            for st in self.stages.values():  # its hooks, gradients and optimizer shares
+                self._remove_hooks(st, [h for h, who in st.hook_clients.items()
+                                        if who == sender])
+                st.forget(sender)
 
     def _execute(self, instructions: list) -> None:
         """Carry out what the state decided (jobs start at the end of the round)."""
@@ -262,6 +266,8 @@ class Worker(ComputeHandlers, HookHandlers, ParamHandlers, Service):
         job = wait.job
         self._local.job = job
         self.captures.micro_batch = job.micro_batch
+        if job.stage is not None:  # another client's job may have run meanwhile
+            job.stage.use_grads(job.client)
         if not wait.done:  # woken because the worker stops
             raise RuntimeError(f"worker {self.id} is stopping; it was waiting for {wait.what}")
         if wait.error is not None:
@@ -341,6 +347,7 @@ class Worker(ComputeHandlers, HookHandlers, ParamHandlers, Service):
         if index is not None and index != st.index:
             raise RuntimeError(f"worker {self.id} holds {st.name}, not stage {index}")
         job.stage = st
+        st.use_grads(job.client)  # this client's gradients, for whatever the job does
         return st
 
     def error_reply(self, exc: BaseException, job=None, inputs=None) -> dict:
