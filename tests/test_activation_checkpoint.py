@@ -251,8 +251,7 @@ def test_a_rerun_that_saves_differently_is_refused(lib, changed, message):
 
 
 def test_nested_non_reentrant_checkpoints_give_the_plain_gradients():
-    """Gradients equal the plain model's. The rerun order differs from torch's: disthook
-    reruns the inner segment first (hooks b, a), torch the outer one (a, b)."""
+    """Gradients equal the plain model's (the outer segment reruns first, as in torch)."""
     import disthook as torch
     from disthook.utils.checkpoint import checkpoint
 
