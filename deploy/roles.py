@@ -49,7 +49,7 @@ def worker_role(coordinator: str, *, worker_id: str | None = None,
                 bind: str = "tcp://0.0.0.0:0", advertise: str | None = None,
                 keys: str | None = None, log_level: str | None = None,
                 allow_hook_modules=(), allow_main_scripts: bool = False,
-                context_ttl: float | None = None) -> Role:
+                context_ttl: float | None = None, allow_model_modules=None) -> Role:
     """A worker of the coordinator at ``coordinator``, binding ``bind`` and telling peers
     ``advertise`` (its host name or address, as they reach it). ``allow_main_scripts`` only
     where the client's script is on the same machine (local clusters)."""
@@ -61,6 +61,8 @@ def worker_role(coordinator: str, *, worker_id: str | None = None,
         args += ["--id", worker_id]
     for module in allow_hook_modules:
         args += ["--allow-hook-module", module]
+    for module in allow_model_modules or ():  # None: any installed module
+        args += ["--allow-model-module", module]
     if allow_main_scripts:
         args.append("--allow-main-scripts")
     if context_ttl is not None:

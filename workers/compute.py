@@ -100,7 +100,7 @@ class ComputeHandlers:
                     "--allow-main-scripts, as local clusters do, or define the classes in a "
                     "module installed on the workers)")
             main = import_main(msg["main"])
-        module = build_module(msg["spec"], main=main)
+        module = build_module(msg["spec"], main=main, allow=self.model_module_allowed)
         held = self.stages.get(msg["model"])
         if held is not None:
             held.check_write(job.client, "loading it again")
@@ -121,6 +121,15 @@ class ComputeHandlers:
                       ", ".join(module._modules))
         self._beat()
         return {"parameters": sum(p.numel() for p in module.parameters())}
+
+    def model_module_allowed(self, module: str) -> bool:
+        """Whether a model's class (or an optimizer's, or a function an attribute names) may
+        be imported from ``module`` here (``--allow-model-module``)."""
+        allowed = self.allow_model_modules
+        if allowed is None:
+            return True
+        return any(module == a or module.startswith(a + ".")
+                   for a in ("disthook", *allowed))
 
     def on_unload(self, job):
         """Forget the stage of a model (its graphs, hooks and optimizer shares too): only

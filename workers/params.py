@@ -103,6 +103,16 @@ class ParamHandlers:
         opt = st.optimizers.get((client, spec["id"]))
         groups = spec.get("groups")  # the client's param groups, as far as they are here
         if opt is None:
+            module = spec["class"].partition(":")[0] if ":" in spec["class"] else "disthook"
+            if not self.model_module_allowed(module):
+                raise PermissionError(
+                    f"the optimizer class {spec['class']!r} is not importable here: this "
+                    "worker takes classes only from disthook and its --allow-model-module "
+                    "list")
+            if module != "disthook" and client != st.owner and not st.writable:
+                raise PermissionError(
+                    f"the optimizer class {spec['class']!r} would be imported for a client "
+                    f"that may not change {st.name}: it may use disthook.optim's optimizers")
             cls = _optimizer_class(spec["class"])
             params = dict(st.module.named_parameters())
             missing = [n for n in spec["params"] if n not in params]

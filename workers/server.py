@@ -69,7 +69,8 @@ class Worker(ComputeHandlers, HookHandlers, ParamHandlers, Service):
                  worker_id: str | None = None, orphan_after: float | None = None,
                  context_ttl: float = 600.0, parent_pid: int | None = None,
                  allow_hook_modules: tuple[str, ...] = (), allow_main_scripts: bool = False,
-                 keys: Keys | None = None, advertise: str | None = None):
+                 keys: Keys | None = None, advertise: str | None = None,
+                 allow_model_modules: tuple[str, ...] | None = None):
         wid = worker_id or f"{socket.gethostname()}-{os.getpid()}"
         beat_ms = max(1, int(wire.HEARTBEAT_S * 1000))
         # a peer whose connection closes is gone (see on_disconnected), and one that stops
@@ -92,6 +93,10 @@ class Worker(ComputeHandlers, HookHandlers, ParamHandlers, Service):
         self.captures = worker_hooks.Captures()  # what hooks.capture(...) kept, by buffer
         self.allow_hook_modules = tuple(allow_hook_modules)  # for hooks.by_path
         self.allow_main_scripts = allow_main_scripts  # import a client's script by its path
+        # None: a model's classes (and an optimizer's) may come from any installed module;
+        # else only from disthook and these modules or packages (a shared service)
+        self.allow_model_modules = (None if allow_model_modules is None
+                                    else tuple(allow_model_modules))
         self.state = WorkerState(wid, context_ttl=context_ttl)
         self.runners = Runners(self._serve_round, name=f"worker-{wid}")
         self._todo: list = []  # jobs to start, in order
@@ -452,6 +457,10 @@ def main(argv=None) -> int:
     p.add_argument("--allow-hook-module", action="append", default=[], metavar="MODULE",
                    help="a module (or package) whose functions hooks.by_path may run here; "
                         "repeat for more")
+    p.add_argument("--allow-model-module", action="append", default=None, metavar="MODULE",
+                   help="take models' classes (and optimizers') only from disthook and this "
+                        "module or package; repeat for more (default: any installed module; "
+                        "a shared service should list its own)")
     p.add_argument("--allow-main-scripts", action="store_true",
                    help="import a client's main script by its path when its model uses "
                         "classes defined there (local clusters do; the script runs here)")
@@ -476,7 +485,8 @@ def main(argv=None) -> int:
                         orphan_after=args.orphan_after or None, parent_pid=args.parent_pid,
                         context_ttl=args.context_ttl, advertise=args.advertise,
                         allow_hook_modules=tuple(args.allow_hook_module),
-                        allow_main_scripts=args.allow_main_scripts, keys=keys)
+                        allow_main_scripts=args.allow_main_scripts, keys=keys,
+                        allow_model_modules=args.allow_model_module)
     except endpoint.EndpointInUse as exc:
         print(f"disthook worker: {exc.advice('--bind')}", file=sys.stderr)
         return 1

@@ -1,0 +1,87 @@
+"""A worker serving a stage to several clients (issue 23), spoken to over the wire: weights
+are its deployer's to change (others read them, and get PermissionError for writes, unloads
+and optimizer classes from outside disthook), unless it was loaded writable; a worker started
+with --allow-model-module takes classes only from disthook and the modules listed."""
+import contextlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from disthook import nn
+from disthook.distributed import RemoteError
+from disthook.distributed.rpc import Peer
+from disthook.distributed.spec import module_spec
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@contextlib.contextmanager
+def worker(*flags: str):
+    """A coordinator and one worker, started as the command line does; the worker's
+    address."""
+    coordinator = subprocess.Popen([sys.executable, "-m", "coordinator", "--bind",
+                                    "tcp://127.0.0.1:0", "--log-level", "WARNING"],
+                                   stdout=subprocess.PIPE, text=True)
+    worker = None
+    try:
+        address = coordinator.stdout.readline().split()[-1]
+        worker = subprocess.Popen([sys.executable, "-m", "workers", "--coordinator", address,
+                                   "--log-level", "WARNING", *flags],
+                                  stdout=subprocess.PIPE, text=True)
+        yield worker.stdout.readline().split()[-1]
+    finally:
+        for proc in (worker, coordinator):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(10)
+
+
+def load(peer, writable=None):
+    spec = module_spec(nn.Sequential(nn.Linear(2, 2)))
+    fields = {"model": "m", "stage": 0, "spec": spec}
+    if writable is not None:
+        fields["writable"] = writable
+    peer.request("load_stage", fields, timeout=30)
+
+
+def state(peer):
+    return peer.request("get_state", {"model": "m"}, timeout=30)["result"]["state"]
+
+
+def test_weights_are_the_deployers_to_change():
+    with worker() as address, Peer(address) as owner, Peer(address) as other:
+        load(owner)
+        weight = state(owner)["0.weight"]
+        np.testing.assert_array_equal(state(other)["0.weight"], weight)  # reading is not writing
+        zeros = {"0.weight": np.zeros((2, 2), np.float32)}
+        for msg_type, fields in [
+                ("set_state", {"state": zeros}),
+                ("param_op", {"name": "0.bias", "op": "zero_", "args": {"list": []},
+                              "kwargs": {"dict": {}}}),
+                ("train", {"mode": False}),
+                ("step", {"optimizer": {"id": 1, "class": "SGD", "kwargs": {"lr": 0.1},
+                                        "params": ["0.weight"], "action": "step"}}),
+                ("unload", {})]:
+            with pytest.raises(RemoteError, match="PermissionError: .*(shares read-only|only "
+                                                  "the client that deployed it)"):
+                other.request(msg_type, {"model": "m", **fields}, timeout=30)
+        with pytest.raises(RemoteError, match="PermissionError: the optimizer class "
+                                              "'json:JSONDecoder' would be imported"):
+            other.request("step", {"model": "m", "optimizer": {
+                "id": 2, "class": "json:JSONDecoder", "kwargs": {}, "params": ["0.weight"],
+                "action": "zero_grad"}}, timeout=30)
+        np.testing.assert_array_equal(state(owner)["0.weight"], weight)  # nothing changed
+        owner.request("set_state", {"model": "m", "state": zeros}, timeout=30)  # its own
+        load(owner, writable=True)  # loaded again, open to writes
+        other.request("set_state", {"model": "m", "state": zeros}, timeout=30)
+
+
+def test_a_service_takes_classes_only_from_the_modules_it_lists():
+    spec = module_spec(nn.Sequential(nn.Identity()))
+    spec["children"]["0"]["class"] = "json:JSONDecoder"
+    with worker("--allow-model-module", "mypkg") as address, Peer(address) as peer:
+        with pytest.raises(RemoteError, match="importing 'json' is not allowed here"):
+            peer.request("load_stage", {"model": "m", "stage": 0, "spec": spec}, timeout=30)
+        load(peer)  # disthook's own classes are
