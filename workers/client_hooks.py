@@ -26,6 +26,12 @@ class HookHandlers:
         stub that runs the client's hook when it fires here."""
         st = self._stage(job)
         client = bytes.fromhex(job.msg["reply_to"])
+        held = sum(1 for who in st.hook_clients.values() if who == client)
+        if held + len(job.msg["hooks"]) > self.max_hooks:
+            raise RuntimeError(
+                f"this client holds {held} hooks on {st.name}; {len(job.msg['hooks'])} more "
+                f"would pass {self.max_hooks}, the most one client may (--max-hooks): remove "
+                "the hooks it no longer needs (handle.remove())")
         added = []
         try:
             for entry in job.msg["hooks"]:  # wire.RECORDS["hook_entry"], checked on arrival

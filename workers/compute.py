@@ -178,6 +178,11 @@ class ComputeHandlers:
                 return t
 
             job.micro_batch = self.captures.micro_batch = msg.get("mb")
+            if grad and self.state.contexts_of(st.model, job.client) >= self.max_contexts:
+                raise RuntimeError(
+                    f"this client keeps {self.max_contexts} forward graphs of {st.name} "
+                    f"waiting for their backward, the most one client may (--max-contexts): "
+                    "run backward, drop the outputs it does not need, or call under no_grad()")
             stop, path = msg.get("stop"), msg.get("path")
             stop_here = stop is not None and stop.split(".", 1)[0] in st.module._modules
             st.forwards += 1

@@ -70,7 +70,8 @@ class Worker(ComputeHandlers, HookHandlers, ParamHandlers, Service):
                  context_ttl: float = 600.0, parent_pid: int | None = None,
                  allow_hook_modules: tuple[str, ...] = (), allow_main_scripts: bool = False,
                  keys: Keys | None = None, advertise: str | None = None,
-                 allow_model_modules: tuple[str, ...] | None = None):
+                 allow_model_modules: tuple[str, ...] | None = None,
+                 max_contexts: int = 4096, max_hooks: int = 4096):
         wid = worker_id or f"{socket.gethostname()}-{os.getpid()}"
         beat_ms = max(1, int(wire.HEARTBEAT_S * 1000))
         # a peer whose connection closes is gone (see on_disconnected), and one that stops
@@ -97,6 +98,8 @@ class Worker(ComputeHandlers, HookHandlers, ParamHandlers, Service):
         # else only from disthook and these modules or packages (a shared service)
         self.allow_model_modules = (None if allow_model_modules is None
                                     else tuple(allow_model_modules))
+        # per client and model: forward graphs kept for a backward, and hooks registered
+        self.max_contexts, self.max_hooks = max_contexts, max_hooks
         self.state = WorkerState(wid, context_ttl=context_ttl)
         self.runners = Runners(self._serve_round, name=f"worker-{wid}")
         self._todo: list = []  # jobs to start, in order
@@ -336,8 +339,21 @@ class Worker(ComputeHandlers, HookHandlers, ParamHandlers, Service):
                 # per stage: micro-batch forwards run so far, client and worker hooks held
                 "stage_stats": {st.name: {"forwards": st.forwards, "hooks": len(st.hooks),
                                           "modules": list(st.module._modules),
-                                          "parameters": st.parameters}
-                                for st in self.stages.values()}}
+                                          "parameters": st.parameters,
+                                          "clients": self._clients_of(st)}
+                                for st in self.stages.values()},
+                "limits": {"contexts": self.max_contexts, "hooks": self.max_hooks}}
+
+    def _clients_of(self, st) -> dict[str, dict]:
+        """Per client of a stage (by identity, hex): graphs kept, hooks registered, and
+        whether it is the deployer."""
+        graphs = self.state.clients_of(st.model)
+        out: dict[str, dict] = {}
+        for who in {*graphs, *st.hook_clients.values(), st.owner}:
+            out[who.hex()] = {"contexts": graphs.get(who, 0),
+                              "hooks": sum(1 for c in st.hook_clients.values() if c == who),
+                              "owner": who == st.owner}
+        return out
 
     # ---- helpers -------------------------------------------------------------------------------
     def _stage(self, job):
@@ -453,6 +469,11 @@ def main(argv=None) -> int:
     p.add_argument("--context-ttl", type=float, default=600.0,
                    help="drop a forward's graph kept for a backward that has not come in "
                         "this many seconds (a client that vanished; default 600)")
+    p.add_argument("--max-contexts", type=int, default=4096, metavar="N",
+                   help="forward graphs one client may keep on one model here, waiting for "
+                        "their backward (default 4096); a forward past it is refused")
+    p.add_argument("--max-hooks", type=int, default=4096, metavar="N",
+                   help="hooks one client may register on one model here (default 4096)")
     p.add_argument("--parent-pid", type=int, help="stop when this parent process is gone")
     p.add_argument("--allow-hook-module", action="append", default=[], metavar="MODULE",
                    help="a module (or package) whose functions hooks.by_path may run here; "
@@ -486,7 +507,8 @@ def main(argv=None) -> int:
                         context_ttl=args.context_ttl, advertise=args.advertise,
                         allow_hook_modules=tuple(args.allow_hook_module),
                         allow_main_scripts=args.allow_main_scripts, keys=keys,
-                        allow_model_modules=args.allow_model_module)
+                        allow_model_modules=args.allow_model_module,
+                        max_contexts=args.max_contexts, max_hooks=args.max_hooks)
     except endpoint.EndpointInUse as exc:
         print(f"disthook worker: {exc.advice('--bind')}", file=sys.stderr)
         return 1

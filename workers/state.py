@@ -329,6 +329,18 @@ class WorkerState:
     def keep_context(self, model: str, ctx_id: str, context: Context) -> None:
         self.contexts[(model, ctx_id)] = context
 
+    def contexts_of(self, model: str, client: bytes) -> int:
+        """How many forward graphs ``client`` keeps on ``model`` here."""
+        return sum(1 for (m, _), c in self.contexts.items() if m == model and c.client == client)
+
+    def clients_of(self, model: str) -> dict[bytes, int]:
+        """Each client with graphs kept on ``model`` here, and how many."""
+        out: dict[bytes, int] = {}
+        for (m, _), c in self.contexts.items():
+            if m == model:
+                out[c.client] = out.get(c.client, 0) + 1
+        return out
+
     def context(self, model: str, ctx_id: str) -> Context | None:
         return self.contexts.get((model, ctx_id))
 

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.timeout(120)
 @contextlib.contextmanager
 def worker(*flags: str):
     """A coordinator and one worker, started as the command line does; the worker's
-    address."""
+    address, whose ``coordinator`` attribute is the coordinator's."""
     coordinator = subprocess.Popen([sys.executable, "-m", "coordinator", "--bind",
                                     "tcp://127.0.0.1:0", "--log-level", "WARNING"],
                                    stdout=subprocess.PIPE, text=True)
@@ -30,12 +30,21 @@ def worker(*flags: str):
         worker = subprocess.Popen([sys.executable, "-m", "workers", "--coordinator", address,
                                    "--log-level", "WARNING", *flags],
                                   stdout=subprocess.PIPE, text=True)
-        yield worker.stdout.readline().split()[-1]
+        yield _Address(worker.stdout.readline().split()[-1], address)
     finally:
         for proc in (worker, coordinator):
             if proc is not None:
                 proc.terminate()
                 proc.wait(10)
+
+
+class _Address(str):
+    """A worker's address that also knows its coordinator's."""
+
+    def __new__(cls, value: str, coordinator: str):
+        made = super().__new__(cls, value)
+        made.coordinator = coordinator
+        return made
 
 
 def load(peer, writable=None):
@@ -85,3 +94,33 @@ def test_a_service_takes_classes_only_from_the_modules_it_lists():
         with pytest.raises(RemoteError, match="importing 'json' is not allowed here"):
             peer.request("load_stage", {"model": "m", "stage": 0, "spec": spec}, timeout=30)
         load(peer)  # disthook's own classes are
+
+
+def test_per_client_limits_refuse_with_what_to_do():
+    import disthook as torch
+    from disthook.distributed import connect
+
+    with worker("--max-contexts", "2", "--max-hooks", "1") as address:
+        cluster = connect(address.coordinator)
+        try:
+            remote = cluster.deploy(nn.Sequential(nn.Linear(2, 2)), stages=1)
+            x = torch.randn(3, 2)
+            kept = [remote(x), remote(x)]  # two graphs waiting for their backward
+            with pytest.raises(RemoteError, match=r"keeps 2 forward graphs .* the most one "
+                                                  r"client may \(--max-contexts\)"):
+                remote(x)
+            with torch.no_grad():
+                remote(x)  # keeps no graph
+            kept[0].sum().backward()
+            remote(x)  # room again
+            remote[0].register_forward_hook(lambda m, a, o: None)
+            with pytest.raises(RemoteError, match=r"holds 1 hooks .* \(--max-hooks\)"):
+                remote[0].register_forward_hook(lambda m, a, o: None)
+            with Peer(address) as peer:  # the worker's own status: per stage, per client
+                status = peer.request("status", {}, timeout=30)["result"]
+            assert status["limits"] == {"contexts": 2, "hooks": 1}
+            (stage,) = status["stage_stats"].values()
+            assert list(stage["clients"].values()) == [
+                {"contexts": 1, "hooks": 1, "owner": True}]  # kept[1]; the rest dropped
+        finally:
+            cluster.close()
