@@ -1,8 +1,10 @@
 """Gaps found running nanoGPT's train.py, minGPT's Trainer and Captum against disthook
 (issue 20): RandomSampler drawing lazily, Future[T], nn.parallel.scatter_gather,
-nn.DataParallel, the legacy tensor types (FloatTensor, ...).
+nn.DataParallel, the legacy tensor types (FloatTensor, ...), max unpooling.
 
-Each test taking ``lib`` runs under disthook and torch (when installed) with the same asserts.
+Each test taking ``lib`` runs under disthook and torch (when installed) with the same asserts;
+the unpooling ops go through check_op (forward, gradients and second order against finite
+differences and torch).
 """
 from __future__ import annotations
 
@@ -13,9 +15,16 @@ from collections import namedtuple
 
 import numpy as np
 import pytest
+from helpers import check_op
 from test_module_api import lib  # noqa: F401 - the fixture: disthook, then torch
 
 import disthook
+
+try:
+    import torch
+except ImportError:  # check_op then compares with finite differences only
+    torch = None
+
 
 # ---- RandomSampler(replacement=True) draws lazily ---------------------------------------------
 
@@ -190,3 +199,154 @@ def test_isinstance_of_a_legacy_type_asks_for_the_dtype(lib):
     assert torch.FloatTensor.dtype == torch.float32 and torch.LongTensor.dtype == torch.int64
     assert torch.FloatTensor.__name__ == "FloatTensor" and not torch.FloatTensor.is_cuda
     assert torch.zeros(2).type() == "torch.FloatTensor"
+
+
+# ---- max unpooling: values and gradients against torch -----------------------------------------
+
+def _pooled(shape, pool, **kwargs):
+    """Random values of the pooled shape and the indices max pooling of ``shape`` gives.
+    The windows must not overlap: an index named twice would leave one value in the output
+    (torch's kernel writes in no defined order) while the gradient reaches both."""
+    x = disthook.tensor(np.random.default_rng(1).standard_normal(shape))
+    values, indices = pool(x, return_indices=True, **kwargs)
+    return tuple(values.shape), indices.numpy()
+
+
+def F(x):
+    return disthook.nn.functional if isinstance(x, disthook.Tensor) else torch.nn.functional
+
+
+@pytest.mark.parametrize("shape, kwargs, unpool_kwargs", [
+    ((2, 3, 4, 4), {"kernel_size": 2}, {}),
+    ((1, 2, 5, 5), {"kernel_size": 2, "stride": 2, "padding": 1}, {"output_size": (5, 5)}),
+    ((3, 4, 6), {"kernel_size": 2}, {}),
+    ((1, 2, 5, 4), {"kernel_size": (2, 2), "stride": [2, 2]}, {"output_size": [1, 2, 5, 4]}),
+])
+def test_max_unpool2d(shape, kwargs, unpool_kwargs):
+    values, indices = _pooled(shape, disthook.nn.functional.max_pool2d, **kwargs)
+    check_op(lambda x, i: F(x).max_unpool2d(x, i, **kwargs, **unpool_kwargs), values, indices,
+             double=True)
+
+
+@pytest.mark.parametrize("shape, kwargs, unpool_kwargs", [
+    ((2, 3, 6), {"kernel_size": 2}, {}),
+    ((1, 2, 7), {"kernel_size": 2, "stride": 2, "padding": 1}, {"output_size": (7,)}),
+    ((2, 5), {"kernel_size": 2}, {}),
+])
+def test_max_unpool1d(shape, kwargs, unpool_kwargs):
+    values, indices = _pooled(shape, disthook.nn.functional.max_pool1d, **kwargs)
+    check_op(lambda x, i: F(x).max_unpool1d(x, i, **kwargs, **unpool_kwargs), values, indices,
+             double=True)
+
+
+@pytest.mark.parametrize("shape, kwargs, unpool_kwargs", [
+    ((1, 2, 4, 4, 4), {"kernel_size": 2}, {}),
+    ((2, 3, 5, 4), {"kernel_size": 2, "stride": 2}, {"output_size": (3, 5, 4)}),
+    ((1, 1, 5, 3, 4), {"kernel_size": (2, 2, 2), "stride": 2, "padding": (1, 0, 0)},
+     {"output_size": (5, 3, 4)}),
+])
+def test_max_unpool3d(shape, kwargs, unpool_kwargs):
+    values, indices = _pooled(shape, disthook.nn.functional.max_pool3d, **kwargs)
+    check_op(lambda x, i: F(x).max_unpool3d(x, i, **kwargs, **unpool_kwargs), values, indices,
+             double=True)
+
+
+def test_max_unpool_modules_invert_max_pool(lib):
+    torch = lib.torch
+    pool = lib.nn.MaxPool2d(2, stride=2, return_indices=True)
+    unpool = lib.nn.MaxUnpool2d(2, stride=2)
+    x = torch.tensor([[[[1., 2, 3, 4, 5], [6, 7, 8, 9, 10], [11, 12, 13, 14, 15],
+                        [16, 17, 18, 19, 20]]]])
+    out, indices = pool(x[..., :4])
+    assert unpool(out, indices).tolist() == [[[[0, 0, 0, 0], [0, 7, 0, 9], [0, 0, 0, 0],
+                                               [0, 17, 0, 19]]]]
+    out, indices = pool(x)
+    assert unpool(out, indices, output_size=x.size()).tolist() == [[[
+        [0, 0, 0, 0, 0], [0, 7, 0, 9, 0], [0, 0, 0, 0, 0], [0, 17, 0, 19, 0]]]]
+    assert repr(unpool) == "MaxUnpool2d(kernel_size=(2, 2), stride=(2, 2), padding=(0, 0))"
+    assert repr(lib.nn.MaxUnpool1d(2, stride=1)) == \
+        "MaxUnpool1d(kernel_size=(2,), stride=(1,), padding=(0,))"
+    assert repr(lib.nn.MaxUnpool3d((2, 1, 2))) == \
+        "MaxUnpool3d(kernel_size=(2, 1, 2), stride=(2, 1, 2), padding=(0, 0, 0))"
+    pool1, unpool1 = lib.nn.MaxPool1d(2, return_indices=True), lib.nn.MaxUnpool1d(2)
+    seq = torch.tensor([[[1., 5, 2, 0, 3, 4]]])
+    assert unpool1(*pool1(seq)).tolist() == [[[0, 5, 2, 0, 0, 4]]]
+    pool3, unpool3 = lib.nn.MaxPool3d(2, return_indices=True), lib.nn.MaxUnpool3d(2)
+    cube = torch.arange(8.0).reshape(1, 1, 2, 2, 2)
+    assert unpool3(*pool3(cube)).flatten().tolist() == [0, 0, 0, 0, 0, 0, 0, 7]
+
+
+def test_max_unpool_node_names(lib):
+    torch, F_ = lib.torch, lib.F
+    x = torch.ones(1, 1, 2, 2, requires_grad=True)
+    i = torch.tensor([[[[0, 3], [8, 15]]]])
+    assert F_.max_unpool2d(x, i, 2).grad_fn.name() == "MaxUnpool2DBackward0"
+    seq = torch.ones(1, 2, requires_grad=True)
+    assert F_.max_unpool1d(seq, torch.tensor([[1, 2]]), 2).grad_fn.name() == "SqueezeBackward1"
+    cube = torch.ones(1, 1, 1, 1, 2, requires_grad=True)
+    assert F_.max_unpool3d(cube, torch.tensor([[[[[0, 7]]]]]), 2).grad_fn.name() == \
+        "MaxUnpool3DBackward0"
+
+
+def test_max_unpool_errors(lib):
+    torch, F_ = lib.torch, lib.F
+    x, i = torch.randn(1, 1, 2, 2), torch.tensor([[[[0, 1], [4, 5]]]])
+    with pytest.raises(RuntimeError, match=re.escape(
+            "Found an invalid max index: 16 (output volumes are of size 4x4")):
+        F_.max_unpool2d(x, torch.tensor([[[[0, 1], [2, 16]]]]), 2)
+    with pytest.raises(RuntimeError, match=re.escape(
+            "Found an invalid max index: -1 (output volumes are of size 4x4")):
+        F_.max_unpool2d(x, torch.tensor([[[[0, 1], [2, -1]]]]), 2)
+    with pytest.raises(RuntimeError, match="^elements in indices should be type int64 but got: "
+                                           "Int$"):
+        F_.max_unpool2d(x, i.int(), 2)
+    with pytest.raises(RuntimeError, match=re.escape(
+            "Expected shape of indices to be same as that of the input tensor ([1, 1, 2, 2]) "
+            "but got indices tensor with shape: [1, 2, 2]")):
+        F_.max_unpool2d(x, i[0], 2)
+    with pytest.raises(ValueError, match=re.escape(
+            'invalid output_size "(9, 9)" (dim 0 must be between 2 and 6)')):
+        F_.max_unpool2d(x, i, 2, output_size=(9, 9))
+    with pytest.raises(ValueError, match=re.escape(
+            "output_size should be a sequence containing 2 or 4 elements, but it has a length "
+            "of '3'")):
+        F_.max_unpool2d(x, i, 2, output_size=(1, 2, 3))
+    with pytest.raises(ValueError, match=re.escape(
+            "max_unpooling: output_size must contain non-negative spatial dimensions, but got "
+            "output_size[0]=-2")):
+        F_.max_unpool2d(torch.randn(1, 1, 1, 2), torch.tensor([[[[0, 1]]]]), 2, padding=2)
+    with pytest.raises(RuntimeError, match=re.escape(
+            "Input to max_unpooling2d should be a 3d or 4d Tensor, but got a tensor with 2 "
+            "dimensions.")):
+        F_.max_unpool2d(torch.randn(2, 2), torch.tensor([[0, 1], [2, 3]]), 2)
+    with pytest.raises(RuntimeError, match=re.escape(
+            "max_unpooling2d_forward_out_cpu(): Expected input to have non-zero size for "
+            "non-batch dimensions, but got [1, 0, 2, 2] with dimension 1 being empty.")):
+        F_.max_unpool2d(torch.randn(1, 0, 2, 2), torch.zeros(1, 0, 2, 2, dtype=torch.int64), 2)
+    with pytest.raises(NotImplementedError, match="^\"max_unpool2d\" not implemented for "
+                                                  "'Long'$"):
+        F_.max_unpool2d(torch.tensor([[[[1, 2], [3, 4]]]]), i, 2)
+    assert F_.max_unpool2d(torch.randn(0, 1, 2, 2), torch.zeros(0, 1, 2, 2, dtype=torch.int64),
+                           2).shape == (0, 1, 4, 4)
+
+
+def test_max_unpool3d_errors(lib):
+    torch, F_ = lib.torch, lib.F
+    cube, i = torch.randn(1, 1, 1, 1, 2), torch.tensor([[[[[0, 7]]]]])
+    with pytest.raises(RuntimeError, match=re.escape(
+            "Found an invalid max index: 80 (output volumes are of size 2x2x4")):
+        F_.max_unpool3d(cube, torch.tensor([[[[[0, 80]]]]]), 2)
+    with pytest.raises(RuntimeError, match="^elements in indices should be type int64$"):
+        F_.max_unpool3d(cube, i.int(), 2)
+    with pytest.raises(RuntimeError, match=re.escape(
+            "Input to max_unpooling3d should be a 4d or 5d Tensor, but got a tensor with 3 "
+            "dimensions.")):
+        F_.max_unpool3d(torch.randn(1, 1, 2), torch.tensor([[[0, 1]]]), 2)
+    with pytest.raises(RuntimeError, match=re.escape(
+            "strides should be greater than zero, but got stride: [0, 0, 0]")):
+        F_.max_unpool3d(cube, i, 2, stride=0)
+    with pytest.raises(NotImplementedError, match="^\"max_unpool3d\" not implemented for "
+                                                  "'Long'$"):
+        F_.max_unpool3d(cube.long(), i, 2)
+    assert F_.max_unpool3d(torch.randn(1, 1, 1, 2), torch.tensor([[[[0, 7]]]]), 2).shape == \
+        (1, 2, 2, 4)

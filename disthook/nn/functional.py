@@ -15,6 +15,7 @@ from disthook import random
 from disthook._dtype import c_type_name, scalar_type_name
 from disthook.autograd import grad_mode
 from disthook.nn import _linear_ops
+from disthook.nn import _unpool as UnpoolOps
 from disthook.ops import conv as ConvOps
 from disthook.ops import elementwise as E
 from disthook.ops import embedding as EmbeddingOps
@@ -1238,6 +1239,89 @@ def avg_pool3d(input: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bo
                                   count_include_pad, divisor_override)
     return PoolOps.AvgPool3d.apply(input, kernel=kernel, stride=stride, padding=padding,
                                    out=out, divisor=divisor)
+
+
+# ---- max unpooling ------------------------------------------------------------------------------
+
+def max_unpool1d(input: Tensor, indices: Tensor, kernel_size, stride=None, padding=0,
+                 output_size=None) -> Tensor:
+    """The partial inverse of ``max_pool1d``: as torch, 2-d unpooling of a width-1 view."""
+    size = _unpool_output_size(input, kernel_size, stride, padding, output_size, 1)
+    return _max_unpool(UnpoolOps.MaxUnpool2d, input.unsqueeze(-1), indices.unsqueeze(-1),
+                       (*size, 1)).squeeze(-1)
+
+
+def max_unpool2d(input: Tensor, indices: Tensor, kernel_size, stride=None, padding=0,
+                 output_size=None) -> Tensor:
+    """The partial inverse of ``max_pool2d``: each value at the flat position (into H*W)
+    its index names, zeros elsewhere."""
+    size = _unpool_output_size(input, kernel_size, stride, padding, output_size, 2)
+    return _max_unpool(UnpoolOps.MaxUnpool2d, input, indices, size)
+
+
+def max_unpool3d(input: Tensor, indices: Tensor, kernel_size, stride=None, padding=0,
+                 output_size=None) -> Tensor:
+    """The partial inverse of ``max_pool3d`` (flat positions into D*H*W)."""
+    size = _unpool_output_size(input, kernel_size, stride, padding, output_size, 3)
+    stride = _ntuple(kernel_size if stride is None else stride, 3)
+    return _max_unpool(UnpoolOps.MaxUnpool3d, input, indices, size, stride)
+
+
+def _unpool_output_size(input: Tensor, kernel_size, stride, padding, output_size,
+                        nd: int) -> tuple:
+    """The pooled dims of the output: ``output_size`` (checked against the default, as
+    torch), or what the pooling that made ``input`` started from without remainder."""
+    kernel = _ntuple(kernel_size, nd)
+    stride = kernel if stride is None else _ntuple(stride, nd)
+    padding = _ntuple(padding, nd)
+    default = [(input.shape[-nd + d] - 1) * stride[d] + kernel[d] - 2 * padding[d]
+               for d in range(nd)]
+    if output_size is None:
+        size = default
+    else:
+        if len(output_size) == nd + 2:
+            output_size = output_size[2:]
+        if len(output_size) != nd:
+            raise ValueError(f"output_size should be a sequence containing {nd} or {nd + 2} "
+                             f"elements, but it has a length of '{len(output_size)}'")
+        for d in range(nd):
+            low, high = default[d] - stride[d], default[d] + stride[d]
+            if not low < output_size[d] < high:
+                raise ValueError(f'invalid output_size "{output_size}" (dim {d} must be '
+                                 f'between {low} and {high})')
+        size = list(output_size)
+    for d in range(nd):
+        if size[d] < 0:
+            raise ValueError("max_unpooling: output_size must contain non-negative spatial "
+                             f"dimensions, but got output_size[{d}]={size[d]}")
+    return tuple(int(n) for n in size)
+
+
+def _max_unpool(op, input: Tensor, indices: Tensor, size: tuple, stride=None) -> Tensor:
+    """Run an unpooling op after torch's checks of its tensors, in torch's order."""
+    nd = len(size)
+    if indices._data.dtype != np.int64:
+        but = "" if nd == 3 else f" but got: {scalar_type_name(indices.dtype)}"
+        raise RuntimeError(f"elements in indices should be type int64{but}")
+    if input.ndim not in (nd + 1, nd + 2):
+        raise RuntimeError(f"Input to max_unpooling{nd}d should be a {nd + 1}d or {nd + 2}d "
+                           f"Tensor, but got a tensor with {input.ndim} dimensions.")
+    if tuple(indices.shape) != tuple(input.shape):
+        raise RuntimeError(f"Expected shape of indices to be same as that of the input tensor "
+                           f"({list(input.shape)}) but got indices tensor with shape: "
+                           f"{list(indices.shape)}")
+    for i in range(1, input.ndim):
+        if input.shape[i] == 0:
+            raise RuntimeError(f"max_unpooling{nd}d_forward_out_cpu(): Expected input to have "
+                               f"non-zero size for non-batch dimensions, but got "
+                               f"{list(input.shape)} with dimension {i} being empty.")
+    if stride is not None and any(s <= 0 for s in stride):
+        raise RuntimeError(f"strides should be greater than zero, but got stride: "
+                           f"{list(stride)}")
+    if not input.is_floating_point():
+        raise NotImplementedError(f'"max_unpool{nd}d" not implemented for '
+                                  f"'{scalar_type_name(input.dtype)}'")
+    return op.apply(input, indices=indices._data, output_size=size)
 
 
 # ---- multi-head attention -------------------------------------------------------------------------

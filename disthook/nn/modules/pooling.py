@@ -1,4 +1,5 @@
-"""Pooling layers: max and average (1-d, 2-d, 3-d), adaptive average (1-d, 2-d)."""
+"""Pooling layers: max and average (1-d, 2-d, 3-d), adaptive average (1-d, 2-d), max
+unpooling (1-d, 2-d, 3-d)."""
 from __future__ import annotations
 
 from disthook.nn import functional as F
@@ -100,3 +101,42 @@ class AvgPool3d(AvgPool2d):
     def forward(self, input: Tensor) -> Tensor:
         return F.avg_pool3d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
                             self.count_include_pad, self.divisor_override)
+
+
+class _MaxUnpoolNd(Module):
+    """Puts each value back where ``MaxPool<n>d(return_indices=True)`` found it."""
+
+    _dims = 0
+
+    def __init__(self, kernel_size, stride=None, padding=0) -> None:
+        super().__init__()
+        self.kernel_size = F._ntuple(kernel_size, self._dims)
+        self.stride = F._ntuple(stride if stride is not None else kernel_size, self._dims)
+        self.padding = F._ntuple(padding, self._dims)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class MaxUnpool1d(_MaxUnpoolNd):
+    _dims = 1
+
+    def forward(self, input: Tensor, indices: Tensor, output_size=None) -> Tensor:
+        return F.max_unpool1d(input, indices, self.kernel_size, self.stride, self.padding,
+                              output_size)
+
+
+class MaxUnpool2d(_MaxUnpoolNd):
+    _dims = 2
+
+    def forward(self, input: Tensor, indices: Tensor, output_size=None) -> Tensor:
+        return F.max_unpool2d(input, indices, self.kernel_size, self.stride, self.padding,
+                              output_size)
+
+
+class MaxUnpool3d(_MaxUnpoolNd):
+    _dims = 3
+
+    def forward(self, input: Tensor, indices: Tensor, output_size=None) -> Tensor:
+        return F.max_unpool3d(input, indices, self.kernel_size, self.stride, self.padding,
+                              output_size)
