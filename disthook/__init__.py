@@ -281,6 +281,8 @@ BoolTensor = _legacy_type(bool)
 
 from disthook import nn, optim  # noqa: F401
 from disthook import accelerator, backends, distributions, futures, multiprocessing  # noqa: F401
+from disthook import amp  # noqa: F401
+from disthook.amp.autocast_mode import autocast, is_autocast_enabled  # noqa: F401
 from disthook.serialization import load, save  # noqa: F401
 from disthook.torch_version import TORCH_VERSION as _TORCH_VERSION
 from disthook.torch_version import TorchVersion as _TorchVersion

@@ -1,0 +1,189 @@
+"""``torch.autocast``: regions whose ops torch runs in lower precision, as far as disthook can
+honour them.
+
+Inside an enabled ``autocast("cpu")`` torch 2.13 runs the ops autocast covers (matmul,
+linear, the convolutions, bmm, baddbmm, ...) in bfloat16 or float16, so a float32 model gives
+bfloat16 activations. disthook cannot: numpy has no bfloat16 and disthook's ops always compute
+in their inputs' dtype. Rather than silently compute something other than torch would,
+entering such a region raises NotImplementedError. Every other case behaves as torch's:
+``enabled=False`` changes nothing; ``"cuda"`` warns that CUDA is not available and disables
+itself; a dtype autocast does not support (float32, say) warns and disables itself; another
+device type ("mps", "xpu", ...) is enabled but holds no tensor, so changes nothing.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+import warnings
+
+from disthook import _dtype
+
+__all__ = ["autocast", "custom_bwd", "custom_fwd", "get_autocast_dtype",
+           "is_autocast_available", "is_autocast_enabled"]
+
+
+class _AbsentDtype:
+    """A dtype torch has and disthook lacks: named in autocast's state and messages, never
+    computed in."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"torch.{self.name}"
+
+
+bfloat16 = getattr(_dtype, "bfloat16", None) or _AbsentDtype("bfloat16")
+float16 = _dtype.float16
+LOWER_PRECISION = (bfloat16, float16)  # the dtypes autocast accepts on every device type
+
+# torch's device types, in the order its error message lists them
+DEVICE_TYPES = ("cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl", "opencl", "ideep", "hip",
+                "ve", "fpga", "maia", "xla", "lazy", "vulkan", "mps", "meta", "hpu", "mtia",
+                "privateuseone")
+# the device types autocast is available for, with their default dtype (torch 2.13)
+DEFAULT_DTYPES = {"cpu": bfloat16, "cuda": float16, "ipu": float16, "xpu": float16,
+                  "maia": bfloat16, "xla": bfloat16, "mps": float16, "hpu": bfloat16,
+                  "mtia": float16, "privateuseone": float16}
+
+_state = threading.local()  # per thread, as torch's: {device type: enabled}, {...: dtype}
+
+
+def _local() -> threading.local:
+    if not hasattr(_state, "enabled"):
+        _state.enabled, _state.dtype, _state.cache_enabled = {}, {}, True
+    return _state
+
+
+def _check_device_type(device_type: str) -> None:
+    if device_type not in DEVICE_TYPES:
+        raise RuntimeError(f"Expected one of {', '.join(DEVICE_TYPES)} device type at start of "
+                           f"device string: {device_type}")
+
+
+def is_autocast_available(device_type: str) -> bool:
+    """Whether ``autocast`` accepts ``device_type`` (torch's answers for a CPU build)."""
+    _check_device_type(device_type)
+    return device_type in DEFAULT_DTYPES
+
+
+def is_autocast_enabled(device_type: str = "cuda") -> bool:
+    """Whether this thread is in an enabled autocast region of ``device_type``. Never true
+    for "cpu" (disthook refuses to enter one) nor "cuda" (disabled: there is no CUDA)."""
+    _check_device_type(device_type)
+    return _local().enabled.get(device_type, False)
+
+
+def get_autocast_dtype(device_type: str):
+    """The dtype autocast of ``device_type`` uses in this thread (its default outside)."""
+    _check_device_type(device_type)
+    if device_type not in DEFAULT_DTYPES:
+        raise RuntimeError("unsupported scalarType")
+    return _local().dtype.get(device_type, DEFAULT_DTYPES[device_type])
+
+
+class autocast:
+    """A context manager and decorator taking torch's arguments; see the module's doc for
+    what an enabled region does in disthook."""
+
+    def __init__(self, device_type: str, dtype=None, enabled: bool = True,
+                 cache_enabled: bool | None = None) -> None:
+        if not isinstance(device_type, str):
+            raise ValueError(f"Expected `device_type` of type `str`, got: `{type(device_type)}`")
+        self.fast_dtype = get_autocast_dtype(device_type) if dtype is None else dtype
+        self.device = device_type
+        if not is_autocast_available(device_type):
+            raise RuntimeError(f"User specified an unsupported autocast device_type "
+                               f"'{device_type}'")
+        self._cache_enabled = _local().cache_enabled if cache_enabled is None else cache_enabled
+        if enabled and device_type == "cuda":
+            warnings.warn("CUDA is not available or torch_xla is imported. Disabling autocast.",
+                          stacklevel=2)
+            enabled = False
+        elif enabled and self.fast_dtype not in LOWER_PRECISION:
+            name = device_type if device_type == "privateuseone" else device_type.upper()
+            warnings.warn(f"In {name} autocast, but the target dtype is not supported. "
+                          f"Disabling autocast.\n{name} Autocast only supports dtypes of "
+                          "torch.bfloat16, torch.float16 currently.", stacklevel=2)
+            enabled = False
+        self._enabled = enabled
+
+    def __enter__(self):
+        if self._enabled and self.device == "cpu":
+            raise NotImplementedError(
+                f"disthook cannot run autocast('cpu', dtype={self.fast_dtype}): torch would "
+                f"compute matmul, linear, the convolutions and the other ops autocast covers "
+                f"in {self.fast_dtype}, and disthook computes every op in its inputs' dtype. "
+                "Run the region without autocast (enabled=False, or contextlib.nullcontext() "
+                "as nanoGPT does on the CPU).")
+        state = _local()
+        self.prev = state.enabled.get(self.device, False)
+        self.prev_fastdtype = get_autocast_dtype(self.device)
+        self.prev_cache_enabled = state.cache_enabled
+        state.enabled[self.device] = self._enabled
+        state.dtype[self.device] = self.fast_dtype
+        state.cache_enabled = self._cache_enabled
+        return self
+
+    def __exit__(self, exc_type: object, exc_val: object, exc_tb: object) -> bool:
+        state = _local()
+        state.enabled[self.device] = self.prev
+        state.dtype[self.device] = self.prev_fastdtype
+        state.cache_enabled = self.prev_cache_enabled
+        return False
+
+    def __call__(self, func):
+        if not callable(func):
+            raise TypeError(
+                f"autocast()(func) requires a callable, but got {type(func).__name__}. Did you "
+                "mean to use autocast as a context manager? For example:\n"
+                "    with torch.autocast(device_type=...):\n"
+                "        output = model(input)")
+
+        @functools.wraps(func)
+        def decorate_autocast(*args, **kwargs):
+            with self:
+                return func(*args, **kwargs)
+
+        return decorate_autocast
+
+
+def custom_fwd(fwd=None, *, device_type: str, cast_inputs=None):
+    """Decorates a custom Function's ``forward``: it records the autocast state for
+    ``custom_bwd``; with ``cast_inputs`` in an enabled region it runs with autocast off
+    (no disthook tensor is on a device whose autocast can be on, so none is cast)."""
+    if not isinstance(device_type, str):
+        raise ValueError(f"Expected `device_type` of type `str`, got: `{type(device_type)}`")
+    if fwd is None:
+        return functools.partial(custom_fwd, device_type=device_type, cast_inputs=cast_inputs)
+
+    @functools.wraps(fwd)
+    def decorate_fwd(*args, **kwargs):
+        ctx = args[0]
+        ctx._dtype = get_autocast_dtype(device_type)
+        enabled = is_autocast_enabled(device_type)
+        ctx._fwd_used_autocast = enabled and cast_inputs is None
+        if cast_inputs is not None and enabled:
+            with autocast(device_type=device_type, enabled=False):
+                return fwd(*args, **kwargs)
+        return fwd(*args, **kwargs)
+
+    return decorate_fwd
+
+
+def custom_bwd(bwd=None, *, device_type: str):
+    """Decorates a custom Function's ``backward``: it runs under the autocast state its
+    ``forward`` ran under."""
+    if not isinstance(device_type, str):
+        raise ValueError(f"Expected `device_type` of type `str`, got: `{type(device_type)}`")
+    if bwd is None:
+        return functools.partial(custom_bwd, device_type=device_type)
+
+    @functools.wraps(bwd)
+    def decorate_bwd(*args, **kwargs):
+        ctx = args[0]
+        with autocast(device_type=device_type, enabled=ctx._fwd_used_autocast,
+                      dtype=ctx._dtype):
+            return bwd(*args, **kwargs)
+
+    return decorate_bwd
