@@ -10,6 +10,7 @@ import numpy as _np
 
 from disthook import autograd, cuda, linalg, random, utils  # noqa: F401
 from disthook._dtype import (  # noqa: F401
+    bfloat16,
     bool,
     double,
     dtype,
@@ -34,8 +35,10 @@ from disthook.autograd import (  # noqa: F401
     enable_grad,
     inference_mode,
     is_grad_enabled,
+    is_warn_always_enabled,
     no_grad,
     set_grad_enabled,
+    set_warn_always,
 )
 from disthook.autograd.grad_mode import is_inference_mode_enabled  # noqa: F401
 from disthook.random import (  # noqa: F401

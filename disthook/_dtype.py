@@ -43,6 +43,35 @@ int64 = long = dtype("int64", np.int64, "torch.LongTensor")
 uint8 = dtype("uint8", np.uint8, "torch.ByteTensor")
 bool = dtype("bool", np.bool_, "torch.BoolTensor")
 
+class _NotStored(dtype):
+    """A dtype torch has that disthook cannot hold tensors of (numpy has no such type): the
+    name exists, so that programs that name it (``{"bfloat16": torch.bfloat16, ...}[x]``,
+    ``x.dtype == torch.bfloat16``) run, and making a tensor of it raises a TypeError that
+    says so."""
+
+    __slots__ = ()
+
+    def __init__(self, name: str, itemsize: int, legacy_type: str):
+        self.name, self.legacy_type = name, legacy_type
+        self.is_floating_point = self.is_signed = True
+        self.itemsize = itemsize
+
+    @property
+    def np(self):
+        raise TypeError(f"torch.{self.name} tensors cannot be made here: disthook keeps "
+                        f"tensors in numpy, which has no {self.name}; use torch.float32 (or "
+                        "torch.float16)")
+
+    def __reduce__(self):
+        return (_not_stored, (self.name,))
+
+
+def _not_stored(name: str) -> _NotStored:
+    return globals()[name]
+
+
+bfloat16 = _NotStored("bfloat16", 2, "torch.BFloat16Tensor")
+
 ALL = (float16, float32, float64, int8, int16, int32, int64, uint8, bool)
 _BY_NP = {d.np: d for d in ALL}
 _BY_LEGACY = {d.legacy_type: d for d in ALL}

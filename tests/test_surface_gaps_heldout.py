@@ -350,3 +350,26 @@ def test_max_unpool3d_errors(lib):
         F_.max_unpool3d(cube.long(), i, 2)
     assert F_.max_unpool3d(torch.randn(1, 1, 1, 2), torch.tensor([[[[0, 7]]]]), 2).shape == \
         (1, 2, 2, 4)
+
+
+def test_bfloat16_is_named_and_says_it_cannot_hold_tensors():
+    """nanoGPT's train.py builds {"bfloat16": torch.bfloat16, ...} whatever it picks."""
+    import pickle
+
+    import disthook as torch
+
+    assert repr(torch.bfloat16) == "torch.bfloat16" and torch.bfloat16.is_floating_point
+    assert torch.bfloat16 != torch.float16 and torch.bfloat16.itemsize == 2
+    assert pickle.loads(pickle.dumps(torch.bfloat16)) is torch.bfloat16
+    with pytest.raises(TypeError, match="torch.bfloat16 tensors cannot be made here: "
+                                        "disthook keeps tensors in numpy"):
+        torch.zeros(2, dtype=torch.bfloat16)
+
+
+def test_warn_always_is_at_the_top_level():
+    import disthook as torch
+
+    before = torch.is_warn_always_enabled()
+    torch.set_warn_always(True)
+    assert torch.is_warn_always_enabled()
+    torch.set_warn_always(before)
