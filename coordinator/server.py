@@ -5,6 +5,14 @@ Workers register (their id, data-plane address, pid, host) and then send a heart
 beats) is reported as not alive. Clients ask for ``status`` and may ``shutdown`` the
 cluster, which tells every worker to stop first.
 The coordinator carries no activations or gradients.
+
+It is also the registry of models shared by name (``disthook.distributed.registry``): a
+deployer ``publish``es its deployment's record, clients list them (``models``), ``lookup``
+one, and say when they ``attach`` and ``detach``. Clients send no heartbeats here: what the
+coordinator knows of them is their connection, watched as workers watch theirs (closed, or
+no answer to ZMTP pings for ``LOST_AFTER_BEATS`` beats): a deployer whose connection goes is
+unpublished, an attached client whose connection goes is forgotten. Records live in memory:
+a coordinator started again knows none.
 """
 from __future__ import annotations
 
@@ -13,11 +21,14 @@ import os
 import socket
 import time
 
-from disthook import wire
-from disthook.distributed.service import LOG_LEVELS, Service
-from disthook.wire import HEARTBEAT_S, SILENT_AFTER_BEATS
+import zmq
+import zmq.auth
 
-__all__ = ["Coordinator", "WorkerRecord"]
+from disthook import wire
+from disthook.distributed.service import LOG_LEVELS, Service, recv_now
+from disthook.wire import HEARTBEAT_S, LOST_AFTER_BEATS, SILENT_AFTER_BEATS
+
+__all__ = ["Coordinator", "Published", "WorkerRecord"]
 
 
 @dataclasses.dataclass
@@ -33,18 +44,68 @@ class WorkerRecord:
     stages: list = dataclasses.field(default_factory=list)  # as the worker last reported
 
 
+@dataclasses.dataclass
+class Published:
+    """A model published by name: the deployer's record (wire's ``published_model``), the
+    deployer's connection, and the clients attached (by the identity of their sockets to
+    the workers: (connection here, since, who: the key name with keys, else that identity))."""
+
+    record: dict
+    owner: bytes
+    attached: dict = dataclasses.field(default_factory=dict)
+
+
 class Coordinator(Service):
     role = "coordinator"
 
     def __init__(self, bind: str, *, heartbeat: float = HEARTBEAT_S,
                  lost_after: float | None = None,
                  parent_pid: int | None = None, keys=None):
-        super().__init__(bind, parent_pid=parent_pid, name="coordinator", keys=keys)
+        beat_ms = max(1, int(heartbeat * 1000))
+        # a client's connection that closes, or stops answering pings, is a client gone
+        # (on_disconnected): its publications and attachments go with it
+        super().__init__(bind, parent_pid=parent_pid, name="coordinator", keys=keys,
+                         watch_disconnects=True, router_options={
+                             zmq.HEARTBEAT_IVL: beat_ms,
+                             zmq.HEARTBEAT_TIMEOUT: LOST_AFTER_BEATS * beat_ms})
         self.heartbeat = heartbeat
         self.lost_after = (lost_after if lost_after is not None
                            else SILENT_AFTER_BEATS * heartbeat)
         self.workers: dict[str, WorkerRecord] = {}
+        self.models: dict[str, Published] = {}  # by name
+        self._peers: dict[int, bytes] = {}  # connection's file descriptor -> peer identity
+        self._user_ids: dict[bytes, str] = {}  # with keys: peer identity -> its public key
         self.started = time.time()
+
+    def on_socket(self, sock: zmq.Socket) -> None:
+        """As ``Service``'s, noting which connection each peer's messages come on, so that
+        a connection that closes names the peer that went (see the worker's)."""
+        if sock is not self.router:
+            super().on_socket(sock)
+            return
+        self.read_monitor()  # a closed connection first: its descriptor may come back
+        frames = recv_now(self.router)
+        if frames is not None:
+            self._peers[frames[0].get(zmq.SRCFD)] = frames[0].bytes
+            if self.keys is not None:  # the public key the connection authenticated with
+                self._user_ids[frames[0].bytes] = frames[0].get("User-Id")
+            self.handle(frames[0].bytes, frames[1:], self.router)
+
+    def on_disconnected(self, fd: int) -> None:
+        sender = self._peers.pop(fd, None)
+        if sender is None:
+            return
+        self._user_ids.pop(sender, None)
+        for name, published in list(self.models.items()):
+            if published.owner == sender:
+                del self.models[name]
+                self.log.info("coordinator: %r unpublished: its deployer %s is gone", name,
+                              published.record["owner"])
+                continue
+            for client, (connection, _, who) in list(published.attached.items()):
+                if connection == sender:
+                    del published.attached[client]
+                    self.log.info("coordinator: client %s left %r (gone)", who, name)
 
     # ---- from workers ------------------------------------------------------------------------
     def on_register(self, msg, sender: bytes):
@@ -82,6 +143,99 @@ class Coordinator(Service):
                  "last_seen": now - r.last_seen, "memory": r.memory}
                 for r in sorted(self.workers.values(), key=lambda r: r.registered)
             ],
+        }
+
+    # ---- models shared by name (from clients) ------------------------------------------------
+    def _client_name(self, claimed: str, sender: bytes) -> str:
+        """Who a client is: with keys, the name of the authorized key its connection
+        authenticated with (whatever it claims); without, what it says (its identity)."""
+        user_id = self._user_ids.get(sender)
+        if self.keys is None or not user_id:
+            return claimed
+        folder = os.path.join(self.keys.directory, "authorized")
+        for entry in sorted(os.listdir(folder)):
+            try:
+                public, _ = zmq.auth.load_certificate(os.path.join(folder, entry))
+            except (ValueError, OSError):
+                continue
+            if public.decode() == user_id:
+                return entry.removesuffix(".key")
+        return f"key {user_id[:8]}..."  # authorized then, its file removed since
+
+    def on_publish(self, msg, sender: bytes):
+        record = dict(msg["record"])
+        record["owner"] = self._client_name(record["owner"], sender)
+        name = record["name"]
+        held = self.models.get(name)
+        if held is not None and held.owner != sender and self._live(held):
+            was = held.record
+            raise PermissionError(
+                f"the name {name!r} is taken: {was['class']} (model {was['model']}) published "
+                f"by {was['owner']} {time.time() - was['created']:.0f} s ago is live; its "
+                "deployer's close() frees the name, or choose another")
+        self.models[name] = Published(record, sender)
+        self.log.info("coordinator: %s published %r (%s, %d stage(s))", record["owner"], name,
+                      record["class"], len(record["workers"]))
+
+    def on_unpublish(self, msg, sender: bytes):
+        held = self.models.get(msg["name"])
+        if held is None or held.record["model"] != msg["model"]:
+            return False  # gone already (its deployer reconnected, or it was replaced)
+        if held.owner != sender:
+            raise PermissionError(f"{msg['name']!r} was published by {held.record['owner']}: "
+                                  "only its deployer unpublishes it (by closing it)")
+        del self.models[msg["name"]]
+        self.log.info("coordinator: %r unpublished by its deployer", msg["name"])
+        return True
+
+    def on_models(self, msg, sender: bytes):
+        return [self._summary(published) for published in self.models.values()]
+
+    def on_lookup(self, msg, sender: bytes):
+        return self._find(msg["name"]).record
+
+    def on_attach(self, msg, sender: bytes):
+        published = self._find(msg["name"], msg["model"])
+        client = self._client_name(msg["client"], sender)
+        published.attached[msg["client"]] = (sender, time.time(), client)
+        self.log.info("coordinator: client %s attached to %r", client, msg["name"])
+
+    def on_detach(self, msg, sender: bytes):
+        published = self.models.get(msg["name"])
+        if (published is not None and published.record["model"] == msg["model"]
+                and published.attached.get(msg["client"], (sender,))[0] == sender):
+            published.attached.pop(msg["client"], None)
+
+    def _find(self, name: str, model: str | None = None) -> Published:
+        published = self.models.get(name)
+        if published is None or model not in (None, published.record["model"]):
+            names = ", ".join(repr(n) for n in sorted(self.models)) or "none"
+            raise LookupError(f"no model is published as {name!r} on this cluster (published: "
+                              f"{names})")
+        return published
+
+    def _worker_alive(self, worker_id: str, now: float) -> bool:
+        record = self.workers.get(worker_id)
+        return record is not None and now - record.last_seen <= self.lost_after
+
+    def _live(self, published: Published) -> bool:
+        """A deployment is live while its deployer is connected (else it is not listed) and
+        every worker holding a stage of it is alive."""
+        now = time.monotonic()
+        return all(self._worker_alive(s["worker"], now) for s in published.record["workers"])
+
+    def _summary(self, published: Published) -> dict:
+        """A published model as ``models`` lists it (the record less its structure)."""
+        record, now = published.record, time.monotonic()
+        return {
+            "name": record["name"], "model": record["model"], "class": record["class"],
+            "owner": record["owner"], "writable": record["writable"],
+            "created": record["created"], "live": self._live(published),
+            "stages": [{"stage": s["stage"], "worker": s["worker"], "address": s["address"],
+                        "alive": self._worker_alive(s["worker"], now)}
+                       for s in record["workers"]],
+            "clients": [{"client": who, "since": since}  # attached
+                        for _, since, who in published.attached.values()],
         }
 
     def on_shutdown(self, msg, sender: bytes):

@@ -123,6 +123,23 @@ RECORDS: dict[str, dict[str, str]] = {
     "loss_spec": {"module": "map?", "function": "str?"},
     # a tensor a client hook was given (by index) and changed in place: its new value
     "changed_arg": {"arg": "int", "value": "hook_value"},
+    # a deployment published under a name (disthook.distributed.registry): its model id,
+    # root class path, who deployed it (a key's name, or the client's socket identity in
+    # hex without keys), when (unix seconds), whether others may write its weights, where
+    # its stages are, how its tree is laid out, and the module tree's spec with every array
+    # replaced by {"shape", "dtype"} (no weights), from which an attaching client makes a twin
+    "published_model": {"name": "str", "model": "str", "class": "str", "owner": "str",
+                        "created": "float", "writable": "bool",
+                        "workers": "list[published_stage]", "layout": "published_layout",
+                        "structure": "map"},
+    "published_stage": {"stage": "int", "worker": "str", "address": "str"},
+    # kind "chain": the root's children in contiguous stages (``stages`` their names);
+    # "tree": parts placed over the tree (``placement`` as deployed, or chosen), ``split``
+    # the paths that run on the client because their parts are on several workers,
+    # ``client`` those kept whole there; "whole": a model without children on one worker
+    "published_layout": {"kind": "layout_kind", "stages": "list[list[str]]",
+                         "split": "list[str]", "client": "list[str]", "placement": "map?",
+                         "chunks": "int", "schedule": "str"},
 }
 ENUMS: dict[str, frozenset] = {
     "hook_kind": frozenset({"forward_pre", "forward", "full_backward", "backward",
@@ -137,6 +154,7 @@ ENUMS: dict[str, frozenset] = {
     "grad_op_kind": frozenset({"norm", "scale", "clamp", "set"}),
     "schedule_kind": frozenset({"recv_act", "forward", "send_act", "recv_grad", "backward",
                                 "send_grad"}),
+    "layout_kind": frozenset({"chain", "tree", "whole"}),  # of a published model
 }
 PAIRS: dict[str, tuple[str, str]] = {
     "schedule_action": ("schedule_kind", "int"),  # (kind, micro-batch)
@@ -226,6 +244,19 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # "set" (to grads: an array or None per name)
     "grad_op": {"model": "str", "names": "list[str]", "op": "grad_op_kind", "value": "float?",
                 "grads": "list?"},
+    # the shared-model registry: client -> coordinator. publish: a deployment under its name
+    # (refused while that name's deployment is live: its owner connected, its workers
+    # alive); unpublish: by its deployer, on close (a deployer whose connection closes is
+    # unpublished too). models: every published model, with its attached clients. lookup:
+    # one record, to attach from. attach/detach: a client (key name, or socket identity in
+    # hex) says it uses the model / stopped; the coordinator forgets it when its connection
+    # closes as well
+    "publish": {"record": "published_model"},
+    "unpublish": {"name": "str", "model": "str"},
+    "models": {},
+    "lookup": {"name": "str"},
+    "attach": {"name": "str", "model": "str", "client": "str"},
+    "detach": {"name": "str", "model": "str", "client": "str"},
 }
 
 
