@@ -130,7 +130,8 @@ class Cluster:
     # ---- placing a model ----------------------------------------------------------------------
     def deploy(self, module, stages: int = 1, *, placement: dict | None = None,
                balance: str = "params", split_points=None, sample_input=None,
-               chunks: int = 1, schedule: str = "gpipe", checkpoint: str | None = None):
+               chunks: int = 1, schedule: str = "gpipe", checkpoint: str | None = None,
+               name: str | None = None, writable: bool = False):
         """Place ``module`` on ``stages`` workers; a ``RemoteModel``, an instance of the
         module's own class whose forward and methods run as written.
 
@@ -152,19 +153,29 @@ class Cluster:
         runs a whole step with the loss on the last stage under ``schedule`` ("gpipe" or
         "1f1b", which holds at most as many micro-batches per stage as there are stages).
         ``checkpoint``: a directory written by ``remote.save``, whose weights are loaded
-        (the module must have the structure it was saved with)."""
+        (the module must have the structure it was saved with).
+
+        ``name``: once loaded, the model is published under it on the coordinator, so that
+        other clients find it (``models()``) and use it (``attach(name)``) until this
+        ``RemoteModel`` closes; a name another live deployment holds is refused. By default
+        they may not write its weights; ``writable=True`` lets them."""
+        from disthook.distributed import registry
         from disthook.distributed.remote import deploy
 
         self._check_open()
+        if name is not None:  # refused before anything loads
+            registry.check_name(self, name)
         remote = deploy(self, module, stages, split_points=split_points, balance=balance,
                         sample_input=sample_input, chunks=chunks, schedule=schedule,
-                        placement=placement)
-        if checkpoint is not None:
-            try:
+                        placement=placement, writable=writable)
+        try:
+            if checkpoint is not None:
                 remote.load_checkpoint(checkpoint)
-            except BaseException:
-                remote.close()
-                raise
+            if name is not None:
+                registry.publish(self, remote, name, writable=writable)
+        except BaseException:
+            remote.close()
+            raise
         self._deployments.append(remote)
         return remote
 
@@ -181,6 +192,48 @@ class Cluster:
         remote = self.deploy(module, len(sizes), split_points=cuts,
                              chunks=manifest["chunks"], schedule=manifest["schedule"])
         return remote  # the rebuilt module carried the saved weights to the workers
+
+    # ---- models shared by name ----------------------------------------------------------------
+    def attach(self, name: str):
+        """The model another client deployed and published as ``name``: a ``RemoteModel``,
+        an instance of its class, bound to the same stages over connections of this
+        client's own (forward, backward, hooks, ``state_dict``, gradients, as the deployer
+        has them). Its class must be importable here (or defined in this script). Closing
+        it leaves the stages loaded. ``UnknownModel`` (a ``KeyError``) lists the published
+        names when none is ``name``."""
+        from disthook.distributed import registry
+
+        self._check_open()
+        remote = registry.attach(self, name)
+        self._deployments.append(remote)
+        return remote
+
+    def models(self, *, calls: bool = True) -> list[dict]:
+        """The published models, as the coordinator knows them: per model its ``name``,
+        ``model`` (id), ``class``, ``owner``, ``writable``, ``created`` (unix seconds),
+        ``live`` (owner connected, workers alive), ``stages`` (stage, worker, address,
+        alive) and ``clients``, those attached (client, since). With ``calls`` each stage
+        also says how many forwards its worker served for it (``forwards``; None where the
+        worker did not answer)."""
+        self._check_open()
+        models = self._coordinator.request("models", timeout=self.timeout)["result"]
+        if calls and models:
+            served = {}
+            for w in self.workers():
+                if not w.alive:
+                    continue
+                try:
+                    with Peer(w.address, name=f"worker {w.id}", keys=self.keys) as peer:
+                        served[w.id] = peer.request("status", timeout=self.timeout)[
+                            "result"]["stage_stats"]
+                except (RuntimeError, OSError):  # an error, a time-out: None for its stages
+                    pass
+            for model in models:
+                for stage in model["stages"]:
+                    stats = served.get(stage["worker"], {}).get(
+                        f"stage {stage['stage']} of {model['model']}", {})
+                    stage["forwards"] = stats.get("forwards")
+        return models
 
     def captured(self, name: str, *, clear: bool = False, details: bool = False) -> list:
         """What ``hooks.capture(name)`` kept on every worker, oldest first: per hook call, a

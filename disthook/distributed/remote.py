@@ -64,7 +64,7 @@ class RemoteModel(Module):
     def __init__(self, cluster, module: Module, stage_modules: list[Module],
                  workers: list, timeout: float = DEFAULT_TIMEOUT, chunks: int = 1,
                  schedule: str = "gpipe", layout: Layout | None = None,
-                 placement: dict | None = None):
+                 placement: dict | None = None, model_id: str | None = None):
         Module.__init__(self)  # not the root class's __init__ (see remote_class)
         whole = layout is not None and layout.stages == [[""]]  # the model on one worker
         tree = layout is not None and not whole
@@ -82,7 +82,8 @@ class RemoteModel(Module):
             "_workers": workers,
             "_class_name": type(module).__name__,
             "_local": module,  # the tree's shape (names, kinds); its weights go stale
-            "_model_id": f"{type(module).__name__}-{uuid.uuid4().hex[:8]}",
+            # an attached client's is the deployer's (attached_model)
+            "_model_id": model_id or f"{type(module).__name__}-{uuid.uuid4().hex[:8]}",
             "_closed": False,
             # the root's forward does not run remotely: a non-Sequential root is checked to
             # only chain its children, at the first call (see _check_chain)
@@ -95,6 +96,12 @@ class RemoteModel(Module):
             "_schedule": schedule,  # of train_step: "gpipe" or "1f1b"
             "step_stats": [],  # of the last train_step, per stage (busy, wall, peak_rss)
             "_checkpoint": None,  # the last checkpoint saved or loaded, for recover()
+            # sharing (registry): the name this deployment is published under, the name of
+            # the deployment this client attached to (its stages are not its to unload), and
+            # whether clients other than the deployer may write its weights
+            "_published": None,
+            "_attached": None,
+            "_writable": False,
         }
         holders = {w.address: (w.id, i) for i, w in enumerate(workers)}
         fields["_hub"] = _Hub(fields["_model_id"], fields["_addresses"], timeout, holders,
@@ -578,6 +585,10 @@ class RemoteModel(Module):
         model saved or loaded (and ``optimizer``'s state from it); the hooks registered on
         the model's modules and parameters are registered again, in their order, and their
         handles keep working. Returns the checkpoint's step."""
+        if self._attached:
+            raise ClusterError(f"cannot recover Remote{self._class_name}: it is attached to "
+                               f"{self._attached!r}, whose deployer recovers it; attach again "
+                               "once it has")
         path = self._checkpoint
         if path is None:
             lost = ", ".join(f"stage {self._hub.holders.get(a, (a, '?'))[1]} on worker "
@@ -596,13 +607,13 @@ class RemoteModel(Module):
         self._hub.close(unload=True)  # the surviving stages are dropped
         if self._placement is not None:
             fresh = deploy(self._cluster, self._local, stages, placement=self._placement,
-                           _exclude=lost, _carry_hooks=False)
+                           writable=self._writable, _exclude=lost, _carry_hooks=False)
         else:
             sizes = [len(names) for names in self._stage_names]
             cuts = [sum(sizes[:i]) for i in range(1, stages)]
             fresh = deploy(self._cluster, self._local, stages, split_points=cuts,
-                           chunks=self._chunks, schedule=self._schedule, _exclude=lost,
-                           _carry_hooks=False)
+                           chunks=self._chunks, schedule=self._schedule,
+                           writable=self._writable, _exclude=lost, _carry_hooks=False)
         hooks = self._hub.hooks
         for name in ("_layout", "_stage_names", "_addresses", "_workers", "_model_id", "_hub"):
             object.__setattr__(self, name, fresh.__dict__[name])
@@ -610,7 +621,12 @@ class RemoteModel(Module):
         self._hub.hooks.update(hooks)
         if hooks:  # in registration order: the same firing order
             self._register_hooks([entry[3] for entry in hooks.values()])
-        return self.load_checkpoint(path, optimizer=optimizer)
+        step = self.load_checkpoint(path, optimizer=optimizer)
+        if self._published:  # the name now means the new stages (attached clients re-attach)
+            from disthook.distributed import registry
+
+            registry.publish(self._cluster, self, self._published, writable=self._writable)
+        return step
 
     def _stage_of(self, name: str) -> int:
         stage = self._layout.stage_of(name)
@@ -631,8 +647,14 @@ class RemoteModel(Module):
                 in enumerate(zip(self._workers, self._stage_names))]
 
     def close(self, unload: bool = True) -> None:
-        """Disconnect; the workers drop the model's stages unless ``unload`` is False."""
+        """Disconnect; the workers drop the model's stages unless ``unload`` is False. A
+        published model is unpublished; an attached client only leaves (the stages are the
+        deployer's)."""
         if not self._closed:
+            from disthook.distributed import registry
+
+            registry.leave(self)
+            unload = unload and not self._attached
             self._closed = True
             if not unload:
                 self._hub.pending_releases.clear()
@@ -674,12 +696,13 @@ def _array(t) -> np.ndarray:
 
 def deploy(cluster, module: Module, stages: int, split_points=None,
            balance: str = "params", sample_input=None, chunks: int = 1,
-           schedule: str = "gpipe", placement: dict | None = None,
+           schedule: str = "gpipe", placement: dict | None = None, writable: bool = False,
            _exclude: set | None = None, _carry_hooks: bool = True) -> RemoteModel:
     """Place ``module`` on the cluster's workers: contiguous stages of its children where
     that works (a chain: activations go worker to worker, micro-batches pipeline), else its
     parts over the module tree (``placement``, or ``tree.auto_placement``), with the model's
-    own forward running on the client (``glue``)."""
+    own forward running on the client (``glue``). ``writable``: clients other than this one
+    may change its weights (once it is published)."""
     if not isinstance(module, Module):
         raise TypeError(f"deploy() takes a disthook.nn.Module, got {type(module).__name__}")
     check_options(chunks, schedule, balance, split_points, sample_input)
@@ -726,6 +749,7 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
     remote = remote_class(type(module))(
         cluster, module, stage_modules, workers, timeout=cluster.timeout, chunks=chunks,
         schedule=schedule, layout=lay, placement=placement)
+    object.__setattr__(remote, "_writable", bool(writable))
     specs = [module_spec(m) for m in stage_modules]
     aliases = client_aliases()  # `import torch` in the model's files means what it means here
     try:
@@ -735,6 +759,7 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
                 "aliases": aliases or None,
                 "prev": workers[i - 1].address if i > 0 else None,
                 "next": workers[i + 1].address if i + 1 < stages else None,
+                "writable": bool(writable),
             }, what=f"load_stage {i} on {w.id}")
     except WorkerLost as exc:  # it died loading its stage: its last words say why
         remote.close()
@@ -752,6 +777,28 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
     except BaseException:
         remote.close()
         raise
+    return remote
+
+
+def attached_model(cluster, module: Module, workers: list, record: dict) -> RemoteModel:
+    """A client's ``RemoteModel`` of a published deployment (``registry.attach``): ``module``
+    is the twin of its tree, ``workers`` hold its stages, ``record`` is what the deployer
+    published. It shares the deployer's model id and stages, with sockets (and so a client
+    identity on the workers) of its own; nothing is loaded, and closing it unloads nothing."""
+    lay = record["layout"]
+    layout = stage_modules = None
+    if lay["kind"] == "chain":  # as deploy() made it: contiguous children
+        stage_modules = [Sequential(OrderedDict((n, module._modules[n]) for n in names))
+                         for names in lay["stages"]]
+    else:
+        layout = Layout([list(p) for p in lay["stages"]], list(lay["split"]),
+                        list(lay["client"]))
+    remote = remote_class(type(module))(
+        cluster, module, stage_modules or [], workers, timeout=cluster.timeout,
+        chunks=lay["chunks"], schedule=lay["schedule"], layout=layout,
+        placement=lay.get("placement"), model_id=record["model"])
+    object.__setattr__(remote, "_attached", record["name"])
+    object.__setattr__(remote, "_writable", bool(record["writable"]))
     return remote
 
 

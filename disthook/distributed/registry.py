@@ -1,0 +1,218 @@
+"""Deployed models shared by name: the record a deployer publishes on the coordinator, and
+the twin an attaching client makes from it.
+
+``cluster.deploy(model, stages=N, name="gpt")`` publishes a record (``wire`` schema
+``published_model``): the model id the workers know the deployment by, the root's class
+path, the owner, where each stage is, how the tree is laid out, and the module tree's
+*structure*: its spec (``spec.module_spec``) with every array replaced by its shape and
+dtype. ``cluster.attach("gpt")`` looks the record up, makes a twin of the tree from that
+structure (paths, shapes, dtypes and module classes, and the root's forward code when it
+runs on the client) whose arrays are zero-memory, read-only placeholders, and binds a
+``RemoteModel`` to the same model id and workers over sockets of its own. No weight crosses:
+a published model holds none on the client (``check_publishable``), so the twin's are never
+used to compute. The twin's classes must be importable here, or defined in this script.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+from disthook.distributed.checkpoint import _structure
+from disthook.distributed.rpc import ClusterError, RemoteError, RemoteTimeout
+from disthook.distributed.spec import SpecError, build_module
+
+__all__ = ["NameTaken", "UnknownModel", "attach", "check_name", "check_publishable",
+           "publish", "record", "structure", "twin"]
+
+LEAVE_TIMEOUT_S = 2.0  # unpublish/detach on close: the coordinator may be gone by then
+
+
+class NameTaken(ClusterError):
+    """A deploy's ``name`` is published by another deployment that is live."""
+
+
+class UnknownModel(KeyError):
+    """No model is published under the name asked for; the message lists those that are."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+# ---- the record -----------------------------------------------------------------------------
+
+def structure(module) -> dict:
+    """The module tree's spec without weights: each tensor entry holds ``shape`` and ``dtype``
+    instead of ``data`` (as a checkpoint's manifest describes its model)."""
+    return _structure(module)
+
+
+def check_publishable(remote) -> None:
+    """A deployment that keeps parameters or buffers on the client cannot be shared: other
+    clients would see neither them nor their changes. ``ValueError`` naming them."""
+    held = [name for name, _ in remote._client_parameters()]
+    held += [name for name, _ in remote._local.named_buffers()
+             if remote._layout.stage_of(name) is None]
+    if held:
+        listed = ", ".join(held[:5]) + (", ..." if len(held) > 5 else "")
+        raise ValueError(
+            f"cannot publish the deployed {remote._class_name}: it keeps {len(held)} "
+            f"parameter(s) or buffer(s) on this client ({listed}), which clients attaching "
+            "to it would not see; place every module that holds them on a worker "
+            "(placement= naming their paths), then publish")
+
+
+def record(remote, name: str, *, owner: str, writable: bool) -> dict:
+    """The ``published_model`` record of a deployed model."""
+    layout = remote._layout
+    # a tree placement is always recorded (given or chosen); contiguous children have none
+    kind = "whole" if remote._whole else "chain" if remote._placement is None else "tree"
+    return {
+        "name": name, "model": remote._model_id,
+        "class": _class_path(type(remote._local)), "owner": owner, "created": time.time(),
+        "writable": bool(writable),
+        "workers": [{"stage": i, "worker": w.id, "address": w.address}
+                    for i, w in enumerate(remote._workers)],
+        "layout": {"kind": kind, "stages": [list(p) for p in remote._stage_names],
+                   "split": list(layout.split), "client": list(layout.client),
+                   "placement": remote._placement, "chunks": remote._chunks,
+                   "schedule": remote._schedule},
+        "structure": structure(remote._local),
+    }
+
+
+def _class_path(cls: type) -> str:
+    from disthook.distributed.spec import class_path
+
+    return class_path(cls)
+
+
+def client_id(remote) -> str:
+    """Who a deployment's (or an attachment's) client is, as it says: the identity of its
+    sockets to the workers, in hex. With keys the coordinator names it by the key it
+    authenticated with instead (the owner and clients ``models()`` lists)."""
+    return remote._hub.reply_to
+
+
+# ---- the twin -------------------------------------------------------------------------------
+
+def twin(struct: dict, *, name: str = "", main=None):
+    """The module tree a structure describes, each parameter and buffer a read-only,
+    zero-memory placeholder of its shape and dtype (``np.broadcast_to`` of one zero).
+    Classes of ``__main__`` are taken from ``main`` (default: this process's script)."""
+    shapes: dict[str, tuple] = {}
+
+    def fill(spec: dict, path: str) -> dict:
+        spec = dict(spec)
+        for kind in ("params", "buffers"):
+            entries = {}
+            for key, entry in spec[kind].items():
+                if entry is not None and "shape" in entry:
+                    full = f"{path}.{key}" if path else key
+                    shapes[full] = (tuple(entry["shape"]), np.dtype(entry["dtype"]))
+                    entry = {k: v for k, v in entry.items() if k not in ("shape", "dtype")}
+                    entry["data"] = np.zeros(0, shapes[full][1])  # built small, swapped below
+                entries[key] = entry
+            spec[kind] = entries
+        spec["children"] = {n: None if c is None else fill(c, f"{path}.{n}" if path else n)
+                            for n, c in spec["children"].items()}
+        return spec
+
+    main = sys.modules.get("__main__") if main is None else main
+    try:
+        module = build_module(fill(struct, ""), main=main)
+    except SpecError as exc:
+        what = f"the model published as {name!r}" if name else "the published model"
+        raise SpecError(
+            f"cannot make a twin of {what} here: {exc}. An attaching client needs the "
+            f"model's classes ({struct.get('class')} and those of its parts): import the "
+            "module that defines them, or define them in this script under the same names"
+        ) from None
+    for full, tensor in [*module.named_parameters(remove_duplicate=False),
+                         *module.named_buffers(remove_duplicate=False)]:
+        if full in shapes:  # not a tied name (its tensor is the one of the first name)
+            shape, dtype = shapes[full]
+            tensor._data = np.broadcast_to(np.zeros((), dtype), shape)  # read-only, no memory
+    return module
+
+
+# ---- the coordinator's side of a deployment ------------------------------------------------
+
+def check_name(cluster, name) -> None:
+    """Before a deployment loads: ``name`` is a non-empty str that no live deployment holds
+    (``NameTaken``, naming its owner). ``publish`` checks again, for a name taken meanwhile."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"deploy(name=...) takes a non-empty str, got {name!r}")
+    for model in cluster.models(calls=False):
+        if model["name"] == name and model["live"]:
+            raise NameTaken(f"the name {name!r} is taken: {model['class']} (model "
+                            f"{model['model']}) published by {model['owner']} is live; its "
+                            "deployer's close() frees the name, or choose another")
+
+
+def publish(cluster, remote, name: str, *, writable: bool) -> None:
+    """Publish a deployed model under ``name`` on its cluster's coordinator."""
+    check_publishable(remote)
+    owner = client_id(remote)
+    try:
+        cluster._coordinator.request(
+            "publish", {"record": record(remote, name, owner=owner, writable=writable)},
+            timeout=cluster.timeout)
+    except RemoteError as exc:
+        if exc.kind == "PermissionError":
+            raise NameTaken(exc.message) from None
+        raise
+    object.__setattr__(remote, "_published", name)
+
+
+def attach(cluster, name: str):
+    """A ``RemoteModel`` bound to the deployment published as ``name`` (see the module doc)."""
+    from disthook.distributed.remote import attached_model
+
+    if not isinstance(name, str):
+        raise TypeError(f"attach() takes a model's name (a str), got {type(name).__name__}")
+    try:
+        found = cluster._coordinator.request("lookup", {"name": name},
+                                             timeout=cluster.timeout)["result"]
+    except RemoteError as exc:
+        if exc.kind == "LookupError":
+            raise UnknownModel(exc.message) from None
+        raise
+    alive = {w.id: w for w in cluster.workers() if w.alive}
+    workers = []
+    for stage in found["workers"]:
+        if stage["worker"] not in alive:
+            raise ClusterError(f"cannot attach to {name!r}: worker {stage['worker']}, holding "
+                               f"stage {stage['stage']}, is not alive")
+        workers.append(alive[stage["worker"]])
+    module = twin(found["structure"], name=name)
+    remote = attached_model(cluster, module, workers, found)
+    try:
+        cluster._coordinator.request("attach", {"name": name, "model": found["model"],
+                                                "client": client_id(remote)},
+                                     timeout=cluster.timeout)
+    except BaseException:
+        remote.close()
+        raise
+    return remote
+
+
+def leave(remote) -> None:
+    """On close: the deployer unpublishes its model, an attached client detaches. The
+    coordinator also forgets both when their connection closes, so a failure here (the
+    coordinator gone) is not an error."""
+    cluster = remote._cluster
+    if remote.__dict__.get("_published"):
+        msg_type, fields = "unpublish", {"name": remote._published, "model": remote._model_id}
+    elif remote.__dict__.get("_attached"):
+        msg_type, fields = "detach", {"name": remote._attached, "model": remote._model_id,
+                                      "client": client_id(remote)}
+    else:
+        return
+    if cluster._closed:
+        return  # the cluster is closing: its connection closes next, which says the same
+    try:
+        cluster._coordinator.request(msg_type, fields, timeout=LEAVE_TIMEOUT_S)
+    except (RemoteTimeout, RemoteError, OSError):
+        pass

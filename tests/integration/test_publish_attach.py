@@ -1,0 +1,157 @@
+"""A deployed model shared by name (issue 23): deploy(name=) publishes it, models() lists it
+with its stages, owner and attached clients, and a client in another process that attaches
+to it computes what the deployer computes; unknown and taken names, models that keep state
+on the client, and a deployer's close are refused or undone clearly."""
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from clusters import wait_until
+
+import disthook as torch
+from disthook import nn
+from disthook.distributed import connect
+from disthook.distributed.registry import NameTaken, UnknownModel
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+import gpt  # examples/gpt.py (the workers find it: they get this process's sys.path)
+
+pytestmark = pytest.mark.timeout(240)
+CLUSTER_WORKERS = 2
+
+# another client: attaches by name, runs a forward and backward, says what it got
+ATTACHER = textwrap.dedent("""
+    import json, sys
+    import disthook as torch
+    from disthook.distributed import connect
+
+    address, name = sys.argv[1:]
+    with connect(address) as cluster:
+        remote = cluster.attach(name)
+        torch.manual_seed(1)
+        x = torch.randn(5, 4, requires_grad=True)
+        out = remote(x)
+        out.pow(2).sum().backward()
+        (listed,) = [m for m in cluster.models(calls=False) if m["name"] == name]
+        print(json.dumps({"out": out.detach().numpy().tolist(),
+                          "grad": x.grad.numpy().tolist(),
+                          "class": type(remote).__name__, "me": remote._hub.reply_to,
+                          "attached": [a["client"] for a in listed["clients"]]}))
+""")
+
+
+def net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3))
+
+
+def loaded_stages(cluster) -> int:
+    return sum(len(w.stages) for w in cluster.workers())
+
+
+def test_a_client_in_another_process_attaches_by_name_and_computes_what_the_deployer_does(
+        cluster):
+    remote = cluster.deploy(net(), stages=2, name="shared-mlp")
+    try:
+        (listed,) = [m for m in cluster.models() if m["name"] == "shared-mlp"]
+        assert listed["model"] == remote._model_id and listed["live"]
+        assert listed["owner"] == remote._hub.reply_to and listed["writable"] is False
+        assert listed["class"] == "disthook.nn.modules.container:Sequential"
+        assert [(s["stage"], s["worker"]) for s in listed["stages"]] == \
+            [(stage, wid) for stage, wid, _ in remote.workers()]
+        assert listed["clients"] == [] and listed["stages"][0]["forwards"] == 0
+
+        run = subprocess.run([sys.executable, "-c", ATTACHER, cluster.address, "shared-mlp"],
+                             capture_output=True, text=True, timeout=120, check=False)
+        assert run.returncode == 0, run.stderr
+        got = json.loads(run.stdout)
+        assert got["class"] == "RemoteModel" and got["attached"] == [got["me"]]
+        torch.manual_seed(1)
+        x = torch.randn(5, 4, requires_grad=True)
+        out = remote(x)
+        out.pow(2).sum().backward()
+        np.testing.assert_allclose(got["out"], out.detach().numpy(), rtol=1e-6)
+        np.testing.assert_allclose(got["grad"], x.grad.numpy(), rtol=1e-6)
+        # the client is gone: the coordinator forgets it; its close left the stages loaded
+        wait_until(lambda: cluster.models(calls=False)[0]["clients"] == [], 10)
+        np.testing.assert_allclose(remote(x).detach().numpy(), out.detach().numpy())
+    finally:
+        remote.close()
+
+
+def test_an_attached_tree_model_is_an_instance_of_its_class_and_its_hooks_fire(cluster):
+    torch.manual_seed(0)
+    model = gpt.GPT(gpt.Config())
+    local = gpt.GPT(gpt.Config())
+    local.load_state_dict(model.state_dict())
+    remote = cluster.deploy(model, stages=2, name="shared-gpt")
+    try:
+        with connect(cluster.address) as other:
+            attached = other.attach("shared-gpt")
+            assert isinstance(attached, gpt.GPT) and attached._model_id == remote._model_id
+            assert attached._hub.reply_to != remote._hub.reply_to  # a client of its own
+            x, y = next(iter(gpt.batches(gpt.Config(), 1)))
+            seen = []
+            attached.transformer.h[0].register_forward_hook(
+                lambda m, args, out: seen.append(tuple(out.shape)))
+            _, loss = attached(x, y)
+            _, expected = local(x, y)
+            np.testing.assert_allclose(loss.item(), expected.item(), rtol=1e-5)
+            assert seen == [(4, 16, 32)]
+            assert list(attached.state_dict()) == list(local.state_dict())
+            np.testing.assert_allclose(attached.state_dict()["lm_head.weight"].numpy(),
+                                       local.lm_head.weight.detach().numpy())
+            (listed,) = [m for m in cluster.models(calls=False) if m["name"] == "shared-gpt"]
+            assert [a["client"] for a in listed["clients"]] == [attached._hub.reply_to]
+        # the attached client closed with its cluster: the deployer's stages are there
+        _, again = remote(x, y)
+        np.testing.assert_allclose(again.item(), expected.item(), rtol=1e-5)
+    finally:
+        remote.close()
+
+
+def test_an_unknown_name_lists_the_published_ones(cluster):
+    remote = cluster.deploy(net(), stages=1, name="known")
+    try:
+        with connect(cluster.address) as other, \
+                pytest.raises(UnknownModel, match=r"no model is published as 'unknown'.*"
+                                                  r"published: 'known'") as caught:
+            other.attach("unknown")
+        assert isinstance(caught.value, KeyError)
+    finally:
+        remote.close()
+
+
+def test_a_live_name_is_refused_naming_its_owner_and_nothing_loads(cluster):
+    remote = cluster.deploy(net(), stages=2, name="taken")
+    try:
+        before = loaded_stages(cluster)
+        with connect(cluster.address) as other, \
+                pytest.raises(NameTaken, match=f"'taken' is taken.*{remote._hub.reply_to}"):
+            other.deploy(net(), stages=2, name="taken")
+        assert loaded_stages(cluster) == before
+    finally:
+        remote.close()
+
+
+def test_the_deployers_close_unpublishes_and_frees_the_name(cluster):
+    remote = cluster.deploy(net(), stages=2, name="short-lived")
+    remote.close()
+    assert [m for m in cluster.models() if m["name"] == "short-lived"] == []
+    with pytest.raises(UnknownModel):
+        cluster.attach("short-lived")
+    again = cluster.deploy(net(), stages=2, name="short-lived")
+    again.close()
+
+
+def test_a_model_that_keeps_weights_on_the_client_is_not_published(cluster):
+    before = loaded_stages(cluster)
+    with pytest.raises(ValueError, match=r"cannot publish.*on this client \(1.weight, 1.bias\)"):
+        cluster.deploy(nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2)), stages=1,
+                       placement={"0": 0}, name="half-here")
+    wait_until(lambda: loaded_stages(cluster) == before, 10)  # unloaded (workers report it)
+    assert [m for m in cluster.models() if m["name"] == "half-here"] == []
