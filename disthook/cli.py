@@ -1,5 +1,6 @@
-"""disthook: run a cluster (launch, coordinator, worker), look at it (status), make its keys
-(keys), and run the demo and the benchmarks (demo, bench)."""
+"""disthook: run a cluster (launch, coordinator, worker), serve a saved model on one
+(serve), look at it (status), make its keys (keys), and run the demo and the benchmarks
+(demo, bench)."""
 from __future__ import annotations
 
 import argparse
@@ -113,7 +114,69 @@ def _launch(args) -> int:
     return _foreground(start, check, cluster.close)
 
 
-def _foreground(start, check, stop, every: float = 0.5) -> int:
+def _serve(args) -> int:
+    """``serve CHECKPOINT --name NAME``: a local cluster with the checkpoint's model deployed
+    and published under NAME, in the foreground until Ctrl-C."""
+    from disthook.distributed import checkpoint as ckpt
+    from disthook.distributed import local_cluster
+    from disthook.distributed.endpoint import EndpointInUse
+    from disthook.distributed.spec import main_script_of
+
+    bind = parse(args.bind, "--bind")
+    if bind.scheme != "tcp":
+        raise ValueError(f"--bind must be a tcp endpoint (tcp://HOST:PORT) for serve, got "
+                         f"{args.bind!r}")
+    manifest, shards = ckpt.read(args.checkpoint)
+    stages = args.stages or len(manifest["stages"])
+    workers = args.workers or stages
+    if stages < 1 or workers < stages:
+        print(f"disthook serve: needs --stages >= 1 and --workers >= --stages, got "
+              f"{stages} and {workers}", file=sys.stderr)
+        return 2
+    if main_script_of(manifest["structure"]) is not None:
+        print(f"disthook serve: {args.checkpoint} holds a {manifest['class']}, whose classes "
+              "were defined in the script that saved it (__main__): serve makes the model "
+              "from importable modules only; move the classes into a module and save again",
+              file=sys.stderr)
+        return 1
+    # the model as saved: its classes by import path, its weights from the shards (no
+    # constructor runs but those of modules that hold lambdas, with their recorded arguments)
+    module = ckpt.rebuild(manifest["structure"], shards)
+    try:
+        cluster = local_cluster(workers, host=bind.host, port=bind.port,
+                                log_level=args.log_level, stderr=None, keys=args.keys,
+                                allow_hook_modules=args.allow_hook_module)
+    except EndpointInUse as exc:
+        print(f"disthook serve: {exc.advice('--bind')}", file=sys.stderr)
+        return 1
+    pids = [proc.pid for proc in cluster._processes]
+    served = []
+
+    def start():
+        served.append(cluster.deploy(module, stages, chunks=manifest["chunks"],
+                                     schedule=manifest["schedule"], name=args.name,
+                                     writable=args.writable))
+        keys = f", keys={args.keys!r}" if args.keys else ""
+        access = "writable by attached clients" if args.writable else "read-only"
+        print(f"disthook serve: {manifest['class']} from {args.checkpoint} on {stages} "
+              f"stage(s) of {workers} worker(s), published as {args.name!r} ({access}); "
+              f"attach with connect({cluster.address!r}{keys}).attach({args.name!r}); "
+              "Ctrl-C stops it", flush=True)
+
+    def check():
+        return next((f"{proc.args[2]} (pid {pid}) exited with code {proc.returncode}"
+                     for pid, proc in zip(pids, cluster._processes) if proc.poll() is not None),
+                    None)
+
+    def stop():
+        for remote in served:
+            remote.close()
+        cluster.close()
+
+    return _foreground(start, check, stop, command="serve")
+
+
+def _foreground(start, check, stop, every: float = 0.5, command: str = "launch") -> int:
     """Run a launched cluster in the foreground: ``start()``, then ``check()`` every
     ``every`` seconds until it names a process that ended (exit 1) or Ctrl-C (exit 0);
     ``stop()`` in every case, safe from a second Ctrl-C."""
@@ -123,10 +186,10 @@ def _foreground(start, check, stop, every: float = 0.5) -> int:
             time.sleep(every)
             ended = check()
             if ended:
-                print(f"disthook launch: {ended}; stopping the cluster", file=sys.stderr)
+                print(f"disthook {command}: {ended}; stopping the cluster", file=sys.stderr)
                 return 1
     except KeyboardInterrupt:
-        print("\ndisthook launch: stopping the cluster", file=sys.stderr)
+        print(f"\ndisthook {command}: stopping the cluster", file=sys.stderr)
         return 0
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the reaping
@@ -390,6 +453,16 @@ def main(argv=None) -> int:
         return 1
 
 
+def _worker_options(parser: argparse.ArgumentParser, *, log_level: str) -> None:
+    """The options of the processes a command starts here (launch, serve)."""
+    parser.add_argument("--log-level", default=log_level, type=str.upper, choices=LOG_LEVELS,
+                        help="the least severe messages the processes log to this terminal "
+                             f"(default {log_level})")
+    parser.add_argument("--allow-hook-module", action="append", default=[], metavar="MODULE",
+                        help="a module (or package) whose functions hooks.by_path may run on "
+                             "the workers; repeat for more")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every command but the roles (which parse their own arguments)."""
     parser = argparse.ArgumentParser(
@@ -426,12 +499,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"the coordinator's endpoint (default {DEFAULT_COORDINATOR})")
     launch.add_argument("--heartbeat", type=float, default=HEARTBEAT_S,
                         help=f"seconds between beats (default {HEARTBEAT_S})")
-    launch.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
-                        help="the least severe messages the processes log to this terminal "
-                             "(default INFO)")
-    launch.add_argument("--allow-hook-module", action="append", default=[], metavar="MODULE",
-                        help="a module (or package) whose functions hooks.by_path may run on "
-                             "the workers; repeat for more")
+    _worker_options(launch, log_level="INFO")
     launch.add_argument("--hosts", metavar="FILE",
                         help="run the processes over ssh on the hosts FILE lists (see "
                              "deploy/ssh.py for its format); --bind gives the port")
@@ -447,6 +515,26 @@ def build_parser() -> argparse.ArgumentParser:
                         help="run with keys from DIR (disthook keys generate DIR): every "
                              "connection encrypted, only authorized peers accepted")
     launch.set_defaults(fn=_launch)
+    serve = sub.add_parser("serve", help="run a cluster with a saved model deployed and "
+                                         "published by name, in the foreground")
+    serve.add_argument("checkpoint", metavar="CHECKPOINT",
+                       help="a checkpoint directory written by remote.save(path)")
+    serve.add_argument("--name", required=True,
+                       help="the name clients attach to: connect(address).attach(NAME)")
+    serve.add_argument("--stages", type=int, default=None,
+                       help="how many stages to place it on (default: as it was saved)")
+    serve.add_argument("--workers", type=int, default=None,
+                       help="how many workers (default: one per stage)")
+    serve.add_argument("--bind", default=DEFAULT_COORDINATOR,
+                       help=f"the coordinator's endpoint (default {DEFAULT_COORDINATOR}; "
+                            "tcp://127.0.0.1:0 picks a free port)")
+    serve.add_argument("--keys", metavar="DIR",
+                       help="run with keys from DIR (disthook keys generate DIR); attaching "
+                            "clients connect with a pair of DIR (disthook keys add DIR NAME)")
+    serve.add_argument("--writable", action="store_true",
+                       help="let attached clients write the weights (default: read-only)")
+    _worker_options(serve, log_level="WARNING")
+    serve.set_defaults(fn=_serve)
     # listed for --help; main() hands their arguments to the role's own parser
     sub.add_parser("coordinator", help="run only the coordinator (options: --help)")
     sub.add_parser("worker", help="run one worker, e.g. on another host (options: --help)")

@@ -1,8 +1,11 @@
 """A deployed model shared by name (issue 23): deploy(name=) publishes it, models() lists it
 with its stages, owner and attached clients, and a client in another process that attaches
 to it computes what the deployer computes; unknown and taken names, models that keep state
-on the client, and a deployer's close are refused or undone clearly."""
+on the client, and a deployer's close are refused or undone clearly; ``disthook serve``
+stands a saved model up under a name and stops on Ctrl-C."""
 import json
+import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -155,3 +158,33 @@ def test_a_model_that_keeps_weights_on_the_client_is_not_published(cluster):
                        placement={"0": 0}, name="half-here")
     wait_until(lambda: loaded_stages(cluster) == before, 10)  # unloaded (workers report it)
     assert [m for m in cluster.models() if m["name"] == "half-here"] == []
+
+
+def test_serve_stands_a_checkpoint_up_by_name_and_stops_on_ctrl_c(cluster, tmp_path):
+    saved = cluster.deploy(net(), stages=2)
+    saved.save(str(tmp_path / "ckpt"))
+    local = saved.to_local()
+    saved.close()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "disthook.cli", "serve", str(tmp_path / "ckpt"), "--name", "mlp",
+         "--workers", "2", "--bind", "tcp://127.0.0.1:0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        found = re.search(r"attach with connect\('([^']+)'\)\.attach\('mlp'\)", line)
+        assert found, f"serve printed {line!r}; stderr: {proc.stderr.read() if not line else ''}"
+        x = torch.randn(6, 4)
+        with connect(found.group(1)) as client:
+            (listed,) = client.models()
+            assert listed["name"] == "mlp" and len(listed["stages"]) == 2
+            np.testing.assert_allclose(client.attach("mlp")(x).detach().numpy(),
+                                       local(x).detach().numpy(), rtol=1e-6)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+        assert "stopping the cluster" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
