@@ -26,7 +26,7 @@ class HookHandlers:
         stub that runs the client's hook when it fires here."""
         st = self._stage(job)
         client = bytes.fromhex(job.msg["reply_to"])
-        held = sum(1 for who in st.hook_clients.values() if who == client)
+        held = sum(1 for who, _ in st.hooks if who == client)
         if held + len(job.msg["hooks"]) > self.max_hooks:
             raise RuntimeError(
                 f"this client holds {held} hooks on {st.name}; {len(job.msg['hooks'])} more "
@@ -38,7 +38,7 @@ class HookHandlers:
                 self._add_hook(st, entry, client)
                 added.append(entry.hook)
         except BaseException:
-            self._remove_hooks(st, added)
+            self._remove_hooks(st, client, added)
             raise
 
     def _add_hook(self, st, entry, client: bytes) -> None:
@@ -55,16 +55,18 @@ class HookHandlers:
                   else st.module.get_submodule(path))
         handle = hook_kinds.register(target, kind, _only_for(self, client, stub),
                                      entry.options)
-        st.hooks[hook_id] = handle
-        st.hook_clients[hook_id] = client
-        st.hook_info[hook_id] = {"hook": hook_id, "kind": kind, "path": path,
-                                 "tag": entry.get("tag"),
-                                 "runs": "client" if spec is None else "worker"}
+        # by (client, id): each client numbers its hooks from 1
+        st.hooks[(client, hook_id)] = handle
+        st.hook_info[(client, hook_id)] = {"hook": hook_id, "kind": kind, "path": path,
+                                           "tag": entry.get("tag"),
+                                           "runs": "client" if spec is None else "worker"}
 
     def on_list_hooks(self, job):
-        """The hooks registered on this stage: [{"hook", "kind", "path", "tag", "runs"}],
-        where runs is "client" (a stub that calls the client) or "worker" (a worker hook)."""
-        return list(self._stage(job).hook_info.values())
+        """The hooks the asking client registered on this stage: [{"hook", "kind", "path",
+        "tag", "runs"}], where runs is "client" (a stub that calls the client) or "worker"
+        (a worker hook). Other clients' hooks are theirs."""
+        return [info for (who, _), info in self._stage(job).hook_info.items()
+                if who == job.client]
 
     def on_captured(self, job):
         """The capture buffer ``name``: [{"order", "path", "kind", "micro_batch", "value"}]."""
@@ -75,14 +77,15 @@ class HookHandlers:
                                                                        msg.get("clear", True))]
 
     def on_remove_hooks(self, job):
-        self._remove_hooks(self._stage(job), job.msg["hooks"])
+        self._remove_hooks(self._stage(job), job.client, job.msg["hooks"])
 
     @staticmethod
-    def _remove_hooks(st, hook_ids) -> None:
-        for hook_id in hook_ids:  # an id not held here (removed before) is no error
-            st.hook_info.pop(hook_id, None)
-            st.hook_clients.pop(hook_id, None)
-            handle = st.hooks.pop(hook_id, None)
+    def _remove_hooks(st, client: bytes, hook_ids) -> None:
+        """Remove ``client``'s hooks ``hook_ids`` (an id not held, removed before, is no
+        error)."""
+        for hook_id in hook_ids:
+            st.hook_info.pop((client, hook_id), None)
+            handle = st.hooks.pop((client, hook_id), None)
             if handle is not None:
                 handle.remove()
 

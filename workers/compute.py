@@ -47,12 +47,12 @@ class Stage:
         self.grads: dict[bytes, list] = {}  # every other client's, one per parameter
         self.name = f"stage {index} of {model}"
         self.neighbours: dict[str, zmq.Socket] = {}  # "prev"/"next" -> DEALER to that worker
-        self.hooks: dict[int, object] = {}  # client hook id -> handle of its stub
-        self.hook_info: dict[int, dict] = {}  # hook id -> what on_list_hooks tells of it
+        # (client, its hook id) -> the handle of the stub; -> what on_list_hooks tells of it
+        self.hooks: dict[tuple, object] = {}
+        self.hook_info: dict[tuple, dict] = {}
         self.forwards = 0  # forwards run (one per micro-batch), for status
         self.parameters = sum(p.numel() for p in module.parameters())
         self.optimizers: dict[tuple, object] = {}  # (client, optimizer id) -> local share
-        self.hook_clients: dict[int, bytes] = {}  # hook id -> the client that registered it
 
     def use_grads(self, client: bytes) -> None:
         """Make the parameters' ``.grad`` those of ``client`` (kept aside for the one
@@ -192,6 +192,7 @@ class ComputeHandlers:
             for a, flag in zip(msg["inputs"], flags):
                 leaf(a, flag)
             if msg.get("rng"):  # the client's random stream, passed stage to stage
+                job.rng = msg["rng"]
                 disthook.random._set_stream_state(msg["rng"])
             with disthook.set_grad_enabled(grad):
                 given = [_as_computed(t) if st.index > 0 else t for t in inputs]
@@ -231,6 +232,7 @@ class ComputeHandlers:
         try:
             args, kwargs = unpack(msg["call"], lambda a, flag, _name: _as_computed(leaf(a, flag)))
             if msg.get("rng"):  # the client's random stream: drawn from here, handed back
+                job.rng = msg["rng"]
                 disthook.random._set_stream_state(msg["rng"])
             with disthook.set_grad_enabled(grad):
                 out = _submodule(st, path)(*args, **kwargs)

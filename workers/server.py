@@ -31,6 +31,7 @@ import warnings
 
 import zmq
 
+from disthook import random as streams
 from disthook import wire
 from disthook.distributed import endpoint
 from disthook.distributed import hooks as worker_hooks
@@ -201,8 +202,7 @@ class Worker(ComputeHandlers, HookHandlers, ParamHandlers, Service):
         if sender is not None:
             self._execute(self.state.handle(ClientGone(sender)))
             for st in self.stages.values():  # its hooks, gradients and optimizer shares
-                self._remove_hooks(st, [h for h, who in st.hook_clients.items()
-                                        if who == sender])
+                self._remove_hooks(st, sender, [h for who, h in st.hooks if who == sender])
                 st.forget(sender)
 
     def _execute(self, instructions: list) -> None:
@@ -266,16 +266,20 @@ class Worker(ComputeHandlers, HookHandlers, ParamHandlers, Service):
         a request is to start or another waiting job to go on, it hands the loop over."""
         while not wait.done and self._running and not self._todo and not self.runners.ready:
             self._serve_round(start_jobs=False)
+        job = wait.job
         if not wait.done and self._running:
+            if job.rng is not None:  # the stream as this job left it
+                job.rng = streams._stream_state()
             turn = self.runners.current()
             self._sleepers[wait.id] = turn
             self.runners.sleep(turn)
             self._sleepers.pop(wait.id, None)
-        job = wait.job
         self._local.job = job
         self.captures.micro_batch = job.micro_batch
         if job.stage is not None:  # another client's job may have run meanwhile
             job.stage.use_grads(job.client)
+        if job.rng is not None:
+            streams._set_stream_state(job.rng)
         if not wait.done:  # woken because the worker stops
             raise RuntimeError(f"worker {self.id} is stopping; it was waiting for {wait.what}")
         if wait.error is not None:
@@ -349,9 +353,9 @@ class Worker(ComputeHandlers, HookHandlers, ParamHandlers, Service):
         whether it is the deployer."""
         graphs = self.state.clients_of(st.model)
         out: dict[str, dict] = {}
-        for who in {*graphs, *st.hook_clients.values(), st.owner}:
+        for who in {*graphs, *(c for c, _ in st.hooks), st.owner}:
             out[who.hex()] = {"contexts": graphs.get(who, 0),
-                              "hooks": sum(1 for c in st.hook_clients.values() if c == who),
+                              "hooks": sum(1 for c, _ in st.hooks if c == who),
                               "owner": who == st.owner}
         return out
 

@@ -117,6 +117,9 @@ class Job:
     stage: Any = None  # the stage it runs on, once looked up (for error reports)
     retained: list = dataclasses.field(default_factory=list)  # see Context.retained
     taps: dict = dataclasses.field(default_factory=dict)  # see Context.taps
+    # the client's random stream while the job draws from it (see wire's forward "rng"):
+    # kept here while it waits, since another client's job may draw meanwhile
+    rng: str | None = None
     micro_batch: int | None = None  # what capture hooks record as the micro-batch
 
     @property

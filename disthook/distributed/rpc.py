@@ -93,11 +93,34 @@ def error_fields(exc: BaseException, *, worker: str | None = None, path: str | N
             "stage": stage, "traceback": traceback}
 
 
+# built-in exceptions a remote one is also an instance of, so that ``except TypeError`` and
+# ``except PermissionError`` catch them as in one process
+_ALSO = {cls.__name__: cls for cls in (
+    TypeError, ValueError, IndexError, KeyError, LookupError, AttributeError,
+    NotImplementedError, PermissionError, ZeroDivisionError, OverflowError, MemoryError,
+    AssertionError)}
+_REMOTE_KINDS: dict[str, type] = {}
+
+
+def remote_error_class(kind: str) -> type:
+    """``RemoteError``, or for a built-in kind a subclass that is also that built-in
+    (``RemotePermissionError``: a ``RemoteError`` and a ``PermissionError``)."""
+    builtin = _ALSO.get(kind)
+    if builtin is None:
+        return RemoteError
+    cls = _REMOTE_KINDS.get(kind)
+    if cls is None:
+        cls = _REMOTE_KINDS[kind] = type(f"Remote{kind}", (RemoteError, builtin), {
+            "__module__": __name__, "__str__": RemoteError.__str__})
+    return cls
+
+
 def raise_error(reply: wire.Message):
-    """Raise the ``RemoteError`` an ``error`` reply describes."""
-    raise RemoteError(reply["kind"], reply["message"], worker=reply.get("worker"),
-                      path=reply.get("path"), stage=reply.get("stage"),
-                      traceback=reply.get("traceback"))
+    """Raise the ``RemoteError`` an ``error`` reply describes (also an instance of its kind
+    when that is a built-in exception)."""
+    raise remote_error_class(reply["kind"])(
+        reply["kind"], reply["message"], worker=reply.get("worker"), path=reply.get("path"),
+        stage=reply.get("stage"), traceback=reply.get("traceback"))
 
 
 _request_ids = itertools.count(1)
