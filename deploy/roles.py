@@ -61,8 +61,9 @@ def worker_role(coordinator: str, *, worker_id: str | None = None,
         args += ["--id", worker_id]
     for module in allow_hook_modules:
         args += ["--allow-hook-module", module]
-    for module in allow_model_modules or ():  # None: any installed module
-        args += ["--allow-model-module", module]
+    if allow_model_modules is not None:  # None: any installed module; []: disthook only
+        for module in allow_model_modules or ["disthook"]:
+            args += ["--allow-model-module", module]
     if allow_main_scripts:
         args.append("--allow-main-scripts")
     if context_ttl is not None:

@@ -114,6 +114,24 @@ def _launch(args) -> int:
     return _foreground(start, check, cluster.close)
 
 
+def _packages_of(structure) -> list[str]:
+    """The top-level packages of every class and function a model's structure names."""
+    found: set[str] = set()
+
+    def walk(value, key=None):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, k)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+        elif isinstance(value, str) and key in ("class", "ref") and value.count(":") == 1:
+            found.add(value.split(":")[0].split(".")[0])
+
+    walk(structure)
+    return sorted(found - {"disthook"})
+
+
 def _serve(args) -> int:
     """``serve CHECKPOINT --name NAME``: a local cluster with the checkpoint's model deployed
     and published under NAME, in the foreground until Ctrl-C."""
@@ -143,9 +161,14 @@ def _serve(args) -> int:
     # constructor runs but those of modules that hold lambdas, with their recorded arguments)
     module = ckpt.rebuild(manifest["structure"], shards)
     try:
+        # a shared service: no client's script runs on the workers, and classes come only
+        # from disthook, the served model's packages and those --allow-model-module names
         cluster = local_cluster(workers, host=bind.host, port=bind.port,
                                 log_level=args.log_level, stderr=None, keys=args.keys,
-                                allow_hook_modules=args.allow_hook_module)
+                                allow_hook_modules=args.allow_hook_module,
+                                allow_main_scripts=False,
+                                allow_model_modules=[*_packages_of(manifest["structure"]),
+                                                     *args.allow_model_module])
     except EndpointInUse as exc:
         print(f"disthook serve: {exc.advice('--bind')}", file=sys.stderr)
         return 1
@@ -533,6 +556,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "clients connect with a pair of DIR (disthook keys add DIR NAME)")
     serve.add_argument("--writable", action="store_true",
                        help="let attached clients write the weights (default: read-only)")
+    serve.add_argument("--allow-model-module", action="append", default=[], metavar="MODULE",
+                       help="a module (or package) whose classes the workers may take besides "
+                            "disthook and the served model's own (an optimizer class of a "
+                            "client that may write, say); repeat for more")
     _worker_options(serve, log_level="WARNING")
     serve.set_defaults(fn=_serve)
     # listed for --help; main() hands their arguments to the role's own parser

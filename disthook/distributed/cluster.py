@@ -445,7 +445,8 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
                   heartbeat: float = HEARTBEAT_S, timeout: float = DEFAULT_TIMEOUT,
                   start_timeout: float = 60.0, log_level: str = "WARNING",
                   stderr=None, allow_hook_modules=(), restart: bool = False,
-                  secure: bool = False, keys=None, context_ttl: float = 600.0) -> Cluster:
+                  secure: bool = False, keys=None, context_ttl: float = 600.0,
+                  allow_main_scripts: bool = True, allow_model_modules=None) -> Cluster:
     """Start a coordinator and ``workers`` worker processes on this machine; a ``Cluster``.
 
     ``allow_hook_modules``: modules (or packages) whose functions ``hooks.by_path`` may run
@@ -456,7 +457,10 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
     processes accept only this client's key: a fresh key directory is made for the cluster
     (and removed with it), or ``keys=DIR`` names one (``disthook keys generate DIR``).
     ``context_ttl``: seconds a worker keeps a forward's graph waiting for its backward (the
-    graphs of a client that vanished are dropped then)."""
+    graphs of a client that vanished are dropped then). ``allow_main_scripts``: workers
+    import a client's script for the classes defined there (the default: the client is on
+    this machine); ``allow_model_modules``: when given, the only modules (or packages) besides
+    disthook whose classes workers take (``disthook serve`` passes the served model's)."""
     _refuse_in_worker("local_cluster()")
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise ValueError(f"local_cluster() needs workers >= 1, got {workers!r}")
@@ -473,10 +477,12 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
         coordinator = spawn(first, stderr, announce=True)
         procs.append(coordinator)
         address = _announced_address(coordinator, start_timeout)
-        # allow_main_scripts: the client's script is on this machine
+        # allow_main_scripts: the client's script is on this machine (a shared service
+        # turns it off and lists the modules models may come from: allow_model_modules)
         worker = worker_role(address, bind=f"tcp://{host}:0", keys=key_dir,
                              log_level=log_level, allow_hook_modules=allow_hook_modules,
-                             allow_main_scripts=True, context_ttl=context_ttl)
+                             allow_main_scripts=allow_main_scripts, context_ttl=context_ttl,
+                             allow_model_modules=allow_model_modules)
         for _ in range(workers):
             procs.append(spawn(worker, stderr))
         cluster = Cluster(address, timeout=timeout, _processes=procs,

@@ -17,8 +17,10 @@ from clusters import wait_until
 
 import disthook as torch
 from disthook import nn
-from disthook.distributed import connect
+from disthook.distributed import RemoteError, connect
 from disthook.distributed.registry import NameTaken, UnknownModel
+from disthook.distributed.rpc import Peer
+from disthook.distributed.spec import module_spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import gpt  # examples/gpt.py (the workers find it: they get this process's sys.path)
@@ -179,6 +181,16 @@ def test_serve_stands_a_checkpoint_up_by_name_and_stops_on_ctrl_c(cluster, tmp_p
             assert listed["name"] == "mlp" and len(listed["stages"]) == 2
             np.testing.assert_allclose(client.attach("mlp")(x).detach().numpy(),
                                        local(x).detach().numpy(), rtol=1e-6)
+            # a shared service: classes only from disthook and the served model's packages
+            spec = module_spec(nn.Sequential(nn.Identity()))
+            spec["children"]["0"]["class"] = "json:JSONDecoder"
+            with Peer(client.workers()[0].address) as peer:
+                with pytest.raises(RemoteError, match="importing 'json' is not allowed"):
+                    peer.request("load_stage", {"model": "m", "stage": 0, "spec": spec},
+                                 timeout=30)
+                with pytest.raises(RemoteError, match="does not import client scripts"):
+                    peer.request("load_stage", {"model": "m", "stage": 0, "spec": spec,
+                                                "main": __file__}, timeout=30)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 0
         assert "stopping the cluster" in proc.stderr.read()
