@@ -262,3 +262,26 @@ def test_whole_training_steps_through_every_stage(name, p, m):
 def test_an_unknown_schedule_action_is_refused():
     with pytest.raises(ValueError, match="unknown schedule action 'jump'"):
         StepRun("m", "s", [("jump", 0)]).next({})
+
+
+def test_a_write_waits_until_no_other_clients_call_of_the_model_runs():
+    """Weights change between another client's calls, never inside one (issue 23)."""
+    state, _ = make_state()
+    (call,) = started(request(state, "forward", sender=OTHER, req=1))  # e.g. parked in a hook
+    assert started(request(state, "set_state", req=2)) == []  # held
+    assert started(request(state, "get_state", req=3)) != []  # reads go on at once
+    later = request(state, "forward", req=4)  # the writer's next call waits behind its write
+    assert started(later) == []
+    (write,) = started(state.handle(JobDone(call)))
+    assert write.msg.type == "set_state"
+    (nxt,) = started(state.handle(JobDone(write)))
+    assert nxt.msg.req == 4
+    state.handle(JobDone(nxt))
+    # an optimizer step is a write; its zero_grad is not; another model's calls do not count
+    started(request(state, "forward", sender=OTHER, req=5))
+    step = {"id": 1, "class": "SGD", "kwargs": {}, "params": ["0.weight"]}
+    assert started(request(state, "step", sender=CLIENT, req=6,
+                           optimizer={**step, "action": "zero_grad"})) != []
+    state.models.add("n")
+    (other_model,) = started(request(state, "set_state", sender=CLIENT, req=7, model="n"))
+    assert other_model.model == "n"

@@ -181,6 +181,9 @@ class WorkerState:
         self.lanes: dict[tuple, collections.deque] = {}  # busy lane -> requests queued in it
         self.jobs: set[Job] = set()  # running (or waiting) jobs
         self.gone: dict[bytes, None] = {}  # clients whose connection closed (the latest)
+        # writes to a model's weights held until no other client's call of it is running:
+        # a call never sees the weights change inside it
+        self.held_writes: list[Job] = []
         self._wait_ids = itertools.count(1)
 
     # ---- the one entry point ------------------------------------------------------------------
@@ -222,11 +225,32 @@ class WorkerState:
             queued.append(job)
             return []
         self.lanes[job.lane] = collections.deque()
+        if _writes(msg) and self._others_running(job):
+            self.held_writes.append(job)  # its lane stays taken: its later requests wait
+            return []
         self.jobs.add(job)
         return [Run(job)]
 
+    def _others_running(self, job: Job) -> bool:
+        return any(j.model == job.model and j.client != job.client for j in self.jobs)
+
+    def _release_writes(self) -> list:
+        """The held writes that may run now."""
+        out = []
+        for job in list(self.held_writes):
+            if not self._others_running(job):
+                self.held_writes.remove(job)
+                self.jobs.add(job)
+                out.append(Run(job))
+        return out
+
     def _on_job_done(self, job: Job) -> list:
         self.jobs.discard(job)
+        if self.held_writes:
+            return self._next_in_lane(job) + self._release_writes()
+        return self._next_in_lane(job)
+
+    def _next_in_lane(self, job: Job) -> list:
         if job.waiting is not None:  # ended while waiting (stopped): the wait goes too
             self.waits.pop(job.waiting.id, None)
             job.waiting = None
@@ -237,6 +261,9 @@ class WorkerState:
             del self.lanes[job.lane]
             return []
         nxt = queued.popleft()
+        if _writes(nxt.msg) and self._others_running(nxt):
+            self.held_writes.append(nxt)
+            return []
         self.jobs.add(nxt)
         return [Run(nxt)]
 
@@ -400,6 +427,14 @@ class StepRun:
             raise ValueError(f"unknown schedule action {kind!r}")
         self.position += 1
         return (kind, mb)
+
+
+def _writes(msg) -> bool:
+    """Whether a request changes a model's weights (or its mode, or whether it is held)."""
+    if msg.type in ("set_state", "param_op", "train", "load_stage", "unload"):
+        return True
+    optimizer = msg.get("optimizer") if msg.type == "step" else None
+    return optimizer is not None and optimizer.get("action") in ("step", "load")
 
 
 def _client_of(sender: bytes, msg) -> bytes:
