@@ -11,4 +11,4 @@ The suites import ``timing`` and ``table``, which import no suite; the runner im
 suite only when it runs.
 """
 
-SUITES = ("dist", "engine", "nn", "peers", "pipeline", "scaling", "toolkit")
+SUITES = ("dist", "engine", "nn", "peers", "pipeline", "scaling", "tenancy", "toolkit")

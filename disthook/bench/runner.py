@@ -12,7 +12,7 @@ from disthook.bench import SUITES
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 # suites that print tables of their own; the others share the table of disthook.bench.table
-OWN_TABLES = ("pipeline", "scaling", "peers")  # printed in this order
+OWN_TABLES = ("pipeline", "scaling", "peers", "tenancy")  # printed in this order
 
 
 def run_suite(name: str, quick: bool) -> list[dict]:
@@ -45,6 +45,12 @@ def _own_table(name: str, quick: bool) -> list[dict]:
 
         rows = scaling.run(quick)
         scaling.print_rows(rows)
+        return rows
+    if name == "tenancy":
+        from disthook.bench import tenancy
+
+        rows = tenancy.run(quick)
+        tenancy.print_rows(rows)
         return rows
     from disthook.bench import peers
 
