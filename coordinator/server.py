@@ -25,6 +25,7 @@ import zmq
 import zmq.auth
 
 from disthook import wire
+from disthook.distributed.security import key_name
 from disthook.distributed.service import LOG_LEVELS, Service, recv_now
 from disthook.wire import HEARTBEAT_S, LOST_AFTER_BEATS, SILENT_AFTER_BEATS
 
@@ -152,15 +153,7 @@ class Coordinator(Service):
         user_id = self._user_ids.get(sender)
         if self.keys is None or not user_id:
             return claimed
-        folder = os.path.join(self.keys.directory, "authorized")
-        for entry in sorted(os.listdir(folder)):
-            try:
-                public, _ = zmq.auth.load_certificate(os.path.join(folder, entry))
-            except (ValueError, OSError):
-                continue
-            if public.decode() == user_id:
-                return entry.removesuffix(".key")
-        return f"key {user_id[:8]}..."  # authorized then, its file removed since
+        return key_name(self.keys, user_id)
 
     def on_publish(self, msg, sender: bytes):
         record = dict(msg["record"])

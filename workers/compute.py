@@ -117,8 +117,9 @@ class ComputeHandlers:
                 stage.neighbours[side] = sock
         self.stages[stage.model] = stage
         self.state.models.add(stage.model)
-        self.log.info("worker %s: %s loaded (%s)", self.id, stage.name,
-                      ", ".join(module._modules))
+        self.log.info("worker %s: %s loaded by %s (%s)%s", self.id, stage.name,
+                      self.who(job.client), ", ".join(module._modules),
+                      ", writable by others" if stage.writable else "")
         self._beat()
         return {"parameters": sum(p.numel() for p in module.parameters())}
 

@@ -36,7 +36,7 @@ from disthook import wire
 from disthook.distributed import endpoint
 from disthook.distributed import hooks as worker_hooks
 from disthook.distributed.rpc import error_fields
-from disthook.distributed.security import SERVER, Keys
+from disthook.distributed.security import SERVER, Keys, key_name
 from disthook.distributed.service import (
     LOG_LEVELS,
     NO_REPLY,
@@ -106,6 +106,7 @@ class Worker(ComputeHandlers, HookHandlers, ParamHandlers, Service):
         self._todo: list = []  # jobs to start, in order
         self._sleepers: dict[int, object] = {}  # wait id -> the turn of the job waiting
         self._peers: dict[int, bytes] = {}  # connection's file descriptor -> peer identity
+        self._names: dict[bytes, str] = {}  # with keys: peer identity -> its key's name
         self._local = threading.local()  # .job: the job this thread runs now
         self._event_ids = itertools.count(1)
         self._warnings_routed = False  # see _route_warnings
@@ -189,6 +190,8 @@ class Worker(ComputeHandlers, HookHandlers, ParamHandlers, Service):
             return
         sender, body = frames[0].bytes, frames[1:]
         self._peers[frames[0].get(zmq.SRCFD)] = sender
+        if self.keys is not None and sender not in self._names:  # who, for the logs
+            self._names[sender] = key_name(self.keys, frames[0].get("User-Id"))
         try:
             msg = wire.decode(body)
         except wire.WireError as exc:
@@ -197,13 +200,26 @@ class Worker(ComputeHandlers, HookHandlers, ParamHandlers, Service):
             return
         self._execute(self.state.handle(MessageIn(sender, msg)))
 
+    def who(self, client: bytes) -> str:
+        """A client as the logs name it: its key's name (with keys), else its identity."""
+        name = self._names.get(client)
+        return f"client {name}" if name else f"client {client.hex()[:12]}"
+
     def on_disconnected(self, fd: int) -> None:
         sender = self._peers.pop(fd, None)
         if sender is not None:
+            graphs = sum(1 for c in self.state.contexts.values() if c.client == sender)
             self._execute(self.state.handle(ClientGone(sender)))
+            hooks = 0
             for st in self.stages.values():  # its hooks, gradients and optimizer shares
-                self._remove_hooks(st, sender, [h for who, h in st.hooks if who == sender])
+                mine = [h for who, h in st.hooks if who == sender]
+                hooks += len(mine)
+                self._remove_hooks(st, sender, mine)
                 st.forget(sender)
+            if graphs or hooks:
+                self.log.info("worker %s: %s went away; dropped its %d graph(s) and %d "
+                              "hook(s)", self.id, self.who(sender), graphs, hooks)
+            self._names.pop(sender, None)
 
     def _execute(self, instructions: list) -> None:
         """Carry out what the state decided (jobs start at the end of the round)."""
@@ -239,6 +255,12 @@ class Worker(ComputeHandlers, HookHandlers, ParamHandlers, Service):
                 return
             try:
                 result = handler(job)
+            except PermissionError as exc:  # a refused write: the logs say who tried
+                self.log.warning("worker %s: refused %s of %s: %s", self.id, msg.type,
+                                 self.who(job.client), exc)
+                self.reply(self.router, job.sender, msg.req, "error",
+                           self.error_reply(exc, job), ctx=msg.ctx)
+                return
             except Exception as exc:  # noqa: BLE001 - the caller hears it; we carry on
                 self.log.debug("%s: %s failed", self.name, msg.type, exc_info=True)
                 self.reply(self.router, job.sender, msg.req, "error",

@@ -170,6 +170,21 @@ class _Gate:
         return allowed
 
 
+def key_name(keys: Keys, user_id: str) -> str:
+    """The name of the authorized key whose public half is ``user_id`` (the Z85 text a
+    connection authenticated with, ZeroMQ's User-Id), or its first characters if its file
+    was removed since."""
+    folder = os.path.join(keys.directory, "authorized")
+    for entry in sorted(os.listdir(folder)):
+        try:
+            public, _ = zmq.auth.load_certificate(os.path.join(folder, entry))
+        except (ValueError, OSError):
+            continue
+        if public.decode() == user_id:
+            return entry.removesuffix(".key")
+    return f"key {user_id[:8]}..."
+
+
 def is_loopback(address: str) -> bool:
     """True for endpoints only this machine can reach: ipc, tcp on 127.x/::1/localhost."""
     return parse(address).loopback

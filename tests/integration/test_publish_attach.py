@@ -82,7 +82,8 @@ def test_a_client_in_another_process_attaches_by_name_and_computes_what_the_depl
         np.testing.assert_allclose(got["out"], out.detach().numpy(), rtol=1e-6)
         np.testing.assert_allclose(got["grad"], x.grad.numpy(), rtol=1e-6)
         # the client is gone: the coordinator forgets it; its close left the stages loaded
-        wait_until(lambda: cluster.models(calls=False)[0]["clients"] == [], 10)
+        wait_until(lambda: [m["clients"] for m in cluster.models(calls=False)
+                            if m["name"] == "shared-mlp"] == [[]], 10)
         np.testing.assert_allclose(remote(x).detach().numpy(), out.detach().numpy())
     finally:
         remote.close()
