@@ -191,7 +191,7 @@ for _name in (
     "allclose", "isclose", "logical_and", "logical_or", "logical_xor", "logical_not", "isnan",
     "isinf", "isfinite", "clone", "detach", "lerp", "broadcast_to", "repeat", "sort",
     "argsort", "topk", "tril", "triu", "roll", "repeat_interleave", "index_select", "scatter",
-    "scatter_add", "addcmul", "addcdiv",
+    "scatter_add", "addcmul", "addcdiv", "unique",
 ):
     globals()[_name] = _method(_name)
 del _name

@@ -1135,6 +1135,23 @@ class Tensor:
         index = SortOps.sort_indices(self._data, d, descending, builtins.bool(stable))
         return Tensor._make(index.astype(np.int64), None, 0)
 
+    def unique(self, sorted=True, return_inverse=False, return_counts=False, dim=None):
+        """The distinct values (or slices along ``dim``), in ascending order whatever
+        ``sorted`` says, as torch's CPU kernels give them; with ``return_inverse`` where each
+        element (slice) went, with ``return_counts`` how many of each. Not differentiable."""
+        axis = None if dim is None else self._dim(dim)
+        values, inverse, counts = np.unique(self._data, return_inverse=True,
+                                            return_counts=True, axis=axis)
+        if axis is None:
+            inverse = inverse.reshape(self.shape)
+        out = [Tensor._make(values.astype(self._data.dtype), None, 0)]
+        if return_inverse:
+            out.append(Tensor._make(inverse.reshape(-1 if axis is not None else self.shape)
+                                    .astype(np.int64), None, 0))
+        if return_counts:
+            out.append(Tensor._make(counts.astype(np.int64), None, 0))
+        return out[0] if len(out) == 1 else tuple(out)
+
     def topk(self, k, dim=-1, largest=True, sorted=True):
         d = self._dim(dim)
         n = self.shape[d] if self.ndim else 1

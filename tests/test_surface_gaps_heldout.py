@@ -373,3 +373,21 @@ def test_warn_always_is_at_the_top_level():
     torch.set_warn_always(True)
     assert torch.is_warn_always_enabled()
     torch.set_warn_always(before)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"return_inverse": True, "return_counts": True},
+                                    {"dim": 0, "return_inverse": True},
+                                    {"dim": 1, "return_counts": True}, {"sorted": False}])
+def test_unique_as_torch_gives_it(kwargs):
+    """minGPT's demo calls Tensor.unique; torch's CPU kernels sort whatever sorted says."""
+    torch_ = pytest.importorskip("torch")
+    import disthook
+
+    data = [[3, 1, 3], [1, 2, 1], [3, 1, 3]]
+    got = disthook.tensor(data).unique(**kwargs)
+    want = torch_.tensor(data).unique(**kwargs)
+    got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.tolist() == w.tolist() and str(g.dtype) == str(w.dtype)
+    assert disthook.unique(disthook.tensor([2.0, 1.0, 2.0])).tolist() == [1.0, 2.0]
