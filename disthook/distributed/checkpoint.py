@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from disthook.distributed.spec import build_module, class_path, module_spec
+from disthook.tensor import Tensor
 
 if TYPE_CHECKING:
     from disthook.nn.modules.module import Module
@@ -160,8 +161,8 @@ def load(model, path: str, *, optimizer=None):
                               f"other parameter names or shapes) than this "
                               f"{model._class_name}")
     arrays = {k: v for shard in shards for k, v in shard.items()}
-    model.load_state_dict({k[len("param/"):]: v for k, v in arrays.items()
-                           if k.startswith("param/")})
+    model.load_state_dict({k[len("param/"):]: Tensor._make(v, None, 0)
+                           for k, v in arrays.items() if k.startswith("param/")})
     if optimizer is not None:
         saved = manifest.get("optimizer")
         if saved is None:

@@ -117,6 +117,10 @@ def carry_hooks(model: RemoteModel, root: Module) -> None:
     for path, module in root.named_modules():
         if not path or model._layout.stage_of(path) is None:
             continue
+        proxy = model.get_submodule(path)  # its state-dict hooks run here, on the proxy
+        for name in ("_state_dict_pre_hooks", "_state_dict_hooks",
+                     "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks"):
+            proxy.__dict__[name].update(module.__dict__.get(name) or {})
         for hook_id, fn in module._forward_pre_hooks.items():
             entries.append(("forward_pre", path, fn, {
                 "with_kwargs": hook_id in module._forward_pre_hooks_with_kwargs}))

@@ -5,6 +5,7 @@ client hook). Hooks go through the table of hook kinds (``hook_kinds``)."""
 from __future__ import annotations
 
 import itertools
+from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -12,6 +13,7 @@ import numpy as np
 from disthook.autograd import grad_mode
 from disthook.distributed import hook_kinds
 from disthook.distributed.values import pack
+from disthook.nn.modules.module import Module
 from disthook.tensor import Tensor
 from disthook.utils.hooks import RemovableHandle
 
@@ -66,6 +68,11 @@ class RemoteModule:
     def __init__(self, model: RemoteModel, path: str):
         object.__setattr__(self, "_model", model)
         object.__setattr__(self, "_path", path)
+        # state-dict hooks run here, as remote.state_dict() and load_state_dict() walk the
+        # tree (module hooks that fire inside forward and backward are the workers')
+        for name in _STATE_DICT_HOOKS:
+            if name not in self.__dict__:
+                object.__setattr__(self, name, OrderedDict())
 
     @property
     def _twin(self):
@@ -182,13 +189,85 @@ class RemoteModule:
         return self._model.get_parameter(f"{self._path}.{target}")
 
     def state_dict(self, *args, destination=None, prefix: str = "", keep_vars: bool = False):
-        """The submodule's parameters and buffers, fetched from its worker."""
-        mine = f"{self._path}."
-        out = destination if destination is not None else type(self._model.state_dict())()
-        for name, value in self._model.state_dict().items():
-            if name.startswith(mine):
-                out[prefix + name[len(mine):]] = value
-        return out
+        """The submodule's parameters and buffers, fetched from its worker, with its and its
+        children's state-dict hooks run as ``nn.Module.state_dict`` runs them."""
+        model = self._model
+        if model.__dict__.get("_fetched") is not None:  # inside remote.state_dict()
+            return Module.state_dict(self, *args, destination=destination, prefix=prefix,
+                                     keep_vars=keep_vars)
+        names = [f"{self._path}.{n}" for n in self._twin.state_dict()]
+        with model._fetching(model._states(names=names)["state"] if names else {}):
+            return Module.state_dict(self, *args, destination=destination, prefix=prefix,
+                                     keep_vars=keep_vars)
+
+    def _save_to_state_dict(self, destination, prefix: str, keep_vars: bool) -> None:
+        """Its own parameters and persistent buffers, from what was fetched (a parameter
+        itself, with keep_vars, is its ``RemoteParameter``)."""
+        fetched, twin = self._model.__dict__["_fetched"], self._twin
+        for name, p in twin._parameters.items():
+            if p is not None:
+                full = f"{self._path}.{name}"
+                destination[prefix + name] = (RemoteParameter(self._model, full) if keep_vars
+                                              else Tensor._make(np.array(fetched[full]), None,
+                                                                0))
+        for name, b in twin._buffers.items():
+            if b is not None and name not in twin._non_persistent_buffers_set:
+                destination[prefix + name] = Tensor._make(
+                    np.array(fetched[f"{self._path}.{name}"]), None, 0)
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """Copy tensors into the submodule's parameters and buffers on its worker, with
+        torch's checks, hooks and errors."""
+        return Module.load_state_dict(self, state_dict, strict=strict, assign=assign)
+
+    def _load_from_state_dict(self, state_dict, prefix: str, local_metadata, strict: bool,
+                              missing_keys: list, unexpected_keys: list,
+                              error_msgs: list) -> None:
+        """As ``nn.Module``'s for its own parameters and persistent buffers, checked against
+        their shapes here and copied on its worker in one request."""
+        if local_metadata.get("assign_to_params_buffers", False):
+            raise NotImplementedError(
+                f"load_state_dict(assign=True) on the deployed module at {self._path!r}: its "
+                "parameters live on its worker; load values (assign=False)")
+        for hook in tuple(self._load_state_dict_pre_hooks.values()):
+            hook(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                 error_msgs)
+        twin = self._twin
+        local = {n: t for n, t in (*twin._parameters.items(), *twin._buffers.items())
+                 if t is not None and n not in twin._non_persistent_buffers_set}
+        values = {}
+        for name, t in local.items():
+            key = prefix + name
+            if key not in state_dict:
+                if strict:
+                    missing_keys.append(key)
+                continue
+            value = state_dict[key]
+            if isinstance(value, RemoteParameter):
+                value = value.detach()
+            if not isinstance(value, Tensor):
+                error_msgs.append(
+                    f'While copying the parameter named "{key}", expected torch.Tensor or '
+                    f"Tensor-like object from checkpoint but received {type(value)}")
+                continue
+            if t.ndim == 0 and value.ndim == 1:
+                value = value[0]
+            if value.shape != t.shape:
+                error_msgs.append(
+                    f"size mismatch for {key}: copying a param with shape {value.shape} from "
+                    f"checkpoint, the shape in current model is {t.shape}.")
+                continue
+            values[f"{self._path}.{name}"] = value.detach()._data.astype(t._data.dtype)
+        if values:
+            self._model._hub.request(self._model._owner(self._path), "set_state",
+                                     {"state": values}, what=f"load_state_dict of {self._path!r}")
+        if strict:
+            for key in state_dict:
+                if not key.startswith(prefix):
+                    continue
+                head = key[len(prefix):].split(".", 1)
+                if (head[0] not in twin._modules) if len(head) > 1 else (head[0] not in local):
+                    unexpected_keys.append(key)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         params = list(self.parameters())
@@ -253,6 +332,8 @@ class RemoteModule:
     __eq__ = object.__eq__
 
 
+_STATE_DICT_HOOKS = ("_state_dict_pre_hooks", "_state_dict_hooks",
+                     "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
 _PROXY_CLASSES: dict[type, type] = {}
 
 

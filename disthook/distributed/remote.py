@@ -479,9 +479,33 @@ class RemoteModel(Module):
                                         what="get_state")
         return [r["result"] for r in replies]
 
-    def state_dict(self) -> OrderedDict:
-        """Every parameter and buffer by its name in the full model, in the model's order:
-        fetched from the workers, and those kept here."""
+    def state_dict(self, *args, destination=None, prefix: str = "", keep_vars: bool = False):
+        """Every parameter and buffer by its name in the full model, in the model's order,
+        fetched from the workers (those kept here as they are), with every module's
+        state-dict hooks run as ``nn.Module.state_dict`` runs them."""
+        fetched = {}
+        for state in self._states():
+            fetched.update(state["state"])
+        with self._fetching(fetched):
+            return Module.state_dict(self, *args, destination=destination, prefix=prefix,
+                                     keep_vars=keep_vars)
+
+    @contextlib.contextmanager
+    def _fetching(self, fetched: dict):
+        """While a state dict is made: the workers' values, which the proxies read."""
+        object.__setattr__(self, "_fetched", fetched)
+        try:
+            yield
+        finally:
+            object.__setattr__(self, "_fetched", None)
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """Copy tensors into the parameters and buffers, on their workers (one request per
+        module that holds some) and here, with torch's checks, hooks, errors and result."""
+        return Module.load_state_dict(self, state_dict, strict=strict, assign=assign)
+
+    def _raw_state(self) -> OrderedDict:
+        """Every parameter and buffer by its name, without running any hook."""
         fetched = {}
         for state in self._states():
             fetched.update(state["state"])
@@ -543,26 +567,6 @@ class RemoteModel(Module):
                 if child is not None and not isinstance(child, RemoteModule):
                     yield child
                     stack.append(child)
-
-    def load_state_dict(self, state_dict) -> None:
-        """Copy tensors into the workers' parameters and buffers (all names must be known)."""
-        own = self.state_dict()
-        unknown = [n for n in state_dict if n not in own]
-        missing = [n for n in own if n not in state_dict]
-        if unknown or missing:
-            raise RuntimeError(f"Error(s) in loading state_dict for Remote{self._class_name}: "
-                               f"missing keys {missing}, unexpected keys {unknown}")
-        where = {n: self._layout.stage_of(n) for n in state_dict}
-        calls = [(address, {"state": {n: _array(t) for n, t in state_dict.items()
-                                      if where[n] == i}})
-                 for i, address in enumerate(self._addresses)]
-        self._hub.request_all(calls, "set_state", what="load_state_dict")
-        here = {**dict(self._local.named_parameters(remove_duplicate=False)),
-                **dict(self._local.named_buffers(remove_duplicate=False))}
-        with grad_mode.no_grad():
-            for n, t in state_dict.items():
-                if where[n] is None:
-                    here[n].copy_(Tensor._make(np.asarray(_array(t)), None, 0))
 
     def save(self, path: str, *, optimizer: DistributedOptimizer | None = None,
              step: int | None = None) -> None:
@@ -638,7 +642,7 @@ class RemoteModel(Module):
     def to_local(self) -> Module:
         """An ordinary module with the workers' current parameters and buffers."""
         local = copy.deepcopy(self._local)
-        local.load_state_dict(self.state_dict())
+        local.load_state_dict(self._raw_state())
         return local
 
     def workers(self) -> list[tuple[int, str, list[str]]]:
@@ -688,10 +692,6 @@ class RemoteModel(Module):
 
 
 _hook_ids = itertools.count(1)
-
-
-def _array(t) -> np.ndarray:
-    return t.detach()._data if isinstance(t, Tensor) else np.asarray(t)
 
 
 def deploy(cluster, module: Module, stages: int, split_points=None,
@@ -864,10 +864,11 @@ def remote_class(kind: type) -> type:
     plain ``RemoteModel``s: their methods edit the tree, which a deployed model cannot."""
     from disthook.nn.modules.container import ModuleDict, ModuleList
 
-    if kind is Module or issubclass(kind, (Sequential, ModuleList, ModuleDict)):
-        return RemoteModel
     cls = _REMOTE_CLASSES.get(kind)
     if cls is None:
-        cls = _REMOTE_CLASSES[kind] = type(kind.__name__, (RemoteModel, kind), {
+        # a container is named as its class (errors say "Sequential", as in one process)
+        bases = ((RemoteModel,) if kind is Module or issubclass(
+            kind, (Sequential, ModuleList, ModuleDict)) else (RemoteModel, kind))
+        cls = _REMOTE_CLASSES[kind] = type(kind.__name__, bases, {
             "__module__": __name__, "__qualname__": f"RemoteModel[{kind.__qualname__}]"})
     return cls

@@ -74,7 +74,7 @@ def test_a_client_in_another_process_attaches_by_name_and_computes_what_the_depl
                              capture_output=True, text=True, timeout=120, check=False)
         assert run.returncode == 0, run.stderr
         got = json.loads(run.stdout)
-        assert got["class"] == "RemoteModel" and got["attached"] == [got["me"]]
+        assert got["class"] == "Sequential" and got["attached"] == [got["me"]]
         torch.manual_seed(1)
         x = torch.randn(5, 4, requires_grad=True)
         out = remote(x)

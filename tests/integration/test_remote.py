@@ -379,8 +379,16 @@ def test_load_state_dict_and_its_errors(cluster):
     remote.load_state_dict(other.state_dict())
     x, _ = data()
     close(remote(x), other(x))
-    with pytest.raises(RuntimeError, match=r"missing keys \['4.bias'\], unexpected keys \[\]"):
-        remote.load_state_dict({k: v for k, v in other.state_dict().items() if k != "4.bias"})
+    partial = {k: v for k, v in other.state_dict().items() if k != "4.bias"}
+    with pytest.raises(RuntimeError) as remote_error:
+        remote.load_state_dict(partial)
+    with pytest.raises(RuntimeError) as local_error:
+        make_net(seed=0).load_state_dict(partial)
+    assert str(remote_error.value) == str(local_error.value) == (
+        'Error(s) in loading state_dict for Sequential:\n\tMissing key(s) in state_dict: '
+        '"4.bias". ')
+    result = remote.load_state_dict(partial, strict=False)  # torch's result, and what loads
+    assert result.missing_keys == ["4.bias"] and result.unexpected_keys == []
     from disthook.distributed import DistributedOptimizer
 
     with pytest.raises(TypeError, match="optimizer class of disthook.optim"):
