@@ -7,6 +7,9 @@
 - ``aliases``: the names (``torch``) under which the client imports disthook, for workers;
 - ``endpoint``: the one parser of addresses and the default port;
 - ``placement``: partition, split points, worker choice, micro-batch sizes (pure);
+- ``tree``: placement over the module tree: by paths, or chosen (pure);
+- ``glue``: a forward run on the client, each placed part called on its worker;
+- ``registry``: a published model's record, and the twin an attaching client rebuilds;
 - ``channel``: the sockets to a model's stages: requests side by side, lost workers,
   batched releases of graphs and ``zero_grad`` calls;
 - ``client_hooks``: serving client hooks when a worker fires them;
@@ -26,9 +29,10 @@
 from disthook.distributed import hooks
 from disthook.distributed.cluster import Cluster, WorkerInfo, connect, local_cluster
 from disthook.distributed.optimizer import DistributedOptimizer
+from disthook.distributed.registry import NameTaken, UnknownModel
 from disthook.distributed.rpc import ClusterError, RemoteError, RemoteTimeout, WorkerLost
 from disthook.distributed.security import AuthenticationError
 
 __all__ = ["AuthenticationError", "Cluster", "ClusterError", "DistributedOptimizer",
-           "RemoteError", "RemoteTimeout", "WorkerInfo", "WorkerLost", "connect", "hooks",
-           "local_cluster"]
+           "NameTaken", "RemoteError", "RemoteTimeout", "UnknownModel", "WorkerInfo",
+           "WorkerLost", "connect", "hooks", "local_cluster"]
