@@ -13,7 +13,7 @@ import numpy as np
 from disthook.autograd import grad_mode
 from disthook.distributed import hook_kinds
 from disthook.distributed.values import pack
-from disthook.nn.modules.module import Module
+from disthook.nn.modules.module import Module, checked_state_value, note_unexpected
 from disthook.tensor import Tensor
 from disthook.utils.hooks import RemovableHandle
 
@@ -245,29 +245,14 @@ class RemoteModule:
             value = state_dict[key]
             if isinstance(value, RemoteParameter):
                 value = value.detach()
-            if not isinstance(value, Tensor):
-                error_msgs.append(
-                    f'While copying the parameter named "{key}", expected torch.Tensor or '
-                    f"Tensor-like object from checkpoint but received {type(value)}")
-                continue
-            if t.ndim == 0 and value.ndim == 1:
-                value = value[0]
-            if value.shape != t.shape:
-                error_msgs.append(
-                    f"size mismatch for {key}: copying a param with shape {value.shape} from "
-                    f"checkpoint, the shape in current model is {t.shape}.")
-                continue
-            values[f"{self._path}.{name}"] = value.detach()._data.astype(t._data.dtype)
+            value = checked_state_value(value, key, t, error_msgs)
+            if value is not None:
+                values[f"{self._path}.{name}"] = value.detach()._data.astype(t._data.dtype)
         if values:
             self._model._hub.request(self._model._owner(self._path), "set_state",
                                      {"state": values}, what=f"load_state_dict of {self._path!r}")
         if strict:
-            for key in state_dict:
-                if not key.startswith(prefix):
-                    continue
-                head = key[len(prefix):].split(".", 1)
-                if (head[0] not in twin._modules) if len(head) > 1 else (head[0] not in local):
-                    unexpected_keys.append(key)
+            note_unexpected(state_dict, prefix, local, twin._modules, unexpected_keys)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         params = list(self.parameters())

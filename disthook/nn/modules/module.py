@@ -290,6 +290,37 @@ def _recording_arguments(init: Callable) -> Callable:
 
 # ---- Module --------------------------------------------------------------------------------
 
+
+def checked_state_value(value, key: str, target, error_msgs: list):
+    """``value`` from a state dict for the tensor ``target`` at ``key``, as load_state_dict
+    takes it (a one-element vector for a scalar), or None with the error noted in
+    ``error_msgs`` when it is no tensor or has another shape."""
+    if not isinstance(value, Tensor):
+        error_msgs.append(
+            f'While copying the parameter named "{key}", expected torch.Tensor or '
+            f"Tensor-like object from checkpoint but received {type(value)}")
+        return None
+    if target.ndim == 0 and value.ndim == 1:
+        value = value[0]
+    if value.shape != target.shape:
+        error_msgs.append(
+            f"size mismatch for {key}: copying a param with shape {value.shape} from "
+            f"checkpoint, the shape in current model is {target.shape}.")
+        return None
+    return value
+
+
+def note_unexpected(state_dict, prefix: str, own, children, unexpected_keys: list,
+                    skip: str | None = None) -> None:
+    """The keys under ``prefix`` that name neither one of the module's own tensors
+    (``own``) nor something under one of its ``children``, into ``unexpected_keys``."""
+    for key in state_dict:
+        if not key.startswith(prefix) or key == skip:
+            continue
+        head = key[len(prefix):].split(".", 1)
+        if (head[0] not in children) if len(head) > 1 else (head[0] not in own):
+            unexpected_keys.append(key)
+
 class Module:
     """Base class of every layer and model (``torch.nn.Module``)."""
 
@@ -1010,18 +1041,8 @@ class Module:
                 if strict:
                     missing_keys.append(key)
                 continue
-            value = state_dict[key]
-            if not isinstance(value, Tensor):
-                error_msgs.append(
-                    f'While copying the parameter named "{key}", expected torch.Tensor or '
-                    f"Tensor-like object from checkpoint but received {type(value)}")
-                continue
-            if param.ndim == 0 and value.ndim == 1:
-                value = value[0]
-            if value.shape != param.shape:
-                error_msgs.append(
-                    f"size mismatch for {key}: copying a param with shape {value.shape} from "
-                    f"checkpoint, the shape in current model is {param.shape}.")
+            value = checked_state_value(state_dict[key], key, param, error_msgs)
+            if value is None:
                 continue
             try:
                 with grad_mode.no_grad():
@@ -1048,15 +1069,8 @@ class Module:
         elif strict and extra_key in state_dict:
             unexpected_keys.append(extra_key)
         if strict:
-            for key in state_dict:
-                if not key.startswith(prefix) or key == extra_key:
-                    continue
-                head = key[len(prefix):].split(".", 1)
-                if len(head) > 1:
-                    if head[0] not in self._modules:
-                        unexpected_keys.append(key)
-                elif head[0] not in local_state:
-                    unexpected_keys.append(key)
+            note_unexpected(state_dict, prefix, local_state, self._modules, unexpected_keys,
+                            skip=extra_key)
 
     def load_state_dict(self, state_dict: Mapping, strict: bool = True,
                         assign: bool = False) -> _IncompatibleKeys:
