@@ -1,6 +1,10 @@
 """Helpers for the tests that run real clusters: a free port, waiting until something holds,
-and each worker's own status (asked on its endpoint, not the coordinator's view)."""
+each worker's own status (asked on its endpoint, not the coordinator's view), and a
+coordinator with one worker started as the command line starts them."""
+import contextlib
 import socket
+import subprocess
+import sys
 import time
 
 from disthook.distributed.rpc import Peer
@@ -34,3 +38,33 @@ def worker_statuses(cluster, timeout: float = 10.0) -> dict[str, dict]:
 def open_graphs(cluster) -> dict[str, int]:
     """Open forward graphs (contexts) per worker, by worker id."""
     return {wid: status["contexts"] for wid, status in worker_statuses(cluster).items()}
+
+
+@contextlib.contextmanager
+def worker(*flags: str):
+    """A coordinator and one worker, started as the command line does; the worker's
+    address, whose ``coordinator`` attribute is the coordinator's."""
+    coordinator = subprocess.Popen([sys.executable, "-m", "coordinator", "--bind",
+                                    "tcp://127.0.0.1:0", "--log-level", "WARNING"],
+                                   stdout=subprocess.PIPE, text=True)
+    worker = None
+    try:
+        address = coordinator.stdout.readline().split()[-1]
+        worker = subprocess.Popen([sys.executable, "-m", "workers", "--coordinator", address,
+                                   "--log-level", "WARNING", *flags],
+                                  stdout=subprocess.PIPE, text=True)
+        yield _Address(worker.stdout.readline().split()[-1], address)
+    finally:
+        for proc in (worker, coordinator):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(10)
+
+
+class _Address(str):
+    """A worker's address that also knows its coordinator's."""
+
+    def __new__(cls, value: str, coordinator: str):
+        made = super().__new__(cls, value)
+        made.coordinator = coordinator
+        return made

@@ -2,12 +2,10 @@
 are its deployer's to change (others read them, and get PermissionError for writes, unloads
 and optimizer classes from outside disthook), unless it was loaded writable; a worker started
 with --allow-model-module takes classes only from disthook and the modules listed."""
-import contextlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from clusters import worker
 
 from disthook import nn
 from disthook.distributed import RemoteError
@@ -15,36 +13,6 @@ from disthook.distributed.rpc import Peer
 from disthook.distributed.spec import module_spec
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@contextlib.contextmanager
-def worker(*flags: str):
-    """A coordinator and one worker, started as the command line does; the worker's
-    address, whose ``coordinator`` attribute is the coordinator's."""
-    coordinator = subprocess.Popen([sys.executable, "-m", "coordinator", "--bind",
-                                    "tcp://127.0.0.1:0", "--log-level", "WARNING"],
-                                   stdout=subprocess.PIPE, text=True)
-    worker = None
-    try:
-        address = coordinator.stdout.readline().split()[-1]
-        worker = subprocess.Popen([sys.executable, "-m", "workers", "--coordinator", address,
-                                   "--log-level", "WARNING", *flags],
-                                  stdout=subprocess.PIPE, text=True)
-        yield _Address(worker.stdout.readline().split()[-1], address)
-    finally:
-        for proc in (worker, coordinator):
-            if proc is not None:
-                proc.terminate()
-                proc.wait(10)
-
-
-class _Address(str):
-    """A worker's address that also knows its coordinator's."""
-
-    def __new__(cls, value: str, coordinator: str):
-        made = super().__new__(cls, value)
-        made.coordinator = coordinator
-        return made
 
 
 def load(peer, writable=None):

@@ -1,11 +1,13 @@
 """Model classes from the user's own files deploy: a class in the main script (imported by
-the workers the way multiprocessing's spawn does it, so the __main__ guard is needed) and a
-class in a module beside the script (workers get the client's sys.path)."""
+the workers the way multiprocessing's spawn does it: up to the line that starts the
+cluster, when the script has no __main__ guard) and a class in a module beside the script
+(workers get the client's sys.path)."""
 import subprocess
 import sys
 import textwrap
 
 import pytest
+from clusters import worker
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -84,28 +86,13 @@ def test_a_worker_refuses_client_scripts_unless_allowed(tmp_path):
 
     spec = module_spec(nn.Sequential(nn.Identity()))
     spec["children"]["0"]["class"] = "__main__:Twice"
-    coordinator = subprocess.Popen([sys.executable, "-m", "coordinator", "--bind",
-                                    "tcp://127.0.0.1:0", "--log-level", "WARNING"],
-                                   stdout=subprocess.PIPE, text=True)
-    worker = None
-    try:
-        address = coordinator.stdout.readline().split()[-1]
-        worker = subprocess.Popen([sys.executable, "-m", "workers", "--coordinator", address,
-                                   "--log-level", "WARNING"], stdout=subprocess.PIPE, text=True)
-        worker_address = worker.stdout.readline().split()[-1]
-        with Peer(worker_address) as peer:
-            with pytest.raises(RemoteError, match="does not import client scripts"):
-                peer.request("load_stage", {"model": "m", "stage": 0, "spec": spec,
-                                            "main": str(tmp_path / "script.py")}, timeout=30)
-            with pytest.raises(RemoteError, match="defined in the client's main script, which "
-                                                  "this worker did not import"):
-                peer.request("load_stage", {"model": "m", "stage": 0, "spec": spec},
-                             timeout=30)
-    finally:
-        for proc in (worker, coordinator):
-            if proc is not None:
-                proc.terminate()
-                proc.wait(10)
+    with worker() as address, Peer(address) as peer:
+        with pytest.raises(RemoteError, match="does not import client scripts"):
+            peer.request("load_stage", {"model": "m", "stage": 0, "spec": spec,
+                                        "main": str(tmp_path / "script.py")}, timeout=30)
+        with pytest.raises(RemoteError, match="defined in the client's main script, which "
+                                              "this worker did not import"):
+            peer.request("load_stage", {"model": "m", "stage": 0, "spec": spec}, timeout=30)
 
 
 def test_a_class_from_an_interactive_session_cannot_deploy(monkeypatch):
