@@ -197,10 +197,14 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # taps: keys of tensors client forward hooks were given, whose gradients the client
     # wants (autograd.grad with respect to them); each stage adds those it holds to tapped
     # (key -> gradient) and the answer carries them all (result["tapped"]). accumulate
-    # False: an autograd.grad, which leaves every .grad as it is (default: a backward)
+    # False: an autograd.grad, which leaves every .grad as it is (default: a backward).
+    # inputs False: the inputs' gradients are not wanted (an autograd.grad to taps only):
+    # the stage holding the taps stops there and keeps its graph for a later backward.
+    # start: the key of a tap: the backward starts from that tensor (grads: its gradient)
+    # instead of the stage's outputs, and goes on to the earlier stages as usual
     "backward": {"model": "str", "stage": "int", "grads": "list", "retain_graph": "bool",
                  "reply_to": "str", "mb": "int?", "taps": "list[str]?", "tapped": "map?",
-                 "accumulate": "bool?"},
+                 "accumulate": "bool?", "start": "str?", "inputs": "bool?"},
     "release": {"model": "str", "contexts": "list[str]"},
     # hooks: a stub fired on a worker asks the client to run the callable with args; diff:
     # the client's copies of the tensors require grad where the worker's do (a forward hook

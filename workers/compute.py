@@ -265,7 +265,8 @@ class ComputeHandlers:
                 raise RuntimeError(
                     f"no forward graph of context {msg.ctx!r} on {st.name}: it ran "
                     "backward already without retain_graph=True, was released, or expired")
-            if not isinstance(context.output, list) and len(msg["grads"]) != 1:
+            if (not isinstance(context.output, list) or msg.get("start")) \
+                    and len(msg["grads"]) != 1:
                 raise ValueError(f"backward of {st.name} takes one gradient, got "
                                  f"{len(msg['grads'])}")
             g = msg["grads"][0]
@@ -280,8 +281,25 @@ class ComputeHandlers:
             # it by a constant); nothing flows back, and the context ends as after backward
             outputs = context.output if isinstance(context.output, list) else [context.output]
             given = msg["grads"] if isinstance(context.output, list) else [g]
+            start = msg.get("start")
+            if start is not None:  # from a tensor a client hook kept, down to the inputs
+                if start not in context.taps:
+                    raise RuntimeError(
+                        f"{st.name} holds no tensor {start!r} of a hook in context "
+                        f"{msg.ctx!r}: its forward ran under no_grad, or the tensor is no "
+                        "longer part of the graph")
+                outputs, given = [context.taps[start]], [g]
             pairs = [(o, disthook.from_numpy(np.array(gr))) for o, gr in zip(outputs, given)
                      if gr is not None and o.requires_grad]
+            # an autograd.grad to taps alone, all of them here: stop at them, keep the rest
+            # of the graph (the part below them) for a backward from them later
+            to_taps = (not msg.get("inputs", True) and bool(taps)
+                       and len(taps) == len(msg.get("taps") or ()))
+            if to_taps:
+                _run_backward(pairs, [], taps, tapped, True, False)
+                self._to_client(job, "ok", {"result": {
+                    "grads": [None] * len(context.inputs), "tapped": tapped}})
+                return NO_REPLY
             grads = _run_backward(pairs, context.inputs, taps, tapped, retain,
                                   msg.get("accumulate", True))
             for who, hook_id, key, t in context.retained:  # what client hooks retained
@@ -295,7 +313,8 @@ class ComputeHandlers:
                 fields = {"model": st.model, "stage": st.index - 1, "grads": grads,
                           "retain_graph": retain, "reply_to": msg["reply_to"],
                           "mb": msg.get("mb"), "taps": msg.get("taps"),
-                          "tapped": tapped or None, "accumulate": msg.get("accumulate")}
+                          "tapped": tapped or None, "accumulate": msg.get("accumulate"),
+                          "inputs": msg.get("inputs")}
                 prev.send_multipart(wire.encode("backward", fields, req=msg.req, ctx=msg.ctx),
                                     copy=False)
             else:

@@ -9,7 +9,6 @@ without such a backward releases the workers' graphs through its finalizer.
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 import weakref
 from typing import TYPE_CHECKING
@@ -55,9 +54,9 @@ class RemoteBackward0(Node):
             for key, t, base in model._hub.taps.pop(ctx_id, ()):
                 if len(ctx_ids) == 1:
                     self._taps.append((key, weakref.ref(t), t._data.shape, t._data.dtype))
-                    if base is not None:  # a copy of the worker's: it must not take more
-                        base.register_hook(functools.partial(_client_use, weakref.ref(self),
-                                                             key))
+                if base is not None and isinstance(base._grad_fn, RemoteTapBackward0):
+                    # the workers keep this forward's graph while the kept tensor's lives
+                    base._grad_fn._keeps = self
         if self._call:
             self._output_meta = []  # filled as the outputs are made (call_placed)
             self.materialize_grads = False
@@ -68,6 +67,8 @@ class RemoteBackward0(Node):
         # to the hub, not to its list of pending releases, which a flush replaces.)
         self._finalizer = weakref.finalize(self, model._hub.release, ctx_ids)
         self._path = None  # the part called, for a call from code running here
+        self._ran_in = None  # the id of the backward it last ran in
+        self._given: dict = {}  # tap key -> the gradient the workers sent for it
 
     def name(self) -> str:
         return type(self).__name__
@@ -118,6 +119,16 @@ class RemoteBackward0(Node):
         tasks = getattr(engine._running, "tasks", None)
         return not tasks or (tasks[-1].accumulate and tasks[-1].needed is None)
 
+    def _inputs_wanted(self) -> bool:
+        """Whether this backward needs the call's inputs' gradients (an autograd.grad to the
+        taps alone does not: the workers then stop at them and keep the rest)."""
+        tasks = getattr(engine._running, "tasks", None)
+        task = tasks[-1] if tasks else None
+        if task is None or task.needed is None or task.accumulate:
+            return True
+        return any(node is not None and engine.will_execute(task, node)
+                   for node, _ in self._edges)
+
     def _wanted_taps(self) -> list[str]:
         """The keys of the live taps this backward needs: those a backward with inputs=
         reaches, the client's own tensors fed to a worker, and those with tensor hooks or
@@ -147,15 +158,14 @@ class RemoteBackward0(Node):
         if self._freed:
             raise RuntimeError(SECOND_BACKWARD_MSG)
         if grad_mode.is_grad_enabled():  # the engine records the backward: create_graph
-            raise NotImplementedError(
-                "backward(create_graph=True) or autograd.grad(..., create_graph=True) through "
-                "a deployed model: the gradients computed on its workers come back as "
-                "values, without a graph, so they cannot be differentiated again (gradient "
-                "penalties, double backward). Compute that part in one process (remote."
-                "to_local()), or keep create_graph=False")
+            raise NotImplementedError(_CREATE_GRAPH)
         # the workers keep their graphs exactly when this backward keeps the client's
         retain = engine.retains_graph()
         model = self._model
+        self._ran_in = engine.current_task_id()  # the taps' segments see that it ran
+        # the engine reads the edges again after this: the taps it counted must still be
+        # there when the context's stand-ins are dropped below
+        self._pinned = [t for _, ref, _, _ in self._taps if (t := ref()) is not None]
         if self._call:
             return self._call_backward(grads, retain)
         (g,) = grads
@@ -166,7 +176,8 @@ class RemoteBackward0(Node):
                                      "retain_graph": retain, "reply_to": model._hub.reply_to,
                                      "mb": None if self._sizes is None else i,
                                      "taps": wanted or None,
-                                     "accumulate": self._accumulates()}, ctx_id)
+                                     "accumulate": self._accumulates(),
+                                     "inputs": self._inputs_wanted()}, ctx_id)
              for i, (part, ctx_id) in enumerate(zip(parts, self._ctx_ids))],
             "backward", what="backward through the remote stages")
         taps = self._tap_grads(replies[0]["result"].get("tapped"), wanted)
@@ -191,7 +202,8 @@ class RemoteBackward0(Node):
             [(model._addresses[self._stage], {
                 "stage": self._stage, "grads": [None if g is None else g._data for g in grads],
                 "retain_graph": retain, "reply_to": model._hub.reply_to,
-                "taps": wanted or None, "accumulate": self._accumulates()},
+                "taps": wanted or None, "accumulate": self._accumulates(),
+                "inputs": self._inputs_wanted()},
               self._ctx_ids[0])],
             "backward", what=f"backward of {self._path!r}")
         if not retain:
@@ -226,19 +238,63 @@ def serving_vjp():
         _vjp.running = before
 
 
-def _client_use(node_ref, key: str, grad: Tensor) -> None:
-    """A gradient reached the client's stand-in of a tensor a hook got from a worker: only
-    the gradient the worker sent for it may (a use of that tensor here, in what the backward
-    differentiates, would need its gradient to flow on into the worker's graph)."""
-    if _vjp.running or grad is None or not grad._data.any():
-        return  # nothing flows: nothing is lost
-    node = node_ref()
-    given = None if node is None else getattr(node, "_given", {}).get(key)
-    if given is not None and (grad is given or np.array_equal(grad._data, given._data)):
-        return
-    raise RuntimeError(
-        "a tensor that a forward hook got from a module on a worker is used on the client in "
-        "what this backward differentiates (a loss term computed from a hook's output, say): "
-        "its gradient cannot flow on into the worker's graph, so the gradients of the "
-        "parameters before that module would miss that term. Compute that term in the model "
-        "(or in a hook that returns the changed output), or detach() the hook's tensor")
+class RemoteTapBackward0(Node):
+    """The part of a worker's graph from a call's inputs to a tensor a client forward hook
+    got (a "tap"): the client's copy of that tensor is made from this node's output, so
+    ``autograd.grad(kept.sum(), x)`` (Captum's neuron attributions) runs the worker's
+    backward from that tensor down to the inputs and brings their gradients here.
+
+    When the backward of the call's own output (its ``RemoteBackward0``) runs in the same
+    backward, the workers did the whole graph already: the gradient reaching here may only
+    be the one they sent for the tensor; more (a use of the kept tensor here, in what the
+    backward differentiates) would need both at once and is refused."""
+
+    def __init__(self, hub, address: str, ctx_id: str, key: str, inputs: list):
+        super().__init__()
+        self.next_functions = tuple(gradient_edge(t) for t in inputs)
+        self.needs_input_grad = tuple(t._requires_grad for t in inputs)
+        self._input_meta = tuple((t._data.shape, t._data.dtype) for t in inputs)
+        self._hub, self._address, self._ctx_id, self._key = hub, address, ctx_id, key
+        self._keeps = None  # the call's RemoteBackward0, once made: it holds the graph
+
+    def _backward(self, grads: list) -> tuple:
+        (g,) = grads
+        none = (None,) * len(self.next_functions)
+        if _vjp.running or g is None:
+            return none  # a vjp a worker asked for: the gradient goes back to it already
+        node = self._keeps  # the output's RemoteBackward0 (None: the output needs no grad)
+        if node is not None and node._ran_in == engine.current_task_id():
+            given = node._given.get(self._key)
+            if not g._data.any() or (given is not None and (
+                    g is given or np.array_equal(g._data, given._data))):
+                return none  # what the workers sent: they did this part already
+            raise RuntimeError(_CLIENT_USE)
+        if grad_mode.is_grad_enabled():
+            raise NotImplementedError(_CREATE_GRAPH)
+        stage = self._hub.holders.get(self._address, (None, 0))[1]
+        tasks = getattr(engine._running, "tasks", None)
+        task = tasks[-1] if tasks else None
+        (reply,) = self._hub.request_all(
+            [(self._address, {"stage": stage, "grads": [g._data], "start": self._key,
+                              "retain_graph": engine.retains_graph(),
+                              "reply_to": self._hub.reply_to,
+                              "accumulate": task is None or (task.accumulate
+                                                             and task.needed is None)},
+              self._ctx_id)],
+            "backward", what="backward from a tensor a hook kept")
+        return tuple(None if gx is None else Tensor._make(np.array(gx), None, 0)
+                     for gx in reply["result"]["grads"])
+
+
+_CREATE_GRAPH = (
+    "backward(create_graph=True) or autograd.grad(..., create_graph=True) through a "
+    "deployed model: the gradients computed on its workers come back as values, without a "
+    "graph, so they cannot be differentiated again (gradient penalties, double backward). "
+    "Compute that part in one process (remote.to_local()), or keep create_graph=False")
+_CLIENT_USE = (
+    "a tensor that a forward hook got from a module on a worker is used on the client in "
+    "what this backward differentiates, together with the model's output (a loss term "
+    "computed from a hook's output, say): the workers would need both gradients in one "
+    "backward. Compute that term in the model (or in a hook that returns the changed "
+    "output), take the two gradients in two backward passes (retain_graph=True), or detach() "
+    "the hook's tensor")

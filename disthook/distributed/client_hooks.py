@@ -14,7 +14,7 @@ import zmq
 from disthook import autograd as torch_autograd
 from disthook import wire
 from disthook.autograd import engine, grad_mode
-from disthook.distributed.autograd_node import serving_vjp
+from disthook.distributed.autograd_node import RemoteTapBackward0, serving_vjp
 from disthook.distributed.values import pack, unpack
 from disthook.tensor import Clone, Tensor
 
@@ -33,12 +33,15 @@ class HookServer:
         # forward context -> [(key, tensor)]: tensors forward hooks were given that may be
         # differentiated against later; the context's RemoteBackward0 takes them (taps)
         self.taps: dict[str, list] = {}
+        # forward context -> the call's inputs here, while its forward runs (what a tap's
+        # RemoteTapBackward0 leads to)
+        self.pending_inputs: dict[str, list] = {}
         self.hook_error: BaseException | None = None
 
     def _serve_event(self, sock: zmq.Socket, event: wire.Message) -> None:
         """Run the hook a worker asked for and answer it on the socket the event came on."""
         try:
-            answer = self._run_hook(event)
+            answer = self._run_hook(event, sock)
             frames = wire.encode("hook_reply", {"hook": event["hook"], **answer},
                                  req=event.req, ctx=event.ctx)
         except Exception as exc:  # noqa: BLE001 - the worker must hear; we re-raise it later
@@ -47,7 +50,7 @@ class HookServer:
                                  req=event.req, ctx=event.ctx)
         sock.send_multipart(frames, copy=False)
 
-    def _run_hook(self, event: wire.Message) -> dict:
+    def _run_hook(self, event: wire.Message, sock: zmq.Socket | None = None) -> dict:
         """The fields of the answer to a hook event (see wire's hook_reply)."""
         kind = event["kind"]
         if kind == "retained":  # the gradient a worker's tensor retained, after its backward
@@ -77,14 +80,23 @@ class HookServer:
         diff = bool(event.get("diff"))
         leaves: list[Tensor] = []  # the tensors the hook is given, in the order packed
         bases: list[Tensor] = []  # what each is computed from here: vjps are taken for these
+        key = f"{event.ctx}:{event.req}:{event['hook']}"
+        inputs = self.pending_inputs.get(event.ctx) if diff else None
+        address = next((a for a, s in self.socks.items() if s is sock), None)
 
         def leaf(array, requires_grad, grad_fn=None):
             t = base = Tensor._make(np.array(array), None, 0)
             if diff and requires_grad:
                 # the worker's tensor came out of an op: so does the hook's (named as that
                 # op's node), so that the hook may change it in place (out[:, :4] = 0) as in
-                # one process, recorded
-                base.requires_grad_(True)
+                # one process, recorded; it comes from the call's inputs through the worker
+                # (RemoteTapBackward0), so that it can be differentiated to them
+                if inputs is not None and address is not None:
+                    node = RemoteTapBackward0(self, address, event.ctx,
+                                              f"{key}#{len(leaves)}", inputs)
+                    base = Tensor._make(base._data, node, 0)
+                else:
+                    base.requires_grad_(True)
                 with grad_mode.set_grad_enabled(True):
                     t = _as_made_by(grad_fn or "CloneBackward0").apply(base)
             ref = weakref.ref(t)
@@ -100,7 +112,6 @@ class HookServer:
         else:
             with grad_mode.set_grad_enabled(diff):
                 out = fn(proxy, *args)
-        key = f"{event.ctx}:{event.req}:{event['hook']}"
         # tensors the hook changed in place: the worker changes its own the same way
         changed = [{"arg": i, "value": self._pack_value(t, bases, f"{key}:{i}")}
                    for i, t in enumerate(leaves) if t._version != versions[i]]

@@ -198,12 +198,18 @@ def call_placed(model: RemoteModel, path: str, args: tuple, kwargs: dict):
     stage = model._stage_of(path)
     grad = grad_mode.is_grad_enabled()
     ctx_id = uuid.uuid4().hex
-    (reply,) = model._hub.request_all(
-        [(model._addresses[stage], {"stage": stage, "inputs": [], "grad_enabled": grad,
-                                    "call": pack((list(args), kwargs)),
-                                    "rng": random._stream_state() if model.training else None,
-                                    "reply_to": model._hub.reply_to, "path": path}, ctx_id)],
-        "forward", what=f"forward of {path!r}")
+    if grad:  # what a tensor a hook gets in this call can be differentiated to
+        model._hub.pending_inputs[ctx_id] = inputs
+    try:
+        (reply,) = model._hub.request_all(
+            [(model._addresses[stage], {
+                "stage": stage, "inputs": [], "grad_enabled": grad,
+                "call": pack((list(args), kwargs)),
+                "rng": random._stream_state() if model.training else None,
+                "reply_to": model._hub.reply_to, "path": path}, ctx_id)],
+            "forward", what=f"forward of {path!r}")
+    finally:
+        model._hub.pending_inputs.pop(ctx_id, None)
     result = reply["result"]
     if result.get("rng"):  # what the part drew (dropout) is drawn here too
         random._set_stream_state(result["rng"])

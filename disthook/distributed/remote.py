@@ -209,6 +209,8 @@ class RemoteModel(Module):
         taken, zero_grads = self._hub.take_zero_grads(self) if stop is None else ([], None)
         # every micro-batch is sent at once: stage 0 works on the second while stage 1
         # works on the first, and so on (the GPipe fill and drain)
+        if grad and sizes is None:  # what a tensor a hook gets can be differentiated to
+            self._hub.pending_inputs[ctx_ids[0]] = [x]
         try:
             replies = self._hub.request_all(
                 [(self._addresses[0], {"stage": 0, "inputs": [part], "grad_enabled": grad,
@@ -227,6 +229,8 @@ class RemoteModel(Module):
             # a stage failed before passing them on: they go again (zeroing twice is the same)
             self._hub.pending_zero_grads[:0] = taken
             raise
+        finally:
+            self._hub.pending_inputs.pop(ctx_ids[0], None)
         results = [r["result"] for r in replies]
         if results[-1].get("rng"):
             random._set_stream_state(results[-1]["rng"])

@@ -118,3 +118,56 @@ def test_autograd_grad_leaves_every_grad_as_it_is(cluster, make, stages):
                                        atol=1e-7)
     finally:
         remote.close()
+
+
+def neuron_gradients(model, x):
+    """Captum's neuron attributions: the model's output to the kept layer output first
+    (without retain_graph), then one neuron of the kept output to the input; then a
+    backward from the kept output alone (its part of the parameters' gradients)."""
+    kept = []
+    handle = layer(model).register_forward_hook(lambda m, args, out: kept.append(out))
+    xin = x.clone().requires_grad_(True)
+    out = model(xin)
+    (to_layer,) = torch.autograd.grad(out.sum(), kept[0])
+    (to_input,) = torch.autograd.grad(kept[0][:, 0].sum(), xin)
+    xin2 = x.clone().requires_grad_(True)
+    model(xin2)  # its output dropped: the kept tensor holds the graph
+    kept[1].square().sum().backward()
+    handle.remove()
+    return to_layer, to_input, xin2.grad
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("make", [chain, residual])
+def test_a_kept_tensor_differentiates_to_the_input(cluster, make, stages):
+    x = torch.randn(6, 4)
+    local = make()
+    remote = cluster.deploy(copy.deepcopy(local), stages=stages)
+    try:
+        for got, want in zip(neuron_gradients(remote, x), neuron_gradients(local, x),
+                             strict=True):
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-7)
+        grads = remote.named_gradients()  # the kept-only backward: the part below it
+        assert sorted(grads) == sorted(n for n, p in local.named_parameters()
+                                       if p.grad is not None)
+        for name, p in local.named_parameters():
+            if p.grad is not None:
+                np.testing.assert_allclose(grads[name].numpy(), p.grad.numpy(), rtol=1e-5,
+                                           atol=1e-7)
+        # both gradients in two passes, as the refusal suggests: the sum of one process's
+        remote.zero_grad()
+        local.zero_grad()
+        for model in (remote, local):
+            kept = []
+            handle = layer(model).register_forward_hook(lambda m, a, o, kept=kept:
+                                                        kept.append(o))
+            out = model(x)
+            out.sum().backward(retain_graph=True)
+            kept[0].square().sum().backward()
+            handle.remove()
+        grads = remote.named_gradients()
+        for name, p in local.named_parameters():
+            np.testing.assert_allclose(grads[name].numpy(), p.grad.numpy(), rtol=1e-5,
+                                       atol=1e-7)
+    finally:
+        remote.close()
