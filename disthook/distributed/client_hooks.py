@@ -67,11 +67,20 @@ class HookServer:
             # a hook that changed the gradient in place changed it for the worker too
             return {} if out is grad and grad._version == version else {"result": pack(out)}
         if kind == "vjp":
-            result, bases = self.vjps[event["path"]]
+            result, bases, leaves = self.vjps[event["path"]]
             (grad,) = [unpack(a) for a in event["args"]]
             wanted = [t for t in bases if t.requires_grad]
-            with serving_vjp():
-                grads = torch_autograd.grad(result, wanted, grad, allow_unused=True)
+            # the tensor hooks a hook put on its tensors fire on the worker's tensors (see
+            # watch), whose gradient this vjp is part of: not here too, or twice
+            muted = [(d, dict(d)) for t in leaves if (d := t._backward_hooks)]
+            for hooks, _ in muted:
+                hooks.clear()
+            try:
+                with serving_vjp():
+                    grads = torch_autograd.grad(result, wanted, grad, allow_unused=True)
+            finally:
+                for hooks, kept in muted:
+                    hooks.update(kept)
             return {"result": pack(list(grads))}
         entry = self.hooks.get(event["hook"])
         if entry is None:
@@ -113,7 +122,7 @@ class HookServer:
             with grad_mode.set_grad_enabled(diff):
                 out = fn(proxy, *args)
         # tensors the hook changed in place: the worker changes its own the same way
-        changed = [{"arg": i, "value": self._pack_value(t, bases, f"{key}:{i}")}
+        changed = [{"arg": i, "value": self._pack_value(t, bases, f"{key}:{i}", leaves)}
                    for i, t in enumerate(leaves) if t._version != versions[i]]
         value = None if out is None else self._pack_result(out, leaves, bases, key,
                                                            event.ctx if diff else None)
@@ -148,18 +157,18 @@ class HookServer:
             if value.requires_grad and value.grad_fn is None and ctx is not None:
                 self.taps.setdefault(ctx, []).append((f"{key}@", value, None))
                 return {"tensor": value.detach()._data, "feed": f"{key}@"}
-            return self._pack_value(value, bases, key)
+            return self._pack_value(value, bases, key, leaves)
         if isinstance(value, (tuple, list)):
             items = [self._pack_result(v, leaves, bases, f"{key}.{i}", ctx)
                      for i, v in enumerate(value)]
             return {"tuple" if isinstance(value, tuple) else "list": items}
         return pack(value)
 
-    def _pack_value(self, value: Tensor, bases: list, key: str):
+    def _pack_value(self, value: Tensor, bases: list, key: str, leaves: list):
         """A tensor by value; one computed from the hook's tensors also with the key of its
         vector-Jacobian product, so that gradients flow back through it on the worker."""
         if value.requires_grad and value.grad_fn is not None:
-            self.vjps[key] = (value, bases)
+            self.vjps[key] = (value, bases, leaves)
             return {"tensor": value.detach()._data, "vjp": key}
         return pack(value)
 

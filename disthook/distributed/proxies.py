@@ -322,13 +322,35 @@ _STATE_DICT_HOOKS = ("_state_dict_pre_hooks", "_state_dict_hooks",
 _PROXY_CLASSES: dict[type, type] = {}
 
 
+class _ProxyType(type):
+    """The type of a proxy class: it compares and hashes as the module class it stands for,
+    and prints as it, so that tools that pick modules by exact type (``type(m) in
+    {nn.ReLU: rule}``, ``type(m) == nn.ReLU``, ``"nn.modules.container" in str(type(m))``:
+    Captum's DeepLift) treat a deployed part as its module. ``is`` still tells them apart."""
+
+    def __eq__(cls, other):
+        return other is cls or other is cls._kind
+
+    def __hash__(cls):
+        return hash(cls._kind)
+
+    def __repr__(cls):
+        return repr(cls._kind)
+
+
 def _proxy_class(kind: type) -> type:
     """The proxy class of a module class: ``RemoteModule`` first (it decides what runs
     where), then the class itself (for isinstance and its plain methods)."""
     cls = _PROXY_CLASSES.get(kind)
     if cls is None:
-        cls = type(kind.__name__, (RemoteModule, kind),
-                   {"__module__": __name__, "__qualname__": f"RemoteModule[{kind.__qualname__}]"})
+        meta = type(kind)
+        if meta is not type:  # a module class with a metaclass of its own: keep it
+            meta = _ProxyType if issubclass(_ProxyType, meta) else meta
+        else:
+            meta = _ProxyType
+        cls = meta(kind.__name__, (RemoteModule, kind),
+                   {"__module__": __name__, "_kind": kind,
+                    "__qualname__": f"RemoteModule[{kind.__qualname__}]"})
         _PROXY_CLASSES[kind] = cls
     return cls
 

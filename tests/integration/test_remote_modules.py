@@ -116,3 +116,44 @@ def test_a_deployed_model_prints_as_torch_prints_it_with_where_each_child_lives(
         assert repr(remote[0].bias) == "RemoteParameter(0.bias, shape=(8,), unreachable)"
     finally:
         remote.close()
+
+
+def test_a_proxy_is_its_module_class_for_exact_type_checks(cluster):
+    """Tools pick modules by exact type (Captum's DeepLift: ``type(m) in {nn.ReLU: rule}``,
+    ``"nn.modules.container" in str(type(m))``): a proxy's class compares, hashes and
+    prints as its module's class; ``is`` still tells them apart."""
+    remote = cluster.deploy(make_net(), stages=2)
+    try:
+        relu = remote[1]
+        assert type(relu) == nn.ReLU and type(relu) in {nn.ReLU: "rule"}  # noqa: E721
+        assert {nn.ReLU: "rule"}[type(relu)] == "rule" and type(relu) is not nn.ReLU
+        assert str(type(relu)) == str(nn.ReLU) and str(type(remote[0])) == str(nn.Linear)
+        assert type(relu) != nn.Linear
+    finally:
+        remote.close()
+
+
+def test_a_tensor_hook_on_a_hooks_input_fires_once_when_the_hook_returns_a_copy(cluster):
+    """DeepLift's pattern: a pre-hook hooks its input and returns a clone of it; the clone's
+    vector-Jacobian product is taken here, and must not run the input's hooks a second time
+    (the worker's tensor runs them)."""
+    calls = {"local": 0, "remote": 0}
+    grads = {}
+    for name, model in (("local", make_net()), ("remote", cluster.deploy(make_net(),
+                                                                          stages=2))):
+        def pre(module, args, name=name):
+            def count(g):
+                calls[name] += 1
+                return g * 2
+            args[0].register_hook(count)
+            return args[0].clone()
+
+        model[2].register_forward_pre_hook(pre)
+        torch.manual_seed(3)
+        x = torch.randn(4, 6, requires_grad=True)
+        model(x).sum().backward()
+        grads[name] = x.grad.numpy()
+        if name == "remote":
+            model.close()
+    assert calls == {"local": 1, "remote": 1}
+    np.testing.assert_allclose(grads["remote"], grads["local"], rtol=1e-5, atol=1e-7)
