@@ -36,6 +36,10 @@ class HookServer:
         # forward context -> the call's inputs here, while its forward runs (what a tap's
         # RemoteTapBackward0 leads to)
         self.pending_inputs: dict[str, list] = {}
+        # a call of one placed part from code running here (glue.call_placed), while it
+        # runs: context -> its path, its inputs here, and tensor hooks its own forward hooks
+        # put on its output, to go on the output here (see _relocate)
+        self.calls: dict[str, dict] = {}
         self.hook_error: BaseException | None = None
 
     def _serve_event(self, sock: zmq.Socket, event: wire.Message) -> None:
@@ -114,7 +118,11 @@ class HookServer:
             bases.append(base)
             return t
 
-        args = [unpack(a, leaf) for a in event["args"]]
+        bounds = []  # where each of the event's arguments' tensors start among the leaves
+        args = []
+        for a in event["args"]:
+            bounds.append(len(leaves))
+            args.append(unpack(a, leaf))
         versions = [t._version for t in leaves]
         if kind == "tensor":
             out = fn(*args)
@@ -126,6 +134,8 @@ class HookServer:
                    for i, t in enumerate(leaves) if t._version != versions[i]]
         value = None if out is None else self._pack_result(out, leaves, bases, key,
                                                            event.ctx if diff else None)
+        if diff and kind in ("forward_pre", "forward"):
+            self._relocate(event, leaves, bounds)
         # tensors the hook put tensor hooks on (the Grad-CAM pattern): the worker hooks the
         # real tensors, and their gradients come here to run these hooks
         watch = [i for i, t in enumerate(leaves) if t._backward_hooks]
@@ -142,6 +152,33 @@ class HookServer:
                 (f"{key}#{i}", leaves[i], bases[i]) for i in taps)
             answer.update(taps=taps, key=key)
         return answer
+
+    def _relocate(self, event: wire.Message, leaves: list, bounds: list) -> None:
+        """Tensor hooks that a forward hook of a part called from code running here put on
+        that call's own inputs or output go on the client's tensors they stand for: the
+        call's input and output are each one tensor here, which the next part's call takes
+        too, so that hooks put on it from both sides fire in the order they were
+        registered, with the whole gradient, as in one process (Captum's DeepLift hooks a
+        module's output and the next module's input). An input is matched by position and
+        value (an earlier hook may have replaced it: then its hooks stay on the worker)."""
+        call = self.calls.get(event.ctx)
+        if call is None or event["path"] != call["path"]:
+            return
+        ends = [*bounds[1:], len(leaves)]
+        given = leaves[bounds[0]:ends[0]]  # the positional arguments' tensors, in order
+        if event["kind"] == "forward" and len(bounds) > 2:  # with_kwargs: (args, kwargs, out)
+            given += leaves[bounds[1]:ends[1]]
+        for t, x in zip(given, call["inputs"]):
+            if (t._backward_hooks and x._requires_grad and t._data.shape == x._data.shape
+                    and np.array_equal(t._data, x._data)):
+                for fn in list(t._backward_hooks.values()):
+                    x.register_hook(fn)
+                t._backward_hooks.clear()
+        if event["kind"] == "forward":
+            for i, t in enumerate(leaves[bounds[-1]:]):
+                if t._backward_hooks:  # for the call's output, once it is made here
+                    call["outs"].append((i, list(t._backward_hooks.values()), t._data.copy()))
+                    t._backward_hooks.clear()
 
     def _pack_result(self, value, leaves: list, bases: list, key: str, ctx: str | None):
         """A hook's result: one of the tensors it was given as ``{"same": i}`` (changed in

@@ -200,6 +200,7 @@ def call_placed(model: RemoteModel, path: str, args: tuple, kwargs: dict):
     ctx_id = uuid.uuid4().hex
     if grad:  # what a tensor a hook gets in this call can be differentiated to
         model._hub.pending_inputs[ctx_id] = inputs
+        model._hub.calls[ctx_id] = {"path": path, "inputs": inputs, "outs": []}
     try:
         (reply,) = model._hub.request_all(
             [(model._addresses[stage], {
@@ -210,6 +211,7 @@ def call_placed(model: RemoteModel, path: str, args: tuple, kwargs: dict):
             "forward", what=f"forward of {path!r}")
     finally:
         model._hub.pending_inputs.pop(ctx_id, None)
+        call = model._hub.calls.pop(ctx_id, None)
     result = reply["result"]
     if result.get("rng"):  # what the part drew (dropout) is drawn here too
         random._set_stream_state(result["rng"])
@@ -237,4 +239,14 @@ def call_placed(model: RemoteModel, path: str, args: tuple, kwargs: dict):
     out = unpack(result["output"], output)
     if node is not None:
         node._output_meta = tuple(node._output_meta)
+    for i, hooks, value in (call or {}).get("outs", ()):
+        # tensor hooks the part's own forward hooks put on its output: on the output here
+        if i >= len(made) or made[i].shape != value.shape or not np.array_equal(
+                made[i]._data, value) or not made[i].requires_grad:
+            raise NotImplementedError(
+                f"a forward hook of the deployed module at {path!r} put a tensor hook on its "
+                "output, and a later hook replaced that output: the hook cannot be kept on "
+                "the tensor it was put on. Put it on the replacement (in the later hook)")
+        for fn in hooks:
+            made[i].register_hook(fn)
     return out

@@ -228,3 +228,54 @@ def test_a_child_called_with_two_tensors_runs_on_its_worker(cluster):
                                    local.proj.weight.grad.numpy(), rtol=1e-5, atol=1e-7)
     finally:
         remote.close()
+
+
+class Boundary(nn.Module):
+    """A forward with code of its own (so it runs here, each part on its worker): the output
+    of act1 and the input of fc2 are one tensor in one process, and two calls here."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 6)
+        self.act1 = nn.ReLU()
+        self.fc2 = nn.Linear(6, 3)
+
+    def forward(self, x):
+        return self.fc2(self.act1(self.fc1(x))) + 0.5
+
+
+def boundary_hooks(model, x):
+    """DeepLift's pattern: a hook on a module's output records its gradient; a hook on the
+    next module's input (registered later) replaces that gradient."""
+    log = []
+
+    def record(m, args, out):
+        out.register_hook(lambda g: log.append(("act1 out", g.numpy())))
+
+    model.act1.register_forward_hook(record)
+
+    def pre(m, args):
+        args[0].register_hook(lambda g: (log.append(("fc2 in", g.numpy())), g * 3)[1])
+        return args[0].clone()
+
+    model.fc2.register_forward_pre_hook(pre)
+    xin = x.clone().requires_grad_(True)
+    model(xin).square().sum().backward()
+    return log, xin.grad.numpy()
+
+
+def test_tensor_hooks_on_a_tensor_between_two_parts_fire_in_registration_order(cluster):
+    torch.manual_seed(0)
+    local = Boundary()
+    remote = cluster.deploy(copy.deepcopy(local), stages=2)
+    try:
+        x = torch.randn(5, 4)
+        (got, got_grad), (want, want_grad) = boundary_hooks(remote, x), boundary_hooks(local, x)
+        assert remote._glue  # the forward ran here, each part on its worker
+        assert [name for name, _ in got] == [name for name, _ in want] == ["act1 out",
+                                                                            "fc2 in"]
+        for (_, g), (_, w) in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(got_grad, want_grad, rtol=1e-5, atol=1e-7)
+    finally:
+        remote.close()
