@@ -205,7 +205,15 @@ def rebuild(structure: dict, shards: list[dict]) -> Module:
     the non-persistent ones, start as zeros)."""
     arrays = {k[len("param/"):]: v for shard in shards for k, v in shard.items()
               if k.startswith("param/")}
+    spec = with_arrays(structure, lambda full, shape, dtype: arrays.get(
+        full, np.zeros(shape, dtype)))
+    # classes of the client's own script resolve to it, as they did when it saved
+    return build_module(spec, main=sys.modules.get("__main__"))
 
+
+def with_arrays(structure: dict, array_of) -> dict:
+    """A module spec from a structure (``_structure``): each parameter and buffer entry
+    given its array, ``array_of(full name, shape, dtype)``."""
     def fill(spec, path):
         spec = dict(spec)
         for kind in ("params", "buffers"):
@@ -213,15 +221,14 @@ def rebuild(structure: dict, shards: list[dict]) -> Module:
             for name, entry in spec[kind].items():
                 if entry is not None and "shape" in entry:
                     full = f"{path}.{name}" if path else name
+                    data = array_of(full, tuple(entry["shape"]), np.dtype(entry["dtype"]))
                     entry = {k: v for k, v in entry.items() if k not in ("shape", "dtype")}
-                    entry["data"] = arrays.get(full, np.zeros(spec[kind][name]["shape"],
-                                                              spec[kind][name]["dtype"]))
+                    entry["data"] = data
                 entries[name] = entry
             spec[kind] = entries
         spec["children"] = {n: None if c is None else fill(c, f"{path}.{n}" if path else n)
                             for n, c in spec["children"].items()}
         return spec
 
-    # classes of the client's own script resolve to it, as they did when it saved
-    return build_module(fill(structure, ""), main=sys.modules.get("__main__"))
+    return fill(structure, "")
 

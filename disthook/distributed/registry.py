@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from disthook.distributed.checkpoint import _structure
+from disthook.distributed.checkpoint import _structure, with_arrays
 from disthook.distributed.rpc import ClusterError, RemoteError, RemoteTimeout
 from disthook.distributed.spec import SpecError, build_module
 
@@ -103,25 +103,13 @@ def twin(struct: dict, *, name: str = "", main=None):
     Classes of ``__main__`` are taken from ``main`` (default: this process's script)."""
     shapes: dict[str, tuple] = {}
 
-    def fill(spec: dict, path: str) -> dict:
-        spec = dict(spec)
-        for kind in ("params", "buffers"):
-            entries = {}
-            for key, entry in spec[kind].items():
-                if entry is not None and "shape" in entry:
-                    full = f"{path}.{key}" if path else key
-                    shapes[full] = (tuple(entry["shape"]), np.dtype(entry["dtype"]))
-                    entry = {k: v for k, v in entry.items() if k not in ("shape", "dtype")}
-                    entry["data"] = np.zeros(0, shapes[full][1])  # built small, swapped below
-                entries[key] = entry
-            spec[kind] = entries
-        spec["children"] = {n: None if c is None else fill(c, f"{path}.{n}" if path else n)
-                            for n, c in spec["children"].items()}
-        return spec
+    def small(full: str, shape: tuple, dtype) -> np.ndarray:
+        shapes[full] = (shape, dtype)
+        return np.zeros(0, dtype)  # built small, swapped below
 
     main = sys.modules.get("__main__") if main is None else main
     try:
-        module = build_module(fill(struct, ""), main=main)
+        module = build_module(with_arrays(struct, small), main=main)
     except SpecError as exc:
         what = f"the model published as {name!r}" if name else "the published model"
         raise SpecError(
