@@ -51,8 +51,7 @@ def needs_glue(module, args: tuple, kwargs: dict) -> bool:
 
 def run_root_forward(model: RemoteModel, args: tuple, kwargs: dict):
     """The root module's forward, run here on the model (whose children are the client's
-    tree)."""
-    check_runs_here(model._local, "")
+    tree; ``check_runs_here`` passed for the root when this path was chosen)."""
     return type(model._local).forward(model, *args, **kwargs)
 
 

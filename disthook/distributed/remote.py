@@ -110,6 +110,8 @@ class RemoteModel(Module):
             object.__setattr__(self, name, value)
         object.__setattr__(self, "training", module.training)
         # the client's tree: placed parts as proxies, split ones as copies (glue)
+        if tree:  # the root's forward will run here
+            glue.check_runs_here(module, "")
         self._modules.update(glue.client_tree(self, module, layout))
         if not whole:
             self._parameters.update(module._parameters)  # the root's own stay here
@@ -176,6 +178,8 @@ class RemoteModel(Module):
                 f"chunks={self._chunks}: {self._class_name}.forward runs on the client "
                 "between its children, which are called one by one; deploy it with "
                 "chunks=1, or an nn.Sequential of the steps to pipeline micro-batches")
+        if use_glue:  # once, not on every call
+            glue.check_runs_here(self._local, "")
         object.__setattr__(self, "_glue", use_glue)
         object.__setattr__(self, "_chain_checked", True)
 

@@ -170,3 +170,13 @@ def test_parts_take_several_arguments_and_give_several_outputs(cluster):
             remote.attn(torch.randn(1, 4), nn.Linear(1, 1))
     finally:
         remote.close()
+
+
+def test_a_root_holding_a_callable_over_its_parts_is_refused_once(cluster):
+    """Checked when the root's forward is to run here (at deploy over the tree), not on every
+    call."""
+    model = fresh_gpt()
+    model.head_of = lambda x: model.lm_head(x)
+    with pytest.raises(ValueError, match=r"the model's root \(GPT\) runs on the client .* "
+                                         r"attribute 'head_of' holds a lambda"):
+        cluster.deploy(model, stages=2)
