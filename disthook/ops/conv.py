@@ -1,8 +1,8 @@
 """Convolution, with its two gradients as ops of their own.
 
 Layout as torch: input ``(N, C_in, *spatial)``, weight ``(C_out, C_in / groups, *kernel)``.
-The forward pads the input, unfolds it into columns (im2col: one strided view, copied once)
-and multiplies each group's weight matrix with them; the weight gradient multiplies the
+The forward pads the input, unfolds it into columns (im2col: one strided view, copied a few
+samples at a time) and multiplies each group's weight matrix with them; the weight gradient multiplies the
 output gradient with the same columns, the input gradient folds the product of the weight
 and the output gradient back onto the input (col2im). Each gradient is again a linear map
 of one of the other operands, and the three ops are each other's adjoints:
@@ -95,13 +95,6 @@ class _Wide(NamedTuple):
         wide[(..., *[slice(0, m) for m in g.shape[2:]])] = g
         return wide.reshape(n, c, self.length)
 
-    def narrow(self, y: np.ndarray, out: tuple) -> np.ndarray:
-        """``(N, C, length)`` to ``(N, C, *out)``, contiguous."""
-        y = y.reshape(*y.shape[:2], out[0], *self.padded[1:])
-        if tuple(out[1:]) == self.padded[1:]:
-            return y
-        return np.ascontiguousarray(y[(..., *[slice(0, m) for m in out])])
-
 
 def _flat_padded(x: np.ndarray, spec: ConvSpec, wide: _Wide) -> np.ndarray:
     """The zero-padded input, flattened per channel, with zeros after it as far as the
@@ -142,7 +135,7 @@ def _columns(x: np.ndarray, spec: ConvSpec, kernel: tuple, out: tuple) -> np.nda
 def _fold(cols: np.ndarray, x_shape: tuple, spec: ConvSpec, kernel: tuple,
           out: tuple) -> np.ndarray:
     """col2im, the adjoint of ``_columns``: add every column entry back at the input position
-    it was read from. One vectorised add per kernel offset."""
+    it was read from. One vectorised add per kernel offset; the result may be a view."""
     n, c = x_shape[:2]
     inner = tuple(slice(lo, lo + m) for m, (lo, _) in zip(x_shape[2:], spec.padding))
     if _is_wide(spec):
@@ -152,7 +145,7 @@ def _fold(cols: np.ndarray, x_shape: tuple, spec: ConvSpec, kernel: tuple,
         for j, off in enumerate(wide.offsets):
             flat[:, :, off:off + wide.length] += cols[:, :, j]
         grid = flat[:, :, :math.prod(wide.padded)].reshape(n, c, *wide.padded)
-        return np.ascontiguousarray(grid[(..., *inner)])
+        return grid[(..., *inner)]
     cols = cols.reshape(n, c, *kernel, *out)
     padded = tuple(m + lo + hi for m, (lo, hi) in zip(x_shape[2:], spec.padding))
     xp = np.zeros((n, c, *padded), dtype=cols.dtype)
@@ -176,61 +169,89 @@ def _grad_rows(g: np.ndarray, spec: ConvSpec, x_spatial: tuple, kernel: tuple) -
     return g.reshape(n, spec.groups, o // spec.groups, math.prod(g.shape[2:]))
 
 
-def conv_forward(x: np.ndarray, w: np.ndarray, spec: ConvSpec, cols=None) -> np.ndarray:
+# The columns of a whole batch can be many times the input (9x for a 3x3 kernel), so each
+# function below unfolds, multiplies and folds a few samples at a time: the columns of one
+# batch of samples stay in the CPU cache between the copy that makes them and the product
+# that reads them, and are never all in memory at once.
+BATCH_COLUMNS_BYTES = 1 << 20
+
+
+def _batches(x_shape: tuple, spec: ConvSpec, kernel: tuple, out: tuple, itemsize: int):
+    """Slices of the batch dim, each holding about BATCH_COLUMNS_BYTES of columns."""
+    n, c = x_shape[:2]
+    length = (_Wide.of(x_shape[2:], spec, kernel, out).length if _is_wide(spec)
+              else math.prod(out))
+    per_sample = max(1, c * math.prod(kernel) * length * itemsize)
+    step = max(1, BATCH_COLUMNS_BYTES // per_sample)
+    return [slice(i, i + step) for i in range(0, n, step)]
+
+
+def conv_forward(x: np.ndarray, w: np.ndarray, spec: ConvSpec,
+                 bias: np.ndarray | None = None) -> np.ndarray:
+    """``conv(x, w)``, plus ``bias`` per output channel when given."""
     kernel = w.shape[2:]
     out = conv_output_size(spec, x.shape[2:], kernel)
-    if cols is None:
-        cols = _columns(x, spec, kernel, out)
-    y = np.matmul(_weight_matrix(w, spec.groups), cols)  # (N, G, C_out / G, length)
-    y = y.reshape(x.shape[0], w.shape[0], cols.shape[-1])
-    if _is_wide(spec):
-        return _Wide.of(x.shape[2:], spec, kernel, out).narrow(y, out)
-    return y.reshape(x.shape[0], w.shape[0], *out)
+    wm = _weight_matrix(w, spec.groups)
+    y = np.empty((x.shape[0], w.shape[0], *out), dtype=np.result_type(x.dtype, w.dtype))
+    wide = _Wide.of(x.shape[2:], spec, kernel, out) if _is_wide(spec) else None
+    if bias is not None:
+        bias = bias.reshape(-1, *[1] * len(kernel))
+    for rows in _batches(x.shape, spec, kernel, out, x.itemsize):
+        cols = _columns(x[rows], spec, kernel, out)
+        part = np.matmul(wm, cols)  # (B, G, C_out / G, length)
+        if wide is not None:  # drop the extra outputs at the end of each wide row
+            part = part.reshape(cols.shape[0], w.shape[0], out[0], *wide.padded[1:])
+            part = part[(..., *[slice(0, m) for m in out])]
+        else:
+            part = part.reshape(cols.shape[0], w.shape[0], *out)
+        if bias is None:
+            y[rows] = part
+        else:
+            np.add(part, bias, out=y[rows])
+    return y
 
 
 def conv_input_grad(g: np.ndarray, w: np.ndarray, spec: ConvSpec, x_shape: tuple) -> np.ndarray:
     kernel = w.shape[2:]
-    gm = _grad_rows(g, spec, x_shape[2:], kernel)
-    cols = np.matmul(_weight_matrix(w, spec.groups).transpose(0, 2, 1), gm)
-    return _fold(cols, x_shape, spec, kernel, g.shape[2:])
+    out = g.shape[2:]
+    wmt = _weight_matrix(w, spec.groups).transpose(0, 2, 1)
+    dx = np.empty(x_shape, dtype=np.result_type(g.dtype, w.dtype))
+    for rows in _batches(x_shape, spec, kernel, out, dx.itemsize):
+        gm = _grad_rows(g[rows], spec, x_shape[2:], kernel)
+        cols = np.matmul(wmt, gm)
+        dx[rows] = _fold(cols, (cols.shape[0], *x_shape[1:]), spec, kernel, out)
+    return dx
 
 
-def conv_weight_grad(x: np.ndarray, g: np.ndarray, spec: ConvSpec, w_shape: tuple,
-                     cols=None) -> np.ndarray:
+def conv_weight_grad(x: np.ndarray, g: np.ndarray, spec: ConvSpec,
+                     w_shape: tuple) -> np.ndarray:
     kernel, out = tuple(w_shape[2:]), g.shape[2:]
-    if cols is None:
-        cols = _columns(x, spec, kernel, out)
-    gm = _grad_rows(g, spec, x.shape[2:], kernel)
-    dw = np.matmul(gm, cols.transpose(0, 1, 3, 2))  # (N, G, C_out / G, C_in / G * K)
-    return dw.sum(axis=0).reshape(w_shape)
+    dw = np.zeros((spec.groups, w_shape[0] // spec.groups, math.prod(w_shape[1:])),
+                  dtype=np.result_type(x.dtype, g.dtype))
+    for rows in _batches(x.shape, spec, kernel, out, x.itemsize):
+        cols = _columns(x[rows], spec, kernel, out)
+        gm = _grad_rows(g[rows], spec, x.shape[2:], kernel)
+        part = np.matmul(gm, cols.transpose(0, 1, 3, 2))  # (B, G, C_out / G, C_in / G * K)
+        dw += part[0] if part.shape[0] == 1 else part.sum(axis=0)
+    return dw.reshape(w_shape)
 
 
 # ---- the ops ---------------------------------------------------------------------------------
 
 class Convolution(Op):
     """``conv(x, w) + bias``. Like torch's node it always has three inputs; without a bias
-    the third is an empty placeholder (``has_bias=False``) that takes no gradient. The
-    input's columns are kept from forward for the weight gradient (and freed with the
-    saved tensors)."""
+    the third is an empty placeholder (``has_bias=False``) that takes no gradient."""
 
     node_name = "ConvolutionBackward0"
 
     @staticmethod
     def forward(ctx, x, w, bias, spec, has_bias=True):
         xd, wd = x._data, w._data
-        kernel = wd.shape[2:]
-        out = conv_output_size(spec, xd.shape[2:], kernel)
-        cols = _columns(xd, spec, kernel, out)
         need = ctx.needs_input_grad
         if need:
             ctx.save_for_backward(x if need[1] else None, w if need[0] else None)
             ctx.spec, ctx.x_shape, ctx.w_shape = spec, xd.shape, wd.shape
-            if need[1]:
-                ctx.cols = cols
-        y = conv_forward(xd, wd, spec, cols)
-        if has_bias:
-            y += bias._data.reshape(-1, *[1] * len(kernel))
-        return y
+        return conv_forward(xd, wd, spec, bias._data if has_bias else None)
 
     @staticmethod
     def backward(ctx, g):
@@ -240,15 +261,10 @@ class Convolution(Op):
         if need[0]:
             gx = ConvInputGrad.apply(g, w, spec=ctx.spec, x_shape=ctx.x_shape)
         if need[1]:
-            gw = ConvWeightGrad.apply(x, g, spec=ctx.spec, w_shape=ctx.w_shape,
-                                      cols=ctx.__dict__.get("cols"))
+            gw = ConvWeightGrad.apply(x, g, spec=ctx.spec, w_shape=ctx.w_shape)
         if need[2]:
             gb = g.sum(dim=(0, *range(2, g.ndim)))
         return gx, gw, gb
-
-    def _release(self) -> None:
-        super()._release()
-        self.__dict__.pop("cols", None)
 
 
 def absent(like) -> Tensor:
@@ -293,15 +309,13 @@ class ConvWeightGrad(Op):
     node_name = "ConvolutionBackwardBackward0"
 
     @staticmethod
-    def forward(ctx, x, g, spec, w_shape, cols=None):
+    def forward(ctx, x, g, spec, w_shape):
         xd = x._data
-        if cols is None:
-            cols = _columns(xd, spec, tuple(w_shape[2:]), g._data.shape[2:])
         need = ctx.needs_input_grad
         if need:
             ctx.save_for_backward(x if need[1] else None, g if need[0] else None)
             ctx.spec, ctx.x_shape = spec, xd.shape
-        return conv_weight_grad(xd, g._data, spec, w_shape, cols)
+        return conv_weight_grad(xd, g._data, spec, w_shape)
 
     @staticmethod
     def backward(ctx, h):

@@ -1,0 +1,56 @@
+"""Convolutions unfold a few samples at a time (ops.conv.BATCH_COLUMNS_BYTES): the result
+must not depend on how the batch is split."""
+import numpy as np
+import pytest
+from helpers import check_op, lib
+
+import disthook
+from disthook.ops import conv
+
+CASES = [  # input shape, weight shape, stride, padding (before, after), dilation, groups
+    ((5, 4, 9, 8), (6, 2, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 2),  # wide layout
+    ((5, 3, 9, 8), (4, 3, 3, 2), (2, 2), ((1, 1), (0, 0)), (1, 1), 1),  # strided layout
+    ((3, 2, 10, 9), (4, 2, 2, 3), (1, 1), ((2, 2), (2, 2)), (2, 2), 1),
+    ((4, 2, 11), (3, 2, 4), (1,), ((1, 1),), (1,), 1),
+    ((3, 2, 5, 4, 4), (2, 2, 2, 3, 2), (1, 2, 1), ((0, 0),) * 3, (1, 1, 1), 1),
+]
+
+
+def _run(x_shape, w_shape, stride, padding, dilation, groups):
+    rng = np.random.default_rng(0)
+    x = disthook.tensor(rng.standard_normal(x_shape), requires_grad=True)
+    w = disthook.tensor(rng.standard_normal(w_shape), requires_grad=True)
+    b = disthook.tensor(rng.standard_normal(w_shape[0]), requires_grad=True)
+    y = conv.convolve(x, w, b, conv.ConvSpec(stride, padding, dilation, groups))
+    y.backward(disthook.tensor(rng.standard_normal(tuple(y.shape))))
+    return [t.detach().numpy() for t in (y, x.grad, w.grad, b.grad)]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_sample_at_a_time_equals_whole_batch(monkeypatch, case):
+    whole = _run(*case)
+    monkeypatch.setattr(conv, "BATCH_COLUMNS_BYTES", 1)  # one sample per product
+    one = _run(*case)
+    # two samples of the first case (2, 2, 1), other numbers in the others
+    monkeypatch.setattr(conv, "BATCH_COLUMNS_BYTES", 2 * 4 * 9 * (9 * 10) * 8)
+    some = _run(*case)
+    for a, b, c in zip(whole, one, some):
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(c, a, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("kwargs", [{"padding": 1}, {"stride": 2}])
+def test_split_batch_conv_matches_torch_to_second_order(monkeypatch, kwargs):
+    monkeypatch.setattr(conv, "BATCH_COLUMNS_BYTES", 1)
+    check_op(lambda x, w: lib(x).nn.functional.conv2d(x, w, **kwargs),
+             (3, 2, 5, 5), (3, 2, 3, 3), double=True)
+
+
+def test_empty_batch():
+    x = disthook.zeros(0, 2, 5, 5, requires_grad=True)
+    w = disthook.ones(3, 2, 3, 3, requires_grad=True)
+    y = disthook.nn.functional.conv2d(x, w)
+    assert tuple(y.shape) == (0, 3, 3, 3)
+    y.sum().backward()
+    assert tuple(x.grad.shape) == (0, 2, 5, 5)
+    assert np.all(w.grad.numpy() == 0)
