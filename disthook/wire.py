@@ -212,12 +212,15 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # arguments the hook put tensor hooks on (watch) or asked to retain_grad (retain), by
     # index, under key (the worker names them to the client with "key#index" later), and
     # the arguments it changed in place (changed), which the worker changes the same way,
-    # and those whose gradients a later backward may ask for (taps, also under key)
+    # and those whose gradients a later backward may ask for (taps, also under key).
+    # spec: the forward's round of running ahead (workers/speculation.py): once the client
+    # answered one event of a round with a change (a result, a tensor changed in place) or
+    # an error, it answers the round's later events stale, without running their hooks
     "hook_event": {"hook": "int", "kind": "event_kind", "path": "str",
-                   "args": "list[hook_value]", "diff": "bool?"},
+                   "args": "list[hook_value]", "diff": "bool?", "spec": "str?"},
     "hook_reply": {"hook": "int", "result": "hook_value?", "watch": "list[int]?",
                    "retain": "list[int]?", "key": "str?", "changed": "list[changed_arg]?",
-                   "taps": "list[int]?"},
+                   "taps": "list[int]?", "stale": "bool?"},
     # a warning raised on a worker, issued again by the client
     "warning": {"category": "str", "message": "str", "worker": "str?"},
     # hooks to register on one worker, all or none

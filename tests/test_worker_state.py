@@ -99,6 +99,33 @@ def test_a_hook_answer_resumes_exactly_its_wait():
     assert state.waits == {} and job.waiting is None
 
 
+def test_answers_a_job_ran_ahead_of_are_kept_beside_the_wait_it_sleeps_on():
+    state, clock = make_state(hook_timeout=5.0)
+    (job,) = started(request(state, "forward"))
+    first = state.expect_from_client(job, CLIENT, 1, "the first answer")
+    second = state.expect_from_client(job, CLIENT, 2, "the second answer")
+    assert job.waiting is None  # the job computes on
+    now = state.wait_for_client(job, CLIENT, 3, "the third answer")
+    assert job.waiting is now
+    out = request(state, "hook_reply", sender=CLIENT, req=1, hook=1)
+    assert resumed(out) == [first] and first.outcome.req == 1
+    assert job.waiting is now  # still asleep on its own wait
+    clock.now += 6  # the one not answered times out like any wait
+    resumed(state.handle(Tick(clock.now)))
+    assert isinstance(second.error, TimeoutError) and "the second answer" in str(second.error)
+
+
+def test_the_answers_a_job_did_not_take_go_with_it():
+    state, _ = make_state()
+    (job,) = started(request(state, "forward"))
+    state.expect_from_client(job, CLIENT, 1, "an answer")
+    state.expect_from_client(job, CLIENT, 2, "an answer")
+    state.handle(JobDone(job))
+    assert state.waits == {}
+    late = request(state, "hook_reply", sender=CLIENT, req=2, hook=1)
+    assert [type(i) for i in late] == [Reply]
+
+
 def test_a_read_runs_while_a_request_waits_on_its_clients_hook():
     state, _ = make_state()
     (job,) = started(request(state, "forward"))

@@ -14,6 +14,7 @@ import disthook
 from disthook.distributed import hook_kinds
 from disthook.distributed import hooks as worker_hooks
 from disthook.distributed.values import pack, tensors_in, unpack
+from workers.speculation import HookRecord, copied
 
 __all__ = ["HookHandlers"]
 
@@ -91,34 +92,59 @@ class HookHandlers:
 
     def _module_stub(self, kind: str, hook_id: int, path: str, client: bytes):
         """The worker-side body of a client module hook: the event crosses, the answer comes
-        back and is returned to the module machinery as the client's hook returned it."""
+        back and is returned to the module machinery as the client's hook returned it. In a
+        forward run ahead of its hooks' answers (``workers/speculation.py``) a forward hook
+        that only looked so far does not wait for its answer."""
         worker = self
         forward_kind = kind in ("forward_pre", "forward")
+        record = HookRecord()
 
         def stub(module, *args):
-            worker.captures.fired["client"] += 1
             originals = list(tensors_in(args))
-            answer = worker._call_client(client, hook_id, kind, path, [pack(a) for a in args],
-                                         diff=forward_kind and disthook.is_grad_enabled())
-            _apply_changes(answer, originals, worker, client, hook_id, path)
-            key = answer.get("key")
+            diff = forward_kind and disthook.is_grad_enabled()
             job = worker.current_job()
-            for i in answer.get("taps") or ():  # the client may want their gradients later
-                job.taps[f"{key}#{i}"] = _original(originals, i, path)
-            for i in answer.get("watch") or ():  # the client's hook hooked these tensors
-                _original(originals, i, path).register_hook(
-                    worker._tensor_stub(hook_id, f"{key}#{i}", client, "leaf_hook"))
-            for i in answer.get("retain") or ():  # ... or asked them to retain their grads
-                _original(originals, i, path).retain_grad()
-                worker.current_job().retained.append((client, hook_id, f"{key}#{i}",
-                                                      originals[i]))
-            data = answer.get("result")
-            if data is None:
-                return None
-            return _unpack_result(data, originals, worker, client, hook_id)
+            spec = job.spec if forward_kind else None
+            if spec is None:
+                worker.captures.fired["client"] += 1
+                answer = worker._call_client(client, hook_id, kind, path,
+                                             [pack(a) for a in args], diff=diff)
+            else:
+                def send(ahead: bool):
+                    worker.captures.fired["client"] += 1
+                    packed = [pack(a) for a in args]
+                    return worker._send_event(client, hook_id, kind, path,
+                                              copied(packed) if ahead else packed, diff,
+                                              spec.round, ahead)
+
+                answer = spec.fire(
+                    record, hook_id, originals, send,
+                    lambda wait: worker._answer_of(wait, kind, path),
+                    lambda later: worker._use_answer(later, originals, client, hook_id, path))
+                if answer is None:  # ran ahead: its answer is taken when the forward ends
+                    return None
+            return worker._use_answer(answer, originals, client, hook_id, path)
 
         stub.__name__ = f"client_hook_{hook_id}"  # how engine errors name the hook
         return stub
+
+    def _use_answer(self, answer, originals: list, client: bytes, hook_id: int, path: str):
+        """Do what the answer of a client module hook given ``originals`` asks; the value the
+        module machinery is to use (None: keep its own)."""
+        _apply_changes(answer, originals, self, client, hook_id, path)
+        key = answer.get("key")
+        job = self.current_job()
+        for i in answer.get("taps") or ():  # the client may want their gradients later
+            job.taps[f"{key}#{i}"] = _original(originals, i, path)
+        for i in answer.get("watch") or ():  # the client's hook hooked these tensors
+            _original(originals, i, path).register_hook(
+                self._tensor_stub(hook_id, f"{key}#{i}", client, "leaf_hook"))
+        for i in answer.get("retain") or ():  # ... or asked them to retain their grads
+            _original(originals, i, path).retain_grad()
+            job.retained.append((client, hook_id, f"{key}#{i}", originals[i]))
+        data = answer.get("result")
+        if data is None:
+            return None
+        return _unpack_result(data, originals, self, client, hook_id)
 
     def _tensor_stub(self, hook_id: int, path: str, client: bytes, kind: str = "tensor"):
         worker = self
@@ -138,12 +164,26 @@ class HookHandlers:
                      diff: bool = False):
         """Send a hook event to ``client`` and sleep until its answer comes; the answer (a
         ``hook_reply`` message)."""
+        return self._answer_of(self._send_event(client, hook_id, kind, path, args, diff),
+                               kind, path)
+
+    def _send_event(self, client: bytes, hook_id: int, kind: str, path: str, args: list,
+                    diff: bool = False, spec: str | None = None, ahead: bool = False):
+        """Send a hook event to ``client``; the wait for its answer (one the job goes on
+        past when ``ahead``). ``spec``: the round of a forward run ahead."""
         job = self.current_job()
         req = next(self._event_ids)
         what = f"the client's answer to its {kind} hook on {path!r}"
-        wait = self.state.wait_for_client(job, client, req, what)
-        fields = {"hook": hook_id, "kind": kind, "path": path, "args": args, "diff": diff}
+        wait = (self.state.expect_from_client if ahead else self.state.wait_for_client)(
+            job, client, req, what)
+        fields = {"hook": hook_id, "kind": kind, "path": path, "args": args, "diff": diff,
+                  "spec": spec}
         self.reply(self.router, client, req, "hook_event", fields, ctx=job.msg.ctx)
+        return wait
+
+    def _answer_of(self, wait, kind: str, path: str):
+        """Sleep until the answer of ``wait`` comes; the error of the client's ``kind`` hook
+        on ``path`` raised here."""
         msg = self.sleep_on(wait)
         if msg.type == "error":
             raise RuntimeError(f"the client's {kind} hook on {path!r} raised "

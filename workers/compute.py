@@ -22,6 +22,7 @@ from disthook.distributed import aliases
 from disthook.distributed.service import NO_REPLY
 from disthook.distributed.spec import build_module, import_main
 from disthook.distributed.values import opaque_in, pack, tensors_in, unpack
+from workers.speculation import run_ahead
 from workers.state import Context, StepRun
 
 __all__ = ["ComputeHandlers", "Stage", "rss_bytes"]
@@ -53,6 +54,11 @@ class Stage:
         self.forwards = 0  # forwards run (one per micro-batch), for status
         self.parameters = sum(p.numel() for p in module.parameters())
         self.optimizers: dict[tuple, object] = {}  # (client, optimizer id) -> local share
+        # training mode -> whether a forward left the parameters and buffers as they were
+        # (learnt from the forwards that client hooks watched; see workers/speculation.py)
+        self.pure_forward: dict[bool, bool] = {}
+        self.ran_ahead = 0  # client hook firings whose answer the forward did not wait for
+        self.ran_again = 0  # forwards run again because such an answer changed something
 
     def use_grads(self, client: bytes) -> None:
         """Make the parameters' ``.grad`` those of ``client`` (kept aside for the one
@@ -190,17 +196,21 @@ class ComputeHandlers:
             if path is not None:  # one submodule, called by code running on the client
                 return self._call_submodule(job, st, path, grad, leaf, inputs)
             flags = msg.get("requires_grad") or [True] * len(msg["inputs"])
-            for a, flag in zip(msg["inputs"], flags):
-                leaf(a, flag)
-            if msg.get("rng"):  # the client's random stream, passed stage to stage
-                job.rng = msg["rng"]
-                disthook.random._set_stream_state(msg["rng"])
-            with disthook.set_grad_enabled(grad):
-                given = [_as_computed(t) if st.index > 0 else t for t in inputs]
-                if stop_here:  # the output of module `stop` is the answer: no later stage
-                    out = toolkit.stop_after(st.module, stop, *given)
-                else:
-                    out = st.module(*given)
+
+            def compute():
+                inputs.clear()  # fresh leaves each time the forward runs
+                for a, flag in zip(msg["inputs"], flags):
+                    leaf(a, flag)
+                if msg.get("rng"):  # the client's random stream, passed stage to stage
+                    job.rng = msg["rng"]
+                    disthook.random._set_stream_state(msg["rng"])
+                with disthook.set_grad_enabled(grad):
+                    given = [_as_computed(t) if st.index > 0 else t for t in inputs]
+                    if stop_here:  # the output of module `stop` is the answer: no later stage
+                        return toolkit.stop_after(st.module, stop, *given)
+                    return st.module(*given)
+
+            out = self._run_forward(job, st, compute)
             if not isinstance(out, disthook.Tensor):
                 raise TypeError(f"{stop if stop_here else st.name} returned "
                                 f"{type(out).__name__}; a stage must return one Tensor")
@@ -231,12 +241,19 @@ class ComputeHandlers:
         client with its packed output; the graph is kept for the backward of its tensors."""
         msg = job.msg
         try:
-            args, kwargs = unpack(msg["call"], lambda a, flag, _name: _as_computed(leaf(a, flag)))
-            if msg.get("rng"):  # the client's random stream: drawn from here, handed back
-                job.rng = msg["rng"]
-                disthook.random._set_stream_state(msg["rng"])
-            with disthook.set_grad_enabled(grad):
-                out = _submodule(st, path)(*args, **kwargs)
+            module = _submodule(st, path)
+
+            def compute():
+                inputs.clear()  # fresh leaves each time the forward runs
+                args, kwargs = unpack(msg["call"],
+                                      lambda a, flag, _name: _as_computed(leaf(a, flag)))
+                if msg.get("rng"):  # the client's random stream: drawn from here, handed back
+                    job.rng = msg["rng"]
+                    disthook.random._set_stream_state(msg["rng"])
+                with disthook.set_grad_enabled(grad):
+                    return module(*args, **kwargs)
+
+            out = self._run_forward(job, st, compute)
             outs = list(tensors_in(out))
             opaque = opaque_in(out)
             if opaque:
@@ -254,6 +271,16 @@ class ComputeHandlers:
         except Exception as exc:  # noqa: BLE001 - the client hears it
             self._to_client(job, "error", self.error_reply(exc, job))
         return NO_REPLY
+
+    def _run_forward(self, job, st, compute):
+        """``compute()``, a forward of stage ``st``: run ahead of the answers of its client
+        forward hooks when the job's client has some on the stage (see
+        ``workers/speculation.py``)."""
+        for (who, _), info in st.hook_info.items():
+            if who == job.client and info["runs"] == "client" \
+                    and info["kind"] in ("forward_pre", "forward"):
+                return run_ahead(self, job, st, compute)
+        return compute()
 
     def on_backward(self, job):
         """Backward through the stage's graph of this context; pass the input's gradient on."""

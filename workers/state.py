@@ -121,6 +121,8 @@ class Job:
     # kept here while it waits, since another client's job may draw meanwhile
     rng: str | None = None
     micro_batch: int | None = None  # what capture hooks record as the micro-batch
+    # the forward it runs ahead of client hooks' answers (workers.speculation), if any
+    spec: Any = None
 
     @property
     def kind(self) -> str:
@@ -254,6 +256,8 @@ class WorkerState:
         if job.waiting is not None:  # ended while waiting (stopped): the wait goes too
             self.waits.pop(job.waiting.id, None)
             job.waiting = None
+        for wait in [w for w in self.waits.values() if w.job is job]:  # answers not awaited
+            del self.waits[wait.id]
         if job.lane is None or job.lane not in self.lanes:
             return []
         queued = self.lanes[job.lane]
@@ -311,25 +315,36 @@ class WorkerState:
         hook fired; today the job's own)."""
         return self._open_wait(job, what, self.hook_timeout, client=client, req=req)
 
+    def expect_from_client(self, job: Job, client: bytes, req: int, what: str) -> Wait:
+        """Like ``wait_for_client``, but the job goes on meanwhile (it ran ahead of a client
+        hook's answer, see workers.speculation): the answer is kept in the wait when it comes,
+        and the job sleeps on the wait only when it needs the answer. A job may hold several
+        such waits besides the one it sleeps on; all go when it ends."""
+        return self._open_wait(job, what, self.hook_timeout, sleeps=False, client=client,
+                               req=req)
+
     def wait_for_pipe(self, job: Job, keys: tuple, what: str) -> Wait | None:
         """The job waits until one of the mailbox ``keys`` is there (None: one is already)."""
         if any(k in self.mailbox for k in keys):
             return None
         return self._open_wait(job, what, self.pipe_timeout, keys=tuple(keys))
 
-    def _open_wait(self, job: Job, what: str, timeout: float, **how) -> Wait:
+    def _open_wait(self, job: Job, what: str, timeout: float, sleeps: bool = True,
+                   **how) -> Wait:
         if job not in self.jobs or job.client in self.gone or how.get("client") in self.gone:
             raise ConnectionError(f"the client went away; worker {self.worker_id} does not "
                                   f"wait for {what}")
         wait = Wait(next(self._wait_ids), job, what, timeout, self.clock() + timeout, **how)
         self.waits[wait.id] = wait
-        job.waiting = wait
+        if sleeps:
+            job.waiting = wait
         return wait
 
     def _end_wait(self, wait: Wait, *, outcome=None, error=None) -> Resume:
         del self.waits[wait.id]
         wait.outcome, wait.error, wait.done = outcome, error, True
-        wait.job.waiting = None
+        if wait.job.waiting is wait:
+            wait.job.waiting = None
         return Resume(wait)
 
     # ---- the pipeline mailbox ---------------------------------------------------------------

@@ -14,11 +14,14 @@ import zmq
 from disthook import autograd as torch_autograd
 from disthook import wire
 from disthook.autograd import engine, grad_mode
+from disthook.distributed import hook_kinds
 from disthook.distributed.autograd_node import RemoteTapBackward0, serving_vjp
 from disthook.distributed.values import pack, unpack
 from disthook.tensor import Clone, Tensor
 
 __all__ = ["HookServer"]
+
+_BROKEN_ROUNDS_KEPT = 1024  # a worker never sends a round's events after hearing its answers
 
 
 class HookServer:
@@ -41,17 +44,37 @@ class HookServer:
         # put on its output, to go on the output here (see _relocate)
         self.calls: dict[str, dict] = {}
         self.hook_error: BaseException | None = None
+        # rounds of forwards run ahead whose later events are stale (see _serve_event)
+        self._broken_rounds: dict[str, None] = {}
 
     def _serve_event(self, sock: zmq.Socket, event: wire.Message) -> None:
-        """Run the hook a worker asked for and answer it on the socket the event came on."""
+        """Run the hook a worker asked for and answer it on the socket the event came on.
+
+        An event of a forward that runs ahead of its hooks' answers names its round
+        (``spec``): once an answer of the round changed something or failed, the round's
+        later events were made from values that change would alter, and are answered
+        stale without running their hooks (the worker runs that forward again)."""
+        spec = event.get("spec")
+        if spec is not None and spec in self._broken_rounds:
+            sock.send_multipart(wire.encode("hook_reply", {"hook": event["hook"],
+                                                           "stale": True},
+                                            req=event.req, ctx=event.ctx), copy=False)
+            return
+        broken = False
         try:
             answer = self._run_hook(event, sock)
+            broken = hook_kinds.steers(answer)
             frames = wire.encode("hook_reply", {"hook": event["hook"], **answer},
                                  req=event.req, ctx=event.ctx)
         except Exception as exc:  # noqa: BLE001 - the worker must hear; we re-raise it later
             self.hook_error = exc
+            broken = True
             frames = wire.encode("error", {"kind": type(exc).__name__, "message": str(exc)},
                                  req=event.req, ctx=event.ctx)
+        if broken and spec is not None:
+            self._broken_rounds[spec] = None
+            while len(self._broken_rounds) > _BROKEN_ROUNDS_KEPT:
+                del self._broken_rounds[next(iter(self._broken_rounds))]
         sock.send_multipart(frames, copy=False)
 
     def _run_hook(self, event: wire.Message, sock: zmq.Socket | None = None) -> dict:
@@ -132,6 +155,8 @@ class HookServer:
         # tensors the hook changed in place: the worker changes its own the same way
         changed = [{"arg": i, "value": self._pack_value(t, bases, f"{key}:{i}", leaves)}
                    for i, t in enumerate(leaves) if t._version != versions[i]]
+        if kind == "forward" and out is args[-1]:
+            out = None  # the output itself: the output stays what it is, as None says
         value = None if out is None else self._pack_result(out, leaves, bases, key,
                                                            event.ctx if diff else None)
         if diff and kind in ("forward_pre", "forward"):

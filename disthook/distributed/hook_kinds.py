@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["KINDS", "HookKind", "options", "register"]
+__all__ = ["KINDS", "HookKind", "options", "register", "steers"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,3 +56,10 @@ def register(target, kind: str, fn, given: dict | None = None):
     with its options; the method's handle."""
     opts = options(kind, given)
     return getattr(target, KINDS[kind].method)(fn, **opts)
+
+
+def steers(answer) -> bool:
+    """Whether a client hook's answer (the fields of a ``hook_reply``) changes what the
+    computation after the hook sees: a value to use in place of the hook's own, or tensors
+    it changed in place. An answer without either only looks (or hooks tensors for later)."""
+    return answer.get("result") is not None or bool(answer.get("changed"))

@@ -1,0 +1,201 @@
+"""A forward runs ahead of the answers of client forward hooks that only look: the worker
+does not wait for them (its status counts them as ``hooks_ahead``), and everything stays as
+in one process — values the hooks see, outputs, gradients, dropout's masks, a hook's error.
+When a hook that only looked so far starts to change its output, the forward runs again
+(``forwards_again``) and the hooks after it see only the changed values, each hook running
+as often as in one process. A stage whose forward changes its buffers (batch norm in
+training mode) never runs ahead."""
+import numpy as np
+import pytest
+
+import disthook as torch
+from disthook import nn
+from disthook.distributed import hooks as worker_hooks
+from clusters import worker_statuses
+
+pytestmark = pytest.mark.timeout(180)
+CLUSTER_WORKERS = 2
+
+
+def model(norm: bool = False):
+    torch.manual_seed(0)
+    middle = nn.BatchNorm1d(6) if norm else nn.Dropout(0.3)
+    return nn.Sequential(nn.Linear(4, 6), nn.Tanh(), middle, nn.Linear(6, 6), nn.Tanh(),
+                         nn.Linear(6, 3))
+
+
+def stage_stats(cluster, remote) -> dict:
+    """The workers' stage_stats summed over the stages of ``remote``."""
+    total = {"forwards": 0, "hooks_ahead": 0, "forwards_again": 0}
+    for status in worker_statuses(cluster).values():
+        for stage, stats in status["stage_stats"].items():
+            if stage.endswith(f" of {remote._model_id}"):
+                for key in total:
+                    total[key] += stats[key]
+    return total
+
+
+class Recorder:
+    """Forward hooks on every module: what each saw, by path, in order of calls; the hook on
+    ``switch`` returns its output doubled from its ``after``-th call on."""
+
+    def __init__(self, net, switch: str | None = None, after: int = 2):
+        self.seen: dict[str, list] = {}
+        self.calls = 0
+        self.handles = []
+        for path, module in net.named_modules():
+            if path:
+                self.handles.append(module.register_forward_hook(self.hook(path, switch, after)))
+
+    def hook(self, path, switch, after):
+        def record(module, args, output):
+            self.seen.setdefault(path, []).append(output.detach().numpy().copy())
+            if path == switch and len(self.seen[path]) > after:
+                return output * 2
+            return None
+
+        return record
+
+
+def run(net, steps: int, grad: bool = True):
+    """Outputs and the first layer's weight gradient of ``steps`` forwards (and backwards)."""
+    outs, grads = [], []
+    for step in range(steps):
+        torch.manual_seed(100 + step)
+        x = torch.randn(5, 4)
+        if grad:
+            y = net(x)
+            y.square().sum().backward()
+            outs.append(y.detach().numpy())
+            grads.append(net[0].weight.grad.numpy().copy())
+            net[0].weight.grad = None
+        else:
+            with torch.no_grad():
+                outs.append(net(x).numpy())
+    return outs, grads
+
+
+def compare(cluster, name, *, switch=None, norm=False, grad=True, steps=4, train=True):
+    local = model(norm)
+    local.train(train)
+    # stage 0: modules 0, 1, 2; stage 1: 3, 4, 5
+    remote = cluster.deploy(model(norm), stages=2, split_points=[3], name=name)
+    remote.train(train)
+    try:
+        mine, theirs = Recorder(local, switch), Recorder(remote, switch)
+        want, got = run(local, steps, grad), run(remote, steps, grad)
+        for a, b in zip(want[0] + want[1], got[0] + got[1]):
+            np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+        assert theirs.seen.keys() == mine.seen.keys()
+        for path in mine.seen:  # every hook ran as often, on the same values
+            assert len(theirs.seen[path]) == len(mine.seen[path]) == steps, path
+            for a, b in zip(mine.seen[path], theirs.seen[path]):
+                np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=path)
+        if norm:
+            for key, value in local.state_dict().items():
+                np.testing.assert_allclose(remote.state_dict()[key].numpy(), value.numpy(),
+                                           rtol=1e-5, atol=1e-6, err_msg=key)
+        return stage_stats(cluster, remote)
+    finally:
+        remote.close()
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_hooks_that_only_look_run_ahead_and_see_what_one_process_shows(cluster, grad):
+    stats = compare(cluster, f"look{grad}", grad=grad)
+    # 6 hooks over 2 stages: each waits on its first call (and each stage on its first
+    # forward, to learn that it leaves its buffers alone); later calls run ahead
+    assert stats["hooks_ahead"] == 6 * 3
+    assert stats["forwards_again"] == 0
+
+
+@pytest.mark.parametrize("switch, after", [("1", 1), ("3", 2), ("5", 0)])
+def test_a_hook_that_starts_to_change_its_output_runs_the_forward_again(cluster, switch,
+                                                                         after):
+    # on its third call the hook doubles its module's output: the forward that ran ahead of
+    # that answer runs again; the hooks after it never see the undoubled values
+    stats = compare(cluster, f"switch{switch}", switch=switch)
+    assert stats["forwards_again"] == 1
+    # 6 hooks run ahead in the second forward and the third, and again those after the
+    # switch on its stage (``after``) when the third runs again; in the fourth the switch
+    # waits for its answer (it changes things now), the 5 others run ahead
+    assert stats["hooks_ahead"] == 6 + 6 + after + 5
+
+
+def test_a_stage_whose_forward_changes_its_buffers_never_runs_ahead(cluster):
+    stats = compare(cluster, "norm", switch="4", norm=True)
+    # batch norm (module 2, on stage 0) updates its running statistics: that stage waits
+    # for every answer; on stage 1 (modules 3, 4, 5) 3 hooks run ahead in the second
+    # forward, 3 in the third and 1 (module 5) when it runs again, 2 in the fourth
+    assert stats["forwards_again"] == 1
+    assert stats["hooks_ahead"] == 3 + 3 + 1 + 2
+    # in evaluation mode batch norm changes nothing: stage 0 runs ahead as well
+    stats = compare(cluster, "norm_eval", switch="4", norm=True, train=False)
+    assert stats["hooks_ahead"] == 9 + 3 * 3
+
+
+def test_an_error_of_a_hook_that_ran_ahead_reaches_the_caller_and_the_model_serves_on(cluster):
+    remote = cluster.deploy(model(), stages=2, split_points=[3], name="raising")
+    remote.eval()
+    calls = []
+
+    def hook(module, args, output):
+        calls.append(1)
+        if len(calls) == 3:
+            raise ValueError("third call refused")
+
+    remote[1].register_forward_hook(hook)
+    seen = []
+    remote[3].register_forward_hook(lambda m, a, out: seen.append(1))
+    x = torch.randn(2, 4)
+    try:
+        remote(x), remote(x)
+        assert len(seen) == 2
+        with pytest.raises(ValueError, match="third call refused"):
+            remote(x)
+        assert len(seen) == 2  # the hook after the failing one never ran on that call
+        want = model().eval()(x).detach().numpy()
+        np.testing.assert_allclose(remote(x).detach().numpy(), want, rtol=1e-5, atol=1e-6)
+        assert len(seen) == 3
+    finally:
+        remote.close()
+
+
+def test_tensor_hooks_that_a_hook_ahead_puts_on_its_output_get_its_gradient(cluster):
+    # the Grad-CAM pattern: a forward hook keeps the activation and hooks its gradient
+    def gradcam(net):
+        kept = {}
+
+        def hook(module, args, output):
+            kept.setdefault("acts", []).append(output.detach().numpy())
+            output.register_hook(lambda g: kept.setdefault("grads", []).append(g.numpy()))
+
+        net[3].register_forward_hook(hook)
+        run(net, 4)
+        return kept
+
+    want = gradcam(model().eval())
+    remote = cluster.deploy(model(), stages=2, split_points=[3], name="gradcam")
+    remote.eval()
+    try:
+        got = gradcam(remote)
+        assert stage_stats(cluster, remote)["hooks_ahead"] == 3
+    finally:
+        remote.close()
+    for key in ("acts", "grads"):
+        assert len(got[key]) == len(want[key]) == 4
+        for a, b in zip(want[key], got[key]):
+            np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_a_forward_run_again_keeps_worker_captures_once(cluster):
+    remote = cluster.deploy(model(), stages=2, split_points=[3], name="captures")
+    remote.eval()
+    try:
+        Recorder(remote, switch="1")
+        remote[0].register_forward_hook(worker_hooks.capture("ahead"))
+        run(remote, 4, grad=False)
+        assert stage_stats(cluster, remote)["forwards_again"] == 1
+        assert len(cluster.captured("ahead", clear=True)) == 4
+    finally:
+        remote.close()

@@ -1,0 +1,245 @@
+"""A forward that runs ahead of its client hooks' answers.
+
+A client forward hook (or forward pre-hook) that only looks at what it is given, returning
+None and changing nothing in place, need not hold the stage up for a round trip: the worker
+sends its event and computes on, and takes the answers when the forward has run, before its
+output leaves the worker. A forward through many such hooks (a cache of every layer's
+output, a trace) then costs about one round trip instead of one per hook.
+
+Which firings run ahead:
+
+- those of a hook that answered before without a change: a hook's first firing waits for
+  its answer, and so does every firing of a hook that ever changed something (activation
+  patching keeps its one round trip per firing, and never costs a second forward);
+- only on a stage whose forward left its parameters and buffers as they were in an earlier
+  forward of the same training mode (batch norm in training mode updates its running
+  statistics: such a stage never runs ahead).
+
+The client answers each firing in order. Once an answer of a round (the firings sent since
+the forward started, or since a waited answer changed something) changes something or
+fails, the client answers the round's later events "stale" without running their hooks:
+they were given values the change would have altered. The worker then runs the forward
+again from its start, as it was (the random stream, the graph's taps, the capture buffers):
+the answers before that firing and its own are used as given (their hooks do not run
+again), and the firings after it go to the client afresh. Worker hooks and hooks the model
+holds itself do run again in that second run; it happens only when a hook that had only
+looked so far starts to change something.
+
+``Speculation`` is one forward's record; ``run_ahead`` drives it. The sending, the waits and
+what an answer does to the stage's tensors are the worker's (``workers/client_hooks.py``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import disthook
+from disthook.distributed.hook_kinds import steers
+
+__all__ = ["HookRecord", "Speculation", "Stale", "copied", "run_ahead"]
+
+_rounds = itertools.count(1)
+
+
+class Stale(BaseException):
+    """A waited answer came back stale: an earlier answer of the round changed something,
+    and the forward runs again (never leaves ``run_ahead``; a BaseException, so that model
+    code catching ``Exception`` does not swallow it)."""
+
+
+@dataclasses.dataclass(slots=True)
+class HookRecord:
+    """What a worker learnt of one client hook from its answers."""
+
+    quiet: bool = False  # it answered without a change: its firings may run ahead
+    steers: bool = False  # it changed something once: its firings always wait
+
+
+@dataclasses.dataclass(slots=True)
+class _Pending:
+    index: int  # among the forward's firings
+    wait: Any  # the worker state's Wait for the answer
+    record: HookRecord
+    originals: list  # the tensors the hook was given
+    hooked: list  # how many tensor hooks each of them had when the event left
+    use: Callable  # does what an answer that changed nothing asks
+
+
+class Speculation:
+    """One forward of a stage (one job) with client hooks on it: the answers its firings
+    got, in firing order, and what it sent ahead and has not taken the answer of yet."""
+
+    def __init__(self, worker, job, stage):
+        self.worker, self.job, self.stage = worker, job, stage
+        self.mode = bool(stage.module.training)
+        self.replay: list = []  # (hook id, answer) to use in place of sending, in order
+        self.fired: list = []  # (hook id, answer or None while pending) of this run
+        self.pending: list[_Pending] = []
+        self.round = ""
+        self._state: tuple = ()
+
+    @property
+    def ahead(self) -> bool:
+        """Whether firings may run ahead on this stage in its present training mode."""
+        return self.stage.pure_forward.get(self.mode, False)
+
+    def begin(self) -> None:
+        """Mark the state a run starts from (see ``restore``)."""
+        self.fired, self.pending = [], []
+        self.new_round()
+        worker, job = self.worker, self.job
+        self._state = (self._versions(), disthook.random._stream_state(), dict(job.taps),
+                       list(job.retained),
+                       {name: len(items) for name, items in worker.captures.buffers.items()})
+
+    def new_round(self) -> None:
+        self.round = f"{self.worker.id}.{next(_rounds)}"
+
+    def _versions(self) -> list[int]:
+        module = self.stage.module
+        return [t._version for t in itertools.chain(module.parameters(), module.buffers())]
+
+    def fire(self, record: HookRecord, hook_id: int, originals: list, send: Callable,
+             wait: Callable, use: Callable):
+        """The answer to a firing of hook ``hook_id`` given tensors ``originals``: the one
+        recorded for it (a run again), or the client's. ``send(ahead)`` sends the event
+        (with this round) and returns the worker state's wait for its answer; ``wait(w)``
+        sleeps until it comes. None: the firing ran ahead, and ``settle`` takes its answer
+        and calls ``use(answer)`` when it changed nothing (tensor hooks, taps, retained
+        gradients are still to do)."""
+        index = len(self.fired)
+        if index < len(self.replay):
+            recorded, answer = self.replay[index]
+            if recorded != hook_id:
+                raise RuntimeError(
+                    f"{self.stage.name} ran its forward again after a client hook's answer "
+                    f"changed something, and its hooks fired in another order the second "
+                    f"time (hook {hook_id} where hook {recorded} fired first): the forward "
+                    "depends on something besides its inputs, parameters and buffers")
+            self.fired.append((hook_id, answer))
+            return answer
+        if self.ahead and record.quiet and not record.steers:
+            self.stage.ran_ahead += 1
+            self.pending.append(_Pending(index, send(True), record, originals,
+                                         [_hook_count(t) for t in originals], use))
+            self.fired.append((hook_id, None))
+            return None
+        answer = wait(send(False))
+        if answer.get("stale"):
+            raise Stale
+        self.fired.append((hook_id, answer))
+        if steers(answer):
+            record.steers = True
+            self.new_round()  # used at once: the round's later events are not stale
+        else:
+            record.quiet = True
+        return answer
+
+    def settle(self) -> int | None:
+        """Take every answer not taken yet, in order, and do what those that changed
+        nothing ask. The firing from which the forward must run again, or None; an answer
+        that is an error raises the hook's error (after every answer came)."""
+        rerun, failure = None, None
+        for p in self.pending:
+            answer = self.worker.sleep_on(p.wait)  # timeouts and a client gone raise here
+            self.fired[p.index] = (self.fired[p.index][0], answer)
+            if rerun is not None or failure is not None:
+                continue  # stale, or behind the failure: the client did not run it
+            if answer.type == "error":
+                failure = RuntimeError(f"the client's hook (fired on {self.stage.name}) "
+                                       f"raised {answer['kind']}: {answer['message']}")
+            elif answer.get("stale"):
+                failure = RuntimeError(f"the client answered a hook event of "
+                                       f"{self.stage.name} stale, though no earlier answer "
+                                       "changed anything")
+            elif steers(answer):
+                p.record.steers = True
+                rerun = p.index
+            elif answer.get("watch") and any(
+                    _hook_count(t) != n for t, n in zip(p.originals, p.hooked)):
+                rerun = p.index  # tensor hooks added meanwhile: the client's go first
+            else:
+                p.use(answer)
+        self.pending = []
+        if failure is not None:
+            raise failure
+        return rerun
+
+    def learn(self, rerun: int | None) -> None:
+        """Note whether this forward left the stage's parameters and buffers as they were;
+        a forward that must run again must have."""
+        changed = self._versions() != self._state[0]
+        known = self.stage.pure_forward.get(self.mode)
+        self.stage.pure_forward[self.mode] = not changed and known is not False
+        if changed and rerun is not None:
+            raise RuntimeError(
+                f"a client hook's answer changed what {self.stage.name} computes after it, "
+                "but the forward, run ahead of that answer, changed the stage's parameters "
+                "or buffers (which no earlier forward did), so it cannot run again: make the "
+                "hook change its tensors in every call, or keep that state outside the "
+                "stage")
+
+    def restore(self, rerun: int) -> None:
+        """Back to the state the run started from, to run again up to firing ``rerun`` on
+        the answers recorded."""
+        self.replay = self.fired[:rerun + 1]
+        self.stage.ran_again += 1
+        _, stream, taps, retained, captured = self._state
+        disthook.random._set_stream_state(stream)
+        job = self.job
+        job.taps.clear()
+        job.taps.update(taps)
+        job.retained[:] = retained
+        buffers = self.worker.captures.buffers
+        for name in list(buffers):
+            del buffers[name][captured.get(name, 0):]
+            if not buffers[name]:
+                del buffers[name]
+
+
+def run_ahead(worker, job, stage, compute: Callable):
+    """``compute()`` (one forward of ``stage``), its client hooks' firings running ahead of
+    their answers where they may; run again when an answer asks for it (see the module
+    docstring)."""
+    spec = job.spec = Speculation(worker, job, stage)
+    try:
+        while True:
+            spec.begin()
+            failure: BaseException | None = None
+            try:
+                out = compute()
+            except (Exception, Stale) as exc:  # noqa: BLE001 - an answer ahead may explain it
+                out, failure = None, exc
+            rerun = spec.settle()
+            spec.learn(rerun)
+            if rerun is None:
+                if isinstance(failure, Stale):
+                    raise RuntimeError(f"{stage.name}: a waited hook answer came back stale "
+                                       "though no earlier answer changed anything")
+                if failure is not None:
+                    raise failure
+                return out
+            spec.restore(rerun)
+    finally:
+        job.spec = None
+
+
+def _hook_count(t) -> int:
+    hooks = t._backward_hooks
+    return 0 if hooks is None else len(hooks)
+
+
+def copied(data):
+    """Packed hook values with their own arrays: a firing that runs ahead leaves tensors the
+    stage may change in place before the message is out."""
+    if isinstance(data, np.ndarray):
+        return data.copy()
+    if isinstance(data, dict):
+        return {k: copied(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [copied(v) for v in data]
+    return data
