@@ -406,16 +406,20 @@ class ComputeHandlers:
                 if kind == "forward":
                     st.forwards += 1
                     data = msg["inputs"][mb] if first else received.pop(("act", mb))
-                    leaf = disthook.from_numpy(np.array(data))
-                    if not first and leaf.is_floating_point():
-                        leaf.requires_grad_(True)
-                    out = st.module(leaf if first else _as_computed(leaf))
-                    if last:
-                        target = disthook.from_numpy(np.array(msg["targets"][mb]))
-                        loss = loss_fn(out, target)
-                        losses[mb] = float(loss.item())
-                        out = loss * msg["scales"][mb]
-                    held[mb] = (leaf, out)
+
+                    def compute(data=data, mb=mb):
+                        leaf = disthook.from_numpy(np.array(data))
+                        if not first and leaf.is_floating_point():
+                            leaf.requires_grad_(True)
+                        out = st.module(leaf if first else _as_computed(leaf))
+                        if last:
+                            target = disthook.from_numpy(np.array(msg["targets"][mb]))
+                            loss = loss_fn(out, target)
+                            losses[mb] = float(loss.item())
+                            out = loss * msg["scales"][mb]
+                        return leaf, out
+
+                    held[mb] = self._run_forward(job, st, compute)
                     peak = max(peak, rss_bytes() or 0)
                     busy += time.perf_counter() - started
                 elif kind == "send_act":

@@ -199,3 +199,38 @@ def test_a_forward_run_again_keeps_worker_captures_once(cluster):
         assert len(cluster.captured("ahead", clear=True)) == 4
     finally:
         remote.close()
+
+
+def test_micro_batch_forwards_of_a_training_step_run_ahead_of_hooks_that_look(cluster):
+    # chunks=2 under 1F1B: hooks fire once per micro-batch, with its rows, as when each
+    # micro-batch runs through the model in one process; the hook on module 4 doubles its
+    # output from its third call (the second step's first micro-batch) on
+    def step(net, x, y, remote=False):
+        if remote:
+            net.train_step(x, y, nn.MSELoss())
+            return
+        for rows in (slice(0, 3), slice(3, 6)):
+            (nn.MSELoss()(net(x[rows]), y[rows]) * 0.5).backward()
+
+    local = model().eval()
+    remote = cluster.deploy(model(), stages=2, split_points=[3], chunks=2, schedule="1f1b",
+                            name="steps")
+    remote.eval()
+    try:
+        mine, theirs = Recorder(local, "4"), Recorder(remote, "4")
+        for i in range(3):
+            torch.manual_seed(i)
+            x, y = torch.randn(6, 4), torch.randn(6, 3)
+            step(local, x, y)
+            step(remote, x, y, remote=True)
+        for path in mine.seen:
+            assert len(theirs.seen[path]) == len(mine.seen[path]) == 6, path
+            for a, b in zip(mine.seen[path], theirs.seen[path]):
+                np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=path)
+        for name, p in local.named_parameters():
+            np.testing.assert_allclose(remote.get_parameter(name).grad.numpy(),
+                                       p.grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
+        stats = stage_stats(cluster, remote)
+        assert stats["forwards_again"] == 1 and stats["hooks_ahead"] > 0
+    finally:
+        remote.close()
