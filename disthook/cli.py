@@ -66,7 +66,8 @@ def _print_summary(summary) -> None:
 def _bench(args) -> int:
     from disthook.bench.runner import main
 
-    return main(args.suite, quick=args.quick, json_path=args.json, plot_path=args.plot)
+    return main(args.suite, quick=args.quick, json_path=args.json, plot_path=args.plot,
+                stages=args.stages, width=args.width, batch=args.batch, micro=args.micro)
 
 
 STARTUP_STATUS_TIMEOUT_S = 2.0  # launch's table: how long each worker may take to answer
@@ -514,7 +515,21 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     bench.add_argument("--plot", metavar="PNG",
                        help="also draw pipeline throughput against micro-batches beside the "
-                            "ideal (suites pipeline or all; needs matplotlib)")
+                            "ideal (suite pipeline), speedup against stages beside the bound "
+                            "and torch pipelining (suite scaleout; with all, a second file "
+                            "NAME-scaleout.png); needs matplotlib")
+    from disthook.bench.runner import stages_list
+
+    bench.add_argument("--stages", type=stages_list, metavar="P,P,...",
+                       help="stage counts, one worker process per stage (suites scaleout: "
+                            "default 2,4,8, 2,4 with --quick; peers: default 2)")
+    bench.add_argument("--width", type=int, metavar="N",
+                       help="scaleout: the Linear layers' width (default 1024, 256 with "
+                            "--quick)")
+    bench.add_argument("--batch", type=int, metavar="N", help="scaleout: rows per step "
+                                                              "(default 512)")
+    bench.add_argument("--micro", type=int, metavar="M",
+                       help="scaleout: micro-batches per step under 1F1B (default 16)")
     bench.set_defaults(fn=_bench)
     launch = sub.add_parser("launch", help="run a coordinator and N workers in the foreground")
     launch.add_argument("--workers", type=int, default=2, help="how many workers (default 2)")

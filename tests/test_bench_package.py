@@ -1,11 +1,12 @@
-"""disthook.bench's layout: the suites import the shared helpers, never the other way round."""
+"""disthook.bench's layout: the suites import the shared helpers, never the other way round,
+and never another suite."""
 import ast
 import pathlib
 
 import disthook.bench
 
 PACKAGE = pathlib.Path(disthook.bench.__file__).parent
-SHARED = {"timing", "table"}
+SHARED = {"timing", "table", "stages"}
 
 
 def bench_imports(name: str) -> set[str]:
@@ -25,10 +26,11 @@ def bench_imports(name: str) -> set[str]:
 
 def test_the_shared_helpers_import_no_suite_and_the_suites_no_other_suite():
     modules = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__", "__main__"}
-    assert {"timing", "table", "runner", "engine", "dist", "pipeline", "peers", "scaling",
-            "toolkit", "plot"} <= modules
+    assert {"timing", "table", "stages", "runner", "engine", "dist", "pipeline", "peers",
+            "scaleout", "scaling", "toolkit", "plot"} <= modules
     for name in SHARED:
-        assert bench_imports(name) == set(), name
+        assert bench_imports(name) <= SHARED - {name}, name
+    assert bench_imports("timing") == bench_imports("table") == set()  # the bottom layer
     for name in modules - SHARED - {"runner"}:
         assert bench_imports(name) <= SHARED, name
 

@@ -2,6 +2,7 @@
 write ``--json`` and draw ``--plot``. Each suite is imported only when it runs."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -12,7 +13,36 @@ from disthook.bench import SUITES
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 # suites that print tables of their own; the others share the table of disthook.bench.table
-OWN_TABLES = ("pipeline", "scaling", "peers", "tenancy")  # printed in this order
+OWN_TABLES = ("pipeline", "scaling", "scaleout", "peers", "tenancy")  # printed in this order
+# the suites that take the options --stages, --width, --batch and --micro
+OPTIONS = {"stages": ("peers", "scaleout"), "width": ("scaleout",), "batch": ("scaleout",),
+           "micro": ("scaleout",)}
+
+
+def stages_list(text: str) -> tuple[int, ...]:
+    """``--stages 2,4,8`` as (2, 4, 8); the suites check the counts themselves."""
+    try:
+        return tuple(int(p) for p in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected stage counts separated by commas (2,4,8), "
+                                         f"got {text!r}") from None
+
+
+def check_options(suite: str, quick: bool, options: dict) -> None:
+    """Refuse options the suite does not take, and values its suites cannot run, before
+    anything runs."""
+    for name in options:
+        if suite not in ("all", *OPTIONS[name]):
+            raise ValueError(f"--{name} applies to the suite{'s' * (len(OPTIONS[name]) > 1)} "
+                             f"{' and '.join(OPTIONS[name])}, not {suite}")
+    if "stages" in options and suite in ("all", "peers"):
+        from disthook.bench import peers
+
+        peers.check(options["stages"])
+    if suite in ("all", "scaleout"):
+        from disthook.bench import scaleout
+
+        scaleout.settings(quick, **options)
 
 
 def run_suite(name: str, quick: bool) -> list[dict]:
@@ -32,8 +62,10 @@ def run_suite(name: str, quick: bool) -> list[dict]:
     raise ValueError(f"{name!r} is not a suite of the common table")
 
 
-def _own_table(name: str, quick: bool) -> list[dict]:
-    """Run suite ``name`` (one of OWN_TABLES), print its table; its rows for --json."""
+def _own_table(name: str, quick: bool, options: dict) -> list[dict]:
+    """Run suite ``name`` (one of OWN_TABLES) with the ``options`` it takes, print its
+    table; its rows for --json."""
+    options = {k: v for k, v in options.items() if name in OPTIONS[k]}
     if name == "pipeline":
         from disthook.bench import pipeline
 
@@ -46,6 +78,12 @@ def _own_table(name: str, quick: bool) -> list[dict]:
         rows = scaling.run(quick)
         scaling.print_rows(rows)
         return rows
+    if name == "scaleout":
+        from disthook.bench import scaleout
+
+        rows = scaleout.run(quick, **options)
+        scaleout.print_rows(rows)
+        return rows
     if name == "tenancy":
         from disthook.bench import tenancy
 
@@ -54,7 +92,7 @@ def _own_table(name: str, quick: bool) -> list[dict]:
         return rows
     from disthook.bench import peers
 
-    rows = peers.run(quick)
+    rows = peers.run(quick, **options)
     peers.print_rows(rows)
     return rows
 
@@ -71,14 +109,22 @@ def _blas() -> str:
 
 
 def main(suite: str = "all", *, quick: bool = False, json_path: str | None = None,
-         plot_path: str | None = None) -> int:
-    """Run ``suite`` (one of SUITES, or "all") and print its figures; the exit status."""
+         plot_path: str | None = None, stages: tuple[int, ...] | None = None,
+         width: int | None = None, batch: int | None = None, micro: int | None = None) -> int:
+    """Run ``suite`` (one of SUITES, or "all") and print its figures; the exit status.
+    ``stages`` (peers, scaleout), ``width``, ``batch``, ``micro`` (scaleout): None for each
+    suite's own."""
+    options = {k: v for k, v in (("stages", stages), ("width", width), ("batch", batch),
+                                 ("micro", micro)) if v is not None}
+    check_options(suite, quick, options)
     if any(os.environ.get(v) != "1" for v in THREAD_VARS):
         # thread counts must be fixed before numpy loads its BLAS: run again in a child
         env = dict(os.environ, **{v: "1" for v in THREAD_VARS})
         cmd = [sys.executable, "-m", "disthook.bench", suite] + (["--quick"] if quick else [])
         cmd += ["--json", json_path] if json_path else []
         cmd += ["--plot", plot_path] if plot_path else []
+        for name, value in options.items():
+            cmd += [f"--{name}", ",".join(map(str, value)) if name == "stages" else str(value)]
         return subprocess.call(cmd, env=env)
     import numpy as np
 
@@ -106,12 +152,13 @@ def main(suite: str = "all", *, quick: bool = False, json_path: str | None = Non
         print_comparisons(rows)
     for name in OWN_TABLES:
         if name in names:
-            rows += _own_table(name, quick)
+            rows += _own_table(name, quick, options)
     if json_path:
         with open(json_path, "w") as f:
             json.dump(rows, f, indent=2)
     if plot_path:
-        from disthook.bench.plot import pipeline_plot
+        from disthook.bench.plot import draw
 
-        print(f"plot: {pipeline_plot(rows, plot_path)}")
+        for path in draw(rows, plot_path):
+            print(f"plot: {path}")
     return 0

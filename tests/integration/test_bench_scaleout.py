@@ -1,0 +1,75 @@
+"""``disthook bench scaleout`` runs (quick, small) and prints its table; torch's pipelining,
+which peers and scaleout share, runs at p = 3; values the suites cannot run are refused,
+naming them. No timing is asserted."""
+import json
+
+import pytest
+
+from disthook.bench import peers, runner
+from disthook.bench.stages import Mlp, pipelining_seconds
+from disthook.cli import main
+
+pytestmark = pytest.mark.timeout(180)
+
+COLUMNS = ("step", "speedup", "vs torch", "bound", "of bound", "torch pipe", "its speedup",
+           "ours/its", "bubble per stage")
+
+
+def test_scaleout_quick_runs_and_prints_its_table(monkeypatch, capsys, tmp_path):
+    for var in runner.THREAD_VARS:  # as the runner's child: it then runs in this process
+        monkeypatch.setenv(var, "1")
+    figures = tmp_path / "scaleout.json"
+    assert main(["bench", "scaleout", "--quick", "--stages", "2", "--width", "64",
+                 "--batch", "64", "--micro", "4", "--json", str(figures)]) == 0
+    out = capsys.readouterr().out
+    assert "16 x Linear(64, 64)" in out and "batch 64, 1F1B at m=4" in out
+    assert "(--quick)" in out and "cores available:" in out
+    header = next(line for line in out.splitlines() if line.lstrip().startswith("p "))
+    for column in COLUMNS:
+        assert column in header, column
+    [row] = json.loads(figures.read_text())
+    assert row["suite"] == "scaleout" and row["stages"] == 2 and row["micro"] == 4
+    assert row["bound"] == pytest.approx(2 * 4 / (4 + 2 - 1))
+    assert len(row["bubble_measured"]) == 2 and row["cores"] >= 1
+    assert row["step_s"] > 0 and row["speedup"] > 0
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        assert row["torch_pipelining_s"] is None
+    else:
+        assert row["torch_pipelining_s"] > 0 and row["ratio_to_torch_pipelining"] > 0
+
+
+def test_torch_pipelining_runs_at_three_stages():
+    pytest.importorskip("torch", reason="torch is not installed")
+    spec = Mlp((16, 32, 32, 32, 8), peers.cuts(3), batch=24)
+    assert spec.stages == 3 and spec.cuts == (1, 2)
+    assert pipelining_seconds(spec, "1f1b", micro=3, repeats=1) > 0
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["scaleout", "--stages", "0"], "--stages 0"),
+    (["scaleout", "--stages", "2,3"], "--stages 2,3"),
+    (["scaleout", "--stages", "8", "--micro", "4"], "--micro 4"),
+    (["scaleout", "--batch", "50"], "--batch 50"),
+    (["scaleout", "--width", "0"], "--width 0"),
+    (["peers", "--stages", "5"], "--stages 5"),
+    (["pipeline", "--stages", "2"], "--stages applies to the suites peers and scaleout"),
+    (["peers", "--width", "64"], "--width applies to the suite scaleout"),
+])
+def test_what_a_suite_cannot_run_is_refused_before_it_starts(argv, named, capsys):
+    assert main(["bench", *argv]) == 1
+    err = capsys.readouterr().err
+    assert "ValueError" in err and named in err
+
+
+def test_peers_table_at_two_stages_reads_as_before_and_names_the_cuts_of_more(capsys):
+    def row(p):
+        return {"stages": p, "case": f"{p}-stage step", "torch_s": 0.02, "disthook_s": 0.01,
+                "ratio": 0.5, "target": 1.0, "one_torch_process_s": 0.03,
+                "peer_vs_one_process": 1.5, "disthook_vs_one_process": 3.0}
+
+    peers.print_rows([row(2)])
+    assert "batch 256, cut after layer 2; one torch" in capsys.readouterr().out
+    peers.print_rows([row(2), row(3)])
+    assert "p=2: cut after layer 2; p=3: cut after layers 1, 2" in capsys.readouterr().out
