@@ -49,9 +49,11 @@ class HookHandlers:
         if spec is not None:  # runs here, without a round trip
             stub = worker_hooks.build(spec, kind, path, self.captures, self.allow_hook_modules)
         elif hook_kind.on == "tensor":
-            stub = self._tensor_stub(hook_id, path, client)
+            stub = self._tensor_stub(hook_id, path, client, record=st.record(client, hook_id,
+                                                                             kind))
         else:
-            stub = self._module_stub(kind, hook_id, path, client)
+            stub = self._module_stub(kind, hook_id, path, client,
+                                     st.record(client, hook_id, kind))
         target = (st.module.get_parameter(path) if hook_kind.on == "tensor"
                   else st.module.get_submodule(path))
         handle = hook_kinds.register(target, kind, _only_for(self, client, stub),
@@ -86,46 +88,57 @@ class HookHandlers:
         error)."""
         for hook_id in hook_ids:
             st.hook_info.pop((client, hook_id), None)
+            for key in [k for k in st.hook_records if k[:2] == (client, hook_id)]:
+                del st.hook_records[key]
             handle = st.hooks.pop((client, hook_id), None)
             if handle is not None:
                 handle.remove()
 
-    def _module_stub(self, kind: str, hook_id: int, path: str, client: bytes):
+    def _module_stub(self, kind: str, hook_id: int, path: str, client: bytes,
+                     record: HookRecord):
         """The worker-side body of a client module hook: the event crosses, the answer comes
         back and is returned to the module machinery as the client's hook returned it. In a
-        forward run ahead of its hooks' answers (``workers/speculation.py``) a forward hook
-        that only looked so far does not wait for its answer."""
+        forward or backward run ahead of its hooks' answers (``workers/speculation.py``) a
+        hook that only looked so far does not wait for its answer."""
         worker = self
         forward_kind = kind in ("forward_pre", "forward")
-        record = HookRecord()
 
         def stub(module, *args):
             originals = list(tensors_in(args))
-            diff = forward_kind and disthook.is_grad_enabled()
-            job = worker.current_job()
-            spec = job.spec if forward_kind else None
-            if spec is None:
-                worker.captures.fired["client"] += 1
-                answer = worker._call_client(client, hook_id, kind, path,
-                                             [pack(a) for a in args], diff=diff)
-            else:
-                def send(ahead: bool):
-                    worker.captures.fired["client"] += 1
-                    packed = [pack(a) for a in args]
-                    return worker._send_event(client, hook_id, kind, path,
-                                              copied(packed) if ahead else packed, diff,
-                                              spec.round, ahead)
-
-                answer = spec.fire(
-                    record, hook_id, originals, send,
-                    lambda wait: worker._answer_of(wait, kind, path),
-                    lambda later: worker._use_answer(later, originals, client, hook_id, path))
-                if answer is None:  # ran ahead: its answer is taken when the forward ends
-                    return None
+            answer = worker._fire(
+                record, client, hook_id, kind, path, args, originals,
+                forward_kind and disthook.is_grad_enabled(),
+                lambda later: worker._use_answer(later, originals, client, hook_id, path))
+            if answer is None:  # ran ahead: its answer is taken when the pass ends
+                return None
             return worker._use_answer(answer, originals, client, hook_id, path)
 
         stub.__name__ = f"client_hook_{hook_id}"  # how engine errors name the hook
         return stub
+
+    def _fire(self, record: HookRecord, client: bytes, hook_id: int, kind: str, path: str,
+              args, originals: list, diff: bool = False, use=None):
+        """Send the event of one firing of ``client``'s hook ``hook_id`` (given ``args``,
+        whose tensors are ``originals``) and return its answer; in a pass that runs ahead
+        (``job.spec``) the answer recorded for it in an earlier run of the pass, or None when
+        the firing runs ahead (``use(answer)`` then does what an answer that changed nothing
+        asks, when it comes)."""
+        spec = self.current_job().spec
+        if spec is None:
+            self.captures.fired["client"] += 1
+            return self._call_client(client, hook_id, kind, path, [pack(a) for a in args],
+                                     diff=diff)
+
+        def send(ahead: bool):
+            self.captures.fired["client"] += 1
+            packed = [pack(a) for a in args]
+            return self._send_event(client, hook_id, kind, path,
+                                    copied(packed) if ahead else packed, diff, spec.round,
+                                    ahead)
+
+        return spec.fire(record, hook_id, originals, send,
+                         lambda wait: self._answer_of(wait, kind, path),
+                         use or (lambda later: None))
 
     def _use_answer(self, answer, originals: list, client: bytes, hook_id: int, path: str):
         """Do what the answer of a client module hook given ``originals`` asks; the value the
@@ -136,8 +149,9 @@ class HookHandlers:
         for i in answer.get("taps") or ():  # the client may want their gradients later
             job.taps[f"{key}#{i}"] = _original(originals, i, path)
         for i in answer.get("watch") or ():  # the client's hook hooked these tensors
-            _original(originals, i, path).register_hook(
-                self._tensor_stub(hook_id, f"{key}#{i}", client, "leaf_hook"))
+            _original(originals, i, path).register_hook(self._tensor_stub(
+                hook_id, f"{key}#{i}", client, "leaf_hook",
+                job.stage.record(client, hook_id, "leaf_hook")))
         for i in answer.get("retain") or ():  # ... or asked them to retain their grads
             _original(originals, i, path).retain_grad()
             job.retained.append((client, hook_id, f"{key}#{i}", originals[i]))
@@ -146,12 +160,15 @@ class HookHandlers:
             return None
         return _unpack_result(data, originals, self, client, hook_id)
 
-    def _tensor_stub(self, hook_id: int, path: str, client: bytes, kind: str = "tensor"):
+    def _tensor_stub(self, hook_id: int, path: str, client: bytes, kind: str = "tensor",
+                     record: HookRecord | None = None):
         worker = self
+        record = record or HookRecord()
 
         def stub(grad):
-            worker.captures.fired["client"] += 1
-            answer = worker._call_client(client, hook_id, kind, path, [pack(grad)])
+            answer = worker._fire(record, client, hook_id, kind, path, [grad], [grad])
+            if answer is None:  # ran ahead: its answer is taken when the backward ends
+                return None
             _apply_changes(answer, [grad], worker, client, hook_id, path)
             data = answer.get("result")
             return None if data is None else _unpack_result(data, [grad], worker, client,
@@ -231,6 +248,9 @@ def _original(originals: list, i: int, path: str):
     return originals[i]
 
 
+_ALWAYS_WAITS = HookRecord(steers=True)
+
+
 class _ClientFunction(disthook.autograd.Function):
     """A tensor a client hook computed from tensors of this worker: its backward asks the
     client for the vector-Jacobian product of that computation."""
@@ -243,8 +263,10 @@ class _ClientFunction(disthook.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         worker, client, hook_id, key, n = ctx.call
-        grads = unpack(worker._call_client(client, hook_id, "vjp", key, [pack(grad)])
-                       .get("result"))
+        # a computation, never run ahead; in a pass that runs ahead it is answered stale
+        # when an earlier answer changed something (its graph on the client stays unused)
+        grads = unpack(worker._fire(_ALWAYS_WAITS, client, hook_id, "vjp", key, [grad],
+                                    [grad]).get("result"))
         if len(grads) != n:
             raise RuntimeError(f"the client returned {len(grads)} gradients for {n} inputs")
         return (None, None, None, None, None, *grads)

@@ -22,7 +22,7 @@ from disthook.distributed import aliases
 from disthook.distributed.service import NO_REPLY
 from disthook.distributed.spec import build_module, import_main
 from disthook.distributed.values import opaque_in, pack, tensors_in, unpack
-from workers.speculation import run_ahead
+from workers.speculation import BACKWARD_KINDS, HookRecord, run_ahead
 from workers.state import Context, StepRun
 
 __all__ = ["ComputeHandlers", "Stage", "rss_bytes"]
@@ -54,11 +54,14 @@ class Stage:
         self.forwards = 0  # forwards run (one per micro-batch), for status
         self.parameters = sum(p.numel() for p in module.parameters())
         self.optimizers: dict[tuple, object] = {}  # (client, optimizer id) -> local share
-        # training mode -> whether a forward left the parameters and buffers as they were
-        # (learnt from the forwards that client hooks watched; see workers/speculation.py)
-        self.pure_forward: dict[bool, bool] = {}
+        # (pass, training mode) -> whether such a pass ("forward", "backward") left the
+        # parameters and buffers as they were (learnt from the passes client hooks
+        # watched), and (client, hook id, kind) -> what its answers showed so far: whether
+        # they may run ahead (see workers/speculation.py)
+        self.pure: dict[tuple, bool] = {}
+        self.hook_records: dict[tuple, HookRecord] = {}
         self.ran_ahead = 0  # client hook firings whose answer the forward did not wait for
-        self.ran_again = 0  # forwards run again because such an answer changed something
+        self.ran_again = 0  # forwards or backwards run again: such an answer changed something
 
     def use_grads(self, client: bytes) -> None:
         """Make the parameters' ``.grad`` those of ``client`` (kept aside for the one
@@ -71,8 +74,18 @@ class Stage:
             p._grad = None if mine is None else mine[i]
         self.installed = client
 
+    def record(self, client: bytes, hook_id: int, kind: str) -> HookRecord:
+        """What the answers of ``client``'s hook ``hook_id`` fired as ``kind`` showed."""
+        key = (client, hook_id, kind)
+        found = self.hook_records.get(key)
+        if found is None:
+            found = self.hook_records[key] = HookRecord()
+        return found
+
     def forget(self, client: bytes) -> None:
         """A client went away: its gradients, hooks' records and optimizer shares go."""
+        for key in [k for k in self.hook_records if k[0] == client]:
+            del self.hook_records[key]
         if client == self.installed and client != self.owner:
             self.use_grads(self.owner)
         self.grads.pop(client, None)
@@ -282,6 +295,17 @@ class ComputeHandlers:
                 return run_ahead(self, job, st, compute)
         return compute()
 
+    def _run_backward_pass(self, job, st, context, compute):
+        """``compute()``, a backward of stage ``st`` through ``context``'s graph: run ahead
+        of the answers of client hooks that fire in it (backward hooks, tensor hooks, tensor
+        hooks that forward hooks put on their tensors) when the job's client has some on the
+        stage (see ``workers/speculation.py``); ``compute(True)`` keeps the graph."""
+        for (who, _, kind) in st.hook_records:
+            if who == job.client and kind in BACKWARD_KINDS:
+                grads = (*st.params, *(t for *_, t in context.retained))
+                return run_ahead(self, job, st, lambda: compute(True), "backward", grads)
+        return compute()
+
     def on_backward(self, job):
         """Backward through the stage's graph of this context; pass the input's gradient on."""
         msg = job.msg
@@ -299,8 +323,6 @@ class ComputeHandlers:
             g = msg["grads"][0]
             retain = msg["retain_graph"]
             job.micro_batch = self.captures.micro_batch = msg.get("mb")
-            for t in context.inputs:
-                t.grad = None  # the gradient of this backward only goes to the previous stage
             tapped = dict(msg.get("tapped") or {})  # gradients of hooked tensors, asked for
             taps = [(key, context.taps[key]) for key in msg.get("taps") or ()
                     if key in context.taps]
@@ -322,13 +344,24 @@ class ComputeHandlers:
             # of the graph (the part below them) for a backward from them later
             to_taps = (not msg.get("inputs", True) and bool(taps)
                        and len(taps) == len(msg.get("taps") or ()))
+            for t in context.inputs:
+                t.grad = None  # the gradient of this backward only goes to the previous stage
             if to_taps:
                 _run_backward(pairs, [], taps, tapped, True, False)
                 self._to_client(job, "ok", {"result": {
                     "grads": [None] * len(context.inputs), "tapped": tapped}})
                 return NO_REPLY
-            grads = _run_backward(pairs, context.inputs, taps, tapped, retain,
-                                  msg.get("accumulate", True))
+            given = dict(tapped)
+
+            def compute(keep: bool = False):  # keep: the graph, for a run again
+                for t in context.inputs:
+                    t.grad = None
+                tapped.clear()
+                tapped.update(given)
+                return _run_backward(pairs, context.inputs, taps, tapped, retain or keep,
+                                     msg.get("accumulate", True))
+
+            grads = self._run_backward_pass(job, st, context, compute)
             for who, hook_id, key, t in context.retained:  # what client hooks retained
                 if t.grad is not None:
                     self._call_client(who, hook_id, "retained", key, [pack(t.grad)])

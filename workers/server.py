@@ -363,10 +363,10 @@ class Worker(ComputeHandlers, HookHandlers, ParamHandlers, Service):
                 "hooks_fired": dict(self.captures.fired),
                 "messages": wire.decoded_count(),
                 # per stage: micro-batch forwards run so far, client and worker hooks held,
-                # client hook firings run ahead of their answers, forwards run again since
+                # client hook firings run ahead of their answers, passes run again since
                 "stage_stats": {st.name: {"forwards": st.forwards, "hooks": len(st.hooks),
                                           "hooks_ahead": st.ran_ahead,
-                                          "forwards_again": st.ran_again,
+                                          "passes_again": st.ran_again,
                                           "modules": list(st.module._modules),
                                           "parameters": st.parameters,
                                           "clients": self._clients_of(st)}

@@ -1,31 +1,34 @@
-"""A forward that runs ahead of its client hooks' answers.
+"""A forward or backward that runs ahead of its client hooks' answers.
 
-A client forward hook (or forward pre-hook) that only looks at what it is given, returning
-None and changing nothing in place, need not hold the stage up for a round trip: the worker
-sends its event and computes on, and takes the answers when the forward has run, before its
-output leaves the worker. A forward through many such hooks (a cache of every layer's
-output, a trace) then costs about one round trip instead of one per hook.
+A client hook that only looks at what it is given, returning None and changing nothing in
+place, need not hold the stage up for a round trip: the worker sends its event and computes
+on, and takes the answers when the pass has run, before its result leaves the worker (a
+forward's output, a backward's input gradients). A pass through many such hooks (a cache of
+every layer's output, a trace of every gradient) then costs about one round trip instead of
+one per hook.
 
 Which firings run ahead:
 
 - those of a hook that answered before without a change: a hook's first firing waits for
   its answer, and so does every firing of a hook that ever changed something (activation
-  patching keeps its one round trip per firing, and never costs a second forward);
-- only on a stage whose forward left its parameters and buffers as they were in an earlier
-  forward of the same training mode (batch norm in training mode updates its running
-  statistics: such a stage never runs ahead).
+  patching keeps its one round trip per firing, and never costs a second pass); a
+  vector-Jacobian product asked of the client always waits (it is a computation);
+- only on a stage whose pass of that kind (forward, backward) left its parameters and
+  buffers as they were in an earlier one of the same training mode (batch norm in training
+  mode updates its running statistics: such a stage never runs ahead).
 
 The client answers each firing in order. Once an answer of a round (the firings sent since
-the forward started, or since a waited answer changed something) changes something or
-fails, the client answers the round's later events "stale" without running their hooks:
-they were given values the change would have altered. The worker then runs the forward
-again from its start, as it was (the random stream, the graph's taps, the capture buffers):
-the answers before that firing and its own are used as given (their hooks do not run
-again), and the firings after it go to the client afresh. Worker hooks and hooks the model
-holds itself do run again in that second run; it happens only when a hook that had only
-looked so far starts to change something.
+the pass started, or since a waited answer changed something) changes something or fails,
+the client answers the round's later events "stale" without running their hooks: they were
+given values the change would have altered. The worker then runs the pass again from its
+start, as it was (the random stream, the graph's taps, the capture buffers, the gradients
+the backward added to): the answers before that firing and its own are used as given
+(their hooks do not run again), and the firings after it go to the client afresh. A
+backward that may run again keeps its graph until its answers are in. Worker hooks and
+hooks the model holds itself do run again in that second run; it happens only when a hook
+that had only looked so far starts to change something.
 
-``Speculation`` is one forward's record; ``run_ahead`` drives it. The sending, the waits and
+``Speculation`` is one pass's record; ``run_ahead`` drives it. The sending, the waits and
 what an answer does to the stage's tensors are the worker's (``workers/client_hooks.py``).
 """
 from __future__ import annotations
@@ -40,9 +43,12 @@ import numpy as np
 import disthook
 from disthook.distributed.hook_kinds import steers
 
-__all__ = ["HookRecord", "Speculation", "Stale", "copied", "run_ahead"]
+__all__ = ["BACKWARD_KINDS", "HookRecord", "Speculation", "Stale", "copied", "run_ahead"]
 
 _rounds = itertools.count(1)
+# the kinds of client hook that fire in a backward pass
+BACKWARD_KINDS = frozenset({"full_backward", "full_backward_pre", "backward", "tensor",
+                            "leaf_hook"})
 
 
 class Stale(BaseException):
@@ -73,9 +79,10 @@ class Speculation:
     """One forward of a stage (one job) with client hooks on it: the answers its firings
     got, in firing order, and what it sent ahead and has not taken the answer of yet."""
 
-    def __init__(self, worker, job, stage):
+    def __init__(self, worker, job, stage, phase: str = "forward", grads: tuple = ()):
         self.worker, self.job, self.stage = worker, job, stage
-        self.mode = bool(stage.module.training)
+        self.key = (phase, bool(stage.module.training))  # what Stage.pure is learnt by
+        self.grads = grads  # tensors whose .grad the pass adds to (a backward's)
         self.replay: list = []  # (hook id, answer) to use in place of sending, in order
         self.fired: list = []  # (hook id, answer or None while pending) of this run
         self.pending: list[_Pending] = []
@@ -84,8 +91,9 @@ class Speculation:
 
     @property
     def ahead(self) -> bool:
-        """Whether firings may run ahead on this stage in its present training mode."""
-        return self.stage.pure_forward.get(self.mode, False)
+        """Whether firings may run ahead: this pass left the stage's parameters and buffers
+        as they were before, in the stage's present training mode."""
+        return self.stage.pure.get(self.key, False)
 
     def begin(self) -> None:
         """Mark the state a run starts from (see ``restore``)."""
@@ -94,7 +102,9 @@ class Speculation:
         worker, job = self.worker, self.job
         self._state = (self._versions(), disthook.random._stream_state(), dict(job.taps),
                        list(job.retained),
-                       {name: len(items) for name, items in worker.captures.buffers.items()})
+                       {name: len(items) for name, items in worker.captures.buffers.items()},
+                       [(t, t._grad, None if t._grad is None else t._grad._data.copy())
+                        for t in self.grads])
 
     def new_round(self) -> None:
         self.round = f"{self.worker.id}.{next(_rounds)}"
@@ -173,22 +183,26 @@ class Speculation:
         """Note whether this forward left the stage's parameters and buffers as they were;
         a forward that must run again must have."""
         changed = self._versions() != self._state[0]
-        known = self.stage.pure_forward.get(self.mode)
-        self.stage.pure_forward[self.mode] = not changed and known is not False
+        known = self.stage.pure.get(self.key)
+        self.stage.pure[self.key] = not changed and known is not False
         if changed and rerun is not None:
             raise RuntimeError(
                 f"a client hook's answer changed what {self.stage.name} computes after it, "
-                "but the forward, run ahead of that answer, changed the stage's parameters "
-                "or buffers (which no earlier forward did), so it cannot run again: make the "
-                "hook change its tensors in every call, or keep that state outside the "
-                "stage")
+                f"but the {self.key[0]}, run ahead of that answer, changed the stage's "
+                f"parameters or buffers (which no earlier {self.key[0]} did), so it cannot "
+                "run again: make the hook change its tensors in every call, or keep that "
+                "state outside the stage")
 
     def restore(self, rerun: int) -> None:
         """Back to the state the run started from, to run again up to firing ``rerun`` on
         the answers recorded."""
         self.replay = self.fired[:rerun + 1]
         self.stage.ran_again += 1
-        _, stream, taps, retained, captured = self._state
+        _, stream, taps, retained, captured, grads = self._state
+        for t, grad, data in grads:  # a backward's gradients, as they were
+            t._grad = grad
+            if data is not None:
+                grad._data[...] = data
         disthook.random._set_stream_state(stream)
         job = self.job
         job.taps.clear()
@@ -201,11 +215,13 @@ class Speculation:
                 del buffers[name]
 
 
-def run_ahead(worker, job, stage, compute: Callable):
-    """``compute()`` (one forward of ``stage``), its client hooks' firings running ahead of
-    their answers where they may; run again when an answer asks for it (see the module
-    docstring)."""
-    spec = job.spec = Speculation(worker, job, stage)
+def run_ahead(worker, job, stage, compute: Callable, phase: str = "forward",
+              grads: tuple = ()):
+    """``compute()`` (one forward of ``stage``, or with ``phase="backward"`` one backward,
+    which adds to the ``.grad`` of ``grads`` and must keep its graph for a run again), its
+    client hooks' firings running ahead of their answers where they may; run again when an
+    answer asks for it (see the module docstring)."""
+    spec = job.spec = Speculation(worker, job, stage, phase, grads)
     try:
         while True:
             spec.begin()

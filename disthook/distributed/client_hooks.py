@@ -63,7 +63,9 @@ class HookServer:
         broken = False
         try:
             answer = self._run_hook(event, sock)
-            broken = hook_kinds.steers(answer)
+            # a hook's answer that changes something (a vjp's result changes nothing: it is
+            # what the worker asked to compute)
+            broken = event["kind"] not in ("vjp", "retained") and hook_kinds.steers(answer)
             frames = wire.encode("hook_reply", {"hook": event["hook"], **answer},
                                  req=event.req, ctx=event.ctx)
         except Exception as exc:  # noqa: BLE001 - the worker must hear; we re-raise it later

@@ -1,10 +1,10 @@
-"""A forward runs ahead of the answers of client forward hooks that only look: the worker
-does not wait for them (its status counts them as ``hooks_ahead``), and everything stays as
-in one process — values the hooks see, outputs, gradients, dropout's masks, a hook's error.
-When a hook that only looked so far starts to change its output, the forward runs again
-(``forwards_again``) and the hooks after it see only the changed values, each hook running
-as often as in one process. A stage whose forward changes its buffers (batch norm in
-training mode) never runs ahead."""
+"""A forward or backward runs ahead of the answers of client hooks that only look: the
+worker does not wait for them (its status counts them as ``hooks_ahead``), and everything
+stays as in one process — values the hooks see, outputs, gradients, dropout's masks, a
+hook's error. When a hook that only looked so far starts to change its value, the pass runs
+again (``passes_again``) and the hooks after it see only the changed values, each hook
+running as often as in one process; gradients accumulated before stay as they were. A stage
+whose forward changes its buffers (batch norm in training mode) never runs ahead."""
 import numpy as np
 import pytest
 
@@ -26,7 +26,7 @@ def model(norm: bool = False):
 
 def stage_stats(cluster, remote) -> dict:
     """The workers' stage_stats summed over the stages of ``remote``."""
-    total = {"forwards": 0, "hooks_ahead": 0, "forwards_again": 0}
+    total = {"forwards": 0, "hooks_ahead": 0, "passes_again": 0}
     for status in worker_statuses(cluster).values():
         for stage, stats in status["stage_stats"].items():
             if stage.endswith(f" of {remote._model_id}"):
@@ -106,7 +106,7 @@ def test_hooks_that_only_look_run_ahead_and_see_what_one_process_shows(cluster, 
     # 6 hooks over 2 stages: each waits on its first call (and each stage on its first
     # forward, to learn that it leaves its buffers alone); later calls run ahead
     assert stats["hooks_ahead"] == 6 * 3
-    assert stats["forwards_again"] == 0
+    assert stats["passes_again"] == 0
 
 
 @pytest.mark.parametrize("switch, after", [("1", 1), ("3", 2), ("5", 0)])
@@ -115,7 +115,7 @@ def test_a_hook_that_starts_to_change_its_output_runs_the_forward_again(cluster,
     # on its third call the hook doubles its module's output: the forward that ran ahead of
     # that answer runs again; the hooks after it never see the undoubled values
     stats = compare(cluster, f"switch{switch}", switch=switch)
-    assert stats["forwards_again"] == 1
+    assert stats["passes_again"] == 1
     # 6 hooks run ahead in the second forward and the third, and again those after the
     # switch on its stage (``after``) when the third runs again; in the fourth the switch
     # waits for its answer (it changes things now), the 5 others run ahead
@@ -127,7 +127,7 @@ def test_a_stage_whose_forward_changes_its_buffers_never_runs_ahead(cluster):
     # batch norm (module 2, on stage 0) updates its running statistics: that stage waits
     # for every answer; on stage 1 (modules 3, 4, 5) 3 hooks run ahead in the second
     # forward, 3 in the third and 1 (module 5) when it runs again, 2 in the fourth
-    assert stats["forwards_again"] == 1
+    assert stats["passes_again"] == 1
     assert stats["hooks_ahead"] == 3 + 3 + 1 + 2
     # in evaluation mode batch norm changes nothing: stage 0 runs ahead as well
     stats = compare(cluster, "norm_eval", switch="4", norm=True, train=False)
@@ -179,7 +179,9 @@ def test_tensor_hooks_that_a_hook_ahead_puts_on_its_output_get_its_gradient(clus
     remote.eval()
     try:
         got = gradcam(remote)
-        assert stage_stats(cluster, remote)["hooks_ahead"] == 3
+        # the forward hook runs ahead in forwards 2 to 4, and so does the tensor hook it put
+        # on its output in backwards 2 to 4
+        assert stage_stats(cluster, remote)["hooks_ahead"] == 3 + 3
     finally:
         remote.close()
     for key in ("acts", "grads"):
@@ -195,7 +197,7 @@ def test_a_forward_run_again_keeps_worker_captures_once(cluster):
         Recorder(remote, switch="1")
         remote[0].register_forward_hook(worker_hooks.capture("ahead"))
         run(remote, 4, grad=False)
-        assert stage_stats(cluster, remote)["forwards_again"] == 1
+        assert stage_stats(cluster, remote)["passes_again"] == 1
         assert len(cluster.captured("ahead", clear=True)) == 4
     finally:
         remote.close()
@@ -231,6 +233,104 @@ def test_micro_batch_forwards_of_a_training_step_run_ahead_of_hooks_that_look(cl
             np.testing.assert_allclose(remote.get_parameter(name).grad.numpy(),
                                        p.grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
         stats = stage_stats(cluster, remote)
-        assert stats["forwards_again"] == 1 and stats["hooks_ahead"] > 0
+        assert stats["passes_again"] == 1 and stats["hooks_ahead"] > 0
+    finally:
+        remote.close()
+
+
+class BackwardRecorder:
+    """Full backward hooks on every module and a tensor hook on the first weight: the
+    gradients each saw, in order; the hook on ``switch`` doubles its grad_input from its
+    ``after``-th call on (``"weight"``: the tensor hook doubles the weight's gradient)."""
+
+    def __init__(self, net, switch: str | None = None, after: int = 2):
+        self.seen: dict[str, list] = {}
+        for path, module in net.named_modules():
+            if path:
+                module.register_full_backward_hook(self.hook(path, switch, after))
+        net[0].weight.register_hook(self.tensor_hook(switch, after))
+
+    def hook(self, path, switch, after):
+        def record(module, grad_input, grad_output):
+            self.seen.setdefault(path, []).append(grad_output[0].numpy().copy())
+            if path == switch and len(self.seen[path]) > after:
+                return tuple(None if g is None else g * 2 for g in grad_input)
+            return None
+
+        return record
+
+    def tensor_hook(self, switch, after):
+        def record(grad):
+            self.seen.setdefault("weight", []).append(grad.numpy().copy())
+            if switch == "weight" and len(self.seen["weight"]) > after:
+                return grad * 2
+            return None
+
+        return record
+
+
+def backwards(net, steps: int, accumulate: bool):
+    """Input and weight gradients of ``steps`` backwards (the weights' .grad summed over
+    them when ``accumulate``)."""
+    got = []
+    for step in range(steps):
+        torch.manual_seed(200 + step)
+        x = torch.randn(5, 4, requires_grad=True)
+        net(x).square().sum().backward()
+        got.append(x.grad.numpy())
+        got += [p.grad.numpy().copy() for p in net.parameters()]
+        if not accumulate:
+            for p in net.parameters():
+                p.grad = None
+    return got
+
+
+@pytest.mark.parametrize("switch, accumulate", [(None, False), ("1", False), ("4", True),
+                                                ("weight", True)])
+def test_backward_hooks_that_only_look_run_ahead_and_a_change_runs_the_backward_again(
+        cluster, switch, accumulate):
+    local = model().eval()
+    remote = cluster.deploy(model(), stages=2, split_points=[3], name=f"back{switch}")
+    remote.eval()
+    try:
+        mine, theirs = BackwardRecorder(local, switch), BackwardRecorder(remote, switch)
+        want, got = backwards(local, 4, accumulate), backwards(remote, 4, accumulate)
+        for i, (a, b) in enumerate(zip(want, got)):
+            np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=str(i))
+        for path in mine.seen:  # every hook ran as often, on the same gradients
+            assert len(theirs.seen[path]) == len(mine.seen[path]) == 4, path
+            for a, b in zip(mine.seen[path], theirs.seen[path]):
+                np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=path)
+        stats = stage_stats(cluster, remote)
+        assert stats["passes_again"] == (0 if switch is None else 1)
+        # 7 hooks: each waits in the first backward (which learns that a backward leaves the
+        # stages' buffers alone), runs ahead in the next 3 (the switch only up to its change)
+        assert stats["hooks_ahead"] >= 6 * 3
+    finally:
+        remote.close()
+
+
+def test_an_error_of_a_backward_hook_that_ran_ahead_reaches_the_caller(cluster):
+    remote = cluster.deploy(model(), stages=2, split_points=[3], name="backraising")
+    remote.eval()
+    calls = []
+
+    def hook(module, grad_input, grad_output):
+        calls.append(1)
+        if len(calls) == 3:
+            raise ValueError("third gradient refused")
+
+    remote[3].register_full_backward_hook(hook)
+    seen = []
+    remote[0].register_full_backward_hook(lambda m, gi, go: seen.append(1))
+    x = torch.randn(2, 4, requires_grad=True)
+    try:
+        for _ in range(2):
+            remote(x).sum().backward()
+        with pytest.raises(ValueError, match="third gradient refused"):
+            remote(x).sum().backward()
+        assert len(seen) == 2  # stage 0's backward never ran for that call
+        remote(x).sum().backward()
+        assert len(seen) == 3
     finally:
         remote.close()
