@@ -375,7 +375,9 @@ class Relu(Op):
     @staticmethod
     def backward(ctx, g):
         (out,) = ctx.saved_tensors
-        return g * (out > 0)
+        # Mul takes the bool mask as it is (numpy multiplies float by bool in one pass);
+        # ``g * mask`` would first cast the mask to g's dtype, a copy as large as g
+        return Mul.apply(g, out > 0)
 
 
 class LeakyRelu(Op):
