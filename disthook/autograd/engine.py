@@ -418,7 +418,8 @@ def _run(task: _GraphTask, root_nodes, results, single_root: bool) -> None:
         # hooks fire); of several roots, only those needed
         if deps.get(node, 0) == 0 and (needed is None or single_root or node in needed):
             ready.push(node)
-    while ready:
+    queued = ready.items
+    while queued:
         node = ready.pop()
         grads = buffers.pop(node)
         is_acc = type(node) is AccumulateGrad
@@ -474,14 +475,18 @@ def _run(task: _GraphTask, root_nodes, results, single_root: bool) -> None:
             if g is not None:
                 buf = buffers.get(nxt)
                 if buf is None:
-                    buf = buffers[nxt] = [None] * _num_outputs(nxt)
+                    meta = nxt._output_meta
+                    buf = buffers[nxt] = [None] if meta is None else [None] * len(meta)
                 buf[nr] = g if buf[nr] is None else buf[nr] + g
             elif nxt not in buffers:
                 buffers[nxt] = [None] * _num_outputs(nxt)
             left = deps[nxt] - 1
             deps[nxt] = left
             if left == 0:
-                ready.push(nxt)
+                if queued:
+                    ready.push(nxt)
+                else:  # a chain's next node: nothing to order it against
+                    queued.append(nxt)
 
 
 def _run_pre_hooks(node: Node, grads: list) -> list:

@@ -119,9 +119,13 @@ class Node:
     def saved_tensors(self) -> tuple:
         if self._freed:
             raise RuntimeError(SECOND_BACKWARD_MSG)
-        if self._saved is None:
+        saved = self._saved
+        if saved is None:
             return ()
-        return tuple(None if s is None else s.unpack(self) for s in self._saved)
+        if len(saved) == 1:  # no comprehension's frame for the common case
+            s = saved[0]
+            return (None if s is None else s.unpack(self),)
+        return tuple([None if s is None else s.unpack(self) for s in saved])
 
     def _release(self) -> None:
         """Free saved tensors after a backward without retain_graph."""

@@ -49,17 +49,32 @@ class Op(Node):
         A non-Tensor input is torch's TypeError, naming its position and type."""
         try:
             if grad_mode._state.enabled and cls.differentiable:
-                needs = tuple([t._requires_grad for t in inputs])
+                # one and two inputs spelled out: a comprehension costs a frame (Python 3.11)
+                n = len(inputs)
+                if n == 2:
+                    a, b = inputs
+                    needs = (a._requires_grad, b._requires_grad)
+                elif n == 1:
+                    a = inputs[0]
+                    needs = (a._requires_grad,)
+                else:
+                    needs = tuple([t._requires_grad for t in inputs])
                 if True in needs:
                     ctx = _new(cls._node_cls)  # Node.__init__'s fields are all set right here
                     ctx._seq = next(_sequence)
                     ctx.needs_input_grad = needs
                     out = cls.forward(ctx, *inputs, **params)
-                    ctx.next_functions = tuple([
-                        (t._grad_fn, t._output_nr) if t._grad_fn is not None
-                        else (grad_accumulator(t), 0) if t._requires_grad else _NO_EDGE
-                        for t in inputs])
-                    ctx._input_meta = tuple([(t._data.shape, t._data.dtype) for t in inputs])
+                    if n == 2:
+                        ctx.next_functions = (_edge(a), _edge(b))
+                        ctx._input_meta = ((a._data.shape, a._data.dtype),
+                                           (b._data.shape, b._data.dtype))
+                    elif n == 1:
+                        ctx.next_functions = (_edge(a),)
+                        ctx._input_meta = ((a._data.shape, a._data.dtype),)
+                    else:
+                        ctx.next_functions = tuple([_edge(t) for t in inputs])
+                        ctx._input_meta = tuple([(t._data.shape, t._data.dtype)
+                                                 for t in inputs])
                     if type(out) is tuple:
                         ctx._output_meta = tuple([(o.shape, o.dtype) for o in out])
                         # integer outputs (max's indices) are not differentiable: no history
@@ -86,17 +101,24 @@ class Op(Node):
 
     def _resolve_saved_output(self, outs) -> None:
         out = outs[0] if type(outs) is tuple else outs
-        self._saved = tuple(
-            _SavedTensor(out, self) if s is OUTPUT else s for s in self._saved
-        )
+        self._saved = tuple([_SavedTensor(out, self) if s is OUTPUT else s
+                             for s in self._saved])
 
     def save_for_backward(self, *tensors) -> None:
-        self._saved = tuple([
-            s if (s is None or s is OUTPUT) else _SavedTensor(s, self) for s in tensors
-        ])
+        saved = []
+        for s in tensors:
+            saved.append(s if s is None or s is OUTPUT else _SavedTensor(s, self))
+        self._saved = tuple(saved)
 
 
 _new = object.__new__
+
+
+def _edge(t) -> tuple:
+    """The (node, output_nr) that input ``t``'s gradient flows to; (None, 0) for none."""
+    if t._grad_fn is not None:
+        return (t._grad_fn, t._output_nr)
+    return (grad_accumulator(t), 0) if t._requires_grad else _NO_EDGE
 
 
 def _check_tensors(cls, inputs: tuple) -> None:
