@@ -180,6 +180,7 @@ class WorkerState:
         self.mailbox: dict[tuple, Any] = {}  # (model, step, kind, mb) -> pipe message
         self.finished_steps: collections.deque = collections.deque(maxlen=FINISHED_STEPS_KEPT)
         self.waits: dict[int, Wait] = {}
+        self._answered_by: dict[tuple, Wait] = {}  # (client, event id) -> the wait it ends
         self.lanes: dict[tuple, collections.deque] = {}  # busy lane -> requests queued in it
         self.jobs: set[Job] = set()  # running (or waiting) jobs
         self.gone: dict[bytes, None] = {}  # clients whose connection closed (the latest)
@@ -204,9 +205,9 @@ class WorkerState:
 
     def _on_message(self, sender: bytes, msg) -> list:
         if msg.type in ANSWERS:
-            for wait in self.waits.values():
-                if wait.client == sender and wait.req == msg.req:
-                    return [self._end_wait(wait, outcome=msg)]
+            wait = self._answered_by.get((sender, msg.req))
+            if wait is not None:
+                return [self._end_wait(wait, outcome=msg)]
             if msg.type == "error":  # never answer an error with an error
                 return [Log("info", f"worker {self.worker_id}: an error answer to hook event "
                                     f"{msg.req}, which no request waits for; dropped")]
@@ -254,10 +255,11 @@ class WorkerState:
 
     def _next_in_lane(self, job: Job) -> list:
         if job.waiting is not None:  # ended while waiting (stopped): the wait goes too
-            self.waits.pop(job.waiting.id, None)
+            self._drop_wait(job.waiting)
             job.waiting = None
-        for wait in [w for w in self.waits.values() if w.job is job]:  # answers not awaited
-            del self.waits[wait.id]
+        if self.waits:  # answers a job that ran ahead did not take
+            for wait in [w for w in self.waits.values() if w.job is job]:
+                self._drop_wait(wait)
         if job.lane is None or job.lane not in self.lanes:
             return []
         queued = self.lanes[job.lane]
@@ -336,16 +338,23 @@ class WorkerState:
                                   f"wait for {what}")
         wait = Wait(next(self._wait_ids), job, what, timeout, self.clock() + timeout, **how)
         self.waits[wait.id] = wait
+        if wait.client is not None:
+            self._answered_by[(wait.client, wait.req)] = wait
         if sleeps:
             job.waiting = wait
         return wait
 
     def _end_wait(self, wait: Wait, *, outcome=None, error=None) -> Resume:
-        del self.waits[wait.id]
+        self._drop_wait(wait)
         wait.outcome, wait.error, wait.done = outcome, error, True
         if wait.job.waiting is wait:
             wait.job.waiting = None
         return Resume(wait)
+
+    def _drop_wait(self, wait: Wait) -> None:
+        self.waits.pop(wait.id, None)
+        if wait.client is not None:
+            self._answered_by.pop((wait.client, wait.req), None)
 
     # ---- the pipeline mailbox ---------------------------------------------------------------
     def _on_pipe(self, msg) -> list:
