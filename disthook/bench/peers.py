@@ -188,7 +188,9 @@ def _row(p: int, case: str, ours: list[float], theirs: list[float], name: str,
          one: float) -> dict:
     mine, peer = statistics.median(ours), statistics.median(theirs)
     return {"suite": "peers", "stages": p, "case": case, "disthook_s": mine, "torch_s": peer,
-            "baseline": name, "ratio": paired_ratio(ours, theirs), "target": 1.0,
+            "baseline": name, "ratio": paired_ratio(ours, theirs),
+            # the speed issue's targets: ahead of torch's tools, by a margin
+            "target": 0.8 if "RPC" in case else 0.9,
             "one_torch_process_s": one, "peer_vs_one_process": one / peer,
             "disthook_vs_one_process": one / mine}
 

@@ -1,12 +1,20 @@
-"""``disthook bench toolkit``: caching every module's output on a deployed model.
+"""``disthook bench toolkit``: hooking every module of a deployed model.
 
-A 16-layer MLP (Linear(256, 256) with ReLU between: 31 modules), batch 64, on 2 workers,
-no_grad. ``run_with_cache`` records on the workers with ``hooks.capture`` and fetches the
-records once; its time includes registering and removing those hooks. The baselines are the
-same cache collected with client forward hooks registered beforehand (one round trip to the
-client per module call, on a second deployment of the model), and a plain forward without
-hooks. The three run in turn, round by round; each ratio is the median of the rounds'
-ratios; lower is better.
+A 16-layer MLP (Linear(256, 256) with ReLU between: 31 modules), batch 64, on 2 workers.
+
+- ``run_with_cache`` (no_grad) records on the workers with ``hooks.capture`` and fetches the
+  records once; its time includes registering and removing those hooks. The baselines are
+  the same cache collected with client forward hooks registered beforehand (on a second
+  deployment of the model), and a plain forward without hooks.
+- The interpretability workloads as people write them, with client hooks on all 31 modules
+  (whose firings run ahead of their answers once they answered without a change): a cache
+  of every module's output (forward hooks, no_grad), and a trace of every module's output
+  gradient (full backward hooks, forward and backward); each against the same hooks on the
+  model in one process (torch when installed, else disthook), the number the issue on
+  speed tracks.
+
+The sides of each comparison run in turn, round by round; each ratio is the median of the
+rounds' ratios; lower is better.
 """
 from __future__ import annotations
 
@@ -40,8 +48,19 @@ def run(quick: bool = False) -> list[dict]:
     net = _model()
     x = torch.randn(BATCH, WIDTH)
     paths = [path for path, _ in net.named_modules() if path]
+    rows: list[dict] = []
+    with local_cluster(workers=2) as cluster:
+        rows += _run_with_cache(cluster, net, x, paths, repeats)
+        rows += _many_hooks(cluster, net, x, paths, repeats)
+    return rows
+
+
+def _run_with_cache(cluster, net, x, paths: list[str], repeats: int) -> list[dict]:
+    """run_with_cache against client hooks and against no hooks."""
+    import disthook as torch
+
     rows = []
-    with local_cluster(workers=2) as cluster, torch.no_grad():
+    with torch.no_grad():
         remote = cluster.deploy(net, stages=2)
         hooked = cluster.deploy(net, stages=2)  # the same model, with client hooks on it
         cache: dict = {}
@@ -73,3 +92,69 @@ def run(quick: bool = False) -> list[dict]:
         remote.close()
         hooked.close()
     return rows
+
+
+def _many_hooks(cluster, net, x, paths: list[str], repeats: int) -> list[dict]:
+    """Client hooks on every module against the same hooks in one process."""
+    try:
+        import torch as lib
+    except ImportError:  # disthook in one process is the baseline then
+        import disthook as lib
+    baseline = "torch" if lib.__name__ == "torch" else "one process"
+    if baseline == "torch":
+        lib.set_num_threads(1)
+        layers = []
+        for i in range(LAYERS):
+            layers.append(lib.nn.Linear(WIDTH, WIDTH))
+            if i < LAYERS - 1:
+                layers.append(lib.nn.ReLU())
+        local, lx = lib.nn.Sequential(*layers), lib.randn(BATCH, WIDTH, requires_grad=True)
+    else:
+        local, lx = _model(), x.detach().requires_grad_(True)
+    x = x.detach().requires_grad_(True)  # a backward hook on the first module sees its grad
+    deployed = cluster.deploy(net, stages=2)
+    rows = []
+    try:
+        for case, register, step in (
+                ("cache: 31 client forward hooks, no_grad",
+                 "register_forward_hook", _cache_step),
+                ("trace: 31 client full bwd hooks, fwd+bwd",
+                 "register_full_backward_hook", _trace_step)):
+            seen: dict = {}
+            handles = []
+            for model in (deployed, local):
+                for path in paths:
+                    hook = (lambda m, args, out, path=path: seen.__setitem__(path, out))
+                    handles.append(getattr(model.get_submodule(path), register)(hook))
+            times = paired([lambda: step(deployed, x, seen, len(paths)),
+                            lambda: step(local, lx, seen, len(paths))], repeats)
+            for handle in handles:
+                handle.remove()
+            rows.append(comparison("toolkit", f"{case}, 2 workers",
+                                   statistics.median(times[0]), statistics.median(times[1]),
+                                   3.0, baseline, paired_ratio(times[0], times[1])))
+    finally:
+        deployed.close()
+    return rows
+
+
+def _cache_step(model, x, seen: dict, hooks: int) -> None:
+    import disthook
+
+    seen.clear()
+    grad_off = disthook.no_grad() if isinstance(x, disthook.Tensor) else _torch_no_grad()
+    with grad_off:
+        model(x)
+    assert len(seen) == hooks
+
+
+def _trace_step(model, x, seen: dict, hooks: int) -> None:
+    seen.clear()
+    model(x).sum().backward()
+    assert len(seen) == hooks
+
+
+def _torch_no_grad():
+    import torch
+
+    return torch.no_grad()
