@@ -171,7 +171,10 @@ class Speculation:
                 rerun = p.index
             elif answer.get("watch") and any(
                     _hook_count(t) != n for t, n in zip(p.originals, p.hooked)):
-                rerun = p.index  # tensor hooks added meanwhile: the client's go first
+                # tensor hooks were put on its tensors meanwhile: the client's go first, so
+                # the pass runs again, and the hook waits for its answers from now on
+                p.record.steers = True
+                rerun = p.index
             else:
                 p.use(answer)
         self.pending = []

@@ -334,3 +334,51 @@ def test_an_error_of_a_backward_hook_that_ran_ahead_reaches_the_caller(cluster):
         assert len(seen) == 3
     finally:
         remote.close()
+
+
+class Doubling(nn.Module):
+    """A block whose forward puts a tensor hook of its own on its first layer's output."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Linear(4, 6)
+        self.outer = nn.Linear(6, 6)
+
+    def forward(self, x):
+        h = self.inner(x)
+        h.register_hook(lambda g: g * 2)
+        return self.outer(torch.tanh(h))
+
+
+def test_a_tensor_hook_the_model_puts_after_a_hook_ahead_fires_after_the_clients(cluster):
+    # the client's forward hook on `inner` hooks its output's gradient; in one process that
+    # tensor hook comes before the block's own (it is registered first), and sees the
+    # gradient before the block doubles it. Run ahead, the client's hook would reach the
+    # tensor after the block's: the forward runs again, and the hook waits from then on
+    def grads_seen(net):
+        seen = []
+
+        def hook(module, args, output):
+            output.register_hook(lambda g: seen.append(g.numpy().copy()))
+
+        net[0].inner.register_forward_hook(hook)
+        net.eval()
+        for step in range(4):
+            torch.manual_seed(step)
+            net(torch.randn(5, 4)).square().sum().backward()
+        return seen
+
+    def build():
+        torch.manual_seed(0)
+        return nn.Sequential(Doubling(), nn.Linear(6, 3))
+
+    want = grads_seen(build())
+    remote = cluster.deploy(build(), stages=2, split_points=[1], name="doubling")
+    try:
+        got = grads_seen(remote)
+        assert stage_stats(cluster, remote)["passes_again"] == 1
+    finally:
+        remote.close()
+    assert len(got) == len(want) == 4
+    for a, b in zip(want, got):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
