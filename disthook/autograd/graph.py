@@ -240,7 +240,8 @@ class _SavedTensor:
                  "packed", "unpack_hook", "edge")
 
     def __init__(self, t, node: Node | None, is_output: bool | None = None) -> None:
-        self.is_output = t._grad_fn is node if is_output is None else is_output
+        grad_fn = t._grad_fn  # read once: on a custom Function's view it is a checked property
+        self.is_output = grad_fn is node if is_output is None else is_output
         pairs = _saved_hooks._tls.pairs
         if pairs and not t.__dict__.get("_wrapped_number"):  # torch packs no python scalar
             self._pack(t, pairs[-1])
@@ -254,7 +255,7 @@ class _SavedTensor:
             self.output_nr = t._output_nr
         else:
             self.tensor = t
-            self.had_grad_fn = t._grad_fn is not None
+            self.had_grad_fn = grad_fn is not None
 
     def _pack(self, t, pair) -> None:
         pack_hook, self.unpack_hook = pair

@@ -116,8 +116,9 @@ _new = object.__new__
 
 def _edge(t) -> tuple:
     """The (node, output_nr) that input ``t``'s gradient flows to; (None, 0) for none."""
-    if t._grad_fn is not None:
-        return (t._grad_fn, t._output_nr)
+    node = t._grad_fn  # read once: on a custom Function's view it is a checked property
+    if node is not None:
+        return (node, t._output_nr)
     return (grad_accumulator(t), 0) if t._requires_grad else _NO_EDGE
 
 

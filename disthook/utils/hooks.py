@@ -97,6 +97,17 @@ def _caller_stacklevel() -> int:
     return level
 
 
+def _replacement(current: tuple, new: tuple) -> tuple | None:
+    """What a node hook returns for ``new``: None when it holds ``current``'s very objects,
+    so that the engine has nothing to replace or check."""
+    if len(new) != len(current):
+        return new
+    for a, b in zip(new, current):
+        if a is not b:
+            return new
+    return None
+
+
 class BackwardHook:
     """The full backward (pre-)hooks of one module call, wired into its graph.
 
@@ -125,7 +136,7 @@ class BackwardHook:
 
     @staticmethod
     def _unpack_none(indices, values) -> tuple:
-        return tuple(values[i] for i in indices)
+        return tuple([values[i] for i in indices])
 
     # ---- the two graph hooks ----------------------------------------------------------------
     def _input_node_hook(self, grad_inputs, _grad_outputs):
@@ -144,9 +155,9 @@ class BackwardHook:
                     f"{len(out)}, but expected {len(grads)}")
             grads = out
         self.grad_outputs = None
-        return self._unpack_none(self.input_tensors_index, grads)
+        return _replacement(grad_inputs, self._unpack_none(self.input_tensors_index, grads))
 
-    def _output_node_hook(self, _grad_inputs, grad_outputs):
+    def _output_node_hook(self, grad_inputs, grad_outputs):
         """Post-hook of the output-side node: record grad_output, run the pre-hooks."""
         self.grad_outputs = self._pack_with_none(
             self.output_tensors_index, grad_outputs, self.n_outputs)
@@ -170,7 +181,8 @@ class BackwardHook:
                         isinstance(out, tuple) and all(g is None for g in out)):
                     raise RuntimeError(NO_INPUT_GRAD_RETURN_MSG)
             self.grad_outputs = None
-        return self._unpack_none(self.output_tensors_index, grad_outputs)
+        return _replacement(grad_inputs,
+                            self._unpack_none(self.output_tensors_index, grad_outputs))
 
     # ---- wrapping arguments and results -----------------------------------------------------
     def _apply_on_tensors(self, node_hook, args: tuple):
@@ -183,13 +195,19 @@ class BackwardHook:
         BackwardHookFunction = _loaded["disthook.nn.modules._functions"].BackwardHookFunction
         Tensor = _loaded["disthook.tensor"].Tensor
 
-        positions = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
-        tensors = [args[i] for i in positions]
-        if not (any(t._requires_grad for t in tensors) and grad_mode.is_grad_enabled()):
+        positions, tensors, needed = [], [], False
+        for i, a in enumerate(args):
+            if isinstance(a, Tensor):
+                positions.append(i)
+                tensors.append(a)
+                needed = needed or a._requires_grad
+        if not (needed and grad_mode._state.enabled):
             return args, None
         wrapped = BackwardHookFunction.apply(*tensors)
-        node = next(t.grad_fn for t in wrapped if t.grad_fn is not None
-                    and t.grad_fn.name() == "BackwardHookFunctionBackward")
+        for t in wrapped:  # the outputs that need a gradient have the function's node
+            node = t._grad_fn
+            if node is not None and type(node) is BackwardHookFunction._backward_cls:
+                break
         node.register_hook(node_hook)
         new_args = list(args)
         for i, t in zip(positions, wrapped):
