@@ -62,6 +62,8 @@ from workers.state import (
 
 __all__ = ["Worker"]
 
+ROUTER_BURST = 32  # messages taken off the endpoint per poll, at most
+
 
 class Worker(ComputeHandlers, HookHandlers, ParamHandlers, Service):
     role = "worker"
@@ -182,12 +184,18 @@ class Worker(ComputeHandlers, HookHandlers, ParamHandlers, Service):
             self._next_tick = time.monotonic() + self.tick_interval
 
     def _on_router(self) -> None:
-        # a connection that closed is told before anything that came after it, so a
-        # descriptor used again by a new connection is never taken for the old one
-        self.read_monitor()
-        frames = recv_now(self.router)
-        if frames is None:  # another round took it since the poll
-            return
+        """Take what has come on the endpoint: up to ``ROUTER_BURST`` messages, one poll
+        for them all (the answers to a forward's hooks that ran ahead come in a burst)."""
+        for _ in range(ROUTER_BURST):
+            # a connection that closed is told before anything that came after it, so a
+            # descriptor used again by a new connection is never taken for the old one
+            self.read_monitor()
+            frames = recv_now(self.router)
+            if frames is None:  # all taken (or another round took it since the poll)
+                return
+            self._on_message(frames)
+
+    def _on_message(self, frames: list) -> None:
         sender, body = frames[0].bytes, frames[1:]
         self._peers[frames[0].get(zmq.SRCFD)] = sender
         if self.keys is not None and sender not in self._names:  # who, for the logs

@@ -26,6 +26,9 @@ from disthook.distributed.rpc import (
 __all__ = []
 
 
+_BURST = 32  # messages taken off one socket per poll, at most
+
+
 class _Hub(HookServer):
     """The client's sockets to the workers of one deployment, all with one identity, so that
     whichever worker finishes a pipelined request can answer the client directly."""
@@ -141,19 +144,22 @@ class _Hub(HookServer):
                         self._raise_lost(address, what or msg_type,
                                          ", ".join(c for c in in_flight if c) or None)
                     continue
-                try:
-                    reply = wire.decode(sock.recv_multipart(copy=False))
-                except wire.WireError:
-                    continue
-                if reply.type == "hook_event":  # a worker runs one of our hooks meanwhile
-                    self._serve_event(sock, reply)
-                    deadline.renew()  # the worker is alive
-                    continue
-                if reply.type == "warning":
-                    _issue_warning(reply)
-                    continue
-                if reply.req in reqs:  # anything else: a late answer to a timed-out request
-                    replies[reply.req] = reply
+                for _ in range(_BURST):  # what has come on it, one poll for them all
+                    try:
+                        reply = wire.decode(sock.recv_multipart(zmq.NOBLOCK, copy=False))
+                    except zmq.Again:  # all taken (or a hook's own call took it)
+                        break
+                    except wire.WireError:
+                        continue
+                    if reply.type == "hook_event":  # a worker runs one of our hooks meanwhile
+                        self._serve_event(sock, reply)
+                        deadline.renew()  # the worker is alive
+                        continue
+                    if reply.type == "warning":
+                        _issue_warning(reply)
+                        continue
+                    if reply.req in reqs:  # else: a late answer to a timed-out request
+                        replies[reply.req] = reply
         # warnings a stage sent before passing its result on may still be on their way on
         # another socket than the last answer's: take those that are here (with one socket
         # they came before the answer, in order)
