@@ -13,7 +13,8 @@ is replaced by a msgpack extension value (code ``ARRAY_EXT``) holding its index 
 the fields (a header with "a" after "f" is read as well, its references resolved after).
 Arrays are sent without copying (``zmq.Socket.send_multipart(frames, copy=False)`` over the
 array's own buffer), so a sender must never change an array after handing it to ``encode``;
-received arrays are read-only views over the frames (``np.frombuffer``).
+received arrays are views over the frames (``np.frombuffer``; writable with pyzmq's frames),
+which a receiver may take as its own: nothing else reads a message's frames.
 
 Decoding trusts nothing: the header size, frame count, array sizes and shape ranks are
 capped (``Limits``), the version must match, the type must be one of ``SCHEMAS`` and its

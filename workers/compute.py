@@ -191,7 +191,10 @@ class ComputeHandlers:
             inputs = []
 
             def leaf(a, flag: bool):
-                t = disthook.from_numpy(np.array(a))  # an own, writable copy of the frame
+                # the received array itself (a writable view of its frame, which nothing
+                # else reads), unless the forward may run again (then it must start from
+                # the frame as it came: the forward may change its input in place)
+                t = disthook.from_numpy(a if job.spec is None else np.array(a))
                 if grad and flag and t.is_floating_point():
                     t.requires_grad_(True)  # a fresh leaf per context: its grad goes back
                 inputs.append(t)

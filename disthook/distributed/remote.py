@@ -244,7 +244,8 @@ class RemoteModel(Module):
                 f"with chunks={chunks} the model's output must keep the batch dimension: "
                 f"micro-batches of {sizes} rows gave outputs of shapes "
                 f"{[tuple(o.shape) for o in outs]}")
-        out = np.concatenate(outs) if len(outs) > 1 else np.array(outs[0])
+        # one micro-batch: the received array itself (a writable view of its frame)
+        out = np.concatenate(outs) if len(outs) > 1 else outs[0]
         if grad and all(r["requires_grad"] for r in results):
             stage = None if stop is None else self._stage_of(stop)
             node = RemoteBackward0(self, ctx_ids, x, sizes, stage)
