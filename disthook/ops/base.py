@@ -53,10 +53,10 @@ class Op(Node):
                 n = len(inputs)
                 if n == 2:
                     a, b = inputs
-                    needs = (a._requires_grad, b._requires_grad)
+                    needs = _NEEDS2[a._requires_grad, b._requires_grad]
                 elif n == 1:
                     a = inputs[0]
-                    needs = (a._requires_grad,)
+                    needs = _NEEDS1[a._requires_grad]
                 else:
                     needs = tuple([t._requires_grad for t in inputs])
                 if True in needs:
@@ -66,8 +66,10 @@ class Op(Node):
                     out = cls.forward(ctx, *inputs, **params)
                     if n == 2:
                         ctx.next_functions = (_edge(a), _edge(b))
-                        ctx._input_meta = ((a._data.shape, a._data.dtype),
-                                           (b._data.shape, b._data.dtype))
+                        # (the engine reads the metadata of inputs that need a gradient only)
+                        ctx._input_meta = (
+                            (a._data.shape, a._data.dtype) if needs[0] else None,
+                            (b._data.shape, b._data.dtype) if needs[1] else None)
                     elif n == 1:
                         ctx.next_functions = (_edge(a),)
                         ctx._input_meta = ((a._data.shape, a._data.dtype),)
@@ -112,6 +114,9 @@ class Op(Node):
 
 
 _new = object.__new__
+# the needs_input_grad tuples of one- and two-input ops, shared: one fewer object per node
+_NEEDS1 = {flag: (flag,) for flag in (False, True)}
+_NEEDS2 = {(x, y): (x, y) for x in (False, True) for y in (False, True)}
 
 
 def _edge(t) -> tuple:
