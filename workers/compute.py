@@ -341,8 +341,16 @@ class ComputeHandlers:
                         f"{msg.ctx!r}: its forward ran under no_grad, or the tensor is no "
                         "longer part of the graph")
                 outputs, given = [context.taps[start]], [g]
-            pairs = [(o, disthook.from_numpy(np.array(gr))) for o, gr in zip(outputs, given)
+            seeds = [(o, gr) for o, gr in zip(outputs, given)
                      if gr is not None and o.requires_grad]
+
+            def pairs():
+                """(output, its gradient): the received arrays themselves (nothing else
+                reads them), or copies where the backward may run again (a hook may change
+                a gradient in place)."""
+                return [(o, disthook.from_numpy(gr if job.spec is None else np.array(gr)))
+                        for o, gr in seeds]
+
             # an autograd.grad to taps alone, all of them here: stop at them, keep the rest
             # of the graph (the part below them) for a backward from them later
             to_taps = (not msg.get("inputs", True) and bool(taps)
@@ -350,18 +358,18 @@ class ComputeHandlers:
             for t in context.inputs:
                 t.grad = None  # the gradient of this backward only goes to the previous stage
             if to_taps:
-                _run_backward(pairs, [], taps, tapped, True, False)
+                _run_backward(pairs(), [], taps, tapped, True, False)
                 self._to_client(job, "ok", {"result": {
                     "grads": [None] * len(context.inputs), "tapped": tapped}})
                 return NO_REPLY
-            given = dict(tapped)
+            tapped_before = dict(tapped)
 
             def compute(keep: bool = False):  # keep: the graph, for a run again
                 for t in context.inputs:
                     t.grad = None
                 tapped.clear()
-                tapped.update(given)
-                return _run_backward(pairs, context.inputs, taps, tapped, retain or keep,
+                tapped.update(tapped_before)
+                return _run_backward(pairs(), context.inputs, taps, tapped, retain or keep,
                                      msg.get("accumulate", True))
 
             grads = self._run_backward_pass(job, st, context, compute)
