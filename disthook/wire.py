@@ -106,9 +106,10 @@ _KINDS = frozenset({"str", "int", "float", "bool", "bytes", "array", "list", "ma
 RECORDS: dict[str, dict[str, str]] = {
     # one hook to register: on the module (or parameter, kind "tensor") at path; worker_hook
     # names a built-in worker hook (disthook.distributed.hooks), else the stub calls the
-    # client; tag says who registered it ("toolkit": disthook.hooks)
+    # client; tag says who registered it ("toolkit": disthook.hooks); waits: the forward or
+    # backward always waits for this client hook's answer (never runs ahead of it)
     "hook_entry": {"hook": "int", "kind": "hook_kind", "path": "str", "options": "hook_options",
-                   "worker_hook": "map?", "tag": "str?"},
+                   "worker_hook": "map?", "tag": "str?", "waits": "bool?"},
     "hook_options": {"prepend": "bool?", "with_kwargs": "bool?", "always_call": "bool?"},
     # one call of a stage's share of an optimizer (made on first use): its class (a name in
     # disthook.optim, or "module:Class"), constructor kwargs, the full names of its

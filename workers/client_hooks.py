@@ -48,12 +48,14 @@ class HookHandlers:
         spec = entry.get("worker_hook")
         if spec is not None:  # runs here, without a round trip
             stub = worker_hooks.build(spec, kind, path, self.captures, self.allow_hook_modules)
-        elif hook_kind.on == "tensor":
-            stub = self._tensor_stub(hook_id, path, client, record=st.record(client, hook_id,
-                                                                             kind))
         else:
-            stub = self._module_stub(kind, hook_id, path, client,
-                                     st.record(client, hook_id, kind))
+            if entry.get("waits"):  # its answers are always waited for: never run ahead
+                for fired_as in (kind, "leaf_hook"):
+                    st.record(client, hook_id, fired_as).steers = True
+            record = st.record(client, hook_id, kind)
+            stub = (self._tensor_stub(hook_id, path, client, record=record)
+                    if hook_kind.on == "tensor"
+                    else self._module_stub(kind, hook_id, path, client, record))
         target = (st.module.get_parameter(path) if hook_kind.on == "tensor"
                   else st.module.get_submodule(path))
         handle = hook_kinds.register(target, kind, _only_for(self, client, stub),

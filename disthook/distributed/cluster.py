@@ -131,7 +131,7 @@ class Cluster:
     def deploy(self, module, stages: int = 1, *, placement: dict | None = None,
                balance: str = "params", split_points=None, sample_input=None,
                chunks: int = 1, schedule: str = "gpipe", checkpoint: str | None = None,
-               name: str | None = None, writable: bool = False):
+               name: str | None = None, writable: bool = False, hooks_ahead: bool = True):
         """Place ``module`` on ``stages`` workers; a ``RemoteModel``, an instance of the
         module's own class whose forward and methods run as written.
 
@@ -158,7 +158,13 @@ class Cluster:
         ``name``: once loaded, the model is published under it on the coordinator, so that
         other clients find it (``models()``) and use it (``attach(name)``) until this
         ``RemoteModel`` closes; a name another live deployment holds is refused. By default
-        they may not write its weights; ``writable=True`` lets them."""
+        they may not write its weights; ``writable=True`` lets them.
+
+        ``hooks_ahead``: a forward or backward does not wait for the answer of a client hook
+        that has only looked so far (returned None, changed nothing in place): it runs on
+        and takes the answers when the stage's pass is done, running the pass again if one
+        turns out to change something (docs/hooks.md). ``False``: every firing of the
+        hooks registered on this model waits for its answer."""
         from disthook.distributed import registry
         from disthook.distributed.remote import deploy
 
@@ -167,7 +173,7 @@ class Cluster:
             registry.check_name(self, name)
         remote = deploy(self, module, stages, split_points=split_points, balance=balance,
                         sample_input=sample_input, chunks=chunks, schedule=schedule,
-                        placement=placement, writable=writable)
+                        placement=placement, writable=writable, hooks_ahead=hooks_ahead)
         try:
             if checkpoint is not None:
                 remote.load_checkpoint(checkpoint)

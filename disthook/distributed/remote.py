@@ -102,6 +102,9 @@ class RemoteModel(Module):
             "_published": None,
             "_attached": None,
             "_writable": False,
+            # whether passes may run ahead of the answers of client hooks that only look
+            # (see workers/speculation.py): entries of hooks registered say so
+            "_hooks_ahead": True,
         }
         holders = {w.address: (w.id, i) for i, w in enumerate(workers)}
         fields["_hub"] = _Hub(fields["_model_id"], fields["_addresses"], timeout, holders,
@@ -424,7 +427,7 @@ class RemoteModel(Module):
             if not callable(fn):
                 raise TypeError(f"hook must be callable, got {type(fn).__name__}")
             fields = {"hook": next(_hook_ids), "kind": kind, "path": path, "options": options,
-                      "tag": tag}
+                      "tag": tag, "waits": None if self._hooks_ahead else True}
             if isinstance(fn, WorkerHook):
                 fields["worker_hook"] = fn.spec()
             entries.append((fn, kind, proxy, fields))
@@ -620,13 +623,15 @@ class RemoteModel(Module):
         self._hub.close(unload=True)  # the surviving stages are dropped
         if self._placement is not None:
             fresh = deploy(self._cluster, self._local, stages, placement=self._placement,
-                           writable=self._writable, _exclude=lost, _carry_hooks=False)
+                           writable=self._writable, hooks_ahead=self._hooks_ahead,
+                           _exclude=lost, _carry_hooks=False)
         else:
             sizes = [len(names) for names in self._stage_names]
             cuts = [sum(sizes[:i]) for i in range(1, stages)]
             fresh = deploy(self._cluster, self._local, stages, split_points=cuts,
                            chunks=self._chunks, schedule=self._schedule,
-                           writable=self._writable, _exclude=lost, _carry_hooks=False)
+                           writable=self._writable, hooks_ahead=self._hooks_ahead,
+                           _exclude=lost, _carry_hooks=False)
         hooks = self._hub.hooks
         for name in ("_layout", "_stage_names", "_addresses", "_workers", "_model_id", "_hub"):
             object.__setattr__(self, name, fresh.__dict__[name])
@@ -706,12 +711,17 @@ _hook_ids = itertools.count(1)
 def deploy(cluster, module: Module, stages: int, split_points=None,
            balance: str = "params", sample_input=None, chunks: int = 1,
            schedule: str = "gpipe", placement: dict | None = None, writable: bool = False,
-           _exclude: set | None = None, _carry_hooks: bool = True) -> RemoteModel:
+           hooks_ahead: bool = True, _exclude: set | None = None,
+           _carry_hooks: bool = True) -> RemoteModel:
     """Place ``module`` on the cluster's workers: contiguous stages of its children where
     that works (a chain: activations go worker to worker, micro-batches pipeline), else its
     parts over the module tree (``placement``, or ``tree.auto_placement``), with the model's
     own forward running on the client (``glue``). ``writable``: clients other than this one
-    may change its weights (once it is published)."""
+    may change its weights (once it is published). ``hooks_ahead``: a forward or backward
+    may run ahead of the answers of client hooks that only look (False: every firing waits
+    for its answer)."""
+    if not isinstance(hooks_ahead, bool):
+        raise TypeError(f"hooks_ahead must be True or False, got {hooks_ahead!r}")
     if not isinstance(module, Module):
         raise TypeError(f"deploy() takes a disthook.nn.Module, got {type(module).__name__}")
     check_options(chunks, schedule, balance, split_points, sample_input)
@@ -759,6 +769,7 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
         cluster, module, stage_modules, workers, timeout=cluster.timeout, chunks=chunks,
         schedule=schedule, layout=lay, placement=placement)
     object.__setattr__(remote, "_writable", bool(writable))
+    object.__setattr__(remote, "_hooks_ahead", hooks_ahead)
     specs = [module_spec(m) for m in stage_modules]
     aliases = client_aliases()  # `import torch` in the model's files means what it means here
     try:

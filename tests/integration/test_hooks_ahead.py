@@ -382,3 +382,26 @@ def test_a_tensor_hook_the_model_puts_after_a_hook_ahead_fires_after_the_clients
     assert len(got) == len(want) == 4
     for a, b in zip(want, got):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_with_hooks_ahead_false_every_firing_waits_and_sees_the_same(cluster):
+    local = model().eval()
+    remote = cluster.deploy(model(), stages=2, split_points=[3], name="waiting",
+                            hooks_ahead=False)
+    remote.eval()
+    try:
+        mine, theirs = Recorder(local, "4"), Recorder(remote, "4")
+        mine_back, theirs_back = BackwardRecorder(local, "1"), BackwardRecorder(remote, "1")
+        for a, b in zip(backwards(local, 4, False), backwards(remote, 4, False)):
+            np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+        for want, got in ((mine, theirs), (mine_back, theirs_back)):
+            for path in want.seen:
+                assert len(got.seen[path]) == len(want.seen[path]) == 4, path
+                for a, b in zip(want.seen[path], got.seen[path]):
+                    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=path)
+        assert stage_stats(cluster, remote) == {"forwards": 8, "hooks_ahead": 0,
+                                                "passes_again": 0}
+    finally:
+        remote.close()
+    with pytest.raises(TypeError, match="hooks_ahead must be True or False"):
+        cluster.deploy(model(), stages=2, hooks_ahead="no")
