@@ -744,8 +744,8 @@ def _record_checker(name: str):
     return check_record
 
 
-_HOOK_VALUE_TAGS = {"same": "int", "tuple": "list", "list": "list", "dict": "map",
-                    "opaque": "str"}
+_HOOK_VALUE_TAGS = {"same": "int", "again": "int", "tuple": "list", "list": "list",
+                    "dict": "map", "opaque": "str"}
 
 
 def _check_hook_value(where, value, depth):
@@ -755,7 +755,9 @@ def _check_hook_value(where, value, depth):
     {"dict": {str: value}}; {"opaque": type name}), or as a hook's result refers to the
     worker's tensors ({"same": index}; {"tensor": array, "vjp": key}), or stands for a
     tensor of the client that requires grad ({"tensor": array, "feed": key}: the worker's
-    copy is a leaf whose gradient a backward may ask for)."""
+    copy is a leaf whose gradient a backward may ask for), or in a hook event of a pass run
+    ahead stands for a tensor an earlier event of its round sent, unchanged since
+    ({"again": its number among the tensors the round's events sent, from 0})."""
     if value is None or type(value) in (bool, int, float, str):
         return value
     if (type(value) is dict and type(value.get("tensor")) is np.ndarray

@@ -14,7 +14,7 @@ import disthook
 from disthook.distributed import hook_kinds
 from disthook.distributed import hooks as worker_hooks
 from disthook.distributed.values import pack, tensors_in, unpack
-from workers.speculation import HookRecord, copied
+from workers.speculation import HookRecord
 
 __all__ = ["HookHandlers"]
 
@@ -133,10 +133,8 @@ class HookHandlers:
 
         def send(ahead: bool):
             self.captures.fired["client"] += 1
-            packed = [pack(a) for a in args]
-            return self._send_event(client, hook_id, kind, path,
-                                    copied(packed) if ahead else packed, diff, spec.round,
-                                    ahead)
+            return self._send_event(client, hook_id, kind, path, spec.pack(args, ahead),
+                                    diff, spec.round, ahead)
 
         return spec.fire(record, hook_id, originals, send,
                          lambda wait: self._answer_of(wait, kind, path),

@@ -38,12 +38,11 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 import disthook
 from disthook.distributed.hook_kinds import steers
+from disthook.distributed.values import pack
 
-__all__ = ["BACKWARD_KINDS", "HookRecord", "Speculation", "Stale", "copied", "run_ahead"]
+__all__ = ["BACKWARD_KINDS", "HookRecord", "Speculation", "Stale", "run_ahead"]
 
 _rounds = itertools.count(1)
 # the kinds of client hook that fire in a backward pass
@@ -108,6 +107,31 @@ class Speculation:
 
     def new_round(self) -> None:
         self.round = f"{self.worker.id}.{next(_rounds)}"
+        # id -> (tensor, its version, its number): the tensors this round's events sent
+        self.sent: dict[int, tuple] = {}
+        self.numbered = 0  # how many tensors they sent by value
+
+    def pack(self, args, ahead: bool) -> list:
+        """The wire data of a firing's ``args`` in this round. A tensor an earlier event of
+        the round sent, unchanged since, travels as ``{"again": its number}`` (a layer's
+        input is the output the layer before it was given: it crosses once); the others by
+        value, numbered in the order they are sent, as the client numbers them — their
+        arrays copied when the firing runs ahead (the pass may change them in place before
+        the message is out)."""
+        sent = self.sent
+
+        def tensor(t):
+            seen = sent.get(id(t))
+            if seen is not None and seen[0] is t and seen[1] == t._version:
+                return {"again": seen[2]}
+            sent[id(t)] = (t, t._version, self.numbered)
+            self.numbered += 1
+            data = pack(t)
+            if ahead:
+                data["tensor"] = data["tensor"].copy()
+            return data
+
+        return [pack(a, tensor) for a in args]
 
     def _versions(self) -> list[int]:
         module = self.stage.module
@@ -250,15 +274,3 @@ def run_ahead(worker, job, stage, compute: Callable, phase: str = "forward",
 def _hook_count(t) -> int:
     hooks = t._backward_hooks
     return 0 if hooks is None else len(hooks)
-
-
-def copied(data):
-    """Packed hook values with their own arrays: a firing that runs ahead leaves tensors the
-    stage may change in place before the message is out."""
-    if isinstance(data, np.ndarray):
-        return data.copy()
-    if isinstance(data, dict):
-        return {k: copied(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return [copied(v) for v in data]
-    return data

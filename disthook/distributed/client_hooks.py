@@ -46,6 +46,8 @@ class HookServer:
         self.hook_error: BaseException | None = None
         # rounds of forwards run ahead whose later events are stale (see _serve_event)
         self._broken_rounds: dict[str, None] = {}
+        # id of a socket -> (the round of its latest event, the tensors its events sent)
+        self._rounds: dict[int, tuple] = {}
 
     def _serve_event(self, sock: zmq.Socket, event: wire.Message) -> None:
         """Run the hook a worker asked for and answer it on the socket the event came on.
@@ -55,6 +57,13 @@ class HookServer:
         later events were made from values that change would alter, and are answered
         stale without running their hooks (the worker runs that forward again)."""
         spec = event.get("spec")
+        try:  # a round's tensors are numbered whether its hooks run or not
+            args = self._round_args(sock, spec, event["args"])
+        except ValueError as exc:
+            sock.send_multipart(wire.encode("error", {"kind": "ValueError",
+                                                      "message": str(exc)},
+                                            req=event.req, ctx=event.ctx), copy=False)
+            return
         if spec is not None and spec in self._broken_rounds:
             sock.send_multipart(wire.encode("hook_reply", {"hook": event["hook"],
                                                            "stale": True},
@@ -62,7 +71,7 @@ class HookServer:
             return
         broken = False
         try:
-            answer = self._run_hook(event, sock)
+            answer = self._run_hook(event, sock, args)
             # a hook's answer that changes something (a vjp's result changes nothing: it is
             # what the worker asked to compute)
             broken = event["kind"] not in ("vjp", "retained") and hook_kinds.steers(answer)
@@ -79,25 +88,63 @@ class HookServer:
                 del self._broken_rounds[next(iter(self._broken_rounds))]
         sock.send_multipart(frames, copy=False)
 
-    def _run_hook(self, event: wire.Message, sock: zmq.Socket | None = None) -> dict:
-        """The fields of the answer to a hook event (see wire's hook_reply)."""
+    def _round_args(self, sock, spec: str | None, args: list) -> list:
+        """An event's ``args`` with each ``{"again": n}`` replaced by the n-th tensor the
+        events of its round (``spec``) sent by value, in order (see
+        ``workers.speculation.Speculation.pack``). The tensors of the latest round on each
+        socket are kept until the next round's first event (one round runs at a time on a
+        socket: the forward or backward of one request)."""
+        if spec is None:
+            return args
+        held = self._rounds.get(id(sock))
+        if held is None or held[0] != spec:
+            held = self._rounds[id(sock)] = (spec, [])
+        sent = held[1]
+
+        def walk(value):
+            if type(value) is not dict:
+                return value
+            if "requires_grad" in value and "tensor" in value:
+                sent.append(value)
+                return value
+            if len(value) == 1:
+                (tag, payload), = value.items()
+                if tag == "again":
+                    if not 0 <= payload < len(sent):
+                        raise ValueError(f"a hook event of round {spec} refers to tensor "
+                                         f"{payload} of the round; {len(sent)} came")
+                    return sent[payload]
+                if tag in ("tuple", "list"):
+                    return {tag: [walk(v) for v in payload]}
+                if tag == "dict":
+                    return {"dict": {k: walk(v) for k, v in payload.items()}}
+            return value
+
+        return [walk(a) for a in args]
+
+    def _run_hook(self, event: wire.Message, sock: zmq.Socket | None = None,
+                  given: list | None = None) -> dict:
+        """The fields of the answer to a hook event (see wire's hook_reply); ``given``: its
+        arguments, where not those it carries (see _round_args)."""
+        if given is None:
+            given = event["args"]
         kind = event["kind"]
         if kind == "retained":  # the gradient a worker's tensor retained, after its backward
             key, _, index = event["path"].rpartition("#")
-            (grad,) = [unpack(a) for a in event["args"]]
+            (grad,) = [unpack(a) for a in given]
             self.watched[key][int(index)]._grad = grad
             return {}
         if kind == "leaf_hook":
             key, _, index = event["path"].rpartition("#")
             leaf = self.watched[key][int(index)]
-            (grad,) = [unpack(a) for a in event["args"]]
+            (grad,) = [unpack(a) for a in given]
             version = grad._version
             out = engine.run_tensor_hooks(leaf._backward_hooks, grad)
             # a hook that changed the gradient in place changed it for the worker too
             return {} if out is grad and grad._version == version else {"result": pack(out)}
         if kind == "vjp":
             result, bases, leaves = self.vjps[event["path"]]
-            (grad,) = [unpack(a) for a in event["args"]]
+            (grad,) = [unpack(a) for a in given]
             wanted = [t for t in bases if t.requires_grad]
             # the tensor hooks a hook put on its tensors fire on the worker's tensors (see
             # watch), whose gradient this vjp is part of: not here too, or twice
@@ -145,7 +192,7 @@ class HookServer:
 
         bounds = []  # where each of the event's arguments' tensors start among the leaves
         args = []
-        for a in event["args"]:
+        for a in given:
             bounds.append(len(leaves))
             args.append(unpack(a, leaf))
         versions = [t._version for t in leaves]

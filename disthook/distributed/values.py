@@ -16,9 +16,12 @@ from disthook.tensor import Tensor
 __all__ = ["opaque_in", "pack", "tensors_in", "unpack"]
 
 
-def pack(value):
-    """Wire data for ``value`` (tensors by value: their arrays, detached)."""
+def pack(value, tensor=None):
+    """Wire data for ``value`` (tensors by value: their arrays, detached). ``tensor(t)``,
+    when given, packs each tensor instead."""
     if isinstance(value, Tensor):
+        if tensor is not None:
+            return tensor(value)
         if value._grad_fn is not None:  # the receiver shows the same grad_fn name
             return {"tensor": value._data, "requires_grad": bool(value._requires_grad),
                     "grad_fn": type(value._grad_fn).__name__}
@@ -26,11 +29,11 @@ def pack(value):
     if value is None or type(value) in (bool, int, float, str):
         return value
     if isinstance(value, tuple):
-        return {"tuple": [pack(v) for v in value]}
+        return {"tuple": [pack(v, tensor) for v in value]}
     if isinstance(value, list):
-        return {"list": [pack(v) for v in value]}
+        return {"list": [pack(v, tensor) for v in value]}
     if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        return {"dict": {k: pack(v) for k, v in value.items()}}
+        return {"dict": {k: pack(v, tensor) for k, v in value.items()}}
     return {"opaque": type(value).__name__}
 
 

@@ -405,3 +405,38 @@ def test_with_hooks_ahead_false_every_firing_waits_and_sees_the_same(cluster):
         remote.close()
     with pytest.raises(TypeError, match="hooks_ahead must be True or False"):
         cluster.deploy(model(), stages=2, hooks_ahead="no")
+
+
+def test_a_tensor_an_earlier_event_sent_crosses_once_unless_changed_in_place_since(cluster):
+    # a layer's input is the output the layer before it gave its hook: it crosses once per
+    # round; ReLU(inplace=True) changes that output in place before its own hooks see it,
+    # so there it crosses again, changed
+    def build():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(4, 6), nn.ReLU(inplace=True), nn.Linear(6, 6),
+                             nn.Tanh(), nn.Linear(6, 3))
+
+    def seen(net):
+        got = []
+        for path, module in net.named_modules():
+            if path:
+                module.register_forward_pre_hook(
+                    lambda m, args, path=path: got.append((path, "pre", args[0].numpy().copy())))
+                module.register_forward_hook(
+                    lambda m, args, out, path=path: got.append(
+                        (path, "in", args[0].numpy().copy(), out.numpy().copy())))
+        run(net, 3, grad=False)
+        return got
+
+    want = seen(build().eval())
+    remote = cluster.deploy(build(), stages=1, name="again")
+    remote.eval()
+    try:
+        got = seen(remote)
+        assert stage_stats(cluster, remote)["hooks_ahead"] == 10 * 2
+    finally:
+        remote.close()
+    assert [w[:2] for w in want] == [g[:2] for g in got]
+    for w, g in zip(want, got):
+        for a, b in zip(w[2:], g[2:]):
+            np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=str(w[:2]))
