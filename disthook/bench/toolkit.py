@@ -11,7 +11,8 @@ A 16-layer MLP (Linear(256, 256) with ReLU between: 31 modules), batch 64, on 2 
   of every module's output (forward hooks, no_grad), and a trace of every module's output
   gradient (full backward hooks, forward and backward); each against the same hooks on the
   model in one process (torch when installed, else disthook), the number the issue on
-  speed tracks.
+  speed tracks; and the same with ``deploy(..., hooks_ahead=False)``, where every firing
+  waits for its answer (what running ahead saves).
 
 The sides of each comparison run in turn, round by round; each ratio is the median of the
 rounds' ratios; lower is better.
@@ -112,7 +113,8 @@ def _many_hooks(cluster, net, x, paths: list[str], repeats: int) -> list[dict]:
     else:
         local, lx = _model(), x.detach().requires_grad_(True)
     x = x.detach().requires_grad_(True)  # a backward hook on the first module sees its grad
-    deployed = cluster.deploy(net, stages=2)
+    ahead = cluster.deploy(net, stages=2)
+    waiting = cluster.deploy(net, stages=2, hooks_ahead=False)  # every firing waits
     rows = []
     try:
         for case, register, step in (
@@ -122,19 +124,22 @@ def _many_hooks(cluster, net, x, paths: list[str], repeats: int) -> list[dict]:
                  "register_full_backward_hook", _trace_step)):
             seen: dict = {}
             handles = []
-            for model in (deployed, local):
+            for model in (ahead, waiting, local):
                 for path in paths:
                     hook = (lambda m, args, out, path=path: seen.__setitem__(path, out))
                     handles.append(getattr(model.get_submodule(path), register)(hook))
-            times = paired([lambda: step(deployed, x, seen, len(paths)),
+            times = paired([lambda: step(ahead, x, seen, len(paths)),
+                            lambda: step(waiting, x, seen, len(paths)),
                             lambda: step(local, lx, seen, len(paths))], repeats)
             for handle in handles:
                 handle.remove()
-            rows.append(comparison("toolkit", f"{case}, 2 workers",
-                                   statistics.median(times[0]), statistics.median(times[1]),
-                                   3.0, baseline, paired_ratio(times[0], times[1])))
+            for label, mine in (("", times[0]), (" (hooks_ahead=False)", times[1])):
+                rows.append(comparison("toolkit", f"{case}, 2 workers{label}",
+                                       statistics.median(mine), statistics.median(times[2]),
+                                       3.0, baseline, paired_ratio(mine, times[2])))
     finally:
-        deployed.close()
+        ahead.close()
+        waiting.close()
     return rows
 
 
