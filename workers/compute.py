@@ -298,14 +298,16 @@ class ComputeHandlers:
                 return run_ahead(self, job, st, compute)
         return compute()
 
-    def _run_backward_pass(self, job, st, context, compute):
-        """``compute()``, a backward of stage ``st`` through ``context``'s graph: run ahead
-        of the answers of client hooks that fire in it (backward hooks, tensor hooks, tensor
-        hooks that forward hooks put on their tensors) when the job's client has some on the
-        stage (see ``workers/speculation.py``); ``compute(True)`` keeps the graph."""
+    def _run_backward_pass(self, job, st, retained: list, compute):
+        """``compute()``, a backward of stage ``st``: run ahead of the answers of client
+        hooks that fire in it (backward hooks, tensor hooks, tensor hooks that forward hooks
+        put on their tensors) when the job's client has some on the stage (see
+        ``workers/speculation.py``); ``compute(True)`` keeps the graph, and the ``.grad`` it
+        adds to are the parameters' and those of ``retained`` (client hooks' retain_grad:
+        (client, hook id, key, tensor))."""
         for (who, _, kind) in st.hook_records:
             if who == job.client and kind in BACKWARD_KINDS:
-                grads = (*st.params, *(t for *_, t in context.retained))
+                grads = (*st.params, *(t for *_, t in retained))
                 return run_ahead(self, job, st, lambda: compute(True), "backward", grads)
         return compute()
 
@@ -372,7 +374,7 @@ class ComputeHandlers:
                 return _run_backward(pairs(), context.inputs, taps, tapped, retain or keep,
                                      msg.get("accumulate", True))
 
-            grads = self._run_backward_pass(job, st, context, compute)
+            grads = self._run_backward_pass(job, st, context.retained, compute)
             for who, hook_id, key, t in context.retained:  # what client hooks retained
                 if t.grad is not None:
                     self._call_client(who, hook_id, "retained", key, [pack(t.grad)])
@@ -470,12 +472,15 @@ class ComputeHandlers:
                     self._pipe_send(st, "next", step, "act", mb, held[mb][1].detach().numpy())
                 elif kind == "backward":
                     leaf, out = held.pop(mb)
-                    if last:
-                        disthook.autograd.backward([out])
-                    else:
-                        g = disthook.from_numpy(np.array(received.pop(("grad", mb))))
-                        disthook.autograd.backward([out], [g])
-                    grads_in[mb] = leaf.grad
+                    g = None if last else received.pop(("grad", mb))
+
+                    def compute(keep: bool = False, leaf=leaf, out=out, g=g):
+                        leaf.grad = None  # a run again starts from nothing
+                        seed = None if g is None else [disthook.from_numpy(np.array(g))]
+                        disthook.autograd.backward([out], seed, retain_graph=keep)
+                        return leaf.grad
+
+                    grads_in[mb] = self._run_backward_pass(job, st, job.retained, compute)
                     busy += time.perf_counter() - started
                 else:  # send_grad
                     g = grads_in.pop(mb)

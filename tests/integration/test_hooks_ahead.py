@@ -440,3 +440,38 @@ def test_a_tensor_an_earlier_event_sent_crosses_once_unless_changed_in_place_sin
     for w, g in zip(want, got):
         for a, b in zip(w[2:], g[2:]):
             np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=str(w[:2]))
+
+
+@pytest.mark.filterwarnings("ignore:Full backward hook is firing")  # module 0, as in torch
+@pytest.mark.parametrize("switch", ["1", "weight"])
+def test_micro_batch_backwards_of_a_training_step_run_ahead_of_hooks_that_look(cluster,
+                                                                              switch):
+    def step(net, x, y):
+        if hasattr(net, "train_step"):
+            net.train_step(x, y, nn.MSELoss())
+            return
+        for rows in (slice(0, 3), slice(3, 6)):
+            (nn.MSELoss()(net(x[rows]), y[rows]) * 0.5).backward()
+
+    local = model().eval()
+    remote = cluster.deploy(model(), stages=2, split_points=[3], chunks=2, schedule="1f1b",
+                            name=f"backsteps{switch}")
+    remote.eval()
+    try:
+        mine, theirs = BackwardRecorder(local, switch), BackwardRecorder(remote, switch)
+        for i in range(3):
+            torch.manual_seed(i)
+            x, y = torch.randn(6, 4), torch.randn(6, 3)
+            step(local, x, y)
+            step(remote, x, y)
+        for path in mine.seen:
+            assert len(theirs.seen[path]) == len(mine.seen[path]) == 6, path
+            for a, b in zip(mine.seen[path], theirs.seen[path]):
+                np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=path)
+        for name, p in local.named_parameters():
+            np.testing.assert_allclose(remote.get_parameter(name).grad.numpy(),
+                                       p.grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
+        stats = stage_stats(cluster, remote)
+        assert stats["passes_again"] == 1 and stats["hooks_ahead"] > 0
+    finally:
+        remote.close()
