@@ -95,6 +95,7 @@ class Worker(ComputeHandlers, HookHandlers, ParamHandlers, Service):
         self.last_heard = time.monotonic()
         self.stages: dict = {}  # model id -> the Stage of it held here
         self.captures = worker_hooks.Captures()  # what hooks.capture(...) kept, by buffer
+        self.captures.current = lambda: getattr(self._local, "job", None)
         self.allow_hook_modules = tuple(allow_hook_modules)  # for hooks.by_path
         self.allow_main_scripts = allow_main_scripts  # import a client's script by its path
         # None: a model's classes (and an optimizer's) may come from any installed module;

@@ -99,9 +99,9 @@ class Speculation:
         self.fired, self.pending = [], []
         self.new_round()
         worker, job = self.worker, self.job
+        worker.captures.added.pop(id(job), None)  # records from here on are this run's
         self._state = (self._versions(), disthook.random._stream_state(), dict(job.taps),
                        list(job.retained),
-                       {name: len(items) for name, items in worker.captures.buffers.items()},
                        [(t, t._grad, None if t._grad is None else t._grad._data.copy())
                         for t in self.grads])
 
@@ -225,7 +225,7 @@ class Speculation:
         the answers recorded."""
         self.replay = self.fired[:rerun + 1]
         self.stage.ran_again += 1
-        _, stream, taps, retained, captured, grads = self._state
+        _, stream, taps, retained, grads = self._state
         for t, grad, data in grads:  # a backward's gradients, as they were
             t._grad = grad
             if data is not None:
@@ -235,11 +235,7 @@ class Speculation:
         job.taps.clear()
         job.taps.update(taps)
         job.retained[:] = retained
-        buffers = self.worker.captures.buffers
-        for name in list(buffers):
-            del buffers[name][captured.get(name, 0):]
-            if not buffers[name]:
-                del buffers[name]
+        self.worker.captures.forget_since(job)  # what worker hooks captured in this run
 
 
 def run_ahead(worker, job, stage, compute: Callable, phase: str = "forward",
@@ -269,6 +265,7 @@ def run_ahead(worker, job, stage, compute: Callable, phase: str = "forward",
             spec.restore(rerun)
     finally:
         job.spec = None
+        worker.captures.added.pop(id(job), None)
 
 
 def _hook_count(t) -> int:

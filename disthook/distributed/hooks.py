@@ -142,10 +142,28 @@ class Captures:
         self.buffers: dict[str, list] = {}
         self.micro_batch: int | None = None
         self.fired: collections.Counter = collections.Counter()
+        self.current = lambda: None  # the worker's request that runs now (set by the worker)
+        # id of a request whose pass may run again -> [(buffer, item)] it added meanwhile
+        self.added: dict[int, list] = {}
 
     def add(self, name: str, path: str, kind: str, value) -> None:
-        self.buffers.setdefault(name, []).append(
-            ((time.time_ns(), next(_sequence)), path, kind, self.micro_batch, value))
+        item = ((time.time_ns(), next(_sequence)), path, kind, self.micro_batch, value)
+        self.buffers.setdefault(name, []).append(item)
+        job = self.current()
+        if job is not None and getattr(job, "spec", None) is not None:
+            self.added.setdefault(id(job), []).append((name, item))
+
+    def forget_since(self, job) -> None:
+        """Take out what ``job``'s pass added since it (last) began: it runs again (other
+        requests' records stay)."""
+        for name, item in self.added.pop(id(job), ()):
+            items = self.buffers.get(name, [])
+            for i in range(len(items) - 1, -1, -1):
+                if items[i] is item:
+                    del items[i]
+                    break
+            if not items:
+                self.buffers.pop(name, None)
 
     def take(self, name: str, clear: bool = True) -> list:
         items = self.buffers.get(name, [])
