@@ -193,14 +193,10 @@ class Speculation:
             elif steers(answer):
                 p.record.steers = True
                 rerun = p.index
-            elif answer.get("watch") and any(
-                    _hook_count(t) != n for t, n in zip(p.originals, p.hooked)):
-                # tensor hooks were put on its tensors meanwhile: the client's go first, so
-                # the pass runs again, and the hook waits for its answers from now on
-                p.record.steers = True
-                rerun = p.index
             else:
                 p.use(answer)
+                for i in answer.get("watch") or ():
+                    _move_last_hook(p.originals[i], p.hooked[i])
         self.pending = []
         if failure is not None:
             raise failure
@@ -271,3 +267,15 @@ def run_ahead(worker, job, stage, compute: Callable, phase: str = "forward",
 def _hook_count(t) -> int:
     hooks = t._backward_hooks
     return 0 if hooks is None else len(hooks)
+
+
+def _move_last_hook(t, place: int) -> None:
+    """Put the tensor hook registered last on ``t`` at ``place`` among its hooks: where it
+    would be had it been registered when its event left (the stage's own code may have
+    hooked the tensor since), so that hooks fire in the order they were registered."""
+    hooks = t._backward_hooks
+    if hooks is None or len(hooks) - 1 <= place:
+        return
+    items = list(hooks.items())
+    hooks.clear()
+    hooks.update(items[:place] + items[-1:] + items[place:-1])

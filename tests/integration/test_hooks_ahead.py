@@ -353,19 +353,22 @@ class Doubling(nn.Module):
 def test_a_tensor_hook_the_model_puts_after_a_hook_ahead_fires_after_the_clients(cluster):
     # the client's forward hook on `inner` hooks its output's gradient; in one process that
     # tensor hook comes before the block's own (it is registered first), and sees the
-    # gradient before the block doubles it. Run ahead, the client's hook would reach the
-    # tensor after the block's: the forward runs again, and the hook waits from then on
+    # gradient before the block doubles it. Run ahead, the client's hook reaches the tensor
+    # after the block's: it takes the place it would have had. A hook after it (on `outer`)
+    # runs once per forward
     def grads_seen(net):
-        seen = []
+        seen, outer = [], []
 
         def hook(module, args, output):
             output.register_hook(lambda g: seen.append(g.numpy().copy()))
 
         net[0].inner.register_forward_hook(hook)
+        net[0].outer.register_forward_hook(lambda m, args, out: outer.append(1))
         net.eval()
         for step in range(4):
             torch.manual_seed(step)
             net(torch.randn(5, 4)).square().sum().backward()
+        assert len(outer) == 4
         return seen
 
     def build():
@@ -376,7 +379,8 @@ def test_a_tensor_hook_the_model_puts_after_a_hook_ahead_fires_after_the_clients
     remote = cluster.deploy(build(), stages=2, split_points=[1], name="doubling")
     try:
         got = grads_seen(remote)
-        assert stage_stats(cluster, remote)["passes_again"] == 1
+        stats = stage_stats(cluster, remote)
+        assert stats["passes_again"] == 0 and stats["hooks_ahead"] > 0
     finally:
         remote.close()
     assert len(got) == len(want) == 4
