@@ -479,3 +479,38 @@ def test_micro_batch_backwards_of_a_training_step_run_ahead_of_hooks_that_look(c
         assert stats["passes_again"] == 1 and stats["hooks_ahead"] > 0
     finally:
         remote.close()
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_a_waited_hook_after_a_change_ahead_is_answered_stale_and_runs_once(cluster, grad):
+    # the hook on module 2 changes its output on every call, so it is always waited for;
+    # the one on module 1 only looks until its third call, when it doubles its output: its
+    # event ran ahead, so module 2's event of that forward reaches the client after the
+    # change, is answered stale (its hook does not run), and the forward runs again
+    def hooked(net):
+        seen = Recorder(net, switch="1")
+        calls = []
+
+        def shift(module, args, output):
+            calls.append(output.detach().numpy().copy())
+            return output + 1.0
+
+        net[2].register_forward_hook(shift)
+        return seen, calls
+
+    local = model().eval()
+    remote = cluster.deploy(model(), stages=2, split_points=[3], name=f"stale{grad}")
+    remote.eval()
+    try:
+        (mine, mine_calls), (theirs, their_calls) = hooked(local), hooked(remote)
+        want, got = run(local, 4, grad), run(remote, 4, grad)
+        for a, b in zip(want[0] + want[1], got[0] + got[1]):
+            np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+        assert len(their_calls) == len(mine_calls) == 4
+        for a, b in zip(mine_calls, their_calls):
+            np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+        for path in mine.seen:
+            assert len(theirs.seen[path]) == len(mine.seen[path]) == 4, path
+        assert stage_stats(cluster, remote)["passes_again"] == 1
+    finally:
+        remote.close()
