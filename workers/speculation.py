@@ -52,7 +52,7 @@ BACKWARD_KINDS = frozenset({"full_backward", "full_backward_pre", "backward", "t
 
 class Stale(BaseException):
     """A waited answer came back stale: an earlier answer of the round changed something,
-    and the forward runs again (never leaves ``run_ahead``; a BaseException, so that model
+    and the pass runs again (never leaves ``run_ahead``; a BaseException, so that model
     code catching ``Exception`` does not swallow it)."""
 
 
@@ -66,7 +66,7 @@ class HookRecord:
 
 @dataclasses.dataclass(slots=True)
 class _Pending:
-    index: int  # among the forward's firings
+    index: int  # among the pass's firings
     wait: Any  # the worker state's Wait for the answer
     record: HookRecord
     originals: list  # the tensors the hook was given
@@ -75,8 +75,9 @@ class _Pending:
 
 
 class Speculation:
-    """One forward of a stage (one job) with client hooks on it: the answers its firings
-    got, in firing order, and what it sent ahead and has not taken the answer of yet."""
+    """One pass (forward or backward) of a stage (one job) with client hooks on it: the
+    answers its firings got, in firing order, and what it sent ahead and has not taken the
+    answer of yet."""
 
     def __init__(self, worker, job, stage, phase: str = "forward", grads: tuple = ()):
         self.worker, self.job, self.stage = worker, job, stage
@@ -150,10 +151,11 @@ class Speculation:
             recorded, answer = self.replay[index]
             if recorded != hook_id:
                 raise RuntimeError(
-                    f"{self.stage.name} ran its forward again after a client hook's answer "
-                    f"changed something, and its hooks fired in another order the second "
-                    f"time (hook {hook_id} where hook {recorded} fired first): the forward "
-                    "depends on something besides its inputs, parameters and buffers")
+                    f"{self.stage.name} ran its {self.key[0]} again after a client hook's "
+                    f"answer changed something, and its hooks fired in another order the "
+                    f"second time (hook {hook_id} where hook {recorded} fired first): the "
+                    f"{self.key[0]} depends on something besides its inputs, parameters and "
+                    "buffers")
             self.fired.append((hook_id, answer))
             return answer
         if self.ahead and record.quiet and not record.steers:
@@ -175,7 +177,7 @@ class Speculation:
 
     def settle(self) -> int | None:
         """Take every answer not taken yet, in order, and do what those that changed
-        nothing ask. The firing from which the forward must run again, or None; an answer
+        nothing ask. The firing from which the pass must run again, or None; an answer
         that is an error raises the hook's error (after every answer came)."""
         rerun, failure = None, None
         for p in self.pending:
@@ -203,8 +205,8 @@ class Speculation:
         return rerun
 
     def learn(self, rerun: int | None) -> None:
-        """Note whether this forward left the stage's parameters and buffers as they were;
-        a forward that must run again must have."""
+        """Note whether this pass left the stage's parameters and buffers as they were; a
+        pass that must run again must have."""
         changed = self._versions() != self._state[0]
         known = self.stage.pure.get(self.key)
         self.stage.pure[self.key] = not changed and known is not False

@@ -44,7 +44,7 @@ class HookServer:
         # put on its output, to go on the output here (see _relocate)
         self.calls: dict[str, dict] = {}
         self.hook_error: BaseException | None = None
-        # rounds of forwards run ahead whose later events are stale (see _serve_event)
+        # rounds of passes run ahead whose later events are stale (see _serve_event)
         self._broken_rounds: dict[str, None] = {}
         # id of a socket -> (the round of its latest event, the tensors its events sent)
         self._rounds: dict[int, tuple] = {}
@@ -52,10 +52,11 @@ class HookServer:
     def _serve_event(self, sock: zmq.Socket, event: wire.Message) -> None:
         """Run the hook a worker asked for and answer it on the socket the event came on.
 
-        An event of a forward that runs ahead of its hooks' answers names its round
-        (``spec``): once an answer of the round changed something or failed, the round's
-        later events were made from values that change would alter, and are answered
-        stale without running their hooks (the worker runs that forward again)."""
+        An event of a pass (forward or backward) that runs ahead of its hooks' answers
+        names its round (``spec``): once an answer of the round changed something or
+        failed, the round's later events were made from values that change would alter,
+        and are answered stale without running their hooks (the worker runs that pass
+        again)."""
         spec = event.get("spec")
         try:  # a round's tensors are numbered whether its hooks run or not
             args = self._round_args(sock, spec, event["args"])
