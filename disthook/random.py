@@ -67,8 +67,13 @@ def _stream_state() -> str:
 
 
 def _set_stream_state(state: str) -> None:
+    loaded = json.loads(state)
+    bits = default_generator._rng.bit_generator
+    if type(bits).__name__ == loaded.get("bit_generator"):
+        bits.state = loaded  # in place: a fresh generator costs an entropy read
+        return
     rng = np.random.default_rng()
-    rng.bit_generator.state = json.loads(state)
+    rng.bit_generator.state = loaded
     default_generator._rng = rng
 
 
