@@ -116,6 +116,8 @@ class _Hub(HookServer):
             raise
         finally:
             self._busy -= 1
+            if not self._busy:  # every pass of the call has run: its rounds are over
+                self._rounds.clear()
 
     def _exchange(self, calls: list[tuple], msg_type: str, ctx: str | None,
                   what: str) -> list[wire.Message]:

@@ -94,7 +94,8 @@ class HookServer:
         events of its round (``spec``) sent by value, in order (see
         ``workers.speculation.Speculation.pack``). The tensors of the latest round on each
         socket are kept until the next round's first event (one round runs at a time on a
-        socket: the forward or backward of one request)."""
+        socket: the forward or backward of one request), or until the call whose passes
+        sent them returns (the channel clears them then)."""
         if spec is None:
             return args
         held = self._rounds.get(id(sock))

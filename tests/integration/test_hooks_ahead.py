@@ -438,6 +438,7 @@ def test_a_tensor_an_earlier_event_sent_crosses_once_unless_changed_in_place_sin
     try:
         got = seen(remote)
         assert stage_stats(cluster, remote)["hooks_ahead"] == 10 * 2
+        assert remote._hub._rounds == {}  # what the client kept for them went with the call
     finally:
         remote.close()
     assert [w[:2] for w in want] == [g[:2] for g in got]
