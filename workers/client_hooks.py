@@ -53,7 +53,7 @@ class HookHandlers:
                 for fired_as in (kind, "leaf_hook"):
                     st.record(client, hook_id, fired_as).steers = True
             record = st.record(client, hook_id, kind)
-            stub = (self._tensor_stub(hook_id, path, client, record=record)
+            stub = (self._tensor_stub(hook_id, path, client, kind, record)
                     if hook_kind.on == "tensor"
                     else self._module_stub(kind, hook_id, path, client, record))
         target = (st.module.get_parameter(path) if hook_kind.on == "tensor"
@@ -160,10 +160,9 @@ class HookHandlers:
             return None
         return _unpack_result(data, originals, self, client, hook_id)
 
-    def _tensor_stub(self, hook_id: int, path: str, client: bytes, kind: str = "tensor",
-                     record: HookRecord | None = None):
+    def _tensor_stub(self, hook_id: int, path: str, client: bytes, kind: str,
+                     record: HookRecord):
         worker = self
-        record = record or HookRecord()
 
         def stub(grad):
             answer = worker._fire(record, client, hook_id, kind, path, [grad], [grad])
@@ -187,7 +186,7 @@ class HookHandlers:
     def _send_event(self, client: bytes, hook_id: int, kind: str, path: str, args: list,
                     diff: bool = False, spec: str | None = None, ahead: bool = False):
         """Send a hook event to ``client``; the wait for its answer (one the job goes on
-        past when ``ahead``). ``spec``: the round of a forward run ahead."""
+        past when ``ahead``). ``spec``: the round of a pass run ahead."""
         job = self.current_job()
         req = next(self._event_ids)
         what = f"the client's answer to its {kind} hook on {path!r}"
