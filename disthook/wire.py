@@ -164,7 +164,10 @@ PAIRS: dict[str, tuple[str, str]] = {
 
 SCHEMAS: dict[str, dict[str, str]] = {
     # replies shared by every request
-    "ok": {"result": "any?"},
+    # ahead: the result of a pass that ran ahead of client hooks' answers, sent before the
+    # worker took them (workers/speculation.py): it stands unless an answer of that round
+    # changed something or failed, and then the answer of the pass run again follows
+    "ok": {"result": "any?", "ahead": "str?"},
     "error": {"kind": "str", "message": "str", "worker": "str?", "path": "str?",
               "stage": "str?", "traceback": "str?"},
     # control plane: worker <-> coordinator

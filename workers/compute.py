@@ -22,7 +22,7 @@ from disthook.distributed import aliases
 from disthook.distributed.service import NO_REPLY
 from disthook.distributed.spec import build_module, import_main
 from disthook.distributed.values import opaque_in, pack, tensors_in, unpack
-from workers.speculation import BACKWARD_KINDS, HookRecord, run_ahead
+from workers.speculation import BACKWARD_KINDS, EarlyAnswer, HookRecord, run_ahead
 from workers.state import Context, StepRun
 
 __all__ = ["ComputeHandlers", "Stage", "rss_bytes"]
@@ -62,6 +62,7 @@ class Stage:
         self.hook_records: dict[tuple, HookRecord] = {}
         self.ran_ahead = 0  # client hook firings whose answer the forward did not wait for
         self.ran_again = 0  # forwards or backwards run again: such an answer changed something
+        self.answered_ahead = 0  # results sent to the client before such answers were taken
 
     def use_grads(self, client: bytes) -> None:
         """Make the parameters' ``.grad`` those of ``client`` (kept aside for the one
@@ -177,6 +178,7 @@ class ComputeHandlers:
     def on_forward(self, job):
         """Run the stage on the activations; pass them on, or answer the client if last."""
         msg = job.msg
+        early = None
         try:
             st = self._stage(job)
             zero_grads = msg.get("zero_grad")
@@ -226,36 +228,60 @@ class ComputeHandlers:
                         return toolkit.stop_after(st.module, stop, *given)
                     return st.module(*given)
 
-            out = self._run_forward(job, st, compute)
-            if not isinstance(out, disthook.Tensor):
-                raise TypeError(f"{stop if stop_here else st.name} returned "
-                                f"{type(out).__name__}; a stage must return one Tensor")
-            if grad and out.requires_grad:
-                self.state.keep_context(st.model, msg.ctx, Context(
+            nxt = None if stop_here else st.neighbours.get("next")
+
+            def finish(out, ahead: str | None = None):
+                """Keep the graph of output ``out`` and pass it on, or answer the client
+                (``ahead``: the round that decides whether the answer stands)."""
+                if not isinstance(out, disthook.Tensor):
+                    raise TypeError(f"{stop if stop_here else st.name} returned "
+                                    f"{type(out).__name__}; a stage must return one Tensor")
+                self._keep(job, grad and out.requires_grad, Context(
                     job.client, inputs, out, job.retained, time.monotonic(), taps=job.taps))
-            fields = {"model": st.model, "stage": st.index + 1,
-                      "inputs": [out.detach().numpy()], "grad_enabled": grad,
-                      "requires_grad": [out.requires_grad], "reply_to": msg["reply_to"],
-                      "mb": msg.get("mb"), "stop": stop, "zero_grad": zero_grads,
-                      "rng": _stream_state(msg)}
-            nxt = st.neighbours.get("next")
-            if nxt is not None and not stop_here:
-                nxt.send_multipart(wire.encode("forward", fields, req=msg.req, ctx=msg.ctx),
-                                   copy=False)
-            else:
-                self._to_client(job, "ok", {"result": {
-                    "output": out.detach().numpy(), "requires_grad": out.requires_grad,
-                    "grad_fn": None if out.grad_fn is None else out.grad_fn.name(),
-                    "rng": fields["rng"]}})
+                rng = _stream_state(msg)
+                if nxt is not None:
+                    fields = {"model": st.model, "stage": st.index + 1,
+                              "inputs": [out.detach().numpy()], "grad_enabled": grad,
+                              "requires_grad": [out.requires_grad],
+                              "reply_to": msg["reply_to"], "mb": msg.get("mb"), "stop": stop,
+                              "zero_grad": zero_grads, "rng": rng}
+                    nxt.send_multipart(wire.encode("forward", fields, req=msg.req,
+                                                   ctx=msg.ctx), copy=False)
+                else:
+                    self._to_client(job, "ok", {"result": {
+                        "output": out.detach().numpy(), "requires_grad": out.requires_grad,
+                        "grad_fn": None if out.grad_fn is None else out.grad_fn.name(),
+                        "rng": rng}, "ahead": ahead})
+
+            early = EarlyAnswer(finish) if nxt is None else None
+            out = self._run_forward(job, st, compute, early)
+            if early is None or not early.sent:
+                finish(out)
         except Exception as exc:  # noqa: BLE001 - the client, not the previous stage, hears it
+            self._drop_early(job, early)
             self._to_client(job, "error", self.error_reply(exc, job, msg.get("inputs")))
         return NO_REPLY
+
+    def _keep(self, job, keep: bool, context: Context) -> None:
+        """Keep the forward graph of the job's context for its backward (when ``keep``), in
+        place of one an earlier run of the forward kept (see ``EarlyAnswer``)."""
+        if keep:
+            self.state.keep_context(job.model, job.msg.ctx, context)
+        else:
+            self.state.end_context(job.model, job.msg.ctx)
+
+    def _drop_early(self, job, early: EarlyAnswer | None) -> None:
+        """A forward failed after its answer went early: the graph it kept goes (the client
+        did not use that answer, or hears of the failure with its next request)."""
+        if early is not None and early.sent:
+            self.state.end_context(job.model, job.msg.ctx)
 
     def _call_submodule(self, job, st, path: str, grad: bool, leaf, inputs: list):
         """Run the submodule at ``path`` on the call's arguments (``msg["call"]``: the
         packed ``(args, kwargs)``, each tensor a fresh leaf made by ``leaf``) and answer the
         client with its packed output; the graph is kept for the backward of its tensors."""
         msg = job.msg
+        early = None
         try:
             module = _submodule(st, path)
 
@@ -269,46 +295,54 @@ class ComputeHandlers:
                 with disthook.set_grad_enabled(grad):
                     return module(*args, **kwargs)
 
-            out = self._run_forward(job, st, compute)
-            outs = list(tensors_in(out))
-            opaque = opaque_in(out)
-            if opaque:
-                raise TypeError(f"the module at {path!r} returned {opaque}, which cannot "
-                                "go back to the client: a module called from the client "
-                                "must return tensors, numbers, strings, None, or tuples, "
-                                "lists and str-keyed dicts of them")
-            if grad and any(o.requires_grad for o in outs):
-                self.state.keep_context(st.model, msg.ctx, Context(
+            def finish(out, ahead: str | None = None):
+                outs = list(tensors_in(out))
+                opaque = opaque_in(out)
+                if opaque:
+                    raise TypeError(f"the module at {path!r} returned {opaque}, which cannot "
+                                    "go back to the client: a module called from the client "
+                                    "must return tensors, numbers, strings, None, or tuples, "
+                                    "lists and str-keyed dicts of them")
+                self._keep(job, grad and any(o.requires_grad for o in outs), Context(
                     job.client, inputs, outs, job.retained, time.monotonic(),
                     direct=True, taps=job.taps))
-            self._to_client(job, "ok", {"result": {
-                "output": pack(out),
-                "requires_grad": [o.requires_grad for o in outs], "rng": _stream_state(msg)}})
+                self._to_client(job, "ok", {"result": {
+                    "output": pack(out), "requires_grad": [o.requires_grad for o in outs],
+                    "rng": _stream_state(msg)}, "ahead": ahead})
+
+            early = EarlyAnswer(finish)
+            out = self._run_forward(job, st, compute, early)
+            if not early.sent:
+                finish(out)
         except Exception as exc:  # noqa: BLE001 - the client hears it
+            self._drop_early(job, early)
             self._to_client(job, "error", self.error_reply(exc, job))
         return NO_REPLY
 
-    def _run_forward(self, job, st, compute):
+    def _run_forward(self, job, st, compute, early: EarlyAnswer | None = None):
         """``compute()``, a forward of stage ``st``: run ahead of the answers of its client
         forward hooks when the job's client has some on the stage (see
-        ``workers/speculation.py``)."""
+        ``workers/speculation.py``; ``early``: how its result goes to the client before
+        their answers, when it goes to the client)."""
         for (who, _), info in st.hook_info.items():
             if who == job.client and info["runs"] == "client" \
                     and info["kind"] in ("forward_pre", "forward"):
-                return run_ahead(self, job, st, compute)
+                return run_ahead(self, job, st, compute, early=early)
         return compute()
 
-    def _run_backward_pass(self, job, st, retained: list, compute):
+    def _run_backward_pass(self, job, st, retained: list, compute,
+                           early: EarlyAnswer | None = None):
         """``compute()``, a backward of stage ``st``: run ahead of the answers of client
         hooks that fire in it (backward hooks, tensor hooks, tensor hooks that forward hooks
         put on their tensors) when the job's client has some on the stage (see
         ``workers/speculation.py``); ``compute(True)`` keeps the graph, and the ``.grad`` it
         adds to are the parameters' and those of ``retained`` (client hooks' retain_grad:
-        (client, hook id, key, tensor))."""
+        (client, hook id, key, tensor)). ``early``: as for ``_run_forward``."""
         for (who, _, kind) in st.hook_records:
             if who == job.client and kind in BACKWARD_KINDS:
                 grads = (*st.params, *(t for *_, t in retained))
-                return run_ahead(self, job, st, lambda: compute(True), "backward", grads)
+                return run_ahead(self, job, st, lambda: compute(True), "backward", grads,
+                                 early)
         return compute()
 
     def on_backward(self, job):
@@ -374,15 +408,24 @@ class ComputeHandlers:
                 return _run_backward(pairs(), context.inputs, taps, tapped, retain or keep,
                                      msg.get("accumulate", True))
 
-            grads = self._run_backward_pass(job, st, context.retained, compute)
+            prev = None if context.direct else st.neighbours.get("prev")
+            # when no input needed a gradient, no earlier stage kept a graph: answer now
+            if not any(t.requires_grad for t in context.inputs):
+                prev = None
+            # the answer goes to the client: before the hooks' answers, when they are ahead
+            # (not when gradients client hooks retained go to the client after the pass)
+            early = None if prev is not None or context.retained else EarlyAnswer(
+                lambda grads, ahead: self._to_client(job, "ok", {
+                    "result": {"grads": grads, "tapped": tapped}, "ahead": ahead}))
+            grads = self._run_backward_pass(job, st, context.retained, compute, early)
             for who, hook_id, key, t in context.retained:  # what client hooks retained
                 if t.grad is not None:
                     self._call_client(who, hook_id, "retained", key, [pack(t.grad)])
             if not retain:
                 self.state.end_context(st.model, msg.ctx)
-            prev = None if context.direct else st.neighbours.get("prev")
-            # when no input needed a gradient, no earlier stage kept a graph: answer now
-            if prev is not None and any(t.requires_grad for t in context.inputs):
+            if early is not None and early.sent:
+                return NO_REPLY
+            if prev is not None:
                 fields = {"model": st.model, "stage": st.index - 1, "grads": grads,
                           "retain_graph": retain, "reply_to": msg["reply_to"],
                           "mb": msg.get("mb"), "taps": msg.get("taps"),

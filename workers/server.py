@@ -372,10 +372,12 @@ class Worker(ComputeHandlers, HookHandlers, ParamHandlers, Service):
                 "hooks_fired": dict(self.captures.fired),
                 "messages": wire.decoded_count(),
                 # per stage: micro-batch forwards run so far, client and worker hooks held,
-                # client hook firings run ahead of their answers, passes run again since
+                # client hook firings run ahead of their answers, passes run again since,
+                # results sent to the client before such answers were taken
                 "stage_stats": {st.name: {"forwards": st.forwards, "hooks": len(st.hooks),
                                           "hooks_ahead": st.ran_ahead,
                                           "passes_again": st.ran_again,
+                                          "answers_ahead": st.answered_ahead,
                                           "modules": list(st.module._modules),
                                           "parameters": st.parameters,
                                           "clients": self._clients_of(st)}

@@ -28,6 +28,15 @@ backward that may run again keeps its graph until its answers are in. Worker hoo
 hooks the model holds itself do run again in that second run; it happens only when a hook
 that had only looked so far starts to change something.
 
+A pass whose result goes to the client itself (the last stage's forward, a part called from
+the client's code, the first stage's backward) need not wait for those answers either: the
+result leaves as soon as the pass has run, behind the events on the same connection, naming
+the round (``EarlyAnswer``). The client has answered every event of the round by the time
+it reads the result, so it knows whether the result stands: it uses it when none of the
+round's answers changed anything or failed, and otherwise waits for the answer of the run
+again, or for the error. The worker takes the answers afterwards, before it starts the
+client's next request on the stage (requests of a client run one at a time per model).
+
 ``Speculation`` is one pass's record; ``run_ahead`` drives it. The sending, the waits and
 what an answer does to the stage's tensors are the worker's (``workers/client_hooks.py``).
 """
@@ -42,7 +51,7 @@ import disthook
 from disthook.distributed.hook_kinds import steers
 from disthook.distributed.values import pack
 
-__all__ = ["BACKWARD_KINDS", "HookRecord", "Speculation", "Stale", "run_ahead"]
+__all__ = ["BACKWARD_KINDS", "EarlyAnswer", "HookRecord", "Speculation", "Stale", "run_ahead"]
 
 _rounds = itertools.count(1)
 # the kinds of client hook that fire in a backward pass
@@ -236,12 +245,27 @@ class Speculation:
         self.worker.captures.forget_since(job)  # what worker hooks captured in this run
 
 
+class EarlyAnswer:
+    """How a pass whose result goes to the client sends it before its hooks' answers are
+    taken: ``send(out, round)`` sends the client's answer for result ``out``, naming the
+    round whose answers decide whether it stands. ``sent``: whether the answer of the run
+    that stood (the last one) went early; the caller then sends none of its own, and undoes
+    what ``send`` did (a kept graph) if the pass fails afterwards."""
+
+    __slots__ = ("send", "sent")
+
+    def __init__(self, send: Callable[[Any, str], None]):
+        self.send = send
+        self.sent = False
+
+
 def run_ahead(worker, job, stage, compute: Callable, phase: str = "forward",
-              grads: tuple = ()):
+              grads: tuple = (), early: EarlyAnswer | None = None):
     """``compute()`` (one forward of ``stage``, or with ``phase="backward"`` one backward,
     which adds to the ``.grad`` of ``grads`` and must keep its graph for a run again), its
     client hooks' firings running ahead of their answers where they may; run again when an
-    answer asks for it (see the module docstring)."""
+    answer asks for it (see the module docstring). With ``early``, a run whose firings are
+    still ahead when it ends sends its result to the client at once."""
     spec = job.spec = Speculation(worker, job, stage, phase, grads)
     try:
         while True:
@@ -249,6 +273,10 @@ def run_ahead(worker, job, stage, compute: Callable, phase: str = "forward",
             failure: BaseException | None = None
             try:
                 out = compute()
+                if early is not None and spec.pending:
+                    early.send(out, spec.round)
+                    early.sent = True
+                    stage.answered_ahead += 1
             except (Exception, Stale) as exc:  # noqa: BLE001 - an answer ahead may explain it
                 out, failure = None, exc
             rerun = spec.settle()
@@ -260,6 +288,8 @@ def run_ahead(worker, job, stage, compute: Callable, phase: str = "forward",
                 if failure is not None:
                     raise failure
                 return out
+            if early is not None:  # the client does not use what went early: its round broke
+                early.sent = False
             spec.restore(rerun)
     finally:
         job.spec = None

@@ -27,6 +27,7 @@ __all__ = []
 
 
 _BURST = 32  # messages taken off one socket per poll, at most
+_ANSWERED_AHEAD_KEPT = 256  # requests whose answer came ahead of the hooks' (see _stands)
 
 
 class _Hub(HookServer):
@@ -75,6 +76,10 @@ class _Hub(HookServer):
         # DistributedOptimizer.zero_grad() calls not sent yet: the next forward through every
         # stage carries them (no round trip of their own); any other request sends them first
         self.pending_zero_grads: list[tuple] = []  # (optimizer, set_to_none)
+        # requests answered ahead of their hooks' answers (see _stands), and an error one
+        # of them got afterwards, raised with the next request
+        self._answered_ahead: dict[int, None] = {}
+        self.late_error: wire.Message | None = None
 
     @property
     def reply_to(self) -> str:
@@ -101,6 +106,8 @@ class _Hub(HookServer):
         then wait for every reply (from any worker), so the workers serve them side by side
         (and micro-batches flow through the stages as a pipeline); the replies in call
         order. The first error reply is raised once all have come."""
+        if self.late_error is not None:
+            self._raise_late_error()
         self.flush_releases()
         if self.pending_zero_grads and not carries_zero_grads:
             self.flush_zero_grads()
@@ -160,8 +167,14 @@ class _Hub(HookServer):
                     if reply.type == "warning":
                         _issue_warning(reply)
                         continue
-                    if reply.req in reqs:  # else: a late answer to a timed-out request
+                    if reply.req in reqs:
+                        if reply.type == "ok" and not self._stands(reply):
+                            continue  # the pass runs again: its answer follows
                         replies[reply.req] = reply
+                    elif reply.type == "error" and reply.req in self._answered_ahead:
+                        del self._answered_ahead[reply.req]
+                        self.late_error = reply
+                    # else: a late answer to a timed-out request
         # warnings a stage sent before passing its result on may still be on their way on
         # another socket than the last answer's: take those that are here (with one socket
         # they came before the answer, in order)
@@ -176,6 +189,9 @@ class _Hub(HookServer):
                 continue
             if late.type == "warning":
                 _issue_warning(late)
+            elif late.type == "error" and late.req in self._answered_ahead:
+                del self._answered_ahead[late.req]
+                self.late_error = late
         for req in reqs:
             reply = replies[req]
             if reply.type == "error":
@@ -183,7 +199,38 @@ class _Hub(HookServer):
                     exc, self.hook_error = self.hook_error, None
                     raise exc
                 raise_error(reply)
+        if self.late_error is not None:
+            self._raise_late_error()
         return [replies[req] for req in reqs]
+
+    def _stands(self, reply: wire.Message) -> bool:
+        """Whether the ``ok`` answer ``reply`` stands. One that went before the worker took
+        its hooks' answers (``ahead``: their round, whose every event came before it on its
+        socket and was answered here) stands unless one of them changed something or
+        failed; then the worker runs the pass again, or fails, and answers again."""
+        ahead = reply.get("ahead")
+        if ahead is None:
+            return True
+        if ahead in self._broken_rounds:
+            return False
+        self._answered_ahead[reply.req] = None
+        while len(self._answered_ahead) > _ANSWERED_AHEAD_KEPT:
+            del self._answered_ahead[next(iter(self._answered_ahead))]
+        return True
+
+    def _raise_late_error(self):
+        """The worker failed a pass after its answer, sent ahead of the hooks' answers, was
+        used: say so as soon as that is known (the error came during a later call), with
+        that call or the next."""
+        reply, self.late_error = self.late_error, None
+        try:
+            raise_error(reply)
+        except Exception as exc:
+            raise RuntimeError(
+                "an earlier call on this model returned, then failed on the worker while it "
+                "took its client hooks' answers (its result was used; what the hooks asked "
+                f"for after the pass may be missing): {reply['kind']}: {reply['message']}"
+            ) from exc
 
     @staticmethod
     def _disconnected(monitor: zmq.Socket) -> bool:
@@ -255,7 +302,9 @@ class _Hub(HookServer):
 
     def close(self, unload: bool = True) -> None:
         """Close the sockets; with ``unload`` the workers first drop the model's stages (sent
-        without waiting: a worker that is gone has nothing left to drop)."""
+        without waiting: a worker that is gone has nothing left to drop). What is still
+        queued goes out when there is something to say: the unload, or hook answers of a
+        call that returned before the worker took them (see ``_stands``)."""
         self._busy += 1  # from now on nothing is sent: the model's stages go as a whole
         if os.getpid() == self._pid:
             for sock in self.socks.values():
@@ -265,7 +314,7 @@ class _Hub(HookServer):
             for address, sock in self.socks.items():
                 if unload and address not in self.lost:
                     self.send(address, "unload", {})
-                sock.close(linger=500 if unload else 0)
+                sock.close(linger=500 if unload or self._answered_ahead else 0)
         self.socks = {}
 
 

@@ -61,6 +61,7 @@ class HookServer:
         try:  # a round's tensors are numbered whether its hooks run or not
             args = self._round_args(sock, spec, event["args"])
         except ValueError as exc:
+            self._break_round(spec)
             sock.send_multipart(wire.encode("error", {"kind": "ValueError",
                                                       "message": str(exc)},
                                             req=event.req, ctx=event.ctx), copy=False)
@@ -83,11 +84,17 @@ class HookServer:
             broken = True
             frames = wire.encode("error", {"kind": type(exc).__name__, "message": str(exc)},
                                  req=event.req, ctx=event.ctx)
-        if broken and spec is not None:
+        if broken:
+            self._break_round(spec)
+        sock.send_multipart(frames, copy=False)
+
+    def _break_round(self, spec: str | None) -> None:
+        """Round ``spec`` got an answer that changed something or failed: its later events
+        are stale, and a result sent ahead of its answers does not stand."""
+        if spec is not None:
             self._broken_rounds[spec] = None
             while len(self._broken_rounds) > _BROKEN_ROUNDS_KEPT:
                 del self._broken_rounds[next(iter(self._broken_rounds))]
-        sock.send_multipart(frames, copy=False)
 
     def _round_args(self, sock, spec: str | None, args: list) -> list:
         """An event's ``args`` with each ``{"again": n}`` replaced by the n-th tensor the

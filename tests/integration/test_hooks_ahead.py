@@ -26,7 +26,7 @@ def model(norm: bool = False):
 
 def stage_stats(cluster, remote) -> dict:
     """The workers' stage_stats summed over the stages of ``remote``."""
-    total = {"forwards": 0, "hooks_ahead": 0, "passes_again": 0}
+    total = {"forwards": 0, "hooks_ahead": 0, "passes_again": 0, "answers_ahead": 0}
     for status in worker_statuses(cluster).values():
         for stage, stats in status["stage_stats"].items():
             if stage.endswith(f" of {remote._model_id}"):
@@ -107,6 +107,8 @@ def test_hooks_that_only_look_run_ahead_and_see_what_one_process_shows(cluster, 
     # forward, to learn that it leaves its buffers alone); later calls run ahead
     assert stats["hooks_ahead"] == 6 * 3
     assert stats["passes_again"] == 0
+    # the last stage's output went to the client before its hooks' answers, in those 3
+    assert stats["answers_ahead"] == 3
 
 
 @pytest.mark.parametrize("switch, after", [("1", 1), ("3", 2), ("5", 0)])
@@ -120,6 +122,11 @@ def test_a_hook_that_starts_to_change_its_output_runs_the_forward_again(cluster,
     # switch on its stage (``after``) when the third runs again; in the fourth the switch
     # waits for its answer (it changes things now), the 5 others run ahead
     assert stats["hooks_ahead"] == 6 + 6 + after + 5
+    # the last stage's output goes to the client ahead of its hooks' answers in the second
+    # forward, the third and the fourth; when the switch is there (module 3 or 5) that of
+    # the third does not stand, and the third runs again, ahead of its hooks after the
+    # switch (only module 3 has some)
+    assert stats["answers_ahead"] == 3 + (switch == "3")
 
 
 def test_a_stage_whose_forward_changes_its_buffers_never_runs_ahead(cluster):
@@ -320,6 +327,10 @@ def test_backward_hooks_that_only_look_run_ahead_and_a_change_runs_the_backward_
         # 7 hooks: each waits in the first backward (which learns that a backward leaves the
         # stages' buffers alone), runs ahead in the next 3 (the switch only up to its change)
         assert stats["hooks_ahead"] >= 6 * 3
+        # stage 0's input gradient goes to the client ahead of its hooks' answers in the
+        # last 3 backwards, and again when the third runs again after a switch on stage 0
+        # (module 1, or the weight): hooks of stage 0 fire after the switch
+        assert stats["answers_ahead"] == 3 + (switch in ("1", "weight"))
     finally:
         remote.close()
 
@@ -392,7 +403,7 @@ def test_with_hooks_ahead_false_every_firing_waits_and_sees_the_same(cluster):
                 for a, b in zip(want.seen[path], got.seen[path]):
                     np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=path)
         assert stage_stats(cluster, remote) == {"forwards": 8, "hooks_ahead": 0,
-                                                "passes_again": 0}
+                                                "passes_again": 0, "answers_ahead": 0}
     finally:
         remote.close()
     with pytest.raises(TypeError, match="hooks_ahead must be True or False"):
@@ -501,5 +512,43 @@ def test_a_waited_hook_after_a_change_ahead_is_answered_stale_and_runs_once(clus
         for path in mine.seen:
             assert len(theirs.seen[path]) == len(mine.seen[path]) == 4, path
         assert stage_stats(cluster, remote)["passes_again"] == 1
+    finally:
+        remote.close()
+
+
+def test_a_forward_that_fails_after_its_output_went_ahead_keeps_no_graph(cluster):
+    # the last stage's output leaves ahead of its hook's answer (keeping its graph for a
+    # backward); the answer is an error, so the client never uses that output, and the
+    # graph goes with the failed forward
+    remote = cluster.deploy(model(), stages=1, name="graph_dropped")
+    remote.eval()
+    calls = []
+
+    def refuse_third(*args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise ValueError("third call refused")
+
+    remote[4].register_forward_hook(refuse_third)
+    x = torch.randn(2, 4, requires_grad=True)
+
+    def graphs() -> int:
+        return sum(client["contexts"] for status in worker_statuses(cluster).values()
+                   for stage, stats in status["stage_stats"].items()
+                   if stage.endswith(f" of {remote._model_id}")
+                   for client in stats["clients"].values())
+
+    try:
+        kept = [remote(x), remote(x)]  # their graphs stay while the outputs live
+        with pytest.raises(ValueError, match="third call refused"):
+            remote(x)
+        assert graphs() == 2
+        assert stage_stats(cluster, remote)["answers_ahead"] == 2
+        kept.append(remote(x))
+        assert graphs() == 3
+        kept[-1].sum().backward()  # the output that went ahead has its graph
+        np.testing.assert_allclose(
+            x.grad.numpy(), torch.autograd.grad(model().eval()(x).sum(), x)[0].numpy(),
+            rtol=1e-5, atol=1e-6)
     finally:
         remote.close()
