@@ -78,12 +78,13 @@ def run_post_acc_hooks(hooks, t) -> None:
         raise RuntimeError("Tensor post accumulate grad hooks should return None.")
 
 
-def run_tuple_hooks(hooks, call, current: tuple) -> tuple | None:
-    """Chain node hooks whose results replace the tuple ``current``; each result is checked
-    for type and length, and slot by slot against the value it replaces."""
+def run_tuple_hooks(hooks, current: tuple, *extra) -> tuple | None:
+    """Chain node hooks ``hook(current, *extra)`` whose results replace the tuple
+    ``current``; each result is checked for type and length, and slot by slot against the
+    value it replaces."""
     out = None
     for hook in list(hooks.values()):
-        result = call(hook, current)
+        result = hook(current, *extra)
         if result is None or result is current:
             continue
         if not isinstance(result, tuple):
@@ -490,14 +491,12 @@ def _run(task: _GraphTask, root_nodes, results, single_root: bool) -> None:
 
 
 def _run_pre_hooks(node: Node, grads: list) -> list:
-    replaced = run_tuple_hooks(node._pre_hooks, lambda h, cur: h(cur), tuple(grads))
+    replaced = run_tuple_hooks(node._pre_hooks, tuple(grads))
     return grads if replaced is None else list(replaced)
 
 
 def _run_post_hooks(node: Node, grad_inputs: tuple, grads: list) -> tuple:
-    grad_outputs = tuple(grads)
-    replaced = run_tuple_hooks(
-        node._post_hooks, lambda h, cur: h(cur, grad_outputs), grad_inputs)
+    replaced = run_tuple_hooks(node._post_hooks, grad_inputs, tuple(grads))
     return grad_inputs if replaced is None else replaced
 
 

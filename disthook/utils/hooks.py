@@ -129,6 +129,8 @@ class BackwardHook:
     # ---- packing: one slot per argument, None where the argument is not a Tensor ----------
     @staticmethod
     def _pack_with_none(indices, values, size: int) -> tuple:
+        if len(indices) == size:  # every argument a tensor (indices are 0 .. size - 1)
+            return tuple(values)
         packed = [None] * size
         for i, value in zip(indices, values):
             packed[i] = value
@@ -136,6 +138,8 @@ class BackwardHook:
 
     @staticmethod
     def _unpack_none(indices, values) -> tuple:
+        if len(indices) == len(values):  # every argument a tensor, in order
+            return tuple(values)
         return tuple([values[i] for i in indices])
 
     # ---- the two graph hooks ----------------------------------------------------------------
