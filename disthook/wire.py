@@ -45,7 +45,10 @@ __all__ = [
     "encode",
 ]
 
-PROTOCOL_VERSION = 2  # 2: typed sub-records (hook entries, optimizer calls, hook values)
+# 2: typed sub-records (hook entries, optimizer calls, hook values); 3: forward and
+# train_step carry optimizer steps as well as zero_grads (optimizer_calls), and an ok may
+# come ahead of its hooks' answers
+PROTOCOL_VERSION = 3
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
 LOST_AFTER_BEATS = 3  # a connection with no answer to its pings this long is dropped
@@ -114,10 +117,12 @@ RECORDS: dict[str, dict[str, str]] = {
     # one call of a stage's share of an optimizer (made on first use): its class (a name in
     # disthook.optim, or "module:Class"), constructor kwargs, the full names of its
     # parameters (in group order), its param groups when the client has them; "state" is
-    # the state to load (action "load")
+    # the state to load (action "load"); call: the client's number for a call that rides
+    # with a forward or training step (it may come again if that failed: a stage runs a call
+    # it ran before once only)
     "optimizer_call": {"id": "int", "class": "str", "kwargs": "map", "params": "list[str]",
                        "action": "optimizer_action", "set_to_none": "bool?", "state": "map?",
-                       "groups": "list[optimizer_group]?"},
+                       "groups": "list[optimizer_group]?", "call": "int?"},
     # the share of one of the client's param groups on a worker: its index there, its
     # parameters here, its hyperparameters now (sent with every step: schedulers move them)
     "optimizer_group": {"index": "int", "params": "list[str]", "hyper": "map"},
@@ -193,11 +198,12 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # rng: the client's random stream (in training mode): each stage draws from it and
     # passes it on, and the answer carries it back (result["rng"]), so that dropout draws
     # what it draws in one process
-    # zero_grad: the client's optimizer.zero_grad() calls not sent yet, per stage a list of
-    # the "optimizer" maps of "step" (action zero_grad); each stage runs its own first
+    # optimizer_calls: the client's optimizer calls not sent yet (zero_grad(), and step()
+    # once a step made the optimizer's shares), per stage a list of the "optimizer" maps of
+    # "step", in the order they were made; each stage runs its own first
     "forward": {"model": "str", "stage": "int", "inputs": "list", "grad_enabled": "bool",
                 "reply_to": "str", "requires_grad": "list?", "mb": "int?", "stop": "str?",
-                "zero_grad": "list[list[optimizer_call]]?", "path": "str?",
+                "optimizer_calls": "list[list[optimizer_call]]?", "path": "str?",
                 "call": "hook_value?", "rng": "str?"},
     # taps: keys of tensors client forward hooks were given, whose gradients the client
     # wants (autograd.grad with respect to them); each stage adds those it holds to tapped
@@ -237,11 +243,11 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "captured": {"name": "str", "clear": "bool?", "model": "str?"},
     # pipelined training steps: the client gives each stage its schedule; micro-batch
     # activations and gradients (or an abort) go stage to stage as "pipe" messages
-    # (zero_grad: this stage's optimizer.zero_grad() calls, run before the schedule)
+    # (optimizer_calls: this stage's optimizer calls not sent yet, run before the schedule)
     "train_step": {"model": "str", "step": "str", "schedule": "list[schedule_action]",
                    "reply_to": "str", "inputs": "list?", "targets": "list?",
                    "loss": "loss_spec?", "scales": "list?",
-                   "zero_grad": "list[optimizer_call]?"},
+                   "optimizer_calls": "list[optimizer_call]?"},
     "pipe": {"model": "str", "step": "str", "kind": "pipe_kind", "mb": "int", "data": "array?",
              "reason": "str?"},
     # parameters, buffers and optimizer shards

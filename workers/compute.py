@@ -27,6 +27,8 @@ from workers.state import Context, StepRun
 
 __all__ = ["ComputeHandlers", "Stage", "rss_bytes"]
 
+CALLS_REMEMBERED = 4096  # optimizer calls per stage known as run (see Stage.first_time)
+
 
 class Stage:
     """One model's stage on this worker: its modules (an nn.Sequential named as in the full
@@ -54,6 +56,9 @@ class Stage:
         self.forwards = 0  # forwards run (one per micro-batch), for status
         self.parameters = sum(p.numel() for p in module.parameters())
         self.optimizers: dict[tuple, object] = {}  # (client, optimizer id) -> local share
+        # (client, call number) of optimizer calls that rode with a forward or training
+        # step and ran here: one sent again (its carrier failed on a later stage) is skipped
+        self.calls_done: dict[tuple, None] = {}
         # (pass, training mode) -> whether such a pass ("forward", "backward") left the
         # parameters and buffers as they were (learnt from the passes client hooks
         # watched), and (client, hook id, kind) -> what its answers showed so far: whether
@@ -92,6 +97,21 @@ class Stage:
         self.grads.pop(client, None)
         for key in [k for k in self.optimizers if k[0] == client]:
             del self.optimizers[key]
+        for key in [k for k in self.calls_done if k[0] == client]:
+            del self.calls_done[key]
+
+    def first_time(self, client: bytes, call: int | None) -> bool:
+        """Whether ``client``'s optimizer call number ``call`` runs here for the first time
+        (a call without a number always does); it is remembered as run from now on."""
+        if call is None:
+            return True
+        key = (client, call)
+        if key in self.calls_done:
+            return False
+        self.calls_done[key] = None
+        while len(self.calls_done) > CALLS_REMEMBERED:
+            del self.calls_done[next(iter(self.calls_done))]
+        return True
 
     def check_write(self, client: bytes, what: str) -> None:
         """``PermissionError`` unless ``client`` may change the stage's weights."""
@@ -181,13 +201,13 @@ class ComputeHandlers:
         early = None
         try:
             st = self._stage(job)
-            zero_grads = msg.get("zero_grad")
-            if zero_grads is not None:  # the client's optimizer.zero_grad(), before all else
-                if st.index >= len(zero_grads):
-                    raise ValueError(f"forward: zero_grad must list the optimizer calls of "
-                                     f"every stage; it has {len(zero_grads)} lists, this is "
+            calls = msg.get("optimizer_calls")
+            if calls is not None:  # the client's optimizer calls not sent yet, before all else
+                if st.index >= len(calls):
+                    raise ValueError(f"forward: optimizer_calls must list the optimizer calls "
+                                     f"of every stage; it has {len(calls)} lists, this is "
                                      f"{st.name}")
-                for spec in zero_grads[st.index]:
+                for spec in calls[st.index]:
                     self._optimizer_action(st, spec, job.client)
             grad = msg["grad_enabled"]
             inputs = []
@@ -244,7 +264,7 @@ class ComputeHandlers:
                               "inputs": [out.detach().numpy()], "grad_enabled": grad,
                               "requires_grad": [out.requires_grad],
                               "reply_to": msg["reply_to"], "mb": msg.get("mb"), "stop": stop,
-                              "zero_grad": zero_grads, "rng": rng}
+                              "optimizer_calls": calls, "rng": rng}
                     nxt.send_multipart(wire.encode("forward", fields, req=msg.req,
                                                    ctx=msg.ctx), copy=False)
                 else:
@@ -460,7 +480,7 @@ class ComputeHandlers:
         neighbour stages; the last stage computes each micro-batch's loss, scaled."""
         msg = job.msg
         st = self._stage(job)
-        for spec in msg.get("zero_grad") or ():  # the client's optimizer.zero_grad() first
+        for spec in msg.get("optimizer_calls") or ():  # the client's optimizer calls first
             self._optimizer_action(st, spec, job.client)
         step, model = msg["step"], st.model
         first, last = "prev" not in st.neighbours, "next" not in st.neighbours

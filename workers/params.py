@@ -98,6 +98,8 @@ class ParamHandlers:
         """Run ``spec.action`` on ``client``'s share of its optimizer ``spec.id`` on the
         stage (``spec``: a wire.RECORDS["optimizer_call"], checked on arrival). A step or a
         load changes weights: only a client that may write does."""
+        if not st.first_time(client, spec.get("call")):
+            return None  # it rode with a forward that failed later on, and ran here then
         if spec["action"] in ("step", "load"):
             st.check_write(client, f"an optimizer {spec['action']}")
         opt = st.optimizers.get((client, spec["id"]))

@@ -3,9 +3,11 @@ per worker, all with one identity, so that whichever worker finishes a pipelined
 answers the client directly. It sends requests side by side and waits for every reply
 (serving client-hook events and warnings meanwhile), sees a worker's connection close
 (``WorkerLost``), and batches what needs no round trip of its own: releases of graphs whose
-output is gone, and ``DistributedOptimizer.zero_grad()`` calls."""
+output is gone, and optimizer calls (``zero_grad()``, and ``step()`` once an optimizer's
+first step made its shares on the workers), which ride with the next forward."""
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import uuid
@@ -28,6 +30,7 @@ __all__ = []
 
 _BURST = 32  # messages taken off one socket per poll, at most
 _ANSWERED_AHEAD_KEPT = 256  # requests whose answer came ahead of the hooks' (see _stands)
+_call_numbers = itertools.count(1)  # optimizer calls that ride with a forward (see defer)
 
 
 class _Hub(HookServer):
@@ -73,9 +76,10 @@ class _Hub(HookServer):
         self.pending_releases: list[str] = []
         self._busy = 0  # > 0 while a socket operation is under way (a request, a close)
         self._thread = threading.get_ident()  # the thread that used the sockets last
-        # DistributedOptimizer.zero_grad() calls not sent yet: the next forward through every
-        # stage carries them (no round trip of their own); any other request sends them first
-        self.pending_zero_grads: list[tuple] = []  # (optimizer, set_to_none)
+        # optimizer calls not sent yet, in the order they were made, each {address: its
+        # optimizer_call there}: the next forward through every stage carries them (no
+        # round trip of their own); any other request sends them first
+        self.pending_optimizer: list[dict] = []
         # requests answered ahead of their hooks' answers (see _stands), and an error one
         # of them got afterwards, raised with the next request
         self._answered_ahead: dict[int, None] = {}
@@ -101,7 +105,7 @@ class _Hub(HookServer):
 
     def request_all(self, calls: list[tuple], msg_type: str, *,
                     ctx: str | None = None, what: str = "",
-                    carries_zero_grads: bool = False) -> list[wire.Message]:
+                    carries_optimizer_calls: bool = False) -> list[wire.Message]:
         """Send one request per (address, fields) or (address, fields, context) at once,
         then wait for every reply (from any worker), so the workers serve them side by side
         (and micro-batches flow through the stages as a pipeline); the replies in call
@@ -109,8 +113,8 @@ class _Hub(HookServer):
         if self.late_error is not None:
             self._raise_late_error()
         self.flush_releases()
-        if self.pending_zero_grads and not carries_zero_grads:
-            self.flush_zero_grads()
+        if self.pending_optimizer and not carries_optimizer_calls:
+            self.flush_optimizer_calls()
         if self.lost:  # a worker of this model went away earlier
             self._raise_lost(next(iter(self.lost)), what or msg_type, ctx)
         self._busy += 1
@@ -253,26 +257,41 @@ class _Hub(HookServer):
                 self.send(address, "pipe", {"step": step, "kind": "abort", "mb": -1,
                                             "reason": reason})
 
-    def flush_zero_grads(self) -> None:
-        """Send this model's zero_grad() calls that no forward has carried, and wait."""
-        pending, self.pending_zero_grads = self.pending_zero_grads, []
-        for optimizer, set_to_none in pending:
-            optimizer._each("zero_grad", set_to_none=set_to_none, only=self.model)
+    def defer(self, calls: dict) -> None:
+        """Optimizer call ``{address: optimizer_call}`` rides with the next forward (or goes
+        before any other request); each copy is numbered, so that a stage that ran it runs
+        it once only, however often it is sent."""
+        number = next(_call_numbers)
+        self.pending_optimizer.append({address: {**spec, "call": number}
+                                       for address, spec in calls.items()})
 
-    def take_zero_grads(self, model) -> tuple[list, list[list[dict]] | None]:
-        """The pending zero_grad() calls, taken, and the same as a forward field: per stage
-        of ``model``, the optimizer specs of its share (None when nothing is pending)."""
-        pending, self.pending_zero_grads = self.pending_zero_grads, []
+    def flush_optimizer_calls(self) -> None:
+        """Send the optimizer calls no forward has carried, in order, waiting for each."""
+        pending, self.pending_optimizer = self.pending_optimizer, []
+        for i, calls in enumerate(pending):
+            action = next(iter(calls.values()))["action"]
+            try:
+                self.request_all([(address, {"optimizer": spec})
+                                  for address, spec in calls.items()], "step",
+                                 what=f"optimizer {action}", carries_optimizer_calls=True)
+            except BaseException:
+                self.pending_optimizer[:0] = pending[i:]  # they go again (each runs once)
+                raise
+
+    def take_optimizer_calls(self, addresses: list) -> tuple[list, list[list[dict]] | None]:
+        """The pending optimizer calls, taken, and the same as a forward field: per stage
+        (at ``addresses``), its calls in order (None when nothing is pending). Put them
+        back (``pending_optimizer[:0] = taken``) if the carrier fails: a stage that ran
+        one before skips it."""
+        pending, self.pending_optimizer = self.pending_optimizer, []
         if not pending:
             return pending, None
-        per_stage: list[list[dict]] = [[] for _ in model._addresses]
-        for optimizer, set_to_none in pending:
-            shares = optimizer.shares
-            for index, address in enumerate(model._addresses):
-                names = shares.get((id(model), address))
-                if names:
-                    per_stage[index].append(optimizer._spec(names, "zero_grad",
-                                                            set_to_none=set_to_none))
+        per_stage: list[list[dict]] = [[] for _ in addresses]
+        for calls in pending:
+            for index, address in enumerate(addresses):
+                spec = calls.get(address)
+                if spec is not None:
+                    per_stage[index].append(spec)
         return pending, per_stage
 
     def release(self, ctx_ids: list[str]) -> None:

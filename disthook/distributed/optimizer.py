@@ -1,9 +1,11 @@
 """``DistributedOptimizer``: an optimizer of ``disthook.optim`` whose state and steps live
 with the parameters of a deployed model, each worker stepping its own share; its
-``zero_grad()`` rides with the model's next forward."""
+``zero_grad()``, and every ``step()`` after its first, ride with the model's next
+forward."""
 from __future__ import annotations
 
 import itertools
+import weakref
 
 from disthook.distributed.proxies import RemoteParameter
 
@@ -51,6 +53,9 @@ class DistributedOptimizer:
                                  f"these parameters belong to {len(self.models)} models")
         self.checkpoint_every, self.checkpoint = checkpoint_every, checkpoint
         self.steps = 0  # step() calls so far (recover() sets it back to the checkpoint's)
+        # the channels (one per deployment of a model: a recovered model gets a new one)
+        # over which a step made this optimizer's shares
+        self._stepped: weakref.WeakSet = weakref.WeakSet()
 
     @property
     def shares(self) -> dict[tuple, list[str]]:
@@ -99,7 +104,15 @@ class DistributedOptimizer:
             "param_groups": param_groups}})
 
     def step(self) -> None:
-        self._each("step")
+        """As the local optimizer's. The first step makes each worker's share (and says at
+        once if a worker refuses it); later ones ride with the model's next forward, or go
+        before any other request to its workers (a read of the weights sees them)."""
+        for model in self.models.values():
+            if model._hub in self._stepped:
+                model._hub.defer(self._calls(model, "step"))
+            else:
+                self._each("step", only=model._model_id)
+                self._stepped.add(model._hub)
         self.steps += 1
         if self.checkpoint_every and self.steps % self.checkpoint_every == 0:
             (model,) = self.models.values()
@@ -110,5 +123,11 @@ class DistributedOptimizer:
         sees before it computes a gradient), or before any other request to its workers:
         a training step pays no round trip for it."""
         for model in self.models.values():
-            model._hub.pending_zero_grads.append((self, set_to_none))
+            model._hub.defer(self._calls(model, "zero_grad", set_to_none=set_to_none))
+
+    def _calls(self, model, action: str, **extra) -> dict:
+        """{address: optimizer_call} of ``action`` on the shares of ``model``."""
+        return {address: self._spec(names, action, **extra)
+                for (model_id, address), names in self.shares.items()
+                if model_id == id(model)}
 

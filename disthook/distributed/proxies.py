@@ -5,6 +5,7 @@ client hook). Hooks go through the table of hook kinds (``hook_kinds``)."""
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
@@ -499,21 +500,66 @@ class RemoteParameter:
         return results
 
     @staticmethod
-    def _zero_grads(params: list, set_to_none: bool = True) -> None:
-        """``optimizer.zero_grad()`` of these parameters, on their workers."""
+    def _zero_grads(params: list, set_to_none: bool = True, optimizer=None) -> None:
+        """``optimizer.zero_grad()`` of these parameters, on their workers: with the next
+        forward where a step of ``optimizer`` made its shares (each share zeroes its own
+        parameters), else at once."""
+        now = params
+        if optimizer is not None:
+            stepped = optimizer.__dict__.get("_remote_stepped") or ()
+            shares = RemoteParameter._share_calls(optimizer, "zero_grad")
+            later = {id(model) for model, _ in shares if model._hub in stepped}
+            for model, calls in shares:
+                if id(model) in later:
+                    for call in calls.values():
+                        call["set_to_none"] = set_to_none
+                    model._hub.defer(calls)
+            now = [p for p in params if id(p._model) not in later]
+        if not now:
+            return
         if set_to_none:
-            RemoteParameter._grad_op(params, "set", grads=[None] * len(params))
+            RemoteParameter._grad_op(now, "set", grads=[None] * len(now))
         else:
-            RemoteParameter._grad_op(params, "scale", 0.0)
+            RemoteParameter._grad_op(now, "scale", 0.0)
 
     @staticmethod
     def _optimizer_share(optimizer, action: str, state: dict | None = None):
         """What a local optimizer (any ``disthook.optim.Optimizer``, param groups and all)
         does to its remote parameters: each worker keeps a share of it, made with the same
         class and defaults over the parameters it holds, and gets the groups' current
-        hyperparameters with every call. ``action``: "step"; "state" (each parameter's
-        state: {parameter: {key: value}}); "load" (``state``, the same shape, into the
-        shares)."""
+        hyperparameters with every call. ``action``: "step" (the first over a deployment
+        makes the shares, the later ones ride with its next forward); "state" (each
+        parameter's state: {parameter: {key: value}}); "load" (``state``, the same shape,
+        into the shares)."""
+        out = {}
+        stepped = optimizer.__dict__.setdefault("_remote_stepped", weakref.WeakSet())
+        for model, calls in RemoteParameter._share_calls(optimizer, action):
+            if action == "step" and model._hub in stepped:
+                model._hub.defer(calls)
+                continue
+            if action == "load":
+                for call in calls.values():
+                    call["state"] = {"param_groups": [], "state": {
+                        p._path: {k: _array_of(v) for k, v in value.items()}
+                        for p, value in (state or {}).items()
+                        if p._model is model and p._path in call["params"]}}
+            replies = model._hub.request_all([(address, {"optimizer": call})
+                                              for address, call in calls.items()],
+                                             "step", what=f"optimizer {action}")
+            if action in ("step", "load"):  # the shares exist now
+                stepped.add(model._hub)
+            if action == "state":
+                for reply in replies:
+                    for path, value in reply["result"]["state"].items():
+                        out[RemoteParameter(model, path)] = {
+                            k: Tensor._make(np.array(v), None, 0) if isinstance(v, np.ndarray)
+                            else v for k, v in value.items()}
+        return out
+
+    @staticmethod
+    def _share_calls(optimizer, action: str) -> list[tuple]:
+        """(model, {address: optimizer_call}) of ``action`` on the shares of ``optimizer``,
+        per model of its remote parameters."""
         share_id = optimizer.__dict__.get("_remote_share_id")
         if share_id is None:
             share_id = optimizer._remote_share_id = next(_optimizer_share_ids)
@@ -536,26 +582,10 @@ class RemoteParameter:
                     groups.append({"index": index, "params": [], "hyper": hyper})
                 names.append(p._path)
                 groups[-1]["params"].append(p._path)
-        out = {}
-        for model, shares in models.values():
-            calls = []
-            for address, (names, groups) in shares.items():
-                call = {"id": share_id, "class": name, "kwargs": kwargs, "params": names,
-                        "groups": groups, "action": action}
-                if action == "load":
-                    call["state"] = {"param_groups": [], "state": {
-                        p._path: {k: _array_of(v) for k, v in value.items()}
-                        for p, value in (state or {}).items()
-                        if p._model is model and p._path in names}}
-                calls.append((address, {"optimizer": call}))
-            replies = model._hub.request_all(calls, "step", what=f"optimizer {action}")
-            if action == "state":
-                for reply in replies:
-                    for path, value in reply["result"]["state"].items():
-                        out[RemoteParameter(model, path)] = {
-                            k: Tensor._make(np.array(v), None, 0) if isinstance(v, np.ndarray)
-                            else v for k, v in value.items()}
-        return out
+        return [(model, {address: {"id": share_id, "class": name, "kwargs": kwargs,
+                                   "params": names, "groups": groups, "action": action}
+                         for address, (names, groups) in shares.items()})
+                for model, shares in models.values()]
 
     @staticmethod
     def _grad_norms(params: list, norm_type: float) -> list:

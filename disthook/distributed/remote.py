@@ -46,7 +46,7 @@ from disthook.distributed.placement import (
     split_rows,
 )
 from disthook.distributed.proxies import RemoteHandle, RemoteModule, RemoteParameter
-from disthook.distributed.rpc import DEFAULT_TIMEOUT, ClusterError, WorkerLost
+from disthook.distributed.rpc import DEFAULT_TIMEOUT, ClusterError, RemoteTimeout, WorkerLost
 from disthook.distributed.spec import main_script_of, module_spec
 from disthook.distributed.tree import Layout
 from disthook.nn.modules.container import Sequential
@@ -210,10 +210,11 @@ class RemoteModel(Module):
             sizes = micro_batch_sizes(rows, chunks)
         parts = [x._data] if sizes is None else split_rows(x._data, sizes)
         ctx_ids = [uuid.uuid4().hex for _ in parts]
-        # optimizer.zero_grad() calls since the last request ride with the first micro-batch,
-        # which reaches every stage before anything else of this call (not with stop: the
-        # later stages would not hear them)
-        taken, zero_grads = self._hub.take_zero_grads(self) if stop is None else ([], None)
+        # optimizer calls since the last request ride with the first micro-batch, which
+        # reaches every stage before anything else of this call (not with stop: the later
+        # stages would not hear them)
+        taken, calls = (self._hub.take_optimizer_calls(self._addresses) if stop is None
+                        else ([], None))
         # every micro-batch is sent at once: stage 0 works on the second while stage 1
         # works on the first, and so on (the GPipe fill and drain)
         if grad and sizes is None:  # what a tensor a hook gets can be differentiated to
@@ -228,13 +229,15 @@ class RemoteModel(Module):
                                        # through the stages and comes back (dropout)
                                        "rng": (random._stream_state() if self.training
                                                and sizes is None else None),
-                                       "zero_grad": zero_grads if i == 0 else None}, ctx_id)
+                                       "optimizer_calls": calls if i == 0 else None},
+                  ctx_id)
                  for i, (part, ctx_id) in enumerate(zip(parts, ctx_ids))],
                 "forward", what="forward through the remote stages" + (
-                    f" up to {stop!r}" if stop else ""), carries_zero_grads=stop is None)
+                    f" up to {stop!r}" if stop else ""), carries_optimizer_calls=stop is None)
         except BaseException:
-            # a stage failed before passing them on: they go again (zeroing twice is the same)
-            self._hub.pending_zero_grads[:0] = taken
+            # a stage failed before passing them on: they go again (a stage that ran one
+            # skips it)
+            self._hub.pending_optimizer[:0] = taken
             raise
         finally:
             self._hub.pending_inputs.pop(ctx_ids[0], None)
@@ -294,13 +297,13 @@ class RemoteModel(Module):
         scales = [n / rows if scale_grads else 1.0 for n in sizes]
         plan = schedules.schedule(self._schedule, len(self._addresses), m)
         step = uuid.uuid4().hex
-        # optimizer.zero_grad() calls since the last request: each stage gets its own
-        taken, zero_grads = self._hub.take_zero_grads(self)
+        # optimizer calls since the last request: each stage gets its own
+        taken, opt_calls = self._hub.take_optimizer_calls(self._addresses)
         calls = []
         for s, address in enumerate(self._addresses):
             fields = {"step": step, "schedule": [list(a) for a in plan[s]],
                       "reply_to": self._hub.reply_to,
-                      "zero_grad": None if zero_grads is None else zero_grads[s]}
+                      "optimizer_calls": None if opt_calls is None else opt_calls[s]}
             if s == 0:
                 fields["inputs"] = split_rows(x._data, sizes)
             if s == len(self._addresses) - 1:
@@ -311,9 +314,9 @@ class RemoteModel(Module):
         try:
             replies = self._hub.request_all(calls, "train_step", ctx=step,
                                             what=f"a {self._schedule} training step",
-                                            carries_zero_grads=True)
+                                            carries_optimizer_calls=True)
         except BaseException:
-            self._hub.pending_zero_grads[:0] = taken  # they go again (see _run_stages)
+            self._hub.pending_optimizer[:0] = taken  # they go again (see _run_stages)
             raise
         finally:
             for mb in range(m):
@@ -674,10 +677,17 @@ class RemoteModel(Module):
             registry.leave(self)
             unload = unload and not self._attached
             self._closed = True
-            if not unload:
-                self._hub.pending_releases.clear()
-            self._hub.flush_releases()
-            self._hub.close(unload)
+            try:
+                if not unload:
+                    self._hub.pending_releases.clear()
+                    if self._hub.pending_optimizer:  # the stages stay: the last steps land
+                        try:
+                            self._hub.flush_optimizer_calls()
+                        except (ClusterError, RemoteTimeout):
+                            pass  # the workers are gone or do not answer: so are the stages
+            finally:
+                self._hub.flush_releases()
+                self._hub.close(unload)
 
     def __repr__(self) -> str:
         """The module tree as torch prints it, each placed part marked with its stage and

@@ -201,8 +201,8 @@ class Optimizer:
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Drop every parameter's ``.grad`` (or zero it in place with ``set_to_none=False``)."""
         remote = _remote_params(self)
-        for kind, params in remote.items():  # one request per worker
-            kind._zero_grads(params, set_to_none)
+        for kind, params in remote.items():  # with the next forward, or one request a worker
+            kind._zero_grads(params, set_to_none, self)
         for group in self.param_groups:
             for p in group["params"]:
                 if remote and _remote_kind(p) is not None:

@@ -326,7 +326,7 @@ def test_zero_grad_rides_with_the_next_forward_and_keeps_its_order(cluster):
     before = wire.decoded_count()
     out = remote(x)
     assert wire.decoded_count() - before == 1  # the forward's answer, nothing for zero_grad
-    assert not remote._hub.pending_zero_grads
+    assert not remote._hub.pending_optimizer
     nn.functional.cross_entropy(out, y).backward()
     nn.functional.cross_entropy(net(x), y).backward()
     same_grads(remote, net)
@@ -345,9 +345,9 @@ def test_zero_grad_rides_with_the_next_forward_and_keeps_its_order(cluster):
     remote_opt.zero_grad()
     with pytest.raises(RemoteError):
         remote(torch.ones(2, 3))
-    assert remote._hub.pending_zero_grads
+    assert remote._hub.pending_optimizer
     assert remote[0].weight.grad is None
-    assert not remote._hub.pending_zero_grads
+    assert not remote._hub.pending_optimizer
     remote.close()
 
 
@@ -371,6 +371,99 @@ def test_zero_grad_rides_with_a_pipelined_train_step(cluster):
         local_opt.step()
         remote_opt.step()
     remote.close()
+
+
+class RefusesNan(nn.Module):
+    """Passes its input on, and refuses one with NaN in it (a forward that fails on a later
+    stage than the first)."""
+
+    def forward(self, x):
+        if bool(torch.isnan(x).any()):
+            raise ValueError("NaN in the input")
+        return x
+
+
+def stepped_net():
+    return nn.Sequential(*make_net(), RefusesNan())
+
+
+@pytest.mark.parametrize("kind", ["distributed", "plain"])
+def test_steps_after_the_first_ride_with_the_next_forward_and_run_once(cluster, kind):
+    """optimizer.step() after an optimizer's first (which makes its shares on the workers,
+    and says at once if one refuses) costs no round trip: the next forward carries it to
+    every stage, before anything else there; any other request sends it first. A forward
+    that fails on a later stage after the first ran it sends it again, and the first skips
+    it: momentum shows a step run twice."""
+    from disthook import wire
+    from disthook.distributed import DistributedOptimizer
+
+    net = stepped_net()
+    remote = cluster.deploy(stepped_net(), stages=3)
+    local_opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    remote_opt = (DistributedOptimizer(torch.optim.SGD, remote.parameters(), lr=0.1,
+                                       momentum=0.9) if kind == "distributed"
+                  else torch.optim.SGD(remote.parameters(), lr=0.1, momentum=0.9))
+    x, y = data()
+
+    def step(opt, model):
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    try:
+        for opt, model in ((local_opt, net), (remote_opt, remote)):
+            step(opt, model)  # the first: its shares are made at once
+        assert not remote._hub.pending_optimizer
+        for opt, model in ((local_opt, net), (remote_opt, remote)):
+            step(opt, model)
+        assert len(remote._hub.pending_optimizer) == 1  # the second step, not sent yet
+        before = wire.decoded_count()
+        out, ref = remote(x), net(x)
+        assert wire.decoded_count() - before == 1  # the forward's answer only
+        assert not remote._hub.pending_optimizer
+        close(out, ref)
+        # a step, then a forward that fails on the last stage: every stage ran the step
+        # before the failure, and runs it once however often it comes (the gradients are
+        # still there: a second run would move the weights again)
+        nn.functional.cross_entropy(out, y).backward()
+        nn.functional.cross_entropy(ref, y).backward()
+        local_opt.step()
+        remote_opt.step()
+        with pytest.raises(ValueError, match="NaN in the input"):
+            remote(torch.full((5, 8), float("nan")))
+        assert len(remote._hub.pending_optimizer) == 1  # it goes again with the next request
+        for name, p in net.named_parameters():  # a read sends it first
+            close(remote.get_parameter(name), p)
+        assert not remote._hub.pending_optimizer
+        same_grads(remote, net)
+        step(local_opt, net)
+        step(remote_opt, remote)
+        close(remote(x), net(x))
+    finally:
+        remote.close()
+
+
+def test_an_attached_clients_last_step_lands_when_it_closes(cluster):
+    from disthook.distributed import DistributedOptimizer
+
+    net = make_net()
+    owner = cluster.deploy(make_net(), stages=2, name="stepped-by-a-guest", writable=True)
+    guest = cluster.attach("stepped-by-a-guest")
+    local_opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    guest_opt = DistributedOptimizer(torch.optim.SGD, guest.parameters(), lr=0.1)
+    x, y = data()
+    try:
+        for opt, model in ((local_opt, net), (guest_opt, guest)):
+            for _ in range(2):
+                opt.zero_grad()
+                nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+        assert guest._hub.pending_optimizer  # the second step
+        guest.close()  # the stages stay: the step goes before the connections close
+        for name, p in net.named_parameters():
+            close(owner.get_parameter(name), p)
+    finally:
+        owner.close()
 
 
 def test_load_state_dict_and_its_errors(cluster):
