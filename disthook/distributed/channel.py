@@ -278,6 +278,27 @@ class _Hub(HookServer):
                 self.pending_optimizer[:0] = pending[i:]  # they go again (each runs once)
                 raise
 
+    def optimizer_calls_to(self, address: str, index: int, stages: int) -> list | None:
+        """The pending optimizer calls of the stage at ``address`` alone (stage ``index`` of
+        ``stages``), as the optimizer_calls field of a forward of one of its parts (None
+        when it has none). They stay pending until ``carried`` says that forward answered:
+        if it failed they go again (the stage skips those it ran)."""
+        specs = [calls[address] for calls in self.pending_optimizer if address in calls]
+        if not specs:
+            return None
+        field: list[list[dict]] = [[] for _ in range(stages)]
+        field[index] = specs
+        return field
+
+    def carried(self, address: str, specs: list[dict]) -> None:
+        """The forward that carried ``specs`` (from ``optimizer_calls_to``) to ``address``
+        answered: they are sent."""
+        numbers = {spec["call"] for spec in specs}
+        for calls in self.pending_optimizer:
+            if address in calls and calls[address]["call"] in numbers:
+                del calls[address]
+        self.pending_optimizer = [calls for calls in self.pending_optimizer if calls]
+
     def take_optimizer_calls(self, addresses: list) -> tuple[list, list[list[dict]] | None]:
         """The pending optimizer calls, taken, and the same as a forward field: per stage
         (at ``addresses``), its calls in order (None when nothing is pending). Put them

@@ -200,17 +200,24 @@ def call_placed(model: RemoteModel, path: str, args: tuple, kwargs: dict):
     if grad:  # what a tensor a hook gets in this call can be differentiated to
         model._hub.pending_inputs[ctx_id] = inputs
         model._hub.calls[ctx_id] = {"path": path, "inputs": inputs, "outs": []}
+    address = model._addresses[stage]
+    # the optimizer calls not sent yet of this part's stage ride with it (those of the other
+    # stages with their first part's call, or before any other request)
+    carried = model._hub.optimizer_calls_to(address, stage, len(model._addresses))
     try:
         (reply,) = model._hub.request_all(
-            [(model._addresses[stage], {
+            [(address, {
                 "stage": stage, "inputs": [], "grad_enabled": grad,
                 "call": pack((list(args), kwargs)),
                 "rng": random._stream_state() if model.training else None,
-                "reply_to": model._hub.reply_to, "path": path}, ctx_id)],
-            "forward", what=f"forward of {path!r}")
+                "reply_to": model._hub.reply_to, "path": path,
+                "optimizer_calls": carried}, ctx_id)],
+            "forward", what=f"forward of {path!r}", carries_optimizer_calls=True)
     finally:
         model._hub.pending_inputs.pop(ctx_id, None)
         call = model._hub.calls.pop(ctx_id, None)
+    if carried is not None:
+        model._hub.carried(address, carried[stage])
     result = reply["result"]
     if result.get("rng"):  # what the part drew (dropout) is drawn here too
         random._set_stream_state(result["rng"])

@@ -279,3 +279,67 @@ def test_tensor_hooks_on_a_tensor_between_two_parts_fire_in_registration_order(c
         np.testing.assert_allclose(got_grad, want_grad, rtol=1e-5, atol=1e-7)
     finally:
         remote.close()
+
+
+class Checked(nn.Module):
+    """A Linear that refuses an input with NaN in it."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Linear(6, 3)
+
+    def forward(self, x):
+        if bool(torch.isnan(x).any()):
+            raise ValueError("NaN in the input")
+        return self.inner(x)
+
+
+class TwoParts(nn.Module):
+    """Code between two children: each runs on its worker when the forward calls it."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(6, 6)
+        self.head = Checked()
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.body(x)) * 2)
+
+
+def test_optimizer_calls_ride_with_each_parts_call_and_run_once(cluster):
+    """After an optimizer's first step, its steps and zero_grads ride with the first call
+    of a part on each worker (no round trip of their own); a part's call that fails after
+    its worker ran them leaves them pending, and that worker skips them when they come
+    again (momentum shows a step run twice)."""
+    from disthook import wire
+
+    torch.manual_seed(0)
+    local = TwoParts()
+    remote = cluster.deploy(copy.deepcopy(local), stages=2)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (local, remote)]
+    torch.manual_seed(1)
+    x, y = torch.randn(5, 6), torch.randint(0, 3, (5,))
+    try:
+        for step in range(3):
+            for opt, model in zip(opts, (local, remote)):
+                opt.zero_grad()
+                before = wire.decoded_count()
+                F.cross_entropy(model(x), y).backward()
+                if model is remote and step > 0:  # 2 part forwards, 2 part backwards
+                    assert wire.decoded_count() - before == 4
+                opt.step()
+        assert len(remote._hub.pending_optimizer) == 1  # the last step
+        F.cross_entropy(remote(x), y).backward()
+        F.cross_entropy(local(x), y).backward()
+        for opt in opts:
+            opt.step()
+        with pytest.raises(ValueError, match="NaN in the input"):
+            remote(torch.full((5, 6), float("nan")))  # body ran its step, head ran it too
+        assert remote._hub.pending_optimizer  # the head's, to go again
+        for name, p in local.named_parameters():
+            np.testing.assert_allclose(remote.get_parameter(name).detach().numpy(),
+                                       p.detach().numpy(), rtol=1e-6, atol=1e-7,
+                                       err_msg=name)
+        assert not remote._hub.pending_optimizer
+    finally:
+        remote.close()
