@@ -49,10 +49,12 @@ def worker_role(coordinator: str, *, worker_id: str | None = None,
                 bind: str = "tcp://0.0.0.0:0", advertise: str | None = None,
                 keys: str | None = None, log_level: str | None = None,
                 allow_hook_modules=(), allow_main_scripts: bool = False,
-                context_ttl: float | None = None, allow_model_modules=None) -> Role:
+                context_ttl: float | None = None, allow_model_modules=None,
+                threads: int | None = None) -> Role:
     """A worker of the coordinator at ``coordinator``, binding ``bind`` and telling peers
     ``advertise`` (its host name or address, as they reach it). ``allow_main_scripts`` only
-    where the client's script is on the same machine (local clusters)."""
+    where the client's script is on the same machine (local clusters). ``threads``: its
+    BLAS and OpenMP threads (None: the environment's)."""
     args = ["--coordinator", _endpoint(coordinator, "coordinator"),
             "--bind", _endpoint(bind, "bind")]
     if advertise:
@@ -68,6 +70,8 @@ def worker_role(coordinator: str, *, worker_id: str | None = None,
         args.append("--allow-main-scripts")
     if context_ttl is not None:
         args += ["--context-ttl", f"{context_ttl:g}"]
+    if threads is not None:
+        args += ["--threads", str(threads)]
     return Role("workers", tuple(args + _common(keys, log_level)))
 
 

@@ -31,6 +31,7 @@ import warnings
 
 import zmq
 
+from deploy.threads import blas_threads
 from disthook import random as streams
 from disthook import wire
 from disthook.distributed import endpoint
@@ -367,6 +368,7 @@ class Worker(ComputeHandlers, HookHandlers, ParamHandlers, Service):
         counts = self.state.counts()
         return {"id": self.id, "pid": os.getpid(), "address": self.address,
                 "stages": [st.name for st in self.stages.values()], "memory": rss_bytes(),
+                "threads": blas_threads(),  # the BLAS threads set (None: numpy's default)
                 "contexts": counts["contexts"], "mailbox": counts["mailbox"],
                 "waits": counts["waits"], "queued": counts["queued"],
                 "hooks_fired": dict(self.captures.fired),
@@ -475,6 +477,15 @@ def advertised_address(bound: str, advertise: str | None, log) -> str:
     return bound
 
 
+def _positive_int(text: str) -> int:
+    import argparse
+
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of threads >= 1, got "
+                                         f"{text!r}")
+    return int(text)
+
+
 def _module_in_traceback(root, tb) -> str | None:
     """The path (in ``root``) of the innermost submodule of ``root`` running in ``tb``."""
     paths = {id(m): name for name, m in root.named_modules() if name}
@@ -514,6 +525,11 @@ def main(argv=None) -> int:
                         "their backward (default 4096); a forward past it is refused")
     p.add_argument("--max-hooks", type=int, default=4096, metavar="N",
                    help="hooks one client may register on one model here (default 4096)")
+    p.add_argument("--threads", type=_positive_int, metavar="N",
+                   help="threads this worker's arithmetic uses (BLAS, OpenMP), set before "
+                        "numpy loads (default: the environment's OMP_NUM_THREADS, "
+                        "OPENBLAS_NUM_THREADS..., else every core; local_cluster gives each "
+                        "worker its share of the cores)")
     p.add_argument("--parent-pid", type=int, help="stop when this parent process is gone")
     p.add_argument("--allow-hook-module", action="append", default=[], metavar="MODULE",
                    help="a module (or package) whose functions hooks.by_path may run here; "
@@ -537,6 +553,10 @@ def main(argv=None) -> int:
     import signal
 
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: stacks
+    if args.threads is not None and blas_threads() != args.threads:
+        logging.getLogger(__name__).warning(
+            "--threads %d came after numpy loaded, which keeps its own count: start the "
+            "worker with python -m workers (or disthook worker) for it to apply", args.threads)
     if not tune_malloc():
         logging.getLogger(__name__).info("malloc not tuned (not glibc)")
     try:

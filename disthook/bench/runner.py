@@ -8,10 +8,9 @@ import os
 import subprocess
 import sys
 
+from deploy.threads import THREAD_VARS
 from disthook.bench import SUITES
 
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-               "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 # suites that print tables of their own; the others share the table of disthook.bench.table
 OWN_TABLES = ("pipeline", "scaling", "scaleout", "peers", "tenancy")  # printed in this order
 # the suites that take the options --stages, --width, --batch and --micro

@@ -23,6 +23,7 @@ import weakref
 
 from deploy.local import spawn, stderr_tail
 from deploy.roles import Role, coordinator_role, worker_role
+from deploy.threads import share_of_cores
 from disthook.distributed.endpoint import check_free, parse
 from disthook.distributed.rpc import (
     DEFAULT_TIMEOUT,
@@ -452,7 +453,8 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
                   start_timeout: float = 60.0, log_level: str = "WARNING",
                   stderr=None, allow_hook_modules=(), restart: bool = False,
                   secure: bool = False, keys=None, context_ttl: float = 600.0,
-                  allow_main_scripts: bool = True, allow_model_modules=None) -> Cluster:
+                  allow_main_scripts: bool = True, allow_model_modules=None,
+                  threads: int | None = None) -> Cluster:
     """Start a coordinator and ``workers`` worker processes on this machine; a ``Cluster``.
 
     ``allow_hook_modules``: modules (or packages) whose functions ``hooks.by_path`` may run
@@ -466,10 +468,19 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
     graphs of a client that vanished are dropped then). ``allow_main_scripts``: workers
     import a client's script for the classes defined there (the default: the client is on
     this machine); ``allow_model_modules``: when given, the only modules (or packages) besides
-    disthook whose classes workers take (``disthook serve`` passes the served model's)."""
+    disthook whose classes workers take (``disthook serve`` passes the served model's).
+    ``threads``: the BLAS and OpenMP threads of each worker; by default its share of this
+    machine's cores (at least 1), unless the environment sets a count (OMP_NUM_THREADS,
+    OPENBLAS_NUM_THREADS, ...), which every worker then keeps. Without a limit each worker's
+    BLAS would take every core, and the workers would take the cores from one another."""
     _refuse_in_worker("local_cluster()")
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise ValueError(f"local_cluster() needs workers >= 1, got {workers!r}")
+    if threads is None:
+        threads = share_of_cores(workers)
+    elif not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+        raise ValueError(f"local_cluster() needs threads >= 1 (or None: each worker's share "
+                         f"of the cores), got {threads!r}")
     check_free(f"tcp://{host}:{port}")  # EndpointInUse now, not a coordinator's traceback
     procs: list[subprocess.Popen] = []
     scratch = None  # a key directory made for this cluster alone
@@ -488,7 +499,7 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
         worker = worker_role(address, bind=f"tcp://{host}:0", keys=key_dir,
                              log_level=log_level, allow_hook_modules=allow_hook_modules,
                              allow_main_scripts=allow_main_scripts, context_ttl=context_ttl,
-                             allow_model_modules=allow_model_modules)
+                             allow_model_modules=allow_model_modules, threads=threads)
         for _ in range(workers):
             procs.append(spawn(worker, stderr))
         cluster = Cluster(address, timeout=timeout, _processes=procs,

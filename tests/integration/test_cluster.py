@@ -79,6 +79,33 @@ def test_bad_worker_count():
             local_cluster(workers=bad)
 
 
+def test_each_local_worker_gets_its_share_of_the_cores_unless_told(monkeypatch):
+    """A local worker's BLAS would take every core; each gets its share (at least one),
+    the count given, or the environment's when it sets one."""
+    from deploy.threads import THREAD_VARS
+
+    def threads(cluster) -> list:
+        out = []
+        for info in cluster.workers():
+            with Peer(info.address) as peer:
+                out.append(peer.request("status", timeout=10)["result"]["threads"])
+        return out
+
+    for var in THREAD_VARS:
+        monkeypatch.delenv(var, raising=False)
+    share = max(1, len(os.sched_getaffinity(0)) // 2)
+    with local_cluster(workers=2) as c:
+        assert threads(c) == [share, share]
+    with local_cluster(workers=1, threads=3) as c:
+        assert threads(c) == [3]
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "5")
+    with local_cluster(workers=1) as c:
+        assert threads(c) == [5]
+    for bad in (0, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="threads >= 1"):
+            local_cluster(workers=1, threads=bad)
+
+
 def test_workers_answer_status_on_their_own_endpoint(cluster):
     for info in cluster.workers():
         with Peer(info.address) as peer:
