@@ -30,15 +30,20 @@ class FakeWorker:
         port = self.sock.bind_to_random_port("tcp://127.0.0.1")
         self.address = f"tcp://127.0.0.1:{port}"
         self.seen: list[wire.Message] = []  # what the client sent, in order
+        self.queued: list[tuple] = []  # messages of a batch not taken yet
         self.failure: BaseException | None = None
 
     def recv(self) -> tuple[bytes, wire.Message]:
-        if not self.sock.poll(10_000):
-            raise TimeoutError("the client sent nothing")
-        frames = self.sock.recv_multipart(copy=False)
-        msg = wire.decode(frames[1:])
+        """The next message the client sent (the answers to a burst of events come as one
+        batch: they are taken one by one)."""
+        if not self.queued:
+            if not self.sock.poll(10_000):
+                raise TimeoutError("the client sent nothing")
+            frames = self.sock.recv_multipart(copy=False)
+            self.queued = [(frames[0].bytes, msg) for msg in wire.decode_all(frames[1:])]
+        client, msg = self.queued.pop(0)
         self.seen.append(msg)
-        return frames[0].bytes, msg
+        return client, msg
 
     def serve(self, *scripts):
         """Answer one request per script, each ``script(client, msg)``."""

@@ -1,5 +1,6 @@
 """The wire codec: round trips, zero copy, and rejection of every kind of malformed message."""
 import random
+import struct
 
 import msgpack
 import numpy as np
@@ -564,3 +565,38 @@ def test_maps_with_keys_of_mixed_kinds_are_a_wire_error():
     h["f"]["result"] = {"a": 1, b"b": 2}
     with pytest.raises(WireError, match="not a hook value"):
         decode([repack(h)])
+
+
+# ---- batches: several messages in one multipart ---------------------------------------------
+
+def test_a_batch_holds_whole_messages_in_order():
+    one = wire.encode("hook_reply", {"hook": 1, "result": {"tensor": np.arange(3.0),
+                                                          "requires_grad": False}}, req=7)
+    two = wire.encode("error", {"kind": "ValueError", "message": "no"}, req=8)
+    three = wire.encode("hook_reply", {"hook": 2}, req=9)
+    frames = wire.encode_batch([one, two, three])
+    assert len(frames) == 1 + len(one) + len(two) + len(three)
+    got = wire.decode_all([bytes(f) for f in frames], batched=frozenset({"hook_reply",
+                                                                        "error"}))
+    assert [(m.type, m.req) for m in got] == [("hook_reply", 7), ("error", 8),
+                                              ("hook_reply", 9)]
+    assert got[0]["result"]["tensor"].tolist() == [0.0, 1.0, 2.0]
+    # a single message decodes as itself
+    assert [m.req for m in wire.decode_all([bytes(f) for f in two])] == [8]
+
+
+@pytest.mark.parametrize("bad, match", [
+    (lambda one: [wire.BATCH_MAGIC + b"\x01\x00", *one], "4 per message"),
+    (lambda one: [wire.BATCH_MAGIC, *one], "4 per message"),
+    (lambda one: [wire.BATCH_MAGIC + struct.pack("<2I", 1, 5), *one, *one],
+     "does not hold messages"),
+    (lambda one: [wire.BATCH_MAGIC + struct.pack("<2I", 0, 2), *one, *one],
+     "does not hold messages"),
+    (lambda one: [wire.BATCH_MAGIC + struct.pack("<1I", 1), b"\x93junk"], "header"),
+    (lambda one: wire.encode_batch([wire.encode("status", {})]), "may hold"),
+])
+def test_a_wrong_batch_is_refused_whole(bad, match):
+    one = wire.encode("hook_reply", {"hook": 1}, req=3)
+    with pytest.raises(WireError, match=match):
+        wire.decode_all([bytes(f) for f in bad(one)],
+                        batched=frozenset({"hook_reply", "error"}))

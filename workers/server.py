@@ -50,6 +50,7 @@ from workers.compute import ComputeHandlers, rss_bytes
 from workers.params import ParamHandlers
 from workers.runners import Runners
 from workers.state import (
+    ANSWERS,
     ClientGone,
     JobDone,
     Log,
@@ -202,13 +203,14 @@ class Worker(ComputeHandlers, HookHandlers, ParamHandlers, Service):
         self._peers[frames[0].get(zmq.SRCFD)] = sender
         if self.keys is not None and sender not in self._names:  # who, for the logs
             self._names[sender] = key_name(self.keys, frames[0].get("User-Id"))
-        try:
-            msg = wire.decode(body)
+        try:  # a client may send its answers to a burst of hook events as one batch
+            msgs = wire.decode_all(body, batched=ANSWERS)
         except wire.WireError as exc:
             self.log.warning("%s: malformed message from %r: %s", self.name, sender, exc)
             self.reply(self.router, sender, 0, "error", error_fields(exc, worker=self.name))
             return
-        self._execute(self.state.handle(MessageIn(sender, msg)))
+        for msg in msgs:
+            self._execute(self.state.handle(MessageIn(sender, msg)))
 
     def who(self, client: bytes) -> str:
         """A client as the logs name it: its key's name (with keys), else its identity."""

@@ -26,7 +26,7 @@ import itertools
 import time
 from typing import Any
 
-__all__ = ["ClientGone", "Context", "Job", "JobDone", "Log", "MessageIn", "Reply", "Resume", "Run",
+__all__ = ["ANSWERS", "ClientGone", "Context", "Job", "JobDone", "Log", "MessageIn", "Reply", "Resume", "Run",
            "StepRun", "Tick", "Wait", "WorkerState"]
 
 HOOK_TIMEOUT_S = 300.0  # a client hook's answer: the client is alive (its pings answer) but slow

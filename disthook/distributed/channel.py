@@ -94,6 +94,8 @@ class _Hub(HookServer):
         if not self.socks:
             raise RuntimeError(f"the deployed model {self.model} is closed; deploy it again "
                                "to use it")
+        if self._outbox:  # answers to hook events first, as they were made
+            self.flush_answers()
         self.socks[address].send_multipart(
             wire.encode(msg_type, {"model": self.model, **fields}, req=req, ctx=ctx),
             copy=False)
@@ -157,28 +159,10 @@ class _Hub(HookServer):
                         self._raise_lost(address, what or msg_type,
                                          ", ".join(c for c in in_flight if c) or None)
                     continue
-                for _ in range(_BURST):  # what has come on it, one poll for them all
-                    try:
-                        reply = wire.decode(sock.recv_multipart(zmq.NOBLOCK, copy=False))
-                    except zmq.Again:  # all taken (or a hook's own call took it)
-                        break
-                    except wire.WireError:
-                        continue
-                    if reply.type == "hook_event":  # a worker runs one of our hooks meanwhile
-                        self._serve_event(sock, reply)
-                        deadline.renew()  # the worker is alive
-                        continue
-                    if reply.type == "warning":
-                        _issue_warning(reply)
-                        continue
-                    if reply.req in reqs:
-                        if reply.type == "ok" and not self._stands(reply):
-                            continue  # the pass runs again: its answer follows
-                        replies[reply.req] = reply
-                    elif reply.type == "error" and reply.req in self._answered_ahead:
-                        del self._answered_ahead[reply.req]
-                        self.late_error = reply
-                    # else: a late answer to a timed-out request
+                try:
+                    self._take(sock, reqs, replies, deadline)
+                finally:  # the answers to the events of the burst go together
+                    self.flush_answers(sock)
         # warnings a stage sent before passing its result on may still be on their way on
         # another socket than the last answer's: take those that are here (with one socket
         # they came before the answer, in order)
@@ -206,6 +190,32 @@ class _Hub(HookServer):
         if self.late_error is not None:
             self._raise_late_error()
         return [replies[req] for req in reqs]
+
+    def _take(self, sock: zmq.Socket, reqs: list, replies: dict, deadline) -> None:
+        """Take what has come on ``sock``, one poll for it all: serve hook events (their
+        answers queued), issue warnings, and keep the replies to ``reqs``."""
+        for _ in range(_BURST):
+            try:
+                reply = wire.decode(sock.recv_multipart(zmq.NOBLOCK, copy=False))
+            except zmq.Again:  # all taken (or a hook's own call took it)
+                return
+            except wire.WireError:
+                continue
+            if reply.type == "hook_event":  # a worker runs one of our hooks meanwhile
+                self._serve_event(sock, reply)
+                deadline.renew()  # the worker is alive
+                continue
+            if reply.type == "warning":
+                _issue_warning(reply)
+                continue
+            if reply.req in reqs:
+                if reply.type == "ok" and not self._stands(reply):
+                    continue  # the pass runs again: its answer follows
+                replies[reply.req] = reply
+            elif reply.type == "error" and reply.req in self._answered_ahead:
+                del self._answered_ahead[reply.req]
+                self.late_error = reply
+            # else: a late answer to a timed-out request
 
     def _stands(self, reply: wire.Message) -> bool:
         """Whether the ``ok`` answer ``reply`` stands. One that went before the worker took
@@ -347,6 +357,8 @@ class _Hub(HookServer):
         call that returned before the worker took them (see ``_stands``)."""
         self._busy += 1  # from now on nothing is sent: the model's stages go as a whole
         if os.getpid() == self._pid:
+            if self._outbox and self.socks:
+                self.flush_answers()
             for sock in self.socks.values():
                 sock.disable_monitor()
             for monitor in self.monitors:

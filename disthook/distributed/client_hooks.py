@@ -48,6 +48,8 @@ class HookServer:
         self._broken_rounds: dict[str, None] = {}
         # id of a socket -> (the round of its latest event, the tensors its events sent)
         self._rounds: dict[int, tuple] = {}
+        # socket -> the encoded answers to the events of its current burst, not sent yet
+        self._outbox: dict[zmq.Socket, list] = {}
 
     def _serve_event(self, sock: zmq.Socket, event: wire.Message) -> None:
         """Run the hook a worker asked for and answer it on the socket the event came on.
@@ -62,14 +64,14 @@ class HookServer:
             args = self._round_args(sock, spec, event["args"])
         except ValueError as exc:
             self._break_round(spec)
-            sock.send_multipart(wire.encode("error", {"kind": "ValueError",
-                                                      "message": str(exc)},
-                                            req=event.req, ctx=event.ctx), copy=False)
+            self._answer(sock, wire.encode("error", {"kind": "ValueError",
+                                                     "message": str(exc)},
+                                           req=event.req, ctx=event.ctx))
             return
         if spec is not None and spec in self._broken_rounds:
-            sock.send_multipart(wire.encode("hook_reply", {"hook": event["hook"],
-                                                           "stale": True},
-                                            req=event.req, ctx=event.ctx), copy=False)
+            self._answer(sock, wire.encode("hook_reply", {"hook": event["hook"],
+                                                          "stale": True},
+                                           req=event.req, ctx=event.ctx))
             return
         broken = False
         try:
@@ -86,7 +88,25 @@ class HookServer:
                                  req=event.req, ctx=event.ctx)
         if broken:
             self._break_round(spec)
-        sock.send_multipart(frames, copy=False)
+        self._answer(sock, frames)
+
+    def _answer(self, sock: zmq.Socket, frames: list) -> None:
+        """Queue the answer ``frames`` to an event that came on ``sock``: the answers to a
+        burst of events go together (``flush_answers``), before anything else is sent on
+        that socket."""
+        queued = self._outbox.get(sock)
+        if queued is None:
+            queued = self._outbox[sock] = []
+        queued.append(frames)
+
+    def flush_answers(self, sock: zmq.Socket | None = None) -> None:
+        """Send the queued answers (on ``sock``, or on every socket): one message as it is,
+        several as one batch (``wire.encode_batch``)."""
+        for each in ([sock] if sock is not None else list(self._outbox)):
+            queued = self._outbox.pop(each, None)
+            if queued:
+                each.send_multipart(queued[0] if len(queued) == 1
+                                    else wire.encode_batch(queued), copy=False)
 
     def _break_round(self, spec: str | None) -> None:
         """Round ``spec`` got an answer that changed something or failed: its later events
