@@ -17,7 +17,9 @@ import zmq
 from disthook import wire
 from disthook.distributed.client_hooks import HookServer, _issue_warning
 from disthook.distributed.rpc import (
+    ClusterError,
     Deadline,
+    RemoteError,
     RemoteTimeout,
     WorkerLost,
     next_request_id,
@@ -352,9 +354,20 @@ class _Hub(HookServer):
 
     def close(self, unload: bool = True) -> None:
         """Close the sockets; with ``unload`` the workers first drop the model's stages (sent
-        without waiting: a worker that is gone has nothing left to drop). What is still
-        queued goes out when there is something to say: the unload, or hook answers of a
-        call that returned before the worker took them (see ``_stands``)."""
+        without waiting: a worker that is gone has nothing left to drop). When a call
+        returned before its workers took its hooks' answers (see ``_stands``), a request
+        behind those answers on each socket waits for them to be taken first."""
+        if self._answered_ahead and self.socks and os.getpid() == self._pid \
+                and not self._busy:
+            # a call answered ahead of its hooks' answers: the workers take those answers
+            # before they see this connection close (a request behind them on each socket)
+            try:
+                self.request_all([(address, {}) for address in self.socks
+                                  if address not in self.lost], "list_hooks",
+                                 what="the last hook answers")
+            except (ClusterError, RemoteTimeout, RemoteError):
+                pass  # a worker that is gone took nothing more
+            self._answered_ahead.clear()
         self._busy += 1  # from now on nothing is sent: the model's stages go as a whole
         if os.getpid() == self._pid:
             if self._outbox and self.socks:
@@ -366,7 +379,7 @@ class _Hub(HookServer):
             for address, sock in self.socks.items():
                 if unload and address not in self.lost:
                     self.send(address, "unload", {})
-                sock.close(linger=500 if unload or self._answered_ahead else 0)
+                sock.close(linger=500 if unload else 0)
         self.socks = {}
 
 

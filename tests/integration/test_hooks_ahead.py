@@ -552,3 +552,42 @@ def test_a_forward_that_fails_after_its_output_went_ahead_keeps_no_graph(cluster
             rtol=1e-5, atol=1e-6)
     finally:
         remote.close()
+
+
+def spy_on_requests(hub) -> list:
+    """The kinds of the requests ``hub`` sends from now on, in order."""
+    asked, request_all = [], hub.request_all
+
+    def spy(calls, kind, **options):
+        asked.append(kind)
+        return request_all(calls, kind, **options)
+
+    hub.request_all = spy
+    return asked
+
+
+def test_a_client_that_closes_after_a_call_answered_ahead_leaves_nothing_waiting(tmp_path):
+    # the call returned before the worker took its hooks' answers; closing the model waits
+    # for the worker to take them (a request behind them on the socket), so the worker
+    # never sees the client go with a pass still waiting, which it would log as a client
+    # gone mid-call
+    from disthook.distributed import local_cluster
+
+    log = tmp_path / "workers.log"
+    torch.manual_seed(0)
+    net = nn.Sequential(*[nn.Linear(64, 64) for _ in range(24)])
+    with open(log, "w") as stderr, local_cluster(workers=1, stderr=stderr) as cluster:
+        for round_ in range(4):
+            owner = cluster.deploy(net, stages=1, name=f"closing{round_}")
+            remote = cluster.attach(f"closing{round_}")  # closing it leaves the stage
+            for layer in remote:  # many answers to take after the result went
+                layer.register_forward_hook(lambda *args: None)
+            with torch.no_grad():
+                for _ in range(3):
+                    remote(torch.randn(32, 64))
+            asked = spy_on_requests(remote._hub)
+            remote.close()
+            assert asked == ["list_hooks"]
+            assert stage_stats(cluster, owner)["answers_ahead"] == 2
+            owner.close()
+    assert "went away" not in log.read_text()
