@@ -357,6 +357,7 @@ class _Hub(HookServer):
         without waiting: a worker that is gone has nothing left to drop). When a call
         returned before its workers took its hooks' answers (see ``_stands``), a request
         behind those answers on each socket waits for them to be taken first."""
+        late = None  # an earlier call's failure heard now: raised once the sockets closed
         if self._answered_ahead and self.socks and os.getpid() == self._pid \
                 and not self._busy:
             # a call answered ahead of its hooks' answers: the workers take those answers
@@ -367,6 +368,8 @@ class _Hub(HookServer):
                                  what="the last hook answers")
             except (ClusterError, RemoteTimeout, RemoteError):
                 pass  # a worker that is gone took nothing more
+            except RuntimeError as exc:  # _raise_late_error's
+                late = exc
             self._answered_ahead.clear()
         self._busy += 1  # from now on nothing is sent: the model's stages go as a whole
         if os.getpid() == self._pid:
@@ -381,5 +384,7 @@ class _Hub(HookServer):
                     self.send(address, "unload", {})
                 sock.close(linger=500 if unload else 0)
         self.socks = {}
+        if late is not None:
+            raise late
 
 
