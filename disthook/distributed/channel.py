@@ -7,10 +7,13 @@ output is gone, and optimizer calls (``zero_grad()``, and ``step()`` once an opt
 first step made its shares on the workers), which ride with the next forward."""
 from __future__ import annotations
 
+import atexit
 import itertools
 import os
 import threading
 import uuid
+import warnings
+import weakref
 
 import zmq
 
@@ -33,6 +36,26 @@ __all__ = []
 _BURST = 32  # messages taken off one socket per poll, at most
 _ANSWERED_AHEAD_KEPT = 256  # requests whose answer came ahead of the hooks' (see _stands)
 _call_numbers = itertools.count(1)  # optimizer calls that ride with a forward (see defer)
+
+
+def _flush_at_exit(ref) -> None:
+    """At interpreter exit: send the optimizer calls a program made after its last request
+    to a model it did not close (an attached client's last step lands on stages that stay),
+    waiting a few seconds at most; a warning if they cannot go."""
+    hub = ref()
+    if hub is None or not hub.socks or not hub.pending_optimizer or os.getpid() != hub._pid \
+            or hub._busy:
+        return
+    hub.timeout = min(hub.timeout, EXIT_FLUSH_TIMEOUT_S)
+    try:
+        hub.flush_optimizer_calls()
+    except Exception as exc:  # noqa: BLE001 - the program is ending: say it, do not raise
+        warnings.warn(f"disthook: the last optimizer calls on model {hub.model} were not "
+                      f"sent as the program ended: {type(exc).__name__}: {exc}",
+                      RuntimeWarning, stacklevel=1)
+
+
+EXIT_FLUSH_TIMEOUT_S = 10.0
 
 
 class _Hub(HookServer):
@@ -86,6 +109,9 @@ class _Hub(HookServer):
         # of them got afterwards, raised with the next request
         self._answered_ahead: dict[int, None] = {}
         self.late_error: wire.Message | None = None
+        # optimizer steps still pending when the program ends go then (weights the stages
+        # keep must not miss a step the program made)
+        atexit.register(_flush_at_exit, weakref.ref(self))
 
     @property
     def reply_to(self) -> str:

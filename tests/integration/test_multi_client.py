@@ -174,3 +174,46 @@ def test_a_client_stuck_in_its_hook_delays_no_one_and_its_death_frees_its_graphs
             stuck.kill()
             stuck.wait(10)
         remote.close()
+
+
+STEPS_THEN_EXITS = textwrap.dedent('''
+    import sys
+    import disthook as torch
+    from disthook import nn
+    from disthook.distributed import connect
+
+    remote = connect(sys.argv[1]).attach(sys.argv[2])
+    opt = torch.optim.SGD(remote.parameters(), lr=0.1, momentum=0.9)
+    torch.manual_seed(1)
+    x, y = torch.randn(4, 6), torch.randint(0, 3, (4,))
+    for _ in range(2):
+        opt.zero_grad()
+        nn.functional.cross_entropy(remote(x), y).backward()
+        opt.step()  # the second rides with a next request that never comes
+    print("pending", len(remote._hub.pending_optimizer), flush=True)
+''')  # ... and the program ends without closing the model
+
+
+def test_an_attached_clients_last_step_lands_when_its_program_ends(cluster, tmp_path):
+    remote = cluster.deploy(model(), stages=2, name="stepped-at-exit", writable=True)
+    (tmp_path / "client.py").write_text(STEPS_THEN_EXITS)
+    try:
+        done = subprocess.run([sys.executable, "client.py", cluster.address,
+                               "stepped-at-exit"], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "pending 1"
+        local = model()
+        opt = torch.optim.SGD(local.parameters(), lr=0.1, momentum=0.9)
+        torch.manual_seed(1)
+        x, y = torch.randn(4, 6), torch.randint(0, 3, (4,))
+        for _ in range(2):
+            opt.zero_grad()
+            nn.functional.cross_entropy(local(x), y).backward()
+            opt.step()
+        for name, p in local.named_parameters():
+            np.testing.assert_allclose(remote.get_parameter(name).detach().numpy(),
+                                       p.detach().numpy(), rtol=1e-6, atol=1e-7,
+                                       err_msg=name)
+    finally:
+        remote.close()
