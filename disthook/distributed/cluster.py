@@ -454,7 +454,7 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
                   stderr=None, allow_hook_modules=(), restart: bool = False,
                   secure: bool = False, keys=None, context_ttl: float = 600.0,
                   allow_main_scripts: bool = True, allow_model_modules=None,
-                  threads: int | None = None) -> Cluster:
+                  threads: int | str | None = None) -> Cluster:
     """Start a coordinator and ``workers`` worker processes on this machine; a ``Cluster``.
 
     ``allow_hook_modules``: modules (or packages) whose functions ``hooks.by_path`` may run
@@ -469,18 +469,22 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
     import a client's script for the classes defined there (the default: the client is on
     this machine); ``allow_model_modules``: when given, the only modules (or packages) besides
     disthook whose classes workers take (``disthook serve`` passes the served model's).
-    ``threads``: the BLAS and OpenMP threads of each worker; by default its share of this
-    machine's cores (at least 1), unless the environment sets a count (OMP_NUM_THREADS,
-    OPENBLAS_NUM_THREADS, ...), which every worker then keeps. Without a limit each worker's
-    BLAS would take every core, and the workers would take the cores from one another."""
+    ``threads``: the BLAS and OpenMP threads of each worker. None (the default): the
+    environment's, as this process has them, so that the workers' arithmetic rounds as this
+    process's does (BLAS sums in another order with another thread count); "share": each
+    worker's share of this machine's cores (at least 1), unless the environment sets a count
+    (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, ...); or a count. With several workers and no
+    count set, each worker's BLAS takes every core and the workers take the cores from one
+    another: "share" is the fast choice there."""
     _refuse_in_worker("local_cluster()")
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise ValueError(f"local_cluster() needs workers >= 1, got {workers!r}")
-    if threads is None:
+    if threads == "share":
         threads = share_of_cores(workers)
-    elif not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
-        raise ValueError(f"local_cluster() needs threads >= 1 (or None: each worker's share "
-                         f"of the cores), got {threads!r}")
+    elif threads is not None and (not isinstance(threads, int) or isinstance(threads, bool)
+                                  or threads < 1):
+        raise ValueError(f"local_cluster() needs threads >= 1, \"share\" (each worker's "
+                         f"share of the cores) or None (the environment's), got {threads!r}")
     check_free(f"tcp://{host}:{port}")  # EndpointInUse now, not a coordinator's traceback
     procs: list[subprocess.Popen] = []
     scratch = None  # a key directory made for this cluster alone

@@ -79,9 +79,10 @@ def test_bad_worker_count():
             local_cluster(workers=bad)
 
 
-def test_each_local_worker_gets_its_share_of_the_cores_unless_told(monkeypatch):
-    """A local worker's BLAS would take every core; each gets its share (at least one),
-    the count given, or the environment's when it sets one."""
+def test_local_workers_threads_are_the_environments_a_share_or_a_count(monkeypatch):
+    """By default a local worker computes with the environment's thread count, as the
+    client does (the same rounding); "share" gives each its share of the cores (at least
+    one) unless the environment sets a count; or a count."""
     from deploy.threads import THREAD_VARS
 
     def threads(cluster) -> list:
@@ -95,12 +96,15 @@ def test_each_local_worker_gets_its_share_of_the_cores_unless_told(monkeypatch):
         monkeypatch.delenv(var, raising=False)
     share = max(1, len(os.sched_getaffinity(0)) // 2)
     with local_cluster(workers=2) as c:
+        assert threads(c) == [None, None]  # numpy's own: as this process
+    with local_cluster(workers=2, threads="share") as c:
         assert threads(c) == [share, share]
     with local_cluster(workers=1, threads=3) as c:
         assert threads(c) == [3]
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "5")
-    with local_cluster(workers=1) as c:
-        assert threads(c) == [5]
+    for given in (None, "share"):
+        with local_cluster(workers=1, threads=given) as c:
+            assert threads(c) == [5]
     for bad in (0, 1.5, True, "2"):
         with pytest.raises(ValueError, match="threads >= 1"):
             local_cluster(workers=1, threads=bad)
