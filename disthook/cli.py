@@ -77,6 +77,10 @@ def _launch(args) -> int:
     from disthook.distributed import local_cluster
     from disthook.distributed.endpoint import EndpointInUse
 
+    if (args.hosts or args.ray is not None) and args.threads is not None:
+        raise ValueError("--threads sets the threads of local workers; over ssh or Ray each "
+                         "worker's come from its host (ray: the CPUs reserved for it; ssh: "
+                         "set OPENBLAS_NUM_THREADS on the hosts)")
     if args.hosts:
         return _launch_ssh(args)
     if args.ray is not None:
@@ -89,7 +93,7 @@ def _launch(args) -> int:
         cluster = local_cluster(args.workers, host=bind.host, port=bind.port,
                                 heartbeat=args.heartbeat, log_level=args.log_level, stderr=None,
                                 allow_hook_modules=args.allow_hook_module, keys=args.keys,
-                                restart=args.restart)
+                                restart=args.restart, threads=args.threads)
     except EndpointInUse as exc:
         print(f"disthook launch: {exc.advice('--bind')}", file=sys.stderr)
         return 1
@@ -169,7 +173,8 @@ def _serve(args) -> int:
                                 allow_hook_modules=args.allow_hook_module,
                                 allow_main_scripts=False,
                                 allow_model_modules=[*_packages_of(manifest["structure"]),
-                                                     *args.allow_model_module])
+                                                     *args.allow_model_module],
+                                threads=args.threads)
     except EndpointInUse as exc:
         print(f"disthook serve: {exc.advice('--bind')}", file=sys.stderr)
         return 1
@@ -485,6 +490,20 @@ def _worker_options(parser: argparse.ArgumentParser, *, log_level: str) -> None:
     parser.add_argument("--allow-hook-module", action="append", default=[], metavar="MODULE",
                         help="a module (or package) whose functions hooks.by_path may run on "
                              "the workers; repeat for more")
+    parser.add_argument("--threads", type=_threads_arg, metavar="share|N",
+                        help="each worker's BLAS and OpenMP threads: 'share' (its share of "
+                             "this machine's cores, the fast choice with several workers) or "
+                             "a count (default: the environment's, as this process has them: "
+                             "the same rounding as one process)")
+
+
+def _threads_arg(text: str):
+    if text == "share":
+        return text
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected 'share' or a whole number >= 1, got "
+                                         f"{text!r}")
+    return int(text)
 
 
 def build_parser() -> argparse.ArgumentParser:

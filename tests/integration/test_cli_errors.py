@@ -85,6 +85,17 @@ def test_launch_on_a_busy_port_is_one_line(held_port):
         "one), or stop what holds it"]
 
 
+def test_launch_threads_are_for_local_workers(tmp_path):
+    run = disthook("launch", "--threads", "none")
+    assert run.returncode == 2
+    assert "expected 'share' or a whole number >= 1, got 'none'" in run.stderr
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost\n")
+    run = disthook("launch", "--threads", "share", "--hosts", str(hosts), "--dry-run")
+    assert run.returncode == 1
+    assert "--threads sets the threads of local workers" in run.stderr
+
+
 def test_coordinator_on_a_busy_port_is_one_line(held_port):
     run = disthook("coordinator", "--bind", held_port)
     assert run.returncode == 1

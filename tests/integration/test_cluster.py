@@ -211,11 +211,15 @@ def test_launch_and_status_commands(tmp_path):
     port = free_port()
     address = f"tcp://127.0.0.1:{port}"
     launch = subprocess.Popen([sys.executable, "-m", "disthook.cli", "launch", "--workers", "2",
-                               "--bind", address, "--log-level", "WARNING"],
+                               "--bind", address, "--log-level", "WARNING", "--threads", "1"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = launch.stdout.readline()
         assert line.startswith(f"disthook cluster up: coordinator {address}, 2 worker(s)"), line
+        with connect(address) as cluster:  # each worker runs with the threads it was given
+            for info in cluster.workers():
+                with Peer(info.address) as peer:
+                    assert peer.request("status", timeout=10)["result"]["threads"] == 1
         status = subprocess.run([sys.executable, "-m", "disthook.cli", "status",
                                  "--coordinator", address], capture_output=True, text=True,
                                 check=False, timeout=60)
