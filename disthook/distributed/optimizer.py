@@ -86,7 +86,7 @@ class DistributedOptimizer:
 
     def _spec(self, names: list[str], action: str, **extra) -> dict:
         """The ``optimizer`` field of a step message for the share holding ``names``."""
-        return {"id": self.id, "class": self.class_name, "kwargs": self.kwargs,
+        return {"id": self.id, "class": self.class_name, "kwargs": dict(self.kwargs),
                 "params": names, "action": action, **extra}
 
     def state_by_name(self) -> tuple[dict, list]:
