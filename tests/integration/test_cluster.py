@@ -73,6 +73,18 @@ def test_exception_in_the_with_block_still_reaps():
     assert all(gone(pid) for pid in pids)
 
 
+def test_a_start_that_takes_too_long_says_what_there_is_to_go_on():
+    with local_cluster(workers=1) as cluster:
+        with pytest.raises(ClusterError) as caught:
+            cluster.wait_for_workers(2, timeout=0.2)
+    message = str(caught.value)
+    assert message.startswith(f"only 1 of 2 workers registered with {cluster.address} "
+                              "within 0.2 s; the coordinator answered; load average ")
+    assert "start_timeout= gives it longer" in message
+    assert "; coordinator pid " in message and "; workers pid " in message
+    assert message.count(" running") == 2
+
+
 def test_bad_worker_count():
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="workers >= 1"):
