@@ -105,6 +105,9 @@ class _Hub(HookServer):
         # optimizer_call there}: the next forward through every stage carries them (no
         # round trip of their own); any other request sends them first
         self.pending_optimizer: list[dict] = []
+        # ids of the optimizers whose shares a step or a load made on these workers: their
+        # later calls may ride with a forward (a recovered model gets a new channel)
+        self.made_shares: set[int] = set()
         # requests answered ahead of their hooks' answers (see _stands), and an error one
         # of them got afterwards, raised with the next request
         self._answered_ahead: dict[int, None] = {}

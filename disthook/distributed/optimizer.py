@@ -5,7 +5,6 @@ forward."""
 from __future__ import annotations
 
 import itertools
-import weakref
 
 from disthook.distributed.proxies import RemoteParameter
 
@@ -53,9 +52,6 @@ class DistributedOptimizer:
                                  f"these parameters belong to {len(self.models)} models")
         self.checkpoint_every, self.checkpoint = checkpoint_every, checkpoint
         self.steps = 0  # step() calls so far (recover() sets it back to the checkpoint's)
-        # the channels (one per deployment of a model: a recovered model gets a new one)
-        # over which a step made this optimizer's shares
-        self._stepped: weakref.WeakSet = weakref.WeakSet()
 
     @property
     def shares(self) -> dict[tuple, list[str]]:
@@ -81,6 +77,8 @@ class DistributedOptimizer:
                 **(per_share(shares[(mid, address)]) if per_share else {}))})
                 for mid, address in keys]
             replies = model._hub.request_all(calls, "step", what=f"optimizer {action}")
+            if action in ("step", "load"):  # the shares exist now
+                model._hub.made_shares.add(self.id)
             results.update({key: r.get("result") for key, r in zip(keys, replies)})
         return results
 
@@ -108,11 +106,10 @@ class DistributedOptimizer:
         once if a worker refuses it); later ones ride with the model's next forward, or go
         before any other request to its workers (a read of the weights sees them)."""
         for model in self.models.values():
-            if model._hub in self._stepped:
+            if self.id in model._hub.made_shares:
                 model._hub.defer(self._calls(model, "step"))
             else:
                 self._each("step", only=model._model_id)
-                self._stepped.add(model._hub)
         self.steps += 1
         if self.checkpoint_every and self.steps % self.checkpoint_every == 0:
             (model,) = self.models.values()

@@ -5,7 +5,6 @@ client hook). Hooks go through the table of hook kinds (``hook_kinds``)."""
 from __future__ import annotations
 
 import itertools
-import weakref
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
@@ -505,12 +504,12 @@ class RemoteParameter:
         forward where a step of ``optimizer`` made its shares (each share zeroes its own
         parameters), else at once."""
         now = params
-        if optimizer is not None:
-            stepped = optimizer.__dict__.get("_remote_stepped") or ()
-            shares = RemoteParameter._share_calls(optimizer, "zero_grad")
-            later = {id(model) for model, _ in shares if model._hub in stepped}
-            for model, calls in shares:
-                if id(model) in later:
+        share_id = None if optimizer is None else optimizer.__dict__.get("_remote_share_id")
+        if share_id is not None:
+            later = set()
+            for model, calls in RemoteParameter._share_calls(optimizer, "zero_grad"):
+                if share_id in model._hub.made_shares:
+                    later.add(id(model))
                     for call in calls.values():
                         call["set_to_none"] = set_to_none
                     model._hub.defer(calls)
@@ -532,9 +531,9 @@ class RemoteParameter:
         parameter's state: {parameter: {key: value}}); "load" (``state``, the same shape,
         into the shares)."""
         out = {}
-        stepped = optimizer.__dict__.setdefault("_remote_stepped", weakref.WeakSet())
         for model, calls in RemoteParameter._share_calls(optimizer, action):
-            if action == "step" and model._hub in stepped:
+            share_id = next(iter(calls.values()))["id"]
+            if action == "step" and share_id in model._hub.made_shares:
                 model._hub.defer(calls)
                 continue
             if action == "load":
@@ -547,7 +546,7 @@ class RemoteParameter:
                                               for address, call in calls.items()],
                                              "step", what=f"optimizer {action}")
             if action in ("step", "load"):  # the shares exist now
-                stepped.add(model._hub)
+                model._hub.made_shares.add(share_id)
             if action == "state":
                 for reply in replies:
                     for path, value in reply["result"]["state"].items():
