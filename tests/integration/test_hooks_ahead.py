@@ -224,6 +224,20 @@ def test_a_forward_run_again_keeps_worker_captures_once(cluster):
         remote.close()
 
 
+def same_steps(cluster, local, remote, mine, theirs) -> None:
+    """Three training steps of 2 micro-batches: every hook ran 6 times on the values one
+    process shows, the gradients are one process's, and one pass ran again (the switch)."""
+    for path in mine.seen:
+        assert len(theirs.seen[path]) == len(mine.seen[path]) == 6, path
+        for a, b in zip(mine.seen[path], theirs.seen[path]):
+            np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=path)
+    for name, p in local.named_parameters():
+        np.testing.assert_allclose(remote.get_parameter(name).grad.numpy(),
+                                   p.grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
+    stats = stage_stats(cluster, remote)
+    assert stats["passes_again"] == 1 and stats["hooks_ahead"] > 0
+
+
 def test_micro_batch_forwards_of_a_training_step_run_ahead_of_hooks_that_look(cluster):
     # chunks=2 under 1F1B: hooks fire once per micro-batch, with its rows, as when each
     # micro-batch runs through the model in one process; the hook on module 4 doubles its
@@ -246,15 +260,7 @@ def test_micro_batch_forwards_of_a_training_step_run_ahead_of_hooks_that_look(cl
             x, y = torch.randn(6, 4), torch.randn(6, 3)
             step(local, x, y)
             step(remote, x, y, remote=True)
-        for path in mine.seen:
-            assert len(theirs.seen[path]) == len(mine.seen[path]) == 6, path
-            for a, b in zip(mine.seen[path], theirs.seen[path]):
-                np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=path)
-        for name, p in local.named_parameters():
-            np.testing.assert_allclose(remote.get_parameter(name).grad.numpy(),
-                                       p.grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
-        stats = stage_stats(cluster, remote)
-        assert stats["passes_again"] == 1 and stats["hooks_ahead"] > 0
+        same_steps(cluster, local, remote, mine, theirs)
     finally:
         remote.close()
 
@@ -468,15 +474,7 @@ def test_micro_batch_backwards_of_a_training_step_run_ahead_of_hooks_that_look(c
             x, y = torch.randn(6, 4), torch.randn(6, 3)
             step(local, x, y)
             step(remote, x, y)
-        for path in mine.seen:
-            assert len(theirs.seen[path]) == len(mine.seen[path]) == 6, path
-            for a, b in zip(mine.seen[path], theirs.seen[path]):
-                np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=path)
-        for name, p in local.named_parameters():
-            np.testing.assert_allclose(remote.get_parameter(name).grad.numpy(),
-                                       p.grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
-        stats = stage_stats(cluster, remote)
-        assert stats["passes_again"] == 1 and stats["hooks_ahead"] > 0
+        same_steps(cluster, local, remote, mine, theirs)
     finally:
         remote.close()
 
