@@ -43,6 +43,7 @@ class WorkerRecord:
     last_seen: float
     memory: int | None = None
     stages: list = dataclasses.field(default_factory=list)  # as the worker last reported
+    code: bool = False  # it takes models pickled by value from deploying clients
 
 
 @dataclasses.dataclass
@@ -117,7 +118,8 @@ class Coordinator(Service):
             self.log.warning("coordinator: worker id %r re-registered by pid %d (was %d)",
                              wid, msg["pid"], old.pid)
         self.workers[wid] = WorkerRecord(wid, msg["address"], msg["pid"],
-                                         msg.get("host") or "?", sender, now, now)
+                                         msg.get("host") or "?", sender, now, now,
+                                         code=bool(msg.get("code")))
         self.log.info("coordinator: worker %s registered (pid %d, %s)", wid, msg["pid"],
                       msg["address"])
         return {"heartbeat": self.heartbeat}
@@ -141,7 +143,7 @@ class Coordinator(Service):
             "workers": [
                 {"id": r.id, "address": r.address, "pid": r.pid, "host": r.host,
                  "stages": r.stages, "alive": now - r.last_seen <= self.lost_after,
-                 "last_seen": now - r.last_seen, "memory": r.memory}
+                 "last_seen": now - r.last_seen, "memory": r.memory, "code": r.code}
                 for r in sorted(self.workers.values(), key=lambda r: r.registered)
             ],
         }

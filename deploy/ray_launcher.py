@@ -125,7 +125,7 @@ def launch(workers: int = 2, *, address: str | None = None, port: int = DEFAULT_
         # its BLAS threads: the CPUs Ray reserved for it (numpy's would take every core)
         role = worker_role(coordinator, worker_id=f"ray-{node}-{i}", bind="tcp://0.0.0.0:0",
                            advertise=node, keys=keys, log_level=log_level,
-                           threads=max(1, int(cpus_per_worker)))
+                           threads=max(1, int(cpus_per_worker)), allow_code=True)
         ray.get(member.start.remote(role.argv(), False), timeout=timeout)
         members.append(member)
     # the workers register by themselves: connect(address).wait_for_workers(n) waits

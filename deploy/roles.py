@@ -48,12 +48,13 @@ def coordinator_role(bind: str, *, keys: str | None = None, heartbeat: float | N
 def worker_role(coordinator: str, *, worker_id: str | None = None,
                 bind: str = "tcp://0.0.0.0:0", advertise: str | None = None,
                 keys: str | None = None, log_level: str | None = None,
-                allow_hook_modules=(), allow_main_scripts: bool = False,
+                allow_hook_modules=(), allow_code: bool = False,
                 context_ttl: float | None = None, allow_model_modules=None,
                 threads: int | None = None) -> Role:
     """A worker of the coordinator at ``coordinator``, binding ``bind`` and telling peers
-    ``advertise`` (its host name or address, as they reach it). ``allow_main_scripts`` only
-    where the client's script is on the same machine (local clusters). ``threads``: its
+    ``advertise`` (its host name or address, as they reach it). ``allow_code``: it
+    takes models pickled by value (code included) from deploying clients (launchers of a
+    cluster its owner deploys to; never a shared service). ``threads``: its
     BLAS and OpenMP threads (None: the environment's)."""
     args = ["--coordinator", _endpoint(coordinator, "coordinator"),
             "--bind", _endpoint(bind, "bind")]
@@ -66,8 +67,8 @@ def worker_role(coordinator: str, *, worker_id: str | None = None,
     if allow_model_modules is not None:  # None: any installed module; []: disthook only
         for module in allow_model_modules or ["disthook"]:
             args += ["--allow-model-module", module]
-    if allow_main_scripts:
-        args.append("--allow-main-scripts")
+    if allow_code:
+        args.append("--allow-code")
     if context_ttl is not None:
         args += ["--context-ttl", f"{context_ttl:g}"]
     if threads is not None:

@@ -94,7 +94,7 @@ def commands(hosts: list[Host], *, port: int = DEFAULT_PORT, keys: str | None = 
         for i in range(host.workers):
             role = worker_role(address, worker_id=f"{host.name}-{i}", bind="tcp://0.0.0.0:0",
                                advertise=host.advertise or host.name, keys=keys,
-                               log_level=log_level)
+                               log_level=log_level, allow_code=True)
             out.append((f"worker {i} on {host.target}", _over_ssh(ssh, host, role)))
     return out
 

@@ -171,7 +171,7 @@ def _serve(args) -> int:
         cluster = local_cluster(workers, host=bind.host, port=bind.port,
                                 log_level=args.log_level, stderr=None, keys=args.keys,
                                 allow_hook_modules=args.allow_hook_module,
-                                allow_main_scripts=False,
+                                allow_code=False,
                                 allow_model_modules=[*_packages_of(manifest["structure"]),
                                                      *args.allow_model_module],
                                 threads=args.threads)

@@ -51,8 +51,8 @@ __all__ = [
 
 # 2: typed sub-records (hook entries, optimizer calls, hook values); 3: forward and
 # train_step carry optimizer steps as well as zero_grads (optimizer_calls), and an ok may
-# come ahead of its hooks' answers
-PROTOCOL_VERSION = 3
+# come ahead of its hooks' answers; 4: a stage's modules may come pickled by value (code)
+PROTOCOL_VERSION = 4
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
 LOST_AFTER_BEATS = 3  # a connection with no answer to its pings this long is dropped
@@ -180,7 +180,9 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "error": {"kind": "str", "message": "str", "worker": "str?", "path": "str?",
               "stage": "str?", "traceback": "str?"},
     # control plane: worker <-> coordinator
-    "register": {"worker": "str", "address": "str", "pid": "int", "host": "str?"},
+    # code: the worker takes models pickled by value from deploying clients (--allow-code)
+    "register": {"worker": "str", "address": "str", "pid": "int", "host": "str?",
+                 "code": "bool?"},
     "heartbeat": {"worker": "str", "memory": "int?", "stages": "list?"},
     "shutdown": {"reason": "str?"},
     "status": {},
@@ -188,9 +190,13 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # message below names the model (the deployment's id) it is for. aliases: the names
     # under which the client imports disthook's modules ({"torch": "disthook", ...}).
     # writable: clients other than the one that loads the stage may change its weights
-    # (load_state_dict, in-place edits, optimizer steps); by default they may not
-    "load_stage": {"model": "str", "stage": "int", "spec": "map", "prev": "str?",
-                   "next": "str?", "main": "str?", "aliases": "map?", "writable": "bool?"},
+    # (load_state_dict, in-place edits, optimizer steps); by default they may not.
+    # The stage's modules come as data (spec: class paths, attributes, arrays), or pickled by
+    # value (code: the pickle's bytes as a uint8 array; arrays: the tensors' values it refers
+    # to, in order), which only a worker that takes code (--allow-code) accepts
+    "load_stage": {"model": "str", "stage": "int", "spec": "map?", "code": "array?",
+                   "arrays": "list[array]?", "prev": "str?", "next": "str?",
+                   "aliases": "map?", "writable": "bool?"},
     "unload": {"model": "str"},
     # data plane: activations forward, gradients backward. The reply goes to the client
     # named by reply_to (hex of its socket identity) from the last (first) stage.

@@ -18,10 +18,11 @@ import zmq
 import disthook
 from disthook import hooks as toolkit
 from disthook import wire
-from disthook.distributed import aliases
+from disthook.distributed import aliases, shipping
 from disthook.distributed.service import NO_REPLY
-from disthook.distributed.spec import build_module, import_main
+from disthook.distributed.spec import build_module
 from disthook.distributed.values import opaque_in, pack, tensors_in, unpack
+from disthook.nn.modules.module import Module
 from workers.speculation import BACKWARD_KINDS, EarlyAnswer, HookRecord, run_ahead
 from workers.state import Context, StepRun
 
@@ -127,20 +128,11 @@ class ComputeHandlers:
     state and helpers)."""
 
     def on_load_stage(self, job):
-        """Build a stage of model ``msg["model"]`` from its spec and connect to its neighbour
-        stages; a stage of that model held before is replaced."""
+        """Make a stage of model ``msg["model"]`` (pickled by value, or from its spec) and
+        connect to its neighbour stages; a stage of that model held before is replaced."""
         msg = job.msg
-        aliases.install(msg.get("aliases") or {})  # before the model's files are imported
-        main = None
-        if msg.get("main"):
-            if not self.allow_main_scripts:
-                raise PermissionError(
-                    f"the model uses classes of the client's main script {msg['main']}; this "
-                    "worker does not import client scripts (start it with "
-                    "--allow-main-scripts, as local clusters do, or define the classes in a "
-                    "module installed on the workers)")
-            main = import_main(msg["main"])
-        module = build_module(msg["spec"], main=main, allow=self.model_module_allowed)
+        aliases.install(msg.get("aliases") or {})  # before the model's modules are imported
+        module = self._stage_module(msg)
         held = self.stages.get(msg["model"])
         if held is not None:
             held.check_write(job.client, "loading it again")
@@ -162,6 +154,21 @@ class ComputeHandlers:
                       ", writable by others" if stage.writable else "")
         self._beat()
         return {"parameters": sum(p.numel() for p in module.parameters())}
+
+    def _stage_module(self, msg) -> Module:
+        """The stage's module tree: unpickled (code from a deploying client, only where this
+        worker takes code) or built from data (classes by import path, allow-listed)."""
+        if msg.get("code") is not None:
+            if not self.allow_code:
+                raise PermissionError(
+                    "this worker takes no code: the model came pickled with its code, which "
+                    "only workers started with --allow-code (local clusters, disthook "
+                    "launch) run; a shared service takes models as data (classes from "
+                    "installed modules, see disthook serve --allow-model-module)")
+            return shipping.loads(msg["code"], msg.get("arrays") or [])
+        if msg.get("spec") is None:
+            raise ValueError("load_stage carries neither the stage's code nor its spec")
+        return build_module(msg["spec"], allow=self.model_module_allowed)
 
     def model_module_allowed(self, module: str) -> bool:
         """Whether a model's class (or an optimizer's, or a function an attribute names) may

@@ -73,7 +73,7 @@ class Worker(ComputeHandlers, HookHandlers, ParamHandlers, Service):
     def __init__(self, coordinator: str, *, bind: str = "tcp://127.0.0.1:0",
                  worker_id: str | None = None, orphan_after: float | None = None,
                  context_ttl: float = 600.0, parent_pid: int | None = None,
-                 allow_hook_modules: tuple[str, ...] = (), allow_main_scripts: bool = False,
+                 allow_hook_modules: tuple[str, ...] = (), allow_code: bool = False,
                  keys: Keys | None = None, advertise: str | None = None,
                  allow_model_modules: tuple[str, ...] | None = None,
                  max_contexts: int = 4096, max_hooks: int = 4096):
@@ -99,7 +99,8 @@ class Worker(ComputeHandlers, HookHandlers, ParamHandlers, Service):
         self.captures = worker_hooks.Captures()  # what hooks.capture(...) kept, by buffer
         self.captures.current = lambda: getattr(self._local, "job", None)
         self.allow_hook_modules = tuple(allow_hook_modules)  # for hooks.by_path
-        self.allow_main_scripts = allow_main_scripts  # import a client's script by its path
+        # take models pickled by value (code included) from the clients that deploy them
+        self.allow_code = allow_code
         # None: a model's classes (and an optimizer's) may come from any installed module;
         # else only from disthook and these modules or packages (a shared service)
         self.allow_model_modules = (None if allow_model_modules is None
@@ -132,7 +133,7 @@ class Worker(ComputeHandlers, HookHandlers, ParamHandlers, Service):
     def _register(self) -> None:
         self._to_coordinator("register", {
             "worker": self.id, "address": self.address, "pid": os.getpid(),
-            "host": socket.gethostname()})
+            "host": socket.gethostname(), "code": self.allow_code})
 
     def _to_coordinator(self, msg_type: str, fields: dict) -> None:
         """Never blocks: while the coordinator is away its queue may fill; a beat is dropped
@@ -540,9 +541,11 @@ def main(argv=None) -> int:
                    help="take models' classes (and optimizers') only from disthook and this "
                         "module or package; repeat for more (default: any installed module; "
                         "a shared service should list its own)")
-    p.add_argument("--allow-main-scripts", action="store_true",
-                   help="import a client's main script by its path when its model uses "
-                        "classes defined there (local clusters do; the script runs here)")
+    p.add_argument("--allow-code", "--allow-main-scripts", dest="allow_code",
+                   action="store_true",
+                   help="take models pickled by value, their code included, from the clients "
+                        "that deploy them (local clusters and launch do; a shared service "
+                        "does not: its models come as data, classes from installed modules)")
     p.add_argument("--keys", metavar="DIR",
                    help="key directory (disthook keys generate DIR): encrypt every connection "
                         "and accept only the peers it authorizes")
@@ -568,7 +571,7 @@ def main(argv=None) -> int:
                         orphan_after=args.orphan_after or None, parent_pid=args.parent_pid,
                         context_ttl=args.context_ttl, advertise=args.advertise,
                         allow_hook_modules=tuple(args.allow_hook_module),
-                        allow_main_scripts=args.allow_main_scripts, keys=keys,
+                        allow_code=args.allow_code, keys=keys,
                         allow_model_modules=args.allow_model_module,
                         max_contexts=args.max_contexts, max_hooks=args.max_hooks)
     except endpoint.EndpointInUse as exc:

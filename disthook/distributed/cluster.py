@@ -43,17 +43,14 @@ IN_WORKER = False  # set in worker processes: they must not start clusters of th
 
 
 def _refuse_in_worker(call: str) -> None:
-    """A worker imports the client's main script to find the model's classes; code of that
-    script that starts or attaches to a cluster must not run there (it would deploy onto the
-    very worker that waits for it): the import stops at that line, keeping what the script
-    defined above it (``spec.import_main``), and says the fix if a class is missing."""
+    """A worker imports the installed modules a model's classes come from; code in one of
+    them that starts or attaches to a cluster must not run there (it would deploy onto the
+    very worker that waits for it)."""
     if IN_WORKER:
-        from disthook.distributed.spec import MainImportStopped
-
-        raise MainImportStopped(
-            f"{call} was called while a worker imported the client's main script to find the "
-            "model's classes: put the code that starts the cluster under "
-            "if __name__ == \"__main__\":")
+        raise RuntimeError(
+            f"{call} was called while a worker imported a module of the model it was given: "
+            "a module that defines model classes must not start or attach to a cluster when "
+            "imported; put that code under if __name__ == \"__main__\":")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +65,7 @@ class WorkerInfo:
     alive: bool
     last_seen: float
     memory: int | None
+    code: bool = False  # it takes models pickled by value (code included) from deployers
 
     @property
     def stage(self) -> int | None:
@@ -473,7 +471,7 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
                   start_timeout: float = 60.0, log_level: str = "WARNING",
                   stderr=None, allow_hook_modules=(), restart: bool = False,
                   secure: bool = False, keys=None, context_ttl: float = 600.0,
-                  allow_main_scripts: bool = True, allow_model_modules=None,
+                  allow_code: bool = True, allow_model_modules=None,
                   threads: int | str | None = None) -> Cluster:
     """Start a coordinator and ``workers`` worker processes on this machine; a ``Cluster``.
 
@@ -485,9 +483,9 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
     processes accept only this client's key: a fresh key directory is made for the cluster
     (and removed with it), or ``keys=DIR`` names one (``disthook keys generate DIR``).
     ``context_ttl``: seconds a worker keeps a forward's graph waiting for its backward (the
-    graphs of a client that vanished are dropped then). ``allow_main_scripts``: workers
-    import a client's script for the classes defined there (the default: the client is on
-    this machine); ``allow_model_modules``: when given, the only modules (or packages) besides
+    graphs of a client that vanished are dropped then). ``allow_code``: workers
+    take models pickled by value, code included, from the clients that deploy them (the
+    default: this program owns the cluster; see docs/security.md); ``allow_model_modules``: when given, the only modules (or packages) besides
     disthook whose classes workers take (``disthook serve`` passes the served model's).
     ``threads``: the BLAS and OpenMP threads of each worker. None (the default): the
     environment's, as this process has them, so that the workers' arithmetic rounds as this
@@ -518,11 +516,12 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
         coordinator = spawn(first, stderr, announce=True)
         procs.append(coordinator)
         address = _announced_address(coordinator, start_timeout)
-        # allow_main_scripts: the client's script is on this machine (a shared service
-        # turns it off and lists the modules models may come from: allow_model_modules)
+        # allow_code: this program owns the cluster and sends its models with their code (a
+        # shared service turns it off and lists the modules models may come from:
+        # allow_model_modules)
         worker = worker_role(address, bind=f"tcp://{host}:0", keys=key_dir,
                              log_level=log_level, allow_hook_modules=allow_hook_modules,
-                             allow_main_scripts=allow_main_scripts, context_ttl=context_ttl,
+                             allow_code=allow_code, context_ttl=context_ttl,
                              allow_model_modules=allow_model_modules, threads=threads)
         for _ in range(workers):
             procs.append(spawn(worker, stderr))

@@ -30,7 +30,7 @@ import numpy as np
 
 from disthook import random
 from disthook.autograd import grad_mode
-from disthook.distributed import checkpoint, glue, hook_kinds, placement, tree
+from disthook.distributed import checkpoint, glue, hook_kinds, placement, shipping, tree
 from disthook.distributed.aliases import client_aliases
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.distributed.channel import _Hub
@@ -47,7 +47,7 @@ from disthook.distributed.placement import (
 )
 from disthook.distributed.proxies import RemoteHandle, RemoteModule, RemoteParameter
 from disthook.distributed.rpc import DEFAULT_TIMEOUT, ClusterError, RemoteTimeout, WorkerLost
-from disthook.distributed.spec import main_script_of, module_spec
+from disthook.distributed.spec import module_spec
 from disthook.distributed.tree import Layout
 from disthook.nn.modules.container import Sequential
 from disthook.nn.modules.module import Module
@@ -775,18 +775,20 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
             for i, w in enumerate(other._workers):
                 placed.setdefault(w.id, set()).add(f"stage {i} of {other._model_id}")
     workers = choose_workers(alive, stages, placed)
+    # the stages' modules with their code, where every worker takes code (a cluster this
+    # program owns), else as data (a shared service)
+    stage_fields = shipping.stage_fields(module, stage_modules,
+                                         code=all(w.code for w in workers))
     remote = remote_class(type(module))(
         cluster, module, stage_modules, workers, timeout=cluster.timeout, chunks=chunks,
         schedule=schedule, layout=lay, placement=placement)
     object.__setattr__(remote, "_writable", bool(writable))
     object.__setattr__(remote, "_hooks_ahead", hooks_ahead)
-    specs = [module_spec(m) for m in stage_modules]
     aliases = client_aliases()  # `import torch` in the model's files means what it means here
     try:
-        for i, (spec, w) in enumerate(zip(specs, workers)):
+        for i, (fields, w) in enumerate(zip(stage_fields, workers)):
             remote._hub.request(w.address, "load_stage", {
-                "stage": i, "spec": spec, "main": main_script_of(spec),
-                "aliases": aliases or None,
+                "stage": i, **fields, "aliases": aliases or None,
                 "prev": workers[i - 1].address if i > 0 else None,
                 "next": workers[i + 1].address if i + 1 < stages else None,
                 "writable": bool(writable),

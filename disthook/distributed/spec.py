@@ -31,7 +31,6 @@ its other places hold ``{"tied": "<path of the first>"}`` and are rebuilt as the
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import inspect
 import os
 import sys
@@ -72,16 +71,18 @@ def class_path(cls: type) -> str:
 def resolve_class(path: str, *, allow: Callable[[str], bool] | None = None,
                   main=None) -> type:
     """The Module subclass named by ``path``; ``allow(module_name)`` may refuse the import.
-    Classes of ``__main__`` (the client's script) come from ``main``, that script imported
-    by the worker (see ``import_main``)."""
+    Classes of ``__main__`` (this process's script) come from ``main`` (on a client; a worker
+    never imports a client's script: models with such classes reach it pickled by value)."""
     if not isinstance(path, str) or path.count(":") != 1:
         raise SpecError(f"class path must look like 'package.module:ClassName', got {path!r}")
     mod_name, qualname = path.split(":")
     if mod_name in ("__main__", "__mp_main__"):
         if main is None:
             raise SpecError(f"class {path!r} is defined in the client's main script, which "
-                            "this worker did not import; define the class in an importable "
-                            "module, or deploy on a local cluster")
+                            "workers never import; a model that comes as data needs classes "
+                            "from installed modules (define it in a module installed on the "
+                            "workers), or deploy it to workers that take code (a cluster "
+                            "you own: local_cluster or disthook launch)")
         mod_name = main.__name__
     if allow is not None and not allow(mod_name):
         raise SpecError(f"importing {mod_name!r} is not allowed here (class {path!r})")
@@ -91,13 +92,6 @@ def resolve_class(path: str, *, allow: Callable[[str], bool] | None = None,
         for part in qualname.split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as exc:
-        stopped = getattr(main, "__import_stopped__", None) if from_main else None
-        if stopped:  # the client's script starts its cluster above this class
-            raise SpecError(f"cannot find class {path!r} in the client's main script: the "
-                            "worker imports it only up to the line that starts or attaches "
-                            "to the cluster, and the class is defined below that line; "
-                            "define it above, or put the script's code under "
-                            "if __name__ == \"__main__\":") from None
         raise SpecError(f"cannot find class {path!r}: {exc} (sys.path here: "
                         f"{', '.join(p for p in sys.path if p) or 'empty'}); install its "
                         "module where the workers run, or put it on their PYTHONPATH") from None
@@ -362,40 +356,6 @@ def _value_uses_main(value) -> bool:
 
 def _in_main(path: str) -> bool:
     return path.split(":")[0] in ("__main__", "__mp_main__")
-
-
-class MainImportStopped(RuntimeError):
-    """Raised by the line of the client's main script that starts or attaches to a cluster,
-    when a worker imports that script: the import ends there, with what it defined so far."""
-
-
-def import_main(path: str):
-    """The client's main script imported under the name ``__mp_main__`` (so that its
-    ``if __name__ == "__main__":`` block does not run), once per path. A script that starts
-    its cluster unguarded is imported up to that line: the classes defined above it (as
-    scripts usually define them) are found; a class defined below it is not, and the error
-    says so (``resolve_class``)."""
-    loaded = sys.modules.get("__mp_main__")
-    if loaded is not None and getattr(loaded, "__file__", None) == path:
-        return loaded
-    if not os.path.isfile(path):
-        raise SpecError(f"the client's main script {path} is not on this worker's machine; "
-                        "define the model's classes in a module installed on the workers")
-    spec = importlib.util.spec_from_file_location("__mp_main__", path)
-    module = importlib.util.module_from_spec(spec)
-    directory = os.path.dirname(path)
-    if directory not in sys.path:
-        sys.path.insert(0, directory)  # the script's own imports resolve as when it runs
-    sys.modules["__mp_main__"] = module
-    try:
-        spec.loader.exec_module(module)
-    except MainImportStopped as exc:
-        module.__dict__["__import_stopped__"] = str(exc)  # kept: what it defined above
-    except BaseException as exc:
-        sys.modules.pop("__mp_main__", None)
-        raise SpecError(f"importing the client's main script {path} on the worker failed: "
-                        f"{type(exc).__name__}: {exc}") from exc
-    return module
 
 
 def _build(spec, path: str, made: dict[str, Tensor], allow, main=None) -> Module:

@@ -17,7 +17,7 @@ from clusters import wait_until
 
 import disthook as torch
 from disthook import nn
-from disthook.distributed import RemoteError, connect
+from disthook.distributed import RemoteError, connect, shipping
 from disthook.distributed.registry import NameTaken, UnknownModel
 from disthook.distributed.rpc import Peer
 from disthook.distributed.spec import module_spec
@@ -190,9 +190,12 @@ def test_serve_stands_a_checkpoint_up_by_name_and_stops_on_ctrl_c(cluster, tmp_p
                 with pytest.raises(RemoteError, match="importing 'json' is not allowed"):
                     peer.request("load_stage", {"model": "m", "stage": 0, "spec": spec},
                                  timeout=30)
-                with pytest.raises(RemoteError, match="does not import client scripts"):
-                    peer.request("load_stage", {"model": "m", "stage": 0, "spec": spec,
-                                                "main": __file__}, timeout=30)
+                # and no code: a model pickled by value is refused before it is unpickled
+                assert not any(w.code for w in client.workers())
+                blob, arrays = shipping.dumps(nn.Sequential(nn.Linear(2, 2)))
+                with pytest.raises(RemoteError, match="this worker takes no code"):
+                    peer.request("load_stage", {"model": "m", "stage": 0, "code": blob,
+                                                "arrays": arrays}, timeout=30)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 0
         assert "stopping the cluster" in proc.stderr.read()

@@ -1,8 +1,7 @@
-"""A worker never runs the client's connect()/deploy(): a worker importing a script without
-the __main__ guard stops at the line that connects, keeping the classes defined above it (the
-script deploys, as written); a class defined below that line fails at once with the advice,
-and the workers serve on;
-a worker that dies importing a model's module says why in the client's error (issue 18,
+"""A worker never runs the client's script: a script without the __main__ guard deploys its
+classes wherever it defines them (they travel pickled by value); a worker never starts or
+attaches to a cluster itself; a worker that dies importing a model's module (a model that
+comes as data, its classes by import path) says why in the client's error (issue 18,
 item 4)."""
 import subprocess
 import sys
@@ -51,7 +50,7 @@ class Scale(torch.nn.Module):
 '''
 
 
-CLUSTER_WORKERS = 2  # the conftest cluster's size; its workers import client scripts
+CLUSTER_WORKERS = 2  # the conftest cluster's size
 
 
 def test_an_unguarded_script_deploys_its_classes_defined_above_the_connect(cluster, tmp_path):
@@ -63,32 +62,16 @@ def test_an_unguarded_script_deploys_its_classes_defined_above_the_connect(clust
     assert proc.stdout.strip() == "deployed torch.Size([2, 3])"
 
 
-def test_a_class_below_the_connect_fails_fast_with_the_advice_and_the_workers_serve_on(
-        cluster, tmp_path):
+def test_a_class_defined_below_the_connect_deploys_too(cluster, tmp_path):
     script = tmp_path / "unguarded_below.py"
     source = textwrap.dedent(SCRIPT).replace("ADDRESS", repr(cluster.address))
     head, cls, tail = source.partition("class Twice")
     body, connect, rest = tail.partition("cluster = connect")
     script.write_text(head + connect + rest.replace("remote = ", cls + body + "remote = ", 1))
-    started = time.monotonic()
     proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
                           text=True, timeout=60, check=False)
-    took = time.monotonic() - started
-    assert proc.returncode != 0, proc.stdout
-    assert took < 15, f"took {took:.1f} s"  # not the 30 s of a request's deadline
-    assert "the worker imports it only up to the line that starts or attaches to the cluster" \
-        in proc.stderr
-    assert 'define it above, or put the script\'s code under if __name__ == "__main__":' \
-        in proc.stderr
-    # the same workers deploy and run another model at once
-    assert all(w.alive for w in cluster.workers())
-    torch.manual_seed(0)
-    net = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
-    remote = cluster.deploy(net, stages=2)
-    x = torch.randn(5, 3)
-    np_out, np_want = remote(x).detach().numpy(), net(x).detach().numpy()
-    assert np_out.shape == (5, 2) and abs(np_out - np_want).max() < 1e-6
-    remote.close()
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "deployed torch.Size([2, 3])"
 
 
 def test_connect_and_cluster_refuse_to_run_in_a_worker(monkeypatch):
@@ -100,7 +83,8 @@ def test_connect_and_cluster_refuse_to_run_in_a_worker(monkeypatch):
                        (lambda: cluster_module.local_cluster(1), "local_cluster()")):
         with pytest.raises(RuntimeError, match=r"if __name__ == \"__main__\":") as info:
             call()
-        assert str(info.value).startswith(f"{name} was called while a worker imported")
+        assert str(info.value).startswith(f"{name} was called while a worker imported a "
+                                          "module of the model")
 
 
 def test_a_worker_dying_while_importing_a_model_module_says_why(tmp_path, monkeypatch):
@@ -108,7 +92,9 @@ def test_a_worker_dying_while_importing_a_model_module_says_why(tmp_path, monkey
     monkeypatch.syspath_prepend(str(tmp_path))  # before the workers start: they get it too
     from dying_layers import Scale
 
-    with local_cluster(workers=1) as dying:
+    # a model that comes as data (a shared service's workers take no code): the worker
+    # imports the module its class comes from
+    with local_cluster(workers=1, allow_code=False) as dying:
         started = time.monotonic()
         with pytest.raises(WorkerLost) as info:
             dying.deploy(nn.Sequential(Scale(), nn.Linear(2, 2)), stages=1)

@@ -1,7 +1,7 @@
-"""Model classes from the user's own files deploy: a class in the main script (imported by
-the workers the way multiprocessing's spawn does it: up to the line that starts the
-cluster, when the script has no __main__ guard) and a class in a module beside the script
-(workers get the client's sys.path)."""
+"""Model classes from the user's own files deploy: a class in the main script and a class in
+a module beside the script travel pickled by value with the model (workers import neither,
+so a script without a __main__ guard deploys as well); a worker that takes no code (a shared
+service's) refuses them, and classes of the main script cannot come as data."""
 import subprocess
 import sys
 import textwrap
@@ -69,30 +69,33 @@ def test_classes_of_the_main_script_and_a_module_beside_it_deploy(tmp_path):
     assert proc.stdout.strip() == "same output True same grad True"
 
 
-def test_a_script_without_the_main_guard_deploys_its_classes_defined_above(tmp_path):
-    """A worker imports the script up to the line that starts the cluster (in main(),
-    called unguarded at the end): the classes above it are found."""
+def test_a_script_without_the_main_guard_deploys(tmp_path):
+    """The workers never import the script: its unguarded call of main() runs here only."""
     proc = run(tmp_path, "main()")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "same output True same grad True"
 
 
-def test_a_worker_refuses_client_scripts_unless_allowed(tmp_path):
-    """``disthook worker`` started by hand does not run a client's script unless allowed."""
+def test_a_worker_refuses_code_unless_allowed(tmp_path):
+    """``disthook worker`` started by hand runs no client's code unless --allow-code, and a
+    class of a client's script cannot come as data (workers never import scripts)."""
     from disthook import nn
-    from disthook.distributed import RemoteError
+    from disthook.distributed import RemoteError, shipping
     from disthook.distributed.rpc import Peer
     from disthook.distributed.spec import module_spec
 
     spec = module_spec(nn.Sequential(nn.Identity()))
     spec["children"]["0"]["class"] = "__main__:Twice"
+    blob, arrays = shipping.dumps(nn.Sequential(nn.Linear(2, 2)))
+    code = {"model": "m", "stage": 0, "code": blob, "arrays": arrays}
     with worker() as address, Peer(address) as peer:
-        with pytest.raises(RemoteError, match="does not import client scripts"):
-            peer.request("load_stage", {"model": "m", "stage": 0, "spec": spec,
-                                        "main": str(tmp_path / "script.py")}, timeout=30)
+        with pytest.raises(RemoteError, match="this worker takes no code"):
+            peer.request("load_stage", code, timeout=30)
         with pytest.raises(RemoteError, match="defined in the client's main script, which "
-                                              "this worker did not import"):
+                                              "workers never import"):
             peer.request("load_stage", {"model": "m", "stage": 0, "spec": spec}, timeout=30)
+    with worker("--allow-code") as address, Peer(address) as peer:
+        assert peer.request("load_stage", code, timeout=30)["result"]["parameters"] == 6
 
 
 def test_a_class_from_an_interactive_session_cannot_deploy(monkeypatch):

@@ -1,0 +1,228 @@
+"""Placed modules travel as objects: pickled by value with ``cloudpickle``, their tensors'
+values as raw frames beside the pickle.
+
+A deploying client (one whose workers take code: a ``local_cluster`` or ``launch``) sends
+each stage's module tree as it is, the way Dask, Ray and PySpark send user code: no
+constructor is called again, nothing is imported from the client's script on the worker, and
+lambdas, closures, bound methods, mixin constructors and modules held in dicts or lists travel
+as they are. What counts as the user's own code (``__main__``, and every module whose file is
+outside the interpreter's standard library and site-packages, except disthook's own) goes by
+value: the worker needs none of the client's files. Installed libraries (numpy, einops, ...)
+go by reference and are imported on the worker.
+
+Every numpy array of a dtype the wire carries is taken out of the pickle and sent as a frame
+(``wire`` sends frames without copying; a tensor's value is never pickled). Hooks registered
+on the modules before the deploy do not travel: they are the client's, and fire there
+(``glue.carry_hooks``). A stage that reaches a module or a parameter of another stage (an
+attribute holding a module placed elsewhere) is refused before anything is sent: it would
+compute with a stale copy on its worker.
+
+Unpickling runs code: ``loads`` is called only where code is trusted (a worker started with
+``--allow-code``; an attached client that opts in with ``trust_code=True``).
+"""
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import site
+import sys
+import sysconfig
+import threading
+import types
+from collections import OrderedDict
+
+import cloudpickle
+import numpy as np
+
+from disthook.nn.modules.module import Module
+from disthook.tensor import Tensor
+
+__all__ = ["CodeError", "dumps", "loads", "own_code_modules"]
+
+# packages whose modules are always pickled by reference: the library and its processes
+_OURS = frozenset({"disthook", "workers", "coordinator", "deploy", "cloudpickle"})
+# the hook dicts a module keeps: its hooks are the client's and never travel
+_HOOK_DICTS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks",
+               "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
+               "_backward_pre_hooks", "_backward_hooks", "_state_dict_hooks",
+               "_state_dict_pre_hooks", "_load_state_dict_pre_hooks",
+               "_load_state_dict_post_hooks")
+_WIRE_DTYPES = frozenset({"<f2", "<f4", "<f8", "|i1", "<i2", "<i4", "<i8", "|u1", "|b1"})
+_by_value_lock = threading.Lock()  # cloudpickle's by-value registry is process-wide
+
+
+class CodeError(TypeError):
+    """A module tree that cannot travel as it is (it reaches another stage's module or
+    parameter), or pickled code that cannot be loaded here."""
+
+
+# ---- what is the user's own code ----------------------------------------------------------
+
+def _library_dirs() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    dirs = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    try:
+        dirs.update(site.getsitepackages())
+    except AttributeError:  # some virtualenvs' site module lacks it
+        pass
+    user = getattr(site, "getusersitepackages", lambda: None)()
+    dirs.add(user)
+    return tuple(os.path.realpath(d) + os.sep for d in dirs if d)
+
+
+def own_code_modules() -> list[str]:
+    """The names of the imported modules that are the user's own code: files outside the
+    standard library and site-packages, and modules a program made itself (a stub put in
+    ``sys.modules``), but not disthook's (``__main__`` is always by value in cloudpickle)."""
+    libraries = _library_dirs()
+    names = []
+    for name, module in list(sys.modules.items()):
+        if not isinstance(module, types.ModuleType) or name == "__main__" \
+                or name.split(".")[0] in _OURS:
+            continue
+        if getattr(module, "__name__", None) != name:  # an alias (torch -> disthook)
+            continue
+        path = getattr(module, "__file__", None)
+        if not path:  # built in or frozen; or made by the program itself (a stub)
+            if getattr(module, "__spec__", None) is None \
+                    and name not in sys.builtin_module_names:
+                names.append(name)
+            continue
+        real = os.path.realpath(path)
+        if not real.startswith(libraries):
+            names.append(name)
+    return names
+
+
+# ---- pickling -----------------------------------------------------------------------------
+
+def _new_module(cls: type) -> Module:
+    return object.__new__(cls)
+
+
+def _set_module_state(module: Module, state: dict) -> Module:
+    module.__dict__.update(state)
+    return module
+
+
+class _Pickler(cloudpickle.Pickler):
+    """cloudpickle, with arrays as frames, modules without their hooks, and a check that
+    only modules and parameters of the stage itself are reached."""
+
+    def __init__(self, file, arrays: list, own: dict[int, str] | None,
+                 elsewhere: dict[int, str]):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._arrays, self._array_ids = arrays, {}
+        self._own, self._elsewhere = own, elsewhere
+
+    def persistent_id(self, obj):
+        if type(obj) is np.ndarray and obj.dtype.str in _WIRE_DTYPES:
+            index = self._array_ids.get(id(obj))
+            if index is None:
+                index = self._array_ids[id(obj)] = len(self._arrays)
+                self._arrays.append(obj)
+            return index
+        return None
+
+    def reducer_override(self, obj):
+        if isinstance(obj, (Module, Tensor)) and id(obj) in self._elsewhere:
+            kind = "module" if isinstance(obj, Module) else "parameter or buffer"
+            raise CodeError(
+                f"the {kind} {self._elsewhere[id(obj)]!r} ({type(obj).__name__}) is placed on "
+                "another worker, and a module of this stage holds it in an attribute: it "
+                "would compute with a copy of it there. Reach it through the model's own "
+                "tree in forward(), or place both on one worker (placement=)")
+        if isinstance(obj, Module):
+            state = dict(obj.__dict__)
+            for name in _HOOK_DICTS:
+                if name in state:
+                    state[name] = OrderedDict()
+            state["_is_full_backward_hook"] = None
+            state.pop("_constructor_args", None)
+            return (_new_module, (type(obj),), state, None, None, _set_module_state)
+        return super().reducer_override(obj)
+
+
+def dumps(module: Module, *, elsewhere: dict[int, str] | None = None
+          ) -> tuple[np.ndarray, list[np.ndarray]]:
+    """``module`` pickled by value: the pickle (as a uint8 array, a frame of its own) and
+    the arrays it refers to, in order. ``elsewhere``: id -> path of modules and tensors that
+    must not be reached (other stages')."""
+    arrays: list[np.ndarray] = []
+    buffer = io.BytesIO()
+    with _by_value_lock:
+        registered = []
+        for name in own_code_modules():
+            if not cloudpickle.cloudpickle._is_registered_pickle_by_value(sys.modules[name]):
+                cloudpickle.register_pickle_by_value(sys.modules[name])
+                registered.append(name)
+        try:
+            _Pickler(buffer, arrays, None, elsewhere or {}).dump(module)
+        except CodeError:
+            raise
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            raise CodeError(f"cannot send {type(module).__name__} to its worker: {exc}") from exc
+        finally:
+            for name in registered:
+                module_ = sys.modules.get(name)
+                if module_ is not None:
+                    cloudpickle.unregister_pickle_by_value(module_)
+    frames = [np.ascontiguousarray(a) for a in arrays]
+    return np.frombuffer(buffer.getvalue(), dtype=np.uint8), frames
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file, arrays: list):
+        super().__init__(file)
+        self._arrays = arrays
+
+    def persistent_load(self, pid):
+        if not isinstance(pid, int) or not 0 <= pid < len(self._arrays):
+            raise CodeError(f"the pickled model refers to array {pid!r}, but "
+                            f"{len(self._arrays)} came with it")
+        return self._arrays[pid]
+
+
+def loads(code, arrays: list) -> Module:
+    """The module ``dumps`` made, with ``arrays`` (received frames, taken as they are).
+    Runs code: call it only where the sender's code is trusted."""
+    blob = code.tobytes() if isinstance(code, np.ndarray) else bytes(code)
+    try:
+        module = _Unpickler(io.BytesIO(blob), list(arrays)).load()
+    except CodeError:
+        raise
+    except ModuleNotFoundError as exc:
+        raise CodeError(
+            f"the model's code needs the module {exc.name!r}, which is not installed here: "
+            "install it where the workers run (installed libraries are imported by name; "
+            "only the client's own files travel with the model)") from exc
+    if not isinstance(module, Module):
+        raise CodeError(f"the pickled model is a {type(module).__name__}, not a Module")
+    return module
+
+
+# ---- a deploy's stages --------------------------------------------------------------------
+
+def stage_fields(root: Module, stage_modules: list[Module], *, code: bool) -> list[dict]:
+    """What ``load_stage`` carries of each stage of ``root``: its modules pickled by value
+    (``code``: every worker takes code) or as data (a spec: classes by import path, plain
+    attributes, arrays; what a shared service's workers take)."""
+    if not code:
+        from disthook.distributed.spec import module_spec
+
+        return [{"spec": module_spec(m)} for m in stage_modules]
+    paths: dict[int, str] = {}
+    for path, m in root.named_modules(remove_duplicate=False):
+        paths.setdefault(id(m), path or type(root).__name__)
+    for name, t in [*root.named_parameters(remove_duplicate=False),
+                    *root.named_buffers(remove_duplicate=False)]:
+        paths.setdefault(id(t), name)
+    fields = []
+    for stage in stage_modules:
+        own = {id(m) for m in stage.modules()}
+        own.update(id(t) for t in stage.parameters())
+        own.update(id(t) for t in stage.buffers())
+        blob, arrays = dumps(stage, elsewhere={k: p for k, p in paths.items() if k not in own})
+        fields.append({"code": blob, "arrays": arrays})
+    return fields
