@@ -9,13 +9,16 @@ toolkit only registers and removes hooks; they are dispatched where all hooks ar
 
 - ``hooks(...)`` registers its hooks on the workers holding the modules (a Python callable
   runs in the client, a worker hook of ``disthook.distributed.hooks`` in the worker);
-- ``run_with_cache`` and ``trace`` record with ``hooks.capture`` on the workers and fetch
-  the records once per call (as ``cluster.captured`` does, over the model's own
-  connections), with no round trip per module; with
-  micro-batches the pieces of each value are joined along dim 0;
+- a hook on a module that runs on the client (its parts are on several workers, or it
+  is kept there) is an ordinary hook there, as in one process;
+- ``run_with_cache`` and ``trace`` record with ``hooks.capture`` on the workers (ordinary
+  hooks for the modules that run here) and fetch the records once per call (as
+  ``cluster.captured`` does, over the model's own connections), with no round trip per
+  module; with micro-batches the pieces of each value are joined along dim 0;
 - ``patch`` replaces outputs with client forward hooks (a function's result stays
   differentiable across the processes);
-- ``run_until`` runs only the stages up to the one holding the module.
+- ``run_until`` runs only the stages up to the one holding the module (a chain of
+  children only).
 
 Keys name modules by their paths in ``named_modules()`` (the model itself, ``""``, is never
 selected): an exact path (``"blocks.0.attn"``), a glob pattern (``"blocks.*.attn"``,
@@ -30,6 +33,7 @@ import contextlib
 import dataclasses
 import difflib
 import fnmatch
+import itertools
 import sys
 import uuid
 import warnings
@@ -61,9 +65,13 @@ class ActiveHook:
     id: int
 
 
-# local models: model -> {handle id: ActiveHook} of the toolkit hooks on it now (a deployed
-# model's workers list their own, so that what they hold is what is reported)
+# model -> {handle id: ActiveHook} of the toolkit hooks registered in this process now (a
+# deployed model's workers list their own, so that what they hold is what is reported)
 _registry: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# deployed models: model -> {("here" or "worker", id): when it was registered}, so that the
+# hooks here and on the workers are listed together in the order they were registered
+_order: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_sequence = itertools.count()
 
 
 def _is_remote(model) -> bool:
@@ -125,42 +133,78 @@ def _model_name(model) -> str:
 
 # ---- temporary hooks -------------------------------------------------------------------------
 
+def _runs_here(model, path: str) -> bool:
+    """Whether the module at ``path`` runs in this process: any module of a local model; on
+    a deployed model one the client holds (its parts are on several workers, or it was kept
+    here), whose hooks are ordinary hooks here, as in one process."""
+    return not _is_remote(model) or model._layout.stage_of(path) is None
+
+
 def _add(model, plan: list[tuple]) -> list:
-    """Register the toolkit hooks of ``plan`` [(kind, path, fn)]; their handles. On a
-    deployed model the requests go out together; if one fails, none stays."""
-    if _is_remote(model):
-        return model._add_hooks([(kind, path, fn, model.get_submodule(path), {})
-                                 for kind, path, fn in plan], tag=TAG)
-    worker_hooks = sys.modules.get("disthook.distributed.hooks")
-    handles: list = []
+    """Register the toolkit hooks of ``plan`` [(kind, path, fn)]; their handles, in plan
+    order. A hook on a module that runs here is registered here (an ordinary hook); on a
+    deployed model the others go to their workers, the requests together. If one fails,
+    none stays."""
+    order = _order.setdefault(model, {})
+    when = [next(_sequence) for _ in plan]  # listed in plan order, wherever each runs
+    handles: dict[int, object] = {}
     try:
-        for kind, path, fn in plan:
-            if worker_hooks is not None and isinstance(fn, worker_hooks.WorkerHook):
-                raise TypeError(f"{fn!r} for {path!r} runs on a worker: use it on a deployed "
-                                "model (cluster.deploy(...)), or pass a function here")
-            handle = getattr(model.get_submodule(path), KINDS[kind])(fn)
-            handles.append(handle)
-            _registry.setdefault(model, {})[handle.id] = ActiveHook(kind, path, "local",
-                                                                    handle.id)
+        for i, (kind, path, fn) in enumerate(plan):
+            if _runs_here(model, path):
+                handles[i] = _add_here(model, kind, path, fn)
+                order[("here", handles[i].id)] = when[i]
+        there = [i for i in range(len(plan)) if i not in handles]
+        if there:
+            made = model._add_hooks([(plan[i][0], plan[i][1], plan[i][2],
+                                      model.get_submodule(plan[i][1]), {}) for i in there],
+                                    tag=TAG)
+            for i, handle in zip(there, made):
+                handles[i] = handle
+                order[("worker", handle.id)] = when[i]
     except BaseException:
-        _remove(model, handles)
+        _remove(model, list(handles.values()))
         raise
-    return handles
+    return [handles[i] for i in range(len(plan))]
+
+
+def _add_here(model, kind: str, path: str, fn):
+    """One toolkit hook registered in this process on the module at ``path``."""
+    worker_hooks = sys.modules.get("disthook.distributed.hooks")
+    if worker_hooks is not None and isinstance(fn, worker_hooks.WorkerHook):
+        if _is_remote(model):
+            raise TypeError(f"{fn!r} for {path!r} runs on a worker, but the module at "
+                            f"{path!r} runs on the client (its parts are on several "
+                            "workers, or it was kept here): pass a function for it, or "
+                            "select the modules inside it")
+        raise TypeError(f"{fn!r} for {path!r} runs on a worker: use it on a deployed "
+                        "model (cluster.deploy(...)), or pass a function here")
+    handle = getattr(model.get_submodule(path), KINDS[kind])(fn)
+    where = "client" if _is_remote(model) else "local"
+    _registry.setdefault(model, {})[handle.id] = ActiveHook(kind, path, where, handle.id)
+    return handle
 
 
 def _remove(model, handles: list) -> None:
-    """Remove the toolkit hooks of ``handles`` (locally each is tried; the first failure
-    is raised after)."""
-    if _is_remote(model):
-        model._remove_hooks([handle.id for handle in handles])
-        return
+    """Remove the toolkit hooks of ``handles``: those on workers with one request per
+    worker, those here one by one (each is tried; the first failure is raised after)."""
     failure = None
-    for handle in reversed(handles):
+    proxies = sys.modules.get("disthook.distributed.proxies")  # loaded with any deployment
+    on_workers = [h for h in handles
+                  if proxies is not None and isinstance(h, proxies.RemoteHandle)]
+    if on_workers:
+        try:
+            model._remove_hooks([handle.id for handle in on_workers])
+        except Exception as exc:  # noqa: BLE001 - those here must still go
+            failure = exc
+        for handle in on_workers:
+            _order.get(model, {}).pop(("worker", handle.id), None)
+    for handle in reversed([h for h in handles if not any(h is w for w in on_workers)]):
         try:
             handle.remove()
         except Exception as exc:  # noqa: BLE001 - the others must still go
             failure = failure or exc
         _registry.get(model, {}).pop(handle.id, None)
+        _order.get(model, {}).pop(("here", handle.id), None)
     if failure is not None:
         raise failure
 
@@ -201,15 +245,21 @@ def _where(fn, model, path: str) -> str:
 
 
 def active_hooks(model) -> list[ActiveHook]:
-    """The hooks the toolkit registered on ``model`` that are registered now; on a
-    deployed model as its workers list them."""
+    """The hooks the toolkit registered on ``model`` that are registered now, in the order
+    they were registered; on a deployed model those on its workers as the workers list them,
+    with those on the modules that run here."""
+    here = list(_registry.get(model, {}).values())
     if not _is_remote(model):
-        return list(_registry.get(model, {}).values())
-    return [ActiveHook(h["kind"], h["path"],
-                       "client" if h["runs"] == "client" else f"worker {h['worker']}",
-                       h["hook"])
-            for h in sorted(model._hooks_on_workers(), key=lambda h: h["hook"])
-            if h["tag"] == TAG]  # ids count up in registration order
+        return here
+    listed = [(("worker", h["hook"]), ActiveHook(
+                   h["kind"], h["path"],
+                   "client" if h["runs"] == "client" else f"worker {h['worker']}", h["hook"]))
+              for h in model._hooks_on_workers() if h["tag"] == TAG]
+    listed += [(("here", h.id), h) for h in here]
+    order = _order.get(model, {})
+    # those another client registered (not in ``order``) after, by id (ids count up)
+    listed.sort(key=lambda entry: (order.get(entry[0], float("inf")), entry[1].id))
+    return [hook for _, hook in listed]
 
 
 # ---- caches ----------------------------------------------------------------------------------
@@ -244,8 +294,8 @@ def run_with_cache(model, x: Tensor, names="*", include_grads: bool = False, los
 class _Recorder:
     """Records what the hooks of ``paths`` see while it is entered: the first positional
     input, the output and the gradient of the output, each of the module's last call, in
-    ``seen[what][path]``. Locally with hooks that store them; on a deployed model with
-    ``hooks.capture`` on the workers, fetched by ``sync()`` (and on exit)."""
+    ``seen[what][path]``. Where the module runs here, with hooks that store them; where it
+    runs on a worker, with ``hooks.capture`` there, fetched by ``sync()`` (and on exit)."""
 
     def __init__(self, model, paths: list[str], *, inputs: bool, outputs: bool, grads: bool):
         self.model, self.paths = model, paths
@@ -275,7 +325,7 @@ class _Recorder:
                 self.sync()  # also after an error: the workers' buffer is emptied
 
     def _hook(self, what: str, path: str):
-        if self.remote:
+        if not _runs_here(self.model, path):
             from disthook.distributed.hooks import capture
 
             return capture(self.buffer)

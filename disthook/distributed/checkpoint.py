@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import json
 import os
 import sys
@@ -36,7 +37,8 @@ from disthook.tensor import Tensor
 if TYPE_CHECKING:
     from disthook.nn.modules.module import Module
 
-__all__ = ["CheckpointError", "fingerprint", "load", "read", "rebuild", "save", "write"]
+__all__ = ["CheckpointError", "fingerprint", "load", "placed_as", "read", "rebuild", "save",
+           "write"]
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -83,8 +85,8 @@ def write(path: str, manifest: dict, shards: list[dict[str, np.ndarray]]) -> Non
         _atomic_write(os.path.join(path, name), data)
         entries.append({"file": name, "sha256": hashlib.sha256(data).hexdigest()})
     manifest = {**manifest, "format": FORMAT, "shards": entries}
-    _atomic_write(os.path.join(path, MANIFEST),
-                  json.dumps(manifest, indent=1, sort_keys=True).encode())
+    # keys in their order: a module's children are rebuilt in the order they are listed
+    _atomic_write(os.path.join(path, MANIFEST), json.dumps(manifest, indent=1).encode())
     dir_fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(dir_fd)  # the renames themselves are durable
@@ -125,15 +127,20 @@ def read(path: str) -> tuple[dict, list[dict[str, np.ndarray]]]:
 
 
 def save(model, path: str, *, optimizer=None, step: int | None = None) -> None:
-    """Write the deployed model's parameters and buffers (and ``optimizer``'s state) as
-    a checkpoint in directory ``path``, tagged with ``step``."""
+    """Write the deployed model's parameters and buffers (and ``optimizer``'s state: a
+    ``DistributedOptimizer``, or a plain ``disthook.optim`` optimizer over the model's
+    parameters) as a checkpoint in directory ``path``, tagged with ``step``."""
     shards = [{f"param/{n}": np.asarray(a) for n, a in st["state"].items()}
               for st in model._states()]
     manifest = {"step": step, "class": class_path(type(model._local)),
                 "fingerprint": fingerprint(model._local), "stages": model._stage_names,
                 "chunks": model._chunks, "schedule": model._schedule,
+                # how it was placed over its tree (None: contiguous stages of its children)
+                "placement": model._placement,
                 "structure": _structure(model._local)}
-    if optimizer is not None:
+    if optimizer is not None and not _is_distributed(optimizer):
+        manifest["optimizer"] = _save_plain(model, optimizer, shards)
+    elif optimizer is not None:
         if set(optimizer.models) != {id(model)}:
             raise ValueError("save(optimizer=...) takes an optimizer of this model's parameters "
                              "only")
@@ -152,9 +159,9 @@ def save(model, path: str, *, optimizer=None, step: int | None = None) -> None:
 
 
 def load(model, path: str, *, optimizer=None):
-    """Restore the deployed model's parameters and buffers (and ``optimizer``'s state)
-    from the checkpoint in ``path``, which must be of a model of the same structure.
-    Returns the saved step."""
+    """Restore the deployed model's parameters and buffers (and ``optimizer``'s state, of
+    the kind it was saved with) from the checkpoint in ``path``, which must be of a model of
+    the same structure. Returns the saved step."""
     manifest, shards = read(path)
     if manifest["fingerprint"] != fingerprint(model._local):
         raise CheckpointError(f"{path} holds a checkpoint of another model ({manifest['class']}, "
@@ -167,20 +174,141 @@ def load(model, path: str, *, optimizer=None):
         saved = manifest.get("optimizer")
         if saved is None:
             raise CheckpointError(f"{path} was saved without optimizer state")
-        if saved["class"] != optimizer.class_name:
-            raise CheckpointError(f"{path} holds {saved['class']} state, not "
-                                  f"{optimizer.class_name}")
         state: dict = {}
         for key, value in arrays.items():
             if key.startswith("opt/"):
                 name, _, entry = key[4:].rpartition("/")
                 state.setdefault(name, {})[entry] = value
+        if not _is_distributed(optimizer):
+            _load_plain(model, optimizer, saved, state, path)
+            return manifest["step"]
+        if saved["class"] != optimizer.class_name:
+            raise CheckpointError(f"{path} holds {saved['class']} state, not "
+                                  f"{optimizer.class_name}")
+        if saved.get("plain"):
+            raise CheckpointError(f"{path} holds the state of a plain {saved['class']} "
+                                  "optimizer: load it into one made as it was (torch.optim."
+                                  f"{saved['class']}(model.parameters(), ...)), not into a "
+                                  "DistributedOptimizer")
         for name, entries in saved["scalars"].items():
             state.setdefault(name, {}).update(entries)
         optimizer.load_state_by_name(state, saved["param_groups"])
         if isinstance(manifest["step"], int):
             optimizer.steps = manifest["step"]  # its count goes on from the checkpoint's
     return manifest["step"]
+
+
+# ---- a plain optimizer (torch.optim.SGD(model.parameters(), ...)) --------------------------
+
+def _is_distributed(optimizer) -> bool:
+    from disthook.distributed.optimizer import DistributedOptimizer
+
+    return isinstance(optimizer, DistributedOptimizer)
+
+
+def _param_names(model, optimizer, what: str) -> list[str]:
+    """The name in the model of each parameter of ``optimizer``, in its groups' order (its
+    state dict's ids); ``ValueError`` for one that is not the model's."""
+    from disthook.optim import Optimizer
+
+    if not isinstance(optimizer, Optimizer):
+        raise TypeError(f"{what}(optimizer=...) takes a DistributedOptimizer or an optimizer "
+                        f"of disthook.optim (torch.optim.SGD(model.parameters(), ...)), got "
+                        f"{type(optimizer).__name__}")
+    here = {id(p): n for n, p in model.named_parameters()}
+    names = []
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            name = p._path if getattr(p, "_model", None) is model else here.get(id(p))
+            if name is None:
+                raise ValueError(f"{what}(optimizer=...) takes an optimizer of this model's "
+                                 f"parameters only; its {type(optimizer).__name__} has a "
+                                 f"parameter of shape {tuple(p.shape)} that is not one of them")
+            names.append(name)
+    return names
+
+
+def _save_plain(model, optimizer, shards: list[dict]) -> dict:
+    """The manifest entry of a plain optimizer's state; its arrays go to the shard of the
+    stage holding their parameter (stage 0's for a parameter kept on the client)."""
+    names = _param_names(model, optimizer, "save")
+    saved = optimizer.state_dict()
+    scalars: dict = {}
+    for index, entries in saved["state"].items():
+        name = names[index]
+        stage = model._layout.stage_of(name)
+        for key, value in entries.items():
+            if isinstance(value, Tensor):
+                shards[stage or 0][f"opt/{name}/{key}"] = np.array(value.detach().numpy())
+            else:
+                scalars.setdefault(name, {})[key] = _plain_value(value, key)
+    groups = [{k: _plain_value(v, k) for k, v in group.items()}
+              for group in saved["param_groups"]]
+    kind = type(optimizer)
+    return {"plain": True, "class": kind.__name__,
+            "class_path": f"{kind.__module__}:{kind.__qualname__}", "params": names,
+            "param_groups": groups, "scalars": scalars}
+
+
+def _plain_value(value, key: str):
+    """A hyperparameter or scalar state entry as JSON keeps it."""
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (tuple, list)):
+        return [_plain_value(v, key) for v in value]
+    raise TypeError(f"save(optimizer=...): the optimizer's {key!r} is a "
+                    f"{type(value).__name__}, which a checkpoint cannot keep (numbers, "
+                    "strings, None and lists of them)")
+
+
+def _load_plain(model, optimizer, saved: dict, state: dict, path: str) -> None:
+    """Restore a plain optimizer's state saved by ``_save_plain`` with its own
+    ``load_state_dict`` (torch's checks; remote parameters' state goes to their workers)."""
+    names = _param_names(model, optimizer, "load_checkpoint")
+    if not saved.get("plain"):
+        raise CheckpointError(f"{path} holds the state of a DistributedOptimizer of "
+                              f"{saved['class']}: load it into DistributedOptimizer("
+                              f"torch.optim.{saved['class']}, model.parameters(), ...)")
+    if saved["class"] != type(optimizer).__name__:
+        raise CheckpointError(f"{path} holds {saved['class']} state, not "
+                              f"{type(optimizer).__name__}")
+    if names != saved["params"]:
+        wrong = next(i for i, pair in enumerate(itertools.zip_longest(names, saved["params"]))
+                     if pair[0] != pair[1])
+        raise CheckpointError(
+            f"{path} holds optimizer state for {len(saved['params'])} parameters, this "
+            f"optimizer has {len(names)}; they differ first at position {wrong} ("
+            f"{_at(saved['params'], wrong)} saved, {_at(names, wrong)} here): make the "
+            "optimizer over the parameters, in the groups and order, it was saved with")
+    for name, entries in saved["scalars"].items():
+        state.setdefault(name, {}).update(entries)
+    position = {name: i for i, name in enumerate(names)}
+    optimizer.load_state_dict({
+        "state": {position[name]: {k: Tensor._make(np.array(v), None, 0)
+                                   if isinstance(v, np.ndarray) else v
+                                   for k, v in entries.items()}
+                  for name, entries in state.items()},
+        "param_groups": saved["param_groups"]})
+
+
+def _at(names: list[str], i: int) -> str:
+    return repr(names[i]) if i < len(names) else "nothing"
+
+
+def placed_as(manifest: dict) -> tuple[int, dict]:
+    """The stages and ``deploy`` options that place a model as the checkpoint's was: over
+    its tree (its placement), whole on one worker, or as contiguous stages of its children."""
+    stages = manifest["stages"]
+    options = {"chunks": manifest["chunks"], "schedule": manifest["schedule"]}
+    if manifest.get("placement"):
+        return len(stages), {**options, "placement": manifest["placement"]}
+    if stages == [[""]]:
+        return 1, options
+    sizes = [len(names) for names in stages]
+    return len(stages), {**options, "split_points": [sum(sizes[:i])
+                                                     for i in range(1, len(sizes))]}
 
 
 def _structure(module: Module) -> dict:

@@ -205,18 +205,16 @@ class Cluster:
         return remote
 
     def load(self, path: str):
-        """Deploy the model saved in checkpoint ``path`` as it was saved (its classes, stage
-        layout, micro-batches and schedule) with its weights; a ``RemoteModel``. Its
-        optimizer state is restored with ``remote.load_checkpoint(path, optimizer=...)``."""
+        """Deploy the model saved in checkpoint ``path`` as it was saved (its classes, its
+        placement: over its tree, contiguous stages or whole, micro-batches and schedule)
+        with its weights; a ``RemoteModel``. Its optimizer state is restored with
+        ``remote.load_checkpoint(path, optimizer=...)``."""
         from disthook.distributed import checkpoint as ckpt
 
         manifest, shards = ckpt.read(path)
         module = ckpt.rebuild(manifest["structure"], shards)
-        sizes = [len(names) for names in manifest["stages"]]
-        cuts = [sum(sizes[:i]) for i in range(1, len(sizes))]
-        remote = self.deploy(module, len(sizes), split_points=cuts,
-                             chunks=manifest["chunks"], schedule=manifest["schedule"])
-        return remote  # the rebuilt module carried the saved weights to the workers
+        stages, options = ckpt.placed_as(manifest)
+        return self.deploy(module, stages, **options)  # the module carries the saved weights
 
     # ---- models shared by name ----------------------------------------------------------------
     def attach(self, name: str):
