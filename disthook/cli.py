@@ -156,6 +156,12 @@ def _serve(args) -> int:
         print(f"disthook serve: needs --stages >= 1 and --workers >= --stages, got "
               f"{stages} and {workers}", file=sys.stderr)
         return 2
+    if manifest.get("structure") is None:
+        print(f"disthook serve: {args.checkpoint} keeps its {manifest['class']} as code (its "
+              "modules hold code, such as lambdas; saved with code=True), and a shared service "
+              "runs no code: serve takes a model whose modules hold only data",
+              file=sys.stderr)
+        return 1
     if main_script_of(manifest["structure"]) is not None:
         print(f"disthook serve: {args.checkpoint} holds a {manifest['class']}, whose classes "
               "were defined in the script that saved it (__main__): serve makes the model "
@@ -163,8 +169,8 @@ def _serve(args) -> int:
               file=sys.stderr)
         return 1
     # the model as saved: its classes by import path, its weights from the shards (no
-    # constructor runs but those of modules that hold lambdas, with their recorded arguments)
-    module = ckpt.rebuild(manifest["structure"], shards)
+    # constructor runs)
+    module = ckpt.rebuild(manifest, shards, path=args.checkpoint)
     try:
         # a shared service: no client's script runs on the workers, and classes come only
         # from disthook, the served model's packages and those --allow-model-module names

@@ -138,11 +138,14 @@ RECORDS: dict[str, dict[str, str]] = {
     # root class path, who deployed it (a key's name, or the client's socket identity in
     # hex without keys), when (unix seconds), whether others may write its weights, where
     # its stages are, how its tree is laid out, and the module tree's spec with every array
-    # replaced by {"shape", "dtype"} (no weights), from which an attaching client makes a twin
+    # replaced by {"shape", "dtype"} (no weights), from which an attaching client makes a
+    # twin; for a model whose modules hold code, no spec but the tree pickled by value
+    # without its tensors' values (code), which an attaching client loads only if it trusts
+    # the deployer's code (attach(name, trust_code=True))
     "published_model": {"name": "str", "model": "str", "class": "str", "owner": "str",
                         "created": "float", "writable": "bool",
                         "workers": "list[published_stage]", "layout": "published_layout",
-                        "structure": "map"},
+                        "structure": "map?", "code": "bytes?"},
     "published_stage": {"stage": "int", "worker": "str", "address": "str"},
     # kind "chain": the root's children in contiguous stages (``stages`` their names);
     # "tree": parts placed over the tree (``placement`` as deployed, or chosen), ``split``

@@ -84,8 +84,8 @@ def test_tied_weights_stay_tied():
 def test_unsendable_attribute_names_module_and_attribute():
     net = nn.Sequential(nn.Linear(2, 2))
     net[0].act = lambda x: x
-    with pytest.raises(SpecError, match=r"attribute 'act' of 0 \(Linear\) cannot travel to a "
-                                        r"worker: a lambda \(define it as a function"):
+    with pytest.raises(SpecError, match=r"attribute 'act' of 0 \(Linear\) is not data: a "
+                                        r"lambda \(define it as a function"):
         module_spec(net)
 
     def local_fn(x):

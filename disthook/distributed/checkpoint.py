@@ -4,8 +4,10 @@ that a crash at any moment leaves either the previous checkpoint or the new one,
 Layout of a checkpoint directory::
 
     manifest.json               format, step, model class, fingerprint, stage layout,
-                                the model's structure (spec without arrays), optimizer
-                                hyperparameters and scalar state, and each shard's sha256
+                                the model's structure (spec without arrays; with
+                                save(code=True) also the model pickled by value without its
+                                tensors' values), optimizer hyperparameters and scalar
+                                state, and each shard's sha256
     stage-<i>-<token>.npz       stage i's parameters and buffers ("param/<name>") and
                                 optimizer tensors ("opt/<name>/<key>")
 
@@ -20,6 +22,7 @@ Loading checks every shard's sha256 against the manifest.
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import itertools
@@ -31,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from disthook.distributed.spec import build_module, class_path, module_spec
+from disthook.distributed.spec import SpecError, build_module, class_path, module_spec
 from disthook.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -126,10 +129,14 @@ def read(path: str) -> tuple[dict, list[dict[str, np.ndarray]]]:
     return manifest, shards
 
 
-def save(model, path: str, *, optimizer=None, step: int | None = None) -> None:
+def save(model, path: str, *, optimizer=None, step: int | None = None,
+         code: bool = False) -> None:
     """Write the deployed model's parameters and buffers (and ``optimizer``'s state: a
     ``DistributedOptimizer``, or a plain ``disthook.optim`` optimizer over the model's
-    parameters) as a checkpoint in directory ``path``, tagged with ``step``."""
+    parameters) as a checkpoint in directory ``path``, tagged with ``step``. The model is
+    described by class paths and data; with ``code`` its code is kept too (pickled by value),
+    which a model whose modules hold code (lambdas, bound methods) needs to be loaded by
+    ``cluster.load`` (with ``trust_code=True``)."""
     shards = [{f"param/{n}": np.asarray(a) for n, a in st["state"].items()}
               for st in model._states()]
     manifest = {"step": step, "class": class_path(type(model._local)),
@@ -137,7 +144,7 @@ def save(model, path: str, *, optimizer=None, step: int | None = None) -> None:
                 "chunks": model._chunks, "schedule": model._schedule,
                 # how it was placed over its tree (None: contiguous stages of its children)
                 "placement": model._placement,
-                "structure": _structure(model._local)}
+                **_description(model._local, code)}
     if optimizer is not None and not _is_distributed(optimizer):
         manifest["optimizer"] = _save_plain(model, optimizer, shards)
     elif optimizer is not None:
@@ -311,6 +318,23 @@ def placed_as(manifest: dict) -> tuple[int, dict]:
                                                      for i in range(1, len(sizes))]}
 
 
+def _description(module: Module, code: bool) -> dict:
+    """The manifest's description of the model: ``structure`` (data: class paths, attributes,
+    each tensor's shape and dtype; None when its modules hold code, with ``not_data`` saying
+    why) and, with ``code``, the model pickled by value without its tensors' values
+    (base64). Weights are saved either way: ``load_checkpoint`` onto a deployed model needs
+    no description."""
+    try:
+        described = {"structure": _structure(module)}
+    except SpecError as exc:
+        described = {"structure": None, "not_data": str(exc)}
+    if code:
+        from disthook.distributed import shipping
+
+        described["code"] = base64.b64encode(shipping.dumps_structure(module)).decode("ascii")
+    return described
+
+
 def _structure(module: Module) -> dict:
     """The module's spec with every tensor's data replaced by its shape and dtype: the
     checkpoint's description of the model, rebuilt with the saved arrays by ``load``."""
@@ -328,13 +352,37 @@ def _structure(module: Module) -> dict:
     return strip(module_spec(module))
 
 
-def rebuild(structure: dict, shards: list[dict]) -> Module:
+def rebuild(manifest: dict, shards: list[dict], *, path: str,
+            trust_code: bool = False) -> Module:
     """The module a checkpoint describes, with its saved arrays (buffers that are not saved,
-    the non-persistent ones, start as zeros)."""
+    the non-persistent ones, start as zeros): from its data, or, for a model whose modules
+    hold code, from the code it was saved with (``trust_code``: run it)."""
     arrays = {k[len("param/"):]: v for shard in shards for k, v in shard.items()
               if k.startswith("param/")}
-    spec = with_arrays(structure, lambda full, shape, dtype: arrays.get(
-        full, np.zeros(shape, dtype)))
+
+    def array_of(full, shape, dtype):
+        return arrays.get(full, np.zeros(shape, dtype))
+
+    structure = manifest.get("structure")
+    if structure is None:
+        if not manifest.get("code"):
+            why = manifest.get("not_data", "its modules hold code")
+            raise CheckpointError(
+                f"{path} keeps the weights of its model ({manifest['class']}) but cannot make the "
+                f"model again: {why}. Deploy the model and load_checkpoint(path) onto it, or "
+                "save with save(path, code=True) to keep its code for cluster.load")
+        if not trust_code:
+            raise PermissionError(
+                f"{path} keeps its model ({manifest['class']}) as code (saved with code=True: its "
+                "modules hold code, such as lambdas or bound methods), and loading it runs "
+                "that code here: cluster.load(path, trust_code=True) if you trust whoever "
+                "wrote it, or deploy the model yourself and load_checkpoint(path) onto it")
+        from disthook.distributed import shipping
+
+        return shipping.loads_structure(base64.b64decode(manifest["code"]),
+                                        lambda name, shape, dtype: np.array(
+                                            array_of(name, shape, dtype)))
+    spec = with_arrays(structure, array_of)
     # classes of the client's own script resolve to it, as they did when it saved
     return build_module(spec, main=sys.modules.get("__main__"))
 

@@ -204,30 +204,32 @@ class Cluster:
         self._deployments.append(remote)
         return remote
 
-    def load(self, path: str):
+    def load(self, path: str, *, trust_code: bool = False):
         """Deploy the model saved in checkpoint ``path`` as it was saved (its classes, its
         placement: over its tree, contiguous stages or whole, micro-batches and schedule)
         with its weights; a ``RemoteModel``. Its optimizer state is restored with
-        ``remote.load_checkpoint(path, optimizer=...)``."""
+        ``remote.load_checkpoint(path, optimizer=...)``. A checkpoint that keeps its model as
+        code (``save(path, code=True)``) loads only with ``trust_code=True``."""
         from disthook.distributed import checkpoint as ckpt
 
         manifest, shards = ckpt.read(path)
-        module = ckpt.rebuild(manifest["structure"], shards)
+        module = ckpt.rebuild(manifest, shards, path=path, trust_code=trust_code)
         stages, options = ckpt.placed_as(manifest)
         return self.deploy(module, stages, **options)  # the module carries the saved weights
 
     # ---- models shared by name ----------------------------------------------------------------
-    def attach(self, name: str):
+    def attach(self, name: str, *, trust_code: bool = False):
         """The model another client deployed and published as ``name``: a ``RemoteModel``,
         an instance of its class, bound to the same stages over connections of this
         client's own (forward, backward, hooks, ``state_dict``, gradients, as the deployer
         has them). Its class must be importable here (or defined in this script). Closing
         it leaves the stages loaded. ``UnknownModel`` (a ``KeyError``) lists the published
-        names when none is ``name``."""
+        names when none is ``name``. A model whose modules hold code (lambdas) is published
+        with its code, which runs here only with ``trust_code=True``."""
         from disthook.distributed import registry
 
         self._check_open()
-        remote = registry.attach(self, name)
+        remote = registry.attach(self, name, trust_code=trust_code)
         self._deployments.append(remote)
         return remote
 

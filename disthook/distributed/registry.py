@@ -64,7 +64,8 @@ def check_publishable(remote) -> None:
 
 
 def record(remote, name: str, *, owner: str, writable: bool) -> dict:
-    """The ``published_model`` record of a deployed model."""
+    """The ``published_model`` record of a deployed model: its tree described as data, or,
+    when its modules hold code, pickled by value (without its tensors' values)."""
     layout = remote._layout
     # a tree placement is always recorded (given or chosen); contiguous children have none
     kind = "whole" if remote._whole else "chain" if remote._placement is None else "tree"
@@ -78,8 +79,17 @@ def record(remote, name: str, *, owner: str, writable: bool) -> dict:
                    "split": list(layout.split), "client": list(layout.client),
                    "placement": remote._placement, "chunks": remote._chunks,
                    "schedule": remote._schedule},
-        "structure": structure(remote._local),
+        **_description(remote._local),
     }
+
+
+def _description(module) -> dict:
+    try:
+        return {"structure": structure(module)}
+    except SpecError:
+        from disthook.distributed import shipping
+
+        return {"structure": None, "code": shipping.dumps_structure(module)}
 
 
 def _class_path(cls: type) -> str:
@@ -154,8 +164,9 @@ def publish(cluster, remote, name: str, *, writable: bool) -> None:
     object.__setattr__(remote, "_published", name)
 
 
-def attach(cluster, name: str):
-    """A ``RemoteModel`` bound to the deployment published as ``name`` (see the module doc)."""
+def attach(cluster, name: str, *, trust_code: bool = False):
+    """A ``RemoteModel`` bound to the deployment published as ``name`` (see the module doc);
+    ``trust_code``: run the deployer's code here if the model came as code."""
     from disthook.distributed.remote import attached_model
 
     if not isinstance(name, str):
@@ -174,7 +185,8 @@ def attach(cluster, name: str):
             raise ClusterError(f"cannot attach to {name!r}: worker {stage['worker']}, holding "
                                f"stage {stage['stage']}, is not alive")
         workers.append(alive[stage["worker"]])
-    module = twin(found["structure"], name=name)
+    module = twin(found["structure"], name=name) if found.get("structure") is not None \
+        else _code_twin(found, name, trust_code)
     remote = attached_model(cluster, module, workers, found)
     try:
         cluster._coordinator.request("attach", {"name": name, "model": found["model"],
@@ -184,6 +196,21 @@ def attach(cluster, name: str):
         remote.close()
         raise
     return remote
+
+
+def _code_twin(found: dict, name: str, trust_code: bool):
+    """The twin of a model published as code: its tree unpickled (the deployer's code runs
+    here), each parameter and buffer a read-only, zero-memory placeholder."""
+    if not trust_code:
+        raise PermissionError(
+            f"the model published as {name!r} ({found['class']}) came with its deployer's code "
+            "(its modules hold code, such as lambdas or bound methods), and attaching runs "
+            f"that code here: attach({name!r}, trust_code=True) if you trust "
+            f"{found['owner']!r}, who deployed it")
+    from disthook.distributed import shipping
+
+    return shipping.loads_structure(
+        found["code"], lambda _, shape, dtype: np.broadcast_to(np.zeros((), dtype), shape))
 
 
 def leave(remote) -> None:

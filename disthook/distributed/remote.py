@@ -583,12 +583,14 @@ class RemoteModel(Module):
                     yield child
                     stack.append(child)
 
-    def save(self, path: str, *, optimizer: DistributedOptimizer | None = None,
-             step: int | None = None) -> None:
-        """A checkpoint of the model (and of ``optimizer``'s state) in directory ``path``:
-        one .npz per stage and a manifest (disthook.distributed.checkpoint); written
-        atomically, so an interrupted save leaves the previous checkpoint intact."""
-        checkpoint.save(self, path, optimizer=optimizer, step=step)
+    def save(self, path: str, *, optimizer=None, step: int | None = None,
+             code: bool = False) -> None:
+        """A checkpoint of the model (and of ``optimizer``'s state: a DistributedOptimizer
+        or a plain optimizer) in directory ``path``: one .npz per stage and a manifest
+        (disthook.distributed.checkpoint); written atomically, so an interrupted save leaves
+        the previous checkpoint intact. ``code``: keep the model's code too (a model whose
+        modules hold lambdas needs it for ``cluster.load``)."""
+        checkpoint.save(self, path, optimizer=optimizer, step=step, code=code)
         object.__setattr__(self, "_checkpoint", path)
 
     def load_checkpoint(self, path: str, *, optimizer: DistributedOptimizer | None = None):

@@ -38,7 +38,8 @@ import numpy as np
 from disthook.nn.modules.module import Module
 from disthook.tensor import Tensor
 
-__all__ = ["CodeError", "dumps", "loads", "own_code_modules"]
+__all__ = ["CodeError", "dumps", "dumps_structure", "loads", "loads_structure",
+           "own_code_modules", "stage_fields"]
 
 # packages whose modules are always pickled by reference: the library and its processes
 _OURS = frozenset({"disthook", "workers", "coordinator", "deploy", "cloudpickle"})
@@ -110,20 +111,12 @@ class _Pickler(cloudpickle.Pickler):
     """cloudpickle, with arrays as frames, modules without their hooks, and a check that
     only modules and parameters of the stage itself are reached."""
 
-    def __init__(self, file, arrays: list, own: dict[int, str] | None,
-                 elsewhere: dict[int, str]):
+    def __init__(self, file, outside, elsewhere: dict[int, str]):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self._arrays, self._array_ids = arrays, {}
-        self._own, self._elsewhere = own, elsewhere
+        self._outside, self._elsewhere = outside, elsewhere
 
     def persistent_id(self, obj):
-        if type(obj) is np.ndarray and obj.dtype.str in _WIRE_DTYPES:
-            index = self._array_ids.get(id(obj))
-            if index is None:
-                index = self._array_ids[id(obj)] = len(self._arrays)
-                self._arrays.append(obj)
-            return index
-        return None
+        return self._outside(obj) if type(obj) is np.ndarray else None
 
     def reducer_override(self, obj):
         if isinstance(obj, (Module, Tensor)) and id(obj) in self._elsewhere:
@@ -139,7 +132,6 @@ class _Pickler(cloudpickle.Pickler):
                 if name in state:
                     state[name] = OrderedDict()
             state["_is_full_backward_hook"] = None
-            state.pop("_constructor_args", None)
             return (_new_module, (type(obj),), state, None, None, _set_module_state)
         return super().reducer_override(obj)
 
@@ -150,6 +142,33 @@ def dumps(module: Module, *, elsewhere: dict[int, str] | None = None
     the arrays it refers to, in order. ``elsewhere``: id -> path of modules and tensors that
     must not be reached (other stages')."""
     arrays: list[np.ndarray] = []
+    index: dict[int, int] = {}
+
+    def as_frame(array: np.ndarray):
+        if array.dtype.str not in _WIRE_DTYPES:
+            return None  # pickled inline
+        if id(array) not in index:
+            index[id(array)] = len(arrays)
+            arrays.append(array)
+        return index[id(array)]
+
+    blob = _dump(module, as_frame, elsewhere or {}, "send it to its worker")
+    frames = [np.ascontiguousarray(a) for a in arrays]
+    return np.frombuffer(blob, dtype=np.uint8), frames
+
+
+def dumps_structure(module: Module) -> bytes:
+    """``module`` pickled by value without the values of its parameters and buffers (each
+    stands for its name, shape and dtype): a checkpoint's or a published model's description
+    of a model that holds code. Other arrays (a tensor kept in a plain attribute) go inside."""
+    state: dict[int, tuple] = {}
+    for name, t in [*module.named_parameters(remove_duplicate=False),
+                    *module.named_buffers(remove_duplicate=False)]:
+        state.setdefault(id(t._data), ("state", name, list(t._data.shape), t._data.dtype.str))
+    return _dump(module, lambda array: state.get(id(array)), {}, "describe it")
+
+
+def _dump(module: Module, outside, elsewhere: dict[int, str], what: str) -> bytes:
     buffer = io.BytesIO()
     with _by_value_lock:
         registered = []
@@ -158,38 +177,56 @@ def dumps(module: Module, *, elsewhere: dict[int, str] | None = None
                 cloudpickle.register_pickle_by_value(sys.modules[name])
                 registered.append(name)
         try:
-            _Pickler(buffer, arrays, None, elsewhere or {}).dump(module)
+            _Pickler(buffer, outside, elsewhere).dump(module)
         except CodeError:
             raise
         except (pickle.PicklingError, TypeError, AttributeError) as exc:
-            raise CodeError(f"cannot send {type(module).__name__} to its worker: {exc}") from exc
+            raise CodeError(f"cannot pickle {type(module).__name__} to {what}: {exc}") from exc
         finally:
             for name in registered:
                 module_ = sys.modules.get(name)
                 if module_ is not None:
                     cloudpickle.unregister_pickle_by_value(module_)
-    frames = [np.ascontiguousarray(a) for a in arrays]
-    return np.frombuffer(buffer.getvalue(), dtype=np.uint8), frames
+    return buffer.getvalue()
 
 
 class _Unpickler(pickle.Unpickler):
-    def __init__(self, file, arrays: list):
+    def __init__(self, file, resolve):
         super().__init__(file)
-        self._arrays = arrays
+        self.persistent_load = resolve
 
-    def persistent_load(self, pid):
-        if not isinstance(pid, int) or not 0 <= pid < len(self._arrays):
+
+def _frames(arrays: list):
+    def resolve(pid):
+        if not isinstance(pid, int) or not 0 <= pid < len(arrays):
             raise CodeError(f"the pickled model refers to array {pid!r}, but "
-                            f"{len(self._arrays)} came with it")
-        return self._arrays[pid]
+                            f"{len(arrays)} came with it")
+        return arrays[pid]
+    return resolve
 
 
 def loads(code, arrays: list) -> Module:
     """The module ``dumps`` made, with ``arrays`` (received frames, taken as they are).
     Runs code: call it only where the sender's code is trusted."""
+    # a frame's array is the receiver's to keep (a read-only one is copied once)
+    return _load(code, _frames([a if a.flags.writeable else a.copy() for a in arrays]))
+
+
+def loads_structure(code: bytes, array_of) -> Module:
+    """The module ``dumps_structure`` described, each parameter and buffer given its array,
+    ``array_of(name, shape, dtype)``. Runs code: only where the writer is trusted."""
+    def resolve(pid):
+        if not (isinstance(pid, tuple) and len(pid) == 4 and pid[0] == "state"):
+            raise CodeError(f"the pickled model refers to {pid!r}, which is no tensor of it")
+        _, name, shape, dtype = pid
+        return array_of(name, tuple(shape), np.dtype(dtype))
+    return _load(code, resolve)
+
+
+def _load(code, resolve) -> Module:
     blob = code.tobytes() if isinstance(code, np.ndarray) else bytes(code)
     try:
-        module = _Unpickler(io.BytesIO(blob), list(arrays)).load()
+        module = _Unpickler(io.BytesIO(blob), resolve).load()
     except CodeError:
         raise
     except ModuleNotFoundError as exc:
@@ -209,9 +246,16 @@ def stage_fields(root: Module, stage_modules: list[Module], *, code: bool) -> li
     (``code``: every worker takes code) or as data (a spec: classes by import path, plain
     attributes, arrays; what a shared service's workers take)."""
     if not code:
-        from disthook.distributed.spec import module_spec
+        from disthook.distributed.spec import SpecError, module_spec
 
-        return [{"spec": module_spec(m)} for m in stage_modules]
+        try:
+            return [{"spec": module_spec(m)} for m in stage_modules]
+        except SpecError as exc:
+            raise SpecError(
+                f"{exc}. This cluster's workers take no code (a shared service: disthook "
+                "serve, or workers started without --allow-code), so the model must come "
+                "as data; deploy it to a cluster you own (local_cluster, disthook launch), "
+                "whose workers take it with its code") from None
     paths: dict[int, str] = {}
     for path, m in root.named_modules(remove_duplicate=False):
         paths.setdefault(id(m), path or type(root).__name__)

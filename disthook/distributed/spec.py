@@ -3,9 +3,8 @@
 A module travels as a *spec*: a plain map of its class path, its plain attributes, its
 parameters and buffers (numpy arrays, which ``disthook.wire`` sends as raw frames) and the
 specs of its children. ``build_module`` makes the module again from a spec without calling
-the class's ``__init__`` (but see rebuilds, below): it sets up the bare ``Module`` state, then
-restores attributes, tensors and children, the way ``copy.deepcopy`` or unpickling would but
-from data only.
+the class's ``__init__``: it sets up the bare ``Module`` state, then restores attributes,
+tensors and children, the way ``copy.deepcopy`` or unpickling would but from data only.
 
 Plain attributes are data: None, bool, int, float, str, disthook dtypes, functions and classes
 defined at a module's top level (by name), objects of such classes whose ``__dict__`` is data
@@ -14,16 +13,9 @@ defined at a module's top level (by name), objects of such classes whose ``__dic
 (``{"tuple": [...]}``) so that a tuple comes back a tuple; scalars travel as they are.
 
 A module with an attribute that is not data (a lambda or closure over its submodules, a bound
-method, a nested function) travels as a *rebuild*: its spec adds the arguments its class was
-called with (``Module`` records them; they must be data, as above). The worker calls the class
-with them, so that the constructor makes those callables again over the new module's own
-submodules, then brings the new module to the spec's state in place: each parameter and buffer
-is copied into the tensor the constructor made (so what a closure captured stays what the
-module holds), plain attributes are set, and its submodules are restored by name. The
-constructor's random draws leave the worker's generator as it was. A module whose arguments
-are not data, that was not made by calling its class (a copy), or whose attribute that is not
-data was set after its constructor, is refused by ``module_spec`` with the module path, the
-attribute and the argument, before anything is sent.
+method, a nested function) cannot travel as a spec: it is code, and code travels only pickled
+by value (``shipping``), to workers that take code. ``module_spec`` refuses it, naming the
+module path and the attribute, before anything is sent.
 
 A parameter or buffer shared by several modules of one stage (tied weights) travels once;
 its other places hold ``{"tied": "<path of the first>"}`` and are rebuilt as the same object.
@@ -31,7 +23,6 @@ its other places hold ``{"tied": "<path of the first>"}`` and are rebuilt as the
 from __future__ import annotations
 
 import importlib
-import inspect
 import os
 import sys
 import types
@@ -41,7 +32,6 @@ from typing import Any
 import numpy as np
 
 from disthook import _dtype
-from disthook import random as _random
 from disthook.nn.modules.module import Module
 from disthook.nn.parameter import Parameter
 from disthook.tensor import Tensor
@@ -54,7 +44,7 @@ _MODULE_INTERNALS = frozenset({
     "_backward_pre_hooks", "_backward_hooks", "_is_full_backward_hook", "_forward_hooks",
     "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
     "_forward_pre_hooks_with_kwargs", "_state_dict_hooks", "_state_dict_pre_hooks",
-    "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks", "_constructor_args",
+    "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks",
 })
 _SPEC_KEYS = frozenset({"class", "training", "attrs", "params", "buffers", "children"})
 
@@ -106,7 +96,7 @@ def module_spec(module: Module, path: str = "") -> dict:
     """The spec of ``module`` and its whole subtree (arrays are views of the live tensors)."""
     if not isinstance(module, Module):
         raise SpecError(f"expected a disthook.nn.Module, got {type(module).__name__}")
-    return _spec(module, path, {}, False)
+    return _spec(module, path, {})
 
 
 _DATA = ("Data is None, bool, int, float, str, dtypes, functions and classes defined at a "
@@ -114,22 +104,24 @@ _DATA = ("Data is None, bool, int, float, str, dtypes, functions and classes def
          "config object, a dataclass), and tuples, lists and str-keyed dicts of those")
 
 
-def _spec(module: Module, path: str, seen: dict[int, str], made_by_parent: bool) -> dict:
-    """``made_by_parent``: the module is inside one that the worker makes by calling its
-    class, so the worker takes this one as that constructor makes it (no arguments needed)."""
+def _spec(module: Module, path: str, seen: dict[int, str]) -> dict:
     where = path or "the root module"
-    attrs, not_data = {}, {}
-    for position, (name, value) in enumerate(module.__dict__.items()):
+    attrs = {}
+    for name, value in module.__dict__.items():
         if name in _MODULE_INTERNALS:
             continue
         try:
             attrs[name] = _plain(value)
         except SpecError as exc:
-            not_data[name] = (str(exc), position)
+            raise SpecError(
+                f"attribute {name!r} of {where} ({type(module).__name__}) is not data: {exc}. "
+                "A model that travels as data (to a shared service's workers, in a "
+                "checkpoint's or a published model's description) holds only data in its "
+                f"attributes. {_DATA}") from None
     if "<locals>" in type(module).__qualname__:
         raise SpecError(f"{where} is a {type(module).__qualname__}, a class defined inside a "
                         "function: workers cannot import it; define it at module level")
-    spec = {
+    return {
         "class": class_path(type(module)),
         "training": bool(module.training),
         "attrs": attrs,
@@ -138,71 +130,9 @@ def _spec(module: Module, path: str, seen: dict[int, str], made_by_parent: bool)
         "buffers": {name: _tensor_entry(b, _join(path, name), seen,
                                         persistent=name not in module._non_persistent_buffers_set)
                     for name, b in module._buffers.items()},
+        "children": {name: None if child is None else _spec(child, _join(path, name), seen)
+                     for name, child in module._modules.items()},
     }
-    if not_data:
-        spec["rebuild"] = _rebuild_entry(module, where, not_data, made_by_parent)
-    made_by_parent = made_by_parent or bool(not_data)
-    spec["children"] = {
-        name: None if child is None else _spec(child, _join(path, name), seen, made_by_parent)
-        for name, child in module._modules.items()}
-    return spec
-
-
-def _rebuild_entry(module: Module, where: str, not_data: dict[str, tuple[str, int]],
-                   made_by_parent: bool) -> dict:
-    """How the worker makes ``module`` again: the names of its attributes that are not data
-    (``not_data``: name -> what it is, its place in ``__dict__``), which its constructor must
-    make, and (unless a constructor above makes it) the arguments of its class call."""
-    cls = type(module).__name__
-    record = module.__dict__.get("_constructor_args")
-    if record is not None:  # attributes past the constructor's own were set after it
-        for name, (what, position) in not_data.items():
-            if position >= record[2]:
-                raise SpecError(
-                    f"attribute {name!r} of {where} ({cls}) cannot travel to a worker: {what}. "
-                    f"It was set after {cls} was constructed, so making {cls} again on the "
-                    f"worker would not make it: set it in the constructor of {cls}, or build "
-                    f"it in forward() from data. {_DATA}.")
-    entry = {"constructed": sorted(not_data)}
-    if made_by_parent:
-        return entry
-    name, (what, _) = next(iter(not_data.items()))
-    if record is None:
-        raise SpecError(
-            f"attribute {name!r} of {where} ({cls}) cannot travel to a worker: {what}. A "
-            f"worker makes such a module again by calling {cls} with the arguments it was "
-            "constructed with, but this one was not made by calling its class (a copy, or a "
-            f"module loaded or built from data): construct it by calling {cls}(...), or keep "
-            f"only data in its attributes and build {name!r} in forward(). {_DATA}.")
-    args, kwargs, _ = record
-
-    def encode(label: str, value):
-        try:
-            return _plain(value)
-        except SpecError as exc:
-            raise SpecError(
-                f"attribute {name!r} of {where} ({cls}) is not data ({what}), so a worker must "
-                f"make {cls} again by calling it with its constructor arguments, but they are "
-                f"not data: argument {label} is {exc}. {_DATA}; pass such values to the "
-                "constructor and build modules and tensors inside it, or keep only data in "
-                f"the attributes of {cls} (build {name!r} in forward()).") from None
-
-    entry["args"] = [encode(_argument_label(type(module), i), v) for i, v in enumerate(args)]
-    entry["kwargs"] = {k: encode(repr(k), v) for k, v in kwargs.items()}
-    return entry
-
-
-def _argument_label(cls: type, index: int) -> str:
-    """The name of positional argument ``index`` of ``cls(...)``, for messages."""
-    try:
-        params = list(inspect.signature(cls).parameters.values())
-    except (TypeError, ValueError):
-        params = []
-    named = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    if index < len(named):
-        return repr(named[index])
-    star = next((p.name for p in params if p.kind is p.VAR_POSITIONAL), None)
-    return f"{star}[{index - len(named)}]" if star else f"#{index}"
 
 
 def _join(path: str, name: str) -> str:
@@ -331,11 +261,9 @@ def main_script_of(spec: dict) -> str | None:
 
 
 def _uses_main(spec: dict) -> bool:
-    """Whether a class or function the spec names (its modules', their attributes' and their
-    constructor arguments') is defined in the client's main script."""
-    rebuild = spec.get("rebuild", {})
-    values = [*spec["attrs"].values(), *rebuild.get("args", ()),
-              *rebuild.get("kwargs", {}).values()]
+    """Whether a class or function the spec names (its modules' and their attributes') is
+    defined in the client's main script."""
+    values = list(spec["attrs"].values())
     return (_in_main(spec["class"]) or any(_value_uses_main(v) for v in values)
             or any(c is not None and _uses_main(c) for c in spec["children"].values()))
 
@@ -361,10 +289,6 @@ def _in_main(path: str) -> bool:
 def _build(spec, path: str, made: dict[str, Tensor], allow, main=None) -> Module:
     where = path or "the root module"
     cls = _spec_class(spec, path, allow, main)
-    if "rebuild" in spec:
-        module = _construct(cls, spec["rebuild"], where, allow, main)
-        _restore(module, spec, path, made, set(), allow, main)
-        return module
     module = cls.__new__(cls)
     Module.__init__(module)
     module.training = bool(spec["training"])
@@ -389,122 +313,14 @@ def _build(spec, path: str, made: dict[str, Tensor], allow, main=None) -> Module
 def _spec_class(spec, path: str, allow, main) -> type:
     """The module class of a spec, once its keys are checked."""
     where = path or "the root module"
-    if not isinstance(spec, dict) or spec.keys() - {"rebuild"} != _SPEC_KEYS:
+    if not isinstance(spec, dict) or spec.keys() != _SPEC_KEYS:
         raise SpecError(f"spec of {where} must be a map with keys class, training, attrs, "
-                        f"params, buffers, children (and rebuild); got {_keys(spec)}")
+                        f"params, buffers, children; got {_keys(spec)}")
     try:
         return resolve_class(spec["class"], allow=allow, main=main)
     except SpecError as exc:
         raise SpecError(f"module {path!r}: {exc}" if path else f"the root module: {exc}") \
             from None
-
-
-def _construct(cls: type, rebuild, where: str, allow, main) -> Module:
-    """``cls`` called with the spec's constructor arguments; the default generator's state
-    is as before (the constructor's random initial values are overwritten anyway)."""
-    if not (isinstance(rebuild, dict) and isinstance(rebuild.get("args"), list)
-            and isinstance(rebuild.get("kwargs"), dict)
-            and isinstance(rebuild.get("constructed"), list)):
-        raise SpecError(f"spec of {where}: 'rebuild' must be a map of the constructor's args "
-                        f"(a list) and kwargs (a map) and the names it makes; got "
-                        f"{_keys(rebuild)}")
-    args = [_unplain(v, f"{where} (argument {i} of {cls.__name__})", allow, main)
-            for i, v in enumerate(rebuild["args"])]
-    kwargs = {k: _unplain(v, f"{where} (argument {k!r} of {cls.__name__})", allow, main)
-              for k, v in rebuild["kwargs"].items()}
-    rng_state = _random.get_rng_state()
-    try:
-        module = cls(*args, **kwargs)
-    except Exception as exc:
-        raise SpecError(f"{where}: making {cls.__name__} again with the arguments it was "
-                        f"constructed with failed: {type(exc).__name__}: {exc}") from exc
-    finally:
-        _random.set_rng_state(rng_state)
-    if not isinstance(module, cls):
-        raise SpecError(f"{where}: calling {cls.__name__} made a {type(module).__name__}")
-    return module
-
-
-def _restore(module: Module, spec: dict, path: str, made: dict[str, Tensor],
-             filled: set[int], allow, main) -> None:
-    """Bring ``module``, as its constructor made it, to the spec's state in place: the same
-    tensor and module objects (closures may hold them) with the spec's values. ``filled``:
-    the ids of the constructor's tensors already given a value (a second place that holds
-    one, which the client's module does not share, gets a tensor of its own)."""
-    where = path or "the root module"
-    cls = type(module).__name__
-    module.training = bool(spec["training"])
-    for name, value in spec["attrs"].items():
-        if name in _MODULE_INTERNALS:
-            raise SpecError(f"spec of {where}: attribute {name!r} is Module state, not data")
-        module.__dict__[name] = _unplain(value, f"{where}.{name}", allow, main)
-    rebuild = spec.get("rebuild", {"constructed": []})
-    constructed = rebuild.get("constructed") if isinstance(rebuild, dict) else None
-    if not isinstance(constructed, list):
-        raise SpecError(f"spec of {where}: 'rebuild' must name the attributes its "
-                        "constructor makes")
-    for name in constructed:
-        if name not in module.__dict__:
-            raise SpecError(
-                f"{where} ({cls}): its constructor did not make attribute {name!r}, which "
-                "the client's module holds (set after construction?): set it in the "
-                f"constructor of {cls}, or make it data")
-    for kind, entries, held in (("parameters", spec["params"], module._parameters),
-                                ("buffers", spec["buffers"], module._buffers)):
-        _check_same_names(kind, entries, held, where, cls)
-        for name, entry in entries.items():
-            held[name] = _restored_tensor(held[name], entry, _join(path, name), made, filled,
-                                          parameter=kind == "parameters")
-    module._non_persistent_buffers_set.clear()
-    module._non_persistent_buffers_set.update(
-        name for name, entry in spec["buffers"].items()
-        if entry is not None and not entry.get("persistent", True))
-    _check_same_names("submodules", spec["children"], module._modules, where, cls)
-    for name, child_spec in spec["children"].items():
-        child, child_path = module._modules[name], _join(path, name)
-        if child_spec is None or child is None:
-            module._modules[name] = None if child_spec is None else _build(
-                child_spec, child_path, made, allow, main)
-            continue
-        child_cls = _spec_class(child_spec, child_path, allow, main)
-        if type(child) is not child_cls:
-            raise SpecError(
-                f"{child_path}: the constructor of {cls} makes a {type(child).__name__} "
-                f"there, the client's module has a {child_cls.__name__} (replaced after "
-                f"construction?): make it in the constructor of {cls}")
-        _restore(child, child_spec, child_path, made, filled, allow, main)
-
-
-def _check_same_names(kind: str, entries, held: dict, where: str, cls: str) -> None:
-    if not isinstance(entries, dict):
-        raise SpecError(f"spec of {where}: {kind} must be a map, got {type(entries).__name__}")
-    extra, missing = [n for n in held if n not in entries], [n for n in entries if n not in held]
-    if extra or missing:
-        raise SpecError(
-            f"{where} ({cls}): made again by its constructor, it has {kind} {extra} that the "
-            f"client's module has not, and lacks {missing} (added or removed after "
-            f"construction?): change {kind} in the constructor of {cls} only")
-
-
-def _restored_tensor(current: Tensor | None, entry, path: str, made: dict[str, Tensor],
-                     filled: set[int], *, parameter: bool) -> Tensor | None:
-    """The tensor at ``path`` of a constructed module with the spec's value: the
-    constructor's own (``current``), its array overwritten, wherever it can be."""
-    if (entry is None or current is None or id(current) in filled or "tied" in entry
-            or current.grad_fn is not None):
-        return _tensor(entry, path, made, parameter=parameter)
-    data = entry.get("data") if isinstance(entry, dict) else None
-    if not isinstance(data, np.ndarray):
-        raise SpecError(f"tensor entry of {path} has no array 'data'")
-    if current._data.shape == data.shape and current._data.dtype == data.dtype \
-            and current._data.flags.writeable:
-        np.copyto(current._data, data)
-    else:
-        current._data = np.array(data)
-    current.requires_grad_(bool(entry.get("requires_grad", parameter)))
-    made[path] = current
-    filled.add(id(current))
-    return current
 
 
 def _keys(obj) -> str:

@@ -257,3 +257,97 @@ def test_a_script_whose_imports_the_workers_cannot_satisfy_deploys(tmp_path, wor
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "same output True same grad True"
     assert (tmp_path / "imports.log").read_text() == "imported\n"  # by the client alone
+
+
+# ---- a model that holds code, described: checkpoints and published models -------------------
+
+class Blocks(nn.Module):
+    """minGPT's blocks (each holds a lambda over its MLP) looped over in forward."""
+
+    def __init__(self):
+        from test_shipping import Block, GPTConfig
+
+        super().__init__()
+        self.h = nn.ModuleList([Block(GPTConfig()) for _ in range(3)])
+        self.ln_f = nn.LayerNorm(8)
+
+    def forward(self, x):
+        for block in self.h:
+            x = block(x)
+        return self.ln_f(x)
+
+
+def gpt():
+    torch.manual_seed(3)
+    return Blocks()
+
+
+def test_a_checkpoint_keeps_code_only_when_asked_and_loads_it_only_when_trusted(cluster,
+                                                                                tmp_path):
+    from disthook.distributed.checkpoint import CheckpointError
+
+    idx = torch.randn(2, 5, 8)
+    stages = len(cluster.workers())
+    remote = cluster.deploy(gpt(), stages=stages)
+    try:
+        with torch.no_grad():
+            remote.ln_f.weight.mul_(1.5)  # weights no constructor gives
+        want = remote(idx).detach().numpy()
+        remote.save(str(tmp_path / "data"))  # the weights; no description of the code
+        remote.save(str(tmp_path / "code"), code=True)
+    finally:
+        remote.close()
+    with pytest.raises(CheckpointError, match=r"cannot make the model again: attribute "
+                                              r"'mlpf' of h.0 \(Block\) is not "
+                                              r"data.*save\(path, code=True\)"):
+        cluster.load(str(tmp_path / "data"))
+    again = cluster.deploy(gpt(), stages=stages)  # the weights load onto a deployed model
+    try:
+        again.load_checkpoint(str(tmp_path / "data"))
+        np.testing.assert_allclose(again(idx).detach().numpy(), want, rtol=1e-6, atol=1e-6)
+    finally:
+        again.close()
+    with pytest.raises(PermissionError, match=r"keeps its model \(test_code_by_value:Blocks\) "
+                                              r"as code .* cluster.load\(path, "
+                                              r"trust_code=True\)"):
+        cluster.load(str(tmp_path / "code"))
+    loaded = cluster.load(str(tmp_path / "code"), trust_code=True)
+    try:
+        np.testing.assert_allclose(loaded(idx).detach().numpy(), want, rtol=1e-6, atol=1e-6)
+    finally:
+        loaded.close()
+
+
+def test_a_published_model_that_holds_code_attaches_only_with_trust(cluster):
+    from disthook.distributed import connect
+
+    idx = torch.randn(2, 5, 8)
+    remote = cluster.deploy(gpt(), stages=len(cluster.workers()), name="code-gpt")
+    try:
+        want = remote(idx).detach().numpy()
+        with connect(cluster.address) as other:
+            with pytest.raises(PermissionError, match=r"came with its deployer's code .* "
+                                                      r"attach\('code-gpt', trust_code=True\)"):
+                other.attach("code-gpt")
+            attached = other.attach("code-gpt", trust_code=True)
+            np.testing.assert_allclose(attached(idx).detach().numpy(), want, rtol=1e-6,
+                                       atol=1e-6)
+            attached.close()
+    finally:
+        remote.close()
+
+
+def test_workers_that_take_no_code_take_data_and_refuse_code_by_name():
+    with local_cluster(workers=2, allow_code=False) as service:
+        assert not any(w.code for w in service.workers())
+        net = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 2))
+        remote = service.deploy(net, stages=2)  # as data: classes by import path
+        x = torch.randn(4, 3)
+        np.testing.assert_allclose(remote(x).detach().numpy(), net(x).detach().numpy(),
+                                   rtol=1e-6)
+        remote.close()
+        from disthook.distributed.spec import SpecError
+
+        with pytest.raises(SpecError, match=r"attribute 'mlpf' of h.0 \(Block\) is not data"
+                                            r".*This cluster's workers take no code"):
+            service.deploy(gpt(), stages=2)

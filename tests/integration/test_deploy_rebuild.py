@@ -3,7 +3,7 @@ worker makes its blocks again by calling Block(config) (the config a plain objec
 dataclass), then gives them the client's values; forward and backward equal one process's."""
 import numpy as np
 import pytest
-from test_spec_rebuild import CONFIGS, Block
+from test_shipping import CONFIGS, Block
 
 import disthook as torch
 from disthook import nn

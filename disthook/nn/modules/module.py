@@ -8,7 +8,6 @@ When an exception escapes, the ``always_call`` forward hooks that have not run y
 from __future__ import annotations
 
 import functools
-import types
 import warnings
 import weakref
 from collections import OrderedDict, namedtuple
@@ -272,22 +271,6 @@ def _forward_unimplemented(self, *input: Any) -> None:
         f'Module [{type(self).__name__}] is missing the required "forward" function')
 
 
-def _recording_arguments(init: Callable) -> Callable:
-    """``init`` that also keeps, for the outermost call (the one the class call made; not the
-    ``super().__init__`` chain), ``(args, kwargs, len(__dict__))`` in the module's
-    ``_constructor_args``: a worker makes a module again by calling its class with them
-    (``distributed.spec``); attributes past that length were set after the constructor."""
-    @functools.wraps(init)
-    def recording(self, *args, **kwargs) -> None:
-        init(self, *args, **kwargs)
-        if type(self).__init__ is recording:
-            attributes = self.__dict__
-            attributes["_constructor_args"] = (args, kwargs, len(attributes))
-
-    recording._records_arguments = True
-    return recording
-
-
 # ---- Module --------------------------------------------------------------------------------
 
 
@@ -354,19 +337,8 @@ class Module:
         setattr_("_load_state_dict_pre_hooks", OrderedDict())
         setattr_("_load_state_dict_post_hooks", OrderedDict())
         setattr_("_modules", {})
-        # the class call that made it (see _recording_arguments); None: a module not made so
-        # (Module() itself, a copy, or one built from data)
-        setattr_("_constructor_args", None)
         if self.call_super_init:
             super().__init__(*args, **kwargs)
-
-    def __init_subclass__(cls, **kwargs) -> None:
-        super().__init_subclass__(**kwargs)
-        init = cls.__dict__.get("__init__")
-        if init is None and cls.__init__ is Module.__init__:
-            init = Module.__init__  # Foo() records its (empty) call too
-        if isinstance(init, types.FunctionType) and not hasattr(init, "_records_arguments"):
-            cls.__init__ = _recording_arguments(init)
 
     forward: Callable[..., Any] = _forward_unimplemented
 
@@ -640,11 +612,7 @@ class Module:
             object.__delattr__(self, name)
 
     def __getstate__(self) -> dict:
-        # a copy (pickle, copy.deepcopy) is not made by calling its class: it keeps no record
-        # of a call (its lambdas would still be the original's, not made again for it)
-        state = self.__dict__.copy()
-        state["_constructor_args"] = None
-        return state
+        return self.__dict__.copy()
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -655,9 +623,8 @@ class Module:
                      "_load_state_dict_post_hooks", "_backward_pre_hooks"):
             if name not in self.__dict__:
                 object.__setattr__(self, name, OrderedDict())
-        for name in ("_is_full_backward_hook", "_constructor_args"):
-            if name not in self.__dict__:
-                object.__setattr__(self, name, None)
+        if "_is_full_backward_hook" not in self.__dict__:
+            object.__setattr__(self, "_is_full_backward_hook", None)
 
     def __dir__(self):
         keys = [*dir(type(self)), *self.__dict__, *self._parameters, *self._modules,

@@ -1,11 +1,13 @@
-"""Modules whose attributes are not data (a lambda over their submodules, a bound method, a
-closure) travel as a rebuild: the worker calls the class again with the recorded constructor
-arguments, then brings the new module to the client's state in place (disthook.distributed.spec)."""
-import copy
+"""A deploying client's modules travel pickled by value (disthook.distributed.shipping): what
+arrives is the module as the client holds it (a lambda over its submodules, a bound method, a
+closure, its config object, its ties and dtypes), no constructor is called again, tensors'
+values go as frames beside the pickle, hooks stay behind. Modules that travel as data
+(disthook.distributed.spec) hold only data: one that holds code is refused by name."""
 import dataclasses
 import math
-import pickle
+import os
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -13,12 +15,18 @@ import pytest
 import disthook as torch
 import disthook.nn.functional as F
 from disthook import nn, wire
+from disthook.distributed import shipping
+from disthook.distributed.shipping import CodeError
 from disthook.distributed.spec import SpecError, build_module, main_script_of, module_spec
 
 
-def through_wire(spec):
-    frames = wire.encode("load_stage", {"model": "m", "stage": 0, "spec": spec})
-    return wire.decode([bytes(f) for f in frames])["spec"]
+def through_wire(module, **options):
+    """``module`` as a worker gets it: pickled, sent as a load_stage message, unpickled."""
+    blob, arrays = shipping.dumps(module, **options)
+    frames = wire.encode("load_stage", {"model": "m", "stage": 0, "code": blob,
+                                        "arrays": arrays})
+    msg = wire.decode([bytes(f) for f in frames])
+    return shipping.loads(msg["code"], msg["arrays"])
 
 
 # ---- minGPT's block, with its two kinds of config ----------------------------------------------
@@ -129,14 +137,12 @@ def assert_same_tensors(built, original):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=name)
 
 
-# ---- the rebuild -----------------------------------------------------------------------------
+# ---- what arrives ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
-def test_a_block_with_a_lambda_is_rebuilt_with_its_values(config):
+def test_a_block_with_a_lambda_arrives_with_its_values(config):
     block = made(Block, config())
-    spec = module_spec(block)
-    assert spec["rebuild"]["constructed"] == ["mlpf"]
-    built = build_module(through_wire(spec))
+    built = through_wire(block)
     assert type(built) is Block and built is not block
     assert_same_tensors(built, block)
     x = torch.randn(2, 5, 8)
@@ -146,9 +152,9 @@ def test_a_block_with_a_lambda_is_rebuilt_with_its_values(config):
 
 
 @pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
-def test_the_rebuilt_lambda_uses_the_rebuilt_modules_children(config):
+def test_the_lambda_that_arrives_uses_the_arrived_modules_children(config):
     block = made(Block, config())
-    built = build_module(through_wire(module_spec(block)))
+    built = through_wire(block)
     x = torch.randn(2, 5, 8)
     before = built.mlpf(x).detach().numpy()
     with torch.no_grad():
@@ -161,42 +167,34 @@ def test_the_rebuilt_lambda_uses_the_rebuilt_modules_children(config):
 
 
 def test_the_config_arrives_as_its_class():
-    built = build_module(through_wire(module_spec(made(TinyGPT, GPTConfig(n_embd=4)))))
+    built = through_wire(made(TinyGPT, GPTConfig(n_embd=4)))
     assert built.config == GPTConfig(n_embd=4) and type(built.config) is GPTConfig
-    attn = build_module(module_spec(Block(minigpt_config()))).attn  # Block(CfgNode(...))
+    attn = through_wire(Block(minigpt_config())).attn  # Block(CfgNode(...))
     assert (attn.n_head, attn.n_embd) == (2, 8)
 
 
-def test_tied_weights_of_the_constructor_stay_one_object():
+def test_ties_arrive_as_the_client_holds_them():
     model = made(TinyGPT, GPTConfig())
-    spec = module_spec(model)
-    assert spec["children"]["lm_head"]["params"]["weight"] == {"tied": "wte.weight"}
-    assert "args" not in spec["children"]["h"]["children"]["0"]["rebuild"]  # made by TinyGPT
-    built = build_module(through_wire(spec))
+    built = through_wire(model)
     assert built.wte.weight is built.lm_head.weight
     assert_same_tensors(built, model)
     idx = torch.randint(0, 11, (2, 5))
     np.testing.assert_array_equal(built(idx).detach().numpy(), model(idx).detach().numpy())
 
-
-def test_ties_made_or_undone_after_construction_follow_the_client():
     untied = made(TinyGPT, GPTConfig())
     untied.lm_head.weight = nn.Parameter(untied.wte.weight.detach().clone() + 1)
-    built = build_module(through_wire(module_spec(untied)))
-    assert built.lm_head.weight is not built.wte.weight
-    assert_same_tensors(built, untied)
-
+    assert through_wire(untied).lm_head.weight is not through_wire(untied).wte.weight
     tied = made(Block, GPTConfig())
     tied.ln_2.weight = tied.ln_1.weight
-    built = build_module(through_wire(module_spec(tied)))
+    built = through_wire(tied)
     assert built.ln_2.weight is built.ln_1.weight
     assert_same_tensors(built, tied)
 
 
-def test_parameters_are_copied_into_the_constructors_tensors():
+def test_dtypes_changed_after_construction_arrive():
     block = made(Block, GPTConfig())
-    block.double()  # dtypes changed after construction arrive too
-    built = build_module(through_wire(module_spec(block)))
+    block.double()
+    built = through_wire(block)
     assert built.mlp.c_fc.weight.dtype is torch.float64
     assert_same_tensors(built, block)
 
@@ -221,12 +219,9 @@ class Gated(nn.Module):
         return self.act(x) + self.scaled(x)
 
 
-def test_a_bound_method_and_a_closure_over_a_local_function_are_rebuilt():
+def test_a_bound_method_and_a_closure_over_a_local_function_arrive_bound_to_the_copy():
     gated = made(lambda n: Gated(n, scale=3.0), 4)
-    spec = module_spec(gated)
-    assert spec["rebuild"] == {"constructed": ["act", "scaled"], "args": [4],
-                               "kwargs": {"scale": 3.0}}
-    built = build_module(through_wire(spec))
+    built = through_wire(gated)
     assert built.act.__self__ is built
     x = torch.randn(3, 4)
     np.testing.assert_array_equal(built(x).detach().numpy(), gated(x).detach().numpy())
@@ -238,137 +233,115 @@ def test_a_bound_method_and_a_closure_over_a_local_function_are_rebuilt():
 class Noisy(nn.Module):
     """Its constructor draws from the default generator beyond its parameters."""
 
+    made = 0
+
     def __init__(self, n):
         super().__init__()
+        Noisy.made += 1
         self.lin = nn.Linear(n, n)
-        self.noise = torch.randn(n)  # a tensor attribute: not data, made again
+        self.noise = torch.randn(n)  # a tensor attribute: arrives with its value
         self.f = lambda x: self.lin(x) + self.noise
 
 
-def test_the_constructor_leaves_the_workers_generator_as_it_was():
+def test_no_constructor_runs_and_the_generator_is_left_as_it_was():
     noisy = Noisy(3)
-    spec = module_spec(noisy)
+    made_before = Noisy.made
     torch.manual_seed(7)
     torch.randn(2)
     state = torch.get_rng_state().numpy().copy()
-    build_module(spec)
+    built = through_wire(noisy)
     np.testing.assert_array_equal(torch.get_rng_state().numpy(), state)
+    assert Noisy.made == made_before
+    np.testing.assert_array_equal(built.noise.numpy(), noisy.noise.numpy())
 
 
-def test_modules_that_travel_as_data_are_not_rebuilt():
-    spec = module_spec(nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.LayerNorm(3)))
-    assert "rebuild" not in spec and all("rebuild" not in c for c in spec["children"].values())
+def test_tensor_values_go_as_frames_beside_a_small_pickle():
+    model = nn.Sequential(nn.Linear(64, 64), nn.Embedding(10, 64).double())
+    model.register_buffer("steps", torch.tensor([3], dtype=torch.int64))
+    blob, arrays = shipping.dumps(model)
+    assert sorted(a.shape for a in arrays) == sorted(
+        t.numpy().shape for t in model.state_dict().values())
+    assert blob.nbytes < sum(a.nbytes for a in arrays) / 4  # no value inside the pickle
+    assert {a.dtype for a in arrays} == {np.dtype("float32"), np.dtype("float64"),
+                                         np.dtype("int64")}
 
 
-# ---- the record of the constructor call ------------------------------------------------------
+def test_hooks_stay_with_the_client():
+    model = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+    model[0].register_forward_hook(lambda m, a, out: None)
+    model[1].register_full_backward_hook(lambda m, gi, go: None)
+    model.register_state_dict_pre_hook(lambda *a: None)
+    built = through_wire(model)
+    assert not built[0]._forward_hooks and not built[1]._backward_hooks
+    assert built[1]._is_full_backward_hook is None and not built._state_dict_pre_hooks
+    assert len(model[0]._forward_hooks) == 1 and len(model[1]._backward_hooks) == 1
 
-class Base(nn.Module):
-    def __init__(self, n, bias=True):
+
+def test_a_stage_that_reaches_a_module_held_elsewhere_is_refused_by_path():
+    shared = nn.Linear(2, 2)
+    stage = nn.Sequential(nn.Linear(2, 2))
+    stage[0].peer = [shared]
+    with pytest.raises(CodeError, match=r"the module 'head.proj' \(Linear\) is placed on "
+                                        "another worker"):
+        shipping.dumps(stage, elsewhere={id(shared): "head.proj"})
+    stage[0].peer = shared.weight
+    with pytest.raises(CodeError, match=r"the parameter or buffer 'head.proj.weight'"):
+        shipping.dumps(stage, elsewhere={id(shared.weight): "head.proj.weight"})
+
+
+def test_the_users_own_modules_go_by_value_and_libraries_by_reference(monkeypatch):
+    stub = types.ModuleType("only_on_this_client")
+    monkeypatch.setitem(sys.modules, "only_on_this_client", stub)
+    own = shipping.own_code_modules()
+    assert __name__ in own and "only_on_this_client" in own  # a test file; a stub
+    assert not {"numpy", "json", "pytest", "disthook", "disthook.nn", "workers"} & set(own)
+
+
+def test_a_pickle_that_refers_to_a_frame_it_did_not_bring_is_refused():
+    blob, arrays = shipping.dumps(nn.Linear(2, 2))
+    with pytest.raises(CodeError, match="refers to array 1, but 1 came with it"):
+        shipping.loads(blob, arrays[:1])
+
+
+# ---- modules as data: no code -----------------------------------------------------------------
+
+def test_nn_module_leaves_constructors_alone():
+    assert Block.__init__ is Block.__dict__["__init__"]
+    assert "_constructor_args" not in made(Block, GPTConfig()).__dict__
+
+
+def test_a_module_that_holds_code_cannot_travel_as_data_and_says_which_attribute():
+    with pytest.raises(SpecError, match=r"attribute 'head' of the root module \(TinyGPT\) is "
+                                        "not data: a lambda"):
+        module_spec(made(TinyGPT, GPTConfig()))
+    with pytest.raises(SpecError, match=r"attribute 'mlpf' of the root module \(Block\) is "
+                                        "not data: a lambda"):
+        module_spec(made(Block, GPTConfig()))
+    with pytest.raises(SpecError, match=r"attribute 'act' of the root module \(Gated\) is "
+                                        "not data"):
+        module_spec(Gated(2))
+
+
+class Configured(nn.Module):
+    def __init__(self):
         super().__init__()
-        self.lin = nn.Linear(n, n, bias=bias)
+        self.config = GPTConfig()
+        self.lin = nn.Linear(2, 2)
 
 
-class Derived(Base):
-    def __init__(self, width):
-        super().__init__(width * 2, bias=False)
-
-
-class Plain(Base):
-    pass
-
-
-class NoInit(nn.Module):
-    def forward(self, x):
-        return x
-
-
-def test_the_outermost_constructor_call_is_recorded_and_nowhere_visible():
-    assert Derived(3)._constructor_args[:2] == ((3,), {})
-    assert Plain(2, bias=False)._constructor_args[:2] == ((2,), {"bias": False})
-    assert NoInit()._constructor_args[:2] == ((), {})
-    derived = Derived(3)
-    assert "_constructor_args" not in repr(derived) and not any(
-        "constructor" in k for k in derived.state_dict())
-    assert module_spec(derived)["attrs"] == {}
-    assert copy.deepcopy(derived)._constructor_args is None  # a copy is not a call
-    assert pickle.loads(pickle.dumps(derived))._constructor_args is None
-
-
-# ---- what is refused, and where --------------------------------------------------------------
-
-class Wrapper(nn.Module):
-    def __init__(self, inner, table=None):
-        super().__init__()
-        self.inner = inner
-        self.f = lambda x: self.inner(x)
-
-
-def test_constructor_arguments_that_are_not_data_are_refused_by_name():
-    with pytest.raises(SpecError, match=r"attribute 'f' of the root module \(Wrapper\) is not "
-                                        r"data \(a lambda .*argument 'inner' is a Linear module"):
-        module_spec(Wrapper(nn.Linear(2, 2)))
-    with pytest.raises(SpecError, match=r"argument 'table' is a tensor"):
-        module_spec(Wrapper(None, table=torch.ones(2)))
-    with pytest.raises(SpecError, match=r"argument 'table' is a value of type ndarray"):
-        module_spec(Wrapper(None, table=np.ones(2)))
-
-    class Local:
-        pass
-
-    with pytest.raises(SpecError, match=r"argument 'table' is .*Local, defined inside a "
-                                        r"function"):
-        module_spec(Wrapper(None, table=Local()))
-    loop = CfgNode()
-    loop.me = loop
-    with pytest.raises(SpecError, match=r"argument 'table' is a CfgNode that holds itself"):
-        module_spec(Wrapper(None, table=loop))
-    with pytest.raises(SpecError, match=r"attribute 'f' of 0 \(Wrapper\)"):
-        module_spec(nn.Sequential(Wrapper(nn.Linear(2, 2))))
-
-
-def test_callables_the_constructor_did_not_make_are_refused():
-    block = Block(GPTConfig())
-    block.extra = lambda x: x
-    with pytest.raises(SpecError, match=r"attribute 'extra' of the root module \(Block\) cannot "
-                                        r"travel to a worker: a lambda .*set after Block was "
-                                        r"constructed"):
-        module_spec(block)
-    with pytest.raises(SpecError, match=r"attribute 'mlpf' of 0.0 \(Block\) .*not made by "
-                                        r"calling its class \(a copy"):
-        module_spec(nn.Sequential(nn.ModuleList([copy.deepcopy(Block(GPTConfig()))])))
-
-
-def test_a_constructed_module_unlike_the_clients_is_refused_by_path():
-    spec = module_spec(made(Block, GPTConfig()))
-    odd = copy.deepcopy(spec)
-    odd["rebuild"]["constructed"].append("gone")
-    with pytest.raises(SpecError, match=r"its constructor did not make attribute 'gone'"):
-        build_module(odd)
-    odd = copy.deepcopy(spec)
-    odd["children"]["mlp"]["children"]["extra"] = module_spec(nn.ReLU())
-    with pytest.raises(SpecError, match=r"mlp \(ModuleDict\): made again by its constructor, "
-                                        r"it has submodules \[\] .* lacks \['extra'\]"):
-        build_module(odd)
-    odd = copy.deepcopy(spec)
-    odd["children"]["mlp"]["children"]["act"] = module_spec(nn.ReLU())
-    with pytest.raises(SpecError, match=r"mlp.act: the constructor of ModuleDict makes a NewGELU "
-                                        r"there, the client's module has a ReLU"):
-        build_module(odd)
-    odd = copy.deepcopy(spec)
-    odd["rebuild"]["args"] = []
-    with pytest.raises(SpecError, match=r"making Block again .* failed: TypeError"):
-        build_module(odd)
-
-
-def test_object_classes_follow_the_allow_list_and_the_main_script(monkeypatch):
+def test_data_round_trips_and_object_classes_follow_the_allow_list(monkeypatch):
+    model = Configured()
+    spec = module_spec(model)
+    built = build_module(spec)
+    assert built.config == model.config and type(built.config) is GPTConfig
     monkeypatch.setattr(sys.modules["__main__"], "__file__", "/client/script.py", raising=False)
-    spec = module_spec(made(Block, GPTConfig()))
     assert main_script_of(spec) is None
-    spec["rebuild"]["args"][0]["object"]["class"] = "json:JSONDecoder"
+    spec["attrs"]["config"]["object"]["class"] = "json:JSONDecoder"
     with pytest.raises(SpecError, match="importing 'json' is not allowed here"):
         build_module(spec, allow=lambda m: m != "json")
-    spec["rebuild"]["args"][0]["object"]["class"] = "__main__:GPTConfig"
-    assert main_script_of(spec) == "/client/script.py"  # the worker imports it for the class
-    spec["rebuild"]["args"][0]["object"]["class"] = "disthook.nn:Linear"
+    spec["attrs"]["config"]["object"]["class"] = "__main__:GPTConfig"
+    assert main_script_of(spec) == "/client/script.py"
+    spec["attrs"]["config"]["object"]["class"] = "disthook.nn:Linear"
     with pytest.raises(SpecError, match="is not a class whose objects are plain data"):
         build_module(spec)
+    assert os.path.isabs(main_script_of(module_spec(model)) or "/")
