@@ -53,11 +53,19 @@ class LambdaHolder(nn.Module):
         return self.act(x)
 
 
-def test_the_twin_of_a_module_with_lambdas_is_made_by_its_constructor():
+def test_a_module_with_lambdas_is_published_as_code_and_its_twin_made_only_with_trust():
     torch.manual_seed(0)
     model = nn.Sequential(LambdaHolder(3), nn.Linear(3, 2))
-    twin = registry.twin(registry.structure(model))
+    described = registry._description(model)
+    assert described["structure"] is None and isinstance(described["code"], bytes)
+    found = {"class": "torch.nn:Sequential", "owner": "alice", **described}
+    with pytest.raises(PermissionError, match=r"came with its deployer's code .* "
+                                              r"attach\('m', trust_code=True\) if you trust "
+                                              r"'alice'"):
+        registry._code_twin(found, "m", trust_code=False)
+    twin = registry._code_twin(found, "m", trust_code=True)
     assert type(twin[0]) is LambdaHolder and callable(twin[0].act)
+    assert not any(t._data.flags.writeable for _, t in tensors(twin))  # placeholders
     assert twin[0].act.__closure__[0].cell_contents is twin[0]  # over the twin's own child
     assert [tuple(t.shape) for _, t in tensors(twin)] == \
         [tuple(t.shape) for _, t in tensors(model)]

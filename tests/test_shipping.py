@@ -345,3 +345,13 @@ def test_data_round_trips_and_object_classes_follow_the_allow_list(monkeypatch):
     with pytest.raises(SpecError, match="is not a class whose objects are plain data"):
         build_module(spec)
     assert os.path.isabs(main_script_of(module_spec(model)) or "/")
+
+
+def test_what_cannot_be_pickled_is_named_by_module_and_attribute():
+    import threading
+
+    model = nn.Sequential(nn.Linear(2, 2), nn.Sequential(nn.ReLU()))
+    model[1][0].guard = threading.Lock()
+    with pytest.raises(CodeError, match=r"attribute 'guard' of '1.0' \(ReLU\) holds a lock, "
+                                        r"which cannot be pickled"):
+        shipping.dumps(model)

@@ -181,13 +181,31 @@ def _dump(module: Module, outside, elsewhere: dict[int, str], what: str) -> byte
         except CodeError:
             raise
         except (pickle.PicklingError, TypeError, AttributeError) as exc:
-            raise CodeError(f"cannot pickle {type(module).__name__} to {what}: {exc}") from exc
+            raise CodeError(f"cannot pickle {type(module).__name__} to {what}: "
+                            f"{_culprit(module, outside) or exc}") from exc
         finally:
             for name in registered:
                 module_ = sys.modules.get(name)
                 if module_ is not None:
                     cloudpickle.unregister_pickle_by_value(module_)
     return buffer.getvalue()
+
+
+def _culprit(root: Module, outside) -> str | None:
+    """Which attribute of which module cannot be pickled, for the message (None if each
+    pickles alone)."""
+    for path, module in root.named_modules():
+        for name, value in module.__dict__.items():
+            if name in _HOOK_DICTS or name in ("_parameters", "_buffers", "_modules"):
+                continue
+            try:
+                _Pickler(io.BytesIO(), outside, {}).dump(value)
+            except Exception as exc:  # noqa: BLE001 - any failure names the attribute
+                where = f"{path!r}" if path else "the root module"
+                return (f"attribute {name!r} of {where} ({type(module).__name__}) holds a "
+                        f"{type(value).__name__}, which cannot be pickled ({exc}): keep it "
+                        "out of the module, or make it in forward()")
+    return None
 
 
 class _Unpickler(pickle.Unpickler):

@@ -13,6 +13,8 @@ import pytest
 import disthook as torch
 from disthook import nn
 from disthook.distributed import RemoteError, hooks
+from disthook.distributed.rpc import Peer
+from disthook.distributed.spec import module_spec
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -138,8 +140,10 @@ def test_backward_twice_without_retain_graph(deployed):
     works(deployed)
 
 
-def test_a_class_the_workers_cannot_import_is_refused_at_deploy(cluster, tmp_path,
-                                                                  monkeypatch):
+def test_a_class_the_workers_cannot_import_travels_with_the_model_or_is_named(cluster, tmp_path,
+                                                                              monkeypatch):
+    """Pickled by value, the class needs no import on the workers; as data (what a shared
+    service takes) it is refused, naming the class and the fix."""
     (tmp_path / "dh_unreachable.py").write_text(
         "from disthook import nn\n\n"
         "class Doubler(nn.Module):\n"
@@ -149,9 +153,16 @@ def test_a_class_the_workers_cannot_import_is_refused_at_deploy(cluster, tmp_pat
     module = importlib.import_module("dh_unreachable")
     try:
         net = nn.Sequential(nn.Linear(8, 8), module.Doubler())
-        with pytest.raises(RemoteError, match=r"module '1': cannot find class "
-                                              r"'dh_unreachable:Doubler'.*PYTHONPATH") as info:
-            cluster.deploy(net, stages=2)
+        remote = cluster.deploy(net, stages=2)
+        x = torch.randn(3, 8)
+        np.testing.assert_allclose(remote(x).detach().numpy(), net(x).detach().numpy(),
+                                   rtol=1e-6)
+        remote.close()
+        spec = module_spec(nn.Sequential(module.Doubler()))
+        with Peer(cluster.workers()[0].address) as peer:
+            with pytest.raises(RemoteError, match=r"module '0': cannot find class "
+                                                  r"'dh_unreachable:Doubler'.*PYTHONPATH") as info:
+                peer.request("load_stage", {"model": "m", "stage": 0, "spec": spec}, timeout=30)
         assert info.value.kind == "SpecError"
     finally:
         sys.modules.pop("dh_unreachable", None)

@@ -64,7 +64,7 @@ def test_the_host_file_and_the_ssh_commands():
     assert words[:4] == ["cd", "/srv/models", "&&", "exec"]
     assert words[4:] == ["/opt/v/bin/python", "-m", "workers", "--coordinator",
                          "tcp://node-a:6000", "--bind", "tcp://0.0.0.0:0", "--advertise",
-                         "node-b", "--id", "node-b-1", "--keys", "/etc/dh"]
+                         "node-b", "--id", "node-b-1", "--allow-code", "--keys", "/etc/dh"]
     assert "--advertise 10.9.8.7" in plan[4][1][7]
 
 

@@ -10,7 +10,6 @@ import time
 
 import pytest
 
-import disthook as torch
 from disthook import nn
 from disthook.distributed import WorkerLost, local_cluster
 
