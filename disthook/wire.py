@@ -162,7 +162,7 @@ ENUMS: dict[str, frozenset] = {
                              "full_backward_pre", "tensor", "leaf_hook", "vjp", "retained"}),
     "pipe_kind": frozenset({"act", "grad", "abort"}),
     "optimizer_action": frozenset({"step", "zero_grad", "state", "load"}),
-    "grad_op_kind": frozenset({"norm", "scale", "clamp", "set"}),
+    "grad_op_kind": frozenset({"norm", "scale", "clamp", "set", "add"}),
     "schedule_kind": frozenset({"recv_act", "forward", "send_act", "recv_grad", "backward",
                                 "send_grad"}),
     "layout_kind": frozenset({"chain", "tree", "whole"}),  # of a published model

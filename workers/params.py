@@ -46,7 +46,8 @@ class ParamHandlers:
         """Gradients of named parameters of the stage, where they live (see wire's grad_op):
         "norm" answers each one's norm (None for no gradient); "scale", "clamp" and "set"
         change them in place, as ``clip_grad_norm_``, ``clip_grad_value_`` and ``p.grad =``
-        do in one process."""
+        do in one process; "add" accumulates gradients the client computed (a leaf's
+        backward)."""
         st, msg = self._stage(job), job.msg
         params = dict(st.module.named_parameters())
         unknown = [n for n in msg["names"] if n not in params]
@@ -54,20 +55,26 @@ class ParamHandlers:
             raise KeyError(f"{st.name} has no parameters {unknown}")
         targets = [params[n] for n in msg["names"]]
         op, value = msg["op"], msg.get("value")
-        if op != "set" and value is None:
+        if op not in ("set", "add") and value is None:
             raise ValueError(f"grad_op {op!r} needs a value")
         with disthook.no_grad():
             if op == "norm":
                 return [None if p.grad is None else float(p.grad.norm(value).item())
                         for p in targets]
-            if op == "set":
+            if op in ("set", "add"):
                 grads = msg.get("grads")
                 if grads is None or len(grads) != len(targets):
-                    raise ValueError(f"grad_op set: one gradient (or None) per name, got "
+                    raise ValueError(f"grad_op {op}: one gradient (or None) per name, got "
                                      f"{'none' if grads is None else len(grads)} for "
                                      f"{len(targets)}")
                 for p, g in zip(targets, grads):
-                    p.grad = None if g is None else disthook.from_numpy(np.array(g))
+                    if g is not None:
+                        g = disthook.from_numpy(np.array(g) if op == "set"
+                                                else np.array(g, p.dtype.np))
+                    if op == "set" or p.grad is None:
+                        p.grad = g
+                    elif g is not None:
+                        p.grad = p.grad + g
                 return None
             for p in targets:
                 if p.grad is None:

@@ -34,6 +34,7 @@ from disthook.distributed import checkpoint, glue, hook_kinds, placement, tree
 from disthook.distributed.aliases import client_aliases
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.distributed.channel import _Hub
+from disthook.distributed.containers import container_reads
 from disthook.distributed.hooks import WorkerHook
 from disthook.distributed.optimizer import DistributedOptimizer
 from disthook.distributed.placement import (
@@ -359,20 +360,6 @@ class RemoteModel(Module):
                 return value  # a plain attribute of the deployed module
             glue.check_runs_here(local, "")  # says why a callable attribute cannot be used
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
-
-    def __getitem__(self, idx) -> Module:
-        children = list(self._modules.values())
-        if isinstance(idx, int):
-            if not -len(children) <= idx < len(children):
-                raise IndexError(f"index {idx} is out of range")
-            return children[idx]
-        raise TypeError(f"RemoteModel indices must be integers, not {type(idx).__name__}")
-
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(list(self._modules.values()))
 
     def get_submodule(self, target: str) -> Module:
         """The part at ``target``: a ``RemoteModule`` where it is on a worker, the module
@@ -900,5 +887,6 @@ def remote_class(kind: type) -> type:
         bases = ((RemoteModel,) if kind is Module or issubclass(
             kind, (Sequential, ModuleList, ModuleDict)) else (RemoteModel, kind))
         cls = _REMOTE_CLASSES[kind] = type(kind.__name__, bases, {
-            "__module__": __name__, "__qualname__": f"RemoteModel[{kind.__qualname__}]"})
+            "__module__": __name__, "__qualname__": f"RemoteModel[{kind.__qualname__}]",
+            **container_reads(kind)})  # len() and indexing where kind has them
     return cls
