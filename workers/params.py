@@ -18,6 +18,9 @@ class ParamHandlers:
         names = job.msg.get("names")
         state = {name: t.detach().numpy() for name, t in st.module.state_dict().items()
                  if names is None or name in names}
+        if names is not None:  # asked by name: non-persistent buffers too
+            state.update({name: t.detach().numpy() for name, t in st.module.named_buffers()
+                          if name in names and name not in state})
         grads = {name: p.grad.numpy() for name, p in st.module.named_parameters()
                  if p.grad is not None and (names is None or name in names)}
         unknown = [] if names is None else [n for n in names if n not in state]
@@ -41,6 +44,20 @@ class ParamHandlers:
             return
         with disthook.no_grad():
             getattr(param, op)(*args, **kwargs)
+
+    def on_module_op(self, job):
+        """A change one process allows to the module at ``path`` (see wire's module_op): a
+        buffer registered, a plain attribute set or deleted, as the client's code did it."""
+        st, msg = self._stage(job), job.msg
+        st.check_write(job.client, f"{msg['op']} {msg['name']!r} of {msg['path']!r}")
+        module = st.module.get_submodule(msg["path"])
+        name, value = msg["name"], unpack(msg.get("value"))
+        if msg["op"] == "register_buffer":
+            module.register_buffer(name, value, persistent=msg.get("persistent", True))
+        elif msg["op"] == "set_attr":
+            setattr(module, name, value)
+        else:
+            delattr(module, name)
 
     def on_grad_op(self, job):
         """Gradients of named parameters of the stage, where they live (see wire's grad_op):

@@ -12,6 +12,7 @@ import numpy as np
 from disthook.distributed import hook_kinds
 from disthook.distributed.containers import container_reads
 from disthook.distributed.parameters import RemoteParameter
+from disthook.distributed.values import opaque_in, pack
 from disthook.nn.modules.module import Module, checked_state_value, note_unexpected
 from disthook.tensor import Tensor
 from disthook.utils.hooks import RemovableHandle
@@ -148,16 +149,68 @@ class RemoteModule:
                              f"has no attribute '{name}'")
 
     def __setattr__(self, name: str, value) -> None:
+        """A buffer takes the new tensor on the worker (as ``register_buffer``); a plain
+        attribute the module had when deployed (``inplace``, ``eps``: its forward may read
+        it) is set on the worker too when it can travel (numbers, strings, tensors and
+        lists of them); any other plain attribute is the client's, kept on this module."""
         twin = self._twin
+        if name in twin._buffers and (value is None or isinstance(value, Tensor)):
+            self.register_buffer(name, value,
+                                 persistent=name not in twin._non_persistent_buffers_set)
+            return
         if name in twin._parameters or name in twin._modules or name in twin._buffers:
             raise NotImplementedError(
                 f"assigning {name!r} of the deployed module at {self._path!r} here: load new "
                 "values with load_state_dict, or change it in place under no_grad() "
                 f"({self._path}.{name}.copy_(t))")
-        object.__setattr__(self, name, value)  # a plain attribute, kept on this proxy
+        if name in twin.__dict__ and not name.startswith("_") and not opaque_in(value):
+            self._module_op("set_attr", name, pack(value))
+            twin.__dict__[name] = value  # what the client reads (see __getattr__)
+            self.__dict__.pop(name, None)
+            return
+        object.__setattr__(self, name, value)  # the client's own, kept on this proxy
 
     def __delattr__(self, name: str) -> None:
-        object.__delattr__(self, name)
+        """An attribute the client set goes; a plain attribute or buffer of the deployed
+        module goes on its worker too, as ``del module.x`` in one process."""
+        if name in self.__dict__:
+            object.__delattr__(self, name)
+            return
+        twin = self._twin
+        if name in twin._parameters or name in twin._modules:
+            raise NotImplementedError(
+                f"deleting {name!r} of the deployed module at {self._path!r}: its parameters "
+                "and submodules stay as they were deployed")
+        if name not in twin._buffers and (name not in twin.__dict__ or name.startswith("_")):
+            raise AttributeError(f"'{type(twin).__name__}' object (remote, at {self._path!r}) "
+                                 f"has no attribute '{name}'")
+        self._module_op("del_attr", name)
+        delattr(twin, name)
+
+    def register_buffer(self, name: str, tensor, persistent: bool = True) -> None:
+        """Register (or replace) a buffer on the module's worker, with ``nn.Module``'s checks
+        and errors: the forward there, ``named_buffers()`` and ``state_dict()`` see it."""
+        twin = self._twin
+        old = twin._buffers.get(name, _NONE)
+        was_persistent = name not in twin._non_persistent_buffers_set
+        if isinstance(tensor, Tensor):
+            tensor = tensor.detach().clone()  # a fetched copy of a remote one, too
+        twin.register_buffer(name, tensor, persistent)  # torch's checks, the client's copy
+        try:
+            self._module_op("register_buffer", name, pack(tensor), persistent=persistent)
+        except BaseException:
+            if old is _NONE:
+                del twin._buffers[name]
+            else:
+                twin._buffers[name] = old
+            (twin._non_persistent_buffers_set.discard if was_persistent
+             else twin._non_persistent_buffers_set.add)(name)
+            raise
+
+    def _module_op(self, op: str, name: str, value=None, persistent: bool | None = None):
+        self._model._hub.request(self._model._owner(self._path), "module_op", {
+            "path": self._path, "op": op, "name": name, "value": value,
+            "persistent": persistent}, what=f"{op} {name!r} of {self._path!r}")
 
     def __dir__(self):
         return sorted({*dir(type(self._twin)), *self._twin.__dict__, *self.__dict__})
@@ -224,10 +277,9 @@ class RemoteModule:
                               error_msgs: list) -> None:
         """As ``nn.Module``'s for its own parameters and persistent buffers, checked against
         their shapes here and copied on its worker in one request."""
-        if local_metadata.get("assign_to_params_buffers", False):
-            raise NotImplementedError(
-                f"load_state_dict(assign=True) on the deployed module at {self._path!r}: its "
-                "parameters live on its worker; load values (assign=False)")
+        # assign=True: the values land on the worker, as a load; the parameters keep their
+        # requires_grad, as torch's assign keeps them (see docs/distributed.md for the rest)
+        assign = local_metadata.get("assign_to_params_buffers", False)
         for hook in tuple(self._load_state_dict_pre_hooks.values()):
             hook(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                  error_msgs)
@@ -245,6 +297,12 @@ class RemoteModule:
             if isinstance(value, RemoteParameter):
                 value = value.detach()
             value = checked_state_value(value, key, t, error_msgs)
+            if value is not None and assign and value.dtype != t.dtype:
+                error_msgs.append(  # assign would change the dtype, which a worker keeps
+                    f"assign=True for {key}: the deployed parameter or buffer is "
+                    f"{t.dtype} on its worker, the checkpoint's is {value.dtype}; a deployed "
+                    "model keeps its dtypes (cast the state dict first, or assign=False)")
+                continue
             if value is not None:
                 values[f"{self._path}.{name}"] = value.detach()._data.astype(t._data.dtype)
         if values:
@@ -298,6 +356,7 @@ class RemoteModule:
     __eq__ = object.__eq__
 
 
+_NONE = object()  # no buffer of that name before
 _STATE_DICT_HOOKS = ("_state_dict_pre_hooks", "_state_dict_hooks",
                      "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
 _PROXY_CLASSES: dict[type, type] = {}

@@ -361,6 +361,12 @@ class RemoteModel(Module):
             glue.check_runs_here(local, "")  # says why a callable attribute cannot be used
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
+    def __delattr__(self, name: str) -> None:
+        if name not in self.__dict__ and name in self._local.__dict__ and name[0] != "_":
+            del self._local.__dict__[name]  # a plain attribute the model had (read here)
+            return
+        super().__delattr__(name)
+
     def get_submodule(self, target: str) -> Module:
         """The part at ``target``: a ``RemoteModule`` where it is on a worker, the module
         itself where it runs here."""

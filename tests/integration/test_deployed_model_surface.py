@@ -254,3 +254,97 @@ def test_writes_run_on_the_owner(cluster):
             remote[2].weight.grad.zero_()
     finally:
         remote.close()
+
+
+# ---- writes that one process allows ------------------------------------------------------------
+
+class Scaled(nn.Module):
+    """Reads a plain attribute and an optional buffer in its forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.scale = 1.0
+
+    def forward(self, x):
+        y = self.lin(x) * self.scale
+        return y * self.mask if hasattr(self, "mask") else y
+
+
+def scaled():
+    torch.manual_seed(0)
+    return nn.Sequential(Scaled(), nn.ReLU(), Scaled())
+
+
+def test_register_buffer_goes_to_the_worker(cluster):
+    local, remote = scaled(), cluster.deploy(scaled(), stages=2)
+    try:
+        x = torch.randn(2, 3)
+        for model in (local, remote):
+            model[2].register_buffer("mask", torch.tensor([1.0, 0.0, 2.0]))
+            model[0].register_buffer("seen", torch.zeros(2), persistent=False)
+        same(remote(x), local(x))  # the worker's forward sees it
+        assert list(remote.state_dict()) == list(local.state_dict())
+        assert [n for n, _ in remote.named_buffers()] == [n for n, _ in local.named_buffers()]
+        same(remote.state_dict()["2.mask"], local.state_dict()["2.mask"])
+        for model in (local, remote):
+            model[2].mask = torch.tensor([0.5, 0.5, 0.5])  # assigning a buffer replaces it
+        same(remote(x), local(x))
+        with pytest.raises(KeyError, match="attribute 'scale' already exists"):
+            remote[2].register_buffer("scale", torch.ones(1))
+        with pytest.raises(KeyError, match='contain'):
+            remote[2].register_buffer("a.b", torch.ones(1))
+        for model in (local, remote):
+            del model[2].mask
+        same(remote(x), local(x))
+        assert list(remote.state_dict()) == list(local.state_dict())
+    finally:
+        remote.close()
+
+
+def test_plain_attributes_set_and_deleted(cluster):
+    local, remote = scaled(), cluster.deploy(scaled(), stages=2)
+    try:
+        x = torch.randn(2, 3)
+        for model in (local, remote):
+            model[2].scale = 3.0  # the module had it: its forward on the worker reads it
+            model[0].note = {"seen": 1}  # the client's own
+        same(remote(x), local(x))
+        assert remote[2].scale == 3.0 and remote[0].note == {"seen": 1}
+        for model in (local, remote):
+            del model[0].note  # what a hook library's clear_context does
+            assert not hasattr(model[0], "note")
+            del model[2].scale
+            with pytest.raises(AttributeError):
+                model[2].scale
+        with pytest.raises(AttributeError):
+            del remote[0].never_set
+        with pytest.raises(AttributeError):
+            remote(x)  # the worker's forward reads self.scale, which is gone: as in one process
+    finally:
+        remote.close()
+
+
+def test_load_state_dict_assign_lands_on_the_owner(cluster):
+    local, remote = scaled(), cluster.deploy(scaled(), stages=2)
+    try:
+        torch.manual_seed(5)
+        other = nn.Sequential(Scaled(), nn.ReLU(), Scaled())
+        remote[2].lin.weight.requires_grad_(False)
+        local[2].lin.weight.requires_grad_(False)
+        for model in (local, remote):
+            result = model.load_state_dict(other.state_dict(), assign=True)
+            assert not result.missing_keys and not result.unexpected_keys
+        fresh = remote.to_local()
+        for name, value in other.state_dict().items():
+            same(fresh.state_dict()[name], value)
+        # torch's assign keeps each parameter's requires_grad
+        assert [p.requires_grad for p in remote.parameters()] == \
+            [p.requires_grad for p in local.parameters()]
+        x = torch.randn(2, 3)
+        same(remote(x), local(x))
+        wide = {k: v.double() for k, v in other.state_dict().items()}
+        with pytest.raises(RuntimeError, match="keeps its dtypes"):
+            remote.load_state_dict(wide, assign=True)
+    finally:
+        remote.close()
