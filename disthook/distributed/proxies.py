@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from disthook.distributed import hook_kinds
+from disthook.distributed import hook_kinds, module_refs
 from disthook.distributed.containers import container_reads
 from disthook.distributed.parameters import RemoteParameter
 from disthook.distributed.values import opaque_in, pack
@@ -144,7 +144,8 @@ class RemoteModule:
             return self._model.training
         if name in twin.__dict__ and not callable(twin.__dict__[name]) \
                 and not name.startswith("_"):
-            return twin.__dict__[name]  # a plain attribute (in_features, eps, ...)
+            # a plain attribute (in_features, eps, a dict of hook points: the deployed ones)
+            return module_refs.translated(self, name, twin.__dict__[name])
         raise AttributeError(f"'{type(twin).__name__}' object (remote, at {self._path!r}) "
                              f"has no attribute '{name}'")
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from disthook import random
 from disthook.autograd import grad_mode
-from disthook.distributed import checkpoint, glue, hook_kinds, placement, tree
+from disthook.distributed import checkpoint, glue, hook_kinds, module_refs, placement, tree
 from disthook.distributed.aliases import client_aliases
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.distributed.channel import _Hub
@@ -117,6 +117,7 @@ class RemoteModel(Module):
         if tree:  # the root's forward will run here
             glue.check_runs_here(module, "")
         self._modules.update(glue.client_tree(self, module, layout))
+        module_refs.alias_attributes(self)  # self.mod_dict["a"] is the deployed child
         if not whole:
             self._parameters.update(module._parameters)  # the root's own stay here
             self._buffers.update(module._buffers)

@@ -348,3 +348,76 @@ def test_load_state_dict_assign_lands_on_the_owner(cluster):
             remote.load_state_dict(wide, assign=True)
     finally:
         remote.close()
+
+
+# ---- modules held in plain attributes -----------------------------------------------------------
+
+class Registry(nn.Module):
+    """Its forward reaches its children through a dict and a tuple."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(3, 4)
+        self.act = nn.ReLU()
+        self.fc2 = nn.Linear(4, 2)
+        self.pair = (self.fc1, self.act)
+
+    def forward(self, x):
+        for layer in self.pair:
+            x = layer(x)
+        return self.mod_dict["b"](x) * 2  # not a plain chain: runs here, parts there
+
+
+def registry():
+    torch.manual_seed(0)
+    model = Registry()
+    model.mod_dict = {"a": model.fc1, "b": model.fc2}  # a hook library's, after construction
+    return model
+
+
+class Points(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(3, 4)
+        self.fc2 = nn.Linear(4, 3)
+        self.points = {"first": self.fc1, "second": [self.fc2]}
+
+    def forward(self, x):
+        return self.points["second"][0](torch.relu(self.points["first"](x)))
+
+
+def points():
+    torch.manual_seed(0)
+    return nn.Sequential(Points(), nn.ReLU(), Points())
+
+
+def test_a_dict_of_hook_points_on_the_root_reaches_the_deployed_children(cluster):
+    local, remote = registry(), cluster.deploy(registry(), stages=2)
+    try:
+        assert remote.mod_dict["a"] is remote.fc1 and remote.mod_dict["b"] is remote.fc2
+        assert remote.pair[0] is remote.fc1 and type(remote.pair) is tuple
+        assert list(remote.children()) == [remote.fc1, remote.act, remote.fc2]
+        seen = {"local": [], "remote": []}
+        for key, model in (("local", local), ("remote", remote)):
+            model.mod_dict["a"].register_forward_hook(
+                lambda m, args, out, key=key: seen[key].append(out.detach().numpy().copy()))
+        x = torch.randn(2, 3)
+        same(remote(x), local(x))
+        assert len(seen["remote"]) == len(seen["local"]) == 1
+        same(seen["remote"][0], seen["local"][0])
+    finally:
+        remote.close()
+
+
+@pytest.mark.parametrize("placement", [None, {"0.fc1": 0, "0.fc2": 1, "2": 1}])
+def test_a_dict_attribute_of_a_part_reaches_the_deployed_modules(cluster, placement):
+    local = points()
+    remote = cluster.deploy(points(), stages=2, placement=placement)
+    try:
+        part = remote[0]
+        assert part.points["first"] is remote.get_submodule("0.fc1")
+        assert part.points["second"][0] is remote.get_submodule("0.fc2")
+        x = torch.randn(2, 3)
+        same(remote(x), local(x))
+    finally:
+        remote.close()
