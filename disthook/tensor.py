@@ -1805,6 +1805,13 @@ def _write_with(t: Tensor, ufunc, values: np.ndarray) -> None:
         else:
             ufunc(t._data, values, out=t._data, casting="unsafe")
     except ValueError:
+        if 0 not in t._data.strides or t._data.size <= 1:  # read-only, not a broadcast
+            raise RuntimeError(
+                "the tensor written to in place has read-only memory; a deployed model's "
+                "parameter or gradient read here is such a copy of the value on its worker, "
+                "where writing it would change nothing. Write the parameter itself under "
+                "no_grad() (p.copy_(t), p.data.mul_(2), p.grad = g), or clone() the copy"
+            ) from None
         raise RuntimeError(
             "unsupported operation: more than one element of the written-to tensor refers to a "
             "single memory location. Please clone() the tensor before performing the operation."
@@ -2121,7 +2128,8 @@ def full(size, fill_value, *, dtype=None, device=None, requires_grad=False) -> T
 
 
 def _like(t: Tensor, dtype):
-    return t._data.dtype if dtype is None else _np_dtype(dtype)
+    # from the dtype, not the data: a deployed model's parameter knows it without its value
+    return _np_dtype(t.dtype if dtype is None else dtype)
 
 
 def zeros_like(t, *, dtype=None, device=None, requires_grad=False) -> Tensor:

@@ -165,7 +165,8 @@ ENUMS: dict[str, frozenset] = {
                              "full_backward_pre", "tensor", "leaf_hook", "vjp", "retained"}),
     "pipe_kind": frozenset({"act", "grad", "abort"}),
     "optimizer_action": frozenset({"step", "zero_grad", "state", "load"}),
-    "grad_op_kind": frozenset({"norm", "scale", "clamp", "set"}),
+    "grad_op_kind": frozenset({"norm", "scale", "clamp", "set", "add"}),
+    "module_op_kind": frozenset({"register_buffer", "set_attr", "del_attr"}),
     "schedule_kind": frozenset({"recv_act", "forward", "send_act", "recv_grad", "backward",
                                 "send_grad"}),
     "layout_kind": frozenset({"chain", "tree", "whole"}),  # of a published model
@@ -269,6 +270,10 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "set_state": {"model": "str", "state": "map"},
     "param_op": {"model": "str", "name": "str", "op": "str", "args": "any",
                  "kwargs": "any"},
+    # a change to the module at path that one process allows: a buffer registered (value: a
+    # packed tensor or None), a plain attribute set (value: packed) or deleted
+    "module_op": {"model": "str", "path": "str", "op": "module_op_kind", "name": "str",
+                  "value": "any?", "persistent": "bool?"},
     "step": {"model": "str", "optimizer": "optimizer_call?", "zero_grad": "bool?"},
     # gradients of named parameters, measured or changed where they live: "norm" (each
     # one's norm of order value), "scale" (times value), "clamp" (into [-value, value]),

@@ -18,6 +18,9 @@ class ParamHandlers:
         names = job.msg.get("names")
         state = {name: t.detach().numpy() for name, t in st.module.state_dict().items()
                  if names is None or name in names}
+        if names is not None:  # asked by name: non-persistent buffers too
+            state.update({name: t.detach().numpy() for name, t in st.module.named_buffers()
+                          if name in names and name not in state})
         grads = {name: p.grad.numpy() for name, p in st.module.named_parameters()
                  if p.grad is not None and (names is None or name in names)}
         unknown = [] if names is None else [n for n in names if n not in state]
@@ -42,11 +45,26 @@ class ParamHandlers:
         with disthook.no_grad():
             getattr(param, op)(*args, **kwargs)
 
+    def on_module_op(self, job):
+        """A change one process allows to the module at ``path`` (see wire's module_op): a
+        buffer registered, a plain attribute set or deleted, as the client's code did it."""
+        st, msg = self._stage(job), job.msg
+        st.check_write(job.client, f"{msg['op']} {msg['name']!r} of {msg['path']!r}")
+        module = st.module.get_submodule(msg["path"])
+        name, value = msg["name"], unpack(msg.get("value"))
+        if msg["op"] == "register_buffer":
+            module.register_buffer(name, value, persistent=msg.get("persistent", True))
+        elif msg["op"] == "set_attr":
+            setattr(module, name, value)
+        else:
+            delattr(module, name)
+
     def on_grad_op(self, job):
         """Gradients of named parameters of the stage, where they live (see wire's grad_op):
         "norm" answers each one's norm (None for no gradient); "scale", "clamp" and "set"
         change them in place, as ``clip_grad_norm_``, ``clip_grad_value_`` and ``p.grad =``
-        do in one process."""
+        do in one process; "add" accumulates gradients the client computed (a leaf's
+        backward)."""
         st, msg = self._stage(job), job.msg
         params = dict(st.module.named_parameters())
         unknown = [n for n in msg["names"] if n not in params]
@@ -54,20 +72,26 @@ class ParamHandlers:
             raise KeyError(f"{st.name} has no parameters {unknown}")
         targets = [params[n] for n in msg["names"]]
         op, value = msg["op"], msg.get("value")
-        if op != "set" and value is None:
+        if op not in ("set", "add") and value is None:
             raise ValueError(f"grad_op {op!r} needs a value")
         with disthook.no_grad():
             if op == "norm":
                 return [None if p.grad is None else float(p.grad.norm(value).item())
                         for p in targets]
-            if op == "set":
+            if op in ("set", "add"):
                 grads = msg.get("grads")
                 if grads is None or len(grads) != len(targets):
-                    raise ValueError(f"grad_op set: one gradient (or None) per name, got "
+                    raise ValueError(f"grad_op {op}: one gradient (or None) per name, got "
                                      f"{'none' if grads is None else len(grads)} for "
                                      f"{len(targets)}")
                 for p, g in zip(targets, grads):
-                    p.grad = None if g is None else disthook.from_numpy(np.array(g))
+                    if g is not None:
+                        g = disthook.from_numpy(np.array(g) if op == "set"
+                                                else np.array(g, p.dtype.np))
+                    if op == "set" or p.grad is None:
+                        p.grad = g
+                    elif g is not None:
+                        p.grad = p.grad + g
                 return None
             for p in targets:
                 if p.grad is None:

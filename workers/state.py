@@ -455,7 +455,7 @@ class StepRun:
 
 def _writes(msg) -> bool:
     """Whether a request changes a model's weights (or its mode, or whether it is held)."""
-    if msg.type in ("set_state", "param_op", "train", "load_stage", "unload"):
+    if msg.type in ("set_state", "param_op", "module_op", "train", "load_stage", "unload"):
         return True
     optimizer = msg.get("optimizer") if msg.type == "step" else None
     return optimizer is not None and optimizer.get("action") in ("step", "load")

@@ -147,9 +147,10 @@ def carry_hooks(model: RemoteModel, root: Module) -> None:
 
 def check_runs_here(module: Module, path: str) -> None:
     """A module whose forward runs here while its parts are on workers must not reach its
-    parts other than as its children: an attribute holding a module, or a callable that may
-    hold one (a lambda, a closure, a bound method), would still reach the modules as they were
-    before the deploy, with their old weights: ``ValueError`` naming it."""
+    parts through a callable that may hold one (a lambda, a closure, a bound method): it
+    would still reach the modules as they were before the deploy, with their old weights:
+    ``ValueError`` naming it. (Modules in its attributes, alone or in dicts, lists and tuples,
+    are the deployed ones on the client: see ``module_refs``.)"""
     where = f"the module at {path!r}" if path else "the model's root"
     for name, value in module.__dict__.items():
         if name in _FRESH:
@@ -166,8 +167,6 @@ def check_runs_here(module: Module, path: str) -> None:
 
 
 def _stale_reference(value, depth: int = 0) -> str | None:
-    if isinstance(value, Module):
-        return f"a {type(value).__name__} module"
     if isinstance(value, types.MethodType):
         return "a bound method"
     if isinstance(value, types.FunctionType):

@@ -30,10 +30,19 @@ import numpy as np
 
 from disthook import random
 from disthook.autograd import grad_mode
-from disthook.distributed import checkpoint, glue, hook_kinds, placement, shipping, tree
+from disthook.distributed import (
+    checkpoint,
+    glue,
+    hook_kinds,
+    module_refs,
+    placement,
+    shipping,
+    tree,
+)
 from disthook.distributed.aliases import client_aliases
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.distributed.channel import _Hub
+from disthook.distributed.containers import container_reads
 from disthook.distributed.hooks import WorkerHook
 from disthook.distributed.optimizer import DistributedOptimizer
 from disthook.distributed.placement import (
@@ -116,6 +125,7 @@ class RemoteModel(Module):
         if tree:  # the root's forward will run here
             glue.check_runs_here(module, "")
         self._modules.update(glue.client_tree(self, module, layout))
+        module_refs.alias_attributes(self)  # self.mod_dict["a"] is the deployed child
         if not whole:
             self._parameters.update(module._parameters)  # the root's own stay here
             self._buffers.update(module._buffers)
@@ -360,19 +370,11 @@ class RemoteModel(Module):
             glue.check_runs_here(local, "")  # says why a callable attribute cannot be used
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
-    def __getitem__(self, idx) -> Module:
-        children = list(self._modules.values())
-        if isinstance(idx, int):
-            if not -len(children) <= idx < len(children):
-                raise IndexError(f"index {idx} is out of range")
-            return children[idx]
-        raise TypeError(f"RemoteModel indices must be integers, not {type(idx).__name__}")
-
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(list(self._modules.values()))
+    def __delattr__(self, name: str) -> None:
+        if name not in self.__dict__ and name in self._local.__dict__ and name[0] != "_":
+            del self._local.__dict__[name]  # a plain attribute the model had (read here)
+            return
+        super().__delattr__(name)
 
     def get_submodule(self, target: str) -> Module:
         """The part at ``target``: a ``RemoteModule`` where it is on a worker, the module
@@ -904,5 +906,6 @@ def remote_class(kind: type) -> type:
         bases = ((RemoteModel,) if kind is Module or issubclass(
             kind, (Sequential, ModuleList, ModuleDict)) else (RemoteModel, kind))
         cls = _REMOTE_CLASSES[kind] = type(kind.__name__, bases, {
-            "__module__": __name__, "__qualname__": f"RemoteModel[{kind.__qualname__}]"})
+            "__module__": __name__, "__qualname__": f"RemoteModel[{kind.__qualname__}]",
+            **container_reads(kind)})  # len() and indexing where kind has them
     return cls

@@ -1,0 +1,490 @@
+"""``RemoteParameter``: a parameter of a deployed model, kept by its worker. On the client it
+is an ``nn.Parameter`` whose storage is on the worker:
+
+- what it is (shape, dtype, device, ``requires_grad``, ``is_leaf``) is known here, from the
+  model's local twin, so metadata and factory functions (``.shape``, ``zeros_like``,
+  ``new_empty``) cost no round trip;
+- its value is fetched when something needs it: every read of ``_data`` (the slot every op
+  reads; a local tensor's is set, so this costs them nothing) asks the owner once, and a
+  method call (``p.sum()``, ``p * 2``, ``print(p)``) works on one fetched copy. The fetched
+  array is read-only: writing into a copy would change nothing on the worker, so it raises
+  instead of passing silently;
+- a gradient that client code computes through it (``F.linear(x, p)``, then backward) is
+  added into its ``.grad`` on the worker, as a leaf's gradient accumulates in one process;
+- every write runs on the owner: in-place methods (under ``no_grad()`` or through
+  ``.data``), ``p[i] = v``, ``.data = t``, ``.grad = g``, ``requires_grad_``.
+
+Its static methods step, zero and clip the gradients of many remote parameters at once,
+where they live (the optimizers and ``nn.utils.clip_grad`` use them)."""
+from __future__ import annotations
+
+import itertools
+import weakref
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from disthook.autograd import grad_mode
+from disthook.autograd.graph import AccumulateGrad
+from disthook.distributed import hook_kinds
+from disthook.distributed.values import pack
+from disthook.nn.parameter import Parameter
+from disthook.tensor import Tensor
+
+if TYPE_CHECKING:
+    from disthook.distributed.proxies import RemoteHandle
+    from disthook.distributed.remote import RemoteModel
+
+__all__ = ["RemoteParameter"]
+
+
+class RemoteParameter(Parameter):
+    """A parameter of a deployed model, living on its worker (see the module's doc). There
+    is one per parameter (and one for its ``.data``), as torch has one Parameter: identity
+    holds, and walks that skip what they saw by ``id()`` see each once."""
+
+    def __new__(cls, model: RemoteModel, path: str, *, _data: bool = False):
+        path = model._canonical.get(path, path)  # tied names are one parameter
+        cache = model.__dict__.setdefault("_param_proxies", {})
+        proxy = cache.get((path, _data))
+        if proxy is None:
+            proxy = cache[(path, _data)] = object.__new__(cls)
+            # the slots every tensor has, but _data (its value is the worker's)
+            proxy._grad_fn, proxy._output_nr, proxy._vc = None, 0, [0]
+            proxy.__dict__.update(_model=model, _path=path, _is_data=_data,
+                                  _accumulator=RemoteAccumulateGrad(proxy))
+        return proxy
+
+    def __init__(self, *args, **kwargs) -> None:
+        pass  # made in __new__
+
+    # ---- what it is, without a round trip (from the model's local twin) --------------------
+    @property
+    def _twin(self):
+        return self._model._local.get_parameter(self._path)
+
+    @property
+    def shape(self):
+        return self._twin.shape
+
+    def size(self, dim=None):
+        return self._twin.size(dim) if dim is not None else self._twin.size()
+
+    @property
+    def dtype(self):
+        return self._twin.dtype
+
+    @property
+    def device(self):
+        return self._twin.device
+
+    @property
+    def ndim(self) -> int:
+        return self._twin.dim()
+
+    def dim(self) -> int:
+        return self._twin.dim()
+
+    ndimension = dim
+
+    def numel(self) -> int:
+        return self._twin.numel()
+
+    nelement = numel
+
+    def element_size(self) -> int:
+        return self._twin.element_size()
+
+    def is_floating_point(self) -> bool:
+        return self._twin.is_floating_point()
+
+    def is_contiguous(self, memory_format=None) -> bool:
+        return True
+
+    def stride(self, dim=None):
+        return self._twin.stride(dim)
+
+    def __len__(self) -> int:
+        return len(self._twin)
+
+    @property
+    def _requires_grad(self) -> bool:  # the slot the engine reads
+        return False if self._is_data else self._twin.requires_grad
+
+    @_requires_grad.setter
+    def _requires_grad(self, value: bool) -> None:
+        self.requires_grad_(bool(value))
+
+    @property
+    def requires_grad(self) -> bool:
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, requires_grad: bool) -> None:
+        self.requires_grad_(requires_grad)
+
+    # ---- reading: the current value from the worker -----------------------------------------
+    @property
+    def _data(self) -> np.ndarray:
+        """The worker's current value (read-only: a write goes through the parameter)."""
+        arr = np.array(self._model._states(names=[self._path])["state"][self._path])
+        arr.flags.writeable = False
+        return arr
+
+    @_data.setter
+    def _data(self, value: np.ndarray) -> None:
+        self._set_value(Tensor._make(np.asarray(value), None, 0), f"{self._path} = ...")
+
+    def _snapshot(self) -> Tensor:
+        """A local tensor with the current value that stands for this parameter in a graph:
+        gradients that reach it are added into the worker's ``.grad``."""
+        t = Tensor._make(self._data, None, 0)
+        if self._requires_grad:
+            t._requires_grad = True
+            t._grad_acc = weakref.ref(self._accumulator)
+        return t
+
+    @property
+    def _grad_acc(self):
+        return weakref.ref(self._accumulator)
+
+    @_grad_acc.setter
+    def _grad_acc(self, value) -> None:
+        pass  # its accumulator is fixed: the worker's .grad
+
+    def detach(self) -> Tensor:
+        """A local tensor holding the parameter's current value (read-only: in one process
+        it would share the parameter's memory; change the parameter itself instead)."""
+        return Tensor._make(self._data, None, 0)
+
+    @property
+    def data(self) -> RemoteParameter:
+        """The parameter without autograd: reads fetch, in-place ops write to the worker."""
+        return RemoteParameter(self._model, self._path, _data=True)
+
+    @data.setter
+    def data(self, value) -> None:
+        """``p.data = t``: the worker's parameter takes ``t``'s values (its shape and dtype
+        stay what they were deployed with)."""
+        if not isinstance(value, Tensor):
+            raise TypeError(f"data must be a Tensor, got {type(value).__name__}")
+        self._set_value(value, f"{self._path}.data = ...")
+
+    def _set_value(self, value: Tensor, what: str) -> None:
+        if isinstance(value, RemoteParameter):
+            value = value.detach()
+        if value.shape != self.shape:
+            raise RuntimeError(f"a deployed parameter keeps its shape: {self._path} is "
+                               f"{list(self.shape)}, the new data is {list(value.shape)}")
+        self._model._hub.request(self._model._owner(self._path), "set_state", {
+            "state": {self._path: value.detach()._data.astype(self._twin._data.dtype)}},
+            what=what)
+
+    @property
+    def _grad(self) -> Tensor | None:
+        grads = self._model._states(names=[self._path])["grads"]
+        arr = grads.get(self._path)
+        if arr is None:
+            return None
+        arr = np.array(arr)
+        arr.flags.writeable = False
+        return Tensor._make(arr, None, 0)
+
+    @_grad.setter
+    def _grad(self, value) -> None:
+        RemoteParameter._grad_op([self], "set",
+                                 grads=[None if value is None else value.detach()._data])
+
+    @property
+    def grad(self) -> Tensor | None:
+        """A read-only copy of the gradient on the worker: change it through the parameter
+        (``p.grad = g``, ``p.grad = None``, the clipping utilities), not in place."""
+        return self._grad
+
+    @grad.setter
+    def grad(self, value) -> None:
+        """``p.grad = g`` (a tensor of the parameter's shape) or ``p.grad = None``, on the
+        worker, with the errors torch gives."""
+        if value is not None:
+            if not isinstance(value, Tensor):
+                raise TypeError(f"assigned grad expected to be a Tensor or None but got grad "
+                                f"of type {type(value).__name__}")
+            if value.shape != self.shape:
+                raise RuntimeError(f"attempting to assign a gradient of size "
+                                   f"'{list(value.shape)}' to a tensor of size "
+                                   f"'{list(self.shape)}'. Please ensure that the gradient "
+                                   "and the tensor are the same size")
+        self._grad = value
+
+    @grad.deleter
+    def grad(self) -> None:
+        self.grad = None
+
+    def numpy(self, *, force: bool = False) -> np.ndarray:
+        if self.requires_grad and not force and grad_mode.is_grad_enabled():
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use "
+                               "tensor.detach().numpy() instead.")
+        return self._data
+
+    def register_hook(self, hook) -> RemoteHandle:
+        """A tensor hook that fires on the worker, when the gradient of the parameter there
+        is computed (it runs here)."""
+        return self._model._add_hook("tensor", self._path, hook, self,
+                                     **hook_kinds.options("tensor"))
+
+    def register_post_accumulate_grad_hook(self, hook):
+        raise NotImplementedError(
+            f"register_post_accumulate_grad_hook on {self._path!r} of a deployed model: its "
+            "gradient accumulates on its worker; use register_hook (it fires there and runs "
+            "here), or a hook on the module")
+
+    # ---- writing: in place, on the worker ------------------------------------------------------
+    def requires_grad_(self, requires_grad: bool = True) -> RemoteParameter:
+        self._inplace("requires_grad_", (bool(requires_grad),), {})
+        self._twin.requires_grad_(bool(requires_grad))
+        return self
+
+    def _inplace(self, op: str, args: tuple, kwargs: dict) -> RemoteParameter:
+        if (op != "requires_grad_" and not self._is_data and self.requires_grad
+                and grad_mode.is_grad_enabled()):
+            raise RuntimeError("a leaf Variable that requires grad is being used in an "
+                               "in-place operation.")
+        args = tuple(a.detach() if isinstance(a, RemoteParameter) else a for a in args)
+        kwargs = {k: a.detach() if isinstance(a, RemoteParameter) else a
+                  for k, a in kwargs.items()}
+        self._model._hub.request(self._model._owner(self._path), "param_op", {
+            "name": self._path, "op": op, "args": pack(list(args)), "kwargs": pack(kwargs)},
+            what=f"{self._path}.{op}()")
+        return self
+
+    def __setitem__(self, index, value) -> None:
+        """``p[i] = v`` (under ``no_grad()`` or on ``.data``): the new value, made here from
+        the current one, is copied into the worker's parameter."""
+        if not self._is_data and self.requires_grad and grad_mode.is_grad_enabled():
+            raise RuntimeError("a leaf Variable that requires grad is being used in an "
+                               "in-place operation.")
+        new = Tensor._make(self._data.copy(), None, 0)
+        with grad_mode.no_grad():
+            new[index] = value.detach() if isinstance(value, RemoteParameter) else value
+        self._inplace("copy_", (new,), {})
+
+    def __repr__(self) -> str:
+        """As torch prints a parameter (its current value, fetched): a program prints what
+        it prints in one process (``remote.workers()`` says where each part lives)."""
+        try:
+            value = self.detach()
+        except Exception:  # noqa: BLE001 - closed, or its worker is gone: say what it was
+            return f"RemoteParameter({self._path}, shape={tuple(self.shape)}, unreachable)"
+        return f"Parameter containing:\n{value.requires_grad_(self.requires_grad)!r}"
+
+
+    # ---- gradients of many parameters at once, where they live (nn.utils.clip_grad) ------------
+    @staticmethod
+    def _grad_op(params: list, op: str, value: float | None = None, grads=None) -> list:
+        """Run ``grad_op`` on the workers holding ``params`` (RemoteParameters of one or
+        more models): per model one request per worker, sent together; the results in the
+        order of ``params``."""
+        results: list = [None] * len(params)
+        models: dict[int, tuple] = {}  # id(model) -> (model, {address: [indices]})
+        for i, p in enumerate(params):
+            model, owners = models.setdefault(id(p._model), (p._model, {}))
+            owners.setdefault(model._owner(p._path), []).append(i)
+        for model, owners in models.values():
+            calls = []
+            for address, indices in owners.items():
+                fields = {"names": [params[i]._path for i in indices], "op": op,
+                          "value": value}
+                if grads is not None:
+                    fields["grads"] = [grads[i] for i in indices]
+                calls.append((address, fields))
+            replies = model._hub.request_all(calls, "grad_op", what=f"{op} of gradients")
+            for indices, reply in zip(owners.values(), replies):
+                for i, result in zip(indices, reply["result"] or [None] * len(indices)):
+                    results[i] = result
+        return results
+
+    @staticmethod
+    def _zero_grads(params: list, set_to_none: bool = True, optimizer=None) -> None:
+        """``optimizer.zero_grad()`` of these parameters, on their workers: with the next
+        forward where a step of ``optimizer`` made its shares (each share zeroes its own
+        parameters), else at once."""
+        now = params
+        share_id = None if optimizer is None else optimizer.__dict__.get("_remote_share_id")
+        if share_id is not None:
+            later = set()
+            for model, calls in RemoteParameter._share_calls(optimizer, "zero_grad"):
+                if share_id in model._hub.made_shares:
+                    later.add(id(model))
+                    for call in calls.values():
+                        call["set_to_none"] = set_to_none
+                    model._hub.defer(calls)
+            now = [p for p in params if id(p._model) not in later]
+        if not now:
+            return
+        if set_to_none:
+            RemoteParameter._grad_op(now, "set", grads=[None] * len(now))
+        else:
+            RemoteParameter._grad_op(now, "scale", 0.0)
+
+    @staticmethod
+    def _optimizer_share(optimizer, action: str, state: dict | None = None):
+        """What a local optimizer (any ``disthook.optim.Optimizer``, param groups and all)
+        does to its remote parameters: each worker keeps a share of it, made with the same
+        class and defaults over the parameters it holds, and gets the groups' current
+        hyperparameters with every call. ``action``: "step" (the first over a deployment
+        makes the shares, the later ones ride with its next forward); "state" (each
+        parameter's state: {parameter: {key: value}}); "load" (``state``, the same shape,
+        into the shares)."""
+        out = {}
+        for model, calls in RemoteParameter._share_calls(optimizer, action):
+            share_id = next(iter(calls.values()))["id"]
+            if action == "step" and share_id in model._hub.made_shares:
+                model._hub.defer(calls)
+                continue
+            if action == "load":
+                for call in calls.values():
+                    call["state"] = {"param_groups": [], "state": {
+                        p._path: {k: _array_of(v) for k, v in value.items()}
+                        for p, value in (state or {}).items()
+                        if p._model is model and p._path in call["params"]}}
+            replies = model._hub.request_all([(address, {"optimizer": call})
+                                              for address, call in calls.items()],
+                                             "step", what=f"optimizer {action}")
+            if action in ("step", "load"):  # the shares exist now
+                model._hub.made_shares.add(share_id)
+            if action == "state":
+                for reply in replies:
+                    for path, value in reply["result"]["state"].items():
+                        out[RemoteParameter(model, path)] = {
+                            k: Tensor._make(np.array(v), None, 0) if isinstance(v, np.ndarray)
+                            else v for k, v in value.items()}
+        return out
+
+    @staticmethod
+    def _share_calls(optimizer, action: str) -> list[tuple]:
+        """(model, {address: optimizer_call}) of ``action`` on the shares of ``optimizer``,
+        per model of its remote parameters."""
+        share_id = optimizer.__dict__.get("_remote_share_id")
+        if share_id is None:
+            share_id = optimizer._remote_share_id = next(_optimizer_share_ids)
+        kind = type(optimizer)
+        from disthook import optim
+
+        name = kind.__name__ if getattr(optim, kind.__name__, None) is kind else \
+            f"{kind.__module__}:{kind.__qualname__}"
+        kwargs = {k: _hyperparameter(k, v) for k, v in optimizer.defaults.items()}
+        models: dict[int, tuple] = {}  # id(model) -> (model, {address: (names, groups)})
+        for index, group in enumerate(optimizer.param_groups):
+            hyper = {k: _hyperparameter(k, v) for k, v in group.items()
+                     if k not in ("params", "param_names")}
+            for p in group["params"]:
+                if not isinstance(p, RemoteParameter):
+                    continue
+                model, shares = models.setdefault(id(p._model), (p._model, {}))
+                names, groups = shares.setdefault(model._owner(p._path), ([], []))
+                if not groups or groups[-1]["index"] != index:
+                    groups.append({"index": index, "params": [], "hyper": hyper})
+                names.append(p._path)
+                groups[-1]["params"].append(p._path)
+        return [(model, {address: {"id": share_id, "class": name, "kwargs": kwargs,
+                                   "params": names, "groups": groups, "action": action}
+                         for address, (names, groups) in shares.items()})
+                for model, shares in models.values()]
+
+    @staticmethod
+    def _grad_norms(params: list, norm_type: float) -> list:
+        """Each parameter's gradient norm (a 0-d tensor of its dtype; None: no gradient)."""
+        norms = RemoteParameter._grad_op(params, "norm", float(norm_type))
+        return [None if n is None else Tensor._make(np.array(n, p._twin._data.dtype), None, 0)
+                for p, n in zip(params, norms)]
+
+    @staticmethod
+    def _scale_grads(params: list, factor: Tensor) -> None:
+        RemoteParameter._grad_op(params, "scale", float(factor.item()))
+
+    @staticmethod
+    def _clamp_grads(params: list, clip_value: float) -> None:
+        RemoteParameter._grad_op(params, "clamp", float(clip_value))
+
+
+
+class RemoteAccumulateGrad(AccumulateGrad):
+    """The sink of a remote parameter in a graph made here: the gradient is added into the
+    parameter's ``.grad`` on its worker."""
+
+    __slots__ = ()
+
+    def accumulate(self, grad, fresh: bool = False) -> None:
+        if grad is not None:
+            RemoteParameter._grad_op([self.variable], "add", grads=[grad.detach()._data])
+
+
+_optimizer_share_ids = itertools.count(1 << 20)  # apart from DistributedOptimizer's ids
+
+
+def _hyperparameter(name: str, value):
+    """A hyperparameter as it travels: numbers, bools, strings, None, and lists of them."""
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if isinstance(value, (tuple, list)) and all(
+            v is None or type(v) in (bool, int, float, str) for v in value):
+        return list(value)
+    if isinstance(value, Tensor) and value.numel() == 1:
+        return value.item()
+    raise TypeError(f"the optimizer's {name!r} is a {type(value).__name__}; the workers that "
+                    "step a deployed model's parameters take numbers, bools, strings and "
+                    "lists of them")
+
+
+def _array_of(value):
+    return value.detach()._data if isinstance(value, Tensor) else value
+
+
+# ---- the Tensor methods, over the worker's parameter ----------------------------------------
+# in-place methods run on the worker; every other method works on one fetched copy (a method
+# that reads the value many times fetches it once)
+_OWN = {*RemoteParameter.__dict__, "register_hook", "backward", "retain_grad", "type",
+        "get_device", "data_ptr", "is_complex", "new_zeros", "new_ones", "new_full",
+        "new_empty", "new_tensor"}  # these need no value (or are the parameter's own)
+
+
+def _in_place(name: str):
+    def method(self, *args, **kwargs):
+        return self._inplace(name, args, kwargs)
+
+    method.__name__ = name
+    return method
+
+
+def _on_copy(name: str):
+    def method(self, *args, **kwargs):
+        return getattr(self._snapshot(), name)(*args, **kwargs)
+
+    method.__name__ = name
+    return method
+
+
+def _tensor_methods() -> dict:
+    methods = {}
+    for name, attr in vars(Tensor).items():
+        if name in _OWN or not callable(attr) or isinstance(attr, (staticmethod, classmethod,
+                                                                   type)):
+            continue
+        if name.endswith("_") and not name.startswith("_"):
+            methods[name] = _in_place(name)
+        elif not name.startswith("_") or name in _READING_DUNDERS:
+            methods[name] = _on_copy(name)
+    return methods
+
+
+_READING_DUNDERS = {
+    "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+    "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__matmul__",
+    "__rmatmul__", "__pow__", "__rpow__", "__neg__", "__pos__", "__abs__", "__getitem__",
+    "__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__", "__float__", "__int__",
+    "__bool__", "__iter__", "__format__", "__array__", "__and__", "__or__", "__xor__",
+    "__invert__", "__index__", "__contains__"}
+
+for _name, _method in _tensor_methods().items():
+    setattr(RemoteParameter, _name, _method)
+RemoteParameter.__hash__ = Tensor.__hash__  # __eq__ compares values; identity hashes
