@@ -78,6 +78,7 @@ def models():
     later.forward = functools.partial(lambda self, x: self.scale(nn.Linear.forward(self, x)),
                                       later)
     copied = copy.deepcopy(Gate(4))  # a copy, never made by calling its class
+    copied.parts = {"first": copied.out, "then": copied.fc}  # a dict set after construction
     return {
         "mixin": nn.Sequential(nn.Linear(4, 4), Recipe("b n -> b n", scale=2.0),
                                nn.Linear(4, 3)),
