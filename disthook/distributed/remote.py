@@ -37,7 +37,7 @@ from disthook.distributed.channel import _Hub
 from disthook.distributed.hooks import WorkerHook
 from disthook.distributed.optimizer import DistributedOptimizer
 from disthook.distributed.placement import (
-    check_chain,
+    chains_its_children,
     check_options,
     choose_workers,
     forward_times,
@@ -85,12 +85,10 @@ class RemoteModel(Module):
             # an attached client's is the deployer's (attached_model)
             "_model_id": model_id or f"{type(module).__name__}-{uuid.uuid4().hex[:8]}",
             "_closed": False,
-            # the root's forward does not run remotely: a non-Sequential root is checked to
-            # only chain its children, at the first call (see _check_chain)
-            "_chain_checked": isinstance(module, Sequential) or tree or whole,
-            # the root's forward runs here, each placed part on its worker (always when the
-            # parts are placed over the tree)
-            "_glue": tree,
+            # the root's forward runs here, each placed part on its worker, unless it is
+            # nn.Sequential's own (the stages run worker to worker) or the model is placed
+            # whole: decided by the model's class and placement, never by running it
+            "_glue": not whole and (tree or not chains_its_children(module)),
             "_whole": whole,  # a model with no children, placed whole (forward: one call)
             "_chunks": chunks,  # micro-batches per call (split along dim 0)
             "_schedule": schedule,  # of train_step: "gpipe" or "1f1b"
@@ -113,7 +111,7 @@ class RemoteModel(Module):
             object.__setattr__(self, name, value)
         object.__setattr__(self, "training", module.training)
         # the client's tree: placed parts as proxies, split ones as copies (glue)
-        if tree:  # the root's forward will run here
+        if fields["_glue"]:  # the root's forward will run here
             glue.check_runs_here(module, "")
         self._modules.update(glue.client_tree(self, module, layout))
         if not whole:
@@ -124,8 +122,6 @@ class RemoteModel(Module):
 
     # ---- calling ------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        if not self._chain_checked:
-            self._choose_path(args, kwargs)
         if not self._glue and self._is_full_backward_hook is False:
             self._route_legacy_hooks()
         return Module.__call__(self, *args, **kwargs)
@@ -159,11 +155,8 @@ class RemoteModel(Module):
                                           self.get_submodule(last)))
 
     def forward(self, *args, **kwargs):
-        """A chain of children runs worker to worker; any other forward (functional code
-        between the children, several inputs) runs here with each child on its worker
-        (``glue``). Which one is decided at the first call."""
-        if not self._chain_checked:
-            self._choose_path(args, kwargs)
+        """A root whose forward is ``nn.Sequential``'s runs its stages worker to worker; any
+        other forward runs here as written, each placed part on its worker (``glue``)."""
         if self._whole:
             return glue.call_placed(self, "", args, kwargs)
         if self._glue:
@@ -174,34 +167,11 @@ class RemoteModel(Module):
                             f"{' and keywords ' + ', '.join(kwargs) if kwargs else ''}")
         return self._run_stages(args[0])
 
-    def _choose_path(self, args: tuple, kwargs: dict) -> None:
-        use_glue = glue.needs_glue(self._local, args, kwargs)
-        if use_glue and self._chunks > 1:
-            raise NotImplementedError(
-                f"chunks={self._chunks}: {self._class_name}.forward runs on the client "
-                "between its children, which are called one by one; deploy it with "
-                "chunks=1, or an nn.Sequential of the steps to pipeline micro-batches")
-        if use_glue:  # once, not on every call
-            glue.check_runs_here(self._local, "")
-        object.__setattr__(self, "_glue", use_glue)
-        object.__setattr__(self, "_chain_checked", True)
-
-    def _refuse_glue(self, what: str) -> None:
-        if self._glue:
-            raise NotImplementedError(
-                f"{what} needs a model whose forward chains its children; "
-                f"{self._class_name}.forward runs on the client between its children: call "
-                "the model and backward, or deploy an nn.Sequential of the steps")
-
     def _run_stages(self, x: Tensor, stop: str | None = None) -> Tensor:
         """The stages' forward on ``x``; with ``stop`` (a module path), only up to the stage
         holding that module, whose output is returned (the later stages do no work)."""
         if not isinstance(x, Tensor):
             raise TypeError(f"a RemoteModel takes one Tensor, got {type(x).__name__}")
-        if not self._chain_checked:
-            self._check_chain(x)
-        if stop is not None:
-            self._refuse_glue("run_until")
         grad = grad_mode.is_grad_enabled()
         rows = x._data.shape[0] if x._data.ndim else 0
         chunks = min(self._chunks, rows) if rows > 1 else 1
@@ -261,6 +231,11 @@ class RemoteModel(Module):
             self._hub.taps.pop(ctx_id, None)
         return Tensor._make(out, None, 0)
 
+    def _run_until(self, x: Tensor, path: str):
+        """``hooks.run_until``: the stages up to the one holding ``path``, or, for a forward
+        that runs here, that forward up to the part's output (``glue.run_until``)."""
+        return glue.run_until(self, x, path) if self._glue else self._run_stages(x, stop=path)
+
     def train_step(self, x: Tensor, target: Tensor, loss_fn, scale_grads: bool = True):
         """One pipelined training step with the loss on the last stage: ``x`` and ``target``
         are cut into the model's ``chunks`` micro-batches, every stage runs its list of the
@@ -268,7 +243,8 @@ class RemoteModel(Module):
         accumulate in ``.grad`` on the workers. With ``scale_grads`` each micro-batch's loss
         is weighted by its share of the rows, so that a mean-reduced ``loss_fn`` gives the
         gradients of the whole batch. ``loss_fn``: a loss module (``nn.CrossEntropyLoss()``)
-        or a function of ``disthook.nn.functional``. Returns the micro-batch losses."""
+        or a function of ``disthook.nn.functional``. Returns the micro-batch losses. A model
+        whose forward runs here takes one process's step instead (``glue.train_step``)."""
         from disthook.distributed import schedule as schedules
         from disthook.nn import functional
 
@@ -279,6 +255,8 @@ class RemoteModel(Module):
         if len(target._data) != len(x._data):
             raise ValueError(f"train_step(): x has {len(x._data)} rows but target has "
                              f"{len(target._data)}")
+        if self._glue:
+            return glue.train_step(self, x, target, loss_fn)
         if isinstance(loss_fn, Module):
             loss = {"module": module_spec(loss_fn)}
         elif callable(loss_fn) and getattr(functional, getattr(loss_fn, "__name__", ""),
@@ -288,9 +266,6 @@ class RemoteModel(Module):
             raise TypeError("train_step(): loss_fn runs on the last worker, so it must be a "
                             "loss module (nn.CrossEntropyLoss()) or a function of "
                             f"disthook.nn.functional, got {loss_fn!r}")
-        self._refuse_glue("train_step")
-        if not self._chain_checked:
-            self._check_chain(x)
         rows = len(x._data)
         m = min(self._chunks, rows)
         sizes = micro_batch_sizes(rows, m)
@@ -327,12 +302,6 @@ class RemoteModel(Module):
             {"busy": r["result"]["busy"], "wall": wall, "peak_rss": r["result"]["peak_rss"]}
             for r in replies])
         return Tensor._make(np.array(replies[-1]["result"]["losses"], np.float32), None, 0)
-
-    def _check_chain(self, x: Tensor) -> None:
-        """Deployment runs the children one after the other, not the root's forward: make
-        sure, once, that the root's forward does exactly that (``placement.check_chain``)."""
-        check_chain(self._local, x)
-        object.__setattr__(self, "_chain_checked", True)
 
     def train(self, mode: bool = True) -> RemoteModel:
         """Switch every stage to training (or, with False, evaluation) mode."""
@@ -724,9 +693,11 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
            hooks_ahead: bool = True, _exclude: set | None = None,
            _carry_hooks: bool = True) -> RemoteModel:
     """Place ``module`` on the cluster's workers: contiguous stages of its children where
-    that works (a chain: activations go worker to worker, micro-batches pipeline), else its
-    parts over the module tree (``placement``, or ``tree.auto_placement``), with the model's
-    own forward running on the client (``glue``). ``writable``: clients other than this one
+    they can make them, else its parts over the module tree (``placement``, or
+    ``tree.auto_placement``). What runs where follows from that and the model's class: a
+    root whose forward is ``nn.Sequential``'s runs its stages worker to worker (micro-batches
+    pipeline); any other root's forward runs on the client as written, each placed part on
+    its worker when it is called (``glue``); a model with no children runs whole on one. ``writable``: clients other than this one
     may change its weights (once it is published). ``hooks_ahead``: a forward or backward
     may run ahead of the answers of client hooks that only look (False: every firing waits
     for its answer)."""
@@ -735,6 +706,13 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
     if not isinstance(module, Module):
         raise TypeError(f"deploy() takes a disthook.nn.Module, got {type(module).__name__}")
     check_options(chunks, schedule, balance, split_points, sample_input)
+    if chunks > 1 and module._modules and not chains_its_children(module):
+        name = type(module).__name__
+        raise NotImplementedError(
+            f"chunks={chunks}: {name}.forward is its own, not nn.Sequential's, so it runs on "
+            "the client as written and calls each placed part in turn; micro-batches "
+            "pipeline only through a chain of stages. Deploy an nn.Sequential of the steps "
+            f"to pipeline micro-batches, or deploy {name} with chunks=1")
     lay = stage_modules = None
     if not module._modules:  # nothing to cut: the whole model goes to one worker
         if stages != 1 or placement is not None or split_points is not None:
