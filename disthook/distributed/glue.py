@@ -19,6 +19,8 @@ from __future__ import annotations
 import time
 import types
 import uuid
+import weakref
+from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -29,6 +31,7 @@ from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.distributed.values import opaque_in, pack, tensors_in, unpack
 from disthook.nn.modules.module import Module
 from disthook.tensor import Tensor
+from disthook.utils.hooks import RemovableHandle
 
 if TYPE_CHECKING:
     from disthook.distributed.remote import RemoteModel
@@ -102,6 +105,50 @@ def run_until(model: RemoteModel, x: Tensor, path: str):
         object.__setattr__(model, "_stop_at", None)
     raise RuntimeError(f"run_until: {path!r} did not run in the forward of "
                        f"{model._class_name}")
+
+
+# ---- legacy backward hooks on the root -----------------------------------------------------
+
+def route_node_hooks(model: RemoteModel) -> None:
+    """A legacy backward hook on the model runs after the node of the last op of its forward
+    (``Module.__call__`` registers it on the output's ``grad_fn``). Where the output is a
+    placed part's, that op ran on the part's worker, inside the part's call: a legacy hook
+    on every placed part (registered once, before the call), fired there, runs the hooks
+    registered on the call's node here (``RemoteBackward0.register_hook``) with that op's
+    gradients, as in one process."""
+    if model.__dict__.get("_node_routes") is not None or not model._backward_hooks:
+        return
+    routes = _NodeRoutes([p for paths in model._layout.stages for p in paths])
+
+    def run_node_hooks(module, grad_input, grad_output):
+        node = routes.nodes.get(model._hub.firing_ctx)  # the call this firing belongs to
+        changed = None
+        for fn in list(node._routed_hooks.values()) if node is not None else ():
+            result = fn(grad_input if changed is None else changed, grad_output)
+            if result is not None:
+                changed = result
+        return changed
+
+    model._add_hooks([("backward", path, run_node_hooks, model.get_submodule(path), {})
+                      for path in routes.paths])
+    object.__setattr__(model, "_node_routes", routes)
+
+
+class _NodeRoutes:
+    """The parts whose worker runs node hooks for the client, and the nodes of their calls
+    that hold such hooks, by context (collected with the nodes)."""
+
+    def __init__(self, paths: list[str]):
+        self.paths = frozenset(paths)
+        self.nodes: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+    def add(self, node: RemoteBackward0, fn) -> RemovableHandle:
+        hooks = node.__dict__.setdefault("_routed_hooks", OrderedDict())
+        handle = RemovableHandle(hooks)
+        hooks[handle.id] = fn
+        (ctx_id,) = node._ctx_ids
+        self.nodes[ctx_id] = node
+        return handle
 
 
 # ---- the client's tree --------------------------------------------------------------------

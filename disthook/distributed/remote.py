@@ -109,8 +109,11 @@ class RemoteModel(Module):
 
     # ---- calling ------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        if not self._glue and self._is_full_backward_hook is False:
-            self._route_legacy_hooks()
+        if self._is_full_backward_hook is False:  # legacy backward hooks on the model
+            if self._glue:
+                glue.route_node_hooks(self)
+            else:
+                self._route_legacy_hooks()
         return Module.__call__(self, *args, **kwargs)
 
     def _get_backward_hooks(self):

@@ -357,3 +357,74 @@ def test_run_until_stops_a_client_forward_after_the_part(cluster, stages):
     assert set(grads) == set(want)
     for name in want:
         same(grads[name], want[name])
+
+
+# ---- a legacy backward hook on a root whose forward runs here ---------------------------------
+
+class Divide(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.full((3,), 4.0))
+
+    def forward(self, x):
+        return x / self.scale  # the model's last op: two inputs, both needing a gradient
+
+
+class Legacy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.f0 = nn.Linear(4, 5)
+        self.f1 = nn.Linear(5, 3)
+        self.f2 = Divide()
+
+    def forward(self, x):
+        return self.f2(torch.tanh(self.f1(self.f0(x))))
+
+
+class LegacyHere(Legacy):
+    def forward(self, x):
+        return super().forward(x) * 2.0  # the last op runs on the client
+
+
+def legacy_run(model):
+    log = []
+
+    def hook(module, grad_input, grad_output):
+        log.append((type(module).__name__, [None if g is None else g.numpy().copy()
+                                            for g in grad_input],
+                    [g.numpy().copy() for g in grad_output]))
+        return tuple(None if g is None else g * 0.5 for g in grad_input)
+
+    model.register_backward_hook(hook)
+    torch.manual_seed(1)
+    x = torch.randn(2, 4, requires_grad=True)
+    for _ in range(2):
+        model(x).sum().backward()
+    return log, x.grad.numpy().copy(), grads_of(model)
+
+
+@STAGES
+@pytest.mark.parametrize("cls", [Legacy, LegacyHere], ids=["last-op-on-a-worker",
+                                                           "last-op-here"])
+def test_a_legacy_hook_on_the_root_sees_the_last_op_as_in_one_process(cluster, stages, cls):
+    torch.manual_seed(0)
+    local = cls()
+    model = cluster.deploy(copy.deepcopy(local), stages=stages)
+    try:
+        with pytest.warns(FutureWarning):
+            got = legacy_run(model)
+    finally:
+        model.close()
+    with pytest.warns(FutureWarning):
+        want = legacy_run(local)
+    assert len(got[0]) == len(want[0]) == 2
+    for (name, g_in, g_out), (name_want, g_in_want, g_out_want) in zip(got[0], want[0]):
+        assert name == name_want == cls.__name__
+        assert [g is None for g in g_in] == [g is None for g in g_in_want]
+        for g, w in zip([*g_in, *g_out], [*g_in_want, *g_out_want]):
+            if w is not None:
+                same(g, w)
+    same(got[1], want[1])
+    assert set(got[2]) == set(want[2])
+    for name in want[2]:
+        same(got[2][name], want[2][name])
