@@ -34,10 +34,10 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
     ``tree.auto_placement``). What runs where follows from that and the model's class: a
     root whose forward is ``nn.Sequential``'s runs its stages worker to worker (micro-batches
     pipeline); any other root's forward runs on the client as written, each placed part on
-    its worker when it is called (``glue``); a model with no children runs whole on one. ``writable``: clients other than this one
-    may change its weights (once it is published). ``hooks_ahead``: a forward or backward
-    may run ahead of the answers of client hooks that only look (False: every firing waits
-    for its answer)."""
+    its worker when it is called (``glue``); a model with no children runs whole on one.
+    ``writable``: clients other than this one may change its weights (once it is
+    published). ``hooks_ahead``: a forward or backward may run ahead of the answers of
+    client hooks that only look (False: every firing waits for its answer)."""
     if not isinstance(hooks_ahead, bool):
         raise TypeError(f"hooks_ahead must be True or False, got {hooks_ahead!r}")
     if not isinstance(module, Module):
@@ -208,5 +208,6 @@ def remote_class(kind: type) -> type:
         bases = ((RemoteModel,) if kind is Module or issubclass(
             kind, (Sequential, ModuleList, ModuleDict)) else (RemoteModel, kind))
         cls = _REMOTE_CLASSES[kind] = type(kind.__name__, bases, {
-            "__module__": RemoteModel.__module__, "__qualname__": f"RemoteModel[{kind.__qualname__}]"})
+            "__module__": RemoteModel.__module__,
+            "__qualname__": f"RemoteModel[{kind.__qualname__}]"})
     return cls

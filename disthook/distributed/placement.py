@@ -15,7 +15,8 @@ from disthook.nn.modules.module import Module
 from disthook.tensor import Tensor
 
 __all__ = ["bare_copy", "chains_its_children", "check_options", "check_ties",
-           "choose_workers", "forward_times", "micro_batch_sizes", "partition", "split_points", "split_rows"]
+           "choose_workers", "forward_times", "micro_batch_sizes", "partition",
+           "split_points", "split_rows"]
 
 
 def partition(sizes: list[int], stages: int) -> list[int]:
