@@ -17,8 +17,8 @@ toolkit only registers and removes hooks; they are dispatched where all hooks ar
   module; with micro-batches the pieces of each value are joined along dim 0;
 - ``patch`` replaces outputs with client forward hooks (a function's result stays
   differentiable across the processes);
-- ``run_until`` runs only the stages up to the one holding the module (a chain of
-  children only).
+- ``run_until`` runs only the stages up to the one holding the module (a model whose own
+  forward runs on the client: that forward, up to the module's output).
 
 Keys name modules by their paths in ``named_modules()`` (the model itself, ``""``, is never
 selected): an exact path (``"blocks.0.attn"``), a glob pattern (``"blocks.*.attn"``,
@@ -523,5 +523,5 @@ def run_until(model, x: Tensor, path: str):
         raise TypeError(f"run_until() takes the exact path of one module, got {path!r}")
     _select(model, path)
     if _is_remote(model):
-        return model._run_stages(x, stop=path)
+        return model._run_until(x, path)
     return stop_after(model, path, x)

@@ -5,9 +5,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from disthook import nn, randn
+from disthook import nn
 from disthook.distributed.placement import (
-    check_chain,
+    chains_its_children,
     check_options,
     choose_workers,
     micro_batch_sizes,
@@ -107,11 +107,34 @@ class Skips(nn.Module):
         return self.a(x) + self.b(x)
 
 
-def test_check_chain_accepts_a_chain_and_names_what_else_a_forward_did():
-    check_chain(nn.Sequential(nn.Linear(2, 2), nn.Tanh()), randn(3, 2))
-    with pytest.raises(RuntimeError, match=r"Skips.forward does not just chain its children "
-                                           r"a -> b \(it called a -> b"):
-        check_chain(Skips(), randn(3, 2))
+class Steps(nn.Sequential):
+    """A Sequential subclass that keeps Sequential's forward."""
+
+    def extra(self):
+        return len(self)
+
+
+class Shortcut(nn.Sequential):
+    def forward(self, x):
+        return super().forward(x) + x
+
+
+def test_what_runs_where_follows_from_the_class_alone_nothing_is_run():
+    ran = []
+
+    class Loud(nn.Module):
+        def forward(self, x):
+            ran.append(x)
+            return x
+
+    assert chains_its_children(nn.Sequential(Loud(), nn.Tanh()))
+    assert chains_its_children(Steps(nn.Linear(2, 2), Loud()))
+    assert not chains_its_children(Shortcut(nn.Linear(2, 2), Loud()))
+    assert not chains_its_children(Skips())
+    patched = nn.Sequential(nn.Linear(2, 2), Loud())
+    patched.forward = lambda x: x  # a forward set on the instance is the one that runs
+    assert not chains_its_children(patched)
+    assert ran == []
 
 
 def test_tied_weights_across_stages_are_refused_naming_both():

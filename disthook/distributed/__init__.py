@@ -2,13 +2,18 @@
 
 - ``cluster``: ``local_cluster`` / ``connect`` / ``Cluster``: start or attach to a
   coordinator and its workers, list them, shut them down;
-- ``remote``: ``RemoteModel``, a model whose stages run on workers, and ``deploy``;
+- ``remote``: ``RemoteModel``, a model whose parts run on workers;
+- ``deploy``: ``deploy`` and ``attached_model``, which place a model (or bind to a
+  published one) and make its ``RemoteModel``;
+- ``chain``: an ``nn.Sequential``'s stages run worker to worker (micro-batches, pipelined
+  ``train_step``);
 - ``autograd_node``: ``RemoteBackward0``, the node whose backward crosses the stages;
 - ``aliases``: the names (``torch``) under which the client imports disthook, for workers;
 - ``endpoint``: the one parser of addresses and the default port;
 - ``placement``: partition, split points, worker choice, micro-batch sizes (pure);
 - ``tree``: placement over the module tree: by paths, or chosen (pure);
-- ``glue``: a forward run on the client, each placed part called on its worker;
+- ``glue``: any other model's forward run on the client as written, each placed part called
+  on its worker;
 - ``registry``: a published model's record, and the twin an attaching client rebuilds;
 - ``channel``: the sockets to a model's stages: requests side by side, lost workers,
   batched releases of graphs and ``zero_grad`` calls;

@@ -19,6 +19,7 @@ from disthook.autograd import engine, grad_mode
 from disthook.autograd.graph import SECOND_BACKWARD_MSG, Node, gradient_edge
 from disthook.distributed.placement import split_rows
 from disthook.tensor import Tensor
+from disthook.utils.hooks import RemovableHandle
 
 if TYPE_CHECKING:
     from disthook.distributed.remote import RemoteModel
@@ -72,6 +73,16 @@ class RemoteBackward0(Node):
 
     def name(self) -> str:
         return type(self).__name__
+
+    def register_hook(self, fn) -> RemovableHandle:
+        """``fn(grad_inputs, grad_outputs)`` after this node; for a placed part's call whose
+        part runs node hooks on its worker (``glue.route_node_hooks``), after the node of the
+        last op of the part's forward there, the one this node stands for, as in one
+        process."""
+        routes = self._model.__dict__.get("_node_routes")
+        if routes is not None and self._path in routes.paths:
+            return routes.add(self, fn)
+        return super().register_hook(fn)
 
     def made_by(self, name: str | None) -> None:
         """Take the name of the node that made the output on its worker: the node becomes

@@ -44,6 +44,8 @@ class HookServer:
         # put on its output, to go on the output here (see _relocate)
         self.calls: dict[str, dict] = {}
         self.hook_error: BaseException | None = None
+        # the context of the event whose hook runs now (glue.route_node_hooks reads it)
+        self.firing_ctx: str | None = None
         # rounds of passes run ahead whose later events are stale (see _serve_event)
         self._broken_rounds: dict[str, None] = {}
         # id of a socket -> (the round of its latest event, the tensors its events sent)
@@ -225,11 +227,15 @@ class HookServer:
             bounds.append(len(leaves))
             args.append(unpack(a, leaf))
         versions = [t._version for t in leaves]
-        if kind == "tensor":
-            out = fn(*args)
-        else:
-            with grad_mode.set_grad_enabled(diff):
-                out = fn(proxy, *args)
+        outer, self.firing_ctx = self.firing_ctx, event.ctx
+        try:
+            if kind == "tensor":
+                out = fn(*args)
+            else:
+                with grad_mode.set_grad_enabled(diff):
+                    out = fn(proxy, *args)
+        finally:
+            self.firing_ctx = outer
         # tensors the hook changed in place: the worker changes its own the same way
         changed = [{"arg": i, "value": self._pack_value(t, bases, f"{key}:{i}", leaves)}
                    for i, t in enumerate(leaves) if t._version != versions[i]]

@@ -185,7 +185,7 @@ class Cluster:
         turns out to change something (docs/hooks.md). ``False``: every firing of the
         hooks registered on this model waits for its answer."""
         from disthook.distributed import registry
-        from disthook.distributed.remote import deploy
+        from disthook.distributed.deploy import deploy
 
         self._check_open()
         if name is not None:  # refused before anything loads

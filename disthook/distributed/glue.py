@@ -1,7 +1,8 @@
-"""A deployed model whose forward does more than chain its children: the model's own
-forward code runs here, on the client, unchanged; each placed part runs on its worker when
+"""A deployed model whose forward is its own (any class but ``nn.Sequential`` and its
+subclasses that keep its forward): the model's forward code runs here, on the client, as
+written, once per call, from the first call on; each placed part runs on its worker when
 that code calls it, and functional code between them (``F.relu``, ``torch.flatten``, a
-residual ``x + h``) runs here.
+residual ``x + h``) runs here. Nothing is run to find out what a model does.
 
 The client holds the model's tree with each placed part replaced by its proxy
 (``RemoteModule``, an instance of the part's own class): calling the proxy sends the
@@ -15,8 +16,11 @@ ones between placed parts, or those a placement leaves out) are the model's own.
 """
 from __future__ import annotations
 
+import time
 import types
 import uuid
+import weakref
+from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -27,32 +31,124 @@ from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.distributed.values import opaque_in, pack, tensors_in, unpack
 from disthook.nn.modules.module import Module
 from disthook.tensor import Tensor
+from disthook.utils.hooks import RemovableHandle
 
 if TYPE_CHECKING:
     from disthook.distributed.remote import RemoteModel
     from disthook.distributed.tree import Layout
 
-__all__ = ["call_placed", "check_runs_here", "client_tree", "needs_glue", "run_root_forward"]
-
-
-def needs_glue(module, args: tuple, kwargs: dict) -> bool:
-    """Whether ``module``'s forward must run here: it takes other than one tensor, or it
-    does more than chain its children (see ``placement.check_chain``)."""
-    from disthook.distributed.placement import check_chain
-
-    if kwargs or len(args) != 1 or not isinstance(args[0], Tensor):
-        return True
-    try:
-        check_chain(module, args[0])
-    except RuntimeError:
-        return True
-    return False
+__all__ = ["call_placed", "check_runs_here", "client_tree", "run_root_forward", "run_until",
+           "train_step"]
 
 
 def run_root_forward(model: RemoteModel, args: tuple, kwargs: dict):
     """The root module's forward, run here on the model (whose children are the client's
     tree; ``check_runs_here`` passed for the root when this path was chosen)."""
     return type(model._local).forward(model, *args, **kwargs)
+
+
+def train_step(model: RemoteModel, x: Tensor, target: Tensor, loss_fn) -> Tensor:
+    """``RemoteModel.train_step`` of a model whose forward runs here: the step one process
+    takes (the forward, ``loss_fn`` here, backward), each placed part's share of it on its
+    worker. Returns the loss as the chain's one micro-batch does: a tensor of one float."""
+    if not callable(loss_fn):
+        raise TypeError(f"train_step(): loss_fn must be callable, got {loss_fn!r}")
+    started = time.perf_counter()
+    with grad_mode.enable_grad():
+        loss = loss_fn(model(x), target)
+        if not isinstance(loss, Tensor) or loss.numel() != 1:
+            raise RuntimeError(
+                f"train_step(): loss_fn must return a Tensor of one element to differentiate, "
+                f"got {type(loss).__name__}"
+                f"{' of shape ' + str(tuple(loss.shape)) if isinstance(loss, Tensor) else ''}")
+        loss.backward()
+    wall = time.perf_counter() - started
+    # the stages' compute time and memory are not measured apart when the forward runs here
+    object.__setattr__(model, "step_stats", [{"busy": None, "wall": wall, "peak_rss": None}
+                                             for _ in model._addresses])
+    return Tensor._make(np.array([loss.item()], np.float32), None, 0)
+
+
+class _Stopped(Exception):
+    """Ends a forward once the placed part ``run_until`` asked for answered."""
+
+    def __init__(self, output):
+        super().__init__("the forward stopped after the part run_until asked for")
+        self.output = output
+
+
+def run_until(model: RemoteModel, x: Tensor, path: str):
+    """``hooks.run_until`` on a model whose forward runs here: the forward, ended as soon as
+    the module at ``path`` gave its output (later parts are not called). A module that runs
+    here ends it with a forward hook, as in one process; a placed part, when its call
+    answers here. A module inside a placed part runs within that part's call on its worker,
+    which cannot stop half way: ``NotImplementedError`` naming the part."""
+    from disthook.hooks import stop_after
+
+    stage = model._layout.stage_of(path)
+    if stage is None:
+        return stop_after(model, path, x)
+    part = next(p for p in model._layout.stages[stage] if path == p or path.startswith(p + "."))
+    if part != path:
+        raise NotImplementedError(
+            f"run_until({path!r}): {path!r} runs inside {part!r}, which "
+            f"{model._class_name}.forward calls whole on its worker "
+            f"({model._owner_name(part)}), so the forward can stop after {part!r} but not "
+            f"inside it: run_until(model, x, {part!r}), or deploy with a placement that "
+            f"places {path!r} itself")
+    object.__setattr__(model, "_stop_at", path)
+    try:
+        model(x)
+    except _Stopped as stopped:
+        return stopped.output
+    finally:
+        object.__setattr__(model, "_stop_at", None)
+    raise RuntimeError(f"run_until: {path!r} did not run in the forward of "
+                       f"{model._class_name}")
+
+
+# ---- legacy backward hooks on the root -----------------------------------------------------
+
+def route_node_hooks(model: RemoteModel) -> None:
+    """A legacy backward hook on the model runs after the node of the last op of its forward
+    (``Module.__call__`` registers it on the output's ``grad_fn``). Where the output is a
+    placed part's, that op ran on the part's worker, inside the part's call: a legacy hook
+    on every placed part (registered once, before the call), fired there, runs the hooks
+    registered on the call's node here (``RemoteBackward0.register_hook``) with that op's
+    gradients, as in one process."""
+    if model.__dict__.get("_node_routes") is not None or not model._backward_hooks:
+        return
+    routes = _NodeRoutes([p for paths in model._layout.stages for p in paths])
+
+    def run_node_hooks(module, grad_input, grad_output):
+        node = routes.nodes.get(model._hub.firing_ctx)  # the call this firing belongs to
+        changed = None
+        for fn in list(node._routed_hooks.values()) if node is not None else ():
+            result = fn(grad_input if changed is None else changed, grad_output)
+            if result is not None:
+                changed = result
+        return changed
+
+    model._add_hooks([("backward", path, run_node_hooks, model.get_submodule(path), {})
+                      for path in routes.paths])
+    object.__setattr__(model, "_node_routes", routes)
+
+
+class _NodeRoutes:
+    """The parts whose worker runs node hooks for the client, and the nodes of their calls
+    that hold such hooks, by context (collected with the nodes)."""
+
+    def __init__(self, paths: list[str]):
+        self.paths = frozenset(paths)
+        self.nodes: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+    def add(self, node: RemoteBackward0, fn) -> RemovableHandle:
+        hooks = node.__dict__.setdefault("_routed_hooks", OrderedDict())
+        handle = RemovableHandle(hooks)
+        hooks[handle.id] = fn
+        (ctx_id,) = node._ctx_ids
+        self.nodes[ctx_id] = node
+        return handle
 
 
 # ---- the client's tree --------------------------------------------------------------------
@@ -254,4 +350,6 @@ def call_placed(model: RemoteModel, path: str, args: tuple, kwargs: dict):
                 "the tensor it was put on. Put it on the replacement (in the later hook)")
         for fn in hooks:
             made[i].register_hook(fn)
+    if model.__dict__.get("_stop_at") == path:  # run_until: the forward ends here
+        raise _Stopped(out)
     return out

@@ -14,8 +14,9 @@ from disthook.autograd import grad_mode
 from disthook.nn.modules.module import Module
 from disthook.tensor import Tensor
 
-__all__ = ["bare_copy", "check_chain", "check_options", "check_ties", "choose_workers",
-           "forward_times", "micro_batch_sizes", "partition", "split_points", "split_rows"]
+__all__ = ["bare_copy", "chains_its_children", "check_options", "check_ties",
+           "choose_workers", "forward_times", "micro_batch_sizes", "partition",
+           "split_points", "split_rows"]
 
 
 def partition(sizes: list[int], stages: int) -> list[int]:
@@ -83,7 +84,7 @@ def choose_workers(alive: list, stages: int, placed: dict[str, set]) -> list:
 
 
 def bare_copy(module: Module) -> Module:
-    """A copy of ``module`` without the user's hooks, to run here for a check or a timing."""
+    """A copy of ``module`` without the user's hooks, to time its children here."""
     twin = copy.deepcopy(module)
     for m in twin.modules():
         for hooks in (m._forward_hooks, m._forward_pre_hooks, m._backward_hooks,
@@ -107,40 +108,20 @@ def check_ties(stage_modules: list) -> None:
                     "(split_points), or deploy fewer stages")
 
 
-def check_chain(module: Module, x: Tensor) -> None:
-    """A deployed model runs its children one after the other, not the root's forward:
-    ``RuntimeError`` unless the root's forward does exactly that (each child called once,
-    in order, on the previous one's output; the last one's output returned), found by
-    running a copy of ``module`` on ``x`` here with recording hooks."""
-    twin = bare_copy(module)
-    calls = []
-    for name, child in twin.named_children():
-        child.register_forward_hook(
-            lambda m, args, out, name=name: calls.append((name, args, out)))
-    state = random._stream_state()  # the check draws nothing the program would see
-    try:
-        with grad_mode.no_grad():
-            result = twin(x)
-    finally:
-        random._set_stream_state(state)
-    names = list(twin._modules)
-    chained = ([c[0] for c in calls] == names
-               and len(calls[0][1]) == 1 and calls[0][1][0] is x
-               and all(len(args) == 1 and args[0] is prev[2]
-                       for prev, (_, args, _) in zip(calls, calls[1:]))
-               and result is calls[-1][2])
-    if not chained:
-        order = " -> ".join(c[0] for c in calls) or "no child"
-        raise RuntimeError(
-            f"{type(module).__name__}.forward does not just chain its children "
-            f"{' -> '.join(names)} (it called {order}, or changed values between them): "
-            "a deployed model runs its children one after the other, so it would compute "
-            "something else. Deploy an nn.Sequential of the steps instead")
+def chains_its_children(module: Module) -> bool:
+    """Whether ``module``'s forward is ``nn.Sequential``'s own (a ``Sequential``, or a
+    subclass that keeps its forward): then a deployment runs its children's stages one after
+    the other, worker to worker; any other forward runs on the client as written. Decided
+    from the class alone: nothing runs to find out."""
+    from disthook.nn.modules.container import Sequential
+
+    return type(module).forward is Sequential.forward and "forward" not in module.__dict__
 
 
 def forward_times(module: Module, x: Tensor, repeats: int = 3) -> list[int]:
     """Each child's forward time on ``x`` (chained, no_grad, best of ``repeats``), in
-    microseconds, for balancing stages by time."""
+    microseconds, for balancing stages by time: the one placement that runs the children
+    (on a copy, here), because ``balance="time"`` asks for it."""
     twin = bare_copy(module)
     best = [float("inf")] * len(twin._modules)
     state = random._stream_state()

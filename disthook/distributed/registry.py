@@ -167,7 +167,7 @@ def publish(cluster, remote, name: str, *, writable: bool) -> None:
 def attach(cluster, name: str, *, trust_code: bool = False):
     """A ``RemoteModel`` bound to the deployment published as ``name`` (see the module doc);
     ``trust_code``: run the deployer's code here if the model came as code."""
-    from disthook.distributed.remote import attached_model
+    from disthook.distributed.deploy import attached_model
 
     if not isinstance(name, str):
         raise TypeError(f"attach() takes a model's name (a str), got {type(name).__name__}")

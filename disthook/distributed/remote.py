@@ -1,15 +1,15 @@
-"""A model deployed on workers, as seen from the client: ``RemoteModel`` and ``deploy``,
-which places it (its autograd node ``RemoteBackward0`` is in ``autograd_node``).
+"""A model deployed on workers, as seen from the client: ``RemoteModel`` (placed by
+``deploy``; its autograd node ``RemoteBackward0`` is in ``autograd_node``).
 
-``Cluster.deploy(module, stages=N)`` cuts the module's children into N contiguous stages
-(``placement``: balanced by parameter count or forward time, or at ``split_points``) and
-places each on a worker. Calling the ``RemoteModel`` sends the input to the first stage
-(over ``channel``); activations go worker to worker directly and the last stage answers the
-client. The output is an ordinary Tensor whose ``grad_fn`` is a ``RemoteBackward0`` node:
-when the client's backward reaches it, the gradient goes to the last stage, travels back
-worker to worker, and the first stage answers with the gradient for the input (when the
-input requires grad). Parameters' gradients accumulate on the workers, in ``.grad`` of the
-real parameters, as in one process.
+``Cluster.deploy(module, stages=N)`` places the module's parts on N workers. What runs where
+follows from the placement and the model's class: a root whose forward is
+``nn.Sequential``'s runs its stages worker to worker (``chain``: the input goes to the first
+stage over ``channel``, activations go worker to worker, the last stage answers the client);
+any other root runs its forward here, each placed part on its worker (``glue``). An output
+is an ordinary Tensor whose ``grad_fn`` is a ``RemoteBackward0`` node: when the client's
+backward reaches it, the gradient goes back to the workers that made it, and they answer
+with the gradient for the input (when the input requires grad). Parameters' gradients
+accumulate on the workers, in ``.grad`` of the real parameters, as in one process.
 
 A forward with grad enabled opens a context on every stage; backward without
 ``retain_graph`` closes it, and the workers free the contexts of a graph that the client
@@ -28,37 +28,15 @@ from collections import OrderedDict
 
 import numpy as np
 
-from disthook import random
-from disthook.autograd import grad_mode
-from disthook.distributed import (
-    checkpoint,
-    glue,
-    hook_kinds,
-    module_refs,
-    placement,
-    shipping,
-    tree,
-)
-from disthook.distributed.aliases import client_aliases
+from disthook.distributed import chain, checkpoint, glue, hook_kinds, module_refs
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.distributed.channel import _Hub
-from disthook.distributed.containers import container_reads
 from disthook.distributed.hooks import WorkerHook
 from disthook.distributed.optimizer import DistributedOptimizer
-from disthook.distributed.placement import (
-    check_chain,
-    check_options,
-    choose_workers,
-    forward_times,
-    micro_batch_sizes,
-    partition,
-    split_rows,
-)
+from disthook.distributed.placement import chains_its_children, partition
 from disthook.distributed.proxies import RemoteHandle, RemoteModule, RemoteParameter
-from disthook.distributed.rpc import DEFAULT_TIMEOUT, ClusterError, RemoteTimeout, WorkerLost
-from disthook.distributed.spec import module_spec
+from disthook.distributed.rpc import DEFAULT_TIMEOUT, ClusterError, RemoteTimeout
 from disthook.distributed.tree import Layout
-from disthook.nn.modules.container import Sequential
 from disthook.nn.modules.module import Module
 from disthook.tensor import Tensor
 
@@ -74,7 +52,7 @@ class RemoteModel(Module):
                  workers: list, timeout: float = DEFAULT_TIMEOUT, chunks: int = 1,
                  schedule: str = "gpipe", layout: Layout | None = None,
                  placement: dict | None = None, model_id: str | None = None):
-        Module.__init__(self)  # not the root class's __init__ (see remote_class)
+        Module.__init__(self)  # not the root class's __init__ (see deploy.remote_class)
         whole = layout is not None and layout.stages == [[""]]  # the model on one worker
         tree = layout is not None and not whole
         if layout is None:  # contiguous stages of the root's children
@@ -94,12 +72,10 @@ class RemoteModel(Module):
             # an attached client's is the deployer's (attached_model)
             "_model_id": model_id or f"{type(module).__name__}-{uuid.uuid4().hex[:8]}",
             "_closed": False,
-            # the root's forward does not run remotely: a non-Sequential root is checked to
-            # only chain its children, at the first call (see _check_chain)
-            "_chain_checked": isinstance(module, Sequential) or tree or whole,
-            # the root's forward runs here, each placed part on its worker (always when the
-            # parts are placed over the tree)
-            "_glue": tree,
+            # the root's forward runs here, each placed part on its worker, unless it is
+            # nn.Sequential's own (the stages run worker to worker) or the model is placed
+            # whole: decided by the model's class and placement, never by running it
+            "_glue": not whole and (tree or not chains_its_children(module)),
             "_whole": whole,  # a model with no children, placed whole (forward: one call)
             "_chunks": chunks,  # micro-batches per call (split along dim 0)
             "_schedule": schedule,  # of train_step: "gpipe" or "1f1b"
@@ -122,7 +98,7 @@ class RemoteModel(Module):
             object.__setattr__(self, name, value)
         object.__setattr__(self, "training", module.training)
         # the client's tree: placed parts as proxies, split ones as copies (glue)
-        if tree:  # the root's forward will run here
+        if fields["_glue"]:  # the root's forward will run here
             glue.check_runs_here(module, "")
         self._modules.update(glue.client_tree(self, module, layout))
         module_refs.alias_attributes(self)  # self.mod_dict["a"] is the deployed child
@@ -134,10 +110,11 @@ class RemoteModel(Module):
 
     # ---- calling ------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        if not self._chain_checked:
-            self._choose_path(args, kwargs)
-        if not self._glue and self._is_full_backward_hook is False:
-            self._route_legacy_hooks()
+        if self._is_full_backward_hook is False:  # legacy backward hooks on the model
+            if self._glue:
+                glue.route_node_hooks(self)
+            else:
+                self._route_legacy_hooks()
         return Module.__call__(self, *args, **kwargs)
 
     def _get_backward_hooks(self):
@@ -169,11 +146,8 @@ class RemoteModel(Module):
                                           self.get_submodule(last)))
 
     def forward(self, *args, **kwargs):
-        """A chain of children runs worker to worker; any other forward (functional code
-        between the children, several inputs) runs here with each child on its worker
-        (``glue``). Which one is decided at the first call."""
-        if not self._chain_checked:
-            self._choose_path(args, kwargs)
+        """A root whose forward is ``nn.Sequential``'s runs its stages worker to worker; any
+        other forward runs here as written, each placed part on its worker (``glue``)."""
         if self._whole:
             return glue.call_placed(self, "", args, kwargs)
         if self._glue:
@@ -182,106 +156,22 @@ class RemoteModel(Module):
             raise TypeError(f"this deployed {self._class_name} chains its children: it takes "
                             f"one Tensor, got {len(args)} argument(s)"
                             f"{' and keywords ' + ', '.join(kwargs) if kwargs else ''}")
-        return self._run_stages(args[0])
+        return chain.run_stages(self, args[0])
 
-    def _choose_path(self, args: tuple, kwargs: dict) -> None:
-        use_glue = glue.needs_glue(self._local, args, kwargs)
-        if use_glue and self._chunks > 1:
-            raise NotImplementedError(
-                f"chunks={self._chunks}: {self._class_name}.forward runs on the client "
-                "between its children, which are called one by one; deploy it with "
-                "chunks=1, or an nn.Sequential of the steps to pipeline micro-batches")
-        if use_glue:  # once, not on every call
-            glue.check_runs_here(self._local, "")
-        object.__setattr__(self, "_glue", use_glue)
-        object.__setattr__(self, "_chain_checked", True)
-
-    def _refuse_glue(self, what: str) -> None:
-        if self._glue:
-            raise NotImplementedError(
-                f"{what} needs a model whose forward chains its children; "
-                f"{self._class_name}.forward runs on the client between its children: call "
-                "the model and backward, or deploy an nn.Sequential of the steps")
-
-    def _run_stages(self, x: Tensor, stop: str | None = None) -> Tensor:
-        """The stages' forward on ``x``; with ``stop`` (a module path), only up to the stage
-        holding that module, whose output is returned (the later stages do no work)."""
-        if not isinstance(x, Tensor):
-            raise TypeError(f"a RemoteModel takes one Tensor, got {type(x).__name__}")
-        if not self._chain_checked:
-            self._check_chain(x)
-        if stop is not None:
-            self._refuse_glue("run_until")
-        grad = grad_mode.is_grad_enabled()
-        rows = x._data.shape[0] if x._data.ndim else 0
-        chunks = min(self._chunks, rows) if rows > 1 else 1
-        sizes = None  # one micro-batch: the whole input
-        if chunks > 1:
-            sizes = micro_batch_sizes(rows, chunks)
-        parts = [x._data] if sizes is None else split_rows(x._data, sizes)
-        ctx_ids = [uuid.uuid4().hex for _ in parts]
-        # optimizer calls since the last request ride with the first micro-batch, which
-        # reaches every stage before anything else of this call (not with stop: the later
-        # stages would not hear them)
-        taken, calls = (self._hub.take_optimizer_calls(self._addresses) if stop is None
-                        else ([], None))
-        # every micro-batch is sent at once: stage 0 works on the second while stage 1
-        # works on the first, and so on (the GPipe fill and drain)
-        if grad and sizes is None:  # what a tensor a hook gets can be differentiated to
-            self._hub.pending_inputs[ctx_ids[0]] = [x]
-        try:
-            replies = self._hub.request_all(
-                [(self._addresses[0], {"stage": 0, "inputs": [part], "grad_enabled": grad,
-                                       "requires_grad": [x._requires_grad],
-                                       "reply_to": self._hub.reply_to,
-                                       "mb": None if sizes is None else i, "stop": stop,
-                                       # one call in training mode: the random stream goes
-                                       # through the stages and comes back (dropout)
-                                       "rng": (random._stream_state() if self.training
-                                               and sizes is None else None),
-                                       "optimizer_calls": calls if i == 0 else None},
-                  ctx_id)
-                 for i, (part, ctx_id) in enumerate(zip(parts, ctx_ids))],
-                "forward", what="forward through the remote stages" + (
-                    f" up to {stop!r}" if stop else ""), carries_optimizer_calls=stop is None)
-        except BaseException:
-            # a stage failed before passing them on: they go again (a stage that ran one
-            # skips it)
-            self._hub.pending_optimizer[:0] = taken
-            raise
-        finally:
-            self._hub.pending_inputs.pop(ctx_ids[0], None)
-        results = [r["result"] for r in replies]
-        if results[-1].get("rng"):
-            random._set_stream_state(results[-1]["rng"])
-        outs = [np.asarray(r["output"]) for r in results]
-        if sizes is not None and any(o.ndim == 0 or len(o) != n for o, n in zip(outs, sizes)):
-            raise RuntimeError(
-                f"with chunks={chunks} the model's output must keep the batch dimension: "
-                f"micro-batches of {sizes} rows gave outputs of shapes "
-                f"{[tuple(o.shape) for o in outs]}")
-        # one micro-batch: the received array itself (a writable view of its frame)
-        out = np.concatenate(outs) if len(outs) > 1 else outs[0]
-        if grad and all(r["requires_grad"] for r in results):
-            stage = None if stop is None else self._stage_of(stop)
-            node = RemoteBackward0(self, ctx_ids, x, sizes, stage)
-            node.made_by(results[-1].get("grad_fn"))
-            return Tensor._make(out, node, 0)
-        for ctx_id in ctx_ids:  # no graph: nothing to differentiate against
-            self._hub.taps.pop(ctx_id, None)
-        return Tensor._make(out, None, 0)
+    def _run_until(self, x: Tensor, path: str):
+        """``hooks.run_until``: the stages up to the one holding ``path``, or, for a forward
+        that runs here, that forward up to the part's output (``glue.run_until``)."""
+        return glue.run_until(self, x, path) if self._glue else chain.run_stages(self, x, path)
 
     def train_step(self, x: Tensor, target: Tensor, loss_fn, scale_grads: bool = True):
-        """One pipelined training step with the loss on the last stage: ``x`` and ``target``
-        are cut into the model's ``chunks`` micro-batches, every stage runs its list of the
-        model's ``schedule`` (GPipe or 1F1B) against its neighbours, and gradients
-        accumulate in ``.grad`` on the workers. With ``scale_grads`` each micro-batch's loss
-        is weighted by its share of the rows, so that a mean-reduced ``loss_fn`` gives the
-        gradients of the whole batch. ``loss_fn``: a loss module (``nn.CrossEntropyLoss()``)
-        or a function of ``disthook.nn.functional``. Returns the micro-batch losses."""
-        from disthook.distributed import schedule as schedules
-        from disthook.nn import functional
-
+        """One training step. A chain pipelines it with the loss on the last stage: ``x``
+        and ``target`` cut into the model's ``chunks`` micro-batches, each stage running the
+        model's ``schedule`` (GPipe or 1F1B); ``loss_fn`` a loss module
+        (``nn.CrossEntropyLoss()``) or a function of ``disthook.nn.functional``; with
+        ``scale_grads`` each micro-batch's loss weighted by its share of the rows
+        (``chain.train_step``). A model whose forward runs here takes one process's step
+        (``glue.train_step``). Gradients accumulate in ``.grad``; returns the micro-batch
+        losses."""
         for name, t in (("x", x), ("target", target)):
             if not isinstance(t, Tensor) or t._data.ndim == 0:
                 raise TypeError(f"train_step(): {name} must be a Tensor with a batch "
@@ -289,60 +179,9 @@ class RemoteModel(Module):
         if len(target._data) != len(x._data):
             raise ValueError(f"train_step(): x has {len(x._data)} rows but target has "
                              f"{len(target._data)}")
-        if isinstance(loss_fn, Module):
-            loss = {"module": module_spec(loss_fn)}
-        elif callable(loss_fn) and getattr(functional, getattr(loss_fn, "__name__", ""),
-                                           None) is loss_fn:
-            loss = {"function": loss_fn.__name__}
-        else:
-            raise TypeError("train_step(): loss_fn runs on the last worker, so it must be a "
-                            "loss module (nn.CrossEntropyLoss()) or a function of "
-                            f"disthook.nn.functional, got {loss_fn!r}")
-        self._refuse_glue("train_step")
-        if not self._chain_checked:
-            self._check_chain(x)
-        rows = len(x._data)
-        m = min(self._chunks, rows)
-        sizes = micro_batch_sizes(rows, m)
-        scales = [n / rows if scale_grads else 1.0 for n in sizes]
-        plan = schedules.schedule(self._schedule, len(self._addresses), m)
-        step = uuid.uuid4().hex
-        # optimizer calls since the last request: each stage gets its own
-        taken, opt_calls = self._hub.take_optimizer_calls(self._addresses)
-        calls = []
-        for s, address in enumerate(self._addresses):
-            fields = {"step": step, "schedule": [list(a) for a in plan[s]],
-                      "reply_to": self._hub.reply_to,
-                      "optimizer_calls": None if opt_calls is None else opt_calls[s]}
-            if s == 0:
-                fields["inputs"] = split_rows(x._data, sizes)
-            if s == len(self._addresses) - 1:
-                fields.update(targets=split_rows(target._data, sizes), loss=loss,
-                              scales=scales)
-            calls.append((address, fields))
-        started = time.perf_counter()
-        try:
-            replies = self._hub.request_all(calls, "train_step", ctx=step,
-                                            what=f"a {self._schedule} training step",
-                                            carries_optimizer_calls=True)
-        except BaseException:
-            self._hub.pending_optimizer[:0] = taken  # they go again (see _run_stages)
-            raise
-        finally:
-            for mb in range(m):
-                self._hub.drop_context(f"{step}.{mb}")
-        wall = time.perf_counter() - started
-        # per stage: seconds computing, the step's wall time seen here, the worker's RSS peak
-        object.__setattr__(self, "step_stats", [
-            {"busy": r["result"]["busy"], "wall": wall, "peak_rss": r["result"]["peak_rss"]}
-            for r in replies])
-        return Tensor._make(np.array(replies[-1]["result"]["losses"], np.float32), None, 0)
-
-    def _check_chain(self, x: Tensor) -> None:
-        """Deployment runs the children one after the other, not the root's forward: make
-        sure, once, that the root's forward does exactly that (``placement.check_chain``)."""
-        check_chain(self._local, x)
-        object.__setattr__(self, "_chain_checked", True)
+        if self._glue:
+            return glue.train_step(self, x, target, loss_fn)
+        return chain.train_step(self, x, target, loss_fn, scale_grads)
 
     def train(self, mode: bool = True) -> RemoteModel:
         """Switch every stage to training (or, with False, evaluation) mode."""
@@ -595,14 +434,14 @@ class RemoteModel(Module):
         checkpoint.save(self, path, optimizer=optimizer, step=step, code=code)
         object.__setattr__(self, "_checkpoint", path)
 
-    def load_checkpoint(self, path: str, *, optimizer: DistributedOptimizer | None = None):
+    def load_checkpoint(self, path: str, *, optimizer=None):
         """Restore parameters and buffers (and ``optimizer``'s state) saved by ``save``;
         the model must have the structure it was saved with. Returns the saved step."""
         step = checkpoint.load(self, path, optimizer=optimizer)
         object.__setattr__(self, "_checkpoint", path)
         return step
 
-    def recover(self, *, optimizer: DistributedOptimizer | None = None) -> int | None:
+    def recover(self, *, optimizer=None) -> int | None:
         """After ``WorkerLost``: place the stages again on live workers (a replacement from
         ``local_cluster(restart=True)``, or any other) and load the last checkpoint this
         model saved or loaded (and ``optimizer``'s state from it); the hooks registered on
@@ -627,6 +466,8 @@ class RemoteModel(Module):
                 raise ClusterError(f"cannot recover Remote{self._class_name}: fewer than "
                                    f"{stages} live workers within 60 s")
             time.sleep(0.1)
+        from disthook.distributed.deploy import deploy
+
         self._hub.close(unload=True)  # the surviving stages are dropped
         if self._placement is not None:
             fresh = deploy(self._cluster, self._local, stages, placement=self._placement,
@@ -722,190 +563,8 @@ class RemoteModel(Module):
 _hook_ids = itertools.count(1)
 
 
-def deploy(cluster, module: Module, stages: int, split_points=None,
-           balance: str = "params", sample_input=None, chunks: int = 1,
-           schedule: str = "gpipe", placement: dict | None = None, writable: bool = False,
-           hooks_ahead: bool = True, _exclude: set | None = None,
-           _carry_hooks: bool = True) -> RemoteModel:
-    """Place ``module`` on the cluster's workers: contiguous stages of its children where
-    that works (a chain: activations go worker to worker, micro-batches pipeline), else its
-    parts over the module tree (``placement``, or ``tree.auto_placement``), with the model's
-    own forward running on the client (``glue``). ``writable``: clients other than this one
-    may change its weights (once it is published). ``hooks_ahead``: a forward or backward
-    may run ahead of the answers of client hooks that only look (False: every firing waits
-    for its answer)."""
-    if not isinstance(hooks_ahead, bool):
-        raise TypeError(f"hooks_ahead must be True or False, got {hooks_ahead!r}")
-    if not isinstance(module, Module):
-        raise TypeError(f"deploy() takes a disthook.nn.Module, got {type(module).__name__}")
-    check_options(chunks, schedule, balance, split_points, sample_input)
-    lay = stage_modules = None
-    if not module._modules:  # nothing to cut: the whole model goes to one worker
-        if stages != 1 or placement is not None or split_points is not None:
-            raise ValueError(f"{type(module).__name__} has no children to place in "
-                             f"{stages} stages: deploy it whole (stages=1)")
-        if chunks > 1:
-            raise NotImplementedError(f"chunks={chunks}: a model with no children runs whole "
-                                      "on one worker; deploy it with chunks=1")
-        lay, stage_modules = Layout([[""]], []), [module]
-    elif placement is not None:
-        if split_points is not None:
-            raise ValueError("deploy() takes placement or split_points, not both")
-        if not isinstance(placement, dict) or not placement:
-            raise ValueError(f"placement must be a non-empty dict of module paths to stage "
-                             f"numbers, got {placement!r}")
-        stages = _placement_stages(placement, stages)
-    else:
-        stage_modules = _children_stages(module, stages, split_points, balance, sample_input)
-        if stage_modules is None:  # the children alone do not make the stages: the tree
-            if balance == "time":
-                raise ValueError(
-                    f"balance='time' cuts the children of {type(module).__name__} into "
-                    f"{stages} stages, which they cannot make (too few, tied across stages, "
-                    "or the root holds parameters): use balance='params', or placement=")
-            placement = tree.auto_placement(module, stages)
-    if placement is not None:
-        if chunks > 1:
-            raise NotImplementedError(
-                f"chunks={chunks}: a model placed over its module tree runs its forward on "
-                "the client, calling each part on its worker in turn; deploy with chunks=1, "
-                "or an nn.Sequential of the steps to pipeline micro-batches")
-        lay = tree.layout(module, placement, stages)
-        stage_modules = [tree.stage_module(module, paths) for paths in lay.stages]
-    alive = [w for w in cluster.workers() if w.alive and w.address not in (_exclude or ())]
-    placed: dict[str, set] = {}  # worker id -> stages this client placed there a moment ago
-    for other in getattr(cluster, "_deployments", []):
-        if not other._closed:
-            for i, w in enumerate(other._workers):
-                placed.setdefault(w.id, set()).add(f"stage {i} of {other._model_id}")
-    workers = choose_workers(alive, stages, placed)
-    # the stages' modules with their code, where every worker takes code (a cluster this
-    # program owns), else as data (a shared service)
-    stage_fields = shipping.stage_fields(module, stage_modules,
-                                         code=all(w.code for w in workers))
-    remote = remote_class(type(module))(
-        cluster, module, stage_modules, workers, timeout=cluster.timeout, chunks=chunks,
-        schedule=schedule, layout=lay, placement=placement)
-    object.__setattr__(remote, "_writable", bool(writable))
-    object.__setattr__(remote, "_hooks_ahead", hooks_ahead)
-    aliases = client_aliases()  # `import torch` in the model's files means what it means here
-    try:
-        for i, (fields, w) in enumerate(zip(stage_fields, workers)):
-            remote._hub.request(w.address, "load_stage", {
-                "stage": i, **fields, "aliases": aliases or None,
-                "prev": workers[i - 1].address if i > 0 else None,
-                "next": workers[i + 1].address if i + 1 < stages else None,
-                "writable": bool(writable),
-            }, what=f"load_stage {i} on {w.id}")
-    except WorkerLost as exc:  # it died loading its stage: its last words say why
-        remote.close()
-        pid = {w.id: w.pid for w in workers}.get(exc.worker)
-        lines = cluster._last_stderr(pid) if pid is not None else []
-        if not lines:
-            raise
-        raise WorkerLost(exc.worker, exc.stage, exc.what, exc.context, stderr=lines) from None
-    except BaseException:
-        remote.close()  # the stages loaded so far are dropped again
-        raise
-    try:
-        if _carry_hooks:
-            glue.carry_hooks(remote, module)
-    except BaseException:
-        remote.close()
-        raise
-    return remote
-
-
-def attached_model(cluster, module: Module, workers: list, record: dict) -> RemoteModel:
-    """A client's ``RemoteModel`` of a published deployment (``registry.attach``): ``module``
-    is the twin of its tree, ``workers`` hold its stages, ``record`` is what the deployer
-    published. It shares the deployer's model id and stages, with sockets (and so a client
-    identity on the workers) of its own; nothing is loaded, and closing it unloads nothing."""
-    lay = record["layout"]
-    layout = stage_modules = None
-    if lay["kind"] == "chain":  # as deploy() made it: contiguous children
-        stage_modules = [Sequential(OrderedDict((n, module._modules[n]) for n in names))
-                         for names in lay["stages"]]
-    else:
-        layout = Layout([list(p) for p in lay["stages"]], list(lay["split"]),
-                        list(lay["client"]))
-    remote = remote_class(type(module))(
-        cluster, module, stage_modules or [], workers, timeout=cluster.timeout,
-        chunks=lay["chunks"], schedule=lay["schedule"], layout=layout,
-        placement=lay.get("placement"), model_id=record["model"])
-    object.__setattr__(remote, "_attached", record["name"])
-    object.__setattr__(remote, "_writable", bool(record["writable"]))
-    return remote
-
-
-def _children_stages(module: Module, stages: int, split_points, balance: str,
-                     sample_input) -> list[Sequential] | None:
-    """Contiguous stages of the root's children (``nn.Sequential``s named as in the model),
-    or None when they cannot make them and no ``split_points`` ask for them: fewer
-    children than stages, a tensor shared across stages, or a root holding parameters or
-    buffers of its own."""
-    children = list(module._modules.items())
-    own = [*module._parameters, *module._buffers]
-    if split_points is None and (own or len(children) < stages):
-        return None
-    if own:
-        raise ValueError(f"{type(module).__name__} has parameters or buffers of its own "
-                         f"({', '.join(own)}), which split_points cannot place: leave "
-                         "split_points out (the root's own stay on the client), or move them "
-                         "into a child module")
-    if split_points is None and balance == "time":
-        sizes = forward_times(module, sample_input)
-    else:
-        sizes = [sum(p.numel() for p in child.parameters()) if child is not None else 0
-                 for _, child in children]
-    cuts = placement.split_points(sizes, stages, split_points)
-    bounds = [0, *cuts, len(children)]
-    stage_modules = [Sequential(OrderedDict(children[a:b])) for a, b in zip(bounds, bounds[1:])]
-    for m in stage_modules:
-        m.train(module.training)
-    try:
-        placement.check_ties(stage_modules)
-    except ValueError:
-        if split_points is not None:
-            raise
-        return None  # the tree can keep the tied parts together
-    return stage_modules
-
-
-def _placement_stages(given: dict, stages: int) -> int:
-    """The stages a placement uses (its largest stage number + 1), checked against
-    ``stages`` when that says more than 1."""
-    numbers = [v for v in given.values() if isinstance(v, int) and not isinstance(v, bool)]
-    used = max(numbers, default=-1) + 1
-    if stages not in (1, used):
-        raise ValueError(f"placement uses stages 0 to {used - 1}, but stages={stages}: give "
-                         "one or the other, or make them agree")
-    return max(used, 1)
-
-
 def _first_names(module: Module) -> dict[str, str]:
     """Each parameter's name -> the first name of the same tensor (tied weights)."""
     first: dict[int, str] = {}
     return {name: first.setdefault(id(p), name)
             for name, p in module.named_parameters(remove_duplicate=False)}
-
-
-_REMOTE_CLASSES: dict[type, type] = {}
-
-
-def remote_class(kind: type) -> type:
-    """The class of a deployed ``kind``: ``RemoteModel`` first (it decides what runs where),
-    then ``kind`` itself, so that the model is an instance of its own class and its methods
-    (``generate``, ``configure_optimizers``) run on it. Containers (``nn.Sequential``) stay
-    plain ``RemoteModel``s: their methods edit the tree, which a deployed model cannot."""
-    from disthook.nn.modules.container import ModuleDict, ModuleList
-
-    cls = _REMOTE_CLASSES.get(kind)
-    if cls is None:
-        # a container is named as its class (errors say "Sequential", as in one process)
-        bases = ((RemoteModel,) if kind is Module or issubclass(
-            kind, (Sequential, ModuleList, ModuleDict)) else (RemoteModel, kind))
-        cls = _REMOTE_CLASSES[kind] = type(kind.__name__, bases, {
-            "__module__": __name__, "__qualname__": f"RemoteModel[{kind.__qualname__}]",
-            **container_reads(kind)})  # len() and indexing where kind has them
-    return cls

@@ -1,7 +1,7 @@
 """Models whose forward does more than chain their children deploy with no change: the
 root's forward runs on the client as written (functional ops, residuals, loops over a
 ModuleList, several inputs) and each child runs on its worker when the forward calls it.
-Training equals one process's; what needs a chain says so."""
+Training equals one process's; micro-batches, which need a chain, are refused at deploy."""
 import copy
 
 import numpy as np
@@ -110,26 +110,30 @@ def test_a_model_with_code_between_its_children_trains_like_one_process(cluster,
         remote.close()
 
 
-def test_what_needs_a_chain_says_so(cluster):
+def test_train_step_and_run_until_take_one_process_steps_and_chunks_are_refused(cluster):
+    """train_step runs the forward here, the loss and backward (one micro-batch); run_until
+    ends the forward after the part; micro-batches need a chain, refused at deploy."""
+    from disthook import hooks
+
+    local = made(Net)
     remote = cluster.deploy(made(Net), stages=2)
     try:
         x, y = mnist_input()
-        remote(*x)
-        with pytest.raises(NotImplementedError, match="train_step needs a model whose forward "
-                                                      "chains its children"):
-            remote.train_step(x[0], y, nn.CrossEntropyLoss())
-        from disthook import hooks
-
-        with pytest.raises(NotImplementedError, match="run_until needs"):
-            hooks.run_until(remote, x[0], "fc1")
+        loss = remote.train_step(x[0], y, nn.CrossEntropyLoss())
+        want = nn.CrossEntropyLoss()(local(x[0]), y)
+        want.backward()
+        np.testing.assert_allclose(loss.numpy(), [want.item()], rtol=1e-5)
+        grads = remote.named_gradients()
+        for name, p in local.named_parameters():
+            np.testing.assert_allclose(grads[name].numpy(), p.grad.numpy(), rtol=1e-5,
+                                       atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(hooks.run_until(remote, x[0], "fc1").detach().numpy(),
+                                   hooks.run_until(local, x[0], "fc1").detach().numpy(),
+                                   rtol=1e-5, atol=1e-6)
     finally:
         remote.close()
-    remote = cluster.deploy(made(Net), stages=2, chunks=2)
-    try:
-        with pytest.raises(NotImplementedError, match="chunks=2"):
-            remote(*mnist_input()[0])
-    finally:
-        remote.close()
+    with pytest.raises(NotImplementedError, match="chunks=2: Net.forward is its own"):
+        cluster.deploy(made(Net), stages=2, chunks=2)
 
 
 class BiasedResidual(Residual):

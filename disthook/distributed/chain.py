@@ -1,0 +1,149 @@
+"""The chain path of a deployed model: a root whose forward is ``nn.Sequential``'s own
+(``placement.chains_its_children``), placed in contiguous stages, runs them one after the
+other without the client in between. A call sends the input to the first stage; activations
+go worker to worker and the last stage (or the one a ``run_until`` stops at) answers the
+client, with ``chunks`` micro-batches in flight at once; ``train_step`` runs a GPipe or 1F1B
+schedule with the loss on the last stage. (Any other root runs its forward here: ``glue``.)
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from disthook import random
+from disthook.autograd import grad_mode
+from disthook.distributed.autograd_node import RemoteBackward0
+from disthook.distributed.placement import micro_batch_sizes, split_rows
+from disthook.distributed.spec import module_spec
+from disthook.nn.modules.module import Module
+from disthook.tensor import Tensor
+
+if TYPE_CHECKING:
+    from disthook.distributed.remote import RemoteModel
+
+__all__ = ["run_stages", "train_step"]
+
+
+def run_stages(model: RemoteModel, x: Tensor, stop: str | None = None) -> Tensor:
+    """The stages' forward on ``x``; with ``stop`` (a module path), only up to the stage
+    holding that module, whose output is returned (the later stages do no work)."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"a RemoteModel takes one Tensor, got {type(x).__name__}")
+    grad = grad_mode.is_grad_enabled()
+    rows = x._data.shape[0] if x._data.ndim else 0
+    chunks = min(model._chunks, rows) if rows > 1 else 1
+    sizes = None  # one micro-batch: the whole input
+    if chunks > 1:
+        sizes = micro_batch_sizes(rows, chunks)
+    parts = [x._data] if sizes is None else split_rows(x._data, sizes)
+    ctx_ids = [uuid.uuid4().hex for _ in parts]
+    # optimizer calls since the last request ride with the first micro-batch, which
+    # reaches every stage before anything else of this call (not with stop: the later
+    # stages would not hear them)
+    taken, calls = (model._hub.take_optimizer_calls(model._addresses) if stop is None
+                    else ([], None))
+    # every micro-batch is sent at once: stage 0 works on the second while stage 1
+    # works on the first, and so on (the GPipe fill and drain)
+    if grad and sizes is None:  # what a tensor a hook gets can be differentiated to
+        model._hub.pending_inputs[ctx_ids[0]] = [x]
+    try:
+        replies = model._hub.request_all(
+            [(model._addresses[0], {"stage": 0, "inputs": [part], "grad_enabled": grad,
+                                    "requires_grad": [x._requires_grad],
+                                    "reply_to": model._hub.reply_to,
+                                    "mb": None if sizes is None else i, "stop": stop,
+                                    # one call in training mode: the random stream goes
+                                    # through the stages and comes back (dropout)
+                                    "rng": (random._stream_state() if model.training
+                                            and sizes is None else None),
+                                    "optimizer_calls": calls if i == 0 else None},
+              ctx_id)
+             for i, (part, ctx_id) in enumerate(zip(parts, ctx_ids))],
+            "forward", what="forward through the remote stages" + (
+                f" up to {stop!r}" if stop else ""), carries_optimizer_calls=stop is None)
+    except BaseException:
+        # a stage failed before passing them on: they go again (a stage that ran one
+        # skips it)
+        model._hub.pending_optimizer[:0] = taken
+        raise
+    finally:
+        model._hub.pending_inputs.pop(ctx_ids[0], None)
+    results = [r["result"] for r in replies]
+    if results[-1].get("rng"):
+        random._set_stream_state(results[-1]["rng"])
+    outs = [np.asarray(r["output"]) for r in results]
+    if sizes is not None and any(o.ndim == 0 or len(o) != n for o, n in zip(outs, sizes)):
+        raise RuntimeError(
+            f"with chunks={chunks} the model's output must keep the batch dimension: "
+            f"micro-batches of {sizes} rows gave outputs of shapes "
+            f"{[tuple(o.shape) for o in outs]}")
+    # one micro-batch: the received array itself (a writable view of its frame)
+    out = np.concatenate(outs) if len(outs) > 1 else outs[0]
+    if grad and all(r["requires_grad"] for r in results):
+        stage = None if stop is None else model._stage_of(stop)
+        node = RemoteBackward0(model, ctx_ids, x, sizes, stage)
+        node.made_by(results[-1].get("grad_fn"))
+        return Tensor._make(out, node, 0)
+    for ctx_id in ctx_ids:  # no graph: nothing to differentiate against
+        model._hub.taps.pop(ctx_id, None)
+    return Tensor._make(out, None, 0)
+
+def train_step(model: RemoteModel, x: Tensor, target: Tensor, loss_fn,
+               scale_grads: bool = True) -> Tensor:
+    """``RemoteModel.train_step`` of a chain (``x`` and ``target`` checked): ``x`` and
+    ``target`` are cut into the model's ``chunks`` micro-batches, every stage runs its list of
+    the model's ``schedule`` (GPipe or 1F1B) against its neighbours, and gradients accumulate
+    in ``.grad`` on the workers. With ``scale_grads`` each micro-batch's loss is weighted by
+    its share of the rows, so that a mean-reduced ``loss_fn`` gives the gradients of the
+    whole batch. Returns the micro-batch losses."""
+    from disthook.distributed import schedule as schedules
+    from disthook.nn import functional
+
+    if isinstance(loss_fn, Module):
+        loss = {"module": module_spec(loss_fn)}
+    elif callable(loss_fn) and getattr(functional, getattr(loss_fn, "__name__", ""),
+                                       None) is loss_fn:
+        loss = {"function": loss_fn.__name__}
+    else:
+        raise TypeError("train_step(): loss_fn runs on the last worker, so it must be a "
+                        "loss module (nn.CrossEntropyLoss()) or a function of "
+                        f"disthook.nn.functional, got {loss_fn!r}")
+    rows = len(x._data)
+    m = min(model._chunks, rows)
+    sizes = micro_batch_sizes(rows, m)
+    scales = [n / rows if scale_grads else 1.0 for n in sizes]
+    plan = schedules.schedule(model._schedule, len(model._addresses), m)
+    step = uuid.uuid4().hex
+    # optimizer calls since the last request: each stage gets its own
+    taken, opt_calls = model._hub.take_optimizer_calls(model._addresses)
+    calls = []
+    for s, address in enumerate(model._addresses):
+        fields = {"step": step, "schedule": [list(a) for a in plan[s]],
+                  "reply_to": model._hub.reply_to,
+                  "optimizer_calls": None if opt_calls is None else opt_calls[s]}
+        if s == 0:
+            fields["inputs"] = split_rows(x._data, sizes)
+        if s == len(model._addresses) - 1:
+            fields.update(targets=split_rows(target._data, sizes), loss=loss,
+                          scales=scales)
+        calls.append((address, fields))
+    started = time.perf_counter()
+    try:
+        replies = model._hub.request_all(calls, "train_step", ctx=step,
+                                         what=f"a {model._schedule} training step",
+                                         carries_optimizer_calls=True)
+    except BaseException:
+        model._hub.pending_optimizer[:0] = taken  # they go again (see run_stages)
+        raise
+    finally:
+        for mb in range(m):
+            model._hub.drop_context(f"{step}.{mb}")
+    wall = time.perf_counter() - started
+    # per stage: seconds computing, the step's wall time seen here, the worker's RSS peak
+    object.__setattr__(model, "step_stats", [
+        {"busy": r["result"]["busy"], "wall": wall, "peak_rss": r["result"]["peak_rss"]}
+        for r in replies])
+    return Tensor._make(np.array(replies[-1]["result"]["losses"], np.float32), None, 0)

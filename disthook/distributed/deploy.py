@@ -1,0 +1,216 @@
+"""Placing a model on workers, on the client: ``deploy`` (its stages: contiguous children
+or parts over the module tree, each loaded on a worker) and ``attached_model`` (a client's
+``RemoteModel`` of a published deployment). What runs where follows from the layout and
+the model's class alone (see ``RemoteModel`` and ``placement.chains_its_children``)."""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from disthook.distributed import glue, placement, shipping, tree
+from disthook.distributed.aliases import client_aliases
+from disthook.distributed.containers import container_reads
+from disthook.distributed.placement import (
+    chains_its_children,
+    check_options,
+    choose_workers,
+    forward_times,
+)
+from disthook.distributed.remote import RemoteModel
+from disthook.distributed.rpc import WorkerLost
+from disthook.distributed.tree import Layout
+from disthook.nn.modules.container import Sequential
+from disthook.nn.modules.module import Module
+
+__all__ = ["attached_model", "deploy", "remote_class"]
+
+
+def deploy(cluster, module: Module, stages: int, split_points=None,
+           balance: str = "params", sample_input=None, chunks: int = 1,
+           schedule: str = "gpipe", placement: dict | None = None, writable: bool = False,
+           hooks_ahead: bool = True, _exclude: set | None = None,
+           _carry_hooks: bool = True) -> RemoteModel:
+    """Place ``module`` on the cluster's workers: contiguous stages of its children where
+    they can make them, else its parts over the module tree (``placement``, or
+    ``tree.auto_placement``). What runs where follows from that and the model's class: a
+    root whose forward is ``nn.Sequential``'s runs its stages worker to worker (micro-batches
+    pipeline); any other root's forward runs on the client as written, each placed part on
+    its worker when it is called (``glue``); a model with no children runs whole on one.
+    ``writable``: clients other than this one may change its weights (once it is
+    published). ``hooks_ahead``: a forward or backward may run ahead of the answers of
+    client hooks that only look (False: every firing waits for its answer)."""
+    if not isinstance(hooks_ahead, bool):
+        raise TypeError(f"hooks_ahead must be True or False, got {hooks_ahead!r}")
+    if not isinstance(module, Module):
+        raise TypeError(f"deploy() takes a disthook.nn.Module, got {type(module).__name__}")
+    check_options(chunks, schedule, balance, split_points, sample_input)
+    if chunks > 1 and module._modules and not chains_its_children(module):
+        name = type(module).__name__
+        raise NotImplementedError(
+            f"chunks={chunks}: {name}.forward is its own, not nn.Sequential's, so it runs on "
+            "the client as written and calls each placed part in turn; micro-batches "
+            "pipeline only through a chain of stages. Deploy an nn.Sequential of the steps "
+            f"to pipeline micro-batches, or deploy {name} with chunks=1")
+    lay = stage_modules = None
+    if not module._modules:  # nothing to cut: the whole model goes to one worker
+        if stages != 1 or placement is not None or split_points is not None:
+            raise ValueError(f"{type(module).__name__} has no children to place in "
+                             f"{stages} stages: deploy it whole (stages=1)")
+        if chunks > 1:
+            raise NotImplementedError(f"chunks={chunks}: a model with no children runs whole "
+                                      "on one worker; deploy it with chunks=1")
+        lay, stage_modules = Layout([[""]], []), [module]
+    elif placement is not None:
+        if split_points is not None:
+            raise ValueError("deploy() takes placement or split_points, not both")
+        if not isinstance(placement, dict) or not placement:
+            raise ValueError(f"placement must be a non-empty dict of module paths to stage "
+                             f"numbers, got {placement!r}")
+        stages = _placement_stages(placement, stages)
+    else:
+        stage_modules = _children_stages(module, stages, split_points, balance, sample_input)
+        if stage_modules is None:  # the children alone do not make the stages: the tree
+            if balance == "time":
+                raise ValueError(
+                    f"balance='time' cuts the children of {type(module).__name__} into "
+                    f"{stages} stages, which they cannot make (too few, tied across stages, "
+                    "or the root holds parameters): use balance='params', or placement=")
+            placement = tree.auto_placement(module, stages)
+    if placement is not None:
+        if chunks > 1:
+            raise NotImplementedError(
+                f"chunks={chunks}: a model placed over its module tree runs its forward on "
+                "the client, calling each part on its worker in turn; deploy with chunks=1, "
+                "or an nn.Sequential of the steps to pipeline micro-batches")
+        lay = tree.layout(module, placement, stages)
+        stage_modules = [tree.stage_module(module, paths) for paths in lay.stages]
+    alive = [w for w in cluster.workers() if w.alive and w.address not in (_exclude or ())]
+    placed: dict[str, set] = {}  # worker id -> stages this client placed there a moment ago
+    for other in getattr(cluster, "_deployments", []):
+        if not other._closed:
+            for i, w in enumerate(other._workers):
+                placed.setdefault(w.id, set()).add(f"stage {i} of {other._model_id}")
+    workers = choose_workers(alive, stages, placed)
+    # the stages' modules with their code, where every worker takes code (a cluster this
+    # program owns), else as data (a shared service)
+    stage_fields = shipping.stage_fields(module, stage_modules,
+                                         code=all(w.code for w in workers))
+    remote = remote_class(type(module))(
+        cluster, module, stage_modules, workers, timeout=cluster.timeout, chunks=chunks,
+        schedule=schedule, layout=lay, placement=placement)
+    object.__setattr__(remote, "_writable", bool(writable))
+    object.__setattr__(remote, "_hooks_ahead", hooks_ahead)
+    aliases = client_aliases()  # `import torch` in the model's files means what it means here
+    try:
+        for i, (fields, w) in enumerate(zip(stage_fields, workers)):
+            remote._hub.request(w.address, "load_stage", {
+                "stage": i, **fields, "aliases": aliases or None,
+                "prev": workers[i - 1].address if i > 0 else None,
+                "next": workers[i + 1].address if i + 1 < stages else None,
+                "writable": bool(writable),
+            }, what=f"load_stage {i} on {w.id}")
+    except WorkerLost as exc:  # it died loading its stage: its last words say why
+        remote.close()
+        pid = {w.id: w.pid for w in workers}.get(exc.worker)
+        lines = cluster._last_stderr(pid) if pid is not None else []
+        if not lines:
+            raise
+        raise WorkerLost(exc.worker, exc.stage, exc.what, exc.context, stderr=lines) from None
+    except BaseException:
+        remote.close()  # the stages loaded so far are dropped again
+        raise
+    try:
+        if _carry_hooks:
+            glue.carry_hooks(remote, module)
+    except BaseException:
+        remote.close()
+        raise
+    return remote
+
+
+def attached_model(cluster, module: Module, workers: list, record: dict) -> RemoteModel:
+    """A client's ``RemoteModel`` of a published deployment (``registry.attach``): ``module``
+    is the twin of its tree, ``workers`` hold its stages, ``record`` is what the deployer
+    published. It shares the deployer's model id and stages, with sockets (and so a client
+    identity on the workers) of its own; nothing is loaded, and closing it unloads nothing."""
+    lay = record["layout"]
+    layout = stage_modules = None
+    if lay["kind"] == "chain":  # as deploy() made it: contiguous children
+        stage_modules = [Sequential(OrderedDict((n, module._modules[n]) for n in names))
+                         for names in lay["stages"]]
+    else:
+        layout = Layout([list(p) for p in lay["stages"]], list(lay["split"]),
+                        list(lay["client"]))
+    remote = remote_class(type(module))(
+        cluster, module, stage_modules or [], workers, timeout=cluster.timeout,
+        chunks=lay["chunks"], schedule=lay["schedule"], layout=layout,
+        placement=lay.get("placement"), model_id=record["model"])
+    object.__setattr__(remote, "_attached", record["name"])
+    object.__setattr__(remote, "_writable", bool(record["writable"]))
+    return remote
+
+
+def _children_stages(module: Module, stages: int, split_points, balance: str,
+                     sample_input) -> list[Sequential] | None:
+    """Contiguous stages of the root's children (``nn.Sequential``s named as in the model),
+    or None when they cannot make them and no ``split_points`` ask for them: fewer
+    children than stages, a tensor shared across stages, or a root holding parameters or
+    buffers of its own."""
+    children = list(module._modules.items())
+    own = [*module._parameters, *module._buffers]
+    if split_points is None and (own or len(children) < stages):
+        return None
+    if own:
+        raise ValueError(f"{type(module).__name__} has parameters or buffers of its own "
+                         f"({', '.join(own)}), which split_points cannot place: leave "
+                         "split_points out (the root's own stay on the client), or move them "
+                         "into a child module")
+    if split_points is None and balance == "time":
+        sizes = forward_times(module, sample_input)
+    else:
+        sizes = [sum(p.numel() for p in child.parameters()) if child is not None else 0
+                 for _, child in children]
+    cuts = placement.split_points(sizes, stages, split_points)
+    bounds = [0, *cuts, len(children)]
+    stage_modules = [Sequential(OrderedDict(children[a:b])) for a, b in zip(bounds, bounds[1:])]
+    for m in stage_modules:
+        m.train(module.training)
+    try:
+        placement.check_ties(stage_modules)
+    except ValueError:
+        if split_points is not None:
+            raise
+        return None  # the tree can keep the tied parts together
+    return stage_modules
+
+
+def _placement_stages(given: dict, stages: int) -> int:
+    """The stages a placement uses (its largest stage number + 1), checked against
+    ``stages`` when that says more than 1."""
+    numbers = [v for v in given.values() if isinstance(v, int) and not isinstance(v, bool)]
+    used = max(numbers, default=-1) + 1
+    if stages not in (1, used):
+        raise ValueError(f"placement uses stages 0 to {used - 1}, but stages={stages}: give "
+                         "one or the other, or make them agree")
+    return max(used, 1)
+
+
+_REMOTE_CLASSES: dict[type, type] = {}
+
+
+def remote_class(kind: type) -> type:
+    """The class of a deployed ``kind``: ``RemoteModel`` first (it decides what runs where),
+    then ``kind`` itself, so that the model is an instance of its own class and its methods
+    (``generate``, ``configure_optimizers``) run on it. Containers (``nn.Sequential``) stay
+    plain ``RemoteModel``s: their methods edit the tree, which a deployed model cannot."""
+    from disthook.nn.modules.container import ModuleDict, ModuleList
+
+    cls = _REMOTE_CLASSES.get(kind)
+    if cls is None:
+        # a container is named as its class (errors say "Sequential", as in one process)
+        bases = ((RemoteModel,) if kind is Module or issubclass(
+            kind, (Sequential, ModuleList, ModuleDict)) else (RemoteModel, kind))
+        cls = _REMOTE_CLASSES[kind] = type(kind.__name__, bases, {
+            "__module__": RemoteModel.__module__,
+            "__qualname__": f"RemoteModel[{kind.__qualname__}]",
+            **container_reads(kind)})  # len() and indexing where kind has them
+    return cls
