@@ -482,9 +482,11 @@ _READING_DUNDERS = {
     "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__matmul__",
     "__rmatmul__", "__pow__", "__rpow__", "__neg__", "__pos__", "__abs__", "__getitem__",
     "__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__", "__float__", "__int__",
-    "__bool__", "__iter__", "__format__", "__array__", "__and__", "__or__", "__xor__",
+    "__bool__", "__iter__", "__array__", "__and__", "__or__", "__xor__",
     "__invert__", "__index__", "__contains__"}
 
+# (not __format__: Tensor's, inherited, formats through repr(self), which prints a
+# parameter as one: "Parameter containing:")
 for _name, _method in _tensor_methods().items():
     setattr(RemoteParameter, _name, _method)
 RemoteParameter.__hash__ = Tensor.__hash__  # __eq__ compares values; identity hashes

@@ -226,8 +226,10 @@ def _frames(arrays: list):
 def loads(code, arrays: list) -> Module:
     """The module ``dumps`` made, with ``arrays`` (received frames, taken as they are).
     Runs code: call it only where the sender's code is trusted."""
-    # a frame's array is the receiver's to keep (a read-only one is copied once)
-    return _load(code, _frames([a if a.flags.writeable else a.copy() for a in arrays]))
+    # each array copied into memory of its own: a view over a received frame may be aligned
+    # otherwise than numpy aligns what it allocates, and BLAS then sums in another order
+    # (results 1 ulp off one process's)
+    return _load(code, _frames([np.array(a) for a in arrays]))
 
 
 def loads_structure(code: bytes, array_of) -> Module:
