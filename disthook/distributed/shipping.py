@@ -76,24 +76,37 @@ def own_code_modules() -> list[str]:
     """The names of the imported modules that are the user's own code: files outside the
     standard library and site-packages, and modules a program made itself (a stub put in
     ``sys.modules``), but not disthook's (``__main__`` is always by value in cloudpickle)."""
-    libraries = _library_dirs()
+    libraries = None
     names = []
     for name, module in list(sys.modules.items()):
-        if not isinstance(module, types.ModuleType) or name == "__main__" \
-                or name.split(".")[0] in _OURS:
-            continue
-        if getattr(module, "__name__", None) != name:  # an alias (torch -> disthook)
-            continue
-        path = getattr(module, "__file__", None)
-        if not path:  # built in or frozen; or made by the program itself (a stub)
-            if getattr(module, "__spec__", None) is None \
-                    and name not in sys.builtin_module_names:
-                names.append(name)
-            continue
-        real = os.path.realpath(path)
-        if not real.startswith(libraries):
+        key = (name, id(module), getattr(module, "__file__", None))
+        own = _own_cache.get(key)
+        if own is None:
+            if libraries is None:
+                libraries = _library_dirs()
+            own = _is_own(name, module, libraries)
+            if len(_own_cache) < _CACHE_LIMIT:
+                _own_cache[key] = own
+        if own:
             names.append(name)
     return names
+
+
+# (name, id(module), its file) -> whether it is own code (a module's file stays put)
+_own_cache: dict[tuple, bool] = {}
+_CACHE_LIMIT = 1 << 16
+
+
+def _is_own(name: str, module, libraries: tuple[str, ...]) -> bool:
+    if not isinstance(module, types.ModuleType) or name == "__main__" \
+            or name.split(".")[0] in _OURS:
+        return False
+    if getattr(module, "__name__", None) != name:  # an alias (torch -> disthook)
+        return False
+    path = getattr(module, "__file__", None)
+    if not path:  # built in or frozen; or made by the program itself (a stub)
+        return getattr(module, "__spec__", None) is None and name not in sys.builtin_module_names
+    return not os.path.realpath(path).startswith(libraries)
 
 
 # ---- pickling -----------------------------------------------------------------------------
