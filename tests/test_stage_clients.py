@@ -1,4 +1,4 @@
-"""A stage used by several clients (workers/compute.Stage): each client's gradients are its
+"""A stage used by several clients (workers/stages.Stage): each client's gradients are its
 own, swapped in whenever one of its jobs touches the stage; writes are its deployer's unless
 it was loaded writable; a client that goes away leaves nothing behind."""
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 
 import disthook as torch
 from disthook import nn
-from workers.compute import Stage
+from workers.stages import Stage
 
 A, B, C = b"client-a", b"client-b", b"client-c"
 

@@ -8,5 +8,6 @@ client hooks cross to the client as ``hook_event`` messages of ``disthook.wire``
 - ``server``: the socket shell that turns messages into events and carries out the
   instructions, the worker's command line;
 - ``runners``: the threads that take turns, so a request that waits never stops the loop;
+- ``stages``: the stages held, and loading them (pickled by value, or as data);
 - ``compute``, ``client_hooks``, ``params``: the requests' handlers.
 """

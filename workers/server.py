@@ -47,6 +47,7 @@ from disthook.distributed.service import (
 )
 from workers.client_hooks import HookHandlers
 from workers.compute import ComputeHandlers, rss_bytes
+from workers.stages import StageHandlers
 from workers.params import ParamHandlers
 from workers.runners import Runners
 from workers.state import (
@@ -67,7 +68,7 @@ __all__ = ["Worker"]
 ROUTER_BURST = 32  # messages taken off the endpoint per poll, at most
 
 
-class Worker(ComputeHandlers, HookHandlers, ParamHandlers, Service):
+class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Service):
     role = "worker"
 
     def __init__(self, coordinator: str, *, bind: str = "tcp://127.0.0.1:0",

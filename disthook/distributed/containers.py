@@ -13,11 +13,15 @@ from __future__ import annotations
 from disthook.nn.modules.container import ModuleDict, ModuleList, Sequential
 from disthook.nn.modules.module import Module
 
-__all__ = ["container_reads"]
+__all__ = ["container_reads", "container_writes"]
 
 _CONTAINERS = (Sequential, ModuleList, ModuleDict)
 # what a container reads without changing its children
 _READS = ("__len__", "__iter__", "__getitem__", "__contains__", "keys", "items", "values")
+# what changes a container's children (and Module's own ways to add a child or a parameter)
+_WRITES = ("append", "extend", "insert", "pop", "__setitem__", "__delitem__", "__iadd__",
+           "clear", "update")
+_MODULE_WRITES = ("add_module", "register_module", "register_parameter")
 
 
 def container_reads(kind: type) -> dict:
@@ -29,6 +33,38 @@ def container_reads(kind: type) -> dict:
         if owner in _CONTAINERS:
             methods[name] = _on_view(name, owner.__dict__[name], kind)
     return methods
+
+
+def container_writes(kind: type, *, root: bool = False) -> dict:
+    """Refusals of what would change the children (or add a parameter) of a module placed
+    on a worker: its worker's copy would not change, and the forward there would go on
+    computing without the change, a silent wrong result. The container methods are refused
+    where ``kind`` has them from a disthook container, Module's own ways everywhere. With
+    ``root`` (the deployed model itself), only where its forward does not run here."""
+    names = [*_MODULE_WRITES, *(
+        name for name in _WRITES
+        if next((c for c in kind.__mro__ if name in c.__dict__), None) in _CONTAINERS)]
+    return {name: _refusal(name, kind if root else None) for name in names}
+
+
+def _refusal(name: str, root_kind: type | None):
+    allowed = None if root_kind is None else next(
+        c.__dict__[name] for c in root_kind.__mro__ if name in c.__dict__)
+
+    def refuse(self, *args, **kwargs):
+        if allowed is not None and self.__dict__.get("_glue"):
+            return allowed(self, *args, **kwargs)  # its forward runs here: so do changes
+        path = getattr(self, "_path", "")
+        where = f"the deployed module at {path!r}" if path else "the deployed model"
+        raise NotImplementedError(
+            f"{name}() on {where}: its modules live on their workers as they were deployed, "
+            "and a change of its children or parameters made here would not reach them. "
+            "Change the model before deploying it (or close it and deploy the changed "
+            "model); a container whose parts are on several workers runs here and takes "
+            "such changes")
+
+    refuse.__name__ = name
+    return refuse
 
 
 def _on_view(name: str, method, kind: type):

@@ -8,7 +8,7 @@ from collections import OrderedDict
 
 from disthook.distributed import glue, placement, shipping, tree
 from disthook.distributed.aliases import client_aliases
-from disthook.distributed.containers import container_reads
+from disthook.distributed.containers import container_reads, container_writes
 from disthook.distributed.placement import (
     chains_its_children,
     check_options,
@@ -212,5 +212,6 @@ def remote_class(kind: type) -> type:
         cls = _REMOTE_CLASSES[kind] = type(kind.__name__, bases, {
             "__module__": RemoteModel.__module__,
             "__qualname__": f"RemoteModel[{kind.__qualname__}]",
-            **container_reads(kind)})  # len() and indexing where kind has them
+            **container_reads(kind),  # len() and indexing where kind has them
+            **container_writes(kind, root=True)})  # no silent change of placed children
     return cls

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from disthook.distributed import hook_kinds, module_refs
-from disthook.distributed.containers import container_reads
+from disthook.distributed.containers import container_reads, container_writes
 from disthook.distributed.parameters import RemoteParameter
 from disthook.distributed.values import opaque_in, pack
 from disthook.nn.modules.module import Module, checked_state_value, note_unexpected
@@ -392,6 +392,6 @@ def _proxy_class(kind: type) -> type:
         cls = meta(kind.__name__, (RemoteModule, kind),
                    {"__module__": __name__, "_kind": kind,
                     "__qualname__": f"RemoteModule[{kind.__qualname__}]",
-                    **container_reads(kind)})
+                    **container_reads(kind), **container_writes(kind)})
         _PROXY_CLASSES[kind] = cls
     return cls

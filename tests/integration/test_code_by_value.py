@@ -352,3 +352,23 @@ def test_workers_that_take_no_code_take_data_and_refuse_code_by_name():
         with pytest.raises(SpecError, match=r"attribute 'mlpf' of h.0 \(Block\) is not data"
                                             r".*This cluster's workers take no code"):
             service.deploy(gpt(), stages=2)
+
+
+class HalfMSE(nn.Module):
+    """A loss of this file's own: a served model's workers may not import it."""
+
+    def forward(self, out, target):
+        return 0.5 * nn.functional.mse_loss(out, target)
+
+
+def test_a_training_steps_loss_follows_the_workers_allow_list():
+    from disthook.distributed import RemoteError
+
+    with local_cluster(workers=2, allow_code=False, allow_model_modules=[]) as service:
+        remote = service.deploy(nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 2)), stages=2)
+        x, y = torch.randn(4, 3), torch.randn(4, 2)
+        remote.train_step(x, y, nn.MSELoss())  # disthook's own: allowed
+        with pytest.raises(RemoteError, match=r"importing 'test_code_by_value' is not "
+                                              r"allowed here"):
+            remote.train_step(x, y, HalfMSE())
+        remote.close()

@@ -158,7 +158,8 @@ METADATA = {
     "zeros_like": torch.zeros_like, "ones_like": torch.ones_like,
     "empty_like": lambda t: torch.empty_like(t).zero_(),
     "full_like": lambda t: torch.full_like(t, 2.5),
-    "rand_like": lambda t: torch.rand_like(t).shape, "randn_like": lambda t: torch.randn_like(t).dtype,
+    "rand_like": lambda t: torch.rand_like(t).shape,
+    "randn_like": lambda t: torch.randn_like(t).dtype,
     "new_zeros": lambda t: t.new_zeros(2, 3), "new_ones": lambda t: t.new_ones((4,)),
     "new_empty": lambda t: t.new_empty(3).shape, "new_full": lambda t: t.new_full((2,), 7.0),
     "new_tensor": lambda t: t.new_tensor([1, 2]),
@@ -419,5 +420,57 @@ def test_a_dict_attribute_of_a_part_reaches_the_deployed_modules(cluster, placem
         assert part.points["second"][0] is remote.get_submodule("0.fc2")
         x = torch.randn(2, 3)
         same(remote(x), local(x))
+    finally:
+        remote.close()
+
+
+# ---- changes of a placed module's children: carried out, or refused, never lost -------------
+
+class Looped(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(2, 2) for _ in range(3)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def test_changing_a_placed_containers_children_is_refused_never_lost(cluster):
+    stages = len(cluster.workers())
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(2, 2), *[nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+                                             for _ in range(stages - 1)])
+    remote = cluster.deploy(model, stages=stages)
+    try:
+        x = torch.randn(3, 2)
+        want = model(x).detach().numpy()
+        placed = remote[1]  # a Sequential whole on one worker
+        for change in (lambda: placed.append(nn.Tanh()), lambda: placed.extend([nn.Tanh()]),
+                       lambda: placed.insert(0, nn.Tanh()), lambda: placed.__setitem__(
+                           0, nn.Tanh()), lambda: placed.__delitem__(0), lambda: placed.pop(0),
+                       lambda: placed.add_module("extra", nn.Tanh()),
+                       lambda: placed.register_parameter("w", nn.Parameter(torch.ones(1))),
+                       lambda: remote.append(nn.Tanh())):  # the root: a chain of stages
+            with pytest.raises(NotImplementedError, match=r"would not reach them"):
+                change()
+        assert len(placed) == 2 and len(remote) == stages
+        np.testing.assert_allclose(remote(x).detach().numpy(), want, rtol=1e-6)
+    finally:
+        remote.close()
+
+
+def test_a_container_whose_parts_are_on_several_workers_takes_changes_here(cluster):
+    torch.manual_seed(0)
+    model = Looped()
+    remote = cluster.deploy(model, stages=len(cluster.workers()))
+    try:
+        extra = nn.Linear(2, 2)
+        model.blocks.append(extra)
+        remote.blocks.append(extra)  # runs here, as the loop over the blocks does
+        x = torch.randn(3, 2)
+        np.testing.assert_allclose(remote(x).detach().numpy(), model(x).detach().numpy(),
+                                   rtol=1e-6)
     finally:
         remote.close()

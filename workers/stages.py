@@ -1,0 +1,194 @@
+"""A worker's stages: what it holds of each model it was given (``Stage``), and the requests
+that load and unload them (``StageHandlers``, a mixin of ``Worker``). A stage's modules come
+pickled by value with their code, from a client that deploys to workers taking code
+(``--allow-code``), or as data: classes by import path, from the modules this worker allows.
+"""
+from __future__ import annotations
+
+import itertools
+
+import zmq
+
+from disthook.distributed import aliases, shipping
+from disthook.distributed.spec import build_module
+from disthook.nn.modules.module import Module
+from workers.speculation import HookRecord
+
+__all__ = ["Stage", "StageHandlers"]
+
+CALLS_REMEMBERED = 4096  # optimizer calls per stage known as run (see Stage.first_time)
+
+
+class Stage:
+    """One model's stage on this worker: its modules (an nn.Sequential named as in the full
+    model), its neighbour stages, client hooks and optimizer shares. Its forward graphs are
+    kept in the worker's state (``WorkerState.contexts``).
+
+    Several clients may use one stage; each sees the gradients of its own backward passes
+    only. The parameters' ``.grad`` hold one client's at a time (``use_grads``, called
+    whenever a job of a client touches the stage, and again when a job that waited goes on:
+    jobs take turns, so what is installed is always the running job's client's); the others'
+    wait in ``grads``. One client costs nothing: nothing is swapped."""
+
+    def __init__(self, model: str, index: int, module, owner: bytes = b"",
+                 writable: bool = False) -> None:
+        self.model, self.index, self.module = model, index, module
+        self.owner, self.writable = owner, writable  # who loaded it; may others write it
+        self.params = list(module.parameters())
+        self.installed = owner  # whose gradients the parameters' .grad hold now
+        self.grads: dict[bytes, list] = {}  # every other client's, one per parameter
+        self.name = f"stage {index} of {model}"
+        self.neighbours: dict[str, zmq.Socket] = {}  # "prev"/"next" -> DEALER to that worker
+        # (client, its hook id) -> the handle of the stub; -> what on_list_hooks tells of it
+        self.hooks: dict[tuple, object] = {}
+        self.hook_info: dict[tuple, dict] = {}
+        self.forwards = 0  # forwards run (one per micro-batch), for status
+        self.parameters = sum(p.numel() for p in module.parameters())
+        self.optimizers: dict[tuple, object] = {}  # (client, optimizer id) -> local share
+        # (client, call number) of optimizer calls that rode with a forward or training
+        # step and ran here: one sent again (its carrier failed on a later stage) is skipped
+        self.calls_done: dict[tuple, None] = {}
+        # (pass, training mode) -> whether such a pass ("forward", "backward") left the
+        # parameters and buffers as they were (learnt from the passes client hooks
+        # watched), and (client, hook id, kind) -> what its answers showed so far: whether
+        # they may run ahead (see workers/speculation.py)
+        self.pure: dict[tuple, bool] = {}
+        self.hook_records: dict[tuple, HookRecord] = {}
+        self.ran_ahead = 0  # client hook firings whose answer the forward did not wait for
+        self.ran_again = 0  # forwards or backwards run again: such an answer changed something
+        self.answered_ahead = 0  # results sent to the client before such answers were taken
+
+    def use_grads(self, client: bytes) -> None:
+        """Make the parameters' ``.grad`` those of ``client`` (kept aside for the one
+        installed before)."""
+        if client == self.installed:
+            return
+        self.grads[self.installed] = [p._grad for p in self.params]
+        mine = self.grads.pop(client, None)
+        for i, p in enumerate(self.params):
+            p._grad = None if mine is None else mine[i]
+        self.installed = client
+
+    def record(self, client: bytes, hook_id: int, kind: str) -> HookRecord:
+        """What the answers of ``client``'s hook ``hook_id`` fired as ``kind`` showed."""
+        key = (client, hook_id, kind)
+        found = self.hook_records.get(key)
+        if found is None:
+            found = self.hook_records[key] = HookRecord()
+        return found
+
+    def forget(self, client: bytes) -> None:
+        """A client went away: its gradients, hooks' records and optimizer shares go."""
+        for key in [k for k in self.hook_records if k[0] == client]:
+            del self.hook_records[key]
+        if client == self.installed and client != self.owner:
+            self.use_grads(self.owner)
+        self.grads.pop(client, None)
+        for key in [k for k in self.optimizers if k[0] == client]:
+            del self.optimizers[key]
+        for key in [k for k in self.calls_done if k[0] == client]:
+            del self.calls_done[key]
+
+    def first_time(self, client: bytes, call: int | None) -> bool:
+        """Whether ``client``'s optimizer call number ``call`` runs here for the first time
+        (a call without a number always does); it is remembered as run from now on."""
+        if call is None:
+            return True
+        key = (client, call)
+        if key in self.calls_done:
+            return False
+        self.calls_done[key] = None
+        while len(self.calls_done) > CALLS_REMEMBERED:
+            del self.calls_done[next(iter(self.calls_done))]
+        return True
+
+    def check_write(self, client: bytes, what: str) -> None:
+        """``PermissionError`` unless ``client`` may change the stage's weights."""
+        if client != self.owner and not self.writable:
+            raise PermissionError(
+                f"{what} would change {self.name}, which its deployer shares read-only: "
+                "this client may run it, hook it and take gradients, not change its weights "
+                "(the deployer opens writes with deploy(..., writable=True))")
+
+
+class StageHandlers:
+    """Loading and unloading stages, for ``Worker`` (a mixin: it uses the worker's sockets,
+    state and helpers)."""
+
+    def on_load_stage(self, job):
+        """Make a stage of model ``msg["model"]`` (pickled by value, or from its spec) and
+        connect to its neighbour stages; a stage of that model held before is replaced."""
+        msg = job.msg
+        aliases.install(msg.get("aliases") or {})  # before the model's modules are imported
+        module = self._stage_module(msg)
+        held = self.stages.get(msg["model"])
+        if held is not None:
+            held.check_write(job.client, "loading it again")
+        self._drop(msg["model"])
+        stage = Stage(msg["model"], msg["stage"], module, owner=job.client,
+                      writable=bool(msg.get("writable")))
+        for side in ("prev", "next"):
+            if msg.get(side):
+                # a fresh identity per load: a ROUTER refuses a peer whose identity is still
+                # held by the connection it replaces
+                sock = self._dial(msg[side], f"{self.id}>{side}>{next(_load_ids)}".encode(),
+                                  linger=1000)
+                self.poller.register(sock, zmq.POLLIN)
+                stage.neighbours[side] = sock
+        self.stages[stage.model] = stage
+        self.state.models.add(stage.model)
+        self.log.info("worker %s: %s loaded by %s (%s)%s", self.id, stage.name,
+                      self.who(job.client), ", ".join(module._modules),
+                      ", writable by others" if stage.writable else "")
+        self._beat()
+        return {"parameters": sum(p.numel() for p in module.parameters())}
+
+    def _stage_module(self, msg) -> Module:
+        """The stage's module tree: unpickled (code from a deploying client, only where this
+        worker takes code) or built from data (classes by import path, allow-listed)."""
+        if msg.get("code") is not None:
+            if not self.allow_code:
+                raise PermissionError(
+                    "this worker takes no code: the model came pickled with its code, which "
+                    "only workers started with --allow-code (local clusters, disthook "
+                    "launch) run; a shared service takes models as data (classes from "
+                    "installed modules, see disthook serve --allow-model-module)")
+            return shipping.loads(msg["code"], msg.get("arrays") or [])
+        if msg.get("spec") is None:
+            raise ValueError("load_stage carries neither the stage's code nor its spec")
+        return build_module(msg["spec"], allow=self.model_module_allowed)
+
+    def model_module_allowed(self, module: str) -> bool:
+        """Whether a model's class (or an optimizer's, or a function an attribute names) may
+        be imported from ``module`` here (``--allow-model-module``)."""
+        allowed = self.allow_model_modules
+        if allowed is None:
+            return True
+        return any(module == a or module.startswith(a + ".")
+                   for a in ("disthook", *allowed))
+
+    def on_unload(self, job):
+        """Forget the stage of a model (its graphs, hooks and optimizer shares too): only
+        its deployer may."""
+        held = self.stages.get(job.msg["model"])
+        if held is not None and job.client != held.owner:
+            raise PermissionError(f"unloading {held.name}: only the client that deployed it "
+                                  "may; close() of an attached model leaves it loaded")
+        if self._drop(job.msg["model"]):
+            self._beat()
+
+    def _drop(self, model: str) -> bool:
+        stage = self.stages.pop(model, None)
+        self.state.unload(model)
+        if stage is None:
+            return False
+        for sock in stage.neighbours.values():
+            self.poller.unregister(sock)
+            sock.close(linger=0)
+        for handle in stage.hooks.values():
+            handle.remove()
+        self.log.info("worker %s: %s unloaded", self.id, stage.name)
+        return True
+
+
+_load_ids = itertools.count()
