@@ -18,13 +18,20 @@
 - ``channel``: the sockets to a model's stages: requests side by side, lost workers,
   batched releases of graphs and ``zero_grad`` calls;
 - ``client_hooks``: serving client hooks when a worker fires them;
-- ``proxies``: ``RemoteModule``, ``RemoteParameter``, ``RemoteHandle``;
+- ``proxies``: ``RemoteModule`` (a placed part) and ``RemoteHandle``;
+- ``parameters``: ``RemoteParameter``, an ``nn.Parameter`` whose storage is its worker's;
+- ``containers``: ``len()``, indexing and truth of a deployed module where its class has
+  them, and refusals of changes to a placed part's children;
+- ``module_refs``: modules held in plain attributes (dicts, lists) reach the deployed ones;
 - ``hook_kinds``: the table of hook kinds (register method, options, what a hook sees);
 - ``optimizer``: ``DistributedOptimizer``, stepping each worker's share (any
   ``disthook.optim`` optimizer does so too for a deployed model's parameters);
 - ``checkpoint``: the checkpoint layout and its file I/O;
 - ``schedule``: GPipe and 1F1B schedules (pure);
-- ``spec`` and ``values``: modules and values as data, the form in which they travel;
+- ``shipping``: placed modules pickled by value (cloudpickle) with the user's own code, to
+  workers that take code; described so for checkpoints and published models that hold code;
+- ``spec`` and ``values``: modules and values as data, the form in which they travel to
+  workers that take no code (and hooks' values, always);
 - ``hooks``: hooks that run inside the worker (capture, clamp_grad, scale_grad,
   check_finite, by_path), without a round trip to the client;
 - ``rpc``: requests with deadlines, and the errors remote calls end with;
