@@ -29,7 +29,7 @@ from disthook import random
 from disthook.autograd import grad_mode
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.distributed.values import opaque_in, pack, tensors_in, unpack
-from disthook.nn.modules.module import Module
+from disthook.nn.modules.module import HOOK_DICTS, Module
 from disthook.tensor import Tensor
 from disthook.utils.hooks import RemovableHandle
 
@@ -185,17 +185,10 @@ def client_tree(model: RemoteModel, root: Module, lay: Layout) -> dict:
     return {name: held(name, child) for name, child in root._modules.items()}
 
 
-_HOOK_DICTS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks",
-               "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
-               "_backward_pre_hooks", "_backward_hooks", "_state_dict_hooks",
-               "_state_dict_pre_hooks", "_load_state_dict_pre_hooks",
-               "_load_state_dict_post_hooks")
-
-
 def copy_hooks(source: Module, target: Module) -> None:
     """``target`` takes the hooks ``source`` has (copies of its dicts: a hook added to one
     later is not added to the other)."""
-    for name in _HOOK_DICTS:
+    for name in HOOK_DICTS:
         mine = target.__dict__.get(name)
         if mine is not None:
             mine.clear()

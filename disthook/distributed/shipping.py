@@ -35,21 +35,15 @@ from collections import OrderedDict
 import cloudpickle
 import numpy as np
 
-from disthook.nn.modules.module import Module
+from disthook.nn.modules.module import HOOK_DICTS, Module
 from disthook.tensor import Tensor
+from disthook.wire import DTYPES  # the dtypes that travel as frames
 
 __all__ = ["CodeError", "dumps", "dumps_structure", "loads", "loads_structure",
            "own_code_modules", "stage_fields"]
 
 # packages whose modules are always pickled by reference: the library and its processes
 _OURS = frozenset({"disthook", "workers", "coordinator", "deploy", "cloudpickle"})
-# the hook dicts a module keeps: its hooks are the client's and never travel
-_HOOK_DICTS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks",
-               "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
-               "_backward_pre_hooks", "_backward_hooks", "_state_dict_hooks",
-               "_state_dict_pre_hooks", "_load_state_dict_pre_hooks",
-               "_load_state_dict_post_hooks")
-_WIRE_DTYPES = frozenset({"<f2", "<f4", "<f8", "|i1", "<i2", "<i4", "<i8", "|u1", "|b1"})
 _by_value_lock = threading.Lock()  # cloudpickle's by-value registry is process-wide
 
 
@@ -141,7 +135,7 @@ class _Pickler(cloudpickle.Pickler):
                 "tree in forward(), or place both on one worker (placement=)")
         if isinstance(obj, Module):
             state = dict(obj.__dict__)
-            for name in _HOOK_DICTS:
+            for name in HOOK_DICTS:
                 if name in state:
                     state[name] = OrderedDict()
             state["_is_full_backward_hook"] = None
@@ -158,7 +152,7 @@ def dumps(module: Module, *, elsewhere: dict[int, str] | None = None
     index: dict[int, int] = {}
 
     def as_frame(array: np.ndarray):
-        if array.dtype.str not in _WIRE_DTYPES:
+        if array.dtype.str not in DTYPES:
             return None  # pickled inline
         if id(array) not in index:
             index[id(array)] = len(arrays)
@@ -209,7 +203,7 @@ def _culprit(root: Module, outside) -> str | None:
     pickles alone)."""
     for path, module in root.named_modules():
         for name, value in module.__dict__.items():
-            if name in _HOOK_DICTS or name in ("_parameters", "_buffers", "_modules"):
+            if name in HOOK_DICTS or name in ("_parameters", "_buffers", "_modules"):
                 continue
             try:
                 _Pickler(io.BytesIO(), outside, {}).dump(value)

@@ -43,6 +43,13 @@ MIXED_GLOBAL_BACKWARD_HOOKS_MSG = (
     "Please use only one of them."
 )
 DEAD_MODULE_MSG = "You are trying to call the hook of a dead Module!"
+# the per-module dicts that hold its hooks (forward, backward, state-dict): what a copy of a
+# module's hooks copies, and what a module sent to a worker leaves behind
+HOOK_DICTS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks",
+              "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
+              "_backward_pre_hooks", "_backward_hooks", "_state_dict_hooks",
+              "_state_dict_pre_hooks", "_load_state_dict_pre_hooks",
+              "_load_state_dict_post_hooks")
 EXTRA_STATE_KEY_SUFFIX = "_extra_state"
 LOAD_POST_HOOK_RETURN_MSG = (
     "Hooks registered with ``register_load_state_dict_post_hook`` are not expected to return "
