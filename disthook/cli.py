@@ -157,10 +157,9 @@ def _serve(args) -> int:
               f"{stages} and {workers}", file=sys.stderr)
         return 2
     if manifest.get("structure") is None:
-        print(f"disthook serve: {args.checkpoint} keeps its {manifest['class']} as code (its "
-              "modules hold code, such as lambdas; saved with code=True), and a shared service "
-              "runs no code: serve takes a model whose modules hold only data",
-              file=sys.stderr)
+        print(f"disthook serve: {args.checkpoint} holds a {manifest['class']} whose modules "
+              "hold code (such as lambdas or bound methods), and a shared service runs no "
+              "code: serve takes a model whose modules hold only data", file=sys.stderr)
         return 1
     if main_script_of(manifest["structure"]) is not None:
         print(f"disthook serve: {args.checkpoint} holds a {manifest['class']}, whose classes "
