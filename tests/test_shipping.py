@@ -355,3 +355,18 @@ def test_what_cannot_be_pickled_is_named_by_module_and_attribute():
     with pytest.raises(CodeError, match=r"attribute 'guard' of '1.0' \(ReLU\) holds a lock, "
                                         r"which cannot be pickled"):
         shipping.dumps(model)
+
+
+def test_serve_refuses_a_checkpoint_whose_model_holds_code(tmp_path, capsys):
+    from disthook import cli
+    from disthook.distributed import checkpoint
+
+    model = nn.Sequential(Gated(2))
+    manifest = {"step": None, "class": "torch.nn:Sequential", "fingerprint": "-",
+                "stages": [["0"]], "chunks": 1, "schedule": "gpipe", "placement": None,
+                **checkpoint._description(model, code=True)}
+    assert manifest["structure"] is None and manifest["code"]
+    checkpoint.write(str(tmp_path), manifest, [{}])
+    assert cli.main(["serve", str(tmp_path), "--name", "m"]) == 1
+    assert "whose modules hold code (such as lambdas or bound methods), and a shared " \
+           "service runs no code" in capsys.readouterr().err
