@@ -189,8 +189,9 @@ def _remove(model, handles: list) -> None:
     worker, those here one by one (each is tried; the first failure is raised after)."""
     failure = None
     proxies = sys.modules.get("disthook.distributed.proxies")  # loaded with any deployment
-    on_workers = [h for h in handles
-                  if proxies is not None and isinstance(h, proxies.RemoteHandle)]
+    remote = getattr(proxies, "RemoteHandle", ())  # () before any: no handle is one
+    on_workers = [h for h in handles if isinstance(h, remote)]
+    here = [h for h in handles if not isinstance(h, remote)]
     if on_workers:
         try:
             model._remove_hooks([handle.id for handle in on_workers])
@@ -198,7 +199,7 @@ def _remove(model, handles: list) -> None:
             failure = exc
         for handle in on_workers:
             _order.get(model, {}).pop(("worker", handle.id), None)
-    for handle in reversed([h for h in handles if not any(h is w for w in on_workers)]):
+    for handle in reversed(here):
         try:
             handle.remove()
         except Exception as exc:  # noqa: BLE001 - the others must still go

@@ -1805,7 +1805,8 @@ def _write_with(t: Tensor, ufunc, values: np.ndarray) -> None:
         else:
             ufunc(t._data, values, out=t._data, casting="unsafe")
     except ValueError:
-        if 0 not in t._data.strides or t._data.size <= 1:  # read-only, not a broadcast
+        broadcast = 0 in t._data.strides and t._data.size > 1  # one element, many places
+        if not broadcast and not t._data.flags.writeable:
             raise RuntimeError(
                 "the tensor written to in place has read-only memory; a deployed model's "
                 "parameter or gradient read here is such a copy of the value on its worker, "

@@ -483,10 +483,11 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
     processes accept only this client's key: a fresh key directory is made for the cluster
     (and removed with it), or ``keys=DIR`` names one (``disthook keys generate DIR``).
     ``context_ttl``: seconds a worker keeps a forward's graph waiting for its backward (the
-    graphs of a client that vanished are dropped then). ``allow_code``: workers
-    take models pickled by value, code included, from the clients that deploy them (the
-    default: this program owns the cluster; see docs/security.md); ``allow_model_modules``: when given, the only modules (or packages) besides
-    disthook whose classes workers take (``disthook serve`` passes the served model's).
+    graphs of a client that vanished are dropped then). ``allow_code``: workers take models
+    pickled by value, code included, from the clients that deploy them (the default: this
+    program owns the cluster; see docs/security.md); ``allow_model_modules``: when given, the
+    only modules (or packages) besides disthook whose classes workers take (``disthook
+    serve`` passes the served model's).
     ``threads``: the BLAS and OpenMP threads of each worker. None (the default): the
     environment's, as this process has them, so that the workers' arithmetic rounds as this
     process's does (BLAS sums in another order with another thread count); "share": each
