@@ -74,16 +74,22 @@ _order: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _sequence = itertools.count()
 
 
+def _dep(model):
+    """The deployment of a deployed model (given as the model itself), or None."""
+    placed = sys.modules.get("disthook.distributed.placed")  # loaded with any deployment
+    dep = placed.deployment_of(model) if placed is not None else None
+    return dep if dep is not None and dep._local is model else None
+
+
 def _is_remote(model) -> bool:
-    return hasattr(model, "_hooks_on_workers")
+    return _dep(model) is not None
 
 
 # ---- selecting modules -----------------------------------------------------------------------
 
 def _named_modules(model) -> list[tuple[str, object]]:
     """(path, module) of every submodule; a deployed model's from its local description."""
-    tree = model._local if _is_remote(model) else model
-    return [(path, module) for path, module in tree.named_modules() if path]
+    return [(path, module) for path, module in model.named_modules() if path]
 
 
 def _select(model, key, named: list | None = None) -> list[str]:
@@ -128,7 +134,7 @@ def _available(paths: list[str], key: str) -> str:
 
 
 def _model_name(model) -> str:
-    return f"Remote{model._class_name}" if _is_remote(model) else type(model).__name__
+    return type(model).__name__
 
 
 # ---- temporary hooks -------------------------------------------------------------------------
@@ -137,7 +143,7 @@ def _runs_here(model, path: str) -> bool:
     """Whether the module at ``path`` runs in this process: any module of a local model; on
     a deployed model one the client holds (its parts are on several workers, or it was kept
     here), whose hooks are ordinary hooks here, as in one process."""
-    return not _is_remote(model) or model._layout.stage_of(path) is None
+    return not _is_remote(model) or _dep(model)._layout.stage_of(path) is None
 
 
 def _add(model, plan: list[tuple]) -> list:
@@ -155,7 +161,7 @@ def _add(model, plan: list[tuple]) -> list:
                 order[("here", handles[i].id)] = when[i]
         there = [i for i in range(len(plan)) if i not in handles]
         if there:
-            made = model._add_hooks([(plan[i][0], plan[i][1], plan[i][2],
+            made = _dep(model)._add_hooks([(plan[i][0], plan[i][1], plan[i][2],
                                       model.get_submodule(plan[i][1]), {}) for i in there],
                                     tag=TAG)
             for i, handle in zip(there, made):
@@ -194,7 +200,7 @@ def _remove(model, handles: list) -> None:
     here = [h for h in handles if not isinstance(h, remote)]
     if on_workers:
         try:
-            model._remove_hooks([handle.id for handle in on_workers])
+            _dep(model)._remove_hooks([handle.id for handle in on_workers])
         except Exception as exc:  # noqa: BLE001 - those here must still go
             failure = exc
         for handle in on_workers:
@@ -242,7 +248,8 @@ def _where(fn, model, path: str) -> str:
     worker_hooks = sys.modules["disthook.distributed.hooks"]
     if not isinstance(fn, worker_hooks.WorkerHook):
         return "client"
-    return f"worker {model._workers[model._stage_of(path)].id}"
+    dep = _dep(model)
+    return f"worker {dep._workers[dep._stage_of(path)].id}"
 
 
 def active_hooks(model) -> list[ActiveHook]:
@@ -255,7 +262,7 @@ def active_hooks(model) -> list[ActiveHook]:
     listed = [(("worker", h["hook"]), ActiveHook(
                    h["kind"], h["path"],
                    "client" if h["runs"] == "client" else f"worker {h['worker']}", h["hook"]))
-              for h in model._hooks_on_workers() if h["tag"] == TAG]
+              for h in _dep(model)._hooks_on_workers() if h["tag"] == TAG]
     listed += [(("here", h.id), h) for h in here]
     order = _order.get(model, {})
     # those another client registered (not in ``order``) after, by id (ids count up)
@@ -342,7 +349,7 @@ class _Recorder:
         """Fetch the workers' records (one request per worker) and update ``seen``."""
         if not self.remote:
             return
-        self.captured += self.model._captured(self.buffer)
+        self.captured += _dep(self.model)._captured(self.buffer)
         picks = {"forward_pre": ("input", lambda v: v[0]), "forward": ("output", None),
                  "full_backward": ("grad", lambda v: v[0])}
         calls: dict[tuple, list] = {}  # (what, path) -> [[(micro-batch, value), ...] per call]
@@ -446,7 +453,7 @@ def patch(model, patches: dict, x: Tensor):
                         f"{type(patches).__name__}")
     remote = _is_remote(model)
     # with micro-batches each call of a hook sees the next rows of the batch
-    rows = x.shape[0] if remote and model._chunks > 1 and x.dim() and x.shape[0] > 1 else None
+    rows = x.shape[0] if remote and _dep(model)._chunks > 1 and x.dim() and x.shape[0] > 1 else None
     forward = {}
     for key, value in patches.items():
         if isinstance(value, Tensor):
@@ -524,5 +531,5 @@ def run_until(model, x: Tensor, path: str):
         raise TypeError(f"run_until() takes the exact path of one module, got {path!r}")
     _select(model, path)
     if _is_remote(model):
-        return model._run_until(x, path)
+        return _dep(model)._run_until(x, path)
     return stop_after(model, path, x)

@@ -52,7 +52,7 @@ __all__ = [
 # 2: typed sub-records (hook entries, optimizer calls, hook values); 3: forward and
 # train_step carry optimizer steps as well as zero_grads (optimizer_calls), and an ok may
 # come ahead of its hooks' answers; 4: a stage's modules may come pickled by value (code)
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
 LOST_AFTER_BEATS = 3  # a connection with no answer to its pings this long is dropped
@@ -166,7 +166,7 @@ ENUMS: dict[str, frozenset] = {
     "pipe_kind": frozenset({"act", "grad", "abort"}),
     "optimizer_action": frozenset({"step", "zero_grad", "state", "load"}),
     "grad_op_kind": frozenset({"norm", "scale", "clamp", "set", "add"}),
-    "module_op_kind": frozenset({"register_buffer", "set_attr", "del_attr"}),
+    "module_op_kind": frozenset({"register_buffer", "set_attr", "del_attr", "train"}),
     "schedule_kind": frozenset({"recv_act", "forward", "send_act", "recv_grad", "backward",
                                 "send_grad"}),
     "layout_kind": frozenset({"chain", "tree", "whole"}),  # of a published model
@@ -271,7 +271,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "param_op": {"model": "str", "name": "str", "op": "str", "args": "any",
                  "kwargs": "any"},
     # a change to the module at path that one process allows: a buffer registered (value: a
-    # packed tensor or None), a plain attribute set (value: packed) or deleted
+    # packed tensor or None), a plain attribute set (value: packed) or deleted, the part's
+    # mode set (train: value is the mode, a bool; name is "training")
     "module_op": {"model": "str", "path": "str", "op": "module_op_kind", "name": "str",
                   "value": "any?", "persistent": "bool?"},
     "step": {"model": "str", "optimizer": "optimizer_call?", "zero_grad": "bool?"},

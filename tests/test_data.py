@@ -158,9 +158,8 @@ def test_random_split_and_subset(lib):
 
 
 def test_num_workers_loads_in_process_with_a_warning():
-    from disthook.utils.data import DataLoader, get_worker_info
-
     import disthook
+    from disthook.utils.data import DataLoader, get_worker_info
 
     ds = disthook.utils.data.TensorDataset(disthook.arange(6))
     with pytest.warns(UserWarning, match="^disthook's DataLoader loads data in the main "

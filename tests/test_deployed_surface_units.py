@@ -1,39 +1,56 @@
-"""Pieces of a deployed model's client surface that need no processes: which container
-reads a deployed module gets, factories that need no value, and a write into read-only
-memory (a fetched copy of a remote value) that says so instead of passing silently."""
+"""Pieces of a deployed model's client surface that need no processes: a parameter placed
+in place (the same object, its value elsewhere), a copy of a placed module, factories that
+need no value, and a write into read-only memory (a fetched copy of a remote value) that
+says so instead of passing silently."""
 import numpy as np
 import pytest
 
 import disthook as torch
 from disthook import nn
-from disthook.distributed.containers import container_reads
+from disthook.distributed.parameters import adopt, release
 from disthook.tensor import Tensor
 
 
-class OwnLen(nn.Module):
-    def __len__(self):
-        return 7
+class FakeDeployment:
+    """Stands for a deployment: answers get_state from a dict, records writes."""
+
+    def __init__(self, values):
+        self.values, self.asked, self._canonical = values, [], {}
+
+    def _states(self, names):
+        self.asked.append(list(names))
+        return {"state": {n: self.values[n] for n in names}, "grads": {}}
 
 
-class MySequential(nn.Sequential):
-    pass
+def test_adopt_keeps_the_object_and_its_class_and_frees_its_array():
+    layer = nn.Linear(3, 2)
+    weight = layer.weight
+    dep = FakeDeployment({"fc.weight": np.full((2, 3), 7.0, np.float32)})
+    adopt(weight, dep, "fc.weight")
+    assert layer.weight is weight and isinstance(weight, nn.Parameter)
+    assert weight.shape == (2, 3) and weight.dtype == torch.float32 and not dep.asked
+    assert torch.zeros_like(weight).shape == (2, 3) and not dep.asked  # no value needed
+    assert Tensor.__dict__["_data"].__get__(weight).strides == (0, 0)  # one element here
+    assert float(weight.detach().sum()) == 42.0 and dep.asked == [["fc.weight"]]
+    release(weight, np.ones((2, 3), np.float32))
+    assert type(weight) is nn.Parameter and float(weight.sum()) == 6.0
 
 
-def test_container_reads_exist_only_where_a_container_class_defines_them():
-    assert container_reads(nn.Linear) == {} and container_reads(nn.Module) == {}
-    assert container_reads(OwnLen) == {}  # the user's own __len__ stays the class's
-    assert set(container_reads(nn.Sequential)) == {"__len__", "__iter__", "__getitem__"}
-    assert set(container_reads(MySequential)) == {"__len__", "__iter__", "__getitem__"}
-    assert set(container_reads(nn.ModuleDict)) == {"__len__", "__iter__", "__getitem__",
-                                                   "__contains__", "keys", "items", "values"}
+def test_a_copy_of_a_placed_module_is_a_plain_module_with_the_values():
+    import copy
 
+    from disthook.distributed.placed import PartPlacement
 
-def test_container_reads_run_on_a_view_of_the_children():
-    seq = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 1))
-    reads = container_reads(nn.Sequential)
-    assert reads["__len__"](seq) == 3 and reads["__getitem__"](seq, -1) is seq[2]
-    part = reads["__getitem__"](seq, slice(0, 2))
-    assert type(part) is nn.Sequential and list(part) == [seq[0], seq[1]]
+    layer = nn.Linear(3, 2)
+    dep = FakeDeployment({"fc.weight": np.full((2, 3), 7.0, np.float32),
+                          "fc.bias": np.zeros(2, np.float32)})
+    adopt(layer.weight, dep, "fc.weight")
+    adopt(layer.bias, dep, "fc.bias")
+    layer.__dict__["_placement"] = PartPlacement(dep, "fc")
+    copied = copy.deepcopy(layer)
+    assert "_placement" not in copied.__dict__ and type(copied.weight) is nn.Parameter
+    assert float(copied.weight.sum()) == 42.0 and copied.weight.requires_grad
+    assert copied(torch.ones(1, 3)).sum().item() == 42.0  # runs here, as any module
 
 
 class NoValue(Tensor):

@@ -9,6 +9,7 @@ import pytest
 
 import disthook
 
+
 def _hook_returns_a_str(t):
     """A forward hook that returns a str: the next layer gets it (torch's TypeError)."""
     seq = t.nn.Sequential(t.nn.Linear(2, 2), t.nn.Linear(2, 2))

@@ -37,7 +37,7 @@ class ParamHandlers:
                 and callable(getattr(disthook.Tensor, op, None))):
             raise ValueError(f"{op!r} is not an in-place tensor method")
         st.check_write(job.client, f"{msg['name']}.{op}(...)")
-        param = st.module.get_parameter(msg["name"])
+        param = _tensor_at(st.module, msg["name"])
         args, kwargs = unpack(msg["args"]), unpack(msg["kwargs"])
         if op == "requires_grad_":
             param.requires_grad_(*args, **kwargs)
@@ -56,6 +56,11 @@ class ParamHandlers:
             module.register_buffer(name, value, persistent=msg.get("persistent", True))
         elif msg["op"] == "set_attr":
             setattr(module, name, value)
+        elif msg["op"] == "train":
+            if not isinstance(value, bool):
+                raise ValueError(f"train of {msg['path']!r}: the mode must be a bool, got "
+                                 f"{value!r}")
+            module.train(value)
         else:
             delattr(module, name)
 
@@ -239,3 +244,15 @@ def _optimizer_class(name: str) -> type:
     if not (isinstance(cls, type) and issubclass(cls, disthook.optim.Optimizer)):
         raise ValueError(f"{name!r} is not an optimizer (a disthook.optim.Optimizer subclass)")
     return cls
+
+
+def _tensor_at(module, name: str):
+    """The parameter or buffer at dotted ``name`` of ``module``."""
+    path, _, leaf = name.rpartition(".")
+    owner = module.get_submodule(path)
+    found = owner._parameters.get(leaf)
+    if found is None:
+        found = owner._buffers.get(leaf)
+    if found is None:
+        raise AttributeError(f"{name!r} is not a parameter or buffer of this stage")
+    return found

@@ -2,9 +2,13 @@
 
 - ``cluster``: ``local_cluster`` / ``connect`` / ``Cluster``: start or attach to a
   coordinator and its workers, list them, shut them down;
-- ``remote``: ``RemoteModel``, a model whose parts run on workers;
-- ``deploy``: ``deploy`` and ``attached_model``, which place a model (or bind to a
-  published one) and make its ``RemoteModel``;
+- ``placed``: a deployed model is the user's own model, placed: ``RootPlacement`` (the
+  model), ``PartPlacement`` (a module on a worker), their hooks carried there, ``place`` /
+  ``unplace``, ``deployment_of(model)``;
+- ``remote``: ``RemoteModel``, the deployment behind a placed model (its stages, workers,
+  channel, hook table; ``save``, ``train_step``, ``recover``, ``close``...);
+- ``deploy``: ``deploy`` and ``attached_model``, which place a model (or bind it to a
+  published deployment) in place;
 - ``chain``: an ``nn.Sequential``'s stages run worker to worker (micro-batches, pipelined
   ``train_step``);
 - ``autograd_node``: ``RemoteBackward0``, the node whose backward crosses the stages;
@@ -18,11 +22,8 @@
 - ``channel``: the sockets to a model's stages: requests side by side, lost workers,
   batched releases of graphs and ``zero_grad`` calls;
 - ``client_hooks``: serving client hooks when a worker fires them;
-- ``proxies``: ``RemoteModule`` (a placed part) and ``RemoteHandle``;
-- ``parameters``: ``RemoteParameter``, an ``nn.Parameter`` whose storage is its worker's;
-- ``containers``: ``len()``, indexing and truth of a deployed module where its class has
-  them, and refusals of changes to a placed part's children;
-- ``module_refs``: modules held in plain attributes (dicts, lists) reach the deployed ones;
+- ``parameters``: ``RemoteParameter`` and ``RemoteBuffer``: the model's own tensors with
+  their storage on a worker (``adopt``: in place);
 - ``hook_kinds``: the table of hook kinds (register method, options, what a hook sees);
 - ``optimizer``: ``DistributedOptimizer``, stepping each worker's share (any
   ``disthook.optim`` optimizer does so too for a deployed model's parameters);
@@ -41,10 +42,11 @@
 from disthook.distributed import hooks
 from disthook.distributed.cluster import Cluster, WorkerInfo, connect, local_cluster
 from disthook.distributed.optimizer import DistributedOptimizer
+from disthook.distributed.placed import deployment_of
 from disthook.distributed.registry import NameTaken, UnknownModel
 from disthook.distributed.rpc import ClusterError, RemoteError, RemoteTimeout, WorkerLost
 from disthook.distributed.security import AuthenticationError
 
 __all__ = ["AuthenticationError", "Cluster", "ClusterError", "DistributedOptimizer",
            "NameTaken", "RemoteError", "RemoteTimeout", "UnknownModel", "WorkerInfo",
-           "WorkerLost", "connect", "hooks", "local_cluster"]
+           "WorkerLost", "connect", "deployment_of", "hooks", "local_cluster"]

@@ -143,7 +143,7 @@ def save(model, path: str, *, optimizer=None, step: int | None = None,
                 "fingerprint": fingerprint(model._local), "stages": model._stage_names,
                 "chunks": model._chunks, "schedule": model._schedule,
                 # how it was placed over its tree (None: contiguous stages of its children)
-                "placement": model._placement,
+                "placement": model._placement_given,
                 **_description(model._local, code)}
     if optimizer is not None and not _is_distributed(optimizer):
         manifest["optimizer"] = _save_plain(model, optimizer, shards)
@@ -330,7 +330,11 @@ def _description(module: Module, code: bool) -> dict:
         described = {"structure": None, "not_data": str(exc)}
     if code:
         from disthook.distributed import shipping
+        from disthook.distributed.placed import deployment_of
 
+        dep = deployment_of(module)
+        if dep is not None:  # a plain copy (the values it pickles are not kept)
+            module = dep.to_local()
         described["code"] = base64.b64encode(shipping.dumps_structure(module)).decode("ascii")
     return described
 

@@ -190,9 +190,12 @@ class Cluster:
         self._check_open()
         if name is not None:  # refused before anything loads
             registry.check_name(self, name)
-        remote = deploy(self, module, stages, split_points=split_points, balance=balance,
-                        sample_input=sample_input, chunks=chunks, schedule=schedule,
-                        placement=placement, writable=writable, hooks_ahead=hooks_ahead)
+        from disthook.distributed.placed import deployment_of
+
+        model = deploy(self, module, stages, split_points=split_points, balance=balance,
+                       sample_input=sample_input, chunks=chunks, schedule=schedule,
+                       placement=placement, writable=writable, hooks_ahead=hooks_ahead)
+        remote = deployment_of(model)
         try:
             if checkpoint is not None:
                 remote.load_checkpoint(checkpoint)
@@ -202,7 +205,7 @@ class Cluster:
             remote.close()
             raise
         self._deployments.append(remote)
-        return remote
+        return model
 
     def load(self, path: str, *, trust_code: bool = False):
         """Deploy the model saved in checkpoint ``path`` as it was saved (its classes, its
@@ -229,9 +232,11 @@ class Cluster:
         from disthook.distributed import registry
 
         self._check_open()
-        remote = registry.attach(self, name, trust_code=trust_code)
-        self._deployments.append(remote)
-        return remote
+        from disthook.distributed.placed import deployment_of
+
+        model = registry.attach(self, name, trust_code=trust_code)
+        self._deployments.append(deployment_of(model))
+        return model
 
     def models(self, *, calls: bool = True) -> list[dict]:
         """The published models, as the coordinator knows them: per model its ``name``,

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from disthook.distributed import glue, placement, shipping, tree
+from disthook.distributed import glue, placed, placement, shipping, tree
 from disthook.distributed.aliases import client_aliases
-from disthook.distributed.containers import container_reads, container_writes
 from disthook.distributed.placement import (
     chains_its_children,
     check_options,
@@ -21,14 +20,14 @@ from disthook.distributed.tree import Layout
 from disthook.nn.modules.container import Sequential
 from disthook.nn.modules.module import Module
 
-__all__ = ["attached_model", "deploy", "remote_class"]
+__all__ = ["attached_model", "deploy"]
 
 
 def deploy(cluster, module: Module, stages: int, split_points=None,
            balance: str = "params", sample_input=None, chunks: int = 1,
            schedule: str = "gpipe", placement: dict | None = None, writable: bool = False,
            hooks_ahead: bool = True, _exclude: set | None = None,
-           _carry_hooks: bool = True) -> RemoteModel:
+           _place: bool = True):
     """Place ``module`` on the cluster's workers: contiguous stages of its children where
     they can make them, else its parts over the module tree (``placement``, or
     ``tree.auto_placement``). What runs where follows from that and the model's class: a
@@ -42,6 +41,8 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
         raise TypeError(f"hooks_ahead must be True or False, got {hooks_ahead!r}")
     if not isinstance(module, Module):
         raise TypeError(f"deploy() takes a disthook.nn.Module, got {type(module).__name__}")
+    if _place:
+        _check_not_deployed(module)
     check_options(chunks, schedule, balance, split_points, sample_input)
     if chunks > 1 and module._modules and not chains_its_children(module):
         name = type(module).__name__
@@ -84,17 +85,17 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
         lay = tree.layout(module, placement, stages)
         stage_modules = [tree.stage_module(module, paths) for paths in lay.stages]
     alive = [w for w in cluster.workers() if w.alive and w.address not in (_exclude or ())]
-    placed: dict[str, set] = {}  # worker id -> stages this client placed there a moment ago
+    busy: dict[str, set] = {}  # worker id -> stages this client placed there a moment ago
     for other in getattr(cluster, "_deployments", []):
         if not other._closed:
             for i, w in enumerate(other._workers):
-                placed.setdefault(w.id, set()).add(f"stage {i} of {other._model_id}")
-    workers = choose_workers(alive, stages, placed)
+                busy.setdefault(w.id, set()).add(f"stage {i} of {other._model_id}")
+    workers = choose_workers(alive, stages, busy)
     # the stages' modules with their code, where every worker takes code (a cluster this
     # program owns), else as data (a shared service)
     stage_fields = shipping.stage_fields(module, stage_modules,
                                          code=all(w.code for w in workers))
-    remote = remote_class(type(module))(
+    remote = RemoteModel(
         cluster, module, stage_modules, workers, timeout=cluster.timeout, chunks=chunks,
         schedule=schedule, layout=lay, placement=placement)
     object.__setattr__(remote, "_writable", bool(writable))
@@ -118,13 +119,28 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
     except BaseException:
         remote.close()  # the stages loaded so far are dropped again
         raise
+    if not _place:
+        return remote  # recover: the model is placed already, on this deployment
+    placed.place(remote, module)
     try:
-        if _carry_hooks:
-            glue.carry_hooks(remote, module)
+        glue.carry_hooks(remote, module)  # hooks registered before the deploy go there too
+        placed.sync_all(remote)
     except BaseException:
         remote.close()
         raise
-    return remote
+    return module
+
+
+def _check_not_deployed(module: Module) -> None:
+    """A model (or any module of it) already deployed is refused, naming it."""
+    for path, m in module.named_modules():
+        dep = placed.deployment_of(m)
+        if dep is not None and not dep._closed:
+            where = f"its module {path!r}" if path else "it"
+            raise ValueError(
+                f"this {type(module).__name__} cannot be deployed: {where} is deployed "
+                f"already (as {dep._model_id}); close that deployment first "
+                "(model.close()), which brings the model back here")
 
 
 def attached_model(cluster, module: Module, workers: list, record: dict) -> RemoteModel:
@@ -140,13 +156,14 @@ def attached_model(cluster, module: Module, workers: list, record: dict) -> Remo
     else:
         layout = Layout([list(p) for p in lay["stages"]], list(lay["split"]),
                         list(lay["client"]))
-    remote = remote_class(type(module))(
+    remote = RemoteModel(
         cluster, module, stage_modules or [], workers, timeout=cluster.timeout,
         chunks=lay["chunks"], schedule=lay["schedule"], layout=layout,
         placement=lay.get("placement"), model_id=record["model"])
     object.__setattr__(remote, "_attached", record["name"])
     object.__setattr__(remote, "_writable", bool(record["writable"]))
-    return remote
+    placed.place(remote, module)
+    return module
 
 
 def _children_stages(module: Module, stages: int, split_points, balance: str,
@@ -192,26 +209,3 @@ def _placement_stages(given: dict, stages: int) -> int:
         raise ValueError(f"placement uses stages 0 to {used - 1}, but stages={stages}: give "
                          "one or the other, or make them agree")
     return max(used, 1)
-
-
-_REMOTE_CLASSES: dict[type, type] = {}
-
-
-def remote_class(kind: type) -> type:
-    """The class of a deployed ``kind``: ``RemoteModel`` first (it decides what runs where),
-    then ``kind`` itself, so that the model is an instance of its own class and its methods
-    (``generate``, ``configure_optimizers``) run on it. Containers (``nn.Sequential``) stay
-    plain ``RemoteModel``s: their methods edit the tree, which a deployed model cannot."""
-    from disthook.nn.modules.container import ModuleDict, ModuleList
-
-    cls = _REMOTE_CLASSES.get(kind)
-    if cls is None:
-        # a container is named as its class (errors say "Sequential", as in one process)
-        bases = ((RemoteModel,) if kind is Module or issubclass(
-            kind, (Sequential, ModuleList, ModuleDict)) else (RemoteModel, kind))
-        cls = _REMOTE_CLASSES[kind] = type(kind.__name__, bases, {
-            "__module__": RemoteModel.__module__,
-            "__qualname__": f"RemoteModel[{kind.__qualname__}]",
-            **container_reads(kind),  # len() and indexing where kind has them
-            **container_writes(kind, root=True)})  # no silent change of placed children
-    return cls

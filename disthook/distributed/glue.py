@@ -37,14 +37,14 @@ if TYPE_CHECKING:
     from disthook.distributed.remote import RemoteModel
     from disthook.distributed.tree import Layout
 
-__all__ = ["call_placed", "check_runs_here", "client_tree", "run_root_forward", "run_until",
+__all__ = ["call_placed", "carry_hooks", "route_node_hooks", "run_root_forward", "run_until",
            "train_step"]
 
 
 def run_root_forward(model: RemoteModel, args: tuple, kwargs: dict):
     """The root module's forward, run here on the model (whose children are the client's
     tree; ``check_runs_here`` passed for the root when this path was chosen)."""
-    return type(model._local).forward(model, *args, **kwargs)
+    return type(model._local).forward(model._local, *args, **kwargs)
 
 
 def train_step(model: RemoteModel, x: Tensor, target: Tensor, loss_fn) -> Tensor:
@@ -55,7 +55,7 @@ def train_step(model: RemoteModel, x: Tensor, target: Tensor, loss_fn) -> Tensor
         raise TypeError(f"train_step(): loss_fn must be callable, got {loss_fn!r}")
     started = time.perf_counter()
     with grad_mode.enable_grad():
-        loss = loss_fn(model(x), target)
+        loss = loss_fn(model._local(x), target)
         if not isinstance(loss, Tensor) or loss.numel() != 1:
             raise RuntimeError(
                 f"train_step(): loss_fn must return a Tensor of one element to differentiate, "
@@ -98,7 +98,7 @@ def run_until(model: RemoteModel, x: Tensor, path: str):
             f"places {path!r} itself")
     object.__setattr__(model, "_stop_at", path)
     try:
-        model(x)
+        model._local(x)
     except _Stopped as stopped:
         return stopped.output
     finally:
@@ -151,123 +151,25 @@ class _NodeRoutes:
         return handle
 
 
-# ---- the client's tree --------------------------------------------------------------------
-
-# what Module.__init__ makes: a copy gets its own, empty, and keeps the rest of the attributes
-_FRESH = frozenset(Module().__dict__)
-
-
-def client_tree(model: RemoteModel, root: Module, lay: Layout) -> dict:
-    """The root's children as the client holds them (see the module's doc)."""
-    split, client = set(lay.split), set(lay.client)
-
-    def held(path: str, module: Module | None):
-        if module is None or path in client:
-            return module
-        if path not in split:
-            from disthook.distributed.proxies import RemoteModule
-            return RemoteModule(model, path)
-        check_runs_here(module, path)
-        twin = object.__new__(type(module))
-        Module.__init__(twin)
-        for name, value in module.__dict__.items():
-            if name not in _FRESH:
-                twin.__dict__[name] = value
-        copy_hooks(module, twin)  # the hooks it had before deploy fire here, as before
-        twin.training = module.training
-        twin._parameters.update(module._parameters)  # its own stay here, the same tensors
-        twin._buffers.update(module._buffers)
-        twin._non_persistent_buffers_set.update(module._non_persistent_buffers_set)
-        for name, child in module._modules.items():
-            twin._modules[name] = held(f"{path}.{name}", child)
-        return twin
-
-    return {name: held(name, child) for name, child in root._modules.items()}
-
-
-def copy_hooks(source: Module, target: Module) -> None:
-    """``target`` takes the hooks ``source`` has (copies of its dicts: a hook added to one
-    later is not added to the other)."""
-    for name in HOOK_DICTS:
-        mine = target.__dict__.get(name)
-        if mine is not None:
-            mine.clear()
-            mine.update(source.__dict__.get(name) or {})
-    target._is_full_backward_hook = source._is_full_backward_hook
-
+# ---- hooks registered before the deploy ---------------------------------------------------
 
 def carry_hooks(model: RemoteModel, root: Module) -> None:
-    """Hooks registered before the deploy (in a constructor, say) on the parts now on
-    workers, and on their parameters, are registered again on their proxies, in their
-    order, so that they fire there for the client as before. (Parts that run here keep
-    theirs: see ``client_tree``; the root's go to the model itself.)"""
+    """Tensor hooks registered before the deploy on the parameters now on workers are
+    registered there again, in their order, so that they fire there for the client as
+    before. (A placed module's own hooks are carried by its placement: ``placed``.)"""
     entries = []
     for path, module in root.named_modules():
-        if not path or model._layout.stage_of(path) is None:
+        if model._layout.stage_of(path) is None and not (path == "" and model._whole):
             continue
-        proxy = model.get_submodule(path)  # its state-dict hooks run here, on the proxy
-        for name in ("_state_dict_pre_hooks", "_state_dict_hooks",
-                     "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks"):
-            proxy.__dict__[name].update(module.__dict__.get(name) or {})
-        for hook_id, fn in module._forward_pre_hooks.items():
-            entries.append(("forward_pre", path, fn, {
-                "with_kwargs": hook_id in module._forward_pre_hooks_with_kwargs}))
-        for hook_id, fn in module._forward_hooks.items():
-            entries.append(("forward", path, fn, {
-                "with_kwargs": hook_id in module._forward_hooks_with_kwargs,
-                "always_call": hook_id in module._forward_hooks_always_called}))
-        for fn in module._backward_pre_hooks.values():
-            entries.append(("full_backward_pre", path, fn, {}))
-        for fn in module._backward_hooks.values():
-            full = module._is_full_backward_hook is not False
-            entries.append(("full_backward" if full else "backward", path, fn, {}))
         for name, p in module._parameters.items():
-            for fn in (p._backward_hooks or {}).values() if p is not None else ():
-                entries.append(("tensor", f"{path}.{name}", fn, {}))
+            for fn in (p.__dict__.get("_backward_hooks") or {}).values() if p is not None \
+                    else ():
+                entries.append(("tensor", f"{path}.{name}" if path else name, fn, p))
     if entries:
         from disthook.distributed import hook_kinds
-        from disthook.distributed.proxies import RemoteParameter
 
-        model._add_hooks([
-            (kind, path, fn,
-             RemoteParameter(model, path) if kind == "tensor" else model.get_submodule(path),
-             hook_kinds.options(kind, options)) for kind, path, fn, options in entries])
-
-
-def check_runs_here(module: Module, path: str) -> None:
-    """A module whose forward runs here while its parts are on workers must not reach its
-    parts through a callable that may hold one (a lambda, a closure, a bound method): it
-    would still reach the modules as they were before the deploy, with their old weights:
-    ``ValueError`` naming it. (Modules in its attributes, alone or in dicts, lists and tuples,
-    are the deployed ones on the client: see ``module_refs``.)"""
-    where = f"the module at {path!r}" if path else "the model's root"
-    for name, value in module.__dict__.items():
-        if name in _FRESH:
-            continue
-        found = _stale_reference(value)
-        if found:
-            place = (f"place {path!r} whole on one stage (placement={{{path!r}: 0}})"
-                     if path else "move that code into a child module")
-            raise ValueError(
-                f"{where} ({type(module).__name__}) runs on the client because its parts are "
-                f"on several workers, and its attribute {name!r} holds {found}, which would "
-                f"still use the modules as they were before deploy(): {place}, or reach "
-                "the parts as attributes of self in forward()")
-
-
-def _stale_reference(value, depth: int = 0) -> str | None:
-    if isinstance(value, types.MethodType):
-        return "a bound method"
-    if isinstance(value, types.FunctionType):
-        if value.__closure__ or "<locals>" in value.__qualname__ or "<lambda>" in value.__qualname__:
-            return "a lambda or closure"
-        return None
-    if depth < 3 and isinstance(value, (list, tuple, set)):
-        return next((f for f in (_stale_reference(v, depth + 1) for v in value) if f), None)
-    if depth < 3 and isinstance(value, dict):
-        return next((f for f in (_stale_reference(v, depth + 1) for v in value.values())
-                     if f), None)
-    return None
+        model._add_hooks([(kind, p._path, fn, p, hook_kinds.options(kind, {}))
+                          for kind, _, fn, p in entries])
 
 
 # ---- one placed part's call ----------------------------------------------------------------

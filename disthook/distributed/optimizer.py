@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 
-from disthook.distributed.proxies import RemoteParameter
+from disthook.distributed.parameters import RemoteParameter
 
 __all__ = ["DistributedOptimizer"]
 

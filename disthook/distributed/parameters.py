@@ -18,6 +18,7 @@ Its static methods step, zero and clip the gradients of many remote parameters a
 where they live (the optimizers and ``nn.utils.clip_grad`` use them)."""
 from __future__ import annotations
 
+import copy
 import itertools
 import weakref
 from typing import TYPE_CHECKING
@@ -32,36 +33,36 @@ from disthook.nn.parameter import Parameter
 from disthook.tensor import Tensor
 
 if TYPE_CHECKING:
-    from disthook.distributed.proxies import RemoteHandle
+    from disthook.distributed.placed import RemoteHandle
     from disthook.distributed.remote import RemoteModel
 
-__all__ = ["RemoteParameter"]
+__all__ = ["RemoteBuffer", "RemoteParameter", "RemoteStorage", "adopt", "adopt_buffer",
+           "release"]
 
 
-class RemoteParameter(Parameter):
-    """A parameter of a deployed model, living on its worker (see the module's doc). There
-    is one per parameter (and one for its ``.data``), as torch has one Parameter: identity
-    holds, and walks that skip what they saw by ``id()`` see each once."""
+_SLOT_DATA = Tensor.__dict__["_data"]  # the slot every tensor holds its array in
+_SLOT_REQUIRES_GRAD = Tensor.__dict__["_requires_grad"]
 
-    def __new__(cls, model: RemoteModel, path: str, *, _data: bool = False):
-        path = model._canonical.get(path, path)  # tied names are one parameter
-        cache = model.__dict__.setdefault("_param_proxies", {})
-        proxy = cache.get((path, _data))
-        if proxy is None:
-            proxy = cache[(path, _data)] = object.__new__(cls)
-            # the slots every tensor has, but _data (its value is the worker's)
-            proxy._grad_fn, proxy._output_nr, proxy._vc = None, 0, [0]
-            proxy.__dict__.update(_model=model, _path=path, _is_data=_data,
-                                  _accumulator=RemoteAccumulateGrad(proxy))
-        return proxy
 
-    def __init__(self, *args, **kwargs) -> None:
-        pass  # made in __new__
+def meta_array(array: np.ndarray) -> np.ndarray:
+    """An array with ``array``'s shape and dtype and one element of memory: what a tensor
+    whose value lives on a worker keeps here, to answer ``.shape`` and ``.dtype``."""
+    return np.broadcast_to(np.zeros((), array.dtype), array.shape)
 
-    # ---- what it is, without a round trip (from the model's local twin) --------------------
+
+class RemoteStorage:
+    """What a tensor whose storage is on a worker does (``RemoteParameter``,
+    ``RemoteBuffer``; see the module's doc). Its slot ``_data`` holds a ``meta_array`` of
+    its shape and dtype; ``__dict__`` says where it lives: ``_model`` (the deployment),
+    ``_path`` (its name in the model), ``_is_data`` (a ``.data`` view of a parameter)."""
+
+    __slots__ = ()
+
+    # ---- what it is, without a round trip --------------------------------------------------
     @property
-    def _twin(self):
-        return self._model._local.get_parameter(self._path)
+    def _twin(self) -> Tensor:
+        """A local tensor of its shape and dtype (no value: one element of memory)."""
+        return Tensor._make(_SLOT_DATA.__get__(self), None, 0)
 
     @property
     def shape(self):
@@ -107,9 +108,119 @@ class RemoteParameter(Parameter):
     def __len__(self) -> int:
         return len(self._twin)
 
+    # ---- reading: the current value from the worker -----------------------------------------
+    @property
+    def _data(self) -> np.ndarray:
+        """The worker's current value (read-only: a write goes through the tensor)."""
+        fetched = self._model.__dict__.get("_fetched")
+        if fetched is not None and self._path in fetched:
+            arr = np.array(fetched[self._path])
+        else:
+            arr = np.array(self._model._states(names=[self._path])["state"][self._path])
+        arr.flags.writeable = False
+        return arr
+
+    @_data.setter
+    def _data(self, value: np.ndarray) -> None:
+        self._set_value(Tensor._make(np.asarray(value), None, 0), f"{self._path} = ...")
+
+    def _snapshot(self) -> Tensor:
+        """A local tensor with the current value that stands for this tensor in a graph."""
+        return Tensor._make(self._data, None, 0)
+
+    def detach(self) -> Tensor:
+        """A local tensor holding the current value (read-only: in one process it would
+        share the tensor's memory; change the tensor itself instead)."""
+        return Tensor._make(self._data, None, 0)
+
+    def _set_value(self, value: Tensor, what: str) -> None:
+        if isinstance(value, RemoteStorage):
+            value = value.detach()
+        if value.shape != self.shape:
+            raise RuntimeError(f"a deployed tensor keeps its shape: {self._path} is "
+                               f"{list(self.shape)}, the new data is {list(value.shape)}")
+        dtype = _SLOT_DATA.__get__(self).dtype
+        self._model._hub.request(self._model._owner(self._path), "set_state", {
+            "state": {self._path: value.detach()._data.astype(dtype)}}, what=what)
+
+    def numpy(self, *, force: bool = False) -> np.ndarray:
+        if self.requires_grad and not force and grad_mode.is_grad_enabled():
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use "
+                               "tensor.detach().numpy() instead.")
+        return self._data
+
+    # ---- writing: in place, on the worker ------------------------------------------------------
+    def _inplace(self, op: str, args: tuple, kwargs: dict):
+        if (op != "requires_grad_" and not self._is_data and self.requires_grad
+                and grad_mode.is_grad_enabled()):
+            raise RuntimeError("a leaf Variable that requires grad is being used in an "
+                               "in-place operation.")
+        args = tuple(a.detach() if isinstance(a, RemoteStorage) else a for a in args)
+        kwargs = {k: a.detach() if isinstance(a, RemoteStorage) else a
+                  for k, a in kwargs.items()}
+        self._model._hub.request(self._model._owner(self._path), "param_op", {
+            "name": self._path, "op": op, "args": pack(list(args)), "kwargs": pack(kwargs)},
+            what=f"{self._path}.{op}()")
+        return self
+
+    def __setitem__(self, index, value) -> None:
+        """``t[i] = v`` (under ``no_grad()`` or on ``.data``): the new value, made here from
+        the current one, is copied into the worker's tensor."""
+        if not self._is_data and self.requires_grad and grad_mode.is_grad_enabled():
+            raise RuntimeError("a leaf Variable that requires grad is being used in an "
+                               "in-place operation.")
+        new = Tensor._make(self._data.copy(), None, 0)
+        with grad_mode.no_grad():
+            new[index] = value.detach() if isinstance(value, RemoteStorage) else value
+        self._inplace("copy_", (new,), {})
+
+    def __deepcopy__(self, memo):
+        """A copy is a local tensor (a parameter stays a parameter) with the current value."""
+        if id(self) in memo:
+            return memo[id(self)]
+        value = Tensor._make(self._data.copy(), None, 0)
+        if isinstance(self, Parameter) and not self._is_data:
+            copied = Parameter(value, self.requires_grad)
+            grad = self._grad
+            if grad is not None:
+                copied._grad = Tensor._make(grad._data.copy(), None, 0)
+        else:
+            copied = value
+        memo[id(self)] = copied
+        return copied
+
+    def __reduce_ex__(self, protocol):
+        """Pickled as the local tensor it holds (its value fetched)."""
+        return copy.deepcopy(self).__reduce_ex__(protocol)
+
+
+class RemoteParameter(RemoteStorage, Parameter):
+    """A parameter of a deployed model, living on its worker (see the module's doc). It is
+    the model's own ``Parameter`` object, placed (``adopt``); its ``.data`` is one more
+    object per parameter. ``RemoteParameter(deployment, name)`` finds it by name."""
+
+    def __new__(cls, model, path: str, *, _data: bool = False):
+        path = model._canonical.get(path, path)  # tied names are one parameter
+        cache = model.__dict__.setdefault("_param_proxies", {})
+        proxy = cache.get((path, _data))
+        if proxy is None:
+            if not _data:
+                raise KeyError(f"{path!r} is not a parameter placed on a worker")
+            main = cache[(path, False)]
+            proxy = cache[(path, True)] = object.__new__(cls)
+            _SLOT_DATA.__set__(proxy, _SLOT_DATA.__get__(main))
+            _SLOT_REQUIRES_GRAD.__set__(proxy, False)
+            proxy._grad_fn, proxy._output_nr, proxy._vc = None, 0, [0]
+            proxy.__dict__.update(_model=model, _path=path, _is_data=True, _main=main,
+                                  _accumulator=main._accumulator)
+        return proxy
+
+    def __init__(self, *args, **kwargs) -> None:
+        pass  # made by adopt (or __new__, for .data)
+
     @property
     def _requires_grad(self) -> bool:  # the slot the engine reads
-        return False if self._is_data else self._twin.requires_grad
+        return False if self._is_data else _SLOT_REQUIRES_GRAD.__get__(self)
 
     @_requires_grad.setter
     def _requires_grad(self, value: bool) -> None:
@@ -122,18 +233,6 @@ class RemoteParameter(Parameter):
     @requires_grad.setter
     def requires_grad(self, requires_grad: bool) -> None:
         self.requires_grad_(requires_grad)
-
-    # ---- reading: the current value from the worker -----------------------------------------
-    @property
-    def _data(self) -> np.ndarray:
-        """The worker's current value (read-only: a write goes through the parameter)."""
-        arr = np.array(self._model._states(names=[self._path])["state"][self._path])
-        arr.flags.writeable = False
-        return arr
-
-    @_data.setter
-    def _data(self, value: np.ndarray) -> None:
-        self._set_value(Tensor._make(np.asarray(value), None, 0), f"{self._path} = ...")
 
     def _snapshot(self) -> Tensor:
         """A local tensor with the current value that stands for this parameter in a graph:
@@ -152,11 +251,6 @@ class RemoteParameter(Parameter):
     def _grad_acc(self, value) -> None:
         pass  # its accumulator is fixed: the worker's .grad
 
-    def detach(self) -> Tensor:
-        """A local tensor holding the parameter's current value (read-only: in one process
-        it would share the parameter's memory; change the parameter itself instead)."""
-        return Tensor._make(self._data, None, 0)
-
     @property
     def data(self) -> RemoteParameter:
         """The parameter without autograd: reads fetch, in-place ops write to the worker."""
@@ -170,20 +264,13 @@ class RemoteParameter(Parameter):
             raise TypeError(f"data must be a Tensor, got {type(value).__name__}")
         self._set_value(value, f"{self._path}.data = ...")
 
-    def _set_value(self, value: Tensor, what: str) -> None:
-        if isinstance(value, RemoteParameter):
-            value = value.detach()
-        if value.shape != self.shape:
-            raise RuntimeError(f"a deployed parameter keeps its shape: {self._path} is "
-                               f"{list(self.shape)}, the new data is {list(value.shape)}")
-        self._model._hub.request(self._model._owner(self._path), "set_state", {
-            "state": {self._path: value.detach()._data.astype(self._twin._data.dtype)}},
-            what=what)
-
     @property
     def _grad(self) -> Tensor | None:
-        grads = self._model._states(names=[self._path])["grads"]
-        arr = grads.get(self._path)
+        fetched = self._model.__dict__.get("_fetched_grads")
+        if fetched is not None:
+            arr = fetched.get(self._path)
+        else:
+            arr = self._model._states(names=[self._path])["grads"].get(self._path)
         if arr is None:
             return None
         arr = np.array(arr)
@@ -220,12 +307,6 @@ class RemoteParameter(Parameter):
     def grad(self) -> None:
         self.grad = None
 
-    def numpy(self, *, force: bool = False) -> np.ndarray:
-        if self.requires_grad and not force and grad_mode.is_grad_enabled():
-            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use "
-                               "tensor.detach().numpy() instead.")
-        return self._data
-
     def register_hook(self, hook) -> RemoteHandle:
         """A tensor hook that fires on the worker, when the gradient of the parameter there
         is computed (it runs here)."""
@@ -238,45 +319,20 @@ class RemoteParameter(Parameter):
             "gradient accumulates on its worker; use register_hook (it fires there and runs "
             "here), or a hook on the module")
 
-    # ---- writing: in place, on the worker ------------------------------------------------------
     def requires_grad_(self, requires_grad: bool = True) -> RemoteParameter:
-        self._inplace("requires_grad_", (bool(requires_grad),), {})
-        self._twin.requires_grad_(bool(requires_grad))
+        main = self.__dict__.get("_main", self)
+        RemoteStorage._inplace(main, "requires_grad_", (bool(requires_grad),), {})
+        _SLOT_REQUIRES_GRAD.__set__(main, bool(requires_grad))
         return self
-
-    def _inplace(self, op: str, args: tuple, kwargs: dict) -> RemoteParameter:
-        if (op != "requires_grad_" and not self._is_data and self.requires_grad
-                and grad_mode.is_grad_enabled()):
-            raise RuntimeError("a leaf Variable that requires grad is being used in an "
-                               "in-place operation.")
-        args = tuple(a.detach() if isinstance(a, RemoteParameter) else a for a in args)
-        kwargs = {k: a.detach() if isinstance(a, RemoteParameter) else a
-                  for k, a in kwargs.items()}
-        self._model._hub.request(self._model._owner(self._path), "param_op", {
-            "name": self._path, "op": op, "args": pack(list(args)), "kwargs": pack(kwargs)},
-            what=f"{self._path}.{op}()")
-        return self
-
-    def __setitem__(self, index, value) -> None:
-        """``p[i] = v`` (under ``no_grad()`` or on ``.data``): the new value, made here from
-        the current one, is copied into the worker's parameter."""
-        if not self._is_data and self.requires_grad and grad_mode.is_grad_enabled():
-            raise RuntimeError("a leaf Variable that requires grad is being used in an "
-                               "in-place operation.")
-        new = Tensor._make(self._data.copy(), None, 0)
-        with grad_mode.no_grad():
-            new[index] = value.detach() if isinstance(value, RemoteParameter) else value
-        self._inplace("copy_", (new,), {})
 
     def __repr__(self) -> str:
         """As torch prints a parameter (its current value, fetched): a program prints what
-        it prints in one process (``remote.workers()`` says where each part lives)."""
+        it prints in one process (``workers()`` of its deployment says where it lives)."""
         try:
             value = self.detach()
         except Exception:  # noqa: BLE001 - closed, or its worker is gone: say what it was
             return f"RemoteParameter({self._path}, shape={tuple(self.shape)}, unreachable)"
         return f"Parameter containing:\n{value.requires_grad_(self.requires_grad)!r}"
-
 
     # ---- gradients of many parameters at once, where they live (nn.utils.clip_grad) ------------
     @staticmethod
@@ -419,6 +475,95 @@ class RemoteAccumulateGrad(AccumulateGrad):
             RemoteParameter._grad_op([self.variable], "add", grads=[grad.detach()._data])
 
 
+class RemoteBuffer(RemoteStorage, Tensor):
+    """A buffer of a deployed model (running statistics, masks), living on its worker: the
+    model's own ``Tensor`` object, placed (``adopt_buffer``); its value is fetched when read
+    and its in-place changes run there."""
+
+    @property
+    def _requires_grad(self) -> bool:
+        return False
+
+    @_requires_grad.setter
+    def _requires_grad(self, value: bool) -> None:
+        if value:
+            raise RuntimeError(f"the buffer {self._path!r} of a deployed model cannot "
+                               "require grad: only its parameters' gradients are kept")
+
+    @property
+    def requires_grad(self) -> bool:
+        return False
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        self._requires_grad = value
+
+    def requires_grad_(self, requires_grad: bool = True):
+        self._requires_grad = requires_grad
+        return self
+
+    @property
+    def data(self) -> RemoteBuffer:
+        return self
+
+    @data.setter
+    def data(self, value) -> None:
+        if not isinstance(value, Tensor):
+            raise TypeError(f"data must be a Tensor, got {type(value).__name__}")
+        self._set_value(value, f"{self._path}.data = ...")
+
+    @property
+    def grad(self):
+        return None
+
+    def register_hook(self, hook):
+        raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+
+    def __repr__(self) -> str:
+        try:
+            return repr(self.detach())
+        except Exception:  # noqa: BLE001 - closed, or its worker is gone: say what it was
+            return f"RemoteBuffer({self._path}, shape={tuple(self.shape)}, unreachable)"
+
+
+def adopt(param: Parameter, model, path: str) -> RemoteParameter:
+    """Make the model's own ``param`` a ``RemoteParameter`` in place (the same object: every
+    reference a program holds, an optimizer's too, now reaches the worker's parameter);
+    its array here gives way to a ``meta_array``."""
+    if isinstance(param, RemoteStorage):
+        raise ValueError(f"{path!r} is a parameter of another deployed model already")
+    _SLOT_DATA.__set__(param, meta_array(_SLOT_DATA.__get__(param)))
+    param.__class__ = RemoteParameter
+    param.__dict__.update(_model=model, _path=path, _is_data=False,
+                          _accumulator=RemoteAccumulateGrad(param))
+    model.__dict__.setdefault("_param_proxies", {})[(path, False)] = param
+    return param
+
+
+def adopt_buffer(buf: Tensor, model, path: str) -> RemoteBuffer:
+    """Make the model's own buffer ``buf`` a ``RemoteBuffer`` in place (the same object)."""
+    if isinstance(buf, RemoteStorage) or type(buf) is not Tensor:
+        raise ValueError(f"the buffer {path!r} is a {type(buf).__name__}, not a plain Tensor "
+                         "(or it belongs to another deployed model already)")
+    _SLOT_DATA.__set__(buf, meta_array(_SLOT_DATA.__get__(buf)))
+    buf.__class__ = RemoteBuffer
+    buf.__dict__.update(_model=model, _path=path, _is_data=False)
+    return buf
+
+
+def release(t: RemoteStorage, value: np.ndarray) -> Tensor:
+    """Undo ``adopt``/``adopt_buffer``: ``t`` is a plain local tensor again (a parameter
+    stays a ``Parameter``), holding ``value``."""
+    parameter = isinstance(t, RemoteParameter)
+    requires_grad = _SLOT_REQUIRES_GRAD.__get__(t) if parameter else False
+    t.__class__ = Parameter if parameter else Tensor
+    for name in ("_model", "_path", "_is_data", "_accumulator", "_main", "_grad"):
+        t.__dict__.pop(name, None)
+    _SLOT_DATA.__set__(t, np.array(value))
+    _SLOT_REQUIRES_GRAD.__set__(t, requires_grad)
+    return t
+
+
 _optimizer_share_ids = itertools.count(1 << 20)  # apart from DistributedOptimizer's ids
 
 
@@ -443,7 +588,7 @@ def _array_of(value):
 # ---- the Tensor methods, over the worker's parameter ----------------------------------------
 # in-place methods run on the worker; every other method works on one fetched copy (a method
 # that reads the value many times fetches it once)
-_OWN = {*RemoteParameter.__dict__, "register_hook", "backward", "retain_grad", "type",
+_OWN = {*RemoteStorage.__dict__, *RemoteParameter.__dict__, *RemoteBuffer.__dict__, "register_hook", "backward", "retain_grad", "type",
         "get_device", "data_ptr", "is_complex", "new_zeros", "new_ones", "new_full",
         "new_empty", "new_tensor"}  # these need no value (or are the parameter's own)
 
@@ -488,5 +633,5 @@ _READING_DUNDERS = {
 # (not __format__: Tensor's, inherited, formats through repr(self), which prints a
 # parameter as one: "Parameter containing:")
 for _name, _method in _tensor_methods().items():
-    setattr(RemoteParameter, _name, _method)
-RemoteParameter.__hash__ = Tensor.__hash__  # __eq__ compares values; identity hashes
+    setattr(RemoteStorage, _name, _method)
+RemoteStorage.__hash__ = Tensor.__hash__  # __eq__ compares values; identity hashes

@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 
+from disthook.distributed import placed
 from disthook.distributed.checkpoint import _structure, with_arrays
 from disthook.distributed.rpc import ClusterError, RemoteError, RemoteTimeout
 from disthook.distributed.spec import SpecError, build_module
@@ -68,7 +69,7 @@ def record(remote, name: str, *, owner: str, writable: bool) -> dict:
     when its modules hold code, pickled by value (without its tensors' values)."""
     layout = remote._layout
     # a tree placement is always recorded (given or chosen); contiguous children have none
-    kind = "whole" if remote._whole else "chain" if remote._placement is None else "tree"
+    kind = "whole" if remote._whole else "chain" if remote._placement_given is None else "tree"
     return {
         "name": name, "model": remote._model_id,
         "class": _class_path(type(remote._local)), "owner": owner, "created": time.time(),
@@ -77,7 +78,7 @@ def record(remote, name: str, *, owner: str, writable: bool) -> dict:
                     for i, w in enumerate(remote._workers)],
         "layout": {"kind": kind, "stages": [list(p) for p in remote._stage_names],
                    "split": list(layout.split), "client": list(layout.client),
-                   "placement": remote._placement, "chunks": remote._chunks,
+                   "placement": remote._placement_given, "chunks": remote._chunks,
                    "schedule": remote._schedule},
         **_description(remote._local),
     }
@@ -89,6 +90,9 @@ def _description(module) -> dict:
     except SpecError:
         from disthook.distributed import shipping
 
+        dep = placed.deployment_of(module)
+        if dep is not None:  # a plain copy (the values it pickles are not kept)
+            module = dep.to_local()
         return {"structure": None, "code": shipping.dumps_structure(module)}
 
 
@@ -187,7 +191,8 @@ def attach(cluster, name: str, *, trust_code: bool = False):
         workers.append(alive[stage["worker"]])
     module = twin(found["structure"], name=name) if found.get("structure") is not None \
         else _code_twin(found, name, trust_code)
-    remote = attached_model(cluster, module, workers, found)
+    model = attached_model(cluster, module, workers, found)
+    remote = placed.deployment_of(model)
     try:
         cluster._coordinator.request("attach", {"name": name, "model": found["model"],
                                                 "client": client_id(remote)},
@@ -195,7 +200,7 @@ def attach(cluster, name: str, *, trust_code: bool = False):
     except BaseException:
         remote.close()
         raise
-    return remote
+    return model
 
 
 def _code_twin(found: dict, name: str, trust_code: bool):

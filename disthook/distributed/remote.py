@@ -21,24 +21,25 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import itertools
 import time
 import uuid
 from collections import OrderedDict
 
 import numpy as np
 
-from disthook.distributed import chain, checkpoint, glue, hook_kinds, module_refs
+from disthook.distributed import chain, checkpoint, glue, hook_kinds, placed
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.distributed.channel import _Hub
 from disthook.distributed.hooks import WorkerHook
 from disthook.distributed.optimizer import DistributedOptimizer
 from disthook.distributed.placement import chains_its_children, partition
-from disthook.distributed.proxies import RemoteHandle, RemoteModule, RemoteParameter
+from disthook.distributed.parameters import RemoteParameter, RemoteStorage
+from disthook.distributed.placed import RemoteHandle
 from disthook.distributed.rpc import DEFAULT_TIMEOUT, ClusterError, RemoteTimeout
 from disthook.distributed.tree import Layout
-from disthook.nn.modules.module import Module
+from disthook.nn.modules.module import HOOK_DICTS, Module
 from disthook.tensor import Tensor
+from disthook.utils.hooks import RemovableHandle
 
 # public API kept importable from here; the rest lives in the modules named above
 __all__ = ["DistributedOptimizer", "RemoteBackward0", "RemoteModel", "partition"]
@@ -62,7 +63,7 @@ class RemoteModel(Module):
             "_layout": layout,
             "_stage_names": layout.stages,  # the paths each stage holds whole
             # the placement it was deployed with (None: contiguous children), for recover()
-            "_placement": placement,
+            "_placement_given": placement,
             # a parameter's first name in the model: tied names are one RemoteParameter
             "_canonical": _first_names(module),
             "_addresses": [w.address for w in workers],
@@ -97,31 +98,20 @@ class RemoteModel(Module):
         for name, value in fields.items():  # plain attributes, not submodules
             object.__setattr__(self, name, value)
         object.__setattr__(self, "training", module.training)
-        # the client's tree: placed parts as proxies, split ones as copies (glue)
-        if fields["_glue"]:  # the root's forward will run here
-            glue.check_runs_here(module, "")
-        self._modules.update(glue.client_tree(self, module, layout))
-        module_refs.alias_attributes(self)  # self.mod_dict["a"] is the deployed child
-        if not whole:
-            self._parameters.update(module._parameters)  # the root's own stay here
-            self._buffers.update(module._buffers)
-            self._non_persistent_buffers_set.update(module._non_persistent_buffers_set)
-        glue.copy_hooks(module, self)  # the root's hooks from before the deploy: here
+        # the model's own tree, seen from here (deploy places it: placed.place)
+        for name in ("_modules", "_parameters", "_buffers", "_non_persistent_buffers_set",
+                     *HOOK_DICTS):
+            object.__setattr__(self, name, module.__dict__[name])
 
     # ---- calling ------------------------------------------------------------------------------
-    def __call__(self, *args, **kwargs):
-        if self._is_full_backward_hook is False:  # legacy backward hooks on the model
-            if self._glue:
-                glue.route_node_hooks(self)
-            else:
-                self._route_legacy_hooks()
-        return Module.__call__(self, *args, **kwargs)
-
-    def _get_backward_hooks(self):
-        """The model's hooks as a module's: legacy backward hooks of a chain fire on the
-        worker of its last op instead (``_route_legacy_hooks``)."""
-        full, legacy = super()._get_backward_hooks()
-        return (full, legacy) if self._glue else (full, [])
+    def _route_root_legacy_hooks(self) -> None:
+        """Legacy backward hooks on the model: routed to where the last op of its forward
+        runs (a chain's last worker; for a forward run here, the placed part whose output
+        the model returns: ``glue.route_node_hooks``)."""
+        if self._glue:
+            glue.route_node_hooks(self)
+        else:
+            self._route_legacy_hooks()
 
     def _route_legacy_hooks(self) -> None:
         """A legacy backward hook on the model sees the gradients of the last op of its
@@ -130,7 +120,7 @@ class RemoteModel(Module):
         it fires, with the model as their module."""
         if self.__dict__.get("_legacy_router") is not None or not self._backward_hooks:
             return
-        model = self
+        model = self._local
 
         def run_legacy_hooks(module, grad_input, grad_output):
             changed = None
@@ -184,49 +174,24 @@ class RemoteModel(Module):
         return chain.train_step(self, x, target, loss_fn, scale_grads)
 
     def train(self, mode: bool = True) -> RemoteModel:
-        """Switch every stage to training (or, with False, evaluation) mode."""
+        """Switch every stage to training (or, with False, evaluation) mode, and every
+        module of the model here."""
         if not isinstance(mode, bool):
             raise ValueError("training mode is expected to be boolean")
         self._hub.request_all([(a, {"mode": mode}) for a in self._addresses], "train",
                               what="train()")
         object.__setattr__(self, "training", mode)
-        for module in self._client_modules():
-            module.training = mode
-        self._local.train(mode)
+        for module in self._local.modules():
+            module.__dict__["training"] = mode
         return self
 
     # ---- the module tree ------------------------------------------------------------------------
-    def __getattr__(self, name: str):
-        try:  # the client's tree: children, the root's own parameters and buffers
-            return super().__getattr__(name)
-        except AttributeError:
-            pass
-        local = self.__dict__.get("_local")
-        if local is not None and name in local.__dict__:
-            value = local.__dict__[name]
-            if not callable(value) or isinstance(value, type):
-                return value  # a plain attribute of the deployed module
-            glue.check_runs_here(local, "")  # says why a callable attribute cannot be used
-        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
-
-    def __delattr__(self, name: str) -> None:
-        if name not in self.__dict__ and name in self._local.__dict__ and name[0] != "_":
-            del self._local.__dict__[name]  # a plain attribute the model had (read here)
-            return
-        super().__delattr__(name)
-
     def get_submodule(self, target: str) -> Module:
-        """The part at ``target``: a ``RemoteModule`` where it is on a worker, the module
-        itself where it runs here."""
-        self._local.get_submodule(target)  # the local twin raises torch's errors
-        return Module.get_submodule(self, target)
+        """The model's own module at ``target`` (placed or not)."""
+        return self._local.get_submodule(target)
 
     def get_parameter(self, target: str):
-        """A ``RemoteParameter`` where it is on a worker, the parameter itself here."""
-        self._local.get_parameter(target)  # the local twin raises torch's errors
-        if self._layout.stage_of(target) is None:
-            return Module.get_parameter(self, target)
-        return RemoteParameter(self, target)
+        return self._local.get_parameter(target)
 
     def _owner(self, path: str) -> str:
         """The address of the worker holding the module (or tensor) at ``path``."""
@@ -249,7 +214,8 @@ class RemoteModel(Module):
         who registered it (``"toolkit"``: disthook.hooks), as ``_hooks_on_workers`` tells."""
         return self._add_hooks([(kind, path, fn, proxy, options)], tag=tag)[0]
 
-    def _add_hooks(self, hooks: list[tuple], *, tag: str | None = None) -> list[RemoteHandle]:
+    def _add_hooks(self, hooks: list[tuple], *, tag: str | None = None,
+                   ids: list[int] | None = None) -> list[RemoteHandle]:
         """Register several hooks, each (kind, path, fn, proxy, options), in that order: one
         request per worker, all sent at once. If any fails, none stays registered."""
         here = [(i, hook) for i, hook in enumerate(hooks)
@@ -267,10 +233,10 @@ class RemoteModel(Module):
                     for i, (kind, _, fn, target, options) in here}
             return [made[i] if i in made else next(handles) for i in range(len(hooks))]
         entries = []
-        for kind, path, fn, proxy, options in hooks:
+        for n, (kind, path, fn, proxy, options) in enumerate(hooks):
             if not callable(fn):
                 raise TypeError(f"hook must be callable, got {type(fn).__name__}")
-            fields = {"hook": next(_hook_ids), "kind": kind, "path": path, "options": options,
+            fields = {"hook": ids[n] if ids else _next_hook_id(), "kind": kind, "path": path, "options": options,
                       "tag": tag, "waits": None if self._hooks_ahead else True}
             if isinstance(fn, WorkerHook):
                 fields["worker_hook"] = fn.spec()
@@ -335,40 +301,51 @@ class RemoteModel(Module):
                                         what="get_state")
         return [r["result"] for r in replies]
 
-    def state_dict(self, *args, destination=None, prefix: str = "", keep_vars: bool = False):
-        """Every parameter and buffer by its name in the full model, in the model's order,
-        fetched from the workers (those kept here as they are), with every module's
-        state-dict hooks run as ``nn.Module.state_dict`` runs them."""
-        fetched = {}
+    def _all_states(self) -> tuple[dict, dict]:
+        """Every placed tensor's value and every gradient, by name, from every worker."""
+        fetched, grads = {}, {}
         for state in self._states():
             fetched.update(state["state"])
-        with self._fetching(fetched):
-            return Module.state_dict(self, *args, destination=destination, prefix=prefix,
-                                     keep_vars=keep_vars)
+            grads.update(state["grads"])
+        return fetched, grads
+
+    def state_dict(self, *args, destination=None, prefix: str = "", keep_vars: bool = False):
+        """The model's ``state_dict()``, its placed values fetched in one request per
+        worker."""
+        with self._fetching(self._all_states()[0]):
+            return self._local.state_dict(*args, destination=destination, prefix=prefix,
+                                          keep_vars=keep_vars)
 
     @contextlib.contextmanager
-    def _fetching(self, fetched: dict):
-        """While a state dict is made: the workers' values, which the proxies read."""
+    def _fetching(self, fetched: dict, grads: dict | None = None):
+        """While the model's state is read here: the workers' values (and gradients), which
+        its placed tensors read instead of asking."""
         object.__setattr__(self, "_fetched", fetched)
+        object.__setattr__(self, "_fetched_grads", grads)
         try:
             yield
         finally:
             object.__setattr__(self, "_fetched", None)
+            object.__setattr__(self, "_fetched_grads", None)
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
-        """Copy tensors into the parameters and buffers, on their workers (one request per
-        module that holds some) and here, with torch's checks, hooks, errors and result."""
-        return Module.load_state_dict(self, state_dict, strict=strict, assign=assign)
+        return self._local.load_state_dict(state_dict, strict=strict, assign=assign)
 
     def _raw_state(self) -> OrderedDict:
         """Every parameter and buffer by its name, without running any hook."""
-        fetched = {}
-        for state in self._states():
-            fetched.update(state["state"])
+        fetched = self._all_states()[0]
         out = OrderedDict()
-        for name, here in self._local.state_dict().items():  # the parts here are live
-            out[name] = (Tensor._make(np.array(fetched[name]), None, 0) if name in fetched
-                         else here.detach())
+        for path, module in self._local.named_modules(remove_duplicate=False):
+            d = module.__dict__
+            own = [*d["_parameters"].items(), *((n, b) for n, b in d["_buffers"].items()
+                                               if n not in d["_non_persistent_buffers_set"])]
+            for name, t in own:
+                if t is None:
+                    continue
+                full = f"{path}.{name}" if path else name
+                key = t._path if isinstance(t, RemoteStorage) else None
+                out[full] = (Tensor._make(np.array(fetched[key]), None, 0) if key is not None
+                             else t.detach())
         return out
 
     def named_gradients(self) -> OrderedDict:
@@ -413,16 +390,6 @@ class RemoteModel(Module):
         """(name, parameter) of the parameters kept here."""
         return [(n, p) for n, p in self._local.named_parameters()
                 if self._layout.stage_of(n) is None]
-
-    def _client_modules(self):
-        """The modules of the client's tree that run here (not the proxies)."""
-        stack = [self]
-        while stack:
-            module = stack.pop()
-            for child in module._modules.values():
-                if child is not None and not isinstance(child, RemoteModule):
-                    yield child
-                    stack.append(child)
 
     def save(self, path: str, *, optimizer=None, step: int | None = None,
              code: bool = False) -> None:
@@ -469,17 +436,17 @@ class RemoteModel(Module):
         from disthook.distributed.deploy import deploy
 
         self._hub.close(unload=True)  # the surviving stages are dropped
-        if self._placement is not None:
-            fresh = deploy(self._cluster, self._local, stages, placement=self._placement,
+        if self._placement_given is not None:
+            fresh = deploy(self._cluster, self._local, stages, placement=self._placement_given,
                            writable=self._writable, hooks_ahead=self._hooks_ahead,
-                           _exclude=lost, _carry_hooks=False)
+                           _exclude=lost, _place=False)
         else:
             sizes = [len(names) for names in self._stage_names]
             cuts = [sum(sizes[:i]) for i in range(1, stages)]
             fresh = deploy(self._cluster, self._local, stages, split_points=cuts,
                            chunks=self._chunks, schedule=self._schedule,
                            writable=self._writable, hooks_ahead=self._hooks_ahead,
-                           _exclude=lost, _carry_hooks=False)
+                           _exclude=lost, _place=False)
         hooks = self._hub.hooks
         for name in ("_layout", "_stage_names", "_addresses", "_workers", "_model_id", "_hub"):
             object.__setattr__(self, name, fresh.__dict__[name])
@@ -502,10 +469,10 @@ class RemoteModel(Module):
         return stage
 
     def to_local(self) -> Module:
-        """An ordinary module with the workers' current parameters and buffers."""
-        local = copy.deepcopy(self._local)
-        local.load_state_dict(self._raw_state())
-        return local
+        """An ordinary module, a copy of the model with the workers' current parameters,
+        buffers and gradients (the model itself stays deployed)."""
+        with self._fetching(*self._all_states()):
+            return copy.deepcopy(self._local)
 
     def workers(self) -> list[tuple[int, str, list[str]]]:
         """(stage, worker id, names of the children it holds) per stage."""
@@ -521,6 +488,13 @@ class RemoteModel(Module):
 
             registry.leave(self)
             unload = unload and not self._attached
+            values = None
+            if not self._hub.lost and self._hub.socks:
+                try:  # the model comes back here with its current values: nothing is lost
+                    values = self._all_states()[0]
+                except (ClusterError, RemoteTimeout):
+                    values = None
+            placed.unplace(self, values)
             self._closed = True
             try:
                 if not unload:
@@ -560,7 +534,12 @@ class RemoteModel(Module):
                                    f"{self._class_name}(  # deployed as {self._model_id}"))
 
 
-_hook_ids = itertools.count(1)
+def _next_hook_id() -> int:
+    """A hook id from the one counter every handle's id comes from (hooks registered by the
+    model's dicts keep their handle's id on the workers)."""
+    hook_id = RemovableHandle.next_id
+    RemovableHandle.next_id += 1
+    return hook_id
 
 
 def _first_names(module: Module) -> dict[str, str]:

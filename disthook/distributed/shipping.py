@@ -35,7 +35,9 @@ from collections import OrderedDict
 import cloudpickle
 import numpy as np
 
+from disthook.distributed.parameters import RemoteStorage
 from disthook.nn.modules.module import HOOK_DICTS, Module
+from disthook.nn.parameter import Parameter
 from disthook.tensor import Tensor
 from disthook.wire import DTYPES  # the dtypes that travel as frames
 
@@ -133,8 +135,17 @@ class _Pickler(cloudpickle.Pickler):
                 "another worker, and a module of this stage holds it in an attribute: it "
                 "would compute with a copy of it there. Reach it through the model's own "
                 "tree in forward(), or place both on one worker (placement=)")
+        if isinstance(obj, RemoteStorage):
+            # a placed tensor sent again (recover: its old worker is gone): its shape and
+            # dtype, in zeros, which the checkpoint loaded next fills
+            twin = obj._twin._data
+            local = Tensor._make(np.zeros(twin.shape, twin.dtype), None, 0)
+            if isinstance(obj, Parameter):
+                local = Parameter(local, obj.requires_grad)
+            return local.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
         if isinstance(obj, Module):
             state = dict(obj.__dict__)
+            state.pop("_placement", None)
             for name in HOOK_DICTS:
                 if name in state:
                     state[name] = OrderedDict()

@@ -44,7 +44,7 @@ _MODULE_INTERNALS = frozenset({
     "_backward_pre_hooks", "_backward_hooks", "_is_full_backward_hook", "_forward_hooks",
     "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
     "_forward_pre_hooks_with_kwargs", "_state_dict_hooks", "_state_dict_pre_hooks",
-    "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks",
+    "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks", "_placement",
 })
 _SPEC_KEYS = frozenset({"class", "training", "attrs", "params", "buffers", "children"})
 

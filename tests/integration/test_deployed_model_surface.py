@@ -8,7 +8,7 @@ import pytest
 
 import disthook as torch
 from disthook import nn
-from disthook.distributed import local_cluster
+from disthook.distributed import deployment_of, local_cluster
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -138,7 +138,7 @@ def mlp():
 def counted_reads(remote):
     """A counter of the model's state requests (each read of a value asks once)."""
     seen = [0]
-    states = remote._states
+    states = deployment_of(remote)._states
 
     def counting(names=None):
         seen[0] += 1

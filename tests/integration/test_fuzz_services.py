@@ -8,7 +8,7 @@ import zmq
 from test_remote import data, make_net
 
 from disthook import nn, wire
-from disthook.distributed import local_cluster
+from disthook.distributed import deployment_of, local_cluster
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -103,7 +103,7 @@ def test_services_survive_a_storm_of_bad_messages_and_still_train_right():
         with Peer(first) as peer:
             for i in range(MAILBOX_LIMIT + 500):
                 peer._sock.send_multipart(wire.encode("pipe", {
-                    "model": remote._model_id, "step": f"s{i}", "kind": "act", "mb": 0,
+                    "model": deployment_of(remote)._model_id, "step": f"s{i}", "kind": "act", "mb": 0,
                     "data": None}))
             assert peer.request("status", timeout=60)["result"]["mailbox"] == MAILBOX_LIMIT
         remote.close()

@@ -10,6 +10,7 @@ import pytest
 import disthook as torch
 import disthook.nn.functional as F
 from disthook import nn
+from disthook.distributed import deployment_of
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -275,7 +276,7 @@ def test_tensor_hooks_on_a_tensor_between_two_parts_fire_in_registration_order(c
     try:
         x = torch.randn(5, 4)
         (got, got_grad), (want, want_grad) = boundary_hooks(remote, x), boundary_hooks(local, x)
-        assert remote._glue  # the forward ran here, each part on its worker
+        assert deployment_of(remote)._glue  # the forward ran here, each part on its worker
         assert [name for name, _ in got] == [name for name, _ in want] == ["act1 out",
                                                                             "fc2 in"]
         for (_, g), (_, w) in zip(got, want):
@@ -332,18 +333,18 @@ def test_optimizer_calls_ride_with_each_parts_call_and_run_once(cluster):
                 if model is remote and step > 0:  # 2 part forwards, 2 part backwards
                     assert wire.decoded_count() - before == 4
                 opt.step()
-        assert len(remote._hub.pending_optimizer) == 1  # the last step
+        assert len(deployment_of(remote)._hub.pending_optimizer) == 1  # the last step
         F.cross_entropy(remote(x), y).backward()
         F.cross_entropy(local(x), y).backward()
         for opt in opts:
             opt.step()
         with pytest.raises(ValueError, match="NaN in the input"):
             remote(torch.full((5, 6), float("nan")))  # body ran its step, head ran it too
-        assert remote._hub.pending_optimizer  # the head's, to go again
+        assert deployment_of(remote)._hub.pending_optimizer  # the head's, to go again
         for name, p in local.named_parameters():
             np.testing.assert_allclose(remote.get_parameter(name).detach().numpy(),
                                        p.detach().numpy(), rtol=1e-6, atol=1e-7,
                                        err_msg=name)
-        assert not remote._hub.pending_optimizer
+        assert not deployment_of(remote)._hub.pending_optimizer
     finally:
         remote.close()

@@ -9,6 +9,8 @@ from clusters import open_graphs
 
 import disthook as torch
 from disthook import nn
+from disthook.distributed import deployment_of
+
 pytestmark = pytest.mark.timeout(120)
 
 CLUSTER_WORKERS = 2  # the conftest cluster's size
@@ -42,7 +44,7 @@ def test_a_retained_graph_is_freed_when_its_output_is_gone(cluster, remote):
     del out
     gc.collect()
     assert set(settled(cluster, 0).values()) == {0}
-    assert remote._hub.pending_releases == []  # sent at once, not kept for a next call
+    assert deployment_of(remote)._hub.pending_releases == []  # sent at once, not kept for a next call
 
 
 def test_a_backward_without_retain_graph_closes_the_graphs(cluster, remote):
@@ -74,7 +76,7 @@ def test_an_output_dropped_during_a_call_is_released_by_the_next_call(cluster, r
     handle = remote[0].register_forward_hook(lambda m, args, out: kept.clear())
     with torch.no_grad():
         remote(x)
-    assert kept == [] and len(remote._hub.pending_releases) == 1
+    assert kept == [] and len(deployment_of(remote)._hub.pending_releases) == 1
     handle.remove()  # a call: the release goes with it
-    assert remote._hub.pending_releases == []
+    assert deployment_of(remote)._hub.pending_releases == []
     assert set(settled(cluster, 0).values()) == {0}

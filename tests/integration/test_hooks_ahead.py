@@ -11,6 +11,7 @@ from clusters import worker_statuses
 
 import disthook as torch
 from disthook import nn
+from disthook.distributed import deployment_of
 from disthook.distributed import hooks as worker_hooks
 
 pytestmark = pytest.mark.timeout(180)
@@ -29,7 +30,7 @@ def stage_stats(cluster, remote) -> dict:
     total = {"forwards": 0, "hooks_ahead": 0, "passes_again": 0, "answers_ahead": 0}
     for status in worker_statuses(cluster).values():
         for stage, stats in status["stage_stats"].items():
-            if stage.endswith(f" of {remote._model_id}"):
+            if stage.endswith(f" of {deployment_of(remote)._model_id}"):
                 for key in total:
                     total[key] += stats[key]
     return total
@@ -443,7 +444,7 @@ def test_a_tensor_an_earlier_event_sent_crosses_once_unless_changed_in_place_sin
     try:
         got = seen(remote)
         assert stage_stats(cluster, remote)["hooks_ahead"] == 10 * 2
-        assert remote._hub._rounds == {}  # what the client kept for them went with the call
+        assert deployment_of(remote)._hub._rounds == {}  # what the client kept for them went with the call
     finally:
         remote.close()
     assert [w[:2] for w in want] == [g[:2] for g in got]
@@ -533,7 +534,7 @@ def test_a_forward_that_fails_after_its_output_went_ahead_keeps_no_graph(cluster
     def graphs() -> int:
         return sum(client["contexts"] for status in worker_statuses(cluster).values()
                    for stage, stats in status["stage_stats"].items()
-                   if stage.endswith(f" of {remote._model_id}")
+                   if stage.endswith(f" of {deployment_of(remote)._model_id}")
                    for client in stats["clients"].values())
 
     try:
@@ -583,9 +584,10 @@ def test_a_client_that_closes_after_a_call_answered_ahead_leaves_nothing_waiting
             with torch.no_grad():
                 for _ in range(3):
                     remote(torch.randn(32, 64))
-            asked = spy_on_requests(remote._hub)
+            asked = spy_on_requests(deployment_of(remote)._hub)
             remote.close()
-            assert asked == ["list_hooks"]
+            # get_state: closing brings the model's values back here
+            assert asked == ["get_state", "list_hooks"]
             assert stage_stats(cluster, owner)["answers_ahead"] == 2
             owner.close()
     assert "went away" not in log.read_text()

@@ -15,6 +15,7 @@ import pytest
 
 import disthook as torch
 from disthook import nn
+from disthook.distributed import deployment_of
 from disthook.distributed.rpc import Peer
 from disthook.wire import HEARTBEAT_S, LOST_AFTER_BEATS
 
@@ -102,11 +103,11 @@ def others(remote) -> list:
     """What clients other than the deployer hold on the model's stages, as the workers
     report it: [(stage, client, {"contexts", "hooks", "owner"})]."""
     held = []
-    for address in remote._addresses:
+    for address in deployment_of(remote)._addresses:
         with Peer(address) as peer:
             status = peer.request("status", {}, timeout=30)["result"]
         for name, stage in status["stage_stats"].items():
-            if remote._model_id in name:
+            if deployment_of(remote)._model_id in name:
                 held += [(name, who, entry) for who, entry in stage["clients"].items()
                          if not entry["owner"] and (entry["contexts"] or entry["hooks"])]
     return held
@@ -190,7 +191,7 @@ STEPS_THEN_EXITS = textwrap.dedent('''
         opt.zero_grad()
         nn.functional.cross_entropy(remote(x), y).backward()
         opt.step()  # the second rides with a next request that never comes
-    print("pending", len(remote._hub.pending_optimizer), flush=True)
+    print("pending", len(deployment_of(remote)._hub.pending_optimizer), flush=True)
 ''')  # ... and the program ends without closing the model
 
 

@@ -16,7 +16,7 @@ import pytest
 import disthook as torch
 from disthook import hooks as toolkit
 from disthook import nn
-from disthook.distributed import local_cluster
+from disthook.distributed import deployment_of, local_cluster
 from disthook.distributed.checkpoint import CheckpointError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
@@ -96,13 +96,13 @@ def test_every_toolkit_function_with_default_arguments_gives_what_one_process_gi
     model = cluster.deploy(fresh_gpt(), stages=stages)
     try:
         got = toolkit_run(model)
-        assert model._layout.split == ["", "transformer", "transformer.h"]  # run here
+        assert deployment_of(model)._layout.split == ["", "transformer", "transformer.h"]  # run here
         want["hooks"] = (*want["hooks"][:2], [entry[:2] for entry in want["hooks"][2]])
         got["hooks"] = (*got["hooks"][:2], [entry[:2] for entry in got["hooks"][2]])
         same(got, want)
         # nothing stays registered: not on the workers, not on the modules that run here
-        assert model._hooks_on_workers() == []
-        for path in model._layout.split[1:]:
+        assert deployment_of(model)._hooks_on_workers() == []
+        for path in deployment_of(model)._layout.split[1:]:
             module = model.get_submodule(path)
             assert not (module._forward_hooks or module._forward_pre_hooks
                         or module._backward_hooks)
@@ -118,7 +118,7 @@ def test_a_worker_hook_on_a_module_that_runs_on_the_client_says_so(cluster):
         with pytest.raises(TypeError, match="'transformer' runs on the client"), \
                 toolkit.hooks(model, forward={"transformer*": worker_hooks.capture("x")}):
             pass
-        assert model._hooks_on_workers() == []  # none stays
+        assert deployment_of(model)._hooks_on_workers() == []  # none stays
         assert toolkit.active_hooks(model) == []
     finally:
         model.close()
@@ -178,7 +178,7 @@ def test_save_then_load_with_a_plain_optimizer_resumes_as_one_process(
         same_weights(weights(model), weights(local))
         # a model rebuilt from the checkpoint alone, placed as it was
         loaded = cluster.load(path)
-        assert loaded._layout == model._layout
+        assert deployment_of(loaded)._layout == deployment_of(model)._layout
         opt = make_optimizer(loaded)
         assert loaded.load_checkpoint(path, optimizer=opt) == 2
         train(loaded, opt, 2, seed=2)
@@ -264,7 +264,7 @@ def test_cluster_load_deploys_every_checkpoint_save_writes(cluster, tmp_path, ho
             want = model(x)
         model.save(path)
         loaded = cluster.load(path)
-        assert loaded._layout == model._layout and loaded._placement == model._placement
+        assert deployment_of(loaded)._layout == deployment_of(model)._layout and loaded._placement == model._placement
         with torch.no_grad():
             same(loaded(x), want)
         with warnings.catch_warnings():

@@ -17,7 +17,7 @@ from clusters import wait_until
 
 import disthook as torch
 from disthook import nn
-from disthook.distributed import RemoteError, connect, shipping
+from disthook.distributed import RemoteError, connect, deployment_of, shipping
 from disthook.distributed.registry import NameTaken, UnknownModel
 from disthook.distributed.rpc import Peer
 from disthook.distributed.spec import module_spec
@@ -44,7 +44,7 @@ ATTACHER = textwrap.dedent("""
         (listed,) = [m for m in cluster.models(calls=False) if m["name"] == name]
         print(json.dumps({"out": out.detach().numpy().tolist(),
                           "grad": x.grad.numpy().tolist(),
-                          "class": type(remote).__name__, "me": remote._hub.reply_to,
+                          "class": type(remote).__name__, "me": deployment_of(remote)._hub.reply_to,
                           "attached": [a["client"] for a in listed["clients"]]}))
 """)
 
@@ -63,8 +63,8 @@ def test_a_client_in_another_process_attaches_by_name_and_computes_what_the_depl
     remote = cluster.deploy(net(), stages=2, name="shared-mlp")
     try:
         (listed,) = [m for m in cluster.models() if m["name"] == "shared-mlp"]
-        assert listed["model"] == remote._model_id and listed["live"]
-        assert listed["owner"] == remote._hub.reply_to and listed["writable"] is False
+        assert listed["model"] == deployment_of(remote)._model_id and listed["live"]
+        assert listed["owner"] == deployment_of(remote)._hub.reply_to and listed["writable"] is False
         assert listed["class"] == "disthook.nn.modules.container:Sequential"
         assert [(s["stage"], s["worker"]) for s in listed["stages"]] == \
             [(stage, wid) for stage, wid, _ in remote.workers()]
@@ -98,8 +98,8 @@ def test_an_attached_tree_model_is_an_instance_of_its_class_and_its_hooks_fire(c
     try:
         with connect(cluster.address) as other:
             attached = other.attach("shared-gpt")
-            assert isinstance(attached, gpt.GPT) and attached._model_id == remote._model_id
-            assert attached._hub.reply_to != remote._hub.reply_to  # a client of its own
+            assert isinstance(attached, gpt.GPT) and deployment_of(attached)._model_id == deployment_of(remote)._model_id
+            assert deployment_of(attached)._hub.reply_to != deployment_of(remote)._hub.reply_to  # a client of its own
             x, y = next(iter(gpt.batches(gpt.Config(), 1)))
             seen = []
             attached.transformer.h[0].register_forward_hook(
@@ -112,7 +112,7 @@ def test_an_attached_tree_model_is_an_instance_of_its_class_and_its_hooks_fire(c
             np.testing.assert_allclose(attached.state_dict()["lm_head.weight"].numpy(),
                                        local.lm_head.weight.detach().numpy())
             (listed,) = [m for m in cluster.models(calls=False) if m["name"] == "shared-gpt"]
-            assert [a["client"] for a in listed["clients"]] == [attached._hub.reply_to]
+            assert [a["client"] for a in listed["clients"]] == [deployment_of(attached)._hub.reply_to]
         # the attached client closed with its cluster: the deployer's stages are there
         _, again = remote(x, y)
         np.testing.assert_allclose(again.item(), expected.item(), rtol=1e-5)
@@ -137,7 +137,7 @@ def test_a_live_name_is_refused_naming_its_owner_and_nothing_loads(cluster):
     try:
         before = loaded_stages(cluster)
         with connect(cluster.address) as other, \
-                pytest.raises(NameTaken, match=f"'taken' is taken.*{remote._hub.reply_to}"):
+                pytest.raises(NameTaken, match=f"'taken' is taken.*{deployment_of(remote)._hub.reply_to}"):
             other.deploy(net(), stages=2, name="taken")
         assert loaded_stages(cluster) == before
     finally:

@@ -13,7 +13,7 @@ from clusters import open_graphs
 
 import disthook as torch
 from disthook import nn
-from disthook.distributed import RemoteError, local_cluster
+from disthook.distributed import RemoteError, deployment_of, local_cluster
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.distributed.placement import partition
 from disthook.distributed.rpc import Peer
@@ -326,7 +326,7 @@ def test_zero_grad_rides_with_the_next_forward_and_keeps_its_order(cluster):
     before = wire.decoded_count()
     out = remote(x)
     assert wire.decoded_count() - before == 1  # the forward's answer, nothing for zero_grad
-    assert not remote._hub.pending_optimizer
+    assert not deployment_of(remote)._hub.pending_optimizer
     nn.functional.cross_entropy(out, y).backward()
     nn.functional.cross_entropy(net(x), y).backward()
     same_grads(remote, net)
@@ -345,9 +345,9 @@ def test_zero_grad_rides_with_the_next_forward_and_keeps_its_order(cluster):
     remote_opt.zero_grad()
     with pytest.raises(RemoteError):
         remote(torch.ones(2, 3))
-    assert remote._hub.pending_optimizer
+    assert deployment_of(remote)._hub.pending_optimizer
     assert remote[0].weight.grad is None
-    assert not remote._hub.pending_optimizer
+    assert not deployment_of(remote)._hub.pending_optimizer
     remote.close()
 
 
@@ -413,14 +413,14 @@ def test_steps_after_the_first_ride_with_the_next_forward_and_run_once(cluster, 
     try:
         for opt, model in ((local_opt, net), (remote_opt, remote)):
             step(opt, model)  # the first: its shares are made at once
-        assert not remote._hub.pending_optimizer
+        assert not deployment_of(remote)._hub.pending_optimizer
         for opt, model in ((local_opt, net), (remote_opt, remote)):
             step(opt, model)
-        assert len(remote._hub.pending_optimizer) == 1  # the second step, not sent yet
+        assert len(deployment_of(remote)._hub.pending_optimizer) == 1  # the second step, not sent yet
         before = wire.decoded_count()
         out, ref = remote(x), net(x)
         assert wire.decoded_count() - before == 1  # the forward's answer only
-        assert not remote._hub.pending_optimizer
+        assert not deployment_of(remote)._hub.pending_optimizer
         close(out, ref)
         # a step, then a forward that fails on the last stage: every stage ran the step
         # before the failure, and runs it once however often it comes (the gradients are
@@ -431,10 +431,10 @@ def test_steps_after_the_first_ride_with_the_next_forward_and_run_once(cluster, 
         remote_opt.step()
         with pytest.raises(ValueError, match="NaN in the input"):
             remote(torch.full((5, 8), float("nan")))
-        assert len(remote._hub.pending_optimizer) == 1  # it goes again with the next request
+        assert len(deployment_of(remote)._hub.pending_optimizer) == 1  # it goes again with the next request
         for name, p in net.named_parameters():  # a read sends it first
             close(remote.get_parameter(name), p)
-        assert not remote._hub.pending_optimizer
+        assert not deployment_of(remote)._hub.pending_optimizer
         same_grads(remote, net)
         step(local_opt, net)
         step(remote_opt, remote)
@@ -625,8 +625,8 @@ def test_two_models_share_workers_and_stay_apart(cluster):
             assert set(grads) == set(local[name])
             for n, g in grads.items():
                 close(g, local[name][n])
-        reported(cluster, a._model_id, 2)
-        reported(cluster, b._model_id, 3)
+        reported(cluster, deployment_of(a)._model_id, 2)
+        reported(cluster, deployment_of(b)._model_id, 3)
         assert all(isinstance(w.stage, int) for w in cluster.workers())
     finally:
         a.close()
@@ -635,7 +635,7 @@ def test_two_models_share_workers_and_stay_apart(cluster):
 
 def test_close_unloads_the_stages_and_a_closed_model_says_so(cluster):
     remote = cluster.deploy(make_net(), stages=2)
-    model_id = remote._model_id
+    model_id = deployment_of(remote)._model_id
     reported(cluster, model_id, 2)
     remote.close()
     reported(cluster, model_id, 0)
@@ -811,7 +811,7 @@ def test_a_module_that_chains_its_children_deploys_and_others_run_their_forward_
     remote = cluster.deploy(residual, stages=2)
     try:  # h + 1 between the children: the forward runs here, each child on its worker
         close(remote(x), residual(x))
-        assert remote._glue
+        assert deployment_of(remote)._glue
     finally:
         remote.close()
     weighted = OwnWeight()

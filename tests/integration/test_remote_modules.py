@@ -6,6 +6,7 @@ import pytest
 
 import disthook as torch
 from disthook import nn
+from disthook.distributed import deployment_of
 from disthook.distributed.rpc import RemoteError
 from disthook.utils.hooks import RemovableHandle
 
@@ -105,7 +106,7 @@ def test_a_deployed_model_prints_as_torch_prints_it_with_where_each_child_lives(
         local = repr(make_net()).split("\n")
         got = text.split("\n")
         where = {stage: wid for stage, wid, _ in remote.workers()}
-        assert got[0] == f"Sequential(  # deployed as {remote._model_id}"
+        assert got[0] == f"Sequential(  # deployed as {deployment_of(remote)._model_id}"
         # torch's lines, each top-level child marked with its stage and worker
         assert [line.split("  # ")[0] for line in got[1:]] == local[1:]
         assert got[1].endswith(f"  # stage 0 on {where[0]}")

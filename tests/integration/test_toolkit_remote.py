@@ -8,7 +8,7 @@ from clusters import worker_statuses
 import disthook as torch
 from disthook import hooks as toolkit
 from disthook import nn
-from disthook.distributed import RemoteError
+from disthook.distributed import RemoteError, deployment_of
 from disthook.distributed import hooks as worker_hooks
 
 pytestmark = pytest.mark.timeout(180)
@@ -44,7 +44,7 @@ def same_grads(remote, net, names=None):
 def stage_stats(cluster, remote):
     """Per stage of ``remote``: {"forwards", "hooks"} from its worker's status."""
     statuses = worker_statuses(cluster)
-    return [statuses[worker]["stage_stats"][f"stage {stage} of {remote._model_id}"]
+    return [statuses[worker]["stage_stats"][f"stage {stage} of {deployment_of(remote)._model_id}"]
             for stage, worker, _ in remote.workers()]
 
 
@@ -71,8 +71,8 @@ def test_run_with_cache_is_recorded_on_the_workers_and_equals_one_process(deploy
     out = net(x)
     loss_fn(out).backward()
     events, fetches = [], []
-    serve, fetch = deployed._hub._serve_event, deployed._captured
-    monkeypatch.setattr(deployed._hub, "_serve_event",
+    serve, fetch = deployment_of(deployed)._hub._serve_event, deployment_of(deployed)._captured
+    monkeypatch.setattr(deployment_of(deployed)._hub, "_serve_event",
                         lambda *a: events.append(a) or serve(*a))
     monkeypatch.setattr(deployed, "_captured", lambda *a: fetches.append(a) or fetch(*a))
     got_out, cache = toolkit.run_with_cache(deployed, x, include_grads=True, loss_fn=loss_fn)
@@ -112,7 +112,7 @@ def test_hooks_run_where_they_belong_and_none_outlives_an_error(deployed, cluste
                 model(x).sum().backward()
                 raise KeyError("in the block")
         assert toolkit.active_hooks(model) == []
-    holder = {stage: worker for stage, worker, _ in deployed.workers()}[deployed._stage_of("2")]
+    holder = {stage: worker for stage, worker, _ in deployed.workers()}[deployment_of(deployed)._stage_of("2")]
     assert [(h.kind, h.path, h.where) for h in added] == [
         ("forward_pre", "4", "client"), ("forward", "0.0", "client"),
         ("forward", "1.0", "client"), ("full_backward", "2", f"worker {holder}")]
@@ -121,7 +121,7 @@ def test_hooks_run_where_they_belong_and_none_outlives_an_error(deployed, cluste
         close(got, want)
     assert len(cluster.captured("tk-grads")) == 1
     # nothing anywhere: the client's table, the workers' stages, the local modules
-    assert deployed._hub.hooks == {}
+    assert deployment_of(deployed)._hub.hooks == {}
     assert [s["hooks"] for s in stage_stats(cluster, deployed)] == [0, 0]
     assert all(not (m._forward_hooks or m._forward_pre_hooks or m._backward_hooks)
                for m in net.modules())
@@ -138,7 +138,7 @@ def test_a_hook_a_worker_refuses_leaves_none_of_the_others(deployed, cluster):
         with toolkit.hooks(deployed, forward={"*": lambda m, a, out: None,
                                               "4": worker_hooks.clamp_grad(-1, 1)}):
             pass
-    assert toolkit.active_hooks(deployed) == [] and deployed._hub.hooks == {}
+    assert toolkit.active_hooks(deployed) == [] and deployment_of(deployed)._hub.hooks == {}
     assert [s["hooks"] for s in stage_stats(cluster, deployed)] == [0, 0]
 
 

@@ -6,6 +6,8 @@ import warnings
 
 import numpy as np
 import pytest
+
+import disthook
 from parity.test_optim_parity import (
     _assert_same_parameters,
     _assert_same_state_dict,
@@ -13,8 +15,6 @@ from parity.test_optim_parity import (
     _same_models,
     _train,
 )
-
-import disthook
 
 torch = pytest.importorskip("torch")
 

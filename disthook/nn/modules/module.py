@@ -51,6 +51,69 @@ HOOK_DICTS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_
               "_state_dict_pre_hooks", "_load_state_dict_pre_hooks",
               "_load_state_dict_post_hooks")
 EXTRA_STATE_KEY_SUFFIX = "_extra_state"
+
+class Placement:
+    """Where a module lives when it is not only here: the one interface through which
+    ``Module`` meets a deployment (``disthook.distributed`` fills it in; nothing in ``nn``
+    knows more). A module has a placement when ``module.__dict__["_placement"]`` holds one;
+    a module without is an ordinary module. Each method is asked only by the ``Module``
+    method of the same purpose."""
+
+    def forward_for(self, module: Module):
+        """The forward that ``__call__`` runs between the module's hooks here, or None: the
+        whole call (its hooks too) runs where the module lives (``call``)."""
+        return None
+
+    def call(self, module: Module, args: tuple, kwargs: dict):
+        raise NotImplementedError
+
+    def legacy_backward_hooks(self, module: Module, hooks: list) -> list:
+        """Of the legacy backward hooks of a call whose forward runs here, those that
+        ``__call__`` attaches to the output's node (the rest fire where the last op ran)."""
+        return hooks
+
+    def hooks_changed(self, module: Module) -> None:
+        """The module's hook dicts changed (a hook was registered or removed)."""
+
+    def set_attr(self, module: Module, name: str, value) -> bool:
+        """Carry out ``module.name = value`` where the module lives; False: not its affair
+        (``Module.__setattr__`` goes on as for any module)."""
+        return False
+
+    def del_attr(self, module: Module, name: str) -> bool:
+        return False
+
+    def register_buffer(self, module: Module, name: str, tensor, persistent: bool) -> None:
+        raise NotImplementedError
+
+    def change_structure(self, module: Module, what: str) -> None:
+        """``what`` (``add_module``, ``register_parameter``) would change the module's
+        children or parameters: raise to refuse, return to let it happen here."""
+
+    def train(self, module: Module, mode: bool) -> None:
+        raise NotImplementedError
+
+    def apply(self, module: Module, fn) -> None:
+        raise NotImplementedError
+
+    def save_state(self, module: Module, destination, prefix: str, keep_vars: bool) -> None:
+        raise NotImplementedError
+
+    def load_state(self, module: Module, state_dict, prefix: str, local_metadata,
+                   missing_keys: list, unexpected_keys: list, error_msgs: list,
+                   strict: bool) -> None:
+        raise NotImplementedError
+
+    def attribute(self, module: Module, name: str):
+        """A name the module lacks (``Module.__getattr__`` found nothing): AttributeError, or
+        what the deployment answers for it."""
+        raise AttributeError(name)
+
+    def detached(self, module: Module, state: dict) -> dict:
+        """The module's ``__dict__`` for a copy or a pickle, without the placement."""
+        state.pop("_placement", None)
+        return state
+
 LOAD_POST_HOOK_RETURN_MSG = (
     "Hooks registered with ``register_load_state_dict_post_hook`` are not expected to return "
     "new values, if incompatible_keys need to be modified, it should be done inplace."
@@ -351,7 +414,13 @@ class Module:
 
     # ---- the one dispatch point ---------------------------------------------------------
     def _call_impl(self, *args, **kwargs):
-        forward_call = self.forward
+        placement = self.__dict__.get("_placement")
+        if placement is None:
+            forward_call = self.forward
+        else:  # a deployed module: it runs where it lives, or its forward does
+            forward_call = placement.forward_for(self)
+            if forward_call is None:
+                return placement.call(self, args, kwargs)
         if not (self._backward_hooks or self._backward_pre_hooks or self._forward_hooks
                 or self._forward_pre_hooks or _global_backward_pre_hooks
                 or _global_backward_hooks or _global_forward_hooks
@@ -367,6 +436,9 @@ class Module:
             full_backward_hooks, legacy_backward_hooks = [], []
             if self._backward_hooks or _global_backward_hooks:
                 full_backward_hooks, legacy_backward_hooks = self._get_backward_hooks()
+                if placement is not None and legacy_backward_hooks:
+                    legacy_backward_hooks = placement.legacy_backward_hooks(
+                        self, legacy_backward_hooks)
 
             # forward pre-hooks (globals first); each sees the args the previous ones left
             if _global_forward_pre_hooks or self._forward_pre_hooks:
@@ -504,7 +576,7 @@ class Module:
             self._forward_pre_hooks_with_kwargs[handle.id] = True
         if prepend:
             self._forward_pre_hooks.move_to_end(handle.id, last=False)
-        return handle
+        return self._placed_hook(handle)
 
     def register_forward_hook(self, hook: Callable, *, prepend: bool = False,
                               with_kwargs: bool = False,
@@ -520,7 +592,7 @@ class Module:
             self._forward_hooks_always_called[handle.id] = True
         if prepend:
             self._forward_hooks.move_to_end(handle.id, last=False)
-        return handle
+        return self._placed_hook(handle)
 
     def register_backward_hook(self, hook: Callable) -> RemovableHandle:
         """Legacy hook on the last autograd node of ``forward`` (deprecated; see §6)."""
@@ -529,7 +601,7 @@ class Module:
         self._is_full_backward_hook = False
         handle = RemovableHandle(self._backward_hooks)
         self._backward_hooks[handle.id] = hook
-        return handle
+        return self._placed_hook(handle)
 
     def register_full_backward_hook(self, hook: Callable,
                                     prepend: bool = False) -> RemovableHandle:
@@ -541,7 +613,7 @@ class Module:
         self._backward_hooks[handle.id] = hook
         if prepend:
             self._backward_hooks.move_to_end(handle.id, last=False)
-        return handle
+        return self._placed_hook(handle)
 
     def register_full_backward_pre_hook(self, hook: Callable,
                                         prepend: bool = False) -> RemovableHandle:
@@ -550,7 +622,21 @@ class Module:
         self._backward_pre_hooks[handle.id] = hook
         if prepend:
             self._backward_pre_hooks.move_to_end(handle.id, last=False)
-        return handle
+        return self._placed_hook(handle)
+
+    def _placed_hook(self, handle: RemovableHandle) -> RemovableHandle:
+        """A hook just registered on a deployed module goes where the module lives (if it
+        cannot, it is removed again and the error says why)."""
+        placement = self.__dict__.get("_placement")
+        if placement is None:
+            return handle
+        try:
+            placement.hooks_changed(self)
+        except BaseException:
+            handle.remove()
+            placement.hooks_changed(self)
+            raise
+        return _PlacedHandle(handle, self, placement)
 
     # ---- attribute registration ---------------------------------------------------------
     def __getattr__(self, name: str):
@@ -561,10 +647,17 @@ class Module:
             return d["_buffers"][name]
         if "_modules" in d and name in d["_modules"]:
             return d["_modules"][name]
+        if "_placement" in d and not name.startswith("__"):
+            try:
+                return d["_placement"].attribute(self, name)
+            except AttributeError:
+                pass
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
     def __setattr__(self, name: str, value) -> None:
         d = self.__dict__
+        if "_placement" in d and d["_placement"].set_attr(self, name, value):
+            return
         params = d.get("_parameters")
         if isinstance(value, Parameter):
             if params is None:
@@ -608,6 +701,8 @@ class Module:
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name: str) -> None:
+        if "_placement" in self.__dict__ and self.__dict__["_placement"].del_attr(self, name):
+            return
         if name in self._parameters:
             del self._parameters[name]
         elif name in self._buffers:
@@ -619,7 +714,10 @@ class Module:
             object.__delattr__(self, name)
 
     def __getstate__(self) -> dict:
-        return self.__dict__.copy()
+        state = self.__dict__.copy()
+        if "_placement" in state:  # a copy or a pickle of a deployed module is a plain one
+            state = state["_placement"].detached(self, state)
+        return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -654,6 +752,9 @@ class Module:
         if tensor is not None and not isinstance(tensor, Tensor):
             raise TypeError(f"cannot assign '{_typename(tensor)}' object to buffer '{name}' "
                             "(torch Tensor or None required)")
+        if "_placement" in self.__dict__:
+            self.__dict__["_placement"].register_buffer(self, name, tensor, persistent)
+            return
         self._buffers[name] = _run_registration_hooks(_global_buffer_registration_hooks, self,
                                                       name, tensor)
         if persistent:
@@ -665,6 +766,8 @@ class Module:
         """Add ``param`` under ``name`` (``None`` keeps the name with no parameter)."""
         if "_parameters" not in self.__dict__:
             raise AttributeError("cannot assign parameter before Module.__init__() call")
+        if "_placement" in self.__dict__:
+            self.__dict__["_placement"].change_structure(self, "register_parameter")
         if not isinstance(name, str):
             raise TypeError(f"parameter name should be a string. Got {_typename(name)}")
         if "." in name:
@@ -691,6 +794,8 @@ class Module:
         """Add ``module`` as the child ``name``."""
         if not isinstance(module, Module) and module is not None:
             raise TypeError(f"{_typename(module)} is not a Module subclass")
+        if "_placement" in self.__dict__:
+            self.__dict__["_placement"].change_structure(self, "add_module")
         if not isinstance(name, str):
             raise TypeError(f"module name should be a string. Got {_typename(name)}")
         if hasattr(self, name) and name not in self._modules:
@@ -802,6 +907,9 @@ class Module:
     def train(self, mode: bool = True) -> Module:
         if not isinstance(mode, bool):
             raise ValueError("training mode is expected to be boolean")
+        if "_placement" in self.__dict__:  # the worker's copy and this tree, at once
+            self.__dict__["_placement"].train(self, mode)
+            return self
         self.training = mode
         for module in self.children():
             module.train(mode)
@@ -816,7 +924,12 @@ class Module:
         return self
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        for param in self.parameters():
+        params = list(self.parameters())
+        elsewhere = [p for p in params if hasattr(type(p), "_zero_grads")]
+        if elsewhere:  # kept by a deployment: zeroed where they live, all at once
+            type(elsewhere[0])._zero_grads(elsewhere, set_to_none)
+            params = [p for p in params if not hasattr(type(p), "_zero_grads")]
+        for param in params:
             if param.grad is None:
                 continue
             if set_to_none:
@@ -831,6 +944,9 @@ class Module:
     # ---- conversion ---------------------------------------------------------------------
     def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> Module:
         """Convert every parameter (in place: same Parameter object) and buffer with ``fn``."""
+        if "_placement" in self.__dict__:
+            self.__dict__["_placement"].apply(self, fn)
+            return self
         if recurse:
             for module in self.children():
                 module._apply(fn)
@@ -950,6 +1066,9 @@ class Module:
         return getattr(type(self), method, None) is not getattr(Module, method)
 
     def _save_to_state_dict(self, destination, prefix: str, keep_vars: bool) -> None:
+        if "_placement" in self.__dict__:
+            self.__dict__["_placement"].save_state(self, destination, prefix, keep_vars)
+            return
         for name, param in self._parameters.items():
             if param is not None:
                 destination[prefix + name] = param if keep_vars else param.detach()
@@ -1004,6 +1123,11 @@ class Module:
         for hook in tuple(self._load_state_dict_pre_hooks.values()):
             hook(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                  error_msgs)
+        if "_placement" in self.__dict__:
+            self.__dict__["_placement"].load_state(self, state_dict, prefix, local_metadata,
+                                                   missing_keys, unexpected_keys, error_msgs,
+                                                   strict)
+            return
         persistent = {k: v for k, v in self._buffers.items()
                       if k not in self._non_persistent_buffers_set}
         local_state = {k: v for k, v in (*self._parameters.items(), *persistent.items())
@@ -1122,3 +1246,22 @@ def _discard(name: str, *containers) -> None:
                 del c[name]
             else:
                 c.discard(name)
+
+
+class _PlacedHandle(RemovableHandle):
+    """The handle of a hook on a deployed module: removing it removes the hook where the
+    module lives too."""
+
+    def __init__(self, handle: RemovableHandle, module: Module, placement: Placement):
+        self.__dict__.update(handle.__dict__)
+        self._module_ref = weakref.ref(module)
+        self._placement = placement
+
+    def remove(self) -> None:
+        super().remove()
+        module = getattr(self, "_module_ref", lambda: None)()
+        if module is not None and module.__dict__.get("_placement") is self._placement:
+            self._placement.hooks_changed(module)
+
+    def __getstate__(self):
+        return RemovableHandle.__getstate__(self)

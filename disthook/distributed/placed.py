@@ -1,0 +1,478 @@
+"""A deployed model is the user's own model, placed: ``deploy`` leaves every module and
+tensor object where the program holds it and gives each placed module a placement (the
+``nn.Module`` interface ``Placement``) and each of its parameters and buffers a storage on
+its worker (``parameters.adopt``). Nothing else of the model changes: its classes, its
+identities, its plain attributes, its hook dicts.
+
+- ``PartPlacement``: a module that lives on a worker, with everything under it. Calling it
+  runs it there (``glue.call_placed``); the hooks in its own dicts are registered there too
+  (``sync_hooks``: registering and removing them as the program does, through its handles,
+  or by editing the dicts, is carried there before the next call); writes (attributes,
+  buffers, mode, state) are carried out there; what would change its children refuses.
+- ``RootPlacement``: the model itself. Its hooks fire here; its forward is the chain of
+  stages, the part placed whole, or its own forward run here (each placed part on its
+  worker), as the deployment decided; the deployment's methods (``save``, ``train_step``,
+  ``workers``, ``close`` ...) are answered on it where its class has no such name.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from disthook.distributed import hook_kinds
+from disthook.distributed.parameters import (
+    RemoteBuffer,
+    RemoteParameter,
+    RemoteStorage,
+    adopt,
+    adopt_buffer,
+    release,
+)
+from disthook.distributed.values import opaque_in, pack
+from disthook.nn.modules.module import HOOK_DICTS, Module, Placement, checked_state_value
+from disthook.nn.modules.module import note_unexpected
+from disthook.tensor import Tensor
+from disthook.utils.hooks import RemovableHandle
+
+if TYPE_CHECKING:
+    from disthook.distributed.remote import RemoteModel
+
+__all__ = ["PartPlacement", "RemoteHandle", "RootPlacement", "deployment_of", "place", "sync_hooks",
+           "unplace"]
+
+# what a deployed model answers for its deployment (where its class has no such name)
+DEPLOYMENT_API = frozenset({
+    "save", "load_checkpoint", "recover", "train_step", "close", "workers", "to_local",
+    "named_gradients", "step_stats"})
+
+
+def deployment_of(module) -> RemoteModel | None:
+    """The deployment ``module`` belongs to (placed part or model), or None."""
+    placement = getattr(module, "__dict__", {}).get("_placement")
+    return placement.deployment if isinstance(placement, _Placed) else None
+
+
+class _Placed(Placement):
+    def __init__(self, deployment: RemoteModel, path: str):
+        self.deployment, self.path = deployment, path
+
+    def detached(self, module: Module, state: dict) -> dict:
+        state.pop("_placement", None)
+        return state
+
+    def __deepcopy__(self, memo):
+        return None
+
+    def __reduce__(self):
+        return (type(None), ())
+
+    def __repr__(self) -> str:
+        return f"<placed {self.path or 'model'} of {self.deployment._model_id}>"
+
+
+class PartPlacement(_Placed):
+    """A module that lives on a worker (see the module's doc)."""
+
+    def call(self, module: Module, args: tuple, kwargs: dict):
+        from disthook.distributed.glue import call_placed
+
+        sync_all(self.deployment)
+        return call_placed(self.deployment, self.path, args, kwargs)
+
+    def hooks_changed(self, module: Module) -> None:
+        sync_hooks(self.deployment, module, self.path)
+
+    def set_attr(self, module: Module, name: str, value) -> bool:
+        d = module.__dict__
+        if name in HOOK_DICTS or name == "_is_full_backward_hook":
+            object.__setattr__(module, name, value)  # a hook dict replaced: what it holds
+            sync_hooks(self.deployment, module, self.path)
+            return True
+        if name in d["_buffers"] and (value is None or isinstance(value, Tensor)):
+            self.register_buffer(module, name, value,
+                                 name not in d["_non_persistent_buffers_set"])
+            return True
+        if name in d["_parameters"] or name in d["_modules"] or name in d["_buffers"]:
+            raise NotImplementedError(
+                f"assigning {name!r} of the deployed module at {self.path!r}: its parameters "
+                "and submodules stay the objects deployed (load new values with "
+                f"load_state_dict, or change it in place under no_grad(): "
+                f"{self.path}.{name}.copy_(t))")
+        if name in d and not name.startswith("_") and not opaque_in(value):
+            self._module_op("set_attr", name, pack(value))
+            object.__setattr__(module, name, value)
+            return True
+        return False  # a new attribute, or one that cannot travel: the client's own
+
+    def del_attr(self, module: Module, name: str) -> bool:
+        d = module.__dict__
+        if name in d["_parameters"] or name in d["_modules"]:
+            raise NotImplementedError(
+                f"deleting {name!r} of the deployed module at {self.path!r}: its parameters "
+                "and submodules stay as they were deployed")
+        if name in d["_buffers"]:
+            self._module_op("del_attr", name)
+            del d["_buffers"][name]
+            d["_non_persistent_buffers_set"].discard(name)
+            return True
+        if name in d and not name.startswith("_"):
+            self._module_op("del_attr", name)
+            del d[name]
+            return True
+        return False
+
+    def register_buffer(self, module: Module, name: str, tensor, persistent: bool) -> None:
+        """The buffer goes to the module's worker (its value) and stays here placed."""
+        if isinstance(tensor, RemoteStorage):
+            tensor = tensor.detach()
+        if isinstance(tensor, Tensor):
+            tensor = tensor.detach().clone()
+        self._module_op("register_buffer", name, pack(tensor), persistent=persistent)
+        d = module.__dict__
+        d["_buffers"][name] = (None if tensor is None else
+                               adopt_buffer(tensor, self.deployment, f"{self.path}.{name}"))
+        (d["_non_persistent_buffers_set"].discard if persistent
+         else d["_non_persistent_buffers_set"].add)(name)
+
+    def change_structure(self, module: Module, what: str) -> None:
+        raise NotImplementedError(
+            f"{what}() on the deployed module at {self.path!r}: it lives on its worker as it "
+            "was deployed, and a change of its children or parameters made here would not "
+            "reach it. Change the model before deploying it (or close the deployment, "
+            "which brings the model back here, change it and deploy it again)")
+
+    def train(self, module: Module, mode: bool) -> None:
+        self._module_op("train", "training", mode)
+        for m in module.modules():
+            m.__dict__["training"] = mode
+
+    def apply(self, module: Module, fn) -> None:
+        """``to()``/``float()`` ...: a conversion that changes nothing is allowed."""
+        for _, t in [*module.named_parameters(), *module.named_buffers()]:
+            out = fn(Tensor._make(np.zeros(1, t._twin._data.dtype), None, 0))
+            if out.dtype != t.dtype:
+                raise NotImplementedError(
+                    f"converting the deployed module at {self.path!r} (to {out.dtype}): its "
+                    "worker keeps it as it was deployed; convert the model before deploying "
+                    "it")
+
+    def save_state(self, module: Module, destination, prefix: str, keep_vars: bool) -> None:
+        d = module.__dict__
+        own = [(n, t) for n, t in d["_parameters"].items() if t is not None]
+        own += [(n, t) for n, t in d["_buffers"].items()
+                if t is not None and n not in d["_non_persistent_buffers_set"]]
+        fetched = _fetched(self.deployment, [t._path for _, t in own if
+                                             isinstance(t, RemoteStorage)])
+        for name, t in own:
+            if keep_vars:
+                destination[prefix + name] = t
+            elif isinstance(t, RemoteStorage):
+                destination[prefix + name] = Tensor._make(np.array(fetched[t._path]), None, 0)
+            else:
+                destination[prefix + name] = t.detach()
+        if module._has_extra_state("get_extra_state"):
+            destination[prefix + "_extra_state"] = module.get_extra_state()
+
+    def load_state(self, module: Module, state_dict, prefix: str, local_metadata,
+                   missing_keys: list, unexpected_keys: list, error_msgs: list,
+                   strict: bool) -> None:
+        """Its own parameters and persistent buffers, checked here against their shapes and
+        copied on its worker in one request (``assign=True`` loads the values there: the
+        deployed tensors keep their dtypes and ``requires_grad``, as torch's assign keeps
+        ``requires_grad``)."""
+        assign = local_metadata.get("assign_to_params_buffers", False)
+        d = module.__dict__
+        local = {n: t for n, t in (*d["_parameters"].items(), *d["_buffers"].items())
+                 if t is not None and n not in d["_non_persistent_buffers_set"]}
+        values = {}
+        for name, t in local.items():
+            key = prefix + name
+            if key not in state_dict:
+                if strict:
+                    missing_keys.append(key)
+                continue
+            value = state_dict[key]
+            if isinstance(value, RemoteStorage):
+                value = value.detach()
+            value = checked_state_value(value, key, t, error_msgs)
+            if value is not None and assign and value.dtype != t.dtype:
+                error_msgs.append(
+                    f"assign=True for {key}: the deployed parameter or buffer is {t.dtype} on "
+                    f"its worker, the checkpoint's is {value.dtype}; a deployed model keeps its "
+                    "dtypes (cast the state dict first, or assign=False)")
+                continue
+            if value is not None:
+                values[f"{self.path}.{name}"] = value.detach()._data.astype(
+                    t._twin._data.dtype)
+        if values:
+            dep = self.deployment
+            dep._hub.request(dep._owner(self.path), "set_state", {"state": values},
+                             what=f"load_state_dict of {self.path!r}")
+        if strict:
+            note_unexpected(state_dict, prefix, local, d["_modules"], unexpected_keys)
+
+    def _module_op(self, op: str, name: str, value=None, persistent: bool | None = None):
+        dep = self.deployment
+        dep._hub.request(dep._owner(self.path), "module_op", {
+            "path": self.path, "op": op, "name": name, "value": value,
+            "persistent": persistent}, what=f"{op} {name!r} of {self.path!r}")
+
+
+class RootPlacement(_Placed):
+    """The deployed model itself (see the module's doc)."""
+
+    def forward_for(self, module: Module):
+        dep = self.deployment
+        sync_all(dep)
+        if module._is_full_backward_hook is False and module._backward_hooks:
+            dep._route_root_legacy_hooks()
+        if dep._glue:
+            return module.forward  # its own forward, here; each placed part on its worker
+        return dep.forward
+
+    def legacy_backward_hooks(self, module: Module, hooks: list) -> list:
+        """A chain's legacy hooks fire on the worker of its last op (routed), not here."""
+        return hooks if self.deployment._glue else []
+
+    def set_attr(self, module: Module, name: str, value) -> bool:
+        if isinstance(value, Module) or name in module.__dict__["_parameters"]:
+            old = module.__dict__["_modules"].get(name)
+            if deployment_of(old) is not None or not self.deployment._glue:
+                self.change_structure(module, f"assigning {name!r}")
+        return False
+
+    def del_attr(self, module: Module, name: str) -> bool:
+        if deployment_of(module.__dict__["_modules"].get(name)) is not None:
+            self.change_structure(module, f"deleting {name!r}")
+        return False
+
+    def register_buffer(self, module: Module, name: str, tensor, persistent: bool) -> None:
+        if self.deployment._whole:
+            PartPlacement(self.deployment, "").register_buffer(module, name, tensor,
+                                                              persistent)
+            return
+        d = module.__dict__  # the model's own buffers stay here
+        d["_buffers"][name] = tensor
+        (d["_non_persistent_buffers_set"].discard if persistent
+         else d["_non_persistent_buffers_set"].add)(name)
+
+    def change_structure(self, module: Module, what: str) -> None:
+        if self.deployment._glue:
+            return  # its forward runs here: a child added here runs here
+        raise NotImplementedError(
+            f"{what}() on the deployed {type(module).__name__}: its children live on their "
+            "workers as stages of a chain, and a change made here would not reach them. "
+            "Change the model before deploying it (or close the deployment, which brings "
+            "the model back here, change it and deploy it again)")
+
+    def train(self, module: Module, mode: bool) -> None:
+        self.deployment.train(mode)
+
+    def apply(self, module: Module, fn) -> None:
+        for child in module.children():
+            child._apply(fn)
+        if self.deployment._whole:
+            PartPlacement(self.deployment, "").apply(module, fn)
+            return
+        d = module.__dict__
+        detached = {k: v for k, v in d.items() if k != "_placement"}
+        plain = object.__new__(type(module))
+        plain.__dict__.update(detached)
+        plain.__dict__["_modules"] = {}
+        Module._apply(plain, fn)  # the model's own tensors are here: converted as usual
+        d["_buffers"].update(plain.__dict__["_buffers"])
+
+    def save_state(self, module: Module, destination, prefix: str, keep_vars: bool) -> None:
+        if self.deployment._whole:
+            PartPlacement(self.deployment, "").save_state(module, destination, prefix,
+                                                          keep_vars)
+            return
+        plain = _without_placement(module)
+        Module._save_to_state_dict(plain, destination, prefix, keep_vars)
+
+    def load_state(self, module: Module, state_dict, prefix: str, local_metadata,
+                   missing_keys: list, unexpected_keys: list, error_msgs: list,
+                   strict: bool) -> None:
+        if self.deployment._whole:
+            PartPlacement(self.deployment, "").load_state(
+                module, state_dict, prefix, local_metadata, missing_keys, unexpected_keys,
+                error_msgs, strict)
+            return
+        plain = _without_placement(module)
+        hooks = plain.__dict__["_load_state_dict_pre_hooks"]
+        plain.__dict__["_load_state_dict_pre_hooks"] = {}  # they ran already
+        try:
+            Module._load_from_state_dict(plain, state_dict, prefix, local_metadata, strict,
+                                         missing_keys, unexpected_keys, error_msgs)
+        finally:
+            plain.__dict__["_load_state_dict_pre_hooks"] = hooks
+
+    def attribute(self, module: Module, name: str):
+        if name in DEPLOYMENT_API:
+            return getattr(self.deployment, name)
+        raise AttributeError(name)
+
+
+def _without_placement(module: Module) -> Module:
+    """A view of ``module`` without its placement, sharing its dicts (its own tensors and
+    children), for ``Module``'s default handling of what is here."""
+    plain = object.__new__(type(module))
+    plain.__dict__.update({k: v for k, v in module.__dict__.items() if k != "_placement"})
+    return plain
+
+
+def _fetched(dep: RemoteModel, names: list[str]) -> dict:
+    """Values of ``names`` (placed tensors of one module: one worker): from the state the
+    deployment fetched for what is running now, else asked for in one request."""
+    if not names:
+        return {}
+    cache = dep.__dict__.get("_fetched")
+    if cache is not None and all(n in cache for n in names):
+        return cache
+    return dep._states(names=names)["state"]
+
+
+class RemoteHandle(RemovableHandle):
+    """Removes a client hook from the worker that fires it (idempotent, a context manager);
+    a ``RemovableHandle`` like any other, so tools that check for one accept it."""
+
+    def __init__(self, model: RemoteModel, hook_id: int, path: str):
+        self.id, self._model, self._path = hook_id, model, path
+        self.hooks_dict_ref, self.extra_dict_ref = _no_dict, ()
+
+    def remove(self) -> None:
+        self._model._remove_hooks([self.id])
+
+    def __enter__(self) -> RemoteHandle:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+
+def _no_dict():
+    return None
+
+
+# ---- placing and unplacing --------------------------------------------------------------
+
+def place(dep: RemoteModel, root: Module) -> None:
+    """Give ``root`` (the model) its ``RootPlacement`` and every module on a worker its
+    ``PartPlacement``, their parameters and buffers storages there (``adopt``)."""
+    placed = []
+    for path, module in root.named_modules():
+        if path == "" and not dep._whole:
+            continue
+        stage = dep._layout.stage_of(path) if path else 0
+        if stage is None:
+            continue
+        placed.append((path, module))
+        for name, p in list(module._parameters.items()):
+            full = f"{path}.{name}" if path else name
+            if p is not None and not isinstance(p, RemoteParameter):
+                adopt(p, dep, dep._canonical.get(full, full))
+        for name, b in list(module._buffers.items()):
+            full = f"{path}.{name}" if path else name
+            if b is not None and not isinstance(b, RemoteBuffer):
+                adopt_buffer(b, dep, full)
+    for path, module in placed:
+        if path:
+            module.__dict__["_placement"] = PartPlacement(dep, path)
+    root.__dict__["_placement"] = RootPlacement(dep, "")
+    dep.__dict__["_placed_modules"] = placed
+    dep.__dict__["_synced"] = {}
+
+
+def unplace(dep: RemoteModel, values: dict | None) -> None:
+    """Bring the model back here: each placed tensor a local one holding ``values`` (its
+    worker's last value by name); the placements go. With ``values`` None (the workers are
+    gone), the placements stay, and every use says the deployment is closed."""
+    root = dep._local
+    if values is None:
+        return
+    for _, module in dep.__dict__.get("_placed_modules", ()):
+        module.__dict__.pop("_placement", None)
+        for t in (*module._parameters.values(), *module._buffers.values()):
+            if isinstance(t, RemoteStorage) and t.__dict__.get("_model") is dep:
+                release(t, values[t._path])
+    root.__dict__.pop("_placement", None)
+    dep.__dict__["_placed_modules"] = []
+
+
+# ---- hooks: a placed module's own dicts, carried to its worker -----------------------------
+
+def _wanted(module: Module) -> list[tuple]:
+    """(hook id, kind, fn, options) of every hook in the module's dicts, in firing order."""
+    d = module.__dict__
+    out = [(i, "forward_pre", fn, {"with_kwargs": i in d["_forward_pre_hooks_with_kwargs"]})
+           for i, fn in d["_forward_pre_hooks"].items()]
+    out += [(i, "forward", fn, {"with_kwargs": i in d["_forward_hooks_with_kwargs"],
+                                "always_call": i in d["_forward_hooks_always_called"]})
+            for i, fn in d["_forward_hooks"].items()]
+    kind = "backward" if d["_is_full_backward_hook"] is False else "full_backward"
+    out += [(i, kind, fn, {}) for i, fn in d["_backward_hooks"].items()]
+    out += [(i, "full_backward_pre", fn, {}) for i, fn in d["_backward_pre_hooks"].items()]
+    return out
+
+
+def sync_hooks(dep: RemoteModel, module: Module, path: str) -> None:
+    """Make the hooks registered on ``path``'s worker for ``module``'s dicts what the dicts
+    hold, in their order: those removed go, those added come (appended, or prepended, else
+    that kind registered again in order)."""
+    synced = dep.__dict__.setdefault("_synced", {})
+    have: dict = synced.get(id(module), {})
+    want = _wanted(module)
+    if not want and not have:
+        return
+    wanted_ids = {i: (kind, fn, opts) for i, kind, fn, opts in want}
+    gone = [i for i, entry in have.items() if wanted_ids.get(i) != entry]
+    kept = {i: e for i, e in have.items() if i not in gone}
+    adds = []  # (id, kind, fn, options with prepend)
+    for kind in hook_kinds.KINDS:
+        order = [i for i, k, _, _ in want if k == kind]
+        old = [i for i, e in kept.items() if e[0] == kind]
+        new = [i for i in order if i not in kept]
+        if not new and order == old:
+            continue
+        if order == old + new:
+            adds += [(i, False) for i in new]
+        elif old and order == new + old:
+            adds += [(i, True) for i in reversed(new)]
+        else:  # the order changed in the middle: the kind is registered again, in order
+            gone += old
+            for i in old:
+                kept.pop(i)
+            adds += [(i, False) for i in order]
+    if gone:
+        dep._remove_hooks(gone)
+    if adds:
+        entries = []
+        for i, prepend in adds:
+            kind, fn, opts = wanted_ids[i]
+            given = dict(opts)
+            if "prepend" in hook_kinds.KINDS[kind].defaults:
+                given["prepend"] = prepend
+            entries.append((kind, path, fn, module, hook_kinds.options(kind, given)))
+        dep._add_hooks(entries, ids=[i for i, _ in adds])
+        for i, _ in adds:
+            kept[i] = wanted_ids[i]
+    ordered = {i: kept[i] for i, *_ in want if i in kept}
+    synced[id(module)] = ordered
+
+
+def sync_all(dep: RemoteModel) -> None:
+    """Before a call: every placed module's hook dicts as its worker holds them (a handle
+    removed that was made before deploy, a dict edited in place)."""
+    synced = dep.__dict__.get("_synced", {})
+    for path, module in dep.__dict__.get("_placed_modules", ()):
+        if not path:
+            continue  # a model placed whole: its own hooks fire here (RootPlacement)
+        d = module.__dict__
+        have = synced.get(id(module))
+        if not (have or d["_forward_hooks"] or d["_forward_pre_hooks"]
+                or d["_backward_hooks"] or d["_backward_pre_hooks"]):
+            continue
+        if have is not None and list(have) == [i for i, *_ in _wanted(module)]:
+            continue
+        sync_hooks(dep, module, path)
