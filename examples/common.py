@@ -26,7 +26,7 @@ def placed(model, workers: int, **deploy_options):
 
 
 def parameter(net, name: str):
-    """``net``'s parameter ``name`` ("0.weight"): a Parameter, or a remote one's proxy."""
+    """``net``'s parameter ``name`` ("0.weight"): a Parameter (on a cluster, placed on its worker)."""
     module, _, attr = name.rpartition(".")
     return getattr(net.get_submodule(module), attr)
 

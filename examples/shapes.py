@@ -9,7 +9,7 @@ from disthook import nn
 
 
 def show(name, layer):
-    def hook(module, args, output):  # on a cluster, module is the layer's proxy
+    def hook(module, args, output):  # on a cluster too, module is the layer itself
         print(f"{name:>2} {type(layer).__name__:<10} {tuple(args[0].shape)!s:<16} -> "
               f"{tuple(output.shape)}")
     return hook

@@ -332,9 +332,6 @@ def _description(module: Module, code: bool) -> dict:
         from disthook.distributed import shipping
         from disthook.distributed.placed import deployment_of
 
-        dep = deployment_of(module)
-        if dep is not None:  # a plain copy (the values it pickles are not kept)
-            module = dep.to_local()
         described["code"] = base64.b64encode(shipping.dumps_structure(module)).decode("ascii")
     return described
 

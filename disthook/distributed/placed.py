@@ -72,7 +72,13 @@ class _Placed(Placement):
 
 
 class PartPlacement(_Placed):
-    """A module that lives on a worker (see the module's doc)."""
+    """A module that lives on a worker (see the module's doc). ``shared``: the plain
+    attributes its worker's copy has (those it was deployed with, and those set since
+    through it); any other attribute set here is the client's own."""
+
+    def __init__(self, deployment: RemoteModel, path: str, shared: set | None = None):
+        super().__init__(deployment, path)
+        self.shared = set() if shared is None else shared
 
     def call(self, module: Module, args: tuple, kwargs: dict):
         from disthook.distributed.glue import call_placed
@@ -85,6 +91,8 @@ class PartPlacement(_Placed):
 
     def set_attr(self, module: Module, name: str, value) -> bool:
         d = module.__dict__
+        if name in ("_modules", "_parameters", "_buffers"):
+            self.change_structure(module, f"replacing {name}")
         if name in HOOK_DICTS or name == "_is_full_backward_hook":
             object.__setattr__(module, name, value)  # a hook dict replaced: what it holds
             sync_hooks(self.deployment, module, self.path)
@@ -93,13 +101,15 @@ class PartPlacement(_Placed):
             self.register_buffer(module, name, value,
                                  name not in d["_non_persistent_buffers_set"])
             return True
-        if name in d["_parameters"] or name in d["_modules"] or name in d["_buffers"]:
+        if name in d["_modules"] or isinstance(value, Module):
+            self.change_structure(module, f"assigning {name!r}")
+        if name in d["_parameters"] or name in d["_buffers"]:
             raise NotImplementedError(
                 f"assigning {name!r} of the deployed module at {self.path!r}: its parameters "
                 "and submodules stay the objects deployed (load new values with "
                 f"load_state_dict, or change it in place under no_grad(): "
                 f"{self.path}.{name}.copy_(t))")
-        if name in d and not name.startswith("_") and not opaque_in(value):
+        if name in self.shared and not opaque_in(value):
             self._module_op("set_attr", name, pack(value))
             object.__setattr__(module, name, value)
             return True
@@ -108,17 +118,16 @@ class PartPlacement(_Placed):
     def del_attr(self, module: Module, name: str) -> bool:
         d = module.__dict__
         if name in d["_parameters"] or name in d["_modules"]:
-            raise NotImplementedError(
-                f"deleting {name!r} of the deployed module at {self.path!r}: its parameters "
-                "and submodules stay as they were deployed")
+            self.change_structure(module, f"deleting {name!r}")
         if name in d["_buffers"]:
             self._module_op("del_attr", name)
             del d["_buffers"][name]
             d["_non_persistent_buffers_set"].discard(name)
             return True
-        if name in d and not name.startswith("_"):
+        if name in self.shared and name in d:
             self._module_op("del_attr", name)
             del d[name]
+            self.shared.discard(name)
             return True
         return False
 
@@ -139,7 +148,7 @@ class PartPlacement(_Placed):
         raise NotImplementedError(
             f"{what}() on the deployed module at {self.path!r}: it lives on its worker as it "
             "was deployed, and a change of its children or parameters made here would not "
-            "reach it. Change the model before deploying it (or close the deployment, "
+            "reach them. Change the model before deploying it (or close the deployment, "
             "which brings the model back here, change it and deploy it again)")
 
     def train(self, module: Module, mode: bool) -> None:
@@ -377,11 +386,34 @@ def place(dep: RemoteModel, root: Module) -> None:
             if b is not None and not isinstance(b, RemoteBuffer):
                 adopt_buffer(b, dep, full)
     for path, module in placed:
+        module.__dict__["_modules"] = _Children(module.__dict__["_modules"], path)
         if path:
-            module.__dict__["_placement"] = PartPlacement(dep, path)
+            shared = {k for k in module.__dict__ if not k.startswith("_")} - {"training"}
+            module.__dict__["_placement"] = PartPlacement(dep, path, shared)
     root.__dict__["_placement"] = RootPlacement(dep, "")
     dep.__dict__["_placed_modules"] = placed
     dep.__dict__["_synced"] = {}
+
+
+class _Children(dict):
+    """The children of a placed module: read as a dict, never changed here (its worker's
+    copy would not change with it)."""
+
+    def __init__(self, children: dict, path: str):
+        super().__init__(children)
+        self.path = path
+
+    def _refuse(self, *args, **kwargs):
+        where = f"the deployed module at {self.path!r}" if self.path else "the deployed model"
+        raise NotImplementedError(
+            f"changing the children of {where}: it lives on its worker as it was deployed, "
+            "and a change made here would not reach them. Change the model before deploying "
+            "it (or close the deployment, which brings the model back here)")
+
+    __setitem__ = __delitem__ = pop = popitem = clear = update = setdefault = _refuse
+
+    def __reduce__(self):
+        return (dict, (dict(self),))
 
 
 def unplace(dep: RemoteModel, values: dict | None) -> None:
@@ -393,8 +425,11 @@ def unplace(dep: RemoteModel, values: dict | None) -> None:
         return
     for _, module in dep.__dict__.get("_placed_modules", ()):
         module.__dict__.pop("_placement", None)
+        module.__dict__["_modules"] = dict(module.__dict__["_modules"])
         for t in (*module._parameters.values(), *module._buffers.values()):
             if isinstance(t, RemoteStorage) and t.__dict__.get("_model") is dep:
+                if t._path not in values:  # a non-persistent buffer: asked by name
+                    values[t._path] = dep._states(names=[t._path])["state"][t._path]
                 release(t, values[t._path])
     root.__dict__.pop("_placement", None)
     dep.__dict__["_placed_modules"] = []

@@ -90,9 +90,6 @@ def _description(module) -> dict:
     except SpecError:
         from disthook.distributed import shipping
 
-        dep = placed.deployment_of(module)
-        if dep is not None:  # a plain copy (the values it pickles are not kept)
-            module = dep.to_local()
         return {"structure": None, "code": shipping.dumps_structure(module)}
 
 

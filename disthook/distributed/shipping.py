@@ -120,9 +120,10 @@ class _Pickler(cloudpickle.Pickler):
     """cloudpickle, with arrays as frames, modules without their hooks, and a check that
     only modules and parameters of the stage itself are reached."""
 
-    def __init__(self, file, outside, elsewhere: dict[int, str]):
+    def __init__(self, file, outside, elsewhere: dict[int, str], placed=None):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self._outside, self._elsewhere = outside, elsewhere
+        self._outside, self._elsewhere, self._placed = outside, elsewhere, placed
+        self._keep: list = []  # the stand-in arrays of placed tensors, alive while pickling
 
     def persistent_id(self, obj):
         return self._outside(obj) if type(obj) is np.ndarray else None
@@ -139,7 +140,11 @@ class _Pickler(cloudpickle.Pickler):
             # a placed tensor sent again (recover: its old worker is gone): its shape and
             # dtype, in zeros, which the checkpoint loaded next fills
             twin = obj._twin._data
-            local = Tensor._make(np.zeros(twin.shape, twin.dtype), None, 0)
+            array = np.zeros(twin.shape, twin.dtype)
+            self._keep.append(array)
+            if self._placed is not None:  # described by name (dumps_structure)
+                self._placed(obj, array)
+            local = Tensor._make(array, None, 0)
             if isinstance(obj, Parameter):
                 local = Parameter(local, obj.requires_grad)
             return local.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
@@ -182,11 +187,18 @@ def dumps_structure(module: Module) -> bytes:
     state: dict[int, tuple] = {}
     for name, t in [*module.named_parameters(remove_duplicate=False),
                     *module.named_buffers(remove_duplicate=False)]:
-        state.setdefault(id(t._data), ("state", name, list(t._data.shape), t._data.dtype.str))
-    return _dump(module, lambda array: state.get(id(array)), {}, "describe it")
+        if not isinstance(t, RemoteStorage):  # a placed one is described as it is reached
+            state.setdefault(id(t._data), ("state", name, list(t._data.shape),
+                                           t._data.dtype.str))
+
+    def placed(t: RemoteStorage, array: np.ndarray) -> None:
+        state[id(array)] = ("state", t._path, list(array.shape), array.dtype.str)
+
+    return _dump(module, lambda array: state.get(id(array)), {}, "describe it", placed)
 
 
-def _dump(module: Module, outside, elsewhere: dict[int, str], what: str) -> bytes:
+def _dump(module: Module, outside, elsewhere: dict[int, str], what: str,
+          placed=None) -> bytes:
     buffer = io.BytesIO()
     with _by_value_lock:
         registered = []
@@ -195,7 +207,7 @@ def _dump(module: Module, outside, elsewhere: dict[int, str], what: str) -> byte
                 cloudpickle.register_pickle_by_value(sys.modules[name])
                 registered.append(name)
         try:
-            _Pickler(buffer, outside, elsewhere).dump(module)
+            _Pickler(buffer, outside, elsewhere, placed).dump(module)
         except CodeError:
             raise
         except (pickle.PicklingError, TypeError, AttributeError) as exc:

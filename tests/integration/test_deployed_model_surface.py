@@ -144,7 +144,7 @@ def counted_reads(remote):
         seen[0] += 1
         return states(names)
 
-    object.__setattr__(remote, "_states", counting)
+    object.__setattr__(deployment_of(remote), "_states", counting)
     return seen
 
 

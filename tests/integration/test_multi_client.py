@@ -181,7 +181,7 @@ STEPS_THEN_EXITS = textwrap.dedent('''
     import sys
     import disthook as torch
     from disthook import nn
-    from disthook.distributed import connect
+    from disthook.distributed import connect, deployment_of
 
     remote = connect(sys.argv[1]).attach(sys.argv[2])
     opt = torch.optim.SGD(remote.parameters(), lr=0.1, momentum=0.9)

@@ -264,7 +264,7 @@ def test_cluster_load_deploys_every_checkpoint_save_writes(cluster, tmp_path, ho
             want = model(x)
         model.save(path)
         loaded = cluster.load(path)
-        assert deployment_of(loaded)._layout == deployment_of(model)._layout and loaded._placement == model._placement
+        assert deployment_of(loaded)._layout == deployment_of(model)._layout and deployment_of(loaded)._placement_given == deployment_of(model)._placement_given
         with torch.no_grad():
             same(loaded(x), want)
         with warnings.catch_warnings():
