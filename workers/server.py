@@ -78,7 +78,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
                  allow_hook_modules: tuple[str, ...] = (), allow_code: bool = False,
                  keys: Keys | None = None, advertise: str | None = None,
                  allow_model_modules: tuple[str, ...] | None = None,
-                 max_contexts: int = 4096, max_hooks: int = 4096):
+                 max_contexts: int = 4096, max_hooks: int = 4096,
+                 max_capture_bytes: int = worker_hooks.MAX_CAPTURE_BYTES):
         wid = worker_id or f"{socket.gethostname()}-{os.getpid()}"
         beat_ms = max(1, int(wire.HEARTBEAT_S * 1000))
         # a peer whose connection closes is gone (see on_disconnected), and one that stops
@@ -98,7 +99,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
         self.registered = False
         self.last_heard = time.monotonic()
         self.stages: dict = {}  # model id -> the Stage of it held here
-        self.captures = worker_hooks.Captures()  # what hooks.capture(...) kept, by buffer
+        # what hooks.capture(...) kept, by client and buffer
+        self.captures = worker_hooks.Captures(max_capture_bytes)
         self.captures.current = lambda: getattr(self._local, "job", None)
         self.allow_hook_modules = tuple(allow_hook_modules)  # for hooks.by_path
         # take models pickled by value (code included) from the clients that deploy them
@@ -114,6 +116,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
         self._todo: list = []  # jobs to start, in order
         self._sleepers: dict[int, object] = {}  # wait id -> the turn of the job waiting
         self.peers = Peers(keys)  # who is on each connection, from the transport
+        self.who = self.peers.who  # a client as the logs name it
         self._local = threading.local()  # .job: the job this thread runs now
         self._event_ids = itertools.count(1)
         self._warnings_routed = False  # see _route_warnings
@@ -214,10 +217,6 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
             return
         for msg in msgs:
             self._execute(self.state.handle(MessageIn(sender, msg, forwarder)))
-
-    def who(self, client: bytes) -> str:
-        """A client as the logs name it: its key's name (with keys), else its identity."""
-        return self.peers.who(client)
 
     def on_disconnected(self, fd: int) -> None:
         sender = self.peers.gone(fd)
@@ -350,7 +349,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
             self.log.warning("worker %s: the coordinator says %s: %s; registering again",
                              self.id, msg["kind"], msg["message"])
             self.registered = False
-            self._register()
+            if msg["kind"] != "PermissionError":  # refused: try again at the next beat only
+                self._register()
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -535,6 +535,8 @@ def main(argv=None) -> int:
                         "their backward (default 4096); a forward past it is refused")
     p.add_argument("--max-hooks", type=int, default=4096, metavar="N",
                    help="hooks one client may register on one model here (default 4096)")
+    p.add_argument("--max-capture-mb", type=int, default=256, metavar="MIB",
+                   help="what one client's capture buffers may hold here (default 256)")
     p.add_argument("--threads", type=_positive_int, metavar="N",
                    help="threads this worker's arithmetic uses (BLAS, OpenMP), set before "
                         "numpy loads (default: the environment's OMP_NUM_THREADS, "
@@ -580,7 +582,8 @@ def main(argv=None) -> int:
                         allow_hook_modules=tuple(args.allow_hook_module),
                         allow_code=args.allow_code, keys=keys,
                         allow_model_modules=args.allow_model_module,
-                        max_contexts=args.max_contexts, max_hooks=args.max_hooks)
+                        max_contexts=args.max_contexts, max_hooks=args.max_hooks,
+                        max_capture_bytes=args.max_capture_mb << 20)
     except endpoint.EndpointInUse as exc:
         print(f"disthook worker: {exc.advice('--bind')}", file=sys.stderr)
         return 1

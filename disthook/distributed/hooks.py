@@ -159,9 +159,9 @@ class Captures:
         if self.held[client] + size > self.max_bytes:
             raise RuntimeError(
                 f"capture {name!r} on {path!r}: this client's capture buffers on this worker "
-                f"hold {self.held[client] / 2**20:.1f} MiB, and {size / 2**20:.1f} MiB more "
-                f"would pass the cap of {self.max_bytes / 2**20:.0f} MiB (--max-capture-mb): "
-                "fetch them with captured(name), which empties them, or remove the hook")
+                f"hold {_size(self.held[client])}, and {_size(size)} more would pass the cap "
+                f"of {_size(self.max_bytes)} (--max-capture-mb): fetch them with "
+                "captured(name), which empties them, or remove the hook")
         item = ((time.time_ns(), next(_sequence)), path, kind, self.micro_batch, value)
         self.buffers.setdefault((client, name), []).append(item)
         self.held[client] += size
@@ -200,6 +200,10 @@ class Captures:
         self.held[client] -= sum(_nbytes(item[4]) for item in items)
         if self.held[client] <= 0:
             del self.held[client]
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.1f} MiB" if nbytes >= 2**20 else f"{nbytes} bytes"
 
 
 def _nbytes(value) -> int:
