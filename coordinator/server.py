@@ -17,6 +17,7 @@ a coordinator started again knows none.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import socket
 import time
@@ -25,7 +26,7 @@ import zmq
 import zmq.auth
 
 from disthook import wire
-from disthook.distributed.security import key_name
+from disthook.distributed.security import CLIENT, is_server_key, key_name
 from disthook.distributed.service import LOG_LEVELS, Service, recv_now
 from disthook.wire import HEARTBEAT_S, LOST_AFTER_BEATS, SILENT_AFTER_BEATS
 
@@ -77,6 +78,8 @@ class Coordinator(Service):
         self.models: dict[str, Published] = {}  # by name
         self._peers: dict[int, bytes] = {}  # connection's file descriptor -> peer identity
         self._user_ids: dict[bytes, str] = {}  # with keys: peer identity -> its public key
+        self._labels: dict[bytes, str] = {}  # without keys: how models() names a client
+        self._label_ids = itertools.count(1)
         self.started = time.time()
 
     def on_socket(self, sock: zmq.Socket) -> None:
@@ -98,6 +101,7 @@ class Coordinator(Service):
         if sender is None:
             return
         self._user_ids.pop(sender, None)
+        self._labels.pop(sender, None)
         for name, published in list(self.models.items()):
             if published.owner == sender:
                 del self.models[name]
@@ -109,11 +113,42 @@ class Coordinator(Service):
                     del published.attached[client]
                     self.log.info("coordinator: client %s left %r (gone)", who, name)
 
+    # ---- roles --------------------------------------------------------------------------------
+    def _require(self, role: str, sender: bytes, what: str) -> None:
+        """``PermissionError`` unless the connection ``sender`` may act as ``role``: with keys,
+        a worker is a peer with the servers' key, the admin one with the servers' key or the
+        cluster's own client key (made with it); without keys nothing is authenticated and
+        every peer may (docs/security.md)."""
+        if self.keys is None:
+            return
+        user_id = self._user_ids.get(sender)
+        if is_server_key(self.keys, user_id):
+            return
+        if role == "admin" and user_id and key_name(self.keys, user_id) == CLIENT:
+            return
+        who = key_name(self.keys, user_id) if user_id else "an unknown peer"
+        self.peer_log.warning(sender, "coordinator: refused %s from %s (not %s)", what, who,
+                              "a worker" if role == "worker" else "the admin")
+        raise PermissionError(
+            f"{what} is for {'workers of the cluster' if role == 'worker' else 'its admin'} "
+            f"(the {'servers' if role == 'worker' else 'servers or the cluster'}' own key), "
+            f"not for the key {who!r}")
+
     # ---- from workers ------------------------------------------------------------------------
     def on_register(self, msg, sender: bytes):
+        self._require("worker", sender, "register")
         wid = msg["worker"]
         now = time.monotonic()
         old = self.workers.get(wid)
+        if (old is not None and old.identity != sender
+                and now - old.last_seen <= self.lost_after):
+            self.peer_log.warning(sender, "coordinator: refused a second registration of "
+                                  "live worker %r (pid %d at %s; registered: pid %d at %s)",
+                                  wid, msg["pid"], msg["address"], old.pid, old.address)
+            raise PermissionError(
+                f"worker id {wid!r} is registered by a live worker (pid {old.pid} at "
+                f"{old.address}); start this one with another --id, or wait until that one "
+                f"has been silent {self.lost_after:g} s")
         if old is not None and old.pid != msg["pid"]:
             self.log.warning("coordinator: worker id %r re-registered by pid %d (was %d)",
                              wid, msg["pid"], old.pid)
@@ -128,6 +163,9 @@ class Coordinator(Service):
         record = self.workers.get(msg["worker"])
         if record is None:  # a worker the coordinator does not know: it must register again
             raise LookupError(f"worker {msg['worker']!r} is not registered")
+        if record.identity != sender:  # only the connection that registered it beats for it
+            raise PermissionError(f"worker {msg['worker']!r} is registered on another "
+                                  "connection")
         record.last_seen = time.monotonic()
         record.memory = msg.get("memory")
         record.stages = list(msg.get("stages") or [])
@@ -154,7 +192,12 @@ class Coordinator(Service):
         authenticated with (whatever it claims); without, what it says (its identity)."""
         user_id = self._user_ids.get(sender)
         if self.keys is None or not user_id:
-            return claimed
+            # never the identity it claims (that of its sockets to the workers): listed to
+            # everyone, another client could pose as it there
+            label = self._labels.get(sender)
+            if label is None:
+                label = self._labels[sender] = f"client {next(self._label_ids)}"
+            return label
         return key_name(self.keys, user_id)
 
     def on_publish(self, msg, sender: bytes):
@@ -234,6 +277,7 @@ class Coordinator(Service):
         }
 
     def on_shutdown(self, msg, sender: bytes):
+        self._require("admin", sender, "shutdown")
         reason = msg.get("reason") or "a client asked"
         for record in self.workers.values():
             self.reply(self.router, record.identity, 0, "shutdown", {"reason": reason})

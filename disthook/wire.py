@@ -230,7 +230,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "backward": {"model": "str", "stage": "int", "grads": "list", "retain_graph": "bool",
                  "reply_to": "str", "mb": "int?", "taps": "list[str]?", "tapped": "map?",
                  "accumulate": "bool?", "start": "str?", "inputs": "bool?"},
-    "release": {"model": "str", "contexts": "list[str]"},
+    # reply_to: the client whose contexts they are, when a neighbour stage carries it on
+    "release": {"model": "str", "contexts": "list[str]", "reply_to": "str?"},
     # hooks: a stub fired on a worker asks the client to run the callable with args; diff:
     # the client's copies of the tensors require grad where the worker's do (a forward hook
     # with grad enabled). The answer: the hook's result (None: keep the value), and the

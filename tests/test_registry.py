@@ -115,11 +115,12 @@ def ask(coordinator, msg_type, sender, **fields):
 
 def test_the_coordinator_refuses_a_live_name_and_forgets_who_is_gone(coordinator):
     ask(coordinator, "publish", b"alice", record=published())
-    with pytest.raises(PermissionError, match="'m' is taken.*published by client-1"):
+    # named by the coordinator (without keys), never by the identity the client claims
+    with pytest.raises(PermissionError, match="'m' is taken.*published by client 1 "):
         ask(coordinator, "publish", b"bob", record=published(model="Sequential-2"))
     ask(coordinator, "attach", b"bob", name="m", model="Sequential-1", client="bob-hub")
     (listed,) = ask(coordinator, "models", b"carol")
-    assert listed["live"] and [a["client"] for a in listed["clients"]] == ["bob-hub"]
+    assert listed["live"] and [a["client"] for a in listed["clients"]] == ["client 2"]
     assert "structure" not in listed and listed["stages"][0]["alive"]
     with pytest.raises(LookupError, match=r"no model is published as 'x'.*published: 'm'"):
         ask(coordinator, "lookup", b"bob", name="x")

@@ -35,9 +35,12 @@ def make_state(**kw):
     return state, clock
 
 
-def request(state, msg_type, sender=CLIENT, req=1, ctx=None, **fields):
+def request(state, msg_type, sender=CLIENT, req=1, ctx=None, forwarder=None, **fields):
+    """``forwarder``: whether the transport says ``sender`` is a worker (by default, when it
+    is NEIGHBOUR)."""
     fields.setdefault("model", "m")
-    return state.handle(MessageIn(sender, Message(msg_type, req, ctx, fields)))
+    forwarder = sender == NEIGHBOUR if forwarder is None else forwarder
+    return state.handle(MessageIn(sender, Message(msg_type, req, ctx, fields), forwarder))
 
 
 def started(instructions):
@@ -164,7 +167,7 @@ def test_a_client_gone_ends_its_waits_drops_its_queue_and_its_graphs():
     out = state.handle(ClientGone(CLIENT))
     assert resumed(out) == [wait] and isinstance(wait.error, ConnectionError)
     assert any(isinstance(i, Log) and "went away" in i.text for i in out)
-    assert set(state.contexts) == {("m", "c2")} and not other_wait.done
+    assert set(state.contexts) == {("m", OTHER, "c2")} and not other_wait.done
     # its running job ends by itself; nothing queued behind it starts, no wait opens again
     with pytest.raises(ConnectionError, match="went away"):
         state.wait_for_client(job, CLIENT, 2, "another answer")
@@ -187,8 +190,9 @@ def test_contexts_expire_after_their_ttl_and_can_be_released():
     out = state.handle(Tick(clock.now))
     assert [i.text for i in out if isinstance(i, Log)][0].startswith(
         "worker w0: context old of model m expired")
-    assert set(state.contexts) == {("m", "new")}
-    assert state.release("m", ["new", "unknown"]) == 1 and state.contexts == {}
+    assert set(state.contexts) == {("m", CLIENT, "new")}
+    assert state.release("m", OTHER, ["new"]) == 0  # another client's of the same id: kept
+    assert state.release("m", CLIENT, ["new", "unknown"]) == 1 and state.contexts == {}
 
 
 def test_unloading_a_model_drops_its_graphs_and_mail():
@@ -211,7 +215,8 @@ def test_the_mailbox_keeps_at_most_its_limit_dropping_the_oldest():
 
 def test_mail_for_no_model_here_or_a_finished_step_is_dropped():
     state, _ = make_state()
-    assert request(state, "pipe", model="other", step="s", kind="act", mb=0, data=None) == []
+    assert request(state, "pipe", sender=NEIGHBOUR, model="other", step="s", kind="act", mb=0,
+                   data=None) == []
     state.finish_step("m", "s")
     pipe(state, "s", "act", 0)
     assert state.mailbox == {}
@@ -312,3 +317,57 @@ def test_a_write_waits_until_no_other_clients_call_of_the_model_runs():
     state.models.add("n")
     (other_model,) = started(request(state, "set_state", sender=CLIENT, req=7, model="n"))
     assert other_model.model == "n"
+
+
+# ---- who a request is from: the connection, never a field ---------------------------------
+def test_a_client_naming_another_in_reply_to_is_refused_and_nothing_runs():
+    state, _ = make_state()
+    for msg_type in ("forward", "backward", "add_hooks", "train_step"):
+        out = request(state, msg_type, sender=OTHER, reply_to=CLIENT.hex())
+        (reply,) = [i for i in out if isinstance(i, Reply)]
+        assert reply.to == OTHER and reply.kind == "PermissionError"
+        assert "acts only as itself" in reply.message and started(out) == []
+    assert state.jobs == set() and state.lanes == {}
+
+
+def test_a_client_naming_itself_in_reply_to_runs_as_itself():
+    state, _ = make_state()
+    (job,) = started(request(state, "forward", sender=OTHER, reply_to=OTHER.hex()))
+    assert job.client == OTHER and job.lane == ("m", OTHER)
+
+
+def test_a_worker_looking_identity_is_no_forwarder_unless_the_transport_says_so():
+    state, _ = make_state()
+    out = request(state, "forward", sender=NEIGHBOUR, forwarder=False, reply_to=CLIENT.hex())
+    assert [i.kind for i in out if isinstance(i, Reply)] == ["PermissionError"]
+
+
+def test_pipeline_messages_and_requests_only_workers_send_are_refused_from_clients():
+    state, _ = make_state()
+    out = pipe(state, "s", "act", 0, sender=OTHER)
+    assert [i.kind for i in out if isinstance(i, Reply)] == ["PermissionError"]
+    assert state.mailbox == {}
+    # a client aborts only its own step (or one not begun here)
+    request(state, "train_step", step="s", schedule=[], reply_to=CLIENT.hex())
+    out = pipe(state, "s", "abort", -1, sender=OTHER, reason="evil")
+    assert [i.kind for i in out if isinstance(i, Reply)] == ["PermissionError"]
+    assert pipe(state, "s", "abort", -1, sender=CLIENT, reason="ctrl-c") == []
+    assert ("m", "s", "abort", -1) in state.mailbox
+    # and a worker carries only a client's call on: nothing else under a client's name
+    out = request(state, "set_state", sender=NEIGHBOUR, reply_to=CLIENT.hex())
+    assert [i.kind for i in out if isinstance(i, Reply)] == ["PermissionError"]
+
+
+def test_a_call_carried_for_a_client_that_went_away_is_refused():
+    state, _ = make_state()
+    state.handle(ClientGone(CLIENT))
+    out = request(state, "forward", sender=NEIGHBOUR, reply_to=CLIENT.hex())
+    assert [i.kind for i in out if isinstance(i, Reply)] == ["PermissionError"]
+
+
+def test_each_client_names_its_own_contexts():
+    state, _ = make_state()
+    state.keep_context("m", "c", Context(CLIENT, [], None, [], 0.0))
+    assert state.context("m", OTHER, "c") is None
+    state.end_context("m", OTHER, "c")
+    assert state.context("m", CLIENT, "c") is not None

@@ -26,7 +26,7 @@ class HookHandlers:
         """Register hooks on the stage, all or none: a worker hook runs here, any other is a
         stub that runs the client's hook when it fires here."""
         st = self._stage(job)
-        client = bytes.fromhex(job.msg["reply_to"])
+        client = job.client  # the connection it came on (reply_to is checked against it)
         held = sum(1 for who, _ in st.hooks if who == client)
         if held + len(job.msg["hooks"]) > self.max_hooks:
             raise RuntimeError(
@@ -47,7 +47,8 @@ class HookHandlers:
         hook_kind = hook_kinds.KINDS[kind]
         spec = entry.get("worker_hook")
         if spec is not None:  # runs here, without a round trip
-            stub = worker_hooks.build(spec, kind, path, self.captures, self.allow_hook_modules)
+            stub = worker_hooks.build(spec, kind, path, self.captures, self.allow_hook_modules,
+                                      client)
         else:
             if entry.get("waits"):  # its answers are always waited for: never run ahead
                 for fired_as in (kind, "leaf_hook"):
@@ -74,11 +75,12 @@ class HookHandlers:
                 if who == job.client]
 
     def on_captured(self, job):
-        """The capture buffer ``name``: [{"order", "path", "kind", "micro_batch", "value"}]."""
+        """The asking client's capture buffer ``name``: [{"order", "path", "kind",
+        "micro_batch", "value"}] (another client's buffer of that name is its own)."""
         msg = job.msg
         return [{"order": list(order), "path": path, "kind": kind, "micro_batch": mb,
                  "value": pack(value)}
-                for order, path, kind, mb, value in self.captures.take(msg["name"],
+                for order, path, kind, mb, value in self.captures.take(job.client, msg["name"],
                                                                        msg.get("clear", True))]
 
     def on_remove_hooks(self, job):

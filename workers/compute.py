@@ -121,13 +121,13 @@ class ComputeHandlers:
         if keep:
             self.state.keep_context(job.model, job.msg.ctx, context)
         else:
-            self.state.end_context(job.model, job.msg.ctx)
+            self.state.end_context(job.model, job.client, job.msg.ctx)
 
     def _drop_early(self, job, early: EarlyAnswer | None) -> None:
         """A forward failed after its answer went early: the graph it kept goes (the client
         did not use that answer, or hears of the failure with its next request)."""
         if early is not None and early.sent:
-            self.state.end_context(job.model, job.msg.ctx)
+            self.state.end_context(job.model, job.client, job.msg.ctx)
 
     def _call_submodule(self, job, st, path: str, grad: bool, leaf, inputs: list):
         """Run the submodule at ``path`` on the call's arguments (``msg["call"]``: the
@@ -203,7 +203,7 @@ class ComputeHandlers:
         msg = job.msg
         try:
             st = self._stage(job)
-            context = self.state.context(st.model, msg.ctx)
+            context = self.state.context(st.model, job.client, msg.ctx)
             if context is None:
                 raise RuntimeError(
                     f"no forward graph of context {msg.ctx!r} on {st.name}: it ran "
@@ -275,7 +275,7 @@ class ComputeHandlers:
                 if t.grad is not None:
                     self._call_client(who, hook_id, "retained", key, [pack(t.grad)])
             if not retain:
-                self.state.end_context(st.model, msg.ctx)
+                self.state.end_context(st.model, job.client, msg.ctx)
             if early is not None and early.sent:
                 return NO_REPLY
             if prev is not None:
@@ -299,11 +299,12 @@ class ComputeHandlers:
         st = self.stages.get(msg["model"])
         if st is None:  # unloaded meanwhile: nothing left to release
             return NO_REPLY
-        self.state.release(st.model, msg["contexts"])
+        self.state.release(st.model, job.client, msg["contexts"])
         nxt = st.neighbours.get("next")
-        if nxt is not None:  # the whole pipeline forgets the contexts
-            nxt.send_multipart(wire.encode("release", {"model": st.model,
-                                                       "contexts": msg["contexts"]}), copy=False)
+        if nxt is not None:  # the whole pipeline forgets the client's contexts
+            nxt.send_multipart(wire.encode("release", {
+                "model": st.model, "contexts": msg["contexts"],
+                "reply_to": job.client.hex()}), copy=False)
         return NO_REPLY
 
     # ---- pipelined training steps ---------------------------------------------------------

@@ -37,7 +37,7 @@ from disthook import wire
 from disthook.distributed import endpoint
 from disthook.distributed import hooks as worker_hooks
 from disthook.distributed.rpc import error_fields
-from disthook.distributed.security import SERVER, Keys, key_name
+from disthook.distributed.security import SERVER, Keys
 from disthook.distributed.service import (
     LOG_LEVELS,
     NO_REPLY,
@@ -47,9 +47,10 @@ from disthook.distributed.service import (
 )
 from workers.client_hooks import HookHandlers
 from workers.compute import ComputeHandlers, rss_bytes
-from workers.stages import StageHandlers
 from workers.params import ParamHandlers
+from workers.peers import Peers
 from workers.runners import Runners
+from workers.stages import StageHandlers
 from workers.state import (
     ANSWERS,
     ClientGone,
@@ -77,7 +78,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
                  allow_hook_modules: tuple[str, ...] = (), allow_code: bool = False,
                  keys: Keys | None = None, advertise: str | None = None,
                  allow_model_modules: tuple[str, ...] | None = None,
-                 max_contexts: int = 4096, max_hooks: int = 4096):
+                 max_contexts: int = 4096, max_hooks: int = 4096,
+                 max_capture_bytes: int = worker_hooks.MAX_CAPTURE_BYTES):
         wid = worker_id or f"{socket.gethostname()}-{os.getpid()}"
         beat_ms = max(1, int(wire.HEARTBEAT_S * 1000))
         # a peer whose connection closes is gone (see on_disconnected), and one that stops
@@ -97,7 +99,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
         self.registered = False
         self.last_heard = time.monotonic()
         self.stages: dict = {}  # model id -> the Stage of it held here
-        self.captures = worker_hooks.Captures()  # what hooks.capture(...) kept, by buffer
+        # what hooks.capture(...) kept, by client and buffer
+        self.captures = worker_hooks.Captures(max_capture_bytes)
         self.captures.current = lambda: getattr(self._local, "job", None)
         self.allow_hook_modules = tuple(allow_hook_modules)  # for hooks.by_path
         # take models pickled by value (code included) from the clients that deploy them
@@ -112,8 +115,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
         self.runners = Runners(self._serve_round, name=f"worker-{wid}")
         self._todo: list = []  # jobs to start, in order
         self._sleepers: dict[int, object] = {}  # wait id -> the turn of the job waiting
-        self._peers: dict[int, bytes] = {}  # connection's file descriptor -> peer identity
-        self._names: dict[bytes, str] = {}  # with keys: peer identity -> its key's name
+        self.peers = Peers(keys)  # who is on each connection, from the transport
+        self.who = self.peers.who  # a client as the logs name it
         self._local = threading.local()  # .job: the job this thread runs now
         self._event_ids = itertools.count(1)
         self._warnings_routed = False  # see _route_warnings
@@ -202,25 +205,21 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
 
     def _on_message(self, frames: list) -> None:
         sender, body = frames[0].bytes, frames[1:]
-        self._peers[frames[0].get(zmq.SRCFD)] = sender
-        if self.keys is not None and sender not in self._names:  # who, for the logs
-            self._names[sender] = key_name(self.keys, frames[0].get("User-Id"))
-        try:  # a client may send its answers to a burst of hook events as one batch
+        try:
+            forwarder = self.peers.arrived(frames[0].get(zmq.SRCFD), sender,
+                                           frames[0].get("User-Id") if self.keys else None)
+            # a client may send its answers to a burst of hook events as one batch
             msgs = wire.decode_all(body, batched=ANSWERS)
-        except wire.WireError as exc:
-            self.log.warning("%s: malformed message from %r: %s", self.name, sender, exc)
+        except (PermissionError, wire.WireError) as exc:
+            self.peer_log.warning(sender, "%s: refused a message from %r: %s", self.name,
+                                  sender, exc)
             self.reply(self.router, sender, 0, "error", error_fields(exc, worker=self.name))
             return
         for msg in msgs:
-            self._execute(self.state.handle(MessageIn(sender, msg)))
-
-    def who(self, client: bytes) -> str:
-        """A client as the logs name it: its key's name (with keys), else its identity."""
-        name = self._names.get(client)
-        return f"client {name}" if name else f"client {client.hex()[:12]}"
+            self._execute(self.state.handle(MessageIn(sender, msg, forwarder)))
 
     def on_disconnected(self, fd: int) -> None:
-        sender = self._peers.pop(fd, None)
+        sender = self.peers.gone(fd)
         if sender is not None:
             graphs = sum(1 for c in self.state.contexts.values() if c.client == sender)
             self._execute(self.state.handle(ClientGone(sender)))
@@ -230,10 +229,12 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
                 hooks += len(mine)
                 self._remove_hooks(st, sender, mine)
                 st.forget(sender)
+            self.captures.forget(sender)
             if graphs or hooks:
                 self.log.info("worker %s: %s went away; dropped its %d graph(s) and %d "
                               "hook(s)", self.id, self.who(sender), graphs, hooks)
-            self._names.pop(sender, None)
+            self.peers.forget(sender)
+            self.peer_log.forget(sender)
 
     def _execute(self, instructions: list) -> None:
         """Carry out what the state decided (jobs start at the end of the round)."""
@@ -249,7 +250,10 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
                 self.reply(self.router, ins.to, ins.req, "error", {
                     "kind": ins.kind, "message": ins.message, "worker": self.id})
             elif kind is Log:
-                getattr(self.log, ins.level)("%s", ins.text)
+                if ins.peer is not None and ins.level == "warning":
+                    self.peer_log.warning(ins.peer, "%s", ins.text)
+                else:
+                    getattr(self.log, ins.level)("%s", ins.text)
 
     def _start_jobs(self) -> None:
         while self._todo and self._running:
@@ -275,7 +279,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
                 self.reply(self.router, job.sender, msg.req, "error",
                            self.error_reply(exc, job), ctx=msg.ctx)
                 return
-            except Exception as exc:  # noqa: BLE001 - the caller hears it; we carry on
+            except Exception as exc:
                 self.log.debug("%s: %s failed", self.name, msg.type, exc_info=True)
                 self.reply(self.router, job.sender, msg.req, "error",
                            self.error_reply(exc, job), ctx=msg.ctx)
@@ -345,7 +349,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
             self.log.warning("worker %s: the coordinator says %s: %s; registering again",
                              self.id, msg["kind"], msg["message"])
             self.registered = False
-            self._register()
+            if msg["kind"] != "PermissionError":  # refused: try again at the next beat only
+                self._register()
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -391,14 +396,15 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
                 "limits": {"contexts": self.max_contexts, "hooks": self.max_hooks}}
 
     def _clients_of(self, st) -> dict[str, dict]:
-        """Per client of a stage (by identity, hex): graphs kept, hooks registered, and
-        whether it is the deployer."""
+        """Per client of a stage: graphs kept, hooks registered, and whether it is the
+        deployer. Clients are named by their key (with keys) or a number given here, never
+        by their connection's identity, which another client could use."""
         graphs = self.state.clients_of(st.model)
         out: dict[str, dict] = {}
-        for who in {*graphs, *(c for c, _ in st.hooks), st.owner}:
-            out[who.hex()] = {"contexts": graphs.get(who, 0),
-                              "hooks": sum(1 for c, _ in st.hooks if c == who),
-                              "owner": who == st.owner}
+        for who in sorted({*graphs, *(c for c, _ in st.hooks), st.owner}):
+            out[self.peers.label(who)] = {"contexts": graphs.get(who, 0),
+                                     "hooks": sum(1 for c, _ in st.hooks if c == who),
+                                     "owner": who == st.owner}
         return out
 
     # ---- helpers -------------------------------------------------------------------------------
@@ -529,6 +535,8 @@ def main(argv=None) -> int:
                         "their backward (default 4096); a forward past it is refused")
     p.add_argument("--max-hooks", type=int, default=4096, metavar="N",
                    help="hooks one client may register on one model here (default 4096)")
+    p.add_argument("--max-capture-mb", type=int, default=256, metavar="MIB",
+                   help="what one client's capture buffers may hold here (default 256)")
     p.add_argument("--threads", type=_positive_int, metavar="N",
                    help="threads this worker's arithmetic uses (BLAS, OpenMP), set before "
                         "numpy loads (default: the environment's OMP_NUM_THREADS, "
@@ -574,7 +582,8 @@ def main(argv=None) -> int:
                         allow_hook_modules=tuple(args.allow_hook_module),
                         allow_code=args.allow_code, keys=keys,
                         allow_model_modules=args.allow_model_module,
-                        max_contexts=args.max_contexts, max_hooks=args.max_hooks)
+                        max_contexts=args.max_contexts, max_hooks=args.max_hooks,
+                        max_capture_bytes=args.max_capture_mb << 20)
     except endpoint.EndpointInUse as exc:
         print(f"disthook worker: {exc.advice('--bind')}", file=sys.stderr)
         return 1

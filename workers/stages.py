@@ -5,13 +5,12 @@ pickled by value with their code, from a client that deploys to workers taking c
 """
 from __future__ import annotations
 
-import itertools
-
 import zmq
 
 from disthook.distributed import aliases, shipping
 from disthook.distributed.spec import build_module
 from disthook.nn.modules.module import Module
+from workers.peers import neighbour_identity
 from workers.speculation import HookRecord
 
 __all__ = ["Stage", "StageHandlers"]
@@ -129,10 +128,7 @@ class StageHandlers:
                       writable=bool(msg.get("writable")))
         for side in ("prev", "next"):
             if msg.get(side):
-                # a fresh identity per load: a ROUTER refuses a peer whose identity is still
-                # held by the connection it replaces
-                sock = self._dial(msg[side], f"{self.id}>{side}>{next(_load_ids)}".encode(),
-                                  linger=1000)
+                sock = self._dial(msg[side], neighbour_identity(self.id, side), linger=1000)
                 self.poller.register(sock, zmq.POLLIN)
                 stage.neighbours[side] = sock
         self.stages[stage.model] = stage
@@ -190,5 +186,3 @@ class StageHandlers:
         self.log.info("worker %s: %s unloaded", self.id, stage.name)
         return True
 
-
-_load_ids = itertools.count()

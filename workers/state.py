@@ -40,15 +40,21 @@ GONE_KEPT = 1024  # clients remembered as gone (a running job of theirs waits no
 AT_ONCE = frozenset({"status", "get_state", "list_hooks", "captured", "release"})
 # answers to a wait of a running request, recognised by (sender, request id)
 ANSWERS = frozenset({"hook_reply", "error"})
+# what a neighbour stage sends: a client's call carried on (its client named by reply_to),
+# and a training step's pipeline messages; from anyone but a worker they are refused
+FORWARDED = frozenset({"forward", "backward", "release", "pipe"})
 
 
 # ---- events (what happened) -----------------------------------------------------------------
 @dataclasses.dataclass(frozen=True, slots=True)
 class MessageIn:
-    """A decoded message on the worker's endpoint from ``sender`` (its routing identity)."""
+    """A decoded message on the worker's endpoint from ``sender`` (its routing identity).
+    ``forwarder``: the transport says the sender is a worker of the cluster (with keys, it
+    authenticated with the servers' key), which may carry a client's call (``reply_to``)."""
 
     sender: bytes
     msg: Any  # wire.Message
+    forwarder: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -101,6 +107,7 @@ class Reply:
 class Log:
     level: str  # "info" | "warning"
     text: str
+    peer: bytes | None = None  # about what this peer sent: rate-limited per peer
 
 
 # ---- records ----------------------------------------------------------------------------------
@@ -176,7 +183,8 @@ class WorkerState:
         self.mailbox_limit = mailbox_limit
         self.clock = clock
         self.models: set[str] = set()  # models with a stage here
-        self.contexts: dict[tuple[str, str], Context] = {}  # (model, ctx id) -> graph
+        # (model, client, ctx id) -> graph: each client's contexts are its own
+        self.contexts: dict[tuple[str, bytes, str], Context] = {}
         self.mailbox: dict[tuple, Any] = {}  # (model, step, kind, mb) -> pipe message
         self.finished_steps: collections.deque = collections.deque(maxlen=FINISHED_STEPS_KEPT)
         self.waits: dict[int, Wait] = {}
@@ -187,6 +195,7 @@ class WorkerState:
         # writes to a model's weights held until no other client's call of it is running:
         # a call never sees the weights change inside it
         self.held_writes: list[Job] = []
+        self.step_clients: dict[tuple, bytes] = {}  # (model, step) -> the client running it
         self._wait_ids = itertools.count(1)
 
     # ---- the one entry point ------------------------------------------------------------------
@@ -194,7 +203,7 @@ class WorkerState:
         """Apply one event; the instructions it calls for, in order."""
         kind = type(event)
         if kind is MessageIn:
-            return self._on_message(event.sender, event.msg)
+            return self._on_message(event.sender, event.msg, event.forwarder)
         if kind is JobDone:
             return self._on_job_done(event.job)
         if kind is ClientGone:
@@ -203,7 +212,7 @@ class WorkerState:
             return self._on_tick(event.now)
         raise TypeError(f"not a worker event: {event!r}")
 
-    def _on_message(self, sender: bytes, msg) -> list:
+    def _on_message(self, sender: bytes, msg, forwarder: bool = False) -> list:
         if msg.type in ANSWERS:
             wait = self._answered_by.get((sender, msg.req))
             if wait is not None:
@@ -214,10 +223,19 @@ class WorkerState:
             return [Reply(sender, msg.req, "LookupError",
                           f"worker {self.worker_id} has no hook event {msg.req} waiting for "
                           "an answer (it ended, or none was sent)")]
+        try:
+            client = self._client_of(sender, msg, forwarder)
+        except PermissionError as exc:
+            return [Reply(sender, msg.req, "PermissionError", str(exc)),
+                    Log("warning", f"worker {self.worker_id}: refused {msg.type} from "
+                                   f"{_short(sender)}: {exc}", sender)]
         if msg.type == "pipe":
             return self._on_pipe(msg)
-        client = _client_of(sender, msg)
         model = msg.get("model") if isinstance(msg.get("model"), str) else None
+        if msg.type == "train_step":  # whose step it is: only they may abort it
+            self.step_clients[(model, msg.get("step"))] = client
+            while len(self.step_clients) > FINISHED_STEPS_KEPT:
+                del self.step_clients[next(iter(self.step_clients))]
         job = Job(sender, msg, client, model)
         if msg.type in AT_ONCE or model is None:
             self.jobs.add(job)
@@ -233,6 +251,36 @@ class WorkerState:
             return []
         self.jobs.add(job)
         return [Run(job)]
+
+    def _client_of(self, sender: bytes, msg, forwarder: bool) -> bytes:
+        """Whose request this is: the sender's, from its connection. Only a worker carrying
+        a client's call on (a forward, a backward, a release) names another client, in
+        ``reply_to``; a client naming anyone but itself, or anyone else sending what only
+        workers send, is refused (``PermissionError``)."""
+        reply_to = msg.get("reply_to")
+        if not forwarder:
+            if msg.type == "pipe" and (msg.get("kind") != "abort" or self.step_clients.get(
+                    (msg.get("model"), msg.get("step")), sender) != sender):
+                raise PermissionError("pipeline messages come only from the neighbour stages "
+                                      "of a training step; a client may only abort its own")
+            if isinstance(reply_to, str) and reply_to != sender.hex():
+                raise PermissionError(
+                    f"{msg.type}: reply_to names another connection than the one it came on; "
+                    "a client acts only as itself (leave reply_to as its own identity)")
+            return sender
+        if msg.type not in FORWARDED:
+            raise PermissionError(f"a neighbour stage does not send {msg.type!r}; only "
+                                  f"{', '.join(sorted(FORWARDED))}")
+        if not isinstance(reply_to, str):
+            return sender
+        try:
+            client = bytes.fromhex(reply_to)
+        except ValueError:
+            raise PermissionError(f"{msg.type}: reply_to {reply_to[:40]!r} is not a "
+                                  "connection's identity") from None
+        if client in self.gone:  # checked against the call: its client is still here
+            raise PermissionError(f"{msg.type}: the client it is carried for went away")
+        return client
 
     def _others_running(self, job: Job) -> bool:
         return any(j.model == job.model and j.client != job.client for j in self.jobs)
@@ -306,7 +354,7 @@ class WorkerState:
                                       f"{_short(wait.job.client)}) ends with that error"))
         for key in [k for k, c in self.contexts.items() if now - c.created > self.context_ttl]:
             del self.contexts[key]
-            out.append(Log("warning", f"worker {self.worker_id}: context {key[1]} of model "
+            out.append(Log("warning", f"worker {self.worker_id}: context {key[2]} of model "
                                       f"{key[0]} expired after {self.context_ttl:g} s "
                                       "without backward"))
         return out
@@ -381,29 +429,31 @@ class WorkerState:
 
     # ---- contexts -------------------------------------------------------------------------------
     def keep_context(self, model: str, ctx_id: str, context: Context) -> None:
-        self.contexts[(model, ctx_id)] = context
+        self.contexts[(model, context.client, ctx_id)] = context
 
     def contexts_of(self, model: str, client: bytes) -> int:
         """How many forward graphs ``client`` keeps on ``model`` here."""
-        return sum(1 for (m, _), c in self.contexts.items() if m == model and c.client == client)
+        return sum(1 for (m, who, _) in self.contexts if m == model and who == client)
 
     def clients_of(self, model: str) -> dict[bytes, int]:
         """Each client with graphs kept on ``model`` here, and how many."""
         out: dict[bytes, int] = {}
-        for (m, _), c in self.contexts.items():
+        for (m, who, _) in self.contexts:
             if m == model:
-                out[c.client] = out.get(c.client, 0) + 1
+                out[who] = out.get(who, 0) + 1
         return out
 
-    def context(self, model: str, ctx_id: str) -> Context | None:
-        return self.contexts.get((model, ctx_id))
+    def context(self, model: str, client: bytes, ctx_id: str) -> Context | None:
+        """``client``'s graph of context ``ctx_id`` (each client names its own contexts:
+        another's of the same id is not found)."""
+        return self.contexts.get((model, client, ctx_id))
 
-    def end_context(self, model: str, ctx_id: str) -> None:
-        self.contexts.pop((model, ctx_id), None)
+    def end_context(self, model: str, client: bytes, ctx_id: str) -> None:
+        self.contexts.pop((model, client, ctx_id), None)
 
-    def release(self, model: str, ctx_ids) -> int:
-        """Forget the graphs of these contexts (the client dropped their outputs)."""
-        return sum(self.contexts.pop((model, c), None) is not None for c in ctx_ids)
+    def release(self, model: str, client: bytes, ctx_ids) -> int:
+        """Forget ``client``'s graphs of these contexts (it dropped their outputs)."""
+        return sum(self.contexts.pop((model, client, c), None) is not None for c in ctx_ids)
 
     def unload(self, model: str) -> None:
         self.models.discard(model)
@@ -459,18 +509,6 @@ def _writes(msg) -> bool:
         return True
     optimizer = msg.get("optimizer") if msg.type == "step" else None
     return optimizer is not None and optimizer.get("action") in ("step", "load")
-
-
-def _client_of(sender: bytes, msg) -> bytes:
-    """Whose request this is: the client named in ``reply_to`` (a forward or backward passed
-    on by a neighbour stage names it), else the sender."""
-    reply_to = msg.get("reply_to")
-    if isinstance(reply_to, str):
-        try:
-            return bytes.fromhex(reply_to)
-        except ValueError:
-            pass
-    return sender
 
 
 def _short(identity: bytes) -> str:

@@ -272,8 +272,20 @@ class Cluster:
         the same and more; ``clear=True`` empties them too (in a loop, do: they grow until
         emptied). With ``details`` each item is a dict: value, path, kind (of hook) and
         micro_batch (its index when the model runs micro-batches, else None)."""
-        items = [item for items in self._ask_workers("captured", {"name": name, "clear": clear})
-                 .values() for item in items]
+        self._check_open()
+        # each client's buffers are its own on a worker, by the connection its hooks came
+        # on: asked over each model's own connections (one per worker and client identity)
+        items, asked = [], set()
+        for remote in self._deployments:
+            hub = getattr(remote, "_hub", None)
+            if hub is None or getattr(remote, "_closed", False) or not hub.socks:
+                continue
+            todo = [a for a in dict.fromkeys(remote._addresses) if (hub.identity, a) not in asked]
+            asked.update((hub.identity, a) for a in todo)
+            if todo:
+                replies = hub.request_all([(a, {"name": name, "clear": clear}) for a in todo],
+                                          "captured", what=f"captured({name!r})")
+                items += [item for reply in replies for item in reply["result"]]
         return captured_items(items, details)
 
     def hook_counts(self) -> dict[str, dict[str, int]]:

@@ -133,47 +133,90 @@ def by_path(target: str, **kwargs) -> WorkerHook:
 _sequence = itertools.count()
 
 
-class Captures:
-    """A worker's capture buffers: name -> [(order key, path, kind, micro-batch, tensor)].
-    ``micro_batch`` is set by the worker while it runs a micro-batch (None otherwise).
-    ``fired`` counts the hook calls on this worker by hook name ("client" for client hooks)."""
+MAX_CAPTURE_BYTES = 256 << 20  # what one client's capture buffers may hold on one worker
 
-    def __init__(self):
-        self.buffers: dict[str, list] = {}
+
+class Captures:
+    """A worker's capture buffers, each client's its own: (client, name) -> [(order key,
+    path, kind, micro-batch, tensor)]. A client reads and empties only its own buffers, and
+    what they hold is counted against ``max_bytes`` per client: past it a capture is refused
+    (the hook raises, saying to fetch the buffers). ``micro_batch`` is set by the worker
+    while it runs a micro-batch (None otherwise). ``fired`` counts the hook calls on this
+    worker by hook name ("client" for client hooks)."""
+
+    def __init__(self, max_bytes: int = MAX_CAPTURE_BYTES):
+        self.buffers: dict[tuple[bytes, str], list] = {}
+        self.held: collections.Counter = collections.Counter()  # client -> bytes held
+        self.max_bytes = max_bytes
         self.micro_batch: int | None = None
         self.fired: collections.Counter = collections.Counter()
         self.current = lambda: None  # the worker's request that runs now (set by the worker)
         # id of a request whose pass may run again -> [(buffer, item)] it added meanwhile
         self.added: dict[int, list] = {}
 
-    def add(self, name: str, path: str, kind: str, value) -> None:
+    def add(self, client: bytes, name: str, path: str, kind: str, value) -> None:
+        size = _nbytes(value)
+        if self.held[client] + size > self.max_bytes:
+            raise RuntimeError(
+                f"capture {name!r} on {path!r}: this client's capture buffers on this worker "
+                f"hold {_size(self.held[client])}, and {_size(size)} more would pass the cap "
+                f"of {_size(self.max_bytes)} (--max-capture-mb): fetch them with "
+                "captured(name), which empties them, or remove the hook")
         item = ((time.time_ns(), next(_sequence)), path, kind, self.micro_batch, value)
-        self.buffers.setdefault(name, []).append(item)
+        self.buffers.setdefault((client, name), []).append(item)
+        self.held[client] += size
         job = self.current()
         if job is not None and getattr(job, "spec", None) is not None:
-            self.added.setdefault(id(job), []).append((name, item))
+            self.added.setdefault(id(job), []).append(((client, name), item))
 
     def forget_since(self, job) -> None:
         """Take out what ``job``'s pass added since it (last) began: it runs again (other
         requests' records stay)."""
-        for name, item in self.added.pop(id(job), ()):
-            items = self.buffers.get(name, [])
+        for key, item in self.added.pop(id(job), ()):
+            items = self.buffers.get(key, [])
             for i in range(len(items) - 1, -1, -1):
                 if items[i] is item:
                     del items[i]
+                    self._freed(key[0], [item])
                     break
             if not items:
-                self.buffers.pop(name, None)
+                self.buffers.pop(key, None)
 
-    def take(self, name: str, clear: bool = True) -> list:
-        items = self.buffers.get(name, [])
+    def take(self, client: bytes, name: str, clear: bool = True) -> list:
+        """``client``'s buffer ``name`` (emptied unless ``clear`` is False)."""
+        items = self.buffers.get((client, name), [])
         if clear:
-            self.buffers.pop(name, None)
+            self.buffers.pop((client, name), None)
+            self._freed(client, items)
         return items
 
+    def forget(self, client: bytes) -> None:
+        """Drop every buffer of ``client`` (its connection closed)."""
+        for key in [k for k in self.buffers if k[0] == client]:
+            del self.buffers[key]
+        self.held.pop(client, None)
 
-def build(spec: dict, kind: str, path: str, captures: Captures, allowed: tuple[str, ...]):
-    """The callable a worker registers for the worker hook ``spec`` as a ``kind`` hook."""
+    def _freed(self, client: bytes, items) -> None:
+        self.held[client] -= sum(_nbytes(item[4]) for item in items)
+        if self.held[client] <= 0:
+            del self.held[client]
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.1f} MiB" if nbytes >= 2**20 else f"{nbytes} bytes"
+
+
+def _nbytes(value) -> int:
+    """The bytes the tensors in ``value`` hold."""
+    from disthook.distributed.values import tensors_in
+
+    return sum(t.numel() * t.element_size() for t in tensors_in(value))
+
+
+def build(spec: dict, kind: str, path: str, captures: Captures, allowed: tuple[str, ...],
+          client: bytes = b""):
+    """The callable a worker registers for the worker hook ``spec`` as a ``kind`` hook of
+    ``client`` (whose capture buffers it fills)."""
     import disthook
     from disthook.distributed.values import tensors_in
 
@@ -201,13 +244,13 @@ def build(spec: dict, kind: str, path: str, captures: Captures, allowed: tuple[s
         buffer = opts["buffer"]
 
         def hook(*args):
-            captures.add(buffer, path, kind, _detached_copy(seen(args)))
+            captures.add(client, buffer, path, kind, _detached_copy(seen(args)))
     elif name == "record_norm":
         buffer = opts["buffer"]
 
         def hook(*args):
             squares = sum(float((t.detach().double() ** 2).sum()) for t in tensors_in(seen(args)))
-            captures.add(buffer, path, kind, disthook.tensor(math.sqrt(squares),
+            captures.add(client, buffer, path, kind, disthook.tensor(math.sqrt(squares),
                                                              dtype=disthook.float64))
     elif name in ("clamp_grad", "scale_grad", "clip_grad_norm"):
         if kind not in GRADIENT_KINDS:

@@ -185,6 +185,33 @@ def key_name(keys: Keys, user_id: str) -> str:
     return f"key {user_id[:8]}..."
 
 
+class Bindings:
+    """With keys: which key each connection identity authenticated with first. A ROUTER
+    takes a peer's identity from the peer; an identity seen under one key and later offered
+    under another (a client taking over another's identity once it went away) is refused,
+    so an identity always stands for one key. Bounded: the oldest are forgotten first."""
+
+    def __init__(self, limit: int = 65536):
+        self.limit = limit
+        self._keys: dict[bytes, str] = {}
+
+    def check(self, identity: bytes, user_id: str | None) -> bool:
+        """Whether ``identity`` may speak with key ``user_id`` (bound on first sight)."""
+        held = self._keys.get(identity)
+        if held is None:
+            self._keys[identity] = user_id or ""
+            while len(self._keys) > self.limit:
+                del self._keys[next(iter(self._keys))]
+            return True
+        return held == (user_id or "")
+
+
+def is_server_key(keys: Keys | None, user_id: str | None) -> bool:
+    """Whether a connection authenticated with the servers' key (a coordinator or worker
+    of the cluster; with keys only)."""
+    return keys is not None and bool(user_id) and user_id == keys.server_public.decode()
+
+
 def is_loopback(address: str) -> bool:
     """True for endpoints only this machine can reach: ipc, tcp on 127.x/::1/localhost."""
     return parse(address).loopback

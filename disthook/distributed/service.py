@@ -30,7 +30,7 @@ from disthook.distributed.security import (
     warn_if_exposed,
 )
 
-__all__ = ["LOG_LEVELS", "Service", "bind_endpoint"]
+__all__ = ["LOG_LEVELS", "PeerLog", "Service", "bind_endpoint"]
 
 
 def bind_endpoint(sock: zmq.Socket, address: str) -> str:
@@ -87,6 +87,7 @@ class Service:
         warn_if_exposed(self.address, keys, self.log, self.name)
         self.parent_pid = parent_pid
         self.poller.register(self.router, zmq.POLLIN)
+        self.peer_log = PeerLog(self.log)
         self._running = False
 
     # ---- the loop ---------------------------------------------------------------------------
@@ -160,7 +161,8 @@ class Service:
         except Exception as exc:  # noqa: BLE001 - a bad message never stops the loop
             if not isinstance(exc, wire.WireError):  # the codec's own slip: say which
                 exc = wire.WireError(f"malformed message: {type(exc).__name__}: {exc}")
-            self.log.warning("%s: malformed message from %r: %s", self.name, sender, exc)
+            self.peer_log.warning(sender, "%s: malformed message from %r: %s", self.name,
+                                  sender, exc)
             self.reply(sock, sender, 0, "error", error_fields(exc, worker=self.name))
             return
         handler = getattr(self, f"on_{msg.type}", None)
@@ -201,6 +203,44 @@ def recv_now(sock: zmq.Socket):
         return sock.recv_multipart(zmq.NOBLOCK, copy=False)
     except zmq.Again:
         return None
+
+
+class PeerLog:
+    """Warnings about what peers sent, at most ``burst`` lines per peer every ``window_s``
+    seconds; past that, one line says how many more were left out (a peer sending thousands
+    of malformed messages must not fill the log)."""
+
+    def __init__(self, log: logging.Logger, burst: int = 10, window_s: float = 60.0,
+                 clock=time.monotonic, peers_kept: int = 4096):
+        self.log, self.burst, self.window_s, self.clock = log, burst, window_s, clock
+        self.peers_kept = peers_kept
+        self._seen: dict[bytes, list] = {}  # peer -> [window start, lines, left out]
+
+    def warning(self, peer: bytes, fmt: str, *args) -> bool:
+        """Log the warning unless ``peer`` had its share; whether it was logged."""
+        now = self.clock()
+        seen = self._seen.get(peer)
+        if seen is None or now - seen[0] >= self.window_s:
+            if seen is not None and seen[2]:
+                self.log.warning("(%d more such warnings about peer %r left out)", seen[2],
+                                 peer)
+            seen = self._seen[peer] = [now, 0, 0]
+            while len(self._seen) > self.peers_kept:
+                del self._seen[next(iter(self._seen))]
+        if seen[1] >= self.burst:
+            seen[2] += 1
+            return False
+        seen[1] += 1
+        if seen[1] == self.burst:
+            fmt += " (further warnings about this peer are left out for %gs)"
+            args = (*args, self.window_s)
+        self.log.warning(fmt, *args)
+        return True
+
+    def forget(self, peer: bytes) -> None:
+        seen = self._seen.pop(peer, None)
+        if seen is not None and seen[2]:
+            self.log.warning("(%d more such warnings about peer %r left out)", seen[2], peer)
 
 
 NO_REPLY = object()  # a handler's return value meaning "the reply is sent later, or never"

@@ -96,14 +96,21 @@ def test_services_survive_a_storm_of_bad_messages_and_still_train_right():
                                        atol=1e-7)
         # pipeline messages for a model the worker holds, that no step will ever ask for,
         # are kept up to a bound
+        from clusters import wait_until
+
         from disthook.distributed.rpc import Peer
         from workers.state import MAILBOX_LIMIT
 
         first = cluster.workers()[0].address
-        with Peer(first) as peer:
-            for i in range(MAILBOX_LIMIT + 500):
-                peer._sock.send_multipart(wire.encode("pipe", {
-                    "model": deployment_of(remote)._model_id, "step": f"s{i}", "kind": "act", "mb": 0,
-                    "data": None}))
-            assert peer.request("status", timeout=60)["result"]["mailbox"] == MAILBOX_LIMIT
+        # from a client they are refused (issue 32); from a (faulty) neighbour stage, bounded
+        with Peer(first) as client, Peer(first, identity=b"w9>prev>1") as neighbour:
+            for peer, count in ((client, 100), (neighbour, MAILBOX_LIMIT + 500)):
+                for i in range(count):
+                    peer._sock.send_multipart(wire.encode("pipe", {
+                        "model": deployment_of(remote)._model_id, "step": f"s{i}", "kind": "act", "mb": 0,
+                        "data": None}))
+                expected = 0 if peer is client else MAILBOX_LIMIT
+                # (asked on the client's connection: the neighbour's may still be read)
+                wait_until(lambda e=expected: client.request(
+                    "status", timeout=60)["result"]["mailbox"] == e, 60)
         remote.close()

@@ -1,0 +1,78 @@
+"""Who is on the other end of each of a worker's connections: taken from the transport,
+never from what a message says.
+
+A peer is known by its connection's routing identity. With keys, the key it authenticated
+with in the handshake (ZeroMQ's ``User-Id``) tells a worker of the cluster (the servers'
+key) from a client (any other authorized key), and an identity stays with the key it came
+with first. Without keys nothing is authenticated: a neighbour stage is told by the identity
+it dials with (``neighbour_identity``), and anyone who can reach the port is trusted as much
+as a worker (docs/security.md).
+"""
+from __future__ import annotations
+
+import itertools
+import re
+
+from disthook.distributed.security import Bindings, Keys, is_server_key, key_name
+
+__all__ = ["Peers", "neighbour_identity"]
+
+_NEIGHBOUR = re.compile(rb".+>(prev|next)>[0-9]+")
+_dials = itertools.count()
+
+
+def neighbour_identity(worker_id: str, side: str) -> bytes:
+    """The identity a worker dials a neighbour stage with: fresh per connection, since a
+    ROUTER refuses a peer whose identity is still held by the connection it replaces."""
+    return f"{worker_id}>{side}>{next(_dials)}".encode()
+
+
+class Peers:
+    """The peers of one worker's endpoint: by connection, their key's name (with keys),
+    whether they are workers of the cluster, and how status names them."""
+
+    def __init__(self, keys: Keys | None):
+        self.keys = keys
+        self.by_fd: dict[int, bytes] = {}  # connection's file descriptor -> peer identity
+        self.names: dict[bytes, str] = {}  # with keys: peer identity -> its key's name
+        self._bindings = Bindings()  # with keys: each identity stays with its first key
+        self._labels: dict[bytes, str] = {}  # how status names a client
+        self._label_ids = itertools.count(1)
+
+    def arrived(self, fd: int, identity: bytes, user_id: str | None) -> bool:
+        """A message came from ``identity`` on connection ``fd``: whether the peer is a
+        worker of the cluster (it may carry a client's call). ``PermissionError`` when the
+        identity belongs to another key."""
+        self.by_fd[fd] = identity
+        if self.keys is None:
+            return _NEIGHBOUR.fullmatch(identity) is not None
+        if not self._bindings.check(identity, user_id):
+            raise PermissionError("this connection's identity came with another key before; "
+                                  "connect with a fresh identity")
+        if identity not in self.names:
+            self.names[identity] = key_name(self.keys, user_id)
+        return is_server_key(self.keys, user_id)
+
+    def gone(self, fd: int) -> bytes | None:
+        """The connection ``fd`` closed: the identity it had (None if it sent nothing)."""
+        return self.by_fd.pop(fd, None)
+
+    def forget(self, identity: bytes) -> None:
+        self.names.pop(identity, None)
+        self._labels.pop(identity, None)
+
+    def who(self, identity: bytes) -> str:
+        """A client as the logs name it: its key's name (with keys), else its identity."""
+        name = self.names.get(identity)
+        return f"client {name}" if name else f"client {identity.hex()[:12]}"
+
+    def label(self, identity: bytes) -> str:
+        """A client as status names it: ``client <n>`` (numbered here in order of first
+        sight) and its key's name, never its identity, which another client could use."""
+        label = self._labels.get(identity)
+        if label is None:
+            label = f"client {next(self._label_ids)}"
+            name = self.names.get(identity)
+            label = f"{label} ({name})" if name else label
+            self._labels[identity] = label
+        return label
