@@ -13,6 +13,7 @@ of (b) a one-stage and a two-stage forward and the raw transfer; of (c) both ste
 from __future__ import annotations
 
 import contextlib
+import copy
 import statistics
 import subprocess
 import sys
@@ -154,7 +155,7 @@ def run(quick: bool = False) -> list[dict]:
             nn.functional.cross_entropy(net(xs), ys).backward()
             local_opt.step()
 
-        remote = cluster.deploy(net, stages=2)
+        remote = cluster.deploy(copy.deepcopy(net), stages=2)  # net stays the baseline
         remote_opt = DistributedOptimizer(torch.optim.SGD, remote.parameters(), lr=0.01)
 
         def remote_step():

@@ -22,6 +22,7 @@ suite says so and measures nothing.
 """
 from __future__ import annotations
 
+import copy
 import os
 import statistics
 
@@ -117,7 +118,7 @@ def _disthook_steps(cluster, spec: Mlp) -> tuple[dict, list]:
 
     def make(schedule: str | None):
         options = {} if schedule is None else {"chunks": MICRO, "schedule": schedule}
-        remote = cluster.deploy(net, stages=spec.stages, split_points=spec.split_points(),
+        remote = cluster.deploy(copy.deepcopy(net), stages=spec.stages, split_points=spec.split_points(),
                                 **options)
         deployed.append(remote)
         opt = DistributedOptimizer(torch.optim.SGD, remote.parameters(), lr=LR)

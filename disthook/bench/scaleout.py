@@ -21,6 +21,7 @@ a worker's busy time counts the time it waited for a core in the middle of its c
 """
 from __future__ import annotations
 
+import copy
 import importlib.util
 import os
 import statistics
@@ -125,7 +126,7 @@ def _run_at(p: int, net, x, y, ones: list, options: dict) -> dict:
     medians = [[] for _ in range(len(ones) + 1)]  # the median of each round, per contender
     theirs, busy = [], []
     with local_cluster(workers=p) as cluster:
-        remote = cluster.deploy(net, stages=p, split_points=cut.split_points() or None,
+        remote = cluster.deploy(copy.deepcopy(net), stages=p, split_points=cut.split_points() or None,
                                 chunks=m, schedule="1f1b")
         ropt = DistributedOptimizer(torch.optim.SGD, remote.parameters(), lr=LR)
 

@@ -14,6 +14,7 @@ process decodes per step, against the model of them:
 """
 from __future__ import annotations
 
+import copy
 import os
 import statistics
 import time
@@ -52,7 +53,7 @@ def run(quick: bool = False) -> list[dict]:
     rows = []
     for n in WORKERS:
         with local_cluster(workers=n) as cluster:
-            remote = cluster.deploy(net, stages=n, chunks=MICRO, schedule="1f1b")
+            remote = cluster.deploy(copy.deepcopy(net), stages=n, chunks=MICRO, schedule="1f1b")
             opt = DistributedOptimizer(torch.optim.SGD, remote.parameters(), lr=0.01)
 
             def step():

@@ -19,6 +19,7 @@ rounds' ratios; lower is better.
 """
 from __future__ import annotations
 
+import copy
 import statistics
 
 from disthook import hooks
@@ -62,8 +63,8 @@ def _run_with_cache(cluster, net, x, paths: list[str], repeats: int) -> list[dic
 
     rows = []
     with torch.no_grad():
-        remote = cluster.deploy(net, stages=2)
-        hooked = cluster.deploy(net, stages=2)  # the same model, with client hooks on it
+        remote = cluster.deploy(copy.deepcopy(net), stages=2)
+        hooked = cluster.deploy(copy.deepcopy(net), stages=2)  # the same model, with client hooks on it
         cache: dict = {}
         for path in paths:
             hooked.get_submodule(path).register_forward_hook(
@@ -113,8 +114,8 @@ def _many_hooks(cluster, net, x, paths: list[str], repeats: int) -> list[dict]:
     else:
         local, lx = _model(), x.detach().requires_grad_(True)
     x = x.detach().requires_grad_(True)  # a backward hook on the first module sees its grad
-    ahead = cluster.deploy(net, stages=2)
-    waiting = cluster.deploy(net, stages=2, hooks_ahead=False)  # every firing waits
+    ahead = cluster.deploy(copy.deepcopy(net), stages=2)
+    waiting = cluster.deploy(copy.deepcopy(net), stages=2, hooks_ahead=False)  # every firing waits
     rows = []
     try:
         for case, register, step in (

@@ -190,7 +190,7 @@ def _children_stages(module: Module, stages: int, split_points, balance: str,
     bounds = [0, *cuts, len(children)]
     stage_modules = [Sequential(OrderedDict(children[a:b])) for a, b in zip(bounds, bounds[1:])]
     for m in stage_modules:
-        m.train(module.training)
+        m.training = module.training  # (its children keep their own modes)
     try:
         placement.check_ties(stage_modules)
     except ValueError:

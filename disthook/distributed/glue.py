@@ -4,15 +4,14 @@ written, once per call, from the first call on; each placed part runs on its wor
 that code calls it, and functional code between them (``F.relu``, ``torch.flatten``, a
 residual ``x + h``) runs here. Nothing is run to find out what a model does.
 
-The client holds the model's tree with each placed part replaced by its proxy
-(``RemoteModule``, an instance of the part's own class): calling the proxy sends the
+The client holds the model's own tree (``placed``): calling a placed part sends the
 arguments (tensors and plain values, positional and keyword) to the worker holding that
 part, which runs it alone and answers with its output (a tensor, or tuples, lists and dicts
 of them), whose ``grad_fn`` (a ``RemoteBackward0``) sends the gradients back to that worker.
-A module whose parts are on several workers ("split") is a copy of it here whose children
-are those proxies, copies and modules: its forward runs here, its own parameters stay here,
-and its hooks fire here, as in one process. Modules kept on the client whole (stateless
-ones between placed parts, or those a placement leaves out) are the model's own.
+A module whose parts are on several workers ("split") is the program's own module here: its
+forward runs here, its own parameters stay here, and its hooks fire here, as in one
+process; so do modules kept on the client whole (stateless ones between placed parts, or
+those a placement leaves out).
 """
 from __future__ import annotations
 
@@ -42,8 +41,8 @@ __all__ = ["call_placed", "carry_hooks", "route_node_hooks", "run_root_forward",
 
 
 def run_root_forward(model: RemoteModel, args: tuple, kwargs: dict):
-    """The root module's forward, run here on the model (whose children are the client's
-    tree; ``check_runs_here`` passed for the root when this path was chosen)."""
+    """The root module's forward, run here on the model itself (its placed parts each on
+    their worker)."""
     return type(model._local).forward(model._local, *args, **kwargs)
 
 

@@ -279,7 +279,7 @@ class RemoteParameter(RemoteStorage, Parameter):
 
     @_grad.setter
     def _grad(self, value) -> None:
-        RemoteParameter._grad_op([self], "set",
+        remote_grads.grad_op([self], "set",
                                  grads=[None if value is None else value.detach()._data])
 
     @property
@@ -334,136 +334,6 @@ class RemoteParameter(RemoteStorage, Parameter):
             return f"RemoteParameter({self._path}, shape={tuple(self.shape)}, unreachable)"
         return f"Parameter containing:\n{value.requires_grad_(self.requires_grad)!r}"
 
-    # ---- gradients of many parameters at once, where they live (nn.utils.clip_grad) ------------
-    @staticmethod
-    def _grad_op(params: list, op: str, value: float | None = None, grads=None) -> list:
-        """Run ``grad_op`` on the workers holding ``params`` (RemoteParameters of one or
-        more models): per model one request per worker, sent together; the results in the
-        order of ``params``."""
-        results: list = [None] * len(params)
-        models: dict[int, tuple] = {}  # id(model) -> (model, {address: [indices]})
-        for i, p in enumerate(params):
-            model, owners = models.setdefault(id(p._model), (p._model, {}))
-            owners.setdefault(model._owner(p._path), []).append(i)
-        for model, owners in models.values():
-            calls = []
-            for address, indices in owners.items():
-                fields = {"names": [params[i]._path for i in indices], "op": op,
-                          "value": value}
-                if grads is not None:
-                    fields["grads"] = [grads[i] for i in indices]
-                calls.append((address, fields))
-            replies = model._hub.request_all(calls, "grad_op", what=f"{op} of gradients")
-            for indices, reply in zip(owners.values(), replies):
-                for i, result in zip(indices, reply["result"] or [None] * len(indices)):
-                    results[i] = result
-        return results
-
-    @staticmethod
-    def _zero_grads(params: list, set_to_none: bool = True, optimizer=None) -> None:
-        """``optimizer.zero_grad()`` of these parameters, on their workers: with the next
-        forward where a step of ``optimizer`` made its shares (each share zeroes its own
-        parameters), else at once."""
-        now = params
-        share_id = None if optimizer is None else optimizer.__dict__.get("_remote_share_id")
-        if share_id is not None:
-            later = set()
-            for model, calls in RemoteParameter._share_calls(optimizer, "zero_grad"):
-                if share_id in model._hub.made_shares:
-                    later.add(id(model))
-                    for call in calls.values():
-                        call["set_to_none"] = set_to_none
-                    model._hub.defer(calls)
-            now = [p for p in params if id(p._model) not in later]
-        if not now:
-            return
-        if set_to_none:
-            RemoteParameter._grad_op(now, "set", grads=[None] * len(now))
-        else:
-            RemoteParameter._grad_op(now, "scale", 0.0)
-
-    @staticmethod
-    def _optimizer_share(optimizer, action: str, state: dict | None = None):
-        """What a local optimizer (any ``disthook.optim.Optimizer``, param groups and all)
-        does to its remote parameters: each worker keeps a share of it, made with the same
-        class and defaults over the parameters it holds, and gets the groups' current
-        hyperparameters with every call. ``action``: "step" (the first over a deployment
-        makes the shares, the later ones ride with its next forward); "state" (each
-        parameter's state: {parameter: {key: value}}); "load" (``state``, the same shape,
-        into the shares)."""
-        out = {}
-        for model, calls in RemoteParameter._share_calls(optimizer, action):
-            share_id = next(iter(calls.values()))["id"]
-            if action == "step" and share_id in model._hub.made_shares:
-                model._hub.defer(calls)
-                continue
-            if action == "load":
-                for call in calls.values():
-                    call["state"] = {"param_groups": [], "state": {
-                        p._path: {k: _array_of(v) for k, v in value.items()}
-                        for p, value in (state or {}).items()
-                        if p._model is model and p._path in call["params"]}}
-            replies = model._hub.request_all([(address, {"optimizer": call})
-                                              for address, call in calls.items()],
-                                             "step", what=f"optimizer {action}")
-            if action in ("step", "load"):  # the shares exist now
-                model._hub.made_shares.add(share_id)
-            if action == "state":
-                for reply in replies:
-                    for path, value in reply["result"]["state"].items():
-                        out[RemoteParameter(model, path)] = {
-                            k: Tensor._make(np.array(v), None, 0) if isinstance(v, np.ndarray)
-                            else v for k, v in value.items()}
-        return out
-
-    @staticmethod
-    def _share_calls(optimizer, action: str) -> list[tuple]:
-        """(model, {address: optimizer_call}) of ``action`` on the shares of ``optimizer``,
-        per model of its remote parameters."""
-        share_id = optimizer.__dict__.get("_remote_share_id")
-        if share_id is None:
-            share_id = optimizer._remote_share_id = next(_optimizer_share_ids)
-        kind = type(optimizer)
-        from disthook import optim
-
-        name = kind.__name__ if getattr(optim, kind.__name__, None) is kind else \
-            f"{kind.__module__}:{kind.__qualname__}"
-        kwargs = {k: _hyperparameter(k, v) for k, v in optimizer.defaults.items()}
-        models: dict[int, tuple] = {}  # id(model) -> (model, {address: (names, groups)})
-        for index, group in enumerate(optimizer.param_groups):
-            hyper = {k: _hyperparameter(k, v) for k, v in group.items()
-                     if k not in ("params", "param_names")}
-            for p in group["params"]:
-                if not isinstance(p, RemoteParameter):
-                    continue
-                model, shares = models.setdefault(id(p._model), (p._model, {}))
-                names, groups = shares.setdefault(model._owner(p._path), ([], []))
-                if not groups or groups[-1]["index"] != index:
-                    groups.append({"index": index, "params": [], "hyper": hyper})
-                names.append(p._path)
-                groups[-1]["params"].append(p._path)
-        return [(model, {address: {"id": share_id, "class": name, "kwargs": kwargs,
-                                   "params": names, "groups": groups, "action": action}
-                         for address, (names, groups) in shares.items()})
-                for model, shares in models.values()]
-
-    @staticmethod
-    def _grad_norms(params: list, norm_type: float) -> list:
-        """Each parameter's gradient norm (a 0-d tensor of its dtype; None: no gradient)."""
-        norms = RemoteParameter._grad_op(params, "norm", float(norm_type))
-        return [None if n is None else Tensor._make(np.array(n, p._twin._data.dtype), None, 0)
-                for p, n in zip(params, norms)]
-
-    @staticmethod
-    def _scale_grads(params: list, factor: Tensor) -> None:
-        RemoteParameter._grad_op(params, "scale", float(factor.item()))
-
-    @staticmethod
-    def _clamp_grads(params: list, clip_value: float) -> None:
-        RemoteParameter._grad_op(params, "clamp", float(clip_value))
-
-
-
 class RemoteAccumulateGrad(AccumulateGrad):
     """The sink of a remote parameter in a graph made here: the gradient is added into the
     parameter's ``.grad`` on its worker."""
@@ -472,7 +342,7 @@ class RemoteAccumulateGrad(AccumulateGrad):
 
     def accumulate(self, grad, fresh: bool = False) -> None:
         if grad is not None:
-            RemoteParameter._grad_op([self.variable], "add", grads=[grad.detach()._data])
+            remote_grads.grad_op([self.variable], "add", grads=[grad.detach()._data])
 
 
 class RemoteBuffer(RemoteStorage, Tensor):
@@ -564,31 +434,11 @@ def release(t: RemoteStorage, value: np.ndarray) -> Tensor:
     return t
 
 
-_optimizer_share_ids = itertools.count(1 << 20)  # apart from DistributedOptimizer's ids
-
-
-def _hyperparameter(name: str, value):
-    """A hyperparameter as it travels: numbers, bools, strings, None, and lists of them."""
-    if value is None or type(value) in (bool, int, float, str):
-        return value
-    if isinstance(value, (tuple, list)) and all(
-            v is None or type(v) in (bool, int, float, str) for v in value):
-        return list(value)
-    if isinstance(value, Tensor) and value.numel() == 1:
-        return value.item()
-    raise TypeError(f"the optimizer's {name!r} is a {type(value).__name__}; the workers that "
-                    "step a deployed model's parameters take numbers, bools, strings and "
-                    "lists of them")
-
-
-def _array_of(value):
-    return value.detach()._data if isinstance(value, Tensor) else value
-
-
 # ---- the Tensor methods, over the worker's parameter ----------------------------------------
 # in-place methods run on the worker; every other method works on one fetched copy (a method
 # that reads the value many times fetches it once)
-_OWN = {*RemoteStorage.__dict__, *RemoteParameter.__dict__, *RemoteBuffer.__dict__, "register_hook", "backward", "retain_grad", "type",
+_OWN = {*RemoteStorage.__dict__, *RemoteParameter.__dict__, *RemoteBuffer.__dict__,
+        "register_hook", "backward", "retain_grad", "type",
         "get_device", "data_ptr", "is_complex", "new_zeros", "new_ones", "new_full",
         "new_empty", "new_tensor"}  # these need no value (or are the parameter's own)
 
@@ -635,3 +485,14 @@ _READING_DUNDERS = {
 for _name, _method in _tensor_methods().items():
     setattr(RemoteStorage, _name, _method)
 RemoteStorage.__hash__ = Tensor.__hash__  # __eq__ compares values; identity hashes
+
+
+# what optimizers and the clipping utilities ask of a list of remote parameters
+from disthook.distributed import remote_grads  # noqa: E402 - it reads this module's classes
+
+RemoteParameter._grad_op = staticmethod(remote_grads.grad_op)
+RemoteParameter._zero_grads = staticmethod(remote_grads.zero_grads)
+RemoteParameter._optimizer_share = staticmethod(remote_grads.optimizer_share)
+RemoteParameter._grad_norms = staticmethod(remote_grads.grad_norms)
+RemoteParameter._scale_grads = staticmethod(remote_grads.scale_grads)
+RemoteParameter._clamp_grads = staticmethod(remote_grads.clamp_grads)

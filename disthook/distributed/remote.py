@@ -415,14 +415,14 @@ class RemoteModel(Module):
         the model's modules and parameters are registered again, in their order, and their
         handles keep working. Returns the checkpoint's step."""
         if self._attached:
-            raise ClusterError(f"cannot recover Remote{self._class_name}: it is attached to "
+            raise ClusterError(f"cannot recover the deployed {self._class_name}: it is attached to "
                                f"{self._attached!r}, whose deployer recovers it; attach again "
                                "once it has")
         path = self._checkpoint
         if path is None:
             lost = ", ".join(f"stage {self._hub.holders.get(a, (a, '?'))[1]} on worker "
                              f"{self._hub.holders.get(a, (a, '?'))[0]}" for a in self._hub.lost)
-            raise ClusterError(f"cannot recover Remote{self._class_name}: {lost or 'a stage'} "
+            raise ClusterError(f"cannot recover the deployed {self._class_name}: {lost or 'a stage'} "
                                "is lost and the model has no checkpoint (remote.save(path))")
         stages = len(self._addresses)
         lost = set(self._hub.lost)
@@ -430,7 +430,7 @@ class RemoteModel(Module):
         while len([w for w in self._cluster.workers()
                    if w.alive and w.address not in lost]) < stages:
             if time.monotonic() > deadline:
-                raise ClusterError(f"cannot recover Remote{self._class_name}: fewer than "
+                raise ClusterError(f"cannot recover the deployed {self._class_name}: fewer than "
                                    f"{stages} live workers within 60 s")
             time.sleep(0.1)
         from disthook.distributed.deploy import deploy

@@ -4,6 +4,7 @@
 One model on 2 workers serves every case; ``works`` is the "next call": a forward and
 backward whose output and gradients equal the one-process model's.
 """
+import copy
 import importlib
 import sys
 
@@ -153,7 +154,7 @@ def test_a_class_the_workers_cannot_import_travels_with_the_model_or_is_named(cl
     module = importlib.import_module("dh_unreachable")
     try:
         net = nn.Sequential(nn.Linear(8, 8), module.Doubler())
-        remote = cluster.deploy(net, stages=2)
+        remote = cluster.deploy(copy.deepcopy(net), stages=2)
         x = torch.randn(3, 8)
         np.testing.assert_allclose(remote(x).detach().numpy(), net(x).detach().numpy(),
                                    rtol=1e-6)

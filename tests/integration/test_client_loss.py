@@ -1,6 +1,7 @@
 """A client that goes away (killed, hung, or just gone without clean-up) while the workers
 hold its graphs or wait on its hooks: within a few heartbeats every worker drops what it held
 for that client and ends its waits, and serves everyone else meanwhile and afterwards."""
+import copy
 import os
 import signal
 import subprocess
@@ -64,7 +65,7 @@ def trains_like_one_process(cluster) -> None:
     """A new client deploys on the same workers and a step is exactly one process's."""
     torch.manual_seed(0)
     local = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3))
-    remote = cluster.deploy(local, stages=2)
+    remote = cluster.deploy(copy.deepcopy(local), stages=2)
     x = torch.randn(5, 4)
     local(x).pow(2).sum().backward()
     remote(x).pow(2).sum().backward()

@@ -134,7 +134,7 @@ def test_a_deploy_calls_no_constructor_and_draws_nothing(cluster, tmp_path):
     want = torch.randn(4)  # what the generator gives next in one process
     torch.manual_seed(1)
     model = nn.Sequential(Counted(3, 3), nn.Tanh(), Counted(3, 3))
-    remote = cluster.deploy(model, stages=len(cluster.workers()))
+    remote = cluster.deploy(copy.deepcopy(model), stages=len(cluster.workers()))
     try:
         assert np.array_equal(torch.randn(4).numpy(), want.numpy())
         out = remote(torch.ones(1, 3)).detach().numpy()
@@ -219,6 +219,8 @@ sys.modules["notebook_only_widgets"] = stub
 with open("imports.log", "a") as log:  # a side effect of importing this script
     log.write("imported\\n")
 
+import copy
+
 import disthook as torch
 from disthook.distributed import local_cluster
 from model_parts import Scale
@@ -239,7 +241,7 @@ net = torch.nn.Sequential(Twice(), Scale(0.5), torch.nn.Tanh())
 x = torch.randn(2, 3)
 want = net(x)
 with local_cluster(workers=WORKERS) as cluster:  # no __main__ guard: workers never import it
-    remote = cluster.deploy(net, stages=WORKERS)
+    remote = cluster.deploy(copy.deepcopy(net), stages=WORKERS)
     out = remote(x)
     out.sum().backward()
     net(x).sum().backward()
@@ -342,7 +344,7 @@ def test_workers_that_take_no_code_take_data_and_refuse_code_by_name():
     with local_cluster(workers=2, allow_code=False) as service:
         assert not any(w.code for w in service.workers())
         net = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 2))
-        remote = service.deploy(net, stages=2)  # as data: classes by import path
+        remote = service.deploy(copy.deepcopy(net), stages=2)  # as data: classes by import path
         x = torch.randn(4, 3)
         np.testing.assert_allclose(remote(x).detach().numpy(), net(x).detach().numpy(),
                                    rtol=1e-6)

@@ -191,7 +191,7 @@ def test_a_forward_may_walk_its_children_and_call_super(cluster):
     torch.manual_seed(0)
     local = Derived()
     x = torch.randn(3, 4)
-    remote = cluster.deploy(local, stages=2)
+    remote = cluster.deploy(copy.deepcopy(local), stages=2)
     try:
         out = remote(x)
         np.testing.assert_allclose(out.detach().numpy(), local(x).detach().numpy(),

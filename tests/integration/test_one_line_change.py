@@ -213,7 +213,7 @@ class Block(nn.Module):
 def test_8_a_module_holding_a_lambda_deploys(cluster, stages):
     torch.manual_seed(0)
     local = nn.Sequential(Block(6), Block(6), Block(6), nn.Linear(6, 2))
-    remote = cluster.deploy(local, stages=stages)
+    remote = cluster.deploy(copy.deepcopy(local), stages=stages)
     try:
         x = torch.randn(3, 6, requires_grad=True)
         rx = x.detach().clone().requires_grad_(True)

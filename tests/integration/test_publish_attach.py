@@ -32,7 +32,7 @@ CLUSTER_WORKERS = 2
 ATTACHER = textwrap.dedent("""
     import json, sys
     import disthook as torch
-    from disthook.distributed import connect
+    from disthook.distributed import connect, deployment_of
 
     address, name = sys.argv[1:]
     with connect(address) as cluster:

@@ -56,7 +56,7 @@ def test_forward_backward_same_as_one_process(cluster, stages):
     loss = nn.functional.cross_entropy(net(x_local), y)
     loss.backward()
 
-    remote = cluster.deploy(net, stages=stages)
+    remote = cluster.deploy(copy.deepcopy(net), stages=stages)
     placed = [names for _, _, names in remote.workers()]
     assert len(placed) == stages and sum(placed, []) == ["0", "1", "2", "3", "4"]
     x_remote = x.clone().requires_grad_(True)
@@ -98,7 +98,7 @@ def test_retain_graph_and_accumulation(cluster):
 def test_input_without_grad_still_gives_parameter_grads(cluster):
     net = make_net()
     x, y = data()
-    remote = cluster.deploy(net, stages=2)
+    remote = cluster.deploy(copy.deepcopy(net), stages=2)
     out = remote(x)
     assert out.requires_grad and x.grad is None
     nn.functional.cross_entropy(out, y).backward()
@@ -111,7 +111,7 @@ def test_input_without_grad_still_gives_parameter_grads(cluster):
 def test_no_grad_inference_opens_no_context(cluster):
     net = make_net()
     x, _ = data()
-    remote = cluster.deploy(net, stages=3)
+    remote = cluster.deploy(copy.deepcopy(net), stages=3)
     with torch.no_grad():
         out = remote(x)
     assert out.grad_fn is None and not out.requires_grad
@@ -139,7 +139,7 @@ def test_dropped_graph_is_released_on_every_stage(cluster):
 
 def test_stage_error_reaches_the_client_and_the_cluster_stays_usable(cluster):
     net = make_net()
-    remote = cluster.deploy(net, stages=3)
+    remote = cluster.deploy(copy.deepcopy(net), stages=3)
     with pytest.raises(RemoteError) as info:
         remote(torch.randn(5, 7))  # 7 features where the first Linear takes 8
     err = info.value
@@ -173,7 +173,7 @@ def test_batchnorm_running_stats_update_on_the_worker(cluster):
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, 2))
     x = torch.randn(8, 4)
-    remote = cluster.deploy(net, stages=2)
+    remote = cluster.deploy(copy.deepcopy(net), stages=2)
     remote(x).sum().backward()
     net(x).sum().backward()
     state = remote.state_dict()
@@ -224,7 +224,7 @@ def test_client_hooks_give_the_same_log_and_gradients_as_one_process(cluster, st
     x_local, x_remote = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
     local_log, remote_log = [], []
     local_loss = hooked_program(net, x_local, y, local_log)
-    remote = cluster.deploy(net, stages=stages)
+    remote = cluster.deploy(copy.deepcopy(net), stages=stages)
     remote_loss = hooked_program(remote, x_remote, y, remote_log)
     close(remote_loss, local_loss)
     assert [e[0] for e in remote_log] == [e[0] for e in local_log] \
@@ -246,7 +246,7 @@ def test_client_hooks_give_the_same_log_and_gradients_as_one_process(cluster, st
 def test_exception_in_a_client_hook_is_raised_at_the_caller(cluster):
     net = make_net()
     x, _ = data()
-    remote = cluster.deploy(net, stages=2)
+    remote = cluster.deploy(copy.deepcopy(net), stages=2)
 
     def bad(module, args, out):
         raise ValueError("hook says no")
@@ -261,8 +261,8 @@ def test_exception_in_a_client_hook_is_raised_at_the_caller(cluster):
 def test_hook_proxies_and_errors(cluster):
     net = make_net()
     remote = cluster.deploy(net, stages=2)
-    assert len(remote) == 5 and [m._path for m in remote] == ["0", "1", "2", "3", "4"]
-    assert remote[-1]._path == "4" and remote[2].weight.shape == (16, 16)
+    assert len(remote) == 5 and list(remote) == [remote[i] for i in range(5)]
+    assert remote[-1] is remote[4] and remote[2].weight.shape == (16, 16)
     with pytest.raises(IndexError, match="index 5 is out of range"):
         remote[5]
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
@@ -287,7 +287,7 @@ def test_training_steps_match_one_process(cluster, stages, name, kwargs):
 
     cls = getattr(torch.optim, name)
     net = make_net()
-    remote = cluster.deploy(net, stages=stages)
+    remote = cluster.deploy(copy.deepcopy(net), stages=stages)
     local_opt = cls(net.parameters(), **kwargs)
     remote_opt = DistributedOptimizer(cls, remote.parameters(), **kwargs)
     for step in range(3):
@@ -316,7 +316,7 @@ def test_zero_grad_rides_with_the_next_forward_and_keeps_its_order(cluster):
     from disthook.distributed import DistributedOptimizer
 
     net = make_net()
-    remote = cluster.deploy(net, stages=3)
+    remote = cluster.deploy(copy.deepcopy(net), stages=3)
     local_opt = torch.optim.SGD(net.parameters(), lr=0.1)
     remote_opt = DistributedOptimizer(torch.optim.SGD, remote.parameters(), lr=0.1)
     x, y = data()
@@ -356,7 +356,7 @@ def test_zero_grad_rides_with_a_pipelined_train_step(cluster):
     from disthook.distributed import DistributedOptimizer
 
     net = make_net()
-    remote = cluster.deploy(net, stages=3, chunks=2, schedule="1f1b")
+    remote = cluster.deploy(copy.deepcopy(net), stages=3, chunks=2, schedule="1f1b")
     local_opt = torch.optim.SGD(net.parameters(), lr=0.1)
     remote_opt = DistributedOptimizer(torch.optim.SGD, remote.parameters(), lr=0.1)
     x, y = data()
@@ -458,7 +458,7 @@ def test_an_attached_clients_last_step_lands_when_it_closes(cluster):
                 opt.zero_grad()
                 nn.functional.cross_entropy(model(x), y).backward()
                 opt.step()
-        assert guest._hub.pending_optimizer  # the second step
+        assert deployment_of(guest)._hub.pending_optimizer  # the second step
         guest.close()  # the stages stay: the step goes before the connections close
         for name, p in net.named_parameters():
             close(owner.get_parameter(name), p)
@@ -468,7 +468,7 @@ def test_an_attached_clients_last_step_lands_when_it_closes(cluster):
 
 def test_load_state_dict_and_its_errors(cluster):
     net, other = make_net(seed=0), make_net(seed=5)
-    remote = cluster.deploy(net, stages=2)
+    remote = cluster.deploy(copy.deepcopy(net), stages=2)
     remote.load_state_dict(other.state_dict())
     x, _ = data()
     close(remote(x), other(x))
@@ -561,7 +561,7 @@ def test_hooks_on_the_whole_model_fire_on_the_client(cluster):
     x, y = data()
     xl, xr = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
     local_loss, local_log = program(net, xl, y)
-    remote = cluster.deploy(net, stages=2)
+    remote = cluster.deploy(copy.deepcopy(net), stages=2)
     remote_loss, remote_log = program(remote, xr, y)
     close(remote_loss, local_loss)
     assert remote_log[0] == local_log[0] == "pre" and len(remote_log) == len(local_log) == 2
@@ -569,7 +569,7 @@ def test_hooks_on_the_whole_model_fire_on_the_client(cluster):
     close(remote_log[1][2], local_log[1][2])
     close(xr.grad, xl.grad)
     assert [n for n, _ in remote.named_modules()] == [n for n, _ in net.named_modules()]
-    assert [c._path for c in remote.children()] == ["0", "1", "2", "3", "4"]
+    assert [n for n, _ in remote.named_children()] == ["0", "1", "2", "3", "4"]
     remote.eval()
     assert not remote.training
     remote.train()
@@ -579,7 +579,7 @@ def test_hooks_on_the_whole_model_fire_on_the_client(cluster):
 def test_train_and_eval_reach_the_workers(cluster):
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(4, 6), nn.Dropout(0.5), nn.Linear(6, 2))
-    remote = cluster.deploy(net, stages=2)
+    remote = cluster.deploy(copy.deepcopy(net), stages=2)
     x = torch.randn(3, 4)
     net.eval()
     remote.eval()
@@ -635,12 +635,18 @@ def test_two_models_share_workers_and_stay_apart(cluster):
 
 def test_close_unloads_the_stages_and_a_closed_model_says_so(cluster):
     remote = cluster.deploy(make_net(), stages=2)
-    model_id = deployment_of(remote)._model_id
+    dep = deployment_of(remote)
+    model_id = dep._model_id
     reported(cluster, model_id, 2)
+    with torch.no_grad():
+        before = remote(torch.ones(2, 8))
     remote.close()
     reported(cluster, model_id, 0)
+    # the model is back here, with its values; its deployment is closed
+    assert deployment_of(remote) is None
+    close(remote(torch.ones(2, 8)), before)
     with pytest.raises(RuntimeError, match=f"deployed model {model_id} is closed"):
-        remote(torch.ones(2, 8))
+        dep.save("unused")
     # a worker asked for a model it does not hold names what it holds
     w = cluster.workers()[0]
     with Peer(w.address) as peer, pytest.raises(RemoteError, match="holds no stage of model"):
@@ -680,7 +686,7 @@ def test_stages_without_gradients_need_no_graph(cluster):
     finally:
         remote.close()
     frozen = make_net().requires_grad_(False)
-    remote = cluster.deploy(frozen, stages=2)
+    remote = cluster.deploy(copy.deepcopy(frozen), stages=2)
     try:
         out = remote(x)
         assert not out.requires_grad and out.grad_fn is None
@@ -693,7 +699,7 @@ def test_stages_without_gradients_need_no_graph(cluster):
 
 def test_remote_parameters_read_like_tensors_and_update_in_place(cluster):
     net = make_net()
-    remote = cluster.deploy(net, stages=2)
+    remote = cluster.deploy(copy.deepcopy(net), stages=2)
     try:
         w = remote[2].weight
         assert w.shape == (16, 16) and w.size(0) == 16 and w.dim() == 2 and w.numel() == 256
@@ -799,7 +805,7 @@ def test_a_module_that_chains_its_children_deploys_and_others_run_their_forward_
     torch.manual_seed(0)
     net = Chain()
     x, _ = data()
-    remote = cluster.deploy(net, stages=2)
+    remote = cluster.deploy(copy.deepcopy(net), stages=2)
     try:
         assert remote.l2.out_features == 3 and remote.note == "plain attribute"
         close(remote(x), net(x))
@@ -808,7 +814,7 @@ def test_a_module_that_chains_its_children_deploys_and_others_run_their_forward_
         remote.close()
     torch.manual_seed(0)
     residual = Residual()
-    remote = cluster.deploy(residual, stages=2)
+    remote = cluster.deploy(copy.deepcopy(residual), stages=2)
     try:  # h + 1 between the children: the forward runs here, each child on its worker
         close(remote(x), residual(x))
         assert deployment_of(remote)._glue
@@ -817,7 +823,7 @@ def test_a_module_that_chains_its_children_deploys_and_others_run_their_forward_
     weighted = OwnWeight()
     own = cluster.deploy(copy.deepcopy(weighted), stages=2)  # its own parameter stays here
     try:
-        assert type(own.scale) is nn.Parameter and own._glue
+        assert type(own.scale) is nn.Parameter and deployment_of(own)._glue
         close(own(x), weighted(x))
     finally:
         own.close()
@@ -839,7 +845,7 @@ def test_balance_by_time_puts_the_slow_child_alone(cluster):
     x = torch.randn(256, 64)
     net_conv = nn.Sequential(nn.ReLU(), nn.Tanh(), nn.Unflatten(1, (1, 64)),
                              nn.Conv1d(1, 64, 31, padding=15), nn.Flatten())
-    remote = cluster.deploy(net_conv, stages=2, balance="time", sample_input=x)
+    remote = cluster.deploy(copy.deepcopy(net_conv), stages=2, balance="time", sample_input=x)
     try:
         assert [names for _, _, names in remote.workers()] == [["0", "1", "2"], ["3", "4"]]
         with torch.no_grad():

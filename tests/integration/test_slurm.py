@@ -30,6 +30,7 @@ wait
 """
 
 CLIENT = textwrap.dedent("""
+    import copy
     import os
     import disthook as torch
     from disthook import nn
@@ -39,7 +40,7 @@ CLIENT = textwrap.dedent("""
         cluster.wait_for_workers(2, timeout=60)
         torch.manual_seed(0)
         net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
-        remote = cluster.deploy(net, stages=2)
+        remote = cluster.deploy(copy.deepcopy(net), stages=2)
         x = torch.randn(3, 4)
         with torch.no_grad():
             print("difference", float((remote(x) - net(x)).abs().max()))

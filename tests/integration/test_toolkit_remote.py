@@ -74,7 +74,7 @@ def test_run_with_cache_is_recorded_on_the_workers_and_equals_one_process(deploy
     serve, fetch = deployment_of(deployed)._hub._serve_event, deployment_of(deployed)._captured
     monkeypatch.setattr(deployment_of(deployed)._hub, "_serve_event",
                         lambda *a: events.append(a) or serve(*a))
-    monkeypatch.setattr(deployed, "_captured", lambda *a: fetches.append(a) or fetch(*a))
+    monkeypatch.setattr(deployment_of(deployed), "_captured", lambda *a: fetches.append(a) or fetch(*a))
     got_out, cache = toolkit.run_with_cache(deployed, x, include_grads=True, loss_fn=loss_fn)
     assert events == [] and len(fetches) == 1  # no round trip per module; one fetch
     close(got_out, out)
@@ -218,7 +218,7 @@ def test_trace_equals_one_process_with_micro_batches(deployed):
 
 
 def test_errors_on_a_deployed_model(deployed):
-    with pytest.raises(AttributeError, match=r"RemoteSequential has no submodule '5'.*"
+    with pytest.raises(AttributeError, match=r"Sequential has no submodule '5'.*"
                                              r"\(its 9 module paths: '0', '0.0'"):
         toolkit.run_with_cache(deployed, data(), names="5")
     with pytest.raises(ValueError, match="the pattern 'blocks.*' selects no module"):

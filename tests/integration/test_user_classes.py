@@ -2,6 +2,7 @@
 a module beside the script travel pickled by value with the model (workers import neither,
 so a script without a __main__ guard deploys as well); a worker that takes no code (a shared
 service's) refuses them, and classes of the main script cannot come as data."""
+import copy
 import subprocess
 import sys
 import textwrap
@@ -44,7 +45,7 @@ def main():
     net = torch.nn.Sequential(Twice(), Scale(0.5), torch.nn.Tanh())
     x = torch.randn(2, 3)
     with local_cluster(workers=2) as cluster:
-        remote = cluster.deploy(net, stages=2)
+        remote = cluster.deploy(copy.deepcopy(net), stages=2)
         out = remote(x)
         out.sum().backward()
         net(x).sum().backward()

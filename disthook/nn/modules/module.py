@@ -4,6 +4,11 @@
 local forward pre-hooks, the BackwardHook wrapping of inputs, ``forward``, forward hooks,
 the wrapping of outputs, then the legacy backward hooks attached to the output's grad_fn.
 When an exception escapes, the ``always_call`` forward hooks that have not run yet still run.
+
+A deployed module has a ``Placement`` (in ``__dict__["_placement"]``): the one interface
+through which a module meets a deployment. ``__call__``, hook registration, attribute
+writes, buffers, ``train``, conversions and the state dict ask it; a module without one is
+an ordinary module and pays one dict lookup per call.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ from disthook.utils.hooks import BackwardHook, RemovableHandle
 
 __all__ = [
     "Module",
+    "Placement",
     "register_module_backward_hook",
     "register_module_buffer_registration_hook",
     "register_module_forward_hook",
@@ -51,69 +57,6 @@ HOOK_DICTS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_
               "_state_dict_pre_hooks", "_load_state_dict_pre_hooks",
               "_load_state_dict_post_hooks")
 EXTRA_STATE_KEY_SUFFIX = "_extra_state"
-
-class Placement:
-    """Where a module lives when it is not only here: the one interface through which
-    ``Module`` meets a deployment (``disthook.distributed`` fills it in; nothing in ``nn``
-    knows more). A module has a placement when ``module.__dict__["_placement"]`` holds one;
-    a module without is an ordinary module. Each method is asked only by the ``Module``
-    method of the same purpose."""
-
-    def forward_for(self, module: Module):
-        """The forward that ``__call__`` runs between the module's hooks here, or None: the
-        whole call (its hooks too) runs where the module lives (``call``)."""
-        return None
-
-    def call(self, module: Module, args: tuple, kwargs: dict):
-        raise NotImplementedError
-
-    def legacy_backward_hooks(self, module: Module, hooks: list) -> list:
-        """Of the legacy backward hooks of a call whose forward runs here, those that
-        ``__call__`` attaches to the output's node (the rest fire where the last op ran)."""
-        return hooks
-
-    def hooks_changed(self, module: Module) -> None:
-        """The module's hook dicts changed (a hook was registered or removed)."""
-
-    def set_attr(self, module: Module, name: str, value) -> bool:
-        """Carry out ``module.name = value`` where the module lives; False: not its affair
-        (``Module.__setattr__`` goes on as for any module)."""
-        return False
-
-    def del_attr(self, module: Module, name: str) -> bool:
-        return False
-
-    def register_buffer(self, module: Module, name: str, tensor, persistent: bool) -> None:
-        raise NotImplementedError
-
-    def change_structure(self, module: Module, what: str) -> None:
-        """``what`` (``add_module``, ``register_parameter``) would change the module's
-        children or parameters: raise to refuse, return to let it happen here."""
-
-    def train(self, module: Module, mode: bool) -> None:
-        raise NotImplementedError
-
-    def apply(self, module: Module, fn) -> None:
-        raise NotImplementedError
-
-    def save_state(self, module: Module, destination, prefix: str, keep_vars: bool) -> None:
-        raise NotImplementedError
-
-    def load_state(self, module: Module, state_dict, prefix: str, local_metadata,
-                   missing_keys: list, unexpected_keys: list, error_msgs: list,
-                   strict: bool) -> None:
-        raise NotImplementedError
-
-    def attribute(self, module: Module, name: str):
-        """A name the module lacks (``Module.__getattr__`` found nothing): AttributeError, or
-        what the deployment answers for it."""
-        raise AttributeError(name)
-
-    def detached(self, module: Module, state: dict) -> dict:
-        """The module's ``__dict__`` for a copy or a pickle, without the placement."""
-        state.pop("_placement", None)
-        return state
-
 LOAD_POST_HOOK_RETURN_MSG = (
     "Hooks registered with ``register_load_state_dict_post_hook`` are not expected to return "
     "new values, if incompatible_keys need to be modified, it should be done inplace."
@@ -1265,3 +1208,66 @@ class _PlacedHandle(RemovableHandle):
 
     def __getstate__(self):
         return RemovableHandle.__getstate__(self)
+
+
+class Placement:
+    """Where a module lives when it is not only here: the one interface through which
+    ``Module`` meets a deployment (``disthook.distributed`` fills it in; nothing in ``nn``
+    knows more). A module has a placement when ``module.__dict__["_placement"]`` holds one;
+    a module without is an ordinary module. Each method is asked only by the ``Module``
+    method of the same purpose."""
+
+    def forward_for(self, module: Module):
+        """The forward that ``__call__`` runs between the module's hooks here, or None: the
+        whole call (its hooks too) runs where the module lives (``call``)."""
+        return None
+
+    def call(self, module: Module, args: tuple, kwargs: dict):
+        raise NotImplementedError
+
+    def legacy_backward_hooks(self, module: Module, hooks: list) -> list:
+        """Of the legacy backward hooks of a call whose forward runs here, those that
+        ``__call__`` attaches to the output's node (the rest fire where the last op ran)."""
+        return hooks
+
+    def hooks_changed(self, module: Module) -> None:
+        """The module's hook dicts changed (a hook was registered or removed)."""
+
+    def set_attr(self, module: Module, name: str, value) -> bool:
+        """Carry out ``module.name = value`` where the module lives; False: not its affair
+        (``Module.__setattr__`` goes on as for any module)."""
+        return False
+
+    def del_attr(self, module: Module, name: str) -> bool:
+        return False
+
+    def register_buffer(self, module: Module, name: str, tensor, persistent: bool) -> None:
+        raise NotImplementedError
+
+    def change_structure(self, module: Module, what: str) -> None:
+        """``what`` (``add_module``, ``register_parameter``) would change the module's
+        children or parameters: raise to refuse, return to let it happen here."""
+
+    def train(self, module: Module, mode: bool) -> None:
+        raise NotImplementedError
+
+    def apply(self, module: Module, fn) -> None:
+        raise NotImplementedError
+
+    def save_state(self, module: Module, destination, prefix: str, keep_vars: bool) -> None:
+        raise NotImplementedError
+
+    def load_state(self, module: Module, state_dict, prefix: str, local_metadata,
+                   missing_keys: list, unexpected_keys: list, error_msgs: list,
+                   strict: bool) -> None:
+        raise NotImplementedError
+
+    def attribute(self, module: Module, name: str):
+        """A name the module lacks (``Module.__getattr__`` found nothing): AttributeError, or
+        what the deployment answers for it."""
+        raise AttributeError(name)
+
+    def detached(self, module: Module, state: dict) -> dict:
+        """The module's ``__dict__`` for a copy or a pickle, without the placement."""
+        state.pop("_placement", None)
+        return state
