@@ -4,6 +4,6 @@ Workers register with it (id, address, pid, host) and send heartbeats; clients a
 workers exist, where, with which stages and whether they are alive, and may shut the cluster
 down. It decides nothing about models: placement (which worker holds which stage) and
 recovery after a lost worker happen on the client (``disthook.distributed.placement``,
-``RemoteModel.recover``). It never carries activations or gradients and speaks only the
+``Deployment.recover``). It never carries activations or gradients and speaks only the
 messages of ``disthook.wire``.
 """

@@ -2,7 +2,7 @@
 patching, stopping a forward early and tracing, beyond what torch offers.
 
 Every function takes the model first and works the same on a local ``nn.Module`` and on a
-deployed ``RemoteModel``. They are functions, not ``Module`` methods: torch's modules have
+deployed model. They are functions, not ``Module`` methods: torch's modules have
 none, and a model's own attribute named ``patch`` or ``hooks`` stays the model's. The
 toolkit only registers and removes hooks; they are dispatched where all hooks are, in
 ``Module.__call__`` and the backward engine. On a deployed model:

@@ -205,7 +205,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # data plane: activations forward, gradients backward. The reply goes to the client
     # named by reply_to (hex of its socket identity) from the last (first) stage.
     # with stop (a module path), the stage holding that module answers the client with the
-    # module's output and the later stages do no work (RemoteModel.run_until); with path,
+    # module's output and the later stages do no work (Deployment.run_until); with path,
     # the stage runs that submodule alone on call (the packed (args, kwargs), inputs empty)
     # and answers the client with its packed output (code running on the client calls it:
     # disthook.distributed.glue)

@@ -5,7 +5,7 @@
 - ``placed``: a deployed model is the user's own model, placed: ``RootPlacement`` (the
   model), ``PartPlacement`` (a module on a worker), their hooks carried there, ``place`` /
   ``unplace``, ``deployment_of(model)``;
-- ``remote``: ``RemoteModel``, the deployment behind a placed model (its stages, workers,
+- ``deployment``: ``Deployment``, the deployment behind a placed model (its stages, workers,
   channel, hook table; ``save``, ``train_step``, ``recover``, ``close``...);
 - ``deploy``: ``deploy`` and ``attached_model``, which place a model (or bind it to a
   published deployment) in place;

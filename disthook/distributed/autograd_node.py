@@ -22,7 +22,7 @@ from disthook.tensor import Tensor
 from disthook.utils.hooks import RemovableHandle
 
 if TYPE_CHECKING:
-    from disthook.distributed.remote import RemoteModel
+    from disthook.distributed.deployment import Deployment
 
 __all__ = ["RemoteBackward0"]
 
@@ -32,7 +32,7 @@ class RemoteBackward0(Node):
     micro-batches, one context per micro-batch: their backwards are sent at once and flow
     back through the stages as a pipeline."""
 
-    def __init__(self, model: RemoteModel, ctx_ids: list[str], x: Tensor | list[Tensor],
+    def __init__(self, model: Deployment, ctx_ids: list[str], x: Tensor | list[Tensor],
                  sizes: list[int] | None, stage: int | None = None):
         super().__init__()
         # the stage whose output this is: the last, or the one a run_until stopped at

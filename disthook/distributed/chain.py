@@ -22,16 +22,16 @@ from disthook.nn.modules.module import Module
 from disthook.tensor import Tensor
 
 if TYPE_CHECKING:
-    from disthook.distributed.remote import RemoteModel
+    from disthook.distributed.deployment import Deployment
 
 __all__ = ["run_stages", "train_step"]
 
 
-def run_stages(model: RemoteModel, x: Tensor, stop: str | None = None) -> Tensor:
+def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
     """The stages' forward on ``x``; with ``stop`` (a module path), only up to the stage
     holding that module, whose output is returned (the later stages do no work)."""
     if not isinstance(x, Tensor):
-        raise TypeError(f"a RemoteModel takes one Tensor, got {type(x).__name__}")
+        raise TypeError(f"a Deployment takes one Tensor, got {type(x).__name__}")
     grad = grad_mode.is_grad_enabled()
     rows = x._data.shape[0] if x._data.ndim else 0
     chunks = min(model._chunks, rows) if rows > 1 else 1
@@ -91,9 +91,9 @@ def run_stages(model: RemoteModel, x: Tensor, stop: str | None = None) -> Tensor
         model._hub.taps.pop(ctx_id, None)
     return Tensor._make(out, None, 0)
 
-def train_step(model: RemoteModel, x: Tensor, target: Tensor, loss_fn,
+def train_step(model: Deployment, x: Tensor, target: Tensor, loss_fn,
                scale_grads: bool = True) -> Tensor:
-    """``RemoteModel.train_step`` of a chain (``x`` and ``target`` checked): ``x`` and
+    """``Deployment.train_step`` of a chain (``x`` and ``target`` checked): ``x`` and
     ``target`` are cut into the model's ``chunks`` micro-batches, every stage runs its list of
     the model's ``schedule`` (GPipe or 1F1B) against its neighbours, and gradients accumulate
     in ``.grad`` on the workers. With ``scale_grads`` each micro-batch's loss is weighted by

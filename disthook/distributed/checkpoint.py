@@ -16,7 +16,7 @@ last and names the shards of its own save (a fresh token per save), so an interr
 never mixes shards of two saves; shards no manifest names are removed after the rename.
 Loading checks every shard's sha256 against the manifest.
 
-``save`` / ``load`` fill and read that layout for a deployed model (``RemoteModel.save`` and
+``save`` / ``load`` fill and read that layout for a deployed model (``Deployment.save`` and
 ``load_checkpoint`` call them), and ``rebuild`` makes the module a checkpoint describes
 (``Cluster.load``).
 """

@@ -151,8 +151,9 @@ class Cluster:
                balance: str = "params", split_points=None, sample_input=None,
                chunks: int = 1, schedule: str = "gpipe", checkpoint: str | None = None,
                name: str | None = None, writable: bool = False, hooks_ahead: bool = True):
-        """Place ``module`` on ``stages`` workers; a ``RemoteModel``, an instance of the
-        module's own class whose forward and methods run as written.
+        """Place ``module`` on ``stages`` workers, in place, and return it: the same object,
+        whose modules and tensors now live on the workers (docs/distributed.md, "Your
+        model, placed"); its forward and methods run as written.
 
         Where the module's children can be cut into contiguous stages, they are (a chain:
         activations go worker to worker). Otherwise (too few children, tied weights across
@@ -175,8 +176,8 @@ class Cluster:
         (the module must have the structure it was saved with).
 
         ``name``: once loaded, the model is published under it on the coordinator, so that
-        other clients find it (``models()``) and use it (``attach(name)``) until this
-        ``RemoteModel`` closes; a name another live deployment holds is refused. By default
+        other clients find it (``models()``) and use it (``attach(name)``) until the
+        model is closed; a name another live deployment holds is refused. By default
         they may not write its weights; ``writable=True`` lets them.
 
         ``hooks_ahead``: a forward or backward does not wait for the answer of a client hook
@@ -210,7 +211,7 @@ class Cluster:
     def load(self, path: str, *, trust_code: bool = False):
         """Deploy the model saved in checkpoint ``path`` as it was saved (its classes, its
         placement: over its tree, contiguous stages or whole, micro-batches and schedule)
-        with its weights; a ``RemoteModel``. Its optimizer state is restored with
+        with its weights; the model, placed. Its optimizer state is restored with
         ``remote.load_checkpoint(path, optimizer=...)``. A checkpoint that keeps its model as
         code (``save(path, code=True)``) loads only with ``trust_code=True``."""
         from disthook.distributed import checkpoint as ckpt
@@ -222,8 +223,8 @@ class Cluster:
 
     # ---- models shared by name ----------------------------------------------------------------
     def attach(self, name: str, *, trust_code: bool = False):
-        """The model another client deployed and published as ``name``: a ``RemoteModel``,
-        an instance of its class, bound to the same stages over connections of this
+        """The model another client deployed and published as ``name``: the model rebuilt
+        here from its description, of its own classes, placed on the same stages over connections of this
         client's own (forward, backward, hooks, ``state_dict``, gradients, as the deployer
         has them). Its class must be importable here (or defined in this script). Closing
         it leaves the stages loaded. ``UnknownModel`` (a ``KeyError``) lists the published

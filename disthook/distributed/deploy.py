@@ -1,7 +1,8 @@
 """Placing a model on workers, on the client: ``deploy`` (its stages: contiguous children
-or parts over the module tree, each loaded on a worker) and ``attached_model`` (a client's
-``RemoteModel`` of a published deployment). What runs where follows from the layout and
-the model's class alone (see ``RemoteModel`` and ``placement.chains_its_children``)."""
+or parts over the module tree, each loaded on a worker) and ``attached_model`` (a model
+rebuilt here, placed on a published deployment's stages). Both place the model in place
+(``placed``) and keep its ``Deployment``. What runs where follows from the layout and the
+model's class alone (see ``Deployment`` and ``placement.chains_its_children``)."""
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -14,7 +15,7 @@ from disthook.distributed.placement import (
     choose_workers,
     forward_times,
 )
-from disthook.distributed.remote import RemoteModel
+from disthook.distributed.deployment import Deployment
 from disthook.distributed.rpc import WorkerLost
 from disthook.distributed.tree import Layout
 from disthook.nn.modules.container import Sequential
@@ -95,7 +96,7 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
     # program owns), else as data (a shared service)
     stage_fields = shipping.stage_fields(module, stage_modules,
                                          code=all(w.code for w in workers))
-    remote = RemoteModel(
+    remote = Deployment(
         cluster, module, stage_modules, workers, timeout=cluster.timeout, chunks=chunks,
         schedule=schedule, layout=lay, placement=placement)
     object.__setattr__(remote, "_writable", bool(writable))
@@ -143,9 +144,9 @@ def _check_not_deployed(module: Module) -> None:
                 "(model.close()), which brings the model back here")
 
 
-def attached_model(cluster, module: Module, workers: list, record: dict) -> RemoteModel:
-    """A client's ``RemoteModel`` of a published deployment (``registry.attach``): ``module``
-    is the twin of its tree, ``workers`` hold its stages, ``record`` is what the deployer
+def attached_model(cluster, module: Module, workers: list, record: dict) -> Module:
+    """``module`` placed on a published deployment (``registry.attach``): ``module`` is the
+    twin of its tree, ``workers`` hold its stages, ``record`` is what the deployer
     published. It shares the deployer's model id and stages, with sockets (and so a client
     identity on the workers) of its own; nothing is loaded, and closing it unloads nothing."""
     lay = record["layout"]
@@ -156,7 +157,7 @@ def attached_model(cluster, module: Module, workers: list, record: dict) -> Remo
     else:
         layout = Layout([list(p) for p in lay["stages"]], list(lay["split"]),
                         list(lay["client"]))
-    remote = RemoteModel(
+    remote = Deployment(
         cluster, module, stage_modules or [], workers, timeout=cluster.timeout,
         chunks=lay["chunks"], schedule=lay["schedule"], layout=layout,
         placement=lay.get("placement"), model_id=record["model"])

@@ -33,21 +33,21 @@ from disthook.tensor import Tensor
 from disthook.utils.hooks import RemovableHandle
 
 if TYPE_CHECKING:
-    from disthook.distributed.remote import RemoteModel
+    from disthook.distributed.deployment import Deployment
     from disthook.distributed.tree import Layout
 
 __all__ = ["call_placed", "carry_hooks", "route_node_hooks", "run_root_forward", "run_until",
            "train_step"]
 
 
-def run_root_forward(model: RemoteModel, args: tuple, kwargs: dict):
+def run_root_forward(model: Deployment, args: tuple, kwargs: dict):
     """The root module's forward, run here on the model itself (its placed parts each on
     their worker)."""
     return type(model._local).forward(model._local, *args, **kwargs)
 
 
-def train_step(model: RemoteModel, x: Tensor, target: Tensor, loss_fn) -> Tensor:
-    """``RemoteModel.train_step`` of a model whose forward runs here: the step one process
+def train_step(model: Deployment, x: Tensor, target: Tensor, loss_fn) -> Tensor:
+    """``Deployment.train_step`` of a model whose forward runs here: the step one process
     takes (the forward, ``loss_fn`` here, backward), each placed part's share of it on its
     worker. Returns the loss as the chain's one micro-batch does: a tensor of one float."""
     if not callable(loss_fn):
@@ -76,7 +76,7 @@ class _Stopped(Exception):
         self.output = output
 
 
-def run_until(model: RemoteModel, x: Tensor, path: str):
+def run_until(model: Deployment, x: Tensor, path: str):
     """``hooks.run_until`` on a model whose forward runs here: the forward, ended as soon as
     the module at ``path`` gave its output (later parts are not called). A module that runs
     here ends it with a forward hook, as in one process; a placed part, when its call
@@ -108,14 +108,14 @@ def run_until(model: RemoteModel, x: Tensor, path: str):
 
 # ---- legacy backward hooks on the root -----------------------------------------------------
 
-def route_node_hooks(model: RemoteModel) -> None:
+def route_node_hooks(model: Deployment) -> None:
     """A legacy backward hook on the model runs after the node of the last op of its forward
     (``Module.__call__`` registers it on the output's ``grad_fn``). Where the output is a
     placed part's, that op ran on the part's worker, inside the part's call: a legacy hook
     on every placed part (registered once, before the call), fired there, runs the hooks
     registered on the call's node here (``RemoteBackward0.register_hook``) with that op's
     gradients, as in one process."""
-    if model.__dict__.get("_node_routes") is not None or not model._backward_hooks:
+    if model.__dict__.get("_node_routes") is not None or not model._local._backward_hooks:
         return
     routes = _NodeRoutes([p for paths in model._layout.stages for p in paths])
 
@@ -152,7 +152,7 @@ class _NodeRoutes:
 
 # ---- hooks registered before the deploy ---------------------------------------------------
 
-def carry_hooks(model: RemoteModel, root: Module) -> None:
+def carry_hooks(model: Deployment, root: Module) -> None:
     """Tensor hooks registered before the deploy on the parameters now on workers are
     registered there again, in their order, so that they fire there for the client as
     before. (A placed module's own hooks are carried by its placement: ``placed``.)"""
@@ -173,7 +173,7 @@ def carry_hooks(model: RemoteModel, root: Module) -> None:
 
 # ---- one placed part's call ----------------------------------------------------------------
 
-def call_placed(model: RemoteModel, path: str, args: tuple, kwargs: dict):
+def call_placed(model: Deployment, path: str, args: tuple, kwargs: dict):
     """Run the part at ``path`` on its worker with these arguments; its output, whose
     tensors' backward goes to that worker."""
     opaque = opaque_in((args, kwargs))

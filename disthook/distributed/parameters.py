@@ -34,7 +34,7 @@ from disthook.tensor import Tensor
 
 if TYPE_CHECKING:
     from disthook.distributed.placed import RemoteHandle
-    from disthook.distributed.remote import RemoteModel
+    from disthook.distributed.deployment import Deployment
 
 __all__ = ["RemoteBuffer", "RemoteParameter", "RemoteStorage", "adopt", "adopt_buffer",
            "release"]

@@ -36,7 +36,7 @@ from disthook.tensor import Tensor
 from disthook.utils.hooks import RemovableHandle
 
 if TYPE_CHECKING:
-    from disthook.distributed.remote import RemoteModel
+    from disthook.distributed.deployment import Deployment
 
 __all__ = ["PartPlacement", "RemoteHandle", "RootPlacement", "deployment_of", "place", "sync_hooks",
            "unplace"]
@@ -47,14 +47,14 @@ DEPLOYMENT_API = frozenset({
     "named_gradients", "step_stats"})
 
 
-def deployment_of(module) -> RemoteModel | None:
+def deployment_of(module) -> Deployment | None:
     """The deployment ``module`` belongs to (placed part or model), or None."""
     placement = getattr(module, "__dict__", {}).get("_placement")
     return placement.deployment if isinstance(placement, _Placed) else None
 
 
 class _Placed(Placement):
-    def __init__(self, deployment: RemoteModel, path: str):
+    def __init__(self, deployment: Deployment, path: str):
         self.deployment, self.path = deployment, path
 
     def detached(self, module: Module, state: dict) -> dict:
@@ -76,7 +76,7 @@ class PartPlacement(_Placed):
     attributes its worker's copy has (those it was deployed with, and those set since
     through it); any other attribute set here is the client's own."""
 
-    def __init__(self, deployment: RemoteModel, path: str, shared: set | None = None):
+    def __init__(self, deployment: Deployment, path: str, shared: set | None = None):
         super().__init__(deployment, path)
         self.shared = set() if shared is None else shared
 
@@ -331,7 +331,7 @@ def _without_placement(module: Module) -> Module:
     return plain
 
 
-def _fetched(dep: RemoteModel, names: list[str]) -> dict:
+def _fetched(dep: Deployment, names: list[str]) -> dict:
     """Values of ``names`` (placed tensors of one module: one worker): from the state the
     deployment fetched for what is running now, else asked for in one request."""
     if not names:
@@ -346,7 +346,7 @@ class RemoteHandle(RemovableHandle):
     """Removes a client hook from the worker that fires it (idempotent, a context manager);
     a ``RemovableHandle`` like any other, so tools that check for one accept it."""
 
-    def __init__(self, model: RemoteModel, hook_id: int, path: str):
+    def __init__(self, model: Deployment, hook_id: int, path: str):
         self.id, self._model, self._path = hook_id, model, path
         self.hooks_dict_ref, self.extra_dict_ref = _no_dict, ()
 
@@ -366,7 +366,7 @@ def _no_dict():
 
 # ---- placing and unplacing --------------------------------------------------------------
 
-def place(dep: RemoteModel, root: Module) -> None:
+def place(dep: Deployment, root: Module) -> None:
     """Give ``root`` (the model) its ``RootPlacement`` and every module on a worker its
     ``PartPlacement``, their parameters and buffers storages there (``adopt``)."""
     placed = []
@@ -416,7 +416,7 @@ class _Children(dict):
         return (dict, (dict(self),))
 
 
-def unplace(dep: RemoteModel, values: dict | None) -> None:
+def unplace(dep: Deployment, values: dict | None) -> None:
     """Bring the model back here: each placed tensor a local one holding ``values`` (its
     worker's last value by name); the placements go. With ``values`` None (the workers are
     gone), the placements stay, and every use says the deployment is closed."""
@@ -451,7 +451,7 @@ def _wanted(module: Module) -> list[tuple]:
     return out
 
 
-def sync_hooks(dep: RemoteModel, module: Module, path: str) -> None:
+def sync_hooks(dep: Deployment, module: Module, path: str) -> None:
     """Make the hooks registered on ``path``'s worker for ``module``'s dicts what the dicts
     hold, in their order: those removed go, those added come (appended, or prepended, else
     that kind registered again in order)."""
@@ -496,7 +496,7 @@ def sync_hooks(dep: RemoteModel, module: Module, path: str) -> None:
     synced[id(module)] = ordered
 
 
-def sync_all(dep: RemoteModel) -> None:
+def sync_all(dep: Deployment) -> None:
     """Before a call: every placed module's hook dicts as its worker holds them (a handle
     removed that was made before deploy, a dict edited in place)."""
     synced = dep.__dict__.get("_synced", {})

@@ -8,7 +8,7 @@ path, the owner, where each stage is, how the tree is laid out, and the module t
 dtype. ``cluster.attach("gpt")`` looks the record up, makes a twin of the tree from that
 structure (paths, shapes, dtypes and module classes, and the root's forward code when it
 runs on the client) whose arrays are zero-memory, read-only placeholders, and binds a
-``RemoteModel`` to the same model id and workers over sockets of its own. No weight crosses:
+``Deployment`` to the same model id and workers over sockets of its own. No weight crosses:
 a published model holds none on the client (``check_publishable``), so the twin's are never
 used to compute. The twin's classes must be importable here, or defined in this script.
 """
@@ -166,7 +166,7 @@ def publish(cluster, remote, name: str, *, writable: bool) -> None:
 
 
 def attach(cluster, name: str, *, trust_code: bool = False):
-    """A ``RemoteModel`` bound to the deployment published as ``name`` (see the module doc);
+    """A ``Deployment`` bound to the deployment published as ``name`` (see the module doc);
     ``trust_code``: run the deployer's code here if the model came as code."""
     from disthook.distributed.deploy import attached_model
 

@@ -1,4 +1,4 @@
-"""A model deployed on workers, as seen from the client: ``RemoteModel`` (placed by
+"""A model deployed on workers, as seen from the client: ``Deployment`` (placed by
 ``deploy``; its autograd node ``RemoteBackward0`` is in ``autograd_node``).
 
 ``Cluster.deploy(module, stages=N)`` places the module's parts on N workers. What runs where
@@ -37,23 +37,26 @@ from disthook.distributed.parameters import RemoteParameter, RemoteStorage
 from disthook.distributed.placed import RemoteHandle
 from disthook.distributed.rpc import DEFAULT_TIMEOUT, ClusterError, RemoteTimeout
 from disthook.distributed.tree import Layout
-from disthook.nn.modules.module import HOOK_DICTS, Module
+from disthook.nn.modules.module import Module
 from disthook.tensor import Tensor
 from disthook.utils.hooks import RemovableHandle
 
 # public API kept importable from here; the rest lives in the modules named above
-__all__ = ["DistributedOptimizer", "RemoteBackward0", "RemoteModel", "partition"]
+__all__ = ["DistributedOptimizer", "RemoteBackward0", "Deployment", "partition"]
 
 
-class RemoteModel(Module):
-    """A module whose stages live on workers. It is a Module itself, so hooks registered on
-    it (the whole model) fire here with the model's input and output, as in one process."""
+class Deployment:
+    """One deployment of a model, on the client: its model (placed in place: ``placed``),
+    layout, workers, channel (``_hub``: sockets, the table of client hooks, pending
+    optimizer calls and releases) and its public operations (``save``, ``load_checkpoint``,
+    ``recover``, ``train_step``, ``workers``, ``named_gradients``, ``to_local``, ``close``;
+    the model answers them too, where its class has no such name). Placements, the
+    autograd node, optimizers, checkpoints and the registry reach the workers through it."""
 
     def __init__(self, cluster, module: Module, stage_modules: list[Module],
                  workers: list, timeout: float = DEFAULT_TIMEOUT, chunks: int = 1,
                  schedule: str = "gpipe", layout: Layout | None = None,
                  placement: dict | None = None, model_id: str | None = None):
-        Module.__init__(self)  # not the root class's __init__ (see deploy.remote_class)
         whole = layout is not None and layout.stages == [[""]]  # the model on one worker
         tree = layout is not None and not whole
         if layout is None:  # contiguous stages of the root's children
@@ -97,11 +100,11 @@ class RemoteModel(Module):
                               keys=cluster.keys, heartbeat=cluster.heartbeat)
         for name, value in fields.items():  # plain attributes, not submodules
             object.__setattr__(self, name, value)
-        object.__setattr__(self, "training", module.training)
-        # the model's own tree, seen from here (deploy places it: placed.place)
-        for name in ("_modules", "_parameters", "_buffers", "_non_persistent_buffers_set",
-                     *HOOK_DICTS):
-            object.__setattr__(self, name, module.__dict__[name])
+
+    @property
+    def training(self) -> bool:
+        """The model's mode (which the workers' copies follow)."""
+        return self._local.training
 
     # ---- calling ------------------------------------------------------------------------------
     def _route_root_legacy_hooks(self) -> None:
@@ -118,7 +121,7 @@ class RemoteModel(Module):
         forward, which for a chain runs on the last worker: one hook there (on the last
         child, whose output is the model's) runs the model's legacy hooks, as they are when
         it fires, with the model as their module."""
-        if self.__dict__.get("_legacy_router") is not None or not self._backward_hooks:
+        if self.__dict__.get("_legacy_router") is not None or not self._local._backward_hooks:
             return
         model = self._local
 
@@ -173,14 +176,13 @@ class RemoteModel(Module):
             return glue.train_step(self, x, target, loss_fn)
         return chain.train_step(self, x, target, loss_fn, scale_grads)
 
-    def train(self, mode: bool = True) -> RemoteModel:
+    def train(self, mode: bool = True) -> Deployment:
         """Switch every stage to training (or, with False, evaluation) mode, and every
         module of the model here."""
         if not isinstance(mode, bool):
             raise ValueError("training mode is expected to be boolean")
         self._hub.request_all([(a, {"mode": mode}) for a in self._addresses], "train",
                               what="train()")
-        object.__setattr__(self, "training", mode)
         for module in self._local.modules():
             module.__dict__["training"] = mode
         return self
@@ -376,7 +378,7 @@ class RemoteModel(Module):
         """(full name, parameter) for every parameter, in the model's order: a
         ``RemoteParameter`` for one on a worker, the parameter itself for one here."""
         if not recurse:
-            yield from Module.named_parameters(self, prefix, recurse, remove_duplicate)
+            yield from self._local.named_parameters(prefix, recurse, remove_duplicate)
             return
         for name, p in self._local.named_parameters(remove_duplicate=remove_duplicate):
             yield (f"{prefix}.{name}" if prefix else name), (
