@@ -302,8 +302,11 @@ ROLES = {"coordinator": "coordinator", "worker": "workers"}
 
 
 def _run_role(command: str, rest: list[str]) -> None:
-    """``disthook coordinator|worker ...`` becomes ``python -m coordinator|workers ...``."""
-    os.execv(sys.executable, [sys.executable, "-m", ROLES[command], *rest])
+    """``disthook coordinator|worker ...`` runs ``python -m coordinator|workers ...`` from this
+    installed project, whatever the working directory holds."""
+    from deploy.roles import Role
+
+    os.execv(sys.executable, Role(ROLES[command], tuple(rest)).local_argv(sys.executable))
 
 
 def _status(args) -> int:

@@ -568,6 +568,8 @@ def main(argv=None) -> int:
     try:
         keys = Keys.load(args.keys, SERVER) if args.keys else None
         coordinator = str(endpoint.parse(args.coordinator, "--coordinator"))
+        endpoint.parse(args.bind, "--bind")
+        worker_hooks.check_importable(args.allow_hook_module, "--allow-hook-module")
         worker = Worker(coordinator, bind=args.bind, worker_id=args.worker_id,
                         orphan_after=args.orphan_after or None, parent_pid=args.parent_pid,
                         context_ttl=args.context_ttl, advertise=args.advertise,

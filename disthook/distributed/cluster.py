@@ -21,7 +21,7 @@ import threading
 import time
 import weakref
 
-from deploy.local import spawn, stderr_tail
+from deploy.local import spawn, stderr_tail, why_it_ended
 from deploy.roles import Role, coordinator_role, worker_role
 from deploy.threads import share_of_cores
 from disthook.distributed.endpoint import check_free, parse
@@ -375,8 +375,8 @@ class Cluster:
     def _check_processes(self) -> None:
         for proc in self._processes:
             if proc.poll() is not None:
-                raise ClusterError(f"process {' '.join(proc.args[1:4])} (pid {proc.pid}) "
-                                   f"exited with code {proc.returncode} during start-up")
+                role = "coordinator" if proc.args[2:3] == ["coordinator"] else "worker"
+                raise ClusterError(f"the {role} (pid {proc.pid}) {why_it_ended(proc)}")
 
 
 def captured_items(items: list[dict], details: bool) -> list:
@@ -561,10 +561,8 @@ def _announced_address(proc: subprocess.Popen, timeout: float) -> str:
             except subprocess.TimeoutExpired:
                 pass
         if proc.poll() is not None:
-            said = stderr_tail(proc)[-1:]  # its one-line error, when its stderr is relayed
-            why = f": {said[0]}" if said else " (its stderr says why)"
-            raise ClusterError(f"the coordinator exited with code {proc.returncode} before "
-                               f"announcing its address{why}")
+            raise ClusterError(f"the coordinator (pid {proc.pid}) "
+                               f"{why_it_ended(proc, 'before announcing its address')}")
         raise ClusterError(f"the coordinator did not announce its address within {timeout:g} s "
                            f"(it printed {line!r})")
     # keep draining stdout so that a chatty process never blocks on a full pipe; the drain

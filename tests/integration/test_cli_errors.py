@@ -111,8 +111,9 @@ def test_a_coordinator_that_cannot_start_gives_its_reason_to_local_cluster(held_
 
     monkeypatch.setattr(cluster_module, "check_free", lambda address: None)  # as in a race
     port = int(held_port.rsplit(":", 1)[1])
-    with pytest.raises(ClusterError, match="the coordinator exited with code 1 before "
-                                           f"announcing its address: disthook coordinator: "
+    with pytest.raises(ClusterError, match=r"the coordinator \(pid \d+\) exited with code 1 "
+                                           "before announcing its address; its last stderr "
+                                           "lines:\n  disthook coordinator: "
                                            f"{held_port} is in use"):
         local_cluster(workers=1, port=port)
 
