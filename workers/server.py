@@ -368,6 +368,10 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
         self.next_beat = time.monotonic() + self.heartbeat
 
     # ---- requests answered by the shell ----------------------------------------------------
+    def on_hello(self, job):  # the greeting (Service's), for a job
+        self.reply(self.router, job.sender, job.msg.req, "hello", self.hello_fields())
+        return NO_REPLY
+
     def on_status(self, job):
         counts = self.state.counts()
         return {"id": self.id, "pid": os.getpid(), "address": self.address,

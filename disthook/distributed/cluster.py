@@ -32,6 +32,7 @@ from disthook.distributed.rpc import (
     Peer,
     RemoteTimeout,
     dial_once,
+    greet,
 )
 from disthook.distributed.security import CLIENT, Keys, generate
 from disthook.wire import HEARTBEAT_S
@@ -424,7 +425,9 @@ def connect(address: str, *, timeout: float = DEFAULT_TIMEOUT, keys=None,
     """Attach to a running cluster by its coordinator's endpoint (``tcp://host:port``, or
     ``host:port``). ``keys``: the cluster's key directory (or a ``Keys``), when it runs with
     keys; the client pair used is ``key_name`` (default "client"). A cluster that refuses the
-    key raises ``AuthenticationError``; no coordinator there, ``CoordinatorUnreachable``
+    key raises ``AuthenticationError``; something that is not a disthook coordinator of this
+    protocol version, ``NotACoordinator`` (within about a second); no coordinator there,
+    ``CoordinatorUnreachable``
     (after ``STARTING_GRACE_S`` seconds when nothing listens, for one that is starting up
     meanwhile; after ``timeout`` seconds when something listens but does not answer)."""
     _refuse_in_worker("connect()")
@@ -442,17 +445,12 @@ def connect(address: str, *, timeout: float = DEFAULT_TIMEOUT, keys=None,
     if listening is False:
         raise CoordinatorUnreachable(address, refused=True, with_keys=keys is not None,
                                      unknown_host=_unknown_host(endpoint))
-    cluster = Cluster(address, timeout=timeout, keys=keys)
-    try:
-        cluster.status()  # fail now, not at the first real call, if nobody answers
-    except RemoteTimeout:
-        cluster.close()
+    # what listens is a disthook coordinator of this version (NotACoordinator at once when
+    # not), or nothing answers: fail now, not at the first real call
+    if not greet(address, keys=keys, timeout=timeout):
         raise CoordinatorUnreachable(address, refused=False, waited=timeout,
-                                     listening=listening, with_keys=keys is not None) from None
-    except BaseException:
-        cluster.close()
-        raise
-    return cluster
+                                     listening=listening, with_keys=keys is not None)
+    return Cluster(address, timeout=timeout, keys=keys)
 
 
 def _unknown_host(endpoint) -> str | None:
