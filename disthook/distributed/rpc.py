@@ -96,8 +96,11 @@ class WorkerLost(ClusterError):
         said = ("; its last stderr lines:\n" + "\n".join(f"  {line}" for line in self.stderr)
                 if self.stderr else "")
         super().__init__(f"worker {worker}, holding stage {stage}, is lost: its connection "
-                         f"closed during {what}{ctx}; deploy the model again (its stage's "
-                         f"state on that worker is gone){said}")
+                         f"closed during {what}{ctx}, and its stage's state with it; "
+                         "remote.recover() places the stages again on live workers and loads "
+                         "the model's last checkpoint (remote.save(path) makes one; "
+                         "local_cluster(restart=True) starts a replacement worker), or deploy "
+                         f"the model again{said}")
 
 
 def error_fields(exc: BaseException, *, worker: str | None = None, path: str | None = None,
