@@ -298,6 +298,13 @@ def _launch_ray(args) -> int:
         cluster.stop, every=1.0)
 
 
+def _at_least_one(text: str) -> int:
+    """An option's count (``--workers``, ``--stages``): a whole number >= 1, as typed."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)
+
+
 ROLES = {"coordinator": "coordinator", "worker": "workers"}
 
 
@@ -314,6 +321,7 @@ def _status(args) -> int:
     from disthook.distributed.cluster import CoordinatorUnreachable
 
     try:
+        parse(args.coordinator, "--coordinator")  # the option's name in the error, not connect's
         cluster = connect(args.coordinator, timeout=args.timeout, keys=args.keys,
                           key_name=args.key_name)
     except CoordinatorUnreachable as exc:  # the hint as this command takes it
@@ -525,7 +533,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="train a CNN on 2 workers, watched by worker hooks; "
                                        "writes plots and an index.html")
-    demo.add_argument("--workers", type=int, default=2, help="how many workers (default 2)")
+    demo.add_argument("--workers", type=_at_least_one, default=2, help="how many workers (default 2)")
     demo.add_argument("--epochs", type=int, default=None,
                       help="training epochs (default 12; 1 with --quick)")
     demo.add_argument("--out", default="disthook-demo", metavar="DIR",
@@ -559,7 +567,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="scaleout: micro-batches per step under 1F1B (default 16)")
     bench.set_defaults(fn=_bench)
     launch = sub.add_parser("launch", help="run a coordinator and N workers in the foreground")
-    launch.add_argument("--workers", type=int, default=2, help="how many workers (default 2)")
+    launch.add_argument("--workers", type=_at_least_one, default=2, help="how many workers (default 2)")
     launch.add_argument("--bind", default=DEFAULT_COORDINATOR,
                         help=f"the coordinator's endpoint (default {DEFAULT_COORDINATOR})")
     launch.add_argument("--heartbeat", type=float, default=HEARTBEAT_S,
@@ -586,9 +594,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a checkpoint directory written by remote.save(path)")
     serve.add_argument("--name", required=True,
                        help="the name clients attach to: connect(address).attach(NAME)")
-    serve.add_argument("--stages", type=int, default=None,
+    serve.add_argument("--stages", type=_at_least_one, default=None,
                        help="how many stages to place it on (default: as it was saved)")
-    serve.add_argument("--workers", type=int, default=None,
+    serve.add_argument("--workers", type=_at_least_one, default=None,
                        help="how many workers (default: one per stage)")
     serve.add_argument("--bind", default=DEFAULT_COORDINATOR,
                        help=f"the coordinator's endpoint (default {DEFAULT_COORDINATOR}; "

@@ -172,3 +172,17 @@ def test_connect_finds_a_coordinator_that_starts_just_after_it_was_called():
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["launch", "--workers", "0"],
+     "disthook launch: error: argument --workers: expected a whole number >= 1, got '0'"),
+    (["serve", "ckpt", "--name", "m", "--stages", "0"],
+     "disthook serve: error: argument --stages: expected a whole number >= 1, got '0'"),
+    (["status", "--coordinator", "http://x:1"],
+     "disthook status: --coordinator must look like tcp://HOST:PORT (e.g. tcp://127.0.0.1:5555) "
+     "or ipc://PATH, got 'http://x:1'"),
+])
+def test_cli_errors_name_the_option_the_user_typed(argv, said):
+    run = disthook(*argv)
+    assert run.returncode in (1, 2) and run.stderr.splitlines()[-1] == said, run.stderr
