@@ -231,6 +231,8 @@ class HookServer:
         try:
             if kind == "tensor":
                 out = fn(*args)
+                if out is not None and out is not args[0]:  # checked here, named as the user's
+                    engine.check_hook_result(args[0], out, fn)
             else:
                 with grad_mode.set_grad_enabled(diff):
                     out = fn(proxy, *args)

@@ -109,7 +109,7 @@ def test_a_client_hook_that_raises_reaches_the_caller_with_its_traceback(deploye
 @pytest.mark.parametrize("name, returns, expected", [
     ("count", lambda gi: (gi[0], gi[0]),
      "invalid number of grad_input, got 2, but expected 1"),
-    ("shape", lambda gi: (gi[0][:, :2],), "has changed the size of value"),
+    ("shape", lambda gi: (gi[0][:, :2],), "hook 'hook' has changed the size of value"),
     ("dtype", lambda gi: (gi[0].double(),), "has changed the type of value"),
 ])
 def test_a_backward_hook_returning_wrong_gradients_is_refused(deployed, name, returns,
@@ -124,12 +124,20 @@ def test_a_backward_hook_returning_wrong_gradients_is_refused(deployed, name, re
 
 
 def test_a_gradient_hook_returning_a_wrong_shape_on_a_parameter(deployed):
-    handle = deployed.get_parameter("2.weight").register_hook(lambda g: g[:1])
-    out = deployed(torch.randn(4, 8))
-    with pytest.raises(RemoteError, match="has changed the size of value"):
-        out.sum().backward()
-    handle.remove()
-    works(deployed)
+    """Named as torch names it: the user's function (its __name__), not the worker's stub."""
+    def halve(g):
+        return g.double()
+
+    for hook, said in [(lambda g: g[:1], "hook '<lambda>' has changed the size of value"),
+                       (halve, "hook 'halve' has changed the type of value (was "
+                               "torch.FloatTensor got torch.DoubleTensor)")]:
+        handle = deployed.get_parameter("2.weight").register_hook(hook)
+        out = deployed(torch.randn(4, 8))
+        with pytest.raises(RuntimeError) as info:
+            out.sum().backward()
+        assert str(info.value) == said
+        handle.remove()
+        works(deployed)
 
 
 def test_backward_twice_without_retain_graph(deployed):
