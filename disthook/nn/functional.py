@@ -64,7 +64,8 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 def _check_linear_dtypes(input: Tensor, weight: Tensor, bias: Tensor | None) -> None:
     """Linear does not promote: RuntimeError worded as torch's kernel words it, addmm's with
     a bias (the input, else the bias against the weight) and mm's without."""
-    from disthook._dtype import c_type_name, scalar_type_name as name
+    from disthook._dtype import c_type_name
+    from disthook._dtype import scalar_type_name as name
 
     if bias is None:
         if input._data.dtype != weight._data.dtype:
