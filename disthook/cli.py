@@ -489,6 +489,9 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
+    except BrokenPipeError:  # `disthook status --json | head -1`: the reader has what it wanted
+        _quiet_stdout()
+        return 0
     except Exception as exc:  # noqa: BLE001 - one clear line; --debug for the traceback
         if args.debug:
             raise
@@ -496,6 +499,14 @@ def main(argv=None) -> int:
         print(f"disthook {args.command}: {type(exc).__name__}: {first} (--debug shows the "
               "traceback)", file=sys.stderr)
         return 1
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush of what is left for a
+    reader that went away does not fail again at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def _worker_options(parser: argparse.ArgumentParser, *, log_level: str) -> None:
