@@ -116,7 +116,7 @@ def _launch(args) -> int:
                 return f"{proc.args[2]} (pid {proc.pid}) exited with code {proc.returncode}"
         return None
 
-    return _foreground(start, check, cluster.close)
+    return _foreground(start, check, lambda: cluster.close(reason="disthook launch stopped"))
 
 
 def _packages_of(structure) -> list[str]:
@@ -205,7 +205,7 @@ def _serve(args) -> int:
     def stop():
         for remote in served:
             remote.close()
-        cluster.close()
+        cluster.close(reason="disthook serve stopped")
 
     return _foreground(start, check, stop, command="serve")
 

@@ -310,8 +310,9 @@ class Cluster:
         return results
 
     # ---- ending ------------------------------------------------------------------------------
-    def close(self) -> None:
-        """Shut a local cluster down and reap its processes; for ``connect``, just disconnect."""
+    def close(self, reason: str = "the client closed the cluster") -> None:
+        """Shut a local cluster down and reap its processes (their logs say ``reason``); for
+        ``connect``, just disconnect."""
         if self._closed:
             return
         self._closed = True
@@ -323,8 +324,7 @@ class Cluster:
         try:
             if self._processes:
                 try:
-                    self._coordinator.request("shutdown", {"reason": "the client closed the "
-                                                           "cluster"}, timeout=5.0)
+                    self._coordinator.request("shutdown", {"reason": reason}, timeout=5.0)
                 except (RemoteTimeout, OSError):
                     pass  # the processes are terminated below anyway
         finally:
