@@ -353,8 +353,11 @@ _WARNING_CLASSES = {cls.__name__: cls for cls in (
 
 def _issue_warning(msg: wire.Message) -> None:
     """A worker's warning, as the client's own (its category kept when it is a built-in)."""
+    from disthook.utils.hooks import _caller_stacklevel
+
     category = _WARNING_CLASSES.get(msg["category"], UserWarning)
-    warnings.warn(msg["message"], category, stacklevel=4)
+    # pointed at the user's line that made the call, as a warning in one process would be
+    warnings.warn(msg["message"], category, stacklevel=_caller_stacklevel())
 
 
 def _retain_on_worker(t: Tensor) -> None:

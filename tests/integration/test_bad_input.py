@@ -206,3 +206,25 @@ def test_non_finite_values_with_check_finite_name_the_place(cluster, where):
         assert np.isfinite(remote.named_gradients()["2.weight"].numpy()).all()
     finally:
         remote.close()
+
+
+class Warns(nn.Module):
+    def forward(self, x):
+        import warnings
+
+        warnings.warn("the worker's own warning", RuntimeWarning)
+        return x * 2
+
+
+def test_a_workers_warning_points_at_the_users_line(cluster):
+    import warnings
+
+    remote = cluster.deploy(nn.Sequential(nn.Linear(2, 2), Warns()), stages=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        line = sys._getframe().f_lineno + 1
+        remote(torch.ones(1, 2))
+    [warning] = [w for w in caught if "the worker's own warning" in str(w.message)]
+    assert warning.category is RuntimeWarning
+    assert (warning.filename, warning.lineno) == (__file__, line)
+    remote.close()
