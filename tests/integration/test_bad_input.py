@@ -228,3 +228,26 @@ def test_a_workers_warning_points_at_the_users_line(cluster):
     assert warning.category is RuntimeWarning
     assert (warning.filename, warning.lineno) == (__file__, line)
     remote.close()
+
+
+class ReluNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.act = nn.Linear(3, 3), nn.ReLU()
+
+    def forward(self, x):
+        return self.act(self.fc(x))
+
+
+@pytest.mark.parametrize("make, relu", [
+    (lambda: nn.Sequential(nn.Linear(3, 3), nn.ReLU()), "1"), (ReluNet, "act")],
+    ids=["chain", "tree"])
+def test_a_pre_hook_handing_relu_two_arguments_raises_typeerror_as_in_one_process(cluster,
+                                                                                    make, relu):
+    remote = cluster.deploy(make(), stages=1)
+    act = remote.get_submodule(relu)
+    act.register_forward_pre_hook(lambda m, args: (args[0], args[0]))
+    with pytest.raises(TypeError, match=r"ReLU.forward\(\) takes 2 positional arguments but 3 "
+                                        "were given"):
+        remote(torch.ones(2, 3))
+    remote.close()
