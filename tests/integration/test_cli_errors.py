@@ -72,7 +72,7 @@ def test_status_and_connect_take_host_port_and_reject_other_schemes():
     run = disthook("status", "--coordinator", "http://127.0.0.1:1")
     assert run.returncode == 1
     assert run.stderr.splitlines() == [
-        "disthook status: connect()'s address must look like tcp://HOST:PORT (e.g. "
+        "disthook status: --coordinator must look like tcp://HOST:PORT (e.g. "
         "tcp://127.0.0.1:5555) or ipc://PATH, got 'http://127.0.0.1:1'"]
 
 
