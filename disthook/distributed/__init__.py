@@ -42,9 +42,15 @@ from disthook.distributed import hooks
 from disthook.distributed.cluster import Cluster, WorkerInfo, connect, local_cluster
 from disthook.distributed.optimizer import DistributedOptimizer
 from disthook.distributed.registry import NameTaken, UnknownModel
-from disthook.distributed.rpc import ClusterError, RemoteError, RemoteTimeout, WorkerLost
+from disthook.distributed.rpc import (
+    ClusterError,
+    NotACoordinator,
+    RemoteError,
+    RemoteTimeout,
+    WorkerLost,
+)
 from disthook.distributed.security import AuthenticationError
 
 __all__ = ["AuthenticationError", "Cluster", "ClusterError", "DistributedOptimizer",
-           "NameTaken", "RemoteError", "RemoteTimeout", "UnknownModel", "WorkerInfo",
+           "NameTaken", "NotACoordinator", "RemoteError", "RemoteTimeout", "UnknownModel", "WorkerInfo",
            "WorkerLost", "connect", "hooks", "local_cluster"]

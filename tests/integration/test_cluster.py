@@ -328,3 +328,20 @@ def test_status_lists_each_stage_with_its_modules_parameters_and_graphs(cluster)
         out.sum().backward()
     finally:
         remote.close()
+
+
+def test_the_processes_log_that_launch_was_stopped_not_that_a_client_closed_the_cluster():
+    launch = subprocess.Popen([sys.executable, "-m", "disthook.cli", "launch", "--workers", "1",
+                               "--bind", "tcp://127.0.0.1:0", "--log-level", "INFO"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert launch.stdout.readline().startswith("disthook cluster up:")
+        launch.send_signal(signal.SIGINT)
+        assert launch.wait(30) == 0
+        said = launch.stderr.read()
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+            launch.wait()
+    assert said.count("stopping: disthook launch stopped") == 2, said  # coordinator, worker
+    assert "the client closed the cluster" not in said
