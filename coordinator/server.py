@@ -290,7 +290,7 @@ def main(argv=None) -> int:
     import logging
     import sys
 
-    from disthook.distributed.endpoint import DEFAULT_COORDINATOR, EndpointInUse
+    from disthook.distributed.endpoint import DEFAULT_COORDINATOR, EndpointInUse, parse
 
     p = argparse.ArgumentParser(prog="disthook coordinator",
                                 description="Run the coordinator of a disthook cluster.")
@@ -312,6 +312,7 @@ def main(argv=None) -> int:
 
     try:
         keys = Keys.load(args.keys, SERVER) if args.keys else None
+        parse(args.bind, "--bind")
         coordinator = Coordinator(args.bind, heartbeat=args.heartbeat,
                                   parent_pid=args.parent_pid, keys=keys)
     except EndpointInUse as exc:

@@ -15,7 +15,7 @@ import threading
 
 from deploy.roles import Role
 
-__all__ = ["spawn", "stderr_tail"]
+__all__ = ["spawn", "stderr_tail", "why_it_ended"]
 
 STDERR_TAIL_LINES = 20  # the last lines of a child's stderr kept for an error message
 
@@ -24,7 +24,7 @@ def spawn(role: Role, stderr=None, *, announce: bool = False) -> subprocess.Pope
     """Start ``role`` here. With ``announce`` its stdout is a pipe (the coordinator prints
     the endpoint it bound on its first line); otherwise stdout is discarded. ``stderr``: a
     file (or ``subprocess.DEVNULL``) for the child's stderr; None copies it to ours."""
-    cmd = [*role.argv(sys.executable), "--parent-pid", str(os.getpid())]
+    cmd = [*role.local_argv(sys.executable), "--parent-pid", str(os.getpid())]
     # a worker imports what this process imports (its sys.path, as multiprocessing's spawn
     # passes it), so a model class in a module beside the client's script is found
     paths = [os.path.abspath(p or os.curdir) for p in sys.path]
@@ -79,3 +79,19 @@ def stderr_tail(proc: subprocess.Popen, wait: float = 2.0) -> list[str]:
         pass
     relay.join(wait if proc.poll() is not None else 0.1)
     return list(proc.stderr_lines)
+
+
+def why_it_ended(proc: subprocess.Popen, when: str = "during start-up") -> str:
+    """What to say about a child that ended during start-up, after its role and pid: its
+    exit code, its last stderr lines, and a file of the working directory named like its
+    role's module (what ``python -m`` would have run instead of the role)."""
+    module = proc.args[2] if len(proc.args) > 2 else "?"
+    tail = stderr_tail(proc)
+    said = ("; its last stderr lines:\n  " + "\n  ".join(tail[-5:]) if tail
+            else "; it wrote nothing to stderr" if hasattr(proc, "stderr_lines") else "")
+    shadows = [name for name in (f"{module}.py", os.path.join(module, "__init__.py"))
+               if os.path.exists(name)]
+    hint = (f"; note: {os.path.abspath(shadows[0])} in the working directory has the name of "
+            f"disthook's {module!r} module, which `python -m {module}` would run instead of "
+            "the role: rename it" if shadows else "")
+    return f"exited with code {proc.returncode} {when}{said}{hint}"

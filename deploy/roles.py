@@ -7,9 +7,13 @@ child or a container's arguments.
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
 
 __all__ = ["Role", "coordinator_role", "worker_role"]
+
+# runs a role from this project whatever the working directory holds (its docstring says how)
+ROLE_MAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "role_main.py")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,6 +25,12 @@ class Role:
 
     def argv(self, python: str = "python") -> list[str]:
         return [python, "-m", self.module, *self.args]
+
+    def local_argv(self, python: str) -> list[str]:
+        """The command that runs it on this machine from this installed project, so that a
+        ``workers.py`` or ``coordinator.py`` in the working directory cannot shadow it
+        (``argv`` is for other hosts, where the project's path is not known here)."""
+        return [python, ROLE_MAIN, self.module, *self.args]
 
     def shell(self, python: str = "python") -> str:
         """The same, as one line for a shell (each word quoted as needed)."""

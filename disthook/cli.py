@@ -116,7 +116,7 @@ def _launch(args) -> int:
                 return f"{proc.args[2]} (pid {proc.pid}) exited with code {proc.returncode}"
         return None
 
-    return _foreground(start, check, cluster.close)
+    return _foreground(start, check, lambda: cluster.close(reason="disthook launch stopped"))
 
 
 def _packages_of(structure) -> list[str]:
@@ -205,7 +205,7 @@ def _serve(args) -> int:
     def stop():
         for remote in served:
             remote.close()
-        cluster.close()
+        cluster.close(reason="disthook serve stopped")
 
     return _foreground(start, check, stop, command="serve")
 
@@ -298,12 +298,22 @@ def _launch_ray(args) -> int:
         cluster.stop, every=1.0)
 
 
+def _at_least_one(text: str) -> int:
+    """An option's count (``--workers``, ``--stages``): a whole number >= 1, as typed."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)
+
+
 ROLES = {"coordinator": "coordinator", "worker": "workers"}
 
 
 def _run_role(command: str, rest: list[str]) -> None:
-    """``disthook coordinator|worker ...`` becomes ``python -m coordinator|workers ...``."""
-    os.execv(sys.executable, [sys.executable, "-m", ROLES[command], *rest])
+    """``disthook coordinator|worker ...`` runs ``python -m coordinator|workers ...`` from this
+    installed project, whatever the working directory holds."""
+    from deploy.roles import Role
+
+    os.execv(sys.executable, Role(ROLES[command], tuple(rest)).local_argv(sys.executable))
 
 
 def _status(args) -> int:
@@ -311,6 +321,7 @@ def _status(args) -> int:
     from disthook.distributed.cluster import CoordinatorUnreachable
 
     try:
+        parse(args.coordinator, "--coordinator")  # the option's name in the error, not connect's
         cluster = connect(args.coordinator, timeout=args.timeout, keys=args.keys,
                           key_name=args.key_name)
     except CoordinatorUnreachable as exc:  # the hint as this command takes it
@@ -478,6 +489,9 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
+    except BrokenPipeError:  # `disthook status --json | head -1`: the reader has what it wanted
+        _quiet_stdout()
+        return 0
     except Exception as exc:  # noqa: BLE001 - one clear line; --debug for the traceback
         if args.debug:
             raise
@@ -485,6 +499,14 @@ def main(argv=None) -> int:
         print(f"disthook {args.command}: {type(exc).__name__}: {first} (--debug shows the "
               "traceback)", file=sys.stderr)
         return 1
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush of what is left for a
+    reader that went away does not fail again at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def _worker_options(parser: argparse.ArgumentParser, *, log_level: str) -> None:
@@ -522,7 +544,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="train a CNN on 2 workers, watched by worker hooks; "
                                        "writes plots and an index.html")
-    demo.add_argument("--workers", type=int, default=2, help="how many workers (default 2)")
+    demo.add_argument("--workers", type=_at_least_one, default=2, help="how many workers (default 2)")
     demo.add_argument("--epochs", type=int, default=None,
                       help="training epochs (default 12; 1 with --quick)")
     demo.add_argument("--out", default="disthook-demo", metavar="DIR",
@@ -556,7 +578,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="scaleout: micro-batches per step under 1F1B (default 16)")
     bench.set_defaults(fn=_bench)
     launch = sub.add_parser("launch", help="run a coordinator and N workers in the foreground")
-    launch.add_argument("--workers", type=int, default=2, help="how many workers (default 2)")
+    launch.add_argument("--workers", type=_at_least_one, default=2, help="how many workers (default 2)")
     launch.add_argument("--bind", default=DEFAULT_COORDINATOR,
                         help=f"the coordinator's endpoint (default {DEFAULT_COORDINATOR})")
     launch.add_argument("--heartbeat", type=float, default=HEARTBEAT_S,
@@ -583,9 +605,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a checkpoint directory written by remote.save(path)")
     serve.add_argument("--name", required=True,
                        help="the name clients attach to: connect(address).attach(NAME)")
-    serve.add_argument("--stages", type=int, default=None,
+    serve.add_argument("--stages", type=_at_least_one, default=None,
                        help="how many stages to place it on (default: as it was saved)")
-    serve.add_argument("--workers", type=int, default=None,
+    serve.add_argument("--workers", type=_at_least_one, default=None,
                        help="how many workers (default: one per stage)")
     serve.add_argument("--bind", default=DEFAULT_COORDINATOR,
                        help=f"the coordinator's endpoint (default {DEFAULT_COORDINATOR}; "

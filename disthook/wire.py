@@ -38,6 +38,7 @@ import numpy as np
 __all__ = [
     "ARRAY_EXT",
     "DTYPES",
+    "PROTOCOL_NAME",
     "PROTOCOL_VERSION",
     "SCHEMAS",
     "Limits",
@@ -53,6 +54,7 @@ __all__ = [
 # train_step carry optimizer steps as well as zero_grads (optimizer_calls), and an ok may
 # come ahead of its hooks' answers; 4: a stage's modules may come pickled by value (code)
 PROTOCOL_VERSION = 5
+PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
 LOST_AFTER_BEATS = 3  # a connection with no answer to its pings this long is dropped
@@ -176,6 +178,11 @@ PAIRS: dict[str, tuple[str, str]] = {
 }
 
 SCHEMAS: dict[str, dict[str, str]] = {
+    # the greeting: a client asks whoever listens at an address what it is, and a disthook
+    # process answers with its own hello (name "disthook", its role, its protocol version).
+    # Read at any protocol version, so that two versions can tell each other apart: its
+    # fields never change
+    "hello": {"name": "str", "protocol": "int", "role": "str?"},
     # replies shared by every request
     # ahead: the result of a pass that ran ahead of client hooks' answers, sent before the
     # worker took them (workers/speculation.py): it stands unless an answer of that round
@@ -503,7 +510,7 @@ def _decode(frames: Sequence, limits: Limits) -> Message:
         extra = header.keys() - _HEADER_KEYS
         raise WireError(f"header keys: missing {sorted(missing, key=str)}, unexpected "
                         f"{sorted(extra, key=str)}")
-    if header["v"] != PROTOCOL_VERSION:
+    if header["v"] != PROTOCOL_VERSION and header["t"] != "hello":
         raise WireError(f"protocol version {header['v']!r}, expected {PROTOCOL_VERSION}")
     msg_type, req, ctx, fields = header["t"], header["r"], header["c"], header["f"]
     if not isinstance(msg_type, str):

@@ -38,3 +38,18 @@ def test_the_shared_helpers_import_no_suite_and_the_suites_no_other_suite():
 def test_every_suite_has_a_module_the_runner_imports():
     suites = set(disthook.bench.SUITES) - {"nn"}  # nn's cases live beside engine's
     assert suites <= bench_imports("runner")
+
+
+def test_the_common_table_lines_up_whatever_the_case_names_and_shows_no_targets(capsys):
+    from disthook.bench.table import comparison, print_comparisons
+
+    rows = [comparison("toolkit", "a case whose name is longer than fifty characters, by far",
+                       0.0189, 0.0214, 1.0, "client hooks", 0.88),
+            comparison("toolkit", "short", 0.5, None, 1.0, "torch", None)]
+    print_comparisons(rows)
+    lines = capsys.readouterr().out.splitlines()
+    assert len({len(line) for line in lines}) == 1, lines  # every column ends where it ends
+    assert lines[0].split() == ["case", "baseline", "disthook", "ratio"]
+    assert lines[1].endswith("client hooks 21.40ms    18.90ms   0.88x")
+    assert lines[2].endswith("n/a   500.00ms     n/a")
+    assert not any("MISS" in line or " ok" in line for line in lines)

@@ -2111,3 +2111,12 @@ def test_nested_legacy_hooks_event_order(lib):
     out.sum().backward()
     assert log == ["exp.prehook", "parent.legacy", "exp.posthook", "child.legacy",
                    "child.internal_tensor_hook", "x.tensor_hook"]
+
+
+def test_a_full_backward_hook_returning_the_wrong_size_is_named_hook_as_torch_names_it(lib):
+    torch, nn = lib.torch, lib.nn
+    m = nn.Linear(3, 3)
+    m.register_full_backward_hook(lambda mod, gi, go: (torch.ones(5, 4),))
+    with pytest.raises(RuntimeError) as info:
+        m(torch.ones(2, 3, requires_grad=True)).sum().backward()
+    assert str(info.value) == "hook 'hook' has changed the size of value"

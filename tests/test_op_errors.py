@@ -80,6 +80,14 @@ CASES = [
      RuntimeError, "expected scalar type Double but found Float"),
     ("mm_dtype", lambda t: t.ones(2, 2).mm(t.ones(2, 2, dtype=t.float64)), RuntimeError,
      "expected m1 and m2 to have the same dtype, but got: float != double"),
+    ("linear_dtype", lambda t: t.nn.functional.linear(t.ones(2, 3, dtype=t.int64),
+                                                      t.ones(4, 3)), RuntimeError,
+     "expected m1 and m2 to have the same dtype, but got: long int != float"),
+    ("linear_bias_input_dtype", lambda t: t.nn.Linear(3, 4)(t.ones(5, 2, 3, dtype=t.int64)),
+     RuntimeError, "mat1 and mat2 must have the same dtype, but got Long and Float"),
+    ("linear_bias_dtype", lambda t: t.nn.functional.linear(
+        t.ones(2, 3), t.ones(4, 3), t.ones(4, dtype=t.float64)), RuntimeError,
+     "self and mat2 must have the same dtype, but got Double and Float"),
     # view and reshape
     ("view", lambda t: t.ones(2, 3).view(4), RuntimeError,
      "shape '[4]' is invalid for input of size 6"),

@@ -65,6 +65,11 @@ def test_writes_are_the_deployers_unless_writable():
     with pytest.raises(PermissionError, match=r"load_state_dict would change stage 0 of "
                                               r"model-1, which its deployer shares read-only"):
         st.check_write(B, "load_state_dict")
+    with pytest.raises(PermissionError) as refused:  # both ways of opening writes are named
+        st.check_write(B, "load_state_dict")
+    assert str(refused.value).endswith(
+        "(the deployer opens writes with deploy(..., writable=True), or, for a model "
+        "published by `disthook serve`, with its --writable option)")
     stage(writable=True).check_write(B, "load_state_dict")
 
 

@@ -373,6 +373,10 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
         self.next_beat = time.monotonic() + self.heartbeat
 
     # ---- requests answered by the shell ----------------------------------------------------
+    def on_hello(self, job):  # the greeting (Service's), for a job
+        self.reply(self.router, job.sender, job.msg.req, "hello", self.hello_fields())
+        return NO_REPLY
+
     def on_status(self, job):
         counts = self.state.counts()
         return {"id": self.id, "pid": os.getpid(), "address": self.address,
@@ -576,6 +580,8 @@ def main(argv=None) -> int:
     try:
         keys = Keys.load(args.keys, SERVER) if args.keys else None
         coordinator = str(endpoint.parse(args.coordinator, "--coordinator"))
+        endpoint.parse(args.bind, "--bind")
+        worker_hooks.check_importable(args.allow_hook_module, "--allow-hook-module")
         worker = Worker(coordinator, bind=args.bind, worker_id=args.worker_id,
                         orphan_after=args.orphan_after or None, parent_pid=args.parent_pid,
                         context_ttl=args.context_ttl, advertise=args.advertise,

@@ -107,7 +107,8 @@ class Stage:
             raise PermissionError(
                 f"{what} would change {self.name}, which its deployer shares read-only: "
                 "this client may run it, hook it and take gradients, not change its weights "
-                "(the deployer opens writes with deploy(..., writable=True))")
+                "(the deployer opens writes with deploy(..., writable=True), or, for a "
+                "model published by `disthook serve`, with its --writable option)")
 
 
 class StageHandlers:

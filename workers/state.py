@@ -37,7 +37,7 @@ GONE_KEPT = 1024  # clients remembered as gone (a running job of theirs waits no
 
 # requests that only read (or only drop graphs): they run at once, never behind a waiting
 # request, so a client hook may read the model it runs on
-AT_ONCE = frozenset({"status", "get_state", "list_hooks", "captured", "release"})
+AT_ONCE = frozenset({"hello", "status", "get_state", "list_hooks", "captured", "release"})
 # answers to a wait of a running request, recognised by (sender, request id)
 ANSWERS = frozenset({"hook_reply", "error"})
 # what a neighbour stage sends: a client's call carried on (its client named by reply_to),

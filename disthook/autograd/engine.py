@@ -53,6 +53,11 @@ def _check_hook_result(original, result, hook) -> None:
         raise RuntimeError(f"hook '{_hook_name(hook)}' has changed the size of value")
 
 
+# the client checks a remote tensor's hook's result itself, naming the user's function (the
+# worker's engine would name the stub that stands for it there)
+check_hook_result = _check_hook_result
+
+
 def _call_value_hooks(hooks, value):
     """Chain hooks over ``value``: a result that is neither None nor ``value`` itself replaces
     it, after validation. Returns (value, whether any hook replaced it)."""

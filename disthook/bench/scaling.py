@@ -112,4 +112,4 @@ def print_rows(rows: list[dict]) -> None:
                  for g, r in zip(growth, rows))
     verdict = "at most linearly" if linear else "FASTER than linearly"
     print(f"coordinator CPU per step grows {verdict} with workers "
-          f"(x{', x'.join(f'{g:.1f}' for g in growth)}; target: at most linear)")
+          f"(x{', x'.join(f'{g:.1f}' for g in growth)})")

@@ -12,10 +12,14 @@ def comparison(suite: str, case: str, ours: float, baseline: float | None, targe
 
 
 def print_comparisons(rows: list[dict]) -> None:
-    print(f"{'case':<50} {'baseline':>21} {'disthook':>10} {'ratio':>7} {'target':>7}")
-    for r in rows:
-        base = f"{r['baseline']} {r['torch_s'] * 1e3:.2f}ms" if r["torch_s"] else "n/a"
+    """The rows as a table whose columns line up whatever the cases' names (the target
+    stays in ``--json``'s rows: it is the project's, not a reader's)."""
+    bases = [f"{r['baseline']} {r['torch_s'] * 1e3:.2f}ms" if r["torch_s"] else "n/a"
+             for r in rows]
+    case_w = max([len("case"), *(len(r["case"]) for r in rows)])
+    base_w = max([len("baseline"), *map(len, bases)])
+    print(f"{'case':<{case_w}} {'baseline':>{base_w}} {'disthook':>10} {'ratio':>7}")
+    for r, base in zip(rows, bases):
         ratio = f"{r['ratio']:.2f}x" if r["ratio"] else "n/a"
-        ok = "" if r["ratio"] is None else ("  ok" if r["ratio"] <= r["target"] else "  MISS")
-        print(f"{r['case']:<50} {base:>21} {r['disthook_s'] * 1e3:>8.2f}ms {ratio:>7} "
-              f"{r['target']:>6.2f}x{ok}")
+        print(f"{r['case']:<{case_w}} {base:>{base_w}} {r['disthook_s'] * 1e3:>8.2f}ms "
+              f"{ratio:>7}")

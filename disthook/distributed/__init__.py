@@ -44,9 +44,15 @@ from disthook.distributed.cluster import Cluster, WorkerInfo, connect, local_clu
 from disthook.distributed.optimizer import DistributedOptimizer
 from disthook.distributed.placed import deployment_of
 from disthook.distributed.registry import NameTaken, UnknownModel
-from disthook.distributed.rpc import ClusterError, RemoteError, RemoteTimeout, WorkerLost
+from disthook.distributed.rpc import (
+    ClusterError,
+    NotACoordinator,
+    RemoteError,
+    RemoteTimeout,
+    WorkerLost,
+)
 from disthook.distributed.security import AuthenticationError
 
 __all__ = ["AuthenticationError", "Cluster", "ClusterError", "DistributedOptimizer",
-           "NameTaken", "RemoteError", "RemoteTimeout", "UnknownModel", "WorkerInfo",
-           "WorkerLost", "connect", "deployment_of", "hooks", "local_cluster"]
+           "NameTaken", "NotACoordinator", "RemoteError", "RemoteTimeout", "UnknownModel",
+           "WorkerInfo", "WorkerLost", "connect", "deployment_of", "hooks", "local_cluster"]

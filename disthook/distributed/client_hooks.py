@@ -231,6 +231,8 @@ class HookServer:
         try:
             if kind == "tensor":
                 out = fn(*args)
+                if out is not None and out is not args[0]:  # checked here, named as the user's
+                    engine.check_hook_result(args[0], out, fn)
             else:
                 with grad_mode.set_grad_enabled(diff):
                     out = fn(proxy, *args)
@@ -351,8 +353,11 @@ _WARNING_CLASSES = {cls.__name__: cls for cls in (
 
 def _issue_warning(msg: wire.Message) -> None:
     """A worker's warning, as the client's own (its category kept when it is a built-in)."""
+    from disthook.utils.hooks import _caller_stacklevel
+
     category = _WARNING_CLASSES.get(msg["category"], UserWarning)
-    warnings.warn(msg["message"], category, stacklevel=4)
+    # pointed at the user's line that made the call, as a warning in one process would be
+    warnings.warn(msg["message"], category, stacklevel=_caller_stacklevel())
 
 
 def _retain_on_worker(t: Tensor) -> None:

@@ -21,7 +21,7 @@ import threading
 import time
 import weakref
 
-from deploy.local import spawn, stderr_tail
+from deploy.local import spawn, stderr_tail, why_it_ended
 from deploy.roles import Role, coordinator_role, worker_role
 from deploy.threads import share_of_cores
 from disthook.distributed.endpoint import check_free, parse
@@ -32,6 +32,7 @@ from disthook.distributed.rpc import (
     Peer,
     RemoteTimeout,
     dial_once,
+    greet,
 )
 from disthook.distributed.security import CLIENT, Keys, generate
 from disthook.wire import HEARTBEAT_S
@@ -327,8 +328,9 @@ class Cluster:
         return results
 
     # ---- ending ------------------------------------------------------------------------------
-    def close(self) -> None:
-        """Shut a local cluster down and reap its processes; for ``connect``, just disconnect."""
+    def close(self, reason: str = "the client closed the cluster") -> None:
+        """Shut a local cluster down and reap its processes (their logs say ``reason``); for
+        ``connect``, just disconnect."""
         if self._closed:
             return
         self._closed = True
@@ -340,8 +342,7 @@ class Cluster:
         try:
             if self._processes:
                 try:
-                    self._coordinator.request("shutdown", {"reason": "the client closed the "
-                                                           "cluster"}, timeout=5.0)
+                    self._coordinator.request("shutdown", {"reason": reason}, timeout=5.0)
                 except (RemoteTimeout, OSError):
                     pass  # the processes are terminated below anyway
         finally:
@@ -393,8 +394,8 @@ class Cluster:
     def _check_processes(self) -> None:
         for proc in self._processes:
             if proc.poll() is not None:
-                raise ClusterError(f"process {' '.join(proc.args[1:4])} (pid {proc.pid}) "
-                                   f"exited with code {proc.returncode} during start-up")
+                role = "coordinator" if proc.args[2:3] == ["coordinator"] else "worker"
+                raise ClusterError(f"the {role} (pid {proc.pid}) {why_it_ended(proc)}")
 
 
 def captured_items(items: list[dict], details: bool) -> list:
@@ -442,7 +443,9 @@ def connect(address: str, *, timeout: float = DEFAULT_TIMEOUT, keys=None,
     """Attach to a running cluster by its coordinator's endpoint (``tcp://host:port``, or
     ``host:port``). ``keys``: the cluster's key directory (or a ``Keys``), when it runs with
     keys; the client pair used is ``key_name`` (default "client"). A cluster that refuses the
-    key raises ``AuthenticationError``; no coordinator there, ``CoordinatorUnreachable``
+    key raises ``AuthenticationError``; something that is not a disthook coordinator of this
+    protocol version, ``NotACoordinator`` (within about a second); no coordinator there,
+    ``CoordinatorUnreachable``
     (after ``STARTING_GRACE_S`` seconds when nothing listens, for one that is starting up
     meanwhile; after ``timeout`` seconds when something listens but does not answer)."""
     _refuse_in_worker("connect()")
@@ -460,17 +463,12 @@ def connect(address: str, *, timeout: float = DEFAULT_TIMEOUT, keys=None,
     if listening is False:
         raise CoordinatorUnreachable(address, refused=True, with_keys=keys is not None,
                                      unknown_host=_unknown_host(endpoint))
-    cluster = Cluster(address, timeout=timeout, keys=keys)
-    try:
-        cluster.status()  # fail now, not at the first real call, if nobody answers
-    except RemoteTimeout:
-        cluster.close()
+    # what listens is a disthook coordinator of this version (NotACoordinator at once when
+    # not), or nothing answers: fail now, not at the first real call
+    if not greet(address, keys=keys, timeout=timeout):
         raise CoordinatorUnreachable(address, refused=False, waited=timeout,
-                                     listening=listening, with_keys=keys is not None) from None
-    except BaseException:
-        cluster.close()
-        raise
-    return cluster
+                                     listening=listening, with_keys=keys is not None)
+    return Cluster(address, timeout=timeout, keys=keys)
 
 
 def _unknown_host(endpoint) -> str | None:
@@ -579,10 +577,8 @@ def _announced_address(proc: subprocess.Popen, timeout: float) -> str:
             except subprocess.TimeoutExpired:
                 pass
         if proc.poll() is not None:
-            said = stderr_tail(proc)[-1:]  # its one-line error, when its stderr is relayed
-            why = f": {said[0]}" if said else " (its stderr says why)"
-            raise ClusterError(f"the coordinator exited with code {proc.returncode} before "
-                               f"announcing its address{why}")
+            raise ClusterError(f"the coordinator (pid {proc.pid}) "
+                               f"{why_it_ended(proc, 'before announcing its address')}")
         raise ClusterError(f"the coordinator did not announce its address within {timeout:g} s "
                            f"(it printed {line!r})")
     # keep draining stdout so that a chatty process never blocks on a full pipe; the drain

@@ -429,11 +429,18 @@ class Deployment:
         stages = len(self._addresses)
         lost = set(self._hub.lost)
         deadline = time.monotonic() + 60
-        while len([w for w in self._cluster.workers()
-                   if w.alive and w.address not in lost]) < stages:
+        while (live := len([w for w in self._cluster.workers()
+                            if w.alive and w.address not in lost])) < stages:
+            if self._cluster._processes and self._cluster._restarter is None:  # none coming
+                raise ClusterError(
+                    f"cannot recover Remote{self._class_name}: {live} live worker(s) for "
+                    f"{stages} stage(s), and this local_cluster starts no replacement; start "
+                    "it with local_cluster(..., restart=True), or add a worker (disthook "
+                    f"worker --coordinator {self._cluster.address}), then recover()")
             if time.monotonic() > deadline:
                 raise ClusterError(f"cannot recover the deployed {self._class_name}: fewer than "
-                                   f"{stages} live workers within 60 s")
+                                   f"{stages} live workers within 60 s; add a worker (disthook "
+                                   f"worker --coordinator {self._cluster.address})")
             time.sleep(0.1)
         from disthook.distributed.deploy import deploy
 

@@ -298,6 +298,23 @@ def build(spec: dict, kind: str, path: str, captures: Captures, allowed: tuple[s
     return counted
 
 
+def check_importable(modules, option: str) -> None:
+    """ValueError naming ``option`` (``--allow-hook-module``) for the first of ``modules``
+    that cannot be imported here: a worker refuses a misspelt module when it starts, not at
+    the first hook that names it."""
+    import importlib.util
+
+    for name in modules:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a parent package that is missing, or an empty name
+            found = False
+        if not found:
+            raise ValueError(f"{option} {name!r}: no module or package of that name can be "
+                             "imported here; check the spelling, and that it lies on the "
+                             "worker's PYTHONPATH or in its working directory")
+
+
 def _import_allowed(target: str, allowed: tuple[str, ...]):
     module_name, _, attr = target.partition(":")
     if not any(module_name == a or module_name.startswith(a + ".") for a in allowed):

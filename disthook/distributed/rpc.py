@@ -29,12 +29,14 @@ __all__ = [
     "AuthenticationError",
     "ClusterError",
     "Deadline",
+    "NotACoordinator",
     "Peer",
     "RemoteError",
     "RemoteTimeout",
     "WorkerLost",
-    "error_fields",
     "dial_once",
+    "error_fields",
+    "greet",
     "next_request_id",
     "poll_until",
     "raise_error",
@@ -45,6 +47,19 @@ DEFAULT_TIMEOUT = 30.0  # seconds a request may wait for its reply unless told o
 
 class ClusterError(RuntimeError):
     """A cluster that cannot start, or a call it cannot take."""
+
+
+class NotACoordinator(ClusterError):
+    """Something listens at the address, but not a disthook coordinator of this protocol
+    version: another program, or a disthook process of another role or version."""
+
+    def __init__(self, address: str, what: str):
+        self.address = address
+        super().__init__(f"{address} is not a disthook coordinator (or a different protocol "
+                         f"version): {what}; check the address")
+
+
+HANDSHAKE_WITHIN_S = 1.0  # a ZeroMQ peer greets this soon once its connection is made
 
 
 class RemoteError(RuntimeError):
@@ -81,8 +96,11 @@ class WorkerLost(ClusterError):
         said = ("; its last stderr lines:\n" + "\n".join(f"  {line}" for line in self.stderr)
                 if self.stderr else "")
         super().__init__(f"worker {worker}, holding stage {stage}, is lost: its connection "
-                         f"closed during {what}{ctx}; deploy the model again (its stage's "
-                         f"state on that worker is gone){said}")
+                         f"closed during {what}{ctx}, and its stage's state with it; "
+                         "remote.recover() places the stages again on live workers and loads "
+                         "the model's last checkpoint (remote.save(path) makes one; "
+                         "local_cluster(restart=True) starts a replacement worker), or deploy "
+                         f"the model again{said}")
 
 
 def error_fields(exc: BaseException, *, worker: str | None = None, path: str | None = None,
@@ -162,15 +180,18 @@ def dial_once(address: str, *, keys=None, within: float = 1.0) -> bool | None:
     ``keys`` so that a server sees an ordinary client come and go. False when the connection
     is refused (on this machine at once) or the host is unknown, True once the handshake is
     done, None when nothing is known within ``within`` seconds (a host that drops packets).
-    ``AuthenticationError`` when the server refuses the keys."""
+    ``AuthenticationError`` when the server refuses the keys (or the two sides' security
+    differs); ``NotACoordinator`` when what took the connection does not speak ZeroMQ (it
+    has ``HANDSHAKE_WITHIN_S`` seconds to greet)."""
     from zmq.utils.monitor import recv_monitor_message
 
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     if keys is not None:
         keys.dial(sock)
-    monitor = sock.get_monitor_socket(zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_HANDSHAKE_SUCCEEDED
-                                      | HANDSHAKE_FAILURES)
+    monitor = sock.get_monitor_socket(zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_CONNECTED
+                                      | zmq.EVENT_HANDSHAKE_SUCCEEDED | HANDSHAKE_FAILURES)
+    connected = False
     try:
         sock.connect(str(parse(address)))
         deadline = Deadline(within)
@@ -178,15 +199,66 @@ def dial_once(address: str, *, keys=None, within: float = 1.0) -> bool | None:
             event = recv_monitor_message(monitor)
             if event["event"] == zmq.EVENT_CONNECT_RETRIED:
                 return False
-            why = refusal_reason(event)
+            if event["event"] == zmq.EVENT_CONNECTED:  # now the peer must greet
+                connected, deadline = True, Deadline(HANDSHAKE_WITHIN_S)
+                continue
+            if event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                return True
+            why = refusal_reason(event, keyed=keys is not None)
             if why is not None:
                 raise AuthenticationError(f"{address} refused the connection: {why}")
-            return True
+            raise NotACoordinator(address, "what listens there does not speak ZeroMQ's "
+                                           "protocol (its handshake failed)")
+        if connected:
+            raise NotACoordinator(address, "what listens there took the connection but did not "
+                                           f"greet as ZeroMQ does within {HANDSHAKE_WITHIN_S:g} s")
         return None
     finally:
         sock.disable_monitor()
         monitor.close(linger=0)
         sock.close(linger=0)
+
+
+def greet(address: str, *, keys=None, timeout: float = DEFAULT_TIMEOUT) -> bool:
+    """Ask what listens at ``address`` (a ZeroMQ peer) what it is: True when a disthook
+    coordinator of this protocol version answers, False when nothing answers within
+    ``timeout``; ``NotACoordinator`` for any other answer, at once."""
+    with Peer(address, name=address, keys=keys) as peer:
+        req = next_request_id()
+        peer.send("hello", {"name": wire.PROTOCOL_NAME, "protocol": wire.PROTOCOL_VERSION},
+                  req=req)
+        deadline = Deadline(timeout)
+        while True:
+            ready = poll_until(peer._poller, deadline)
+            if not ready:
+                return False
+            if peer._refusals in ready:
+                why = handshake_refusal(peer._refusals)
+                if why is not None:
+                    raise AuthenticationError(f"{address} refused the connection: {why}")
+            if peer._sock not in ready:
+                continue
+            try:
+                reply = wire.decode(peer._sock.recv_multipart(copy=False))
+            except wire.WireError:
+                raise NotACoordinator(address, "it answered the greeting with something that "
+                                               "is not a disthook message") from None
+            if reply.type == "error":  # a disthook process from before the greeting
+                raise NotACoordinator(address, "it answered the greeting with an error: "
+                                               f"{reply.fields.get('message')}")
+            if reply.type != "hello" or reply.fields["name"] != wire.PROTOCOL_NAME:
+                raise NotACoordinator(address, f"it answered the greeting with a "
+                                               f"{reply.type!r} of {reply.fields.get('name')!r}")
+            role, version = reply.fields.get("role"), reply.fields["protocol"]
+            if version != wire.PROTOCOL_VERSION:
+                raise NotACoordinator(address, f"a disthook {role} of protocol version "
+                                               f"{version} answered, and this client speaks "
+                                               f"version {wire.PROTOCOL_VERSION}: run the "
+                                               "same disthook version on both sides")
+            if role != "coordinator":
+                raise NotACoordinator(address, f"a disthook {role} answered: pass the "
+                                               "coordinator's address")
+            return True
 
 
 class Peer:

@@ -236,12 +236,17 @@ def handshake_refusal(monitor: zmq.Socket) -> str | None:
     return refusal_reason(event)
 
 
-def refusal_reason(event: dict) -> str | None:
-    """Why a handshake failed, for a monitor event (as pyzmq parses it); None for another
-    event."""
+def refusal_reason(event: dict, keyed: bool = True) -> str | None:
+    """Why a handshake failed for the two sides' security, for a monitor event (as pyzmq
+    parses it); None for another event. ``keyed``: this side uses keys, and every failed
+    handshake is then about them. Without keys a protocol error is theirs only when it is a
+    mechanism mismatch (one side uses keys); any other comes from a peer that speaks
+    something else (None). A failure without detail is a server with keys that hung up."""
     if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
         return f"the server refused this key (status {event['value']})"
-    if event["event"] & HANDSHAKE_FAILURES:
+    if event["event"] & HANDSHAKE_FAILURES and (
+            keyed or event["event"] != zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+            or event["value"] == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH):
         return ("the security handshake failed: one side uses keys and the other does not, "
                 "or they are of different clusters")
     return None

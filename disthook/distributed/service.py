@@ -179,6 +179,15 @@ class Service:
         if result is not NO_REPLY:
             self.reply(sock, sender, msg.req, "ok", {"result": result}, ctx=msg.ctx)
 
+    def on_hello(self, msg, sender: bytes):
+        """The greeting: say what this is (the protocol, its version, this role), in a
+        ``hello`` that a client of any version reads."""
+        self.reply(self.router, sender, msg.req, "hello", self.hello_fields())
+        return NO_REPLY
+
+    def hello_fields(self) -> dict:
+        return {"name": wire.PROTOCOL_NAME, "protocol": wire.PROTOCOL_VERSION, "role": self.role}
+
     def error_reply(self, exc: BaseException) -> dict:
         """The fields of the ``error`` reply for ``exc``, raised by the handler running now."""
         return error_fields(exc, worker=self.name, traceback=traceback.format_exc())

@@ -37,9 +37,7 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     if not isinstance(input, Tensor):  # a forward hook upstream returned something else
         raise TypeError(f"linear(): argument 'input' (position 1) must be Tensor, not "
                         f"{type(input).__name__}")
-    if input._data.dtype != weight._data.dtype:
-        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: "
-                           f"{_c_name(input)} != {_c_name(weight)}")
+    _check_linear_dtypes(input, weight, bias)
     in_features = weight.shape[-1]
     if input.ndim == 2:
         rows = input
@@ -63,9 +61,22 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return _linear_ops.UnsafeView.apply(out, shape=out_shape)
 
 
-def _c_name(t: Tensor) -> str:
-    return {"float64": "double", "float32": "float", "float16": "c10::Half"}.get(
-        t._data.dtype.name, t._data.dtype.name)
+def _check_linear_dtypes(input: Tensor, weight: Tensor, bias: Tensor | None) -> None:
+    """Linear does not promote: RuntimeError worded as torch's kernel words it, addmm's with
+    a bias (the input, else the bias against the weight) and mm's without."""
+    from disthook._dtype import c_type_name
+    from disthook._dtype import scalar_type_name as name
+
+    if bias is None:
+        if input._data.dtype != weight._data.dtype:
+            raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: "
+                               f"{c_type_name(input.dtype)} != {c_type_name(weight.dtype)}")
+    elif input._data.dtype != weight._data.dtype:
+        raise RuntimeError(f"mat1 and mat2 must have the same dtype, but got "
+                           f"{name(input.dtype)} and {name(weight.dtype)}")
+    elif bias._data.dtype != weight._data.dtype:
+        raise RuntimeError(f"self and mat2 must have the same dtype, but got "
+                           f"{name(bias.dtype)} and {name(weight.dtype)}")
 
 
 # ---- activations ---------------------------------------------------------------------------

@@ -212,7 +212,10 @@ class BackwardHook:
             node = t._grad_fn
             if node is not None and type(node) is BackwardHookFunction._backward_cls:
                 break
-        node.register_hook(node_hook)
+        def hook(grad_inputs, grad_outputs):  # the name torch's errors give this node's hook
+            return node_hook(grad_inputs, grad_outputs)
+
+        node.register_hook(hook)
         new_args = list(args)
         for i, t in zip(positions, wrapped):
             new_args[i] = t

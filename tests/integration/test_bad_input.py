@@ -110,7 +110,7 @@ def test_a_client_hook_that_raises_reaches_the_caller_with_its_traceback(deploye
 @pytest.mark.parametrize("name, returns, expected", [
     ("count", lambda gi: (gi[0], gi[0]),
      "invalid number of grad_input, got 2, but expected 1"),
-    ("shape", lambda gi: (gi[0][:, :2],), "has changed the size of value"),
+    ("shape", lambda gi: (gi[0][:, :2],), "hook 'hook' has changed the size of value"),
     ("dtype", lambda gi: (gi[0].double(),), "has changed the type of value"),
 ])
 def test_a_backward_hook_returning_wrong_gradients_is_refused(deployed, name, returns,
@@ -125,12 +125,20 @@ def test_a_backward_hook_returning_wrong_gradients_is_refused(deployed, name, re
 
 
 def test_a_gradient_hook_returning_a_wrong_shape_on_a_parameter(deployed):
-    handle = deployed.get_parameter("2.weight").register_hook(lambda g: g[:1])
-    out = deployed(torch.randn(4, 8))
-    with pytest.raises(RemoteError, match="has changed the size of value"):
-        out.sum().backward()
-    handle.remove()
-    works(deployed)
+    """Named as torch names it: the user's function (its __name__), not the worker's stub."""
+    def halve(g):
+        return g.double()
+
+    for hook, said in [(lambda g: g[:1], "hook '<lambda>' has changed the size of value"),
+                       (halve, "hook 'halve' has changed the type of value (was "
+                               "torch.FloatTensor got torch.DoubleTensor)")]:
+        handle = deployed.get_parameter("2.weight").register_hook(hook)
+        out = deployed(torch.randn(4, 8))
+        with pytest.raises(RuntimeError) as info:
+            out.sum().backward()
+        assert str(info.value) == said
+        handle.remove()
+        works(deployed)
 
 
 def test_backward_twice_without_retain_graph(deployed):
@@ -199,3 +207,48 @@ def test_non_finite_values_with_check_finite_name_the_place(cluster, where):
         assert np.isfinite(remote.named_gradients()["2.weight"].numpy()).all()
     finally:
         remote.close()
+
+
+class Warns(nn.Module):
+    def forward(self, x):
+        import warnings
+
+        warnings.warn("the worker's own warning", RuntimeWarning)
+        return x * 2
+
+
+def test_a_workers_warning_points_at_the_users_line(cluster):
+    import warnings
+
+    remote = cluster.deploy(nn.Sequential(nn.Linear(2, 2), Warns()), stages=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        line = sys._getframe().f_lineno + 1
+        remote(torch.ones(1, 2))
+    [warning] = [w for w in caught if "the worker's own warning" in str(w.message)]
+    assert warning.category is RuntimeWarning
+    assert (warning.filename, warning.lineno) == (__file__, line)
+    remote.close()
+
+
+class ReluNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.act = nn.Linear(3, 3), nn.ReLU()
+
+    def forward(self, x):
+        return self.act(self.fc(x))
+
+
+@pytest.mark.parametrize("make, relu", [
+    (lambda: nn.Sequential(nn.Linear(3, 3), nn.ReLU()), "1"), (ReluNet, "act")],
+    ids=["chain", "tree"])
+def test_a_pre_hook_handing_relu_two_arguments_raises_typeerror_as_in_one_process(cluster,
+                                                                                    make, relu):
+    remote = cluster.deploy(make(), stages=1)
+    act = remote.get_submodule(relu)
+    act.register_forward_pre_hook(lambda m, args: (args[0], args[0]))
+    with pytest.raises(TypeError, match=r"ReLU.forward\(\) takes 2 positional arguments but 3 "
+                                        "were given"):
+        remote(torch.ones(2, 3))
+    remote.close()

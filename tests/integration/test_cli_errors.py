@@ -72,7 +72,7 @@ def test_status_and_connect_take_host_port_and_reject_other_schemes():
     run = disthook("status", "--coordinator", "http://127.0.0.1:1")
     assert run.returncode == 1
     assert run.stderr.splitlines() == [
-        "disthook status: connect()'s address must look like tcp://HOST:PORT (e.g. "
+        "disthook status: --coordinator must look like tcp://HOST:PORT (e.g. "
         "tcp://127.0.0.1:5555) or ipc://PATH, got 'http://127.0.0.1:1'"]
 
 
@@ -111,8 +111,9 @@ def test_a_coordinator_that_cannot_start_gives_its_reason_to_local_cluster(held_
 
     monkeypatch.setattr(cluster_module, "check_free", lambda address: None)  # as in a race
     port = int(held_port.rsplit(":", 1)[1])
-    with pytest.raises(ClusterError, match="the coordinator exited with code 1 before "
-                                           f"announcing its address: disthook coordinator: "
+    with pytest.raises(ClusterError, match=r"the coordinator \(pid \d+\) exited with code 1 "
+                                           "before announcing its address; its last stderr "
+                                           "lines:\n  disthook coordinator: "
                                            f"{held_port} is in use"):
         local_cluster(workers=1, port=port)
 
@@ -171,3 +172,17 @@ def test_connect_finds_a_coordinator_that_starts_just_after_it_was_called():
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["launch", "--workers", "0"],
+     "disthook launch: error: argument --workers: expected a whole number >= 1, got '0'"),
+    (["serve", "ckpt", "--name", "m", "--stages", "0"],
+     "disthook serve: error: argument --stages: expected a whole number >= 1, got '0'"),
+    (["status", "--coordinator", "http://x:1"],
+     "disthook status: --coordinator must look like tcp://HOST:PORT (e.g. tcp://127.0.0.1:5555) "
+     "or ipc://PATH, got 'http://x:1'"),
+])
+def test_cli_errors_name_the_option_the_user_typed(argv, said):
+    run = disthook(*argv)
+    assert run.returncode in (1, 2) and run.stderr.splitlines()[-1] == said, run.stderr

@@ -296,15 +296,20 @@ def test_worker_info_stage_is_the_first_stage_held():
 
 def test_cli_errors_are_one_line_and_debug_shows_the_traceback():
     cli = [sys.executable, "-m", "disthook.cli"]
-    plain = subprocess.run([*cli, "launch", "--workers", "0"], capture_output=True, text=True,
-                           timeout=60)
+    wrong = ["serve", "/nonexistent/ckpt", "--name", "m"]  # passes the parser, fails in serve
+    plain = subprocess.run([*cli, *wrong], capture_output=True, text=True, timeout=60)
     assert plain.returncode == 1
     assert plain.stderr.strip().splitlines() == [
-        "disthook launch: ValueError: local_cluster() needs workers >= 1, got 0 (--debug "
-        "shows the traceback)"]
-    debug = subprocess.run([*cli, "--debug", "launch", "--workers", "0"], capture_output=True,
-                           text=True, timeout=60)
+        "disthook serve: CheckpointError: no checkpoint at /nonexistent/ckpt (no "
+        "manifest.json) (--debug shows the traceback)"]
+    debug = subprocess.run([*cli, "--debug", *wrong], capture_output=True, text=True,
+                           timeout=60)
     assert debug.returncode == 1 and "Traceback (most recent call last)" in debug.stderr
+    # an option the parser refuses names the flag as typed (argparse's usage line and error)
+    flag = subprocess.run([*cli, "launch", "--workers", "0"], capture_output=True, text=True,
+                          timeout=60)
+    assert flag.returncode == 2 and "argument --workers: expected a whole number >= 1, " \
+        "got '0'" in flag.stderr
 
 
 def test_status_lists_each_stage_with_its_modules_parameters_and_graphs(cluster):
@@ -328,3 +333,20 @@ def test_status_lists_each_stage_with_its_modules_parameters_and_graphs(cluster)
         out.sum().backward()
     finally:
         remote.close()
+
+
+def test_the_processes_log_that_launch_was_stopped_not_that_a_client_closed_the_cluster():
+    launch = subprocess.Popen([sys.executable, "-m", "disthook.cli", "launch", "--workers", "1",
+                               "--bind", "tcp://127.0.0.1:0", "--log-level", "INFO"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert launch.stdout.readline().startswith("disthook cluster up:")
+        launch.send_signal(signal.SIGINT)
+        assert launch.wait(30) == 0
+        said = launch.stderr.read()
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+            launch.wait()
+    assert said.count("stopping: disthook launch stopped") == 2, said  # coordinator, worker
+    assert "the client closed the cluster" not in said

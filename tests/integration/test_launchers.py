@@ -165,3 +165,38 @@ def test_the_kubernetes_manifests_run_the_roles_with_the_key_files():
     args = worker["containers"][0]["args"]
     assert args[args.index("--coordinator") + 1] == "tcp://disthook-coordinator:5555"
     assert args[args.index("--advertise") + 1].startswith("$(POD_NAME).disthook-workers.")
+
+
+def test_the_python_of_deploy_readme_runs_against_a_launched_cluster_with_keys(tmp_path):
+    """deploy/README.md's program, on a cluster launched here with keys/ (the address of
+    host-a replaced by the launched one): it runs as written and prints what it says."""
+    import re
+    import signal
+
+    from disthook.distributed.security import generate
+
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "deploy" / "README.md").read_text()
+    [code] = re.findall(r"```python\n(.*?)```", text, re.S)
+    generate(str(tmp_path / "keys"))
+    launch = subprocess.Popen([sys.executable, "-m", "disthook.cli", "launch", "--workers", "2",
+                               "--bind", "tcp://127.0.0.1:0", "--keys", "keys/",
+                               "--log-level", "WARNING"], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        address = re.search(r"coordinator (tcp://\S+),", launch.stdout.readline())
+        assert address, launch.stderr.read()
+        script = tmp_path / "example.py"
+        script.write_text(code.replace("tcp://10.0.0.1:5555", address.group(1)))
+        run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=120, check=False)
+    finally:
+        launch.send_signal(signal.SIGINT)
+        try:
+            launch.wait(30)
+        except subprocess.TimeoutExpired:
+            launch.kill()
+            launch.wait()
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == ["torch.Size([32, 10])"]

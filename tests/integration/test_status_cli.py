@@ -140,3 +140,19 @@ def test_launch_startup_table_shows_memory_and_graphs():
         cells = row.split()
         assert cells[2] == "yes" and cells[5] == "MiB" and cells[6] == "0", row
         assert "?" not in row, row
+
+
+@pytest.mark.parametrize("options", [["--json"], []])
+def test_status_into_a_reader_that_went_away_ends_quietly(cluster, options):
+    """`disthook status --json | head -1`: no BrokenPipeError traceback, exit status 0."""
+    import os
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before anything is written
+    try:
+        run = subprocess.run([*CLI, "status", "--coordinator", cluster.address, *options],
+                             stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60,
+                             check=False)
+    finally:
+        os.close(write_end)
+    assert (run.returncode, run.stderr) == (0, "")

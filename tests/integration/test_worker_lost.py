@@ -230,3 +230,30 @@ def test_a_worker_that_stops_answering_is_lost_within_three_heartbeats():
             os.kill(pid, signal.SIGKILL)
             os.kill(pid, signal.SIGCONT)
         remote.close()
+
+
+def test_recover_without_a_replacement_coming_fails_at_once_saying_what_to_do(tmp_path):
+    """A local_cluster without restart=True starts no replacement: recover() says so at
+    once (not after 60 s), and WorkerLost points at recover() after a save."""
+    from test_remote import make_net
+
+    from disthook.distributed import ClusterError
+
+    with local_cluster(workers=2, heartbeat=0.2) as cluster:
+        remote = cluster.deploy(make_net(), stages=2)
+        remote.save(str(tmp_path / "ckpt"))
+        victim = remote.workers()[1][1]
+        os.kill(next(w.pid for w in cluster.workers() if w.id == victim), signal.SIGKILL)
+        with pytest.raises(WorkerLost) as lost:
+            remote(torch.ones(2, 8))
+        assert ("remote.recover() places the stages again on live workers and loads the "
+                "model's last checkpoint (remote.save(path) makes one") in str(lost.value)
+        started = time.monotonic()
+        with pytest.raises(ClusterError) as refused:
+            remote.recover()
+        assert time.monotonic() - started < 5
+        assert str(refused.value) == (
+            f"cannot recover RemoteSequential: 1 live worker(s) for 2 stage(s), and this "
+            f"local_cluster starts no replacement; start it with local_cluster(..., "
+            f"restart=True), or add a worker (disthook worker --coordinator "
+            f"{cluster.address}), then recover()")
