@@ -90,7 +90,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
                              zmq.HEARTBEAT_TIMEOUT: wire.LOST_AFTER_BEATS * beat_ms})
         self.id = wid
         self.bound = self.address
-        self.address = advertised_address(self.bound, advertise, self.log)  # what peers dial
+        self.address = endpoint.advertised_address(self.bound, advertise, self.log)  # what peers dial
         self.coordinator_address = coordinator
         self.control = self._dial(coordinator, wid.encode(), linger=0)
         self.poller.register(self.control, zmq.POLLIN)
@@ -466,29 +466,6 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
 
     def _to_client(self, job, msg_type: str, fields: dict) -> None:
         self.reply(self.router, job.client, job.msg.req, msg_type, fields, ctx=job.msg.ctx)
-
-
-def advertised_address(bound: str, advertise: str | None, log) -> str:
-    """The endpoint peers reach this worker at: ``advertise`` ("host" or "host:port"; the
-    port defaults to the bound one), else the bound endpoint. A wildcard bind (0.0.0.0, *,
-    ::) without ``advertise`` falls back to this host's name, with a warning."""
-    scheme, _, rest = bound.partition("://")
-    host, _, port = rest.rpartition(":")
-    if advertise:
-        if "://" in advertise:
-            raise ValueError(f"--advertise takes host or host:port, got {advertise!r}")
-        a_host, sep, a_port = advertise.rpartition(":")
-        if not sep:  # no port given
-            a_host, a_port = advertise, port
-        elif not a_port.isdigit() or not a_host:
-            raise ValueError(f"--advertise takes host or host:port, got {advertise!r}")
-        return f"{scheme}://{a_host}:{a_port}"
-    if host in ("0.0.0.0", "*", "[::]", "::"):
-        name = socket.gethostname()
-        log.warning("bound to %s without --advertise: peers are told tcp://%s:%s (this host's "
-                    "name); pass --advertise HOST if they cannot resolve it", bound, name, port)
-        return f"{scheme}://{name}:{port}"
-    return bound
 
 
 def _positive_int(text: str) -> int:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
@@ -24,10 +23,11 @@ import weakref
 from deploy.local import spawn, stderr_tail, why_it_ended
 from deploy.roles import Role, coordinator_role, worker_role
 from deploy.threads import share_of_cores
-from disthook.distributed.endpoint import check_free, parse
+from disthook.distributed.endpoint import check_free, parse, unknown_host
 from disthook.distributed.rpc import (
     DEFAULT_TIMEOUT,
     ClusterError,
+    CoordinatorUnreachable,
     Deadline,
     Peer,
     RemoteTimeout,
@@ -410,34 +410,6 @@ def captured_items(items: list[dict], details: bool) -> list:
     return [unpack(item["value"]) for item in items]
 
 
-class CoordinatorUnreachable(ClusterError):
-    """No coordinator at the address ``connect`` was given: nothing listens there (refused,
-    or an unknown host), or nothing answered within the timeout. The message says what to
-    do; ``advice(keys_option)`` words it for the command line (``"--keys DIR"``)."""
-
-    def __init__(self, address: str, *, refused: bool, waited: float = 0.0,
-                 listening: bool | None = None, unknown_host: str | None = None,
-                 with_keys: bool = False):
-        self.address, self.refused, self.waited = address, refused, waited
-        self.listening, self.unknown_host, self.with_keys = listening, unknown_host, with_keys
-        super().__init__(self.advice("keys=DIR"))
-
-    def advice(self, keys_option: str) -> str:
-        """The message, naming the keys option as ``keys_option``."""
-        if self.unknown_host:
-            return (f"no coordinator at {self.address}: the host {self.unknown_host!r} is "
-                    "unknown; check the address")
-        command = "launch" if self.address.startswith("tcp://") else "coordinator"
-        start = f"start one with `disthook {command} --bind {self.address}`"
-        if self.refused:
-            return (f"no coordinator at {self.address}: nothing listens there (connection "
-                    f"refused); {start}, or check the address")
-        keys = "" if self.with_keys else f", or, if the cluster runs with keys, pass {keys_option}"
-        what = "something listens there but " if self.listening else ""
-        return (f"no coordinator at {self.address}: {what}no answer to a status request "
-                f"within {self.waited:g} s; check the address, {start}{keys}")
-
-
 def connect(address: str, *, timeout: float = DEFAULT_TIMEOUT, keys=None,
             key_name: str = CLIENT) -> Cluster:
     """Attach to a running cluster by its coordinator's endpoint (``tcp://host:port``, or
@@ -462,24 +434,13 @@ def connect(address: str, *, timeout: float = DEFAULT_TIMEOUT, keys=None,
         listening = dial_once(address, keys=keys, within=min(timeout, 1.0))
     if listening is False:
         raise CoordinatorUnreachable(address, refused=True, with_keys=keys is not None,
-                                     unknown_host=_unknown_host(endpoint))
+                                     unknown_host=unknown_host(endpoint))
     # what listens is a disthook coordinator of this version (NotACoordinator at once when
     # not), or nothing answers: fail now, not at the first real call
     if not greet(address, keys=keys, timeout=timeout):
         raise CoordinatorUnreachable(address, refused=False, waited=timeout,
                                      listening=listening, with_keys=keys is not None)
     return Cluster(address, timeout=timeout, keys=keys)
-
-
-def _unknown_host(endpoint) -> str | None:
-    """The endpoint's host when it has no address (a typo), else None."""
-    if endpoint.scheme != "tcp":
-        return None
-    try:
-        socket.getaddrinfo(endpoint.host.strip("[]"), endpoint.port)
-    except (socket.gaierror, UnicodeError):
-        return endpoint.host
-    return None
 
 
 def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,

@@ -433,7 +433,7 @@ class Deployment:
                             if w.alive and w.address not in lost])) < stages:
             if self._cluster._processes and self._cluster._restarter is None:  # none coming
                 raise ClusterError(
-                    f"cannot recover Remote{self._class_name}: {live} live worker(s) for "
+                    f"cannot recover the deployed {self._class_name}: {live} live worker(s) for "
                     f"{stages} stage(s), and this local_cluster starts no replacement; start "
                     "it with local_cluster(..., restart=True), or add a worker (disthook "
                     f"worker --coordinator {self._cluster.address}), then recover()")

@@ -17,8 +17,10 @@ __all__ = [
     "FORM",
     "Endpoint",
     "EndpointInUse",
+    "advertised_address",
     "check_free",
     "parse",
+    "unknown_host",
 ]
 
 DEFAULT_PORT = 5555
@@ -119,3 +121,37 @@ def check_free(address: str) -> None:
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 raise EndpointInUse(str(endpoint)) from None
+
+
+def unknown_host(endpoint) -> str | None:
+    """The endpoint's host when it has no address (a typo), else None."""
+    if endpoint.scheme != "tcp":
+        return None
+    try:
+        socket.getaddrinfo(endpoint.host.strip("[]"), endpoint.port)
+    except (socket.gaierror, UnicodeError):
+        return endpoint.host
+    return None
+
+
+def advertised_address(bound: str, advertise: str | None, log) -> str:
+    """The endpoint peers reach this worker at: ``advertise`` ("host" or "host:port"; the
+    port defaults to the bound one), else the bound endpoint. A wildcard bind (0.0.0.0, *,
+    ::) without ``advertise`` falls back to this host's name, with a warning."""
+    scheme, _, rest = bound.partition("://")
+    host, _, port = rest.rpartition(":")
+    if advertise:
+        if "://" in advertise:
+            raise ValueError(f"--advertise takes host or host:port, got {advertise!r}")
+        a_host, sep, a_port = advertise.rpartition(":")
+        if not sep:  # no port given
+            a_host, a_port = advertise, port
+        elif not a_port.isdigit() or not a_host:
+            raise ValueError(f"--advertise takes host or host:port, got {advertise!r}")
+        return f"{scheme}://{a_host}:{a_port}"
+    if host in ("0.0.0.0", "*", "[::]", "::"):
+        name = socket.gethostname()
+        log.warning("bound to %s without --advertise: peers are told tcp://%s:%s (this host's "
+                    "name); pass --advertise HOST if they cannot resolve it", bound, name, port)
+        return f"{scheme}://{name}:{port}"
+    return bound

@@ -28,6 +28,7 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "AuthenticationError",
     "ClusterError",
+    "CoordinatorUnreachable",
     "Deadline",
     "NotACoordinator",
     "Peer",
@@ -326,3 +327,31 @@ class Peer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class CoordinatorUnreachable(ClusterError):
+    """No coordinator at the address ``connect`` was given: nothing listens there (refused,
+    or an unknown host), or nothing answered within the timeout. The message says what to
+    do; ``advice(keys_option)`` words it for the command line (``"--keys DIR"``)."""
+
+    def __init__(self, address: str, *, refused: bool, waited: float = 0.0,
+                 listening: bool | None = None, unknown_host: str | None = None,
+                 with_keys: bool = False):
+        self.address, self.refused, self.waited = address, refused, waited
+        self.listening, self.unknown_host, self.with_keys = listening, unknown_host, with_keys
+        super().__init__(self.advice("keys=DIR"))
+
+    def advice(self, keys_option: str) -> str:
+        """The message, naming the keys option as ``keys_option``."""
+        if self.unknown_host:
+            return (f"no coordinator at {self.address}: the host {self.unknown_host!r} is "
+                    "unknown; check the address")
+        command = "launch" if self.address.startswith("tcp://") else "coordinator"
+        start = f"start one with `disthook {command} --bind {self.address}`"
+        if self.refused:
+            return (f"no coordinator at {self.address}: nothing listens there (connection "
+                    f"refused); {start}, or check the address")
+        keys = "" if self.with_keys else f", or, if the cluster runs with keys, pass {keys_option}"
+        what = "something listens there but " if self.listening else ""
+        return (f"no coordinator at {self.address}: {what}no answer to a status request "
+                f"within {self.waited:g} s; check the address, {start}{keys}")

@@ -15,8 +15,8 @@ import textwrap
 
 import pytest
 
+from disthook.distributed.endpoint import advertised_address
 from disthook.distributed.security import generate
-from workers.server import advertised_address
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -253,7 +253,7 @@ def test_recover_without_a_replacement_coming_fails_at_once_saying_what_to_do(tm
             remote.recover()
         assert time.monotonic() - started < 5
         assert str(refused.value) == (
-            f"cannot recover RemoteSequential: 1 live worker(s) for 2 stage(s), and this "
+            f"cannot recover the deployed Sequential: 1 live worker(s) for 2 stage(s), and this "
             f"local_cluster starts no replacement; start it with local_cluster(..., "
             f"restart=True), or add a worker (disthook worker --coordinator "
             f"{cluster.address}), then recover()")
