@@ -49,7 +49,7 @@ def _flush_at_exit(ref) -> None:
     hub.timeout = min(hub.timeout, EXIT_FLUSH_TIMEOUT_S)
     try:
         hub.flush_optimizer_calls()
-    except Exception as exc:  # noqa: BLE001 - the program is ending: say it, do not raise
+    except Exception as exc:
         warnings.warn(f"disthook: the last optimizer calls on model {hub.model} were not "
                       f"sent as the program ended: {type(exc).__name__}: {exc}",
                       RuntimeWarning, stacklevel=1)

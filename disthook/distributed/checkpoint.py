@@ -330,7 +330,6 @@ def _description(module: Module, code: bool) -> dict:
         described = {"structure": None, "not_data": str(exc)}
     if code:
         from disthook.distributed import shipping
-        from disthook.distributed.placed import deployment_of
 
         described["code"] = base64.b64encode(shipping.dumps_structure(module)).decode("ascii")
     return described

@@ -83,7 +83,7 @@ class HookServer:
             broken = event["kind"] not in ("vjp", "retained") and hook_kinds.steers(answer)
             frames = wire.encode("hook_reply", {"hook": event["hook"], **answer},
                                  req=event.req, ctx=event.ctx)
-        except Exception as exc:  # noqa: BLE001 - the worker must hear; we re-raise it later
+        except Exception as exc:
             self.hook_error = exc
             broken = True
             frames = wire.encode("error", {"kind": type(exc).__name__, "message": str(exc)},

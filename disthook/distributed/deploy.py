@@ -9,13 +9,13 @@ from collections import OrderedDict
 
 from disthook.distributed import glue, placed, placement, shipping, tree
 from disthook.distributed.aliases import client_aliases
+from disthook.distributed.deployment import Deployment
 from disthook.distributed.placement import (
     chains_its_children,
     check_options,
     choose_workers,
     forward_times,
 )
-from disthook.distributed.deployment import Deployment
 from disthook.distributed.rpc import WorkerLost
 from disthook.distributed.tree import Layout
 from disthook.nn.modules.container import Sequential

@@ -32,9 +32,9 @@ from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.distributed.channel import _Hub
 from disthook.distributed.hooks import WorkerHook
 from disthook.distributed.optimizer import DistributedOptimizer
-from disthook.distributed.placement import chains_its_children, partition
 from disthook.distributed.parameters import RemoteParameter, RemoteStorage
 from disthook.distributed.placed import RemoteHandle
+from disthook.distributed.placement import chains_its_children, partition
 from disthook.distributed.rpc import DEFAULT_TIMEOUT, ClusterError, RemoteTimeout
 from disthook.distributed.tree import Layout
 from disthook.nn.modules.module import Module
@@ -42,7 +42,7 @@ from disthook.tensor import Tensor
 from disthook.utils.hooks import RemovableHandle
 
 # public API kept importable from here; the rest lives in the modules named above
-__all__ = ["DistributedOptimizer", "RemoteBackward0", "Deployment", "partition"]
+__all__ = ["Deployment", "DistributedOptimizer", "RemoteBackward0", "partition"]
 
 
 class Deployment:

@@ -16,7 +16,6 @@ those a placement leaves out).
 from __future__ import annotations
 
 import time
-import types
 import uuid
 import weakref
 from collections import OrderedDict
@@ -28,13 +27,12 @@ from disthook import random
 from disthook.autograd import grad_mode
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.distributed.values import opaque_in, pack, tensors_in, unpack
-from disthook.nn.modules.module import HOOK_DICTS, Module
+from disthook.nn.modules.module import Module
 from disthook.tensor import Tensor
 from disthook.utils.hooks import RemovableHandle
 
 if TYPE_CHECKING:
     from disthook.distributed.deployment import Deployment
-    from disthook.distributed.tree import Layout
 
 __all__ = ["call_placed", "carry_hooks", "route_node_hooks", "run_root_forward", "run_until",
            "train_step"]

@@ -85,7 +85,7 @@ def _buffer_name(hook: str, name) -> str:
     return name
 
 
-def clamp_grad(min: float | None = None, max: float | None = None) -> WorkerHook:  # noqa: A002
+def clamp_grad(min: float | None = None, max: float | None = None) -> WorkerHook:
     """Clamp gradients to [min, max] (either may be None), as ``grad.clamp(min, max)``."""
     if min is None and max is None:
         raise ValueError("clamp_grad() needs min or max")

@@ -19,7 +19,6 @@ where they live (the optimizers and ``nn.utils.clip_grad`` use them)."""
 from __future__ import annotations
 
 import copy
-import itertools
 import weakref
 from typing import TYPE_CHECKING
 
@@ -27,14 +26,13 @@ import numpy as np
 
 from disthook.autograd import grad_mode
 from disthook.autograd.graph import AccumulateGrad
-from disthook.distributed import hook_kinds
+from disthook.distributed import hook_kinds, remote_grads
 from disthook.distributed.values import pack
 from disthook.nn.parameter import Parameter
 from disthook.tensor import Tensor
 
 if TYPE_CHECKING:
     from disthook.distributed.placed import RemoteHandle
-    from disthook.distributed.deployment import Deployment
 
 __all__ = ["RemoteBuffer", "RemoteParameter", "RemoteStorage", "adopt", "adopt_buffer",
            "release"]
@@ -330,7 +328,7 @@ class RemoteParameter(RemoteStorage, Parameter):
         it prints in one process (``workers()`` of its deployment says where it lives)."""
         try:
             value = self.detach()
-        except Exception:  # noqa: BLE001 - closed, or its worker is gone: say what it was
+        except Exception:
             return f"RemoteParameter({self._path}, shape={tuple(self.shape)}, unreachable)"
         return f"Parameter containing:\n{value.requires_grad_(self.requires_grad)!r}"
 
@@ -392,7 +390,7 @@ class RemoteBuffer(RemoteStorage, Tensor):
     def __repr__(self) -> str:
         try:
             return repr(self.detach())
-        except Exception:  # noqa: BLE001 - closed, or its worker is gone: say what it was
+        except Exception:
             return f"RemoteBuffer({self._path}, shape={tuple(self.shape)}, unreachable)"
 
 
@@ -488,7 +486,6 @@ RemoteStorage.__hash__ = Tensor.__hash__  # __eq__ compares values; identity has
 
 
 # what optimizers and the clipping utilities ask of a list of remote parameters
-from disthook.distributed import remote_grads  # noqa: E402 - it reads this module's classes
 
 RemoteParameter._grad_op = staticmethod(remote_grads.grad_op)
 RemoteParameter._zero_grads = staticmethod(remote_grads.zero_grads)

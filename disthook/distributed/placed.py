@@ -30,8 +30,13 @@ from disthook.distributed.parameters import (
     release,
 )
 from disthook.distributed.values import opaque_in, pack
-from disthook.nn.modules.module import HOOK_DICTS, Module, Placement, checked_state_value
-from disthook.nn.modules.module import note_unexpected
+from disthook.nn.modules.module import (
+    HOOK_DICTS,
+    Module,
+    Placement,
+    checked_state_value,
+    note_unexpected,
+)
 from disthook.tensor import Tensor
 from disthook.utils.hooks import RemovableHandle
 

@@ -10,7 +10,6 @@ import itertools
 
 import numpy as np
 
-from disthook.distributed import parameters
 from disthook.tensor import Tensor
 
 __all__ = ["clamp_grads", "grad_norms", "grad_op", "optimizer_share", "scale_grads",
@@ -90,7 +89,7 @@ def optimizer_share(optimizer, action: str, state: dict | None = None):
         if action == "state":
             for reply in replies:
                 for path, value in reply["result"]["state"].items():
-                    out[parameters.RemoteParameter(model, path)] = {
+                    out[model._param_proxies[(model._canonical.get(path, path), False)]] = {
                         k: Tensor._make(np.array(v), None, 0) if isinstance(v, np.ndarray)
                         else v for k, v in value.items()}
     return out
@@ -112,7 +111,7 @@ def share_calls(optimizer, action: str) -> list[tuple]:
         hyper = {k: _hyperparameter(k, v) for k, v in group.items()
                  if k not in ("params", "param_names")}
         for p in group["params"]:
-            if not isinstance(p, parameters.RemoteParameter):
+            if not _placed(p):
                 continue
             model, shares = models.setdefault(id(p._model), (p._model, {}))
             names, groups = shares.setdefault(model._owner(p._path), ([], []))
@@ -157,3 +156,9 @@ def _hyperparameter(name: str, value):
 
 def _array_of(value):
     return value.detach()._data if isinstance(value, Tensor) else value
+
+
+def _placed(p) -> bool:
+    """Whether ``p`` is a parameter placed on a worker (a ``RemoteParameter``: its type
+    offers the operations of this module)."""
+    return hasattr(type(p), "_optimizer_share") and not p.__dict__.get("_is_data", True)

@@ -158,7 +158,7 @@ class Service:
         """Decode one request from ``sender``, run its handler, send the reply."""
         try:
             msg = wire.decode(frames)
-        except Exception as exc:  # noqa: BLE001 - a bad message never stops the loop
+        except Exception as exc:
             if not isinstance(exc, wire.WireError):  # the codec's own slip: say which
                 exc = wire.WireError(f"malformed message: {type(exc).__name__}: {exc}")
             self.peer_log.warning(sender, "%s: malformed message from %r: %s", self.name,

@@ -230,7 +230,7 @@ def _culprit(root: Module, outside) -> str | None:
                 continue
             try:
                 _Pickler(io.BytesIO(), outside, {}).dump(value)
-            except Exception as exc:  # noqa: BLE001 - any failure names the attribute
+            except Exception as exc:
                 where = f"{path!r}" if path else "the root module"
                 return (f"attribute {name!r} of {where} ({type(module).__name__}) holds a "
                         f"{type(value).__name__}, which cannot be pickled ({exc}): keep it "

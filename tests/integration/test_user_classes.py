@@ -2,7 +2,6 @@
 a module beside the script travel pickled by value with the model (workers import neither,
 so a script without a __main__ guard deploys as well); a worker that takes no code (a shared
 service's) refuses them, and classes of the main script cannot come as data."""
-import copy
 import subprocess
 import sys
 import textwrap
@@ -26,6 +25,8 @@ class Scale(torch.nn.Module):
 '''
 
 SCRIPT = '''
+import copy
+
 import disthook as torch
 from disthook.distributed import local_cluster
 from user_layers import Scale
