@@ -26,8 +26,8 @@ import zmq
 import zmq.auth
 
 from disthook import wire
-from disthook.distributed.security import CLIENT, is_server_key, key_name
-from disthook.distributed.service import LOG_LEVELS, Service, recv_now
+from disthook.service.loop import LOG_LEVELS, Service, recv_now
+from disthook.service.security import CLIENT, is_server_key, key_name
 from disthook.wire import HEARTBEAT_S, LOST_AFTER_BEATS, SILENT_AFTER_BEATS
 
 __all__ = ["Coordinator", "Published", "WorkerRecord"]
@@ -290,7 +290,7 @@ def main(argv=None) -> int:
     import logging
     import sys
 
-    from disthook.distributed.endpoint import DEFAULT_COORDINATOR, EndpointInUse, parse
+    from disthook.service.endpoint import DEFAULT_COORDINATOR, EndpointInUse, parse
 
     p = argparse.ArgumentParser(prog="disthook coordinator",
                                 description="Run the coordinator of a disthook cluster.")
@@ -308,7 +308,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    from disthook.distributed.security import SERVER, Keys
+    from disthook.service.security import SERVER, Keys
 
     try:
         keys = Keys.load(args.keys, SERVER) if args.keys else None

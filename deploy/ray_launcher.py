@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 from deploy.roles import coordinator_role, worker_role
-from disthook.distributed.endpoint import DEFAULT_PORT
+from disthook.service.endpoint import DEFAULT_PORT
 
 __all__ = ["RayCluster", "launch"]
 

@@ -89,6 +89,6 @@ def worker_role(coordinator: str, *, worker_id: str | None = None,
 def _endpoint(address: str, what: str) -> str:
     """``address`` in the ``tcp://HOST:PORT`` form every role takes (ValueError if it is
     no endpoint)."""
-    from disthook.distributed.endpoint import parse  # not at the top: disthook imports us
+    from disthook.service.endpoint import parse  # not at the top: disthook imports us
 
     return str(parse(address, what))

@@ -21,7 +21,7 @@ import dataclasses
 import shlex
 
 from deploy.roles import coordinator_role, worker_role
-from disthook.distributed.endpoint import DEFAULT_PORT
+from disthook.service.endpoint import DEFAULT_PORT
 
 __all__ = ["Host", "commands", "parse_hosts"]
 

@@ -80,7 +80,6 @@ from disthook.tensor import (  # noqa: F401
 )
 
 
-
 def is_tensor(obj) -> type(True):
     return isinstance(obj, Tensor)
 
@@ -282,9 +281,16 @@ LongTensor = _legacy_type(int64)
 ByteTensor = _legacy_type(uint8)
 BoolTensor = _legacy_type(bool)
 
-from disthook import nn, optim  # noqa: F401
-from disthook import accelerator, backends, distributions, futures, multiprocessing  # noqa: F401
-from disthook import amp  # noqa: F401
+from disthook import (  # noqa: F401  # noqa: F401
+    accelerator,
+    amp,  # noqa: F401
+    backends,
+    distributions,
+    futures,
+    multiprocessing,
+    nn,
+    optim,
+)
 from disthook.amp.autocast_mode import autocast, is_autocast_enabled  # noqa: F401
 from disthook.serialization import load, save  # noqa: F401
 from disthook.torch_version import TORCH_VERSION as _TORCH_VERSION

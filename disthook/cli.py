@@ -11,8 +11,8 @@ import signal
 import sys
 import time
 
-from disthook.distributed.endpoint import DEFAULT_COORDINATOR, DEFAULT_PORT, parse
-from disthook.distributed.service import LOG_LEVELS
+from disthook.service.endpoint import DEFAULT_COORDINATOR, DEFAULT_PORT, parse
+from disthook.service.loop import LOG_LEVELS
 from disthook.wire import HEARTBEAT_S
 
 
@@ -75,7 +75,7 @@ STARTUP_STATUS_TIMEOUT_S = 2.0  # launch's table: how long each worker may take 
 
 def _launch(args) -> int:
     from disthook.distributed import local_cluster
-    from disthook.distributed.endpoint import EndpointInUse
+    from disthook.service.endpoint import EndpointInUse
 
     if (args.hosts or args.ray is not None) and args.threads is not None:
         raise ValueError("--threads sets the threads of local workers; over ssh or Ray each "
@@ -142,8 +142,8 @@ def _serve(args) -> int:
     and published under NAME, in the foreground until Ctrl-C."""
     from disthook.distributed import checkpoint as ckpt
     from disthook.distributed import local_cluster
-    from disthook.distributed.endpoint import EndpointInUse
     from disthook.distributed.spec import main_script_of
+    from disthook.service.endpoint import EndpointInUse
 
     bind = parse(args.bind, "--bind")
     if bind.scheme != "tcp":
@@ -446,7 +446,7 @@ def _table(columns: tuple, rows: list[dict]) -> list[str]:
 
 
 def _keys(args) -> int:
-    from disthook.distributed import security
+    from disthook.service import security
 
     try:
         if args.action == "generate":

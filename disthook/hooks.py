@@ -8,7 +8,7 @@ toolkit only registers and removes hooks; they are dispatched where all hooks ar
 ``Module.__call__`` and the backward engine. On a deployed model:
 
 - ``hooks(...)`` registers its hooks on the workers holding the modules (a Python callable
-  runs in the client, a worker hook of ``disthook.distributed.hooks`` in the worker);
+  runs in the client, a worker hook of ``disthook.service.worker_hooks`` in the worker);
 - a hook on a module that runs on the client (its parts are on several workers, or it
   is kept there) is an ordinary hook there, as in one process;
 - ``run_with_cache`` and ``trace`` record with ``hooks.capture`` on the workers (ordinary
@@ -175,7 +175,7 @@ def _add(model, plan: list[tuple]) -> list:
 
 def _add_here(model, kind: str, path: str, fn):
     """One toolkit hook registered in this process on the module at ``path``."""
-    worker_hooks = sys.modules.get("disthook.distributed.hooks")
+    worker_hooks = sys.modules.get("disthook.service.worker_hooks")
     if worker_hooks is not None and isinstance(fn, worker_hooks.WorkerHook):
         if _is_remote(model):
             raise TypeError(f"{fn!r} for {path!r} runs on a worker, but the module at "
@@ -245,7 +245,7 @@ def hooks(model, forward: dict | None = None, backward: dict | None = None,
 
 
 def _where(fn, model, path: str) -> str:
-    worker_hooks = sys.modules["disthook.distributed.hooks"]
+    worker_hooks = sys.modules["disthook.service.worker_hooks"]
     if not isinstance(fn, worker_hooks.WorkerHook):
         return "client"
     dep = _dep(model)
@@ -334,7 +334,7 @@ class _Recorder:
 
     def _hook(self, what: str, path: str):
         if not _runs_here(self.model, path):
-            from disthook.distributed.hooks import capture
+            from disthook.service.worker_hooks import capture
 
             return capture(self.buffer)
         store = self.seen[what]

@@ -114,7 +114,7 @@ _KINDS = frozenset({"str", "int", "float", "bool", "bytes", "array", "list", "ma
 # the sub-messages that travel inside fields, each validated like a message's fields
 RECORDS: dict[str, dict[str, str]] = {
     # one hook to register: on the module (or parameter, kind "tensor") at path; worker_hook
-    # names a built-in worker hook (disthook.distributed.hooks), else the stub calls the
+    # names a built-in worker hook (disthook.service.worker_hooks), else the stub calls the
     # client; tag says who registered it ("toolkit": disthook.hooks); waits: the forward or
     # backward always waits for this client hook's answer (never runs ahead of it)
     "hook_entry": {"hook": "int", "kind": "hook_kind", "path": "str", "options": "hook_options",
@@ -830,7 +830,7 @@ _HOOK_VALUE_TAGS = {"same": "int", "again": "int", "tuple": "list", "list": "lis
 
 
 def _check_hook_value(where, value, depth):
-    """A hook's argument or result as disthook.distributed.values packs it (None, a bool,
+    """A hook's argument or result as disthook.service.values packs it (None, a bool,
     number or string; {"tensor": array, "requires_grad": bool, "grad_fn"?: node name};
     {"tuple"|"list": [values]};
     {"dict": {str: value}}; {"opaque": type name}), or as a hook's result refers to the

@@ -15,7 +15,7 @@ import zmq
 import disthook as torch
 from disthook import wire
 from disthook.distributed.channel import _Hub
-from disthook.distributed.values import pack
+from disthook.service.values import pack
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,4 +1,4 @@
-"""One endpoint parser and one default port (disthook.distributed.endpoint), and the places
+"""One endpoint parser and one default port (disthook.service.endpoint), and the places
 that read an address through it: bad addresses fail before any socket, with the form."""
 import re
 import socket
@@ -11,7 +11,7 @@ from deploy.roles import coordinator_role, worker_role
 from disthook.distributed import cluster as cluster_module
 from disthook.distributed import connect
 from disthook.distributed.cluster import CoordinatorUnreachable
-from disthook.distributed.endpoint import (
+from disthook.service.endpoint import (
     DEFAULT_COORDINATOR,
     DEFAULT_PORT,
     Endpoint,
@@ -19,9 +19,9 @@ from disthook.distributed.endpoint import (
     check_free,
     parse,
 )
-from disthook.distributed.rpc import Peer
-from disthook.distributed.security import is_loopback
-from disthook.distributed.service import bind_endpoint
+from disthook.service.loop import bind_endpoint
+from disthook.service.rpc import Peer
+from disthook.service.security import is_loopback
 
 ROOT = Path(__file__).resolve().parents[1]
 FORM = re.escape("must look like tcp://HOST:PORT (e.g. tcp://127.0.0.1:5555) or ipc://PATH")

@@ -2,7 +2,7 @@
 import pytest
 
 from disthook import nn, randn
-from disthook.distributed import hook_kinds
+from disthook.service import hook_kinds
 
 
 def test_every_kind_names_a_register_method_of_its_target():

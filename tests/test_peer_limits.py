@@ -6,7 +6,7 @@ import pytest
 
 import disthook
 from disthook.distributed.hooks import Captures
-from disthook.distributed.service import PeerLog
+from disthook.service.loop import PeerLog
 
 
 class Clock:

@@ -3,7 +3,7 @@
 import pytest
 
 from disthook import wire
-from disthook.distributed.service import Service
+from disthook.service.loop import Service
 
 
 def test_a_message_the_codec_chokes_on_gets_an_error_reply(monkeypatch):

@@ -11,9 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 import disthook
-from disthook.distributed import hook_kinds
-from disthook.distributed import hooks as worker_hooks
-from disthook.distributed.values import pack, tensors_in, unpack
+from disthook.service import hook_kinds, worker_hooks
+from disthook.service.values import pack, tensors_in, unpack
 from workers.speculation import HookRecord
 
 __all__ = ["HookHandlers"]

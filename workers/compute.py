@@ -16,9 +16,9 @@ import numpy as np
 import disthook
 from disthook import hooks as toolkit
 from disthook import wire
-from disthook.distributed.service import NO_REPLY
 from disthook.distributed.spec import build_module
-from disthook.distributed.values import opaque_in, pack, tensors_in, unpack
+from disthook.service.loop import NO_REPLY
+from disthook.service.values import opaque_in, pack, tensors_in, unpack
 from workers.speculation import BACKWARD_KINDS, EarlyAnswer, run_ahead
 from workers.state import Context, StepRun
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 import disthook
-from disthook.distributed.values import unpack
+from disthook.service.values import unpack
 
 __all__ = ["ParamHandlers"]
 

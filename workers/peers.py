@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import re
 
-from disthook.distributed.security import Bindings, Keys, is_server_key, key_name
+from disthook.service.security import Bindings, Keys, is_server_key, key_name
 
 __all__ = ["Peers", "neighbour_identity"]
 

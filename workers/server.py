@@ -34,17 +34,16 @@ import zmq
 from deploy.threads import blas_threads
 from disthook import random as streams
 from disthook import wire
-from disthook.distributed import endpoint
-from disthook.distributed import hooks as worker_hooks
-from disthook.distributed.rpc import error_fields
-from disthook.distributed.security import SERVER, Keys
-from disthook.distributed.service import (
+from disthook.service import endpoint, worker_hooks
+from disthook.service.loop import (
     LOG_LEVELS,
     NO_REPLY,
     Service,
     recv_now,
     tune_malloc,
 )
+from disthook.service.rpc import error_fields
+from disthook.service.security import SERVER, Keys
 from workers.client_hooks import HookHandlers
 from workers.compute import ComputeHandlers, rss_bytes
 from workers.params import ParamHandlers

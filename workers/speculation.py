@@ -48,8 +48,8 @@ from collections.abc import Callable
 from typing import Any
 
 import disthook
-from disthook.distributed.hook_kinds import steers
-from disthook.distributed.values import pack
+from disthook.service.hook_kinds import steers
+from disthook.service.values import pack
 
 __all__ = ["BACKWARD_KINDS", "EarlyAnswer", "HookRecord", "Speculation", "Stale", "run_ahead"]
 

@@ -8,10 +8,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from disthook.autograd import graph  # noqa: F401
-from disthook.autograd.gradcheck import gradcheck, gradgradcheck  # noqa: F401
 from disthook.autograd.engine import execute, typename
 from disthook.autograd.function import Function, InplaceFunction, once_differentiable  # noqa
-from disthook.autograd.graph import SavedTensor  # noqa: F401
 from disthook.autograd.grad_mode import (
     enable_grad,
     inference_mode,
@@ -19,6 +17,8 @@ from disthook.autograd.grad_mode import (
     no_grad,
     set_grad_enabled,
 )
+from disthook.autograd.gradcheck import gradcheck, gradgradcheck  # noqa: F401
+from disthook.autograd.graph import SavedTensor  # noqa: F401
 from disthook.autograd.variable import Variable
 
 __all__ = [

@@ -10,11 +10,11 @@ from __future__ import annotations
 import itertools
 import weakref
 from collections import OrderedDict
-from typing import NamedTuple
 
 # Names from modules that import this one are looked up at call time in sys.modules: they
 # are loaded by then, and a from-import inside a hot function costs about 1.7 us per call.
 from sys import modules as _loaded
+from typing import NamedTuple
 
 from disthook.autograd import saved_hooks as _saved_hooks
 from disthook.autograd.saved_hooks import (  # noqa: F401 - torch.autograd.graph's names

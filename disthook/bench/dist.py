@@ -96,7 +96,7 @@ def run(quick: bool = False) -> list[dict]:
     import disthook as torch
     from disthook import nn
     from disthook.distributed import DistributedOptimizer, local_cluster
-    from disthook.distributed.service import tune_malloc
+    from disthook.service.loop import tune_malloc
 
     tune_malloc()  # the one-process baseline of (c) runs with the workers' malloc setting
     repeats = 5 if quick else 15

@@ -63,7 +63,7 @@ def run(quick: bool = False) -> list[dict]:
     from disthook import nn
     from disthook.distributed import DistributedOptimizer, local_cluster
     from disthook.distributed.schedule import bubble_fraction
-    from disthook.distributed.service import tune_malloc
+    from disthook.service.loop import tune_malloc
 
     tune_malloc()  # as in the workers, so that page faults do not favour either side
     repeats = QUICK_REPEATS if quick else 7

@@ -90,7 +90,7 @@ def run(quick: bool = False, stages=None, width: int | None = None, batch: int |
         micro: int | None = None) -> list[dict]:
     import disthook as torch
     from disthook import nn
-    from disthook.distributed.service import tune_malloc
+    from disthook.service.loop import tune_malloc
 
     chosen = settings(quick, stages, width, batch, micro)
     width, batch = chosen["width"], chosen["batch"]

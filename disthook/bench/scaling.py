@@ -41,7 +41,7 @@ def run(quick: bool = False) -> list[dict]:
     import disthook as torch
     from disthook import nn, wire
     from disthook.distributed import DistributedOptimizer, local_cluster
-    from disthook.distributed.rpc import Peer
+    from disthook.service.rpc import Peer
 
     steps = 10 if quick else 40
     torch.manual_seed(0)

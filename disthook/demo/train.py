@@ -32,7 +32,8 @@ from disthook.demo.model import (
     one_per_class,
 )
 from disthook.demo.progress import Progress
-from disthook.distributed import DistributedOptimizer, hooks, local_cluster
+from disthook.distributed import DistributedOptimizer, local_cluster
+from disthook.service import worker_hooks as hooks
 
 EPOCHS = 12
 QUICK_DIGITS = 600  # --quick trains on a subset (of which 20% are kept for the test)

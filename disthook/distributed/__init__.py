@@ -13,7 +13,6 @@
   ``train_step``);
 - ``autograd_node``: ``RemoteBackward0``, the node whose backward crosses the stages;
 - ``aliases``: the names (``torch``) under which the client imports disthook, for workers;
-- ``endpoint``: the one parser of addresses and the default port;
 - ``placement``: partition, split points, worker choice, micro-batch sizes (pure);
 - ``tree``: placement over the module tree: by paths, or chosen (pure);
 - ``glue``: any other model's forward run on the client as written, each placed part called
@@ -24,34 +23,34 @@
 - ``client_hooks``: serving client hooks when a worker fires them;
 - ``parameters``: ``RemoteParameter`` and ``RemoteBuffer``: the model's own tensors with
   their storage on a worker (``adopt``: in place);
-- ``hook_kinds``: the table of hook kinds (register method, options, what a hook sees);
+- ``remote_grads``: what optimizers and gradient clipping do to those, where they live;
 - ``optimizer``: ``DistributedOptimizer``, stepping each worker's share (any
   ``disthook.optim`` optimizer does so too for a deployed model's parameters);
 - ``checkpoint``: the checkpoint layout and its file I/O;
 - ``schedule``: GPipe and 1F1B schedules (pure);
 - ``shipping``: placed modules pickled by value (cloudpickle) with the user's own code, to
   workers that take code; described so for checkpoints and published models that hold code;
-- ``spec`` and ``values``: modules and values as data, the form in which they travel to
-  workers that take no code (and hooks' values, always);
-- ``hooks``: hooks that run inside the worker (capture, clamp_grad, scale_grad,
-  check_finite, by_path), without a round trip to the client;
-- ``rpc``: requests with deadlines, and the errors remote calls end with;
-- ``service``: the request loop of the coordinator and worker processes;
-- ``security``: key directories, CURVE encryption and which peers the servers accept.
+- ``spec``: modules as data, the form in which they travel to workers that take no code;
+- ``hooks``: the client's name for the hooks that run inside the worker (capture,
+  clamp_grad, scale_grad, check_finite, by_path), without a round trip to the client.
+
+What the client shares with the coordinator and the workers (the request loop, requests
+and their errors, keys, addresses, values as data, hook kinds, the worker hooks) is in
+``disthook.service``.
 """
 from disthook.distributed import hooks
 from disthook.distributed.cluster import Cluster, WorkerInfo, connect, local_cluster
 from disthook.distributed.optimizer import DistributedOptimizer
 from disthook.distributed.placed import deployment_of
 from disthook.distributed.registry import NameTaken, UnknownModel
-from disthook.distributed.rpc import (
+from disthook.service.rpc import (
     ClusterError,
     NotACoordinator,
     RemoteError,
     RemoteTimeout,
     WorkerLost,
 )
-from disthook.distributed.security import AuthenticationError
+from disthook.service.security import AuthenticationError
 
 __all__ = ["AuthenticationError", "Cluster", "ClusterError", "DistributedOptimizer",
            "NameTaken", "NotACoordinator", "RemoteError", "RemoteTimeout", "UnknownModel",

@@ -19,7 +19,7 @@ import zmq
 
 from disthook import wire
 from disthook.distributed.client_hooks import HookServer, _issue_warning
-from disthook.distributed.rpc import (
+from disthook.service.rpc import (
     ClusterError,
     Deadline,
     RemoteError,

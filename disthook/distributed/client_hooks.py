@@ -14,9 +14,9 @@ import zmq
 from disthook import autograd as torch_autograd
 from disthook import wire
 from disthook.autograd import engine, grad_mode
-from disthook.distributed import hook_kinds
 from disthook.distributed.autograd_node import RemoteTapBackward0, serving_vjp
-from disthook.distributed.values import pack, unpack
+from disthook.service import hook_kinds
+from disthook.service.values import pack, unpack
 from disthook.tensor import Clone, Tensor
 
 __all__ = ["HookServer"]

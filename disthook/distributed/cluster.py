@@ -23,8 +23,8 @@ import weakref
 from deploy.local import spawn, stderr_tail, why_it_ended
 from deploy.roles import Role, coordinator_role, worker_role
 from deploy.threads import share_of_cores
-from disthook.distributed.endpoint import check_free, parse, unknown_host
-from disthook.distributed.rpc import (
+from disthook.service.endpoint import check_free, parse, unknown_host
+from disthook.service.rpc import (
     DEFAULT_TIMEOUT,
     ClusterError,
     CoordinatorUnreachable,
@@ -34,7 +34,7 @@ from disthook.distributed.rpc import (
     dial_once,
     greet,
 )
-from disthook.distributed.security import CLIENT, Keys, generate
+from disthook.service.security import CLIENT, Keys, generate
 from disthook.wire import HEARTBEAT_S
 
 __all__ = ["Cluster", "CoordinatorUnreachable", "WorkerInfo", "connect", "local_cluster"]
@@ -401,7 +401,7 @@ class Cluster:
 def captured_items(items: list[dict], details: bool) -> list:
     """Workers' capture records (on_captured) as ``Cluster.captured`` returns them: oldest
     first, each its value, or with ``details`` a dict of value, path, kind, micro_batch."""
-    from disthook.distributed.values import unpack
+    from disthook.service.values import unpack
 
     items = sorted(items, key=lambda item: item["order"])
     if details:

@@ -16,10 +16,10 @@ from disthook.distributed.placement import (
     choose_workers,
     forward_times,
 )
-from disthook.distributed.rpc import WorkerLost
 from disthook.distributed.tree import Layout
 from disthook.nn.modules.container import Sequential
 from disthook.nn.modules.module import Module
+from disthook.service.rpc import WorkerLost
 
 __all__ = ["attached_model", "deploy"]
 

@@ -27,17 +27,18 @@ from collections import OrderedDict
 
 import numpy as np
 
-from disthook.distributed import chain, checkpoint, glue, hook_kinds, placed
+from disthook.distributed import chain, checkpoint, glue, placed
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.distributed.channel import _Hub
-from disthook.distributed.hooks import WorkerHook
 from disthook.distributed.optimizer import DistributedOptimizer
 from disthook.distributed.parameters import RemoteParameter, RemoteStorage
 from disthook.distributed.placed import RemoteHandle
 from disthook.distributed.placement import chains_its_children, partition
-from disthook.distributed.rpc import DEFAULT_TIMEOUT, ClusterError, RemoteTimeout
 from disthook.distributed.tree import Layout
 from disthook.nn.modules.module import Module
+from disthook.service import hook_kinds
+from disthook.service.rpc import DEFAULT_TIMEOUT, ClusterError, RemoteTimeout
+from disthook.service.worker_hooks import WorkerHook
 from disthook.tensor import Tensor
 from disthook.utils.hooks import RemovableHandle
 

@@ -26,8 +26,8 @@ import numpy as np
 from disthook import random
 from disthook.autograd import grad_mode
 from disthook.distributed.autograd_node import RemoteBackward0
-from disthook.distributed.values import opaque_in, pack, tensors_in, unpack
 from disthook.nn.modules.module import Module
+from disthook.service.values import opaque_in, pack, tensors_in, unpack
 from disthook.tensor import Tensor
 from disthook.utils.hooks import RemovableHandle
 
@@ -163,7 +163,7 @@ def carry_hooks(model: Deployment, root: Module) -> None:
                     else ():
                 entries.append(("tensor", f"{path}.{name}" if path else name, fn, p))
     if entries:
-        from disthook.distributed import hook_kinds
+        from disthook.service import hook_kinds
 
         model._add_hooks([(kind, p._path, fn, p, hook_kinds.options(kind, {}))
                           for kind, _, fn, p in entries])

@@ -26,9 +26,10 @@ import numpy as np
 
 from disthook.autograd import grad_mode
 from disthook.autograd.graph import AccumulateGrad
-from disthook.distributed import hook_kinds, remote_grads
-from disthook.distributed.values import pack
+from disthook.distributed import remote_grads
 from disthook.nn.parameter import Parameter
+from disthook.service import hook_kinds
+from disthook.service.values import pack
 from disthook.tensor import Tensor
 
 if TYPE_CHECKING:

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from disthook.distributed import hook_kinds
 from disthook.distributed.parameters import (
     RemoteBuffer,
     RemoteParameter,
@@ -29,7 +28,6 @@ from disthook.distributed.parameters import (
     adopt_buffer,
     release,
 )
-from disthook.distributed.values import opaque_in, pack
 from disthook.nn.modules.module import (
     HOOK_DICTS,
     Module,
@@ -37,6 +35,8 @@ from disthook.nn.modules.module import (
     checked_state_value,
     note_unexpected,
 )
+from disthook.service import hook_kinds
+from disthook.service.values import opaque_in, pack
 from disthook.tensor import Tensor
 from disthook.utils.hooks import RemovableHandle
 

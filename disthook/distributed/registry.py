@@ -21,8 +21,8 @@ import numpy as np
 
 from disthook.distributed import placed
 from disthook.distributed.checkpoint import _structure, with_arrays
-from disthook.distributed.rpc import ClusterError, RemoteError, RemoteTimeout
 from disthook.distributed.spec import SpecError, build_module
+from disthook.service.rpc import ClusterError, RemoteError, RemoteTimeout
 
 __all__ = ["NameTaken", "UnknownModel", "attach", "check_name", "check_publishable",
            "publish", "record", "structure", "twin"]

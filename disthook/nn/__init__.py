@@ -1,7 +1,12 @@
 """Neural-network layers with PyTorch's module hooks (``torch.nn``)."""
-from disthook.nn import functional, init, modules, utils
+from disthook.nn import (
+           functional,
+           init,
+           modules,
+           parallel,  # noqa: F401
+           utils,
+)
 from disthook.nn.modules import *
-from disthook.nn import parallel  # noqa: F401
 from disthook.nn.modules.pooling import MaxUnpool1d, MaxUnpool2d, MaxUnpool3d
 from disthook.nn.parallel import DataParallel
 from disthook.nn.parameter import Buffer, Parameter

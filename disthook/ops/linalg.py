@@ -250,8 +250,8 @@ def parse_einsum(equation: str, shapes: list) -> tuple:
     lhs, arrow, rhs = eq.partition("->")
     inputs = lhs.split(",")
     if len(inputs) != len(shapes):
-        raise RuntimeError(f"einsum(): more operands were provided than specified in the "
-                           f"equation" if len(shapes) > len(inputs) else
+        raise RuntimeError("einsum(): more operands were provided than specified in the "
+                           "equation" if len(shapes) > len(inputs) else
                            "einsum(): fewer operands were provided than specified in the "
                            "equation")
     used = set(c for c in eq if c.isalpha())

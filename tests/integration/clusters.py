@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from disthook.distributed.rpc import Peer
+from disthook.service.rpc import Peer
 
 
 def free_port() -> int:

@@ -14,8 +14,8 @@ import pytest
 import disthook as torch
 from disthook import nn
 from disthook.distributed import RemoteError, hooks
-from disthook.distributed.rpc import Peer
 from disthook.distributed.spec import module_spec
+from disthook.service.rpc import Peer
 
 pytestmark = pytest.mark.timeout(180)
 

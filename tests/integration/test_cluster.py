@@ -18,7 +18,7 @@ import disthook as torch
 from disthook import wire
 from disthook.distributed import ClusterError, RemoteError, connect, local_cluster
 from disthook.distributed.cluster import STARTING_GRACE_S
-from disthook.distributed.rpc import Peer, RemoteTimeout
+from disthook.service.rpc import Peer, RemoteTimeout
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -7,8 +7,8 @@ import os
 import pytest
 
 from disthook.distributed import RemoteError, local_cluster
-from disthook.distributed.rpc import Peer
-from disthook.distributed.security import Keys, add_client
+from disthook.service.rpc import Peer
+from disthook.service.security import Keys, add_client
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -9,7 +9,7 @@ import zmq
 
 from disthook import wire
 from disthook.distributed import AuthenticationError, NotACoordinator, connect
-from disthook.distributed.security import generate
+from disthook.service.security import generate
 
 pytestmark = pytest.mark.timeout(60)
 

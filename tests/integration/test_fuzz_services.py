@@ -98,7 +98,7 @@ def test_services_survive_a_storm_of_bad_messages_and_still_train_right():
         # are kept up to a bound
         from clusters import wait_until
 
-        from disthook.distributed.rpc import Peer
+        from disthook.service.rpc import Peer
         from workers.state import MAILBOX_LIMIT
 
         first = cluster.workers()[0].address

@@ -12,8 +12,8 @@ import pytest
 import disthook as torch
 from disthook import nn
 from disthook.distributed import RemoteError, deployment_of, hooks, local_cluster
-from disthook.distributed.rpc import Peer
-from disthook.distributed.security import Keys, add_client
+from disthook.service.rpc import Peer
+from disthook.service.security import Keys, add_client
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -172,10 +172,9 @@ def test_the_python_of_deploy_readme_runs_against_a_launched_cluster_with_keys(t
     host-a replaced by the launched one): it runs as written and prints what it says."""
     import re
     import signal
-
-    from disthook.distributed.security import generate
-
     from pathlib import Path
+
+    from disthook.service.security import generate
 
     text = (Path(__file__).resolve().parents[2] / "deploy" / "README.md").read_text()
     [code] = re.findall(r"```python\n(.*?)```", text, re.S)

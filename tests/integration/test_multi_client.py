@@ -16,7 +16,7 @@ import pytest
 import disthook as torch
 from disthook import nn
 from disthook.distributed import deployment_of
-from disthook.distributed.rpc import Peer
+from disthook.service.rpc import Peer
 from disthook.wire import HEARTBEAT_S, LOST_AFTER_BEATS
 
 pytestmark = pytest.mark.timeout(240)

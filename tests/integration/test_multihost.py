@@ -15,8 +15,8 @@ import textwrap
 
 import pytest
 
-from disthook.distributed.endpoint import advertised_address
-from disthook.distributed.security import generate
+from disthook.service.endpoint import advertised_address
+from disthook.service.security import generate
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -19,8 +19,8 @@ import disthook as torch
 from disthook import nn
 from disthook.distributed import RemoteError, connect, deployment_of, shipping
 from disthook.distributed.registry import NameTaken, UnknownModel
-from disthook.distributed.rpc import Peer
 from disthook.distributed.spec import module_spec
+from disthook.service.rpc import Peer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import gpt  # examples/gpt.py (the workers find it: they get this process's sys.path)

@@ -16,7 +16,7 @@ from disthook import nn
 from disthook.distributed import RemoteError, deployment_of, local_cluster
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.distributed.placement import partition
-from disthook.distributed.rpc import Peer
+from disthook.service.rpc import Peer
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -6,8 +6,7 @@ import pytest
 
 import disthook as torch
 from disthook import nn
-from disthook.distributed import deployment_of
-from disthook.distributed.rpc import RemoteError
+from disthook.service.rpc import RemoteError
 from disthook.utils.hooks import RemovableHandle
 
 pytestmark = pytest.mark.timeout(180)

@@ -15,9 +15,9 @@ import zmq
 import disthook as torch
 from disthook import nn
 from disthook.distributed import AuthenticationError, connect, local_cluster
-from disthook.distributed.rpc import Peer, RemoteTimeout
-from disthook.distributed.security import Keys, add_client, generate, is_loopback
-from disthook.distributed.service import Service
+from disthook.service.loop import Service
+from disthook.service.rpc import Peer, RemoteTimeout
+from disthook.service.security import Keys, add_client, generate, is_loopback
 
 pytestmark = pytest.mark.timeout(180)
 

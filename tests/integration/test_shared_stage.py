@@ -9,8 +9,8 @@ from clusters import worker
 
 from disthook import nn
 from disthook.distributed import RemoteError
-from disthook.distributed.rpc import Peer
 from disthook.distributed.spec import module_spec
+from disthook.service.rpc import Peer
 
 pytestmark = pytest.mark.timeout(120)
 

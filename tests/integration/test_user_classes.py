@@ -83,8 +83,8 @@ def test_a_worker_refuses_code_unless_allowed(tmp_path):
     class of a client's script cannot come as data (workers never import scripts)."""
     from disthook import nn
     from disthook.distributed import RemoteError, shipping
-    from disthook.distributed.rpc import Peer
     from disthook.distributed.spec import module_spec
+    from disthook.service.rpc import Peer
 
     spec = module_spec(nn.Sequential(nn.Identity()))
     spec["children"]["0"]["class"] = "__main__:Twice"

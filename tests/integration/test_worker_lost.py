@@ -12,7 +12,7 @@ import pytest
 import disthook as torch
 from disthook import nn
 from disthook.distributed import WorkerLost, local_cluster
-from disthook.distributed.rpc import Peer
+from disthook.service.rpc import Peer
 
 pytestmark = pytest.mark.timeout(180)
 

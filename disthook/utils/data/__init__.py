@@ -5,7 +5,6 @@ and loads in-process (see ``DataLoader``).
 """
 from disthook.utils.data.collate import default_collate, default_convert
 from disthook.utils.data.dataloader import DataLoader, get_worker_info
-from disthook.utils.data.distributed import DistributedSampler
 from disthook.utils.data.dataset import (
     ChainDataset,
     ConcatDataset,
@@ -16,6 +15,7 @@ from disthook.utils.data.dataset import (
     TensorDataset,
     random_split,
 )
+from disthook.utils.data.distributed import DistributedSampler
 from disthook.utils.data.sampler import (
     BatchSampler,
     RandomSampler,

@@ -16,8 +16,8 @@ import time
 import zmq
 
 from disthook import wire
-from disthook.distributed.endpoint import parse
-from disthook.distributed.security import (
+from disthook.service.endpoint import parse
+from disthook.service.security import (
     HANDSHAKE_FAILURES,
     AuthenticationError,
     handshake_refusal,

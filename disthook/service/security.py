@@ -24,7 +24,7 @@ import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
-from disthook.distributed.endpoint import parse
+from disthook.service.endpoint import parse
 
 __all__ = [
     "AuthenticationError",

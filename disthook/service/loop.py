@@ -21,9 +21,9 @@ import traceback
 import zmq
 
 from disthook import wire
-from disthook.distributed.endpoint import EndpointInUse, parse
-from disthook.distributed.rpc import error_fields
-from disthook.distributed.security import (
+from disthook.service.endpoint import EndpointInUse, parse
+from disthook.service.rpc import error_fields
+from disthook.service.security import (
     HANDSHAKE_FAILURES,
     Keys,
     refusal_reason,
