@@ -171,6 +171,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
             self._start_jobs()
         timeout = max(0.0, self._next_tick - time.monotonic())
         for sock, _ in self.poller.poll(int(timeout * 1000)):
+            if sock.closed:  # a neighbour's, closed by a job of this round (its stage went)
+                continue
             if sock is self.router:
                 self._on_router()
             elif sock is self.control:
