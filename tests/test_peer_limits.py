@@ -5,8 +5,8 @@ import logging
 import pytest
 
 import disthook
-from disthook.distributed.hooks import Captures
 from disthook.service.loop import PeerLog
+from disthook.service.worker_hooks import Captures
 
 
 class Clock:
