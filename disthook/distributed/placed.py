@@ -151,7 +151,7 @@ class PartPlacement(_Placed):
 
     def change_structure(self, module: Module, what: str) -> None:
         raise NotImplementedError(
-            f"{what}() on the deployed module at {self.path!r}: it lives on its worker as it "
+            f"{what} on the deployed module at {self.path!r}: it lives on its worker as it "
             "was deployed, and a change of its children or parameters made here would not "
             "reach them. Change the model before deploying it (or close the deployment, "
             "which brings the model back here, change it and deploy it again)")
@@ -275,7 +275,7 @@ class RootPlacement(_Placed):
         if self.deployment._glue:
             return  # its forward runs here: a child added here runs here
         raise NotImplementedError(
-            f"{what}() on the deployed {type(module).__name__}: its children live on their "
+            f"{what} on the deployed {type(module).__name__}: its children live on their "
             "workers as stages of a chain, and a change made here would not reach them. "
             "Change the model before deploying it (or close the deployment, which brings "
             "the model back here, change it and deploy it again)")
@@ -393,7 +393,7 @@ def place(dep: Deployment, root: Module) -> None:
     for path, module in placed:
         module.__dict__["_modules"] = _Children(module.__dict__["_modules"], path)
         if path:
-            shared = {k for k in module.__dict__ if not k.startswith("_")} - {"training"}
+            shared = {k for k in module.__dict__ if not k.startswith("_")}
             module.__dict__["_placement"] = PartPlacement(dep, path, shared)
     root.__dict__["_placement"] = RootPlacement(dep, "")
     dep.__dict__["_placed_modules"] = placed

@@ -148,6 +148,10 @@ def test_training_mode_and_state_dict_round_trip(cluster):
         close(model(x), local(x))  # eval-mode batch norm on the worker
         model.head.train()  # one placed part alone
         assert model.head.training and not model.conv.training
+        model.train(), local.train()
+        model.bn.training = False  # one module's flag, set as an attribute: on its worker too
+        local.bn.training = False
+        close(model(x), local(x))  # the worker's batch norm uses its running statistics
         state = {k: v * 0.5 if v.is_floating_point() else v for k, v in local.state_dict().items()}
         model.load_state_dict(state)
         local.load_state_dict(state)

@@ -710,7 +710,7 @@ class Module:
         if "_parameters" not in self.__dict__:
             raise AttributeError("cannot assign parameter before Module.__init__() call")
         if "_placement" in self.__dict__:
-            self.__dict__["_placement"].change_structure(self, "register_parameter")
+            self.__dict__["_placement"].change_structure(self, "register_parameter()")
         if not isinstance(name, str):
             raise TypeError(f"parameter name should be a string. Got {_typename(name)}")
         if "." in name:
@@ -738,7 +738,7 @@ class Module:
         if not isinstance(module, Module) and module is not None:
             raise TypeError(f"{_typename(module)} is not a Module subclass")
         if "_placement" in self.__dict__:
-            self.__dict__["_placement"].change_structure(self, "add_module")
+            self.__dict__["_placement"].change_structure(self, "add_module()")
         if not isinstance(name, str):
             raise TypeError(f"module name should be a string. Got {_typename(name)}")
         if hasattr(self, name) and name not in self._modules:
