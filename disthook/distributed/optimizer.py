@@ -1,16 +1,16 @@
-"""``DistributedOptimizer``: an optimizer of ``disthook.optim`` whose state and steps live
-with the parameters of a deployed model, each worker stepping its own share; its
-``zero_grad()``, and every ``step()`` after its first, ride with the model's next
-forward."""
+"""``DistributedOptimizer``: an optimizer of ``disthook.optim`` over a deployed model's
+parameters, with checkpoints every K steps. It is the local optimizer of its class over
+those parameters, so it takes the one path every optimizer takes to a deployed model
+(``remote_grads``): each worker steps its own share of it; its ``zero_grad()``, and every
+``step()`` after its first, ride with the model's next forward."""
 from __future__ import annotations
 
-import itertools
-
+from disthook.distributed import remote_grads
 from disthook.distributed.parameters import RemoteParameter
 
 __all__ = ["DistributedOptimizer"]
 
-_optimizer_ids = itertools.count(1)
+_GROUP_KEYS = ("params", "param_names")
 
 
 class DistributedOptimizer:
@@ -33,10 +33,8 @@ class DistributedOptimizer:
         if not params or not all(isinstance(p, RemoteParameter) for p in params):
             raise TypeError("DistributedOptimizer takes the parameters of a deployed model "
                             "(remote.parameters())")
-        self.id = next(_optimizer_ids)
         self.class_name = optimizer_class.__name__
         self.kwargs = kwargs
-        self.params = [(p._model, p._path) for p in params]
         self.models = {id(p._model): p._model for p in params}
         if (checkpoint_every is None) != (checkpoint is None):
             raise ValueError("DistributedOptimizer: checkpoint_every=K and checkpoint=PATH go "
@@ -52,64 +50,31 @@ class DistributedOptimizer:
                                  f"these parameters belong to {len(self.models)} models")
         self.checkpoint_every, self.checkpoint = checkpoint_every, checkpoint
         self.steps = 0  # step() calls so far (recover() sets it back to the checkpoint's)
-
-    @property
-    def shares(self) -> dict[tuple, list[str]]:
-        """(model id, address) -> parameter names: where each share lives now (a recovered
-        model's stages may have moved to other workers)."""
-        shares: dict[tuple, list[str]] = {}
-        for model, path in self.params:
-            shares.setdefault((id(model), model._owner(path)), []).append(path)
-        return shares
-
-    def _each(self, action: str, per_share=None, only: str | None = None, **extra) -> dict:
-        """Every worker's share at once (per model, or of the model whose id is ``only``),
-        then wait for all of them; the results by (model id, address). ``per_share(names)``
-        adds fields for one share."""
-        results = {}
-        shares = self.shares
-        for model_id, model in self.models.items():
-            if only is not None and model._model_id != only:
-                continue
-            keys = [key for key in shares if key[0] == model_id]
-            calls = [(address, {"optimizer": self._spec(
-                shares[(mid, address)], action, **extra,
-                **(per_share(shares[(mid, address)]) if per_share else {}))})
-                for mid, address in keys]
-            replies = model._hub.request_all(calls, "step", what=f"optimizer {action}")
-            if action in ("step", "load"):  # the shares exist now
-                model._hub.made_shares.add(self.id)
-            results.update({key: r.get("result") for key, r in zip(keys, replies)})
-        return results
-
-    def _spec(self, names: list[str], action: str, **extra) -> dict:
-        """The ``optimizer`` field of a step message for the share holding ``names``."""
-        return {"id": self.id, "class": self.class_name, "kwargs": dict(self.kwargs),
-                "params": names, "action": action, **extra}
+        self.optimizer = optimizer_class(params, **kwargs)  # the one it steps, share by share
 
     def state_by_name(self) -> tuple[dict, list]:
-        """({parameter name: {key: value}}, param_groups' hyperparameters) of all shares."""
-        state, groups = {}, []
-        for result in self._each("state").values():
-            state.update(result["state"])
-            groups = result["param_groups"]
-        return state, groups
+        """({parameter name: {key: value}}, the param groups' hyperparameters)."""
+        state = remote_grads.optimizer_share(self.optimizer, "state")
+        by_name = {p._path: {k: remote_grads._array_of(v) for k, v in value.items()}
+                   for p, value in state.items()}
+        groups = [{k: v for k, v in g.items() if k not in _GROUP_KEYS}
+                  for g in self.optimizer.param_groups]
+        return by_name, groups
 
     def load_state_by_name(self, state: dict, param_groups: list) -> None:
-        """Restore what ``state_by_name`` gave (each share takes its parameters' part)."""
-        self._each("load", per_share=lambda names: {"state": {
-            "state": {n: s for n, s in state.items() if n in names},
-            "param_groups": param_groups}})
+        """Restore what ``state_by_name`` gave: the groups' hyperparameters here, each
+        parameter's state in its worker's share."""
+        for mine, given in zip(self.optimizer.param_groups, param_groups):
+            mine.update({k: v for k, v in given.items() if k in mine and k not in _GROUP_KEYS})
+        by_path = {p._path: p for g in self.optimizer.param_groups for p in g["params"]}
+        remote_grads.optimizer_share(self.optimizer, "load", {
+            by_path[name]: value for name, value in state.items() if name in by_path})
 
     def step(self) -> None:
         """As the local optimizer's. The first step makes each worker's share (and says at
         once if a worker refuses it); later ones ride with the model's next forward, or go
         before any other request to its workers (a read of the weights sees them)."""
-        for model in self.models.values():
-            if self.id in model._hub.made_shares:
-                model._hub.defer(self._calls(model, "step"))
-            else:
-                self._each("step", only=model._model_id)
+        self.optimizer.step()
         self.steps += 1
         if self.checkpoint_every and self.steps % self.checkpoint_every == 0:
             (model,) = self.models.values()
@@ -119,12 +84,4 @@ class DistributedOptimizer:
         """As the local optimizer's. Sent with the model's next forward (which every stage
         sees before it computes a gradient), or before any other request to its workers:
         a training step pays no round trip for it."""
-        for model in self.models.values():
-            model._hub.defer(self._calls(model, "zero_grad", set_to_none=set_to_none))
-
-    def _calls(self, model, action: str, **extra) -> dict:
-        """{address: optimizer_call} of ``action`` on the shares of ``model``."""
-        return {address: self._spec(names, action, **extra)
-                for (model_id, address), names in self.shares.items()
-                if model_id == id(model)}
-
+        self.optimizer.zero_grad(set_to_none=set_to_none)

@@ -39,20 +39,20 @@ def grad_op(params: list, op: str, value: float | None = None, grads=None) -> li
                 results[i] = result
     return results
 
+
 def zero_grads(params: list, set_to_none: bool = True, optimizer=None) -> None:
-    """``optimizer.zero_grad()`` of these parameters, on their workers: with the next
-    forward where a step of ``optimizer`` made its shares (each share zeroes its own
-    parameters), else at once."""
+    """``optimizer.zero_grad()`` of these parameters, on their workers: with the model's
+    next forward (each worker's share of ``optimizer`` zeroes its own parameters; the call
+    makes the share if no step made it yet), or at once for parameters no optimizer holds
+    (``module.zero_grad()``)."""
     now = params
-    share_id = None if optimizer is None else optimizer.__dict__.get("_remote_share_id")
-    if share_id is not None:
+    if optimizer is not None:
         later = set()
         for model, calls in share_calls(optimizer, "zero_grad"):
-            if share_id in model._hub.made_shares:
-                later.add(id(model))
-                for call in calls.values():
-                    call["set_to_none"] = set_to_none
-                model._hub.defer(calls)
+            later.add(id(model))
+            for call in calls.values():
+                call["set_to_none"] = set_to_none
+            model._hub.defer(calls)
         now = [p for p in params if id(p._model) not in later]
     if not now:
         return
@@ -60,6 +60,7 @@ def zero_grads(params: list, set_to_none: bool = True, optimizer=None) -> None:
         grad_op(now, "set", grads=[None] * len(now))
     else:
         grad_op(now, "scale", 0.0)
+
 
 def optimizer_share(optimizer, action: str, state: dict | None = None):
     """What a local optimizer (any ``disthook.optim.Optimizer``, param groups and all)
@@ -94,6 +95,7 @@ def optimizer_share(optimizer, action: str, state: dict | None = None):
                         else v for k, v in value.items()}
     return out
 
+
 def share_calls(optimizer, action: str) -> list[tuple]:
     """(model, {address: optimizer_call}) of ``action`` on the shares of ``optimizer``,
     per model of its remote parameters."""
@@ -124,20 +126,23 @@ def share_calls(optimizer, action: str) -> list[tuple]:
                      for address, (names, groups) in shares.items()})
             for model, shares in models.values()]
 
+
 def grad_norms(params: list, norm_type: float) -> list:
     """Each parameter's gradient norm (a 0-d tensor of its dtype; None: no gradient)."""
     norms = grad_op(params, "norm", float(norm_type))
     return [None if n is None else Tensor._make(np.array(n, p._twin._data.dtype), None, 0)
             for p, n in zip(params, norms)]
 
+
 def scale_grads(params: list, factor: Tensor) -> None:
     grad_op(params, "scale", float(factor.item()))
+
 
 def clamp_grads(params: list, clip_value: float) -> None:
     grad_op(params, "clamp", float(clip_value))
 
 
-_optimizer_share_ids = itertools.count(1 << 20)  # apart from DistributedOptimizer's ids
+_optimizer_share_ids = itertools.count(1)  # every optimizer of a deployed model's share
 
 
 def _hyperparameter(name: str, value):
