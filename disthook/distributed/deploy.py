@@ -136,8 +136,14 @@ def _check_not_deployed(module: Module) -> None:
     """A model (or any module of it) already deployed is refused, naming it."""
     for path, m in module.named_modules():
         dep = placed.deployment_of(m)
-        if dep is not None and not dep._closed:
-            where = f"its module {path!r}" if path else "it"
+        where = f"its module {path!r}" if path else "it"
+        if dep is not None and dep._closed:  # closed, but its values never came back
+            raise ValueError(
+                f"this {type(module).__name__} cannot be deployed: {where} was deployed as "
+                f"{dep._model_id}, whose workers were lost before its values came back, so "
+                "its parameters have no values here. Load a checkpoint instead "
+                "(cluster.load(path), or load_checkpoint on a fresh model once deployed)")
+        if dep is not None:
             raise ValueError(
                 f"this {type(module).__name__} cannot be deployed: {where} is deployed "
                 f"already (as {dep._model_id}); close that deployment first "

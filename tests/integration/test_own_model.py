@@ -162,3 +162,23 @@ def test_training_mode_and_state_dict_round_trip(cluster):
         close(model(x), local(x))
     finally:
         model.close()
+
+
+def test_a_model_whose_workers_were_lost_is_not_deployed_again_with_no_values():
+    import os
+    import signal
+
+    from disthook.distributed import WorkerLost
+
+    model = made()
+    with local_cluster(workers=2) as cluster:
+        cluster.deploy(model, stages=2)
+        victim = model.workers()[1][1]
+        os.kill(next(w.pid for w in cluster.workers() if w.id == victim), signal.SIGKILL)
+        with pytest.raises(WorkerLost):
+            model(torch.randn(2, 1, 5, 5))
+        model.close()  # its values cannot come back: the placements stay, and say so
+        assert deployment_of(model) is not None
+        with pytest.raises(ValueError, match=r"workers were lost before its values came "
+                                             r"back.*Load a checkpoint"):
+            cluster.deploy(model, stages=1)
