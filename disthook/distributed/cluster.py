@@ -225,12 +225,13 @@ class Cluster:
     # ---- models shared by name ----------------------------------------------------------------
     def attach(self, name: str, *, trust_code: bool = False):
         """The model another client deployed and published as ``name``: the model rebuilt
-        here from its description, of its own classes, placed on the same stages over connections of this
-        client's own (forward, backward, hooks, ``state_dict``, gradients, as the deployer
-        has them). Its class must be importable here (or defined in this script). Closing
-        it leaves the stages loaded. ``UnknownModel`` (a ``KeyError``) lists the published
-        names when none is ``name``. A model whose modules hold code (lambdas) is published
-        with its code, which runs here only with ``trust_code=True``."""
+        here from its description, of its own classes, placed on the same stages over
+        connections of this client's own (forward, backward, hooks, ``state_dict``,
+        gradients, as the deployer has them). Its class must be importable here (or defined
+        in this script). Closing it leaves the stages loaded. ``UnknownModel`` (a
+        ``KeyError``) lists the published names when none is ``name``. A model whose modules
+        hold code (lambdas) is published with its code, which runs here only with
+        ``trust_code=True``."""
         from disthook.distributed import registry
 
         self._check_open()

@@ -140,12 +140,11 @@ class Deployment:
                                           self.get_submodule(last)))
 
     def forward(self, *args, **kwargs):
-        """A root whose forward is ``nn.Sequential``'s runs its stages worker to worker; any
-        other forward runs here as written, each placed part on its worker (``glue``)."""
+        """The model's forward where it does not run here as written (``RootPlacement``): a
+        root whose forward is ``nn.Sequential``'s runs its stages worker to worker; a model
+        placed whole, on its worker."""
         if self._whole:
             return glue.call_placed(self, "", args, kwargs)
-        if self._glue:
-            return glue.run_root_forward(self, args, kwargs)
         if len(args) != 1 or kwargs:
             raise TypeError(f"this deployed {self._class_name} chains its children: it takes "
                             f"one Tensor, got {len(args)} argument(s)"
@@ -193,9 +192,6 @@ class Deployment:
         """The model's own module at ``target`` (placed or not)."""
         return self._local.get_submodule(target)
 
-    def get_parameter(self, target: str):
-        return self._local.get_parameter(target)
-
     def _owner(self, path: str) -> str:
         """The address of the worker holding the module (or tensor) at ``path``."""
         stage = self._layout.stage_of(path)
@@ -239,8 +235,9 @@ class Deployment:
         for n, (kind, path, fn, proxy, options) in enumerate(hooks):
             if not callable(fn):
                 raise TypeError(f"hook must be callable, got {type(fn).__name__}")
-            fields = {"hook": ids[n] if ids else _next_hook_id(), "kind": kind, "path": path, "options": options,
-                      "tag": tag, "waits": None if self._hooks_ahead else True}
+            fields = {"hook": ids[n] if ids else _next_hook_id(), "kind": kind, "path": path,
+                      "options": options, "tag": tag,
+                      "waits": None if self._hooks_ahead else True}
             if isinstance(fn, WorkerHook):
                 fields["worker_hook"] = fn.spec()
             entries.append((fn, kind, proxy, fields))
@@ -312,13 +309,6 @@ class Deployment:
             grads.update(state["grads"])
         return fetched, grads
 
-    def state_dict(self, *args, destination=None, prefix: str = "", keep_vars: bool = False):
-        """The model's ``state_dict()``, its placed values fetched in one request per
-        worker."""
-        with self._fetching(self._all_states()[0]):
-            return self._local.state_dict(*args, destination=destination, prefix=prefix,
-                                          keep_vars=keep_vars)
-
     @contextlib.contextmanager
     def _fetching(self, fetched: dict, grads: dict | None = None):
         """While the model's state is read here: the workers' values (and gradients), which
@@ -364,16 +354,6 @@ class Deployment:
                 out[name] = p.grad.detach()
         return out
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        for _, p in self._client_parameters():
-            if p.grad is not None:
-                if set_to_none:
-                    p.grad = None
-                else:
-                    p.grad.detach().zero_()
-        self._hub.request_all([(a, {"zero_grad": True}) for a in self._addresses], "step",
-                              what="zero_grad")
-
     def named_parameters(self, prefix: str = "", recurse: bool = True,
                          remove_duplicate: bool = True):
         """(full name, parameter) for every parameter, in the model's order: a
@@ -384,10 +364,6 @@ class Deployment:
         for name, p in self._local.named_parameters(remove_duplicate=remove_duplicate):
             yield (f"{prefix}.{name}" if prefix else name), (
                 p if self._layout.stage_of(name) is None else RemoteParameter(self, name))
-
-    def parameters(self, recurse: bool = True):
-        for _, p in self.named_parameters(recurse=recurse):
-            yield p
 
     def _client_parameters(self):
         """(name, parameter) of the parameters kept here."""
@@ -425,8 +401,9 @@ class Deployment:
         if path is None:
             lost = ", ".join(f"stage {self._hub.holders.get(a, (a, '?'))[1]} on worker "
                              f"{self._hub.holders.get(a, (a, '?'))[0]}" for a in self._hub.lost)
-            raise ClusterError(f"cannot recover the deployed {self._class_name}: {lost or 'a stage'} "
-                               "is lost and the model has no checkpoint (remote.save(path))")
+            raise ClusterError(f"cannot recover the deployed {self._class_name}: "
+                               f"{lost or 'a stage'} is lost and the model has no checkpoint "
+                               "(remote.save(path))")
         stages = len(self._addresses)
         lost = set(self._hub.lost)
         deadline = time.monotonic() + 60

@@ -34,14 +34,8 @@ from disthook.utils.hooks import RemovableHandle
 if TYPE_CHECKING:
     from disthook.distributed.deployment import Deployment
 
-__all__ = ["call_placed", "carry_hooks", "route_node_hooks", "run_root_forward", "run_until",
+__all__ = ["call_placed", "carry_hooks", "route_node_hooks", "run_until",
            "train_step"]
-
-
-def run_root_forward(model: Deployment, args: tuple, kwargs: dict):
-    """The root module's forward, run here on the model itself (its placed parts each on
-    their worker)."""
-    return type(model._local).forward(model._local, *args, **kwargs)
 
 
 def train_step(model: Deployment, x: Tensor, target: Tensor, loss_fn) -> Tensor:
