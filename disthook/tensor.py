@@ -21,7 +21,13 @@ from disthook.ops import linalg as L
 from disthook.ops import reduce as R
 from disthook.ops import shape as S
 from disthook.ops import sort as SortOps
-from disthook.ops.base import _NO_CTX, binary_operands, check_broadcast, result_dtype
+from disthook.ops.base import (
+    _NO_CTX,
+    RemoteOperand,
+    binary_operands,
+    check_broadcast,
+    result_dtype,
+)
 from disthook.utils.hooks import RemovableHandle
 
 NON_LEAF_GRAD_WARNING = (
@@ -640,7 +646,10 @@ class Tensor:
             return op.apply(a, b, **params)
         # no graph to record (as inside backward): the op's forward alone, without apply's
         # bookkeeping; every binary op returns one new array
-        out = op.forward(_NO_CTX, a, b, **params)
+        try:
+            out = op.forward(_NO_CTX, a, b, **params)
+        except RemoteOperand:  # an operand's value is on a worker: the op runs there
+            return op.apply(a, b, **params)
         return Tensor._make(out if type(out) is np.ndarray else np.asarray(out), None, 0)
 
     def __add__(self, other):
@@ -1805,6 +1814,10 @@ def _write_with(t: Tensor, ufunc, values: np.ndarray) -> None:
         else:
             ufunc(t._data, values, out=t._data, casting="unsafe")
     except ValueError:
+        localize = getattr(type(t), "_localize", None)
+        if localize is not None:  # a value kept on a worker: changed here, as a local one
+            localize(t)
+            return _write_with(t, ufunc, values)
         broadcast = 0 in t._data.strides and t._data.size > 1  # one element, many places
         if not broadcast and not t._data.flags.writeable:
             raise RuntimeError(

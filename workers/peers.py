@@ -17,7 +17,7 @@ from disthook.service.security import Bindings, Keys, is_server_key, key_name
 
 __all__ = ["Peers", "neighbour_identity"]
 
-_NEIGHBOUR = re.compile(rb".+>(prev|next)>[0-9]+")
+_NEIGHBOUR = re.compile(rb".+>(prev|next|peer)>[0-9]+")
 _dials = itertools.count()
 
 

@@ -50,6 +50,7 @@ from workers.params import ParamHandlers
 from workers.peers import Peers
 from workers.runners import Runners
 from workers.stages import StageHandlers
+from workers.values import ValueHandlers
 from workers.state import (
     ANSWERS,
     ClientGone,
@@ -68,7 +69,8 @@ __all__ = ["Worker"]
 ROUTER_BURST = 32  # messages taken off the endpoint per poll, at most
 
 
-class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Service):
+class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, ValueHandlers,
+             Service):
     role = "worker"
 
     def __init__(self, coordinator: str, *, bind: str = "tcp://127.0.0.1:0",
@@ -384,6 +386,10 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
                 "stages": [st.name for st in self.stages.values()], "memory": rss_bytes(),
                 "threads": blas_threads(),  # the BLAS threads set (None: numpy's default)
                 "contexts": counts["contexts"], "mailbox": counts["mailbox"],
+                "values": counts["values"],
+                # per model: bytes sent to other workers (activations, gradients, kept
+                # values), kept values taken from them, and kept values read by clients
+                "data": {m: dict(c) for m, c in self.__dict__.get("data_stats", {}).items()},
                 "waits": counts["waits"], "queued": counts["queued"],
                 "hooks_fired": dict(self.captures.fired),
                 "messages": wire.decoded_count(),

@@ -37,7 +37,8 @@ GONE_KEPT = 1024  # clients remembered as gone (a running job of theirs waits no
 
 # requests that only read (or only drop graphs): they run at once, never behind a waiting
 # request, so a client hook may read the model it runs on
-AT_ONCE = frozenset({"hello", "status", "get_state", "list_hooks", "captured", "release"})
+AT_ONCE = frozenset({"hello", "status", "get_state", "list_hooks", "captured", "release",
+                     "fetch"})
 # answers to a wait of a running request, recognised by (sender, request id)
 ANSWERS = frozenset({"hook_reply", "error"})
 # what a neighbour stage sends: a client's call carried on (its client named by reply_to),
@@ -186,6 +187,8 @@ class WorkerState:
         # (model, client, ctx id) -> graph: each client's contexts are its own
         self.contexts: dict[tuple[str, bytes, str], Context] = {}
         self.mailbox: dict[tuple, Any] = {}  # (model, step, kind, mb) -> pipe message
+        # (model, client, value id) -> a tensor kept for the client (workers/values.py)
+        self.values: dict[tuple[str, bytes, str], Any] = {}
         self.finished_steps: collections.deque = collections.deque(maxlen=FINISHED_STEPS_KEPT)
         self.waits: dict[int, Wait] = {}
         self._answered_by: dict[tuple, Wait] = {}  # (client, event id) -> the wait it ends
@@ -338,6 +341,8 @@ class WorkerState:
         graphs = [key for key, c in self.contexts.items() if c.client == identity]
         for key in graphs:
             del self.contexts[key]
+        for key in [key for key in self.values if key[1] == identity]:
+            del self.values[key]
         if out or dropped or graphs:  # a warning when it left requests unfinished
             level = "warning" if out or dropped else "info"
             out.append(Log(level, f"worker {self.worker_id}: client {_short(identity)} went "
@@ -461,10 +466,27 @@ class WorkerState:
             del self.contexts[key]
         for key in [k for k in self.mailbox if k[0] == model]:
             del self.mailbox[key]
+        for key in [k for k in self.values if k[0] == model]:
+            del self.values[key]
+
+    # ---- values kept for clients ------------------------------------------------------------
+    def keep_value(self, model: str, client: bytes, vid: str, tensor) -> None:
+        self.values[(model, client, vid)] = tensor
+
+    def value(self, model: str, client: bytes, vid: str):
+        """``client``'s value ``vid`` (None: not here; each client names its own)."""
+        return self.values.get((model, client, vid))
+
+    def values_of(self, model: str, client: bytes) -> int:
+        return sum(1 for (m, who, _) in self.values if m == model and who == client)
+
+    def drop_values(self, model: str, client: bytes, vids) -> int:
+        return sum(self.values.pop((model, client, v), None) is not None for v in vids)
 
     def counts(self) -> dict:
         """For status: graphs kept, mailbox entries, jobs running and waiting, queued."""
         return {"contexts": len(self.contexts), "mailbox": len(self.mailbox),
+                "values": len(self.values),
                 "jobs": len(self.jobs), "waits": len(self.waits),
                 "queued": sum(len(q) for q in self.lanes.values())}
 

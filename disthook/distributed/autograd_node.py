@@ -9,6 +9,7 @@ without such a backward releases the workers' graphs through its finalizer.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 import weakref
 from typing import TYPE_CHECKING
@@ -18,6 +19,7 @@ import numpy as np
 from disthook.autograd import engine, grad_mode
 from disthook.autograd.graph import SECOND_BACKWARD_MSG, Node, gradient_edge
 from disthook.distributed.placement import split_rows
+from disthook.distributed.remote_values import from_record, grad_data
 from disthook.tensor import Tensor
 from disthook.utils.hooks import RemovableHandle
 
@@ -209,19 +211,21 @@ class RemoteBackward0(Node):
         a gradient (or None) per input back."""
         model = self._model
         wanted = self._wanted_taps()
+        address = model._addresses[self._stage]
+        # the input gradients stay on the worker (a node before this one takes them there)
+        keep = f"{self._ctx_ids[0]}~{next(_backwards)}"
         (reply,) = model._hub.request_all(
-            [(model._addresses[self._stage], {
-                "stage": self._stage, "grads": [None if g is None else g._data for g in grads],
+            [(address, {
+                "stage": self._stage, "grads": [grad_data(g, address) for g in grads],
                 "retain_graph": retain, "reply_to": model._hub.reply_to,
                 "taps": wanted or None, "accumulate": self._accumulates(),
-                "inputs": self._inputs_wanted()},
+                "inputs": self._inputs_wanted(), "keep_grads": keep},
               self._ctx_ids[0])],
             "backward", what=f"backward of {self._path!r}")
         if not retain:
             self._finalizer.detach()
             model._hub.drop_context(self._ctx_ids[0])
-        return (*(None if g is None else Tensor._make(np.array(g), None, 0)
-                  for g in reply["result"]["grads"]),
+        return (*(_grad_in(model, address, g) for g in reply["result"]["grads"]),
                 *self._tap_grads(reply["result"].get("tapped"), wanted))
 
     def _release(self) -> None:
@@ -229,6 +233,16 @@ class RemoteBackward0(Node):
 
 
 _NAMED: dict[str, type] = {}  # worker node name -> its RemoteBackward0 subclass
+_backwards = itertools.count()  # numbers the backwards of a call (ids of kept gradients)
+
+
+def _grad_in(model, address: str, g):
+    """An input gradient a call's backward answered: None, an array, or a kept value."""
+    if g is None:
+        return None
+    if isinstance(g, dict):
+        return from_record(model, address, g, None, 0)
+    return Tensor._make(np.array(g), None, 0)
 
 
 class _Vjp(threading.local):

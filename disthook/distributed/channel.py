@@ -58,6 +58,12 @@ def _flush_at_exit(ref) -> None:
 EXIT_FLUSH_TIMEOUT_S = 10.0
 
 
+def _nbytes(frame) -> int:
+    """The length of a frame as sent or received (bytes, a buffer, or a zmq.Frame)."""
+    buffer = getattr(frame, "buffer", frame)
+    return memoryview(buffer).nbytes
+
+
 class _Hub(HookServer):
     """The client's sockets to the workers of one deployment, all with one identity, so that
     whichever worker finishes a pipelined request can answer the client directly."""
@@ -99,6 +105,10 @@ class _Hub(HookServer):
         self._pid = os.getpid()
         # contexts whose graph is gone on the client, to release on the workers (see release)
         self.pending_releases: list[str] = []
+        # address -> ids of values kept there that no client tensor holds any more
+        self.pending_drops: dict[str, list[str]] = {}
+        # what went where: see Deployment.stats
+        self.stats = {"requests": 0, "waits": 0, "bytes_out": 0, "bytes_in": 0}
         self._busy = 0  # > 0 while a socket operation is under way (a request, a close)
         self._thread = threading.get_ident()  # the thread that used the sockets last
         # optimizer calls not sent yet, in the order they were made, each {address: its
@@ -127,9 +137,15 @@ class _Hub(HookServer):
                                "to use it")
         if self._outbox:  # answers to hook events first, as they were made
             self.flush_answers()
-        self.socks[address].send_multipart(
-            wire.encode(msg_type, {"model": self.model, **fields}, req=req, ctx=ctx),
-            copy=False)
+        frames = wire.encode(msg_type, {"model": self.model, **fields}, req=req, ctx=ctx)
+        self.stats["requests"] += 1
+        self.stats["bytes_out"] += sum(_nbytes(f) for f in frames)
+        self.socks[address].send_multipart(frames, copy=False)
+
+    def send_value(self, source: str, vid: str, to: str) -> None:
+        """Have the worker at ``source`` push its kept value ``vid`` to the worker at
+        ``to`` (one-way, in request order there)."""
+        self.send(source, "send_value", {"values": [vid], "to": to})
 
     def request(self, address: str, msg_type: str, fields: dict, *, ctx: str | None = None,
                 what: str = "") -> wire.Message:
@@ -146,6 +162,7 @@ class _Hub(HookServer):
         if self.late_error is not None:
             self._raise_late_error()
         self.flush_releases()
+        self.stats["waits"] += 1
         if self.pending_optimizer and not carries_optimizer_calls:
             self.flush_optimizer_calls()
         if self.lost:  # a worker of this model went away earlier
@@ -227,7 +244,9 @@ class _Hub(HookServer):
         answers queued), issue warnings, and keep the replies to ``reqs``."""
         for _ in range(_BURST):
             try:
-                reply = wire.decode(sock.recv_multipart(zmq.NOBLOCK, copy=False))
+                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                self.stats["bytes_in"] += sum(_nbytes(f) for f in frames)
+                reply = wire.decode(frames)
             except zmq.Again:  # all taken (or a hook's own call took it)
                 return
             except wire.WireError:
@@ -368,8 +387,24 @@ class _Hub(HookServer):
             except zmq.ZMQError:  # the sockets are going away (the interpreter exits)
                 pass
 
+    def drop_values(self, addresses: set, vid: str) -> None:
+        """No client tensor holds kept value ``vid`` any more: the workers at ``addresses``
+        may free it."""
+        for address in addresses:  # sent with the next request (one message per worker)
+            self.pending_drops.setdefault(address, []).append(vid)
+
     def flush_releases(self) -> None:
-        """Send the pending releases (one one-way message; the first stage passes it on)."""
+        """Send the pending releases (one one-way message; the first stage passes it on)
+        and the pending drops of kept values (one message to each worker keeping some)."""
+        if self.pending_drops and self.socks and os.getpid() == self._pid:
+            drops, self.pending_drops = self.pending_drops, {}
+            self._busy += 1
+            try:
+                for address, vids in drops.items():
+                    if address in self.socks and address not in self.lost:
+                        self.send(address, "drop_values", {"values": vids})
+            finally:
+                self._busy -= 1
         if self.pending_releases and self.socks and os.getpid() == self._pid:
             contexts, self.pending_releases = self.pending_releases, []
             for ctx_id in contexts:

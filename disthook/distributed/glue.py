@@ -25,16 +25,17 @@ import numpy as np
 
 from disthook import random
 from disthook.autograd import grad_mode
+from disthook.distributed import remote_values
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.nn.modules.module import Module
-from disthook.service.values import opaque_in, pack, tensors_in, unpack
+from disthook.service.values import opaque_in, tensors_in, unpack
 from disthook.tensor import Tensor
 from disthook.utils.hooks import RemovableHandle
 
 if TYPE_CHECKING:
     from disthook.distributed.deployment import Deployment
 
-__all__ = ["call_placed", "carry_hooks", "route_node_hooks", "run_until",
+__all__ = ["call_placed", "call_remote", "carry_hooks", "route_node_hooks", "run_until",
            "train_step"]
 
 
@@ -167,33 +168,42 @@ def carry_hooks(model: Deployment, root: Module) -> None:
 
 def call_placed(model: Deployment, path: str, args: tuple, kwargs: dict):
     """Run the part at ``path`` on its worker with these arguments; its output, whose
-    tensors' backward goes to that worker."""
+    tensors' values stay on that worker (``remote_values``) and whose backward goes there."""
     opaque = opaque_in((args, kwargs))
     if opaque:
         raise TypeError(
             f"the deployed module at {path!r} is called with {opaque}, which cannot go to its "
             f"worker ({model._owner_name(path)}): the arguments of a placed module must be "
             "tensors, numbers, strings, None, or tuples, lists and str-keyed dicts of them")
+    return call_remote(model, model._addresses[model._stage_of(path)], list(args), kwargs,
+                       path=path, what=f"forward of {path!r}")
+
+
+def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
+                path: str | None = None, op: str | None = None, params=None, what: str):
+    """One call on the worker at ``address``: the part at ``path``, or the engine's op
+    ``op`` with ``params`` (``remote_values.remote_apply``). The output's tensors are kept
+    there; their backward goes there."""
     inputs = list(tensors_in((args, kwargs)))
-    stage = model._stage_of(path)
+    stage = model._addresses.index(address)
     grad = grad_mode.is_grad_enabled()
     ctx_id = uuid.uuid4().hex
     if grad:  # what a tensor a hook gets in this call can be differentiated to
         model._hub.pending_inputs[ctx_id] = inputs
         model._hub.calls[ctx_id] = {"path": path, "inputs": inputs, "outs": []}
-    address = model._addresses[stage]
     # the optimizer calls not sent yet of this part's stage ride with it (those of the other
     # stages with their first part's call, or before any other request)
     carried = model._hub.optimizer_calls_to(address, stage, len(model._addresses))
+    fields = {"stage": stage, "inputs": [], "grad_enabled": grad,
+              "call": remote_values.pack_args((args, kwargs), address),
+              "reply_to": model._hub.reply_to, "keep": True, "optimizer_calls": carried}
+    if op is None:
+        fields.update(path=path, rng=random._stream_state() if model.training else None)
+    else:
+        fields.update(op=op, params=params)
     try:
-        (reply,) = model._hub.request_all(
-            [(address, {
-                "stage": stage, "inputs": [], "grad_enabled": grad,
-                "call": pack((list(args), kwargs)),
-                "rng": random._stream_state() if model.training else None,
-                "reply_to": model._hub.reply_to, "path": path,
-                "optimizer_calls": carried}, ctx_id)],
-            "forward", what=f"forward of {path!r}", carries_optimizer_calls=True)
+        (reply,) = model._hub.request_all([(address, fields, ctx_id)], "forward", what=what,
+                                          carries_optimizer_calls=True)
     finally:
         model._hub.pending_inputs.pop(ctx_id, None)
         call = model._hub.calls.pop(ctx_id, None)
@@ -206,24 +216,24 @@ def call_placed(model: Deployment, path: str, args: tuple, kwargs: dict):
     node = None
     if grad and any(flags):
         node = RemoteBackward0(model, [ctx_id], inputs, None, stage)
-        node._path = path
+        node._path = path if op is None else f"<{op.rpartition('.')[2]}>"
     else:
         model._hub.taps.pop(ctx_id, None)  # no graph: nothing to differentiate against
     made = []
 
-    def output(array, requires_grad, made_by):
+    def output(record: dict):
         nr = len(made)
-        data = np.asarray(array)  # the received array itself: nothing else reads it
+        tracked = node is not None and flags[nr]
+        t = remote_values.from_record(model, address, record, node if tracked else None,
+                                      nr if tracked else 0)
         if node is not None:
-            node._output_meta.append((data.shape, data.dtype))
-            if flags[nr] and type(node) is RemoteBackward0:
-                node.made_by(made_by)  # the worker's node's name, shown as grad_fn
-        t = Tensor._make(data, node if node is not None and flags[nr] else None,
-                         nr if node is not None and flags[nr] else 0)
+            node._output_meta.append((tuple(record["shape"]), np.dtype(record["dtype"])))
+            if tracked and type(node) is RemoteBackward0:
+                node.made_by(record.get("grad_fn"))  # the worker's node's name, as grad_fn
         made.append(t)
         return t
 
-    out = unpack(result["output"], output)
+    out = unpack(result["output"], kept=output)
     if node is not None:
         node._output_meta = tuple(node._output_meta)
     for i, hooks, value in (call or {}).get("outs", ()):
@@ -236,6 +246,6 @@ def call_placed(model: Deployment, path: str, args: tuple, kwargs: dict):
                 "the tensor it was put on. Put it on the replacement (in the later hook)")
         for fn in hooks:
             made[i].register_hook(fn)
-    if model.__dict__.get("_stop_at") == path:  # run_until: the forward ends here
+    if path is not None and model.__dict__.get("_stop_at") == path:  # run_until ends here
         raise _Stopped(out)
     return out

@@ -49,7 +49,7 @@ __all__ = ["PartPlacement", "RemoteHandle", "RootPlacement", "deployment_of", "p
 # what a deployed model answers for its deployment (where its class has no such name)
 DEPLOYMENT_API = frozenset({
     "save", "load_checkpoint", "recover", "train_step", "close", "workers", "to_local",
-    "named_gradients", "step_stats"})
+    "named_gradients", "step_stats", "stats"})
 
 
 def deployment_of(module) -> Deployment | None:
