@@ -243,8 +243,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # keep, stay on the worker that computed them under "<ctx>.<i>", and a backward's input
     # gradients, with keep_grads, under "<keep_grads>.<i>"; the answer describes them
     # ({"kept": id, "shape", "dtype", ...}). A call or backward names one with {"ref": id,
-    # "requires_grad": bool} (in grads: {"ref": id}): the worker's own, or one a peer sends
-    # it. send_value: push these values to the worker at address to (a "pipe" of kind
+    # "requires_grad": bool} (in grads: {"ref": id}): the worker's own, or with
+    # "from_peer": true one a peer sends it (it waits for it). send_value: push these values to the worker at address to (a "pipe" of kind
     # "value", step "<client>/<id>"), in request order; fetch: their arrays to the client;
     # drop_values: the client no longer holds them
     "send_value": {"model": "str", "values": "list[str]", "to": "str"},
@@ -863,10 +863,11 @@ def _check_hook_value(where, value, depth):
     if not isinstance(value, dict):
         raise WireError(f"{where} must be a hook value (None, a number, a string or a "
                         f"tagged map), got {_type_name(value)}")
-    if value.keys() == {"ref", "requires_grad"}:  # a value kept on a worker
-        _field_value(f"{where}.ref", "str", "str", None, value["ref"], depth)
-        _field_value(f"{where}.requires_grad", "bool", "bool", None, value["requires_grad"],
-                     depth)
+    if value.keys() in ({"ref", "requires_grad"}, {"ref", "requires_grad", "from_peer"}):
+        _field_value(f"{where}.ref", "str", "str", None, value["ref"], depth)  # a kept value
+        for name in ("requires_grad", "from_peer"):
+            if name in value:
+                _field_value(f"{where}.{name}", "bool", "bool", None, value[name], depth)
         return value
     if value.keys() in ({"tensor", "requires_grad"}, {"tensor", "vjp"}, {"tensor", "feed"},
                         {"tensor", "requires_grad", "grad_fn"}):

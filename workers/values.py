@@ -3,10 +3,10 @@ of the calls a client makes with ``keep``, and the input gradients of its backwa
 ``keep_grads``, stay here under ids the client can name in later requests, instead of going
 back and forth through the client.
 
-A request names a kept value with ``{"ref": id}``. It is this worker's own, or one a peer
-pushes here: the client first asks the worker that holds it to ``send_value`` it (a ``pipe``
-message of kind ``value``, straight from worker to worker), and the request that uses it
-waits for it in the mailbox. A value that came from a peer is kept here too, so a second use
+A request names a kept value with ``{"ref": id}``. It is this worker's own, or, with
+``from_peer``, one a peer pushes here: the client first asks the worker that holds it to
+``send_value`` it (a ``pipe`` message of kind ``value``, straight from worker to worker), and
+the request that uses it waits for it in the mailbox. A value that came from a peer is kept here too, so a second use
 costs nothing. The client reads a value with ``fetch`` and lets it go with ``drop_values``.
 """
 from __future__ import annotations
@@ -84,12 +84,16 @@ class ValueHandlers:
         return NO_REPLY
 
     # ---- for the call and backward handlers ------------------------------------------------
-    def _value_of(self, job, model: str, vid: str) -> np.ndarray:
-        """The array of value ``vid`` of the job's client: kept here, or pushed by a peer
-        (waited for; then kept here as well)."""
+    def _value_of(self, job, model: str, ref: dict) -> np.ndarray:
+        """The array of the job's client's value ``ref["ref"]``: kept here, or with
+        ``from_peer`` pushed by a peer (waited for; then kept here as well)."""
+        vid = ref["ref"]
         t = self.state.value(model, job.client, vid)
         if t is not None:
             return t._data
+        if not ref.get("from_peer"):
+            raise LookupError(f"worker {self.id} keeps no value {vid} of this client: the "
+                              "call that made it failed, or it was dropped")
         key = (model, f"{job.client.hex()}/{vid}", "value", 0)
         wait = self.state.wait_for_pipe(job, (key,), f"value {vid} from another worker")
         if wait is not None:
@@ -107,8 +111,8 @@ class ValueHandlers:
         """Packed call data with each ``{"ref": id, "requires_grad": flag}`` replaced by the
         value's array (``{"tensor": array, "requires_grad": flag}``)."""
         if isinstance(data, dict):
-            if "ref" in data and len(data) == 2 and isinstance(data["ref"], str):
-                return {"tensor": self._value_of(job, model, data["ref"]),
+            if isinstance(data.get("ref"), str) and "requires_grad" in data:
+                return {"tensor": self._value_of(job, model, data),
                         "requires_grad": bool(data["requires_grad"])}
             return {k: self._resolve_refs(job, model, v) for k, v in data.items()}
         if isinstance(data, list):
@@ -117,8 +121,7 @@ class ValueHandlers:
 
     def _resolve_grads(self, job, model: str, grads: list) -> list:
         """A backward's output gradients: arrays, None, or ``{"ref": id}`` of kept values."""
-        return [self._value_of(job, model, g["ref"]) if isinstance(g, dict) else g
-                for g in grads]
+        return [self._value_of(job, model, g) if isinstance(g, dict) else g for g in grads]
 
     def _keep_outputs(self, job, model: str, prefix: str, tensors: list) -> list[dict]:
         """Keep ``tensors`` (detached) for the job's client under ``<prefix>.<i>``; what
@@ -136,13 +139,8 @@ class ValueHandlers:
         return records
 
     def _keep_grads(self, job, model: str, prefix: str, grads: list) -> list:
-        """The input gradients of a backward (arrays or None) kept under ``<prefix>.<i>``."""
-        out = []
-        for i, g in enumerate(grads):
-            if g is None:
-                out.append(None)
-                continue
-            (record,) = self._keep_outputs(job, model, f"{prefix}.{i}",
-                                           [disthook.from_numpy(np.asarray(g))])
-            out.append(record)
-        return out
+        """The input gradients of a backward (arrays or None), those there kept under
+        ``<prefix>.<j>`` (j counting them alone, as for a call's outputs)."""
+        there = [disthook.from_numpy(np.asarray(g)) for g in grads if g is not None]
+        records = iter(self._keep_outputs(job, model, prefix, there))
+        return [None if g is None else next(records) for g in grads]

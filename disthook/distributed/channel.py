@@ -58,6 +58,10 @@ def _flush_at_exit(ref) -> None:
 EXIT_FLUSH_TIMEOUT_S = 10.0
 
 
+def _ignore(reply) -> None:
+    """An answer nothing waits for but its success."""
+
+
 def _nbytes(frame) -> int:
     """The length of a frame as sent or received (bytes, a buffer, or a zmq.Frame)."""
     buffer = getattr(frame, "buffer", frame)
@@ -109,6 +113,10 @@ class _Hub(HookServer):
         self.pending_drops: dict[str, list[str]] = {}
         # what went where: see Deployment.stats
         self.stats = {"requests": 0, "waits": 0, "bytes_out": 0, "bytes_in": 0}
+        # calls sent without waiting (send_async): request id -> (what, on_reply); the
+        # failures among them, in order, raised by the next request that waits
+        self.in_flight: dict[int, tuple] = {}
+        self.failed: list[tuple] = []
         self._busy = 0  # > 0 while a socket operation is under way (a request, a close)
         self._thread = threading.get_ident()  # the thread that used the sockets last
         # optimizer calls not sent yet, in the order they were made, each {address: its
@@ -146,6 +154,60 @@ class _Hub(HookServer):
         """Have the worker at ``source`` push its kept value ``vid`` to the worker at
         ``to`` (one-way, in request order there)."""
         self.send(source, "send_value", {"values": [vid], "to": to})
+
+    def send_async(self, address: str, msg_type: str, fields: dict, ctx: str, what: str,
+                   on_reply) -> None:
+        """Send a request and go on without its reply: the worker runs it in the order its
+        requests came; ``on_reply(reply)`` runs when the answer comes (while the client
+        waits for anything), and a failure is raised by the next request that waits,
+        naming ``what``."""
+        if self.late_error is not None:
+            self._raise_late_error()
+        if self.lost:
+            self._raise_lost(next(iter(self.lost)), what, ctx)
+        if self.pending_optimizer and msg_type != "forward":
+            # (a forward carries its stage's own; the others go first, without waiting:
+            # each worker runs them before this request, in order)
+            pending, self.pending_optimizer = self.pending_optimizer, []
+            for calls in pending:
+                for to, spec in calls.items():
+                    step = next_request_id()
+                    self.send(to, "step", {"optimizer": spec}, req=step)
+                    self.in_flight[step] = (f"optimizer {spec['action']}", _ignore)
+        req = next_request_id()
+        self.send(address, msg_type, fields, req=req, ctx=ctx)
+        self.in_flight[req] = (what, on_reply)
+
+    def settle(self) -> None:
+        """Wait until every call sent without waiting has answered (raising the first
+        failure among them)."""
+        if self.in_flight or self.failed:
+            self.request_all([], "settle", what="the calls in flight")
+
+    def _landed(self, reply: wire.Message) -> None:
+        """The answer to a call sent without waiting."""
+        what, on_reply = self.in_flight.pop(reply.req)
+        if reply.type == "error":
+            self.failed.append((what, reply))
+            return
+        try:
+            on_reply(reply)
+        except Exception as exc:  # noqa: BLE001 - raised by the next request that waits
+            self.failed.append((what, exc))
+
+    def _raise_failed(self):
+        """The first failure of the calls sent without waiting (the others followed it)."""
+        (what, failure), self.failed = self.failed[0], []
+        note = (f"(from {what}, which the program did not wait for: it failed after the "
+                "program went on; a call that used its result failed with it)")
+        if isinstance(failure, BaseException):
+            failure.add_note(note)
+            raise failure
+        try:
+            raise_error(failure)
+        except Exception as exc:
+            exc.add_note(note)
+            raise
 
     def request(self, address: str, msg_type: str, fields: dict, *, ctx: str | None = None,
                 what: str = "") -> wire.Message:
@@ -190,9 +252,12 @@ class _Hub(HookServer):
                       ctx=call[2] if len(call) > 2 else ctx)
         replies: dict[int, wire.Message] = {}
         deadline = Deadline(self.timeout)
-        while len(replies) < len(reqs):
+        # every call sent without waiting answers first: what is asked now may read what
+        # they change, and their failures are raised before anything that followed them
+        while len(replies) < len(reqs) or self.in_flight:
             events = poll_until(self.poller, deadline)
             if not events:
+                self.in_flight.clear()  # late answers to them are dropped
                 raise RemoteTimeout(f"no answer to {what or msg_type!r} within "
                                     f"{self.timeout:g} s")
             for sock in events:
@@ -228,6 +293,8 @@ class _Hub(HookServer):
             elif late.type == "error" and late.req in self._answered_ahead:
                 del self._answered_ahead[late.req]
                 self.late_error = late
+        if self.failed:
+            self._raise_failed()
         for req in reqs:
             reply = replies[req]
             if reply.type == "error":
@@ -257,6 +324,10 @@ class _Hub(HookServer):
                 continue
             if reply.type == "warning":
                 _issue_warning(reply)
+                continue
+            if reply.req in self.in_flight:
+                self._landed(reply)
+                deadline.renew()  # the workers go on
                 continue
             if reply.req in reqs:
                 if reply.type == "ok" and not self._stands(reply):
@@ -405,7 +476,8 @@ class _Hub(HookServer):
                         self.send(address, "drop_values", {"values": vids})
             finally:
                 self._busy -= 1
-        if self.pending_releases and self.socks and os.getpid() == self._pid:
+        if self.pending_releases and self.socks and os.getpid() == self._pid \
+                and not self.in_flight:  # (a release would overtake the calls in flight)
             contexts, self.pending_releases = self.pending_releases, []
             for ctx_id in contexts:
                 self.drop_context(ctx_id)

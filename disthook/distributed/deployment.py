@@ -163,7 +163,8 @@ class Deployment:
         (``nn.CrossEntropyLoss()``) or a function of ``disthook.nn.functional``; with
         ``scale_grads`` each micro-batch's loss weighted by its share of the rows
         (``chain.train_step``). A model whose forward runs here takes one process's step
-        (``glue.train_step``). Gradients accumulate in ``.grad``; returns the micro-batch
+        (``micro_batches.train_step``: with ``chunks``, its micro-batches in the
+        schedule's order). Gradients accumulate in ``.grad``; returns the micro-batch
         losses."""
         for name, t in (("x", x), ("target", target)):
             if not isinstance(t, Tensor) or t._data.ndim == 0:
@@ -173,7 +174,9 @@ class Deployment:
             raise ValueError(f"train_step(): x has {len(x._data)} rows but target has "
                              f"{len(target._data)}")
         if self._glue:
-            return glue.train_step(self, x, target, loss_fn)
+            from disthook.distributed import micro_batches
+
+            return micro_batches.train_step(self, x, target, loss_fn, scale_grads)
         return chain.train_step(self, x, target, loss_fn, scale_grads)
 
     def train(self, mode: bool = True) -> Deployment:

@@ -69,6 +69,8 @@ class _Ref:
     def fetch(self) -> np.ndarray:
         if self.value is None:
             hub = self.model._hub
+            hub.settle()  # the call that makes it may be in flight (and carry it, if small)
+        if self.value is None:
             reply = hub.request(self.address, "fetch", {"values": [self.vid]},
                                 what=f"reading a value of {self.model._class_name} kept on "
                                      "its worker")
@@ -78,13 +80,15 @@ class _Ref:
             self.value = arr
         return self.value
 
-    def at(self, address: str) -> str:
-        """The value's id, with a copy sent to the worker at ``address`` first if it has
-        none (worker to worker: in request order, after the call that made it)."""
-        if address not in self.copies:
-            self.model._hub.send_value(self.address, self.vid, address)
-            self.copies.add(address)
-        return self.vid
+    def at(self, address: str) -> dict:
+        """How a request to the worker at ``address`` names the value: by its id, with a
+        copy sent there first if it has none (worker to worker: in request order, after the
+        call that made it; ``from_peer``: the request waits for it)."""
+        if address in self.copies:
+            return {"ref": self.vid}
+        self.model._hub.send_value(self.address, self.vid, address)
+        self.copies.add(address)
+        return {"ref": self.vid, "from_peer": True}
 
 
 class RemoteValue(Tensor):
@@ -205,8 +209,7 @@ def pack_args(value, address: str):
 
     def tensor(t: Tensor):
         if type(t) is RemoteValue:
-            return {"ref": t.__dict__["_ref"].at(address),
-                    "requires_grad": bool(t._requires_grad)}
+            return {**t.__dict__["_ref"].at(address), "requires_grad": bool(t._requires_grad)}
         return pack(t)
 
     return pack(value, tensor)
@@ -218,7 +221,7 @@ def grad_data(g: Tensor | None, address: str):
     if g is None:
         return None
     if type(g) is RemoteValue:
-        return {"ref": g.__dict__["_ref"].at(address)}
+        return g.__dict__["_ref"].at(address)
     return g._data
 
 
