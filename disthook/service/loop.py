@@ -87,7 +87,8 @@ class Service:
         warn_if_exposed(self.address, keys, self.log, self.name)
         self.parent_pid = parent_pid
         self.poller.register(self.router, zmq.POLLIN)
-        self.peer_log = PeerLog(self.log)
+        self.peer_log = PeerLog(self.log, name=self.peer_name)
+        self._peer_numbers: dict[bytes, str] = {}  # see peer_name
         self._running = False
 
     # ---- the loop ---------------------------------------------------------------------------
@@ -154,6 +155,16 @@ class Service:
     def on_disconnected(self, fd: int) -> None:
         """A peer's connection (file descriptor ``fd``) closed; with ``watch_disconnects``."""
 
+    def peer_name(self, identity: bytes) -> str:
+        """A peer as the logs name it, never by its identity (bytes the peer chose, often
+        binary): ``peer <n>`` in order of first sight; roles that know more say more."""
+        name = self._peer_numbers.get(identity)
+        if name is None:
+            if len(self._peer_numbers) >= 4096:  # a bound: the oldest names go first
+                del self._peer_numbers[next(iter(self._peer_numbers))]
+            name = self._peer_numbers[identity] = f"peer {len(self._peer_numbers) + 1}"
+        return name
+
     def handle(self, sender: bytes, frames: list, sock: zmq.Socket) -> None:
         """Decode one request from ``sender``, run its handler, send the reply."""
         try:
@@ -161,8 +172,8 @@ class Service:
         except Exception as exc:
             if not isinstance(exc, wire.WireError):  # the codec's own slip: say which
                 exc = wire.WireError(f"malformed message: {type(exc).__name__}: {exc}")
-            self.peer_log.warning(sender, "%s: malformed message from %r: %s", self.name,
-                                  sender, exc)
+            self.peer_log.warning(sender, "%s: malformed message from %s: %s", self.name,
+                                  self.peer_name(sender), exc)
             self.reply(sock, sender, 0, "error", error_fields(exc, worker=self.name))
             return
         handler = getattr(self, f"on_{msg.type}", None)
@@ -201,7 +212,7 @@ class Service:
         try:
             sock.send_multipart([to, *frames], copy=False)
         except zmq.ZMQError as exc:  # the peer went away meanwhile (as at shutdown)
-            self.log.debug("%s: cannot reply to %r: %s", self.name, to, exc)
+            self.log.debug("%s: cannot reply to %s: %s", self.name, self.peer_name(to), exc)
 
 
 def recv_now(sock: zmq.Socket):
@@ -220,8 +231,10 @@ class PeerLog:
     of malformed messages must not fill the log)."""
 
     def __init__(self, log: logging.Logger, burst: int = 10, window_s: float = 60.0,
-                 clock=time.monotonic, peers_kept: int = 4096):
+                 clock=time.monotonic, peers_kept: int = 4096, name=None):
         self.log, self.burst, self.window_s, self.clock = log, burst, window_s, clock
+        # how a line names a peer (a service's peer_name: its identity is bytes it chose)
+        self.name = name or (lambda peer: f"peer {peer!r}")
         self.peers_kept = peers_kept
         self._seen: dict[bytes, list] = {}  # peer -> [window start, lines, left out]
 
@@ -231,8 +244,8 @@ class PeerLog:
         seen = self._seen.get(peer)
         if seen is None or now - seen[0] >= self.window_s:
             if seen is not None and seen[2]:
-                self.log.warning("(%d more such warnings about peer %r left out)", seen[2],
-                                 peer)
+                self.log.warning("(%d more such warnings about %s left out)", seen[2],
+                                 self.name(peer))
             seen = self._seen[peer] = [now, 0, 0]
             while len(self._seen) > self.peers_kept:
                 del self._seen[next(iter(self._seen))]
@@ -249,7 +262,8 @@ class PeerLog:
     def forget(self, peer: bytes) -> None:
         seen = self._seen.pop(peer, None)
         if seen is not None and seen[2]:
-            self.log.warning("(%d more such warnings about peer %r left out)", seen[2], peer)
+            self.log.warning("(%d more such warnings about %s left out)", seen[2],
+                             self.name(peer))
 
 
 NO_REPLY = object()  # a handler's return value meaning "the reply is sent later, or never"
