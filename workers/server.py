@@ -212,7 +212,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
             # a client may send its answers to a burst of hook events as one batch
             msgs = wire.decode_all(body, batched=ANSWERS)
         except (PermissionError, wire.WireError) as exc:
-            self.peer_log.warning(sender, "%s: refused a message from %s: %s", self.name,
+            self.peer_log.warning(sender, "%s: refused a message from %s: %s", self.label,
                                   self.who(sender), exc)
             self.reply(self.router, sender, 0, "error", error_fields(exc, worker=self.name))
             return

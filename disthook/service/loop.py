@@ -60,6 +60,9 @@ class Service:
                  watch_disconnects: bool = False):
         self.ctx = zmq.Context()
         self.name = name or f"{self.role}-{socket.gethostname()}-{os.getpid()}"
+        # how its log lines name this process: "worker w2", "coordinator"
+        self.label = (self.name if self.name.startswith(self.role)
+                      else f"{self.role} {self.name}")
         self.log = logging.getLogger(f"disthook.{self.role}")
         self.keys = keys
         self.router = self.ctx.socket(zmq.ROUTER)
@@ -72,7 +75,7 @@ class Service:
         events = zmq.EVENT_DISCONNECTED if watch_disconnects else 0  # see on_disconnected
         if keys is not None:  # encrypted, and only authorized keys get in
             keys.serve(self.router)
-            self._auth = keys.guard(self.ctx, self.log, self.name)
+            self._auth = keys.guard(self.ctx, self.log, self.label)
             # a peer without keys never reaches the key check: its handshake fails; log it
             # (refused keys are logged by the key check itself)
             events |= HANDSHAKE_FAILURES & ~zmq.EVENT_HANDSHAKE_FAILED_AUTH
@@ -84,7 +87,7 @@ class Service:
         except BaseException:  # a bad or busy address: leave no socket or thread behind
             self.close()
             raise
-        warn_if_exposed(self.address, keys, self.log, self.name)
+        warn_if_exposed(self.address, keys, self.log, self.label)
         self.parent_pid = parent_pid
         self.poller.register(self.router, zmq.POLLIN)
         self.peer_log = PeerLog(self.log, name=self.peer_name)
@@ -113,7 +116,7 @@ class Service:
 
     def stop(self, reason: str = "asked to") -> None:
         if self._running:
-            self.log.info("%s stopping: %s", self.name, reason)
+            self.log.info("%s stopping: %s", self.label, reason)
         self._running = False
 
     def close(self) -> None:
@@ -150,7 +153,7 @@ class Service:
                 continue
             why = refusal_reason(event)
             if why is not None:
-                self.log.warning("%s: refused a connection: %s", self.name, why)
+                self.log.warning("%s: refused a connection: %s", self.label, why)
 
     def on_disconnected(self, fd: int) -> None:
         """A peer's connection (file descriptor ``fd``) closed; with ``watch_disconnects``."""
@@ -172,7 +175,7 @@ class Service:
         except Exception as exc:
             if not isinstance(exc, wire.WireError):  # the codec's own slip: say which
                 exc = wire.WireError(f"malformed message: {type(exc).__name__}: {exc}")
-            self.peer_log.warning(sender, "%s: malformed message from %s: %s", self.name,
+            self.peer_log.warning(sender, "%s: malformed message from %s: %s", self.label,
                                   self.peer_name(sender), exc)
             self.reply(sock, sender, 0, "error", error_fields(exc, worker=self.name))
             return
@@ -184,7 +187,7 @@ class Service:
         try:
             result = handler(msg, sender)
         except Exception as exc:
-            self.log.debug("%s: %s failed", self.name, msg.type, exc_info=True)
+            self.log.debug("%s: %s failed", self.label, msg.type, exc_info=True)
             self.reply(sock, sender, msg.req, "error", self.error_reply(exc), ctx=msg.ctx)
             return
         if result is not NO_REPLY:
@@ -212,7 +215,7 @@ class Service:
         try:
             sock.send_multipart([to, *frames], copy=False)
         except zmq.ZMQError as exc:  # the peer went away meanwhile (as at shutdown)
-            self.log.debug("%s: cannot reply to %s: %s", self.name, self.peer_name(to), exc)
+            self.log.debug("%s: cannot reply to %s: %s", self.label, self.peer_name(to), exc)
 
 
 def recv_now(sock: zmq.Socket):

@@ -37,8 +37,10 @@ def test_workers_are_numbered_and_a_stranger_is_a_numbered_client_in_the_logs(tm
             time.sleep(0.1)
     text = log_path.read_text()
     refused = [line for line in text.splitlines() if "refused a message" in line]
-    assert refused and f"{workers[0].id}: refused a message from client 1:" in refused[0], text
+    said = f"worker {workers[0].id}: refused a message from client 1:"
+    assert refused and said in refused[0], text
     assert "worker w1: registered at" in text and "worker w2: registered at" in text, text
+    assert "worker w1 stopping:" in text and "worker w2 stopping:" in text, text
     for raw in (BINARY.hex(), repr(BINARY), "\\x00k"):
         assert raw not in text
 
