@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("matplotlib", reason="the demo needs matplotlib (pip install -e '.[demo]')")
 
-from disthook.demo import plots, report  # noqa: E402
-from disthook.demo.progress import Progress  # noqa: E402
+from disthook.demo import plots, report
+from disthook.demo.progress import Progress
 
 STEPS_PER_EPOCH, EPOCHS = 23, 3
 PARAMS = ["0.weight", "0.bias", "2.weight", "2.bias", "6.weight", "6.bias"]
