@@ -47,3 +47,15 @@ def test_a_peer_log_names_peers_as_its_service_does(caplog):
         log.forget(CLIENT)
     assert "(2 more such warnings about client 7 left out)" in caplog.text
     assert repr(CLIENT) not in caplog.text
+
+
+def test_a_service_names_a_peer_it_knows_nothing_about_by_number_and_itself_by_role():
+    from disthook.service.loop import Service
+
+    service = Service("tcp://127.0.0.1:0", name="w2")
+    try:
+        assert [service.peer_name(p) for p in (CLIENT, OTHER, CLIENT)] == [
+            "peer 1", "peer 2", "peer 1"]
+        assert service.label == "service w2"
+    finally:
+        service.close()

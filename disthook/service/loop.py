@@ -11,6 +11,7 @@ on SIGTERM/SIGINT, or when the process that started it dies (``parent_pid``).
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
 import os
 import signal
@@ -92,6 +93,7 @@ class Service:
         self.poller.register(self.router, zmq.POLLIN)
         self.peer_log = PeerLog(self.log, name=self.peer_name)
         self._peer_numbers: dict[bytes, str] = {}  # see peer_name
+        self._next_peer_number = itertools.count(1)
         self._running = False
 
     # ---- the loop ---------------------------------------------------------------------------
@@ -165,7 +167,7 @@ class Service:
         if name is None:
             if len(self._peer_numbers) >= 4096:  # a bound: the oldest names go first
                 del self._peer_numbers[next(iter(self._peer_numbers))]
-            name = self._peer_numbers[identity] = f"peer {len(self._peer_numbers) + 1}"
+            name = self._peer_numbers[identity] = f"peer {next(self._next_peer_number)}"
         return name
 
     def handle(self, sender: bytes, frames: list, sock: zmq.Socket) -> None:
