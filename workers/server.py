@@ -112,12 +112,12 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, ValueH
                                     else tuple(allow_model_modules))
         # per client and model: forward graphs kept for a backward, and hooks registered
         self.max_contexts, self.max_hooks = max_contexts, max_hooks
-        self.state = WorkerState(wid, context_ttl=context_ttl)
+        self.peers = Peers(keys)  # who is on each connection, from the transport
+        self.who = self.peers.who  # a peer as the logs name it
+        self.state = WorkerState(wid, context_ttl=context_ttl, who=self.who)
         self.runners = Runners(self._serve_round, name=f"worker-{wid}")
         self._todo: list = []  # jobs to start, in order
         self._sleepers: dict[int, object] = {}  # wait id -> the turn of the job waiting
-        self.peers = Peers(keys)  # who is on each connection, from the transport
-        self.who = self.peers.who  # a client as the logs name it
         self._local = threading.local()  # .job: the job this thread runs now
         self._event_ids = itertools.count(1)
         self._warnings_routed = False  # see _route_warnings
@@ -214,8 +214,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, ValueH
             # a client may send its answers to a burst of hook events as one batch
             msgs = wire.decode_all(body, batched=ANSWERS)
         except (PermissionError, wire.WireError) as exc:
-            self.peer_log.warning(sender, "%s: refused a message from %r: %s", self.name,
-                                  sender, exc)
+            self.peer_log.warning(sender, "%s: refused a message from %s: %s", self.label,
+                                  self.who(sender), exc)
             self.reply(self.router, sender, 0, "error", error_fields(exc, worker=self.name))
             return
         for msg in msgs:
@@ -236,8 +236,11 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, ValueH
             if graphs or hooks:
                 self.log.info("worker %s: %s went away; dropped its %d graph(s) and %d "
                               "hook(s)", self.id, self.who(sender), graphs, hooks)
+            self.peer_log.forget(sender)  # (it may name the peer: before peers forget it)
             self.peers.forget(sender)
-            self.peer_log.forget(sender)
+
+    def peer_name(self, identity: bytes) -> str:
+        return self.who(identity)
 
     def _execute(self, instructions: list) -> None:
         """Carry out what the state decided (jobs start at the end of the round)."""

@@ -176,8 +176,11 @@ class WorkerState:
 
     def __init__(self, worker_id: str, *, context_ttl: float = 600.0,
                  hook_timeout: float = HOOK_TIMEOUT_S, pipe_timeout: float = PIPE_TIMEOUT_S,
-                 mailbox_limit: int = MAILBOX_LIMIT, clock=time.monotonic):
+                 mailbox_limit: int = MAILBOX_LIMIT, clock=time.monotonic, who=None):
         self.worker_id = worker_id
+        # how the logs name a peer (the shell's: a client as status numbers it); never its
+        # identity, which is bytes the peer chose
+        self.who = who or _Numbered("peer").name
         self.context_ttl = context_ttl
         self.hook_timeout = hook_timeout
         self.pipe_timeout = pipe_timeout
@@ -231,7 +234,7 @@ class WorkerState:
         except PermissionError as exc:
             return [Reply(sender, msg.req, "PermissionError", str(exc)),
                     Log("warning", f"worker {self.worker_id}: refused {msg.type} from "
-                                   f"{_short(sender)}: {exc}", sender)]
+                                   f"{self.who(sender)}: {exc}", sender)]
         if msg.type == "pipe":
             return self._on_pipe(msg)
         model = msg.get("model") if isinstance(msg.get("model"), str) else None
@@ -345,7 +348,7 @@ class WorkerState:
             del self.values[key]
         if out or dropped or graphs:  # a warning when it left requests unfinished
             level = "warning" if out or dropped else "info"
-            out.append(Log(level, f"worker {self.worker_id}: client {_short(identity)} went "
+            out.append(Log(level, f"worker {self.worker_id}: {self.who(identity)} went "
                                   f"away: {len(out)} wait(s) ended, {dropped} queued "
                                   f"request(s) and {len(graphs)} graph(s) dropped"))
         return out
@@ -356,7 +359,7 @@ class WorkerState:
             text = f"worker {self.worker_id} waited {wait.timeout:g} s for {wait.what}"
             out.append(self._end_wait(wait, error=TimeoutError(text)))
             out.append(Log("warning", f"{text}; its request ({wait.job.kind} from "
-                                      f"{_short(wait.job.client)}) ends with that error"))
+                                      f"{self.who(wait.job.client)}) ends with that error"))
         for key in [k for k, c in self.contexts.items() if now - c.created > self.context_ttl]:
             del self.contexts[key]
             out.append(Log("warning", f"worker {self.worker_id}: context {key[2]} of model "
@@ -533,8 +536,13 @@ def _writes(msg) -> bool:
     return optimizer is not None and optimizer.get("action") in ("step", "load")
 
 
-def _short(identity: bytes) -> str:
-    try:
-        return identity.decode()
-    except UnicodeDecodeError:
-        return identity.hex()
+class _Numbered:
+    """Peers named ``<kind> <n>`` in order of first sight (a state without a shell's names)."""
+
+    def __init__(self, kind: str):
+        self.kind, self.names, self._ids = kind, {}, itertools.count(1)
+
+    def name(self, identity: bytes) -> str:
+        if identity not in self.names:
+            self.names[identity] = f"{self.kind} {next(self._ids)}"
+        return self.names[identity]
