@@ -64,7 +64,8 @@ class ComputeHandlers:
                     "run backward, drop the outputs it does not need, or call under no_grad()")
             stop, path = msg.get("stop"), msg.get("path")
             stop_here = stop is not None and stop.split(".", 1)[0] in st.module._modules
-            st.forwards += 1
+            if not msg.get("op"):  # (an op on kept values is not one of the stage's forwards)
+                st.forwards += 1
             if path is not None or msg.get("op"):  # one call by code running on the client
                 return self._call_submodule(job, st, path, grad, leaf, inputs)
             flags = msg.get("requires_grad") or [True] * len(msg["inputs"])

@@ -224,7 +224,7 @@ class RemoteBackward0(Node):
         key = form = None
         if async_calls.may_go_on(model) and not wanted and not self._taps:
             key = async_calls.call_key("backward", address, self._path, retain,
-                                       fields["accumulate"], fields["inputs"],
+                                       fields["accumulate"], fields["inputs"], self._needs,
                                        args=(self._meta, grads))
             form = forms.get(key)
         if form is not None:  # the answer's form is known: go on without it

@@ -232,6 +232,9 @@ class _Hub(HookServer):
         self._busy += 1
         self._thread = threading.get_ident()
         try:
+            if self.in_flight and calls:  # they answer first: this request may read (at
+                # once, on its worker) what they change, or write what they read
+                self._exchange([], msg_type, ctx, what)
             return self._exchange(calls, msg_type, ctx, what)
         except KeyboardInterrupt:  # Ctrl-C: no stage may keep waiting for the others
             if msg_type == "train_step":
