@@ -78,6 +78,25 @@ def test_whole_modules_both_ways(tmp_path):
     assert arrays_equal(ours[4].weight, back[4].weight)
 
 
+def test_recurrent_and_attention_modules_both_ways(tmp_path):
+    torch.manual_seed(4)
+    x = torch.randn(3, 2, 8)
+    for theirs in (torch.nn.LSTM(8, 5, 2), torch.nn.GRU(8, 4),
+                   torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0)):
+        theirs.eval()
+        torch.save(theirs, tmp_path / "m.pt")
+        ours = disthook.load(tmp_path / "m.pt", weights_only=False)
+        assert type(ours).__name__ == type(theirs).__name__
+        first = (lambda out: out[0] if isinstance(out, tuple) else out)
+        with torch.no_grad(), disthook.no_grad():
+            expected = first(theirs(x)).numpy()
+            np.testing.assert_allclose(first(ours(disthook.tensor(x.numpy()))).numpy(),
+                                       expected, atol=1e-5)
+            disthook.save(ours, tmp_path / "ours.pt")
+            back = torch.load(tmp_path / "ours.pt", weights_only=False)
+            np.testing.assert_allclose(first(back(x)).numpy(), expected, atol=1e-6)
+
+
 def test_optimizer_state_both_ways(tmp_path):
     torch.manual_seed(2)
     theirs = torch.nn.Linear(3, 2)
@@ -319,3 +338,35 @@ def test_gpt2_state_dict_from_torch_gives_torch_logits(tmp_path):
     with disthook.no_grad():
         got = ours(disthook.tensor(ids.numpy())).numpy()
     np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
+
+
+def test_our_classes_are_saved_under_names_torch_resolves():
+    """Each class of ours that torch has too (in the same module, or public) is written under
+    a name that real torch resolves to that class."""
+    import importlib
+    import pkgutil
+
+    from disthook._serialization.names import torch_name
+
+    pairs = [(disthook.nn, torch.nn), (disthook.optim, torch.optim),
+             (disthook.optim.lr_scheduler, torch.optim.lr_scheduler)]
+    for info in pkgutil.iter_modules(disthook.nn.modules.__path__):
+        try:
+            theirs = importlib.import_module(f"torch.nn.modules.{info.name}")
+        except ImportError:
+            continue
+        pairs.append((importlib.import_module(f"disthook.nn.modules.{info.name}"), theirs))
+    checked = 0
+    for ours, theirs in pairs:
+        for name in dir(ours):
+            cls = getattr(ours, name)
+            if not isinstance(cls, type) or not isinstance(getattr(theirs, name, None), type) \
+                    or not cls.__module__.startswith("disthook"):
+                continue
+            module, qualname = torch_name(cls)
+            found = importlib.import_module(module)
+            for part in qualname.split("."):
+                found = getattr(found, part, None)
+            assert found is getattr(theirs, name), (name, module, qualname)
+            checked += 1
+    assert checked > 80

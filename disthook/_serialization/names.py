@@ -138,6 +138,11 @@ def trusted_global(module: str, name: str):
     return None
 
 
+# packages whose files mirror torch's, so that a class's module names torch's module too
+MIRRORED = ("disthook.nn.", "disthook.optim.", "disthook.utils.data.",
+            "disthook.distributions.", "disthook.autograd.")
+
+
 def torch_name(obj) -> tuple[str, str] | None:
     """The (module, name) real torch knows ``obj`` by, for disthook's classes, functions,
     dtypes and rebuild functions; None for anything else (it is pickled as it is)."""
@@ -151,6 +156,9 @@ def torch_name(obj) -> tuple[str, str] | None:
             module == "disthook" or module.startswith("disthook.")) or not (
             isinstance(obj, type) or callable(obj)):
         return None
+    same = "torch" + module[len("disthook"):]
+    if module.startswith(MIRRORED):
+        return same, qualname
     for theirs, ours in reversed(NAMESPACES):  # the shortest public name first
         if theirs in ("torch.nn.modules", "torch.nn.parameter"):
             continue
@@ -159,4 +167,4 @@ def torch_name(obj) -> tuple[str, str] | None:
                 return theirs, qualname
         except (ImportError, AttributeError):
             continue
-    return "torch" + module[len("disthook"):], qualname
+    return same, qualname
