@@ -370,3 +370,26 @@ def test_our_classes_are_saved_under_names_torch_resolves():
             assert found is getattr(theirs, name), (name, module, qualname)
             checked += 1
     assert checked > 80
+
+
+def test_gpt2_from_a_safetensors_file_gives_torch_logits(tmp_path):
+    st_torch = pytest.importorskip("safetensors.torch")
+    from disthook.safetensors import load_file, load_model
+
+    torch.manual_seed(5)
+    theirs = make_gpt2(torch).eval()
+    st_torch.save_model(theirs, str(tmp_path / "model.safetensors"))  # drops the tied copy
+    ids = torch.randint(0, 50, (1, 9))
+    with torch.no_grad():
+        expected = theirs(ids).numpy()
+    ours = make_gpt2(disthook).eval()
+    missing, unexpected = load_model(ours, tmp_path / "model.safetensors")
+    assert missing == [] and unexpected == []
+    with disthook.no_grad():
+        got = ours(disthook.tensor(ids.numpy())).numpy()
+    np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
+
+    st_torch.save_file({"h": torch.tensor([1.5, -2.25], dtype=torch.bfloat16)},
+                       str(tmp_path / "bf16.safetensors"))
+    with pytest.warns(UserWarning, match="bfloat16 tensors; numpy has no bfloat16"):
+        assert load_file(tmp_path / "bf16.safetensors")["h"].tolist() == [1.5, -2.25]
