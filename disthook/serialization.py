@@ -7,7 +7,8 @@ with each tensor as a view of a storage; ``archive/data/<key>``, each storage's 
 tensors, storages, containers and primitives, runs nothing and refuses everything else with
 torch's error; ``weights_only=False`` (trusted files only: it runs whatever the file names)
 rebuilds whole pickled modules and optimizers, torch's classes read as disthook's. It also
-reads the format disthook wrote before (``disthook.json`` + ``.npy``) and ``.npz`` archives.
+reads torch's format before 1.6 (pickles in a row), the format disthook wrote before
+(``disthook.json`` + ``.npy``) and ``.npz`` archives.
 
 Malformed or hostile files fail with an error naming the file; nothing is allocated beyond
 what the file holds (see ``_serialization.archive``).
@@ -25,7 +26,7 @@ from collections import OrderedDict
 import numpy as np
 
 from disthook._serialization import archive as _archive
-from disthook._serialization import disthook_v1, names, unpickler
+from disthook._serialization import disthook_v1, legacy, names, unpickler
 from disthook._serialization.pickler import TorchPickler
 from disthook._serialization.rebuild import CheckpointError, Storage
 
@@ -146,12 +147,12 @@ class _StorageLoader:
 
     def __call__(self, pid):
         if not isinstance(pid, tuple) or len(pid) != 5 or pid[0] != "storage":
-            raise CheckpointError(f"unknown persistent id {pid!r} (a torch archive names "
+            raise CheckpointError(f"unknown persistent id {legacy.short(pid)} (a torch archive names "
                                   "storages as ('storage', type, key, location, size))")
         _, kind, key, location, numel = pid
         if not isinstance(kind, names.StorageType) or not isinstance(key, str) or type(
                 numel) is not int or numel < 0 or not isinstance(location, str):
-            raise CheckpointError(f"malformed storage id {pid!r}")
+            raise CheckpointError(f"malformed storage id {legacy.short(pid)}")
         if key in self.loaded:
             return self.loaded[key]
         if kind.dtype is None:
@@ -228,14 +229,18 @@ def load(f, map_location=None, pickle_module=None, *, weights_only: bool | None 
         start = source.tell() if hasattr(source, "tell") else 0
         magic = source.read(4)
         source.seek(start)
-        if magic != b"PK\x03\x04":
-            what = ("a pickle: torch's legacy format (torch.save before 1.6, or "
-                    "_use_new_zipfile_serialization=False), which disthook does not read; "
-                    "load and save it again with torch >= 1.6"
-                    if magic[:1] == b"\x80" else
-                    "not a checkpoint (torch.save writes a zip archive)")
-            raise RuntimeError(f"disthook.load: {name} is {what}")
+        if magic != b"PK\x03\x04" and magic[:1] != b"\x80":
+            raise RuntimeError(f"disthook.load: {name} is not a checkpoint (torch.save "
+                               "writes a zip archive; before torch 1.6, pickles)")
+        if magic[:1] == b"\x80" and mmap:
+            raise RuntimeError("mmap can only be used with files saved with "
+                               "`torch.save(_use_new_zipfile_serialization=True)`")
         try:
+            if magic[:1] == b"\x80":  # torch's format before 1.6
+                return legacy.load(source, _archive.file_length(source),
+                                   lambda storage, where: _location(map_location, storage,
+                                                                    where),
+                                   weights_only, encoding)
             return _load_zip(source, name, os.fspath(f) if is_path else None, map_location,
                              weights_only, bool(mmap), encoding)
         except CheckpointError as e:

@@ -32,12 +32,14 @@ def torch_zip(data_pkl: bytes, records: dict | None = None, compress=zipfile.ZIP
     return buf
 
 
-def tensor_pickle(numel: int, size: tuple, stride: tuple, offset: int = 0) -> bytes:
-    """What torch pickles for a float32 tensor over storage '0' of ``numel`` elements."""
+def tensor_pickle(numel: int, size: tuple, stride: tuple, offset: int = 0,
+                  legacy: bool = False) -> bytes:
+    """What torch pickles for a float32 tensor over storage '0' of ``numel`` elements (in
+    the zip format, or with the legacy format's sixth field)."""
     out = [b"\x80\x02ctorch._utils\n_rebuild_tensor_v2\n(("]
     out.append(b"X\x07\x00\x00\x00storage" + b"ctorch\nFloatStorage\n"
                + b"X\x01\x00\x00\x000" + b"X\x03\x00\x00\x00cpu"
-               + pickle.dumps(numel, 2)[2:-1] + b"tQ")
+               + pickle.dumps(numel, 2)[2:-1] + (b"N" if legacy else b"") + b"tQ")
     for part in (offset, size, stride):
         out.append(pickle.dumps(part, 2)[2:-1])
     out.append(b"\x89ccollections\nOrderedDict\n)RtR.")
@@ -115,6 +117,34 @@ def declare_size(raw: bytearray, name: str, size: int, local: bool = True) -> No
             return
         at = raw.find(b"PK\x01\x02", at + 4)
     raise AssertionError(name)
+
+
+def legacy_file(numel: int, data: bytes, size=(2,), count=None) -> io.BytesIO:
+    """torch's format before 1.6: magic, protocol, sys info, object, keys, then the bytes."""
+    head = b"".join(pickle.dumps(v, 2) for v in (
+        0x1950A86A20F9469CFC6C, 1001, {"protocol_version": 1001, "little_endian": True}))
+    body = tensor_pickle(numel, size, (1,), legacy=True) + pickle.dumps(["0"], 2)
+    count = numel if count is None else count
+    return io.BytesIO(head + body + count.to_bytes(8, "little") + data)
+
+
+def test_legacy_files_are_checked_against_the_bytes_they_hold(tmp_path):
+    assert load(legacy_file(2, np.array([1, 2], np.float32).tobytes())).tolist() == [1, 2]
+    tracemalloc.start()
+    try:
+        with pytest.raises(RuntimeError, match="storage '0' declares 1099511627776 elements, "
+                                               "more than the rest of the file holds"):
+            load(legacy_file(2 ** 40, b"\0" * 8))
+        assert tracemalloc.get_traced_memory()[1] < 20 * 2 ** 20
+    finally:
+        tracemalloc.stop()
+    with pytest.raises(RuntimeError, match=r"storage '0' is cut short: 4 of 8 bytes"):
+        load(legacy_file(2, b"\0" * 4))
+    with pytest.raises(RuntimeError, match="holds 3 elements where the object names 2"):
+        load(legacy_file(2, b"\0" * 12, count=3))
+    (tmp_path / "old.pt").write_bytes(legacy_file(2, b"\0" * 8).getvalue())
+    with pytest.raises(RuntimeError, match="mmap can only be used with files saved with"):
+        load(tmp_path / "old.pt", mmap=True)
 
 
 def test_a_member_that_inflates_past_its_size_is_bounded():
@@ -202,7 +232,7 @@ def test_every_flipped_byte_is_caught_or_harmless():
     assert "RuntimeError" in outcomes
 
 
-def test_a_torchscript_archive_and_legacy_pickles_are_named(tmp_path):
+def test_a_torchscript_archive_and_plain_pickles_are_named(tmp_path):
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
         z.writestr("model/constants.pkl", b"")
@@ -210,7 +240,7 @@ def test_a_torchscript_archive_and_legacy_pickles_are_named(tmp_path):
     buf.seek(0)
     with pytest.raises(RuntimeError, match="TorchScript archive"):
         load(buf)
-    with pytest.raises(RuntimeError, match="torch's legacy format"):
+    with pytest.raises(RuntimeError, match="not torch's magic number"):
         load(io.BytesIO(pickle.dumps({"a": 1}, 2)))
 
 

@@ -393,3 +393,20 @@ def test_gpt2_from_a_safetensors_file_gives_torch_logits(tmp_path):
                        str(tmp_path / "bf16.safetensors"))
     with pytest.warns(UserWarning, match="bfloat16 tensors; numpy has no bfloat16"):
         assert load_file(tmp_path / "bf16.safetensors")["h"].tolist() == [1.5, -2.25]
+
+
+def test_files_in_torchs_format_before_1_6(tmp_path):
+    torch.manual_seed(6)
+    theirs = make_net(torch)
+    nested_obj = nested(torch)
+    del nested_obj["tensors"][2]["half"]  # (any dtype works; keep the file small)
+    torch.save(nested_obj, tmp_path / "old.pt", _use_new_zipfile_serialization=False)
+    ours = disthook.load(tmp_path / "old.pt")
+    expected = nested(torch)
+    del expected["tensors"][2]["half"]
+    check_nested(ours, expected)
+    ours["tensors"][0][1, 2] = 100.0  # views still share their storage
+    assert ours["tensors"][2]["t"][2, 1].item() == 100.0
+    torch.save(theirs, tmp_path / "old_model.pt", _use_new_zipfile_serialization=False)
+    model = disthook.load(tmp_path / "old_model.pt", weights_only=False)
+    np.testing.assert_allclose(run(model, disthook, X), run(theirs, torch, X), atol=1e-6)
