@@ -28,10 +28,10 @@ import numpy as np
 from disthook._serialization import archive as _archive
 from disthook._serialization import disthook_v1, legacy, names, unpickler
 from disthook._serialization.pickler import TorchPickler
-from disthook._serialization.rebuild import CheckpointError, Storage
+from disthook._serialization.rebuild import CheckpointError, Storage, no_cuda
 
-__all__ = ["add_safe_globals", "clear_safe_globals", "get_safe_globals", "load", "safe_globals",
-           "save"]
+__all__ = ["add_safe_globals", "clear_safe_globals", "get_safe_globals",
+           "get_unsafe_globals_in_checkpoint", "load", "safe_globals", "save"]
 
 DEFAULT_PROTOCOL = 2
 
@@ -63,6 +63,24 @@ def safe_globals(safe_globals: list):
     finally:
         unpickler.SAFE_GLOBALS.clear()
         unpickler.SAFE_GLOBALS.update(before)
+
+
+def get_unsafe_globals_in_checkpoint(f) -> list:
+    """The ``module.name`` globals a torch checkpoint names that a weights-only load would
+    refuse (read from its pickle without running it), to judge before allowing them."""
+    is_path = isinstance(f, (str, os.PathLike))
+    with (open(os.fspath(f), "rb") if is_path else contextlib.nullcontext(f)) as source:
+        name = repr(os.fspath(f)) if is_path else "the file"
+        with _open_zip(source, name) as archive:
+            prefix = _archive.torch_prefix(archive.namelist())
+            if prefix is None:
+                raise RuntimeError(f"get_unsafe_globals_in_checkpoint: {name} is not a torch "
+                                   "zip checkpoint")
+            reader = _archive.ArchiveReader(archive, prefix, _archive.file_length(source))
+            data = reader.read("data.pkl").tobytes()
+    return [full for full in unpickler.globals_named(data)
+            if names.weights_global(*names.fix_import(*full.rsplit(".", 1)),
+                                    unpickler.SAFE_GLOBALS) is None]
 
 
 # ---- save -----------------------------------------------------------------------------------
@@ -120,7 +138,7 @@ def _location(map_location, storage: Storage, location: str) -> Storage:
                         f"{type(map_location).__name__}")
     where = str(where)
     if where.startswith("cuda"):
-        storage.cuda()  # raises torch's error
+        raise no_cuda()
     if not where.startswith("cpu"):
         raise RuntimeError(f"disthook.load: the file's tensors are on {location!r}, mapped to "
                            f"{where!r}; only the CPU exists here: load with "
@@ -129,10 +147,11 @@ def _location(map_location, storage: Storage, location: str) -> Storage:
 
 
 def _check_map_location(map_location) -> None:
+    """A map_location naming a GPU fails before the file is read, as in a CPU-only torch."""
     if map_location is None or callable(map_location) or isinstance(map_location, dict):
         return
     if str(map_location).startswith("cuda"):
-        Storage(np.empty(0), "").cuda()
+        raise no_cuda()
 
 
 class _StorageLoader:
@@ -198,6 +217,25 @@ def _load_torch(archive: zipfile.ZipFile, prefix: str, name: str, length: int, p
     return obj
 
 
+def _env_true(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "y", "yes", "true")
+
+
+def _weights_only(weights_only, pickle_module) -> bool:
+    """torch's rule: True unless asked otherwise; TORCH_FORCE_WEIGHTS_ONLY_LOAD forces True,
+    TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD makes False the default (with a warning)."""
+    if _env_true("TORCH_FORCE_WEIGHTS_ONLY_LOAD"):
+        return True
+    if weights_only is not None:
+        return bool(weights_only)
+    if _env_true("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"):
+        warnings.warn("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD is set and load() was not given "
+                      "weights_only: loading with weights_only=False, which runs whatever "
+                      "code the file names (trusted files only)", UserWarning, stacklevel=3)
+        return False
+    return pickle_module is None
+
+
 def load(f, map_location=None, pickle_module=None, *, weights_only: bool | None = None,
          mmap: bool | None = None, **pickle_load_args):
     """Read a file written by ``torch.save`` or ``disthook.save`` (or an ``.npz``).
@@ -208,8 +246,7 @@ def load(f, map_location=None, pickle_module=None, *, weights_only: bool | None 
     (a str, device, dict or callable, as torch takes it); ``mmap=True`` maps the tensors'
     bytes from the file (copy-on-write) instead of reading them.
     """
-    if weights_only is None:
-        weights_only = pickle_module is None
+    weights_only = _weights_only(weights_only, pickle_module)
     if weights_only and pickle_module is not None:
         raise RuntimeError("Can not safely load weights when explicit pickle_module is "
                            "specified: pass weights_only=False to use your pickle module")

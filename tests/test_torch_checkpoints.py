@@ -410,3 +410,24 @@ def test_files_in_torchs_format_before_1_6(tmp_path):
     torch.save(theirs, tmp_path / "old_model.pt", _use_new_zipfile_serialization=False)
     model = disthook.load(tmp_path / "old_model.pt", weights_only=False)
     np.testing.assert_allclose(run(model, disthook, X), run(theirs, torch, X), atol=1e-6)
+
+
+def test_unsafe_globals_are_listed_and_the_environment_can_force_the_default(tmp_path,
+                                                                             monkeypatch):
+    from disthook.serialization import get_unsafe_globals_in_checkpoint
+
+    torch.save(torch.nn.Sequential(torch.nn.Linear(2, 2)), tmp_path / "m.pt")
+    unsafe = get_unsafe_globals_in_checkpoint(tmp_path / "m.pt")
+    assert unsafe == torch.serialization.get_unsafe_globals_in_checkpoint(tmp_path / "m.pt")
+    assert "torch.nn.modules.linear.Linear" in unsafe
+    torch.save({"w": torch.ones(2)}, tmp_path / "sd.pt")
+    assert get_unsafe_globals_in_checkpoint(tmp_path / "sd.pt") == []
+
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    with pytest.warns(UserWarning, match="TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"):
+        assert type(disthook.load(tmp_path / "m.pt")) is disthook.nn.Sequential
+    with pytest.raises(__import__("pickle").UnpicklingError):
+        disthook.load(tmp_path / "m.pt", weights_only=True)  # an explicit choice wins
+    monkeypatch.setenv("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "1")
+    with pytest.raises(__import__("pickle").UnpicklingError):
+        disthook.load(tmp_path / "m.pt", weights_only=False)  # forced, whatever was asked

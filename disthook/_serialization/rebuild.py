@@ -45,10 +45,7 @@ class Storage:
         return self
 
     def cuda(self, *args, **kwargs):
-        raise RuntimeError("Attempting to deserialize object on a CUDA device but "
-                           "torch.cuda.is_available() is False. If you are running on a "
-                           "CPU-only machine, please use torch.load with "
-                           "map_location=torch.device('cpu') to map your storages to the CPU.")
+        raise no_cuda()
 
     def nbytes(self) -> int:
         return self.array.nbytes
@@ -58,6 +55,14 @@ class Storage:
 
     def __len__(self) -> int:
         return self.array.size
+
+
+def no_cuda() -> RuntimeError:
+    """torch's error for a storage sent to a GPU in a process that has none."""
+    return RuntimeError("Attempting to deserialize object on a CUDA device but "
+                        "torch.cuda.is_available() is False. If you are running on a "
+                        "CPU-only machine, please use torch.load with "
+                        "map_location=torch.device('cpu') to map your storages to the CPU.")
 
 
 def _ints(value, what: str) -> tuple:

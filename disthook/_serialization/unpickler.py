@@ -227,3 +227,28 @@ def check_depth(root, limit: int = MAX_DEPTH) -> None:
                 parent, it, pbest = path[-1]
                 path[-1] = (parent, it, max(pbest, best + 1))
 
+
+
+def globals_named(data: bytes) -> list:
+    """Every ``module.name`` a pickle names (GLOBAL, and STACK_GLOBAL of strings it pushed
+    or memoized), read from its opcodes without running them."""
+    import pickletools
+
+    found: list = []
+    strings: list = []  # the values on the stack, where they are strings
+    memo: dict = {}
+    for op, arg, _ in pickletools.genops(data):
+        if op.name == "GLOBAL":
+            module, _, name = arg.partition(" ")
+            found.append(f"{module}.{name}")
+        elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
+            found.append(f"{strings[-2]}.{strings[-1]}")
+        if isinstance(arg, str) and op.name.endswith("UNICODE"):
+            strings.append(arg)
+        elif op.name == "MEMOIZE" and strings:
+            memo[len(memo)] = strings[-1]
+        elif op.name in ("BINPUT", "LONG_BINPUT", "PUT") and strings:
+            memo[arg] = strings[-1]
+        elif op.name in ("BINGET", "LONG_BINGET", "GET") and arg in memo:
+            strings.append(memo[arg])
+    return list(dict.fromkeys(found))
