@@ -32,6 +32,7 @@ class ArchiveReader:
         self.prefix = prefix
         self.length = length  # bytes in the whole file
         self.path = path  # for mmap
+        self._mapped = None
 
     def _name(self, record: str) -> str:
         return f"{self.prefix}/{record}" if self.prefix else record
@@ -112,7 +113,9 @@ class ArchiveReader:
             raise CheckpointError(f"record {info.filename!r} reaches past the end of the file")
         if expected == 0:
             return np.empty(0, np.uint8)
-        return np.memmap(self.path, np.uint8, mode="c", offset=start, shape=(expected,))
+        if self._mapped is None:  # one copy-on-write map of the whole file, sliced per record
+            self._mapped = np.memmap(self.path, np.uint8, mode="c")
+        return self._mapped[start:start + expected]
 
 
 def torch_prefix(names: list) -> str | None:
