@@ -30,10 +30,15 @@ from disthook._serialization import disthook_v1, legacy, names, unpickler
 from disthook._serialization.pickler import TorchPickler
 from disthook._serialization.rebuild import CheckpointError, Storage, no_cuda
 
-__all__ = ["add_safe_globals", "clear_safe_globals", "get_safe_globals",
+__all__ = ["SourceChangeWarning", "add_safe_globals", "clear_safe_globals", "get_safe_globals",
            "get_unsafe_globals_in_checkpoint", "load", "safe_globals", "save"]
 
 DEFAULT_PROTOCOL = 2
+
+
+class SourceChangeWarning(Warning):
+    """torch's warning for a pickled module whose class source changed since it was saved;
+    disthook never compares sources, so it is never raised (programs filter it by name)."""
 
 
 # ---- safe globals (torch.serialization's allowlist for weights-only loads) -------------------

@@ -253,6 +253,9 @@ def test_unknown_storages_and_persistent_ids_are_refused():
     with pytest.raises(RuntimeError, match="holds a ComplexFloatStorage; disthook has no "
                                            "tensors of that element type"):
         load(torch_zip(complex_storage, {"0": b"\0" * 8}))
+    with pytest.raises(pickle.UnpicklingError, match="names the dtype torch.complex64; "
+                                                     "disthook has no tensors of it"):
+        load(torch_zip(b"\x80\x02ctorch\ncomplex64\n."))
     missing = tensor_pickle(1, (1,), (1,))
     with pytest.raises(RuntimeError, match="has no record 'archive/data/0'"):
         load(torch_zip(missing))

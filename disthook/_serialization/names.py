@@ -102,6 +102,13 @@ def weights_global(module: str, name: str, user_allowed: dict):
     return table().get(full)
 
 
+# torch dtypes that disthook lacks (those it has are in the table, which is asked first)
+_DTYPES_WE_LACK = ("complex", "cfloat", "cdouble", "chalf", "float8", "float4", "uint1",
+                   "uint2", "uint3", "uint4", "uint5", "uint6", "uint7", "uint16", "uint32",
+                   "uint64", "int1", "int2", "int3", "int4", "int5", "int6", "int7", "bits",
+                   "qint", "quint")
+
+
 def unsupported_reason(module: str, name: str) -> str | None:
     """Why a torch name disthook knows of cannot be loaded (sparse tensors, complex storages)."""
     if module == "torch._utils" and name in rebuild.UNSUPPORTED_REBUILDS:
@@ -109,6 +116,9 @@ def unsupported_reason(module: str, name: str) -> str | None:
                 "tensors only")
     if module == "torch" and STORAGE_DTYPES.get(name, "") is None:
         return f"the file holds a {name}; disthook has no tensors of that element type"
+    if module == "torch" and name.startswith(_DTYPES_WE_LACK):
+        return (f"the file names the dtype torch.{name}; disthook has no tensors of it "
+                "(numpy has no such element type)")
     return None
 
 
