@@ -171,8 +171,9 @@ class _StorageLoader:
 
     def __call__(self, pid):
         if not isinstance(pid, tuple) or len(pid) != 5 or pid[0] != "storage":
-            raise CheckpointError(f"unknown persistent id {legacy.short(pid)} (a torch archive names "
-                                  "storages as ('storage', type, key, location, size))")
+            raise CheckpointError(f"unknown persistent id {legacy.short(pid)} (a torch "
+                                  "archive names storages as ('storage', type, key, "
+                                  "location, size))")
         _, kind, key, location, numel = pid
         if not isinstance(kind, names.StorageType) or not isinstance(key, str) or type(
                 numel) is not int or numel < 0 or not isinstance(location, str):

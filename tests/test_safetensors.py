@@ -23,8 +23,10 @@ from disthook.safetensors import (
 
 def tensors():
     return {"w": disthook.arange(6, dtype=disthook.float32).reshape(2, 3),
-            "ids": disthook.tensor([1, -2, 3]), "i32": disthook.tensor([7], dtype=disthook.int32),
-            "half": disthook.ones(2, dtype=disthook.float16), "mask": disthook.tensor([True, False]),
+            "ids": disthook.tensor([1, -2, 3]),
+            "i32": disthook.tensor([7], dtype=disthook.int32),
+            "half": disthook.ones(2, dtype=disthook.float16),
+            "mask": disthook.tensor([True, False]),
             "u8": disthook.tensor([255], dtype=disthook.uint8), "scalar": disthook.tensor(2.5),
             "empty": disthook.zeros(0, 4)}
 

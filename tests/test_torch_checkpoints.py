@@ -129,7 +129,8 @@ def test_optimizer_state_both_ways(tmp_path):
     again = torch.optim.Adam(theirs.parameters(), lr=0.5)
     again.load_state_dict(torch.load(tmp_path / "ours.pt"))
     for key in ("step", "exp_avg", "exp_avg_sq"):
-        assert arrays_equal(d_opt.state_dict()["state"][0][key], again.state_dict()["state"][0][key])
+        assert arrays_equal(d_opt.state_dict()["state"][0][key],
+                            again.state_dict()["state"][0][key])
 
     # a whole optimizer, pickled, both ways (trusted files)
     torch.save(t_opt, tmp_path / "opt.pt")
