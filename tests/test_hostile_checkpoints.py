@@ -270,3 +270,20 @@ def test_files_on_disk_close_after_a_refusal(tmp_path):
             load(path)
     if before:
         assert len(os.listdir(f"/proc/{os.getpid()}/fd")) == before
+
+
+def test_admitted_callables_build_from_the_pickles_own_data_only():
+    t = tensor_pickle(1, (2 ** 40,), (0,))[2:-1]  # a broadcast view of 2**40 elements
+    storage = {"0": b"\0" * 4}
+    cases = [
+        (b"\x80\x02c__builtin__\nbytearray\n\x8a\x06\x00\x00\x00\x00\x00\x01\x85R.", {},
+         r"bytearray\(int\)"),  # bytearray(2**40): bytes the file does not hold
+        (b"\x80\x02c__builtin__\nset\n" + t + b"\x85R.", storage, r"set\(Tensor\)"),
+        (b"\x80\x02ctorch\nSize\n" + t + b"\x85R.", storage, r"Size\(Tensor\)"),
+        (b"\x80\x02" + t + b"K\x00K\x01s.", storage, "SETITEM into a Tensor"),
+        (b"\x80\x02ccollections\nOrderedDict\n)R}X\x04\x00\x00\x00keysK\x01sb.", {},
+         "never one that hides a method"),
+    ]
+    for data, records, message in cases:
+        with pytest.raises(pickle.UnpicklingError, match=message):
+            load(torch_zip(data, records))

@@ -71,6 +71,7 @@ def _table() -> dict:
 _TABLE: dict = {}
 _REVERSE: dict = {}  # id(object) -> (module, name), for saving
 CALLABLE = {OrderedDict, Counter, set, frozenset, bytearray, complex, _latin1_bytes}
+DATA_BUILDERS = [OrderedDict, Counter, set, frozenset, bytearray, complex]  # + Size, table()
 
 
 def table() -> dict:
@@ -84,6 +85,7 @@ def table() -> dict:
 
         CALLABLE.update({Size, device, rebuild._rebuild_from_type_v2,
                          *rebuild.REBUILD_FUNCTIONS.values()})
+        DATA_BUILDERS.append(Size)
     return _TABLE
 
 

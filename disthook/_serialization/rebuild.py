@@ -162,9 +162,9 @@ def set_state(obj, state, what: str) -> None:
     if not isinstance(state, dict):
         raise CheckpointError(f"a {what}'s saved attributes are {type(state).__name__}")
     for name, value in state.items():
-        if not isinstance(name, str) or name.startswith("_"):
+        if not isinstance(name, str) or name.startswith("_") or hasattr(type(obj), name):
             raise CheckpointError(f"a {what} was saved with attribute {name!r}; disthook.load "
-                                  "sets only public attributes on tensors")
+                                  "sets only public attributes of the user's own on tensors")
         setattr(obj, name, value)
 
 
@@ -178,7 +178,7 @@ def _rebuild_from_type_v2(func, new_type, args, state):
     from disthook.nn.parameter import Parameter
     from disthook.tensor import Tensor
 
-    if func not in REBUILD_FUNCTIONS.values() or not isinstance(args, tuple):
+    if not any(func is f for f in REBUILD_FUNCTIONS.values()) or not isinstance(args, tuple):
         raise CheckpointError(f"a tensor subclass is rebuilt by {func!r}")
     out = func(*args)
     if new_type is Parameter and type(out) is Tensor:

@@ -93,17 +93,32 @@ class WeightsUnpickler(_Unpickler):
         return found
 
     def _callable(self, func, opcode: str):
-        if func in names.CALLABLE or func in SAFE_GLOBALS.values():
+        if any(func is f for f in names.CALLABLE) or any(
+                func is f for f in SAFE_GLOBALS.values()):
             return func
         what = getattr(func, "__qualname__", type(func).__name__)
         raise weights_only_error(f"Unsupported operand: {opcode} on {what}, which a "
                                  "weights-only load never calls.")
+
+    @staticmethod
+    def _plain_args(func, args) -> None:
+        """Containers, Size, bytearray and complex are built from the pickle's own data only:
+        never from a tensor (iterating a broadcast view could make millions of objects) and
+        never bytearray(n) (n bytes that the file does not hold)."""
+        if any(func is f for f in names.DATA_BUILDERS) and not all(
+                type(a) in _PLAIN or (func is complex and type(a) in (int, float))
+                for a in args):
+            kinds = ", ".join(type(a).__name__ for a in args)
+            name = getattr(func, "__name__", repr(func))
+            raise weights_only_error(f"Unsupported operand: {name}({kinds}); a weights-only "
+                                     "load builds containers from the pickle's own data.")
 
     def load_reduce(self):
         args = self.stack.pop()
         func = self._callable(self.stack[-1], "REDUCE")
         if not isinstance(args, tuple):
             raise pickle.UnpicklingError("REDUCE with arguments that are not a tuple")
+        self._plain_args(func, args)
         self.stack[-1] = func(*args)
 
     def load_newobj(self):
@@ -111,12 +126,13 @@ class WeightsUnpickler(_Unpickler):
         cls = self._callable(self.stack.pop(), "NEWOBJ")
         if not isinstance(cls, type) or not isinstance(args, tuple):
             raise pickle.UnpicklingError("NEWOBJ on something that is not a class")
+        self._plain_args(cls, args)
         self.append(cls.__new__(cls, *args))
 
     def load_build(self):
         state = self.stack.pop()
         inst = self.stack[-1]
-        if type(inst) in SAFE_GLOBALS.values():
+        if any(type(inst) is f for f in SAFE_GLOBALS.values()):
             setstate = getattr(inst, "__setstate__", None)
             if setstate is not None:
                 setstate(state)
@@ -124,11 +140,39 @@ class WeightsUnpickler(_Unpickler):
                 inst.__dict__.update(state)
             return
         if type(inst) not in (OrderedDict, Counter) or not isinstance(state, dict) or not all(
-                isinstance(k, str) and not k.startswith("__") for k in state):
+                isinstance(k, str) and not hasattr(type(inst), k) for k in state):
             raise weights_only_error(f"Unsupported operand: BUILD on a {type(inst).__name__}; "
                                      "a weights-only load sets attributes only on "
-                                     "OrderedDicts (a state dict's _metadata).")
+                                     "OrderedDicts (a state dict's _metadata), and never one "
+                                     "that hides a method.")
         inst.__dict__.update(state)
+
+    def _into(self, target, kinds: tuple, opcode: str):
+        if type(target) not in kinds:
+            raise weights_only_error(f"Unsupported operand: {opcode} into a "
+                                     f"{type(target).__name__}; a weights-only load fills "
+                                     "only lists, dicts and sets.")
+
+    def load_append(self):
+        self._into(self.stack[-2], (list,), "APPEND")
+        super().load_append()
+
+    def load_appends(self):
+        self._into(self.metastack[-1][-1] if self.metastack else None, (list,), "APPENDS")
+        super().load_appends()
+
+    def load_setitem(self):
+        self._into(self.stack[-3], (dict, OrderedDict, Counter), "SETITEM")
+        super().load_setitem()
+
+    def load_setitems(self):
+        self._into(self.metastack[-1][-1] if self.metastack else None,
+                   (dict, OrderedDict, Counter), "SETITEMS")
+        super().load_setitems()
+
+    def load_additems(self):
+        self._into(self.metastack[-1][-1] if self.metastack else None, (set,), "ADDITEMS")
+        super().load_additems()
 
     def _refuse(self):
         raise weights_only_error("Unsupported operand: the pickle builds objects by calling "
@@ -138,9 +182,17 @@ class WeightsUnpickler(_Unpickler):
     dispatch[pickle.REDUCE[0]] = load_reduce
     dispatch[pickle.NEWOBJ[0]] = load_newobj
     dispatch[pickle.BUILD[0]] = load_build
+    dispatch[pickle.APPEND[0]] = load_append
+    dispatch[pickle.APPENDS[0]] = load_appends
+    dispatch[pickle.SETITEM[0]] = load_setitem
+    dispatch[pickle.SETITEMS[0]] = load_setitems
+    dispatch[pickle.ADDITEMS[0]] = load_additems
     for _op in (pickle.INST, pickle.OBJ, pickle.NEWOBJ_EX):
         dispatch[_op[0]] = _refuse
     del _op
+
+
+_PLAIN = (list, tuple, dict, OrderedDict, str, bytes, set, frozenset)
 
 
 class TrustedUnpickler(_Unpickler):
