@@ -433,3 +433,15 @@ def test_unsafe_globals_are_listed_and_the_environment_can_force_the_default(tmp
     monkeypatch.setenv("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "1")
     with pytest.raises(__import__("pickle").UnpicklingError):
         disthook.load(tmp_path / "m.pt", weights_only=False)  # forced, whatever was asked
+
+
+def test_attributes_set_on_tensors_travel_both_ways(tmp_path):
+    for lib, loader in ((torch, disthook.load), (disthook, torch.load)):
+        t = lib.ones(2)
+        t.tag = "x"
+        p = lib.nn.Parameter(lib.zeros(2))
+        p.note = 3
+        lib.save({"t": t, "p": p}, tmp_path / "attrs.pt")
+        back = loader(tmp_path / "attrs.pt")
+        assert back["t"].tag == "x" and back["p"].note == 3
+        assert type(back["p"]).__name__ == "Parameter" and back["p"].requires_grad

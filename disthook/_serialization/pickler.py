@@ -47,6 +47,11 @@ def _address(array: np.ndarray) -> int:
     return array.__array_interface__["data"][0]
 
 
+def _user_attributes(t) -> dict:
+    """The attributes a user set on a tensor (``t.tag = ...``); disthook's own are private."""
+    return {k: v for k, v in t.__dict__.items() if not k.startswith("_")}
+
+
 class TorchPickler(pickle._Pickler):
     """Python's pickler with tensors as storages and disthook's names as torch's."""
 
@@ -112,9 +117,16 @@ class TorchPickler(pickle._Pickler):
             t = obj.tensor
             return (rebuild._rebuild_tensor_v2, self._tensor_args(t)[:4] + (False, OrderedDict()))
         if isinstance(obj, Parameter):
-            return (rebuild._rebuild_parameter,
-                    (_TensorOf(obj), bool(obj._requires_grad), OrderedDict()))
+            args = (_TensorOf(obj), bool(obj._requires_grad), OrderedDict())
+            state = _user_attributes(obj)
+            if state:
+                return (rebuild._rebuild_parameter_with_state, (*args, state))
+            return (rebuild._rebuild_parameter, args)
         if isinstance(obj, Tensor):
+            state = _user_attributes(obj)
+            if state:  # attributes the user set on the tensor travel with it, as in torch
+                return (rebuild._rebuild_from_type_v2,
+                        (rebuild._rebuild_tensor_v2, Tensor, self._tensor_args(obj), state))
             return (rebuild._rebuild_tensor_v2, self._tensor_args(obj))
         if kind is Size:
             return (Size, (tuple(obj),))
