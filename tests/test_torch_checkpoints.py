@@ -445,3 +445,21 @@ def test_attributes_set_on_tensors_travel_both_ways(tmp_path):
         back = loader(tmp_path / "attrs.pt")
         assert back["t"].tag == "x" and back["p"].note == 3
         assert type(back["p"]).__name__ == "Parameter" and back["p"].requires_grad
+
+
+def test_a_pickled_model_and_optimizer_from_torch_train_on(tmp_path):
+    torch.manual_seed(7)
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    torch.save({"model": model, "opt": opt}, tmp_path / "both.pt")
+    back = disthook.load(tmp_path / "both.pt", weights_only=False)
+    ours, ours_opt = back["model"], back["opt"]
+    assert ours_opt.param_groups[0]["params"][0] is ours.weight  # one object, as pickled
+    for m, o, lib in ((model, opt, torch), (ours, ours_opt, disthook)):
+        o.zero_grad()
+        m(lib.ones(1, 3)).sum().backward()
+        o.step()  # momentum from the saved state
+    np.testing.assert_allclose(ours.weight.detach().numpy(), model.weight.detach().numpy(),
+                               rtol=1e-6)
