@@ -155,3 +155,28 @@ def test_map_location_and_weights_only():
     buf.seek(0)
     with pytest.raises(RuntimeError, match="^Attempting to deserialize object on a CUDA device"):
         load(buf, map_location="cuda:0")
+
+
+class RNNModel(nn.Module):
+    """pytorch/examples' word language model, in small: saved and reloaded whole."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Embedding(10, 4)
+        self.rnn = nn.LSTM(4, 5, 2)
+        self.decoder = nn.Linear(5, 10)
+
+    def forward(self, ids):
+        return self.decoder(self.rnn(self.encoder(ids))[0])
+
+
+def test_a_language_model_saved_whole_reloads_as_the_examples_do(tmp_path):
+    disthook.manual_seed(1)
+    model = RNNModel()
+    with open(tmp_path / "model.pt", "wb") as f:
+        save(model, f)
+    with open(tmp_path / "model.pt", "rb") as f:
+        back = load(f, weights_only=False)  # torch 2.13 needs weights_only=False here too
+    back.rnn.flatten_parameters()
+    ids = disthook.tensor([[1, 2], [3, 4], [5, 6]])
+    assert type(back) is RNNModel and disthook.equal(back(ids), model(ids))
