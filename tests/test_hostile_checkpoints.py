@@ -287,3 +287,28 @@ def test_admitted_callables_build_from_the_pickles_own_data_only():
     for data, records, message in cases:
         with pytest.raises(pickle.UnpicklingError, match=message):
             load(torch_zip(data, records))
+
+
+def test_every_flipped_pickle_byte_is_refused_cleanly_or_loads():
+    """The pickle itself damaged (the zip's CRC made right again, as a forger would): a
+    weights-only load refuses with UnpicklingError or RuntimeError, or loads data."""
+    m = disthook.nn.Linear(3, 2)
+    buf = io.BytesIO()
+    save({"sd": m.state_dict(), "n": 3, "l": [1.5, "x", (2, None)],
+          "s": disthook.Size([2]), "d": disthook.float16}, buf)
+    with zipfile.ZipFile(buf) as z:
+        members = {i.filename: z.read(i.filename) for i in z.infolist()}
+    data = members["archive/data.pkl"]
+    for pos in range(len(data)):
+        for flip in (0x01, 0xFF):
+            bad = bytearray(data)
+            bad[pos] ^= flip
+            out = io.BytesIO()
+            with zipfile.ZipFile(out, "w") as z:
+                for name, member in members.items():
+                    z.writestr(name, bytes(bad) if name.endswith("data.pkl") else member)
+            out.seek(0)
+            try:
+                load(out)
+            except REFUSED:
+                pass
