@@ -114,7 +114,7 @@ class ArchiveReader:
         if expected == 0:
             return np.empty(0, np.uint8)
         if self._mapped is None:  # one copy-on-write map of the whole file, sliced per record
-            self._mapped = np.memmap(self.path, np.uint8, mode="c")
+            self._mapped = np.memmap(self.path, np.uint8, mode="c").view(np.ndarray)
         return self._mapped[start:start + expected]
 
 

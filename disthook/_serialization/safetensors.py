@@ -212,8 +212,8 @@ class safe_open:
         self._tensors, self._metadata = parse_header(head, size - 8 - length, self._where)
         data_bytes = size - 8 - length
         self._buffer = (np.memmap(filename, np.uint8, mode="c", offset=8 + length,
-                                  shape=(data_bytes,)) if data_bytes else
-                        np.empty(0, np.uint8))
+                                  shape=(data_bytes,)).view(np.ndarray) if data_bytes else
+                        np.empty(0, np.uint8))  # a plain array over the map
         self._state: dict = {}
 
     def __enter__(self):
