@@ -30,8 +30,9 @@ from disthook._serialization import disthook_v1, legacy, names, unpickler
 from disthook._serialization.pickler import TorchPickler
 from disthook._serialization.rebuild import CheckpointError, Storage, no_cuda
 
-__all__ = ["SourceChangeWarning", "add_safe_globals", "clear_safe_globals", "get_safe_globals",
-           "get_unsafe_globals_in_checkpoint", "load", "safe_globals", "save"]
+__all__ = ["SourceChangeWarning", "add_safe_globals", "clear_safe_globals",
+           "default_restore_location", "get_safe_globals", "get_unsafe_globals_in_checkpoint",
+           "load", "location_tag", "safe_globals", "save"]
 
 DEFAULT_PROTOCOL = 2
 
@@ -149,6 +150,18 @@ def _location(map_location, storage: Storage, location: str) -> Storage:
                            f"{where!r}; only the CPU exists here: load with "
                            "map_location='cpu'")
     return storage
+
+
+def default_restore_location(storage: Storage, location: str) -> Storage:
+    """torch's restore for a storage saved at ``location`` (``map_location`` callables call
+    it, e.g. ``lambda s, loc: default_restore_location(s, "cpu")``): the CPU, or torch's
+    error for a device this process does not have."""
+    return _location(None, storage, str(location))
+
+
+def location_tag(storage) -> str:
+    """Where a storage lives, as torch writes it in a checkpoint: always ``"cpu"`` here."""
+    return "cpu"
 
 
 def _check_map_location(map_location) -> None:

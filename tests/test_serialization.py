@@ -180,3 +180,22 @@ def test_a_language_model_saved_whole_reloads_as_the_examples_do(tmp_path):
     back.rnn.flatten_parameters()
     ids = disthook.tensor([[1, 2], [3, 4], [5, 6]])
     assert type(back) is RNNModel and disthook.equal(back(ids), model(ids))
+
+
+def test_map_location_callables_may_use_torchs_default_restore_location():
+    from disthook.serialization import default_restore_location, location_tag
+
+    buf = io.BytesIO()
+    save({"w": disthook.ones(2)}, buf)
+    buf.seek(0)
+    seen = []
+
+    def to_cpu(storage, location):
+        seen.append((location, location_tag(storage)))
+        return default_restore_location(storage, "cpu")
+
+    assert load(buf, map_location=to_cpu)["w"].tolist() == [1.0, 1.0]
+    assert seen == [("cpu", "cpu")]
+    buf.seek(0)
+    with pytest.raises(RuntimeError, match="^Attempting to deserialize object on a CUDA"):
+        load(buf, map_location=lambda s, loc: default_restore_location(s, "cuda:0"))
