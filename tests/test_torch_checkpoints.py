@@ -54,6 +54,9 @@ def test_state_dict_saved_by_torch_loads_into_our_model_and_back(tmp_path):
     again = make_net(torch)
     again.load_state_dict(torch.load(tmp_path / "ours.pt"))
     np.testing.assert_allclose(run(again, torch, X), run(theirs, torch, X), atol=0)
+    # our records are aligned as torch aligns its own, so torch can map them too
+    mapped = torch.load(tmp_path / "ours.pt", mmap=True)
+    assert all(arrays_equal(sd[k], mapped[k]) for k in sd)
 
 
 def test_whole_modules_both_ways(tmp_path):
