@@ -1,0 +1,85 @@
+"""torch.linalg's inverses, determinants, solves and decompositions: values and gradients
+(first and second order) against finite differences and torch. Symmetric or positive-definite
+inputs are built inside the checked function, so that finite differences see the same function
+torch differentiates."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import disthook
+from tests.helpers import check_op, lib
+
+
+def _spd(x):
+    """A well-conditioned symmetric positive-definite matrix from any square x."""
+    n = x.shape[-1]
+    return x.matmul(x.mT) + n * lib(x).eye(n, dtype=x.dtype)
+
+
+def _sym(x):
+    return x + x.mT
+
+
+def _sign_fixed(u, vh):
+    """Singular vectors up to sign: make each column of U start non-negative."""
+    sign = u[..., :1, :].sign()
+    return u * sign, vh * sign.mT
+
+
+ROWS = [
+    ("inv", lambda x: lib(x).linalg.inv(_spd(x)), [(3, 3)], {"double": True}),
+    ("inv-batch", lambda x: lib(x).linalg.inv(x), [(2, 3, 3)], {"low": 0.5, "high": 2.0}),
+    ("inverse", lambda x: _spd(x).inverse(), [(3, 3)], {}),
+    ("det", lambda x: lib(x).linalg.det(x), [(3, 3)], {"double": True}),
+    # exactly singular: the gradient is the adjugate (torch 2.13 gives zeros here), so torch
+    # runs the 2x2 determinant written out
+    ("det-singular", lambda x: lib(x).linalg.det(x), [np.array([[1.0, 2.0], [2.0, 4.0]])],
+     {"name": False, "torch_fn": lambda x: x[0, 0] * x[1, 1] - x[0, 1] * x[1, 0]}),
+    ("slogdet", lambda x: lib(x).linalg.slogdet(x)[1], [(2, 3, 3)], {"name": False}),
+    ("logdet", lambda x: _spd(x).logdet(), [(3, 3)], {"name": False}),
+    ("solve", lambda a, b: lib(a).linalg.solve(_spd(a), b), [(3, 3), (3, 2)], {"double": True}),
+    ("solve-vector", lambda a, b: lib(a).linalg.solve(_spd(a), b), [(3, 3), (3,)], {}),
+    ("solve-right", lambda a, b: lib(a).linalg.solve(_spd(a), b, left=False), [(3, 3), (2, 3)],
+     {"name": False}),
+    ("cholesky", lambda x: lib(x).linalg.cholesky(_spd(x)), [(3, 3)], {"double": True}),
+    ("qr", lambda x: lib(x).linalg.qr(x), [(4, 3)], {"double": True}),
+    ("qr-square", lambda x: lib(x).linalg.qr(x), [(3, 3)], {}),
+    ("eigh-values", lambda x: lib(x).linalg.eigvalsh(_sym(x)), [(3, 3)], {"name": False}),
+    ("eigh", lambda x: lib(x).linalg.eigh(_sym(x))[1].abs(), [(3, 3)], {"name": False}),
+    ("svdvals", lambda x: lib(x).linalg.svdvals(x), [(4, 3)], {"name": False}),
+    ("svd", lambda x: _sign_fixed(*lib(x).linalg.svd(x, full_matrices=False)[::2]), [(3, 4)],
+     {"name": False}),
+    ("svd-tall", lambda x: _sign_fixed(*lib(x).linalg.svd(x, full_matrices=False)[::2]),
+     [(4, 3)], {"name": False}),
+    ("pinv", lambda x: lib(x).linalg.pinv(x), [(4, 3)], {"name": False}),
+    ("matrix_norm-nuc", lambda x: lib(x).linalg.matrix_norm(x, "nuc"), [(3, 4)],
+     {"name": False}),
+    ("matrix_norm-2", lambda x: lib(x).linalg.matrix_norm(x, 2), [(3, 4)], {"name": False}),
+    ("matrix_power", lambda x: lib(x).linalg.matrix_power(x, 3), [(3, 3)], {"name": False}),
+    ("matrix_power-neg", lambda x: lib(x).linalg.matrix_power(_spd(x), -2), [(3, 3)],
+     {"name": False}),
+    ("matrix_exp", lambda x: lib(x).linalg.matrix_exp(x), [(3, 3)], {"name": False}),
+    ("multi_dot", lambda a, b, c: lib(a).linalg.multi_dot([a, b, c]), [(3,), (3, 4), (4,)],
+     {"name": False}),
+]
+
+
+@pytest.mark.parametrize("name,fn,inputs,options", ROWS, ids=[r[0] for r in ROWS])
+def test_linalg(name, fn, inputs, options):
+    check_op(fn, *inputs, **options)
+
+
+def test_named_results_and_rank():
+    a = disthook.tensor([[1.0, 2.0], [2.0, 4.0]])
+    assert disthook.linalg.matrix_rank(a).item() == 1
+    q, _r = disthook.linalg.qr(disthook.eye(2))
+    assert disthook.linalg.qr(a).Q.shape == q.shape
+    assert disthook.linalg.eigh(a).eigenvalues.shape == (2,)
+
+
+def test_singular_matrix_is_refused_with_torchs_error():
+    with pytest.raises(RuntimeError, match="singular"):
+        disthook.linalg.inv(disthook.zeros(2, 2))
+    with pytest.raises(RuntimeError, match="positive-definite"):
+        disthook.linalg.cholesky(-disthook.eye(2))
