@@ -8,8 +8,8 @@ import builtins as _builtins
 
 import numpy as _np
 
-from disthook import autograd, cuda, linalg, random, special, utils
-from disthook._dtype import (
+from disthook import autograd, cuda, linalg, random, special, utils  # noqa: F401
+from disthook._dtype import (  # noqa: F401
     bfloat16,
     bool,
     double,
@@ -30,8 +30,8 @@ from disthook._dtype import (
     short,
     uint8,
 )
-from disthook._tensor_str import get_printoptions, set_printoptions
-from disthook.autograd import (
+from disthook._tensor_str import get_printoptions, set_printoptions  # noqa: F401
+from disthook.autograd import (  # noqa: F401
     enable_grad,
     inference_mode,
     is_grad_enabled,
@@ -40,8 +40,8 @@ from disthook.autograd import (
     set_grad_enabled,
     set_warn_always,
 )
-from disthook.autograd.grad_mode import is_inference_mode_enabled
-from disthook.random import (
+from disthook.autograd.grad_mode import is_inference_mode_enabled  # noqa: F401
+from disthook.random import (  # noqa: F401
     Generator,
     default_generator,
     get_rng_state,
@@ -50,7 +50,7 @@ from disthook.random import (
     seed,
     set_rng_state,
 )
-from disthook.tensor import (
+from disthook.tensor import (  # noqa: F401
     Size,
     Tensor,
     arange,
@@ -219,7 +219,8 @@ for _name in (
     "sin_", "sinc", "sinc_", "sinh", "sinh_", "slice_scatter", "slogdet", "split_with_sizes",
     "sqrt_", "square_", "svd", "swapdims", "take", "take_along_dim", "tan_", "tanh_",
     "tensor_split", "tile", "trace", "trunc_", "unsafe_chunk", "unsafe_split",
-    "unsafe_split_with_sizes", "vdot", "vsplit", "xlogy", "xlogy_", "zero_", "conj_physical_",
+    "unsafe_split_with_sizes", "vdot", "vsplit", "xlogy", "xlogy_", "zero_",
+    "renorm", "as_strided_scatter", "conj_physical_",
 ):
     globals()[_name] = _method(_name)
 del _name
@@ -318,7 +319,7 @@ LongTensor = _legacy_type(int64)
 ByteTensor = _legacy_type(uint8)
 BoolTensor = _legacy_type(bool)
 
-from disthook import (
+from disthook import (  # noqa: F401
     accelerator,
     amp,
     backends,
@@ -331,16 +332,16 @@ from disthook import (
 from disthook._functions import *
 from disthook._functions import NN_ALIASES as _NN_ALIASES
 from disthook._functions import _nn_alias
-from disthook._layout import layout, strided
-from disthook.amp.autocast_mode import autocast, is_autocast_enabled
-from disthook.storage import TypedStorage, UntypedStorage
+from disthook._layout import layout, strided  # noqa: F401
+from disthook.amp.autocast_mode import autocast, is_autocast_enabled  # noqa: F401
+from disthook.storage import TypedStorage, UntypedStorage  # noqa: F401
 
 for _name in _NN_ALIASES:  # those nn.functional defines (same argument order as torch's)
     if _nn_alias(_name) is not None:
         globals()[_name] = _nn_alias(_name)
 del _name, _nn_alias
 
-from disthook.serialization import load, save
+from disthook.serialization import load, save  # noqa: F401
 from disthook.torch_version import TORCH_VERSION as _TORCH_VERSION
 from disthook.torch_version import TorchVersion as _TorchVersion
 

@@ -14,76 +14,28 @@ from disthook import _dtype
 from disthook.tensor import Tensor, _factory, cat, stack, tensor
 
 __all__ = [
-    "are_deterministic_algorithms_enabled",
-    "asarray",
-    "atleast_1d",
-    "atleast_2d",
-    "atleast_3d",
-    "bartlett_window",
-    "batch_norm",
-    "blackman_window",
-    "block_diag",
-    "bucketize",
-    "can_cast",
-    "cartesian_prod",
-    "cdist",
-    "chain_matmul",
-    "column_stack",
-    "combinations",
-    "cumulative_trapezoid",
-    "dropout_",
-    "dstack",
-    "embedding",
-    "empty_strided",
-    "frombuffer",
-    "get_default_device",
-    "get_deterministic_debug_mode",
-    "get_float32_matmul_precision",
-    "get_num_interop_threads",
-    "get_num_threads",
-    "hamming_window",
-    "hann_window",
-    "hstack",
-    "instance_norm",
-    "is_anomaly_check_nan_enabled",
-    "is_anomaly_enabled",
-    "is_complex",
-    "is_conj",
-    "is_deterministic_algorithms_warn_only_enabled",
-    "is_inference",
-    "is_neg",
-    "is_nonzero",
-    "is_same_size",
-    "is_signed",
-    "is_storage",
-    "kaiser_window",
-    "logspace",
-    "meshgrid",
-    "polygamma",
-    "promote_types",
-    "range",
-    "result_type",
-    "row_stack",
-    "scalar_tensor",
-    "searchsorted",
-    "set_anomaly_enabled",
-    "set_default_device",
-    "set_default_tensor_type",
-    "set_deterministic_debug_mode",
-    "set_float32_matmul_precision",
-    "set_flush_denormal",
-    "set_num_interop_threads",
-    "set_num_threads",
-    "tensordot",
-    "trapezoid",
-    "trapz",
-    "tril_indices",
-    "triu_indices",
-    "typename",
-    "unravel_index",
-    "use_deterministic_algorithms",
-    "vander",
-    "vstack",
+    "alias_copy", "are_deterministic_algorithms_enabled", "as_strided_copy", "asarray",
+    "atleast_1d", "atleast_2d", "atleast_3d", "bartlett_window", "batch_norm", "binomial",
+    "blackman_window", "block_diag", "bucketize", "can_cast", "cartesian_prod", "cdist",
+    "chain_matmul", "cholesky_inverse", "cholesky_solve", "column_stack", "combinations",
+    "cumulative_trapezoid", "detach_copy", "diagonal_copy", "dropout_", "dstack", "eig",
+    "embedding", "empty_strided", "expand_copy", "fill", "frobenius_norm", "frombuffer",
+    "get_default_device", "get_deterministic_debug_mode", "get_float32_matmul_precision",
+    "get_num_interop_threads", "get_num_threads", "gradient", "hamming_window", "hann_window",
+    "histogramdd", "hstack", "instance_norm", "is_anomaly_check_nan_enabled",
+    "is_anomaly_enabled", "is_complex", "is_conj",
+    "is_deterministic_algorithms_warn_only_enabled", "is_inference", "is_neg", "is_nonzero",
+    "is_same_size", "is_signed", "is_storage", "isin", "kaiser_window", "logspace", "lstsq",
+    "matrix_rank", "meshgrid", "nuclear_norm", "permute_copy", "poisson", "polygamma",
+    "promote_types", "randint_like", "range", "result_type", "row_stack", "rsub",
+    "scalar_tensor", "searchsorted", "select_copy", "set_anomaly_enabled",
+    "set_default_device", "set_default_tensor_type", "set_deterministic_debug_mode",
+    "set_float32_matmul_precision", "set_flush_denormal", "set_num_interop_threads",
+    "set_num_threads", "slice_copy", "solve", "split_copy", "split_with_sizes_copy",
+    "squeeze_copy", "symeig", "t_copy", "tensordot", "transpose_copy", "trapezoid", "trapz",
+    "triangular_solve", "tril_indices", "triu_indices", "typename", "unbind_copy",
+    "unfold_copy", "unique_consecutive", "unravel_index", "unsqueeze_copy",
+    "use_deterministic_algorithms", "vander", "view_copy", "vstack",
 ]
 
 
@@ -574,6 +526,182 @@ def set_default_tensor_type(t) -> None:
     its name)."""
     name = t if isinstance(t, str) else t.dtype.legacy_type
     _dtype.set_default_dtype(_dtype.from_legacy(name))
+
+
+# ---- functions of a tensor that are not its methods ----------------------------------------------
+
+def fill(input: Tensor, value) -> Tensor:
+    return input.detach().clone().fill_(value) if not input.requires_grad else \
+        input * 0 + (value if not isinstance(value, Tensor) else value)
+
+
+def rsub(input: Tensor, other, *, alpha=1) -> Tensor:
+    """other - alpha * input."""
+    return (input * alpha if alpha != 1 else input).__rsub__(other)
+
+
+def isin(elements, test_elements, *, assume_unique: bool = False, invert: bool = False):
+    e = elements._data if isinstance(elements, Tensor) else np.asarray(elements)
+    t = test_elements._data if isinstance(test_elements, Tensor) else np.asarray(test_elements)
+    return tensor(np.isin(e, t, invert=invert))
+
+
+def unique_consecutive(input: Tensor, return_inverse=False, return_counts=False, dim=None):
+    return input.unique_consecutive(return_inverse, return_counts, dim)
+
+
+def matrix_rank(input: Tensor, tol=None, symmetric: bool = False) -> Tensor:
+    from disthook import linalg
+
+    return linalg.matrix_rank(input, atol=tol)
+
+
+def frobenius_norm(input: Tensor, dim=(-2, -1), keepdim: bool = False) -> Tensor:
+    return input.norm(2, dim, keepdim)
+
+
+def nuclear_norm(input: Tensor, dim=(-2, -1), keepdim: bool = False) -> Tensor:
+    from disthook import linalg
+
+    return linalg.matrix_norm(input, "nuc", dim, keepdim)
+
+
+def cholesky_inverse(input: Tensor, upper: bool = False) -> Tensor:
+    return input.cholesky_inverse(upper)
+
+
+def cholesky_solve(input: Tensor, input2: Tensor, upper: bool = False) -> Tensor:
+    return input.cholesky_solve(input2, upper)
+
+
+def triangular_solve(b: Tensor, A: Tensor, upper=True, transpose=False, unitriangular=False):
+    return b.triangular_solve(A, upper, transpose, unitriangular)
+
+
+def randint_like(input: Tensor, low=0, high=None, *, dtype=None, device=None,
+                 requires_grad=False, generator=None) -> Tensor:
+    from disthook import randint
+
+    if high is None:
+        low, high = 0, low
+    return randint(low, high, tuple(input.shape), dtype=dtype or input.dtype,
+                   generator=generator)
+
+
+def binomial(count: Tensor, prob: Tensor, generator=None) -> Tensor:
+    from disthook import random
+
+    draws = random.gen(generator).binomial(count._data.astype(np.int64), prob._data)
+    return tensor(draws.astype(count._data.dtype))
+
+
+def poisson(input: Tensor, generator=None) -> Tensor:
+    from disthook import random
+
+    return tensor(random.gen(generator).poisson(input._data).astype(input._data.dtype))
+
+
+def histogramdd(input: Tensor, bins=10, *, range=None, weight=None, density=False):
+    from disthook.tensor import _ValuesIndices
+
+    b = [x._data for x in bins] if isinstance(bins, (list, tuple)) and bins and isinstance(
+        bins[0], Tensor) else bins
+    bounds = None if range is None else [range[i:i + 2] for i in builtins.range(0, len(range), 2)]
+    w = None if weight is None else weight._data
+    x = input._data.reshape(-1, input.shape[-1])
+    hist, edges = np.histogramdd(x, bins=b, range=bounds, weights=w, density=density)
+    dt = input._data.dtype
+    return _ValuesIndices(tensor(hist.astype(dt)), [tensor(e.astype(dt)) for e in edges],
+                          "histogramdd")
+
+
+def gradient(input: Tensor, *, spacing=1, dim=None, edge_order: int = 1) -> tuple:
+    """Central differences inside, one-sided at the edges (uniform spacing per dim)."""
+    dims = builtins.range(input.ndim) if dim is None else \
+        ([dim] if isinstance(dim, int) else list(dim))
+    dims = [input._dim(d) for d in dims]
+    steps = spacing if isinstance(spacing, (list, tuple)) else [spacing] * len(dims)
+    if len(steps) != len(dims):
+        raise RuntimeError(f"torch.gradient expected spacing to be unspecified, a scalar or a "
+                           f"list of length {len(dims)}, but got a list of length {len(steps)}")
+    if edge_order not in (1, 2):
+        raise RuntimeError("torch.gradient only supports edge_order=1 and edge_order=2.")
+    out = []
+    for d, h in zip(dims, steps):
+        if isinstance(h, Tensor):
+            if h.ndim != 0:
+                raise NotImplementedError("torch.gradient with coordinate tensors is not "
+                                          "supported by disthook; pass the (uniform) spacing")
+            h = h.item()
+        n = input.shape[d]
+        if n < edge_order + 1:
+            raise RuntimeError("torch.gradient expected each dimension size to be at least "
+                               "edge_order+1")
+        f = input._floating()
+        inner = (f.narrow(d, 2, n - 2) - f.narrow(d, 0, n - 2)) / (2 * h)
+        if edge_order == 1:
+            first = (f.narrow(d, 1, 1) - f.narrow(d, 0, 1)) / h
+            last = (f.narrow(d, n - 1, 1) - f.narrow(d, n - 2, 1)) / h
+        else:
+            first = (-1.5 * f.narrow(d, 0, 1) + 2 * f.narrow(d, 1, 1) - 0.5 * f.narrow(d, 2, 1)) / h
+            last = (0.5 * f.narrow(d, n - 3, 1) - 2 * f.narrow(d, n - 2, 1)
+                    + 1.5 * f.narrow(d, n - 1, 1)) / h
+        out.append(cat([first, inner, last], d))
+    return tuple(out)
+
+
+def _removed(name: str, instead: str):
+    def fn(*args, **kwargs):
+        raise RuntimeError(f"torch.{name} was removed in torch 1.9 (deprecated since then); "
+                           f"use {instead} instead.")
+
+    fn.__name__ = name
+    return fn
+
+
+solve = _removed("solve", "torch.linalg.solve(A, B) (its arguments are in the other order)")
+lstsq = _removed("lstsq", "torch.linalg.lstsq(A, B) (its arguments are in the other order)")
+symeig = _removed("symeig", "torch.linalg.eigh or torch.linalg.eigvalsh")
+eig = _removed("eig", "torch.linalg.eig, whose results are complex (not supported by "
+                      "disthook); for symmetric matrices torch.linalg.eigh")
+
+
+# ---- copies of views: ``<view>_copy`` is the view's values in new memory --------------------------
+
+def _copy_of(view: str):
+    def fn(input: Tensor, *args, **kwargs):
+        out = getattr(input, view)(*args, **kwargs)
+        return tuple(o.clone() for o in out) if isinstance(out, tuple) else out.clone()
+
+    fn.__name__ = view + "_copy"
+    fn.__doc__ = f"``torch.{view}_copy``: ``{view}`` without aliasing the input."
+    return fn
+
+
+def slice_copy(input: Tensor, dim: int = 0, start=None, end=None, step: int = 1) -> Tensor:
+    d = input._dim(dim)
+    return input[(builtins.slice(None),) * d + (builtins.slice(start, end, step),)].clone()
+
+
+def alias_copy(input: Tensor) -> Tensor:
+    return input.clone()
+
+
+as_strided_copy = _copy_of("as_strided")
+detach_copy = _copy_of("detach")
+diagonal_copy = _copy_of("diagonal")
+expand_copy = _copy_of("expand")
+permute_copy = _copy_of("permute")
+select_copy = _copy_of("select")
+split_copy = _copy_of("split")
+split_with_sizes_copy = _copy_of("split_with_sizes")
+squeeze_copy = _copy_of("squeeze")
+t_copy = _copy_of("t")
+transpose_copy = _copy_of("transpose")
+unbind_copy = _copy_of("unbind")
+unfold_copy = _copy_of("unfold")
+unsqueeze_copy = _copy_of("unsqueeze")
+view_copy = _copy_of("view")
 
 
 # ---- nn functions that torch also exports at the top level ------------------------------------

@@ -298,6 +298,59 @@ class MathMethods:
         return self.shape == other.shape
 
 
+    # ---- random fills ------------------------------------------------------------------------
+    def _fill_random(self, draw, generator):
+        return self._inplace(M.RandomFill, draw=draw, generator=generator)
+
+    def bernoulli_(self, p=0.5, *, generator=None):
+        probs = p._data if _is_tensor(p) else p
+        return self._fill_random(lambda rng, shape: rng.random(shape) < probs, generator)
+
+    def bernoulli(self, p=None, *, generator=None):
+        probs = self._data if p is None else p
+        out = self.detach().clone()
+        return out.bernoulli_(self._make(np.asarray(probs), None, 0) if p is None else p,
+                              generator=generator)
+
+    def cauchy_(self, median=0.0, sigma=1.0, *, generator=None):
+        return self._fill_random(lambda rng, shape: median + sigma * rng.standard_cauchy(shape),
+                                 generator)
+
+    def exponential_(self, lambd=1.0, *, generator=None):
+        return self._fill_random(lambda rng, shape: rng.exponential(1 / lambd, shape), generator)
+
+    def geometric_(self, p, *, generator=None):
+        return self._fill_random(lambda rng, shape: rng.geometric(p, shape), generator)
+
+    def log_normal_(self, mean=1.0, std=2.0, *, generator=None):
+        return self._fill_random(lambda rng, shape: rng.lognormal(mean, std, shape), generator)
+
+    def random_(self, from_=0, to=None, *, generator=None):
+        if to is None:
+            if self._data.dtype.kind == "f":
+                to = 2 ** np.finfo(self._data.dtype).nmant + 1
+            elif self._data.dtype.kind == "b":
+                to = 2
+            else:
+                to = int(np.iinfo(self._data.dtype).max) + 1
+            if from_ != 0:
+                from_, to = 0, from_
+        if from_ >= to:
+            raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got "
+                               f"from={from_} >= to={to}")
+        return self._fill_random(lambda rng, shape: rng.integers(from_, to, shape), generator)
+
+    def conj_physical_(self):
+        return self
+
+    def renorm(self, p, dim, maxnorm):
+        d = self._dim(dim)
+        others = tuple(k for k in range(self.ndim) if k != d)
+        norms = self.norm(p, others, keepdim=True) if others else self.abs()
+        scale = (maxnorm / (norms + 1e-7)).where(norms > maxnorm, norms.new_ones(()))
+        return self * scale
+
+
 class _Call:
     """What ``Tensor._inplace`` applies for an in-place method made from its out-of-place
     form: the method on the tensor's old value, checked to fit the tensor."""
@@ -346,5 +399,7 @@ INPLACE_NAMES = (
     "logical_and", "logical_not", "logical_or", "logical_xor", "logit", "lt", "multiply",
     "mvlgamma", "nan_to_num", "ne", "negative", "nextafter", "not_equal", "polygamma",
     "rad2deg", "reciprocal", "remainder", "round", "rsqrt", "sgn", "sign", "sin", "sinc",
+    "addbmm", "addmm", "addmv", "addr", "baddbmm", "index_add", "index_copy", "index_fill",
+    "index_reduce", "masked_scatter", "put", "scatter_reduce", "renorm",
     "sinh", "square", "subtract", "tan", "true_divide", "trunc", "xlogy",
 )

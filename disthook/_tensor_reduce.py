@@ -316,6 +316,46 @@ class ReduceMethods:
         return _values_indices(u, s, "svd") + (vh.mT,)
 
 
+    def cholesky_inverse(self, upper=False):
+        low = self.mT if upper else self
+        return low.matmul(low.mT).inverse()
+
+    def cholesky_solve(self, input2, upper=False):
+        from disthook import linalg
+
+        low = input2.mT if upper else input2
+        return linalg.solve(low.matmul(low.mT), self)
+
+    def triangular_solve(self, A, upper=True, transpose=False, unitriangular=False):
+        from disthook import linalg
+
+        T = A.mT if transpose else A
+        x = linalg.solve_triangular(T, self, upper=upper != transpose,
+                                    unitriangular=unitriangular)
+        return _values_indices(x, A.clone(), "triangular_solve")
+
+    # removed from torch in 1.9: torch raises, saying what replaced each
+    def solve(self, *args, **kwargs):
+        raise RuntimeError(_REMOVED.format("solve", "torch.linalg.solve(A, B) (its arguments are "
+                                                    "in the other order)"))
+
+    def lstsq(self, *args, **kwargs):
+        raise RuntimeError(_REMOVED.format("lstsq", "torch.linalg.lstsq(A, B) (its arguments "
+                                                    "are in the other order)"))
+
+    def symeig(self, *args, **kwargs):
+        raise RuntimeError(_REMOVED.format("symeig", "torch.linalg.eigh or torch.linalg."
+                                                     "eigvalsh"))
+
+    def eig(self, *args, **kwargs):
+        raise RuntimeError(_REMOVED.format("eig", "torch.linalg.eig, whose results are complex"
+                                                  " (not supported by disthook); for symmetric "
+                                                  "matrices torch.linalg.eigh"))
+
+
+_REMOVED = "torch.{} was removed in torch 1.9 (deprecated since then); use {} instead."
+
+
 def _scaled_sum(self, product, beta, alpha):
     """beta * self + alpha * product; beta == 0 ignores self (nan and inf included), as torch."""
     prod = product if alpha == 1 else product * alpha

@@ -286,6 +286,35 @@ class ShapeMethods:
         self._data = data.reshape(shape)
         return self
 
+    def resize(self, *sizes):
+        """The same elements in a new shape (a copy); only resize_ changes the count."""
+        shape = _ints(sizes)
+        if int(np.prod(shape)) != self.numel():
+            raise RuntimeError(f"resize to {list(shape)} ({int(np.prod(shape))} elements) "
+                               f"from {list(self.shape)} ({self.numel()} elements): the "
+                               "out-of-place resize keeps the number of elements; use "
+                               "resize_ to change it")
+        return self.reshape(shape).clone()
+
+    def resize_as(self, other):
+        return self.resize(tuple(other.shape))
+
+    def map2_(self, x, y, callable):
+        a = np.broadcast_to(x._data, self._data.shape).reshape(-1).tolist()
+        b = np.broadcast_to(y._data, self._data.shape).reshape(-1).tolist()
+        values = [callable(s, u, v) for s, u, v in zip(self._data.reshape(-1).tolist(), a, b)]
+        self.copy_(self._make(np.array(values, dtype=self._data.dtype).reshape(self.shape),
+                              None, 0))
+        return self
+
+    def const_data_ptr(self) -> int:
+        return self.data_ptr()
+
+    def as_strided_scatter(self, src, size, stride, storage_offset=None):
+        out = self.clone()
+        out.as_strided(size, stride, storage_offset).copy_(src)
+        return out
+
     def resize_as_(self, other, memory_format=None):
         return self.resize_(tuple(other.shape))
 

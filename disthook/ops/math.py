@@ -573,3 +573,20 @@ class Nextafter(_NoDerivative):
     node_name = "NotImplemented"
     torch_name = "nextafter"
     fn = staticmethod(np.nextafter)
+
+
+class RandomFill(Op):
+    """Fresh random values in the tensor's shape, independent of its old ones: gradient zero.
+    ``draw(rng, shape)`` gives them."""
+
+    node_name = "RandomBackward0"
+
+    @staticmethod
+    def forward(ctx, a, draw, generator):
+        from disthook import random
+
+        return draw(random.gen(generator), a._data.shape).astype(a._data.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 0
