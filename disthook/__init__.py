@@ -220,7 +220,7 @@ for _name in (
     "sqrt_", "square_", "svd", "swapdims", "take", "take_along_dim", "tan_", "tanh_",
     "tensor_split", "tile", "trace", "trunc_", "unsafe_chunk", "unsafe_split",
     "unsafe_split_with_sizes", "vdot", "vsplit", "xlogy", "xlogy_", "zero_",
-    "renorm", "as_strided_scatter", "conj_physical_",
+    "renorm", "as_strided_scatter", "conj_physical_", "igamma", "igammac",
 ):
     globals()[_name] = _method(_name)
 del _name

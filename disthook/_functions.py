@@ -531,8 +531,7 @@ def set_default_tensor_type(t) -> None:
 # ---- functions of a tensor that are not its methods ----------------------------------------------
 
 def fill(input: Tensor, value) -> Tensor:
-    return input.detach().clone().fill_(value) if not input.requires_grad else \
-        input * 0 + (value if not isinstance(value, Tensor) else value)
+    return input.clone().fill_(value)
 
 
 def rsub(input: Tensor, other, *, alpha=1) -> Tensor:

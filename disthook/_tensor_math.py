@@ -227,6 +227,12 @@ class MathMethods:
     def ldexp(self, other):
         return self._floating() * (other.exp2() if _is_tensor(other) else 2.0 ** other)
 
+    def igamma(self, other):
+        return self._binary_float(M.Igamma, other)
+
+    def igammac(self, other):
+        return self._binary_float(M.Igammac, other)
+
     def heaviside(self, values):
         if self._data.dtype != values._data.dtype:
             raise RuntimeError(f"heaviside is not yet implemented for tensors with different "
@@ -394,7 +400,8 @@ INPLACE_NAMES = (
     "bitwise_not", "bitwise_or", "bitwise_right_shift", "bitwise_xor", "ceil", "clamp_max",
     "clamp_min", "copysign", "cos", "cosh", "deg2rad", "digamma", "divide", "eq", "erf", "erfc",
     "erfinv", "exp2", "expm1", "fix", "float_power", "floor", "floor_divide", "fmod", "frac",
-    "gcd", "ge", "greater", "greater_equal", "gt", "heaviside", "hypot", "i0", "lcm", "ldexp",
+    "gcd", "ge", "greater", "greater_equal", "gt", "heaviside", "hypot", "i0", "igamma",
+    "igammac", "lcm", "ldexp",
     "le", "lerp", "less", "less_equal", "lgamma", "log", "log10", "log1p", "log2",
     "logical_and", "logical_not", "logical_or", "logical_xor", "logit", "lt", "multiply",
     "mvlgamma", "nan_to_num", "ne", "negative", "nextafter", "not_equal", "polygamma",

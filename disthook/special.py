@@ -131,3 +131,13 @@ def ndtri(input: Tensor) -> Tensor:
 
 def log_ndtr(input: Tensor) -> Tensor:
     return ndtr(input).log()
+
+
+def gammainc(input: Tensor, other: Tensor) -> Tensor:
+    """The regularized lower incomplete gamma function P(a, x)."""
+    return input.igamma(other)
+
+
+def gammaincc(input: Tensor, other: Tensor) -> Tensor:
+    """The regularized upper incomplete gamma function Q(a, x)."""
+    return input.igammac(other)

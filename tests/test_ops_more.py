@@ -68,6 +68,11 @@ ROWS = [
     ("fmax", lambda x, y: x.fmax(y), [A, A], {"name": False}),
     ("fmin", lambda x, y: x.fmin(y), [A, A], {"name": False}),
     ("ldexp", lambda x, y: x.ldexp(y), [A, A], {"name": False}),
+    ("igamma", lambda x: lib(x).igamma(lib(x).tensor([[0.5], [2.0], [7.5]], dtype=x.dtype), x),
+     [A], {"low": 0.1, "high": 12.0}),
+    ("igammac", lambda x: lib(x).special.gammaincc(lib(x).tensor([[0.5], [2.0], [7.5]],
+                                                                dtype=x.dtype), x),
+     [A], {"low": 0.1, "high": 12.0}),
     # scans and order statistics
     ("cumprod", lambda x: x.cumprod(1), [A], {}),
     ("cumprod-zero", lambda x: x.cumprod(0), [np.array([2.0, 0.0, 3.0, 0.5])], {}),

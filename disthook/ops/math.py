@@ -114,6 +114,45 @@ def erfinv_np(y: np.ndarray) -> np.ndarray:
     return _same(y, np.where(np.abs(v) > 1, np.nan, x))
 
 
+def gammainc_np(a: np.ndarray, x: np.ndarray, upper: bool = False) -> np.ndarray:
+    """The regularized incomplete gamma P(a, x) (Q = 1 - P with ``upper``): its power series
+    where x < a + 1, the continued fraction for Q (modified Lentz) elsewhere."""
+    av, xv = np.broadcast_arrays(np.asarray(a, np.float64), np.asarray(x, np.float64))
+    av, xv = av.copy(), xv.copy()
+    bad = (av <= 0) | (xv < 0) | np.isnan(av) | np.isnan(xv)
+    av[bad], xv[bad] = 1.0, 1.0
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore", under="ignore"):
+        log_front = av * np.log(np.where(xv > 0, xv, 1.0)) - xv - _vec_lgamma(av)
+        front = np.where(xv > 0, np.exp(log_front), 0.0)
+        term = 1.0 / av
+        total = term.copy()
+        for n in range(1, 500):
+            term = term * xv / (av + n)
+            total += term
+        p_series = front * total
+        tiny = 1e-300
+        b = xv + 1.0 - av
+        c = np.full_like(b, 1.0 / tiny)
+        d = 1.0 / np.where(np.abs(b) < tiny, tiny, b)
+        h = d.copy()
+        for i in range(1, 500):
+            an = -i * (i - av)
+            b = b + 2.0
+            d = an * d + b
+            d = 1.0 / np.where(np.abs(d) < tiny, tiny, d)
+            c = b + an / c
+            c = np.where(np.abs(c) < tiny, tiny, c)
+            h = h * d * c
+        q_fraction = front * h
+    use_series = xv < av + 1
+    p = np.where(use_series, p_series, 1.0 - q_fraction)
+    q = np.where(use_series, 1.0 - p_series, q_fraction)
+    out = q if upper else p
+    out = np.where(xv == 0, 1.0 if upper else 0.0, out)
+    out[bad] = np.nan
+    return _same(np.asarray(x) if np.asarray(x).dtype.kind == "f" else np.asarray(a), out)
+
+
 def _bessel_i(order: int, x: np.ndarray) -> np.ndarray:
     """Modified Bessel function of the first kind, order 0 or 1: the power series below 30
     and the asymptotic expansion above."""
@@ -545,6 +584,36 @@ class Logaddexp2(Op):
         ga = g * ((a - b) * math.log(2)).sigmoid() if _needs(ctx, 0) else None
         gb = g * ((b - a) * math.log(2)).sigmoid() if _needs(ctx, 1) else None
         return ga, gb
+
+
+class Igamma(Op):
+    """P(a, x); its derivative in x is x^(a-1) e^(-x) / Gamma(a), and torch has none in a."""
+
+    saved_names = ("self", "other")
+    upper = False
+
+    @classmethod
+    def forward(cls, ctx, a, x):
+        ctx.save_for_backward(a, x)
+        return gammainc_np(a._data, x._data, upper=cls.upper).astype(x._data.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, x = ctx.saved_tensors
+        if ctx.needs_input_grad[0]:
+            raise NotImplementedError(f"the derivative for '{ctx.torch_name}: input' is not "
+                                      "implemented.")
+        d = (a - 1) * x.log() - x - a.lgamma()
+        return None, g * d.exp() * (-1 if ctx.upper else 1)
+
+
+class Igammac(Igamma):
+    node_name = "IgammacBackward0"
+    upper = True
+    torch_name = "igammac"
+
+
+Igamma.torch_name = "igamma"
 
 
 class _NoDerivative(Op):
