@@ -26,16 +26,17 @@ __all__ = [
     "is_anomaly_enabled", "is_complex", "is_conj",
     "is_deterministic_algorithms_warn_only_enabled", "is_inference", "is_neg", "is_nonzero",
     "is_same_size", "is_signed", "is_storage", "isin", "kaiser_window", "logspace", "lstsq",
-    "matrix_rank", "meshgrid", "nuclear_norm", "permute_copy", "poisson", "polygamma",
-    "promote_types", "randint_like", "range", "result_type", "row_stack", "rsub",
-    "scalar_tensor", "searchsorted", "select_copy", "set_anomaly_enabled",
-    "set_default_device", "set_default_tensor_type", "set_deterministic_debug_mode",
-    "set_float32_matmul_precision", "set_flush_denormal", "set_num_interop_threads",
-    "set_num_threads", "slice_copy", "solve", "split_copy", "split_with_sizes_copy",
-    "squeeze_copy", "symeig", "t_copy", "tensordot", "transpose_copy", "trapezoid", "trapz",
-    "triangular_solve", "tril_indices", "triu_indices", "typename", "unbind_copy",
-    "unfold_copy", "unique_consecutive", "unravel_index", "unsqueeze_copy",
-    "use_deterministic_algorithms", "vander", "view_copy", "vstack",
+    "lu", "lu_solve", "lu_unpack", "matrix_rank", "meshgrid", "nuclear_norm", "permute_copy",
+    "poisson", "polygamma", "promote_types", "randint_like", "range", "result_type",
+    "row_stack", "rsub", "scalar_tensor", "searchsorted", "select_copy",
+    "set_anomaly_enabled", "set_default_device", "set_default_tensor_type",
+    "set_deterministic_debug_mode", "set_float32_matmul_precision", "set_flush_denormal",
+    "set_num_interop_threads", "set_num_threads", "slice_copy", "solve", "split_copy",
+    "split_with_sizes_copy", "squeeze_copy", "symeig", "t_copy", "tensordot",
+    "transpose_copy", "trapezoid", "trapz", "triangular_solve", "tril_indices",
+    "triu_indices", "typename", "unbind_copy", "unfold_copy", "unique_consecutive",
+    "unravel_index", "unsqueeze_copy", "use_deterministic_algorithms", "vander", "view_copy",
+    "vstack",
 ]
 
 
@@ -647,6 +648,27 @@ def gradient(input: Tensor, *, spacing=1, dim=None, edge_order: int = 1) -> tupl
                     + 1.5 * f.narrow(d, n - 1, 1)) / h
         out.append(cat([first, inner, last], d))
     return tuple(out)
+
+
+def lu(A: Tensor, pivot: bool = True, get_infos: bool = False):
+    """``torch.lu``: (LU, pivots) as ``linalg.lu_factor``, with the infos when asked."""
+    from disthook import linalg
+
+    packed, pivots = linalg.lu_factor(A, pivot=pivot)
+    return (packed, pivots, linalg._info(A)) if get_infos else (packed, pivots)
+
+
+def lu_unpack(LU_data: Tensor, LU_pivots: Tensor, unpack_data: bool = True,
+              unpack_pivots: bool = True):
+    from disthook import linalg
+
+    return linalg.lu_unpack(LU_data, LU_pivots, unpack_data, unpack_pivots)
+
+
+def lu_solve(b: Tensor, LU_data: Tensor, LU_pivots: Tensor) -> Tensor:
+    from disthook import linalg
+
+    return linalg.lu_solve(LU_data, LU_pivots, b)
 
 
 def _removed(name: str, instead: str):

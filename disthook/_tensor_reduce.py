@@ -334,6 +334,16 @@ class ReduceMethods:
                                     unitriangular=unitriangular)
         return _values_indices(x, A.clone(), "triangular_solve")
 
+    def lu(self, pivot=True, get_infos=False):
+        from disthook import lu
+
+        return lu(self, pivot, get_infos)
+
+    def lu_solve(self, LU_data, LU_pivots):
+        from disthook import linalg
+
+        return linalg.lu_solve(LU_data, LU_pivots, self)
+
     # removed from torch in 1.9: torch raises, saying what replaced each
     def solve(self, *args, **kwargs):
         raise RuntimeError(_REMOVED.format("solve", "torch.linalg.solve(A, B) (its arguments are "

@@ -263,3 +263,70 @@ class _Result(tuple):
             return self[self._names.index(name)]
         except ValueError:
             raise AttributeError(name) from None
+
+
+# ---- LU --------------------------------------------------------------------------------------
+
+def lu(A: Tensor, *, pivot: bool = True):
+    """(P, L, U) with A = P L U, for square A."""
+    if not pivot:
+        raise NotImplementedError("linalg.lu(pivot=False) is not supported by disthook (numpy "
+                                  "has no unpivoted LU); use pivot=True")
+    p, low, up = D.LinalgLu.apply(A)
+    return _Result(("P", "L", "U"), (p, low, up))
+
+
+def lu_factor(A: Tensor, *, pivot: bool = True):
+    """(LU, pivots): L below the diagonal and U on and above it in one matrix; pivots in
+    LAPACK's form (1-based row swaps)."""
+    p, low, up = lu(A, pivot=pivot)
+    packed = low.tril(-1) + up
+    return _Result(("LU", "pivots"), (packed, _pivots(p)))
+
+
+def lu_factor_ex(A: Tensor, *, pivot: bool = True, check_errors: bool = False):
+    packed, pivots = lu_factor(A, pivot=pivot)
+    return _Result(("LU", "pivots", "info"), (packed, pivots, _info(A)))
+
+
+def _pivots(p: Tensor) -> Tensor:
+    """LAPACK's row swaps (1-based) that produce the permutation P^T."""
+    perm = np.argmax(np.swapaxes(p._data, -1, -2), axis=-1)  # A[perm] = L U
+    n = perm.shape[-1]
+    flat = perm.reshape(-1, n)
+    out = np.zeros_like(flat)
+    for b, target in enumerate(flat):
+        current = list(range(n))
+        where = {v: i for i, v in enumerate(current)}
+        for k in range(n):
+            j = where[target[k]]
+            out[b, k] = j + 1
+            current[k], current[j] = current[j], current[k]
+            where[current[j]], where[current[k]] = j, k
+    return Tensor._make(out.reshape(perm.shape).astype(np.int32), None, 0)
+
+
+def lu_unpack(LU_data: Tensor, LU_pivots: Tensor, unpack_data: bool = True,
+              unpack_pivots: bool = True):
+    n = LU_data.shape[-1]
+    low = LU_data.tril(-1) + D._eye_like(LU_data)
+    up = LU_data.triu()
+    piv = LU_pivots._data.reshape(-1, LU_pivots.shape[-1]).astype(np.int64) - 1
+    perms = []
+    for row in piv:
+        perm = list(range(n))
+        for k, j in enumerate(row):
+            perm[k], perm[j] = perm[j], perm[k]
+        perms.append(perm)
+    perm = np.array(perms).reshape(LU_pivots.shape[:-1] + (n,))
+    p = np.zeros(perm.shape + (n,), dtype=LU_data._data.dtype)
+    np.put_along_axis(p, perm[..., None], 1, axis=-1)
+    P = Tensor._make(np.swapaxes(p, -1, -2).copy(), None, 0)
+    return _Result(("P", "L", "U"), (P, low, up))
+
+
+def lu_solve(LU: Tensor, pivots: Tensor, B: Tensor, *, left: bool = True,
+             adjoint: bool = False) -> Tensor:
+    p, low, up = lu_unpack(LU, pivots)
+    A = p.matmul(low).matmul(up)
+    return solve(A.mT if adjoint else A, B, left=left)

@@ -62,6 +62,12 @@ ROWS = [
     ("matrix_exp", lambda x: lib(x).linalg.matrix_exp(x), [(3, 3)], {"name": False}),
     ("multi_dot", lambda a, b, c: lib(a).linalg.multi_dot([a, b, c]), [(3,), (3, 4), (4,)],
      {"name": False}),
+    ("lu", lambda x: lib(x).linalg.lu(x)[1:], [(2, 4, 4)], {"double": True}),
+    ("lu_factor", lambda x: lib(x).linalg.lu_factor(x)[0], [(3, 3)], {"name": False}),
+    ("lu_solve", lambda x, b: lib(x).linalg.lu_solve(*lib(x).linalg.lu_factor(x), b),
+     [(3, 3), (3, 2)], {"name": False}),
+    ("lu_unpack", lambda x: lib(x).lu_unpack(*lib(x).linalg.lu_factor(x))[2], [(3, 3)],
+     {"name": False}),
 ]
 
 
@@ -83,3 +89,13 @@ def test_singular_matrix_is_refused_with_torchs_error():
         disthook.linalg.inv(disthook.zeros(2, 2))
     with pytest.raises(RuntimeError, match="positive-definite"):
         disthook.linalg.cholesky(-disthook.eye(2))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_lu_pivots_are_lapacks_row_swaps(seed):
+    torch = pytest.importorskip("torch")
+    a = np.random.default_rng(seed).standard_normal((3, 5, 5))
+    got = disthook.linalg.lu_factor(disthook.tensor(a))
+    want = torch.linalg.lu_factor(torch.tensor(a))
+    assert got.pivots.tolist() == want.pivots.tolist()
+    np.testing.assert_allclose(got.LU.numpy(), want.LU.numpy(), atol=1e-12)

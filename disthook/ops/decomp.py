@@ -257,3 +257,54 @@ class LinalgSvd(Op):
         if out_v is not None:
             ga = ga + u.matmul((out_v / s.unsqueeze(-2)).mT)
         return ga
+
+
+def lu_np(a: np.ndarray) -> tuple:
+    """Partial-pivoting LU of a batch of square matrices: (perm, L, U) with A[perm] = L U."""
+    u = a.astype(a.dtype, copy=True)
+    n = u.shape[-1]
+    batch = u.shape[:-2]
+    flat = u.reshape((-1, n, n))
+    low = np.zeros_like(flat)
+    perm = np.tile(np.arange(n), (flat.shape[0], 1))
+    rows = np.arange(flat.shape[0])
+    for k in range(n):
+        p = k + np.argmax(np.abs(flat[:, k:, k]), axis=1)
+        for arr in (flat, low, perm):
+            top, piv = arr[rows, k].copy(), arr[rows, p].copy()
+            arr[rows, k], arr[rows, p] = piv, top
+        pivot = flat[:, k, k]
+        safe = np.where(pivot == 0, 1, pivot)
+        factors = np.where(pivot[:, None] == 0, 0, flat[:, k + 1:, k] / safe[:, None])
+        low[:, k + 1:, k] = factors
+        flat[:, k + 1:, k:] -= factors[:, :, None] * flat[:, k, None, k:]
+    low += np.eye(n, dtype=a.dtype)
+    return (perm.reshape(batch + (n,)), low.reshape(batch + (n, n)),
+            np.triu(flat).reshape(batch + (n, n)))
+
+
+class LinalgLu(Op):
+    """A = P L U for square A; the gradient reaches A through L and U."""
+
+    saved_names = ("A",)
+
+    @staticmethod
+    def forward(ctx, a):
+        _square(a, "lu")
+        ctx.save_for_backward(a)
+        perm, low, up = lu_np(a._data)
+        n = perm.shape[-1]
+        p = np.zeros(perm.shape + (n,), dtype=a._data.dtype)
+        np.put_along_axis(p, perm[..., None], 1, axis=-1)  # P^T has row i = e_perm[i]
+        return np.swapaxes(p, -1, -2), low, up
+
+    @staticmethod
+    def backward(ctx, gp, gl, gu):
+        (a,) = ctx.saved_tensors
+        p, low, up = LinalgLu.apply(a)
+        inner = a.new_zeros(a.shape)
+        if gl is not None:
+            inner = inner + low.mT.matmul(gl).tril(-1)
+        if gu is not None:
+            inner = inner + gu.matmul(up.mT).triu()
+        return p.matmul(low.inverse().mT).matmul(inner).matmul(up.inverse().mT)
