@@ -221,6 +221,7 @@ for _name in (
     "tensor_split", "tile", "trace", "trunc_", "unsafe_chunk", "unsafe_split",
     "unsafe_split_with_sizes", "vdot", "vsplit", "xlogy", "xlogy_", "zero_",
     "renorm", "as_strided_scatter", "conj_physical_", "igamma", "igammac",
+    "hardshrink", "prelu", "nonzero_static", "addmv_",
 ):
     globals()[_name] = _method(_name)
 del _name

@@ -349,6 +349,20 @@ class MathMethods:
     def conj_physical_(self):
         return self
 
+    def hardshrink(self, lambd=0.5):
+        return self.where(self.abs() > lambd, self.new_zeros(()))
+
+    def prelu(self, weight):
+        """max(0, x) + weight * min(0, x), ``weight`` one value or one per channel (dim 1)."""
+        w = weight
+        if weight.numel() != 1:
+            if self.ndim < 2 or self.shape[1] != weight.numel():
+                raise RuntimeError(f"Mismatch of parameter numbers and input channel size. "
+                                   f"Found parameter numbers = {weight.numel()} and channel "
+                                   f"size = {self.shape[1] if self.ndim >= 2 else 1}.")
+            w = weight.reshape((1, -1) + (1,) * (self.ndim - 2))
+        return self.where(self >= 0, w * self)
+
     def renorm(self, p, dim, maxnorm):
         d = self._dim(dim)
         others = tuple(k for k in range(self.ndim) if k != d)

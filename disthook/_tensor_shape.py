@@ -464,6 +464,13 @@ class ShapeMethods:
             out.append(self._make(np.diff(np.append(starts, n)).astype(np.int64), None, 0))
         return out[0] if len(out) == 1 else tuple(out)
 
+    def nonzero_static(self, *, size, fill_value=-1):
+        """nonzero padded with ``fill_value`` (or cut) to exactly ``size`` rows."""
+        found = self.nonzero()._data[:size]
+        out = np.full((size, self.ndim), fill_value, dtype=np.int64)
+        out[:len(found)] = found
+        return self._make(out, None, 0)
+
     def argwhere(self):
         return self.nonzero()
 

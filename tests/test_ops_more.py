@@ -153,6 +153,24 @@ ROWS = [
     ("baddbmm", lambda x, y, z: x.baddbmm(y, z), [(2, 2, 4), (2, 2, 3), (2, 3, 4)],
      {"name": False}),
     ("addr", lambda x, y, z: x.addr(y, z), [(2, 3), (2,), (3,)], {"name": False}),
+    ("renorm", lambda x: x.renorm(2, 0, 1.5), [A], {"name": False}),
+    ("rsub", lambda x, y: lib(x).rsub(x, y, alpha=2), [A, A], {"name": False}),
+    ("gradient", lambda x: lib(x).gradient(x, spacing=0.5, dim=1), [A], {"name": False}),
+    ("gradient-2", lambda x: lib(x).gradient(x, edge_order=2), [A], {"name": False}),
+    ("cholesky_solve", lambda b, m: b.cholesky_solve((m @ m.mT + 3 * lib(m).eye(
+        3, dtype=m.dtype)).cholesky()), [(3, 2), (3, 3)], {"name": False}),
+    ("cholesky_inverse", lambda m: (m @ m.mT + 3 * lib(m).eye(3, dtype=m.dtype)).cholesky()
+     .cholesky_inverse(), [(3, 3)], {"name": False}),
+    ("triangular_solve", lambda b, m: lib(b).triangular_solve(b, m + 3 * lib(m).eye(
+        3, dtype=m.dtype), upper=False)[0], [(3, 2), (3, 3)], {"name": False}),
+    ("index_add_", lambda x, y: (x * 1).index_add_(0, lib(x).tensor([2, 2]), y), [A, (2, 4)],
+     {"name": False}),
+    ("diagonal_copy", lambda x: lib(x).diagonal_copy(x, 1), [A], {"name": False}),
+    ("unbind_copy", lambda x: lib(x).unbind_copy(x, 1), [A], {"name": False}),
+    ("fill", lambda x: lib(x).fill(x, 2.0) * x, [A], {"name": False}),
+    ("hardshrink", lambda x: x.hardshrink(0.7), [A], {"name": False}),
+    ("prelu", lambda x, w: x.prelu(w), [(2, 3, 2), (3,)], {"name": False}),
+    ("prelu-one", lambda x, w: lib(x).prelu(x, w), [A, (1,)], {"name": False}),
 ]
 
 
@@ -232,7 +250,7 @@ def test_integer_ops_against_torch(name):
     "x.clone().index_fill_(1, lib.tensor([0]), 9.0)", "lib.unravel_index(lib.tensor(5), (2, 3))[1]",
     "lib.logspace(0, 2, 3)", "lib.hann_window(5)", "lib.kaiser_window(4, True, 2.0)",
     "lib.trapezoid(x.nan_to_num(0, 1, 1))", "lib.cumulative_trapezoid(x.nan_to_num(0, 1, 1), dx=2)",
-    "lib.result_type(x, 1)", "lib.promote_types(lib.int32, lib.float32)",
+    "lib.result_type(x, 1)", "lib.nonzero_static(x, size=7, fill_value=-2)", "lib.promote_types(lib.int32, lib.float32)",
 ])
 def test_more_forms_against_torch(expr):
     data = [[1.5, -2.0, 0.0, np.inf], [-np.inf, 0.25, 3.0, 0.0]]
