@@ -257,37 +257,32 @@ def unravel_index(indices, shape) -> tuple:
 
 # ---- integration ------------------------------------------------------------------------------
 
-def trapezoid(y: Tensor, x=None, *, dx=None, dim: int = -1) -> Tensor:
+def _trapezoids(y: Tensor, x, dx, dim: int) -> tuple:
+    """The area of each trapezoid along ``dim`` (spacing ``x`` coordinates, else ``dx``)."""
     d = y._dim(dim)
     n = y.shape[d]
-    if n == 0:
-        return y.sum(d)
-    left, right = y.narrow(d, 0, n - 1), y.narrow(d, 1, n - 1)
+    left, right = y.narrow(d, 0, max(n - 1, 0)), y.narrow(d, 1, max(n - 1, 0))
     if x is None:
-        return ((left + right) * ((1.0 if dx is None else dx) / 2)).sum(d)
+        return (left + right) * ((1.0 if dx is None else dx) / 2), d
     spacing = x.diff(dim=-1 if x.ndim == 1 else d)
     if x.ndim == 1:
         shape = [1] * y.ndim
         shape[d] = -1
         spacing = spacing.reshape(shape)
-    return ((left + right) * spacing / 2).sum(d)
+    return (left + right) * spacing / 2, d
+
+
+def trapezoid(y: Tensor, x=None, *, dx=None, dim: int = -1) -> Tensor:
+    areas, d = _trapezoids(y, x, dx, dim)
+    return areas.sum(d)
 
 
 trapz = trapezoid
 
 
 def cumulative_trapezoid(y: Tensor, x=None, *, dx=None, dim: int = -1) -> Tensor:
-    d = y._dim(dim)
-    n = y.shape[d]
-    left, right = y.narrow(d, 0, max(n - 1, 0)), y.narrow(d, 1, max(n - 1, 0))
-    if x is None:
-        return ((left + right) * ((1.0 if dx is None else dx) / 2)).cumsum(d)
-    spacing = x.diff(dim=-1 if x.ndim == 1 else d)
-    if x.ndim == 1:
-        shape = [1] * y.ndim
-        shape[d] = -1
-        spacing = spacing.reshape(shape)
-    return ((left + right) * spacing / 2).cumsum(d)
+    areas, d = _trapezoids(y, x, dx, dim)
+    return areas.cumsum(d)
 
 
 # ---- factories -------------------------------------------------------------------------------

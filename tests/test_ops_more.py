@@ -249,7 +249,8 @@ def test_integer_ops_against_torch(name):
     "lib.histogramdd(x[:, :2].nan_to_num(0, 5, -5), bins=[2, 2])[0]", "x.resize(4, 2)",
     "x.clone().index_fill_(1, lib.tensor([0]), 9.0)", "lib.unravel_index(lib.tensor(5), (2, 3))[1]",
     "lib.logspace(0, 2, 3)", "lib.hann_window(5)", "lib.kaiser_window(4, True, 2.0)",
-    "lib.trapezoid(x.nan_to_num(0, 1, 1))", "lib.cumulative_trapezoid(x.nan_to_num(0, 1, 1), dx=2)",
+    "lib.trapezoid(x.nan_to_num(0, 1, 1))",
+    "lib.trapezoid(x.nan_to_num(0, 1, 1), lib.tensor([0.0, 1.0, 3.0, 4.0]))", "lib.cumulative_trapezoid(x.nan_to_num(0, 1, 1), dx=2)",
     "lib.result_type(x, 1)", "lib.nonzero_static(x, size=7, fill_value=-2)", "lib.promote_types(lib.int32, lib.float32)",
 ])
 def test_more_forms_against_torch(expr):

@@ -490,46 +490,42 @@ class Copysign(Op):
         return (g * ratio if _needs(ctx, 0) else None), (g * 0 if _needs(ctx, 1) else None)
 
 
-class Fmod(Op):
-    """C's fmod (sign of the dividend); gradient -trunc(a / b) for the divisor."""
+class _Modulus(Op):
+    """a - b * round(a / b) for a rounding ``rounding`` of the quotient; the divisor's
+    gradient is -round(a / b)."""
+
+    saved_names = ("self", "other")
+    fn = rounding = None
+
+    @classmethod
+    def forward(cls, ctx, a, b):
+        ctx.save_for_backward(a, b)
+        x, y = a._data, b._data
+        if x.dtype.kind in "iu" and (y == 0).any():
+            raise RuntimeError("ZeroDivisionError")
+        return cls.fn(x, y)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        gb = -g * getattr(a / b, ctx.rounding)() if _needs(ctx, 1) else None
+        return g, gb
+
+
+class Fmod(_Modulus):
+    """C's fmod (the sign of the dividend): the quotient truncated."""
 
     node_name = "FmodBackward1"
-    saved_names = ("self", "other")
-
-    @staticmethod
-    def forward(ctx, a, b):
-        ctx.save_for_backward(a, b)
-        x, y = a._data, b._data
-        if x.dtype.kind in "iu" and (y == 0).any():
-            raise RuntimeError("ZeroDivisionError")
-        return np.fmod(x, y)
-
-    @staticmethod
-    def backward(ctx, g):
-        a, b = ctx.saved_tensors
-        gb = -g * (a / b).trunc() if _needs(ctx, 1) else None
-        return g, gb
+    fn = staticmethod(np.fmod)
+    rounding = "trunc"
 
 
-class Remainder(Op):
-    """Python's modulus (sign of the divisor); gradient -floor(a / b) for the divisor."""
+class Remainder(_Modulus):
+    """Python's modulus (the sign of the divisor): the quotient floored."""
 
     node_name = "RemainderBackward1"
-    saved_names = ("self", "other")
-
-    @staticmethod
-    def forward(ctx, a, b):
-        ctx.save_for_backward(a, b)
-        x, y = a._data, b._data
-        if x.dtype.kind in "iu" and (y == 0).any():
-            raise RuntimeError("ZeroDivisionError")
-        return np.remainder(x, y)
-
-    @staticmethod
-    def backward(ctx, g):
-        a, b = ctx.saved_tensors
-        gb = -g * (a / b).floor() if _needs(ctx, 1) else None
-        return g, gb
+    fn = staticmethod(np.remainder)
+    rounding = "floor"
 
 
 class Xlogy(Op):
