@@ -203,6 +203,9 @@ class ReduceMethods:
 
     # ---- products -----------------------------------------------------------------------------
     def outer(self, vec2):
+        for name, t in (("self", self), ("vec2", vec2)):
+            if t.ndim != 1:
+                raise RuntimeError(f"outer: Expected 1-D argument {name}, but got {t.ndim}-D")
         return self.unsqueeze(1) * vec2.unsqueeze(0)
 
     ger = outer

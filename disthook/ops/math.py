@@ -119,7 +119,7 @@ def gammainc_np(a: np.ndarray, x: np.ndarray, upper: bool = False) -> np.ndarray
     where x < a + 1, the continued fraction for Q (modified Lentz) elsewhere."""
     av, xv = np.broadcast_arrays(np.asarray(a, np.float64), np.asarray(x, np.float64))
     av, xv = av.copy(), xv.copy()
-    bad = (av <= 0) | (xv < 0) | np.isnan(av) | np.isnan(xv)
+    bad = (av <= 0) | (xv < 0) | np.isnan(av) | np.isnan(xv)  # a = 0 is set below
     av[bad], xv[bad] = 1.0, 1.0
     with np.errstate(divide="ignore", over="ignore", invalid="ignore", under="ignore"):
         log_front = av * np.log(np.where(xv > 0, xv, 1.0)) - xv - _vec_lgamma(av)
@@ -150,6 +150,10 @@ def gammainc_np(a: np.ndarray, x: np.ndarray, upper: bool = False) -> np.ndarray
     out = q if upper else p
     out = np.where(xv == 0, 1.0 if upper else 0.0, out)
     out[bad] = np.nan
+    # a = 0: all the mass at 0, so P(0, x) = 1 for x > 0 (and 0 at x = 0, as above)
+    zero_a = (np.broadcast_to(np.asarray(a, np.float64), out.shape) == 0) & (
+        np.broadcast_to(np.asarray(x, np.float64), out.shape) > 0)
+    out[zero_a] = 0.0 if upper else 1.0
     return _same(np.asarray(x) if np.asarray(x).dtype.kind == "f" else np.asarray(a), out)
 
 
@@ -360,7 +364,7 @@ class Frac(Op):
 class Sgn(Op):
     @staticmethod
     def forward(ctx, a):
-        return np.sign(a._data)
+        return np.sign(a._data) if a._data.dtype.kind != "b" else a._data.copy()
 
     @staticmethod
     def backward(ctx, g):
