@@ -290,3 +290,19 @@ def test_random_fills_are_fresh_values_in_range_and_take_no_gradient():
     y.cauchy_()
     y.sum().backward()
     assert w.grad.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_sgn_of_bools_is_the_bools():
+    assert disthook.tensor([True, False]).sgn().tolist() == [True, False]
+
+
+def test_outer_takes_vectors_only():
+    with pytest.raises(RuntimeError, match="outer: Expected 1-D argument self, but got 2-D"):
+        disthook.ones(2, 2).outer(disthook.ones(2))
+
+
+def test_igamma_with_shape_zero_is_one_past_zero_and_nan_at_it():
+    a = disthook.zeros(3, dtype=disthook.float64)
+    x = disthook.tensor([0.0, 0.5, 4.0], dtype=disthook.float64)
+    np.testing.assert_array_equal(disthook.igamma(a, x).numpy(), [np.nan, 1.0, 1.0])
+    np.testing.assert_array_equal(disthook.igammac(a, x).numpy(), [np.nan, 0.0, 0.0])
