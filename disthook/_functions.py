@@ -20,15 +20,15 @@ __all__ = [
     "chain_matmul", "cholesky_inverse", "cholesky_solve", "column_stack", "combinations",
     "cumulative_trapezoid", "detach_copy", "diagonal_copy", "dropout_", "dstack", "eig",
     "embedding", "empty_strided", "expand_copy", "fill", "frobenius_norm", "frombuffer",
-    "get_default_device", "get_deterministic_debug_mode", "get_float32_matmul_precision",
-    "get_num_interop_threads", "get_num_threads", "gradient", "hamming_window", "hann_window",
-    "histogramdd", "hstack", "instance_norm", "is_anomaly_check_nan_enabled",
-    "is_anomaly_enabled", "is_complex", "is_conj",
+    "geqrf", "get_default_device", "get_deterministic_debug_mode",
+    "get_float32_matmul_precision", "get_num_interop_threads", "get_num_threads", "gradient",
+    "hamming_window", "hann_window", "histogramdd", "hstack", "instance_norm",
+    "is_anomaly_check_nan_enabled", "is_anomaly_enabled", "is_complex", "is_conj",
     "is_deterministic_algorithms_warn_only_enabled", "is_inference", "is_neg", "is_nonzero",
     "is_same_size", "is_signed", "is_storage", "isin", "kaiser_window", "logspace", "lstsq",
-    "lu", "lu_solve", "lu_unpack", "matrix_rank", "meshgrid", "nuclear_norm", "permute_copy",
-    "poisson", "polygamma", "promote_types", "randint_like", "range", "result_type",
-    "row_stack", "rsub", "scalar_tensor", "searchsorted", "select_copy",
+    "lu", "lu_solve", "lu_unpack", "matrix_rank", "meshgrid", "nuclear_norm", "orgqr",
+    "ormqr", "permute_copy", "poisson", "polygamma", "promote_types", "randint_like", "range",
+    "result_type", "row_stack", "rsub", "scalar_tensor", "searchsorted", "select_copy",
     "set_anomaly_enabled", "set_default_device", "set_default_tensor_type",
     "set_deterministic_debug_mode", "set_float32_matmul_precision", "set_flush_denormal",
     "set_num_interop_threads", "set_num_threads", "slice_copy", "solve", "split_copy",
@@ -664,6 +664,29 @@ def lu_solve(b: Tensor, LU_data: Tensor, LU_pivots: Tensor) -> Tensor:
     from disthook import linalg
 
     return linalg.lu_solve(LU_data, LU_pivots, b)
+
+
+def geqrf(input: Tensor):
+    """LAPACK's QR in Householder form: (a, tau)."""
+    from disthook import linalg
+
+    a, tau = linalg._geqrf(input)
+    from disthook.tensor import _ValuesIndices
+
+    return _ValuesIndices(a, tau, "geqrf")
+
+
+def orgqr(input: Tensor, tau: Tensor) -> Tensor:
+    from disthook import linalg
+
+    return linalg.householder_product(input, tau)
+
+
+def ormqr(input: Tensor, tau: Tensor, other: Tensor, left: bool = True,
+          transpose: bool = False) -> Tensor:
+    from disthook import linalg
+
+    return linalg._ormqr(input, tau, other, left, transpose)
 
 
 def _removed(name: str, instead: str):

@@ -347,6 +347,21 @@ class ReduceMethods:
 
         return linalg.lu_solve(LU_data, LU_pivots, self)
 
+    def geqrf(self):
+        from disthook import geqrf
+
+        return geqrf(self)
+
+    def orgqr(self, input2):
+        from disthook import orgqr
+
+        return orgqr(self, input2)
+
+    def ormqr(self, input2, input3, left=True, transpose=False):
+        from disthook import ormqr
+
+        return ormqr(self, input2, input3, left, transpose)
+
     # removed from torch in 1.9: torch raises, saying what replaced each
     def solve(self, *args, **kwargs):
         raise RuntimeError(_REMOVED.format("solve", "torch.linalg.solve(A, B) (its arguments are "

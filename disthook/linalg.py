@@ -330,3 +330,54 @@ def lu_solve(LU: Tensor, pivots: Tensor, B: Tensor, *, left: bool = True,
     p, low, up = lu_unpack(LU, pivots)
     A = p.matmul(low).matmul(up)
     return solve(A.mT if adjoint else A, B, left=left)
+
+
+# ---- Householder representations (LAPACK's geqrf / orgqr / ormqr) -------------------------------
+
+def householder_product(A: Tensor, tau: Tensor) -> Tensor:
+    """The first n columns of H_1 H_2 ... H_k, H_i = I - tau_i v_i v_i^T, v_i being column i
+    of A below the diagonal with a 1 on it: differentiable in A and tau (made of matmuls)."""
+    m, n = A.shape[-2:]
+    k = tau.shape[-1]
+    if n > m or k > n:
+        raise RuntimeError("torch.linalg.householder_product: input.shape[-2] must be greater "
+                           "than or equal to input.shape[-1] and input.shape[-1] must be "
+                           "greater than or equal to tau.shape[-1]")
+    eye = Tensor._make(np.eye(m, dtype=A._data.dtype), None, 0)
+    unit = A.tril(-1) + Tensor._make(np.eye(m, n, dtype=A._data.dtype), None, 0)
+    q = eye.expand(A.shape[:-2] + (m, m))
+    for i in range(k):
+        v = unit[..., :, i:i + 1]
+        q = q - (q.matmul(v) * tau[..., i:i + 1].unsqueeze(-1)).matmul(v.mT)
+    return q[..., :, :n]
+
+
+def _geqrf(A: Tensor) -> tuple:
+    """(a, tau): R on and above the diagonal of a, the Householder vectors below it."""
+    flat = A._data.reshape((-1,) + A.shape[-2:])
+    packed, taus = [], []
+    for mat in flat:
+        h, tau = np.linalg.qr(mat, mode="raw")
+        packed.append(h.T)
+        taus.append(tau)
+    a = np.stack(packed).reshape(A.shape)
+    tau = np.stack(taus).reshape(A.shape[:-2] + (min(A.shape[-2:]),))
+    return Tensor._make(a.astype(A._data.dtype), None, 0), \
+        Tensor._make(tau.astype(A._data.dtype), None, 0)
+
+
+def _ormqr(A: Tensor, tau: Tensor, C: Tensor, left: bool = True, transpose: bool = False):
+    """Q C (or C Q, with Q^T when ``transpose``), Q the m x m Householder product of A, tau."""
+    q = _square_q(A, tau)
+    q = q.mT if transpose else q
+    return q.matmul(C) if left else C.matmul(q)
+
+
+def _square_q(A: Tensor, tau: Tensor) -> Tensor:
+    """All m columns of the Householder product (A cut or padded with zeros to m columns)."""
+    from disthook.tensor import cat
+
+    m, n = A.shape[-2:]
+    if n >= m:
+        return householder_product(A[..., :, :m], tau)
+    return householder_product(cat([A, A.new_zeros(A.shape[:-1] + (m - n,))], -1), tau)

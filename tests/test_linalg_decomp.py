@@ -68,6 +68,9 @@ ROWS = [
      [(3, 3), (3, 2)], {"name": False}),
     ("lu_unpack", lambda x: lib(x).lu_unpack(*lib(x).linalg.lu_factor(x))[2], [(3, 3)],
      {"name": False}),
+    ("householder_product", lambda a, tau: lib(a).linalg.householder_product(a, tau),
+     [(4, 3), (2,)], {"name": False}),
+    ("orgqr", lambda a, tau: a.orgqr(tau), [(3, 3), (3,)], {"name": False}),
 ]
 
 
@@ -99,3 +102,19 @@ def test_lu_pivots_are_lapacks_row_swaps(seed):
     want = torch.linalg.lu_factor(torch.tensor(a))
     assert got.pivots.tolist() == want.pivots.tolist()
     np.testing.assert_allclose(got.LU.numpy(), want.LU.numpy(), atol=1e-12)
+
+
+@pytest.mark.parametrize(("left", "transpose"), [(True, False), (True, True), (False, False),
+                                                 (False, True)])
+def test_geqrf_and_ormqr_are_lapacks(left, transpose):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    a, c = rng.standard_normal((2, 5, 3)), rng.standard_normal((2, 5, 2))
+    c = c if left else np.swapaxes(c, -1, -2)
+    got = disthook.geqrf(disthook.tensor(a))
+    want = torch.geqrf(torch.tensor(a))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), atol=1e-12)
+    np.testing.assert_allclose(disthook.ormqr(*got, disthook.tensor(c), left, transpose).numpy(),
+                               torch.ormqr(*want, torch.tensor(c), left, transpose).numpy(),
+                               atol=1e-12)
