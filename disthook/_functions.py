@@ -15,9 +15,10 @@ from disthook.tensor import Tensor, _factory, cat, stack, tensor
 
 __all__ = [
     "alias_copy", "are_deterministic_algorithms_enabled", "as_strided_copy", "asarray",
-    "atleast_1d", "atleast_2d", "atleast_3d", "bartlett_window", "batch_norm", "binomial",
-    "blackman_window", "block_diag", "bucketize", "can_cast", "cartesian_prod", "cdist",
-    "chain_matmul", "cholesky_inverse", "cholesky_solve", "column_stack", "combinations",
+    "atleast_1d", "atleast_2d", "atleast_3d", "bartlett_window", "batch_norm",
+    "binary_cross_entropy_with_logits", "binomial", "blackman_window", "block_diag",
+    "bucketize", "can_cast", "cartesian_prod", "cdist", "chain_matmul", "cholesky_inverse",
+    "cholesky_solve", "column_stack", "combinations", "constant_pad_nd",
     "cumulative_trapezoid", "detach_copy", "diagonal_copy", "dropout_", "dstack", "eig",
     "embedding", "empty_strided", "expand_copy", "fill", "frobenius_norm", "frombuffer",
     "geqrf", "get_default_device", "get_deterministic_debug_mode",
@@ -26,13 +27,13 @@ __all__ = [
     "is_anomaly_check_nan_enabled", "is_anomaly_enabled", "is_complex", "is_conj",
     "is_deterministic_algorithms_warn_only_enabled", "is_inference", "is_neg", "is_nonzero",
     "is_same_size", "is_signed", "is_storage", "isin", "kaiser_window", "logspace", "lstsq",
-    "lu", "lu_solve", "lu_unpack", "matrix_rank", "meshgrid", "nuclear_norm", "orgqr",
-    "ormqr", "permute_copy", "poisson", "polygamma", "promote_types", "randint_like", "range",
-    "result_type", "row_stack", "rsub", "scalar_tensor", "searchsorted", "select_copy",
-    "set_anomaly_enabled", "set_default_device", "set_default_tensor_type",
-    "set_deterministic_debug_mode", "set_float32_matmul_precision", "set_flush_denormal",
-    "set_num_interop_threads", "set_num_threads", "slice_copy", "solve", "split_copy",
-    "split_with_sizes_copy", "squeeze_copy", "symeig", "t_copy", "tensordot",
+    "lu", "lu_solve", "lu_unpack", "matrix_rank", "max_pool1d_with_indices", "meshgrid",
+    "nuclear_norm", "orgqr", "ormqr", "permute_copy", "poisson", "polygamma", "promote_types",
+    "randint_like", "range", "result_type", "row_stack", "rsub", "scalar_tensor",
+    "searchsorted", "select_copy", "set_anomaly_enabled", "set_default_device",
+    "set_default_tensor_type", "set_deterministic_debug_mode", "set_float32_matmul_precision",
+    "set_flush_denormal", "set_num_interop_threads", "set_num_threads", "slice_copy", "solve",
+    "split_copy", "split_with_sizes_copy", "squeeze_copy", "symeig", "t_copy", "tensordot",
     "transpose_copy", "trapezoid", "trapz", "triangular_solve", "tril_indices",
     "triu_indices", "typename", "unbind_copy", "unfold_copy", "unique_consecutive",
     "unravel_index", "unsqueeze_copy", "use_deterministic_algorithms", "vander", "view_copy",
@@ -781,6 +782,34 @@ def instance_norm(input, weight, bias, running_mean, running_var, use_input_stat
 
     return F.instance_norm(input, running_mean, running_var, weight, bias, use_input_stats,
                            momentum, eps)
+
+
+_REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}  # torch's top-level losses take these ints
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, pos_weight=None,
+                                     reduction: int = 1) -> Tensor:
+    """``torch.binary_cross_entropy_with_logits``: ``reduction`` is 0 / 1 / 2 (none, mean,
+    sum), as torch's top-level form takes it."""
+    from disthook.nn import functional as F
+
+    return F.binary_cross_entropy_with_logits(input, target, weight,
+                                              reduction=_REDUCTIONS[int(reduction)],
+                                              pos_weight=pos_weight)
+
+
+def constant_pad_nd(input: Tensor, pad, value=0) -> Tensor:
+    from disthook.nn import functional as F
+
+    return F.pad(input, list(pad), "constant", value)
+
+
+def max_pool1d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,
+                            ceil_mode=False):
+    from disthook.nn import functional as F
+
+    return F.max_pool1d(input, kernel_size, stride if stride else None, padding, dilation,
+                        ceil_mode, return_indices=True)
 
 
 def dropout_(input: Tensor, p: float, train: bool) -> Tensor:
