@@ -250,11 +250,12 @@ def test_integer_ops_against_torch(name):
     "x.clone().index_fill_(1, lib.tensor([0]), 9.0)", "lib.unravel_index(lib.tensor(5), (2, 3))[1]",
     "lib.logspace(0, 2, 3)", "lib.hann_window(5)", "lib.kaiser_window(4, True, 2.0)",
     "lib.trapezoid(x.nan_to_num(0, 1, 1))",
-    "lib.trapezoid(x.nan_to_num(0, 1, 1), lib.tensor([0.0, 1.0, 3.0, 4.0]))", "lib.cumulative_trapezoid(x.nan_to_num(0, 1, 1), dx=2)",
+    "lib.trapezoid(x.nan_to_num(0, 1, 1), lib.tensor([0.0, 1.0, 3.0, 4.0]))",
+    "lib.cumulative_trapezoid(x.nan_to_num(0, 1, 1), dx=2)",
     "lib.result_type(x, 1)", "lib.constant_pad_nd(x, [1, 2, 0, 1], 0.5)",
     "lib.max_pool1d_with_indices(x.nan_to_num(0, 9, -9)[None], 2)[1]",
-    "lib.binary_cross_entropy_with_logits(x.nan_to_num(0, 9, -9), (x > 0).float(), "
-    "reduction=0)", "lib.nonzero_static(x, size=7, fill_value=-2)", "lib.promote_types(lib.int32, lib.float32)",
+    "lib.binary_cross_entropy_with_logits(x.nan_to_num(0, 9, -9), (x > 0).float(), reduction=0)",
+    "lib.nonzero_static(x, size=7, fill_value=-2)", "lib.promote_types(lib.int32, lib.float32)",
 ])
 def test_more_forms_against_torch(expr):
     data = [[1.5, -2.0, 0.0, np.inf], [-np.inf, 0.25, 3.0, 0.0]]
