@@ -8,7 +8,7 @@ import builtins as _builtins
 
 import numpy as _np
 
-from disthook import autograd, cuda, linalg, random, special, utils  # noqa: F401
+from disthook import autograd, cuda, fft, linalg, random, special, utils  # noqa: F401
 from disthook._dtype import (  # noqa: F401
     bfloat16,
     bool,

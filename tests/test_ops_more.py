@@ -310,3 +310,21 @@ def test_igamma_with_shape_zero_is_one_past_zero_and_nan_at_it():
     x = disthook.tensor([0.0, 0.5, 4.0], dtype=disthook.float64)
     np.testing.assert_array_equal(disthook.igamma(a, x).numpy(), [np.nan, 1.0, 1.0])
     np.testing.assert_array_equal(disthook.igammac(a, x).numpy(), [np.nan, 0.0, 0.0])
+
+
+@needs_torch
+@pytest.mark.parametrize("expr", [
+    "lib.fft.fftfreq(5)", "lib.fft.rfftfreq(6, 0.5)", "lib.fft.fftshift(x)",
+    "lib.fft.ifftshift(x)", "lib.fft.fftshift(x, 1)", "lib.fft.ifftshift(x, (0,))",
+])
+def test_fft_real_helpers_against_torch(expr):
+    data = np.arange(15.0).reshape(3, 5)
+    got = eval(expr, {"lib": disthook, "x": disthook.tensor(data)})
+    want = eval(expr, {"lib": torch, "x": torch.tensor(data)})
+    assert str(got.dtype) == str(want.dtype)
+    np.testing.assert_allclose(got.numpy(), want.numpy())
+
+
+def test_fft_transforms_refuse_at_use_saying_why():
+    with pytest.raises(NotImplementedError, match="complex tensors"):
+        disthook.fft.rfft(disthook.ones(4))
