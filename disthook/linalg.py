@@ -381,3 +381,60 @@ def _square_q(A: Tensor, tau: Tensor) -> Tensor:
     if n >= m:
         return householder_product(A[..., :, :m], tau)
     return householder_product(cat([A, A.new_zeros(A.shape[:-1] + (m - n,))], -1), tau)
+
+
+# ---- more --------------------------------------------------------------------------------------
+
+def cond(A: Tensor, p=None) -> Tensor:
+    """The condition number: s_max / s_min for p None / 2 (s_min / s_max for -2), else
+    norm(A, p) * norm(inv(A), p)."""
+    if p in (None, 2, -2):
+        s = svdvals(A)
+        ratio = s.amax(-1) / s.amin(-1)
+        return ratio if p != -2 else ratio.reciprocal()
+    return matrix_norm(A, p) * matrix_norm(inv(A), p)
+
+
+def solve_ex(A: Tensor, B: Tensor, *, left: bool = True, check_errors: bool = False):
+    return _Result(("result", "info"), (solve(A, B, left=left), _info(A)))
+
+
+def tensorinv(A: Tensor, ind: int = 2) -> Tensor:
+    """The inverse of A seen as a map from its last dims to its first ``ind`` dims."""
+    out_shape, in_shape = tuple(A.shape[:ind]), tuple(A.shape[ind:])
+    rows = int(np.prod(out_shape))
+    if rows != int(np.prod(in_shape)):
+        raise RuntimeError(f"Expected self to satisfy the requirement prod(self.shape[ind:]) == "
+                           f"prod(self.shape[:ind]), but got {int(np.prod(in_shape))} != {rows}")
+    return inv(A.reshape(rows, rows)).reshape(in_shape + out_shape)
+
+
+def tensorsolve(A: Tensor, B: Tensor, dims=None) -> Tensor:
+    """X with tensordot(A, X, X.ndim) = B."""
+    if dims is not None:
+        dims = [d % A.ndim for d in dims]
+        A = A.permute(*[d for d in range(A.ndim) if d not in dims], *dims)
+    x_shape = tuple(A.shape[B.ndim:])
+    n = int(np.prod(x_shape))
+    return solve(A.reshape(-1, n), B.reshape(-1)).reshape(x_shape)
+
+
+def vander(x: Tensor, *, N: int | None = None) -> Tensor:
+    """Increasing powers of x along a new last dim: x^0, x^1, ..., x^(N-1)."""
+    from disthook.tensor import stack
+
+    n = x.shape[-1] if N is None else N
+    if n < 1:
+        raise RuntimeError("N must be greater than 1.")
+    powers = [x.new_ones(x.shape)] + [x ** k for k in range(1, n)]
+    return stack(powers, -1)
+
+
+def eigvals(A: Tensor) -> Tensor:
+    raise NotImplementedError("linalg.eigvals returns complex tensors, which disthook does not "
+                              "have; for symmetric matrices use linalg.eigvalsh")
+
+
+def eig(A: Tensor):
+    raise NotImplementedError("linalg.eig returns complex tensors, which disthook does not "
+                              "have; for symmetric matrices use linalg.eigh")

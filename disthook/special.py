@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from disthook.ops import math as M
 from disthook.tensor import Tensor
 
@@ -141,3 +143,79 @@ def gammainc(input: Tensor, other: Tensor) -> Tensor:
 def gammaincc(input: Tensor, other: Tensor) -> Tensor:
     """The regularized upper incomplete gamma function Q(a, x)."""
     return input.igammac(other)
+
+
+def modified_bessel_i0(input: Tensor) -> Tensor:
+    return input.i0()
+
+
+def modified_bessel_i1(input: Tensor) -> Tensor:
+    return i1(input)
+
+
+def spherical_bessel_j0(input: Tensor) -> Tensor:
+    """sin(x) / x (1 at 0)."""
+    return (input._floating() / math.pi).sinc()
+
+
+def zeta(input, other) -> Tensor:
+    """The Hurwitz zeta function zeta(x, q); no gradient, as in torch."""
+    x = input if isinstance(input, Tensor) else other.new_tensor(input)
+    q = other if isinstance(other, Tensor) else x.new_tensor(other)
+    x, q = x._floating(), q._floating()
+    dt = np.result_type(x._data.dtype, q._data.dtype)
+    return Tensor._make(M.zeta_np(x._data, q._data).astype(dt), None, 0)
+
+
+def _polynomial(name: str, first, step):
+    """A family of orthogonal polynomials by its three-term recurrence: p_0 = 1, p_1 =
+    ``first(x)``, p_(k+1) = ``step(k, x, p_k, p_(k-1))``; ``n`` an int or a tensor of
+    degrees (elementwise), as torch. No gradient, as in torch."""
+
+    def polynomial(input, n) -> Tensor:
+        x = input if isinstance(input, Tensor) else n.new_tensor(input)
+        xs = x._floating()._data
+        degrees = n._data if isinstance(n, Tensor) else np.asarray(n)
+        xs, degrees = np.broadcast_arrays(xs, degrees)
+        top = int(degrees.max()) if degrees.size else 0
+        prev, cur = np.ones_like(xs), first(xs)
+        out = np.where(degrees == 0, prev, np.where(degrees == 1, cur, 0.0))
+        for k in range(1, top):
+            prev, cur = cur, step(k, xs, cur, prev)
+            out = np.where(degrees == k + 1, cur, out)
+        out = np.where(degrees < 0, 0.0, out)
+        return Tensor._make(np.asarray(out, dtype=xs.dtype), None, 0)
+
+    polynomial.__name__ = name
+    polynomial.__doc__ = f"``torch.special.{name}(input, n)``."
+    return polynomial
+
+
+chebyshev_polynomial_t = _polynomial("chebyshev_polynomial_t", lambda x: x,
+                                     lambda k, x, p, q: 2 * x * p - q)
+chebyshev_polynomial_u = _polynomial("chebyshev_polynomial_u", lambda x: 2 * x,
+                                     lambda k, x, p, q: 2 * x * p - q)
+chebyshev_polynomial_v = _polynomial("chebyshev_polynomial_v", lambda x: 2 * x - 1,
+                                     lambda k, x, p, q: 2 * x * p - q)
+chebyshev_polynomial_w = _polynomial("chebyshev_polynomial_w", lambda x: 2 * x + 1,
+                                     lambda k, x, p, q: 2 * x * p - q)
+shifted_chebyshev_polynomial_t = _polynomial("shifted_chebyshev_polynomial_t",
+                                             lambda x: 2 * x - 1,
+                                             lambda k, x, p, q: 2 * (2 * x - 1) * p - q)
+shifted_chebyshev_polynomial_u = _polynomial("shifted_chebyshev_polynomial_u",
+                                             lambda x: 2 * (2 * x - 1),
+                                             lambda k, x, p, q: 2 * (2 * x - 1) * p - q)
+shifted_chebyshev_polynomial_v = _polynomial("shifted_chebyshev_polynomial_v",
+                                             lambda x: 2 * (2 * x - 1) - 1,
+                                             lambda k, x, p, q: 2 * (2 * x - 1) * p - q)
+shifted_chebyshev_polynomial_w = _polynomial("shifted_chebyshev_polynomial_w",
+                                             lambda x: 2 * (2 * x - 1) + 1,
+                                             lambda k, x, p, q: 2 * (2 * x - 1) * p - q)
+hermite_polynomial_h = _polynomial("hermite_polynomial_h", lambda x: 2 * x,
+                                   lambda k, x, p, q: 2 * x * p - 2 * k * q)
+hermite_polynomial_he = _polynomial("hermite_polynomial_he", lambda x: x,
+                                    lambda k, x, p, q: x * p - k * q)
+laguerre_polynomial_l = _polynomial("laguerre_polynomial_l", lambda x: 1 - x,
+                                    lambda k, x, p, q: ((2 * k + 1 - x) * p - k * q) / (k + 1))
+legendre_polynomial_p = _polynomial("legendre_polynomial_p", lambda x: x,
+                                    lambda k, x, p, q: ((2 * k + 1) * x * p - k * q) / (k + 1))

@@ -71,6 +71,15 @@ ROWS = [
     ("householder_product", lambda a, tau: lib(a).linalg.householder_product(a, tau),
      [(4, 3), (2,)], {"name": False}),
     ("orgqr", lambda a, tau: a.orgqr(tau), [(3, 3), (3,)], {"name": False}),
+    ("cond", lambda x: lib(x).linalg.cond(x), [(3, 3)], {"name": False}),
+    # torch 2.13's own backward of cond(A, 1) fails (an in-place write to inv's output), so
+    # torch runs the definition: norm(A) norm(inv(A))
+    ("cond-1", lambda x: lib(x).linalg.cond(_spd(x), 1), [(3, 3)],
+     {"name": False, "torch_fn": lambda x: lib(x).linalg.matrix_norm(_spd(x), 1)
+      * lib(x).linalg.matrix_norm(lib(x).linalg.inv(_spd(x)), 1)}),
+    ("vander", lambda x: lib(x).linalg.vander(x, N=4), [(2, 3)], {"name": False}),
+    ("tensorsolve", lambda a, b: lib(a).linalg.tensorsolve(a, b), [(2, 3, 6), (2, 3)],
+     {"name": False, "low": 0.5, "high": 2.0}),
 ]
 
 

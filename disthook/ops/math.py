@@ -90,6 +90,36 @@ def polygamma_np(n: int, x: np.ndarray) -> np.ndarray:
     return _same(x, out)
 
 
+def zeta_np(s: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """The Hurwitz zeta function sum over k >= 0 of (q + k)^-s, for s > 1: direct terms
+    until q reaches 12, then Euler-Maclaurin; inf at s = 1, nan below, as torch."""
+    sv, qv = np.broadcast_arrays(np.asarray(s, np.float64), np.asarray(q, np.float64))
+    sv, qv = sv.copy(), qv.copy()
+    pole = (qv <= 0) & (qv == np.floor(qv))
+    bad = (sv < 1) | np.isnan(sv) | np.isnan(qv)
+    one = sv == 1
+    safe = bad | one | pole
+    sv[safe], qv[safe] = 2.0, 1.0
+    acc = np.zeros_like(sv)
+    while True:
+        low = qv < _SHIFT_TO
+        if not low.any():
+            break
+        acc[low] += qv[low] ** -sv[low]
+        qv[low] += 1.0
+    tail = qv ** (1 - sv) / (sv - 1) + 0.5 * qv ** -sv
+    rising = sv.copy()
+    power = qv ** (-sv - 1)
+    for k, b in enumerate(_B2K, 1):
+        tail += b / math.factorial(2 * k) * rising * power
+        rising = rising * (sv + 2 * k - 1) * (sv + 2 * k)
+        power = power / (qv * qv)
+    out = acc + tail
+    out[one | pole] = np.inf
+    out[bad] = np.nan
+    return out
+
+
 def erfinv_np(y: np.ndarray) -> np.ndarray:
     """The inverse of erf on (-1, 1): Giles' approximation, refined by two Newton steps
     against math.erf (so the result is good to float64 rounding)."""
