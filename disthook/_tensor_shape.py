@@ -98,19 +98,25 @@ class ShapeMethods:
     def ravel(self):
         return self.reshape(-1)
 
-    def adjoint(self):
+    def _matrices(self, what: str):
+        if self.ndim < 2:
+            raise RuntimeError(f"tensor.{what} is only supported on matrices or batches of "
+                               f"matrices. Got {self.ndim}-D tensor.")
         return self.transpose(-2, -1)
+
+    def adjoint(self):
+        return self._matrices("adjoint()")
 
     @property
     def H(self):
-        if self.ndim > 2:
+        if self.ndim != 2:
             raise RuntimeError("tensor.H is only supported on matrices (2-D tensors). Got "
                                f"{self.ndim}-D tensor.")
         return self.t()
 
     @property
     def mH(self):
-        return self.transpose(-2, -1)
+        return self._matrices("mH")
 
     def sum_to_size(self, *size):
         from disthook.ops.base import sum_to

@@ -3,6 +3,8 @@ finite differences and, with torch installed, against torch: values, gradients, 
 One row per op."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -328,3 +330,14 @@ def test_fft_real_helpers_against_torch(expr):
 def test_fft_transforms_refuse_at_use_saying_why():
     with pytest.raises(NotImplementedError, match="complex tensors"):
         disthook.fft.rfft(disthook.ones(4))
+
+
+@pytest.mark.parametrize(("expr", "message"), [
+    ("x.H", "tensor.H is only supported on matrices (2-D tensors). Got 1-D tensor."),
+    ("x.mH", "tensor.mH is only supported on matrices or batches of matrices. Got 1-D tensor."),
+    ("x.adjoint()", ("tensor.adjoint() is only supported on matrices or batches of matrices. "
+                     "Got 1-D tensor.")),
+])
+def test_conjugate_transposes_need_matrices(expr, message):
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        eval(expr, {"x": disthook.ones(3)})
