@@ -334,6 +334,7 @@ from disthook._functions import *
 from disthook._functions import NN_ALIASES as _NN_ALIASES
 from disthook._functions import _nn_alias
 from disthook._layout import layout, strided  # noqa: F401
+from disthook._settings import *
 from disthook.amp.autocast_mode import autocast, is_autocast_enabled  # noqa: F401
 from disthook.storage import TypedStorage, UntypedStorage  # noqa: F401
 

@@ -14,30 +14,23 @@ from disthook import _dtype
 from disthook.tensor import Tensor, _factory, cat, stack, tensor
 
 __all__ = [
-    "alias_copy", "are_deterministic_algorithms_enabled", "as_strided_copy", "asarray",
-    "atleast_1d", "atleast_2d", "atleast_3d", "bartlett_window", "batch_norm",
-    "binary_cross_entropy_with_logits", "binomial", "blackman_window", "block_diag",
-    "bucketize", "can_cast", "cartesian_prod", "cdist", "chain_matmul", "cholesky_inverse",
-    "cholesky_solve", "column_stack", "combinations", "constant_pad_nd",
-    "cumulative_trapezoid", "detach_copy", "diagonal_copy", "dropout_", "dstack", "eig",
-    "embedding", "empty_strided", "expand_copy", "fill", "frobenius_norm", "frombuffer",
-    "geqrf", "get_default_device", "get_deterministic_debug_mode",
-    "get_float32_matmul_precision", "get_num_interop_threads", "get_num_threads", "gradient",
-    "hamming_window", "hann_window", "histogramdd", "hstack", "instance_norm",
-    "is_anomaly_check_nan_enabled", "is_anomaly_enabled", "is_complex", "is_conj",
-    "is_deterministic_algorithms_warn_only_enabled", "is_inference", "is_neg", "is_nonzero",
-    "is_same_size", "is_signed", "is_storage", "isin", "kaiser_window", "logspace", "lstsq",
-    "lu", "lu_solve", "lu_unpack", "matrix_rank", "max_pool1d_with_indices", "meshgrid",
-    "nuclear_norm", "orgqr", "ormqr", "permute_copy", "poisson", "polygamma", "promote_types",
-    "randint_like", "range", "result_type", "row_stack", "rsub", "scalar_tensor",
-    "searchsorted", "select_copy", "set_anomaly_enabled", "set_default_device",
-    "set_default_tensor_type", "set_deterministic_debug_mode", "set_float32_matmul_precision",
-    "set_flush_denormal", "set_num_interop_threads", "set_num_threads", "slice_copy", "solve",
-    "split_copy", "split_with_sizes_copy", "squeeze_copy", "symeig", "t_copy", "tensordot",
-    "transpose_copy", "trapezoid", "trapz", "triangular_solve", "tril_indices",
+    "alias_copy", "as_strided_copy", "asarray", "atleast_1d", "atleast_2d", "atleast_3d",
+    "bartlett_window", "batch_norm", "binary_cross_entropy_with_logits", "binomial",
+    "blackman_window", "block_diag", "bucketize", "can_cast", "cartesian_prod", "cdist",
+    "chain_matmul", "cholesky_inverse", "cholesky_solve", "column_stack", "combinations",
+    "constant_pad_nd", "cumulative_trapezoid", "detach_copy", "diagonal_copy", "dropout_",
+    "dstack", "eig", "embedding", "empty_strided", "expand_copy", "fill", "frobenius_norm",
+    "frombuffer", "geqrf", "gradient", "hamming_window", "hann_window", "histogramdd",
+    "hstack", "instance_norm", "is_complex", "is_conj", "is_inference", "is_neg",
+    "is_nonzero", "is_same_size", "is_signed", "is_storage", "isin", "kaiser_window",
+    "logspace", "lstsq", "lu", "lu_solve", "lu_unpack", "matrix_rank",
+    "max_pool1d_with_indices", "meshgrid", "nuclear_norm", "orgqr", "ormqr", "permute_copy",
+    "poisson", "polygamma", "promote_types", "randint_like", "range", "result_type",
+    "row_stack", "rsub", "scalar_tensor", "searchsorted", "select_copy", "slice_copy",
+    "solve", "split_copy", "split_with_sizes_copy", "squeeze_copy", "symeig", "t_copy",
+    "tensordot", "transpose_copy", "trapezoid", "trapz", "triangular_solve", "tril_indices",
     "triu_indices", "typename", "unbind_copy", "unfold_copy", "unique_consecutive",
-    "unravel_index", "unsqueeze_copy", "use_deterministic_algorithms", "vander", "view_copy",
-    "vstack",
+    "unravel_index", "unsqueeze_copy", "vander", "view_copy", "vstack",
 ]
 
 
@@ -434,95 +427,6 @@ def typename(obj) -> str:
     kind = type(obj)
     return kind.__name__ if kind.__module__ == "builtins" else \
         f"{kind.__module__}.{kind.__qualname__}"
-
-
-# ---- process-wide settings: numpy runs on the CPU, deterministically -------------------------------
-
-_settings = {"threads": 1, "interop_threads": 1, "deterministic": False, "warn_only": False,
-             "matmul_precision": "highest", "default_device": "cpu", "anomaly": False}
-
-
-def get_num_threads() -> int:
-    return _settings["threads"]
-
-
-def set_num_threads(n: int) -> None:
-    _settings["threads"] = int(n)
-
-
-def get_num_interop_threads() -> int:
-    return _settings["interop_threads"]
-
-
-def set_num_interop_threads(n: int) -> None:
-    _settings["interop_threads"] = int(n)
-
-
-def use_deterministic_algorithms(mode: bool, *, warn_only: bool = False) -> None:
-    _settings["deterministic"], _settings["warn_only"] = builtins.bool(mode), warn_only
-
-
-def are_deterministic_algorithms_enabled() -> bool:
-    return _settings["deterministic"]
-
-
-def is_deterministic_algorithms_warn_only_enabled() -> bool:
-    return _settings["warn_only"]
-
-
-def set_deterministic_debug_mode(mode) -> None:
-    levels = {"default": 0, "warn": 1, "error": 2}
-    _settings["deterministic"] = (levels.get(mode, mode) if isinstance(mode, str) else mode) > 0
-
-
-def get_deterministic_debug_mode() -> int:
-    return 2 if _settings["deterministic"] else 0
-
-
-def set_float32_matmul_precision(precision: str) -> None:
-    if precision not in ("highest", "high", "medium"):
-        raise RuntimeError(f"Invalid precision {precision}: must be highest, high or medium")
-    _settings["matmul_precision"] = precision
-
-
-def get_float32_matmul_precision() -> str:
-    return _settings["matmul_precision"]
-
-
-def set_default_device(device) -> None:
-    from disthook.tensor import _check_device
-
-    if device is not None:
-        _check_device(device)
-
-
-def get_default_device():
-    from disthook.tensor import device
-
-    return device("cpu")
-
-
-def set_flush_denormal(mode: bool) -> bool:
-    return False  # numpy cannot change the FPU's denormal mode; torch returns False likewise
-
-
-def is_anomaly_enabled() -> bool:
-    return _settings["anomaly"]
-
-
-def is_anomaly_check_nan_enabled() -> bool:
-    return _settings["anomaly"]
-
-
-def set_anomaly_enabled(enabled: bool, check_nan: bool = True) -> None:
-    _settings["anomaly"] = builtins.bool(enabled)
-
-
-def set_default_tensor_type(t) -> None:
-    """Legacy: sets the default floating dtype from a tensor type (``torch.DoubleTensor`` or
-    its name)."""
-    name = t if isinstance(t, str) else t.dtype.legacy_type
-    _dtype.set_default_dtype(_dtype.from_legacy(name))
 
 
 # ---- functions of a tensor that are not its methods ----------------------------------------------

@@ -341,3 +341,24 @@ def test_fft_transforms_refuse_at_use_saying_why():
 def test_conjugate_transposes_need_matrices(expr, message):
     with pytest.raises(RuntimeError, match=re.escape(message)):
         eval(expr, {"x": disthook.ones(3)})
+
+
+def test_process_settings_remember_what_was_set():
+    before = disthook.get_num_threads()
+    try:
+        disthook.set_num_threads(3)
+        assert disthook.get_num_threads() == 3
+        disthook.use_deterministic_algorithms(True, warn_only=True)
+        assert disthook.are_deterministic_algorithms_enabled()
+        assert disthook.is_deterministic_algorithms_warn_only_enabled()
+        disthook.set_float32_matmul_precision("high")
+        assert disthook.get_float32_matmul_precision() == "high"
+        with pytest.raises(RuntimeError, match="must be highest, high or medium"):
+            disthook.set_float32_matmul_precision("low")
+        disthook.set_default_tensor_type(disthook.DoubleTensor)
+        assert disthook.ones(1).dtype == disthook.float64
+    finally:
+        disthook.set_num_threads(before)
+        disthook.use_deterministic_algorithms(False)
+        disthook.set_float32_matmul_precision("highest")
+        disthook.set_default_dtype(disthook.float32)
