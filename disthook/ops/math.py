@@ -584,66 +584,31 @@ class Xlogy(Op):
 
 
 class Logaddexp(Op):
+    """log(e^a + e^b) (log2(2^a + 2^b) for Logaddexp2): each input's share of the sum,
+    sigmoid((a - b) log base), is its gradient."""
+
     saved_names = ("self", "other")
-    base = math.e
+    fn = staticmethod(np.logaddexp)
+    log_base = 1.0
 
     @classmethod
     def forward(cls, ctx, a, b):
         ctx.save_for_backward(a, b)
-        return np.logaddexp(a._data, b._data)
+        return cls.fn(a._data, b._data)
 
     @staticmethod
     def backward(ctx, g):
         a, b = ctx.saved_tensors
-        ga = g * (a - b).sigmoid() if _needs(ctx, 0) else None
-        gb = g * (b - a).sigmoid() if _needs(ctx, 1) else None
+        k = ctx.log_base
+        ga = g * ((a - b) * k).sigmoid() if _needs(ctx, 0) else None
+        gb = g * ((b - a) * k).sigmoid() if _needs(ctx, 1) else None
         return ga, gb
 
 
-class Logaddexp2(Op):
-    saved_names = ("self", "other")
-
-    @staticmethod
-    def forward(ctx, a, b):
-        ctx.save_for_backward(a, b)
-        return np.logaddexp2(a._data, b._data)
-
-    @staticmethod
-    def backward(ctx, g):
-        a, b = ctx.saved_tensors
-        ga = g * ((a - b) * math.log(2)).sigmoid() if _needs(ctx, 0) else None
-        gb = g * ((b - a) * math.log(2)).sigmoid() if _needs(ctx, 1) else None
-        return ga, gb
-
-
-class Igamma(Op):
-    """P(a, x); its derivative in x is x^(a-1) e^(-x) / Gamma(a), and torch has none in a."""
-
-    saved_names = ("self", "other")
-    upper = False
-
-    @classmethod
-    def forward(cls, ctx, a, x):
-        ctx.save_for_backward(a, x)
-        return gammainc_np(a._data, x._data, upper=cls.upper).astype(x._data.dtype)
-
-    @staticmethod
-    def backward(ctx, g):
-        a, x = ctx.saved_tensors
-        if ctx.needs_input_grad[0]:
-            raise NotImplementedError(f"the derivative for '{ctx.torch_name}: input' is not "
-                                      "implemented.")
-        d = (a - 1) * x.log() - x - a.lgamma()
-        return None, g * d.exp() * (-1 if ctx.upper else 1)
-
-
-class Igammac(Igamma):
-    node_name = "IgammacBackward0"
-    upper = True
-    torch_name = "igammac"
-
-
-Igamma.torch_name = "igamma"
+class Logaddexp2(Logaddexp):
+    node_name = "Logaddexp2Backward0"
+    fn = staticmethod(np.logaddexp2)
+    log_base = math.log(2)
 
 
 class _NoDerivative(Op):
