@@ -611,6 +611,36 @@ class Logaddexp2(Logaddexp):
     log_base = math.log(2)
 
 
+class Igamma(Op):
+    """P(a, x); its derivative in x is x^(a-1) e^(-x) / Gamma(a), and torch has none in a."""
+
+    saved_names = ("self", "other")
+    upper = False
+
+    @classmethod
+    def forward(cls, ctx, a, x):
+        ctx.save_for_backward(a, x)
+        return gammainc_np(a._data, x._data, upper=cls.upper).astype(x._data.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, x = ctx.saved_tensors
+        if ctx.needs_input_grad[0]:
+            raise NotImplementedError(f"the derivative for '{ctx.torch_name}: input' is not "
+                                      "implemented.")
+        d = (a - 1) * x.log() - x - a.lgamma()
+        return None, g * d.exp() * (-1 if ctx.upper else 1)
+
+
+class Igammac(Igamma):
+    node_name = "IgammacBackward0"
+    upper = True
+    torch_name = "igammac"
+
+
+Igamma.torch_name = "igamma"
+
+
 class _NoDerivative(Op):
     """An op torch defines no derivative for: the output takes part in the graph, and
     backward through it is torch's error naming the op."""
