@@ -143,6 +143,10 @@ ROWS = [
     ("scatter_reduce-prod", lambda x, y: x.scatter_reduce(0, lib(x).tensor([[0, 1, 0, 2]]), y,
                                                           "prod", include_self=True),
      [A, (1, 4)], {}),
+    ("scatter_reduce-prod-zeros", lambda x, y: x.scatter_reduce(
+        0, lib(x).tensor([[0, 0, 1, 1], [0, 1, 1, 2]]), y, "prod"),
+     [np.array([[0.0, 2.0, 3.0, 1.5], [1.0, 0.0, 2.0, 0.5], [1.0, 1.0, 1.0, 1.0]]),
+      np.array([[2.0, 0.0, 0.0, 1.5], [0.0, 3.0, 0.0, 2.0]])], {}),
     ("tensor_split", lambda x: x.tensor_split(3, 1), [A], {}),
     ("hsplit", lambda x: x.hsplit([1, 3]), [A], {}),
     # products

@@ -43,10 +43,24 @@ class ScatterReduce(Op):
         gsrc = np.zeros(values.shape, dtype=g._data.dtype)
         picked = g._data[where]
         if ctx.reduce == "prod":
-            with np.errstate(divide="ignore", invalid="ignore"):
-                gsrc = picked * out[where] / values  # the product of the others, zeros aside
-                gx = np.where(touched, g._data * out / x, g._data) if ctx.include_self else \
-                    np.where(touched, 0, g._data)
+            # the product of the others at each position: the product of its nonzero factors,
+            # divided by the element's own value, or (for a zero) kept when it is the only zero
+            zeros = np.zeros(x.shape)
+            nonzero_prod = np.ones(x.shape, dtype=x.dtype)
+            np.add.at(zeros, where, values == 0)
+            np.multiply.at(nonzero_prod, where, np.where(values == 0, 1, values))
+            if ctx.include_self:
+                zeros += touched & (x == 0)
+                nonzero_prod *= np.where(touched & (x != 0), x, 1)
+
+            def others(v, z, prod):
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    return np.where(v != 0, np.where(z == 0, prod / np.where(v != 0, v, 1), 0),
+                                    np.where(z == 1, prod, 0))
+
+            gsrc = picked * others(values, zeros[where], nonzero_prod[where])
+            gx = np.where(touched, g._data * others(x, zeros, nonzero_prod), g._data) \
+                if ctx.include_self else np.where(touched, 0, g._data)
         else:
             # amax / amin: the gradient is shared evenly among every value equal to the result
             hits_src = values == out[where]
