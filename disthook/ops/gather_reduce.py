@@ -35,6 +35,9 @@ class ScatterReduce(Op):
 
     @staticmethod
     def backward(ctx, g):
+        from disthook.ops.scan import no_second_order
+
+        no_second_order(g, f"scatter_reduce({ctx.reduce!r})", any(ctx.needs_input_grad))
         x, values, out = ctx.arrays
         where = _along_dim(ctx.index, ctx.dim)
         touched = np.zeros(x.shape, dtype=bool)

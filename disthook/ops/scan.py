@@ -16,6 +16,17 @@ def _tensor(array):
     return Tensor._make(array, None, 0)
 
 
+def no_second_order(g, what: str, depends_on_inputs: bool = True) -> None:
+    """Refuse to record a backward computed here in numpy (create_graph=True, which runs
+    backward with grad mode on) when the gradient it returns depends on something that
+    requires grad, rather than give second derivatives that are silently zero."""
+    from disthook.autograd import grad_mode
+
+    if grad_mode._state.enabled and (g.requires_grad or depends_on_inputs):
+        raise NotImplementedError(f"the second derivative of {what} is not implemented in "
+                                  "disthook (its first derivative is computed in numpy)")
+
+
 def _flip_cumsum(g, dim: int):
     """Suffix sums along ``dim``: out[k] = sum of g[j] for j >= k."""
     return g.flip(dim).cumsum(dim).flip(dim)
@@ -42,6 +53,7 @@ class Cumprod(Op):
         if not bool((a._data == 0).any()):
             return _flip_cumsum(g * out, dim) / a
         # with zeros: d out[j] / d a[k] is the product of a[i] for i <= j, i != k (j >= k)
+        no_second_order(g, "cumprod of an input with zeros", a.requires_grad)
         x, w = np.moveaxis(a._data, dim, -1), np.moveaxis(g._data, dim, -1)
         n = x.shape[-1]
         grad = np.zeros_like(x)

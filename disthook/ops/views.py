@@ -148,6 +148,9 @@ class AsStridedView(Op):
     def backward(ctx, g):
         from disthook.tensor import Tensor
 
+        from disthook.ops.scan import no_second_order
+
+        no_second_order(g, "as_strided", depends_on_inputs=False)  # linear: g only
         n, size, stride, offset, in_shape, in_strides, in_offset = ctx.geometry
         storage = np.zeros(n, dtype=g._data.dtype)
         np.add.at(storage, _positions(size, stride, offset), g._data)
