@@ -376,6 +376,6 @@ def test_process_settings_remember_what_was_set():
 ])
 def test_second_order_through_a_numpy_backward_is_refused_not_zero(fn):
     x = disthook.tensor([1.0, 0.0, 2.0, 3.0], requires_grad=True)
-    (g,) = disthook.autograd.grad(fn(x).sum(), x, create_graph=False)  # first order works
+    disthook.autograd.grad(fn(x).sum(), x)  # first order works
     with pytest.raises(NotImplementedError, match="second derivative"):
         disthook.autograd.grad(fn(x).sum(), x, create_graph=True)

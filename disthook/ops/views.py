@@ -146,9 +146,8 @@ class AsStridedView(Op):
 
     @staticmethod
     def backward(ctx, g):
-        from disthook.tensor import Tensor
-
         from disthook.ops.scan import no_second_order
+        from disthook.tensor import Tensor
 
         no_second_order(g, "as_strided", depends_on_inputs=False)  # linear: g only
         n, size, stride, offset, in_shape, in_strides, in_offset = ctx.geometry
