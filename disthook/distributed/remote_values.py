@@ -58,12 +58,13 @@ class _Ref:
     and the workers a copy was sent to. The value is dropped on all of them when the last
     client tensor holding this goes."""
 
-    __slots__ = ("__weakref__", "address", "copies", "model", "value", "vid")
+    __slots__ = ("__weakref__", "address", "copies", "holders", "model", "value", "vid")
 
     def __init__(self, model, address: str, vid: str, value: np.ndarray | None = None):
         self.model, self.address, self.vid = model, address, vid
         self.copies: set[str] = {address}
         self.value = value  # the fetched array (read-only), once fetched
+        self.holders = weakref.WeakSet()  # the client tensors standing for it (detach())
         weakref.finalize(self, model._hub.drop_values, self.copies, vid)
 
     def fetch(self) -> np.ndarray:
@@ -121,13 +122,16 @@ class RemoteValue(Tensor):
         """Become an ordinary local tensor (before an in-place change): the value, fetched
         and copied (or ``value``), is its own memory from now on."""
         ref = self.__dict__["_ref"]
-        for other in (self.__dict__.get("_view_base"), *self.__dict__.get("_views", ())):
+        others = [weakref.ref(t) for t in ref.holders if t is not self]
+        for other in (self.__dict__.get("_view_base"), *self.__dict__.get("_views", ()),
+                      *others):
             t = other() if other is not None else None
             if t is not None and type(t) is RemoteValue:
                 raise RuntimeError(
                     "an in-place change of a tensor kept on a worker that shares its memory "
-                    "with another tensor kept there (one is a view of the other, made by "
-                    "view/reshape/transpose/indexing): the other would not see the change. "
+                    "with another tensor kept there (one is a view or a detach() of the other, "
+                    "made by view/reshape/transpose/indexing/detach): the other would not see "
+                    "the change. "
                     "clone() the tensor before changing it in place")
         arr = np.array(ref.fetch() if value is None else value)
         self.__class__ = Tensor
@@ -175,6 +179,7 @@ def make_remote(ref: _Ref, meta: np.ndarray, node, output_nr: int) -> RemoteValu
     t._output_nr = output_nr
     t._vc = [0]
     t.__dict__["_ref"] = ref
+    ref.holders.add(t)
     return t
 
 

@@ -198,6 +198,13 @@ def test_in_place_changes_of_kept_values(cluster):
             assert type(view) is RemoteValue
             with pytest.raises(RuntimeError, match="clone"):
                 base.mul_(2)
+            kept = model.a(x)
+            alias = kept.detach()  # one value, two tensors: as in one process, they share it
+            with pytest.raises(RuntimeError, match="clone"):
+                alias.add_(1)
+            del kept
+            alias.add_(1)  # alone now: changed here
+            close(alias.numpy(), (local.a(x) + 1).numpy())
     finally:
         model.close()
 
