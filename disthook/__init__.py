@@ -8,7 +8,14 @@ import builtins as _builtins
 
 import numpy as _np
 
-from disthook import autograd, cuda, linalg, random, utils  # noqa: F401
+from disthook import (  # noqa: F401
+    _surface,  # first: from here on, torch's names that disthook lacks refuse at use
+    autograd,
+    cuda,
+    linalg,
+    random,
+    utils,
+)
 from disthook._dtype import (  # noqa: F401
     bfloat16,
     bool,

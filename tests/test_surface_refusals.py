@@ -1,0 +1,87 @@
+"""Every public torch 2.13 name imports from disthook; what disthook lacks refuses at use
+with a NotImplementedError naming the torch name, and real attributes always win."""
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+import disthook
+from disthook._surface import refusal
+
+
+def test_missing_nn_class_imports_and_refuses_when_made():
+    from disthook.nn import Conv3d
+
+    assert disthook.nn.Conv3d is Conv3d and not isinstance(object(), Conv3d)
+    with pytest.raises(NotImplementedError, match=r"^torch\.nn\.Conv3d is not implemented in "
+                       r"disthook .*docs/torch_surface\.md"):
+        Conv3d(1, 2, 3)
+
+    class Mine(Conv3d):  # subclassing works; making one refuses
+        pass
+
+    with pytest.raises(NotImplementedError, match="torch.nn.Conv3d"):
+        Mine()
+
+
+def test_refused_function_value_and_generic_class():
+    assert refusal.is_refused(disthook.fft.fft)
+    with pytest.raises(NotImplementedError, match=r"^torch\.fft\.fft is not implemented"):
+        disthook.fft.fft(disthook.ones(4))
+    with pytest.raises(NotImplementedError, match="sparse layouts are not modelled"):
+        disthook.sparse_coo_tensor([[0]], [1.0])
+    with pytest.raises(NotImplementedError, match="float8 dtypes are not modelled"):
+        disthook.float8_e4m3fn.itemsize  # noqa: B018
+    refused = disthook.nn.Conv3d
+    assert refused[int] is refused  # usable in annotations
+
+
+def test_torch_modules_disthook_lacks_import_as_stubs():
+    import disthook.ao.quantization as q
+    from disthook.distributed.tensor import DTensor
+
+    with pytest.raises(NotImplementedError, match=r"torch\.distributed\.tensor\.DTensor"):
+        DTensor()
+    with pytest.raises(NotImplementedError, match="quantized tensors"):
+        q.quantize_dynamic(None)
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("disthook.no_such_module_in_torch")
+
+
+def test_names_torch_lacks_stay_attribute_errors():
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        disthook.no_such_name  # noqa: B018
+    with pytest.raises(AttributeError):
+        disthook.nn.functional.no_such_name  # noqa: B018
+    assert not hasattr(disthook.nn, "_private_name")
+
+
+def test_real_attributes_win_and_submodules_resolve():
+    assert not refusal.is_refused(disthook.nn.Linear)
+    assert disthook.nn.utils.clip_grad_norm_ is not None
+    assert not refusal.is_refused(disthook.nn.utils.clip_grad_norm_)
+    assert disthook.nn.functional is importlib.import_module("disthook.nn.functional")
+
+
+def test_a_name_added_later_replaces_its_refusal():
+    module = disthook.special
+    assert refusal.is_refused(module.expit)
+    module.expit = disthook.sigmoid
+    try:
+        assert module.expit is disthook.sigmoid
+    finally:
+        del module.expit
+    assert refusal.is_refused(module.expit)
+
+
+def test_refusals_hold_in_a_fresh_process_that_imports_submodules_first():
+    code = ("from disthook.nn import Conv3d\nimport disthook.utils.data as d\n"
+            "from disthook.linalg import lu_factor\nimport disthook\n"
+            "assert disthook.nn.Conv3d is Conv3d and d.DataLoader\n"
+            "try:\n    lu_factor(None)\nexcept NotImplementedError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.startswith("torch.linalg.lu_factor is not implemented")
