@@ -507,3 +507,43 @@ def test_disthook_optim_is_importable_as_torch_optim():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1)
+
+
+# ---- an optimizer that wraps another without Optimizer.__init__ (opacus' DPOptimizer) ------
+
+def _wrapping_optimizer_class(lib):
+    class Wrapping(lib.optim.Optimizer):
+        def __init__(self, inner):  # never calls Optimizer.__init__
+            self.original_optimizer = inner
+
+        @property
+        def param_groups(self):
+            return self.original_optimizer.param_groups
+
+        @property
+        def state(self):
+            return self.original_optimizer.state
+
+        def zero_grad(self, set_to_none=True):
+            self.original_optimizer.zero_grad(set_to_none)
+
+        def step(self, closure=None):
+            return self.original_optimizer.step(closure)
+
+    return Wrapping
+
+
+@pytest.mark.parametrize("lib_name", ["disthook", "torch"])
+def test_a_wrapping_optimizer_that_skips_optimizer_init_steps_as_written(lib_name):
+    lib = pytest.importorskip(lib_name)
+    w = lib.nn.Parameter(lib.ones(2))
+    inner = lib.optim.SGD([w], lr=0.1)
+    fired = []
+    inner.register_step_pre_hook(lambda opt, args, kwargs: fired.append("inner"))
+    (w * w).sum().backward()
+    wrapper = _wrapping_optimizer_class(lib)(inner)
+    assert wrapper.step() is None
+    np.testing.assert_allclose(w.detach().numpy(), [0.8, 0.8])
+    assert fired == ["inner"]  # the inner optimizer's hooks fire once; the wrapper has none
+    wrapper.zero_grad()
+    assert w.grad is None
