@@ -299,6 +299,7 @@ from disthook import (  # noqa: F401  # noqa: F401
     optim,
 )
 from disthook.amp.autocast_mode import autocast, is_autocast_enabled  # noqa: F401
+from disthook.compiler import compile  # noqa: F401  # the model itself, run eagerly
 from disthook.serialization import load, save  # noqa: F401
 from disthook.torch_version import TORCH_VERSION as _TORCH_VERSION
 from disthook.torch_version import TorchVersion as _TorchVersion

@@ -42,6 +42,14 @@ HINTS = {
     "torch.distributed.init_process_group":
         "disthook has no process groups; it spreads one model over workers with "
         "disthook.distributed.deploy(model, ...)",
+    "torch.onnx": "disthook records no graph to export; load the state dict into the same "
+                  "model in PyTorch (torch.save(model.state_dict(), path)) and export there",
+    "torch.export": "disthook records no graph to export; load the state dict into the same "
+                    "model in PyTorch (torch.save(model.state_dict(), path)) and export there",
+    "torch.fx": "disthook has no symbolic tracer; run the module itself, or trace the same "
+                "model in PyTorch",
+    "torch.jit": "disthook has no TorchScript; torch.jit.script and trace give back the model, "
+                 "run eagerly, and its state dict saves with torch.save(model.state_dict())",
     "torch.distributions": "disthook.distributions provides Normal, Categorical and Bernoulli "
                            "(log_prob, sample, rsample for Normal, entropy, mean, variance)",
 }
