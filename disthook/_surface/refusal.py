@@ -139,7 +139,11 @@ def install(module: types.ModuleType) -> None:
             except AttributeError:
                 pass
         if f"{torch_module}.{name}" in torch_modules():
-            return importlib.import_module(f"{module.__name__}.{name}")
+            try:
+                return importlib.import_module(f"{module.__name__}.{name}")
+            except ImportError as error:  # hasattr() answers False, as it does for torch
+                raise AttributeError(f"module {module.__name__!r} has no attribute {name!r} "
+                                     f"({error})") from error
         spec = module.__dict__.get("__spec__")
         known = name in names if names is not None else (stub and not name.startswith("_"))
         if known and not getattr(spec, "_initializing", False):
