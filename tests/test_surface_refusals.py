@@ -85,3 +85,15 @@ def test_refusals_hold_in_a_fresh_process_that_imports_submodules_first():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.startswith("torch.linalg.lu_factor is not implemented")
+
+
+def test_torch_aliased_to_disthook_imports_the_same_submodules():
+    code = ("import sys, disthook\nsys.modules['torch'] = disthook\n"
+            "import torch.nn.functional as F\nimport torch.distributed.tensor as dt\n"
+            "from torch.utils.data import DataLoader\nimport torch.nn.utils.rnn as rnn\n"
+            "assert F is disthook.nn.functional and DataLoader is disthook.utils.data.DataLoader\n"
+            "assert dt is sys.modules['disthook.distributed.tensor']\n"
+            "assert rnn.PackedSequence is disthook.nn.utils.rnn.PackedSequence\nprint('same')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out == "same\n"

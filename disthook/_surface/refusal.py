@@ -195,11 +195,26 @@ class _StubLoader(importlib.abc.Loader):
         install(module)
 
 
+class _AliasLoader(importlib.abc.Loader):
+    """``torch.X`` where ``torch`` is disthook (``sys.modules["torch"] = disthook``): the
+    module ``disthook.X`` itself, so that both names give the same classes."""
+
+    def create_module(self, spec):
+        return importlib.import_module("disthook" + spec.name[len("torch"):])
+
+    def exec_module(self, module) -> None:
+        pass
+
+
 class SurfaceFinder(importlib.abc.MetaPathFinder):
     """Finds disthook's modules as the path finder does, installing refusals on the ones that
-    mirror torch; a torch module that disthook lacks is found as a stub."""
+    mirror torch; a torch module that disthook lacks is found as a stub. Where a program made
+    ``torch`` mean disthook, ``torch.X`` is ``disthook.X``."""
 
     def find_spec(self, fullname, path, target=None):
+        if fullname.startswith("torch.") and sys.modules.get("torch") is sys.modules.get(
+                "disthook", False):
+            return importlib.util.spec_from_loader(fullname, _AliasLoader())
         if not fullname.startswith("disthook."):
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
