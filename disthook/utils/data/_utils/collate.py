@@ -4,12 +4,10 @@ offers for batching a type of one's own; the map's entries are tried first, by `
 and containers are walked as ``default_collate`` walks them."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
 import numpy as np
 
 from disthook.tensor import Tensor
-from disthook.utils.data.collate import FORMAT_MSG, default_collate, default_convert
+from disthook.utils.data.collate import collate_container, default_collate, default_convert
 
 __all__ = ["collate", "collate_float_fn", "collate_int_fn", "collate_numpy_array_fn",
            "collate_numpy_scalar_fn", "collate_str_fn", "collate_tensor_fn", "default_collate",
@@ -22,27 +20,7 @@ def collate(batch, *, collate_fn_map: dict | None = None):
     for kind, fn in (collate_fn_map or {}).items():
         if isinstance(elem, kind):
             return fn(batch, collate_fn_map=collate_fn_map)
-    if isinstance(elem, Mapping):
-        collated = {key: collate([d[key] for d in batch], collate_fn_map=collate_fn_map)
-                    for key in elem}
-        try:
-            return type(elem)(collated)
-        except TypeError:
-            return collated
-    if isinstance(elem, tuple) and hasattr(elem, "_fields"):
-        return type(elem)(*(collate(list(s), collate_fn_map=collate_fn_map)
-                            for s in zip(*batch)))
-    if isinstance(elem, Sequence) and not isinstance(elem, (str, bytes)):
-        if any(len(b) != len(elem) for b in batch):
-            raise RuntimeError("each element in list of batch should be of equal size")
-        transposed = [collate(list(s), collate_fn_map=collate_fn_map) for s in zip(*batch)]
-        if isinstance(elem, tuple):
-            return transposed
-        try:
-            return type(elem)(transposed)
-        except TypeError:
-            return transposed
-    raise TypeError(FORMAT_MSG.format(type(elem)))
+    return collate_container(batch, lambda part: collate(part, collate_fn_map=collate_fn_map))
 
 
 def _leaf(batch, *, collate_fn_map=None):
