@@ -1,8 +1,9 @@
 """Learning-rate schedules that rewrite ``group["lr"]`` of an optimizer, as torch's do:
 ``LRScheduler`` (the base: an initial step at construction, ``step``, ``get_last_lr``,
 ``state_dict``), ``StepLR``, ``ExponentialLR``, ``LambdaLR``, ``ConstantLR``, ``LinearLR``,
-``CosineAnnealingLR``, ``OneCycleLR`` (which also cycles momentum), ``SequentialLR`` and
-``ReduceLROnPlateau`` (stepped with a metric)."""
+``CosineAnnealingLR``, ``OneCycleLR`` (which also cycles momentum), ``SequentialLR``,
+``ReduceLROnPlateau`` (stepped with a metric), ``MultiStepLR``, ``MultiplicativeLR``,
+``PolynomialLR`` and ``CosineAnnealingWarmRestarts``."""
 from __future__ import annotations
 
 import bisect
@@ -11,6 +12,7 @@ import math
 import types
 import warnings
 import weakref
+from collections import Counter
 
 from disthook.optim.optimizer import Optimizer
 
@@ -85,15 +87,20 @@ class LRScheduler:
         raise NotImplementedError
 
     def step(self, epoch: int | None = None) -> None:
-        if self._step_count == 1:
-            if not getattr(self.optimizer.step, "_wrapped_by_lr_sched", False):
-                warnings.warn(_OVERRIDDEN_WARNING, UserWarning, stacklevel=2)
-            elif not getattr(self.optimizer, "_opt_called", False):
-                warnings.warn(_ORDER_WARNING, UserWarning, stacklevel=2)
-        self._step_count += 1
+        self._count_step()
         if epoch is not None:
             warnings.warn(_EPOCH_DEPRECATION, UserWarning, stacklevel=2)
         self._update_lr(epoch)
+
+    def _count_step(self) -> None:
+        """One more step; at the first after construction, torch's warnings when the
+        optimizer did not step before it or its ``step`` was replaced."""
+        if self._step_count == 1:
+            if not getattr(self.optimizer.step, "_wrapped_by_lr_sched", False):
+                warnings.warn(_OVERRIDDEN_WARNING, UserWarning, stacklevel=3)
+            elif not getattr(self.optimizer, "_opt_called", False):
+                warnings.warn(_ORDER_WARNING, UserWarning, stacklevel=3)
+        self._step_count += 1
 
     def _update_lr(self, epoch: int | None = None) -> None:
         """Move to the next epoch (or to ``epoch``, by the closed form where there is one)
@@ -581,3 +588,116 @@ class ReduceLROnPlateau(LRScheduler):
     def load_state_dict(self, state_dict: dict) -> None:
         self.__dict__.update(state_dict)
         self._init_is_better(self.mode, self.threshold, self.threshold_mode)
+
+
+class MultiStepLR(LRScheduler):
+    """Multiply each group's learning rate by ``gamma`` at each milestone epoch (a milestone
+    listed twice multiplies twice)."""
+
+    def __init__(self, optimizer: Optimizer, milestones, gamma: float = 0.1,
+                 last_epoch: int = -1) -> None:
+        self.milestones = Counter(milestones)
+        self.gamma = gamma
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list:
+        self._warn_if_called_outside_step()
+        times = self.milestones.get(self.last_epoch, 0)
+        return [lr * self.gamma ** times for lr in self._lrs()]
+
+    def _get_closed_form_lr(self) -> list:
+        passed = bisect.bisect_right(sorted(self.milestones.elements()), self.last_epoch)
+        return [base * self.gamma ** passed for base in self.base_lrs]
+
+
+class MultiplicativeLR(LambdaLR):
+    """Multiply each group's learning rate by ``lr_lambda(epoch)`` every epoch after the
+    first."""
+
+    def get_lr(self) -> list:
+        self._warn_if_called_outside_step()
+        if self.last_epoch > 0:
+            return [lr * fn(self.last_epoch) for fn, lr in zip(self.lr_lambdas, self._lrs())]
+        return self._lrs()
+
+
+class PolynomialLR(LRScheduler):
+    """Decay the learning rates to zero over ``total_iters`` epochs along
+    ``(1 - epoch / total_iters) ** power``."""
+
+    def __init__(self, optimizer: Optimizer, total_iters: int = 5, power: float = 1.0,
+                 last_epoch: int = -1) -> None:
+        self.total_iters = total_iters
+        self.power = power
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list:
+        self._warn_if_called_outside_step()
+        t, total = self.last_epoch, self.total_iters
+        if t == 0 or t > total:
+            return self._lrs()
+        factor = ((1.0 - t / total) / (1.0 - (t - 1) / total)) ** self.power
+        return [lr * factor for lr in self._lrs()]
+
+    def _get_closed_form_lr(self) -> list:
+        left = 1.0 - min(self.total_iters, self.last_epoch) / self.total_iters
+        return [base * left ** self.power for base in self.base_lrs]
+
+
+class CosineAnnealingWarmRestarts(LRScheduler):
+    """Cosine annealing from each group's initial learning rate to ``eta_min`` over ``T_0``
+    epochs, then again over ``T_0 * T_mult``, ... (SGDR). ``step(epoch)`` takes fractional
+    epochs, for stepping per batch."""
+
+    def __init__(self, optimizer: Optimizer, T_0: int, T_mult: int = 1,
+                 eta_min: float = 0.0, last_epoch: int = -1) -> None:
+        if T_0 <= 0 or not isinstance(T_0, int):
+            raise ValueError(f"Expected positive integer T_0, but got {T_0}")
+        if T_mult < 1 or not isinstance(T_mult, int):
+            raise ValueError(f"Expected integer T_mult >= 1, but got {T_mult}")
+        if not isinstance(eta_min, (float, int)):
+            raise ValueError(  # noqa: TRY004  # torch's type and text
+                f"Expected float or int eta_min, but got {eta_min} of type "
+                f"{type(eta_min).__name__}")
+        self.T_0, self.T_i, self.T_mult, self.eta_min = T_0, T_0, T_mult, eta_min
+        self.T_cur = last_epoch
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list:
+        self._warn_if_called_outside_step()
+        return [self.eta_min + (base - self.eta_min)
+                * (1 + math.cos(math.pi * self.T_cur / self.T_i)) / 2
+                for base in self.base_lrs]
+
+    def step(self, epoch=None) -> None:
+        self._count_step()
+        if epoch is None and self.last_epoch < 0:
+            epoch = 0
+        if epoch is None:
+            epoch = self.last_epoch + 1
+            self.T_cur += 1
+            if self.T_cur >= self.T_i:
+                self.T_cur -= self.T_i
+                self.T_i *= self.T_mult
+        else:
+            if epoch < 0:
+                raise ValueError(f"Expected non-negative epoch, but got {epoch}")
+            if epoch >= self.T_0:
+                if self.T_mult == 1:
+                    self.T_cur = epoch % self.T_0
+                else:
+                    n = int(math.log(epoch / self.T_0 * (self.T_mult - 1) + 1, self.T_mult))
+                    self.T_cur = epoch - self.T_0 * (self.T_mult ** n - 1) / (self.T_mult - 1)
+                    self.T_i = self.T_0 * self.T_mult ** n
+            else:
+                self.T_i = self.T_0
+                self.T_cur = epoch
+        self.last_epoch = math.floor(epoch)
+        self._get_lr_called_within_step = True
+        try:
+            values = self.get_lr()
+        finally:
+            self._get_lr_called_within_step = False
+        for group, lr in zip(self.optimizer.param_groups, values):
+            group["lr"] = lr
+        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
