@@ -335,6 +335,10 @@ def _same_param_twice(t):
 
 # (id, fn of the torch-like module, exception type, torch's message)
 OPTIM_CASES = [
+    ("adamax_beta", lambda t: t.optim.Adamax(_p(t), betas=(0.9, 1.0)), ValueError,
+     "Invalid beta parameter at index 1: 1.0"),
+    ("rprop_etas", lambda t: t.optim.Rprop(_p(t), etas=(1.1, 1.2)), ValueError,
+     "Invalid eta values: 1.1, 1.2"),
     ("sgd_lr", lambda t: t.optim.SGD(_p(t), lr=-1.0), ValueError, "Invalid learning rate: -1.0"),
     ("sgd_momentum", lambda t: t.optim.SGD(_p(t), lr=0.1, momentum=-0.5), ValueError,
      "Invalid momentum value: -0.5"),
