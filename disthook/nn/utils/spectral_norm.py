@@ -8,6 +8,7 @@ from __future__ import annotations
 from disthook.autograd.grad_mode import no_grad
 from disthook.nn.modules.module import Module
 from disthook.nn.parameter import Parameter
+from disthook.nn.utils.weight_norm import remove_hook_of
 from disthook.tensor import Tensor
 
 __all__ = ["remove_spectral_norm", "spectral_norm"]
@@ -118,9 +119,4 @@ def spectral_norm(module: Module, name: str = "weight", n_power_iterations: int 
 
 def remove_spectral_norm(module: Module, name: str = "weight") -> Module:
     """Undo ``spectral_norm``: ``<name>`` is a parameter again, holding the normalised weight."""
-    for key, hook in list(module._forward_pre_hooks.items()):
-        if isinstance(hook, SpectralNorm) and hook.name == name:
-            hook.remove(module)
-            del module._forward_pre_hooks[key]
-            return module
-    raise ValueError(f"spectral_norm of '{name}' not found in {module}")
+    return remove_hook_of(module, SpectralNorm, name, "spectral_norm")

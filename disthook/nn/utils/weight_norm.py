@@ -71,9 +71,15 @@ def weight_norm(module: Module, name: str = "weight", dim: int | None = 0) -> Mo
 
 def remove_weight_norm(module: Module, name: str = "weight") -> Module:
     """Undo ``weight_norm``: ``<name>`` is a parameter again, holding the current weight."""
+    return remove_hook_of(module, WeightNorm, name, "weight_norm")
+
+
+def remove_hook_of(module: Module, kind: type, name: str, what: str) -> Module:
+    """Undo the forward pre-hook of type ``kind`` that reparametrizes ``name``, or torch's
+    ValueError naming ``what`` when there is none."""
     for key, hook in list(module._forward_pre_hooks.items()):
-        if isinstance(hook, WeightNorm) and hook.name == name:
+        if isinstance(hook, kind) and hook.name == name:
             hook.remove(module)
             del module._forward_pre_hooks[key]
             return module
-    raise ValueError(f"weight_norm of '{name}' not found in {module}")
+    raise ValueError(f"{what} of '{name}' not found in {module}")
