@@ -50,6 +50,7 @@ from workers.params import ParamHandlers
 from workers.peers import Peers
 from workers.runners import Runners
 from workers.stages import StageHandlers
+from workers.values import ValueHandlers
 from workers.state import (
     ANSWERS,
     ClientGone,
@@ -68,7 +69,8 @@ __all__ = ["Worker"]
 ROUTER_BURST = 32  # messages taken off the endpoint per poll, at most
 
 
-class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Service):
+class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, ValueHandlers,
+             Service):
     role = "worker"
 
     def __init__(self, coordinator: str, *, bind: str = "tcp://127.0.0.1:0",
@@ -110,12 +112,12 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
                                     else tuple(allow_model_modules))
         # per client and model: forward graphs kept for a backward, and hooks registered
         self.max_contexts, self.max_hooks = max_contexts, max_hooks
-        self.state = WorkerState(wid, context_ttl=context_ttl)
+        self.peers = Peers(keys)  # who is on each connection, from the transport
+        self.who = self.peers.who  # a peer as the logs name it
+        self.state = WorkerState(wid, context_ttl=context_ttl, who=self.who)
         self.runners = Runners(self._serve_round, name=f"worker-{wid}")
         self._todo: list = []  # jobs to start, in order
         self._sleepers: dict[int, object] = {}  # wait id -> the turn of the job waiting
-        self.peers = Peers(keys)  # who is on each connection, from the transport
-        self.who = self.peers.who  # a client as the logs name it
         self._local = threading.local()  # .job: the job this thread runs now
         self._event_ids = itertools.count(1)
         self._warnings_routed = False  # see _route_warnings
@@ -212,8 +214,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
             # a client may send its answers to a burst of hook events as one batch
             msgs = wire.decode_all(body, batched=ANSWERS)
         except (PermissionError, wire.WireError) as exc:
-            self.peer_log.warning(sender, "%s: refused a message from %r: %s", self.name,
-                                  sender, exc)
+            self.peer_log.warning(sender, "%s: refused a message from %s: %s", self.label,
+                                  self.who(sender), exc)
             self.reply(self.router, sender, 0, "error", error_fields(exc, worker=self.name))
             return
         for msg in msgs:
@@ -234,8 +236,11 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
             if graphs or hooks:
                 self.log.info("worker %s: %s went away; dropped its %d graph(s) and %d "
                               "hook(s)", self.id, self.who(sender), graphs, hooks)
+            self.peer_log.forget(sender)  # (it may name the peer: before peers forget it)
             self.peers.forget(sender)
-            self.peer_log.forget(sender)
+
+    def peer_name(self, identity: bytes) -> str:
+        return self.who(identity)
 
     def _execute(self, instructions: list) -> None:
         """Carry out what the state decided (jobs start at the end of the round)."""
@@ -384,6 +389,10 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
                 "stages": [st.name for st in self.stages.values()], "memory": rss_bytes(),
                 "threads": blas_threads(),  # the BLAS threads set (None: numpy's default)
                 "contexts": counts["contexts"], "mailbox": counts["mailbox"],
+                "values": counts["values"],
+                # per model: bytes sent to other workers (activations, gradients, kept
+                # values), kept values taken from them, and kept values read by clients
+                "data": {m: dict(c) for m, c in self.__dict__.get("data_stats", {}).items()},
                 "waits": counts["waits"], "queued": counts["queued"],
                 "hooks_fired": dict(self.captures.fired),
                 "messages": wire.decoded_count(),
