@@ -1457,3 +1457,32 @@ def multi_head_attention_forward(query: Tensor, key: Tensor, value: Tensor,
         out = out.squeeze(1)
         weights = weights.squeeze(0) if weights is not None else None
     return out, weights
+
+
+# ---- the families kept in modules of their own (they read the helpers above) ----------------
+
+from disthook.nn._functional.activation import (  # noqa: E402
+    celu,
+    celu_,
+    elu_,
+    glu,
+    hardshrink,
+    hardsigmoid,
+    hardtanh,
+    hardtanh_,
+    leaky_relu_,
+    logsigmoid,
+    prelu,
+    relu6,
+    relu_,
+    rrelu,
+    rrelu_,
+    selu,
+    selu_,
+    softmin,
+    softshrink,
+    softsign,
+    tanhshrink,
+    threshold,
+    threshold_,
+)
