@@ -1461,28 +1461,4 @@ def multi_head_attention_forward(query: Tensor, key: Tensor, value: Tensor,
 
 # ---- the families kept in modules of their own (they read the helpers above) ----------------
 
-from disthook.nn._functional.activation import (  # noqa: E402
-    celu,
-    celu_,
-    elu_,
-    glu,
-    hardshrink,
-    hardsigmoid,
-    hardtanh,
-    hardtanh_,
-    leaky_relu_,
-    logsigmoid,
-    prelu,
-    relu6,
-    relu_,
-    rrelu,
-    rrelu_,
-    selu,
-    selu_,
-    softmin,
-    softshrink,
-    softsign,
-    tanhshrink,
-    threshold,
-    threshold_,
-)
+from disthook.nn._functional.activation import *

@@ -9,6 +9,12 @@ from disthook.ops import activation as A
 from disthook.ops import elementwise as E
 from disthook.tensor import Tensor
 
+__all__ = [
+    "celu", "celu_", "elu_", "glu", "hardshrink", "hardsigmoid", "hardtanh", "hardtanh_",
+    "leaky_relu_", "logsigmoid", "prelu", "relu6", "relu_", "rrelu", "rrelu_", "selu", "selu_",
+    "softmin", "softshrink", "softsign", "tanhshrink", "threshold", "threshold_",
+]
+
 SELU_ALPHA = 1.6732632423543772848170429916717
 SELU_SCALE = 1.0507009873554804934193349852946
 
