@@ -155,6 +155,12 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
     return _conv(input, weight, bias, stride, padding, dilation, groups, 2)
 
 
+def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
+           dilation=1, groups: int = 1) -> Tensor:
+    """3-d convolution of ``(N, C_in, D, H, W)`` (or unbatched ``(C_in, D, H, W)``) input."""
+    return _conv(input, weight, bias, stride, padding, dilation, groups, 3)
+
+
 def _conv(input, weight, bias, stride, padding, dilation, groups, dims: int) -> Tensor:
     if input.ndim not in (dims + 1, dims + 2):
         raise RuntimeError(
@@ -1166,6 +1172,12 @@ def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, 
                            dilation, 2)
 
 
+def conv_transpose3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1,
+                     padding=0, output_padding=0, groups: int = 1, dilation=1) -> Tensor:
+    return _conv_transpose(input, weight, bias, stride, padding, output_padding, groups,
+                           dilation, 3)
+
+
 def _conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation,
                     dims: int) -> Tensor:
     """The adjoint of a convolution with ``weight`` (``(C_in, C_out / groups, *kernel)``):
@@ -1462,3 +1474,4 @@ def multi_head_attention_forward(query: Tensor, key: Tensor, value: Tensor,
 # ---- the families kept in modules of their own (they read the helpers above) ----------------
 
 from disthook.nn._functional.activation import *
+from disthook.nn._functional.pooling import *  # noqa: F403

@@ -53,3 +53,9 @@ class InstanceNorm2d(_InstanceNorm):
     """Over ``(N, C, H, W)`` or ``(C, H, W)`` input."""
 
     dims = 2
+
+
+class InstanceNorm3d(_InstanceNorm):
+    """Over ``(N, C, D, H, W)`` or ``(C, D, H, W)`` input."""
+
+    dims = 3

@@ -1,0 +1,152 @@
+"""Lazy layers: their input size (``in_channels``, ``num_features``) is read from the first
+input; then they allocate and initialise their parameters and become the ordinary layer (the
+same parameter objects, now with their shapes), as torch's do."""
+from __future__ import annotations
+
+from disthook.nn.modules.batchnorm import BatchNorm1d, BatchNorm2d, BatchNorm3d
+from disthook.nn.modules.conv import (
+    Conv1d,
+    Conv2d,
+    Conv3d,
+    ConvTranspose1d,
+    ConvTranspose2d,
+    ConvTranspose3d,
+)
+from disthook.nn.modules.instancenorm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d
+from disthook.tensor import Tensor, empty, ones, zeros
+
+
+class LazyModuleMixin:
+    """The first call sizes the parameters from the input (``initialize_parameters``) and
+    turns the module into ``cls_to_become``, whose forward runs it and every later call."""
+
+    cls_to_become: type | None = None
+
+    def has_uninitialized_params(self) -> bool:
+        return any(p is not None and p.numel() == 0 for p in self.parameters(recurse=False))
+
+    def initialize_parameters(self, *args, **kwargs) -> None:
+        raise NotImplementedError
+
+    def forward(self, *args, **kwargs):
+        self.initialize_parameters(*args, **kwargs)
+        self.__class__ = self.cls_to_become
+        return self.forward(*args, **kwargs)
+
+
+def _size(t: Tensor | None, shape: tuple, factory: dict) -> None:
+    """Give an empty placeholder parameter or buffer its shape (values set after)."""
+    if t is not None:
+        t.data = empty(shape, **factory)
+
+
+# ---- convolutions ------------------------------------------------------------------------------
+
+class _LazyConvMixin(LazyModuleMixin):
+    def __init__(self, out_channels: int, kernel_size, stride=1, padding=0, *args,
+                 device=None, dtype=None, **kwargs) -> None:
+        self._factory = {"dtype": dtype, "device": device}
+        # in_channels 0: the weight is empty until the first input says how many there are
+        self.cls_to_become.__init__(self, 0, out_channels, kernel_size, stride, padding,
+                                    *args, device=device, dtype=dtype, **kwargs)
+
+    def reset_parameters(self) -> None:
+        if self.in_channels:
+            self.cls_to_become.reset_parameters(self)
+
+    def initialize_parameters(self, input: Tensor, *args, **kwargs) -> None:
+        unbatched = input.ndim == self.dims + 1
+        self.in_channels = input.shape[0 if unbatched else 1]
+        if self.in_channels % self.groups:
+            raise ValueError("in_channels must be divisible by groups")
+        if self.transposed:
+            shape = (self.in_channels, self.out_channels // self.groups, *self.kernel_size)
+        else:
+            shape = (self.out_channels, self.in_channels // self.groups, *self.kernel_size)
+        _size(self.weight, shape, self._factory)
+        _size(self.bias, (self.out_channels,), self._factory)
+        del self._factory
+        self.reset_parameters()
+
+
+class LazyConv1d(_LazyConvMixin, Conv1d):
+    cls_to_become = Conv1d
+
+
+class LazyConv2d(_LazyConvMixin, Conv2d):
+    cls_to_become = Conv2d
+
+
+class LazyConv3d(_LazyConvMixin, Conv3d):
+    cls_to_become = Conv3d
+
+
+class _LazyConvTransposeMixin(_LazyConvMixin):
+    def __init__(self, out_channels: int, kernel_size, stride=1, padding=0, output_padding=0,
+                 groups: int = 1, bias: bool = True, dilation=1, padding_mode: str = "zeros",
+                 device=None, dtype=None) -> None:
+        super().__init__(out_channels, kernel_size, stride, padding, output_padding, groups,
+                         bias, dilation, padding_mode, device=device, dtype=dtype)
+
+
+class LazyConvTranspose1d(_LazyConvTransposeMixin, ConvTranspose1d):
+    cls_to_become = ConvTranspose1d
+
+
+class LazyConvTranspose2d(_LazyConvTransposeMixin, ConvTranspose2d):
+    cls_to_become = ConvTranspose2d
+
+
+class LazyConvTranspose3d(_LazyConvTransposeMixin, ConvTranspose3d):
+    cls_to_become = ConvTranspose3d
+
+
+# ---- normalisation -----------------------------------------------------------------------------
+
+class _LazyNormMixin(LazyModuleMixin):
+    def __init__(self, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
+                 track_running_stats: bool = True, device=None, dtype=None) -> None:
+        self._factory = {"dtype": dtype, "device": device}
+        self.cls_to_become.__init__(self, 0, eps, momentum, affine, track_running_stats,
+                                    device, dtype)
+
+    def reset_parameters(self) -> None:
+        if self.num_features:
+            self.cls_to_become.reset_parameters(self)
+
+    def initialize_parameters(self, input: Tensor) -> None:
+        batched = getattr(self, "dims", None)
+        unbatched = batched is not None and input.ndim == batched + 1
+        self.num_features = input.shape[0 if unbatched else 1]
+        c = (self.num_features,)
+        _size(self.weight, c, self._factory)
+        _size(self.bias, c, self._factory)
+        if self.running_mean is not None:
+            self.running_mean.data = zeros(c, **self._factory)
+            self.running_var.data = ones(c, **self._factory)
+        del self._factory
+        self.reset_parameters()
+
+
+class LazyBatchNorm1d(_LazyNormMixin, BatchNorm1d):
+    cls_to_become = BatchNorm1d
+
+
+class LazyBatchNorm2d(_LazyNormMixin, BatchNorm2d):
+    cls_to_become = BatchNorm2d
+
+
+class LazyBatchNorm3d(_LazyNormMixin, BatchNorm3d):
+    cls_to_become = BatchNorm3d
+
+
+class LazyInstanceNorm1d(_LazyNormMixin, InstanceNorm1d):
+    cls_to_become = InstanceNorm1d
+
+
+class LazyInstanceNorm2d(_LazyNormMixin, InstanceNorm2d):
+    cls_to_become = InstanceNorm2d
+
+
+class LazyInstanceNorm3d(_LazyNormMixin, InstanceNorm3d):
+    cls_to_become = InstanceNorm3d
