@@ -1474,4 +1474,5 @@ def multi_head_attention_forward(query: Tensor, key: Tensor, value: Tensor,
 # ---- the families kept in modules of their own (they read the helpers above) ----------------
 
 from disthook.nn._functional.activation import *
-from disthook.nn._functional.pooling import *  # noqa: F403
+from disthook.nn._functional.pooling import *
+from disthook.nn._functional.loss import *
