@@ -92,7 +92,7 @@ def test_distances():
     check_op(lambda a, b: _f(a).pairwise_distance(a, b, 3.0, keepdim=True), (4, 5), (1, 5),
              name=False)
     for p in (2.0, 1.0, 3.0, 0.5):
-        check_op(lambda x: _f(x).pdist(x, p), (5, 3), low=-3, high=3)
+        check_op(lambda x, p=p: _f(x).pdist(x, p), (5, 3), low=-3, high=3)
 
 
 def test_margin_losses_refuse_a_second_derivative_as_torch():
