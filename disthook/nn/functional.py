@@ -1476,3 +1476,9 @@ def multi_head_attention_forward(query: Tensor, key: Tensor, value: Tensor,
 from disthook.nn._functional.activation import *
 from disthook.nn._functional.pooling import *
 from disthook.nn._functional.loss import *
+from disthook.nn._functional.normalization import *
+from disthook.nn._functional.dropout import *
+from disthook.nn._functional.embedding import *
+from disthook.nn._functional.linear import *
+from disthook.nn._functional.rearrange import *
+from disthook.nn._functional.sampling import *

@@ -2,6 +2,8 @@
 in-place forms, each one op of ``disthook.ops.activation`` or a composition torch also uses."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from disthook import random
@@ -10,9 +12,10 @@ from disthook.ops import elementwise as E
 from disthook.tensor import Tensor
 
 __all__ = [
-    "celu", "celu_", "elu_", "glu", "hardshrink", "hardsigmoid", "hardtanh", "hardtanh_",
-    "leaky_relu_", "logsigmoid", "prelu", "relu6", "relu_", "rrelu", "rrelu_", "selu", "selu_",
-    "softmin", "softshrink", "softsign", "tanhshrink", "threshold", "threshold_",
+    "celu", "celu_", "elu_", "glu", "gumbel_softmax", "hardshrink", "hardsigmoid", "hardtanh",
+    "hardtanh_", "leaky_relu_", "logsigmoid", "prelu", "relu6", "relu_", "rrelu", "rrelu_",
+    "selu", "selu_", "softmin", "softshrink", "softsign", "tanhshrink", "threshold",
+    "threshold_",
 ]
 
 SELU_ALPHA = 1.6732632423543772848170429916717
@@ -164,3 +167,22 @@ def rrelu(input: Tensor, lower: float = 1.0 / 8, upper: float = 1.0 / 3,
 def rrelu_(input: Tensor, lower: float = 1.0 / 8, upper: float = 1.0 / 3,
            training: bool = False) -> Tensor:
     return rrelu(input, lower, upper, training, inplace=True)
+
+
+def gumbel_softmax(logits: Tensor, tau: float = 1, hard: bool = False, eps: float = 1e-10,
+                   dim: int = -1) -> Tensor:
+    """A sample of the Gumbel-softmax distribution: ``softmax((logits + g) / tau)`` with
+    ``g`` Gumbel noise from disthook's generator; ``hard`` returns the one-hot of its argmax
+    with the soft sample's gradient (straight-through)."""
+    if eps != 1e-10:
+        warnings.warn("`eps` parameter is deprecated and has no effect.", UserWarning,
+                      stacklevel=2)
+    exponential = random.gen().exponential(size=logits.shape).astype(logits._data.dtype)
+    gumbels = logits.new_tensor(-np.log(exponential))
+    soft = ((logits + gumbels) / tau).softmax(dim)
+    if not hard:
+        return soft
+    index = soft._data.argmax(axis=dim)
+    hard_sample = np.zeros(soft.shape, dtype=soft._data.dtype)
+    np.put_along_axis(hard_sample, np.expand_dims(index, dim), 1.0, axis=dim)
+    return soft.new_tensor(hard_sample) - soft.detach() + soft

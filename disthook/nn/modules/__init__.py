@@ -39,7 +39,14 @@ from disthook.nn.modules.batchnorm import (
     BatchNorm3d,
     SyncBatchNorm,
 )
-from disthook.nn.modules.container import ModuleDict, ModuleList, Sequential
+from disthook.nn.modules.container import (
+    Container,
+    ModuleDict,
+    ModuleList,
+    ParameterDict,
+    ParameterList,
+    Sequential,
+)
 from disthook.nn.modules.conv import (
     Conv1d,
     Conv2d,
@@ -52,8 +59,20 @@ from disthook.nn.modules.distance import (
     CosineSimilarity,
     PairwiseDistance,
 )
-from disthook.nn.modules.dropout import Dropout
+from disthook.nn.modules.dropout import (
+    AlphaDropout,
+    Dropout,
+    Dropout1d,
+    Dropout2d,
+    Dropout3d,
+    FeatureAlphaDropout,
+)
 from disthook.nn.modules.flatten import Flatten, Unflatten
+from disthook.nn.modules.fold import (
+    ChannelShuffle,
+    Fold,
+    Unfold,
+)
 from disthook.nn.modules.instancenorm import (
     InstanceNorm1d,
     InstanceNorm2d,
@@ -75,6 +94,7 @@ from disthook.nn.modules.lazy import (
     LazyModuleMixin,
 )
 from disthook.nn.modules.linear import (
+    Bilinear,
     Identity,
     LazyLinear,
     Linear,
@@ -106,7 +126,13 @@ from disthook.nn.modules.loss import (
     TripletMarginWithDistanceLoss,
 )
 from disthook.nn.modules.module import Module
-from disthook.nn.modules.normalization import GroupNorm, LayerNorm
+from disthook.nn.modules.normalization import (
+    CrossMapLRN2d,
+    GroupNorm,
+    LayerNorm,
+    LocalResponseNorm,
+    RMSNorm,
+)
 from disthook.nn.modules.padding import (
     CircularPad1d,
     CircularPad2d,
@@ -145,7 +171,10 @@ from disthook.nn.modules.pooling import (
     MaxPool3d,
 )
 from disthook.nn.modules.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
-from disthook.nn.modules.sparse import Embedding
+from disthook.nn.modules.sparse import (
+    Embedding,
+    EmbeddingBag,
+)
 from disthook.nn.modules.transformer import (
     Transformer,
     TransformerDecoder,
@@ -153,7 +182,11 @@ from disthook.nn.modules.transformer import (
     TransformerEncoder,
     TransformerEncoderLayer,
 )
-from disthook.nn.modules.upsampling import Upsample
+from disthook.nn.modules.upsampling import (
+    Upsample,
+    UpsamplingBilinear2d,
+    UpsamplingNearest2d,
+)
 
 __all__ = [
     "CELU",
@@ -171,6 +204,7 @@ __all__ = [
     "AdaptiveMaxPool1d",
     "AdaptiveMaxPool2d",
     "AdaptiveMaxPool3d",
+    "AlphaDropout",
     "AvgPool1d",
     "AvgPool2d",
     "AvgPool3d",
@@ -179,13 +213,16 @@ __all__ = [
     "BatchNorm1d",
     "BatchNorm2d",
     "BatchNorm3d",
+    "Bilinear",
     "CTCLoss",
+    "ChannelShuffle",
     "CircularPad1d",
     "CircularPad2d",
     "CircularPad3d",
     "ConstantPad1d",
     "ConstantPad2d",
     "ConstantPad3d",
+    "Container",
     "Conv1d",
     "Conv2d",
     "Conv3d",
@@ -195,9 +232,16 @@ __all__ = [
     "CosineEmbeddingLoss",
     "CosineSimilarity",
     "CrossEntropyLoss",
+    "CrossMapLRN2d",
     "Dropout",
+    "Dropout1d",
+    "Dropout2d",
+    "Dropout3d",
     "Embedding",
+    "EmbeddingBag",
+    "FeatureAlphaDropout",
     "Flatten",
+    "Fold",
     "FractionalMaxPool2d",
     "FractionalMaxPool3d",
     "GRUCell",
@@ -237,6 +281,7 @@ __all__ = [
     "LeakyReLU",
     "Linear",
     "LinearCrossEntropyLoss",
+    "LocalResponseNorm",
     "LogSigmoid",
     "LogSoftmax",
     "MSELoss",
@@ -257,9 +302,12 @@ __all__ = [
     "NonDynamicallyQuantizableLinear",
     "PReLU",
     "PairwiseDistance",
+    "ParameterDict",
+    "ParameterList",
     "PixelShuffle",
     "PixelUnshuffle",
     "PoissonNLLLoss",
+    "RMSNorm",
     "RNNBase",
     "RNNCell",
     "RNNCellBase",
@@ -295,7 +343,10 @@ __all__ = [
     "TripletMarginLoss",
     "TripletMarginWithDistanceLoss",
     "Unflatten",
+    "Unfold",
     "Upsample",
+    "UpsamplingBilinear2d",
+    "UpsamplingNearest2d",
     "ZeroPad1d",
     "ZeroPad2d",
     "ZeroPad3d",

@@ -1,4 +1,4 @@
-"""``Linear`` and ``Identity``."""
+"""``Linear``, ``Bilinear`` and ``Identity``."""
 from __future__ import annotations
 
 import math
@@ -91,3 +91,35 @@ class LazyLinear(Linear):
     def forward(self, input: Tensor) -> Tensor:
         self.initialize_parameters(input)
         return F.linear(input, self.weight, self.bias)
+
+
+class Bilinear(Module):
+    """``y = x1^T A x2 + b`` with ``A`` of shape ``(out, in1, in2)``; both uniform in
+    +-1/sqrt(in1) at init, as torch's."""
+
+    def __init__(self, in1_features: int, in2_features: int, out_features: int,
+                 bias: bool = True, device=None, dtype=None) -> None:
+        super().__init__()
+        self.in1_features = in1_features
+        self.in2_features = in2_features
+        self.out_features = out_features
+        self.weight = Parameter(empty((out_features, in1_features, in2_features), dtype=dtype,
+                                      device=device))
+        if bias:
+            self.bias = Parameter(empty(out_features, dtype=dtype, device=device))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = 1 / math.sqrt(self.weight.shape[1])
+        init.uniform_(self.weight, -bound, bound)
+        if self.bias is not None:
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input1: Tensor, input2: Tensor) -> Tensor:
+        return F.bilinear(input1, input2, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (f"in1_features={self.in1_features}, in2_features={self.in2_features}, "
+                f"out_features={self.out_features}, bias={self.bias is not None}")
