@@ -335,3 +335,49 @@ def test_container_is_deprecated_module_with_children():
     with pytest.warns(UserWarning, match="nn.Container is deprecated"):
         c = nn.Container(lin=nn.Linear(2, 3))
     assert isinstance(c.lin, nn.Linear) and len(list(c.parameters())) == 2
+
+
+# ---- grouped products and the functional helpers -------------------------------------------------
+
+@pytest.mark.parametrize("a, b, offs", [
+    ((2, 4, 8), (2, 8, 4), None), ((8, 8), (2, 8, 4), [3, 8]), ((2, 4, 8), (8, 8), [4, 8]),
+    ((4, 8), (8, 4), [4, 8]),
+])
+def test_grouped_mm(a, b, offs):
+    # torch's grouped_mm takes float32 (or half) only: compare values and gradients there
+    a = RNG.standard_normal(a).astype(np.float32)
+    b = RNG.standard_normal(b).astype(np.float32)
+    results = []
+    for m in (disthook, torch):
+        x, y = m.tensor(a, requires_grad=True), m.tensor(b, requires_grad=True)
+        o = None if offs is None else m.tensor(offs, dtype=m.int32)
+        out = m.nn.functional.grouped_mm(x, y, offs=o)
+        (out * m.tensor(np.arange(out.numel(), dtype=np.float32).reshape(out.shape))).sum() \
+            .backward()
+        results.append([out.detach().numpy(), x.grad.numpy(), y.grad.numpy()])
+    for ours, theirs in zip(*results):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-4)
+    with pytest.raises(RuntimeError, match="Expected mat_a to be Float32, BFloat16 or Float16"):
+        F.grouped_mm(disthook.ones(2, 2, 2, dtype=disthook.float64), disthook.ones(2, 2, 2))
+
+
+def test_boolean_dispatch_and_torch_function_protocol():
+    pick = F.boolean_dispatch("flag", 1, False, lambda x, flag=False: ("true", x),
+                              lambda x, flag=False: ("false", x), "mod", "pick")
+    assert pick(1) == ("false", 1) and pick(1, True) == ("true", 1)
+    assert pick(1, flag=True) == ("true", 1) and pick.__name__ == "pick"
+
+    class Logged:
+        calls = []
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            cls.calls.append(func.__name__)
+            return "handled"
+
+    x = disthook.ones(2)
+    assert not F.has_torch_function((x,)) and F.has_torch_function_variadic(x, Logged())
+    assert F.handle_torch_function(F.relu, (Logged(),), Logged()) == "handled"
+    assert Logged.calls == ["relu"]
+    with pytest.raises(AssertionError, match="kernel_size must be"):
+        F.assert_int_or_pair([1, 2, 3], "kernel_size", "{} must be int or pair")

@@ -1482,3 +1482,4 @@ from disthook.nn._functional.embedding import *
 from disthook.nn._functional.linear import *
 from disthook.nn._functional.rearrange import *
 from disthook.nn._functional.sampling import *
+from disthook.nn._functional.dispatch import *
