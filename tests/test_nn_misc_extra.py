@@ -367,17 +367,17 @@ def test_boolean_dispatch_and_torch_function_protocol():
     assert pick(1) == ("false", 1) and pick(1, True) == ("true", 1)
     assert pick(1, flag=True) == ("true", 1) and pick.__name__ == "pick"
 
-    class Logged:
-        calls = []
+    calls = []
 
+    class Logged:
         @classmethod
         def __torch_function__(cls, func, types, args=(), kwargs=None):
-            cls.calls.append(func.__name__)
+            calls.append(func.__name__)
             return "handled"
 
     x = disthook.ones(2)
     assert not F.has_torch_function((x,)) and F.has_torch_function_variadic(x, Logged())
     assert F.handle_torch_function(F.relu, (Logged(),), Logged()) == "handled"
-    assert Logged.calls == ["relu"]
+    assert calls == ["relu"]
     with pytest.raises(AssertionError, match="kernel_size must be"):
         F.assert_int_or_pair([1, 2, 3], "kernel_size", "{} must be int or pair")
