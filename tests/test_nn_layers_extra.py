@@ -287,3 +287,22 @@ def test_max_pool_with_indices(nd):
     t_values, t_indices = getattr(torch.nn.functional, fn)(torch.tensor(x), 2)
     np.testing.assert_array_equal(indices.numpy(), t_indices.numpy())
     np.testing.assert_allclose(values.numpy(), t_values.numpy())
+
+
+@pytest.mark.parametrize("lazy, args, full, full_args, shape", [
+    ("LazyConv2d", (4, 3), "Conv2d", (3, 4, 3), (2, 3, 5, 5)),
+    ("LazyConvTranspose1d", (4, 3), "ConvTranspose1d", (3, 4, 3), (2, 3, 5)),
+    ("LazyBatchNorm1d", (), "BatchNorm1d", (3,), (4, 3)),
+])
+def test_lazy_layers_take_their_sizes_from_a_state_dict_loaded_first(lazy, args, full,
+                                                                     full_args, shape):
+    theirs = getattr(torch.nn, full)(*full_args).double()
+    ours = getattr(nn, lazy)(*args, dtype=disthook.float64)
+    ours.load_state_dict({k: disthook.tensor(v.detach().numpy().copy())
+                          for k, v in theirs.state_dict().items()})
+    theirs.eval()
+    ours.eval()
+    x = rand(*shape)
+    np.testing.assert_allclose(ours(disthook.tensor(x)).detach().numpy(),
+                               theirs(torch.tensor(x)).detach().numpy(), rtol=1e-10)
+    assert type(ours) is getattr(nn, full) and repr(ours) == repr(theirs)

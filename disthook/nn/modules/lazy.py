@@ -23,15 +23,37 @@ class LazyModuleMixin:
     cls_to_become: type | None = None
 
     def has_uninitialized_params(self) -> bool:
-        return any(p is not None and p.numel() == 0 for p in self.parameters(recurse=False))
+        raise NotImplementedError
 
     def initialize_parameters(self, *args, **kwargs) -> None:
         raise NotImplementedError
 
+    def _sizes_from_loaded(self) -> None:
+        """Set the input size from parameters a state dict gave their shapes."""
+        raise NotImplementedError
+
     def forward(self, *args, **kwargs):
-        self.initialize_parameters(*args, **kwargs)
+        if self.has_uninitialized_params():
+            self.initialize_parameters(*args, **kwargs)
+        self.__dict__.pop("_factory", None)
         self.__class__ = self.cls_to_become
         return self.forward(*args, **kwargs)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs) -> None:
+        """A state dict loaded before the first call gives the empty parameters and buffers
+        its shapes (then its values), as torch's lazy modules take them."""
+        if self.has_uninitialized_params():
+            loaded = False
+            for name, t in (*self._parameters.items(), *self._buffers.items()):
+                key = prefix + name
+                if t is not None and t.numel() == 0 and key in state_dict:
+                    t.data = empty(tuple(state_dict[key].shape), **self._factory)
+                    loaded = True
+            if loaded:
+                self._sizes_from_loaded()
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                      unexpected_keys, error_msgs)
 
 
 def _size(t: Tensor | None, shape: tuple, factory: dict) -> None:
@@ -54,6 +76,13 @@ class _LazyConvMixin(LazyModuleMixin):
         if self.in_channels:
             self.cls_to_become.reset_parameters(self)
 
+    def has_uninitialized_params(self) -> bool:
+        return self.in_channels == 0
+
+    def _sizes_from_loaded(self) -> None:
+        w = self.weight
+        self.in_channels = w.shape[0] if self.transposed else w.shape[1] * self.groups
+
     def initialize_parameters(self, input: Tensor, *args, **kwargs) -> None:
         unbatched = input.ndim == self.dims + 1
         self.in_channels = input.shape[0 if unbatched else 1]
@@ -65,7 +94,6 @@ class _LazyConvMixin(LazyModuleMixin):
             shape = (self.out_channels, self.in_channels // self.groups, *self.kernel_size)
         _size(self.weight, shape, self._factory)
         _size(self.bias, (self.out_channels,), self._factory)
-        del self._factory
         self.reset_parameters()
 
 
@@ -114,6 +142,14 @@ class _LazyNormMixin(LazyModuleMixin):
         if self.num_features:
             self.cls_to_become.reset_parameters(self)
 
+    def has_uninitialized_params(self) -> bool:
+        return self.num_features == 0
+
+    def _sizes_from_loaded(self) -> None:
+        sized = self.weight if self.weight is not None else self.running_mean
+        if sized is not None:
+            self.num_features = sized.shape[0]
+
     def initialize_parameters(self, input: Tensor) -> None:
         batched = getattr(self, "dims", None)
         unbatched = batched is not None and input.ndim == batched + 1
@@ -124,7 +160,6 @@ class _LazyNormMixin(LazyModuleMixin):
         if self.running_mean is not None:
             self.running_mean.data = zeros(c, **self._factory)
             self.running_var.data = ones(c, **self._factory)
-        del self._factory
         self.reset_parameters()
 
 
