@@ -16,6 +16,7 @@ from disthook._dtype import c_type_name, scalar_type_name
 from disthook.autograd import grad_mode
 from disthook.nn import _linear_ops
 from disthook.nn import _unpool as UnpoolOps
+from disthook.ops import activation as ActivationOps
 from disthook.ops import conv as ConvOps
 from disthook.ops import elementwise as E
 from disthook.ops import embedding as EmbeddingOps
@@ -111,7 +112,7 @@ def log_softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3,
 
 def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
     if inplace:
-        return input._inplace(E.LeakyRelu, negative_slope=negative_slope)
+        return input._inplace(ActivationOps.LeakyReluInplace, negative_slope=negative_slope)
     return E.LeakyRelu.apply(input, negative_slope=negative_slope)
 
 

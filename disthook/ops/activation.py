@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from disthook.ops.base import Op, sum_to
+from disthook.ops.elementwise import LeakyRelu
 
 
 def _keep(g, mask):
@@ -226,3 +227,29 @@ class RreluWithNoise(Op):
     def backward(ctx, g):
         (a,) = ctx.saved_tensors
         return g * a.new_ones(()).where(a > 0, a.new_tensor(ctx.noise))
+
+
+# ---- in-place forms: torch records them under nodes of their own ------------------------------
+
+class ThresholdInplace(Threshold):
+    node_name = "ThresholdBackward1"
+
+
+class ScaledEluInplace(ScaledElu):
+    node_name = "EluBackward1"
+
+
+class CeluInplace(Celu):
+    node_name = "CeluBackward1"
+
+
+class RreluWithNoiseInplace(RreluWithNoise):
+    node_name = "RreluWithNoiseBackward1"
+
+
+class LeakyReluInplace(LeakyRelu):
+    node_name = "LeakyReluBackward1"
+
+
+INPLACE = {Threshold: ThresholdInplace, ScaledElu: ScaledEluInplace, Celu: CeluInplace,
+           RreluWithNoise: RreluWithNoiseInplace}

@@ -23,7 +23,10 @@ SELU_SCALE = 1.0507009873554804934193349852946
 
 
 def _apply(op, input: Tensor, inplace: bool, **params) -> Tensor:
-    return input._inplace(op, **params) if inplace else op.apply(input, **params)
+    """``op`` on ``input``, or written into it (under torch's node of the in-place form)."""
+    if inplace:
+        return input._inplace(A.INPLACE.get(op, op), **params)
+    return op.apply(input, **params)
 
 
 def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0,
@@ -61,7 +64,7 @@ def elu_(input: Tensor, alpha: float = 1.0) -> Tensor:
 
 
 def leaky_relu_(input: Tensor, negative_slope: float = 0.01) -> Tensor:
-    return input._inplace(E.LeakyRelu, negative_slope=negative_slope)
+    return input._inplace(A.LeakyReluInplace, negative_slope=negative_slope)
 
 
 def selu(input: Tensor, inplace: bool = False) -> Tensor:
