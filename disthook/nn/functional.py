@@ -1475,12 +1475,12 @@ def multi_head_attention_forward(query: Tensor, key: Tensor, value: Tensor,
 # ---- the families kept in modules of their own (they read the helpers above) ----------------
 
 from disthook.nn._functional.activation import *
-from disthook.nn._functional.pooling import *
-from disthook.nn._functional.loss import *
-from disthook.nn._functional.normalization import *
+from disthook.nn._functional.dispatch import *
 from disthook.nn._functional.dropout import *
 from disthook.nn._functional.embedding import *
 from disthook.nn._functional.linear import *
+from disthook.nn._functional.loss import *
+from disthook.nn._functional.normalization import *
+from disthook.nn._functional.pooling import *
 from disthook.nn._functional.rearrange import *
 from disthook.nn._functional.sampling import *
-from disthook.nn._functional.dispatch import *
