@@ -147,7 +147,7 @@ def sparse_(tensor: Tensor, sparsity: float, std: float = 0.01, generator=None) 
     if tensor.ndim != 2:
         raise ValueError("Only tensors with 2 dimensions are supported")
     rows, cols = tensor.shape
-    zeros = int(math.ceil(sparsity * rows))
+    zeros = math.ceil(sparsity * rows)
     rng = random.gen(generator)
     values = rng.normal(0.0, std, size=(rows, cols))
     for col in range(cols):
