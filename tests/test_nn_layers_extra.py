@@ -306,3 +306,27 @@ def test_lazy_layers_take_their_sizes_from_a_state_dict_loaded_first(lazy, args,
     np.testing.assert_allclose(ours(disthook.tensor(x)).detach().numpy(),
                                theirs(torch.tensor(x)).detach().numpy(), rtol=1e-10)
     assert type(ours) is getattr(nn, full) and repr(ours) == repr(theirs)
+
+
+def test_lazy_placeholders_are_uninitialized_until_sized():
+    for layer in (nn.LazyLinear(3), nn.LazyConv1d(3, 2), nn.LazyBatchNorm1d()):
+        assert isinstance(layer.weight, nn.UninitializedParameter)
+        assert isinstance(layer.weight, nn.Parameter) and layer.weight.requires_grad
+        assert repr(layer.weight) == "<UninitializedParameter>"
+        layer(disthook.randn(2, 4, 5) if isinstance(layer, nn.Conv1d) or
+              type(layer).__name__ == "LazyConv1d" else disthook.randn(2, 4))
+        assert type(layer.weight) is nn.Parameter
+    bn = nn.LazyBatchNorm2d()
+    assert isinstance(bn.running_mean, nn.UninitializedBuffer)
+    bn(disthook.randn(2, 3, 2, 2))
+    assert type(bn.running_mean) is disthook.Tensor and bn.running_mean.shape == (3,)
+
+
+def test_factory_kwargs():
+    assert nn.factory_kwargs(None) == {}
+    assert nn.factory_kwargs({"dtype": disthook.float64, "factory_kwargs": {"device": "cpu"}}) \
+        == {"dtype": disthook.float64, "device": "cpu"}
+    with pytest.raises(TypeError, match="dtype specified twice"):
+        nn.factory_kwargs({"dtype": 1, "factory_kwargs": {"dtype": 2}})
+    with pytest.raises(TypeError, match="unexpected kwargs"):
+        nn.factory_kwargs({"bias": True})

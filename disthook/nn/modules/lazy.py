@@ -13,7 +13,8 @@ from disthook.nn.modules.conv import (
     ConvTranspose3d,
 )
 from disthook.nn.modules.instancenorm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d
-from disthook.tensor import Tensor, empty, ones, zeros
+from disthook.nn.parameter import UninitializedBuffer, UninitializedParameter
+from disthook.tensor import Tensor
 
 
 class LazyModuleMixin:
@@ -47,8 +48,9 @@ class LazyModuleMixin:
             loaded = False
             for name, t in (*self._parameters.items(), *self._buffers.items()):
                 key = prefix + name
-                if t is not None and t.numel() == 0 and key in state_dict:
-                    t.data = empty(tuple(state_dict[key].shape), **self._factory)
+                if isinstance(t, (UninitializedParameter, UninitializedBuffer)) and \
+                        key in state_dict:
+                    t.materialize(tuple(state_dict[key].shape))
                     loaded = True
             if loaded:
                 self._sizes_from_loaded()
@@ -56,10 +58,18 @@ class LazyModuleMixin:
                                       unexpected_keys, error_msgs)
 
 
-def _size(t: Tensor | None, shape: tuple, factory: dict) -> None:
-    """Give an empty placeholder parameter or buffer its shape (values set after)."""
-    if t is not None:
-        t.data = empty(shape, **factory)
+def _size(t: Tensor | None, shape: tuple) -> None:
+    """Give a placeholder parameter or buffer its shape (values set after)."""
+    if isinstance(t, (UninitializedParameter, UninitializedBuffer)):
+        t.materialize(shape)
+
+
+def _placeholders(module, names: tuple, kind: type, factory: dict) -> None:
+    """Replace the named empty parameters (or buffers) by uninitialised ones."""
+    for name in names:
+        if getattr(module, name, None) is not None:
+            requires_grad = kind is UninitializedParameter
+            setattr(module, name, kind(requires_grad=requires_grad, **factory))
 
 
 # ---- convolutions ------------------------------------------------------------------------------
@@ -71,6 +81,7 @@ class _LazyConvMixin(LazyModuleMixin):
         # in_channels 0: the weight is empty until the first input says how many there are
         self.cls_to_become.__init__(self, 0, out_channels, kernel_size, stride, padding,
                                     *args, device=device, dtype=dtype, **kwargs)
+        _placeholders(self, ("weight", "bias"), UninitializedParameter, self._factory)
 
     def reset_parameters(self) -> None:
         if self.in_channels:
@@ -92,8 +103,8 @@ class _LazyConvMixin(LazyModuleMixin):
             shape = (self.in_channels, self.out_channels // self.groups, *self.kernel_size)
         else:
             shape = (self.out_channels, self.in_channels // self.groups, *self.kernel_size)
-        _size(self.weight, shape, self._factory)
-        _size(self.bias, (self.out_channels,), self._factory)
+        _size(self.weight, shape)
+        _size(self.bias, (self.out_channels,))
         self.reset_parameters()
 
 
@@ -137,6 +148,8 @@ class _LazyNormMixin(LazyModuleMixin):
         self._factory = {"dtype": dtype, "device": device}
         self.cls_to_become.__init__(self, 0, eps, momentum, affine, track_running_stats,
                                     device, dtype)
+        _placeholders(self, ("weight", "bias"), UninitializedParameter, self._factory)
+        _placeholders(self, ("running_mean", "running_var"), UninitializedBuffer, self._factory)
 
     def reset_parameters(self) -> None:
         if self.num_features:
@@ -155,11 +168,8 @@ class _LazyNormMixin(LazyModuleMixin):
         unbatched = batched is not None and input.ndim == batched + 1
         self.num_features = input.shape[0 if unbatched else 1]
         c = (self.num_features,)
-        _size(self.weight, c, self._factory)
-        _size(self.bias, c, self._factory)
-        if self.running_mean is not None:
-            self.running_mean.data = zeros(c, **self._factory)
-            self.running_var.data = ones(c, **self._factory)
+        for t in (self.weight, self.bias, self.running_mean, self.running_var):
+            _size(t, c)
         self.reset_parameters()
 
 

@@ -6,7 +6,7 @@ import math
 from disthook.nn import functional as F
 from disthook.nn import init
 from disthook.nn.modules.module import Module
-from disthook.nn.parameter import Parameter
+from disthook.nn.parameter import Parameter, UninitializedParameter
 from disthook.tensor import Tensor, empty
 
 
@@ -63,10 +63,9 @@ class LazyLinear(Linear):
         Module.__init__(self)
         self.in_features = 0
         self.out_features = out_features
-        self._factory = {"dtype": dtype, "device": device}
-        self.weight = Parameter(empty(0, dtype=dtype, device=device))
+        self.weight = UninitializedParameter(dtype=dtype, device=device)
         if bias:
-            self.bias = Parameter(empty(0, dtype=dtype, device=device))
+            self.bias = UninitializedParameter(dtype=dtype, device=device)
         else:
             self.register_parameter("bias", None)
 
@@ -81,10 +80,9 @@ class LazyLinear(Linear):
         """Give the parameters their shapes from ``input``'s last dim, initialise them as
         Linear does and become a Linear."""
         self.in_features = input.shape[-1]
-        self.weight.data = empty((self.out_features, self.in_features), **self._factory)
+        self.weight.materialize((self.out_features, self.in_features))
         if self.bias is not None:
-            self.bias.data = empty(self.out_features, **self._factory)
-        del self._factory
+            self.bias.materialize((self.out_features,))
         self.reset_parameters()
         self.__class__ = Linear
 
