@@ -381,3 +381,31 @@ def test_boolean_dispatch_and_torch_function_protocol():
     assert calls == ["relu"]
     with pytest.raises(AssertionError, match="kernel_size must be"):
         F.assert_int_or_pair([1, 2, 3], "kernel_size", "{} must be int or pair")
+
+
+# ---- torch.nn.grad and torch.nn.common_types ------------------------------------------------------
+
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_conv_input_and_weight_gradients_as_functions(dims):
+    x = RNG.standard_normal((2, 4) + (5, 6, 4)[:dims])
+    w = RNG.standard_normal((6, 2) + (2, 3, 2)[:dims])
+    kwargs = {"stride": 2, "padding": 1, "groups": 2}
+    conv = getattr(torch.nn.functional, f"conv{dims}d")
+    g = RNG.standard_normal(tuple(conv(torch.tensor(x), torch.tensor(w), **kwargs).shape))
+    ours_in = getattr(nn.grad, f"conv{dims}d_input")(x.shape, disthook.tensor(w),
+                                                     disthook.tensor(g), **kwargs)
+    ours_w = getattr(nn.grad, f"conv{dims}d_weight")(disthook.tensor(x), w.shape,
+                                                     disthook.tensor(g), **kwargs)
+    theirs_in = getattr(torch.nn.grad, f"conv{dims}d_input")(x.shape, torch.tensor(w),
+                                                             torch.tensor(g), **kwargs)
+    theirs_w = getattr(torch.nn.grad, f"conv{dims}d_weight")(torch.tensor(x), w.shape,
+                                                             torch.tensor(g), **kwargs)
+    np.testing.assert_allclose(ours_in.numpy(), theirs_in.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(ours_w.numpy(), theirs_w.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_common_types_are_torchs_aliases():
+    from disthook.nn.common_types import _ratio_3_t, _size_2_t
+
+    assert _size_2_t == int | tuple[int, int]
+    assert _ratio_3_t == float | tuple[float, float, float]

@@ -1,10 +1,12 @@
 """Neural-network layers with PyTorch's module hooks (``torch.nn``)."""
 from disthook.nn import (
-           functional,
-           init,
-           modules,
-           parallel,
-           utils,
+    common_types,
+    functional,
+    grad,
+    init,
+    modules,
+    parallel,
+    utils,
 )
 from disthook.nn.modules import *
 from disthook.nn.modules.pooling import MaxUnpool1d, MaxUnpool2d, MaxUnpool3d
@@ -17,8 +19,8 @@ from disthook.nn.parameter import (
 )
 
 __all__ = ["Buffer", "DataParallel", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d", "Parameter",
-           "UninitializedBuffer", "UninitializedParameter", "factory_kwargs", "functional",
-           "init", "modules", "parallel", "utils"]
+           "UninitializedBuffer", "UninitializedParameter", "common_types", "factory_kwargs",
+           "functional", "grad", "init", "modules", "parallel", "utils"]
 __all__ += modules.__all__  # every layer, as torch.nn has them
 
 
