@@ -330,3 +330,28 @@ def test_factory_kwargs():
         nn.factory_kwargs({"dtype": 1, "factory_kwargs": {"dtype": 2}})
     with pytest.raises(TypeError, match="unexpected kwargs"):
         nn.factory_kwargs({"bias": True})
+
+
+def test_layer_families_are_siblings_as_in_torch():
+    """Programs pick layers by class (freezing every ``_BatchNorm``): the hierarchy is
+    torch's."""
+    from torch.nn.modules import batchnorm as t_batchnorm
+    from torch.nn.modules import dropout as t_dropout
+    from torch.nn.modules import pooling as t_pooling
+
+    from disthook.nn.modules import batchnorm, dropout, pooling
+
+    for make, ours, theirs in [
+        (lambda m: m.InstanceNorm2d(3), batchnorm._BatchNorm, t_batchnorm._BatchNorm),
+        (lambda m: m.InstanceNorm2d(3), batchnorm._NormBase, t_batchnorm._NormBase),
+        (lambda m: m.BatchNorm2d(3), batchnorm._NormBase, t_batchnorm._NormBase),
+        (lambda m: m.SyncBatchNorm(3), batchnorm._BatchNorm, t_batchnorm._BatchNorm),
+        (lambda m: m.AvgPool3d(2), nn.AvgPool2d, torch.nn.AvgPool2d),
+        (lambda m: m.AvgPool3d(2), pooling._AvgPoolNd, t_pooling._AvgPoolNd),
+        (lambda m: m.AvgPool1d(2), pooling._AvgPoolNd, t_pooling._AvgPoolNd),
+        (lambda m: m.Dropout2d(), nn.Dropout, torch.nn.Dropout),
+        (lambda m: m.Dropout2d(), dropout._DropoutNd, t_dropout._DropoutNd),
+        (lambda m: m.ZeroPad2d(1), nn.ConstantPad2d, torch.nn.ConstantPad2d),
+        (lambda m: m.ReLU6(), nn.Hardtanh, torch.nn.Hardtanh),
+    ]:
+        assert isinstance(make(nn), ours) is isinstance(make(torch.nn), theirs), ours

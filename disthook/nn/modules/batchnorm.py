@@ -16,7 +16,10 @@ from disthook.nn.parameter import Parameter
 from disthook.tensor import Tensor, empty, ones, tensor, zeros
 
 
-class _BatchNorm(Module):
+class _NormBase(Module):
+    """What batch and instance norm share: parameters, running statistics, repr. The two
+    are siblings (an InstanceNorm is no _BatchNorm), as in torch."""
+
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
                  affine: bool = True, track_running_stats: bool = True, device=None,
                  dtype=None, *, bias: bool = True) -> None:
@@ -67,6 +70,8 @@ class _BatchNorm(Module):
                 f"affine={self.affine}, bias={self.bias is not None}, "
                 f"track_running_stats={self.track_running_stats}")
 
+
+class _BatchNorm(_NormBase):
     def forward(self, input: Tensor) -> Tensor:
         self._check_input_dim(input)
         factor = 0.0 if self.momentum is None else self.momentum
