@@ -1007,7 +1007,7 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
                 f"got input with spatial dimensions of {spatial} and scale_factor of shape "
                 f"{scale_factor}. Please provide input tensor in (N, C, d1, d2, ...,dK) format "
                 "and scale_factor in (s1, s2, ...,sK) format.")
-        sizes = [int(math.floor(n * float(s))) for n, s in zip(spatial, scales)]
+        sizes = [math.floor(n * float(s)) for n, s in zip(spatial, scales)]
         if recompute_scale_factor:
             scales = [None] * dims
     else:
