@@ -345,6 +345,20 @@ from disthook._functions import _nn_alias
 from disthook._layout import layout, strided  # noqa: F401
 from disthook._settings import *
 from disthook.amp.autocast_mode import autocast, is_autocast_enabled  # noqa: F401
+from disthook._limits import (  # noqa: F401
+    channels_last,
+    channels_last_3d,
+    contiguous_format,
+    e,
+    finfo,
+    iinfo,
+    inf,
+    memory_format,
+    nan,
+    newaxis,
+    pi,
+    preserve_format,
+)
 from disthook.compiler import compile  # noqa: F401  # the model itself, run eagerly
 from disthook.storage import TypedStorage, UntypedStorage  # noqa: F401
 

@@ -32,6 +32,8 @@ NAMES_DOC = DOCS / "torch_surface_coverage.md"
 BEGIN, END = "<!-- coverage table: begin (generated) -->", "<!-- coverage table: end -->"
 CATEGORIES = ("implemented", "not applicable", "refused", "absent")
 NN_MODULES = "torch.nn (Module classes)"
+TORCH_FUNCTIONS = "torch (functions)"
+FUNCTION_KINDS = ("function",)
 
 
 def _lookup(namespace: str, name: str):
@@ -65,6 +67,10 @@ def measure() -> dict:
         if namespace == "torch.nn":
             rows[NN_MODULES] = {c: [n for n in rows["torch.nn"][c]
                                     if n in data["nn_module_classes"]] for c in CATEGORIES}
+        if namespace == "torch":  # the functions alone (not classes, dtypes, submodules)
+            kinds = data["namespaces"]["torch"]
+            rows[TORCH_FUNCTIONS] = {c: [n for n in rows["torch"][c]
+                                         if kinds[n] in FUNCTION_KINDS] for c in CATEGORIES}
     return rows
 
 
