@@ -8,7 +8,16 @@ import builtins as _builtins
 
 import numpy as _np
 
-from disthook import autograd, cuda, fft, linalg, random, special, utils  # noqa: F401
+from disthook import (  # noqa: F401
+    _surface,  # first: from here on, torch's names that disthook lacks refuse at use
+    autograd,
+    cuda,
+    fft,
+    linalg,
+    random,
+    special,
+    utils,
+)
 from disthook._dtype import (  # noqa: F401
     bfloat16,
     bool,
@@ -336,6 +345,21 @@ from disthook._functions import _nn_alias
 from disthook._layout import layout, strided  # noqa: F401
 from disthook._settings import *
 from disthook.amp.autocast_mode import autocast, is_autocast_enabled  # noqa: F401
+from disthook._limits import (  # noqa: F401
+    channels_last,
+    channels_last_3d,
+    contiguous_format,
+    e,
+    finfo,
+    iinfo,
+    inf,
+    memory_format,
+    nan,
+    newaxis,
+    pi,
+    preserve_format,
+)
+from disthook.compiler import compile  # noqa: F401  # the model itself, run eagerly
 from disthook.storage import TypedStorage, UntypedStorage  # noqa: F401
 
 for _name in _NN_ALIASES:  # those nn.functional defines (same argument order as torch's)

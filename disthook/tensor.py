@@ -1609,6 +1609,31 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             raise RuntimeError(VIEW_OF_LEAF_INPLACE_MSG)
         if not isinstance(value, Tensor):
             value = Tensor._make(np.asarray(value, dtype=self._data.dtype), None, 0)
+        # as torch: the value loses its leading 1-sized dims, then broadcasts to the slot
+        slot = np.broadcast_to(np.int8(0), self._data.shape)[index].shape
+        lead = 0
+        while lead < value.ndim and value.shape[lead] == 1:
+            lead += 1
+        shape = value.shape[lead:]
+        fits = len(shape) <= len(slot) and builtins.all(
+            v in (1, s) for v, s in zip(shape[::-1], slot[::-1]))
+        if not fits and not _is_basic(index):
+            raise RuntimeError(f"shape mismatch: value tensor of shape {list(shape)} cannot be "
+                               f"broadcast to indexing result of shape {list(slot)}")
+        if len(shape) > len(slot):
+            raise RuntimeError(
+                f"expand({value.type()}{{{list(shape)}}}, size={list(slot)}): the number of "
+                f"sizes provided ({len(slot)}) must be greater or equal to the number of "
+                f"dimensions in the tensor ({len(shape)})")
+        if not fits:
+            dim = next(len(slot) - 1 - k for k, (v, s) in enumerate(zip(shape[::-1], slot[::-1]))
+                       if v not in (1, s))
+            raise RuntimeError(
+                f"The expanded size of the tensor ({slot[dim]}) must match the existing size "
+                f"({shape[dim - len(slot) + len(shape)]}) at non-singleton dimension {dim}.  "
+                f"Target sizes: {list(slot)}.  Tensor sizes: {list(shape)}")
+        if lead:
+            value = value.reshape(shape)
         self._inplace(S.IndexPut, value.to(self.dtype), index=index)
 
     def index_put(self, index, value, accumulate=False):

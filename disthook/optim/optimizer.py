@@ -45,9 +45,14 @@ def _typename(obj) -> str:
 
 
 def _step_with_hooks(step):
-    """Wrap a subclass's ``step``: pre-hooks may replace (args, kwargs); post-hooks follow."""
+    """Wrap a subclass's ``step``: pre-hooks may replace (args, kwargs); post-hooks follow.
+
+    An instance that ``Optimizer.__init__`` never ran on (a wrapper of another optimizer, as
+    opacus' DPOptimizer) has no hooks: its ``step`` runs as written, as torch leaves it."""
     @functools.wraps(step)
     def wrapper(self, *args, **kwargs):
+        if "_optimizer_step_pre_hooks" not in getattr(self, "__dict__", ()):
+            return step(self, *args, **kwargs)
         for hook in list(self._optimizer_step_pre_hooks.values()):
             result = hook(self, args, kwargs)
             if result is not None:

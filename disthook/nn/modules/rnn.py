@@ -182,6 +182,10 @@ class RNNBase(Module):
         return x, finals
 
     def forward(self, input: Tensor, hx=None):
+        from disthook.nn.utils.rnn import PackedSequence, run_packed
+
+        if isinstance(input, PackedSequence):
+            return run_packed(self, input, hx)
         batched = self._check_input(input)
         x = input if batched else input.unsqueeze(1)
         if self.batch_first and batched:
