@@ -225,7 +225,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "forward": {"model": "str", "stage": "int", "inputs": "list", "grad_enabled": "bool",
                 "reply_to": "str", "requires_grad": "list?", "mb": "int?", "stop": "str?",
                 "optimizer_calls": "list[list[optimizer_call]]?", "path": "str?",
-                "call": "hook_value?", "rng": "str?"},
+                "call": "hook_value?", "rng": "str?", "pins": "list?"},
     # taps: keys of tensors client forward hooks were given, whose gradients the client
     # wants (autograd.grad with respect to them); each stage adds those it holds to tapped
     # (key -> gradient) and the answer carries them all (result["tapped"]). accumulate
@@ -239,6 +239,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
                  "accumulate": "bool?", "start": "str?", "inputs": "bool?"},
     # reply_to: the client whose contexts they are, when a neighbour stage carries it on
     "release": {"model": "str", "contexts": "list[str]", "reply_to": "str?"},
+    # a client's call waits on an earlier stage: a write here keeps its weights for it
+    "pin": {"model": "str", "calls": "list"},
     # hooks: a stub fired on a worker asks the client to run the callable with args; diff:
     # the client's copies of the tensors require grad where the worker's do (a forward hook
     # with grad enabled). The answer: the hook's result (None: keep the value), and the

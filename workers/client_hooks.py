@@ -189,6 +189,7 @@ class HookHandlers:
         """Send a hook event to ``client``; the wait for its answer (one the job goes on
         past when ``ahead``). ``spec``: the round of a pass run ahead."""
         job = self.current_job()
+        self.announce_wait(job)  # the later stages keep their weights for its call
         req = next(self._event_ids)
         what = f"the client's answer to its {kind} hook on {path!r}"
         wait = (self.state.expect_from_client if ahead else self.state.wait_for_client)(

@@ -21,6 +21,7 @@ from disthook.service.loop import NO_REPLY
 from disthook.service.values import opaque_in, pack, tensors_in, unpack
 from workers.speculation import BACKWARD_KINDS, EarlyAnswer, run_ahead
 from workers.state import Context, StepRun
+from workers.versions import carries_write, note_pins, upstream_pins
 
 __all__ = ["ComputeHandlers", "rss_bytes"]
 
@@ -40,6 +41,8 @@ class ComputeHandlers:
                     raise ValueError(f"forward: optimizer_calls must list the optimizer calls "
                                      f"of every stage; it has {len(calls)} lists, this is "
                                      f"{st.name}")
+                if carries_write(calls):  # the calls it passes here keep their weights
+                    note_pins(st, self.state, job)
                 for spec in calls[st.index]:
                     self._optimizer_action(st, spec, job.client)
             grad = msg["grad_enabled"]
@@ -98,6 +101,9 @@ class ComputeHandlers:
                               "requires_grad": [out.requires_grad],
                               "reply_to": msg["reply_to"], "mb": msg.get("mb"), "stop": stop,
                               "optimizer_calls": calls, "rng": rng}
+                    pins = job.pins or upstream_pins(job)  # calls a write passed
+                    if pins:
+                        fields["pins"] = [list(p) for p in pins]
                     nxt.send_multipart(wire.encode("forward", fields, req=msg.req,
                                                    ctx=msg.ctx), copy=False)
                 else:
@@ -119,6 +125,7 @@ class ComputeHandlers:
         """Keep the forward graph of the job's context for its backward (when ``keep``), in
         place of one an earlier run of the forward kept (see ``EarlyAnswer``)."""
         if keep:
+            context.version = job.version  # its backward computes with the same weights
             self.state.keep_context(job.model, job.msg.ctx, context)
         else:
             self.state.end_context(job.model, job.client, job.msg.ctx)

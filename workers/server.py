@@ -50,6 +50,7 @@ from workers.params import ParamHandlers
 from workers.peers import Peers
 from workers.runners import Runners
 from workers.stages import StageHandlers
+from workers.versions import VersionHandlers
 from workers.state import (
     ANSWERS,
     ClientGone,
@@ -68,7 +69,8 @@ __all__ = ["Worker"]
 ROUTER_BURST = 32  # messages taken off the endpoint per poll, at most
 
 
-class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Service):
+class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, VersionHandlers,
+             Service):
     role = "worker"
 
     def __init__(self, coordinator: str, *, bind: str = "tcp://127.0.0.1:0",
@@ -319,6 +321,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
         self.captures.micro_batch = job.micro_batch
         if job.stage is not None:  # another client's job may have run meanwhile
             job.stage.use_grads(job.client)
+            job.stage.versions.enter(job.version)
         if job.rng is not None:
             streams._set_stream_state(job.rng)
         if not wait.done:  # woken because the worker stops
@@ -426,6 +429,12 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
             raise RuntimeError(f"worker {self.id} holds {st.name}, not stage {index}")
         job.stage = st
         st.use_grads(job.client)  # this client's gradients, for whatever the job does
+        if job.version is None and msg.type == "backward":  # the weights of its forward
+            ctx = self.state.context(st.model, job.client, msg.ctx)
+            job.version = None if ctx is None else ctx.version
+        elif job.version is None and msg.type == "forward":  # passed a write upstream?
+            job.version = st.versions.take(job.client, msg.ctx, msg.get("mb"))
+        st.versions.enter(job.version)  # the weights it computes with
         return st
 
     def error_reply(self, exc: BaseException, job=None, inputs=None) -> dict:
