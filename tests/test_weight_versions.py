@@ -93,3 +93,21 @@ def test_only_a_neighbour_stage_may_announce_a_call():
         "model": "m", "calls": [[WRITER.hex(), "c", None]]}), False))
     assert [i.kind for i in out if isinstance(i, Reply)] == ["PermissionError"]
     assert state.jobs == set()
+
+
+def test_a_kept_graphs_backward_after_a_write_uses_the_weights_of_its_forward():
+    st, state, weight = _setup()
+    lin = st.module[0]
+    old = weight.detach().numpy().copy()
+    x = torch.ones(1, 3, requires_grad=True)
+    out = lin(x)  # the reader's forward, its graph kept
+    kept = Context(READER, [x], out, [], 0.0)
+    state.keep_context("m", "c1", kept)
+    before_write(st, state, _job(WRITER, "step"))
+    with torch.no_grad():
+        weight.mul_(3.0)  # bumps the in-place count autograd checks
+    st.versions.enter(kept.version)  # the reader's backward takes the turn
+    out.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), old.sum(0, keepdims=True), rtol=1e-6)
+    st.versions.enter(None)
+    np.testing.assert_allclose(weight.detach().numpy(), old * 3.0, rtol=1e-6)

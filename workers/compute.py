@@ -59,11 +59,8 @@ class ComputeHandlers:
                 return t
 
             job.micro_batch = self.captures.micro_batch = msg.get("mb")
-            if grad and self.state.contexts_of(st.model, job.client) >= self.max_contexts:
-                raise RuntimeError(
-                    f"this client keeps {self.max_contexts} forward graphs of {st.name} "
-                    f"waiting for their backward, the most one client may (--max-contexts): "
-                    "run backward, drop the outputs it does not need, or call under no_grad()")
+            if grad:  # per client (with keys: per key), see workers.limits
+                self.check_contexts(st, job.client)
             stop, path = msg.get("stop"), msg.get("path")
             stop_here = stop is not None and stop.split(".", 1)[0] in st.module._modules
             st.forwards += 1
@@ -125,6 +122,7 @@ class ComputeHandlers:
         """Keep the forward graph of the job's context for its backward (when ``keep``), in
         place of one an earlier run of the forward kept (see ``EarlyAnswer``)."""
         if keep:
+            self.check_graph_bytes(job.stage, job.client, context)
             context.version = job.version  # its backward computes with the same weights
             self.state.keep_context(job.model, job.msg.ctx, context)
         else:

@@ -46,11 +46,11 @@ from disthook.service.rpc import error_fields
 from disthook.service.security import SERVER, Keys
 from workers.client_hooks import HookHandlers
 from workers.compute import ComputeHandlers, rss_bytes
+from workers.limits import MAX_GRAPH_BYTES, LimitChecks
 from workers.params import ParamHandlers
 from workers.peers import Peers
 from workers.runners import Runners
 from workers.stages import StageHandlers
-from workers.versions import VersionHandlers
 from workers.state import (
     ANSWERS,
     ClientGone,
@@ -63,6 +63,7 @@ from workers.state import (
     Tick,
     WorkerState,
 )
+from workers.versions import VersionHandlers
 
 __all__ = ["Worker"]
 
@@ -70,7 +71,7 @@ ROUTER_BURST = 32  # messages taken off the endpoint per poll, at most
 
 
 class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, VersionHandlers,
-             Service):
+             LimitChecks, Service):
     role = "worker"
 
     def __init__(self, coordinator: str, *, bind: str = "tcp://127.0.0.1:0",
@@ -80,7 +81,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
                  keys: Keys | None = None, advertise: str | None = None,
                  allow_model_modules: tuple[str, ...] | None = None,
                  max_contexts: int = 4096, max_hooks: int = 4096,
-                 max_capture_bytes: int = worker_hooks.MAX_CAPTURE_BYTES):
+                 max_capture_bytes: int = worker_hooks.MAX_CAPTURE_BYTES,
+                 max_graph_bytes: int = MAX_GRAPH_BYTES):
         wid = worker_id or f"{socket.gethostname()}-{os.getpid()}"
         beat_ms = max(1, int(wire.HEARTBEAT_S * 1000))
         # a peer whose connection closes is gone (see on_disconnected), and one that stops
@@ -110,14 +112,16 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         # else only from disthook and these modules or packages (a shared service)
         self.allow_model_modules = (None if allow_model_modules is None
                                     else tuple(allow_model_modules))
-        # per client and model: forward graphs kept for a backward, and hooks registered
+        # caps per client (with keys, per key): see workers.limits
         self.max_contexts, self.max_hooks = max_contexts, max_hooks
+        self.max_graph_bytes = max_graph_bytes
         self.state = WorkerState(wid, context_ttl=context_ttl)
         self.runners = Runners(self._serve_round, name=f"worker-{wid}")
         self._todo: list = []  # jobs to start, in order
         self._sleepers: dict[int, object] = {}  # wait id -> the turn of the job waiting
         self.peers = Peers(keys)  # who is on each connection, from the transport
         self.who = self.peers.who  # a client as the logs name it
+        self.captures.account = lambda c: self.peers.names.get(c, c)  # per key, with keys
         self._local = threading.local()  # .job: the job this thread runs now
         self._event_ids = itertools.count(1)
         self._warnings_routed = False  # see _route_warnings
@@ -401,7 +405,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
                                           "parameters": st.parameters,
                                           "clients": self._clients_of(st)}
                                 for st in self.stages.values()},
-                "limits": {"contexts": self.max_contexts, "hooks": self.max_hooks}}
+                "limits": {"contexts": self.max_contexts, "hooks": self.max_hooks,
+                           "graph_bytes": self.max_graph_bytes}}
 
     def _clients_of(self, st) -> dict[str, dict]:
         """Per client of a stage: graphs kept, hooks registered, and whether it is the
@@ -528,6 +533,8 @@ def main(argv=None) -> int:
                    help="hooks one client may register on one model here (default 4096)")
     p.add_argument("--max-capture-mb", type=int, default=256, metavar="MIB",
                    help="what one client's capture buffers may hold here (default 256)")
+    p.add_argument("--max-graph-mb", type=int, default=MAX_GRAPH_BYTES >> 20, metavar="MIB",
+                   help="what one client's forward graphs kept here may hold (default 1024)")
     p.add_argument("--threads", type=_positive_int, metavar="N",
                    help="threads this worker's arithmetic uses (BLAS, OpenMP), set before "
                         "numpy loads (default: the environment's OMP_NUM_THREADS, "
@@ -576,7 +583,8 @@ def main(argv=None) -> int:
                         allow_code=args.allow_code, keys=keys,
                         allow_model_modules=args.allow_model_module,
                         max_contexts=args.max_contexts, max_hooks=args.max_hooks,
-                        max_capture_bytes=args.max_capture_mb << 20)
+                        max_capture_bytes=args.max_capture_mb << 20,
+                        max_graph_bytes=args.max_graph_mb << 20)
     except endpoint.EndpointInUse as exc:
         print(f"disthook worker: {exc.advice('--bind')}", file=sys.stderr)
         return 1

@@ -176,6 +176,7 @@ class Context:
     # client with respect to a tensor a hook kept)
     taps: dict = dataclasses.field(default_factory=dict)
     version: Any = None  # the weights its forward computed with (see Job.version)
+    nbytes: int = 0  # the arrays it holds, weights aside (workers.limits)
 
 
 class WorkerState:

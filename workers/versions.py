@@ -39,7 +39,8 @@ PENDING_TTL_S = 300.0  # ... dropped after this long (the call failed on its way
 
 class Versions:
     """The tensors of one stage (parameters and buffers) and which version is installed. A
-    version is a tuple of (tensor, array) pairs: the array each tensor holds in it."""
+    version is a tuple of (tensor, array, in-place count): what each tensor holds in it,
+    and how often it had been changed in place (autograd's check of saved tensors)."""
 
     def __init__(self, module) -> None:
         self.module = module
@@ -62,7 +63,7 @@ class Versions:
         self.tensors = list(seen.values())
 
     def current(self) -> tuple:
-        return tuple((t, t._data) for t in self.tensors)
+        return tuple((t, t._data, t._vc[0]) for t in self.tensors)
 
     def enter(self, version: tuple | None) -> None:
         """Install ``version`` (None: the newest) for the job that takes the turn now."""
@@ -114,9 +115,10 @@ class Versions:
 
 
 def _install(version: tuple) -> None:
-    for t, arr in version:
+    for t, arr, count in version:
         if t._data is not arr:
             t._data = arr
+            t._vc[0] = count
 
 
 def upstream_pins(job) -> list[tuple]:
