@@ -197,6 +197,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "heartbeat": {"worker": "str", "memory": "int?", "stages": "list?"},
     "shutdown": {"reason": "str?"},
     "status": {},
+    # a worker's running requests, their waits and its queues (a stall's diagnosis)
+    "waits": {},
     # placement: client -> worker. A worker may hold stages of several models; every
     # message below names the model (the deployment's id) it is for. aliases: the names
     # under which the client imports disthook's modules ({"torch": "disthook", ...}).

@@ -1,5 +1,6 @@
 """What a worker keeps for its clients, capped per client: forward graphs (by count and by
-bytes), hooks and capture buffers.
+bytes), hooks and capture buffers; and the ``waits`` request, which says what it runs,
+waits for and has queued (a stall's diagnosis).
 
 A client is counted as who it authenticated as: with keys, every connection of one key
 shares one allowance (opening more connections gets no more); without keys, each
@@ -94,6 +95,11 @@ class LimitChecks:
                 f"{_mib(held)}, and this call's {_mib(context.nbytes)} more would pass the cap "
                 f"of {_mib(self.max_graph_bytes)} (--max-graph-mb): run backward on the "
                 "outputs it keeps (or drop them), or call under no_grad()")
+
+    def on_waits(self, job):
+        """What this worker runs, waits for and has queued now, per client (named as status
+        names them): what a stalled call is stuck behind."""
+        return {"id": self.id, **self.state.describe(self.peers.label)}
 
     def check_hooks(self, st, client: bytes, adding: int) -> None:
         fellows = self._fellows(client)

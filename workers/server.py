@@ -112,7 +112,6 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         # else only from disthook and these modules or packages (a shared service)
         self.allow_model_modules = (None if allow_model_modules is None
                                     else tuple(allow_model_modules))
-        # caps per client (with keys, per key): see workers.limits
         self.max_contexts, self.max_hooks = max_contexts, max_hooks
         self.max_graph_bytes = max_graph_bytes
         self.state = WorkerState(wid, context_ttl=context_ttl)
@@ -361,6 +360,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
                 self._register()
 
     def tick(self) -> None:
+        super().tick()  # replies that found no route yet go again
         now = time.monotonic()
         if self.orphan_after and now - self.last_heard > self.orphan_after:
             self.stop(f"no word from the coordinator at {self.coordinator_address} for "

@@ -38,7 +38,7 @@ GONE_KEPT = 1024  # clients remembered as gone (a running job of theirs waits no
 # requests that only read (or only drop graphs): they run at once, never behind a waiting
 # request, so a client hook may read the model it runs on
 AT_ONCE = frozenset({"hello", "status", "get_state", "list_hooks", "captured", "release",
-                     "pin"})
+                     "pin", "waits"})
 # answers to a wait of a running request, recognised by (sender, request id)
 ANSWERS = frozenset({"hook_reply", "error"})
 # what a neighbour stage sends: a client's call carried on (its client named by reply_to),
@@ -488,6 +488,28 @@ class WorkerState:
             del self.contexts[key]
         for key in [k for k in self.mailbox if k[0] == model]:
             del self.mailbox[key]
+
+    def describe(self, label) -> dict:
+        """What runs, what it waits for and for how long, and what is queued behind it (the
+        ``waits`` request: a stall's diagnosis); clients named by ``label(identity)``."""
+        now = self.clock()
+
+        def job_view(job: Job) -> dict:
+            wait = job.waiting
+            return {"kind": job.kind, "model": job.model, "client": label(job.client),
+                    "waits_for": None if wait is None else wait.what,
+                    "waiting_s": None if wait is None else round(
+                        now - (wait.deadline - wait.timeout), 3)}
+
+        return {"running": [job_view(j) for j in self.jobs],
+                "queued": [{"model": lane[0], "client": label(lane[1]),
+                            "kinds": [j.kind for j in queue]}
+                           for lane, queue in self.lanes.items() if queue],
+                "held_writes": [job_view(j) for j in self.held_writes],
+                "waits": [{"what": w.what, "kind": w.job.kind, "client": label(w.job.client),
+                           "age_s": round(now - (w.deadline - w.timeout), 3)}
+                          for w in self.waits.values()],
+                "mailbox": len(self.mailbox), "contexts": len(self.contexts)}
 
     def counts(self) -> dict:
         """For status: graphs kept, mailbox entries, jobs running and waiting, queued."""
