@@ -128,3 +128,40 @@ def test_eight_clients_two_hundred_calls_each(shared, tmp_path):
     for r in range(int(os.environ.get("DISTHOOK_LOAD_ROUNDS", "1"))):
         took = run_load(cluster, tmp_path, clients=8, calls=200)
         print(f"round {r}: 8 clients x 200 calls in {took:.1f} s", flush=True)
+
+
+def test_an_answer_to_a_client_not_yet_connected_to_the_last_stage_waits_for_it(shared):
+    """The last stage answers a client directly; a client whose connection to that worker
+    is not up yet (still in its handshake) gets the answer once it is, never loses it."""
+    import numpy as np
+    import zmq
+
+    from disthook import wire
+    from disthook.distributed import deployment_of
+
+    cluster, remote = shared
+    model = deployment_of(remote)._model_id
+    held = {int(name.split()[1]): w.address for w in cluster.workers() for name in w.stages
+            if name.endswith(model)}
+    first, last = held[0], held[1]
+    ctx = zmq.Context()
+    me = b"client-late-" + os.urandom(4).hex().encode()
+    to_first, to_last = ctx.socket(zmq.DEALER), ctx.socket(zmq.DEALER)
+    try:
+        for sock in (to_first, to_last):
+            sock.setsockopt(zmq.IDENTITY, me)
+            sock.setsockopt(zmq.LINGER, 0)
+        to_first.connect(first)
+        to_first.send_multipart(wire.encode("forward", {
+            "model": model, "stage": 0,
+            "inputs": [np.ones((2, 16), np.float32)], "grad_enabled": False,
+            "reply_to": me.hex()}, req=1, ctx="late"))
+        time.sleep(1.0)  # the last stage has answered by now, to no connection of ours
+        to_last.connect(last)
+        assert to_last.poll(10_000), "the last stage's answer was lost"
+        msg = wire.decode(to_last.recv_multipart())
+        assert msg.type == "ok" and np.asarray(msg["result"]["output"]).shape == (2, 8)
+    finally:
+        to_first.close(0)
+        to_last.close(0)
+        ctx.term()
