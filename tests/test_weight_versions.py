@@ -111,3 +111,13 @@ def test_a_kept_graphs_backward_after_a_write_uses_the_weights_of_its_forward():
     np.testing.assert_allclose(x.grad.numpy(), old.sum(0, keepdims=True), rtol=1e-6)
     st.versions.enter(None)
     np.testing.assert_allclose(weight.detach().numpy(), old * 3.0, rtol=1e-6)
+
+
+def test_pins_a_client_writes_in_its_own_forward_are_ignored():
+    from workers.versions import upstream_pins
+
+    fields = {"model": "m", "pins": [[READER.hex(), "c1", None]]}
+    own = Job(WRITER, Message("forward", 1, None, fields), WRITER, "m")
+    assert upstream_pins(own) == []  # a client cannot make a worker keep versions
+    carried = Job(b"w0>next>1", Message("forward", 1, None, fields), WRITER, "m")
+    assert upstream_pins(carried) == [(READER.hex(), "c1", None)]

@@ -107,6 +107,8 @@ class Versions:
 
     def take(self, client: bytes, ctx, mb) -> tuple | None:
         """The version kept for this call (None: the newest)."""
+        if not (self.announced or self.pending):
+            return None
         key = (client.hex(), ctx, mb)
         if self.announced:
             self.announced.pop(key, None)
