@@ -33,7 +33,7 @@ from disthook.service.loop import NO_REPLY
 
 __all__ = ["VersionHandlers", "Versions", "before_write", "carries_write", "note_pins", "upstream_pins"]
 
-PENDING_KEPT = 256  # versions kept for calls announced by a write's pins, not arrived yet
+PENDING_KEPT = 64  # calls a later stage keeps a version for (announced, not arrived yet)
 PENDING_TTL_S = 300.0  # ... dropped after this long (the call failed on its way)
 
 
@@ -146,11 +146,11 @@ class VersionHandlers:
     def announce_wait(self, job) -> None:
         """``job``, a forward of a client's call, is about to wait for its client's hook:
         the later stages hear of it (once), so a write there keeps its weights for it."""
-        st = job.stage
-        if job.msg.type != "forward" or st is None or job.announced:
-            return
-        nxt = st.neighbours.get("next")
-        if nxt is None:
+        st, msg = job.stage, job.msg
+        if msg.type != "forward" or st is None or job.announced or msg.get("path"):
+            return  # not a call through the stages (one submodule's goes no further)
+        nxt, stop = st.neighbours.get("next"), msg.get("stop")
+        if nxt is None or (stop and stop.split(".", 1)[0] in st.module._modules):
             return
         job.announced = True
         nxt.send_multipart(wire.encode("pin", {"model": st.model, "calls": [
