@@ -99,7 +99,11 @@ class LimitChecks:
     def on_waits(self, job):
         """What this worker runs, waits for and has queued now, per client (named as status
         names them): what a stalled call is stuck behind."""
-        return {"id": self.id, **self.state.describe(self.peers.label)}
+        return {"id": self.id, **self.state.describe(self.peers.label),
+                "versions": {st.name: {"forks": st.versions.forks,
+                                       "kept": len(st.versions.pending),
+                                       "announced": len(st.versions.announced)}
+                             for st in self.stages.values()}}
 
     def check_hooks(self, st, client: bytes, adding: int) -> None:
         fellows = self._fellows(client)
