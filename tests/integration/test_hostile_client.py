@@ -155,7 +155,7 @@ def test_a_client_cannot_announce_calls_or_make_a_worker_keep_versions(deployed)
     neighbour carries it: a client sending either makes no worker keep weights for it."""
     cluster, remote, attacker, _ = deployed
     model = deployment_of(remote)._model_id
-    a0, a1 = stage_addresses(cluster, remote)
+    _, a1 = stage_addresses(cluster, remote)
     with attacker(a1) as s1:
         refused(lambda: s1.request("pin", {"model": model, "calls": [
             ["00" * 8, f"ctx-{i}", None] for i in range(64)]}, timeout=30))
