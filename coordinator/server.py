@@ -221,6 +221,15 @@ class Coordinator(Service):
             ],
         }
 
+    def peer_name(self, identity: bytes) -> str:
+        """A peer as the logs name it: a registered worker by its id, a client as models()
+        names it (with keys, its key's name), never by the identity it chose."""
+        worker = next((r.id for r in self.workers.values() if r.identity == identity), None)
+        if worker is not None:
+            return f"worker {worker}"
+        name = self._client_name("", identity)
+        return name if name.startswith("client ") else f"the client with key {name!r}"
+
     # ---- models shared by name (from clients) ------------------------------------------------
     def _client_name(self, claimed: str, sender: bytes) -> str:
         """Who a client is: with keys, the name of the authorized key its connection

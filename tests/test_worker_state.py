@@ -150,8 +150,23 @@ def test_the_hook_deadline_ends_the_wait_with_a_timeout():
     assert isinstance(wait.error, TimeoutError) and "forward hook" in str(wait.error)
     # and the worker's log says so (the launch console shows it)
     assert [i.text for i in out if isinstance(i, Log)] == [
-        "worker w0 waited 5 s for the client's answer to its forward hook; its request "
-        "(forward from client-a) ends with that error"]
+        ("worker w0 waited 5 s for the client's answer to its forward hook; its request "
+         "(forward from peer 1) ends with that error")]
+
+
+def test_logs_name_a_peer_as_the_shell_does_or_by_number_never_by_its_identity():
+    binary = b"\x00k\x8bE\x12"  # ZeroMQ's own identities are bytes like these
+    state, _ = make_state()
+    (job,) = started(request(state, "forward", sender=binary))
+    state.wait_for_client(job, binary, 1, "the answer")
+    (log,) = [i.text for i in state.handle(ClientGone(binary)) if isinstance(i, Log)]
+    assert log.startswith("worker w0: peer 1 went away: 1 wait(s) ended")
+    assert binary.hex() not in log and repr(binary) not in log
+    state, _ = make_state(who={CLIENT: "client 3 (alice)"}.get)
+    (job,) = started(request(state, "forward"))
+    state.wait_for_client(job, CLIENT, 1, "the answer")
+    (log,) = [i.text for i in state.handle(ClientGone(CLIENT)) if isinstance(i, Log)]
+    assert log.startswith("worker w0: client 3 (alice) went away")
 
 
 # ---- a client that goes away ------------------------------------------------------------------

@@ -17,6 +17,7 @@ import disthook
 from disthook import hooks as toolkit
 from disthook import wire
 from disthook.distributed.spec import build_module
+from disthook.service import op_calls
 from disthook.service.loop import NO_REPLY
 from disthook.service.values import opaque_in, pack, tensors_in, unpack
 from workers.speculation import BACKWARD_KINDS, EarlyAnswer, run_ahead
@@ -63,8 +64,9 @@ class ComputeHandlers:
                 self.check_contexts(st, job.client)
             stop, path = msg.get("stop"), msg.get("path")
             stop_here = stop is not None and stop.split(".", 1)[0] in st.module._modules
-            st.forwards += 1
-            if path is not None:  # one submodule, called by code running on the client
+            if not msg.get("op"):  # (an op on kept values is not one of the stage's forwards)
+                st.forwards += 1
+            if path is not None or msg.get("op"):  # one call by code running on the client
                 return self._call_submodule(job, st, path, grad, leaf, inputs)
             flags = msg.get("requires_grad") or [True] * len(msg["inputs"])
 
@@ -101,6 +103,7 @@ class ComputeHandlers:
                     pins = job.pins or upstream_pins(job)  # calls a write passed
                     if pins:
                         fields["pins"] = [list(p) for p in pins]
+                    self._count(st.model, "bytes_to_peers", fields["inputs"][0].nbytes)
                     nxt.send_multipart(wire.encode("forward", fields, req=msg.req,
                                                    ctx=msg.ctx), copy=False)
                 else:
@@ -134,18 +137,25 @@ class ComputeHandlers:
         if early is not None and early.sent:
             self.state.end_context(job.model, job.client, job.msg.ctx)
 
-    def _call_submodule(self, job, st, path: str, grad: bool, leaf, inputs: list):
-        """Run the submodule at ``path`` on the call's arguments (``msg["call"]``: the
-        packed ``(args, kwargs)``, each tensor a fresh leaf made by ``leaf``) and answer the
-        client with its packed output; the graph is kept for the backward of its tensors."""
+    def _call_submodule(self, job, st, path: str | None, grad: bool, leaf, inputs: list):
+        """Run the submodule at ``path`` (or the op ``msg["op"]``) on the call's arguments
+        (``msg["call"]``: the packed ``(args, kwargs)``, each tensor a fresh leaf made by
+        ``leaf``; a value kept here or on a peer named by its id) and answer the client with
+        its packed output, or with ``keep`` the description of its tensors, kept here; the
+        graph is kept for the backward of its tensors."""
         msg = job.msg
         early = None
         try:
-            module = _submodule(st, path)
+            if msg.get("op"):
+                module = op_calls.op_function(msg["op"], msg.get("params"))
+                path = f"<{msg['op'].rpartition('.')[2]}>"
+            else:
+                module = _submodule(st, path)
+            call = self._resolve_refs(job, st.model, msg["call"])
 
             def compute():
                 inputs.clear()  # fresh leaves each time the forward runs
-                args, kwargs = unpack(msg["call"],
+                args, kwargs = unpack(call,
                                       lambda a, flag, _name: _as_computed(leaf(a, flag)))
                 if msg.get("rng"):  # the client's random stream: drawn from here, handed back
                     job.rng = msg["rng"]
@@ -164,8 +174,13 @@ class ComputeHandlers:
                 self._keep(job, grad and any(o.requires_grad for o in outs), Context(
                     job.client, inputs, outs, job.retained, time.monotonic(),
                     direct=True, taps=job.taps))
+                if msg.get("keep"):  # the values stay here: the client gets what they are
+                    records = iter(self._keep_outputs(job, st.model, msg.ctx, outs))
+                    packed = pack(out, lambda _t: next(records))
+                else:
+                    packed = pack(out)
                 self._to_client(job, "ok", {"result": {
-                    "output": pack(out), "requires_grad": [o.requires_grad for o in outs],
+                    "output": packed, "requires_grad": [o.requires_grad for o in outs],
                     "rng": _stream_state(msg)}, "ahead": ahead})
 
             early = EarlyAnswer(finish)
@@ -217,7 +232,8 @@ class ComputeHandlers:
                     and len(msg["grads"]) != 1:
                 raise ValueError(f"backward of {st.name} takes one gradient, got "
                                  f"{len(msg['grads'])}")
-            g = msg["grads"][0]
+            grads_given = self._resolve_grads(job, st.model, msg["grads"])
+            g = grads_given[0]
             retain = msg["retain_graph"]
             job.micro_batch = self.captures.micro_batch = msg.get("mb")
             tapped = dict(msg.get("tapped") or {})  # gradients of hooked tensors, asked for
@@ -226,7 +242,7 @@ class ComputeHandlers:
             # None: the next stage's output did not depend on this one's (a hook replaced
             # it by a constant); nothing flows back, and the context ends as after backward
             outputs = context.output if isinstance(context.output, list) else [context.output]
-            given = msg["grads"] if isinstance(context.output, list) else [g]
+            given = grads_given if isinstance(context.output, list) else [g]
             start = msg.get("start")
             if start is not None:  # from a tensor a client hook kept, down to the inputs
                 if start not in context.taps:
@@ -272,9 +288,15 @@ class ComputeHandlers:
                 prev = None
             # the answer goes to the client: before the hooks' answers, when they are ahead
             # (not when gradients client hooks retained go to the client after the pass)
-            early = None if prev is not None or context.retained else EarlyAnswer(
-                lambda grads, ahead: self._to_client(job, "ok", {
-                    "result": {"grads": grads, "tapped": tapped}, "ahead": ahead}))
+            keep = msg.get("keep_grads") if prev is None else None
+
+            def answer(grads, ahead=None):  # input gradients kept here, with keep_grads
+                if keep:
+                    grads = self._keep_grads(job, st.model, keep, grads)
+                self._to_client(job, "ok", {"result": {"grads": grads, "tapped": tapped},
+                                            "ahead": ahead})
+
+            early = None if prev is not None or context.retained else EarlyAnswer(answer)
             grads = self._run_backward_pass(job, st, context.retained, compute, early)
             for who, hook_id, key, t in context.retained:  # what client hooks retained
                 if t.grad is not None:
@@ -289,10 +311,12 @@ class ComputeHandlers:
                           "mb": msg.get("mb"), "taps": msg.get("taps"),
                           "tapped": tapped or None, "accumulate": msg.get("accumulate"),
                           "inputs": msg.get("inputs")}
+                self._count(st.model, "bytes_to_peers",
+                            sum(np.asarray(g).nbytes for g in grads if g is not None))
                 prev.send_multipart(wire.encode("backward", fields, req=msg.req, ctx=msg.ctx),
                                     copy=False)
             else:
-                self._to_client(job, "ok", {"result": {"grads": grads, "tapped": tapped}})
+                answer(grads)
         except Exception as exc:  # noqa: BLE001
             self._to_client(job, "error", self.error_reply(exc, job))
         return NO_REPLY
@@ -409,6 +433,8 @@ class ComputeHandlers:
                    reason: str | None = None) -> None:
         fields = {"model": st.model, "step": step, "kind": kind, "mb": mb, "data": data,
                   "reason": reason}
+        if data is not None:
+            self._count(st.model, "bytes_to_peers", np.asarray(data).nbytes)
         st.neighbours[side].send_multipart(wire.encode("pipe", fields), copy=False)
 
 

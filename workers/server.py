@@ -63,6 +63,8 @@ from workers.state import (
     Tick,
     WorkerState,
 )
+from workers.status import StatusHandlers
+from workers.values import ValueHandlers
 from workers.versions import VersionHandlers
 
 __all__ = ["Worker"]
@@ -71,7 +73,7 @@ ROUTER_BURST = 32  # messages taken off the endpoint per poll, at most
 
 
 class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, VersionHandlers,
-             LimitChecks, Service):
+             LimitChecks, ValueHandlers, StatusHandlers, Service):
     role = "worker"
 
     def __init__(self, coordinator: str, *, bind: str = "tcp://127.0.0.1:0",
@@ -114,12 +116,12 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
                                     else tuple(allow_model_modules))
         self.max_contexts, self.max_hooks = max_contexts, max_hooks
         self.max_graph_bytes = max_graph_bytes
-        self.state = WorkerState(wid, context_ttl=context_ttl)
+        self.peers = Peers(keys)  # who is on each connection, from the transport
+        self.who = self.peers.who  # a peer as the logs name it
+        self.state = WorkerState(wid, context_ttl=context_ttl, who=self.who)
         self.runners = Runners(self._serve_round, name=f"worker-{wid}")
         self._todo: list = []  # jobs to start, in order
         self._sleepers: dict[int, object] = {}  # wait id -> the turn of the job waiting
-        self.peers = Peers(keys)  # who is on each connection, from the transport
-        self.who = self.peers.who  # a client as the logs name it
         self.captures.account = lambda c: self.peers.names.get(c, c)  # per key, with keys
         self._local = threading.local()  # .job: the job this thread runs now
         self._event_ids = itertools.count(1)
@@ -217,8 +219,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
             # a client may send its answers to a burst of hook events as one batch
             msgs = wire.decode_all(body, batched=ANSWERS)
         except (PermissionError, wire.WireError) as exc:
-            self.peer_log.warning(sender, "%s: refused a message from %r: %s", self.name,
-                                  sender, exc)
+            self.peer_log.warning(sender, "%s: refused a message from %s: %s", self.label,
+                                  self.who(sender), exc)
             self.reply(self.router, sender, 0, "error", error_fields(exc, worker=self.name))
             return
         for msg in msgs:
@@ -239,8 +241,11 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
             if graphs or hooks:
                 self.log.info("worker %s: %s went away; dropped its %d graph(s) and %d "
                               "hook(s)", self.id, self.who(sender), graphs, hooks)
+            self.peer_log.forget(sender)  # (it may name the peer: before peers forget it)
             self.peers.forget(sender)
-            self.peer_log.forget(sender)
+
+    def peer_name(self, identity: bytes) -> str:
+        return self.who(identity)
 
     def _execute(self, instructions: list) -> None:
         """Carry out what the state decided (jobs start at the end of the round)."""
@@ -384,41 +389,6 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
     def on_hello(self, job):  # the greeting (Service's), for a job
         self.reply(self.router, job.sender, job.msg.req, "hello", self.hello_fields())
         return NO_REPLY
-
-    def on_status(self, job):
-        counts = self.state.counts()
-        return {"id": self.id, "pid": os.getpid(), "address": self.address,
-                "stages": [st.name for st in self.stages.values()], "memory": rss_bytes(),
-                "threads": blas_threads(),  # the BLAS threads set (None: numpy's default)
-                "contexts": counts["contexts"], "mailbox": counts["mailbox"],
-                "waits": counts["waits"], "queued": counts["queued"],
-                "hooks_fired": dict(self.captures.fired),
-                "messages": wire.decoded_count(),
-                # per stage: micro-batch forwards run so far, client and worker hooks held,
-                # client hook firings run ahead of their answers, passes run again since,
-                # results sent to the client before such answers were taken
-                "stage_stats": {st.name: {"forwards": st.forwards, "hooks": len(st.hooks),
-                                          "hooks_ahead": st.ran_ahead,
-                                          "passes_again": st.ran_again,
-                                          "answers_ahead": st.answered_ahead,
-                                          "modules": list(st.module._modules),
-                                          "parameters": st.parameters,
-                                          "clients": self._clients_of(st)}
-                                for st in self.stages.values()},
-                "limits": {"contexts": self.max_contexts, "hooks": self.max_hooks,
-                           "graph_bytes": self.max_graph_bytes}}
-
-    def _clients_of(self, st) -> dict[str, dict]:
-        """Per client of a stage: graphs kept, hooks registered, and whether it is the
-        deployer. Clients are named by their key (with keys) or a number given here, never
-        by their connection's identity, which another client could use."""
-        graphs = self.state.clients_of(st.model)
-        out: dict[str, dict] = {}
-        for who in sorted({*graphs, *(c for c, _ in st.hooks), st.owner}):
-            out[self.peers.label(who)] = {"contexts": graphs.get(who, 0),
-                                     "hooks": sum(1 for c, _ in st.hooks if c == who),
-                                     "owner": who == st.owner}
-        return out
 
     # ---- helpers -------------------------------------------------------------------------------
     def _stage(self, job):

@@ -38,7 +38,7 @@ GONE_KEPT = 1024  # clients remembered as gone (a running job of theirs waits no
 # requests that only read (or only drop graphs): they run at once, never behind a waiting
 # request, so a client hook may read the model it runs on
 AT_ONCE = frozenset({"hello", "status", "get_state", "list_hooks", "captured", "release",
-                     "pin", "waits"})
+                     "pin", "waits", "fetch"})
 # answers to a wait of a running request, recognised by (sender, request id)
 ANSWERS = frozenset({"hook_reply", "error"})
 # what a neighbour stage sends: a client's call carried on (its client named by reply_to),
@@ -184,8 +184,11 @@ class WorkerState:
 
     def __init__(self, worker_id: str, *, context_ttl: float = 600.0,
                  hook_timeout: float = HOOK_TIMEOUT_S, pipe_timeout: float = PIPE_TIMEOUT_S,
-                 mailbox_limit: int = MAILBOX_LIMIT, clock=time.monotonic):
+                 mailbox_limit: int = MAILBOX_LIMIT, clock=time.monotonic, who=None):
         self.worker_id = worker_id
+        # how the logs name a peer (the shell's: a client as status numbers it); never its
+        # identity, which is bytes the peer chose
+        self.who = who or _Numbered("peer").name
         self.context_ttl = context_ttl
         self.hook_timeout = hook_timeout
         self.pipe_timeout = pipe_timeout
@@ -195,6 +198,8 @@ class WorkerState:
         # (model, client, ctx id) -> graph: each client's contexts are its own
         self.contexts: dict[tuple[str, bytes, str], Context] = {}
         self.mailbox: dict[tuple, Any] = {}  # (model, step, kind, mb) -> pipe message
+        # (model, client, value id) -> a tensor kept for the client (workers/values.py)
+        self.values: dict[tuple[str, bytes, str], Any] = {}
         self.finished_steps: collections.deque = collections.deque(maxlen=FINISHED_STEPS_KEPT)
         self.waits: dict[int, Wait] = {}
         self._answered_by: dict[tuple, Wait] = {}  # (client, event id) -> the wait it ends
@@ -237,7 +242,7 @@ class WorkerState:
         except PermissionError as exc:
             return [Reply(sender, msg.req, "PermissionError", str(exc)),
                     Log("warning", f"worker {self.worker_id}: refused {msg.type} from "
-                                   f"{_short(sender)}: {exc}", sender)]
+                                   f"{self.who(sender)}: {exc}", sender)]
         if msg.type == "pipe":
             return self._on_pipe(msg)
         model = msg.get("model") if isinstance(msg.get("model"), str) else None
@@ -365,9 +370,11 @@ class WorkerState:
         graphs = [key for key, c in self.contexts.items() if c.client == identity]
         for key in graphs:
             del self.contexts[key]
+        for key in [key for key in self.values if key[1] == identity]:
+            del self.values[key]
         if out or dropped or graphs:  # a warning when it left requests unfinished
             level = "warning" if out or dropped else "info"
-            out.append(Log(level, f"worker {self.worker_id}: client {_short(identity)} went "
+            out.append(Log(level, f"worker {self.worker_id}: {self.who(identity)} went "
                                   f"away: {len(out)} wait(s) ended, {dropped} queued "
                                   f"request(s) and {len(graphs)} graph(s) dropped"))
         return out
@@ -378,7 +385,7 @@ class WorkerState:
             text = f"worker {self.worker_id} waited {wait.timeout:g} s for {wait.what}"
             out.append(self._end_wait(wait, error=TimeoutError(text)))
             out.append(Log("warning", f"{text}; its request ({wait.job.kind} from "
-                                      f"{_short(wait.job.client)}) ends with that error"))
+                                      f"{self.who(wait.job.client)}) ends with that error"))
         for key in [k for k, c in self.contexts.items() if now - c.created > self.context_ttl]:
             del self.contexts[key]
             out.append(Log("warning", f"worker {self.worker_id}: context {key[2]} of model "
@@ -488,6 +495,22 @@ class WorkerState:
             del self.contexts[key]
         for key in [k for k in self.mailbox if k[0] == model]:
             del self.mailbox[key]
+        for key in [k for k in self.values if k[0] == model]:
+            del self.values[key]
+
+    # ---- values kept for clients ------------------------------------------------------------
+    def keep_value(self, model: str, client: bytes, vid: str, tensor) -> None:
+        self.values[(model, client, vid)] = tensor
+
+    def value(self, model: str, client: bytes, vid: str):
+        """``client``'s value ``vid`` (None: not here; each client names its own)."""
+        return self.values.get((model, client, vid))
+
+    def values_of(self, model: str, client: bytes) -> int:
+        return sum(1 for (m, who, _) in self.values if m == model and who == client)
+
+    def drop_values(self, model: str, client: bytes, vids) -> int:
+        return sum(self.values.pop((model, client, v), None) is not None for v in vids)
 
     def describe(self, label) -> dict:
         """What runs, what it waits for and for how long, and what is queued behind it (the
@@ -514,6 +537,7 @@ class WorkerState:
     def counts(self) -> dict:
         """For status: graphs kept, mailbox entries, jobs running and waiting, queued."""
         return {"contexts": len(self.contexts), "mailbox": len(self.mailbox),
+                "values": len(self.values),
                 "jobs": len(self.jobs), "waits": len(self.waits),
                 "queued": sum(len(q) for q in self.lanes.values())}
 
@@ -559,8 +583,13 @@ def _writes(msg) -> bool:
     return msg.type in ("module_op", "train", "load_stage", "unload")
 
 
-def _short(identity: bytes) -> str:
-    try:
-        return identity.decode()
-    except UnicodeDecodeError:
-        return identity.hex()
+class _Numbered:
+    """Peers named ``<kind> <n>`` in order of first sight (a state without a shell's names)."""
+
+    def __init__(self, kind: str):
+        self.kind, self.names, self._ids = kind, {}, itertools.count(1)
+
+    def name(self, identity: bytes) -> str:
+        if identity not in self.names:
+            self.names[identity] = f"{self.kind} {next(self._ids)}"
+        return self.names[identity]

@@ -141,6 +141,13 @@ class Optimizer:
         return text + ")"
 
     # ---- parameter groups -------------------------------------------------------------------
+    def __setstate__(self, state: dict) -> None:
+        """An unpickled optimizer (torch pickles only defaults, state and param_groups):
+        hook tables it was saved without start empty, as torch's do."""
+        self.__dict__.update(state)
+        for name in ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks"):
+            self.__dict__.setdefault(name, OrderedDict())
+
     def add_param_group(self, param_group: dict) -> None:
         """Add a group; hyperparameters it does not set come from ``defaults``."""
         if not isinstance(param_group, dict):

@@ -11,6 +11,7 @@ on SIGTERM/SIGINT, or when the process that started it dies (``parent_pid``).
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
 import os
 import signal
@@ -66,6 +67,9 @@ class Service:
                  watch_disconnects: bool = False):
         self.ctx = zmq.Context()
         self.name = name or f"{self.role}-{socket.gethostname()}-{os.getpid()}"
+        # how its log lines name this process: "worker w2", "coordinator"
+        self.label = (self.name if self.name.startswith(self.role)
+                      else f"{self.role} {self.name}")
         self.log = logging.getLogger(f"disthook.{self.role}")
         self.keys = keys
         self.router = self.ctx.socket(zmq.ROUTER)
@@ -78,7 +82,7 @@ class Service:
         events = zmq.EVENT_DISCONNECTED if watch_disconnects else 0  # see on_disconnected
         if keys is not None:  # encrypted, and only authorized keys get in
             keys.serve(self.router)
-            self._auth = keys.guard(self.ctx, self.log, self.name)
+            self._auth = keys.guard(self.ctx, self.log, self.label)
             # a peer without keys never reaches the key check: its handshake fails; log it
             # (refused keys are logged by the key check itself)
             events |= HANDSHAKE_FAILURES & ~zmq.EVENT_HANDSHAKE_FAILED_AUTH
@@ -90,10 +94,12 @@ class Service:
         except BaseException:  # a bad or busy address: leave no socket or thread behind
             self.close()
             raise
-        warn_if_exposed(self.address, keys, self.log, self.name)
+        warn_if_exposed(self.address, keys, self.log, self.label)
         self.parent_pid = parent_pid
         self.poller.register(self.router, zmq.POLLIN)
-        self.peer_log = PeerLog(self.log)
+        self.peer_log = PeerLog(self.log, name=self.peer_name)
+        self._peer_numbers: dict[bytes, str] = {}  # see peer_name
+        self._next_peer_number = itertools.count(1)
         self._running = False
         self._unsent: list[tuple] = []  # (since, socket, peer, frames) of unroutable replies
 
@@ -119,7 +125,7 @@ class Service:
 
     def stop(self, reason: str = "asked to") -> None:
         if self._running:
-            self.log.info("%s stopping: %s", self.name, reason)
+            self.log.info("%s stopping: %s", self.label, reason)
         self._running = False
 
     def close(self) -> None:
@@ -143,8 +149,8 @@ class Service:
         pending, self._unsent = self._unsent, []
         for since, sock, to, frames in pending:
             if now - since > UNROUTABLE_KEEP_S:
-                self.log.warning("%s: dropped a reply to %r: no connection from it for %g s",
-                                 self.name, to[:40], UNROUTABLE_KEEP_S)
+                self.log.warning("%s: dropped a reply to %s: no connection from it for %g s",
+                                 self.label, self.peer_name(to), UNROUTABLE_KEEP_S)
             elif not sock.closed:
                 self._send(sock, to, frames, since)
 
@@ -171,10 +177,20 @@ class Service:
                 continue
             why = refusal_reason(event)
             if why is not None:
-                self.log.warning("%s: refused a connection: %s", self.name, why)
+                self.log.warning("%s: refused a connection: %s", self.label, why)
 
     def on_disconnected(self, fd: int) -> None:
         """A peer's connection (file descriptor ``fd``) closed; with ``watch_disconnects``."""
+
+    def peer_name(self, identity: bytes) -> str:
+        """A peer as the logs name it, never by its identity (bytes the peer chose, often
+        binary): ``peer <n>`` in order of first sight; roles that know more say more."""
+        name = self._peer_numbers.get(identity)
+        if name is None:
+            if len(self._peer_numbers) >= 4096:  # a bound: the oldest names go first
+                del self._peer_numbers[next(iter(self._peer_numbers))]
+            name = self._peer_numbers[identity] = f"peer {next(self._next_peer_number)}"
+        return name
 
     def handle(self, sender: bytes, frames: list, sock: zmq.Socket) -> None:
         """Decode one request from ``sender``, run its handler, send the reply."""
@@ -183,8 +199,8 @@ class Service:
         except Exception as exc:
             if not isinstance(exc, wire.WireError):  # the codec's own slip: say which
                 exc = wire.WireError(f"malformed message: {type(exc).__name__}: {exc}")
-            self.peer_log.warning(sender, "%s: malformed message from %r: %s", self.name,
-                                  sender, exc)
+            self.peer_log.warning(sender, "%s: malformed message from %s: %s", self.label,
+                                  self.peer_name(sender), exc)
             self.reply(sock, sender, 0, "error", error_fields(exc, worker=self.name))
             return
         handler = getattr(self, f"on_{msg.type}", None)
@@ -195,7 +211,7 @@ class Service:
         try:
             result = handler(msg, sender)
         except Exception as exc:
-            self.log.debug("%s: %s failed", self.name, msg.type, exc_info=True)
+            self.log.debug("%s: %s failed", self.label, msg.type, exc_info=True)
             self.reply(sock, sender, msg.req, "error", self.error_reply(exc), ctx=msg.ctx)
             return
         if result is not NO_REPLY:
@@ -230,12 +246,12 @@ class Service:
             # it went away): kept and tried again at each tick, never dropped at once
             if exc.errno == zmq.EHOSTUNREACH and len(self._unsent) < UNROUTABLE_KEPT:
                 if since is None:
-                    self.log.info("%s: no route to %r yet; its reply is kept and sent again",
-                                  self.name, to[:40])
+                    self.log.info("%s: no route to %s yet; its reply is kept and sent again",
+                                  self.label, self.peer_name(to))
                 self._unsent.append((time.monotonic() if since is None else since, sock,
                                      to, frames))
                 return
-            self.log.debug("%s: cannot reply to %r: %s", self.name, to, exc)
+            self.log.debug("%s: cannot reply to %s: %s", self.label, self.peer_name(to), exc)
 
 
 def recv_now(sock: zmq.Socket):
@@ -254,8 +270,10 @@ class PeerLog:
     of malformed messages must not fill the log)."""
 
     def __init__(self, log: logging.Logger, burst: int = 10, window_s: float = 60.0,
-                 clock=time.monotonic, peers_kept: int = 4096):
+                 clock=time.monotonic, peers_kept: int = 4096, name=None):
         self.log, self.burst, self.window_s, self.clock = log, burst, window_s, clock
+        # how a line names a peer (a service's peer_name: its identity is bytes it chose)
+        self.name = name or (lambda peer: f"peer {peer!r}")
         self.peers_kept = peers_kept
         self._seen: dict[bytes, list] = {}  # peer -> [window start, lines, left out]
 
@@ -265,8 +283,8 @@ class PeerLog:
         seen = self._seen.get(peer)
         if seen is None or now - seen[0] >= self.window_s:
             if seen is not None and seen[2]:
-                self.log.warning("(%d more such warnings about peer %r left out)", seen[2],
-                                 peer)
+                self.log.warning("(%d more such warnings about %s left out)", seen[2],
+                                 self.name(peer))
             seen = self._seen[peer] = [now, 0, 0]
             while len(self._seen) > self.peers_kept:
                 del self._seen[next(iter(self._seen))]
@@ -283,7 +301,8 @@ class PeerLog:
     def forget(self, peer: bytes) -> None:
         seen = self._seen.pop(peer, None)
         if seen is not None and seen[2]:
-            self.log.warning("(%d more such warnings about peer %r left out)", seen[2], peer)
+            self.log.warning("(%d more such warnings about %s left out)", seen[2],
+                             self.name(peer))
 
 
 NO_REPLY = object()  # a handler's return value meaning "the reply is sent later, or never"
