@@ -62,11 +62,14 @@ def _common(keys: str | None, log_level: str | None) -> list[str]:
 
 
 def coordinator_role(bind: str, *, keys: str | None = None, heartbeat: float | None = None,
-                     log_level: str | None = None) -> Role:
-    """The coordinator, listening on ``bind`` (``tcp://HOST:PORT``)."""
+                     log_level: str | None = None, state: str | None = None) -> Role:
+    """The coordinator, listening on ``bind`` (``tcp://HOST:PORT``); ``state``: the file it
+    keeps the published-model registry in (one started again reads it)."""
     args = ["--bind", _endpoint(bind, "bind")]
     if heartbeat is not None:
         args += ["--heartbeat", f"{heartbeat:g}"]
+    if state is not None:
+        args += ["--state", state]
     return Role("coordinator", tuple(args + _common(keys, log_level)))
 
 

@@ -169,16 +169,16 @@ def _serve(args) -> int:
         return 1
     # the model as saved: its classes by import path, its weights from the shards (no
     # constructor runs)
-    module = ckpt.rebuild(manifest, shards, path=args.checkpoint)
+    # a shared service: no client's script runs on the workers, and classes come only
+    # from disthook, the served model's packages and those --allow-model-module names (here
+    # too, checked before anything is imported)
+    allowed = [*_packages_of(manifest["structure"]), *args.allow_model_module]
+    module = ckpt.rebuild(manifest, shards, path=args.checkpoint, allow_modules=allowed)
     try:
-        # a shared service: no client's script runs on the workers, and classes come only
-        # from disthook, the served model's packages and those --allow-model-module names
         cluster = local_cluster(workers, host=bind.host, port=bind.port,
                                 log_level=args.log_level, stderr=None, keys=args.keys,
                                 allow_hook_modules=args.allow_hook_module,
-                                allow_code=False,
-                                allow_model_modules=[*_packages_of(manifest["structure"]),
-                                                     *args.allow_model_module],
+                                allow_code=False, allow_model_modules=allowed,
                                 threads=args.threads)
     except EndpointInUse as exc:
         print(f"disthook serve: {exc.advice('--bind')}", file=sys.stderr)

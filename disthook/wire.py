@@ -197,6 +197,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "heartbeat": {"worker": "str", "memory": "int?", "stages": "list?"},
     "shutdown": {"reason": "str?"},
     "status": {"model": "str?"},  # (a client's channel names its model in every message)
+    # a worker's running requests, their waits and its queues (a stall's diagnosis)
+    "waits": {},
     # placement: client -> worker. A worker may hold stages of several models; every
     # message below names the model (the deployment's id) it is for. aliases: the names
     # under which the client imports disthook's modules ({"torch": "disthook", ...}).
@@ -225,8 +227,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "forward": {"model": "str", "stage": "int", "inputs": "list", "grad_enabled": "bool",
                 "reply_to": "str", "requires_grad": "list?", "mb": "int?", "stop": "str?",
                 "optimizer_calls": "list[list[optimizer_call]]?", "path": "str?",
-                "call": "hook_value?", "rng": "str?", "op": "str?", "params": "any?",
-                "keep": "bool?"},
+                "call": "hook_value?", "rng": "str?", "pins": "list?", "op": "str?",
+                "params": "any?", "keep": "bool?"},
     # taps: keys of tensors client forward hooks were given, whose gradients the client
     # wants (autograd.grad with respect to them); each stage adds those it holds to tapped
     # (key -> gradient) and the answer carries them all (result["tapped"]). accumulate
@@ -252,6 +254,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "drop_values": {"model": "str", "values": "list[str]"},
     # reply_to: the client whose contexts they are, when a neighbour stage carries it on
     "release": {"model": "str", "contexts": "list[str]", "reply_to": "str?"},
+    # a client's call waits on an earlier stage: a write here keeps its weights for it
+    "pin": {"model": "str", "calls": "list"},
     # hooks: a stub fired on a worker asks the client to run the callable with args; diff:
     # the client's copies of the tensors require grad where the worker's do (a forward hook
     # with grad enabled). The answer: the hook's result (None: keep the value), and the

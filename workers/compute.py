@@ -22,6 +22,7 @@ from disthook.service.loop import NO_REPLY
 from disthook.service.values import opaque_in, pack, tensors_in, unpack
 from workers.speculation import BACKWARD_KINDS, EarlyAnswer, run_ahead
 from workers.state import Context, StepRun
+from workers.versions import carries_write, note_pins, upstream_pins
 
 __all__ = ["ComputeHandlers", "rss_bytes"]
 
@@ -41,6 +42,8 @@ class ComputeHandlers:
                     raise ValueError(f"forward: optimizer_calls must list the optimizer calls "
                                      f"of every stage; it has {len(calls)} lists, this is "
                                      f"{st.name}")
+                if carries_write(calls):  # the calls it passes here keep their weights
+                    note_pins(st, self.state, job)
                 for spec in calls[st.index]:
                     self._optimizer_action(st, spec, job.client)
             grad = msg["grad_enabled"]
@@ -57,11 +60,8 @@ class ComputeHandlers:
                 return t
 
             job.micro_batch = self.captures.micro_batch = msg.get("mb")
-            if grad and self.state.contexts_of(st.model, job.client) >= self.max_contexts:
-                raise RuntimeError(
-                    f"this client keeps {self.max_contexts} forward graphs of {st.name} "
-                    f"waiting for their backward, the most one client may (--max-contexts): "
-                    "run backward, drop the outputs it does not need, or call under no_grad()")
+            if grad:  # per client (with keys: per key), see workers.limits
+                self.check_contexts(st, job.client)
             stop, path = msg.get("stop"), msg.get("path")
             stop_here = stop is not None and stop.split(".", 1)[0] in st.module._modules
             if not msg.get("op"):  # (an op on kept values is not one of the stage's forwards)
@@ -100,6 +100,9 @@ class ComputeHandlers:
                               "requires_grad": [out.requires_grad],
                               "reply_to": msg["reply_to"], "mb": msg.get("mb"), "stop": stop,
                               "optimizer_calls": calls, "rng": rng}
+                    pins = job.pins or upstream_pins(job)  # calls a write passed
+                    if pins:
+                        fields["pins"] = [list(p) for p in pins]
                     self._count(st.model, "bytes_to_peers", fields["inputs"][0].nbytes)
                     nxt.send_multipart(wire.encode("forward", fields, req=msg.req,
                                                    ctx=msg.ctx), copy=False)
@@ -122,6 +125,8 @@ class ComputeHandlers:
         """Keep the forward graph of the job's context for its backward (when ``keep``), in
         place of one an earlier run of the forward kept (see ``EarlyAnswer``)."""
         if keep:
+            self.check_graph_bytes(job.stage, job.client, context)
+            context.version = job.version  # its backward computes with the same weights
             self.state.keep_context(job.model, job.msg.ctx, context)
         else:
             self.state.end_context(job.model, job.client, job.msg.ctx)

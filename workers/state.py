@@ -38,12 +38,12 @@ GONE_KEPT = 1024  # clients remembered as gone (a running job of theirs waits no
 # requests that only read (or only drop graphs): they run at once, never behind a waiting
 # request, so a client hook may read the model it runs on
 AT_ONCE = frozenset({"hello", "status", "get_state", "list_hooks", "captured", "release",
-                     "fetch"})
+                     "pin", "waits", "fetch"})
 # answers to a wait of a running request, recognised by (sender, request id)
 ANSWERS = frozenset({"hook_reply", "error"})
 # what a neighbour stage sends: a client's call carried on (its client named by reply_to),
 # and a training step's pipeline messages; from anyone but a worker they are refused
-FORWARDED = frozenset({"forward", "backward", "release", "pipe"})
+FORWARDED = frozenset({"forward", "backward", "release", "pipe", "pin"})
 
 
 # ---- events (what happened) -----------------------------------------------------------------
@@ -131,6 +131,12 @@ class Job:
     micro_batch: int | None = None  # what capture hooks record as the micro-batch
     # the forward it runs ahead of client hooks' answers (workers.speculation), if any
     spec: Any = None
+    # the weights it computes with (workers.versions): None, the newest; an older version
+    # once another client wrote while this job ran
+    version: Any = None
+    # calls a write of this job found on its way, for the next stage (workers.versions)
+    pins: list = dataclasses.field(default_factory=list)
+    announced: bool = False  # the later stages heard it waits here (workers.versions)
 
     @property
     def kind(self) -> str:
@@ -169,6 +175,8 @@ class Context:
     # ("<event key>#<index>"): a backward may ask for their gradients (autograd.grad on the
     # client with respect to a tensor a hook kept)
     taps: dict = dataclasses.field(default_factory=dict)
+    version: Any = None  # the weights its forward computed with (see Job.version)
+    nbytes: int = 0  # the arrays it holds, weights aside (workers.limits)
 
 
 class WorkerState:
@@ -248,6 +256,13 @@ class WorkerState:
             return [Run(job)]
         job.lane = (model, client)
         queued = self.lanes.get(job.lane)
+        if queued is not None and self._from_own_hook(job):
+            job.lane = None  # sent from inside the client's hook: runs as it would there
+            if _writes(msg) and self._others_running(job):
+                self.held_writes.append(job)
+                return []
+            self.jobs.add(job)
+            return [Run(job)]
         if queued is not None:  # that client's earlier request on this model is running
             queued.append(job)
             return []
@@ -269,6 +284,8 @@ class WorkerState:
                     (msg.get("model"), msg.get("step")), sender) != sender):
                 raise PermissionError("pipeline messages come only from the neighbour stages "
                                       "of a training step; a client may only abort its own")
+            if msg.type == "pin":
+                raise PermissionError("pin comes only from a neighbour stage")
             if isinstance(reply_to, str) and reply_to != sender.hex():
                 raise PermissionError(
                     f"{msg.type}: reply_to names another connection than the one it came on; "
@@ -287,6 +304,15 @@ class WorkerState:
         if client in self.gone:  # checked against the call: its client is still here
             raise PermissionError(f"{msg.type}: the client it is carried for went away")
         return client
+
+    def _from_own_hook(self, job: Job) -> bool:
+        """Whether the request comes from inside a hook of its own client: a running
+        request of the same lane waits for that client's hook answer, so the client can
+        be sending nothing else (in one process the hook's code runs inside the call). A
+        write then waits for nothing, as a hook's edit of its own model does not."""
+        return job.msg.type not in ("forward", "backward", "train_step") and any(
+            w.job.lane == job.lane and w.client == job.client and not w.done
+            for w in self.waits.values())
 
     def _others_running(self, job: Job) -> bool:
         return any(j.model == job.model and j.client != job.client for j in self.jobs)
@@ -486,6 +512,28 @@ class WorkerState:
     def drop_values(self, model: str, client: bytes, vids) -> int:
         return sum(self.values.pop((model, client, v), None) is not None for v in vids)
 
+    def describe(self, label) -> dict:
+        """What runs, what it waits for and for how long, and what is queued behind it (the
+        ``waits`` request: a stall's diagnosis); clients named by ``label(identity)``."""
+        now = self.clock()
+
+        def job_view(job: Job) -> dict:
+            wait = job.waiting
+            return {"kind": job.kind, "model": job.model, "client": label(job.client),
+                    "waits_for": None if wait is None else wait.what,
+                    "waiting_s": None if wait is None else round(
+                        now - (wait.deadline - wait.timeout), 3)}
+
+        return {"running": [job_view(j) for j in self.jobs],
+                "queued": [{"model": lane[0], "client": label(lane[1]),
+                            "kinds": [j.kind for j in queue]}
+                           for lane, queue in self.lanes.items() if queue],
+                "held_writes": [job_view(j) for j in self.held_writes],
+                "waits": [{"what": w.what, "kind": w.job.kind, "client": label(w.job.client),
+                           "age_s": round(now - (w.deadline - w.timeout), 3)}
+                          for w in self.waits.values()],
+                "mailbox": len(self.mailbox), "contexts": len(self.contexts)}
+
     def counts(self) -> dict:
         """For status: graphs kept, mailbox entries, jobs running and waiting, queued."""
         return {"contexts": len(self.contexts), "mailbox": len(self.mailbox),
@@ -529,11 +577,10 @@ class StepRun:
 
 
 def _writes(msg) -> bool:
-    """Whether a request changes a model's weights (or its mode, or whether it is held)."""
-    if msg.type in ("set_state", "param_op", "module_op", "train", "load_stage", "unload"):
-        return True
-    optimizer = msg.get("optimizer") if msg.type == "step" else None
-    return optimizer is not None and optimizer.get("action") in ("step", "load")
+    """Whether a request changes a model in a way no version keeps apart (its mode, its
+    structure, whether it is held): it waits until no other client's call of the model
+    runs. Changes to weights do not wait: they make a new version (workers.versions)."""
+    return msg.type in ("module_op", "train", "load_stage", "unload")
 
 
 class _Numbered:

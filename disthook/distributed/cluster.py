@@ -495,9 +495,13 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
         scratch = keys = tempfile.mkdtemp(prefix="disthook-keys-")
         generate(keys)
     key_dir = None if keys is None else os.fspath(keys)
+    # with restart, the coordinator keeps its registry of published models in a file, so
+    # one started again still knows every name and its owner
+    state_dir = tempfile.mkdtemp(prefix="disthook-state-") if restart else None
+    state = None if state_dir is None else os.path.join(state_dir, "registry")
     try:
         first = coordinator_role(f"tcp://{host}:{port}", heartbeat=heartbeat, keys=key_dir,
-                                 log_level=log_level)
+                                 log_level=log_level, state=state)
         coordinator = spawn(first, stderr, announce=True)
         procs.append(coordinator)
         address = _announced_address(coordinator, start_timeout)
@@ -516,12 +520,14 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
             cluster._cleanups.append(weakref.finalize(cluster, shutil.rmtree, scratch, True))
         if restart:
             again = coordinator_role(address, heartbeat=heartbeat, keys=key_dir,
-                                     log_level=log_level)  # the same address as before
+                                     log_level=log_level, state=state)  # the same address
             cluster._start_restarter(again, worker, stderr, next_number=workers + 1)
+            cluster._cleanups.append(weakref.finalize(cluster, shutil.rmtree, state_dir, True))
     except BaseException:
         _reap(procs, 5.0)
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+        for folder in (scratch, state_dir):
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
         raise
     try:
         cluster.wait_for_workers(workers, timeout=start_timeout)

@@ -33,6 +33,12 @@ from disthook.service.security import (
 
 __all__ = ["LOG_LEVELS", "PeerLog", "Service", "bind_endpoint"]
 
+# a reply to a peer whose connection is not up yet (or again) is kept and sent again at every
+# tick for this long: a client that just connected to the last stage of a model may get its
+# answer from there before its own connection to that worker has finished its handshake
+UNROUTABLE_KEEP_S = 30.0
+UNROUTABLE_KEPT = 256  # replies kept that way at most
+
 
 def bind_endpoint(sock: zmq.Socket, address: str) -> str:
     """Bind ``sock`` to ``address`` (``tcp://HOST:PORT``, ``HOST:PORT`` or ``ipc://PATH``;
@@ -95,6 +101,7 @@ class Service:
         self._peer_numbers: dict[bytes, str] = {}  # see peer_name
         self._next_peer_number = itertools.count(1)
         self._running = False
+        self._unsent: list[tuple] = []  # (since, socket, peer, frames) of unroutable replies
 
     # ---- the loop ---------------------------------------------------------------------------
     def serve_forever(self) -> None:
@@ -130,7 +137,22 @@ class Service:
         self.ctx.destroy(linger=200)  # let the last replies and shutdown notices go out
 
     def tick(self) -> None:
-        """Called between messages, at least every ``tick_interval`` seconds."""
+        """Called between messages, at least every ``tick_interval`` seconds: replies that
+        found no route are tried again (subclasses call this too)."""
+        if self._unsent:
+            self.send_unsent()
+
+    def send_unsent(self) -> None:
+        """Try the replies kept for peers that had no route yet once more; those kept for
+        ``UNROUTABLE_KEEP_S`` go, with a warning."""
+        now = time.monotonic()
+        pending, self._unsent = self._unsent, []
+        for since, sock, to, frames in pending:
+            if now - since > UNROUTABLE_KEEP_S:
+                self.log.warning("%s: dropped a reply to %s: no connection from it for %g s",
+                                 self.label, self.peer_name(to), UNROUTABLE_KEEP_S)
+            elif not sock.closed:
+                self._send(sock, to, frames, since)
 
     # ---- requests ----------------------------------------------------------------------------
     def on_socket(self, sock: zmq.Socket) -> None:
@@ -214,9 +236,21 @@ class Service:
             frames = wire.encode(msg_type, fields, req=req, ctx=ctx)
         except wire.WireError as exc:  # a handler returned something unsendable
             frames = wire.encode("error", error_fields(exc, worker=self.name), req=req, ctx=ctx)
+        self._send(sock, to, frames)
+
+    def _send(self, sock: zmq.Socket, to: bytes, frames: list, since: float | None = None):
         try:
             sock.send_multipart([to, *frames], copy=False)
-        except zmq.ZMQError as exc:  # the peer went away meanwhile (as at shutdown)
+        except zmq.ZMQError as exc:
+            # no route to the peer: its connection has not finished its handshake yet (or
+            # it went away): kept and tried again at each tick, never dropped at once
+            if exc.errno == zmq.EHOSTUNREACH and len(self._unsent) < UNROUTABLE_KEPT:
+                if since is None:
+                    self.log.info("%s: no route to %s yet; its reply is kept and sent again",
+                                  self.label, self.peer_name(to))
+                self._unsent.append((time.monotonic() if since is None else since, sock,
+                                     to, frames))
+                return
             self.log.debug("%s: cannot reply to %s: %s", self.label, self.peer_name(to), exc)
 
 
