@@ -240,7 +240,9 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "backward": {"model": "str", "stage": "int", "grads": "list", "retain_graph": "bool",
                  "reply_to": "str", "mb": "int?", "taps": "list[str]?", "tapped": "map?",
                  "accumulate": "bool?", "start": "str?", "inputs": "bool?",
-                 "keep_grads": "str?"},
+                 "keep_grads": "str?", "create_graph": "bool?"},
+    # create_graph: the input gradients keep their graph (kept as a context under
+    # keep_grads, whose backward is a double backward's second pass)
     # values kept on a worker (disthook.distributed.remote_values): a call's outputs, with
     # keep, stay on the worker that computed them under "<ctx>.<i>", and a backward's input
     # gradients, with keep_grads, under "<keep_grads>.<i>"; the answer describes them

@@ -253,6 +253,8 @@ class ComputeHandlers:
                 outputs, given = [context.taps[start]], [g]
             seeds = [(o, gr) for o, gr in zip(outputs, given)
                      if gr is not None and o.requires_grad]
+            if msg.get("create_graph"):  # a backward whose own graph is kept (double backward)
+                return self._backward_with_graph(job, st, context, outputs, given, msg)
 
             def pairs():
                 """(output, its gradient): the received arrays themselves (nothing else
@@ -279,7 +281,8 @@ class ComputeHandlers:
                     t.grad = None
                 tapped.clear()
                 tapped.update(tapped_before)
-                return _run_backward(pairs(), context.inputs, taps, tapped, retain or keep,
+                return _run_backward(pairs(), context.inputs, taps, tapped,
+                                     retain or keep or context.keep_graph,
                                      msg.get("accumulate", True))
 
             prev = None if context.direct else st.neighbours.get("prev")
@@ -319,6 +322,51 @@ class ComputeHandlers:
                 answer(grads)
         except Exception as exc:  # noqa: BLE001
             self._to_client(job, "error", self.error_reply(exc, job))
+        return NO_REPLY
+
+    def _backward_with_graph(self, job, st, context, outputs, given, msg):
+        """``backward(create_graph=True)`` (or ``autograd.grad`` with it) of a call's context:
+        the input gradients keep their graph, from the given gradients (fresh leaves here),
+        the call's inputs and the stage's parameters, and stay here as values under
+        ``keep_grads``; that graph is kept as a context of the same id, whose backward (a
+        gradient penalty's) gives the gradients of the given gradients and of the inputs and
+        adds to the parameters'. Answers the kept gradients and which given ones it used."""
+        keep = msg.get("keep_grads")
+        if not context.direct or not keep or msg.get("taps") or msg.get("start"):
+            raise NotImplementedError(
+                "backward(create_graph=True) through a deployed model runs only on a part "
+                "called by the forward on the client, without hooks that keep tensors")
+        used = [i for i, (o, gr) in enumerate(zip(outputs, given))
+                if gr is not None and o.requires_grad]
+        leaves = [disthook.from_numpy(np.array(given[i])).requires_grad_(True) for i in used]
+        roots = [outputs[i] for i in used]
+        inputs = context.inputs
+        for t in inputs:
+            t.grad = None
+        with disthook.enable_grad():
+            if msg.get("accumulate", True):  # a backward: the parameters' .grad keep a graph
+                disthook.autograd.backward(roots, leaves, retain_graph=True,
+                                           create_graph=True)
+                got = [t.grad for t in inputs]
+            else:
+                wanted = [t for t in inputs if t.requires_grad]
+                found = disthook.autograd.grad(roots, wanted, leaves, retain_graph=True,
+                                               create_graph=True, allow_unused=True) \
+                    if roots and wanted else []
+                by_id = {id(t): g for t, g in zip(wanted, found)}
+                got = [by_id.get(id(t)) for t in inputs]
+        for t in inputs:
+            t.grad = None
+        made = [g for g in got if g is not None]
+        records = iter(self._keep_outputs(job, st.model, keep, made))
+        context.keep_graph = True
+        self.state.keep_context(st.model, keep, Context(
+            job.client, [*leaves, *inputs], made, [], time.monotonic(), direct=True,
+            keep_graph=True))
+        if not msg["retain_graph"]:
+            self.state.end_context(st.model, job.client, msg.ctx)
+        self._to_client(job, "ok", {"result": {
+            "grads": [None if g is None else next(records) for g in got], "seeded": used}})
         return NO_REPLY
 
     def on_release(self, job):

@@ -171,6 +171,9 @@ class Context:
     retained: list  # (client, hook id, key, tensor) whose gradient goes to the client
     created: float
     direct: bool = False  # one submodule's call from the client: backward answers it too
+    # a double backward's graph was built on this one (backward(create_graph=True)): its
+    # backwards keep the graph, which the other pass reads too (freed with the contexts)
+    keep_graph: bool = False
     # the tensors client forward hooks were given, by the key the client names them with
     # ("<event key>#<index>"): a backward may ask for their gradients (autograd.grad on the
     # client with respect to a tensor a hook kept)

@@ -171,7 +171,7 @@ class RemoteBackward0(Node):
     def _backward(self, grads: list) -> tuple:
         if self._freed:
             raise RuntimeError(SECOND_BACKWARD_MSG)
-        if grad_mode.is_grad_enabled():  # the engine records the backward: create_graph
+        if grad_mode.is_grad_enabled() and not self._call:  # create_graph through a chain
             raise NotImplementedError(_CREATE_GRAPH)
         # the workers keep their graphs exactly when this backward keeps the client's
         retain = engine.retains_graph()
@@ -220,6 +220,8 @@ class RemoteBackward0(Node):
                   "taps": wanted or None, "accumulate": self._accumulates(),
                   "inputs": self._inputs_wanted(), "keep_grads": keep}
         what = f"backward of {self._path!r}"
+        if grad_mode.is_grad_enabled():  # create_graph: the gradients keep their graph
+            return self._backward_with_graph(grads, fields, retain, wanted)
         forms = model.__dict__.setdefault("_forms", async_calls.Forms())
         key = form = None
         if async_calls.may_go_on(model) and not wanted and not self._taps:
@@ -250,6 +252,45 @@ class RemoteBackward0(Node):
             model._hub.drop_context(self._ctx_ids[0])
         return (*(_grad_in(model, address, g) for g in result["grads"]),
                 *self._tap_grads(result.get("tapped"), wanted))
+
+    def _backward_with_graph(self, grads: list, fields: dict, retain: bool,
+                             wanted: list) -> tuple:
+        """``backward(create_graph=True)``: the worker keeps the input gradients and their
+        graph (a context named by ``keep_grads``); they come back as kept values whose node
+        leads to the given gradients and to this call's inputs, so that differentiating them
+        (a gradient penalty) runs that graph's backward on the worker."""
+        if wanted or self._live:
+            raise NotImplementedError(
+                f"backward(create_graph=True) through {self._path!r}: a forward hook kept a "
+                "tensor of this call for a later gradient; remove that hook, or take the "
+                "two gradients in two passes without create_graph")
+        model = self._model
+        address = model._addresses[self._stage]
+        fields["create_graph"] = True
+        (reply,) = model._hub.request_all([(address, fields, self._ctx_ids[0])], "backward",
+                                          what=f"backward of {self._path!r} with its graph")
+        if not retain:
+            self._finalizer.detach()
+            model._hub.drop_context(self._ctx_ids[0])
+        result = reply["result"]
+        keep = fields["keep_grads"]
+        given = [grads[i] for i in result["seeded"]]
+        node = RemoteBackward0(model, [keep], given, None, self._stage)
+        node._path = f"{self._path} (its backward)"
+        node.next_functions = node._edges + self._edges
+        node.needs_input_grad = node._needs + self._needs
+        node._input_meta = node._meta + self._meta
+        out, nr = [], 0
+        for g in result["grads"]:
+            if g is None:
+                out.append(None)
+                continue
+            t = from_record(model, address, g, node, nr)
+            node._output_meta.append((tuple(g["shape"]), np.dtype(g["dtype"])))
+            out.append(t)
+            nr += 1
+        node._output_meta = tuple(node._output_meta)
+        return tuple(out)
 
     def _release(self) -> None:
         self._freed = True

@@ -291,3 +291,39 @@ def test_gpt_micro_batches_under_each_schedule(cluster, schedule):
             close(p.detach().numpy(), q.detach().numpy())
     finally:
         model.close()
+
+
+class Critic(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 8), nn.Linear(8, 1)
+
+    def forward(self, x):
+        return self.b(torch.tanh(self.a(x)))
+
+
+def _penalised_step(model, x):
+    x = x.detach().clone().requires_grad_(True)
+    out = model(x)
+    (g,) = torch.autograd.grad(out.sum(), x, create_graph=True)
+    loss = out.mean() + ((g.norm(dim=1) - 1) ** 2).mean()  # a WGAN-GP gradient penalty
+    loss.backward()
+    return loss.item(), x.grad.numpy()
+
+
+def test_a_gradient_penalty_with_create_graph(cluster):
+    torch.manual_seed(8)
+    local = Critic()
+    model = cluster.deploy(copy.deepcopy(local), stages=2)
+    try:
+        x = torch.randn(6, 4)
+        for _ in range(2):
+            model.zero_grad()
+            local.zero_grad()
+            got, want = _penalised_step(model, x), _penalised_step(local, x)
+            close(got[0], want[0])
+            close(got[1], want[1])  # the input's gradient, through the penalty too
+            for (name, p), q in zip(model.named_parameters(), local.parameters()):
+                close(p.grad.numpy(), q.grad.numpy())
+    finally:
+        model.close()
