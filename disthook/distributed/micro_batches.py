@@ -104,7 +104,8 @@ def _join(outs: list, rows: int, what: str, m: int):
 
 def issue_order(schedule: str, stages: int, m: int) -> list[tuple[str, int]]:
     """The order the client issues micro-batch forwards ("F") and backwards ("B") in: the
-    order the first stage runs them in under ``schedule``."""
+    order the first stage runs them in under ``schedule`` (a zero-bubble schedule's split
+    backward is the workers' own, in a chain: here its micro-batches go in 1F1B's order)."""
     if schedule == "gpipe":
         return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
     warm = min(stages - 1, m)  # 1F1B: the pipeline fills, then one backward per forward
