@@ -323,7 +323,7 @@ def test_status_lists_each_stage_with_its_modules_parameters_and_graphs(cluster)
         assert run.returncode == 0, run.stderr
         rows = run.stdout.splitlines()
         assert rows[1].split() == ["worker", "address", "alive", "beat", "memory", "graphs",
-                                   "stage", "modules", "params"]
+                                   "kept", "peer-out", "stage", "modules", "params"]
         for stage, workers_id, children in remote.workers():
             (row,) = [r for r in rows if r.startswith(workers_id)]
             params = sum(p.numel() for name, p in make_net().named_parameters()

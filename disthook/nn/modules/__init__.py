@@ -39,6 +39,7 @@ from disthook.nn.modules.batchnorm import (
     BatchNorm3d,
     SyncBatchNorm,
 )
+from disthook.nn.modules.channelshuffle import ChannelShuffle
 from disthook.nn.modules.container import (
     Container,
     ModuleDict,
@@ -69,7 +70,6 @@ from disthook.nn.modules.dropout import (
 )
 from disthook.nn.modules.flatten import Flatten, Unflatten
 from disthook.nn.modules.fold import (
-    ChannelShuffle,
     Fold,
     Unfold,
 )

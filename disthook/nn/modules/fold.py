@@ -1,4 +1,4 @@
-"""``Fold`` and ``Unfold`` (sliding blocks to columns and back) and ``ChannelShuffle``."""
+"""``Fold`` and ``Unfold`` (sliding blocks to columns and back)."""
 from __future__ import annotations
 
 from disthook.nn import functional as F
@@ -42,17 +42,3 @@ class Unfold(Module):
     def extra_repr(self) -> str:
         return (f"kernel_size={self.kernel_size}, dilation={self.dilation}, "
                 f"padding={self.padding}, stride={self.stride}")
-
-
-class ChannelShuffle(Module):
-    """Interleaves the channels of ``groups`` groups."""
-
-    def __init__(self, groups: int) -> None:
-        super().__init__()
-        self.groups = groups
-
-    def forward(self, input: Tensor) -> Tensor:
-        return F.channel_shuffle(input, self.groups)
-
-    def extra_repr(self) -> str:
-        return f"groups={self.groups}"

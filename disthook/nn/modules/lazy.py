@@ -195,3 +195,23 @@ class LazyInstanceNorm2d(_LazyNormMixin, InstanceNorm2d):
 
 class LazyInstanceNorm3d(_LazyNormMixin, InstanceNorm3d):
     cls_to_become = InstanceNorm3d
+
+
+def _home_where_torch_has_them() -> None:
+    """Each lazy class lives, by name, in the module where torch defines it (its
+    ``__module__`` and an attribute there): a whole model pickled by disthook names it where
+    torch finds it, and our own unpickler finds it there too."""
+    from disthook.nn.modules import batchnorm, conv, instancenorm
+
+    for home, names in ((batchnorm, ("LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d")),
+                        (conv, ("LazyConv1d", "LazyConv2d", "LazyConv3d", "LazyConvTranspose1d",
+                                "LazyConvTranspose2d", "LazyConvTranspose3d")),
+                        (instancenorm, ("LazyInstanceNorm1d", "LazyInstanceNorm2d",
+                                        "LazyInstanceNorm3d"))):
+        for name in names:
+            cls = globals()[name]
+            cls.__module__ = home.__name__
+            setattr(home, name, cls)
+
+
+_home_where_torch_has_them()
