@@ -325,6 +325,10 @@ class ComputeHandlers:
         grads_in: dict[int, object] = {}
         losses: dict[int, float] = {}
         busy, peak = 0.0, rss_bytes() or 0  # compute time; the most memory held
+        # [kind, mb, this thread's CPU seconds, wall start, wall end] per action (a receive:
+        # from when the stage began to wait for it, or when it took it, to when it took it)
+        timeline: list[list] = []
+        waited_since = None
         try:
             if last:  # a loss refused here aborts the step on the other stages too
                 loss_fn = _loss_function(msg["loss"], self.model_module_allowed)
@@ -337,6 +341,7 @@ class ComputeHandlers:
                     raise RuntimeError(f"the step was aborted: {action[1]}")
                 if kind == "wait":
                     (_, _, what, mb), _ = action[1]
+                    waited_since = waited_since or time.perf_counter()
                     wait = self.state.wait_for_pipe(
                         job, action[1], f"the {what} of micro-batch {mb} ({st.name})")
                     if wait is not None:
@@ -344,10 +349,14 @@ class ComputeHandlers:
                     continue
                 if kind == "recv":
                     received[(action[1], action[2])] = action[3]["data"]
+                    now = time.perf_counter()
+                    timeline.append([f"recv_{action[1]}", action[2], 0.0, waited_since or now,
+                                     now])
+                    waited_since = None
                     continue
                 mb = action[1]
                 job.micro_batch = self.captures.micro_batch = mb
-                started = time.perf_counter()
+                started, cpu = time.perf_counter(), time.thread_time()
                 if kind == "forward":
                     st.forwards += 1
                     data = msg["inputs"][mb] if first else received.pop(("act", mb))
@@ -387,6 +396,8 @@ class ComputeHandlers:
                         raise RuntimeError(f"{st.name}: no gradient reached the input of "
                                            f"micro-batch {mb}")
                     self._pipe_send(st, "prev", step, "grad", mb, g.numpy())
+                timeline.append([kind, mb, time.thread_time() - cpu, started,
+                                 time.perf_counter()])
         except BaseException as exc:
             for side in ("prev", "next"):  # the neighbours must not wait for us
                 if side in st.neighbours:
@@ -397,7 +408,7 @@ class ComputeHandlers:
         finally:
             job.micro_batch = self.captures.micro_batch = None
             self.state.finish_step(model, step)
-        stats = {"busy": busy, "peak_rss": peak}
+        stats = {"busy": busy, "peak_rss": peak, "timeline": timeline}
         return {"losses": [losses[mb] for mb in sorted(losses)], **stats} if last else stats
 
     def _pipe_send(self, st, side: str, step: str, kind: str, mb: int, data,
