@@ -3,7 +3,7 @@ hop latency, and what it reads from the stages' timelines. No process is started
 import pytest
 
 from disthook.bench.workspan import costs_from_timelines, hop_latency, predict, replay
-from disthook.distributed.schedule import gpipe, one_f_one_b
+from disthook.distributed.schedule import gpipe, one_f_one_b, zero_bubble_h1
 
 
 def costs(forward, backward, send=0.0):
@@ -62,3 +62,16 @@ def test_costs_and_hop_latency_come_from_the_stages_timelines():
 
 def test_no_waited_receive_gives_no_latency():
     assert hop_latency([[[["forward", 0, 0.01, 0.0, 0.01]]]]) is None
+
+
+@pytest.mark.parametrize("p, m", [(2, 8), (4, 16), (8, 16), (3, 4)])
+def test_zb_h1_bubble_is_a_third_of_1f1b_when_f_b_and_w_cost_alike(p, m):
+    def step(plan, cost):
+        return replay(plan, lambda s, kind: cost.get(kind, 0.0), 0.0)["step_s"]
+
+    for f, b, w in ((1.0, 1.0, 1.0), (1.0, 1.2, 0.8)):
+        work = m * (f + b + w)
+        zb = step(zero_bubble_h1(p, m), {"forward": f, "backward": b, "weight": w}) - work
+        plain = step(one_f_one_b(p, m), {"forward": f, "backward": b + w}) - work
+        assert plain == pytest.approx((p - 1) * (f + b + w))
+        assert zb == pytest.approx((p - 1) * (f + b - w))  # ZB-H1's bubble

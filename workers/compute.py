@@ -16,6 +16,7 @@ import numpy as np
 import disthook
 from disthook import hooks as toolkit
 from disthook import wire
+from disthook.autograd.split import backward_split
 from disthook.distributed.spec import build_module
 from disthook.service.loop import NO_REPLY
 from disthook.service.values import opaque_in, pack, tensors_in, unpack
@@ -321,6 +322,9 @@ class ComputeHandlers:
         loss_fn = None
         run = StepRun(model, step, msg["schedule"])
         held: dict[int, tuple] = {}  # micro-batch -> (input leaf, output or scaled loss)
+        # a split backward (zb-h1): micro-batch -> its weights' part, run by its "weight"
+        split = any(kind == "weight" for kind, _ in msg["schedule"])
+        weights_later: dict[int, object] = {}
         received: dict[tuple, np.ndarray] = {}
         grads_in: dict[int, object] = {}
         losses: dict[int, float] = {}
@@ -382,13 +386,20 @@ class ComputeHandlers:
                     leaf, out = held.pop(mb)
                     g = None if last else received.pop(("grad", mb))
 
-                    def compute(keep: bool = False, leaf=leaf, out=out, g=g):
+                    def compute(keep: bool = False, leaf=leaf, out=out, g=g, mb=mb):
                         leaf.grad = None  # a run again starts from nothing
                         seed = None if g is None else [disthook.from_numpy(np.array(g))]
-                        disthook.autograd.backward([out], seed, retain_graph=keep)
+                        if split:  # the weights' gradients wait for this micro-batch's W
+                            weights_later[mb] = backward_split([out], seed, st.params,
+                                                               retain_graph=keep)
+                        else:
+                            disthook.autograd.backward([out], seed, retain_graph=keep)
                         return leaf.grad
 
                     grads_in[mb] = self._run_backward_pass(job, st, job.retained, compute)
+                    busy += time.perf_counter() - started
+                elif kind == "weight":
+                    weights_later.pop(mb).run()
                     busy += time.perf_counter() - started
                 else:  # send_grad
                     g = grads_in.pop(mb)
