@@ -19,7 +19,9 @@ disthook and (when installed) in torch.distributed.pipelining over gloo on loopb
   wait for a core);
 - the **span**: each library's schedule replayed with those costs and that latency
   (``replay``), the predicted step on p dedicated cores, its ratio to torch's prediction,
-  and the predicted speedup over one process against the bound p·m/(m+p-1).
+  and the predicted speedup over one process against the bound p·m/(m+p-1);
+- disthook's **ZB-H1** (``schedule="zb-h1"``) measured the same way, with each stage's
+  forward, B and W: its predicted step and its bubble against 1F1B's.
 
 What it cannot carry over: BLAS speed per core differs between CPUs (and with the memory
 bandwidth the other cores take), and the predicted step assumes a core per process that
@@ -36,14 +38,14 @@ import time
 
 from disthook.bench.stages import LAYERS, LR, bound, check, quiet, spawned, spec
 from disthook.bench.timing import cpu_seconds
-from disthook.distributed.schedule import one_f_one_b
+from disthook.distributed.schedule import one_f_one_b, zero_bubble_h1
 
 STAGES, QUICK_STAGES = (2, 4, 8), (2,)
 WIDTHS, QUICK_WIDTHS = (1024, 512), (256,)
 BATCH, QUICK_BATCH = 512, 128
 MICRO, QUICK_MICRO = 16, 8
 STEPS, QUICK_STEPS = 6, 2  # measured steps, after two warm-up steps
-COMPUTE = ("forward", "backward")
+COMPUTE = ("forward", "backward", "weight")
 SENDS = ("send_act", "send_grad")
 
 
@@ -139,10 +141,11 @@ _ONE_PROCESS: dict[tuple, float] = {}  # (library, width, batch) -> CPU per step
 
 
 def ours(p: int, width: int, batch: int, m: int, steps: int) -> dict:
-    """disthook's row at ``p`` stages: work per process, per-stage action costs, latency."""
+    """disthook's row at ``p`` stages: work per process, per-stage action costs (under
+    1F1B, and under ZB-H1 with its W's), the hop latency."""
     import disthook as torch
     from disthook import nn
-    from disthook.distributed import DistributedOptimizer, local_cluster
+    from disthook.distributed import local_cluster
 
     whole = spec(1, width, batch)
     torch.manual_seed(0)
@@ -160,42 +163,59 @@ def ours(p: int, width: int, batch: int, m: int, steps: int) -> dict:
         _ONE_PROCESS[key] = _one_process_cpu(one_step, steps)
     one_cpu = _ONE_PROCESS[key]
     cut = spec(p, width, batch)
-    timelines = []
     with local_cluster(workers=p) as cluster:
-        remote = cluster.deploy(copy.deepcopy(net), stages=p,
-                                split_points=cut.split_points() or None, chunks=m,
-                                schedule="1f1b")
-        ropt = DistributedOptimizer(torch.optim.SGD, remote.parameters(), lr=LR)
-
-        def step():
-            ropt.zero_grad()
-            remote.train_step(x, y, nn.functional.cross_entropy)
-            ropt.step()
-
-        try:
-            for _ in range(2):
-                step()
-            pids = [proc.pid for proc in cluster._processes]  # the coordinator first
-            before = [cpu_seconds(pid) for pid in pids]
-            client0, wall0 = time.process_time(), time.perf_counter()
-            for _ in range(steps):
-                step()
-                timelines.append([s["timeline"] for s in remote.step_stats])
-            wall = (time.perf_counter() - wall0) / steps
-            client = (time.process_time() - client0) / steps
-            after = [cpu_seconds(pid) for pid in pids]
-        finally:
-            remote.close()
-    per = [(a - b) / steps for a, b in zip(after, before)]
-    workers = sum(per[1:])
-    compute = sum(cpu for step in timelines for stage in step
-                  for kind, _, cpu, _, _ in stage if kind in COMPUTE) / steps
-    return {"one_process_cpu_s": one_cpu, "client_cpu_s": client,
-            "coordinator_cpu_s": per[0], "workers_cpu_s": workers,
+        measured = {schedule: _pipelined(cluster, net, cut, x, y, m, schedule, steps)
+                    for schedule in ("1f1b", "zb-h1")}
+    timelines, cpu, wall = measured["1f1b"]
+    workers = sum(cpu["workers"])
+    compute = sum(c for step in timelines for stage in step
+                  for kind, _, c, _, _ in stage if kind in COMPUTE) / steps
+    return {"one_process_cpu_s": one_cpu, "client_cpu_s": cpu["client"],
+            "coordinator_cpu_s": cpu["coordinator"], "workers_cpu_s": workers,
             "outside_compute": 1 - compute / workers if workers > 0 else None,
             "costs": costs_from_timelines(timelines, p),
+            "zb_costs": costs_from_timelines(measured["zb-h1"][0], p),
             "latency_s": wire_latency(batch // m, width),
-            "waited_latency_s": hop_latency(timelines), "measured_step_s": wall}
+            "waited_latency_s": hop_latency(timelines), "measured_step_s": wall,
+            "measured_zb_step_s": measured["zb-h1"][2]}
+
+
+def _pipelined(cluster, net, cut, x, y, m: int, schedule: str, steps: int) -> tuple:
+    """``steps`` training steps of ``net`` deployed on ``cluster`` cut as ``cut`` under
+    ``schedule`` (after two): the stages' timelines per step, each process's CPU per step
+    and the wall time per step."""
+    import disthook as torch
+    from disthook import nn
+    from disthook.distributed import DistributedOptimizer
+
+    p = cut.stages
+    remote = cluster.deploy(copy.deepcopy(net), stages=p,
+                            split_points=cut.split_points() or None, chunks=m,
+                            schedule=schedule)
+    ropt = DistributedOptimizer(torch.optim.SGD, remote.parameters(), lr=LR)
+    timelines = []
+
+    def step():
+        ropt.zero_grad()
+        remote.train_step(x, y, nn.functional.cross_entropy)
+        ropt.step()
+
+    try:
+        for _ in range(2):
+            step()
+        pids = [proc.pid for proc in cluster._processes]  # the coordinator first
+        before = [cpu_seconds(pid) for pid in pids]
+        client0, wall0 = time.process_time(), time.perf_counter()
+        for _ in range(steps):
+            step()
+            timelines.append([s["timeline"] for s in remote.step_stats])
+        wall = (time.perf_counter() - wall0) / steps
+        client = (time.process_time() - client0) / steps
+        after = [cpu_seconds(pid) for pid in pids]
+    finally:
+        remote.close()
+    per = [(a - b) / steps for a, b in zip(after, before)]
+    return timelines, {"client": client, "coordinator": per[0], "workers": per[1:]}, wall
 
 
 ECHO = """
@@ -388,7 +408,13 @@ def _predict_row(row: dict) -> None:
         if r is None:
             continue
         latency = r["latency_s"] or 0.0
-        r["predicted_step_s"] = predict(r["costs"], latency, m)["step_s"]
+        plain = predict(r["costs"], latency, m)
+        r["predicted_step_s"] = plain["step_s"]
+        if side == "disthook":  # ZB-H1 from its own measured F, B and W
+            zb = replay(zero_bubble_h1(row["stages"], m),
+                        lambda s, kind, c=r["zb_costs"]: c[s].get(kind, 0.0), latency)
+            r["predicted_zb_step_s"] = zb["step_s"]
+            r["zb_bubble_vs_1f1b"] = _bubble(zb) / _bubble(plain) if _bubble(plain) else None
         r["predicted_speedup"] = r["one_process_cpu_s"] / r["predicted_step_s"]
         total = (r["client_cpu_s"] + r["coordinator_cpu_s"] + r["workers_cpu_s"]
                  if side == "disthook" else sum(r["ranks_cpu_s"]))
@@ -397,6 +423,12 @@ def _predict_row(row: dict) -> None:
     t = row["torch"]
     row["ratio_to_torch"] = (row["disthook"]["predicted_step_s"] / t["predicted_step_s"]
                              if t else None)
+
+
+def _bubble(replayed: dict) -> float:
+    """The mean over stages of the seconds a stage is idle in a replayed step."""
+    busy = replayed["busy_s"]
+    return replayed["step_s"] - sum(busy) / len(busy)
 
 
 def _ms(seconds: float | None, digits: int = 1) -> str:
@@ -453,6 +485,18 @@ def print_rows(rows: list[dict]) -> None:
         print(f"{r['width']:>5} {r['stages']:>2} {mine:>18} {theirs_cost:>18} {lat:>12} "
               f"{pred:>14} {ratio:>10} {speed:>11} {r['bound']:>5.2f}x "
               f"{d['predicted_speedup'] / r['bound'] * 100:>8.0f}%")
+    print("zero bubble: disthook's ZB-H1 from its own timelines (forward / B / W per "
+          "micro-batch on the busiest stage), replayed likewise")
+    print(f"{'w':>5} {'p':>2} {'F/B/W ms':>18} {'1F1B ms':>8} {'ZB-H1 ms':>9} "
+          f"{'vs torch':>9} {'bubble of 1F1B':>15}")
+    for r in rows:
+        d, t = r["disthook"], r["torch"]
+        _, c = _busiest(d["zb_costs"])
+        fbw = "/".join(_ms(c.get(k), 2) for k in ("forward", "backward", "weight"))
+        vs = "n/a" if t is None else f"{d['predicted_zb_step_s'] / t['predicted_step_s']:.2f}x"
+        of = "n/a" if d["zb_bubble_vs_1f1b"] is None else f"{d['zb_bubble_vs_1f1b'] * 100:.0f}%"
+        print(f"{r['width']:>5} {r['stages']:>2} {fbw:>18} {_ms(d['predicted_step_s'], 0):>8} "
+              f"{_ms(d['predicted_zb_step_s'], 0):>9} {vs:>9} {of:>15}")
     print("a/b: disthook/torch pipelining; speedup: one process's CPU per step / the predicted "
           "step; ours/torch below 1.00x: ours is predicted faster; of bound: disthook's speedup "
           "/ p·m/(m+p-1)")

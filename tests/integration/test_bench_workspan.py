@@ -29,6 +29,9 @@ def check_tables(out: str, rows: list) -> None:
     for column in ("torch F/B/send", "hop us", "predicted ms", "ours/torch", "speedup",
                    "bound", "of bound"):
         assert column in span, column
+    zero = next(line for line in lines if "F/B/W ms" in line)
+    for column in ("1F1B ms", "ZB-H1 ms", "vs torch", "bubble of 1F1B"):
+        assert column in zero, column
     assert "MISS" not in out and "target" not in out
     for row in rows:
         ours = row["disthook"]
@@ -36,6 +39,9 @@ def check_tables(out: str, rows: list) -> None:
         assert len(ours["costs"]) == row["stages"]
         for stage in ours["costs"]:  # every stage's CPU per forward and backward, measured
             assert stage["forward"] > 0 and stage["backward"] > 0
+        for stage in ours["zb_costs"]:  # and under ZB-H1, its W's
+            assert stage["forward"] > 0 and stage["backward"] > 0 and stage["weight"] > 0
+        assert ours["predicted_zb_step_s"] > 0
         assert ours["workers_cpu_s"] > 0 and 0 <= ours["outside_compute"] < 1
         if row["torch"] is not None:
             assert row["torch"]["predicted_step_s"] > 0 and row["ratio_to_torch"] > 0
