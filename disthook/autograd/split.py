@@ -91,17 +91,7 @@ class WeightGrads:
         self._records = []
         task.deps = engine._count_dependencies(roots)
         task.roots = roots
-        prev = grad_mode.is_grad_enabled()
-        grad_mode._state.enabled = False
-        prev_hooks = saved_hooks.snapshot()
-        running = engine._running.__dict__.setdefault("tasks", [])
-        running.append(task)
-        try:
-            engine._run(task, roots, None, False)
-        finally:
-            running.pop()
-            grad_mode._state.enabled = prev
-            saved_hooks.restore(prev_hooks)
+        _run(task, roots, False)
 
 
 def backward_split(outputs: list, grads: list | None, weights, *,
@@ -137,15 +127,21 @@ def backward_split(outputs: list, grads: list | None, weights, *,
         if edges:
             task.split_edges[node] = edges
     task.deferred = []
+    _run(task, root_nodes, len(outputs) == 1)
+    return WeightGrads(task.deferred, retain_graph)
+
+
+def _run(task, roots: list, single_root: bool) -> None:
+    """Run the engine on ``task`` as ``engine.execute`` does: without recording a graph,
+    saved-tensor hooks entered inside it ending with it, the task known as running."""
     prev = grad_mode.is_grad_enabled()
     grad_mode._state.enabled = False
     prev_hooks = saved_hooks.snapshot()
     running = engine._running.__dict__.setdefault("tasks", [])
     running.append(task)
     try:
-        engine._run(task, root_nodes, None, len(outputs) == 1)
+        engine._run(task, roots, None, single_root)
     finally:
         running.pop()
         grad_mode._state.enabled = prev
         saved_hooks.restore(prev_hooks)
-    return WeightGrads(task.deferred, retain_graph)

@@ -151,35 +151,44 @@ def spawned(fn, nprocs: int, *args, read=lambda f: float(f.read())):
             return read(f)
 
 
+def torch_pipeline(spec: Mlp, rank: int, schedule: str, micro: int):
+    """In a rank of torch's process group: the rank's PipelineStage of ``spec`` and a
+    callable running one training step of the ``schedule`` ("gpipe" or "1f1b") on it."""
+    import torch
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+    p = spec.stages
+    module = torch_stage(spec, rank)
+    stage = PipelineStage(module, rank, p, torch.device("cpu"))
+    kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule]
+    plan = kind(stage, micro, loss_fn=torch.nn.functional.cross_entropy)
+    opt = torch.optim.SGD(module.parameters(), lr=LR)
+    x, y = spec.data(torch)
+
+    def step():
+        opt.zero_grad()
+        if rank == 0:
+            plan.step(x)
+        elif rank == p - 1:
+            plan.step(target=y, losses=[])
+        else:
+            plan.step()
+        opt.step()
+
+    return stage, step
+
+
 def _pipelining_process(rank: int, port: int, spec: Mlp, schedule: str, micro: int,
                         repeats: int, out: str) -> None:
     quiet()
     import torch
     import torch.distributed as dist
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
     torch.set_num_threads(1)
-    p = spec.stages
-    dist.init_process_group("gloo", rank=rank, world_size=p,
+    dist.init_process_group("gloo", rank=rank, world_size=spec.stages,
                             init_method=f"tcp://127.0.0.1:{port}")
     try:
-        module = torch_stage(spec, rank)
-        stage = PipelineStage(module, rank, p, torch.device("cpu"))
-        kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule]
-        plan = kind(stage, micro, loss_fn=torch.nn.functional.cross_entropy)
-        opt = torch.optim.SGD(module.parameters(), lr=LR)
-        x, y = spec.data(torch)
-
-        def step():
-            opt.zero_grad()
-            if rank == 0:
-                plan.step(x)
-            elif rank == p - 1:
-                plan.step(target=y, losses=[])
-            else:
-                plan.step()
-            opt.step()
-
+        _, step = torch_pipeline(spec, rank, schedule, micro)
         dist.barrier()
         seconds = median_seconds(step, repeats)
         if rank == 0:

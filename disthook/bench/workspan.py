@@ -37,7 +37,7 @@ import json
 import statistics
 import time
 
-from disthook.bench.stages import LAYERS, LR, bound, check, quiet, spawned, spec
+from disthook.bench.stages import LAYERS, LR, bound, check, quiet, spawned, spec, torch_pipeline
 from disthook.bench.timing import cpu_seconds
 from disthook.distributed.schedule import one_f_one_b, zero_bubble_h1
 
@@ -271,20 +271,14 @@ def _torch_process(rank: int, port: int, cut, m: int, steps: int, out: str) -> N
     quiet()
     import torch
     import torch.distributed as dist
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, schedules
-
-    from disthook.bench.stages import torch_stage
+    from torch.distributed.pipelining import schedules
 
     torch.set_num_threads(1)
     p = cut.stages
     dist.init_process_group("gloo", rank=rank, world_size=p,
                             init_method=f"tcp://127.0.0.1:{port}")
     try:
-        module = torch_stage(cut, rank)
-        stage = PipelineStage(module, rank, p, torch.device("cpu"))
-        plan = Schedule1F1B(stage, m, loss_fn=torch.nn.functional.cross_entropy)
-        opt = torch.optim.SGD(module.parameters(), lr=LR)
-        x, y = cut.data(torch)
+        stage, step = torch_pipeline(cut, rank, "1f1b", m)
         recorded: dict[str, list[float]] = {}
 
         def timed(kind, fn):
@@ -301,16 +295,6 @@ def _torch_process(rank: int, port: int, cut, m: int, steps: int, out: str) -> N
         # posting a batch of sends (and the receives that go with them): the send's CPU on
         # the stage's thread; gloo moves the bytes in threads of its own (counted in work)
         schedules._batch_p2p = timed("send", schedules._batch_p2p)
-
-        def step():
-            opt.zero_grad()
-            if rank == 0:
-                plan.step(x)
-            elif rank == p - 1:
-                plan.step(target=y, losses=[])
-            else:
-                plan.step()
-            opt.step()
 
         rows = cut.batch // m
         act = torch.zeros(rows, cut.sizes[0])

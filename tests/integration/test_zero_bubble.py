@@ -9,6 +9,7 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
+from test_microbatch import train_three_steps  # three SGD steps here and on the workers
 
 import disthook as torch
 from disthook import nn
@@ -111,24 +112,7 @@ def test_zb_h1_gradients_and_hooks_equal_one_process(cluster, stages):
     assert [k for k, _, _ in plain_log] != [k for k, _, _ in zb_log]
 
 
-def test_zb_h1_trains_as_the_whole_batch_does(cluster):
-    from disthook.distributed import DistributedOptimizer
-
-    local, remote = make_net(), cluster.deploy(make_net(), stages=3, chunks=CHUNKS,
-                                                schedule="zb-h1")
-    x, y = data()
-    opt = torch.optim.SGD(local.parameters(), lr=0.1, momentum=0.9)
-    ropt = DistributedOptimizer(torch.optim.SGD, remote.parameters(), lr=0.1, momentum=0.9)
-    try:
-        for _ in range(3):
-            opt.zero_grad()
-            nn.functional.cross_entropy(local(x), y).backward()
-            opt.step()
-            ropt.zero_grad()
-            remote.train_step(x, y, nn.functional.cross_entropy)
-            ropt.step()
-        state = remote.state_dict()
-        for name, p in local.state_dict().items():
-            np.testing.assert_allclose(state[name].numpy(), p.numpy(), rtol=1e-5, atol=1e-6)
-    finally:
-        remote.close()
+@pytest.mark.parametrize("stages", [2, 3])
+def test_zb_h1_trains_as_the_whole_batch_does(cluster, stages):
+    train_three_steps(cluster, stages, CHUNKS, "zb-h1",
+                      lambda r, x, y: r.train_step(x, y, nn.functional.cross_entropy))
