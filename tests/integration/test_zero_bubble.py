@@ -48,7 +48,7 @@ def hook_everything(model, log):
     for name in ("0.weight", "2.lin.weight", "5.bias"):
         p = model.get_parameter(name)
         p.register_hook(lambda g, name=name: log.append(("tensor", name, g.numpy().copy())))
-    for i in ("2", "3"):
+    for i in ("2", "3", "5"):
         model.get_submodule(i).register_full_backward_hook(
             lambda m, gi, go, i=i: log.append(("full backward", i, go[0].numpy().copy())))
 
@@ -102,14 +102,20 @@ def test_zb_h1_gradients_and_hooks_equal_one_process(cluster, stages):
         # the split changes no sum: the same bits as the whole backward on the same workers
         np.testing.assert_array_equal(got[name], plain[name])
     local, zb = by_hook(local_log), by_hook(zb_log)
-    assert local.keys() == zb.keys() and len(local) == 6
+    assert local.keys() == zb.keys() and len(local) == 7
     for key in local:
         assert len(zb[key]) == len(local[key]) == CHUNKS, key
         for a, b in zip(zb[key], local[key]):  # micro-batch by micro-batch
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7, err_msg=str(key))
-    # the weights' hooks of a stage run in its W's, after the B's of later micro-batches
-    # (1F1B fires them inside each backward): only the order across micro-batches moves
-    assert [k for k, _, _ in plain_log] != [k for k, _, _ in zb_log]
+    # on the last stage (module 5), 1F1B fires the bias's hook inside each micro-batch's
+    # backward; zb-h1 in its W, after the B's of the next p - 1 micro-batches
+    def last_stage(log):
+        return [(kind, name) for kind, name, _ in log if name in ("5", "5.bias")]
+
+    assert last_stage(plain_log)[:3] == [("tensor", "5.bias"), ("full backward", "5"),
+                                         ("tensor", "5.bias")]
+    assert last_stage(zb_log)[:stages + 1] == [("full backward", "5")] * stages + [
+        ("tensor", "5.bias")]
 
 
 @pytest.mark.parametrize("stages", [2, 3])
