@@ -131,3 +131,18 @@ def test_the_weights_part_runs_once_and_keeps_the_graph_only_when_asked():
     out.backward()  # the graph was kept
     with pytest.raises(RuntimeError, match="does not require grad"):
         backward_split([torch.ones(2)], None, [])
+
+
+def test_the_weight_gradient_is_computed_once_and_in_the_second_part(monkeypatch):
+    from disthook.ops import linalg
+
+    calls = []
+    right_grad = linalg._right_grad
+    monkeypatch.setattr(linalg, "_right_grad",
+                        lambda *args: calls.append(1) or right_grad(*args))
+    net = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+    x = torch.randn(3, 4, requires_grad=True)
+    weights = backward_split([net(x).sum()], None, list(net.parameters()))
+    assert calls == [] and x.grad is not None  # B: the input's gradient only
+    weights.run()
+    assert calls == [1, 1]  # W: each Linear's weight gradient, once
