@@ -425,7 +425,8 @@ def _run(task: _GraphTask, root_nodes, results, single_root: bool) -> None:
     needed = task.needed
     runs = task.runs
     captures = task.captures
-    weight_only, split_edges = task.weight_only, task.split_edges
+    weight_only, split_edges, deferred = task.weight_only, task.split_edges, task.deferred
+    retain_graph = task.retain_graph
     for node in root_nodes:
         # torch starts from a lone root's node even when it leads to no input (its tensor
         # hooks fire); of several roots, only those needed
@@ -477,8 +478,8 @@ def _run(task: _GraphTask, root_nodes, results, single_root: bool) -> None:
         # 5. node post-hooks (grad_inputs first)
         if node._post_hooks:
             grad_inputs = _run_post_hooks(node, grad_inputs, grads)
-        if not task.retain_graph and not (task.deferred and task.deferred[-1][1] is node
-                                          and task.deferred[-1][0] == "later"):
+        if not retain_graph and not (deferred and deferred[-1][1] is node
+                                     and deferred[-1][0] == "later"):
             node._release()  # (one whose weight gradients come later keeps what it saved)
 
         # 6. along the edges
