@@ -17,6 +17,8 @@ all); those of the deferred edges wait for ``run()`` to be delivered.
 """
 from __future__ import annotations
 
+import contextlib
+
 from disthook.autograd import engine, grad_mode, saved_hooks
 from disthook.autograd.graph import AccumulateGrad, gradient_edge
 
@@ -59,39 +61,60 @@ class WeightGrads:
         self._done = False
 
     def run(self) -> None:
-        """Compute the deferred gradients and run the deferred nodes (hooks, ``.grad``)."""
+        """Compute the deferred gradients and run the deferred nodes (hooks, ``.grad``),
+        node by node in the order the first part left them: each node's gradients reach
+        the deferred nodes, and those that have all theirs run before the next node's are
+        computed (one weight's gradient alive at a time, as in one backward)."""
         if self._done:
             raise RuntimeError("the weight gradients of this backward were already computed")
         self._done = True
+        records, self._records = self._records, []
         task = engine._GraphTask(self._retain, True)
-        buffers, roots = task.buffers, []
-        for record in self._records:
-            node = record[1]
-            if record[0] == "later":
-                _, _, grads, edges = record
-                needs = node.needs_input_grad
-                node.needs_input_grad = tuple([n and j in edges for j, n in enumerate(needs)])
-                try:
-                    out = engine._apply(node, grads)
-                finally:
-                    node.needs_input_grad = needs
-                pairs = [(j, out[j]) for j in edges]
-                if not self._retain:
-                    node._release()
-            else:
-                pairs = record[2]
-            for j, g in pairs:
-                nxt, nr = node.next_functions[j]
-                buf = buffers.get(nxt)
-                if buf is None:
-                    buf = buffers[nxt] = [None] * engine._num_outputs(nxt)
-                    roots.append(nxt)
-                if g is not None:
-                    buf[nr] = g if buf[nr] is None else buf[nr] + g
-        self._records = []
-        task.deps = engine._count_dependencies(roots)
-        task.roots = roots
-        _run(task, roots, False)
+        buffers = task.buffers
+        # what each deferred node waits for: the gradients the records bring it, and those of
+        # the deferred nodes that lead to it
+        expected: dict = {}
+        for record in records:
+            edges = record[3] if record[0] == "later" else [j for j, _ in record[2]]
+            for j in edges:
+                nxt = record[1].next_functions[j][0]
+                expected[nxt] = expected.get(nxt, 0) + 1
+        deps = task.deps = engine._count_dependencies(list(expected))
+        for node, count in expected.items():
+            deps[node] = deps.get(node, 0) + count
+        task.roots = list(expected)
+        with _running(task):
+            for record in records:
+                node = record[1]
+                if record[0] == "later":
+                    _, _, grads, edges = record
+                    needs = node.needs_input_grad
+                    node.needs_input_grad = tuple([n and j in edges
+                                                   for j, n in enumerate(needs)])
+                    try:
+                        out = engine._apply(node, grads)
+                    finally:
+                        node.needs_input_grad = needs
+                    pairs = [(j, out[j]) for j in edges]
+                    if not self._retain:
+                        node._release()
+                else:
+                    pairs, out = record[2], None
+                ready, g = [], None
+                for j, g in pairs:
+                    nxt, nr = node.next_functions[j]
+                    buf = buffers.get(nxt)
+                    if buf is None:
+                        buf = buffers[nxt] = [None] * engine._num_outputs(nxt)
+                    if g is not None:
+                        buf[nr] = g if buf[nr] is None else buf[nr] + g
+                    deps[nxt] -= 1
+                    if deps[nxt] == 0:
+                        ready.append(nxt)
+                del pairs, out, g  # the deferred nodes' buffers hold them now (and may
+                # hand them to .grad without a copy)
+                if ready:
+                    engine._run(task, ready, None, False)
 
 
 def backward_split(outputs: list, grads: list | None, weights, *,
@@ -127,11 +150,13 @@ def backward_split(outputs: list, grads: list | None, weights, *,
         if edges:
             task.split_edges[node] = edges
     task.deferred = []
-    _run(task, root_nodes, len(outputs) == 1)
+    with _running(task):
+        engine._run(task, root_nodes, None, len(outputs) == 1)
     return WeightGrads(task.deferred, retain_graph)
 
 
-def _run(task, roots: list, single_root: bool) -> None:
+@contextlib.contextmanager
+def _running(task):
     """Run the engine on ``task`` as ``engine.execute`` does: without recording a graph,
     saved-tensor hooks entered inside it ending with it, the task known as running."""
     prev = grad_mode.is_grad_enabled()
@@ -140,7 +165,7 @@ def _run(task, roots: list, single_root: bool) -> None:
     running = engine._running.__dict__.setdefault("tasks", [])
     running.append(task)
     try:
-        engine._run(task, roots, None, single_root)
+        yield
     finally:
         running.pop()
         grad_mode._state.enabled = prev
