@@ -48,7 +48,7 @@ def run(quick: bool = False) -> list[dict]:
             remote = cluster.deploy(copy.deepcopy(net), stages=n, chunks=MICRO, schedule="1f1b")
             opt = DistributedOptimizer(torch.optim.SGD, remote.parameters(), lr=0.01)
 
-            def step():
+            def step(remote=remote, opt=opt):
                 opt.zero_grad()
                 remote.train_step(x, y, nn.functional.mse_loss)
                 opt.step()
