@@ -11,8 +11,11 @@ deployer ``publish``es its deployment's record, clients list them (``models``), 
 one, and say when they ``attach`` and ``detach``. Clients send no heartbeats here: what the
 coordinator knows of them is their connection, watched as workers watch theirs (closed, or
 no answer to ZMTP pings for ``LOST_AFTER_BEATS`` beats): a deployer whose connection goes is
-unpublished, an attached client whose connection goes is forgotten. Records live in memory:
-a coordinator started again knows none.
+unpublished, an attached client whose connection goes is forgotten. With ``--state FILE``
+the published records are also kept in that file (``coordinator.registry_store``), so a
+coordinator started again knows every name and its owner: until the deployer's key claims
+it again (with keys) or its workers no longer hold the model, nobody else publishes under
+it.
 """
 from __future__ import annotations
 
@@ -25,10 +28,13 @@ import time
 import zmq
 import zmq.auth
 
+from coordinator import registry_store
 from disthook import wire
 from disthook.service.loop import LOG_LEVELS, Service, recv_now
 from disthook.service.security import CLIENT, is_server_key, key_name
 from disthook.wire import HEARTBEAT_S, LOST_AFTER_BEATS, SILENT_AFTER_BEATS
+
+RESTORED_GRACE_S = 10.0  # a restored model's workers have this long to register again
 
 __all__ = ["Coordinator", "Published", "WorkerRecord"]
 
@@ -54,8 +60,9 @@ class Published:
     the workers: (connection here, since, who: the key name with keys, else that identity))."""
 
     record: dict
-    owner: bytes
+    owner: bytes | None  # None: restored from the state file, its deployer not seen since
     attached: dict = dataclasses.field(default_factory=dict)
+    owner_key: str | None = None  # with keys: the name of its deployer's key
 
 
 class Coordinator(Service):
@@ -63,7 +70,7 @@ class Coordinator(Service):
 
     def __init__(self, bind: str, *, heartbeat: float = HEARTBEAT_S,
                  lost_after: float | None = None,
-                 parent_pid: int | None = None, keys=None):
+                 parent_pid: int | None = None, keys=None, state: str | None = None):
         beat_ms = max(1, int(heartbeat * 1000))
         # a client's connection that closes, or stops answering pings, is a client gone
         # (on_disconnected): its publications and attachments go with it
@@ -81,6 +88,33 @@ class Coordinator(Service):
         self._labels: dict[bytes, str] = {}  # without keys: how models() names a client
         self._label_ids = itertools.count(1)
         self.started = time.time()
+        self._restored_at = time.monotonic()
+        self.state = state  # the file the registry is kept in (None: memory only)
+        if state is not None:
+            entries, dropped = registry_store.load(state)
+            for why in dropped:
+                self.log.warning("coordinator: %s", why)
+            for record, owner_key in entries:
+                self.models[record["name"]] = Published(record, None, owner_key=owner_key)
+            if entries:
+                self.log.info("coordinator: %d published model(s) restored from %s",
+                              len(entries), state)
+
+    def _save(self) -> None:
+        """Keep the registry in the state file (if any): after every change of it."""
+        if self.state is not None:
+            registry_store.save(self.state, [(p.record, p.owner_key)
+                                             for p in self.models.values()])
+
+    def _owns(self, published: Published, sender: bytes) -> bool:
+        """Whether the connection ``sender`` is the deployer of ``published``: the connection
+        that published it, or, for a record restored after a restart, with keys, a
+        connection of the key that did (without keys nothing proves it)."""
+        if published.owner is not None:
+            return published.owner == sender
+        user_id = self._user_ids.get(sender)
+        return (self.keys is not None and bool(user_id) and published.owner_key is not None
+                and key_name(self.keys, user_id) == published.owner_key)
 
     def on_socket(self, sock: zmq.Socket) -> None:
         """As ``Service``'s, noting which connection each peer's messages come on, so that
@@ -105,6 +139,7 @@ class Coordinator(Service):
         for name, published in list(self.models.items()):
             if published.owner == sender:
                 del self.models[name]
+                self._save()
                 self.log.info("coordinator: %r unpublished: its deployer %s is gone", name,
                               published.record["owner"])
                 continue
@@ -186,6 +221,15 @@ class Coordinator(Service):
             ],
         }
 
+    def peer_name(self, identity: bytes) -> str:
+        """A peer as the logs name it: a registered worker by its id, a client as models()
+        names it (with keys, its key's name), never by the identity it chose."""
+        worker = next((r.id for r in self.workers.values() if r.identity == identity), None)
+        if worker is not None:
+            return f"worker {worker}"
+        name = self._client_name("", identity)
+        return name if name.startswith("client ") else f"the client with key {name!r}"
+
     # ---- models shared by name (from clients) ------------------------------------------------
     def _client_name(self, claimed: str, sender: bytes) -> str:
         """Who a client is: with keys, the name of the authorized key its connection
@@ -205,13 +249,16 @@ class Coordinator(Service):
         record["owner"] = self._client_name(record["owner"], sender)
         name = record["name"]
         held = self.models.get(name)
-        if held is not None and held.owner != sender and self._live(held):
+        if held is not None and not self._owns(held, sender) and self._live(held):
             was = held.record
             raise PermissionError(
                 f"the name {name!r} is taken: {was['class']} (model {was['model']}) published "
                 f"by {was['owner']} {time.time() - was['created']:.0f} s ago is live; its "
                 "deployer's close() frees the name, or choose another")
-        self.models[name] = Published(record, sender)
+        user_id = self._user_ids.get(sender)
+        self.models[name] = Published(record, sender, owner_key=key_name(
+            self.keys, user_id) if self.keys is not None and user_id else None)
+        self._save()
         self.log.info("coordinator: %s published %r (%s, %d stage(s))", record["owner"], name,
                       record["class"], len(record["workers"]))
 
@@ -219,10 +266,11 @@ class Coordinator(Service):
         held = self.models.get(msg["name"])
         if held is None or held.record["model"] != msg["model"]:
             return False  # gone already (its deployer reconnected, or it was replaced)
-        if held.owner != sender:
+        if not self._owns(held, sender) and (held.owner is not None or self._live(held)):
             raise PermissionError(f"{msg['name']!r} was published by {held.record['owner']}: "
                                   "only its deployer unpublishes it (by closing it)")
         del self.models[msg["name"]]
+        self._save()
         self.log.info("coordinator: %r unpublished by its deployer", msg["name"])
         return True
 
@@ -258,9 +306,23 @@ class Coordinator(Service):
 
     def _live(self, published: Published) -> bool:
         """A deployment is live while its deployer is connected (else it is not listed) and
-        every worker holding a stage of it is alive."""
+        every worker holding a stage of it is alive. One restored from the state file is
+        live while its workers, registered again, hold its stages (and for a grace period
+        after the restart, while they have not registered yet)."""
         now = time.monotonic()
-        return all(self._worker_alive(s["worker"], now) for s in published.record["workers"])
+        if published.owner is not None:
+            return all(self._worker_alive(s["worker"], now)
+                       for s in published.record["workers"])
+        model, grace = published.record["model"], now - self._restored_at < RESTORED_GRACE_S
+        for s in published.record["workers"]:
+            worker = self.workers.get(s["worker"])
+            if worker is None or worker.last_seen == worker.registered:  # no beat yet
+                if not grace:
+                    return False
+            elif not (self._worker_alive(s["worker"], now)
+                      and f"stage {s['stage']} of {model}" in worker.stages):
+                return False
+        return True
 
     def _summary(self, published: Published) -> dict:
         """A published model as ``models`` lists it (the record less its structure)."""
@@ -303,6 +365,9 @@ def main(argv=None) -> int:
     p.add_argument("--keys", metavar="DIR",
                    help="key directory (disthook keys generate DIR): encrypt every connection "
                         "and accept only the peers it authorizes")
+    p.add_argument("--state", metavar="FILE",
+                   help="keep the published-model registry in FILE, so that a coordinator "
+                        "started again knows every name and its owner")
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
                    help="the least severe messages logged to stderr (default INFO)")
     args = p.parse_args(argv)
@@ -314,7 +379,7 @@ def main(argv=None) -> int:
         keys = Keys.load(args.keys, SERVER) if args.keys else None
         parse(args.bind, "--bind")
         coordinator = Coordinator(args.bind, heartbeat=args.heartbeat,
-                                  parent_pid=args.parent_pid, keys=keys)
+                                  parent_pid=args.parent_pid, keys=keys, state=args.state)
     except EndpointInUse as exc:
         print(f"disthook coordinator: {exc.advice('--bind')}", file=sys.stderr)
         return 1

@@ -10,7 +10,7 @@ import dataclasses
 import os
 import shlex
 
-__all__ = ["Role", "coordinator_role", "worker_role"]
+__all__ = ["Role", "coordinator_role", "local_worker_id", "worker_role"]
 
 # runs a role from this project whatever the working directory holds (its docstring says how)
 ROLE_MAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "role_main.py")
@@ -32,9 +32,24 @@ class Role:
         (``argv`` is for other hosts, where the project's path is not known here)."""
         return [python, ROLE_MAIN, self.module, *self.args]
 
+    def named(self, worker_id: str) -> Role:
+        """The same role under the id ``worker_id`` (``--id``, replacing one it had): a
+        launcher names each worker it starts (``local_cluster``: ``w1``, ``w2``, ...)."""
+        args = list(self.args)
+        if "--id" in args:
+            at = args.index("--id")
+            del args[at:at + 2]
+        return Role(self.module, (*args, "--id", worker_id))
+
     def shell(self, python: str = "python") -> str:
         """The same, as one line for a shell (each word quoted as needed)."""
         return shlex.join(self.argv(python))
+
+
+def local_worker_id(number: int) -> str:
+    """The id of a launch's ``number``-th worker on this machine (from 1; a replacement
+    takes the next number): short enough to read in every log line and status row."""
+    return f"w{number}"
 
 
 def _common(keys: str | None, log_level: str | None) -> list[str]:
@@ -47,11 +62,14 @@ def _common(keys: str | None, log_level: str | None) -> list[str]:
 
 
 def coordinator_role(bind: str, *, keys: str | None = None, heartbeat: float | None = None,
-                     log_level: str | None = None) -> Role:
-    """The coordinator, listening on ``bind`` (``tcp://HOST:PORT``)."""
+                     log_level: str | None = None, state: str | None = None) -> Role:
+    """The coordinator, listening on ``bind`` (``tcp://HOST:PORT``); ``state``: the file it
+    keeps the published-model registry in (one started again reads it)."""
     args = ["--bind", _endpoint(bind, "bind")]
     if heartbeat is not None:
         args += ["--heartbeat", f"{heartbeat:g}"]
+    if state is not None:
+        args += ["--state", state]
     return Role("coordinator", tuple(args + _common(keys, log_level)))
 
 

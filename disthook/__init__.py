@@ -8,7 +8,16 @@ import builtins as _builtins
 
 import numpy as _np
 
-from disthook import autograd, cuda, linalg, random, utils  # noqa: F401
+from disthook import (  # noqa: F401
+    _surface,  # first: from here on, torch's names that disthook lacks refuse at use
+    autograd,
+    cuda,
+    fft,
+    linalg,
+    random,
+    special,
+    utils,
+)
 from disthook._dtype import (  # noqa: F401
     bfloat16,
     bool,
@@ -191,9 +200,48 @@ for _name in (
     "isinf", "isfinite", "clone", "detach", "lerp", "broadcast_to", "repeat", "sort",
     "argsort", "topk", "tril", "triu", "roll", "repeat_interleave", "index_select", "scatter",
     "scatter_add", "addcmul", "addcdiv", "unique",
+    # issue 31: math, scans, order statistics, shapes, indexing, products, in-place forms
+    "abs_", "acos", "acos_", "acosh", "acosh_", "addbmm", "addmm", "addmv", "addr", "adjoint",
+    "aminmax", "angle", "arccos", "arccos_", "arccosh", "arccosh_", "arcsin", "arcsin_",
+    "arcsinh", "arcsinh_", "arctan", "arctan2", "arctan_", "arctanh", "arctanh_", "argwhere",
+    "as_strided", "as_strided_", "asin", "asin_", "asinh", "asinh_", "atan", "atan2", "atan_",
+    "atanh", "atanh_", "baddbmm", "bincount", "bitwise_and", "bitwise_left_shift",
+    "bitwise_not", "bitwise_or", "bitwise_right_shift", "bitwise_xor", "ceil_", "cholesky",
+    "clamp_", "clamp_max_", "clamp_min_", "clip_", "conj", "conj_physical", "copysign",
+    "corrcoef", "cos_", "cosh", "cosh_", "count_nonzero", "cov", "cross", "cummax", "cummin",
+    "cumprod", "deg2rad", "deg2rad_", "det", "detach_", "diag", "diag_embed", "diagflat",
+    "diagonal", "diagonal_scatter", "diff", "digamma", "dist", "dsplit", "erf_", "erfc",
+    "erfc_", "erfinv", "exp2", "exp2_", "exp_", "expm1_", "fill_", "fix", "fix_", "flip",
+    "fliplr", "flipud", "float_power", "floor_", "floor_divide", "fmax", "fmin", "fmod",
+    "frac", "frac_", "frexp", "gcd", "gcd_", "ger", "get_device", "greater", "greater_equal",
+    "heaviside", "histc", "histogram", "hsplit", "hypot", "i0", "i0_", "index_add",
+    "index_copy", "index_fill", "index_put_", "index_reduce", "inner", "inverse", "isneginf",
+    "isposinf", "isreal", "kron", "kthvalue", "lcm", "lcm_", "ldexp", "ldexp_", "less",
+    "less_equal", "lgamma", "log10_", "log1p_", "log2_", "log_", "logaddexp", "logaddexp2",
+    "logcumsumexp", "logdet", "logit", "logit_", "masked_scatter", "masked_select",
+    "matrix_exp", "matrix_power", "median", "mode", "moveaxis", "movedim", "msort",
+    "mvlgamma", "nan_to_num", "nan_to_num_", "nanmean", "nanmedian", "nanquantile", "nansum",
+    "narrow_copy", "neg_", "negative_", "nextafter", "nonzero", "not_equal", "outer",
+    "pinverse", "positive", "put", "qr", "quantile", "rad2deg", "rad2deg_", "ravel",
+    "reciprocal_", "relu_", "remainder", "resize_as_", "resolve_conj", "resolve_neg", "rot90",
+    "round_", "rsqrt_", "scatter_reduce", "select_scatter", "sgn", "sigmoid_", "signbit",
+    "sin_", "sinc", "sinc_", "sinh", "sinh_", "slice_scatter", "slogdet", "split_with_sizes",
+    "sqrt_", "square_", "svd", "swapdims", "take", "take_along_dim", "tan_", "tanh_",
+    "tensor_split", "tile", "trace", "trunc_", "unsafe_chunk", "unsafe_split",
+    "unsafe_split_with_sizes", "vdot", "vsplit", "xlogy", "xlogy_", "zero_",
+    "renorm", "as_strided_scatter", "conj_physical_", "igamma", "igammac",
+    "hardshrink", "prelu", "nonzero_static", "addmv_",
 ):
     globals()[_name] = _method(_name)
 del _name
+
+
+def real(input: Tensor) -> Tensor:
+    return input.real
+
+
+def imag(input: Tensor) -> Tensor:
+    return input.imag
 
 
 def broadcast_tensors(*tensors):
@@ -281,9 +329,9 @@ LongTensor = _legacy_type(int64)
 ByteTensor = _legacy_type(uint8)
 BoolTensor = _legacy_type(bool)
 
-from disthook import (  # noqa: F401  # noqa: F401
+from disthook import (  # noqa: F401
     accelerator,
-    amp,  # noqa: F401
+    amp,
     backends,
     distributions,
     futures,
@@ -291,7 +339,34 @@ from disthook import (  # noqa: F401  # noqa: F401
     nn,
     optim,
 )
+from disthook._functions import *
+from disthook._functions import NN_ALIASES as _NN_ALIASES
+from disthook._functions import _nn_alias
+from disthook._layout import layout, strided  # noqa: F401
+from disthook._settings import *
 from disthook.amp.autocast_mode import autocast, is_autocast_enabled  # noqa: F401
+from disthook._limits import (  # noqa: F401
+    channels_last,
+    channels_last_3d,
+    contiguous_format,
+    e,
+    finfo,
+    iinfo,
+    inf,
+    memory_format,
+    nan,
+    newaxis,
+    pi,
+    preserve_format,
+)
+from disthook.compiler import compile  # noqa: F401  # the model itself, run eagerly
+from disthook.storage import TypedStorage, UntypedStorage  # noqa: F401
+
+for _name in _NN_ALIASES:  # those nn.functional defines (same argument order as torch's)
+    if _nn_alias(_name) is not None:
+        globals()[_name] = _nn_alias(_name)
+del _name, _nn_alias
+
 from disthook.serialization import load, save  # noqa: F401
 from disthook.torch_version import TORCH_VERSION as _TORCH_VERSION
 from disthook.torch_version import TorchVersion as _TorchVersion

@@ -169,16 +169,16 @@ def _serve(args) -> int:
         return 1
     # the model as saved: its classes by import path, its weights from the shards (no
     # constructor runs)
-    module = ckpt.rebuild(manifest, shards, path=args.checkpoint)
+    # a shared service: no client's script runs on the workers, and classes come only
+    # from disthook, the served model's packages and those --allow-model-module names (here
+    # too, checked before anything is imported)
+    allowed = [*_packages_of(manifest["structure"]), *args.allow_model_module]
+    module = ckpt.rebuild(manifest, shards, path=args.checkpoint, allow_modules=allowed)
     try:
-        # a shared service: no client's script runs on the workers, and classes come only
-        # from disthook, the served model's packages and those --allow-model-module names
         cluster = local_cluster(workers, host=bind.host, port=bind.port,
                                 log_level=args.log_level, stderr=None, keys=args.keys,
                                 allow_hook_modules=args.allow_hook_module,
-                                allow_code=False,
-                                allow_model_modules=[*_packages_of(manifest["structure"]),
-                                                     *args.allow_model_module],
+                                allow_code=False, allow_model_modules=allowed,
                                 threads=args.threads)
     except EndpointInUse as exc:
         print(f"disthook serve: {exc.advice('--bind')}", file=sys.stderr)
@@ -391,10 +391,10 @@ def _call_rates(status: dict, seen: dict, now: float) -> dict[str, float]:
     return rates
 
 
-STATUS_COLUMNS = ("worker", "address", "alive", "beat", "memory", "graphs", "stage",
-                  "modules", "params")
+STATUS_COLUMNS = ("worker", "address", "alive", "beat", "memory", "graphs", "kept",
+                  "peer-out", "stage", "modules", "params")
 WATCH_COLUMNS = ("worker", "alive", "beat", "memory", "graphs", "waits", "queued", "calls/s",
-                 "stage", "modules", "params")
+                 "kept", "peer-out", "stage", "modules", "params")
 LEFT_ALIGNED = {"worker", "address", "stage", "modules"}
 
 
@@ -402,8 +402,8 @@ def _print_status(status: dict, *, rates: dict | None = None,
                   columns: tuple = STATUS_COLUMNS, stream=None, note: str = "") -> None:
     """The coordinator, then a row per worker and stage it holds (``full_status()``'s
     document): liveness, last heartbeat, memory, open forward graphs, requests waiting on a
-    hook or a neighbour and queued, calls per second (``rates``), the stage's modules and
-    parameter count. Each column is as wide as its widest cell; "?" where a worker did not
+    hook or a neighbour and queued, calls per second (``rates``), values kept for clients,
+    bytes sent to other workers, the stage's modules and parameter count. Each column is as wide as its widest cell; "?" where a worker did not
     say."""
     c = status["coordinator"]
     print(f"coordinator {c['address']}  pid {c['pid']}  host {c['host']}  "
@@ -422,7 +422,11 @@ def _worker_rows(w: dict, rate: float | None) -> list[dict]:
              "memory": f"{memory / 2**20:.0f} MiB" if memory else "?",
              "graphs": str(own.get("contexts", "?")), "waits": str(own.get("waits", "?")),
              "queued": str(own.get("queued", "?")),
-             "calls/s": "?" if rate is None else f"{rate:.1f}"}
+             "calls/s": "?" if rate is None else f"{rate:.1f}",
+             # values kept for clients, and what went to other workers (all models)
+             "kept": str(own.get("values", "?")),
+             "peer-out": "?" if "data" not in own else _mib(
+                 sum(c.get("bytes_to_peers", 0) for c in own["data"].values()))}
     if not w["stages"]:
         return [{**cells, "stage": "-", "modules": "", "params": ""}]
     rows = []
@@ -432,6 +436,10 @@ def _worker_rows(w: dict, rate: float | None) -> list[dict]:
                      "modules": ",".join(stats.get("modules", [])) or "?",
                      "params": str(stats.get("parameters", "?"))})
     return rows
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f}MiB"
 
 
 def _table(columns: tuple, rows: list[dict]) -> list[str]:

@@ -1,5 +1,5 @@
-"""``torch.linalg``: the norms (vector, and the matrix norms that reduce to sums and
-maxima of absolute values)."""
+"""``torch.linalg``: the norms, inverses, determinants, solves and decompositions (Cholesky,
+QR, eigh, SVD), each differentiable as in torch."""
 from __future__ import annotations
 
 import numbers
@@ -7,6 +7,7 @@ import numbers
 import numpy as np
 
 from disthook import _dtype
+from disthook.ops import decomp as D
 from disthook.ops import reduce as R
 from disthook.tensor import Tensor
 
@@ -26,8 +27,8 @@ def vector_norm(x: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=None
 
 def matrix_norm(A: Tensor, ord="fro", dim=(-2, -1), keepdim: bool = False, *,
                 dtype=None) -> Tensor:
-    """'fro' (the 2-norm of the entries) or the 1 / inf norms (largest absolute column /
-    row sum; -1 / -inf the smallest) over the two ``dim``."""
+    """'fro' (the 2-norm of the entries), the 1 / inf norms (largest absolute column / row
+    sum; -1 / -inf the smallest), 'nuc' and 2 / -2 (from the singular values) over ``dim``."""
     if A.ndim < 2:
         raise RuntimeError("linalg.matrix_norm: The input tensor A must have at least 2 "
                            "dimensions.")
@@ -45,8 +46,16 @@ def matrix_norm(A: Tensor, ord="fro", dim=(-2, -1), keepdim: bool = False, *,
         if not keepdim and over > summed:
             over -= 1
         return sums.amax(over, keepdim) if ord > 0 else sums.amin(over, keepdim)
-    raise NotImplementedError(f"linalg.matrix_norm(ord={ord!r}) is not supported by disthook "
-                              "(it needs a singular value decomposition)")
+    if ord in ("nuc", 2, -2):
+        A = A if dtype is None else A.to(dtype)
+        row, col = dims
+        moved = A.movedim((row, col), (-2, -1))
+        sv = svdvals(moved)
+        out = sv.sum(-1) if ord == "nuc" else sv.amax(-1) if ord == 2 else sv.amin(-1)
+        if keepdim:
+            out = out.unsqueeze(min(row, col)).unsqueeze(max(row, col))
+        return out
+    raise RuntimeError(f"linalg.matrix_norm: Order {ord} not supported.")
 
 
 def norm(A: Tensor, ord=None, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:
@@ -65,3 +74,367 @@ def norm(A: Tensor, ord=None, dim=None, keepdim: bool = False, *, dtype=None) ->
         return vector_norm(A, ord, None, keepdim, dtype=dtype)
     raise RuntimeError(f"linalg.norm: If dim is not specified but ord is, the input must be "
                        f"1D or 2D. Got {A.ndim}D.")
+
+
+# ---- inverses, determinants, solves and decompositions (ops in disthook.ops.decomp) ----------
+
+def inv(A: Tensor) -> Tensor:
+    return D.LinalgInvEx.apply(A)
+
+
+def inv_ex(A: Tensor, *, check_errors: bool = False):
+    return _Result(("inverse", "info"), (inv(A), _info(A)))
+
+
+def det(A: Tensor) -> Tensor:
+    return D.LinalgDet.apply(A)
+
+
+def slogdet(A: Tensor):
+    sign, logabsdet = D.LinalgSlogdet.apply(A)
+    return _Result(("sign", "logabsdet"), (sign, logabsdet))
+
+
+def solve(A: Tensor, B: Tensor, *, left: bool = True) -> Tensor:
+    if not left:  # X A = B  <=>  A^T X^T = B^T
+        return solve(A.mT, B.mT).mT
+    vector = B.ndim == 1 or (B.ndim == A.ndim - 1 and B.shape == A.shape[:-1])
+    if A.ndim > 2 or B.ndim > 2:
+        batch = tuple(np.broadcast_shapes(A.shape[:-2], B.shape[:-1] if vector else B.shape[:-2]))
+        A = A.expand(batch + tuple(A.shape[-2:]))
+        B = B.expand(batch + tuple(B.shape[-1:] if vector else B.shape[-2:]))
+    return D.LinalgSolveEx.apply(A, B, vector=vector)
+
+
+def cholesky(A: Tensor, *, upper: bool = False) -> Tensor:
+    low = D.LinalgCholeskyEx.apply(A)
+    return low.mT if upper else low
+
+
+def cholesky_ex(A: Tensor, *, upper: bool = False, check_errors: bool = False):
+    return _Result(("L", "info"), (cholesky(A, upper=upper), _info(A)))
+
+
+def qr(A: Tensor, mode: str = "reduced"):
+    if mode not in ("reduced", "complete", "r"):
+        raise RuntimeError(f"qr received unrecognized mode '{mode}' but expected one of "
+                           "'reduced' (default), 'r', or 'complete'")
+    q, r = D.LinalgQr.apply(A, mode=mode)
+    return _Result(("Q", "R"), (q, r))
+
+
+def eigh(A: Tensor, UPLO: str = "L"):
+    values, vectors = D.LinalgEigh.apply(A, upper=UPLO == "U")
+    return _Result(("eigenvalues", "eigenvectors"), (values, vectors))
+
+
+def eigvalsh(A: Tensor, UPLO: str = "L") -> Tensor:
+    return eigh(A, UPLO)[0]
+
+
+def svd(A: Tensor, full_matrices: bool = True, *, driver=None):
+    u, s, vh = D.LinalgSvd.apply(A, full_matrices=full_matrices)
+    return _Result(("U", "S", "Vh"), (u, s, vh))
+
+
+def svdvals(A: Tensor, *, driver=None) -> Tensor:
+    return svd(A, full_matrices=False)[1]
+
+
+def pinv(A: Tensor, *, atol=None, rtol=None, hermitian: bool = False) -> Tensor:
+    u, s, vh = svd(A, full_matrices=False)
+    top = s.amax(-1, keepdim=True)
+    cutoff = top * (rtol if rtol is not None else
+                    (0.0 if atol is not None else max(A.shape[-2:]) * np.finfo(
+                        A._data.dtype).eps))
+    if atol is not None:
+        cutoff = cutoff.clamp_min(atol)
+    keep = s > cutoff
+    s_inv = s.where(keep, s.new_ones(())).reciprocal().where(keep, s.new_zeros(()))
+    return (vh.mT * s_inv.unsqueeze(-2)).matmul(u.mT)
+
+
+def matrix_rank(A: Tensor, *, atol=None, rtol=None, hermitian: bool = False) -> Tensor:
+    s = svdvals(A)
+    top = s.amax(-1, keepdim=True) if s.shape[-1] else s.new_zeros(s.shape[:-1] + (1,))
+    tol = top * (rtol if rtol is not None else max(A.shape[-2:]) * np.finfo(A._data.dtype).eps)
+    if atol is not None:
+        tol = tol.clamp_min(atol)
+    return (s > tol).sum(-1)
+
+
+def matrix_power(A: Tensor, n: int) -> Tensor:
+    if n < 0:
+        return matrix_power(inv(A), -n)
+    out = None
+    base = A
+    while True:
+        if n & 1:
+            out = base if out is None else out.matmul(base)
+        n >>= 1
+        if not n:
+            break
+        base = base.matmul(base)
+    if out is None:
+        return A.new_zeros(A.shape) + D._eye_like(A)
+    return out
+
+
+def matrix_exp(A: Tensor) -> Tensor:
+    """exp(A) by scaling and squaring a degree-18 Taylor polynomial: differentiable, since it
+    is made of matmuls."""
+    norm = float(np.abs(A._data).sum(-2).max()) if A.numel() else 0.0
+    squarings = max(0, int(np.ceil(np.log2(norm))) + 1) if norm > 0.5 else 0
+    x = A / (2 ** squarings)
+    eye = A.new_zeros(A.shape) + D._eye_like(A)
+    out, term = eye, eye
+    for k in range(1, 19):
+        term = term.matmul(x) / k
+        out = out + term
+    for _ in range(squarings):
+        out = out.matmul(out)
+    return out
+
+
+def multi_dot(tensors) -> Tensor:
+    ts = list(tensors)
+    if len(ts) < 2:
+        raise RuntimeError(f"multi_dot(): expected at least 2 tensors but got {len(ts)}")
+    first_vec, last_vec = ts[0].ndim == 1, ts[-1].ndim == 1
+    if first_vec:
+        ts[0] = ts[0].unsqueeze(0)
+    if last_vec:
+        ts[-1] = ts[-1].unsqueeze(1)
+    out = ts[0]
+    for t in ts[1:]:
+        out = out.mm(t)
+    if first_vec:
+        out = out.squeeze(0)
+    if last_vec:
+        out = out.squeeze(-1)
+    return out
+
+
+def vecdot(x: Tensor, y: Tensor, *, dim: int = -1) -> Tensor:
+    return (x * y).sum(dim)
+
+
+def cross(input: Tensor, other: Tensor, *, dim: int = -1) -> Tensor:
+    return input.cross(other, dim=dim)
+
+
+def diagonal(A: Tensor, *, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Tensor:
+    return A.diagonal(offset, dim1, dim2)
+
+
+def matmul(input: Tensor, other: Tensor) -> Tensor:
+    return input.matmul(other)
+
+
+def solve_triangular(A: Tensor, B: Tensor, *, upper: bool, left: bool = True,
+                     unitriangular: bool = False) -> Tensor:
+    T = A.triu() if upper else A.tril()
+    if unitriangular:
+        T = T - T.diagonal(0, -2, -1).diag_embed() + D._eye_like(A)
+    return solve(T, B, left=left)
+
+
+def lstsq(A: Tensor, B: Tensor, rcond=None, *, driver=None):
+    solution = pinv(A).matmul(B)
+    empty = A.new_zeros((0,))
+    return _Result(("solution", "residuals", "rank", "singular_values"),
+                   (solution, empty, matrix_rank(A), empty))
+
+
+def _info(A: Tensor) -> Tensor:
+    return Tensor._make(np.zeros(A.shape[:-2], dtype=np.int32), None, 0)
+
+
+class _Result(tuple):
+    """The named tuple torch.linalg functions return (``.Q``, ``.eigenvalues``, ...)."""
+
+    def __new__(cls, names, values):
+        self = super().__new__(cls, values)
+        self._names = names
+        return self
+
+    def __getattr__(self, name):
+        try:
+            return self[self._names.index(name)]
+        except ValueError:
+            raise AttributeError(name) from None
+
+
+# ---- LU --------------------------------------------------------------------------------------
+
+def lu(A: Tensor, *, pivot: bool = True):
+    """(P, L, U) with A = P L U, for square A."""
+    if not pivot:
+        raise NotImplementedError("linalg.lu(pivot=False) is not supported by disthook (numpy "
+                                  "has no unpivoted LU); use pivot=True")
+    p, low, up = D.LinalgLu.apply(A)
+    return _Result(("P", "L", "U"), (p, low, up))
+
+
+def lu_factor(A: Tensor, *, pivot: bool = True):
+    """(LU, pivots): L below the diagonal and U on and above it in one matrix; pivots in
+    LAPACK's form (1-based row swaps)."""
+    p, low, up = lu(A, pivot=pivot)
+    packed = low.tril(-1) + up
+    return _Result(("LU", "pivots"), (packed, _pivots(p)))
+
+
+def lu_factor_ex(A: Tensor, *, pivot: bool = True, check_errors: bool = False):
+    packed, pivots = lu_factor(A, pivot=pivot)
+    return _Result(("LU", "pivots", "info"), (packed, pivots, _info(A)))
+
+
+def _pivots(p: Tensor) -> Tensor:
+    """LAPACK's row swaps (1-based) that produce the permutation P^T."""
+    perm = np.argmax(np.swapaxes(p._data, -1, -2), axis=-1)  # A[perm] = L U
+    n = perm.shape[-1]
+    flat = perm.reshape(-1, n)
+    out = np.zeros_like(flat)
+    for b, target in enumerate(flat):
+        current = list(range(n))
+        where = {v: i for i, v in enumerate(current)}
+        for k in range(n):
+            j = where[target[k]]
+            out[b, k] = j + 1
+            current[k], current[j] = current[j], current[k]
+            where[current[j]], where[current[k]] = j, k
+    return Tensor._make(out.reshape(perm.shape).astype(np.int32), None, 0)
+
+
+def lu_unpack(LU_data: Tensor, LU_pivots: Tensor, unpack_data: bool = True,
+              unpack_pivots: bool = True):
+    n = LU_data.shape[-1]
+    low = LU_data.tril(-1) + D._eye_like(LU_data)
+    up = LU_data.triu()
+    piv = LU_pivots._data.reshape(-1, LU_pivots.shape[-1]).astype(np.int64) - 1
+    perms = []
+    for row in piv:
+        perm = list(range(n))
+        for k, j in enumerate(row):
+            perm[k], perm[j] = perm[j], perm[k]
+        perms.append(perm)
+    perm = np.array(perms).reshape(LU_pivots.shape[:-1] + (n,))
+    p = np.zeros(perm.shape + (n,), dtype=LU_data._data.dtype)
+    np.put_along_axis(p, perm[..., None], 1, axis=-1)
+    P = Tensor._make(np.swapaxes(p, -1, -2).copy(), None, 0)
+    return _Result(("P", "L", "U"), (P, low, up))
+
+
+def lu_solve(LU: Tensor, pivots: Tensor, B: Tensor, *, left: bool = True,
+             adjoint: bool = False) -> Tensor:
+    p, low, up = lu_unpack(LU, pivots)
+    A = p.matmul(low).matmul(up)
+    return solve(A.mT if adjoint else A, B, left=left)
+
+
+# ---- Householder representations (LAPACK's geqrf / orgqr / ormqr) -------------------------------
+
+def householder_product(A: Tensor, tau: Tensor) -> Tensor:
+    """The first n columns of H_1 H_2 ... H_k, H_i = I - tau_i v_i v_i^T, v_i being column i
+    of A below the diagonal with a 1 on it: differentiable in A and tau (made of matmuls)."""
+    m, n = A.shape[-2:]
+    k = tau.shape[-1]
+    if n > m or k > n:
+        raise RuntimeError("torch.linalg.householder_product: input.shape[-2] must be greater "
+                           "than or equal to input.shape[-1] and input.shape[-1] must be "
+                           "greater than or equal to tau.shape[-1]")
+    eye = Tensor._make(np.eye(m, dtype=A._data.dtype), None, 0)
+    unit = A.tril(-1) + Tensor._make(np.eye(m, n, dtype=A._data.dtype), None, 0)
+    q = eye.expand(A.shape[:-2] + (m, m))
+    for i in range(k):
+        v = unit[..., :, i:i + 1]
+        q = q - (q.matmul(v) * tau[..., i:i + 1].unsqueeze(-1)).matmul(v.mT)
+    return q[..., :, :n]
+
+
+def _geqrf(A: Tensor) -> tuple:
+    """(a, tau): R on and above the diagonal of a, the Householder vectors below it."""
+    flat = A._data.reshape((-1,) + A.shape[-2:])
+    packed, taus = [], []
+    for mat in flat:
+        h, tau = np.linalg.qr(mat, mode="raw")
+        packed.append(h.T)
+        taus.append(tau)
+    a = np.stack(packed).reshape(A.shape)
+    tau = np.stack(taus).reshape(A.shape[:-2] + (min(A.shape[-2:]),))
+    return Tensor._make(a.astype(A._data.dtype), None, 0), \
+        Tensor._make(tau.astype(A._data.dtype), None, 0)
+
+
+def _ormqr(A: Tensor, tau: Tensor, C: Tensor, left: bool = True, transpose: bool = False):
+    """Q C (or C Q, with Q^T when ``transpose``), Q the m x m Householder product of A, tau."""
+    q = _square_q(A, tau)
+    q = q.mT if transpose else q
+    return q.matmul(C) if left else C.matmul(q)
+
+
+def _square_q(A: Tensor, tau: Tensor) -> Tensor:
+    """All m columns of the Householder product (A cut or padded with zeros to m columns)."""
+    from disthook.tensor import cat
+
+    m, n = A.shape[-2:]
+    if n >= m:
+        return householder_product(A[..., :, :m], tau)
+    return householder_product(cat([A, A.new_zeros(A.shape[:-1] + (m - n,))], -1), tau)
+
+
+# ---- more --------------------------------------------------------------------------------------
+
+def cond(A: Tensor, p=None) -> Tensor:
+    """The condition number: s_max / s_min for p None / 2 (s_min / s_max for -2), else
+    norm(A, p) * norm(inv(A), p)."""
+    if p in (None, 2, -2):
+        s = svdvals(A)
+        ratio = s.amax(-1) / s.amin(-1)
+        return ratio if p != -2 else ratio.reciprocal()
+    return matrix_norm(A, p) * matrix_norm(inv(A), p)
+
+
+def solve_ex(A: Tensor, B: Tensor, *, left: bool = True, check_errors: bool = False):
+    return _Result(("result", "info"), (solve(A, B, left=left), _info(A)))
+
+
+def tensorinv(A: Tensor, ind: int = 2) -> Tensor:
+    """The inverse of A seen as a map from its last dims to its first ``ind`` dims."""
+    out_shape, in_shape = tuple(A.shape[:ind]), tuple(A.shape[ind:])
+    rows = int(np.prod(out_shape))
+    if rows != int(np.prod(in_shape)):
+        raise RuntimeError(f"Expected self to satisfy the requirement prod(self.shape[ind:]) == "
+                           f"prod(self.shape[:ind]), but got {int(np.prod(in_shape))} != {rows}")
+    return inv(A.reshape(rows, rows)).reshape(in_shape + out_shape)
+
+
+def tensorsolve(A: Tensor, B: Tensor, dims=None) -> Tensor:
+    """X with tensordot(A, X, X.ndim) = B."""
+    if dims is not None:
+        dims = [d % A.ndim for d in dims]
+        A = A.permute(*[d for d in range(A.ndim) if d not in dims], *dims)
+    x_shape = tuple(A.shape[B.ndim:])
+    n = int(np.prod(x_shape))
+    return solve(A.reshape(-1, n), B.reshape(-1)).reshape(x_shape)
+
+
+def vander(x: Tensor, *, N: int | None = None) -> Tensor:
+    """Increasing powers of x along a new last dim: x^0, x^1, ..., x^(N-1)."""
+    from disthook.tensor import stack
+
+    n = x.shape[-1] if N is None else N
+    if n < 1:
+        raise RuntimeError("N must be greater than 1.")
+    powers = [x.new_ones(x.shape)] + [x ** k for k in range(1, n)]
+    return stack(powers, -1)
+
+
+def eigvals(A: Tensor) -> Tensor:
+    raise NotImplementedError("linalg.eigvals returns complex tensors, which disthook does not "
+                              "have; for symmetric matrices use linalg.eigvalsh")
+
+
+def eig(A: Tensor):
+    raise NotImplementedError("linalg.eig returns complex tensors, which disthook does not "
+                              "have; for symmetric matrices use linalg.eigh")

@@ -1,232 +1,342 @@
-"""``torch.save`` / ``torch.load`` in a format of disthook's own that never runs code.
+"""``torch.save`` / ``torch.load`` in torch's own file format, both ways.
 
-A file is a zip archive (stored, not compressed) holding ``disthook.json`` — the format's
-name and version and the saved object as a JSON tree — and one ``.npy`` file per distinct
-tensor, read back with ``numpy.load(allow_pickle=False)``. What can be saved is what a
-weights-only torch load accepts, and no more: tensors and Parameters; dicts, OrderedDicts
-(a state dict's ``_metadata`` included), lists and tuples of them; None, bool, int, float,
-str; dtypes and devices. A tensor saved twice (tied weights) comes back as one tensor.
+``save`` writes the zip archive real torch writes (``archive/data.pkl``, the pickled object
+with each tensor as a view of a storage; ``archive/data/<key>``, each storage's bytes), so
+``torch.load`` reads our files. ``load`` reads those files, whoever wrote them; by default
+(``weights_only=True``, torch's default since 2.6) through a restricted unpickler that admits
+tensors, storages, containers and primitives, runs nothing and refuses everything else with
+torch's error; ``weights_only=False`` (trusted files only: it runs whatever the file names)
+rebuilds whole pickled modules and optimizers, torch's classes read as disthook's. It also
+reads torch's format before 1.6 (pickles in a row), the format disthook wrote before
+(``disthook.json`` + ``.npy``) and ``.npz`` archives.
 
-``load`` also reads a plain ``.npz`` of arrays (``numpy.savez``) as a dict of tensors:
-that is the way to bring weights over from torch (see ``TORCH_FILE_MSG``).
+Malformed or hostile files fail with an error naming the file; nothing is allocated beyond
+what the file holds (see ``_serialization.archive``).
 """
 from __future__ import annotations
 
+import contextlib
 import io
-import json
 import os
+import pickle
+import warnings
 import zipfile
 from collections import OrderedDict
 
 import numpy as np
 
-__all__ = ["load", "save"]
+from disthook._serialization import archive as _archive
+from disthook._serialization import disthook_v1, legacy, names, unpickler
+from disthook._serialization.pickler import TorchPickler
+from disthook._serialization.rebuild import CheckpointError, Storage, no_cuda
 
-FORMAT = "disthook.save"
-VERSION = 1
-MANIFEST = "disthook.json"
+__all__ = ["SourceChangeWarning", "add_safe_globals", "clear_safe_globals",
+           "default_restore_location", "get_safe_globals", "get_unsafe_globals_in_checkpoint",
+           "load", "location_tag", "safe_globals", "save"]
 
-SUPPORTED = ("tensors, Parameters, dicts, OrderedDicts, lists and tuples of them, None, "
-             "bool, int, float, str, dtypes and devices")
-TORCH_FILE_MSG = (
-    "{name} was written by torch.save: a pickle archive, which disthook never reads because "
-    "unpickling can run code. disthook.load reads files written by disthook.save ({what}) "
-    "and .npz archives of arrays. To bring weights over, in torch: numpy.savez(path, "
-    "**{{k: v.detach().cpu().numpy() for k, v in state_dict.items()}}), then "
-    "disthook.load(path) gives the state dict."
-)
+DEFAULT_PROTOCOL = 2
+
+
+class SourceChangeWarning(Warning):
+    """torch's warning for a pickled module whose class source changed since it was saved;
+    disthook never compares sources, so it is never raised (programs filter it by name)."""
+
+
+# ---- safe globals (torch.serialization's allowlist for weights-only loads) -------------------
+
+def add_safe_globals(safe_globals: list) -> None:
+    """Let weights-only loads rebuild these classes and call these functions."""
+    for entry in safe_globals:
+        name, obj = unpickler.safe_global_name(entry)
+        unpickler.SAFE_GLOBALS[name] = obj
+
+
+def get_safe_globals() -> list:
+    return list(unpickler.SAFE_GLOBALS.values())
+
+
+def clear_safe_globals() -> None:
+    unpickler.SAFE_GLOBALS.clear()
+
+
+@contextlib.contextmanager
+def safe_globals(safe_globals: list):
+    """``add_safe_globals`` for the duration of a ``with`` block."""
+    before = dict(unpickler.SAFE_GLOBALS)
+    add_safe_globals(safe_globals)
+    try:
+        yield
+    finally:
+        unpickler.SAFE_GLOBALS.clear()
+        unpickler.SAFE_GLOBALS.update(before)
+
+
+def get_unsafe_globals_in_checkpoint(f) -> list:
+    """The ``module.name`` globals a torch checkpoint names that a weights-only load would
+    refuse (read from its pickle without running it), to judge before allowing them."""
+    is_path = isinstance(f, (str, os.PathLike))
+    with (open(os.fspath(f), "rb") if is_path else contextlib.nullcontext(f)) as source:
+        name = repr(os.fspath(f)) if is_path else "the file"
+        with _open_zip(source, name) as archive:
+            prefix = _archive.torch_prefix(archive.namelist())
+            if prefix is None:
+                raise RuntimeError(f"get_unsafe_globals_in_checkpoint: {name} is not a torch "
+                                   "zip checkpoint")
+            reader = _archive.ArchiveReader(archive, prefix, _archive.file_length(source))
+            data = reader.read("data.pkl").tobytes()
+    return [full for full in unpickler.globals_named(data)
+            if names.weights_global(*names.fix_import(*full.rsplit(".", 1)),
+                                    unpickler.SAFE_GLOBALS) is None]
 
 
 # ---- save -----------------------------------------------------------------------------------
 
-class _Writer:
-    """Turns an object into a JSON tree, collecting each distinct tensor's array once."""
-
-    def __init__(self) -> None:
-        self.arrays: list = []
-        self.seen: dict = {}  # id(tensor) -> index into arrays
-
-    def encode(self, obj, path: str):
-        from disthook import _dtype
-        from disthook.nn.parameter import Parameter
-        from disthook.tensor import Tensor
-        from disthook.tensor import device as _device
-
-        if obj is None or isinstance(obj, (bool, str)):
-            return obj
-        if isinstance(obj, int):
-            return {"int": str(obj)}  # JSON numbers lose big ints in other readers
-        if isinstance(obj, float):
-            return {"float": repr(obj)}
-        if isinstance(obj, Tensor):
-            index = self.seen.get(id(obj))
-            if index is None:
-                index = self.seen[id(obj)] = len(self.arrays)
-                self.arrays.append(np.asarray(obj._data, order="C"))  # keeps 0-d
-            return {"tensor": index, "requires_grad": bool(obj.requires_grad),
-                    "parameter": isinstance(obj, Parameter)}
-        if isinstance(obj, _dtype.dtype):
-            return {"dtype": str(obj)}
-        if isinstance(obj, _device):
-            return {"device": str(obj)}
-        if isinstance(obj, dict):
-            items = [[self.encode(k, f"{path} key"), self.encode(v, f"{path}[{k!r}]")]
-                     for k, v in obj.items()]
-            node = {"ordered_dict" if type(obj) is OrderedDict else "dict": items}
-            if type(obj) not in (dict, OrderedDict):
-                raise TypeError(_unsupported(obj, path))
-            metadata = getattr(obj, "_metadata", None)
-            if metadata is not None:
-                node["metadata"] = self.encode(metadata, f"{path}._metadata")
-            return node
-        if type(obj) in (list, tuple):
-            kind = "list" if type(obj) is list else "tuple"
-            return {kind: [self.encode(v, f"{path}[{i}]") for i, v in enumerate(obj)]}
-        raise TypeError(_unsupported(obj, path))
-
-
-def _unsupported(obj, path: str) -> str:
-    hint = ""
-    if hasattr(obj, "state_dict") and hasattr(obj, "parameters"):
-        hint = " Save its state_dict() instead, and load that into a new instance."
-    return (f"disthook.save cannot store {type(obj).__module__}.{type(obj).__qualname__} "
-            f"(at {path}): it stores {SUPPORTED}, and never pickles.{hint}")
-
-
-def save(obj, f, pickle_module=None, pickle_protocol: int = 2,
+def save(obj, f, pickle_module=pickle, pickle_protocol: int = DEFAULT_PROTOCOL,
          _use_new_zipfile_serialization: bool = True,
          _disable_byteorder_record: bool = False) -> None:
-    """Write ``obj`` to ``f`` (a path or a binary file object). ``pickle_module`` and
-    ``pickle_protocol`` are accepted for torch's signature and unused: nothing is pickled."""
-    writer = _Writer()
-    tree = writer.encode(obj, "obj")
-    manifest = {"format": FORMAT, "version": VERSION, "object": tree,
-                "arrays": [f"{i}.npy" for i in range(len(writer.arrays))]}
-    target = os.fspath(f) if isinstance(f, (str, os.PathLike)) else f
-    with zipfile.ZipFile(target, "w", zipfile.ZIP_STORED) as archive:
-        archive.writestr(MANIFEST, json.dumps(manifest))
-        for i, array in enumerate(writer.arrays):
-            buf = io.BytesIO()
-            np.save(buf, array, allow_pickle=False)
-            archive.writestr(f"{i}.npy", buf.getvalue())
+    """Write ``obj`` to ``f`` (a path or a binary file object) in torch's zip format."""
+    if pickle_module not in (None, pickle):
+        raise ValueError("disthook.save pickles with Python's pickle module; pickle_module="
+                         f"{getattr(pickle_module, '__name__', pickle_module)!r} is not "
+                         "supported")
+    if not _use_new_zipfile_serialization:
+        raise ValueError("disthook.save writes torch's zip format only "
+                         "(_use_new_zipfile_serialization=True), which every torch since 1.6 "
+                         "reads")
+    data = io.BytesIO()
+    pickler = TorchPickler(data, pickle_protocol)
+    pickler.dump(obj)
+    is_path = isinstance(f, (str, os.PathLike))
+    with (open(os.fspath(f), "wb") if is_path else contextlib.nullcontext(f)) as target:
+        writer = _archive.ArchiveWriter(target)
+        writer.write("data.pkl", data.getbuffer())
+        writer.write(".format_version", b"1")
+        writer.write(".storage_alignment", str(_archive.ALIGNMENT).encode())
+        if not _disable_byteorder_record:
+            writer.write("byteorder", b"little")
+        for key, array in pickler.records:
+            writer.write(f"data/{key}", array.astype(array.dtype.newbyteorder("<"), copy=False))
+        writer.write_trailer()
+        writer.close()
 
 
 # ---- load -----------------------------------------------------------------------------------
 
-class _Reader:
-    def __init__(self, arrays: list) -> None:
-        self.arrays = arrays
-        self.tensors: dict = {}  # index -> Tensor, so tied tensors stay one
+def _location(map_location, storage: Storage, location: str) -> Storage:
+    """Where ``map_location`` sends a storage saved at ``location``: the CPU, or torch's error
+    for a device this process does not have."""
+    from disthook.tensor import device
 
-    def decode(self, node):
-        from disthook import _dtype
-        from disthook.nn.parameter import Parameter
-        from disthook.tensor import Tensor
-        from disthook.tensor import device as _device
-
-        if node is None or isinstance(node, (bool, str)):
-            return node
-        if not isinstance(node, dict) or len(node) == 0:
-            raise _corrupt(f"unexpected entry {node!r}")
-        if "int" in node:
-            return int(node["int"])
-        if "float" in node:
-            return float(node["float"])
-        if "tensor" in node:
-            index = node["tensor"]
-            t = self.tensors.get(index)
-            if t is None:
-                if not isinstance(index, int) or not 0 <= index < len(self.arrays):
-                    raise _corrupt(f"tensor index {index!r} out of range")
-                t = Tensor._make(self.arrays[index], None, 0)
-                if node.get("parameter"):
-                    t = Parameter(t, requires_grad=bool(node.get("requires_grad")))
-                elif node.get("requires_grad"):
-                    t.requires_grad_(True)
-                self.tensors[index] = t
-            return t
-        if "dtype" in node:
-            name = node["dtype"].removeprefix("torch.")
-            value = getattr(_dtype, name, None)
-            if not isinstance(value, _dtype.dtype):
-                raise _corrupt(f"unknown dtype {node['dtype']!r}")
-            return value
-        if "device" in node:
-            return _device(node["device"])
-        for kind, make in (("dict", dict), ("ordered_dict", OrderedDict)):
-            if kind in node:
-                out = make((self._key(k), self.decode(v)) for k, v in node[kind])
-                if "metadata" in node:
-                    out._metadata = self.decode(node["metadata"])
-                return out
-        if "list" in node:
-            return [self.decode(v) for v in node["list"]]
-        if "tuple" in node:
-            return tuple(self.decode(v) for v in node["tuple"])
-        raise _corrupt(f"unknown entry kind {sorted(node)!r}")
-
-    def _key(self, node):
-        key = self.decode(node)
-        if isinstance(key, (list, dict)):
-            raise _corrupt("a dict key is a list or dict")
-        return key
+    where = location
+    if isinstance(map_location, dict):
+        where = map_location.get(location, location)
+    elif isinstance(map_location, (str, device)):
+        where = str(map_location)
+    elif callable(map_location):
+        moved = map_location(storage, location)
+        if isinstance(moved, Storage):
+            return moved
+        if moved is not None:
+            raise TypeError(f"map_location returned {type(moved).__name__}; it must return "
+                            "the storage it is given (or None)")
+    elif map_location is not None:
+        raise TypeError(f"map_location must be a str, a device, a dict or a callable, not "
+                        f"{type(map_location).__name__}")
+    where = str(where)
+    if where.startswith("cuda"):
+        raise no_cuda()
+    if not where.startswith("cpu"):
+        raise RuntimeError(f"disthook.load: the file's tensors are on {location!r}, mapped to "
+                           f"{where!r}; only the CPU exists here: load with "
+                           "map_location='cpu'")
+    return storage
 
 
-def _corrupt(what: str) -> RuntimeError:
-    return RuntimeError(f"disthook.load: not a valid disthook.save file ({what})")
+def default_restore_location(storage: Storage, location: str) -> Storage:
+    """torch's restore for a storage saved at ``location`` (``map_location`` callables call
+    it, e.g. ``lambda s, loc: default_restore_location(s, "cpu")``): the CPU, or torch's
+    error for a device this process does not have."""
+    return _location(None, storage, str(location))
+
+
+def location_tag(storage) -> str:
+    """Where a storage lives, as torch writes it in a checkpoint: always ``"cpu"`` here."""
+    return "cpu"
 
 
 def _check_map_location(map_location) -> None:
-    """Everything lives on the CPU: only map_locations that name it (or nothing) work."""
+    """A map_location naming a GPU fails before the file is read, as in a CPU-only torch."""
     if map_location is None or callable(map_location) or isinstance(map_location, dict):
         return
     if str(map_location).startswith("cuda"):
-        raise RuntimeError(
-            "Attempting to deserialize object on a CUDA device but torch.cuda.is_available() "
-            "is False. If you are running on a CPU-only machine, please use torch.load with "
-            "map_location=torch.device('cpu') to map your storages to the CPU.")
+        raise no_cuda()
+
+
+class _StorageLoader:
+    """persistent_load for torch archives: each storage record read once, checked, shared."""
+
+    def __init__(self, reader: _archive.ArchiveReader, map_location, mmap: bool,
+                 byteorder: str) -> None:
+        self.reader, self.map_location, self.mmap = reader, map_location, mmap
+        self.byteorder = byteorder
+        self.loaded: dict = {}
+        self.bfloat16 = False
+
+    def __call__(self, pid):
+        if not isinstance(pid, tuple) or len(pid) != 5 or pid[0] != "storage":
+            raise CheckpointError(f"unknown persistent id {legacy.short(pid)} (a torch "
+                                  "archive names storages as ('storage', type, key, "
+                                  "location, size))")
+        _, kind, key, location, numel = pid
+        if not isinstance(kind, names.StorageType) or not isinstance(key, str) or type(
+                numel) is not int or numel < 0 or not isinstance(location, str):
+            raise CheckpointError(f"malformed storage id {legacy.short(pid)}")
+        if key in self.loaded:
+            return self.loaded[key]
+        if kind.dtype is None:
+            raise CheckpointError(names.unsupported_reason("torch", kind.name))
+        dtype = np.dtype(np.uint16 if kind.dtype == "bfloat16" else kind.dtype)
+        raw = (self.reader.mmap if self.mmap else self.reader.read)(
+            f"data/{key}", numel * dtype.itemsize)
+        array = raw.view(dtype.newbyteorder("<" if self.byteorder == "little" else ">"))
+        if not array.dtype.isnative:
+            array = array.astype(dtype)
+        if kind.dtype == "bfloat16":  # numpy has no bfloat16: exactly the same values as float32
+            array = (array.astype(np.uint32) << 16).view(np.float32)
+            self.bfloat16 = True
+        storage = _location(self.map_location, Storage(array, key), location)
+        self.loaded[key] = storage
+        return storage
+
+
+def _open_zip(source, name: str) -> zipfile.ZipFile:
+    try:
+        return zipfile.ZipFile(source, "r")
+    except (*_archive.archive_errors(), ValueError, OSError) as e:
+        raise RuntimeError(f"disthook.load: {name} is damaged or truncated: its zip directory "
+                           f"cannot be read ({e})") from None
+
+
+def _load_torch(archive: zipfile.ZipFile, prefix: str, name: str, length: int, path,
+                map_location, weights_only: bool, mmap: bool, encoding: str):
+    reader = _archive.ArchiveReader(archive, prefix, length, path)
+    byteorder = "little"
+    if reader.has("byteorder"):
+        byteorder = bytes(reader.read("byteorder")).decode("ascii", "replace")
+        if byteorder not in ("little", "big"):
+            raise CheckpointError(f"unknown byteorder {byteorder!r}")
+    loader = _StorageLoader(reader, map_location, mmap, byteorder)
+    data = io.BytesIO(reader.read("data.pkl").tobytes())
+    kind = unpickler.WeightsUnpickler if weights_only else unpickler.TrustedUnpickler
+    obj = unpickler.run(kind(data, loader, encoding))
+    if loader.bfloat16:
+        warnings.warn(f"disthook.load: {name} holds bfloat16 tensors; numpy has no bfloat16, "
+                      "so they load as float32 (the same values, twice the memory)",
+                      UserWarning, stacklevel=4)
+    return obj
+
+
+def _env_true(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "y", "yes", "true")
+
+
+def _weights_only(weights_only, pickle_module) -> bool:
+    """torch's rule: True unless asked otherwise; TORCH_FORCE_WEIGHTS_ONLY_LOAD forces True,
+    TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD makes False the default (with a warning)."""
+    if _env_true("TORCH_FORCE_WEIGHTS_ONLY_LOAD"):
+        return True
+    if weights_only is not None:
+        return bool(weights_only)
+    if _env_true("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"):
+        warnings.warn("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD is set and load() was not given "
+                      "weights_only: loading with weights_only=False, which runs whatever "
+                      "code the file names (trusted files only)", UserWarning, stacklevel=3)
+        return False
+    return pickle_module is None
 
 
 def load(f, map_location=None, pickle_module=None, *, weights_only: bool | None = None,
          mmap: bool | None = None, **pickle_load_args):
-    """Read what ``save`` wrote (or an ``.npz`` of arrays, as a dict of tensors).
+    """Read a file written by ``torch.save`` or ``disthook.save`` (or an ``.npz``).
 
-    The format cannot hold code, so every load is weights-only; ``weights_only=False`` is
-    accepted and changes nothing. A torch-made file raises RuntimeError saying how to
-    convert it.
+    ``weights_only`` (default True) admits tensors, containers and primitives only;
+    ``weights_only=False`` rebuilds any pickled object and so runs whatever code the file
+    names: use it only for files from a source you trust. ``map_location`` may name the CPU
+    (a str, device, dict or callable, as torch takes it); ``mmap=True`` maps the tensors'
+    bytes from the file (copy-on-write) instead of reading them.
     """
-    from disthook.tensor import Tensor
-
+    weights_only = _weights_only(weights_only, pickle_module)
+    if weights_only and pickle_module is not None:
+        raise RuntimeError("Can not safely load weights when explicit pickle_module is "
+                           "specified: pass weights_only=False to use your pickle module")
+    if pickle_module not in (None, pickle):
+        raise ValueError("disthook.load unpickles with Python's pickle module; pickle_module="
+                         f"{getattr(pickle_module, '__name__', pickle_module)!r} is not "
+                         "supported")
+    encoding = pickle_load_args.pop("encoding", "utf-8")
+    if pickle_load_args:
+        raise TypeError(f"load() got unexpected keyword arguments {sorted(pickle_load_args)}")
     _check_map_location(map_location)
-    name = repr(os.fspath(f)) if isinstance(f, (str, os.PathLike)) else "the file"
-    source = os.fspath(f) if isinstance(f, (str, os.PathLike)) else f
-    try:
-        archive = zipfile.ZipFile(source, "r")
-    except zipfile.BadZipFile:
-        raise RuntimeError(f"disthook.load: {name} is not a disthook.save file (not a zip "
-                           f"archive). It reads files written by disthook.save "
-                           f"({SUPPORTED}) and .npz archives of arrays.") from None
-    with archive:
-        names = archive.namelist()
-        if MANIFEST not in names:
-            if any(n.endswith("data.pkl") for n in names):
-                raise RuntimeError(TORCH_FILE_MSG.format(name=name.capitalize()
-                                                         if name == "the file" else name,
-                                                         what=SUPPORTED))
-            if names and all(n.endswith(".npy") for n in names):
-                return OrderedDict(
-                    (n[:-4], Tensor._make(_read_npy(archive, n), None, 0)) for n in names)
-            raise _corrupt("no disthook.json inside")
-        manifest = json.loads(archive.read(MANIFEST))
-        if manifest.get("format") != FORMAT:
-            raise _corrupt(f"format {manifest.get('format')!r}")
-        if manifest.get("version") != VERSION:
-            raise RuntimeError(f"disthook.load: file format version {manifest.get('version')} "
-                               f"is not supported (this disthook reads version {VERSION})")
-        arrays = [_read_npy(archive, n) for n in manifest.get("arrays", [])]
-        return _Reader(arrays).decode(manifest["object"])
+    is_path = isinstance(f, (str, os.PathLike))
+    if mmap and not is_path:
+        raise ValueError("f must be a file path in order to use the mmap argument")
+    name = repr(os.fspath(f)) if is_path else "the file"
+    with (open(os.fspath(f), "rb") if is_path else contextlib.nullcontext(f)) as source:
+        start = source.tell() if hasattr(source, "tell") else 0
+        magic = source.read(4)
+        source.seek(start)
+        if magic != b"PK\x03\x04" and magic[:1] != b"\x80":
+            raise RuntimeError(f"disthook.load: {name} is not a checkpoint (torch.save "
+                               "writes a zip archive; before torch 1.6, pickles)")
+        if magic[:1] == b"\x80" and mmap:
+            raise RuntimeError("mmap can only be used with files saved with "
+                               "`torch.save(_use_new_zipfile_serialization=True)`")
+        try:
+            if magic[:1] == b"\x80":  # torch's format before 1.6
+                return legacy.load(source, _archive.file_length(source),
+                                   lambda storage, where: _location(map_location, storage,
+                                                                    where),
+                                   weights_only, encoding)
+            return _load_zip(source, name, os.fspath(f) if is_path else None, map_location,
+                             weights_only, bool(mmap), encoding)
+        except CheckpointError as e:
+            raise CheckpointError(f"disthook.load: {name}: {e}") from None
+        except _archive.archive_errors() as e:
+            raise RuntimeError(f"disthook.load: {name} is damaged or truncated ({e})") from None
+        except RecursionError:
+            raise RuntimeError(f"disthook.load: {name} holds objects nested too deep to "
+                               "read") from None
+        except pickle.UnpicklingError as e:
+            if weights_only and str(e).startswith("Weights only load failed"):
+                raise
+            raise pickle.UnpicklingError(f"disthook.load: {name}: {e}") from None
 
 
-def _read_npy(archive: zipfile.ZipFile, name: str) -> np.ndarray:
-    with archive.open(name) as member:
-        return np.load(io.BytesIO(member.read()), allow_pickle=False)
+def _load_zip(source, name: str, path, map_location, weights_only: bool, mmap: bool,
+              encoding: str):
+    length = _archive.file_length(source)
+    with _open_zip(source, name) as archive:
+        members = archive.namelist()
+        prefix = _archive.torch_prefix(members)
+        if prefix is not None:
+            return _load_torch(archive, prefix, name, length, path, map_location,
+                               weights_only, mmap, encoding)
+        reader = _archive.ArchiveReader(archive, "", length, path)
+
+        def read_member(member: str) -> bytes:
+            return reader.read(member).tobytes()
+
+        if disthook_v1.MANIFEST in members:
+            return disthook_v1.read(read_member)
+        if members and all(n.endswith(".npy") for n in members):
+            from disthook.tensor import Tensor
+
+            return OrderedDict((n[:-4], Tensor._make(disthook_v1.read_npy(read_member, n),
+                                                     None, 0)) for n in members)
+        if any(n.endswith("constants.pkl") for n in members):
+            raise RuntimeError(f"disthook.load: {name} is a TorchScript archive "
+                               "(torch.jit.save), which holds compiled code; disthook.load "
+                               "reads torch.save files")
+        raise RuntimeError(f"disthook.load: {name} is a zip archive but not a checkpoint: it "
+                           "has no data.pkl (torch.save), disthook.json (disthook.save before "
+                           "it wrote torch's format) or .npy arrays (numpy.savez)")

@@ -15,13 +15,23 @@ import numpy as np
 from disthook import _dtype
 from disthook import random as _random
 from disthook._dtype import dtype as _DType
+from disthook._tensor_math import INPLACE_NAMES, MathMethods, inplace_of
+from disthook._tensor_reduce import ReduceMethods
+from disthook._tensor_shape import ShapeMethods
 from disthook.autograd import grad_mode
 from disthook.ops import elementwise as E
 from disthook.ops import linalg as L
+from disthook.ops import math as M
 from disthook.ops import reduce as R
 from disthook.ops import shape as S
 from disthook.ops import sort as SortOps
-from disthook.ops.base import _NO_CTX, binary_operands, check_broadcast, result_dtype
+from disthook.ops.base import (
+    _NO_CTX,
+    RemoteOperand,
+    binary_operands,
+    check_broadcast,
+    result_dtype,
+)
 from disthook.utils.hooks import RemovableHandle
 
 NON_LEAF_GRAD_WARNING = (
@@ -164,7 +174,7 @@ def _is_basic(index) -> bool:
         i is None or i is Ellipsis or isinstance(i, (int, np.integer, slice)) for i in items)
 
 
-class Tensor:
+class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     """An n-dimensional array that records the ops applied to it for backward."""
 
     # hot fields live in slots; the rest are class-level defaults, set per tensor only when used
@@ -640,7 +650,10 @@ class Tensor:
             return op.apply(a, b, **params)
         # no graph to record (as inside backward): the op's forward alone, without apply's
         # bookkeeping; every binary op returns one new array
-        out = op.forward(_NO_CTX, a, b, **params)
+        try:
+            out = op.forward(_NO_CTX, a, b, **params)
+        except RemoteOperand:  # an operand's value is on a worker: the op runs there
+            return op.apply(a, b, **params)
         return Tensor._make(out if type(out) is np.ndarray else np.asarray(out), None, 0)
 
     def __add__(self, other):
@@ -687,7 +700,10 @@ class Tensor:
         return self._binary(E.FloorDiv, other, reverse=True)
 
     def __mod__(self, other):
-        return self._binary(E.Remainder, other)
+        return self._binary(M.Remainder, other)
+
+    def __rmod__(self, other):
+        return self._binary(M.Remainder, other, reverse=True)
 
     def __neg__(self):
         return E.Neg.apply(self)
@@ -855,16 +871,16 @@ class Tensor:
         return E.Log.apply(self._floating())
 
     def log2(self):
-        return self.log() / np.log(2)
+        return M.Log2.apply(self._floating())
 
     def log10(self):
-        return self.log() / np.log(10)
+        return M.Log10.apply(self._floating())
 
     def log1p(self):
-        return (self + 1).log()
+        return M.Log1P.apply(self._floating())
 
     def expm1(self):
-        return self.exp() - 1
+        return M.Expm1.apply(self._floating())
 
     def sqrt(self):
         return E.Sqrt.apply(self._floating())
@@ -885,7 +901,7 @@ class Tensor:
         return E.Cos.apply(self._floating())
 
     def tan(self):
-        return self.sin() / self.cos()
+        return M.Tan.apply(self._floating())
 
     def tanh(self):
         return E.Tanh.apply(self._floating())
@@ -1593,6 +1609,31 @@ class Tensor:
             raise RuntimeError(VIEW_OF_LEAF_INPLACE_MSG)
         if not isinstance(value, Tensor):
             value = Tensor._make(np.asarray(value, dtype=self._data.dtype), None, 0)
+        # as torch: the value loses its leading 1-sized dims, then broadcasts to the slot
+        slot = np.broadcast_to(np.int8(0), self._data.shape)[index].shape
+        lead = 0
+        while lead < value.ndim and value.shape[lead] == 1:
+            lead += 1
+        shape = value.shape[lead:]
+        fits = len(shape) <= len(slot) and builtins.all(
+            v in (1, s) for v, s in zip(shape[::-1], slot[::-1]))
+        if not fits and not _is_basic(index):
+            raise RuntimeError(f"shape mismatch: value tensor of shape {list(shape)} cannot be "
+                               f"broadcast to indexing result of shape {list(slot)}")
+        if len(shape) > len(slot):
+            raise RuntimeError(
+                f"expand({value.type()}{{{list(shape)}}}, size={list(slot)}): the number of "
+                f"sizes provided ({len(slot)}) must be greater or equal to the number of "
+                f"dimensions in the tensor ({len(shape)})")
+        if not fits:
+            dim = next(len(slot) - 1 - k for k, (v, s) in enumerate(zip(shape[::-1], slot[::-1]))
+                       if v not in (1, s))
+            raise RuntimeError(
+                f"The expanded size of the tensor ({slot[dim]}) must match the existing size "
+                f"({shape[dim - len(slot) + len(shape)]}) at non-singleton dimension {dim}.  "
+                f"Target sizes: {list(slot)}.  Tensor sizes: {list(shape)}")
+        if lead:
+            value = value.reshape(shape)
         self._inplace(S.IndexPut, value.to(self.dtype), index=index)
 
     def index_put(self, index, value, accumulate=False):
@@ -1787,6 +1828,12 @@ class Tensor:
         return self._inplace(Normal, mean=mean, std=std, generator=generator)
 
 
+for _name in INPLACE_NAMES:
+    if _name + "_" not in Tensor.__dict__:
+        setattr(Tensor, _name + "_", inplace_of(_name))
+del _name
+
+
 def _write(t: Tensor, values: np.ndarray) -> None:
     """Write ``values`` into ``t``'s storage and bump its version counter."""
     _write_with(t, None, values)
@@ -1805,6 +1852,10 @@ def _write_with(t: Tensor, ufunc, values: np.ndarray) -> None:
         else:
             ufunc(t._data, values, out=t._data, casting="unsafe")
     except ValueError:
+        localize = getattr(type(t), "_localize", None)
+        if localize is not None:  # a value kept on a worker: changed here, as a local one
+            localize(t)
+            return _write_with(t, ufunc, values)
         broadcast = 0 in t._data.strides and t._data.size > 1  # one element, many places
         if not broadcast and not t._data.flags.writeable:
             raise RuntimeError(

@@ -53,7 +53,7 @@ __all__ = [
 # 2: typed sub-records (hook entries, optimizer calls, hook values); 3: forward and
 # train_step carry optimizer steps as well as zero_grads (optimizer_calls), and an ok may
 # come ahead of its hooks' answers; 4: a stage's modules may come pickled by value (code)
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
@@ -165,7 +165,7 @@ ENUMS: dict[str, frozenset] = {
     # of a tensor a client hook computed (vjp); take a retained gradient (retained)
     "event_kind": frozenset({"forward_pre", "forward", "full_backward", "backward",
                              "full_backward_pre", "tensor", "leaf_hook", "vjp", "retained"}),
-    "pipe_kind": frozenset({"act", "grad", "abort"}),
+    "pipe_kind": frozenset({"act", "grad", "abort", "value"}),
     "optimizer_action": frozenset({"step", "zero_grad", "state", "load"}),
     "grad_op_kind": frozenset({"norm", "scale", "clamp", "set", "add"}),
     "module_op_kind": frozenset({"register_buffer", "set_attr", "del_attr", "train"}),
@@ -196,7 +196,9 @@ SCHEMAS: dict[str, dict[str, str]] = {
                  "code": "bool?"},
     "heartbeat": {"worker": "str", "memory": "int?", "stages": "list?"},
     "shutdown": {"reason": "str?"},
-    "status": {},
+    "status": {"model": "str?"},  # (a client's channel names its model in every message)
+    # a worker's running requests, their waits and its queues (a stall's diagnosis)
+    "waits": {},
     # placement: client -> worker. A worker may hold stages of several models; every
     # message below names the model (the deployment's id) it is for. aliases: the names
     # under which the client imports disthook's modules ({"torch": "disthook", ...}).
@@ -225,7 +227,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "forward": {"model": "str", "stage": "int", "inputs": "list", "grad_enabled": "bool",
                 "reply_to": "str", "requires_grad": "list?", "mb": "int?", "stop": "str?",
                 "optimizer_calls": "list[list[optimizer_call]]?", "path": "str?",
-                "call": "hook_value?", "rng": "str?"},
+                "call": "hook_value?", "rng": "str?", "pins": "list?", "op": "str?",
+                "params": "any?", "keep": "bool?"},
     # taps: keys of tensors client forward hooks were given, whose gradients the client
     # wants (autograd.grad with respect to them); each stage adds those it holds to tapped
     # (key -> gradient) and the answer carries them all (result["tapped"]). accumulate
@@ -236,9 +239,25 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # instead of the stage's outputs, and goes on to the earlier stages as usual
     "backward": {"model": "str", "stage": "int", "grads": "list", "retain_graph": "bool",
                  "reply_to": "str", "mb": "int?", "taps": "list[str]?", "tapped": "map?",
-                 "accumulate": "bool?", "start": "str?", "inputs": "bool?"},
+                 "accumulate": "bool?", "start": "str?", "inputs": "bool?",
+                 "keep_grads": "str?", "create_graph": "bool?"},
+    # create_graph: the input gradients keep their graph (kept as a context under
+    # keep_grads, whose backward is a double backward's second pass)
+    # values kept on a worker (disthook.distributed.remote_values): a call's outputs, with
+    # keep, stay on the worker that computed them under "<ctx>.<i>", and a backward's input
+    # gradients, with keep_grads, under "<keep_grads>.<i>"; the answer describes them
+    # ({"kept": id, "shape", "dtype", ...}). A call or backward names one with {"ref": id,
+    # "requires_grad": bool} (in grads: {"ref": id}): the worker's own, or with
+    # "from_peer": true one a peer sends it (it waits for it). send_value: push these values to the worker at address to (a "pipe" of kind
+    # "value", step "<client>/<id>"), in request order; fetch: their arrays to the client;
+    # drop_values: the client no longer holds them
+    "send_value": {"model": "str", "values": "list[str]", "to": "str"},
+    "fetch": {"model": "str", "values": "list[str]"},
+    "drop_values": {"model": "str", "values": "list[str]"},
     # reply_to: the client whose contexts they are, when a neighbour stage carries it on
     "release": {"model": "str", "contexts": "list[str]", "reply_to": "str?"},
+    # a client's call waits on an earlier stage: a write here keeps its weights for it
+    "pin": {"model": "str", "calls": "list"},
     # hooks: a stub fired on a worker asks the client to run the callable with args; diff:
     # the client's copies of the tensors require grad where the worker's do (a forward hook
     # with grad enabled). The answer: the hook's result (None: keep the value), and the
@@ -850,6 +869,12 @@ def _check_hook_value(where, value, depth):
     if not isinstance(value, dict):
         raise WireError(f"{where} must be a hook value (None, a number, a string or a "
                         f"tagged map), got {_type_name(value)}")
+    if value.keys() in ({"ref", "requires_grad"}, {"ref", "requires_grad", "from_peer"}):
+        _field_value(f"{where}.ref", "str", "str", None, value["ref"], depth)  # a kept value
+        for name in ("requires_grad", "from_peer"):
+            if name in value:
+                _field_value(f"{where}.{name}", "bool", "bool", None, value[name], depth)
+        return value
     if value.keys() in ({"tensor", "requires_grad"}, {"tensor", "vjp"}, {"tensor", "feed"},
                         {"tensor", "requires_grad", "grad_fn"}):
         _field_value(f"{where}.tensor", "array", "array", None, value["tensor"], depth)

@@ -6,7 +6,7 @@ import pathlib
 import disthook.bench
 
 PACKAGE = pathlib.Path(disthook.bench.__file__).parent
-SHARED = {"timing", "table", "stages"}
+SHARED = {"timing", "table", "stages", "gpt"}  # gpt: the GPT workload and its rows
 
 
 def bench_imports(name: str) -> set[str]:

@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("matplotlib", reason="the demo needs matplotlib (pip install -e '.[demo]')")
 
-from disthook.demo import plots, report  # noqa: E402
-from disthook.demo.progress import Progress  # noqa: E402
+from disthook.demo import plots, report
+from disthook.demo.progress import Progress
 
 STEPS_PER_EPOCH, EPOCHS = 23, 3
 PARAMS = ["0.weight", "0.bias", "2.weight", "2.bias", "6.weight", "6.bias"]
@@ -61,7 +61,7 @@ def test_gradient_flow_rows_are_parameters_and_log_axes_have_ticks(history):
     assert len(labelled_ticks(per_parameter.xaxis)) >= 4
 
 
-def test_grad_cam_rows_align_and_show_the_native_map_beside_the_smoothed_one():
+def test_grad_cam_rows_align_and_the_colour_bar_sits_beside_the_maps():
     rng = np.random.default_rng(1)
     images, cams = rng.random((10, 1, 8, 8)), rng.random((10, 8, 8))
     fig = plots.draw_grad_cam(images, np.arange(10), np.arange(10), cams)
@@ -72,10 +72,18 @@ def test_grad_cam_rows_align_and_show_the_native_map_beside_the_smoothed_one():
         assert [b.x0 for b in row] == pytest.approx([b.x0 for b in boxes[0]], abs=1e-6)
         assert [b.width for b in row] == pytest.approx([b.width for b in boxes[0]], abs=1e-6)
     labels = [row[0].get_ylabel() for row in grid]
-    assert labels == ["digit", "Grad-CAM 8×8\n(as computed)", "smoothed,\nover the digit"]
+    assert labels == ["digit", "map 8×8\n(as computed)", "over the digit\n(bilinear, 28×28)"]
     native = grid[1, 0].images[0]
     assert native.get_array().shape == (8, 8) and native.get_interpolation() == "nearest"
-    assert grid[2, 0].images[1].get_interpolation() == "bilinear"
+    digit, heat = grid[2, 0].images  # both upsampled to 28x28, the map over the digit
+    assert digit.get_array().shape == heat.get_array().shape == (28, 28)
+    assert grid[0, 0].images[0].get_array().shape == (28, 28)
+    (bar,) = [ax for ax in fig.axes if not ax.images and ax not in grid.ravel()]
+    where = bar.get_position()
+    gap = where.x0 - boxes[1][-1].x1
+    assert 0 < gap < 0.6 * boxes[0][0].width  # right beside the last column, not far off
+    assert where.y1 <= boxes[1][0].y1 + 1e-6 and where.y0 >= boxes[2][0].y0 - 1e-6
+    assert where.y1 > boxes[1][0].y0 and where.y0 < boxes[2][0].y1  # along the two map rows
 
 
 def test_the_page_shows_the_run_setup(tmp_path):

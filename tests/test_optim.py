@@ -335,6 +335,10 @@ def _same_param_twice(t):
 
 # (id, fn of the torch-like module, exception type, torch's message)
 OPTIM_CASES = [
+    ("adamax_beta", lambda t: t.optim.Adamax(_p(t), betas=(0.9, 1.0)), ValueError,
+     "Invalid beta parameter at index 1: 1.0"),
+    ("rprop_etas", lambda t: t.optim.Rprop(_p(t), etas=(1.1, 1.2)), ValueError,
+     "Invalid eta values: 1.1, 1.2"),
     ("sgd_lr", lambda t: t.optim.SGD(_p(t), lr=-1.0), ValueError, "Invalid learning rate: -1.0"),
     ("sgd_momentum", lambda t: t.optim.SGD(_p(t), lr=0.1, momentum=-0.5), ValueError,
      "Invalid momentum value: -0.5"),
@@ -507,3 +511,43 @@ def test_disthook_optim_is_importable_as_torch_optim():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1)
+
+
+# ---- an optimizer that wraps another without Optimizer.__init__ (opacus' DPOptimizer) ------
+
+def _wrapping_optimizer_class(lib):
+    class Wrapping(lib.optim.Optimizer):
+        def __init__(self, inner):  # never calls Optimizer.__init__
+            self.original_optimizer = inner
+
+        @property
+        def param_groups(self):
+            return self.original_optimizer.param_groups
+
+        @property
+        def state(self):
+            return self.original_optimizer.state
+
+        def zero_grad(self, set_to_none=True):
+            self.original_optimizer.zero_grad(set_to_none)
+
+        def step(self, closure=None):
+            return self.original_optimizer.step(closure)
+
+    return Wrapping
+
+
+@pytest.mark.parametrize("lib_name", ["disthook", "torch"])
+def test_a_wrapping_optimizer_that_skips_optimizer_init_steps_as_written(lib_name):
+    lib = pytest.importorskip(lib_name)
+    w = lib.nn.Parameter(lib.ones(2))
+    inner = lib.optim.SGD([w], lr=0.1)
+    fired = []
+    inner.register_step_pre_hook(lambda opt, args, kwargs: fired.append("inner"))
+    (w * w).sum().backward()
+    wrapper = _wrapping_optimizer_class(lib)(inner)
+    assert wrapper.step() is None
+    np.testing.assert_allclose(w.detach().numpy(), [0.8, 0.8])
+    assert fired == ["inner"]  # the inner optimizer's hooks fire once; the wrapper has none
+    wrapper.zero_grad()
+    assert w.grad is None

@@ -161,8 +161,8 @@ def test_distribution_errors_name_what_is_provided():
     with pytest.raises(ValueError, match="^Either `probs` or `logits` must be specified, but "
                        "not both.$"):
         dd.Categorical()
-    with pytest.raises(AttributeError, match="provides Normal, Categorical and Bernoulli"):
-        dd.Beta  # noqa: B018
+    with pytest.raises(NotImplementedError, match="provides Normal, Categorical and Bernoulli"):
+        dd.Beta(1.0, 2.0)
 
 
 # ---- multiprocessing and nn.parallel --------------------------------------------------------
@@ -194,3 +194,11 @@ def test_data_parallel_runs_the_module_and_ddp_says_why_not():
         parallel.DistributedDataParallel(inner)
     # as torch without GPUs: device_ids are ignored
     assert parallel.DataParallel(inner, device_ids=[0, 1]).device_ids == []
+
+
+def test_torch_distributed_says_its_process_groups_are_not_there():
+    """Programs ask before they use process groups (is_available() and is_initialized()):
+    disthook answers as a torch build without them, so they take their one-process path."""
+    import disthook.distributed as dist
+
+    assert dist.is_available() is False and dist.is_initialized() is False

@@ -476,7 +476,7 @@ BAD = [
     ("train_step", {"schedule": [["forward"]]}, r"'schedule'\[0\] must be a pair"),
     ("train_step", {"schedule": [["forward", "0"]]}, r"'schedule'\[0\]\[1\] must be int"),
     ("train_step", {"loss": {"function": "mse", "weights": 1}}, r"'loss' \(loss_spec\)"),
-    ("pipe", {"kind": "gradient"}, r"field 'kind' must be one of \['abort', 'act', 'grad'\]"),
+    ("pipe", {"kind": "gradient"}, r"field 'kind' must be one of \['abort', 'act', 'grad', 'value'\]"),
     ("hook_event", {"kind": "backward_pre"}, r"field 'kind' must be one of"),
     ("hook_event", {"args": [b"\x00"]}, r"'args'\[0\] must be a hook value"),
     ("hook_reply", {"result": {"same": True}}, r"'result'.same must be int, got bool"),

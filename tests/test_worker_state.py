@@ -150,8 +150,23 @@ def test_the_hook_deadline_ends_the_wait_with_a_timeout():
     assert isinstance(wait.error, TimeoutError) and "forward hook" in str(wait.error)
     # and the worker's log says so (the launch console shows it)
     assert [i.text for i in out if isinstance(i, Log)] == [
-        "worker w0 waited 5 s for the client's answer to its forward hook; its request "
-        "(forward from client-a) ends with that error"]
+        ("worker w0 waited 5 s for the client's answer to its forward hook; its request "
+         "(forward from peer 1) ends with that error")]
+
+
+def test_logs_name_a_peer_as_the_shell_does_or_by_number_never_by_its_identity():
+    binary = b"\x00k\x8bE\x12"  # ZeroMQ's own identities are bytes like these
+    state, _ = make_state()
+    (job,) = started(request(state, "forward", sender=binary))
+    state.wait_for_client(job, binary, 1, "the answer")
+    (log,) = [i.text for i in state.handle(ClientGone(binary)) if isinstance(i, Log)]
+    assert log.startswith("worker w0: peer 1 went away: 1 wait(s) ended")
+    assert binary.hex() not in log and repr(binary) not in log
+    state, _ = make_state(who={CLIENT: "client 3 (alice)"}.get)
+    (job,) = started(request(state, "forward"))
+    state.wait_for_client(job, CLIENT, 1, "the answer")
+    (log,) = [i.text for i in state.handle(ClientGone(CLIENT)) if isinstance(i, Log)]
+    assert log.startswith("worker w0: client 3 (alice) went away")
 
 
 # ---- a client that goes away ------------------------------------------------------------------
@@ -296,27 +311,61 @@ def test_an_unknown_schedule_action_is_refused():
         StepRun("m", "s", [("jump", 0)]).next({})
 
 
-def test_a_write_waits_until_no_other_clients_call_of_the_model_runs():
-    """Weights change between another client's calls, never inside one (issue 23)."""
+def test_a_weight_write_never_waits_for_another_clients_call():
+    """Weights are versioned (workers.versions): another client's call keeps the version
+    it started with, so a write runs at once (issue 32; issue 23 held it instead)."""
     state, _ = make_state()
-    (call,) = started(request(state, "forward", sender=OTHER, req=1))  # e.g. parked in a hook
-    assert started(request(state, "set_state", req=2)) == []  # held
+    started(request(state, "forward", sender=OTHER, req=1))  # e.g. parked in a slow hook
+    step = {"id": 1, "class": "SGD", "kwargs": {}, "params": ["0.weight"]}
+    for req, (kind, fields) in enumerate([
+            ("set_state", {"state": {"0.weight": None}}),
+            ("param_op", {"name": "0.weight", "op": "mul_", "args": None, "kwargs": None}),
+            ("step", {"optimizer": {**step, "action": "step"}}),
+            ("forward", {"optimizer_calls": [[{**step, "action": "step"}]]})], start=2):
+        (write,) = started(state.handle(MessageIn(CLIENT, Message(kind, req, None, {
+            "model": "m", **fields}))))
+        state.handle(JobDone(write))
+
+
+def test_a_change_of_mode_or_structure_waits_until_no_other_clients_call_runs():
+    """What no version keeps apart (training mode, a buffer registered) changes between
+    another client's calls, never inside one."""
+    state, _ = make_state()
+    (call,) = started(request(state, "forward", sender=OTHER, req=1))
+    assert started(request(state, "train", req=2, mode=False)) == []  # held
     assert started(request(state, "get_state", req=3)) != []  # reads go on at once
     later = request(state, "forward", req=4)  # the writer's next call waits behind its write
     assert started(later) == []
     (write,) = started(state.handle(JobDone(call)))
-    assert write.msg.type == "set_state"
+    assert write.msg.type == "train"
     (nxt,) = started(state.handle(JobDone(write)))
     assert nxt.msg.req == 4
     state.handle(JobDone(nxt))
-    # an optimizer step is a write; its zero_grad is not; another model's calls do not count
+    state.models.add("n")  # another model's calls do not count
     started(request(state, "forward", sender=OTHER, req=5))
-    step = {"id": 1, "class": "SGD", "kwargs": {}, "params": ["0.weight"]}
-    assert started(request(state, "step", sender=CLIENT, req=6,
-                           optimizer={**step, "action": "zero_grad"})) != []
-    state.models.add("n")
-    (other_model,) = started(request(state, "set_state", sender=CLIENT, req=7, model="n"))
+    (other_model,) = started(request(state, "module_op", sender=CLIENT, req=7, model="n"))
     assert other_model.model == "n"
+
+
+def test_a_request_from_inside_the_clients_own_hook_runs_at_once():
+    """A forward waits on its client's hook; what that client sends meanwhile comes from
+    the hook, and runs as the hook's code would in one process (it would otherwise wait
+    behind the forward that waits for it: a deadlock until the hook's deadline)."""
+    state, _ = make_state()
+    (fwd,) = started(request(state, "forward", req=1))
+    assert started(request(state, "param_op", req=2)) == []  # not from a hook: in its lane
+    state, _ = make_state()
+    (fwd,) = started(request(state, "forward", req=1))
+    state.wait_for_client(fwd, CLIENT, 7, "the answer of forward pre-hook 1")
+    (edit,) = started(request(state, "param_op", req=2))
+    assert edit.lane is None
+    assert started(request(state, "forward", req=3)) == []  # a call still waits its turn
+    assert started(request(state, "param_op", sender=OTHER, req=4)) != []  # its own lane
+    # another client's hook pending makes nothing of this client's run out of turn
+    state2, _ = make_state()
+    (fwd2,) = started(request(state2, "forward", req=1))
+    state2.wait_for_client(fwd2, OTHER, 7, "a hook of another client")
+    assert started(request(state2, "param_op", req=2)) == []
 
 
 # ---- who a request is from: the connection, never a field ---------------------------------

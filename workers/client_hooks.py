@@ -26,12 +26,7 @@ class HookHandlers:
         stub that runs the client's hook when it fires here."""
         st = self._stage(job)
         client = job.client  # the connection it came on (reply_to is checked against it)
-        held = sum(1 for who, _ in st.hooks if who == client)
-        if held + len(job.msg["hooks"]) > self.max_hooks:
-            raise RuntimeError(
-                f"this client holds {held} hooks on {st.name}; {len(job.msg['hooks'])} more "
-                f"would pass {self.max_hooks}, the most one client may (--max-hooks): remove "
-                "the hooks it no longer needs (handle.remove())")
+        self.check_hooks(st, client, len(job.msg["hooks"]))  # workers.limits
         added = []
         try:
             for entry in job.msg["hooks"]:  # wire.RECORDS["hook_entry"], checked on arrival
@@ -189,6 +184,7 @@ class HookHandlers:
         """Send a hook event to ``client``; the wait for its answer (one the job goes on
         past when ``ahead``). ``spec``: the round of a pass run ahead."""
         job = self.current_job()
+        self.announce_wait(job)  # the later stages keep their weights for its call
         req = next(self._event_ids)
         what = f"the client's answer to its {kind} hook on {path!r}"
         wait = (self.state.expect_from_client if ahead else self.state.wait_for_client)(

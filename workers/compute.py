@@ -18,10 +18,12 @@ from disthook import hooks as toolkit
 from disthook import wire
 from disthook.autograd.split import backward_split
 from disthook.distributed.spec import build_module
+from disthook.service import op_calls
 from disthook.service.loop import NO_REPLY
 from disthook.service.values import opaque_in, pack, tensors_in, unpack
 from workers.speculation import BACKWARD_KINDS, EarlyAnswer, run_ahead
 from workers.state import Context, StepRun
+from workers.versions import carries_write, note_pins, upstream_pins
 
 __all__ = ["ComputeHandlers", "rss_bytes"]
 
@@ -41,6 +43,8 @@ class ComputeHandlers:
                     raise ValueError(f"forward: optimizer_calls must list the optimizer calls "
                                      f"of every stage; it has {len(calls)} lists, this is "
                                      f"{st.name}")
+                if carries_write(calls):  # the calls it passes here keep their weights
+                    note_pins(st, self.state, job)
                 for spec in calls[st.index]:
                     self._optimizer_action(st, spec, job.client)
             grad = msg["grad_enabled"]
@@ -57,15 +61,13 @@ class ComputeHandlers:
                 return t
 
             job.micro_batch = self.captures.micro_batch = msg.get("mb")
-            if grad and self.state.contexts_of(st.model, job.client) >= self.max_contexts:
-                raise RuntimeError(
-                    f"this client keeps {self.max_contexts} forward graphs of {st.name} "
-                    f"waiting for their backward, the most one client may (--max-contexts): "
-                    "run backward, drop the outputs it does not need, or call under no_grad()")
+            if grad:  # per client (with keys: per key), see workers.limits
+                self.check_contexts(st, job.client)
             stop, path = msg.get("stop"), msg.get("path")
             stop_here = stop is not None and stop.split(".", 1)[0] in st.module._modules
-            st.forwards += 1
-            if path is not None:  # one submodule, called by code running on the client
+            if not msg.get("op"):  # (an op on kept values is not one of the stage's forwards)
+                st.forwards += 1
+            if path is not None or msg.get("op"):  # one call by code running on the client
                 return self._call_submodule(job, st, path, grad, leaf, inputs)
             flags = msg.get("requires_grad") or [True] * len(msg["inputs"])
 
@@ -99,6 +101,10 @@ class ComputeHandlers:
                               "requires_grad": [out.requires_grad],
                               "reply_to": msg["reply_to"], "mb": msg.get("mb"), "stop": stop,
                               "optimizer_calls": calls, "rng": rng}
+                    pins = job.pins or upstream_pins(job)  # calls a write passed
+                    if pins:
+                        fields["pins"] = [list(p) for p in pins]
+                    self._count(st.model, "bytes_to_peers", fields["inputs"][0].nbytes)
                     nxt.send_multipart(wire.encode("forward", fields, req=msg.req,
                                                    ctx=msg.ctx), copy=False)
                 else:
@@ -120,6 +126,8 @@ class ComputeHandlers:
         """Keep the forward graph of the job's context for its backward (when ``keep``), in
         place of one an earlier run of the forward kept (see ``EarlyAnswer``)."""
         if keep:
+            self.check_graph_bytes(job.stage, job.client, context)
+            context.version = job.version  # its backward computes with the same weights
             self.state.keep_context(job.model, job.msg.ctx, context)
         else:
             self.state.end_context(job.model, job.client, job.msg.ctx)
@@ -130,18 +138,25 @@ class ComputeHandlers:
         if early is not None and early.sent:
             self.state.end_context(job.model, job.client, job.msg.ctx)
 
-    def _call_submodule(self, job, st, path: str, grad: bool, leaf, inputs: list):
-        """Run the submodule at ``path`` on the call's arguments (``msg["call"]``: the
-        packed ``(args, kwargs)``, each tensor a fresh leaf made by ``leaf``) and answer the
-        client with its packed output; the graph is kept for the backward of its tensors."""
+    def _call_submodule(self, job, st, path: str | None, grad: bool, leaf, inputs: list):
+        """Run the submodule at ``path`` (or the op ``msg["op"]``) on the call's arguments
+        (``msg["call"]``: the packed ``(args, kwargs)``, each tensor a fresh leaf made by
+        ``leaf``; a value kept here or on a peer named by its id) and answer the client with
+        its packed output, or with ``keep`` the description of its tensors, kept here; the
+        graph is kept for the backward of its tensors."""
         msg = job.msg
         early = None
         try:
-            module = _submodule(st, path)
+            if msg.get("op"):
+                module = op_calls.op_function(msg["op"], msg.get("params"))
+                path = f"<{msg['op'].rpartition('.')[2]}>"
+            else:
+                module = _submodule(st, path)
+            call = self._resolve_refs(job, st.model, msg["call"])
 
             def compute():
                 inputs.clear()  # fresh leaves each time the forward runs
-                args, kwargs = unpack(msg["call"],
+                args, kwargs = unpack(call,
                                       lambda a, flag, _name: _as_computed(leaf(a, flag)))
                 if msg.get("rng"):  # the client's random stream: drawn from here, handed back
                     job.rng = msg["rng"]
@@ -160,8 +175,13 @@ class ComputeHandlers:
                 self._keep(job, grad and any(o.requires_grad for o in outs), Context(
                     job.client, inputs, outs, job.retained, time.monotonic(),
                     direct=True, taps=job.taps))
+                if msg.get("keep"):  # the values stay here: the client gets what they are
+                    records = iter(self._keep_outputs(job, st.model, msg.ctx, outs))
+                    packed = pack(out, lambda _t: next(records))
+                else:
+                    packed = pack(out)
                 self._to_client(job, "ok", {"result": {
-                    "output": pack(out), "requires_grad": [o.requires_grad for o in outs],
+                    "output": packed, "requires_grad": [o.requires_grad for o in outs],
                     "rng": _stream_state(msg)}, "ahead": ahead})
 
             early = EarlyAnswer(finish)
@@ -213,7 +233,8 @@ class ComputeHandlers:
                     and len(msg["grads"]) != 1:
                 raise ValueError(f"backward of {st.name} takes one gradient, got "
                                  f"{len(msg['grads'])}")
-            g = msg["grads"][0]
+            grads_given = self._resolve_grads(job, st.model, msg["grads"])
+            g = grads_given[0]
             retain = msg["retain_graph"]
             job.micro_batch = self.captures.micro_batch = msg.get("mb")
             tapped = dict(msg.get("tapped") or {})  # gradients of hooked tensors, asked for
@@ -222,7 +243,7 @@ class ComputeHandlers:
             # None: the next stage's output did not depend on this one's (a hook replaced
             # it by a constant); nothing flows back, and the context ends as after backward
             outputs = context.output if isinstance(context.output, list) else [context.output]
-            given = msg["grads"] if isinstance(context.output, list) else [g]
+            given = grads_given if isinstance(context.output, list) else [g]
             start = msg.get("start")
             if start is not None:  # from a tensor a client hook kept, down to the inputs
                 if start not in context.taps:
@@ -233,6 +254,8 @@ class ComputeHandlers:
                 outputs, given = [context.taps[start]], [g]
             seeds = [(o, gr) for o, gr in zip(outputs, given)
                      if gr is not None and o.requires_grad]
+            if msg.get("create_graph"):  # a backward whose own graph is kept (double backward)
+                return self._backward_with_graph(job, st, context, outputs, given, msg)
 
             def pairs():
                 """(output, its gradient): the received arrays themselves (nothing else
@@ -259,7 +282,8 @@ class ComputeHandlers:
                     t.grad = None
                 tapped.clear()
                 tapped.update(tapped_before)
-                return _run_backward(pairs(), context.inputs, taps, tapped, retain or keep,
+                return _run_backward(pairs(), context.inputs, taps, tapped,
+                                     retain or keep or context.keep_graph,
                                      msg.get("accumulate", True))
 
             prev = None if context.direct else st.neighbours.get("prev")
@@ -268,9 +292,15 @@ class ComputeHandlers:
                 prev = None
             # the answer goes to the client: before the hooks' answers, when they are ahead
             # (not when gradients client hooks retained go to the client after the pass)
-            early = None if prev is not None or context.retained else EarlyAnswer(
-                lambda grads, ahead: self._to_client(job, "ok", {
-                    "result": {"grads": grads, "tapped": tapped}, "ahead": ahead}))
+            keep = msg.get("keep_grads") if prev is None else None
+
+            def answer(grads, ahead=None):  # input gradients kept here, with keep_grads
+                if keep:
+                    grads = self._keep_grads(job, st.model, keep, grads)
+                self._to_client(job, "ok", {"result": {"grads": grads, "tapped": tapped},
+                                            "ahead": ahead})
+
+            early = None if prev is not None or context.retained else EarlyAnswer(answer)
             grads = self._run_backward_pass(job, st, context.retained, compute, early)
             for who, hook_id, key, t in context.retained:  # what client hooks retained
                 if t.grad is not None:
@@ -285,12 +315,59 @@ class ComputeHandlers:
                           "mb": msg.get("mb"), "taps": msg.get("taps"),
                           "tapped": tapped or None, "accumulate": msg.get("accumulate"),
                           "inputs": msg.get("inputs")}
+                self._count(st.model, "bytes_to_peers",
+                            sum(np.asarray(g).nbytes for g in grads if g is not None))
                 prev.send_multipart(wire.encode("backward", fields, req=msg.req, ctx=msg.ctx),
                                     copy=False)
             else:
-                self._to_client(job, "ok", {"result": {"grads": grads, "tapped": tapped}})
+                answer(grads)
         except Exception as exc:  # noqa: BLE001
             self._to_client(job, "error", self.error_reply(exc, job))
+        return NO_REPLY
+
+    def _backward_with_graph(self, job, st, context, outputs, given, msg):
+        """``backward(create_graph=True)`` (or ``autograd.grad`` with it) of a call's context:
+        the input gradients keep their graph, from the given gradients (fresh leaves here),
+        the call's inputs and the stage's parameters, and stay here as values under
+        ``keep_grads``; that graph is kept as a context of the same id, whose backward (a
+        gradient penalty's) gives the gradients of the given gradients and of the inputs and
+        adds to the parameters'. Answers the kept gradients and which given ones it used."""
+        keep = msg.get("keep_grads")
+        if not context.direct or not keep or msg.get("taps") or msg.get("start"):
+            raise NotImplementedError(
+                "backward(create_graph=True) through a deployed model runs only on a part "
+                "called by the forward on the client, without hooks that keep tensors")
+        used = [i for i, (o, gr) in enumerate(zip(outputs, given))
+                if gr is not None and o.requires_grad]
+        leaves = [disthook.from_numpy(np.array(given[i])).requires_grad_(True) for i in used]
+        roots = [outputs[i] for i in used]
+        inputs = context.inputs
+        for t in inputs:
+            t.grad = None
+        with disthook.enable_grad():
+            if msg.get("accumulate", True):  # a backward: the parameters' .grad keep a graph
+                disthook.autograd.backward(roots, leaves, retain_graph=True,
+                                           create_graph=True)
+                got = [t.grad for t in inputs]
+            else:
+                wanted = [t for t in inputs if t.requires_grad]
+                found = disthook.autograd.grad(roots, wanted, leaves, retain_graph=True,
+                                               create_graph=True, allow_unused=True) \
+                    if roots and wanted else []
+                by_id = {id(t): g for t, g in zip(wanted, found)}
+                got = [by_id.get(id(t)) for t in inputs]
+        for t in inputs:
+            t.grad = None
+        made = [g for g in got if g is not None]
+        records = iter(self._keep_outputs(job, st.model, keep, made))
+        context.keep_graph = True
+        self.state.keep_context(st.model, keep, Context(
+            job.client, [*leaves, *inputs], made, [], time.monotonic(), direct=True,
+            keep_graph=True))
+        if not msg["retain_graph"]:
+            self.state.end_context(st.model, job.client, msg.ctx)
+        self._to_client(job, "ok", {"result": {
+            "grads": [None if g is None else next(records) for g in got], "seeded": used}})
         return NO_REPLY
 
     def on_release(self, job):
@@ -426,6 +503,8 @@ class ComputeHandlers:
                    reason: str | None = None) -> None:
         fields = {"model": st.model, "step": step, "kind": kind, "mb": mb, "data": data,
                   "reason": reason}
+        if data is not None:
+            self._count(st.model, "bytes_to_peers", np.asarray(data).nbytes)
         st.neighbours[side].send_multipart(wire.encode("pipe", fields), copy=False)
 
 

@@ -5,6 +5,7 @@ import numpy as np
 
 import disthook
 from disthook.service.values import unpack
+from workers.versions import before_write
 
 __all__ = ["ParamHandlers"]
 
@@ -42,6 +43,7 @@ class ParamHandlers:
         if op == "requires_grad_":
             param.requires_grad_(*args, **kwargs)
             return
+        before_write(st, self.state, job)
         with disthook.no_grad():
             getattr(param, op)(*args, **kwargs)
 
@@ -63,6 +65,7 @@ class ParamHandlers:
             module.train(value)
         else:
             delattr(module, name)
+        st.versions.reset()  # a buffer may have come or gone
 
     def on_grad_op(self, job):
         """Gradients of named parameters of the stage, where they live (see wire's grad_op):
@@ -131,6 +134,7 @@ class ParamHandlers:
             return None  # it rode with a forward that failed later on, and ran here then
         if spec["action"] in ("step", "load"):
             st.check_write(client, f"an optimizer {spec['action']}")
+            before_write(st, self.state, self.current_job())
         opt = st.optimizers.get((client, spec["id"]))
         groups = spec.get("groups")  # the client's param groups, as far as they are here
         if opt is None:
@@ -206,6 +210,7 @@ class ParamHandlers:
         unknown = [n for n in job.msg["state"] if n not in own]
         if unknown:
             raise KeyError(f"{st.name} has no parameters or buffers {unknown}")
+        before_write(st, self.state, job)
         with disthook.no_grad():
             for name, arr in job.msg["state"].items():
                 own[name].copy_(disthook.from_numpy(np.array(arr)))

@@ -17,7 +17,7 @@ from disthook.service.security import Bindings, Keys, is_server_key, key_name
 
 __all__ = ["Peers", "neighbour_identity"]
 
-_NEIGHBOUR = re.compile(rb".+>(prev|next)>[0-9]+")
+_NEIGHBOUR = re.compile(rb".+>(prev|next|peer)>[0-9]+")
 _dials = itertools.count()
 
 
@@ -37,6 +37,7 @@ class Peers:
         self.names: dict[bytes, str] = {}  # with keys: peer identity -> its key's name
         self._bindings = Bindings()  # with keys: each identity stays with its first key
         self._labels: dict[bytes, str] = {}  # how status names a client
+        self._workers: dict[bytes, str] = {}  # the transport says: a worker; -> its id
         self._label_ids = itertools.count(1)
 
     def arrived(self, fd: int, identity: bytes, user_id: str | None) -> bool:
@@ -45,13 +46,19 @@ class Peers:
         identity belongs to another key."""
         self.by_fd[fd] = identity
         if self.keys is None:
-            return _NEIGHBOUR.fullmatch(identity) is not None
-        if not self._bindings.check(identity, user_id):
-            raise PermissionError("this connection's identity came with another key before; "
-                                  "connect with a fresh identity")
-        if identity not in self.names:
-            self.names[identity] = key_name(self.keys, user_id)
-        return is_server_key(self.keys, user_id)
+            worker = _NEIGHBOUR.fullmatch(identity) is not None
+        else:
+            if not self._bindings.check(identity, user_id):
+                raise PermissionError("this connection's identity came with another key "
+                                      "before; connect with a fresh identity")
+            if identity not in self.names:
+                self.names[identity] = key_name(self.keys, user_id)
+            worker = is_server_key(self.keys, user_id)
+        if worker and identity not in self._workers:  # a neighbour dials as neighbour_identity
+            dialled = _NEIGHBOUR.fullmatch(identity)
+            self._workers[identity] = (identity.split(b">")[0].decode(errors="replace")
+                                       if dialled else "of the cluster")
+        return worker
 
     def gone(self, fd: int) -> bytes | None:
         """The connection ``fd`` closed: the identity it had (None if it sent nothing)."""
@@ -60,11 +67,13 @@ class Peers:
     def forget(self, identity: bytes) -> None:
         self.names.pop(identity, None)
         self._labels.pop(identity, None)
+        self._workers.pop(identity, None)
 
     def who(self, identity: bytes) -> str:
-        """A client as the logs name it: its key's name (with keys), else its identity."""
-        name = self.names.get(identity)
-        return f"client {name}" if name else f"client {identity.hex()[:12]}"
+        """A peer as the logs name it: a worker of the cluster by its id, a client as
+        status names it (``client 2 (alice)``), never by its identity (bytes it chose)."""
+        worker = self._workers.get(identity)
+        return f"worker {worker}" if worker is not None else self.label(identity)
 
     def label(self, identity: bytes) -> str:
         """A client as status names it: ``client <n>`` (numbered here in order of first

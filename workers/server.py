@@ -46,6 +46,7 @@ from disthook.service.rpc import error_fields
 from disthook.service.security import SERVER, Keys
 from workers.client_hooks import HookHandlers
 from workers.compute import ComputeHandlers, rss_bytes
+from workers.limits import MAX_GRAPH_BYTES, LimitChecks
 from workers.params import ParamHandlers
 from workers.peers import Peers
 from workers.runners import Runners
@@ -62,13 +63,17 @@ from workers.state import (
     Tick,
     WorkerState,
 )
+from workers.status import StatusHandlers
+from workers.values import ValueHandlers
+from workers.versions import VersionHandlers
 
 __all__ = ["Worker"]
 
 ROUTER_BURST = 32  # messages taken off the endpoint per poll, at most
 
 
-class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Service):
+class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, VersionHandlers,
+             LimitChecks, ValueHandlers, StatusHandlers, Service):
     role = "worker"
 
     def __init__(self, coordinator: str, *, bind: str = "tcp://127.0.0.1:0",
@@ -78,7 +83,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
                  keys: Keys | None = None, advertise: str | None = None,
                  allow_model_modules: tuple[str, ...] | None = None,
                  max_contexts: int = 4096, max_hooks: int = 4096,
-                 max_capture_bytes: int = worker_hooks.MAX_CAPTURE_BYTES):
+                 max_capture_bytes: int = worker_hooks.MAX_CAPTURE_BYTES,
+                 max_graph_bytes: int = MAX_GRAPH_BYTES):
         wid = worker_id or f"{socket.gethostname()}-{os.getpid()}"
         beat_ms = max(1, int(wire.HEARTBEAT_S * 1000))
         # a peer whose connection closes is gone (see on_disconnected), and one that stops
@@ -108,14 +114,15 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
         # else only from disthook and these modules or packages (a shared service)
         self.allow_model_modules = (None if allow_model_modules is None
                                     else tuple(allow_model_modules))
-        # per client and model: forward graphs kept for a backward, and hooks registered
         self.max_contexts, self.max_hooks = max_contexts, max_hooks
-        self.state = WorkerState(wid, context_ttl=context_ttl)
+        self.max_graph_bytes = max_graph_bytes
+        self.peers = Peers(keys)  # who is on each connection, from the transport
+        self.who = self.peers.who  # a peer as the logs name it
+        self.state = WorkerState(wid, context_ttl=context_ttl, who=self.who)
         self.runners = Runners(self._serve_round, name=f"worker-{wid}")
         self._todo: list = []  # jobs to start, in order
         self._sleepers: dict[int, object] = {}  # wait id -> the turn of the job waiting
-        self.peers = Peers(keys)  # who is on each connection, from the transport
-        self.who = self.peers.who  # a client as the logs name it
+        self.captures.account = lambda c: self.peers.names.get(c, c)  # per key, with keys
         self._local = threading.local()  # .job: the job this thread runs now
         self._event_ids = itertools.count(1)
         self._warnings_routed = False  # see _route_warnings
@@ -212,8 +219,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
             # a client may send its answers to a burst of hook events as one batch
             msgs = wire.decode_all(body, batched=ANSWERS)
         except (PermissionError, wire.WireError) as exc:
-            self.peer_log.warning(sender, "%s: refused a message from %r: %s", self.name,
-                                  sender, exc)
+            self.peer_log.warning(sender, "%s: refused a message from %s: %s", self.label,
+                                  self.who(sender), exc)
             self.reply(self.router, sender, 0, "error", error_fields(exc, worker=self.name))
             return
         for msg in msgs:
@@ -234,8 +241,11 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
             if graphs or hooks:
                 self.log.info("worker %s: %s went away; dropped its %d graph(s) and %d "
                               "hook(s)", self.id, self.who(sender), graphs, hooks)
+            self.peer_log.forget(sender)  # (it may name the peer: before peers forget it)
             self.peers.forget(sender)
-            self.peer_log.forget(sender)
+
+    def peer_name(self, identity: bytes) -> str:
+        return self.who(identity)
 
     def _execute(self, instructions: list) -> None:
         """Carry out what the state decided (jobs start at the end of the round)."""
@@ -319,6 +329,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
         self.captures.micro_batch = job.micro_batch
         if job.stage is not None:  # another client's job may have run meanwhile
             job.stage.use_grads(job.client)
+            job.stage.versions.enter(job.version)
         if job.rng is not None:
             streams._set_stream_state(job.rng)
         if not wait.done:  # woken because the worker stops
@@ -354,6 +365,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
                 self._register()
 
     def tick(self) -> None:
+        super().tick()  # replies that found no route yet go again
         now = time.monotonic()
         if self.orphan_after and now - self.last_heard > self.orphan_after:
             self.stop(f"no word from the coordinator at {self.coordinator_address} for "
@@ -378,40 +390,6 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
         self.reply(self.router, job.sender, job.msg.req, "hello", self.hello_fields())
         return NO_REPLY
 
-    def on_status(self, job):
-        counts = self.state.counts()
-        return {"id": self.id, "pid": os.getpid(), "address": self.address,
-                "stages": [st.name for st in self.stages.values()], "memory": rss_bytes(),
-                "threads": blas_threads(),  # the BLAS threads set (None: numpy's default)
-                "contexts": counts["contexts"], "mailbox": counts["mailbox"],
-                "waits": counts["waits"], "queued": counts["queued"],
-                "hooks_fired": dict(self.captures.fired),
-                "messages": wire.decoded_count(),
-                # per stage: micro-batch forwards run so far, client and worker hooks held,
-                # client hook firings run ahead of their answers, passes run again since,
-                # results sent to the client before such answers were taken
-                "stage_stats": {st.name: {"forwards": st.forwards, "hooks": len(st.hooks),
-                                          "hooks_ahead": st.ran_ahead,
-                                          "passes_again": st.ran_again,
-                                          "answers_ahead": st.answered_ahead,
-                                          "modules": list(st.module._modules),
-                                          "parameters": st.parameters,
-                                          "clients": self._clients_of(st)}
-                                for st in self.stages.values()},
-                "limits": {"contexts": self.max_contexts, "hooks": self.max_hooks}}
-
-    def _clients_of(self, st) -> dict[str, dict]:
-        """Per client of a stage: graphs kept, hooks registered, and whether it is the
-        deployer. Clients are named by their key (with keys) or a number given here, never
-        by their connection's identity, which another client could use."""
-        graphs = self.state.clients_of(st.model)
-        out: dict[str, dict] = {}
-        for who in sorted({*graphs, *(c for c, _ in st.hooks), st.owner}):
-            out[self.peers.label(who)] = {"contexts": graphs.get(who, 0),
-                                     "hooks": sum(1 for c, _ in st.hooks if c == who),
-                                     "owner": who == st.owner}
-        return out
-
     # ---- helpers -------------------------------------------------------------------------------
     def _stage(self, job):
         """The stage of the model a request names (and, when it names one, that index)."""
@@ -426,6 +404,12 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Servic
             raise RuntimeError(f"worker {self.id} holds {st.name}, not stage {index}")
         job.stage = st
         st.use_grads(job.client)  # this client's gradients, for whatever the job does
+        if job.version is None and msg.type == "backward":  # the weights of its forward
+            ctx = self.state.context(st.model, job.client, msg.ctx)
+            job.version = None if ctx is None else ctx.version
+        elif job.version is None and msg.type == "forward":  # passed a write upstream?
+            job.version = st.versions.take(job.client, msg.ctx, msg.get("mb"))
+        st.versions.enter(job.version)  # the weights it computes with
         return st
 
     def error_reply(self, exc: BaseException, job=None, inputs=None) -> dict:
@@ -519,6 +503,8 @@ def main(argv=None) -> int:
                    help="hooks one client may register on one model here (default 4096)")
     p.add_argument("--max-capture-mb", type=int, default=256, metavar="MIB",
                    help="what one client's capture buffers may hold here (default 256)")
+    p.add_argument("--max-graph-mb", type=int, default=MAX_GRAPH_BYTES >> 20, metavar="MIB",
+                   help="what one client's forward graphs kept here may hold (default 1024)")
     p.add_argument("--threads", type=_positive_int, metavar="N",
                    help="threads this worker's arithmetic uses (BLAS, OpenMP), set before "
                         "numpy loads (default: the environment's OMP_NUM_THREADS, "
@@ -567,7 +553,8 @@ def main(argv=None) -> int:
                         allow_code=args.allow_code, keys=keys,
                         allow_model_modules=args.allow_model_module,
                         max_contexts=args.max_contexts, max_hooks=args.max_hooks,
-                        max_capture_bytes=args.max_capture_mb << 20)
+                        max_capture_bytes=args.max_capture_mb << 20,
+                        max_graph_bytes=args.max_graph_mb << 20)
     except endpoint.EndpointInUse as exc:
         print(f"disthook worker: {exc.advice('--bind')}", file=sys.stderr)
         return 1

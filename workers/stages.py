@@ -12,6 +12,7 @@ from disthook.distributed.spec import build_module
 from disthook.nn.modules.module import Module
 from workers.peers import neighbour_identity
 from workers.speculation import HookRecord
+from workers.versions import Versions
 
 __all__ = ["Stage", "StageHandlers"]
 
@@ -34,6 +35,7 @@ class Stage:
         self.model, self.index, self.module = model, index, module
         self.owner, self.writable = owner, writable  # who loaded it; may others write it
         self.params = list(module.parameters())
+        self.versions = Versions(module)  # the weights' versions (workers.versions)
         self.installed = owner  # whose gradients the parameters' .grad hold now
         self.grads: dict[bytes, list] = {}  # every other client's, one per parameter
         self.name = f"stage {index} of {model}"

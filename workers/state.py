@@ -37,12 +37,13 @@ GONE_KEPT = 1024  # clients remembered as gone (a running job of theirs waits no
 
 # requests that only read (or only drop graphs): they run at once, never behind a waiting
 # request, so a client hook may read the model it runs on
-AT_ONCE = frozenset({"hello", "status", "get_state", "list_hooks", "captured", "release"})
+AT_ONCE = frozenset({"hello", "status", "get_state", "list_hooks", "captured", "release",
+                     "pin", "waits", "fetch"})
 # answers to a wait of a running request, recognised by (sender, request id)
 ANSWERS = frozenset({"hook_reply", "error"})
 # what a neighbour stage sends: a client's call carried on (its client named by reply_to),
 # and a training step's pipeline messages; from anyone but a worker they are refused
-FORWARDED = frozenset({"forward", "backward", "release", "pipe"})
+FORWARDED = frozenset({"forward", "backward", "release", "pipe", "pin"})
 
 
 # ---- events (what happened) -----------------------------------------------------------------
@@ -130,6 +131,12 @@ class Job:
     micro_batch: int | None = None  # what capture hooks record as the micro-batch
     # the forward it runs ahead of client hooks' answers (workers.speculation), if any
     spec: Any = None
+    # the weights it computes with (workers.versions): None, the newest; an older version
+    # once another client wrote while this job ran
+    version: Any = None
+    # calls a write of this job found on its way, for the next stage (workers.versions)
+    pins: list = dataclasses.field(default_factory=list)
+    announced: bool = False  # the later stages heard it waits here (workers.versions)
 
     @property
     def kind(self) -> str:
@@ -164,10 +171,15 @@ class Context:
     retained: list  # (client, hook id, key, tensor) whose gradient goes to the client
     created: float
     direct: bool = False  # one submodule's call from the client: backward answers it too
+    # a double backward's graph was built on this one (backward(create_graph=True)): its
+    # backwards keep the graph, which the other pass reads too (freed with the contexts)
+    keep_graph: bool = False
     # the tensors client forward hooks were given, by the key the client names them with
     # ("<event key>#<index>"): a backward may ask for their gradients (autograd.grad on the
     # client with respect to a tensor a hook kept)
     taps: dict = dataclasses.field(default_factory=dict)
+    version: Any = None  # the weights its forward computed with (see Job.version)
+    nbytes: int = 0  # the arrays it holds, weights aside (workers.limits)
 
 
 class WorkerState:
@@ -175,8 +187,11 @@ class WorkerState:
 
     def __init__(self, worker_id: str, *, context_ttl: float = 600.0,
                  hook_timeout: float = HOOK_TIMEOUT_S, pipe_timeout: float = PIPE_TIMEOUT_S,
-                 mailbox_limit: int = MAILBOX_LIMIT, clock=time.monotonic):
+                 mailbox_limit: int = MAILBOX_LIMIT, clock=time.monotonic, who=None):
         self.worker_id = worker_id
+        # how the logs name a peer (the shell's: a client as status numbers it); never its
+        # identity, which is bytes the peer chose
+        self.who = who or _Numbered("peer").name
         self.context_ttl = context_ttl
         self.hook_timeout = hook_timeout
         self.pipe_timeout = pipe_timeout
@@ -186,6 +201,8 @@ class WorkerState:
         # (model, client, ctx id) -> graph: each client's contexts are its own
         self.contexts: dict[tuple[str, bytes, str], Context] = {}
         self.mailbox: dict[tuple, Any] = {}  # (model, step, kind, mb) -> pipe message
+        # (model, client, value id) -> a tensor kept for the client (workers/values.py)
+        self.values: dict[tuple[str, bytes, str], Any] = {}
         self.finished_steps: collections.deque = collections.deque(maxlen=FINISHED_STEPS_KEPT)
         self.waits: dict[int, Wait] = {}
         self._answered_by: dict[tuple, Wait] = {}  # (client, event id) -> the wait it ends
@@ -228,7 +245,7 @@ class WorkerState:
         except PermissionError as exc:
             return [Reply(sender, msg.req, "PermissionError", str(exc)),
                     Log("warning", f"worker {self.worker_id}: refused {msg.type} from "
-                                   f"{_short(sender)}: {exc}", sender)]
+                                   f"{self.who(sender)}: {exc}", sender)]
         if msg.type == "pipe":
             return self._on_pipe(msg)
         model = msg.get("model") if isinstance(msg.get("model"), str) else None
@@ -242,6 +259,13 @@ class WorkerState:
             return [Run(job)]
         job.lane = (model, client)
         queued = self.lanes.get(job.lane)
+        if queued is not None and self._from_own_hook(job):
+            job.lane = None  # sent from inside the client's hook: runs as it would there
+            if _writes(msg) and self._others_running(job):
+                self.held_writes.append(job)
+                return []
+            self.jobs.add(job)
+            return [Run(job)]
         if queued is not None:  # that client's earlier request on this model is running
             queued.append(job)
             return []
@@ -263,6 +287,8 @@ class WorkerState:
                     (msg.get("model"), msg.get("step")), sender) != sender):
                 raise PermissionError("pipeline messages come only from the neighbour stages "
                                       "of a training step; a client may only abort its own")
+            if msg.type == "pin":
+                raise PermissionError("pin comes only from a neighbour stage")
             if isinstance(reply_to, str) and reply_to != sender.hex():
                 raise PermissionError(
                     f"{msg.type}: reply_to names another connection than the one it came on; "
@@ -281,6 +307,15 @@ class WorkerState:
         if client in self.gone:  # checked against the call: its client is still here
             raise PermissionError(f"{msg.type}: the client it is carried for went away")
         return client
+
+    def _from_own_hook(self, job: Job) -> bool:
+        """Whether the request comes from inside a hook of its own client: a running
+        request of the same lane waits for that client's hook answer, so the client can
+        be sending nothing else (in one process the hook's code runs inside the call). A
+        write then waits for nothing, as a hook's edit of its own model does not."""
+        return job.msg.type not in ("forward", "backward", "train_step") and any(
+            w.job.lane == job.lane and w.client == job.client and not w.done
+            for w in self.waits.values())
 
     def _others_running(self, job: Job) -> bool:
         return any(j.model == job.model and j.client != job.client for j in self.jobs)
@@ -338,9 +373,11 @@ class WorkerState:
         graphs = [key for key, c in self.contexts.items() if c.client == identity]
         for key in graphs:
             del self.contexts[key]
+        for key in [key for key in self.values if key[1] == identity]:
+            del self.values[key]
         if out or dropped or graphs:  # a warning when it left requests unfinished
             level = "warning" if out or dropped else "info"
-            out.append(Log(level, f"worker {self.worker_id}: client {_short(identity)} went "
+            out.append(Log(level, f"worker {self.worker_id}: {self.who(identity)} went "
                                   f"away: {len(out)} wait(s) ended, {dropped} queued "
                                   f"request(s) and {len(graphs)} graph(s) dropped"))
         return out
@@ -351,7 +388,7 @@ class WorkerState:
             text = f"worker {self.worker_id} waited {wait.timeout:g} s for {wait.what}"
             out.append(self._end_wait(wait, error=TimeoutError(text)))
             out.append(Log("warning", f"{text}; its request ({wait.job.kind} from "
-                                      f"{_short(wait.job.client)}) ends with that error"))
+                                      f"{self.who(wait.job.client)}) ends with that error"))
         for key in [k for k, c in self.contexts.items() if now - c.created > self.context_ttl]:
             del self.contexts[key]
             out.append(Log("warning", f"worker {self.worker_id}: context {key[2]} of model "
@@ -461,10 +498,49 @@ class WorkerState:
             del self.contexts[key]
         for key in [k for k in self.mailbox if k[0] == model]:
             del self.mailbox[key]
+        for key in [k for k in self.values if k[0] == model]:
+            del self.values[key]
+
+    # ---- values kept for clients ------------------------------------------------------------
+    def keep_value(self, model: str, client: bytes, vid: str, tensor) -> None:
+        self.values[(model, client, vid)] = tensor
+
+    def value(self, model: str, client: bytes, vid: str):
+        """``client``'s value ``vid`` (None: not here; each client names its own)."""
+        return self.values.get((model, client, vid))
+
+    def values_of(self, model: str, client: bytes) -> int:
+        return sum(1 for (m, who, _) in self.values if m == model and who == client)
+
+    def drop_values(self, model: str, client: bytes, vids) -> int:
+        return sum(self.values.pop((model, client, v), None) is not None for v in vids)
+
+    def describe(self, label) -> dict:
+        """What runs, what it waits for and for how long, and what is queued behind it (the
+        ``waits`` request: a stall's diagnosis); clients named by ``label(identity)``."""
+        now = self.clock()
+
+        def job_view(job: Job) -> dict:
+            wait = job.waiting
+            return {"kind": job.kind, "model": job.model, "client": label(job.client),
+                    "waits_for": None if wait is None else wait.what,
+                    "waiting_s": None if wait is None else round(
+                        now - (wait.deadline - wait.timeout), 3)}
+
+        return {"running": [job_view(j) for j in self.jobs],
+                "queued": [{"model": lane[0], "client": label(lane[1]),
+                            "kinds": [j.kind for j in queue]}
+                           for lane, queue in self.lanes.items() if queue],
+                "held_writes": [job_view(j) for j in self.held_writes],
+                "waits": [{"what": w.what, "kind": w.job.kind, "client": label(w.job.client),
+                           "age_s": round(now - (w.deadline - w.timeout), 3)}
+                          for w in self.waits.values()],
+                "mailbox": len(self.mailbox), "contexts": len(self.contexts)}
 
     def counts(self) -> dict:
         """For status: graphs kept, mailbox entries, jobs running and waiting, queued."""
         return {"contexts": len(self.contexts), "mailbox": len(self.mailbox),
+                "values": len(self.values),
                 "jobs": len(self.jobs), "waits": len(self.waits),
                 "queued": sum(len(q) for q in self.lanes.values())}
 
@@ -504,15 +580,19 @@ class StepRun:
 
 
 def _writes(msg) -> bool:
-    """Whether a request changes a model's weights (or its mode, or whether it is held)."""
-    if msg.type in ("set_state", "param_op", "module_op", "train", "load_stage", "unload"):
-        return True
-    optimizer = msg.get("optimizer") if msg.type == "step" else None
-    return optimizer is not None and optimizer.get("action") in ("step", "load")
+    """Whether a request changes a model in a way no version keeps apart (its mode, its
+    structure, whether it is held): it waits until no other client's call of the model
+    runs. Changes to weights do not wait: they make a new version (workers.versions)."""
+    return msg.type in ("module_op", "train", "load_stage", "unload")
 
 
-def _short(identity: bytes) -> str:
-    try:
-        return identity.decode()
-    except UnicodeDecodeError:
-        return identity.hex()
+class _Numbered:
+    """Peers named ``<kind> <n>`` in order of first sight (a state without a shell's names)."""
+
+    def __init__(self, kind: str):
+        self.kind, self.names, self._ids = kind, {}, itertools.count(1)
+
+    def name(self, identity: bytes) -> str:
+        if identity not in self.names:
+            self.names[identity] = f"{self.kind} {next(self._ids)}"
+        return self.names[identity]

@@ -5,7 +5,10 @@
 (b) moving a 16 MiB float32 activation one stage further against raw pyzmq one-way
     transfer of the same array between two processes (time ratio; throughput is 1/ratio);
 (c) an MLP training step on 2 workers against the same step in one process (which keeps
-    freed memory mapped, as the workers do).
+    freed memory mapped, as the workers do);
+(d) a GPT whose forward runs on the client: a training step with and without chunks,
+    ``generate`` and ``run_with_cache``, on 2 workers against one process
+    (``disthook.bench.gpt``).
 Every figure is a ratio disthook / baseline, lower is better, taken round by round and the
 median reported: each round of (a) times the raw round trip, plain calls and hooked calls;
 of (b) a one-stage and a two-stage forward and the raw transfer; of (c) both steps.
@@ -168,5 +171,10 @@ def run(quick: bool = False) -> list[dict]:
                                statistics.median(ours), statistics.median(base), 1.15,
                                "one process", paired_ratio(ours, base)))
         remote.close()
+
+        # (d) a GPT whose forward runs on the client (see disthook.bench.gpt)
+        from disthook.bench import gpt
+
+        rows.extend(gpt.rows(cluster, repeats, quick))
     return rows
 

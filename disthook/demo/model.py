@@ -9,7 +9,7 @@ import disthook as torch
 from disthook import nn
 
 FIRST_CONV = 0  # the children hooks go on: feature maps here,
-LAST_CONV = 2  # Grad-CAM here
+CAM_LAYER = 3  # class activation maps here: the last conv layer's rectified output
 SPLIT_POINTS = [2]  # stage 0: conv1 + ReLU; stage 1: conv2 ... Linear
 
 

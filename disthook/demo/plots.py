@@ -42,7 +42,7 @@ def _log_axis(axis) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
-EPOCH_LINE = dict(color="grey", lw=0.8, ls=":")
+EPOCH_LINE = {"color": "grey", "lw": 0.8, "ls": ":"}
 
 
 def curves(history, path: Path) -> str:
@@ -159,39 +159,53 @@ def draw_gradient_flow(history, clip_norm: float):
 
 def grad_cam(images: np.ndarray, labels: np.ndarray, predicted: np.ndarray, cams: np.ndarray,
              path: Path) -> str:
-    """Each digit; its Grad-CAM map for the predicted class as computed, one cell per
-    position of the conv layer's output; and that map smoothed and laid over the digit."""
+    """Each digit; its class activation map for the predicted class as computed, one cell
+    per position of the layer's output; and that map upsampled (bilinear) over the digit."""
     return _save(draw_grad_cam(images, labels, predicted, cams), path)
 
 
-GRAD_CAM_ROWS = ("digit", "Grad-CAM {h}×{w}\n(as computed)", "smoothed,\nover the digit")
+GRAD_CAM_ROWS = ("digit", "map {h}×{w}\n(as computed)", "over the digit\n(bilinear, {size}×{size})")
+SHOWN_SIZE = 28  # the pixels each digit and its map are drawn with (the digits are 8x8)
 
 
 def draw_grad_cam(images: np.ndarray, labels: np.ndarray, predicted: np.ndarray,
                   cams: np.ndarray):
-    """The figure of ``grad_cam``: three rows of equal width, one column per digit."""
+    """The figure of ``grad_cam``: three rows of square cells of one width, one column per
+    digit, and the colour bar beside the two rows of maps."""
+    from disthook.demo.gradcam import upsample
+
     n = len(images)
-    fig, axes = plt.subplots(3, n, figsize=(1.25 * n + 1.6, 4.6), squeeze=False,
-                             layout="constrained")
+    digits = np.clip(upsample(images[:, 0], SHOWN_SIZE), 0, 1)
+    smooth = np.clip(upsample(cams, SHOWN_SIZE), 0, 1)
+    cell = 1.15  # inches
+    fig = plt.figure(figsize=(cell * n + 1.3, cell * 3 + 0.9), layout="constrained")
+    grid = fig.add_gridspec(3, n + 1, width_ratios=[1] * n + [0.12])
+    axes = np.array([[fig.add_subplot(grid[row, i]) for i in range(n)] for row in range(3)])
     for i in range(n):
-        axes[0, i].imshow(images[i, 0], cmap="gray_r", vmin=0, vmax=1)
+        axes[0, i].imshow(digits[i], cmap="gray_r", vmin=0, vmax=1)
         ok = "" if labels[i] == predicted[i] else " ✗"
         axes[0, i].set_title(f"true {labels[i]}\npred {predicted[i]}{ok}", fontsize=8)
         im = axes[1, i].imshow(cams[i], cmap="jet", vmin=0, vmax=1, interpolation="nearest")
-        axes[2, i].imshow(images[i, 0], cmap="gray", vmin=0, vmax=1)
-        # the map stretched over the digit's extent, so a cell covers the pixels it saw
-        height, width = images[i, 0].shape
-        axes[2, i].imshow(cams[i], cmap="jet", alpha=0.5, vmin=0, vmax=1,
-                          interpolation="bilinear", extent=(-0.5, width - 0.5, height - 0.5,
-                                                            -0.5))
+        axes[2, i].imshow(digits[i], cmap="gray", vmin=0, vmax=1)
+        axes[2, i].imshow(smooth[i], cmap="jet", alpha=0.5, vmin=0, vmax=1)
     for ax in axes.ravel():
         ax.set_xticks([])
         ax.set_yticks([])
     h, w = cams.shape[1:]
     for row, label in enumerate(GRAD_CAM_ROWS):
-        axes[row, 0].set_ylabel(label.format(h=h, w=w), fontsize=8)
-    # one colour bar beside all three rows, so every row keeps the same width
-    fig.colorbar(im, ax=axes, shrink=0.6, label="importance (1 = the map's peak)")
-    fig.suptitle("Grad-CAM at the last conv layer for the predicted class "
-                 "(captured on the last stage's worker)", fontsize=10)
+        axes[row, 0].set_ylabel(label.format(h=h, w=w, size=SHOWN_SIZE), fontsize=8)
+    # beside the maps it reads, in a column of its own: every row keeps the same width
+    bar = fig.colorbar(im, cax=fig.add_subplot(grid[1:, n]))
+    bar.set_label("importance\n(1 = the map's peak)", fontsize=8)
+    bar.ax.tick_params(labelsize=7)
+    fig.suptitle("Class activation maps at the last conv layer for the predicted class "
+                 "(Grad-CAM with the gradient kept per position, captured on the last "
+                 "stage's worker)", fontsize=9)
+    # once laid out, the bar as tall as the two rows of maps (its cells are taller than the
+    # square images in them), and the layout kept as it is
+    fig.canvas.draw()
+    fig.set_layout_engine("none")
+    top, bottom = axes[1, -1].get_position(), axes[2, -1].get_position()
+    x0, width = bar.ax.get_position().x0, bar.ax.get_position().width
+    bar.ax.set_position([x0, bottom.y0, width, top.y1 - bottom.y0])
     return fig

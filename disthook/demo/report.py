@@ -7,7 +7,7 @@ from pathlib import Path
 HEADINGS = {"curves.png": "Loss and accuracy",
             "feature_maps.png": "Feature maps of the first conv layer",
             "gradient_flow.png": "Gradient flow",
-            "grad_cam.png": "Grad-CAM"}
+            "grad_cam.png": "Class activation maps (Grad-CAM)"}
 EXPLANATIONS = {
     "curves.png": "Training loss and accuracy per pipelined step (accuracy from the logits a "
                   "capture hook kept on the last stage's worker), and test accuracy after "
@@ -21,11 +21,16 @@ EXPLANATIONS = {
                          "clip_grad_norm hooks clip it at the dashed line. Left: over the "
                          "steps; right: each parameter's mean and largest norm over the run "
                          "(both on log axes).",
-    "grad_cam.png": "Where the last conv layer looked for the predicted class, from its output "
-                    "and gradient captured by a forward and a full backward hook on its worker. "
-                    "The middle row is the map as computed, one cell per position of the "
-                    "layer's output (the layer keeps the digit's 8x8 grid); the bottom row is "
-                    "the same map smoothed (bilinear) and laid over the digit.",
+    "grad_cam.png": "Where the evidence for the predicted class lies: the last conv layer's "
+                    "rectified output and the class score's gradient with respect to it, "
+                    "captured by a forward and a full backward hook on its worker, multiplied "
+                    "at each position and summed over the channels (Grad-CAM with the "
+                    "gradient kept per position, HiResCAM: this CNN's Flatten and Linear "
+                    "weigh every position on its own, and Grad-CAM's mean gradient per "
+                    "channel leaves about half the maps blank). The middle row is the map as "
+                    "computed, one cell per position of the layer's 8x8 output (max pooling "
+                    "passes gradient to one position of each 2x2 block); the bottom row is "
+                    "the same map upsampled (bilinear) to 28x28 over the digit.",
 }
 
 PAGE = """<!DOCTYPE html>

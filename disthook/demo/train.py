@@ -1,5 +1,5 @@
 """The demo's run: train the CNN on two pipeline stages with 1F1B micro-batches while worker
-hooks record what happens, then compute Grad-CAM maps and draw everything.
+hooks record what happens, then compute class activation maps and draw everything.
 
 Hooks, all running inside the worker that owns the module or parameter:
 
@@ -8,8 +8,9 @@ Hooks, all running inside the worker that owns the module or parameter:
 - the last layer: ``capture`` of the logits, for the training accuracy of every step;
 - the first conv layer, while the test set is evaluated after each epoch: ``capture`` of
   its feature maps;
-- the last conv layer, for Grad-CAM: ``capture`` of its output (forward hook) and of
-  the class score's gradient with respect to it (full backward hook).
+- the last conv layer's ReLU, for the class activation maps: ``capture`` of its output
+  (forward hook) and of the class score's gradient with respect to it (full backward
+  hook); see ``disthook.demo.gradcam`` for how they are weighted.
 """
 from __future__ import annotations
 
@@ -22,10 +23,10 @@ import numpy as np
 
 import disthook as torch
 from disthook import nn
-from disthook.demo.gradcam import grad_cam
+from disthook.demo.gradcam import hires_cam
 from disthook.demo.model import (
+    CAM_LAYER,
     FIRST_CONV,
-    LAST_CONV,
     SPLIT_POINTS,
     build_model,
     load_digits,
@@ -85,8 +86,8 @@ class Summary:
 def run(*, workers: int = 2, epochs: int = EPOCHS, out: str | Path = "disthook-demo",
         quick: bool = False, seed: int = 0, progress: bool = True,
         command: str | None = None) -> Summary:
-    """Train, watch with worker hooks, explain with Grad-CAM, write the figures and
-    ``index.html`` to ``out``; a ``Summary``. ``quick``: a subset of the digits.
+    """Train, watch with worker hooks, explain with class activation maps, write the
+    figures and ``index.html`` to ``out``; a ``Summary``. ``quick``: a subset of the digits.
     ``progress``: say what happens on stderr; ``command``: how it was started, for the page."""
     from disthook.demo import plots, report
 
@@ -112,9 +113,9 @@ def run(*, workers: int = 2, epochs: int = EPOCHS, out: str | Path = "disthook-d
             say.say(f"stage {stage} on worker {worker}: {', '.join(children)}")
         history = train(cluster, remote, data, epochs, seed=seed, progress=say,
                         batch_size=batch_size)
-        shown = one_per_class(data.y_test)  # a digit of each class, for Grad-CAM
+        shown = one_per_class(data.y_test)  # a digit of each class, for the maps
         cam_x, cam_y = data.x_test[shown], data.y_test[shown]
-        say.say(f"Grad-CAM of {len(shown)} test digits, one per class")
+        say.say(f"class activation maps of {len(shown)} test digits, one per class")
         cams, cam_pred = explain(cluster, remote, cam_x)
         counts = cluster.hook_counts()
         say.say("stopping the cluster")
@@ -216,9 +217,10 @@ def _evaluate(cluster, remote, data, history: History, epoch: int) -> float:
 
 
 def explain(cluster, remote, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Grad-CAM maps of the predicted classes of ``x`` at the last conv layer (captured on
-    its worker: the output by a forward hook, its gradient by a full backward hook)."""
-    layer = remote[LAST_CONV]
+    """Class activation maps (``hires_cam``) of the predicted classes of ``x`` at the last
+    conv layer's rectified output, on its grid, and the predicted classes (captured on its
+    worker: the output by a forward hook, its gradient by a full backward hook)."""
+    layer = remote[CAM_LAYER]
     handles = [layer.register_forward_hook(hooks.capture("cam_activations")),
                layer.register_full_backward_hook(hooks.capture("cam_gradients"))]
     try:
@@ -232,7 +234,7 @@ def explain(cluster, remote, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     remote.zero_grad()
     activations = _stitch(cluster.captured("cam_activations", details=True, clear=True))
     gradients = _stitch(cluster.captured("cam_gradients", details=True, clear=True))
-    return grad_cam(activations, gradients), predicted
+    return hires_cam(activations, gradients), predicted
 
 
 def _in_micro_batch_order(items: list[dict]) -> list[dict]:

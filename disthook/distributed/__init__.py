@@ -17,6 +17,12 @@
 - ``tree``: placement over the module tree: by paths, or chosen (pure);
 - ``glue``: any other model's forward run on the client as written, each placed part called
   on its worker;
+- ``remote_values``: ``RemoteValue``, a placed call's output kept on its worker (passed on by
+  id, worker to worker; ops on it run there; fetched once when read);
+- ``async_calls``: calls and backwards that return before their answer, where its form is
+  known (checked when it comes);
+- ``micro_batches``: ``chunks`` for a model whose forward runs on the client (a call per
+  micro-batch; ``train_step`` in GPipe or 1F1B order);
 - ``registry``: a published model's record, and the twin an attaching client rebuilds;
 - ``channel``: the sockets to a model's stages: requests side by side, lost workers,
   batched releases of graphs and ``zero_grad`` calls;
@@ -54,4 +60,17 @@ from disthook.service.security import AuthenticationError
 
 __all__ = ["AuthenticationError", "Cluster", "ClusterError", "DistributedOptimizer",
            "NameTaken", "NotACoordinator", "RemoteError", "RemoteTimeout", "UnknownModel",
-           "WorkerInfo", "WorkerLost", "connect", "deployment_of", "hooks", "local_cluster"]
+           "WorkerInfo", "WorkerLost", "connect", "deployment_of", "hooks", "is_available",
+           "is_initialized", "local_cluster"]
+
+
+def is_available() -> bool:
+    """False: torch.distributed's process groups (``init_process_group``, DDP) are not part
+    of disthook, as in a torch build without them; programs that ask take their
+    one-process path. disthook spreads a model with ``deploy`` instead."""
+    return False
+
+
+def is_initialized() -> bool:
+    """False: no torch.distributed process group is ever initialized here."""
+    return False

@@ -9,6 +9,7 @@ without such a backward releases the workers' graphs through its finalizer.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 import weakref
 from typing import TYPE_CHECKING
@@ -17,7 +18,9 @@ import numpy as np
 
 from disthook.autograd import engine, grad_mode
 from disthook.autograd.graph import SECOND_BACKWARD_MSG, Node, gradient_edge
+from disthook.distributed import async_calls
 from disthook.distributed.placement import split_rows
+from disthook.distributed.remote_values import from_record, grad_data
 from disthook.tensor import Tensor
 from disthook.utils.hooks import RemovableHandle
 
@@ -168,7 +171,7 @@ class RemoteBackward0(Node):
     def _backward(self, grads: list) -> tuple:
         if self._freed:
             raise RuntimeError(SECOND_BACKWARD_MSG)
-        if grad_mode.is_grad_enabled():  # the engine records the backward: create_graph
+        if grad_mode.is_grad_enabled() and not self._call:  # create_graph through a chain
             raise NotImplementedError(_CREATE_GRAPH)
         # the workers keep their graphs exactly when this backward keeps the client's
         retain = engine.retains_graph()
@@ -209,26 +212,101 @@ class RemoteBackward0(Node):
         a gradient (or None) per input back."""
         model = self._model
         wanted = self._wanted_taps()
-        (reply,) = model._hub.request_all(
-            [(model._addresses[self._stage], {
-                "stage": self._stage, "grads": [None if g is None else g._data for g in grads],
-                "retain_graph": retain, "reply_to": model._hub.reply_to,
-                "taps": wanted or None, "accumulate": self._accumulates(),
-                "inputs": self._inputs_wanted()},
-              self._ctx_ids[0])],
-            "backward", what=f"backward of {self._path!r}")
+        address = model._addresses[self._stage]
+        # the input gradients stay on the worker (a node before this one takes them there)
+        keep = f"{self._ctx_ids[0]}~{next(_backwards)}"
+        fields = {"stage": self._stage, "grads": [grad_data(g, address) for g in grads],
+                  "retain_graph": retain, "reply_to": model._hub.reply_to,
+                  "taps": wanted or None, "accumulate": self._accumulates(),
+                  "inputs": self._inputs_wanted(), "keep_grads": keep}
+        what = f"backward of {self._path!r}"
+        if grad_mode.is_grad_enabled():  # create_graph: the gradients keep their graph
+            return self._backward_with_graph(grads, fields, retain, wanted)
+        forms = model.__dict__.setdefault("_forms", async_calls.Forms())
+        key = form = None
+        if async_calls.may_go_on(model) and not wanted and not self._taps:
+            key = async_calls.call_key("backward", address, self._path, retain,
+                                       fields["accumulate"], fields["inputs"], self._needs,
+                                       args=(self._meta, grads))
+            form = forms.get(key)
+        if form is not None:  # the answer's form is known: go on without it
+            def landed(reply):
+                diff = async_calls.differs(form, reply["result"]["grads"])
+                if diff is not None:
+                    raise RuntimeError(
+                        f"{what}: the worker's answer differs from the one the previous "
+                        f"backward of this call gave, which the program went on with: "
+                        f"{diff}. Gradients computed from it may be wrong")
+
+            model._hub.send_async(address, "backward", fields, self._ctx_ids[0], what,
+                                  landed)
+            result = {"grads": async_calls.with_ids(form, keep)}
+        else:
+            (reply,) = model._hub.request_all([(address, fields, self._ctx_ids[0])],
+                                              "backward", what=what)
+            result = reply["result"]
+            if key is not None:
+                forms.put(key, async_calls.form_of(result["grads"]))
         if not retain:
             self._finalizer.detach()
             model._hub.drop_context(self._ctx_ids[0])
-        return (*(None if g is None else Tensor._make(np.array(g), None, 0)
-                  for g in reply["result"]["grads"]),
-                *self._tap_grads(reply["result"].get("tapped"), wanted))
+        return (*(_grad_in(model, address, g) for g in result["grads"]),
+                *self._tap_grads(result.get("tapped"), wanted))
+
+    def _backward_with_graph(self, grads: list, fields: dict, retain: bool,
+                             wanted: list) -> tuple:
+        """``backward(create_graph=True)``: the worker keeps the input gradients and their
+        graph (a context named by ``keep_grads``); they come back as kept values whose node
+        leads to the given gradients and to this call's inputs, so that differentiating them
+        (a gradient penalty) runs that graph's backward on the worker."""
+        if wanted or self._live:
+            raise NotImplementedError(
+                f"backward(create_graph=True) through {self._path!r}: a forward hook kept a "
+                "tensor of this call for a later gradient; remove that hook, or take the "
+                "two gradients in two passes without create_graph")
+        model = self._model
+        address = model._addresses[self._stage]
+        fields["create_graph"] = True
+        (reply,) = model._hub.request_all([(address, fields, self._ctx_ids[0])], "backward",
+                                          what=f"backward of {self._path!r} with its graph")
+        if not retain:
+            self._finalizer.detach()
+            model._hub.drop_context(self._ctx_ids[0])
+        result = reply["result"]
+        keep = fields["keep_grads"]
+        given = [grads[i] for i in result["seeded"]]
+        node = RemoteBackward0(model, [keep], given, None, self._stage)
+        node._path = f"{self._path} (its backward)"
+        node.next_functions = node._edges + self._edges
+        node.needs_input_grad = node._needs + self._needs
+        node._input_meta = node._meta + self._meta
+        out, nr = [], 0
+        for g in result["grads"]:
+            if g is None:
+                out.append(None)
+                continue
+            t = from_record(model, address, g, node, nr)
+            node._output_meta.append((tuple(g["shape"]), np.dtype(g["dtype"])))
+            out.append(t)
+            nr += 1
+        node._output_meta = tuple(node._output_meta)
+        return tuple(out)
 
     def _release(self) -> None:
         self._freed = True
 
 
 _NAMED: dict[str, type] = {}  # worker node name -> its RemoteBackward0 subclass
+_backwards = itertools.count()  # numbers the backwards of a call (ids of kept gradients)
+
+
+def _grad_in(model, address: str, g):
+    """An input gradient a call's backward answered: None, an array, or a kept value."""
+    if g is None:
+        return None
+    if isinstance(g, dict):
+        return from_record(model, address, g, None, 0)
+    return Tensor._make(np.array(g), None, 0)
 
 
 class _Vjp(threading.local):

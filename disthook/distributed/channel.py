@@ -58,6 +58,16 @@ def _flush_at_exit(ref) -> None:
 EXIT_FLUSH_TIMEOUT_S = 10.0
 
 
+def _ignore(reply) -> None:
+    """An answer nothing waits for but its success."""
+
+
+def _nbytes(frame) -> int:
+    """The length of a frame as sent or received (bytes, a buffer, or a zmq.Frame)."""
+    buffer = getattr(frame, "buffer", frame)
+    return memoryview(buffer).nbytes
+
+
 class _Hub(HookServer):
     """The client's sockets to the workers of one deployment, all with one identity, so that
     whichever worker finishes a pipelined request can answer the client directly."""
@@ -99,6 +109,14 @@ class _Hub(HookServer):
         self._pid = os.getpid()
         # contexts whose graph is gone on the client, to release on the workers (see release)
         self.pending_releases: list[str] = []
+        # address -> ids of values kept there that no client tensor holds any more
+        self.pending_drops: dict[str, list[str]] = {}
+        # what went where: see Deployment.stats
+        self.stats = {"requests": 0, "waits": 0, "bytes_out": 0, "bytes_in": 0}
+        # calls sent without waiting (send_async): request id -> (what, on_reply); the
+        # failures among them, in order, raised by the next request that waits
+        self.in_flight: dict[int, tuple] = {}
+        self.failed: list[tuple] = []
         self._busy = 0  # > 0 while a socket operation is under way (a request, a close)
         self._thread = threading.get_ident()  # the thread that used the sockets last
         # optimizer calls not sent yet, in the order they were made, each {address: its
@@ -127,9 +145,69 @@ class _Hub(HookServer):
                                "to use it")
         if self._outbox:  # answers to hook events first, as they were made
             self.flush_answers()
-        self.socks[address].send_multipart(
-            wire.encode(msg_type, {"model": self.model, **fields}, req=req, ctx=ctx),
-            copy=False)
+        frames = wire.encode(msg_type, {"model": self.model, **fields}, req=req, ctx=ctx)
+        self.stats["requests"] += 1
+        self.stats["bytes_out"] += sum(_nbytes(f) for f in frames)
+        self.socks[address].send_multipart(frames, copy=False)
+
+    def send_value(self, source: str, vid: str, to: str) -> None:
+        """Have the worker at ``source`` push its kept value ``vid`` to the worker at
+        ``to`` (one-way, in request order there)."""
+        self.send(source, "send_value", {"values": [vid], "to": to})
+
+    def send_async(self, address: str, msg_type: str, fields: dict, ctx: str, what: str,
+                   on_reply) -> None:
+        """Send a request and go on without its reply: the worker runs it in the order its
+        requests came; ``on_reply(reply)`` runs when the answer comes (while the client
+        waits for anything), and a failure is raised by the next request that waits,
+        naming ``what``."""
+        if self.late_error is not None:
+            self._raise_late_error()
+        if self.lost:
+            self._raise_lost(next(iter(self.lost)), what, ctx)
+        if self.pending_optimizer and msg_type != "forward":
+            # (a forward carries its stage's own; the others go first, without waiting:
+            # each worker runs them before this request, in order)
+            pending, self.pending_optimizer = self.pending_optimizer, []
+            for calls in pending:
+                for to, spec in calls.items():
+                    step = next_request_id()
+                    self.send(to, "step", {"optimizer": spec}, req=step)
+                    self.in_flight[step] = (f"optimizer {spec['action']}", _ignore)
+        req = next_request_id()
+        self.send(address, msg_type, fields, req=req, ctx=ctx)
+        self.in_flight[req] = (what, on_reply)
+
+    def settle(self) -> None:
+        """Wait until every call sent without waiting has answered (raising the first
+        failure among them)."""
+        if self.in_flight or self.failed:
+            self.request_all([], "settle", what="the calls in flight")
+
+    def _landed(self, reply: wire.Message) -> None:
+        """The answer to a call sent without waiting."""
+        what, on_reply = self.in_flight.pop(reply.req)
+        if reply.type == "error":
+            self.failed.append((what, reply))
+            return
+        try:
+            on_reply(reply)
+        except Exception as exc:  # noqa: BLE001 - raised by the next request that waits
+            self.failed.append((what, exc))
+
+    def _raise_failed(self):
+        """The first failure of the calls sent without waiting (the others followed it)."""
+        (what, failure), self.failed = self.failed[0], []
+        note = (f"(from {what}, which the program did not wait for: it failed after the "
+                "program went on; a call that used its result failed with it)")
+        if isinstance(failure, BaseException):
+            failure.add_note(note)
+            raise failure
+        try:
+            raise_error(failure)
+        except Exception as exc:
+            exc.add_note(note)
+            raise
 
     def request(self, address: str, msg_type: str, fields: dict, *, ctx: str | None = None,
                 what: str = "") -> wire.Message:
@@ -146,6 +224,7 @@ class _Hub(HookServer):
         if self.late_error is not None:
             self._raise_late_error()
         self.flush_releases()
+        self.stats["waits"] += 1
         if self.pending_optimizer and not carries_optimizer_calls:
             self.flush_optimizer_calls()
         if self.lost:  # a worker of this model went away earlier
@@ -153,6 +232,9 @@ class _Hub(HookServer):
         self._busy += 1
         self._thread = threading.get_ident()
         try:
+            if self.in_flight and calls:  # they answer first: this request may read (at
+                # once, on its worker) what they change, or write what they read
+                self._exchange([], msg_type, ctx, what)
             return self._exchange(calls, msg_type, ctx, what)
         except KeyboardInterrupt:  # Ctrl-C: no stage may keep waiting for the others
             if msg_type == "train_step":
@@ -173,9 +255,12 @@ class _Hub(HookServer):
                       ctx=call[2] if len(call) > 2 else ctx)
         replies: dict[int, wire.Message] = {}
         deadline = Deadline(self.timeout)
-        while len(replies) < len(reqs):
+        # every call sent without waiting answers first: what is asked now may read what
+        # they change, and their failures are raised before anything that followed them
+        while len(replies) < len(reqs) or self.in_flight:
             events = poll_until(self.poller, deadline)
             if not events:
+                self.in_flight.clear()  # late answers to them are dropped
                 raise RemoteTimeout(f"no answer to {what or msg_type!r} within "
                                     f"{self.timeout:g} s")
             for sock in events:
@@ -211,6 +296,8 @@ class _Hub(HookServer):
             elif late.type == "error" and late.req in self._answered_ahead:
                 del self._answered_ahead[late.req]
                 self.late_error = late
+        if self.failed:
+            self._raise_failed()
         for req in reqs:
             reply = replies[req]
             if reply.type == "error":
@@ -227,7 +314,9 @@ class _Hub(HookServer):
         answers queued), issue warnings, and keep the replies to ``reqs``."""
         for _ in range(_BURST):
             try:
-                reply = wire.decode(sock.recv_multipart(zmq.NOBLOCK, copy=False))
+                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                self.stats["bytes_in"] += sum(_nbytes(f) for f in frames)
+                reply = wire.decode(frames)
             except zmq.Again:  # all taken (or a hook's own call took it)
                 return
             except wire.WireError:
@@ -238,6 +327,10 @@ class _Hub(HookServer):
                 continue
             if reply.type == "warning":
                 _issue_warning(reply)
+                continue
+            if reply.req in self.in_flight:
+                self._landed(reply)
+                deadline.renew()  # the workers go on
                 continue
             if reply.req in reqs:
                 if reply.type == "ok" and not self._stands(reply):
@@ -368,9 +461,26 @@ class _Hub(HookServer):
             except zmq.ZMQError:  # the sockets are going away (the interpreter exits)
                 pass
 
+    def drop_values(self, addresses: set, vid: str) -> None:
+        """No client tensor holds kept value ``vid`` any more: the workers at ``addresses``
+        may free it."""
+        for address in addresses:  # sent with the next request (one message per worker)
+            self.pending_drops.setdefault(address, []).append(vid)
+
     def flush_releases(self) -> None:
-        """Send the pending releases (one one-way message; the first stage passes it on)."""
-        if self.pending_releases and self.socks and os.getpid() == self._pid:
+        """Send the pending releases (one one-way message; the first stage passes it on)
+        and the pending drops of kept values (one message to each worker keeping some)."""
+        if self.pending_drops and self.socks and os.getpid() == self._pid:
+            drops, self.pending_drops = self.pending_drops, {}
+            self._busy += 1
+            try:
+                for address, vids in drops.items():
+                    if address in self.socks and address not in self.lost:
+                        self.send(address, "drop_values", {"values": vids})
+            finally:
+                self._busy -= 1
+        if self.pending_releases and self.socks and os.getpid() == self._pid \
+                and not self.in_flight:  # (a release would overtake the calls in flight)
             contexts, self.pending_releases = self.pending_releases, []
             for ctx_id in contexts:
                 self.drop_context(ctx_id)

@@ -353,10 +353,13 @@ def _structure(module: Module) -> dict:
 
 
 def rebuild(manifest: dict, shards: list[dict], *, path: str,
-            trust_code: bool = False) -> Module:
+            trust_code: bool = False, allow_modules=()) -> Module:
     """The module a checkpoint describes, with its saved arrays (buffers that are not saved,
     the non-persistent ones, start as zeros): from its data, or, for a model whose modules
-    hold code, from the code it was saved with (``trust_code``: run it)."""
+    hold code, from the code it was saved with (``trust_code``: run it). Importing a module
+    runs its code, so without ``trust_code`` the classes and functions its manifest names
+    come only from disthook, modules this program imported already, and ``allow_modules``
+    (and their submodules); any other is refused before it is imported."""
     arrays = {k[len("param/"):]: v for shard in shards for k, v in shard.items()
               if k.startswith("param/")}
 
@@ -383,8 +386,23 @@ def rebuild(manifest: dict, shards: list[dict], *, path: str,
                                         lambda name, shape, dtype: np.array(
                                             array_of(name, shape, dtype)))
     spec = with_arrays(structure, array_of)
+    allow = None if trust_code else _imported_or(path, tuple(allow_modules))
     # classes of the client's own script resolve to it, as they did when it saved
-    return build_module(spec, main=sys.modules.get("__main__"))
+    return build_module(spec, allow=allow, main=sys.modules.get("__main__"))
+
+
+def _imported_or(path: str, allowed: tuple[str, ...]):
+    """The allow-list of a checkpoint's names: a module already imported here (importing it
+    again runs nothing), or disthook's or ``allowed``'s; the refusal says what to do."""
+    def allow(module: str) -> bool:
+        if module in sys.modules or any(module == a or module.startswith(a + ".")
+                                        for a in ("disthook", *allowed)):
+            return True
+        raise SpecError(
+            f"{path} names {module!r}, which this program has not imported, and importing "
+            "it runs its code: import it yourself first if you trust it (then load again), "
+            "or load with trust_code=True")
+    return allow
 
 
 def with_arrays(structure: dict, array_of) -> dict:

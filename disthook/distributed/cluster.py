@@ -12,6 +12,7 @@ it only closes the connection.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import shutil
 import subprocess
@@ -21,7 +22,7 @@ import time
 import weakref
 
 from deploy.local import spawn, stderr_tail, why_it_ended
-from deploy.roles import Role, coordinator_role, worker_role
+from deploy.roles import Role, coordinator_role, local_worker_id, worker_role
 from deploy.threads import share_of_cores
 from disthook.service.endpoint import check_free, parse, unknown_host
 from disthook.service.rpc import (
@@ -352,19 +353,24 @@ class Cluster:
             for cleanup in self._cleanups:
                 cleanup()
 
-    def _start_restarter(self, coordinator: Role, worker: Role, stderr) -> None:
+    def _start_restarter(self, coordinator: Role, worker: Role, stderr, *,
+                         next_number: int) -> None:
         """A thread that replaces every process that exits (local clusters): a worker by a
-        new worker, the coordinator by a new one on the same address (the workers register
-        with it again, keeping their stages)."""
+        new worker (numbered on from ``next_number``: an id is never reused), the
+        coordinator by a new one on the same address (the workers register with it again,
+        keeping their stages)."""
         stop = threading.Event()
         procs, lock = self._processes, self._lock
+        numbers = itertools.count(next_number)
 
         def watch():
             while not stop.wait(0.2):
                 with lock:
                     for i, proc in enumerate(procs):
                         if proc.poll() is not None and not stop.is_set():
-                            procs[i] = spawn(coordinator if i == 0 else worker, stderr)
+                            role = (coordinator if i == 0 else
+                                    worker.named(local_worker_id(next(numbers))))
+                            procs[i] = spawn(role, stderr)
 
         thread = threading.Thread(target=watch, name="disthook-restarter", daemon=True)
         thread.start()
@@ -489,9 +495,13 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
         scratch = keys = tempfile.mkdtemp(prefix="disthook-keys-")
         generate(keys)
     key_dir = None if keys is None else os.fspath(keys)
+    # with restart, the coordinator keeps its registry of published models in a file, so
+    # one started again still knows every name and its owner
+    state_dir = tempfile.mkdtemp(prefix="disthook-state-") if restart else None
+    state = None if state_dir is None else os.path.join(state_dir, "registry")
     try:
         first = coordinator_role(f"tcp://{host}:{port}", heartbeat=heartbeat, keys=key_dir,
-                                 log_level=log_level)
+                                 log_level=log_level, state=state)
         coordinator = spawn(first, stderr, announce=True)
         procs.append(coordinator)
         address = _announced_address(coordinator, start_timeout)
@@ -502,20 +512,22 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
                              log_level=log_level, allow_hook_modules=allow_hook_modules,
                              allow_code=allow_code, context_ttl=context_ttl,
                              allow_model_modules=allow_model_modules, threads=threads)
-        for _ in range(workers):
-            procs.append(spawn(worker, stderr))
+        for number in range(1, workers + 1):  # w1, w2, ...: ids a log line reads well
+            procs.append(spawn(worker.named(local_worker_id(number)), stderr))
         cluster = Cluster(address, timeout=timeout, _processes=procs,
                           keys=None if keys is None else Keys.load(os.fspath(keys)))
         if scratch is not None:  # after the processes: they read the keys at start
             cluster._cleanups.append(weakref.finalize(cluster, shutil.rmtree, scratch, True))
         if restart:
             again = coordinator_role(address, heartbeat=heartbeat, keys=key_dir,
-                                     log_level=log_level)  # the same address as before
-            cluster._start_restarter(again, worker, stderr)
+                                     log_level=log_level, state=state)  # the same address
+            cluster._start_restarter(again, worker, stderr, next_number=workers + 1)
+            cluster._cleanups.append(weakref.finalize(cluster, shutil.rmtree, state_dir, True))
     except BaseException:
         _reap(procs, 5.0)
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+        for folder in (scratch, state_dir):
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
         raise
     try:
         cluster.wait_for_workers(workers, timeout=start_timeout)

@@ -45,13 +45,6 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
     if _place:
         _check_not_deployed(module)
     check_options(chunks, schedule, balance, split_points, sample_input)
-    if chunks > 1 and module._modules and not chains_its_children(module):
-        name = type(module).__name__
-        raise NotImplementedError(
-            f"chunks={chunks}: {name}.forward is its own, not nn.Sequential's, so it runs on "
-            "the client as written and calls each placed part in turn; micro-batches "
-            "pipeline only through a chain of stages. Deploy an nn.Sequential of the steps "
-            f"to pipeline micro-batches, or deploy {name} with chunks=1")
     lay = stage_modules = None
     if not module._modules:  # nothing to cut: the whole model goes to one worker
         if stages != 1 or placement is not None or split_points is not None:
@@ -78,11 +71,6 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
                     "or the root holds parameters): use balance='params', or placement=")
             placement = tree.auto_placement(module, stages)
     if placement is not None:
-        if chunks > 1:
-            raise NotImplementedError(
-                f"chunks={chunks}: a model placed over its module tree runs its forward on "
-                "the client, calling each part on its worker in turn; deploy with chunks=1, "
-                "or an nn.Sequential of the steps to pipeline micro-batches")
         lay = tree.layout(module, placement, stages)
         stage_modules = [tree.stage_module(module, paths) for paths in lay.stages]
     alive = [w for w in cluster.workers() if w.alive and w.address not in (_exclude or ())]

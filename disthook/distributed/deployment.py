@@ -163,7 +163,8 @@ class Deployment:
         (``nn.CrossEntropyLoss()``) or a function of ``disthook.nn.functional``; with
         ``scale_grads`` each micro-batch's loss weighted by its share of the rows
         (``chain.train_step``). A model whose forward runs here takes one process's step
-        (``glue.train_step``). Gradients accumulate in ``.grad``; returns the micro-batch
+        (``micro_batches.train_step``: with ``chunks``, its micro-batches in the
+        schedule's order). Gradients accumulate in ``.grad``; returns the micro-batch
         losses."""
         for name, t in (("x", x), ("target", target)):
             if not isinstance(t, Tensor) or t._data.ndim == 0:
@@ -173,7 +174,9 @@ class Deployment:
             raise ValueError(f"train_step(): x has {len(x._data)} rows but target has "
                              f"{len(target._data)}")
         if self._glue:
-            return glue.train_step(self, x, target, loss_fn)
+            from disthook.distributed import micro_batches
+
+            return micro_batches.train_step(self, x, target, loss_fn, scale_grads)
         return chain.train_step(self, x, target, loss_fn, scale_grads)
 
     def train(self, mode: bool = True) -> Deployment:
@@ -460,6 +463,36 @@ class Deployment:
         buffers and gradients (the model itself stays deployed)."""
         with self._fetching(*self._all_states()):
             return copy.deepcopy(self._local)
+
+    def stats(self, reset: bool = False) -> dict:
+        """Where this model's data went since it was deployed (or since the last
+        ``stats(reset=True)``): the requests the client sent and the ones it waited on,
+        the bytes it sent to and took from the workers, and the bytes the workers sent one
+        another (activations, gradients and kept values) and sent the client when it read a
+        kept value. Per training step: call ``stats(reset=True)`` before it and after it."""
+        hub = self._hub
+        counted = dict(hub.stats)  # stats()'s own requests are not counted
+        between = to_client = 0
+        try:
+            for address in dict.fromkeys(self._addresses):
+                if address in hub.lost:
+                    continue
+                reply = hub.request(address, "status", {}, what="stats()")
+                data = reply["result"].get("data", {}).get(self._model_id, {})
+                between += data.get("bytes_to_peers", 0)
+                to_client += data.get("bytes_to_client", 0)
+        finally:
+            hub.stats.update(counted)
+        base = self.__dict__.setdefault("_stats_base", {"between": 0, "to_client": 0})
+        out = {"requests": hub.stats["requests"], "waited": hub.stats["waits"],
+               "bytes_to_workers": hub.stats["bytes_out"],
+               "bytes_from_workers": hub.stats["bytes_in"],
+               "bytes_between_workers": between - base["between"],
+               "bytes_of_values_read": to_client - base["to_client"]}
+        if reset:
+            hub.stats.update(requests=0, waits=0, bytes_out=0, bytes_in=0)
+            base.update(between=between, to_client=to_client)
+        return out
 
     def workers(self) -> list[tuple[int, str, list[str]]]:
         """(stage, worker id, names of the children it holds) per stage."""

@@ -15,7 +15,6 @@ those a placement leaves out).
 """
 from __future__ import annotations
 
-import time
 import uuid
 import weakref
 from collections import OrderedDict
@@ -25,39 +24,17 @@ import numpy as np
 
 from disthook import random
 from disthook.autograd import grad_mode
+from disthook.distributed import async_calls, remote_values
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.nn.modules.module import Module
-from disthook.service.values import opaque_in, pack, tensors_in, unpack
+from disthook.service.values import opaque_in, tensors_in, unpack
 from disthook.tensor import Tensor
 from disthook.utils.hooks import RemovableHandle
 
 if TYPE_CHECKING:
     from disthook.distributed.deployment import Deployment
 
-__all__ = ["call_placed", "carry_hooks", "route_node_hooks", "run_until",
-           "train_step"]
-
-
-def train_step(model: Deployment, x: Tensor, target: Tensor, loss_fn) -> Tensor:
-    """``Deployment.train_step`` of a model whose forward runs here: the step one process
-    takes (the forward, ``loss_fn`` here, backward), each placed part's share of it on its
-    worker. Returns the loss as the chain's one micro-batch does: a tensor of one float."""
-    if not callable(loss_fn):
-        raise TypeError(f"train_step(): loss_fn must be callable, got {loss_fn!r}")
-    started = time.perf_counter()
-    with grad_mode.enable_grad():
-        loss = loss_fn(model._local(x), target)
-        if not isinstance(loss, Tensor) or loss.numel() != 1:
-            raise RuntimeError(
-                f"train_step(): loss_fn must return a Tensor of one element to differentiate, "
-                f"got {type(loss).__name__}"
-                f"{' of shape ' + str(tuple(loss.shape)) if isinstance(loss, Tensor) else ''}")
-        loss.backward()
-    wall = time.perf_counter() - started
-    # the stages' compute time and memory are not measured apart when the forward runs here
-    object.__setattr__(model, "step_stats", [{"busy": None, "wall": wall, "peak_rss": None}
-                                             for _ in model._addresses])
-    return Tensor._make(np.array([loss.item()], np.float32), None, 0)
+__all__ = ["call_placed", "call_remote", "carry_hooks", "route_node_hooks", "run_until"]
 
 
 class _Stopped(Exception):
@@ -165,65 +142,127 @@ def carry_hooks(model: Deployment, root: Module) -> None:
 
 # ---- one placed part's call ----------------------------------------------------------------
 
+def _fill_inline(output_data, refs: dict) -> None:
+    """The small values an answer carried, into the client's tensors that wait for them."""
+    if isinstance(output_data, dict):
+        if isinstance(output_data.get("kept"), str):
+            ref = refs.get(output_data["kept"])
+            if ref is not None and ref.value is None and output_data.get("value") is not None:
+                value = np.asarray(output_data["value"], np.dtype(output_data["dtype"]))
+                value = value.reshape(tuple(output_data["shape"]))
+                value.flags.writeable = False
+                ref.value = value
+            return
+        for v in output_data.values():
+            _fill_inline(v, refs)
+    elif isinstance(output_data, list):
+        for v in output_data:
+            _fill_inline(v, refs)
+
 def call_placed(model: Deployment, path: str, args: tuple, kwargs: dict):
     """Run the part at ``path`` on its worker with these arguments; its output, whose
-    tensors' backward goes to that worker."""
+    tensors' values stay on that worker (``remote_values``) and whose backward goes there."""
     opaque = opaque_in((args, kwargs))
     if opaque:
         raise TypeError(
             f"the deployed module at {path!r} is called with {opaque}, which cannot go to its "
             f"worker ({model._owner_name(path)}): the arguments of a placed module must be "
             "tensors, numbers, strings, None, or tuples, lists and str-keyed dicts of them")
+    return call_remote(model, model._addresses[model._stage_of(path)], list(args), kwargs,
+                       path=path, what=f"forward of {path!r}")
+
+
+def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
+                path: str | None = None, op: str | None = None, params=None, what: str):
+    """One call on the worker at ``address``: the part at ``path``, or the engine's op
+    ``op`` with ``params`` (``remote_values.remote_apply``). The output's tensors are kept
+    there; their backward goes there. The call returns before its answer where that
+    answer's form is known (``async_calls``)."""
     inputs = list(tensors_in((args, kwargs)))
-    stage = model._stage_of(path)
+    stage = model._addresses.index(address)
     grad = grad_mode.is_grad_enabled()
+    hub = model._hub
+    forms = model.__dict__.setdefault("_forms", async_calls.Forms())
+    key = form = None
+    if async_calls.may_go_on(model):
+        key = async_calls.call_key(address, path, op, params, grad, model.training,
+                                   args=(args, kwargs))
+        form = forms.get(key)
+        if form is not None and form["rng"] and model.training:
+            form = None  # it draws from the client's stream, which comes back with it
     ctx_id = uuid.uuid4().hex
-    if grad:  # what a tensor a hook gets in this call can be differentiated to
-        model._hub.pending_inputs[ctx_id] = inputs
-        model._hub.calls[ctx_id] = {"path": path, "inputs": inputs, "outs": []}
-    address = model._addresses[stage]
+    if grad and form is None:  # what a tensor a hook gets in this call can be differentiated to
+        hub.pending_inputs[ctx_id] = inputs
+        hub.calls[ctx_id] = {"path": path, "inputs": inputs, "outs": []}
     # the optimizer calls not sent yet of this part's stage ride with it (those of the other
     # stages with their first part's call, or before any other request)
-    carried = model._hub.optimizer_calls_to(address, stage, len(model._addresses))
-    try:
-        (reply,) = model._hub.request_all(
-            [(address, {
-                "stage": stage, "inputs": [], "grad_enabled": grad,
-                "call": pack((list(args), kwargs)),
-                "rng": random._stream_state() if model.training else None,
-                "reply_to": model._hub.reply_to, "path": path,
-                "optimizer_calls": carried}, ctx_id)],
-            "forward", what=f"forward of {path!r}", carries_optimizer_calls=True)
-    finally:
-        model._hub.pending_inputs.pop(ctx_id, None)
-        call = model._hub.calls.pop(ctx_id, None)
+    carried = hub.optimizer_calls_to(address, stage, len(model._addresses))
+    fields = {"stage": stage, "inputs": [], "grad_enabled": grad,
+              "call": remote_values.pack_args((args, kwargs), address),
+              "reply_to": hub.reply_to, "keep": True, "optimizer_calls": carried}
+    if op is None:
+        fields.update(path=path, rng=random._stream_state() if model.training else None)
+    else:
+        fields.update(op=op, params=params)
+    call = None
+    if form is not None:  # the answer's form is known: go on without it
+        made_refs: dict = {}
+
+        def landed(reply):
+            result = reply["result"]
+            diff = async_calls.differs(form["output"], result["output"])
+            if diff is None and result.get("rng") not in (None, fields.get("rng")):
+                diff = "it drew random numbers this time"
+            if diff is not None:
+                raise RuntimeError(
+                    f"{what}: the worker's answer differs from the one the previous call "
+                    f"with the same arguments' shapes gave, which the program went on "
+                    f"with: {diff}. Values computed from it may be wrong")
+            _fill_inline(result["output"], made_refs)
+
+        hub.send_async(address, "forward", fields, ctx_id, what, landed)
+        result = {"output": async_calls.with_ids(form["output"], ctx_id),
+                  "requires_grad": form["flags"]}
+    else:
+        try:
+            (reply,) = hub.request_all([(address, fields, ctx_id)], "forward", what=what,
+                                       carries_optimizer_calls=True)
+        finally:
+            hub.pending_inputs.pop(ctx_id, None)
+            call = hub.calls.pop(ctx_id, None)
+        result = reply["result"]
+        if result.get("rng"):  # what the part drew (dropout) is drawn here too
+            random._set_stream_state(result["rng"])
+        if key is not None:
+            forms.put(key, {"output": async_calls.form_of(result["output"]),
+                            "flags": result["requires_grad"],
+                            "rng": result.get("rng") != fields.get("rng")})
     if carried is not None:
-        model._hub.carried(address, carried[stage])
-    result = reply["result"]
-    if result.get("rng"):  # what the part drew (dropout) is drawn here too
-        random._set_stream_state(result["rng"])
+        hub.carried(address, carried[stage])
     flags = result["requires_grad"]
     node = None
     if grad and any(flags):
         node = RemoteBackward0(model, [ctx_id], inputs, None, stage)
-        node._path = path
+        node._path = path if op is None else f"<{op.rpartition('.')[2]}>"
     else:
-        model._hub.taps.pop(ctx_id, None)  # no graph: nothing to differentiate against
+        hub.taps.pop(ctx_id, None)  # no graph: nothing to differentiate against
     made = []
 
-    def output(array, requires_grad, made_by):
+    def output(record: dict):
         nr = len(made)
-        data = np.asarray(array)  # the received array itself: nothing else reads it
+        tracked = node is not None and flags[nr]
+        t = remote_values.from_record(model, address, record, node if tracked else None,
+                                      nr if tracked else 0)
         if node is not None:
-            node._output_meta.append((data.shape, data.dtype))
-            if flags[nr] and type(node) is RemoteBackward0:
-                node.made_by(made_by)  # the worker's node's name, shown as grad_fn
-        t = Tensor._make(data, node if node is not None and flags[nr] else None,
-                         nr if node is not None and flags[nr] else 0)
+            node._output_meta.append((tuple(record["shape"]), np.dtype(record["dtype"])))
+            if tracked and type(node) is RemoteBackward0:
+                node.made_by(record.get("grad_fn"))  # the worker's node's name, as grad_fn
         made.append(t)
+        if form is not None:
+            made_refs[record["kept"]] = t.__dict__["_ref"]
         return t
 
-    out = unpack(result["output"], output)
+    out = unpack(result["output"], kept=output)
     if node is not None:
         node._output_meta = tuple(node._output_meta)
     for i, hooks, value in (call or {}).get("outs", ()):
@@ -236,6 +275,6 @@ def call_placed(model: Deployment, path: str, args: tuple, kwargs: dict):
                 "the tensor it was put on. Put it on the replacement (in the later hook)")
         for fn in hooks:
             made[i].register_hook(fn)
-    if model.__dict__.get("_stop_at") == path:  # run_until: the forward ends here
+    if path is not None and model.__dict__.get("_stop_at") == path:  # run_until ends here
         raise _Stopped(out)
     return out

@@ -49,7 +49,7 @@ __all__ = ["PartPlacement", "RemoteHandle", "RootPlacement", "deployment_of", "p
 # what a deployed model answers for its deployment (where its class has no such name)
 DEPLOYMENT_API = frozenset({
     "save", "load_checkpoint", "recover", "train_step", "close", "workers", "to_local",
-    "named_gradients", "step_stats"})
+    "named_gradients", "step_stats", "stats"})
 
 
 def deployment_of(module) -> Deployment | None:
@@ -241,8 +241,12 @@ class RootPlacement(_Placed):
         sync_all(dep)
         if module._is_full_backward_hook is False and module._backward_hooks:
             dep._route_root_legacy_hooks()
-        if dep._glue:
-            return module.forward  # its own forward, here; each placed part on its worker
+        if dep._glue:  # its own forward, here; each placed part on its worker
+            if dep._chunks > 1:
+                from disthook.distributed.micro_batches import chunked_forward
+
+                return chunked_forward(dep, module.forward)
+            return module.forward
         return dep.forward
 
     def legacy_backward_hooks(self, module: Module, hooks: list) -> list:

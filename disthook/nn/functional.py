@@ -16,6 +16,7 @@ from disthook._dtype import c_type_name, scalar_type_name
 from disthook.autograd import grad_mode
 from disthook.nn import _linear_ops
 from disthook.nn import _unpool as UnpoolOps
+from disthook.ops import activation as ActivationOps
 from disthook.ops import conv as ConvOps
 from disthook.ops import elementwise as E
 from disthook.ops import embedding as EmbeddingOps
@@ -111,7 +112,7 @@ def log_softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3,
 
 def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
     if inplace:
-        return input._inplace(E.LeakyRelu, negative_slope=negative_slope)
+        return input._inplace(ActivationOps.LeakyReluInplace, negative_slope=negative_slope)
     return E.LeakyRelu.apply(input, negative_slope=negative_slope)
 
 
@@ -153,6 +154,12 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
            dilation=1, groups: int = 1) -> Tensor:
     """2-d convolution of ``(N, C_in, H, W)`` (or unbatched ``(C_in, H, W)``) input."""
     return _conv(input, weight, bias, stride, padding, dilation, groups, 2)
+
+
+def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
+           dilation=1, groups: int = 1) -> Tensor:
+    """3-d convolution of ``(N, C_in, D, H, W)`` (or unbatched ``(C_in, D, H, W)``) input."""
+    return _conv(input, weight, bias, stride, padding, dilation, groups, 3)
 
 
 def _conv(input, weight, bias, stride, padding, dilation, groups, dims: int) -> Tensor:
@@ -1000,7 +1007,7 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
                 f"got input with spatial dimensions of {spatial} and scale_factor of shape "
                 f"{scale_factor}. Please provide input tensor in (N, C, d1, d2, ...,dK) format "
                 "and scale_factor in (s1, s2, ...,sK) format.")
-        sizes = [int(math.floor(n * float(s))) for n, s in zip(spatial, scales)]
+        sizes = [math.floor(n * float(s)) for n, s in zip(spatial, scales)]
         if recompute_scale_factor:
             scales = [None] * dims
     else:
@@ -1164,6 +1171,12 @@ def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, 
                      padding=0, output_padding=0, groups: int = 1, dilation=1) -> Tensor:
     return _conv_transpose(input, weight, bias, stride, padding, output_padding, groups,
                            dilation, 2)
+
+
+def conv_transpose3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1,
+                     padding=0, output_padding=0, groups: int = 1, dilation=1) -> Tensor:
+    return _conv_transpose(input, weight, bias, stride, padding, output_padding, groups,
+                           dilation, 3)
 
 
 def _conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation,
@@ -1457,3 +1470,17 @@ def multi_head_attention_forward(query: Tensor, key: Tensor, value: Tensor,
         out = out.squeeze(1)
         weights = weights.squeeze(0) if weights is not None else None
     return out, weights
+
+
+# ---- the families kept in modules of their own (they read the helpers above) ----------------
+
+from disthook.nn._functional.activation import *
+from disthook.nn._functional.dispatch import *
+from disthook.nn._functional.dropout import *
+from disthook.nn._functional.embedding import *
+from disthook.nn._functional.linear import *
+from disthook.nn._functional.loss import *
+from disthook.nn._functional.normalization import *
+from disthook.nn._functional.pooling import *
+from disthook.nn._functional.rearrange import *
+from disthook.nn._functional.sampling import *

@@ -70,3 +70,50 @@ class Buffer(Tensor, metaclass=_BufferMeta):
         t.persistent = persistent
         t._is_buffer = True
         return t
+
+
+# ---- placeholders of lazy modules ------------------------------------------------------------
+
+class UninitializedTensorMixin:
+    """A tensor whose shape a lazy module does not know yet; ``materialize`` gives it one
+    (uninitialised values) and makes it the ordinary class (``cls_to_become``)."""
+
+    cls_to_become: type = Tensor
+
+    def materialize(self, shape, device=None, dtype=None) -> None:
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        self.data = empty(shape, dtype=self.dtype if dtype is None else dtype)
+        self.__class__ = self.cls_to_become
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}>"
+
+
+class UninitializedParameter(UninitializedTensorMixin, Parameter):
+    """The parameter of a lazy module before its first input: ``Parameter`` once sized."""
+
+    cls_to_become = Parameter
+
+    def __new__(cls, requires_grad: bool = True, device=None, dtype=None):
+        return Parameter.__new__(cls, empty(0, dtype=dtype), requires_grad)
+
+    def __init__(self, requires_grad: bool = True, device=None, dtype=None) -> None:
+        pass
+
+
+class UninitializedBuffer(UninitializedTensorMixin, Tensor):
+    """The buffer of a lazy module before its first input: a plain Tensor once sized."""
+
+    cls_to_become = Tensor
+
+    def __new__(cls, requires_grad: bool = False, device=None, dtype=None,
+                persistent: bool = True):
+        t = object.__new__(cls)
+        Tensor._init(t, empty(0, dtype=dtype)._data, None, 0)
+        t.requires_grad = requires_grad
+        t.persistent = persistent
+        return t
+
+    def __init__(self, requires_grad: bool = False, device=None, dtype=None,
+                 persistent: bool = True) -> None:
+        pass

@@ -17,6 +17,16 @@ from disthook.autograd import grad_mode
 from disthook.autograd.graph import Node, _SavedTensor, _sequence, grad_accumulator
 
 
+class RemoteOperand(BaseException):
+    """Raised inside an op's ``forward`` by an input whose value is kept elsewhere (the
+    output of a deployed model's part, on its worker): ``Op.apply`` then hands the op to
+    ``remote_apply`` (set by ``disthook.distributed.remote_values``), which runs it where the
+    value is. A BaseException, so that no op's own ``except Exception`` takes it."""
+
+
+remote_apply = None  # (op class, inputs, params) -> output; installed with the first one
+
+
 class Op(Node):
     """Base of every built-in op. Subclasses define ``forward`` and ``backward``."""
 
@@ -100,6 +110,8 @@ class Op(Node):
         except AttributeError:
             _check_tensors(cls, inputs)
             raise
+        except RemoteOperand:  # an input's value is on a worker: the op runs there
+            return remote_apply(cls, inputs, params)
 
     def _resolve_saved_output(self, outs) -> None:
         out = outs[0] if type(outs) is tuple else outs

@@ -1,15 +1,19 @@
-"""``torch.optim``: SGD, Adam, AdamW, Adadelta, Adagrad, RMSprop, NAdam, RAdam over
-disthook tensors, and learning-rate schedules."""
+"""``torch.optim``: SGD, Adam, AdamW, Adadelta, Adagrad, Adamax, ASGD, RMSprop, Rprop,
+NAdam, RAdam, LBFGS over disthook tensors, and learning-rate schedules."""
 from disthook.optim import lr_scheduler
 from disthook.optim.adadelta import Adadelta
 from disthook.optim.adagrad import Adagrad
 from disthook.optim.adam import Adam
+from disthook.optim.adamax import Adamax
 from disthook.optim.adamw import AdamW
+from disthook.optim.asgd import ASGD
+from disthook.optim.lbfgs import LBFGS
 from disthook.optim.nadam import NAdam
 from disthook.optim.optimizer import Optimizer
 from disthook.optim.radam import RAdam
 from disthook.optim.rmsprop import RMSprop
+from disthook.optim.rprop import Rprop
 from disthook.optim.sgd import SGD
 
-__all__ = ["SGD", "Adadelta", "Adagrad", "Adam", "AdamW", "NAdam", "Optimizer", "RAdam",
-           "RMSprop", "lr_scheduler"]
+__all__ = ["ASGD", "LBFGS", "SGD", "Adadelta", "Adagrad", "Adam", "AdamW", "Adamax", "NAdam", "Optimizer",
+           "RAdam", "RMSprop", "Rprop", "lr_scheduler"]

@@ -1,8 +1,9 @@
 """Learning-rate schedules that rewrite ``group["lr"]`` of an optimizer, as torch's do:
 ``LRScheduler`` (the base: an initial step at construction, ``step``, ``get_last_lr``,
 ``state_dict``), ``StepLR``, ``ExponentialLR``, ``LambdaLR``, ``ConstantLR``, ``LinearLR``,
-``CosineAnnealingLR``, ``OneCycleLR`` (which also cycles momentum), ``SequentialLR`` and
-``ReduceLROnPlateau`` (stepped with a metric)."""
+``CosineAnnealingLR``, ``OneCycleLR`` (which also cycles momentum), ``SequentialLR``,
+``ReduceLROnPlateau`` (stepped with a metric), ``MultiStepLR``, ``MultiplicativeLR``,
+``PolynomialLR``, ``CosineAnnealingWarmRestarts``, ``ChainedScheduler`` and ``CyclicLR``."""
 from __future__ import annotations
 
 import bisect
@@ -11,6 +12,7 @@ import math
 import types
 import warnings
 import weakref
+from collections import Counter
 
 from disthook.optim.optimizer import Optimizer
 
@@ -85,15 +87,20 @@ class LRScheduler:
         raise NotImplementedError
 
     def step(self, epoch: int | None = None) -> None:
-        if self._step_count == 1:
-            if not getattr(self.optimizer.step, "_wrapped_by_lr_sched", False):
-                warnings.warn(_OVERRIDDEN_WARNING, UserWarning, stacklevel=2)
-            elif not getattr(self.optimizer, "_opt_called", False):
-                warnings.warn(_ORDER_WARNING, UserWarning, stacklevel=2)
-        self._step_count += 1
+        self._count_step()
         if epoch is not None:
             warnings.warn(_EPOCH_DEPRECATION, UserWarning, stacklevel=2)
         self._update_lr(epoch)
+
+    def _count_step(self) -> None:
+        """One more step; at the first after construction, torch's warnings when the
+        optimizer did not step before it or its ``step`` was replaced."""
+        if self._step_count == 1:
+            if not getattr(self.optimizer.step, "_wrapped_by_lr_sched", False):
+                warnings.warn(_OVERRIDDEN_WARNING, UserWarning, stacklevel=3)
+            elif not getattr(self.optimizer, "_opt_called", False):
+                warnings.warn(_ORDER_WARNING, UserWarning, stacklevel=3)
+        self._step_count += 1
 
     def _update_lr(self, epoch: int | None = None) -> None:
         """Move to the next epoch (or to ``epoch``, by the closed form where there is one)
@@ -296,7 +303,35 @@ class CosineAnnealingLR(LRScheduler):
                 for base in self.base_lrs]
 
 
-class OneCycleLR(LRScheduler):
+class _CyclesMomentum:
+    """What OneCycleLR and CyclicLR share: momentum (or Adam's beta1) cycling opposite to the
+    learning rate, between each group's ``base_momentum`` and ``max_momentum``."""
+
+    def _start_momentum_cycle(self, optimizer: Optimizer, cycle_momentum: bool, base_momentum,
+                              max_momentum, last_epoch: int) -> None:
+        self.cycle_momentum = cycle_momentum
+        if not cycle_momentum:
+            return
+        if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
+            raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` "
+                             "option enabled")
+        self.use_beta1 = "betas" in optimizer.defaults
+        tops = _per_group("max_momentum", optimizer, max_momentum)
+        bases = _per_group("base_momentum", optimizer, base_momentum)
+        if last_epoch == -1:
+            for top, base, group in zip(tops, bases, optimizer.param_groups):
+                self._set_momentum(group, top)
+                group["max_momentum"] = top
+                group["base_momentum"] = base
+
+    def _set_momentum(self, group: dict, value: float) -> None:
+        if self.use_beta1:
+            group["betas"] = (value, *group["betas"][1:])
+        else:
+            group["momentum"] = value
+
+
+class OneCycleLR(_CyclesMomentum, LRScheduler):
     """The 1cycle policy: learning rate up from ``max_lr / div_factor`` to ``max_lr``, then
     down to ``initial / final_div_factor`` (cosine or linear), momentum the other way; one
     step per batch, ``total_steps`` in all."""
@@ -349,26 +384,9 @@ class OneCycleLR(LRScheduler):
                 group["initial_lr"] = top / div_factor
                 group["max_lr"] = top
                 group["min_lr"] = group["initial_lr"] / final_div_factor
-        self.cycle_momentum = cycle_momentum
-        if cycle_momentum:
-            if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
-                raise ValueError("optimizer must support momentum or beta1 with "
-                                 "`cycle_momentum` option enabled")
-            self.use_beta1 = "betas" in optimizer.defaults
-            tops = _per_group("max_momentum", optimizer, max_momentum)
-            bases = _per_group("base_momentum", optimizer, base_momentum)
-            if last_epoch == -1:
-                for top, base, group in zip(tops, bases, optimizer.param_groups):
-                    self._set_momentum(group, top)
-                    group["max_momentum"] = top
-                    group["base_momentum"] = base
+        self._start_momentum_cycle(optimizer, cycle_momentum, base_momentum, max_momentum,
+                                   last_epoch)
         super().__init__(optimizer, last_epoch)
-
-    def _set_momentum(self, group: dict, value: float) -> None:
-        if self.use_beta1:
-            group["betas"] = (value, *group["betas"][1:])
-        else:
-            group["momentum"] = value
 
     def _anneal(self, start: float, end: float, pct: float) -> float:
         if self._anneal_func_type == "cos":
@@ -409,6 +427,40 @@ def _per_group(name: str, optimizer: Optimizer, value) -> list:
     return [value] * len(optimizer.param_groups)
 
 
+def _check_schedulers(name: str, optimizer: Optimizer, schedulers) -> None:
+    """torch's checks of the schedulers a composite scheduler runs: each has an optimizer,
+    the same one, and none is a ReduceLROnPlateau (it needs a metric)."""
+    for i, scheduler in enumerate(schedulers):
+        if not hasattr(scheduler, "optimizer"):
+            raise TypeError(f"{name} at index {i} should have `optimizer` as its attribute.")
+        if isinstance(scheduler, ReduceLROnPlateau):
+            raise ValueError(  # noqa: TRY004  # torch's type and text
+                f"{name} does not support `ReduceLROnPlateau` scheduler as it requires "
+                "additional kwargs to be specified when calling `step`, but got one at "
+                f"index {i} in the given schedulers sequence.")
+        if optimizer != scheduler.optimizer:
+            raise ValueError(
+                f"{name} expects all schedulers to belong to the same optimizer, but got "
+                f"scheduler {type(scheduler).__name__} at index {i} has "
+                f"{scheduler.optimizer}, which is different from "
+                f"{type(optimizer).__name__}.")
+
+
+def _composite_state_dict(self) -> dict:
+    """A composite scheduler's state: its own, and each of its schedulers' state dict."""
+    state = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_schedulers")}
+    state["_schedulers"] = [s.state_dict() for s in self._schedulers]
+    return state
+
+
+def _composite_load_state_dict(self, state_dict: dict) -> None:
+    schedulers = state_dict.pop("_schedulers")
+    self.__dict__.update(state_dict)
+    state_dict["_schedulers"] = schedulers
+    for scheduler, state in zip(self._schedulers, schedulers):
+        scheduler.load_state_dict(state)
+
+
 class SequentialLR(LRScheduler):
     """Run ``schedulers`` one after another, switching at the epochs in ``milestones``."""
 
@@ -417,21 +469,7 @@ class SequentialLR(LRScheduler):
         name = type(self).__name__
         if len(schedulers) < 1:
             raise ValueError(f"{name} expects at least one scheduler, but got no scheduler.")
-        for i, scheduler in enumerate(schedulers):
-            if not hasattr(scheduler, "optimizer"):
-                raise TypeError(f"{name} at index {i} should have `optimizer` as its "
-                                "attribute.")
-            if isinstance(scheduler, ReduceLROnPlateau):
-                raise ValueError(
-                    f"{name} does not support `ReduceLROnPlateau` scheduler as it requires "
-                    "additional kwargs to be specified when calling `step`, but got one at "
-                    f"index {i} in the given schedulers sequence.")
-            if optimizer != scheduler.optimizer:
-                raise ValueError(
-                    f"{name} expects all schedulers to belong to the same optimizer, but got "
-                    f"scheduler {type(scheduler).__name__} at index {i} has "
-                    f"{scheduler.optimizer}, which is different from "
-                    f"{type(optimizer).__name__}.")
+        _check_schedulers(name, optimizer, schedulers)
         if len(milestones) != len(schedulers) - 1:
             raise ValueError(
                 "Sequential Schedulers expects number of schedulers provided to be one more "
@@ -469,17 +507,8 @@ class SequentialLR(LRScheduler):
             scheduler.step()
         self._last_lr = scheduler.get_last_lr()
 
-    def state_dict(self) -> dict:
-        state = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_schedulers")}
-        state["_schedulers"] = [s.state_dict() for s in self._schedulers]
-        return state
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        schedulers = state_dict.pop("_schedulers")
-        self.__dict__.update(state_dict)
-        state_dict["_schedulers"] = schedulers
-        for scheduler, state in zip(self._schedulers, schedulers):
-            scheduler.load_state_dict(state)
+    state_dict = _composite_state_dict
+    load_state_dict = _composite_load_state_dict
 
 
 class ReduceLROnPlateau(LRScheduler):
@@ -581,3 +610,212 @@ class ReduceLROnPlateau(LRScheduler):
     def load_state_dict(self, state_dict: dict) -> None:
         self.__dict__.update(state_dict)
         self._init_is_better(self.mode, self.threshold, self.threshold_mode)
+
+
+class MultiStepLR(LRScheduler):
+    """Multiply each group's learning rate by ``gamma`` at each milestone epoch (a milestone
+    listed twice multiplies twice)."""
+
+    def __init__(self, optimizer: Optimizer, milestones, gamma: float = 0.1,
+                 last_epoch: int = -1) -> None:
+        self.milestones = Counter(milestones)
+        self.gamma = gamma
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list:
+        self._warn_if_called_outside_step()
+        times = self.milestones.get(self.last_epoch, 0)
+        return [lr * self.gamma ** times for lr in self._lrs()]
+
+    def _get_closed_form_lr(self) -> list:
+        passed = bisect.bisect_right(sorted(self.milestones.elements()), self.last_epoch)
+        return [base * self.gamma ** passed for base in self.base_lrs]
+
+
+class MultiplicativeLR(LambdaLR):
+    """Multiply each group's learning rate by ``lr_lambda(epoch)`` every epoch after the
+    first."""
+
+    def get_lr(self) -> list:
+        self._warn_if_called_outside_step()
+        if self.last_epoch > 0:
+            return [lr * fn(self.last_epoch) for fn, lr in zip(self.lr_lambdas, self._lrs())]
+        return self._lrs()
+
+
+class PolynomialLR(LRScheduler):
+    """Decay the learning rates to zero over ``total_iters`` epochs along
+    ``(1 - epoch / total_iters) ** power``."""
+
+    def __init__(self, optimizer: Optimizer, total_iters: int = 5, power: float = 1.0,
+                 last_epoch: int = -1) -> None:
+        self.total_iters = total_iters
+        self.power = power
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list:
+        self._warn_if_called_outside_step()
+        t, total = self.last_epoch, self.total_iters
+        if t == 0 or t > total:
+            return self._lrs()
+        factor = ((1.0 - t / total) / (1.0 - (t - 1) / total)) ** self.power
+        return [lr * factor for lr in self._lrs()]
+
+    def _get_closed_form_lr(self) -> list:
+        left = 1.0 - min(self.total_iters, self.last_epoch) / self.total_iters
+        return [base * left ** self.power for base in self.base_lrs]
+
+
+class CosineAnnealingWarmRestarts(LRScheduler):
+    """Cosine annealing from each group's initial learning rate to ``eta_min`` over ``T_0``
+    epochs, then again over ``T_0 * T_mult``, ... (SGDR). ``step(epoch)`` takes fractional
+    epochs, for stepping per batch."""
+
+    def __init__(self, optimizer: Optimizer, T_0: int, T_mult: int = 1,
+                 eta_min: float = 0.0, last_epoch: int = -1) -> None:
+        if T_0 <= 0 or not isinstance(T_0, int):
+            raise ValueError(f"Expected positive integer T_0, but got {T_0}")
+        if T_mult < 1 or not isinstance(T_mult, int):
+            raise ValueError(f"Expected integer T_mult >= 1, but got {T_mult}")
+        if not isinstance(eta_min, (float, int)):
+            raise ValueError(  # noqa: TRY004  # torch's type and text
+                f"Expected float or int eta_min, but got {eta_min} of type "
+                f"{type(eta_min).__name__}")
+        self.T_0, self.T_i, self.T_mult, self.eta_min = T_0, T_0, T_mult, eta_min
+        self.T_cur = last_epoch
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list:
+        self._warn_if_called_outside_step()
+        return [self.eta_min + (base - self.eta_min)
+                * (1 + math.cos(math.pi * self.T_cur / self.T_i)) / 2
+                for base in self.base_lrs]
+
+    def step(self, epoch=None) -> None:
+        self._count_step()
+        if epoch is None and self.last_epoch < 0:
+            epoch = 0
+        if epoch is None:
+            epoch = self.last_epoch + 1
+            self.T_cur += 1
+            if self.T_cur >= self.T_i:
+                self.T_cur -= self.T_i
+                self.T_i *= self.T_mult
+        else:
+            if epoch < 0:
+                raise ValueError(f"Expected non-negative epoch, but got {epoch}")
+            if epoch >= self.T_0:
+                if self.T_mult == 1:
+                    self.T_cur = epoch % self.T_0
+                else:
+                    n = int(math.log(epoch / self.T_0 * (self.T_mult - 1) + 1, self.T_mult))
+                    self.T_cur = epoch - self.T_0 * (self.T_mult ** n - 1) / (self.T_mult - 1)
+                    self.T_i = self.T_0 * self.T_mult ** n
+            else:
+                self.T_i = self.T_0
+                self.T_cur = epoch
+        self.last_epoch = math.floor(epoch)
+        self._get_lr_called_within_step = True
+        try:
+            values = self.get_lr()
+        finally:
+            self._get_lr_called_within_step = False
+        for group, lr in zip(self.optimizer.param_groups, values):
+            group["lr"] = lr
+        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+
+
+class ChainedScheduler(LRScheduler):
+    """Step every one of ``schedulers`` at each step, in order (their effects compose)."""
+
+    def __init__(self, schedulers, optimizer: Optimizer | None = None) -> None:
+        if len(schedulers) < 1:
+            raise ValueError(f"{type(self).__name__} expects at least one scheduler to be "
+                             "chained, but got no scheduler.")
+        optimizer = optimizer or schedulers[0].optimizer
+        _check_schedulers(type(self).__name__, optimizer, schedulers)
+        self._schedulers = list(schedulers)
+        self.optimizer = optimizer
+        self._last_lr = self._lrs()
+
+    def step(self) -> None:
+        for scheduler in self._schedulers:
+            scheduler.step()
+        self._last_lr = self._lrs()
+
+    state_dict = _composite_state_dict
+    load_state_dict = _composite_load_state_dict
+
+
+class CyclicLR(_CyclesMomentum, LRScheduler):
+    """Cycle each group's learning rate between ``base_lr`` and ``max_lr`` (``step`` once per
+    batch): up over ``step_size_up`` steps, down over ``step_size_down``, the amplitude scaled
+    by ``mode`` ("triangular", "triangular2", "exp_range") or ``scale_fn``; momentum (or Adam's
+    beta1) cycles the other way between ``max_momentum`` and ``base_momentum``."""
+
+    def __init__(self, optimizer: Optimizer, base_lr, max_lr, step_size_up: int = 2000,
+                 step_size_down: int | None = None, mode: str = "triangular",
+                 gamma: float = 1.0, scale_fn=None, scale_mode: str = "cycle",
+                 cycle_momentum: bool = True, base_momentum=0.8, max_momentum=0.9,
+                 last_epoch: int = -1) -> None:
+        base_lrs = _per_group("base_lr", optimizer, base_lr)
+        if last_epoch == -1:
+            for lr, group in zip(base_lrs, optimizer.param_groups):
+                group["lr"] = lr
+        self.max_lrs = _per_group("max_lr", optimizer, max_lr)
+        up = float(step_size_up)
+        down = float(step_size_down) if step_size_down is not None else up
+        self.total_size = up + down
+        self.step_ratio = up / self.total_size
+        if mode not in ("triangular", "triangular2", "exp_range") and scale_fn is None:
+            raise ValueError("mode is invalid and scale_fn is None")
+        self.mode, self.gamma = mode, gamma
+        self._scale_fn_custom = scale_fn
+        self.scale_mode = scale_mode if scale_fn is not None else (
+            "iterations" if mode == "exp_range" else "cycle")
+        self._start_momentum_cycle(optimizer, cycle_momentum, base_momentum, max_momentum,
+                                   last_epoch)
+        if cycle_momentum:
+            self.base_momentums = [g["base_momentum"] for g in optimizer.param_groups]
+            self.max_momentums = [g["max_momentum"] for g in optimizer.param_groups]
+        super().__init__(optimizer, last_epoch)
+        self.base_lrs = base_lrs
+
+    def scale_fn(self, x) -> float:
+        if self._scale_fn_custom is not None:
+            return self._scale_fn_custom(x)
+        if self.mode == "triangular":
+            return 1.0
+        if self.mode == "triangular2":
+            return 1 / (2.0 ** (x - 1))
+        return self.gamma ** x
+
+    def get_lr(self) -> list:
+        self._warn_if_called_outside_step()
+        cycle = math.floor(1 + self.last_epoch / self.total_size)
+        x = 1.0 + self.last_epoch / self.total_size - cycle
+        if x <= self.step_ratio:
+            factor = x / self.step_ratio
+        else:
+            factor = (x - 1) / (self.step_ratio - 1)
+        scale = self.scale_fn(cycle if self.scale_mode == "cycle" else self.last_epoch)
+        lrs = [base + (high - base) * factor * scale
+               for base, high in zip(self.base_lrs, self.max_lrs)]
+        if self.cycle_momentum:
+            for group, low, high in zip(self.optimizer.param_groups, self.base_momentums,
+                                        self.max_momentums):
+                self._set_momentum(group, high - (high - low) * factor * scale)
+        return lrs
+
+    def state_dict(self) -> dict:
+        """As the base, with a plain-function ``scale_fn`` left out (as torch)."""
+        state = super().state_dict()
+        if isinstance(state.get("_scale_fn_custom"), types.FunctionType):
+            state["_scale_fn_custom"] = None
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        custom = self._scale_fn_custom
+        super().load_state_dict(state_dict)
+        if self._scale_fn_custom is None:
+            self._scale_fn_custom = custom

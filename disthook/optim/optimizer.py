@@ -45,9 +45,14 @@ def _typename(obj) -> str:
 
 
 def _step_with_hooks(step):
-    """Wrap a subclass's ``step``: pre-hooks may replace (args, kwargs); post-hooks follow."""
+    """Wrap a subclass's ``step``: pre-hooks may replace (args, kwargs); post-hooks follow.
+
+    An instance that ``Optimizer.__init__`` never ran on (a wrapper of another optimizer, as
+    opacus' DPOptimizer) has no hooks: its ``step`` runs as written, as torch leaves it."""
     @functools.wraps(step)
     def wrapper(self, *args, **kwargs):
+        if "_optimizer_step_pre_hooks" not in getattr(self, "__dict__", ()):
+            return step(self, *args, **kwargs)
         for hook in list(self._optimizer_step_pre_hooks.values()):
             result = hook(self, args, kwargs)
             if result is not None:
@@ -141,6 +146,13 @@ class Optimizer:
         return text + ")"
 
     # ---- parameter groups -------------------------------------------------------------------
+    def __setstate__(self, state: dict) -> None:
+        """An unpickled optimizer (torch pickles only defaults, state and param_groups):
+        hook tables it was saved without start empty, as torch's do."""
+        self.__dict__.update(state)
+        for name in ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks"):
+            self.__dict__.setdefault(name, OrderedDict())
+
     def add_param_group(self, param_group: dict) -> None:
         """Add a group; hyperparameters it does not set come from ``defaults``."""
         if not isinstance(param_group, dict):

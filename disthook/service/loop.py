@@ -11,6 +11,7 @@ on SIGTERM/SIGINT, or when the process that started it dies (``parent_pid``).
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
 import os
 import signal
@@ -31,6 +32,12 @@ from disthook.service.security import (
 )
 
 __all__ = ["LOG_LEVELS", "PeerLog", "Service", "bind_endpoint"]
+
+# a reply to a peer whose connection is not up yet (or again) is kept and sent again at every
+# tick for this long: a client that just connected to the last stage of a model may get its
+# answer from there before its own connection to that worker has finished its handshake
+UNROUTABLE_KEEP_S = 30.0
+UNROUTABLE_KEPT = 256  # replies kept that way at most
 
 
 def bind_endpoint(sock: zmq.Socket, address: str) -> str:
@@ -60,6 +67,9 @@ class Service:
                  watch_disconnects: bool = False):
         self.ctx = zmq.Context()
         self.name = name or f"{self.role}-{socket.gethostname()}-{os.getpid()}"
+        # how its log lines name this process: "worker w2", "coordinator"
+        self.label = (self.name if self.name.startswith(self.role)
+                      else f"{self.role} {self.name}")
         self.log = logging.getLogger(f"disthook.{self.role}")
         self.keys = keys
         self.router = self.ctx.socket(zmq.ROUTER)
@@ -72,7 +82,7 @@ class Service:
         events = zmq.EVENT_DISCONNECTED if watch_disconnects else 0  # see on_disconnected
         if keys is not None:  # encrypted, and only authorized keys get in
             keys.serve(self.router)
-            self._auth = keys.guard(self.ctx, self.log, self.name)
+            self._auth = keys.guard(self.ctx, self.log, self.label)
             # a peer without keys never reaches the key check: its handshake fails; log it
             # (refused keys are logged by the key check itself)
             events |= HANDSHAKE_FAILURES & ~zmq.EVENT_HANDSHAKE_FAILED_AUTH
@@ -84,11 +94,14 @@ class Service:
         except BaseException:  # a bad or busy address: leave no socket or thread behind
             self.close()
             raise
-        warn_if_exposed(self.address, keys, self.log, self.name)
+        warn_if_exposed(self.address, keys, self.log, self.label)
         self.parent_pid = parent_pid
         self.poller.register(self.router, zmq.POLLIN)
-        self.peer_log = PeerLog(self.log)
+        self.peer_log = PeerLog(self.log, name=self.peer_name)
+        self._peer_numbers: dict[bytes, str] = {}  # see peer_name
+        self._next_peer_number = itertools.count(1)
         self._running = False
+        self._unsent: list[tuple] = []  # (since, socket, peer, frames) of unroutable replies
 
     # ---- the loop ---------------------------------------------------------------------------
     def serve_forever(self) -> None:
@@ -112,7 +125,7 @@ class Service:
 
     def stop(self, reason: str = "asked to") -> None:
         if self._running:
-            self.log.info("%s stopping: %s", self.name, reason)
+            self.log.info("%s stopping: %s", self.label, reason)
         self._running = False
 
     def close(self) -> None:
@@ -124,7 +137,22 @@ class Service:
         self.ctx.destroy(linger=200)  # let the last replies and shutdown notices go out
 
     def tick(self) -> None:
-        """Called between messages, at least every ``tick_interval`` seconds."""
+        """Called between messages, at least every ``tick_interval`` seconds: replies that
+        found no route are tried again (subclasses call this too)."""
+        if self._unsent:
+            self.send_unsent()
+
+    def send_unsent(self) -> None:
+        """Try the replies kept for peers that had no route yet once more; those kept for
+        ``UNROUTABLE_KEEP_S`` go, with a warning."""
+        now = time.monotonic()
+        pending, self._unsent = self._unsent, []
+        for since, sock, to, frames in pending:
+            if now - since > UNROUTABLE_KEEP_S:
+                self.log.warning("%s: dropped a reply to %s: no connection from it for %g s",
+                                 self.label, self.peer_name(to), UNROUTABLE_KEEP_S)
+            elif not sock.closed:
+                self._send(sock, to, frames, since)
 
     # ---- requests ----------------------------------------------------------------------------
     def on_socket(self, sock: zmq.Socket) -> None:
@@ -149,10 +177,20 @@ class Service:
                 continue
             why = refusal_reason(event)
             if why is not None:
-                self.log.warning("%s: refused a connection: %s", self.name, why)
+                self.log.warning("%s: refused a connection: %s", self.label, why)
 
     def on_disconnected(self, fd: int) -> None:
         """A peer's connection (file descriptor ``fd``) closed; with ``watch_disconnects``."""
+
+    def peer_name(self, identity: bytes) -> str:
+        """A peer as the logs name it, never by its identity (bytes the peer chose, often
+        binary): ``peer <n>`` in order of first sight; roles that know more say more."""
+        name = self._peer_numbers.get(identity)
+        if name is None:
+            if len(self._peer_numbers) >= 4096:  # a bound: the oldest names go first
+                del self._peer_numbers[next(iter(self._peer_numbers))]
+            name = self._peer_numbers[identity] = f"peer {next(self._next_peer_number)}"
+        return name
 
     def handle(self, sender: bytes, frames: list, sock: zmq.Socket) -> None:
         """Decode one request from ``sender``, run its handler, send the reply."""
@@ -161,8 +199,8 @@ class Service:
         except Exception as exc:
             if not isinstance(exc, wire.WireError):  # the codec's own slip: say which
                 exc = wire.WireError(f"malformed message: {type(exc).__name__}: {exc}")
-            self.peer_log.warning(sender, "%s: malformed message from %r: %s", self.name,
-                                  sender, exc)
+            self.peer_log.warning(sender, "%s: malformed message from %s: %s", self.label,
+                                  self.peer_name(sender), exc)
             self.reply(sock, sender, 0, "error", error_fields(exc, worker=self.name))
             return
         handler = getattr(self, f"on_{msg.type}", None)
@@ -173,7 +211,7 @@ class Service:
         try:
             result = handler(msg, sender)
         except Exception as exc:
-            self.log.debug("%s: %s failed", self.name, msg.type, exc_info=True)
+            self.log.debug("%s: %s failed", self.label, msg.type, exc_info=True)
             self.reply(sock, sender, msg.req, "error", self.error_reply(exc), ctx=msg.ctx)
             return
         if result is not NO_REPLY:
@@ -198,10 +236,22 @@ class Service:
             frames = wire.encode(msg_type, fields, req=req, ctx=ctx)
         except wire.WireError as exc:  # a handler returned something unsendable
             frames = wire.encode("error", error_fields(exc, worker=self.name), req=req, ctx=ctx)
+        self._send(sock, to, frames)
+
+    def _send(self, sock: zmq.Socket, to: bytes, frames: list, since: float | None = None):
         try:
             sock.send_multipart([to, *frames], copy=False)
-        except zmq.ZMQError as exc:  # the peer went away meanwhile (as at shutdown)
-            self.log.debug("%s: cannot reply to %r: %s", self.name, to, exc)
+        except zmq.ZMQError as exc:
+            # no route to the peer: its connection has not finished its handshake yet (or
+            # it went away): kept and tried again at each tick, never dropped at once
+            if exc.errno == zmq.EHOSTUNREACH and len(self._unsent) < UNROUTABLE_KEPT:
+                if since is None:
+                    self.log.info("%s: no route to %s yet; its reply is kept and sent again",
+                                  self.label, self.peer_name(to))
+                self._unsent.append((time.monotonic() if since is None else since, sock,
+                                     to, frames))
+                return
+            self.log.debug("%s: cannot reply to %s: %s", self.label, self.peer_name(to), exc)
 
 
 def recv_now(sock: zmq.Socket):
@@ -220,8 +270,10 @@ class PeerLog:
     of malformed messages must not fill the log)."""
 
     def __init__(self, log: logging.Logger, burst: int = 10, window_s: float = 60.0,
-                 clock=time.monotonic, peers_kept: int = 4096):
+                 clock=time.monotonic, peers_kept: int = 4096, name=None):
         self.log, self.burst, self.window_s, self.clock = log, burst, window_s, clock
+        # how a line names a peer (a service's peer_name: its identity is bytes it chose)
+        self.name = name or (lambda peer: f"peer {peer!r}")
         self.peers_kept = peers_kept
         self._seen: dict[bytes, list] = {}  # peer -> [window start, lines, left out]
 
@@ -231,8 +283,8 @@ class PeerLog:
         seen = self._seen.get(peer)
         if seen is None or now - seen[0] >= self.window_s:
             if seen is not None and seen[2]:
-                self.log.warning("(%d more such warnings about peer %r left out)", seen[2],
-                                 peer)
+                self.log.warning("(%d more such warnings about %s left out)", seen[2],
+                                 self.name(peer))
             seen = self._seen[peer] = [now, 0, 0]
             while len(self._seen) > self.peers_kept:
                 del self._seen[next(iter(self._seen))]
@@ -249,7 +301,8 @@ class PeerLog:
     def forget(self, peer: bytes) -> None:
         seen = self._seen.pop(peer, None)
         if seen is not None and seen[2]:
-            self.log.warning("(%d more such warnings about peer %r left out)", seen[2], peer)
+            self.log.warning("(%d more such warnings about %s left out)", seen[2],
+                             self.name(peer))
 
 
 NO_REPLY = object()  # a handler's return value meaning "the reply is sent later, or never"

@@ -37,10 +37,12 @@ def pack(value, tensor=None):
     return {"opaque": type(value).__name__}
 
 
-def unpack(data, make_tensor=None):
+def unpack(data, make_tensor=None, kept=None):
     """The value of wire data; ``make_tensor(array, requires_grad, grad_fn)`` builds each
     tensor, ``grad_fn`` being the name of the node that made it on the sender (or None)
-    (default: a new tensor owning a copy of the array, without history)."""
+    (default: a new tensor owning a copy of the array, without history). ``kept(record)``
+    builds each tensor whose value stayed on a worker (``{"kept": id, ...}``: see
+    ``kept_record``); without it such data is refused."""
     if make_tensor is None:
         make_tensor = _plain_tensor
     if data is None or type(data) in (bool, int, float, str):
@@ -52,14 +54,30 @@ def unpack(data, make_tensor=None):
         if len(data) == 1:
             (tag, payload), = data.items()
             if tag == "tuple" and isinstance(payload, list):
-                return tuple(unpack(v, make_tensor) for v in payload)
+                return tuple(unpack(v, make_tensor, kept) for v in payload)
             if tag == "list" and isinstance(payload, list):
-                return [unpack(v, make_tensor) for v in payload]
+                return [unpack(v, make_tensor, kept) for v in payload]
             if tag == "dict" and isinstance(payload, dict):
-                return {k: unpack(v, make_tensor) for k, v in payload.items()}
+                return {k: unpack(v, make_tensor, kept) for k, v in payload.items()}
             if tag == "opaque":
                 return None
+    if kept is not None and isinstance(data, dict) and isinstance(data.get("kept"), str):
+        return kept(data)
     raise ValueError(f"not a packed hook value: {data!r:.80}")
+
+
+def kept_record(vid: str, t: Tensor, inline_bytes: int = 0) -> dict:
+    """What a worker answers for its tensor ``t`` kept under ``vid`` (its value stays there):
+    shape, dtype, whether it requires grad and the node that made it, and the value itself
+    when it has at most ``inline_bytes`` bytes (a loss: no round trip to read it)."""
+    data = t._data
+    record = {"kept": vid, "shape": list(data.shape), "dtype": data.dtype.str,
+              "strides": list(data.strides), "requires_grad": bool(t._requires_grad)}
+    if t._grad_fn is not None:
+        record["grad_fn"] = type(t._grad_fn).__name__
+    if data.nbytes <= inline_bytes:
+        record["value"] = np.ascontiguousarray(data)
+    return record
 
 
 def tensors_in(value):

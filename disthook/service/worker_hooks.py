@@ -146,7 +146,10 @@ class Captures:
 
     def __init__(self, max_bytes: int = MAX_CAPTURE_BYTES):
         self.buffers: dict[tuple[bytes, str], list] = {}
-        self.held: collections.Counter = collections.Counter()  # client -> bytes held
+        # who a client is counted as (the worker sets it: with keys, its key's name, so
+        # that every connection of one key shares one allowance) -> bytes held
+        self.account = lambda client: client
+        self.held: collections.Counter = collections.Counter()
         self.max_bytes = max_bytes
         self.micro_batch: int | None = None
         self.fired: collections.Counter = collections.Counter()
@@ -155,16 +158,16 @@ class Captures:
         self.added: dict[int, list] = {}
 
     def add(self, client: bytes, name: str, path: str, kind: str, value) -> None:
-        size = _nbytes(value)
-        if self.held[client] + size > self.max_bytes:
+        size, who = _nbytes(value), self.account(client)
+        if self.held[who] + size > self.max_bytes:
             raise RuntimeError(
                 f"capture {name!r} on {path!r}: this client's capture buffers on this worker "
-                f"hold {_size(self.held[client])}, and {_size(size)} more would pass the cap "
+                f"hold {_size(self.held[who])}, and {_size(size)} more would pass the cap "
                 f"of {_size(self.max_bytes)} (--max-capture-mb): fetch them with "
                 "captured(name), which empties them, or remove the hook")
         item = ((time.time_ns(), next(_sequence)), path, kind, self.micro_batch, value)
         self.buffers.setdefault((client, name), []).append(item)
-        self.held[client] += size
+        self.held[who] += size
         job = self.current()
         if job is not None and getattr(job, "spec", None) is not None:
             self.added.setdefault(id(job), []).append(((client, name), item))
@@ -193,13 +196,13 @@ class Captures:
     def forget(self, client: bytes) -> None:
         """Drop every buffer of ``client`` (its connection closed)."""
         for key in [k for k in self.buffers if k[0] == client]:
-            del self.buffers[key]
-        self.held.pop(client, None)
+            self._freed(client, self.buffers.pop(key))
 
     def _freed(self, client: bytes, items) -> None:
-        self.held[client] -= sum(_nbytes(item[4]) for item in items)
-        if self.held[client] <= 0:
-            del self.held[client]
+        who = self.account(client)
+        self.held[who] -= sum(_nbytes(item[4]) for item in items)
+        if self.held[who] <= 0:
+            del self.held[who]
 
 
 def _size(nbytes: int) -> str:

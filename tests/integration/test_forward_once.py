@@ -311,14 +311,32 @@ def test_a_sequential_subclass_keeps_the_chain_path_and_its_micro_batches(cluste
         same(got[1][name], want[1][name])
 
 
-def test_chunks_on_a_custom_class_is_refused_at_deploy(cluster):
-    loaded = forwards(cluster), [w.stages for w in cluster.workers()]
-    with pytest.raises(NotImplementedError, match=(
-            r"chunks=2: Chain.forward is its own, not nn.Sequential's, so it runs on the "
-            r"client as written .* Deploy an nn.Sequential of the steps to pipeline "
-            r"micro-batches, or deploy Chain with chunks=1")):
-        cluster.deploy(Chain(), stages=2, chunks=2)
-    assert (forwards(cluster), [w.stages for w in cluster.workers()]) == loaded
+@STAGES
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_chunks_on_a_custom_class_pipeline_its_micro_batches(cluster, stages, schedule):
+    """(Refused at deploy before micro-batches ran for any model.) A class whose forward is
+    its own takes chunks: train_step runs each micro-batch's forward and backward in the
+    schedule's order, a call joins its micro-batches' outputs; one process's numbers."""
+    torch.manual_seed(0)
+    local = Chain()
+    model = cluster.deploy(copy.deepcopy(local), stages=stages, chunks=3, schedule=schedule)
+    try:
+        got = train_steps(model, nn.CrossEntropyLoss())
+        out = model(chain_data()[0])
+    finally:
+        model.close()
+    assert all(len(step) == 3 for step in got[0])  # one loss per micro-batch
+    x, y = chain_data()
+    opt = torch.optim.SGD(local.parameters(), lr=0.1, momentum=0.9)
+    for step in got[0]:
+        opt.zero_grad()
+        parts = [nn.CrossEntropyLoss()(local(x[i:i + 2]), y[i:i + 2]) for i in (0, 2, 4)]
+        same(step, [p.item() for p in parts])
+        (sum(parts) / 3).backward()
+        opt.step()
+    same(out.detach().numpy(), local(x).detach().numpy())
+    for name, value in weights_of(local).items():
+        same(got[1][name], value)
 
 
 # ---- run_until on a forward that runs here ---------------------------------------------------

@@ -148,3 +148,24 @@ def test_captures_are_per_client(deployed):
             assert other.request("captured", {"name": "acts", "clear": True},
                                  timeout=30)["result"] == []
     assert len(cluster.captured("acts")) == 2  # not emptied by the other client
+
+
+def test_a_client_cannot_announce_calls_or_make_a_worker_keep_versions(deployed):
+    """``pin`` is a neighbour stage's notice, and a forward's ``pins`` count only when a
+    neighbour carries it: a client sending either makes no worker keep weights for it."""
+    cluster, remote, attacker, _ = deployed
+    model = deployment_of(remote)._model_id
+    _, a1 = stage_addresses(cluster, remote)
+    with attacker(a1) as s1:
+        refused(lambda: s1.request("pin", {"model": model, "calls": [
+            ["00" * 8, f"ctx-{i}", None] for i in range(64)]}, timeout=30))
+        waits = s1.request("waits", timeout=30)["result"]  # a diagnosis names no connection
+        assert s1_identity(s1) not in json.dumps(waits)
+        out = s1.request("forward", {
+            "model": model, "stage": 1, "inputs": [np.ones((5, 4), np.float32)],
+            "grad_enabled": False, "reply_to": s1_identity(s1),
+            "pins": [["00" * 8, f"ctx-{i}", None] for i in range(64)]}, timeout=30)
+        assert np.asarray(out["result"]["output"]).shape == (5, 2)  # it ran, as its sender
+        remote.load_state_dict(remote.state_dict())  # a write: nothing kept for those
+        (kept,) = s1.request("waits", timeout=30)["result"]["versions"].values()
+        assert kept == {"forks": 0, "kept": 0, "announced": 0}

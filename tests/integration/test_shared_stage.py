@@ -86,9 +86,30 @@ def test_per_client_limits_refuse_with_what_to_do():
                 remote[0].register_forward_hook(lambda m, a, o: None)
             with Peer(address) as peer:  # the worker's own status: per stage, per client
                 status = peer.request("status", {}, timeout=30)["result"]
-            assert status["limits"] == {"contexts": 2, "hooks": 1}
+            assert status["limits"] == {"contexts": 2, "hooks": 1, "graph_bytes": 1 << 30}
             (stage,) = status["stage_stats"].values()
             assert list(stage["clients"].values()) == [
                 {"contexts": 1, "hooks": 1, "owner": True}]  # kept[1]; the rest dropped
+        finally:
+            cluster.close()
+
+
+def test_the_bytes_of_a_clients_kept_graphs_are_capped_with_what_to_do():
+    import disthook as torch
+    from disthook.distributed import connect
+
+    with worker("--max-graph-mb", "1") as address:
+        cluster = connect(address.coordinator)
+        try:
+            remote = cluster.deploy(nn.Sequential(nn.Linear(64, 64), nn.Tanh()), stages=1)
+            small = remote(torch.randn(256, 64))  # 64 KiB in, 64 KiB out, kept: fits
+            with pytest.raises(RemoteError, match=r"hold 0\.\d MiB, and this call.s \d\.\d MiB more "
+                                                  r"would pass the cap of 1\.0 MiB "
+                                                  r"\(--max-graph-mb\)"):
+                remote(torch.randn(4096, 64))  # 1 MiB in, more saved and out
+            with torch.no_grad():
+                remote(torch.randn(4096, 64))  # keeps no graph
+            small.sum().backward()  # its graph goes; the worker still serves
+            remote(torch.randn(256, 64)).sum().backward()
         finally:
             cluster.close()

@@ -65,6 +65,14 @@ def _train(lib, model, make_optimizer, batches):
 
 
 OPTIMIZERS = {
+    "asgd": lambda t, p: t.optim.ASGD(p, lr=0.05, weight_decay=0.01),
+    "asgd_averaging": lambda t, p: t.optim.ASGD(p, lr=0.05, lambd=0.01, alpha=0.5, t0=2),
+    "adamax": lambda t, p: t.optim.Adamax(p, lr=0.01, weight_decay=0.01),
+    "adamax_maximize": lambda t, p: t.optim.Adamax(p, lr=0.02, betas=(0.8, 0.9),
+                                                   maximize=True),
+    "rprop": lambda t, p: t.optim.Rprop(p, lr=0.01),
+    "rprop_etas": lambda t, p: t.optim.Rprop(p, lr=0.05, etas=(0.3, 1.5),
+                                             step_sizes=(1e-3, 0.2)),
     "sgd": lambda t, p: t.optim.SGD(p, lr=0.1),
     "sgd_momentum": lambda t, p: t.optim.SGD(p, lr=0.1, momentum=0.9),
     "sgd_nesterov": lambda t, p: t.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True),

@@ -1,4 +1,4 @@
-"""``BatchNorm1d`` and ``BatchNorm2d``: per-channel normalisation with running statistics.
+"""``BatchNorm1d``, ``2d``, ``3d`` and ``SyncBatchNorm``: per-channel normalisation with running statistics.
 
 In training the batch's statistics normalise and the running buffers move towards them
 (``momentum``, or a cumulative average when it is None); in eval the running statistics
@@ -16,7 +16,10 @@ from disthook.nn.parameter import Parameter
 from disthook.tensor import Tensor, empty, ones, tensor, zeros
 
 
-class _BatchNorm(Module):
+class _NormBase(Module):
+    """What batch and instance norm share: parameters, running statistics, repr. The two
+    are siblings (an InstanceNorm is no _BatchNorm), as in torch."""
+
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
                  affine: bool = True, track_running_stats: bool = True, device=None,
                  dtype=None, *, bias: bool = True) -> None:
@@ -67,6 +70,8 @@ class _BatchNorm(Module):
                 f"affine={self.affine}, bias={self.bias is not None}, "
                 f"track_running_stats={self.track_running_stats}")
 
+
+class _BatchNorm(_NormBase):
     def forward(self, input: Tensor) -> Tensor:
         self._check_input_dim(input)
         factor = 0.0 if self.momentum is None else self.momentum
@@ -96,3 +101,48 @@ class BatchNorm2d(_BatchNorm):
     def _check_input_dim(self, input: Tensor) -> None:
         if input.ndim != 4:
             raise ValueError(f"expected 4D input (got {input.ndim}D input)")
+
+
+class BatchNorm3d(_BatchNorm):
+    """Over ``(N, C, D, H, W)`` input."""
+
+    def _check_input_dim(self, input: Tensor) -> None:
+        if input.ndim != 5:
+            raise ValueError(f"expected 5D input (got {input.ndim}D input)")
+
+
+class SyncBatchNorm(_BatchNorm):
+    """Batch norm whose statistics torch gathers across the processes of a group. disthook
+    runs one process per model replica, so, as torch's does on CPU without an initialised
+    process group, it normalises by the local batch: exactly ``BatchNorm{1,2,3}d``."""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
+                 affine: bool = True, track_running_stats: bool = True, process_group=None,
+                 device=None, dtype=None) -> None:
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device,
+                         dtype)
+        self.process_group = process_group
+
+    def _check_input_dim(self, input: Tensor) -> None:
+        if input.ndim < 2:
+            raise ValueError(f"expected at least 2D input (got {input.ndim}D input)")
+
+    @classmethod
+    def convert_sync_batchnorm(cls, module: Module, process_group=None) -> Module:
+        """``module`` with every ``BatchNorm*d`` in it replaced by a SyncBatchNorm holding
+        the same parameters and buffers (the same objects) and training flag."""
+        converted = module
+        if isinstance(module, _BatchNorm) and not isinstance(module, SyncBatchNorm) and \
+                type(module).__name__.startswith("BatchNorm"):
+            converted = cls(module.num_features, module.eps, module.momentum, module.affine,
+                            module.track_running_stats, process_group)
+            if module.affine:
+                converted.weight = module.weight
+                converted.bias = module.bias
+            converted.running_mean = module.running_mean
+            converted.running_var = module.running_var
+            converted.num_batches_tracked = module.num_batches_tracked
+            converted.training = module.training
+        for name, child in module.named_children():
+            converted.add_module(name, cls.convert_sync_batchnorm(child, process_group))
+        return converted

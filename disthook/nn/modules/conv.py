@@ -1,4 +1,4 @@
-"""``Conv1d``, ``Conv2d`` and their transposes: torch's arguments, checks, default
+"""``Conv1d``, ``Conv2d``, ``Conv3d`` and their transposes: torch's arguments, checks, default
 initialisation and repr."""
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ class _ConvNd(Module):
         return s
 
     def _conv_forward(self, input: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-        conv = F.conv1d if self.dims == 1 else F.conv2d
+        conv = (F.conv1d, F.conv2d, F.conv3d)[self.dims - 1]
         if self.padding_mode != "zeros":
             padded = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
             return conv(padded, weight, bias, self.stride, 0, self.dilation, self.groups)
@@ -124,6 +124,12 @@ class Conv2d(_ConvNd):
     """2-d convolution over ``(N, C_in, H, W)`` or ``(C_in, H, W)`` input."""
 
     dims = 2
+
+
+class Conv3d(_ConvNd):
+    """3-d convolution over ``(N, C_in, D, H, W)`` or ``(C_in, D, H, W)`` input."""
+
+    dims = 3
 
 
 class _ConvTransposeNd(_ConvNd):
@@ -163,7 +169,7 @@ class _ConvTransposeNd(_ConvNd):
         return tuple(pads)
 
     def forward(self, input: Tensor, output_size=None) -> Tensor:
-        conv = F.conv_transpose1d if self.dims == 1 else F.conv_transpose2d
+        conv = (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)[self.dims - 1]
         return conv(input, self.weight, self.bias, self.stride, self.padding,
                     self._output_padding(input, output_size), self.groups, self.dilation)
 
@@ -178,3 +184,9 @@ class ConvTranspose2d(_ConvTransposeNd):
     """Transposed 2-d convolution over ``(N, C_in, H, W)`` or ``(C_in, H, W)`` input."""
 
     dims = 2
+
+
+class ConvTranspose3d(_ConvTransposeNd):
+    """Transposed 3-d convolution over ``(N, C_in, D, H, W)`` or ``(C_in, D, H, W)`` input."""
+
+    dims = 3

@@ -5,11 +5,11 @@ from __future__ import annotations
 import warnings
 
 from disthook.nn import functional as F
-from disthook.nn.modules.batchnorm import _BatchNorm
+from disthook.nn.modules.batchnorm import _NormBase
 from disthook.tensor import Tensor
 
 
-class _InstanceNorm(_BatchNorm):
+class _InstanceNorm(_NormBase):
     """Built like batch norm (parameters, buffers, repr); torch's defaults differ: no affine
     parameters and no running statistics."""
 
@@ -53,3 +53,9 @@ class InstanceNorm2d(_InstanceNorm):
     """Over ``(N, C, H, W)`` or ``(C, H, W)`` input."""
 
     dims = 2
+
+
+class InstanceNorm3d(_InstanceNorm):
+    """Over ``(N, C, D, H, W)`` or ``(C, D, H, W)`` input."""
+
+    dims = 3

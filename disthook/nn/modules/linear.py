@@ -1,4 +1,4 @@
-"""``Linear`` and ``Identity``."""
+"""``Linear``, ``Bilinear`` and ``Identity``."""
 from __future__ import annotations
 
 import math
@@ -6,7 +6,7 @@ import math
 from disthook.nn import functional as F
 from disthook.nn import init
 from disthook.nn.modules.module import Module
-from disthook.nn.parameter import Parameter
+from disthook.nn.parameter import Parameter, UninitializedParameter
 from disthook.tensor import Tensor, empty
 
 
@@ -63,10 +63,9 @@ class LazyLinear(Linear):
         Module.__init__(self)
         self.in_features = 0
         self.out_features = out_features
-        self._factory = {"dtype": dtype, "device": device}
-        self.weight = Parameter(empty(0, dtype=dtype, device=device))
+        self.weight = UninitializedParameter(dtype=dtype, device=device)
         if bias:
-            self.bias = Parameter(empty(0, dtype=dtype, device=device))
+            self.bias = UninitializedParameter(dtype=dtype, device=device)
         else:
             self.register_parameter("bias", None)
 
@@ -81,13 +80,44 @@ class LazyLinear(Linear):
         """Give the parameters their shapes from ``input``'s last dim, initialise them as
         Linear does and become a Linear."""
         self.in_features = input.shape[-1]
-        self.weight.data = empty((self.out_features, self.in_features), **self._factory)
+        self.weight.materialize((self.out_features, self.in_features))
         if self.bias is not None:
-            self.bias.data = empty(self.out_features, **self._factory)
-        del self._factory
+            self.bias.materialize((self.out_features,))
         self.reset_parameters()
         self.__class__ = Linear
 
     def forward(self, input: Tensor) -> Tensor:
         self.initialize_parameters(input)
         return F.linear(input, self.weight, self.bias)
+
+
+class Bilinear(Module):
+    """``y = x1^T A x2 + b`` with ``A`` of shape ``(out, in1, in2)``; both uniform in
+    +-1/sqrt(in1) at init, as torch's."""
+
+    def __init__(self, in1_features: int, in2_features: int, out_features: int,
+                 bias: bool = True, device=None, dtype=None) -> None:
+        super().__init__()
+        self.in1_features = in1_features
+        self.in2_features = in2_features
+        self.out_features = out_features
+        self.weight = Parameter(empty((out_features, in1_features, in2_features), dtype=dtype,
+                                      device=device))
+        if bias:
+            self.bias = Parameter(empty(out_features, dtype=dtype, device=device))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = 1 / math.sqrt(self.weight.shape[1])
+        init.uniform_(self.weight, -bound, bound)
+        if self.bias is not None:
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input1: Tensor, input2: Tensor) -> Tensor:
+        return F.bilinear(input1, input2, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (f"in1_features={self.in1_features}, in2_features={self.in2_features}, "
+                f"out_features={self.out_features}, bias={self.bias is not None}")

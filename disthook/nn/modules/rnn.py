@@ -105,6 +105,10 @@ class RNNBase(Module):
         for weight in self.parameters():
             init.uniform_(weight, -stdv, stdv)
 
+    def flatten_parameters(self) -> None:
+        """torch packs the weights into one buffer for cuDNN; on the CPU it does nothing, and
+        nor does disthook (programs call it after loading a model)."""
+
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"
         if self.proj_size != 0:
@@ -178,6 +182,10 @@ class RNNBase(Module):
         return x, finals
 
     def forward(self, input: Tensor, hx=None):
+        from disthook.nn.utils.rnn import PackedSequence, run_packed
+
+        if isinstance(input, PackedSequence):
+            return run_packed(self, input, hx)
         batched = self._check_input(input)
         x = input if batched else input.unsqueeze(1)
         if self.batch_first and batched:

@@ -57,6 +57,38 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0,
         return total_norm
 
 
+def get_total_norm(tensors, norm_type: float = 2.0, error_if_nonfinite: bool = False,
+                   foreach: bool | None = None) -> Tensor:
+    """The ``norm_type``-norm of the norms of ``tensors`` (the first half of
+    ``clip_grad_norm_``, over tensors themselves, usually gradients)."""
+    tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
+    norm_type = float(norm_type)
+    with grad_mode.no_grad():
+        if not tensors:
+            return tensor(0.0)
+        total_norm = stack([t.norm(norm_type) for t in tensors]).norm(norm_type)
+    if error_if_nonfinite and not total_norm.isfinite().item():
+        raise RuntimeError(
+            f"The total norm of order {norm_type} for gradients from `parameters` is "
+            "non-finite, so it cannot be clipped. To disable this error and scale the "
+            "gradients by the non-finite norm anyway, set `error_if_nonfinite=False`")
+    return total_norm
+
+
+def clip_grads_with_norm_(parameters, max_norm: float, total_norm: Tensor,
+                          foreach: bool | None = None) -> None:
+    """Scale the gradients by ``max_norm / (total_norm + 1e-6)``, at most 1 (the second half
+    of ``clip_grad_norm_``, with the norm given)."""
+    with grad_mode.no_grad():
+        local, remote = _split(_as_list(parameters))
+        clip_coef = (float(max_norm) / (total_norm + NORM_EPS)).clamp(max=1.0)
+        for p in local:
+            if p.grad is not None:
+                p.grad.mul_(clip_coef)
+        for kind, of_kind in remote.items():
+            kind._scale_grads(of_kind, clip_coef)
+
+
 def clip_grad_norm(parameters, max_norm: float, norm_type: float = 2.0,
                    error_if_nonfinite: bool = False, foreach: bool | None = None) -> Tensor:
     """Deprecated alias of ``clip_grad_norm_``."""

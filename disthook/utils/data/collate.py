@@ -40,19 +40,26 @@ def default_collate(batch):
         return tensor(batch)
     if isinstance(elem, (str, bytes)):
         return batch
+    return collate_container(batch, default_collate)
+
+
+def collate_container(batch, collate_part):
+    """A batch of mappings, named tuples or sequences, each field batched by
+    ``collate_part(list of that field's values)``; torch's TypeError for anything else."""
+    elem = batch[0]
     if isinstance(elem, Mapping):
-        collated = {key: default_collate([d[key] for d in batch]) for key in elem}
+        collated = {key: collate_part([d[key] for d in batch]) for key in elem}
         try:
             return type(elem)(collated)
         except TypeError:
             return collated
     if _is_namedtuple(elem):
-        return type(elem)(*(default_collate(list(samples)) for samples in zip(*batch)))
-    if isinstance(elem, Sequence):
+        return type(elem)(*(collate_part(list(samples)) for samples in zip(*batch)))
+    if isinstance(elem, Sequence) and not isinstance(elem, (str, bytes)):
         size = len(elem)
         if any(len(b) != size for b in batch):
             raise RuntimeError("each element in list of batch should be of equal size")
-        transposed = [default_collate(list(samples)) for samples in zip(*batch)]
+        transposed = [collate_part(list(samples)) for samples in zip(*batch)]
         if isinstance(elem, tuple):
             return transposed
         try:

@@ -8,9 +8,10 @@ has no effect (tensors live in CPU memory). Batches are the same as with workers
 from __future__ import annotations
 
 import warnings
+from typing import Generic
 
 from disthook.utils.data.collate import default_collate, default_convert
-from disthook.utils.data.dataset import IterableDataset
+from disthook.utils.data.dataset import IterableDataset, T_co
 from disthook.utils.data.sampler import BatchSampler, RandomSampler, SequentialSampler
 
 __all__ = ["DataLoader", "get_worker_info"]
@@ -26,7 +27,7 @@ def get_worker_info():
     return None
 
 
-class DataLoader:
+class DataLoader(Generic[T_co]):
     """Iterate over ``dataset`` in batches of ``batch_size`` (``None``: one sample at a
     time), in order or shuffled (``generator`` picks the order), through ``collate_fn``."""
 

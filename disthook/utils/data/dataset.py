@@ -6,13 +6,18 @@ import itertools
 import math
 import warnings
 from collections.abc import Sequence
+from typing import Generic, TypeVar
 
 __all__ = ["ChainDataset", "ConcatDataset", "Dataset", "IterableDataset", "StackDataset",
            "Subset", "TensorDataset", "random_split"]
 
 
-class Dataset:
-    """A map-style dataset: ``dataset[index]`` gives one sample (``__len__`` optional)."""
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Dataset(Generic[T_co]):
+    """A map-style dataset: ``dataset[index]`` gives one sample (``__len__`` optional).
+    Generic, as torch's: ``Dataset[tuple[Tensor, int]]`` is an annotation."""
 
     def __getitem__(self, index):
         raise NotImplementedError("Subclasses of Dataset should implement __getitem__.")
@@ -21,7 +26,7 @@ class Dataset:
         return ConcatDataset([self, other])
 
 
-class IterableDataset(Dataset):
+class IterableDataset(Dataset[T_co]):
     """A dataset read as a stream: ``iter(dataset)`` gives the samples."""
 
     def __iter__(self):
@@ -31,7 +36,7 @@ class IterableDataset(Dataset):
         return ChainDataset([self, other])
 
 
-class TensorDataset(Dataset):
+class TensorDataset(Dataset[tuple]):
     """Sample ``i`` is ``tuple(t[i] for t in tensors)``; the first dimensions must agree."""
 
     def __init__(self, *tensors) -> None:
@@ -46,7 +51,7 @@ class TensorDataset(Dataset):
         return self.tensors[0].size(0)
 
 
-class StackDataset(Dataset):
+class StackDataset(Dataset[T_co]):
     """Samples of several datasets side by side, as a tuple (positional) or dict (keyword)."""
 
     def __init__(self, *args, **kwargs) -> None:
@@ -68,7 +73,7 @@ class StackDataset(Dataset):
         return self._length
 
 
-class ConcatDataset(Dataset):
+class ConcatDataset(Dataset[T_co]):
     """Several map-style datasets one after the other."""
 
     def __init__(self, datasets) -> None:
@@ -93,7 +98,7 @@ class ConcatDataset(Dataset):
         return self.datasets[which][idx - start]
 
 
-class ChainDataset(IterableDataset):
+class ChainDataset(IterableDataset[T_co]):
     """Several iterable datasets one after the other."""
 
     def __init__(self, datasets) -> None:
@@ -109,7 +114,7 @@ class ChainDataset(IterableDataset):
         return sum(len(d) for d in self.datasets)
 
 
-class Subset(Dataset):
+class Subset(Dataset[T_co]):
     """The samples of ``dataset`` at ``indices``, in that order."""
 
     def __init__(self, dataset: Dataset, indices: Sequence[int]) -> None:

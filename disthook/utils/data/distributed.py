@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from disthook.utils.data.sampler import Sampler
+from disthook.utils.data.sampler import Sampler, T_co
 
 __all__ = ["DistributedSampler"]
 
@@ -20,7 +20,7 @@ NO_PROCESS_GROUP_MSG = ("Default process group has not been initialized, please 
                         "to call init_process_group.")
 
 
-class DistributedSampler(Sampler):
+class DistributedSampler(Sampler[T_co]):
     def __init__(self, dataset, num_replicas: int | None = None, rank: int | None = None,
                  shuffle: bool = True, seed: int = 0, drop_last: bool = False) -> None:
         if num_replicas is None or rank is None:

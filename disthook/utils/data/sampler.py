@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sized
+from typing import Generic, TypeVar
 
 __all__ = ["BatchSampler", "RandomSampler", "Sampler", "SequentialSampler",
            "SubsetRandomSampler", "WeightedRandomSampler"]
@@ -17,8 +18,12 @@ def _fresh_generator():
     return Generator().manual_seed(int(gen().integers(0, 2**63 - 1)))
 
 
-class Sampler:
-    """Iterates over dataset indices (or lists of them, for a batch sampler)."""
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Sampler(Generic[T_co]):
+    """Iterates over dataset indices (or lists of them, for a batch sampler). Generic, as
+    torch's: ``Sampler[int]`` is an annotation and a base class."""
 
     def __init__(self, data_source: Sized | None = None) -> None:
         pass
@@ -27,7 +32,7 @@ class Sampler:
         raise NotImplementedError
 
 
-class SequentialSampler(Sampler):
+class SequentialSampler(Sampler[int]):
     """0, 1, ..., len(data_source) - 1."""
 
     def __init__(self, data_source: Sized) -> None:
@@ -40,7 +45,7 @@ class SequentialSampler(Sampler):
         return len(self.data_source)
 
 
-class RandomSampler(Sampler):
+class RandomSampler(Sampler[int]):
     """A random permutation of the indices (or ``num_samples`` drawn with replacement)."""
 
     def __init__(self, data_source: Sized, replacement: bool = False,
@@ -80,7 +85,7 @@ class RandomSampler(Sampler):
         return self.num_samples
 
 
-class SubsetRandomSampler(Sampler):
+class SubsetRandomSampler(Sampler[int]):
     """The given indices in a random order."""
 
     def __init__(self, indices, generator=None) -> None:
@@ -98,7 +103,7 @@ class SubsetRandomSampler(Sampler):
         return len(self.indices)
 
 
-class WeightedRandomSampler(Sampler):
+class WeightedRandomSampler(Sampler[int]):
     """``num_samples`` indices drawn with probabilities proportional to ``weights``."""
 
     def __init__(self, weights, num_samples: int, replacement: bool = True,
@@ -129,7 +134,7 @@ class WeightedRandomSampler(Sampler):
         return self.num_samples
 
 
-class BatchSampler(Sampler):
+class BatchSampler(Sampler[list]):
     """Groups the indices of ``sampler`` into lists of ``batch_size``."""
 
     def __init__(self, sampler: Sampler | Iterable, batch_size: int, drop_last: bool) -> None:

@@ -1,0 +1,73 @@
+"""Which torch names make no sense on disthook's dense CPU tensors, and why.
+
+The coverage table lists them as "not applicable" with the reason, and a program that uses one
+gets the reason in its NotImplementedError. A rule is a regular expression searched in the
+lower-cased name (its last part); the first that matches gives the reason.
+"""
+from __future__ import annotations
+
+import re
+
+_PART = r"(?:^|_)({})(?:_|$|\d)"  # a whole underscore-separated part of the name
+
+RULES: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), why) for p, why in (
+    (r"cuda|cudnn|cudart|nccl|cublas|cufft|cusparse|pin_memory|is_pinned|gpu",
+     "it needs a CUDA GPU; disthook computes on the CPU"),
+    (_PART.format("mps|xpu|hpu|mtia|ipu|xla|hip|vulkan|metal|maia|privateuse1|openreg"),
+     "it needs an accelerator device; disthook computes on the CPU"),
+    ((r"sparse|(^|_)(coo|csr|csc|bsr|bsc)(_|$)|^to_dense$|^coalesce$|^is_coalesced$|"
+      r"^indices$|^values$|^crow_indices$|^ccol_indices$|^row_indices$|^col_indices$|"
+      r"^dense_dim$|^_nnz$|^smm$|^sspaddmm$|^hspmm$|^saddmm$|^spmm$"),
+     "sparse layouts are not modelled: disthook tensors are dense numpy arrays"),
+    ((r"quantiz|(^|_)q(int|uint|scheme|_scale|_zero_point|_per_channel)|^quint|int_repr|"
+      r"per_channel|per_tensor|fbgemm|qnnpack|^dequantize"),
+     "quantized tensors (integers with a scale and zero point) are not modelled"),
+    (r"mkldnn|onednn|mkl(_|$)",
+     "oneDNN (MKL-DNN) tensors are a layout of Intel's CPU library, not modelled"),
+    (r"(^|_)nested(_|$)|jagged",
+     "nested (ragged) tensors are not modelled: every disthook tensor is rectangular"),
+    ((r"^float8|^float4|^bits\d|^u?int[1-7]$|^complex(32|64|128)?$|^chalf$|^cfloat$|"
+      r"^cdouble$|^view_as_(real|complex)$|^polar$|^imag$|^conj_physical_?$"),
+     "complex and sub-byte/float8 dtypes are not modelled (float16/32/64, ints and bool are)"),
+))
+
+# names whose refusal can say exactly what to use instead
+HINTS = {
+    "torch.nn.parallel.DistributedDataParallel":
+        "disthook spreads one model over worker processes by stages: "
+        "disthook.distributed.deploy(model, ...)",
+    "torch.nn.DistributedDataParallel":
+        "disthook spreads one model over worker processes by stages: "
+        "disthook.distributed.deploy(model, ...)",
+    "torch.distributed.init_process_group":
+        "disthook has no process groups; it spreads one model over workers with "
+        "disthook.distributed.deploy(model, ...)",
+    "torch.onnx": "disthook records no graph to export; load the state dict into the same "
+                  "model in PyTorch (torch.save(model.state_dict(), path)) and export there",
+    "torch.export": "disthook records no graph to export; load the state dict into the same "
+                    "model in PyTorch (torch.save(model.state_dict(), path)) and export there",
+    "torch.fx": "disthook has no symbolic tracer; run the module itself, or trace the same "
+                "model in PyTorch",
+    "torch.jit": "disthook has no TorchScript; torch.jit.script and trace give back the model, "
+                 "run eagerly, and its state dict saves with torch.save(model.state_dict())",
+    "torch.distributions": "disthook.distributions provides Normal, Categorical and Bernoulli "
+                           "(log_prob, sample, rsample for Normal, entropy, mean, variance)",
+}
+
+
+def hint(name: str) -> str | None:
+    """What to use instead of torch's ``name``: its own hint, else its namespace's."""
+    while name:
+        if name in HINTS:
+            return HINTS[name]
+        name = name.rpartition(".")[0]
+    return None
+
+
+def not_applicable(name: str) -> str | None:
+    """Why torch's ``name`` (dotted) has no meaning here, or None when it has one."""
+    last = name.rsplit(".", 1)[-1].lower()
+    for pattern, why in RULES:
+        if pattern.search(last):
+            return why
+    return None

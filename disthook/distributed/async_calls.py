@@ -1,0 +1,110 @@
+"""Calls that do not wait: a placed part's call, an op on kept values, or a call's backward
+returns at once when what it answers can be known beforehand, and the program goes on while
+the worker computes. The workers run a client's requests in the order they were sent, so
+the values the call keeps can be used by the next request at once; the answer comes later
+(``_Hub.send_async``), and a failure is raised by the next request the program waits for.
+
+What the answer will be is learnt: the first call of a part (or op) with given arguments'
+shapes, dtypes and flags waits, and its answer's form is kept (``Forms``): the output's
+structure and each tensor's shape, dtype, layout and ``requires_grad``, whether the call
+drew random numbers, and for a backward which input gradients came. A later call with the
+same key goes without waiting; its answer is checked against the form when it comes, and a
+difference fails the program's next waited request, saying so (never a silent difference).
+
+A call waits as before whenever its timing could show: client hooks on the deployment (they
+run in the call), a call that draws from the client's random stream (dropout in training:
+the stream comes back with the answer), ``run_until``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from disthook.tensor import Tensor
+
+__all__ = ["Forms", "call_key", "may_go_on"]
+
+
+class Forms:
+    """Answers' forms by call key (at most ``limit``; the oldest go first)."""
+
+    def __init__(self, limit: int = 4096):
+        self.limit = limit
+        self.forms: dict = {}
+
+    def get(self, key):
+        return self.forms.get(key)
+
+    def put(self, key, form) -> None:
+        self.forms[key] = form
+        while len(self.forms) > self.limit:
+            del self.forms[next(iter(self.forms))]
+
+
+def may_go_on(model) -> bool:
+    """Whether a call of ``model`` may return before its answer: no client hooks (they run
+    in the call, and their effects must be there when it returns), no run_until."""
+    hub = model._hub
+    return not hub.hooks and model.__dict__.get("_stop_at") is None and not hub.lost
+
+
+def call_key(*parts, args=None) -> tuple:
+    """A hashable key of a call: ``parts`` and each argument's form (a tensor by shape,
+    dtype and flags; plain values as they are)."""
+    return (_freeze(parts), _freeze(args))
+
+
+def _freeze(value):
+    if isinstance(value, Tensor):
+        data = value._data  # a kept value's metadata only (see remote_values._how_read)
+        return ("t", data.shape, data.dtype.str, bool(value._requires_grad))
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(_freeze(v) for v in value))
+    if isinstance(value, dict):
+        return ("d", tuple((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, np.ndarray):
+        return ("a", value.shape, value.dtype.str, hash(value.tobytes()))
+    if isinstance(value, np.generic):
+        return ("s", value.item())
+    if isinstance(value, slice):
+        return ("sl", _freeze(value.start), _freeze(value.stop), _freeze(value.step))
+    return ("o", repr(value))
+
+
+def form_of(output_data) -> object:
+    """The form of a packed answer: each kept tensor's record without its id and value."""
+    if isinstance(output_data, dict):
+        if isinstance(output_data.get("kept"), str):
+            return {k: v for k, v in output_data.items() if k not in ("kept", "value")}
+        return {k: form_of(v) for k, v in output_data.items()}
+    if isinstance(output_data, list):
+        return [form_of(v) for v in output_data]
+    return output_data
+
+
+def with_ids(form, prefix: str, counter: list | None = None):
+    """The packed answer a form predicts for a call whose kept values are ``<prefix>.<i>``."""
+    counter = [0] if counter is None else counter
+    if isinstance(form, dict):
+        if "shape" in form and "dtype" in form and "requires_grad" in form:
+            record = dict(form, kept=f"{prefix}.{counter[0]}")
+            counter[0] += 1
+            return record
+        return {k: with_ids(v, prefix, counter) for k, v in form.items()}
+    if isinstance(form, list):
+        return [with_ids(v, prefix, counter) for v in form]
+    return form
+
+
+def differs(form, output_data) -> str | None:
+    """What in an answer differs from the form it was predicted by (None: nothing)."""
+    got = form_of(output_data)
+    if got == form:
+        return None
+    return f"expected {_short(form)}, got {_short(got)}"
+
+
+def _short(form) -> str:
+    text = repr(form)
+    return text if len(text) <= 300 else text[:300] + "..."

@@ -1,0 +1,155 @@
+"""Micro-batches for a model whose forward runs on the client (any model that is not a chain
+of stages: every transformer). With ``chunks=m`` each call cuts its batch along dim 0 into
+``m`` micro-batches and runs the model's forward on each in turn; since the placed parts'
+calls do not wait (``async_calls``), the program issues micro-batch 1 while the first worker
+still computes micro-batch 0, and the stages work side by side as a pipeline. The outputs are
+joined along dim 0. ``train_step`` issues each micro-batch's forward and backward in the
+order of the model's schedule (GPipe: all forwards, then the backwards; 1F1B: after the
+pipeline fills, one backward per forward), which is the order each worker runs them in.
+
+Hooks fire once per micro-batch, as in torch's pipelining, and modules that look at the whole
+batch (batch norm) see one micro-batch at a time.
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from disthook.autograd import grad_mode
+from disthook.distributed.placement import micro_batch_sizes
+from disthook.tensor import Tensor
+
+if TYPE_CHECKING:
+    from disthook.distributed.deployment import Deployment
+
+__all__ = ["chunked_forward", "issue_order", "train_step"]
+
+
+def chunked_forward(model: Deployment, forward):
+    """``forward`` run once per micro-batch of its call, the outputs joined along dim 0."""
+    def run(*args, **kwargs):
+        rows = _rows(args, kwargs)
+        m = min(model._chunks, rows or 1)
+        if m <= 1:
+            return forward(*args, **kwargs)
+        sizes = micro_batch_sizes(rows, m)
+        outs = [forward(*_part(args, rows, sizes, i), **_part(kwargs, rows, sizes, i))
+                for i in range(m)]
+        return _join(outs, rows, f"{type(model._local).__name__}.forward", m)
+
+    return run
+
+
+def _rows(args, kwargs) -> int | None:
+    """The batch size: dim 0 of the first tensor argument."""
+    for value in (*args, *kwargs.values()):
+        for t in _tensors(value):
+            if t.dim() > 0:
+                return t.shape[0]
+    return None
+
+
+def _tensors(value):
+    if isinstance(value, Tensor):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _tensors(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _tensors(v)
+
+
+def _part(value, rows: int, sizes: list[int], i: int):
+    """Micro-batch ``i`` of ``value``: tensors with ``rows`` rows cut, the rest as they are."""
+    if isinstance(value, Tensor):
+        if value.dim() > 0 and value.shape[0] == rows:
+            start = sum(sizes[:i])
+            return value[start:start + sizes[i]]
+        return value
+    if isinstance(value, tuple):
+        return tuple(_part(v, rows, sizes, i) for v in value)
+    if isinstance(value, list):
+        return [_part(v, rows, sizes, i) for v in value]
+    if isinstance(value, dict):
+        return {k: _part(v, rows, sizes, i) for k, v in value.items()}
+    return value
+
+
+def _join(outs: list, rows: int, what: str, m: int):
+    first = outs[0]
+    if isinstance(first, Tensor):
+        if first.dim() == 0 or sum(o.shape[0] for o in outs) != rows:
+            raise RuntimeError(
+                f"with chunks={m} the output of {what} must keep the batch dimension (its "
+                f"micro-batches' outputs are joined along dim 0); it returned a tensor of "
+                f"shape {list(first.shape)} for a micro-batch. Return per-row outputs (the "
+                "loss outside the model: train_step(x, target, loss_fn)), or deploy with "
+                "chunks=1")
+        from disthook import cat
+
+        return cat(outs, 0)
+    if isinstance(first, (tuple, list)):
+        joined = [_join([o[k] for o in outs], rows, what, m) for k in range(len(first))]
+        return type(first)(joined) if isinstance(first, tuple) else joined
+    if isinstance(first, dict):
+        return {k: _join([o[k] for o in outs], rows, what, m) for k in first}
+    if all(o == first for o in outs):
+        return first
+    raise RuntimeError(f"with chunks={m}, {what} returned {first!r} for one micro-batch and "
+                       f"something else for another: its output cannot be joined")
+
+
+def issue_order(schedule: str, stages: int, m: int) -> list[tuple[str, int]]:
+    """The order the client issues micro-batch forwards ("F") and backwards ("B") in: the
+    order the first stage runs them in under ``schedule`` (a zero-bubble schedule's split
+    backward is the workers' own, in a chain: here its micro-batches go in 1F1B's order)."""
+    if schedule == "gpipe":
+        return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
+    warm = min(stages - 1, m)  # 1F1B: the pipeline fills, then one backward per forward
+    order = [("F", i) for i in range(warm)]
+    for i in range(m - warm):
+        order += [("F", warm + i), ("B", i)]
+    return order + [("B", i) for i in range(m - warm, m)]
+
+
+def train_step(model: Deployment, x: Tensor, target: Tensor, loss_fn,
+               scale_grads: bool = True) -> Tensor:
+    """``Deployment.train_step`` of a model whose forward runs here: per micro-batch the
+    forward (the model's own, its parts on their workers), ``loss_fn(output, target)`` and
+    the backward, issued in the schedule's order without waiting; with ``scale_grads`` each
+    micro-batch's loss weighted by its share of the rows. Returns the micro-batch losses."""
+    if not callable(loss_fn):
+        raise TypeError(f"train_step(): loss_fn must be callable, got {loss_fn!r}")
+    rows = len(x)
+    m = min(model._chunks, rows)
+    sizes = micro_batch_sizes(rows, m)
+    starts = np.cumsum([0, *sizes])
+    losses: list = [None] * m
+    started = time.perf_counter()
+    with grad_mode.enable_grad():
+        for kind, i in issue_order(model._schedule, len(model._addresses), m):
+            if kind == "F":
+                rows_i = slice(int(starts[i]), int(starts[i + 1]))
+                loss = loss_fn(model._local(x[rows_i]), target[rows_i])
+                if not isinstance(loss, Tensor) or loss.numel() != 1:
+                    raise RuntimeError(
+                        "train_step(): loss_fn must return a Tensor of one element to "
+                        f"differentiate, got {type(loss).__name__}"
+                        f"{' of shape ' + str(tuple(loss.shape)) if isinstance(loss, Tensor) else ''}")
+                losses[i] = loss
+            else:
+                loss = losses[i]
+                (loss * (sizes[i] / rows) if scale_grads and m > 1 else loss).backward()
+                losses[i] = loss.detach()
+    from disthook import stack
+
+    out = stack([t.reshape(()) for t in losses]).detach()
+    values = np.array(out.numpy(), np.float32)  # one read: every call ends before it
+    wall = time.perf_counter() - started
+    # the stages' compute time and memory are not measured apart when the forward runs here
+    object.__setattr__(model, "step_stats", [{"busy": None, "wall": wall, "peak_rss": None}
+                                             for _ in model._addresses])
+    return Tensor._make(values, None, 0)

@@ -1,0 +1,353 @@
+"""``RemoteValue``: a tensor whose value stays on the worker that computed it.
+
+The output of a placed part called by code running on the client (``glue.call_placed``) is
+kept by the part's worker; the client holds a ``RemoteValue``, a ``Tensor`` that knows its
+shape and dtype (its slot ``_data`` holds a one-element broadcast array of them) and where its
+value is. Passing it to a part placed on the same worker uses the value there; on another
+worker, that worker takes it from its peer directly (``send_value``), never through the
+client. An op of the engine applied to it on the client (a residual add, a ``view``, a loss)
+runs on its worker too (``remote_apply``), so a forward written for one process keeps its
+activations where they are computed. Gradients follow the same rule in backward: a placed
+call's backward keeps its input gradients on the worker, and the next node takes them from
+there.
+
+What needs the value here gets it, fetched once and cached (read-only): printing, ``.item()``,
+``.numpy()``, a hook that reads it, an op whose other operands are on another deployment. An
+in-place change makes the tensor an ordinary local one first (its value fetched). The worker
+frees the value when the last client tensor holding it goes (``drop_values``).
+
+How a read of ``_data`` is told apart, without a cost for local tensors: only a
+``RemoteValue`` runs this property. A read whose next instruction takes only metadata
+(``t._data.shape``, ``.dtype``, ``.ndim``, ``.size``, ``.itemsize``, ``.nbytes``) gets the
+metadata array; a read by an op's ``forward`` inside ``Op.apply`` raises ``RemoteOperand``,
+and ``Op.apply`` sends the op to the worker; every other read fetches the value.
+"""
+from __future__ import annotations
+
+import dis
+import sys
+import threading
+import weakref
+
+import numpy as np
+
+from disthook import _dtype
+from disthook.ops import base as ops_base
+from disthook.ops import shape as S
+from disthook.service import op_calls
+from disthook.tensor import Tensor, _can_view
+
+__all__ = ["RemoteValue", "make_remote", "pack_args", "remote_apply"]
+
+_SLOT_DATA = Tensor.__dict__["_data"]
+# what a read may take of the array a RemoteValue holds here: its metadata, never a value
+_META_ATTRS = frozenset({"shape", "dtype", "ndim", "size", "itemsize", "nbytes", "strides",
+                         "flags"})
+_META, _VALUE, _OP = 0, 1, 2
+
+
+class _Local(threading.local):
+    fetching = 0  # > 0: an op that cannot run remotely reads its operands here
+
+
+_local = _Local()
+
+
+class _Ref:
+    """Where one kept value is: its deployment, the worker that computed it, its id there,
+    and the workers a copy was sent to. The value is dropped on all of them when the last
+    client tensor holding this goes."""
+
+    __slots__ = ("__weakref__", "address", "copies", "holders", "model", "value", "vid")
+
+    def __init__(self, model, address: str, vid: str, value: np.ndarray | None = None):
+        self.model, self.address, self.vid = model, address, vid
+        self.copies: set[str] = {address}
+        self.value = value  # the fetched array (read-only), once fetched
+        self.holders = weakref.WeakSet()  # the client tensors standing for it (detach())
+        weakref.finalize(self, model._hub.drop_values, self.copies, vid)
+
+    def fetch(self) -> np.ndarray:
+        if self.value is None:
+            hub = self.model._hub
+            hub.settle()  # the call that makes it may be in flight (and carry it, if small)
+        if self.value is None:
+            reply = hub.request(self.address, "fetch", {"values": [self.vid]},
+                                what=f"reading a value of {self.model._class_name} kept on "
+                                     "its worker")
+            (arr,) = reply["result"]["values"]
+            arr = np.asarray(arr)
+            arr.flags.writeable = False
+            self.value = arr
+        return self.value
+
+    def at(self, address: str) -> dict:
+        """How a request to the worker at ``address`` names the value: by its id, with a
+        copy sent there first if it has none (worker to worker: in request order, after the
+        call that made it; ``from_peer``: the request waits for it)."""
+        if address in self.copies:
+            return {"ref": self.vid}
+        self.model._hub.send_value(self.address, self.vid, address)
+        self.copies.add(address)
+        return {"ref": self.vid, "from_peer": True}
+
+
+class RemoteValue(Tensor):
+    """A tensor whose value is kept on a worker (see the module's doc)."""
+
+    __slots__ = ()
+
+    @property
+    def _data(self) -> np.ndarray:
+        ref = self.__dict__["_ref"]
+        if ref.value is not None:
+            return ref.value
+        how = _how_read(sys._getframe(1))
+        if how == _META:
+            return _SLOT_DATA.__get__(self)
+        if how == _OP and not _local.fetching:
+            raise ops_base.RemoteOperand
+        return ref.fetch()
+
+    @_data.setter
+    def _data(self, value: np.ndarray) -> None:
+        self._localize(value)
+
+    @property
+    def is_remote(self) -> bool:
+        """Whether the value is still only on the worker (not fetched here)."""
+        return self.__dict__["_ref"].value is None
+
+    def _localize(self, value: np.ndarray | None = None) -> None:
+        """Become an ordinary local tensor (before an in-place change): the value, fetched
+        and copied (or ``value``), is its own memory from now on."""
+        ref = self.__dict__["_ref"]
+        others = [weakref.ref(t) for t in ref.holders if t is not self]
+        for other in (self.__dict__.get("_view_base"), *self.__dict__.get("_views", ()),
+                      *others):
+            t = other() if other is not None else None
+            if t is not None and type(t) is RemoteValue:
+                raise RuntimeError(
+                    "an in-place change of a tensor kept on a worker that shares its memory "
+                    "with another tensor kept there (one is a view or a detach() of the other, "
+                    "made by view/reshape/transpose/indexing/detach): the other would not see "
+                    "the change. "
+                    "clone() the tensor before changing it in place")
+        arr = np.array(ref.fetch() if value is None else value)
+        self.__class__ = Tensor
+        _SLOT_DATA.__set__(self, arr)
+        for name in ("_ref", "_views", "_view_base"):
+            self.__dict__.pop(name, None)
+
+    def view(self, *shape):
+        if self.__dict__["_ref"].value is None and not (
+                len(shape) == 1 and isinstance(shape[0], _dtype.dtype)):
+            shape = self._shape_arg(shape)
+            if _can_view(_SLOT_DATA.__get__(self), shape):  # its layout on the worker
+                return S.View.apply(self, shape=shape)
+        return Tensor.view(self, *shape)
+
+    def reshape(self, *shape):
+        if self.__dict__["_ref"].value is None:
+            shape = self._shape_arg(shape)
+            if _can_view(_SLOT_DATA.__get__(self), shape):
+                return S.View.apply(self, shape=shape)
+        return Tensor.reshape(self, *shape)
+
+    def detach(self) -> Tensor:
+        """The same kept value, without history (no copy, no round trip)."""
+        return make_remote(self.__dict__["_ref"], _SLOT_DATA.__get__(self), None, 0)
+
+    def __deepcopy__(self, memo):
+        copied = Tensor._make(np.array(self.__dict__["_ref"].fetch()), None, 0)
+        copied._requires_grad = self._requires_grad and self._grad_fn is None
+        memo[id(self)] = copied
+        return copied
+
+    def __reduce_ex__(self, protocol):
+        """Pickled as a local tensor with the value (fetched)."""
+        import copy
+
+        return copy.deepcopy(self).__reduce_ex__(protocol)
+
+
+def make_remote(ref: _Ref, meta: np.ndarray, node, output_nr: int) -> RemoteValue:
+    t = ops_base._new(RemoteValue)
+    _SLOT_DATA.__set__(t, meta)
+    t._requires_grad = node is not None
+    t._grad_fn = node
+    t._output_nr = output_nr
+    t._vc = [0]
+    t.__dict__["_ref"] = ref
+    ref.holders.add(t)
+    return t
+
+
+def meta_array(dtype: np.dtype, shape: tuple, strides: tuple | None) -> np.ndarray:
+    """An array with the shape, dtype and strides (layout flags) of a value kept elsewhere,
+    over one element of memory: only its metadata may be read (see ``_how_read``)."""
+    base = np.zeros(1, dtype)
+    if strides is None or 0 in shape:
+        return np.broadcast_to(base.reshape(()), shape)
+    return np.lib.stride_tricks.as_strided(base, shape, strides, writeable=False)
+
+
+def from_record(model, address: str, record: dict, node, output_nr: int) -> RemoteValue:
+    """The client's tensor for a value a worker describes (``values.kept_record``)."""
+    dtype = np.dtype(record["dtype"])
+    strides = record.get("strides")
+    meta = meta_array(dtype, tuple(record["shape"]),
+                      None if strides is None else tuple(strides))
+    value = record.get("value")
+    if value is not None:
+        value = np.asarray(value, dtype).reshape(meta.shape)
+        value.flags.writeable = False
+    return make_remote(_Ref(model, address, record["kept"], value), meta, node, output_nr)
+
+
+# ---- packing the arguments of a call ----------------------------------------------------
+
+def pack_args(value, address: str):
+    """``values.pack`` for a call to the worker at ``address``: a kept value by its id
+    (sent there from its worker first when it is elsewhere), every other tensor by value."""
+    from disthook.service.values import pack
+
+    def tensor(t: Tensor):
+        if type(t) is RemoteValue:
+            return {**t.__dict__["_ref"].at(address), "requires_grad": bool(t._requires_grad)}
+        return pack(t)
+
+    return pack(value, tensor)
+
+
+def grad_data(g: Tensor | None, address: str):
+    """A gradient for a backward request to ``address``: None, an array, or a kept value by
+    its id."""
+    if g is None:
+        return None
+    if type(g) is RemoteValue:
+        return g.__dict__["_ref"].at(address)
+    return g._data
+
+
+# ---- ops on kept values ---------------------------------------------------------------------
+
+def remote_apply(cls, inputs: tuple, params: dict):
+    """``cls.apply(*inputs, **params)`` where an input's value is kept on a worker: on that
+    worker (the one keeping the most of the op's input bytes, when several do), as one call;
+    here, with the values fetched, when the op cannot go there (its operands belong to
+    different deployments, a parameter is not plain data)."""
+    refs = [t.__dict__["_ref"] for t in inputs if type(t) is RemoteValue]
+    model = refs[0].model
+    if any(r.model is not model for r in refs) or model.__dict__.get("_hub") is None:
+        return _here(cls, inputs, params)
+    try:
+        encoded = op_calls.encode_params(params)
+    except op_calls.Unsendable:
+        return _here(cls, inputs, params)
+    sizes: dict[str, int] = {}
+    for t in inputs:
+        if type(t) is RemoteValue:
+            ref = t.__dict__["_ref"]
+            sizes[ref.address] = sizes.get(ref.address, 0) + _SLOT_DATA.__get__(t).nbytes
+    address = max(sizes, key=sizes.get)
+    from disthook.distributed.glue import call_remote
+
+    out = call_remote(model, address, list(inputs), {}, op=op_calls.op_name(cls),
+                      params=encoded, what=f"{cls.__name__} on a value kept on a worker")
+    if cls.view and type(inputs[0]) is RemoteValue:  # see RemoteValue._localize
+        base = inputs[0]
+        views = base.__dict__.setdefault("_views", [])
+        for o in (out if isinstance(out, tuple) else (out,)):
+            if type(o) is RemoteValue:
+                o.__dict__["_view_base"] = weakref.ref(base)
+                views.append(weakref.ref(o))
+    return out
+
+
+def _here(cls, inputs: tuple, params: dict):
+    _local.fetching += 1
+    try:
+        return cls.apply(*inputs, **params)
+    finally:
+        _local.fetching -= 1
+
+
+ops_base.remote_apply = remote_apply
+
+
+# ---- what a read of _data is for ----------------------------------------------------------
+
+_read_kinds: dict[tuple, int] = {}  # (code, instruction offset) -> _META or _VALUE
+_forward_codes: set = set()
+# the callers of an op's forward that take RemoteOperand (and send the op to the worker)
+_DISPATCHERS = frozenset({ops_base.Op.__dict__["apply"].__func__.__code__,
+                          Tensor._binary.__code__})
+_OPS_DIR = ops_base.__file__.rsplit("/", 1)[0]
+
+
+def _how_read(frame) -> int:
+    key = (frame.f_code, frame.f_lasti)
+    kind = _read_kinds.get(key)
+    if kind is None:
+        kind = _read_kinds[key] = _read_kind(*key)
+    if kind == _META:
+        return _META
+    return _OP if _in_op_forward(frame) else _VALUE
+
+
+def _read_kind(code, offset: int) -> int:
+    """_META when the instruction after the ``_data`` load at ``offset`` loads one of the
+    metadata attributes, or stores it in a local variable of which the code only ever loads
+    metadata attributes; else _VALUE."""
+    instructions = list(dis.get_instructions(code))
+    for i, ins in enumerate(instructions[:-1]):
+        if ins.offset == offset:
+            nxt = instructions[i + 1]
+            if nxt.opname == "LOAD_ATTR" and nxt.argval in _META_ATTRS:
+                return _META
+            if nxt.opname == "STORE_FAST" and _only_metadata_of(instructions, nxt.argval):
+                return _META
+            break
+    return _VALUE
+
+
+def _only_metadata_of(instructions: list, name: str) -> bool:
+    """Whether every load of local ``name`` is followed by a load of a metadata attribute
+    (and nothing else stores to it)."""
+    stores = 0
+    for i, ins in enumerate(instructions):
+        if ins.argval != name:
+            continue
+        if ins.opname == "STORE_FAST":
+            stores += 1
+        elif ins.opname == "LOAD_FAST" or ins.opname.startswith("LOAD_FAST"):
+            nxt = instructions[i + 1] if i + 1 < len(instructions) else None
+            if nxt is None or nxt.opname != "LOAD_ATTR" or nxt.argval not in _META_ATTRS:
+                return False
+        elif ins.opname in ("DELETE_FAST", "LOAD_CLOSURE", "LOAD_DEREF", "STORE_DEREF"):
+            return False
+    return stores == 1
+
+
+def _in_op_forward(frame) -> bool:
+    """Whether ``frame`` is an op's ``forward`` called by ``Op.apply`` (or a helper of the
+    ops package called from one): its inputs may be refused, and the op sent elsewhere."""
+    f = frame
+    for _ in range(3):
+        if f is None:
+            return False
+        code = f.f_code
+        if code.co_name == "forward":
+            if code not in _forward_codes:
+                _forward_codes.update(
+                    c.__dict__["forward"].__func__.__code__
+                    for c in op_calls._all_ops().values()
+                    if isinstance(c.__dict__.get("forward"), (staticmethod, classmethod)))
+            if code in _forward_codes:
+                return f.f_back is not None and f.f_back.f_code in _DISPATCHERS
+        if not code.co_filename.startswith(_OPS_DIR):
+            return False
+        f = f.f_back
+    return False
+

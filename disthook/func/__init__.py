@@ -1,0 +1,296 @@
+"""``torch.func``: function transforms on disthook's reverse-mode engine.
+
+``grad``, ``grad_and_value``, ``vjp``, ``jvp``, ``jacrev``, ``jacfwd``, ``hessian``, ``vmap``
+and ``functional_call`` take and give what torch's do, and compose (``grad(grad(f))``,
+``jacrev(jacrev(f))``, ``vmap(grad(f))``). Two differences in how, not in what: there is no
+forward mode, so ``jvp`` and ``jacfwd`` are computed with reverse passes (the same values); and
+``vmap`` calls the function once per index of the mapped dimension and stacks the results (the
+same values as torch's batched rules, at the cost of a Python loop; random ops draw per
+sample, as torch's ``randomness="different"``).
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from disthook.autograd import functional as _F
+from disthook.autograd import grad as _autograd_grad
+from disthook.autograd.grad_mode import enable_grad
+from disthook.tensor import Tensor, stack, tensor
+
+__all__ = ["functional_call", "grad", "grad_and_value", "hessian", "jacfwd", "jacrev", "jvp",
+           "vjp", "vmap"]
+
+
+# ---- pytrees (tuples, lists, dicts of tensors) -------------------------------------------------
+
+def _leaves(tree) -> list:
+    if isinstance(tree, (tuple, list)):
+        return [leaf for item in tree for leaf in _leaves(item)]
+    if isinstance(tree, dict):
+        return [leaf for item in tree.values() for leaf in _leaves(item)]
+    return [tree]
+
+
+def _rebuild(tree, leaves):
+    """``tree`` with its leaves replaced, in order, from the iterator ``leaves``."""
+    if isinstance(tree, (tuple, list)):
+        items = [_rebuild(item, leaves) for item in tree]
+        if isinstance(tree, tuple) and hasattr(tree, "_fields"):
+            return type(tree)(*items)
+        return type(tree)(items)
+    if isinstance(tree, dict):
+        return type(tree)((k, _rebuild(v, leaves)) for k, v in tree.items())
+    return next(leaves)
+
+
+def _map(fn, tree):
+    return _rebuild(tree, iter([fn(leaf) for leaf in _leaves(tree)]))
+
+
+# ---- grad ---------------------------------------------------------------------------------------
+
+def _argnums(argnums, nargs: int, fn_name: str) -> tuple[tuple, bool]:
+    single = isinstance(argnums, int)
+    nums = (argnums,) if single else tuple(argnums)
+    if not nums or not all(isinstance(n, int) for n in nums):
+        raise RuntimeError(f"{fn_name}: argnums must be int or Tuple[int, ...], got: {argnums}")
+    for n in nums:
+        if not -nargs <= n < nargs:
+            raise RuntimeError(f"Got argnums={n}, but only {nargs} positional inputs")
+    return tuple(n % nargs for n in nums), single
+
+
+def _variable(x):
+    """What to differentiate with respect to: a view when an outer transform (or the caller)
+    tracks ``x`` (so results stay differentiable), else a fresh leaf."""
+    if not isinstance(x, Tensor):
+        return x
+    return x.view_as(x) if x.requires_grad else x.detach().requires_grad_(True)
+
+
+def _split_aux(result, has_aux: bool, fn_name: str):
+    if not has_aux:
+        return result, None
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise RuntimeError(f"{fn_name}(f, ...)(*args): output of function f should be a tuple: "
+                           "(output, aux) if has_aux is True")
+    return result
+
+
+def grad_and_value(func, argnums=0, has_aux: bool = False):
+    """``f -> (x -> (df/dx, f(x)))`` for ``f`` giving one scalar tensor (and aux)."""
+    def wrapper(*args, **kwargs):
+        nums, single = _argnums(argnums, len(args), "grad_and_value")
+        args = list(args)
+        nested = any(leaf.requires_grad for n in nums for leaf in _leaves(args[n])
+                     if isinstance(leaf, Tensor))
+        for n in nums:
+            args[n] = _map(_variable, args[n])
+        with enable_grad():
+            output, aux = _split_aux(func(*args, **kwargs), has_aux, "grad_and_value")
+        if not isinstance(output, Tensor):
+            raise RuntimeError(  # noqa: TRY004  # torch's type and text
+                f"grad_and_value(f)(*args): Expected f(*args) to return a Tensor, got "
+                f"{type(output)}")
+        if output.numel() != 1:
+            raise RuntimeError("grad_and_value(f)(*args): Expected f(*args) to return a scalar "
+                               f"Tensor, got tensor with {output.dim()} dims. Maybe you wanted "
+                               "to use the vjp or jacrev APIs instead?")
+        wrt = [leaf for n in nums for leaf in _leaves(args[n])]
+        grads = _autograd_grad(output, wrt, retain_graph=nested, create_graph=nested,
+                               allow_unused=True) if output.requires_grad else [None] * len(wrt)
+        grads = iter([(g if g is not None else x.new_zeros(x.shape)) if nested else
+                      (g.detach() if g is not None else x.new_zeros(x.shape))
+                      for g, x in zip(grads, wrt)])
+        per_arg = tuple(_rebuild(args[n], grads) for n in nums)
+        result = per_arg[0] if single else per_arg
+        value = output if nested else output.detach()
+        return (result, (value, aux)) if has_aux else (result, value)
+
+    return wrapper
+
+
+def grad(func, argnums=0, has_aux: bool = False):
+    """``f -> (x -> df/dx)`` for ``f`` giving one scalar tensor; ``(grad, aux)`` with aux."""
+    both = grad_and_value(func, argnums, has_aux)
+
+    def wrapper(*args, **kwargs):
+        result, value = both(*args, **kwargs)
+        return (result, value[1]) if has_aux else result
+
+    return wrapper
+
+
+# ---- vjp, jvp, Jacobians --------------------------------------------------------------------
+
+def vjp(func, *primals, has_aux: bool = False):
+    """``(func(*primals), vjp_fn[, aux])``; ``vjp_fn(cotangents)`` gives one gradient per
+    primal, as a tuple."""
+    nested = any(isinstance(p, Tensor) and p.requires_grad for p in _leaves(primals))
+    variables = tuple(_map(_variable, p) for p in primals)
+    with enable_grad():
+        output, aux = _split_aux(func(*variables), has_aux, "vjp")
+    outs = _leaves(output)
+
+    def vjp_fn(cotangents, *, retain_graph=True, create_graph=None):
+        seeds = _leaves(cotangents)
+        if len(seeds) != len(outs):
+            raise RuntimeError("Expected pytree structure of cotangents to be the same as "
+                               "pytree structure of outputs to the function")
+        deep = nested if create_graph is None else create_graph
+        wrt = _leaves(variables)
+        live = [(o, s) for o, s in zip(outs, seeds) if o.requires_grad]
+        grads = _autograd_grad([o for o, _ in live], wrt, [s for _, s in live],
+                               retain_graph=retain_graph, create_graph=deep,
+                               allow_unused=True) if live else [None] * len(wrt)
+        grads = iter([(g if deep else g.detach()) if g is not None else x.new_zeros(x.shape)
+                      for g, x in zip(grads, wrt)])
+        return tuple(_rebuild(p, grads) for p in variables)
+
+    shown = output if nested else _map(lambda t: t.detach(), output)
+    return (shown, vjp_fn, aux) if has_aux else (shown, vjp_fn)
+
+
+def jvp(func, primals, tangents, *, strict: bool = False, has_aux: bool = False):
+    """``(func(*primals), J tangents)``, computed with two reverse passes."""
+    if not isinstance(primals, tuple) or not isinstance(tangents, tuple):
+        raise RuntimeError(  # noqa: TRY004  # torch's type and text
+            "jvp(f, primals, tangents): Expected primals and tangents to be tuples. E.g. it "
+            "should be valid to call f(*primals).")
+    aux_box = []
+
+    def plain(*xs):
+        out, aux = _split_aux(func(*xs), has_aux, "jvp")
+        aux_box.append(aux)
+        return out
+
+    nested = any(p.requires_grad for p in primals)
+    output, product = _F.jvp(plain, primals, tangents, create_graph=nested, strict=strict)
+    return (output, product, aux_box[0]) if has_aux else (output, product)
+
+
+def jacrev(func, argnums=0, *, has_aux: bool = False, chunk_size=None):
+    """``f -> (x -> J)``: for each output, a tensor of shape output.shape + input.shape (per
+    argnum a tuple when argnums is a tuple)."""
+    def wrapper(*args):
+        nums, single = _argnums(argnums, len(args), "jacrev")
+        aux_box = []
+
+        def of_chosen(*chosen):
+            full = list(args)
+            for n, value in zip(nums, chosen):
+                full[n] = value
+            out, aux = _split_aux(func(*full), has_aux, "jacrev")
+            aux_box.append(aux)
+            return out
+
+        nested = any(args[n].requires_grad for n in nums)
+        chosen = tuple(args[n] for n in nums)
+        jac = _F.jacobian(of_chosen, chosen, create_graph=nested)
+        if single:
+            jac = jac[0] if isinstance(jac[0], Tensor) else tuple(j[0] for j in jac)
+        return (jac, aux_box[0]) if has_aux else jac
+
+    return wrapper
+
+
+def jacfwd(func, argnums=0, has_aux: bool = False, *, randomness: str = "error"):
+    """The same Jacobian as ``jacrev`` (disthook has no forward mode)."""
+    return jacrev(func, argnums, has_aux=has_aux)
+
+
+def hessian(func, argnums=0):
+    """``f -> (x -> d2f/dx2)``: the Jacobian of the Jacobian."""
+    return jacfwd(jacrev(func, argnums), argnums)
+
+
+# ---- vmap ---------------------------------------------------------------------------------------
+
+def vmap(func, in_dims=0, out_dims=0, randomness: str = "error", *, chunk_size=None):
+    """``func`` over a batch: called per index of each mapped input's ``in_dims`` dimension,
+    its outputs stacked along ``out_dims``."""
+    def wrapper(*args, **kwargs):
+        dims = in_dims if isinstance(in_dims, tuple) else (in_dims,) * len(args)
+        if len(dims) != len(args):
+            raise ValueError(f"vmap(f, in_dims={in_dims}, ...)(<inputs>): in_dims is not "
+                             f"compatible with the structure of `inputs`. in_dims has "
+                             f"{len(dims)} entries but inputs has {len(args)}.")
+        mapped = [(leaf, d) for arg, d in zip(args, dims) if d is not None
+                  for leaf in _leaves(arg) if isinstance(leaf, Tensor)]
+        if not mapped:
+            raise ValueError(f"vmap(f, in_dims={in_dims}, ...)(<inputs>): at least one input "
+                             "must be a Tensor mapped over (in_dims not None)")
+        sizes = sorted({leaf.shape[d] for leaf, d in mapped})
+        if len(sizes) != 1:
+            raise ValueError(f"vmap(f, in_dims={in_dims}, ...)(<inputs>): Expected all tensors "
+                             f"to have the same size in the mapped dimension, got sizes "
+                             f"{sizes} for the mapped dimension")
+        results = []
+        for i in range(sizes[0]):
+            sliced = [arg if d is None else
+                      _map(lambda t, d=d, i=i: t.select(d, i) if isinstance(t, Tensor) else t,
+                           arg)
+                      for arg, d in zip(args, dims)]
+            results.append(func(*sliced, **kwargs))
+        columns = list(zip(*[_leaves(r) for r in results]))
+        outs = out_dims if isinstance(out_dims, tuple) else (out_dims,) * len(columns)
+        stacked = [stack([c if isinstance(c, Tensor) else tensor(c) for c in col], dim=d)
+                   for col, d in zip(columns, outs)]
+        return _rebuild(results[0], iter(stacked))
+
+    return wrapper
+
+
+# ---- functional_call ----------------------------------------------------------------------------
+
+@contextmanager
+def _swapped(module, tensors: dict, strict: bool):
+    """Each ``name -> tensor`` put in place of the module's parameter or buffer of that name
+    (the module's own objects come back afterwards, whatever happens)."""
+    known = dict(module.named_parameters(remove_duplicate=False))
+    known.update(module.named_buffers(remove_duplicate=False))
+    unexpected = [k for k in tensors if k not in known]
+    missing = [k for k in known if k not in tensors]
+    if strict and (unexpected or missing):
+        parts = []
+        if unexpected:
+            parts.append("Unexpected key(s): " + ", ".join(f"'{k}'" for k in unexpected) + ".")
+        if missing:
+            parts.append("Missing key(s): " + ", ".join(f"'{k}'" for k in missing) + ".")
+        raise RuntimeError("Error(s) in reparametrizing for "
+                           f"{type(module).__name__}:\n\t" + "\n\t".join(parts))
+    saved = []
+    try:
+        for name, value in tensors.items():
+            owner_path, _, leaf = name.rpartition(".")
+            owner = module.get_submodule(owner_path) if owner_path else module
+            table = owner._parameters if leaf in owner._parameters else (
+                owner._buffers if leaf in owner._buffers else None)
+            if table is None:
+                raise AttributeError(f"{type(owner).__name__} has no parameter or buffer "
+                                     f"named '{leaf}' (functional_call key '{name}')")
+            saved.append((table, leaf, table[leaf]))
+            table[leaf] = value
+        yield
+    finally:
+        for table, leaf, original in reversed(saved):
+            table[leaf] = original
+
+
+def functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None, *,
+                    tie_weights: bool = True, strict: bool = False):
+    """``module(*args, **kwargs)`` with the given tensors in place of its parameters and
+    buffers (by their names in ``named_parameters`` / ``named_buffers``)."""
+    dicts = parameter_and_buffer_dicts
+    if isinstance(dicts, (tuple, list)):
+        merged = {}
+        for d in dicts:
+            clash = set(merged) & set(d)
+            if clash:
+                raise ValueError(f"{sorted(clash)} appeared in multiple dictionaries; behavior "
+                                 "of functional call is ambiguous")
+            merged.update(d)
+        dicts = merged
+    args = () if args is None else (args if isinstance(args, tuple) else (args,))
+    with _swapped(module, dict(dicts), strict):
+        return module(*args, **(kwargs or {}))

@@ -1,0 +1,99 @@
+"""``scatter_reduce``: ``src``'s values reduced into ``self`` at ``index`` along a dim with
+sum, prod, mean, amax or amin, ``self``'s own value taking part or not (``include_self``).
+sum and mean are compositions of scatter_add; prod, amax and amin are one op each."""
+from __future__ import annotations
+
+import numpy as np
+
+from disthook.ops.base import Op
+from disthook.ops.shape import _along_dim, _index_region, _tensor
+
+_UFUNCS = {"prod": np.multiply, "amax": np.maximum, "amin": np.minimum}
+_IDENTITY = {"prod": 1, "amax": -np.inf, "amin": np.inf}
+
+
+class ScatterReduce(Op):
+    node_name = "ScatterReduceBackward0"
+    saved_names = ("self", "src", "result")
+
+    @staticmethod
+    def forward(ctx, a, src, index, dim, reduce, include_self):
+        ctx.index, ctx.dim, ctx.reduce, ctx.include_self = index, dim, reduce, include_self
+        ctx.src_shape = src._data.shape
+        out = a._data.copy()
+        where = _along_dim(index, dim)
+        values = src._data[_index_region(index)]
+        if not include_self:
+            ident = _IDENTITY[reduce]
+            if out.dtype.kind != "f" and reduce != "prod":
+                info = np.iinfo(out.dtype) if out.dtype.kind in "iu" else None
+                ident = (info.min if reduce == "amax" else info.max) if info else ident
+            out[where] = ident
+        _UFUNCS[reduce].at(out, where, values)
+        ctx.arrays = (a._data.copy(), values.copy(), out.copy())
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        from disthook.ops.scan import no_second_order
+
+        no_second_order(g, f"scatter_reduce({ctx.reduce!r})", any(ctx.needs_input_grad))
+        x, values, out = ctx.arrays
+        where = _along_dim(ctx.index, ctx.dim)
+        touched = np.zeros(x.shape, dtype=bool)
+        touched[where] = True
+        gx = g._data.copy()
+        gsrc = np.zeros(values.shape, dtype=g._data.dtype)
+        picked = g._data[where]
+        if ctx.reduce == "prod":
+            # the product of the others at each position: the product of its nonzero factors,
+            # divided by the element's own value, or (for a zero) kept when it is the only zero
+            zeros = np.zeros(x.shape)
+            nonzero_prod = np.ones(x.shape, dtype=x.dtype)
+            np.add.at(zeros, where, values == 0)
+            np.multiply.at(nonzero_prod, where, np.where(values == 0, 1, values))
+            if ctx.include_self:
+                zeros += touched & (x == 0)
+                nonzero_prod *= np.where(touched & (x != 0), x, 1)
+
+            def others(v, z, prod):
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    return np.where(v != 0, np.where(z == 0, prod / np.where(v != 0, v, 1), 0),
+                                    np.where(z == 1, prod, 0))
+
+            gsrc = picked * others(values, zeros[where], nonzero_prod[where])
+            gx = np.where(touched, g._data * others(x, zeros, nonzero_prod), g._data) \
+                if ctx.include_self else np.where(touched, 0, g._data)
+        else:
+            # amax / amin: the gradient is shared evenly among every value equal to the result
+            hits_src = values == out[where]
+            count = np.zeros(x.shape)
+            np.add.at(count, where, hits_src)
+            hits_self = (x == out) & touched if ctx.include_self else np.zeros_like(touched)
+            count += hits_self
+            count = np.where(count == 0, 1, count)
+            gsrc = np.where(hits_src, picked / count[where], 0)
+            gx = np.where(touched, np.where(hits_self, g._data / count, 0), g._data)
+        full = np.zeros(ctx.src_shape, dtype=g._data.dtype)
+        full[_index_region(ctx.index)] = gsrc
+        return _tensor(gx.astype(g._data.dtype)), _tensor(full)
+
+
+def scatter_reduce(self, dim, index, src, reduce, include_self):
+    """``self.scatter_reduce(dim, index, src, reduce, include_self=...)``."""
+    if reduce not in ("sum", "prod", "mean", "amax", "amin"):
+        raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got "
+                           f"{reduce}")
+    if reduce in ("sum", "mean"):
+        base = self if include_self else self.scatter(dim, index, 0)
+        total = base.scatter_add(dim, index, src)
+        if reduce == "sum":
+            return total
+        ones = src.new_ones(src.shape)
+        count = self.new_full(self.shape, 1 if include_self else 0).scatter_add(dim, index, ones)
+        mean = total / count.where(count > 0, count.new_ones(()))
+        if self._data.dtype.kind != "f":
+            mean = mean.floor().to(self.dtype)
+        return mean
+    return ScatterReduce.apply(self, src, index=index._data, dim=dim, reduce=reduce,
+                               include_self=include_self)

@@ -1,0 +1,686 @@
+"""More elementwise math: inverse trig and hyperbolic functions, exp2/expm1/log1p, the gamma
+family (lgamma, digamma, polygamma), erfc/erfinv, i0, sinc, frac, logit, and the binary ops
+atan2, hypot, copysign, fmod, remainder, xlogy, logaddexp(2).
+
+Numpy only: the special functions are computed here (series, recurrences and asymptotic
+expansions) rather than taken from scipy. Each op's forward and backward sit side by side;
+the backward is written in Tensor ops, so it is itself differentiable.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from disthook.ops.base import OUTPUT, Op
+
+
+def _needs(ctx, i: int) -> bool:
+    return ctx.needs_input_grad[i]
+
+
+def _same(x: np.ndarray, out) -> np.ndarray:
+    """``out`` in ``x``'s (floating) dtype: numpy computes some of these in float64."""
+    return np.asarray(out).astype(x.dtype, copy=False)
+
+
+# ---- special functions on numpy arrays ----------------------------------------------------
+
+_vec_lgamma = np.vectorize(lambda v: math.lgamma(v) if v > 0 or v != math.floor(v)
+                           else math.inf, otypes=[np.float64])
+_vec_erfc = np.vectorize(math.erfc, otypes=[np.float64])
+_vec_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+# Bernoulli numbers B_2k for the asymptotic and Euler-Maclaurin tails
+_B2K = (1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6, -3617 / 510)
+_SHIFT_TO = 12.0  # recurrences move the argument up to here, where the tails converge fast
+
+
+def lgamma_np(x: np.ndarray) -> np.ndarray:
+    return _same(x, _vec_lgamma(np.asarray(x, np.float64)))
+
+
+def digamma_np(x: np.ndarray) -> np.ndarray:
+    """psi(x): psi(x) = psi(x + 1) - 1/x up to 12, then the asymptotic series; -inf at 0 and
+    nan at the negative integers, as torch."""
+    v = np.asarray(x, np.float64).copy()
+    acc = np.zeros_like(v)
+    pole = (v <= 0) & (v == np.floor(v))
+    v[pole] = 1.0
+    while True:
+        low = v < _SHIFT_TO
+        if not low.any():
+            break
+        acc[low] -= 1.0 / v[low]
+        v[low] += 1.0
+    inv2 = 1.0 / (v * v)
+    tail = np.zeros_like(v)
+    for k, b in reversed(list(enumerate(_B2K, 1))):
+        tail = (tail + b / (2 * k)) * inv2
+    out = acc + np.log(v) - 0.5 / v - tail
+    out[pole] = np.where(np.asarray(x, np.float64)[pole] == 0, -np.inf, np.nan)
+    return _same(x, out)
+
+
+def polygamma_np(n: int, x: np.ndarray) -> np.ndarray:
+    """The n-th derivative of digamma, n >= 1: (-1)^(n+1) n! zeta(n + 1, x), the Hurwitz zeta
+    summed directly below 12 and by Euler-Maclaurin above."""
+    if n == 0:
+        return digamma_np(x)
+    s = n + 1
+    v = np.asarray(x, np.float64).copy()
+    acc = np.zeros_like(v)
+    pole = (v <= 0) & (v == np.floor(v))
+    v[pole] = 1.0
+    while True:
+        low = v < _SHIFT_TO
+        if not low.any():
+            break
+        acc[low] += v[low] ** -s
+        v[low] += 1.0
+    tail = v ** (1 - s) / (s - 1) + 0.5 * v ** -s
+    rising = float(s)  # s (s+1) ... (s+2k-2)
+    power = v ** (-s - 1)
+    for k, b in enumerate(_B2K, 1):
+        tail += b / math.factorial(2 * k) * rising * power
+        rising *= (s + 2 * k - 1) * (s + 2 * k)
+        power = power / (v * v)
+    out = (-1) ** (n + 1) * math.factorial(n) * (acc + tail)
+    out[pole] = np.inf if n % 2 else np.nan
+    return _same(x, out)
+
+
+def zeta_np(s: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """The Hurwitz zeta function sum over k >= 0 of (q + k)^-s, for s > 1: direct terms
+    until q reaches 12, then Euler-Maclaurin; inf at s = 1, nan below, as torch."""
+    sv, qv = np.broadcast_arrays(np.asarray(s, np.float64), np.asarray(q, np.float64))
+    sv, qv = sv.copy(), qv.copy()
+    pole = (qv <= 0) & (qv == np.floor(qv))
+    bad = (sv < 1) | np.isnan(sv) | np.isnan(qv)
+    one = sv == 1
+    safe = bad | one | pole
+    sv[safe], qv[safe] = 2.0, 1.0
+    acc = np.zeros_like(sv)
+    while True:
+        low = qv < _SHIFT_TO
+        if not low.any():
+            break
+        acc[low] += qv[low] ** -sv[low]
+        qv[low] += 1.0
+    tail = qv ** (1 - sv) / (sv - 1) + 0.5 * qv ** -sv
+    rising = sv.copy()
+    power = qv ** (-sv - 1)
+    for k, b in enumerate(_B2K, 1):
+        tail += b / math.factorial(2 * k) * rising * power
+        rising = rising * (sv + 2 * k - 1) * (sv + 2 * k)
+        power = power / (qv * qv)
+    out = acc + tail
+    out[one | pole] = np.inf
+    out[bad] = np.nan
+    return out
+
+
+def erfinv_np(y: np.ndarray) -> np.ndarray:
+    """The inverse of erf on (-1, 1): Giles' approximation, refined by two Newton steps
+    against math.erf (so the result is good to float64 rounding)."""
+    v = np.asarray(y, np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w = -np.log((1.0 - v) * (1.0 + v))
+        central = w < 5.0
+        wc = w - 2.5
+        pc = np.polyval([2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06,
+                         0.00021858087, -0.00125372503, -0.00417768164, 0.246640727,
+                         1.50140941], wc)
+        wt = np.sqrt(np.where(central, 5.0, w)) - 3.0
+        pt = np.polyval([-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844,
+                         0.00573950773, -0.0076224613, 0.00943887047, 1.00167406,
+                         2.83297682], wt)
+        x = np.where(central, pc, pt) * v
+        for _ in range(2):
+            fine = np.isfinite(x)
+            err = _vec_erf(np.where(fine, x, 0.0)) - v
+            x = np.where(fine, x - err / (2 / math.sqrt(math.pi) * np.exp(-x * x)), x)
+    x = np.where(v == 1, np.inf, np.where(v == -1, -np.inf, x))
+    return _same(y, np.where(np.abs(v) > 1, np.nan, x))
+
+
+def gammainc_np(a: np.ndarray, x: np.ndarray, upper: bool = False) -> np.ndarray:
+    """The regularized incomplete gamma P(a, x) (Q = 1 - P with ``upper``): its power series
+    where x < a + 1, the continued fraction for Q (modified Lentz) elsewhere."""
+    av, xv = np.broadcast_arrays(np.asarray(a, np.float64), np.asarray(x, np.float64))
+    av, xv = av.copy(), xv.copy()
+    bad = (av <= 0) | (xv < 0) | np.isnan(av) | np.isnan(xv)  # a = 0 is set below
+    av[bad], xv[bad] = 1.0, 1.0
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore", under="ignore"):
+        log_front = av * np.log(np.where(xv > 0, xv, 1.0)) - xv - _vec_lgamma(av)
+        front = np.where(xv > 0, np.exp(log_front), 0.0)
+        term = 1.0 / av
+        total = term.copy()
+        for n in range(1, 500):
+            term = term * xv / (av + n)
+            total += term
+        p_series = front * total
+        tiny = 1e-300
+        b = xv + 1.0 - av
+        c = np.full_like(b, 1.0 / tiny)
+        d = 1.0 / np.where(np.abs(b) < tiny, tiny, b)
+        h = d.copy()
+        for i in range(1, 500):
+            an = -i * (i - av)
+            b = b + 2.0
+            d = an * d + b
+            d = 1.0 / np.where(np.abs(d) < tiny, tiny, d)
+            c = b + an / c
+            c = np.where(np.abs(c) < tiny, tiny, c)
+            h = h * d * c
+        q_fraction = front * h
+    use_series = xv < av + 1
+    p = np.where(use_series, p_series, 1.0 - q_fraction)
+    q = np.where(use_series, 1.0 - p_series, q_fraction)
+    out = q if upper else p
+    out = np.where(xv == 0, 1.0 if upper else 0.0, out)
+    out[bad] = np.nan
+    # a = 0: all the mass at 0, so P(0, x) = 1 for x > 0 (and 0 at x = 0, as above)
+    zero_a = (np.broadcast_to(np.asarray(a, np.float64), out.shape) == 0) & (
+        np.broadcast_to(np.asarray(x, np.float64), out.shape) > 0)
+    out[zero_a] = 0.0 if upper else 1.0
+    return _same(np.asarray(x) if np.asarray(x).dtype.kind == "f" else np.asarray(a), out)
+
+
+def _bessel_i(order: int, x: np.ndarray) -> np.ndarray:
+    """Modified Bessel function of the first kind, order 0 or 1: the power series below 30
+    and the asymptotic expansion above."""
+    v = np.asarray(x, np.float64)
+    a = np.abs(v)
+    small = a <= 30
+    q = (np.where(small, a, 0.0) / 2) ** 2
+    term = np.ones_like(a) if order == 0 else np.where(small, a, 0.0) / 2
+    series = term.copy()
+    for k in range(1, 120):
+        term = term * q / (k * (k + order))
+        series += term
+    big = np.where(small, 31.0, a)
+    mu = 4.0 * order * order
+    asym = np.ones_like(a)
+    coeff = np.ones_like(a)
+    for k in range(1, 12):
+        coeff = -coeff * (mu - (2 * k - 1) ** 2) / (k * 8 * big)
+        asym += coeff
+    with np.errstate(over="ignore"):
+        asym = asym * np.exp(big) / np.sqrt(2 * math.pi * big)
+    out = np.where(small, series, asym)
+    if order == 1:
+        out = np.sign(v) * out
+    return _same(x, out)
+
+
+def i0_np(x):
+    return _bessel_i(0, x)
+
+
+def i1_np(x):
+    return _bessel_i(1, x)
+
+
+# ---- unary ops: one class each --------------------------------------------------------------
+
+class _Unary(Op):
+    """f(x) for an elementwise f whose derivative ``deriv(x)`` is written in Tensor ops."""
+
+    saved_names = ("self",)
+    fn = None
+
+    @classmethod
+    def forward(cls, ctx, a):
+        ctx.save_for_backward(a)
+        return _same(a._data, cls.fn(a._data))
+
+    @staticmethod
+    def backward(ctx, g):
+        (a,) = ctx.saved_tensors
+        return g * ctx.deriv(a)
+
+
+class Asin(_Unary):
+    node_name = "AsinBackward0"
+    fn = staticmethod(np.arcsin)
+    deriv = staticmethod(lambda a: (1 - a * a).rsqrt())
+
+
+class Acos(_Unary):
+    node_name = "AcosBackward0"
+    fn = staticmethod(np.arccos)
+    deriv = staticmethod(lambda a: -(1 - a * a).rsqrt())
+
+
+class Atan(_Unary):
+    node_name = "AtanBackward0"
+    fn = staticmethod(np.arctan)
+    deriv = staticmethod(lambda a: (1 + a * a).reciprocal())
+
+
+class Sinh(_Unary):
+    node_name = "SinhBackward0"
+    fn = staticmethod(np.sinh)
+    deriv = staticmethod(lambda a: a.cosh())
+
+
+class Cosh(_Unary):
+    node_name = "CoshBackward0"
+    fn = staticmethod(np.cosh)
+    deriv = staticmethod(lambda a: a.sinh())
+
+
+class Asinh(_Unary):
+    node_name = "AsinhBackward0"
+    fn = staticmethod(np.arcsinh)
+    deriv = staticmethod(lambda a: (a * a + 1).rsqrt())
+
+
+class Acosh(_Unary):
+    node_name = "AcoshBackward0"
+    fn = staticmethod(np.arccosh)
+    deriv = staticmethod(lambda a: (a * a - 1).rsqrt())
+
+
+class Atanh(_Unary):
+    node_name = "AtanhBackward0"
+    fn = staticmethod(np.arctanh)
+    deriv = staticmethod(lambda a: (1 - a * a).reciprocal())
+
+
+class Tan(_Unary):
+    node_name = "TanBackward0"
+    fn = staticmethod(np.tan)
+    deriv = staticmethod(lambda a: 1 + a.tan() ** 2)
+
+
+class Log1P(_Unary):
+    node_name = "Log1PBackward0"
+    fn = staticmethod(np.log1p)
+    deriv = staticmethod(lambda a: (a + 1).reciprocal())
+
+
+class Log2(_Unary):
+    node_name = "Log2Backward0"
+    fn = staticmethod(np.log2)
+    deriv = staticmethod(lambda a: (a * math.log(2)).reciprocal())
+
+
+class Log10(_Unary):
+    node_name = "Log10Backward0"
+    fn = staticmethod(np.log10)
+    deriv = staticmethod(lambda a: (a * math.log(10)).reciprocal())
+
+
+class Expm1(_Unary):
+    node_name = "Expm1Backward0"
+    fn = staticmethod(np.expm1)
+    deriv = staticmethod(lambda a: a.exp())
+
+
+class Exp2(_Unary):
+    node_name = "Exp2Backward0"
+    fn = staticmethod(np.exp2)
+    deriv = staticmethod(lambda a: a.exp2() * math.log(2))
+
+
+class Erfc(_Unary):
+    node_name = "ErfcBackward0"
+    fn = staticmethod(lambda x: _vec_erfc(x.astype(np.float64)))
+    deriv = staticmethod(lambda a: (-(a * a)).exp() * (-2 / math.sqrt(math.pi)))
+
+
+class Erfinv(_Unary):
+    node_name = "ErfinvBackward0"
+    fn = staticmethod(erfinv_np)
+    deriv = staticmethod(lambda a: (a.erfinv() ** 2).exp() * (math.sqrt(math.pi) / 2))
+
+
+class Lgamma(_Unary):
+    node_name = "LgammaBackward0"
+    fn = staticmethod(lgamma_np)
+    deriv = staticmethod(lambda a: a.digamma())
+
+
+class Digamma(_Unary):
+    node_name = "DigammaBackward0"
+    fn = staticmethod(digamma_np)
+    deriv = staticmethod(lambda a: a.polygamma(1))
+
+
+class I0(_Unary):
+    node_name = "I0Backward0"
+    fn = staticmethod(i0_np)
+    deriv = staticmethod(lambda a: I1.apply(a))
+
+
+class I1(_Unary):
+    """The derivative of i0; its own derivative is i0(x) - i1(x) / x (1/2 at 0)."""
+
+    node_name = "SpecialI1Backward0"
+    fn = staticmethod(i1_np)
+
+    @staticmethod
+    def deriv(a):
+        safe = a.where(a != 0, a.new_ones(()))
+        return (I0.apply(a) - I1.apply(a) / safe).where(a != 0, a.new_full((), 0.5))
+
+
+class Sinc(_Unary):
+    node_name = "SincBackward0"
+    @staticmethod
+    def fn(x):
+        return np.sinc(x)
+
+    @staticmethod
+    def deriv(a):
+        px = a * math.pi
+        safe = px.where(a != 0, a.new_ones(()))
+        d = (px * px.cos() - px.sin()) / (safe * a.where(a != 0, a.new_ones(())))
+        return d.where(a != 0, a.new_zeros(()))
+
+
+class Frac(Op):
+    @staticmethod
+    def forward(ctx, a):
+        return a._data - np.trunc(a._data)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+class Sgn(Op):
+    @staticmethod
+    def forward(ctx, a):
+        return np.sign(a._data) if a._data.dtype.kind != "b" else a._data.copy()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 0
+
+
+class _Scale(Op):
+    """Multiplication by a constant with a node of its own (deg2rad, rad2deg)."""
+
+    factor = 1.0
+
+    @classmethod
+    def forward(cls, ctx, a):
+        return _same(a._data, a._data * cls.factor)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * ctx.factor
+
+
+class Deg2Rad(_Scale):
+    node_name = "Deg2RadBackward0"
+    factor = math.pi / 180
+
+
+class Rad2Deg(_Scale):
+    node_name = "Rad2DegBackward0"
+    factor = 180 / math.pi
+
+
+class Polygamma(Op):
+    saved_names = ("self",)
+
+    @staticmethod
+    def forward(ctx, a, n):
+        ctx.save_for_backward(a)
+        ctx.n = n
+        return polygamma_np(n, a._data)
+
+    @staticmethod
+    def backward(ctx, g):
+        (a,) = ctx.saved_tensors
+        return g * a.polygamma(ctx.n + 1)
+
+
+class Logit(Op):
+    saved_names = ("self",)
+
+    @staticmethod
+    def forward(ctx, a, eps=None):
+        ctx.save_for_backward(a)
+        ctx.eps = eps
+        x = a._data if eps is None else np.clip(a._data, eps, 1 - eps)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return _same(a._data, np.log(x / (1 - x)))
+
+    @staticmethod
+    def backward(ctx, g):
+        (a,) = ctx.saved_tensors
+        d = g / (a * (1 - a))
+        if ctx.eps is None:
+            return d.where((a >= 0) & (a <= 1), a.new_full((), math.nan))
+        return d.where((a >= ctx.eps) & (a <= 1 - ctx.eps), a.new_zeros(()))
+
+
+class NanToNum(Op):
+    saved_names = ("self",)
+
+    @staticmethod
+    def forward(ctx, a, nan=0.0, posinf=None, neginf=None):
+        ctx.save_for_backward(a)
+        return np.nan_to_num(a._data, nan=nan, posinf=posinf, neginf=neginf)
+
+    @staticmethod
+    def backward(ctx, g):
+        (a,) = ctx.saved_tensors
+        return g * a.isfinite()
+
+
+# ---- binary ops ------------------------------------------------------------------------------
+
+class Atan2(Op):
+    saved_names = ("self", "other")
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return np.arctan2(a._data, b._data)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        scale = g / (a * a + b * b)
+        return (scale * b if _needs(ctx, 0) else None), (-scale * a if _needs(ctx, 1) else None)
+
+
+class Hypot(Op):
+    saved_names = ("self", "other", "result")
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b, OUTPUT)
+        return np.hypot(a._data, b._data)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b, out = ctx.saved_tensors
+        scale = g / out
+        return (scale * a if _needs(ctx, 0) else None), (scale * b if _needs(ctx, 1) else None)
+
+
+class Copysign(Op):
+    """|a| with b's sign; the gradient reaches ``a`` only (zero where a is zero)."""
+
+    saved_names = ("self", "result")
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, OUTPUT)
+        return np.copysign(a._data, b._data)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, out = ctx.saved_tensors
+        nonzero = a != 0
+        ratio = (out / a.where(nonzero, a.new_ones(()))).where(nonzero, a.new_zeros(()))
+        return (g * ratio if _needs(ctx, 0) else None), (g * 0 if _needs(ctx, 1) else None)
+
+
+class _Modulus(Op):
+    """a - b * round(a / b) for a rounding ``rounding`` of the quotient; the divisor's
+    gradient is -round(a / b)."""
+
+    saved_names = ("self", "other")
+    fn = rounding = None
+
+    @classmethod
+    def forward(cls, ctx, a, b):
+        ctx.save_for_backward(a, b)
+        x, y = a._data, b._data
+        if x.dtype.kind in "iu" and (y == 0).any():
+            raise RuntimeError("ZeroDivisionError")
+        return cls.fn(x, y)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        gb = -g * getattr(a / b, ctx.rounding)() if _needs(ctx, 1) else None
+        return g, gb
+
+
+class Fmod(_Modulus):
+    """C's fmod (the sign of the dividend): the quotient truncated."""
+
+    node_name = "FmodBackward1"
+    fn = staticmethod(np.fmod)
+    rounding = "trunc"
+
+
+class Remainder(_Modulus):
+    """Python's modulus (the sign of the divisor): the quotient floored."""
+
+    node_name = "RemainderBackward1"
+    fn = staticmethod(np.remainder)
+    rounding = "floor"
+
+
+class Xlogy(Op):
+    """a * log(b), taken as 0 where a is 0 (unless b is nan)."""
+
+    saved_names = ("self", "other")
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        x, y = a._data, b._data
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = x * np.log(y)
+        return np.where((x == 0) & ~np.isnan(y), np.zeros((), x.dtype), out)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        ga = g * (a != 0).to(a.dtype).xlogy(b) if _needs(ctx, 0) else None
+        gb = g * a / b if _needs(ctx, 1) else None
+        return ga, gb
+
+
+class Logaddexp(Op):
+    """log(e^a + e^b) (log2(2^a + 2^b) for Logaddexp2): each input's share of the sum,
+    sigmoid((a - b) log base), is its gradient."""
+
+    saved_names = ("self", "other")
+    fn = staticmethod(np.logaddexp)
+    log_base = 1.0
+
+    @classmethod
+    def forward(cls, ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return cls.fn(a._data, b._data)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        k = ctx.log_base
+        ga = g * ((a - b) * k).sigmoid() if _needs(ctx, 0) else None
+        gb = g * ((b - a) * k).sigmoid() if _needs(ctx, 1) else None
+        return ga, gb
+
+
+class Logaddexp2(Logaddexp):
+    node_name = "Logaddexp2Backward0"
+    fn = staticmethod(np.logaddexp2)
+    log_base = math.log(2)
+
+
+class Igamma(Op):
+    """P(a, x); its derivative in x is x^(a-1) e^(-x) / Gamma(a), and torch has none in a."""
+
+    saved_names = ("self", "other")
+    upper = False
+
+    @classmethod
+    def forward(cls, ctx, a, x):
+        ctx.save_for_backward(a, x)
+        return gammainc_np(a._data, x._data, upper=cls.upper).astype(x._data.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, x = ctx.saved_tensors
+        if ctx.needs_input_grad[0]:
+            raise NotImplementedError(f"the derivative for '{ctx.torch_name}: input' is not "
+                                      "implemented.")
+        d = (a - 1) * x.log() - x - a.lgamma()
+        return None, g * d.exp() * (-1 if ctx.upper else 1)
+
+
+class Igammac(Igamma):
+    node_name = "IgammacBackward0"
+    upper = True
+    torch_name = "igammac"
+
+
+Igamma.torch_name = "igamma"
+
+
+class _NoDerivative(Op):
+    """An op torch defines no derivative for: the output takes part in the graph, and
+    backward through it is torch's error naming the op."""
+
+    fn = None
+    torch_name = ""
+
+    @classmethod
+    def forward(cls, ctx, *xs):
+        return cls.fn(*[x._data for x in xs])
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(f"the derivative for '{ctx.torch_name}' is not implemented.")
+
+
+class Heaviside(_NoDerivative):
+    node_name = "NotImplemented"
+    torch_name = "heaviside"
+    fn = staticmethod(lambda x, v: np.heaviside(x, v).astype(x.dtype, copy=False))
+
+
+class Nextafter(_NoDerivative):
+    node_name = "NotImplemented"
+    torch_name = "nextafter"
+    fn = staticmethod(np.nextafter)
+
+
+class RandomFill(Op):
+    """Fresh random values in the tensor's shape, independent of its old ones: gradient zero.
+    ``draw(rng, shape)`` gives them."""
+
+    node_name = "RandomBackward0"
+
+    @staticmethod
+    def forward(ctx, a, draw, generator):
+        from disthook import random
+
+        return draw(random.gen(generator), a._data.shape).astype(a._data.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 0

@@ -1,0 +1,1 @@
+"""``torch.utils.data._utils``: the one part programs import, ``collate``."""

@@ -1,0 +1,148 @@
+"""Each call computes every stage with one version of the weights (issue 32): a reader's
+call in flight while the deployer steps its optimizer (the step riding on a forward) or
+loads a state dict sees the weights as they were when it started, on both stages (checked
+by values); the deployer's write never waits for the reader's slow hook; and the deployer's
+own weight edit inside its own forward pre-hook is what that forward computes with, as in
+one process."""
+import json
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import disthook as torch
+from disthook import nn
+from disthook.distributed import local_cluster
+
+pytestmark = pytest.mark.timeout(180)
+HOOK_S = 3.0
+
+READER = textwrap.dedent('''
+    import json, os, sys, time
+    import numpy as np
+    import disthook as torch
+    from disthook.distributed import connect
+
+    address, name, where, marker, hook_s = sys.argv[1:6]
+    model = connect(address).attach(name)
+
+    def slow(module, args, out):
+        open(marker, "w").close()  # the deployer writes now
+        time.sleep(float(hook_s))
+
+    model[int(where)].register_forward_hook(slow)
+    with torch.no_grad():
+        out = model(torch.ones(2, 3))
+    print(json.dumps(out.numpy().tolist()), flush=True)
+''')
+
+
+def make_model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+
+
+def outputs_of(state: dict) -> np.ndarray:
+    local = make_model()
+    local.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+    with torch.no_grad():
+        return local(torch.ones(2, 3)).numpy()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with local_cluster(workers=2) as c:
+        yield c
+
+
+def start_reader(cluster, name, where, tmp_path):
+    marker = tmp_path / "in-hook"
+    (tmp_path / "reader.py").write_text(READER)
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "reader.py"), cluster.address,
+                             name, str(where), str(marker), str(HOOK_S)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.monotonic() < deadline, "the reader's hook never fired"
+        time.sleep(0.02)
+    return proc
+
+
+def reader_output(proc) -> np.ndarray:
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    return np.asarray(json.loads(out.splitlines()[-1]), np.float32)
+
+
+def snapshot(remote) -> dict:
+    return {k: v.detach().numpy().copy() for k, v in remote.state_dict().items()}
+
+
+def test_a_call_in_flight_during_an_optimizer_step_computes_on_one_version(cluster,
+                                                                            tmp_path):
+    # the reader parks in its hook on stage 0, the step reaches stage 1 before it does
+    remote = cluster.deploy(make_model(), stages=2, name="stepped")
+    try:
+        before = snapshot(remote)
+        opt = torch.optim.SGD(remote.parameters(), lr=0.5)
+        reader = start_reader(cluster, "stepped", 0, tmp_path)
+        remote(torch.ones(2, 3)).square().sum().backward()
+        opt.step()
+        with torch.no_grad():
+            mine = remote(torch.ones(2, 3)).numpy()  # carries the step to both stages
+        after = snapshot(remote)
+        assert not np.allclose(after["2.weight"], before["2.weight"])
+        np.testing.assert_allclose(mine, outputs_of(after), rtol=1e-5, atol=1e-6)
+        # the reader's call: the weights of its start on both stages, not half of each
+        np.testing.assert_allclose(reader_output(reader), outputs_of(before), rtol=1e-5,
+                                   atol=1e-6)
+        with torch.no_grad():  # and the next call computes with the new ones
+            np.testing.assert_allclose(remote(torch.ones(2, 3)).numpy(), outputs_of(after),
+                                       rtol=1e-5, atol=1e-6)
+    finally:
+        remote.close()
+
+
+def test_load_state_dict_does_not_wait_for_another_clients_slow_hook(cluster, tmp_path):
+    remote = cluster.deploy(make_model(), stages=2, name="loaded")
+    try:
+        before = snapshot(remote)
+        new = {k: np.full_like(v, 0.25) for k, v in before.items()}
+        reader = start_reader(cluster, "loaded", 2, tmp_path)  # parked on stage 1
+        start = time.monotonic()
+        remote.load_state_dict({k: torch.from_numpy(v) for k, v in new.items()})
+        took = time.monotonic() - start
+        assert reader.poll() is None, "the reader's hook ended before the write did"
+        assert took < HOOK_S * 0.6, f"load_state_dict took {took:.2f} s behind the hook"
+        np.testing.assert_allclose(reader_output(reader), outputs_of(before), rtol=1e-5,
+                                   atol=1e-6)
+        assert all(np.array_equal(v, new[k]) for k, v in snapshot(remote).items())
+    finally:
+        remote.close()
+
+
+def test_the_deployers_weight_edit_in_its_own_pre_hook_is_what_its_forward_uses(cluster):
+    def halve(module, args):
+        with torch.no_grad():
+            module.weight.mul_(0.5)
+
+    local = make_model()
+    remote = cluster.deploy(make_model(), stages=2)
+    try:
+        for model in (local, remote):
+            model[2].register_forward_pre_hook(halve)
+        start = time.monotonic()
+        with torch.no_grad():
+            got = [remote(torch.ones(2, 3)).numpy() for _ in range(2)]
+        assert time.monotonic() - start < 5.0  # no deadline waited out
+        with torch.no_grad():
+            want = [local(torch.ones(2, 3)).numpy() for _ in range(2)]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(remote[2].weight.detach().numpy(),
+                                   local[2].weight.detach().numpy(), rtol=1e-6)
+    finally:
+        remote.close()

@@ -1,0 +1,329 @@
+"""Values stay where they are computed: the outputs of a deployed model's parts stay on their
+workers (``RemoteValue`` on the client), go worker to worker, and ops of the client's own
+forward on them run there; calls whose answer's form is known do not wait. Every case runs
+on 2 and 3 workers against the same program in one process, values to 1e-5."""
+import copy
+import math
+
+import numpy as np
+import pytest
+
+import disthook as torch
+import disthook.nn.functional as F
+from disthook import nn
+from disthook.distributed import deployment_of, local_cluster
+from disthook.distributed.remote_values import RemoteValue
+from tests.integration.clusters import wait_until, worker_statuses
+
+
+@pytest.fixture(scope="module", params=[2, 3], ids=lambda n: f"{n}-workers")
+def cluster(request):
+    with local_cluster(workers=request.param, start_timeout=120) as c:
+        yield c
+
+
+class Attention(nn.Module):
+    def __init__(self, width, heads, context):
+        super().__init__()
+        self.qkv, self.proj, self.heads = nn.Linear(width, 3 * width), nn.Linear(width, width), heads
+        self.register_buffer("mask", torch.tril(torch.ones(context, context)).view(
+            1, 1, context, context))
+
+    def forward(self, x):
+        b, t, c = x.size()
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(k.size(-1))
+        att = att.masked_fill(self.mask[:, :, :t, :t] == 0, float("-inf"))
+        return self.proj((F.softmax(att, dim=-1) @ v).transpose(1, 2).contiguous().view(b, t, c))
+
+
+class Block(nn.Module):
+    def __init__(self, width, heads, context):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.attn = Attention(width, heads, context)
+        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(),
+                                 nn.Linear(4 * width, width))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    """nanoGPT's shape: its forward (embeddings added, blocks, head, the loss) runs on the
+    client, each part on its worker."""
+
+    def __init__(self, vocab=40, context=16, width=32, heads=4, layers=4):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, width), nn.Embedding(context, width)
+        self.h = nn.ModuleList([Block(width, heads, context) for _ in range(layers)])
+        self.ln_f, self.head = nn.LayerNorm(width), nn.Linear(width, vocab, bias=False)
+
+    def forward(self, idx, targets=None):
+        pos = torch.arange(0, idx.size(1), dtype=torch.long)
+        x = self.wte(idx) + self.wpe(pos)
+        for block in self.h:
+            x = block(x)
+        logits = self.head(self.ln_f(x))
+        if targets is None:
+            return logits
+        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def batch(seed, n=8, t=16, vocab=40):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randint(0, vocab, (n, t), generator=g),
+            torch.randint(0, vocab, (n, t), generator=g))
+
+
+def close(a, b, tol=1e-5):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol, atol=tol)
+
+
+def deployed(cluster, model):
+    return cluster.deploy(model, stages=len(cluster.workers()))
+
+
+def test_gpt_training_keeps_activations_on_the_workers(cluster):
+    torch.manual_seed(0)
+    model = GPT()
+    local = copy.deepcopy(model)
+    deployed(cluster, model)
+    try:
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        opt_local = torch.optim.AdamW(local.parameters(), lr=1e-2)
+        for step in range(4):
+            x, y = batch(step)
+            model.stats(reset=True)
+            logits, loss = model(x, y)
+            assert type(logits) is RemoteValue and logits.is_remote
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            value = loss.item()
+            stats = model.stats()
+            _, ref_loss = local(x, y)
+            opt_local.zero_grad()
+            ref_loss.backward()
+            opt_local.step()
+            assert value == pytest.approx(ref_loss.item(), abs=1e-5)
+            if step:  # after the first step the calls do not wait; the loss is read once
+                assert stats["waited"] <= 2, stats
+            # through the client: the inputs, the targets and the loss, not the activations
+            # (logits alone are 8 x 16 x 40 floats = 20 KiB)
+            assert stats["bytes_from_workers"] < 12_000, stats
+            assert stats["bytes_between_workers"] > 8 * 16 * 32 * 4, stats
+        for (name, p), q in zip(model.named_parameters(), local.parameters()):
+            close(p.detach().numpy(), q.detach().numpy())
+    finally:
+        model.close()
+
+
+def test_a_hook_that_reads_a_kept_value_mid_forward(cluster):
+    torch.manual_seed(1)
+    model = GPT(layers=2)
+    local = copy.deepcopy(model)
+    seen, seen_local = [], []
+    model.h[0].register_forward_hook(lambda m, i, o: seen.append(o.mean().item()))
+    local.h[0].register_forward_hook(lambda m, i, o: seen_local.append(o.mean().item()))
+    deployed(cluster, model)
+    try:
+        x, y = batch(5)
+        for _ in range(2):
+            _, loss = model(x, y)
+            loss.backward()
+            _, ref = local(x, y)
+            ref.backward()
+            close(loss.item(), ref.item())
+        close(seen, seen_local)
+        close(model.h[1].mlp[0].weight.grad.numpy(), local.h[1].mlp[0].weight.grad.numpy())
+    finally:
+        model.close()
+
+
+class Picky(nn.Module):
+    """Fails on its worker when its input's values say so: the answer's form is the same,
+    so a call after the first does not wait, and the failure comes later."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.tensor(2.0))  # (a parameter: it is placed)
+
+    def forward(self, x):
+        if float(x.abs().sum()) > 1e6:
+            raise ValueError("the input is too large for Picky")
+        return x * self.scale
+
+
+class Chain(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.picky, self.b = nn.Linear(4, 4), Picky(), nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.b(self.picky(self.a(x)))
+
+
+def test_an_error_inside_a_call_that_did_not_wait_is_raised_at_the_next_wait(cluster):
+    torch.manual_seed(2)
+    model = deployed(cluster, Chain())
+    try:
+        x = torch.ones(3, 4)
+        assert deployment_of(model.picky) is not None
+        first = model(x).sum().item()  # learns the answers' forms
+        out = model(x * 1e7)  # goes on without waiting
+        assert out.shape == (3, 4)
+        with pytest.raises(ValueError, match="too large for Picky") as info:
+            out.sum().item()
+        assert any("did not wait" in note for note in getattr(info.value, "__notes__", []))
+        assert model(x).sum().item() == first  # the model still works
+    finally:
+        model.close()
+
+
+def test_in_place_changes_of_kept_values(cluster):
+    torch.manual_seed(3)
+    model = deployed(cluster, Chain())
+    local = copy.deepcopy(model.to_local())
+    try:
+        x = torch.randn(3, 4)
+        with torch.no_grad():
+            h = model.a(x)
+            h += 1  # becomes a local tensor, changed here
+            close(h.numpy(), (local.a(x) + 1).numpy())
+            base = model.a(x)
+            view = base.view(12)
+            assert type(view) is RemoteValue
+            with pytest.raises(RuntimeError, match="clone"):
+                base.mul_(2)
+            kept = model.a(x)
+            alias = kept.detach()  # one value, two tensors: as in one process, they share it
+            with pytest.raises(RuntimeError, match="clone"):
+                alias.add_(1)
+            del kept
+            alias.add_(1)  # alone now: changed here
+            close(alias.numpy(), (local.a(x) + 1).numpy())
+    finally:
+        model.close()
+
+
+def test_dropped_outputs_are_freed_on_the_workers(cluster):
+    torch.manual_seed(4)
+    model = deployed(cluster, GPT(layers=2))
+    try:
+        x, _ = batch(7)
+        with torch.no_grad():
+            outs = [model(x) for _ in range(3)]
+        held = sum(s.get("values", 0) for s in worker_statuses(cluster).values())
+        assert held >= 3
+        del outs
+        model.stats()  # any request carries the drops
+        assert wait_until(lambda: sum(s.get("values", 0) for s in
+                                      worker_statuses(cluster).values()) == 0, 10)
+    finally:
+        model.close()
+
+
+class Shapeshifter(nn.Module):
+    """Its output's shape depends on its input's values: a prediction from the previous
+    call's answer is wrong, and the program hears so."""
+
+    def __init__(self):
+        super().__init__()
+        self.one = nn.Parameter(torch.tensor(1.0))  # (a parameter: it is placed)
+
+    def forward(self, x):
+        return x[: max(1, int(float(x[0, 0])))] * self.one
+
+
+class Holder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.s = nn.Linear(4, 4), Shapeshifter()
+
+    def forward(self, x):
+        return self.s(self.a(x))
+
+
+def test_an_answer_that_differs_from_its_prediction_is_refused_loudly(cluster):
+    model = cluster.deploy(Holder(), stages=2)
+    try:
+        with torch.no_grad():
+            model.a.weight.copy_(torch.eye(4))
+            model.a.bias.zero_()
+            x = torch.full((5, 4), 2.0)
+            assert model(x).sum().item() == 16.0
+            out = model(torch.full((5, 4), 3.0))  # predicted: 2 rows; it has 3
+            with pytest.raises(RuntimeError, match="differs"):
+                out.sum().item()
+    finally:
+        model.close()
+
+
+def _lm_loss(logits, target):
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), target.reshape(-1))
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_gpt_micro_batches_under_each_schedule(cluster, schedule):
+    torch.manual_seed(6)
+    local = GPT(layers=2)
+    model = cluster.deploy(copy.deepcopy(local), stages=len(cluster.workers()), chunks=4,
+                           schedule=schedule)
+    try:
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        opt_local = torch.optim.SGD(local.parameters(), lr=0.1)
+        for step in range(2):
+            x, y = batch(10 + step)
+            opt.zero_grad()
+            losses = model.train_step(x, y, _lm_loss)
+            opt.step()
+            opt_local.zero_grad()
+            parts = [_lm_loss(local(x[i:i + 2]), y[i:i + 2]) for i in range(0, 8, 2)]
+            (sum(parts) / 4).backward()
+            opt_local.step()
+            close(losses.numpy(), [p.item() for p in parts])
+        with torch.no_grad():
+            close(model(x).numpy(), local(x).numpy())  # a call joins its micro-batches
+        for (name, p), q in zip(model.named_parameters(), local.parameters()):
+            close(p.detach().numpy(), q.detach().numpy())
+    finally:
+        model.close()
+
+
+class Critic(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 8), nn.Linear(8, 1)
+
+    def forward(self, x):
+        return self.b(torch.tanh(self.a(x)))
+
+
+def _penalised_step(model, x):
+    x = x.detach().clone().requires_grad_(True)
+    out = model(x)
+    (g,) = torch.autograd.grad(out.sum(), x, create_graph=True)
+    loss = out.mean() + ((g.norm(dim=1) - 1) ** 2).mean()  # a WGAN-GP gradient penalty
+    loss.backward()
+    return loss.item(), x.grad.numpy()
+
+
+def test_a_gradient_penalty_with_create_graph(cluster):
+    torch.manual_seed(8)
+    local = Critic()
+    model = cluster.deploy(copy.deepcopy(local), stages=2)
+    try:
+        x = torch.randn(6, 4)
+        for _ in range(2):
+            model.zero_grad()
+            local.zero_grad()
+            got, want = _penalised_step(model, x), _penalised_step(local, x)
+            close(got[0], want[0])
+            close(got[1], want[1])  # the input's gradient, through the penalty too
+            for (name, p), q in zip(model.named_parameters(), local.parameters()):
+                close(p.grad.numpy(), q.grad.numpy())
+    finally:
+        model.close()

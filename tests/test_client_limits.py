@@ -1,0 +1,63 @@
+"""Per-client caps (workers.limits), without sockets: with keys every connection of one key
+shares one allowance; a kept graph's bytes count what it holds, the weights aside."""
+import types
+
+import numpy as np
+import pytest
+
+import disthook as torch
+from disthook import nn
+from workers.limits import LimitChecks, graph_nbytes
+from workers.state import Context, WorkerState
+from workers.versions import Versions
+
+
+class _Worker(LimitChecks):
+    def __init__(self, names):
+        self.peers = types.SimpleNamespace(names=names)
+        self.state = WorkerState("w0")
+        self.max_contexts, self.max_hooks, self.max_graph_bytes = 2, 2, 1 << 20
+
+
+def _stage(module):
+    return types.SimpleNamespace(model="m", name="stage 0 of m", hooks={},
+                                 versions=Versions(module))
+
+
+def test_with_keys_connections_of_one_key_share_the_hooks_cap():
+    worker = _Worker({b"a1": "alice", b"a2": "alice", b"b1": "bob"})
+    st = _stage(nn.Linear(2, 2))
+    st.hooks = {(b"a1", 1): None, (b"a2", 1): None}
+    with pytest.raises(RuntimeError, match=r"holds 2 hooks .* \(--max-hooks\)"):
+        worker.check_hooks(st, b"a2", 1)  # a second connection gets no more room
+    worker.check_hooks(st, b"b1", 2)  # another key has its own
+
+
+def test_without_keys_each_connection_is_counted_alone():
+    worker = _Worker({})
+    st = _stage(nn.Linear(2, 2))
+    for ctx in ("c1", "c2"):
+        worker.state.keep_context("m", ctx, Context(b"x", [], None, [], 0.0))
+    with pytest.raises(RuntimeError, match="keeps 2 forward graphs"):
+        worker.check_contexts(st, b"x")
+    worker.check_contexts(st, b"y")
+
+
+def test_a_graphs_bytes_are_its_inputs_outputs_and_saved_arrays_not_the_weights():
+    lin = nn.Linear(256, 256)
+    x = torch.randn(128, 256, requires_grad=True)
+    out = torch.tanh(lin(x))
+    context = Context(b"x", [x], out, [], 0.0)
+    skip = {id(t._data) for t in (lin.weight, lin.bias)}
+    n = graph_nbytes(context, skip)
+    act = 128 * 256 * 4
+    assert 2 * act <= n <= 4 * act  # x, out and tanh's saved output; no weight (256 KiB)
+    assert graph_nbytes(context, set()) >= n + lin.weight._data.nbytes
+    worker = _Worker({})
+    st = _stage(lin)
+    worker.max_graph_bytes = n - 1
+    with pytest.raises(RuntimeError, match=r"\(--max-graph-mb\)"):
+        worker.check_graph_bytes(st, b"x", context)
+    worker.max_graph_bytes = n
+    worker.check_graph_bytes(st, b"x", context)
+    assert context.nbytes == n and np.isfinite(n)

@@ -1,0 +1,99 @@
+"""Every public torch 2.13 name imports from disthook; what disthook lacks refuses at use
+with a NotImplementedError naming the torch name, and real attributes always win."""
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+import disthook
+from disthook._surface import refusal
+
+
+def test_missing_class_imports_and_refuses_when_made():
+    from disthook.distributions import Wishart
+
+    assert disthook.distributions.Wishart is Wishart and not isinstance(object(), Wishart)
+    with pytest.raises(NotImplementedError, match=r"^torch\.distributions\.Wishart is not "
+                       r"implemented in disthook .*disthook\.distributions provides Normal"):
+        Wishart(1, 2, 3)
+
+    class Mine(Wishart):  # subclassing works; making one refuses
+        pass
+
+    with pytest.raises(NotImplementedError, match="torch.distributions.Wishart"):
+        Mine()
+
+
+def test_refused_function_value_and_generic_class():
+    assert refusal.is_refused(disthook.fft.fft)  # (complex tensors: it says so, and what to use)
+    with pytest.raises(NotImplementedError, match=r"^torch\.fft\.fft works on complex tensors"):
+        disthook.fft.fft(disthook.ones(4))
+    with pytest.raises(NotImplementedError, match="sparse layouts are not modelled"):
+        disthook.sparse_coo_tensor([[0]], [1.0])
+    with pytest.raises(NotImplementedError, match="float8 dtypes are not modelled"):
+        disthook.float8_e4m3fn.itemsize  # noqa: B018
+    refused = disthook.distributions.Wishart
+    assert refused[int] is refused  # usable in annotations
+
+
+def test_torch_modules_disthook_lacks_import_as_stubs():
+    import disthook.ao.quantization as q
+    from disthook.distributed.tensor import DTensor
+
+    with pytest.raises(NotImplementedError, match=r"torch\.distributed\.tensor\.DTensor"):
+        DTensor()
+    with pytest.raises(NotImplementedError, match="quantized tensors"):
+        q.quantize_dynamic(None)
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("disthook.no_such_module_in_torch")
+
+
+def test_names_torch_lacks_stay_attribute_errors():
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        disthook.no_such_name  # noqa: B018
+    with pytest.raises(AttributeError):
+        disthook.nn.functional.no_such_name  # noqa: B018
+    assert not hasattr(disthook.nn, "_private_name")
+
+
+def test_real_attributes_win_and_submodules_resolve():
+    assert not refusal.is_refused(disthook.nn.Linear)
+    assert disthook.nn.utils.clip_grad_norm_ is not None
+    assert not refusal.is_refused(disthook.nn.utils.clip_grad_norm_)
+    assert disthook.nn.functional is importlib.import_module("disthook.nn.functional")
+
+
+def test_a_name_added_later_replaces_its_refusal():
+    module = disthook.special
+    assert refusal.is_refused(module.bessel_j0)
+    module.bessel_j0 = disthook.sigmoid
+    try:
+        assert module.bessel_j0 is disthook.sigmoid
+    finally:
+        del module.bessel_j0
+    assert refusal.is_refused(module.bessel_j0)
+
+
+def test_refusals_hold_in_a_fresh_process_that_imports_submodules_first():
+    code = ("from disthook.distributions import Wishart\nimport disthook.utils.data as d\n"
+            "from disthook.linalg import ldl_factor\nimport disthook\n"
+            "assert disthook.distributions.Wishart is Wishart and d.DataLoader\n"
+            "try:\n    ldl_factor(None)\nexcept NotImplementedError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.startswith("torch.linalg.ldl_factor is not implemented")
+
+
+def test_torch_aliased_to_disthook_imports_the_same_submodules():
+    code = ("import sys, disthook\nsys.modules['torch'] = disthook\n"
+            "import torch.nn.functional as F\nimport torch.distributed.tensor as dt\n"
+            "from torch.utils.data import DataLoader\nimport torch.nn.utils.rnn as rnn\n"
+            "assert F is disthook.nn.functional and DataLoader is disthook.utils.data.DataLoader\n"
+            "assert dt is sys.modules['disthook.distributed.tensor']\n"
+            "assert rnn.PackedSequence is disthook.nn.utils.rnn.PackedSequence\nprint('same')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out == "same\n"

@@ -1,0 +1,119 @@
+"""What a worker keeps for its clients, capped per client: forward graphs (by count and by
+bytes), hooks and capture buffers; and the ``waits`` request, which says what it runs,
+waits for and has queued (a stall's diagnosis).
+
+A client is counted as who it authenticated as: with keys, every connection of one key
+shares one allowance (opening more connections gets no more); without keys, each
+connection is a client of its own (nothing tells them apart). Past a cap the request is
+refused with a ``RuntimeError`` that says what is held and what to do.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from disthook.autograd.graph import _SavedTensor
+from disthook.tensor import Tensor
+
+__all__ = ["MAX_GRAPH_BYTES", "LimitChecks", "graph_nbytes"]
+
+MAX_GRAPH_BYTES = 1 << 30  # the arrays one client's kept forward graphs may hold, per worker
+
+
+def _root(arr: np.ndarray) -> np.ndarray:
+    while isinstance(arr.base, np.ndarray):
+        arr = arr.base
+    return arr
+
+
+def graph_nbytes(context, skip: set[int]) -> int:
+    """The bytes of the arrays a kept forward graph holds: its inputs and outputs and what
+    its nodes saved for the backward, each array counted once, those in ``skip`` (ids of
+    the stage's weights, which are not the client's) not at all."""
+    counted: dict[int, int] = {}
+
+    def add(value, depth: int = 0) -> None:
+        if isinstance(value, Tensor):
+            value = value._data
+        if isinstance(value, np.ndarray):
+            root = _root(value)
+            if id(root) not in skip:
+                counted[id(root)] = root.nbytes
+        elif isinstance(value, _SavedTensor):  # what a node keeps for its backward
+            add(getattr(value, "data", None))
+            add(getattr(value, "tensor", None))
+        elif isinstance(value, (tuple, list)) and depth < 3:
+            for v in value:
+                add(v, depth + 1)
+
+    outputs = context.output if isinstance(context.output, list) else [context.output]
+    add(context.inputs)
+    add(outputs)
+    seen: set[int] = set()
+    todo = [o.grad_fn for o in outputs if isinstance(o, Tensor) and o.grad_fn is not None]
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        for value in getattr(node, "__dict__", {}).values():
+            add(value)
+        todo.extend(fn for fn, _ in node.next_functions)
+    return sum(counted.values())
+
+
+class LimitChecks:
+    """The per-client caps of ``Worker`` (a mixin: it uses the worker's peers, state and
+    stages)."""
+
+    def _fellows(self, client: bytes) -> set[bytes]:
+        """The connections counted with ``client``: with keys, all of its key's."""
+        name = self.peers.names.get(client)
+        if name is None:
+            return {client}
+        return {who for who, n in self.peers.names.items() if n == name} | {client}
+
+    def check_contexts(self, st, client: bytes) -> None:
+        """Refuse another kept graph past ``--max-contexts`` for the client on the stage."""
+        fellows = self._fellows(client)
+        held = sum(1 for (m, who, _) in self.state.contexts if m == st.model and who in fellows)
+        if held >= self.max_contexts:
+            raise RuntimeError(
+                f"this client keeps {held} forward graphs of {st.name} waiting for their "
+                "backward, the most one client may (--max-contexts): run backward, drop the "
+                "outputs it does not need, or call under no_grad()")
+
+    def check_graph_bytes(self, st, client: bytes, context) -> None:
+        """Refuse to keep ``context`` when the client's kept graphs on this worker would
+        hold more than ``--max-graph-mb``; its size is noted on it."""
+        skip = {id(_root(t._data)) for t in st.versions.tensors}
+        context.nbytes = graph_nbytes(context, skip)
+        fellows = self._fellows(client)
+        held = sum(c.nbytes for (_, who, _), c in self.state.contexts.items() if who in fellows)
+        if held + context.nbytes > self.max_graph_bytes:
+            raise RuntimeError(
+                f"this client's forward graphs kept on this worker for their backward hold "
+                f"{_mib(held)}, and this call's {_mib(context.nbytes)} more would pass the cap "
+                f"of {_mib(self.max_graph_bytes)} (--max-graph-mb): run backward on the "
+                "outputs it keeps (or drop them), or call under no_grad()")
+
+    def on_waits(self, job):
+        """What this worker runs, waits for and has queued now, per client (named as status
+        names them): what a stalled call is stuck behind."""
+        return {"id": self.id, **self.state.describe(self.peers.label),
+                "versions": {st.name: {"forks": st.versions.forks,
+                                       "kept": len(st.versions.pending),
+                                       "announced": len(st.versions.announced)}
+                             for st in self.stages.values()}}
+
+    def check_hooks(self, st, client: bytes, adding: int) -> None:
+        fellows = self._fellows(client)
+        held = sum(1 for who, _ in st.hooks if who in fellows)
+        if held + adding > self.max_hooks:
+            raise RuntimeError(
+                f"this client holds {held} hooks on {st.name}; {adding} more would pass "
+                f"{self.max_hooks}, the most one client may (--max-hooks): remove the hooks "
+                "it no longer needs (handle.remove())")
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"

@@ -1,0 +1,52 @@
+"""What a worker says of itself when asked (``status``): its process, its stages and their
+clients, its counters and its limits (a mixin of ``Worker``)."""
+from __future__ import annotations
+
+import os
+
+from deploy.threads import blas_threads
+from disthook import wire
+from workers.compute import rss_bytes
+
+__all__ = ["StatusHandlers"]
+
+
+class StatusHandlers:
+    def on_status(self, job):
+        counts = self.state.counts()
+        return {"id": self.id, "pid": os.getpid(), "address": self.address,
+                "stages": [st.name for st in self.stages.values()], "memory": rss_bytes(),
+                "threads": blas_threads(),  # the BLAS threads set (None: numpy's default)
+                "contexts": counts["contexts"], "mailbox": counts["mailbox"],
+                "values": counts["values"],
+                # per model: bytes sent to other workers (activations, gradients, kept
+                # values), kept values taken from them, and kept values read by clients
+                "data": {m: dict(c) for m, c in self.__dict__.get("data_stats", {}).items()},
+                "waits": counts["waits"], "queued": counts["queued"],
+                "hooks_fired": dict(self.captures.fired),
+                "messages": wire.decoded_count(),
+                # per stage: micro-batch forwards run so far, client and worker hooks held,
+                # client hook firings run ahead of their answers, passes run again since,
+                # results sent to the client before such answers were taken
+                "stage_stats": {st.name: {"forwards": st.forwards, "hooks": len(st.hooks),
+                                          "hooks_ahead": st.ran_ahead,
+                                          "passes_again": st.ran_again,
+                                          "answers_ahead": st.answered_ahead,
+                                          "modules": list(st.module._modules),
+                                          "parameters": st.parameters,
+                                          "clients": self._clients_of(st)}
+                                for st in self.stages.values()},
+                "limits": {"contexts": self.max_contexts, "hooks": self.max_hooks,
+                           "graph_bytes": self.max_graph_bytes}}
+
+    def _clients_of(self, st) -> dict[str, dict]:
+        """Per client of a stage: graphs kept, hooks registered, and whether it is the
+        deployer. Clients are named by their key (with keys) or a number given here, never
+        by their connection's identity, which another client could use."""
+        graphs = self.state.clients_of(st.model)
+        out: dict[str, dict] = {}
+        for who in sorted({*graphs, *(c for c, _ in st.hooks), st.owner}):
+            out[self.peers.label(who)] = {"contexts": graphs.get(who, 0),
+                                     "hooks": sum(1 for c, _ in st.hooks if c == who),
+                                     "owner": who == st.owner}
+        return out
