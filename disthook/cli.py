@@ -575,15 +575,15 @@ def build_parser() -> argparse.ArgumentParser:
     from disthook.bench.runner import stages_list
 
     bench.add_argument("--stages", type=stages_list, metavar="P,P,...",
-                       help="stage counts, one worker process per stage (suites scaleout: "
-                            "default 2,4,8, 2,4 with --quick; peers: default 2)")
+                       help="stage counts, one worker process per stage (suites scaleout and "
+                            "workspan: default 2,4,8, 2,4 with --quick; peers: default 2)")
     bench.add_argument("--width", type=int, metavar="N",
-                       help="scaleout: the Linear layers' width (default 1024, 256 with "
-                            "--quick)")
-    bench.add_argument("--batch", type=int, metavar="N", help="scaleout: rows per step "
-                                                              "(default 512)")
+                       help="scaleout, workspan: the Linear layers' width (default 1024, 256 "
+                            "with --quick; workspan: 1024 and 512)")
+    bench.add_argument("--batch", type=int, metavar="N",
+                       help="scaleout, workspan: rows per step (default 512)")
     bench.add_argument("--micro", type=int, metavar="M",
-                       help="scaleout: micro-batches per step under 1F1B (default 16)")
+                       help="scaleout, workspan: micro-batches per step (default 16)")
     bench.set_defaults(fn=_bench)
     launch = sub.add_parser("launch", help="run a coordinator and N workers in the foreground")
     launch.add_argument("--workers", type=_at_least_one, default=2, help="how many workers (default 2)")

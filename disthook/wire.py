@@ -170,7 +170,7 @@ ENUMS: dict[str, frozenset] = {
     "grad_op_kind": frozenset({"norm", "scale", "clamp", "set", "add"}),
     "module_op_kind": frozenset({"register_buffer", "set_attr", "del_attr", "train"}),
     "schedule_kind": frozenset({"recv_act", "forward", "send_act", "recv_grad", "backward",
-                                "send_grad"}),
+                                "send_grad", "weight"}),
     "layout_kind": frozenset({"chain", "tree", "whole"}),  # of a published model
 }
 PAIRS: dict[str, tuple[str, str]] = {

@@ -58,7 +58,8 @@ def test_deploy_options_are_checked():
     check_options(2, "1f1b", "params", None, None)
     for kwargs, match in [({"chunks": 0}, "chunks must be a positive int"),
                           ({"chunks": True}, "chunks must be a positive int"),
-                          ({"schedule": "zb"}, "schedule must be 'gpipe' or '1f1b'"),
+                          ({"schedule": "zb"},
+                           "schedule must be 'gpipe', '1f1b' or 'zb-h1'"),
                           ({"balance": "flops"}, "balance must be 'params' or 'time'"),
                           ({"balance": "time"}, "pass sample_input=")]:
         args = {"chunks": 1, "schedule": "gpipe", "balance": "params", "split_points": None,

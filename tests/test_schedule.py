@@ -1,6 +1,7 @@
 """Pipeline schedules, without processes: every micro-batch is forwarded and backwarded
-exactly once per stage, every dependency is respected, nothing deadlocks, and 1F1B holds at
-most p - s micro-batches on stage s."""
+exactly once per stage (and, under ZB-H1, through its W once), every dependency is
+respected, nothing deadlocks, 1F1B holds at most p - s micro-batches on stage s and ZB-H1
+at most p."""
 import pytest
 
 from disthook.distributed.schedule import (
@@ -11,12 +12,13 @@ from disthook.distributed.schedule import (
     one_f_one_b,
     schedule,
     simulate,
+    zero_bubble_h1,
 )
 
 SIZES = [(p, m) for p in range(1, 9) for m in range(1, 33)]
 
 
-@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("name", ["gpipe", "1f1b", "zb-h1"])
 @pytest.mark.parametrize("p,m", SIZES)
 def test_schedules_run_every_action_once_in_dependency_order(name, p, m):
     stages = schedule(name, p, m)
@@ -29,6 +31,7 @@ def test_schedules_run_every_action_once_in_dependency_order(name, p, m):
         assert kinds.count("send_act") == (m if s < p - 1 else 0)
         assert kinds.count("recv_grad") == (m if s < p - 1 else 0)
         assert kinds.count("send_grad") == (m if s > 0 else 0)
+        assert kinds.count("weight") == (m if name == "zb-h1" else 0)
     # across stages: a micro-batch's forward on stage s+1 comes after it on stage s, its
     # backward on stage s after it on stage s+1
     when = {(s, a): i for i, (s, a) in enumerate(order)}
@@ -45,6 +48,27 @@ def test_1f1b_holds_at_most_p_minus_s_micro_batches_and_gpipe_holds_all(p, m):
         assert in_flight(actions) <= p
     for actions in gpipe(p, m):
         assert in_flight(actions) == m
+
+
+@pytest.mark.parametrize("p,m", SIZES)
+def test_zb_h1_holds_at_most_p_micro_batches_and_runs_1f1b_order_of_f_and_b(p, m):
+    for s, (zb, plain) in enumerate(zip(zero_bubble_h1(p, m), one_f_one_b(p, m))):
+        assert in_flight(zb) <= min(p, m)
+        assert [a for a in zb if a[0] != "weight"] == plain
+        weights = [mb for kind, mb in zb if kind == "weight"]
+        assert weights == list(range(m))  # in micro-batch order: .grad sums as in 1F1B
+        assert zb[-(min(s + 1, m)):] == [("weight", mb) for mb in range(m - min(s + 1, m), m)]
+
+
+def test_zb_h1_for_3_stages_and_4_micro_batches():
+    def compute(actions):
+        return " ".join(f"{k[0].upper()}{mb}" for k, mb in actions
+                        if k in ("forward", "backward", "weight"))
+
+    assert [compute(a) for a in zero_bubble_h1(3, 4)] == [
+        "F0 F1 F2 B0 W0 F3 B1 W1 B2 W2 B3 W3",  # each W right behind its B, 1 at the end
+        "F0 F1 B0 F2 B1 W0 F3 B2 W1 B3 W2 W3",  # one behind, 2 at the end
+        "F0 B0 F1 B1 F2 B2 W0 F3 B3 W1 W2 W3"]  # two behind, 3 at the end
 
 
 def test_1f1b_for_4_stages_and_8_micro_batches_interleaves():
@@ -74,8 +98,8 @@ def test_bad_sizes_and_names():
         gpipe(0, 4)
     with pytest.raises(ValueError, match="positive int of micro-batches, got 2.0"):
         one_f_one_b(2, 2.0)
-    with pytest.raises(ValueError, match=r"schedule must be one of \['1f1b', 'gpipe'\], "
-                                         "got 'zigzag'"):
+    with pytest.raises(ValueError, match=r"schedule must be one of \['1f1b', 'gpipe', "
+                                         r"'zb-h1'\], got 'zigzag'"):
         schedule("zigzag", 2, 2)
     assert bubble_fraction(2, 8) == pytest.approx(1 / 9)
     assert bubble_fraction(1, 5) == 0

@@ -265,7 +265,7 @@ def test_an_abort_from_a_neighbour_ends_the_step_where_it_waits():
     assert run.next(state.mailbox) == ("abort", "stage 0 failed")
 
 
-@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("name", ["gpipe", "1f1b", "zb-h1"])
 @pytest.mark.parametrize("p,m", [(2, 4), (3, 5), (4, 2)])
 def test_whole_training_steps_through_every_stage(name, p, m):
     """p worker states, each walking its schedule; sends go into the next state's mailbox,
@@ -292,7 +292,7 @@ def test_whole_training_steps_through_every_stage(name, p, m):
                 done[s] = True
             elif kind == "wait":
                 blocked[s] = states[s].wait_for_pipe(jobs[s], action[1], "mail")
-            elif kind in ("forward", "backward"):
+            elif kind in ("forward", "backward", "weight"):
                 ran[s].append(action)
             elif kind == "send_act":
                 resumed(pipe(states[s + 1], "step", "act", action[1]))
@@ -302,7 +302,7 @@ def test_whole_training_steps_through_every_stage(name, p, m):
                 assert kind == "recv"
         assert progressed, f"deadlock: {blocked}"
     for s in range(p):
-        assert ran[s] == [a for a in plan[s] if a[0] in ("forward", "backward")]
+        assert ran[s] == [a for a in plan[s] if a[0] in ("forward", "backward", "weight")]
         assert states[s].mailbox == {} and states[s].waits == {}
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import disthook
 from disthook import hooks as toolkit
 from disthook import wire
+from disthook.autograd.split import backward_split
 from disthook.distributed.spec import build_module
 from disthook.service import op_calls
 from disthook.service.loop import NO_REPLY
@@ -398,10 +399,17 @@ class ComputeHandlers:
         loss_fn = None
         run = StepRun(model, step, msg["schedule"])
         held: dict[int, tuple] = {}  # micro-batch -> (input leaf, output or scaled loss)
+        # a split backward (zb-h1): micro-batch -> its weights' part, run by its "weight"
+        split = any(kind == "weight" for kind, _ in msg["schedule"])
+        weights_later: dict[int, object] = {}
         received: dict[tuple, np.ndarray] = {}
         grads_in: dict[int, object] = {}
         losses: dict[int, float] = {}
         busy, peak = 0.0, rss_bytes() or 0  # compute time; the most memory held
+        # [kind, mb, this thread's CPU seconds, wall start, wall end] per action (a receive:
+        # from when the stage began to wait for it, or when it took it, to when it took it)
+        timeline: list[list] = []
+        waited_since = None
         try:
             if last:  # a loss refused here aborts the step on the other stages too
                 loss_fn = _loss_function(msg["loss"], self.model_module_allowed)
@@ -414,6 +422,7 @@ class ComputeHandlers:
                     raise RuntimeError(f"the step was aborted: {action[1]}")
                 if kind == "wait":
                     (_, _, what, mb), _ = action[1]
+                    waited_since = waited_since or time.perf_counter()
                     wait = self.state.wait_for_pipe(
                         job, action[1], f"the {what} of micro-batch {mb} ({st.name})")
                     if wait is not None:
@@ -421,10 +430,14 @@ class ComputeHandlers:
                     continue
                 if kind == "recv":
                     received[(action[1], action[2])] = action[3]["data"]
+                    now = time.perf_counter()
+                    timeline.append([f"recv_{action[1]}", action[2], 0.0, waited_since or now,
+                                     now])
+                    waited_since = None
                     continue
                 mb = action[1]
                 job.micro_batch = self.captures.micro_batch = mb
-                started = time.perf_counter()
+                started, cpu = time.perf_counter(), time.thread_time()
                 if kind == "forward":
                     st.forwards += 1
                     data = msg["inputs"][mb] if first else received.pop(("act", mb))
@@ -450,13 +463,20 @@ class ComputeHandlers:
                     leaf, out = held.pop(mb)
                     g = None if last else received.pop(("grad", mb))
 
-                    def compute(keep: bool = False, leaf=leaf, out=out, g=g):
+                    def compute(keep: bool = False, leaf=leaf, out=out, g=g, mb=mb):
                         leaf.grad = None  # a run again starts from nothing
                         seed = None if g is None else [disthook.from_numpy(np.array(g))]
-                        disthook.autograd.backward([out], seed, retain_graph=keep)
+                        if split:  # the weights' gradients wait for this micro-batch's W
+                            weights_later[mb] = backward_split([out], seed, st.params,
+                                                               retain_graph=keep)
+                        else:
+                            disthook.autograd.backward([out], seed, retain_graph=keep)
                         return leaf.grad
 
                     grads_in[mb] = self._run_backward_pass(job, st, job.retained, compute)
+                    busy += time.perf_counter() - started
+                elif kind == "weight":
+                    weights_later.pop(mb).run()
                     busy += time.perf_counter() - started
                 else:  # send_grad
                     g = grads_in.pop(mb)
@@ -464,6 +484,8 @@ class ComputeHandlers:
                         raise RuntimeError(f"{st.name}: no gradient reached the input of "
                                            f"micro-batch {mb}")
                     self._pipe_send(st, "prev", step, "grad", mb, g.numpy())
+                timeline.append([kind, mb, time.thread_time() - cpu, started,
+                                 time.perf_counter()])
         except BaseException as exc:
             for side in ("prev", "next"):  # the neighbours must not wait for us
                 if side in st.neighbours:
@@ -474,7 +496,7 @@ class ComputeHandlers:
         finally:
             job.micro_batch = self.captures.micro_batch = None
             self.state.finish_step(model, step)
-        stats = {"busy": busy, "peak_rss": peak}
+        stats = {"busy": busy, "peak_rss": peak, "timeline": timeline}
         return {"losses": [losses[mb] for mb in sorted(losses)], **stats} if last else stats
 
     def _pipe_send(self, st, side: str, step: str, kind: str, mb: int, data,

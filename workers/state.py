@@ -549,8 +549,8 @@ class StepRun:
     """Where one stage is in its schedule of a pipelined training step.
 
     ``next(mailbox)`` gives the next action to carry out: ``("forward", mb)``,
-    ``("backward", mb)``, ``("send_act", mb)``, ``("send_grad", mb)``, ``("recv", kind, mb,
-    message)`` once the message is in the mailbox (taken out of it), ``("wait", keys)`` when
+    ``("backward", mb)``, ``("weight", mb)``, ``("send_act", mb)``, ``("send_grad", mb)``,
+    ``("recv", kind, mb, message)`` once the message is in the mailbox (taken out of it), ``("wait", keys)`` when
     it is not there yet (call again when one of ``keys`` came), ``("abort", reason)`` when
     a neighbour gave up the step, and ``("done",)`` at the end.
     """
@@ -573,7 +573,7 @@ class StepRun:
                 return ("wait", (key, abort))
             self.position += 1
             return ("recv", kind[5:], mb, mailbox.pop(key))
-        if kind not in ("forward", "backward", "send_act", "send_grad"):
+        if kind not in ("forward", "backward", "send_act", "send_grad", "weight"):
             raise ValueError(f"unknown schedule action {kind!r}")
         self.position += 1
         return (kind, mb)

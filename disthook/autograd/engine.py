@@ -276,6 +276,12 @@ class _GraphTask:
         self.needed: set | None = None
         self.captures: dict = {}  # (node, output_nr) -> slot indices in the results
         self.roots: list = []
+        # a backward split in two (disthook.autograd.split): the nodes that lead only to the
+        # deferred leaves (they do not run here), the edges into them per node that runs,
+        # and what each such node left for later (see split.WeightGrads)
+        self.weight_only: set | None = None
+        self.split_edges: dict | None = None
+        self.deferred: list | None = None
 
 
 def _count_dependencies(roots) -> dict:
@@ -419,6 +425,8 @@ def _run(task: _GraphTask, root_nodes, results, single_root: bool) -> None:
     needed = task.needed
     runs = task.runs
     captures = task.captures
+    weight_only, split_edges, deferred = task.weight_only, task.split_edges, task.deferred
+    retain_graph = task.retain_graph
     for node in root_nodes:
         # torch starts from a lone root's node even when it leads to no input (its tensor
         # hooks fire); of several roots, only those needed
@@ -457,6 +465,8 @@ def _run(task: _GraphTask, root_nodes, results, single_root: bool) -> None:
                 node.accumulate(grad, owned)
                 grads[0] = grad
             grad_inputs = ()
+        elif split_edges is not None and node in split_edges:
+            grad_inputs = _split_apply(task, node, grads, split_edges[node])
         else:
             grad_inputs = _apply(node, grads)
             if needed is not None and node.drops_unneeded_grads:
@@ -468,8 +478,9 @@ def _run(task: _GraphTask, root_nodes, results, single_root: bool) -> None:
         # 5. node post-hooks (grad_inputs first)
         if node._post_hooks:
             grad_inputs = _run_post_hooks(node, grad_inputs, grads)
-        if not task.retain_graph:
-            node._release()
+        if not retain_graph and not (deferred and deferred[-1][1] is node
+                                     and deferred[-1][0] == "later"):
+            node._release()  # (one whose weight gradients come later keeps what it saved)
 
         # 6. along the edges
         for j, (nxt, nr) in enumerate(node.next_functions):
@@ -477,6 +488,8 @@ def _run(task: _GraphTask, root_nodes, results, single_root: bool) -> None:
                 continue
             if needed is not None and nxt not in needed:
                 continue
+            if weight_only is not None and nxt in weight_only:
+                continue  # its gradients go with the deferred part
             g = grad_inputs[j]
             if g is not None:
                 buf = buffers.get(nxt)
@@ -493,6 +506,25 @@ def _run(task: _GraphTask, root_nodes, results, single_root: bool) -> None:
                     ready.push(nxt)
                 else:  # a chain's next node: nothing to order it against
                     queued.append(nxt)
+
+
+def _split_apply(task: _GraphTask, node: Node, grads: list, edges: tuple) -> tuple:
+    """A node with edges into the deferred part: its gradients for the other edges now, and
+    for those edges later (recorded in ``task.deferred``, in the order the nodes run, which
+    is the order their gradients would have reached the deferred nodes). A node with
+    post-hooks computes every gradient now, as the hooks must see them all."""
+    if node._post_hooks:
+        out = _apply(node, grads)
+        task.deferred.append(("given", node, [(j, out[j]) for j in edges]))
+        return out
+    needs = node.needs_input_grad
+    node.needs_input_grad = tuple([n and j not in edges for j, n in enumerate(needs)])
+    try:
+        out = _apply(node, grads)
+    finally:
+        node.needs_input_grad = needs
+    task.deferred.append(("later", node, grads, edges))
+    return out
 
 
 def _run_pre_hooks(node: Node, grads: list) -> list:

@@ -13,4 +13,4 @@ which import no suite; the runner imports each suite only when it runs.
 """
 
 SUITES = ("dist", "engine", "nn", "peers", "pipeline", "scaleout", "scaling", "tenancy",
-          "toolkit")
+          "toolkit", "workspan")

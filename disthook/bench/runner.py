@@ -12,10 +12,10 @@ from deploy.threads import THREAD_VARS
 from disthook.bench import SUITES
 
 # suites that print tables of their own; the others share the table of disthook.bench.table
-OWN_TABLES = ("pipeline", "scaling", "scaleout", "peers", "tenancy")  # printed in this order
+OWN_TABLES = ("pipeline", "scaling", "scaleout", "workspan", "peers", "tenancy")  # printed in this order
 # the suites that take the options --stages, --width, --batch and --micro
-OPTIONS = {"stages": ("peers", "scaleout"), "width": ("scaleout",), "batch": ("scaleout",),
-           "micro": ("scaleout",)}
+OPTIONS = {"stages": ("peers", "scaleout", "workspan"), "width": ("scaleout", "workspan"),
+           "batch": ("scaleout", "workspan"), "micro": ("scaleout", "workspan")}
 
 
 def stages_list(text: str) -> tuple[int, ...]:
@@ -32,8 +32,10 @@ def check_options(suite: str, quick: bool, options: dict) -> None:
     anything runs."""
     for name in options:
         if suite not in ("all", *OPTIONS[name]):
-            raise ValueError(f"--{name} applies to the suite{'s' * (len(OPTIONS[name]) > 1)} "
-                             f"{' and '.join(OPTIONS[name])}, not {suite}")
+            *others, last = OPTIONS[name]
+            names = f"{', '.join(others)} and {last}" if others else last
+            raise ValueError(f"--{name} applies to the suite{'s' * bool(others)} {names}, "
+                             f"not {suite}")
     if "stages" in options and suite in ("all", "peers"):
         from disthook.bench import peers
 
@@ -42,6 +44,10 @@ def check_options(suite: str, quick: bool, options: dict) -> None:
         from disthook.bench import scaleout
 
         scaleout.settings(quick, **options)
+    if suite in ("all", "workspan"):
+        from disthook.bench import workspan
+
+        workspan.settings(quick, **options)
 
 
 def run_suite(name: str, quick: bool) -> list[dict]:
@@ -82,6 +88,12 @@ def _own_table(name: str, quick: bool, options: dict) -> list[dict]:
 
         rows = scaleout.run(quick, **options)
         scaleout.print_rows(rows)
+        return rows
+    if name == "workspan":
+        from disthook.bench import workspan
+
+        rows = workspan.run(quick, **options)
+        workspan.print_rows(rows)
         return rows
     if name == "tenancy":
         from disthook.bench import tenancy

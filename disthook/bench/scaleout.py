@@ -26,10 +26,17 @@ import importlib.util
 import os
 import statistics
 
-from disthook.bench.stages import LR, Mlp, one_torch_step, pipelining_seconds
+from disthook.bench.stages import (
+    LAYERS,
+    LR,
+    bound,
+    check,
+    one_torch_step,
+    pipelining_seconds,
+    spec,
+)
 from disthook.bench.timing import paired, paired_ratio
 
-LAYERS = 16
 STAGES, QUICK_STAGES = (2, 4, 8), (2, 4)
 WIDTH, QUICK_WIDTH = 1024, 256
 BATCH, MICRO = 512, 16
@@ -41,30 +48,6 @@ def cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # no affinity on this system
         return os.cpu_count() or 1
-
-
-def bound(p: int, m: int) -> float:
-    """The speedup of p equal stages over one at m micro-batches with no cost per
-    micro-batch: p·m time units of work in m + p - 1 units of the slowest stage."""
-    return p * m / (m + p - 1)
-
-
-def check(stages, width: int, batch: int, micro: int) -> None:
-    """Refuse, naming the value and what is allowed, what this suite cannot run."""
-    allowed = [p for p in range(1, LAYERS + 1) if LAYERS % p == 0]
-    wrong = [p for p in stages if p not in allowed]
-    if not stages or wrong:
-        raise ValueError(f"scaleout: --stages {','.join(map(str, stages))}: each p must "
-                         f"divide the {LAYERS} layers into equal stages: one of "
-                         f"{', '.join(map(str, allowed))}")
-    if width < 1:
-        raise ValueError(f"scaleout: --width {width}: must be at least 1")
-    if micro < max(stages):
-        raise ValueError(f"scaleout: --micro {micro}: torch's 1F1B needs at least as many "
-                         f"micro-batches as stages, here {max(stages)}")
-    if batch < micro or batch % micro:
-        raise ValueError(f"scaleout: --batch {batch}: must be a multiple of --micro {micro}, "
-                         "so that every micro-batch has the same rows")
 
 
 def settings(quick: bool = False, stages=None, width: int | None = None,
@@ -79,11 +62,6 @@ def settings(quick: bool = False, stages=None, width: int | None = None,
               "batch": given(batch, BATCH), "micro": given(micro, MICRO)}
     check(**chosen)
     return chosen
-
-
-def spec(p: int, width: int, batch: int) -> Mlp:
-    """The model cut into ``p`` equal stages."""
-    return Mlp((width,) * (LAYERS + 1), tuple(range(LAYERS // p, LAYERS, LAYERS // p)), batch)
 
 
 def run(quick: bool = False, stages=None, width: int | None = None, batch: int | None = None,

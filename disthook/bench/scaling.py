@@ -15,9 +15,10 @@ process decodes per step, against the model of them:
 from __future__ import annotations
 
 import copy
-import os
 import statistics
 import time
+
+from disthook.bench.timing import cpu_seconds
 
 WORKERS = (1, 2, 4, 8)
 LAYERS, WIDTH, BATCH, MICRO = 16, 64, 32, 4
@@ -26,15 +27,6 @@ LAYERS, WIDTH, BATCH, MICRO = 16, 64, 32, 4
 def expected_messages(p: int, m: int) -> dict[str, int]:
     """The model above: messages decoded per step by the workers and by the client."""
     return {"workers": p + 2 * m * (p - 1) + p, "client": 2 * p}
-
-
-def _cpu_seconds(pid: int) -> float:
-    """CPU time of process ``pid`` (all its threads), from the scheduler's nanosecond count."""
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-            total += int(f.read().split()[0])
-    return total / 1e9
 
 
 def run(quick: bool = False) -> list[dict]:
@@ -56,7 +48,7 @@ def run(quick: bool = False) -> list[dict]:
             remote = cluster.deploy(copy.deepcopy(net), stages=n, chunks=MICRO, schedule="1f1b")
             opt = DistributedOptimizer(torch.optim.SGD, remote.parameters(), lr=0.01)
 
-            def step():
+            def step(remote=remote, opt=opt):
                 opt.zero_grad()
                 remote.train_step(x, y, nn.functional.mse_loss)
                 opt.step()
@@ -71,7 +63,7 @@ def run(quick: bool = False) -> list[dict]:
             for _ in range(3):
                 step()  # warm-up
             coordinator = cluster._processes[0].pid
-            cpu0, seen0, mine0 = _cpu_seconds(coordinator), counts(), wire.decoded_count()
+            cpu0, seen0, mine0 = cpu_seconds(coordinator), counts(), wire.decoded_count()
             times = []
             for _ in range(steps):
                 t0 = time.perf_counter()
@@ -79,7 +71,7 @@ def run(quick: bool = False) -> list[dict]:
                 times.append(time.perf_counter() - t0)
             mine = wire.decoded_count() - mine0  # before the status replies of the count below
             seen = counts() - seen0 - n  # less the n status requests of the first count
-            cpu = _cpu_seconds(coordinator) - cpu0
+            cpu = cpu_seconds(coordinator) - cpu0
             expected = expected_messages(n, MICRO)
             rows.append({
                 "suite": "scaling", "workers": n, "step_s": statistics.median(times),

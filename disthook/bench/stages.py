@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from disthook.bench.timing import median_seconds
 
 LR = 0.01
+LAYERS = 16  # of the scaleout and workspan model
 SPAWNED_TIMEOUT_S = 600.0  # for one run of torch's processes, start to end
 
 
@@ -114,9 +115,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def spawned(fn, nprocs: int, *args) -> float:
+def spawned(fn, nprocs: int, *args, read=lambda f: float(f.read())):
     """Run ``fn(rank, port, *args, out)`` in ``nprocs`` spawned processes, one thread each;
-    the seconds rank 0 wrote to the file ``out``."""
+    what rank 0 wrote to the file ``out``, read by ``read`` (by default the seconds it
+    wrote)."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -146,7 +148,34 @@ def spawned(fn, nprocs: int, *args) -> float:
                     process.terminate()
                 process.join()
         with open(out) as f:
-            return float(f.read())
+            return read(f)
+
+
+def torch_pipeline(spec: Mlp, rank: int, schedule: str, micro: int):
+    """In a rank of torch's process group: the rank's PipelineStage of ``spec`` and a
+    callable running one training step of the ``schedule`` ("gpipe" or "1f1b") on it."""
+    import torch
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+    p = spec.stages
+    module = torch_stage(spec, rank)
+    stage = PipelineStage(module, rank, p, torch.device("cpu"))
+    kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule]
+    plan = kind(stage, micro, loss_fn=torch.nn.functional.cross_entropy)
+    opt = torch.optim.SGD(module.parameters(), lr=LR)
+    x, y = spec.data(torch)
+
+    def step():
+        opt.zero_grad()
+        if rank == 0:
+            plan.step(x)
+        elif rank == p - 1:
+            plan.step(target=y, losses=[])
+        else:
+            plan.step()
+        opt.step()
+
+    return stage, step
 
 
 def _pipelining_process(rank: int, port: int, spec: Mlp, schedule: str, micro: int,
@@ -154,30 +183,12 @@ def _pipelining_process(rank: int, port: int, spec: Mlp, schedule: str, micro: i
     quiet()
     import torch
     import torch.distributed as dist
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
     torch.set_num_threads(1)
-    p = spec.stages
-    dist.init_process_group("gloo", rank=rank, world_size=p,
+    dist.init_process_group("gloo", rank=rank, world_size=spec.stages,
                             init_method=f"tcp://127.0.0.1:{port}")
     try:
-        module = torch_stage(spec, rank)
-        stage = PipelineStage(module, rank, p, torch.device("cpu"))
-        kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule]
-        plan = kind(stage, micro, loss_fn=torch.nn.functional.cross_entropy)
-        opt = torch.optim.SGD(module.parameters(), lr=LR)
-        x, y = spec.data(torch)
-
-        def step():
-            opt.zero_grad()
-            if rank == 0:
-                plan.step(x)
-            elif rank == p - 1:
-                plan.step(target=y, losses=[])
-            else:
-                plan.step()
-            opt.step()
-
+        _, step = torch_pipeline(spec, rank, schedule, micro)
         dist.barrier()
         seconds = median_seconds(step, repeats)
         if rank == 0:
@@ -193,3 +204,34 @@ def pipelining_seconds(spec: Mlp, schedule: str, micro: int, repeats: int) -> fl
     if spec.stages < 2:
         raise ValueError(f"torch pipelining needs at least 2 stages, got {spec.stages}")
     return spawned(_pipelining_process, spec.stages, spec, schedule, micro, repeats)
+
+
+# ---- the model of scaleout and workspan: 16 x Linear(w, w), p equal stages -----------
+def bound(p: int, m: int) -> float:
+    """The speedup of p equal stages over one at m micro-batches with no cost per
+    micro-batch: p·m time units of work in m + p - 1 units of the slowest stage."""
+    return p * m / (m + p - 1)
+
+
+def check(stages, width: int, batch: int, micro: int, suite: str = "scaleout") -> None:
+    """Refuse, naming the value and what is allowed, what the scaleout and workspan suites
+    cannot run."""
+    allowed = [p for p in range(1, LAYERS + 1) if LAYERS % p == 0]
+    wrong = [p for p in stages if p not in allowed]
+    if not stages or wrong:
+        raise ValueError(f"{suite}: --stages {','.join(map(str, stages))}: each p must "
+                         f"divide the {LAYERS} layers into equal stages: one of "
+                         f"{', '.join(map(str, allowed))}")
+    if width < 1:
+        raise ValueError(f"{suite}: --width {width}: must be at least 1")
+    if micro < max(stages):
+        raise ValueError(f"{suite}: --micro {micro}: torch's 1F1B needs at least as many "
+                         f"micro-batches as stages, here {max(stages)}")
+    if batch < micro or batch % micro:
+        raise ValueError(f"{suite}: --batch {batch}: must be a multiple of --micro {micro}, "
+                         "so that every micro-batch has the same rows")
+
+
+def spec(p: int, width: int, batch: int) -> Mlp:
+    """The model cut into ``p`` equal stages."""
+    return Mlp((width,) * (LAYERS + 1), tuple(range(LAYERS // p, LAYERS, LAYERS // p)), batch)

@@ -5,6 +5,7 @@ of the rounds' ratios rather than the ratio of two medians. This module imports 
 """
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from typing import Callable, Sequence
@@ -58,3 +59,16 @@ def measure(workload: Callable, libs: list, repeats: int,
              for i in range(len(made))]
     ratio = diffs[0] / diffs[1] if len(diffs) > 1 and diffs[1] > 0 else None
     return diffs, ratio
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time of process ``pid`` (all its threads alive), from the scheduler's nanosecond
+    count."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except FileNotFoundError:  # the thread ended meanwhile
+            pass
+    return total / 1e9

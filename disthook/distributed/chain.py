@@ -142,8 +142,11 @@ def train_step(model: Deployment, x: Tensor, target: Tensor, loss_fn,
         for mb in range(m):
             model._hub.drop_context(f"{step}.{mb}")
     wall = time.perf_counter() - started
-    # per stage: seconds computing, the step's wall time seen here, the worker's RSS peak
+    # per stage: seconds computing, the step's wall time seen here, the worker's RSS peak,
+    # and its timeline of schedule actions ([kind, micro-batch, thread CPU s, wall start,
+    # wall end], wall times on this host's monotonic clock)
     object.__setattr__(model, "step_stats", [
-        {"busy": r["result"]["busy"], "wall": wall, "peak_rss": r["result"]["peak_rss"]}
+        {"busy": r["result"]["busy"], "wall": wall, "peak_rss": r["result"]["peak_rss"],
+         "timeline": r["result"].get("timeline")}
         for r in replies])
     return Tensor._make(np.array(replies[-1]["result"]["losses"], np.float32), None, 0)

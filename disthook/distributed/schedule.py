@@ -13,10 +13,21 @@ action is a pair ``(kind, micro_batch)`` with kind one of:
 The first stage takes its inputs from the client and the last one computes the loss, so
 they have no ``recv_act`` / ``send_act`` and ``recv_grad`` respectively.
 
+- ``weight``    (``zb-h1`` only) the weights' gradients of the micro-batch, whose
+  ``backward`` computed only the gradients that flow on (disthook.autograd.split)
+
 ``gpipe``: every forward, then every backward. ``one_f_one_b``: stage ``s`` runs
 ``min(p - 1 - s, m)`` forwards to fill the pipeline, then alternates one forward and one
 backward, then drains the remaining backwards; a stage never holds more than ``p - s``
 micro-batches' activations (GPipe holds ``m``). Both have the bubble (p-1)/(m+p-1).
+
+``zero_bubble_h1`` (ZB-H1) splits each backward into B (the input's gradient, what the
+previous stage waits for) and W (the weights' gradients): 1F1B's order of forwards and
+B's, with stage ``s`` running the W of micro-batch ``i - s`` after the B of ``i``, and its
+last ``s + 1`` W's after its last B. The B's travel back without waiting behind W's and the
+W's fill what was 1F1B's drain: the bubble is (p-1)(F+B-W) against 1F1B's (p-1)(F+B+W), a
+third of it when the three cost alike. A stage holds at most ``p`` micro-batches whose W has
+not run (1F1B's first stage holds ``p`` activations).
 
 ``simulate`` runs the lists against each other (sends never block, a receive waits for its
 send) and raises ``ScheduleError`` on a deadlock, a missing or repeated action, or a
@@ -26,7 +37,7 @@ holds at once.
 from __future__ import annotations
 
 __all__ = ["SCHEDULES", "ScheduleError", "bubble_fraction", "gpipe", "in_flight",
-           "one_f_one_b", "schedule", "simulate"]
+           "one_f_one_b", "schedule", "simulate", "zero_bubble_h1"]
 
 Action = tuple[str, int]
 
@@ -73,11 +84,33 @@ def one_f_one_b(p: int, m: int) -> list[list[Action]]:
     return stages
 
 
-SCHEDULES = {"gpipe": gpipe, "1f1b": one_f_one_b}
+def zero_bubble_h1(p: int, m: int) -> list[list[Action]]:
+    """1F1B's forwards and input-gradient backwards, each W ``s`` micro-batches behind its
+    B on stage ``s``, the last ``s + 1`` W's at the end."""
+    _check(p, m)
+    stages = []
+    for s in range(p):
+        warmup = min(p - 1 - s, m)
+        actions = [a for mb in range(warmup) for a in _forward(s, p, mb)]
+        weights = 0  # W's run so far, in micro-batch order
+        for i in range(m):
+            if warmup + i < m:
+                actions += _forward(s, p, warmup + i)
+            actions += _backward(s, p, i)
+            if i - s >= weights and i < m - 1:
+                actions.append(("weight", weights))
+                weights += 1
+        actions += [("weight", mb) for mb in range(weights, m)]
+        stages.append(actions)
+    return stages
+
+
+SCHEDULES = {"gpipe": gpipe, "1f1b": one_f_one_b, "zb-h1": zero_bubble_h1}
 
 
 def schedule(name: str, p: int, m: int) -> list[list[Action]]:
-    """The schedule ``name`` ("gpipe" or "1f1b") for ``p`` stages and ``m`` micro-batches."""
+    """The schedule ``name`` ("gpipe", "1f1b" or "zb-h1") for ``p`` stages and ``m``
+    micro-batches."""
     if name not in SCHEDULES:
         raise ValueError(f"schedule must be one of {sorted(SCHEDULES)}, got {name!r}")
     return SCHEDULES[name](p, m)
@@ -114,9 +147,10 @@ def simulate(stages: list[list[Action]], m: int) -> list[tuple[int, Action]]:
         if not progressed:
             waiting = {s: stages[s][pos[s]] for s in range(p) if pos[s] < len(stages[s])}
             raise ScheduleError(f"deadlock: every unfinished stage waits ({waiting})")
+    split = any(kind == "weight" for actions in stages for kind, _ in actions)
     for s in range(p):
         missing = [a for mb in range(m) for a in _forward(s, p, mb) + _backward(s, p, mb)
-                   if a not in done[s]]
+                   + ([("weight", mb)] if split else []) if a not in done[s]]
         if missing:
             raise ScheduleError(f"stage {s} never runs {missing}")
     return order
@@ -131,6 +165,7 @@ def _requires(s: int, action: Action, done: set[Action], p: int) -> None:
         "recv_grad": [],
         "backward": [("forward", mb)] + ([("recv_grad", mb)] if s < p - 1 else []),
         "send_grad": [("backward", mb)],
+        "weight": [("backward", mb)],
         "recv_act": [],
     }.get(kind)
     if needs is None:
@@ -141,13 +176,15 @@ def _requires(s: int, action: Action, done: set[Action], p: int) -> None:
 
 
 def in_flight(actions: list[Action]) -> int:
-    """The most micro-batches a stage holds at once (forwarded, not yet backwarded)."""
+    """The most micro-batches a stage holds at once (forwarded, not yet backwarded; under a
+    split backward, not yet through their W)."""
+    split = any(kind == "weight" for kind, _ in actions)
     held = peak = 0
     for kind, _ in actions:
         if kind == "forward":
             held += 1
             peak = max(peak, held)
-        elif kind == "backward":
+        elif kind == ("weight" if split else "backward"):
             held -= 1
     return peak
 

@@ -54,8 +54,9 @@ def test_torch_pipelining_runs_at_three_stages():
     (["scaleout", "--batch", "50"], "--batch 50"),
     (["scaleout", "--width", "0"], "--width 0"),
     (["peers", "--stages", "5"], "--stages 5"),
-    (["pipeline", "--stages", "2"], "--stages applies to the suites peers and scaleout"),
-    (["peers", "--width", "64"], "--width applies to the suite scaleout"),
+    (["pipeline", "--stages", "2"],
+     "--stages applies to the suites peers, scaleout and workspan"),
+    (["peers", "--width", "64"], "--width applies to the suites scaleout and workspan"),
 ])
 def test_what_a_suite_cannot_run_is_refused_before_it_starts(argv, named, capsys):
     assert main(["bench", *argv]) == 1

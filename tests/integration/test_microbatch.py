@@ -145,7 +145,8 @@ def test_train_step_errors_end_the_step_everywhere_and_the_model_stays_usable(cl
             remote.train_step(x, y[:3], nn.functional.cross_entropy)
     finally:
         remote.close()
-    with pytest.raises(ValueError, match="schedule must be 'gpipe' or '1f1b', got 'pipedream'"):
+    with pytest.raises(ValueError,
+                       match="schedule must be 'gpipe', '1f1b' or 'zb-h1', got 'pipedream'"):
         cluster.deploy(make_net(), stages=2, schedule="pipedream")
 
 

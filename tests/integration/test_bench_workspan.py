@@ -1,0 +1,73 @@
+"""``disthook bench workspan`` runs and prints its two tables (work, span), with each stage's
+timeline of schedule actions from the workers; values it cannot run are refused, naming
+them. No timing or ratio is asserted."""
+import json
+
+import pytest
+
+from disthook.bench import runner
+from disthook.cli import main
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def quick(monkeypatch, capsys, tmp_path, *extra) -> tuple[str, list]:
+    for var in runner.THREAD_VARS:  # as the runner's child: it then runs in this process
+        monkeypatch.setenv(var, "1")
+    figures = tmp_path / "workspan.json"
+    assert main(["bench", "workspan", "--quick", *extra, "--json", str(figures)]) == 0
+    return capsys.readouterr().out, json.loads(figures.read_text())
+
+
+def check_tables(out: str, rows: list) -> None:
+    lines = out.splitlines()
+    work = next(line for line in lines if line.split()[:3] == ["w", "p", "one"])
+    for column in ("client", "coord", "workers", "total", "effic.", "outside compute",
+                   "torch one", "ranks"):
+        assert column in work, column
+    span = next(line for line in lines if "stage F/B/send" in line)
+    for column in ("torch F/B/send", "hop us", "predicted ms", "ours/torch", "speedup",
+                   "bound", "of bound"):
+        assert column in span, column
+    zero = next(line for line in lines if "F/B/W ms" in line)
+    for column in ("1F1B ms", "ZB-H1 ms", "vs torch", "bubble of 1F1B"):
+        assert column in zero, column
+    assert "MISS" not in out and "target" not in out
+    for row in rows:
+        ours = row["disthook"]
+        assert row["suite"] == "workspan" and ours["predicted_step_s"] > 0
+        assert len(ours["costs"]) == row["stages"]
+        for stage in ours["costs"]:  # every stage's CPU per forward and backward, measured
+            assert stage["forward"] > 0 and stage["backward"] > 0
+        for stage in ours["zb_costs"]:  # and under ZB-H1, its W's
+            assert stage["forward"] > 0 and stage["backward"] > 0 and stage["weight"] > 0
+        assert ours["predicted_zb_step_s"] > 0
+        assert ours["workers_cpu_s"] > 0 and 0 <= ours["outside_compute"] < 1
+        if row["torch"] is not None:
+            assert row["torch"]["predicted_step_s"] > 0 and row["ratio_to_torch"] > 0
+            assert len(row["torch"]["ranks_cpu_s"]) == row["stages"]
+
+
+def test_workspan_runs_on_a_small_model_and_prints_work_and_span(monkeypatch, capsys,
+                                                                 tmp_path):
+    out, rows = quick(monkeypatch, capsys, tmp_path, "--stages", "2", "--width", "64",
+                      "--batch", "32", "--micro", "4")
+    assert "16 x Linear(w, w)" in out and "batch 32, 1F1B at m=4" in out
+    assert [(r["stages"], r["width"]) for r in rows] == [(2, 64)]
+    check_tables(out, rows)
+
+
+@pytest.mark.bench
+def test_workspan_quick(monkeypatch, capsys, tmp_path):
+    out, rows = quick(monkeypatch, capsys, tmp_path)
+    check_tables(out, rows)
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["workspan", "--stages", "3"], "workspan: --stages 3"),
+    (["workspan", "--stages", "8", "--micro", "4"], "workspan: --micro 4"),
+    (["workspan", "--batch", "50"], "workspan: --batch 50"),
+])
+def test_what_workspan_cannot_run_is_refused_before_it_starts(argv, named, capsys):
+    assert main(["bench", *argv]) == 1
+    assert named in capsys.readouterr().err

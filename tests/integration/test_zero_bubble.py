@@ -1,0 +1,124 @@
+"""ZB-H1 on the chain path (deploy(..., schedule="zb-h1")): each stage's backward is split
+into B (the gradient its previous stage waits for) and W (its weights' gradients, run later
+to fill the pipeline's drain). Gradients and the hook log equal one process's, micro-batch
+by micro-batch, on 2 and 3 workers: tensor hooks on parameters and activations and full
+backward hooks fire as often, with the same arguments; a
+weight used twice in a stage stays exact. Only the order across micro-batches differs (see
+docs/hooks.md)."""
+from collections import defaultdict
+
+import numpy as np
+import pytest
+from test_microbatch import train_three_steps  # three SGD steps here and on the workers
+
+import disthook as torch
+from disthook import nn
+
+pytestmark = pytest.mark.timeout(240)
+
+ROWS, CHUNKS = 8, 4
+
+
+class Twice(nn.Module):
+    """One Linear applied twice: its weight gets the sum of two gradients."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.lin = nn.Linear(width, width)
+
+    def forward(self, x):
+        return self.lin(torch.tanh(self.lin(x)))
+
+
+def make_net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), Twice(16), nn.Linear(16, 16),
+                         nn.Tanh(), nn.Linear(16, 3))
+
+
+def data():
+    torch.manual_seed(1)
+    return torch.randn(ROWS, 8), torch.randint(0, 3, (ROWS,))
+
+
+def hook_everything(model, log):
+    """Hooks of every kind a deployed model takes from the client, each logging its
+    arguments (post-accumulate hooks run only where the gradient accumulates: their
+    exactness under the split is tested in tests/test_split_backward.py)."""
+    for name in ("0.weight", "2.lin.weight", "5.bias"):
+        p = model.get_parameter(name)
+        p.register_hook(lambda g, name=name: log.append(("tensor", name, g.numpy().copy())))
+    for i in ("2", "3", "5"):
+        model.get_submodule(i).register_full_backward_hook(
+            lambda m, gi, go, i=i: log.append(("full backward", i, go[0].numpy().copy())))
+
+    def activation(m, args, out):  # a hook on the activation the forward made
+        out.register_hook(lambda g: log.append(("activation", "3", g.numpy().copy())))
+
+    model[3].register_forward_hook(activation)
+
+
+def one_process(log):
+    """train_step's arithmetic in one process: each micro-batch's loss scaled by its rows."""
+    net = make_net()
+    hook_everything(net, log)
+    x, y = data()
+    rows = ROWS // CHUNKS
+    for mb in range(CHUNKS):
+        piece = slice(mb * rows, (mb + 1) * rows)
+        loss = nn.functional.cross_entropy(net(x[piece]), y[piece]) * (rows / ROWS)
+        loss.backward()
+    return {n: p.grad.numpy() for n, p in net.named_parameters()}
+
+
+def on_workers(cluster, stages, schedule, log):
+    remote = cluster.deploy(make_net(), stages=stages, chunks=CHUNKS, schedule=schedule)
+    try:
+        hook_everything(remote, log)
+        x, y = data()
+        losses = remote.train_step(x, y, nn.functional.cross_entropy)
+        assert losses.shape == (CHUNKS,)
+        return {n: p.grad.numpy() for n, p in remote.named_parameters()}
+    finally:
+        remote.close()
+
+
+def by_hook(log):
+    out = defaultdict(list)
+    for kind, name, value in log:
+        out[(kind, name)].append(value)
+    return out
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+def test_zb_h1_gradients_and_hooks_equal_one_process(cluster, stages):
+    local_log, zb_log, plain_log = [], [], []
+    want = one_process(local_log)
+    got = on_workers(cluster, stages, "zb-h1", zb_log)
+    plain = on_workers(cluster, stages, "1f1b", plain_log)
+    assert got.keys() == want.keys()
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-7)
+        # the split changes no sum: the same bits as the whole backward on the same workers
+        np.testing.assert_array_equal(got[name], plain[name])
+    local, zb = by_hook(local_log), by_hook(zb_log)
+    assert local.keys() == zb.keys() and len(local) == 7
+    for key in local:
+        assert len(zb[key]) == len(local[key]) == CHUNKS, key
+        for a, b in zip(zb[key], local[key]):  # micro-batch by micro-batch
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7, err_msg=str(key))
+    # on the last stage (module 5), 1F1B fires the bias's hook inside each micro-batch's
+    # backward; zb-h1 in its W, after the B's of the next p - 1 micro-batches
+    def last_stage(log):
+        return [(kind, name) for kind, name, _ in log if name in ("5", "5.bias")]
+
+    assert last_stage(plain_log)[:3] == [("tensor", "5.bias"), ("full backward", "5"),
+                                         ("tensor", "5.bias")]
+    assert last_stage(zb_log)[:stages + 1] == [("full backward", "5")] * stages + [
+        ("tensor", "5.bias")]
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+def test_zb_h1_trains_as_the_whole_batch_does(cluster, stages):
+    train_three_steps(cluster, stages, CHUNKS, "zb-h1",
+                      lambda r, x, y: r.train_step(x, y, nn.functional.cross_entropy))

@@ -1,0 +1,77 @@
+"""The workspan suite's pure parts: the replay of a schedule with each action's cost and the
+hop latency, and what it reads from the stages' timelines. No process is started."""
+import pytest
+
+from disthook.bench.workspan import costs_from_timelines, hop_latency, predict, replay
+from disthook.distributed.schedule import gpipe, one_f_one_b, zero_bubble_h1
+
+
+def costs(forward, backward, send=0.0):
+    table = {"forward": forward, "backward": backward, "send_act": send, "send_grad": send}
+    return lambda s, kind: table[kind]
+
+
+@pytest.mark.parametrize("p, m", [(1, 1), (2, 4), (4, 8), (8, 16), (3, 3)])
+def test_equal_stages_with_free_hops_take_m_plus_p_minus_one_slots(p, m):
+    # the textbook 1F1B and GPipe step: (m + p - 1) * (F + B) with B = 2F
+    for plan in (one_f_one_b(p, m), gpipe(p, m)):
+        got = replay(plan, costs(1.0, 2.0), latency=0.0)
+        assert got["step_s"] == pytest.approx((m + p - 1) * 3.0)
+        assert got["busy_s"] == pytest.approx([m * 3.0] * p)
+
+
+def test_hop_latency_and_send_cost_lie_on_the_critical_path():
+    p, m = 2, 2
+    plan = one_f_one_b(p, m)
+    base = replay(plan, costs(1.0, 2.0), 0.0)["step_s"]
+    # stage 1 waits F + send + latency for its first activation; stage 0 waits its
+    # first gradient back the same way: two hops and two sends more than free hops
+    got = replay(plan, costs(1.0, 2.0, send=0.1), latency=0.5)["step_s"]
+    assert got == pytest.approx(base + 2 * (0.5 + 0.1) + 0.1)
+    assert got > base
+
+
+def test_a_stage_waiting_for_a_message_never_sent_is_named():
+    plan = [[("forward", 0)], [("recv_act", 0), ("forward", 0)]]  # stage 0 never sends
+    with pytest.raises(ValueError, match="never sent"):
+        replay(plan, costs(1.0, 1.0), 0.0)
+
+
+def test_costs_and_hop_latency_come_from_the_stages_timelines():
+    # two steps of a 2-stage pipeline, m = 1: [kind, mb, cpu, wall start, wall end]
+    def step(t):
+        return [[["forward", 0, 0.010, t, t + 0.010],
+                 ["send_act", 0, 0.001, t + 0.010, t + 0.011],
+                 ["recv_grad", 0, 0.0, t + 0.011, t + 0.050],
+                 ["backward", 0, 0.020, t + 0.050, t + 0.070]],
+                [["recv_act", 0, 0.0, t + 0.000, t + 0.012],  # waited: 1 ms after the send
+                 ["forward", 0, 0.012, t + 0.012, t + 0.024],
+                 ["backward", 0, 0.022, t + 0.024, t + 0.046],
+                 ["send_grad", 0, 0.002, t + 0.046, t + 0.048]]]
+
+    timelines = [step(0.0), step(1.0)]
+    got = costs_from_timelines(timelines, 2)
+    assert got[0] == pytest.approx({"forward": 0.010, "send_act": 0.001, "backward": 0.020})
+    assert got[1] == pytest.approx({"forward": 0.012, "backward": 0.022, "send_grad": 0.002})
+    # the gradient reached stage 0 2 ms after its send, the activation stage 1 after 1 ms
+    assert hop_latency(timelines) == pytest.approx(0.001)
+    predicted = predict(got, 0.001, 1)["step_s"]
+    assert predicted == pytest.approx(0.010 + 0.001 + 0.001 + 0.012 + 0.022 + 0.002 + 0.001
+                                      + 0.020)
+
+
+def test_no_waited_receive_gives_no_latency():
+    assert hop_latency([[[["forward", 0, 0.01, 0.0, 0.01]]]]) is None
+
+
+@pytest.mark.parametrize("p, m", [(2, 8), (4, 16), (8, 16), (3, 4)])
+def test_zb_h1_bubble_is_a_third_of_1f1b_when_f_b_and_w_cost_alike(p, m):
+    def step(plan, cost):
+        return replay(plan, lambda s, kind: cost.get(kind, 0.0), 0.0)["step_s"]
+
+    for f, b, w in ((1.0, 1.0, 1.0), (1.0, 1.2, 0.8)):
+        work = m * (f + b + w)
+        zb = step(zero_bubble_h1(p, m), {"forward": f, "backward": b, "weight": w}) - work
+        plain = step(one_f_one_b(p, m), {"forward": f, "backward": b + w}) - work
+        assert plain == pytest.approx((p - 1) * (f + b + w))
+        assert zb == pytest.approx((p - 1) * (f + b - w))  # ZB-H1's bubble
