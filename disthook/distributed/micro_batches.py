@@ -30,6 +30,8 @@ __all__ = ["chunked_forward", "issue_order", "train_step"]
 def chunked_forward(model: Deployment, forward):
     """``forward`` run once per micro-batch of its call, the outputs joined along dim 0."""
     def run(*args, **kwargs):
+        if model.__dict__.get("_in_train_step"):  # train_step cut the batch already
+            return forward(*args, **kwargs)
         rows = _rows(args, kwargs)
         m = min(model._chunks, rows or 1)
         if m <= 1:
@@ -126,9 +128,29 @@ def train_step(model: Deployment, x: Tensor, target: Tensor, loss_fn,
     rows = len(x)
     m = min(model._chunks, rows)
     sizes = micro_batch_sizes(rows, m)
-    starts = np.cumsum([0, *sizes])
     losses: list = [None] * m
     started = time.perf_counter()
+    object.__setattr__(model, "_in_train_step", True)
+    try:
+        _issue(model, x, target, loss_fn, scale_grads, m, sizes, losses)
+    finally:
+        object.__setattr__(model, "_in_train_step", False)
+    from disthook import stack
+
+    out = stack([t.reshape(()) for t in losses]).detach()
+    values = np.array(out.numpy(), np.float32)  # one read: every call ends before it
+    wall = time.perf_counter() - started
+    # the stages' compute time and memory are not measured apart when the forward runs here
+    object.__setattr__(model, "step_stats", [{"busy": None, "wall": wall, "peak_rss": None}
+                                             for _ in model._addresses])
+    return Tensor._make(values, None, 0)
+
+
+def _issue(model: Deployment, x: Tensor, target: Tensor, loss_fn, scale_grads: bool, m: int,
+           sizes: list[int], losses: list) -> None:
+    """Each micro-batch's forward, loss and backward, in the schedule's order."""
+    rows = len(x)
+    starts = np.cumsum([0, *sizes])
     with grad_mode.enable_grad():
         for kind, i in issue_order(model._schedule, len(model._addresses), m):
             if kind == "F":
@@ -144,12 +166,3 @@ def train_step(model: Deployment, x: Tensor, target: Tensor, loss_fn,
                 loss = losses[i]
                 (loss * (sizes[i] / rows) if scale_grads and m > 1 else loss).backward()
                 losses[i] = loss.detach()
-    from disthook import stack
-
-    out = stack([t.reshape(()) for t in losses]).detach()
-    values = np.array(out.numpy(), np.float32)  # one read: every call ends before it
-    wall = time.perf_counter() - started
-    # the stages' compute time and memory are not measured apart when the forward runs here
-    object.__setattr__(model, "step_stats", [{"busy": None, "wall": wall, "peak_rss": None}
-                                             for _ in model._addresses])
-    return Tensor._make(values, None, 0)

@@ -275,11 +275,16 @@ def test_gpt_micro_batches_under_each_schedule(cluster, schedule):
     try:
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         opt_local = torch.optim.SGD(local.parameters(), lr=0.1)
+        rows = []  # a hook fires once per micro-batch, with its rows (as in torch's pipelining)
+        handle = model.h[0].register_forward_hook(lambda m, a, out: rows.append(out.shape[0]))
         for step in range(2):
             x, y = batch(10 + step)
             opt.zero_grad()
             losses = model.train_step(x, y, _lm_loss)
             opt.step()
+            if step == 0:
+                assert rows == [2, 2, 2, 2]
+                handle.remove()
             opt_local.zero_grad()
             parts = [_lm_loss(local(x[i:i + 2]), y[i:i + 2]) for i in range(0, 8, 2)]
             (sum(parts) / 4).backward()
