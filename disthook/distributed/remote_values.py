@@ -18,9 +18,11 @@ frees the value when the last client tensor holding it goes (``drop_values``).
 
 How a read of ``_data`` is told apart, without a cost for local tensors: only a
 ``RemoteValue`` runs this property. A read whose next instruction takes only metadata
-(``t._data.shape``, ``.dtype``, ``.ndim``, ``.size``, ``.itemsize``, ``.nbytes``) gets the
-metadata array; a read by an op's ``forward`` inside ``Op.apply`` raises ``RemoteOperand``,
-and ``Op.apply`` sends the op to the worker; every other read fetches the value.
+(``t._data.shape``, ``.dtype``, ``.ndim``, ``.size``, ``.itemsize``, ``.nbytes``,
+``.strides``, ``.flags``), or stores it in a local variable that the code reads only so, gets
+the metadata array (decided once per code object and instruction, from its bytecode); a read
+by an op's ``forward`` inside ``Op.apply`` (or ``Tensor._binary``) raises ``RemoteOperand``,
+and the op goes to the worker; every other read fetches the value.
 """
 from __future__ import annotations
 
@@ -68,8 +70,8 @@ class _Ref:
         weakref.finalize(self, model._hub.drop_values, self.copies, vid)
 
     def fetch(self) -> np.ndarray:
+        hub = self.model._hub
         if self.value is None:
-            hub = self.model._hub
             hub.settle()  # the call that makes it may be in flight (and carry it, if small)
         if self.value is None:
             reply = hub.request(self.address, "fetch", {"values": [self.vid]},
