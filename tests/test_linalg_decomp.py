@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import check_op, lib
 
 import disthook
-from tests.helpers import check_op, lib
 
 
 def _spd(x):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import check_op, lib
 
 import disthook
 from disthook import nn
 from disthook.nn import functional as F
-from tests.helpers import check_op, lib
 
 UNARY = [
     ("relu6", {}, 4.0), ("hardtanh", {"min_val": -0.5, "max_val": 1.5}, 1.0),

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import check_op, lib
 
 import disthook
 from disthook import nn
 from disthook.nn import functional as F
-from tests.helpers import check_op, lib
 
 torch = pytest.importorskip("torch")
 

@@ -7,11 +7,11 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers import check_op, lib
 
 import disthook
 from disthook import nn
 from disthook.nn import functional as F
-from tests.helpers import check_op, lib
 
 torch = pytest.importorskip("torch")
 RNG = np.random.default_rng(0)
@@ -75,7 +75,7 @@ def test_cross_map_lrn2d_reproduces_torchs_windows(size, channels):
                                theirs(torch.tensor(x)).numpy(), rtol=1e-12)
     # the gradient is the derivative of that forward (finite differences; torch's legacy
     # backward assumes the symmetric windows its forward does not have, so it is not compared)
-    from tests import helpers
+    import helpers
 
     saved, helpers.torch = helpers.torch, None
     try:

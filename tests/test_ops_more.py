@@ -7,9 +7,9 @@ import re
 
 import numpy as np
 import pytest
+from helpers import check_op, lib
 
 import disthook
-from tests.helpers import check_op, lib
 
 try:
     import torch

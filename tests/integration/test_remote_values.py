@@ -7,13 +7,13 @@ import math
 
 import numpy as np
 import pytest
+from clusters import wait_until, worker_statuses
 
 import disthook as torch
 import disthook.nn.functional as F
 from disthook import nn
 from disthook.distributed import deployment_of, local_cluster
 from disthook.distributed.remote_values import RemoteValue
-from tests.integration.clusters import wait_until, worker_statuses
 
 
 @pytest.fixture(scope="module", params=[2, 3], ids=lambda n: f"{n}-workers")
