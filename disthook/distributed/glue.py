@@ -147,11 +147,8 @@ def _fill_inline(output_data, refs: dict) -> None:
     if isinstance(output_data, dict):
         if isinstance(output_data.get("kept"), str):
             ref = refs.get(output_data["kept"])
-            if ref is not None and ref.value is None and output_data.get("value") is not None:
-                value = np.asarray(output_data["value"], np.dtype(output_data["dtype"]))
-                value = value.reshape(tuple(output_data["shape"]))
-                value.flags.writeable = False
-                ref.value = value
+            if ref is not None and ref.value is None:
+                ref.value = remote_values.inline_value(output_data)
             return
         for v in output_data.values():
             _fill_inline(v, refs)

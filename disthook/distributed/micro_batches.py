@@ -19,6 +19,7 @@ import numpy as np
 
 from disthook.autograd import grad_mode
 from disthook.distributed.placement import micro_batch_sizes
+from disthook.service.values import tensors_in
 from disthook.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -47,21 +48,10 @@ def chunked_forward(model: Deployment, forward):
 def _rows(args, kwargs) -> int | None:
     """The batch size: dim 0 of the first tensor argument."""
     for value in (*args, *kwargs.values()):
-        for t in _tensors(value):
+        for t in tensors_in(value):
             if t.dim() > 0:
                 return t.shape[0]
     return None
-
-
-def _tensors(value):
-    if isinstance(value, Tensor):
-        yield value
-    elif isinstance(value, (tuple, list)):
-        for v in value:
-            yield from _tensors(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _tensors(v)
 
 
 def _part(value, rows: int, sizes: list[int], i: int):

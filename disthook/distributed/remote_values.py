@@ -200,11 +200,19 @@ def from_record(model, address: str, record: dict, node, output_nr: int) -> Remo
     strides = record.get("strides")
     meta = meta_array(dtype, tuple(record["shape"]),
                       None if strides is None else tuple(strides))
+    return make_remote(_Ref(model, address, record["kept"], inline_value(record)), meta, node,
+                       output_nr)
+
+
+def inline_value(record: dict) -> np.ndarray | None:
+    """The value a worker sent with its description of a kept value (a small one), as the
+    read-only array the client keeps; None when it sent none."""
     value = record.get("value")
-    if value is not None:
-        value = np.asarray(value, dtype).reshape(meta.shape)
-        value.flags.writeable = False
-    return make_remote(_Ref(model, address, record["kept"], value), meta, node, output_nr)
+    if value is None:
+        return None
+    value = np.asarray(value, np.dtype(record["dtype"])).reshape(tuple(record["shape"]))
+    value.flags.writeable = False
+    return value
 
 
 # ---- packing the arguments of a call ----------------------------------------------------

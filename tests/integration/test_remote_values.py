@@ -3,7 +3,6 @@ workers (``RemoteValue`` on the client), go worker to worker, and ops of the cli
 forward on them run there; calls whose answer's form is known do not wait. Every case runs
 on 2 and 3 workers against the same program in one process, values to 1e-5."""
 import copy
-import math
 
 import numpy as np
 import pytest
@@ -12,6 +11,7 @@ from clusters import wait_until, worker_statuses
 import disthook as torch
 import disthook.nn.functional as F
 from disthook import nn
+from disthook.bench import gpt
 from disthook.distributed import deployment_of, local_cluster
 from disthook.distributed.remote_values import RemoteValue
 
@@ -22,54 +22,10 @@ def cluster(request):
         yield c
 
 
-class Attention(nn.Module):
-    def __init__(self, width, heads, context):
-        super().__init__()
-        self.qkv, self.proj, self.heads = nn.Linear(width, 3 * width), nn.Linear(width, width), heads
-        self.register_buffer("mask", torch.tril(torch.ones(context, context)).view(
-            1, 1, context, context))
-
-    def forward(self, x):
-        b, t, c = x.size()
-        q, k, v = self.qkv(x).split(c, dim=2)
-        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(k.size(-1))
-        att = att.masked_fill(self.mask[:, :, :t, :t] == 0, float("-inf"))
-        return self.proj((F.softmax(att, dim=-1) @ v).transpose(1, 2).contiguous().view(b, t, c))
-
-
-class Block(nn.Module):
-    def __init__(self, width, heads, context):
-        super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)
-        self.attn = Attention(width, heads, context)
-        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(),
-                                 nn.Linear(4 * width, width))
-
-    def forward(self, x):
-        x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
-
-
-class GPT(nn.Module):
-    """nanoGPT's shape: its forward (embeddings added, blocks, head, the loss) runs on the
-    client, each part on its worker."""
-
-    def __init__(self, vocab=40, context=16, width=32, heads=4, layers=4):
-        super().__init__()
-        self.wte, self.wpe = nn.Embedding(vocab, width), nn.Embedding(context, width)
-        self.h = nn.ModuleList([Block(width, heads, context) for _ in range(layers)])
-        self.ln_f, self.head = nn.LayerNorm(width), nn.Linear(width, vocab, bias=False)
-
-    def forward(self, idx, targets=None):
-        pos = torch.arange(0, idx.size(1), dtype=torch.long)
-        x = self.wte(idx) + self.wpe(pos)
-        for block in self.h:
-            x = block(x)
-        logits = self.head(self.ln_f(x))
-        if targets is None:
-            return logits
-        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+def GPT(layers=4):
+    """nanoGPT's shape (the bench's workload, small): its forward (embeddings added, blocks,
+    head, the loss) runs on the client, each part on its worker."""
+    return gpt.GPT(vocab=40, context=16, width=32, heads=4, layers=layers)
 
 
 def batch(seed, n=8, t=16, vocab=40):
