@@ -43,7 +43,7 @@ AT_ONCE = frozenset({"hello", "status", "get_state", "list_hooks", "captured", "
 ANSWERS = frozenset({"hook_reply", "error"})
 # what a neighbour stage sends: a client's call carried on (its client named by reply_to),
 # and a training step's pipeline messages; from anyone but a worker they are refused
-FORWARDED = frozenset({"forward", "backward", "release", "pipe", "pin"})
+FORWARDED = frozenset({"forward", "backward", "release", "pipe", "pin", "write"})
 
 
 # ---- events (what happened) -----------------------------------------------------------------

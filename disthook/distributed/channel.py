@@ -126,6 +126,9 @@ class _Hub(HookServer):
         # ids of the optimizers whose shares a step or a load made on these workers: their
         # later calls may ride with a forward (a recovered model gets a new channel)
         self.made_shares: set[int] = set()
+        # the stages' addresses in order when they form a pipeline (a chain): its writes
+        # travel it from the first stage, behind the calls sent on before them
+        self.chain: list[str] | None = None
         # requests answered ahead of their hooks' answers (see _stands), and an error one
         # of them got afterwards, raised with the next request
         self._answered_ahead: dict[int, None] = {}
@@ -150,6 +153,33 @@ class _Hub(HookServer):
         self.stats["bytes_out"] += sum(_nbytes(f) for f in frames)
         self.socks[address].send_multipart(frames, copy=False)
 
+    def write_all(self, calls: list[tuple], *, what: str,
+                  carries_optimizer_calls: bool = False) -> None:
+        """Writes of weights, each (address, message type, fields), made as one. On a chain
+        they go as one "write" to the first stage, which passes them on stage to stage, so
+        that every call computes all stages with the weights it started with
+        (workers/versions.py); otherwise each goes to its worker."""
+        through = self._write_through(calls)
+        if through is None:
+            msg_type = calls[0][1]
+            self.request_all([(a, f) for a, _, f in calls], msg_type, what=what,
+                             carries_optimizer_calls=carries_optimizer_calls)
+        else:
+            self.request_all([through], "write", what=what,
+                             carries_optimizer_calls=carries_optimizer_calls)
+
+    def _write_through(self, calls: list[tuple]) -> tuple | None:
+        """(first stage's address, "write" fields) carrying ``calls`` down the chain; None
+        when the model is no chain (or a call is for a worker outside it)."""
+        chain = self.chain
+        if (not chain or len(set(chain)) != len(chain) or len(chain) < 2
+                or any(a not in chain for a, _, _ in calls)):
+            return None
+        parts: list[list] = [[] for _ in chain]
+        for address, msg_type, fields in calls:
+            parts[chain.index(address)].append({"type": msg_type, "fields": fields})
+        return chain[0], {"stage": 0, "parts": parts, "reply_to": self.reply_to}
+
     def send_value(self, source: str, vid: str, to: str) -> None:
         """Have the worker at ``source`` push its kept value ``vid`` to the worker at
         ``to`` (one-way, in request order there)."""
@@ -170,10 +200,15 @@ class _Hub(HookServer):
             # each worker runs them before this request, in order)
             pending, self.pending_optimizer = self.pending_optimizer, []
             for calls in pending:
-                for to, spec in calls.items():
+                what = f"optimizer {next(iter(calls.values()))['action']}"
+                writes = [(to, "step", {"optimizer": spec}) for to, spec in calls.items()]
+                through = self._write_through(writes)
+                if through is not None:  # down the chain, as one
+                    writes = [(through[0], "write", through[1])]
+                for to, kind, fields in writes:
                     step = next_request_id()
-                    self.send(to, "step", {"optimizer": spec}, req=step)
-                    self.in_flight[step] = (f"optimizer {spec['action']}", _ignore)
+                    self.send(to, kind, fields, req=step)
+                    self.in_flight[step] = (what, _ignore)
         req = next_request_id()
         self.send(address, msg_type, fields, req=req, ctx=ctx)
         self.in_flight[req] = (what, on_reply)
@@ -405,9 +440,9 @@ class _Hub(HookServer):
         for i, calls in enumerate(pending):
             action = next(iter(calls.values()))["action"]
             try:
-                self.request_all([(address, {"optimizer": spec})
-                                  for address, spec in calls.items()], "step",
-                                 what=f"optimizer {action}", carries_optimizer_calls=True)
+                self.write_all([(address, "step", {"optimizer": spec})
+                                for address, spec in calls.items()],
+                               what=f"optimizer {action}", carries_optimizer_calls=True)
             except BaseException:
                 self.pending_optimizer[:0] = pending[i:]  # they go again (each runs once)
                 raise
