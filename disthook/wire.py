@@ -41,6 +41,7 @@ __all__ = [
     "PROTOCOL_NAME",
     "PROTOCOL_VERSION",
     "SCHEMAS",
+    "WRITE_PARTS",
     "Limits",
     "Message",
     "WireError",
@@ -48,6 +49,7 @@ __all__ = [
     "decode_all",
     "encode",
     "encode_batch",
+    "write_part",
 ]
 
 # 2: typed sub-records (hook entries, optimizer calls, hook values); 3: forward and
@@ -258,6 +260,12 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "release": {"model": "str", "contexts": "list[str]", "reply_to": "str?"},
     # a client's call waits on an earlier stage: a write here keeps its weights for it
     "pin": {"model": "str", "calls": "list"},
+    # a write of a chain model's weights that travels the pipeline from its first stage, as
+    # a forward does (workers/versions.py): parts, one list per stage, each entry {"type":
+    # one of WRITE_PARTS, "fields": that message's fields but model}; pins: the calls of
+    # others it passed on earlier stages (from a neighbour stage only)
+    "write": {"model": "str", "stage": "int", "parts": "any", "reply_to": "str?",
+              "pins": "list?"},
     # hooks: a stub fired on a worker asks the client to run the callable with args; diff:
     # the client's copies of the tensors require grad where the worker's do (a forward hook
     # with grad enabled). The answer: the hook's result (None: keep the value), and the
@@ -909,6 +917,21 @@ _COMPILED = {
 _WALKED = {msg_type: tuple(name for name, kind in schema.items()
                            if _base_kind(kind.rstrip("?")) in ("any", "map"))
            for msg_type, schema in SCHEMAS.items()}
+
+
+WRITE_PARTS = frozenset({"set_state", "param_op", "step"})  # what a "write" carries
+
+
+def write_part(part, model: str) -> Message:
+    """One part of a "write" message as the message it stands for (``WireError`` when it is
+    not a valid one): a stage runs it as it would run that message sent alone."""
+    if not (isinstance(part, dict) and part.keys() == {"type", "fields"}
+            and part["type"] in WRITE_PARTS and isinstance(part["fields"], dict)):
+        raise WireError(f"'write' message: a part must be {{'type': one of "
+                        f"{sorted(WRITE_PARTS)}, 'fields': map}}, got {_type_name(part)}")
+    fields = {**part["fields"], "model": model}
+    _validate_fields(part["type"], fields, convert=True)
+    return Message(part["type"], fields=fields)
 
 
 def _validate_fields(msg_type: str, fields: Mapping[str, Any], convert: bool = False) -> None:

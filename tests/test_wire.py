@@ -600,3 +600,21 @@ def test_a_wrong_batch_is_refused_whole(bad, match):
     with pytest.raises(WireError, match=match):
         wire.decode_all([bytes(f) for f in bad(one)],
                         batched=frozenset({"hook_reply", "error"}))
+
+
+def test_a_write_part_stands_for_the_message_it_carries():
+    part = {"type": "set_state", "fields": {"state": {"0.weight": np.ones((2, 3), np.float32)}}}
+    msg = wire.write_part(part, "m")
+    assert (msg.type, msg["model"]) == ("set_state", "m")
+    for bad in ({"type": "forward", "fields": {}},  # only writes ride a write
+                {"type": "set_state"},
+                {"type": "set_state", "fields": {"state": 3}},  # not a set_state
+                {"type": "param_op", "fields": {"name": "w", "op": "fill_", "args": [],
+                                                "kwargs": {}, "extra": 1}},
+                ["set_state", {}]):
+        with pytest.raises(wire.WireError):
+            wire.write_part(bad, "m")
+    frames = wire.encode("write", {"model": "m", "stage": 0, "parts": [[part], []]})
+    decoded = wire.decode(frames)  # the arrays of a part travel as frames
+    np.testing.assert_array_equal(
+        wire.write_part(decoded["parts"][0][0], "m")["state"]["0.weight"], np.ones((2, 3)))
