@@ -55,6 +55,8 @@ class ComputeHandlers:
                 # else reads), unless the forward may run again (then it must start from
                 # the frame as it came: the forward may change its input in place)
                 t = disthook.from_numpy(a if job.spec is None else np.array(a))
+                if job.spec is not None:  # a hook event sends the frame, not another copy
+                    job.spec.keep_pristine(t, a)
                 if grad and flag and t.is_floating_point():
                     t.requires_grad_(True)  # a fresh leaf per context: its grad goes back
                 inputs.append(t)
