@@ -70,6 +70,8 @@ def run_load(cluster, tmp_path, clients: int, calls: int) -> float:
     each worker is."""
     (tmp_path / "client.py").write_text(CLIENT)
     progress = [tmp_path / f"progress-{i}" for i in range(clients)]
+    for path in progress:  # a round's count, not the last round's: none until attached
+        path.unlink(missing_ok=True)
     # each client's output goes to files, never to pipes nobody reads while it runs (a
     # client that writes more than a pipe holds would stop, and look like a stall)
     outs = [open(tmp_path / f"client-{i}.out", "w+") for i in range(clients)]
