@@ -237,6 +237,7 @@ class ParamHandlers:
             if not isinstance(parts, list) or len(parts) <= st.index:
                 raise ValueError(f"write: parts must hold one list per stage; this is "
                                  f"{st.name}, it has {len(parts) if isinstance(parts, list) else 0}")
+            st.check_write(job.client, "a write of its weights")  # before it goes on
             note_pins(st, self.state, job)
             for part in parts[st.index] or ():
                 inner = wire.write_part(part, st.model)

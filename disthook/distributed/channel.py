@@ -205,9 +205,9 @@ class _Hub(HookServer):
                 through = self._write_through(writes)
                 if through is not None:  # down the chain, as one
                     writes = [(through[0], "write", through[1])]
-                for to, kind, fields in writes:
+                for to, kind, write in writes:
                     step = next_request_id()
-                    self.send(to, kind, fields, req=step)
+                    self.send(to, kind, write, req=step)
                     self.in_flight[step] = (what, _ignore)
         req = next_request_id()
         self.send(address, msg_type, fields, req=req, ctx=ctx)

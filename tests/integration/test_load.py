@@ -10,6 +10,7 @@ The quick variant (4 clients x 25 calls) is in the default run; the full one (8 
 200 calls, ``DISTHOOK_LOAD_ROUNDS`` rounds, default 1) is ``pytest -m load``;
 ``DISTHOOK_LOAD_LOG=FILE`` writes the worker and coordinator processes' debug log there.
 """
+import contextlib
 import json
 import os
 import signal
@@ -74,8 +75,11 @@ def run_load(cluster, tmp_path, clients: int, calls: int) -> float:
         path.unlink(missing_ok=True)
     # each client's output goes to files, never to pipes nobody reads while it runs (a
     # client that writes more than a pipe holds would stop, and look like a stall)
-    outs = [open(tmp_path / f"client-{i}.out", "w+") for i in range(clients)]
-    errs = [open(tmp_path / f"client-{i}.err", "w+") for i in range(clients)]
+    files = contextlib.ExitStack()
+    outs = [files.enter_context(open(tmp_path / f"client-{i}.out", "w+"))  # noqa: SIM115
+            for i in range(clients)]
+    errs = [files.enter_context(open(tmp_path / f"client-{i}.err", "w+"))  # noqa: SIM115
+            for i in range(clients)]
     procs = [subprocess.Popen(
         [sys.executable, str(tmp_path / "client.py"), cluster.address, "load", str(calls),
          str(i), str(progress[i])], stdout=outs[i], stderr=errs[i], text=True)
@@ -109,8 +113,7 @@ def run_load(cluster, tmp_path, clients: int, calls: int) -> float:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-        for f in (*outs, *errs):
-            f.close()
+        files.close()
 
 
 def read(f) -> str:
