@@ -54,8 +54,9 @@ __all__ = [
 
 # 2: typed sub-records (hook entries, optimizer calls, hook values); 3: forward and
 # train_step carry optimizer steps as well as zero_grads (optimizer_calls), and an ok may
-# come ahead of its hooks' answers; 4: a stage's modules may come pickled by value (code)
-PROTOCOL_VERSION = 6
+# come ahead of its hooks' answers; 4: a stage's modules may come pickled by value (code);
+# 7: a chain model's writes travel its stages ("write"), which a worker of 6 does not know
+PROTOCOL_VERSION = 7
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
