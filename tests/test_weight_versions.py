@@ -154,3 +154,34 @@ def test_a_write_passing_a_stage_carries_the_calls_of_others_there_on_as_pins():
     note_pins(st, state, write)
     assert set(write.pins) == {("ab", "c0", None), (READER.hex(), "c1", None),
                                (READER.hex(), "c2", 1)}
+
+
+def test_a_write_with_a_malformed_part_for_a_later_stage_changes_nothing_here():
+    # the first stage checks every part before it runs its own (no half-made write)
+    from workers.params import ParamHandlers
+
+    st, state, weight = _setup()
+    st.index, st.name, st.neighbours = 0, "stage 0 of m", {}
+    st.check_write = lambda client, what: None
+    before = weight.detach().numpy().copy()
+    answers = []
+
+    class Shell(ParamHandlers):
+        def _stage(self, job):
+            return st
+
+        def _to_client(self, job, kind, fields):
+            answers.append((kind, fields))
+
+        def error_reply(self, exc, job=None):
+            return {"kind": type(exc).__name__, "message": str(exc)}
+
+    shell = Shell()
+    shell.state = state
+    write = Job(WRITER, Message("write", 1, None, {"model": "m", "stage": 0, "parts": [
+        [{"type": "set_state", "fields": {"state": {"0.weight": np.zeros((2, 3), np.float32)}}}],
+        [{"type": "set_state", "fields": {"state": 3}}]]}), WRITER, "m")
+    shell.on_write(write)
+    assert [kind for kind, _ in answers] == ["error"]
+    assert answers[0][1]["kind"] == "WireError"
+    np.testing.assert_array_equal(weight.detach().numpy(), before)

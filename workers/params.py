@@ -238,11 +238,13 @@ class ParamHandlers:
                 raise ValueError(f"write: parts must hold one list per stage; this is "
                                  f"{st.name}, it has {len(parts) if isinstance(parts, list) else 0}")
             st.check_write(job.client, "a write of its weights")  # before it goes on
+            # every part from here on is checked before this stage's change anything
+            mine, *later = [[wire.write_part(p, st.model) for p in stage_parts or ()]
+                            for stage_parts in parts[st.index:]]
             note_pins(st, self.state, job)
-            for part in parts[st.index] or ():
-                inner = wire.write_part(part, st.model)
+            for inner in mine:
                 getattr(self, f"_{inner.type}")(st, job, inner)
-            later = [p for p in parts[st.index + 1:] if p]
+            later = [p for p in later if p]
             nxt = st.neighbours.get("next")
             if later and nxt is None:
                 raise RuntimeError(f"write: {st.name} is the last stage; the write has parts "
