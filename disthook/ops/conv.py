@@ -14,6 +14,7 @@ any order work (``create_graph=True``).
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -44,12 +45,14 @@ def conv_output_size(spec: ConvSpec, spatial: tuple, kernel: tuple) -> tuple:
 
 # ---- numpy: unfold the input into columns and fold columns back --------------------------
 #
-# Two layouts of the columns. Strided convolutions read each window through a strided view
-# (``_columns``/``_fold``). Stride-1 convolutions use the "wide" layout: the padded input is
-# flattened per channel and every kernel offset reads one contiguous run of it, as if each
-# output row were as long as a padded input row; the extra outputs at the end of each row
-# are dropped (forward) or given a zero gradient (backward). Its copies and adds move long
-# contiguous runs, which numpy does several times faster than short rows.
+# The forward and the weight gradient copy each sample's windows (im2col) into one buffer
+# reused for every batch of samples, and the forward's product writes straight into the
+# output. The input gradient of a stride-1 convolution folds its columns back in the "wide"
+# layout: the padded input is flattened per channel and every kernel offset writes one
+# contiguous run of it, as if each output row were as long as a padded input row (the extra
+# outputs at the end of each row take a zero gradient). Its adds move long contiguous runs,
+# which numpy does several times faster than the short rows of a strided fold; strided
+# convolutions fold through strided views.
 
 def _pad(x: np.ndarray, padding: tuple) -> np.ndarray:
     if not any(lo or hi for lo, hi in padding):
@@ -74,7 +77,10 @@ class _Wide(NamedTuple):
     offsets: list
 
     @classmethod
+    @functools.lru_cache(maxsize=256)
     def of(cls, spatial: tuple, spec: ConvSpec, kernel: tuple, out: tuple) -> _Wide:
+        """The geometry of one convolution's shapes; cached, since working it out costs tens
+        of microseconds of Python and a training loop asks for the same shapes every step."""
         padded = tuple(n + lo + hi for n, (lo, hi) in zip(spatial, spec.padding))
         strides = tuple(math.prod(padded[i + 1:]) for i in range(len(padded)))
         length = out[0] * strides[0]
@@ -96,56 +102,24 @@ class _Wide(NamedTuple):
         return wide.reshape(n, c, self.length)
 
 
-def _flat_padded(x: np.ndarray, spec: ConvSpec, wide: _Wide) -> np.ndarray:
-    """The zero-padded input, flattened per channel, with zeros after it as far as the
-    last kernel offset reads."""
-    n, c = x.shape[:2]
-    flat = np.zeros((n, c, wide.flat_size), dtype=x.dtype)
-    grid = flat[:, :, :math.prod(wide.padded)].reshape(n, c, *wide.padded)
-    grid[(..., *[slice(lo, lo + m) for m, (lo, _) in zip(x.shape[2:], spec.padding)])] = x
-    return flat
-
-
-def _columns(x: np.ndarray, spec: ConvSpec, kernel: tuple, out: tuple) -> np.ndarray:
-    """im2col: ``(N, groups, C_in / groups * prod(kernel), length)``, contiguous; ``length``
-    is ``prod(out)``, or the wide length for stride-1 convolutions."""
-    n, c = x.shape[:2]
-    g = spec.groups
-    dims = range(len(kernel))
-    if _is_wide(spec):
-        wide = _Wide.of(x.shape[2:], spec, kernel, out)
-        flat = _flat_padded(x, spec, wide)
-        st, item = flat.strides, flat.itemsize
-        window = as_strided(
-            flat, shape=(n, c, *kernel, wide.length),
-            strides=(st[0], st[1],
-                     *[item * wide.flat_strides[i] * spec.dilation[i] for i in dims], item),
-            writeable=False)
-        return window.reshape(n, g, c // g * math.prod(kernel), wide.length)
+def _windows(x: np.ndarray, spec: ConvSpec, kernel: tuple, out: tuple) -> np.ndarray:
+    """A read-only strided view ``(N, C, *kernel, *out)`` of the padded input: entry
+    ``[n, c, k, o]`` is the element that kernel offset ``k`` reads for output ``o``."""
     xp = _pad(x, spec.padding)
-    st = xp.strides
-    window = as_strided(
-        xp, shape=(n, c, *kernel, *out),
+    st, dims = xp.strides, range(len(kernel))
+    return as_strided(
+        xp, shape=(*xp.shape[:2], *kernel, *out),
         strides=(st[0], st[1], *[st[2 + i] * spec.dilation[i] for i in dims],
                  *[st[2 + i] * spec.stride[i] for i in dims]),
         writeable=False)
-    return window.reshape(n, g, c // g * math.prod(kernel), math.prod(out))
 
 
-def _fold(cols: np.ndarray, x_shape: tuple, spec: ConvSpec, kernel: tuple,
-          out: tuple) -> np.ndarray:
-    """col2im, the adjoint of ``_columns``: add every column entry back at the input position
-    it was read from. One vectorised add per kernel offset; the result may be a view."""
+def _fold_strided(cols: np.ndarray, x_shape: tuple, spec: ConvSpec, kernel: tuple,
+                  out: tuple) -> np.ndarray:
+    """col2im, the adjoint of ``_windows``: add every column entry back at the input position
+    it was read from, one strided add per kernel offset; the result may be a view."""
     n, c = x_shape[:2]
     inner = tuple(slice(lo, lo + m) for m, (lo, _) in zip(x_shape[2:], spec.padding))
-    if _is_wide(spec):
-        wide = _Wide.of(x_shape[2:], spec, kernel, out)
-        cols = cols.reshape(n, c, len(wide.offsets), wide.length)
-        flat = np.zeros((n, c, wide.flat_size), dtype=cols.dtype)
-        for j, off in enumerate(wide.offsets):
-            flat[:, :, off:off + wide.length] += cols[:, :, j]
-        grid = flat[:, :, :math.prod(wide.padded)].reshape(n, c, *wide.padded)
-        return grid[(..., *inner)]
     cols = cols.reshape(n, c, *kernel, *out)
     padded = tuple(m + lo + hi for m, (lo, hi) in zip(x_shape[2:], spec.padding))
     xp = np.zeros((n, c, *padded), dtype=cols.dtype)
@@ -156,17 +130,21 @@ def _fold(cols: np.ndarray, x_shape: tuple, spec: ConvSpec, kernel: tuple,
     return xp[(..., *inner)]
 
 
+def _fold_wide(cols: np.ndarray, flat: np.ndarray, wide: _Wide) -> np.ndarray:
+    """col2im of a stride-1 convolution into ``flat`` ``(B, C, flat_size)``, overwritten:
+    columns ``(B, C, kernel offsets, length)``, one contiguous add per kernel offset (the
+    first, at offset 0, a copy). Returns the padded input's gradient ``(B, C, *padded)``."""
+    length = wide.length
+    flat[:, :, :length] = cols[:, :, 0]
+    flat[:, :, length:] = 0
+    for j in range(1, len(wide.offsets)):
+        off = wide.offsets[j]
+        flat[:, :, off:off + length] += cols[:, :, j]
+    return flat[:, :, :math.prod(wide.padded)].reshape(*flat.shape[:2], *wide.padded)
+
+
 def _weight_matrix(w: np.ndarray, groups: int) -> np.ndarray:
     return w.reshape(groups, w.shape[0] // groups, -1)
-
-
-def _grad_rows(g: np.ndarray, spec: ConvSpec, x_spatial: tuple, kernel: tuple) -> np.ndarray:
-    """The output gradient as ``(N, groups, C_out / groups, length)`` in the columns'
-    layout."""
-    n, o = g.shape[:2]
-    if _is_wide(spec):
-        g = _Wide.of(x_spatial, spec, kernel, g.shape[2:]).widen(g)
-    return g.reshape(n, spec.groups, o // spec.groups, math.prod(g.shape[2:]))
 
 
 # The columns of a whole batch can be many times the input (9x for a 3x3 kernel), so each
@@ -176,14 +154,11 @@ def _grad_rows(g: np.ndarray, spec: ConvSpec, x_spatial: tuple, kernel: tuple) -
 BATCH_COLUMNS_BYTES = 1 << 20
 
 
-def _batches(x_shape: tuple, spec: ConvSpec, kernel: tuple, out: tuple, itemsize: int):
-    """Slices of the batch dim, each holding about BATCH_COLUMNS_BYTES of columns."""
-    n, c = x_shape[:2]
-    length = (_Wide.of(x_shape[2:], spec, kernel, out).length if _is_wide(spec)
-              else math.prod(out))
-    per_sample = max(1, c * math.prod(kernel) * length * itemsize)
-    step = max(1, BATCH_COLUMNS_BYTES // per_sample)
-    return [slice(i, i + step) for i in range(0, n, step)]
+def _batches(n: int, sample_bytes: int) -> tuple[int, list]:
+    """The samples per batch (about BATCH_COLUMNS_BYTES of columns, at least one) and the
+    slices of the batch dim."""
+    step = max(1, BATCH_COLUMNS_BYTES // max(1, sample_bytes))
+    return step, [slice(i, min(n, i + step)) for i in range(0, n, step)]
 
 
 def conv_forward(x: np.ndarray, w: np.ndarray, spec: ConvSpec,
@@ -191,48 +166,70 @@ def conv_forward(x: np.ndarray, w: np.ndarray, spec: ConvSpec,
     """``conv(x, w)``, plus ``bias`` per output channel when given."""
     kernel = w.shape[2:]
     out = conv_output_size(spec, x.shape[2:], kernel)
-    wm = _weight_matrix(w, spec.groups)
-    y = np.empty((x.shape[0], w.shape[0], *out), dtype=np.result_type(x.dtype, w.dtype))
-    wide = _Wide.of(x.shape[2:], spec, kernel, out) if _is_wide(spec) else None
+    n, c, o, g = x.shape[0], x.shape[1], w.shape[0], spec.groups
+    depth, length = c // g * math.prod(kernel), math.prod(out)
+    wm = _weight_matrix(w, g)
+    y = np.empty((n, o, *out), dtype=np.result_type(x.dtype, w.dtype))
+    ym = y.reshape(n, g, o // g, length)
+    windows = _windows(x, spec, kernel, out)
+    step, batches = _batches(n, c * math.prod(kernel) * length * x.itemsize)
+    cols = np.empty((min(step, n), c, *kernel, *out), dtype=x.dtype)
     if bias is not None:
-        bias = bias.reshape(-1, *[1] * len(kernel))
-    for rows in _batches(x.shape, spec, kernel, out, x.itemsize):
-        cols = _columns(x[rows], spec, kernel, out)
-        part = np.matmul(wm, cols)  # (B, G, C_out / G, length)
-        if wide is not None:  # drop the extra outputs at the end of each wide row
-            part = part.reshape(cols.shape[0], w.shape[0], out[0], *wide.padded[1:])
-            part = part[(..., *[slice(0, m) for m in out])]
-        else:
-            part = part.reshape(cols.shape[0], w.shape[0], *out)
-        if bias is None:
-            y[rows] = part
-        else:
-            np.add(part, bias, out=y[rows])
+        bias = bias.reshape(g, o // g, 1)
+    for rows in batches:
+        part = cols[:rows.stop - rows.start]
+        np.copyto(part, windows[rows])
+        np.matmul(wm, part.reshape(part.shape[0], g, depth, length), out=ym[rows])
+        if bias is not None:
+            ym[rows] += bias
     return y
 
 
 def conv_input_grad(g: np.ndarray, w: np.ndarray, spec: ConvSpec, x_shape: tuple) -> np.ndarray:
     kernel = w.shape[2:]
     out = g.shape[2:]
-    wmt = _weight_matrix(w, spec.groups).transpose(0, 2, 1)
-    dx = np.empty(x_shape, dtype=np.result_type(g.dtype, w.dtype))
-    for rows in _batches(x_shape, spec, kernel, out, dx.itemsize):
-        gm = _grad_rows(g[rows], spec, x_shape[2:], kernel)
-        cols = np.matmul(wmt, gm)
-        dx[rows] = _fold(cols, (cols.shape[0], *x_shape[1:]), spec, kernel, out)
+    n, c, groups = x_shape[0], x_shape[1], spec.groups
+    wmt = _weight_matrix(w, groups).transpose(0, 2, 1)
+    dtype = np.result_type(g.dtype, w.dtype)
+    dx = np.empty(x_shape, dtype=dtype)
+    depth = c // groups * math.prod(kernel)
+    if not _is_wide(spec):
+        length = math.prod(out)
+        gm = g.reshape(g.shape[0], groups, g.shape[1] // groups, length)
+        for rows in _batches(n, c * math.prod(kernel) * length * dx.itemsize)[1]:
+            cols = np.matmul(wmt, gm[rows])
+            dx[rows] = _fold_strided(cols, (cols.shape[0], *x_shape[1:]), spec, kernel, out)
+        return dx
+    wide = _Wide.of(tuple(x_shape[2:]), spec, tuple(kernel), tuple(out))
+    gm = wide.widen(g).reshape(g.shape[0], groups, g.shape[1] // groups, wide.length)
+    inner = (..., *[slice(lo, lo + m) for m, (lo, _) in zip(x_shape[2:], spec.padding)])
+    step, batches = _batches(n, c * math.prod(kernel) * wide.length * dx.itemsize)
+    cols = np.empty((min(step, n), groups, depth, wide.length), dtype=dtype)
+    flat = np.empty((min(step, n), c, wide.flat_size), dtype=dtype)
+    for rows in batches:
+        b = rows.stop - rows.start
+        np.matmul(wmt, gm[rows], out=cols[:b])
+        grid = _fold_wide(cols[:b].reshape(b, c, len(wide.offsets), wide.length), flat[:b], wide)
+        dx[rows] = grid[inner]
     return dx
 
 
 def conv_weight_grad(x: np.ndarray, g: np.ndarray, spec: ConvSpec,
                      w_shape: tuple) -> np.ndarray:
     kernel, out = tuple(w_shape[2:]), g.shape[2:]
-    dw = np.zeros((spec.groups, w_shape[0] // spec.groups, math.prod(w_shape[1:])),
-                  dtype=np.result_type(x.dtype, g.dtype))
-    for rows in _batches(x.shape, spec, kernel, out, x.itemsize):
-        cols = _columns(x[rows], spec, kernel, out)
-        gm = _grad_rows(g[rows], spec, x.shape[2:], kernel)
-        part = np.matmul(gm, cols.transpose(0, 1, 3, 2))  # (B, G, C_out / G, C_in / G * K)
-        dw += part[0] if part.shape[0] == 1 else part.sum(axis=0)
+    n, c, groups = x.shape[0], x.shape[1], spec.groups
+    depth, length = c // groups * math.prod(kernel), math.prod(out)
+    dw = np.zeros((groups, w_shape[0] // groups, depth), dtype=np.result_type(x.dtype, g.dtype))
+    gm = g.reshape(g.shape[0], groups, g.shape[1] // groups, length)
+    windows = _windows(x, spec, kernel, out)
+    step, batches = _batches(n, c * math.prod(kernel) * length * x.itemsize)
+    cols = np.empty((min(step, n), c, *kernel, *out), dtype=x.dtype)
+    for rows in batches:
+        part = cols[:rows.stop - rows.start]
+        np.copyto(part, windows[rows])
+        prod = np.matmul(gm[rows], part.reshape(part.shape[0], groups, depth, length)
+                         .transpose(0, 1, 3, 2))  # (B, G, C_out / G, C_in / G * K)
+        dw += prod[0] if prod.shape[0] == 1 else prod.sum(axis=0)
     return dw.reshape(w_shape)
 
 
