@@ -2,9 +2,10 @@
 
 Layout as torch: input ``(N, C_in, *spatial)``, weight ``(C_out, C_in / groups, *kernel)``.
 The forward pads the input, unfolds it into columns (im2col: one strided view, copied a few
-samples at a time) and multiplies each group's weight matrix with them; the weight gradient multiplies the
-output gradient with the same columns, the input gradient folds the product of the weight
-and the output gradient back onto the input (col2im). Each gradient is again a linear map
+samples at a time) and multiplies each group's weight matrix with them; the weight gradient
+multiplies the output gradient with the same columns, the input gradient multiplies the
+weight with the output gradient and folds the product back onto the input (col2im).
+Each gradient is again a linear map
 of one of the other operands, and the three ops are each other's adjoints:
 
     y  = conv(x, w)             dx = conv_input_grad(g, w)     dw = conv_weight_grad(x, g)
@@ -47,12 +48,14 @@ def conv_output_size(spec: ConvSpec, spatial: tuple, kernel: tuple) -> tuple:
 #
 # The forward and the weight gradient copy each sample's windows (im2col) into one buffer
 # reused for every batch of samples, and the forward's product writes straight into the
-# output. The input gradient of a stride-1 convolution folds its columns back in the "wide"
-# layout: the padded input is flattened per channel and every kernel offset writes one
-# contiguous run of it, as if each output row were as long as a padded input row (the extra
-# outputs at the end of each row take a zero gradient). Its adds move long contiguous runs,
-# which numpy does several times faster than the short rows of a strided fold; strided
-# convolutions fold through strided views.
+# output. The input gradient of a stride-1 convolution works in the "wide" layout: the padded
+# input is flattened per channel, and the output gradient is laid out as if each output row
+# were as long as a padded input row (the extra outputs at the end of each row hold zeros).
+# Along the last kernel dim it is a correlation: the output gradient is unfolded over that
+# dim only (a few shifted copies of long contiguous runs) and one product gives, for each
+# offset of the other kernel dims, a contiguous run of the input gradient; those runs are
+# added into place (3 adds for a 3x3 kernel rather than 9, and a product with a 3x deeper
+# inner dim). Strided convolutions fold every kernel offset through strided views.
 
 def _pad(x: np.ndarray, padding: tuple) -> np.ndarray:
     if not any(lo or hi for lo, hi in padding):
@@ -68,13 +71,17 @@ def _is_wide(spec: ConvSpec) -> bool:
 
 
 class _Wide(NamedTuple):
-    """Geometry of the wide layout: padded spatial shape, its flat strides (elements), the
-    length of a wide output row block and the flat offset of each kernel offset."""
+    """Geometry of the wide layout: padded spatial shape, the length of a wide output block
+    (``out[0]`` rows of a padded row's length), the flat offset of each kernel offset of all
+    dims but the last, the last dim's kernel size and dilation, and the flat size per
+    channel that the input gradient's runs reach."""
 
     padded: tuple
-    flat_strides: tuple
     length: int
-    offsets: list
+    outer_offsets: tuple
+    last_kernel: int
+    last_dilation: int
+    flat_size: int
 
     @classmethod
     @functools.lru_cache(maxsize=256)
@@ -84,22 +91,26 @@ class _Wide(NamedTuple):
         padded = tuple(n + lo + hi for n, (lo, hi) in zip(spatial, spec.padding))
         strides = tuple(math.prod(padded[i + 1:]) for i in range(len(padded)))
         length = out[0] * strides[0]
-        offsets = [sum(k * d * st for k, d, st in zip(ks, spec.dilation, strides))
-                   for ks in np.ndindex(*kernel)]
-        return cls(padded, strides, length, offsets)
+        outer = tuple(sum(k * d * st for k, d, st in zip(ks, spec.dilation, strides))
+                      for ks in np.ndindex(*kernel[:-1]))
+        edge = spec.dilation[-1] * (kernel[-1] - 1)
+        flat_size = max(math.prod(padded), outer[-1] + length + edge)
+        return cls(padded, length, outer, kernel[-1], spec.dilation[-1], flat_size)
 
     @property
-    def flat_size(self) -> int:
-        return max(math.prod(self.padded), self.offsets[-1] + self.length)
+    def edge(self) -> int:
+        """How far the last kernel dim reaches: its dilated size less one."""
+        return self.last_dilation * (self.last_kernel - 1)
 
-    def widen(self, g: np.ndarray) -> np.ndarray:
-        """``(N, C, *out)`` to ``(N, C, length)``: each row zero-extended to padded length."""
-        n, c, first, *rest = g.shape
-        if tuple(rest) == self.padded[1:]:
-            return g.reshape(n, c, self.length)
-        wide = np.zeros((n, c, first, *self.padded[1:]), dtype=g.dtype)
-        wide[(..., *[slice(0, m) for m in g.shape[2:]])] = g
-        return wide.reshape(n, c, self.length)
+    def spread(self, g: np.ndarray) -> np.ndarray:
+        """``(N, C, *out)`` to ``(N, C, edge + length + edge)``: each row zero-extended to
+        a padded row's length, with ``edge`` zeros before and after the whole block."""
+        n, c = g.shape[:2]
+        spread = np.zeros((n, c, self.length + 2 * self.edge), dtype=g.dtype)
+        block = spread[:, :, self.edge:self.edge + self.length]
+        block.reshape(n, c, g.shape[2], *self.padded[1:])[
+            (..., *[slice(0, m) for m in g.shape[3:]])] = g
+        return spread
 
 
 def _windows(x: np.ndarray, spec: ConvSpec, kernel: tuple, out: tuple) -> np.ndarray:
@@ -130,17 +141,47 @@ def _fold_strided(cols: np.ndarray, x_shape: tuple, spec: ConvSpec, kernel: tupl
     return xp[(..., *inner)]
 
 
-def _fold_wide(cols: np.ndarray, flat: np.ndarray, wide: _Wide) -> np.ndarray:
-    """col2im of a stride-1 convolution into ``flat`` ``(B, C, flat_size)``, overwritten:
-    columns ``(B, C, kernel offsets, length)``, one contiguous add per kernel offset (the
-    first, at offset 0, a copy). Returns the padded input's gradient ``(B, C, *padded)``."""
-    length = wide.length
-    flat[:, :, :length] = cols[:, :, 0]
-    flat[:, :, length:] = 0
-    for j in range(1, len(wide.offsets)):
-        off = wide.offsets[j]
-        flat[:, :, off:off + length] += cols[:, :, j]
-    return flat[:, :, :math.prod(wide.padded)].reshape(*flat.shape[:2], *wide.padded)
+def _last_dim_weights(w: np.ndarray, groups: int) -> np.ndarray:
+    """The weight as ``(G, outer kernel offsets * C_in / G, C_out / G * last kernel)``, the
+    last kernel dim reversed: the matrix that takes the output gradient unfolded along the last
+    kernel dim to one run of the input gradient per outer kernel offset."""
+    o, cg, *kernel = w.shape
+    w = w.reshape(groups, o // groups, cg, -1, kernel[-1])[..., ::-1]
+    return w.transpose(0, 3, 2, 1, 4).reshape(groups, -1, o // groups * kernel[-1])
+
+
+def _input_grad_wide(g: np.ndarray, w: np.ndarray, spec: ConvSpec, x_shape: tuple,
+                     dx: np.ndarray) -> None:
+    """The input gradient of a stride-1 convolution into ``dx`` (see the layouts above)."""
+    n, c, groups, o = x_shape[0], x_shape[1], spec.groups, g.shape[1]
+    wide = _Wide.of(tuple(x_shape[2:]), spec, tuple(w.shape[2:]), tuple(g.shape[2:]))
+    wm = _last_dim_weights(w, groups)
+    spread = wide.spread(g)
+    runs = wide.length + wide.edge  # the run each outer kernel offset adds
+    st = spread.strides
+    unfolded = as_strided(spread, shape=(n, o, wide.last_kernel, runs),
+                          strides=(st[0], st[1], st[2] * wide.last_dilation, st[2]),
+                          writeable=False)
+    outer = len(wide.outer_offsets)
+    inner = (..., *[slice(lo, lo + m) for m, (lo, _) in zip(x_shape[2:], spec.padding)])
+    step, batches = _batches(n, (o * wide.last_kernel + c * outer) * runs * dx.itemsize)
+    cols = np.empty((min(step, n), o, wide.last_kernel, runs), dtype=g.dtype)
+    part = np.empty((min(step, n), groups, outer * (c // groups), runs), dtype=dx.dtype)
+    flat = np.empty((min(step, n), c, wide.flat_size), dtype=dx.dtype)
+    for rows in batches:
+        b = rows.stop - rows.start
+        np.copyto(cols[:b], unfolded[rows])
+        np.matmul(wm, cols[:b].reshape(b, groups, -1, runs), out=part[:b])
+        # (B, G, outer, C / G, runs) -> one (B, C, runs) run per outer kernel offset
+        by_offset = part[:b].reshape(b, groups, outer, c // groups, runs).transpose(2, 0, 1, 3, 4)
+        into = flat[:b].reshape(b, groups, c // groups, wide.flat_size)
+        into[..., :runs] = by_offset[0]
+        into[..., runs:] = 0
+        for j in range(1, outer):
+            off = wide.outer_offsets[j]
+            into[..., off:off + runs] += by_offset[j]
+        grid = flat[:b, :, :math.prod(wide.padded)].reshape(b, c, *wide.padded)
+        dx[rows] = grid[inner]
 
 
 def _weight_matrix(w: np.ndarray, groups: int) -> np.ndarray:
@@ -186,31 +227,17 @@ def conv_forward(x: np.ndarray, w: np.ndarray, spec: ConvSpec,
 
 
 def conv_input_grad(g: np.ndarray, w: np.ndarray, spec: ConvSpec, x_shape: tuple) -> np.ndarray:
-    kernel = w.shape[2:]
-    out = g.shape[2:]
-    n, c, groups = x_shape[0], x_shape[1], spec.groups
-    wmt = _weight_matrix(w, groups).transpose(0, 2, 1)
-    dtype = np.result_type(g.dtype, w.dtype)
-    dx = np.empty(x_shape, dtype=dtype)
-    depth = c // groups * math.prod(kernel)
-    if not _is_wide(spec):
-        length = math.prod(out)
-        gm = g.reshape(g.shape[0], groups, g.shape[1] // groups, length)
-        for rows in _batches(n, c * math.prod(kernel) * length * dx.itemsize)[1]:
-            cols = np.matmul(wmt, gm[rows])
-            dx[rows] = _fold_strided(cols, (cols.shape[0], *x_shape[1:]), spec, kernel, out)
+    dx = np.empty(x_shape, dtype=np.result_type(g.dtype, w.dtype))
+    if _is_wide(spec):
+        _input_grad_wide(g, w, spec, x_shape, dx)
         return dx
-    wide = _Wide.of(tuple(x_shape[2:]), spec, tuple(kernel), tuple(out))
-    gm = wide.widen(g).reshape(g.shape[0], groups, g.shape[1] // groups, wide.length)
-    inner = (..., *[slice(lo, lo + m) for m, (lo, _) in zip(x_shape[2:], spec.padding)])
-    step, batches = _batches(n, c * math.prod(kernel) * wide.length * dx.itemsize)
-    cols = np.empty((min(step, n), groups, depth, wide.length), dtype=dtype)
-    flat = np.empty((min(step, n), c, wide.flat_size), dtype=dtype)
-    for rows in batches:
-        b = rows.stop - rows.start
-        np.matmul(wmt, gm[rows], out=cols[:b])
-        grid = _fold_wide(cols[:b].reshape(b, c, len(wide.offsets), wide.length), flat[:b], wide)
-        dx[rows] = grid[inner]
+    kernel, out = w.shape[2:], g.shape[2:]
+    n, c, groups, length = x_shape[0], x_shape[1], spec.groups, math.prod(out)
+    wmt = _weight_matrix(w, groups).transpose(0, 2, 1)
+    gm = g.reshape(g.shape[0], groups, g.shape[1] // groups, length)
+    for rows in _batches(n, c * math.prod(kernel) * length * dx.itemsize)[1]:
+        cols = np.matmul(wmt, gm[rows])
+        dx[rows] = _fold_strided(cols, (cols.shape[0], *x_shape[1:]), spec, kernel, out)
     return dx
 
 
