@@ -375,9 +375,33 @@ class Relu(Op):
     @staticmethod
     def backward(ctx, g):
         (out,) = ctx.saved_tensors
-        # Mul takes the bool mask as it is (numpy multiplies float by bool in one pass);
-        # ``g * mask`` would first cast the mask to g's dtype, a copy as large as g
-        return Mul.apply(g, out > 0)
+        return ReluGrad.apply(g, out)
+
+
+class ReluGrad(Op):
+    """ReLU's gradient, torch's ``threshold_backward``: ``g`` where the output is not <= 0
+    (a NaN output passes it), and 0 elsewhere even where ``g`` is inf or NaN."""
+
+    node_name = "ThresholdBackwardBackward0"
+
+    @staticmethod
+    def forward(ctx, g, out):
+        need = ctx.needs_input_grad
+        if need:  # the output takes no gradient; g's is this op again
+            ctx.save_for_backward(None, out if need[0] else None)
+        passes = ~np.less_equal(out._data, 0)
+        # float times bool is one pass and branch-free (a masked write is several times
+        # slower on a random mask), but inf or NaN times 0 is NaN: then the masked write
+        with np.errstate(invalid="ignore"):
+            grad = g._data * passes
+        if grad.size and np.isnan(grad.max()):
+            grad = np.where(passes, g._data, np.zeros((), grad.dtype))
+        return grad
+
+    @staticmethod
+    def backward(ctx, h):
+        _, out = ctx.saved_tensors
+        return (None if out is None else ReluGrad.apply(h, out)), None
 
 
 class LeakyRelu(Op):
@@ -520,8 +544,9 @@ class Hardswish(Op):
     def backward(ctx, g):
         (a,) = ctx.saved_tensors
         zero, one = a.new_zeros(()), a.new_ones(())
-        middle = (a / 3 + 0.5).where(a <= 3, one)
-        return g * zero.where(a < -3, middle)
+        # torch's kernel: 0 up to -3 whatever g is (inf or NaN times 0 would be NaN), g from 3
+        middle = (a / 3 + 0.5).where(a < 3, one)
+        return (g * zero.where(a <= -3, middle)).where(a > -3, zero)
 
 
 class Clamp(Op):
