@@ -64,6 +64,7 @@ from workers.state import (
     WorkerState,
 )
 from workers.status import StatusHandlers
+from workers.steps import StepHandlers
 from workers.values import ValueHandlers
 from workers.versions import VersionHandlers
 
@@ -73,7 +74,7 @@ ROUTER_BURST = 32  # messages taken off the endpoint per poll, at most
 
 
 class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, VersionHandlers,
-             LimitChecks, ValueHandlers, StatusHandlers, Service):
+             LimitChecks, ValueHandlers, StatusHandlers, StepHandlers, Service):
     role = "worker"
 
     def __init__(self, coordinator: str, *, bind: str = "tcp://127.0.0.1:0",
