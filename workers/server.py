@@ -22,6 +22,7 @@ closes (or misses its heartbeats) ends its requests' waits at once.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import socket
 import threading
@@ -178,7 +179,9 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         if start_jobs:
             self._start_jobs()
         timeout = max(0.0, self._next_tick - time.monotonic())
-        for sock, _ in self.poller.poll(int(timeout * 1000)):
+        # rounded up: under a millisecond to the tick, a poll of 0 ms would return at once,
+        # again and again, until the tick is due (a spin of up to 1 ms of CPU per tick)
+        for sock, _ in self.poller.poll(math.ceil(timeout * 1000)):
             if sock.closed:  # a neighbour's, closed by a job of this round (its stage went)
                 continue
             if sock is self.router:
