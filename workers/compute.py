@@ -452,10 +452,18 @@ def _submodule(st, path: str):
 
 
 def rss_bytes() -> int | None:
-    """This process's resident memory, in bytes (None where /proc is not there)."""
+    """This process's resident memory, in bytes (None where /proc is not there). A training
+    step asks after every forward: the file stays open (per process: a fork's child opens
+    its own), read again from its start."""
+    global _statm
     try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        if _statm is None or _statm[0] != os.getpid():
+            _statm = (os.getpid(), os.open("/proc/self/statm", os.O_RDONLY))
+        return int(os.pread(_statm[1], 128, 0).split()[1]) * _PAGE_BYTES
     except (OSError, ValueError, IndexError):
         return None
+
+
+_statm: tuple[int, int] | None = None  # (pid, descriptor of its /proc/self/statm)
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
