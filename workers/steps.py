@@ -29,8 +29,16 @@ class StepHandlers:
         neighbour stages; the last stage computes each micro-batch's loss, scaled."""
         msg = job.msg
         st = self._stage(job)
-        for spec in msg.get("optimizer_calls") or ():  # the client's optimizer calls first
-            self._optimizer_action(st, spec, job.client)
+        # [kind, mb, this thread's CPU seconds, wall start, wall end] per action (a receive:
+        # from when the stage began to wait for it, or when it took it, to when it took it)
+        timeline: list[list] = []
+        if msg.get("optimizer_calls"):  # the client's optimizer calls first (arithmetic on
+            # the stage's weights, timed as such: mb -1)
+            started, cpu = time.perf_counter(), time.thread_time()
+            for spec in msg["optimizer_calls"]:
+                self._optimizer_action(st, spec, job.client)
+            timeline.append(["optimizer", -1, time.thread_time() - cpu, started,
+                             time.perf_counter()])
         step, model = msg["step"], st.model
         first, last = "prev" not in st.neighbours, "next" not in st.neighbours
         loss_fn = None
@@ -43,9 +51,6 @@ class StepHandlers:
         grads_in: dict[int, object] = {}
         losses: dict[int, float] = {}
         busy, peak = 0.0, rss_bytes() or 0  # compute time; the most memory held
-        # [kind, mb, this thread's CPU seconds, wall start, wall end] per action (a receive:
-        # from when the stage began to wait for it, or when it took it, to when it took it)
-        timeline: list[list] = []
         waited_since = None
         try:
             if last:  # a loss refused here aborts the step on the other stages too
@@ -80,12 +85,15 @@ class StepHandlers:
                     data = msg["inputs"][mb] if first else received.pop(("act", mb))
 
                     def compute(data=data, mb=mb):
-                        leaf = disthook.from_numpy(np.array(data))
+                        # the received array itself (a writable view of its frame, which
+                        # nothing else reads), unless the forward may run again (client
+                        # hooks running ahead): then from the frame as it came each time
+                        leaf = disthook.from_numpy(_fresh(data, job))
                         if not first and leaf.is_floating_point():
                             leaf.requires_grad_(True)
                         out = st.module(leaf if first else _as_computed(leaf))
                         if last:
-                            target = disthook.from_numpy(np.array(msg["targets"][mb]))
+                            target = disthook.from_numpy(_fresh(msg["targets"][mb], job))
                             loss = loss_fn(out, target)
                             losses[mb] = float(loss.item())
                             out = loss * msg["scales"][mb]
@@ -102,7 +110,7 @@ class StepHandlers:
 
                     def compute(keep: bool = False, leaf=leaf, out=out, g=g, mb=mb):
                         leaf.grad = None  # a run again starts from nothing
-                        seed = None if g is None else [disthook.from_numpy(np.array(g))]
+                        seed = None if g is None else [disthook.from_numpy(_fresh(g, job))]
                         if split:  # the weights' gradients wait for this micro-batch's W
                             weights_later[mb] = backward_split([out], seed, st.params,
                                                                retain_graph=keep)
@@ -143,6 +151,12 @@ class StepHandlers:
         if data is not None:
             self._count(st.model, "bytes_to_peers", np.asarray(data).nbytes)
         st.neighbours[side].send_multipart(wire.encode("pipe", fields), copy=False)
+
+
+def _fresh(data: np.ndarray, job) -> np.ndarray:
+    """``data`` (received) as a pass takes it: itself, or a copy where the pass may run
+    again (``job.spec``: its client hooks run ahead) and must start from it as it came."""
+    return data if job.spec is None else np.array(data)
 
 
 def _loss_function(spec: dict, allow):

@@ -11,7 +11,7 @@ disthook and (when installed) in torch.distributed.pipelining over gloo on loopb
   work efficiency is the one process's CPU over the pipeline's;
 - each stage's **CPU per action** (forward, backward, send) from its own thread's CPU clock
   (``time.thread_time``) around the action, recorded in the stage's timeline; for the
-  workers, the share of their CPU spent outside the forwards and backwards;
+  workers, the share of their CPU spent outside the forwards, backwards and optimizer steps;
 - the **hop latency**: half the shortest of 20 round trips of one micro-batch's activation
   between two processes, the way each library sends it (disthook: encoded, over ZeroMQ,
   decoded; torch: a gloo send and receive): on dedicated cores no trip waits for a core,
@@ -46,7 +46,9 @@ WIDTHS, QUICK_WIDTHS = (1024, 512), (256,)
 BATCH, QUICK_BATCH = 512, 128
 MICRO, QUICK_MICRO = 16, 8
 STEPS, QUICK_STEPS = 6, 2  # measured steps, after two warm-up steps
-COMPUTE = ("forward", "backward", "weight")
+# the stages' arithmetic: passes, and the optimizer calls a step runs first (SGD's update of
+# the stage's weights); "outside compute" is the rest of the workers' CPU
+COMPUTE = ("forward", "backward", "weight", "optimizer")
 SENDS = ("send_act", "send_grad")
 
 
