@@ -53,11 +53,13 @@ SENDS = ("send_act", "send_grad")
 
 
 # ---- the replay ---------------------------------------------------------------------------
-def replay(plan: list[list[tuple[str, int]]], cost, latency: float) -> dict:
+def replay(plan: list[list[tuple]], cost, latency: float) -> dict:
     """Run each stage's list of ``plan`` (see ``disthook.distributed.schedule``) on a core of
     its own: an action starts when its stage is free and, for a receive, when the message
     arrived (the end of its send plus ``latency`` seconds); ``cost(stage, kind)`` is the
-    seconds of a forward, backward or send. The step's seconds and each stage's busy ones."""
+    seconds of a forward, backward or send. An action may name the virtual stage it runs
+    (``(kind, mb, stage)``, interleaved 1F1B: ``disthook.distributed.interleaved``); then
+    ``cost`` is asked for that stage's. The step's seconds and each core's busy ones."""
     p = len(plan)
     arrival: dict[tuple[str, int, int], float] = {}  # ("act"/"grad", to stage, mb) -> time
     clock, busy, pos = [0.0] * p, [0.0] * p, [0] * p
@@ -65,20 +67,22 @@ def replay(plan: list[list[tuple[str, int]]], cost, latency: float) -> dict:
         progressed = False
         for s in range(p):
             while pos[s] < len(plan[s]):
-                kind, mb = plan[s][pos[s]]
+                action = plan[s][pos[s]]
+                kind, mb = action[0], action[1]
+                k = action[2] if len(action) > 2 else s  # the (virtual) stage it runs
                 if kind.startswith("recv_"):
-                    key = (kind[5:], s, mb)
+                    key = (kind[5:], k, mb)
                     if key not in arrival:
                         break
                     clock[s] = max(clock[s], arrival[key])
                 else:
-                    took = cost(s, kind)
+                    took = cost(k, kind)
                     clock[s] += took
                     busy[s] += took
                     if kind == "send_act":
-                        arrival[("act", s + 1, mb)] = clock[s] + latency
+                        arrival[("act", k + 1, mb)] = clock[s] + latency
                     elif kind == "send_grad":
-                        arrival[("grad", s - 1, mb)] = clock[s] + latency
+                        arrival[("grad", k - 1, mb)] = clock[s] + latency
                 pos[s] += 1
                 progressed = True
         if not progressed:
