@@ -39,6 +39,7 @@ import time
 
 from disthook.bench.stages import LAYERS, LR, bound, check, quiet, spawned, spec, torch_pipeline
 from disthook.bench.timing import cpu_seconds
+from disthook.distributed.interleaved import interleaved_1f1b
 from disthook.distributed.schedule import one_f_one_b, zero_bubble_h1
 
 STAGES, QUICK_STAGES = (2, 4, 8), (2,)
@@ -50,6 +51,7 @@ STEPS, QUICK_STEPS = 6, 2  # measured steps, after two warm-up steps
 # the stage's weights); "outside compute" is the rest of the workers' CPU
 COMPUTE = ("forward", "backward", "weight", "optimizer")
 SENDS = ("send_act", "send_grad")
+VIRTUAL = 2  # chunks per worker of the interleaved 1F1B prediction
 
 
 # ---- the replay ---------------------------------------------------------------------------
@@ -132,6 +134,24 @@ def predict(costs: list[dict], latency: float, m: int) -> dict:
     """The 1F1B step predicted from per-stage ``costs`` (kind -> seconds) and ``latency``."""
     plan = one_f_one_b(len(costs), m)
     return replay(plan, lambda s, kind: costs[s].get(kind, 0.0), latency)
+
+
+def predict_interleaved(costs: list[dict], latency: float, m: int,
+                        v: int = VIRTUAL) -> dict | None:
+    """Interleaved 1F1B with ``v`` chunks per worker, predicted from the 1F1B ``costs`` of
+    ``p`` stages: a chunk's forward and backward cost a ``v``-th of its worker's stage's,
+    a send what the stage's cost (the activation is as large), the hop as long. None where
+    ``m`` is not a multiple of ``p``. Each pass's fixed cost is divided too, so this is a
+    little optimistic for both libraries alike."""
+    p = len(costs)
+    if m % p:
+        return None
+
+    def cost(k: int, kind: str) -> float:
+        took = costs[k % p].get(kind, 0.0)
+        return took if kind in SENDS else took / v
+
+    return replay(interleaved_1f1b(p, m, v), cost, latency)
 
 
 # ---- disthook's side ----------------------------------------------------------------------
@@ -406,6 +426,10 @@ def _predict_row(row: dict) -> None:
                         lambda s, kind, c=r["zb_costs"]: c[s].get(kind, 0.0), latency)
             r["predicted_zb_step_s"] = zb["step_s"]
             r["zb_bubble_vs_1f1b"] = _bubble(zb) / _bubble(plain) if _bubble(plain) else None
+        il = predict_interleaved(r["costs"], latency, m)
+        r["predicted_interleaved_step_s"] = None if il is None else il["step_s"]
+        r["interleaved_bubble_vs_1f1b"] = (_bubble(il) / _bubble(plain)
+                                           if il is not None and _bubble(plain) else None)
         r["predicted_speedup"] = r["one_process_cpu_s"] / r["predicted_step_s"]
         total = (r["client_cpu_s"] + r["coordinator_cpu_s"] + r["workers_cpu_s"]
                  if side == "disthook" else sum(r["ranks_cpu_s"]))
@@ -414,6 +438,14 @@ def _predict_row(row: dict) -> None:
     t = row["torch"]
     row["ratio_to_torch"] = (row["disthook"]["predicted_step_s"] / t["predicted_step_s"]
                              if t else None)
+    # each library's fastest predicted schedule (ours: 1F1B, ZB-H1, interleaved; torch's:
+    # 1F1B, interleaved) against the other's
+    row["best_ratio_to_torch"] = (_best(row["disthook"]) / _best(t) if t else None)
+
+
+def _best(side: dict) -> float:
+    return min(v for k, v in side.items()
+               if k.startswith("predicted_") and k.endswith("step_s") and v is not None)
 
 
 def _bubble(replayed: dict) -> float:
@@ -488,6 +520,20 @@ def print_rows(rows: list[dict]) -> None:
         of = "n/a" if d["zb_bubble_vs_1f1b"] is None else f"{d['zb_bubble_vs_1f1b'] * 100:.0f}%"
         print(f"{r['width']:>5} {r['stages']:>2} {fbw:>18} {_ms(d['predicted_step_s'], 0):>8} "
               f"{_ms(d['predicted_zb_step_s'], 0):>9} {vs:>9} {of:>15}")
+    print(f"interleaved 1F1B, {VIRTUAL} chunks per worker, predicted for both libraries from "
+          f"their 1F1B costs (a chunk's pass: 1/{VIRTUAL} of the stage's; sends and hops as "
+          "measured); best: each library's fastest predicted schedule")
+    print(f"{'w':>5} {'p':>2} {'interleaved ms':>15} {'bubble of 1F1B':>15} "
+          f"{'best ours/torch':>16}")
+    for r in rows:
+        d, t = r["disthook"], r["torch"]
+        mine = _ms(d["predicted_interleaved_step_s"], 0)
+        if t:
+            mine += f"/{_ms(t['predicted_interleaved_step_s'], 0)}"
+        of = ("n/a" if d["interleaved_bubble_vs_1f1b"] is None
+              else f"{d['interleaved_bubble_vs_1f1b'] * 100:.0f}%")
+        best = "n/a" if r["best_ratio_to_torch"] is None else f"{r['best_ratio_to_torch']:.2f}x"
+        print(f"{r['width']:>5} {r['stages']:>2} {mine:>15} {of:>15} {best:>16}")
     print("a/b: disthook/torch pipelining; speedup: one process's CPU per step / the predicted "
           "step; ours/torch below 1.00x: ours is predicted faster; of bound: disthook's speedup "
           "/ p·m/(m+p-1)")

@@ -32,6 +32,9 @@ def check_tables(out: str, rows: list) -> None:
     zero = next(line for line in lines if "F/B/W ms" in line)
     for column in ("1F1B ms", "ZB-H1 ms", "vs torch", "bubble of 1F1B"):
         assert column in zero, column
+    interleaved = next(line for line in lines if "interleaved ms" in line)
+    for column in ("bubble of 1F1B", "best ours/torch"):
+        assert column in interleaved, column
     assert "MISS" not in out and "target" not in out
     for row in rows:
         ours = row["disthook"]
@@ -42,9 +45,12 @@ def check_tables(out: str, rows: list) -> None:
         for stage in ours["zb_costs"]:  # and under ZB-H1, its W's
             assert stage["forward"] > 0 and stage["backward"] > 0 and stage["weight"] > 0
         assert ours["predicted_zb_step_s"] > 0
+        if row["micro"] % row["stages"] == 0:  # interleaved takes groups of p micro-batches
+            assert ours["predicted_interleaved_step_s"] > 0
         assert ours["workers_cpu_s"] > 0 and 0 <= ours["outside_compute"] < 1
         if row["torch"] is not None:
             assert row["torch"]["predicted_step_s"] > 0 and row["ratio_to_torch"] > 0
+            assert row["best_ratio_to_torch"] > 0
             assert len(row["torch"]["ranks_cpu_s"]) == row["stages"]
 
 
