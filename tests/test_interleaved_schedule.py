@@ -8,7 +8,7 @@ from disthook.distributed.interleaved import (
     simulate_interleaved,
     virtual_stages,
 )
-from disthook.distributed.schedule import one_f_one_b
+from disthook.distributed.schedule import ScheduleError, one_f_one_b
 
 SIZES = [(p, v, m) for p in range(1, 9) for v in range(1, 5) for m in range(p, 25, p)]
 
@@ -51,12 +51,12 @@ def test_broken_lists_and_bad_sizes_are_refused():
     swapped = [list(d) for d in devices]
     i = next(i for i, a in enumerate(swapped[1]) if a[0] == "forward")
     swapped[1][i - 1], swapped[1][i] = swapped[1][i], swapped[1][i - 1]  # forward first
-    with pytest.raises(ValueError, match="before"):
+    with pytest.raises(ScheduleError, match="before"):
         simulate_interleaved(swapped, 2, 2)
     wrong_worker = [list(devices[1]), list(devices[0])]
-    with pytest.raises(ValueError, match="not an action of its own"):
+    with pytest.raises(ScheduleError, match="not an action of its own"):
         simulate_interleaved(wrong_worker, 2, 2)
-    with pytest.raises(ValueError, match="deadlock"):
+    with pytest.raises(ScheduleError, match="deadlock"):
         simulate_interleaved([[("recv_act", 0, 2)], devices[1]], 2, 2)
     with pytest.raises(ValueError, match="not a multiple of 4"):
         interleaved_1f1b(4, 6, 2)

@@ -19,6 +19,8 @@ forward and backward: 1F1B's bubble divided by ``v``, for ``v`` times as many me
 """
 from __future__ import annotations
 
+from disthook.distributed.schedule import ScheduleError
+
 __all__ = ["interleaved_1f1b", "simulate_interleaved", "virtual_stages"]
 
 Action = tuple[str, int, int]  # (kind, micro-batch, virtual stage)
@@ -75,7 +77,7 @@ def interleaved_1f1b(p: int, m: int, v: int) -> list[list[Action]]:
 
 def simulate_interleaved(devices: list[list[Action]], v: int, m: int) -> list[tuple]:
     """Run the workers' lists against each other (a send never blocks, a receive waits for
-    its send); the global order of ``(worker, action)``. ``ValueError`` on a deadlock, an
+    its send); the global order of ``(worker, action)``. ``ScheduleError`` on a deadlock, an
     action out of dependency order, on a virtual stage another worker holds, repeated or
     missing."""
     p = len(devices)
@@ -95,15 +97,15 @@ def simulate_interleaved(devices: list[list[Action]], v: int, m: int) -> list[tu
             while pos[w] < len(devices[w]):
                 action = kind, mb, k = devices[w][pos[w]]
                 if k % p != w or not 0 <= k < stages or not 0 <= mb < m or kind not in needs:
-                    raise ValueError(f"worker {w}: {action} is not an action of its own "
+                    raise ScheduleError(f"worker {w}: {action} is not an action of its own "
                                      f"virtual stages {virtual_stages(p, v)[w]}")
                 if action in done:
-                    raise ValueError(f"worker {w}: {action} appears twice")
+                    raise ScheduleError(f"worker {w}: {action} appears twice")
                 if kind.startswith("recv_") and (kind[5:], k, mb) not in sent:
                     break
                 for need in needs[kind](k, mb):
                     if need not in done:
-                        raise ValueError(f"worker {w}: {action} before {need}")
+                        raise ScheduleError(f"worker {w}: {action} before {need}")
                 if kind == "send_act":
                     sent.add(("act", k + 1, mb))
                 elif kind == "send_grad":
@@ -114,11 +116,11 @@ def simulate_interleaved(devices: list[list[Action]], v: int, m: int) -> list[tu
                 progressed = True
         if not progressed:
             waiting = {w: devices[w][pos[w]] for w in range(p) if pos[w] < len(devices[w])}
-            raise ValueError(f"deadlock: every unfinished worker waits ({waiting})")
+            raise ScheduleError(f"deadlock: every unfinished worker waits ({waiting})")
     for k in range(stages):
         for mb in range(m):
             for kind in ("forward", "backward"):
                 if (kind, mb, k) not in done:
-                    raise ValueError(f"virtual stage {k} never runs {kind} of micro-batch "
+                    raise ScheduleError(f"virtual stage {k} never runs {kind} of micro-batch "
                                      f"{mb}")
     return order
