@@ -78,6 +78,8 @@ def pipeline_plot(rows: list[dict], path: str) -> str:
 
 SERIES = ("disthook 1F1B", "torch pipelining 1F1B", "disthook ZB-H1",
           "disthook interleaved 1F1B")
+_LABELS = {"disthook interleaved 1F1B": "disthook interleaved 1F1B, v=2 (schedule only, "
+                                        "not deployable yet)"}
 
 
 def scaleout_points(rows: list[dict]) -> dict:
@@ -139,7 +141,7 @@ def scaleout_plot(rows: list[dict], path: str) -> str:
         if not got:
             continue
         line, = ax.plot([p for p, _, _ in got], [s for _, s, _ in got], "-", lw=1.2,
-                        label=name)
+                        label=_LABELS.get(name, name))
         for p, speedup, how in got:
             ax.plot([p], [speedup], marker, color=line.get_color(),
                     markerfacecolor=line.get_color() if how == "measured" else "white")

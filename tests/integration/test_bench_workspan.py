@@ -1,6 +1,7 @@
 """``disthook bench workspan`` runs and prints its two tables (work, span), with each stage's
 timeline of schedule actions from the workers; values it cannot run are refused, naming
 them. No timing or ratio is asserted."""
+import importlib.util
 import json
 
 import pytest
@@ -56,11 +57,15 @@ def check_tables(out: str, rows: list) -> None:
 
 def test_workspan_runs_on_a_small_model_and_prints_work_and_span(monkeypatch, capsys,
                                                                  tmp_path):
+    # the scale-out figure from its predictions, where matplotlib is there to draw it
+    figure = tmp_path / "scaleout.png"
+    plot = ["--plot", str(figure)] if importlib.util.find_spec("matplotlib") else []
     out, rows = quick(monkeypatch, capsys, tmp_path, "--stages", "2", "--width", "64",
-                      "--batch", "32", "--micro", "4")
+                      "--batch", "32", "--micro", "4", *plot)
     assert "16 x Linear(w, w)" in out and "batch 32, 1F1B at m=4" in out
     assert [(r["stages"], r["width"]) for r in rows] == [(2, 64)]
     check_tables(out, rows)
+    assert figure.exists() == bool(plot)
 
 
 @pytest.mark.bench
