@@ -93,3 +93,11 @@ def test_the_scaleout_figure_draws_from_workspan_rows_too(tmp_path):
     assert is_png(path)
     [path] = draw(scaleout_rows() + workspan_rows(), str(tmp_path / "both.png"))
     assert is_png(path)
+
+
+def test_scaleout_alone_marks_what_ran_on_fewer_cores_than_processes():
+    from disthook.bench.plot import scaleout_points
+
+    got = scaleout_points(scaleout_rows())  # 2 cores, no workspan rows to predict from
+    assert got["series"]["disthook 1F1B"] == [
+        (2, 1.6, "measured"), (4, 1.6, "shared cores"), (8, 1.6, "shared cores")]

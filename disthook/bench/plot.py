@@ -85,8 +85,10 @@ _LABELS = {"disthook interleaved 1F1B": "disthook interleaved 1F1B, v=2 (schedul
 def scaleout_points(rows: list[dict]) -> dict:
     """The scale-out figure's points: per series (``SERIES``), ``(p, speedup, how)`` with how
     "measured" (a ``scaleout`` row whose p worker processes each had a core: p <= the
-    cores available) or "predicted" (the ``workspan`` row's step replayed on p dedicated
-    cores, at the same width), by p; plus the figure's width, micro-batches and bound."""
+    cores available), "predicted" (the ``workspan`` row's step replayed on p dedicated
+    cores, at the same width) or, where p is above the cores and no prediction is at hand,
+    "shared cores" (measured with the processes taking turns on the cores), by p; plus the
+    figure's width, micro-batches and bound."""
     measured = {r["stages"]: r for r in rows if r.get("suite") == "scaleout"}
     width = (next(iter(measured.values()))["width"] if measured else
              max((r["width"] for r in rows if r.get("suite") == "workspan"), default=None))
@@ -110,6 +112,11 @@ def scaleout_points(rows: list[dict]) -> dict:
             if theirs is not None:
                 series["torch pipelining 1F1B"].append(
                     (p, theirs["predicted_speedup"], "predicted"))
+        else:  # more processes than cores, and nothing predicts it
+            series["disthook 1F1B"].append((p, row["speedup"], "shared cores"))
+            if row.get("torch_pipelining_speedup") is not None:
+                series["torch pipelining 1F1B"].append(
+                    (p, row["torch_pipelining_speedup"], "shared cores"))
         if p in predicted:  # the other schedules are predicted only
             ours = predicted[p]["disthook"]
             for name, key in (("disthook ZB-H1", "predicted_zb_step_s"),
@@ -133,9 +140,11 @@ def scaleout_plot(rows: list[dict], path: str) -> str:
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
     ax.plot(ps, [points["bound"][p] for p in ps], "k--",
             label=f"bound p·m/(m+p-1), m={points['micro']}")
+    hows = {how for got in points["series"].values() for _, _, how in got}
     if points["cores"] is not None and points["cores"] < max(ps):
+        beyond = ": beyond, predicted" if "predicted" in hows else ""
         ax.axhline(points["cores"], color="gray", ls=":",
-                   label=f"cores here ({points['cores']}): beyond, predicted")
+                   label=f"cores here ({points['cores']}){beyond}")
     for name, marker in zip(SERIES, "osD^"):
         got = points["series"][name]
         if not got:
@@ -143,11 +152,15 @@ def scaleout_plot(rows: list[dict], path: str) -> str:
         line, = ax.plot([p for p, _, _ in got], [s for _, s, _ in got], "-", lw=1.2,
                         label=_LABELS.get(name, name))
         for p, speedup, how in got:
-            ax.plot([p], [speedup], marker, color=line.get_color(),
+            ax.plot([p], [speedup], "x" if how == "shared cores" else marker,
+                    color=line.get_color(),
                     markerfacecolor=line.get_color() if how == "measured" else "white")
-    ax.plot([], [], "o", color="gray", label="filled: measured")
-    ax.plot([], [], "o", color="gray", markerfacecolor="white",
-            label="hollow: predicted (work and span)")
+    for how, marker, face, label in (
+            ("measured", "o", "gray", "filled: measured"),
+            ("predicted", "o", "white", "hollow: predicted (work and span)"),
+            ("shared cores", "x", "gray", "x: measured, fewer cores than processes")):
+        if how in hows:
+            ax.plot([], [], marker, color="gray", markerfacecolor=face, label=label)
     ax.set_xscale("log", base=2)
     ax.set_xticks(ps, [str(p) for p in ps])
     ax.set_xlabel("stages p (one worker process each)")
