@@ -339,13 +339,22 @@ class Sigmoid(Op):
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
-    """erf to about 1e-7 (Abramowitz & Stegun 7.1.26); numpy has none."""
-    s = np.sign(x)
-    a = np.abs(x).astype(np.float64)
-    t = 1.0 / (1.0 + 0.3275911 * a)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027
-                                                                            + t * 1.061405429))))
-    return (s * (1.0 - poly * np.exp(-a * a))).astype(x.dtype, copy=False)
+    """erf to about 1e-7 (Abramowitz & Stegun 7.1.26); numpy has none. In float64, in
+    place: a GELU's erf over a (16, 64, 512) activation was 7% of a GPT step's CPU."""
+    a = np.abs(x, dtype=np.float64)
+    t = a * 0.3275911
+    t += 1.0
+    np.reciprocal(t, out=t)
+    poly = t * 1.061405429
+    for c in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):  # Horner, inside out
+        poly += c
+        poly *= t
+    np.multiply(a, a, out=a)
+    np.negative(a, out=a)
+    poly *= np.exp(a, out=a)
+    np.subtract(1.0, poly, out=poly)
+    poly *= np.sign(x)
+    return poly.astype(x.dtype, copy=False)
 
 
 class Erf(Op):
