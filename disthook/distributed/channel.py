@@ -35,6 +35,10 @@ __all__ = []
 
 _BURST = 32  # messages taken off one socket per poll, at most
 _ANSWERED_AHEAD_KEPT = 256  # requests whose answer came ahead of the hooks' (see _stands)
+# calls sent without waiting that may be unanswered at once: past it, the program waits for
+# the older half (a loop that never reads a result would otherwise queue without bound on
+# the workers and here)
+MAX_AHEAD = 256
 _call_numbers = itertools.count(1)  # optimizer calls that ride with a forward (see defer)
 
 
@@ -200,7 +204,7 @@ class _Hub(HookServer):
             # each worker runs them before this request, in order)
             pending, self.pending_optimizer = self.pending_optimizer, []
             for calls in pending:
-                what = f"optimizer {next(iter(calls.values()))['action']}"
+                named = f"optimizer {next(iter(calls.values()))['action']}"
                 writes = [(to, "step", {"optimizer": spec}) for to, spec in calls.items()]
                 through = self._write_through(writes)
                 if through is not None:  # down the chain, as one
@@ -208,10 +212,28 @@ class _Hub(HookServer):
                 for to, kind, write in writes:
                     step = next_request_id()
                     self.send(to, kind, write, req=step)
-                    self.in_flight[step] = (what, _ignore)
+                    self.in_flight[step] = (named, _ignore)
+        if len(self.in_flight) >= MAX_AHEAD:
+            self._keep_up(what)
         req = next_request_id()
         self.send(address, msg_type, fields, req=req, ctx=ctx)
         self.in_flight[req] = (what, on_reply)
+
+    def _keep_up(self, what: str) -> None:
+        """Wait until at most half of ``MAX_AHEAD`` calls sent without waiting are
+        unanswered (their failures are raised by the next request that waits, as ever)."""
+        deadline = Deadline(self.timeout)
+        while len(self.in_flight) > MAX_AHEAD // 2:
+            events = poll_until(self.poller, deadline)
+            if not events or any(sock in self.monitors for sock in events):
+                # no answer in time, or a worker went: as a waited request says it
+                self.request_all([], "keep_up", what=what)
+                return
+            for sock in events:
+                try:
+                    self._take(sock, [], {}, deadline)
+                finally:
+                    self.flush_answers(sock)
 
     def settle(self) -> None:
         """Wait until every call sent without waiting has answered (raising the first
