@@ -55,8 +55,9 @@ __all__ = [
 # 2: typed sub-records (hook entries, optimizer calls, hook values); 3: forward and
 # train_step carry optimizer steps as well as zero_grads (optimizer_calls), and an ok may
 # come ahead of its hooks' answers; 4: a stage's modules may come pickled by value (code);
-# 7: a chain model's writes travel its stages ("write"), which a worker of 6 does not know
-PROTOCOL_VERSION = 7
+# 7: a chain model's writes travel its stages ("write"), which a worker of 6 does not know;
+# 8: a tree-placed model's writes are numbered and committed ("commit"), its calls pinned
+PROTOCOL_VERSION = 8
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
@@ -231,7 +232,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
                 "reply_to": "str", "requires_grad": "list?", "mb": "int?", "stop": "str?",
                 "optimizer_calls": "list[list[optimizer_call]]?", "path": "str?",
                 "call": "hook_value?", "rng": "str?", "pins": "list?", "op": "str?",
-                "params": "any?", "keep": "bool?"},
+                "params": "any?", "keep": "bool?", "as_of": "map?"},
     # taps: keys of tensors client forward hooks were given, whose gradients the client
     # wants (autograd.grad with respect to them); each stage adds those it holds to tapped
     # (key -> gradient) and the answer carries them all (result["tapped"]). accumulate
@@ -303,15 +304,19 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # parameters, buffers and optimizer shards
     "get_state": {"model": "str", "names": "list?"},
     "train": {"model": "str", "mode": "bool"},
-    "set_state": {"model": "str", "state": "map"},
+    # seq: a tree-placed model's write, numbered by its writer; commit: the writer's writes up
+    # to seq are on every worker they went to (workers/versions.py)
+    "set_state": {"model": "str", "state": "map", "seq": "int?"},
     "param_op": {"model": "str", "name": "str", "op": "str", "args": "any",
-                 "kwargs": "any"},
+                 "kwargs": "any", "seq": "int?"},
+    "commit": {"model": "str", "seq": "int"},
     # a change to the module at path that one process allows: a buffer registered (value: a
     # packed tensor or None), a plain attribute set (value: packed) or deleted, the part's
     # mode set (train: value is the mode, a bool; name is "training")
     "module_op": {"model": "str", "path": "str", "op": "module_op_kind", "name": "str",
                   "value": "any?", "persistent": "bool?"},
-    "step": {"model": "str", "optimizer": "optimizer_call?", "zero_grad": "bool?"},
+    "step": {"model": "str", "optimizer": "optimizer_call?", "zero_grad": "bool?",
+             "seq": "int?"},
     # gradients of named parameters, measured or changed where they live: "norm" (each
     # one's norm of order value), "scale" (times value), "clamp" (into [-value, value]),
     # "set" (to grads: an array or None per name)

@@ -9,7 +9,10 @@ import disthook as torch
 from disthook import nn
 from disthook.wire import Message
 from workers.state import Context, Job, WorkerState
-from workers.versions import Versions, before_write
+import pytest
+
+from workers import versions as versions_mod
+from workers.versions import Versions, before_write, note_write
 
 WRITER, READER = b"deployer", b"reader"
 
@@ -19,8 +22,8 @@ class _Stage:
         self.model, self.module, self.versions = "m", module, Versions(module)
 
 
-def _job(client, kind="forward"):
-    return Job(client, Message(kind, 1, None, {"model": "m"}), client, "m")
+def _job(client, kind="forward", **fields):
+    return Job(client, Message(kind, 1, None, {"model": "m", **fields}), client, "m")
 
 
 def _setup():
@@ -185,3 +188,78 @@ def test_a_write_with_a_malformed_part_for_a_later_stage_changes_nothing_here():
     assert [kind for kind, _ in answers] == ["error"]
     assert answers[0][1]["kind"] == "WireError"
     np.testing.assert_array_equal(weight.detach().numpy(), before)
+
+
+# ---- numbered writes of a tree-placed model: a forward computes as of its pin ---------------
+
+def _numbered_write(st, state, seq, factor, writer=WRITER):
+    note_write(st, state, _job(writer, "set_state", seq=seq))
+    with torch.no_grad():
+        st.module[0].weight.mul_(factor)
+
+
+def test_a_forward_pinned_before_a_numbered_write_computes_with_the_weights_before_it():
+    st, state, weight = _setup()
+    v0 = weight.detach().numpy().copy()
+    version, pin = st.versions.as_of(READER.hex(), None)  # the forward's first call
+    assert version is None and pin == {}
+    _numbered_write(st, state, 1, 0.5)  # applied here, not committed yet
+    version, later = st.versions.as_of(READER.hex(), None)  # a forward starting now
+    st.versions.enter(version)
+    np.testing.assert_array_equal(weight.detach().numpy(), v0)  # uncommitted: not counted
+    assert later == {}
+    st.versions.commit(WRITER.hex(), 1, 0.0)
+    version, newest = st.versions.as_of(READER.hex(), None)
+    assert version is None and newest == {WRITER.hex(): 1}
+    version, _ = st.versions.as_of(READER.hex(), pin)  # the pinned forward's next call
+    st.versions.enter(version)
+    np.testing.assert_array_equal(weight.detach().numpy(), v0)
+    st.versions.enter(None)
+    np.testing.assert_array_equal(weight.detach().numpy(), v0 * 0.5)
+
+
+def test_a_clients_own_numbered_writes_count_for_its_own_forwards():
+    st, state, weight = _setup()
+    v0 = weight.detach().numpy().copy()
+    _numbered_write(st, state, 1, 0.5)  # its own, not committed yet
+    version, _ = st.versions.as_of(WRITER.hex(), {})
+    assert version is None
+    version, _ = st.versions.as_of(READER.hex(), {})
+    st.versions.enter(version)
+    np.testing.assert_array_equal(weight.detach().numpy(), v0)
+
+
+def test_a_pin_older_than_the_versions_kept_fails_instead_of_mixing():
+    st, state, _ = _setup()
+    kept = versions_mod.HISTORY_KEPT
+    for seq in range(1, kept + 3):
+        _numbered_write(st, state, seq, 0.5)
+        st.versions.commit(WRITER.hex(), seq, 0.0)
+    assert len(st.versions.history) == kept
+    with pytest.raises(RuntimeError, match="Run the forward again"):
+        st.versions.as_of(READER.hex(), {WRITER.hex(): 1})
+    version, _ = st.versions.as_of(READER.hex(), {WRITER.hex(): 2})  # still kept
+    assert version is st.versions.history[0][2]
+
+
+def test_committed_versions_go_after_their_time():
+    st, state, _ = _setup()
+    _numbered_write(st, state, 1, 0.5)
+    st.versions.commit(WRITER.hex(), 1, 0.0)
+    st.versions.commit(WRITER.hex(), 1, versions_mod.HISTORY_TTL_S + 1.0)
+    assert st.versions.history == [] and st.versions.dropped == {WRITER.hex(): 1}
+
+
+def test_writes_of_two_clients_crossed_between_workers_fail_instead_of_mixing():
+    st, state, _ = _setup()
+    other = b"second writer"
+    _numbered_write(st, state, 1, 0.5, writer=other)  # here first, elsewhere second
+    _numbered_write(st, state, 1, 0.5)
+    with pytest.raises(RuntimeError, match="another order"):
+        st.versions.as_of(READER.hex(), {WRITER.hex(): 1})
+
+
+def test_a_malformed_as_of_is_refused():
+    st, _, _ = _setup()
+    with pytest.raises(ValueError, match="as_of maps each writer"):
+        st.versions.as_of(READER.hex(), {"w": "1"})

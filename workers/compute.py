@@ -183,7 +183,7 @@ class ComputeHandlers:
                     packed = pack(out)
                 self._to_client(job, "ok", {"result": {
                     "output": packed, "requires_grad": [o.requires_grad for o in outs],
-                    "rng": _stream_state(msg)}, "ahead": ahead})
+                    "rng": _stream_state(msg), "pin": job.as_of}, "ahead": ahead})
 
             early = EarlyAnswer(finish)
             out = self._run_forward(job, st, compute, early)

@@ -1,13 +1,15 @@
 """The requests that read or change a stage's parameters, buffers and optimizer shares."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 import disthook
 from disthook import wire
 from disthook.service.loop import NO_REPLY
 from disthook.service.values import unpack
-from workers.versions import before_write, note_pins
+from workers.versions import note_pins, note_write
 
 __all__ = ["ParamHandlers"]
 
@@ -47,7 +49,7 @@ class ParamHandlers:
         if op == "requires_grad_":
             param.requires_grad_(*args, **kwargs)
             return
-        before_write(st, self.state, job)
+        note_write(st, self.state, job)
         with disthook.no_grad():
             getattr(param, op)(*args, **kwargs)
 
@@ -140,7 +142,7 @@ class ParamHandlers:
             return None  # it rode with a forward that failed later on, and ran here then
         if spec["action"] in ("step", "load"):
             st.check_write(client, f"an optimizer {spec['action']}")
-            before_write(st, self.state, self.current_job())
+            note_write(st, self.state, self.current_job())
         opt = st.optimizers.get((client, spec["id"]))
         groups = spec.get("groups")  # the client's param groups, as far as they are here
         if opt is None:
@@ -218,10 +220,19 @@ class ParamHandlers:
         unknown = [n for n in msg["state"] if n not in own]
         if unknown:
             raise KeyError(f"{st.name} has no parameters or buffers {unknown}")
-        before_write(st, self.state, job)
+        note_write(st, self.state, job)
         with disthook.no_grad():
             for name, arr in msg["state"].items():
                 own[name].copy_(disthook.from_numpy(np.array(arr)))
+
+    def on_commit(self, job):
+        """The client's numbered writes up to ``seq`` of a tree-placed model are on every
+        worker they went to: its forwards that start here from now on count them
+        (workers/versions.py)."""
+        st = self._stage(job)
+        st.check_write(job.client, "a commit of its writes")
+        seq = job.msg["seq"]
+        st.versions.commit(job.client.hex(), seq, time.monotonic())
 
     def on_write(self, job):
         """A write of a chain model's weights (load_state_dict, an in-place parameter

@@ -413,6 +413,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
             job.version = None if ctx is None else ctx.version
         elif job.version is None and msg.type == "forward":  # passed a write upstream?
             job.version = st.versions.take(job.client, msg.ctx, msg.get("mb"))
+            if job.version is None:  # a tree-placed model's call: as of the forward's pin
+                job.version, job.as_of = st.versions.as_of(job.client.hex(), msg.get("as_of"))
         st.versions.enter(job.version)  # the weights it computes with
         return st
 

@@ -137,6 +137,7 @@ class Job:
     # calls a write of this job found on its way, for the next stage (workers.versions)
     pins: list = dataclasses.field(default_factory=list)
     announced: bool = False  # the later stages heard it waits here (workers.versions)
+    as_of: dict | None = None  # the writes its forward counts (workers.versions), answered
 
     @property
     def kind(self) -> str:

@@ -26,9 +26,21 @@ the next stage before it too (and is kept the old version there, as a call here 
 still on an earlier stage is among the write's pins, and one that starts after the write
 finds it applied everywhere it goes. A call that waits on an earlier stage (for its
 client's hook) is also announced to the later stages (``pin``) before it waits, and a
-write there keeps the version before it for that call (``announced``). A model whose
-forward runs on the client (parts placed over its tree) has no pipeline: its writes go to
-each worker by themselves, and its parts' calls are not kept apart from them.
+write there keeps the version before it for that call (``announced``).
+
+A model whose forward runs on the client (parts placed over its tree) has no pipeline: the
+client calls each part on its worker, and a write goes to each worker by itself. There the
+writer numbers its writes (``seq``, per writer and model, on models others may use: published
+or attached), and once every worker it wrote to has its part, tells every worker of the model
+that the write is whole (``commit``). A worker keeps, for each numbered write, the version
+before it (``history``), and computes a forward of the client with the version "as of" the
+writes it names (``as_of``: writer -> the last write it counts): the first placed call of a
+forward names none, and is computed as of the writes committed there then, which its answer
+reports (``pin``); the client sends that with the forward's later calls, on any worker, so
+all of one forward (and its backward, which keeps its forward's weights) computes with one
+version. A client's own writes always count for its own calls (as in one process). A version
+before a committed write is kept for ``HISTORY_KEPT`` writes and ``HISTORY_TTL_S`` seconds;
+a forward that comes later for it fails, saying so (never a silent mix).
 """
 from __future__ import annotations
 
@@ -37,10 +49,13 @@ import time
 from disthook import wire
 from disthook.service.loop import NO_REPLY
 
-__all__ = ["VersionHandlers", "Versions", "before_write", "carries_write", "note_pins", "upstream_pins"]
+__all__ = ["VersionHandlers", "Versions", "before_write", "carries_write", "note_pins",
+           "note_write", "upstream_pins"]
 
 PENDING_KEPT = 64  # calls a later stage keeps a version for (announced, not arrived yet)
 PENDING_TTL_S = 300.0  # ... dropped after this long (the call failed on its way)
+HISTORY_KEPT = 4  # versions before committed numbered writes, kept for forwards pinned before
+HISTORY_TTL_S = 120.0  # ... each for this long after its write was committed
 
 
 class Versions:
@@ -57,6 +72,11 @@ class Versions:
         self.pending: dict[tuple, tuple] = {}
         # (client hex, context, micro-batch) -> when: calls waiting on an earlier stage
         self.announced: dict[tuple, float] = {}
+        # numbered writes of a tree-placed model, in the order applied here: [writer hex,
+        # seq, the version before it, when it was committed (None: not yet)]
+        self.history: list[list] = []
+        self.committed: dict[str, int] = {}  # writer hex -> its last write committed
+        self.dropped: dict[str, int] = {}  # writer hex -> its last write whose before went
         self.reset()
 
     def reset(self) -> None:
@@ -111,6 +131,58 @@ class Versions:
         while len(self.announced) > PENDING_KEPT:
             del self.announced[next(iter(self.announced))]
 
+    # ---- numbered writes (a model placed over its tree) -----------------------------------
+    def keep_before(self, writer: str, seq: int, old: tuple) -> None:
+        """Numbered write ``seq`` of ``writer`` is applied here; ``old`` is the version
+        before it (what forwards pinned before it compute with)."""
+        self.history.append([writer, seq, old, None])
+
+    def commit(self, writer: str, seq: int, now: float) -> None:
+        """``writer``'s writes up to ``seq`` are whole on every worker: forwards that start
+        from now on count them; versions before older writes go (bounded)."""
+        self.committed[writer] = max(seq, self.committed.get(writer, 0))
+        for entry in self.history:
+            if entry[0] == writer and entry[1] <= seq and entry[3] is None:
+                entry[3] = now
+        done = [e for e in self.history if e[3] is not None]
+        old = [e for e in done if now - e[3] > HISTORY_TTL_S]
+        old += done[:max(0, len(done) - HISTORY_KEPT)]
+        for entry in old:
+            if entry in self.history:
+                self.history.remove(entry)
+                self.dropped[entry[0]] = max(entry[1], self.dropped.get(entry[0], 0))
+
+    def as_of(self, client: str, as_of) -> tuple[tuple | None, dict]:
+        """The version a forward of ``client`` computes with, and its pin: as of the writes
+        ``as_of`` counts (None: those committed here now). The client's own writes always
+        count. ``RuntimeError`` where no version kept here is that one."""
+        pin = dict(self.committed) if as_of is None else _pin(as_of)
+        if not (self.history or self.dropped):
+            return None, pin
+
+        def counts(writer, seq):
+            return writer == client or seq <= pin.get(writer, 0)
+
+        lost = [w for w, seq in self.dropped.items() if not counts(w, seq)]
+        if lost:
+            raise RuntimeError(
+                "this forward started before writes of the model's weights that this worker "
+                "has kept no version from before of (it keeps the weights before the last "
+                f"{HISTORY_KEPT} writes, for {HISTORY_TTL_S:g} s): it cannot compute this part "
+                "with the weights its earlier parts used. Run the forward again (it then "
+                "computes with the newest weights throughout)")
+        first = next((i for i, (w, seq, _, _) in enumerate(self.history)
+                      if not counts(w, seq)), None)
+        if first is None:
+            return None, pin
+        crossed = [e for e in self.history[first + 1:] if counts(e[0], e[1])]
+        if crossed:
+            raise RuntimeError(
+                "writes of two clients to the model's weights reached this worker in another "
+                "order than where this forward started, so no version here holds just the "
+                "writes its earlier parts computed with; run the forward again")
+        return self.history[first][2], pin
+
     def take(self, client: bytes, ctx, mb) -> tuple | None:
         """The version kept for this call (None: the newest)."""
         if not (self.announced or self.pending):
@@ -127,6 +199,16 @@ def _install(version: tuple) -> None:
         if t._data is not arr:
             t._data = arr
             t._vc[0] = count
+
+
+def _pin(as_of) -> dict:
+    """A forward's ``as_of`` (writer hex -> write number), checked."""
+    if not (isinstance(as_of, dict) and all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+            for k, v in as_of.items())):
+        raise ValueError("forward: as_of maps each writer (its identity, hex) to the number "
+                         f"of its last write the forward computes with; got {as_of!r:.200}")
+    return as_of
 
 
 def upstream_pins(job) -> list[tuple]:
@@ -200,7 +282,19 @@ def note_pins(st, state, job) -> None:
     job.pins = sorted({*upstream_pins(job), *job.pins, *calls}, key=repr)
 
 
-def before_write(st, state, job) -> None:
+def note_write(st, state, job) -> None:
+    """``before_write`` for a write request (set_state, param_op, step): one the client
+    numbered (``seq``: a tree-placed model's) keeps the version before it for forwards that
+    started before it (see the module's doc)."""
+    old = before_write(st, state, job)
+    seq = job.msg.get("seq") if job.msg.type in ("set_state", "param_op", "step") else None
+    if seq is None:
+        return
+    st.versions.keep_before(job.client.hex(), seq,
+                            st.versions.fork() if old is None else old)
+
+
+def before_write(st, state, job) -> tuple | None:
     """Make ``job``'s write (by its client, to stage ``st``) one others do not see: the
     other clients' calls of the model that are here (running or queued) and their kept
     graphs keep the version they came to, and so do the calls the write's forward found on
@@ -215,10 +309,11 @@ def before_write(st, state, job) -> None:
               if m == st.model and who != job.client and c.version is None]
     upstream = [*upstream_pins(job), *versions.announced]
     if not (others or graphs or upstream):
-        return  # nobody else computes with these arrays: written in place
+        return None  # nobody else computes with these arrays: written in place
     old = versions.fork()
     for pinned in (*others, *graphs):
         pinned.version = old
     if upstream:
         versions.keep_for(upstream, old, time.monotonic())
         versions.announced.clear()  # what they wait for is kept now
+    return old

@@ -133,6 +133,8 @@ class _Hub(HookServer):
         # the stages' addresses in order when they form a pipeline (a chain): its writes
         # travel it from the first stage, behind the calls sent on before them
         self.chain: list[str] | None = None
+        # a tree-placed model others may use: its writes numbered (distributed/pinning.py)
+        self.versions = None
         # requests answered ahead of their hooks' answers (see _stands), and an error one
         # of them got afterwards, raised with the next request
         self._answered_ahead: dict[int, None] = {}
@@ -164,7 +166,9 @@ class _Hub(HookServer):
         that every call computes all stages with the weights it started with
         (workers/versions.py); otherwise each goes to its worker."""
         through = self._write_through(calls)
-        if through is None:
+        if through is None and self.versions is not None:
+            self.versions.write(self, calls, what=what, carries=carries_optimizer_calls)
+        elif through is None:
             msg_type = calls[0][1]
             self.request_all([(a, f) for a, _, f in calls], msg_type, what=what,
                              carries_optimizer_calls=carries_optimizer_calls)
@@ -199,6 +203,8 @@ class _Hub(HookServer):
             self._raise_late_error()
         if self.lost:
             self._raise_lost(next(iter(self.lost)), what, ctx)
+        if self.pending_optimizer and self.versions is not None:
+            self.flush_optimizer_calls()  # numbered, and waited for (pinning)
         if self.pending_optimizer and msg_type != "forward":
             # (a forward carries its stage's own; the others go first, without waiting:
             # each worker runs them before this request, in order)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from disthook.distributed import glue, placed, placement, shipping, tree
+from disthook.distributed import glue, pinning, placed, placement, shipping, tree
 from disthook.distributed.aliases import client_aliases
 from disthook.distributed.deployment import Deployment
 from disthook.distributed.placement import (
@@ -161,6 +161,7 @@ def attached_model(cluster, module: Module, workers: list, record: dict) -> Modu
         placement=lay.get("placement"), model_id=record["model"])
     object.__setattr__(remote, "_attached", record["name"])
     object.__setattr__(remote, "_writable", bool(record["writable"]))
+    pinning.share(remote)  # the deployer (and others) may write it meanwhile
     placed.place(remote, module)
     return module
 

@@ -187,6 +187,12 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
         form = forms.get(key)
         if form is not None and form["rng"] and model.training:
             form = None  # it draws from the client's stream, which comes back with it
+    versions, pin = hub.versions, {}
+    if versions is not None:  # others may write it: one version per forward (pinning)
+        if hub.pending_optimizer:
+            hub.flush_optimizer_calls()  # numbered writes, each its own
+        if versions.before_call(pin):
+            form = None  # the forward's first call: its answer pins the forward
     ctx_id = uuid.uuid4().hex
     if grad and form is None:  # what a tensor a hook gets in this call can be differentiated to
         hub.pending_inputs[ctx_id] = inputs
@@ -196,7 +202,7 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
     carried = hub.optimizer_calls_to(address, stage, len(model._addresses))
     fields = {"stage": stage, "inputs": [], "grad_enabled": grad,
               "call": remote_values.pack_args((args, kwargs), address),
-              "reply_to": hub.reply_to, "keep": True, "optimizer_calls": carried}
+              "reply_to": hub.reply_to, "keep": True, "optimizer_calls": carried, **pin}
     if op is None:
         fields.update(path=path, rng=random._stream_state() if model.training else None)
     else:
@@ -228,6 +234,8 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
             hub.pending_inputs.pop(ctx_id, None)
             call = hub.calls.pop(ctx_id, None)
         result = reply["result"]
+        if versions is not None:
+            versions.answered(result)
         if result.get("rng"):  # what the part drew (dropout) is drawn here too
             random._set_stream_state(result["rng"])
         if key is not None:

@@ -242,11 +242,13 @@ class RootPlacement(_Placed):
         if module._is_full_backward_hook is False and module._backward_hooks:
             dep._route_root_legacy_hooks()
         if dep._glue:  # its own forward, here; each placed part on its worker
+            from disthook.distributed.pinning import spanned
+
             if dep._chunks > 1:
                 from disthook.distributed.micro_batches import chunked_forward
 
-                return chunked_forward(dep, module.forward)
-            return module.forward
+                return spanned(dep, chunked_forward(dep, module.forward))
+            return spanned(dep, module.forward)
         return dep.forward
 
     def legacy_backward_hooks(self, module: Module, hooks: list) -> list:

@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from disthook.distributed import placed
+from disthook.distributed import pinning, placed
 from disthook.distributed.checkpoint import _structure, with_arrays
 from disthook.distributed.spec import SpecError, build_module
 from disthook.service.rpc import ClusterError, RemoteError, RemoteTimeout
@@ -163,6 +163,7 @@ def publish(cluster, remote, name: str, *, writable: bool) -> None:
             raise NameTaken(exc.message) from None
         raise
     object.__setattr__(remote, "_published", name)
+    pinning.share(remote)  # others may use it now: one version of its weights per forward
 
 
 def attach(cluster, name: str, *, trust_code: bool = False):

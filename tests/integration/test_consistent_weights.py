@@ -250,3 +250,127 @@ def test_the_deployers_weight_edit_in_its_own_pre_hook_is_what_its_forward_uses(
                                    local[2].weight.detach().numpy(), rtol=1e-6)
     finally:
         remote.close()
+
+
+# ---- a model whose forward runs on the client, its parts placed over its tree ---------------
+
+class Tree(nn.Module):
+    """Its own forward (run on the client), its two parts on two workers: ``a`` on the first,
+    ``b`` on the second, the tanh between them on the client."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(3, 4), nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.b(torch.tanh(self.a(x)))
+
+
+def fresh_tree() -> Tree:
+    torch.manual_seed(0)
+    return Tree()
+
+
+def tree_outputs(state: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The tree's output for ones(2, 3) with ``state``, and the gradient of its squares' sum
+    with respect to that input, computed here in one process."""
+    local = fresh_tree()
+    local.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+    x = torch.ones(2, 3, requires_grad=True)
+    out = local(x)
+    out.square().sum().backward()
+    return out.detach().numpy(), x.grad.numpy()
+
+
+HELD_READER = textwrap.dedent('''
+    import json, os, sys, time
+    sys.path.insert(0, sys.argv[3])  # the test module: the model's classes
+    import disthook as torch
+    from disthook.distributed import connect
+
+    address, name, _, marker, go = sys.argv[1:6]
+    keys = sys.argv[6] if len(sys.argv) > 6 else None
+    model = connect(address, keys=keys, key_name="reader").attach(name)
+    held = []
+
+    def hold(module, args, out):  # the first forward waits here, between its two parts
+        if held:
+            return
+        held.append(True)
+        open(marker, "w").close()
+        deadline = time.monotonic() + 60
+        while not os.path.exists(go):
+            assert time.monotonic() < deadline, "the deployer never wrote"
+            time.sleep(0.01)
+
+    model.a.register_forward_hook(hold)
+    x = torch.ones(2, 3, requires_grad=True)
+    out = model(x)
+    out.square().sum().backward()  # after the write too: the forward's weights
+    first = [out.detach().numpy().tolist(), x.grad.numpy().tolist()]
+    with torch.no_grad():
+        second = model(torch.ones(2, 3)).numpy().tolist()
+    print(json.dumps([first, second]), flush=True)
+''')
+
+
+def start_held_reader(cluster, name, tmp_path):
+    """A reader whose first forward of ``name`` waits in a client hook on its first part
+    (on the first worker) until ``go`` exists; the marker says it waits."""
+    marker, go = tmp_path / "held", tmp_path / "go"
+    (tmp_path / "held_reader.py").write_text(HELD_READER)
+    argv = [sys.executable, str(tmp_path / "held_reader.py"), cluster.address, name,
+            str(Path(__file__).parent), str(marker), str(go)]
+    if cluster.keys is not None:  # a key of its own: another client than the deployer
+        if not (Path(cluster.keys.directory) / "reader.key").exists():
+            add_client(cluster.keys.directory, "reader")
+        argv.append(cluster.keys.directory)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.monotonic() < deadline, "the reader's hook never fired"
+        time.sleep(0.02)
+    return proc, go
+
+
+@pytest.mark.parametrize("write", ["optimizer step", "load_state_dict"])
+def test_a_tree_placed_forward_held_between_its_parts_computes_on_one_version(
+        any_cluster, tmp_path, write):
+    # the reader's forward computed part a (worker 0) and waits in its hook; the deployer
+    # writes both parts meanwhile; the reader's part b (worker 1), and the backward of
+    # both, compute with the weights the forward started with
+    name = f"tree-{write.split()[0]}-{any_cluster.keys is not None}"
+    remote = any_cluster.deploy(fresh_tree(), placement={"a": 0, "b": 1}, name=name)
+    try:
+        x = torch.ones(2, 3)
+        if write == "optimizer step":  # the first step makes the shares; the next one rides
+            opt = torch.optim.SGD(remote.parameters(), lr=0.5)
+            remote(x).square().sum().backward()
+            opt.step()
+            opt.zero_grad()
+        before = snapshot(remote)
+        reader, go = start_held_reader(any_cluster, name, tmp_path)
+        if write == "optimizer step":
+            remote(x).square().sum().backward()
+            opt.step()
+        else:
+            remote.load_state_dict({k: torch.from_numpy(np.full_like(v, 0.25))
+                                    for k, v in before.items()})
+        after = snapshot(remote)  # (sends a step not sent yet)
+        assert not np.allclose(after["b.weight"], before["b.weight"])
+        assert not np.allclose(after["a.weight"], before["a.weight"])
+        with torch.no_grad():  # the deployer's own forward sees its write
+            mine = remote(x).numpy()
+        np.testing.assert_allclose(mine, tree_outputs(after)[0], rtol=1e-5, atol=1e-6)
+        go.touch()
+        out, err = reader.communicate(timeout=90)
+        assert reader.returncode == 0, err
+        (first_out, first_grad), second = json.loads(out.splitlines()[-1])
+        want_out, want_grad = tree_outputs(before)
+        np.testing.assert_allclose(first_out, want_out, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(first_grad, want_grad, rtol=1e-5, atol=1e-6)
+        # the reader's next forward computes with the new weights on both workers
+        np.testing.assert_allclose(second, tree_outputs(after)[0], rtol=1e-5, atol=1e-6)
+    finally:
+        remote.close()
