@@ -4,14 +4,13 @@ takes the turn computes with its own version."""
 import collections
 
 import numpy as np
+import pytest
 
 import disthook as torch
 from disthook import nn
 from disthook.wire import Message
-from workers.state import Context, Job, WorkerState
-import pytest
-
 from workers import versions as versions_mod
+from workers.state import Context, Job, WorkerState
 from workers.versions import Versions, before_write, note_write
 
 WRITER, READER = b"deployer", b"reader"

@@ -229,16 +229,21 @@ def test_load_state_dict_does_not_wait_for_another_clients_slow_hook(cluster, tm
         remote.close()
 
 
-def test_the_deployers_weight_edit_in_its_own_pre_hook_is_what_its_forward_uses(cluster):
+@pytest.mark.parametrize("kind", ["chain", "published tree"])
+def test_the_deployers_weight_edit_in_its_own_pre_hook_is_what_its_forward_uses(cluster,
+                                                                                 kind):
     def halve(module, args):
         with torch.no_grad():
             module.weight.mul_(0.5)
 
-    local = make_model()
-    remote = cluster.deploy(make_model(), stages=2)
+    if kind == "chain":
+        local, remote, part = make_model(), cluster.deploy(make_model(), stages=2), "2"
+    else:  # its forwards pinned, its writes numbered; the edit on the second worker
+        local, part = fresh_tree(), "b"
+        remote = cluster.deploy(fresh_tree(), placement={"a": 0, "b": 1}, name="own-edit")
     try:
         for model in (local, remote):
-            model[2].register_forward_pre_hook(halve)
+            model.get_submodule(part).register_forward_pre_hook(halve)
         start = time.monotonic()
         with torch.no_grad():
             got = [remote(torch.ones(2, 3)).numpy() for _ in range(2)]
@@ -246,8 +251,8 @@ def test_the_deployers_weight_edit_in_its_own_pre_hook_is_what_its_forward_uses(
         with torch.no_grad():
             want = [local(torch.ones(2, 3)).numpy() for _ in range(2)]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(remote[2].weight.detach().numpy(),
-                                   local[2].weight.detach().numpy(), rtol=1e-6)
+        np.testing.assert_allclose(remote.get_submodule(part).weight.detach().numpy(),
+                                   local.get_submodule(part).weight.detach().numpy(), rtol=1e-6)
     finally:
         remote.close()
 
@@ -374,3 +379,4 @@ def test_a_tree_placed_forward_held_between_its_parts_computes_on_one_version(
         np.testing.assert_allclose(second, tree_outputs(after)[0], rtol=1e-5, atol=1e-6)
     finally:
         remote.close()
+
