@@ -262,3 +262,15 @@ def test_a_malformed_as_of_is_refused():
     st, _, _ = _setup()
     with pytest.raises(ValueError, match="as_of maps each writer"):
         st.versions.as_of(READER.hex(), {"w": "1"})
+
+
+def test_a_numbered_write_never_committed_counts_after_a_while():
+    # its writer went away between the write and its commit: later forwards count it here
+    st, state, _ = _setup()
+    _numbered_write(st, state, 1, 0.5)
+    assert st.versions.as_of(READER.hex(), None)[0] is not None
+    st.versions.history[0][4] -= versions_mod.HISTORY_TTL_S + 1.0  # applied long ago
+    _numbered_write(st, state, 2, 0.5)
+    assert st.versions.committed == {WRITER.hex(): 1}
+    version, pin = st.versions.as_of(READER.hex(), None)
+    assert pin == {WRITER.hex(): 1} and version is st.versions.history[1][2]

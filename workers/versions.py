@@ -73,7 +73,7 @@ class Versions:
         # (client hex, context, micro-batch) -> when: calls waiting on an earlier stage
         self.announced: dict[tuple, float] = {}
         # numbered writes of a tree-placed model, in the order applied here: [writer hex,
-        # seq, the version before it, when it was committed (None: not yet)]
+        # seq, the version before it, when it was committed (None: not yet), when applied]
         self.history: list[list] = []
         self.committed: dict[str, int] = {}  # writer hex -> its last write committed
         self.dropped: dict[str, int] = {}  # writer hex -> its last write whose before went
@@ -132,10 +132,16 @@ class Versions:
             del self.announced[next(iter(self.announced))]
 
     # ---- numbered writes (a model placed over its tree) -----------------------------------
-    def keep_before(self, writer: str, seq: int, old: tuple) -> None:
+    def keep_before(self, writer: str, seq: int, old: tuple, now: float) -> None:
         """Numbered write ``seq`` of ``writer`` is applied here; ``old`` is the version
         before it (what forwards pinned before it compute with)."""
-        self.history.append([writer, seq, old, None])
+        self.history.append([writer, seq, old, None, now])
+        # a write never committed (its writer went away between the write and its commit,
+        # or writes without committing): whole after a while, or past a count, as it is here
+        stale = [e for e in self.history if e[3] is None and now - e[4] > HISTORY_TTL_S]
+        uncommitted = [e for e in self.history if e[3] is None]
+        for entry in [*stale, *uncommitted[:max(0, len(uncommitted) - 4 * HISTORY_KEPT)]]:
+            self.commit(entry[0], entry[1], now)
 
     def commit(self, writer: str, seq: int, now: float) -> None:
         """``writer``'s writes up to ``seq`` are whole on every worker: forwards that start
@@ -171,7 +177,7 @@ class Versions:
                 f"{HISTORY_KEPT} writes, for {HISTORY_TTL_S:g} s): it cannot compute this part "
                 "with the weights its earlier parts used. Run the forward again (it then "
                 "computes with the newest weights throughout)")
-        first = next((i for i, (w, seq, _, _) in enumerate(self.history)
+        first = next((i for i, (w, seq, *_) in enumerate(self.history)
                       if not counts(w, seq)), None)
         if first is None:
             return None, pin
@@ -291,7 +297,7 @@ def note_write(st, state, job) -> None:
     if seq is None:
         return
     st.versions.keep_before(job.client.hex(), seq,
-                            st.versions.fork() if old is None else old)
+                            st.versions.fork() if old is None else old, time.monotonic())
 
 
 def before_write(st, state, job) -> tuple | None:

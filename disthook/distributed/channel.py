@@ -203,7 +203,7 @@ class _Hub(HookServer):
             self._raise_late_error()
         if self.lost:
             self._raise_lost(next(iter(self.lost)), what, ctx)
-        if self.pending_optimizer and self.versions is not None:
+        if self.versions is not None and self.versions.writes_pending(self):
             self.flush_optimizer_calls()  # numbered, and waited for (pinning)
         if self.pending_optimizer and msg_type != "forward":
             # (a forward carries its stage's own; the others go first, without waiting:

@@ -189,7 +189,7 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
             form = None  # it draws from the client's stream, which comes back with it
     versions, pin = hub.versions, {}
     if versions is not None:  # others may write it: one version per forward (pinning)
-        if hub.pending_optimizer:
+        if versions.writes_pending(hub):
             hub.flush_optimizer_calls()  # numbered writes, each its own
         if versions.before_call(pin):
             form = None  # the forward's first call: its answer pins the forward

@@ -46,6 +46,13 @@ class TreeVersions:
                         what=f"{what} (made visible to the model's other clients)",
                         carries_optimizer_calls=True)
 
+    @staticmethod
+    def writes_pending(hub) -> bool:
+        """Whether optimizer calls not sent yet change weights (a step or a load): they go
+        out numbered, each on its own, before the next request (a zero_grad may ride)."""
+        return any(spec.get("action") in ("step", "load")
+                   for calls in hub.pending_optimizer for spec in calls.values())
+
     def before_call(self, fields: dict) -> bool:
         """A placed call of the forward under way (if any): whether it waits for its answer
         (the forward's first, whose pin the later ones carry)."""

@@ -362,11 +362,11 @@ def test_a_tree_placed_forward_held_between_its_parts_computes_on_one_version(
         else:
             remote.load_state_dict({k: torch.from_numpy(np.full_like(v, 0.25))
                                     for k, v in before.items()})
-        after = snapshot(remote)  # (sends a step not sent yet)
+        with torch.no_grad():  # the deployer's own forward sees its write (a step not
+            mine = remote(x).numpy()  # sent yet goes out first)
+        after = snapshot(remote)
         assert not np.allclose(after["b.weight"], before["b.weight"])
         assert not np.allclose(after["a.weight"], before["a.weight"])
-        with torch.no_grad():  # the deployer's own forward sees its write
-            mine = remote(x).numpy()
         np.testing.assert_allclose(mine, tree_outputs(after)[0], rtol=1e-5, atol=1e-6)
         go.touch()
         out, err = reader.communicate(timeout=90)
