@@ -106,6 +106,7 @@ def test_a_client_posing_as_the_deployer_changes_nothing_of_its(deployed):
                 ("param_op", {"name": "0.weight", "op": "mul_", "args": {"list": [30.0]},
                               "kwargs": {"dict": {}}}),
                 ("step", {"optimizer": step}),
+                ("commit", {"seq": 10**6}),  # a tree-placed model's writes made visible
                 # a write down the pipeline, even one for the next stage alone
                 ("write", {"stage": 0, "parts": [[], [{"type": "set_state", "fields": {
                     "state": {"2.weight": np.zeros((2, 4), np.float32)}}}]]}),
