@@ -192,7 +192,7 @@ def test_a_write_with_a_malformed_part_for_a_later_stage_changes_nothing_here():
 # ---- numbered writes of a tree-placed model: a forward computes as of its pin ---------------
 
 def _numbered_write(st, state, seq, factor, writer=WRITER):
-    note_write(st, state, _job(writer, "set_state", seq=seq))
+    note_write(st, state, _job(writer, "set_state", seq=seq, state={"0.weight": None}))
     with torch.no_grad():
         st.module[0].weight.mul_(factor)
 
@@ -228,7 +228,9 @@ def test_a_clients_own_numbered_writes_count_for_its_own_forwards():
     np.testing.assert_array_equal(weight.detach().numpy(), v0)
 
 
-def test_a_pin_older_than_the_versions_kept_fails_instead_of_mixing():
+def test_a_pin_older_than_the_versions_kept_fails_instead_of_mixing(monkeypatch):
+    monkeypatch.setattr(versions_mod, "HISTORY_KEPT", 4)
+    monkeypatch.setattr(versions_mod, "HISTORY_STAGES", 1000)  # the count bounds it here
     st, state, _ = _setup()
     kept = versions_mod.HISTORY_KEPT
     for seq in range(1, kept + 3):
@@ -274,3 +276,42 @@ def test_a_numbered_write_never_committed_counts_after_a_while():
     assert st.versions.committed == {WRITER.hex(): 1}
     version, pin = st.versions.as_of(READER.hex(), None)
     assert pin == {WRITER.hex(): 1} and version is st.versions.history[1][2]
+
+
+def test_a_numbered_write_copies_only_what_it_changes_and_the_buffers():
+    st, state, weight = _setup()
+    bias, running = st.module[0].bias, st.module[1].running_mean
+    arrays = (weight._data, bias._data, running._data)
+    note_write(st, state, _job(WRITER, "param_op", seq=1, name="0.weight"))
+    assert weight._data is not arrays[0] and running._data is not arrays[2]
+    assert bias._data is arrays[1]  # unchanged by the write: shared with the kept version
+    (_, _, old, *_), = st.versions.history
+    assert {id(t): a for t, a, _ in old}[id(weight)] is arrays[0]
+
+
+def test_an_unnumbered_write_while_versions_are_kept_leaves_them_alone():
+    st, state, weight = _setup()
+    bias = st.module[0].bias
+    v0 = weight.detach().numpy().copy(), bias.detach().numpy().copy()
+    _numbered_write(st, state, 1, 0.5)  # the weight: the bias's array is shared with it
+    kept = st.versions.history[0][2]
+    note_write(st, state, _job(WRITER, "param_op", name="0.bias"))  # no seq
+    with torch.no_grad():
+        bias.mul_(0.5)
+    st.versions.enter(kept)
+    np.testing.assert_array_equal(weight.detach().numpy(), v0[0])
+    np.testing.assert_array_equal(bias.detach().numpy(), v0[1])
+    st.versions.enter(None)
+    np.testing.assert_array_equal(bias.detach().numpy(), v0[1] * 0.5)
+
+
+def test_versions_kept_hold_at_most_a_few_stages_worth_of_arrays_apart():
+    st, state, _ = _setup()
+    stage = sum(t._data.nbytes for t in st.versions.tensors)
+    for seq in range(1, 20):
+        _numbered_write(st, state, seq, 0.5)
+        st.versions.commit(WRITER.hex(), seq, 0.0)
+        held = sum(e[5] for e in st.versions.history)
+        assert 0 < held <= versions_mod.HISTORY_STAGES * stage
+    assert 1 < len(st.versions.history) < 19
+    assert st.versions.dropped == {WRITER.hex(): 19 - len(st.versions.history)}

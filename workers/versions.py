@@ -39,7 +39,9 @@ forward names none, and is computed as of the writes committed there then, which
 reports (``pin``); the client sends that with the forward's later calls, on any worker, so
 all of one forward (and its backward, which keeps its forward's weights) computes with one
 version. A client's own writes always count for its own calls (as in one process). A version
-before a committed write is kept for ``HISTORY_KEPT`` writes and ``HISTORY_TTL_S`` seconds;
+before a committed write is kept for ``HISTORY_KEPT`` writes and ``HISTORY_TTL_S`` seconds,
+while the arrays kept apart are at most ``HISTORY_STAGES`` times the stage's (a write copies
+what it changes and the buffers, and keeps the arrays from before);
 a forward that comes later for it fails, saying so (never a silent mix).
 """
 from __future__ import annotations
@@ -54,8 +56,9 @@ __all__ = ["VersionHandlers", "Versions", "before_write", "carries_write", "note
 
 PENDING_KEPT = 64  # calls a later stage keeps a version for (announced, not arrived yet)
 PENDING_TTL_S = 300.0  # ... dropped after this long (the call failed on its way)
-HISTORY_KEPT = 4  # versions before committed numbered writes, kept for forwards pinned before
+HISTORY_KEPT = 64  # versions before committed numbered writes, kept for forwards pinned before
 HISTORY_TTL_S = 120.0  # ... each for this long after its write was committed
+HISTORY_STAGES = 2  # ... while the arrays they hold apart are at most this many stages' worth
 
 
 class Versions:
@@ -102,13 +105,15 @@ class Versions:
             self.latest = self.current()  # what newer jobs left, in place or reassigned
         _install(version)
 
-    def fork(self) -> tuple:
+    def fork(self, only: set | None = None) -> tuple:
         """Before a write that others' calls must not see: the version they keep (the
-        arrays as they are); the write then goes to copies. The newest must be installed."""
+        arrays as they are); the write then goes to copies (of the tensors whose ids are in
+        ``only``: those it changes; None: all). The newest must be installed."""
         assert self.latest is None, "a write goes to the newest version"
         old = self.current()
         for t in self.tensors:
-            t._data = t._data.copy()
+            if only is None or id(t) in only:
+                t._data = t._data.copy()
         self.forks += 1
         return old
 
@@ -135,28 +140,34 @@ class Versions:
     def keep_before(self, writer: str, seq: int, old: tuple, now: float) -> None:
         """Numbered write ``seq`` of ``writer`` is applied here; ``old`` is the version
         before it (what forwards pinned before it compute with)."""
-        self.history.append([writer, seq, old, None, now])
+        copied = sum(arr.nbytes for t, arr, _ in old if t._data is not arr)
+        self.history.append([writer, seq, old, None, now, copied])
         # a write never committed (its writer went away between the write and its commit,
         # or writes without committing): whole after a while, or past a count, as it is here
-        stale = [e for e in self.history if e[3] is None and now - e[4] > HISTORY_TTL_S]
         uncommitted = [e for e in self.history if e[3] is None]
-        for entry in [*stale, *uncommitted[:max(0, len(uncommitted) - 4 * HISTORY_KEPT)]]:
-            self.commit(entry[0], entry[1], now)
+        for i, entry in enumerate(uncommitted):
+            if now - entry[4] > HISTORY_TTL_S or i < len(uncommitted) - HISTORY_KEPT:
+                self.commit(entry[0], entry[1], now)
 
     def commit(self, writer: str, seq: int, now: float) -> None:
         """``writer``'s writes up to ``seq`` are whole on every worker: forwards that start
-        from now on count them; versions before older writes go (bounded)."""
+        from now on count them; versions before older writes go, past ``HISTORY_KEPT``
+        writes, ``HISTORY_TTL_S`` seconds, or copies of ``HISTORY_STAGES`` times the stage."""
         self.committed[writer] = max(seq, self.committed.get(writer, 0))
         for entry in self.history:
             if entry[0] == writer and entry[1] <= seq and entry[3] is None:
                 entry[3] = now
         done = [e for e in self.history if e[3] is not None]
-        old = [e for e in done if now - e[3] > HISTORY_TTL_S]
-        old += done[:max(0, len(done) - HISTORY_KEPT)]
-        for entry in old:
-            if entry in self.history:
-                self.history.remove(entry)
+        budget = HISTORY_STAGES * sum(t._data.nbytes for t in self.tensors)
+        held = sum(e[5] for e in done)
+        gone = set()
+        for i, entry in enumerate(done):
+            if now - entry[3] > HISTORY_TTL_S or i < len(done) - HISTORY_KEPT or held > budget:
+                gone.add(id(entry))
+                held -= entry[5]
                 self.dropped[entry[0]] = max(entry[1], self.dropped.get(entry[0], 0))
+        if gone:
+            self.history = [e for e in self.history if id(e) not in gone]
 
     def as_of(self, client: str, as_of) -> tuple[tuple | None, dict]:
         """The version a forward of ``client`` computes with, and its pin: as of the writes
@@ -174,7 +185,8 @@ class Versions:
             raise RuntimeError(
                 "this forward started before writes of the model's weights that this worker "
                 "has kept no version from before of (it keeps the weights before the last "
-                f"{HISTORY_KEPT} writes, for {HISTORY_TTL_S:g} s): it cannot compute this part "
+                f"{HISTORY_KEPT} writes, for {HISTORY_TTL_S:g} s, up to {HISTORY_STAGES} copies "
+                "of its weights): it cannot compute this part "
                 "with the weights its earlier parts used. Run the forward again (it then "
                 "computes with the newest weights throughout)")
         first = next((i for i, (w, seq, *_) in enumerate(self.history)
@@ -291,13 +303,30 @@ def note_pins(st, state, job) -> None:
 def note_write(st, state, job) -> None:
     """``before_write`` for a write request (set_state, param_op, step): one the client
     numbered (``seq``: a tree-placed model's) keeps the version before it for forwards that
-    started before it (see the module's doc)."""
+    started before it (see the module's doc); any write goes to copies of the arrays it
+    changes while such versions are kept (they share the arrays it does not change)."""
     old = before_write(st, state, job)
     seq = job.msg.get("seq") if job.msg.type in ("set_state", "param_op", "step") else None
-    if seq is None:
-        return
-    st.versions.keep_before(job.client.hex(), seq,
-                            st.versions.fork() if old is None else old, time.monotonic())
+    if old is None and (seq is not None or st.versions.history):
+        # the arrays it changes are copied first: the versions kept hold the old ones
+        old = st.versions.fork(_changed_by(st.module, job.msg))
+    if seq is not None:
+        st.versions.keep_before(job.client.hex(), seq, old, time.monotonic())
+
+
+def _changed_by(module, msg) -> set | None:
+    """The ids of the tensors a write request changes, and of every buffer (a forward in
+    training mode updates those in place); None where that cannot be told (all)."""
+    if msg.type == "set_state":
+        names = list(msg.get("state") or ())
+    elif msg.type == "param_op":
+        names = [msg.get("name")]
+    else:  # a step or a load of an optimizer's share
+        names = list((msg.get("optimizer") or {}).get("params") or ())
+    tensors = {**dict(module.named_parameters()), **dict(module.named_buffers())}
+    if not names or any(n not in tensors for n in names):
+        return None
+    return {id(tensors[n]) for n in names} | {id(b) for _, b in module.named_buffers()}
 
 
 def before_write(st, state, job) -> tuple | None:
