@@ -58,7 +58,10 @@ PENDING_KEPT = 64  # calls a later stage keeps a version for (announced, not arr
 PENDING_TTL_S = 300.0  # ... dropped after this long (the call failed on its way)
 HISTORY_KEPT = 64  # versions before committed numbered writes, kept for forwards pinned before
 HISTORY_TTL_S = 120.0  # ... each for this long after its write was committed
-HISTORY_STAGES = 2  # ... while the arrays they hold apart are at most this many stages' worth
+# ... while the arrays they hold apart are at most this many stages' worth: a state dict
+# loaded part by part (one stage), and the whole copy a write makes while another client's
+# call computes on the stage (before_write), with room to spare
+HISTORY_STAGES = 3
 
 
 class Versions:
@@ -315,18 +318,20 @@ def note_write(st, state, job) -> None:
 
 
 def _changed_by(module, msg) -> set | None:
-    """The ids of the tensors a write request changes, and of every buffer (a forward in
-    training mode updates those in place); None where that cannot be told (all)."""
+    """The ids of the tensors a write request changes, and of the buffers of modules in
+    training mode (a forward updates those in place, as a BatchNorm's running statistics);
+    None where that cannot be told (all)."""
     if msg.type == "set_state":
         names = list(msg.get("state") or ())
     elif msg.type == "param_op":
         names = [msg.get("name")]
     else:  # a step or a load of an optimizer's share
         names = list((msg.get("optimizer") or {}).get("params") or ())
-    tensors = {**dict(module.named_parameters()), **dict(module.named_buffers())}
+    tensors = {**module.state_dict(keep_vars=True), **dict(module.named_buffers())}
     if not names or any(n not in tensors for n in names):
         return None
-    return {id(tensors[n]) for n in names} | {id(b) for _, b in module.named_buffers()}
+    return {id(tensors[n]) for n in names} | {
+        id(b) for m in module.modules() if m.training for b in m._buffers.values()}
 
 
 def before_write(st, state, job) -> tuple | None:

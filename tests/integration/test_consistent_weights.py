@@ -289,16 +289,16 @@ def tree_outputs(state: dict) -> tuple[np.ndarray, np.ndarray]:
 
 HELD_READER = textwrap.dedent('''
     import json, os, sys, time
-    sys.path.insert(0, sys.argv[3])  # the test module: the model's classes
+    sys.path.insert(0, sys.argv[3])  # where the model's classes are
     import disthook as torch
     from disthook.distributed import connect
 
-    address, name, _, marker, go = sys.argv[1:6]
-    keys = sys.argv[6] if len(sys.argv) > 6 else None
+    address, name, _, marker, go, part, kind = sys.argv[1:8]
+    keys = sys.argv[8] if len(sys.argv) > 8 else None
     model = connect(address, keys=keys, key_name="reader").attach(name)
     held = []
 
-    def hold(module, args, out):  # the first forward waits here, between its two parts
+    def hold(module, args, out):  # the first forward waits here, between its parts
         if held:
             return
         held.append(True)
@@ -308,24 +308,31 @@ HELD_READER = textwrap.dedent('''
             assert time.monotonic() < deadline, "the deployer never wrote"
             time.sleep(0.01)
 
-    model.a.register_forward_hook(hold)
-    x = torch.ones(2, 3, requires_grad=True)
-    out = model(x)
-    out.square().sum().backward()  # after the write too: the forward's weights
-    first = [out.detach().numpy().tolist(), x.grad.numpy().tolist()]
-    with torch.no_grad():
-        second = model(torch.ones(2, 3)).numpy().tolist()
+    model.get_submodule(part).register_forward_hook(hold)
+    if kind == "tree":
+        x = torch.ones(2, 3, requires_grad=True)
+        out = model(x)
+        out.square().sum().backward()  # after the write too: the forward's weights
+        first = [out.detach().numpy().tolist(), x.grad.numpy().tolist()]
+        with torch.no_grad():
+            second = model(torch.ones(2, 3)).numpy().tolist()
+    else:  # a GPT: token ids in, logits out
+        idx = torch.tensor([[1, 2, 3, 4, 5, 6]])
+        with torch.no_grad():
+            first = [model(idx)[0].numpy().tolist()]
+            second = model(idx)[0].numpy().tolist()
     print(json.dumps([first, second]), flush=True)
 ''')
 
 
-def start_held_reader(cluster, name, tmp_path):
-    """A reader whose first forward of ``name`` waits in a client hook on its first part
-    (on the first worker) until ``go`` exists; the marker says it waits."""
+def start_held_reader(cluster, name, tmp_path, part="a", kind="tree",
+                      classes=Path(__file__).parent):
+    """A reader whose first forward of ``name`` waits in a client hook on its part at
+    ``part`` until ``go`` exists; the marker says it waits."""
     marker, go = tmp_path / "held", tmp_path / "go"
     (tmp_path / "held_reader.py").write_text(HELD_READER)
     argv = [sys.executable, str(tmp_path / "held_reader.py"), cluster.address, name,
-            str(Path(__file__).parent), str(marker), str(go)]
+            str(classes), str(marker), str(go), part, kind]
     if cluster.keys is not None:  # a key of its own: another client than the deployer
         if not (Path(cluster.keys.directory) / "reader.key").exists():
             add_client(cluster.keys.directory, "reader")
@@ -380,3 +387,61 @@ def test_a_tree_placed_forward_held_between_its_parts_computes_on_one_version(
     finally:
         remote.close()
 
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.mark.parametrize("write", ["optimizer step", "load_state_dict"])
+def test_a_gpt_forward_held_between_its_parts_computes_on_one_version(cluster, tmp_path,
+                                                                      write):
+    # nanoGPT-shaped: embeddings and the first block on worker 0, the other blocks and the
+    # final norm on worker 1, the head (tied to the embedding) on worker 0 again; the
+    # reader's forward waits after block 0 while the deployer writes every part
+    sys.path.insert(0, str(EXAMPLES))
+    import gpt
+
+    def fresh():
+        torch.manual_seed(0)
+        return gpt.GPT(gpt.Config())
+
+    def logits(state):
+        local = fresh()
+        local.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+        with torch.no_grad():
+            return local(idx)[0].numpy()
+
+    placement = {"transformer.wte": 0, "transformer.wpe": 0, "lm_head": 0,
+                 "transformer.h.0": 0, "transformer.h.1": 1, "transformer.h.2": 1,
+                 "transformer.h.3": 1, "transformer.ln_f": 1}
+    name = f"gpt-{write.split()[0]}"
+    remote = cluster.deploy(fresh(), placement=placement, name=name)
+    idx = torch.tensor([[1, 2, 3, 4, 5, 6]])
+    try:
+        if write == "optimizer step":  # the first step makes the shares; the next one rides
+            opt = torch.optim.SGD(remote.parameters(), lr=0.5)
+            remote(idx)[0].square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+        before = snapshot(remote)
+        reader, go = start_held_reader(cluster, name, tmp_path, part="transformer.h.0",
+                                       kind="gpt", classes=EXAMPLES)
+        if write == "optimizer step":
+            remote(idx)[0].square().mean().backward()
+            opt.step()
+        else:
+            remote.load_state_dict({k: torch.from_numpy(v + 0.01) for k, v in before.items()})
+        with torch.no_grad():
+            mine = remote(idx)[0].numpy()
+        after = snapshot(remote)
+        assert not np.allclose(after["transformer.h.3.mlp.0.weight"],
+                               before["transformer.h.3.mlp.0.weight"])
+        np.testing.assert_allclose(mine, logits(after), rtol=1e-4, atol=1e-5)
+        go.touch()
+        out, err = reader.communicate(timeout=90)
+        assert reader.returncode == 0, err
+        (first,), second = json.loads(out.splitlines()[-1])
+        np.testing.assert_allclose(first, logits(before), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(second, logits(after), rtol=1e-4, atol=1e-5)
+    finally:
+        remote.close()
