@@ -398,7 +398,8 @@ def test_a_gpt_forward_held_between_its_parts_computes_on_one_version(cluster, t
     # nanoGPT-shaped: embeddings and the first block on worker 0, the other blocks and the
     # final norm on worker 1, the head (tied to the embedding) on worker 0 again; the
     # reader's forward waits after block 0 while the deployer writes every part
-    sys.path.insert(0, str(EXAMPLES))
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
     import gpt
 
     def fresh():
