@@ -14,10 +14,11 @@ own writes always count for its own calls, as in one process.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 
-__all__ = ["TreeVersions", "share", "spanned"]
+__all__ = ["TreeVersions", "one_write", "share", "spanned"]
 
 
 class TreeVersions:
@@ -27,6 +28,8 @@ class TreeVersions:
         self.seqs = itertools.count(1)
         self.as_of: dict | None = None  # the forward under way's pin, once known
         self.in_forward = False
+        self.holding = 0  # > 0: inside a write of several requests (one_write)
+        self.held: int | None = None  # the last write made meanwhile, not committed yet
 
     def write(self, hub, calls: list[tuple], *, what: str, carries: bool = False) -> None:
         """Send the writes ``calls`` (address, message type, fields) as one numbered write,
@@ -42,6 +45,13 @@ class TreeVersions:
         seq = next(self.seqs)
         hub.request_all([(a, {**f, "seq": seq}) for a, _, f in calls], msg_type, what=what,
                         carries_optimizer_calls=carries)
+        if self.holding:  # committed with the others, at the end (one_write)
+            self.held = seq
+            return
+        self.commit(hub, seq, what)
+
+    def commit(self, hub, seq: int, what: str) -> None:
+        """Tell every worker of the model that the writes up to ``seq`` are whole."""
         hub.request_all([(a, {"seq": seq}) for a in hub.socks], "commit",
                         what=f"{what} (made visible to the model's other clients)",
                         carries_optimizer_calls=True)
@@ -74,6 +84,25 @@ def share(dep) -> None:
     placed over its tree, its writes are numbered and its forwards pinned."""
     if dep._glue and dep._hub.versions is None:
         dep._hub.versions = TreeVersions()
+
+
+@contextlib.contextmanager
+def one_write(dep):
+    """The writes made inside (a ``load_state_dict``, one request per placed part) are
+    one for the model's other clients: committed together at the end (even when the load
+    fails half way: what was written stays written, as in one process)."""
+    versions = dep._hub.versions
+    if versions is None:
+        yield
+        return
+    versions.holding += 1
+    try:
+        yield
+    finally:
+        versions.holding -= 1
+        if not versions.holding and versions.held is not None:
+            seq, versions.held = versions.held, None
+            versions.commit(dep._hub, seq, "load_state_dict")
 
 
 def spanned(dep, forward):

@@ -66,6 +66,12 @@ class _Placed(Placement):
         state.pop("_placement", None)
         return state
 
+    def loading(self, module: Module):
+        """A load_state_dict is one write (one commit), where writes are numbered."""
+        from disthook.distributed.pinning import one_write
+
+        return one_write(self.deployment)
+
     def __deepcopy__(self, memo):
         return None
 

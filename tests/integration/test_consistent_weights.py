@@ -446,3 +446,37 @@ def test_a_gpt_forward_held_between_its_parts_computes_on_one_version(cluster, t
         np.testing.assert_allclose(second, logits(after), rtol=1e-4, atol=1e-5)
     finally:
         remote.close()
+
+
+def test_a_forward_that_starts_during_a_load_state_dict_sees_none_of_it(cluster, tmp_path):
+    # a load_state_dict writes each placed part by itself; a reader's forward that runs
+    # after the first part's write and before the second's computes with the old weights
+    # on both parts (the load is one write for others), and after it with the new ones
+    name = "tree-mid-load"
+    remote = cluster.deploy(fresh_tree(), placement={"a": 0, "b": 1}, name=name)
+    try:
+        before = snapshot(remote)
+        new = {k: np.full_like(v, 0.25) for k, v in before.items()}
+        (tmp_path / "go").touch()  # the reader's hook does not wait
+        seen = []
+
+        def after_part_a(module, incompatible):  # the load is half made here
+            if not seen:
+                reader, _ = start_held_reader(cluster, name, tmp_path)
+                seen.append(reader.communicate(timeout=90))
+                assert reader.returncode == 0, seen[0][1]
+
+        remote.a.register_load_state_dict_post_hook(after_part_a)
+        remote.load_state_dict({k: torch.from_numpy(v) for k, v in new.items()})
+        assert seen, "the load's post-hook on part a did not run"
+        (first_out, _), second = json.loads(seen[0][0].splitlines()[-1])
+        np.testing.assert_allclose(first_out, tree_outputs(before)[0], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(second, tree_outputs(before)[0], rtol=1e-5, atol=1e-6)
+        (tmp_path / "held").unlink()
+        reader, _ = start_held_reader(cluster, name, tmp_path)  # after it: all of it
+        out, err = reader.communicate(timeout=90)
+        assert reader.returncode == 0, err
+        (first_out, _), _ = json.loads(out.splitlines()[-1])
+        np.testing.assert_allclose(first_out, tree_outputs(new)[0], rtol=1e-5, atol=1e-6)
+    finally:
+        remote.close()

@@ -1146,7 +1146,12 @@ class Module:
                 if hook(module, incompatible_keys) is not None:
                     raise AssertionError(LOAD_POST_HOOK_RETURN_MSG)
 
-        load(self, state_dict)
+        placement = self.__dict__.get("_placement")
+        if placement is None:
+            load(self, state_dict)
+        else:
+            with placement.loading(self):
+                load(self, state_dict)
         if strict:
             if unexpected:
                 errors.insert(0, "Unexpected key(s) in state_dict: {}. ".format(
@@ -1261,6 +1266,13 @@ class Placement:
                    missing_keys: list, unexpected_keys: list, error_msgs: list,
                    strict: bool) -> None:
         raise NotImplementedError
+
+    def loading(self, module: Module):
+        """A context manager around a whole ``load_state_dict`` of the module (its parts'
+        writes made one, where the deployment can)."""
+        import contextlib
+
+        return contextlib.nullcontext()
 
     def attribute(self, module: Module, name: str):
         """A name the module lacks (``Module.__getattr__`` found nothing): AttributeError, or
