@@ -68,8 +68,11 @@ def tiny_chain(lib):
     return step
 
 
+CNN_BATCH = 64
+
+
 def small_cnn(lib, seed: int = 0):
-    """Forward and backward of a small CNN on MNIST-sized input (batch 64, 1x28x28)."""
+    """Forward and backward of a small CNN on MNIST-sized input (batch CNN_BATCH, 1x28x28)."""
     import numpy as np
 
     lib.manual_seed(seed)
@@ -81,8 +84,8 @@ def small_cnn(lib, seed: int = 0):
         nn.Linear(64 * 12 * 12, 10),
     )
     rng = np.random.default_rng(seed)
-    x = lib.tensor(rng.standard_normal((64, 1, 28, 28)).astype(np.float32))
-    y = lib.tensor(rng.integers(0, 10, 64))
+    x = lib.tensor(rng.standard_normal((CNN_BATCH, 1, 28, 28)).astype(np.float32))
+    y = lib.tensor(rng.integers(0, 10, CNN_BATCH))
     loss_fn = nn.CrossEntropyLoss()
 
     def step():
