@@ -82,8 +82,8 @@ def run_quick(suite: str, monkeypatch, capsys, expected=None) -> None:
 
 
 def one_round(module, name: str):
-    """Replace ``module.<name>`` (``paired`` or ``measure``) with the same function timing
-    one round of one call, whatever the suite asked for; the replacements it made, counted."""
+    """A stand-in for ``module.<name>`` (``paired`` or ``measure``): the same function, timing
+    one round of one call whatever the suite asked for; and the list each call appends to."""
     timing = getattr(module, name)
     calls = []
 
