@@ -3,6 +3,7 @@ import importlib.util
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import warnings
@@ -31,6 +32,18 @@ def _keep_bytecode_for_this_run() -> None:
 
 
 _keep_bytecode_for_this_run()  # at import: before xdist starts its workers
+
+
+def _let_ctrl_c_reach_the_processes_started_here() -> None:
+    """A shell runs a command put in the background (``pytest ... &``) with SIGINT ignored,
+    and every process started from it inherits that: the CLI, the demo and ``serve`` then
+    never see the Ctrl-C the tests send them, and those tests time out. SIGINT handled
+    here again means the processes started from here start with its default."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+_let_ctrl_c_reach_the_processes_started_here()
 
 
 @pytest.fixture(autouse=True)
