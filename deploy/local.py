@@ -15,9 +15,11 @@ import threading
 
 from deploy.roles import Role
 
-__all__ = ["spawn", "stderr_tail", "why_it_ended"]
+__all__ = ["spawn", "stacks_of", "start_report", "stderr_tail", "why_it_ended"]
 
 STDERR_TAIL_LINES = 20  # the last lines of a child's stderr kept for an error message
+STACK_LINES = 400  # at most this many lines of a child's stack dump are taken
+STACK_SHOWN = 30  # lines of a process's stacks a start that took too long shows
 
 
 def spawn(role: Role, stderr=None, *, announce: bool = False) -> subprocess.Popen:
@@ -47,19 +49,25 @@ def spawn(role: Role, stderr=None, *, announce: bool = False) -> subprocess.Pope
             os.close(stderr)  # the child holds its own copy
     if relay:
         proc.stderr_lines = collections.deque(maxlen=STDERR_TAIL_LINES)
+        proc.stderr_taken = None  # a list while stacks_of takes the lines that come
         proc.stderr_relay = threading.Thread(
-            target=_relay, args=(read_end, proc.stderr_lines), daemon=True,
+            target=_relay, args=(read_end, proc), daemon=True,
             name=f"disthook-stderr-{proc.pid}")
         proc.stderr_relay.start()
     return proc
 
 
-def _relay(read_end: int, tail: collections.deque) -> None:
+def _relay(read_end: int, proc: subprocess.Popen) -> None:
     """Copy a child's stderr to ours as it comes, keeping its last lines; ends with the
     child. The child never waits on us longer than on a stderr of its own would make it."""
+    tail = proc.stderr_lines
     with open(read_end, "rb") as pipe:
         for line in iter(pipe.readline, b""):
-            tail.append(line.decode(errors="replace").rstrip("\n"))
+            text = line.decode(errors="replace").rstrip("\n")
+            tail.append(text)
+            taken = proc.stderr_taken
+            if taken is not None and len(taken) < STACK_LINES:
+                taken.append(text)
             try:
                 os.write(2, line)
             except OSError:
@@ -81,6 +89,49 @@ def stderr_tail(proc: subprocess.Popen, wait: float = 2.0) -> list[str]:
     return list(proc.stderr_lines)
 
 
+def stacks_of(proc: subprocess.Popen, wait: float = 2.0) -> list[str]:
+    """What a running child started by ``spawn`` is doing: the stack of each of its threads
+    (its faulthandler dump on SIGUSR1, which deploy/role_main.py registers before anything
+    else), as its relayed stderr shows it, innermost call first; [] when its stderr is not
+    relayed, it ended, or it does not catch the signal (yet). ``wait``: seconds for the
+    dump to come."""
+    import signal
+    import time
+
+    if (getattr(proc, "stderr_relay", None) is None or proc.poll() is not None
+            or not _catches(proc.pid, signal.SIGUSR1)):
+        return []
+    proc.stderr_taken = taken = []
+    try:
+        os.kill(proc.pid, signal.SIGUSR1)
+    except OSError:
+        proc.stderr_taken = None
+        return []
+    deadline, seen = time.monotonic() + wait, -1
+    while time.monotonic() < deadline:  # until the lines stop coming
+        time.sleep(0.1)
+        if taken and len(taken) == seen:
+            break
+        seen = len(taken)
+    proc.stderr_taken = None
+    start = next((i for i, line in enumerate(taken)
+                  if line.startswith(("Thread 0x", "Current thread 0x"))), None)
+    return [] if start is None else [line for line in taken[start:] if line.strip()]
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler for ``signum`` (Linux: /proc; else False, so
+    that a signal whose default is to end a process is never sent blind)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    except (OSError, ValueError):
+        pass
+    return False
+
+
 def why_it_ended(proc: subprocess.Popen, when: str = "during start-up") -> str:
     """What to say about a child that ended during start-up, after its role and pid: its
     exit code, its last stderr lines, and a file of the working directory named like its
@@ -95,3 +146,34 @@ def why_it_ended(proc: subprocess.Popen, when: str = "during start-up") -> str:
             f"disthook's {module!r} module, which `python -m {module}` would run instead of "
             "the role: rename it" if shadows else "")
     return f"exited with code {proc.returncode} {when}{said}{hint}"
+
+
+def start_report(processes: list, answered: list | None) -> str:
+    """What a cluster start that took too long leaves to go on, as the tail of its error:
+    whether the coordinator answered (``answered``: the workers it listed last, None if it
+    never did) and which workers it had heard of but no longer hears; this machine's load;
+    each started process's state (its exit code once ended) and last stderr line, and
+    where a running one is (its threads' stacks: ``stacks_of``)."""
+    silent = [f"{w.id} (last beat {w.last_seen:.1f} s ago)"
+              for w in answered or () if not w.alive]
+    parts = ["; the coordinator " + (
+        "never answered" if answered is None else
+        f"answered, knowing {len(answered)} worker(s)"
+        + (f", silent: {', '.join(silent)}" if silent else ""))]
+    try:
+        parts.append(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores "
+                     "(a busy machine starts slowly: start_timeout= gives it longer)")
+    except OSError:
+        pass
+    for proc in processes:
+        tail = stderr_tail(proc, wait=0)
+        args = list(proc.args)
+        role = args[args.index("--id") + 1] if "--id" in args[:-1] else " ".join(args[2:3])
+        code = proc.poll()
+        parts.append(f"{role} pid {proc.pid} "
+                     f"{'running' if code is None else f'exited with code {code}'}"
+                     + (f", last stderr: {tail[-1]!r}" if tail else ""))
+        stacks = stacks_of(proc) if code is None else []
+        if stacks:
+            parts[-1] += ", where it is:\n    " + "\n    ".join(stacks[:STACK_SHOWN])
+    return "; ".join(parts)

@@ -10,9 +10,11 @@ user's modules beside their script. Launchers on this machine use it (``deploy.l
 ``disthook coordinator|worker``); the standard library only, and nothing imported before
 the role runs (a worker sets its thread count before numpy loads).
 """
+import faulthandler
 import importlib.machinery
 import os
 import runpy
+import signal
 import sys
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -34,6 +36,9 @@ def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] not in ROLES:
         sys.exit(f"usage: {sys.executable} {__file__} {{{'|'.join(ROLES)}}} [ARGS...]")
     role = sys.argv.pop(1)
+    # `kill -USR1 <pid>` prints every thread's stack to stderr, from the first moment (a
+    # start that stalls says where it is: deploy.local.stacks_of), never ending the process
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     sys.meta_path.insert(0, ProjectFinder)
     sys.path[0] = os.getcwd()  # as under ``python -m``: not this file's directory
     runpy.run_module(role, run_name="__main__", alter_sys=True)

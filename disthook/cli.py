@@ -570,8 +570,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--plot", metavar="PNG",
                        help="also draw pipeline throughput against micro-batches beside the "
                             "ideal (suite pipeline), speedup against stages beside the bound "
-                            "and torch pipelining (suite scaleout; with all, a second file "
-                            "NAME-scaleout.png); needs matplotlib")
+                            "and torch pipelining (suites scaleout and workspan: measured "
+                            "where each worker had a core, predicted from work and span "
+                            "where not; with all, a second file NAME-scaleout.png); needs "
+                            "matplotlib")
     from disthook.bench.runner import stages_list
 
     bench.add_argument("--stages", type=stages_list, metavar="P,P,...",

@@ -41,6 +41,7 @@ __all__ = [
     "PROTOCOL_NAME",
     "PROTOCOL_VERSION",
     "SCHEMAS",
+    "WRITE_PARTS",
     "Limits",
     "Message",
     "WireError",
@@ -48,12 +49,14 @@ __all__ = [
     "decode_all",
     "encode",
     "encode_batch",
+    "write_part",
 ]
 
 # 2: typed sub-records (hook entries, optimizer calls, hook values); 3: forward and
 # train_step carry optimizer steps as well as zero_grads (optimizer_calls), and an ok may
-# come ahead of its hooks' answers; 4: a stage's modules may come pickled by value (code)
-PROTOCOL_VERSION = 6
+# come ahead of its hooks' answers; 4: a stage's modules may come pickled by value (code);
+# 7: a chain model's writes travel its stages ("write"), which a worker of 6 does not know
+PROTOCOL_VERSION = 7
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
@@ -258,6 +261,12 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "release": {"model": "str", "contexts": "list[str]", "reply_to": "str?"},
     # a client's call waits on an earlier stage: a write here keeps its weights for it
     "pin": {"model": "str", "calls": "list"},
+    # a write of a chain model's weights that travels the pipeline from its first stage, as
+    # a forward does (workers/versions.py): parts, one list per stage, each entry {"type":
+    # one of WRITE_PARTS, "fields": that message's fields but model}; pins: the calls of
+    # others it passed on earlier stages (from a neighbour stage only)
+    "write": {"model": "str", "stage": "int", "parts": "any", "reply_to": "str?",
+              "pins": "list?"},
     # hooks: a stub fired on a worker asks the client to run the callable with args; diff:
     # the client's copies of the tensors require grad where the worker's do (a forward hook
     # with grad enabled). The answer: the hook's result (None: keep the value), and the
@@ -858,12 +867,19 @@ def _check_hook_value(where, value, depth):
     copy is a leaf whose gradient a backward may ask for), or in a hook event of a pass run
     ahead stands for a tensor an earlier event of its round sent, unchanged since
     ({"again": its number among the tensors the round's events sent, from 0})."""
-    if value is None or type(value) in (bool, int, float, str):
+    if _hook_value_ok(value, depth):
+        return value  # the common case, at once, with no message built
+    return _walk_hook_value(where, value, depth)
+
+
+def _walk_hook_value(where, value, depth):
+    """``_check_hook_value``'s full walk, which names where a value is wrong."""
+    if value is None or type(value) in _SCALARS:
         return value
     if (type(value) is dict and type(value.get("tensor")) is np.ndarray
             and type(value.get("requires_grad")) is bool
             and (len(value) == 2 or (len(value) == 3 and type(value.get("grad_fn")) is str))):
-        return value  # the common case, at once
+        return value
     if depth > MAX_NESTING:
         raise WireError(f"{where}: hook value nested deeper than {MAX_NESTING} levels")
     if not isinstance(value, dict):
@@ -890,11 +906,57 @@ def _check_hook_value(where, value, depth):
     _field_value(f"{where}.{tag}", kind, kind, None, payload, depth)
     if tag in ("tuple", "list"):
         for i, v in enumerate(payload):
-            _check_hook_value(f"{where}.{tag}[{i}]", v, depth + 1)
+            _walk_hook_value(f"{where}.{tag}[{i}]", v, depth + 1)
     elif tag == "dict":
         for k, v in payload.items():
-            _check_hook_value(f"{where}.dict[{k!r}]", v, depth + 1)
+            _walk_hook_value(f"{where}.dict[{k!r}]", v, depth + 1)
     return value
+
+
+_SCALARS = frozenset({bool, int, float, str})
+_PAYLOAD_TYPES = {"same": (int,), "again": (int,), "opaque": (str,)}
+
+
+def _hook_value_ok(value, depth: int) -> bool:
+    """Whether ``value`` is a valid hook value (as ``_check_hook_value`` sees it), with no
+    message built on the way: True only where that check passes; False where it would
+    raise, or where only its full walk can tell (subclasses), which then says what is wrong."""
+    if type(value) is not dict:
+        return value is None or type(value) in _SCALARS
+    n = len(value)
+    if n == 1:
+        if depth >= MAX_NESTING:  # its items are checked one level deeper
+            return False
+        (tag, payload), = value.items()
+        if tag == "tuple" or tag == "list":
+            items = payload if type(payload) is list or type(payload) is tuple else None
+        elif tag == "dict":
+            items = payload.values() if type(payload) is dict else None
+        else:
+            kinds = _PAYLOAD_TYPES.get(tag) if type(tag) is str else None
+            return kinds is not None and type(payload) in kinds
+        if items is None:
+            return False
+        depth += 1
+        for v in items:
+            if not (v is None or type(v) in _SCALARS or _hook_value_ok(v, depth)):
+                return False
+        return True
+    if n == 2 or n == 3:
+        if "tensor" in value:
+            if type(value["tensor"]) is not np.ndarray:
+                return False
+            if n == 3:
+                return (type(value.get("requires_grad")) is bool
+                        and type(value.get("grad_fn")) is str)
+            if "requires_grad" in value:
+                return type(value["requires_grad"]) is bool
+            other = value.get("vjp", value.get("feed"))
+            return type(other) is str
+        if "ref" in value:
+            return (type(value["ref"]) is str and type(value.get("requires_grad")) is bool
+                    and (n == 2 or type(value.get("from_peer")) is bool))
+    return False
 
 
 # per message type: (field names, [(name, kind, optional, base kind, exact types of the base,
@@ -909,6 +971,21 @@ _COMPILED = {
 _WALKED = {msg_type: tuple(name for name, kind in schema.items()
                            if _base_kind(kind.rstrip("?")) in ("any", "map"))
            for msg_type, schema in SCHEMAS.items()}
+
+
+WRITE_PARTS = frozenset({"set_state", "param_op", "step"})  # what a "write" carries
+
+
+def write_part(part, model: str) -> Message:
+    """One part of a "write" message as the message it stands for (``WireError`` when it is
+    not a valid one): a stage runs it as it would run that message sent alone."""
+    if not (isinstance(part, dict) and part.keys() == {"type", "fields"}
+            and part["type"] in WRITE_PARTS and isinstance(part["fields"], dict)):
+        raise WireError(f"'write' message: a part must be {{'type': one of "
+                        f"{sorted(WRITE_PARTS)}, 'fields': map}}, got {_type_name(part)}")
+    fields = {**part["fields"], "model": model}
+    _validate_fields(part["type"], fields, convert=True)
+    return Message(part["type"], fields=fields)
 
 
 def _validate_fields(msg_type: str, fields: Mapping[str, Any], convert: bool = False) -> None:

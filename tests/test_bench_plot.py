@@ -53,3 +53,51 @@ def test_with_both_suites_the_scaleout_figure_goes_beside(tmp_path):
     paths = draw(rows() + scaleout_rows(), str(tmp_path / "figures.png"))
     assert paths == [str(tmp_path / "figures.png"), str(tmp_path / "figures-scaleout.png")]
     assert all(is_png(p) for p in paths)
+
+
+def workspan_rows(width=1024):
+    out = []
+    for p in (2, 4, 8):
+        ours = {"one_process_cpu_s": 0.4, "predicted_speedup": p * 0.5,
+                "predicted_zb_step_s": 0.4 / (p * 0.6),
+                "predicted_interleaved_step_s": 0.4 / (p * 0.55) if p > 2 else None}
+        out.append({"suite": "workspan", "stages": p, "width": width, "layers": 16,
+                    "micro": 16, "bound": p * 16 / (16 + p - 1), "disthook": ours,
+                    "torch": {"predicted_speedup": p * 0.45}})
+    return out
+
+
+def test_scaleout_points_are_measured_where_the_cores_exist_and_predicted_beyond():
+    from disthook.bench.plot import scaleout_points
+
+    got = scaleout_points(scaleout_rows() + workspan_rows() + workspan_rows(width=512))
+    ours = got["series"]["disthook 1F1B"]
+    # 2 cores: p = 2 measured (scaleout's 1.6x), p = 4 and 8 from workspan at width 1024
+    assert ours == [(2, 1.6, "measured"), (4, 2.0, "predicted"), (8, 4.0, "predicted")]
+    assert got["series"]["torch pipelining 1F1B"] == [
+        (2, pytest.approx(1.4), "measured"), (4, pytest.approx(1.8), "predicted"),
+        (8, pytest.approx(3.6), "predicted")]
+    assert [how for _, _, how in got["series"]["disthook ZB-H1"]] == ["predicted"] * 3
+    assert [p for p, _, _ in got["series"]["disthook interleaved 1F1B"]] == [4, 8]
+    assert got["width"] == 1024 and got["cores"] == 2
+    # workspan alone: every point predicted, at its widest width
+    alone = scaleout_points(workspan_rows(width=512) + workspan_rows())
+    assert {how for _, _, how in alone["series"]["disthook 1F1B"]} == {"predicted"}
+    with pytest.raises(ValueError, match="scaleout or workspan"):
+        scaleout_points([{"suite": "engine"}])
+
+
+def test_the_scaleout_figure_draws_from_workspan_rows_too(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed")
+    [path] = draw(workspan_rows(), str(tmp_path / "scaleout.png"))
+    assert is_png(path)
+    [path] = draw(scaleout_rows() + workspan_rows(), str(tmp_path / "both.png"))
+    assert is_png(path)
+
+
+def test_scaleout_alone_marks_what_ran_on_fewer_cores_than_processes():
+    from disthook.bench.plot import scaleout_points
+
+    got = scaleout_points(scaleout_rows())  # 2 cores, no workspan rows to predict from
+    assert got["series"]["disthook 1F1B"] == [
+        (2, 1.6, "measured"), (4, 1.6, "shared cores"), (8, 1.6, "shared cores")]

@@ -54,3 +54,32 @@ def test_empty_batch():
     y.sum().backward()
     assert tuple(x.grad.shape) == (0, 2, 5, 5)
     assert np.all(w.grad.numpy() == 0)
+
+
+ADJOINT_CASES = CASES + [  # stride-1 shapes the input gradient's wide path must cover
+    ((2, 4, 7, 6), (6, 2, 3, 2), (1, 1), ((1, 2), (0, 1)), (2, 1), 2),  # uneven padding
+    ((2, 3, 7, 7), (4, 3, 3, 3), (1, 1), ((3, 3), (3, 3)), (1, 1), 1),  # padding > kernel
+    ((2, 3, 7, 7), (4, 3, 1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1), 1),  # 1x1
+    ((2, 3, 11), (5, 3, 4), (1,), ((1, 1),), (2,), 1),  # 1-d, dilated
+    ((2, 4, 5, 6, 7), (2, 2, 2, 3, 2), (1, 1, 1), ((1, 1), (0, 0), (2, 2)), (1, 2, 1), 2),
+    ((2, 6, 8, 8), (6, 1, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 6),  # depthwise
+]
+
+
+@pytest.mark.parametrize("case", ADJOINT_CASES)
+@pytest.mark.parametrize("columns_bytes", [1, 1 << 20])
+def test_gradients_are_the_adjoints_of_the_forward(monkeypatch, case, columns_bytes):
+    """<conv(x, w), g> = <x, conv_input_grad(g, w)> = <w, conv_weight_grad(x, g)> in float64,
+    with a non-contiguous g; the forward itself is checked against torch elsewhere."""
+    monkeypatch.setattr(conv, "BATCH_COLUMNS_BYTES", columns_bytes)
+    x_shape, w_shape, stride, padding, dilation, groups = case
+    spec = conv.ConvSpec(stride, padding, dilation, groups)
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal(x_shape), rng.standard_normal(w_shape)
+    y = conv.conv_forward(x, w, spec)
+    g = np.swapaxes(np.swapaxes(rng.standard_normal(y.shape), 0, 1).copy(), 0, 1)
+    dx = conv.conv_input_grad(g, w, spec, x.shape)
+    dw = conv.conv_weight_grad(x, g, spec, w.shape)
+    assert dx.shape == x.shape and dw.shape == w.shape
+    assert np.vdot(x, dx) == pytest.approx(np.vdot(y, g), rel=1e-12)
+    assert np.vdot(w, dw) == pytest.approx(np.vdot(y, g), rel=1e-12)

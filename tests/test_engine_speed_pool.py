@@ -30,3 +30,19 @@ def test_max_pool_ties_and_nan_pick_torchs_index(kwargs, nan):
     out.backward(disthook.tensor(g))
     want.backward(torch.tensor(g))
     np.testing.assert_allclose(mine.grad.numpy(), theirs.grad.numpy())
+
+
+@pytest.mark.parametrize("kwargs", [{"kernel_size": 2}, {"kernel_size": 3, "stride": 1}])
+def test_max_pool_gradient_elsewhere_than_the_maximum_is_zero_even_for_inf_and_nan(kwargs):
+    """The scatter multiplies by a mask; inf or NaN times 0 must not leak NaN into the
+    positions that are not a window's maximum (torch puts 0 there)."""
+    x = np.random.default_rng(0).standard_normal((1, 2, 6, 6))
+    mine = disthook.tensor(x, requires_grad=True)
+    theirs = torch.tensor(x, requires_grad=True)
+    out = disthook.nn.functional.max_pool2d(mine, **kwargs)
+    want = torch.nn.functional.max_pool2d(theirs, **kwargs)
+    g = np.ones(tuple(out.shape))
+    g.flat[::3], g.flat[1::3] = np.inf, np.nan
+    out.backward(disthook.tensor(g))
+    want.backward(torch.tensor(g))
+    np.testing.assert_array_equal(mine.grad.numpy(), theirs.grad.numpy())

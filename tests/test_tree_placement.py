@@ -69,3 +69,50 @@ def test_placement_errors_name_the_place_and_the_fix():
     with pytest.raises(ValueError, match="cannot place Sequential on 3 stages: its tree has "
                                          "2 part"):
         tree.auto_placement(nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 2)), 3)
+
+
+def _stage_sizes(model, placement, stages):
+    mods = dict(model.named_modules())
+    sizes = [0] * stages
+    for path, stage in placement.items():
+        sizes[stage] += sum(p.numel() for p in mods[path].parameters())
+    return sizes
+
+
+def test_a_model_whose_children_balance_badly_is_placed_deeper():
+    """nanoGPT's layout (small embeddings, one ModuleList of every block, a small head) cut
+    among the root's children puts every block on one stage; the deploy places the tree
+    instead, blocks spread over the stages."""
+    from disthook.bench.gpt import GPT
+    from disthook.distributed import deploy
+
+    model = GPT(width=32, layers=4)
+    children = deploy._children_stages(model, 2, None, "params", None)
+    assert children is not None  # the children alone could make two stages...
+    coarse = [sum(p.numel() for p in m.parameters()) for m in children]
+    assert max(coarse) > 0.9 * sum(coarse)  # ...with nearly everything on one of them
+    finer = deploy._finer_placement(model, children, 2)
+    assert finer is not None
+    assert {finer[f"h.{i}"] for i in range(4)} == {0, 1}
+    sizes = _stage_sizes(model, finer, 2)
+    assert max(sizes) < 0.6 * sum(sizes)
+
+
+def test_children_that_balance_keep_the_cut_among_children():
+    class Four(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b, self.c, self.d = (nn.Linear(8, 8) for _ in range(4))
+
+        def forward(self, x):
+            return self.d(self.c(self.b(self.a(x)))) + x
+
+    from disthook.distributed import deploy
+
+    model = Four()
+    children = deploy._children_stages(model, 2, None, "params", None)
+    assert deploy._finer_placement(model, children, 2) is None
+    chain = nn.Sequential(nn.Linear(2, 2), nn.Sequential(*(nn.Linear(64, 64) for _ in range(4))))
+    # a chain keeps its children's stages (they run worker to worker), however they weigh
+    assert deploy._finer_placement(chain, deploy._children_stages(chain, 2, None, "params",
+                                                                  None), 2) is None

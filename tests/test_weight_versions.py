@@ -1,6 +1,8 @@
 """Versions of a stage's weights (workers.versions), without sockets: a write while another
 client computes goes to fresh arrays, that client's job and graph keep theirs, and whoever
 takes the turn computes with its own version."""
+import collections
+
 import numpy as np
 
 import disthook as torch
@@ -121,3 +123,65 @@ def test_pins_a_client_writes_in_its_own_forward_are_ignored():
     assert upstream_pins(own) == []  # a client cannot make a worker keep versions
     carried = Job(b"w0>next>1", Message("forward", 1, None, fields), WRITER, "m")
     assert upstream_pins(carried) == [(READER.hex(), "c1", None)]
+
+
+def test_a_write_down_the_pipeline_takes_pins_only_from_a_neighbour_stage():
+    from workers.versions import upstream_pins
+
+    fields = {"model": "m", "stage": 1, "parts": [[], []], "pins": [[READER.hex(), "c1", 0]]}
+    sent = Job(WRITER, Message("write", 1, None, fields), WRITER, "m")
+    assert upstream_pins(sent) == []  # the client's own write names no one
+    carried = Job(b"w0>next>1", Message("write", 1, None, fields), WRITER, "m")
+    assert upstream_pins(carried) == [(READER.hex(), "c1", 0)]
+
+
+def test_a_write_passing_a_stage_carries_the_calls_of_others_there_on_as_pins():
+    # a reader's forward running here and another queued behind it: both computed (or will
+    # compute) this stage with the weights before the write, so the later stages keep
+    # theirs for them too
+    from workers.versions import note_pins
+
+    st, state, _ = _setup()
+    running = _job(READER)
+    running.msg = Message("forward", 1, "c1", {"model": "m", "mb": None})
+    state.jobs.add(running)
+    queued = Job(READER, Message("forward", 2, "c2", {"model": "m", "mb": 1}), READER, "m")
+    state.lanes[("m", READER)] = collections.deque([queued])
+    mine = Job(WRITER, Message("forward", 3, "c3", {"model": "m"}), WRITER, "m")
+    state.jobs.add(mine)  # the writer's own call sees its write: not a pin
+    write = Job(b"w0>next>1", Message("write", 4, None, {
+        "model": "m", "stage": 1, "parts": [[], []], "pins": [["ab", "c0", None]]}), WRITER, "m")
+    note_pins(st, state, write)
+    assert set(write.pins) == {("ab", "c0", None), (READER.hex(), "c1", None),
+                               (READER.hex(), "c2", 1)}
+
+
+def test_a_write_with_a_malformed_part_for_a_later_stage_changes_nothing_here():
+    # the first stage checks every part before it runs its own (no half-made write)
+    from workers.params import ParamHandlers
+
+    st, state, weight = _setup()
+    st.index, st.name, st.neighbours = 0, "stage 0 of m", {}
+    st.check_write = lambda client, what: None
+    before = weight.detach().numpy().copy()
+    answers = []
+
+    class Shell(ParamHandlers):
+        def _stage(self, job):
+            return st
+
+        def _to_client(self, job, kind, fields):
+            answers.append((kind, fields))
+
+        def error_reply(self, exc, job=None):
+            return {"kind": type(exc).__name__, "message": str(exc)}
+
+    shell = Shell()
+    shell.state = state
+    write = Job(WRITER, Message("write", 1, None, {"model": "m", "stage": 0, "parts": [
+        [{"type": "set_state", "fields": {"state": {"0.weight": np.zeros((2, 3), np.float32)}}}],
+        [{"type": "set_state", "fields": {"state": 3}}]]}), WRITER, "m")
+    shell.on_write(write)
+    assert [kind for kind, _ in answers] == ["error"]
+    assert answers[0][1]["kind"] == "WireError"
+    np.testing.assert_array_equal(weight.detach().numpy(), before)

@@ -2,7 +2,14 @@
 hop latency, and what it reads from the stages' timelines. No process is started."""
 import pytest
 
-from disthook.bench.workspan import costs_from_timelines, hop_latency, predict, replay
+from disthook.bench.workspan import (
+    costs_from_timelines,
+    hop_latency,
+    predict,
+    predict_interleaved,
+    replay,
+)
+from disthook.distributed.interleaved import interleaved_1f1b
 from disthook.distributed.schedule import gpipe, one_f_one_b, zero_bubble_h1
 
 
@@ -75,3 +82,40 @@ def test_zb_h1_bubble_is_a_third_of_1f1b_when_f_b_and_w_cost_alike(p, m):
         plain = step(one_f_one_b(p, m), {"forward": f, "backward": b + w}) - work
         assert plain == pytest.approx((p - 1) * (f + b + w))
         assert zb == pytest.approx((p - 1) * (f + b - w))  # ZB-H1's bubble
+
+
+@pytest.mark.parametrize("p, v, m", [(2, 2, 4), (4, 2, 8), (4, 4, 16), (8, 2, 16), (3, 3, 6)])
+def test_interleaved_1f1b_with_free_hops_divides_the_bubble_by_v(p, v, m):
+    # a worker's whole share costs F = 1, B = 2 per micro-batch, a chunk a v-th of it:
+    # m (F + B) of work and a fill and drain of (p - 1)(F + B) / v
+    plan = interleaved_1f1b(p, m, v)
+    got = replay(plan, costs(1.0 / v, 2.0 / v), latency=0.0)
+    assert got["busy_s"] == pytest.approx([m * 3.0] * p)
+    assert got["step_s"] == pytest.approx(m * 3.0 + (p - 1) * 3.0 / v)
+    plain = replay(one_f_one_b(p, m), costs(1.0, 2.0), latency=0.0)["step_s"]
+    assert got["step_s"] < plain
+
+
+def test_interleaved_1f1b_pays_v_times_the_hops():
+    # with free compute the step is the hops on the critical path: a micro-batch crosses
+    # p v - 1 hops forward and as many back
+    p, v, m = 2, 2, 2
+    got = replay(interleaved_1f1b(p, m, v), costs(0.0, 0.0), latency=1.0)["step_s"]
+    assert got >= 2 * (p * v - 1) * 1.0
+
+
+def test_interleaved_prediction_from_1f1b_costs():
+    # 4 stages of F = 1, B = 2, free sends and hops: the chunks of 2 per worker halve the
+    # fill and drain; sends are not divided (an activation is as large)
+    stage = {"forward": 1.0, "backward": 2.0, "send_act": 0.0, "send_grad": 0.0}
+    p, m = 4, 8
+    got = predict_interleaved([dict(stage) for _ in range(p)], 0.0, m, v=2)
+    plain = predict([dict(stage) for _ in range(p)], 0.0, m)
+    assert got["step_s"] == pytest.approx(m * 3.0 + (p - 1) * 3.0 / 2)
+    assert plain["step_s"] == pytest.approx((m + p - 1) * 3.0)
+    sending = {**stage, "send_act": 0.1, "send_grad": 0.1}
+    busy = predict_interleaved([dict(sending) for _ in range(p)], 0.0, m, v=2)["busy_s"]
+    # each worker sends for each of its 2 chunks: on (but the last) and back (but the first)
+    sends = [sum((k < 2 * p - 1) + (k > 0) for k in (w, w + p)) for w in range(p)]
+    assert busy == pytest.approx([m * 3.0 + n * m * 0.1 for n in sends])
+    assert predict_interleaved([dict(stage) for _ in range(p)], 0.0, 6, v=2) is None

@@ -4,8 +4,10 @@ from __future__ import annotations
 import numpy as np
 
 import disthook
+from disthook import wire
+from disthook.service.loop import NO_REPLY
 from disthook.service.values import unpack
-from workers.versions import before_write
+from workers.versions import before_write, note_pins
 
 __all__ = ["ParamHandlers"]
 
@@ -32,7 +34,9 @@ class ParamHandlers:
     def on_param_op(self, job):
         """An in-place method of a parameter (``fill_``, ``copy_``, ``requires_grad_``, ...),
         run without autograd as ``p.data.<op>(*args)`` would run in one process."""
-        st, msg = self._stage(job), job.msg
+        return self._param_op(self._stage(job), job, job.msg)
+
+    def _param_op(self, st, job, msg):
         op = msg["op"]
         if not (op.endswith("_") and not op.startswith("_")
                 and callable(getattr(disthook.Tensor, op, None))):
@@ -118,10 +122,12 @@ class ParamHandlers:
         "state" returns the share's state by parameter name ({"state": {name: {key: value}},
         "param_groups": [hyperparameters]}); "load" restores such a state.
         """
-        st = self._stage(job)
-        spec = job.msg.get("optimizer")
+        return self._step(self._stage(job), job, job.msg)
+
+    def _step(self, st, job, msg):
+        spec = msg.get("optimizer")
         if spec is None:
-            if job.msg.get("zero_grad"):
+            if msg.get("zero_grad"):
                 st.module.zero_grad()  # the client's own gradients (Stage.use_grads)
             return None
         return self._optimizer_action(st, spec, job.client)
@@ -204,16 +210,55 @@ class ParamHandlers:
 
     def on_set_state(self, job):
         """Copy arrays into the stage's parameters and buffers by full name (no_grad, in place)."""
-        st = self._stage(job)
+        return self._set_state(self._stage(job), job, job.msg)
+
+    def _set_state(self, st, job, msg):
         st.check_write(job.client, "load_state_dict")
         own = st.module.state_dict(keep_vars=True)
-        unknown = [n for n in job.msg["state"] if n not in own]
+        unknown = [n for n in msg["state"] if n not in own]
         if unknown:
             raise KeyError(f"{st.name} has no parameters or buffers {unknown}")
         before_write(st, self.state, job)
         with disthook.no_grad():
-            for name, arr in job.msg["state"].items():
+            for name, arr in msg["state"].items():
                 own[name].copy_(disthook.from_numpy(np.array(arr)))
+
+    def on_write(self, job):
+        """A write of a chain model's weights (load_state_dict, an in-place parameter
+        method, an optimizer step or load) that travels the pipeline from the first stage,
+        behind the calls sent on before it (workers/versions.py): each stage runs its own
+        parts as the messages they stand for, then passes the write on, with the calls of
+        others it found on its way (``pins``: they keep the weights they started with on the
+        later stages). The last stage with a part answers the client."""
+        msg = job.msg
+        try:
+            st = self._stage(job)
+            parts = msg["parts"]
+            if not isinstance(parts, list) or len(parts) <= st.index:
+                raise ValueError(f"write: parts must hold one list per stage; this is "
+                                 f"{st.name}, it has {len(parts) if isinstance(parts, list) else 0}")
+            st.check_write(job.client, "a write of its weights")  # before it goes on
+            # every part from here on is checked before this stage's change anything
+            mine, *later = [[wire.write_part(p, st.model) for p in stage_parts or ()]
+                            for stage_parts in parts[st.index:]]
+            note_pins(st, self.state, job)
+            for inner in mine:
+                getattr(self, f"_{inner.type}")(st, job, inner)
+            later = [p for p in later if p]
+            nxt = st.neighbours.get("next")
+            if later and nxt is None:
+                raise RuntimeError(f"write: {st.name} is the last stage; the write has parts "
+                                   "for stages after it")
+            if later:
+                nxt.send_multipart(wire.encode("write", {
+                    "model": st.model, "stage": st.index + 1, "parts": parts,
+                    "reply_to": job.client.hex(), "pins": [list(p) for p in job.pins]},
+                    req=msg.req, ctx=msg.ctx), copy=False)
+            else:
+                self._to_client(job, "ok", {"result": None})
+        except Exception as exc:  # noqa: BLE001 - the client, not the previous stage, hears it
+            self._to_client(job, "error", self.error_reply(exc, job))
+        return NO_REPLY
 
 
 def _accepted(cls: type, kwargs: dict) -> dict:

@@ -22,6 +22,7 @@ closes (or misses its heartbeats) ends its requests' waits at once.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import socket
 import threading
@@ -64,6 +65,7 @@ from workers.state import (
     WorkerState,
 )
 from workers.status import StatusHandlers
+from workers.steps import StepHandlers
 from workers.values import ValueHandlers
 from workers.versions import VersionHandlers
 
@@ -73,7 +75,7 @@ ROUTER_BURST = 32  # messages taken off the endpoint per poll, at most
 
 
 class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, VersionHandlers,
-             LimitChecks, ValueHandlers, StatusHandlers, Service):
+             LimitChecks, ValueHandlers, StatusHandlers, StepHandlers, Service):
     role = "worker"
 
     def __init__(self, coordinator: str, *, bind: str = "tcp://127.0.0.1:0",
@@ -177,7 +179,9 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         if start_jobs:
             self._start_jobs()
         timeout = max(0.0, self._next_tick - time.monotonic())
-        for sock, _ in self.poller.poll(int(timeout * 1000)):
+        # rounded up: under a millisecond to the tick, a poll of 0 ms would return at once,
+        # again and again, until the tick is due (a spin of up to 1 ms of CPU per tick)
+        for sock, _ in self.poller.poll(math.ceil(timeout * 1000)):
             if sock.closed:  # a neighbour's, closed by a job of this round (its stage went)
                 continue
             if sock is self.router:

@@ -107,6 +107,7 @@ class Speculation:
     def begin(self) -> None:
         """Mark the state a run starts from (see ``restore``)."""
         self.fired, self.pending = [], []
+        self.pristine: dict[int, tuple] = {}  # id -> (input, its version, its frame)
         self.new_round()
         worker, job = self.worker, self.job
         worker.captures.added.pop(id(job), None)  # records from here on are this run's
@@ -114,6 +115,11 @@ class Speculation:
                        list(job.retained),
                        [(t, t._grad, None if t._grad is None else t._grad._data.copy())
                         for t in self.grads])
+
+    def keep_pristine(self, t, frame) -> None:
+        """``t`` (an input of this run) is a copy of ``frame``, which nothing writes to: while
+        ``t`` is unchanged an event sends ``frame`` instead of another copy of ``t``."""
+        self.pristine[id(t)] = (t, t._version, frame)
 
     def new_round(self) -> None:
         self.round = f"{self.worker.id}.{next(_rounds)}"
@@ -127,8 +133,9 @@ class Speculation:
         input is the output the layer before it was given: it crosses once); the others by
         value, numbered in the order they are sent, as the client numbers them — their
         arrays copied when the firing runs ahead (the pass may change them in place before
-        the message is out)."""
-        sent = self.sent
+        the message is out), but for an input still as it came: its frame goes, which
+        nothing changes (``keep_pristine``)."""
+        sent, pristine = self.sent, self.pristine
 
         def tensor(t):
             seen = sent.get(id(t))
@@ -138,7 +145,9 @@ class Speculation:
             self.numbered += 1
             data = pack(t)
             if ahead:
-                data["tensor"] = data["tensor"].copy()
+                kept = pristine.get(id(t))
+                data["tensor"] = (kept[2] if kept is not None and kept[0] is t
+                                  and kept[1] == t._version else data["tensor"].copy())
             return data
 
         return [pack(a, tensor) for a in args]

@@ -43,7 +43,7 @@ AT_ONCE = frozenset({"hello", "status", "get_state", "list_hooks", "captured", "
 ANSWERS = frozenset({"hook_reply", "error"})
 # what a neighbour stage sends: a client's call carried on (its client named by reply_to),
 # and a training step's pipeline messages; from anyone but a worker they are refused
-FORWARDED = frozenset({"forward", "backward", "release", "pipe", "pin"})
+FORWARDED = frozenset({"forward", "backward", "release", "pipe", "pin", "write"})
 
 
 # ---- events (what happened) -----------------------------------------------------------------
@@ -201,8 +201,8 @@ class WorkerState:
         # (model, client, ctx id) -> graph: each client's contexts are its own
         self.contexts: dict[tuple[str, bytes, str], Context] = {}
         self.mailbox: dict[tuple, Any] = {}  # (model, step, kind, mb) -> pipe message
-        # (model, client, value id) -> a tensor kept for the client (workers/values.py)
-        self.values: dict[tuple[str, bytes, str], Any] = {}
+        # (model, client) -> value id -> a tensor kept for the client (workers/values.py)
+        self.values: dict[tuple[str, bytes], dict[str, Any]] = {}
         self.finished_steps: collections.deque = collections.deque(maxlen=FINISHED_STEPS_KEPT)
         self.waits: dict[int, Wait] = {}
         self._answered_by: dict[tuple, Wait] = {}  # (client, event id) -> the wait it ends
@@ -503,17 +503,18 @@ class WorkerState:
 
     # ---- values kept for clients ------------------------------------------------------------
     def keep_value(self, model: str, client: bytes, vid: str, tensor) -> None:
-        self.values[(model, client, vid)] = tensor
+        self.values.setdefault((model, client), {})[vid] = tensor
 
     def value(self, model: str, client: bytes, vid: str):
         """``client``'s value ``vid`` (None: not here; each client names its own)."""
-        return self.values.get((model, client, vid))
+        return self.values.get((model, client), {}).get(vid)
 
     def values_of(self, model: str, client: bytes) -> int:
-        return sum(1 for (m, who, _) in self.values if m == model and who == client)
+        return len(self.values.get((model, client), ()))
 
     def drop_values(self, model: str, client: bytes, vids) -> int:
-        return sum(self.values.pop((model, client, v), None) is not None for v in vids)
+        kept = self.values.get((model, client), {})
+        return sum(kept.pop(v, None) is not None for v in vids)
 
     def describe(self, label) -> dict:
         """What runs, what it waits for and for how long, and what is queued behind it (the
@@ -540,7 +541,7 @@ class WorkerState:
     def counts(self) -> dict:
         """For status: graphs kept, mailbox entries, jobs running and waiting, queued."""
         return {"contexts": len(self.contexts), "mailbox": len(self.mailbox),
-                "values": len(self.values),
+                "values": sum(len(kept) for kept in self.values.values()),
                 "jobs": len(self.jobs), "waits": len(self.waits),
                 "queued": sum(len(q) for q in self.lanes.values())}
 

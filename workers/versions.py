@@ -17,12 +17,18 @@ the calls do, stage to stage over the same connections, so a call that reached a
 before the write keeps the version before it there and on every later stage. The write's
 forward carries the calls it found on its way (``pins``: client, context, micro-batch);
 the stage after keeps the version before its own part of the write for each of them
-(``pending``) until that call arrives. A write sent to each worker on its own
-(``load_state_dict``, an in-place parameter method, an optimizer step outside a forward)
-is sent to each stage by the client: a call that waits on an earlier stage (for its
-client's hook) is announced to the later stages (``pin``) before it waits, and a write
-there keeps the version before it for that call too (``announced``). A call between two
-stages (sent on, not arrived) while such a write lands is the one case not covered.
+(``pending``) until that call arrives. A write of its own (``load_state_dict``, an
+in-place parameter method, an optimizer step or load outside a forward) does the same on a
+chain: the client sends it, all its stages' parts in one ``write`` message, to the first
+stage, and each stage runs its parts and passes it on over the connection its calls go on
+(``on_write`` in workers/params.py). So a call that left a stage before the write reaches
+the next stage before it too (and is kept the old version there, as a call here is), one
+still on an earlier stage is among the write's pins, and one that starts after the write
+finds it applied everywhere it goes. A call that waits on an earlier stage (for its
+client's hook) is also announced to the later stages (``pin``) before it waits, and a
+write there keeps the version before it for that call (``announced``). A model whose
+forward runs on the client (parts placed over its tree) has no pipeline: its writes go to
+each worker by themselves, and its parts' calls are not kept apart from them.
 """
 from __future__ import annotations
 
@@ -126,7 +132,7 @@ def _install(version: tuple) -> None:
 def upstream_pins(job) -> list[tuple]:
     """The calls an earlier stage's write passed, as its forward tells (from a neighbour
     stage only: what a client writes there is ignored); malformed entries are dropped."""
-    pins = job.msg.get("pins") if job.msg.type == "forward" else None
+    pins = job.msg.get("pins") if job.msg.type in ("forward", "write") else None
     if not pins or job.sender == job.client:
         return []
     return _pins(pins)

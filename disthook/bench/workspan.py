@@ -11,7 +11,7 @@ disthook and (when installed) in torch.distributed.pipelining over gloo on loopb
   work efficiency is the one process's CPU over the pipeline's;
 - each stage's **CPU per action** (forward, backward, send) from its own thread's CPU clock
   (``time.thread_time``) around the action, recorded in the stage's timeline; for the
-  workers, the share of their CPU spent outside the forwards and backwards;
+  workers, the share of their CPU spent outside the forwards, backwards and optimizer steps;
 - the **hop latency**: half the shortest of 20 round trips of one micro-batch's activation
   between two processes, the way each library sends it (disthook: encoded, over ZeroMQ,
   decoded; torch: a gloo send and receive): on dedicated cores no trip waits for a core,
@@ -39,6 +39,7 @@ import time
 
 from disthook.bench.stages import LAYERS, LR, bound, check, quiet, spawned, spec, torch_pipeline
 from disthook.bench.timing import cpu_seconds
+from disthook.distributed.interleaved import interleaved_1f1b
 from disthook.distributed.schedule import one_f_one_b, zero_bubble_h1
 
 STAGES, QUICK_STAGES = (2, 4, 8), (2,)
@@ -46,16 +47,21 @@ WIDTHS, QUICK_WIDTHS = (1024, 512), (256,)
 BATCH, QUICK_BATCH = 512, 128
 MICRO, QUICK_MICRO = 16, 8
 STEPS, QUICK_STEPS = 6, 2  # measured steps, after two warm-up steps
-COMPUTE = ("forward", "backward", "weight")
+# the stages' arithmetic: passes, and the optimizer calls a step runs first (SGD's update of
+# the stage's weights); "outside compute" is the rest of the workers' CPU
+COMPUTE = ("forward", "backward", "weight", "optimizer")
 SENDS = ("send_act", "send_grad")
+VIRTUAL = 2  # chunks per worker of the interleaved 1F1B prediction
 
 
 # ---- the replay ---------------------------------------------------------------------------
-def replay(plan: list[list[tuple[str, int]]], cost, latency: float) -> dict:
+def replay(plan: list[list[tuple]], cost, latency: float) -> dict:
     """Run each stage's list of ``plan`` (see ``disthook.distributed.schedule``) on a core of
     its own: an action starts when its stage is free and, for a receive, when the message
     arrived (the end of its send plus ``latency`` seconds); ``cost(stage, kind)`` is the
-    seconds of a forward, backward or send. The step's seconds and each stage's busy ones."""
+    seconds of a forward, backward or send. An action may name the virtual stage it runs
+    (``(kind, mb, stage)``, interleaved 1F1B: ``disthook.distributed.interleaved``); then
+    ``cost`` is asked for that stage's. The step's seconds and each core's busy ones."""
     p = len(plan)
     arrival: dict[tuple[str, int, int], float] = {}  # ("act"/"grad", to stage, mb) -> time
     clock, busy, pos = [0.0] * p, [0.0] * p, [0] * p
@@ -63,20 +69,22 @@ def replay(plan: list[list[tuple[str, int]]], cost, latency: float) -> dict:
         progressed = False
         for s in range(p):
             while pos[s] < len(plan[s]):
-                kind, mb = plan[s][pos[s]]
+                action = plan[s][pos[s]]
+                kind, mb = action[0], action[1]
+                k = action[2] if len(action) > 2 else s  # the (virtual) stage it runs
                 if kind.startswith("recv_"):
-                    key = (kind[5:], s, mb)
+                    key = (kind[5:], k, mb)
                     if key not in arrival:
                         break
                     clock[s] = max(clock[s], arrival[key])
                 else:
-                    took = cost(s, kind)
+                    took = cost(k, kind)
                     clock[s] += took
                     busy[s] += took
                     if kind == "send_act":
-                        arrival[("act", s + 1, mb)] = clock[s] + latency
+                        arrival[("act", k + 1, mb)] = clock[s] + latency
                     elif kind == "send_grad":
-                        arrival[("grad", s - 1, mb)] = clock[s] + latency
+                        arrival[("grad", k - 1, mb)] = clock[s] + latency
                 pos[s] += 1
                 progressed = True
         if not progressed:
@@ -126,6 +134,24 @@ def predict(costs: list[dict], latency: float, m: int) -> dict:
     """The 1F1B step predicted from per-stage ``costs`` (kind -> seconds) and ``latency``."""
     plan = one_f_one_b(len(costs), m)
     return replay(plan, lambda s, kind: costs[s].get(kind, 0.0), latency)
+
+
+def predict_interleaved(costs: list[dict], latency: float, m: int,
+                        v: int = VIRTUAL) -> dict | None:
+    """Interleaved 1F1B with ``v`` chunks per worker, predicted from the 1F1B ``costs`` of
+    ``p`` stages: a chunk's forward and backward cost a ``v``-th of its worker's stage's,
+    a send what the stage's cost (the activation is as large), the hop as long. None where
+    ``m`` is not a multiple of ``p``. Each pass's fixed cost is divided too, so this is a
+    little optimistic for both libraries alike."""
+    p = len(costs)
+    if m % p:
+        return None
+
+    def cost(k: int, kind: str) -> float:
+        took = costs[k % p].get(kind, 0.0)
+        return took if kind in SENDS else took / v
+
+    return replay(interleaved_1f1b(p, m, v), cost, latency)
 
 
 # ---- disthook's side ----------------------------------------------------------------------
@@ -400,6 +426,10 @@ def _predict_row(row: dict) -> None:
                         lambda s, kind, c=r["zb_costs"]: c[s].get(kind, 0.0), latency)
             r["predicted_zb_step_s"] = zb["step_s"]
             r["zb_bubble_vs_1f1b"] = _bubble(zb) / _bubble(plain) if _bubble(plain) else None
+        il = predict_interleaved(r["costs"], latency, m)
+        r["predicted_interleaved_step_s"] = None if il is None else il["step_s"]
+        r["interleaved_bubble_vs_1f1b"] = (_bubble(il) / _bubble(plain)
+                                           if il is not None and _bubble(plain) else None)
         r["predicted_speedup"] = r["one_process_cpu_s"] / r["predicted_step_s"]
         total = (r["client_cpu_s"] + r["coordinator_cpu_s"] + r["workers_cpu_s"]
                  if side == "disthook" else sum(r["ranks_cpu_s"]))
@@ -408,6 +438,15 @@ def _predict_row(row: dict) -> None:
     t = row["torch"]
     row["ratio_to_torch"] = (row["disthook"]["predicted_step_s"] / t["predicted_step_s"]
                              if t else None)
+    # each library's fastest predicted schedule among those it runs (ours: 1F1B and ZB-H1,
+    # interleaved 1F1B being predicted only; torch's: 1F1B and Interleaved1F1B)
+    row["best_ratio_to_torch"] = (
+        _best(row["disthook"], ("predicted_step_s", "predicted_zb_step_s"))
+        / _best(t, ("predicted_step_s", "predicted_interleaved_step_s")) if t else None)
+
+
+def _best(side: dict, keys: tuple) -> float:
+    return min(side[k] for k in keys if side.get(k) is not None)
 
 
 def _bubble(replayed: dict) -> float:
@@ -482,6 +521,21 @@ def print_rows(rows: list[dict]) -> None:
         of = "n/a" if d["zb_bubble_vs_1f1b"] is None else f"{d['zb_bubble_vs_1f1b'] * 100:.0f}%"
         print(f"{r['width']:>5} {r['stages']:>2} {fbw:>18} {_ms(d['predicted_step_s'], 0):>8} "
               f"{_ms(d['predicted_zb_step_s'], 0):>9} {vs:>9} {of:>15}")
+    print(f"interleaved 1F1B, {VIRTUAL} chunks per worker, predicted for both libraries from "
+          f"their 1F1B costs (a chunk's pass: 1/{VIRTUAL} of the stage's; sends and hops as "
+          "measured); best: each library's fastest predicted schedule of those it runs "
+          "(ours: 1F1B, ZB-H1; torch's: 1F1B, Interleaved1F1B)")
+    print(f"{'w':>5} {'p':>2} {'interleaved ms':>15} {'bubble of 1F1B':>15} "
+          f"{'best ours/torch':>16}")
+    for r in rows:
+        d, t = r["disthook"], r["torch"]
+        mine = _ms(d["predicted_interleaved_step_s"], 0)
+        if t:
+            mine += f"/{_ms(t['predicted_interleaved_step_s'], 0)}"
+        of = ("n/a" if d["interleaved_bubble_vs_1f1b"] is None
+              else f"{d['interleaved_bubble_vs_1f1b'] * 100:.0f}%")
+        best = "n/a" if r["best_ratio_to_torch"] is None else f"{r['best_ratio_to_torch']:.2f}x"
+        print(f"{r['width']:>5} {r['stages']:>2} {mine:>15} {of:>15} {best:>16}")
     print("a/b: disthook/torch pipelining; speedup: one process's CPU per step / the predicted "
           "step; ours/torch below 1.00x: ours is predicted faster; of bound: disthook's speedup "
           "/ p·m/(m+p-1)")

@@ -138,9 +138,9 @@ def train_step(model: Deployment, x: Tensor, target: Tensor, loss_fn,
     except BaseException:
         model._hub.pending_optimizer[:0] = taken  # they go again (see run_stages)
         raise
-    finally:
-        for mb in range(m):
-            model._hub.drop_context(f"{step}.{mb}")
+    finally:  # what the step's hook events left here (their events carry the step's id)
+        for ctx_id in (step, *(f"{step}.{mb}" for mb in range(m))):
+            model._hub.drop_context(ctx_id)
     wall = time.perf_counter() - started
     # per stage: seconds computing, the step's wall time seen here, the worker's RSS peak,
     # and its timeline of schedule actions ([kind, micro-batch, thread CPU s, wall start,

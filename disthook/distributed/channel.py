@@ -35,6 +35,10 @@ __all__ = []
 
 _BURST = 32  # messages taken off one socket per poll, at most
 _ANSWERED_AHEAD_KEPT = 256  # requests whose answer came ahead of the hooks' (see _stands)
+# calls sent without waiting that may be unanswered at once: past it, the program waits for
+# the older half (a loop that never reads a result would otherwise queue without bound on
+# the workers and here)
+MAX_AHEAD = 256
 _call_numbers = itertools.count(1)  # optimizer calls that ride with a forward (see defer)
 
 
@@ -126,6 +130,9 @@ class _Hub(HookServer):
         # ids of the optimizers whose shares a step or a load made on these workers: their
         # later calls may ride with a forward (a recovered model gets a new channel)
         self.made_shares: set[int] = set()
+        # the stages' addresses in order when they form a pipeline (a chain): its writes
+        # travel it from the first stage, behind the calls sent on before them
+        self.chain: list[str] | None = None
         # requests answered ahead of their hooks' answers (see _stands), and an error one
         # of them got afterwards, raised with the next request
         self._answered_ahead: dict[int, None] = {}
@@ -150,6 +157,33 @@ class _Hub(HookServer):
         self.stats["bytes_out"] += sum(_nbytes(f) for f in frames)
         self.socks[address].send_multipart(frames, copy=False)
 
+    def write_all(self, calls: list[tuple], *, what: str,
+                  carries_optimizer_calls: bool = False) -> None:
+        """Writes of weights, each (address, message type, fields), made as one. On a chain
+        they go as one "write" to the first stage, which passes them on stage to stage, so
+        that every call computes all stages with the weights it started with
+        (workers/versions.py); otherwise each goes to its worker."""
+        through = self._write_through(calls)
+        if through is None:
+            msg_type = calls[0][1]
+            self.request_all([(a, f) for a, _, f in calls], msg_type, what=what,
+                             carries_optimizer_calls=carries_optimizer_calls)
+        else:
+            self.request_all([through], "write", what=what,
+                             carries_optimizer_calls=carries_optimizer_calls)
+
+    def _write_through(self, calls: list[tuple]) -> tuple | None:
+        """(first stage's address, "write" fields) carrying ``calls`` down the chain; None
+        when the model is no chain (or a call is for a worker outside it)."""
+        chain = self.chain
+        if (not chain or len(set(chain)) != len(chain) or len(chain) < 2
+                or any(a not in chain for a, _, _ in calls)):
+            return None
+        parts: list[list] = [[] for _ in chain]
+        for address, msg_type, fields in calls:
+            parts[chain.index(address)].append({"type": msg_type, "fields": fields})
+        return chain[0], {"stage": 0, "parts": parts, "reply_to": self.reply_to}
+
     def send_value(self, source: str, vid: str, to: str) -> None:
         """Have the worker at ``source`` push its kept value ``vid`` to the worker at
         ``to`` (one-way, in request order there)."""
@@ -170,13 +204,36 @@ class _Hub(HookServer):
             # each worker runs them before this request, in order)
             pending, self.pending_optimizer = self.pending_optimizer, []
             for calls in pending:
-                for to, spec in calls.items():
+                named = f"optimizer {next(iter(calls.values()))['action']}"
+                writes = [(to, "step", {"optimizer": spec}) for to, spec in calls.items()]
+                through = self._write_through(writes)
+                if through is not None:  # down the chain, as one
+                    writes = [(through[0], "write", through[1])]
+                for to, kind, write in writes:
                     step = next_request_id()
-                    self.send(to, "step", {"optimizer": spec}, req=step)
-                    self.in_flight[step] = (f"optimizer {spec['action']}", _ignore)
+                    self.send(to, kind, write, req=step)
+                    self.in_flight[step] = (named, _ignore)
+        if len(self.in_flight) >= MAX_AHEAD:
+            self._keep_up(what)
         req = next_request_id()
         self.send(address, msg_type, fields, req=req, ctx=ctx)
         self.in_flight[req] = (what, on_reply)
+
+    def _keep_up(self, what: str) -> None:
+        """Wait until at most half of ``MAX_AHEAD`` calls sent without waiting are
+        unanswered (their failures are raised by the next request that waits, as ever)."""
+        deadline = Deadline(self.timeout)
+        while len(self.in_flight) > MAX_AHEAD // 2:
+            events = poll_until(self.poller, deadline)
+            if not events or any(sock in self.monitors for sock in events):
+                # no answer in time, or a worker went: as a waited request says it
+                self.request_all([], "keep_up", what=what)
+                return
+            for sock in events:
+                try:
+                    self._take(sock, [], {}, deadline)
+                finally:
+                    self.flush_answers(sock)
 
     def settle(self) -> None:
         """Wait until every call sent without waiting has answered (raising the first
@@ -405,9 +462,9 @@ class _Hub(HookServer):
         for i, calls in enumerate(pending):
             action = next(iter(calls.values()))["action"]
             try:
-                self.request_all([(address, {"optimizer": spec})
-                                  for address, spec in calls.items()], "step",
-                                 what=f"optimizer {action}", carries_optimizer_calls=True)
+                self.write_all([(address, "step", {"optimizer": spec})
+                                for address, spec in calls.items()],
+                               what=f"optimizer {action}", carries_optimizer_calls=True)
             except BaseException:
                 self.pending_optimizer[:0] = pending[i:]  # they go again (each runs once)
                 raise

@@ -21,7 +21,7 @@ import threading
 import time
 import weakref
 
-from deploy.local import spawn, stderr_tail, why_it_ended
+from deploy.local import spawn, start_report, stderr_tail, why_it_ended
 from deploy.roles import Role, coordinator_role, local_worker_id, worker_role
 from deploy.threads import share_of_cores
 from disthook.service.endpoint import check_free, parse, unknown_host
@@ -115,12 +115,12 @@ class Cluster:
     def wait_for_workers(self, n: int, timeout: float = 60.0) -> list[WorkerInfo]:
         """Block until ``n`` workers are registered and alive (``ClusterError`` at the deadline)."""
         deadline = time.monotonic() + timeout
-        answered = False  # whether the coordinator ever answered
+        answered = None  # what the coordinator said last (None: it never answered)
         while True:
             self._check_processes()
             try:
-                workers = [w for w in self.workers() if w.alive]
-                answered = True
+                answered = self.workers()
+                workers = [w for w in answered if w.alive]
             except RemoteTimeout:
                 workers = []
             if len(workers) >= n:
@@ -128,25 +128,8 @@ class Cluster:
             if time.monotonic() > deadline:
                 raise ClusterError(f"only {len(workers)} of {n} workers registered with "
                                    f"{self.address} within {timeout:g} s"
-                                   f"{self._start_report(answered)}")
+                                   f"{start_report(self._processes, answered)}")
             time.sleep(0.05)
-
-    def _start_report(self, answered: bool) -> str:
-        """What a start that took too long leaves to go on: whether the coordinator
-        answered, this machine's load, and each started process's state and last stderr
-        lines."""
-        parts = ["; the coordinator " + ("answered" if answered else "never answered")]
-        try:
-            parts.append(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores "
-                         "(a busy machine starts slowly: start_timeout= gives it longer)")
-        except OSError:
-            pass
-        for proc in self._processes or ():
-            tail = stderr_tail(proc, wait=0)
-            parts.append(f"{' '.join(proc.args[2:3])} pid {proc.pid} "
-                         f"{'running' if proc.poll() is None else 'exited'}"
-                         + (f", last stderr: {tail[-1]!r}" if tail else ""))
-        return "; ".join(parts)
 
     # ---- placing a model ----------------------------------------------------------------------
     def deploy(self, module, stages: int = 1, *, placement: dict | None = None,

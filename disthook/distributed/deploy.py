@@ -63,7 +63,11 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
         stages = _placement_stages(placement, stages)
     else:
         stage_modules = _children_stages(module, stages, split_points, balance, sample_input)
-        if stage_modules is None:  # the children alone do not make the stages: the tree
+        if stage_modules is not None and split_points is None and balance == "params":
+            placement = _finer_placement(module, stage_modules, stages)
+            if placement is not None:
+                stage_modules = None
+        if stage_modules is None and placement is None:  # the children alone do not make the stages: the tree
             if balance == "time":
                 raise ValueError(
                     f"balance='time' cuts the children of {type(module).__name__} into "
@@ -193,6 +197,26 @@ def _children_stages(module: Module, stages: int, split_points, balance: str,
             raise
         return None  # the tree can keep the tied parts together
     return stage_modules
+
+
+def _finer_placement(module: Module, stage_modules: list, stages: int) -> dict | None:
+    """The tree's placement, where the root's forward runs on the client (so cutting among
+    its children gains nothing over cutting deeper) and the children alone balance the
+    stages badly: a GPT's children are its embeddings, one ``ModuleList`` of every block and
+    its head, which put every block on one worker. None where the children do as well (within
+    a quarter) or the tree cannot place the model."""
+    if stages < 2 or chains_its_children(module):
+        return None
+    try:
+        finer = tree.auto_placement(module, stages)
+    except ValueError:
+        return None
+    by_stage = [0] * stages
+    mods = dict(module.named_modules())
+    for path, stage in finer.items():
+        by_stage[stage] += sum(p.numel() for p in mods[path].parameters())
+    coarse = max(sum(p.numel() for p in m.parameters()) for m in stage_modules)
+    return finer if max(by_stage) * 1.25 < coarse else None
 
 
 def _placement_stages(given: dict, stages: int) -> int:

@@ -154,5 +154,15 @@ def _issue(model: Deployment, x: Tensor, target: Tensor, loss_fn, scale_grads: b
                 losses[i] = loss
             else:
                 loss = losses[i]
-                (loss * (sizes[i] / rows) if scale_grads and m > 1 else loss).backward()
+                # the share of the rows as the gradient the backward starts from: the
+                # gradients of (loss * share).backward(), without a call for the product
+                loss.backward(_share(loss, sizes[i] / rows)
+                              if scale_grads and m > 1 else None)
                 losses[i] = loss.detach()
+
+
+def _share(loss: Tensor, share: float) -> Tensor:
+    """``share`` in a tensor of the loss's shape and dtype, made here (a kept loss's
+    metadata is read, never its value)."""
+    data = loss._data
+    return Tensor._make(np.full(data.shape, share, data.dtype), None, 0)

@@ -139,8 +139,8 @@ class RemoteStorage:
             raise RuntimeError(f"a deployed tensor keeps its shape: {self._path} is "
                                f"{list(self.shape)}, the new data is {list(value.shape)}")
         dtype = _SLOT_DATA.__get__(self).dtype
-        self._model._hub.request(self._model._owner(self._path), "set_state", {
-            "state": {self._path: value.detach()._data.astype(dtype)}}, what=what)
+        self._model._hub.write_all([(self._model._owner(self._path), "set_state", {
+            "state": {self._path: value.detach()._data.astype(dtype)}})], what=what)
 
     def numpy(self, *, force: bool = False) -> np.ndarray:
         if self.requires_grad and not force and grad_mode.is_grad_enabled():
@@ -157,8 +157,8 @@ class RemoteStorage:
         args = tuple(a.detach() if isinstance(a, RemoteStorage) else a for a in args)
         kwargs = {k: a.detach() if isinstance(a, RemoteStorage) else a
                   for k, a in kwargs.items()}
-        self._model._hub.request(self._model._owner(self._path), "param_op", {
-            "name": self._path, "op": op, "args": pack(list(args)), "kwargs": pack(kwargs)},
+        self._model._hub.write_all([(self._model._owner(self._path), "param_op", {
+            "name": self._path, "op": op, "args": pack(list(args)), "kwargs": pack(kwargs)})],
             what=f"{self._path}.{op}()")
         return self
 

@@ -221,8 +221,8 @@ class PartPlacement(_Placed):
                     t._twin._data.dtype)
         if values:
             dep = self.deployment
-            dep._hub.request(dep._owner(self.path), "set_state", {"state": values},
-                             what=f"load_state_dict of {self.path!r}")
+            dep._hub.write_all([(dep._owner(self.path), "set_state", {"state": values})],
+                               what=f"load_state_dict of {self.path!r}")
         if strict:
             note_unexpected(state_dict, prefix, local, d["_modules"], unexpected_keys)
 

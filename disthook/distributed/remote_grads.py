@@ -82,9 +82,15 @@ def optimizer_share(optimizer, action: str, state: dict | None = None):
                     p._path: {k: _array_of(v) for k, v in value.items()}
                     for p, value in (state or {}).items()
                     if p._model is model and p._path in call["params"]}}
-        replies = model._hub.request_all([(address, {"optimizer": call})
-                                          for address, call in calls.items()],
-                                         "step", what=f"optimizer {action}")
+        replies = []
+        if action in ("step", "load"):  # a write: down the chain, as one
+            model._hub.write_all([(address, "step", {"optimizer": call})
+                                  for address, call in calls.items()],
+                                 what=f"optimizer {action}")
+        else:
+            replies = model._hub.request_all([(address, {"optimizer": call})
+                                              for address, call in calls.items()],
+                                             "step", what=f"optimizer {action}")
         if action in ("step", "load"):  # the shares exist now
             model._hub.made_shares.add(share_id)
         if action == "state":

@@ -13,8 +13,9 @@ from disthook.ops.elementwise import LeakyRelu
 
 
 def _keep(g, mask):
-    """``g`` where ``mask`` holds, zero elsewhere (``mask`` a bool Tensor)."""
-    return g * mask.to(g.dtype)
+    """``g`` where ``mask`` holds, zero elsewhere (``mask`` a bool Tensor), even where ``g``
+    is inf or NaN, as torch's kernels (a product with the mask would give NaN there)."""
+    return g.where(mask, g.new_zeros(()))
 
 
 class Hardtanh(Op):

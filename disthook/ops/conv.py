@@ -2,9 +2,10 @@
 
 Layout as torch: input ``(N, C_in, *spatial)``, weight ``(C_out, C_in / groups, *kernel)``.
 The forward pads the input, unfolds it into columns (im2col: one strided view, copied a few
-samples at a time) and multiplies each group's weight matrix with them; the weight gradient multiplies the
-output gradient with the same columns, the input gradient folds the product of the weight
-and the output gradient back onto the input (col2im). Each gradient is again a linear map
+samples at a time) and multiplies each group's weight matrix with them; the weight gradient
+multiplies the output gradient with the same columns, the input gradient multiplies the
+weight with the output gradient and folds the product back onto the input (col2im).
+Each gradient is again a linear map
 of one of the other operands, and the three ops are each other's adjoints:
 
     y  = conv(x, w)             dx = conv_input_grad(g, w)     dw = conv_weight_grad(x, g)
@@ -14,6 +15,7 @@ any order work (``create_graph=True``).
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -44,12 +46,16 @@ def conv_output_size(spec: ConvSpec, spatial: tuple, kernel: tuple) -> tuple:
 
 # ---- numpy: unfold the input into columns and fold columns back --------------------------
 #
-# Two layouts of the columns. Strided convolutions read each window through a strided view
-# (``_columns``/``_fold``). Stride-1 convolutions use the "wide" layout: the padded input is
-# flattened per channel and every kernel offset reads one contiguous run of it, as if each
-# output row were as long as a padded input row; the extra outputs at the end of each row
-# are dropped (forward) or given a zero gradient (backward). Its copies and adds move long
-# contiguous runs, which numpy does several times faster than short rows.
+# The forward and the weight gradient copy each sample's windows (im2col) into one buffer
+# reused for every batch of samples, and the forward's product writes straight into the
+# output. The input gradient of a stride-1 convolution works in the "wide" layout: the padded
+# input is flattened per channel, and the output gradient is laid out as if each output row
+# were as long as a padded input row (the extra outputs at the end of each row hold zeros).
+# Along the last kernel dim it is a correlation: the output gradient is unfolded over that
+# dim only (a few shifted copies of long contiguous runs) and one product gives, for each
+# offset of the other kernel dims, a contiguous run of the input gradient; those runs are
+# added into place (3 adds for a 3x3 kernel rather than 9, and a product with a 3x deeper
+# inner dim). Strided convolutions fold every kernel offset through strided views.
 
 def _pad(x: np.ndarray, padding: tuple) -> np.ndarray:
     if not any(lo or hi for lo, hi in padding):
@@ -65,87 +71,66 @@ def _is_wide(spec: ConvSpec) -> bool:
 
 
 class _Wide(NamedTuple):
-    """Geometry of the wide layout: padded spatial shape, its flat strides (elements), the
-    length of a wide output row block and the flat offset of each kernel offset."""
+    """Geometry of the wide layout: padded spatial shape, the length of a wide output block
+    (``out[0]`` rows of a padded row's length), the flat offset of each kernel offset of all
+    dims but the last, the last dim's kernel size and dilation, and the flat size per
+    channel that the input gradient's runs reach."""
 
     padded: tuple
-    flat_strides: tuple
     length: int
-    offsets: list
+    outer_offsets: tuple
+    last_kernel: int
+    last_dilation: int
+    flat_size: int
 
     @classmethod
+    @functools.lru_cache(maxsize=256)
     def of(cls, spatial: tuple, spec: ConvSpec, kernel: tuple, out: tuple) -> _Wide:
+        """The geometry of one convolution's shapes; cached, since working it out costs tens
+        of microseconds of Python and a training loop asks for the same shapes every step."""
         padded = tuple(n + lo + hi for n, (lo, hi) in zip(spatial, spec.padding))
         strides = tuple(math.prod(padded[i + 1:]) for i in range(len(padded)))
         length = out[0] * strides[0]
-        offsets = [sum(k * d * st for k, d, st in zip(ks, spec.dilation, strides))
-                   for ks in np.ndindex(*kernel)]
-        return cls(padded, strides, length, offsets)
+        outer = tuple(sum(k * d * st for k, d, st in zip(ks, spec.dilation, strides))
+                      for ks in np.ndindex(*kernel[:-1]))
+        edge = spec.dilation[-1] * (kernel[-1] - 1)
+        flat_size = max(math.prod(padded), outer[-1] + length + edge)
+        return cls(padded, length, outer, kernel[-1], spec.dilation[-1], flat_size)
 
     @property
-    def flat_size(self) -> int:
-        return max(math.prod(self.padded), self.offsets[-1] + self.length)
+    def edge(self) -> int:
+        """How far the last kernel dim reaches: its dilated size less one."""
+        return self.last_dilation * (self.last_kernel - 1)
 
-    def widen(self, g: np.ndarray) -> np.ndarray:
-        """``(N, C, *out)`` to ``(N, C, length)``: each row zero-extended to padded length."""
-        n, c, first, *rest = g.shape
-        if tuple(rest) == self.padded[1:]:
-            return g.reshape(n, c, self.length)
-        wide = np.zeros((n, c, first, *self.padded[1:]), dtype=g.dtype)
-        wide[(..., *[slice(0, m) for m in g.shape[2:]])] = g
-        return wide.reshape(n, c, self.length)
-
-
-def _flat_padded(x: np.ndarray, spec: ConvSpec, wide: _Wide) -> np.ndarray:
-    """The zero-padded input, flattened per channel, with zeros after it as far as the
-    last kernel offset reads."""
-    n, c = x.shape[:2]
-    flat = np.zeros((n, c, wide.flat_size), dtype=x.dtype)
-    grid = flat[:, :, :math.prod(wide.padded)].reshape(n, c, *wide.padded)
-    grid[(..., *[slice(lo, lo + m) for m, (lo, _) in zip(x.shape[2:], spec.padding)])] = x
-    return flat
+    def spread(self, g: np.ndarray) -> np.ndarray:
+        """``(N, C, *out)`` to ``(N, C, edge + length + edge)``: each row zero-extended to
+        a padded row's length, with ``edge`` zeros before and after the whole block."""
+        n, c = g.shape[:2]
+        spread = np.zeros((n, c, self.length + 2 * self.edge), dtype=g.dtype)
+        block = spread[:, :, self.edge:self.edge + self.length]
+        block.reshape(n, c, g.shape[2], *self.padded[1:])[
+            (..., *[slice(0, m) for m in g.shape[3:]])] = g
+        return spread
 
 
-def _columns(x: np.ndarray, spec: ConvSpec, kernel: tuple, out: tuple) -> np.ndarray:
-    """im2col: ``(N, groups, C_in / groups * prod(kernel), length)``, contiguous; ``length``
-    is ``prod(out)``, or the wide length for stride-1 convolutions."""
-    n, c = x.shape[:2]
-    g = spec.groups
-    dims = range(len(kernel))
-    if _is_wide(spec):
-        wide = _Wide.of(x.shape[2:], spec, kernel, out)
-        flat = _flat_padded(x, spec, wide)
-        st, item = flat.strides, flat.itemsize
-        window = as_strided(
-            flat, shape=(n, c, *kernel, wide.length),
-            strides=(st[0], st[1],
-                     *[item * wide.flat_strides[i] * spec.dilation[i] for i in dims], item),
-            writeable=False)
-        return window.reshape(n, g, c // g * math.prod(kernel), wide.length)
+def _windows(x: np.ndarray, spec: ConvSpec, kernel: tuple, out: tuple) -> np.ndarray:
+    """A read-only strided view ``(N, C, *kernel, *out)`` of the padded input: entry
+    ``[n, c, k, o]`` is the element that kernel offset ``k`` reads for output ``o``."""
     xp = _pad(x, spec.padding)
-    st = xp.strides
-    window = as_strided(
-        xp, shape=(n, c, *kernel, *out),
+    st, dims = xp.strides, range(len(kernel))
+    return as_strided(
+        xp, shape=(*xp.shape[:2], *kernel, *out),
         strides=(st[0], st[1], *[st[2 + i] * spec.dilation[i] for i in dims],
                  *[st[2 + i] * spec.stride[i] for i in dims]),
         writeable=False)
-    return window.reshape(n, g, c // g * math.prod(kernel), math.prod(out))
 
 
-def _fold(cols: np.ndarray, x_shape: tuple, spec: ConvSpec, kernel: tuple,
-          out: tuple) -> np.ndarray:
-    """col2im, the adjoint of ``_columns``: add every column entry back at the input position
-    it was read from. One vectorised add per kernel offset; the result may be a view."""
+def _fold_strided(cols: np.ndarray, x_shape: tuple, spec: ConvSpec, kernel: tuple,
+                  out: tuple) -> np.ndarray:
+    """col2im, the adjoint of ``_windows``: add every column entry back at the input position
+    it was read from, one strided add per kernel offset; the result may be a view."""
     n, c = x_shape[:2]
     inner = tuple(slice(lo, lo + m) for m, (lo, _) in zip(x_shape[2:], spec.padding))
-    if _is_wide(spec):
-        wide = _Wide.of(x_shape[2:], spec, kernel, out)
-        cols = cols.reshape(n, c, len(wide.offsets), wide.length)
-        flat = np.zeros((n, c, wide.flat_size), dtype=cols.dtype)
-        for j, off in enumerate(wide.offsets):
-            flat[:, :, off:off + wide.length] += cols[:, :, j]
-        grid = flat[:, :, :math.prod(wide.padded)].reshape(n, c, *wide.padded)
-        return grid[(..., *inner)]
     cols = cols.reshape(n, c, *kernel, *out)
     padded = tuple(m + lo + hi for m, (lo, hi) in zip(x_shape[2:], spec.padding))
     xp = np.zeros((n, c, *padded), dtype=cols.dtype)
@@ -156,17 +141,51 @@ def _fold(cols: np.ndarray, x_shape: tuple, spec: ConvSpec, kernel: tuple,
     return xp[(..., *inner)]
 
 
+def _last_dim_weights(w: np.ndarray, groups: int) -> np.ndarray:
+    """The weight as ``(G, outer kernel offsets * C_in / G, C_out / G * last kernel)``, the
+    last kernel dim reversed: the matrix that takes the output gradient unfolded along the last
+    kernel dim to one run of the input gradient per outer kernel offset."""
+    o, cg, *kernel = w.shape
+    w = w.reshape(groups, o // groups, cg, -1, kernel[-1])[..., ::-1]
+    return w.transpose(0, 3, 2, 1, 4).reshape(groups, -1, o // groups * kernel[-1])
+
+
+def _input_grad_wide(g: np.ndarray, w: np.ndarray, spec: ConvSpec, x_shape: tuple,
+                     dx: np.ndarray) -> None:
+    """The input gradient of a stride-1 convolution into ``dx`` (see the layouts above)."""
+    n, c, groups, o = x_shape[0], x_shape[1], spec.groups, g.shape[1]
+    wide = _Wide.of(tuple(x_shape[2:]), spec, tuple(w.shape[2:]), tuple(g.shape[2:]))
+    wm = _last_dim_weights(w, groups)
+    spread = wide.spread(g)
+    runs = wide.length + wide.edge  # the run each outer kernel offset adds
+    st = spread.strides
+    unfolded = as_strided(spread, shape=(n, o, wide.last_kernel, runs),
+                          strides=(st[0], st[1], st[2] * wide.last_dilation, st[2]),
+                          writeable=False)
+    outer = len(wide.outer_offsets)
+    inner = (..., *[slice(lo, lo + m) for m, (lo, _) in zip(x_shape[2:], spec.padding)])
+    step, batches = _batches(n, (o * wide.last_kernel + c * outer) * runs * dx.itemsize)
+    cols = np.empty((min(step, n), o, wide.last_kernel, runs), dtype=g.dtype)
+    part = np.empty((min(step, n), groups, outer * (c // groups), runs), dtype=dx.dtype)
+    flat = np.empty((min(step, n), c, wide.flat_size), dtype=dx.dtype)
+    for rows in batches:
+        b = rows.stop - rows.start
+        np.copyto(cols[:b], unfolded[rows])
+        np.matmul(wm, cols[:b].reshape(b, groups, -1, runs), out=part[:b])
+        # (B, G, outer, C / G, runs) -> one (B, C, runs) run per outer kernel offset
+        by_offset = part[:b].reshape(b, groups, outer, c // groups, runs).transpose(2, 0, 1, 3, 4)
+        into = flat[:b].reshape(b, groups, c // groups, wide.flat_size)
+        into[..., :runs] = by_offset[0]
+        into[..., runs:] = 0
+        for j in range(1, outer):
+            off = wide.outer_offsets[j]
+            into[..., off:off + runs] += by_offset[j]
+        grid = flat[:b, :, :math.prod(wide.padded)].reshape(b, c, *wide.padded)
+        dx[rows] = grid[inner]
+
+
 def _weight_matrix(w: np.ndarray, groups: int) -> np.ndarray:
     return w.reshape(groups, w.shape[0] // groups, -1)
-
-
-def _grad_rows(g: np.ndarray, spec: ConvSpec, x_spatial: tuple, kernel: tuple) -> np.ndarray:
-    """The output gradient as ``(N, groups, C_out / groups, length)`` in the columns'
-    layout."""
-    n, o = g.shape[:2]
-    if _is_wide(spec):
-        g = _Wide.of(x_spatial, spec, kernel, g.shape[2:]).widen(g)
-    return g.reshape(n, spec.groups, o // spec.groups, math.prod(g.shape[2:]))
 
 
 # The columns of a whole batch can be many times the input (9x for a 3x3 kernel), so each
@@ -176,14 +195,11 @@ def _grad_rows(g: np.ndarray, spec: ConvSpec, x_spatial: tuple, kernel: tuple) -
 BATCH_COLUMNS_BYTES = 1 << 20
 
 
-def _batches(x_shape: tuple, spec: ConvSpec, kernel: tuple, out: tuple, itemsize: int):
-    """Slices of the batch dim, each holding about BATCH_COLUMNS_BYTES of columns."""
-    n, c = x_shape[:2]
-    length = (_Wide.of(x_shape[2:], spec, kernel, out).length if _is_wide(spec)
-              else math.prod(out))
-    per_sample = max(1, c * math.prod(kernel) * length * itemsize)
-    step = max(1, BATCH_COLUMNS_BYTES // per_sample)
-    return [slice(i, i + step) for i in range(0, n, step)]
+def _batches(n: int, sample_bytes: int) -> tuple[int, list]:
+    """The samples per batch (about BATCH_COLUMNS_BYTES of columns, at least one) and the
+    slices of the batch dim."""
+    step = max(1, BATCH_COLUMNS_BYTES // max(1, sample_bytes))
+    return step, [slice(i, min(n, i + step)) for i in range(0, n, step)]
 
 
 def conv_forward(x: np.ndarray, w: np.ndarray, spec: ConvSpec,
@@ -191,48 +207,56 @@ def conv_forward(x: np.ndarray, w: np.ndarray, spec: ConvSpec,
     """``conv(x, w)``, plus ``bias`` per output channel when given."""
     kernel = w.shape[2:]
     out = conv_output_size(spec, x.shape[2:], kernel)
-    wm = _weight_matrix(w, spec.groups)
-    y = np.empty((x.shape[0], w.shape[0], *out), dtype=np.result_type(x.dtype, w.dtype))
-    wide = _Wide.of(x.shape[2:], spec, kernel, out) if _is_wide(spec) else None
+    n, c, o, g = x.shape[0], x.shape[1], w.shape[0], spec.groups
+    depth, length = c // g * math.prod(kernel), math.prod(out)
+    wm = _weight_matrix(w, g)
+    y = np.empty((n, o, *out), dtype=np.result_type(x.dtype, w.dtype))
+    ym = y.reshape(n, g, o // g, length)
+    windows = _windows(x, spec, kernel, out)
+    step, batches = _batches(n, c * math.prod(kernel) * length * x.itemsize)
+    cols = np.empty((min(step, n), c, *kernel, *out), dtype=x.dtype)
     if bias is not None:
-        bias = bias.reshape(-1, *[1] * len(kernel))
-    for rows in _batches(x.shape, spec, kernel, out, x.itemsize):
-        cols = _columns(x[rows], spec, kernel, out)
-        part = np.matmul(wm, cols)  # (B, G, C_out / G, length)
-        if wide is not None:  # drop the extra outputs at the end of each wide row
-            part = part.reshape(cols.shape[0], w.shape[0], out[0], *wide.padded[1:])
-            part = part[(..., *[slice(0, m) for m in out])]
-        else:
-            part = part.reshape(cols.shape[0], w.shape[0], *out)
-        if bias is None:
-            y[rows] = part
-        else:
-            np.add(part, bias, out=y[rows])
+        bias = bias.reshape(g, o // g, 1)
+    for rows in batches:
+        part = cols[:rows.stop - rows.start]
+        np.copyto(part, windows[rows])
+        np.matmul(wm, part.reshape(part.shape[0], g, depth, length), out=ym[rows])
+        if bias is not None:
+            ym[rows] += bias
     return y
 
 
 def conv_input_grad(g: np.ndarray, w: np.ndarray, spec: ConvSpec, x_shape: tuple) -> np.ndarray:
-    kernel = w.shape[2:]
-    out = g.shape[2:]
-    wmt = _weight_matrix(w, spec.groups).transpose(0, 2, 1)
     dx = np.empty(x_shape, dtype=np.result_type(g.dtype, w.dtype))
-    for rows in _batches(x_shape, spec, kernel, out, dx.itemsize):
-        gm = _grad_rows(g[rows], spec, x_shape[2:], kernel)
-        cols = np.matmul(wmt, gm)
-        dx[rows] = _fold(cols, (cols.shape[0], *x_shape[1:]), spec, kernel, out)
+    if _is_wide(spec):
+        _input_grad_wide(g, w, spec, x_shape, dx)
+        return dx
+    kernel, out = w.shape[2:], g.shape[2:]
+    n, c, groups, length = x_shape[0], x_shape[1], spec.groups, math.prod(out)
+    wmt = _weight_matrix(w, groups).transpose(0, 2, 1)
+    gm = g.reshape(g.shape[0], groups, g.shape[1] // groups, length)
+    for rows in _batches(n, c * math.prod(kernel) * length * dx.itemsize)[1]:
+        cols = np.matmul(wmt, gm[rows])
+        dx[rows] = _fold_strided(cols, (cols.shape[0], *x_shape[1:]), spec, kernel, out)
     return dx
 
 
 def conv_weight_grad(x: np.ndarray, g: np.ndarray, spec: ConvSpec,
                      w_shape: tuple) -> np.ndarray:
     kernel, out = tuple(w_shape[2:]), g.shape[2:]
-    dw = np.zeros((spec.groups, w_shape[0] // spec.groups, math.prod(w_shape[1:])),
-                  dtype=np.result_type(x.dtype, g.dtype))
-    for rows in _batches(x.shape, spec, kernel, out, x.itemsize):
-        cols = _columns(x[rows], spec, kernel, out)
-        gm = _grad_rows(g[rows], spec, x.shape[2:], kernel)
-        part = np.matmul(gm, cols.transpose(0, 1, 3, 2))  # (B, G, C_out / G, C_in / G * K)
-        dw += part[0] if part.shape[0] == 1 else part.sum(axis=0)
+    n, c, groups = x.shape[0], x.shape[1], spec.groups
+    depth, length = c // groups * math.prod(kernel), math.prod(out)
+    dw = np.zeros((groups, w_shape[0] // groups, depth), dtype=np.result_type(x.dtype, g.dtype))
+    gm = g.reshape(g.shape[0], groups, g.shape[1] // groups, length)
+    windows = _windows(x, spec, kernel, out)
+    step, batches = _batches(n, c * math.prod(kernel) * length * x.itemsize)
+    cols = np.empty((min(step, n), c, *kernel, *out), dtype=x.dtype)
+    for rows in batches:
+        part = cols[:rows.stop - rows.start]
+        np.copyto(part, windows[rows])
+        prod = np.matmul(gm[rows], part.reshape(part.shape[0], groups, depth, length)
+                         .transpose(0, 1, 3, 2))  # (B, G, C_out / G, C_in / G * K)
+        dw += prod[0] if prod.shape[0] == 1 else prod.sum(axis=0)
     return dw.reshape(w_shape)
 
 

@@ -339,13 +339,22 @@ class Sigmoid(Op):
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
-    """erf to about 1e-7 (Abramowitz & Stegun 7.1.26); numpy has none."""
-    s = np.sign(x)
-    a = np.abs(x).astype(np.float64)
-    t = 1.0 / (1.0 + 0.3275911 * a)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027
-                                                                            + t * 1.061405429))))
-    return (s * (1.0 - poly * np.exp(-a * a))).astype(x.dtype, copy=False)
+    """erf to about 1e-7 (Abramowitz & Stegun 7.1.26); numpy has none. In float64, in
+    place: a GELU's erf over a (16, 64, 512) activation was 7% of a GPT step's CPU."""
+    a = np.abs(x, dtype=np.float64)
+    t = a * 0.3275911
+    t += 1.0
+    np.reciprocal(t, out=t)
+    poly = t * 1.061405429
+    for c in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):  # Horner, inside out
+        poly += c
+        poly *= t
+    np.multiply(a, a, out=a)
+    np.negative(a, out=a)
+    poly *= np.exp(a, out=a)
+    np.subtract(1.0, poly, out=poly)
+    poly *= np.sign(x)
+    return poly.astype(x.dtype, copy=False)
 
 
 class Erf(Op):
@@ -375,9 +384,33 @@ class Relu(Op):
     @staticmethod
     def backward(ctx, g):
         (out,) = ctx.saved_tensors
-        # Mul takes the bool mask as it is (numpy multiplies float by bool in one pass);
-        # ``g * mask`` would first cast the mask to g's dtype, a copy as large as g
-        return Mul.apply(g, out > 0)
+        return ReluGrad.apply(g, out)
+
+
+class ReluGrad(Op):
+    """ReLU's gradient, torch's ``threshold_backward``: ``g`` where the output is not <= 0
+    (a NaN output passes it), and 0 elsewhere even where ``g`` is inf or NaN."""
+
+    node_name = "ThresholdBackwardBackward0"
+
+    @staticmethod
+    def forward(ctx, g, out):
+        need = ctx.needs_input_grad
+        if need:  # the output takes no gradient; g's is this op again
+            ctx.save_for_backward(None, out if need[0] else None)
+        passes = ~np.less_equal(out._data, 0)
+        # float times bool is one pass and branch-free (a masked write is several times
+        # slower on a random mask), but inf or NaN times 0 is NaN: then the masked write
+        with np.errstate(invalid="ignore"):
+            grad = g._data * passes
+        if grad.size and np.isnan(grad.max()):
+            grad = np.where(passes, g._data, np.zeros((), grad.dtype))
+        return grad
+
+    @staticmethod
+    def backward(ctx, h):
+        _, out = ctx.saved_tensors
+        return (None if out is None else ReluGrad.apply(h, out)), None
 
 
 class LeakyRelu(Op):
@@ -520,8 +553,9 @@ class Hardswish(Op):
     def backward(ctx, g):
         (a,) = ctx.saved_tensors
         zero, one = a.new_zeros(()), a.new_ones(())
-        middle = (a / 3 + 0.5).where(a <= 3, one)
-        return g * zero.where(a < -3, middle)
+        # torch's kernel: 0 up to -3 whatever g is (inf or NaN times 0 would be NaN), g from 3
+        middle = (a / 3 + 0.5).where(a < 3, one)
+        return (g * zero.where(a <= -3, middle)).where(a > -3, zero)
 
 
 class Clamp(Op):

@@ -105,9 +105,17 @@ def max_pool_scatter(g: np.ndarray, arg: np.ndarray, geometry) -> np.ndarray:
     xp = np.zeros(padded, dtype=g.dtype)
     disjoint = _windows_disjoint(kernel, stride, dilation)
     mask = np.empty(arg.shape, dtype=bool)
+    # multiplying by the mask is branch-free (a masked write is several times slower on a
+    # random mask), but inf or NaN times 0 is NaN: with such gradients, the masked write
+    finite = g.size == 0 or bool(np.isfinite(g.max()) and np.isfinite(g.min()))
     for j, index in enumerate(_windows(kernel, stride, dilation, out)):
         np.equal(arg, j, out=mask)
-        if disjoint:
+        if not finite:
+            if disjoint:
+                np.copyto(xp[index], g, where=mask)
+            else:
+                xp[index] += np.where(mask, g, np.zeros((), g.dtype))
+        elif disjoint:
             np.multiply(g, mask, out=xp[index])
         else:
             xp[index] += g * mask

@@ -1,6 +1,7 @@
 """``disthook bench workspan`` runs and prints its two tables (work, span), with each stage's
 timeline of schedule actions from the workers; values it cannot run are refused, naming
 them. No timing or ratio is asserted."""
+import importlib.util
 import json
 
 import pytest
@@ -32,6 +33,9 @@ def check_tables(out: str, rows: list) -> None:
     zero = next(line for line in lines if "F/B/W ms" in line)
     for column in ("1F1B ms", "ZB-H1 ms", "vs torch", "bubble of 1F1B"):
         assert column in zero, column
+    interleaved = next(line for line in lines if "interleaved ms" in line)
+    for column in ("bubble of 1F1B", "best ours/torch"):
+        assert column in interleaved, column
     assert "MISS" not in out and "target" not in out
     for row in rows:
         ours = row["disthook"]
@@ -42,19 +46,26 @@ def check_tables(out: str, rows: list) -> None:
         for stage in ours["zb_costs"]:  # and under ZB-H1, its W's
             assert stage["forward"] > 0 and stage["backward"] > 0 and stage["weight"] > 0
         assert ours["predicted_zb_step_s"] > 0
+        if row["micro"] % row["stages"] == 0:  # interleaved takes groups of p micro-batches
+            assert ours["predicted_interleaved_step_s"] > 0
         assert ours["workers_cpu_s"] > 0 and 0 <= ours["outside_compute"] < 1
         if row["torch"] is not None:
             assert row["torch"]["predicted_step_s"] > 0 and row["ratio_to_torch"] > 0
+            assert row["best_ratio_to_torch"] > 0
             assert len(row["torch"]["ranks_cpu_s"]) == row["stages"]
 
 
 def test_workspan_runs_on_a_small_model_and_prints_work_and_span(monkeypatch, capsys,
                                                                  tmp_path):
+    # the scale-out figure from its predictions, where matplotlib is there to draw it
+    figure = tmp_path / "scaleout.png"
+    plot = ["--plot", str(figure)] if importlib.util.find_spec("matplotlib") else []
     out, rows = quick(monkeypatch, capsys, tmp_path, "--stages", "2", "--width", "64",
-                      "--batch", "32", "--micro", "4")
+                      "--batch", "32", "--micro", "4", *plot)
     assert "16 x Linear(w, w)" in out and "batch 32, 1F1B at m=4" in out
     assert [(r["stages"], r["width"]) for r in rows] == [(2, 64)]
     check_tables(out, rows)
+    assert figure.exists() == bool(plot)
 
 
 @pytest.mark.bench

@@ -12,7 +12,7 @@ import time
 
 import pytest
 import zmq
-from clusters import free_port
+from clusters import free_port, wait_until
 
 import disthook as torch
 from disthook import wire
@@ -87,10 +87,32 @@ def test_a_start_that_takes_too_long_says_what_there_is_to_go_on():
             cluster.wait_for_workers(2, timeout=0.2)
     message = str(caught.value)
     assert message.startswith(f"only 1 of 2 workers registered with {cluster.address} "
-                              "within 0.2 s; the coordinator answered; load average ")
+                              "within 0.2 s; the coordinator answered, knowing 1 worker(s); "
+                              "load average ")
     assert "start_timeout= gives it longer" in message
-    assert "; coordinator pid " in message and "; workers pid " in message
+    assert "; coordinator pid " in message and "; w1 pid " in message
     assert message.count(" running") == 2
+
+
+def test_a_start_that_stalls_shows_where_each_process_is():
+    # a worker that never registers (its coordinator is not there): the error names it,
+    # says it runs, and shows its threads' stacks, so that a stall explains itself
+    from deploy.local import spawn, stacks_of
+    from deploy.roles import worker_role
+
+    with local_cluster(workers=1) as cluster:
+        lost = spawn(worker_role(f"tcp://127.0.0.1:{free_port()}", log_level="WARNING",
+                                 bind="tcp://127.0.0.1:0").named("w9"))
+        cluster._processes.append(lost)  # reaped with the cluster
+        wait_until(lambda: any("serve_forever" in line for line in stacks_of(lost)), 60)
+        with pytest.raises(ClusterError) as caught:
+            cluster.wait_for_workers(2, timeout=0.5)
+    message = str(caught.value)
+    assert "the coordinator answered, knowing 1 worker(s);" in message
+    assert f"; w9 pid {lost.pid} running" in message
+    where = message.split(f"w9 pid {lost.pid} running")[1]
+    assert ", where it is:\n" in where
+    assert 'File "' in where and "serve_forever" in where  # its main thread, in its loop
 
 
 def test_bad_worker_count():

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ import pytest
 import disthook as torch
 from disthook import nn
 from disthook.distributed import local_cluster
+from disthook.service.security import add_client
 
 pytestmark = pytest.mark.timeout(180)
 HOOK_S = 3.0
@@ -56,6 +58,108 @@ def outputs_of(state: dict) -> np.ndarray:
 def cluster():
     with local_cluster(workers=2) as c:
         yield c
+
+
+class Pause(nn.Module):
+    """Holds a call on its worker for ``seconds`` when the input is negative (a reader's
+    call), after touching ``marker``: the call computes there while the deployer writes."""
+
+    def __init__(self, marker: str, seconds: float):
+        super().__init__()
+        self.marker, self.seconds = marker, seconds
+
+    def forward(self, x):
+        if float(x.detach().numpy().flat[0]) < 0:
+            open(self.marker, "w").close()
+            time.sleep(self.seconds)
+        return x
+
+
+def paused_model(marker) -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(Pause(str(marker), HOOK_S), nn.Linear(3, 4), nn.Tanh(),
+                         nn.Linear(4, 2))
+
+
+def paused_outputs(state: dict, sign: float = -1.0) -> np.ndarray:
+    local = paused_model("unused")
+    local[0].seconds = 0.0
+    local.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+    with torch.no_grad():
+        return local(torch.ones(2, 3) * sign).numpy()
+
+
+PAUSED_READER = textwrap.dedent('''
+    import json, os, sys
+    sys.path.insert(0, sys.argv[3])  # the test module: the model's classes
+    import disthook as torch
+    from disthook.distributed import connect
+
+    address, name = sys.argv[1:3]
+    keys = sys.argv[4] if len(sys.argv) > 4 else None
+    model = connect(address, keys=keys, key_name="reader").attach(name)
+    with torch.no_grad():
+        out = model(torch.ones(2, 3) * -1)
+    print(json.dumps(out.numpy().tolist()), flush=True)
+''')
+
+
+@pytest.fixture(scope="module", params=["plain", "keys"])
+def any_cluster(request, cluster):
+    if request.param == "plain":
+        yield cluster
+        return
+    with local_cluster(workers=2, secure=True) as c:
+        yield c
+
+
+def start_paused_reader(cluster, name, marker, tmp_path):
+    """A reader whose call computes on stage 0 (in ``Pause``) for HOOK_S seconds."""
+    (tmp_path / "paused_reader.py").write_text(PAUSED_READER)
+    argv = [sys.executable, str(tmp_path / "paused_reader.py"), cluster.address, name,
+            str(Path(__file__).parent)]
+    if cluster.keys is not None:  # a key of its own: another client than the deployer
+        if not (Path(cluster.keys.directory) / "reader.key").exists():
+            add_client(cluster.keys.directory, "reader")
+        argv.append(cluster.keys.directory)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.monotonic() < deadline, "the reader's call never reached stage 0"
+        time.sleep(0.02)
+    return proc
+
+
+@pytest.mark.parametrize("write", ["optimizer step", "stage 1 only"])
+def test_a_call_computing_on_stage_0_while_a_direct_write_lands_sees_one_version(
+        any_cluster, tmp_path, write):
+    # the reader's call computes on stage 0 (old weights) while the deployer's write, sent
+    # to each stage by itself, reaches stage 1: the reader still computes stage 1 with the
+    # weights it started with (the write goes behind it, down the pipeline)
+    marker = tmp_path / "in-stage-0"
+    name = f"paused-{write.split()[0]}-{any_cluster.keys is not None}"
+    remote = any_cluster.deploy(paused_model(marker), stages=2, split_points=[2], name=name)
+    try:
+        before = snapshot(remote)
+        if write == "optimizer step":  # a first step: its shares are made, sent at once
+            opt = torch.optim.SGD(remote.parameters(), lr=0.5)
+            remote(torch.ones(2, 3)).square().sum().backward()
+        reader = start_paused_reader(any_cluster, name, marker, tmp_path)
+        if write == "optimizer step":
+            opt.step()
+        else:
+            with torch.no_grad():
+                remote[3].weight.fill_(0.25)
+        after = snapshot(remote)
+        assert not np.allclose(after["3.weight"], before["3.weight"])
+        np.testing.assert_allclose(reader_output(reader), paused_outputs(before), rtol=1e-5,
+                                   atol=1e-6)
+        with torch.no_grad():  # the next call computes with the new weights on both
+            np.testing.assert_allclose(remote(torch.ones(2, 3)).numpy(),
+                                       paused_outputs(after, 1.0), rtol=1e-5, atol=1e-6)
+    finally:
+        remote.close()
 
 
 def start_reader(cluster, name, where, tmp_path):

@@ -96,6 +96,8 @@ def test_a_client_posing_as_the_deployer_changes_nothing_of_its(deployed):
         refused(lambda: s0.request("train_step", {
             "model": model, "step": "evil", "schedule": [], "reply_to": victim,
             "optimizer_calls": [step]}, timeout=30))
+        refused(lambda: s0.request("write", {
+            "model": model, "stage": 0, "parts": [[], []], "reply_to": victim}, timeout=30))
         refused(lambda: s1.request("pipe", {
             "model": model, "step": "evil", "kind": "act", "mb": 0, "data": x}, timeout=30))
         # requests that name no client act as their sender: read-only weights stay
@@ -104,6 +106,9 @@ def test_a_client_posing_as_the_deployer_changes_nothing_of_its(deployed):
                 ("param_op", {"name": "0.weight", "op": "mul_", "args": {"list": [30.0]},
                               "kwargs": {"dict": {}}}),
                 ("step", {"optimizer": step}),
+                # a write down the pipeline, even one for the next stage alone
+                ("write", {"stage": 0, "parts": [[], [{"type": "set_state", "fields": {
+                    "state": {"2.weight": np.zeros((2, 4), np.float32)}}}]]}),
                 ("unload", {})]:
             refused(lambda t=msg_type, f=fields: s0.request(t, {"model": model, **f},
                                                             timeout=30))

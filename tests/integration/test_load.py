@@ -10,8 +10,10 @@ The quick variant (4 clients x 25 calls) is in the default run; the full one (8 
 200 calls, ``DISTHOOK_LOAD_ROUNDS`` rounds, default 1) is ``pytest -m load``;
 ``DISTHOOK_LOAD_LOG=FILE`` writes the worker and coordinator processes' debug log there.
 """
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -28,7 +30,8 @@ STALL_S = 30.0  # a client's call not finished after this long (once it attached
 START_S = 180.0  # a client's start (import, connect, attach) on a busy machine
 
 CLIENT = textwrap.dedent('''
-    import sys
+    import faulthandler, signal, sys
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # a stall shows its stacks
     import disthook as torch
     from disthook.distributed import connect
 
@@ -68,9 +71,18 @@ def run_load(cluster, tmp_path, clients: int, calls: int) -> float:
     each worker is."""
     (tmp_path / "client.py").write_text(CLIENT)
     progress = [tmp_path / f"progress-{i}" for i in range(clients)]
+    for path in progress:  # a round's count, not the last round's: none until attached
+        path.unlink(missing_ok=True)
+    # each client's output goes to files, never to pipes nobody reads while it runs (a
+    # client that writes more than a pipe holds would stop, and look like a stall)
+    files = contextlib.ExitStack()
+    outs = [files.enter_context(open(tmp_path / f"client-{i}.out", "w+"))  # noqa: SIM115
+            for i in range(clients)]
+    errs = [files.enter_context(open(tmp_path / f"client-{i}.err", "w+"))  # noqa: SIM115
+            for i in range(clients)]
     procs = [subprocess.Popen(
         [sys.executable, str(tmp_path / "client.py"), cluster.address, "load", str(calls),
-         str(i), str(progress[i])], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+         str(i), str(progress[i])], stdout=outs[i], stderr=errs[i], text=True)
         for i in range(clients)]
     start = time.monotonic()
     seen = [(-1, start)] * clients  # (calls done, when that count was first seen)
@@ -87,9 +99,12 @@ def run_load(cluster, tmp_path, clients: int, calls: int) -> float:
                     stuck = {j: seen[j][0] for j in range(clients)}
                     pytest.fail(f"client {i} made no progress for {STALL_S:g} s "
                                 f"(calls done per client: {stuck}); workers:\n"
-                                + json.dumps(worker_waits(cluster), indent=1))
+                                + json.dumps(worker_waits(cluster), indent=1)
+                                + f"\nclient {i}'s stderr, its stacks last:\n"
+                                + client_stacks(p, errs[i]))
         for i, p in enumerate(procs):
-            out, err = p.communicate()
+            p.wait()
+            out, err = read(outs[i]), read(errs[i])
             assert p.returncode == 0 and out.strip().endswith("done"), \
                 f"client {i} failed:\n{err[-3000:]}"
         return time.monotonic() - start
@@ -98,6 +113,24 @@ def run_load(cluster, tmp_path, clients: int, calls: int) -> float:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+        files.close()
+
+
+def read(f) -> str:
+    f.flush()
+    f.seek(0)
+    return f.read()
+
+
+def client_stacks(proc, err) -> str:
+    """A stuck client's stderr, with the stacks of its threads at the end (it dumps them on
+    SIGUSR1), at most its last 80 lines."""
+    try:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(1.0)
+    except OSError:
+        pass
+    return "\n".join(read(err).splitlines()[-80:])
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from test_remote import make_net  # the same network as the other remote tests
 
 import disthook as torch
 from disthook import nn
-from disthook.distributed import DistributedOptimizer
+from disthook.distributed import DistributedOptimizer, deployment_of
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -122,6 +122,10 @@ def test_train_step_losses_hooks_and_a_loss_module(cluster):
         np.testing.assert_allclose(losses.numpy(), want, rtol=1e-6)
         # the last stage of 1F1B alternates: forward 0, backward 0, forward 1, ...
         assert events == [("F", 2), ("B", 2)] * 4
+        hub = deployment_of(remote)._hub
+        for _ in range(3):  # what the hooks' events left on the client goes with the step
+            remote.train_step(x, y, nn.CrossEntropyLoss())
+        assert not hub.taps and not hub.vjps and not hub.watched
     finally:
         remote.close()
 

@@ -182,6 +182,34 @@ def test_dropped_outputs_are_freed_on_the_workers(cluster):
         model.close()
 
 
+def test_a_loop_that_never_waits_stays_a_bounded_number_of_calls_ahead(cluster, monkeypatch):
+    """Steps whose results the program never reads send calls without waiting; past
+    ``MAX_AHEAD`` unanswered calls the program waits for the older half, so neither the
+    workers' queues nor the kept values grow with the number of steps. Gradients as one
+    process's."""
+    from disthook.distributed import channel
+
+    monkeypatch.setattr(channel, "MAX_AHEAD", 8)
+    torch.manual_seed(5)
+    model = GPT(layers=2)
+    local = copy.deepcopy(model)
+    deployed(cluster, model)
+    hub = deployment_of(model)._hub
+    try:
+        most = 0
+        for step in range(12):
+            x, y = batch(step)
+            for m in (model, local):
+                _, loss = m(x, y)
+                loss.backward()
+            most = max(most, len(hub.in_flight))
+        assert 0 < most <= 8
+        for (name, p), q in zip(model.named_parameters(), local.parameters()):
+            close(p.grad, q.grad)  # every step's gradient accumulated, as here
+    finally:
+        model.close()
+
+
 class Shapeshifter(nn.Module):
     """Its output's shape depends on its input's values: a prediction from the previous
     call's answer is wrong, and the program hears so."""

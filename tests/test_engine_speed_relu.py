@@ -1,0 +1,57 @@
+"""ReLU's gradient multiplies by a mask (ops.elementwise.ReluGrad); it must still be torch's
+threshold_backward: 0 where the output is <= 0 whatever the incoming gradient (inf, NaN),
+the gradient where the output is NaN, and differentiable again under create_graph."""
+import numpy as np
+import pytest
+
+import disthook
+
+torch = pytest.importorskip("torch")
+
+
+def _relu_grad(lib, x, g, inplace=False):
+    t = lib.tensor(x, requires_grad=True)
+    y = lib.nn.functional.relu(t * 1, inplace=inplace)
+    y.backward(lib.tensor(g))
+    return t.grad.numpy()
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+def test_relu_gradient_with_inf_nan_gradients_and_nan_outputs_is_torchs(inplace):
+    x = np.array([np.nan, -1.0, 2.0, 0.0, -3.0, 4.0, -0.0])
+    g = np.array([1.0, np.inf, np.nan, np.nan, -np.inf, np.inf, np.nan])
+    with np.errstate(invalid="raise"):  # and no warning from inside the op
+        mine = _relu_grad(disthook, x, g, inplace)
+    np.testing.assert_array_equal(mine, _relu_grad(torch, x, g, inplace))
+
+
+def test_relu_double_backward_has_torchs_node_and_gradients():
+    x_np, v_np = np.array([1.0, -1.0, 0.5]), np.array([2.0, 3.0, 4.0])
+    out = []
+    for lib in (disthook, torch):
+        x = lib.tensor(x_np, requires_grad=True)
+        v = lib.tensor(v_np, requires_grad=True)
+        (g,) = lib.autograd.grad(x.relu(), x, v, create_graph=True)
+        names = [type(n).__name__ for n, _ in g.grad_fn.next_functions]
+        (gv,) = lib.autograd.grad((g * g).sum(), v)
+        out.append((g.grad_fn.name(), names, g.detach().numpy(), gv.numpy()))
+    (name, names, g, gv), (t_name, t_names, t_g, t_gv) = out
+    assert (name, names) == (t_name, t_names)
+    np.testing.assert_array_equal(g, t_g)
+    np.testing.assert_array_equal(gv, t_gv)
+
+
+@pytest.mark.parametrize("name", ["hardtanh", "relu6", "hardsigmoid", "hardswish",
+                                  "hardshrink", "softshrink", "threshold"])
+def test_flat_regions_of_other_activations_give_zero_for_inf_and_nan_gradients(name):
+    """As ReLU: where the activation is flat, torch's gradient is 0 whatever comes in."""
+    x = np.array([-5.0, -3.0, -0.5, 0.5, 3.0, 5.0, -30.0, 0.0])
+    g = np.array([np.inf, np.nan, np.inf, 2.0, 3.0, np.inf, -np.inf, np.nan])
+    grads = []
+    for lib in (disthook, torch):
+        t = lib.tensor(x, requires_grad=True)
+        f = getattr(lib.nn.functional, name)
+        (f(t, 0.1, 20.0) if name == "threshold" else f(t)).backward(lib.tensor(g))
+        grads.append(t.grad.numpy())
+    # hardsigmoid's 1/6 is a float constant in torch's kernel: equal to its rounding
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-7, atol=0)

@@ -1,0 +1,173 @@
+"""A pipelined training step on a worker: the stage's list of a schedule (GPipe, 1F1B, ZB-H1;
+``disthook.distributed.schedule``) run against its neighbour stages (``StepHandlers``, a
+mixin of ``Worker``). Activations and gradients come and go as ``pipe`` messages, kept in
+the state's mailbox until the schedule takes them (``workers.state.StepRun``).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+import disthook
+from disthook import wire
+from disthook.autograd.split import backward_split
+from disthook.distributed.spec import build_module
+from workers.compute import _as_computed, rss_bytes
+from workers.state import StepRun
+
+__all__ = ["StepHandlers"]
+
+
+class StepHandlers:
+    """``train_step`` requests, for ``Worker`` (a mixin: it uses the worker's stages, state,
+    sockets and the compute handlers' ``_run_forward`` / ``_run_backward_pass``)."""
+
+    def on_train_step(self, job):
+        """Run this stage's list of a pipeline schedule (see disthook.distributed.schedule):
+        micro-batch forwards and backwards, activations and gradients to and from the
+        neighbour stages; the last stage computes each micro-batch's loss, scaled."""
+        msg = job.msg
+        st = self._stage(job)
+        # [kind, mb, this thread's CPU seconds, wall start, wall end] per action (a receive:
+        # from when the stage began to wait for it, or when it took it, to when it took it)
+        timeline: list[list] = []
+        if msg.get("optimizer_calls"):  # the client's optimizer calls first (arithmetic on
+            # the stage's weights, timed as such: mb -1)
+            started, cpu = time.perf_counter(), time.thread_time()
+            for spec in msg["optimizer_calls"]:
+                self._optimizer_action(st, spec, job.client)
+            timeline.append(["optimizer", -1, time.thread_time() - cpu, started,
+                             time.perf_counter()])
+        step, model = msg["step"], st.model
+        first, last = "prev" not in st.neighbours, "next" not in st.neighbours
+        loss_fn = None
+        run = StepRun(model, step, msg["schedule"])
+        held: dict[int, tuple] = {}  # micro-batch -> (input leaf, output or scaled loss)
+        # a split backward (zb-h1): micro-batch -> its weights' part, run by its "weight"
+        split = any(kind == "weight" for kind, _ in msg["schedule"])
+        weights_later: dict[int, object] = {}
+        received: dict[tuple, np.ndarray] = {}
+        grads_in: dict[int, object] = {}
+        losses: dict[int, float] = {}
+        busy, peak = 0.0, rss_bytes() or 0  # compute time; the most memory held
+        waited_since = None
+        try:
+            if last:  # a loss refused here aborts the step on the other stages too
+                loss_fn = _loss_function(msg["loss"], self.model_module_allowed)
+            while True:
+                action = run.next(self.state.mailbox)
+                kind = action[0]
+                if kind == "done":
+                    break
+                if kind == "abort":
+                    raise RuntimeError(f"the step was aborted: {action[1]}")
+                if kind == "wait":
+                    (_, _, what, mb), _ = action[1]
+                    waited_since = waited_since or time.perf_counter()
+                    wait = self.state.wait_for_pipe(
+                        job, action[1], f"the {what} of micro-batch {mb} ({st.name})")
+                    if wait is not None:
+                        self.sleep_on(wait)
+                    continue
+                if kind == "recv":
+                    received[(action[1], action[2])] = action[3]["data"]
+                    now = time.perf_counter()
+                    timeline.append([f"recv_{action[1]}", action[2], 0.0, waited_since or now,
+                                     now])
+                    waited_since = None
+                    continue
+                mb = action[1]
+                job.micro_batch = self.captures.micro_batch = mb
+                started, cpu = time.perf_counter(), time.thread_time()
+                if kind == "forward":
+                    st.forwards += 1
+                    data = msg["inputs"][mb] if first else received.pop(("act", mb))
+
+                    def compute(data=data, mb=mb):
+                        # the received array itself (a writable view of its frame, which
+                        # nothing else reads), unless the forward may run again (client
+                        # hooks running ahead): then from the frame as it came each time
+                        leaf = disthook.from_numpy(_fresh(data, job))
+                        if not first and leaf.is_floating_point():
+                            leaf.requires_grad_(True)
+                        out = st.module(leaf if first else _as_computed(leaf))
+                        if last:
+                            target = disthook.from_numpy(_fresh(msg["targets"][mb], job))
+                            loss = loss_fn(out, target)
+                            losses[mb] = float(loss.item())
+                            out = loss * msg["scales"][mb]
+                        return leaf, out
+
+                    held[mb] = self._run_forward(job, st, compute)
+                    peak = max(peak, rss_bytes() or 0)
+                    busy += time.perf_counter() - started
+                elif kind == "send_act":
+                    self._pipe_send(st, "next", step, "act", mb, held[mb][1].detach().numpy())
+                elif kind == "backward":
+                    leaf, out = held.pop(mb)
+                    g = None if last else received.pop(("grad", mb))
+
+                    def compute(keep: bool = False, leaf=leaf, out=out, g=g, mb=mb):
+                        leaf.grad = None  # a run again starts from nothing
+                        seed = None if g is None else [disthook.from_numpy(_fresh(g, job))]
+                        if split:  # the weights' gradients wait for this micro-batch's W
+                            weights_later[mb] = backward_split([out], seed, st.params,
+                                                               retain_graph=keep)
+                        else:
+                            disthook.autograd.backward([out], seed, retain_graph=keep)
+                        return leaf.grad
+
+                    grads_in[mb] = self._run_backward_pass(job, st, job.retained, compute)
+                    busy += time.perf_counter() - started
+                elif kind == "weight":
+                    weights_later.pop(mb).run()
+                    busy += time.perf_counter() - started
+                else:  # send_grad
+                    g = grads_in.pop(mb)
+                    if g is None:
+                        raise RuntimeError(f"{st.name}: no gradient reached the input of "
+                                           f"micro-batch {mb}")
+                    self._pipe_send(st, "prev", step, "grad", mb, g.numpy())
+                timeline.append([kind, mb, time.thread_time() - cpu, started,
+                                 time.perf_counter()])
+        except BaseException as exc:
+            for side in ("prev", "next"):  # the neighbours must not wait for us
+                if side in st.neighbours:
+                    self._pipe_send(st, side, step, "abort", -1, None,
+                                    reason=f"{st.name} on worker {self.id} failed: "
+                                           f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            job.micro_batch = self.captures.micro_batch = None
+            self.state.finish_step(model, step)
+        stats = {"busy": busy, "peak_rss": peak, "timeline": timeline}
+        return {"losses": [losses[mb] for mb in sorted(losses)], **stats} if last else stats
+
+    def _pipe_send(self, st, side: str, step: str, kind: str, mb: int, data,
+                   reason: str | None = None) -> None:
+        fields = {"model": st.model, "step": step, "kind": kind, "mb": mb, "data": data,
+                  "reason": reason}
+        if data is not None:
+            self._count(st.model, "bytes_to_peers", np.asarray(data).nbytes)
+        st.neighbours[side].send_multipart(wire.encode("pipe", fields), copy=False)
+
+
+def _fresh(data: np.ndarray, job) -> np.ndarray:
+    """``data`` (received) as a pass takes it: itself, or a copy where the pass may run
+    again (``job.spec``: its client hooks run ahead) and must start from it as it came."""
+    return data if job.spec is None else np.array(data)
+
+
+def _loss_function(spec: dict, allow):
+    """The loss of a training step: a module (sent as a spec) or a function of
+    disthook.nn.functional (sent by name)."""
+    from disthook.nn import functional
+
+    if "module" in spec:
+        return build_module(spec["module"], allow=allow)  # the model's allow-list
+    name = spec.get("function")
+    fn = getattr(functional, name, None) if isinstance(name, str) else None
+    if fn is None or not callable(fn) or name.startswith("_"):
+        raise ValueError(f"unknown loss function {name!r} of disthook.nn.functional")
+    return fn
