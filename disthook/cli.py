@@ -39,8 +39,11 @@ def _demo(args) -> int:
         summary = demo.run(workers=args.workers, epochs=epochs, out=args.out, quick=args.quick,
                            command=_demo_command(args, epochs))
     except KeyboardInterrupt:  # the cluster was closed and its processes reaped on the way
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        print("\ndisthook demo: interrupted; the cluster is stopped", file=sys.stderr)
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # (the message goes out whole)
+        try:
+            print("\ndisthook demo: interrupted; the cluster is stopped", file=sys.stderr)
+        finally:
+            signal.signal(signal.SIGINT, previous)  # a program that called main() keeps Ctrl-C
         return 130
     _print_summary(summary)
     return 0
@@ -226,8 +229,11 @@ def _foreground(start, check, stop, every: float = 0.5, command: str = "launch")
         print(f"\ndisthook {command}: stopping the cluster", file=sys.stderr)
         return 0
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the reaping
-        stop()
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not
+        try:  # cut the reaping
+            stop()
+        finally:
+            signal.signal(signal.SIGINT, previous)  # a program that called main() keeps Ctrl-C
 
 
 def _port_of(bind: str) -> int:

@@ -872,12 +872,19 @@ def _check_hook_value(where, value, depth):
     copy is a leaf whose gradient a backward may ask for), or in a hook event of a pass run
     ahead stands for a tensor an earlier event of its round sent, unchanged since
     ({"again": its number among the tensors the round's events sent, from 0})."""
-    if value is None or type(value) in (bool, int, float, str):
+    if _hook_value_ok(value, depth):
+        return value  # the common case, at once, with no message built
+    return _walk_hook_value(where, value, depth)
+
+
+def _walk_hook_value(where, value, depth):
+    """``_check_hook_value``'s full walk, which names where a value is wrong."""
+    if value is None or type(value) in _SCALARS:
         return value
     if (type(value) is dict and type(value.get("tensor")) is np.ndarray
             and type(value.get("requires_grad")) is bool
             and (len(value) == 2 or (len(value) == 3 and type(value.get("grad_fn")) is str))):
-        return value  # the common case, at once
+        return value
     if depth > MAX_NESTING:
         raise WireError(f"{where}: hook value nested deeper than {MAX_NESTING} levels")
     if not isinstance(value, dict):
@@ -904,11 +911,57 @@ def _check_hook_value(where, value, depth):
     _field_value(f"{where}.{tag}", kind, kind, None, payload, depth)
     if tag in ("tuple", "list"):
         for i, v in enumerate(payload):
-            _check_hook_value(f"{where}.{tag}[{i}]", v, depth + 1)
+            _walk_hook_value(f"{where}.{tag}[{i}]", v, depth + 1)
     elif tag == "dict":
         for k, v in payload.items():
-            _check_hook_value(f"{where}.dict[{k!r}]", v, depth + 1)
+            _walk_hook_value(f"{where}.dict[{k!r}]", v, depth + 1)
     return value
+
+
+_SCALARS = frozenset({bool, int, float, str})
+_PAYLOAD_TYPES = {"same": (int,), "again": (int,), "opaque": (str,)}
+
+
+def _hook_value_ok(value, depth: int) -> bool:
+    """Whether ``value`` is a valid hook value (as ``_check_hook_value`` sees it), with no
+    message built on the way: True only where that check passes; False where it would
+    raise, or where only its full walk can tell (subclasses), which then says what is wrong."""
+    if type(value) is not dict:
+        return value is None or type(value) in _SCALARS
+    n = len(value)
+    if n == 1:
+        if depth >= MAX_NESTING:  # its items are checked one level deeper
+            return False
+        (tag, payload), = value.items()
+        if tag == "tuple" or tag == "list":
+            items = payload if type(payload) is list or type(payload) is tuple else None
+        elif tag == "dict":
+            items = payload.values() if type(payload) is dict else None
+        else:
+            kinds = _PAYLOAD_TYPES.get(tag) if type(tag) is str else None
+            return kinds is not None and type(payload) in kinds
+        if items is None:
+            return False
+        depth += 1
+        for v in items:
+            if not (v is None or type(v) in _SCALARS or _hook_value_ok(v, depth)):
+                return False
+        return True
+    if n == 2 or n == 3:
+        if "tensor" in value:
+            if type(value["tensor"]) is not np.ndarray:
+                return False
+            if n == 3:
+                return (type(value.get("requires_grad")) is bool
+                        and type(value.get("grad_fn")) is str)
+            if "requires_grad" in value:
+                return type(value["requires_grad"]) is bool
+            other = value.get("vjp", value.get("feed"))
+            return type(other) is str
+        if "ref" in value:
+            return (type(value["ref"]) is str and type(value.get("requires_grad")) is bool
+                    and (n == 2 or type(value.get("from_peer")) is bool))
+    return False
 
 
 # per message type: (field names, [(name, kind, optional, base kind, exact types of the base,

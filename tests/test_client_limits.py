@@ -61,3 +61,17 @@ def test_a_graphs_bytes_are_its_inputs_outputs_and_saved_arrays_not_the_weights(
     worker.max_graph_bytes = n
     worker.check_graph_bytes(st, b"x", context)
     assert context.nbytes == n and np.isfinite(n)
+
+
+@pytest.mark.parametrize("make, nbytes", [
+    (lambda x: (x * x).sum(), 128 + 4),  # x saved twice, counted once
+    (lambda x: x.exp().sum(), 128 + 128 + 4),  # exp's saved output
+    (lambda x: (x[:2] * x[:2]).sum(), 128 + 4),  # views of x are x's bytes
+    (lambda x: torch.cat([x, x.exp()]).sum(), 128 + 128 + 4),
+    (lambda x: [x.exp(), x * 2], 128 + 128 + 128 + 4),  # two outputs; the 2 as saved
+])
+def test_graph_bytes_count_each_array_once(make, nbytes):
+    x = torch.randn(4, 8, requires_grad=True)  # 128 bytes
+    context = Context(b"x", [x], make(x), [], 0.0)
+    assert graph_nbytes(context, set()) == nbytes
+    assert graph_nbytes(context, {id(x._data)}) == nbytes - 128

@@ -1,6 +1,7 @@
 """Without torch, the tests that compare with it say how to run them, and pytest's count of
 results equals the count of collected tests (a module that skipped itself whole at import
 used to add a result that was never collected)."""
+import os
 import re
 import subprocess
 import sys
@@ -23,11 +24,19 @@ importlib.machinery.PathFinder.find_spec = classmethod(_find_spec)
 HINT = "torch is not installed: pip install -e '.[parity]' installs torch 2.13.0 and runs them"
 
 
+def _bytecode_settings() -> dict:
+    """This run's bytecode settings (conftest keeps bytecode out of the source tree), so that
+    the inner pytest neither compiles everything again nor writes beside the sources."""
+    names = ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")
+    return {name: os.environ[name] for name in names if name in os.environ}
+
+
 def pytest_without_torch(tmp_path: Path, *args: str) -> str:
     (tmp_path / "sitecustomize.py").write_text(HIDE_TORCH)
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
-                          cwd=ROOT, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
-                          capture_output=True, text=True, timeout=120)
+                          cwd=ROOT, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin",
+                                         **_bytecode_settings()},
+                          capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 

@@ -512,6 +512,50 @@ def test_hook_values_nested_too_deep_are_refused():
         encode("hook_reply", {"hook": 1, "result": value})
 
 
+def _random_hook_value(rng, depth=0):
+    """A hook value, valid or nearly so: every tag and tensor form, scalars, junk."""
+    arr = np.zeros((2, 2), np.float32)
+    leaves = [None, True, 3, 1.5, "s", b"b", arr, {"tensor": arr, "requires_grad": True},
+              {"tensor": arr, "requires_grad": 1}, {"tensor": arr, "vjp": "k"},
+              {"tensor": arr, "feed": 2}, {"tensor": arr, "grad_fn": "AddBackward0"},
+              {"tensor": arr, "requires_grad": False, "grad_fn": "MulBackward0"},
+              {"tensor": arr, "requires_grad": False, "vjp": "k"},
+              {"tensor": [1.0], "requires_grad": True}, {"ref": "v~1", "requires_grad": True},
+              {"ref": "v~1", "requires_grad": True, "from_peer": False},
+              {"ref": 7, "requires_grad": True}, {"ref": "v", "requires_grad": True, "x": 1},
+              {"same": 0}, {"same": True}, {"again": 2}, {"opaque": "Foo"}, {"opaque": 1},
+              {"tensor": arr}, {"nope": 1}, {}, {"tuple": (1, 2)}, {"list": "ab"}]
+    if depth > wire.MAX_NESTING + 1 or rng.random() < 0.4:
+        return rng.choice(leaves)
+    tag = rng.choice(["tuple", "list", "dict"])
+    items = [_random_hook_value(rng, depth + 1) for _ in range(rng.randrange(3))]
+    if tag == "dict":
+        return {"dict": {f"k{i}": v for i, v in enumerate(items)}}
+    return {tag: items}
+
+
+def test_the_fast_hook_value_check_never_passes_what_the_full_check_refuses():
+    """``_hook_value_ok`` (no messages built) is the shortcut of the full walk that names
+    what is wrong: where it says yes, the walk must pass too; where the walk passes, it
+    mostly says yes."""
+    rng = random.Random(3)
+    agreed = 0
+    for _ in range(4000):
+        value = _random_hook_value(rng)
+        if rng.random() < 0.3:  # deep chains, near and past the nesting limit
+            for _ in range(rng.randrange(wire.MAX_NESTING - 3, wire.MAX_NESTING + 3)):
+                value = {"list": [value]}
+        try:
+            wire._walk_hook_value("v", value, 0)
+            full = True
+        except WireError:
+            full = False
+        fast = wire._hook_value_ok(value, 0)
+        assert not (fast and not full), value
+        agreed += fast == full
+    assert agreed > 3600
+
+
 def _mutate(value, rng):
     """``value`` with one leaf (or key) somewhere inside replaced by a random thing."""
     junk = [None, True, 0, -1, 2**40, 1.5, "", "forward", "x" * 3, b"\x00", [], {}, [1, "a"],

@@ -32,16 +32,24 @@ def graph_nbytes(context, skip: set[int]) -> int:
     counted: dict[int, int] = {}
 
     def add(value, depth: int = 0) -> None:
-        if isinstance(value, Tensor):
+        what = _WHAT.get(type(value))
+        if what is None:
+            what = _WHAT[type(value)] = _what(type(value))
+        if what == _NOTHING:
+            return
+        if what == _TENSOR:
             value = value._data
-        if isinstance(value, np.ndarray):
-            root = _root(value)
+            if not isinstance(value, np.ndarray):
+                return
+            what = _ARRAY
+        if what == _ARRAY:
+            root = value if value.base is None else _root(value)
             if id(root) not in skip:
                 counted[id(root)] = root.nbytes
-        elif isinstance(value, _SavedTensor):  # what a node keeps for its backward
+        elif what == _SAVED:  # what a node keeps for its backward
             add(getattr(value, "data", None))
             add(getattr(value, "tensor", None))
-        elif isinstance(value, (tuple, list)) and depth < 3:
+        elif depth < 3:  # a tuple or a list
             for v in value:
                 add(v, depth + 1)
 
@@ -55,10 +63,29 @@ def graph_nbytes(context, skip: set[int]) -> int:
         if node is None or id(node) in seen:
             continue
         seen.add(id(node))
-        for value in getattr(node, "__dict__", {}).values():
+        for value in getattr(node, "__dict__", _NO_ATTRS).values():
             add(value)
         todo.extend(fn for fn, _ in node.next_functions)
     return sum(counted.values())
+
+
+# what graph_nbytes finds in a value, by its type (decided once per type): most of what
+# nodes keep is neither a tensor nor an array (shapes, flags, dims), skipped at once
+_NOTHING, _TENSOR, _ARRAY, _SAVED, _SEQUENCE = range(5)
+_WHAT: dict[type, int] = {}
+_NO_ATTRS: dict = {}
+
+
+def _what(t: type) -> int:
+    if issubclass(t, Tensor):
+        return _TENSOR
+    if issubclass(t, np.ndarray):
+        return _ARRAY
+    if issubclass(t, _SavedTensor):
+        return _SAVED
+    if issubclass(t, (tuple, list)):
+        return _SEQUENCE
+    return _NOTHING
 
 
 class LimitChecks:

@@ -68,8 +68,11 @@ def tiny_chain(lib):
     return step
 
 
+CNN_BATCH = 64
+
+
 def small_cnn(lib, seed: int = 0):
-    """Forward and backward of a small CNN on MNIST-sized input (batch 64, 1x28x28)."""
+    """Forward and backward of a small CNN on MNIST-sized input (batch CNN_BATCH, 1x28x28)."""
     import numpy as np
 
     lib.manual_seed(seed)
@@ -81,8 +84,8 @@ def small_cnn(lib, seed: int = 0):
         nn.Linear(64 * 12 * 12, 10),
     )
     rng = np.random.default_rng(seed)
-    x = lib.tensor(rng.standard_normal((64, 1, 28, 28)).astype(np.float32))
-    y = lib.tensor(rng.integers(0, 10, 64))
+    x = lib.tensor(rng.standard_normal((CNN_BATCH, 1, 28, 28)).astype(np.float32))
+    y = lib.tensor(rng.integers(0, 10, CNN_BATCH))
     loss_fn = nn.CrossEntropyLoss()
 
     def step():
@@ -155,13 +158,13 @@ def hook_overhead(lib):
 
 CASES = {
     "engine": [
-        # targets: the speed issue's (MLP <= 1.0x, CNN <= 1.3x, hooks <= 1.0x torch's)
+        # targets: the speed issue's (MLP <= 1.0x, CNN <= 1.2x, hooks <= 1.0x torch's)
         ("MLP 784-1024x3-10 SGD step, batch 128", mlp_step, 1.0, (7, 3), (3, 1)),
         (f"{CHAIN_OPS} tiny ops fwd+bwd ({CHAIN_NUMEL} elems)", tiny_chain, 1.5, (7, 3),
          (3, 1)),
     ],
     "nn": [
-        ("CNN 2xConv2d 3x3+pool+Linear fwd+bwd, b 64", small_cnn, 1.3, (5, 2), (3, 1)),
+        ("CNN 2xConv2d 3x3+pool+Linear fwd+bwd, b 64", small_cnn, 1.2, (5, 2), (3, 1)),
         ("sdpa fwd+bwd b 8, 8 heads, 128 tokens, 64 dims", attention, 1.5, (7, 3), (3, 1)),
         # a difference of two ~2 ms steps: --quick keeps every repeat (about 2 s in all);
         # with 3 x 2 calls one run said 1.69x, with 15 x 10 in turn six runs 0.85x-1.06x

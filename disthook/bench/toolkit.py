@@ -119,9 +119,9 @@ def _many_hooks(cluster, net, x, paths: list[str], repeats: int) -> list[dict]:
     rows = []
     try:
         for case, register, step in (
-                ("cache: 31 client forward hooks, no_grad",
+                (f"cache: {len(paths)} client forward hooks, no_grad",
                  "register_forward_hook", _cache_step),
-                ("trace: 31 client full bwd hooks, fwd+bwd",
+                (f"trace: {len(paths)} client full bwd hooks, fwd+bwd",
                  "register_full_backward_hook", _trace_step)):
             seen: dict = {}
             handles = []

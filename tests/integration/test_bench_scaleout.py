@@ -40,11 +40,22 @@ def test_scaleout_quick_runs_and_prints_its_table(monkeypatch, capsys, tmp_path)
         assert row["torch_pipelining_s"] > 0 and row["ratio_to_torch_pipelining"] > 0
 
 
-def test_torch_pipelining_runs_at_three_stages():
-    pytest.importorskip("torch", reason="torch is not installed")
+def three_stages() -> Mlp:
     spec = Mlp((16, 32, 32, 32, 8), peers.cuts(3), batch=24)
     assert spec.stages == 3 and spec.cuts == (1, 2)
-    assert pipelining_seconds(spec, "1f1b", micro=3, repeats=1) > 0
+    return spec
+
+
+def test_a_three_stage_model_is_cut_after_layers_one_and_two():
+    three_stages()
+
+
+@pytest.mark.bench
+def test_torch_pipelining_runs_at_three_stages():
+    """Three torch processes (seconds of imports each); torch pipelining at two stages runs in
+    the default run (the scaleout quick run above), this under -m bench."""
+    pytest.importorskip("torch", reason="torch is not installed")
+    assert pipelining_seconds(three_stages(), "1f1b", micro=3, repeats=1) > 0
 
 
 @pytest.mark.parametrize("argv, named", [

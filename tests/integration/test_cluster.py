@@ -43,8 +43,16 @@ def gone(pid: int, within: float = 10.0) -> bool:
     return False
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def cluster():
+    """Two workers with a fast heartbeat, shared by the tests that leave it as they found it."""
+    with local_cluster(workers=2, heartbeat=0.1) as c:
+        yield c
+
+
+@pytest.fixture
+def own_cluster():
+    """The same, for one test alone (it kills a worker)."""
     with local_cluster(workers=2, heartbeat=0.1) as c:
         yield c
 
@@ -205,7 +213,8 @@ def test_request_timeout_names_the_peer():
             peer.request("status", timeout=0.2)
 
 
-def test_a_killed_worker_is_reported_lost(cluster):
+def test_a_killed_worker_is_reported_lost(own_cluster):
+    cluster = own_cluster
     victim = cluster.workers()[0]
     os.kill(victim.pid, signal.SIGKILL)
     deadline = time.monotonic() + 20
