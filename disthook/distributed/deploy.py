@@ -67,7 +67,8 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
             placement = _finer_placement(module, stage_modules, stages)
             if placement is not None:
                 stage_modules = None
-        if stage_modules is None and placement is None:  # the children alone do not make the stages: the tree
+        if stage_modules is None and placement is None:
+            # the children alone do not make the stages: the tree
             if balance == "time":
                 raise ValueError(
                     f"balance='time' cuts the children of {type(module).__name__} into "
