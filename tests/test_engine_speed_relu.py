@@ -55,3 +55,16 @@ def test_flat_regions_of_other_activations_give_zero_for_inf_and_nan_gradients(n
         grads.append(t.grad.numpy())
     # hardsigmoid's 1/6 is a float constant in torch's kernel: equal to its rounding
     np.testing.assert_allclose(grads[0], grads[1], rtol=1e-7, atol=0)
+
+
+@pytest.mark.parametrize("bounds", [(0.0, 1.0), (0.0, None), (None, 1.0)])
+def test_clamp_gives_zero_outside_its_bounds_for_inf_and_nan_gradients(bounds):
+    """The same rule for clamp (and clamp_min, clamp_max), with number bounds."""
+    x = np.array([-1.0, 0.5, 2.0, -3.0, 0.0])
+    g = np.array([np.inf, np.nan, -np.inf, np.nan, 1.0])
+    grads = []
+    for lib in (disthook, torch):
+        t = lib.tensor(x, requires_grad=True)
+        lib.clamp(t, *bounds).backward(lib.tensor(g))
+        grads.append(t.grad.numpy())
+    np.testing.assert_array_equal(grads[0], grads[1])

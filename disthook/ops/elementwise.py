@@ -577,7 +577,8 @@ class Clamp(Op):
             mask = a >= lo
         if hi is not None:
             mask = (a <= hi) if mask is None else mask.logical_and(a <= hi)
-        return g if mask is None else g * mask
+        # zero outside, even where g is inf or NaN (a product with the mask gives NaN there)
+        return g if mask is None else g.where(mask, g.new_zeros(()))
 
 
 class ClampMin(Clamp):
