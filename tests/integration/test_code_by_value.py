@@ -22,8 +22,8 @@ pytestmark = pytest.mark.timeout(240)
 
 
 @pytest.fixture(scope="module", params=[2, 3], ids=["2-workers", "3-workers"])
-def cluster(request):
-    with local_cluster(workers=request.param) as c:
+def cluster(request, shared_clusters):
+    with shared_clusters.lend(request.param) as c:
         yield c
 
 

@@ -15,8 +15,8 @@ from disthook.distributed.parameters import RemoteBuffer, RemoteParameter
 
 
 @pytest.fixture(scope="module", params=[2, 3], ids=lambda n: f"{n}-workers")
-def cluster(request):
-    with local_cluster(workers=request.param, start_timeout=120) as c:
+def cluster(request, shared_clusters):
+    with shared_clusters.lend(request.param) as c:
         yield c
 
 
