@@ -317,7 +317,7 @@ def test_plain_attributes_set_and_deleted(cluster):
             assert not hasattr(model[0], "note")
             del model[2].scale
             with pytest.raises(AttributeError):
-                model[2].scale
+                _ = model[2].scale
         with pytest.raises(AttributeError):
             del remote[0].never_set
         with pytest.raises(AttributeError):
