@@ -102,8 +102,9 @@ class StepHandlers:
                     held[mb] = self._run_forward(job, st, compute)
                     peak = max(peak, rss_bytes() or 0)
                     busy += time.perf_counter() - started
-                elif kind == "send_act":
-                    self._pipe_send(st, "next", step, "act", mb, held[mb][1].detach().numpy())
+                elif kind == "send_act":  # the output's array itself (force: no detached
+                    # Tensor made only to read it)
+                    self._pipe_send(st, "next", step, "act", mb, held[mb][1].numpy(force=True))
                 elif kind == "backward":
                     leaf, out = held.pop(mb)
                     g = None if last else received.pop(("grad", mb))
@@ -128,7 +129,7 @@ class StepHandlers:
                     if g is None:
                         raise RuntimeError(f"{st.name}: no gradient reached the input of "
                                            f"micro-batch {mb}")
-                    self._pipe_send(st, "prev", step, "grad", mb, g.numpy())
+                    self._pipe_send(st, "prev", step, "grad", mb, g.numpy(force=True))
                 timeline.append([kind, mb, time.thread_time() - cpu, started,
                                  time.perf_counter()])
         except BaseException as exc:
@@ -149,7 +150,7 @@ class StepHandlers:
         fields = {"model": st.model, "step": step, "kind": kind, "mb": mb, "data": data,
                   "reason": reason}
         if data is not None:
-            self._count(st.model, "bytes_to_peers", np.asarray(data).nbytes)
+            self._count(st.model, "bytes_to_peers", data.nbytes)
         st.neighbours[side].send_multipart(wire.encode("pipe", fields), copy=False)
 
 
