@@ -11,7 +11,9 @@ disthook and (when installed) in torch.distributed.pipelining over gloo on loopb
   work efficiency is the one process's CPU over the pipeline's;
 - each stage's **CPU per action** (forward, backward, send) from its own thread's CPU clock
   (``time.thread_time``) around the action, recorded in the stage's timeline; for the
-  workers, the share of their CPU spent outside the forwards, backwards and optimizer steps;
+  workers, the share of their CPU spent outside the forwards, backwards and optimizer steps,
+  and where it goes: the sends, the stage thread's loop while it waits for a neighbour (a
+  receive's CPU in the timeline), ZeroMQ's I/O threads (``/proc``), the rest;
 - the **hop latency**: half the shortest of 20 round trips of one micro-batch's activation
   between two processes, the way each library sends it (disthook: encoded, over ZeroMQ,
   decoded; torch: a gloo send and receive): on dedicated cores no trip waits for a core,
