@@ -150,3 +150,35 @@ def test_the_random_stream_comes_back_as_the_same_text_when_nothing_drew():
     assert streams._stream_state() == moved
     disthook.manual_seed(3)  # a new generator with the state the text says
     assert streams._stream_state() == text
+
+
+class _Stage:
+    def __init__(self, module):
+        self.module, self.name = module, "stage 0 of m"
+
+
+def test_a_call_finds_its_part_as_get_submodule_does():
+    from disthook import nn
+    from workers.compute import _submodule
+
+    class Shadowed(nn.Module):  # a class attribute named like a child: getattr finds it
+        def __init__(self):
+            super().__init__()
+            self.inner = nn.Linear(2, 2)
+
+        @property
+        def head(self):
+            return self.inner
+
+    model = nn.Sequential()
+    model.add_module("h", nn.ModuleList([nn.Linear(2, 2), Shadowed()]))
+    shadowed = model.h[1]
+    shadowed._modules["head"] = nn.ReLU()  # registered behind it: the property wins
+    st = _Stage(model)
+    for path in ("", "h", "h.0", "h.1", "h.1.inner", "h.1.head"):
+        assert _submodule(st, path) is model.get_submodule(path), path
+    assert _submodule(st, "h.1.head") is shadowed.inner
+    with pytest.raises(LookupError, match="holds h, not 'x.0'"):
+        _submodule(st, "x.0")
+    with pytest.raises(AttributeError):
+        _submodule(st, "h.5")

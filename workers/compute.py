@@ -446,10 +446,20 @@ def _as_computed(t):
 
 def _submodule(st, path: str):
     """The submodule of the stage at ``path`` (a path in the whole model; "": the stage
-    holds the whole model)."""
-    if path and path.split(".", 1)[0] not in st.module._modules:
-        raise LookupError(f"{st.name} holds {', '.join(st.module._modules)}, not {path!r}")
-    return st.module.get_submodule(path)
+    holds the whole model). Each step is read from the registered children, as
+    ``getattr`` finds it there; a name the module or its class also has otherwise goes
+    through ``get_submodule`` (and so does whatever it refuses)."""
+    if not path:
+        return st.module
+    mod = st.module
+    for i, name in enumerate(path.split(".")):
+        child = mod._modules.get(name)
+        if child is None or name in mod.__dict__ or hasattr(type(mod), name):
+            if i == 0 and name not in mod._modules:
+                raise LookupError(f"{st.name} holds {', '.join(mod._modules)}, not {path!r}")
+            return st.module.get_submodule(path)
+        mod = child
+    return mod
 
 
 def rss_bytes() -> int | None:

@@ -128,6 +128,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         self.captures.account = lambda c: self.peers.names.get(c, c)  # per key, with keys
         self._local = threading.local()  # .job: the job this thread runs now
         self._event_ids = itertools.count(1)
+        self._handlers: dict = {}  # message type -> its on_<type> method (None: none)
         self._warnings_routed = False  # see _route_warnings
         self._register()
         self.next_beat = time.monotonic() + 1.0  # re-register if no answer came by then
@@ -288,7 +289,9 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         msg = job.msg
         self._local.job = job
         try:
-            handler = getattr(self, f"on_{msg.type}", None)
+            handler = self._handlers.get(msg.type)
+            if handler is None:
+                handler = self._handlers[msg.type] = getattr(self, f"on_{msg.type}", None)
             if handler is None:
                 exc = wire.WireError(f"a worker does not take {msg.type!r} messages")
                 self.reply(self.router, job.sender, msg.req, "error",
