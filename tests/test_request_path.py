@@ -182,3 +182,24 @@ def test_a_call_finds_its_part_as_get_submodule_does():
         _submodule(st, "x.0")
     with pytest.raises(AttributeError):
         _submodule(st, "h.5")
+
+
+def test_the_request_cost_timers_count_each_cpu_second_once():
+    from disthook.bench.request_cost import table
+    from workers.timing import Timers
+
+    now = [0.0]
+
+    def spend(seconds):
+        now[0] += seconds
+
+    timers = Timers(clock=lambda: now[0])
+    decode = timers.wrap("decode", lambda: spend(2))
+    inner = timers.wrap("job:forward", lambda: (spend(1), decode(), spend(3)))
+    loop = timers.wrap("loop", lambda: (spend(5), inner(), timers.wrap("loop", spend)(4)))
+    loop()
+    assert timers.seconds == {"decode": 2, "job:forward": 4, "loop": 9}  # 15 s in all
+    assert timers.calls == {"decode": 1, "job:forward": 1, "loop": 2}
+    rows = dict(table([{"seconds": timers.seconds, "calls": timers.calls}]))
+    assert rows["the job's own Python"] == [4e6] and rows["decode"] == [2e6]
+    assert rows["all but compute"] == [15e6]
