@@ -28,6 +28,7 @@ import shutil
 import sys
 import tempfile
 import time
+from unittest import mock
 
 __all__ = ["PARTS", "gpt_step", "main", "table", "toy"]
 
@@ -59,18 +60,11 @@ def _timed_workers(parts: bool = True):
     site, out = tempfile.mkdtemp(prefix="disthook-site-"), tempfile.mkdtemp(prefix="disthook-cost-")
     with open(os.path.join(site, "sitecustomize.py"), "w") as f:
         f.write(_SITE.format(var=OUT_VAR))
-    before = {k: os.environ.get(k) for k in (OUT_VAR, "PYTHONPATH")}
-    os.environ[OUT_VAR] = out
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        [site, *filter(None, [before["PYTHONPATH"]])])
+    path = os.pathsep.join([site, *filter(None, [os.environ.get("PYTHONPATH")])])
     try:
-        yield out
+        with mock.patch.dict(os.environ, {OUT_VAR: out, "PYTHONPATH": path}):
+            yield out  # (what the workers started meanwhile inherit)
     finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         shutil.rmtree(site, ignore_errors=True)
 
 
