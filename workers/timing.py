@@ -52,7 +52,10 @@ class Timers:
         return timed
 
     def patch(self, owner, attr: str, name) -> None:
-        setattr(owner, attr, self.wrap(name, getattr(owner, attr)))
+        """Time ``owner.attr`` as ``name``; nothing when ``owner`` has none (an older tree,
+        timed to compare with)."""
+        if hasattr(owner, attr):
+            setattr(owner, attr, self.wrap(name, getattr(owner, attr)))
 
 
 def install(out_dir: str) -> Timers:
@@ -62,7 +65,7 @@ def install(out_dir: str) -> Timers:
 
     from disthook import autograd, wire
     from disthook.nn.modules import module
-    from disthook.service import loop
+    from disthook.service import loop, op_calls
     from workers import compute, limits, server, state, values
 
     timers = Timers()
@@ -79,6 +82,11 @@ def install(out_dir: str) -> Timers:
     timers.patch(autograd, "backward", "compute")
     timers.patch(autograd, "grad", "compute")
     timers.patch(module.Module, "__call__", "compute")
+    # an op run where its operands live, and the optimizer calls a forward carries: the
+    # stage's arithmetic, as workspan counts them
+    function_of = op_calls.op_function
+    op_calls.op_function = lambda *a, **k: timers.wrap("compute", function_of(*a, **k))
+    timers.patch(server.Worker, "_optimizer_action", "compute")
     timers.patch(server.Worker, "_run", lambda args: "job:" + args[1].msg.type)
     timers.patch(server.Worker, "_serve_round", "loop")
     timers.patch(state.WorkerState, "handle", "state")
