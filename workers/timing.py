@@ -1,8 +1,8 @@
 """A worker's CPU per part of its request path, for ``disthook.bench.request_cost``: each
 part is timed with its thread's CPU clock (``time.thread_time``), the parts inside it
 subtracted, so that the parts add up to what the worker spent in them. Installed only in a
-worker started for that bench (``DISTHOOK_REQUEST_COST_OUT`` names the folder each worker
-writes its totals to when it exits); a worker never loads this module otherwise.
+worker started for that bench (its ``OUT_VAR`` names the folder each worker writes its
+totals to when it exits); a worker never loads this module otherwise.
 
 cProfile would mislead here: it costs several times this code's own time per call.
 """
@@ -16,9 +16,7 @@ import threading
 import time
 from collections import defaultdict
 
-__all__ = ["OUT_VAR", "Timers", "install"]
-
-OUT_VAR = "DISTHOOK_REQUEST_COST_OUT"
+__all__ = ["Timers", "install"]
 
 
 class Timers:

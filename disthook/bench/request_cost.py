@@ -30,7 +30,9 @@ import tempfile
 import time
 from unittest import mock
 
-__all__ = ["PARTS", "gpt_step", "main", "table", "toy"]
+__all__ = ["OUT_VAR", "PARTS", "gpt_step", "main", "table", "toy"]
+
+OUT_VAR = "DISTHOOK_REQUEST_COST_OUT"  # the folder the timed workers write their parts to
 
 # the rows of the table: (what, the timers' parts it sums)
 PARTS = [("the job's own Python", ("job:",)), ("compute", ("compute",)),
@@ -44,7 +46,7 @@ if os.environ.get("{var}") and "workers" in _argv[1:3]:
     from deploy.threads import apply_from_argv
     apply_from_argv(_argv[_argv.index("workers") + 1:])  # before numpy loads
     from workers import timing
-    timing.install(os.environ["{var}"])
+    timing.install(os.environ["{var}"])  # (in the worker: disthook never imports workers)
 """
 
 
@@ -52,8 +54,6 @@ if os.environ.get("{var}") and "workers" in _argv[1:3]:
 def _timed_workers(parts: bool = True):
     """Workers started inside time their parts into the folder this yields (None
     without ``parts``)."""
-    from workers.timing import OUT_VAR
-
     if not parts:
         yield None
         return
