@@ -38,3 +38,37 @@ def test_a_value_read_is_a_value_read_at_every_offset_of_the_load():
     (first, last), = _offsets_of_data_loads(code)
     for offset in range(first, last + 1, 2):
         assert rv._read_kind(code, offset) == rv._VALUE
+
+
+def _kept_then_added(a, e):
+    d = a._data
+    return d + e  # CPython 3.13 loads d and e with one instruction
+
+
+def _kept_then_added_after(a, e):
+    d = a._data
+    return e + d
+
+
+def _kept_for_its_shape(a):
+    d = a._data
+    return d.shape, d.dtype
+
+
+def _kept_in_a_comprehension(a, rows):
+    d = a._data
+    return [d for _ in rows]
+
+
+def _kind_of_the_read(fn):
+    (first, _last), = _offsets_of_data_loads(fn.__code__)
+    return rv._read_kind(fn.__code__, first)
+
+
+def test_a_kept_local_used_as_a_value_is_a_value_read_in_every_python():
+    for fn in (_kept_then_added, _kept_then_added_after, _kept_in_a_comprehension):
+        assert _kind_of_the_read(fn) == rv._VALUE, fn.__name__
+
+
+def test_a_kept_local_read_only_for_metadata_is_a_metadata_read():
+    assert _kind_of_the_read(_kept_for_its_shape) == rv._META
