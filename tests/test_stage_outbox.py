@@ -182,3 +182,22 @@ def test_gpipe_order_and_a_random_program_keep_every_dependency():
         prog.check_dependencies()
         assert len([e for e in prog.log if e[1] in ("forward", "backward")]) \
             == prog.m * len(route) * 2
+
+
+def test_a_drain_called_while_a_request_is_sent_sends_nothing():
+    """A finalizer that runs while the outbox sends (and would send its drops) finds the
+    outbox busy: nothing goes twice or out of order, and the caller is told to wait."""
+    prog = Program(["a", "b"], m=4)
+    answers = []
+    send = prog.send
+
+    def sending(*args, **kwargs):
+        if prog.outbox._sending:
+            answers.append(prog.outbox.drain())
+        send(*args, **kwargs)
+
+    prog.outbox._send = sending
+    prog.run()
+    prog.check_dependencies()
+    assert answers and not any(answers)
+    assert prog.order_run("b") == stage_order("1f1b", 1, 2, 4)

@@ -539,8 +539,8 @@ class _Hub(HookServer):
         """Send the pending releases (one one-way message; the first stage passes it on)
         and the pending drops of kept values (one message to each worker keeping some),
         after the requests held for their stages' order (``stage_outbox``)."""
-        if self.stage_outbox is not None:
-            self.stage_outbox.drain()
+        if self.stage_outbox is not None and not self.stage_outbox.drain():
+            return  # (called while the outbox sends: all goes with the next request)
         if self.pending_drops and self.socks and os.getpid() == self._pid:
             drops, self.pending_drops = self.pending_drops, {}
             self._busy += 1

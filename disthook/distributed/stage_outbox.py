@@ -106,14 +106,19 @@ class StageOutbox:
                 self._pushes[(vid, fields.get("to"))] = held
         return True
 
-    def drain(self) -> None:
+    def drain(self) -> bool:
         """Send everything held: in the stages' orders as far as they go, then the oldest
-        held request (its dependencies are older, so they went), and so on."""
+        held request (its dependencies are older, so they went), and so on. False, sending
+        nothing, when called while a request is being sent (by a finalizer that runs then:
+        what it would send must wait for the rest to go)."""
+        if self._sending:
+            return False
         self._advance()
         while any(self.held.values()):
             oldest = min((h[0] for h in self.held.values() if h), key=lambda h: h.seq)
             self._release(oldest)
             self._advance()
+        return True
 
     def order_sent(self, address: str) -> list[Tag]:
         """The micro-batch forwards and backwards sent to the worker at ``address`` in this
