@@ -137,8 +137,10 @@ class StageOutbox:
         deps = []
         if msg_type != "forward" and ctx is not None and ctx in self._made:
             deps.append(self._made[ctx])
+        # (a call names kept values in its "call", a backward in its "grads": wire.py)
         refs = [(vid, False) for vid in fields.get("values") or ()] \
-            if msg_type == "send_value" else list(_refs(fields))
+            if msg_type == "send_value" else list(_refs((fields.get("call"),
+                                                          fields.get("grads"))))
         for vid, from_peer in refs:
             maker = self._made.get(vid.rpartition(".")[0])
             if maker is not None:
