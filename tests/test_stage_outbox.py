@@ -86,10 +86,12 @@ class Program:
             grad, at = f"f{i}.{k}~.0", address
 
     def run(self, schedule: str = "1f1b", wait_at=None):
+        self.sent_by = {}  # tag -> the requests sent once the program issued it
         for kind, i in issue_order(schedule, len(set(self.route)), self.m):
             self.outbox.begin((kind, i))
             (self.forward if kind == "F" else self.backward)(i)
             self.outbox.end()
+            self.sent_by[(kind, i)] = len(self.log)
             if (kind, i) == wait_at:  # the program waits: a waited request
                 self.send(self.route[-1], "fetch", {"values": []})
         self.outbox.drain()
@@ -170,6 +172,11 @@ def test_a_forward_that_returns_to_a_worker_still_sends_everything_in_time():
     prog.run()
     prog.check_dependencies()
     assert len([e for e in prog.log if e[1] in ("forward", "backward")]) == 4 * 3 * 2
+    # the cycle is broken as soon as it forms, not when the step ends: once the program
+    # issued backward 0, every request of forward 1 and backward 0 went
+    went = [(ctx.split(".")[0], kind) for _, kind, _, ctx in prog.log[:prog.sent_by[("B", 0)]]
+            if kind in ("forward", "backward")]
+    assert went.count(("f1", "forward")) == 3 and went.count(("f0", "backward")) == 3
 
 
 def test_gpipe_order_and_a_random_program_keep_every_dependency():

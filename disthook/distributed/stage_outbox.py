@@ -16,8 +16,10 @@ peer pushes to it, the push. Anything else sent to a worker (a waited request, a
 drop of values, a release, an optimizer step) and anything that waits first sends all that
 is held (``drain``): held requests never hang a wait, and a value is never dropped before a
 request that uses it has gone. When the stages' orders cannot all be kept (a forward that
-returns to a worker it left), ``drain`` sends the oldest held request whose dependencies
-went, which is always possible, and goes on in the stages' orders after it.
+returns to a worker it left, as with tied embeddings), held requests wait on one another
+in a cycle; as soon as no later issue can break it, the oldest of them whose dependencies
+went is sent (one always has: its dependencies are older), and the stages' orders go on
+after it.
 
 Which stage a worker is: the order in which the step's forward requests first reach the
 workers (the first worker the forward reaches is stage 0).
@@ -82,6 +84,7 @@ class StageOutbox:
             self.issued.add(self.tag)
             self.tag = None
         self._advance()
+        self._unstick()
 
     def hold(self, address: str, msg_type: str, fields: dict, req: int, ctx: str | None,
              may_hold: bool) -> bool:
@@ -182,6 +185,45 @@ class StageOutbox:
                             or any(places.get(h.tag, -1) <= at for h in held):
                         break
                     self._at[address] = at + 1
+
+    def _unstick(self) -> None:
+        """Held requests that wait on one another in a cycle no later issue can break (a
+        forward that comes back to a worker it left: that worker's next forward waits for a
+        peer whose order puts it after a backward that waits for this worker): send the
+        oldest of them whose dependencies went, and go on in the stages' orders."""
+        while True:
+            live = self._live()
+            stuck = [h for address, held in self.held.items() if address not in live
+                     for h in held if all(d.sent for d in h.deps)]
+            if not stuck:
+                return
+            self._release(min(stuck, key=lambda h: h.seq))
+            self._advance()
+
+    def _live(self) -> set[str]:
+        """The workers with held requests that the program's next issues may move on: those
+        whose order waits for a tag not issued yet, and those whose next request waits for
+        a request held on such a worker."""
+        live: set[str] = set()
+        waits_on: dict[str, set[str]] = {}
+        for address, held in self.held.items():
+            if not held:
+                continue
+            _, places = self._order(address)
+            at = self._at.get(address, 0)
+            ready = [h for h in held if places.get(h.tag, -1) <= at]
+            if ready:
+                waits_on[address] = {d.address for d in ready[0].deps if not d.sent}
+            else:  # (else _advance would have moved on) its next tag is not issued yet
+                live.add(address)
+        grew = True
+        while grew:
+            grew = False
+            for address, on in waits_on.items():
+                if address not in live and on & live:
+                    live.add(address)
+                    grew = True
+        return live
 
     def _release(self, held: _Held) -> None:
         self.held[held.address].remove(held)

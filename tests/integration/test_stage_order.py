@@ -226,3 +226,24 @@ def test_an_error_inside_one_micro_batch_names_the_call_and_the_model_stays_usab
         same_step(model.train_step(x, y, loss_fn).numpy(), model.named_gradients(), want)
     finally:
         model.close()
+
+
+def test_a_forward_that_returns_to_its_first_worker_still_takes_one_process_steps(cluster):
+    """wte and head on one worker, the blocks on another: the forward goes a -> b -> a, so
+    the stages' 1F1B orders cannot all be kept (a's forward 1 needs b's, which b's order
+    puts after b's backward 0, which needs a's); what is held goes when the step ends, each
+    request after what it needs, and nothing hangs."""
+    torch.manual_seed(0)
+    local = Net()
+    placement = {"wte": 0, "h.0": 1, "h.1": 1, "h.2": 1, "h.3": 1, "head": 0}
+    model = cluster.deploy(copy.deepcopy(local), stages=2, chunks=CHUNKS, schedule="1f1b",
+                           placement=placement)
+    x, y = data()
+    try:
+        for _ in range(3):
+            want = one_process_step(local, x, y)
+            losses = model.train_step(x, y, loss_fn).numpy()
+            same_step(losses, model.named_gradients(), want)
+            model.zero_grad()
+    finally:
+        model.close()
