@@ -18,8 +18,8 @@ is held (``drain``): held requests never hang a wait, and a value is never dropp
 request that uses it has gone. When the stages' orders cannot all be kept (a forward that
 returns to a worker it left, as with tied embeddings), held requests wait on one another
 in a cycle; as soon as no later issue can break it, the oldest of them whose dependencies
-went is sent (one always has: its dependencies are older), and the stages' orders go on
-after it.
+all went is sent, and the stages' orders go on after it. At the latest, the drain that ends
+the step sends the oldest held request, whose dependencies are older and went, and so on.
 
 Which stage a worker is: the order in which the step's forward requests first reach the
 workers (the first worker the forward reaches is stage 0).
