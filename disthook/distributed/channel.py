@@ -256,16 +256,17 @@ class _Hub(HookServer):
         """The answer to a call sent without waiting."""
         what, on_reply = self.in_flight.pop(reply.req)
         if reply.type == "error":
-            self.failed.append((what, reply))
+            self.failed.append((reply.req, what, reply))
             return
         try:
             on_reply(reply)
         except Exception as exc:  # noqa: BLE001 - raised by the next request that waits
-            self.failed.append((what, exc))
+            self.failed.append((reply.req, what, exc))
 
     def _raise_failed(self):
-        """The first failure of the calls sent without waiting (the others followed it)."""
-        (what, failure), self.failed = self.failed[0], []
+        """The failure of the first call issued of those sent without waiting that failed: a
+        later one (one that used its result) may answer first, from another worker."""
+        (_, what, failure), self.failed = min(self.failed, key=lambda f: f[0]), []
         note = (f"(from {what}, which the program did not wait for: it failed after the "
                 "program went on; a call that used its result failed with it)")
         if isinstance(failure, BaseException):
@@ -596,5 +597,3 @@ class _Hub(HookServer):
         self.socks = {}
         if late is not None:
             raise late
-
-
