@@ -219,6 +219,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
             if frames is None:  # all taken (or another round took it since the poll)
                 return
             self._on_message(frames)
+            if not self.router.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                return  # nothing more: no second read that ends in zmq.Again
 
     def _on_message(self, frames: list) -> None:
         head = frames[0]
