@@ -72,3 +72,12 @@ def test_a_kept_local_used_as_a_value_is_a_value_read_in_every_python():
 
 def test_a_kept_local_read_only_for_metadata_is_a_metadata_read():
     assert _kind_of_the_read(_kept_for_its_shape) == rv._META
+
+
+def _kept_for_its_shape_beside_another_local(a, fill):
+    d = a._data
+    return (d.shape, fill, d.dtype)  # CPython 3.13 loads fill and d with one instruction
+
+
+def test_a_kept_local_loaded_second_of_a_pair_for_metadata_is_a_metadata_read():
+    assert _kind_of_the_read(_kept_for_its_shape_beside_another_local) == rv._META

@@ -340,7 +340,8 @@ def _only_metadata_of(instructions: list, name: str) -> bool:
             continue
         if op == "STORE_FAST":
             stores += 1
-        elif op in _SINGLE_LOADS:
+        elif op in _SINGLE_LOADS or (op in _PAIRED_LOADS and names[0] != name):
+            # (a paired load's second local is the one the next instruction takes)
             nxt = instructions[i + 1] if i + 1 < len(instructions) else None
             if nxt is None or nxt.opname != "LOAD_ATTR" or nxt.argval not in _META_ATTRS:
                 return False
@@ -351,6 +352,8 @@ def _only_metadata_of(instructions: list, name: str) -> bool:
 
 # the instructions that load one local and nothing else (3.12's checked load, 3.14's borrow)
 _SINGLE_LOADS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_BORROW"})
+# the instructions that load two locals (3.13, 3.14)
+_PAIRED_LOADS = frozenset({"LOAD_FAST_LOAD_FAST", "LOAD_FAST_BORROW_LOAD_FAST_BORROW"})
 
 
 def _in_op_forward(frame) -> bool:
