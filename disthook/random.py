@@ -62,19 +62,41 @@ default_generator = Generator()
 def _stream_state() -> str:
     """The default generator's state as a string: a deployed model's call carries it to the
     worker, which draws from it (dropout) and hands it back, so that the draws of a program
-    are the ones it makes in one process."""
-    return json.dumps(default_generator._rng.bit_generator.state)
+    are the ones it makes in one process. A state unchanged since the last string made or
+    set here gives that string again, without turning it to JSON (most calls draw
+    nothing)."""
+    state = default_generator._rng.bit_generator.state
+    if _same(_last[1], state):
+        return _last[0]
+    text = json.dumps(state)
+    _last[:] = [text, state]
+    return text
 
 
 def _set_stream_state(state: str) -> None:
-    loaded = json.loads(state)
     bits = default_generator._rng.bit_generator
+    if state == _last[0] and _same(bits.state, _last[1]):  # the stream is there already
+        return
+    loaded = json.loads(state)
     if type(bits).__name__ == loaded.get("bit_generator"):
         bits.state = loaded  # in place: a fresh generator costs an entropy read
-        return
-    rng = np.random.default_rng()
-    rng.bit_generator.state = loaded
-    default_generator._rng = rng
+    else:
+        rng = np.random.default_rng()
+        rng.bit_generator.state = loaded
+        default_generator._rng = rng
+    _last[:] = [state, default_generator._rng.bit_generator.state]
+
+
+# the last stream state turned to text or set from text here, and that text: a call whose
+# stream did not move since gives or takes the same text (the text is JSON of the state)
+_last: list = [None, None]
+
+
+def _same(a, b) -> bool:
+    try:
+        return a == b
+    except ValueError:  # a bit generator whose state holds arrays (MT19937's)
+        return False
 
 
 def manual_seed(seed: int) -> Generator:

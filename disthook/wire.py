@@ -476,9 +476,9 @@ def decode_all(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS,
     (then none is taken)."""
     if not frames:
         raise WireError("empty message: expected a header frame")
-    head = _buffer(frames[0])
-    if bytes(head[:len(BATCH_MAGIC)]) != BATCH_MAGIC:
-        return [decode(frames, limits=limits)]
+    head = _header(frames[0], limits)
+    if not head.startswith(BATCH_MAGIC):
+        return [decode(frames, limits=limits, _head=head)]
     table = head[len(BATCH_MAGIC):]
     if len(table) % 4 or not table:
         raise WireError(f"batch table of {len(table)} bytes: expected 4 per message")
@@ -499,26 +499,42 @@ def decode_all(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS,
 
 # ---- decoding -------------------------------------------------------------------------------
 
-def decode(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS) -> Message:
+def decode(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS, _head: bytes | None = None
+           ) -> Message:
     """Validate and decode the frames of one message; raise ``WireError`` if anything is off
     (and nothing else: a slip of the codec on strange input is a WireError too, so that no
-    peer can stop a process's loop)."""
+    peer can stop a process's loop). ``_head``: the header frame's bytes, when the caller
+    has them (``decode_all``)."""
     try:
-        return _decode(frames, limits)
+        return _decode(frames, limits, _head)
     except WireError:
         raise
     except Exception as exc:  # noqa: BLE001
         raise WireError(f"malformed message: {type(exc).__name__}: {exc}") from None
 
 
-def _decode(frames: Sequence, limits: Limits) -> Message:
+def _header(frame, limits: Limits) -> bytes:
+    """The bytes of a header frame, its size checked first. A ``zmq.Frame`` gives them
+    copied (a header is small; its ``.buffer`` costs several times more), anything else
+    bytes-like as its buffer's bytes."""
+    if _is_frame(frame):
+        size = len(frame)
+        if size > limits.max_header_bytes:
+            raise WireError(f"header of {size} bytes exceeds {limits.max_header_bytes}")
+        return frame.bytes
+    buf = _buffer(frame)
+    if len(buf) > limits.max_header_bytes:
+        raise WireError(f"header of {len(buf)} bytes exceeds {limits.max_header_bytes}")
+    return buf.tobytes()
+
+
+def _decode(frames: Sequence, limits: Limits, head: bytes | None = None) -> Message:
     if not frames:
         raise WireError("empty message: expected a header frame")
     if len(frames) > limits.max_frames:
         raise WireError(f"too many frames: {len(frames)} > {limits.max_frames}")
-    head = _buffer(frames[0])
-    if len(head) > limits.max_header_bytes:
-        raise WireError(f"header of {len(head)} bytes exceeds {limits.max_header_bytes}")
+    if head is None:
+        head = _header(frames[0], limits)
     # The header's entries are read one by one. When the array table comes before the
     # fields (as encode writes it), every reference in the fields is resolved to its array
     # as msgpack meets it; otherwise references become placeholders, resolved afterwards.
@@ -656,6 +672,11 @@ class _Placeholder:
         self.index = index
 
 
+def _is_frame(frame) -> bool:
+    """Whether ``frame`` is a ``zmq.Frame`` (this module never imports zmq)."""
+    return hasattr(frame, "bytes") and not isinstance(frame, (bytes, bytearray, memoryview))
+
+
 def _buffer(frame) -> memoryview:
     buf = getattr(frame, "buffer", frame)  # zmq.Frame or bytes-like
     return memoryview(buf).cast("B") if not isinstance(buf, bytes) else memoryview(buf)
@@ -687,7 +708,8 @@ def _arrays(table, frames: Sequence, limits: Limits) -> list[np.ndarray]:
         total += nbytes
         if total > limits.max_total_bytes:
             raise WireError(f"arrays exceed {limits.max_total_bytes} bytes in all")
-        buf = _buffer(frame)
+        # a zmq.Frame is a buffer itself (writable, its length in bytes): read as it is
+        buf = frame if _is_frame(frame) else _buffer(frame)
         if len(buf) != nbytes:
             raise WireError(f"array {i}: frame has {len(buf)} bytes, dtype {dtype} and shape "
                             f"{tuple(shape)} need {nbytes}")

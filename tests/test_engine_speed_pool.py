@@ -46,3 +46,28 @@ def test_max_pool_gradient_elsewhere_than_the_maximum_is_zero_even_for_inf_and_n
     out.backward(disthook.tensor(g))
     want.backward(torch.tensor(g))
     np.testing.assert_array_equal(mine.grad.numpy(), theirs.grad.numpy())
+
+
+@pytest.mark.parametrize("dims, shape, kwargs", [
+    (2, (2, 3, 9, 8), {"kernel_size": 2}),  # a row and a column no window reaches
+    (2, (3, 7, 7), {"kernel_size": 2, "stride": (3, 2), "padding": (1, 0)}),  # unbatched
+    (2, (1, 2, 11, 10), {"kernel_size": (2, 3), "stride": (4, 6), "dilation": 2,
+                         "padding": 1}),
+    (1, (2, 3, 13), {"kernel_size": 3, "padding": 1}),
+    (3, (2, 2, 5, 6, 7), {"kernel_size": 2, "padding": (1, 0, 1)}),
+])
+def test_max_pool_gradient_of_disjoint_windows_is_torchs_bit_for_bit(dims, shape, kwargs):
+    """Windows that share no position write each gradient at its maximum's flat position
+    (ops.pool._maximum_positions): every layout of lead dims, padding, leftovers and
+    dilation lands where torch's does, inf and NaN included."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(shape).astype(np.float32)
+    grads = []
+    for lib in (disthook, torch):
+        t = lib.tensor(x, requires_grad=True)
+        out = getattr(lib.nn.functional, f"max_pool{dims}d")(t, **kwargs)
+        g = np.random.default_rng(2).standard_normal(tuple(out.shape)).astype(np.float32)
+        g.flat[:3] = np.inf, -np.inf, np.nan
+        out.backward(lib.tensor(g))
+        grads.append(t.grad.numpy())
+    np.testing.assert_array_equal(grads[0], grads[1])

@@ -1,4 +1,4 @@
-"""ReLU's gradient multiplies by a mask (ops.elementwise.ReluGrad); it must still be torch's
+"""ReLU's gradient is a mask applied to the gradient's bits (ops.elementwise.ReluGrad); it must still be torch's
 threshold_backward: 0 where the output is <= 0 whatever the incoming gradient (inf, NaN),
 the gradient where the output is NaN, and differentiable again under create_graph."""
 import numpy as np
@@ -68,3 +68,15 @@ def test_clamp_gives_zero_outside_its_bounds_for_inf_and_nan_gradients(bounds):
         lib.clamp(t, *bounds).backward(lib.tensor(g))
         grads.append(t.grad.numpy())
     np.testing.assert_array_equal(grads[0], grads[1])
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_relu_gradient_is_plus_zero_where_it_does_not_pass(dtype):
+    """torch's threshold_backward writes 0 where the output is <= 0: +0, never the -0 that
+    a negative gradient times a mask of 0 gives."""
+    x = np.array([-1.0, -2.0, 0.0, -0.0, 3.0, np.nan], dtype=dtype)
+    g = np.array([-1.0, -6.0, -2.0, -3.0, -4.0, -5.0], dtype=dtype)  # no inf: no NaN
+    mine, theirs = _relu_grad(disthook, x, g), _relu_grad(torch, x, g)
+    np.testing.assert_array_equal(mine, theirs)
+    np.testing.assert_array_equal(np.signbit(mine), np.signbit(theirs))
+    assert mine.dtype == dtype

@@ -18,7 +18,7 @@ import disthook
 from disthook import hooks as toolkit
 from disthook import wire
 from disthook.service import op_calls
-from disthook.service.loop import NO_REPLY
+from disthook.service.loop import NO_REPLY, send_frames
 from disthook.service.values import opaque_in, pack, tensors_in, unpack
 from workers.speculation import BACKWARD_KINDS, EarlyAnswer, run_ahead
 from workers.state import Context
@@ -106,8 +106,8 @@ class ComputeHandlers:
                     if pins:
                         fields["pins"] = [list(p) for p in pins]
                     self._count(st.model, "bytes_to_peers", fields["inputs"][0].nbytes)
-                    nxt.send_multipart(wire.encode("forward", fields, req=msg.req,
-                                                   ctx=msg.ctx), copy=False)
+                    send_frames(nxt, wire.encode("forward", fields, req=msg.req,
+                                                 ctx=msg.ctx))
                 else:
                     self._to_client(job, "ok", {"result": {
                         "output": out.detach().numpy(), "requires_grad": out.requires_grad,
@@ -318,8 +318,7 @@ class ComputeHandlers:
                           "inputs": msg.get("inputs")}
                 self._count(st.model, "bytes_to_peers",
                             sum(np.asarray(g).nbytes for g in grads if g is not None))
-                prev.send_multipart(wire.encode("backward", fields, req=msg.req, ctx=msg.ctx),
-                                    copy=False)
+                send_frames(prev, wire.encode("backward", fields, req=msg.req, ctx=msg.ctx))
             else:
                 answer(grads)
         except Exception as exc:  # noqa: BLE001
@@ -381,9 +380,9 @@ class ComputeHandlers:
         self.state.release(st.model, job.client, msg["contexts"])
         nxt = st.neighbours.get("next")
         if nxt is not None:  # the whole pipeline forgets the client's contexts
-            nxt.send_multipart(wire.encode("release", {
+            send_frames(nxt, wire.encode("release", {
                 "model": st.model, "contexts": msg["contexts"],
-                "reply_to": job.client.hex()}), copy=False)
+                "reply_to": job.client.hex()}))
         return NO_REPLY
 
 class _StageInput(disthook.autograd.Function):
@@ -447,10 +446,20 @@ def _as_computed(t):
 
 def _submodule(st, path: str):
     """The submodule of the stage at ``path`` (a path in the whole model; "": the stage
-    holds the whole model)."""
-    if path and path.split(".", 1)[0] not in st.module._modules:
-        raise LookupError(f"{st.name} holds {', '.join(st.module._modules)}, not {path!r}")
-    return st.module.get_submodule(path)
+    holds the whole model). Each step is read from the registered children, as
+    ``getattr`` finds it there; a name the module or its class also has otherwise goes
+    through ``get_submodule`` (and so does whatever it refuses)."""
+    if not path:
+        return st.module
+    mod = st.module
+    for i, name in enumerate(path.split(".")):
+        child = mod._modules.get(name)
+        if child is None or name in mod.__dict__ or hasattr(type(mod), name):
+            if i == 0 and name not in mod._modules:
+                raise LookupError(f"{st.name} holds {', '.join(mod._modules)}, not {path!r}")
+            return st.module.get_submodule(path)
+        mod = child
+    return mod
 
 
 def rss_bytes() -> int | None:

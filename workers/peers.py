@@ -38,6 +38,7 @@ class Peers:
         self._bindings = Bindings()  # with keys: each identity stays with its first key
         self._labels: dict[bytes, str] = {}  # how status names a client
         self._workers: dict[bytes, str] = {}  # the transport says: a worker; -> its id
+        self._dialled: dict[bytes, bool] = {}  # without keys: whether it dials as a worker
         self._label_ids = itertools.count(1)
 
     def arrived(self, fd: int, identity: bytes, user_id: str | None) -> bool:
@@ -46,7 +47,9 @@ class Peers:
         identity belongs to another key."""
         self.by_fd[fd] = identity
         if self.keys is None:
-            worker = _NEIGHBOUR.fullmatch(identity) is not None
+            worker = self._dialled.get(identity)
+            if worker is None:  # once per peer (forgotten with it)
+                worker = self._dialled[identity] = _NEIGHBOUR.fullmatch(identity) is not None
         else:
             if not self._bindings.check(identity, user_id):
                 raise PermissionError("this connection's identity came with another key "
@@ -68,6 +71,7 @@ class Peers:
         self.names.pop(identity, None)
         self._labels.pop(identity, None)
         self._workers.pop(identity, None)
+        self._dialled.pop(identity, None)
 
     def who(self, identity: bytes) -> str:
         """A peer as the logs name it: a worker of the cluster by its id, a client as

@@ -72,6 +72,7 @@ from workers.versions import VersionHandlers
 __all__ = ["Worker"]
 
 ROUTER_BURST = 32  # messages taken off the endpoint per poll, at most
+_SRCFD = int(zmq.SRCFD)
 
 
 class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, VersionHandlers,
@@ -127,6 +128,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         self.captures.account = lambda c: self.peers.names.get(c, c)  # per key, with keys
         self._local = threading.local()  # .job: the job this thread runs now
         self._event_ids = itertools.count(1)
+        self._handlers: dict = {}  # message type -> its on_<type> method (None: none)
         self._warnings_routed = False  # see _route_warnings
         self._register()
         self.next_beat = time.monotonic() + 1.0  # re-register if no answer came by then
@@ -206,20 +208,29 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
     def _on_router(self) -> None:
         """Take what has come on the endpoint: up to ``ROUTER_BURST`` messages, one poll
         for them all (the answers to a forward's hooks that ran ahead come in a burst)."""
+        # a connection that closed is told before anything that came after it, so that a
+        # descriptor used again by a new connection is never taken for the old one: the
+        # monitor is read before the burst, and again before a message whose descriptor
+        # this worker knows by another peer or not at all (see _on_message)
+        self.read_monitor()
+        router = self.router
         for _ in range(ROUTER_BURST):
-            # a connection that closed is told before anything that came after it, so a
-            # descriptor used again by a new connection is never taken for the old one
-            self.read_monitor()
-            frames = recv_now(self.router)
+            frames = recv_now(router)
             if frames is None:  # all taken (or another round took it since the poll)
                 return
             self._on_message(frames)
+            if not self.router.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                return  # nothing more: no second read that ends in zmq.Again
 
     def _on_message(self, frames: list) -> None:
-        sender, body = frames[0].bytes, frames[1:]
+        head = frames[0]
+        sender, body = head.bytes, frames[1:]
+        fd = head.get(_SRCFD)
+        if self.peers.by_fd.get(fd) != sender:  # a new connection, or a descriptor reused:
+            self.read_monitor()  # the close of the one it had comes first
         try:
-            forwarder = self.peers.arrived(frames[0].get(zmq.SRCFD), sender,
-                                           frames[0].get("User-Id") if self.keys else None)
+            forwarder = self.peers.arrived(fd, sender,
+                                           head.get("User-Id") if self.keys else None)
             # a client may send its answers to a burst of hook events as one batch
             msgs = wire.decode_all(body, batched=ANSWERS)
         except (PermissionError, wire.WireError) as exc:
@@ -280,7 +291,9 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         msg = job.msg
         self._local.job = job
         try:
-            handler = getattr(self, f"on_{msg.type}", None)
+            handler = self._handlers.get(msg.type)
+            if handler is None:
+                handler = self._handlers[msg.type] = getattr(self, f"on_{msg.type}", None)
             if handler is None:
                 exc = wire.WireError(f"a worker does not take {msg.type!r} messages")
                 self.reply(self.router, job.sender, msg.req, "error",

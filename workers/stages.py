@@ -10,6 +10,7 @@ import zmq
 from disthook.distributed import aliases, shipping
 from disthook.distributed.spec import build_module
 from disthook.nn.modules.module import Module
+from disthook.service.loop import NO_REPLY
 from workers.peers import neighbour_identity
 from workers.speculation import HookRecord
 from workers.versions import Versions
@@ -175,6 +176,9 @@ class StageHandlers:
                                   "may; close() of an attached model leaves it loaded")
         if self._drop(job.msg["model"]):
             self._beat()
+        # no reply: the client sends this as it closes its connection and takes none (a
+        # reply would wait for a route that never comes back, and be dropped with a warning)
+        return NO_REPLY
 
     def _drop(self, model: str) -> bool:
         stage = self.stages.pop(model, None)

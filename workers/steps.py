@@ -30,7 +30,9 @@ class StepHandlers:
         msg = job.msg
         st = self._stage(job)
         # [kind, mb, this thread's CPU seconds, wall start, wall end] per action (a receive:
-        # from when the stage began to wait for it, or when it took it, to when it took it)
+        # from when the stage began to wait for it, or when it took it, to when it took it;
+        # its CPU is what this thread's loop did meanwhile: reading, decoding and handling
+        # what came, its own message and any other)
         timeline: list[list] = []
         if msg.get("optimizer_calls"):  # the client's optimizer calls first (arithmetic on
             # the stage's weights, timed as such: mb -1)
@@ -51,7 +53,7 @@ class StepHandlers:
         grads_in: dict[int, object] = {}
         losses: dict[int, float] = {}
         busy, peak = 0.0, rss_bytes() or 0  # compute time; the most memory held
-        waited_since = None
+        waited_since, waited_cpu = None, 0.0
         try:
             if last:  # a loss refused here aborts the step on the other stages too
                 loss_fn = _loss_function(msg["loss"], self.model_module_allowed)
@@ -65,17 +67,19 @@ class StepHandlers:
                 if kind == "wait":
                     (_, _, what, mb), _ = action[1]
                     waited_since = waited_since or time.perf_counter()
+                    cpu_before = time.thread_time()
                     wait = self.state.wait_for_pipe(
                         job, action[1], f"the {what} of micro-batch {mb} ({st.name})")
                     if wait is not None:
                         self.sleep_on(wait)
+                    waited_cpu += time.thread_time() - cpu_before
                     continue
                 if kind == "recv":
                     received[(action[1], action[2])] = action[3]["data"]
                     now = time.perf_counter()
-                    timeline.append([f"recv_{action[1]}", action[2], 0.0, waited_since or now,
-                                     now])
-                    waited_since = None
+                    timeline.append([f"recv_{action[1]}", action[2], waited_cpu,
+                                     waited_since or now, now])
+                    waited_since, waited_cpu = None, 0.0
                     continue
                 mb = action[1]
                 job.micro_batch = self.captures.micro_batch = mb
@@ -102,8 +106,9 @@ class StepHandlers:
                     held[mb] = self._run_forward(job, st, compute)
                     peak = max(peak, rss_bytes() or 0)
                     busy += time.perf_counter() - started
-                elif kind == "send_act":
-                    self._pipe_send(st, "next", step, "act", mb, held[mb][1].detach().numpy())
+                elif kind == "send_act":  # the output's array itself (force: no detached
+                    # Tensor made only to read it)
+                    self._pipe_send(st, "next", step, "act", mb, held[mb][1].numpy(force=True))
                 elif kind == "backward":
                     leaf, out = held.pop(mb)
                     g = None if last else received.pop(("grad", mb))
@@ -128,7 +133,7 @@ class StepHandlers:
                     if g is None:
                         raise RuntimeError(f"{st.name}: no gradient reached the input of "
                                            f"micro-batch {mb}")
-                    self._pipe_send(st, "prev", step, "grad", mb, g.numpy())
+                    self._pipe_send(st, "prev", step, "grad", mb, g.numpy(force=True))
                 timeline.append([kind, mb, time.thread_time() - cpu, started,
                                  time.perf_counter()])
         except BaseException as exc:
@@ -149,7 +154,7 @@ class StepHandlers:
         fields = {"model": st.model, "step": step, "kind": kind, "mb": mb, "data": data,
                   "reason": reason}
         if data is not None:
-            self._count(st.model, "bytes_to_peers", np.asarray(data).nbytes)
+            self._count(st.model, "bytes_to_peers", data.nbytes)
         st.neighbours[side].send_multipart(wire.encode("pipe", fields), copy=False)
 
 

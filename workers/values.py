@@ -15,7 +15,7 @@ import numpy as np
 
 import disthook
 from disthook import wire
-from disthook.service.loop import NO_REPLY
+from disthook.service.loop import NO_REPLY, send_frames
 from disthook.service.values import kept_record
 from workers.peers import neighbour_identity
 
@@ -59,7 +59,7 @@ class ValueHandlers:
             else:
                 fields["data"] = np.ascontiguousarray(t._data)
                 self._count(st.model, "bytes_to_peers", fields["data"].nbytes)
-            sock.send_multipart(wire.encode("pipe", fields), copy=False)
+            send_frames(sock, wire.encode("pipe", fields))
         return NO_REPLY
 
     def on_fetch(self, job):

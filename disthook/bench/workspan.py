@@ -11,7 +11,9 @@ disthook and (when installed) in torch.distributed.pipelining over gloo on loopb
   work efficiency is the one process's CPU over the pipeline's;
 - each stage's **CPU per action** (forward, backward, send) from its own thread's CPU clock
   (``time.thread_time``) around the action, recorded in the stage's timeline; for the
-  workers, the share of their CPU spent outside the forwards, backwards and optimizer steps;
+  workers, the share of their CPU spent outside the forwards, backwards and optimizer steps,
+  and where it goes: the sends, the stage thread's loop while it waits for a neighbour (a
+  receive's CPU in the timeline), ZeroMQ's I/O threads (``/proc``), the rest;
 - the **hop latency**: half the shortest of 20 round trips of one micro-batch's activation
   between two processes, the way each library sends it (disthook: encoded, over ZeroMQ,
   decoded; torch: a gloo send and receive): on dedicated cores no trip waits for a core,
@@ -34,6 +36,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import os
 import statistics
 import time
 
@@ -195,11 +198,20 @@ def ours(p: int, width: int, batch: int, m: int, steps: int) -> dict:
                     for schedule in ("1f1b", "zb-h1")}
     timelines, cpu, wall = measured["1f1b"]
     workers = sum(cpu["workers"])
-    compute = sum(c for step in timelines for stage in step
-                  for kind, _, c, _, _ in stage if kind in COMPUTE) / steps
+
+    def per_step(kinds) -> float:
+        return sum(c for step in timelines for stage in step
+                   for kind, _, c, _, _ in stage if kind.startswith(kinds)) / steps
+
+    compute = per_step(COMPUTE)
+    # the workers' CPU outside compute, by where it goes (seconds per step, all workers)
+    outside = {"sends": per_step(SENDS), "waits": per_step(("recv_",)),
+               "io_threads": sum(cpu["io_threads"])}
+    outside["rest"] = workers - compute - sum(outside.values())
     return {"one_process_cpu_s": one_cpu, "client_cpu_s": cpu["client"],
             "coordinator_cpu_s": cpu["coordinator"], "workers_cpu_s": workers,
             "outside_compute": 1 - compute / workers if workers > 0 else None,
+            "outside_compute_s": outside,
             "costs": costs_from_timelines(timelines, p),
             "zb_costs": costs_from_timelines(measured["zb-h1"][0], p),
             "latency_s": wire_latency(batch // m, width),
@@ -232,6 +244,7 @@ def _pipelined(cluster, net, cut, x, y, m: int, schedule: str, steps: int) -> tu
             step()
         pids = [proc.pid for proc in cluster._processes]  # the coordinator first
         before = [cpu_seconds(pid) for pid in pids]
+        io_before = [io_thread_seconds(pid) for pid in pids[1:]]
         client0, wall0 = time.process_time(), time.perf_counter()
         for _ in range(steps):
             step()
@@ -239,10 +252,33 @@ def _pipelined(cluster, net, cut, x, y, m: int, schedule: str, steps: int) -> tu
         wall = (time.perf_counter() - wall0) / steps
         client = (time.process_time() - client0) / steps
         after = [cpu_seconds(pid) for pid in pids]
+        io_after = [io_thread_seconds(pid) for pid in pids[1:]]
     finally:
         remote.close()
     per = [(a - b) / steps for a, b in zip(after, before)]
-    return timelines, {"client": client, "coordinator": per[0], "workers": per[1:]}, wall
+    io = [(a - b) / steps for a, b in zip(io_after, io_before)]
+    return timelines, {"client": client, "coordinator": per[0], "workers": per[1:],
+                       "io_threads": io}, wall
+
+
+def io_thread_seconds(pid: int) -> float:
+    """CPU seconds of the ZeroMQ I/O threads of process ``pid`` (named ``ZMQbg/IO/<n>``;
+    0 where /proc does not tell)."""
+    total = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                if not f.read().startswith("ZMQbg/IO"):
+                    continue
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):  # the thread ended meanwhile
+            pass
+    return total / 1e9
 
 
 ECHO = """
@@ -484,6 +520,20 @@ def print_rows(rows: list[dict]) -> None:
               f"{d['work_efficiency'] * 100:>6.0f}% {d['outside_compute'] * 100:>15.0f}% | "
               + (f"{_ms(t['one_process_cpu_s']):>9} {_ms(t['work_s']):>8} "
                  f"{t['work_efficiency'] * 100:>6.0f}%" if t else f"{'n/a':>9}"))
+    print("outside compute, where the workers' CPU goes (ms per step, all workers): sends; "
+          "waits: the stage's thread while it waits for a neighbour (the loop reading, "
+          "decoding and handling what comes); ZeroMQ's I/O threads; the rest (the step's "
+          "request, bookkeeping, other threads)")
+    print(f"{'w':>5} {'p':>2} {'sends':>8} {'waits':>8} {'I/O':>8} {'rest':>8} "
+          f"{'per message':>12}")
+    for r in rows:
+        o = r["disthook"].get("outside_compute_s")
+        if o is None:
+            continue
+        messages = 2 * r["micro"] * (r["stages"] - 1)  # each activation and gradient sent
+        each = sum(o.values()) / messages * 1e6 if messages else 0.0
+        print(f"{r['width']:>5} {r['stages']:>2} {_ms(o['sends']):>8} {_ms(o['waits']):>8} "
+              f"{_ms(o['io_threads']):>8} {_ms(o['rest']):>8} {each:>10.0f}us")
     print("span: the busiest stage's CPU per micro-batch (ms: forward / backward / sends), "
           "the hop latency, and the 1F1B step replayed on p dedicated cores")
     print(f"{'w':>5} {'p':>2} {'stage F/B/send':>18} {'torch F/B/send':>18} {'hop us':>12} "

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from disthook.distributed.remote_values import RemoteValue
 from disthook.tensor import Tensor
 
 __all__ = ["Forms", "call_key", "may_go_on"]
@@ -53,12 +54,24 @@ def call_key(*parts, args=None) -> tuple:
     return (_freeze(parts), _freeze(args))
 
 
+_PLAIN = frozenset({type(None), bool, int, float, str})
+# the array slot of a Tensor: for a kept value, its metadata array (no fetch, no look at the
+# caller's bytecode, as a read of the ``_data`` property would take)
+_SLOT_DATA = Tensor.__dict__["_data"]
+
+
 def _freeze(value):
-    if isinstance(value, Tensor):
-        data = value._data  # a kept value's metadata only (see remote_values._how_read)
-        return ("t", data.shape, data.dtype.str, bool(value._requires_grad))
-    if value is None or type(value) in (bool, int, float, str):
+    kind = type(value)
+    if kind in _PLAIN:  # (the common cases first: a key is made for every call)
         return value
+    if kind is tuple or kind is list:
+        return (kind.__name__, tuple([_freeze(v) for v in value]))
+    if isinstance(value, Tensor):  # (a parameter kept on a worker reads its own way)
+        data = _SLOT_DATA.__get__(value) if kind is RemoteValue or kind is Tensor \
+            else value._data
+        return ("t", data.shape, data.dtype.str, bool(value._requires_grad))
+    if isinstance(value, np.dtype):
+        return ("dt", value.str)
     if isinstance(value, (tuple, list)):
         return (type(value).__name__, tuple(_freeze(v) for v in value))
     if isinstance(value, dict):

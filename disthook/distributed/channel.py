@@ -53,7 +53,7 @@ def _flush_at_exit(ref) -> None:
     hub.timeout = min(hub.timeout, EXIT_FLUSH_TIMEOUT_S)
     try:
         hub.flush_optimizer_calls()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure becomes the warning below
         warnings.warn(f"disthook: the last optimizer calls on model {hub.model} were not "
                       f"sent as the program ended: {type(exc).__name__}: {exc}",
                       RuntimeWarning, stacklevel=1)
@@ -133,6 +133,7 @@ class _Hub(HookServer):
         # the stages' addresses in order when they form a pipeline (a chain): its writes
         # travel it from the first stage, behind the calls sent on before them
         self.chain: list[str] | None = None
+        self.stage_outbox = None  # a train_step's requests held for their stages' order
         # a tree-placed model others may use: its writes numbered (distributed/pinning.py)
         self.versions = None
         # requests answered ahead of their hooks' answers (see _stands), and an error one
@@ -148,10 +149,13 @@ class _Hub(HookServer):
         return self.identity.hex()
 
     def send(self, address: str, msg_type: str, fields: dict, *, req: int = 0,
-             ctx: str | None = None) -> None:
+             ctx: str | None = None, may_hold: bool = False) -> None:
         if not self.socks:
             raise RuntimeError(f"the deployed model {self.model} is closed; deploy it again "
                                "to use it")
+        if self.stage_outbox is not None and self.stage_outbox.hold(  # (stage_outbox.py)
+                address, msg_type, fields, req, ctx, may_hold):
+            return
         if self._outbox:  # answers to hook events first, as they were made
             self.flush_answers()
         frames = wire.encode(msg_type, {"model": self.model, **fields}, req=req, ctx=ctx)
@@ -191,7 +195,7 @@ class _Hub(HookServer):
     def send_value(self, source: str, vid: str, to: str) -> None:
         """Have the worker at ``source`` push its kept value ``vid`` to the worker at
         ``to`` (one-way, in request order there)."""
-        self.send(source, "send_value", {"values": [vid], "to": to})
+        self.send(source, "send_value", {"values": [vid], "to": to}, may_hold=True)
 
     def send_async(self, address: str, msg_type: str, fields: dict, ctx: str, what: str,
                    on_reply) -> None:
@@ -222,12 +226,13 @@ class _Hub(HookServer):
         if len(self.in_flight) >= MAX_AHEAD:
             self._keep_up(what)
         req = next_request_id()
-        self.send(address, msg_type, fields, req=req, ctx=ctx)
+        self.send(address, msg_type, fields, req=req, ctx=ctx, may_hold=True)
         self.in_flight[req] = (what, on_reply)
 
     def _keep_up(self, what: str) -> None:
         """Wait until at most half of ``MAX_AHEAD`` calls sent without waiting are
         unanswered (their failures are raised by the next request that waits, as ever)."""
+        self.flush_releases()  # (and the requests held for their stages' order)
         deadline = Deadline(self.timeout)
         while len(self.in_flight) > MAX_AHEAD // 2:
             events = poll_until(self.poller, deadline)
@@ -251,16 +256,17 @@ class _Hub(HookServer):
         """The answer to a call sent without waiting."""
         what, on_reply = self.in_flight.pop(reply.req)
         if reply.type == "error":
-            self.failed.append((what, reply))
+            self.failed.append((reply.req, what, reply))
             return
         try:
             on_reply(reply)
         except Exception as exc:  # noqa: BLE001 - raised by the next request that waits
-            self.failed.append((what, exc))
+            self.failed.append((reply.req, what, exc))
 
     def _raise_failed(self):
-        """The first failure of the calls sent without waiting (the others followed it)."""
-        (what, failure), self.failed = self.failed[0], []
+        """The failure of the first call issued of those sent without waiting that failed: a
+        later one (one that used its result) may answer first, from another worker."""
+        (_, what, failure), self.failed = min(self.failed, key=lambda f: f[0]), []
         note = (f"(from {what}, which the program did not wait for: it failed after the "
                 "program went on; a call that used its result failed with it)")
         if isinstance(failure, BaseException):
@@ -532,7 +538,10 @@ class _Hub(HookServer):
 
     def flush_releases(self) -> None:
         """Send the pending releases (one one-way message; the first stage passes it on)
-        and the pending drops of kept values (one message to each worker keeping some)."""
+        and the pending drops of kept values (one message to each worker keeping some),
+        after the requests held for their stages' order (``stage_outbox``)."""
+        if self.stage_outbox is not None and not self.stage_outbox.drain():
+            return  # (called while the outbox sends: all goes with the next request)
         if self.pending_drops and self.socks and os.getpid() == self._pid:
             drops, self.pending_drops = self.pending_drops, {}
             self._busy += 1
@@ -588,5 +597,3 @@ class _Hub(HookServer):
         self.socks = {}
         if late is not None:
             raise late
-
-

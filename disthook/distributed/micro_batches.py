@@ -5,7 +5,9 @@ calls do not wait (``async_calls``), the program issues micro-batch 1 while the 
 still computes micro-batch 0, and the stages work side by side as a pipeline. The outputs are
 joined along dim 0. ``train_step`` issues each micro-batch's forward and backward in the
 order of the model's schedule (GPipe: all forwards, then the backwards; 1F1B: after the
-pipeline fills, one backward per forward), which is the order each worker runs them in.
+pipeline fills, one backward per forward). Under GPipe every stage runs that order; under
+1F1B each stage wants its own, and the requests that go without waiting are held on the
+client and released to each worker in its stage's order (``stage_outbox``).
 
 Hooks fire once per micro-batch, as in torch's pipelining, and modules that look at the whole
 batch (batch norm) see one micro-batch at a time.
@@ -19,6 +21,7 @@ import numpy as np
 
 from disthook.autograd import grad_mode
 from disthook.distributed.placement import micro_batch_sizes
+from disthook.distributed.stage_outbox import StageOutbox
 from disthook.service.values import tensors_in
 from disthook.tensor import Tensor
 
@@ -120,29 +123,44 @@ def train_step(model: Deployment, x: Tensor, target: Tensor, loss_fn,
     sizes = micro_batch_sizes(rows, m)
     losses: list = [None] * m
     started = time.perf_counter()
+    hub, workers = model._hub, len(set(model._addresses))
+    outbox = None
+    if model._schedule != "gpipe" and m > 1 and workers > 1:  # each stage its own order
+        outbox = hub.stage_outbox = StageOutbox(hub.send, model._schedule, workers, m)
     object.__setattr__(model, "_in_train_step", True)
     try:
-        _issue(model, x, target, loss_fn, scale_grads, m, sizes, losses)
+        _issue(model, x, target, loss_fn, scale_grads, m, sizes, losses, outbox)
     finally:
         object.__setattr__(model, "_in_train_step", False)
+        if outbox is not None:
+            try:
+                outbox.drain()  # what is held goes, whatever happened
+            finally:
+                hub.stage_outbox = None
     from disthook import stack
 
     out = stack([t.reshape(()) for t in losses]).detach()
     values = np.array(out.numpy(), np.float32)  # one read: every call ends before it
     wall = time.perf_counter() - started
     # the stages' compute time and memory are not measured apart when the forward runs here
-    object.__setattr__(model, "step_stats", [{"busy": None, "wall": wall, "peak_rss": None}
-                                             for _ in model._addresses])
+    # (under 1F1B, "order": the micro-batch forwards and backwards sent to each, in order)
+    object.__setattr__(model, "step_stats", [
+        {"busy": None, "wall": wall, "peak_rss": None,
+         "order": None if outbox is None else outbox.order_sent(address)}
+        for address in model._addresses])
     return Tensor._make(values, None, 0)
 
 
 def _issue(model: Deployment, x: Tensor, target: Tensor, loss_fn, scale_grads: bool, m: int,
-           sizes: list[int], losses: list) -> None:
-    """Each micro-batch's forward, loss and backward, in the schedule's order."""
+           sizes: list[int], losses: list, outbox: StageOutbox | None) -> None:
+    """Each micro-batch's forward, loss and backward, in the schedule's order (each tagged
+    for the outbox, when there is one)."""
     rows = len(x)
     starts = np.cumsum([0, *sizes])
     with grad_mode.enable_grad():
         for kind, i in issue_order(model._schedule, len(model._addresses), m):
+            if outbox is not None:
+                outbox.begin((kind, i))
             if kind == "F":
                 rows_i = slice(int(starts[i]), int(starts[i + 1]))
                 loss = loss_fn(model._local(x[rows_i]), target[rows_i])
@@ -159,6 +177,8 @@ def _issue(model: Deployment, x: Tensor, target: Tensor, loss_fn, scale_grads: b
                 loss.backward(_share(loss, sizes[i] / rows)
                               if scale_grads and m > 1 else None)
                 losses[i] = loss.detach()
+            if outbox is not None:
+                outbox.end()
 
 
 def _share(loss: Tensor, share: float) -> Tensor:

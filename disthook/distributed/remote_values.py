@@ -26,6 +26,7 @@ and the op goes to the worker; every other read fetches the value.
 """
 from __future__ import annotations
 
+import bisect
 import dis
 import sys
 import threading
@@ -311,33 +312,48 @@ def _read_kind(code, offset: int) -> int:
     metadata attributes, or stores it in a local variable of which the code only ever loads
     metadata attributes; else _VALUE."""
     instructions = list(dis.get_instructions(code))
-    for i, ins in enumerate(instructions[:-1]):
-        if ins.offset == offset:
-            nxt = instructions[i + 1]
-            if nxt.opname == "LOAD_ATTR" and nxt.argval in _META_ATTRS:
-                return _META
-            if nxt.opname == "STORE_FAST" and _only_metadata_of(instructions, nxt.argval):
-                return _META
-            break
+    # the instruction that reads ``_data``: the last one at or before ``offset`` (CPython
+    # 3.12 reports a load it has specialised for a property at the load's last inline
+    # cache entry, past the instruction's own offset; 3.11 and 3.13 at the instruction)
+    i = bisect.bisect_right([ins.offset for ins in instructions], offset) - 1
+    if 0 <= i < len(instructions) - 1:
+        nxt = instructions[i + 1]
+        if nxt.opname == "LOAD_ATTR" and nxt.argval in _META_ATTRS:
+            return _META
+        if nxt.opname == "STORE_FAST" and _only_metadata_of(instructions, nxt.argval):
+            return _META
     return _VALUE
 
 
 def _only_metadata_of(instructions: list, name: str) -> bool:
     """Whether every load of local ``name`` is followed by a load of a metadata attribute
-    (and nothing else stores to it)."""
+    (and nothing else stores to it). Any other instruction on the local (CPython 3.13's
+    paired loads and stores, a comprehension's save and clear, a closure's cell, a delete)
+    answers no: the value is then fetched, which is always right."""
     stores = 0
     for i, ins in enumerate(instructions):
-        if ins.argval != name:
+        op = ins.opname
+        if not any(part in op for part in ("FAST", "DEREF", "CLOSURE", "CELL")):
             continue
-        if ins.opname == "STORE_FAST":
+        names = ins.argval if isinstance(ins.argval, tuple) else (ins.argval,)
+        if name not in names:
+            continue
+        if op == "STORE_FAST":
             stores += 1
-        elif ins.opname == "LOAD_FAST" or ins.opname.startswith("LOAD_FAST"):
+        elif op in _SINGLE_LOADS or (op in _PAIRED_LOADS and names[0] != name):
+            # (a paired load's second local is the one the next instruction takes)
             nxt = instructions[i + 1] if i + 1 < len(instructions) else None
             if nxt is None or nxt.opname != "LOAD_ATTR" or nxt.argval not in _META_ATTRS:
                 return False
-        elif ins.opname in ("DELETE_FAST", "LOAD_CLOSURE", "LOAD_DEREF", "STORE_DEREF"):
+        else:
             return False
     return stores == 1
+
+
+# the instructions that load one local and nothing else (3.12's checked load, 3.14's borrow)
+_SINGLE_LOADS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_BORROW"})
+# the instructions that load two locals (3.13, 3.14)
+_PAIRED_LOADS = frozenset({"LOAD_FAST_LOAD_FAST", "LOAD_FAST_BORROW_LOAD_FAST_BORROW"})
 
 
 def _in_op_forward(frame) -> bool:

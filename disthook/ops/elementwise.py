@@ -398,14 +398,15 @@ class ReluGrad(Op):
         need = ctx.needs_input_grad
         if need:  # the output takes no gradient; g's is this op again
             ctx.save_for_backward(None, out if need[0] else None)
-        passes = ~np.less_equal(out._data, 0)
-        # float times bool is one pass and branch-free (a masked write is several times
-        # slower on a random mask), but inf or NaN times 0 is NaN: then the masked write
-        with np.errstate(invalid="ignore"):
-            grad = g._data * passes
-        if grad.size and np.isnan(grad.max()):
-            grad = np.where(passes, g._data, np.zeros((), grad.dtype))
-        return grad
+        # ReLU's output is >= 0 or NaN, so "not <= 0" is "!= 0". The gradient's bits ANDed
+        # with a mask of all ones or all zeros: g itself (inf and NaN too) or +0, in one
+        # branch-free pass with no check for NaN (float times bool would give NaN for inf x 0,
+        # and a masked write is several times slower on a random mask)
+        data = g._data
+        mask = np.asarray(np.not_equal(out._data, 0)).view(np.int8)  # 0-d: a scalar
+        np.negative(mask, out=mask)  # 1 -> -1: every bit set
+        bits = np.dtype(f"i{data.dtype.itemsize}")
+        return np.bitwise_and(data.view(bits), mask).view(data.dtype)
 
     @staticmethod
     def backward(ctx, h):

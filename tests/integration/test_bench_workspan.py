@@ -26,6 +26,9 @@ def check_tables(out: str, rows: list) -> None:
     for column in ("client", "coord", "workers", "total", "effic.", "outside compute",
                    "torch one", "ranks"):
         assert column in work, column
+    outside = next(line for line in lines if line.split()[:4] == ["w", "p", "sends", "waits"])
+    for column in ("I/O", "rest", "per message"):
+        assert column in outside, column
     span = next(line for line in lines if "stage F/B/send" in line)
     for column in ("torch F/B/send", "hop us", "predicted ms", "ours/torch", "speedup",
                    "bound", "of bound"):
@@ -49,6 +52,12 @@ def check_tables(out: str, rows: list) -> None:
         if row["micro"] % row["stages"] == 0:  # interleaved takes groups of p micro-batches
             assert ours["predicted_interleaved_step_s"] > 0
         assert ours["workers_cpu_s"] > 0 and 0 <= ours["outside_compute"] < 1
+        # outside compute by part: the stages' sends and waits (their timelines), ZeroMQ's
+        # I/O threads, the rest; they add up to the workers' CPU less compute
+        parts = ours["outside_compute_s"]
+        assert parts["sends"] > 0 and parts["waits"] > 0 and parts["io_threads"] > 0
+        assert sum(parts.values()) == pytest.approx(
+            ours["workers_cpu_s"] * ours["outside_compute"])
         if row["torch"] is not None:
             assert row["torch"]["predicted_step_s"] > 0 and row["ratio_to_torch"] > 0
             assert row["best_ratio_to_torch"] > 0

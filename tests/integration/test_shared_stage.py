@@ -113,3 +113,14 @@ def test_the_bytes_of_a_clients_kept_graphs_are_capped_with_what_to_do():
             remote(torch.randn(256, 64)).sum().backward()
         finally:
             cluster.close()
+
+
+def test_an_unload_takes_no_reply_and_unloads():
+    """A closing client sends "unload" and closes its socket: a reply would find no route
+    and be dropped 30 s later with a warning in the worker's log."""
+    with worker() as address, Peer(address) as owner:
+        load(owner)
+        owner.send("unload", {"model": "m"})
+        assert owner._sock.poll(1500) == 0  # nothing comes back
+        with pytest.raises(RemoteError, match="holds no stage of model 'm'"):
+            state(owner)  # the stage is gone
