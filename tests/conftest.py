@@ -12,22 +12,32 @@ from pathlib import Path
 import pytest
 
 BYTECODE_DIR_PREFIX = "disthook-test-bytecode-"
+BYTECODE_DIR_VARIABLE = "DISTHOOK_TEST_BYTECODE_DIR"  # the run's directory, named for its workers
 
 
 def _keep_bytecode_for_this_run() -> None:
     """Where the environment turns bytecode files off (PYTHONDONTWRITEBYTECODE), every
-    process this run starts (the xdist workers, each coordinator and worker of a cluster)
-    compiled disthook and the test modules from source again: about 0.6 s of CPU per
-    process. This run keeps its bytecode in a directory of its own, outside the source tree
-    (PYTHONPYCACHEPREFIX, which the processes started from here inherit), removed at the
-    end, so that no file is left beside the sources, as the setting asks."""
+    process this run starts (each coordinator and worker of a cluster) compiled disthook from
+    source again: about 0.6 s of CPU per process. This run keeps their bytecode in a
+    directory of its own, outside the source tree (PYTHONPYCACHEPREFIX, which the processes
+    started from here inherit), removed at the end, so that no file is left beside the
+    sources, as the setting asks.
+
+    The pytest processes themselves (this one and the xdist workers) do not use it: a prefix
+    is global, and under one Python looks for no bytecode beside any source, so they would
+    compile torch and numpy from source too (about 10 s of CPU per process that imports
+    torch and runs its optimizers) instead of reading the bytecode installed with them."""
+    ours = os.environ.get(BYTECODE_DIR_VARIABLE)
+    if ours and sys.pycache_prefix == ours:  # an xdist worker, started with the run's setting
+        sys.pycache_prefix = None
+        sys.dont_write_bytecode = True
+        return
     if not sys.flags.dont_write_bytecode or os.environ.get("PYTHONPYCACHEPREFIX"):
         return  # bytecode is kept as usual, or somewhere the user chose
     made = tempfile.mkdtemp(prefix=BYTECODE_DIR_PREFIX)
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     os.environ["PYTHONPYCACHEPREFIX"] = made
-    sys.dont_write_bytecode = False
-    sys.pycache_prefix = made
+    os.environ[BYTECODE_DIR_VARIABLE] = made
     atexit.register(shutil.rmtree, made, True)
 
 

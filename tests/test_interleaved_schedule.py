@@ -2,6 +2,7 @@
 virtual stage forwards and backwards each micro-batch once, in dependency order, nothing
 deadlocks, v = 1 is 1F1B, and broken lists are refused with the action named."""
 import pytest
+from sweeps import where
 
 from disthook.distributed.interleaved import (
     interleaved_1f1b,
@@ -10,7 +11,10 @@ from disthook.distributed.interleaved import (
 )
 from disthook.distributed.schedule import ScheduleError, one_f_one_b
 
-SIZES = [(p, v, m) for p in range(1, 9) for v in range(1, 5) for m in range(p, 25, p)]
+# every worker and chunk count with one and two groups of micro-batches in the default run;
+# every multiple of p up to 24 with -m exhaustive
+SIZES = where([(p, v, m) for p in range(1, 9) for v in range(1, 5) for m in range(p, 25, p)],
+              lambda n, pvm: pvm[2] in {pvm[0], 2 * pvm[0]}, names=3)
 
 
 @pytest.mark.parametrize("p,v,m", SIZES)

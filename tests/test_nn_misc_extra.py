@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import pytest
 from helpers import check_op, lib
+from sweeps import product
 
 import disthook
 from disthook import nn
@@ -229,9 +230,8 @@ def test_conv_tbc():
 
 # ---- grid sampling -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
-@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
-@pytest.mark.parametrize("align_corners", [True, False])
+@pytest.mark.parametrize("mode, padding_mode, align_corners", product(
+    ["bilinear", "nearest", "bicubic"], ["zeros", "border", "reflection"], [True, False]))
 def test_grid_sample(mode, padding_mode, align_corners):
     grid = RNG.uniform(-1.3, 1.3, (2, 3, 2, 2))
     check_op(lambda x, g: _f(x).grid_sample(x, g, mode, padding_mode, align_corners),

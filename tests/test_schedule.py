@@ -3,6 +3,7 @@ exactly once per stage (and, under ZB-H1, through its W once), every dependency 
 respected, nothing deadlocks, 1F1B holds at most p - s micro-batches on stage s and ZB-H1
 at most p."""
 import pytest
+from sweeps import where
 
 from disthook.distributed.schedule import (
     ScheduleError,
@@ -15,7 +16,11 @@ from disthook.distributed.schedule import (
     zero_bubble_h1,
 )
 
-SIZES = [(p, m) for p in range(1, 9) for m in range(1, 33)]
+# every stage count with the micro-batch counts at its edges (fewer than, as many as, just
+# more than the stages, 32) in the default run; every count from 1 to 32 with -m exhaustive
+SIZES = where([(p, m) for p in range(1, 9) for m in range(1, 33)],
+              lambda n, pm: pm[1] in {1, 2, pm[0] - 1, pm[0], pm[0] + 1, 2 * pm[0] + 1, 32},
+              names=2)
 
 
 @pytest.mark.parametrize("name", ["gpipe", "1f1b", "zb-h1"])

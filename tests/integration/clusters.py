@@ -1,12 +1,14 @@
 """Helpers for the tests that run real clusters: a free port, waiting until something holds,
-each worker's own status (asked on its endpoint, not the coordinator's view), and a
-coordinator with one worker started as the command line starts them."""
+each worker's own status (asked on its endpoint, not the coordinator's view), a
+coordinator with one worker started as the command line starts them, and the clusters the
+modules of one session share."""
 import contextlib
 import socket
 import subprocess
 import sys
 import time
 
+from disthook.distributed import local_cluster
 from disthook.service.rpc import Peer
 
 
@@ -68,3 +70,51 @@ class _Address(str):
         made = super().__new__(cls, value)
         made.coordinator = coordinator
         return made
+
+
+class SharedClusters:
+    """Plain local clusters by size, lent to one module at a time: starting a cluster costs
+    about 3 s of CPU, and most modules only need "a cluster with N workers". A module gets
+    its cluster with every worker alive and holding nothing; after it, what it deployed is
+    closed, and a cluster it left otherwise (a process gone, a worker missing or still
+    holding a stage) is reaped, so that the next module asking for that size starts a fresh
+    one."""
+
+    def __init__(self):
+        self._clusters = {}  # workers -> Cluster
+
+    @contextlib.contextmanager
+    def lend(self, workers: int):
+        cluster = self._clusters.get(workers)
+        if cluster is None:
+            cluster = self._clusters[workers] = local_cluster(workers=workers, start_timeout=120)
+        deployed_before = len(cluster._deployments)
+        try:
+            yield cluster
+        finally:
+            if not _tidied(cluster, workers, deployed_before):
+                del self._clusters[workers]
+                cluster.close()
+
+    def close(self) -> None:
+        while self._clusters:
+            self._clusters.popitem()[1].close()
+
+
+def _tidied(cluster, workers: int, deployed_before: int) -> bool:
+    """Close what was deployed on ``cluster`` since it was lent; whether it is now as it was
+    lent: its processes alive, and ``workers`` workers, each holding no stage, graph or value
+    (asked of each worker: the coordinator's view follows the heartbeats). A worker's
+    counts over its lifetime (messages, hooks fired) go on: a test that reads them reads a
+    difference, or starts its own cluster."""
+    try:
+        for deployment in cluster._deployments[deployed_before:]:
+            deployment.close()
+        del cluster._deployments[deployed_before:]
+        statuses = worker_statuses(cluster)
+    except Exception:  # noqa: BLE001 - any failure here means: do not lend it again
+        return False
+    return (all(proc.poll() is None for proc in cluster._processes)
+            and len(statuses) == workers
+            and all(s["stages"] == [] and s["contexts"] == s["values"] == 0
+                    for s in statuses.values()))

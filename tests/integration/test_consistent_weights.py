@@ -20,6 +20,8 @@ from disthook.distributed import local_cluster
 from disthook.service.security import add_client
 
 pytestmark = pytest.mark.timeout(180)
+
+CLUSTER_WORKERS = 2  # conftest's cluster, shared with the modules of that size
 HOOK_S = 3.0
 
 READER = textwrap.dedent('''
@@ -52,12 +54,6 @@ def outputs_of(state: dict) -> np.ndarray:
     local.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
     with torch.no_grad():
         return local(torch.ones(2, 3)).numpy()
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    with local_cluster(workers=2) as c:
-        yield c
 
 
 class Pause(nn.Module):

@@ -8,14 +8,14 @@ import pytest
 
 import disthook as torch
 from disthook import nn
-from disthook.distributed import deployment_of, local_cluster
+from disthook.distributed import deployment_of
 
 pytestmark = pytest.mark.timeout(240)
 
 
 @pytest.fixture(scope="module", params=[2, 3])
-def cluster(request):
-    with local_cluster(workers=request.param) as c:
+def cluster(request, shared_clusters):
+    with shared_clusters.lend(request.param) as c:
         c.stages = request.param
         yield c
 
@@ -317,7 +317,7 @@ def test_plain_attributes_set_and_deleted(cluster):
             assert not hasattr(model[0], "note")
             del model[2].scale
             with pytest.raises(AttributeError):
-                model[2].scale
+                _ = model[2].scale
         with pytest.raises(AttributeError):
             del remote[0].never_set
         with pytest.raises(AttributeError):

@@ -15,8 +15,8 @@ from disthook.distributed.parameters import RemoteBuffer, RemoteParameter
 
 
 @pytest.fixture(scope="module", params=[2, 3], ids=lambda n: f"{n}-workers")
-def cluster(request):
-    with local_cluster(workers=request.param, start_timeout=120) as c:
+def cluster(request, shared_clusters):
+    with shared_clusters.lend(request.param) as c:
         yield c
 
 
@@ -81,8 +81,9 @@ def test_references_taken_before_the_deploy_keep_working(cluster):
         opt = torch.optim.SGD(m.parameters(), lr=0.1)  # made before the deploy
         target = m.head[1]  # a layer picked before the deploy
         seen = []
-        handle = target.register_forward_hook(lambda mod, args, out, seen=seen: seen.append(
-            (mod is target, tuple(out.shape))))
+        handle = target.register_forward_hook(
+            lambda mod, args, out, seen=seen, target=target: seen.append(
+                (mod is target, tuple(out.shape))))
         if name == "remote":
             cluster.deploy(m, stages=len(cluster.workers()))  # the bare call: no rebinding
         for _ in range(2):

@@ -1,5 +1,6 @@
 """The README's Python examples run as written and print what they say (the one that
 attaches to a launched cluster gets a cluster launched by ``disthook launch``)."""
+import functools
 import re
 import signal
 import subprocess
@@ -11,7 +12,7 @@ import pytest
 pytestmark = pytest.mark.timeout(240)
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), re.DOTALL)
 LAUNCHED = "tcp://127.0.0.1:5555"
 
 
@@ -19,7 +20,7 @@ def run_block(code: str, tmp_path: Path) -> str:
     script = tmp_path / "example.py"
     script.write_text(code)
     proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=200)
+                          text=True, timeout=200, check=False)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -63,12 +64,12 @@ DOCS = sorted((README.parent / "docs").glob("*.md"))
 
 def promised_lines(code: str) -> list[str]:
     return re.findall(r"print\(.*\)\s+# (tensor\(.*?\)|torch\.Size\(\[.*?\]\)|\[.*?\]|\d+)$",
-                      code, re.M)
+                      code, re.MULTILINE)
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
 def test_the_python_of_each_doc_runs_in_order_and_prints_what_it_says(doc, tmp_path):
-    code = "\n".join(re.findall(r"```python\n(.*?)```", doc.read_text(), re.S))
+    code = "\n".join(re.findall(r"```python\n(.*?)```", doc.read_text(), re.DOTALL))
     if not code:
         pytest.skip(f"{doc.name} has no Python")
     out = run_block(code, tmp_path).splitlines()
@@ -80,7 +81,7 @@ def command_lines(text: str) -> list[str]:
     """Every ``disthook ...`` command in the bash blocks of ``text`` (comments dropped,
     continuation lines joined)."""
     lines = []
-    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+    for block in re.findall(r"```bash\n(.*?)```", text, re.DOTALL):
         for line in block.replace("\\\n", " ").splitlines():
             line = line.split("#", 1)[0].strip()
             if line.startswith("disthook "):
@@ -94,6 +95,13 @@ ALL_COMMANDS = [line for path in [README, *DOCS, README.parent / "deploy" / "REA
                 for line in command_lines(path.read_text())]
 
 
+@functools.cache
+def role_help(module: str) -> str:
+    """A role's ``--help`` (asked once per role and process: a process start each)."""
+    return subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,
+                          text=True, timeout=60, check=True).stdout
+
+
 @pytest.mark.parametrize("line", ALL_COMMANDS)
 def test_every_documented_command_line_is_accepted_by_its_parser(line):
     import shlex
@@ -102,8 +110,7 @@ def test_every_documented_command_line_is_accepted_by_its_parser(line):
 
     words = shlex.split(line)[1:]
     if words[0] in ROLES:  # the roles parse their own options: each must be one of them
-        helped = subprocess.run([sys.executable, "-m", ROLES[words[0]], "--help"],
-                                capture_output=True, text=True, timeout=60).stdout
+        helped = role_help(ROLES[words[0]])
         for word in words[1:]:
             if word.startswith("--"):
                 assert word in helped, (line, word)

@@ -1,24 +1,38 @@
 """Values stay where they are computed: the outputs of a deployed model's parts stay on their
 workers (``RemoteValue`` on the client), go worker to worker, and ops of the client's own
 forward on them run there; calls whose answer's form is known do not wait. Every case runs
-on 2 and 3 workers against the same program in one process, values to 1e-5."""
+on 2 and 3 workers (the three longest on one of them in the default run, on both with
+``-m exhaustive``) against the same program in one process, values to 1e-5."""
 import copy
 
 import numpy as np
 import pytest
 from clusters import wait_until, worker_statuses
+from sweeps import EXHAUSTIVE, product
 
 import disthook as torch
 import disthook.nn.functional as F
 from disthook import nn
 from disthook.bench import gpt
-from disthook.distributed import deployment_of, local_cluster
+from disthook.distributed import deployment_of
 from disthook.distributed.remote_values import RemoteValue
 
 
-@pytest.fixture(scope="module", params=[2, 3], ids=lambda n: f"{n}-workers")
-def cluster(request):
-    with local_cluster(workers=request.param, start_timeout=120) as c:
+def workers(n: int) -> str:
+    return f"{n}-workers"
+
+
+def on_one_size_by_default(kept: int):
+    """The cluster sizes for a long test: ``kept`` workers in the default run, the other
+    size exhaustive."""
+    return pytest.mark.parametrize(
+        "cluster", [n if n == kept else pytest.param(n, marks=EXHAUSTIVE) for n in (2, 3)],
+        ids=workers, indirect=True)
+
+
+@pytest.fixture(scope="module", params=[2, 3], ids=workers)
+def cluster(request, shared_clusters):
+    with shared_clusters.lend(request.param) as c:
         yield c
 
 
@@ -42,6 +56,7 @@ def deployed(cluster, model):
     return cluster.deploy(model, stages=len(cluster.workers()))
 
 
+@on_one_size_by_default(3)
 def test_gpt_training_keeps_activations_on_the_workers(cluster):
     torch.manual_seed(0)
     model = GPT()
@@ -182,6 +197,7 @@ def test_dropped_outputs_are_freed_on_the_workers(cluster):
         model.close()
 
 
+@on_one_size_by_default(2)
 def test_a_loop_that_never_waits_stays_a_bounded_number_of_calls_ahead(cluster, monkeypatch):
     """Steps whose results the program never reads send calls without waiting; past
     ``MAX_AHEAD`` unanswered calls the program waits for the older half, so neither the
@@ -250,7 +266,8 @@ def _lm_loss(logits, target):
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)), target.reshape(-1))
 
 
-@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("cluster, schedule", product([2, 3], ["gpipe", "1f1b"], ids=[
+    f"{workers(n)}-{name}" for n in (2, 3) for name in ("gpipe", "1f1b")]), indirect=["cluster"])
 def test_gpt_micro_batches_under_each_schedule(cluster, schedule):
     torch.manual_seed(6)
     local = GPT(layers=2)
