@@ -673,8 +673,10 @@ class _Placeholder:
 
 
 def _is_frame(frame) -> bool:
-    """Whether ``frame`` is a ``zmq.Frame`` (this module never imports zmq)."""
-    return hasattr(frame, "bytes") and not isinstance(frame, (bytes, bytearray, memoryview))
+    """Whether ``frame`` is a ``zmq.Frame`` (this module never imports zmq). Asked of its
+    class: a frame's ``bytes`` is a property that copies the whole frame."""
+    return hasattr(type(frame), "bytes") and not isinstance(frame, (bytes, bytearray,
+                                                                     memoryview))
 
 
 def _buffer(frame) -> memoryview:

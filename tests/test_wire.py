@@ -662,3 +662,23 @@ def test_a_write_part_stands_for_the_message_it_carries():
     decoded = wire.decode(frames)  # the arrays of a part travel as frames
     np.testing.assert_array_equal(
         wire.write_part(decoded["parts"][0][0], "m")["state"]["0.weight"], np.ones((2, 3)))
+
+
+def test_telling_a_frame_from_bytes_reads_no_frame_data():
+    """A zmq.Frame's ``bytes`` property copies the whole frame (a 64 MiB input became one
+    copy more on the worker): telling what a frame is must not read it."""
+    import zmq
+
+    from disthook.wire import _is_frame
+
+    class Counting(zmq.Frame):
+        reads = 0
+
+        @property
+        def bytes(self):
+            type(self).reads += 1
+            return super().bytes
+
+    frame = Counting(b"x" * 1024)
+    assert _is_frame(frame) and not _is_frame(b"x") and not _is_frame(memoryview(b"x"))
+    assert Counting.reads == 0
