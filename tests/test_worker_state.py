@@ -420,3 +420,19 @@ def test_each_client_names_its_own_contexts():
     assert state.context("m", OTHER, "c") is None
     state.end_context("m", OTHER, "c")
     assert state.context("m", CLIENT, "c") is not None
+
+
+def test_a_one_way_message_carried_for_a_client_that_went_away_is_dropped_quietly():
+    """A stage carries a client's release on after the client closed (a race, not a peer
+    posing as someone): nobody waits for it, so it goes without a reply or a warning; a
+    carried request that has a request id is still refused, as before."""
+    state, _ = make_state()
+    state.handle(ClientGone(CLIENT))
+    out = request(state, "release", sender=NEIGHBOUR, req=0, contexts=["c1"],
+                  reply_to=CLIENT.hex())
+    assert not [i for i in out if isinstance(i, Reply)]
+    assert [(i.level, i.text) for i in out if isinstance(i, Log)] == [
+        ("info", "worker w0: dropped release: the client it is carried for went away")]
+    out = request(state, "forward", sender=NEIGHBOUR, req=7, reply_to=CLIENT.hex())
+    (reply,) = [i for i in out if isinstance(i, Reply)]
+    assert "went away" in str(reply)

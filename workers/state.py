@@ -35,8 +35,7 @@ MAILBOX_LIMIT = 4096  # pipeline messages kept before anyone asked for them
 FINISHED_STEPS_KEPT = 256  # steps whose late pipeline messages are dropped on arrival
 GONE_KEPT = 1024  # clients remembered as gone (a running job of theirs waits no more)
 
-# requests that only read (or only drop graphs): they run at once, never behind a waiting
-# request, so a client hook may read the model it runs on
+# requests that only read (or drop graphs) run at once, never queued: a hook may read its model
 AT_ONCE = frozenset({"hello", "status", "get_state", "list_hooks", "captured", "release",
                      "pin", "waits", "fetch"})
 # answers to a wait of a running request, recognised by (sender, request id)
@@ -131,8 +130,7 @@ class Job:
     micro_batch: int | None = None  # what capture hooks record as the micro-batch
     # the forward it runs ahead of client hooks' answers (workers.speculation), if any
     spec: Any = None
-    # the weights it computes with (workers.versions): None, the newest; an older version
-    # once another client wrote while this job ran
+    # its weights' version (workers.versions): None, the newest; older if another wrote meanwhile
     version: Any = None
     # calls a write of this job found on its way, for the next stage (workers.versions)
     pins: list = dataclasses.field(default_factory=list)
@@ -175,9 +173,8 @@ class Context:
     # a double backward's graph was built on this one (backward(create_graph=True)): its
     # backwards keep the graph, which the other pass reads too (freed with the contexts)
     keep_graph: bool = False
-    # the tensors client forward hooks were given, by the key the client names them with
-    # ("<event key>#<index>"): a backward may ask for their gradients (autograd.grad on the
-    # client with respect to a tensor a hook kept)
+    # tensors client forward hooks were given, keyed "<event key>#<index>": a backward may ask
+    # for their gradients (autograd.grad on the client with respect to a tensor a hook kept)
     taps: dict = dataclasses.field(default_factory=dict)
     version: Any = None  # the weights its forward computed with (see Job.version)
     nbytes: int = 0  # the arrays it holds, weights aside (workers.limits)
@@ -190,8 +187,7 @@ class WorkerState:
                  hook_timeout: float = HOOK_TIMEOUT_S, pipe_timeout: float = PIPE_TIMEOUT_S,
                  mailbox_limit: int = MAILBOX_LIMIT, clock=time.monotonic, who=None):
         self.worker_id = worker_id
-        # how the logs name a peer (the shell's: a client as status numbers it); never its
-        # identity, which is bytes the peer chose
+        # how logs name a peer (the shell's way, as status numbers it), never by its identity
         self.who = who or _Numbered("peer").name
         self.context_ttl = context_ttl
         self.hook_timeout = hook_timeout
@@ -210,8 +206,7 @@ class WorkerState:
         self.lanes: dict[tuple, collections.deque] = {}  # busy lane -> requests queued in it
         self.jobs: set[Job] = set()  # running (or waiting) jobs
         self.gone: dict[bytes, None] = {}  # clients whose connection closed (the latest)
-        # writes to a model's weights held until no other client's call of it is running:
-        # a call never sees the weights change inside it
+        # writes to a model's weights held until no other client's call of it runs (none mid-call)
         self.held_writes: list[Job] = []
         self.step_clients: dict[tuple, bytes] = {}  # (model, step) -> the client running it
         self._wait_ids = itertools.count(1)
@@ -244,6 +239,8 @@ class WorkerState:
         try:
             client = self._client_of(sender, msg, forwarder)
         except PermissionError as exc:
+            if isinstance(exc, _CarriedForGone) and not msg.req:  # one-way: nobody to tell
+                return [Log("info", f"worker {self.worker_id}: dropped {exc}")]
             return [Reply(sender, msg.req, "PermissionError", str(exc)),
                     Log("warning", f"worker {self.worker_id}: refused {msg.type} from "
                                    f"{self.who(sender)}: {exc}", sender)]
@@ -306,7 +303,7 @@ class WorkerState:
             raise PermissionError(f"{msg.type}: reply_to {reply_to[:40]!r} is not a "
                                   "connection's identity") from None
         if client in self.gone:  # checked against the call: its client is still here
-            raise PermissionError(f"{msg.type}: the client it is carried for went away")
+            raise _CarriedForGone(f"{msg.type}: the client it is carried for went away")
         return client
 
     def _from_own_hook(self, job: Job) -> bool:
@@ -399,8 +396,7 @@ class WorkerState:
 
     # ---- waits ----------------------------------------------------------------------------------
     def wait_for_client(self, job: Job, client: bytes, req: int, what: str) -> Wait:
-        """The job waits for ``client``'s answer to hook event ``req`` (the client whose
-        hook fired; today the job's own)."""
+        """The job waits for ``client``'s (the job's own) answer to hook event ``req``."""
         return self._open_wait(job, what, self.hook_timeout, client=client, req=req)
 
     def expect_from_client(self, job: Job, client: bytes, req: int, what: str) -> Wait:
@@ -550,11 +546,11 @@ class WorkerState:
 class StepRun:
     """Where one stage is in its schedule of a pipelined training step.
 
-    ``next(mailbox)`` gives the next action to carry out: ``("forward", mb)``,
-    ``("backward", mb)``, ``("weight", mb)``, ``("send_act", mb)``, ``("send_grad", mb)``,
-    ``("recv", kind, mb, message)`` once the message is in the mailbox (taken out of it), ``("wait", keys)`` when
-    it is not there yet (call again when one of ``keys`` came), ``("abort", reason)`` when
-    a neighbour gave up the step, and ``("done",)`` at the end.
+    ``next(mailbox)`` gives the next action to carry out: ``("forward", mb)``, ``("backward",
+    mb)``, ``("weight", mb)``, ``("send_act", mb)``, ``("send_grad", mb)``, ``("recv", kind, mb,
+    message)`` once the message is in the mailbox (taken out of it), ``("wait", keys)`` when it
+    is not there yet (call again when one of ``keys`` came), ``("abort", reason)`` when a
+    neighbour gave up the step, and ``("done",)`` at the end.
     """
 
     def __init__(self, model: str, step: str, schedule: list):
@@ -598,3 +594,7 @@ class _Numbered:
         if identity not in self.names:
             self.names[identity] = f"{self.kind} {next(self._ids)}"
         return self.names[identity]
+
+
+class _CarriedForGone(PermissionError):
+    """A neighbour carries on a message of a client that went away (a race, not a pose)."""
