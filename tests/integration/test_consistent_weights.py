@@ -111,9 +111,17 @@ def any_cluster(request, cluster):
 
 def start_paused_reader(cluster, name, marker, tmp_path):
     """A reader whose call computes on stage 0 (in ``Pause``) for HOOK_S seconds."""
-    (tmp_path / "paused_reader.py").write_text(PAUSED_READER)
-    argv = [sys.executable, str(tmp_path / "paused_reader.py"), cluster.address, name,
-            str(Path(__file__).parent)]
+    return launch_reader(cluster, tmp_path / "paused_reader.py", PAUSED_READER,
+                        [name, str(Path(__file__).parent)], marker,
+                        "the reader's call never reached stage 0")
+
+
+def launch_reader(cluster, script, source, args, marker, never):
+    """``source`` run as ``script`` with the cluster's address and ``args`` (and a key of
+    its own when the cluster has keys), once it has touched ``marker``; ``never``: the
+    failure's message when it does not within 60 s."""
+    script.write_text(source)
+    argv = [sys.executable, str(script), cluster.address, *args]
     if cluster.keys is not None:  # a key of its own: another client than the deployer
         if not (Path(cluster.keys.directory) / "reader.key").exists():
             add_client(cluster.keys.directory, "reader")
@@ -122,7 +130,7 @@ def start_paused_reader(cluster, name, marker, tmp_path):
     deadline = time.monotonic() + 60
     while not marker.exists():
         assert proc.poll() is None, proc.stderr.read()
-        assert time.monotonic() < deadline, "the reader's call never reached stage 0"
+        assert time.monotonic() < deadline, never
         time.sleep(0.02)
     return proc
 
@@ -160,16 +168,9 @@ def test_a_call_computing_on_stage_0_while_a_direct_write_lands_sees_one_version
 
 def start_reader(cluster, name, where, tmp_path):
     marker = tmp_path / "in-hook"
-    (tmp_path / "reader.py").write_text(READER)
-    proc = subprocess.Popen([sys.executable, str(tmp_path / "reader.py"), cluster.address,
-                             name, str(where), str(marker), str(HOOK_S)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not marker.exists():
-        assert proc.poll() is None, proc.stderr.read()
-        assert time.monotonic() < deadline, "the reader's hook never fired"
-        time.sleep(0.02)
-    return proc
+    return launch_reader(cluster, tmp_path / "reader.py", READER,
+                         [name, str(where), str(marker), str(HOOK_S)], marker,
+                         "the reader's hook never fired")
 
 
 def reader_output(proc) -> np.ndarray:
@@ -326,19 +327,9 @@ def start_held_reader(cluster, name, tmp_path, part="a", kind="tree",
     """A reader whose first forward of ``name`` waits in a client hook on its part at
     ``part`` until ``go`` exists; the marker says it waits."""
     marker, go = tmp_path / "held", tmp_path / "go"
-    (tmp_path / "held_reader.py").write_text(HELD_READER)
-    argv = [sys.executable, str(tmp_path / "held_reader.py"), cluster.address, name,
-            str(classes), str(marker), str(go), part, kind]
-    if cluster.keys is not None:  # a key of its own: another client than the deployer
-        if not (Path(cluster.keys.directory) / "reader.key").exists():
-            add_client(cluster.keys.directory, "reader")
-        argv.append(cluster.keys.directory)
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not marker.exists():
-        assert proc.poll() is None, proc.stderr.read()
-        assert time.monotonic() < deadline, "the reader's hook never fired"
-        time.sleep(0.02)
+    proc = launch_reader(cluster, tmp_path / "held_reader.py", HELD_READER,
+                        [name, str(classes), str(marker), str(go), part, kind], marker,
+                        "the reader's hook never fired")
     return proc, go
 
 
