@@ -53,7 +53,6 @@ from workers.peers import Peers
 from workers.runners import Runners
 from workers.stages import StageHandlers
 from workers.state import (
-    ANSWERS,
     ClientGone,
     JobDone,
     Log,
@@ -231,15 +230,25 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         try:
             forwarder = self.peers.arrived(fd, sender,
                                            head.get("User-Id") if self.keys else None)
-            # a client may send its answers to a burst of hook events as one batch
-            msgs = wire.decode_all(body, batched=ANSWERS)
+            # a client may send a burst of requests to this worker, or its answers to a
+            # burst of hook events, as one batch: each message is taken as if it came alone
+            head_bytes, parts = wire.split_batch(body)
+            msgs = [wire.decode(body, _head=head_bytes)] if parts is None else []
         except (PermissionError, wire.WireError) as exc:
-            self.peer_log.warning(sender, "%s: refused a message from %s: %s", self.label,
-                                  self.who(sender), exc)
-            self.reply(self.router, sender, 0, "error", error_fields(exc, worker=self.name))
+            self._refuse(sender, exc)
             return
+        for part in parts or ():
+            try:
+                msgs.append(wire.decode(part))
+            except wire.WireError as exc:  # (this one alone: the others go on)
+                self._refuse(sender, exc)
         for msg in msgs:
             self._execute(self.state.handle(MessageIn(sender, msg, forwarder)))
+
+    def _refuse(self, sender: bytes, exc: Exception) -> None:
+        self.peer_log.warning(sender, "%s: refused a message from %s: %s", self.label,
+                              self.who(sender), exc)
+        self.reply(self.router, sender, 0, "error", error_fields(exc, worker=self.name))
 
     def on_disconnected(self, fd: int) -> None:
         sender = self.peers.gone(fd)

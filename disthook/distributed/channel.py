@@ -3,8 +3,9 @@ per worker, all with one identity, so that whichever worker finishes a pipelined
 answers the client directly. It sends requests side by side and waits for every reply
 (serving client-hook events and warnings meanwhile), sees a worker's connection close
 (``WorkerLost``), and batches what needs no round trip of its own: releases of graphs whose
-output is gone, and optimizer calls (``zero_grad()``, and ``step()`` once an optimizer's
-first step made its shares on the workers), which ride with the next forward."""
+output is gone, optimizer calls (``zero_grad()``, and ``step()`` once an optimizer's first
+step made its shares), which ride with the next forward, and bursts of requests to one
+worker (``send_together``)."""
 from __future__ import annotations
 
 import atexit
@@ -19,6 +20,7 @@ import zmq
 
 from disthook import wire
 from disthook.distributed.client_hooks import HookServer, _issue_warning
+from disthook.distributed.send_together import Together
 from disthook.service.rpc import (
     ClusterError,
     Deadline,
@@ -36,10 +38,10 @@ __all__ = []
 _BURST = 32  # messages taken off one socket per poll, at most
 _ANSWERED_AHEAD_KEPT = 256  # requests whose answer came ahead of the hooks' (see _stands)
 # calls sent without waiting that may be unanswered at once: past it, the program waits for
-# the older half (a loop that never reads a result would otherwise queue without bound on
-# the workers and here)
+# the older half (a loop that never reads a result would queue without bound otherwise)
 MAX_AHEAD = 256
 _call_numbers = itertools.count(1)  # optimizer calls that ride with a forward (see defer)
+EXIT_FLUSH_TIMEOUT_S = 10.0
 
 
 def _flush_at_exit(ref) -> None:
@@ -47,8 +49,7 @@ def _flush_at_exit(ref) -> None:
     to a model it did not close (an attached client's last step lands on stages that stay),
     waiting a few seconds at most; a warning if they cannot go."""
     hub = ref()
-    if hub is None or not hub.socks or not hub.pending_optimizer or os.getpid() != hub._pid \
-            or hub._busy:
+    if not hub or not hub.socks or not hub.pending_optimizer or os.getpid() != hub._pid or hub._busy:
         return
     hub.timeout = min(hub.timeout, EXIT_FLUSH_TIMEOUT_S)
     try:
@@ -59,17 +60,13 @@ def _flush_at_exit(ref) -> None:
                       RuntimeWarning, stacklevel=1)
 
 
-EXIT_FLUSH_TIMEOUT_S = 10.0
-
-
 def _ignore(reply) -> None:
     """An answer nothing waits for but its success."""
 
 
 def _nbytes(frame) -> int:
     """The length of a frame as sent or received (bytes, a buffer, or a zmq.Frame)."""
-    buffer = getattr(frame, "buffer", frame)
-    return memoryview(buffer).nbytes
+    return memoryview(getattr(frame, "buffer", frame)).nbytes
 
 
 class _Hub(HookServer):
@@ -134,6 +131,7 @@ class _Hub(HookServer):
         # travel it from the first stage, behind the calls sent on before them
         self.chain: list[str] | None = None
         self.stage_outbox = None  # a train_step's requests held for their stages' order
+        self.together = Together(self.socks)  # a burst of requests, one message per worker
         # a tree-placed model others may use: its writes numbered (distributed/pinning.py)
         self.versions = None
         # requests answered ahead of their hooks' answers (see _stands), and an error one
@@ -144,24 +142,23 @@ class _Hub(HookServer):
         # keep must not miss a step the program made)
         atexit.register(_flush_at_exit, weakref.ref(self))
 
-    @property
-    def reply_to(self) -> str:
-        return self.identity.hex()
+    reply_to = property(lambda self: self.identity.hex())
 
     def send(self, address: str, msg_type: str, fields: dict, *, req: int = 0,
              ctx: str | None = None, may_hold: bool = False) -> None:
         if not self.socks:
             raise RuntimeError(f"the deployed model {self.model} is closed; deploy it again "
                                "to use it")
-        if self.stage_outbox is not None and self.stage_outbox.hold(  # (stage_outbox.py)
-                address, msg_type, fields, req, ctx, may_hold):
-            return
-        if self._outbox:  # answers to hook events first, as they were made
-            self.flush_answers()
-        frames = wire.encode(msg_type, {"model": self.model, **fields}, req=req, ctx=ctx)
-        self.stats["requests"] += 1
-        self.stats["bytes_out"] += sum(_nbytes(f) for f in frames)
-        self.socks[address].send_multipart(frames, copy=False)
+        with self.together:  # what the outbox sends first goes with it, as one message
+            if self.stage_outbox is not None and self.stage_outbox.hold(  # (stage_outbox.py)
+                    address, msg_type, fields, req, ctx, may_hold):
+                return
+            if self._outbox:  # answers to hook events first, as they were made
+                self.flush_answers()
+            frames = wire.encode(msg_type, {"model": self.model, **fields}, req=req, ctx=ctx)
+            self.stats["requests"] += 1
+            self.stats["bytes_out"] += sum(_nbytes(f) for f in frames)
+            self.together.send(address, frames)
 
     def write_all(self, calls: list[tuple], *, what: str,
                   carries_optimizer_calls: bool = False) -> None:
@@ -540,6 +537,10 @@ class _Hub(HookServer):
         """Send the pending releases (one one-way message; the first stage passes it on)
         and the pending drops of kept values (one message to each worker keeping some),
         after the requests held for their stages' order (``stage_outbox``)."""
+        with self.together:  # the held requests, drops and releases: one message a worker
+            self._flush_releases()
+
+    def _flush_releases(self) -> None:
         if self.stage_outbox is not None and not self.stage_outbox.drain():
             return  # (called while the outbox sends: all goes with the next request)
         if self.pending_drops and self.socks and os.getpid() == self._pid:
