@@ -49,6 +49,7 @@ __all__ = [
     "decode_all",
     "encode",
     "encode_batch",
+    "encode_batches",
     "split_batch",
     "write_part",
 ]
@@ -470,6 +471,24 @@ def encode_batch(messages: list[list]) -> list:
     sizes = [len(frames) for frames in messages]
     return [BATCH_MAGIC + struct.pack(f"<{len(sizes)}I", *sizes),
             *itertools.chain.from_iterable(messages)]
+
+
+def encode_batches(messages: list[list], *, limits: Limits = DEFAULT_LIMITS) -> list[list]:
+    """The multiparts that carry ``messages`` (each ``encode``'s) in order: one message as
+    it is, several as batches, each within the frame cap a receiver checks (a message that
+    passes it alone goes alone)."""
+    out: list[list] = []
+    run: list[list] = []
+    frames = 0
+    for msg in messages:
+        if run and frames + len(msg) > limits.max_frames - 1:  # (the table takes a frame)
+            out.append(run[0] if len(run) == 1 else encode_batch(run))
+            run, frames = [], 0
+        run.append(msg)
+        frames += len(msg)
+    if run:
+        out.append(run[0] if len(run) == 1 else encode_batch(run))
+    return out
 
 
 def split_batch(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS

@@ -20,7 +20,7 @@ import zmq
 
 from disthook import wire
 from disthook.distributed.client_hooks import HookServer, _issue_warning
-from disthook.distributed.send_together import Together
+from disthook.distributed.send_together import Together, received
 from disthook.service.rpc import (
     ClusterError,
     Deadline,
@@ -353,15 +353,12 @@ class _Hub(HookServer):
                 if self._disconnected(sock):
                     self.lost[self.monitors[sock]] = "no call (between calls)"
                 continue
-            try:
-                late = wire.decode(sock.recv_multipart(copy=False))
-            except wire.WireError:
-                continue
-            if late.type == "warning":
-                _issue_warning(late)
-            elif late.type == "error" and late.req in self._answered_ahead:
-                del self._answered_ahead[late.req]
-                self.late_error = late
+            for late in received(sock.recv_multipart(copy=False)):
+                if late.type == "warning":
+                    _issue_warning(late)
+                elif late.type == "error" and late.req in self._answered_ahead:
+                    del self._answered_ahead[late.req]
+                    self.late_error = late
         if self.failed:
             self._raise_failed()
         for req in reqs:
@@ -381,31 +378,28 @@ class _Hub(HookServer):
         for _ in range(_BURST):
             try:
                 frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
-                self.stats["bytes_in"] += sum(_nbytes(f) for f in frames)
-                reply = wire.decode(frames)
             except zmq.Again:  # all taken (or a hook's own call took it)
                 return
-            except wire.WireError:
-                continue
-            if reply.type == "hook_event":  # a worker runs one of our hooks meanwhile
-                self._serve_event(sock, reply)
-                deadline.renew()  # the worker is alive
-                continue
-            if reply.type == "warning":
-                _issue_warning(reply)
-                continue
-            if reply.req in self.in_flight:
-                self._landed(reply)
-                deadline.renew()  # the workers go on
-                continue
-            if reply.req in reqs:
-                if reply.type == "ok" and not self._stands(reply):
-                    continue  # the pass runs again: its answer follows
-                replies[reply.req] = reply
-            elif reply.type == "error" and reply.req in self._answered_ahead:
-                del self._answered_ahead[reply.req]
-                self.late_error = reply
-            # else: a late answer to a timed-out request
+            self.stats["bytes_in"] += sum(_nbytes(f) for f in frames)
+            for reply in received(frames):  # (a batch's messages in order)
+                self._take_one(sock, reply, reqs, replies, deadline)
+
+    def _take_one(self, sock, reply: wire.Message, reqs: list, replies: dict, deadline):
+        if reply.type == "hook_event":  # a worker runs one of our hooks meanwhile
+            self._serve_event(sock, reply)
+            deadline.renew()  # the worker is alive
+        elif reply.type == "warning":
+            _issue_warning(reply)
+        elif reply.req in self.in_flight:
+            self._landed(reply)
+            deadline.renew()  # the workers go on
+        elif reply.req in reqs:
+            if reply.type != "ok" or self._stands(reply):  # (else the pass runs again:
+                replies[reply.req] = reply  # its answer follows)
+        elif reply.type == "error" and reply.req in self._answered_ahead:
+            del self._answered_ahead[reply.req]
+            self.late_error = reply
+        # else: a late answer to a timed-out request
 
     def _stands(self, reply: wire.Message) -> bool:
         """Whether the ``ok`` answer ``reply`` stands. One that went before the worker took

@@ -8,13 +8,14 @@ when the outermost ``with`` ends each worker's queue goes as one ``wire.encode_b
 message (one message as it is). The worker takes a batch's messages in order, each checked
 and run as if it had come alone (``workers/server.py``), so a request in a batch fails on
 its own, with its own request id. Nothing waits inside the ``with``: a request that waits
-is sent when the burst ends, before its wait begins.
+is sent when the burst ends, before its wait begins. A worker that got a batch answers a
+run of jobs in one message too (``workers/batches.py``): ``received`` takes its messages.
 """
 from __future__ import annotations
 
 from disthook import wire
 
-__all__ = ["Together"]
+__all__ = ["Together", "received"]
 
 
 class Together:
@@ -47,29 +48,30 @@ class Together:
 
     def flush(self) -> None:
         """Each worker's queued requests as one message (or several where one would pass
-        the frame cap a worker checks, ``wire.Limits.max_frames``)."""
+        the frame cap a worker checks: ``wire.encode_batches``)."""
         queued, self.queued = self.queued, {}
-        cap = wire.DEFAULT_LIMITS.max_frames - 1  # (the batch's table takes a frame)
         for address, messages in queued.items():
             sock = self.sockets.get(address)
             if sock is None:  # closed meanwhile
                 continue
-            for part in _parts(messages, cap):
+            for frames in wire.encode_batches(messages):
                 self.sent += 1
-                sock.send_multipart(part[0] if len(part) == 1 else wire.encode_batch(part),
-                                    copy=False)
+                sock.send_multipart(frames, copy=False)
 
 
-def _parts(messages: list[list], cap: int):
-    """``messages`` cut, in order, into runs of at most ``cap`` frames in all (a message
-    longer than that alone)."""
-    run: list[list] = []
-    frames = 0
-    for msg in messages:
-        if run and frames + len(msg) > cap:
-            yield run
-            run, frames = [], 0
-        run.append(msg)
-        frames += len(msg)
-    if run:
-        yield run
+def received(frames: list) -> list[wire.Message]:
+    """The messages of what a worker sent (a batch's in order; it sends the answers a run of
+    jobs made as one), each decoded on its own: one that is off is left out alone."""
+    try:
+        head, parts = wire.split_batch(frames)
+        if parts is None:
+            return [wire.decode(frames, _head=head)]
+    except wire.WireError:
+        return []
+    out = []
+    for part in parts:
+        try:
+            out.append(wire.decode(part))
+        except wire.WireError:
+            continue
+    return out

@@ -102,3 +102,29 @@ def test_a_chunked_step_sends_its_bursts_as_batches_with_one_process_gradients(s
         np.testing.assert_allclose(got[name], p.grad.numpy(), rtol=1e-5, atol=1e-6)
     if schedule == "1f1b":  # (GPipe sends as issued: no outbox holds its calls)
         assert messages * 2 < requests, (messages, requests)
+
+
+def test_the_answers_to_a_run_of_a_clients_jobs_come_as_one_message():
+    with local_cluster(workers=1) as cluster:
+        remote = cluster.deploy(nn.Sequential(nn.Linear(3, 4)), stages=1)
+        hub = deployment_of(remote)._hub
+        model, address = deployment_of(remote)._model_id, next(iter(hub.socks))
+        me = b"client-" + os.urandom(8)
+        x = np.ones((2, 3), np.float32)
+
+        def forward(req):
+            return wire.encode("forward", {"model": model, "stage": 0, "inputs": [x],
+                                           "grad_enabled": False, "reply_to": me.hex()},
+                               req=req, ctx=f"c{req}")
+
+        with Peer(address, identity=me) as peer:
+            # a peer that never sent a batch is answered message by message
+            assert peer.request("status", timeout=30).type == "ok"
+            peer._sock.send_multipart(wire.encode_batch([forward(1), forward(2),
+                                                         wire.encode("status", {}, req=3)]))
+            assert peer._sock.poll(30_000)
+            frames = peer._sock.recv_multipart(copy=False)
+            got = wire.decode_all(frames)
+            # (a status runs at once, beside the model's lane: its order may differ)
+            assert sorted((m.req, m.type) for m in got) == [(1, "ok"), (2, "ok"), (3, "ok")]
+            assert [m.req for m in got if m.req != 3] == [1, 2]
