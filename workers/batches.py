@@ -8,21 +8,31 @@ other, so a batch lets no client act for another.
 
 Out: a chunked training step's calls come in such bursts, and the client waits for none of
 their answers but the last (it checks each answer's form when it comes: ``async_calls``).
-While the worker runs the jobs it starts in one round back to back for one client, what it
-sends that client (answers, hook events, warnings) is queued in order and goes as one
-message when the run ends: before a job of another client starts, before a job waits (what
-it waits for may depend on what is queued), and when no job is left. A client gets batches
+While the worker runs the jobs it starts in one round back to back for one client, their
+answers to that client are queued in order and go as one message when the run ends: before
+a job of another client starts, before a job waits (what it waits for may depend on what
+is queued), when no job is left, and after the job during which the oldest answer queued
+became ``HELD_AT_MOST_S`` old. Anything else sent to that client (a hook event, a warning)
+goes at once, after what was queued. A client gets batches
 only once it has sent one (it speaks protocol 9); any other peer is answered message by
 message.
 """
 from __future__ import annotations
 
+import time
+
 from disthook import wire
 from disthook.service.rpc import error_fields
 
-__all__ = ["MAX_PEERS_KEPT", "Batches"]
+__all__ = ["HELD_AT_MOST_S", "MAX_PEERS_KEPT", "Batches"]
 
 MAX_PEERS_KEPT = 4096  # identities known to take batches, at most (the oldest go first)
+# an answer waits for the rest of its run this long at most (then what is queued goes after
+# the job that passed it): a client's deadline is renewed by each answer it gets
+HELD_AT_MOST_S = 0.05
+# what is queued: answers (a hook event goes at once: its answer may come while its job
+# goes on, when the job ran ahead of it)
+_HELD = frozenset({"ok", "error"})
 
 
 class Batches:
@@ -32,6 +42,7 @@ class Batches:
         self.holding = False  # True while a run of jobs starts (run_jobs)
         self.takes_batches: dict[bytes, None] = {}  # peers that sent a batch
         self._held: dict[bytes, list] = {}  # peer -> the frames of each message queued
+        self._held_since = 0.0  # when the oldest message queued was queued
 
     # ---- in ------------------------------------------------------------------------------
     def messages_in(self, sender: bytes, body: list) -> list:
@@ -71,7 +82,8 @@ class Batches:
             while todo and self._running:
                 job = todo.pop(0)
                 run(job)
-                if todo and todo[0].sender != job.sender:
+                if todo and (todo[0].sender != job.sender or (
+                        self._held and time.monotonic() - self._held_since > HELD_AT_MOST_S)):
                     self.flush_replies()
         finally:
             self.holding = False
@@ -79,8 +91,9 @@ class Batches:
 
     def reply(self, sock, to: bytes, req: int, msg_type: str, fields: dict,
               ctx: str | None = None) -> None:
-        if not self.holding or sock is not self.router or to not in self.takes_batches:
-            if to in self._held:  # (what was queued for it goes first)
+        if not self.holding or sock is not self.router or to not in self.takes_batches \
+                or msg_type not in _HELD:
+            if to in self._held:  # what was queued for it goes first
                 self.flush_replies()
             super().reply(sock, to, req, msg_type, fields, ctx)
             return
@@ -88,6 +101,8 @@ class Batches:
             frames = wire.encode(msg_type, fields, req=req, ctx=ctx)
         except wire.WireError as exc:  # a handler returned something unsendable (as Service)
             frames = wire.encode("error", error_fields(exc, worker=self.name), req=req, ctx=ctx)
+        if not self._held:
+            self._held_since = time.monotonic()
         self._held.setdefault(to, []).append(frames)
 
     def flush_replies(self) -> None:
