@@ -1,15 +1,34 @@
 """``Together``: requests made in one burst go as one message per worker, in order, cut
 where one message would pass the frame cap a worker checks."""
+import zmq
+
 from disthook import wire
 from disthook.distributed.send_together import Together
 
 
 class _Sock:
-    def __init__(self):
-        self.sent = []
+    """A PUSH socket whose messages a PULL end keeps (``sent``: each one's frames)."""
 
-    def send_multipart(self, frames, copy=True):
-        self.sent.append([bytes(f) for f in frames])
+    _n = 0
+
+    def __init__(self):
+        ctx = zmq.Context.instance()
+        _Sock._n += 1
+        self.push, self.pull = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
+        self.pull.bind(f"inproc://together-{_Sock._n}")
+        self.push.connect(f"inproc://together-{_Sock._n}")
+        self._sent = []
+
+    @property
+    def sent(self):
+        while self.pull.poll(50):
+            self._sent.append(self.pull.recv_multipart())
+        return self._sent
+
+
+def _socks(*names):
+    made = {name: _Sock() for name in names}
+    return made, {name: s.push for name, s in made.items()}
 
 
 def _msg(req: int) -> list:
@@ -17,8 +36,8 @@ def _msg(req: int) -> list:
 
 
 def test_a_burst_goes_as_one_batch_per_worker_in_order():
-    socks = {"a": _Sock(), "b": _Sock()}
-    together = Together(socks)
+    socks, pushes = _socks("a", "b")
+    together = Together(pushes)
     together.send("a", _msg(1))  # outside a burst: at once
     assert len(socks["a"].sent) == 1
     with together:
@@ -34,8 +53,8 @@ def test_a_burst_goes_as_one_batch_per_worker_in_order():
 
 
 def test_a_burst_ended_by_an_error_still_goes():
-    socks = {"a": _Sock()}
-    together = Together(socks)
+    socks, pushes = _socks("a")
+    together = Together(pushes)
     try:
         with together:
             together.send("a", _msg(1))
@@ -46,8 +65,8 @@ def test_a_burst_ended_by_an_error_still_goes():
 
 
 def test_a_burst_past_the_frame_cap_is_cut_into_batches_a_worker_takes():
-    socks = {"a": _Sock()}
-    together = Together(socks)
+    socks, pushes = _socks("a")
+    together = Together(pushes)
     cap = wire.DEFAULT_LIMITS.max_frames
     with together:
         for req in range(1, cap + 2):  # one frame each: more than one batch may hold
