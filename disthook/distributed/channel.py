@@ -20,6 +20,7 @@ import zmq
 
 from disthook import wire
 from disthook.distributed.client_hooks import HookServer, _issue_warning
+from disthook.distributed.releases import Releases
 from disthook.distributed.send_together import Together, received
 from disthook.service.rpc import (
     ClusterError,
@@ -69,7 +70,7 @@ def _nbytes(frame) -> int:
     return memoryview(getattr(frame, "buffer", frame)).nbytes
 
 
-class _Hub(HookServer):
+class _Hub(Releases, HookServer):
     """The client's sockets to the workers of one deployment, all with one identity, so that
     whichever worker finishes a pipelined request can answer the client directly."""
 
@@ -289,7 +290,8 @@ class _Hub(HookServer):
         order. The first error reply is raised once all have come."""
         if self.late_error is not None:
             self._raise_late_error()
-        self.flush_releases()
+        if self.stage_outbox is not None:  # held requests go before any wait (the drops
+            self.stage_outbox.drain()  # and releases go with the next calls: _exchange)
         self.stats["waits"] += 1
         if self.pending_optimizer and not carries_optimizer_calls:
             self.flush_optimizer_calls()
@@ -314,11 +316,13 @@ class _Hub(HookServer):
     def _exchange(self, calls: list[tuple], msg_type: str, ctx: str | None,
                   what: str) -> list[wire.Message]:
         reqs = []
-        for call in calls:
-            address, fields = call[0], call[1]
-            reqs.append(next_request_id())
-            self.send(address, msg_type, fields, req=reqs[-1],
-                      ctx=call[2] if len(call) > 2 else ctx)
+        with self.together:  # the pending drops and releases, then the calls: one message
+            if calls:  # to each worker
+                self.flush_releases()
+            for call in calls:
+                reqs.append(next_request_id())
+                self.send(call[0], msg_type, call[1], req=reqs[-1],
+                          ctx=call[2] if len(call) > 2 else ctx)
         replies: dict[int, wire.Message] = {}
         deadline = Deadline(self.timeout)
         # every call sent without waiting answers first: what is asked now may read what
@@ -508,55 +512,6 @@ class _Hub(HookServer):
                 if spec is not None:
                     per_stage[index].append(spec)
         return pending, per_stage
-
-    def release(self, ctx_ids: list[str]) -> None:
-        """The client's graph of ``ctx_ids`` is gone (its output was collected): the workers
-        may free theirs. A finalizer calls this wherever the collection happens: in the
-        thread that uses the sockets and between socket operations the release is sent at
-        once, anywhere else it goes with the next call."""
-        self.pending_releases.extend(ctx_ids)
-        if not self._busy and threading.get_ident() == self._thread:
-            try:
-                self.flush_releases()
-            except zmq.ZMQError:  # the sockets are going away (the interpreter exits)
-                pass
-
-    def drop_values(self, addresses: set, vid: str) -> None:
-        """No client tensor holds kept value ``vid`` any more: the workers at ``addresses``
-        may free it."""
-        for address in addresses:  # sent with the next request (one message per worker)
-            self.pending_drops.setdefault(address, []).append(vid)
-
-    def flush_releases(self) -> None:
-        """Send the pending releases (one one-way message; the first stage passes it on)
-        and the pending drops of kept values (one message to each worker keeping some),
-        after the requests held for their stages' order (``stage_outbox``)."""
-        with self.together:  # the held requests, drops and releases: one message a worker
-            self._flush_releases()
-
-    def _flush_releases(self) -> None:
-        if self.stage_outbox is not None and not self.stage_outbox.drain():
-            return  # (called while the outbox sends: all goes with the next request)
-        if self.pending_drops and self.socks and os.getpid() == self._pid:
-            drops, self.pending_drops = self.pending_drops, {}
-            self._busy += 1
-            try:
-                for address, vids in drops.items():
-                    if address in self.socks and address not in self.lost:
-                        self.send(address, "drop_values", {"values": vids})
-            finally:
-                self._busy -= 1
-        if self.pending_releases and self.socks and os.getpid() == self._pid \
-                and not self.in_flight:  # (a release would overtake the calls in flight)
-            contexts, self.pending_releases = self.pending_releases, []
-            for ctx_id in contexts:
-                self.drop_context(ctx_id)
-            first = next(iter(self.socks))
-            self._busy += 1
-            try:
-                self.send(first, "release", {"contexts": contexts})
-            finally:
-                self._busy -= 1
 
     def close(self, unload: bool = True) -> None:
         """Close the sockets; with ``unload`` the workers first drop the model's stages (sent

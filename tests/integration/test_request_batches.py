@@ -128,3 +128,33 @@ def test_the_answers_to_a_run_of_a_clients_jobs_come_as_one_message():
             # (a status runs at once, beside the model's lane: its order may differ)
             assert sorted((m.req, m.type) for m in got) == [(1, "ok"), (2, "ok"), (3, "ok")]
             assert [m.req for m in got if m.req != 3] == [1, 2]
+
+
+class _Twice(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(3, 64)  # (outputs past what comes with an answer: read apart)
+
+    def forward(self, x):
+        return self.a(x), self.a(x * 2)
+
+
+def test_the_drops_of_values_ride_with_the_next_waited_request_to_their_worker():
+    with local_cluster(workers=1) as cluster:
+        torch.manual_seed(0)
+        model = cluster.deploy(_Twice(), stages=1)
+        hub = deployment_of(model)._hub
+        x = torch.randn(8, 3)
+        with torch.no_grad():
+            model(x)  # (learns the calls' forms)
+            first, second = model(x)
+            expected = second.numpy().copy()
+            first, second = model(x)
+        model.stats(reset=True)
+        del first  # its value on the worker is dropped with the next request that waits
+        assert hub.pending_drops
+        sent = hub.together.sent
+        np.testing.assert_allclose(second.numpy(), expected)
+        messages = hub.together.sent - sent
+        assert not hub.pending_drops
+        assert model.stats()["requests"] == 2 and messages == 1  # the drop and the read
