@@ -5,8 +5,8 @@ import numpy as np
 import zmq
 
 from disthook import wire
-from disthook.service.loop import send_frames
-from workers.steps import PIPE_COPY_BELOW, StepHandlers
+from disthook.service.loop import PIPE_COPY_BELOW, send_frames
+from workers.steps import StepHandlers
 
 
 class _Stage:

@@ -13,18 +13,11 @@ import disthook
 from disthook import wire
 from disthook.autograd.split import backward_split
 from disthook.distributed.spec import build_module
-from disthook.service.loop import send_frames
+from disthook.service.loop import PIPE_COPY_BELOW, send_frames
 from workers.compute import _as_computed, rss_bytes
 from workers.state import StepRun
 
 __all__ = ["StepHandlers"]
-
-# A pipe record's array under this many bytes is copied into ZeroMQ's message as it is sent:
-# a buffer sent in place costs pyzmq a tracked frame and a wake-up of its thread that lets
-# go of the buffer once ZeroMQ is done with it, about 45 µs of the sender's CPU a message
-# with cold caches here (a 128 KiB activation), more than the copy; a larger array is sent
-# from its own buffer (no second copy of a big activation held while it goes)
-PIPE_COPY_BELOW = 256 << 10
 
 
 class StepHandlers:
