@@ -1,11 +1,11 @@
-"""SGD and Adam update plain contiguous parameters on numpy arrays a chunk at a time
+"""SGD, Adam, RMSprop and Adagrad update plain contiguous parameters on numpy arrays a chunk at a time
 (optim.optimizer.flat_arrays / chunked); any other parameter takes the Tensor ops. Both
 paths must give the same bits, state and version counts."""
 import numpy as np
 import pytest
 
 import disthook
-from disthook.optim import adam, optimizer, sgd
+from disthook.optim import adagrad, adam, optimizer, rmsprop, sgd
 
 CONFIGS = {
     "sgd": lambda p: disthook.optim.SGD(p, lr=0.1),
@@ -20,6 +20,15 @@ CONFIGS = {
     "adam_betas": lambda p: disthook.optim.Adam(p, lr=0.02, betas=(0.8, 0.95), eps=1e-6),
     "adamw_amsgrad_maximize": lambda p: disthook.optim.AdamW(p, lr=0.01, weight_decay=0.1,
                                                              amsgrad=True, maximize=True),
+    "rmsprop": lambda p: disthook.optim.RMSprop(p, lr=0.01),
+    "rmsprop_centered_momentum": lambda p: disthook.optim.RMSprop(
+        p, lr=0.01, momentum=0.9, centered=True, weight_decay=0.01),
+    "rmsprop_momentum_maximize": lambda p: disthook.optim.RMSprop(p, lr=0.01, momentum=0.5,
+                                                                  alpha=0.9, maximize=True),
+    "adagrad": lambda p: disthook.optim.Adagrad(p, lr=0.1),
+    "adagrad_decays": lambda p: disthook.optim.Adagrad(
+        p, lr=0.1, lr_decay=0.01, weight_decay=0.1, initial_accumulator_value=0.5,
+        maximize=True),
 }
 
 
@@ -75,6 +84,9 @@ def test_chunked_update_equals_tensor_ops(monkeypatch, name, dtype):
     # the momentum buffer's first step is a copy of the gradient, as torch's
     (lambda p: disthook.optim.SGD(p, lr=0.1, momentum=0.9), sgd, "sgd_arrays", 1),
     (lambda p: disthook.optim.SGD(p, lr=0.1), sgd, "sgd_arrays", 2),
+    (lambda p: disthook.optim.RMSprop(p, momentum=0.9, centered=True), rmsprop,
+     "rmsprop_arrays", 2),
+    (lambda p: disthook.optim.Adagrad(p), adagrad, "adagrad_arrays", 2),
 ])
 def test_plain_parameters_take_the_chunked_path(monkeypatch, make, module, fn, expected):
     calls = []

@@ -93,7 +93,7 @@ def adam_arrays(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq=None, *, beta1:
     dt = param.dtype.type
     blend, decay, decay_sq = dt(1 - beta1), dt(beta2), dt(1 - beta2)
     correction, epsilon, scale = dt(bias_correction2_sqrt), dt(eps), dt(-step_size)
-    scratch, slices = chunked(param)
+    (scratch,), slices = chunked(param)
     for s in slices:
         g, m, v, t = grad[s], exp_avg[s], exp_avg_sq[s], scratch[:s.stop - s.start]
         np.subtract(g, m, out=t)  # exp_avg += (1 - beta1) * (grad - exp_avg)

@@ -377,11 +377,11 @@ def flat_arrays(p, grad, *state) -> list | None:
     return out
 
 
-def chunked(param: np.ndarray) -> tuple:
-    """A scratch array of one chunk's size for flat array ``param``, and the slices of its
-    chunks (STEP_CHUNK elements, the last may be shorter)."""
+def chunked(param: np.ndarray, buffers: int = 1) -> tuple:
+    """``buffers`` scratch arrays of one chunk's size for flat array ``param``, and the slices
+    of its chunks (STEP_CHUNK elements, the last may be shorter)."""
     n = param.size
-    scratch = np.empty(min(n, STEP_CHUNK), dtype=param.dtype)
+    scratch = [np.empty(min(n, STEP_CHUNK), dtype=param.dtype) for _ in range(buffers)]
     return scratch, [slice(i, min(n, i + STEP_CHUNK)) for i in range(0, n, STEP_CHUNK)]
 
 

@@ -58,7 +58,7 @@ def sgd_arrays(param, grad, buf=None, *, momentum: float, dampening: float, nest
     """The Tensor path's operations above on flat numpy arrays, a chunk at a time, in place
     (``buf``: the momentum buffer after the first step): the same bits."""
     dt = param.dtype.type
-    scratch, slices = chunked(param)
+    (scratch,), slices = chunked(param)
     for s in slices:
         g, t = grad[s], scratch[:s.stop - s.start]
         if buf is not None:
