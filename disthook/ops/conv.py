@@ -230,17 +230,21 @@ def conv_forward(x: np.ndarray, w: np.ndarray, spec: ConvSpec,
     wm = _weight_matrix(w, g)
     y = np.empty((n, o, *out), dtype=np.result_type(x.dtype, w.dtype))
     ym = y.reshape(n, g, o // g, length)
-    windows = _windows(x, spec, kernel, out)
+    windows = _windows(x, spec, kernel, out).reshape(n, g, c // g, *kernel, *out)
     step, batches = _batches(n, c * math.prod(kernel) * length * x.itemsize)
-    cols = np.empty((min(step, n), c, *kernel, *out), dtype=x.dtype)
+    # with a bias, each group's columns end in a row of ones and its weight matrix in the
+    # bias: the product adds the bias (written once per call, not a pass over the output
+    # per batch)
+    cols = np.empty((min(step, n), g, depth + (bias is not None), length), dtype=x.dtype)
     if bias is not None:
-        bias = bias.reshape(g, o // g, 1)
+        cols[:, :, depth] = 1
+        wm = np.concatenate([wm, bias.reshape(g, o // g, 1).astype(wm.dtype, copy=False)],
+                            axis=2)
+    unfolded = cols[:, :, :depth].reshape(cols.shape[0], g, c // g, *kernel, *out)  # a view
     for rows in batches:
-        part = cols[:rows.stop - rows.start]
-        np.copyto(part, windows[rows])
-        np.matmul(wm, part.reshape(part.shape[0], g, depth, length), out=ym[rows])
-        if bias is not None:
-            ym[rows] += bias
+        b = rows.stop - rows.start
+        np.copyto(unfolded[:b], windows[rows])
+        np.matmul(wm, cols[:b], out=ym[rows])
     return y
 
 
