@@ -2,7 +2,8 @@
 
 Layout as torch: input ``(N, C_in, *spatial)``, weight ``(C_out, C_in / groups, *kernel)``.
 The forward pads the input, unfolds it into columns (im2col: one strided view, copied a few
-samples at a time) and multiplies each group's weight matrix with them; the weight gradient
+samples at a time) and multiplies each group's weight matrix with them (a bias rides in the
+product as one more column of the weight matrix, against a row of ones); the weight gradient
 multiplies the output gradient with the same columns, the input gradient multiplies the
 weight with the output gradient and folds the product back onto the input (col2im).
 Each gradient is again a linear map
