@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from disthook.optim.optimizer import (
-    Optimizer,
-    _check_hyperparameters,
-    bump_versions,
-    chunked,
-    flat_arrays,
-    new_step,
-)
+from disthook.optim import optimizer
+from disthook.optim.optimizer import Optimizer, _check_hyperparameters, new_step
 from disthook.optim.sgd import _check_flags
 from disthook.tensor import full_like
 
@@ -51,10 +45,10 @@ class Adagrad(Optimizer):
         if group["weight_decay"] != 0:
             grad = grad.add(p, alpha=group["weight_decay"])
         clr = group["lr"] / (1 + (step - 1) * group["lr_decay"])
-        arrays = flat_arrays(p, grad, state["sum"])
+        arrays = optimizer.flat_arrays(p, grad, state["sum"])
         if arrays is not None:
             adagrad_arrays(*arrays, eps=group["eps"], clr=clr)
-            bump_versions((state["sum"], 1), (p, 1))
+            optimizer.bump_versions((state["sum"], 1), (p, 1))
             return
         state["sum"].add_(grad * grad)
         std = state["sum"].sqrt().add_(group["eps"])
@@ -65,7 +59,7 @@ def adagrad_arrays(param, grad, sums, *, eps: float, clr: float) -> None:
     """The Tensor path's operations above on flat numpy arrays, a chunk at a time, in place:
     the same bits."""
     dt = param.dtype.type
-    (std, t), slices = chunked(param, 2)
+    (std, t), slices = optimizer.chunked(param, 2)
     for s in slices:
         g, total, k = grad[s], sums[s], s.stop - s.start
         a, x = std[:k], t[:k]

@@ -3,14 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from disthook.optim.optimizer import (
-    Optimizer,
-    _check_hyperparameters,
-    bump_versions,
-    chunked,
-    flat_arrays,
-    new_step,
-)
+from disthook.optim import optimizer
+from disthook.optim.optimizer import Optimizer, _check_hyperparameters, new_step
 from disthook.optim.sgd import _check_flags
 from disthook.tensor import zeros_like
 
@@ -53,15 +47,16 @@ class RMSprop(Optimizer):
         grad_avg = state["grad_avg"] if group["centered"] else None
         buf = state["momentum_buffer"] if momentum > 0 else None
         more = [t for t in (grad_avg, buf) if t is not None]
-        arrays = flat_arrays(p, grad, square_avg, *more)
+        arrays = optimizer.flat_arrays(p, grad, square_avg, *more)
         if arrays is not None:
             param, g, sq = arrays[:3]
             rest = iter(arrays[3:])
             rmsprop_arrays(param, g, sq, None if grad_avg is None else next(rest),
                            None if buf is None else next(rest), alpha=alpha, eps=group["eps"],
                            momentum=momentum, lr=group["lr"])
-            bump_versions((square_avg, 2), (p, 1), *[(t, 1 if t is grad_avg else 2)
-                                                      for t in more])
+            # square_avg and the momentum buffer are written twice (mul_, add_), grad_avg once
+            optimizer.bump_versions((square_avg, 2), (p, 1),
+                                    *[(t, 1 if t is grad_avg else 2) for t in more])
             return
         square_avg.mul_(alpha).add_(grad * grad, alpha=1 - alpha)
         if grad_avg is not None:
@@ -82,7 +77,7 @@ def rmsprop_arrays(param, grad, square_avg, grad_avg, buf, *, alpha: float, eps:
     """The Tensor path's operations above on flat numpy arrays, a chunk at a time, in place
     (``grad_avg`` when centered, ``buf`` with momentum, else None): the same bits."""
     dt = param.dtype.type
-    (avg, t), slices = chunked(param, 2)
+    (avg, t), slices = optimizer.chunked(param, 2)
     for s in slices:
         g, sq, k = grad[s], square_avg[s], s.stop - s.start
         a, x = avg[:k], t[:k]
