@@ -38,6 +38,7 @@ import numpy as np
 __all__ = [
     "ARRAY_EXT",
     "DTYPES",
+    "PIPE_MAGIC",
     "PROTOCOL_NAME",
     "PROTOCOL_VERSION",
     "SCHEMAS",
@@ -59,7 +60,8 @@ __all__ = [
 # come ahead of its hooks' answers; 4: a stage's modules may come pickled by value (code);
 # 7: a chain model's writes travel its stages ("write"), which a worker of 6 does not know;
 # 8: a tree-placed model's writes are numbered and committed ("commit"), its calls pinned;
-# 9: a client's requests to one worker may come as one batch (a worker of 8 refuses it)
+# 9: a client's requests to one worker may come as one batch (a worker of 8 refuses it), and
+# "pipe" records travel in a short form (a fixed struct header, see _encode_pipe)
 PROTOCOL_VERSION = 9
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
@@ -370,6 +372,10 @@ def encode(msg_type: str, fields: Mapping[str, Any] | None = None, *, req: int =
     if fields is None:
         fields = {}
     _validate_fields(msg_type, fields)
+    if msg_type == "pipe" and not req and ctx is None:  # the hot record: its short form
+        frames = _encode_pipe(fields)
+        if frames is not None:
+            return frames
     arrays: list[np.ndarray] = []
     walked = _WALKED[msg_type]
     if walked:
@@ -569,6 +575,8 @@ def _decode(frames: Sequence, limits: Limits, head: bytes | None = None) -> Mess
         raise WireError(f"too many frames: {len(frames)} > {limits.max_frames}")
     if head is None:
         head = _header(frames[0], limits)
+    if head[:_PIPE_MAGIC_LEN] == PIPE_MAGIC:
+        return _decode_pipe(head, frames, limits)
     # The header's entries are read one by one. When the array table comes before the
     # fields (as encode writes it), every reference in the fields is resolved to its array
     # as msgpack meets it; otherwise references become placeholders, resolved afterwards.
@@ -781,6 +789,117 @@ def _resolve(value, arrays: list[np.ndarray], used: set[int]):
 
 
 _WALK = (list, dict, _Placeholder)
+
+
+# ---- the pipe record's short form ------------------------------------------------------------
+#
+# A stage sends two "pipe" messages per micro-batch (its activation on, its gradient back),
+# so the general header (a msgpack map of a map) is replaced there by a fixed struct: no
+# dict is packed or unpacked, no schema walked. Frame 0 is
+#
+#     PIPE_MAGIC, version u8, kind u8 (index into PIPE_KINDS), flags u8 (1: an array
+#     follows, 2: a reason is given), dtype u8 (index into PIPE_DTYPES), rank u8, mb i64,
+#     bytes of model u16, of step u16, of reason u32; then rank x u64 (the shape), and the
+#     model, step and reason as UTF-8
+#
+# and frame 1, when flag 1 is set, the array's raw bytes (sent from its own buffer, received
+# as a view of the frame as every array is). It decodes to the same Message as the general
+# form; ``encode("pipe", ...)`` writes it whenever the fields fit (they always do when they
+# pass the schema, but for a micro-batch number beyond 64 bits or a name over 64 KiB), and
+# ``decode`` reads either form. The same checks apply: sizes capped before anything is
+# allocated, the version, every code, the frame count, the UTF-8 of each name.
+
+PIPE_MAGIC = b"DHpipe"  # never the start of a general header (a msgpack map)
+_PIPE_MAGIC_LEN = len(PIPE_MAGIC)
+PIPE_KINDS = tuple(sorted(ENUMS["pipe_kind"]))
+PIPE_DTYPES = tuple(sorted(DTYPES))
+_PIPE_KIND_CODE = {k: i for i, k in enumerate(PIPE_KINDS)}
+_PIPE_DTYPE_CODE = {d: i for i, d in enumerate(PIPE_DTYPES)}
+_PIPE_HEAD = struct.Struct("<6sBBBBBqHHI")
+_PIPE_DATA, _PIPE_REASON = 1, 2
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _encode_pipe(fields: Mapping[str, Any]) -> list | None:
+    """The frames of a (schema-checked) pipe record in its short form; None where its
+    fields do not fit one (the general form carries them then)."""
+    get = fields.get
+    model, step, kind, mb = get("model"), get("step"), get("kind"), get("mb")
+    data, reason = get("data"), get("reason")
+    code = _PIPE_KIND_CODE.get(kind) if type(kind) is str else None
+    if (code is None or type(mb) is not int or not _INT64[0] <= mb <= _INT64[1]
+            or type(model) is not str or type(step) is not str
+            or not (reason is None or type(reason) is str)
+            or not (data is None or type(data) is np.ndarray)):
+        return None  # (only where the schema's check was left out: the general form says)
+    model, step = model.encode(), step.encode()
+    why = b"" if reason is None else reason.encode()
+    if len(model) > 0xFFFF or len(step) > 0xFFFF or len(why) > 0xFFFFFFFF:
+        return None
+    flags = 0 if reason is None else _PIPE_REASON
+    if data is None:
+        head = _PIPE_HEAD.pack(PIPE_MAGIC, PROTOCOL_VERSION, code, flags, 0, 0, mb,
+                               len(model), len(step), len(why))
+        return [b"".join((head, model, step, why))]
+    data = _sendable(data, 0)
+    shape = data.shape
+    if len(shape) > 255:
+        return None
+    head = _PIPE_HEAD.pack(PIPE_MAGIC, PROTOCOL_VERSION, code, flags | _PIPE_DATA,
+                           _PIPE_DTYPE_CODE[data.dtype.str], len(shape), mb, len(model),
+                           len(step), len(why))
+    return [b"".join((head, struct.pack(f"<{len(shape)}Q", *shape), model, step, why)),
+            memoryview(data).cast("B") if data.size else b""]
+
+
+def _decode_pipe(head: bytes, frames: Sequence, limits: Limits) -> Message:
+    """A pipe record in its short form (``head``: frame 0's bytes), checked as ``decode``
+    checks the general form."""
+    fixed = _PIPE_HEAD.size
+    if len(head) < fixed:
+        raise WireError(f"pipe header of {len(head)} bytes: expected at least {fixed}")
+    _, version, code, flags, dtype, rank, mb, n_model, n_step, n_why = \
+        _PIPE_HEAD.unpack_from(head)
+    if version != PROTOCOL_VERSION:
+        raise WireError(f"protocol version {version!r}, expected {PROTOCOL_VERSION}")
+    if code >= len(PIPE_KINDS):
+        raise WireError(f"'pipe' message: field 'kind' must be one of {list(PIPE_KINDS)}, "
+                        f"got code {code}")
+    if flags & ~(_PIPE_DATA | _PIPE_REASON):
+        raise WireError(f"pipe header: unknown flags {flags:#x}")
+    has_data = flags & _PIPE_DATA
+    if not has_data and (dtype or rank):
+        raise WireError("pipe header describes an array but says none follows")
+    if rank > limits.max_rank:
+        raise WireError(f"array 0: shape must be a list of at most {limits.max_rank} "
+                        f"non-negative ints, got rank {rank}")
+    if len(head) != fixed + 8 * rank + n_model + n_step + n_why:
+        raise WireError(f"pipe header of {len(head)} bytes does not hold what it describes")
+    expected = 2 if has_data else 1
+    if len(frames) != expected:
+        raise WireError(f"pipe message of {len(frames)} frames: its header says {expected}")
+    at = fixed + 8 * rank
+    try:
+        model = head[at:at + n_model].decode()
+        step = head[at + n_model:at + n_model + n_step].decode()
+        reason = (head[at + n_model + n_step:].decode() if flags & _PIPE_REASON else None)
+    except UnicodeDecodeError as exc:
+        raise WireError(f"pipe header: a name is not UTF-8: {exc}") from None
+    if not (flags & _PIPE_REASON) and n_why:
+        raise WireError("pipe header: reason bytes without a reason")
+    data = None
+    if has_data:
+        if dtype >= len(PIPE_DTYPES):
+            raise WireError(f"array 0: dtype code {dtype} is not allowed; expected one of "
+                            f"{list(range(len(PIPE_DTYPES)))}")
+        shape = list(struct.unpack_from(f"<{rank}Q", head, fixed))
+        if any(d > _INT64[1] for d in shape):
+            raise WireError(f"array 0: shape {shape!r:.80} too large")
+        data = _arrays([[PIPE_DTYPES[dtype], shape]], frames[1:], limits)[0]
+    global _decoded
+    _decoded += 1
+    return Message("pipe", 0, None, {"model": model, "step": step, "kind": PIPE_KINDS[code],
+                                     "mb": mb, "data": data, "reason": reason})
 
 
 # ---- schema validation ------------------------------------------------------------------------

@@ -79,3 +79,14 @@ def test_measure_of_a_hooked_and_plain_pair_is_their_difference(monkeypatch):
 
     times, ratio = timing.measure(workload, ["ours", "theirs"], 3, 4)
     assert times == [1.0, 2.0] and ratio == 0.5
+
+
+def test_measure_reads_the_clock_it_is_given(monkeypatch):
+    """``bench engine`` and ``nn`` time with this thread's CPU clock: the clock given is the
+    one read, not the wall clock."""
+    wall, cpu = _Clock(), _Clock()
+    monkeypatch.setattr(timing.time, "perf_counter", wall)
+    cost = {"ours": 3.0, "theirs": 2.0}
+    times, ratio = timing.measure(lambda lib: cpu.spend(cost[lib]), ["ours", "theirs"], 5, 2,
+                                  clock=cpu)
+    assert times == [3.0, 2.0] and ratio == 1.5 and wall.now == 0.0

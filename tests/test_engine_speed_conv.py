@@ -63,6 +63,10 @@ ADJOINT_CASES = CASES + [  # stride-1 shapes the input gradient's wide path must
     ((2, 3, 11), (5, 3, 4), (1,), ((1, 1),), (2,), 1),  # 1-d, dilated
     ((2, 4, 5, 6, 7), (2, 2, 2, 3, 2), (1, 1, 1), ((1, 1), (0, 0), (2, 2)), (1, 2, 1), 2),
     ((2, 6, 8, 8), (6, 1, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 6),  # depthwise
+    # unpadded: the runs are added into the input gradient itself, the last one clipped
+    ((3, 4, 8, 7), (5, 4, 3, 3), (1, 1), ((0, 0), (0, 0)), (1, 1), 1),
+    ((2, 4, 9, 9), (4, 2, 2, 3), (1, 1), ((0, 0), (0, 0)), (2, 2), 2),
+    ((2, 3, 4, 5, 6), (2, 3, 2, 2, 3), (1, 1, 1), ((0, 0),) * 3, (1, 1, 2), 1),
 ]
 
 
@@ -83,3 +87,20 @@ def test_gradients_are_the_adjoints_of_the_forward(monkeypatch, case, columns_by
     assert dx.shape == x.shape and dw.shape == w.shape
     assert np.vdot(x, dx) == pytest.approx(np.vdot(y, g), rel=1e-12)
     assert np.vdot(w, dw) == pytest.approx(np.vdot(y, g), rel=1e-12)
+
+
+@pytest.mark.parametrize("case", ADJOINT_CASES)
+@pytest.mark.parametrize("columns_bytes", [1, 1 << 20])
+def test_forward_adds_the_bias_in_its_product(monkeypatch, case, columns_bytes):
+    """The bias rides in the product (a row of ones under each group's columns, written once
+    per call): the same as adding it to the output, batch after batch."""
+    monkeypatch.setattr(conv, "BATCH_COLUMNS_BYTES", columns_bytes)
+    x_shape, w_shape, stride, padding, dilation, groups = case
+    spec = conv.ConvSpec(stride, padding, dilation, groups)
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal(x_shape), rng.standard_normal(w_shape)
+    bias = rng.standard_normal(w_shape[0])
+    plain = conv.conv_forward(x, w, spec)
+    with_bias = conv.conv_forward(x, w, spec, bias)
+    expected = plain + bias.reshape(-1, *[1] * (plain.ndim - 2))
+    np.testing.assert_allclose(with_bias, expected, rtol=1e-12, atol=1e-12)

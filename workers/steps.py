@@ -13,6 +13,7 @@ import disthook
 from disthook import wire
 from disthook.autograd.split import backward_split
 from disthook.distributed.spec import build_module
+from disthook.service.loop import PIPE_COPY_BELOW, send_frames
 from workers.compute import _as_computed, rss_bytes
 from workers.state import StepRun
 
@@ -151,11 +152,14 @@ class StepHandlers:
 
     def _pipe_send(self, st, side: str, step: str, kind: str, mb: int, data,
                    reason: str | None = None) -> None:
+        """One pipe record to a neighbour stage, in the wire's short form, each frame
+        handed to ZeroMQ directly (``send_frames``; the array copied under
+        ``PIPE_COPY_BELOW``, else sent from its own buffer)."""
         fields = {"model": st.model, "step": step, "kind": kind, "mb": mb, "data": data,
                   "reason": reason}
         if data is not None:
             self._count(st.model, "bytes_to_peers", data.nbytes)
-        st.neighbours[side].send_multipart(wire.encode("pipe", fields), copy=False)
+        send_frames(st.neighbours[side], wire.encode("pipe", fields), PIPE_COPY_BELOW)
 
 
 def _fresh(data: np.ndarray, job) -> np.ndarray:

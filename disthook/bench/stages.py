@@ -115,10 +115,30 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+# what torch's processes import before they start (seconds of CPU each): a fork server
+# imports them once for every process it starts, where spawning imported them in each
+FORK_SERVER_PRELOAD = ("torch", "torch.distributed.pipelining", "torch.distributed.rpc",
+                       "torch.distributed.autograd", "torch.distributed.optim")
+
+
+def _start_method(fn) -> str:
+    """"forkserver" where the platform has it, its server importing torch's distributed
+    modules and ``fn``'s module once (set before the server first starts; it serves this
+    process's later runs too, with the environment it started with); "spawn" elsewhere.
+    Either way no process starts as a copy of this one (its threads, sockets, torch's
+    state)."""
+    import multiprocessing
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return "spawn"
+    multiprocessing.set_forkserver_preload([*FORK_SERVER_PRELOAD, __name__, fn.__module__])
+    return "forkserver"
+
+
 def spawned(fn, nprocs: int, *args, read=lambda f: float(f.read())):
-    """Run ``fn(rank, port, *args, out)`` in ``nprocs`` spawned processes, one thread each;
-    what rank 0 wrote to the file ``out``, read by ``read`` (by default the seconds it
-    wrote)."""
+    """Run ``fn(rank, port, *args, out)`` in ``nprocs`` new processes (from a fork server
+    that has torch imported, see ``_start_method``), one thread each; what rank 0 wrote to
+    the file ``out``, read by ``read`` (by default the seconds it wrote)."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -129,7 +149,8 @@ def spawned(fn, nprocs: int, *args, read=lambda f: float(f.read())):
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)  # what the spawned children inherit
         try:
-            context = mp.spawn(fn, args=(_free_port(), *args, out), nprocs=nprocs, join=False)
+            context = mp.start_processes(fn, args=(_free_port(), *args, out), nprocs=nprocs,
+                                         join=False, start_method=_start_method(fn))
         finally:
             for k, v in saved.items():
                 if v is None:

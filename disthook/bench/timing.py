@@ -8,22 +8,27 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 
-def paired(fns: Sequence[Callable], repeats: int, inner: int = 1) -> list[list[float]]:
+def paired(fns: Sequence[Callable], repeats: int, inner: int = 1,
+           clock: Callable[[], float] | None = None) -> list[list[float]]:
     """Seconds per call of each of ``fns`` over ``repeats`` rounds, each round running
     ``inner`` calls of every one in turn (after one warm-up call of each), so that the
-    machine's drift hits them alike; compare them round by round with ``paired_ratio``."""
+    machine's drift hits them alike; compare them round by round with ``paired_ratio``.
+    ``clock``: wall time (``time.perf_counter``) by default; ``time.thread_time`` for the
+    work done in this thread only (what other processes take of a shared machine's cores is
+    then not counted)."""
+    clock = clock or time.perf_counter
     for fn in fns:
         fn()
     times: list[list[float]] = [[] for _ in fns]
     for _ in range(repeats):
         for fn, out in zip(fns, times):
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(inner):
                 fn()
-            out.append((time.perf_counter() - t0) / inner)
+            out.append((clock() - t0) / inner)
     return times
 
 
@@ -38,8 +43,8 @@ def paired_ratio(ours: Sequence[float], baseline: Sequence[float]) -> float:
     return statistics.median(a / b for a, b in zip(ours, baseline))
 
 
-def measure(workload: Callable, libs: list, repeats: int,
-            inner: int) -> tuple[list[float], float | None]:
+def measure(workload: Callable, libs: list, repeats: int, inner: int,
+            clock: Callable[[], float] | None = None) -> tuple[list[float], float | None]:
     """Median seconds per call of ``workload(lib)`` with each library, and the ratio of the
     first to the second (None with one library).
 
@@ -51,10 +56,10 @@ def measure(workload: Callable, libs: list, repeats: int,
     """
     made = [workload(lib) for lib in libs]
     if not isinstance(made[0], tuple):
-        times = paired(made, repeats, inner)
+        times = paired(made, repeats, inner, clock)
         ratio = paired_ratio(times[0], times[1]) if len(times) > 1 else None
         return [statistics.median(t) for t in times], ratio
-    sides = paired([fn for pair in made for fn in pair], repeats, inner)
+    sides = paired([fn for pair in made for fn in pair], repeats, inner, clock)
     diffs = [statistics.median(a - b for a, b in zip(sides[2 * i], sides[2 * i + 1]))
              for i in range(len(made))]
     ratio = diffs[0] / diffs[1] if len(diffs) > 1 and diffs[1] > 0 else None

@@ -284,13 +284,14 @@ def io_thread_seconds(pid: int) -> float:
 ECHO = """
 import sys, zmq
 from disthook import wire
+from disthook.service.loop import PIPE_COPY_BELOW, send_frames
 sock = zmq.Context.instance().socket(zmq.PAIR)
 sock.connect(sys.argv[1])
 while True:
     msg = wire.decode(sock.recv_multipart(copy=False))
     if msg["data"] is None:
         break
-    sock.send_multipart(wire.encode("pipe", dict(msg.fields)), copy=False)
+    send_frames(sock, wire.encode("pipe", dict(msg.fields)), PIPE_COPY_BELOW)
 """
 
 
@@ -305,6 +306,7 @@ def wire_latency(rows: int, width: int, trips: int = 21) -> float:
     import zmq
 
     from disthook import wire
+    from disthook.service.loop import PIPE_COPY_BELOW, send_frames
 
     sock = zmq.Context.instance().socket(zmq.PAIR)
     port = sock.bind_to_random_port("tcp://127.0.0.1")
@@ -315,7 +317,7 @@ def wire_latency(rows: int, width: int, trips: int = 21) -> float:
     try:
         for _ in range(trips):
             start = time.perf_counter()
-            sock.send_multipart(wire.encode("pipe", fields), copy=False)
+            send_frames(sock, wire.encode("pipe", fields), PIPE_COPY_BELOW)
             wire.decode(sock.recv_multipart(copy=False))
             times.append((time.perf_counter() - start) / 2)
         sock.send_multipart(wire.encode("pipe", {**fields, "data": None}), copy=False)

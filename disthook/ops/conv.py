@@ -2,7 +2,8 @@
 
 Layout as torch: input ``(N, C_in, *spatial)``, weight ``(C_out, C_in / groups, *kernel)``.
 The forward pads the input, unfolds it into columns (im2col: one strided view, copied a few
-samples at a time) and multiplies each group's weight matrix with them; the weight gradient
+samples at a time) and multiplies each group's weight matrix with them (a bias rides in the
+product as one more column of the weight matrix, against a row of ones); the weight gradient
 multiplies the output gradient with the same columns, the input gradient multiplies the
 weight with the output gradient and folds the product back onto the input (col2im).
 Each gradient is again a linear map
@@ -102,15 +103,15 @@ class _Wide(NamedTuple):
         """How far the last kernel dim reaches: its dilated size less one."""
         return self.last_dilation * (self.last_kernel - 1)
 
-    def spread(self, g: np.ndarray) -> np.ndarray:
-        """``(N, C, *out)`` to ``(N, C, edge + length + edge)``: each row zero-extended to
-        a padded row's length, with ``edge`` zeros before and after the whole block."""
-        n, c = g.shape[:2]
-        spread = np.zeros((n, c, self.length + 2 * self.edge), dtype=g.dtype)
-        block = spread[:, :, self.edge:self.edge + self.length]
-        block.reshape(n, c, g.shape[2], *self.padded[1:])[
-            (..., *[slice(0, m) for m in g.shape[3:]])] = g
-        return spread
+    def block(self, row: np.ndarray, out: tuple) -> np.ndarray:
+        """The view ``(N, C, *out)`` of ``row`` (``(N, C, >= length)``, contiguous last dim)
+        where a wide block keeps the outputs: ``out[0]`` rows of a padded row's length, each
+        holding the outputs at its start."""
+        strides = tuple(math.prod(self.padded[i + 1:]) * row.itemsize
+                        for i in range(len(self.padded)))
+        view = as_strided(row, shape=(*row.shape[:2], out[0], *self.padded[1:]),
+                          strides=(*row.strides[:2], *strides))
+        return view[(..., *[slice(0, m) for m in out[1:]])]
 
 
 def _windows(x: np.ndarray, spec: ConvSpec, kernel: tuple, out: tuple) -> np.ndarray:
@@ -156,32 +157,50 @@ def _input_grad_wide(g: np.ndarray, w: np.ndarray, spec: ConvSpec, x_shape: tupl
     n, c, groups, o = x_shape[0], x_shape[1], spec.groups, g.shape[1]
     wide = _Wide.of(tuple(x_shape[2:]), spec, tuple(w.shape[2:]), tuple(g.shape[2:]))
     wm = _last_dim_weights(w, groups)
-    spread = wide.spread(g)
     runs = wide.length + wide.edge  # the run each outer kernel offset adds
-    st = spread.strides
-    unfolded = as_strided(spread, shape=(n, o, wide.last_kernel, runs),
-                          strides=(st[0], st[1], st[2] * wide.last_dilation, st[2]),
-                          writeable=False)
     outer = len(wide.outer_offsets)
-    inner = (..., *[slice(lo, lo + m) for m, (lo, _) in zip(x_shape[2:], spec.padding)])
     step, batches = _batches(n, (o * wide.last_kernel + c * outer) * runs * dx.itemsize)
-    cols = np.empty((min(step, n), o, wide.last_kernel, runs), dtype=g.dtype)
+    # cols[:, :, k] is the wide output gradient shifted by k * dilation along the last dim:
+    # the zeros between its rows and around its block are the same for every batch, so they
+    # are written once; each batch copies the output gradient's rows into the unshifted block
+    # (a strided copy) and that whole block to the others (contiguous copies), where a
+    # zero-extended copy of the whole gradient was made first and unfolded from
+    cols = np.zeros((min(step, n), o, wide.last_kernel, runs), dtype=g.dtype)
+    starts = [wide.edge - k * wide.last_dilation for k in range(wide.last_kernel)]
+    unshifted = wide.block(cols[:, :, 0, wide.edge:], g.shape[2:])
     part = np.empty((min(step, n), groups, outer * (c // groups), runs), dtype=dx.dtype)
-    flat = np.empty((min(step, n), c, wide.flat_size), dtype=dx.dtype)
+    unpadded = not any(lo or hi for lo, hi in spec.padding)
+    if not unpadded:
+        flat = np.empty((min(step, n), c, wide.flat_size), dtype=dx.dtype)
+        inner = (..., *[slice(lo, lo + m) for m, (lo, _) in zip(x_shape[2:], spec.padding)])
     for rows in batches:
         b = rows.stop - rows.start
-        np.copyto(cols[:b], unfolded[rows])
+        unshifted[:b] = g[rows]
+        for k in range(1, wide.last_kernel):
+            cols[:b, :, k, starts[k]:starts[k] + wide.length] = \
+                cols[:b, :, 0, starts[0]:starts[0] + wide.length]
         np.matmul(wm, cols[:b].reshape(b, groups, -1, runs), out=part[:b])
         # (B, G, outer, C / G, runs) -> one (B, C, runs) run per outer kernel offset
         by_offset = part[:b].reshape(b, groups, outer, c // groups, runs).transpose(2, 0, 1, 3, 4)
-        into = flat[:b].reshape(b, groups, c // groups, wide.flat_size)
-        into[..., :runs] = by_offset[0]
-        into[..., runs:] = 0
-        for j in range(1, outer):
-            off = wide.outer_offsets[j]
-            into[..., off:off + runs] += by_offset[j]
-        grid = flat[:b, :, :math.prod(wide.padded)].reshape(b, c, *wide.padded)
-        dx[rows] = grid[inner]
+        if unpadded:  # the padded input is the input: the runs are added into dx itself
+            _add_runs(dx[rows].reshape(b, groups, c // groups, -1), by_offset, wide, runs)
+        else:
+            _add_runs(flat[:b].reshape(b, groups, c // groups, wide.flat_size), by_offset,
+                      wide, runs)
+            dx[rows] = flat[:b, :, :math.prod(wide.padded)].reshape(b, c, *wide.padded)[inner]
+
+
+def _add_runs(into: np.ndarray, by_offset: np.ndarray, wide: _Wide, runs: int) -> None:
+    """``into[..., off:off + runs] += by_offset[j]`` for each outer kernel offset ``off``, from
+    zeros; what falls past the end of ``into`` is dropped (it lies past the last input)."""
+    size = into.shape[-1]
+    first = min(runs, size)
+    into[..., :first] = by_offset[0][..., :first]
+    into[..., first:] = 0
+    for j in range(1, len(wide.outer_offsets)):
+        off = wide.outer_offsets[j]
+        end = min(off + runs, size)
+        into[..., off:end] += by_offset[j][..., :end - off]
 
 
 def _weight_matrix(w: np.ndarray, groups: int) -> np.ndarray:
@@ -212,17 +231,21 @@ def conv_forward(x: np.ndarray, w: np.ndarray, spec: ConvSpec,
     wm = _weight_matrix(w, g)
     y = np.empty((n, o, *out), dtype=np.result_type(x.dtype, w.dtype))
     ym = y.reshape(n, g, o // g, length)
-    windows = _windows(x, spec, kernel, out)
+    windows = _windows(x, spec, kernel, out).reshape(n, g, c // g, *kernel, *out)
     step, batches = _batches(n, c * math.prod(kernel) * length * x.itemsize)
-    cols = np.empty((min(step, n), c, *kernel, *out), dtype=x.dtype)
+    # with a bias, each group's columns end in a row of ones and its weight matrix in the
+    # bias: the product adds the bias (written once per call, not a pass over the output
+    # per batch)
+    cols = np.empty((min(step, n), g, depth + (bias is not None), length), dtype=x.dtype)
     if bias is not None:
-        bias = bias.reshape(g, o // g, 1)
+        cols[:, :, depth] = 1
+        wm = np.concatenate([wm, bias.reshape(g, o // g, 1).astype(wm.dtype, copy=False)],
+                            axis=2)
+    unfolded = cols[:, :, :depth].reshape(cols.shape[0], g, c // g, *kernel, *out)  # a view
     for rows in batches:
-        part = cols[:rows.stop - rows.start]
-        np.copyto(part, windows[rows])
-        np.matmul(wm, part.reshape(part.shape[0], g, depth, length), out=ym[rows])
-        if bias is not None:
-            ym[rows] += bias
+        b = rows.stop - rows.start
+        np.copyto(unfolded[:b], windows[rows])
+        np.matmul(wm, cols[:b], out=ym[rows])
     return y
 
 

@@ -2,6 +2,9 @@
 (``initial_accumulator_value`` fills the sums)."""
 from __future__ import annotations
 
+import numpy as np
+
+from disthook.optim import optimizer
 from disthook.optim.optimizer import Optimizer, _check_hyperparameters, new_step
 from disthook.optim.sgd import _check_flags
 from disthook.tensor import full_like
@@ -42,6 +45,28 @@ class Adagrad(Optimizer):
         if group["weight_decay"] != 0:
             grad = grad.add(p, alpha=group["weight_decay"])
         clr = group["lr"] / (1 + (step - 1) * group["lr_decay"])
+        arrays = optimizer.flat_arrays(p, grad, state["sum"])
+        if arrays is not None:
+            adagrad_arrays(*arrays, eps=group["eps"], clr=clr)
+            optimizer.bump_versions((state["sum"], 1), (p, 1))
+            return
         state["sum"].add_(grad * grad)
         std = state["sum"].sqrt().add_(group["eps"])
         p.add_(grad / std, alpha=-clr)
+
+
+def adagrad_arrays(param, grad, sums, *, eps: float, clr: float) -> None:
+    """The Tensor path's operations above on flat numpy arrays, a chunk at a time, in place:
+    the same bits."""
+    dt = param.dtype.type
+    (std, t), slices = optimizer.chunked(param, 2)
+    for s in slices:
+        g, total, k = grad[s], sums[s], s.stop - s.start
+        a, x = std[:k], t[:k]
+        np.multiply(g, g, out=x)  # sum += grad²
+        np.add(total, x, out=total)
+        np.sqrt(total, out=a)  # std = sqrt(sum) + eps
+        np.add(a, dt(eps), out=a)
+        np.divide(g, a, out=x)  # param -= clr * grad / std
+        np.multiply(x, dt(-clr), out=x)
+        np.add(param[s], x, out=param[s])

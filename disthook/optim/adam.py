@@ -2,7 +2,16 @@
 the same operations in the same order, so parameters agree with torch's to rounding."""
 from __future__ import annotations
 
-from disthook.optim.optimizer import Optimizer, moment_state, weight_decayed
+import numpy as np
+
+from disthook.optim.optimizer import (
+    Optimizer,
+    bump_versions,
+    chunked,
+    flat_arrays,
+    moment_state,
+    weight_decayed,
+)
 from disthook.optim.sgd import _check_flags
 from disthook.tensor import zeros_like
 
@@ -44,24 +53,61 @@ class Adam(Optimizer):
         beta1, beta2 = group["betas"]
         state = self._state(p, group["amsgrad"])
         exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+        max_exp_avg_sq = state["max_exp_avg_sq"] if group["amsgrad"] else None
         grad = -p.grad if group["maximize"] else p.grad
 
         state["step"].add_(1)
         grad = weight_decayed(p, grad, lr, weight_decay, group["decoupled_weight_decay"])
-
-        # exp_avg.lerp_(grad, 1 - beta1) and exp_avg_sq.mul_(beta2).addcmul_(grad, grad, ...)
-        exp_avg.add_(grad - exp_avg, alpha=1 - beta1)
-        exp_avg_sq.mul_(beta2).add_(grad * grad, alpha=1 - beta2)
 
         step = state["step"].item()
         bias_correction1 = 1 - beta1 ** step
         bias_correction2 = 1 - beta2 ** step
         step_size = lr / bias_correction1
         bias_correction2_sqrt = bias_correction2 ** 0.5
-        if group["amsgrad"]:
-            max_exp_avg_sq = state["max_exp_avg_sq"]
+
+        more = () if max_exp_avg_sq is None else (max_exp_avg_sq,)
+        arrays = flat_arrays(p, grad, exp_avg, exp_avg_sq, *more)
+        if arrays is not None:
+            adam_arrays(*arrays, beta1=beta1, beta2=beta2, eps=eps, step_size=step_size,
+                        bias_correction2_sqrt=bias_correction2_sqrt)
+            bump_versions((exp_avg, 1), (exp_avg_sq, 2), (p, 1),
+                          *[(t, 1) for t in more])
+            return
+
+        # exp_avg.lerp_(grad, 1 - beta1) and exp_avg_sq.mul_(beta2).addcmul_(grad, grad, ...)
+        exp_avg.add_(grad - exp_avg, alpha=1 - beta1)
+        exp_avg_sq.mul_(beta2).add_(grad * grad, alpha=1 - beta2)
+        if max_exp_avg_sq is not None:
             max_exp_avg_sq.copy_(max_exp_avg_sq.maximum(exp_avg_sq))
             denom = (max_exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
         else:
             denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
         p.add_(exp_avg / denom, alpha=-step_size)
+
+
+def adam_arrays(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq=None, *, beta1: float,
+                beta2: float, eps: float, step_size: float,
+                bias_correction2_sqrt: float) -> None:
+    """The Tensor path's operations above on flat numpy arrays, a chunk at a time, in place:
+    the same bits (scalars taken in the arrays' dtype, as the Tensor ops take them)."""
+    dt = param.dtype.type
+    blend, decay, decay_sq = dt(1 - beta1), dt(beta2), dt(1 - beta2)
+    correction, epsilon, scale = dt(bias_correction2_sqrt), dt(eps), dt(-step_size)
+    (scratch,), slices = chunked(param)
+    for s in slices:
+        g, m, v, t = grad[s], exp_avg[s], exp_avg_sq[s], scratch[:s.stop - s.start]
+        np.subtract(g, m, out=t)  # exp_avg += (1 - beta1) * (grad - exp_avg)
+        np.multiply(t, blend, out=t)
+        np.add(m, t, out=m)
+        np.multiply(v, decay, out=v)  # exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * grad²
+        np.multiply(g, g, out=t)
+        np.multiply(t, decay_sq, out=t)
+        np.add(v, t, out=v)
+        if max_exp_avg_sq is not None:
+            v = np.maximum(max_exp_avg_sq[s], v, out=max_exp_avg_sq[s])
+        np.sqrt(v, out=t)  # denom = sqrt(v) / bias_correction2_sqrt + eps
+        np.divide(t, correction, out=t)
+        np.add(t, epsilon, out=t)
+        np.divide(m, t, out=t)  # param -= step_size * exp_avg / denom
+        np.multiply(t, scale, out=t)
+        np.add(param[s], t, out=param[s])

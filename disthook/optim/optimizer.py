@@ -18,6 +18,8 @@ from collections import OrderedDict, defaultdict
 from copy import deepcopy
 from itertools import chain
 
+import numpy as np
+
 from disthook.autograd import grad_mode
 from disthook.tensor import Tensor
 from disthook.utils.hooks import RemovableHandle
@@ -345,6 +347,48 @@ def weight_decayed(p, grad, lr: float, weight_decay: float, decoupled: bool):
         else:
             grad = grad.add(p, alpha=weight_decay)
     return grad
+
+
+# ---- updates on numpy arrays, a chunk at a time ---------------------------------------------
+#
+# An update is a dozen elementwise passes over each parameter; run on whole arrays, each pass
+# goes through memory and allocates a temporary of the parameter's size. The same operations
+# in the same order and dtype, run on one chunk of every operand at a time, give the same
+# bits while the chunk stays in the CPU cache (Adam on the bench MLP's 2.9 M parameters:
+# about 0.6x the time).
+STEP_CHUNK = 1 << 15  # elements per chunk (128 KiB of float32 per operand)
+
+
+def flat_arrays(p, grad, *state) -> list | None:
+    """Flat views of the arrays of ``p``, ``grad`` and ``state`` (tensors of p's shape) for
+    an update on numpy arrays, or None unless every one is a local, C-contiguous array of
+    p's shape and floating dtype, writable but for ``grad``: the Tensor ops do the update
+    then (and raise what they raise)."""
+    data = p._data
+    if type(data) is not np.ndarray or data.dtype.kind != "f":
+        return None
+    out = []
+    for i, t in enumerate((p, grad, *state)):
+        a = t._data
+        if (type(a) is not np.ndarray or a.dtype != data.dtype or a.shape != data.shape
+                or not a.flags.c_contiguous or (i != 1 and not a.flags.writeable)):
+            return None
+        out.append(a.reshape(-1))
+    return out
+
+
+def chunked(param: np.ndarray, buffers: int = 1) -> tuple:
+    """``buffers`` scratch arrays of one chunk's size for flat array ``param``, and the slices
+    of its chunks (STEP_CHUNK elements, the last may be shorter)."""
+    n = param.size
+    scratch = [np.empty(min(n, STEP_CHUNK), dtype=param.dtype) for _ in range(buffers)]
+    return scratch, [slice(i, min(n, i + STEP_CHUNK)) for i in range(0, n, STEP_CHUNK)]
+
+
+def bump_versions(*written) -> None:
+    """Count in-place writes as the Tensor ops would: ``(tensor, writes)`` pairs."""
+    for t, n in written:
+        t._vc[0] += n
 
 
 def moment_state(state: dict, p, *extra: str) -> dict:

@@ -2,7 +2,9 @@
 single-tensor algorithm, step for step."""
 from __future__ import annotations
 
-from disthook.optim.optimizer import Optimizer
+import numpy as np
+
+from disthook.optim.optimizer import Optimizer, bump_versions, chunked, flat_arrays
 
 
 class SGD(Optimizer):
@@ -25,20 +27,55 @@ class SGD(Optimizer):
         _check_flags(differentiable, foreach, fused)
 
     def _update(self, p, group: dict) -> None:
-        momentum = group["momentum"]
+        momentum, lr, dampening = group["momentum"], group["lr"], group["dampening"]
         grad = -p.grad if group["maximize"] else p.grad
         if group["weight_decay"] != 0:
             grad = grad.add(p, alpha=group["weight_decay"])
+        buf = None
         if momentum != 0:
             state = self.state[p]
             buf = state.get("momentum_buffer")
-            if buf is None:
+            if buf is None:  # the first step: the buffer is the gradient
                 buf = grad.detach().clone()
                 state["momentum_buffer"] = buf
-            else:
-                buf.mul_(momentum).add_(grad, alpha=1 - group["dampening"])
+                grad = grad.add(buf, alpha=momentum) if group["nesterov"] else buf
+                p.add_(grad, alpha=-lr)
+                return
+        arrays = flat_arrays(p, grad, *(() if buf is None else (buf,)))
+        if arrays is not None:
+            sgd_arrays(*arrays, momentum=momentum, dampening=dampening,
+                       nesterov=group["nesterov"], lr=lr)
+            bump_versions((p, 1), *(() if buf is None else ((buf, 2),)))
+            return
+        if buf is not None:
+            buf.mul_(momentum).add_(grad, alpha=1 - dampening)
             grad = grad.add(buf, alpha=momentum) if group["nesterov"] else buf
-        p.add_(grad, alpha=-group["lr"])
+        p.add_(grad, alpha=-lr)
+
+
+def sgd_arrays(param, grad, buf=None, *, momentum: float, dampening: float, nesterov: bool,
+               lr: float) -> None:
+    """The Tensor path's operations above on flat numpy arrays, a chunk at a time, in place
+    (``buf``: the momentum buffer after the first step): the same bits."""
+    dt = param.dtype.type
+    (scratch,), slices = chunked(param)
+    for s in slices:
+        g, t = grad[s], scratch[:s.stop - s.start]
+        if buf is not None:
+            b = buf[s]
+            np.multiply(b, dt(momentum), out=b)  # buf = momentum * buf + (1 - dampening) * g
+            if 1 - dampening == 1:
+                np.add(b, g, out=b)
+            else:
+                np.multiply(g, dt(1 - dampening), out=t)
+                np.add(b, t, out=b)
+            if nesterov:  # g + momentum * buf
+                np.multiply(b, dt(momentum), out=t)
+                g = np.add(g, t, out=t)
+            else:
+                g = b
+        np.multiply(g, dt(-lr), out=t)  # param -= lr * g
+        np.add(param[s], t, out=param[s])
 
 
 def _check_flags(differentiable: bool, foreach, fused) -> None:

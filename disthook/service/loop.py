@@ -16,11 +16,11 @@ import logging
 import os
 import signal
 import socket
+import struct
 import time
 import traceback
 
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 from disthook import wire
 from disthook.service.endpoint import EndpointInUse, parse
@@ -32,7 +32,8 @@ from disthook.service.security import (
     warn_if_exposed,
 )
 
-__all__ = ["LOG_LEVELS", "PeerLog", "Service", "bind_endpoint", "recv_now", "send_frames"]
+__all__ = ["LOG_LEVELS", "PIPE_COPY_BELOW", "PeerLog", "Service", "bind_endpoint", "recv_now",
+           "send_frames"]
 
 # a reply to a peer whose connection is not up yet (or again) is kept and sent again at every
 # tick for this long: a client that just connected to the last stage of a model may get its
@@ -170,7 +171,7 @@ class Service:
         """Every event of the endpoint's monitor: refused handshakes are logged, a closed
         connection goes to ``on_disconnected`` with its file descriptor."""
         while self._monitor.getsockopt(zmq.EVENTS) & _POLLIN:  # cheaper than zmq.Again
-            event = recv_monitor_message(self._monitor)
+            event = monitor_event(self._monitor)
             if event["event"] == zmq.EVENT_DISCONNECTED:
                 self.on_disconnected(int(event["value"]))
                 continue
@@ -254,6 +255,16 @@ class Service:
             self.log.debug("%s: cannot reply to %s: %s", self.label, self.peer_name(to), exc)
 
 
+def monitor_event(monitor: zmq.Socket) -> dict:
+    """The next event of a socket monitor as a dict of ``event``, ``value`` and ``endpoint``
+    (pyzmq's ``recv_monitor_message`` gives the same, but its module imports asyncio: tens
+    of ms of every coordinator's and worker's start). libzmq 4 sends two frames: the event
+    number (16 bits) and its value (32 bits), then the endpoint."""
+    head, endpoint = monitor.recv_multipart()
+    event, value = struct.unpack("=Hi", head)
+    return {"event": event, "value": value, "endpoint": endpoint}
+
+
 def recv_now(sock: zmq.Socket):
     """The next message of ``sock`` (its frames) if one is there, else None; never blocks. A
     poll's event can be stale: a handler that waits inside (for a hook's answer, a
@@ -271,15 +282,25 @@ def recv_now(sock: zmq.Socket):
     return frames
 
 
-def send_frames(sock: zmq.Socket, frames: list) -> None:
+# A pipe record's array (a stage's activation or gradient) under this many bytes is copied
+# into ZeroMQ's message as it is sent: a buffer sent in place costs pyzmq a tracked frame and
+# a wake-up of its thread that lets go of the buffer once ZeroMQ is done with it, about 45 µs
+# of the sender's CPU a message with cold caches here (a 128 KiB activation), more than the
+# copy; a larger array is sent from its own buffer (no second copy of it held while it goes)
+PIPE_COPY_BELOW = 256 << 10
+
+
+def send_frames(sock: zmq.Socket, frames: list, copy_below: int | None = None) -> None:
     """Send ``frames`` as one message, as ``send_multipart(frames, copy=False)`` would: a
-    frame under ``COPY_THRESHOLD`` bytes is copied (cheaper than tracking a buffer's
-    release), a larger one sent from its own buffer. Each frame goes straight to pyzmq's
-    send (the multipart helper type-checks every frame first and calls its own ``send`` per
-    frame: a small message's send took 14 µs that way here, 2.4 µs this way)."""
+    frame under ``copy_below`` bytes (default ``COPY_THRESHOLD``) is copied (cheaper than
+    tracking a buffer's release), a larger one sent from its own buffer. Each frame goes
+    straight to pyzmq's send (the multipart helper type-checks every frame first and calls
+    its own ``send`` per frame: a small message's send took 14 µs that way here, 2.4 µs
+    this way)."""
+    below = _COPY_THRESHOLD if copy_below is None else copy_below
     last = len(frames) - 1
     for i, frame in enumerate(frames):
-        _send(sock, frame, _SNDMORE if i < last else 0, len(frame) < _COPY_THRESHOLD)
+        _send(sock, frame, _SNDMORE if i < last else 0, len(frame) < below)
 
 
 class PeerLog:

@@ -19,12 +19,15 @@ import dataclasses
 import logging
 import os
 import shutil
+from typing import TYPE_CHECKING
 
 import zmq
 import zmq.auth
-from zmq.auth.thread import ThreadAuthenticator
 
 from disthook.service.endpoint import parse
+
+if TYPE_CHECKING:  # its module imports asyncio: only a process that uses keys loads it
+    from zmq.auth.thread import ThreadAuthenticator
 
 __all__ = [
     "AuthenticationError",
@@ -144,6 +147,8 @@ class Keys:
     def guard(self, ctx: zmq.Context, log: logging.Logger, who: str) -> ThreadAuthenticator:
         """Start the ZAP handler of ``ctx``: every CURVE connection to a socket of ``ctx``
         is accepted only when its key is authorized; refusals are logged as warnings."""
+        from zmq.auth.thread import ThreadAuthenticator
+
         auth = ThreadAuthenticator(ctx, log=logging.getLogger("disthook.zap"))
         auth.start()
         auth.configure_curve_callback("*", credentials_provider=_Gate(self, log, who))

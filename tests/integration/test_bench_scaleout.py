@@ -85,3 +85,35 @@ def test_peers_table_at_two_stages_reads_as_before_and_names_the_cuts_of_more(ca
     assert "batch 256, cut after layer 2; one torch" in capsys.readouterr().out
     peers.print_rows([row(2), row(3)])
     assert "p=2: cut after layer 2; p=3: cut after layers 1, 2" in capsys.readouterr().out
+
+
+def test_torch_processes_start_from_a_fork_server_that_imported_torch(monkeypatch):
+    """torch's processes (2 to 9 per row of peers, scaleout and workspan) each spent seconds
+    of CPU importing torch.distributed when spawned; a fork server imports it once."""
+    import multiprocessing.forkserver
+
+    pytest.importorskip("torch", reason="torch is not installed")
+    from disthook.bench import stages
+
+    started = {}
+
+    class Done:
+        processes = ()
+
+        def join(self, timeout=None):
+            return True
+
+    def start_processes(fn, args, nprocs, join, start_method):
+        started.update(fn=fn, nprocs=nprocs, start_method=start_method)
+        with open(args[-1], "w") as f:
+            f.write("0.5")
+        return Done()
+
+    monkeypatch.setattr("torch.multiprocessing.start_processes", start_processes)
+    monkeypatch.setattr(multiprocessing.forkserver._forkserver, "_preload_modules", ["__main__"])
+    assert stages.spawned(stages._pipelining_process, 2, "spec") == 0.5
+    assert started == {"fn": stages._pipelining_process, "nprocs": 2,
+                       "start_method": "forkserver"}
+    preload = multiprocessing.forkserver._forkserver._preload_modules
+    assert "torch.distributed.pipelining" in preload and "torch.distributed.rpc" in preload
+    assert "disthook.bench.stages" in preload

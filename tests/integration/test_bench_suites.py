@@ -14,7 +14,7 @@ pytestmark = pytest.mark.timeout(300)
 
 # suite -> lines its output must hold (a table's header words, in order within the line)
 EXPECTED = {
-    "engine": [("case", "baseline", "disthook", "ratio"), ("MLP",), ("tiny ops",)],
+    "engine": [("case", "baseline", "disthook", "ratio"), ("MLP",), ("tiny ops",), ("Adam",)],
     "nn": [("case", "baseline", "disthook", "ratio"), ("CNN",), ("hook cost",)],
     "dist": [("case", "baseline", "disthook", "ratio"), ("client hook round trip",),
              ("MiB activation, one stage hop",), ("2 workers",)],
@@ -92,9 +92,9 @@ def one_round(module, name: str):
             calls.append(name)
             return timing(fns, 1, 1)
     else:
-        def once(workload, libs, repeats, inner):
+        def once(workload, libs, repeats, inner, **options):  # (clock=)
             calls.append(name)
-            return timing(workload, libs, 1, 1)
+            return timing(workload, libs, 1, 1, **options)
     return once, calls
 
 

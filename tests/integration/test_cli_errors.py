@@ -1,6 +1,8 @@
 """What the command line says when something is off: one line that says what to do, as a
-newcomer meets it (nothing listening, a busy port, a bad option). Each test runs the command
-and reads its first line; every process started here is reaped."""
+newcomer meets it (nothing listening, a busy port, a bad option). Each command's start-up
+path runs as a process here at least once, its first line read; what only its arguments decide
+runs through the command's ``main`` in this process (``in_process``). Every process started
+here is reaped."""
 import socket
 import subprocess
 import sys
@@ -10,6 +12,7 @@ import pytest
 import zmq
 from clusters import free_port
 
+from disthook import cli
 from disthook.distributed import ClusterError, connect, local_cluster
 
 pytestmark = pytest.mark.timeout(120)
@@ -20,6 +23,17 @@ CLI = [sys.executable, "-m", "disthook.cli"]
 def disthook(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout,
                           check=False)
+
+
+def in_process(capsys, *args: str, main=cli.main) -> tuple[int, str, str]:
+    """``main(args)`` here (the command's arguments and what they decide, without a process's
+    start-up): its exit status (argparse's errors exit 2), stdout and stderr."""
+    try:
+        code = main(list(args))
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 @pytest.fixture
@@ -55,23 +69,22 @@ def test_status_hint_names_the_command_line_option_for_keys():
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "soon"])
-def test_status_timeout_must_be_seconds_above_zero(bad):
-    run = disthook("status", "--timeout", bad)
-    assert run.returncode == 2
-    assert run.stderr.splitlines()[-1].startswith("disthook status: error: argument --timeout:")
+def test_status_timeout_must_be_seconds_above_zero(bad, capsys):
+    code, _, err = in_process(capsys, "status", "--timeout", bad)
+    assert code == 2
+    assert err.splitlines()[-1].startswith("disthook status: error: argument --timeout:")
 
 
-def test_status_and_connect_take_host_port_and_reject_other_schemes():
-    with local_cluster(workers=1) as cluster:
-        bare = cluster.address.removeprefix("tcp://")
-        with connect(bare) as other:
-            assert len(other.workers()) == 1
-        run = disthook("status", "--coordinator", bare)
-        assert run.returncode == 0, run.stderr
-        assert run.stdout.startswith(f"coordinator {cluster.address}")
-    run = disthook("status", "--coordinator", "http://127.0.0.1:1")
-    assert run.returncode == 1
-    assert run.stderr.splitlines() == [
+def test_status_and_connect_take_host_port_and_reject_other_schemes(cluster, capsys):
+    bare = cluster.address.removeprefix("tcp://")
+    with connect(bare) as other:
+        assert len(other.workers()) == len(cluster.workers())
+    run = disthook("status", "--coordinator", bare)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith(f"coordinator {cluster.address}")
+    code, _, err = in_process(capsys, "status", "--coordinator", "http://127.0.0.1:1")
+    assert code == 1
+    assert err.splitlines() == [
         "disthook status: --coordinator must look like tcp://HOST:PORT (e.g. "
         "tcp://127.0.0.1:5555) or ipc://PATH, got 'http://127.0.0.1:1'"]
 
@@ -85,15 +98,16 @@ def test_launch_on_a_busy_port_is_one_line(held_port):
         "one), or stop what holds it"]
 
 
-def test_launch_threads_are_for_local_workers(tmp_path):
-    run = disthook("launch", "--threads", "none")
-    assert run.returncode == 2
-    assert "expected 'share' or a whole number >= 1, got 'none'" in run.stderr
+def test_launch_threads_are_for_local_workers(tmp_path, capsys):
+    code, _, err = in_process(capsys, "launch", "--threads", "none")
+    assert code == 2
+    assert "expected 'share' or a whole number >= 1, got 'none'" in err
     hosts = tmp_path / "hosts"
     hosts.write_text("localhost\n")
-    run = disthook("launch", "--threads", "share", "--hosts", str(hosts), "--dry-run")
-    assert run.returncode == 1
-    assert "--threads sets the threads of local workers" in run.stderr
+    code, _, err = in_process(capsys, "launch", "--threads", "share", "--hosts", str(hosts),
+                              "--dry-run")
+    assert code == 1
+    assert "--threads sets the threads of local workers" in err
 
 
 def test_coordinator_on_a_busy_port_is_one_line(held_port):
@@ -118,12 +132,17 @@ def test_a_coordinator_that_cannot_start_gives_its_reason_to_local_cluster(held_
         local_cluster(workers=1, port=port)
 
 
-@pytest.mark.parametrize("command", ["launch", "coordinator"])
-def test_log_level_has_choices(command):
-    run = disthook(command, "--log-level", "loud")
+def test_log_level_has_choices(capsys):
+    # coordinator: a role, run as its own process (python -m coordinator) whatever the
+    # command line; launch: parsed by the CLI itself
+    run = disthook("coordinator", "--log-level", "loud")
     assert run.returncode == 2
     assert "argument --log-level: invalid choice" in run.stderr.splitlines()[-1]
-    assert "DEBUG,INFO,WARNING,ERROR" in disthook(command, "--help").stdout
+    assert "DEBUG,INFO,WARNING,ERROR" in disthook("coordinator", "--help").stdout
+    code, _, err = in_process(capsys, "launch", "--log-level", "loud")
+    assert code == 2 and "argument --log-level: invalid choice" in err.splitlines()[-1]
+    code, out, _ = in_process(capsys, "launch", "--help")
+    assert code == 0 and "DEBUG,INFO,WARNING,ERROR" in out
 
 
 def test_demo_seed_hooks_runs_the_tensor_hook_examples():
@@ -134,7 +153,9 @@ def test_demo_seed_hooks_runs_the_tensor_hook_examples():
 
 
 def test_a_worker_takes_the_coordinator_as_host_port_and_says_what_is_wrong_in_one_line(
-        held_port):
+        held_port, capsys):
+    from workers.server import main as worker_main
+
     worker = [sys.executable, "-m", "workers"]
     run = subprocess.run([*worker, "--coordinator", "http://x:1"], capture_output=True,
                          text=True, timeout=60)
@@ -145,9 +166,9 @@ def test_a_worker_takes_the_coordinator_as_host_port_and_says_what_is_wrong_in_o
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 1 and len(run.stderr.splitlines()) == 1
     assert run.stderr.startswith(f"disthook worker: {held_port} is in use"), run.stderr
-    run = subprocess.run([*worker, "--coordinator", "x:1", "--log-level", "loud"],
-                         capture_output=True, text=True, timeout=60)
-    assert run.returncode == 2 and "invalid choice: 'LOUD'" in run.stderr
+    code, _, err = in_process(capsys, "--coordinator", "x:1", "--log-level", "loud",
+                              main=worker_main)
+    assert code == 2 and "invalid choice: 'LOUD'" in err
     # HOST:PORT reaches a running coordinator
     with local_cluster(workers=1) as cluster:
         host_port = cluster.address.removeprefix("tcp://")
@@ -183,6 +204,6 @@ def test_connect_finds_a_coordinator_that_starts_just_after_it_was_called():
      "disthook status: --coordinator must look like tcp://HOST:PORT (e.g. tcp://127.0.0.1:5555) "
      "or ipc://PATH, got 'http://x:1'"),
 ])
-def test_cli_errors_name_the_option_the_user_typed(argv, said):
-    run = disthook(*argv)
-    assert run.returncode in (1, 2) and run.stderr.splitlines()[-1] == said, run.stderr
+def test_cli_errors_name_the_option_the_user_typed(argv, said, capsys):
+    code, _, err = in_process(capsys, *argv)
+    assert code in (1, 2) and err.splitlines()[-1] == said, err

@@ -58,3 +58,18 @@ def test_a_worker_refuses_an_allowed_hook_module_that_does_not_exist(tmp_path, m
     assert ("disthook worker: --allow-hook-module 'no_such_hooks_module': no module or package "
             "of that name can be imported here") in said
     assert "note:" not in said  # nothing in the working directory is named like a role
+
+
+# what a role's start does not need: asyncio (pyzmq's monitor helper and ZAP thread import it;
+# a process with keys loads the latter when it needs it), torch, the bench and the demo
+NOT_AT_START = ("asyncio", "zmq.asyncio", "torch", "matplotlib", "disthook.bench",
+                "disthook.demo")
+
+
+def test_the_roles_start_without_importing_what_only_later_or_other_programs_need():
+    code = ("import sys, coordinator.server, workers.server; "
+            f"print(sorted(m for m in {NOT_AT_START!r} if m in sys.modules))")
+    run = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"

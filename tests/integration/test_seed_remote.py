@@ -26,6 +26,7 @@ from parity.test_seed_module_hooks import (  # noqa: E402
 )
 
 pytestmark = pytest.mark.timeout(180)
+CLUSTER_WORKERS = 2  # conftest's shared cluster, for the programs run in this process
 
 REPORT = """
 for name in ("input", "output", "grad_input", "grad_output"):
@@ -33,34 +34,36 @@ for name in ("input", "output", "grad_input", "grad_output"):
 print("y", y.detach().tolist(), "loss", loss.item())
 """
 
+# the line inserted: the model deployed on ``cluster``, which ``run`` hands the program (a
+# shared cluster: a program that starts its own is run as a script, below)
 DEPLOY = """\
-from disthook.distributed import local_cluster
-cluster = local_cluster(workers=2)
 model = cluster.deploy(Net(), stages=2)
 """
 
 
-def run(source: str) -> str:
+def run(source: str, cluster=None) -> str:
     out = io.StringIO()
     namespace = {"__name__": "__main__"}
+    if cluster is not None:
+        namespace["cluster"] = cluster
     with redirect_stdout(out):
         exec(compile(source, "<seed 001>", "exec"), namespace)
-    if "cluster" in namespace:
+    if cluster is not None:
         assert len(namespace["model"].workers()) == 2
-        namespace["cluster"].close()
+        namespace["model"].close()
     return out.getvalue()
 
 
-def test_seed_001_save_values_on_two_workers_prints_the_same():
+def test_seed_001_save_values_on_two_workers_prints_the_same(cluster):
     program = "import disthook\ndisthook.manual_seed(0)\n" + as_disthook(SEED_001) + REPORT
     assert program.count("model = Net()\n") == 1
     local = run(program)
-    remote = run(program.replace("model = Net()\n", DEPLOY))
+    remote = run(program.replace("model = Net()\n", DEPLOY), cluster)
     assert local.count("\n") == 5 and "None" not in local
     assert remote == local
 
 
-def test_a_warning_raised_on_a_worker_reaches_the_client():
+def test_a_warning_raised_on_a_worker_reaches_the_client(cluster):
     """Seed 001 on l1: the input needs no grad, so torch warns that the full backward hook
     fires with respect to the outputs; the worker owning l1 warns, the client shows it."""
     import warnings
@@ -70,7 +73,7 @@ def test_a_warning_raised_on_a_worker_reaches_the_client():
     program = as_disthook(SEED_001_ON_L1).replace("model = Net()\n", DEPLOY)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        run(program)
+        run(program, cluster)
     got = [(w.category.__name__, str(w.message)) for w in caught]
     assert got == [NO_INPUT_GRAD_WARNING]
 
@@ -80,14 +83,14 @@ def test_a_warning_raised_on_a_worker_reaches_the_client():
     (SEED_004_FEATURES, 'feature_extractor = FeatureExtractor(model, layers=["1", "2.0"])\n'),
     (SEED_004_CLIPPER, "clipped_model = gradient_clipper(model, 0.3)\n"),
 ], ids=["shapes", "features", "clipper"])
-def test_seed_004_programs_on_two_workers_print_the_same(program, before):
+def test_seed_004_programs_on_two_workers_print_the_same(program, before, cluster):
     """The model deployed right before the wrapper takes it; every line the same (the
     features' grad_fn names too), but for a printed model, which shows where each part
     lives."""
     program = as_disthook(program)
     assert program.count(before) == 1
     local = run(program)
-    remote = run(program.replace(before, DEPLOY.replace("Net()", "model") + before))
+    remote = run(program.replace(before, DEPLOY.replace("Net()", "model") + before), cluster)
     if "print(verbose_model)" in program:  # the printed tree is marked with the workers
         local, remote = local.split("VerboseExecution(")[0], remote.split("VerboseExecution(")[0]
     assert remote == local

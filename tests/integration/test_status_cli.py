@@ -11,11 +11,21 @@ from clusters import free_port
 
 import disthook as torch
 from disthook import nn
+from disthook.cli import main
 
 pytestmark = pytest.mark.timeout(120)
 
 CLUSTER_WORKERS = 2
 CLI = [sys.executable, "-m", "disthook.cli"]
+
+
+def status_here(capsys, *options: str) -> str:
+    """What ``disthook status OPTIONS`` prints, run through the CLI's main in this process
+    (the command's start-up as a process: the tests with --watch and a closed pipe below)."""
+    code = main(["status", *options])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return out
 
 
 @pytest.fixture
@@ -39,14 +49,12 @@ def columns_line_up(lines: list[str]) -> None:
             assert row[start - 2:start] == "  ", (header, row)  # a gap before every column
 
 
-def test_status_table_fills_memory_and_graphs_and_sizes_columns(cluster, deployed):
-    run = subprocess.run([*CLI, "status", "--coordinator", cluster.address],
-                         capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0, run.stderr
-    lines = run.stdout.splitlines()
+def test_status_table_fills_memory_and_graphs_and_sizes_columns(cluster, deployed, capsys):
+    out = status_here(capsys, "--coordinator", cluster.address)
+    lines = out.splitlines()
     assert lines[1].split() == ["worker", "address", "alive", "beat", "memory", "graphs",
                                 "kept", "peer-out", "stage", "modules", "params"]
-    assert len(lines) == 4 and "?" not in "".join(lines[2:]), run.stdout
+    assert len(lines) == 4 and "?" not in "".join(lines[2:]), out
     columns_line_up(lines[1:])
     stage_at = lines[1].index("stage")
     for stage, worker, _ in deployed.workers():
@@ -55,11 +63,9 @@ def test_status_table_fills_memory_and_graphs_and_sizes_columns(cluster, deploye
         assert row.split()[4:7] == [row.split()[4], "MiB", "1"], row  # memory, one graph
 
 
-def test_status_json_is_the_coordinator_and_each_workers_own_status(cluster, deployed):
-    run = subprocess.run([*CLI, "status", "--json", "--coordinator", cluster.address],
-                         capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0, run.stderr
-    status = json.loads(run.stdout)
+def test_status_json_is_the_coordinator_and_each_workers_own_status(cluster, deployed,
+                                                                    capsys):
+    status = json.loads(status_here(capsys, "--json", "--coordinator", cluster.address))
     assert status["coordinator"]["address"] == cluster.address
     # every worker of the deployment, in the coordinator's order (registration, not stage)
     assert sorted(w["id"] for w in status["workers"]) == sorted(
