@@ -50,6 +50,8 @@ __all__ = [
     "decode_all",
     "encode",
     "encode_batch",
+    "encode_batches",
+    "split_batch",
     "write_part",
 ]
 
@@ -58,7 +60,8 @@ __all__ = [
 # come ahead of its hooks' answers; 4: a stage's modules may come pickled by value (code);
 # 7: a chain model's writes travel its stages ("write"), which a worker of 6 does not know;
 # 8: a tree-placed model's writes are numbered and committed ("commit"), its calls pinned;
-# 9: "pipe" records travel in a short form (a fixed struct header, see _encode_pipe)
+# 9: a client's requests to one worker may come as one batch (a worker of 8 refuses it), and
+# "pipe" records travel in a short form (a fixed struct header, see _encode_pipe)
 PROTOCOL_VERSION = 9
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
@@ -463,7 +466,8 @@ def _sendable(arr: np.ndarray, index: int) -> np.ndarray:
 # A batch is one ZeroMQ multipart holding whole messages one after another, behind a first
 # frame that says how many frames each has: BATCH_MAGIC, then a little-endian uint32 per
 # message. It saves a send, a receive and a wake-up per message where many small ones go
-# the same way at once (a client's answers to a burst of hook events).
+# the same way at once (a client's answers to a burst of hook events, a burst of requests to
+# one worker: ``disthook.distributed.send_together``).
 
 BATCH_MAGIC = b"DHbatch1"  # never the start of a header (a msgpack map)
 
@@ -475,16 +479,34 @@ def encode_batch(messages: list[list]) -> list:
             *itertools.chain.from_iterable(messages)]
 
 
-def decode_all(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS,
-               batched: frozenset | None = None) -> list[Message]:
-    """The messages of one multipart: the message itself, or those of a batch (whose types
-    must be among ``batched`` when given). ``WireError`` if anything is off, in any of them
-    (then none is taken)."""
+def encode_batches(messages: list[list], *, limits: Limits = DEFAULT_LIMITS) -> list[list]:
+    """The multiparts that carry ``messages`` (each ``encode``'s) in order: one message as
+    it is, several as batches, each within the frame cap a receiver checks (a message that
+    passes it alone goes alone)."""
+    out: list[list] = []
+    run: list[list] = []
+    frames = 0
+    for msg in messages:
+        if run and frames + len(msg) > limits.max_frames - 1:  # (the table takes a frame)
+            out.append(run[0] if len(run) == 1 else encode_batch(run))
+            run, frames = [], 0
+        run.append(msg)
+        frames += len(msg)
+    if run:
+        out.append(run[0] if len(run) == 1 else encode_batch(run))
+    return out
+
+
+def split_batch(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS
+                ) -> tuple[bytes, list[Sequence] | None]:
+    """The first frame's bytes, and the frames of each message of a batch (None: ``frames``
+    are one message). ``WireError`` if the batch's table is off; its messages are not
+    decoded here (a receiver may take each on its own: one that is off fails alone)."""
     if not frames:
         raise WireError("empty message: expected a header frame")
     head = _header(frames[0], limits)
     if not head.startswith(BATCH_MAGIC):
-        return [decode(frames, limits=limits, _head=head)]
+        return head, None
     table = head[len(BATCH_MAGIC):]
     if len(table) % 4 or not table:
         raise WireError(f"batch table of {len(table)} bytes: expected 4 per message")
@@ -492,10 +514,22 @@ def decode_all(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS,
     if len(frames) - 1 > limits.max_frames or sum(sizes) != len(frames) - 1 or 0 in sizes:
         raise WireError(f"batch of {len(frames) - 1} frames does not hold messages of "
                         f"{list(sizes)[:8]} frames")
-    out, start = [], 1
+    parts, start = [], 1
     for size in sizes:
-        out.append(decode(frames[start:start + size], limits=limits))
+        parts.append(frames[start:start + size])
         start += size
+    return head, parts
+
+
+def decode_all(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS,
+               batched: frozenset | None = None) -> list[Message]:
+    """The messages of one multipart: the message itself, or those of a batch (whose types
+    must be among ``batched`` when given). ``WireError`` if anything is off, in any of them
+    (then none is taken)."""
+    head, parts = split_batch(frames, limits=limits)
+    if parts is None:
+        return [decode(frames, limits=limits, _head=head)]
+    out = [decode(part, limits=limits) for part in parts]
     if batched is not None:
         wrong = sorted({m.type for m in out} - batched)
         if wrong:

@@ -45,6 +45,7 @@ from disthook.service.loop import (
 )
 from disthook.service.rpc import error_fields
 from disthook.service.security import SERVER, Keys
+from workers.batches import Batches
 from workers.client_hooks import HookHandlers
 from workers.compute import ComputeHandlers, rss_bytes
 from workers.limits import MAX_GRAPH_BYTES, LimitChecks
@@ -53,7 +54,6 @@ from workers.peers import Peers
 from workers.runners import Runners
 from workers.stages import StageHandlers
 from workers.state import (
-    ANSWERS,
     ClientGone,
     JobDone,
     Log,
@@ -76,7 +76,7 @@ _SRCFD = int(zmq.SRCFD)
 
 
 class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, VersionHandlers,
-             LimitChecks, ValueHandlers, StatusHandlers, StepHandlers, Service):
+             LimitChecks, ValueHandlers, StatusHandlers, StepHandlers, Batches, Service):
     role = "worker"
 
     def __init__(self, coordinator: str, *, bind: str = "tcp://127.0.0.1:0",
@@ -130,6 +130,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         self._event_ids = itertools.count(1)
         self._handlers: dict = {}  # message type -> its on_<type> method (None: none)
         self._warnings_routed = False  # see _route_warnings
+        self._held_init()  # batches in, a run of jobs' answers as one (batches.py)
         self._register()
         self.next_beat = time.monotonic() + 1.0  # re-register if no answer came by then
         self._next_tick = 0.0
@@ -231,12 +232,9 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         try:
             forwarder = self.peers.arrived(fd, sender,
                                            head.get("User-Id") if self.keys else None)
-            # a client may send its answers to a burst of hook events as one batch
-            msgs = wire.decode_all(body, batched=ANSWERS)
+            msgs = self.messages_in(sender, body)  # (a batch's: batches.py)
         except (PermissionError, wire.WireError) as exc:
-            self.peer_log.warning(sender, "%s: refused a message from %s: %s", self.label,
-                                  self.who(sender), exc)
-            self.reply(self.router, sender, 0, "error", error_fields(exc, worker=self.name))
+            self.refuse(sender, exc)
             return
         for msg in msgs:
             self._execute(self.state.handle(MessageIn(sender, msg, forwarder)))
@@ -257,6 +255,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
                 self.log.info("worker %s: %s went away; dropped its %d graph(s) and %d "
                               "hook(s)", self.id, self.who(sender), graphs, hooks)
             self.peer_log.forget(sender)  # (it may name the peer: before peers forget it)
+            self.forget_batches(sender)
             self.peers.forget(sender)
 
     def peer_name(self, identity: bytes) -> str:
@@ -282,8 +281,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
                     getattr(self.log, ins.level)("%s", ins.text)
 
     def _start_jobs(self) -> None:
-        while self._todo and self._running:
-            self._run(self._todo.pop(0))
+        self.run_jobs(self._todo, self._run)  # (what a client's run sends it goes as one)
 
     def _run(self, job) -> None:
         """Serve one request: its handler's result is the ``ok`` answer, what it raises the
@@ -332,6 +330,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         raised. While what comes needs no thread of its own (answers, pipeline messages,
         beats) this thread keeps the loop: a quick answer then costs no thread switch. Once
         a request is to start or another waiting job to go on, it hands the loop over."""
+        holding, self.holding = self.holding, False  # what the wait may depend on goes now
+        self.flush_replies()
         while not wait.done and self._running and not self._todo and not self.runners.ready:
             self._serve_round(start_jobs=False)
         job = wait.job
@@ -342,7 +342,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
             self._sleepers[wait.id] = turn
             self.runners.sleep(turn)
             self._sleepers.pop(wait.id, None)
-        self._local.job = job
+        self._local.job, self.holding = job, holding
         self.captures.micro_batch = job.micro_batch
         if job.stage is not None:  # another client's job may have run meanwhile
             job.stage.use_grads(job.client)

@@ -3,8 +3,9 @@ per worker, all with one identity, so that whichever worker finishes a pipelined
 answers the client directly. It sends requests side by side and waits for every reply
 (serving client-hook events and warnings meanwhile), sees a worker's connection close
 (``WorkerLost``), and batches what needs no round trip of its own: releases of graphs whose
-output is gone, and optimizer calls (``zero_grad()``, and ``step()`` once an optimizer's
-first step made its shares on the workers), which ride with the next forward."""
+output is gone, optimizer calls (``zero_grad()``, and ``step()`` once an optimizer's first
+step made its shares), which ride with the next forward, and bursts of requests to one
+worker (``send_together``)."""
 from __future__ import annotations
 
 import atexit
@@ -19,6 +20,8 @@ import zmq
 
 from disthook import wire
 from disthook.distributed.client_hooks import HookServer, _issue_warning
+from disthook.distributed.releases import Releases
+from disthook.distributed.send_together import Together, received
 from disthook.service.rpc import (
     ClusterError,
     Deadline,
@@ -36,10 +39,10 @@ __all__ = []
 _BURST = 32  # messages taken off one socket per poll, at most
 _ANSWERED_AHEAD_KEPT = 256  # requests whose answer came ahead of the hooks' (see _stands)
 # calls sent without waiting that may be unanswered at once: past it, the program waits for
-# the older half (a loop that never reads a result would otherwise queue without bound on
-# the workers and here)
+# the older half (a loop that never reads a result would queue without bound otherwise)
 MAX_AHEAD = 256
 _call_numbers = itertools.count(1)  # optimizer calls that ride with a forward (see defer)
+EXIT_FLUSH_TIMEOUT_S = 10.0
 
 
 def _flush_at_exit(ref) -> None:
@@ -47,8 +50,7 @@ def _flush_at_exit(ref) -> None:
     to a model it did not close (an attached client's last step lands on stages that stay),
     waiting a few seconds at most; a warning if they cannot go."""
     hub = ref()
-    if hub is None or not hub.socks or not hub.pending_optimizer or os.getpid() != hub._pid \
-            or hub._busy:
+    if not hub or not hub.socks or not hub.pending_optimizer or os.getpid() != hub._pid or hub._busy:
         return
     hub.timeout = min(hub.timeout, EXIT_FLUSH_TIMEOUT_S)
     try:
@@ -59,20 +61,16 @@ def _flush_at_exit(ref) -> None:
                       RuntimeWarning, stacklevel=1)
 
 
-EXIT_FLUSH_TIMEOUT_S = 10.0
-
-
 def _ignore(reply) -> None:
     """An answer nothing waits for but its success."""
 
 
 def _nbytes(frame) -> int:
     """The length of a frame as sent or received (bytes, a buffer, or a zmq.Frame)."""
-    buffer = getattr(frame, "buffer", frame)
-    return memoryview(buffer).nbytes
+    return memoryview(getattr(frame, "buffer", frame)).nbytes
 
 
-class _Hub(HookServer):
+class _Hub(Releases, HookServer):
     """The client's sockets to the workers of one deployment, all with one identity, so that
     whichever worker finishes a pipelined request can answer the client directly."""
 
@@ -134,6 +132,7 @@ class _Hub(HookServer):
         # travel it from the first stage, behind the calls sent on before them
         self.chain: list[str] | None = None
         self.stage_outbox = None  # a train_step's requests held for their stages' order
+        self.together = Together(self.socks)  # a burst of requests, one message per worker
         # a tree-placed model others may use: its writes numbered (distributed/pinning.py)
         self.versions = None
         # requests answered ahead of their hooks' answers (see _stands), and an error one
@@ -144,24 +143,23 @@ class _Hub(HookServer):
         # keep must not miss a step the program made)
         atexit.register(_flush_at_exit, weakref.ref(self))
 
-    @property
-    def reply_to(self) -> str:
-        return self.identity.hex()
+    reply_to = property(lambda self: self.identity.hex())
 
     def send(self, address: str, msg_type: str, fields: dict, *, req: int = 0,
              ctx: str | None = None, may_hold: bool = False) -> None:
         if not self.socks:
             raise RuntimeError(f"the deployed model {self.model} is closed; deploy it again "
                                "to use it")
-        if self.stage_outbox is not None and self.stage_outbox.hold(  # (stage_outbox.py)
-                address, msg_type, fields, req, ctx, may_hold):
-            return
-        if self._outbox:  # answers to hook events first, as they were made
-            self.flush_answers()
-        frames = wire.encode(msg_type, {"model": self.model, **fields}, req=req, ctx=ctx)
-        self.stats["requests"] += 1
-        self.stats["bytes_out"] += sum(_nbytes(f) for f in frames)
-        self.socks[address].send_multipart(frames, copy=False)
+        with self.together:  # what the outbox sends first goes with it, as one message
+            if self.stage_outbox is not None and self.stage_outbox.hold(  # (stage_outbox.py)
+                    address, msg_type, fields, req, ctx, may_hold):
+                return
+            if self._outbox:  # answers to hook events first, as they were made
+                self.flush_answers()
+            frames = wire.encode(msg_type, {"model": self.model, **fields}, req=req, ctx=ctx)
+            self.stats["requests"] += 1
+            self.stats["bytes_out"] += sum(_nbytes(f) for f in frames)
+            self.together.send(address, frames)
 
     def write_all(self, calls: list[tuple], *, what: str,
                   carries_optimizer_calls: bool = False) -> None:
@@ -292,7 +290,8 @@ class _Hub(HookServer):
         order. The first error reply is raised once all have come."""
         if self.late_error is not None:
             self._raise_late_error()
-        self.flush_releases()
+        if self.stage_outbox is not None:  # held requests go before any wait (the drops
+            self.stage_outbox.drain()  # and releases go with the next calls: _exchange)
         self.stats["waits"] += 1
         if self.pending_optimizer and not carries_optimizer_calls:
             self.flush_optimizer_calls()
@@ -317,11 +316,13 @@ class _Hub(HookServer):
     def _exchange(self, calls: list[tuple], msg_type: str, ctx: str | None,
                   what: str) -> list[wire.Message]:
         reqs = []
-        for call in calls:
-            address, fields = call[0], call[1]
-            reqs.append(next_request_id())
-            self.send(address, msg_type, fields, req=reqs[-1],
-                      ctx=call[2] if len(call) > 2 else ctx)
+        with self.together:  # the pending drops and releases, then the calls: one message
+            if calls:  # to each worker
+                self.flush_releases()
+            for call in calls:
+                reqs.append(next_request_id())
+                self.send(call[0], msg_type, call[1], req=reqs[-1],
+                          ctx=call[2] if len(call) > 2 else ctx)
         replies: dict[int, wire.Message] = {}
         deadline = Deadline(self.timeout)
         # every call sent without waiting answers first: what is asked now may read what
@@ -356,15 +357,12 @@ class _Hub(HookServer):
                 if self._disconnected(sock):
                     self.lost[self.monitors[sock]] = "no call (between calls)"
                 continue
-            try:
-                late = wire.decode(sock.recv_multipart(copy=False))
-            except wire.WireError:
-                continue
-            if late.type == "warning":
-                _issue_warning(late)
-            elif late.type == "error" and late.req in self._answered_ahead:
-                del self._answered_ahead[late.req]
-                self.late_error = late
+            for late in received(sock.recv_multipart(copy=False)):
+                if late.type == "warning":
+                    _issue_warning(late)
+                elif late.type == "error" and late.req in self._answered_ahead:
+                    del self._answered_ahead[late.req]
+                    self.late_error = late
         if self.failed:
             self._raise_failed()
         for req in reqs:
@@ -384,31 +382,28 @@ class _Hub(HookServer):
         for _ in range(_BURST):
             try:
                 frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
-                self.stats["bytes_in"] += sum(_nbytes(f) for f in frames)
-                reply = wire.decode(frames)
             except zmq.Again:  # all taken (or a hook's own call took it)
                 return
-            except wire.WireError:
-                continue
-            if reply.type == "hook_event":  # a worker runs one of our hooks meanwhile
-                self._serve_event(sock, reply)
-                deadline.renew()  # the worker is alive
-                continue
-            if reply.type == "warning":
-                _issue_warning(reply)
-                continue
-            if reply.req in self.in_flight:
-                self._landed(reply)
-                deadline.renew()  # the workers go on
-                continue
-            if reply.req in reqs:
-                if reply.type == "ok" and not self._stands(reply):
-                    continue  # the pass runs again: its answer follows
-                replies[reply.req] = reply
-            elif reply.type == "error" and reply.req in self._answered_ahead:
-                del self._answered_ahead[reply.req]
-                self.late_error = reply
-            # else: a late answer to a timed-out request
+            self.stats["bytes_in"] += sum(_nbytes(f) for f in frames)
+            for reply in received(frames):  # (a batch's messages in order)
+                self._take_one(sock, reply, reqs, replies, deadline)
+
+    def _take_one(self, sock, reply: wire.Message, reqs: list, replies: dict, deadline):
+        if reply.type == "hook_event":  # a worker runs one of our hooks meanwhile
+            self._serve_event(sock, reply)
+            deadline.renew()  # the worker is alive
+        elif reply.type == "warning":
+            _issue_warning(reply)
+        elif reply.req in self.in_flight:
+            self._landed(reply)
+            deadline.renew()  # the workers go on
+        elif reply.req in reqs:
+            if reply.type != "ok" or self._stands(reply):  # (else the pass runs again:
+                replies[reply.req] = reply  # its answer follows)
+        elif reply.type == "error" and reply.req in self._answered_ahead:
+            del self._answered_ahead[reply.req]
+            self.late_error = reply
+        # else: a late answer to a timed-out request
 
     def _stands(self, reply: wire.Message) -> bool:
         """Whether the ``ok`` answer ``reply`` stands. One that went before the worker took
@@ -517,51 +512,6 @@ class _Hub(HookServer):
                 if spec is not None:
                     per_stage[index].append(spec)
         return pending, per_stage
-
-    def release(self, ctx_ids: list[str]) -> None:
-        """The client's graph of ``ctx_ids`` is gone (its output was collected): the workers
-        may free theirs. A finalizer calls this wherever the collection happens: in the
-        thread that uses the sockets and between socket operations the release is sent at
-        once, anywhere else it goes with the next call."""
-        self.pending_releases.extend(ctx_ids)
-        if not self._busy and threading.get_ident() == self._thread:
-            try:
-                self.flush_releases()
-            except zmq.ZMQError:  # the sockets are going away (the interpreter exits)
-                pass
-
-    def drop_values(self, addresses: set, vid: str) -> None:
-        """No client tensor holds kept value ``vid`` any more: the workers at ``addresses``
-        may free it."""
-        for address in addresses:  # sent with the next request (one message per worker)
-            self.pending_drops.setdefault(address, []).append(vid)
-
-    def flush_releases(self) -> None:
-        """Send the pending releases (one one-way message; the first stage passes it on)
-        and the pending drops of kept values (one message to each worker keeping some),
-        after the requests held for their stages' order (``stage_outbox``)."""
-        if self.stage_outbox is not None and not self.stage_outbox.drain():
-            return  # (called while the outbox sends: all goes with the next request)
-        if self.pending_drops and self.socks and os.getpid() == self._pid:
-            drops, self.pending_drops = self.pending_drops, {}
-            self._busy += 1
-            try:
-                for address, vids in drops.items():
-                    if address in self.socks and address not in self.lost:
-                        self.send(address, "drop_values", {"values": vids})
-            finally:
-                self._busy -= 1
-        if self.pending_releases and self.socks and os.getpid() == self._pid \
-                and not self.in_flight:  # (a release would overtake the calls in flight)
-            contexts, self.pending_releases = self.pending_releases, []
-            for ctx_id in contexts:
-                self.drop_context(ctx_id)
-            first = next(iter(self.socks))
-            self._busy += 1
-            try:
-                self.send(first, "release", {"contexts": contexts})
-            finally:
-                self._busy -= 1
 
     def close(self, unload: bool = True) -> None:
         """Close the sockets; with ``unload`` the workers first drop the model's stages (sent

@@ -126,7 +126,8 @@ def train_step(model: Deployment, x: Tensor, target: Tensor, loss_fn,
     hub, workers = model._hub, len(set(model._addresses))
     outbox = None
     if model._schedule != "gpipe" and m > 1 and workers > 1:  # each stage its own order
-        outbox = hub.stage_outbox = StageOutbox(hub.send, model._schedule, workers, m)
+        outbox = hub.stage_outbox = StageOutbox(hub.send, model._schedule, workers, m,
+                                                 hub.together)
     object.__setattr__(model, "_in_train_step", True)
     try:
         _issue(model, x, target, loss_fn, scale_grads, m, sizes, losses, outbox)

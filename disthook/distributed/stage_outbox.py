@@ -26,6 +26,7 @@ workers (the first worker the forward reaches is stage 0).
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 
 from disthook.distributed.schedule import schedule as make_schedule
@@ -59,8 +60,10 @@ class StageOutbox:
     ``send(address, msg_type, fields, req, ctx)`` sends one for real; ``stages`` is the
     number of workers of the pipeline."""
 
-    def __init__(self, send, schedule: str, stages: int, m: int):
+    def __init__(self, send, schedule: str, stages: int, m: int, together=None):
         self._send, self.schedule, self.stages, self.m = send, schedule, stages, m
+        # while it releases, the sends a worker gets go as one message (send_together.py)
+        self._together = contextlib.nullcontext() if together is None else together
         self.tag: Tag | None = None  # the micro-batch forward or backward being issued
         self.issued: set[Tag] = set()  # tags the program has issued all of
         self.stage_of: dict[str, int] = {}  # worker address -> its stage (first reach)
@@ -83,8 +86,9 @@ class StageOutbox:
         if self.tag is not None:
             self.issued.add(self.tag)
             self.tag = None
-        self._advance()
-        self._unstick()
+        with self._together:
+            self._advance()
+            self._unstick()
 
     def hold(self, address: str, msg_type: str, fields: dict, req: int, ctx: str | None,
              may_hold: bool) -> bool:
@@ -116,11 +120,12 @@ class StageOutbox:
         what it would send must wait for the rest to go)."""
         if self._sending:
             return False
-        self._advance()
-        while any(self.held.values()):
-            oldest = min((h[0] for h in self.held.values() if h), key=lambda h: h.seq)
-            self._release(oldest)
+        with self._together:
             self._advance()
+            while any(self.held.values()):
+                oldest = min((h[0] for h in self.held.values() if h), key=lambda h: h.seq)
+                self._release(oldest)
+                self._advance()
         return True
 
     def order_sent(self, address: str) -> list[Tag]:
