@@ -49,6 +49,7 @@ class _Shell:
     def __init__(self, router):
         self.router, self.keys, self.label = router, None, "worker w"
         self.peers = Peers(None)
+        self.takes_batches = {}
         self.log = []
         shell = self
 
@@ -67,6 +68,8 @@ class _Shell:
 
     def _on_message(self, frames):
         Worker._on_message(self, frames)
+
+    messages_in = Worker.messages_in  # (a batch's messages one by one: workers/batches.py)
 
 
 def _message(model: str) -> list:
