@@ -521,20 +521,15 @@ def split_batch(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS
     return head, parts
 
 
-def decode_all(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS,
-               batched: frozenset | None = None) -> list[Message]:
-    """The messages of one multipart: the message itself, or those of a batch (whose types
-    must be among ``batched`` when given). ``WireError`` if anything is off, in any of them
-    (then none is taken)."""
+def decode_all(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS) -> list[Message]:
+    """The messages of one multipart: the message itself, or those of a batch. ``WireError``
+    if anything is off, in any of them (then none is taken). A worker and a client take a
+    batch's messages one by one instead (``split_batch``), so that one that is off fails
+    alone."""
     head, parts = split_batch(frames, limits=limits)
     if parts is None:
         return [decode(frames, limits=limits, _head=head)]
-    out = [decode(part, limits=limits) for part in parts]
-    if batched is not None:
-        wrong = sorted({m.type for m in out} - batched)
-        if wrong:
-            raise WireError(f"a batch may hold {sorted(batched)} messages, not {wrong}")
-    return out
+    return [decode(part, limits=limits) for part in parts]
 
 
 # ---- decoding -------------------------------------------------------------------------------
