@@ -2,7 +2,7 @@
 
 Importing ``workers.server`` or ``coordinator.server`` takes most of a role's start (about
 0.7 CPU-s of the 0.5-1 s a role takes to come up); a fork of a process that has imported
-them takes a few hundredths. On a platform with ``fork``, ``deploy.local.spawn`` asks a
+them takes a few hundredths. On Linux, ``deploy.local.spawn`` asks a
 *preloaded process* to start each local role: one started (``deploy/role_main.py
 --preload FD``) on first need, with the interpreter and environment the role would have,
 that imports what the roles import, freezes its heap out of the garbage collector, and
@@ -18,11 +18,12 @@ and the roles forked from it take it as their parent (``--parent-pid``), so they
 it as a cold role stops with its launcher.
 
 Nothing here ever stops a role from starting: ``start`` returns None (the role then
-starts cold) where there is no fork, with ``DISTHOOK_WARM_START=0``, or when the preloaded
+starts cold) on other platforms, with ``DISTHOOK_WARM_START=0``, or when the preloaded
 process could not start or has died (said once, at debug level).
 """
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -38,7 +39,7 @@ import time
 
 from deploy import threads
 
-__all__ = ["WarmProcess", "enabled", "serve", "start"]
+__all__ = ["WarmProcess", "enabled", "preloaded_pids", "serve", "shutdown", "start"]
 
 log = logging.getLogger("disthook.launch")
 
@@ -53,10 +54,12 @@ _HEADER = struct.Struct("!I")  # a request's length, before its JSON
 
 
 def enabled() -> bool:
-    """Whether local roles start warm here: fork exists and ``DISTHOOK_WARM_START`` does
-    not say no."""
+    """Whether local roles start warm here: on Linux (macOS has fork, but a process that
+    has loaded its system frameworks, Accelerate's BLAS among them, may not use them after
+    one), unless ``DISTHOOK_WARM_START`` says no."""
     said = os.environ.get(ENV_SWITCH, "").strip().lower()
-    return hasattr(os, "fork") and said not in ("0", "false", "no", "off")
+    return (sys.platform.startswith("linux") and hasattr(os, "fork")
+            and said not in ("0", "false", "no", "off"))
 
 
 # ---- the launcher's side -----------------------------------------------------------------------
@@ -302,6 +305,25 @@ def start(argv: list[str], env: dict, fds: tuple[int, int, int],
         preloaded.proc.kill()
         preloaded.close()
     return proc
+
+
+def shutdown(wait: float = 5.0) -> None:
+    """End this process's preloaded processes and reap them (at exit: after the local
+    clusters' own finalizers, registered later, have reaped their roles); a role still
+    running stops by itself once its preloaded process is gone."""
+    with _registry_lock:
+        preloaded = [p for p in _preloaded.values() if p is not None]
+        _preloaded.clear()
+    for each in preloaded:
+        each.close()
+    for each in preloaded:
+        try:
+            each.proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            each.proc.kill()
+
+
+atexit.register(shutdown)
 
 
 def preloaded_pids() -> list[int]:
