@@ -24,6 +24,7 @@ process could not start or has died (said once, at debug level).
 from __future__ import annotations
 
 import atexit
+import importlib
 import json
 import logging
 import os
@@ -50,6 +51,7 @@ STARTUP_PREFIXES = ("PYTHON", "OMP_", "OPENBLAS_", "MKL_", "VECLIB_", "NUMEXPR_"
                     "GOTO", "KMP_", "LD_", "DISTHOOK_")
 READY_TIMEOUT_S = 120.0  # the longest a request waits for a preloaded process's answer
 LOST_STATUS = 255  # the exit code told for a role whose preloaded process died before it
+IDLE_KEPT = 3  # preloaded processes with no role running kept for later starts (the latest)
 _HEADER = struct.Struct("!I")  # a request's length, before its JSON
 
 
@@ -135,6 +137,7 @@ class _Preloaded:
             theirs.close()
         self.sock = ours
         self.lost = False
+        self.retired = False  # ended here, not having any role running: no news
         self._lock = threading.Lock()  # one request on the socket at a time
         self._answers: dict[int, list] = {}  # request number -> [event, answer]
         self._roles: dict[int, WarmProcess] = {}
@@ -200,6 +203,13 @@ class _Preloaded:
         with self._lock:
             if not self.lost:
                 self.lost = True
+                if self.retired:  # it ends at once, its socket closed
+                    try:
+                        self.proc.wait(5.0)
+                    except subprocess.TimeoutExpired:
+                        self.proc.kill()
+                    self._log.close()
+                    return
                 try:
                     code = self.proc.wait(5.0)
                 except subprocess.TimeoutExpired:  # its launcher's end is closed: not long
@@ -227,6 +237,11 @@ class _Preloaded:
             if deadline is not None and time.monotonic() >= deadline:
                 return
             time.sleep(0.05)
+
+    def idle(self) -> bool:
+        """Whether no role of its own runs or is being started."""
+        with self._lock:
+            return not self._roles and not self._answers
 
     def close(self) -> None:
         """End the preloaded process (its roles stop by themselves once it is gone)."""
@@ -286,25 +301,39 @@ def start(argv: list[str], env: dict, fds: tuple[int, int, int],
         env = dict(env, **threads.from_argv(argv[3:]))
     key = start_key(argv[0], env)
     with _registry_lock:
-        preloaded = _preloaded.get(key, False)
+        preloaded = _preloaded.pop(key, False)
         if preloaded is False:
+            _retire_idle(IDLE_KEPT - 1)
             try:
                 preloaded = _Preloaded(argv[0], argv[1], env)
             except OSError as exc:
                 log.debug("could not start a preloaded process for local roles (%s); they "
                           "start cold", exc)
                 preloaded = None
-            _preloaded[key] = preloaded
+        _preloaded[key] = preloaded  # the last used last
     if preloaded is None:
         return None
     proc = preloaded.start(argv, env, fds, stdout)
     if proc is None:  # it died, or never answered: it must not start the role late
         with _registry_lock:
             if _preloaded.get(key) is preloaded:
-                _preloaded[key] = None  # failed once: cold from now on, for this key
+                if preloaded.retired:  # retired meanwhile: the next start gets a new one
+                    del _preloaded[key]
+                else:
+                    _preloaded[key] = None  # failed: cold from now on, for this key
         preloaded.proc.kill()
         preloaded.close()
     return proc
+
+
+def _retire_idle(keep: int) -> None:
+    """End the preloaded processes with no role running but the ``keep`` last used (each
+    environment a program's roles have had would otherwise keep one to its end)."""
+    idle = [key for key, each in _preloaded.items() if each is not None and each.idle()]
+    for key in idle[:max(0, len(idle) - keep)]:
+        each = _preloaded.pop(key)
+        each.retired = True
+        each.close()
 
 
 def shutdown(wait: float = 5.0) -> None:
@@ -393,6 +422,7 @@ def _become(fields: dict, fds: list[int]) -> None:
     sys.argv[:] = fields["argv"]
     if hasattr(sys, "orig_argv"):  # what a cold start's command line would have been
         sys.orig_argv[:] = fields["orig_argv"]
+    importlib.invalidate_caches()  # files made since it listed a directory are found
     numpy = sys.modules.get("numpy")
     if numpy is not None:  # its global RandomState was seeded at import (random reseeds itself)
         numpy.random.seed()

@@ -212,3 +212,27 @@ def test_a_dead_preloaded_process_leaves_the_next_role_to_start_cold(monkeypatch
     finally:
         if first.poll() is None:
             first.kill()
+
+
+def test_idle_preloaded_processes_beyond_the_last_used_are_ended(monkeypatch):
+    """Each environment a program's roles had would otherwise keep a preloaded process to
+    the program's end."""
+    monkeypatch.setenv(warm.ENV_SWITCH, "1")
+    monkeypatch.setattr(warm, "IDLE_KEPT", 1)
+    role = worker_role(f"tcp://127.0.0.1:{free_port()}", bind="tcp://127.0.0.1:0")
+    parents = []
+    for n in range(2):
+        monkeypatch.setenv("DISTHOOK_TEST_OWN_PRELOAD", f"{time.monotonic()}-{n}")
+        proc = spawn(role.named(f"w{n}"), subprocess.DEVNULL)
+        parents.append(parent_of(proc.pid))
+        if n == 0:
+            proc.terminate()
+            proc.wait(20)
+        else:  # the first, idle, ended when the second was started
+            assert gone(parents[0]) and parents[0] not in warm.preloaded_pids()
+            monkeypatch.setenv("DISTHOOK_TEST_OWN_PRELOAD", "a third")
+            third = spawn(role.named("w3"), subprocess.DEVNULL)  # the second one is busy
+            assert parents[1] in warm.preloaded_pids() and not warm._gone(parents[1])
+            for each in (proc, third):
+                each.kill()
+                each.wait(20)
