@@ -370,7 +370,10 @@ def serve(fd: int) -> None:
     import gc
 
     sock = socket.socket(fileno=fd)
-    import coordinator.server  # noqa: F401  what the roles import, once for all of them
+    import argparse  # noqa: F401  what the roles import, once for all of them
+    import ctypes.util  # noqa: F401
+
+    import coordinator.server  # noqa: F401
     import workers.server  # noqa: F401
 
     wake_r, wake_w = os.pipe()
