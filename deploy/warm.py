@@ -45,10 +45,11 @@ __all__ = ["WarmProcess", "enabled", "preloaded_pids", "serve", "shutdown", "sta
 log = logging.getLogger("disthook.launch")
 
 ENV_SWITCH = "DISTHOOK_WARM_START"  # "0" (or false/no/off): every local role starts cold
-# environment variables read once, as a process starts or as numpy and its BLAS load: a
-# preloaded process serves only roles whose values of these equal its own
+# environment variables read once, as a process starts (the interpreter's settings, the
+# locale of its stdio, the temporary directory) or as numpy and its BLAS load: a preloaded
+# process serves only roles whose values of these equal its own
 STARTUP_PREFIXES = ("PYTHON", "OMP_", "OPENBLAS_", "MKL_", "VECLIB_", "NUMEXPR_", "NPY_",
-                    "GOTO", "KMP_", "LD_", "DISTHOOK_")
+                    "GOTO", "KMP_", "LD_", "DISTHOOK_", "LANG", "LC_", "TMP", "TEMP")
 READY_TIMEOUT_S = 120.0  # the longest a request waits for a preloaded process's answer
 LOST_STATUS = 255  # the exit code told for a role whose preloaded process died before it
 IDLE_KEPT = 3  # preloaded processes with no role running kept for later starts (the latest)
