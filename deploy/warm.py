@@ -24,6 +24,7 @@ process could not start or has died (said once, at debug level).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib
 import json
 import logging
@@ -273,8 +274,13 @@ _registry_lock = threading.Lock()
 
 def _forget_in_a_fork() -> None:
     """A fork of a launcher has none of its preloaded processes (their sockets and reader
-    threads are the launcher's): it starts its own."""
+    threads are the launcher's): it starts its own, and closes its copies of their sockets,
+    so that each still ends when the launcher does."""
     global _registry_lock
+    for each in _preloaded.values():
+        if each is not None:  # (its reader's file would keep a plain close from closing it)
+            with contextlib.suppress(OSError):
+                os.close(each.sock.detach())
     _preloaded.clear()
     _registry_lock = threading.Lock()
 

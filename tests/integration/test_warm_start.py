@@ -236,3 +236,33 @@ def test_idle_preloaded_processes_beyond_the_last_used_are_ended(monkeypatch):
             for each in (proc, third):
                 each.kill()
                 each.wait(20)
+
+
+def test_a_fork_of_the_launcher_holds_none_of_its_preloaded_processes(monkeypatch):
+    """Its copy of a preloaded process's socket would keep that one, and its roles, alive
+    after the launcher is gone."""
+    monkeypatch.setenv(warm.ENV_SWITCH, "1")
+    role = worker_role(f"tcp://127.0.0.1:{free_port()}", bind="tcp://127.0.0.1:0")
+    proc = spawn(role.named("w1"), subprocess.DEVNULL)
+    try:
+        sockets = {os.fstat(p.sock.fileno()).st_ino
+                   for p in warm._preloaded.values() if p is not None and not p.lost}
+        assert sockets
+        read_end, write_end = os.pipe()
+        child = os.fork()
+        if child == 0:  # the fork: which of the launcher's sockets does it hold?
+            held = b"0"
+            for fd in os.listdir("/proc/self/fd"):
+                try:
+                    held = b"1" if os.fstat(int(fd)).st_ino in sockets else held
+                except OSError:
+                    pass
+            os.write(write_end, held)
+            os._exit(0)
+        os.close(write_end)
+        assert os.read(read_end, 1) == b"0"
+        os.close(read_end)
+        os.waitpid(child, 0)
+    finally:
+        proc.kill()
+        proc.wait(20)
