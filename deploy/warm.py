@@ -148,7 +148,7 @@ class _Preloaded:
         threading.Thread(target=self._read, daemon=True,
                          name=f"disthook-preloaded-{self.proc.pid}").start()
 
-    def start(self, argv: list[str], env: dict, fds: tuple[int, int, int],
+    def start(self, argv: list[str], env: dict, cwd: str, fds: tuple[int, int, int],
               stdout=None) -> WarmProcess | None:
         """Ask for a child running ``argv`` (after ``--parent-pid``, which is added here);
         None when the preloaded process does not answer."""
@@ -159,7 +159,7 @@ class _Preloaded:
             number = self._number
             args = [*argv, "--parent-pid", str(self.proc.pid)]
             request = json.dumps({"n": number, "argv": args[1:], "orig_argv": args,
-                                  "cwd": os.getcwd(), "env": env}).encode()
+                                  "cwd": cwd, "env": env}).encode()
             waiting = self._answers[number] = [threading.Event(), None]
             try:
                 socket.send_fds(self.sock, [_HEADER.pack(len(request)) + request], list(fds))
@@ -304,6 +304,10 @@ def start(argv: list[str], env: dict, fds: tuple[int, int, int],
     ``fds`` as its stdin, stdout and stderr; None when it cannot be (start it cold)."""
     if not enabled():
         return None
+    try:
+        cwd = os.getcwd()
+    except OSError:  # removed: a cold start inherits it as it is
+        return None
     if argv[2:3] == ["workers"]:  # a worker's --threads is in its environment as numpy loads
         env = dict(env, **threads.from_argv(argv[3:]))
     key = start_key(argv[0], env)
@@ -320,7 +324,7 @@ def start(argv: list[str], env: dict, fds: tuple[int, int, int],
         _preloaded[key] = preloaded  # the last used last
     if preloaded is None:
         return None
-    proc = preloaded.start(argv, env, fds, stdout)
+    proc = preloaded.start(argv, env, cwd, fds, stdout)
     if proc is None:  # it died, or never answered: it must not start the role late
         with _registry_lock:
             if _preloaded.get(key) is preloaded:

@@ -266,3 +266,16 @@ def test_a_fork_of_the_launcher_holds_none_of_its_preloaded_processes(monkeypatc
     finally:
         proc.kill()
         proc.wait(20)
+
+
+def test_a_removed_working_directory_starts_the_role_cold(tmp_path, monkeypatch):
+    monkeypatch.setenv(warm.ENV_SWITCH, "1")
+    monkeypatch.setattr(sys, "path", [os.path.abspath(p) for p in sys.path if p])
+    gone_dir = tmp_path / "gone"
+    gone_dir.mkdir()
+    monkeypatch.chdir(gone_dir)
+    gone_dir.rmdir()
+    proc = spawn(Role("workers", ("--coordinator", "tcp://127.0.0.1:1", "--bind", "x")),
+                 subprocess.DEVNULL)
+    assert isinstance(proc, subprocess.Popen)
+    assert proc.wait(60) == 1
