@@ -2,7 +2,7 @@
 and ``disthook launch`` use). Each child stops by itself when this process is gone
 (``--parent-pid``), and runs in its own session, so Ctrl-C reaches only this process.
 
-Where this platform forks, a child is forked from a process that has imported the roles
+On Linux, a child is forked from a process that has imported the roles
 already (``deploy.warm``), which it takes as its parent: a start then costs a few
 hundredths of a CPU-second instead of an interpreter's start and imports.
 
