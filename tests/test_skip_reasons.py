@@ -25,14 +25,9 @@ HINT = "torch is not installed: pip install -e '.[parity]' installs torch 2.13.0
 
 
 def _bytecode_settings() -> dict:
-    """The environment's bytecode settings as this run found them: the inner pytest is a
-    pytest process like this one, which reads the bytecode installed with pytest and numpy
-    and writes none beside the sources. Where the environment turned bytecode off, this
-    run's conftest set a prefix for the processes it starts (clusters); under it the inner
-    pytest would compile pytest, numpy and hypothesis from source (seconds of CPU)."""
-    run_dir = os.environ.get("DISTHOOK_TEST_BYTECODE_DIR")
-    if run_dir and os.environ.get("PYTHONPYCACHEPREFIX") == run_dir:
-        return {"PYTHONDONTWRITEBYTECODE": "1"}
+    """The bytecode settings the inner pytest is given (the environment's own: the fixture
+    ``bytecode_as_the_environment_sets_it``), so that it neither compiles what is installed
+    again nor writes beside the sources."""
     names = ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")
     return {name: os.environ[name] for name in names if name in os.environ}
 
@@ -47,7 +42,8 @@ def pytest_without_torch(tmp_path: Path, *args: str) -> str:
     return proc.stdout
 
 
-def test_without_torch_each_skip_says_how_to_run_it_and_the_counts_agree(tmp_path):
+def test_without_torch_each_skip_says_how_to_run_it_and_the_counts_agree(
+        tmp_path, bytecode_as_the_environment_sets_it):
     files = ["tests/test_compat.py", "tests/parity"]
     # one run: its header counts what it collected ("collected N items", with " / K
     # deselected / M selected" where a mark deselects some), its last line what it ran
