@@ -68,6 +68,8 @@ class WorkerInfo:
     last_seen: float
     memory: int | None
     code: bool = False  # it takes models pickled by value (code included) from deployers
+    link: str | None = None  # its socket for neighbour stages on its host (workers/links.py)
+    link_host: str | None = None  # what tells its host: neighbours with the same may link
 
     @property
     def stage(self) -> int | None:
