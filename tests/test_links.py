@@ -197,7 +197,7 @@ def test_dial_sends_the_hello_and_the_listener_checks_the_uid(tmp_path, monkeypa
 
 
 def test_the_real_peer_uid_is_ours():
-    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    a, _b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     assert links.peer_uid(a) in (None, os.getuid())
 
 

@@ -186,7 +186,9 @@ class LinkHandlers:
 
     def close(self) -> None:
         """The links and the listener go (its socket file and directory removed)."""
-        for link in [*self.links_in.values(), *self._links_waiting]:
+        # (also called by Service.__init__ when its bind fails, before _links_init)
+        for link in [*getattr(self, "links_in", {}).values(),
+                     *getattr(self, "_links_waiting", ())]:
             link.close()
         for st in getattr(self, "stages", {}).values():
             for n in st.neighbours.values():
