@@ -446,13 +446,13 @@ def _worker_rows(w: dict, rate: float | None) -> list[dict]:
 
 
 def _neighbours(own: dict, stage: str) -> str:
-    """How a stage reaches its neighbours: ``prev:local next:zeromq`` (a local link is a Unix
+    """How a stage reaches its neighbours: ``prev:local,next:zeromq`` (a local link is a Unix
     socket between workers on one host), ``-`` for none, ``?`` where the worker did not say."""
     links = (own.get("links") or {}).get("stages")
     if links is None:
         return "?"
     sides = links.get(stage) or {}
-    return " ".join(f"{side}:{how}" for side, how in sorted(sides.items(), reverse=True)) or "-"
+    return ",".join(f"{side}:{how}" for side, how in sorted(sides.items(), reverse=True)) or "-"
 
 
 def _mib(n: int) -> str:
