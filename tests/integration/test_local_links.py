@@ -130,3 +130,67 @@ def test_the_link_directory_goes_with_the_worker():
         assert w.link and os.path.exists(w.link)
         assert os.stat(os.path.dirname(w.link)).st_mode & 0o777 == 0o700
     assert not os.path.exists(os.path.dirname(w.link))  # removed on SIGTERM
+
+
+def test_with_keys_the_neighbours_link_too_and_train_exactly():
+    want = one_process([])
+    with local_cluster(workers=2, secure=True, timeout=60) as cluster:
+        assert all(w.link for w in cluster.workers())
+        remote = cluster.deploy(make_net(), stages=2, chunks=4, schedule="1f1b")
+        try:
+            x, y = data()
+            remote.train_step(x, y, nn.functional.cross_entropy)
+            got = {n: p.grad.numpy() for n, p in remote.named_parameters()}
+        finally:
+            remote.close()
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-7)
+
+
+def test_what_is_off_on_a_link_closes_it_and_the_worker_goes_on(cluster):
+    """A same-user process that connects to a worker's link and sends junk, a hello that
+    is off, or a malformed message after a good hello: the worker closes that link (or
+    refuses that message) and goes on serving."""
+    import socket
+
+    from disthook import wire
+    from workers.links import Link
+
+    target = cluster.workers()[0]
+
+    def closed_by_worker(sock) -> bool:
+        sock.settimeout(10)
+        try:
+            return sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+    for junk in (b"GET / HTTP/1.1\r\n\r\n" + b"\xff" * 64,  # a length way over the caps
+                 None):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(target.link)
+        if junk:
+            sock.sendall(junk)
+        else:  # a well-framed first message that is not a hello
+            Link(sock, b"x>next>1").send_multipart([b"not a hello"])
+            sock.setblocking(True)
+        assert closed_by_worker(sock)
+        sock.close()
+    # a good hello, then a message the wire refuses: refused alone, the link stays
+    link = Link.dial(target.link, b"intruder>next>1")
+    link.send_multipart(wire.encode("status", {}) + [b"extra frame"])
+    link.send_multipart([b"\x93not msgpack"])
+    link.sock.setblocking(True)
+    link.sock.settimeout(10)
+    answers = []
+    while len(answers) < 2:
+        ready = link.read(1)  # (blocking: one at a time)
+        answers += [wire.decode(m) for m in ready]
+    assert all(a.type == "error" for a in answers)
+    link.close()
+    # the worker still trains over its links
+    got, _, seen = train_and_look(cluster, 2, "1f1b")
+    assert {how for st in seen.values() for how in st.values()} == {"local"}
+    want = one_process([])
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-7)
