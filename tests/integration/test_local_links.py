@@ -194,3 +194,20 @@ def test_what_is_off_on_a_link_closes_it_and_the_worker_goes_on(cluster):
     want = one_process([])
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-7)
+
+
+def test_a_stage_unloaded_closes_its_links_and_a_new_deploy_makes_new_ones(cluster):
+    from clusters import wait_until
+
+    def links_in():
+        return sorted(i for s in worker_statuses(cluster).values() for i in s["links"]["in"])
+
+    assert links_in() == []
+    for _ in range(2):
+        remote = cluster.deploy(nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4),
+                                              nn.Linear(4, 2)), stages=3)
+        held = links_in()
+        assert len(held) == 4, held  # stage 0 -> 1, 1 -> 0, 1 -> 2, 2 -> 1
+        remote(torch.ones(2, 4)).sum().backward()
+        remote.close()
+        wait_until(lambda: links_in() == [], 10)
