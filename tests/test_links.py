@@ -250,3 +250,26 @@ def test_the_client_reads_workers_with_fields_it_does_not_know():
     cluster.status = lambda: {"workers": [record]}
     (w,) = cluster.workers()
     assert (w.id, w.link, w.link_host) == ("w1", "/x/worker.sock", "h/1")
+
+
+def test_the_directories_of_killed_workers_are_removed(tmp_path):
+    def made(name, listening, age_s):
+        directory = tmp_path / name
+        directory.mkdir(mode=0o700)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(str(directory / "worker.sock"))
+        if listening:
+            sock.listen(1)
+        else:
+            sock.close()  # as SIGKILL leaves it: the file, nothing listening
+        then = os.path.getmtime(directory) - age_s
+        os.utime(directory, (then, then))
+        return directory, sock
+
+    dead, _ = made("disthook-links-dead", False, 120)
+    young, _ = made("disthook-links-young", False, 1)  # a worker starting up
+    live, keep = made("disthook-links-live", True, 120)
+    other, _ = made("something-else", False, 120)
+    assert links.remove_stale(str(tmp_path)) == 1
+    assert not dead.exists() and young.exists() and live.exists() and other.exists()
+    keep.close()

@@ -305,15 +305,60 @@ def read_hello(frames: list) -> bytes:
     return identity
 
 
+STALE_AFTER_S = 60.0  # a link directory left by a killed worker is removed after this
+
+
+def remove_stale(base: str | None) -> int:
+    """Remove the link directories of this user's workers that were killed (SIGKILL leaves
+    them): a socket nothing listens on any more, made over ``STALE_AFTER_S`` ago (a worker
+    binds and listens within microseconds of making its directory). How many went."""
+    import time
+
+    base = base or tempfile.gettempdir()
+    removed = 0
+    try:
+        names = [n for n in os.listdir(base) if n.startswith(_PREFIX_DIR)]
+    except OSError:
+        return 0
+    for name in names:
+        directory = os.path.join(base, name)
+        path = os.path.join(directory, "worker.sock")
+        try:
+            info = os.lstat(directory)
+            if info.st_uid != os.getuid() or time.time() - info.st_mtime < STALE_AFTER_S:
+                continue
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(path)
+            except (ConnectionRefusedError, FileNotFoundError):
+                pass  # nothing listens: stale
+            else:
+                continue  # a live worker's
+            finally:
+                probe.close()
+            if os.path.lexists(path):
+                os.unlink(path)
+            os.rmdir(directory)
+            removed += 1
+        except OSError:
+            continue  # (another worker removed it meanwhile, or it holds something else)
+    return removed
+
+
+_PREFIX_DIR = "disthook-links-"
+
+
 class LinkListener(LinkEnd):
     """The worker's own socket for links, in a fresh directory private to its user (mode
-    0700, under ``$XDG_RUNTIME_DIR`` or the temp directory); both go when it closes."""
+    0700, under ``$XDG_RUNTIME_DIR`` or the temp directory); both go when it closes (those
+    of workers that were killed go when a later worker starts: ``remove_stale``)."""
 
     def __init__(self, name: str) -> None:
         base = os.environ.get("XDG_RUNTIME_DIR")
         if not (base and os.path.isdir(base) and os.access(base, os.W_OK)):
             base = None
-        self.directory = tempfile.mkdtemp(prefix="disthook-links-", dir=base)
+        remove_stale(base)
+        self.directory = tempfile.mkdtemp(prefix=_PREFIX_DIR, dir=base)
         self.path = os.path.join(self.directory, "worker.sock")
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
