@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["THREAD_VARS", "apply_from_argv", "blas_threads", "share_of_cores"]
+__all__ = ["THREAD_VARS", "apply_from_argv", "blas_threads", "from_argv", "share_of_cores"]
 
 # the variables BLAS and OpenMP builds read (numpy's OpenBLAS, MKL, Accelerate, numexpr)
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
@@ -20,6 +20,12 @@ def apply_from_argv(argv: list[str]) -> None:
     """Set every thread variable to the value of ``--threads N`` (or ``--threads=N``) in
     ``argv``, when there is one and it is a positive int (the worker's argument parser says
     what is wrong with any other)."""
+    os.environ.update(from_argv(argv))
+
+
+def from_argv(argv: list[str]) -> dict[str, str]:
+    """The thread variables ``apply_from_argv`` sets for ``argv`` ({} when it sets none):
+    what a worker's environment holds when numpy loads."""
     value = None
     for i, arg in enumerate(argv):
         if arg == "--threads" and i + 1 < len(argv):
@@ -27,8 +33,8 @@ def apply_from_argv(argv: list[str]) -> None:
         elif arg.startswith("--threads="):
             value = arg.partition("=")[2]
     if value is not None and value.isdigit() and int(value) >= 1:
-        for var in THREAD_VARS:
-            os.environ[var] = value
+        return dict.fromkeys(THREAD_VARS, value)
+    return {}
 
 
 def share_of_cores(processes: int) -> int | None:

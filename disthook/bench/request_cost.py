@@ -62,7 +62,10 @@ def _timed_workers(parts: bool = True):
         f.write(_SITE.format(var=OUT_VAR))
     path = os.pathsep.join([site, *filter(None, [os.environ.get("PYTHONPATH")])])
     try:
-        with mock.patch.dict(os.environ, {OUT_VAR: out, "PYTHONPATH": path}):
+        # cold starts: the site hook above runs as an interpreter starts, not in a role
+        # forked from a preloaded one (deploy.warm)
+        with mock.patch.dict(os.environ, {OUT_VAR: out, "PYTHONPATH": path,
+                                          "DISTHOOK_WARM_START": "0"}):
             yield out  # (what the workers started meanwhile inherit)
     finally:
         shutil.rmtree(site, ignore_errors=True)

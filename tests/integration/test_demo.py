@@ -128,6 +128,15 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
+def descendants_of(pid: int) -> list[int]:
+    """Its children, theirs, and so on (local roles may be forked from a preloaded process,
+    a child of the program: deploy.warm)."""
+    found = children_of(pid)
+    for child in list(found):
+        found += descendants_of(child)
+    return found
+
+
 def alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -146,8 +155,9 @@ def test_ctrl_c_stops_the_cluster_and_exits_130(tmp_path):
             chunk = proc.stderr.read(1)
             assert chunk, f"the demo ended before training: {seen}"
             seen += chunk
-        children = children_of(proc.pid)
-        assert len(children) == 3  # the coordinator and two workers
+        children = descendants_of(proc.pid)
+        roles = [pid for pid in children if not children_of(pid)]
+        assert len(roles) == 3  # the coordinator and two workers
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=60)
     finally:
