@@ -201,8 +201,10 @@ SCHEMAS: dict[str, dict[str, str]] = {
               "stage": "str?", "traceback": "str?"},
     # control plane: worker <-> coordinator
     # code: the worker takes models pickled by value from deploying clients (--allow-code)
+    # link, link_host: the worker's socket for neighbour stages on its host, and what tells
+    # its host (workers/links.py); neighbours that registered the same link_host may dial it
     "register": {"worker": "str", "address": "str", "pid": "int", "host": "str?",
-                 "code": "bool?"},
+                 "code": "bool?", "link": "str?", "link_host": "str?"},
     "heartbeat": {"worker": "str", "memory": "int?", "stages": "list?"},
     "shutdown": {"reason": "str?"},
     "status": {"model": "str?"},  # (a client's channel names its model in every message)
@@ -218,7 +220,10 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # to, in order), which only a worker that takes code (--allow-code) accepts
     "load_stage": {"model": "str", "stage": "int", "spec": "map?", "code": "array?",
                    "arrays": "list[array]?", "prev": "str?", "next": "str?",
-                   "aliases": "map?", "writable": "bool?"},
+                   "aliases": "map?", "writable": "bool?",
+                   # the neighbours' local links, where the coordinator knows them
+                   "prev_link": "str?", "prev_link_host": "str?", "next_link": "str?",
+                   "next_link_host": "str?"},
     "unload": {"model": "str"},
     # data plane: activations forward, gradients backward. The reply goes to the client
     # named by reply_to (hex of its socket identity) from the last (first) stage.
