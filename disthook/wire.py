@@ -61,8 +61,10 @@ __all__ = [
 # 7: a chain model's writes travel its stages ("write"), which a worker of 6 does not know;
 # 8: a tree-placed model's writes are numbered and committed ("commit"), its calls pinned;
 # 9: a client's requests to one worker may come as one batch (a worker of 8 refuses it), and
-# "pipe" records travel in a short form (a fixed struct header, see _encode_pipe)
-PROTOCOL_VERSION = 9
+# "pipe" records travel in a short form (a fixed struct header, see _encode_pipe); 10: a
+# worker registers its local link and load_stage names the neighbours' (workers/links.py),
+# fields a process of 9 refuses
+PROTOCOL_VERSION = 10
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections

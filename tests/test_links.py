@@ -209,36 +209,6 @@ def test_host_token_and_the_switch(monkeypatch):
     assert links.links_enabled()
 
 
-def test_a_coordinator_that_takes_no_links_gets_a_registration_without_them(monkeypatch):
-    """An earlier coordinator's schema refuses the link fields: the worker registers again
-    without them (and its neighbours use ZeroMQ), once."""
-    from workers.link_handlers import LinkHandlers
-
-    class Shell(LinkHandlers):
-        id, log = "w1", logging.getLogger("test")
-        listener = type("L", (), {"path": "/x/worker.sock"})()
-        host_token = "h/1"
-        _coordinator_takes_links = True
-
-    shell = Shell()
-    fields = {"worker": "w1", "address": "tcp://a:1", "pid": 1, **shell.link_fields()}
-    assert fields["link"] == "/x/worker.sock" and fields["link_host"] == "h/1"
-    frames = wire.encode("register", fields)  # as this worker sends it
-    old = {k: v for k, v in wire.SCHEMAS["register"].items() if not k.startswith("link")}
-    monkeypatch.setitem(wire.SCHEMAS, "register", old)
-    monkeypatch.setitem(wire._COMPILED, "register", (frozenset(old), [
-        c for c in wire._COMPILED["register"][1] if not c[0].startswith("link")]))
-    with pytest.raises(wire.WireError) as refused:
-        wire.decode(frames)  # as an earlier coordinator reads it
-    shell.link_refused("PermissionError", str(refused.value))  # another refusal: kept
-    assert shell.link_fields()
-    shell.link_refused("WireError", "'register' message: unexpected field(s) ['x']; its "
-                                    "fields are ['link', 'link_host', 'x']")
-    assert shell.link_fields()
-    shell.link_refused("WireError", str(refused.value))
-    assert shell.link_fields() == {}
-
-
 def test_the_client_reads_workers_with_fields_it_does_not_know():
     """What a later coordinator adds to a worker's record does not break this client."""
     from disthook.distributed.cluster import Cluster

@@ -37,7 +37,6 @@ class LinkHandlers:
         self.links_in: dict[bytes, Link] = {}  # identity (its hello's) -> accepted link
         self._links_waiting: set[Link] = set()  # accepted, their hello not come yet
         self._polled: dict[int, LinkEnd] = {}  # file descriptor -> what the poller holds
-        self._coordinator_takes_links = True  # (see link_refused)
         if not links_enabled():
             return
         try:
@@ -51,19 +50,9 @@ class LinkHandlers:
 
     def link_fields(self) -> dict:
         """What the worker registers of its link: the socket's path and the host token."""
-        if self.listener is None or not self._coordinator_takes_links:
+        if self.listener is None:
             return {}
         return {"link": self.listener.path, "link_host": self.host_token}
-
-    def link_refused(self, kind: str, message: str) -> None:
-        """A coordinator of an earlier version refuses a registration with link fields (a
-        field it does not know): the worker registers without them; neighbours dial its
-        ZeroMQ address, as the coordinator can tell no client of its link."""
-        unexpected = message.partition("unexpected field(s)")[2].partition(";")[0]
-        if kind == "WireError" and "'link'" in unexpected and self._coordinator_takes_links:
-            self._coordinator_takes_links = False
-            self.log.info("worker %s: the coordinator takes no local links; registering "
-                          "without one", self.id)
 
     def dial_neighbour(self, msg, side: str, identity: bytes):
         """A link to the neighbour stage on ``side`` of a ``load_stage`` where it is on this

@@ -388,7 +388,6 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
             self.log.warning("worker %s: the coordinator says %s: %s; registering again",
                              self.id, msg["kind"], msg["message"])
             self.registered = False
-            self.link_refused(msg["kind"], msg["message"])  # an earlier coordinator's schema
             if msg["kind"] != "PermissionError":  # refused: try again at the next beat only
                 self._register()
 
