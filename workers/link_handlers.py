@@ -156,9 +156,10 @@ class LinkHandlers:
         link.close()
         self._links_waiting.discard(link)
         identity = link.identity
-        if not link.accepted:
-            self.log.warning("worker %s: the local link to a neighbour stage closed: %s",
-                             self.id, why)
+        if not link.accepted:  # (its neighbour stopped or died: the client hears of a death
+            # from the coordinator, and a cluster that closes closes every link)
+            self.log.info("worker %s: the local link to a neighbour stage closed: %s",
+                          self.id, why)
         elif identity is None:
             self.log.warning("worker %s: closed a local link before its hello: %s", self.id,
                              why)

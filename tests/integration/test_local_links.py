@@ -147,6 +147,23 @@ def test_with_keys_the_neighbours_link_too_and_train_exactly():
         np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-7)
 
 
+def test_a_cluster_closed_with_linked_stages_loaded_says_nothing_of_its_links(capfd):
+    """Closing a cluster whose stages are still loaded (a script that ends or fails in
+    its with block) stops each worker, which closes its neighbours' links: an ordinary
+    end, not a warning on the user's terminal."""
+    with local_cluster(workers=3, timeout=60) as cluster:
+        remote = cluster.deploy(make_net(), stages=3, chunks=4, schedule="1f1b")
+        x, y = data()
+        remote.train_step(x, y, nn.functional.cross_entropy)
+        procs = list(cluster._processes)
+    for proc in procs:  # every line the workers wrote has been relayed
+        relay = getattr(proc, "stderr_relay", None)
+        if relay is not None:
+            relay.join(10)
+    said = capfd.readouterr().err
+    assert "link" not in said, said
+
+
 def test_what_is_off_on_a_link_closes_it_and_the_worker_goes_on(cluster):
     """A same-user process that connects to a worker's link and sends junk, a hello that
     is off, or a malformed message after a good hello: the worker closes that link (or
