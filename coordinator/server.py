@@ -51,6 +51,9 @@ class WorkerRecord:
     memory: int | None = None
     stages: list = dataclasses.field(default_factory=list)  # as the worker last reported
     code: bool = False  # it takes models pickled by value from deploying clients
+    # its socket for neighbour stages on its host, and what tells that host (workers/links.py)
+    link: str | None = None
+    link_host: str | None = None
 
 
 @dataclasses.dataclass
@@ -189,7 +192,8 @@ class Coordinator(Service):
                              wid, msg["pid"], old.pid)
         self.workers[wid] = WorkerRecord(wid, msg["address"], msg["pid"],
                                          msg.get("host") or "?", sender, now, now,
-                                         code=bool(msg.get("code")))
+                                         code=bool(msg.get("code")), link=msg.get("link"),
+                                         link_host=msg.get("link_host"))
         self.log.info("coordinator: worker %s registered (pid %d, %s)", wid, msg["pid"],
                       msg["address"])
         return {"heartbeat": self.heartbeat}
@@ -216,7 +220,8 @@ class Coordinator(Service):
             "workers": [
                 {"id": r.id, "address": r.address, "pid": r.pid, "host": r.host,
                  "stages": r.stages, "alive": now - r.last_seen <= self.lost_after,
-                 "last_seen": now - r.last_seen, "memory": r.memory, "code": r.code}
+                 "last_seen": now - r.last_seen, "memory": r.memory, "code": r.code,
+                 **({"link": r.link, "link_host": r.link_host} if r.link else {})}
                 for r in sorted(self.workers.values(), key=lambda r: r.registered)
             ],
         }

@@ -398,10 +398,10 @@ def _call_rates(status: dict, seen: dict, now: float) -> dict[str, float]:
 
 
 STATUS_COLUMNS = ("worker", "address", "alive", "beat", "memory", "graphs", "kept",
-                  "peer-out", "stage", "modules", "params")
+                  "peer-out", "stage", "neighbours", "modules", "params")
 WATCH_COLUMNS = ("worker", "alive", "beat", "memory", "graphs", "waits", "queued", "calls/s",
-                 "kept", "peer-out", "stage", "modules", "params")
-LEFT_ALIGNED = {"worker", "address", "stage", "modules"}
+                 "kept", "peer-out", "stage", "neighbours", "modules", "params")
+LEFT_ALIGNED = {"worker", "address", "stage", "neighbours", "modules"}
 
 
 def _print_status(status: dict, *, rates: dict | None = None,
@@ -434,14 +434,25 @@ def _worker_rows(w: dict, rate: float | None) -> list[dict]:
              "peer-out": "?" if "data" not in own else _mib(
                  sum(c.get("bytes_to_peers", 0) for c in own["data"].values()))}
     if not w["stages"]:
-        return [{**cells, "stage": "-", "modules": "", "params": ""}]
+        return [{**cells, "stage": "-", "neighbours": "", "modules": "", "params": ""}]
     rows = []
     for name in w["stages"]:
         stats = own.get("stage_stats", {}).get(name, {})
         rows.append({**(cells if not rows else dict.fromkeys(cells, "")), "stage": name,
+                     "neighbours": _neighbours(own, name),
                      "modules": ",".join(stats.get("modules", [])) or "?",
                      "params": str(stats.get("parameters", "?"))})
     return rows
+
+
+def _neighbours(own: dict, stage: str) -> str:
+    """How a stage reaches its neighbours: ``prev:local,next:zeromq`` (a local link is a Unix
+    socket between workers on one host), ``-`` for none, ``?`` where the worker did not say."""
+    links = (own.get("links") or {}).get("stages")
+    if links is None:
+        return "?"
+    sides = links.get(stage) or {}
+    return ",".join(f"{side}:{how}" for side, how in sorted(sides.items(), reverse=True)) or "-"
 
 
 def _mib(n: int) -> str:

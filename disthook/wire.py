@@ -61,8 +61,10 @@ __all__ = [
 # 7: a chain model's writes travel its stages ("write"), which a worker of 6 does not know;
 # 8: a tree-placed model's writes are numbered and committed ("commit"), its calls pinned;
 # 9: a client's requests to one worker may come as one batch (a worker of 8 refuses it), and
-# "pipe" records travel in a short form (a fixed struct header, see _encode_pipe)
-PROTOCOL_VERSION = 9
+# "pipe" records travel in a short form (a fixed struct header, see _encode_pipe); 10: a
+# worker registers its local link and load_stage names the neighbours' (workers/links.py),
+# fields a process of 9 refuses
+PROTOCOL_VERSION = 10
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
@@ -201,8 +203,10 @@ SCHEMAS: dict[str, dict[str, str]] = {
               "stage": "str?", "traceback": "str?"},
     # control plane: worker <-> coordinator
     # code: the worker takes models pickled by value from deploying clients (--allow-code)
+    # link, link_host: the worker's socket for neighbour stages on its host, and what tells
+    # its host (workers/links.py); neighbours that registered the same link_host may dial it
     "register": {"worker": "str", "address": "str", "pid": "int", "host": "str?",
-                 "code": "bool?"},
+                 "code": "bool?", "link": "str?", "link_host": "str?"},
     "heartbeat": {"worker": "str", "memory": "int?", "stages": "list?"},
     "shutdown": {"reason": "str?"},
     "status": {"model": "str?"},  # (a client's channel names its model in every message)
@@ -218,7 +222,10 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # to, in order), which only a worker that takes code (--allow-code) accepts
     "load_stage": {"model": "str", "stage": "int", "spec": "map?", "code": "array?",
                    "arrays": "list[array]?", "prev": "str?", "next": "str?",
-                   "aliases": "map?", "writable": "bool?"},
+                   "aliases": "map?", "writable": "bool?",
+                   # the neighbours' local links, where the coordinator knows them
+                   "prev_link": "str?", "prev_link_host": "str?", "next_link": "str?",
+                   "next_link_host": "str?"},
     "unload": {"model": "str"},
     # data plane: activations forward, gradients backward. The reply goes to the client
     # named by reply_to (hex of its socket identity) from the last (first) stage.

@@ -15,9 +15,10 @@ import re
 
 from disthook.service.security import Bindings, Keys, is_server_key, key_name
 
-__all__ = ["Peers", "neighbour_identity"]
+__all__ = ["NEIGHBOUR_IDENTITY", "Peers", "neighbour_identity"]
 
-_NEIGHBOUR = re.compile(rb".+>(prev|next|peer)>[0-9]+")
+NEIGHBOUR_IDENTITY = re.compile(rb".+>(prev|next|peer)>[0-9]+")
+_NEIGHBOUR = NEIGHBOUR_IDENTITY
 _dials = itertools.count()
 
 
@@ -62,6 +63,11 @@ class Peers:
             self._workers[identity] = (identity.split(b">")[0].decode(errors="replace")
                                        if dialled else "of the cluster")
         return worker
+
+    def linked(self, identity: bytes) -> None:
+        """A neighbour stage linked over a local socket (``workers.links``) as ``identity``:
+        a worker of the cluster (its uid checked by the kernel, its hello by the link)."""
+        self._workers[identity] = identity.split(b">")[0].decode(errors="replace")
 
     def gone(self, fd: int) -> bytes | None:
         """The connection ``fd`` closed: the identity it had (None if it sent nothing)."""

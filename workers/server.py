@@ -49,6 +49,7 @@ from workers.batches import Batches
 from workers.client_hooks import HookHandlers
 from workers.compute import ComputeHandlers, rss_bytes
 from workers.limits import MAX_GRAPH_BYTES, LimitChecks
+from workers.link_handlers import LinkHandlers
 from workers.params import ParamHandlers
 from workers.peers import Peers
 from workers.runners import Runners
@@ -76,7 +77,8 @@ _SRCFD = int(zmq.SRCFD)
 
 
 class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, VersionHandlers,
-             LimitChecks, ValueHandlers, StatusHandlers, StepHandlers, Batches, Service):
+             LimitChecks, ValueHandlers, StatusHandlers, StepHandlers, Batches, LinkHandlers,
+             Service):
     role = "worker"
 
     def __init__(self, coordinator: str, *, bind: str = "tcp://127.0.0.1:0",
@@ -130,6 +132,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         self._event_ids = itertools.count(1)
         self._handlers: dict = {}  # message type -> its on_<type> method (None: none)
         self._warnings_routed = False  # see _route_warnings
+        self._links_init()  # neighbour stages on this host: a Unix socket (link_handlers.py)
         self._held_init()  # batches in, a run of jobs' answers as one (batches.py)
         self._register()
         self.next_beat = time.monotonic() + 1.0  # re-register if no answer came by then
@@ -148,7 +151,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
     def _register(self) -> None:
         self._to_coordinator("register", {
             "worker": self.id, "address": self.address, "pid": os.getpid(),
-            "host": socket.gethostname(), "code": self.allow_code})
+            "host": socket.gethostname(), "code": self.allow_code, **self.link_fields()})
 
     def _to_coordinator(self, msg_type: str, fields: dict) -> None:
         """Never blocks: while the coordinator is away its queue may fill; a beat is dropped
@@ -184,7 +187,10 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         timeout = max(0.0, self._next_tick - time.monotonic())
         # rounded up: under a millisecond to the tick, a poll of 0 ms would return at once,
         # again and again, until the tick is due (a spin of up to 1 ms of CPU per tick)
-        for sock, _ in self.poller.poll(math.ceil(timeout * 1000)):
+        for sock, events in self.poller.poll(math.ceil(timeout * 1000)):
+            if sock.__class__ is int:  # a local link, or its listener (by descriptor)
+                self.on_link(sock, events)
+                continue
             if sock.closed:  # a neighbour's, closed by a job of this round (its stage went)
                 continue
             if sock is self.router:
@@ -242,21 +248,25 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
     def on_disconnected(self, fd: int) -> None:
         sender = self.peers.gone(fd)
         if sender is not None:
-            graphs = sum(1 for c in self.state.contexts.values() if c.client == sender)
-            self._execute(self.state.handle(ClientGone(sender)))
-            hooks = 0
-            for st in self.stages.values():  # its hooks, gradients and optimizer shares
-                mine = [h for who, h in st.hooks if who == sender]
-                hooks += len(mine)
-                self._remove_hooks(st, sender, mine)
-                st.forget(sender)
-            self.captures.forget(sender)
-            if graphs or hooks:
-                self.log.info("worker %s: %s went away; dropped its %d graph(s) and %d "
-                              "hook(s)", self.id, self.who(sender), graphs, hooks)
-            self.peer_log.forget(sender)  # (it may name the peer: before peers forget it)
-            self.forget_batches(sender)
-            self.peers.forget(sender)
+            self.peer_gone(sender)
+
+    def peer_gone(self, sender: bytes) -> None:
+        """A peer's connection (or local link) closed: what it had here goes."""
+        graphs = sum(1 for c in self.state.contexts.values() if c.client == sender)
+        self._execute(self.state.handle(ClientGone(sender)))
+        hooks = 0
+        for st in self.stages.values():  # its hooks, gradients and optimizer shares
+            mine = [h for who, h in st.hooks if who == sender]
+            hooks += len(mine)
+            self._remove_hooks(st, sender, mine)
+            st.forget(sender)
+        self.captures.forget(sender)
+        if graphs or hooks:
+            self.log.info("worker %s: %s went away; dropped its %d graph(s) and %d "
+                          "hook(s)", self.id, self.who(sender), graphs, hooks)
+        self.peer_log.forget(sender)  # (it may name the peer: before peers forget it)
+        self.forget_batches(sender)
+        self.peers.forget(sender)
 
     def peer_name(self, identity: bytes) -> str:
         return self.who(identity)

@@ -11,6 +11,7 @@ from disthook.distributed import aliases, shipping
 from disthook.distributed.spec import build_module
 from disthook.nn.modules.module import Module
 from disthook.service.loop import NO_REPLY
+from workers.links import Link
 from workers.peers import neighbour_identity
 from workers.speculation import HookRecord
 from workers.versions import Versions
@@ -40,7 +41,8 @@ class Stage:
         self.installed = owner  # whose gradients the parameters' .grad hold now
         self.grads: dict[bytes, list] = {}  # every other client's, one per parameter
         self.name = f"stage {index} of {model}"
-        self.neighbours: dict[str, zmq.Socket] = {}  # "prev"/"next" -> DEALER to that worker
+        # "prev"/"next" -> a local link to that worker (workers.links), else a DEALER
+        self.neighbours: dict[str, zmq.Socket | Link] = {}
         # (client, its hook id) -> the handle of the stub; -> what on_list_hooks tells of it
         self.hooks: dict[tuple, object] = {}
         self.hook_info: dict[tuple, dict] = {}
@@ -130,11 +132,10 @@ class StageHandlers:
         self._drop(msg["model"])
         stage = Stage(msg["model"], msg["stage"], module, owner=job.client,
                       writable=bool(msg.get("writable")))
-        for side in ("prev", "next"):
+        for side in ("prev", "next"):  # a local link where the neighbour is on this host
             if msg.get(side):
-                sock = self._dial(msg[side], neighbour_identity(self.id, side), linger=1000)
-                self.poller.register(sock, zmq.POLLIN)
-                stage.neighbours[side] = sock
+                stage.neighbours[side] = self.dial_neighbour(
+                    msg, side, neighbour_identity(self.id, side))
         self.stages[stage.model] = stage
         self.state.models.add(stage.model)
         self.log.info("worker %s: %s loaded by %s (%s)%s", self.id, stage.name,
@@ -186,8 +187,7 @@ class StageHandlers:
         if stage is None:
             return False
         for sock in stage.neighbours.values():
-            self.poller.unregister(sock)
-            sock.close(linger=0)
+            self.drop_neighbour(sock)
         for handle in stage.hooks.values():
             handle.remove()
         self.log.info("worker %s: %s unloaded", self.id, stage.name)

@@ -36,6 +36,8 @@ class StatusHandlers:
                                           "parameters": st.parameters,
                                           "clients": self._clients_of(st)}
                                 for st in self.stages.values()},
+                # neighbours on this host over local links (workers/links.py)
+                "links": self.link_status(),
                 "limits": {"contexts": self.max_contexts, "hooks": self.max_hooks,
                            "graph_bytes": self.max_graph_bytes}}
 

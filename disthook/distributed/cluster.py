@@ -68,6 +68,8 @@ class WorkerInfo:
     last_seen: float
     memory: int | None
     code: bool = False  # it takes models pickled by value (code included) from deployers
+    link: str | None = None  # its socket for neighbour stages on its host (workers/links.py)
+    link_host: str | None = None  # what tells its host: neighbours with the same may link
 
     @property
     def stage(self) -> int | None:
@@ -110,7 +112,9 @@ class Cluster:
 
     def workers(self) -> list[WorkerInfo]:
         """Every registered worker: id, pid, address, host, stages held, liveness, memory."""
-        return [WorkerInfo(**w) for w in self.status()["workers"]]
+        known = WorkerInfo.__dataclass_fields__  # (what a later coordinator adds is left out)
+        return [WorkerInfo(**{k: v for k, v in w.items() if k in known})
+                for w in self.status()["workers"]]
 
     def wait_for_workers(self, n: int, timeout: float = 60.0) -> list[WorkerInfo]:
         """Block until ``n`` workers are registered and alive (``ClusterError`` at the deadline)."""

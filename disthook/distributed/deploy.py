@@ -101,7 +101,7 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
                 "stage": i, **fields, "aliases": aliases or None,
                 "prev": workers[i - 1].address if i > 0 else None,
                 "next": workers[i + 1].address if i + 1 < stages else None,
-                "writable": bool(writable),
+                "writable": bool(writable), **_neighbour_links(workers, i),
             }, what=f"load_stage {i} on {w.id}")
     except WorkerLost as exc:  # it died loading its stage: its last words say why
         remote.close()
@@ -123,6 +123,17 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
         remote.close()
         raise
     return module
+
+
+def _neighbour_links(workers: list, i: int) -> dict:
+    """The local links (path and host token) of stage ``i``'s neighbours, where their
+    workers registered one: a worker on the same host dials it rather than ZeroMQ."""
+    out = {}
+    for side, j in (("prev", i - 1), ("next", i + 1)):
+        w = workers[j] if 0 <= j < len(workers) else None
+        if w is not None and getattr(w, "link", None) and getattr(w, "link_host", None):
+            out[f"{side}_link"], out[f"{side}_link_host"] = w.link, w.link_host
+    return out
 
 
 def _check_not_deployed(module: Module) -> None:

@@ -297,6 +297,9 @@ def send_frames(sock: zmq.Socket, frames: list, copy_below: int | None = None) -
     straight to pyzmq's send (the multipart helper type-checks every frame first and calls
     its own ``send`` per frame: a small message's send took 14 µs that way here, 2.4 µs
     this way)."""
+    if not isinstance(sock, zmq.Socket):  # a worker's local link to a neighbour stage
+        sock.send_multipart(frames)  # (workers/links.py: it takes bytes-like frames)
+        return
     below = _COPY_THRESHOLD if copy_below is None else copy_below
     last = len(frames) - 1
     for i, frame in enumerate(frames):

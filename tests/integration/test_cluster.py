@@ -354,13 +354,16 @@ def test_status_lists_each_stage_with_its_modules_parameters_and_graphs(cluster)
         assert run.returncode == 0, run.stderr
         rows = run.stdout.splitlines()
         assert rows[1].split() == ["worker", "address", "alive", "beat", "memory", "graphs",
-                                   "kept", "peer-out", "stage", "modules", "params"]
+                                   "kept", "peer-out", "stage", "neighbours", "modules",
+                                   "params"]
         for stage, workers_id, children in remote.workers():
             (row,) = [r for r in rows if r.startswith(workers_id)]
             params = sum(p.numel() for name, p in make_net().named_parameters()
                          if name.split(".")[0] in children)
             assert row.split()[-2:] == [",".join(children), str(params)], row
             assert row.split()[6] == "1", row  # the open graph (after "49 MiB")
+            # the neighbour over a local link (both workers are on this host)
+            assert row.split()[-3] == ("next:local" if stage == 0 else "prev:local"), row
         out.sum().backward()
     finally:
         remote.close()

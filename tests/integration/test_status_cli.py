@@ -53,7 +53,8 @@ def test_status_table_fills_memory_and_graphs_and_sizes_columns(cluster, deploye
     out = status_here(capsys, "--coordinator", cluster.address)
     lines = out.splitlines()
     assert lines[1].split() == ["worker", "address", "alive", "beat", "memory", "graphs",
-                                "kept", "peer-out", "stage", "modules", "params"]
+                                "kept", "peer-out", "stage", "neighbours", "modules",
+                                "params"]
     assert len(lines) == 4 and "?" not in "".join(lines[2:]), out
     columns_line_up(lines[1:])
     stage_at = lines[1].index("stage")
@@ -100,7 +101,7 @@ def test_status_watch_refreshes_until_ctrl_c(cluster, deployed):
     assert all(block[0].endswith("(every 0.2 s; Ctrl-C stops)") for block in blocks)
     assert blocks[0][1].split() == ["worker", "alive", "beat", "memory", "graphs", "waits",
                                     "queued", "calls/s", "kept", "peer-out", "stage",
-                                    "modules", "params"]
+                                    "neighbours", "modules", "params"]
     assert "\x1b" not in "".join(lines)  # not a terminal: blocks one after another
     for block in blocks:
         columns_line_up(block[1:])

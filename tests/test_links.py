@@ -1,0 +1,245 @@
+"""Local links between neighbour stages (workers/links.py), without processes: framing
+across partial reads and writes, large messages both ways at once, what is off closes the
+link, and who may connect."""
+import logging
+import os
+import socket
+import struct
+
+import numpy as np
+import pytest
+import zmq
+
+from disthook import wire
+from workers import links
+from workers.links import Link, LinkClosed, LinkListener, hello, read_hello
+
+IDENTITY = b"w1>next>7"
+
+
+def pair(**kw):
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    return Link(a, IDENTITY), Link(b, accepted=True, **kw)
+
+
+def raw_bytes(frames) -> bytes:
+    """What a link writes for ``frames``, as the kernel carries it."""
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    Link(a, IDENTITY).send_multipart(frames)
+    a.close()
+    out = b""
+    while chunk := b.recv(1 << 16):
+        out += chunk
+    b.close()
+    return out
+
+
+def pipe_frames(n=32 * 64):
+    data = np.arange(n, dtype=np.float32).reshape(32, -1)
+    return data, wire.encode("pipe", {"model": "m", "step": "s1", "kind": "act", "mb": 3,
+                                      "data": data, "reason": None})
+
+
+def test_a_pipe_record_read_one_byte_at_a_time():
+    data, frames = pipe_frames()
+    stream = raw_bytes(frames)
+    writer, reader = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    link = Link(reader, accepted=True)
+    got = []
+    for i in range(len(stream)):
+        writer.send(stream[i:i + 1])
+        got += link.read()
+        assert len(got) == (1 if i == len(stream) - 1 else 0)
+    msg = wire.decode(got[0])
+    assert msg.type == "pipe" and msg["mb"] == 3 and msg["kind"] == "act"
+    np.testing.assert_array_equal(msg["data"], data)
+    assert msg["data"].flags.writeable  # a fresh buffer of its own, as a ZeroMQ frame's view
+    assert isinstance(got[0][1], np.ndarray)  # read straight into it
+
+
+def test_messages_back_to_back_and_empty_frames():
+    a, b = pair()
+    sent = [[b"one"], [b"two", b"", b"xyz"], [b"\x00" * 5, np.ones(3, np.float64)]]
+    for frames in sent:
+        a.send_multipart(frames)
+    got = b.read()
+    assert [[bytes(memoryview(f).cast("B")) for f in m] for m in got] == [
+        [bytes(memoryview(f).cast("B")) for f in m] for m in sent]
+    assert b.read() == []  # nothing more: no block
+
+
+def _exchange(ends, expected_bytes):
+    """Poll both links as the worker does (writes only while an outbox holds anything)
+    until each took ``expected_bytes`` of array; what each received."""
+    poller = zmq.Poller()
+    received = {id(e): [] for e in ends}
+    by_fd = {e.fileno(): e for e in ends}
+    for e in ends:
+        e.on_outbox = (lambda waiting, e=e: poller.register(
+            e.fileno(), zmq.POLLIN | (zmq.POLLOUT if waiting else 0)))
+        poller.register(e.fileno(), zmq.POLLIN | (zmq.POLLOUT if e.outbox else 0))
+    rounds = 0
+    while any(sum(m[1].nbytes for m in received[id(e)]) < expected_bytes for e in ends):
+        rounds += 1
+        assert rounds < 100000, "no progress: deadlock"
+        for fd, events in poller.poll(5000):
+            e = by_fd[fd]
+            if events & zmq.POLLOUT:
+                e.flush()
+            if events & zmq.POLLIN:
+                received[id(e)] += e.read()
+    return received
+
+
+def test_sixteen_mib_both_ways_at_once_never_deadlocks():
+    a_sock, b_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    a, b = Link(a_sock, IDENTITY), Link(b_sock, b"w2>prev>1")
+    for s in (a_sock, b_sock):  # small buffers: most of each message waits in the outbox
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 << 10)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+    size = 16 << 20
+    x = np.random.default_rng(0).integers(0, 255, size, dtype=np.uint8)
+    y = x[::-1].copy()
+    a.send_multipart([b"head-a", x])
+    b.send_multipart([b"head-b", y])
+    assert a.outbox and b.outbox  # neither send blocked, neither was taken whole
+    got = _exchange([a, b], size)
+    (from_b,), (from_a,) = got[id(a)], got[id(b)]
+    assert bytes(from_a[0]) == b"head-a" and bytes(from_b[0]) == b"head-b"
+    np.testing.assert_array_equal(from_a[1], x)
+    np.testing.assert_array_equal(from_b[1], y)
+    assert not a.outbox and not b.outbox
+
+
+def test_a_small_frame_left_over_is_copied_to_the_outbox():
+    a_sock, b_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    a_sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    a, b = Link(a_sock, IDENTITY), Link(b_sock, accepted=True)
+    filler = np.zeros(8 << 20, np.uint8)
+    a.send_multipart([b"fill", filler])  # the kernel's buffer full: what follows waits
+    buf = np.full(1000, 7, np.uint8)
+    a.send_multipart([b"small", buf])
+    buf[:] = 0  # the sender reuses its buffer: what went must not change
+    got = []
+    while len(got) < 2:
+        a.flush()
+        got += b.read()
+    np.testing.assert_array_equal(got[1][1], np.full(1000, 7, np.uint8))
+
+
+@pytest.mark.parametrize("prefix, why", [
+    (struct.pack("<II", 0, 10), "0 frames"),
+    (struct.pack("<II", 5000, 10), "5000 frames"),
+    (struct.pack("<II", 1, (1 << 20) + 1), "header of"),
+])
+def test_a_malformed_prefix_closes_the_link(prefix, why):
+    writer, reader = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    link = Link(reader, accepted=True)
+    writer.send(prefix)
+    with pytest.raises(LinkClosed, match=why):
+        link.read()
+    assert link.closed
+    link.send_multipart([b"x"])  # a closed link drops what is sent, and counts it
+    assert link.dropped == 1
+
+
+def test_a_frame_over_the_caps_closes_the_link_before_it_is_allocated():
+    writer, reader = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    link = Link(reader, accepted=True, limits=wire.Limits(max_array_bytes=1 << 20))
+    writer.send(struct.pack("<II", 2, 4) + struct.pack("<Q", 1 << 40) + b"head")
+    with pytest.raises(LinkClosed, match="frames of"):
+        link.read()
+    assert link.closed
+
+
+def test_the_other_end_closing_is_told():
+    a, b = pair()
+    a.close()
+    with pytest.raises(LinkClosed, match="closed"):
+        b.read()
+    assert b.closed
+
+
+def test_hello():
+    assert read_hello([hello(IDENTITY)]) == IDENTITY
+    for frames, why in [([b"http/1.1 GET"], "not a disthook-link hello"),
+                        ([links.LINK_PROTOCOL + b"\x09" + IDENTITY], "version 9"),
+                        ([hello(b"client-7")], "no neighbour identity"),
+                        ([hello(IDENTITY), b""], "2 frames")]:
+        with pytest.raises(LinkClosed, match=why):
+            read_hello(frames)
+
+
+def test_dial_sends_the_hello_and_the_listener_checks_the_uid(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    listener = LinkListener("worker w2")
+    assert os.path.dirname(listener.directory) == str(tmp_path)
+    assert os.stat(listener.directory).st_mode & 0o777 == 0o700
+    try:
+        dialer = Link.dial(listener.path, IDENTITY)
+        accepted = listener.accept()
+        assert accepted is not None and accepted.accepted
+        (first,) = accepted.read()
+        assert read_hello(first) == IDENTITY
+        # a process of another user: refused, with a warning naming its uid
+        monkeypatch.setattr(links, "peer_uid", lambda sock: os.getuid() + 1)
+        other = Link.dial(listener.path, IDENTITY)
+        with caplog.at_level(logging.WARNING, logger="disthook.worker"):
+            assert listener.accept() is None
+        assert f"uid {os.getuid() + 1}" in caplog.text
+        with pytest.raises(LinkClosed):  # its connection was closed
+            other.read()
+        dialer.close()
+        accepted.close()
+    finally:
+        listener.close()
+    assert not os.path.exists(listener.directory)  # the socket and its directory go
+
+
+def test_the_real_peer_uid_is_ours():
+    a, _b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    assert links.peer_uid(a) in (None, os.getuid())
+
+
+def test_host_token_and_the_switch(monkeypatch):
+    assert links.host_token().startswith(socket.gethostname() + "/")
+    monkeypatch.setenv("DISTHOOK_LOCAL_LINKS", "0")
+    assert not links.links_enabled()
+    monkeypatch.setenv("DISTHOOK_LOCAL_LINKS", "1")
+    assert links.links_enabled()
+
+
+def test_the_client_reads_workers_with_fields_it_does_not_know():
+    """What a later coordinator adds to a worker's record does not break this client."""
+    from disthook.distributed.cluster import Cluster
+
+    cluster = Cluster.__new__(Cluster)
+    record = {"id": "w1", "pid": 1, "address": "tcp://a:1", "host": "h", "stages": [],
+              "alive": True, "last_seen": 0.1, "memory": None, "code": True,
+              "link": "/x/worker.sock", "link_host": "h/1", "later": 5}
+    cluster.status = lambda: {"workers": [record]}
+    (w,) = cluster.workers()
+    assert (w.id, w.link, w.link_host) == ("w1", "/x/worker.sock", "h/1")
+
+
+def test_the_directories_of_killed_workers_are_removed(tmp_path):
+    def made(name, listening, age_s):
+        directory = tmp_path / name
+        directory.mkdir(mode=0o700)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(str(directory / "worker.sock"))
+        if listening:
+            sock.listen(1)
+        else:
+            sock.close()  # as SIGKILL leaves it: the file, nothing listening
+        then = os.path.getmtime(directory) - age_s
+        os.utime(directory, (then, then))
+        return directory, sock
+
+    dead, _ = made("disthook-links-dead", False, 120)
+    young, _ = made("disthook-links-young", False, 1)  # a worker starting up
+    live, keep = made("disthook-links-live", True, 120)
+    other, _ = made("something-else", False, 120)
+    assert links.remove_stale(str(tmp_path)) == 1
+    assert not dead.exists() and young.exists() and live.exists() and other.exists()
+    keep.close()

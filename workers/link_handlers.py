@@ -1,0 +1,200 @@
+"""The worker's side of local links (``workers.links``): its listener, the links its stages
+dial and those it accepted, and what comes on them (``LinkHandlers``, a mixin of ``Worker``).
+
+A message on an accepted link takes the path a neighbour's ZeroMQ message takes after the
+transport (``messages_in``, then ``WorkerState.handle``), from the identity the link's hello
+named, as a worker of the cluster; there is no monitor to read nor connection to look up.
+"""
+from __future__ import annotations
+
+import zmq
+
+from disthook import wire
+from workers.links import (
+    MAX_LINKS_IN,
+    Link,
+    LinkClosed,
+    LinkEnd,
+    LinkListener,
+    host_token,
+    links_enabled,
+    read_hello,
+)
+from workers.state import MessageIn
+
+__all__ = ["LinkHandlers"]
+
+_POLLIN, _POLLOUT = int(zmq.POLLIN), int(zmq.POLLOUT)
+_READ = _POLLIN | int(zmq.POLLERR)
+
+
+class LinkHandlers:
+    """Mixin of the worker (a ``Service`` with ``poller``, ``peers``, ``state``, ``log``)."""
+
+    def _links_init(self) -> None:
+        self.host_token = host_token()
+        self.listener: LinkListener | None = None
+        self.links_in: dict[bytes, Link] = {}  # identity (its hello's) -> accepted link
+        self._links_waiting: set[Link] = set()  # accepted, their hello not come yet
+        self._polled: dict[int, LinkEnd] = {}  # file descriptor -> what the poller holds
+        if not links_enabled():
+            return
+        try:
+            self.listener = LinkListener(f"worker {self.id}")
+        except OSError as exc:  # (a path too long for a socket, a full disk)
+            self.log.info("worker %s: no local links (%s): neighbours dial ZeroMQ", self.id,
+                          exc)
+            return
+        self._polled[self.listener.fileno()] = self.listener
+        self.poller.register(self.listener.fileno(), _POLLIN)
+
+    def link_fields(self) -> dict:
+        """What the worker registers of its link: the socket's path and the host token."""
+        if self.listener is None:
+            return {}
+        return {"link": self.listener.path, "link_host": self.host_token}
+
+    def dial_neighbour(self, msg, side: str, identity: bytes):
+        """A link to the neighbour stage on ``side`` of a ``load_stage`` where it is on this
+        host and takes links, else a DEALER to its ZeroMQ address; either is polled."""
+        path, token = msg.get(f"{side}_link"), msg.get(f"{side}_link_host")
+        if path and token == self.host_token and links_enabled():
+            try:
+                link = Link.dial(path, identity)
+            except OSError as exc:
+                self.log.info("worker %s: no local link to the %s stage at %s (%s): ZeroMQ",
+                              self.id, side, path, exc)
+            else:
+                self._watch(link)
+                return link
+        sock = self._dial(msg[side], identity, linger=1000)
+        self.poller.register(sock, _POLLIN)
+        return sock
+
+    def _watch(self, link: Link) -> None:
+        """Poll ``link`` (by its descriptor): for reads, and for writes while its outbox
+        holds anything."""
+        poller, fd = self.poller, link.fileno()
+        link.on_outbox = lambda waiting: poller.register(
+            fd, _POLLIN | _POLLOUT if waiting else _POLLIN)
+        self._polled[fd] = link
+        poller.register(fd, _POLLIN)
+
+    def drop_neighbour(self, sock) -> None:
+        """A stage's neighbour (a link or a DEALER) is closed: no longer polled."""
+        if isinstance(sock, Link):
+            self._unwatch(sock)
+        elif not sock.closed:
+            self.poller.unregister(sock)
+        sock.close(linger=0)
+
+    def _unwatch(self, link: LinkEnd) -> None:
+        fd = link.fileno()
+        if self._polled.get(fd) is link:
+            del self._polled[fd]
+            self.poller.unregister(fd)
+
+    def on_link(self, fd: int, events: int) -> None:
+        """The poller says the listener or a link (its descriptor ``fd``) is ready."""
+        end = self._polled.get(fd)
+        if end is None or end.closed:  # closed by a job of this round
+            return
+        if end is self.listener:
+            self._accept_links()
+            return
+        try:
+            if events & _POLLOUT:
+                end.flush()
+            if events & _READ:
+                self._read_link(end)
+        except LinkClosed as exc:
+            self._link_gone(end, str(exc))
+
+    def _accept_links(self) -> None:
+        while True:
+            link = self.listener.accept()
+            if link is None:
+                return
+            if len(self.links_in) + len(self._links_waiting) >= MAX_LINKS_IN:
+                self.log.warning("worker %s: refused a local link: %d held already",
+                                 self.id, MAX_LINKS_IN)
+                link.close()
+                continue
+            self._links_waiting.add(link)
+            self._watch(link)
+
+    def _read_link(self, link: Link) -> None:
+        messages = link.read()
+        if not link.accepted:  # neighbours never send on the links their stages dial
+            if messages:
+                self.log.warning("worker %s: unexpected message on a local link to a "
+                                 "neighbour (%d frames)", self.id, len(messages[0]))
+            return
+        identity = link.identity
+        for frames in messages:
+            if identity is None:  # its first message is the hello
+                identity = read_hello(frames)
+                if identity in self.links_in:
+                    raise LinkClosed("its hello names the identity of another link")
+                link.identity = identity
+                self._links_waiting.discard(link)
+                self.links_in[identity] = link
+                self.peers.linked(identity)
+                continue
+            try:
+                msgs = self.messages_in(identity, frames)
+            except wire.WireError as exc:
+                self.refuse(identity, exc)
+                continue
+            for msg in msgs:
+                self._execute(self.state.handle(MessageIn(identity, msg, True)))
+
+    def _link_gone(self, link: Link, why: str) -> None:
+        """``link`` closed (or is closed now, for what came on it): forgotten; the peer of
+        an accepted link is gone as a ZeroMQ peer whose connection closed."""
+        self._unwatch(link)
+        link.close()
+        self._links_waiting.discard(link)
+        identity = link.identity
+        if not link.accepted:  # (its neighbour stopped or died: the client hears of a death
+            # from the coordinator, and a cluster that closes closes every link)
+            self.log.info("worker %s: the local link to a neighbour stage closed: %s",
+                          self.id, why)
+        elif identity is None:
+            self.log.warning("worker %s: closed a local link before its hello: %s", self.id,
+                             why)
+        elif self.links_in.get(identity) is link:
+            del self.links_in[identity]
+            self.log.info("worker %s: the local link from %s closed: %s", self.id,
+                          self.who(identity), why)
+            self.peer_gone(identity)
+
+    def _send(self, sock, to: bytes, frames: list, since: float | None = None):
+        """A reply to a peer on a link goes on that link (the ROUTER has no route to it)."""
+        link = self.links_in.get(to) if sock is self.router else None
+        if link is None:
+            return super()._send(sock, to, frames, since)
+        link.send_multipart(frames)
+
+    def link_status(self) -> dict:
+        """Status: where this worker listens, the links it accepted, how each stage reaches
+        its neighbours (``local``: a link, ``zeromq``: a DEALER)."""
+        return {"listening": None if self.listener is None else self.listener.path,
+                "in": sorted(self.who(i) for i in self.links_in),
+                "stages": {st.name: {side: "local" if isinstance(n, Link) else "zeromq"
+                                     for side, n in st.neighbours.items()}
+                           for st in self.stages.values()}}
+
+    def close(self) -> None:
+        """The links and the listener go (its socket file and directory removed)."""
+        # (also called by Service.__init__ when its bind fails, before _links_init)
+        for link in [*getattr(self, "links_in", {}).values(),
+                     *getattr(self, "_links_waiting", ())]:
+            link.close()
+        for st in getattr(self, "stages", {}).values():
+            for n in st.neighbours.values():
+                if isinstance(n, Link):
+                    n.close()
+        if getattr(self, "listener", None) is not None:
+            self.listener.close()
+        super().close()

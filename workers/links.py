@@ -1,0 +1,403 @@
+"""Neighbour stages on one host talk over a Unix stream socket (a *link*), not ZeroMQ.
+
+Each worker listens on a socket in a directory private to its user (``LinkListener``) and
+registers its path with the coordinator beside a host token (``host_token``); a stage whose
+neighbour registered the same token dials that path (``Link.dial``), and sends it what it
+would send on a DEALER: pipe records, forwards and backwards carried on, pins. Where the
+link cannot be made (another host, no such file, ``DISTHOOK_LOCAL_LINKS=0`` on either
+worker) the stage dials the neighbour's ZeroMQ address as before.
+
+Who may connect: the acceptor takes only connections whose peer credentials (SO_PEERCRED)
+carry its own uid, and then only a dialer whose first message is a hello naming the link
+protocol, its version and a neighbour identity (``workers.peers.neighbour_identity``). What
+comes on such a link is from a worker of the cluster, as what comes on a neighbour's DEALER.
+
+On the wire a message is: 8 bytes (``<II``: its frame count, its first frame's length), the
+other frames' lengths (``<Q`` each), then every frame's bytes. Sends never block (what the
+kernel does not take waits in the link's outbox until the socket is writable); reads never
+block and take each array frame straight into a fresh buffer (``np.empty``) that the decoded
+array is a view of.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import socket
+import struct
+import tempfile
+
+import numpy as np
+
+from disthook import wire
+from workers.peers import NEIGHBOUR_IDENTITY
+
+__all__ = ["Link", "LinkClosed", "LinkEnd", "LinkListener", "host_token", "links_enabled"]
+
+LINK_PROTOCOL = b"disthook-link"
+LINK_VERSION = 1
+BUFFER_BYTES = 4 << 20  # SO_SNDBUF / SO_RCVBUF asked for (the kernel may give less)
+MESSAGES_PER_READ = 32  # messages taken off one link per poll, at most
+MAX_LINKS_IN = 256  # links accepted at once, at most (a link is one neighbour stage)
+CONNECT_TIMEOUT_S = 2.0
+COPY_BELOW = 256 << 10  # a frame the kernel did not take whole is copied to the outbox under
+# this size (the caller may reuse its buffer); a larger one waits there as it is, as a
+# ZeroMQ frame sent in place does
+_PREFIX = struct.Struct("<II")
+_SIZE = struct.Struct("<Q")
+_IOV_AT_ONCE = 512  # buffers per sendmsg (the kernel's IOV_MAX is 1024)
+_log = logging.getLogger("disthook.worker")
+
+
+def links_enabled() -> bool:
+    """Whether this worker makes and takes local links (``DISTHOOK_LOCAL_LINKS=0``: no)."""
+    return os.environ.get("DISTHOOK_LOCAL_LINKS", "1").strip().lower() not in (
+        "0", "no", "off", "false")
+
+
+def host_token() -> str:
+    """What tells this host (and this boot of it) from any other: the host name and the
+    kernel's boot id where there is one. Two workers with one token may link."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()}/{boot}"
+
+
+def peer_uid(sock: socket.socket) -> int | None:
+    """The uid of the process at the other end of ``sock`` (SO_PEERCRED); None where the
+    system does not say."""
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None:
+        return None
+    creds = sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
+
+
+class LinkClosed(Exception):
+    """The link is closed, or was closed because what came on it was off (``reason``)."""
+
+
+class LinkEnd:
+    """Anything of this module the worker's poller holds (a link or the listener)."""
+
+    closed = False
+    sock: socket.socket
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+
+class Link(LinkEnd):
+    """One end of a link. The dialer sends; the acceptor takes. ``identity``: the dialer's
+    (the hello's), None on an accepted link until its hello came."""
+
+    def __init__(self, sock: socket.socket, identity: bytes | None = None,
+                 limits: wire.Limits = wire.DEFAULT_LIMITS, accepted: bool = False) -> None:
+        sock.setblocking(False)
+        for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, option, BUFFER_BYTES)
+            except OSError:
+                pass
+        self.sock, self.identity, self.limits = sock, identity, limits
+        self.accepted = accepted  # this end took the connection (it reads what comes)
+        self._fd = sock.fileno()
+        self.outbox: collections.deque = collections.deque()  # memoryviews not sent yet
+        self.on_outbox = None  # called with True / False as the outbox fills / empties
+        self.sent = self.received = 0  # messages
+        self.dropped = 0  # messages sent after the link closed (the neighbour went away)
+        # the read in progress: what is read into, how much of it came, what it is
+        self._prefix = bytearray(_PREFIX.size)
+        self._target: memoryview = memoryview(self._prefix)
+        self._target_obj = self._prefix  # what _target is a view of
+        self._got = 0
+        self._step = "prefix"  # "prefix", "table" (sizes and the header), "frame"
+        self._frames: list = []
+        self._sizes: tuple = ()
+
+    def fileno(self) -> int:
+        return self._fd
+
+    @classmethod
+    def dial(cls, path: str, identity: bytes) -> Link:
+        """A link to the worker listening at ``path``, its hello sent (``OSError`` if it
+        cannot be made)."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(CONNECT_TIMEOUT_S)
+            sock.connect(path)
+        except BaseException:
+            sock.close()
+            raise
+        link = cls(sock, identity)
+        link.send_multipart([hello(identity)])
+        return link
+
+    # ---- sending ------------------------------------------------------------------------
+    def send_multipart(self, frames, flags: int = 0, copy: bool = False) -> None:
+        """Send ``frames`` (bytes-like) as one message; never blocks (``flags`` and ``copy``
+        as pyzmq's, for its callers: a frame the kernel does not take at once is kept). On
+        a closed link (the neighbour went away) the message is dropped and counted, as a
+        DEALER keeps it for a peer that never comes back: what waits for the neighbour
+        ends as it does then (the step's pipe timeout, the client's abort)."""
+        if self.closed:
+            self.dropped += 1
+            return
+        views = [memoryview(f).cast("B") for f in frames]
+        if not views:
+            raise ValueError("a message has at least one frame")
+        head = bytearray(_PREFIX.pack(len(views), len(views[0])))
+        for v in views[1:]:
+            head += _SIZE.pack(len(v))
+        head += views[0]
+        out = [memoryview(head), *(v for v in views[1:] if len(v))]
+        self.sent += 1
+        if self.outbox:
+            self._keep(out, 0)
+            return
+        self._write(out)
+
+    def _write(self, out: list) -> None:
+        """Hand ``out`` to the kernel as far as it takes it; the rest to the outbox."""
+        while out:
+            batch = out[:_IOV_AT_ONCE]
+            try:
+                n = self.sock.sendmsg(batch, (), socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except OSError:  # the neighbour went away: the read side says so too
+                self.outbox.clear()
+                self.dropped += 1
+                return
+            sent_all = sum(len(v) for v in batch)
+            if n < sent_all:
+                self._keep(out, n)
+                return
+            out = out[_IOV_AT_ONCE:]
+
+    def _keep(self, out: list, skip: int) -> None:
+        """Put ``out`` less its first ``skip`` bytes in the outbox."""
+        was_empty = not self.outbox
+        for v in out:
+            if skip >= len(v):
+                skip -= len(v)
+                continue
+            v = v[skip:]
+            skip = 0
+            self.outbox.append(memoryview(bytes(v)) if len(v) < COPY_BELOW else v)
+        if was_empty and self.outbox and self.on_outbox is not None:
+            self.on_outbox(True)
+
+    def flush(self) -> None:
+        """Send what waits in the outbox, as far as the kernel takes it (when writable)."""
+        pending = list(self.outbox)
+        self.outbox.clear()
+        if not pending:
+            return
+        self._write(pending)
+        if not self.outbox and self.on_outbox is not None:
+            self.on_outbox(False)
+
+    # ---- reading --------------------------------------------------------------------------
+    def read(self, at_most: int = MESSAGES_PER_READ) -> list[list]:
+        """The messages (each its frames) that came whole, up to ``at_most``; never blocks.
+        ``LinkClosed`` when the other end closed or sent what is off (the link is closed)."""
+        messages: list[list] = []
+        recv_into = self.sock.recv_into
+        while len(messages) < at_most:
+            target, got = self._target, self._got
+            want = len(target) - got
+            if want:
+                try:
+                    n = recv_into(target[got:], want)
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError as exc:
+                    self.close()
+                    raise LinkClosed(f"it broke: {exc}") from None
+                if n == 0:
+                    self.close()
+                    raise LinkClosed("the other end closed it")
+                self._got = got = got + n
+                if got < len(target):
+                    continue
+            done = self._advance()
+            if done is not None:
+                self.received += 1
+                messages.append(done)
+        return messages
+
+    def _advance(self):
+        """The part being read came whole: go on to the next; a message when it ends."""
+        step = self._step
+        if step == "prefix":
+            count, head = _PREFIX.unpack(self._prefix)
+            limits = self.limits
+            if not 1 <= count <= limits.max_frames or head > limits.max_header_bytes:
+                self._refuse(f"a message of {count} frames, a header of {head} bytes "
+                             f"(at most {limits.max_frames} and {limits.max_header_bytes})")
+            self._sizes = (count, head)
+            self._step = "table"
+            return self._expect(bytearray(_SIZE.size * (count - 1) + head))
+        if step == "table":
+            count, head = self._sizes
+            table = self._target_obj
+            sizes = struct.unpack_from(f"<{count - 1}Q", table) if count > 1 else ()
+            limits = self.limits
+            if any(s > limits.max_array_bytes for s in sizes) or (
+                    sum(sizes) + head > limits.max_total_bytes):
+                self._refuse(f"frames of {list(sizes)[:8]} bytes (at most "
+                             f"{limits.max_array_bytes} each, {limits.max_total_bytes} all)")
+            self._frames = [bytes(table[_SIZE.size * (count - 1):])]
+            self._sizes = sizes
+        else:
+            self._frames.append(self._target_obj)
+        index = len(self._frames) - 1  # of the frames after the header read so far
+        while index < len(self._sizes) and self._sizes[index] == 0:
+            self._frames.append(b"")
+            index += 1
+        if index < len(self._sizes):
+            self._step = "frame"
+            return self._expect(np.empty(self._sizes[index], np.uint8))
+        frames, self._frames = self._frames, []
+        self._step = "prefix"
+        self._expect(self._prefix)
+        return frames
+
+    def _expect(self, buffer) -> None:
+        self._target, self._got = memoryview(buffer).cast("B"), 0
+        self._target_obj = buffer
+
+    def _refuse(self, what: str):
+        self.close()
+        raise LinkClosed(f"it sent {what}")
+
+    def close(self, linger: int = 0) -> None:
+        """Close the link (``linger`` is pyzmq's, for its callers: what waits is dropped)."""
+        if not self.closed:
+            self.closed = True
+            self.outbox.clear()
+            self.sock.close()
+
+
+def hello(identity: bytes) -> bytes:
+    """The dialer's first message: the protocol, its version, the dialer's identity."""
+    return LINK_PROTOCOL + bytes([LINK_VERSION]) + identity
+
+
+def read_hello(frames: list) -> bytes:
+    """The identity a hello names; ``LinkClosed`` if it is not a hello of this version."""
+    if len(frames) != 1:
+        raise LinkClosed(f"its first message has {len(frames)} frames, not a hello's 1")
+    data = bytes(frames[0])
+    if not data.startswith(LINK_PROTOCOL):
+        raise LinkClosed("its first message is not a disthook-link hello")
+    version = data[len(LINK_PROTOCOL):len(LINK_PROTOCOL) + 1]
+    if version != bytes([LINK_VERSION]):
+        raise LinkClosed(f"it speaks link version {version[0] if version else None}, this "
+                         f"worker {LINK_VERSION}")
+    identity = data[len(LINK_PROTOCOL) + 1:]
+    if len(identity) > 255 or NEIGHBOUR_IDENTITY.fullmatch(identity) is None:
+        raise LinkClosed("its hello names no neighbour identity (<worker>><side>><n>)")
+    return identity
+
+
+STALE_AFTER_S = 60.0  # a link directory left by a killed worker is removed after this
+
+
+def remove_stale(base: str | None) -> int:
+    """Remove the link directories of this user's workers that were killed (SIGKILL leaves
+    them): a socket nothing listens on any more, made over ``STALE_AFTER_S`` ago (a worker
+    binds and listens within microseconds of making its directory). How many went."""
+    import time
+
+    base = base or tempfile.gettempdir()
+    removed = 0
+    try:
+        names = [n for n in os.listdir(base) if n.startswith(_PREFIX_DIR)]
+    except OSError:
+        return 0
+    for name in names:
+        directory = os.path.join(base, name)
+        path = os.path.join(directory, "worker.sock")
+        try:
+            info = os.lstat(directory)
+            if info.st_uid != os.getuid() or time.time() - info.st_mtime < STALE_AFTER_S:
+                continue
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(path)
+            except (ConnectionRefusedError, FileNotFoundError):
+                pass  # nothing listens: stale
+            else:
+                continue  # a live worker's
+            finally:
+                probe.close()
+            if os.path.lexists(path):
+                os.unlink(path)
+            os.rmdir(directory)
+            removed += 1
+        except OSError:
+            continue  # (another worker removed it meanwhile, or it holds something else)
+    return removed
+
+
+_PREFIX_DIR = "disthook-links-"
+
+
+class LinkListener(LinkEnd):
+    """The worker's own socket for links, in a fresh directory private to its user (mode
+    0700, under ``$XDG_RUNTIME_DIR`` or the temp directory); both go when it closes (those
+    of workers that were killed go when a later worker starts: ``remove_stale``)."""
+
+    def __init__(self, name: str) -> None:
+        base = os.environ.get("XDG_RUNTIME_DIR")
+        if not (base and os.path.isdir(base) and os.access(base, os.W_OK)):
+            base = None
+        remove_stale(base)
+        self.directory = tempfile.mkdtemp(prefix=_PREFIX_DIR, dir=base)
+        self.path = os.path.join(self.directory, "worker.sock")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.sock.bind(self.path)
+            os.chmod(self.path, 0o600)
+            self.sock.listen(64)
+            self.sock.setblocking(False)
+        except BaseException:
+            self.close()
+            raise
+        self.name = name
+
+    def accept(self) -> Link | None:
+        """The next connection as a link awaiting its hello; None when none is waiting or
+        it was refused (a peer of another uid: closed, with a warning)."""
+        try:
+            conn, _ = self.sock.accept()
+        except (BlockingIOError, InterruptedError):
+            return None
+        try:
+            uid = peer_uid(conn)
+        except OSError as exc:
+            uid, why = -1, exc
+        else:
+            why = None
+        if uid is not None and uid != os.getuid():
+            _log.warning("%s: refused a local link from uid %s (this worker runs as uid %d)%s",
+                         self.name, uid, os.getuid(), f": {why}" if why else "")
+            conn.close()
+            return None
+        return Link(conn, accepted=True)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.sock.close()
+        for remove, what in ((os.unlink, self.path), (os.rmdir, self.directory)):
+            try:
+                remove(what)
+            except OSError:
+                pass
