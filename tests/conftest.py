@@ -45,6 +45,18 @@ def _keep_bytecode_for_this_run() -> None:
 _keep_bytecode_for_this_run()  # at import: before xdist starts its workers
 
 
+@pytest.fixture
+def bytecode_as_the_environment_sets_it(monkeypatch):
+    """The processes the test starts get the environment's own bytecode setting, not the
+    run's directory: for a process that imports torch (a pytest run inside a test, torch's
+    fork server), as for the pytest processes themselves, the prefix would mean compiling
+    torch, numpy and pytest from source (about 10 s of CPU more per process)."""
+    ours = os.environ.get(BYTECODE_DIR_VARIABLE)
+    if ours and os.environ.get("PYTHONPYCACHEPREFIX") == ours:  # the run set it
+        monkeypatch.delenv("PYTHONPYCACHEPREFIX")
+        monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")  # as the environment had it
+
+
 def _let_ctrl_c_reach_the_processes_started_here() -> None:
     """A shell runs a command put in the background (``pytest ... &``) with SIGINT ignored,
     and every process started from it inherits that: the CLI, the demo and ``serve`` then

@@ -1,15 +1,20 @@
 """The demo's figures, page and progress lines, drawn from a made-up history (no cluster):
 what a reader needs to read them is there (legends, axis labels, ticks, aligned rows)."""
+import importlib
+import importlib.util
 import io
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-pytest.importorskip("matplotlib", reason="the demo needs matplotlib (pip install -e '.[demo]')")
-
-from disthook.demo import plots, report
+from disthook.demo import report
 from disthook.demo.progress import Progress
+
+# matplotlib is looked for at collection, and imported (with pyplot, through the demo's
+# plots) by the tests that draw, where they run: not by every pytest process that collects
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None,
+                                reason="the demo needs matplotlib (pip install -e '.[demo]')")
 
 STEPS_PER_EPOCH, EPOCHS = 23, 3
 PARAMS = ["0.weight", "0.bias", "2.weight", "2.bias", "6.weight", "6.bias"]
@@ -25,12 +30,18 @@ def history():
         grad_norms={name: (0.3 + 0.5 * rng.random((n, 4))).tolist() for name in PARAMS})
 
 
+@pytest.fixture(scope="module")
+def plots():
+    """The demo's figures module (it imports pyplot)."""
+    return importlib.import_module("disthook.demo.plots")
+
+
 def labelled_ticks(axis) -> list[float]:
     low, high = sorted(axis.get_view_interval())
     return [t for t in axis.get_majorticklocs() if low <= t <= high]
 
 
-def test_curves_explain_the_epoch_lines_and_keep_100_percent_inside(history):
+def test_curves_explain_the_epoch_lines_and_keep_100_percent_inside(history, plots):
     fig = plots.draw_curves(history)
     loss, accuracy = fig.axes
     for ax in (loss, accuracy):
@@ -42,13 +53,13 @@ def test_curves_explain_the_epoch_lines_and_keep_100_percent_inside(history):
     assert loss.get_yscale() == "log" and len(labelled_ticks(loss.yaxis)) >= 4
 
 
-def test_one_epoch_has_no_epoch_line_to_explain(history):
+def test_one_epoch_has_no_epoch_line_to_explain(history, plots):
     history.test_accuracy = history.test_accuracy[:1]
     fig = plots.draw_curves(history)
     assert "end of an epoch" not in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
 
 
-def test_gradient_flow_rows_are_parameters_and_log_axes_have_ticks(history):
+def test_gradient_flow_rows_are_parameters_and_log_axes_have_ticks(history, plots):
     fig = plots.draw_gradient_flow(history, 0.5)
     over_steps, per_parameter = fig.axes
     assert per_parameter.get_title() == "Per parameter, whole run"
@@ -61,7 +72,7 @@ def test_gradient_flow_rows_are_parameters_and_log_axes_have_ticks(history):
     assert len(labelled_ticks(per_parameter.xaxis)) >= 4
 
 
-def test_grad_cam_rows_align_and_the_colour_bar_sits_beside_the_maps():
+def test_grad_cam_rows_align_and_the_colour_bar_sits_beside_the_maps(plots):
     rng = np.random.default_rng(1)
     images, cams = rng.random((10, 1, 8, 8)), rng.random((10, 8, 8))
     fig = plots.draw_grad_cam(images, np.arange(10), np.arange(10), cams)

@@ -2,6 +2,7 @@
 that read an address through it: bad addresses fail before any socket, with the form."""
 import re
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from disthook.service.endpoint import (
     parse,
 )
 from disthook.service.loop import bind_endpoint
-from disthook.service.rpc import Peer
+from disthook.service.rpc import DEFAULT_TIMEOUT, Peer
 from disthook.service.security import is_loopback
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,14 +71,18 @@ def test_connect_to_nothing_says_what_to_do_at_once():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    started = time.monotonic()
     with pytest.raises(CoordinatorUnreachable) as info:
         connect(f"127.0.0.1:{port}")  # HOST:PORT is tcp
+    # at once: after the grace for a coordinator still starting (3 s), not the timeout (30 s)
+    assert time.monotonic() - started < DEFAULT_TIMEOUT / 2
     assert str(info.value) == (
         f"no coordinator at tcp://127.0.0.1:{port}: nothing listens there (connection refused); "
         f"start one with `disthook launch --bind tcp://127.0.0.1:{port}`, or check the address")
+    # the same path, its grace cut short by a shorter timeout (what is checked is the message)
     with pytest.raises(CoordinatorUnreachable, match="the host 'no-such-host.invalid' is "
                                                      "unknown; check the address"):
-        connect("tcp://no-such-host.invalid:5555")
+        connect("tcp://no-such-host.invalid:5555", timeout=0.3)
 
 
 def test_a_listener_that_never_answers_is_waited_for_and_the_message_names_the_wait():

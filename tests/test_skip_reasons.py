@@ -25,8 +25,9 @@ HINT = "torch is not installed: pip install -e '.[parity]' installs torch 2.13.0
 
 
 def _bytecode_settings() -> dict:
-    """This run's bytecode settings (conftest keeps bytecode out of the source tree), so that
-    the inner pytest neither compiles everything again nor writes beside the sources."""
+    """The bytecode settings the inner pytest is given (the environment's own: the fixture
+    ``bytecode_as_the_environment_sets_it``), so that it neither compiles what is installed
+    again nor writes beside the sources."""
     names = ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")
     return {name: os.environ[name] for name in names if name in os.environ}
 
@@ -41,12 +42,15 @@ def pytest_without_torch(tmp_path: Path, *args: str) -> str:
     return proc.stdout
 
 
-def test_without_torch_each_skip_says_how_to_run_it_and_the_counts_agree(tmp_path):
+def test_without_torch_each_skip_says_how_to_run_it_and_the_counts_agree(
+        tmp_path, bytecode_as_the_environment_sets_it):
     files = ["tests/test_compat.py", "tests/parity"]
-    collected = pytest_without_torch(tmp_path, "--collect-only", "-q", *files)
-    # "N tests collected", or "N/M tests collected (K deselected)" where a mark deselects some
-    (count,) = re.findall(r"^(\d+)(?:/\d+)? tests? collected", collected, re.MULTILINE)
-    out = pytest_without_torch(tmp_path, "-q", "-rs", *files)
+    # one run: its header counts what it collected ("collected N items", with " / K
+    # deselected / M selected" where a mark deselects some), its last line what it ran
+    out = pytest_without_torch(tmp_path, "-rs", *files)
+    (collected,) = re.findall(r"^collected (\d+) items?(?: / \d+ deselected / (\d+) selected)?",
+                              out, re.MULTILINE)
+    count = collected[1] or collected[0]
     skips = [line for line in out.splitlines() if line.startswith("SKIPPED")]
     assert skips and all(line.endswith(HINT) for line in skips), skips
     passed, skipped = (re.search(rf"(\d+) {word}", out) for word in ("passed", "skipped"))

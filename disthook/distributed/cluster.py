@@ -95,7 +95,7 @@ class Cluster:
         self._cleanups: list = []  # run after the processes are gone (a scratch key dir)
         self._heartbeat: float | None = None
         # the processes must not outlive an unreferenced cluster object either
-        self._finalizer = weakref.finalize(self, _reap, self._processes, 5.0)
+        self._finalizer = weakref.finalize(self, _stop_abandoned, self._processes)
 
     # ---- what the cluster is -----------------------------------------------------------------
     def status(self) -> dict:
@@ -336,7 +336,8 @@ class Cluster:
                     pass  # the processes are terminated below anyway
         finally:
             self._coordinator.close()
-            self._finalizer()  # waits for the processes, kills the stragglers
+            self._finalizer.detach()  # told to shut down: the processes are given the grace
+            _reap(self._processes, 5.0)  # waits for them, kills the stragglers
             for cleanup in self._cleanups:
                 cleanup()
 
@@ -553,6 +554,17 @@ def _announced_address(proc: subprocess.Popen, timeout: float) -> str:
     proc.drained = True
     threading.Thread(target=drain, daemon=True).start()
     return line.rsplit(" ", 1)[1].strip()
+
+
+def _stop_abandoned(procs: list[subprocess.Popen]) -> None:
+    """The processes of a local cluster left open (unreferenced, or at the interpreter's
+    exit): no one asks its coordinator to shut down, so each is told to stop at once
+    (SIGTERM, a clean stop for a role) and then reaped, rather than waited on for the
+    grace first (a program that never closed its cluster took 5 s more to exit)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    _reap(procs, 5.0)
 
 
 def _reap(procs: list[subprocess.Popen], grace: float) -> None:

@@ -106,7 +106,11 @@ def _tidied(cluster, workers: int, deployed_before: int) -> bool:
     lent: its processes alive, and ``workers`` workers, each holding no stage, graph or value
     (asked of each worker: the coordinator's view follows the heartbeats). A worker's
     counts over its lifetime (messages, hooks fired) go on: a test that reads them reads a
-    difference, or starts its own cluster."""
+    difference, or starts its own cluster. A process that ended is seen first, without
+    asking: the coordinator still lists a killed worker until its heartbeats are missed,
+    and a status request to it would wait out its timeout."""
+    if any(proc.poll() is not None for proc in cluster._processes):
+        return False
     try:
         for deployment in cluster._deployments[deployed_before:]:
             deployment.close()
@@ -114,7 +118,7 @@ def _tidied(cluster, workers: int, deployed_before: int) -> bool:
         statuses = worker_statuses(cluster)
     except Exception:  # noqa: BLE001 - any failure here means: do not lend it again
         return False
-    return (all(proc.poll() is None for proc in cluster._processes)
+    return (all(proc.poll() is None for proc in cluster._processes)  # none ended meanwhile
             and len(statuses) == workers
             and all(s["stages"] == [] and s["contexts"] == s["values"] == 0
                     for s in statuses.values()))

@@ -15,7 +15,9 @@ COLUMNS = ("step", "speedup", "vs torch", "bound", "of bound", "torch pipe", "it
            "ours/its", "bubble per stage")
 
 
-def test_scaleout_quick_runs_and_prints_its_table(monkeypatch, capsys, tmp_path):
+def test_scaleout_quick_runs_and_prints_its_table(monkeypatch, capsys, tmp_path,
+                                                   bytecode_as_the_environment_sets_it):
+    """Torch's fork server (it imports torch) reads torch's installed bytecode."""
     for var in runner.THREAD_VARS:  # as the runner's child: it then runs in this process
         monkeypatch.setenv(var, "1")
     figures = tmp_path / "scaleout.json"

@@ -98,9 +98,12 @@ def test_a_start_that_stalls_shows_where_each_process_is():
         lost = spawn(worker_role(f"tcp://127.0.0.1:{free_port()}", log_level="WARNING",
                                  bind="tcp://127.0.0.1:0").named("w9"))
         cluster._processes.append(lost)  # reaped with the cluster
-        wait_until(lambda: any("serve_forever" in line for line in stacks_of(lost)), 60)
-        with pytest.raises(ClusterError) as caught:
-            cluster.wait_for_workers(2, timeout=0.5)
+        try:
+            wait_until(lambda: any("serve_forever" in line for line in stacks_of(lost)), 60)
+            with pytest.raises(ClusterError) as caught:
+                cluster.wait_for_workers(2, timeout=0.5)
+        finally:  # no coordinator tells it to stop: the cluster's close would wait it out
+            lost.terminate()
     message = str(caught.value)
     assert "the coordinator answered, knowing 1 worker(s);" in message
     assert f"; w9 pid {lost.pid} running" in message

@@ -22,7 +22,7 @@ from disthook.service.security import add_client
 pytestmark = pytest.mark.timeout(180)
 
 CLUSTER_WORKERS = 2  # conftest's cluster, shared with the modules of that size
-HOOK_S = 3.0
+HOOK_S = 3.0  # the most a reader's call is held; the test lets it go once its write is done
 
 READER = textwrap.dedent('''
     import json, os, sys, time
@@ -35,7 +35,9 @@ READER = textwrap.dedent('''
 
     def slow(module, args, out):
         open(marker, "w").close()  # the deployer writes now
-        time.sleep(float(hook_s))
+        deadline = time.monotonic() + float(hook_s)
+        while not os.path.exists(marker + ".go") and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     model[int(where)].register_forward_hook(slow)
     with torch.no_grad():
@@ -57,8 +59,9 @@ def outputs_of(state: dict) -> np.ndarray:
 
 
 class Pause(nn.Module):
-    """Holds a call on its worker for ``seconds`` when the input is negative (a reader's
-    call), after touching ``marker``: the call computes there while the deployer writes."""
+    """Holds a call on its worker when the input is negative (a reader's call), after
+    touching ``marker``, until ``marker``.go exists or ``seconds`` have passed: the call
+    computes there while the deployer writes."""
 
     def __init__(self, marker: str, seconds: float):
         super().__init__()
@@ -67,7 +70,9 @@ class Pause(nn.Module):
     def forward(self, x):
         if float(x.detach().numpy().flat[0]) < 0:
             open(self.marker, "w").close()
-            time.sleep(self.seconds)
+            deadline = time.monotonic() + self.seconds
+            while not Path(self.marker + ".go").exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
         return x
 
 
@@ -127,6 +132,7 @@ def launch_reader(cluster, script, source, args, marker, never):
             add_client(cluster.keys.directory, "reader")
         argv.append(cluster.keys.directory)
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.go = Path(f"{marker}.go")  # lets a held call go on (reader_output)
     deadline = time.monotonic() + 60
     while not marker.exists():
         assert proc.poll() is None, proc.stderr.read()
@@ -174,6 +180,9 @@ def start_reader(cluster, name, where, tmp_path):
 
 
 def reader_output(proc) -> np.ndarray:
+    """What the reader printed, once its held call is let go: the test has written by now
+    (held until then, at most HOOK_S, rather than HOOK_S every time)."""
+    proc.go.touch()
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     return np.asarray(json.loads(out.splitlines()[-1]), np.float32)
