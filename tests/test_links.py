@@ -3,8 +3,12 @@ across partial reads and writes, large messages both ways at once, what is off c
 link, and who may connect."""
 import logging
 import os
+import shutil
 import socket
 import struct
+import subprocess
+import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -170,10 +174,20 @@ def test_hello():
             read_hello(frames)
 
 
-def test_dial_sends_the_hello_and_the_listener_checks_the_uid(tmp_path, monkeypatch, caplog):
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+@pytest.fixture
+def short_dir():
+    """A directory short enough to hold a Unix socket's path (a pytest tmp_path under
+    xdist may not be)."""
+    made = tempfile.mkdtemp(prefix="dl-", dir="/tmp")
+    yield made
+    shutil.rmtree(made, ignore_errors=True)
+
+
+def test_dial_sends_the_hello_and_the_listener_checks_the_uid(short_dir, monkeypatch, caplog):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", short_dir)
     listener = LinkListener("worker w2")
-    assert os.path.dirname(listener.directory) == str(tmp_path)
+    assert os.path.dirname(listener.directory) == short_dir
+    assert os.path.basename(listener.directory).startswith(f"disthook-links-{os.getpid()}-")
     assert os.stat(listener.directory).st_mode & 0o777 == 0o700
     try:
         dialer = Link.dial(listener.path, IDENTITY)
@@ -223,6 +237,11 @@ def test_the_client_reads_workers_with_fields_it_does_not_know():
 
 
 def test_the_directories_of_killed_workers_are_removed(tmp_path):
+    """A directory whose worker (the pid in its name) no longer runs goes, once it is older
+    than a start-up; a live worker's is left, and nothing is sent to its socket."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid that ran and ended
+
     def made(name, listening, age_s):
         directory = tmp_path / name
         directory.mkdir(mode=0o700)
@@ -230,16 +249,36 @@ def test_the_directories_of_killed_workers_are_removed(tmp_path):
         sock.bind(str(directory / "worker.sock"))
         if listening:
             sock.listen(1)
+            sock.setblocking(False)
         else:
             sock.close()  # as SIGKILL leaves it: the file, nothing listening
         then = os.path.getmtime(directory) - age_s
         os.utime(directory, (then, then))
         return directory, sock
 
-    dead, _ = made("disthook-links-dead", False, 120)
-    young, _ = made("disthook-links-young", False, 1)  # a worker starting up
-    live, keep = made("disthook-links-live", True, 120)
+    dead, _ = made(f"disthook-links-{gone.pid}-a1", False, 120)
+    young, _ = made(f"disthook-links-{gone.pid}-b2", False, 1)  # just made: left a while
+    live, keep = made(f"disthook-links-{os.getpid()}-c3", True, 120)
+    unnamed, _ = made("disthook-links-d4", False, 120)  # no pid: not one this module made
     other, _ = made("something-else", False, 120)
-    assert links.remove_stale(str(tmp_path)) == 1
-    assert not dead.exists() and young.exists() and live.exists() and other.exists()
-    keep.close()
+    try:
+        assert links.remove_stale(str(tmp_path)) == 1
+        assert not dead.exists()
+        assert young.exists() and live.exists() and unnamed.exists() and other.exists()
+        with pytest.raises(BlockingIOError):  # nobody connected to the live one to look
+            keep.accept()
+    finally:
+        keep.close()
+
+
+def test_a_runtime_directory_too_long_for_a_socket_path_is_passed_over(tmp_path, monkeypatch):
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(deep))
+    listener = LinkListener("worker w3")
+    try:
+        assert os.path.dirname(listener.directory) != str(deep)
+        assert len(os.fsencode(listener.path)) <= 107
+        Link.dial(listener.path, IDENTITY).close()  # it listens there
+    finally:
+        listener.close()

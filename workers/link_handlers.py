@@ -108,7 +108,7 @@ class LinkHandlers:
             if events & _READ:
                 self._read_link(end)
         except LinkClosed as exc:
-            self._link_gone(end, str(exc))
+            self._link_gone(end, str(exc), exc.ended)
 
     def _accept_links(self) -> None:
         while True:
@@ -149,7 +149,7 @@ class LinkHandlers:
             for msg in msgs:
                 self._execute(self.state.handle(MessageIn(identity, msg, True)))
 
-    def _link_gone(self, link: Link, why: str) -> None:
+    def _link_gone(self, link: Link, why: str, ended: bool = False) -> None:
         """``link`` closed (or is closed now, for what came on it): forgotten; the peer of
         an accepted link is gone as a ZeroMQ peer whose connection closed."""
         self._unwatch(link)
@@ -160,9 +160,10 @@ class LinkHandlers:
             # from the coordinator, and a cluster that closes closes every link)
             self.log.info("worker %s: the local link to a neighbour stage closed: %s",
                           self.id, why)
-        elif identity is None:
-            self.log.warning("worker %s: closed a local link before its hello: %s", self.id,
-                             why)
+        elif identity is None:  # a connection that ends before a word is nothing to warn
+            # of (a same-user program that looked); one that sends what is off is
+            (self.log.info if ended else self.log.warning)(
+                "worker %s: closed a local link before its hello: %s", self.id, why)
         elif self.links_in.get(identity) is link:
             del self.links_in[identity]
             self.log.info("worker %s: the local link from %s closed: %s", self.id,

@@ -77,7 +77,12 @@ def peer_uid(sock: socket.socket) -> int | None:
 
 
 class LinkClosed(Exception):
-    """The link is closed, or was closed because what came on it was off (``reason``)."""
+    """The link is closed, or was closed because what came on it was off (``reason``).
+    ``ended``: the other end closed it (nothing was off)."""
+
+    def __init__(self, reason: str, ended: bool = False) -> None:
+        super().__init__(reason)
+        self.ended = ended
 
 
 class LinkEnd:
@@ -220,7 +225,7 @@ class Link(LinkEnd):
                     raise LinkClosed(f"it broke: {exc}") from None
                 if n == 0:
                     self.close()
-                    raise LinkClosed("the other end closed it")
+                    raise LinkClosed("the other end closed it", ended=True)
                 self._got = got = got + n
                 if got < len(target):
                     continue
@@ -310,8 +315,9 @@ STALE_AFTER_S = 60.0  # a link directory left by a killed worker is removed afte
 
 def remove_stale(base: str | None) -> int:
     """Remove the link directories of this user's workers that were killed (SIGKILL leaves
-    them): a socket nothing listens on any more, made over ``STALE_AFTER_S`` ago (a worker
-    binds and listens within microseconds of making its directory). How many went."""
+    them): one whose worker, named by the pid in its name, no longer runs, made over
+    ``STALE_AFTER_S`` ago. Nothing is sent to a live worker's socket to learn it. How many
+    went."""
     import time
 
     base = base or tempfile.gettempdir()
@@ -321,21 +327,15 @@ def remove_stale(base: str | None) -> int:
     except OSError:
         return 0
     for name in names:
+        pid = name[len(_PREFIX_DIR):].partition("-")[0]
+        if not pid.isdigit() or _runs(int(pid)):
+            continue  # a live worker's (or not a name this module makes)
         directory = os.path.join(base, name)
         path = os.path.join(directory, "worker.sock")
         try:
             info = os.lstat(directory)
             if info.st_uid != os.getuid() or time.time() - info.st_mtime < STALE_AFTER_S:
                 continue
-            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                probe.connect(path)
-            except (ConnectionRefusedError, FileNotFoundError):
-                pass  # nothing listens: stale
-            else:
-                continue  # a live worker's
-            finally:
-                probe.close()
             if os.path.lexists(path):
                 os.unlink(path)
             os.rmdir(directory)
@@ -345,20 +345,50 @@ def remove_stale(base: str | None) -> int:
     return removed
 
 
+def _runs(pid: int) -> bool:
+    """Whether a process ``pid`` exists (of any user)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _link_base() -> str:
+    """Where a worker makes its link directory: ``$XDG_RUNTIME_DIR`` where it is usable,
+    else the temp directory, else /tmp, the first whose socket path fits a Unix socket's
+    address (108 bytes on Linux); ``OSError`` where none does."""
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    for base in (xdg, tempfile.gettempdir(), "/tmp"):
+        if not (base and os.path.isdir(base) and os.access(base, os.W_OK)):
+            continue
+        longest = os.path.join(base, f"{_PREFIX_DIR}{os.getpid()}-xxxxxxxx", "worker.sock")
+        if len(os.fsencode(longest)) <= _PATH_MAX:
+            return base
+    raise OSError(f"no directory for a local link's socket: $XDG_RUNTIME_DIR ({xdg}), the "
+                  f"temp directory ({tempfile.gettempdir()}) and /tmp are too long for a Unix "
+                  f"socket's {_PATH_MAX}-byte path or not writable")
+
+
+_PATH_MAX = 107  # bytes of a Unix socket's path (sun_path holds 108 with its NUL)
+
+
 _PREFIX_DIR = "disthook-links-"
 
 
 class LinkListener(LinkEnd):
     """The worker's own socket for links, in a fresh directory private to its user (mode
-    0700, under ``$XDG_RUNTIME_DIR`` or the temp directory); both go when it closes (those
-    of workers that were killed go when a later worker starts: ``remove_stale``)."""
+    0700, under ``$XDG_RUNTIME_DIR`` or the temp directory: ``_link_base``); both go when
+    it closes (those of workers that were killed go when a later worker starts:
+    ``remove_stale``)."""
 
     def __init__(self, name: str) -> None:
-        base = os.environ.get("XDG_RUNTIME_DIR")
-        if not (base and os.path.isdir(base) and os.access(base, os.W_OK)):
-            base = None
+        base = _link_base()
         remove_stale(base)
-        self.directory = tempfile.mkdtemp(prefix=_PREFIX_DIR, dir=base)
+        # (the pid in the name tells a later worker whether this one still runs)
+        self.directory = tempfile.mkdtemp(prefix=f"{_PREFIX_DIR}{os.getpid()}-", dir=base)
         self.path = os.path.join(self.directory, "worker.sock")
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
