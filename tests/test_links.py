@@ -9,6 +9,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -236,14 +237,14 @@ def test_the_client_reads_workers_with_fields_it_does_not_know():
     assert (w.id, w.link, w.link_host) == ("w1", "/x/worker.sock", "h/1")
 
 
-def test_the_directories_of_killed_workers_are_removed(tmp_path):
+def test_the_directories_of_killed_workers_are_removed(short_dir):
     """A directory whose worker (the pid in its name) no longer runs goes, once it is older
     than a start-up; a live worker's is left, and nothing is sent to its socket."""
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # a pid that ran and ended
 
     def made(name, listening, age_s):
-        directory = tmp_path / name
+        directory = Path(short_dir) / name
         directory.mkdir(mode=0o700)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.bind(str(directory / "worker.sock"))
@@ -262,7 +263,7 @@ def test_the_directories_of_killed_workers_are_removed(tmp_path):
     unnamed, _ = made("disthook-links-d4", False, 120)  # no pid: not one this module made
     other, _ = made("something-else", False, 120)
     try:
-        assert links.remove_stale(str(tmp_path)) == 1
+        assert links.remove_stale(short_dir) == 1
         assert not dead.exists()
         assert young.exists() and live.exists() and unnamed.exists() and other.exists()
         with pytest.raises(BlockingIOError):  # nobody connected to the live one to look
