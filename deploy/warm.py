@@ -39,7 +39,7 @@ import tempfile
 import threading
 import time
 
-from deploy import threads
+from deploy import pids, threads
 
 __all__ = ["WarmProcess", "enabled", "preloaded_pids", "serve", "shutdown", "start"]
 
@@ -233,7 +233,7 @@ class _Preloaded:
         once it is gone it is said to have ended with ``LOST_STATUS``."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while proc.returncode is None:
-            if _gone(proc.pid):
+            if pids.gone(proc.pid):
                 proc._end(LOST_STATUS)
                 return
             if deadline is not None and time.monotonic() >= deadline:
@@ -251,21 +251,6 @@ class _Preloaded:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-
-
-def _gone(pid: int) -> bool:
-    """Whether process ``pid`` no longer runs (none, or a zombie of another parent)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
 
 
 _preloaded: dict[tuple, _Preloaded | None] = {}  # a start key -> its process (None: failed)

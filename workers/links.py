@@ -29,6 +29,7 @@ import tempfile
 
 import numpy as np
 
+from deploy.pids import gone
 from disthook import wire
 from workers.peers import NEIGHBOUR_IDENTITY
 
@@ -328,7 +329,7 @@ def remove_stale(base: str | None) -> int:
         return 0
     for name in names:
         pid = name[len(_PREFIX_DIR):].partition("-")[0]
-        if not pid.isdigit() or _runs(int(pid)):
+        if not pid.isdigit() or not gone(int(pid)):
             continue  # a live worker's (or not a name this module makes)
         directory = os.path.join(base, name)
         path = os.path.join(directory, "worker.sock")
@@ -343,17 +344,6 @@ def remove_stale(base: str | None) -> int:
         except OSError:
             continue  # (another worker removed it meanwhile, or it holds something else)
     return removed
-
-
-def _runs(pid: int) -> bool:
-    """Whether a process ``pid`` exists (of any user)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _link_base() -> str:

@@ -18,7 +18,6 @@ from disthook.service.security import Bindings, Keys, is_server_key, key_name
 __all__ = ["NEIGHBOUR_IDENTITY", "Peers", "neighbour_identity"]
 
 NEIGHBOUR_IDENTITY = re.compile(rb".+>(prev|next|peer)>[0-9]+")
-_NEIGHBOUR = NEIGHBOUR_IDENTITY
 _dials = itertools.count()
 
 
@@ -50,7 +49,7 @@ class Peers:
         if self.keys is None:
             worker = self._dialled.get(identity)
             if worker is None:  # once per peer (forgotten with it)
-                worker = self._dialled[identity] = _NEIGHBOUR.fullmatch(identity) is not None
+                worker = self._dialled[identity] = NEIGHBOUR_IDENTITY.fullmatch(identity) is not None
         else:
             if not self._bindings.check(identity, user_id):
                 raise PermissionError("this connection's identity came with another key "
@@ -59,7 +58,7 @@ class Peers:
                 self.names[identity] = key_name(self.keys, user_id)
             worker = is_server_key(self.keys, user_id)
         if worker and identity not in self._workers:  # a neighbour dials as neighbour_identity
-            dialled = _NEIGHBOUR.fullmatch(identity)
+            dialled = NEIGHBOUR_IDENTITY.fullmatch(identity)
             self._workers[identity] = (identity.split(b">")[0].decode(errors="replace")
                                        if dialled else "of the cluster")
         return worker

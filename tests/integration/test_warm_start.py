@@ -12,7 +12,7 @@ import pytest
 from clusters import free_port, wait_until
 
 import disthook as torch
-from deploy import warm
+from deploy import pids, warm
 from deploy.local import _catches, spawn, why_it_ended
 from deploy.roles import Role, worker_role
 from disthook.distributed import local_cluster
@@ -38,7 +38,7 @@ def gone(pid: int, within: float = 20.0) -> bool:
     """Whether process ``pid`` ends (or is a zombie of another parent) within ``within`` s."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        if warm._gone(pid):
+        if pids.gone(pid):
             return True
         time.sleep(0.05)
     return False
@@ -232,7 +232,7 @@ def test_idle_preloaded_processes_beyond_the_last_used_are_ended(monkeypatch):
             assert gone(parents[0]) and parents[0] not in warm.preloaded_pids()
             monkeypatch.setenv("DISTHOOK_TEST_OWN_PRELOAD", "a third")
             third = spawn(role.named("w3"), subprocess.DEVNULL)  # the second one is busy
-            assert parents[1] in warm.preloaded_pids() and not warm._gone(parents[1])
+            assert parents[1] in warm.preloaded_pids() and not pids.gone(parents[1])
             for each in (proc, third):
                 each.kill()
                 each.wait(20)
