@@ -224,19 +224,6 @@ def test_host_token_and_the_switch(monkeypatch):
     assert links.links_enabled()
 
 
-def test_the_client_reads_workers_with_fields_it_does_not_know():
-    """What a later coordinator adds to a worker's record does not break this client."""
-    from disthook.distributed.cluster import Cluster
-
-    cluster = Cluster.__new__(Cluster)
-    record = {"id": "w1", "pid": 1, "address": "tcp://a:1", "host": "h", "stages": [],
-              "alive": True, "last_seen": 0.1, "memory": None, "code": True,
-              "link": "/x/worker.sock", "link_host": "h/1", "later": 5}
-    cluster.status = lambda: {"workers": [record]}
-    (w,) = cluster.workers()
-    assert (w.id, w.link, w.link_host) == ("w1", "/x/worker.sock", "h/1")
-
-
 def test_the_directories_of_killed_workers_are_removed(short_dir):
     """A directory whose worker (the pid in its name) no longer runs goes, once it is older
     than a start-up; a live worker's is left, and nothing is sent to its socket."""

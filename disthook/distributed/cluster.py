@@ -112,9 +112,7 @@ class Cluster:
 
     def workers(self) -> list[WorkerInfo]:
         """Every registered worker: id, pid, address, host, stages held, liveness, memory."""
-        known = WorkerInfo.__dataclass_fields__  # (what a later coordinator adds is left out)
-        return [WorkerInfo(**{k: v for k, v in w.items() if k in known})
-                for w in self.status()["workers"]]
+        return [WorkerInfo(**w) for w in self.status()["workers"]]
 
     def wait_for_workers(self, n: int, timeout: float = 60.0) -> list[WorkerInfo]:
         """Block until ``n`` workers are registered and alive (``ClusterError`` at the deadline)."""
