@@ -48,9 +48,11 @@ __all__ = [
     "WireError",
     "decode",
     "decode_all",
+    "decode_pipe",
     "encode",
     "encode_batch",
     "encode_batches",
+    "encode_pipe",
     "split_batch",
     "write_part",
 ]
@@ -822,18 +824,35 @@ _PIPE_DATA, _PIPE_REASON = 1, 2
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
+def encode_pipe(model: str, step: str, kind: str, mb: int, data: np.ndarray | None = None,
+                reason: str | None = None) -> list:
+    """``encode("pipe", {...})`` of these fields without the map or the schema's walk: the
+    short form when they fit it, else (a field off, or too large for it) what ``encode``
+    gives or raises for them."""
+    frames = _pipe_frames(model, step, kind, mb, data, reason)
+    if frames is None:
+        return encode("pipe", {"model": model, "step": step, "kind": kind, "mb": mb,
+                               "data": data, "reason": reason})
+    return frames
+
+
 def _encode_pipe(fields: Mapping[str, Any]) -> list | None:
     """The frames of a (schema-checked) pipe record in its short form; None where its
     fields do not fit one (the general form carries them then)."""
     get = fields.get
-    model, step, kind, mb = get("model"), get("step"), get("kind"), get("mb")
-    data, reason = get("data"), get("reason")
+    return _pipe_frames(get("model"), get("step"), get("kind"), get("mb"), get("data"),
+                        get("reason"))
+
+
+def _pipe_frames(model, step, kind, mb, data, reason) -> list | None:
+    """The short form's frames; None where a field is not of the exact type it takes (the
+    schema's check says what is off) or does not fit."""
     code = _PIPE_KIND_CODE.get(kind) if type(kind) is str else None
     if (code is None or type(mb) is not int or not _INT64[0] <= mb <= _INT64[1]
             or type(model) is not str or type(step) is not str
             or not (reason is None or type(reason) is str)
             or not (data is None or type(data) is np.ndarray)):
-        return None  # (only where the schema's check was left out: the general form says)
+        return None
     model, step = model.encode(), step.encode()
     why = b"" if reason is None else reason.encode()
     if len(model) > 0xFFFF or len(step) > 0xFFFF or len(why) > 0xFFFFFFFF:
@@ -852,6 +871,27 @@ def _encode_pipe(fields: Mapping[str, Any]) -> list | None:
                            len(step), len(why))
     return [b"".join((head, struct.pack(f"<{len(shape)}Q", *shape), model, step, why)),
             memoryview(data).cast("B") if data.size else b""]
+
+
+def decode_pipe(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS) -> Message:
+    """``decode(frames)`` of a pipe record in its short form (frame 0 bytes-like), without
+    the general form's steps; ``WireError`` as ``decode`` raises it where anything is off,
+    a record in another form included."""
+    try:
+        if not frames:
+            raise WireError("empty message: expected a header frame")
+        head = frames[0]
+        if type(head) is not bytes:
+            head = _header(head, limits)
+        elif len(head) > limits.max_header_bytes:
+            raise WireError(f"header of {len(head)} bytes exceeds {limits.max_header_bytes}")
+        if head[:_PIPE_MAGIC_LEN] != PIPE_MAGIC:
+            raise WireError("not a pipe record in its short form")
+        return _decode_pipe(head, frames, limits)
+    except WireError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise WireError(f"malformed message: {type(exc).__name__}: {exc}") from None
 
 
 def _decode_pipe(head: bytes, frames: Sequence, limits: Limits) -> Message:

@@ -46,6 +46,7 @@ COPY_BELOW = 256 << 10  # a frame the kernel did not take whole is copied to the
 # ZeroMQ frame sent in place does
 _PREFIX = struct.Struct("<II")
 _SIZE = struct.Struct("<Q")
+_PREFIX_PAIR = struct.Struct("<IIQ")  # the prefix of a message of two frames, and its table
 _IOV_AT_ONCE = 512  # buffers per sendmsg (the kernel's IOV_MAX is 1024)
 _log = logging.getLogger("disthook.worker")
 
@@ -152,14 +153,14 @@ class Link(LinkEnd):
         if self.closed:
             self.dropped += 1
             return
-        views = [memoryview(f).cast("B") for f in frames]
-        if not views:
-            raise ValueError("a message has at least one frame")
-        head = bytearray(_PREFIX.pack(len(views), len(views[0])))
-        for v in views[1:]:
-            head += _SIZE.pack(len(v))
-        head += views[0]
-        out = [memoryview(head), *(v for v in views[1:] if len(v))]
+        if len(frames) == 2 and type(frames[0]) is bytes:  # a header and an array (a pipe
+            # record): the prefix and the array's size in one pack
+            head, body = frames[0], memoryview(frames[1]).cast("B")
+            out = [_PREFIX_PAIR.pack(2, len(head), len(body)) + head, body]
+            if not len(body):
+                del out[1]
+        else:
+            out = _framed(frames)
         self.sent += 1
         if self.outbox:
             self._keep(out, 0)
@@ -287,6 +288,19 @@ class Link(LinkEnd):
             self.closed = True
             self.outbox.clear()
             self.sock.close()
+
+
+def _framed(frames) -> list:
+    """What goes on the link for ``frames``: the prefix, the table and the first frame in
+    one buffer, then the other frames that are not empty (as views)."""
+    views = [memoryview(f).cast("B") for f in frames]
+    if not views:
+        raise ValueError("a message has at least one frame")
+    head = bytearray(_PREFIX.pack(len(views), len(views[0])))
+    for v in views[1:]:
+        head += _SIZE.pack(len(v))
+    head += views[0]
+    return [memoryview(head), *(v for v in views[1:] if len(v))]
 
 
 def hello(identity: bytes) -> bytes:
