@@ -265,3 +265,26 @@ def test_an_outbox_that_fills_and_empties_is_known_to_the_worker():
 
 def test_the_prefix_of_two_frames_is_the_general_prefix_and_table():
     assert links._PREFIX_PAIR.pack(2, 5, 9) == struct.pack("<II", 2, 5) + struct.pack("<Q", 9)
+
+
+def test_an_array_frame_off_a_link_decodes_as_a_bytes_frame_does():
+    """A link hands the array's frame over as a fresh uint8 array, which the record's array
+    is then a view of: read and refused as the same bytes are."""
+    rng = np.random.default_rng(3)
+    for dtype in wire.PIPE_DTYPES:
+        data = (rng.integers(0, 2, (3, 5)) if dtype == "|b1" else rng.integers(-9, 9, (3, 5)))
+        head, body = _bytes(wire.encode_pipe("m", "s", "act", 1, data.astype(dtype)))
+        for cut in (len(body), len(body) - 1, 0):
+            as_bytes = [head, body[:cut]]
+            as_array = [head, np.frombuffer(body[:cut], np.uint8).copy()]
+            expected = _raised(wire.decode_pipe, as_bytes)
+            assert _raised(wire.decode_pipe, as_array) == expected
+            if expected is None:
+                got = wire.decode_pipe(as_array)["data"]
+                np.testing.assert_array_equal(got, data.astype(dtype))
+                assert got.flags.writeable and got.base is not None
+    small = wire.Limits(max_array_bytes=8)
+    head, body = _bytes(wire.encode_pipe("m", "s", "act", 1, np.ones(4, np.float32)))
+    assert _raised(wire.decode_pipe, [head, np.frombuffer(body, np.uint8).copy()],
+                   limits=small) == _raised(wire.decode_pipe, [head, body], limits=small)
+    assert "exceeds 8" in _raised(wire.decode_pipe, [head, body], limits=small)[1]

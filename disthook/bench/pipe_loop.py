@@ -80,6 +80,9 @@ def side(role: str, conn, messages: int, rounds: int, parts: bool, ready: bool) 
     from workers.server import Worker
     from workers.state import Job, StepRun
 
+    from disthook.service.loop import tune_malloc
+
+    tune_malloc()  # as a worker's main does
     timers = _parts() if parts else None
     w = Worker("tcp://127.0.0.1:9", worker_id=f"loop-{role}")
     w._running = True
