@@ -288,3 +288,53 @@ def test_an_array_frame_off_a_link_decodes_as_a_bytes_frame_does():
     assert _raised(wire.decode_pipe, [head, np.frombuffer(body, np.uint8).copy()],
                    limits=small) == _raised(wire.decode_pipe, [head, body], limits=small)
     assert "exceeds 8" in _raised(wire.decode_pipe, [head, body], limits=small)[1]
+
+
+# ---- a link's read: prefix, table and header in one read ------------------------------------------
+
+def _whole_head_buffered(link) -> bool:
+    have = link._hi - link._lo
+    if link._target is not None or have < links._PREFIX.size:
+        return False
+    count, head = links._PREFIX.unpack_from(link._buf, link._lo)
+    return have >= links._PREFIX.size + links._SIZE.size * (count - 1) + head
+
+
+def test_what_the_buffer_holds_is_read_whole_and_a_large_header_grows_it_for_a_while():
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    dialled, accepted = Link(a, IDENTITY), Link(b, accepted=True)
+    sent = [[b"x" * (i % 7 + 1)] for i in range(200)]  # small: many to one kernel read
+    sent.append([b"h" * 10000, np.arange(50000, dtype=np.uint8), b"", b"t"])  # over a page
+    sent.append([b"after", b"\x01" * 3])
+    for frames in sent:
+        dialled.send_multipart(frames)
+    got, reads = [], 0
+    while len(got) < len(sent):
+        got += accepted.read(at_most=4)
+        reads += 1
+        assert not _whole_head_buffered(accepted)  # none left where a poll would not see it
+    assert [_bytes(f) for f in got] == [_bytes(f) for f in sent]
+    assert reads < len(sent) // 4  # (a page holds many of the small ones)
+    assert len(accepted._buf) == links._BUFFER or accepted.read() == []
+    dialled.send_multipart([b"again"])
+    assert accepted.read() == [[b"again"]] and len(accepted._buf) == links._BUFFER
+
+
+def test_a_pipe_record_takes_two_reads_the_header_with_the_arrays_first_bytes():
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    dialled, accepted = Link(a, IDENTITY), Link(b, accepted=True)
+    data = np.arange(32 * 1024, dtype=np.float32).reshape(32, 1024)
+    dialled.send_multipart(wire.encode_pipe("m", "s", "act", 0, data))
+    calls = []
+    real = accepted.sock
+
+    class Counting:
+        def recv_into(self, into, n):
+            calls.append(n)
+            return real.recv_into(into, n)
+
+    accepted.sock = Counting()
+    (frames,) = accepted.read()
+    accepted.sock = real
+    assert calls[0] == links._BUFFER and len(calls) == 3  # the third: nothing more (EAGAIN)
+    np.testing.assert_array_equal(wire.decode_pipe(frames)["data"], data)
