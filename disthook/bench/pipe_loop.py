@@ -75,12 +75,11 @@ def side(role: str, conn, messages: int, rounds: int, parts: bool, ready: bool) 
     """One stage: ``a`` sends activations and waits for gradients, ``b`` the reverse."""
     import numpy as np
 
+    from disthook.service.loop import tune_malloc
     from workers.links import links_enabled
     from workers.peers import neighbour_identity
     from workers.server import Worker
     from workers.state import Job, StepRun
-
-    from disthook.service.loop import tune_malloc
 
     tune_malloc()  # as a worker's main does
     timers = _parts() if parts else None
