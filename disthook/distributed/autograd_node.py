@@ -172,7 +172,7 @@ class RemoteBackward0(Node):
         if self._freed:
             raise RuntimeError(SECOND_BACKWARD_MSG)
         if grad_mode.is_grad_enabled() and not self._call:  # create_graph through a chain
-            raise NotImplementedError(_CREATE_GRAPH)
+            raise NotImplementedError(_create_graph_chain(self._model))
         # the workers keep their graphs exactly when this backward keeps the client's
         retain = engine.retains_graph()
         model = self._model
@@ -380,6 +380,24 @@ _CREATE_GRAPH = (
     "deployed model: the gradients computed on its workers come back as values, without a "
     "graph, so they cannot be differentiated again (gradient penalties, double backward). "
     "Compute that part in one process (remote.to_local()), or keep create_graph=False")
+
+
+def _create_graph_chain(model) -> str:
+    """The refusal of a double backward through a chain of stages, with the deploy call that
+    runs the same model from here, part by part, where it works."""
+    names = getattr(model, "_stage_names", None) or []
+    placement = {path: stage for stage, paths in enumerate(names) for path in paths if path}
+    way = (f"placement={placement!r}" if placement else "placement={...}")
+    return ("backward(create_graph=True) or autograd.grad(..., create_graph=True) through a "
+            "model deployed as a chain of stages (its children cut into contiguous stages, "
+            "each stage sending its activations and gradients straight to the next): those "
+            "gradients travel as values, without a graph, so they cannot be differentiated "
+            "again (gradient penalties, double backward). Deploy it with " + way +
+            " instead: its forward then runs here, calling each part on its worker, and "
+            "double backward works; or compute that part in one process "
+            "(remote.to_local()), or keep create_graph=False")
+
+
 _CLIENT_USE = (
     "a tensor that a forward hook got from a module on a worker is used on the client in "
     "what this backward differentiates, together with the model's output (a loss term "
