@@ -198,7 +198,10 @@ class RemoteParameter(RemoteStorage, Parameter):
     the model's own ``Parameter`` object, placed (``adopt``); its ``.data`` is one more
     object per parameter. ``RemoteParameter(deployment, name)`` finds it by name."""
 
-    def __new__(cls, model, path: str, *, _data: bool = False):
+    def __new__(cls, model=None, path=None, *args, _data: bool = False, **kwargs):
+        if not hasattr(model, "_canonical"):  # type(p)(data, requires_grad), as library
+            # code makes a new parameter like an old one: a plain one, as in one process
+            return Parameter(model, *((path,) if path is not None else ()), *args, **kwargs)
         path = model._canonical.get(path, path)  # tied names are one parameter
         cache = model.__dict__.setdefault("_param_proxies", {})
         proxy = cache.get((path, _data))
@@ -348,6 +351,11 @@ class RemoteBuffer(RemoteStorage, Tensor):
     """A buffer of a deployed model (running statistics, masks), living on its worker: the
     model's own ``Tensor`` object, placed (``adopt_buffer``); its value is fetched when read
     and its in-place changes run there."""
+
+    def __new__(cls, *args, **kwargs):
+        """``type(buffer)(data)``, as library code makes a tensor like another: a plain
+        tensor, as in one process (a placed buffer is made by ``adopt_buffer``)."""
+        return Tensor(*args, **kwargs)
 
     @property
     def _requires_grad(self) -> bool:

@@ -228,6 +228,28 @@ def test_a_gradient_computed_here_accumulates_on_the_owner(cluster):
         remote.close()
 
 
+def test_a_new_tensor_made_like_a_placed_one_is_a_plain_one(cluster):
+    """Library code makes a tensor like another with its type (``type(p)(data,
+    requires_grad=...)``, ``type(buf)(data)``): as in one process, a plain parameter or
+    tensor comes, nothing placed, and the placed one is untouched."""
+    remote = cluster.deploy(nn.Sequential(nn.Linear(4, 5), nn.BatchNorm1d(5),
+                                          nn.Linear(5, 3)), stages=2)
+    try:
+        w, mean = remote[0].weight, remote[1].running_mean
+        made = type(w)(torch.ones(2), requires_grad=False)
+        assert type(made) is nn.Parameter and not made.requires_grad
+        assert made.tolist() == [1.0, 1.0]
+        again = w.__class__(torch.zeros(3))
+        assert type(again) is nn.Parameter and again.requires_grad
+        plain = type(mean)(torch.full((2,), 2.0))
+        assert type(plain) is torch.Tensor and plain.tolist() == [2.0, 2.0]
+        assert type(mean)([1.0, 2.0]).tolist() == [1.0, 2.0]
+        assert tuple(w.shape) == (5, 4) and tuple(mean.shape) == (5,)
+        assert mean.tolist() == [0.0] * 5
+    finally:
+        remote.close()
+
+
 def test_writes_run_on_the_owner(cluster):
     local, remote = mlp(), cluster.deploy(mlp(), stages=2)
     try:
