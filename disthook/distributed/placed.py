@@ -59,8 +59,16 @@ def deployment_of(module) -> Deployment | None:
 
 
 class _Placed(Placement):
+    forward_deployed = None  # a forward the module had on itself when deployed (place())
+
     def __init__(self, deployment: Deployment, path: str):
         self.deployment, self.path = deployment, path
+
+    def forward_set(self, module: Module):
+        """A forward set on the module itself since it was deployed (None: none): its
+        worker's copy has only the one it was deployed with."""
+        own = module.__dict__.get("forward")
+        return None if own is None or own is self.forward_deployed else own
 
     def detached(self, module: Module, state: dict) -> dict:
         state.pop("_placement", None)
@@ -90,6 +98,13 @@ class PartPlacement(_Placed):
     def __init__(self, deployment: Deployment, path: str, shared: set | None = None):
         super().__init__(deployment, path)
         self.shared = set() if shared is None else shared
+
+    def forward_for(self, module: Module):
+        """A forward set on the module itself (``module.forward = wrapper``, as accelerate
+        and patching tools do) runs here between the module's hooks, as in one process;
+        what it calls of the module's own (its class's forward, its children) runs on the
+        worker or reads from it. Otherwise the whole call runs on the worker."""
+        return self.forward_set(module)
 
     def call(self, module: Module, args: tuple, kwargs: dict):
         from disthook.distributed.glue import call_placed
@@ -239,6 +254,17 @@ class PartPlacement(_Placed):
             "persistent": persistent}, what=f"{op} {name!r} of {self.path!r}")
 
 
+def forward_set_here(root: Module) -> bool:
+    """Whether a module of the model has had a forward set on itself since it was deployed
+    (``m.forward = ...``)."""
+    for m in root.modules():
+        if "forward" in m.__dict__:
+            placement = m.__dict__.get("_placement")
+            if placement is None or placement.forward_set(m) is not None:
+                return True
+    return False
+
+
 class RootPlacement(_Placed):
     """The deployed model itself (see the module's doc)."""
 
@@ -247,7 +273,10 @@ class RootPlacement(_Placed):
         sync_all(dep)
         if module._is_full_backward_hook is False and module._backward_hooks:
             dep._route_root_legacy_hooks()
-        if dep._glue:  # its own forward, here; each placed part on its worker
+        # its own forward here, each placed part on its worker: a model of its own forward,
+        # or a chain where a forward was set on a module itself (see PartPlacement's), which
+        # the stages passing activations among themselves would not run
+        if dep._glue or forward_set_here(module):
             from disthook.distributed.pinning import spanned
 
             if dep._chunks > 1:
@@ -408,6 +437,8 @@ def place(dep: Deployment, root: Module) -> None:
             shared = {k for k in module.__dict__ if not k.startswith("_")}
             module.__dict__["_placement"] = PartPlacement(dep, path, shared)
     root.__dict__["_placement"] = RootPlacement(dep, "")
+    for path, module in [("", root), *placed]:
+        module.__dict__["_placement"].forward_deployed = module.__dict__.get("forward")
     dep.__dict__["_placed_modules"] = placed
     dep.__dict__["_synced"] = {}
 
