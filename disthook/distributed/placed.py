@@ -59,16 +59,8 @@ def deployment_of(module) -> Deployment | None:
 
 
 class _Placed(Placement):
-    forward_deployed = None  # a forward the module had on itself when deployed (place())
-
     def __init__(self, deployment: Deployment, path: str):
         self.deployment, self.path = deployment, path
-
-    def forward_set(self, module: Module):
-        """A forward set on the module itself since it was deployed (None: none): its
-        worker's copy has only the one it was deployed with."""
-        own = module.__dict__.get("forward")
-        return None if own is None or own is self.forward_deployed else own
 
     def detached(self, module: Module, state: dict) -> dict:
         state.pop("_placement", None)
@@ -98,13 +90,16 @@ class PartPlacement(_Placed):
     def __init__(self, deployment: Deployment, path: str, shared: set | None = None):
         super().__init__(deployment, path)
         self.shared = set() if shared is None else shared
+        self.here: set[str] = set()  # what was set here that its worker's copy lacks
 
     def forward_for(self, module: Module):
-        """A forward set on the module itself (``module.forward = wrapper``, as accelerate
-        and patching tools do) runs here between the module's hooks, as in one process;
-        what it calls of the module's own (its class's forward, its children) runs on the
-        worker or reads from it. Otherwise the whole call runs on the worker."""
-        return self.forward_set(module)
+        """The whole call runs on the worker (None), unless something the worker's copy
+        lacks was set here on this module or one inside it: a forward
+        (``module.forward = wrapper``, as accelerate and patching tools do) or a method
+        its forward calls (``attn._attn = my_attention``). Then its forward runs here
+        between its hooks, as in one process; what that calls of the module's own (its
+        class's forward, its children) runs on their workers or reads from them."""
+        return module.forward if changed_here(module) else None
 
     def call(self, module: Module, args: tuple, kwargs: dict):
         from disthook.distributed.glue import call_placed
@@ -135,16 +130,21 @@ class PartPlacement(_Placed):
                 "and submodules stay the objects deployed (load new values with "
                 f"load_state_dict, or change it in place under no_grad(): "
                 f"{self.path}.{name}.copy_(t))")
-        if name in self.shared and not opaque_in(value):
-            self._module_op("set_attr", name, pack(value))
-            object.__setattr__(module, name, value)
-            return True
-        return False  # a new attribute, or one that cannot travel: the client's own
+        if name in self.shared or _on_class(module, name):  # what the worker's code reads
+            if opaque_in(value) is None:
+                self._module_op("set_attr", name, pack(value))
+                object.__setattr__(module, name, value)
+                self.shared.add(name)
+                self._mark(name, False)
+                return True
+            self._mark(name, True)  # a function, say: the module's forward runs here now
+        return False  # the client's own (a new attribute, or one that cannot travel)
 
     def del_attr(self, module: Module, name: str) -> bool:
         d = module.__dict__
         if name in d["_parameters"] or name in d["_modules"]:
             self.change_structure(module, f"deleting {name!r}")
+        self._mark(name, False)
         if name in d["_buffers"]:
             self._module_op("del_attr", name)
             del d["_buffers"][name]
@@ -247,6 +247,13 @@ class PartPlacement(_Placed):
         if strict:
             note_unexpected(state_dict, prefix, local, d["_modules"], unexpected_keys)
 
+    def _mark(self, name: str, changed: bool) -> None:
+        """``name`` of this module is (or is no longer) set here in a form its worker's copy
+        lacks; the deployment keeps the paths that have one (``changed_here``)."""
+        (self.here.add if changed else self.here.discard)(name)
+        paths = self.deployment.__dict__.setdefault("_changed_here", set())
+        (paths.add if self.here else paths.discard)(self.path)
+
     def _module_op(self, op: str, name: str, value=None, persistent: bool | None = None):
         dep = self.deployment
         dep._hub.request(dep._owner(self.path), "module_op", {
@@ -254,15 +261,23 @@ class PartPlacement(_Placed):
             "persistent": persistent}, what=f"{op} {name!r} of {self.path!r}")
 
 
-def forward_set_here(root: Module) -> bool:
-    """Whether a module of the model has had a forward set on itself since it was deployed
-    (``m.forward = ...``)."""
-    for m in root.modules():
-        if "forward" in m.__dict__:
-            placement = m.__dict__.get("_placement")
-            if placement is None or placement.forward_set(m) is not None:
-                return True
-    return False
+def _on_class(module: Module, name: str) -> bool:
+    """Whether ``name`` is an attribute of the module's class (a method, a default)."""
+    return not name.startswith("__") and any(name in k.__dict__ for k in type(module).__mro__)
+
+
+def changed_here(module: Module) -> bool:
+    """Whether ``module`` (the model, or a placed part) or a module inside it had something
+    set here since the deploy that its worker's copy lacks (``PartPlacement.forward_for``):
+    a forward, or a method or value its forward reads that cannot travel."""
+    placement = module.__dict__.get("_placement")
+    if placement is None:
+        return False
+    changed = placement.deployment.__dict__.get("_changed_here")
+    path = placement.path
+    if not path:  # the model: its own forward set on it (it runs here), or any part's
+        return bool(changed) or "forward" in module.__dict__
+    return bool(changed) and any(p == path or p.startswith(path + ".") for p in changed)
 
 
 class RootPlacement(_Placed):
@@ -276,7 +291,7 @@ class RootPlacement(_Placed):
         # its own forward here, each placed part on its worker: a model of its own forward,
         # or a chain where a forward was set on a module itself (see PartPlacement's), which
         # the stages passing activations among themselves would not run
-        if dep._glue or forward_set_here(module):
+        if dep._glue or changed_here(module):
             from disthook.distributed.pinning import spanned
 
             if dep._chunks > 1:
@@ -437,8 +452,6 @@ def place(dep: Deployment, root: Module) -> None:
             shared = {k for k in module.__dict__ if not k.startswith("_")}
             module.__dict__["_placement"] = PartPlacement(dep, path, shared)
     root.__dict__["_placement"] = RootPlacement(dep, "")
-    for path, module in [("", root), *placed]:
-        module.__dict__["_placement"].forward_deployed = module.__dict__.get("forward")
     dep.__dict__["_placed_modules"] = placed
     dep.__dict__["_synced"] = {}
 

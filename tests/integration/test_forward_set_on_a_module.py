@@ -1,9 +1,11 @@
-"""A forward set on a module itself (``module.forward = wrapper``, as accelerate's hooks,
-quantizers and patching tools do) runs on a deployed model as in one process: on a part of
-a model whose forward runs on the client, on the model itself, and on a stage of a chain
-(whose stages would otherwise pass activations among themselves without calling it); the
-output, the parameters' gradients and the module's hooks equal one process's, and ``del
-module.forward`` brings the class's forward back. It was silently ignored before."""
+"""What is set on a deployed module after the deploy reaches its class's code, as in one
+process: a forward set on the module itself (``module.forward = wrapper``, as accelerate's
+hooks, quantizers and patching tools do) or a method its forward calls runs from the client,
+on a part of a model whose forward runs on the client, on the model itself, inside a part
+placed whole, and on a stage of a chain (whose stages would otherwise pass activations among
+themselves without calling it); a value over a class default goes to the worker. The
+output, the parameters' gradients and the module's hooks equal one process's, and deleting
+what was set brings the class's back. Each was silently ignored before."""
 import functools
 
 import pytest
@@ -138,5 +140,103 @@ def test_a_forward_a_module_had_when_deployed_runs_on_its_worker(cluster):
         remote.stats(reset=True)
         assert remote(x).detach().numpy().tolist() == local(x).detach().numpy().tolist()
         assert remote.stats()["bytes_between_workers"] == 0
+    finally:
+        remote.close()
+
+
+class Scored(nn.Module):
+    """A module whose forward reads a method and a class-level default of its own."""
+    scale = 1.0
+
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Linear(4, 4)
+
+    def score(self, h):
+        return h * self.scale
+
+    def forward(self, x):
+        return self.score(self.q(x))
+
+
+def scored_chain():
+    return nn.Sequential(nn.Linear(4, 4), nn.ReLU(), Scored(), nn.Linear(4, 2))
+
+
+def scored_pair(cluster):
+    """An input, the chain in one process and the same chain deployed on two stages."""
+    torch.manual_seed(2)
+    x = torch.randn(3, 4)
+    torch.manual_seed(0)
+    local = scored_chain()
+    torch.manual_seed(0)
+    return x, local, cluster.deploy(scored_chain(), stages=2)
+
+
+def test_a_method_set_on_a_module_is_what_its_forward_calls(cluster):
+    """``attn._attn = my_attention`` (a function the module's forward calls, patched the
+    way attention patterns are captured): the forward runs here, calling it; deleting it
+    gives the class's method back, and the chain its workers."""
+    x, local, remote = scored_pair(cluster)
+    try:
+        for model in (local, remote):
+            model[2].score = lambda h: h.tanh()
+            model(x).sum().backward()
+        assert remote(x).detach().numpy().tolist() == local(x).detach().numpy().tolist()
+        for p, q in zip(remote.parameters(), local.parameters()):
+            assert p.grad.numpy().tolist() == q.grad.numpy().tolist()
+        del remote[2].score, local[2].score
+        remote.stats(reset=True)
+        assert remote(x).detach().numpy().tolist() == local(x).detach().numpy().tolist()
+        assert remote.stats()["bytes_between_workers"] > 0
+    finally:
+        remote.close()
+
+
+def test_a_value_set_over_a_class_default_goes_to_the_worker(cluster):
+    """``module.scale = 3.0`` where the class has ``scale = 1.0`` that its forward reads:
+    the value goes to the worker's copy (the chain still runs worker to worker)."""
+    x, local, remote = scored_pair(cluster)
+    try:
+        local[2].scale = remote[2].scale = 3.0
+        remote.stats(reset=True)
+        assert remote(x).detach().numpy().tolist() == local(x).detach().numpy().tolist()
+        assert remote.stats()["bytes_between_workers"] > 0
+        del local[2].scale, remote[2].scale
+        assert remote[2].scale == 1.0
+        assert remote(x).detach().numpy().tolist() == local(x).detach().numpy().tolist()
+    finally:
+        remote.close()
+
+
+class Outer(nn.Module):
+    """A model whose forward runs on the client, with a part that holds a Scored."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Linear(4, 4)
+        self.block = nn.Sequential(nn.Linear(4, 4), Scored(), nn.ReLU())
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.head(self.block(self.first(x)))
+
+
+def test_a_method_set_inside_a_part_placed_whole_is_called(cluster):
+    """The part placed whole (``block``) would run on its worker with its own copy of the
+    module inside it: with a method set on that module, the part runs from here."""
+    torch.manual_seed(2)
+    x = torch.randn(3, 4)
+    torch.manual_seed(0)
+    local = Outer()
+    torch.manual_seed(0)
+    remote = cluster.deploy(Outer(), placement={"first": 0, "block": 1, "head": 0})
+    try:
+        for model in (local, remote):
+            model.block[1].score = lambda h: h.tanh() * 2
+            model(x).sum().backward()
+        assert remote(x).detach().numpy().tolist() == local(x).detach().numpy().tolist()
+        for p, q in zip(remote.parameters(), local.parameters()):
+            assert p.grad.numpy().tolist() == q.grad.numpy().tolist()
     finally:
         remote.close()
