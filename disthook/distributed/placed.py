@@ -35,6 +35,7 @@ from disthook.nn.modules.module import (
     checked_state_value,
     note_unexpected,
 )
+from disthook.distributed import global_hooks
 from disthook.service import hook_kinds
 from disthook.service.values import opaque_in, pack
 from disthook.tensor import Tensor
@@ -512,13 +513,17 @@ def _wanted(module: Module) -> list[tuple]:
     return out
 
 
-def sync_hooks(dep: Deployment, module: Module, path: str) -> None:
+def sync_hooks(dep: Deployment, module: Module, path: str,
+               globals_: list | None = None) -> None:
     """Make the hooks registered on ``path``'s worker for ``module``'s dicts what the dicts
-    hold, in their order: those removed go, those added come (appended, or prepended, else
-    that kind registered again in order)."""
+    hold, in their order, after the global module hooks (``global_hooks``; ``globals_``
+    as it gives them, read if None): those removed go, those added come (appended, or
+    prepended, else that kind registered again in order)."""
     synced = dep.__dict__.setdefault("_synced", {})
     have: dict = synced.get(id(module), {})
-    want = _wanted(module)
+    if globals_ is None:
+        globals_ = global_hooks.globals_wanted()
+    want = global_hooks.merged(dep, path, _wanted(module), globals_)
     if not want and not have:
         return
     wanted_ids = {i: (kind, fn, opts) for i, kind, fn, opts in want}
@@ -561,14 +566,16 @@ def sync_all(dep: Deployment) -> None:
     """Before a call: every placed module's hook dicts as its worker holds them (a handle
     removed that was made before deploy, a dict edited in place)."""
     synced = dep.__dict__.get("_synced", {})
+    globals_ = global_hooks.globals_wanted()
     for path, module in dep.__dict__.get("_placed_modules", ()):
         if not path:
             continue  # a model placed whole: its own hooks fire here (RootPlacement)
         d = module.__dict__
         have = synced.get(id(module))
-        if not (have or d["_forward_hooks"] or d["_forward_pre_hooks"]
+        if not (have or globals_ or d["_forward_hooks"] or d["_forward_pre_hooks"]
                 or d["_backward_hooks"] or d["_backward_pre_hooks"]):
             continue
-        if have is not None and list(have) == [i for i, *_ in _wanted(module)]:
+        want = global_hooks.merged(dep, path, _wanted(module), globals_)
+        if have is not None and list(have) == [i for i, *_ in want]:
             continue
-        sync_hooks(dep, module, path)
+        sync_hooks(dep, module, path, globals_)
