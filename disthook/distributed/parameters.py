@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from disthook.distributed.placed import RemoteHandle
 
 __all__ = ["RemoteBuffer", "RemoteParameter", "RemoteStorage", "adopt", "adopt_buffer",
-           "release"]
+           "release", "retype"]
 
 
 _SLOT_DATA = Tensor.__dict__["_data"]  # the slot every tensor holds its array in
@@ -502,3 +502,14 @@ RemoteParameter._optimizer_share = staticmethod(remote_grads.optimizer_share)
 RemoteParameter._grad_norms = staticmethod(remote_grads.grad_norms)
 RemoteParameter._scale_grads = staticmethod(remote_grads.scale_grads)
 RemoteParameter._clamp_grads = staticmethod(remote_grads.clamp_grads)
+
+
+def retype(t: RemoteStorage, dtype: np.dtype) -> None:
+    """``t``'s worker converted it to ``dtype`` (``module.to(dtype)``): what it is here says
+    so, its ``.data`` view too."""
+    new = np.broadcast_to(np.zeros((), dtype), _SLOT_DATA.__get__(t).shape)
+    _SLOT_DATA.__set__(t, new)
+    views = t._model.__dict__.get("_param_proxies", {})
+    view = views.get((t._path, True))
+    if view is not None:
+        _SLOT_DATA.__set__(view, new)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from disthook.distributed import global_hooks
 from disthook.distributed.parameters import (
     RemoteBuffer,
     RemoteParameter,
@@ -27,6 +28,7 @@ from disthook.distributed.parameters import (
     adopt,
     adopt_buffer,
     release,
+    retype,
 )
 from disthook.nn.modules.module import (
     HOOK_DICTS,
@@ -35,7 +37,6 @@ from disthook.nn.modules.module import (
     checked_state_value,
     note_unexpected,
 )
-from disthook.distributed import global_hooks
 from disthook.service import hook_kinds
 from disthook.service.values import opaque_in, pack
 from disthook.tensor import Tensor
@@ -184,14 +185,17 @@ class PartPlacement(_Placed):
             m.__dict__["training"] = mode
 
     def apply(self, module: Module, fn) -> None:
-        """``to()``/``float()`` ...: a conversion that changes nothing is allowed."""
-        for _, t in [*module.named_parameters(), *module.named_buffers()]:
+        """``to(dtype)``, ``double()``, ``half()`` ...: the tensors whose dtype changes are
+        converted on the worker, in place as in one process (``parameters.retype``)."""
+        changes = {}
+        for name, t in [*module.named_parameters(), *module.named_buffers()]:
             out = fn(Tensor._make(np.zeros(1, t._twin._data.dtype), None, 0))
             if out.dtype != t.dtype:
-                raise NotImplementedError(
-                    f"converting the deployed module at {self.path!r} (to {out.dtype}): its "
-                    "worker keeps it as it was deployed; convert the model before deploying "
-                    "it")
+                changes[name] = (t, out._data.dtype)
+        if changes:
+            self._module_op("convert", "", pack({n: d.name for n, (_, d) in changes.items()}))
+            for t, dtype in changes.values():
+                retype(t, dtype)
 
     def save_state(self, module: Module, destination, prefix: str, keep_vars: bool) -> None:
         d = module.__dict__

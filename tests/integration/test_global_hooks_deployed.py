@@ -13,13 +13,6 @@ pytestmark = [pytest.mark.timeout(240),  # the first module's input needs no gra
               pytest.mark.filterwarnings("ignore:Full backward hook is firing")]
 
 
-@pytest.fixture(scope="module", params=[2, 3])
-def cluster(request, shared_clusters):
-    with shared_clusters.lend(request.param) as c:
-        c.stages = request.param
-        yield c
-
-
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
@@ -70,11 +63,11 @@ def session(model):
 
 
 @pytest.mark.parametrize("make", [Net, chain], ids=["tree", "chain"])
-def test_global_module_hooks_fire_on_the_parts_as_in_one_process(cluster, make):
+def test_global_module_hooks_fire_on_the_parts_as_in_one_process(cluster_2_or_3, make):
     torch.manual_seed(0)
     want = session(make())
     torch.manual_seed(0)
-    remote = cluster.deploy(make(), stages=min(cluster.stages, 2 if make is Net else 5))
+    remote = cluster_2_or_3.deploy(make(), stages=min(cluster_2_or_3.stages, 2 if make is Net else 5))
     try:
         got = session(remote)
     finally:
@@ -83,9 +76,9 @@ def test_global_module_hooks_fire_on_the_parts_as_in_one_process(cluster, make):
     assert got[1:] == want[1:]
 
 
-def test_global_hooks_reach_a_chains_train_step(cluster):
+def test_global_hooks_reach_a_chains_train_step(cluster_2_or_3):
     torch.manual_seed(0)
-    remote = cluster.deploy(chain(), stages=cluster.stages, chunks=2)
+    remote = cluster_2_or_3.deploy(chain(), stages=cluster_2_or_3.stages, chunks=2)
     seen = []
     handle = module_hooks.register_module_forward_hook(
         lambda m, args, out: seen.append(type(m).__name__))
@@ -100,9 +93,9 @@ def test_global_hooks_reach_a_chains_train_step(cluster):
     assert sorted(seen) == sorted(per_micro_batch * 2)
 
 
-def test_a_legacy_global_backward_hook_is_refused_naming_the_full_one(cluster, monkeypatch):
+def test_a_legacy_global_backward_hook_is_refused_naming_the_full_one(cluster_2_or_3, monkeypatch):
     monkeypatch.setattr(module_hooks, "_global_is_full_backward_hook", None)
-    remote = cluster.deploy(chain(), stages=cluster.stages)
+    remote = cluster_2_or_3.deploy(chain(), stages=cluster_2_or_3.stages)
     handle = module_hooks.register_module_backward_hook(lambda m, g_in, g_out: None)
     try:
         with pytest.raises(NotImplementedError, match="register_module_full_backward_hook"):
