@@ -311,3 +311,15 @@ def test_a_pruning_method_of_ones_own():
     dh_prune.l1_unstructured(dh_m[0], "bias", 1)  # on the entries FooBar kept
     t_prune.l1_unstructured(t_m[0], "bias", 1)
     assert_same(dh_m, t_m, x_for(mlp))
+
+
+def test_a_pruned_checkpoint_saved_by_torch_loads_here(tmp_path):
+    """Lottery-ticket code saves a pruned model's state dict (weight_orig, weight_mask) and
+    loads it into a model pruned with identity(): torch's file, disthook's model."""
+    dh_m, t_m = make_pair(mlp)
+    for i in (0, 2):
+        t_prune.l1_unstructured(t_m[i], "weight", 0.4)
+        dh_prune.identity(dh_m[i], "weight")
+    torch.save(t_m.state_dict(), tmp_path / "pruned.pt")
+    dh_m.load_state_dict(disthook.load(tmp_path / "pruned.pt"))
+    assert_same(dh_m, t_m, x_for(mlp))
