@@ -496,3 +496,21 @@ def test_a_container_whose_parts_are_on_several_workers_takes_changes_here(clust
                                    rtol=1e-6)
     finally:
         remote.close()
+
+
+def test_scalar_buffers_keep_their_shape_on_the_workers(cluster):
+    """Batch norm's num_batches_tracked is 0-d in one process: so it is read back from its
+    worker, in the state dict and once the deployment is closed (it was shape [1])."""
+    local = nn.Sequential(nn.Linear(4, 5), nn.BatchNorm1d(5), nn.Linear(5, 3))
+    remote = cluster.deploy(nn.Sequential(nn.Linear(4, 5), nn.BatchNorm1d(5),
+                                          nn.Linear(5, 3)), stages=2)
+    try:
+        remote(torch.randn(3, 4))
+        local(torch.randn(3, 4))
+        shapes = {k: tuple(v.shape) for k, v in local.state_dict().items()}
+        assert {k: tuple(v.shape) for k, v in remote.state_dict().items()} == shapes
+        assert remote[1].num_batches_tracked.detach().shape == ()
+        assert remote[1].num_batches_tracked.item() == 1
+    finally:
+        remote.close()
+    assert {k: tuple(v.shape) for k, v in remote.state_dict().items()} == shapes
