@@ -50,7 +50,7 @@ _RESHAPING = frozenset({"as_strided_", "resize_", "resize_as_", "squeeze_", "swa
                         "swapdims_", "t_", "transpose_", "unsqueeze_", "set_"})
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _draws(op: str) -> bool:
     """Whether the in-place tensor method ``op`` draws random numbers (it takes a
     ``generator``: ``uniform_``, ``normal_``, ``bernoulli_``, ``random_`` ...)."""
