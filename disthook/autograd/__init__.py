@@ -112,6 +112,27 @@ def _index(items: tuple, x) -> int:
     return 0
 
 
+def _check_inputs_elsewhere(outputs: tuple, inputs: tuple, accumulate_grad: bool) -> None:
+    """An input that lives in another process (a deployed model's parameter) whose
+    gradient this process's graph does not reach is refused as it says (its gradient would
+    be computed there, out of this backward's sight: None, or no .grad, silently)."""
+    elsewhere = [t for t in inputs if getattr(t, "_input_elsewhere", None) is not None]
+    if not elsewhere:
+        return
+    reached, todo = set(), [o.node if type(o) is graph.GradientEdge else o._grad_fn
+                            for o in outputs]
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in reached:
+            continue
+        reached.add(id(node))
+        todo.extend(next_node for next_node, _ in node.next_functions)
+    for t in elsewhere:
+        why = t._input_elsewhere(reached, accumulate_grad)
+        if why is not None:
+            raise NotImplementedError(why)
+
+
 def _run_backward(outputs: tuple, seeds: tuple, retain_graph: bool, create_graph: bool,
                   inputs: tuple, allow_unreachable: bool, accumulate_grad: bool) -> tuple:
     """Check the roots and inputs as torch's engine entry point does, then run the engine."""
@@ -134,6 +155,7 @@ def _run_backward(outputs: tuple, seeds: tuple, retain_graph: bool, create_graph
             t.retain_grad()
         if not t._requires_grad:
             raise RuntimeError("One of the differentiated Tensors does not require grad")
+    _check_inputs_elsewhere(outputs, inputs, accumulate_grad)
     results = execute(outputs, seeds, retain_graph=retain_graph, create_graph=create_graph,
                       inputs=inputs or None, accumulate=accumulate_grad)
     if not allow_unreachable:

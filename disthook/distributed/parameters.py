@@ -284,6 +284,20 @@ class RemoteParameter(RemoteStorage, Parameter):
     def _grad_acc(self):
         return weakref.ref(self._accumulator)
 
+    def _input_elsewhere(self, reached: set, accumulate: bool) -> str | None:
+        """Why this parameter cannot be an input of a backward whose graph here reaches the
+        nodes ``reached`` (ids), or None: it can where code here used it (its accumulator is
+        reached), not where only its worker did."""
+        if id(self._accumulator) in reached:
+            return None
+        call = ("loss.backward(inputs=[...])" if accumulate
+                else "torch.autograd.grad(..., inputs=[...])")
+        return (f"{call} with {self._path!r}, a parameter of a deployed model that its "
+                "worker uses: its gradient is computed on that worker, which adds it to "
+                f"the parameter's .grad there, out of this call's reach. Call "
+                f"loss.backward() (after zero_grad()) and read the .grad of "
+                f"{self._path!r}, or run this part in one process (remote.to_local())")
+
     @_grad_acc.setter
     def _grad_acc(self, value) -> None:
         pass  # its accumulator is fixed: the worker's .grad
