@@ -112,25 +112,24 @@ def _index(items: tuple, x) -> int:
     return 0
 
 
-def _check_inputs_elsewhere(outputs: tuple, inputs: tuple, accumulate_grad: bool) -> None:
-    """An input that lives in another process (a deployed model's parameter) whose
-    gradient this process's graph does not reach is refused as it says (its gradient would
-    be computed there, out of this backward's sight: None, or no .grad, silently)."""
-    elsewhere = [t for t in inputs if getattr(t, "_input_elsewhere", None) is not None]
+def _reach_inputs_elsewhere(outputs: tuple, inputs: tuple, create_graph: bool) -> None:
+    """Inputs that live in another process (a deployed model's parameters) are reached
+    through the nodes of this graph that stand for that process's part of it: each such
+    node is asked to give the input an edge (``_reach_from``), so that the engine takes
+    the gradient that process computes for it, as for any input."""
+    elsewhere = [t for t in inputs if getattr(t, "_reach_from", None) is not None]
     if not elsewhere:
         return
-    reached, todo = set(), [o.node if type(o) is graph.GradientEdge else o._grad_fn
-                            for o in outputs]
+    nodes, todo = {}, [o.node if type(o) is graph.GradientEdge else o._grad_fn
+                       for o in outputs]
     while todo:
         node = todo.pop()
-        if node is None or id(node) in reached:
+        if node is None or id(node) in nodes:
             continue
-        reached.add(id(node))
+        nodes[id(node)] = node
         todo.extend(next_node for next_node, _ in node.next_functions)
     for t in elsewhere:
-        why = t._input_elsewhere(reached, accumulate_grad)
-        if why is not None:
-            raise NotImplementedError(why)
+        t._reach_from(nodes, create_graph)
 
 
 def _run_backward(outputs: tuple, seeds: tuple, retain_graph: bool, create_graph: bool,
@@ -155,7 +154,7 @@ def _run_backward(outputs: tuple, seeds: tuple, retain_graph: bool, create_graph
             t.retain_grad()
         if not t._requires_grad:
             raise RuntimeError("One of the differentiated Tensors does not require grad")
-    _check_inputs_elsewhere(outputs, inputs, accumulate_grad)
+    _reach_inputs_elsewhere(outputs, inputs, create_graph)
     results = execute(outputs, seeds, retain_graph=retain_graph, create_graph=create_graph,
                       inputs=inputs or None, accumulate=accumulate_grad)
     if not allow_unreachable:

@@ -284,19 +284,22 @@ class RemoteParameter(RemoteStorage, Parameter):
     def _grad_acc(self):
         return weakref.ref(self._accumulator)
 
-    def _input_elsewhere(self, reached: set, accumulate: bool) -> str | None:
-        """Why this parameter cannot be an input of a backward whose graph here reaches the
-        nodes ``reached`` (ids), or None: it can where code here used it (its accumulator is
-        reached), not where only its worker did."""
-        if id(self._accumulator) in reached:
-            return None
-        call = ("loss.backward(inputs=[...])" if accumulate
-                else "torch.autograd.grad(..., inputs=[...])")
-        return (f"{call} with {self._path!r}, a parameter of a deployed model that its "
-                "worker uses: its gradient is computed on that worker, which adds it to "
-                f"the parameter's .grad there, out of this call's reach. Call "
-                f"loss.backward() (after zero_grad()) and read the .grad of "
-                f"{self._path!r}, or run this part in one process (remote.to_local())")
+    def _reach_from(self, nodes: dict, create_graph: bool) -> None:
+        """A backward naming this parameter among its inputs, over a graph of ``nodes``
+        (id -> node): where code here used it, its accumulator is among them already;
+        where its worker did, the nodes standing for that worker's part give it an edge
+        (``RemoteBackward0.wants_parameter``), and the worker sends its gradient."""
+        if id(self._accumulator) in nodes:
+            return
+        reached = [n for n in nodes.values()
+                   if getattr(n, "wants_parameter", None) is not None and n.wants_parameter(self)]
+        if reached and create_graph:
+            raise NotImplementedError(
+                f"create_graph=True with {self._path!r}, a parameter of a deployed model "
+                "that its worker uses, among the inputs: its gradient comes back as a "
+                "value, without a graph, so it cannot be differentiated again (a "
+                "second-order MAML step). Take the first-order step (create_graph=False), "
+                "or run this part in one process (remote.to_local())")
 
     @_grad_acc.setter
     def _grad_acc(self, value) -> None:

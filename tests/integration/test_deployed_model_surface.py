@@ -575,32 +575,3 @@ def test_every_in_place_method_reaches_the_worker_or_says_why_not(cluster):
         assert tuple(remote[1].weight.shape) == (2, 3)
     finally:
         remote.close()
-
-
-def test_a_gradient_with_respect_to_a_parameter_its_worker_uses_is_refused(cluster):
-    """autograd.grad(loss, model.parameters()) and backward(inputs=...) with a parameter
-    that only its worker used: the gradient is computed there and added to its .grad, out
-    of the call's reach; the call says so and what to do (it raised "appears to not have
-    been used in the graph", or gave None with allow_unused=True, or filled nothing). A
-    parameter used here (F.linear(x, p)) is an input as in one process."""
-    remote = cluster.deploy(mlp(), stages=2)
-    local = mlp()
-    try:
-        x = torch.randn(3, 4)
-        loss = remote(x).pow(2).sum()
-        for call in (lambda: torch.autograd.grad(loss, list(remote.parameters()),
-                                                 retain_graph=True),
-                     lambda: torch.autograd.grad(loss, [remote[2].bias], retain_graph=True,
-                                                 allow_unused=True),
-                     lambda: loss.backward(inputs=[remote[0].weight], retain_graph=True)):
-            with pytest.raises(NotImplementedError, match=r"'(0|2)\.(weight|bias)'.*"
-                                                          r"loss.backward\(\)"):
-                call()
-        assert remote[0].weight.grad is None
-        got = torch.autograd.grad(torch.nn.functional.linear(x, remote[0].weight).sum(),
-                                  remote[0].weight)
-        want = torch.autograd.grad(torch.nn.functional.linear(x, local[0].weight).sum(),
-                                   local[0].weight)
-        same(got[0], want[0])
-    finally:
-        remote.close()
