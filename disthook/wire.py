@@ -46,6 +46,7 @@ __all__ = [
     "Limits",
     "Message",
     "WireError",
+    "c_order",
     "decode",
     "decode_all",
     "encode",
@@ -460,6 +461,12 @@ def _plain_copy(value):
     return list(value)  # a tuple subclass
 
 
+def c_order(arr: np.ndarray) -> np.ndarray:
+    """``arr`` C-contiguous: itself when it is, else a copy. A 0-d array stays 0-d
+    (``np.ascontiguousarray`` makes it 1-d: a scalar buffer would arrive as shape [1])."""
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+
+
 def _sendable(arr: np.ndarray, index: int) -> np.ndarray:
     dt = arr.dtype
     if dt.byteorder == ">":
@@ -467,8 +474,7 @@ def _sendable(arr: np.ndarray, index: int) -> np.ndarray:
     if arr.dtype.str not in DTYPES:
         raise WireError(f"array {index}: dtype {arr.dtype} cannot be sent; "
                         f"expected one of {sorted(DTYPES)}")
-    # copy only when not C-contiguous (np.ascontiguousarray would turn 0-d into 1-d)
-    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+    return c_order(arr)
 
 
 # ---- batches: several messages in one multipart ----------------------------------------------

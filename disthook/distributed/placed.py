@@ -63,6 +63,18 @@ def deployment_of(module) -> Deployment | None:
 class _Placed(Placement):
     def __init__(self, deployment: Deployment, path: str):
         self.deployment, self.path = deployment, path
+        self.here: set[str] = set()  # what was set here that its worker's copy lacks
+
+    def swapped(self, module: Module, name: str, swapped: bool) -> None:
+        """functional_call's tensor in place of ``name``: the forward runs here meanwhile."""
+        self._mark(f"{name} (swapped by functional_call)", swapped)
+
+    def _mark(self, name: str, changed: bool) -> None:
+        """``name`` of this module is (or is no longer) set here in a form its worker's copy
+        lacks; the deployment keeps the paths that have one (``changed_here``)."""
+        (self.here.add if changed else self.here.discard)(name)
+        paths = self.deployment.__dict__.setdefault("_changed_here", set())
+        (paths.add if self.here else paths.discard)(self.path)
 
     def detached(self, module: Module, state: dict) -> dict:
         state.pop("_placement", None)
@@ -92,13 +104,13 @@ class PartPlacement(_Placed):
     def __init__(self, deployment: Deployment, path: str, shared: set | None = None):
         super().__init__(deployment, path)
         self.shared = set() if shared is None else shared
-        self.here: set[str] = set()  # what was set here that its worker's copy lacks
 
     def forward_for(self, module: Module):
         """The whole call runs on the worker (None), unless something the worker's copy
         lacks was set here on this module or one inside it: a forward
         (``module.forward = wrapper``, as accelerate and patching tools do) or a method
-        its forward calls (``attn._attn = my_attention``). Then its forward runs here
+        its forward calls (``attn._attn = my_attention``), or a tensor put in place of one
+        of its parameters or buffers by ``functional_call``. Then its forward runs here
         between its hooks, as in one process; what that calls of the module's own (its
         class's forward, its children) runs on their workers or reads from them."""
         return module.forward if changed_here(module) else None
@@ -251,13 +263,6 @@ class PartPlacement(_Placed):
                                what=f"load_state_dict of {self.path!r}")
         if strict:
             note_unexpected(state_dict, prefix, local, d["_modules"], unexpected_keys)
-
-    def _mark(self, name: str, changed: bool) -> None:
-        """``name`` of this module is (or is no longer) set here in a form its worker's copy
-        lacks; the deployment keeps the paths that have one (``changed_here``)."""
-        (self.here.add if changed else self.here.discard)(name)
-        paths = self.deployment.__dict__.setdefault("_changed_here", set())
-        (paths.add if self.here else paths.discard)(self.path)
 
     def _module_op(self, op: str, name: str, value=None, persistent: bool | None = None):
         dep = self.deployment

@@ -1246,6 +1246,10 @@ class Placement:
     def del_attr(self, module: Module, name: str) -> bool:
         return False
 
+    def swapped(self, module: Module, name: str, swapped: bool) -> None:
+        """``torch.func.functional_call`` put a tensor of its own in place of the module's
+        parameter or buffer ``name`` (``swapped``), or put the module's back."""
+
     def register_buffer(self, module: Module, name: str, tensor, persistent: bool) -> None:
         raise NotImplementedError
 
