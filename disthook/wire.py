@@ -46,6 +46,7 @@ __all__ = [
     "Limits",
     "Message",
     "WireError",
+    "c_order",
     "decode",
     "decode_all",
     "decode_pipe",
@@ -65,8 +66,9 @@ __all__ = [
 # 9: a client's requests to one worker may come as one batch (a worker of 8 refuses it), and
 # "pipe" records travel in a short form (a fixed struct header, see _encode_pipe); 10: a
 # worker registers its local link and load_stage names the neighbours' (workers/links.py),
-# fields a process of 9 refuses
-PROTOCOL_VERSION = 10
+# fields a process of 9 refuses; 11: module_op "convert" (a placed module's dtype changed:
+# to(dtype), double(), half()), which a worker of 10 refuses
+PROTOCOL_VERSION = 11
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
@@ -181,7 +183,8 @@ ENUMS: dict[str, frozenset] = {
     "pipe_kind": frozenset({"act", "grad", "abort", "value"}),
     "optimizer_action": frozenset({"step", "zero_grad", "state", "load"}),
     "grad_op_kind": frozenset({"norm", "scale", "clamp", "set", "add"}),
-    "module_op_kind": frozenset({"register_buffer", "set_attr", "del_attr", "train"}),
+    "module_op_kind": frozenset({"register_buffer", "set_attr", "del_attr", "train",
+                                 "convert"}),
     "schedule_kind": frozenset({"recv_act", "forward", "send_act", "recv_grad", "backward",
                                 "send_grad", "weight"}),
     "layout_kind": frozenset({"chain", "tree", "whole"}),  # of a published model
@@ -326,7 +329,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "commit": {"model": "str", "seq": "int"},
     # a change to the module at path that one process allows: a buffer registered (value: a
     # packed tensor or None), a plain attribute set (value: packed) or deleted, the part's
-    # mode set (train: value is the mode, a bool; name is "training")
+    # mode set (train: value is the mode, a bool; name is "training"), its tensors' dtypes
+    # changed (convert: value maps names under the module to dtype names; name is "")
     "module_op": {"model": "str", "path": "str", "op": "module_op_kind", "name": "str",
                   "value": "any?", "persistent": "bool?"},
     "step": {"model": "str", "optimizer": "optimizer_call?", "zero_grad": "bool?",
@@ -459,6 +463,12 @@ def _plain_copy(value):
     return list(value)  # a tuple subclass
 
 
+def c_order(arr: np.ndarray) -> np.ndarray:
+    """``arr`` C-contiguous: itself when it is, else a copy. A 0-d array stays 0-d
+    (``np.ascontiguousarray`` makes it 1-d: a scalar buffer would arrive as shape [1])."""
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+
+
 def _sendable(arr: np.ndarray, index: int) -> np.ndarray:
     dt = arr.dtype
     if dt.byteorder == ">":
@@ -466,8 +476,7 @@ def _sendable(arr: np.ndarray, index: int) -> np.ndarray:
     if arr.dtype.str not in DTYPES:
         raise WireError(f"array {index}: dtype {arr.dtype} cannot be sent; "
                         f"expected one of {sorted(DTYPES)}")
-    # copy only when not C-contiguous (np.ascontiguousarray would turn 0-d into 1-d)
-    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+    return c_order(arr)
 
 
 # ---- batches: several messages in one multipart ----------------------------------------------
