@@ -46,11 +46,14 @@ __all__ = [
     "Limits",
     "Message",
     "WireError",
+    "c_order",
     "decode",
     "decode_all",
+    "decode_pipe",
     "encode",
     "encode_batch",
     "encode_batches",
+    "encode_pipe",
     "split_batch",
     "write_part",
 ]
@@ -63,8 +66,9 @@ __all__ = [
 # 9: a client's requests to one worker may come as one batch (a worker of 8 refuses it), and
 # "pipe" records travel in a short form (a fixed struct header, see _encode_pipe); 10: a
 # worker registers its local link and load_stage names the neighbours' (workers/links.py),
-# fields a process of 9 refuses
-PROTOCOL_VERSION = 10
+# fields a process of 9 refuses; 11: module_op "convert" (a placed module's dtype changed:
+# to(dtype), double(), half()), which a worker of 10 refuses
+PROTOCOL_VERSION = 11
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
@@ -179,7 +183,8 @@ ENUMS: dict[str, frozenset] = {
     "pipe_kind": frozenset({"act", "grad", "abort", "value"}),
     "optimizer_action": frozenset({"step", "zero_grad", "state", "load"}),
     "grad_op_kind": frozenset({"norm", "scale", "clamp", "set", "add"}),
-    "module_op_kind": frozenset({"register_buffer", "set_attr", "del_attr", "train"}),
+    "module_op_kind": frozenset({"register_buffer", "set_attr", "del_attr", "train",
+                                 "convert"}),
     "schedule_kind": frozenset({"recv_act", "forward", "send_act", "recv_grad", "backward",
                                 "send_grad", "weight"}),
     "layout_kind": frozenset({"chain", "tree", "whole"}),  # of a published model
@@ -324,7 +329,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "commit": {"model": "str", "seq": "int"},
     # a change to the module at path that one process allows: a buffer registered (value: a
     # packed tensor or None), a plain attribute set (value: packed) or deleted, the part's
-    # mode set (train: value is the mode, a bool; name is "training")
+    # mode set (train: value is the mode, a bool; name is "training"), its tensors' dtypes
+    # changed (convert: value maps names under the module to dtype names; name is "")
     "module_op": {"model": "str", "path": "str", "op": "module_op_kind", "name": "str",
                   "value": "any?", "persistent": "bool?"},
     "step": {"model": "str", "optimizer": "optimizer_call?", "zero_grad": "bool?",
@@ -457,6 +463,12 @@ def _plain_copy(value):
     return list(value)  # a tuple subclass
 
 
+def c_order(arr: np.ndarray) -> np.ndarray:
+    """``arr`` C-contiguous: itself when it is, else a copy. A 0-d array stays 0-d
+    (``np.ascontiguousarray`` makes it 1-d: a scalar buffer would arrive as shape [1])."""
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+
+
 def _sendable(arr: np.ndarray, index: int) -> np.ndarray:
     dt = arr.dtype
     if dt.byteorder == ">":
@@ -464,8 +476,7 @@ def _sendable(arr: np.ndarray, index: int) -> np.ndarray:
     if arr.dtype.str not in DTYPES:
         raise WireError(f"array {index}: dtype {arr.dtype} cannot be sent; "
                         f"expected one of {sorted(DTYPES)}")
-    # copy only when not C-contiguous (np.ascontiguousarray would turn 0-d into 1-d)
-    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+    return c_order(arr)
 
 
 # ---- batches: several messages in one multipart ----------------------------------------------
@@ -818,22 +829,44 @@ PIPE_DTYPES = tuple(sorted(DTYPES))
 _PIPE_KIND_CODE = {k: i for i, k in enumerate(PIPE_KINDS)}
 _PIPE_DTYPE_CODE = {d: i for i, d in enumerate(PIPE_DTYPES)}
 _PIPE_HEAD = struct.Struct("<6sBBBBBqHHI")
+_PIPE_SHAPES = tuple(struct.Struct(f"<{rank}Q") for rank in range(33))
+_UINT8 = np.dtype(np.uint8)
+_PIPE_NP_DTYPES = tuple(np.dtype(d) for d in PIPE_DTYPES)  # (kept: their ids key the map below)
+# a dtype's code by the identity of numpy's one object for it (what arrays carry)
+_PIPE_DTYPE_BY_ID = {id(dt): i for i, dt in enumerate(_PIPE_NP_DTYPES) if dt is np.dtype(dt.str)}
 _PIPE_DATA, _PIPE_REASON = 1, 2
 _INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def encode_pipe(model: str, step: str, kind: str, mb: int, data: np.ndarray | None = None,
+                reason: str | None = None) -> list:
+    """``encode("pipe", {...})`` of these fields without the map or the schema's walk: the
+    short form when they fit it, else (a field off, or too large for it) what ``encode``
+    gives or raises for them."""
+    frames = _pipe_frames(model, step, kind, mb, data, reason)
+    if frames is None:
+        return encode("pipe", {"model": model, "step": step, "kind": kind, "mb": mb,
+                               "data": data, "reason": reason})
+    return frames
 
 
 def _encode_pipe(fields: Mapping[str, Any]) -> list | None:
     """The frames of a (schema-checked) pipe record in its short form; None where its
     fields do not fit one (the general form carries them then)."""
     get = fields.get
-    model, step, kind, mb = get("model"), get("step"), get("kind"), get("mb")
-    data, reason = get("data"), get("reason")
+    return _pipe_frames(get("model"), get("step"), get("kind"), get("mb"), get("data"),
+                        get("reason"))
+
+
+def _pipe_frames(model, step, kind, mb, data, reason) -> list | None:
+    """The short form's frames; None where a field is not of the exact type it takes (the
+    schema's check says what is off) or does not fit."""
     code = _PIPE_KIND_CODE.get(kind) if type(kind) is str else None
     if (code is None or type(mb) is not int or not _INT64[0] <= mb <= _INT64[1]
             or type(model) is not str or type(step) is not str
             or not (reason is None or type(reason) is str)
             or not (data is None or type(data) is np.ndarray)):
-        return None  # (only where the schema's check was left out: the general form says)
+        return None
     model, step = model.encode(), step.encode()
     why = b"" if reason is None else reason.encode()
     if len(model) > 0xFFFF or len(step) > 0xFFFF or len(why) > 0xFFFFFFFF:
@@ -843,15 +876,43 @@ def _encode_pipe(fields: Mapping[str, Any]) -> list | None:
         head = _PIPE_HEAD.pack(PIPE_MAGIC, PROTOCOL_VERSION, code, flags, 0, 0, mb,
                                len(model), len(step), len(why))
         return [b"".join((head, model, step, why))]
-    data = _sendable(data, 0)
-    shape = data.shape
-    if len(shape) > 255:
+    dtype = _PIPE_DTYPE_BY_ID.get(id(data.dtype))  # (the common case: one look-up)
+    try:  # C-contiguous, not empty, of a dtype as the short form names it: as it is
+        body = None if dtype is None else memoryview(data).cast("B")
+    except TypeError:
+        body = None
+    if body is None:  # (a copy where it must be: another byte order, a view, no bytes)
+        data = _sendable(data, 0)
+        dtype = _PIPE_DTYPE_CODE[data.dtype.str]
+        body = memoryview(data).cast("B") if data.size else b""
+    rank = len(data.shape)
+    if rank > 255:
         return None
-    head = _PIPE_HEAD.pack(PIPE_MAGIC, PROTOCOL_VERSION, code, flags | _PIPE_DATA,
-                           _PIPE_DTYPE_CODE[data.dtype.str], len(shape), mb, len(model),
-                           len(step), len(why))
-    return [b"".join((head, struct.pack(f"<{len(shape)}Q", *shape), model, step, why)),
-            memoryview(data).cast("B") if data.size else b""]
+    head = _PIPE_HEAD.pack(PIPE_MAGIC, PROTOCOL_VERSION, code, flags | _PIPE_DATA, dtype,
+                           rank, mb, len(model), len(step), len(why))
+    shape = (_PIPE_SHAPES[rank] if rank < len(_PIPE_SHAPES) else struct.Struct(f"<{rank}Q"))
+    return [b"".join((head, shape.pack(*data.shape), model, step, why)), body]
+
+
+def decode_pipe(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS) -> Message:
+    """``decode(frames)`` of a pipe record in its short form (frame 0 bytes-like), without
+    the general form's steps; ``WireError`` as ``decode`` raises it where anything is off,
+    a record in another form included."""
+    try:
+        if not frames:
+            raise WireError("empty message: expected a header frame")
+        head = frames[0]
+        if type(head) is not bytes:
+            head = _header(head, limits)
+        elif len(head) > limits.max_header_bytes:
+            raise WireError(f"header of {len(head)} bytes exceeds {limits.max_header_bytes}")
+        if head[:_PIPE_MAGIC_LEN] != PIPE_MAGIC:
+            raise WireError("not a pipe record in its short form")
+        return _decode_pipe(head, frames, limits)
+    except WireError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise WireError(f"malformed message: {type(exc).__name__}: {exc}") from None
 
 
 def _decode_pipe(head: bytes, frames: Sequence, limits: Limits) -> Message:
@@ -894,10 +955,19 @@ def _decode_pipe(head: bytes, frames: Sequence, limits: Limits) -> Message:
         if dtype >= len(PIPE_DTYPES):
             raise WireError(f"array 0: dtype code {dtype} is not allowed; expected one of "
                             f"{list(range(len(PIPE_DTYPES)))}")
-        shape = list(struct.unpack_from(f"<{rank}Q", head, fixed))
-        if any(d > _INT64[1] for d in shape):
-            raise WireError(f"array 0: shape {shape!r:.80} too large")
-        data = _arrays([[PIPE_DTYPES[dtype], shape]], frames[1:], limits)[0]
+        shape = (_PIPE_SHAPES[rank] if rank < len(_PIPE_SHAPES)
+                 else struct.Struct(f"<{rank}Q")).unpack_from(head, fixed)
+        dt, frame = _PIPE_NP_DTYPES[dtype], frames[1]
+        if (type(frame) is np.ndarray and frame.dtype is _UINT8 and dt.kind != "b"  # a
+                # link's frame (a fresh buffer), whole: the array is a view of it
+                and 0 < frame.nbytes <= limits.max_array_bytes
+                and frame.nbytes <= limits.max_total_bytes
+                and frame.nbytes == dt.itemsize * math.prod(shape)):
+            data = frame.view(dt).reshape(shape)
+        else:  # anything else, and whatever is off, as decode reads it
+            if any(d > _INT64[1] for d in shape):
+                raise WireError(f"array 0: shape {list(shape)!r:.80} too large")
+            data = _arrays([[PIPE_DTYPES[dtype], list(shape)]], frames[1:], limits)[0]
     global _decoded
     _decoded += 1
     return Message("pipe", 0, None, {"model": model, "step": step, "kind": PIPE_KINDS[code],

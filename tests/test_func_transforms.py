@@ -147,3 +147,14 @@ def test_functional_call_puts_the_modules_own_tensors_back():
         disthook.func.functional_call(lin, {"nope": disthook.zeros(1)}, disthook.ones(3),
                                       strict=True)
     assert lin.weight is weight
+
+
+def test_the_deprecated_stateless_functional_call_is_func_functional_call():
+    from disthook.nn.utils import stateless
+
+    model = disthook.nn.Linear(3, 2)
+    x = disthook.randn(4, 3)
+    given = {"weight": disthook.ones(2, 3), "bias": disthook.zeros(2)}
+    with pytest.warns(FutureWarning, match="torch.func.functional_call"):
+        out = stateless.functional_call(model, given, (x,))
+    assert out.tolist() == disthook.func.functional_call(model, given, (x,)).tolist()

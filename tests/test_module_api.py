@@ -209,6 +209,18 @@ def test_get_submodule_errors(lib):
     assert str(e.value) == "`weight` is not an nn.Module"
 
 
+def test_get_buffer_and_its_errors(lib):
+    nn = lib.nn
+    seq = nn.Sequential(nn.Linear(1, 1), nn.Sequential(nn.BatchNorm1d(3)))
+    assert seq.get_buffer("1.0.running_var") is seq[1][0].running_var
+    for target, message in (("1.0.weight", "`weight` is not a buffer"),
+                            ("1.0.nope", "BatchNorm1d has no attribute `nope`"),
+                            ("2.x", "Sequential has no attribute `2`")):
+        with pytest.raises(AttributeError) as e:
+            seq.get_buffer(target)
+        assert str(e.value) == message
+
+
 def test_shared_modules_and_parameters_are_listed_once(lib):
     nn = lib.nn
     shared = nn.Linear(2, 2)

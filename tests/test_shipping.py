@@ -134,6 +134,7 @@ def made(cls, config):
 def assert_same_tensors(built, original):
     assert list(built.state_dict()) == list(original.state_dict())
     for (name, a), (_, b) in zip(built.state_dict().items(), original.state_dict().items()):
+        assert (a.shape, a.dtype) == (b.shape, b.dtype), name  # (equal values broadcast)
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=name)
 
 
@@ -189,6 +190,16 @@ def test_ties_arrive_as_the_client_holds_them():
     built = through_wire(tied)
     assert built.ln_2.weight is built.ln_1.weight
     assert_same_tensors(built, tied)
+
+
+def test_zero_dimensional_tensors_arrive_as_such():
+    """A scalar buffer (batch norm's num_batches_tracked) and a scalar parameter keep their
+    shape (); they arrived as shape [1]."""
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+    model.register_parameter("temperature", nn.Parameter(torch.tensor(0.5)))
+    built = through_wire(model)
+    assert built[1].num_batches_tracked.shape == () and built.temperature.shape == ()
+    assert_same_tensors(built, model)
 
 
 def test_dtypes_changed_after_construction_arrive():

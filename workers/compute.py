@@ -239,8 +239,7 @@ class ComputeHandlers:
             retain = msg["retain_graph"]
             job.micro_batch = self.captures.micro_batch = msg.get("mb")
             tapped = dict(msg.get("tapped") or {})  # gradients of hooked tensors, asked for
-            taps = [(key, context.taps[key]) for key in msg.get("taps") or ()
-                    if key in context.taps]
+            taps = _taps_here(st, context, msg.get("taps") or ())
             # None: the next stage's output did not depend on this one's (a hook replaced
             # it by a constant); nothing flows back, and the context ends as after backward
             outputs = context.output if isinstance(context.output, list) else [context.output]
@@ -424,6 +423,23 @@ def _run_backward(pairs: list, inputs: list, taps: list, tapped: dict, retain: b
         if g is not None:
             tapped[key] = g.numpy() if key not in tapped else tapped[key] + g.numpy()
     return [None if by_id.get(id(t)) is None else by_id[id(t)].numpy() for t in inputs]
+
+
+def _taps_here(st, context, keys) -> list:
+    """(key, tensor) of the taps asked for that this stage holds: tensors client hooks kept
+    in this context, and parameters of the stage a backward names among its inputs (a key
+    "param:" + name; their gradients go to the client as a tap's, .grad left as it is)."""
+    taps, params = [], None
+    for key in keys:
+        if key in context.taps:
+            taps.append((key, context.taps[key]))
+        elif key.startswith("param:"):
+            if params is None:
+                params = dict(st.module.named_parameters())
+            p = params.get(key[len("param:"):])
+            if p is not None and p.requires_grad:
+                taps.append((key, p))
+    return taps
 
 
 def _tap(t, key: str, into: dict):

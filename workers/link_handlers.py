@@ -7,6 +7,8 @@ named, as a worker of the cluster; there is no monitor to read nor connection to
 """
 from __future__ import annotations
 
+import time
+
 import zmq
 
 from disthook import wire
@@ -26,6 +28,7 @@ __all__ = ["LinkHandlers"]
 
 _POLLIN, _POLLOUT = int(zmq.POLLIN), int(zmq.POLLOUT)
 _READ = _POLLIN | int(zmq.POLLERR)
+_PIPE_MAGIC_LEN = len(wire.PIPE_MAGIC)
 
 
 class LinkHandlers:
@@ -37,6 +40,7 @@ class LinkHandlers:
         self.links_in: dict[bytes, Link] = {}  # identity (its hello's) -> accepted link
         self._links_waiting: set[Link] = set()  # accepted, their hello not come yet
         self._polled: dict[int, LinkEnd] = {}  # file descriptor -> what the poller holds
+        self._outboxes: set[int] = set()  # links whose outbox waits for the poller
         if not links_enabled():
             return
         try:
@@ -74,9 +78,13 @@ class LinkHandlers:
     def _watch(self, link: Link) -> None:
         """Poll ``link`` (by its descriptor): for reads, and for writes while its outbox
         holds anything."""
-        poller, fd = self.poller, link.fileno()
-        link.on_outbox = lambda waiting: poller.register(
-            fd, _POLLIN | _POLLOUT if waiting else _POLLIN)
+        poller, fd, outboxes = self.poller, link.fileno(), self._outboxes
+
+        def on_outbox(waiting: bool) -> None:
+            poller.register(fd, _POLLIN | _POLLOUT if waiting else _POLLIN)
+            (outboxes.add if waiting else outboxes.discard)(fd)
+
+        link.on_outbox = on_outbox
         self._polled[fd] = link
         poller.register(fd, _POLLIN)
 
@@ -90,6 +98,7 @@ class LinkHandlers:
 
     def _unwatch(self, link: LinkEnd) -> None:
         fd = link.fileno()
+        self._outboxes.discard(fd)
         if self._polled.get(fd) is link:
             del self._polled[fd]
             self.poller.unregister(fd)
@@ -110,6 +119,22 @@ class LinkHandlers:
         except LinkClosed as exc:
             self._link_gone(end, str(exc), exc.ended)
 
+    def links_first(self) -> bool:
+        """Take what has come on the accepted links without a poll (a waiting stage's
+        record is often there already): whether anything came. Nothing while the loop's
+        tick is due or an outbox waits for the poller, so that the whole loop (the
+        endpoint, the coordinator, the flushes) still comes round at least once a tick."""
+        if self._outboxes or time.monotonic() >= self._next_tick:
+            return False
+        came = False
+        for link in [*self.links_in.values()]:
+            try:
+                came = self._read_link(link) or came
+            except LinkClosed as exc:
+                self._link_gone(link, str(exc), exc.ended)
+                came = True
+        return came
+
     def _accept_links(self) -> None:
         while True:
             link = self.listener.accept()
@@ -123,13 +148,14 @@ class LinkHandlers:
             self._links_waiting.add(link)
             self._watch(link)
 
-    def _read_link(self, link: Link) -> None:
+    def _read_link(self, link: Link) -> bool:
+        """Take what came on ``link``: whether anything did."""
         messages = link.read()
         if not link.accepted:  # neighbours never send on the links their stages dial
             if messages:
                 self.log.warning("worker %s: unexpected message on a local link to a "
                                  "neighbour (%d frames)", self.id, len(messages[0]))
-            return
+            return bool(messages)
         identity = link.identity
         for frames in messages:
             if identity is None:  # its first message is the hello
@@ -141,6 +167,9 @@ class LinkHandlers:
                 self.links_in[identity] = link
                 self.peers.linked(identity)
                 continue
+            if frames[0][:_PIPE_MAGIC_LEN] == wire.PIPE_MAGIC:  # a pipe record: to the mailbox
+                self._pipe_in(identity, frames, link.limits)
+                continue
             try:
                 msgs = self.messages_in(identity, frames)
             except wire.WireError as exc:
@@ -148,6 +177,18 @@ class LinkHandlers:
                 continue
             for msg in msgs:
                 self._execute(self.state.handle(MessageIn(identity, msg, True)))
+        return bool(messages)
+
+    def _pipe_in(self, identity: bytes, frames: list, limits: wire.Limits) -> None:
+        """A pipe record in its short form on a link: decoded by the short form's reader
+        and put in the mailbox, past the general decode and the state's dispatch (which,
+        for a worker's pipe record, check nothing the link's hello did not)."""
+        try:
+            msg = wire.decode_pipe(frames, limits=limits)
+        except wire.WireError as exc:
+            self.refuse(identity, exc)
+            return
+        self._execute(self.state.pipe_arrived(msg))
 
     def _link_gone(self, link: Link, why: str, ended: bool = False) -> None:
         """``link`` closed (or is closed now, for what came on it): forgotten; the peer of

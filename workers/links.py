@@ -14,9 +14,11 @@ comes on such a link is from a worker of the cluster, as what comes on a neighbo
 
 On the wire a message is: 8 bytes (``<II``: its frame count, its first frame's length), the
 other frames' lengths (``<Q`` each), then every frame's bytes. Sends never block (what the
-kernel does not take waits in the link's outbox until the socket is writable); reads never
-block and take each array frame straight into a fresh buffer (``np.empty``) that the decoded
-array is a view of.
+kernel does not take waits in the link's outbox until the socket is writable); a message of
+two frames (a pipe record) goes behind one packed prefix. Reads never block: the kernel's
+bytes come a page at a time into the link's buffer, so that a message's prefix, table and
+header come in one read, and each array frame goes into a fresh buffer (``np.empty``) that
+the decoded array is a view of: what the page held of it copied, the rest read straight in.
 """
 from __future__ import annotations
 
@@ -46,7 +48,10 @@ COPY_BELOW = 256 << 10  # a frame the kernel did not take whole is copied to the
 # ZeroMQ frame sent in place does
 _PREFIX = struct.Struct("<II")
 _SIZE = struct.Struct("<Q")
+_PREFIX_PAIR = struct.Struct("<IIQ")  # the prefix of a message of two frames, and its table
 _IOV_AT_ONCE = 512  # buffers per sendmsg (the kernel's IOV_MAX is 1024)
+_BUFFER = 4096  # bytes a read asks the kernel for when it does not yet know a message's sizes
+_MORE = object()  # (a read needs more bytes from the kernel)
 _log = logging.getLogger("disthook.worker")
 
 
@@ -115,14 +120,18 @@ class Link(LinkEnd):
         self.on_outbox = None  # called with True / False as the outbox fills / empties
         self.sent = self.received = 0  # messages
         self.dropped = 0  # messages sent after the link closed (the neighbour went away)
-        # the read in progress: what is read into, how much of it came, what it is
-        self._prefix = bytearray(_PREFIX.size)
-        self._target: memoryview = memoryview(self._prefix)
-        self._target_obj = self._prefix  # what _target is a view of
-        self._got = 0
-        self._step = "prefix"  # "prefix", "table" (sizes and the header), "frame"
+        # what came and was not taken yet: _buf[_lo:_hi] (the kernel's bytes are read into
+        # it a page at a time, so a message's prefix, table and header come in one read)
+        self._buf = bytearray(_BUFFER)
+        self._view = memoryview(self._buf)
+        self._lo = self._hi = 0
+        # the message being read: its frames so far, the sizes of those after the header,
+        # and the array frame read straight from the socket (its view, how much came)
         self._frames: list = []
         self._sizes: tuple = ()
+        self._target: memoryview | None = None
+        self._frame = None
+        self._got = 0
 
     def fileno(self) -> int:
         return self._fd
@@ -152,14 +161,14 @@ class Link(LinkEnd):
         if self.closed:
             self.dropped += 1
             return
-        views = [memoryview(f).cast("B") for f in frames]
-        if not views:
-            raise ValueError("a message has at least one frame")
-        head = bytearray(_PREFIX.pack(len(views), len(views[0])))
-        for v in views[1:]:
-            head += _SIZE.pack(len(v))
-        head += views[0]
-        out = [memoryview(head), *(v for v in views[1:] if len(v))]
+        if len(frames) == 2 and type(frames[0]) is bytes:  # a header and an array (a pipe
+            # record): the prefix and the array's size in one pack
+            head, body = frames[0], memoryview(frames[1]).cast("B")
+            out = [_PREFIX_PAIR.pack(2, len(head), len(body)) + head, body]
+            if not len(body):
+                del out[1]
+        else:
+            out = _framed(frames)
         self.sent += 1
         if self.outbox:
             self._keep(out, 0)
@@ -209,73 +218,111 @@ class Link(LinkEnd):
 
     # ---- reading --------------------------------------------------------------------------
     def read(self, at_most: int = MESSAGES_PER_READ) -> list[list]:
-        """The messages (each its frames) that came whole, up to ``at_most``; never blocks.
-        ``LinkClosed`` when the other end closed or sent what is off (the link is closed)."""
+        """The messages (each its frames) that came whole, up to ``at_most`` (more where
+        the link's buffer holds them already: what it holds is never left for a poll that
+        would not see it); never blocks. ``LinkClosed`` when the other end closed or sent
+        what is off (the link is closed)."""
         messages: list[list] = []
-        recv_into = self.sock.recv_into
-        while len(messages) < at_most:
-            target, got = self._target, self._got
-            want = len(target) - got
-            if want:
-                try:
-                    n = recv_into(target[got:], want)
-                except (BlockingIOError, InterruptedError):
-                    break
-                except OSError as exc:
-                    self.close()
-                    raise LinkClosed(f"it broke: {exc}") from None
-                if n == 0:
-                    self.close()
-                    raise LinkClosed("the other end closed it", ended=True)
-                self._got = got = got + n
-                if got < len(target):
+        while True:
+            if self._target is not None:  # an array frame: straight from the socket
+                n = self._recv(self._target[self._got:])
+                if not n:
+                    return messages
+                self._got += n
+                if self._got < len(self._target):
                     continue
-            done = self._advance()
+                self._frames.append(self._frame)
+                self._target = self._frame = None
+                done = self._next_frame()
+            else:  # the prefix, the table and the header, from the buffer
+                done = self._take_head()
+                if done is _MORE:
+                    if len(messages) >= at_most or not self._fill():
+                        return messages
+                    continue
             if done is not None:
                 self.received += 1
                 messages.append(done)
-        return messages
 
-    def _advance(self):
-        """The part being read came whole: go on to the next; a message when it ends."""
-        step = self._step
-        if step == "prefix":
-            count, head = _PREFIX.unpack(self._prefix)
-            limits = self.limits
-            if not 1 <= count <= limits.max_frames or head > limits.max_header_bytes:
-                self._refuse(f"a message of {count} frames, a header of {head} bytes "
-                             f"(at most {limits.max_frames} and {limits.max_header_bytes})")
-            self._sizes = (count, head)
-            self._step = "table"
-            return self._expect(bytearray(_SIZE.size * (count - 1) + head))
-        if step == "table":
-            count, head = self._sizes
-            table = self._target_obj
-            sizes = struct.unpack_from(f"<{count - 1}Q", table) if count > 1 else ()
-            limits = self.limits
-            if any(s > limits.max_array_bytes for s in sizes) or (
-                    sum(sizes) + head > limits.max_total_bytes):
-                self._refuse(f"frames of {list(sizes)[:8]} bytes (at most "
-                             f"{limits.max_array_bytes} each, {limits.max_total_bytes} all)")
-            self._frames = [bytes(table[_SIZE.size * (count - 1):])]
-            self._sizes = sizes
-        else:
-            self._frames.append(self._target_obj)
-        index = len(self._frames) - 1  # of the frames after the header read so far
-        while index < len(self._sizes) and self._sizes[index] == 0:
-            self._frames.append(b"")
-            index += 1
-        if index < len(self._sizes):
-            self._step = "frame"
-            return self._expect(np.empty(self._sizes[index], np.uint8))
-        frames, self._frames = self._frames, []
-        self._step = "prefix"
-        self._expect(self._prefix)
+    def _recv(self, into: memoryview) -> int:
+        """What the kernel gives into ``into`` now (0: nothing yet)."""
+        try:
+            n = self.sock.recv_into(into, len(into))
+        except (BlockingIOError, InterruptedError):
+            return 0
+        except OSError as exc:
+            self.close()
+            raise LinkClosed(f"it broke: {exc}") from None
+        if n == 0:
+            self.close()
+            raise LinkClosed("the other end closed it", ended=True)
+        return n
+
+    def _fill(self) -> int:
+        """Read what the kernel has into the buffer, after what it holds (moved to its
+        start first): how many bytes came."""
+        lo, hi = self._lo, self._hi
+        if lo == hi and len(self._buf) > _BUFFER:  # (grown for a large header: back)
+            self._buf = bytearray(_BUFFER)
+            self._view = memoryview(self._buf)
+        if lo:
+            self._view[:hi - lo] = self._view[lo:hi]
+            self._lo, self._hi = 0, hi - lo
+        n = self._recv(self._view[self._hi:])
+        self._hi += n
+        return n
+
+    def _take_head(self):
+        """The next message's prefix, table and header out of the buffer, its frames
+        begun (``_next_frame``); ``_MORE`` while the buffer does not hold them whole."""
+        lo, have = self._lo, self._hi - self._lo
+        if have < _PREFIX.size:
+            return _MORE
+        count, head = _PREFIX.unpack_from(self._buf, lo)
+        limits = self.limits
+        if not 1 <= count <= limits.max_frames or head > limits.max_header_bytes:
+            self._refuse(f"a message of {count} frames, a header of {head} bytes "
+                         f"(at most {limits.max_frames} and {limits.max_header_bytes})")
+        at = lo + _PREFIX.size + _SIZE.size * (count - 1)
+        if have < at - lo + head:
+            if at - lo + head > len(self._buf):  # a large header: a buffer to hold it
+                grown = bytearray(at - lo + head)
+                grown[:have] = self._view[lo:self._hi]
+                self._buf, self._view, self._lo, self._hi = grown, memoryview(grown), 0, have
+            return _MORE
+        sizes = (() if count == 1 else _SIZE.unpack_from(self._buf, lo + _PREFIX.size)
+                 if count == 2 else struct.unpack_from(f"<{count - 1}Q", self._buf,
+                                                       lo + _PREFIX.size))
+        if sizes and (max(sizes) > limits.max_array_bytes
+                      or sum(sizes) + head > limits.max_total_bytes):
+            self._refuse(f"frames of {list(sizes)[:8]} bytes (at most "
+                         f"{limits.max_array_bytes} each, {limits.max_total_bytes} all)")
+        self._frames, self._sizes = [bytes(self._view[at:at + head])], sizes
+        self._lo = at + head
+        return self._next_frame()
+
+    def _next_frame(self):
+        """The message when its frames all came; else the next frame begun, from what the
+        buffer holds of it, the rest to be read straight into it (None)."""
+        frames, sizes = self._frames, self._sizes
+        while len(frames) <= len(sizes):
+            size = sizes[len(frames) - 1]
+            if not size:
+                frames.append(b"")
+                continue
+            frame = np.empty(size, np.uint8)
+            target = memoryview(frame)
+            lo = self._lo
+            got = min(size, self._hi - lo)
+            if got:
+                target[:got] = self._view[lo:lo + got]
+                self._lo = lo + got
+            if got < size:
+                self._target, self._got, self._frame = target, got, frame
+                return None
+            frames.append(frame)
+        self._frames = []
         return frames
-
-    def _expect(self, buffer) -> None:
-        self._target, self._got = memoryview(buffer).cast("B"), 0
-        self._target_obj = buffer
 
     def _refuse(self, what: str):
         self.close()
@@ -287,6 +334,19 @@ class Link(LinkEnd):
             self.closed = True
             self.outbox.clear()
             self.sock.close()
+
+
+def _framed(frames) -> list:
+    """What goes on the link for ``frames``: the prefix, the table and the first frame in
+    one buffer, then the other frames that are not empty (as views)."""
+    views = [memoryview(f).cast("B") for f in frames]
+    if not views:
+        raise ValueError("a message has at least one frame")
+    head = bytearray(_PREFIX.pack(len(views), len(views[0])))
+    for v in views[1:]:
+        head += _SIZE.pack(len(v))
+    head += views[0]
+    return [memoryview(head), *(v for v in views[1:] if len(v))]
 
 
 def hello(identity: bytes) -> bytes:

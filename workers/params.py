@@ -64,6 +64,8 @@ class ParamHandlers:
             module.register_buffer(name, value, persistent=msg.get("persistent", True))
         elif msg["op"] == "set_attr":
             setattr(module, name, value)
+        elif msg["op"] == "convert":
+            _convert(module, value)
         elif msg["op"] == "train":
             if not isinstance(value, bool):
                 raise ValueError(f"train of {msg['path']!r}: the mode must be a bool, got "
@@ -305,6 +307,31 @@ def _optimizer_class(name: str) -> type:
     if not (isinstance(cls, type) and issubclass(cls, disthook.optim.Optimizer)):
         raise ValueError(f"{name!r} is not an optimizer (a disthook.optim.Optimizer subclass)")
     return cls
+
+
+def _convert(module, dtypes) -> None:
+    """``module.to(dtype)``, ``double()``, ``half()`` ... as the client's code ran it, for the
+    tensors ``dtypes`` names ({name under the module: dtype name}): in place, as
+    ``nn.Module._apply`` converts them (a parameter stays the same object, its ``.data``
+    and its ``.grad`` converted; a buffer replaced)."""
+    if not isinstance(dtypes, dict):
+        raise ValueError(f"convert: a dict of tensor names and dtypes, got {dtypes!r}")
+    for name, dtype_name in dtypes.items():
+        dtype = getattr(disthook, str(dtype_name), None)
+        if not isinstance(dtype, disthook.dtype) or not dtype.is_floating_point:
+            raise ValueError(f"convert {name!r}: {dtype_name!r} is not a floating dtype")
+        path, _, leaf = name.rpartition(".")
+        owner = module.get_submodule(path)
+        with disthook.no_grad():
+            if owner._parameters.get(leaf) is not None:
+                param = owner._parameters[leaf]
+                param.data = param.data.to(dtype)
+                if param.grad is not None:
+                    param.grad.data = param.grad.to(dtype)
+            elif owner._buffers.get(leaf) is not None:
+                owner._buffers[leaf] = owner._buffers[leaf].to(dtype)
+            else:
+                raise AttributeError(f"{name!r} is not a parameter or buffer of this stage")
 
 
 def _tensor_at(module, name: str):

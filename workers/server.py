@@ -343,7 +343,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         holding, self.holding = self.holding, False  # what the wait may depend on goes now
         self.flush_replies()
         while not wait.done and self._running and not self._todo and not self.runners.ready:
-            self._serve_round(start_jobs=False)
+            if not self.links_first():  # (link_handlers.py)
+                self._serve_round(start_jobs=False)
         job = wait.job
         if not wait.done and self._running:
             if job.rng is not None:  # the stream as this job left it

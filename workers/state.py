@@ -245,7 +245,7 @@ class WorkerState:
                     Log("warning", f"worker {self.worker_id}: refused {msg.type} from "
                                    f"{self.who(sender)}: {exc}", sender)]
         if msg.type == "pipe":
-            return self._on_pipe(msg)
+            return self.pipe_arrived(msg)
         model = msg.get("model") if isinstance(msg.get("model"), str) else None
         if msg.type == "train_step":  # whose step it is: only they may abort it
             self.step_clients[(model, msg.get("step"))] = client
@@ -439,11 +439,12 @@ class WorkerState:
             self._answered_by.pop((wait.client, wait.req), None)
 
     # ---- the pipeline mailbox ---------------------------------------------------------------
-    def _on_pipe(self, msg) -> list:
-        step = (msg["model"], msg["step"])
+    def pipe_arrived(self, msg) -> list:
+        """A pipe record from a neighbour stage (a worker: ``handle``'s checks passed, or a
+        local link's hello named it) goes to the mailbox; the wait for it ends."""
+        step, out = (msg["model"], msg["step"]), []
         if msg["model"] not in self.models or step in self.finished_steps:
-            return []  # for no model held here, or late: dropped
-        out: list = []
+            return out  # for no model held here, or late: dropped
         if len(self.mailbox) >= self.mailbox_limit:  # nobody asks for these: a faulty peer
             oldest = next(iter(self.mailbox))
             del self.mailbox[oldest]
@@ -451,9 +452,8 @@ class WorkerState:
                                       f"({self.mailbox_limit}); dropping {oldest}"))
         key = (*step, msg["kind"], msg["mb"])
         self.mailbox[key] = msg
-        for wait in [w for w in self.waits.values() if key in w.keys]:
-            out.append(self._end_wait(wait, outcome=key))
-        return out
+        return out + [self._end_wait(w, outcome=key) for w in [*self.waits.values()]
+                      if key in w.keys]
 
     def finish_step(self, model: str, step: str) -> None:
         """A training step ended here: its mailbox entries go, later ones are dropped."""

@@ -152,14 +152,14 @@ class StepHandlers:
 
     def _pipe_send(self, st, side: str, step: str, kind: str, mb: int, data,
                    reason: str | None = None) -> None:
-        """One pipe record to a neighbour stage, in the wire's short form, each frame
-        handed to ZeroMQ directly (``send_frames``; the array copied under
-        ``PIPE_COPY_BELOW``, else sent from its own buffer)."""
-        fields = {"model": st.model, "step": step, "kind": kind, "mb": mb, "data": data,
-                  "reason": reason}
+        """One pipe record to a neighbour stage, in the wire's short form (its encoder
+        called directly), each frame handed to the link or to ZeroMQ at once
+        (``send_frames``; on ZeroMQ the array copied under ``PIPE_COPY_BELOW``, else sent
+        from its own buffer)."""
         if data is not None:
             self._count(st.model, "bytes_to_peers", data.nbytes)
-        send_frames(st.neighbours[side], wire.encode("pipe", fields), PIPE_COPY_BELOW)
+        send_frames(st.neighbours[side], wire.encode_pipe(st.model, step, kind, mb, data, reason),
+                    PIPE_COPY_BELOW)
 
 
 def _fresh(data: np.ndarray, job) -> np.ndarray:

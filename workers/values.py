@@ -57,7 +57,7 @@ class ValueHandlers:
                 fields["reason"] = (f"value {vid} is not kept on worker {self.id} (the call "
                                     "that made it failed, or it was dropped)")
             else:
-                fields["data"] = np.ascontiguousarray(t._data)
+                fields["data"] = wire.c_order(t._data)
                 self._count(st.model, "bytes_to_peers", fields["data"].nbytes)
             send_frames(sock, wire.encode("pipe", fields))
         return NO_REPLY
@@ -73,7 +73,7 @@ class ValueHandlers:
                 raise LookupError(f"worker {self.id} keeps no value {vid} of this client: it "
                                   "was dropped (its tensor was collected on the client) or "
                                   "its client reconnected")
-            out.append(np.ascontiguousarray(t._data))
+            out.append(wire.c_order(t._data))
             self._count(st.model, "bytes_to_client", out[-1].nbytes)
         return {"values": out}
 

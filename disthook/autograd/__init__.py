@@ -112,6 +112,26 @@ def _index(items: tuple, x) -> int:
     return 0
 
 
+def _reach_inputs_elsewhere(outputs: tuple, inputs: tuple, create_graph: bool) -> None:
+    """Inputs that live in another process (a deployed model's parameters) are reached
+    through the nodes of this graph that stand for that process's part of it: each such
+    node is asked to give the input an edge (``_reach_from``), so that the engine takes
+    the gradient that process computes for it, as for any input."""
+    elsewhere = [t for t in inputs if getattr(t, "_reach_from", None) is not None]
+    if not elsewhere:
+        return
+    nodes, todo = {}, [o.node if type(o) is graph.GradientEdge else o._grad_fn
+                       for o in outputs]
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in nodes:
+            continue
+        nodes[id(node)] = node
+        todo.extend(next_node for next_node, _ in node.next_functions)
+    for t in elsewhere:
+        t._reach_from(nodes, create_graph)
+
+
 def _run_backward(outputs: tuple, seeds: tuple, retain_graph: bool, create_graph: bool,
                   inputs: tuple, allow_unreachable: bool, accumulate_grad: bool) -> tuple:
     """Check the roots and inputs as torch's engine entry point does, then run the engine."""
@@ -134,6 +154,7 @@ def _run_backward(outputs: tuple, seeds: tuple, retain_graph: bool, create_graph
             t.retain_grad()
         if not t._requires_grad:
             raise RuntimeError("One of the differentiated Tensors does not require grad")
+    _reach_inputs_elsewhere(outputs, inputs, create_graph)
     results = execute(outputs, seeds, retain_graph=retain_graph, create_graph=create_graph,
                       inputs=inputs or None, accumulate=accumulate_grad)
     if not allow_unreachable:

@@ -54,6 +54,10 @@ class RemoteBackward0(Node):
         # of the client's own a hook returned (fed to the worker), whose .grad accumulates
         self._taps: list[tuple] = []
         self._live: list[tuple] = []  # the taps alive when the engine last read the edges
+        # parameters on the workers that a backward asks the gradient of (autograd.grad or
+        # backward(inputs=...) naming them, see wants_parameter): key -> (weakref, shape,
+        # dtype); an edge to each one's accumulator comes after the taps'
+        self._params: dict[str, tuple] = {}
         for i, ctx_id in enumerate(ctx_ids):
             for key, t, base in model._hub.taps.pop(ctx_id, ()):
                 if len(ctx_ids) == 1:
@@ -103,7 +107,28 @@ class RemoteBackward0(Node):
     def next_functions(self) -> tuple:
         self._live = [(key, *gradient_edge(t), shape, dtype) for key, ref, shape, dtype
                       in self._taps if (t := ref()) is not None]
+        self._live += [(key, p._accumulator, 0, shape, dtype) for key, (ref, shape, dtype)
+                       in self._params.items() if (p := ref()) is not None]
         return self._edges + tuple((node, nr) for _, node, nr, _, _ in self._live)
+
+    def wants_parameter(self, p) -> bool:
+        """Give this node an edge to ``p``'s accumulator if its workers' backward computes
+        ``p``'s gradient (``p`` is a parameter of its model used by the stages or the part it
+        stands for), so that a backward naming ``p`` among its inputs reaches it: the
+        workers then send that gradient as they send a tap's."""
+        path = p.__dict__.get("_path")
+        if p.__dict__.get("_model") is not self._model or path is None:
+            return False
+        if self._call:
+            covered = self._path == "" or path == self._path or path.startswith(
+                self._path + ".")
+        else:
+            stage = self._model._layout.stage_of(path)
+            covered = stage is not None and stage <= self._stage
+        if covered:
+            self._params[PARAM_TAP + path] = (weakref.ref(p), tuple(p.shape),
+                                              np.dtype(p.dtype.np))
+        return covered
 
     @next_functions.setter
     def next_functions(self, edges: tuple) -> None:
@@ -151,6 +176,12 @@ class RemoteBackward0(Node):
         task = tasks[-1] if tasks else None
         wanted = []
         for key, node, nr, _, _ in self._live:
+            if key.startswith(PARAM_TAP):  # only where this backward names the parameter
+                # (a plain backward adds its gradient to .grad on the worker already)
+                if task is not None and task.needed is not None and engine.will_execute(
+                        task, node):
+                    wanted.append(key)
+                continue
             hooked = bool((node._tensor_hooks or {}).get(nr)) or nr in (node._retains or {})
             fed = key.endswith("@")  # the client's own leaf: backward accumulates its .grad
             if hooked or (task is not None and (task.needed is not None or fed)
@@ -172,7 +203,7 @@ class RemoteBackward0(Node):
         if self._freed:
             raise RuntimeError(SECOND_BACKWARD_MSG)
         if grad_mode.is_grad_enabled() and not self._call:  # create_graph through a chain
-            raise NotImplementedError(_CREATE_GRAPH)
+            raise NotImplementedError(_create_graph_chain(self._model))
         # the workers keep their graphs exactly when this backward keeps the client's
         retain = engine.retains_graph()
         model = self._model
@@ -194,7 +225,8 @@ class RemoteBackward0(Node):
                                      "inputs": self._inputs_wanted()}, ctx_id)
              for i, (part, ctx_id) in enumerate(zip(parts, self._ctx_ids))],
             "backward", what="backward through the remote stages")
-        taps = self._tap_grads(replies[0]["result"].get("tapped"), wanted)
+        taps = self._tap_grads(_summed([r["result"].get("tapped") for r in replies]),
+                               wanted)
         if not retain:
             self._finalizer.detach()  # the workers closed the contexts themselves
             for ctx_id in self._ctx_ids:
@@ -375,11 +407,43 @@ class RemoteTapBackward0(Node):
                      for gx in reply["result"]["grads"])
 
 
+PARAM_TAP = "param:"  # a tap key naming a parameter of the model (wants_parameter)
+
+
+def _summed(tapped: list) -> dict:
+    """The taps' gradients of several micro-batches' answers, summed by key (a parameter's
+    comes from each; a tensor a hook kept, from its own micro-batch's)."""
+    out: dict = {}
+    for one in tapped:
+        for key, g in (one or {}).items():
+            if g is not None:
+                out[key] = np.asarray(g) if key not in out else out[key] + np.asarray(g)
+    return out
+
+
 _CREATE_GRAPH = (
     "backward(create_graph=True) or autograd.grad(..., create_graph=True) through a "
     "deployed model: the gradients computed on its workers come back as values, without a "
     "graph, so they cannot be differentiated again (gradient penalties, double backward). "
     "Compute that part in one process (remote.to_local()), or keep create_graph=False")
+
+
+def _create_graph_chain(model) -> str:
+    """The refusal of a double backward through a chain of stages, with the deploy call that
+    runs the same model from here, part by part, where it works."""
+    names = getattr(model, "_stage_names", None) or []
+    placement = {path: stage for stage, paths in enumerate(names) for path in paths if path}
+    way = (f"placement={placement!r}" if placement else "placement={...}")
+    return ("backward(create_graph=True) or autograd.grad(..., create_graph=True) through a "
+            "model deployed as a chain of stages (its children cut into contiguous stages, "
+            "each stage sending its activations and gradients straight to the next): those "
+            "gradients travel as values, without a graph, so they cannot be differentiated "
+            "again (gradient penalties, double backward). Deploy it with " + way +
+            " instead: its forward then runs here, calling each part on its worker, and "
+            "double backward works; or compute that part in one process "
+            "(remote.to_local()), or keep create_graph=False")
+
+
 _CLIENT_USE = (
     "a tensor that a forward hook got from a module on a worker is used on the client in "
     "what this backward differentiates, together with the model's output (a loss term "

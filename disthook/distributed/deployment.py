@@ -175,7 +175,9 @@ class Deployment:
         if len(target._data) != len(x._data):
             raise ValueError(f"train_step(): x has {len(x._data)} rows but target has "
                              f"{len(target._data)}")
-        if self._glue:
+        placed.sync_all(self)  # hooks edited in place, global hooks added or removed
+        if self._glue or placed.changed_here(self._local):  # (a chain whose stages would not
+            # run a forward set on one of its modules takes the step from here too)
             from disthook.distributed import micro_batches
 
             return micro_batches.train_step(self, x, target, loss_fn, scale_grads)

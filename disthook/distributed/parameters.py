@@ -19,6 +19,8 @@ where they live (the optimizers and ``nn.utils.clip_grad`` use them)."""
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 import weakref
 from typing import TYPE_CHECKING
 
@@ -29,18 +31,34 @@ from disthook.autograd.graph import AccumulateGrad
 from disthook.distributed import remote_grads
 from disthook.nn.parameter import Parameter
 from disthook.service import hook_kinds
-from disthook.service.values import pack
+from disthook.service.values import opaque_in, pack
 from disthook.tensor import Tensor
 
 if TYPE_CHECKING:
     from disthook.distributed.placed import RemoteHandle
 
 __all__ = ["RemoteBuffer", "RemoteParameter", "RemoteStorage", "adopt", "adopt_buffer",
-           "release"]
+           "release", "retype"]
 
 
 _SLOT_DATA = Tensor.__dict__["_data"]  # the slot every tensor holds its array in
 _SLOT_REQUIRES_GRAD = Tensor.__dict__["_requires_grad"]
+
+
+# the in-place methods that may change a tensor's shape
+_RESHAPING = frozenset({"as_strided_", "resize_", "resize_as_", "squeeze_", "swapaxes_",
+                        "swapdims_", "t_", "transpose_", "unsqueeze_", "set_"})
+
+
+@functools.cache
+def _draws(op: str) -> bool:
+    """Whether the in-place tensor method ``op`` draws random numbers (it takes a
+    ``generator``: ``uniform_``, ``normal_``, ``bernoulli_``, ``random_`` ...)."""
+    method = getattr(Tensor, op, None)
+    try:
+        return callable(method) and "generator" in inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def meta_array(array: np.ndarray) -> np.ndarray:
@@ -157,6 +175,23 @@ class RemoteStorage:
         args = tuple(a.detach() if isinstance(a, RemoteStorage) else a for a in args)
         kwargs = {k: a.detach() if isinstance(a, RemoteStorage) else a
                   for k, a in kwargs.items()}
+        if op in _RESHAPING and self.__dict__.get("_is_data"):
+            raise RuntimeError(
+                f"{self._path}.data.{op}(): the .data of a deployed parameter keeps the "
+                "parameter's shape and layout (in one process this would change only the "
+                f".data tensor's view, not {self._path}); take a view instead: "
+                f"{self._path}.data.{op[:-1]}(...)")
+        if _draws(op) or op in _RESHAPING or opaque_in([args, kwargs]):
+            # computed here and the value written there: a draw (uniform_, normal_ ...)
+            # from this process's stream, as in one process (nn.init after the deploy gives
+            # one process's values, and the stream goes on from where it would); a shape
+            # change (t_, unsqueeze_ ...), which _set_value refuses, since a deployed tensor
+            # keeps its shape; arguments that cannot travel (apply_'s function)
+            value = Tensor._make(np.array(self._data), None, 0)
+            with grad_mode.no_grad():
+                getattr(value, op)(*args, **kwargs)
+            self._set_value(value, f"{self._path}.{op}()")
+            return self
         self._model._hub.write_all([(self._model._owner(self._path), "param_op", {
             "name": self._path, "op": op, "args": pack(list(args)), "kwargs": pack(kwargs)})],
             what=f"{self._path}.{op}()")
@@ -198,7 +233,10 @@ class RemoteParameter(RemoteStorage, Parameter):
     the model's own ``Parameter`` object, placed (``adopt``); its ``.data`` is one more
     object per parameter. ``RemoteParameter(deployment, name)`` finds it by name."""
 
-    def __new__(cls, model, path: str, *, _data: bool = False):
+    def __new__(cls, model=None, path=None, *args, _data: bool = False, **kwargs):
+        if not hasattr(model, "_canonical"):  # type(p)(data, requires_grad), as library
+            # code makes a new parameter like an old one: a plain one, as in one process
+            return Parameter(model, *((path,) if path is not None else ()), *args, **kwargs)
         path = model._canonical.get(path, path)  # tied names are one parameter
         cache = model.__dict__.setdefault("_param_proxies", {})
         proxy = cache.get((path, _data))
@@ -245,6 +283,23 @@ class RemoteParameter(RemoteStorage, Parameter):
     @property
     def _grad_acc(self):
         return weakref.ref(self._accumulator)
+
+    def _reach_from(self, nodes: dict, create_graph: bool) -> None:
+        """A backward naming this parameter among its inputs, over a graph of ``nodes``
+        (id -> node): where code here used it, its accumulator is among them already;
+        where its worker did, the nodes standing for that worker's part give it an edge
+        (``RemoteBackward0.wants_parameter``), and the worker sends its gradient."""
+        if id(self._accumulator) in nodes:
+            return
+        reached = [n for n in nodes.values()
+                   if getattr(n, "wants_parameter", None) is not None and n.wants_parameter(self)]
+        if reached and create_graph:
+            raise NotImplementedError(
+                f"create_graph=True with {self._path!r}, a parameter of a deployed model "
+                "that its worker uses, among the inputs: its gradient comes back as a "
+                "value, without a graph, so it cannot be differentiated again (a "
+                "second-order MAML step). Take the first-order step (create_graph=False), "
+                "or run this part in one process (remote.to_local())")
 
     @_grad_acc.setter
     def _grad_acc(self, value) -> None:
@@ -348,6 +403,11 @@ class RemoteBuffer(RemoteStorage, Tensor):
     """A buffer of a deployed model (running statistics, masks), living on its worker: the
     model's own ``Tensor`` object, placed (``adopt_buffer``); its value is fetched when read
     and its in-place changes run there."""
+
+    def __new__(cls, *args, **kwargs):
+        """``type(buffer)(data)``, as library code makes a tensor like another: a plain
+        tensor, as in one process (a placed buffer is made by ``adopt_buffer``)."""
+        return Tensor(*args, **kwargs)
 
     @property
     def _requires_grad(self) -> bool:
@@ -460,7 +520,10 @@ def _on_copy(name: str):
 
 def _tensor_methods() -> dict:
     methods = {}
-    for name, attr in vars(Tensor).items():
+    every = {}
+    for klass in reversed(Tensor.__mro__[:-1]):  # the mixins' methods too (bernoulli_ ...)
+        every.update(vars(klass))
+    for name, attr in every.items():
         if name in _OWN or not callable(attr) or isinstance(attr, (staticmethod, classmethod,
                                                                    type)):
             continue
@@ -494,3 +557,14 @@ RemoteParameter._optimizer_share = staticmethod(remote_grads.optimizer_share)
 RemoteParameter._grad_norms = staticmethod(remote_grads.grad_norms)
 RemoteParameter._scale_grads = staticmethod(remote_grads.scale_grads)
 RemoteParameter._clamp_grads = staticmethod(remote_grads.clamp_grads)
+
+
+def retype(t: RemoteStorage, dtype: np.dtype) -> None:
+    """``t``'s worker converted it to ``dtype`` (``module.to(dtype)``): what it is here says
+    so, its ``.data`` view too."""
+    new = np.broadcast_to(np.zeros((), dtype), _SLOT_DATA.__get__(t).shape)
+    _SLOT_DATA.__set__(t, new)
+    views = t._model.__dict__.get("_param_proxies", {})
+    view = views.get((t._path, True))
+    if view is not None:
+        _SLOT_DATA.__set__(view, new)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from disthook.distributed import global_hooks
 from disthook.distributed.parameters import (
     RemoteBuffer,
     RemoteParameter,
@@ -27,6 +28,7 @@ from disthook.distributed.parameters import (
     adopt,
     adopt_buffer,
     release,
+    retype,
 )
 from disthook.nn.modules.module import (
     HOOK_DICTS,
@@ -61,6 +63,18 @@ def deployment_of(module) -> Deployment | None:
 class _Placed(Placement):
     def __init__(self, deployment: Deployment, path: str):
         self.deployment, self.path = deployment, path
+        self.here: set[str] = set()  # what was set here that its worker's copy lacks
+
+    def swapped(self, module: Module, name: str, swapped: bool) -> None:
+        """functional_call's tensor in place of ``name``: the forward runs here meanwhile."""
+        self._mark(f"{name} (swapped by functional_call)", swapped)
+
+    def _mark(self, name: str, changed: bool) -> None:
+        """``name`` of this module is (or is no longer) set here in a form its worker's copy
+        lacks; the deployment keeps the paths that have one (``changed_here``)."""
+        (self.here.add if changed else self.here.discard)(name)
+        paths = self.deployment.__dict__.setdefault("_changed_here", set())
+        (paths.add if self.here else paths.discard)(self.path)
 
     def detached(self, module: Module, state: dict) -> dict:
         state.pop("_placement", None)
@@ -91,6 +105,16 @@ class PartPlacement(_Placed):
         super().__init__(deployment, path)
         self.shared = set() if shared is None else shared
 
+    def forward_for(self, module: Module):
+        """The whole call runs on the worker (None), unless something the worker's copy
+        lacks was set here on this module or one inside it: a forward
+        (``module.forward = wrapper``, as accelerate and patching tools do) or a method
+        its forward calls (``attn._attn = my_attention``), or a tensor put in place of one
+        of its parameters or buffers by ``functional_call``. Then its forward runs here
+        between its hooks, as in one process; what that calls of the module's own (its
+        class's forward, its children) runs on their workers or reads from them."""
+        return module.forward if changed_here(module) else None
+
     def call(self, module: Module, args: tuple, kwargs: dict):
         from disthook.distributed.glue import call_placed
 
@@ -120,16 +144,21 @@ class PartPlacement(_Placed):
                 "and submodules stay the objects deployed (load new values with "
                 f"load_state_dict, or change it in place under no_grad(): "
                 f"{self.path}.{name}.copy_(t))")
-        if name in self.shared and not opaque_in(value):
-            self._module_op("set_attr", name, pack(value))
-            object.__setattr__(module, name, value)
-            return True
-        return False  # a new attribute, or one that cannot travel: the client's own
+        if name in self.shared or _on_class(module, name):  # what the worker's code reads
+            if opaque_in(value) is None:
+                self._module_op("set_attr", name, pack(value))
+                object.__setattr__(module, name, value)
+                self.shared.add(name)
+                self._mark(name, False)
+                return True
+            self._mark(name, True)  # a function, say: the module's forward runs here now
+        return False  # the client's own (a new attribute, or one that cannot travel)
 
     def del_attr(self, module: Module, name: str) -> bool:
         d = module.__dict__
         if name in d["_parameters"] or name in d["_modules"]:
             self.change_structure(module, f"deleting {name!r}")
+        self._mark(name, False)
         if name in d["_buffers"]:
             self._module_op("del_attr", name)
             del d["_buffers"][name]
@@ -168,14 +197,17 @@ class PartPlacement(_Placed):
             m.__dict__["training"] = mode
 
     def apply(self, module: Module, fn) -> None:
-        """``to()``/``float()`` ...: a conversion that changes nothing is allowed."""
-        for _, t in [*module.named_parameters(), *module.named_buffers()]:
+        """``to(dtype)``, ``double()``, ``half()`` ...: the tensors whose dtype changes are
+        converted on the worker, in place as in one process (``parameters.retype``)."""
+        changes = {}
+        for name, t in [*module.named_parameters(), *module.named_buffers()]:
             out = fn(Tensor._make(np.zeros(1, t._twin._data.dtype), None, 0))
             if out.dtype != t.dtype:
-                raise NotImplementedError(
-                    f"converting the deployed module at {self.path!r} (to {out.dtype}): its "
-                    "worker keeps it as it was deployed; convert the model before deploying "
-                    "it")
+                changes[name] = (t, out._data.dtype)
+        if changes:
+            self._module_op("convert", "", pack({n: d.name for n, (_, d) in changes.items()}))
+            for t, dtype in changes.values():
+                retype(t, dtype)
 
     def save_state(self, module: Module, destination, prefix: str, keep_vars: bool) -> None:
         d = module.__dict__
@@ -239,6 +271,25 @@ class PartPlacement(_Placed):
             "persistent": persistent}, what=f"{op} {name!r} of {self.path!r}")
 
 
+def _on_class(module: Module, name: str) -> bool:
+    """Whether ``name`` is an attribute of the module's class (a method, a default)."""
+    return not name.startswith("__") and any(name in k.__dict__ for k in type(module).__mro__)
+
+
+def changed_here(module: Module) -> bool:
+    """Whether ``module`` (the model, or a placed part) or a module inside it had something
+    set here since the deploy that its worker's copy lacks (``PartPlacement.forward_for``):
+    a forward, or a method or value its forward reads that cannot travel."""
+    placement = module.__dict__.get("_placement")
+    if placement is None:
+        return False
+    changed = placement.deployment.__dict__.get("_changed_here")
+    path = placement.path
+    if not path:  # the model: its own forward set on it (it runs here), or any part's
+        return bool(changed) or "forward" in module.__dict__
+    return bool(changed) and any(p == path or p.startswith(path + ".") for p in changed)
+
+
 class RootPlacement(_Placed):
     """The deployed model itself (see the module's doc)."""
 
@@ -247,7 +298,10 @@ class RootPlacement(_Placed):
         sync_all(dep)
         if module._is_full_backward_hook is False and module._backward_hooks:
             dep._route_root_legacy_hooks()
-        if dep._glue:  # its own forward, here; each placed part on its worker
+        # its own forward here, each placed part on its worker: a model of its own forward,
+        # or a chain where a forward was set on a module itself (see PartPlacement's), which
+        # the stages passing activations among themselves would not run
+        if dep._glue or changed_here(module):
             from disthook.distributed.pinning import spanned
 
             if dep._chunks > 1:
@@ -468,13 +522,17 @@ def _wanted(module: Module) -> list[tuple]:
     return out
 
 
-def sync_hooks(dep: Deployment, module: Module, path: str) -> None:
+def sync_hooks(dep: Deployment, module: Module, path: str,
+               globals_: list | None = None) -> None:
     """Make the hooks registered on ``path``'s worker for ``module``'s dicts what the dicts
-    hold, in their order: those removed go, those added come (appended, or prepended, else
-    that kind registered again in order)."""
+    hold, in their order, after the global module hooks (``global_hooks``; ``globals_``
+    as it gives them, read if None): those removed go, those added come (appended, or
+    prepended, else that kind registered again in order)."""
     synced = dep.__dict__.setdefault("_synced", {})
     have: dict = synced.get(id(module), {})
-    want = _wanted(module)
+    if globals_ is None:
+        globals_ = global_hooks.globals_wanted()
+    want = global_hooks.merged(dep, path, _wanted(module), globals_)
     if not want and not have:
         return
     wanted_ids = {i: (kind, fn, opts) for i, kind, fn, opts in want}
@@ -517,14 +575,16 @@ def sync_all(dep: Deployment) -> None:
     """Before a call: every placed module's hook dicts as its worker holds them (a handle
     removed that was made before deploy, a dict edited in place)."""
     synced = dep.__dict__.get("_synced", {})
+    globals_ = global_hooks.globals_wanted()
     for path, module in dep.__dict__.get("_placed_modules", ()):
         if not path:
             continue  # a model placed whole: its own hooks fire here (RootPlacement)
         d = module.__dict__
         have = synced.get(id(module))
-        if not (have or d["_forward_hooks"] or d["_forward_pre_hooks"]
+        if not (have or globals_ or d["_forward_hooks"] or d["_forward_pre_hooks"]
                 or d["_backward_hooks"] or d["_backward_pre_hooks"]):
             continue
-        if have is not None and list(have) == [i for i, *_ in _wanted(module)]:
+        want = global_hooks.merged(dep, path, _wanted(module), globals_)
+        if have is not None and list(have) == [i for i, *_ in want]:
             continue
-        sync_hooks(dep, module, path)
+        sync_hooks(dep, module, path, globals_)

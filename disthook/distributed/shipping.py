@@ -35,6 +35,7 @@ from collections import OrderedDict
 import cloudpickle
 import numpy as np
 
+from disthook import wire
 from disthook.distributed.parameters import RemoteStorage
 from disthook.nn.modules.module import HOOK_DICTS, Module
 from disthook.nn.parameter import Parameter
@@ -176,7 +177,7 @@ def dumps(module: Module, *, elsewhere: dict[int, str] | None = None
         return index[id(array)]
 
     blob = _dump(module, as_frame, elsewhere or {}, "send it to its worker")
-    frames = [np.ascontiguousarray(a) for a in arrays]
+    frames = [wire.c_order(a) for a in arrays]
     return np.frombuffer(blob, dtype=np.uint8), frames
 
 

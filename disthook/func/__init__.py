@@ -269,12 +269,22 @@ def _swapped(module, tensors: dict, strict: bool):
             if table is None:
                 raise AttributeError(f"{type(owner).__name__} has no parameter or buffer "
                                      f"named '{leaf}' (functional_call key '{name}')")
-            saved.append((table, leaf, table[leaf]))
+            saved.append((owner, table, leaf, table[leaf]))
             table[leaf] = value
+            _tell_placement(owner, leaf, True)
         yield
     finally:
-        for table, leaf, original in reversed(saved):
+        for owner, table, leaf, original in reversed(saved):
             table[leaf] = original
+            _tell_placement(owner, leaf, False)
+
+
+def _tell_placement(owner, leaf: str, swapped: bool) -> None:
+    """A deployed module hears of the swap (its forward then runs here, with the tensor
+    given: its worker's copy has only its own)."""
+    placement = owner.__dict__.get("_placement")
+    if placement is not None:
+        placement.swapped(owner, leaf, swapped)
 
 
 def functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None, *,

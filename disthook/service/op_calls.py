@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from disthook import wire
+
 __all__ = ["Unsendable", "decode_params", "encode_params", "op_function", "op_name"]
 
 
@@ -34,7 +36,7 @@ def _encode(v):
     if isinstance(v, np.generic):
         return {"scalar": np.asarray(v)}
     if isinstance(v, np.ndarray):
-        return {"array": np.ascontiguousarray(v)}
+        return {"array": wire.c_order(v)}
     if isinstance(v, tuple):
         return {"tuple": [_encode(x) for x in v]}
     if isinstance(v, list):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from disthook import wire
 from disthook.tensor import Tensor
 
 __all__ = ["opaque_in", "pack", "tensors_in", "unpack"]
@@ -76,7 +77,7 @@ def kept_record(vid: str, t: Tensor, inline_bytes: int = 0) -> dict:
     if t._grad_fn is not None:
         record["grad_fn"] = type(t._grad_fn).__name__
     if data.nbytes <= inline_bytes:
-        record["value"] = np.ascontiguousarray(data)
+        record["value"] = wire.c_order(data)
     return record
 
 

@@ -22,3 +22,12 @@ def cluster(request, shared_clusters):
     Tests that kill or reconfigure a cluster start their own with ``local_cluster``."""
     with shared_clusters.lend(getattr(request.module, "CLUSTER_WORKERS", 3)) as c:
         yield c
+
+
+@pytest.fixture(scope="module", params=[2, 3], ids=lambda n: f"{n}-workers")
+def cluster_2_or_3(request, shared_clusters):
+    """A shared cluster of 2 workers, then one of 3 (``c.stages``: its size), for the tests
+    of a module that run on both."""
+    with shared_clusters.lend(request.param) as c:
+        c.stages = request.param
+        yield c

@@ -228,6 +228,28 @@ def test_a_gradient_computed_here_accumulates_on_the_owner(cluster):
         remote.close()
 
 
+def test_a_new_tensor_made_like_a_placed_one_is_a_plain_one(cluster):
+    """Library code makes a tensor like another with its type (``type(p)(data,
+    requires_grad=...)``, ``type(buf)(data)``): as in one process, a plain parameter or
+    tensor comes, nothing placed, and the placed one is untouched."""
+    remote = cluster.deploy(nn.Sequential(nn.Linear(4, 5), nn.BatchNorm1d(5),
+                                          nn.Linear(5, 3)), stages=2)
+    try:
+        w, mean = remote[0].weight, remote[1].running_mean
+        made = type(w)(torch.ones(2), requires_grad=False)
+        assert type(made) is nn.Parameter and not made.requires_grad
+        assert made.tolist() == [1.0, 1.0]
+        again = w.__class__(torch.zeros(3))
+        assert type(again) is nn.Parameter and again.requires_grad
+        plain = type(mean)(torch.full((2,), 2.0))
+        assert type(plain) is torch.Tensor and plain.tolist() == [2.0, 2.0]
+        assert type(mean)([1.0, 2.0]).tolist() == [1.0, 2.0]
+        assert tuple(w.shape) == (5, 4) and tuple(mean.shape) == (5,)
+        assert mean.tolist() == [0.0] * 5
+    finally:
+        remote.close()
+
+
 def test_writes_run_on_the_owner(cluster):
     local, remote = mlp(), cluster.deploy(mlp(), stages=2)
     try:
@@ -472,5 +494,84 @@ def test_a_container_whose_parts_are_on_several_workers_takes_changes_here(clust
         x = torch.randn(3, 2)
         np.testing.assert_allclose(remote(x).detach().numpy(), model(x).detach().numpy(),
                                    rtol=1e-6)
+    finally:
+        remote.close()
+
+
+def test_scalar_buffers_keep_their_shape_on_the_workers(cluster):
+    """Batch norm's num_batches_tracked is 0-d in one process: so it is read back from its
+    worker, in the state dict and once the deployment is closed (it was shape [1])."""
+    local = nn.Sequential(nn.Linear(4, 5), nn.BatchNorm1d(5), nn.Linear(5, 3))
+    remote = cluster.deploy(nn.Sequential(nn.Linear(4, 5), nn.BatchNorm1d(5),
+                                          nn.Linear(5, 3)), stages=2)
+    try:
+        remote(torch.randn(3, 4))
+        local(torch.randn(3, 4))
+        shapes = {k: tuple(v.shape) for k, v in local.state_dict().items()}
+        assert {k: tuple(v.shape) for k, v in remote.state_dict().items()} == shapes
+        assert remote[1].num_batches_tracked.detach().shape == ()
+        assert remote[1].num_batches_tracked.item() == 1
+    finally:
+        remote.close()
+    assert {k: tuple(v.shape) for k, v in remote.state_dict().items()} == shapes
+
+
+def test_random_initialisation_after_the_deploy_draws_from_this_process(cluster):
+    """nn.init on a deployed model's parameters, and random in-place methods on them and on
+    its buffers, give one process's values under the same seed, and leave the random
+    stream (or the generator given) where one process leaves it. They drew from the
+    worker's stream before."""
+    def init(model):
+        torch.manual_seed(5)
+        for m in model.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.xavier_uniform_(m.weight)
+                nn.init.trunc_normal_(m.bias, std=0.1)
+        nn.init.kaiming_normal_(model[0].weight, nonlinearity="relu")
+        nn.init.orthogonal_(model[2].weight)
+        model[1].running_mean.normal_()
+        model[2].bias.data.bernoulli_(0.5)
+        gen = torch.Generator().manual_seed(3)
+        model[0].bias.data.uniform_(-1, 1, generator=gen)
+        return ({k: v.numpy().tolist() for k, v in model.state_dict().items()},
+                torch.randn(3).tolist(), torch.rand(2, generator=gen).tolist())
+
+    local = nn.Sequential(nn.Linear(4, 5), nn.BatchNorm1d(5), nn.Linear(5, 3))
+    remote = cluster.deploy(nn.Sequential(nn.Linear(4, 5), nn.BatchNorm1d(5),
+                                          nn.Linear(5, 3)), stages=2)
+    try:
+        assert init(remote) == init(local)
+    finally:
+        remote.close()
+
+
+def test_every_in_place_method_reaches_the_worker_or_says_why_not(cluster):
+    """In-place methods of every kind on a deployed parameter (the mixins' too, which
+    raised TypeError: cumsum_, fill_diagonal_, apply_ with a function, the random fills)
+    give one process's values; a change of shape is refused, naming the tensor."""
+    def run(model):
+        w = model[0].weight
+        torch.manual_seed(3)
+        with torch.no_grad():
+            w.cumsum_(0)
+            w.data.fill_diagonal_(2.0)
+            w.data.apply_(lambda v: v * 2)
+            w.data.exponential_()
+            w.data.cauchy_()
+            model[0].bias.data.random_(0, 5)
+            model[0].bias.data.log_normal_()
+        return {k: v.numpy().tolist() for k, v in model.state_dict().items()}
+
+    torch.manual_seed(0)
+    local = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 2))
+    torch.manual_seed(0)
+    remote = cluster.deploy(nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 2)), stages=2)
+    try:
+        assert run(remote) == run(local)
+        with pytest.raises(RuntimeError, match=r"0.weight.data.t_\(\).*take a view"):
+            remote[0].weight.data.t_()
+        with torch.no_grad(), pytest.raises(RuntimeError, match="keeps its shape: 1.weight"):
+            remote[1].weight.unsqueeze_(0)
+        assert tuple(remote[1].weight.shape) == (2, 3)
     finally:
         remote.close()

@@ -333,3 +333,31 @@ def test_a_gradient_penalty_with_create_graph(cluster):
                 close(p.grad.numpy(), q.grad.numpy())
     finally:
         model.close()
+
+
+def test_a_gradient_penalty_through_a_chain_says_how_to_deploy_it_so_that_it_works(cluster):
+    """A chain of stages passes its gradients worker to worker as values: create_graph is
+    refused, naming the placement that runs the same model part by part from here, and
+    that placement computes the penalty as one process does."""
+    torch.manual_seed(9)
+    local = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh(),
+                          nn.Linear(8, 1))
+    x = torch.randn(6, 4)
+    chain = cluster.deploy(copy.deepcopy(local), stages=2)
+    try:
+        with pytest.raises(NotImplementedError) as caught:
+            _penalised_step(chain, x)
+        placement = {str(i): 0 for i in range(len(deployment_of(chain)._stage_names[0]))}
+        placement.update({str(i): 1 for i in range(len(placement), 5)})
+        assert f"placement={placement!r}" in str(caught.value)
+    finally:
+        chain.close()
+    placed = cluster.deploy(copy.deepcopy(local), placement=placement)
+    try:
+        got, want = _penalised_step(placed, x), _penalised_step(local, x)
+        close(got[0], want[0])
+        close(got[1], want[1])
+        for p, q in zip(placed.parameters(), local.parameters()):
+            close(p.grad.numpy(), q.grad.numpy())
+    finally:
+        placed.close()

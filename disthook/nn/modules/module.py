@@ -776,6 +776,17 @@ class Module:
             raise AttributeError("`" + name + "` is not an nn.Parameter")
         return param
 
+    def get_buffer(self, target: str) -> Tensor:
+        """The buffer at dotted ``target`` (``"bn.running_mean"``), as ``get_parameter``
+        finds a parameter."""
+        module_path, _, name = target.rpartition(".")
+        mod = self.get_submodule(module_path)
+        if not hasattr(mod, name):
+            raise AttributeError(mod._get_name() + " has no attribute `" + name + "`")
+        if name not in mod._buffers:
+            raise AttributeError("`" + name + "` is not a buffer")
+        return mod._buffers[name]
+
     # ---- traversal ----------------------------------------------------------------------
     def _named_members(self, get_members, prefix: str = "", recurse: bool = True,
                        remove_duplicate: bool = True):
@@ -1245,6 +1256,10 @@ class Placement:
 
     def del_attr(self, module: Module, name: str) -> bool:
         return False
+
+    def swapped(self, module: Module, name: str, swapped: bool) -> None:
+        """``torch.func.functional_call`` put a tensor of its own in place of the module's
+        parameter or buffer ``name`` (``swapped``), or put the module's back."""
 
     def register_buffer(self, module: Module, name: str, tensor, persistent: bool) -> None:
         raise NotImplementedError

@@ -1,0 +1,340 @@
+"""A pipe record's short path between neighbour stages (issue 33): the short form's encoder
+and reader called directly (``wire.encode_pipe``, ``wire.decode_pipe``) give and refuse what
+``encode`` and ``decode`` do; a link sends a record's two frames with one prefix; a record
+read off an accepted link goes straight to the mailbox, and a waiting stage takes what has
+come on its links before it polls."""
+import logging
+import socket
+import struct
+
+import numpy as np
+import pytest
+
+from disthook import wire
+from disthook.wire import WireError
+from workers import links
+from workers.link_handlers import LinkHandlers
+from workers.links import Link
+from workers.state import Job, Resume, WorkerState
+
+IDENTITY = b"w1>prev>3"
+
+
+def _bytes(frames) -> list[bytes]:
+    return [bytes(memoryview(f).cast("B")) for f in frames]
+
+
+def _raised(fn, *args, **kwargs):
+    try:
+        fn(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001
+        return type(exc), str(exc)
+    return None
+
+
+RECORDS = [
+    ("m", "s1", "act", 3, np.arange(64, dtype=np.float32).reshape(4, 16), None),
+    ("m", "s1", "grad", -1, np.zeros((2, 0, 3), np.float64), None),
+    ("model-é", "step", "act", 7, np.arange(6, dtype=np.int64)[::2], None),  # a view
+    ("m", "s", "abort", -1, None, "stage 2 failed: ValueError: x"),
+    ("m", "s", "value", 0, np.full((), 1.5, np.float32), None),
+]
+
+
+@pytest.mark.parametrize("fields", RECORDS)
+def test_encode_pipe_writes_what_encode_writes(fields):
+    names = ("model", "step", "kind", "mb", "data", "reason")
+    assert _bytes(wire.encode_pipe(*fields)) == _bytes(wire.encode("pipe",
+                                                                   dict(zip(names, fields))))
+
+
+@pytest.mark.parametrize("fields", [
+    ("m", "s", "act", True, None, None),  # a bool is no micro-batch number
+    ("m", "s", "forward", 0, None, None),
+    (3, "s", "act", 0, None, None),
+    ("m", "s", "act", 0, [1.0, 2.0], None),
+    ("m", "s", "act", 0, np.zeros(2, np.complex64), None),
+    ("m", "s", "abort", 0, None, b"bytes"),
+])
+def test_encode_pipe_refuses_what_encode_refuses(fields):
+    names = ("model", "step", "kind", "mb", "data", "reason")
+    expected = _raised(wire.encode, "pipe", dict(zip(names, fields)))
+    assert expected is not None and _raised(wire.encode_pipe, *fields) == expected
+
+
+def test_fields_the_short_form_cannot_hold_go_in_the_general_form():
+    model = "m" * 70000  # over the short form's 64 KiB a name
+    frames = wire.encode_pipe(model, "s", "act", 1, None)
+    assert not bytes(frames[0]).startswith(wire.PIPE_MAGIC)
+    assert wire.decode(frames)["model"] == model
+
+
+@pytest.mark.parametrize("fields", RECORDS)
+def test_decode_pipe_reads_what_decode_reads(fields):
+    frames = _bytes(wire.encode_pipe(*fields))
+    got, expected = wire.decode_pipe(frames), wire.decode(frames)
+    assert (got.type, got.req, got.ctx) == (expected.type, expected.req, expected.ctx)
+    for name in ("model", "step", "kind", "mb", "reason"):
+        assert got[name] == expected[name]
+    if expected["data"] is None:
+        assert got["data"] is None
+    else:
+        assert got["data"].dtype == expected["data"].dtype
+        np.testing.assert_array_equal(got["data"], expected["data"])
+
+
+def test_decode_pipe_refuses_a_record_in_another_form():
+    general = wire.encode("pipe", {"model": "m", "step": "s", "kind": "act", "mb": 0}, req=4)
+    with pytest.raises(WireError, match="not a pipe record in its short form"):
+        wire.decode_pipe(general)
+    with pytest.raises(WireError, match="empty message"):
+        wire.decode_pipe([])
+    with pytest.raises(WireError, match="header of .* bytes exceeds"):
+        wire.decode_pipe([wire.PIPE_MAGIC + bytes(wire.DEFAULT_LIMITS.max_header_bytes)])
+
+
+def test_decode_pipe_refuses_whatever_decode_refuses_with_its_words():
+    """Mutated short records: each refused by both with one message, or read alike."""
+    head, body = _bytes(wire.encode_pipe("m", "s1", "act", 3,
+                                         np.ones((2, 3), np.float32)))
+    rng = np.random.default_rng(7)
+    refused = 0
+    for _ in range(3000):
+        mutated = bytearray(head)
+        for _ in range(int(rng.integers(1, 4))):
+            mutated[int(rng.integers(6, len(mutated)))] = int(rng.integers(0, 256))
+        cut = int(rng.integers(6, len(mutated) + 1))
+        frames = [bytes(mutated[:cut]), body[:int(rng.integers(0, 30))]][:int(rng.integers(1, 3))]
+        expected = _raised(wire.decode, frames)
+        assert _raised(wire.decode_pipe, frames) == expected
+        refused += expected is not None
+    assert refused > 2500
+
+
+# ---- a link's send of two frames -----------------------------------------------------------------
+
+def _sent(frames) -> bytes:
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    Link(a, IDENTITY).send_multipart(frames)
+    a.close()
+    out = b""
+    while chunk := b.recv(1 << 16):
+        out += chunk
+    b.close()
+    return out
+
+
+@pytest.mark.parametrize("data", [np.arange(12, dtype=np.float32).reshape(3, 4),
+                                  np.zeros((0, 4), np.float32)])
+def test_two_frames_go_as_the_general_framing_writes_them(data):
+    frames = wire.encode_pipe("m", "s", "act", 2, data)
+    general = b"".join(bytes(v) for v in links._framed(frames))
+    assert _sent(frames) == general
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    Link(a, IDENTITY).send_multipart(frames)
+    read = Link(b, accepted=True).read()
+    assert _bytes(read[0]) == _bytes(frames)
+    # a non-contiguous second frame is refused as before, nothing sent
+    with pytest.raises(TypeError):
+        Link(a, IDENTITY).send_multipart([b"h", memoryview(np.ones((4, 4))[:, ::2])])
+
+
+# ---- the worker's side: a record read off a link -----------------------------------------------
+
+class _Worker(LinkHandlers):
+    """What LinkHandlers needs of a worker, without sockets but the links."""
+
+    def __init__(self):
+        self.id, self.log = "w", logging.getLogger("test")
+        self.state = WorkerState("w")
+        self.state.models.add("m")
+        self.links_in, self._links_waiting, self._polled = {}, set(), {}
+        self._outboxes, self._next_tick = set(), float("inf")
+        self.refused, self.done, self.general = [], [], []
+
+    def refuse(self, sender, exc):
+        self.refused.append((sender, str(exc)))
+
+    def _execute(self, instructions):
+        self.done += instructions
+
+    def messages_in(self, sender, body):
+        self.general.append(body)
+        return [wire.decode(body)]
+
+    def _link_gone(self, link, why, ended=False):
+        self.gone = why
+
+
+def _linked(worker):
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    dialled, accepted = Link(a, IDENTITY), Link(b, IDENTITY, accepted=True)
+    worker.links_in[IDENTITY] = accepted
+    return dialled, accepted
+
+
+def _waiting(worker, key):
+    job = Job(b"client", None, b"client", "m")
+    worker.state.jobs.add(job)
+    return worker.state.wait_for_pipe(job, (key, ("m", "s", "abort", -1)), "a record")
+
+
+def test_a_record_on_a_link_goes_to_the_mailbox_and_ends_the_wait():
+    w = _Worker()
+    dialled, accepted = _linked(w)
+    wait = _waiting(w, ("m", "s", "act", 5))
+    data = np.arange(8, dtype=np.float32).reshape(2, 4)
+    dialled.send_multipart(wire.encode_pipe("m", "s", "act", 5, data))
+    assert w._read_link(accepted)
+    assert wait.done and [type(i) for i in w.done] == [Resume]
+    np.testing.assert_array_equal(w.state.mailbox[("m", "s", "act", 5)]["data"], data)
+    assert w.general == [] and w.refused == []
+    # what is not a pipe record takes the general path as before
+    dialled.send_multipart(wire.encode("pipe", {"model": "m", "step": "s", "kind": "act",
+                                                "mb": 6}, req=9))
+    assert w._read_link(accepted) and len(w.general) == 1
+
+
+def test_a_malformed_short_record_on_a_link_is_refused_as_decode_refuses_it():
+    w = _Worker()
+    dialled, accepted = _linked(w)
+    head, body = _bytes(wire.encode_pipe("m", "s", "act", 5, np.ones((2, 3), np.float32)))
+    bad = head[:6] + bytes([wire.PROTOCOL_VERSION, 9]) + head[8:]  # kind code 9
+    dialled.send_multipart([bad, body])
+    dialled.send_multipart([head, body[:-4]])  # the array's frame 4 bytes short
+    w._read_link(accepted)
+    expected = [(IDENTITY, _raised(wire.decode, [bad, body])[1]),
+                (IDENTITY, _raised(wire.decode, [head, body[:-4]])[1])]
+    assert w.refused == expected and "'kind' must be one of" in expected[0][1]
+    assert w.state.mailbox == {} and not accepted.closed
+    dialled.send_multipart([head, body])  # the link goes on
+    w._read_link(accepted)
+    assert ("m", "s", "act", 5) in w.state.mailbox
+
+
+def test_a_record_for_an_unknown_model_or_a_finished_step_is_dropped():
+    w = _Worker()
+    dialled, accepted = _linked(w)
+    w.state.finish_step("m", "old")
+    dialled.send_multipart(wire.encode_pipe("other", "s", "act", 0, np.ones(2, np.float32)))
+    dialled.send_multipart(wire.encode_pipe("m", "old", "grad", 0, np.ones(2, np.float32)))
+    assert w._read_link(accepted)
+    assert w.state.mailbox == {} and w.done == [] and w.refused == []
+
+
+def test_a_waiting_stage_takes_what_came_on_its_links_before_it_polls():
+    w = _Worker()
+    dialled, _ = _linked(w)
+    assert not w.links_first()  # nothing came
+    dialled.send_multipart(wire.encode_pipe("m", "s", "act", 1, np.ones(2, np.float32)))
+    w._next_tick = 0.0  # the tick is due: the whole loop comes round first
+    assert not w.links_first() and w.state.mailbox == {}
+    w._next_tick = float("inf")
+    w._outboxes.add(99)  # a link's outbox waits for the poller: likewise
+    assert not w.links_first() and w.state.mailbox == {}
+    w._outboxes.clear()
+    assert w.links_first() and ("m", "s", "act", 1) in w.state.mailbox
+    dialled.close()
+    assert w.links_first() and w.gone == "the other end closed it"
+
+
+def test_an_outbox_that_fills_and_empties_is_known_to_the_worker():
+    w = _Worker()
+
+    class Poller:
+        def register(self, fd, events):
+            pass
+
+        def unregister(self, fd):
+            pass
+
+    w.poller = Poller()
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    link = Link(a, IDENTITY)
+    w._watch(link)
+    big = np.ones(16 << 20, np.uint8)
+    link.send_multipart([b"h", big])  # more than the kernel takes at once
+    assert w._outboxes == {link.fileno()}
+    reader = Link(b, accepted=True)
+    while link.outbox:
+        reader.read()
+        link.flush()
+    assert w._outboxes == set()
+    w._unwatch(link)
+
+
+def test_the_prefix_of_two_frames_is_the_general_prefix_and_table():
+    assert links._PREFIX_PAIR.pack(2, 5, 9) == struct.pack("<II", 2, 5) + struct.pack("<Q", 9)
+
+
+def test_an_array_frame_off_a_link_decodes_as_a_bytes_frame_does():
+    """A link hands the array's frame over as a fresh uint8 array, which the record's array
+    is then a view of: read and refused as the same bytes are."""
+    rng = np.random.default_rng(3)
+    for dtype in wire.PIPE_DTYPES:
+        data = (rng.integers(0, 2, (3, 5)) if dtype == "|b1" else rng.integers(-9, 9, (3, 5)))
+        head, body = _bytes(wire.encode_pipe("m", "s", "act", 1, data.astype(dtype)))
+        for cut in (len(body), len(body) - 1, 0):
+            as_bytes = [head, body[:cut]]
+            as_array = [head, np.frombuffer(body[:cut], np.uint8).copy()]
+            expected = _raised(wire.decode_pipe, as_bytes)
+            assert _raised(wire.decode_pipe, as_array) == expected
+            if expected is None:
+                got = wire.decode_pipe(as_array)["data"]
+                np.testing.assert_array_equal(got, data.astype(dtype))
+                assert got.flags.writeable and got.base is not None
+    small = wire.Limits(max_array_bytes=8)
+    head, body = _bytes(wire.encode_pipe("m", "s", "act", 1, np.ones(4, np.float32)))
+    assert _raised(wire.decode_pipe, [head, np.frombuffer(body, np.uint8).copy()],
+                   limits=small) == _raised(wire.decode_pipe, [head, body], limits=small)
+    assert "exceeds 8" in _raised(wire.decode_pipe, [head, body], limits=small)[1]
+
+
+# ---- a link's read: prefix, table and header in one read ------------------------------------------
+
+def _whole_head_buffered(link) -> bool:
+    have = link._hi - link._lo
+    if link._target is not None or have < links._PREFIX.size:
+        return False
+    count, head = links._PREFIX.unpack_from(link._buf, link._lo)
+    return have >= links._PREFIX.size + links._SIZE.size * (count - 1) + head
+
+
+def test_what_the_buffer_holds_is_read_whole_and_a_large_header_grows_it_for_a_while():
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    dialled, accepted = Link(a, IDENTITY), Link(b, accepted=True)
+    sent = [[b"x" * (i % 7 + 1)] for i in range(200)]  # small: many to one kernel read
+    sent.append([b"h" * 10000, np.arange(50000, dtype=np.uint8), b"", b"t"])  # over a page
+    sent.append([b"after", b"\x01" * 3])
+    for frames in sent:
+        dialled.send_multipart(frames)
+    got, reads = [], 0
+    while len(got) < len(sent):
+        got += accepted.read(at_most=4)
+        reads += 1
+        assert not _whole_head_buffered(accepted)  # none left where a poll would not see it
+    assert [_bytes(f) for f in got] == [_bytes(f) for f in sent]
+    assert reads < len(sent) // 4  # (a page holds many of the small ones)
+    assert len(accepted._buf) == links._BUFFER or accepted.read() == []
+    dialled.send_multipart([b"again"])
+    assert accepted.read() == [[b"again"]] and len(accepted._buf) == links._BUFFER
+
+
+def test_a_pipe_record_takes_two_reads_the_header_with_the_arrays_first_bytes():
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    dialled, accepted = Link(a, IDENTITY), Link(b, accepted=True)
+    data = np.arange(32 * 1024, dtype=np.float32).reshape(32, 1024)
+    dialled.send_multipart(wire.encode_pipe("m", "s", "act", 0, data))
+    calls = []
+    real = accepted.sock
+
+    class Counting:
+        def recv_into(self, into, n):
+            calls.append(n)
+            return real.recv_into(into, n)
+
+    accepted.sock = Counting()
+    (frames,) = accepted.read()
+    accepted.sock = real
+    assert calls[0] == links._BUFFER and len(calls) == 3  # the third: nothing more (EAGAIN)
+    np.testing.assert_array_equal(wire.decode_pipe(frames)["data"], data)
