@@ -4,8 +4,8 @@ For ``fn`` written against the torch API it checks, in float64:
 forward against numpy (``np_fn``) and torch; the gradient of ``sum(out * w)`` (``w`` random,
 fixed) against central differences and torch; with ``double=True`` the gradient of
 ``sum(grad * v)`` (a Hessian-vector product) against central differences of the first
-gradient and torch. Torch is optional: without it only the numpy and finite-difference
-checks run.
+gradient along ``v`` and torch. Torch is optional: without it only the numpy and
+finite-difference checks run.
 """
 from __future__ import annotations
 
@@ -54,8 +54,8 @@ def check_op(fn, *inputs, torch_fn=None, np_fn=None, atol=1e-6, fd_atol=1e-5, gr
         _compare_grads(grads, fd, fd_atol, "finite differences")
     if grad and double:
         hvp = _dh_hvp(fn, arrays, diff, floats, weights, vectors)
-        fd2 = _fd_grads(lambda a: _dot(_dh_grads(fn, a, diff, floats, weights), vectors),
-                        arrays, diff)
+        fd2 = _fd_directional(lambda a: _dh_grads(fn, a, diff, floats, weights), arrays,
+                              diff, vectors)
         _compare_grads(hvp, fd2, fd_atol, "finite differences of the gradient")
 
     if torch is None:
@@ -126,10 +126,6 @@ def _compare_grads(got, want, atol, what) -> None:
         np.testing.assert_allclose(g, w, rtol=atol, atol=atol, err_msg=f"grad {k} vs {what}")
 
 
-def _dot(xs, ys) -> float:
-    return float(sum(np.sum(x * y) for x, y in zip(xs, ys)))
-
-
 # ---- disthook: loss, gradient, Hessian-vector product -----------------------------------
 
 def _weighted_sum(lib_, outs, floats, weights):
@@ -138,9 +134,11 @@ def _weighted_sum(lib_, outs, floats, weights):
 
 
 def _dh_loss(fn, arrays, diff, floats, weights) -> float:
+    """``sum(out * w)`` of ``fn``'s outputs, summed in numpy (float64, as the graph's sum
+    of ``_dh_grads`` is): the finite differences need its value only."""
     with disthook.no_grad():
         outs = _outputs(fn(*_dh_inputs(arrays, diff)))
-        return _weighted_sum(disthook, outs, floats, weights).item()
+    return float(sum(np.sum(outs[i]._data * w) for i, w in zip(floats, weights)))
 
 
 def _zeros_for_none(grads, tensors) -> list:
@@ -177,13 +175,28 @@ def _fd_grads(loss, arrays, diff) -> list:
     for i in diff:
         g = np.zeros(arrays[i].shape)
         for j in np.ndindex(arrays[i].shape):
-            plus = [a.copy() for a in arrays]
-            minus = [a.copy() for a in arrays]
+            plus, minus = list(arrays), list(arrays)  # the other inputs as they are
+            plus[i], minus[i] = arrays[i].copy(), arrays[i].copy()
             plus[i][j] += FD_EPS
             minus[i][j] -= FD_EPS
             g[j] = (loss(plus) - loss(minus)) / (2 * FD_EPS)
         grads.append(g)
     return grads
+
+
+def _fd_directional(grads, arrays, diff, vectors) -> list:
+    """Central differences of the gradient along ``vectors``: (g(x + e v) - g(x - e v)) / 2e.
+
+    That is the Hessian times ``v``, every component of it, from two gradient evaluations
+    (the Hessian of a scalar loss is symmetric, so it is also the gradient of ``grad . v``,
+    which the double backward computes); the loss's own gradient is checked element by
+    element against central differences first."""
+    plus = [a.copy() for a in arrays]
+    minus = [a.copy() for a in arrays]
+    for i, v in zip(diff, vectors):
+        plus[i] += FD_EPS * v
+        minus[i] -= FD_EPS * v
+    return [(p - m) / (2 * FD_EPS) for p, m in zip(grads(plus), grads(minus))]
 
 
 # ---- torch ------------------------------------------------------------------------------
