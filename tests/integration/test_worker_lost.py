@@ -1,6 +1,7 @@
 """A worker killed while a call needs it: the call ends with WorkerLost naming the worker,
 its stage and what was in flight, at once (not at the request deadline); the stages that
 survive stop waiting; later calls on that model say so immediately."""
+import contextlib
 import os
 import signal
 import threading
@@ -226,9 +227,10 @@ def test_a_worker_that_stops_answering_is_lost_within_three_heartbeats():
                 remote(torch.ones(2, 4))
             waited = time.monotonic() - started
             assert waited < 3 * heartbeat + 1.5, waited
-        finally:
-            os.kill(pid, signal.SIGKILL)
-            os.kill(pid, signal.SIGCONT)
+        finally:  # (a stopped process dies of SIGKILL too; a warm-started worker's parent
+            # reaps it at once, so that its pid may be gone by a second call)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         remote.close()
 
 
