@@ -210,3 +210,46 @@ def _torch_grads(fn, arrays, diff, floats, weights) -> list:
 
 def _torch_hvp(fn, arrays, diff, floats, weights, vectors) -> list:
     return _hvp(torch, fn, _torch_inputs(arrays, diff), diff, floats, weights, vectors)
+
+
+# ---- small models with batch norm, for tests of a deployed model's tensors -----------------
+
+def norm_tree():
+    """A model whose forward runs on the client once deployed (Linear, BatchNorm1d, Linear),
+    input width 4, 2 outputs."""
+    from disthook import nn
+
+    class NormNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.norm, self.b = nn.Linear(4, 6), nn.BatchNorm1d(6), nn.Linear(6, 2)
+
+        def forward(self, x):
+            return self.b(disthook.relu(self.norm(self.a(x))))
+
+    return NormNet()
+
+
+def norm_chain():
+    """The same kind of model as an ``nn.Sequential``: a chain of stages once deployed."""
+    from disthook import nn
+
+    return nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, 6),
+                         nn.Tanh(), nn.Linear(6, 2))
+
+
+def link_bytes(frames, identity: bytes = b"w1>next>7") -> bytes:
+    """What a local link (workers/links.py) writes for the message ``frames``, as the
+    kernel carries it to the other end."""
+    import socket
+
+    from workers.links import Link
+
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    Link(a, identity).send_multipart(frames)
+    a.close()
+    out = b""
+    while chunk := b.recv(1 << 16):
+        out += chunk
+    b.close()
+    return out

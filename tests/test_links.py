@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zmq
+from helpers import link_bytes
 
 from disthook import wire
 from workers import links
@@ -29,14 +30,7 @@ def pair(**kw):
 
 def raw_bytes(frames) -> bytes:
     """What a link writes for ``frames``, as the kernel carries it."""
-    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    Link(a, IDENTITY).send_multipart(frames)
-    a.close()
-    out = b""
-    while chunk := b.recv(1 << 16):
-        out += chunk
-    b.close()
-    return out
+    return link_bytes(frames, IDENTITY)
 
 
 def pipe_frames(n=32 * 64):

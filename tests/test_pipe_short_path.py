@@ -9,6 +9,7 @@ import struct
 
 import numpy as np
 import pytest
+from helpers import link_bytes
 
 from disthook import wire
 from disthook.wire import WireError
@@ -114,14 +115,7 @@ def test_decode_pipe_refuses_whatever_decode_refuses_with_its_words():
 # ---- a link's send of two frames -----------------------------------------------------------------
 
 def _sent(frames) -> bytes:
-    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    Link(a, IDENTITY).send_multipart(frames)
-    a.close()
-    out = b""
-    while chunk := b.recv(1 << 16):
-        out += chunk
-    b.close()
-    return out
+    return link_bytes(frames, IDENTITY)
 
 
 @pytest.mark.parametrize("data", [np.arange(12, dtype=np.float32).reshape(3, 4),

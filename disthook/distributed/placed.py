@@ -279,7 +279,8 @@ def _on_class(module: Module, name: str) -> bool:
 def changed_here(module: Module) -> bool:
     """Whether ``module`` (the model, or a placed part) or a module inside it had something
     set here since the deploy that its worker's copy lacks (``PartPlacement.forward_for``):
-    a forward, or a method or value its forward reads that cannot travel."""
+    a forward, a method or value its forward reads that cannot travel, or a tensor that
+    functional_call put in place of one of its own."""
     placement = module.__dict__.get("_placement")
     if placement is None:
         return False
@@ -299,8 +300,9 @@ class RootPlacement(_Placed):
         if module._is_full_backward_hook is False and module._backward_hooks:
             dep._route_root_legacy_hooks()
         # its own forward here, each placed part on its worker: a model of its own forward,
-        # or a chain where a forward was set on a module itself (see PartPlacement's), which
-        # the stages passing activations among themselves would not run
+        # or a chain where something its workers' copies lack was set on a module (a
+        # forward, a method, functional_call's tensors: see PartPlacement's), which the
+        # stages passing activations among themselves would not see
         if dep._glue or changed_here(module):
             from disthook.distributed.pinning import spanned
 

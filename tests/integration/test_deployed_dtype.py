@@ -4,25 +4,11 @@ tensors on their workers, in place as in one process: the parameters stay the sa
 follow, and the model computes in the new dtype with one process's values. They were
 refused before ("convert the model before deploying it")."""
 import pytest
+from helpers import norm_chain, norm_tree
 
 import disthook as torch
-from disthook import nn
 
 pytestmark = pytest.mark.timeout(240)
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a, self.norm, self.b = nn.Linear(4, 6), nn.BatchNorm1d(6), nn.Linear(6, 2)
-
-    def forward(self, x):
-        return self.b(torch.relu(self.norm(self.a(x))))
-
-
-def chain():
-    return nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, 6),
-                         nn.Tanh(), nn.Linear(6, 2))
 
 
 def session(model):
@@ -57,12 +43,12 @@ def session(model):
     return seen
 
 
-@pytest.mark.parametrize("make", [Net, chain], ids=["tree", "chain"])
+@pytest.mark.parametrize("make", [norm_tree, norm_chain], ids=["tree", "chain"])
 def test_conversions_run_on_the_workers_as_in_one_process(cluster_2_or_3, make):
     torch.manual_seed(0)
     want = session(make())
     torch.manual_seed(0)
-    remote = cluster_2_or_3.deploy(make(), stages=2 if make is Net else cluster_2_or_3.stages)
+    remote = cluster_2_or_3.deploy(make(), stages=2 if make is norm_tree else cluster_2_or_3.stages)
     try:
         got = session(remote)
     finally:
@@ -72,7 +58,7 @@ def test_conversions_run_on_the_workers_as_in_one_process(cluster_2_or_3, make):
 
 
 def test_a_conversion_that_changes_nothing_sends_nothing(cluster_2_or_3):
-    remote = cluster_2_or_3.deploy(chain(), stages=cluster_2_or_3.stages)
+    remote = cluster_2_or_3.deploy(norm_chain(), stages=cluster_2_or_3.stages)
     try:
         remote.stats(reset=True)
         remote.float()

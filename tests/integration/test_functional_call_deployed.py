@@ -4,26 +4,13 @@ parameters or buffers are swapped runs its forward on the client with them, the 
 their workers, and gradients reach the tensors given. It computed with the workers' own
 parameters before, silently."""
 import pytest
+from helpers import norm_chain, norm_tree
 
 import disthook as torch
 from disthook import nn
 from disthook.func import functional_call
 
 pytestmark = pytest.mark.timeout(240)
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a, self.norm, self.b = nn.Linear(4, 6), nn.BatchNorm1d(6), nn.Linear(6, 2)
-
-    def forward(self, x):
-        return self.b(torch.relu(self.norm(self.a(x))))
-
-
-def chain():
-    return nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, 6),
-                         nn.Tanh(), nn.Linear(6, 2))
 
 
 def inner_loop(model):
@@ -47,15 +34,15 @@ def inner_loop(model):
             {k: v.detach().numpy().tolist() for k, v in model.state_dict().items()})
 
 
-@pytest.mark.parametrize("make", [Net, chain], ids=["tree", "chain"])
+@pytest.mark.parametrize("make", [norm_tree, norm_chain], ids=["tree", "chain"])
 def test_functional_call_computes_with_the_tensors_given(cluster_2_or_3, make):
     torch.manual_seed(0)
     want = inner_loop(make())
     torch.manual_seed(0)
-    remote = cluster_2_or_3.deploy(make(), stages=2 if make is Net else cluster_2_or_3.stages)
+    remote = cluster_2_or_3.deploy(make(), stages=2 if make is norm_tree else cluster_2_or_3.stages)
     try:
         got = inner_loop(remote)
-        if make is chain:  # the swaps are over: the chain passes activations itself again
+        if make is norm_chain:  # the swaps are over: the chain passes activations itself again
             remote.stats(reset=True)
             remote(torch.randn(2, 4))
             assert remote.stats()["bytes_between_workers"] > 0
