@@ -288,9 +288,8 @@ class RemoteParameter(RemoteStorage, Parameter):
         """A backward naming this parameter among its inputs, over a graph of ``nodes``
         (id -> node): where code here used it, its accumulator is among them already;
         where its worker did, the nodes standing for that worker's part give it an edge
-        (``RemoteBackward0.wants_parameter``), and the worker sends its gradient."""
-        if id(self._accumulator) in nodes:
-            return
+        (``RemoteBackward0.wants_parameter``), and the worker sends its gradient. Used in
+        both places, it gets both gradients, summed, as in one process."""
         reached = [n for n in nodes.values()
                    if getattr(n, "wants_parameter", None) is not None and n.wants_parameter(self)]
         if reached and create_graph:

@@ -89,3 +89,23 @@ def test_a_second_order_step_through_them_says_what_to_do(cluster_2_or_3):
             torch.autograd.grad(loss, [remote.a.weight], create_graph=True)
     finally:
         remote.close()
+
+
+def test_a_parameter_used_here_and_on_its_worker_gets_both_gradients(cluster_2_or_3):
+    """Used by the model on its worker and by code here (F.linear(x, p)), a parameter's
+    gradient is the sum of both, as in one process."""
+    def grads(model):
+        torch.manual_seed(1)
+        x, z = torch.randn(3, 4), torch.randn(2, 4)
+        w = model[0].weight
+        loss = model(x).pow(2).sum() + nn.functional.linear(z, w).sum()
+        return values(torch.autograd.grad(loss, [w, model[2].bias]))
+
+    torch.manual_seed(0)
+    want = grads(chain())
+    torch.manual_seed(0)
+    remote = cluster_2_or_3.deploy(chain(), stages=cluster_2_or_3.stages)
+    try:
+        assert grads(remote) == want
+    finally:
+        remote.close()
