@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from disthook.autograd import graph  # noqa: F401
-from disthook.autograd.engine import execute, typename
+from disthook.autograd.engine import _count_dependencies, execute, typename
 from disthook.autograd.function import Function, InplaceFunction, once_differentiable  # noqa
 from disthook.autograd.grad_mode import (
     enable_grad,
@@ -120,14 +120,9 @@ def _reach_inputs_elsewhere(outputs: tuple, inputs: tuple, create_graph: bool) -
     elsewhere = [t for t in inputs if getattr(t, "_reach_from", None) is not None]
     if not elsewhere:
         return
-    nodes, todo = {}, [o.node if type(o) is graph.GradientEdge else o._grad_fn
-                       for o in outputs]
-    while todo:
-        node = todo.pop()
-        if node is None or id(node) in nodes:
-            continue
-        nodes[id(node)] = node
-        todo.extend(next_node for next_node, _ in node.next_functions)
+    roots = [n for n in (o.node if type(o) is graph.GradientEdge else o._grad_fn
+                         for o in outputs) if n is not None]
+    nodes = {*roots, *_count_dependencies(roots)}  # every node the outputs reach
     for t in elsewhere:
         t._reach_from(nodes, create_graph)
 

@@ -284,13 +284,13 @@ class RemoteParameter(RemoteStorage, Parameter):
     def _grad_acc(self):
         return weakref.ref(self._accumulator)
 
-    def _reach_from(self, nodes: dict, create_graph: bool) -> None:
-        """A backward naming this parameter among its inputs, over a graph of ``nodes``
-        (id -> node): where code here used it, its accumulator is among them already;
+    def _reach_from(self, nodes: set, create_graph: bool) -> None:
+        """A backward naming this parameter among its inputs, over a graph of ``nodes``:
+        where code here used it, its accumulator is among them already;
         where its worker did, the nodes standing for that worker's part give it an edge
         (``RemoteBackward0.wants_parameter``), and the worker sends its gradient. Used in
         both places, it gets both gradients, summed, as in one process."""
-        reached = [n for n in nodes.values()
+        reached = [n for n in nodes
                    if getattr(n, "wants_parameter", None) is not None and n.wants_parameter(self)]
         if reached and create_graph:
             raise NotImplementedError(
