@@ -4,6 +4,7 @@ and reader called directly (``wire.encode_pipe``, ``wire.decode_pipe``) give and
 read off an accepted link goes straight to the mailbox, and a waiting stage takes what has
 come on its links before it polls."""
 import logging
+import select
 import socket
 import struct
 
@@ -15,7 +16,7 @@ from disthook import wire
 from disthook.wire import WireError
 from workers import links
 from workers.link_handlers import LinkHandlers
-from workers.links import Link
+from workers.links import Link, LinkClosed
 from workers.state import Job, Resume, WorkerState
 
 IDENTITY = b"w1>prev>3"
@@ -144,6 +145,7 @@ class _Worker(LinkHandlers):
         self.state.models.add("m")
         self.links_in, self._links_waiting, self._polled = {}, set(), {}
         self._outboxes, self._next_tick = set(), float("inf")
+        self._links_ready = select.poll()
         self.refused, self.done, self.general = [], [], []
 
     def refuse(self, sender, exc):
@@ -164,6 +166,8 @@ def _linked(worker):
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     dialled, accepted = Link(a, IDENTITY), Link(b, IDENTITY, accepted=True)
     worker.links_in[IDENTITY] = accepted
+    worker._polled[accepted.fileno()] = accepted
+    worker._links_ready.register(accepted.fileno(), select.POLLIN)
     return dialled, accepted
 
 
@@ -230,6 +234,25 @@ def test_a_waiting_stage_takes_what_came_on_its_links_before_it_polls():
     assert w.links_first() and ("m", "s", "act", 1) in w.state.mailbox
     dialled.close()
     assert w.links_first() and w.gone == "the other end closed it"
+
+
+def test_a_waiting_stage_reads_only_the_links_that_hold_something():
+    """links_first asks the kernel once which accepted links hold bytes (the one its hello
+    made known included) and reads those alone: a link with nothing costs no read."""
+    w = _Worker()
+    w.peers = type("Peers", (), {"linked": lambda self, identity: None})()
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    dialled, accepted = Link(a, IDENTITY), Link(b, accepted=True)
+    w._polled[accepted.fileno()] = accepted
+    dialled.send_multipart([links.hello(IDENTITY)])
+    assert w._read_link(accepted) and w.links_in == {IDENTITY: accepted}
+    counting = accepted.sock = _Counting(accepted.sock)
+    assert not w.links_first() and counting.calls == []  # nothing came: nothing read
+    dialled.send_multipart(wire.encode_pipe("m", "s", "act", 1, np.ones(2, np.float32)))
+    assert w.links_first() and ("m", "s", "act", 1) in w.state.mailbox
+    calls = len(counting.calls)
+    assert not w.links_first() and len(counting.calls) == calls
+    accepted.sock = counting.real
 
 
 def test_an_outbox_that_fills_and_empties_is_known_to_the_worker():
@@ -314,21 +337,75 @@ def test_what_the_buffer_holds_is_read_whole_and_a_large_header_grows_it_for_a_w
     assert accepted.read() == [[b"again"]] and len(accepted._buf) == links._BUFFER
 
 
+class _Counting:
+    """A link's socket that records each read: ("recv", bytes asked) or ("recvmsg", bytes
+    asked per buffer)."""
+
+    def __init__(self, real):
+        self.real, self.calls = real, []
+
+    def recv_into(self, into, n):
+        self.calls.append(("recv", n))
+        return self.real.recv_into(into, n)
+
+    def recvmsg_into(self, buffers):
+        self.calls.append(("recvmsg", [len(b) for b in buffers]))
+        return self.real.recvmsg_into(buffers)
+
+
 def test_a_pipe_record_takes_two_reads_the_header_with_the_arrays_first_bytes():
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     dialled, accepted = Link(a, IDENTITY), Link(b, accepted=True)
     data = np.arange(32 * 1024, dtype=np.float32).reshape(32, 1024)
     dialled.send_multipart(wire.encode_pipe("m", "s", "act", 0, data))
-    calls = []
-    real = accepted.sock
-
-    class Counting:
-        def recv_into(self, into, n):
-            calls.append(n)
-            return real.recv_into(into, n)
-
-    accepted.sock = Counting()
+    counting = accepted.sock = _Counting(accepted.sock)
     (frames,) = accepted.read()
-    accepted.sock = real
-    assert calls[0] == links._BUFFER and len(calls) == 3  # the third: nothing more (EAGAIN)
+    accepted.sock = counting.real
+    # the header with the array's first bytes, then the rest of the array together with
+    # what came after it (nothing): no third read that finds nothing
+    assert [kind for kind, _ in counting.calls] == ["recv", "recvmsg"]
+    assert counting.calls[0][1] == links._BUFFER and counting.calls[1][1][1] == links._BUFFER
     np.testing.assert_array_equal(wire.decode_pipe(frames)["data"], data)
+    assert accepted.read() == []
+
+
+def test_what_comes_after_an_array_is_read_with_it_and_taken_in_the_same_read():
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    dialled, accepted = Link(a, IDENTITY), Link(b, accepted=True)
+    arrays = [np.full((32, 1024), i, np.float32) for i in range(3)]
+    for i, x in enumerate(arrays):
+        dialled.send_multipart(wire.encode_pipe("m", "s", "act", i, x))
+    dialled.send_multipart([b"small"])
+    counting = accepted.sock = _Counting(accepted.sock)
+    got = accepted.read()
+    accepted.sock = counting.real
+    assert len(got) == 4 and got[3] == [b"small"]
+    for i, frames in enumerate(got[:3]):
+        np.testing.assert_array_equal(wire.decode_pipe(frames)["data"], arrays[i])
+    # each array's rest brought the next record's header and first bytes with it
+    assert [kind for kind, _ in counting.calls].count("recv") <= 2
+    assert accepted.read() == []
+
+
+def test_a_record_in_pieces_and_a_sender_that_stops_mid_array():
+    """The array's rest comes in pieces (each read takes what came, never waits); a sender
+    that stops mid-array leaves the read with nothing, and its close ends the link."""
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    accepted = Link(b, accepted=True)
+    data = np.arange(32 * 1024, dtype=np.float32).reshape(32, 1024)
+    record = link_bytes(wire.encode_pipe("m", "s", "grad", 2, data))
+    stream = record + link_bytes([b"next"])
+    cuts = [0, 50, 5000, 70000, len(record) - 1, len(record) + 3, len(stream)]
+    got = []
+    for lo, hi in zip(cuts, cuts[1:]):
+        a.sendall(stream[lo:hi])
+        got += accepted.read()
+        assert len(got) == (hi >= len(record)) + (hi == len(stream))
+    assert wire.decode_pipe(got[0])["mb"] == 2 and got[1] == [b"next"]
+    np.testing.assert_array_equal(wire.decode_pipe(got[0])["data"], data)
+    a.sendall(stream[:70000])  # another record, cut short
+    assert accepted.read() == [] and accepted.read() == []  # no hang: nothing yet
+    a.close()
+    with pytest.raises(LinkClosed, match="the other end closed it"):
+        accepted.read()
+    assert accepted.closed

@@ -7,6 +7,7 @@ named, as a worker of the cluster; there is no monitor to read nor connection to
 """
 from __future__ import annotations
 
+import select
 import time
 
 import zmq
@@ -41,6 +42,8 @@ class LinkHandlers:
         self._links_waiting: set[Link] = set()  # accepted, their hello not come yet
         self._polled: dict[int, LinkEnd] = {}  # file descriptor -> what the poller holds
         self._outboxes: set[int] = set()  # links whose outbox waits for the poller
+        # the accepted links alone, for links_first: one call says which have bytes
+        self._links_ready = select.poll()
         if not links_enabled():
             return
         try:
@@ -127,7 +130,10 @@ class LinkHandlers:
         if self._outboxes or time.monotonic() >= self._next_tick:
             return False
         came = False
-        for link in [*self.links_in.values()]:
+        for fd, _ in self._links_ready.poll(0):  # (no read of a link with nothing)
+            link = self._polled.get(fd)
+            if link is None or link.closed:
+                continue
             try:
                 came = self._read_link(link) or came
             except LinkClosed as exc:
@@ -165,6 +171,7 @@ class LinkHandlers:
                 link.identity = identity
                 self._links_waiting.discard(link)
                 self.links_in[identity] = link
+                self._links_ready.register(link.fileno(), select.POLLIN)
                 self.peers.linked(identity)
                 continue
             if frames[0][:_PIPE_MAGIC_LEN] == wire.PIPE_MAGIC:  # a pipe record: to the mailbox
@@ -207,6 +214,7 @@ class LinkHandlers:
                 "worker %s: closed a local link before its hello: %s", self.id, why)
         elif self.links_in.get(identity) is link:
             del self.links_in[identity]
+            self._links_ready.unregister(link.fileno())
             self.log.info("worker %s: the local link from %s closed: %s", self.id,
                           self.who(identity), why)
             self.peer_gone(identity)
