@@ -3,6 +3,7 @@ and reader called directly (``wire.encode_pipe``, ``wire.decode_pipe``) give and
 ``encode`` and ``decode`` do; a link sends a record's two frames with one prefix; a record
 read off an accepted link goes straight to the mailbox, and a waiting stage takes what has
 come on its links before it polls."""
+import itertools
 import logging
 import select
 import socket
@@ -220,6 +221,21 @@ def test_a_record_for_an_unknown_model_or_a_finished_step_is_dropped():
     assert w.state.mailbox == {} and w.done == [] and w.refused == []
 
 
+def test_the_finished_steps_kept_are_the_latest_and_each_is_found_without_a_walk():
+    from workers.state import FINISHED_STEPS_KEPT
+
+    state = WorkerState("w")
+    state.models.add("m")
+    for i in range(FINISHED_STEPS_KEPT + 5):
+        state.finish_step("m", f"s{i}")
+    assert len(state.finished_steps) == FINISHED_STEPS_KEPT
+    late = {"model": "m", "kind": "act", "mb": 0, "data": None}
+    state.pipe_arrived({**late, "step": f"s{FINISHED_STEPS_KEPT + 4}"})  # late: dropped
+    state.pipe_arrived({**late, "step": "s4"})  # finished too long ago to be known
+    assert list(state.mailbox) == [("m", "s4", "act", 0)]
+    assert isinstance(state.finished_steps, dict)  # (a look-up is a hash, not a scan)
+
+
 def test_a_waiting_stage_takes_what_came_on_its_links_before_it_polls():
     w = _Worker()
     dialled, _ = _linked(w)
@@ -397,7 +413,7 @@ def test_a_record_in_pieces_and_a_sender_that_stops_mid_array():
     stream = record + link_bytes([b"next"])
     cuts = [0, 50, 5000, 70000, len(record) - 1, len(record) + 3, len(stream)]
     got = []
-    for lo, hi in zip(cuts, cuts[1:]):
+    for lo, hi in itertools.pairwise(cuts):
         a.sendall(stream[lo:hi])
         got += accepted.read()
         assert len(got) == (hi >= len(record)) + (hi == len(stream))
