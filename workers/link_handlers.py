@@ -123,11 +123,12 @@ class LinkHandlers:
             self._link_gone(end, str(exc), exc.ended)
 
     def links_first(self) -> bool:
-        """Take what has come on the accepted links without a poll (a waiting stage's
-        record is often there already): whether anything came. Nothing while the loop's
+        """Take what has come on the accepted links without a round of the loop (a waiting
+        stage's record is often there already; the kernel is asked once which links hold
+        bytes, and only those are read): whether anything came. Nothing while the loop's
         tick is due or an outbox waits for the poller, so that the whole loop (the
         endpoint, the coordinator, the flushes) still comes round at least once a tick."""
-        if self._outboxes or time.monotonic() >= self._next_tick:
+        if not self.links_in or self._outboxes or time.monotonic() >= self._next_tick:
             return False
         came = False
         for fd, _ in self._links_ready.poll(0):  # (no read of a link with nothing)
