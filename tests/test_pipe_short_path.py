@@ -271,6 +271,20 @@ def test_a_waiting_stage_reads_only_the_links_that_hold_something():
     accepted.sock = counting.real
 
 
+def test_a_stage_whose_record_came_already_opens_no_wait():
+    from workers.steps import StepHandlers
+
+    w = _Worker()
+    dialled, _ = _linked(w)
+    key, abort = ("m", "s", "grad", 4), ("m", "s", "abort", -1)
+    assert not StepHandlers._came_on_links(w, (key, abort))  # not come: the stage waits
+    dialled.send_multipart(wire.encode_pipe("m", "s", "grad", 4, np.ones(2, np.float32)))
+    assert StepHandlers._came_on_links(w, (key, abort)) and key in w.state.mailbox
+    dialled.send_multipart(wire.encode_pipe("m", "s", "act", 5, np.ones(2, np.float32)))
+    assert not StepHandlers._came_on_links(w, (("m", "s", "act", 6), abort))  # another's
+    assert w.state.waits == {}
+
+
 def test_an_outbox_that_fills_and_empties_is_known_to_the_worker():
     w = _Worker()
 

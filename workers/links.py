@@ -18,7 +18,8 @@ kernel does not take waits in the link's outbox until the socket is writable); a
 two frames (a pipe record) goes behind one packed prefix. Reads never block: the kernel's
 bytes come a page at a time into the link's buffer, so that a message's prefix, table and
 header come in one read, and each array frame goes into a fresh buffer (``np.empty``) that
-the decoded array is a view of: what the page held of it copied, the rest read straight in.
+the decoded array is a view of: what the page held of it copied, the rest read straight in,
+with what follows it into the page in the same call (nothing followed: the read ends).
 """
 from __future__ import annotations
 
@@ -248,10 +249,12 @@ class Link(LinkEnd):
                 self.received += 1
                 messages.append(done)
 
-    def _recv(self, into: memoryview) -> int:
-        """What the kernel gives into ``into`` now (0: nothing yet)."""
+    def _recv(self, into: memoryview, then: memoryview | None = None) -> int:
+        """What the kernel gives into ``into`` now, and past it into ``then`` in the same
+        call where one is given (0: nothing yet)."""
         try:
-            n = self.sock.recv_into(into, len(into))
+            n = (self.sock.recv_into(into, len(into)) if then is None
+                 else self.sock.recvmsg_into([into, then])[0])
         except (BlockingIOError, InterruptedError):
             return 0
         except OSError as exc:
@@ -273,16 +276,7 @@ class Link(LinkEnd):
                 self._buf = bytearray(_BUFFER)
                 self._view = memoryview(self._buf)
             self._lo = self._hi = lo = hi = 0
-        try:
-            n = self.sock.recvmsg_into([rest, self._view[hi:]])[0]
-        except (BlockingIOError, InterruptedError):
-            return None
-        except OSError as exc:
-            self.close()
-            raise LinkClosed(f"it broke: {exc}") from None
-        if n == 0:
-            self.close()
-            raise LinkClosed("the other end closed it", ended=True)
+        n = self._recv(rest, self._view[hi:])
         if n < len(rest):
             self._got += n
             return None
