@@ -18,7 +18,7 @@ from disthook.wire import WireError
 from workers import links
 from workers.link_handlers import LinkHandlers
 from workers.links import Link, LinkClosed
-from workers.state import Job, Resume, WorkerState
+from workers.state import Job, Resume, Tick, WorkerState
 
 IDENTITY = b"w1>prev>3"
 
@@ -192,6 +192,30 @@ def test_a_record_on_a_link_goes_to_the_mailbox_and_ends_the_wait():
     dialled.send_multipart(wire.encode("pipe", {"model": "m", "step": "s", "kind": "act",
                                                 "mb": 6}, req=9))
     assert w._read_link(accepted) and len(w.general) == 1
+
+
+def test_a_record_cut_short_ends_no_wait_and_the_wait_times_out_as_before():
+    """A neighbour that stops mid-array: the stage's look at its links takes nothing and
+    never blocks, and its wait ends at the pipe timeout with the error it always had."""
+    w = _Worker()
+    now = [0.0]
+    w.state = WorkerState("w", pipe_timeout=5.0, clock=lambda: now[0])
+    w.state.models.add("m")
+    dialled, _ = _linked(w)
+    job = Job(b"client", wire.Message("train_step"), b"client", "m")
+    w.state.jobs.add(job)
+    wait = w.state.wait_for_pipe(job, (("m", "s", "act", 5),), "a record")
+    stream = link_bytes(wire.encode_pipe("m", "s", "act", 5, np.ones((32, 1024), np.float32)))
+    dialled.sock.sendall(stream[:len(stream) // 2])
+    for _ in range(3):
+        assert not w.links_first() and not wait.done and w.state.mailbox == {}
+    now[0] = 5.0
+    resume, log = w.state.handle(Tick(now[0]))
+    assert resume.wait is wait and isinstance(wait.error, TimeoutError)
+    assert str(wait.error) == "worker w waited 5 s for a record"
+    assert "its request (train_step from" in log.text
+    dialled.sock.sendall(stream[len(stream) // 2:])  # the rest, late: taken, no wait ends
+    assert w.links_first() and ("m", "s", "act", 5) in w.state.mailbox
 
 
 def test_a_malformed_short_record_on_a_link_is_refused_as_decode_refuses_it():
