@@ -67,8 +67,9 @@ __all__ = [
 # "pipe" records travel in a short form (a fixed struct header, see _encode_pipe); 10: a
 # worker registers its local link and load_stage names the neighbours' (workers/links.py),
 # fields a process of 9 refuses; 11: module_op "convert" (a placed module's dtype changed:
-# to(dtype), double(), half()), which a worker of 10 refuses
-PROTOCOL_VERSION = 11
+# to(dtype), double(), half()), which a worker of 10 refuses; 12: a hook's answer says it
+# wrote to the model ("wrote": an attribute, a weight), which a worker of 11 refuses
+PROTOCOL_VERSION = 12
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
@@ -299,7 +300,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
                    "args": "list[hook_value]", "diff": "bool?", "spec": "str?"},
     "hook_reply": {"hook": "int", "result": "hook_value?", "watch": "list[int]?",
                    "retain": "list[int]?", "key": "str?", "changed": "list[changed_arg]?",
-                   "taps": "list[int]?", "stale": "bool?"},
+                   "taps": "list[int]?", "stale": "bool?", "wrote": "bool?"},
     # a warning raised on a worker, issued again by the client
     "warning": {"category": "str", "message": "str", "worker": "str?"},
     # hooks to register on one worker, all or none
