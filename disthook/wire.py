@@ -68,7 +68,9 @@ __all__ = [
 # worker registers its local link and load_stage names the neighbours' (workers/links.py),
 # fields a process of 9 refuses; 11: module_op "convert" (a placed module's dtype changed:
 # to(dtype), double(), half()), which a worker of 10 refuses; 12: a hook's answer says it
-# wrote to the model ("wrote": an attribute, a weight), which a worker of 11 refuses
+# wrote to the model ("wrote": an attribute, a weight), and a part called inside a
+# non-reentrant checkpoint runs checkpointed there ("checkpoint"): fields a worker of 11
+# refuses
 PROTOCOL_VERSION = 12
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
@@ -250,7 +252,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
                 "reply_to": "str", "requires_grad": "list?", "mb": "int?", "stop": "str?",
                 "optimizer_calls": "list[list[optimizer_call]]?", "path": "str?",
                 "call": "hook_value?", "rng": "str?", "pins": "list?", "op": "str?",
-                "params": "any?", "keep": "bool?", "as_of": "map?"},
+                "params": "any?", "keep": "bool?", "as_of": "map?", "checkpoint": "map?"},
     # taps: keys of tensors client forward hooks were given, whose gradients the client
     # wants (autograd.grad with respect to them); each stage adds those it holds to tapped
     # (key -> gradient) and the answer carries them all (result["tapped"]). accumulate
