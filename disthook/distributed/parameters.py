@@ -28,7 +28,7 @@ import numpy as np
 
 from disthook.autograd import grad_mode
 from disthook.autograd.graph import AccumulateGrad
-from disthook.distributed import remote_grads
+from disthook.distributed import async_calls, remote_grads
 from disthook.nn.parameter import Parameter
 from disthook.service import hook_kinds
 from disthook.service.values import opaque_in, pack
@@ -375,6 +375,7 @@ class RemoteParameter(RemoteStorage, Parameter):
     def requires_grad_(self, requires_grad: bool = True) -> RemoteParameter:
         main = self.__dict__.get("_main", self)
         RemoteStorage._inplace(main, "requires_grad_", (bool(requires_grad),), {})
+        async_calls.forget(main._model)  # the parts' outputs' flags may change with it
         _SLOT_REQUIRES_GRAD.__set__(main, bool(requires_grad))
         return self
 
