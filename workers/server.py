@@ -345,9 +345,9 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         if job.rng is not None:  # the stream as this job left it (what runs meanwhile draws)
             job.rng = streams._stream_state()
         self.flush_replies()
+        self.links_first()  # once (link_handlers.py): then each round's poll says what came
         while not wait.done and self._running and not self._todo and not self.runners.ready:
-            if not self.links_first():  # (link_handlers.py)
-                self._serve_round(start_jobs=False)
+            self._serve_round(start_jobs=False)
         if not wait.done and self._running:
             turn = self.runners.current()
             self._sleepers[wait.id] = turn
