@@ -50,8 +50,11 @@ HINTS = {
                 "model in PyTorch",
     "torch.jit": "disthook has no TorchScript; torch.jit.script and trace give back the model, "
                  "run eagerly, and its state dict saves with torch.save(model.state_dict())",
-    "torch.distributions": "disthook.distributions provides Normal, Categorical and Bernoulli "
-                           "(log_prob, sample, rsample for Normal, entropy, mean, variance)",
+    "torch.distributions": "disthook.distributions provides Normal, Uniform, Exponential, "
+                           "Laplace, LogNormal, HalfNormal, MultivariateNormal, Bernoulli, "
+                           "Categorical, OneHotCategorical, Poisson, Gamma, Beta, Dirichlet, "
+                           "Independent, TransformedDistribution (Affine, Exp, Sigmoid, Tanh, "
+                           "Abs and Compose transforms), constraints and kl_divergence",
 }
 
 

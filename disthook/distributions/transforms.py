@@ -1,0 +1,427 @@
+"""``torch.distributions.transforms``: invertible maps with a log |det Jacobian|.
+
+A transform maps ``x`` in its ``domain`` to ``y`` in its ``codomain``; ``inv`` is the
+inverse transform; ``log_abs_det_jacobian(x, y)`` is what TransformedDistribution subtracts
+from the base density. With ``cache_size=1`` the last pair (x, y) is remembered, so that the
+inverse of a value just drawn is the exact x it came from.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+from disthook.distributions import constraints
+from disthook.distributions.distribution import finfo, sum_rightmost
+
+__all__ = ["AbsTransform", "AffineTransform", "ComposeTransform", "ExpTransform",
+           "SigmoidTransform", "TanhTransform", "Transform", "identity_transform"]
+
+
+def _softplus(x):
+    from disthook.nn.functional import softplus
+
+    return softplus(x)
+
+
+class Transform:
+    """The base: ``__call__`` (x to y), ``inv``, ``sign``, shapes and the cache."""
+
+    bijective = False
+    domain = constraints.real
+    codomain = constraints.real
+
+    def __init__(self, cache_size: int = 0) -> None:
+        if cache_size not in (0, 1):
+            raise ValueError("cache_size must be 0 or 1")
+        self._cache_size = cache_size
+        self._cached_x_y = (None, None)
+        self._inverse_transform = None
+
+    @property
+    def event_dim(self) -> int:
+        if self.domain.event_dim == self.codomain.event_dim:
+            return self.domain.event_dim
+        raise ValueError("Please use either .domain.event_dim or .codomain.event_dim")
+
+    @property
+    def inv(self) -> Transform:
+        """The inverse transform (one object, kept while this one lives)."""
+        inverse = self._inverse_transform
+        if inverse is None:
+            inverse = _InverseTransform(self)
+            self._inverse_transform = inverse
+        return inverse
+
+    @property
+    def sign(self):
+        raise NotImplementedError(f"{type(self).__name__} has no sign: it is not monotone")
+
+    def with_cache(self, cache_size: int = 1):
+        if self._cache_size == cache_size:
+            return self
+        if type(self).__init__ is Transform.__init__:
+            return type(self)(cache_size=cache_size)
+        raise NotImplementedError(f"{type(self)}.with_cache is not implemented")
+
+    def __eq__(self, other) -> bool:
+        return self is other
+
+    def __ne__(self, other) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = object.__hash__
+
+    def __call__(self, x):
+        if not self._cache_size:
+            return self._call(x)
+        x_old, y_old = self._cached_x_y
+        if x is x_old:
+            return y_old
+        y = self._call(x)
+        self._cached_x_y = (x, y)
+        return y
+
+    def _inv_call(self, y):
+        if not self._cache_size:
+            return self._inverse(y)
+        x_old, y_old = self._cached_x_y
+        if y is y_old:
+            return x_old
+        x = self._inverse(y)
+        self._cached_x_y = (x, y)
+        return x
+
+    def _call(self, x):
+        raise NotImplementedError(f"{type(self).__name__} does not implement its forward map")
+
+    def _inverse(self, y):
+        raise NotImplementedError(f"{type(self).__name__} does not implement its inverse")
+
+    def log_abs_det_jacobian(self, x, y):
+        raise NotImplementedError(f"{type(self).__name__} does not implement "
+                                  "log_abs_det_jacobian")
+
+    def forward_shape(self, shape):
+        return shape
+
+    def inverse_shape(self, shape):
+        return shape
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class _InverseTransform(Transform):
+    """``t.inv``: the same map run backwards, sharing ``t``'s cache."""
+
+    def __init__(self, transform: Transform) -> None:
+        super().__init__(cache_size=transform._cache_size)
+        self._inv = transform
+
+    @property
+    def domain(self):
+        return self._inv.codomain
+
+    @property
+    def codomain(self):
+        return self._inv.domain
+
+    @property
+    def bijective(self):
+        return self._inv.bijective
+
+    @property
+    def sign(self):
+        return self._inv.sign
+
+    @property
+    def inv(self) -> Transform:
+        return self._inv
+
+    def with_cache(self, cache_size: int = 1):
+        return self._inv.with_cache(cache_size).inv
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _InverseTransform) and self._inv == other._inv
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._inv!r})"
+
+    def __call__(self, x):
+        return self._inv._inv_call(x)
+
+    def log_abs_det_jacobian(self, x, y):
+        return -self._inv.log_abs_det_jacobian(y, x)
+
+    def forward_shape(self, shape):
+        return self._inv.inverse_shape(shape)
+
+    def inverse_shape(self, shape):
+        return self._inv.forward_shape(shape)
+
+
+class ComposeTransform(Transform):
+    """``parts`` applied in order; the empty composition is the identity."""
+
+    def __init__(self, parts: list, cache_size: int = 0) -> None:
+        if cache_size:
+            parts = [part.with_cache(cache_size) for part in parts]
+        super().__init__(cache_size=cache_size)
+        self.parts = list(parts)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, ComposeTransform) and self.parts == other.parts
+
+    __hash__ = object.__hash__
+
+    @constraints.dependent_property(is_discrete=False)
+    def domain(self):
+        if not self.parts:
+            return constraints.real
+        # the event dim the first part must read so that every later part sees its own
+        event_dim = self.parts[-1].codomain.event_dim
+        for part in reversed(self.parts):
+            event_dim = max(event_dim - part.codomain.event_dim + part.domain.event_dim,
+                            part.domain.event_dim)
+        domain = self.parts[0].domain
+        extra = event_dim - domain.event_dim
+        return constraints.independent(domain, extra) if extra > 0 else domain
+
+    @constraints.dependent_property(is_discrete=False)
+    def codomain(self):
+        if not self.parts:
+            return constraints.real
+        event_dim = self.parts[0].domain.event_dim
+        for part in self.parts:
+            event_dim = max(event_dim - part.domain.event_dim + part.codomain.event_dim,
+                            part.codomain.event_dim)
+        codomain = self.parts[-1].codomain
+        extra = event_dim - codomain.event_dim
+        return constraints.independent(codomain, extra) if extra > 0 else codomain
+
+    @property
+    def bijective(self):
+        return all(part.bijective for part in self.parts)
+
+    @property
+    def sign(self):
+        sign = 1
+        for part in self.parts:
+            sign = sign * part.sign
+        return sign
+
+    @property
+    def inv(self) -> Transform:
+        inverse = self._inverse_transform
+        if inverse is None:
+            inverse = ComposeTransform([part.inv for part in reversed(self.parts)])
+            self._inverse_transform = inverse
+            inverse._inverse_transform = self
+        return inverse
+
+    def with_cache(self, cache_size: int = 1):
+        if self._cache_size == cache_size:
+            return self
+        return ComposeTransform(self.parts, cache_size=cache_size)
+
+    def __call__(self, x):
+        for part in self.parts:
+            x = part(x)
+        return x
+
+    def log_abs_det_jacobian(self, x, y):
+        from disthook import zeros_like
+
+        if not self.parts:
+            return zeros_like(x)
+        values = [x]
+        for part in self.parts[:-1]:
+            values.append(part(values[-1]))
+        values.append(y)
+        total = 0
+        event_dim = self.domain.event_dim
+        for part, x_i, y_i in zip(self.parts, values[:-1], values[1:]):
+            term = part.log_abs_det_jacobian(x_i, y_i)
+            total = total + sum_rightmost(term, event_dim - part.domain.event_dim)
+            event_dim += part.codomain.event_dim - part.domain.event_dim
+        return total
+
+    def forward_shape(self, shape):
+        for part in self.parts:
+            shape = part.forward_shape(shape)
+        return shape
+
+    def inverse_shape(self, shape):
+        for part in reversed(self.parts):
+            shape = part.inverse_shape(shape)
+        return shape
+
+    def __repr__(self) -> str:
+        inner = ",\n    ".join(repr(part) for part in self.parts)
+        return f"{type(self).__name__}(\n    {inner}\n)"
+
+
+identity_transform = ComposeTransform([])
+
+
+class ExpTransform(Transform):
+    """y = exp(x)."""
+
+    codomain = constraints.positive
+    bijective = True
+    sign = +1
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, ExpTransform)
+
+    __hash__ = object.__hash__
+
+    def _call(self, x):
+        return x.exp()
+
+    def _inverse(self, y):
+        return y.log()
+
+    def log_abs_det_jacobian(self, x, y):
+        return x
+
+
+class SigmoidTransform(Transform):
+    """y = sigmoid(x), kept strictly inside (0, 1) so that the inverse stays finite."""
+
+    codomain = constraints.unit_interval
+    bijective = True
+    sign = +1
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, SigmoidTransform)
+
+    __hash__ = object.__hash__
+
+    def _call(self, x):
+        return x.sigmoid().clamp(min=finfo(x, "tiny"), max=1.0 - finfo(x, "eps"))
+
+    def _inverse(self, y):
+        y = y.clamp(min=finfo(y, "tiny"), max=1.0 - finfo(y, "eps"))
+        return y.log() - (-y).log1p()
+
+    def log_abs_det_jacobian(self, x, y):
+        return -_softplus(-x) - _softplus(x)
+
+
+class TanhTransform(Transform):
+    """y = tanh(x); log |dy/dx| = 2 (log 2 - x - softplus(-2x)), stable for large |x|."""
+
+    codomain = constraints.interval(-1.0, 1.0)
+    bijective = True
+    sign = +1
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, TanhTransform)
+
+    __hash__ = object.__hash__
+
+    def _call(self, x):
+        return x.tanh()
+
+    def _inverse(self, y):
+        return y.atanh()
+
+    def log_abs_det_jacobian(self, x, y):
+        return 2.0 * (math.log(2.0) - x - _softplus(-2.0 * x))
+
+
+class AbsTransform(Transform):
+    """y = |x| (not bijective; the inverse gives the nonnegative preimage)."""
+
+    codomain = constraints.positive
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, AbsTransform)
+
+    __hash__ = object.__hash__
+
+    def _call(self, x):
+        return x.abs()
+
+    def _inverse(self, y):
+        return y
+
+
+class AffineTransform(Transform):
+    """y = loc + scale * x, over ``event_dim`` rightmost dims at once."""
+
+    bijective = True
+
+    def __init__(self, loc, scale, event_dim: int = 0, cache_size: int = 0) -> None:
+        super().__init__(cache_size=cache_size)
+        self.loc, self.scale = loc, scale
+        self._event_dim = event_dim
+
+    @property
+    def event_dim(self) -> int:
+        return self._event_dim
+
+    @constraints.dependent_property(is_discrete=False)
+    def domain(self):
+        if self._event_dim:
+            return constraints.independent(constraints.real, self._event_dim)
+        return constraints.real
+
+    @constraints.dependent_property(is_discrete=False)
+    def codomain(self):
+        return self.domain
+
+    def with_cache(self, cache_size: int = 1):
+        if self._cache_size == cache_size:
+            return self
+        return AffineTransform(self.loc, self.scale, self._event_dim, cache_size=cache_size)
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, AffineTransform):
+            return False
+        return _same(self.loc, other.loc) and _same(self.scale, other.scale)
+
+    __hash__ = object.__hash__
+
+    @property
+    def sign(self):
+        if isinstance(self.scale, numbers.Real):
+            return (float(self.scale) > 0) - (float(self.scale) < 0)
+        return self.scale.sign()
+
+    def _call(self, x):
+        return self.loc + self.scale * x
+
+    def _inverse(self, y):
+        return (y - self.loc) / self.scale
+
+    def log_abs_det_jacobian(self, x, y):
+        from disthook import full_like
+
+        if isinstance(self.scale, numbers.Real):
+            result = full_like(x, math.log(abs(self.scale)))
+        else:
+            result = self.scale.abs().log()
+        shape = tuple(x.shape)
+        if self._event_dim:
+            result = sum_rightmost(result, self._event_dim)
+            shape = shape[:len(shape) - self._event_dim]
+        return result.expand(shape)
+
+    def forward_shape(self, shape):
+        from disthook import broadcast_shapes
+
+        return broadcast_shapes(shape, getattr(self.loc, "shape", ()),
+                                getattr(self.scale, "shape", ()))
+
+    inverse_shape = forward_shape
+
+
+def _same(a, b) -> bool:
+    """Whether two numbers or tensors are equal everywhere."""
+    if isinstance(a, numbers.Number) and isinstance(b, numbers.Number):
+        return a == b
+    return bool((a == b).all())

@@ -1,0 +1,282 @@
+"""torch.distributions beyond Normal / Categorical / Bernoulli against torch 2.13: values
+of log_prob, entropy, moments, cdf / icdf and kl_divergence, their gradients to the
+parameters (float64), shapes after expand, and validation errors (type and message)."""
+import math
+
+import numpy as np
+import pytest
+
+import disthook
+from disthook import distributions as dd
+
+torch = pytest.importorskip("torch")
+TD = torch.distributions
+
+X = [0.3, 1.7, 0.05]        # positive values
+U = [0.2, 0.55, 0.9]        # values in (0, 1)
+R = [-0.8, 0.4, 2.1]        # real values
+P = [[0.2, 0.5, 0.3], [0.6, 0.1, 0.3]]
+
+
+def _run(build, *params, wrt=True):
+    """``build(T, D, *tensors)`` under torch and disthook from the same float64 params;
+    returns [(value, grads)] for each library."""
+    out = []
+    for T, D in ((torch, TD), (disthook, dd)):
+        ts = [T.tensor(p, dtype=T.float64, requires_grad=wrt) for p in params]
+        value = build(T, D, *ts)
+        grads = []
+        if wrt and value.requires_grad:
+            value.sum().backward()
+            grads = [t.grad.numpy() if t.grad is not None else None for t in ts]
+        out.append((value.detach().numpy(), grads))
+    return out
+
+
+def _check(build, *params, atol=1e-9):
+    (want, want_g), (got, got_g) = _run(build, *params)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, atol=atol, rtol=1e-7)
+    for w, g in zip(want_g, got_g):
+        if w is None:
+            assert g is None or not np.any(g)
+        else:
+            np.testing.assert_allclose(g, w, atol=atol * 10, rtol=1e-6)
+
+
+SIGMA = [[2.0, 0.3, 0.1], [0.3, 1.0, -0.2], [0.1, -0.2, 0.5]]
+TRIL = [[1.2, 0.0, 0.0], [0.4, 0.9, 0.0], [-0.3, 0.2, 0.7]]
+
+CASES = {
+    # name: (build(T, D, *params), params)
+    "uniform_log_prob": (lambda T, D, lo, hi: D.Uniform(lo, hi).log_prob(T.tensor(0.5, dtype=T.float64)), ([0.0, -1.0], [1.0, 2.0])),
+    "uniform_entropy": (lambda T, D, lo, hi: D.Uniform(lo, hi).entropy(), ([0.0, -1.0], [1.0, 2.0])),
+    "uniform_moments": (lambda T, D, lo, hi: T.stack([(d := D.Uniform(lo, hi)).mean, d.variance, d.stddev]), ([0.0, -1.0], [1.0, 2.0])),
+    "uniform_cdf": (lambda T, D, lo, hi: D.Uniform(lo, hi).cdf(T.tensor([0.25, 1.5], dtype=T.float64)), ([0.0, -1.0], [1.0, 2.0])),
+    "uniform_icdf": (lambda T, D, lo, hi: D.Uniform(lo, hi).icdf(T.tensor([0.25, 0.9], dtype=T.float64)), ([0.0, -1.0], [1.0, 2.0])),
+    "exponential_log_prob": (lambda T, D, r: D.Exponential(r).log_prob(T.tensor(X, dtype=T.float64)), ([0.5, 2.0, 3.0],)),
+    "exponential_rest": (lambda T, D, r: T.stack([(d := D.Exponential(r)).entropy(), d.mean, d.variance, d.stddev, d.mode, d.cdf(T.tensor(X, dtype=T.float64)), d.icdf(T.tensor(U, dtype=T.float64))]), ([0.5, 2.0, 3.0],)),
+    "laplace_all": (lambda T, D, m, s: T.stack([(d := D.Laplace(m, s)).log_prob(T.tensor(R, dtype=T.float64)), d.entropy(), d.mean, d.variance, d.stddev, d.cdf(T.tensor(R, dtype=T.float64)), d.icdf(T.tensor(U, dtype=T.float64))]), (R, X)),
+    "normal_icdf": (lambda T, D, m, s: D.Normal(m, s).icdf(T.tensor(U, dtype=T.float64)), (R, X)),
+    "lognormal_all": (lambda T, D, m, s: T.stack([(d := D.LogNormal(m, s)).log_prob(T.tensor(X, dtype=T.float64)), d.entropy(), d.mean, d.variance, d.mode, d.cdf(T.tensor(X, dtype=T.float64)), d.icdf(T.tensor(U, dtype=T.float64))]), ([0.1, -0.5, 0.3], [0.5, 1.0, 0.2])),
+    "halfnormal_all": (lambda T, D, s: T.stack([(d := D.HalfNormal(s)).log_prob(T.tensor(X, dtype=T.float64)), d.entropy(), d.mean, d.variance, d.cdf(T.tensor(X, dtype=T.float64)), d.icdf(T.tensor(U, dtype=T.float64))]), ([0.5, 1.0, 2.0],)),
+    "poisson_log_prob": (lambda T, D, r: D.Poisson(r).log_prob(T.tensor([0.0, 3.0, 1.0], dtype=T.float64)), ([0.5, 2.0, 3.5],)),
+    "poisson_moments": (lambda T, D, r: T.stack([(d := D.Poisson(r)).mean, d.variance, d.mode]), ([0.5, 2.0, 3.5],)),
+    "gamma_all": (lambda T, D, c, r: T.stack([(d := D.Gamma(c, r)).log_prob(T.tensor(X, dtype=T.float64)), d.entropy(), d.mean, d.variance, d.mode]), ([0.5, 2.0, 3.5], [1.0, 0.5, 2.0])),
+    "gamma_cdf": (lambda T, D, r: D.Gamma(T.tensor([0.5, 2.0, 3.5], dtype=T.float64), r).cdf(T.tensor(X, dtype=T.float64)), ([1.0, 0.5, 2.0],)),
+    "beta_all": (lambda T, D, a, b: T.stack([(d := D.Beta(a, b)).log_prob(T.tensor(U, dtype=T.float64)), d.entropy(), d.mean, d.variance, d.mode]), ([0.5, 2.0, 3.5], [1.5, 0.5, 2.0])),
+    "dirichlet_all": (lambda T, D, c: T.cat([(d := D.Dirichlet(c)).log_prob(T.tensor(P, dtype=T.float64)), d.entropy(), d.mean.flatten(), d.variance.flatten(), d.mode.flatten()]), ([[0.5, 2.0, 3.5], [1.5, 1.2, 2.0]],)),
+    "dirichlet_mode_below_one": (lambda T, D, c: D.Dirichlet(c).mode, ([[0.5, 0.2, 0.7], [1.5, 1.2, 2.0]],)),
+    "onehot_all": (lambda T, D, p: T.cat([(d := D.OneHotCategorical(probs=p)).log_prob(T.tensor([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]], dtype=T.float64)), d.entropy(), d.mean.flatten(), d.variance.flatten(), d.mode.flatten()]), (P,)),
+    "onehot_logits": (lambda T, D, lg: D.OneHotCategorical(logits=lg).log_prob(T.tensor([[0.0, 0.0, 1.0]], dtype=T.float64)), (P,)),
+    "independent_normal": (lambda T, D, m, s: T.cat([(d := D.Independent(D.Normal(m, s), 1)).log_prob(T.tensor(R, dtype=T.float64)).reshape(1), d.entropy().reshape(1), d.mean]), (R, X)),
+    "mvn_cov": (lambda T, D, m, c: T.cat([(d := D.MultivariateNormal(m, covariance_matrix=c)).log_prob(T.tensor([[0.1, 0.2, -0.3], [1.0, 0.0, 2.0]], dtype=T.float64)), d.entropy().reshape(1), d.variance, d.scale_tril.flatten(), d.precision_matrix.flatten()]), (R, SIGMA)),
+    "mvn_prec": (lambda T, D, m, c: T.cat([(d := D.MultivariateNormal(m, precision_matrix=c)).log_prob(T.tensor([0.1, 0.2, -0.3], dtype=T.float64)).reshape(1), d.entropy().reshape(1), d.covariance_matrix.flatten(), d.scale_tril.flatten()]), (R, SIGMA)),
+    "mvn_tril": (lambda T, D, m, c: T.cat([(d := D.MultivariateNormal(m, scale_tril=c)).log_prob(T.tensor([[0.1, 0.2, -0.3]], dtype=T.float64)), d.entropy().reshape(1), d.covariance_matrix.flatten(), d.precision_matrix.flatten()]), (R, TRIL)),
+    "transformed_affine_tanh": (lambda T, D, m, s: D.TransformedDistribution(D.Normal(m, s), [D.transforms.AffineTransform(0.5, 2.0), D.transforms.TanhTransform()]).log_prob(T.tensor([0.3, -0.6, 0.9], dtype=T.float64)), (R, X)),
+    "transformed_sigmoid_exp": (lambda T, D, m, s: D.TransformedDistribution(D.Normal(m, s), D.transforms.ComposeTransform([D.transforms.SigmoidTransform(), D.transforms.ExpTransform()])).log_prob(T.tensor([1.3, 2.0, 1.1], dtype=T.float64)), (R, X)),
+    "transformed_affine_event": (lambda T, D, m, s: D.TransformedDistribution(D.Independent(D.Normal(m, s), 1), D.transforms.AffineTransform(T.tensor([0.0, 1.0, 2.0], dtype=T.float64), s, event_dim=1)).log_prob(T.tensor([0.3, -0.6, 0.9], dtype=T.float64)), (R, X)),
+    "transformed_negative_cdf": (lambda T, D, m, s: T.stack([(d := D.TransformedDistribution(D.Normal(m, s), D.transforms.AffineTransform(1.0, -2.0))).cdf(T.tensor(R, dtype=T.float64)), d.icdf(T.tensor(U, dtype=T.float64))]), (R, X)),
+}
+
+
+# disthook's erf (so Normal.cdf) is exact to about 1.5e-7 (engine's approximation)
+ERF_CASES = {"halfnormal_all", "lognormal_all", "transformed_negative_cdf"}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_values_and_gradients_match_torch(name):
+    build, params = CASES[name]
+    _check(build, *params, atol=2e-7 if name in ERF_CASES else 1e-9)
+
+
+KL_PAIRS = {
+    "normal_normal": (lambda D, a, b: (D.Normal(a, b), D.Normal(b, a + 2))),
+    "uniform_uniform": (lambda D, a, b: (D.Uniform(a, a + b), D.Uniform(a - 1, a + b + 0.5))),
+    "uniform_uniform_inf": (lambda D, a, b: (D.Uniform(a - 1, a + b), D.Uniform(a, a + b))),
+    "exponential_exponential": (lambda D, a, b: (D.Exponential(b), D.Exponential(b + 1))),
+    "laplace_laplace": (lambda D, a, b: (D.Laplace(a, b), D.Laplace(b, a.abs() + 0.5))),
+    "gamma_gamma": (lambda D, a, b: (D.Gamma(b, b + 1), D.Gamma(b + 2, b))),
+    "beta_beta": (lambda D, a, b: (D.Beta(b, b + 1), D.Beta(b + 2, b))),
+    "poisson_poisson": (lambda D, a, b: (D.Poisson(b), D.Poisson(b + 0.5))),
+    "halfnormal_halfnormal": (lambda D, a, b: (D.HalfNormal(b), D.HalfNormal(b + 1))),
+    "lognormal_lognormal": (lambda D, a, b: (D.LogNormal(a, b), D.LogNormal(b, b + 1))),
+    "bernoulli_bernoulli": (lambda D, a, b: (D.Bernoulli(logits=a), D.Bernoulli(logits=b))),
+    "categorical": (lambda D, a, b: (D.Categorical(logits=a), D.Categorical(logits=b))),
+    "onehot": (lambda D, a, b: (D.OneHotCategorical(logits=a), D.OneHotCategorical(logits=b))),
+    "dirichlet": (lambda D, a, b: (D.Dirichlet(b), D.Dirichlet(b + a.abs()))),
+    "independent": (lambda D, a, b: (D.Independent(D.Normal(a, b), 1), D.Independent(D.Normal(b, b), 1))),
+    "uniform_normal": (lambda D, a, b: (D.Uniform(a, a + b), D.Normal(b, b))),
+    "uniform_exponential": (lambda D, a, b: (D.Uniform(b, b + 1), D.Exponential(b))),
+    "uniform_gamma": (lambda D, a, b: (D.Uniform(b, b + 1), D.Gamma(b + 1, b))),
+    "uniform_beta": (lambda D, a, b: (D.Uniform(b * 0.1, b * 0.2), D.Beta(b + 1, b))),
+    "exponential_normal": (lambda D, a, b: (D.Exponential(b), D.Normal(a, b))),
+    "exponential_gamma": (lambda D, a, b: (D.Exponential(b), D.Gamma(b + 1, b))),
+    "gamma_exponential": (lambda D, a, b: (D.Gamma(b + 1, b), D.Exponential(b * 2))),
+    "gamma_normal": (lambda D, a, b: (D.Gamma(b + 1, b), D.Normal(a, b))),
+    "laplace_normal": (lambda D, a, b: (D.Laplace(a, b), D.Normal(b, b))),
+    "normal_laplace": (lambda D, a, b: (D.Normal(a, b), D.Laplace(b, b))),
+    "beta_normal": (lambda D, a, b: (D.Beta(b, b + 1), D.Normal(a, b))),
+    "beta_exponential": (lambda D, a, b: (D.Beta(b, b + 1), D.Exponential(b))),
+    "beta_gamma": (lambda D, a, b: (D.Beta(b, b + 1), D.Gamma(b + 1, b))),
+    "beta_uniform": (lambda D, a, b: (D.Beta(b, b + 1), D.Uniform(a - 3, b + 1))),
+    "bernoulli_poisson": (lambda D, a, b: (D.Bernoulli(logits=a), D.Poisson(b))),
+    "normal_uniform_inf": (lambda D, a, b: (D.Normal(a, b), D.Uniform(a, a + b))),
+    "gamma_beta_inf": (lambda D, a, b: (D.Gamma(b, b), D.Beta(b, b))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KL_PAIRS))
+def test_kl_divergence_matches_torch(name):
+    pair = KL_PAIRS[name]
+    _check(lambda T, D, a, b: D.kl_divergence(*pair(D, a, b)), R, X,
+           atol=2e-7 if name == "normal_laplace" else 1e-9)
+
+
+def test_kl_mvn_matches_torch():
+    def build(T, D, m, c):
+        p = D.MultivariateNormal(m, covariance_matrix=c)
+        q = D.MultivariateNormal(m * 0.5 + 1, scale_tril=T.linalg.cholesky(c) * 1.5)
+        return D.kl_divergence(p, q)
+    _check(build, R, SIGMA)
+
+
+def test_kl_dispatch_picks_most_specific_and_missing_pair_raises():
+    class Child(dd.Normal):
+        pass
+
+    @dd.register_kl(Child, dd.Normal)
+    def _child_normal(p, q):
+        return disthook.tensor(7.0)
+
+    assert dd.kl_divergence(Child(0.0, 1.0), dd.Normal(0.0, 1.0)).item() == 7.0
+    assert dd.kl_divergence(dd.Normal(0.0, 1.0), Child(0.0, 1.0)).item() == 0.0
+    msg = "No KL(p || q) is implemented for p type Poisson and q type Gamma"
+    with pytest.raises(NotImplementedError) as got:
+        dd.kl_divergence(dd.Poisson(1.0), dd.Gamma(1.0, 1.0))
+    with pytest.raises(NotImplementedError) as want:
+        TD.kl_divergence(TD.Poisson(1.0), TD.Gamma(1.0, 1.0))
+    assert msg in str(got.value) and type(want.value) is type(got.value)
+    with pytest.raises(TypeError, match="Distribution subclass"):
+        dd.register_kl(int, dd.Normal)
+
+
+@pytest.mark.parametrize("build", [
+    lambda T, D: D.Normal(T.zeros(3), 1.0).expand((2, 3)),
+    lambda T, D: D.Gamma(T.ones(1), 2.0).expand((4,)),
+    lambda T, D: D.Dirichlet(T.ones(3)).expand((2,)),
+    lambda T, D: D.Categorical(logits=T.zeros(4)).expand((3,)),
+    lambda T, D: D.OneHotCategorical(logits=T.zeros(4)).expand((3,)),
+    lambda T, D: D.MultivariateNormal(T.zeros(2), T.eye(2)).expand((5,)),
+    lambda T, D: D.Independent(D.Normal(T.zeros(2, 3), 1.0), 1).expand((4, 2)),
+    lambda T, D: D.LogNormal(T.zeros(3), 1.0).expand((2, 3)),
+    lambda T, D: D.MultivariateNormal(T.zeros(4, 2), scale_tril=T.eye(2)),
+    lambda T, D: D.TransformedDistribution(D.Normal(0.0, 1.0), D.transforms.AffineTransform(T.zeros(3), 1.0)),
+])
+def test_shapes_match_torch(build):
+    want, got = build(torch, TD), build(disthook, dd)
+    assert tuple(got.batch_shape) == tuple(want.batch_shape)
+    assert tuple(got.event_shape) == tuple(want.event_shape)
+    assert tuple(got.sample((2,)).shape) == tuple(want.sample((2,)).shape)
+    if want.has_rsample and got.has_rsample:
+        assert tuple(got.rsample().shape) == tuple(want.rsample().shape)
+    value = want.sample((3,))
+    assert tuple(got.log_prob(disthook.tensor(value.numpy())).shape) == \
+        tuple(want.log_prob(value).shape)
+
+
+def _error(build):
+    for T, D in ((torch, TD), (disthook, dd)):
+        with pytest.raises(Exception) as info:
+            build(T, D)
+        yield info.value
+
+
+@pytest.mark.parametrize("build", [
+    lambda T, D: D.Normal(T.tensor([0.0, 1.0]), T.tensor([1.0, -1.0])),
+    lambda T, D: D.Exponential(T.tensor([-1.0])),
+    lambda T, D: D.Gamma(T.tensor([1.0]), T.tensor([0.0])),
+    lambda T, D: D.Beta(T.tensor([-1.0]), T.tensor([1.0])),
+    lambda T, D: D.Poisson(T.tensor([-1.0])),
+    lambda T, D: D.Dirichlet(T.tensor([1.0, -1.0])),
+    lambda T, D: D.Dirichlet(T.tensor(1.0)),
+    lambda T, D: D.Uniform(T.tensor([1.0]), T.tensor([0.0])),
+    lambda T, D: D.HalfNormal(T.tensor([-1.0])),
+    lambda T, D: D.Laplace(T.tensor([0.0]), T.tensor([0.0])),
+    lambda T, D: D.MultivariateNormal(T.zeros(2)),
+    lambda T, D: D.MultivariateNormal(T.zeros(2), T.eye(2), scale_tril=T.eye(2)),
+    lambda T, D: D.MultivariateNormal(T.tensor(0.0), T.eye(2)),
+    lambda T, D: D.MultivariateNormal(T.zeros(2), scale_tril=T.ones(2)),
+    lambda T, D: D.MultivariateNormal(T.zeros(2), T.tensor([[1.0, 2.0], [2.0, 1.0]])),
+    lambda T, D: D.MultivariateNormal(T.zeros(2), scale_tril=T.tensor([[1.0, 1.0], [0.0, 1.0]])),
+    lambda T, D: D.Independent(D.Normal(T.zeros(2), 1.0), 2),
+    lambda T, D: D.TransformedDistribution(D.Normal(0.0, 1.0), "exp"),
+    lambda T, D: D.Exponential(T.tensor([1.0])).log_prob(T.tensor([-1.0])),
+    lambda T, D: D.Beta(T.tensor([1.0]), 1.0).log_prob(T.tensor([1.5])),
+    lambda T, D: D.Poisson(T.tensor([1.0])).log_prob(T.tensor([0.5])),
+    lambda T, D: D.Normal(T.zeros(3), 1.0).log_prob(T.zeros(2)),
+    lambda T, D: D.Normal(T.zeros(3), 1.0).log_prob(0.5),
+    lambda T, D: D.Dirichlet(T.ones(3)).log_prob(T.ones(2)),
+    lambda T, D: D.OneHotCategorical(T.ones(3) / 3).log_prob(T.tensor([1.0, 1.0, 0.0])),
+    lambda T, D: D.Uniform(0.0, 1.0).log_prob(T.tensor(2.0)),
+    lambda T, D: D.LogNormal(0.0, 1.0).log_prob(T.tensor(-2.0)),
+    lambda T, D: D.Independent(D.Normal(T.zeros(2), 1.0), 1).log_prob(T.zeros(3)),
+])
+def test_validation_errors_match_torch(build):
+    want, got = _error(build)
+    assert type(got) is type(want)
+    assert str(got).replace("disthook", "torch") == str(want)
+
+
+def test_validate_args_false_and_default_switch():
+    normal = dd.Normal(0.0, -1.0, validate_args=False)
+    with np.errstate(invalid="ignore"):
+        assert math.isnan(normal.log_prob(disthook.tensor(0.0)).item())
+    dd.Distribution.set_default_validate_args(False)
+    try:
+        assert dd.Exponential(disthook.tensor(-1.0)).rate.item() == -1.0
+    finally:
+        dd.Distribution.set_default_validate_args(True)
+    with pytest.raises(ValueError):
+        dd.Exponential(disthook.tensor(-1.0))
+
+
+def test_constraint_reprs_and_checks_match_torch():
+    names = ["real", "positive", "nonnegative", "unit_interval", "simplex", "boolean",
+             "nonnegative_integer", "positive_integer", "real_vector", "one_hot",
+             "lower_cholesky", "positive_definite"]
+    for name in names:
+        assert repr(getattr(dd.constraints, name)) == repr(getattr(TD.constraints, name))
+    assert repr(dd.constraints.interval(0.0, 2.0)) == repr(TD.constraints.interval(0.0, 2.0))
+    assert repr(dd.constraints.greater_than(1.0)) == repr(TD.constraints.greater_than(1.0))
+    assert repr(dd.constraints.integer_interval(0, 3)) == \
+        repr(TD.constraints.integer_interval(0, 3))
+    values = [[0.2, 0.8, 0.0], [0.5, 0.6, -0.1], [1.0, 0.0, 0.0]]
+    for name in ["simplex", "one_hot", "real_vector", "positive", "unit_interval", "boolean"]:
+        got = getattr(dd.constraints, name).check(disthook.tensor(values)).numpy()
+        want = getattr(TD.constraints, name).check(torch.tensor(values)).numpy()
+        np.testing.assert_array_equal(got, want)
+    assert dd.constraints.is_dependent(dd.Uniform.support)
+    assert not dd.constraints.is_dependent(dd.constraints.real)
+
+
+def test_transform_values_and_inverses_match_torch():
+    x = [-1.5, 0.2, 2.0]
+    for name, args in [("ExpTransform", ()), ("SigmoidTransform", ()), ("TanhTransform", ()),
+                       ("AffineTransform", (1.0, -3.0))]:
+        for cache in (0, 1):
+            tt = getattr(TD.transforms, name)(*args, cache_size=cache)
+            dt = getattr(dd.transforms, name)(*args, cache_size=cache)
+            xt, xd = torch.tensor(x, dtype=torch.float64), disthook.tensor(x, dtype=disthook.float64)
+            yt, yd = tt(xt), dt(xd)
+            np.testing.assert_allclose(yd.numpy(), yt.numpy(), rtol=1e-12)
+            np.testing.assert_allclose(dt.inv(yd).numpy(), tt.inv(yt).numpy(), rtol=1e-9)
+            np.testing.assert_allclose(dt.log_abs_det_jacobian(xd, yd).numpy(),
+                                       tt.log_abs_det_jacobian(xt, yt).numpy(), rtol=1e-9)
+            assert dt.sign == tt.sign if name != "AffineTransform" else dt.sign == -1
+            assert (dt.inv.inv is dt) and dt == getattr(dd.transforms, name)(*args)
+    compose = dd.transforms.ComposeTransform([dd.transforms.ExpTransform(),
+                                              dd.transforms.AffineTransform(0.0, 2.0)])
+    assert repr(dd.transforms.ExpTransform()) == "ExpTransform()"
+    assert compose.inv.inv is compose and compose.bijective
+    assert dd.transforms.identity_transform(disthook.tensor(3.0)).item() == 3.0
