@@ -28,6 +28,15 @@ def _t(values):
     (lambda: dd.Dirichlet(_t([[1.0, 2.0, 3.0]])), None, None),
     (lambda: dd.OneHotCategorical(probs=_t([0.2, 0.3, 0.5])), None, None),
     (lambda: dd.MultivariateNormal(_t([1.0, -1.0]), _t([[2.0, 0.6], [0.6, 1.0]])), None, None),
+    (lambda: dd.Gumbel(_t([1.0, -1.0]), _t([0.5, 2.0])), None, None),
+    (lambda: dd.StudentT(_t([6.0, 9.0]), _t([1.0, 0.0]), _t([1.0, 0.5])), None, None),
+    (lambda: dd.Chi2(_t([1.0, 5.0])), [1.0, 5.0], [2.0, 10.0]),
+    (lambda: dd.Geometric(_t([0.3, 0.8])), None, None),
+    (lambda: dd.Binomial(_t([5.0, 12.0]), _t([0.3, 0.8])), None, None),
+    (lambda: dd.MixtureSameFamily(dd.Categorical(probs=_t([0.3, 0.7])),
+                                  dd.Normal(_t([[-2.0, 1.0]]), _t([0.5, 1.0]))), None, None),
+    (lambda: dd.MixtureSameFamily(dd.Categorical(probs=_t([0.3, 0.7])), dd.Independent(
+        dd.Normal(_t([[-2.0, 1.0], [3.0, 0.0]]), 0.5), 1)), None, None),
 ])
 def test_draws_have_the_shape_and_moments_of_the_distribution(make, mean, var):
     disthook.manual_seed(0)
@@ -160,3 +169,42 @@ def test_digamma_and_polygamma_of_a_0d_tensor():
     y.backward()
     np.testing.assert_allclose(y.item(), 1 - 0.5772156649015329)
     np.testing.assert_allclose(x.grad.item(), math.pi ** 2 / 6 - 1)
+
+
+def test_heavy_tailed_draws_have_their_quantiles():
+    disthook.manual_seed(5)
+    for dist in (dd.Cauchy(_t([1.0, -2.0]), _t([0.5, 3.0])), dd.HalfCauchy(_t([0.5, 3.0]))):
+        draws = dist.sample((N,)).numpy()
+        for q in (0.25, 0.5, 0.75):
+            np.testing.assert_allclose(np.quantile(draws, q, axis=0),
+                                       dist.icdf(_t(q)).numpy(), rtol=0.05, atol=0.05)
+
+
+def test_relaxed_draws_lie_in_the_support_and_carry_gradients():
+    disthook.manual_seed(6)
+    logits = _t([[0.5, -1.0, 2.0]]).requires_grad_()
+    dist = dd.RelaxedOneHotCategorical(_t(0.5), logits=logits)
+    y = dist.rsample((1000,))
+    assert tuple(y.shape) == (1000, 1, 3) and bool(dist.support.check(y).all())
+    # at a low temperature the argmax follows the categorical's probabilities
+    freq = np.bincount(y.detach().numpy().argmax(-1).ravel(), minlength=3) / 1000
+    np.testing.assert_allclose(freq, dist.probs.detach().numpy()[0], atol=0.05)
+    (y[..., 2]).sum().backward()
+    assert logits.grad[0, 2].item() > 0 > logits.grad[0, 1].item()
+
+    probs = _t([0.2, 0.9]).requires_grad_()
+    draw = dd.RelaxedBernoulli(_t(0.3), probs=probs).rsample((2000,))
+    assert bool(((draw > 0) & (draw < 1)).all())
+    np.testing.assert_allclose((draw.detach().numpy() > 0.5).mean(0), [0.2, 0.9], atol=0.04)
+    draw.sum().backward()
+    assert bool((probs.grad > 0).all())
+
+
+def test_mixture_draws_pick_their_component():
+    disthook.manual_seed(8)
+    mixture = dd.MixtureSameFamily(dd.Categorical(probs=_t([0.25, 0.75])),
+                                   dd.Normal(_t([-10.0, 10.0]), _t([0.1, 0.1])))
+    draws = mixture.sample((4000,)).numpy()
+    assert draws.shape == (4000,)
+    np.testing.assert_allclose((draws > 0).mean(), 0.75, atol=0.03)
+    assert np.all(np.abs(np.abs(draws) - 10) < 1)

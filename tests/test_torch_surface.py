@@ -162,7 +162,7 @@ def test_distribution_errors_name_what_is_provided():
                        "not both.$"):
         dd.Categorical()
     with pytest.raises(NotImplementedError, match="provides Normal, Uniform, .*Beta"):
-        dd.Cauchy(1.0, 2.0)
+        dd.VonMises(1.0, 2.0)
 
 
 # ---- multiprocessing and nn.parallel --------------------------------------------------------

@@ -51,10 +51,13 @@ HINTS = {
     "torch.jit": "disthook has no TorchScript; torch.jit.script and trace give back the model, "
                  "run eagerly, and its state dict saves with torch.save(model.state_dict())",
     "torch.distributions": "disthook.distributions provides Normal, Uniform, Exponential, "
-                           "Laplace, LogNormal, HalfNormal, MultivariateNormal, Bernoulli, "
-                           "Categorical, OneHotCategorical, Poisson, Gamma, Beta, Dirichlet, "
-                           "Independent, TransformedDistribution (Affine, Exp, Sigmoid, Tanh, "
-                           "Abs and Compose transforms), constraints and kl_divergence",
+                           "Laplace, Cauchy, Gumbel, LogNormal, HalfNormal, HalfCauchy, "
+                           "StudentT, Gamma, Chi2, Beta, Dirichlet, MultivariateNormal, "
+                           "Bernoulli, Geometric, Binomial, Poisson, Categorical, "
+                           "OneHotCategorical, RelaxedBernoulli, RelaxedOneHotCategorical, "
+                           "Independent, MixtureSameFamily, TransformedDistribution (Affine, "
+                           "Exp, Sigmoid, Tanh, Abs and Compose transforms), constraints and "
+                           "kl_divergence",
 }
 
 

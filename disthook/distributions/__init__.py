@@ -1,28 +1,35 @@
 """``torch.distributions``: distributions differentiable through disthook's ops.
 
-Normal, Uniform, Exponential, Laplace, LogNormal, HalfNormal, MultivariateNormal,
-Independent, TransformedDistribution, Bernoulli, Categorical, OneHotCategorical(StraightThrough),
-Poisson, Gamma, Beta and Dirichlet, with ``log_prob``, ``entropy``, moments, ``cdf`` /
-``icdf`` where torch has them, ``expand`` and torch's argument validation (``constraints``,
-``validate_args``, ``Distribution.set_default_validate_args``). ``rsample`` is pathwise for
-the location-scale families, MultivariateNormal and transforms; Gamma, Beta and Dirichlet
-draw without gradient (their ``rsample`` raises: torch's implicit gradient is not
-reproduced). Draws come from disthook's random stream (``manual_seed``), not torch's.
-``kl_divergence`` / ``register_kl`` dispatch as torch does, with torch's closed forms for
-the pairs above; ``transforms`` has Affine, Exp, Sigmoid, Tanh, Abs and Compose.
+Continuous: Normal, Uniform, Exponential, Laplace, Cauchy, Gumbel, LogNormal, HalfNormal,
+HalfCauchy, StudentT, Gamma, Chi2, Beta, Dirichlet, MultivariateNormal. Discrete: Bernoulli,
+Geometric, Binomial, Poisson, Categorical, OneHotCategorical(StraightThrough). Relaxed:
+RelaxedBernoulli, RelaxedOneHotCategorical. Built from others: Independent,
+MixtureSameFamily, TransformedDistribution (``transforms``: Affine, Exp, Sigmoid, Tanh, Abs,
+Compose). Each has ``log_prob``, ``entropy``, moments, ``cdf`` / ``icdf`` where torch has
+them, ``expand``, and torch's argument validation (``constraints``, ``validate_args``,
+``Distribution.set_default_validate_args``). ``rsample`` is pathwise where torch's is
+(location-scale families, MultivariateNormal, relaxed, transforms); Gamma, Chi2, Beta,
+Dirichlet and StudentT draw without gradient and their ``rsample`` raises: torch's implicit
+gradient is not reproduced. Draws come from disthook's random stream (``manual_seed``), not
+torch's. ``kl_divergence`` / ``register_kl`` dispatch as torch does, with torch's closed
+forms for the pairs among these classes.
 
 Other torch distributions and transforms import and raise NotImplementedError at use
 (``disthook._surface``).
 """
 from disthook.distributions import constraints, transforms
-from disthook.distributions.bernoulli import Bernoulli
+from disthook.distributions.bernoulli import Bernoulli, Geometric
+from disthook.distributions.binomial import Binomial
 from disthook.distributions.categorical import Categorical
+from disthook.distributions.cauchy import Cauchy, HalfCauchy
 from disthook.distributions.distribution import Distribution
 from disthook.distributions.exponential import Exponential
-from disthook.distributions.gamma import Beta, Dirichlet, Gamma
+from disthook.distributions.gamma import Beta, Chi2, Dirichlet, Gamma
+from disthook.distributions.gumbel import Gumbel
 from disthook.distributions.independent import Independent
 from disthook.distributions.kl import kl_divergence, register_kl
 from disthook.distributions.laplace import Laplace
+from disthook.distributions.mixture_same_family import MixtureSameFamily
 from disthook.distributions.multivariate_normal import MultivariateNormal
 from disthook.distributions.normal import Normal
 from disthook.distributions.one_hot_categorical import (
@@ -30,6 +37,8 @@ from disthook.distributions.one_hot_categorical import (
     OneHotCategoricalStraightThrough,
 )
 from disthook.distributions.poisson import Poisson
+from disthook.distributions.relaxed import RelaxedBernoulli, RelaxedOneHotCategorical
+from disthook.distributions.student_t import StudentT
 from disthook.distributions.transformed_distribution import (
     HalfNormal,
     LogNormal,
@@ -52,23 +61,33 @@ __all__ = [
     "AffineTransform",
     "Bernoulli",
     "Beta",
+    "Binomial",
     "Categorical",
+    "Cauchy",
+    "Chi2",
     "ComposeTransform",
     "Dirichlet",
     "Distribution",
     "ExpTransform",
     "Exponential",
     "Gamma",
+    "Geometric",
+    "Gumbel",
+    "HalfCauchy",
     "HalfNormal",
     "Independent",
     "Laplace",
     "LogNormal",
+    "MixtureSameFamily",
     "MultivariateNormal",
     "Normal",
     "OneHotCategorical",
     "OneHotCategoricalStraightThrough",
     "Poisson",
+    "RelaxedBernoulli",
+    "RelaxedOneHotCategorical",
     "SigmoidTransform",
+    "StudentT",
     "TanhTransform",
     "Transform",
     "TransformedDistribution",

@@ -18,7 +18,7 @@ from disthook.distributions.distribution import (
     from_numpy,
 )
 
-__all__ = ["Beta", "Dirichlet", "Gamma"]
+__all__ = ["Beta", "Chi2", "Dirichlet", "Gamma"]
 
 
 def _no_rsample(dist) -> NotImplementedError:
@@ -212,3 +212,17 @@ class Beta(Distribution):
 
     def entropy(self):
         return self._dirichlet.entropy()
+
+
+class Chi2(Gamma):
+    """Chi2(df) = Gamma(df / 2, 1 / 2)."""
+
+    arg_constraints: ClassVar[dict] = {"df": constraints.positive}
+
+    def __init__(self, df, validate_args: bool | None = None) -> None:
+        (df,) = broadcast_all(df)
+        super().__init__(0.5 * df, 0.5, validate_args=validate_args)
+
+    @property
+    def df(self):
+        return self.concentration * 2

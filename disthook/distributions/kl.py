@@ -9,11 +9,14 @@ from __future__ import annotations
 import math
 import warnings
 
-from disthook.distributions.bernoulli import Bernoulli
+from disthook.distributions.bernoulli import Bernoulli, Geometric
+from disthook.distributions.binomial import Binomial
 from disthook.distributions.categorical import Categorical
+from disthook.distributions.cauchy import Cauchy
 from disthook.distributions.distribution import Distribution, sum_rightmost
 from disthook.distributions.exponential import Exponential
 from disthook.distributions.gamma import Beta, Dirichlet, Gamma
+from disthook.distributions.gumbel import EULER_GAMMA, Gumbel
 from disthook.distributions.independent import Independent
 from disthook.distributions.laplace import Laplace
 from disthook.distributions.multivariate_normal import MultivariateNormal, _solve_lower
@@ -27,7 +30,6 @@ __all__ = ["kl_divergence", "register_kl"]
 
 _REGISTRY: dict = {}  # (type_p, type_q) -> fn(p, q)
 _DISPATCH: dict = {}  # (type p, type q) -> the fn chosen for them (cleared on register)
-_EULER_GAMMA = 0.5772156649015329
 
 
 def register_kl(type_p, type_q):
@@ -249,6 +251,11 @@ def _kl_transformed_transformed(p, q):
 @register_kl(Gamma, Beta)
 @register_kl(Gamma, Uniform)
 @register_kl(Poisson, Bernoulli)
+@register_kl(Poisson, Binomial)
+@register_kl(Gumbel, Beta)
+@register_kl(Gumbel, Exponential)
+@register_kl(Gumbel, Gamma)
+@register_kl(Gumbel, Uniform)
 def _kl_outside_support(p, q):
     """p puts mass where q has none (q's support is bounded or discrete, p's is not)."""
     return _inf_like(p.mean)
@@ -264,6 +271,7 @@ def _kl_normal_laplace(p, q):
 
 
 @register_kl(Laplace, Normal)
+@register_kl(Gumbel, Normal)
 @register_kl(Exponential, Normal)
 @register_kl(Gamma, Normal)
 @register_kl(Beta, Normal)
@@ -290,7 +298,7 @@ def _kl_uniform_exponential(p, q):
 
 @register_kl(Exponential, Gamma)
 def _kl_exponential_gamma(p, q):
-    mean_log = -_EULER_GAMMA - p.rate.log()
+    mean_log = -EULER_GAMMA - p.rate.log()
     return -p.entropy() + _neg_log_gamma(q, p.rate.reciprocal(), mean_log)
 
 
@@ -332,3 +340,64 @@ def _kl_uniform_beta(p, q):
     mean_log1m = _uniform_mean_log(1 - p.high, 1 - p.low)
     result = -p.entropy() + log_beta - (a - 1) * mean_log - (b - 1) * mean_log1m
     return _where((p.low < 0) | (p.high > 1), _inf_like(result), result)
+
+
+@register_kl(Cauchy, Cauchy)
+def _kl_cauchy_cauchy(p, q):
+    return (((p.scale + q.scale).pow(2) + (p.loc - q.loc).pow(2)).log()
+            - (4 * p.scale * q.scale).log())
+
+
+@register_kl(Geometric, Geometric)
+def _kl_geometric_geometric(p, q):
+    return -p.entropy() - (-q.probs).log1p() / p.probs - q.logits
+
+
+@register_kl(Binomial, Binomial)
+def _kl_binomial_binomial(p, q):
+    if bool((p.total_count < q.total_count).any()):
+        raise NotImplementedError("KL between Binomials where q.total_count > "
+                                  "p.total_count is not implemented")
+    kl = p.total_count * (p.probs * (p.logits - q.logits) + (-p.probs).log1p()
+                          - (-q.probs).log1p())
+    return _where(p.total_count > q.total_count, _inf_like(kl), kl)
+
+
+@register_kl(Gumbel, Gumbel)
+def _kl_gumbel_gumbel(p, q):
+    ratio = p.scale / q.scale
+    shift = (p.loc - q.loc) / q.scale
+    return (-ratio.log() + shift + EULER_GAMMA * ratio
+            + (-shift + (1 + ratio).lgamma()).exp() - (1 + EULER_GAMMA))
+
+
+def _kl_to_gumbel(p, q, mean_x, mean_exp_neg):
+    """-H(p) - E_p[log Gumbel(x; q)] from E_p[x] and E_p[exp(-(x - q.loc) / q.scale)]."""
+    return -p.entropy() + q.scale.log() + (mean_x - q.loc) / q.scale + mean_exp_neg
+
+
+@register_kl(Normal, Gumbel)
+def _kl_normal_gumbel(p, q):
+    exp_term = (-(p.loc - q.loc) / q.scale + p.scale.pow(2) / (2 * q.scale.pow(2))).exp()
+    return _kl_to_gumbel(p, q, p.loc, exp_term)
+
+
+@register_kl(Uniform, Gumbel)
+def _kl_uniform_gumbel(p, q):
+    exp_term = q.scale / (p.high - p.low) * ((-(p.low - q.loc) / q.scale).exp()
+                                             - (-(p.high - q.loc) / q.scale).exp())
+    return _kl_to_gumbel(p, q, p.mean, exp_term)
+
+
+@register_kl(Exponential, Gumbel)
+def _kl_exponential_gumbel(p, q):
+    rate_scale = p.rate * q.scale
+    exp_term = (q.loc / q.scale).exp() * rate_scale / (rate_scale + 1)
+    return _kl_to_gumbel(p, q, p.mean, exp_term)
+
+
+@register_kl(Gamma, Gumbel)
+def _kl_gamma_gumbel(p, q):
+    exp_term = ((q.loc / q.scale).exp()
+                * (1 + 1 / (q.scale * p.rate)).pow(-p.concentration))
+    return _kl_to_gumbel(p, q, p.mean, exp_term)

@@ -8,14 +8,15 @@ from disthook.distributions import constraints
 from disthook.distributions.categorical import Categorical
 from disthook.distributions.distribution import Distribution
 
-__all__ = ["OneHotCategorical", "OneHotCategoricalStraightThrough"]
+__all__ = ["CategoricalEvent", "OneHotCategorical", "OneHotCategoricalStraightThrough"]
 
 
-class OneHotCategorical(Distribution):
+class CategoricalEvent(Distribution):
+    """A distribution over vectors of the categorical's length, given by its ``probs`` or
+    ``logits`` (OneHotCategorical, ExpRelaxedCategorical)."""
+
     arg_constraints: ClassVar[dict] = {"probs": constraints.simplex,
                                        "logits": constraints.real_vector}
-    support = constraints.one_hot
-    has_enumerate_support = True
 
     def __init__(self, probs=None, logits=None, validate_args: bool | None = None) -> None:
         self._categorical = Categorical(probs, logits)
@@ -25,6 +26,7 @@ class OneHotCategorical(Distribution):
 
     def expand(self, batch_shape, _instance=None):
         new = type(self).__new__(type(self)) if _instance is None else _instance
+        new.__dict__.update(self.__dict__)
         new._categorical = self._categorical.expand(batch_shape)
         Distribution.__init__(new, batch_shape, self.event_shape, validate_args=False)
         new._validate_args = self._validate_args
@@ -41,6 +43,11 @@ class OneHotCategorical(Distribution):
     @property
     def param_shape(self):
         return self._categorical.param_shape
+
+
+class OneHotCategorical(CategoricalEvent):
+    support = constraints.one_hot
+    has_enumerate_support = True
 
     @property
     def mean(self):

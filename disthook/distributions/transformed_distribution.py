@@ -16,7 +16,7 @@ from disthook.distributions.transforms import (
     Transform,
 )
 
-__all__ = ["HalfNormal", "LogNormal", "TransformedDistribution"]
+__all__ = ["HalfDistribution", "HalfNormal", "LogNormal", "TransformedDistribution"]
 
 
 class TransformedDistribution(Distribution):
@@ -168,34 +168,26 @@ class LogNormal(TransformedDistribution):
         return self.base_dist.entropy() + self.loc
 
 
-class HalfNormal(TransformedDistribution):
-    """|Normal(0, scale)|."""
+class HalfDistribution(TransformedDistribution):
+    """|X| for X symmetric about 0 with a ``scale`` (HalfNormal, HalfCauchy): the density
+    doubles on the nonnegative half and is zero below it."""
 
     arg_constraints: ClassVar[dict] = {"scale": constraints.positive}
     support = constraints.nonnegative
     has_rsample = True
 
-    def __init__(self, scale, validate_args: bool | None = None) -> None:
-        super().__init__(Normal(0, scale, validate_args=False), AbsTransform(),
-                         validate_args=validate_args)
+    def __init__(self, symmetric_base, validate_args: bool | None = None) -> None:
+        super().__init__(symmetric_base, AbsTransform(), validate_args=validate_args)
 
     @property
     def scale(self):
         return self.base_dist.scale
 
     @property
-    def mean(self):
-        return self.scale * math.sqrt(2 / math.pi)
-
-    @property
     def mode(self):
         from disthook import zeros_like
 
         return zeros_like(self.scale)
-
-    @property
-    def variance(self):
-        return self.scale.pow(2) * (1 - 2 / math.pi)
 
     def log_prob(self, value):
         from disthook import full_like, where
@@ -213,3 +205,18 @@ class HalfNormal(TransformedDistribution):
 
     def entropy(self):
         return self.base_dist.entropy() - math.log(2)
+
+
+class HalfNormal(HalfDistribution):
+    """|Normal(0, scale)|."""
+
+    def __init__(self, scale, validate_args: bool | None = None) -> None:
+        super().__init__(Normal(0, scale, validate_args=False), validate_args)
+
+    @property
+    def mean(self):
+        return self.scale * math.sqrt(2 / math.pi)
+
+    @property
+    def variance(self):
+        return self.scale.pow(2) * (1 - 2 / math.pi)

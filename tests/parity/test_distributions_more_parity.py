@@ -77,6 +77,19 @@ CASES = {
     "transformed_sigmoid_exp": (lambda T, D, m, s: D.TransformedDistribution(D.Normal(m, s), D.transforms.ComposeTransform([D.transforms.SigmoidTransform(), D.transforms.ExpTransform()])).log_prob(T.tensor([1.3, 2.0, 1.1], dtype=T.float64)), (R, X)),
     "transformed_affine_event": (lambda T, D, m, s: D.TransformedDistribution(D.Independent(D.Normal(m, s), 1), D.transforms.AffineTransform(T.tensor([0.0, 1.0, 2.0], dtype=T.float64), s, event_dim=1)).log_prob(T.tensor([0.3, -0.6, 0.9], dtype=T.float64)), (R, X)),
     "transformed_negative_cdf": (lambda T, D, m, s: T.stack([(d := D.TransformedDistribution(D.Normal(m, s), D.transforms.AffineTransform(1.0, -2.0))).cdf(T.tensor(R, dtype=T.float64)), d.icdf(T.tensor(U, dtype=T.float64))]), (R, X)),
+    "cauchy_all": (lambda T, D, m, s: T.stack([(d := D.Cauchy(m, s)).log_prob(T.tensor(R, dtype=T.float64)), d.entropy(), d.mean, d.variance, d.mode, d.cdf(T.tensor(R, dtype=T.float64)), d.icdf(T.tensor(U, dtype=T.float64))]), (R, X)),
+    "halfcauchy_all": (lambda T, D, s: T.stack([(d := D.HalfCauchy(s)).log_prob(T.tensor(X, dtype=T.float64)), d.entropy(), d.mean, d.variance, d.mode, d.cdf(T.tensor(X, dtype=T.float64)), d.icdf(T.tensor(U, dtype=T.float64))]), (X,)),
+    "gumbel_all": (lambda T, D, m, s: T.stack([(d := D.Gumbel(m, s)).log_prob(T.tensor(R, dtype=T.float64)), d.entropy(), d.mean, d.variance, d.stddev, d.mode, d.cdf(T.tensor(R, dtype=T.float64)), d.icdf(T.tensor(U, dtype=T.float64))]), (R, X)),
+    "studentt_all": (lambda T, D, df, m, s: T.stack([(d := D.StudentT(df, m, s)).log_prob(T.tensor(R, dtype=T.float64)), d.entropy(), d.mean, d.variance, d.mode]), ([0.5, 1.5, 4.0], R, X)),
+    "chi2_all": (lambda T, D, df: T.stack([(d := D.Chi2(df)).log_prob(T.tensor(X, dtype=T.float64)), d.entropy(), d.mean, d.variance, d.df]), ([0.5, 1.5, 4.0],)),
+    "geometric_all": (lambda T, D, p: T.stack([(d := D.Geometric(p)).log_prob(T.tensor([0.0, 3.0, 1.0], dtype=T.float64)), d.entropy(), d.mean, d.variance, d.mode]), (U,)),
+    "geometric_logits": (lambda T, D, lg: D.Geometric(logits=lg).log_prob(T.tensor([0.0, 3.0, 1.0], dtype=T.float64)), (R,)),
+    "binomial_all": (lambda T, D, p: T.stack([(d := D.Binomial(5, p)).log_prob(T.tensor([0.0, 3.0, 5.0], dtype=T.float64)), d.entropy(), d.mean, d.variance, d.mode]), (U,)),
+    "binomial_logits_counts": (lambda T, D, lg: D.Binomial(T.tensor([2.0, 7.0, 4.0], dtype=T.float64), logits=lg).log_prob(T.tensor([1.0, 6.0, 0.0], dtype=T.float64)), (R,)),
+    "mixture_normal": (lambda T, D, w, m, s: T.cat([(d := D.MixtureSameFamily(D.Categorical(logits=w), D.Normal(m, s))).log_prob(T.tensor([[0.3], [-1.0]], dtype=T.float64)).flatten(), d.mean.reshape(1), d.variance.reshape(1), d.cdf(T.tensor([0.2], dtype=T.float64))]), (R, R, X)),
+    "mixture_mvn_batched": (lambda T, D, w, m: T.cat([(d := D.MixtureSameFamily(D.Categorical(logits=w), D.Independent(D.Normal(m, 1.5), 1))).log_prob(T.tensor([[0.3, 0.1], [-1.0, 2.0]], dtype=T.float64)), d.mean.flatten(), d.variance.flatten()]), ([[0.1, -0.3, 0.5], [1.0, 0.0, 0.2]], [[[0.0, 1.0], [2.0, -1.0], [0.5, 0.5]]])),
+    "relaxed_bernoulli": (lambda T, D, lg: D.RelaxedBernoulli(T.tensor([0.5, 1.0, 2.0], dtype=T.float64), logits=lg).log_prob(T.tensor(U, dtype=T.float64)), (R,)),
+    "relaxed_onehot": (lambda T, D, lg: D.RelaxedOneHotCategorical(T.tensor(0.7, dtype=T.float64), logits=lg).log_prob(T.tensor([[0.2, 0.5, 0.3], [0.1, 0.1, 0.8]], dtype=T.float64)), (P,)),
 }
 
 
@@ -123,6 +136,19 @@ KL_PAIRS = {
     "bernoulli_poisson": (lambda D, a, b: (D.Bernoulli(logits=a), D.Poisson(b))),
     "normal_uniform_inf": (lambda D, a, b: (D.Normal(a, b), D.Uniform(a, a + b))),
     "gamma_beta_inf": (lambda D, a, b: (D.Gamma(b, b), D.Beta(b, b))),
+    "cauchy_cauchy": (lambda D, a, b: (D.Cauchy(a, b), D.Cauchy(b, b + 1))),
+    "geometric_geometric": (lambda D, a, b: (D.Geometric(logits=a), D.Geometric(logits=b))),
+    "binomial_binomial": (lambda D, a, b: (D.Binomial(4, logits=a), D.Binomial(4, logits=b))),
+    "binomial_larger_p": (lambda D, a, b: (D.Binomial(6, logits=a), D.Binomial(4, logits=b))),
+    "gumbel_gumbel": (lambda D, a, b: (D.Gumbel(a, b), D.Gumbel(b, b + 0.5))),
+    "gumbel_normal": (lambda D, a, b: (D.Gumbel(a, b), D.Normal(b, b))),
+    "normal_gumbel": (lambda D, a, b: (D.Normal(a, b), D.Gumbel(b, b + 1))),
+    "uniform_gumbel": (lambda D, a, b: (D.Uniform(a, a + b), D.Gumbel(b, b + 1))),
+    "exponential_gumbel": (lambda D, a, b: (D.Exponential(b), D.Gumbel(a, b + 1))),
+    "gamma_gumbel": (lambda D, a, b: (D.Gamma(b + 1, b), D.Gumbel(a, b + 1))),
+    "gumbel_uniform_inf": (lambda D, a, b: (D.Gumbel(a, b), D.Uniform(a, a + b))),
+    "poisson_binomial_inf": (lambda D, a, b: (D.Poisson(b), D.Binomial(3, b / 3))),
+    "chi2_gamma": (lambda D, a, b: (D.Chi2(b), D.Gamma(b, b))),
 }
 
 
@@ -172,6 +198,17 @@ def test_kl_dispatch_picks_most_specific_and_missing_pair_raises():
     lambda T, D: D.LogNormal(T.zeros(3), 1.0).expand((2, 3)),
     lambda T, D: D.MultivariateNormal(T.zeros(4, 2), scale_tril=T.eye(2)),
     lambda T, D: D.TransformedDistribution(D.Normal(0.0, 1.0), D.transforms.AffineTransform(T.zeros(3), 1.0)),
+    lambda T, D: D.MixtureSameFamily(D.Categorical(logits=T.zeros(3)), D.Normal(T.zeros(2, 3), 1.0)).expand((4, 2)),
+    lambda T, D: D.MixtureSameFamily(D.Categorical(logits=T.zeros(2, 3)), D.Independent(D.Normal(T.zeros(2, 3, 4), 1.0), 1)),
+    lambda T, D: D.Binomial(T.tensor([3.0, 5.0]), T.tensor([0.5, 0.2])).expand((4, 2)),
+    lambda T, D: D.Geometric(T.tensor([0.5, 0.2])).expand((3, 2)),
+    lambda T, D: D.Gumbel(T.zeros(2), 1.0).expand((3, 2)),
+    lambda T, D: D.Cauchy(T.zeros(2), 1.0).expand((3, 2)),
+    lambda T, D: D.HalfCauchy(T.ones(2)).expand((3, 2)),
+    lambda T, D: D.StudentT(T.ones(2) * 3).expand((3, 2)),
+    lambda T, D: D.Chi2(T.ones(2) * 3).expand((3, 2)),
+    lambda T, D: D.RelaxedBernoulli(T.tensor(0.5), logits=T.zeros(2)).expand((3, 2)),
+    lambda T, D: D.RelaxedOneHotCategorical(T.tensor(0.5), logits=T.zeros(2, 4)).expand((3, 2)),
 ])
 def test_shapes_match_torch(build):
     want, got = build(torch, TD), build(disthook, dd)
@@ -221,6 +258,17 @@ def _error(build):
     lambda T, D: D.Uniform(0.0, 1.0).log_prob(T.tensor(2.0)),
     lambda T, D: D.LogNormal(0.0, 1.0).log_prob(T.tensor(-2.0)),
     lambda T, D: D.Independent(D.Normal(T.zeros(2), 1.0), 1).log_prob(T.zeros(3)),
+    lambda T, D: D.StudentT(T.tensor([-1.0])),
+    lambda T, D: D.Binomial(T.tensor([2.5]), T.tensor([0.5])),
+    lambda T, D: D.Binomial(T.tensor([2.0]), T.tensor([0.5])).log_prob(T.tensor([3.0])),
+    lambda T, D: D.Geometric(T.tensor([1.5])),
+    lambda T, D: D.Cauchy(T.tensor([0.0]), T.tensor([-1.0])),
+    lambda T, D: D.Gumbel(T.tensor([0.0]), T.tensor([-1.0])),
+    lambda T, D: D.MixtureSameFamily(D.Normal(0.0, 1.0), D.Normal(T.zeros(3), 1.0)),
+    lambda T, D: D.MixtureSameFamily(D.Categorical(logits=T.zeros(2)), "normal"),
+    lambda T, D: D.MixtureSameFamily(D.Categorical(logits=T.zeros(2)), D.Normal(T.zeros(3), 1.0)),
+    lambda T, D: D.MixtureSameFamily(D.Categorical(logits=T.zeros(4, 3)), D.Normal(T.zeros(2, 3), 1.0)),
+    lambda T, D: D.kl_divergence(D.Binomial(2, T.tensor([0.5])), D.Binomial(3, T.tensor([0.5]))),
 ])
 def test_validation_errors_match_torch(build):
     want, got = _error(build)
