@@ -208,3 +208,14 @@ def test_mixture_draws_pick_their_component():
     assert draws.shape == (4000,)
     np.testing.assert_allclose((draws > 0).mean(), 0.75, atol=0.03)
     assert np.all(np.abs(np.abs(draws) - 10) < 1)
+
+
+def test_kumaraswamy_mode_is_the_density_maximum():
+    # torch 2.13's Kumaraswamy.mode is NaN for all parameters; disthook gives the maximum
+    a, b = _t([2.0, 3.5, 1.0, 0.5]), _t([3.0, 1.5, 2.0, 2.0])
+    dist = dd.Kumaraswamy(a, b)
+    grid = _t(np.linspace(1e-4, 1 - 1e-4, 20001)[:, None] * np.ones(4))
+    best = grid.numpy()[dist.log_prob(grid).numpy().argmax(0), range(4)]
+    mode = dist.mode.numpy()
+    np.testing.assert_allclose(mode[:3], best[:3], atol=1e-4)
+    assert math.isnan(mode[3])

@@ -52,12 +52,12 @@ HINTS = {
                  "run eagerly, and its state dict saves with torch.save(model.state_dict())",
     "torch.distributions": "disthook.distributions provides Normal, Uniform, Exponential, "
                            "Laplace, Cauchy, Gumbel, LogNormal, HalfNormal, HalfCauchy, "
-                           "StudentT, Gamma, Chi2, Beta, Dirichlet, MultivariateNormal, "
-                           "Bernoulli, Geometric, Binomial, Poisson, Categorical, "
-                           "OneHotCategorical, RelaxedBernoulli, RelaxedOneHotCategorical, "
-                           "Independent, MixtureSameFamily, TransformedDistribution (Affine, "
-                           "Exp, Sigmoid, Tanh, Abs and Compose transforms), constraints and "
-                           "kl_divergence",
+                           "StudentT, Gamma, Chi2, InverseGamma, Beta, Kumaraswamy, Dirichlet, "
+                           "Weibull, Pareto, LogisticNormal, MultivariateNormal, Bernoulli, "
+                           "Geometric, Binomial, Poisson, Categorical, OneHotCategorical, "
+                           "RelaxedBernoulli, RelaxedOneHotCategorical, Independent, "
+                           "MixtureSameFamily, TransformedDistribution, most transforms, "
+                           "constraints, biject_to / transform_to and kl_divergence",
 }
 
 

@@ -1,18 +1,22 @@
 """``torch.distributions``: distributions differentiable through disthook's ops.
 
 Continuous: Normal, Uniform, Exponential, Laplace, Cauchy, Gumbel, LogNormal, HalfNormal,
-HalfCauchy, StudentT, Gamma, Chi2, Beta, Dirichlet, MultivariateNormal. Discrete: Bernoulli,
-Geometric, Binomial, Poisson, Categorical, OneHotCategorical(StraightThrough). Relaxed:
-RelaxedBernoulli, RelaxedOneHotCategorical. Built from others: Independent,
-MixtureSameFamily, TransformedDistribution (``transforms``: Affine, Exp, Sigmoid, Tanh, Abs,
-Compose). Each has ``log_prob``, ``entropy``, moments, ``cdf`` / ``icdf`` where torch has
-them, ``expand``, and torch's argument validation (``constraints``, ``validate_args``,
+HalfCauchy, StudentT, Gamma, Chi2, InverseGamma, Beta, Kumaraswamy, Dirichlet, Weibull,
+Pareto, LogisticNormal, MultivariateNormal. Discrete: Bernoulli, Geometric, Binomial,
+Poisson, Categorical, OneHotCategorical(StraightThrough). Relaxed: RelaxedBernoulli,
+RelaxedOneHotCategorical. Built from others: Independent, MixtureSameFamily,
+TransformedDistribution (``transforms``: Affine, Exp, Sigmoid, Tanh, Abs, Compose, Power,
+Softplus, Softmax, StickBreaking, Independent, Reshape, LowerCholesky, PositiveDefinite,
+CumulativeDistribution; ``biject_to`` / ``transform_to``).
+
+Each has ``log_prob``, ``entropy``, moments, ``cdf`` / ``icdf`` where torch has them,
+``expand``, and torch's argument validation (``constraints``, ``validate_args``,
 ``Distribution.set_default_validate_args``). ``rsample`` is pathwise where torch's is
-(location-scale families, MultivariateNormal, relaxed, transforms); Gamma, Chi2, Beta,
-Dirichlet and StudentT draw without gradient and their ``rsample`` raises: torch's implicit
-gradient is not reproduced. Draws come from disthook's random stream (``manual_seed``), not
-torch's. ``kl_divergence`` / ``register_kl`` dispatch as torch does, with torch's closed
-forms for the pairs among these classes.
+(location-scale families, MultivariateNormal, relaxed, transforms); Gamma, Chi2,
+InverseGamma, Beta, Dirichlet and StudentT draw without gradient and their ``rsample``
+raises: torch's implicit gradient is not reproduced. Draws come from disthook's random
+stream (``manual_seed``), not torch's. ``kl_divergence`` / ``register_kl`` dispatch as torch
+does, with torch's closed forms for the pairs among these classes.
 
 Other torch distributions and transforms import and raise NotImplementedError at use
 (``disthook._surface``).
@@ -22,6 +26,7 @@ from disthook.distributions.bernoulli import Bernoulli, Geometric
 from disthook.distributions.binomial import Binomial
 from disthook.distributions.categorical import Categorical
 from disthook.distributions.cauchy import Cauchy, HalfCauchy
+from disthook.distributions.constraint_registry import biject_to, transform_to
 from disthook.distributions.distribution import Distribution
 from disthook.distributions.exponential import Exponential
 from disthook.distributions.gamma import Beta, Chi2, Dirichlet, Gamma
@@ -44,12 +49,28 @@ from disthook.distributions.transformed_distribution import (
     LogNormal,
     TransformedDistribution,
 )
+from disthook.distributions.transformed_families import (
+    InverseGamma,
+    Kumaraswamy,
+    LogisticNormal,
+    Pareto,
+    Weibull,
+)
 from disthook.distributions.transforms import (
     AbsTransform,
     AffineTransform,
     ComposeTransform,
+    CumulativeDistributionTransform,
     ExpTransform,
+    IndependentTransform,
+    LowerCholeskyTransform,
+    PositiveDefiniteTransform,
+    PowerTransform,
+    ReshapeTransform,
     SigmoidTransform,
+    SoftmaxTransform,
+    SoftplusTransform,
+    StickBreakingTransform,
     TanhTransform,
     Transform,
     identity_transform,
@@ -66,6 +87,7 @@ __all__ = [
     "Cauchy",
     "Chi2",
     "ComposeTransform",
+    "CumulativeDistributionTransform",
     "Dirichlet",
     "Distribution",
     "ExpTransform",
@@ -76,26 +98,41 @@ __all__ = [
     "HalfCauchy",
     "HalfNormal",
     "Independent",
+    "IndependentTransform",
+    "InverseGamma",
+    "Kumaraswamy",
     "Laplace",
     "LogNormal",
+    "LogisticNormal",
+    "LowerCholeskyTransform",
     "MixtureSameFamily",
     "MultivariateNormal",
     "Normal",
     "OneHotCategorical",
     "OneHotCategoricalStraightThrough",
+    "Pareto",
     "Poisson",
+    "PositiveDefiniteTransform",
+    "PowerTransform",
     "RelaxedBernoulli",
     "RelaxedOneHotCategorical",
+    "ReshapeTransform",
     "SigmoidTransform",
+    "SoftmaxTransform",
+    "SoftplusTransform",
+    "StickBreakingTransform",
     "StudentT",
     "TanhTransform",
     "Transform",
     "TransformedDistribution",
     "Uniform",
+    "Weibull",
+    "biject_to",
     "constraints",
     "identity_transform",
     "kl",
     "kl_divergence",
     "register_kl",
+    "transform_to",
     "transforms",
 ]

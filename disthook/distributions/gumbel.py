@@ -18,6 +18,7 @@ EULER_GAMMA = 0.5772156649015329
 class Gumbel(TransformedDistribution):
     arg_constraints: ClassVar[dict] = {"loc": constraints.real, "scale": constraints.positive}
     support = constraints.real
+    _expand_params: ClassVar[tuple] = ("loc", "scale")
 
     def __init__(self, loc, scale, validate_args: bool | None = None) -> None:
         from disthook import full_like, ones_like
@@ -30,12 +31,6 @@ class Gumbel(TransformedDistribution):
         transforms = [ExpTransform().inv, AffineTransform(0, -ones_like(self.scale)),
                       ExpTransform().inv, AffineTransform(self.loc, -self.scale)]
         super().__init__(base, transforms, validate_args=validate_args)
-
-    def expand(self, batch_shape, _instance=None):
-        new = super().expand(batch_shape, _instance)
-        new.loc = self.loc.expand(batch_shape)
-        new.scale = self.scale.expand(batch_shape)
-        return new
 
     def log_prob(self, value):
         self._check_sample(value)

@@ -24,6 +24,7 @@ from disthook.distributions.normal import Normal
 from disthook.distributions.one_hot_categorical import OneHotCategorical
 from disthook.distributions.poisson import Poisson
 from disthook.distributions.transformed_distribution import HalfNormal, TransformedDistribution
+from disthook.distributions.transformed_families import Pareto
 from disthook.distributions.uniform import Uniform
 
 __all__ = ["kl_divergence", "register_kl"]
@@ -256,6 +257,14 @@ def _kl_transformed_transformed(p, q):
 @register_kl(Gumbel, Exponential)
 @register_kl(Gumbel, Gamma)
 @register_kl(Gumbel, Uniform)
+@register_kl(Beta, Pareto)
+@register_kl(Exponential, Pareto)
+@register_kl(Gamma, Pareto)
+@register_kl(Gumbel, Pareto)
+@register_kl(Laplace, Pareto)
+@register_kl(Normal, Pareto)
+@register_kl(Pareto, Beta)
+@register_kl(Pareto, Uniform)
 def _kl_outside_support(p, q):
     """p puts mass where q has none (q's support is bounded or discrete, p's is not)."""
     return _inf_like(p.mean)
@@ -401,3 +410,53 @@ def _kl_gamma_gumbel(p, q):
     exp_term = ((q.loc / q.scale).exp()
                 * (1 + 1 / (q.scale * p.rate)).pow(-p.concentration))
     return _kl_to_gumbel(p, q, p.mean, exp_term)
+
+
+@register_kl(Pareto, Pareto)
+def _kl_pareto_pareto(p, q):
+    alpha_ratio = q.alpha / p.alpha
+    result = q.alpha * (p.scale / q.scale).log() - alpha_ratio.log() + alpha_ratio - 1
+    return _where(p.scale < q.scale, _inf_like(result), result)  # p below q's support
+
+
+def _pareto_moments(p, min_alpha: float):
+    """Pareto p's mean and variance where alpha > min_alpha, computed at alpha = 3 elsewhere
+    (those entries become infinite, and stay out of the gradient, as in torch)."""
+    from disthook import where
+
+    finite = p.alpha > min_alpha
+    alpha = where(finite, p.alpha, 3.0 + 0 * p.alpha)
+    mean = alpha * p.scale / (alpha - 1)
+    variance = p.scale.pow(2) * alpha / ((alpha - 1).pow(2) * (alpha - 2))
+    return finite, mean, variance
+
+
+@register_kl(Pareto, Exponential)
+def _kl_pareto_exponential(p, q):
+    finite, mean, _ = _pareto_moments(p, 1)
+    result = -p.entropy() - q.rate.log() + q.rate * mean
+    return _where(finite, result, _inf_like(result))
+
+
+@register_kl(Pareto, Gamma)
+def _kl_pareto_gamma(p, q):
+    finite, mean, _ = _pareto_moments(p, 1)
+    mean_log = p.scale.log() + p.alpha.reciprocal()
+    result = -p.entropy() + _neg_log_gamma(q, mean, mean_log)
+    return _where(finite, result, _inf_like(result))
+
+
+@register_kl(Pareto, Normal)
+def _kl_pareto_normal(p, q):
+    finite, mean, variance = _pareto_moments(p, 2)
+    result = (-p.entropy() + q.scale.log() + 0.5 * math.log(2 * math.pi)
+              + (variance + (mean - q.loc).pow(2)) / (2 * q.scale.pow(2)))
+    return _where(finite, result, _inf_like(result))
+
+
+@register_kl(Uniform, Pareto)
+def _kl_uniform_pareto(p, q):
+    mean_log = _uniform_mean_log(p.low, p.high)
+    result = (-p.entropy() - q.alpha.log() - q.alpha * q.scale.log()
+              + (q.alpha + 1) * mean_log)
+    return _where(p.low < q.scale, _inf_like(result), result)

@@ -13,8 +13,11 @@ import numbers
 from disthook.distributions import constraints
 from disthook.distributions.distribution import finfo, sum_rightmost
 
-__all__ = ["AbsTransform", "AffineTransform", "ComposeTransform", "ExpTransform",
-           "SigmoidTransform", "TanhTransform", "Transform", "identity_transform"]
+__all__ = ["AbsTransform", "AffineTransform", "ComposeTransform",
+           "CumulativeDistributionTransform", "ExpTransform", "IndependentTransform",
+           "LowerCholeskyTransform", "PositiveDefiniteTransform", "PowerTransform",
+           "ReshapeTransform", "SigmoidTransform", "SoftmaxTransform", "SoftplusTransform",
+           "StickBreakingTransform", "TanhTransform", "Transform", "identity_transform"]
 
 
 def _softplus(x):
@@ -162,6 +165,15 @@ class _InverseTransform(Transform):
         return self._inv.forward_shape(shape)
 
 
+class _Stateless(Transform):
+    """A transform without parameters: all its instances are equal."""
+
+    def __eq__(self, other) -> bool:
+        return type(other) is type(self)
+
+    __hash__ = object.__hash__
+
+
 class ComposeTransform(Transform):
     """``parts`` applied in order; the empty composition is the identity."""
 
@@ -266,17 +278,12 @@ class ComposeTransform(Transform):
 identity_transform = ComposeTransform([])
 
 
-class ExpTransform(Transform):
+class ExpTransform(_Stateless):
     """y = exp(x)."""
 
     codomain = constraints.positive
     bijective = True
     sign = +1
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, ExpTransform)
-
-    __hash__ = object.__hash__
 
     def _call(self, x):
         return x.exp()
@@ -288,17 +295,12 @@ class ExpTransform(Transform):
         return x
 
 
-class SigmoidTransform(Transform):
+class SigmoidTransform(_Stateless):
     """y = sigmoid(x), kept strictly inside (0, 1) so that the inverse stays finite."""
 
     codomain = constraints.unit_interval
     bijective = True
     sign = +1
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, SigmoidTransform)
-
-    __hash__ = object.__hash__
 
     def _call(self, x):
         return x.sigmoid().clamp(min=finfo(x, "tiny"), max=1.0 - finfo(x, "eps"))
@@ -311,17 +313,12 @@ class SigmoidTransform(Transform):
         return -_softplus(-x) - _softplus(x)
 
 
-class TanhTransform(Transform):
+class TanhTransform(_Stateless):
     """y = tanh(x); log |dy/dx| = 2 (log 2 - x - softplus(-2x)), stable for large |x|."""
 
     codomain = constraints.interval(-1.0, 1.0)
     bijective = True
     sign = +1
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, TanhTransform)
-
-    __hash__ = object.__hash__
 
     def _call(self, x):
         return x.tanh()
@@ -333,15 +330,10 @@ class TanhTransform(Transform):
         return 2.0 * (math.log(2.0) - x - _softplus(-2.0 * x))
 
 
-class AbsTransform(Transform):
+class AbsTransform(_Stateless):
     """y = |x| (not bijective; the inverse gives the nonnegative preimage)."""
 
     codomain = constraints.positive
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, AbsTransform)
-
-    __hash__ = object.__hash__
 
     def _call(self, x):
         return x.abs()
@@ -425,3 +417,310 @@ def _same(a, b) -> bool:
     if isinstance(a, numbers.Number) and isinstance(b, numbers.Number):
         return a == b
     return bool((a == b).all())
+
+
+class SoftplusTransform(_Stateless):
+    """y = log(1 + exp(x))."""
+
+    codomain = constraints.positive
+    bijective = True
+    sign = +1
+
+    def _call(self, x):
+        return _softplus(x)
+
+    def _inverse(self, y):
+        return (-y).expm1().neg().log() + y
+
+    def log_abs_det_jacobian(self, x, y):
+        return -_softplus(-x)
+
+
+class PowerTransform(Transform):
+    """y = x ** exponent on the positive reals."""
+
+    domain = constraints.positive
+    codomain = constraints.positive
+    bijective = True
+
+    def __init__(self, exponent, cache_size: int = 0) -> None:
+        super().__init__(cache_size=cache_size)
+        from disthook.distributions.distribution import broadcast_all
+
+        (self.exponent,) = broadcast_all(exponent)
+
+    def with_cache(self, cache_size: int = 1):
+        if self._cache_size == cache_size:
+            return self
+        return PowerTransform(self.exponent, cache_size=cache_size)
+
+    @property
+    def sign(self):
+        return self.exponent.sign()
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, PowerTransform) and _same(self.exponent, other.exponent)
+
+    __hash__ = object.__hash__
+
+    def _call(self, x):
+        return x.pow(self.exponent)
+
+    def _inverse(self, y):
+        return y.pow(1 / self.exponent)
+
+    def log_abs_det_jacobian(self, x, y):
+        return (self.exponent * y / x).abs().log()
+
+    def forward_shape(self, shape):
+        from disthook import broadcast_shapes
+
+        return broadcast_shapes(shape, getattr(self.exponent, "shape", ()))
+
+    inverse_shape = forward_shape
+
+
+class SoftmaxTransform(_Stateless):
+    """Real vectors to the simplex by softmax (not bijective: the inverse is the log)."""
+
+    domain = constraints.real_vector
+    codomain = constraints.simplex
+
+    def _call(self, x):
+        shifted = (x - x.max(-1, keepdim=True)[0]).exp()
+        return shifted / shifted.sum(-1, keepdim=True)
+
+    def _inverse(self, y):
+        return y.log()
+
+    def forward_shape(self, shape):
+        if len(shape) < 1:
+            raise ValueError("Too few dimensions on input")
+        return shape
+
+    inverse_shape = forward_shape
+
+
+def _stick_offsets(n: int, like):
+    """log(n + 1 - k) for k = 1..n: centres the stick-breaking logits at uniform weights."""
+    import numpy as np
+
+    from disthook.distributions.distribution import from_numpy
+
+    return from_numpy(np.log(np.arange(n, 0, -1, dtype=np.float64)), like)
+
+
+class StickBreakingTransform(_Stateless):
+    """Real vectors of length n to the n+1 simplex: each sigmoid takes its share of what
+    the previous ones left."""
+
+    domain = constraints.real_vector
+    codomain = constraints.simplex
+    bijective = True
+
+    def _call(self, x):
+        from disthook.nn.functional import pad
+
+        z = (x - _stick_offsets(x.shape[-1], x)).sigmoid()
+        left = (1 - z).cumprod(-1)
+        return pad(z, (0, 1), value=1.0) * pad(left, (1, 0), value=1.0)
+
+    def _inverse(self, y):
+        head = y[..., :-1]
+        remaining = (1 - head.cumsum(-1)).clamp(min=finfo(y, "tiny"))
+        return head.log() - remaining.log() + _stick_offsets(head.shape[-1], y)
+
+    def log_abs_det_jacobian(self, x, y):
+        from disthook.nn.functional import logsigmoid
+
+        x = x - _stick_offsets(x.shape[-1], x)
+        return (-x + logsigmoid(x) + y[..., :-1].log()).sum(-1)
+
+    def forward_shape(self, shape):
+        if len(shape) < 1:
+            raise ValueError("Too few dimensions on input")
+        return tuple(shape[:-1]) + (shape[-1] + 1,)
+
+    def inverse_shape(self, shape):
+        if len(shape) < 1:
+            raise ValueError("Too few dimensions on input")
+        return tuple(shape[:-1]) + (shape[-1] - 1,)
+
+
+class LowerCholeskyTransform(_Stateless):
+    """Square matrices to lower-triangular ones with a positive (exponentiated) diagonal."""
+
+    domain = constraints.independent(constraints.real, 2)
+    codomain = constraints.lower_cholesky
+
+    def _call(self, x):
+        return x.tril(-1) + x.diagonal(dim1=-2, dim2=-1).exp().diag_embed()
+
+    def _inverse(self, y):
+        return y.tril(-1) + y.diagonal(dim1=-2, dim2=-1).log().diag_embed()
+
+
+class PositiveDefiniteTransform(_Stateless):
+    """Square matrices to positive definite ones, L L^T of their lower Cholesky transform."""
+
+    domain = constraints.independent(constraints.real, 2)
+    codomain = constraints.positive_definite
+
+    def _call(self, x):
+        lower = LowerCholeskyTransform()(x)
+        return lower @ lower.mT
+
+    def _inverse(self, y):
+        from disthook import linalg
+
+        return LowerCholeskyTransform().inv(linalg.cholesky(y))
+
+
+class IndependentTransform(Transform):
+    """``base_transform`` over ``reinterpreted_batch_ndims`` more rightmost dims at once."""
+
+    def __init__(self, base_transform, reinterpreted_batch_ndims: int,
+                 cache_size: int = 0) -> None:
+        super().__init__(cache_size=cache_size)
+        self.base_transform = base_transform.with_cache(cache_size)
+        self.reinterpreted_batch_ndims = reinterpreted_batch_ndims
+
+    def with_cache(self, cache_size: int = 1):
+        if self._cache_size == cache_size:
+            return self
+        return IndependentTransform(self.base_transform, self.reinterpreted_batch_ndims,
+                                    cache_size=cache_size)
+
+    @constraints.dependent_property(is_discrete=False)
+    def domain(self):
+        return constraints.independent(self.base_transform.domain,
+                                       self.reinterpreted_batch_ndims)
+
+    @constraints.dependent_property(is_discrete=False)
+    def codomain(self):
+        return constraints.independent(self.base_transform.codomain,
+                                       self.reinterpreted_batch_ndims)
+
+    @property
+    def bijective(self):
+        return self.base_transform.bijective
+
+    @property
+    def sign(self):
+        return self.base_transform.sign
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, IndependentTransform)
+                and self.base_transform == other.base_transform
+                and self.reinterpreted_batch_ndims == other.reinterpreted_batch_ndims)
+
+    __hash__ = object.__hash__
+
+    def _call(self, x):
+        if x.dim() < self.domain.event_dim:
+            raise ValueError("Too few dimensions on input")
+        return self.base_transform(x)
+
+    def _inverse(self, y):
+        if y.dim() < self.codomain.event_dim:
+            raise ValueError("Too few dimensions on input")
+        return self.base_transform.inv(y)
+
+    def log_abs_det_jacobian(self, x, y):
+        return sum_rightmost(self.base_transform.log_abs_det_jacobian(x, y),
+                             self.reinterpreted_batch_ndims)
+
+    def forward_shape(self, shape):
+        return self.base_transform.forward_shape(shape)
+
+    def inverse_shape(self, shape):
+        return self.base_transform.inverse_shape(shape)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.base_transform!r}, "
+                f"{self.reinterpreted_batch_ndims})")
+
+
+class ReshapeTransform(Transform):
+    """The rightmost dims of shape ``in_shape`` reshaped to ``out_shape`` (volume kept)."""
+
+    bijective = True
+
+    def __init__(self, in_shape, out_shape, cache_size: int = 0) -> None:
+        import math as _math
+
+        in_shape, out_shape = tuple(in_shape), tuple(out_shape)
+        if _math.prod(in_shape) != _math.prod(out_shape):
+            raise ValueError("in_shape, out_shape have different numbers of elements")
+        super().__init__(cache_size=cache_size)
+        self.in_shape, self.out_shape = in_shape, out_shape
+
+    def with_cache(self, cache_size: int = 1):
+        if self._cache_size == cache_size:
+            return self
+        return ReshapeTransform(self.in_shape, self.out_shape, cache_size=cache_size)
+
+    @constraints.dependent_property
+    def domain(self):
+        return constraints.independent(constraints.real, len(self.in_shape))
+
+    @constraints.dependent_property
+    def codomain(self):
+        return constraints.independent(constraints.real, len(self.out_shape))
+
+    def _call(self, x):
+        return x.reshape(tuple(x.shape[:x.dim() - len(self.in_shape)]) + self.out_shape)
+
+    def _inverse(self, y):
+        return y.reshape(tuple(y.shape[:y.dim() - len(self.out_shape)]) + self.in_shape)
+
+    def log_abs_det_jacobian(self, x, y):
+        from disthook import zeros
+
+        return zeros(tuple(x.shape[:x.dim() - len(self.in_shape)]), dtype=x.dtype)
+
+    def forward_shape(self, shape):
+        return self._swap_event(shape, self.in_shape, self.out_shape)
+
+    def inverse_shape(self, shape):
+        return self._swap_event(shape, self.out_shape, self.in_shape)
+
+    @staticmethod
+    def _swap_event(shape, old, new):
+        shape = tuple(shape)
+        if len(shape) < len(old):
+            raise ValueError("Too few dimensions on input")
+        cut = len(shape) - len(old)
+        if shape[cut:] != old:
+            raise ValueError(f"Shape mismatch: expected {shape[cut:]} but got {old}")
+        return shape[:cut] + new
+
+
+class CumulativeDistributionTransform(Transform):
+    """x to its CDF under ``distribution`` (onto the unit interval)."""
+
+    bijective = True
+    codomain = constraints.unit_interval
+    sign = +1
+
+    def __init__(self, distribution, cache_size: int = 0) -> None:
+        super().__init__(cache_size=cache_size)
+        self.distribution = distribution
+
+    @property
+    def domain(self):
+        return self.distribution.support
+
+    def with_cache(self, cache_size: int = 1):
+        if self._cache_size == cache_size:
+            return self
+        return CumulativeDistributionTransform(self.distribution, cache_size=cache_size)
+
+    def _call(self, x):
+        return self.distribution.cdf(x)
+
+    def _inverse(self, y):
+        return self.distribution.icdf(y)
+
+    def log_abs_det_jacobian(self, x, y):
+        return self.distribution.log_prob(x)

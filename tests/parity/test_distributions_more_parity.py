@@ -90,6 +90,12 @@ CASES = {
     "mixture_mvn_batched": (lambda T, D, w, m: T.cat([(d := D.MixtureSameFamily(D.Categorical(logits=w), D.Independent(D.Normal(m, 1.5), 1))).log_prob(T.tensor([[0.3, 0.1], [-1.0, 2.0]], dtype=T.float64)), d.mean.flatten(), d.variance.flatten()]), ([[0.1, -0.3, 0.5], [1.0, 0.0, 0.2]], [[[0.0, 1.0], [2.0, -1.0], [0.5, 0.5]]])),
     "relaxed_bernoulli": (lambda T, D, lg: D.RelaxedBernoulli(T.tensor([0.5, 1.0, 2.0], dtype=T.float64), logits=lg).log_prob(T.tensor(U, dtype=T.float64)), (R,)),
     "relaxed_onehot": (lambda T, D, lg: D.RelaxedOneHotCategorical(T.tensor(0.7, dtype=T.float64), logits=lg).log_prob(T.tensor([[0.2, 0.5, 0.3], [0.1, 0.1, 0.8]], dtype=T.float64)), (P,)),
+    "weibull_all": (lambda T, D, s, c: T.stack([(d := D.Weibull(s, c)).log_prob(T.tensor(X, dtype=T.float64)), d.entropy(), d.mean, d.variance, d.mode, d.cdf(T.tensor(X, dtype=T.float64)), d.icdf(T.tensor(U, dtype=T.float64))]), ([0.5, 1.0, 2.0], [1.5, 0.7, 3.0])),
+    "pareto_all": (lambda T, D, s, a: T.stack([(d := D.Pareto(s, a)).log_prob(T.tensor([2.5, 1.7, 3.0], dtype=T.float64)), d.entropy(), d.mean, d.variance, d.mode, d.cdf(T.tensor([2.5, 1.7, 3.0], dtype=T.float64))]), ([0.5, 1.0, 2.0], [0.7, 1.5, 3.0])),
+    "kumaraswamy_all": (lambda T, D, a, b: T.stack([(d := D.Kumaraswamy(a, b)).log_prob(T.tensor(U, dtype=T.float64)), d.entropy(), d.mean, d.variance]), ([0.5, 2.0, 3.5], [1.5, 0.5, 2.0])),
+    "inverse_gamma_all": (lambda T, D, c, r: T.stack([(d := D.InverseGamma(c, r)).log_prob(T.tensor(X, dtype=T.float64)), d.entropy(), d.mean, d.variance, d.mode]), ([0.5, 1.5, 3.5], [1.0, 0.5, 2.0])),
+    "logistic_normal": (lambda T, D, m, s: D.LogisticNormal(m, s).log_prob(T.tensor([0.2, 0.1, 0.3, 0.4], dtype=T.float64)), (R, X)),
+    "logistic_normal_scalar": (lambda T, D, m: D.LogisticNormal(m, 1.5).log_prob(T.tensor([0.7, 0.3], dtype=T.float64)), (0.4,)),
 }
 
 
@@ -149,6 +155,14 @@ KL_PAIRS = {
     "gumbel_uniform_inf": (lambda D, a, b: (D.Gumbel(a, b), D.Uniform(a, a + b))),
     "poisson_binomial_inf": (lambda D, a, b: (D.Poisson(b), D.Binomial(3, b / 3))),
     "chi2_gamma": (lambda D, a, b: (D.Chi2(b), D.Gamma(b, b))),
+    "pareto_pareto": (lambda D, a, b: (D.Pareto(b + 1, b + 0.5), D.Pareto(b + 0.5, b + 2))),
+    "pareto_pareto_inf": (lambda D, a, b: (D.Pareto(b, b + 0.5), D.Pareto(b + 0.5, b))),
+    "pareto_exponential": (lambda D, a, b: (D.Pareto(b + 1, b * 3), D.Exponential(b))),
+    "pareto_gamma": (lambda D, a, b: (D.Pareto(b + 1, b * 3), D.Gamma(b + 1, b))),
+    "pareto_normal": (lambda D, a, b: (D.Pareto(b + 1, b * 3), D.Normal(a, b))),
+    "uniform_pareto": (lambda D, a, b: (D.Uniform(b, b + 1), D.Pareto(b * 1.5, b + 1))),
+    "normal_pareto_inf": (lambda D, a, b: (D.Normal(a, b), D.Pareto(b, b))),
+    "weibull_weibull_same": (lambda D, a, b: (D.Weibull(b, b + 1), D.Weibull(b, b + 1))),
 }
 
 
@@ -209,6 +223,12 @@ def test_kl_dispatch_picks_most_specific_and_missing_pair_raises():
     lambda T, D: D.Chi2(T.ones(2) * 3).expand((3, 2)),
     lambda T, D: D.RelaxedBernoulli(T.tensor(0.5), logits=T.zeros(2)).expand((3, 2)),
     lambda T, D: D.RelaxedOneHotCategorical(T.tensor(0.5), logits=T.zeros(2, 4)).expand((3, 2)),
+    lambda T, D: D.Weibull(T.ones(2), 2.0).expand((3, 2)),
+    lambda T, D: D.Pareto(T.ones(2), 2.0).expand((3, 2)),
+    lambda T, D: D.Kumaraswamy(T.ones(2), 2.0).expand((3, 2)),
+    lambda T, D: D.InverseGamma(T.ones(2), 2.0).expand((3, 2)),
+    lambda T, D: D.LogisticNormal(T.zeros(2, 3), 1.0).expand((4, 2)),
+    lambda T, D: D.LogisticNormal(0.0, 1.0),
 ])
 def test_shapes_match_torch(build):
     want, got = build(torch, TD), build(disthook, dd)
@@ -269,6 +289,12 @@ def _error(build):
     lambda T, D: D.MixtureSameFamily(D.Categorical(logits=T.zeros(2)), D.Normal(T.zeros(3), 1.0)),
     lambda T, D: D.MixtureSameFamily(D.Categorical(logits=T.zeros(4, 3)), D.Normal(T.zeros(2, 3), 1.0)),
     lambda T, D: D.kl_divergence(D.Binomial(2, T.tensor([0.5])), D.Binomial(3, T.tensor([0.5]))),
+    lambda T, D: D.Weibull(T.tensor([-1.0]), T.tensor([-1.0])),
+    lambda T, D: D.Pareto(T.tensor([-1.0]), T.tensor([-1.0])),
+    lambda T, D: D.Pareto(T.tensor([2.0]), T.tensor([1.0])).log_prob(T.tensor([1.0])),
+    lambda T, D: D.Kumaraswamy(T.tensor([1.0]), T.tensor([-1.0])),
+    lambda T, D: D.InverseGamma(T.tensor([1.0]), T.tensor([-1.0])),
+    lambda T, D: D.LogisticNormal(T.tensor([0.0]), T.tensor([-1.0])),
 ])
 def test_validation_errors_match_torch(build):
     want, got = _error(build)
@@ -328,3 +354,61 @@ def test_transform_values_and_inverses_match_torch():
     assert repr(dd.transforms.ExpTransform()) == "ExpTransform()"
     assert compose.inv.inv is compose and compose.bijective
     assert dd.transforms.identity_transform(disthook.tensor(3.0)).item() == 3.0
+
+
+V = [[0.3, -1.2, 0.8], [2.0, 0.1, -0.4]]
+
+
+@pytest.mark.parametrize("make, x, ladj", [  # atol 1e-6: erf-based CDF transform
+    (lambda T, D: D.transforms.PowerTransform(T.tensor([0.5, 2.0, -1.5], dtype=T.float64)), X, True),
+    (lambda T, D: D.transforms.SoftplusTransform(), R, True),
+    (lambda T, D: D.transforms.SoftmaxTransform(), V, False),
+    (lambda T, D: D.transforms.StickBreakingTransform(), V, True),
+    (lambda T, D: D.transforms.IndependentTransform(D.transforms.ExpTransform(), 1), V, True),
+    (lambda T, D: D.transforms.ReshapeTransform((3,), (3, 1)), V, True),
+    (lambda T, D: D.transforms.LowerCholeskyTransform(), [V[0], V[1], R], False),
+    (lambda T, D: D.transforms.PositiveDefiniteTransform(), [V[0], V[1], R], False),
+    (lambda T, D: D.transforms.CumulativeDistributionTransform(D.Normal(0.5, 2.0)), R, True),
+    (lambda T, D: D.transforms.AffineTransform(1.0, 2.0).inv, R, True),
+    (lambda T, D: D.transforms.ComposeTransform([D.transforms.StickBreakingTransform(), D.transforms.IndependentTransform(D.transforms.PowerTransform(T.tensor(2.0, dtype=T.float64)), 1)]), V, True),
+])
+def test_more_transforms_match_torch(make, x, ladj):
+    def build(T, D, x):
+        t = make(T, D)
+        y = t(x)
+        parts = [y.flatten(), t.inv(y).flatten()]
+        if ladj:
+            parts.append(t.log_abs_det_jacobian(x, y).flatten())
+        return T.cat(parts)
+    _check(build, x, atol=1e-6 if "Cumulative" in type(make(torch, TD)).__name__ else 1e-9)
+    tt, dt = make(torch, TD), make(disthook, dd)
+    assert repr(dt.domain) == repr(tt.domain) and repr(dt.codomain) == repr(tt.codomain)
+    assert dt.bijective == tt.bijective
+    shape = (2, 3, 3) if "Cholesky" in type(dt).__name__ or "Definite" in type(dt).__name__ \
+        else (2, 3)
+    assert tuple(dt.forward_shape(shape)) == tuple(tt.forward_shape(shape))
+
+
+def test_biject_to_and_transform_to_match_torch():
+    cases = [lambda C: C.real, lambda C: C.positive, lambda C: C.nonnegative,
+             lambda C: C.unit_interval, lambda C: C.simplex, lambda C: C.real_vector,
+             lambda C: C.interval(-1.0, 3.0), lambda C: C.greater_than(2.0),
+             lambda C: C.less_than(-1.0), lambda C: C.half_open_interval(0.0, 2.0),
+             lambda C: C.independent(C.positive, 1)]
+    x = [[0.3, -1.2, 0.8], [2.0, 0.1, -0.4]]
+    for case in cases:
+        for name in ("biject_to", "transform_to"):
+            tt = getattr(TD, name)(case(TD.constraints))
+            dt = getattr(dd, name)(case(dd.constraints))
+            assert repr(dt) == repr(tt)
+            np.testing.assert_allclose(dt(disthook.tensor(x, dtype=disthook.float64)).numpy(),
+                                       tt(torch.tensor(x, dtype=torch.float64)).numpy(),
+                                       rtol=1e-12)
+    for name in ("lower_cholesky", "positive_definite"):
+        with pytest.raises(NotImplementedError) as want:
+            TD.biject_to(getattr(TD.constraints, name))
+        with pytest.raises(NotImplementedError) as got:
+            dd.biject_to(getattr(dd.constraints, name))
+        assert str(got.value) == str(want.value)
+        assert repr(dd.transform_to(getattr(dd.constraints, name))) == \
+            repr(TD.transform_to(getattr(TD.constraints, name)))
