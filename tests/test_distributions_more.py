@@ -37,6 +37,13 @@ def _t(values):
                                   dd.Normal(_t([[-2.0, 1.0]]), _t([0.5, 1.0]))), None, None),
     (lambda: dd.MixtureSameFamily(dd.Categorical(probs=_t([0.3, 0.7])), dd.Independent(
         dd.Normal(_t([[-2.0, 1.0], [3.0, 0.0]]), 0.5), 1)), None, None),
+    (lambda: dd.Multinomial(6, probs=_t([[0.2, 0.3, 0.5], [0.7, 0.2, 0.1]])), None, None),
+    (lambda: dd.NegativeBinomial(_t([2.0, 5.0]), _t([0.3, 0.6])), None, None),
+    (lambda: dd.FisherSnedecor(_t([5.0, 10.0]), _t([12.0, 20.0])), None, None),
+    (lambda: dd.Weibull(_t([1.0, 2.0]), _t([1.5, 3.0])), None, None),
+    (lambda: dd.Pareto(_t([1.0, 2.0]), _t([5.0, 8.0])), None, None),
+    (lambda: dd.Kumaraswamy(_t([2.0, 0.7]), _t([3.0, 1.5])), None, None),
+    (lambda: dd.InverseGamma(_t([6.0, 9.0]), _t([2.0, 1.0])), None, None),
 ])
 def test_draws_have_the_shape_and_moments_of_the_distribution(make, mean, var):
     disthook.manual_seed(0)
@@ -219,3 +226,17 @@ def test_kumaraswamy_mode_is_the_density_maximum():
     mode = dist.mode.numpy()
     np.testing.assert_allclose(mode[:3], best[:3], atol=1e-4)
     assert math.isnan(mode[3])
+
+
+def test_logistic_normal_draws_are_the_stick_breaking_of_normal_draws():
+    disthook.manual_seed(9)
+    loc, scale = _t([0.3, -0.5]).requires_grad_(), _t([0.2, 0.4])
+    dist = dd.LogisticNormal(loc, scale)
+    y = dist.rsample((5000,))
+    assert tuple(y.shape) == (5000, 3) and bool(dist.support.check(y).all())
+    # the inverse map gives back normal draws with the distribution's loc and scale
+    x = dd.transforms.StickBreakingTransform().inv(y).detach().numpy()
+    np.testing.assert_allclose(x.mean(0), [0.3, -0.5], atol=0.02)
+    np.testing.assert_allclose(x.std(0), [0.2, 0.4], rtol=0.05)
+    y[:, 0].sum().backward()
+    assert loc.grad[0].item() > 0

@@ -53,8 +53,9 @@ HINTS = {
     "torch.distributions": "disthook.distributions provides Normal, Uniform, Exponential, "
                            "Laplace, Cauchy, Gumbel, LogNormal, HalfNormal, HalfCauchy, "
                            "StudentT, Gamma, Chi2, InverseGamma, Beta, Kumaraswamy, Dirichlet, "
-                           "Weibull, Pareto, LogisticNormal, MultivariateNormal, Bernoulli, "
-                           "Geometric, Binomial, Poisson, Categorical, OneHotCategorical, "
+                           "Weibull, Pareto, LogisticNormal, FisherSnedecor, MultivariateNormal, "
+                           "Bernoulli, Geometric, Binomial, NegativeBinomial, Multinomial, "
+                           "Poisson, Categorical, OneHotCategorical, "
                            "RelaxedBernoulli, RelaxedOneHotCategorical, Independent, "
                            "MixtureSameFamily, TransformedDistribution, most transforms, "
                            "constraints, biject_to / transform_to and kl_divergence",

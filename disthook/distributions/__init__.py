@@ -2,9 +2,10 @@
 
 Continuous: Normal, Uniform, Exponential, Laplace, Cauchy, Gumbel, LogNormal, HalfNormal,
 HalfCauchy, StudentT, Gamma, Chi2, InverseGamma, Beta, Kumaraswamy, Dirichlet, Weibull,
-Pareto, LogisticNormal, MultivariateNormal. Discrete: Bernoulli, Geometric, Binomial,
-Poisson, Categorical, OneHotCategorical(StraightThrough). Relaxed: RelaxedBernoulli,
-RelaxedOneHotCategorical. Built from others: Independent, MixtureSameFamily,
+Pareto, LogisticNormal, FisherSnedecor, MultivariateNormal. Discrete: Bernoulli, Geometric,
+Binomial, NegativeBinomial, Multinomial, Poisson, Categorical,
+OneHotCategorical(StraightThrough). Relaxed: RelaxedBernoulli, RelaxedOneHotCategorical.
+Built from others: Independent, MixtureSameFamily,
 TransformedDistribution (``transforms``: Affine, Exp, Sigmoid, Tanh, Abs, Compose, Power,
 Softplus, Softmax, StickBreaking, Independent, Reshape, LowerCholesky, PositiveDefinite,
 CumulativeDistribution; ``biject_to`` / ``transform_to``).
@@ -13,8 +14,8 @@ Each has ``log_prob``, ``entropy``, moments, ``cdf`` / ``icdf`` where torch has 
 ``expand``, and torch's argument validation (``constraints``, ``validate_args``,
 ``Distribution.set_default_validate_args``). ``rsample`` is pathwise where torch's is
 (location-scale families, MultivariateNormal, relaxed, transforms); Gamma, Chi2,
-InverseGamma, Beta, Dirichlet and StudentT draw without gradient and their ``rsample``
-raises: torch's implicit gradient is not reproduced. Draws come from disthook's random
+InverseGamma, Beta, Dirichlet, StudentT and FisherSnedecor draw without gradient and their
+``rsample`` raises: torch's implicit gradient is not reproduced. Draws come from disthook's random
 stream (``manual_seed``), not torch's. ``kl_divergence`` / ``register_kl`` dispatch as torch
 does, with torch's closed forms for the pairs among these classes.
 
@@ -23,18 +24,20 @@ Other torch distributions and transforms import and raise NotImplementedError at
 """
 from disthook.distributions import constraints, transforms
 from disthook.distributions.bernoulli import Bernoulli, Geometric
-from disthook.distributions.binomial import Binomial
+from disthook.distributions.binomial import Binomial, NegativeBinomial
 from disthook.distributions.categorical import Categorical
 from disthook.distributions.cauchy import Cauchy, HalfCauchy
 from disthook.distributions.constraint_registry import biject_to, transform_to
 from disthook.distributions.distribution import Distribution
 from disthook.distributions.exponential import Exponential
+from disthook.distributions.fisher_snedecor import FisherSnedecor
 from disthook.distributions.gamma import Beta, Chi2, Dirichlet, Gamma
 from disthook.distributions.gumbel import Gumbel
 from disthook.distributions.independent import Independent
 from disthook.distributions.kl import kl_divergence, register_kl
 from disthook.distributions.laplace import Laplace
 from disthook.distributions.mixture_same_family import MixtureSameFamily
+from disthook.distributions.multinomial import Multinomial
 from disthook.distributions.multivariate_normal import MultivariateNormal
 from disthook.distributions.normal import Normal
 from disthook.distributions.one_hot_categorical import (
@@ -92,6 +95,7 @@ __all__ = [
     "Distribution",
     "ExpTransform",
     "Exponential",
+    "FisherSnedecor",
     "Gamma",
     "Geometric",
     "Gumbel",
@@ -106,7 +110,9 @@ __all__ = [
     "LogisticNormal",
     "LowerCholeskyTransform",
     "MixtureSameFamily",
+    "Multinomial",
     "MultivariateNormal",
+    "NegativeBinomial",
     "Normal",
     "OneHotCategorical",
     "OneHotCategoricalStraightThrough",

@@ -12,9 +12,9 @@ from disthook.distributions.distribution import text
 __all__ = [
     "Constraint", "boolean", "dependent", "dependent_property", "greater_than",
     "greater_than_eq", "half_open_interval", "independent", "integer_interval", "interval",
-    "is_dependent", "less_than", "lower_cholesky", "nonnegative", "nonnegative_integer",
-    "one_hot", "positive", "positive_definite", "positive_integer", "real", "real_vector",
-    "simplex", "unit_interval",
+    "is_dependent", "less_than", "lower_cholesky", "multinomial", "nonnegative",
+    "nonnegative_integer", "one_hot", "positive", "positive_definite", "positive_integer",
+    "real", "real_vector", "simplex", "unit_interval",
 ]
 
 
@@ -121,6 +121,20 @@ class _IntegerGreaterThan(Constraint):
 
     def __repr__(self) -> str:
         return f"{self._name}(lower_bound={text(self.lower_bound)})"
+
+
+class _Multinomial(Constraint):
+    """Nonnegative counts along the last dim summing to at most ``upper_bound``."""
+
+    is_discrete = True
+    event_dim = 1
+    _name = "Multinomial"
+
+    def __init__(self, upper_bound) -> None:
+        self.upper_bound = upper_bound
+
+    def check(self, value):
+        return (value >= 0).all(-1) & (value.sum(-1) <= self.upper_bound)
 
 
 class _Real(Constraint):
@@ -273,6 +287,7 @@ one_hot = _OneHot()
 nonnegative_integer = _IntegerGreaterThan(0)
 positive_integer = _IntegerGreaterThan(1)
 integer_interval = _IntegerInterval
+multinomial = _Multinomial
 real = _Real()
 real_vector = _IndependentConstraint(real, 1)
 positive = _GreaterThan(0.0)

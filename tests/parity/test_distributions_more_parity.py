@@ -96,6 +96,13 @@ CASES = {
     "inverse_gamma_all": (lambda T, D, c, r: T.stack([(d := D.InverseGamma(c, r)).log_prob(T.tensor(X, dtype=T.float64)), d.entropy(), d.mean, d.variance, d.mode]), ([0.5, 1.5, 3.5], [1.0, 0.5, 2.0])),
     "logistic_normal": (lambda T, D, m, s: D.LogisticNormal(m, s).log_prob(T.tensor([0.2, 0.1, 0.3, 0.4], dtype=T.float64)), (R, X)),
     "logistic_normal_scalar": (lambda T, D, m: D.LogisticNormal(m, 1.5).log_prob(T.tensor([0.7, 0.3], dtype=T.float64)), (0.4,)),
+    "negative_binomial": (lambda T, D, n, p: T.stack([(d := D.NegativeBinomial(n, p)).log_prob(T.tensor([0.0, 3.0, 7.0], dtype=T.float64)), d.mean, d.variance, d.mode]), ([0.5, 2.0, 4.0], U)),
+    "negative_binomial_logits": (lambda T, D, lg: D.NegativeBinomial(3.0, logits=lg).log_prob(T.tensor([0.0, 3.0, 7.0], dtype=T.float64)), (R,)),
+    "multinomial": (lambda T, D, p: T.cat([(d := D.Multinomial(4, probs=p)).log_prob(T.tensor([[1.0, 2.0, 1.0], [0.0, 0.0, 4.0]], dtype=T.float64)), d.entropy(), d.mean.flatten(), d.variance.flatten()]), (P,)),
+    "multinomial_logits": (lambda T, D, lg: D.Multinomial(3, logits=lg).log_prob(T.tensor([3.0, 0.0, 0.0], dtype=T.float64)), (R,)),
+    "fisher_snedecor": (lambda T, D, a, b: D.FisherSnedecor(a, b).log_prob(T.tensor(X, dtype=T.float64)), ([0.5, 3.0, 5.0], [1.5, 3.0, 6.0])),
+    # torch's gradients where a moment is NaN are NaN (an artifact of its in-place masks)
+    "fisher_snedecor_moments": (lambda T, D, a, b: T.stack([(d := D.FisherSnedecor(a.detach(), b.detach())).mean, d.variance, d.mode]), ([0.5, 3.0, 5.0], [1.5, 3.0, 6.0])),
 }
 
 
@@ -229,6 +236,9 @@ def test_kl_dispatch_picks_most_specific_and_missing_pair_raises():
     lambda T, D: D.InverseGamma(T.ones(2), 2.0).expand((3, 2)),
     lambda T, D: D.LogisticNormal(T.zeros(2, 3), 1.0).expand((4, 2)),
     lambda T, D: D.LogisticNormal(0.0, 1.0),
+    lambda T, D: D.Multinomial(5, logits=T.zeros(2, 3)).expand((4, 2)),
+    lambda T, D: D.NegativeBinomial(T.tensor([3.0, 5.0]), T.tensor([0.5, 0.2])).expand((4, 2)),
+    lambda T, D: D.FisherSnedecor(T.tensor([3.0, 5.0]), 4.0).expand((4, 2)),
 ])
 def test_shapes_match_torch(build):
     want, got = build(torch, TD), build(disthook, dd)
@@ -295,6 +305,11 @@ def _error(build):
     lambda T, D: D.Kumaraswamy(T.tensor([1.0]), T.tensor([-1.0])),
     lambda T, D: D.InverseGamma(T.tensor([1.0]), T.tensor([-1.0])),
     lambda T, D: D.LogisticNormal(T.tensor([0.0]), T.tensor([-1.0])),
+    lambda T, D: D.Multinomial(T.tensor(3), probs=T.tensor([0.5, 0.5])),
+    lambda T, D: D.Multinomial(3, probs=T.tensor([0.5, 0.5])).log_prob(T.tensor([-1.0, 4.0])),
+    lambda T, D: D.NegativeBinomial(T.tensor([-1.0]), T.tensor([0.5])),
+    lambda T, D: D.NegativeBinomial(T.tensor([1.0]), T.tensor([1.0])),
+    lambda T, D: D.FisherSnedecor(T.tensor([1.0]), T.tensor([-1.0])),
 ])
 def test_validation_errors_match_torch(build):
     want, got = _error(build)
