@@ -10,14 +10,17 @@ TransformedDistribution (``transforms``: Affine, Exp, Sigmoid, Tanh, Abs, Compos
 Softplus, Softmax, StickBreaking, Independent, Reshape, LowerCholesky, PositiveDefinite,
 CumulativeDistribution; ``biject_to`` / ``transform_to``).
 
+ExponentialFamily is the base of the exponential families (entropy and same-family KL from
+the log normalizer).
+
 Each has ``log_prob``, ``entropy``, moments, ``cdf`` / ``icdf`` where torch has them,
 ``expand``, and torch's argument validation (``constraints``, ``validate_args``,
 ``Distribution.set_default_validate_args``). ``rsample`` is pathwise where torch's is
 (location-scale families, MultivariateNormal, relaxed, transforms); Gamma, Chi2,
 InverseGamma, Beta, Dirichlet, StudentT and FisherSnedecor draw without gradient and their
-``rsample`` raises: torch's implicit gradient is not reproduced. Draws come from disthook's random
-stream (``manual_seed``), not torch's. ``kl_divergence`` / ``register_kl`` dispatch as torch
-does, with torch's closed forms for the pairs among these classes.
+``rsample`` raises: torch's implicit gradient is not reproduced. Draws come from disthook's
+random stream (``manual_seed``), not torch's. ``kl_divergence`` / ``register_kl`` dispatch as
+torch does, with torch's closed forms for the pairs among these classes.
 
 Other torch distributions and transforms import and raise NotImplementedError at use
 (``disthook._surface``).
@@ -29,6 +32,7 @@ from disthook.distributions.categorical import Categorical
 from disthook.distributions.cauchy import Cauchy, HalfCauchy
 from disthook.distributions.constraint_registry import biject_to, transform_to
 from disthook.distributions.distribution import Distribution
+from disthook.distributions.exp_family import ExponentialFamily
 from disthook.distributions.exponential import Exponential
 from disthook.distributions.fisher_snedecor import FisherSnedecor
 from disthook.distributions.gamma import Beta, Chi2, Dirichlet, Gamma
@@ -95,6 +99,7 @@ __all__ = [
     "Distribution",
     "ExpTransform",
     "Exponential",
+    "ExponentialFamily",
     "FisherSnedecor",
     "Gamma",
     "Geometric",

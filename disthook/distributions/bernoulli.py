@@ -12,6 +12,7 @@ from disthook.distributions.distribution import (
     from_numpy,
     lazy_property,
 )
+from disthook.distributions.exp_family import ExponentialFamily
 
 __all__ = ["Bernoulli", "BinaryEvent", "Geometric", "probs_to_logits"]
 
@@ -54,7 +55,16 @@ class BinaryEvent(Distribution):
         return self.batch_shape
 
 
-class Bernoulli(BinaryEvent):
+class Bernoulli(BinaryEvent, ExponentialFamily):
+    _mean_carrier_measure = 0
+
+    @property
+    def _natural_params(self):
+        return (self.probs.logit(),)
+
+    def _log_normalizer(self, x):
+        return x.exp().log1p()
+
     support = constraints.boolean
     has_enumerate_support = True
 

@@ -4,12 +4,22 @@ from __future__ import annotations
 from typing import ClassVar
 
 from disthook.distributions import constraints
-from disthook.distributions.distribution import Distribution, broadcast_all, from_numpy
+from disthook.distributions.distribution import broadcast_all, from_numpy
+from disthook.distributions.exp_family import ExponentialFamily
 
 __all__ = ["Exponential"]
 
 
-class Exponential(Distribution):
+class Exponential(ExponentialFamily):
+    _mean_carrier_measure = 0
+
+    @property
+    def _natural_params(self):
+        return (-self.rate,)
+
+    def _log_normalizer(self, x):
+        return -(-x).log()
+
     arg_constraints: ClassVar[dict] = {"rate": constraints.positive}
     support = constraints.nonnegative
     has_rsample = True

@@ -17,6 +17,7 @@ from disthook.distributions.distribution import (
     finfo,
     from_numpy,
 )
+from disthook.distributions.exp_family import ExponentialFamily
 
 __all__ = ["Beta", "Chi2", "Dirichlet", "Gamma"]
 
@@ -38,7 +39,16 @@ def _standard_gamma(concentration, shape):
     return np.maximum(gen().standard_gamma(alpha), finfo(concentration, "tiny"))
 
 
-class Gamma(Distribution):
+class Gamma(ExponentialFamily):
+    _mean_carrier_measure = 0
+
+    @property
+    def _natural_params(self):
+        return (self.concentration - 1, -self.rate)
+
+    def _log_normalizer(self, x, y):
+        return (x + 1).lgamma() + (x + 1) * (-y.reciprocal()).log()
+
     arg_constraints: ClassVar[dict] = {"concentration": constraints.positive,
                                        "rate": constraints.positive}
     support = constraints.nonnegative
@@ -93,7 +103,14 @@ def _xlogy(x, y):
     return special.xlogy(x, y)
 
 
-class Dirichlet(Distribution):
+class Dirichlet(ExponentialFamily):
+    @property
+    def _natural_params(self):
+        return (self.concentration,)
+
+    def _log_normalizer(self, x):
+        return x.lgamma().sum(-1) - x.sum(-1).lgamma()
+
     arg_constraints: ClassVar[dict] = {
         "concentration": constraints.independent(constraints.positive, 1)}
     support = constraints.simplex
@@ -153,13 +170,20 @@ class Dirichlet(Distribution):
                 - ((c - 1.0) * c.digamma()).sum(-1))
 
 
-class Beta(Distribution):
+class Beta(ExponentialFamily):
     """Beta(concentration1, concentration0): the first coordinate of a two-category
     Dirichlet, which holds the parameters (and validates them, as in torch)."""
 
     arg_constraints: ClassVar[dict] = {"concentration1": constraints.positive,
                        "concentration0": constraints.positive}
     support = constraints.unit_interval
+
+    @property
+    def _natural_params(self):
+        return (self.concentration1, self.concentration0)
+
+    def _log_normalizer(self, x, y):
+        return x.lgamma() + y.lgamma() - (x + y).lgamma()
 
     def __init__(self, concentration1, concentration0,
                  validate_args: bool | None = None) -> None:

@@ -14,6 +14,7 @@ from disthook.distributions.binomial import Binomial
 from disthook.distributions.categorical import Categorical
 from disthook.distributions.cauchy import Cauchy
 from disthook.distributions.distribution import Distribution, sum_rightmost
+from disthook.distributions.exp_family import ExponentialFamily
 from disthook.distributions.exponential import Exponential
 from disthook.distributions.gamma import Beta, Dirichlet, Gamma
 from disthook.distributions.gumbel import EULER_GAMMA, Gumbel
@@ -235,6 +236,28 @@ def _kl_transformed_transformed(p, q):
                                   "event shapes is not implemented")
     extra = len(p.event_shape) - len(p.base_dist.event_shape)
     return sum_rightmost(kl_divergence(p.base_dist, q.base_dist), extra)
+
+
+@register_kl(ExponentialFamily, ExponentialFamily)
+def _kl_expfamily_expfamily(p, q):
+    """A Bregman divergence of the log normalizer F: F(theta_q) - F(theta_p)
+    - <theta_q - theta_p, grad F(theta_p)>, for two members of one family."""
+    from disthook import autograd
+
+    if type(p) is not type(q):
+        raise NotImplementedError("The cross KL-divergence between different exponential "
+                                  "families cannot be computed using Bregman divergences")
+    from disthook.distributions.exp_family import _differentiable
+
+    # not detached (torch detaches p's, losing the gradient to p's parameters)
+    p_params = [_differentiable(param) for param in p._natural_params]
+    q_params = q._natural_params
+    p_normalizer = p._log_normalizer(*p_params)
+    grads = autograd.grad(p_normalizer.sum(), p_params, create_graph=True)
+    result = q._log_normalizer(*q_params) - p_normalizer
+    for p_param, q_param, grad in zip(p_params, q_params, grads):
+        result = result - sum_rightmost((q_param - p_param) * grad, len(q.event_shape))
+    return result
 
 
 # ---- across families: -H(p) - E_p[log q], infinite where p has mass outside q's support ----

@@ -11,6 +11,7 @@ from disthook.distributions.distribution import (
     broadcast_all,
     from_numpy,
 )
+from disthook.distributions.exp_family import ExponentialFamily
 
 __all__ = ["LocationScale", "Normal"]
 
@@ -29,7 +30,16 @@ class LocationScale(LocationMean, Distribution):
         super().__init__(self.loc.shape, (), validate_args)
 
 
-class Normal(LocationScale):
+class Normal(LocationScale, ExponentialFamily):
+    _mean_carrier_measure = 0
+
+    @property
+    def _natural_params(self):
+        return (self.loc / self.scale.pow(2), -0.5 * self.scale.pow(2).reciprocal())
+
+    def _log_normalizer(self, x, y):
+        return -0.25 * x.pow(2) / y + 0.5 * (-math.pi / y).log()
+
 
     @property
     def variance(self):

@@ -4,12 +4,20 @@ from __future__ import annotations
 from typing import ClassVar
 
 from disthook.distributions import constraints
-from disthook.distributions.distribution import Distribution, broadcast_all, from_numpy
+from disthook.distributions.distribution import broadcast_all, from_numpy
+from disthook.distributions.exp_family import ExponentialFamily
 
 __all__ = ["Poisson"]
 
 
-class Poisson(Distribution):
+class Poisson(ExponentialFamily):
+    @property
+    def _natural_params(self):
+        return (self.rate.log(),)
+
+    def _log_normalizer(self, x):
+        return x.exp()
+
     arg_constraints: ClassVar[dict] = {"rate": constraints.nonnegative}
     support = constraints.nonnegative_integer
     _expand_params: ClassVar[tuple] = ("rate",)
