@@ -2,6 +2,7 @@
 (fixed seed, loose bounds: draws come from disthook's stream, not torch's), reproducibility
 under manual_seed, and rsample gradients against their closed forms or finite differences."""
 import math
+import re
 
 import numpy as np
 import pytest
@@ -240,3 +241,26 @@ def test_logistic_normal_draws_are_the_stick_breaking_of_normal_draws():
     np.testing.assert_allclose(x.std(0), [0.2, 0.4], rtol=0.05)
     y[:, 0].sum().backward()
     assert loc.grad[0].item() > 0
+
+
+def test_lowrank_mvn_draws_have_its_covariance_and_gradients():
+    disthook.manual_seed(10)
+    factor = _t([[0.5, -0.2], [0.1, 0.3], [-0.4, 0.6]]).requires_grad_()
+    diag = _t([0.3, 0.5, 0.2])
+    dist = dd.LowRankMultivariateNormal(_t([1.0, 0.0, -1.0]), factor, diag)
+    draws = dist.rsample((N,))
+    np.testing.assert_allclose(np.cov(draws.detach().numpy().T),
+                               dist.covariance_matrix.detach().numpy(), atol=0.03)
+    # d/dW of sum((x - loc)^2) over draws is 2 sum (W e1 + sqrt(D) e2) e1^T: check by its mean
+    (draws - dist.loc).pow(2).sum().backward()
+    np.testing.assert_allclose(factor.grad.numpy() / N, 2 * factor.detach().numpy(), atol=0.06)
+
+
+def test_gaussian_kl_refuses_different_event_shapes():
+    two = dd.MultivariateNormal(disthook.zeros(2), disthook.eye(2))
+    three = dd.LowRankMultivariateNormal(disthook.zeros(3), disthook.ones(3, 1), disthook.ones(3))
+    for p, q, kind in [(two, dd.MultivariateNormal(disthook.zeros(3), disthook.eye(3)), ""),
+                       (two, three, "(Low Rank) ")]:
+        with pytest.raises(ValueError, match=f"two {re.escape(kind)}Multivariate Normals with different "
+                           "event shapes"):
+            dd.kl_divergence(p, q)

@@ -2,8 +2,8 @@
 
 Continuous: Normal, Uniform, Exponential, Laplace, Cauchy, Gumbel, LogNormal, HalfNormal,
 HalfCauchy, StudentT, Gamma, Chi2, InverseGamma, Beta, Kumaraswamy, Dirichlet, Weibull,
-Pareto, LogisticNormal, FisherSnedecor, MultivariateNormal. Discrete: Bernoulli, Geometric,
-Binomial, NegativeBinomial, Multinomial, Poisson, Categorical,
+Pareto, LogisticNormal, FisherSnedecor, MultivariateNormal, LowRankMultivariateNormal.
+Discrete: Bernoulli, Geometric, Binomial, NegativeBinomial, Multinomial, Poisson, Categorical,
 OneHotCategorical(StraightThrough). Relaxed: RelaxedBernoulli, RelaxedOneHotCategorical.
 Built from others: Independent, MixtureSameFamily,
 TransformedDistribution (``transforms``: Affine, Exp, Sigmoid, Tanh, Abs, Compose, Power,
@@ -40,6 +40,7 @@ from disthook.distributions.gumbel import Gumbel
 from disthook.distributions.independent import Independent
 from disthook.distributions.kl import kl_divergence, register_kl
 from disthook.distributions.laplace import Laplace
+from disthook.distributions.lowrank_multivariate_normal import LowRankMultivariateNormal
 from disthook.distributions.mixture_same_family import MixtureSameFamily
 from disthook.distributions.multinomial import Multinomial
 from disthook.distributions.multivariate_normal import MultivariateNormal
@@ -113,6 +114,7 @@ __all__ = [
     "Laplace",
     "LogNormal",
     "LogisticNormal",
+    "LowRankMultivariateNormal",
     "LowerCholeskyTransform",
     "MixtureSameFamily",
     "Multinomial",

@@ -234,10 +234,12 @@ class _PositiveDefinite(Constraint):
         data = np.asarray(value.detach()._data, dtype=np.float64)
         batch = data.shape[:-2]
         flat = data.reshape((-1,) + data.shape[-2:])
-        ok = np.empty(len(flat), dtype=bool)
-        for i, matrix in enumerate(flat):
-            ok[i] = np.allclose(matrix, matrix.T, atol=1e-6)
-            if ok[i]:
+        transposed = np.swapaxes(flat, -1, -2)
+        ok = np.isclose(flat, transposed, atol=1e-6).all(axis=(-2, -1))
+        try:  # all at once; one by one only when some factorisation fails
+            np.linalg.cholesky(flat)
+        except np.linalg.LinAlgError:
+            for i, matrix in enumerate(flat):
                 try:
                     np.linalg.cholesky(matrix)
                 except np.linalg.LinAlgError:

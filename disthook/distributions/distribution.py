@@ -156,6 +156,11 @@ class Distribution:
                 param = self.__dict__[name]
                 trailing = tuple(param.shape[len(self.batch_shape):])
                 new.__dict__[name] = param.expand(tuple(batch_shape) + trailing)
+        return self._expanded(new, batch_shape)
+
+    def _expanded(self, new, batch_shape):
+        """``new`` (its parameters already expanded) finished as this distribution over
+        ``batch_shape``: shapes set, validation as this one's, arguments not checked again."""
         Distribution.__init__(new, batch_shape, self.event_shape, validate_args=False)
         new._validate_args = self._validate_args
         return new

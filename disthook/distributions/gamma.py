@@ -11,7 +11,6 @@ from typing import ClassVar
 
 from disthook.distributions import constraints
 from disthook.distributions.distribution import (
-    Distribution,
     as_float_tensor,
     broadcast_all,
     finfo,
@@ -197,9 +196,7 @@ class Beta(ExponentialFamily):
     def expand(self, batch_shape, _instance=None):
         new = type(self).__new__(type(self)) if _instance is None else _instance
         new._dirichlet = self._dirichlet.expand(batch_shape)
-        Distribution.__init__(new, batch_shape, (), validate_args=False)
-        new._validate_args = self._validate_args
-        return new
+        return self._expanded(new, batch_shape)
 
     @property
     def concentration1(self):

@@ -30,9 +30,7 @@ class Independent(Distribution):
         new.__dict__.update(self.__dict__)
         kept = tuple(self.event_shape[:self.reinterpreted_batch_ndims])
         new.base_dist = self.base_dist.expand(tuple(batch_shape) + kept)
-        Distribution.__init__(new, batch_shape, self.event_shape, validate_args=False)
-        new._validate_args = self._validate_args
-        return new
+        return self._expanded(new, batch_shape)
 
     @property
     def has_rsample(self):

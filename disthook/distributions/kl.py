@@ -20,7 +20,16 @@ from disthook.distributions.gamma import Beta, Dirichlet, Gamma
 from disthook.distributions.gumbel import EULER_GAMMA, Gumbel
 from disthook.distributions.independent import Independent
 from disthook.distributions.laplace import Laplace
-from disthook.distributions.multivariate_normal import MultivariateNormal, _solve_lower
+from disthook.distributions.lowrank_multivariate_normal import (
+    LowRankMultivariateNormal,
+    log_det,
+    woodbury_mahalanobis,
+)
+from disthook.distributions.multivariate_normal import (
+    MultivariateNormal,
+    _solve_lower,
+    batch_mahalanobis,
+)
 from disthook.distributions.normal import Normal
 from disthook.distributions.one_hot_categorical import OneHotCategorical
 from disthook.distributions.poisson import Poisson
@@ -195,25 +204,6 @@ def _kl_poisson_poisson(p, q):
 @register_kl(HalfNormal, HalfNormal)
 def _kl_halfnormal_halfnormal(p, q):
     return _kl_normal_normal(p.base_dist, q.base_dist)
-
-
-@register_kl(MultivariateNormal, MultivariateNormal)
-def _kl_mvn_mvn(p, q):
-    from disthook import broadcast_shapes
-
-    if p.event_shape != q.event_shape:
-        raise ValueError("KL-divergence between two Multivariate Normals with different "
-                         "event shapes cannot be computed")
-    n = p.event_shape[0]
-    p_tril, q_tril = p._unbroadcasted_scale_tril, q._unbroadcasted_scale_tril
-    half_log_det_ratio = (q_tril.diagonal(dim1=-2, dim2=-1).log().sum(-1)
-                          - p_tril.diagonal(dim1=-2, dim2=-1).log().sum(-1))
-    batch = broadcast_shapes(p_tril.shape[:-2], q_tril.shape[:-2])
-    # trace(Sigma_q^-1 Sigma_p) = || L_q^-1 L_p ||_F^2
-    trace = _solve_lower(q_tril, p_tril.expand(batch + (n, n))).pow(2).sum((-2, -1))
-    diff = (q.loc - p.loc).unsqueeze(-1)
-    mahalanobis = _solve_lower(q_tril, diff).squeeze(-1).pow(2).sum(-1)
-    return half_log_det_ratio + 0.5 * (trace + mahalanobis - n)
 
 
 @register_kl(Independent, Independent)
@@ -483,3 +473,56 @@ def _kl_uniform_pareto(p, q):
     result = (-p.entropy() - q.alpha.log() - q.alpha * q.scale.log()
               + (q.alpha + 1) * mean_log)
     return _where(p.low < q.scale, _inf_like(result), result)
+
+
+# ---- Gaussians given by a full or a low-rank-plus-diagonal covariance -----------------------
+
+def _covariance_root(dist):
+    """F with covariance F F^T: L for a MultivariateNormal, [W, sqrt(D)] for a low-rank one."""
+    from disthook import cat, diag_embed
+
+    if isinstance(dist, LowRankMultivariateNormal):
+        return cat([dist._unbroadcasted_cov_factor,
+                    diag_embed(dist._unbroadcasted_cov_diag.sqrt())], -1)
+    return dist._unbroadcasted_scale_tril
+
+
+def _gaussian_terms(q, root_p, diff):
+    """(log det Sigma_q, tr(Sigma_q^-1 F F^T), diff^T Sigma_q^-1 diff) for q either kind."""
+    if isinstance(q, LowRankMultivariateNormal):
+        w, d, cap = (q._unbroadcasted_cov_factor, q._unbroadcasted_cov_diag,
+                     q._capacitance_tril)
+        # Woodbury: Sigma_q^-1 = D^-1 - A^T A with A = L_C^-1 W^T D^-1
+        plain = (root_p.pow(2) / d.unsqueeze(-1)).sum((-2, -1))
+        a_root = _solve_lower(cap, (w / d.unsqueeze(-1)).mT @ root_p)
+        trace = plain - a_root.pow(2).sum((-2, -1))
+        return log_det(d, cap), trace, woodbury_mahalanobis(w, d, cap, diff)
+    from disthook import broadcast_shapes
+
+    tril = q._unbroadcasted_scale_tril
+    batch = broadcast_shapes(tril.shape[:-2], root_p.shape[:-2])
+    trace = _solve_lower(tril, root_p.expand(batch + tuple(root_p.shape[-2:]))).pow(2).sum(
+        (-2, -1))
+    half_log_det = tril.diagonal(dim1=-2, dim2=-1).log().sum(-1)
+    return 2 * half_log_det, trace, batch_mahalanobis(tril, diff)
+
+
+@register_kl(MultivariateNormal, MultivariateNormal)
+@register_kl(LowRankMultivariateNormal, LowRankMultivariateNormal)
+@register_kl(MultivariateNormal, LowRankMultivariateNormal)
+@register_kl(LowRankMultivariateNormal, MultivariateNormal)
+def _kl_gaussian_gaussian(p, q):
+    """0.5 (tr(Sigma_q^-1 Sigma_p) + Mahalanobis - n + log det Sigma_q - log det Sigma_p)."""
+    if p.event_shape != q.event_shape:
+        low_rank = [isinstance(d, LowRankMultivariateNormal) for d in (p, q)]
+        kind = "Low Rank " if all(low_rank) else "(Low Rank) " if any(low_rank) else ""
+        raise ValueError(f"KL-divergence between two {kind}Multivariate Normals with "
+                         "different event shapes cannot be computed")
+    n = p.event_shape[0]
+    root_p = _covariance_root(p)
+    log_det_q, trace, mahalanobis = _gaussian_terms(q, root_p, q.loc - p.loc)
+    if isinstance(p, LowRankMultivariateNormal):
+        log_det_p = log_det(p._unbroadcasted_cov_diag, p._capacitance_tril)
+    else:
+        log_det_p = 2 * p._unbroadcasted_scale_tril.diagonal(dim1=-2, dim2=-1).log().sum(-1)
+    return 0.5 * (trace + mahalanobis - n + log_det_q - log_det_p)

@@ -28,9 +28,7 @@ class CategoricalEvent(Distribution):
         new = type(self).__new__(type(self)) if _instance is None else _instance
         new.__dict__.update(self.__dict__)
         new._categorical = self._categorical.expand(batch_shape)
-        Distribution.__init__(new, batch_shape, self.event_shape, validate_args=False)
-        new._validate_args = self._validate_args
-        return new
+        return self._expanded(new, batch_shape)
 
     @property
     def probs(self):

@@ -63,9 +63,7 @@ class TransformedDistribution(Distribution):
         new.base_dist = self.base_dist.expand(base_batch)
         for name in self._expand_params:  # a subclass's own parameters
             new.__dict__[name] = self.__dict__[name].expand(tuple(batch_shape))
-        Distribution.__init__(new, batch_shape, self.event_shape, validate_args=False)
-        new._validate_args = self._validate_args
-        return new
+        return self._expanded(new, batch_shape)
 
     @constraints.dependent_property(is_discrete=False)
     def support(self):

@@ -188,6 +188,21 @@ def test_kl_mvn_matches_torch():
     _check(build, R, SIGMA)
 
 
+W = [[0.5, -0.2], [0.1, 0.3], [-0.4, 0.6]]
+
+
+@pytest.mark.parametrize("build", [
+    lambda T, D, m, w, d: T.cat([(g := D.LowRankMultivariateNormal(m, w, d)).log_prob(T.tensor([[0.1, 0.2, -0.3], [1.0, 0.0, 2.0]], dtype=T.float64)), g.entropy().reshape(1), g.variance, g.mean]),
+    lambda T, D, m, w, d: T.cat([(g := D.LowRankMultivariateNormal(m, w, d)).covariance_matrix.flatten(), g.precision_matrix.flatten(), g.scale_tril.flatten()]),
+    lambda T, D, m, w, d: D.kl_divergence(D.LowRankMultivariateNormal(m, w, d), D.LowRankMultivariateNormal(m * 0.5, w * 2, d + 1)),
+    lambda T, D, m, w, d: D.kl_divergence(D.LowRankMultivariateNormal(m, w, d), D.MultivariateNormal(m * 0.5, T.tensor(SIGMA, dtype=T.float64))),
+    lambda T, D, m, w, d: D.kl_divergence(D.MultivariateNormal(m * 0.5, T.tensor(SIGMA, dtype=T.float64)), D.LowRankMultivariateNormal(m, w, d)),
+    lambda T, D, m, w, d: D.LowRankMultivariateNormal(m, w.expand(2, 3, 2), d).log_prob(T.zeros(4, 1, 3, dtype=T.float64)),
+])
+def test_lowrank_mvn_matches_torch(build):
+    _check(build, R, W, X)
+
+
 def test_kl_dispatch_picks_most_specific_and_missing_pair_raises():
     class Child(dd.Normal):
         pass
@@ -240,6 +255,7 @@ def test_kl_dispatch_picks_most_specific_and_missing_pair_raises():
     lambda T, D: D.Multinomial(5, logits=T.zeros(2, 3)).expand((4, 2)),
     lambda T, D: D.NegativeBinomial(T.tensor([3.0, 5.0]), T.tensor([0.5, 0.2])).expand((4, 2)),
     lambda T, D: D.FisherSnedecor(T.tensor([3.0, 5.0]), 4.0).expand((4, 2)),
+    lambda T, D: D.LowRankMultivariateNormal(T.zeros(2, 3), T.ones(3, 1), T.ones(3)).expand((4, 2)),
 ])
 def test_shapes_match_torch(build):
     want, got = build(torch, TD), build(disthook, dd)
@@ -311,6 +327,12 @@ def _error(build):
     lambda T, D: D.NegativeBinomial(T.tensor([-1.0]), T.tensor([0.5])),
     lambda T, D: D.NegativeBinomial(T.tensor([1.0]), T.tensor([1.0])),
     lambda T, D: D.FisherSnedecor(T.tensor([1.0]), T.tensor([-1.0])),
+    lambda T, D: D.LowRankMultivariateNormal(T.tensor(0.0), T.ones(3, 1), T.ones(3)),
+    lambda T, D: D.LowRankMultivariateNormal(T.zeros(3), T.ones(3), T.ones(3)),
+    lambda T, D: D.LowRankMultivariateNormal(T.zeros(3), T.ones(2, 1), T.ones(3)),
+    lambda T, D: D.LowRankMultivariateNormal(T.zeros(3), T.ones(3, 1), T.ones(2)),
+    lambda T, D: D.LowRankMultivariateNormal(T.zeros(2, 3), T.ones(4, 3, 1), T.ones(3)),
+    lambda T, D: D.LowRankMultivariateNormal(T.tensor([0.0, float("nan"), 0.0]), T.ones(3, 1), T.ones(3)),
 ])
 def test_validation_errors_match_torch(build):
     want, got = _error(build)
