@@ -54,7 +54,7 @@ HINTS = {
                            "Laplace, Cauchy, Gumbel, LogNormal, HalfNormal, HalfCauchy, "
                            "StudentT, Gamma, Chi2, InverseGamma, Beta, Kumaraswamy, Dirichlet, "
                            "Weibull, Pareto, LogisticNormal, FisherSnedecor, MultivariateNormal, "
-                           "LowRankMultivariateNormal, ExponentialFamily, "
+                           "LowRankMultivariateNormal, ContinuousBernoulli, ExponentialFamily, "
                            "Bernoulli, Geometric, Binomial, NegativeBinomial, Multinomial, "
                            "Poisson, Categorical, OneHotCategorical, "
                            "RelaxedBernoulli, RelaxedOneHotCategorical, Independent, "

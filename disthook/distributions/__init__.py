@@ -2,8 +2,8 @@
 
 Continuous: Normal, Uniform, Exponential, Laplace, Cauchy, Gumbel, LogNormal, HalfNormal,
 HalfCauchy, StudentT, Gamma, Chi2, InverseGamma, Beta, Kumaraswamy, Dirichlet, Weibull,
-Pareto, LogisticNormal, FisherSnedecor, MultivariateNormal, LowRankMultivariateNormal.
-Discrete: Bernoulli, Geometric, Binomial, NegativeBinomial, Multinomial, Poisson, Categorical,
+Pareto, LogisticNormal, FisherSnedecor, ContinuousBernoulli, MultivariateNormal,
+LowRankMultivariateNormal. Discrete: Bernoulli, Geometric, Binomial, NegativeBinomial, Multinomial, Poisson, Categorical,
 OneHotCategorical(StraightThrough). Relaxed: RelaxedBernoulli, RelaxedOneHotCategorical.
 Built from others: Independent, MixtureSameFamily,
 TransformedDistribution (``transforms``: Affine, Exp, Sigmoid, Tanh, Abs, Compose, Power,
@@ -31,6 +31,7 @@ from disthook.distributions.binomial import Binomial, NegativeBinomial
 from disthook.distributions.categorical import Categorical
 from disthook.distributions.cauchy import Cauchy, HalfCauchy
 from disthook.distributions.constraint_registry import biject_to, transform_to
+from disthook.distributions.continuous_bernoulli import ContinuousBernoulli
 from disthook.distributions.distribution import Distribution
 from disthook.distributions.exp_family import ExponentialFamily
 from disthook.distributions.exponential import Exponential
@@ -95,6 +96,7 @@ __all__ = [
     "Cauchy",
     "Chi2",
     "ComposeTransform",
+    "ContinuousBernoulli",
     "CumulativeDistributionTransform",
     "Dirichlet",
     "Distribution",

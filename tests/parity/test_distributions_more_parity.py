@@ -103,6 +103,8 @@ CASES = {
     "fisher_snedecor": (lambda T, D, a, b: D.FisherSnedecor(a, b).log_prob(T.tensor(X, dtype=T.float64)), ([0.5, 3.0, 5.0], [1.5, 3.0, 6.0])),
     # torch's gradients where a moment is NaN are NaN (an artifact of its in-place masks)
     "fisher_snedecor_moments": (lambda T, D, a, b: T.stack([(d := D.FisherSnedecor(a.detach(), b.detach())).mean, d.variance, d.mode]), ([0.5, 3.0, 5.0], [1.5, 3.0, 6.0])),
+    "continuous_bernoulli": (lambda T, D, p: T.stack([(d := D.ContinuousBernoulli(p)).log_prob(T.tensor(U, dtype=T.float64)), d.entropy(), d.mean, d.variance, d.cdf(T.tensor(U, dtype=T.float64)), d.icdf(T.tensor(U, dtype=T.float64))]), ([0.2, 0.4995, 0.8],)),
+    "continuous_bernoulli_logits": (lambda T, D, lg: T.stack([(d := D.ContinuousBernoulli(logits=lg)).log_prob(T.tensor(U, dtype=T.float64)), d.entropy(), d.mean, d.variance, D.ExponentialFamily.entropy(D.ContinuousBernoulli(logits=lg.detach()))]), ([-0.8, 0.001, 2.1],)),
 }
 
 
@@ -256,6 +258,8 @@ def test_kl_dispatch_picks_most_specific_and_missing_pair_raises():
     lambda T, D: D.NegativeBinomial(T.tensor([3.0, 5.0]), T.tensor([0.5, 0.2])).expand((4, 2)),
     lambda T, D: D.FisherSnedecor(T.tensor([3.0, 5.0]), 4.0).expand((4, 2)),
     lambda T, D: D.LowRankMultivariateNormal(T.zeros(2, 3), T.ones(3, 1), T.ones(3)).expand((4, 2)),
+    lambda T, D: D.ContinuousBernoulli(T.tensor([0.3, 0.5])).expand((4, 2)),
+    lambda T, D: D.ContinuousBernoulli(T.tensor([1.5, 0.5])),  # clamped, not refused
 ])
 def test_shapes_match_torch(build):
     want, got = build(torch, TD), build(disthook, dd)
@@ -330,6 +334,8 @@ def _error(build):
     lambda T, D: D.LowRankMultivariateNormal(T.tensor(0.0), T.ones(3, 1), T.ones(3)),
     lambda T, D: D.LowRankMultivariateNormal(T.zeros(3), T.ones(3), T.ones(3)),
     lambda T, D: D.LowRankMultivariateNormal(T.zeros(3), T.ones(2, 1), T.ones(3)),
+    lambda T, D: D.ContinuousBernoulli(T.tensor([1.5]), validate_args=True),
+    lambda T, D: D.ContinuousBernoulli(T.tensor([0.5])).log_prob(T.tensor([1.5])),
     lambda T, D: D.LowRankMultivariateNormal(T.zeros(3), T.ones(3, 1), T.ones(2)),
     lambda T, D: D.LowRankMultivariateNormal(T.zeros(2, 3), T.ones(4, 3, 1), T.ones(3)),
     lambda T, D: D.LowRankMultivariateNormal(T.tensor([0.0, float("nan"), 0.0]), T.ones(3, 1), T.ones(3)),
