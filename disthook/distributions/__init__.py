@@ -3,12 +3,12 @@
 Continuous: Normal, Uniform, Exponential, Laplace, Cauchy, Gumbel, LogNormal, HalfNormal,
 HalfCauchy, StudentT, Gamma, Chi2, InverseGamma, Beta, Kumaraswamy, Dirichlet, Weibull,
 Pareto, LogisticNormal, FisherSnedecor, ContinuousBernoulli, MultivariateNormal,
-LowRankMultivariateNormal. Discrete: Bernoulli, Geometric, Binomial, NegativeBinomial, Multinomial, Poisson, Categorical,
-OneHotCategorical(StraightThrough). Relaxed: RelaxedBernoulli, RelaxedOneHotCategorical.
-Built from others: Independent, MixtureSameFamily,
-TransformedDistribution (``transforms``: Affine, Exp, Sigmoid, Tanh, Abs, Compose, Power,
-Softplus, Softmax, StickBreaking, Independent, Reshape, LowerCholesky, PositiveDefinite,
-CumulativeDistribution; ``biject_to`` / ``transform_to``).
+LowRankMultivariateNormal. Discrete: Bernoulli, Geometric, Binomial, NegativeBinomial,
+Multinomial, Poisson, Categorical, OneHotCategorical(StraightThrough). Relaxed:
+RelaxedBernoulli, RelaxedOneHotCategorical. Built from others: Independent,
+MixtureSameFamily, TransformedDistribution (``transforms``: Affine, Exp, Sigmoid, Tanh, Abs,
+Compose, Power, Softplus, Softmax, StickBreaking, Independent, Reshape, LowerCholesky,
+PositiveDefinite, CumulativeDistribution; ``biject_to`` / ``transform_to``).
 
 ExponentialFamily is the base of the exponential families (entropy and same-family KL from
 the log normalizer).
