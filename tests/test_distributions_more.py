@@ -46,6 +46,8 @@ def _t(values):
     (lambda: dd.Kumaraswamy(_t([2.0, 0.7]), _t([3.0, 1.5])), None, None),
     (lambda: dd.InverseGamma(_t([6.0, 9.0]), _t([2.0, 1.0])), None, None),
     (lambda: dd.ContinuousBernoulli(_t([0.1, 0.5, 0.85])), None, None),
+    (lambda: dd.GeneralizedPareto(_t([0.0, 1.0, -1.0]), _t([1.0, 0.5, 2.0]),
+                                  _t([0.05, 0.0, -0.3])), None, None),
 ])
 def test_draws_have_the_shape_and_moments_of_the_distribution(make, mean, var):
     disthook.manual_seed(0)

@@ -2,7 +2,7 @@
 
 Continuous: Normal, Uniform, Exponential, Laplace, Cauchy, Gumbel, LogNormal, HalfNormal,
 HalfCauchy, StudentT, Gamma, Chi2, InverseGamma, Beta, Kumaraswamy, Dirichlet, Weibull,
-Pareto, LogisticNormal, FisherSnedecor, ContinuousBernoulli, MultivariateNormal,
+Pareto, GeneralizedPareto, LogisticNormal, FisherSnedecor, ContinuousBernoulli, MultivariateNormal,
 LowRankMultivariateNormal. Discrete: Bernoulli, Geometric, Binomial, NegativeBinomial,
 Multinomial, Poisson, Categorical, OneHotCategorical(StraightThrough). Relaxed:
 RelaxedBernoulli, RelaxedOneHotCategorical. Built from others: Independent,
@@ -37,6 +37,7 @@ from disthook.distributions.exp_family import ExponentialFamily
 from disthook.distributions.exponential import Exponential
 from disthook.distributions.fisher_snedecor import FisherSnedecor
 from disthook.distributions.gamma import Beta, Chi2, Dirichlet, Gamma
+from disthook.distributions.generalized_pareto import GeneralizedPareto
 from disthook.distributions.gumbel import Gumbel
 from disthook.distributions.independent import Independent
 from disthook.distributions.kl import kl_divergence, register_kl
@@ -105,6 +106,7 @@ __all__ = [
     "ExponentialFamily",
     "FisherSnedecor",
     "Gamma",
+    "GeneralizedPareto",
     "Geometric",
     "Gumbel",
     "HalfCauchy",

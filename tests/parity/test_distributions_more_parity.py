@@ -260,6 +260,7 @@ def test_kl_dispatch_picks_most_specific_and_missing_pair_raises():
     lambda T, D: D.LowRankMultivariateNormal(T.zeros(2, 3), T.ones(3, 1), T.ones(3)).expand((4, 2)),
     lambda T, D: D.ContinuousBernoulli(T.tensor([0.3, 0.5])).expand((4, 2)),
     lambda T, D: D.ContinuousBernoulli(T.tensor([1.5, 0.5])),  # clamped, not refused
+    lambda T, D: D.GeneralizedPareto(T.zeros(2), 1.0, T.tensor([0.2, -0.3])).expand((4, 2)),
 ])
 def test_shapes_match_torch(build):
     want, got = build(torch, TD), build(disthook, dd)
@@ -336,6 +337,8 @@ def _error(build):
     lambda T, D: D.LowRankMultivariateNormal(T.zeros(3), T.ones(2, 1), T.ones(3)),
     lambda T, D: D.ContinuousBernoulli(T.tensor([1.5]), validate_args=True),
     lambda T, D: D.ContinuousBernoulli(T.tensor([0.5])).log_prob(T.tensor([1.5])),
+    lambda T, D: D.GeneralizedPareto(T.tensor([0.0]), T.tensor([-1.0]), 0.1),
+    lambda T, D: D.GeneralizedPareto(T.tensor([0.0]), 1.0, -0.5).log_prob(T.tensor([2.5])),
     lambda T, D: D.LowRankMultivariateNormal(T.zeros(3), T.ones(3, 1), T.ones(2)),
     lambda T, D: D.LowRankMultivariateNormal(T.zeros(2, 3), T.ones(4, 3, 1), T.ones(3)),
     lambda T, D: D.LowRankMultivariateNormal(T.tensor([0.0, float("nan"), 0.0]), T.ones(3, 1), T.ones(3)),
@@ -515,3 +518,19 @@ def test_user_exponential_family_gets_entropy_and_kl():
     np.testing.assert_allclose(kl.detach().numpy(), want.detach().numpy(), rtol=1e-12)
     kl.sum().backward()
     np.testing.assert_allclose(p_rate.grad.numpy(), np.log([0.5 / 1.5, 2.0]), rtol=1e-12)
+
+
+def test_generalized_pareto_matches_torch_in_float32():
+    # float32: torch 2.13's GeneralizedPareto.log_prob fails on float64 parameters
+    out = []
+    for T, D in ((torch, TD), (disthook, dd)):
+        params = [T.tensor(v, requires_grad=True) for v in
+                  ([0.1, 0.2, 0.3], [1.0, 0.5, 2.0], [0.3, 0.0, -0.2])]
+        dist = D.GeneralizedPareto(*params)
+        x = T.tensor([0.5, 0.7, 2.2])
+        value = T.stack([dist.log_prob(x), dist.entropy(), dist.mean, dist.variance, dist.mode,
+                         dist.cdf(x), dist.icdf(T.tensor(U)), dist.log_survival_function(x)])
+        value.sum().backward()
+        out.append([value.detach().numpy()] + [p.grad.numpy() for p in params])
+    for want, got in zip(*out):
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)
