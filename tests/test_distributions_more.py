@@ -267,3 +267,13 @@ def test_gaussian_kl_refuses_different_event_shapes():
         with pytest.raises(ValueError, match=f"two {re.escape(kind)}Multivariate Normals with different "
                            "event shapes"):
             dd.kl_divergence(p, q)
+
+
+def test_von_mises_draws_have_its_circular_moments():
+    disthook.manual_seed(11)
+    dist = dd.VonMises(_t([3.0, -1.0]), _t([0.7, 5.0]))
+    draws = dist.sample((N,)).numpy()
+    assert draws.shape == (N, 2) and np.all(np.abs(draws) <= math.pi)
+    offset = draws - dist.loc.numpy()
+    np.testing.assert_allclose(np.cos(offset).mean(0), 1 - dist.variance.numpy(), atol=0.02)
+    np.testing.assert_allclose(np.sin(offset).mean(0), [0.0, 0.0], atol=0.02)

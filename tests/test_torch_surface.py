@@ -161,8 +161,9 @@ def test_distribution_errors_name_what_is_provided():
     with pytest.raises(ValueError, match="^Either `probs` or `logits` must be specified, but "
                        "not both.$"):
         dd.Categorical()
-    with pytest.raises(NotImplementedError, match="provides Normal, Uniform, .*Beta"):
-        dd.VonMises(1.0, 2.0)
+    with pytest.raises(NotImplementedError, match="provides Normal and every other .*except "
+                       "LKJCholesky, Wishart"):
+        dd.Wishart(2.0, disthook.eye(2))
 
 
 # ---- multiprocessing and nn.parallel --------------------------------------------------------

@@ -50,17 +50,10 @@ HINTS = {
                 "model in PyTorch",
     "torch.jit": "disthook has no TorchScript; torch.jit.script and trace give back the model, "
                  "run eagerly, and its state dict saves with torch.save(model.state_dict())",
-    "torch.distributions": "disthook.distributions provides Normal, Uniform, Exponential, "
-                           "Laplace, Cauchy, Gumbel, LogNormal, HalfNormal, HalfCauchy, "
-                           "StudentT, Gamma, Chi2, InverseGamma, Beta, Kumaraswamy, Dirichlet, "
-                           "Weibull, Pareto, GeneralizedPareto, LogisticNormal, FisherSnedecor, "
-                           "MultivariateNormal, "
-                           "LowRankMultivariateNormal, ContinuousBernoulli, ExponentialFamily, "
-                           "Bernoulli, Geometric, Binomial, NegativeBinomial, Multinomial, "
-                           "Poisson, Categorical, OneHotCategorical, "
-                           "RelaxedBernoulli, RelaxedOneHotCategorical, Independent, "
-                           "MixtureSameFamily, TransformedDistribution, most transforms, "
-                           "constraints, biject_to / transform_to and kl_divergence",
+    "torch.distributions": "disthook.distributions provides Normal and every other distribution, "
+                           "transform and constraint of torch.distributions, with "
+                           "kl_divergence and biject_to / transform_to, except LKJCholesky, "
+                           "Wishart and the Cat, Stack and CorrCholesky transforms",
 }
 
 

@@ -2,10 +2,10 @@
 
 Continuous: Normal, Uniform, Exponential, Laplace, Cauchy, Gumbel, LogNormal, HalfNormal,
 HalfCauchy, StudentT, Gamma, Chi2, InverseGamma, Beta, Kumaraswamy, Dirichlet, Weibull,
-Pareto, GeneralizedPareto, LogisticNormal, FisherSnedecor, ContinuousBernoulli, MultivariateNormal,
-LowRankMultivariateNormal. Discrete: Bernoulli, Geometric, Binomial, NegativeBinomial,
-Multinomial, Poisson, Categorical, OneHotCategorical(StraightThrough). Relaxed:
-RelaxedBernoulli, RelaxedOneHotCategorical. Built from others: Independent,
+Pareto, GeneralizedPareto, LogisticNormal, FisherSnedecor, ContinuousBernoulli, VonMises,
+MultivariateNormal, LowRankMultivariateNormal. Discrete: Bernoulli, Geometric, Binomial,
+NegativeBinomial, Multinomial, Poisson, Categorical, OneHotCategorical(StraightThrough).
+Relaxed: RelaxedBernoulli, RelaxedOneHotCategorical. Built from others: Independent,
 MixtureSameFamily, TransformedDistribution (``transforms``: Affine, Exp, Sigmoid, Tanh, Abs,
 Compose, Power, Softplus, Softmax, StickBreaking, Independent, Reshape, LowerCholesky,
 PositiveDefinite, CumulativeDistribution; ``biject_to`` / ``transform_to``).
@@ -22,8 +22,8 @@ InverseGamma, Beta, Dirichlet, StudentT and FisherSnedecor draw without gradient
 random stream (``manual_seed``), not torch's. ``kl_divergence`` / ``register_kl`` dispatch as
 torch does, with torch's closed forms for the pairs among these classes.
 
-Other torch distributions and transforms import and raise NotImplementedError at use
-(``disthook._surface``).
+LKJCholesky, Wishart and the Cat, Stack and CorrCholesky transforms import and raise
+NotImplementedError at use (``disthook._surface``).
 """
 from disthook.distributions import constraints, transforms
 from disthook.distributions.bernoulli import Bernoulli, Geometric
@@ -86,6 +86,7 @@ from disthook.distributions.transforms import (
     identity_transform,
 )
 from disthook.distributions.uniform import Uniform
+from disthook.distributions.von_mises import VonMises
 
 __all__ = [
     "AbsTransform",
@@ -143,6 +144,7 @@ __all__ = [
     "Transform",
     "TransformedDistribution",
     "Uniform",
+    "VonMises",
     "Weibull",
     "biject_to",
     "constraints",

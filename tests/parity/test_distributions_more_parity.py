@@ -105,11 +105,13 @@ CASES = {
     "fisher_snedecor_moments": (lambda T, D, a, b: T.stack([(d := D.FisherSnedecor(a.detach(), b.detach())).mean, d.variance, d.mode]), ([0.5, 3.0, 5.0], [1.5, 3.0, 6.0])),
     "continuous_bernoulli": (lambda T, D, p: T.stack([(d := D.ContinuousBernoulli(p)).log_prob(T.tensor(U, dtype=T.float64)), d.entropy(), d.mean, d.variance, d.cdf(T.tensor(U, dtype=T.float64)), d.icdf(T.tensor(U, dtype=T.float64))]), ([0.2, 0.4995, 0.8],)),
     "continuous_bernoulli_logits": (lambda T, D, lg: T.stack([(d := D.ContinuousBernoulli(logits=lg)).log_prob(T.tensor(U, dtype=T.float64)), d.entropy(), d.mean, d.variance, D.ExponentialFamily.entropy(D.ContinuousBernoulli(logits=lg.detach()))]), ([-0.8, 0.001, 2.1],)),
+    "von_mises": (lambda T, D, m, k: T.stack([(d := D.VonMises(m, k)).log_prob(T.tensor([0.3, 1.0, -2.0], dtype=T.float64)), d.mean, d.mode, d.variance]), (R, [0.5, 2.0, 30.0])),
 }
 
 
 # disthook's erf (so Normal.cdf) is exact to about 1.5e-7 (engine's approximation)
-ERF_CASES = {"halfnormal_all", "lognormal_all", "transformed_negative_cdf"}
+ERF_CASES = {"halfnormal_all", "lognormal_all", "transformed_negative_cdf",
+             "von_mises"}  # and torch's Bessel I0, I1 are polynomial fits
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -261,6 +263,7 @@ def test_kl_dispatch_picks_most_specific_and_missing_pair_raises():
     lambda T, D: D.ContinuousBernoulli(T.tensor([0.3, 0.5])).expand((4, 2)),
     lambda T, D: D.ContinuousBernoulli(T.tensor([1.5, 0.5])),  # clamped, not refused
     lambda T, D: D.GeneralizedPareto(T.zeros(2), 1.0, T.tensor([0.2, -0.3])).expand((4, 2)),
+    lambda T, D: D.VonMises(T.zeros(2), T.tensor([0.5, 4.0])).expand((4, 2)),
 ])
 def test_shapes_match_torch(build):
     want, got = build(torch, TD), build(disthook, dd)
@@ -338,6 +341,7 @@ def _error(build):
     lambda T, D: D.ContinuousBernoulli(T.tensor([1.5]), validate_args=True),
     lambda T, D: D.ContinuousBernoulli(T.tensor([0.5])).log_prob(T.tensor([1.5])),
     lambda T, D: D.GeneralizedPareto(T.tensor([0.0]), T.tensor([-1.0]), 0.1),
+    lambda T, D: D.VonMises(T.tensor([0.0]), T.tensor([-1.0])),
     lambda T, D: D.GeneralizedPareto(T.tensor([0.0]), 1.0, -0.5).log_prob(T.tensor([2.5])),
     lambda T, D: D.LowRankMultivariateNormal(T.zeros(3), T.ones(3, 1), T.ones(2)),
     lambda T, D: D.LowRankMultivariateNormal(T.zeros(2, 3), T.ones(4, 3, 1), T.ones(3)),
