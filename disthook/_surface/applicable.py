@@ -53,7 +53,7 @@ HINTS = {
     "torch.distributions": "disthook.distributions provides Normal and every other distribution, "
                            "transform and constraint of torch.distributions, with "
                            "kl_divergence and biject_to / transform_to, except LKJCholesky, "
-                           "Wishart and the Cat, Stack and CorrCholesky transforms",
+                           "Wishart and CorrCholeskyTransform",
 }
 
 

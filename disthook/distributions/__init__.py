@@ -8,7 +8,7 @@ NegativeBinomial, Multinomial, Poisson, Categorical, OneHotCategorical(StraightT
 Relaxed: RelaxedBernoulli, RelaxedOneHotCategorical. Built from others: Independent,
 MixtureSameFamily, TransformedDistribution (``transforms``: Affine, Exp, Sigmoid, Tanh, Abs,
 Compose, Power, Softplus, Softmax, StickBreaking, Independent, Reshape, LowerCholesky,
-PositiveDefinite, CumulativeDistribution; ``biject_to`` / ``transform_to``).
+PositiveDefinite, CumulativeDistribution, Cat, Stack; ``biject_to`` / ``transform_to``).
 
 ExponentialFamily is the base of the exponential families (entropy and same-family KL from
 the log normalizer).
@@ -22,8 +22,8 @@ InverseGamma, Beta, Dirichlet, StudentT and FisherSnedecor draw without gradient
 random stream (``manual_seed``), not torch's. ``kl_divergence`` / ``register_kl`` dispatch as
 torch does, with torch's closed forms for the pairs among these classes.
 
-LKJCholesky, Wishart and the Cat, Stack and CorrCholesky transforms import and raise
-NotImplementedError at use (``disthook._surface``).
+LKJCholesky, Wishart and CorrCholeskyTransform import and raise NotImplementedError at
+use (``disthook._surface``).
 """
 from disthook.distributions import constraints, transforms
 from disthook.distributions.bernoulli import Bernoulli, Geometric
@@ -69,6 +69,7 @@ from disthook.distributions.transformed_families import (
 from disthook.distributions.transforms import (
     AbsTransform,
     AffineTransform,
+    CatTransform,
     ComposeTransform,
     CumulativeDistributionTransform,
     ExpTransform,
@@ -80,6 +81,7 @@ from disthook.distributions.transforms import (
     SigmoidTransform,
     SoftmaxTransform,
     SoftplusTransform,
+    StackTransform,
     StickBreakingTransform,
     TanhTransform,
     Transform,
@@ -94,6 +96,7 @@ __all__ = [
     "Bernoulli",
     "Beta",
     "Binomial",
+    "CatTransform",
     "Categorical",
     "Cauchy",
     "Chi2",
@@ -138,6 +141,7 @@ __all__ = [
     "SigmoidTransform",
     "SoftmaxTransform",
     "SoftplusTransform",
+    "StackTransform",
     "StickBreakingTransform",
     "StudentT",
     "TanhTransform",

@@ -79,6 +79,23 @@ for _registry in (biject_to, transform_to):
     _registry.register(constraints.less_than, _less_than)
     _registry.register(constraints.interval, _interval)
     _registry.register(constraints.independent, _independent(_registry))
+def _cat(registry):
+    def factory(constraint):
+        return transforms.CatTransform([registry(c) for c in constraint.cseq],
+                                       constraint.dim, constraint.lengths)
+    return factory
+
+
+def _stack(registry):
+    def factory(constraint):
+        return transforms.StackTransform([registry(c) for c in constraint.cseq],
+                                         constraint.dim)
+    return factory
+
+
+for _registry in (biject_to, transform_to):
+    _registry.register(constraints.cat, _cat(_registry))
+    _registry.register(constraints.stack, _stack(_registry))
 biject_to.register(constraints.simplex, lambda constraint: transforms.StickBreakingTransform())
 transform_to.register(constraints.simplex, lambda constraint: transforms.SoftmaxTransform())
 # covering maps without an inverse on the whole set: transform_to only, as in torch

@@ -10,11 +10,11 @@ from __future__ import annotations
 from disthook.distributions.distribution import text
 
 __all__ = [
-    "Constraint", "boolean", "dependent", "dependent_property", "greater_than",
+    "Constraint", "boolean", "cat", "dependent", "dependent_property", "greater_than",
     "greater_than_eq", "half_open_interval", "independent", "integer_interval", "interval",
     "is_dependent", "less_than", "lower_cholesky", "multinomial", "nonnegative",
     "nonnegative_integer", "one_hot", "positive", "positive_definite", "positive_integer",
-    "real", "real_vector", "simplex", "unit_interval",
+    "real", "real_vector", "simplex", "stack", "unit_interval",
 ]
 
 
@@ -283,6 +283,61 @@ class _IndependentConstraint(Constraint):
                f"{self.reinterpreted_batch_ndims})"
 
 
+class _OfPieces(Constraint):
+    """One constraint per piece of a value along ``dim`` (Cat, Stack)."""
+
+    def __init__(self, cseq, dim: int = 0) -> None:
+        self.cseq = list(cseq)
+        self.dim = dim
+
+    @property
+    def is_discrete(self):
+        return any(c.is_discrete for c in self.cseq)
+
+
+class _Cat(_OfPieces):
+    """``cseq[i]`` on the i-th slice (of ``lengths[i]`` entries) along ``dim``."""
+
+    _name = "Cat"
+
+    def __init__(self, cseq, dim: int = 0, lengths=None) -> None:
+        super().__init__(cseq, dim)
+        self.lengths = [1] * len(self.cseq) if lengths is None else list(lengths)
+        if len(self.lengths) != len(self.cseq):
+            raise ValueError(f"lengths ({len(self.lengths)}) must match cseq "
+                             f"({len(self.cseq)})")
+
+    @property
+    def event_dim(self):
+        return max(c.event_dim for c in self.cseq)
+
+    def check(self, value):
+        from disthook import cat
+
+        checks, start = [], 0
+        for constraint, length in zip(self.cseq, self.lengths):
+            checks.append(constraint.check(value.narrow(self.dim, start, length)))
+            start += length
+        return cat(checks, self.dim)
+
+
+class _Stack(_OfPieces):
+    """``cseq[i]`` on the i-th entry along ``dim``."""
+
+    _name = "Stack"
+
+    @property
+    def event_dim(self):
+        dim = max(c.event_dim for c in self.cseq)
+        return dim + 1 if self.dim + dim < 0 else dim
+
+    def check(self, value):
+        from disthook import stack
+
+        pieces = [value.select(self.dim, i) for i in range(value.shape[self.dim])]
+        return stack([c.check(v) for v, c in zip(pieces, self.cseq)], self.dim)
+
+
 dependent = _Dependent()
 boolean = _Boolean()
 one_hot = _OneHot()
@@ -304,3 +359,5 @@ simplex = _Simplex()
 lower_cholesky = _LowerCholesky()
 positive_definite = _PositiveDefinite()
 independent = _IndependentConstraint
+cat = _Cat
+stack = _Stack

@@ -13,11 +13,27 @@ import numbers
 from disthook.distributions import constraints
 from disthook.distributions.distribution import finfo, sum_rightmost
 
-__all__ = ["AbsTransform", "AffineTransform", "ComposeTransform",
-           "CumulativeDistributionTransform", "ExpTransform", "IndependentTransform",
-           "LowerCholeskyTransform", "PositiveDefiniteTransform", "PowerTransform",
-           "ReshapeTransform", "SigmoidTransform", "SoftmaxTransform", "SoftplusTransform",
-           "StickBreakingTransform", "TanhTransform", "Transform", "identity_transform"]
+__all__ = [
+    "AbsTransform",
+    "AffineTransform",
+    "CatTransform",
+    "ComposeTransform",
+    "CumulativeDistributionTransform",
+    "ExpTransform",
+    "IndependentTransform",
+    "LowerCholeskyTransform",
+    "PositiveDefiniteTransform",
+    "PowerTransform",
+    "ReshapeTransform",
+    "SigmoidTransform",
+    "SoftmaxTransform",
+    "SoftplusTransform",
+    "StackTransform",
+    "StickBreakingTransform",
+    "TanhTransform",
+    "Transform",
+    "identity_transform",
+]
 
 
 def _softplus(x):
@@ -724,3 +740,123 @@ class CumulativeDistributionTransform(Transform):
 
     def log_abs_det_jacobian(self, x, y):
         return self.distribution.log_prob(x)
+
+
+class _PieceWise(Transform):
+    """Transforms applied to pieces of a tensor along ``dim``: ``_pieces`` cuts, ``_join``
+    puts back together (CatTransform: slices and cat; StackTransform: entries and stack)."""
+
+    def __init__(self, tseq, dim: int = 0, cache_size: int = 0) -> None:
+        if not all(isinstance(t, Transform) for t in tseq):
+            raise TypeError("All elements of tseq must be Transform instances")
+        if cache_size:
+            tseq = [t.with_cache(cache_size) for t in tseq]
+        super().__init__(cache_size=cache_size)
+        self.transforms = list(tseq)
+        self.dim = dim
+
+    @property
+    def bijective(self):
+        return all(t.bijective for t in self.transforms)
+
+    def _check_dim(self, x) -> None:
+        if not -x.dim() <= self.dim < x.dim():
+            raise ValueError(f"dim {self.dim} out of range for tensor with {x.dim()} "
+                             "dimensions")
+
+    def _call(self, x):
+        self._check_dim(x)
+        return self._join([t(piece) for t, piece in zip(self.transforms, self._pieces(x))])
+
+    def _inverse(self, y):
+        self._check_dim(y)
+        return self._join([t.inv(piece)
+                           for t, piece in zip(self.transforms, self._pieces(y))])
+
+
+class CatTransform(_PieceWise):
+    """``tseq[i]`` on the i-th slice of ``lengths[i]`` entries along ``dim``."""
+
+    def __init__(self, tseq, dim: int = 0, lengths=None, cache_size: int = 0) -> None:
+        super().__init__(tseq, dim, cache_size)
+        self.lengths = [1] * len(self.transforms) if lengths is None else list(lengths)
+        if len(self.lengths) != len(self.transforms):
+            raise ValueError(f"lengths ({len(self.lengths)}) must match transforms "
+                             f"({len(self.transforms)})")
+
+    def with_cache(self, cache_size: int = 1):
+        if self._cache_size == cache_size:
+            return self
+        return CatTransform(self.transforms, self.dim, self.lengths, cache_size)
+
+    @property
+    def event_dim(self) -> int:
+        return max(t.event_dim for t in self.transforms)
+
+    @property
+    def length(self) -> int:
+        return sum(self.lengths)
+
+    @constraints.dependent_property
+    def domain(self):
+        return constraints.cat([t.domain for t in self.transforms], self.dim, self.lengths)
+
+    @constraints.dependent_property
+    def codomain(self):
+        return constraints.cat([t.codomain for t in self.transforms], self.dim,
+                               self.lengths)
+
+    def _pieces(self, x):
+        if x.shape[self.dim] != self.length:
+            raise ValueError(f"x.size({self.dim}) = {x.shape[self.dim]} must equal length "
+                             f"{self.length}")
+        starts = [sum(self.lengths[:i]) for i in range(len(self.lengths))]
+        return [x.narrow(self.dim, start, n) for start, n in zip(starts, self.lengths)]
+
+    def _join(self, pieces):
+        from disthook import cat
+
+        return cat(pieces, self.dim)
+
+    def log_abs_det_jacobian(self, x, y):
+        from disthook import cat
+
+        self._check_dim(x)
+        terms = [sum_rightmost(t.log_abs_det_jacobian(xs, ys), self.event_dim - t.event_dim)
+                 for t, xs, ys in zip(self.transforms, self._pieces(x), self._pieces(y))]
+        # dim counted from the right, within the batch dims of the result: join there;
+        # within the event dims: each piece's term is already a total, so add them up
+        dim = (self.dim - x.dim() if self.dim >= 0 else self.dim) + self.event_dim
+        return cat(terms, dim) if dim < 0 else sum(terms)
+
+
+class StackTransform(_PieceWise):
+    """``tseq[i]`` on the i-th entry along ``dim``."""
+
+    def with_cache(self, cache_size: int = 1):
+        if self._cache_size == cache_size:
+            return self
+        return StackTransform(self.transforms, self.dim, cache_size)
+
+    @constraints.dependent_property
+    def domain(self):
+        return constraints.stack([t.domain for t in self.transforms], self.dim)
+
+    @constraints.dependent_property
+    def codomain(self):
+        return constraints.stack([t.codomain for t in self.transforms], self.dim)
+
+    def _pieces(self, x):
+        return [x.select(self.dim, i) for i in range(x.shape[self.dim])]
+
+    def _join(self, pieces):
+        from disthook import stack
+
+        return stack(pieces, self.dim)
+
+    def log_abs_det_jacobian(self, x, y):
+        from disthook import stack
+
+        self._check_dim(x)
+        return stack([t.log_abs_det_jacobian(xs, ys) for t, xs, ys in
+                      zip(self.transforms, self._pieces(x), self._pieces(y))], self.dim)

@@ -421,6 +421,11 @@ V = [[0.3, -1.2, 0.8], [2.0, 0.1, -0.4]]
     (lambda T, D: D.transforms.PositiveDefiniteTransform(), [V[0], V[1], R], False),
     (lambda T, D: D.transforms.CumulativeDistributionTransform(D.Normal(0.5, 2.0)), R, True),
     (lambda T, D: D.transforms.AffineTransform(1.0, 2.0).inv, R, True),
+    (lambda T, D: D.transforms.CatTransform([D.transforms.ExpTransform(), D.transforms.SigmoidTransform()], dim=-1, lengths=[2, 1]), V, True),
+    (lambda T, D: D.transforms.CatTransform([D.transforms.ExpTransform(), D.transforms.AffineTransform(1.0, 2.0)], dim=0), V, True),
+    (lambda T, D: D.transforms.CatTransform([D.transforms.IndependentTransform(D.transforms.ExpTransform(), 1), D.transforms.IndependentTransform(D.transforms.SigmoidTransform(), 1)], dim=0), V, True),
+    (lambda T, D: D.transforms.StackTransform([D.transforms.ExpTransform(), D.transforms.TanhTransform()], dim=0), V, True),
+    (lambda T, D: D.transforms.StackTransform([D.transforms.ExpTransform(), D.transforms.SoftplusTransform(), D.transforms.AffineTransform(0.5, 3.0)], dim=-1), V, True),
     (lambda T, D: D.transforms.ComposeTransform([D.transforms.StickBreakingTransform(), D.transforms.IndependentTransform(D.transforms.PowerTransform(T.tensor(2.0, dtype=T.float64)), 1)]), V, True),
 ])
 def test_more_transforms_match_torch(make, x, ladj):
@@ -445,7 +450,9 @@ def test_biject_to_and_transform_to_match_torch():
              lambda C: C.unit_interval, lambda C: C.simplex, lambda C: C.real_vector,
              lambda C: C.interval(-1.0, 3.0), lambda C: C.greater_than(2.0),
              lambda C: C.less_than(-1.0), lambda C: C.half_open_interval(0.0, 2.0),
-             lambda C: C.independent(C.positive, 1)]
+             lambda C: C.independent(C.positive, 1),
+             lambda C: C.cat([C.positive, C.real], dim=-1, lengths=[2, 1]),
+             lambda C: C.stack([C.positive, C.unit_interval], dim=0)]
     x = [[0.3, -1.2, 0.8], [2.0, 0.1, -0.4]]
     for case in cases:
         for name in ("biject_to", "transform_to"):
