@@ -7,14 +7,18 @@ made of these.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from disthook.distributions.distribution import text
 
 __all__ = [
-    "Constraint", "boolean", "cat", "dependent", "dependent_property", "greater_than",
-    "greater_than_eq", "half_open_interval", "independent", "integer_interval", "interval",
-    "is_dependent", "less_than", "lower_cholesky", "multinomial", "nonnegative",
+    "Constraint", "MixtureSameFamilyConstraint", "boolean", "cat", "corr_cholesky",
+    "dependent", "dependent_property", "greater_than", "greater_than_eq",
+    "half_open_interval", "independent", "integer_interval", "interval", "is_dependent",
+    "less_than", "lower_cholesky", "lower_triangular", "multinomial", "nonnegative",
     "nonnegative_integer", "one_hot", "positive", "positive_definite", "positive_integer",
-    "real", "real_vector", "simplex", "stack", "unit_interval",
+    "positive_semidefinite", "real", "real_vector", "simplex", "square", "stack", "symmetric",
+    "unit_interval",
 ]
 
 
@@ -220,6 +224,68 @@ class _LowerCholesky(Constraint):
         return lower & (value.diagonal(dim1=-2, dim2=-1) > 0).all(-1)
 
 
+class _LowerTriangular(Constraint):
+    """Square matrices with zeros above the diagonal."""
+
+    event_dim = 2
+    _name = "LowerTriangular"
+
+    def check(self, value):
+        return (value.tril() == value).all(-1).all(-1)
+
+
+class _Square(Constraint):
+    """Matrices with as many rows as columns."""
+
+    event_dim = 2
+    _name = "Square"
+
+    def check(self, value):
+        from disthook import full
+
+        return full(tuple(value.shape[:-2]), value.shape[-2] == value.shape[-1],
+                    dtype=bool)
+
+
+class _Symmetric(_Square):
+    """Square matrices equal to their transpose (to 1e-6)."""
+
+    _name = "Symmetric"
+
+    def check(self, value):
+        square = super().check(value)
+        if not bool(square.all()):
+            return square
+        return value.isclose(value.mT, atol=1e-6).all(-1).all(-1)
+
+
+class _PositiveSemidefinite(_Symmetric):
+    """Symmetric matrices without negative eigenvalues."""
+
+    _name = "PositiveSemidefinite"
+
+    def check(self, value):
+        from disthook import linalg
+
+        symmetric = super().check(value)
+        if not bool(symmetric.all()):
+            return symmetric
+        return (linalg.eigvalsh(value.detach()) >= 0).all(-1)
+
+
+class _CorrCholesky(Constraint):
+    """Lower Cholesky factors of correlation matrices: positive diagonal, unit rows."""
+
+    event_dim = 2
+    _name = "CorrCholesky"
+
+    def check(self, value):
+        tolerance = float(np.finfo(value._data.dtype).eps) * value.shape[-1] * 10
+        row_norm = value.detach().pow(2).sum(-1).sqrt()
+        unit_rows = ((row_norm - 1).abs() <= tolerance).all(-1)
+        return _LowerCholesky().check(value) & unit_rows
+
+
 class _PositiveDefinite(Constraint):
     """Symmetric matrices whose Cholesky factorisation succeeds."""
 
@@ -338,6 +404,27 @@ class _Stack(_OfPieces):
         return stack([c.check(v) for v, c in zip(pieces, self.cseq)], self.dim)
 
 
+class MixtureSameFamilyConstraint(Constraint):
+    """A value lies in a mixture's support when it lies in its components' support."""
+
+    def __init__(self, base_constraint) -> None:
+        self.base_constraint = base_constraint
+
+    @property
+    def is_discrete(self):
+        return self.base_constraint.is_discrete
+
+    @property
+    def event_dim(self):
+        return self.base_constraint.event_dim
+
+    def check(self, value):
+        return self.base_constraint.check(value)
+
+    def __repr__(self) -> str:
+        return f"MixtureSameFamilyConstraint({self.base_constraint!r})"
+
+
 dependent = _Dependent()
 boolean = _Boolean()
 one_hot = _OneHot()
@@ -357,6 +444,11 @@ interval = _Interval
 half_open_interval = _HalfOpenInterval
 simplex = _Simplex()
 lower_cholesky = _LowerCholesky()
+lower_triangular = _LowerTriangular()
+square = _Square()
+symmetric = _Symmetric()
+positive_semidefinite = _PositiveSemidefinite()
+corr_cholesky = _CorrCholesky()
 positive_definite = _PositiveDefinite()
 independent = _IndependentConstraint
 cat = _Cat

@@ -11,27 +11,6 @@ from disthook.distributions.distribution import Distribution
 __all__ = ["MixtureSameFamily"]
 
 
-class _ComponentSupport(constraints.Constraint):
-    """A value lies in a mixture's support when it lies in the components' support."""
-
-    def __init__(self, base_constraint) -> None:
-        self.base_constraint = base_constraint
-
-    @property
-    def is_discrete(self):
-        return self.base_constraint.is_discrete
-
-    @property
-    def event_dim(self):
-        return self.base_constraint.event_dim
-
-    def check(self, value):
-        return self.base_constraint.check(value)
-
-    def __repr__(self) -> str:
-        return f"MixtureSameFamilyConstraint({self.base_constraint!r})"
-
-
 class MixtureSameFamily(Distribution):
     arg_constraints: ClassVar[dict] = {}
     has_rsample = False
@@ -77,7 +56,7 @@ class MixtureSameFamily(Distribution):
 
     @constraints.dependent_property
     def support(self):
-        return _ComponentSupport(self._component_distribution.support)
+        return constraints.MixtureSameFamilyConstraint(self._component_distribution.support)
 
     @property
     def mixture_distribution(self):

@@ -381,6 +381,16 @@ def test_constraint_reprs_and_checks_match_torch():
         got = getattr(dd.constraints, name).check(disthook.tensor(values)).numpy()
         want = getattr(TD.constraints, name).check(torch.tensor(values)).numpy()
         np.testing.assert_array_equal(got, want)
+    matrices = [[[1.0, 0.0], [0.6, 0.8]], [[1.0, 0.5], [0.5, 1.0]], [[2.0, 0.0], [1.0, 1.0]],
+                [[1.0, 2.0], [2.0, 1.0]]]
+    for name in ["lower_triangular", "square", "symmetric", "positive_semidefinite",
+                 "corr_cholesky", "lower_cholesky"]:
+        assert repr(getattr(dd.constraints, name)) == repr(getattr(TD.constraints, name))
+        got = getattr(dd.constraints, name).check(disthook.tensor(matrices)).numpy()
+        want = getattr(TD.constraints, name).check(torch.tensor(matrices)).numpy()
+        np.testing.assert_array_equal(got, want)
+    assert repr(dd.constraints.MixtureSameFamilyConstraint(dd.constraints.real)) == \
+        repr(TD.constraints.MixtureSameFamilyConstraint(TD.constraints.real))
     assert dd.constraints.is_dependent(dd.Uniform.support)
     assert not dd.constraints.is_dependent(dd.constraints.real)
 
