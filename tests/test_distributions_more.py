@@ -261,7 +261,8 @@ def test_lowrank_mvn_draws_have_its_covariance_and_gradients():
 
 def test_gaussian_kl_refuses_different_event_shapes():
     two = dd.MultivariateNormal(disthook.zeros(2), disthook.eye(2))
-    three = dd.LowRankMultivariateNormal(disthook.zeros(3), disthook.ones(3, 1), disthook.ones(3))
+    three = dd.LowRankMultivariateNormal(disthook.zeros(3), disthook.ones(3, 1),
+                                         disthook.ones(3))
     for p, q, kind in [(two, dd.MultivariateNormal(disthook.zeros(3), disthook.eye(3)), ""),
                        (two, three, "(Low Rank) ")]:
         with pytest.raises(ValueError, match=f"two {re.escape(kind)}Multivariate Normals with different "
@@ -277,3 +278,19 @@ def test_von_mises_draws_have_its_circular_moments():
     offset = draws - dist.loc.numpy()
     np.testing.assert_allclose(np.cos(offset).mean(0), 1 - dist.variance.numpy(), atol=0.02)
     np.testing.assert_allclose(np.sin(offset).mean(0), [0.0, 0.0], atol=0.02)
+
+
+def test_lkj_draws_are_correlation_factors_with_its_spread():
+    disthook.manual_seed(12)
+    for eta in (0.5, 1.0, 3.0):
+        dist = dd.LKJCholesky(4, eta)
+        factors = dist.sample((N,))
+        assert tuple(factors.shape) == (N, 4, 4)
+        assert bool(dist.support.check(factors).all())
+        corr = factors.numpy() @ np.swapaxes(factors.numpy(), -1, -2)
+        np.testing.assert_allclose(np.diagonal(corr, axis1=-2, axis2=-1), 1.0, atol=1e-6)
+        # every off-diagonal correlation of LKJ(eta) in dimension d has variance
+        # 1 / (2 eta + d - 1)
+        for i, j in [(1, 0), (3, 2), (3, 0)]:
+            np.testing.assert_allclose(corr[:, i, j].var(), 1 / (2 * eta + 3), rtol=0.06)
+            np.testing.assert_allclose(corr[:, i, j].mean(), 0.0, atol=0.02)

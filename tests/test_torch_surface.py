@@ -162,7 +162,7 @@ def test_distribution_errors_name_what_is_provided():
                        "not both.$"):
         dd.Categorical()
     with pytest.raises(NotImplementedError, match="provides Normal and every other .*except "
-                       "LKJCholesky, Wishart"):
+                       "Wishart"):
         dd.Wishart(2.0, disthook.eye(2))
 
 

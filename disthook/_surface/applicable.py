@@ -52,8 +52,7 @@ HINTS = {
                  "run eagerly, and its state dict saves with torch.save(model.state_dict())",
     "torch.distributions": "disthook.distributions provides Normal and every other distribution, "
                            "transform and constraint of torch.distributions, with "
-                           "kl_divergence and biject_to / transform_to, except LKJCholesky, "
-                           "Wishart and CorrCholeskyTransform",
+                           "kl_divergence and biject_to / transform_to, except Wishart",
 }
 
 

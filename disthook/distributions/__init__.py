@@ -3,12 +3,13 @@
 Continuous: Normal, Uniform, Exponential, Laplace, Cauchy, Gumbel, LogNormal, HalfNormal,
 HalfCauchy, StudentT, Gamma, Chi2, InverseGamma, Beta, Kumaraswamy, Dirichlet, Weibull,
 Pareto, GeneralizedPareto, LogisticNormal, FisherSnedecor, ContinuousBernoulli, VonMises,
-MultivariateNormal, LowRankMultivariateNormal. Discrete: Bernoulli, Geometric, Binomial,
-NegativeBinomial, Multinomial, Poisson, Categorical, OneHotCategorical(StraightThrough).
-Relaxed: RelaxedBernoulli, RelaxedOneHotCategorical. Built from others: Independent,
-MixtureSameFamily, TransformedDistribution (``transforms``: Affine, Exp, Sigmoid, Tanh, Abs,
-Compose, Power, Softplus, Softmax, StickBreaking, Independent, Reshape, LowerCholesky,
-PositiveDefinite, CumulativeDistribution, Cat, Stack; ``biject_to`` / ``transform_to``).
+LKJCholesky, MultivariateNormal, LowRankMultivariateNormal. Discrete: Bernoulli, Geometric,
+Binomial, NegativeBinomial, Multinomial, Poisson, Categorical,
+OneHotCategorical(StraightThrough). Relaxed: RelaxedBernoulli, RelaxedOneHotCategorical.
+Built from others: Independent, MixtureSameFamily, TransformedDistribution (``transforms``:
+Affine, Exp, Sigmoid, Tanh, Abs, Compose, Power, Softplus, Softmax, StickBreaking,
+Independent, Reshape, LowerCholesky, PositiveDefinite, CumulativeDistribution, Cat, Stack,
+CorrCholesky; ``biject_to`` / ``transform_to``).
 
 ExponentialFamily is the base of the exponential families (entropy and same-family KL from
 the log normalizer).
@@ -22,8 +23,7 @@ InverseGamma, Beta, Dirichlet, StudentT and FisherSnedecor draw without gradient
 random stream (``manual_seed``), not torch's. ``kl_divergence`` / ``register_kl`` dispatch as
 torch does, with torch's closed forms for the pairs among these classes.
 
-LKJCholesky, Wishart and CorrCholeskyTransform import and raise NotImplementedError at
-use (``disthook._surface``).
+Wishart imports and raises NotImplementedError at use (``disthook._surface``).
 """
 from disthook.distributions import constraints, transforms
 from disthook.distributions.bernoulli import Bernoulli, Geometric
@@ -42,6 +42,7 @@ from disthook.distributions.gumbel import Gumbel
 from disthook.distributions.independent import Independent
 from disthook.distributions.kl import kl_divergence, register_kl
 from disthook.distributions.laplace import Laplace
+from disthook.distributions.lkj_cholesky import CorrCholeskyTransform, LKJCholesky
 from disthook.distributions.lowrank_multivariate_normal import LowRankMultivariateNormal
 from disthook.distributions.mixture_same_family import MixtureSameFamily
 from disthook.distributions.multinomial import Multinomial
@@ -102,6 +103,7 @@ __all__ = [
     "Chi2",
     "ComposeTransform",
     "ContinuousBernoulli",
+    "CorrCholeskyTransform",
     "CumulativeDistributionTransform",
     "Dirichlet",
     "Distribution",
@@ -119,6 +121,7 @@ __all__ = [
     "IndependentTransform",
     "InverseGamma",
     "Kumaraswamy",
+    "LKJCholesky",
     "Laplace",
     "LogNormal",
     "LogisticNormal",

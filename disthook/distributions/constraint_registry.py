@@ -93,7 +93,14 @@ def _stack(registry):
     return factory
 
 
+def _corr_cholesky(constraint):
+    from disthook.distributions.lkj_cholesky import CorrCholeskyTransform
+
+    return CorrCholeskyTransform()
+
+
 for _registry in (biject_to, transform_to):
+    _registry.register(constraints.corr_cholesky, _corr_cholesky)
     _registry.register(constraints.cat, _cat(_registry))
     _registry.register(constraints.stack, _stack(_registry))
 biject_to.register(constraints.simplex, lambda constraint: transforms.StickBreakingTransform())

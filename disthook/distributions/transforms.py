@@ -860,3 +860,12 @@ class StackTransform(_PieceWise):
         self._check_dim(x)
         return stack([t.log_abs_det_jacobian(xs, ys) for t, xs, ys in
                       zip(self.transforms, self._pieces(x), self._pieces(y))], self.dim)
+
+
+def __getattr__(name: str):
+    # CorrCholeskyTransform lives with LKJCholesky; torch has it in this module too
+    if name == "CorrCholeskyTransform":
+        from disthook.distributions.lkj_cholesky import CorrCholeskyTransform
+
+        return CorrCholeskyTransform
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

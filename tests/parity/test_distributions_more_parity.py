@@ -436,6 +436,7 @@ V = [[0.3, -1.2, 0.8], [2.0, 0.1, -0.4]]
     (lambda T, D: D.transforms.CatTransform([D.transforms.IndependentTransform(D.transforms.ExpTransform(), 1), D.transforms.IndependentTransform(D.transforms.SigmoidTransform(), 1)], dim=0), V, True),
     (lambda T, D: D.transforms.StackTransform([D.transforms.ExpTransform(), D.transforms.TanhTransform()], dim=0), V, True),
     (lambda T, D: D.transforms.StackTransform([D.transforms.ExpTransform(), D.transforms.SoftplusTransform(), D.transforms.AffineTransform(0.5, 3.0)], dim=-1), V, True),
+    (lambda T, D: D.transforms.CorrCholeskyTransform(), [[0.3, -1.2, 0.8, 2.0, 0.1, -0.4], [0.0, 0.5, -0.5, 1.0, -1.0, 0.2]], True),
     (lambda T, D: D.transforms.ComposeTransform([D.transforms.StickBreakingTransform(), D.transforms.IndependentTransform(D.transforms.PowerTransform(T.tensor(2.0, dtype=T.float64)), 1)]), V, True),
 ])
 def test_more_transforms_match_torch(make, x, ladj):
@@ -450,8 +451,9 @@ def test_more_transforms_match_torch(make, x, ladj):
     tt, dt = make(torch, TD), make(disthook, dd)
     assert repr(dt.domain) == repr(tt.domain) and repr(dt.codomain) == repr(tt.codomain)
     assert dt.bijective == tt.bijective
-    shape = (2, 3, 3) if "Cholesky" in type(dt).__name__ or "Definite" in type(dt).__name__ \
-        else (2, 3)
+    name = type(dt).__name__
+    shape = (2, 6) if name == "CorrCholeskyTransform" else (2, 3, 3) if "Cholesky" in name \
+        or "Definite" in name else (2, 3)
     assert tuple(dt.forward_shape(shape)) == tuple(tt.forward_shape(shape))
 
 
@@ -463,6 +465,8 @@ def test_biject_to_and_transform_to_match_torch():
              lambda C: C.independent(C.positive, 1),
              lambda C: C.cat([C.positive, C.real], dim=-1, lengths=[2, 1]),
              lambda C: C.stack([C.positive, C.unit_interval], dim=0)]
+    assert repr(dd.biject_to(dd.constraints.corr_cholesky)) == \
+        repr(TD.biject_to(TD.constraints.corr_cholesky))
     x = [[0.3, -1.2, 0.8], [2.0, 0.1, -0.4]]
     for case in cases:
         for name in ("biject_to", "transform_to"):
@@ -555,3 +559,20 @@ def test_generalized_pareto_matches_torch_in_float32():
         out.append([value.detach().numpy()] + [p.grad.numpy() for p in params])
     for want, got in zip(*out):
         np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)
+
+
+def test_lkj_cholesky_matches_torch():
+    y = TD.transforms.CorrCholeskyTransform()(torch.tensor(
+        [[0.3, -1.2, 0.8, 2.0, 0.1, -0.4], [0.0, 0.5, -0.5, 1.0, -1.0, 0.2]],
+        dtype=torch.float64)).numpy()
+    _check(lambda T, D, c: D.LKJCholesky(4, c).log_prob(T.tensor(y, dtype=T.float64)),
+           [0.5, 2.0])
+    _check(lambda T, D, c: D.LKJCholesky(3, c).log_prob(T.eye(3, dtype=T.float64)), 1.5)
+    for T, D in ((torch, TD), (disthook, dd)):
+        with pytest.raises(ValueError, match="greater than or equal to 2"):
+            D.LKJCholesky(1, 1.0)
+    want = TD.LKJCholesky(3, torch.tensor([1.0, 2.0])).expand((4, 2))
+    got = dd.LKJCholesky(3, disthook.tensor([1.0, 2.0])).expand((4, 2))
+    assert tuple(got.sample((5,)).shape) == tuple(want.sample((5,)).shape)
+    assert repr(dd.transforms.CorrCholeskyTransform().codomain) == \
+        repr(TD.transforms.CorrCholeskyTransform().codomain)
