@@ -294,3 +294,16 @@ def test_lkj_draws_are_correlation_factors_with_its_spread():
         for i, j in [(1, 0), (3, 2), (3, 0)]:
             np.testing.assert_allclose(corr[:, i, j].var(), 1 / (2 * eta + 3), rtol=0.06)
             np.testing.assert_allclose(corr[:, i, j].mean(), 0.0, atol=0.02)
+
+
+def test_wishart_draws_have_its_mean_and_variance():
+    disthook.manual_seed(13)
+    cov = _t([[2.0, 0.3], [0.3, 1.0]])
+    dist = dd.Wishart(_t(5.0), covariance_matrix=cov)
+    draws = dist.sample((N,)).numpy()
+    assert draws.shape == (N, 2, 2)
+    assert bool(dist.support.check(disthook.tensor(draws[:100])).all())
+    np.testing.assert_allclose(draws.mean(0), dist.mean.numpy(), rtol=0.03, atol=0.03)
+    np.testing.assert_allclose(draws.var(0), dist.variance.numpy(), rtol=0.08)
+    with pytest.raises(NotImplementedError, match="implicit reparameterization"):
+        dist.rsample()

@@ -3,7 +3,7 @@
 Continuous: Normal, Uniform, Exponential, Laplace, Cauchy, Gumbel, LogNormal, HalfNormal,
 HalfCauchy, StudentT, Gamma, Chi2, InverseGamma, Beta, Kumaraswamy, Dirichlet, Weibull,
 Pareto, GeneralizedPareto, LogisticNormal, FisherSnedecor, ContinuousBernoulli, VonMises,
-LKJCholesky, MultivariateNormal, LowRankMultivariateNormal. Discrete: Bernoulli, Geometric,
+LKJCholesky, Wishart, MultivariateNormal, LowRankMultivariateNormal. Discrete: Bernoulli, Geometric,
 Binomial, NegativeBinomial, Multinomial, Poisson, Categorical,
 OneHotCategorical(StraightThrough). Relaxed: RelaxedBernoulli, RelaxedOneHotCategorical.
 Built from others: Independent, MixtureSameFamily, TransformedDistribution (``transforms``:
@@ -18,12 +18,13 @@ Each has ``log_prob``, ``entropy``, moments, ``cdf`` / ``icdf`` where torch has 
 ``expand``, and torch's argument validation (``constraints``, ``validate_args``,
 ``Distribution.set_default_validate_args``). ``rsample`` is pathwise where torch's is
 (location-scale families, MultivariateNormal, relaxed, transforms); Gamma, Chi2,
-InverseGamma, Beta, Dirichlet, StudentT and FisherSnedecor draw without gradient and their
-``rsample`` raises: torch's implicit gradient is not reproduced. Draws come from disthook's
-random stream (``manual_seed``), not torch's. ``kl_divergence`` / ``register_kl`` dispatch as
-torch does, with torch's closed forms for the pairs among these classes.
+InverseGamma, Beta, Dirichlet, StudentT, FisherSnedecor and Wishart draw without gradient
+and their ``rsample`` raises: torch's implicit gradient is not reproduced. Draws come from
+disthook's random stream (``manual_seed``), not torch's. ``kl_divergence`` /
+``register_kl`` dispatch as torch does, with torch's closed forms for the pairs among these
+classes.
 
-Wishart imports and raises NotImplementedError at use (``disthook._surface``).
+Every public name of torch 2.13's ``torch.distributions`` is here (``disthook._surface``).
 """
 from disthook.distributions import constraints, transforms
 from disthook.distributions.bernoulli import Bernoulli, Geometric
@@ -90,6 +91,7 @@ from disthook.distributions.transforms import (
 )
 from disthook.distributions.uniform import Uniform
 from disthook.distributions.von_mises import VonMises
+from disthook.distributions.wishart import Wishart
 
 __all__ = [
     "AbsTransform",
@@ -153,6 +155,7 @@ __all__ = [
     "Uniform",
     "VonMises",
     "Weibull",
+    "Wishart",
     "biject_to",
     "constraints",
     "identity_transform",

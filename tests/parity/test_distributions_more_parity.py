@@ -576,3 +576,28 @@ def test_lkj_cholesky_matches_torch():
     assert tuple(got.sample((5,)).shape) == tuple(want.sample((5,)).shape)
     assert repr(dd.transforms.CorrCholeskyTransform().codomain) == \
         repr(TD.transforms.CorrCholeskyTransform().codomain)
+
+
+WISHART_X = [[1.5, 0.2, 0.0], [0.2, 0.8, 0.1], [0.0, 0.1, 0.6]]
+
+
+@pytest.mark.parametrize("kind", ["covariance_matrix", "precision_matrix", "scale_tril"])
+def test_wishart_matches_torch(kind):
+    def build(T, D, df, m):
+        w = D.Wishart(df, **{kind: m})
+        generic = D.ExponentialFamily.entropy(D.Wishart(df.detach(), **{kind: m.detach()}))
+        return T.cat([w.log_prob(T.tensor(WISHART_X, dtype=T.float64)), w.entropy(),
+                      w.mean.flatten(), w.variance.flatten(), w.mode.flatten(), generic])
+    _check(build, [5.0, 6.5], TRIL if kind == "scale_tril" else SIGMA)
+
+
+def test_wishart_shapes_and_errors_match_torch():
+    for T, D in ((torch, TD), (disthook, dd)):
+        w = D.Wishart(T.tensor([4.0, 5.0]), scale_tril=T.eye(3)).expand((6, 2))
+        assert tuple(w.sample((2,)).shape) == (2, 6, 2, 3, 3)
+        assert tuple(w.log_prob(T.eye(3)).shape) == (6, 2)
+    for build in (lambda T, D: D.Wishart(T.tensor(2.0), T.eye(3)),
+                  lambda T, D: D.Wishart(4.0, T.eye(3), scale_tril=T.eye(3)),
+                  lambda T, D: D.Wishart(4.0, T.tensor([1.0, 2.0]))):
+        want, got = _error(build)
+        assert type(got) is type(want) and str(got) == str(want)
