@@ -19,7 +19,7 @@ from disthook.distributions.distribution import (
     lazy_property,
 )
 
-__all__ = ["MultivariateNormal"]
+__all__ = ["MultivariateNormal", "ScaleTrilMatrices"]
 
 
 def _identity_like(matrix):
@@ -56,7 +56,31 @@ def batch_mahalanobis(scale_tril, diff):
     return _solve_lower(scale_tril, diff.unsqueeze(-1)).squeeze(-1).pow(2).sum(-1)
 
 
-class MultivariateNormal(LocationMean, Distribution):
+class ScaleTrilMatrices:
+    """``scale_tril``, ``covariance_matrix`` and ``precision_matrix`` over the batch, made
+    when first read from ``_unbroadcasted_scale_tril`` (MultivariateNormal, Wishart)."""
+
+    def _matrix_shape(self) -> tuple:
+        n = self._unbroadcasted_scale_tril.shape[-1]
+        return tuple(self._batch_shape) + (n, n)
+
+    @lazy_property
+    def scale_tril(self):
+        return self._unbroadcasted_scale_tril.expand(self._matrix_shape())
+
+    @lazy_property
+    def covariance_matrix(self):
+        lower = self._unbroadcasted_scale_tril
+        return (lower @ lower.mT).expand(self._matrix_shape())
+
+    @lazy_property
+    def precision_matrix(self):
+        from disthook import cholesky_inverse
+
+        return cholesky_inverse(self._unbroadcasted_scale_tril).expand(self._matrix_shape())
+
+
+class MultivariateNormal(ScaleTrilMatrices, LocationMean, Distribution):
     arg_constraints: ClassVar[dict] = {"loc": constraints.real_vector,
                        "covariance_matrix": constraints.positive_definite,
                        "precision_matrix": constraints.positive_definite,
@@ -104,24 +128,6 @@ class MultivariateNormal(LocationMean, Distribution):
             if name in self.__dict__:
                 new.__dict__[name] = self.__dict__[name].expand(tuple(batch_shape) + (n, n))
         return self._expanded(new, batch_shape)
-
-    def _matrix_shape(self) -> tuple:
-        return tuple(self._batch_shape) + tuple(self._event_shape) * 2
-
-    @lazy_property
-    def scale_tril(self):
-        return self._unbroadcasted_scale_tril.expand(self._matrix_shape())
-
-    @lazy_property
-    def covariance_matrix(self):
-        lower = self._unbroadcasted_scale_tril
-        return (lower @ lower.mT).expand(self._matrix_shape())
-
-    @lazy_property
-    def precision_matrix(self):
-        from disthook import cholesky_inverse
-
-        return cholesky_inverse(self._unbroadcasted_scale_tril).expand(self._matrix_shape())
 
     @property
     def variance(self):

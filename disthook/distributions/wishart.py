@@ -14,13 +14,12 @@ import warnings
 import numpy as np
 
 from disthook.distributions import constraints
-from disthook.distributions.distribution import as_float_tensor, from_numpy, lazy_property, text
+from disthook.distributions.distribution import as_float_tensor, from_numpy, text
 from disthook.distributions.exp_family import ExponentialFamily
 from disthook.distributions.gamma import _no_rsample
 from disthook.distributions.multivariate_normal import (
+    ScaleTrilMatrices,
     _cholesky,
-    _identity_like,
-    _solve_lower,
     precision_to_scale_tril,
 )
 
@@ -34,7 +33,7 @@ def _mvdigamma(x, p: int):
     return sum((x - i / 2).digamma() for i in range(p))
 
 
-class Wishart(ExponentialFamily):
+class Wishart(ScaleTrilMatrices, ExponentialFamily):
     support = constraints.positive_definite
     has_rsample = False
     _mean_carrier_measure = 0
@@ -92,24 +91,6 @@ class Wishart(ExponentialFamily):
             if name in self.__dict__:
                 new.__dict__[name] = self.__dict__[name].expand(shape)
         return self._expanded(new, batch_shape)
-
-    def _matrix_shape(self) -> tuple:
-        return tuple(self._batch_shape) + tuple(self._event_shape)
-
-    @lazy_property
-    def scale_tril(self):
-        return self._unbroadcasted_scale_tril.expand(self._matrix_shape())
-
-    @lazy_property
-    def covariance_matrix(self):
-        lower = self._unbroadcasted_scale_tril
-        return (lower @ lower.mT).expand(self._matrix_shape())
-
-    @lazy_property
-    def precision_matrix(self):
-        lower = self._unbroadcasted_scale_tril
-        inverse = _solve_lower(lower, _identity_like(lower))
-        return (inverse.mT @ inverse).expand(self._matrix_shape())
 
     def _df_matrix(self):
         """df shaped to scale a batch of matrices."""
