@@ -307,3 +307,19 @@ def test_wishart_draws_have_its_mean_and_variance():
     np.testing.assert_allclose(draws.var(0), dist.variance.numpy(), rtol=0.08)
     with pytest.raises(NotImplementedError, match="implicit reparameterization"):
         dist.rsample()
+
+
+def test_names_load_on_first_use_and_all_resolve():
+    import subprocess
+    import sys
+
+    code = ("import sys, disthook\n"
+            "assert not [m for m in sys.modules if m.startswith('disthook.distributions.')]\n"
+            "from disthook.distributions import Normal, kl_divergence\n"
+            "print(kl_divergence(Normal(0.0, 1.0), Normal(1.0, 1.0)).item())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert float(out) == pytest.approx(0.5)
+    assert set(dd.__all__) == set(dd._WHERE) | {"constraints", "kl", "transforms"}
+    for name in dd.__all__:
+        assert getattr(dd, name) is not None

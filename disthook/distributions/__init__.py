@@ -26,142 +26,82 @@ classes.
 
 Every public name of torch 2.13's ``torch.distributions`` is here (``disthook._surface``).
 """
-from disthook.distributions import constraints, transforms
-from disthook.distributions.bernoulli import Bernoulli, Geometric
-from disthook.distributions.binomial import Binomial, NegativeBinomial
-from disthook.distributions.categorical import Categorical
-from disthook.distributions.cauchy import Cauchy, HalfCauchy
-from disthook.distributions.constraint_registry import biject_to, transform_to
-from disthook.distributions.continuous_bernoulli import ContinuousBernoulli
-from disthook.distributions.distribution import Distribution
-from disthook.distributions.exp_family import ExponentialFamily
-from disthook.distributions.exponential import Exponential
-from disthook.distributions.fisher_snedecor import FisherSnedecor
-from disthook.distributions.gamma import Beta, Chi2, Dirichlet, Gamma
-from disthook.distributions.generalized_pareto import GeneralizedPareto
-from disthook.distributions.gumbel import Gumbel
-from disthook.distributions.independent import Independent
-from disthook.distributions.kl import kl_divergence, register_kl
-from disthook.distributions.laplace import Laplace
-from disthook.distributions.lkj_cholesky import CorrCholeskyTransform, LKJCholesky
-from disthook.distributions.lowrank_multivariate_normal import LowRankMultivariateNormal
-from disthook.distributions.mixture_same_family import MixtureSameFamily
-from disthook.distributions.multinomial import Multinomial
-from disthook.distributions.multivariate_normal import MultivariateNormal
-from disthook.distributions.normal import Normal
-from disthook.distributions.one_hot_categorical import (
-    OneHotCategorical,
-    OneHotCategoricalStraightThrough,
-)
-from disthook.distributions.poisson import Poisson
-from disthook.distributions.relaxed import RelaxedBernoulli, RelaxedOneHotCategorical
-from disthook.distributions.student_t import StudentT
-from disthook.distributions.transformed_distribution import (
-    HalfNormal,
-    LogNormal,
-    TransformedDistribution,
-)
-from disthook.distributions.transformed_families import (
-    InverseGamma,
-    Kumaraswamy,
-    LogisticNormal,
-    Pareto,
-    Weibull,
-)
-from disthook.distributions.transforms import (
-    AbsTransform,
-    AffineTransform,
-    CatTransform,
-    ComposeTransform,
-    CumulativeDistributionTransform,
-    ExpTransform,
-    IndependentTransform,
-    LowerCholeskyTransform,
-    PositiveDefiniteTransform,
-    PowerTransform,
-    ReshapeTransform,
-    SigmoidTransform,
-    SoftmaxTransform,
-    SoftplusTransform,
-    StackTransform,
-    StickBreakingTransform,
-    TanhTransform,
-    Transform,
-    identity_transform,
-)
-from disthook.distributions.uniform import Uniform
-from disthook.distributions.von_mises import VonMises
-from disthook.distributions.wishart import Wishart
+from __future__ import annotations
+
+import importlib
+
+# where each name lives: submodules are imported when a name of theirs is first read, so
+# that ``import disthook`` does not pay for forty distributions nobody may use
+_HOMES = {
+    "bernoulli": ("Bernoulli", "Geometric"),
+    "binomial": ("Binomial", "NegativeBinomial"),
+    "categorical": ("Categorical",),
+    "cauchy": ("Cauchy", "HalfCauchy"),
+    "constraint_registry": ("biject_to", "transform_to"),
+    "continuous_bernoulli": ("ContinuousBernoulli",),
+    "distribution": ("Distribution",),
+    "exp_family": ("ExponentialFamily",),
+    "exponential": ("Exponential",),
+    "fisher_snedecor": ("FisherSnedecor",),
+    "gamma": ("Beta", "Chi2", "Dirichlet", "Gamma"),
+    "generalized_pareto": ("GeneralizedPareto",),
+    "gumbel": ("Gumbel",),
+    "independent": ("Independent",),
+    "kl": ("kl_divergence", "register_kl"),
+    "laplace": ("Laplace",),
+    "lkj_cholesky": ("CorrCholeskyTransform", "LKJCholesky"),
+    "lowrank_multivariate_normal": ("LowRankMultivariateNormal",),
+    "mixture_same_family": ("MixtureSameFamily",),
+    "multinomial": ("Multinomial",),
+    "multivariate_normal": ("MultivariateNormal",),
+    "normal": ("Normal",),
+    "one_hot_categorical": ("OneHotCategorical", "OneHotCategoricalStraightThrough"),
+    "poisson": ("Poisson",),
+    "relaxed": ("RelaxedBernoulli", "RelaxedOneHotCategorical"),
+    "student_t": ("StudentT",),
+    "transformed_distribution": ("HalfNormal", "LogNormal", "TransformedDistribution"),
+    "transformed_families": ("InverseGamma", "Kumaraswamy", "LogisticNormal", "Pareto",
+                             "Weibull"),
+    "transforms": ("AbsTransform", "AffineTransform", "CatTransform", "ComposeTransform",
+                   "CumulativeDistributionTransform", "ExpTransform", "IndependentTransform",
+                   "LowerCholeskyTransform", "PositiveDefiniteTransform", "PowerTransform",
+                   "ReshapeTransform", "SigmoidTransform", "SoftmaxTransform",
+                   "SoftplusTransform", "StackTransform", "StickBreakingTransform",
+                   "TanhTransform", "Transform", "identity_transform"),
+    "uniform": ("Uniform",),
+    "von_mises": ("VonMises",),
+    "wishart": ("Wishart",),
+}
+_WHERE = {name: module for module, names in _HOMES.items() for name in names}
+_SUBMODULES = ("constraints", "constraint_registry", "kl", "transforms")
 
 __all__ = [
-    "AbsTransform",
-    "AffineTransform",
-    "Bernoulli",
-    "Beta",
-    "Binomial",
-    "CatTransform",
-    "Categorical",
-    "Cauchy",
-    "Chi2",
-    "ComposeTransform",
-    "ContinuousBernoulli",
-    "CorrCholeskyTransform",
-    "CumulativeDistributionTransform",
-    "Dirichlet",
-    "Distribution",
-    "ExpTransform",
-    "Exponential",
-    "ExponentialFamily",
-    "FisherSnedecor",
-    "Gamma",
-    "GeneralizedPareto",
-    "Geometric",
-    "Gumbel",
-    "HalfCauchy",
-    "HalfNormal",
-    "Independent",
-    "IndependentTransform",
-    "InverseGamma",
-    "Kumaraswamy",
-    "LKJCholesky",
-    "Laplace",
-    "LogNormal",
-    "LogisticNormal",
-    "LowRankMultivariateNormal",
-    "LowerCholeskyTransform",
-    "MixtureSameFamily",
-    "Multinomial",
-    "MultivariateNormal",
-    "NegativeBinomial",
-    "Normal",
-    "OneHotCategorical",
-    "OneHotCategoricalStraightThrough",
-    "Pareto",
-    "Poisson",
-    "PositiveDefiniteTransform",
-    "PowerTransform",
-    "RelaxedBernoulli",
-    "RelaxedOneHotCategorical",
-    "ReshapeTransform",
-    "SigmoidTransform",
-    "SoftmaxTransform",
-    "SoftplusTransform",
-    "StackTransform",
-    "StickBreakingTransform",
-    "StudentT",
-    "TanhTransform",
-    "Transform",
-    "TransformedDistribution",
-    "Uniform",
-    "VonMises",
-    "Weibull",
-    "Wishart",
-    "biject_to",
-    "constraints",
-    "identity_transform",
-    "kl",
-    "kl_divergence",
-    "register_kl",
-    "transform_to",
-    "transforms",
+    "AbsTransform", "AffineTransform", "Bernoulli", "Beta", "Binomial", "CatTransform",
+    "Categorical", "Cauchy", "Chi2", "ComposeTransform", "ContinuousBernoulli",
+    "CorrCholeskyTransform", "CumulativeDistributionTransform", "Dirichlet", "Distribution",
+    "ExpTransform", "Exponential", "ExponentialFamily", "FisherSnedecor", "Gamma",
+    "GeneralizedPareto", "Geometric", "Gumbel", "HalfCauchy", "HalfNormal", "Independent",
+    "IndependentTransform", "InverseGamma", "Kumaraswamy", "LKJCholesky", "Laplace", "LogNormal",
+    "LogisticNormal", "LowRankMultivariateNormal", "LowerCholeskyTransform", "MixtureSameFamily",
+    "Multinomial", "MultivariateNormal", "NegativeBinomial", "Normal", "OneHotCategorical",
+    "OneHotCategoricalStraightThrough", "Pareto", "Poisson", "PositiveDefiniteTransform",
+    "PowerTransform", "RelaxedBernoulli", "RelaxedOneHotCategorical", "ReshapeTransform",
+    "SigmoidTransform", "SoftmaxTransform", "SoftplusTransform", "StackTransform",
+    "StickBreakingTransform", "StudentT", "TanhTransform", "Transform", "TransformedDistribution",
+    "Uniform", "VonMises", "Weibull", "Wishart", "biject_to", "constraints", "identity_transform",
+    "kl", "kl_divergence", "register_kl", "transform_to", "transforms",
 ]
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
