@@ -73,7 +73,7 @@ _HOMES = {
     "wishart": ("Wishart",),
 }
 _WHERE = {name: module for module, names in _HOMES.items() for name in names}
-_SUBMODULES = ("constraints", "constraint_registry", "kl", "transforms")
+_SUBMODULES = ("constraints", "constraint_registry", "kl", "transforms", "utils")
 
 __all__ = [
     "AbsTransform", "AffineTransform", "Bernoulli", "Beta", "Binomial", "CatTransform",

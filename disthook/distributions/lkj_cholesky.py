@@ -11,40 +11,9 @@ import numpy as np
 from disthook.distributions import constraints
 from disthook.distributions.distribution import Distribution, as_float_tensor, finfo, from_numpy
 from disthook.distributions.transforms import Transform
+from disthook.distributions.utils import tril_matrix_to_vec, vec_to_tril_matrix
 
 __all__ = ["CorrCholeskyTransform", "LKJCholesky"]
-
-
-def _strict_lower_positions(n: int) -> np.ndarray:
-    """Flat positions (row-major) of the entries below the diagonal of an n x n matrix."""
-    rows, cols = np.tril_indices(n, -1)
-    return rows * n + cols
-
-
-def vec_to_strict_tril(vec):
-    """A vector of n (n - 1) / 2 entries as the strictly lower part of an n x n matrix
-    (row by row), zeros elsewhere; differentiable (a gather from the padded vector)."""
-    from disthook.nn.functional import pad
-    from disthook.tensor import tensor
-
-    count = vec.shape[-1]
-    n = round((1 + math.sqrt(1 + 8 * count)) / 2)
-    if n * (n - 1) // 2 != count:
-        raise ValueError("Input is not a flattened lower-diagonal number")
-    index = np.full(n * n, count)  # the padded zero
-    index[_strict_lower_positions(n)] = np.arange(count)
-    flat = pad(vec, (0, 1))[..., tensor(index)]
-    return flat.reshape(tuple(vec.shape[:-1]) + (n, n))
-
-
-def strict_tril_to_vec(matrix, offset: int = -1):
-    """The entries at or below diagonal ``offset`` (< 0) of square matrices, row by row."""
-    from disthook.tensor import tensor
-
-    n = matrix.shape[-1]
-    rows, cols = np.tril_indices(n, offset)
-    flat = matrix.reshape(tuple(matrix.shape[:-2]) + (n * n,))
-    return flat[..., tensor(rows * n + cols)]
 
 
 class CorrCholeskyTransform(Transform):
@@ -64,7 +33,7 @@ class CorrCholeskyTransform(Transform):
         from disthook.nn.functional import pad
 
         eps = finfo(x, "eps")
-        r = vec_to_strict_tril(x.tanh().clamp(min=-1 + eps, max=1 - eps))
+        r = vec_to_tril_matrix(x.tanh().clamp(min=-1 + eps, max=1 - eps), -1)
         # each entry keeps the share of its row's unit norm that the entries before it left
         left = (1 - r.pow(2)).sqrt().cumprod(-1)
         return (r + eye(r.shape[-1], dtype=r.dtype)) * pad(left[..., :-1], (1, 0), value=1.0)
@@ -73,14 +42,14 @@ class CorrCholeskyTransform(Transform):
         from disthook.nn.functional import pad
 
         left = pad((1 - (y * y).cumsum(-1))[..., :-1], (1, 0), value=1.0)
-        t = strict_tril_to_vec(y) / strict_tril_to_vec(left).sqrt()
+        t = tril_matrix_to_vec(y, -1) / tril_matrix_to_vec(left, -1).sqrt()
         return ((t).log1p() - (-t).log1p()) / 2
 
     def log_abs_det_jacobian(self, x, y):
         from disthook.nn.functional import softplus
 
         left = 1 - (y * y).cumsum(-1)
-        stick = 0.5 * strict_tril_to_vec(left, -2).log().sum(-1)
+        stick = 0.5 * tril_matrix_to_vec(left, -2).log().sum(-1)
         tanh = -2 * (x + softplus(-2 * x) - math.log(2.0)).sum(-1)
         return stick + tanh
 

@@ -601,3 +601,24 @@ def test_wishart_shapes_and_errors_match_torch():
                   lambda T, D: D.Wishart(4.0, T.tensor([1.0, 2.0]))):
         want, got = _error(build)
         assert type(got) is type(want) and str(got) == str(want)
+
+
+@pytest.mark.parametrize("diag", [0, -1, 1, -2])
+def test_distribution_utils_match_torch(diag):
+    tu = torch.distributions.utils
+    du = dd.utils
+    m = np.arange(16.0).reshape(4, 4) / 10
+    _check(lambda T, D, x: D.utils.tril_matrix_to_vec(x, diag), m.tolist())
+    vec = (tu.tril_matrix_to_vec(torch.tensor(m), diag)).tolist()
+    _check(lambda T, D, v: D.utils.vec_to_tril_matrix(v, diag), vec)
+    _check(lambda T, D, x: T.cat([D.utils.logits_to_probs(x), D.utils.logits_to_probs(
+        x, is_binary=True), D.utils.probs_to_logits(D.utils.clamp_probs(x.sigmoid()),
+                                                    is_binary=True)]), R)
+    got = du.broadcast_all(disthook.tensor([1, 2]), 0.5, disthook.ones(3, 1, dtype=disthook.float64))
+    want = tu.broadcast_all(torch.tensor([1, 2]), 0.5, torch.ones(3, 1, dtype=torch.float64))
+    assert [(tuple(g.shape), str(g.dtype)) for g in got] == \
+        [(tuple(w.shape), str(w.dtype)) for w in want]
+    for T, U in ((torch, tu), (disthook, du)):
+        with pytest.raises(ValueError, match="Input arguments must all be instances"):
+            U.broadcast_all(T.ones(2), "x")
+    assert du.euler_constant == tu.euler_constant
