@@ -5,9 +5,8 @@ import math
 
 from disthook.distributions.distribution import from_numpy
 from disthook.distributions.normal import LocationScale
-from disthook.distributions.transformed_distribution import HalfDistribution
 
-__all__ = ["Cauchy", "HalfCauchy"]
+__all__ = ["Cauchy"]
 
 
 class Cauchy(LocationScale):
@@ -43,20 +42,3 @@ class Cauchy(LocationScale):
 
     def entropy(self):
         return math.log(4 * math.pi) + self.scale.log()
-
-
-class HalfCauchy(HalfDistribution):
-    """|Cauchy(0, scale)|."""
-
-    def __init__(self, scale, validate_args: bool | None = None) -> None:
-        super().__init__(Cauchy(0, scale, validate_args=False), validate_args)
-
-    @property
-    def mean(self):
-        from disthook import full
-
-        return full(self._extended_shape(), math.inf, dtype=self.scale.dtype)
-
-    @property
-    def variance(self):
-        return self.base_dist.variance

@@ -94,9 +94,7 @@ def _stack(registry):
 
 
 def _corr_cholesky(constraint):
-    from disthook.distributions.lkj_cholesky import CorrCholeskyTransform
-
-    return CorrCholeskyTransform()
+    return transforms.CorrCholeskyTransform()
 
 
 for _registry in (biject_to, transform_to):

@@ -46,6 +46,13 @@ def from_numpy(data, like):
     return Tensor._make(data.astype(like._data.dtype), None, 0)
 
 
+def fill_where(condition, value, fill: float):
+    """``value`` where ``condition`` holds, the number ``fill`` elsewhere."""
+    from disthook import full_like, where
+
+    return where(condition, value, full_like(value, fill))
+
+
 def text(value) -> str:
     """``value`` as torch's f-strings show it: a 0-d tensor as its number."""
     from disthook.tensor import Tensor

@@ -9,15 +9,19 @@ from __future__ import annotations
 import math
 import warnings
 
-from disthook.distributions.bernoulli import Bernoulli, Geometric
+from disthook.distributions.bernoulli import Bernoulli
+from disthook.distributions.beta import Beta
 from disthook.distributions.binomial import Binomial
 from disthook.distributions.categorical import Categorical
 from disthook.distributions.cauchy import Cauchy
+from disthook.distributions.dirichlet import Dirichlet
 from disthook.distributions.distribution import Distribution, sum_rightmost
 from disthook.distributions.exp_family import ExponentialFamily
 from disthook.distributions.exponential import Exponential
-from disthook.distributions.gamma import Beta, Dirichlet, Gamma
+from disthook.distributions.gamma import Gamma
+from disthook.distributions.geometric import Geometric
 from disthook.distributions.gumbel import EULER_GAMMA, Gumbel
+from disthook.distributions.half_normal import HalfNormal
 from disthook.distributions.independent import Independent
 from disthook.distributions.laplace import Laplace
 from disthook.distributions.lowrank_multivariate_normal import (
@@ -32,9 +36,9 @@ from disthook.distributions.multivariate_normal import (
 )
 from disthook.distributions.normal import Normal
 from disthook.distributions.one_hot_categorical import OneHotCategorical
+from disthook.distributions.pareto import Pareto
 from disthook.distributions.poisson import Poisson
-from disthook.distributions.transformed_distribution import HalfNormal, TransformedDistribution
-from disthook.distributions.transformed_families import Pareto
+from disthook.distributions.transformed_distribution import TransformedDistribution
 from disthook.distributions.uniform import Uniform
 
 __all__ = ["kl_divergence", "register_kl"]

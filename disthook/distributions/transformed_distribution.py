@@ -8,15 +8,13 @@ from typing import ClassVar
 from disthook.distributions import constraints
 from disthook.distributions.distribution import Distribution, sum_rightmost
 from disthook.distributions.independent import Independent
-from disthook.distributions.normal import Normal
 from disthook.distributions.transforms import (
     AbsTransform,
     ComposeTransform,
-    ExpTransform,
     Transform,
 )
 
-__all__ = ["HalfDistribution", "HalfNormal", "LogNormal", "TransformedDistribution"]
+__all__ = ["HalfDistribution", "TransformedDistribution"]
 
 
 class TransformedDistribution(Distribution):
@@ -132,42 +130,6 @@ class TransformedDistribution(Distribution):
         return value
 
 
-class LogNormal(TransformedDistribution):
-    """exp(Normal(loc, scale))."""
-
-    arg_constraints: ClassVar[dict] = {"loc": constraints.real, "scale": constraints.positive}
-    support = constraints.positive
-    has_rsample = True
-
-    def __init__(self, loc, scale, validate_args: bool | None = None) -> None:
-        super().__init__(Normal(loc, scale, validate_args=validate_args), ExpTransform(),
-                         validate_args=validate_args)
-
-    @property
-    def loc(self):
-        return self.base_dist.loc
-
-    @property
-    def scale(self):
-        return self.base_dist.scale
-
-    @property
-    def mean(self):
-        return (self.loc + self.scale.pow(2) / 2).exp()
-
-    @property
-    def mode(self):
-        return (self.loc - self.scale.square()).exp()
-
-    @property
-    def variance(self):
-        scale_sq = self.scale.pow(2)
-        return scale_sq.expm1() * (2 * self.loc + scale_sq).exp()
-
-    def entropy(self):
-        return self.base_dist.entropy() + self.loc
-
-
 class HalfDistribution(TransformedDistribution):
     """|X| for X symmetric about 0 with a ``scale`` (HalfNormal, HalfCauchy): the density
     doubles on the nonnegative half and is zero below it."""
@@ -205,18 +167,3 @@ class HalfDistribution(TransformedDistribution):
 
     def entropy(self):
         return self.base_dist.entropy() - math.log(2)
-
-
-class HalfNormal(HalfDistribution):
-    """|Normal(0, scale)|."""
-
-    def __init__(self, scale, validate_args: bool | None = None) -> None:
-        super().__init__(Normal(0, scale, validate_args=False), validate_args)
-
-    @property
-    def mean(self):
-        return self.scale * math.sqrt(2 / math.pi)
-
-    @property
-    def variance(self):
-        return self.scale.pow(2) * (1 - 2 / math.pi)

@@ -862,10 +862,59 @@ class StackTransform(_PieceWise):
                       zip(self.transforms, self._pieces(x), self._pieces(y))], self.dim)
 
 
-def __getattr__(name: str):
-    # CorrCholeskyTransform lives with LKJCholesky; torch has it in this module too
-    if name == "CorrCholeskyTransform":
-        from disthook.distributions.lkj_cholesky import CorrCholeskyTransform
+class CorrCholeskyTransform(Transform):
+    """tanh of each entry, then per row a signed stick-breaking so that rows have unit norm."""
 
-        return CorrCholeskyTransform
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    domain = constraints.real_vector
+    codomain = constraints.corr_cholesky
+    bijective = True
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, CorrCholeskyTransform)
+
+    __hash__ = object.__hash__
+
+    def _call(self, x):
+        from disthook import eye
+        from disthook.distributions.utils import vec_to_tril_matrix
+        from disthook.nn.functional import pad
+
+        eps = finfo(x, "eps")
+        r = vec_to_tril_matrix(x.tanh().clamp(min=-1 + eps, max=1 - eps), -1)
+        # each entry keeps the share of its row's unit norm that the entries before it left
+        left = (1 - r.pow(2)).sqrt().cumprod(-1)
+        return (r + eye(r.shape[-1], dtype=r.dtype)) * pad(left[..., :-1], (1, 0), value=1.0)
+
+    def _inverse(self, y):
+        from disthook.distributions.utils import tril_matrix_to_vec
+        from disthook.nn.functional import pad
+
+        left = pad((1 - (y * y).cumsum(-1))[..., :-1], (1, 0), value=1.0)
+        t = tril_matrix_to_vec(y, -1) / tril_matrix_to_vec(left, -1).sqrt()
+        return ((t).log1p() - (-t).log1p()) / 2
+
+    def log_abs_det_jacobian(self, x, y):
+        from disthook.distributions.utils import tril_matrix_to_vec
+        from disthook.nn.functional import softplus
+
+        left = 1 - (y * y).cumsum(-1)
+        stick = 0.5 * tril_matrix_to_vec(left, -2).log().sum(-1)
+        tanh = -2 * (x + softplus(-2 * x) - math.log(2.0)).sum(-1)
+        return stick + tanh
+
+    def forward_shape(self, shape):
+        if len(shape) < 1:
+            raise ValueError("Too few dimensions on input")
+        count = shape[-1]
+        n = round((0.25 + 2 * count) ** 0.5 + 0.5)
+        if n * (n - 1) // 2 != count:
+            raise ValueError("Input is not a flattened lower-diagonal number")
+        return tuple(shape[:-1]) + (n, n)
+
+    def inverse_shape(self, shape):
+        if len(shape) < 2:
+            raise ValueError("Too few dimensions on input")
+        if shape[-2] != shape[-1]:
+            raise ValueError("Input is not square")
+        n = shape[-1]
+        return tuple(shape[:-2]) + (n * (n - 1) // 2,)

@@ -4,14 +4,16 @@ Draws are ``loc + scale * x / sqrt(z / df)`` with x standard normal and z ~ Chi2
 differentiates them through the Chi2's implicit gradient, which disthook does not reproduce,
 so ``rsample`` raises (as Gamma's does).
 """
+# ruff: noqa: N999 (torch names this module studentT)
 from __future__ import annotations
 
 import math
 from typing import ClassVar
 
 from disthook.distributions import constraints
+from disthook.distributions.chi2 import Chi2
 from disthook.distributions.distribution import Distribution, broadcast_all, from_numpy
-from disthook.distributions.gamma import Chi2, _no_rsample
+from disthook.distributions.gamma import _no_rsample
 
 __all__ = ["StudentT"]
 
