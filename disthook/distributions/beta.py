@@ -5,9 +5,7 @@ from typing import ClassVar
 
 from disthook.distributions import constraints
 from disthook.distributions.dirichlet import Dirichlet
-from disthook.distributions.distribution import (
-    broadcast_all,
-)
+from disthook.distributions.distribution import broadcast_all
 from disthook.distributions.exp_family import ExponentialFamily
 from disthook.distributions.gamma import _no_rsample
 
@@ -19,7 +17,7 @@ class Beta(ExponentialFamily):
     Dirichlet, which holds the parameters (and validates them, as in torch)."""
 
     arg_constraints: ClassVar[dict] = {"concentration1": constraints.positive,
-                       "concentration0": constraints.positive}
+                                       "concentration0": constraints.positive}
     support = constraints.unit_interval
 
     @property

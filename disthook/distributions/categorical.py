@@ -13,7 +13,7 @@ ONE_OF_MSG = "Either `probs` or `logits` must be specified, but not both."
 
 class Categorical(Distribution):
     arg_constraints: ClassVar[dict] = {"probs": constraints.simplex,
-                       "logits": constraints.independent(constraints.real, 1)}
+                                       "logits": constraints.independent(constraints.real, 1)}
     has_enumerate_support = True
     _expand_params: ClassVar[tuple] = ("probs", "logits")
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from disthook.distributions import constraints
-from disthook.distributions.distribution import (
-    broadcast_all,
-)
+from disthook.distributions.distribution import broadcast_all
 from disthook.distributions.gamma import Gamma
 
 __all__ = ["Chi2"]

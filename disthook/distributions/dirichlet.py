@@ -6,11 +6,7 @@ from typing import ClassVar
 import numpy as np
 
 from disthook.distributions import constraints
-from disthook.distributions.distribution import (
-    as_float_tensor,
-    finfo,
-    from_numpy,
-)
+from disthook.distributions.distribution import as_float_tensor, finfo, from_numpy
 from disthook.distributions.exp_family import ExponentialFamily
 from disthook.distributions.gamma import _no_rsample, _standard_gamma, _xlogy
 

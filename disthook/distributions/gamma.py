@@ -10,12 +10,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from disthook.distributions import constraints
-from disthook.distributions.distribution import (
-    as_float_tensor,
-    broadcast_all,
-    finfo,
-    from_numpy,
-)
+from disthook.distributions.distribution import as_float_tensor, broadcast_all, finfo, from_numpy
 from disthook.distributions.exp_family import ExponentialFamily
 
 __all__ = ["Gamma"]

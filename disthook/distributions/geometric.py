@@ -5,11 +5,7 @@ import numpy as np
 
 from disthook.distributions import constraints
 from disthook.distributions.bernoulli import BinaryEvent
-from disthook.distributions.distribution import (
-    as_float_tensor,
-    finfo,
-    from_numpy,
-)
+from disthook.distributions.distribution import as_float_tensor, finfo, from_numpy
 
 __all__ = ["Geometric"]
 

@@ -5,9 +5,7 @@ import math
 from typing import ClassVar
 
 from disthook.distributions import constraints
-from disthook.distributions.distribution import (
-    broadcast_all,
-)
+from disthook.distributions.distribution import broadcast_all
 from disthook.distributions.distribution import fill_where as _where_else
 from disthook.distributions.gumbel import EULER_GAMMA
 from disthook.distributions.transformed_distribution import TransformedDistribution

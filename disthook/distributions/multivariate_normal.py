@@ -82,9 +82,9 @@ class ScaleTrilMatrices:
 
 class MultivariateNormal(ScaleTrilMatrices, LocationMean, Distribution):
     arg_constraints: ClassVar[dict] = {"loc": constraints.real_vector,
-                       "covariance_matrix": constraints.positive_definite,
-                       "precision_matrix": constraints.positive_definite,
-                       "scale_tril": constraints.lower_cholesky}
+                                       "covariance_matrix": constraints.positive_definite,
+                                       "precision_matrix": constraints.positive_definite,
+                                       "scale_tril": constraints.lower_cholesky}
     support = constraints.real_vector
     has_rsample = True
 

@@ -7,9 +7,7 @@ import numpy as np
 
 from disthook.distributions import constraints
 from disthook.distributions.binomial import TrialCounts
-from disthook.distributions.distribution import (
-    from_numpy,
-)
+from disthook.distributions.distribution import from_numpy
 
 __all__ = ["NegativeBinomial"]
 

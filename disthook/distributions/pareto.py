@@ -4,9 +4,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from disthook.distributions import constraints
-from disthook.distributions.distribution import (
-    broadcast_all,
-)
+from disthook.distributions.distribution import broadcast_all
 from disthook.distributions.exponential import Exponential
 from disthook.distributions.transformed_distribution import TransformedDistribution
 from disthook.distributions.transforms import AffineTransform, ExpTransform

@@ -6,9 +6,7 @@ import math
 from typing import ClassVar
 
 from disthook.distributions import constraints
-from disthook.distributions.distribution import (
-    as_float_tensor,
-)
+from disthook.distributions.distribution import as_float_tensor
 from disthook.distributions.one_hot_categorical import CategoricalEvent
 from disthook.distributions.relaxed_bernoulli import _open_uniform, _RelaxedOf
 from disthook.distributions.transforms import ExpTransform

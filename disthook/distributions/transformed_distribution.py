@@ -8,11 +8,7 @@ from typing import ClassVar
 from disthook.distributions import constraints
 from disthook.distributions.distribution import Distribution, sum_rightmost
 from disthook.distributions.independent import Independent
-from disthook.distributions.transforms import (
-    AbsTransform,
-    ComposeTransform,
-    Transform,
-)
+from disthook.distributions.transforms import AbsTransform, ComposeTransform, Transform
 
 __all__ = ["HalfDistribution", "TransformedDistribution"]
 
