@@ -324,13 +324,3 @@ def test_names_load_on_first_use_and_all_resolve():
     for name in dd.__all__:
         assert getattr(dd, name) is not None
 
-
-def test_classes_live_in_the_modules_torch_names():
-    # checkpoints name a class by its module: torch.save / load map disthook's to torch's
-    torch = pytest.importorskip("torch")
-    from disthook._serialization.names import torch_name
-
-    for name in dd.__all__:
-        ours, theirs = getattr(dd, name), getattr(torch.distributions, name)
-        if isinstance(theirs, type):
-            assert torch_name(ours) == (theirs.__module__, theirs.__qualname__), name
