@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+import rewrite_cache
 
 BYTECODE_DIR_PREFIX = "disthook-test-bytecode-"
 BYTECODE_DIR_VARIABLE = "DISTHOOK_TEST_BYTECODE_DIR"  # the run's directory, named for its workers
@@ -43,6 +44,16 @@ def _keep_bytecode_for_this_run() -> None:
 
 
 _keep_bytecode_for_this_run()  # at import: before xdist starts its workers
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session):
+    """An xdist worker of a run that keeps its bytecode in a directory of its own shares
+    pytest's rewritten test modules with the other workers there (tests/rewrite_cache.py):
+    each module rewritten about once per run, not once per worker."""
+    ours = os.environ.get(BYTECODE_DIR_VARIABLE)
+    if ours and os.path.isdir(ours):
+        rewrite_cache.share_in_this_worker(session.config, Path(ours))
 
 
 @pytest.fixture
