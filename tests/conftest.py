@@ -46,6 +46,36 @@ def _keep_bytecode_for_this_run() -> None:
 _keep_bytecode_for_this_run()  # at import: before xdist starts its workers
 
 
+def _compute_on_one_thread_here() -> None:
+    """The tests' own process computes on one thread: numpy's BLAS from the start, torch
+    (its intra-op threads, its OpenMP and MKL) once a test module has imported it. The
+    tests compute on tiny arrays, where a second thread only waits for work: an idle
+    OpenBLAS or OpenMP thread spins before it sleeps, and with as many pytest processes as
+    cores (plus one) beside the roles they start, that spinning took cores from the others
+    (the unit and parity files under -n 3: 90 -> 68 CPU-s). Only this process: the
+    coordinators, workers and programs the tests start keep the environment's settings,
+    which their own tests check."""
+    try:
+        import numpy  # noqa: F401 - its BLAS loaded, for threadpoolctl to find
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # threadpoolctl comes with the test extra; without it, as before
+        return
+    threadpool_limits(1)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
+
+
+_compute_on_one_thread_here()
+_TORCH_SEEN = ["torch" in sys.modules]
+
+
+def pytest_runtest_setup(item):
+    if not _TORCH_SEEN[0] and "torch" in sys.modules:  # imported since: its threads too
+        _TORCH_SEEN[0] = True
+        _compute_on_one_thread_here()
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection(session):
     """An xdist worker of a run that keeps its bytecode in a directory of its own shares
