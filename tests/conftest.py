@@ -46,34 +46,29 @@ def _keep_bytecode_for_this_run() -> None:
 _keep_bytecode_for_this_run()  # at import: before xdist starts its workers
 
 
-def _compute_on_one_thread_here() -> None:
-    """The tests' own process computes on one thread: numpy's BLAS from the start, torch
-    (its intra-op threads, its OpenMP and MKL) once a test module has imported it. The
-    tests compute on tiny arrays, where a second thread only waits for work: an idle
-    OpenBLAS or OpenMP thread spins before it sleeps, and with as many pytest processes as
-    cores (plus one) beside the roles they start, that spinning took cores from the others
-    (the unit and parity files under -n 3: 90 -> 68 CPU-s). Only this process: the
-    coordinators, workers and programs the tests start keep the environment's settings,
-    which their own tests check."""
-    try:
-        import numpy  # noqa: F401 - its BLAS loaded, for threadpoolctl to find
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # threadpoolctl comes with the test extra; without it, as before
-        return
-    threadpool_limits(1)
+def _torch_on_one_thread_here() -> None:
+    """Once a test module has imported torch, torch computes on one thread in the tests'
+    own process (its intra-op threads, OpenMP and MKL). Its reference values are computed
+    on tiny tensors, where a second thread only waits for work, and an idle OpenMP thread
+    spins before it sleeps: with as many pytest processes as cores (plus one) beside the
+    roles they start, that spinning took cores from the others (the losses, attention and
+    parity files under -n 3: 67-69 -> 43 CPU-s with numpy's BLAS limited too, most of it
+    torch's). numpy's BLAS keeps the environment's setting, as in the workers the tests
+    start: a deployed model's results are compared with this process's to the last bits
+    (after a few AdamW steps, BLAS on one thread here and two there differed by 1e-3)."""
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.set_num_threads(1)
 
 
-_compute_on_one_thread_here()
 _TORCH_SEEN = ["torch" in sys.modules]
+_torch_on_one_thread_here()
 
 
 def pytest_runtest_setup(item):
-    if not _TORCH_SEEN[0] and "torch" in sys.modules:  # imported since: its threads too
+    if not _TORCH_SEEN[0] and "torch" in sys.modules:  # imported since this process began
         _TORCH_SEEN[0] = True
-        _compute_on_one_thread_here()
+        _torch_on_one_thread_here()
 
 
 @pytest.hookimpl(tryfirst=True)
