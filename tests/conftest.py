@@ -46,6 +46,30 @@ def _keep_bytecode_for_this_run() -> None:
 _keep_bytecode_for_this_run()  # at import: before xdist starts its workers
 
 
+THREAD_VARIABLES_SET_BY_THE_RUN = "DISTHOOK_TEST_SET_THREADS"  # "1" where this run set them
+
+
+def _one_thread_for_this_run() -> None:
+    """Where the environment sets no thread count, every process of the run computes on one
+    thread: BLAS and OpenMP read these variables when they load, and the pytest processes,
+    the coordinators and workers, the CLI and the programs the tests start all inherit them
+    (as ``python -m workers --threads 1`` would set them). The tests compute on tiny arrays,
+    where a second thread only spins waiting for work, on cores the other processes need
+    (unit and integration files under -n 3: 72-78 -> 62-67 CPU-s). Every process
+    gets the same count, so that the client and its workers round alike, as by default. A
+    count the environment sets is kept, for every process."""
+    from deploy.threads import THREAD_VARS
+
+    if os.environ.get(THREAD_VARIABLES_SET_BY_THE_RUN) or any(
+            os.environ.get(var) for var in THREAD_VARS):
+        return  # set by the run already (an xdist worker), or by the user
+    os.environ.update(dict.fromkeys(THREAD_VARS, "1"))
+    os.environ[THREAD_VARIABLES_SET_BY_THE_RUN] = "1"
+
+
+_one_thread_for_this_run()  # at import: before numpy loads here and before xdist starts
+
+
 def _torch_on_one_thread_here() -> None:
     """Once a test module has imported torch, torch computes on one thread in the tests'
     own process (its intra-op threads, OpenMP and MKL). Its reference values are computed

@@ -1,16 +1,21 @@
-"""In the tests' own process torch computes on one thread (tests/conftest.py), and numpy's
-BLAS keeps the environment's setting, as the workers the tests start have it: results of a
-deployed model are compared with this process's to the last bits."""
+"""Threads in a test run (tests/conftest.py): where the environment sets no count, every
+process of the run computes on one thread (the variables set once, inherited by all), so
+that this process and the workers it starts round alike; torch computes on one thread in
+the tests' own process."""
 import os
 import subprocess
 import sys
 
 import pytest
 
+from deploy.threads import THREAD_VARS
+
 try:  # at import, as the parity modules import it: before this module's first test
     import torch
 except ImportError:
     torch = None
+
+RUN_SET_THEM = os.environ.get("DISTHOOK_TEST_SET_THREADS") == "1"
 
 
 @pytest.mark.skipif(torch is None, reason="torch is not installed")
@@ -18,18 +23,33 @@ def test_torch_computes_on_one_thread_here_once_imported():
     assert torch.get_num_threads() == 1
 
 
-def _blas_threads(code_prefix: str = "") -> str:
-    code = (code_prefix + "import numpy, threadpoolctl; print(max(p['num_threads'] for p in "
+def _blas_threads_of_a_started_process() -> int:
+    code = ("import numpy, threadpoolctl; print(max(p['num_threads'] for p in "
             "threadpoolctl.threadpool_info() if p['user_api'] == 'blas'))")
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True, env=dict(os.environ, OPENBLAS_NUM_THREADS="2")).stdout
+    return int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              check=True).stdout)
 
 
-def test_numpy_blas_keeps_the_environments_setting_here_as_in_the_processes_started():
+def test_this_process_and_the_processes_it_starts_compute_on_the_same_blas_threads():
     threadpoolctl = pytest.importorskip("threadpoolctl")
-    if os.environ.get("OPENBLAS_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS"):
-        pytest.skip("the environment sets BLAS threads itself")
-    blas = [pool for pool in threadpoolctl.threadpool_info() if pool["user_api"] == "blas"]
-    started = _blas_threads("import os; os.environ.pop('OPENBLAS_NUM_THREADS'); ")
-    assert blas and {pool["num_threads"] for pool in blas} == {int(started)}, (blas, started)
-    assert _blas_threads().strip() == "2"
+    here = {pool["num_threads"] for pool in threadpoolctl.threadpool_info()
+            if pool["user_api"] == "blas"}
+    assert here == {_blas_threads_of_a_started_process()}
+    if RUN_SET_THEM:
+        assert here == {1} and {os.environ[var] for var in THREAD_VARS} == {"1"}
+
+
+@pytest.mark.skipif(not RUN_SET_THEM, reason="the environment sets the thread counts itself")
+def test_the_run_sets_them_once_in_its_first_process_and_keeps_a_users_count():
+    import conftest
+
+    conftest._one_thread_for_this_run()  # a second call, as in an xdist worker: nothing new
+    assert {os.environ[var] for var in THREAD_VARS} == {"1"}
+    env = {k: v for k, v in os.environ.items()
+           if k not in THREAD_VARS and k != "DISTHOOK_TEST_SET_THREADS"}
+    env["OPENBLAS_NUM_THREADS"] = "2"
+    code = ("import conftest, os; conftest._one_thread_for_this_run(); "
+            "print(os.environ.get('OMP_NUM_THREADS'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=env, cwd=os.path.dirname(__file__))
+    assert out.stdout.strip() == "None", out.stderr  # the user's count: nothing set
