@@ -39,17 +39,23 @@ def test_this_process_and_the_processes_it_starts_compute_on_the_same_blas_threa
         assert here == {1} and {os.environ[var] for var in THREAD_VARS} == {"1"}
 
 
-@pytest.mark.skipif(not RUN_SET_THEM, reason="the environment sets the thread counts itself")
-def test_the_run_sets_them_once_in_its_first_process_and_keeps_a_users_count():
-    import conftest
-
-    conftest._one_thread_for_this_run()  # a second call, as in an xdist worker: nothing new
-    assert {os.environ[var] for var in THREAD_VARS} == {"1"}
+def _omp_after_loading_the_conftest(**thread_vars) -> str:
+    """OMP_NUM_THREADS in a fresh process, after tests/conftest.py has loaded there with no
+    thread variable in its environment but ``thread_vars``."""
+    tests = os.path.dirname(os.path.abspath(__file__))
     env = {k: v for k, v in os.environ.items()
            if k not in THREAD_VARS and k != "DISTHOOK_TEST_SET_THREADS"}
-    env["OPENBLAS_NUM_THREADS"] = "2"
-    code = ("import conftest, os; conftest._one_thread_for_this_run(); "
+    code = ("import importlib.util, os, sys; sys.path.insert(0, sys.argv[1]); "
+            "spec = importlib.util.spec_from_file_location('suite_conftest', "
+            "os.path.join(sys.argv[1], 'conftest.py')); "
+            "spec.loader.exec_module(importlib.util.module_from_spec(spec)); "
             "print(os.environ.get('OMP_NUM_THREADS'))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, env=env, cwd=os.path.dirname(__file__))
-    assert out.stdout.strip() == "None", out.stderr  # the user's count: nothing set
+    out = subprocess.run([sys.executable, "-c", code, tests], capture_output=True, text=True,
+                         env={**env, **thread_vars}, check=False)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_a_run_sets_one_thread_where_the_environment_sets_none_and_keeps_a_users_count():
+    assert _omp_after_loading_the_conftest() == "1"
+    assert _omp_after_loading_the_conftest(OPENBLAS_NUM_THREADS="2") == "None"
