@@ -174,4 +174,5 @@ def _stack_message(node, parent: bool) -> str:
     if parent:
         return (f"\n\nPrevious calculation was induced by {node.name()}. Traceback of forward "
                 f"call that induced the previous calculation:\n{trace}")
-    return f"Error detected in {node.name()}. Traceback of forward call that caused the error:\n{trace}"
+    return (f"Error detected in {node.name()}. Traceback of forward call that caused the "
+            f"error:\n{trace}")

@@ -1,8 +1,8 @@
 """``torch.func``: function transforms on disthook's reverse-mode engine.
 
 ``grad``, ``grad_and_value``, ``vjp``, ``jvp``, ``jacrev``, ``jacfwd``, ``hessian``, ``vmap``,
-``functional_call`` and ``stack_module_state`` take and give what torch's do, and compose (``grad(grad(f))``,
-``jacrev(jacrev(f))``, ``vmap(grad(f))``). Two differences in how, not in what: there is no
+``functional_call`` and ``stack_module_state`` take and give what torch's do, and compose
+(``grad(grad(f))``, ``jacrev(jacrev(f))``, ``vmap(grad(f))``). Two differences in how, not in what: there is no
 forward mode, so ``jvp`` and ``jacfwd`` are computed with reverse passes (the same values); and
 ``vmap`` calls the function once per index of the mapped dimension and stacks the results (the
 same values as torch's batched rules, at the cost of a Python loop; random ops draw per
