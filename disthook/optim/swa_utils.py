@@ -135,7 +135,9 @@ class AveragedModel(Module):
     def update_parameters(self, model: Module) -> None:
         """Average ``model``'s current values into the copy: the first call copies them."""
         mine, theirs = self._averaged_tensors(model)
-        pairs = [(p.detach(), q.detach().to(p.device)) for p, q in zip(mine, theirs)]
+        followed = [] if self.use_buffers else list(model.buffers())
+        values = _current(theirs + followed)  # (a deployed model's: read at once)
+        pairs = [(p.detach(), q.to(p.device)) for p, q in zip(mine, values)]
         first = bool(self.n_averaged == 0)
         if first:
             for p, q in pairs:
@@ -144,8 +146,9 @@ class AveragedModel(Module):
             self._average(pairs)
         if not self.use_buffers:
             # buffers are not averaged: they follow the model's
-            for b_mine, b_model in zip(self.module.buffers(), model.buffers(), strict=True):
-                b_mine.detach().copy_(b_model.detach().to(b_mine.device))
+            for b_mine, b_model in zip(self.module.buffers(), values[len(theirs):],
+                                       strict=True):
+                b_mine.detach().copy_(b_model.to(b_mine.device))
         self.n_averaged += 1
 
     def _average(self, pairs: list) -> None:
@@ -166,6 +169,24 @@ class AveragedModel(Module):
                 swa = get_swa_avg_fn()
                 for p, q in zip(mine, theirs):
                     p.copy_(swa(p, q, self.n_averaged))
+
+
+def _current(tensors: list) -> list:
+    """Each tensor's current value, detached. Tensors kept elsewhere (a deployed model's,
+    whose class reads many at once: ``_read_together``) are read together, one request per
+    place, instead of one per tensor."""
+    out = [None] * len(tensors)
+    elsewhere: dict = {}
+    for i, t in enumerate(tensors):
+        reader = getattr(type(t), "_read_together", None)
+        if reader is None:
+            out[i] = t.detach()
+        else:
+            elsewhere.setdefault(reader, []).append(i)
+    for reader, where in elsewhere.items():
+        for i, value in zip(where, reader([tensors[i] for i in where])):
+            out[i] = value
+    return out
 
 
 # ---- batch-norm statistics --------------------------------------------------------------------

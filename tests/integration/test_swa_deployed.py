@@ -66,6 +66,13 @@ def test_ema_of_a_deployed_model_is_the_one_process_ema(cluster, use_buffers):
         close(model[0].weight, local[0].weight)
         assert not np.allclose(ema.module[0].weight.detach().numpy(),
                            local[0].weight.detach().numpy())
+        # the workers' values are read together: one request per worker, not per tensor
+        model.stats(reset=True)
+        ema.update_parameters(model)
+        assert model.stats()["requests"] == 2
+        local_ema.update_parameters(local)
+        for key, value in local_ema.state_dict().items():
+            close(ema.state_dict()[key], value)
         x = data(1, seed=9)[0][0]
         ema.eval(), local_ema.eval()
         close(ema(x), local_ema(x))
