@@ -25,7 +25,7 @@ _ENABLED_WARNING = ("Anomaly Detection has been enabled. This mode will increase
                     "and should only be enabled for debugging.")
 _NO_FORWARD_INFO = ("No forward pass information available. Enable detect anomaly during "
                     "forward pass for more information.")
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 _state = {"enabled": False, "check_nan": True}
 _plain_init = graph.Node.__init__
