@@ -252,3 +252,13 @@ def test_swa_utils_is_torch_optim_swa_utils():
     assert sorted(d_swa.__all__) == sorted(t_swa.__all__)
     from disthook._surface.refusal import is_refused
     assert not any(is_refused(getattr(d_swa, name)) for name in t_swa.__all__)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cpu:0", "torch.device"])
+def test_averaged_model_takes_a_device_as_modules_do(device):
+    where = disthook.device("cpu") if device == "torch.device" else device
+    averaged = d_swa.AveragedModel(net(disthook), device=where)
+    assert averaged.n_averaged.device == disthook.device("cpu")
+    assert all(p.device == disthook.device("cpu") for p in averaged.parameters())
+    with pytest.raises(AssertionError, match="Torch not compiled with CUDA enabled"):
+        d_swa.AveragedModel(net(disthook), device="cuda")  # as Module.to("cuda") says
