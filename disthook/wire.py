@@ -67,8 +67,11 @@ __all__ = [
 # "pipe" records travel in a short form (a fixed struct header, see _encode_pipe); 10: a
 # worker registers its local link and load_stage names the neighbours' (workers/links.py),
 # fields a process of 9 refuses; 11: module_op "convert" (a placed module's dtype changed:
-# to(dtype), double(), half()), which a worker of 10 refuses
-PROTOCOL_VERSION = 11
+# to(dtype), double(), half()), which a worker of 10 refuses; 12: a hook's answer says it
+# wrote to the model ("wrote": an attribute, a weight), and a part called inside a
+# non-reentrant checkpoint runs checkpointed there ("checkpoint"): fields a worker of 11
+# refuses
+PROTOCOL_VERSION = 12
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
@@ -249,7 +252,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
                 "reply_to": "str", "requires_grad": "list?", "mb": "int?", "stop": "str?",
                 "optimizer_calls": "list[list[optimizer_call]]?", "path": "str?",
                 "call": "hook_value?", "rng": "str?", "pins": "list?", "op": "str?",
-                "params": "any?", "keep": "bool?", "as_of": "map?"},
+                "params": "any?", "keep": "bool?", "as_of": "map?", "checkpoint": "map?"},
     # taps: keys of tensors client forward hooks were given, whose gradients the client
     # wants (autograd.grad with respect to them); each stage adds those it holds to tapped
     # (key -> gradient) and the answer carries them all (result["tapped"]). accumulate
@@ -299,7 +302,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
                    "args": "list[hook_value]", "diff": "bool?", "spec": "str?"},
     "hook_reply": {"hook": "int", "result": "hook_value?", "watch": "list[int]?",
                    "retain": "list[int]?", "key": "str?", "changed": "list[changed_arg]?",
-                   "taps": "list[int]?", "stale": "bool?"},
+                   "taps": "list[int]?", "stale": "bool?", "wrote": "bool?"},
     # a warning raised on a worker, issued again by the client
     "warning": {"category": "str", "message": "str", "worker": "str?"},
     # hooks to register on one worker, all or none

@@ -3,7 +3,9 @@ and reader called directly (``wire.encode_pipe``, ``wire.decode_pipe``) give and
 ``encode`` and ``decode`` do; a link sends a record's two frames with one prefix; a record
 read off an accepted link goes straight to the mailbox, and a waiting stage takes what has
 come on its links before it polls."""
+import itertools
 import logging
+import select
 import socket
 import struct
 
@@ -15,8 +17,8 @@ from disthook import wire
 from disthook.wire import WireError
 from workers import links
 from workers.link_handlers import LinkHandlers
-from workers.links import Link
-from workers.state import Job, Resume, WorkerState
+from workers.links import Link, LinkClosed
+from workers.state import Job, Resume, Tick, WorkerState
 
 IDENTITY = b"w1>prev>3"
 
@@ -144,6 +146,7 @@ class _Worker(LinkHandlers):
         self.state.models.add("m")
         self.links_in, self._links_waiting, self._polled = {}, set(), {}
         self._outboxes, self._next_tick = set(), float("inf")
+        self._links_ready = select.poll()
         self.refused, self.done, self.general = [], [], []
 
     def refuse(self, sender, exc):
@@ -164,6 +167,8 @@ def _linked(worker):
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     dialled, accepted = Link(a, IDENTITY), Link(b, IDENTITY, accepted=True)
     worker.links_in[IDENTITY] = accepted
+    worker._polled[accepted.fileno()] = accepted
+    worker._links_ready.register(accepted.fileno(), select.POLLIN)
     return dialled, accepted
 
 
@@ -187,6 +192,30 @@ def test_a_record_on_a_link_goes_to_the_mailbox_and_ends_the_wait():
     dialled.send_multipart(wire.encode("pipe", {"model": "m", "step": "s", "kind": "act",
                                                 "mb": 6}, req=9))
     assert w._read_link(accepted) and len(w.general) == 1
+
+
+def test_a_record_cut_short_ends_no_wait_and_the_wait_times_out_as_before():
+    """A neighbour that stops mid-array: the stage's look at its links takes nothing and
+    never blocks, and its wait ends at the pipe timeout with the error it always had."""
+    w = _Worker()
+    now = [0.0]
+    w.state = WorkerState("w", pipe_timeout=5.0, clock=lambda: now[0])
+    w.state.models.add("m")
+    dialled, _ = _linked(w)
+    job = Job(b"client", wire.Message("train_step"), b"client", "m")
+    w.state.jobs.add(job)
+    wait = w.state.wait_for_pipe(job, (("m", "s", "act", 5),), "a record")
+    stream = link_bytes(wire.encode_pipe("m", "s", "act", 5, np.ones((32, 1024), np.float32)))
+    dialled.sock.sendall(stream[:len(stream) // 2])
+    for _ in range(3):
+        assert not w.links_first() and not wait.done and w.state.mailbox == {}
+    now[0] = 5.0
+    resume, log = w.state.handle(Tick(now[0]))
+    assert resume.wait is wait and isinstance(wait.error, TimeoutError)
+    assert str(wait.error) == "worker w waited 5 s for a record"
+    assert "its request (train_step from" in log.text
+    dialled.sock.sendall(stream[len(stream) // 2:])  # the rest, late: taken, no wait ends
+    assert w.links_first() and ("m", "s", "act", 5) in w.state.mailbox
 
 
 def test_a_malformed_short_record_on_a_link_is_refused_as_decode_refuses_it():
@@ -216,6 +245,21 @@ def test_a_record_for_an_unknown_model_or_a_finished_step_is_dropped():
     assert w.state.mailbox == {} and w.done == [] and w.refused == []
 
 
+def test_the_finished_steps_kept_are_the_latest_and_each_is_found_without_a_walk():
+    from workers.state import FINISHED_STEPS_KEPT
+
+    state = WorkerState("w")
+    state.models.add("m")
+    for i in range(FINISHED_STEPS_KEPT + 5):
+        state.finish_step("m", f"s{i}")
+    assert len(state.finished_steps) == FINISHED_STEPS_KEPT
+    late = {"model": "m", "kind": "act", "mb": 0, "data": None}
+    state.pipe_arrived({**late, "step": f"s{FINISHED_STEPS_KEPT + 4}"})  # late: dropped
+    state.pipe_arrived({**late, "step": "s4"})  # finished too long ago to be known
+    assert list(state.mailbox) == [("m", "s4", "act", 0)]
+    assert isinstance(state.finished_steps, dict)  # (a look-up is a hash, not a scan)
+
+
 def test_a_waiting_stage_takes_what_came_on_its_links_before_it_polls():
     w = _Worker()
     dialled, _ = _linked(w)
@@ -230,6 +274,39 @@ def test_a_waiting_stage_takes_what_came_on_its_links_before_it_polls():
     assert w.links_first() and ("m", "s", "act", 1) in w.state.mailbox
     dialled.close()
     assert w.links_first() and w.gone == "the other end closed it"
+
+
+def test_a_waiting_stage_reads_only_the_links_that_hold_something():
+    """links_first asks the kernel once which accepted links hold bytes (the one its hello
+    made known included) and reads those alone: a link with nothing costs no read."""
+    w = _Worker()
+    w.peers = type("Peers", (), {"linked": lambda self, identity: None})()
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    dialled, accepted = Link(a, IDENTITY), Link(b, accepted=True)
+    w._polled[accepted.fileno()] = accepted
+    dialled.send_multipart([links.hello(IDENTITY)])
+    assert w._read_link(accepted) and w.links_in == {IDENTITY: accepted}
+    counting = accepted.sock = _Counting(accepted.sock)
+    assert not w.links_first() and counting.calls == []  # nothing came: nothing read
+    dialled.send_multipart(wire.encode_pipe("m", "s", "act", 1, np.ones(2, np.float32)))
+    assert w.links_first() and ("m", "s", "act", 1) in w.state.mailbox
+    calls = len(counting.calls)
+    assert not w.links_first() and len(counting.calls) == calls
+    accepted.sock = counting.real
+
+
+def test_a_stage_whose_record_came_already_opens_no_wait():
+    from workers.steps import StepHandlers
+
+    w = _Worker()
+    dialled, _ = _linked(w)
+    key, abort = ("m", "s", "grad", 4), ("m", "s", "abort", -1)
+    assert not StepHandlers._came_on_links(w, (key, abort))  # not come: the stage waits
+    dialled.send_multipart(wire.encode_pipe("m", "s", "grad", 4, np.ones(2, np.float32)))
+    assert StepHandlers._came_on_links(w, (key, abort)) and key in w.state.mailbox
+    dialled.send_multipart(wire.encode_pipe("m", "s", "act", 5, np.ones(2, np.float32)))
+    assert not StepHandlers._came_on_links(w, (("m", "s", "act", 6), abort))  # another's
+    assert w.state.waits == {}
 
 
 def test_an_outbox_that_fills_and_empties_is_known_to_the_worker():
@@ -314,21 +391,75 @@ def test_what_the_buffer_holds_is_read_whole_and_a_large_header_grows_it_for_a_w
     assert accepted.read() == [[b"again"]] and len(accepted._buf) == links._BUFFER
 
 
+class _Counting:
+    """A link's socket that records each read: ("recv", bytes asked) or ("recvmsg", bytes
+    asked per buffer)."""
+
+    def __init__(self, real):
+        self.real, self.calls = real, []
+
+    def recv_into(self, into, n):
+        self.calls.append(("recv", n))
+        return self.real.recv_into(into, n)
+
+    def recvmsg_into(self, buffers):
+        self.calls.append(("recvmsg", [len(b) for b in buffers]))
+        return self.real.recvmsg_into(buffers)
+
+
 def test_a_pipe_record_takes_two_reads_the_header_with_the_arrays_first_bytes():
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     dialled, accepted = Link(a, IDENTITY), Link(b, accepted=True)
     data = np.arange(32 * 1024, dtype=np.float32).reshape(32, 1024)
     dialled.send_multipart(wire.encode_pipe("m", "s", "act", 0, data))
-    calls = []
-    real = accepted.sock
-
-    class Counting:
-        def recv_into(self, into, n):
-            calls.append(n)
-            return real.recv_into(into, n)
-
-    accepted.sock = Counting()
+    counting = accepted.sock = _Counting(accepted.sock)
     (frames,) = accepted.read()
-    accepted.sock = real
-    assert calls[0] == links._BUFFER and len(calls) == 3  # the third: nothing more (EAGAIN)
+    accepted.sock = counting.real
+    # the header with the array's first bytes, then the rest of the array together with
+    # what came after it (nothing): no third read that finds nothing
+    assert [kind for kind, _ in counting.calls] == ["recv", "recvmsg"]
+    assert counting.calls[0][1] == links._BUFFER and counting.calls[1][1][1] == links._BUFFER
     np.testing.assert_array_equal(wire.decode_pipe(frames)["data"], data)
+    assert accepted.read() == []
+
+
+def test_what_comes_after_an_array_is_read_with_it_and_taken_in_the_same_read():
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    dialled, accepted = Link(a, IDENTITY), Link(b, accepted=True)
+    arrays = [np.full((32, 1024), i, np.float32) for i in range(3)]
+    for i, x in enumerate(arrays):
+        dialled.send_multipart(wire.encode_pipe("m", "s", "act", i, x))
+    dialled.send_multipart([b"small"])
+    counting = accepted.sock = _Counting(accepted.sock)
+    got = accepted.read()
+    accepted.sock = counting.real
+    assert len(got) == 4 and got[3] == [b"small"]
+    for i, frames in enumerate(got[:3]):
+        np.testing.assert_array_equal(wire.decode_pipe(frames)["data"], arrays[i])
+    # each array's rest brought the next record's header and first bytes with it
+    assert [kind for kind, _ in counting.calls].count("recv") <= 2
+    assert accepted.read() == []
+
+
+def test_a_record_in_pieces_and_a_sender_that_stops_mid_array():
+    """The array's rest comes in pieces (each read takes what came, never waits); a sender
+    that stops mid-array leaves the read with nothing, and its close ends the link."""
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    accepted = Link(b, accepted=True)
+    data = np.arange(32 * 1024, dtype=np.float32).reshape(32, 1024)
+    record = link_bytes(wire.encode_pipe("m", "s", "grad", 2, data))
+    stream = record + link_bytes([b"next"])
+    cuts = [0, 50, 5000, 70000, len(record) - 1, len(record) + 3, len(stream)]
+    got = []
+    for lo, hi in itertools.pairwise(cuts):
+        a.sendall(stream[lo:hi])
+        got += accepted.read()
+        assert len(got) == (hi >= len(record)) + (hi == len(stream))
+    assert wire.decode_pipe(got[0])["mb"] == 2 and got[1] == [b"next"]
+    np.testing.assert_array_equal(wire.decode_pipe(got[0])["data"], data)
+    a.sendall(stream[:70000])  # another record, cut short
+    assert accepted.read() == [] and accepted.read() == []  # no hang: nothing yet
+    a.close()
+    with pytest.raises(LinkClosed, match="the other end closed it"):
+        accepted.read()
+    assert accepted.closed

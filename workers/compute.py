@@ -20,6 +20,7 @@ from disthook import wire
 from disthook.service import op_calls
 from disthook.service.loop import NO_REPLY, send_frames
 from disthook.service.values import opaque_in, pack, tensors_in, unpack
+from disthook.utils.checkpoint import checkpoint
 from workers.speculation import BACKWARD_KINDS, EarlyAnswer, run_ahead
 from workers.state import Context
 from workers.versions import carries_write, note_pins, upstream_pins
@@ -163,6 +164,12 @@ class ComputeHandlers:
                     job.rng = msg["rng"]
                     disthook.random._set_stream_state(msg["rng"])
                 with disthook.set_grad_enabled(grad):
+                    ckpt = msg.get("checkpoint")
+                    if ckpt and grad:  # called inside torch.utils.checkpoint on the client
+                        return checkpoint(module, *args, use_reentrant=False,
+                                          early_stop=bool(ckpt.get("early_stop", True)),
+                                          preserve_rng_state=bool(ckpt.get("rng", True)),
+                                          **kwargs)
                     return module(*args, **kwargs)
 
             def finish(out, ahead: str | None = None):

@@ -7,6 +7,7 @@ named, as a worker of the cluster; there is no monitor to read nor connection to
 """
 from __future__ import annotations
 
+import select
 import time
 
 import zmq
@@ -41,6 +42,8 @@ class LinkHandlers:
         self._links_waiting: set[Link] = set()  # accepted, their hello not come yet
         self._polled: dict[int, LinkEnd] = {}  # file descriptor -> what the poller holds
         self._outboxes: set[int] = set()  # links whose outbox waits for the poller
+        # the accepted links alone, for links_first: one call says which have bytes
+        self._links_ready = select.poll()
         if not links_enabled():
             return
         try:
@@ -120,14 +123,18 @@ class LinkHandlers:
             self._link_gone(end, str(exc), exc.ended)
 
     def links_first(self) -> bool:
-        """Take what has come on the accepted links without a poll (a waiting stage's
-        record is often there already): whether anything came. Nothing while the loop's
+        """Take what has come on the accepted links without a round of the loop (a waiting
+        stage's record is often there already; the kernel is asked once which links hold
+        bytes, and only those are read): whether anything came. Nothing while the loop's
         tick is due or an outbox waits for the poller, so that the whole loop (the
         endpoint, the coordinator, the flushes) still comes round at least once a tick."""
-        if self._outboxes or time.monotonic() >= self._next_tick:
+        if not self.links_in or self._outboxes or time.monotonic() >= self._next_tick:
             return False
         came = False
-        for link in [*self.links_in.values()]:
+        for fd, _ in self._links_ready.poll(0):  # (no read of a link with nothing)
+            link = self._polled.get(fd)
+            if link is None or link.closed:
+                continue
             try:
                 came = self._read_link(link) or came
             except LinkClosed as exc:
@@ -165,6 +172,7 @@ class LinkHandlers:
                 link.identity = identity
                 self._links_waiting.discard(link)
                 self.links_in[identity] = link
+                self._links_ready.register(link.fileno(), select.POLLIN)
                 self.peers.linked(identity)
                 continue
             if frames[0][:_PIPE_MAGIC_LEN] == wire.PIPE_MAGIC:  # a pipe record: to the mailbox
@@ -207,6 +215,7 @@ class LinkHandlers:
                 "worker %s: closed a local link before its hello: %s", self.id, why)
         elif self.links_in.get(identity) is link:
             del self.links_in[identity]
+            self._links_ready.unregister(link.fileno())
             self.log.info("worker %s: the local link from %s closed: %s", self.id,
                           self.who(identity), why)
             self.peer_gone(identity)

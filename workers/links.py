@@ -18,7 +18,8 @@ kernel does not take waits in the link's outbox until the socket is writable); a
 two frames (a pipe record) goes behind one packed prefix. Reads never block: the kernel's
 bytes come a page at a time into the link's buffer, so that a message's prefix, table and
 header come in one read, and each array frame goes into a fresh buffer (``np.empty``) that
-the decoded array is a view of: what the page held of it copied, the rest read straight in.
+the decoded array is a view of: what the page held of it copied, the rest read straight in,
+with what follows it into the page in the same call (nothing followed: the read ends).
 """
 from __future__ import annotations
 
@@ -224,16 +225,20 @@ class Link(LinkEnd):
         what is off (the link is closed)."""
         messages: list[list] = []
         while True:
-            if self._target is not None:  # an array frame: straight from the socket
-                n = self._recv(self._target[self._got:])
-                if not n:
+            if self._target is not None:  # an array frame: straight from the socket,
+                # and what comes after it into the buffer in the same call
+                after = self._straight()
+                if after is None:
                     return messages
-                self._got += n
-                if self._got < len(self._target):
-                    continue
                 self._frames.append(self._frame)
                 self._target = self._frame = None
                 done = self._next_frame()
+                if done is not None and not after:
+                    # the kernel held nothing past this message when it was read: no
+                    # read that would find nothing (what comes later, the poll sees)
+                    self.received += 1
+                    messages.append(done)
+                    return messages
             else:  # the prefix, the table and the header, from the buffer
                 done = self._take_head()
                 if done is _MORE:
@@ -244,10 +249,12 @@ class Link(LinkEnd):
                 self.received += 1
                 messages.append(done)
 
-    def _recv(self, into: memoryview) -> int:
-        """What the kernel gives into ``into`` now (0: nothing yet)."""
+    def _recv(self, into: memoryview, then: memoryview | None = None) -> int:
+        """What the kernel gives into ``into`` now, and past it into ``then`` in the same
+        call where one is given (0: nothing yet)."""
         try:
-            n = self.sock.recv_into(into, len(into))
+            n = (self.sock.recv_into(into, len(into)) if then is None
+                 else self.sock.recvmsg_into([into, then])[0])
         except (BlockingIOError, InterruptedError):
             return 0
         except OSError as exc:
@@ -257,6 +264,25 @@ class Link(LinkEnd):
             self.close()
             raise LinkClosed("the other end closed it", ended=True)
         return n
+
+    def _straight(self) -> int | None:
+        """Read the rest of the array frame begun into it, and what the kernel holds past
+        it into the buffer (empty then: the frame took all it held), in one call: how many
+        bytes came past the frame once it came whole (None: not whole yet)."""
+        rest = self._target[self._got:]
+        lo, hi = self._lo, self._hi
+        if lo == hi:  # (always: the frame took what the buffer held)
+            if len(self._buf) > _BUFFER:
+                self._buf = bytearray(_BUFFER)
+                self._view = memoryview(self._buf)
+            self._lo = self._hi = lo = hi = 0
+        n = self._recv(rest, self._view[hi:])
+        if n < len(rest):
+            self._got += n
+            return None
+        self._got = len(self._target)
+        self._hi = hi + n - len(rest)
+        return n - len(rest)
 
     def _fill(self) -> int:
         """Read what the kernel has into the buffer, after what it holds (moved to its

@@ -341,14 +341,14 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         beats) this thread keeps the loop: a quick answer then costs no thread switch. Once
         a request is to start or another waiting job to go on, it hands the loop over."""
         holding, self.holding = self.holding, False  # what the wait may depend on goes now
-        self.flush_replies()
-        while not wait.done and self._running and not self._todo and not self.runners.ready:
-            if not self.links_first():  # (link_handlers.py)
-                self._serve_round(start_jobs=False)
         job = wait.job
+        if job.rng is not None:  # the stream as this job left it (what runs meanwhile draws)
+            job.rng = streams._stream_state()
+        self.flush_replies()
+        self.links_first()  # once (link_handlers.py): then each round's poll says what came
+        while not wait.done and self._running and not self._todo and not self.runners.ready:
+            self._serve_round(start_jobs=False)
         if not wait.done and self._running:
-            if job.rng is not None:  # the stream as this job left it
-                job.rng = streams._stream_state()
             turn = self.runners.current()
             self._sleepers[wait.id] = turn
             self.runners.sleep(turn)

@@ -200,7 +200,7 @@ class WorkerState:
         self.mailbox: dict[tuple, Any] = {}  # (model, step, kind, mb) -> pipe message
         # (model, client) -> value id -> a tensor kept for the client (workers/values.py)
         self.values: dict[tuple[str, bytes], dict[str, Any]] = {}
-        self.finished_steps: collections.deque = collections.deque(maxlen=FINISHED_STEPS_KEPT)
+        self.finished_steps: dict[tuple, None] = {}  # (model, step), oldest first
         self.waits: dict[int, Wait] = {}
         self._answered_by: dict[tuple, Wait] = {}  # (client, event id) -> the wait it ends
         self.lanes: dict[tuple, collections.deque] = {}  # busy lane -> requests queued in it
@@ -409,9 +409,8 @@ class WorkerState:
 
     def wait_for_pipe(self, job: Job, keys: tuple, what: str) -> Wait | None:
         """The job waits until one of the mailbox ``keys`` is there (None: one is already)."""
-        if any(k in self.mailbox for k in keys):
-            return None
-        return self._open_wait(job, what, self.pipe_timeout, keys=tuple(keys))
+        return None if any(k in self.mailbox for k in keys) else self._open_wait(
+            job, what, self.pipe_timeout, keys=tuple(keys))
 
     def _open_wait(self, job: Job, what: str, timeout: float, sleeps: bool = True,
                    **how) -> Wait:
@@ -446,8 +445,7 @@ class WorkerState:
         if msg["model"] not in self.models or step in self.finished_steps:
             return out  # for no model held here, or late: dropped
         if len(self.mailbox) >= self.mailbox_limit:  # nobody asks for these: a faulty peer
-            oldest = next(iter(self.mailbox))
-            del self.mailbox[oldest]
+            del self.mailbox[oldest := next(iter(self.mailbox))]
             out.append(Log("warning", f"worker {self.worker_id}: pipeline mailbox full "
                                       f"({self.mailbox_limit}); dropping {oldest}"))
         key = (*step, msg["kind"], msg["mb"])
@@ -457,7 +455,9 @@ class WorkerState:
 
     def finish_step(self, model: str, step: str) -> None:
         """A training step ended here: its mailbox entries go, later ones are dropped."""
-        self.finished_steps.append((model, step))
+        self.finished_steps[(model, step)] = None  # (a dict: found without a walk)
+        while len(self.finished_steps) > FINISHED_STEPS_KEPT:
+            del self.finished_steps[next(iter(self.finished_steps))]
         for key in [k for k in self.mailbox if k[:2] == (model, step)]:
             del self.mailbox[key]
 

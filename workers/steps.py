@@ -69,10 +69,11 @@ class StepHandlers:
                     (_, _, what, mb), _ = action[1]
                     waited_since = waited_since or time.perf_counter()
                     cpu_before = time.thread_time()
-                    wait = self.state.wait_for_pipe(
-                        job, action[1], f"the {what} of micro-batch {mb} ({st.name})")
-                    if wait is not None:
-                        self.sleep_on(wait)
+                    if not self._came_on_links(action[1]):
+                        wait = self.state.wait_for_pipe(
+                            job, action[1], f"the {what} of micro-batch {mb} ({st.name})")
+                        if wait is not None:
+                            self.sleep_on(wait)
                     waited_cpu += time.thread_time() - cpu_before
                     continue
                 if kind == "recv":
@@ -149,6 +150,12 @@ class StepHandlers:
             self.state.finish_step(model, step)
         stats = {"busy": busy, "peak_rss": peak, "timeline": timeline}
         return {"losses": [losses[mb] for mb in sorted(losses)], **stats} if last else stats
+
+    def _came_on_links(self, keys: tuple) -> bool:
+        """Whether one of the mailbox ``keys`` is there once what came on the links is
+        taken (``links_first``): a record the kernel holds already needs no wait opened,
+        no flush and no state restored after it."""
+        return self.links_first() and any(k in self.state.mailbox for k in keys)
 
     def _pipe_send(self, st, side: str, step: str, kind: str, mb: int, data,
                    reason: str | None = None) -> None:

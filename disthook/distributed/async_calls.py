@@ -35,10 +35,22 @@ class Forms:
     def get(self, key):
         return self.forms.get(key)
 
+    def forget(self) -> None:
+        """The model changed in a way that may change an answer's form (a parameter's
+        ``requires_grad``, a module's attribute, mode, dtype or children): none is known."""
+        self.forms.clear()
+
     def put(self, key, form) -> None:
         self.forms[key] = form
         while len(self.forms) > self.limit:
             del self.forms[next(iter(self.forms))]
+
+
+def forget(model) -> None:
+    """No answer's form of ``model`` is known any more (``Forms.forget``)."""
+    forms = model.__dict__.get("_forms")
+    if forms is not None:
+        forms.forget()
 
 
 def may_go_on(model) -> bool:

@@ -119,6 +119,12 @@ class _Hub(Releases, HookServer):
         # failures among them, in order, raised by the next request that waits
         self.in_flight: dict[int, tuple] = {}
         self.failed: list[tuple] = []
+        # requests whose exchange waits below the one under way (a hook of ours that asks
+        # the workers something while its call waits), and their answers that came first
+        self._outer: set[int] = set()
+        self.writes = 0  # writes asked for (weights, module attributes): a hook that made one
+        # changed what the pass it fired in computes (client_hooks)
+        self._early: dict[int, wire.Message] = {}
         self._busy = 0  # > 0 while a socket operation is under way (a request, a close)
         self._thread = threading.get_ident()  # the thread that used the sockets last
         # optimizer calls not sent yet, in the order they were made, each {address: its
@@ -167,6 +173,7 @@ class _Hub(Releases, HookServer):
         they go as one "write" to the first stage, which passes them on stage to stage, so
         that every call computes all stages with the weights it started with
         (workers/versions.py); otherwise each goes to its worker."""
+        self.writes += 1
         through = self._write_through(calls)
         if through is None and self.versions is not None:
             self.versions.write(self, calls, what=what, carries=carries_optimizer_calls)
@@ -279,6 +286,8 @@ class _Hub(Releases, HookServer):
     def request(self, address: str, msg_type: str, fields: dict, *, ctx: str | None = None,
                 what: str = "") -> wire.Message:
         """Send to ``address``; wait for the reply with the same id from any worker."""
+        if msg_type == "module_op":
+            self.writes += 1
         return self.request_all([(address, fields)], msg_type, ctx=ctx, what=what)[0]
 
     def request_all(self, calls: list[tuple], msg_type: str, *,
@@ -325,9 +334,50 @@ class _Hub(Releases, HookServer):
                           ctx=call[2] if len(call) > 2 else ctx)
         replies: dict[int, wire.Message] = {}
         deadline = Deadline(self.timeout)
-        # every call sent without waiting answers first: what is asked now may read what
-        # they change, and their failures are raised before anything that followed them
+        outer, self._outer = self._outer, self._outer | set(reqs)
+        try:
+            self._wait_replies(reqs, replies, deadline, calls, msg_type, ctx, what)
+        finally:
+            self._outer = outer
+            for req in reqs:  # (an exchange that failed leaves nothing behind)
+                self._early.pop(req, None)
+        # warnings a stage sent before passing its result on may still be on their way on
+        # another socket than the last answer's: take those that are here (with one socket
+        # they came before the answer, in order)
+        for sock in dict(self.poller.poll(0)) if len(self.socks) > 1 else ():
+            if sock in self.monitors:
+                if self._disconnected(sock):
+                    self.lost[self.monitors[sock]] = "no call (between calls)"
+                continue
+            try:  # (an answer an exchange below waits for is kept for it, as above)
+                for late in received(sock.recv_multipart(copy=False)):
+                    self._take_one(sock, late, reqs, replies, deadline)
+            finally:
+                self.flush_answers(sock)
+        if self.failed:
+            self._raise_failed()
+        for req in reqs:
+            reply = replies[req]
+            if reply.type == "error":
+                if self.hook_error is not None:  # our own hook failed: raise that
+                    exc, self.hook_error = self.hook_error, None
+                    raise exc
+                raise_error(reply)
+        if self.late_error is not None:
+            self._raise_late_error()
+        return [replies[req] for req in reqs]
+
+    def _wait_replies(self, reqs: list, replies: dict, deadline, calls: list, msg_type: str,
+                      ctx: str | None, what: str) -> None:
+        """Take what comes until every one of ``reqs`` has its answer in ``replies`` and
+        no call sent without waiting is in flight (every call sent without waiting
+        answers first: what is asked now may read what they change, and their failures are
+        raised before anything that followed them)."""
         while len(replies) < len(reqs) or self.in_flight:
+            for req in [r for r in reqs if r in self._early]:  # taken by an exchange above
+                self._keep_reply(self._early.pop(req), replies)
+            if len(replies) == len(reqs) and not self.in_flight:
+                return
             events = poll_until(self.poller, deadline)
             if not events:
                 self.in_flight.clear()  # late answers to them are dropped
@@ -349,32 +399,6 @@ class _Hub(Releases, HookServer):
                     self._take(sock, reqs, replies, deadline)
                 finally:  # the answers to the events of the burst go together
                     self.flush_answers(sock)
-        # warnings a stage sent before passing its result on may still be on their way on
-        # another socket than the last answer's: take those that are here (with one socket
-        # they came before the answer, in order)
-        for sock in dict(self.poller.poll(0)) if len(self.socks) > 1 else ():
-            if sock in self.monitors:
-                if self._disconnected(sock):
-                    self.lost[self.monitors[sock]] = "no call (between calls)"
-                continue
-            for late in received(sock.recv_multipart(copy=False)):
-                if late.type == "warning":
-                    _issue_warning(late)
-                elif late.type == "error" and late.req in self._answered_ahead:
-                    del self._answered_ahead[late.req]
-                    self.late_error = late
-        if self.failed:
-            self._raise_failed()
-        for req in reqs:
-            reply = replies[req]
-            if reply.type == "error":
-                if self.hook_error is not None:  # our own hook failed: raise that
-                    exc, self.hook_error = self.hook_error, None
-                    raise exc
-                raise_error(reply)
-        if self.late_error is not None:
-            self._raise_late_error()
-        return [replies[req] for req in reqs]
 
     def _take(self, sock: zmq.Socket, reqs: list, replies: dict, deadline) -> None:
         """Take what has come on ``sock``, one poll for it all: serve hook events (their
@@ -398,12 +422,17 @@ class _Hub(Releases, HookServer):
             self._landed(reply)
             deadline.renew()  # the workers go on
         elif reply.req in reqs:
-            if reply.type != "ok" or self._stands(reply):  # (else the pass runs again:
-                replies[reply.req] = reply  # its answer follows)
+            self._keep_reply(reply, replies)
+        elif reply.req in self._outer:  # an exchange below this one waits for it
+            self._early[reply.req] = reply
         elif reply.type == "error" and reply.req in self._answered_ahead:
             del self._answered_ahead[reply.req]
             self.late_error = reply
         # else: a late answer to a timed-out request
+
+    def _keep_reply(self, reply: wire.Message, replies: dict) -> None:
+        if reply.type != "ok" or self._stands(reply):  # (else the pass runs again: its
+            replies[reply.req] = reply  # answer follows)
 
     def _stands(self, reply: wire.Message) -> bool:
         """Whether the ``ok`` answer ``reply`` stands. One that went before the worker took

@@ -46,6 +46,7 @@ class HookServer:
         self.hook_error: BaseException | None = None
         # the context of the event whose hook runs now (glue.route_node_hooks reads it)
         self.firing_ctx: str | None = None
+        self.firing = 0  # > 0 while a hook a worker fired runs here
         # rounds of passes run ahead whose later events are stale (see _serve_event)
         self._broken_rounds: dict[str, None] = {}
         # id of a socket -> (the round of its latest event, the tensors its events sent)
@@ -76,8 +77,11 @@ class HookServer:
                                            req=event.req, ctx=event.ctx))
             return
         broken = False
+        writes = self.writes
         try:
             answer = self._run_hook(event, sock, args)
+            if self.writes != writes:  # it wrote to the model (an attribute its module's
+                answer["wrote"] = True  # forward reads, a weight): what follows may change
             # a hook's answer that changes something (a vjp's result changes nothing: it is
             # what the worker asked to compute)
             broken = event["kind"] not in ("vjp", "retained") and hook_kinds.steers(answer)
@@ -228,6 +232,7 @@ class HookServer:
             args.append(unpack(a, leaf))
         versions = [t._version for t in leaves]
         outer, self.firing_ctx = self.firing_ctx, event.ctx
+        self.firing += 1
         try:
             if kind == "tensor":
                 out = fn(*args)
@@ -238,6 +243,7 @@ class HookServer:
                     out = fn(proxy, *args)
         finally:
             self.firing_ctx = outer
+            self.firing -= 1
         # tensors the hook changed in place: the worker changes its own the same way
         changed = [{"arg": i, "value": self._pack_value(t, bases, f"{key}:{i}", leaves)}
                    for i, t in enumerate(leaves) if t._version != versions[i]]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from disthook.distributed import glue, pinning, placed, placement, shipping, tree
+from disthook.distributed import glue, hook_sync, pinning, placed, placement, shipping, tree
 from disthook.distributed.aliases import client_aliases
 from disthook.distributed.deployment import Deployment
 from disthook.distributed.placement import (
@@ -118,7 +118,7 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
     placed.place(remote, module)
     try:
         glue.carry_hooks(remote, module)  # hooks registered before the deploy go there too
-        placed.sync_all(remote)
+        hook_sync.sync_all(remote)
     except BaseException:
         remote.close()
         raise

@@ -27,7 +27,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from disthook.distributed import chain, checkpoint, glue, placed
+from disthook.distributed import chain, checkpoint, glue, hook_sync, placed
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.distributed.channel import _Hub
 from disthook.distributed.optimizer import DistributedOptimizer
@@ -175,7 +175,7 @@ class Deployment:
         if len(target._data) != len(x._data):
             raise ValueError(f"train_step(): x has {len(x._data)} rows but target has "
                              f"{len(target._data)}")
-        placed.sync_all(self)  # hooks edited in place, global hooks added or removed
+        hook_sync.sync_all(self)  # hooks edited in place, global hooks added or removed
         if self._glue or placed.changed_here(self._local):  # (a chain whose stages would not
             # run a forward set on one of its modules takes the step from here too)
             from disthook.distributed import micro_batches

@@ -4,7 +4,7 @@ others) on a deployed model's parts.
 In one process a global hook fires for every module call, before the module's own hooks. A
 placed module is called on its worker, where the client's globals are not: so each global
 hook is registered on every placed module as one of that module's own hooks, ahead of the
-module's, under an id of its own per module (``placed.sync_hooks`` keeps them in step as the
+module's, under an id of its own per module (``hook_sync.sync_hooks`` keeps them in step as the
 globals are added and removed). It then fires where the module runs, as a client hook, with
 the program's own module as its first argument, as in one process.
 """

@@ -169,6 +169,22 @@ def call_placed(model: Deployment, path: str, args: tuple, kwargs: dict):
                        path=path, what=f"forward of {path!r}")
 
 
+def _checkpointing() -> dict | None:
+    """Inside ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)`` (not its rerun):
+    how the part is to run checkpointed on its worker, as it would here (its saved tensors
+    dropped and recomputed in the backward, its hooks firing again up to the last of them,
+    with the random stream it had). The reentrant checkpoint needs nothing: its forward runs
+    under no_grad, and its backward calls the function again."""
+    from disthook.autograd.saved_hooks import current_pair
+    from disthook.utils.checkpoint import _Frame
+
+    pair = current_pair()
+    frame = getattr(pair[0], "__self__", None) if pair is not None else None
+    if not isinstance(frame, _Frame):
+        return None
+    return {"early_stop": frame.early_stop, "rng": frame.rng_state is not None}
+
+
 def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
                 path: str | None = None, op: str | None = None, params=None, what: str):
     """One call on the worker at ``address``: the part at ``path``, or the engine's op
@@ -205,6 +221,8 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
               "reply_to": hub.reply_to, "keep": True, "optimizer_calls": carried, **pin}
     if op is None:
         fields.update(path=path, rng=random._stream_state() if model.training else None)
+        if grad and (ckpt := _checkpointing()) is not None:
+            fields["checkpoint"] = ckpt
     else:
         fields.update(op=op, params=params)
     call = None

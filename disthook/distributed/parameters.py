@@ -28,7 +28,7 @@ import numpy as np
 
 from disthook.autograd import grad_mode
 from disthook.autograd.graph import AccumulateGrad
-from disthook.distributed import remote_grads
+from disthook.distributed import async_calls, remote_grads
 from disthook.nn.parameter import Parameter
 from disthook.service import hook_kinds
 from disthook.service.values import opaque_in, pack
@@ -149,6 +149,20 @@ class RemoteStorage:
         """A local tensor holding the current value (read-only: in one process it would
         share the tensor's memory; change the tensor itself instead)."""
         return Tensor._make(self._data, None, 0)
+
+    @staticmethod
+    def _read_together(tensors: list) -> list[Tensor]:
+        """Local tensors holding the current values of placed ``tensors``, asked of each
+        worker once, side by side (``swa_utils`` reads a model's every step)."""
+        names: dict = {}  # (deployment, worker address) -> paths
+        for t in tensors:
+            names.setdefault((t._model, t._model._owner(t._path)), []).append(t._path)
+        values = {}
+        for model in dict.fromkeys(m for m, _ in names):
+            asked = [(a, {"names": paths}) for (m, a), paths in names.items() if m is model]
+            for reply in model._hub.request_all(asked, "get_state", what="get_state"):
+                values.update({(model, k): v for k, v in reply["result"]["state"].items()})
+        return [Tensor._make(np.array(values[t._model, t._path]), None, 0) for t in tensors]
 
     def _set_value(self, value: Tensor, what: str) -> None:
         if isinstance(value, RemoteStorage):
@@ -375,6 +389,7 @@ class RemoteParameter(RemoteStorage, Parameter):
     def requires_grad_(self, requires_grad: bool = True) -> RemoteParameter:
         main = self.__dict__.get("_main", self)
         RemoteStorage._inplace(main, "requires_grad_", (bool(requires_grad),), {})
+        async_calls.forget(main._model)  # the parts' outputs' flags may change with it
         _SLOT_REQUIRES_GRAD.__set__(main, bool(requires_grad))
         return self
 

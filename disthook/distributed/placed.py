@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from disthook.distributed import global_hooks
+from disthook.autograd import grad_mode
+from disthook.distributed import async_calls
+from disthook.distributed.hook_sync import sync_all, sync_hooks
 from disthook.distributed.parameters import (
     RemoteBuffer,
     RemoteParameter,
@@ -37,7 +39,6 @@ from disthook.nn.modules.module import (
     checked_state_value,
     note_unexpected,
 )
-from disthook.service import hook_kinds
 from disthook.service.values import opaque_in, pack
 from disthook.tensor import Tensor
 from disthook.utils.hooks import RemovableHandle
@@ -45,8 +46,7 @@ from disthook.utils.hooks import RemovableHandle
 if TYPE_CHECKING:
     from disthook.distributed.deployment import Deployment
 
-__all__ = ["PartPlacement", "RemoteHandle", "RootPlacement", "deployment_of", "place", "sync_hooks",
-           "unplace"]
+__all__ = ["PartPlacement", "RemoteHandle", "RootPlacement", "deployment_of", "place", "unplace"]
 
 # what a deployed model answers for its deployment (where its class has no such name)
 DEPLOYMENT_API = frozenset({
@@ -69,10 +69,23 @@ class _Placed(Placement):
         """functional_call's tensor in place of ``name``: the forward runs here meanwhile."""
         self._mark(f"{name} (swapped by functional_call)", swapped)
 
+    def children_changed(self, children: _Children) -> None:
+        """The module's children are no longer (or again) those it was deployed with: its
+        forward runs here, a child set here runs here, the deployed ones on their workers."""
+        now, was = list(children.items()), list(children.original.items())
+        self._mark("its children", len(now) != len(was) or any(
+            a != b or m is not n for (a, m), (b, n) in zip(now, was)))
+
+    def change_structure(self, module: Module, what: str) -> None:
+        """A parameter registered, replaced or deleted here (``what``): the module's forward
+        runs here from now on, with the tensor here (see ``forward_for``)."""
+        self._mark(what, True)
+
     def _mark(self, name: str, changed: bool) -> None:
         """``name`` of this module is (or is no longer) set here in a form its worker's copy
         lacks; the deployment keeps the paths that have one (``changed_here``)."""
         (self.here.add if changed else self.here.discard)(name)
+        async_calls.forget(self.deployment)
         paths = self.deployment.__dict__.setdefault("_changed_here", set())
         (paths.add if self.here else paths.discard)(self.path)
 
@@ -128,6 +141,7 @@ class PartPlacement(_Placed):
         d = module.__dict__
         if name in ("_modules", "_parameters", "_buffers"):
             self.change_structure(module, f"replacing {name}")
+            return False
         if name in HOOK_DICTS or name == "_is_full_backward_hook":
             object.__setattr__(module, name, value)  # a hook dict replaced: what it holds
             sync_hooks(self.deployment, module, self.path)
@@ -137,14 +151,15 @@ class PartPlacement(_Placed):
                                  name not in d["_non_persistent_buffers_set"])
             return True
         if name in d["_modules"] or isinstance(value, Module):
-            self.change_structure(module, f"assigning {name!r}")
-        if name in d["_parameters"] or name in d["_buffers"]:
-            raise NotImplementedError(
-                f"assigning {name!r} of the deployed module at {self.path!r}: its parameters "
-                "and submodules stay the objects deployed (load new values with "
-                f"load_state_dict, or change it in place under no_grad(): "
-                f"{self.path}.{name}.copy_(t))")
+            return False  # its children change (_Children): its forward runs here
+        if name in d["_parameters"]:
+            if value is not d["_parameters"][name]:  # a tensor of its own: used here
+                self.change_structure(module, f"parameter {name!r}")
+            return False
         if name in self.shared or _on_class(module, name):  # what the worker's code reads
+            if isinstance(value, Tensor) and value.grad_fn is not None:
+                self._recomputed(module, name)
+                return False  # kept here, with its graph
             if opaque_in(value) is None:
                 self._module_op("set_attr", name, pack(value))
                 object.__setattr__(module, name, value)
@@ -154,10 +169,27 @@ class PartPlacement(_Placed):
             self._mark(name, True)  # a function, say: the module's forward runs here now
         return False  # the client's own (a new attribute, or one that cannot travel)
 
+    def _recomputed(self, module: Module, name: str) -> None:
+        """``name`` is set here to a tensor with a graph (a reparametrization's forward
+        pre-hook: weight_norm, spectral_norm, pruning), which cannot go to the worker with
+        it: the module's forward runs here from now on, where that graph is."""
+        there = not changed_here(module)
+        self._mark(name, True)
+        if there and self.deployment._hub.firing:
+            raise RuntimeError(
+                f"a hook set {name!r} of the deployed module at {self.path!r} to a tensor "
+                "with a graph (as weight_norm's, spectral_norm's and pruning's hooks do) "
+                "while the module computed on its worker, where that graph cannot go: this "
+                "call would have used the value it had before and given it no gradient. The "
+                "module computes here from now on: call the model again")
+
     def del_attr(self, module: Module, name: str) -> bool:
         d = module.__dict__
-        if name in d["_parameters"] or name in d["_modules"]:
-            self.change_structure(module, f"deleting {name!r}")
+        if name in d["_parameters"]:
+            self.change_structure(module, f"parameter {name!r}")
+            return False
+        if name in d["_modules"]:
+            return False  # its children change (_Children): its forward runs here
         self._mark(name, False)
         if name in d["_buffers"]:
             self._module_op("del_attr", name)
@@ -180,16 +212,9 @@ class PartPlacement(_Placed):
         self._module_op("register_buffer", name, pack(tensor), persistent=persistent)
         d = module.__dict__
         d["_buffers"][name] = (None if tensor is None else
-                               adopt_buffer(tensor, self.deployment, f"{self.path}.{name}"))
+                               adopt_buffer(tensor, self.deployment, self._full(name)))
         (d["_non_persistent_buffers_set"].discard if persistent
          else d["_non_persistent_buffers_set"].add)(name)
-
-    def change_structure(self, module: Module, what: str) -> None:
-        raise NotImplementedError(
-            f"{what} on the deployed module at {self.path!r}: it lives on its worker as it "
-            "was deployed, and a change of its children or parameters made here would not "
-            "reach them. Change the model before deploying it (or close the deployment, "
-            "which brings the model back here, change it and deploy it again)")
 
     def train(self, module: Module, mode: bool) -> None:
         self._module_op("train", "training", mode)
@@ -198,9 +223,22 @@ class PartPlacement(_Placed):
 
     def apply(self, module: Module, fn) -> None:
         """``to(dtype)``, ``double()``, ``half()`` ...: the tensors whose dtype changes are
-        converted on the worker, in place as in one process (``parameters.retype``)."""
+        converted on the worker, in place as in one process (``parameters.retype``). A
+        module whose children or parameters changed here: its own tensors so, each child
+        by its own ``_apply`` (those set here converted here)."""
+        tensors = [*module.named_parameters(), *module.named_buffers()]
+        if not all(isinstance(t, RemoteStorage) for _, t in tensors) or not all(
+                isinstance(m.__dict__.get("_placement"), PartPlacement)
+                for m in module.modules()):
+            d = module.__dict__
+            mine = {n: t for n, t in (*d["_parameters"].items(), *d["_buffers"].items())
+                    if t is not None}
+            tensors = [(n, t) for n, t in mine.items() if isinstance(t, RemoteStorage)]
+            Module._apply(_without_placement(module, mine), fn, recurse=False)
+            for child in module.children():
+                child._apply(fn)
         changes = {}
-        for name, t in [*module.named_parameters(), *module.named_buffers()]:
+        for name, t in tensors:
             out = fn(Tensor._make(np.zeros(1, t._twin._data.dtype), None, 0))
             if out.dtype != t.dtype:
                 changes[name] = (t, out._data.dtype)
@@ -254,8 +292,11 @@ class PartPlacement(_Placed):
                     f"its worker, the checkpoint's is {value.dtype}; a deployed model keeps its "
                     "dtypes (cast the state dict first, or assign=False)")
                 continue
-            if value is not None:
-                values[f"{self.path}.{name}"] = value.detach()._data.astype(
+            if value is not None and not isinstance(t, RemoteStorage):  # set here
+                with grad_mode.no_grad():
+                    t.copy_(value)
+            elif value is not None:
+                values[self._full(name)] = value.detach()._data.astype(
                     t._twin._data.dtype)
         if values:
             dep = self.deployment
@@ -264,8 +305,13 @@ class PartPlacement(_Placed):
         if strict:
             note_unexpected(state_dict, prefix, local, d["_modules"], unexpected_keys)
 
+    def _full(self, name: str) -> str:
+        """The model's name of the module's own ``name`` (the module may be the model)."""
+        return f"{self.path}.{name}" if self.path else name
+
     def _module_op(self, op: str, name: str, value=None, persistent: bool | None = None):
         dep = self.deployment
+        async_calls.forget(dep)  # an answer's form may change with the module
         dep._hub.request(dep._owner(self.path), "module_op", {
             "path": self.path, "op": op, "name": name, "value": value,
             "persistent": persistent}, what=f"{op} {name!r} of {self.path!r}")
@@ -317,18 +363,6 @@ class RootPlacement(_Placed):
         """A chain's legacy hooks fire on the worker of its last op (routed), not here."""
         return hooks if self.deployment._glue else []
 
-    def set_attr(self, module: Module, name: str, value) -> bool:
-        if isinstance(value, Module) or name in module.__dict__["_parameters"]:
-            old = module.__dict__["_modules"].get(name)
-            if deployment_of(old) is not None or not self.deployment._glue:
-                self.change_structure(module, f"assigning {name!r}")
-        return False
-
-    def del_attr(self, module: Module, name: str) -> bool:
-        if deployment_of(module.__dict__["_modules"].get(name)) is not None:
-            self.change_structure(module, f"deleting {name!r}")
-        return False
-
     def register_buffer(self, module: Module, name: str, tensor, persistent: bool) -> None:
         if self.deployment._whole:
             PartPlacement(self.deployment, "").register_buffer(module, name, tensor,
@@ -338,15 +372,6 @@ class RootPlacement(_Placed):
         d["_buffers"][name] = tensor
         (d["_non_persistent_buffers_set"].discard if persistent
          else d["_non_persistent_buffers_set"].add)(name)
-
-    def change_structure(self, module: Module, what: str) -> None:
-        if self.deployment._glue:
-            return  # its forward runs here: a child added here runs here
-        raise NotImplementedError(
-            f"{what} on the deployed {type(module).__name__}: its children live on their "
-            "workers as stages of a chain, and a change made here would not reach them. "
-            "Change the model before deploying it (or close the deployment, which brings "
-            "the model back here, change it and deploy it again)")
 
     def train(self, module: Module, mode: bool) -> None:
         self.deployment.train(mode)
@@ -396,12 +421,32 @@ class RootPlacement(_Placed):
         raise AttributeError(name)
 
 
-def _without_placement(module: Module) -> Module:
+def _without_placement(module: Module, local: dict | None = None) -> Module:
     """A view of ``module`` without its placement, sharing its dicts (its own tensors and
-    children), for ``Module``'s default handling of what is here."""
+    children), for ``Module``'s default handling of what is here. ``local``: only those of
+    its own tensors that are here (no children), each written back where it came from."""
     plain = object.__new__(type(module))
     plain.__dict__.update({k: v for k, v in module.__dict__.items() if k != "_placement"})
+    if local is not None:
+        d = module.__dict__
+        plain.__dict__["_modules"] = {}
+        plain.__dict__["_parameters"] = _Here(d["_parameters"], local)
+        plain.__dict__["_buffers"] = _Here(d["_buffers"], local)
     return plain
+
+
+class _Here(dict):
+    """Of a module's own ``tensors``, those here (not on its worker); a write goes to the
+    module's dict it came from (``Module._apply`` replaces buffers)."""
+
+    def __init__(self, tensors: dict, local: dict):
+        super().__init__({n: t for n, t in tensors.items() if n in local
+                          and not isinstance(t, RemoteStorage)})
+        self.source = tensors
+
+    def __setitem__(self, name, value):
+        super().__setitem__(name, value)
+        self.source[name] = value
 
 
 def _fetched(dep: Deployment, names: list[str]) -> dict:
@@ -459,34 +504,61 @@ def place(dep: Deployment, root: Module) -> None:
             if b is not None and not isinstance(b, RemoteBuffer):
                 adopt_buffer(b, dep, full)
     for path, module in placed:
-        module.__dict__["_modules"] = _Children(module.__dict__["_modules"], path)
         if path:
             shared = {k for k in module.__dict__ if not k.startswith("_")}
-            module.__dict__["_placement"] = PartPlacement(dep, path, shared)
+            placement = module.__dict__["_placement"] = PartPlacement(dep, path, shared)
+            module.__dict__["_modules"] = _Children(module._modules, placement)
+            for name in _recomputed_here(module):
+                placement._mark(name, True)
     root.__dict__["_placement"] = RootPlacement(dep, "")
+    root.__dict__["_modules"] = _Children(root._modules, root.__dict__["_placement"])
     dep.__dict__["_placed_modules"] = placed
     dep.__dict__["_synced"] = {}
 
 
+def _recomputed_here(module: Module) -> list[str]:
+    """The names of ``module``'s tensors that a forward pre-hook of a reparametrization
+    recomputes before each call (weight_norm, spectral_norm, pruning), or that hold a graph
+    to its parameters: its forward runs here, where the graph of each call is made."""
+    from disthook.nn.utils.prune import BasePruningMethod
+    from disthook.nn.utils.spectral_norm import SpectralNorm
+    from disthook.nn.utils.weight_norm import WeightNorm
+
+    names = [getattr(h, "name", None) or getattr(h, "_tensor_name", None)
+             for h in module._forward_pre_hooks.values()
+             if isinstance(h, (BasePruningMethod, SpectralNorm, WeightNorm))]
+    names += [k for k, v in module.__dict__.items()
+              if isinstance(v, Tensor) and v.grad_fn is not None]
+    return [n for n in dict.fromkeys(names) if n]
+
+
 class _Children(dict):
-    """The children of a placed module: read as a dict, never changed here (its worker's
-    copy would not change with it)."""
+    """The children of a placed module, as deployed (``original``). A change here (a child
+    assigned, deleted, added, reordered) is the program's: its placement hears of it
+    (``children_changed``), and the module's forward runs here from then on, each child
+    where it lives, as in one process; putting the deployed children back undoes that."""
 
-    def __init__(self, children: dict, path: str):
+    def __init__(self, children: dict, placement: _Placed):
         super().__init__(children)
-        self.path = path
-
-    def _refuse(self, *args, **kwargs):
-        where = f"the deployed module at {self.path!r}" if self.path else "the deployed model"
-        raise NotImplementedError(
-            f"changing the children of {where}: it lives on its worker as it was deployed, "
-            "and a change made here would not reach them. Change the model before deploying "
-            "it (or close the deployment, which brings the model back here)")
-
-    __setitem__ = __delitem__ = pop = popitem = clear = update = setdefault = _refuse
+        self.original, self.placement = dict(children), placement
 
     def __reduce__(self):
         return (dict, (dict(self),))
+
+
+def _noting(method):
+    def changed(self, *args, **kwargs):
+        out = method(self, *args, **kwargs)
+        self.placement.children_changed(self)
+        return out
+
+    changed.__name__ = method.__name__
+    return changed
+
+
+for _name in ("__setitem__", "__delitem__", "pop", "popitem", "clear", "update",
+              "setdefault"):
+    setattr(_Children, _name, _noting(getattr(dict, _name)))
 
 
 def unplace(dep: Deployment, values: dict | None) -> None:
@@ -505,88 +577,5 @@ def unplace(dep: Deployment, values: dict | None) -> None:
                     values[t._path] = dep._states(names=[t._path])["state"][t._path]
                 release(t, values[t._path])
     root.__dict__.pop("_placement", None)
+    root.__dict__["_modules"] = dict(root.__dict__["_modules"])
     dep.__dict__["_placed_modules"] = []
-
-
-# ---- hooks: a placed module's own dicts, carried to its worker -----------------------------
-
-def _wanted(module: Module) -> list[tuple]:
-    """(hook id, kind, fn, options) of every hook in the module's dicts, in firing order."""
-    d = module.__dict__
-    out = [(i, "forward_pre", fn, {"with_kwargs": i in d["_forward_pre_hooks_with_kwargs"]})
-           for i, fn in d["_forward_pre_hooks"].items()]
-    out += [(i, "forward", fn, {"with_kwargs": i in d["_forward_hooks_with_kwargs"],
-                                "always_call": i in d["_forward_hooks_always_called"]})
-            for i, fn in d["_forward_hooks"].items()]
-    kind = "backward" if d["_is_full_backward_hook"] is False else "full_backward"
-    out += [(i, kind, fn, {}) for i, fn in d["_backward_hooks"].items()]
-    out += [(i, "full_backward_pre", fn, {}) for i, fn in d["_backward_pre_hooks"].items()]
-    return out
-
-
-def sync_hooks(dep: Deployment, module: Module, path: str,
-               globals_: list | None = None) -> None:
-    """Make the hooks registered on ``path``'s worker for ``module``'s dicts what the dicts
-    hold, in their order, after the global module hooks (``global_hooks``; ``globals_``
-    as it gives them, read if None): those removed go, those added come (appended, or
-    prepended, else that kind registered again in order)."""
-    synced = dep.__dict__.setdefault("_synced", {})
-    have: dict = synced.get(id(module), {})
-    if globals_ is None:
-        globals_ = global_hooks.globals_wanted()
-    want = global_hooks.merged(dep, path, _wanted(module), globals_)
-    if not want and not have:
-        return
-    wanted_ids = {i: (kind, fn, opts) for i, kind, fn, opts in want}
-    gone = [i for i, entry in have.items() if wanted_ids.get(i) != entry]
-    kept = {i: e for i, e in have.items() if i not in gone}
-    adds = []  # (id, kind, fn, options with prepend)
-    for kind in hook_kinds.KINDS:
-        order = [i for i, k, _, _ in want if k == kind]
-        old = [i for i, e in kept.items() if e[0] == kind]
-        new = [i for i in order if i not in kept]
-        if not new and order == old:
-            continue
-        if order == old + new:
-            adds += [(i, False) for i in new]
-        elif old and order == new + old:
-            adds += [(i, True) for i in reversed(new)]
-        else:  # the order changed in the middle: the kind is registered again, in order
-            gone += old
-            for i in old:
-                kept.pop(i)
-            adds += [(i, False) for i in order]
-    if gone:
-        dep._remove_hooks(gone)
-    if adds:
-        entries = []
-        for i, prepend in adds:
-            kind, fn, opts = wanted_ids[i]
-            given = dict(opts)
-            if "prepend" in hook_kinds.KINDS[kind].defaults:
-                given["prepend"] = prepend
-            entries.append((kind, path, fn, module, hook_kinds.options(kind, given)))
-        dep._add_hooks(entries, ids=[i for i, _ in adds])
-        for i, _ in adds:
-            kept[i] = wanted_ids[i]
-    ordered = {i: kept[i] for i, *_ in want if i in kept}
-    synced[id(module)] = ordered
-
-
-def sync_all(dep: Deployment) -> None:
-    """Before a call: every placed module's hook dicts as its worker holds them (a handle
-    removed that was made before deploy, a dict edited in place)."""
-    synced = dep.__dict__.get("_synced", {})
-    globals_ = global_hooks.globals_wanted()
-    for path, module in dep.__dict__.get("_placed_modules", ()):
-        if not path:
-            continue  # a model placed whole: its own hooks fire here (RootPlacement)
-        d = module.__dict__
-        have = synced.get(id(module))
-        if not (have or globals_ or d["_forward_hooks"] or d["_forward_pre_hooks"]
-                or d["_backward_hooks"] or d["_backward_pre_hooks"]):
-            continue
-        want = global_hooks.merged(dep, path, _wanted(module), globals_)
-        if have is not None and list(have) == [i for i, *_ in want]:
-            continue
-        sync_hooks(dep, module, path, globals_)

@@ -60,6 +60,8 @@ def register(target, kind: str, fn, given: dict | None = None):
 
 def steers(answer) -> bool:
     """Whether a client hook's answer (the fields of a ``hook_reply``) changes what the
-    computation after the hook sees: a value to use in place of the hook's own, or tensors
-    it changed in place. An answer without either only looks (or hooks tensors for later)."""
-    return answer.get("result") is not None or bool(answer.get("changed"))
+    computation after the hook sees: a value to use in place of the hook's own, tensors it
+    changed in place, or a write to the model (``wrote``: an attribute of a module, a
+    weight). An answer without any only looks (or hooks tensors for later)."""
+    return (answer.get("result") is not None or bool(answer.get("changed"))
+            or bool(answer.get("wrote")))

@@ -3,6 +3,8 @@
 tensors for metadata and factory functions, values fetched when read, writes on the owner;
 buffers, plain attributes and ``assign=True`` loads; modules held in dict and list
 attributes. Each check is made against the same model in one process."""
+import copy
+
 import numpy as np
 import pytest
 
@@ -459,26 +461,28 @@ class Looped(nn.Module):
         return x
 
 
-def test_changing_a_placed_containers_children_is_refused_never_lost(cluster):
+def test_changing_a_placed_containers_children_runs_it_here_never_lost(cluster):
     stages = len(cluster.workers())
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(2, 2), *[nn.Sequential(nn.Linear(2, 2), nn.ReLU())
                                              for _ in range(stages - 1)])
+    local = copy.deepcopy(model)
     remote = cluster.deploy(model, stages=stages)
     try:
         x = torch.randn(3, 2)
-        want = model(x).detach().numpy()
-        placed = remote[1]  # a Sequential whole on one worker
-        for change in (lambda: placed.append(nn.Tanh()), lambda: placed.extend([nn.Tanh()]),
-                       lambda: placed.insert(0, nn.Tanh()), lambda: placed.__setitem__(
-                           0, nn.Tanh()), lambda: placed.__delitem__(0), lambda: placed.pop(0),
-                       lambda: placed.add_module("extra", nn.Tanh()),
-                       lambda: placed.register_parameter("w", nn.Parameter(torch.ones(1))),
-                       lambda: remote.append(nn.Tanh())):  # the root: a chain of stages
-            with pytest.raises(NotImplementedError, match=r"would not reach them"):
-                change()
-        assert len(placed) == 2 and len(remote) == stages
-        np.testing.assert_allclose(remote(x).detach().numpy(), want, rtol=1e-6)
+        for change in (lambda m: m[1].append(nn.Tanh()), lambda m: m[1].extend([nn.Tanh()]),
+                       lambda m: m[1].insert(0, nn.Sigmoid()),
+                       lambda m: m[1].__setitem__(1, nn.Tanh()), lambda m: m[1].__delitem__(0),
+                       lambda m: m[1].pop(0), lambda m: m[1].add_module("extra", nn.Tanh()),
+                       lambda m: m[1].register_parameter("w", nn.Parameter(torch.ones(1))),
+                       lambda m: m.append(nn.Tanh())):  # the root: a chain of stages
+            change(remote)
+            change(local)
+            assert [type(c).__name__ for c in remote.modules()] == \
+                [type(c).__name__ for c in local.modules()]
+            np.testing.assert_allclose(remote(x).detach().numpy(), local(x).detach().numpy(),
+                                       rtol=1e-6)
+        assert sorted(remote.state_dict()) == sorted(local.state_dict())
     finally:
         remote.close()
 

@@ -1,10 +1,10 @@
-"""torch.nn.utils.prune and a deployed model. A pruning is a forward pre-hook that recomputes
-``weight`` from ``weight_orig`` and ``weight_mask``; on a deployed module that hook fires on
-the client while the module computes on its worker, which would keep its deployed tensors
-(stale after a step, no gradient to ``weight_orig``: a silent wrong result). So pruning a
-deployed module, and calling a module deployed pruned, are refused, saying to prune before
-deploying and make the pruning permanent with ``prune.remove``, which is then exact. A
-model whose own forward runs on the client (a tree of parts) keeps its own parameters here:
+"""torch.nn.utils.prune and a deployed model, against one process. A pruning is a forward
+pre-hook that recomputes ``weight`` from ``weight_orig`` and ``weight_mask``. A module pruned
+after the deploy has its parameters changed here, so its forward runs here between its
+hooks (model surgery), reading its tensors from its worker and sending their gradients
+there; a module deployed pruned recomputes its tensor on its worker. Either way outputs,
+gradients to ``weight_orig``, training steps, ``state_dict`` keys and ``prune.remove`` are
+one process's. A model whose own forward runs on the client keeps its own parameters here:
 those are pruned as in one process."""
 import numpy as np
 import pytest
@@ -49,49 +49,74 @@ class Net(nn.Module):
 X = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
 
 
-def test_pruning_a_deployed_module_is_refused_and_changes_nothing(cluster):
-    remote = cluster.deploy(chain(), stages=2)
+def pruning_run(model, prune_now: bool) -> list:
+    """Prune (when ``prune_now``), train two SGD steps, read, remove the pruning."""
+    x = torch.tensor(X)
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    if prune_now:
+        prune.l1_unstructured(linears[0], "weight", 0.3)
+        prune.global_unstructured([(m, "weight") for m in linears[1:]],
+                                  prune.L1Unstructured, amount=0.4)
+    log = [model(x).detach().numpy(), sorted(model.state_dict())]
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        log.append(loss.detach().numpy())
+    log += [linears[0].weight.detach().numpy(), linears[0].weight_orig.grad.numpy(),
+            int((linears[-1].weight.detach().numpy() == 0).sum())]
+    for m in linears:
+        if prune.is_pruned(m):
+            prune.remove(m, "weight")
+    log += [model(x).detach().numpy(), sorted(model.state_dict()),
+            [n for n, _ in model.named_parameters()]]
+    return log
+
+
+def same_runs(got: list, want: list) -> None:
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        if isinstance(a, np.ndarray):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+        else:
+            assert a == b
+
+
+@pytest.mark.parametrize("make", [chain, Net], ids=["chain", "own-forward"])
+def test_pruning_a_deployed_model_trains_and_removes_as_in_one_process(cluster, make):
+    want = pruning_run(make(), prune_now=True)
+    remote = cluster.deploy(make(), stages=2)
     try:
-        before = remote(torch.tensor(X)).detach().numpy()
-        names = [n for n, _ in remote.named_parameters()]
-        with pytest.raises(NotImplementedError, match="Prune the model before deploying it"):
-            prune.l1_unstructured(remote[0], "weight", 0.3)
-        with pytest.raises(NotImplementedError, match="prune.remove"):
-            prune.global_unstructured([(remote[0], "weight"), (remote[2], "weight")],
-                                      prune.L1Unstructured, amount=0.3)
-        assert [n for n, _ in remote.named_parameters()] == names
-        assert not prune.is_pruned(remote) and not remote[0]._forward_pre_hooks
-        np.testing.assert_array_equal(remote(torch.tensor(X)).detach().numpy(), before)
+        same_runs(pruning_run(remote, prune_now=True), want)
     finally:
         remote.close()
 
 
-def test_a_model_deployed_whole_refuses_too(cluster):
+def test_a_model_deployed_whole_is_pruned_as_in_one_process(cluster):
+    def run(model):
+        prune.ln_structured(model, "weight", 1, n=2, dim=0)
+        out = model(torch.tensor(X))
+        out.pow(2).sum().backward()
+        return [out.detach().numpy(), model.weight_orig.grad.numpy(), sorted(model.state_dict())]
+
+    torch.manual_seed(0)
+    want = run(nn.Linear(4, 2))
+    torch.manual_seed(0)
     remote = cluster.deploy(nn.Linear(4, 2))
     try:
-        with pytest.raises(NotImplementedError, match="Prune the model before deploying it"):
-            prune.ln_structured(remote, "weight", 1, n=2, dim=0)
-        assert [n for n, _ in remote.named_parameters()] == ["weight", "bias"]
-    finally:
-        remote.close()
-    model = nn.Linear(4, 2)
-    prune.l1_unstructured(model, "weight", 3)
-    remote = cluster.deploy(model)
-    try:
-        with pytest.raises(NotImplementedError, match="prune.remove"):
-            remote(torch.tensor(X))
+        same_runs(run(remote), want)
     finally:
         remote.close()
 
 
-def test_a_model_deployed_pruned_is_refused_at_its_call(cluster):
+def test_a_model_deployed_pruned_trains_as_in_one_process(cluster):
+    want = pruning_run(pruned(permanent=False), prune_now=False)
     remote = cluster.deploy(pruned(permanent=False), stages=2)
     try:
         assert prune.is_pruned(remote)
-        with pytest.raises(NotImplementedError, match=r"prune\.remove\(module, 'weight'\)"):
-            remote(torch.tensor(X))
-        with pytest.raises(NotImplementedError, match="deployed Linear"):
-            prune.remove(remote[0], "weight")
+        same_runs(pruning_run(remote, prune_now=False), want)
     finally:
         remote.close()
 

@@ -85,8 +85,10 @@ def test_proxies_are_modules_of_their_class_one_per_path(cluster):
         remote.zero_grad()
         with pytest.raises(RemoteError, match="TypeError: Linear.forward.. takes 2 positional"):
             block[0](x, x)  # torch's own error, from the worker
-        with pytest.raises(NotImplementedError, match="load_state_dict"):
-            first.weight = nn.Parameter(torch.zeros(8, 6))
+        first.weight = nn.Parameter(torch.zeros(8, 6))  # its own tensor: it computes here
+        np.testing.assert_array_equal(first(torch.ones(1, 6)).detach().numpy()[0],
+                                      first.bias.detach().numpy())
+        assert remote.get_parameter("0.weight") is first.weight
         block.eval()  # one part's mode, on its worker, as in one process
         assert not block.training and not block[0].training and remote.training
         block.train()
@@ -94,7 +96,8 @@ def test_proxies_are_modules_of_their_class_one_per_path(cluster):
         remote(torch.randn(4, 6)).sum().backward()
         block.zero_grad()
         grads = remote.named_gradients()
-        assert "0.weight" in grads and not any(n.startswith("2.") for n in grads)
+        assert first.weight.grad is not None and "0.bias" in grads  # (its weight is here)
+        assert not any(n.startswith("2.") for n in grads)
     finally:
         remote.close()
 

@@ -48,7 +48,6 @@ class BasePruningMethod(ABC):
     _tensor_name: str | None = None
 
     def __call__(self, module: Module, inputs) -> None:
-        _refuse_if_deployed(module, self._tensor_name, "run the pruning of")
         setattr(module, self._tensor_name, self.apply_mask(module))
 
     @abstractmethod
@@ -71,7 +70,6 @@ class BasePruningMethod(ABC):
         already there into a ``PruningContainer``); returns the method now acting on it.
         When it fails, the module is left as it was (torch drops the earlier pruning's
         hook when a second one fails, leaving the pruned tensor stale)."""
-        _refuse_if_deployed(module, name, "prune")
         hooks_before = dict(module._forward_pre_hooks)
         methods_before = {k: h._pruning_methods for k, h in hooks_before.items()
                           if isinstance(h, PruningContainer)}
@@ -105,7 +103,6 @@ class BasePruningMethod(ABC):
             raise AssertionError(f"Module {module} has to be pruned before pruning can be "
                                  "removed")
         name = self._tensor_name
-        _refuse_if_deployed(module, name, "remove the pruning of")
         pruned = self.apply_mask(module)
         if name in module.__dict__:
             delattr(module, name)
@@ -172,29 +169,6 @@ def _compose(cls, module: Module, name: str, args: tuple, kwargs: dict) -> BaseP
     container = PruningContainer(old)
     container.add_pruning_method(method)
     return container
-
-
-def _refuse_if_deployed(module: Module, name: str, doing: str) -> None:
-    """Pruning lives in the module's forward pre-hook, which on a deployed module fires here,
-    not where the module computes: its worker would keep using the tensors it was deployed
-    with (stale values, no gradient to ``<name>_orig``). So it is refused on a deployed
-    module, saying what to do (a module whose placement lets its structure change here, a
-    glue model's own, computes here and is pruned as any module)."""
-    placement = module.__dict__.get("_placement")
-    if placement is None:
-        return
-    try:
-        placement.change_structure(module, f"torch.nn.utils.prune ({doing} {name!r})")
-    except NotImplementedError as error:
-        raise NotImplementedError(
-            f"torch.nn.utils.prune cannot {doing} {name!r} of a deployed "
-            f"{type(module).__name__}: a pruned tensor is recomputed from '{name}_orig' and "
-            f"'{name}_mask' by a forward pre-hook, which fires here while the module computes "
-            "on its worker. Prune the model before deploying it and make the pruning "
-            f"permanent there with torch.nn.utils.prune.remove(module, {name!r}) (the pruned "
-            "entries are 0 in the deployed weights; training may change them), or keep the "
-            "pruned model in one process"
-        ) from error
 
 
 class PruningContainer(BasePruningMethod):
