@@ -7,6 +7,7 @@ import copy
 
 import numpy as np
 import pytest
+from helpers import deployed_run, same_logs
 
 import disthook as torch
 from disthook import nn
@@ -106,26 +107,15 @@ def surgery(m) -> list:
     return log
 
 
-def same(got, want):
-    assert len(got) == len(want)
-    for a, b in zip(got, want):
-        if isinstance(a, np.ndarray):
-            assert a.dtype == b.dtype
-            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-        else:
-            assert a == b
-
-
 @pytest.mark.parametrize("make", [net, chain], ids=["own-forward", "chain"])
 def test_guided_relus_and_lora_adapters_after_the_deploy_train_as_in_one_process(
         cluster, make):
-    want = surgery(make())
-    remote = cluster.deploy(make(), stages=len(cluster.workers()))
-    try:
-        same(surgery(remote), want)
-        assert changed_here(remote)
-    finally:
-        remote.close()
+    def changed(m):
+        return [*surgery(m), changed_here(m)]
+
+    got, want = deployed_run(cluster, make, changed, stages=len(cluster.workers()))
+    same_logs(got[:-1], want[:-1])
+    assert got[-1]
 
 
 class Wrap(nn.Module):
