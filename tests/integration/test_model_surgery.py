@@ -204,3 +204,39 @@ def test_a_copy_of_a_changed_deployed_model_is_a_plain_one(cluster):
                                    rtol=1e-6)
     finally:
         remote.close()
+
+
+def test_a_new_head_trains_with_train_step_in_micro_batches_as_in_one_process(cluster):
+    from disthook.distributed import DistributedOptimizer
+
+    def head(m):
+        torch.manual_seed(3)
+        m[-1] = nn.Linear(8, 3)
+        return m
+
+    local = head(chain())
+    opt = torch.optim.SGD(local.parameters(), lr=0.1)
+    want = []
+    for _ in range(2):
+        opt.zero_grad()
+        for i in range(0, 4, 2):  # train_step's micro-batches: the mean of their losses
+            loss = nn.functional.cross_entropy(local(X[i:i + 2]), Y[i:i + 2])
+            (loss / 2).backward()
+            want.append(loss.detach().numpy())
+        opt.step()
+    remote = head(cluster.deploy(chain(), stages=len(cluster.workers()), chunks=2))
+    try:
+        with pytest.raises(TypeError, match=r"2 of the \d+ given live here.*"
+                                            r"SGD\(remote.parameters\(\), \.\.\.\)"):
+            DistributedOptimizer(torch.optim.SGD, remote.parameters(), lr=0.1)
+        opt = torch.optim.SGD(remote.parameters(), lr=0.1)
+        got = []
+        for _ in range(2):
+            opt.zero_grad()
+            got += [np.asarray(v) for v in remote.train_step(X[:4], Y[:4],
+                                                             nn.functional.cross_entropy)]
+            opt.step()
+        same_logs([g.astype(np.float32) for g in got], want, rtol=1e-5)
+        same_logs(remote(X).detach().numpy(), local(X).detach().numpy())
+    finally:
+        remote.close()
