@@ -21,7 +21,7 @@ __all__ = [
 # ---- process-wide settings: numpy runs on the CPU, deterministically -------------------------------
 
 _settings = {"threads": 1, "interop_threads": 1, "deterministic": False, "warn_only": False,
-             "matmul_precision": "highest", "default_device": "cpu", "anomaly": False}
+             "matmul_precision": "highest", "default_device": "cpu"}
 
 
 def get_num_threads() -> int:
@@ -89,15 +89,22 @@ def set_flush_denormal(mode: bool) -> bool:
 
 
 def is_anomaly_enabled() -> bool:
-    return _settings["anomaly"]
+    from disthook.autograd import anomaly_mode
+
+    return anomaly_mode.is_anomaly_enabled()
 
 
 def is_anomaly_check_nan_enabled() -> bool:
-    return _settings["anomaly"]
+    from disthook.autograd import anomaly_mode
+
+    return anomaly_mode.is_anomaly_check_nan_enabled()
 
 
 def set_anomaly_enabled(enabled: bool, check_nan: bool = True) -> None:
-    _settings["anomaly"] = builtins.bool(enabled)
+    """Anomaly mode, which lives in ``autograd/anomaly_mode.py``."""
+    from disthook.autograd import anomaly_mode
+
+    anomaly_mode.set_anomaly_enabled(enabled, check_nan)
 
 
 def set_default_tensor_type(t) -> None:

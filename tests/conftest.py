@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+import rewrite_cache
 
 BYTECODE_DIR_PREFIX = "disthook-test-bytecode-"
 BYTECODE_DIR_VARIABLE = "DISTHOOK_TEST_BYTECODE_DIR"  # the run's directory, named for its workers
@@ -43,6 +44,65 @@ def _keep_bytecode_for_this_run() -> None:
 
 
 _keep_bytecode_for_this_run()  # at import: before xdist starts its workers
+
+
+THREAD_VARIABLES_SET_BY_THE_RUN = "DISTHOOK_TEST_SET_THREADS"  # "1" where this run set them
+
+
+def _one_thread_for_this_run() -> None:
+    """Where the environment sets no thread count, every process of the run computes on one
+    thread: BLAS and OpenMP read these variables when they load, and the pytest processes,
+    the coordinators and workers, the CLI and the programs the tests start all inherit them
+    (as ``python -m workers --threads 1`` would set them). The tests compute on tiny arrays,
+    where a second thread only spins waiting for work, on cores the other processes need
+    (unit and integration files under -n 3: 72-78 -> 62-67 CPU-s). Every process
+    gets the same count, so that the client and its workers round alike, as by default. A
+    count the environment sets is kept, for every process."""
+    from deploy.threads import THREAD_VARS
+
+    if os.environ.get(THREAD_VARIABLES_SET_BY_THE_RUN) or any(
+            os.environ.get(var) for var in THREAD_VARS):
+        return  # set by the run already (an xdist worker), or by the user
+    os.environ.update(dict.fromkeys(THREAD_VARS, "1"))
+    os.environ[THREAD_VARIABLES_SET_BY_THE_RUN] = "1"
+
+
+_one_thread_for_this_run()  # at import: before numpy loads here and before xdist starts
+
+
+def _torch_on_one_thread_here() -> None:
+    """Once a test module has imported torch, torch computes on one thread in the tests'
+    own process (its intra-op threads, OpenMP and MKL). Its reference values are computed
+    on tiny tensors, where a second thread only waits for work, and an idle OpenMP thread
+    spins before it sleeps: with as many pytest processes as cores (plus one) beside the
+    roles they start, that spinning took cores from the others (the losses, attention and
+    parity files under -n 3: 67-69 -> 43 CPU-s with numpy's BLAS limited too, most of it
+    torch's). numpy's BLAS keeps the environment's setting, as in the workers the tests
+    start: a deployed model's results are compared with this process's to the last bits
+    (after a few AdamW steps, BLAS on one thread here and two there differed by 1e-3)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
+
+
+_TORCH_SEEN = ["torch" in sys.modules]
+_torch_on_one_thread_here()
+
+
+def pytest_runtest_setup(item):
+    if not _TORCH_SEEN[0] and "torch" in sys.modules:  # imported since this process began
+        _TORCH_SEEN[0] = True
+        _torch_on_one_thread_here()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session):
+    """An xdist worker of a run that keeps its bytecode in a directory of its own shares
+    pytest's rewritten test modules with the other workers there (tests/rewrite_cache.py):
+    each module rewritten about once per run, not once per worker."""
+    ours = os.environ.get(BYTECODE_DIR_VARIABLE)
+    if ours and os.path.isdir(ours):
+        rewrite_cache.share_in_this_worker(session.config, Path(ours))
 
 
 @pytest.fixture

@@ -253,3 +253,34 @@ def link_bytes(frames, identity: bytes = b"w1>next>7") -> bytes:
         out += chunk
     b.close()
     return out
+
+
+# ---- a program run in one process and on a deployed model, their logs compared -----------------
+
+def same_logs(got, want, rtol: float = 1e-5, atol: float = 1e-6, where: str = "log") -> None:
+    """Two logs of one program: arrays close (dtype and shape equal), None where None, lists
+    and tuples item by item, anything else equal."""
+    if isinstance(want, np.ndarray):
+        assert isinstance(got, np.ndarray), f"{where}: {type(got).__name__}, not an array"
+        assert got.dtype == want.dtype and got.shape == want.shape, (
+            f"{where}: {got.dtype}{got.shape} against {want.dtype}{want.shape}")
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=where)
+    elif isinstance(want, (list, tuple)):
+        assert type(got) is type(want) and len(got) == len(want), (
+            f"{where}: {got!r} against {want!r}")
+        for i, (a, b) in enumerate(zip(got, want)):
+            same_logs(a, b, rtol, atol, f"{where}[{i}]")
+    else:
+        assert got == want, f"{where}: {got!r} against {want!r}"
+
+
+def deployed_run(cluster, make, run, **deploy) -> tuple:
+    """``run`` (a program, given the model) on ``make()`` in this process and on ``make()``
+    deployed on ``cluster`` (``deploy``: deploy's options, 2 stages unless said): the two
+    logs, the deployed one first; the deployment closed."""
+    want = run(make())
+    remote = cluster.deploy(make(), **{"stages": 2, **deploy})
+    try:
+        return run(remote), want
+    finally:
+        remote.close()

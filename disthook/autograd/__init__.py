@@ -7,7 +7,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from disthook.autograd import graph  # noqa: F401
+from disthook.autograd import anomaly_mode, graph  # noqa: F401
+from disthook.autograd.anomaly_mode import detect_anomaly, set_detect_anomaly
 from disthook.autograd.engine import _count_dependencies, execute, typename
 from disthook.autograd.function import Function, InplaceFunction, once_differentiable  # noqa
 from disthook.autograd.grad_mode import (
@@ -25,6 +26,7 @@ __all__ = [
     "Function",
     "Variable",
     "backward",
+    "detect_anomaly",
     "enable_grad",
     "grad",
     "gradcheck",
@@ -32,6 +34,7 @@ __all__ = [
     "inference_mode",
     "is_grad_enabled",
     "no_grad",
+    "set_detect_anomaly",
     "set_grad_enabled",
 ]
 

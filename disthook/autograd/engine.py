@@ -381,6 +381,9 @@ def execute(roots, grads, *, retain_graph: bool, create_graph: bool, inputs=None
     running.append(task)
     try:
         _run(task, root_nodes, results, len(roots) == 1)
+    except Exception as exc:
+        _report_anomaly(exc)
+        raise
     finally:
         running.pop()
         grad_mode._state.enabled = prev
@@ -617,3 +620,44 @@ def _zeros(meta):
     Tensor = _loaded["disthook.tensor"].Tensor
 
     return Tensor._make(np.zeros(meta[0], dtype=meta[1]), None, 0)
+
+
+# ---- anomaly mode: where it meets the engine (autograd/anomaly_mode.py) ----------------------
+
+_plain_apply, _plain_post_hooks = _apply, _run_post_hooks
+
+
+def set_node_check(check) -> None:
+    """``check(node, grad_inputs)`` on each node's gradients after its post-hooks, while
+    anomaly mode checks for NaN; None puts the engine back as it is without (no cost)."""
+    global _apply, _run_post_hooks
+    if check is None:
+        _apply, _run_post_hooks = _plain_apply, _plain_post_hooks
+        return
+
+    def checked_apply(node: Node, grads: list) -> tuple:
+        out = _plain_apply(node, grads)
+        if not node._post_hooks:  # otherwise checked after them
+            check(node, out)
+        return out
+
+    def checked_post_hooks(node: Node, grad_inputs: tuple, grads: list) -> tuple:
+        out = _plain_post_hooks(node, grad_inputs, grads)
+        check(node, out)
+        return out
+
+    _apply, _run_post_hooks = checked_apply, checked_post_hooks
+
+
+def _report_anomaly(exc: Exception) -> None:
+    """In anomaly mode, torch's warning for the node whose evaluation raised ``exc`` (found
+    as ``_run``'s current node in the traceback; none when it was raised elsewhere)."""
+    anomaly = _loaded.get("disthook.autograd.anomaly_mode")
+    if anomaly is None or not anomaly.is_anomaly_enabled():
+        return
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is _run.__code__:
+            anomaly.report(tb.tb_frame.f_locals["node"])
+            return
+        tb = tb.tb_next

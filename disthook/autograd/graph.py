@@ -66,7 +66,7 @@ class Node:
     _edge_meta = None  # {output_nr: (shape, np dtype)} of the edges get_gradient_edge gave
     metadata_ = None
 
-    def __init__(self) -> None:
+    def __init__(self) -> None:  # (anomaly mode wraps it while on: anomaly_mode.py)
         self.next_functions: tuple = ()
         self._seq = next(_sequence)
         self.needs_input_grad: tuple = ()

@@ -339,6 +339,8 @@ class _Hub(Releases, HookServer):
             self._wait_replies(reqs, replies, deadline, calls, msg_type, ctx, what)
         finally:
             self._outer = outer
+            for req in reqs:  # (an exchange that failed leaves nothing behind)
+                self._early.pop(req, None)
         # warnings a stage sent before passing its result on may still be on their way on
         # another socket than the last answer's: take those that are here (with one socket
         # they came before the answer, in order)

@@ -40,7 +40,8 @@ from disthook.wire import HEARTBEAT_S
 
 __all__ = ["Cluster", "CoordinatorUnreachable", "WorkerInfo", "connect", "local_cluster"]
 
-STARTING_GRACE_S = 3.0  # how long connect() tries again when nothing listens yet
+STARTING_GRACE_S = 6.0  # how long connect() tries again when nothing listens yet (a
+# coordinator started at the same moment takes 1-5 s to listen on a busy 2-core machine)
 IN_WORKER = False  # set in worker processes: they must not start clusters of their own
 
 

@@ -31,8 +31,13 @@ class DistributedOptimizer:
                             f"got {optimizer_class!r}")
         params = list(params)
         if not params or not all(isinstance(p, RemoteParameter) for p in params):
-            raise TypeError("DistributedOptimizer takes the parameters of a deployed model "
-                            "(remote.parameters())")
+            here = sum(not isinstance(p, RemoteParameter) for p in params)
+            raise TypeError(
+                "DistributedOptimizer takes the parameters of a deployed model that live on "
+                f"its workers; {here} of the {len(params)} given live here (a module or "
+                "parameter set on the model after the deploy, say). Use the optimizer class "
+                f"itself, {optimizer_class.__name__}(remote.parameters(), ...): it steps each "
+                "parameter where it lives")
         self.class_name = optimizer_class.__name__
         self.kwargs = kwargs
         self.models = {id(p._model): p._model for p in params}

@@ -150,6 +150,20 @@ class RemoteStorage:
         share the tensor's memory; change the tensor itself instead)."""
         return Tensor._make(self._data, None, 0)
 
+    @staticmethod
+    def _read_together(tensors: list) -> list[Tensor]:
+        """Local tensors holding the current values of placed ``tensors``, asked of each
+        worker once, side by side (``swa_utils`` reads a model's every step)."""
+        names: dict = {}  # (deployment, worker address) -> paths
+        for t in tensors:
+            names.setdefault((t._model, t._model._owner(t._path)), []).append(t._path)
+        values = {}
+        for model in dict.fromkeys(m for m, _ in names):
+            asked = [(a, {"names": paths}) for (m, a), paths in names.items() if m is model]
+            for reply in model._hub.request_all(asked, "get_state", what="get_state"):
+                values.update({(model, k): v for k, v in reply["result"]["state"].items()})
+        return [Tensor._make(np.array(values[t._model, t._path]), None, 0) for t in tensors]
+
     def _set_value(self, value: Tensor, what: str) -> None:
         if isinstance(value, RemoteStorage):
             value = value.detach()

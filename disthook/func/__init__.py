@@ -1,8 +1,8 @@
 """``torch.func``: function transforms on disthook's reverse-mode engine.
 
-``grad``, ``grad_and_value``, ``vjp``, ``jvp``, ``jacrev``, ``jacfwd``, ``hessian``, ``vmap``
-and ``functional_call`` take and give what torch's do, and compose (``grad(grad(f))``,
-``jacrev(jacrev(f))``, ``vmap(grad(f))``). Two differences in how, not in what: there is no
+``grad``, ``grad_and_value``, ``vjp``, ``jvp``, ``jacrev``, ``jacfwd``, ``hessian``, ``vmap``,
+``functional_call`` and ``stack_module_state`` take and give what torch's do, and compose
+(``grad(grad(f))``, ``jacrev(jacrev(f))``, ``vmap(grad(f))``). Two differences in how, not in what: there is no
 forward mode, so ``jvp`` and ``jacfwd`` are computed with reverse passes (the same values); and
 ``vmap`` calls the function once per index of the mapped dimension and stacks the results (the
 same values as torch's batched rules, at the cost of a Python loop; random ops draw per
@@ -18,7 +18,7 @@ from disthook.autograd.grad_mode import enable_grad
 from disthook.tensor import Tensor, stack, tensor
 
 __all__ = ["functional_call", "grad", "grad_and_value", "hessian", "jacfwd", "jacrev", "jvp",
-           "vjp", "vmap"]
+           "stack_module_state", "vjp", "vmap"]
 
 
 # ---- pytrees (tuples, lists, dicts of tensors) -------------------------------------------------
@@ -304,3 +304,34 @@ def functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None, 
     args = () if args is None else (args if isinstance(args, tuple) else (args,))
     with _swapped(module, dict(dicts), strict):
         return module(*args, **(kwargs or {}))
+
+
+# ---- model ensembling -----------------------------------------------------------------------
+
+def stack_module_state(models) -> tuple[dict, dict]:
+    """The parameters and buffers of ``models`` (modules of one class, in one mode), each
+    name's tensors stacked along a new first dimension: new leaves (parameters keep requiring
+    grad, unrelated to the models' own), for ``vmap`` over ``functional_call`` of one model."""
+    if len(models) == 0:
+        raise RuntimeError("stack_module_state: Expected at least one model, got 0.")
+    if not (all(m.training for m in models) or not any(m.training for m in models)):
+        raise RuntimeError(
+            "stack_module_state: Expected all models to have the same training/eval mode.")
+    if any(type(m) is not type(models[0]) for m in models):
+        raise RuntimeError("stack_module_state: Expected all models to be of the same class.")
+    return (_stacked([dict(m.named_parameters()) for m in models]),
+            _stacked([dict(m.named_buffers()) for m in models]))
+
+
+def _stacked(tables: list[dict]) -> dict:
+    """Per name of the first table, its tensors in every table stacked: a fresh leaf that
+    requires grad when they all do (mixed is refused, as by torch)."""
+    out = {}
+    for name in tables[0]:
+        tensors = [table[name] for table in tables]
+        flags = {t.requires_grad for t in tensors}
+        if len(flags) > 1:
+            raise RuntimeError(f"Expected {name} from each model to have the same .requires_grad")
+        value = stack(tensors).detach()
+        out[name] = value.requires_grad_() if flags == {True} else value
+    return out

@@ -125,7 +125,7 @@ class Op(Node):
         self._saved = tuple(saved)
 
 
-_new = object.__new__
+_new = object.__new__  # anomaly mode puts one that records here while on (anomaly_mode.py)
 # the needs_input_grad tuples of one- and two-input ops, shared: one fewer object per node
 _NEEDS1 = {flag: (flag,) for flag in (False, True)}
 _NEEDS2 = {(x, y): (x, y) for x in (False, True) for y in (False, True)}

@@ -1,6 +1,7 @@
 """``torch.optim``: SGD, Adam, AdamW, Adadelta, Adagrad, Adamax, ASGD, RMSprop, Rprop,
-NAdam, RAdam, LBFGS over disthook tensors, and learning-rate schedules."""
-from disthook.optim import lr_scheduler
+NAdam, RAdam, LBFGS over disthook tensors, learning-rate schedules and weight averaging
+(``swa_utils``)."""
+from disthook.optim import lr_scheduler, swa_utils
 from disthook.optim.adadelta import Adadelta
 from disthook.optim.adagrad import Adagrad
 from disthook.optim.adam import Adam
@@ -16,4 +17,4 @@ from disthook.optim.rprop import Rprop
 from disthook.optim.sgd import SGD
 
 __all__ = ["ASGD", "LBFGS", "SGD", "Adadelta", "Adagrad", "Adam", "AdamW", "Adamax", "NAdam", "Optimizer",
-           "RAdam", "RMSprop", "Rprop", "lr_scheduler"]
+           "RAdam", "RMSprop", "Rprop", "lr_scheduler", "swa_utils"]

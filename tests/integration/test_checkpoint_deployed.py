@@ -5,6 +5,7 @@ last saved tensor with early stop, all of them without), with the random stream 
 outputs, gradients, tensor hooks and autograd.grad to a hook's tensor are one process's."""
 import numpy as np
 import pytest
+from helpers import deployed_run, same_logs
 
 import disthook as torch
 from disthook import nn
@@ -73,36 +74,12 @@ def run(model, early_stop=True, reentrant=False) -> list:
             *[p.grad.numpy() for p in model.parameters()]]
 
 
-def same(got, want):
-    assert len(got) == len(want)
-    for a, b in zip(got, want):
-        if a is None or isinstance(a, np.ndarray):
-            assert (a is None) == (b is None)
-            if a is not None:
-                np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-        elif a and isinstance(a[0][1], np.ndarray):
-            assert [i for i, _ in a] == [i for i, _ in b]
-            for (_, x), (_, y) in zip(a, b):
-                np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
-        else:
-            assert a == b
-
-
 @pytest.mark.parametrize("early_stop", [True, False], ids=["early-stop", "whole-rerun"])
 def test_checkpointed_deployed_layers_fire_and_differentiate_as_in_one_process(
         cluster, early_stop):
-    want = run(net(), early_stop)
-    remote = cluster.deploy(net(), stages=2)
-    try:
-        same(run(remote, early_stop), want)
-    finally:
-        remote.close()
+    same_logs(*deployed_run(cluster, net, lambda m: run(m, early_stop)))
 
 
 def test_the_reentrant_checkpoint_around_deployed_layers_too(cluster):
-    want = run(net(reentrant=True), reentrant=True)
-    remote = cluster.deploy(net(reentrant=True), stages=2)
-    try:
-        same(run(remote, reentrant=True), want)
-    finally:
-        remote.close()
+    same_logs(*deployed_run(cluster, lambda: net(reentrant=True),
+                            lambda m: run(m, reentrant=True)))

@@ -5,6 +5,7 @@ program in one process; none may hang (they did: the call's answer, come while t
 asked its own question, was dropped)."""
 import numpy as np
 import pytest
+from helpers import deployed_run, same_logs
 
 import disthook as torch
 from disthook import nn
@@ -44,13 +45,7 @@ def calls(model, hook, n=3) -> list:
 ], ids=["reads", "writes", "writes-from-weight"])
 def test_a_hook_that_asks_or_writes_during_a_call_there_gives_one_process_results(
         cluster, hook):
-    want = calls(chain(), hook)
-    remote = cluster.deploy(chain(), stages=2)
-    try:
-        for got, expected in zip(calls(remote, hook), want):
-            np.testing.assert_allclose(got, expected, rtol=1e-6)
-    finally:
-        remote.close()
+    same_logs(*deployed_run(cluster, chain, lambda m: calls(m, hook)), rtol=1e-6)
 
 
 def test_a_hook_that_sets_a_tensor_with_a_graph_says_so_once_then_computes_here(cluster):
@@ -119,12 +114,5 @@ def training(model) -> list:
 @pytest.mark.parametrize("kind", ["weight_norm", "spectral_norm"])
 def test_a_model_deployed_with_hook_reparametrizations_trains_as_in_one_process(
         cluster, kind, warm):
-    want = training(reparametrized(kind, warm))
-    remote = cluster.deploy(reparametrized(kind, warm), stages=2)
-    try:
-        got = training(remote)
-        assert got[-1] == want[-1]
-        for a, b in zip(got[:-1], want[:-1]):
-            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
-    finally:
-        remote.close()
+    same_logs(*deployed_run(cluster, lambda: reparametrized(kind, warm), training),
+              rtol=1e-4, atol=1e-6)

@@ -7,6 +7,7 @@ import copy
 
 import numpy as np
 import pytest
+from helpers import deployed_run, same_logs
 
 import disthook as torch
 from disthook import nn
@@ -106,26 +107,15 @@ def surgery(m) -> list:
     return log
 
 
-def same(got, want):
-    assert len(got) == len(want)
-    for a, b in zip(got, want):
-        if isinstance(a, np.ndarray):
-            assert a.dtype == b.dtype
-            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-        else:
-            assert a == b
-
-
 @pytest.mark.parametrize("make", [net, chain], ids=["own-forward", "chain"])
 def test_guided_relus_and_lora_adapters_after_the_deploy_train_as_in_one_process(
         cluster, make):
-    want = surgery(make())
-    remote = cluster.deploy(make(), stages=len(cluster.workers()))
-    try:
-        same(surgery(remote), want)
-        assert changed_here(remote)
-    finally:
-        remote.close()
+    def changed(m):
+        return [*surgery(m), changed_here(m)]
+
+    got, want = deployed_run(cluster, make, changed, stages=len(cluster.workers()))
+    same_logs(got[:-1], want[:-1])
+    assert got[-1]
 
 
 class Wrap(nn.Module):
@@ -212,5 +202,41 @@ def test_a_copy_of_a_changed_deployed_model_is_a_plain_one(cluster):
         assert changed_here(remote) and not changed_here(twin)
         np.testing.assert_allclose(twin(X).detach().numpy(), local(X).detach().numpy(),
                                    rtol=1e-6)
+    finally:
+        remote.close()
+
+
+def test_a_new_head_trains_with_train_step_in_micro_batches_as_in_one_process(cluster):
+    from disthook.distributed import DistributedOptimizer
+
+    def head(m):
+        torch.manual_seed(3)
+        m[-1] = nn.Linear(8, 3)
+        return m
+
+    local = head(chain())
+    opt = torch.optim.SGD(local.parameters(), lr=0.1)
+    want = []
+    for _ in range(2):
+        opt.zero_grad()
+        for i in range(0, 4, 2):  # train_step's micro-batches: the mean of their losses
+            loss = nn.functional.cross_entropy(local(X[i:i + 2]), Y[i:i + 2])
+            (loss / 2).backward()
+            want.append(loss.detach().numpy())
+        opt.step()
+    remote = head(cluster.deploy(chain(), stages=len(cluster.workers()), chunks=2))
+    try:
+        with pytest.raises(TypeError, match=r"2 of the \d+ given live here.*"
+                                            r"SGD\(remote.parameters\(\), \.\.\.\)"):
+            DistributedOptimizer(torch.optim.SGD, remote.parameters(), lr=0.1)
+        opt = torch.optim.SGD(remote.parameters(), lr=0.1)
+        got = []
+        for _ in range(2):
+            opt.zero_grad()
+            got += [np.asarray(v) for v in remote.train_step(X[:4], Y[:4],
+                                                             nn.functional.cross_entropy)]
+            opt.step()
+        same_logs([g.astype(np.float32) for g in got], want, rtol=1e-5)
+        same_logs(remote(X).detach().numpy(), local(X).detach().numpy())
     finally:
         remote.close()

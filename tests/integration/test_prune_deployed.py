@@ -8,6 +8,7 @@ one process's. A model whose own forward runs on the client keeps its own parame
 those are pruned as in one process."""
 import numpy as np
 import pytest
+from helpers import deployed_run, same_logs
 
 import disthook as torch
 from disthook import nn
@@ -75,23 +76,10 @@ def pruning_run(model, prune_now: bool) -> list:
     return log
 
 
-def same_runs(got: list, want: list) -> None:
-    assert len(got) == len(want)
-    for a, b in zip(got, want):
-        if isinstance(a, np.ndarray):
-            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
-        else:
-            assert a == b
-
-
 @pytest.mark.parametrize("make", [chain, Net], ids=["chain", "own-forward"])
 def test_pruning_a_deployed_model_trains_and_removes_as_in_one_process(cluster, make):
-    want = pruning_run(make(), prune_now=True)
-    remote = cluster.deploy(make(), stages=2)
-    try:
-        same_runs(pruning_run(remote, prune_now=True), want)
-    finally:
-        remote.close()
+    same_logs(*deployed_run(cluster, make, lambda m: pruning_run(m, prune_now=True)),
+              rtol=1e-5, atol=1e-7)
 
 
 def test_a_model_deployed_whole_is_pruned_as_in_one_process(cluster):
@@ -101,24 +89,19 @@ def test_a_model_deployed_whole_is_pruned_as_in_one_process(cluster):
         out.pow(2).sum().backward()
         return [out.detach().numpy(), model.weight_orig.grad.numpy(), sorted(model.state_dict())]
 
-    torch.manual_seed(0)
-    want = run(nn.Linear(4, 2))
-    torch.manual_seed(0)
-    remote = cluster.deploy(nn.Linear(4, 2))
-    try:
-        same_runs(run(remote), want)
-    finally:
-        remote.close()
+    def linear():
+        torch.manual_seed(0)
+        return nn.Linear(4, 2)
+
+    same_logs(*deployed_run(cluster, linear, run, stages=1), rtol=1e-5, atol=1e-7)
 
 
 def test_a_model_deployed_pruned_trains_as_in_one_process(cluster):
-    want = pruning_run(pruned(permanent=False), prune_now=False)
-    remote = cluster.deploy(pruned(permanent=False), stages=2)
-    try:
-        assert prune.is_pruned(remote)
-        same_runs(pruning_run(remote, prune_now=False), want)
-    finally:
-        remote.close()
+    def run(model):
+        return [prune.is_pruned(model), *pruning_run(model, prune_now=False)]
+
+    same_logs(*deployed_run(cluster, lambda: pruned(permanent=False), run), rtol=1e-5,
+              atol=1e-7)
 
 
 def test_a_pruning_made_permanent_before_deploying_runs_as_in_one_process(cluster):
