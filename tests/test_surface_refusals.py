@@ -13,17 +13,17 @@ from disthook._surface import refusal
 
 
 def test_missing_class_imports_and_refuses_when_made():
-    from disthook.distributions import Wishart
+    from disthook.fx import Graph
 
-    assert disthook.distributions.Wishart is Wishart and not isinstance(object(), Wishart)
-    with pytest.raises(NotImplementedError, match=r"^torch\.distributions\.Wishart is not "
-                       r"implemented in disthook .*disthook\.distributions provides Normal"):
-        Wishart(1, 2, 3)
+    assert disthook.fx.Graph is Graph and not isinstance(object(), Graph)
+    with pytest.raises(NotImplementedError, match=r"^torch\.fx\.Graph is not "
+                       r"implemented in disthook .*disthook has no symbolic tracer"):
+        Graph(1, 2, 3)
 
-    class Mine(Wishart):  # subclassing works; making one refuses
+    class Mine(Graph):  # subclassing works; making one refuses
         pass
 
-    with pytest.raises(NotImplementedError, match="torch.distributions.Wishart"):
+    with pytest.raises(NotImplementedError, match="torch.fx.Graph"):
         Mine()
 
 
@@ -35,7 +35,7 @@ def test_refused_function_value_and_generic_class():
         disthook.sparse_coo_tensor([[0]], [1.0])
     with pytest.raises(NotImplementedError, match="float8 dtypes are not modelled"):
         disthook.float8_e4m3fn.itemsize  # noqa: B018
-    refused = disthook.distributions.Wishart
+    refused = disthook.fx.Graph
     assert refused[int] is refused  # usable in annotations
 
 
@@ -78,9 +78,9 @@ def test_a_name_added_later_replaces_its_refusal():
 
 
 def test_refusals_hold_in_a_fresh_process_that_imports_submodules_first():
-    code = ("from disthook.distributions import Wishart\nimport disthook.utils.data as d\n"
+    code = ("from disthook.fx import Graph\nimport disthook.utils.data as d\n"
             "from disthook.linalg import ldl_factor\nimport disthook\n"
-            "assert disthook.distributions.Wishart is Wishart and d.DataLoader\n"
+            "assert disthook.fx.Graph is Graph and d.DataLoader\n"
             "try:\n    ldl_factor(None)\nexcept NotImplementedError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout

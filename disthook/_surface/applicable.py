@@ -50,8 +50,9 @@ HINTS = {
                 "model in PyTorch",
     "torch.jit": "disthook has no TorchScript; torch.jit.script and trace give back the model, "
                  "run eagerly, and its state dict saves with torch.save(model.state_dict())",
-    "torch.distributions": "disthook.distributions provides Normal, Categorical and Bernoulli "
-                           "(log_prob, sample, rsample for Normal, entropy, mean, variance)",
+    "torch.distributions": "disthook.distributions provides every distribution, transform and "
+                           "constraint of torch.distributions, with kl_divergence and "
+                           "biject_to / transform_to",
 }
 
 

@@ -2,36 +2,44 @@
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
-from disthook.distributions.distribution import Distribution, as_float_tensor
+from disthook.distributions import constraints
+from disthook.distributions.distribution import (
+    Distribution,
+    LocationMean,
+    broadcast_all,
+    from_numpy,
+)
+from disthook.distributions.exp_family import ExponentialFamily
 
-__all__ = ["Normal"]
+__all__ = ["LocationScale", "Normal"]
 
 
-class Normal(Distribution):
+class LocationScale(LocationMean, Distribution):
+    """A family on the reals given by ``loc`` and a positive ``scale`` (Normal, Laplace),
+    both broadcast to the batch shape; draws are differentiable in both."""
+
+    arg_constraints: ClassVar[dict] = {"loc": constraints.real, "scale": constraints.positive}
+    support = constraints.real
     has_rsample = True
+    _expand_params: ClassVar[tuple] = ("loc", "scale")
 
     def __init__(self, loc, scale, validate_args: bool | None = None) -> None:
-        from disthook import broadcast_tensors
-        from disthook.tensor import Tensor
-
-        loc = as_float_tensor(loc, scale if isinstance(scale, Tensor) else None)
-        scale = as_float_tensor(scale, loc)
-        self.loc, self.scale = broadcast_tensors(loc, scale)
+        self.loc, self.scale = broadcast_all(loc, scale)
         super().__init__(self.loc.shape, (), validate_args)
-        if self._validate_args and not bool((self.scale > 0).all()):
-            raise ValueError(
-                f"Expected parameter scale ({type(scale).__name__} of shape "
-                f"{tuple(scale.shape)}) of distribution {self!r} to satisfy the constraint "
-                f"GreaterThan(lower_bound=0.0), but found invalid values:\n{scale}")
+
+
+class Normal(LocationScale, ExponentialFamily):
+    _mean_carrier_measure = 0
 
     @property
-    def mean(self):
-        return self.loc
+    def _natural_params(self):
+        return (self.loc / self.scale.pow(2), -0.5 * self.scale.pow(2).reciprocal())
 
-    @property
-    def mode(self):
-        return self.loc
+    def _log_normalizer(self, x, y):
+        return -0.25 * x.pow(2) / y + 0.5 * (-math.pi / y).log()
+
 
     @property
     def variance(self):
@@ -43,24 +51,22 @@ class Normal(Distribution):
 
     def rsample(self, sample_shape=()):
         from disthook.random import gen
-        from disthook.tensor import Tensor
 
-        shape = self._extended_shape(sample_shape)
-        eps = gen().standard_normal(shape).astype(self.loc._data.dtype)
-        return self.loc + Tensor._make(eps, None, 0) * self.scale
+        eps = gen().standard_normal(self._extended_shape(sample_shape))
+        return self.loc + from_numpy(eps, self.loc) * self.scale
 
     def log_prob(self, value):
-        value = as_float_tensor(value, self.loc)
+        self._check_sample(value)
         var = self.scale ** 2
         return -((value - self.loc) ** 2) / (2 * var) - self.scale.log() - math.log(
             math.sqrt(2 * math.pi))
 
     def cdf(self, value):
-        value = as_float_tensor(value, self.loc)
+        self._check_sample(value)
         return 0.5 * (1 + ((value - self.loc) / (self.scale * math.sqrt(2))).erf())
+
+    def icdf(self, value):
+        return self.loc + self.scale * (2 * value - 1).erfinv() * math.sqrt(2)
 
     def entropy(self):
         return 0.5 + 0.5 * math.log(2 * math.pi) + self.scale.log()
-
-    def __repr__(self) -> str:
-        return f"Normal(loc: {self.loc.size()}, scale: {self.scale.size()})"

@@ -57,7 +57,7 @@ def digamma_np(x: np.ndarray) -> np.ndarray:
     tail = np.zeros_like(v)
     for k, b in reversed(list(enumerate(_B2K, 1))):
         tail = (tail + b / (2 * k)) * inv2
-    out = acc + np.log(v) - 0.5 / v - tail
+    out = np.asarray(acc + np.log(v) - 0.5 / v - tail)  # 0-d stays an array
     out[pole] = np.where(np.asarray(x, np.float64)[pole] == 0, -np.inf, np.nan)
     return _same(x, out)
 
@@ -85,7 +85,7 @@ def polygamma_np(n: int, x: np.ndarray) -> np.ndarray:
         tail += b / math.factorial(2 * k) * rising * power
         rising *= (s + 2 * k - 1) * (s + 2 * k)
         power = power / (v * v)
-    out = (-1) ** (n + 1) * math.factorial(n) * (acc + tail)
+    out = np.asarray((-1) ** (n + 1) * math.factorial(n) * (acc + tail))  # 0-d: an array
     out[pole] = np.inf if n % 2 else np.nan
     return _same(x, out)
 
