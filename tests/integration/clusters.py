@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from disthook.distributed import local_cluster
+from disthook.distributed import connect, local_cluster
 from disthook.service.rpc import Peer
 
 
@@ -55,7 +55,10 @@ def worker(*flags: str):
         worker = subprocess.Popen([sys.executable, "-m", "workers", "--coordinator", address,
                                    "--log-level", "WARNING", *flags],
                                   stdout=subprocess.PIPE, text=True)
-        yield _Address(worker.stdout.readline().split()[-1], address)
+        bound = worker.stdout.readline().split()[-1]  # (it registers a moment later)
+        with connect(address, timeout=30) as cluster:
+            cluster.wait_for_workers(1, timeout=60)
+        yield _Address(bound, address)
     finally:
         for proc in (worker, coordinator):
             if proc is not None:
