@@ -47,6 +47,8 @@ class HookServer:
         # the context of the event whose hook runs now (glue.route_node_hooks reads it)
         self.firing_ctx: str | None = None
         self.firing = 0  # > 0 while a hook a worker fired runs here
+        # a deployed parameter's tensor hook -> the backward it fired in last
+        self._param_hook_fired: dict[int, int] = {}
         # rounds of passes run ahead whose later events are stale (see _serve_event)
         self._broken_rounds: dict[str, None] = {}
         # id of a socket -> (the round of its latest event, the tensors its events sent)
@@ -196,7 +198,9 @@ class HookServer:
         entry = self.hooks.get(event["hook"])
         if entry is None:
             raise RuntimeError(f"hook {event['hook']} was removed on the client")
-        fn, _, proxy, _ = entry
+        fn, registered_kind, proxy, _ = entry
+        if registered_kind == "tensor" and getattr(proxy, "_is_data", True) is False:
+            self._fired_again(event["hook"], proxy)
         diff = bool(event.get("diff"))
         leaves: list[Tensor] = []  # the tensors the hook is given, in the order packed
         bases: list[Tensor] = []  # what each is computed from here: vjps are taken for these
@@ -269,6 +273,26 @@ class HookServer:
                 (f"{key}#{i}", leaves[i], bases[i]) for i in taps)
             answer.update(taps=taps, key=key)
         return answer
+
+    def _fired_again(self, hook_id: int, param) -> None:
+        """A deployed parameter's tensor hook fires once per call of the model that used the
+        parameter, with that call's gradient: where several calls of one forward use it (a
+        module called twice, tied weights in two parts), one process fires it once, with
+        their sum. Say so when it fires again in one backward, rather than let a hook that
+        clips or rescales act on each part apart unnoticed."""
+        task = engine.current_task_id()
+        if task != -1 and self._param_hook_fired.get(hook_id) == task:
+            warnings.warn(
+                f"the tensor hook on {param._path!r} of a deployed model fired again in this "
+                "backward: several calls of the model's forward use that parameter (a module "
+                "called more than once, or weights tied between parts), and its workers give "
+                "each call's gradient to the hook apart, where one process gives it their sum "
+                "once. A hook that only reads sees the parts; one that changes the gradient "
+                "(clamp, rescale) changes each part, and .grad is their sum. Deploy a module "
+                "holding every use of the parameter as one part (placement=), or hook the "
+                "gradient where it is used (a module's full backward hook)",
+                RuntimeWarning, stacklevel=2)
+        self._param_hook_fired[hook_id] = task
 
     def _relocate(self, event: wire.Message, leaves: list, bounds: list) -> None:
         """Tensor hooks that a forward hook of a part called from code running here put on
