@@ -24,11 +24,13 @@ import numpy as np
 
 from disthook import random
 from disthook.autograd import grad_mode
+from disthook.autograd.saved_hooks import current_pair
 from disthook.distributed import async_calls, remote_values
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.nn.modules.module import Module
 from disthook.service.values import opaque_in, tensors_in, unpack
 from disthook.tensor import Tensor
+from disthook.utils.checkpoint import _Frame
 from disthook.utils.hooks import RemovableHandle
 
 if TYPE_CHECKING:
@@ -175,9 +177,6 @@ def _checkpointing() -> dict | None:
     dropped and recomputed in the backward, its hooks firing again up to the last of them,
     with the random stream it had). The reentrant checkpoint needs nothing: its forward runs
     under no_grad, and its backward calls the function again."""
-    from disthook.autograd.saved_hooks import current_pair
-    from disthook.utils.checkpoint import _Frame
-
     pair = current_pair()
     frame = getattr(pair[0], "__self__", None) if pair is not None else None
     if not isinstance(frame, _Frame):

@@ -85,7 +85,6 @@ class _Placed(Placement):
         """``name`` of this module is (or is no longer) set here in a form its worker's copy
         lacks; the deployment keeps the paths that have one (``changed_here``)."""
         (self.here.add if changed else self.here.discard)(name)
-        async_calls.forget(self.deployment)
         paths = self.deployment.__dict__.setdefault("_changed_here", set())
         (paths.add if self.here else paths.discard)(self.path)
 
