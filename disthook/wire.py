@@ -154,11 +154,13 @@ RECORDS: dict[str, dict[str, str]] = {
     "loss_spec": {"module": "map?", "function": "str?"},
     # a tensor a client hook was given (by index) and changed in place: its new value
     "changed_arg": {"arg": "int", "value": "hook_value"},
-    # a backward's hold: several calls of the model run their backwards in one backward of the client,
-    # ``task`` its id; ``later``: the contexts of its calls still to run after this one. A
-    # parameter that one of them uses too keeps this call's gradient on its worker, and the
-    # last call that uses it adds them before the parameter's hooks run (workers/held_grads)
-    "backward_hold": {"task": "int", "later": "list[str]"},
+    # a backward's hold: several calls of the model run their backwards in one backward of
+    # the client, ``task`` its id; ``later``: the contexts of its calls still to run on this
+    # worker after this one, in the first request of that backward to the worker (absent in
+    # the next ones: the worker counts them off). A parameter that one of them uses too
+    # keeps this call's gradient on its worker, and the last call that uses it adds them
+    # before the parameter's hooks run (workers/held_grads)
+    "backward_hold": {"task": "int", "later": "list[str]?"},
     # a deployment published under a name (disthook.distributed.registry): its model id,
     # root class path, who deployed it (a key's name, or the client's socket identity in
     # hex without keys), when (unix seconds), whether others may write its weights, where

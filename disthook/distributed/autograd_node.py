@@ -173,12 +173,24 @@ class RemoteBackward0(Node):
         if (task is None or not task.accumulate or task.needed is not None
                 or self._sizes is not None or grad_mode.is_grad_enabled()):
             return None
-        calls = [n for n in engine.nodes_of(task, RemoteBackward0)
-                 if n._model is model and n._sizes is None and n._mb == self._mb]
+        key = (RemoteBackward0, id(model), self._mb)
+        calls = task.typed.get(key)
+        if calls is None:
+            calls = task.typed[key] = [n for n in engine.nodes_of(task, RemoteBackward0)
+                                       if n._model is model and n._sizes is None
+                                       and n._mb == self._mb]
         if len(calls) < 2:
             return None
-        return {"task": task.id, "later": [n._ctx_ids[0] for n in calls
-                                           if n is not self and not engine.has_run(task, n)]}
+        if self._call:  # the first call to reach its worker lists those still to come there
+            told = task.typed.setdefault((key, "told"), set())
+            if self._stage in told:
+                return {"task": task.id}  # the worker counts them off
+            told.add(self._stage)
+        # (a chain's calls are on every stage's worker: each lists them)
+        return {"task": task.id, "later": [
+            n._ctx_ids[0] for n in calls if n is not self and (
+                not (self._call and n._call) or n._stage == self._stage)
+            and not engine.has_run(task, n)]}
 
     def _inputs_wanted(self) -> bool:
         """Whether this backward needs the call's inputs' gradients (an autograd.grad to the

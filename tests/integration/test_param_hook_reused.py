@@ -252,3 +252,41 @@ def test_a_post_accumulate_hook_that_cannot_follow_its_parameter_is_refused(clus
     assert type(model.block) is nn.Linear and model.block.weight.grad is None
     model(torch.ones(3, 4)).sum().backward()  # still the program's model, in one process
     assert model.block.weight.grad is not None
+
+
+class Recurrent(nn.Module):
+    """A cell called once per step, a start state of the root's own (kept here)."""
+
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.GRUCell(3, 5)
+        self.head = nn.Linear(5, 2)
+        self.h0 = nn.Parameter(torch.zeros(5))
+
+    def forward(self, xs):
+        h = self.h0.expand(xs.shape[1], 5)
+        for t in range(xs.shape[0]):
+            h = self.cell(xs[t], h)
+        return self.head(h)
+
+
+def test_a_cell_called_every_step_gives_each_hook_the_sum_once_per_backward(cluster):
+    xs = torch.randn(7, 4, 3, generator=torch.Generator().manual_seed(1))
+
+    def run(model):
+        log = []
+        for name, p in model.named_parameters():
+            p.register_hook(lambda g, name=name: (log.append((name, g.numpy().copy())),
+                                                  g.clamp(-0.1, 0.1))[1])
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        for _ in range(2):
+            opt.zero_grad()
+            model(xs).pow(2).sum().backward()
+            opt.step()
+        return sorted(log, key=lambda e: e[0]), [p.detach().numpy().copy()
+                                                 for p in model.parameters()]
+
+    got, want = deployed_run(cluster, _made(Recurrent), run,
+                             placement={"cell": 0, "head": 1})
+    assert len(want[0]) == 2 * 7  # each of the 7 parameters' hooks once per backward
+    same_logs(got, want)
