@@ -47,6 +47,7 @@ __all__ = [
     "Message",
     "WireError",
     "c_order",
+    "checked",
     "decode",
     "decode_all",
     "decode_pipe",
@@ -161,6 +162,13 @@ RECORDS: dict[str, dict[str, str]] = {
     # keeps this call's gradient on its worker, and the last call that uses it adds them
     # before the parameter's hooks run (workers/held_grads)
     "backward_hold": {"task": "int", "later": "list[str]?"},
+    # the plain attributes that a placed module's own code set on itself on its worker during
+    # a call or its backward (``self.attention_map = attn``), which the client's module takes
+    # (workers/attr_changes.py): the module's path in the model, the values that travel
+    # (name -> hook_value), the type of each that cannot (name -> "a function"), the names
+    # deleted. A call's answer (result["attrs"]) carries a list of them; a chain's stages
+    # pass theirs on with the activation (forward) or gradient (backward) as "attrs"
+    "attr_change": {"path": "str", "set": "map?", "opaque": "map?", "deleted": "list[str]?"},
     # a deployment published under a name (disthook.distributed.registry): its model id,
     # root class path, who deployed it (a key's name, or the client's socket identity in
     # hex without keys), when (unix seconds), whether others may write its weights, where
@@ -259,7 +267,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
                 "reply_to": "str", "requires_grad": "list?", "mb": "int?", "stop": "str?",
                 "optimizer_calls": "list[list[optimizer_call]]?", "path": "str?",
                 "call": "hook_value?", "rng": "str?", "pins": "list?", "op": "str?",
-                "params": "any?", "keep": "bool?", "as_of": "map?", "checkpoint": "map?"},
+                "params": "any?", "keep": "bool?", "as_of": "map?", "checkpoint": "map?",
+                "attrs": "list[attr_change]?"},
     # taps: keys of tensors client forward hooks were given, whose gradients the client
     # wants (autograd.grad with respect to them); each stage adds those it holds to tapped
     # (key -> gradient) and the answer carries them all (result["tapped"]). accumulate
@@ -271,7 +280,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "backward": {"model": "str", "stage": "int", "grads": "list", "retain_graph": "bool",
                  "reply_to": "str", "mb": "int?", "taps": "list[str]?", "tapped": "map?",
                  "accumulate": "bool?", "start": "str?", "inputs": "bool?",
-                 "keep_grads": "str?", "create_graph": "bool?", "hold": "backward_hold?"},
+                 "keep_grads": "str?", "create_graph": "bool?", "hold": "backward_hold?",
+                 "attrs": "list[attr_change]?"},
     # create_graph: the input gradients keep their graph (kept as a context under
     # keep_grads, whose backward is a double backward's second pass)
     # values kept on a worker (disthook.distributed.remote_values): a call's outputs, with
@@ -1081,6 +1091,13 @@ def _field_value(where: str, kind: str, base: str, check, value, depth: int):
     if not (base == "any" or type(value) in _EXACT[base] or _CHECKS[base](value)):
         raise WireError(f"{where} must be {kind}, got {_type_name(value)}")
     return value if check is None else check(where, value, depth + 1)
+
+
+def checked(kind: str, value, where: str):
+    """``value`` validated as ``kind`` (a record's name, ``list[...]`` of one...), for a
+    record that travels inside an untyped field (an "ok" reply's result); ``WireError``
+    naming ``where`` when it is not one."""
+    return _field_value(where, kind, _base_kind(kind), _checker(kind), value, 0)
 
 
 def _list_checker(kind: str):
