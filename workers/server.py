@@ -143,6 +143,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         sock = self.ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, linger)
         sock.setsockopt(zmq.IDENTITY, identity)
+        sock.setsockopt(zmq.SNDTIMEO, 0)  # never waits: a full queue raises (send_frames)
         if self.keys is not None:
             self.keys.dial(sock)
         sock.connect(address)

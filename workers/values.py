@@ -71,6 +71,7 @@ class ValueHandlers:
             else:
                 fields["data"] = wire.c_order(t._data)
                 self._count(st.model, "bytes_to_peers", fields["data"].nbytes)
+            # (never waits: a full queue, nothing taking what goes there, raises)
             send_frames(sock, wire.encode("pipe", fields))
         return NO_REPLY
 
