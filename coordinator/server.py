@@ -38,6 +38,7 @@ RESTORED_GRACE_S = 10.0  # a restored model's workers have this long to register
 # what one client may hold in the registry (with keys: one key, every connection of it)
 MAX_PUBLISHED_PER_CLIENT = 64  # names it has published
 MAX_ATTACHED_PER_CLIENT = 64  # attachments to one published model
+MAX_NAME_CHARS = 256  # of a published model's name and id (its class: 4 times as many)
 
 __all__ = ["Coordinator", "Published", "WorkerRecord"]
 
@@ -256,6 +257,7 @@ class Coordinator(Service):
 
     def on_publish(self, msg, sender: bytes):
         record = dict(msg["record"])
+        self._check_record(record, sender)
         record["owner"] = self._client_name(record["owner"], sender)
         name = record["name"]
         held = self.models.get(name)
@@ -309,6 +311,31 @@ class Coordinator(Service):
         published = self.models.get(msg["name"])
         if published is not None and published.record["model"] == msg["model"]:
             published.attached.pop((sender, msg["client"]), None)  # (only its own)
+
+    def _check_record(self, record: dict, sender: bytes) -> None:
+        """Refuse (``ValueError``, logged) a record that is not a deployment on this cluster's
+        workers: each stage on a registered worker, at its address, one stage a worker, and
+        its names short. ``models()`` lists every record to every client, so one client's
+        made-up stage lists or names would otherwise make it too large to answer anyone."""
+        why = next((f"its {key} has {len(record[key])} characters, more than {cap}"
+                    for key, cap in (("name", MAX_NAME_CHARS), ("model", MAX_NAME_CHARS),
+                                     ("class", 4 * MAX_NAME_CHARS))
+                    if len(record[key]) > cap), None)
+        seen: set[str] = set()
+        for s in record["workers"] if why is None else ():
+            worker = self.workers.get(s["worker"])
+            if worker is None or worker.address != s["address"] or s["worker"] in seen:
+                why = (f"its stage {s['stage']} is on {s['worker'][:64]!r} at "
+                       f"{s['address'][:64]!r}, " + ("a worker that holds another stage of it"
+                                                     if s["worker"] in seen else
+                                                     "which is no worker registered here"))
+                break
+            seen.add(s["worker"])
+        if why is not None:
+            self.peer_log.warning(sender, "coordinator: refused to publish a record of %s: %s",
+                                  self.peer_name(sender), why)
+            raise ValueError(f"not a deployment on this cluster's workers: {why}; publish a "
+                             "model deployed on this cluster (deploy(..., name=...))")
 
     def _same_client(self, connection: bytes, sender: bytes) -> bool:
         """Whether ``connection`` counts as the client ``sender`` (with keys: the same key)."""

@@ -65,6 +65,8 @@ def test_a_clients_values_go_when_it_goes():
     _value(state, ALICE, "a0")
     state.handle(ClientGone(MALLORY))
     assert _of(state, MALLORY) == [] and _of(state, ALICE) == ["a0"]
+    _value(state, MALLORY, "v1")  # one a worker pushed as it went: nobody takes it
+    assert _of(state, MALLORY) == []
 
 
 def test_a_value_whose_step_names_no_hex_client_is_taken_without_a_failure():

@@ -20,12 +20,15 @@ def client_of_value(key: tuple) -> str | None:
     return key[1].partition("/")[0] if key[2] == "value" else None
 
 
-def admit(mailbox: dict, key: tuple, msg, limit: int, worker_id: str) -> list[tuple]:
+def admit(mailbox: dict, key: tuple, msg, limit: int, worker_id: str,
+          gone=()) -> list[tuple]:
     """Put ``msg`` in ``mailbox`` under ``key``, first putting out what must go (or, for a
-    value when the mailbox is full of steps' records, not putting it in); a warning
-    ``(text, peer)`` for each record dropped (peer: the client whose value it was, so that
-    the log names it a few times a minute at most; None for a step's)."""
+    value when the mailbox is full of steps' records or its client is ``gone``, not putting
+    it in); a warning ``(text, peer)`` for each record dropped (peer: the client whose value
+    it was, so that the log names it a few times a minute at most; None for a step's)."""
     out, client = [], client_of_value(key)
+    if client is not None and _identity(client) in gone:  # pushed after its client left
+        return []
     if client is not None and key not in mailbox:
         own = [k for k in mailbox if client_of_value(k) == client]
         for old in own[:max(0, len(own) - VALUES_PER_CLIENT + 1)]:

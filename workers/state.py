@@ -449,7 +449,7 @@ class WorkerState:
             return out  # for no model held here, or late: dropped
         key = (*step, msg["kind"], msg["mb"])  # (room made for it: workers/mailbox.py)
         out += [Log("warning", text, peer) for text, peer in admit(
-            self.mailbox, key, msg, self.mailbox_limit, self.worker_id)]
+            self.mailbox, key, msg, self.mailbox_limit, self.worker_id, self.gone)]
         return out + [self._end_wait(w, outcome=key) for w in [*self.waits.values()]
                       if key in w.keys]
 

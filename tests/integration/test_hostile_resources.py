@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 import zmq
-from clusters import worker
+from clusters import wait_until, worker
 
 import disthook as torch
 from disthook import nn
@@ -141,7 +141,16 @@ def test_the_registry_keeps_each_clients_attachments_its_own_and_bounded(shared)
                                               "models, the most one client may"):
             peer.request("publish", {"record": {**record, "name": "one more"}}, timeout=30)
         assert sum(m["name"].startswith("squat") for m in cluster.models()) == 64
-    assert clients() == ["client"]  # its connection closed: its attachments went
+    with attacker(cluster.address) as peer:  # records that models() could not list any more
+        stages = [{"stage": i, "worker": "w" * 100, "address": "a" * 100} for i in range(4000)]
+        for name, made_up in [("long", {"workers": stages}), ("x" * 300000, {}),
+                              ("twice", {"workers": record["workers"] * 2})]:
+            with pytest.raises(RemoteError, match="ValueError: not a deployment on this "
+                                                  "cluster's workers: its "):
+                peer.request("publish", {"record": {**record, "name": name, **made_up}},
+                             timeout=30)
+        assert "shared" in [m["name"] for m in cluster.models()]  # listed, and answered
+    wait_until(lambda: clients() == ["client"], 30)  # its connection closed: they went
     with open(log) as lines:
         assert any("refused the client with key 'mallory'" in line for line in lines)
     still_works(remote)
