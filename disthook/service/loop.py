@@ -40,6 +40,7 @@ __all__ = ["LOG_LEVELS", "PIPE_COPY_BELOW", "PeerLog", "Service", "bind_endpoint
 # answer from there before its own connection to that worker has finished its handshake
 UNROUTABLE_KEEP_S = 30.0
 UNROUTABLE_KEPT = 256  # replies kept that way at most, per peer
+UNROUTABLE_KEPT_ALL = 4096  # and for all peers together
 # so is a reply to a peer whose queue is full (it does not read its replies): a send never
 # waits for a peer, which would stop the loop for everyone (ROUTER_MANDATORY makes a send to
 # a full peer block); kept this long at most, then dropped with a warning
@@ -253,7 +254,8 @@ class Service:
         except zmq.ZMQError as exc:
             # no route to the peer: its connection has not finished its handshake yet (or
             # it went away); or its queue is full: kept and tried again at each tick
-            if exc.errno in (zmq.EHOSTUNREACH, zmq.EAGAIN) and len(kept) < UNROUTABLE_KEPT:
+            if exc.errno in (zmq.EHOSTUNREACH, zmq.EAGAIN) and len(kept) < UNROUTABLE_KEPT \
+                    and len(self._unsent) < UNROUTABLE_KEPT_ALL:
                 if since is None and not kept:
                     self.log.info("%s: %s %s; its reply is kept and sent again", self.label,
                                   "no route to" if exc.errno == zmq.EHOSTUNREACH else
@@ -262,8 +264,8 @@ class Service:
                                      to, frames))
                 return
             self.peer_log.warning(to, "%s: dropped a reply to %s: %s", self.label,
-                                  self.peer_name(to), "it reads none of its replies, and "
-                                  f"{len(kept)} wait for it already" if kept else exc)
+                                  self.peer_name(to), f"{len(kept)} replies wait for it "
+                                  f"already ({len(self._unsent)} for all)" if kept else exc)
 
 
 def monitor_event(monitor: zmq.Socket) -> dict:
