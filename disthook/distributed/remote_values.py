@@ -218,27 +218,37 @@ def inline_value(record: dict) -> np.ndarray | None:
 
 # ---- packing the arguments of a call ----------------------------------------------------
 
-def pack_args(value, address: str):
-    """``values.pack`` for a call to the worker at ``address``: a kept value by its id
-    (sent there from its worker first when it is elsewhere), every other tensor by value."""
+def pack_args(value, address: str, model):
+    """``values.pack`` for a call to the worker at ``address`` on deployment ``model``: a
+    kept value of that deployment by its id (sent there from its worker first when it is
+    elsewhere), every other tensor by value (see ``_kept_by``)."""
     from disthook.service.values import pack
 
     def tensor(t: Tensor):
-        if type(t) is RemoteValue:
+        if _kept_by(t, model):
             return {**t.__dict__["_ref"].at(address), "requires_grad": bool(t._requires_grad)}
         return pack(t)
 
     return pack(value, tensor)
 
 
-def grad_data(g: Tensor | None, address: str):
-    """A gradient for a backward request to ``address``: None, an array, or a kept value by
-    its id."""
+def grad_data(g: Tensor | None, address: str, model):
+    """A gradient for a backward request to ``address`` on deployment ``model``: None, an
+    array, or a kept value of that deployment by its id."""
     if g is None:
         return None
-    if type(g) is RemoteValue:
+    if _kept_by(g, model):
         return g.__dict__["_ref"].at(address)
     return g._data
+
+
+def _kept_by(t: Tensor, model) -> bool:
+    """Whether ``t`` is a value kept by a worker of deployment ``model``. A value another
+    deployment keeps (one model's output passed to another, as a GAN's generator's to its
+    discriminator) goes by value: workers file the values they keep and the values peers
+    push under the deployment that made them, so a request of this deployment could not
+    name it."""
+    return type(t) is RemoteValue and t.__dict__["_ref"].model is model
 
 
 # ---- ops on kept values ---------------------------------------------------------------------

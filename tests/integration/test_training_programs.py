@@ -1,0 +1,76 @@
+"""Training programs written for one process, deployed with one line: what third-party
+training loops do (a GAN's two models, ...) gives what one process gives. Each test runs the
+program in one process and deployed on 2 workers, from the same weights."""
+import copy
+
+import numpy as np
+
+import disthook as torch
+from disthook import nn
+
+CLUSTER_WORKERS = 2
+
+
+def close(a, b, tol=1e-6):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol, atol=tol)
+
+
+class Critic(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.main = nn.Sequential(nn.Linear(4, 6), nn.LeakyReLU(0.2, inplace=True),
+                                  nn.Linear(6, 6), nn.Linear(6, 1), nn.Sigmoid())
+
+    def forward(self, x):
+        return self.main(x).view(-1)
+
+
+class Maker(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.main = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 4))
+
+    def forward(self, z):
+        return self.main(z)
+
+
+def gan_steps(make_g, make_d):
+    """DCGAN's loop: the critic on real data and on the maker's output detached, then the
+    maker through the critic; two Adam optimizers."""
+    g, d = make_g(), make_d()
+    opt_g = torch.optim.Adam(g.parameters(), lr=0.01, betas=(0.5, 0.999))
+    opt_d = torch.optim.Adam(d.parameters(), lr=0.01, betas=(0.5, 0.999))
+    bce = nn.BCELoss()
+    rng = np.random.RandomState(0)
+    out = []
+    for _ in range(2):
+        real = torch.tensor(rng.randn(5, 4).astype(np.float32))
+        noise = torch.tensor(rng.randn(5, 3).astype(np.float32))
+        d.zero_grad()
+        err_real = bce(d(real), torch.ones(5))
+        err_real.backward()
+        fake = g(noise)
+        err_fake = bce(d(fake.detach()), torch.zeros(5))
+        err_fake.backward()
+        opt_d.step()
+        g.zero_grad()
+        err_g = bce(d(fake), torch.ones(5))
+        err_g.backward()
+        out.append(g.main[0].weight.grad.numpy().copy())
+        opt_g.step()
+        out += [err_real.item(), err_fake.item(), err_g.item()]
+    out += [g.main[2].weight.detach().numpy().copy(), d.main[3].weight.detach().numpy().copy()]
+    return out
+
+
+def test_one_models_output_feeds_another_deployed_model(cluster):
+    """The maker's output, kept on its worker, is the critic's input (another deployment);
+    the critic's input gradient goes back into the maker's backward. Before, the critic's
+    worker waited for a value filed under the other deployment (a 30 s timeout)."""
+    torch.manual_seed(0)
+    g0, d0 = Maker(), Critic()
+    one = gan_steps(lambda: copy.deepcopy(g0), lambda: copy.deepcopy(d0))
+    two = gan_steps(lambda: cluster.deploy(copy.deepcopy(g0), stages=2),
+                    lambda: cluster.deploy(copy.deepcopy(d0), stages=2))
+    for a, b in zip(one, two, strict=True):
+        close(a, b)
