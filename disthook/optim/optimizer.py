@@ -81,7 +81,7 @@ def _remote_params(optimizer) -> dict:
     """{remote type: its parameters, in group order} of ``optimizer`` (at once empty for
     one that was never given a remote parameter: the common, local case pays nothing)."""
     out: dict = {}
-    if not optimizer.__dict__.get("_has_remote"):
+    if not optimizer.__dict__.get("_has_remote") or _steps_here(optimizer):
         return out
     for group in optimizer.param_groups:
         for p in group["params"]:
@@ -89,6 +89,14 @@ def _remote_params(optimizer) -> dict:
             if kind is not None:
                 out.setdefault(kind, []).append(p)
     return out
+
+
+def _steps_here(optimizer) -> bool:
+    """Whether ``optimizer`` takes its whole step here, remote parameters included (an
+    update that is not one parameter at a time, as L-BFGS's: a worker cannot take its share
+    of it). Their gradients are read, and their values written, through their storage;
+    ``zero_grad`` and the state dict treat them as local ones."""
+    return bool(getattr(type(optimizer), "_steps_here", False))
 
 
 def _step_local_then_remote(optimizer, step, args, kwargs):

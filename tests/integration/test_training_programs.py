@@ -74,3 +74,38 @@ def test_one_models_output_feeds_another_deployed_model(cluster):
                     lambda: cluster.deploy(copy.deepcopy(d0), stages=2))
     for a, b in zip(one, two, strict=True):
         close(a, b)
+
+
+def lbfgs_fit(model, line_search_fn):
+    """time_sequence_prediction's loop: L-BFGS over the model, the closure re-evaluating it."""
+    x = torch.tensor(np.linspace(-1, 1, 24, dtype=np.float32).reshape(6, 4))
+    y = torch.sin(x * 3)
+    opt = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=4,
+                            line_search_fn=line_search_fn)
+    losses = []
+    for _ in range(2):
+        def closure():
+            opt.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            return loss
+        losses.append(opt.step(closure).item())
+    return losses, [p.detach().numpy().copy() for p in model.parameters()], opt.state_dict()
+
+
+def test_lbfgs_steps_a_deployed_model_as_one_process_does(cluster):
+    """L-BFGS's direction is over all parameters and its line search calls the closure: it
+    steps here, reading the workers' gradients and writing their values. Before, its step saw
+    no parameter at all (IndexError), each worker being left to step its own share."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh(),
+                        nn.Linear(8, 4))
+    for search in (None, "strong_wolfe"):
+        one = lbfgs_fit(copy.deepcopy(net), search)
+        model = cluster.deploy(copy.deepcopy(net), stages=2)
+        two = lbfgs_fit(model, search)
+        close(one[0], two[0], 1e-5)
+        for a, b in zip(one[1], two[1], strict=True):
+            close(a, b, 1e-5)
+        assert one[2]["state"][0]["n_iter"] == two[2]["state"][0]["n_iter"] > 0
+        model.close()
