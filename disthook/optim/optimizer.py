@@ -275,9 +275,52 @@ class Optimizer:
         return handle
 
     # ---- state dict -------------------------------------------------------------------------
+    # Four hook kinds, kept as the step hooks are: before and after state_dict() (the
+    # latter may return a replacement) and before (may return a replacement) and after
+    # load_state_dict(). Dicts made on first registration: a wrapper that never ran
+    # Optimizer.__init__ has none.
+    def _state_dict_hooks(self, kind: str) -> OrderedDict:
+        return self.__dict__.setdefault(f"_optimizer_{kind}_hooks", OrderedDict())
+
+    def _register_state_dict_hook(self, kind: str, hook, prepend: bool) -> RemovableHandle:
+        hooks = self._state_dict_hooks(kind)
+        handle = RemovableHandle(hooks)
+        hooks[handle.id] = hook
+        if prepend:
+            hooks.move_to_end(handle.id, last=False)
+        return handle
+
+    def register_state_dict_pre_hook(self, hook, prepend: bool = False) -> RemovableHandle:
+        """``hook(optimizer)`` before each ``state_dict()``."""
+        return self._register_state_dict_hook("state_dict_pre", hook, prepend)
+
+    def register_state_dict_post_hook(self, hook, prepend: bool = False) -> RemovableHandle:
+        """``hook(optimizer, state_dict) -> None | state_dict`` after each ``state_dict()``;
+        what it returns is what ``state_dict()`` returns."""
+        return self._register_state_dict_hook("state_dict_post", hook, prepend)
+
+    def register_load_state_dict_pre_hook(self, hook, prepend: bool = False) -> RemovableHandle:
+        """``hook(optimizer, state_dict) -> None | state_dict`` before each
+        ``load_state_dict()`` (given a shallow copy); what it returns is loaded instead."""
+        return self._register_state_dict_hook("load_state_dict_pre", hook, prepend)
+
+    def register_load_state_dict_post_hook(self, hook, prepend: bool = False) -> RemovableHandle:
+        """``hook(optimizer)`` after each ``load_state_dict()``."""
+        return self._register_state_dict_hook("load_state_dict_post", hook, prepend)
+
     def state_dict(self) -> dict:
         """``{"state": {id: {...}}, "param_groups": [{..., "params": [ids]}]}``; ids number
         the parameters in group order, as torch's do. The state tensors are not copied."""
+        for hook in list(self.__dict__.get("_optimizer_state_dict_pre_hooks", {}).values()):
+            hook(self)
+        state_dict = self._state_dict_unhooked()
+        for hook in list(self.__dict__.get("_optimizer_state_dict_post_hooks", {}).values()):
+            result = hook(self, state_dict)
+            if result is not None:
+                state_dict = result
+        return state_dict
+
+    def _state_dict_unhooked(self) -> dict:
         ids: dict = {}
         groups = []
         for group in self.param_groups:
@@ -299,6 +342,18 @@ class Optimizer:
     def load_state_dict(self, state_dict: dict) -> None:
         """Restore hyperparameters and state from ``state_dict``; the ids are matched to this
         optimizer's parameters by position. Float state is cast to its parameter's dtype."""
+        state_dict = state_dict.copy()
+        for hook in list(self.__dict__.get("_optimizer_load_state_dict_pre_hooks",
+                                           {}).values()):
+            result = hook(self, state_dict)
+            if result is not None:
+                state_dict = result
+        self._load_state_dict_unhooked(state_dict)
+        for hook in list(self.__dict__.get("_optimizer_load_state_dict_post_hooks",
+                                           {}).values()):
+            hook(self)
+
+    def _load_state_dict_unhooked(self, state_dict: dict) -> None:
         groups = self.param_groups
         saved_groups = deepcopy(state_dict["param_groups"])
         if len(groups) != len(saved_groups):
