@@ -109,3 +109,41 @@ def test_lbfgs_steps_a_deployed_model_as_one_process_does(cluster):
             close(a, b, 1e-5)
         assert one[2]["state"][0]["n_iter"] == two[2]["state"][0]["n_iter"] > 0
         model.close()
+
+
+def grad_writes(model):
+    """Training loops that change gradients in place: the DQN tutorial's
+    ``param.grad.data.clamp_(-1, 1)``, a manual step with ``p.grad.zero_()``, a scaled or
+    partly zeroed gradient (a row, through a view), and a kept ``g = p.grad`` seeing its own
+    write."""
+    x = torch.tensor(np.linspace(-2, 2, 20, dtype=np.float32).reshape(5, 4))
+    seen = []
+    for _ in range(2):
+        model(x).pow(2).sum().backward()
+        for p in model.parameters():
+            p.grad.data.clamp_(-1, 1)
+        model[0].weight.grad.mul_(0.5)
+        model[2].weight.grad[0].zero_()
+        g = model[2].bias.grad
+        g.add_(1.0)
+        seen.append(g.numpy().copy())
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= 0.1 * p.grad
+                seen.append(p.grad.numpy().copy())
+                p.grad.zero_()
+    seen += [p.grad.numpy().copy() for p in model.parameters()]
+    return seen + [p.detach().numpy().copy() for p in model.parameters()]
+
+
+def test_gradients_written_in_place_reach_the_workers(cluster):
+    """``p.grad`` of a deployed parameter is a copy of its worker's gradient: a write into it
+    in place is made here and sent there. Before, it raised (read-only memory)."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 3))
+    one = grad_writes(copy.deepcopy(net))
+    model = cluster.deploy(copy.deepcopy(net), stages=2)
+    two = grad_writes(model)
+    for a, b in zip(one, two, strict=True):
+        close(a, b)
+    model.close()
