@@ -793,7 +793,8 @@ class Module:
         if target == "":
             raise ValueError("Cannot set the submodule without a target name!")
         if not isinstance(module, Module):
-            raise ValueError(f"`module` is not an nn.Module, found {type(module)}")
+            raise ValueError(  # noqa: TRY004 - torch's type and text
+                f"`module` is not an nn.Module, found {type(module)}")
         parent_path, _, name = target.rpartition(".")
         parent = self.get_submodule(parent_path)
         if hasattr(parent, name):
