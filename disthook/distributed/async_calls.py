@@ -5,8 +5,8 @@ the values the call keeps can be used by the next request at once; the answer co
 (``_Hub.send_async``), and a failure is raised by the next request the program waits for.
 
 What the answer will be is learnt: the first call of a part (or op) with given arguments'
-shapes, dtypes and flags waits, and its answer's form is kept (``Forms``): the output's
-structure and each tensor's shape, dtype, layout and ``requires_grad``, whether the call
+shapes, dtypes, layouts on the worker and flags waits, and its answer's form is kept
+(``Forms``): the output's structure and each tensor's shape, dtype, layout and ``requires_grad``, whether the call
 drew random numbers, and for a backward which input gradients came. A later call with the
 same key goes without waiting; its answer is checked against the form when it comes, and a
 difference fails the program's next waited request, saying so (never a silent difference).
