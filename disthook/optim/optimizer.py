@@ -363,11 +363,14 @@ class Optimizer:
                              "the size of optimizer's group")
         id_map = dict(zip(chain.from_iterable(g["params"] for g in saved_groups),
                           chain.from_iterable(g["params"] for g in groups)))
+        # the parameters their workers step keep their state there; any other (a deployed
+        # model's, stepped here by an optimizer made before the deploy) keeps it here
+        there = {id(p) for params in _remote_params(self).values() for p in params}
         state: defaultdict = defaultdict(dict)
         for key, value in state_dict["state"].items():
             if key in id_map:
                 param = id_map[key]
-                state[param] = value if _remote_kind(param) else _cast(param, value)
+                state[param] = value if id(param) in there else _cast(param, value)
             else:
                 state[key] = value
         new_groups = []
@@ -376,7 +379,7 @@ class Optimizer:
             if "param_names" in group and "param_names" not in saved:
                 saved["param_names"] = group["param_names"]
             new_groups.append(saved)
-        remote = {p: state.pop(p) for p in list(state) if _remote_kind(p) is not None}
+        remote = {p: state.pop(p) for p in list(state) if id(p) in there}
         self.state = state
         self.param_groups = new_groups
         for kind, params in _remote_params(self).items():  # to the workers that hold them

@@ -216,3 +216,45 @@ def test_calls_that_go_on_tell_layouts_apart(cluster):
     for a, b in zip(one, maml_first_order(model), strict=True):
         close(a, b, 1e-5)
     model.close()
+
+
+def restore_and_step(model, opt):
+    """An LR finder's restore: the model's and the optimizer's state dicts saved, a few
+    steps tried, both loaded back, then training goes on."""
+    x = torch.tensor(np.linspace(-1, 1, 15, dtype=np.float32).reshape(5, 3))
+
+    def step():
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    out = [step(), step()]
+    saved_model = copy.deepcopy(model.state_dict())
+    saved_opt = copy.deepcopy(opt.state_dict())
+    for lr in (1e-3, 1e-1):
+        for group in opt.param_groups:
+            group["lr"] = lr
+        out.append(step())
+    model.load_state_dict(saved_model)
+    opt.load_state_dict(saved_opt)
+    out += [step(), step()]
+    return out + [p.detach().numpy().copy() for p in model.parameters()]
+
+
+def test_an_optimizer_made_before_the_deploy_keeps_its_loaded_state(cluster):
+    """An optimizer made over the model's parameters before the deploy steps them here,
+    its state here too: load_state_dict keeps that state. Before, it sent it to workers
+    that do not step them, and Adam's moments were lost (a silent difference)."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 6), nn.ReLU(), nn.Linear(6, 6), nn.ReLU(),
+                        nn.Linear(6, 2))
+    local = copy.deepcopy(net)
+    one = restore_and_step(local, torch.optim.Adam(local.parameters(), lr=1e-2))
+    placed = copy.deepcopy(net)
+    opt = torch.optim.Adam(placed.parameters(), lr=1e-2)
+    model = cluster.deploy(placed, stages=2)
+    for a, b in zip(one, restore_and_step(model, opt), strict=True):
+        close(a, b)
+    model.close()
