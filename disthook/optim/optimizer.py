@@ -13,6 +13,7 @@ own parameters with the same class and the groups' current hyperparameters; ``st
 from __future__ import annotations
 
 import functools
+import inspect
 import warnings
 from collections import OrderedDict, defaultdict
 from copy import deepcopy
@@ -92,11 +93,39 @@ def _remote_params(optimizer) -> dict:
 
 
 def _steps_here(optimizer) -> bool:
-    """Whether ``optimizer`` takes its whole step here, remote parameters included (an
-    update that is not one parameter at a time, as L-BFGS's: a worker cannot take its share
-    of it). Their gradients are read, and their values written, through their storage;
-    ``zero_grad`` and the state dict treat them as local ones."""
-    return bool(getattr(type(optimizer), "_steps_here", False))
+    """Whether ``optimizer`` takes its whole step here, remote parameters included: an update
+    that is not one parameter at a time (L-BFGS's), or a class the workers cannot make
+    (``_workers_can_make``). Their gradients are read, and their values written, through
+    their storage; ``zero_grad`` and the state dict treat them as local ones."""
+    kind = type(optimizer)
+    if getattr(kind, "_steps_here", False):
+        return True
+    key = (kind, tuple(sorted(optimizer.defaults)))
+    made = _MADE_THERE.get(key)
+    if made is None:
+        made = _MADE_THERE[key] = _workers_can_make(kind, optimizer.defaults)
+    return not made
+
+
+_MADE_THERE: dict = {}  # (optimizer class, names of its defaults) -> _workers_can_make
+
+
+def _workers_can_make(kind: type, defaults: dict) -> bool:
+    """Whether a worker can make its own ``kind`` over its parameters: a class it can import
+    (not one of the client's script, nor one made inside a function), whose constructor
+    takes the parameters and then only what ``defaults`` names (a wrapper of another
+    optimizer, as SAM, takes that one too: it steps here, its inner optimizer on the
+    workers)."""
+    if kind.__module__ == "__main__" or "<locals>" in kind.__qualname__:
+        return False
+    try:
+        signature = inspect.signature(kind)
+    except (TypeError, ValueError):
+        return True
+    rest = list(signature.parameters.values())[1:]  # after the parameters
+    return all(p.default is not inspect.Parameter.empty or p.name in defaults
+               or p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+               for p in rest)
 
 
 def _step_local_then_remote(optimizer, step, args, kwargs):

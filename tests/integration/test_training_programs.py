@@ -258,3 +258,80 @@ def test_an_optimizer_made_before_the_deploy_keeps_its_loaded_state(cluster):
     for a, b in zip(one, restore_and_step(model, opt), strict=True):
         close(a, b)
     model.close()
+
+
+class SharpnessAware(torch.optim.Optimizer):
+    """A SAM-style wrapper: it takes the optimizer class it wraps, climbs to the worst
+    nearby weights in ``first_step`` and lets the inner optimizer step from there."""
+
+    def __init__(self, params, inner, rho=0.05, **kwargs):
+        super().__init__(params, dict(rho=rho, **kwargs))
+        self.inner = inner(self.param_groups, **kwargs)
+        self.param_groups = self.inner.param_groups
+
+    @torch.no_grad()
+    def first_step(self):
+        grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
+        norm = torch.norm(torch.stack([g.norm(p=2) for g in grads]), p=2)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    self.state[p]["old_p"] = p.data.clone()
+                    p.add_(p.grad * (group["rho"] / (norm + 1e-12)))
+        self.zero_grad()
+
+    @torch.no_grad()
+    def second_step(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.data = self.state[p]["old_p"]
+        self.inner.step()
+        self.zero_grad()
+
+
+def own_optimizers(model):
+    class SignSGD(torch.optim.Optimizer):  # a class of the training script's own
+        def __init__(self, params, lr=0.01):
+            super().__init__(params, dict(lr=lr))
+
+        @torch.no_grad()
+        def step(self, closure=None):
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        p.add_(p.grad.sign(), alpha=-group["lr"])
+
+    x = torch.tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3))
+    sam = SharpnessAware(model.parameters(), torch.optim.SGD, lr=0.1, momentum=0.9)
+    out = []
+    for _ in range(2):
+        model(x).pow(2).mean().backward()
+        sam.first_step()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        sam.second_step()
+        out.append(loss.item())
+    sign = SignSGD(model.parameters())
+    for _ in range(2):
+        loss = model(x).pow(2).mean()
+        sign.zero_grad()
+        loss.backward()
+        sign.step()
+        out.append(loss.item())
+    return out + [p.detach().numpy().copy() for p in model.parameters()]
+
+
+def test_optimizers_the_workers_cannot_make_step_here(cluster):
+    """An optimizer class whose constructor takes more than the parameters and its defaults
+    (SAM's, wrapping another optimizer) or one the workers cannot import (the script's own)
+    steps here over the deployed parameters, as L-BFGS does. Before, each worker tried to
+    make one and failed (TypeError: missing 'inner'; 'define it in a module')."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 6), nn.ReLU(), nn.Linear(6, 6), nn.ReLU(),
+                        nn.Linear(6, 2))
+    one = own_optimizers(copy.deepcopy(net))
+    model = cluster.deploy(copy.deepcopy(net), stages=2)
+    for a, b in zip(one, own_optimizers(model), strict=True):
+        close(a, b)
+    model.close()
