@@ -265,7 +265,7 @@ class SharpnessAware(torch.optim.Optimizer):
     nearby weights in ``first_step`` and lets the inner optimizer step from there."""
 
     def __init__(self, params, inner, rho=0.05, **kwargs):
-        super().__init__(params, dict(rho=rho, **kwargs))
+        super().__init__(params, {"rho": rho, **kwargs})
         self.inner = inner(self.param_groups, **kwargs)
         self.param_groups = self.inner.param_groups
 
@@ -293,7 +293,7 @@ class SharpnessAware(torch.optim.Optimizer):
 def own_optimizers(model):
     class SignSGD(torch.optim.Optimizer):  # a class of the training script's own
         def __init__(self, params, lr=0.01):
-            super().__init__(params, dict(lr=lr))
+            super().__init__(params, {"lr": lr})
 
         @torch.no_grad()
         def step(self, closure=None):
