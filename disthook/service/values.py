@@ -2,12 +2,17 @@
 
 Tensors travel as their array, whether they require grad and the name of the node that
 made them (its ``grad_fn``, shown on the other side as it is here); tuples, lists and str-keyed
-dicts keep their kind; None, bools, numbers and strings travel as they are. Anything else
+dicts keep their kind, a namedtuple its class (``_pack_named``); None, bools, numbers and
+strings travel as they are. Anything else
 (a module object, say) cannot cross: it travels as ``{"opaque": "<type name>"}`` and
 arrives as ``None`` — the receiving side substitutes what it knows (the client passes its
 module proxy to a module hook in place of the worker's module).
 """
 from __future__ import annotations
+
+import collections
+import functools
+import sys
 
 import numpy as np
 
@@ -30,6 +35,8 @@ def pack(value, tensor=None):
     if value is None or type(value) in (bool, int, float, str):
         return value
     if isinstance(value, tuple):
+        if isinstance(getattr(type(value), "_fields", None), tuple):  # a namedtuple
+            return _pack_named(value, tensor)
         return {"tuple": [pack(v, tensor) for v in value]}
     if isinstance(value, list):
         return {"list": [pack(v, tensor) for v in value]}
@@ -60,6 +67,8 @@ def unpack(data, make_tensor=None, kept=None):
                 return [unpack(v, make_tensor, kept) for v in payload]
             if tag == "dict" and isinstance(payload, dict):
                 return {k: unpack(v, make_tensor, kept) for k, v in payload.items()}
+            if tag == "named" and isinstance(payload, dict):
+                return _unpack_named(payload, make_tensor, kept)
             if tag == "opaque":
                 return None
     if kept is not None and isinstance(data, dict) and isinstance(data.get("kept"), str):
@@ -108,6 +117,41 @@ def opaque_in(value) -> str | None:
         if found:
             return found
     return None
+
+
+def _pack_named(value: tuple, tensor) -> dict:
+    """A namedtuple (a part's ``Out(logits, hidden)``, a ``PackedSequence``) as its class's
+    name, its fields and its items, so that the other side gives it back as one."""
+    kind = type(value)
+    return {"named": {"class": f"{kind.__module__}:{kind.__qualname__}",
+                      "fields": {"tuple": [str(f) for f in kind._fields]},
+                      "items": {"tuple": [pack(v, tensor) for v in value]}}}
+
+
+def _unpack_named(payload: dict, make_tensor, kept) -> tuple:
+    """The namedtuple ``_pack_named`` describes: of its own class where this process has
+    that class loaded already (nothing is imported for it), else of a namedtuple class of
+    the same name and fields, which reads the same (``out.hidden``, ``out[1]``)."""
+    items = unpack(payload.get("items"), make_tensor, kept)
+    fields = unpack(payload.get("fields"))
+    name = payload.get("class")
+    if not (isinstance(items, tuple) and isinstance(fields, tuple) and isinstance(name, str)
+            and len(fields) == len(items) and all(isinstance(f, str) for f in fields)):
+        raise ValueError(f"not a packed namedtuple: {payload!r:.80}")
+    module, _, qualname = name.partition(":")
+    kind = sys.modules.get(module)
+    for part in qualname.split("."):
+        kind = getattr(kind, part, None)
+    if not (isinstance(kind, type) and issubclass(kind, tuple)
+            and getattr(kind, "_fields", None) == fields):
+        kind = _stand_in(qualname.rpartition(".")[2], fields)
+    return kind._make(items)
+
+
+@functools.lru_cache(maxsize=256)
+def _stand_in(name: str, fields: tuple) -> type:
+    return collections.namedtuple(name if name.isidentifier() else "Named", fields,
+                                  rename=True)
 
 
 def _plain_tensor(array: np.ndarray, requires_grad: bool, grad_fn: str | None = None) -> Tensor:

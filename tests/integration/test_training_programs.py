@@ -2,6 +2,7 @@
 training loops do (a GAN's two models, ...) gives what one process gives. Each test runs the
 program in one process and deployed on 2 workers, from the same weights."""
 import copy
+from collections import namedtuple
 
 import numpy as np
 
@@ -334,4 +335,57 @@ def test_optimizers_the_workers_cannot_make_step_here(cluster):
     model = cluster.deploy(copy.deepcopy(net), stages=2)
     for a, b in zip(one, own_optimizers(model), strict=True):
         close(a, b)
+    model.close()
+
+
+Encoded = namedtuple("Encoded", "summary hidden")
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 6)
+
+    def forward(self, x):
+        h = torch.tanh(self.lin(x))
+        return Encoded(summary=h.mean(-1), hidden=h)
+
+
+class EncodeThenClassify(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc, self.head = Encoder(), nn.Linear(6, 3)
+
+    def forward(self, x):
+        out = self.enc(x)
+        return self.head(out.hidden) + out.summary.unsqueeze(-1), type(out).__name__
+
+
+def classify_steps(model):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.tensor(np.linspace(-1, 1, 20, dtype=np.float32).reshape(5, 4))
+    out = []
+    for _ in range(2):
+        logits, kind = model(x)
+        loss = logits.logsumexp(-1).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        out += [loss.item(), kind]
+    return out + [p.detach().numpy().copy() for p in model.parameters()]
+
+
+def test_a_part_that_returns_a_namedtuple(cluster):
+    """A placed part's namedtuple output comes back as one (``out.hidden``). Before, it came
+    back a plain tuple (AttributeError: 'tuple' object has no attribute 'hidden')."""
+    torch.manual_seed(0)
+    net = EncodeThenClassify()
+    one = classify_steps(copy.deepcopy(net))
+    model = cluster.deploy(copy.deepcopy(net), placement={"enc": 0, "head": 1})
+    two = classify_steps(model)
+    for a, b in zip(one, two, strict=True):
+        if isinstance(a, str):
+            assert a == b
+        else:
+            close(a, b)
     model.close()

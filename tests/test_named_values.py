@@ -1,0 +1,54 @@
+"""A namedtuple crossing between the client and a worker (a part's ``Out(logits,
+hidden)``, a ``PackedSequence``) arrives as one: of its own class where the receiving process
+has that class loaded, else of a namedtuple class with the same name and fields; the wire
+takes it as a hook value."""
+import sys
+import types
+from collections import namedtuple
+
+import numpy as np
+import pytest
+
+import disthook as torch
+from disthook import wire
+from disthook.nn.utils.rnn import PackedSequence
+from disthook.service.values import pack, unpack
+
+Out = namedtuple("Out", "logits hidden")
+
+
+def test_a_namedtuple_comes_back_of_its_own_class():
+    value = Out(torch.ones(2), (torch.zeros(1), 3))
+    back = unpack(pack(value))
+    assert type(back) is Out and back.hidden[1] == 3
+    assert np.array_equal(back.logits.numpy(), np.ones(2))
+
+
+def test_a_class_not_loaded_here_comes_back_as_a_look_alike():
+    module = types.ModuleType("made_elsewhere")
+    module.Pair = namedtuple("Pair", "a b")
+    sys.modules["made_elsewhere"] = module
+    try:
+        packed = pack(module.Pair(1, torch.ones(1)))
+    finally:
+        del sys.modules["made_elsewhere"]  # the receiver does not have it: nothing imported
+    back = unpack(packed)
+    assert type(back).__name__ == "Pair" and back._fields == ("a", "b") and back.a == 1
+    assert "made_elsewhere" not in sys.modules
+
+
+def test_a_packed_sequence_and_the_wire():
+    seq = PackedSequence(torch.ones(3, 2), torch.tensor([2, 1]), None, None)
+    back = unpack(pack(seq))
+    assert type(back) is PackedSequence and back.batch_sizes.tolist() == [2, 1]
+    call = pack(((Out(1, torch.ones(2)),), {}))  # a part's argument, as a call sends it
+    frames = wire.encode("forward", {"model": "m", "stage": 0, "inputs": [],
+                                     "grad_enabled": True, "reply_to": "c", "call": call})
+    (out,), _ = unpack(wire.decode([bytes(f) for f in frames])["call"])
+    assert type(out) is Out and out.logits == 1 and out.hidden.shape == (2,)
+
+
+def test_a_malformed_named_value_is_refused():
+    with pytest.raises(ValueError, match="not a packed namedtuple"):
+        unpack({"named": {"class": "x:Y", "fields": {"tuple": ["a"]},
+                          "items": {"tuple": [1, 2]}}})
