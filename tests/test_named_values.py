@@ -4,7 +4,8 @@ has that class loaded, else of a namedtuple class with the same name and fields;
 takes it as a hook value."""
 import sys
 import types
-from collections import namedtuple
+from collections import OrderedDict, namedtuple
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -15,6 +16,22 @@ from disthook.nn.utils.rnn import PackedSequence
 from disthook.service.values import pack, unpack
 
 Out = namedtuple("Out", "logits hidden")
+
+
+class Output(OrderedDict):
+    """A mapping model output, as transformers' ModelOutput (made from keywords)."""
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+@dataclass
+class Record:
+    loss: object = None
+    logits: object = None
 
 
 def test_a_namedtuple_comes_back_of_its_own_class():
@@ -48,7 +65,15 @@ def test_a_packed_sequence_and_the_wire():
     assert type(out) is Out and out.logits == 1 and out.hidden.shape == (2,)
 
 
+def test_a_mapping_output_and_a_dataclass_come_back_of_their_classes():
+    back = unpack(pack(Output(logits=torch.ones(2), hidden=None)))
+    assert type(back) is Output and list(back) == ["logits", "hidden"]
+    assert back.logits.shape == (2,)
+    rec = unpack(pack(Record(loss=torch.tensor(1.5), logits=(torch.ones(1),))))
+    assert type(rec) is Record and rec.loss.item() == 1.5 and rec.logits[0].shape == (1,)
+
+
 def test_a_malformed_named_value_is_refused():
-    with pytest.raises(ValueError, match="not a packed namedtuple"):
+    with pytest.raises(ValueError, match="not a packed named value"):
         unpack({"named": {"class": "x:Y", "fields": {"tuple": ["a"]},
                           "items": {"tuple": [1, 2]}}})

@@ -3,6 +3,7 @@ training loops do (a GAN's two models, ...) gives what one process gives. Each t
 program in one process and deployed on 2 workers, from the same weights."""
 import copy
 from collections import namedtuple
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -351,14 +352,31 @@ class Encoder(nn.Module):
         return Encoded(summary=h.mean(-1), hidden=h)
 
 
+@dataclass
+class Scored:
+    logits: object = None
+    scale: float = 1.0
+
+
+class Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(6, 3)
+
+    def forward(self, h):
+        return Scored(logits=self.lin(h), scale=2.0)
+
+
 class EncodeThenClassify(nn.Module):
     def __init__(self):
         super().__init__()
-        self.enc, self.head = Encoder(), nn.Linear(6, 3)
+        self.enc, self.head = Encoder(), Head()
 
     def forward(self, x):
         out = self.enc(x)
-        return self.head(out.hidden) + out.summary.unsqueeze(-1), type(out).__name__
+        scored = self.head(out.hidden)
+        return (scored.logits * scored.scale + out.summary.unsqueeze(-1),
+                type(out).__name__ + type(scored).__name__)
 
 
 def classify_steps(model):
@@ -375,9 +393,10 @@ def classify_steps(model):
     return out + [p.detach().numpy().copy() for p in model.parameters()]
 
 
-def test_a_part_that_returns_a_namedtuple(cluster):
-    """A placed part's namedtuple output comes back as one (``out.hidden``). Before, it came
-    back a plain tuple (AttributeError: 'tuple' object has no attribute 'hidden')."""
+def test_parts_that_return_a_namedtuple_or_a_dataclass(cluster):
+    """A placed part's namedtuple or dataclass output comes back as one (``out.hidden``,
+    ``scored.logits``). Before, a namedtuple came back a plain tuple (AttributeError: 'tuple'
+    object has no attribute 'hidden') and a dataclass was refused on the worker."""
     torch.manual_seed(0)
     net = EncodeThenClassify()
     one = classify_steps(copy.deepcopy(net))
