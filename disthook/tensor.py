@@ -385,7 +385,10 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
 
     @data.setter
     def data(self, value: "Tensor") -> None:
+        old = self._data
         self._data = value._data
+        if _WRITE_THROUGH:
+            _replaced_through(old, self._data)
 
     def set_(self, source: "Tensor | None" = None) -> "Tensor":
         """Make this tensor use ``source``'s data (empty without one), in place: its version
@@ -1890,6 +1893,14 @@ def write_through(array: np.ndarray, on_write) -> None:
     key = id(array)
     _WRITE_THROUGH[key] = on_write
     weakref.finalize(array, _WRITE_THROUGH.pop, key, None)
+
+
+def _replaced_through(old: np.ndarray, new: np.ndarray) -> None:
+    """``t.data = v`` on a tensor over an array given to ``write_through``: its new value is
+    carried on as a write into it would be."""
+    on_write = _WRITE_THROUGH.get(id(old))
+    if on_write is not None:
+        on_write(new)
 
 
 def _written_through(arr: np.ndarray, ufunc, values: np.ndarray) -> bool:

@@ -408,8 +408,8 @@ class RemoteParameter(RemoteStorage, Parameter):
 
 def _grad_written(param_ref, value: np.ndarray) -> None:
     param = param_ref()
-    if param is not None:
-        param._grad = Tensor._make(np.array(value), None, 0)
+    if param is not None:  # (the public setter: a new value of another shape is refused)
+        param.grad = Tensor._make(np.array(value), None, 0)
 
 
 class RemoteAccumulateGrad(AccumulateGrad):

@@ -116,8 +116,8 @@ def test_lbfgs_steps_a_deployed_model_as_one_process_does(cluster):
 def grad_writes(model):
     """Training loops that change gradients in place: the DQN tutorial's
     ``param.grad.data.clamp_(-1, 1)``, a manual step with ``p.grad.zero_()``, a scaled or
-    partly zeroed gradient (a row, through a view), and a kept ``g = p.grad`` seeing its own
-    write."""
+    partly zeroed gradient (a row, through a view), a kept ``g = p.grad`` seeing its own
+    write, and ``p.grad.data = t``."""
     x = torch.tensor(np.linspace(-2, 2, 20, dtype=np.float32).reshape(5, 4))
     seen = []
     for _ in range(2):
@@ -129,6 +129,7 @@ def grad_writes(model):
         g = model[2].bias.grad
         g.add_(1.0)
         seen.append(g.numpy().copy())
+        model[0].bias.grad.data = model[0].bias.grad * 3  # a new value for the gradient
         with torch.no_grad():
             for p in model.parameters():
                 p -= 0.1 * p.grad
