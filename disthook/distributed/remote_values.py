@@ -218,27 +218,41 @@ def inline_value(record: dict) -> np.ndarray | None:
 
 # ---- packing the arguments of a call ----------------------------------------------------
 
-def pack_args(value, address: str):
-    """``values.pack`` for a call to the worker at ``address``: a kept value by its id
-    (sent there from its worker first when it is elsewhere), every other tensor by value."""
+def pack_args(value, address: str, model=None):
+    """``values.pack`` for a call of ``model``'s part on the worker at ``address``: a kept
+    value by its id (sent there from its worker first when it is elsewhere), every other
+    tensor by value, and so is a value another deployment keeps (see ``_same_deployment``)."""
     from disthook.service.values import pack
 
     def tensor(t: Tensor):
-        if type(t) is RemoteValue:
-            return {**t.__dict__["_ref"].at(address), "requires_grad": bool(t._requires_grad)}
+        ref = t.__dict__["_ref"] if type(t) is RemoteValue else None
+        if ref is not None and _same_deployment(ref, model):
+            return {**ref.at(address), "requires_grad": bool(t._requires_grad)}
+        if ref is not None:
+            return {"tensor": ref.fetch(), "requires_grad": bool(t._requires_grad)}
         return pack(t)
 
     return pack(value, tensor)
 
 
-def grad_data(g: Tensor | None, address: str):
-    """A gradient for a backward request to ``address``: None, an array, or a kept value by
-    its id."""
+def grad_data(g: Tensor | None, address: str, model=None):
+    """A gradient for a backward request of ``model`` to ``address``: None, an array, or a
+    kept value by its id (by value when another deployment keeps it)."""
     if g is None:
         return None
     if type(g) is RemoteValue:
-        return g.__dict__["_ref"].at(address)
+        ref = g.__dict__["_ref"]
+        return ref.at(address) if _same_deployment(ref, model) else ref.fetch()
     return g._data
+
+
+def _same_deployment(ref: _Ref, model) -> bool:
+    """Whether a value kept by ``ref`` can be named by its id in a request of ``model``
+    (None: the value's own). A value another deployment keeps (one model's activation
+    passed to another model's part: stitching, patching across models) is held for that
+    deployment's client alone, and a worker-to-worker copy ordered through its channel
+    would wait there unsent while this request waits for it: it travels by value."""
+    return model is None or ref.model is model
 
 
 # ---- ops on kept values ---------------------------------------------------------------------
