@@ -69,6 +69,7 @@ class _Ref:
         self.value = value  # the fetched array (read-only), once fetched
         self.holders = weakref.WeakSet()  # the client tensors standing for it (detach())
         weakref.finalize(self, model._hub.drop_values, self.copies, vid)
+        model.__dict__.setdefault("_kept_refs", weakref.WeakSet()).add(self)
 
     def fetch(self) -> np.ndarray:
         hub = self.model._hub
@@ -93,6 +94,29 @@ class _Ref:
         self.model._hub.send_value(self.address, self.vid, address)
         self.copies.add(address)
         return {"ref": self.vid, "from_peer": True}
+
+
+def fetch_held(model) -> None:
+    """Fetch every value ``model``'s workers keep that the program still holds, one request
+    per worker, as the deployment closes: a closed deployment's values are read here, as a
+    tensor of one process is read after its model is gone (``logits`` computed inside
+    ``with local_cluster(...)`` and printed after it)."""
+    refs = [r for r in list(model.__dict__.get("_kept_refs", ())) if r.value is None
+            and len(r.holders)]
+    if not refs:
+        return
+    model._hub.settle()
+    by_worker: dict[str, list[_Ref]] = {}
+    for ref in refs:
+        by_worker.setdefault(ref.address, []).append(ref)
+    for address, held in by_worker.items():
+        reply = model._hub.request(address, "fetch", {"values": [r.vid for r in held]},
+                                   what=f"reading the values of {model._class_name} the "
+                                        "program holds, as it closes")
+        for ref, arr in zip(held, reply["result"]["values"]):
+            arr = np.asarray(arr)
+            arr.flags.writeable = False
+            ref.value = arr
 
 
 class RemoteValue(Tensor):
