@@ -730,7 +730,9 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self.matmul(other)
 
     def __rmatmul__(self, other):
-        return tensor(other).matmul(self)
+        # a tensor keeps its graph: Python calls this first where the right operand's class
+        # overrides it (``x @ w`` with w a deployed model's parameter)
+        return (other if isinstance(other, Tensor) else tensor(other)).matmul(self)
 
     def __eq__(self, other):
         return self._compare(E.Eq, other)
