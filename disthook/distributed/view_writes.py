@@ -1,8 +1,9 @@
 """In-place changes of a view of a deployed tensor (``p[i] += v``, ``p[:, j].zero_()``,
 ``p.data[0].copy_(t)``): in one process a basic index of a tensor is a view sharing its
 memory, so changing the view in place changes the tensor. Here the view holds a read-only
-copy of the value read from the worker; its in-place change is made on a copy and carried
-to the worker as ``p[i] = new value`` (``RemoteStorage.__setitem__``). An advanced index
+copy of the value read from the worker; its in-place change is made on the tensor's value at
+that index as it is now (read again: it may have changed since the view was taken) and
+carried to the worker as ``p[i] = new value`` (``RemoteStorage.__setitem__``). An advanced index
 (``p[[0, 2]]``) is a copy in one process too, and stays one."""
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def _write_through(storage, index, view: Tensor, ufunc, values: np.ndarray) -> N
     if (storage.requires_grad and not storage.__dict__.get("_is_data")
             and grad_mode.is_grad_enabled()):
         raise RuntimeError(VIEW_OF_LEAF_INPLACE_MSG)
-    new = np.array(view._data)
+    new = np.array(storage._data[index])  # the value now, which a view reads in one process
     if ufunc is None:
         np.copyto(new, values, casting="unsafe")
     else:
