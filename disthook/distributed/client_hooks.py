@@ -280,22 +280,28 @@ class HookServer:
         return answer
 
     def _fired_again(self, hook_id: int, param) -> None:
-        """A deployed parameter's tensor hook fires once per call of the model that used the
-        parameter, with that call's gradient: where several calls of one forward use it (a
-        module called twice, tied weights in two parts), one process fires it once, with
-        their sum. Say so when it fires again in one backward, rather than let a hook that
-        clips or rescales act on each part apart unnoticed."""
+        """A deployed parameter's tensor hook that several calls of one forward feed (a
+        module called twice, tied weights in two parts) fires once, with their summed
+        gradient, in a plain backward (the workers hold each call's part for the last:
+        workers/held_grads.py). Where that is not done (backward(create_graph=True),
+        autograd.grad naming the parameter) it fires once per call: say so when it fires
+        again in one backward, rather than let a hook that clips or rescales act on each
+        part apart unnoticed. With micro-batches it fires once per micro-batch by design."""
         task = engine.current_task_id()
-        if task != -1 and self._param_hook_fired.get(hook_id) == task:
+        model = param.__dict__.get("_model")
+        if task != -1 and self._param_hook_fired.get(hook_id) == task and (
+                model is None or model._chunks <= 1):
             warnings.warn(
                 f"the tensor hook on {param._path!r} of a deployed model fired again in this "
                 "backward: several calls of the model's forward use that parameter (a module "
-                "called more than once, or weights tied between parts), and its workers give "
-                "each call's gradient to the hook apart, where one process gives it their sum "
-                "once. A hook that only reads sees the parts; one that changes the gradient "
-                "(clamp, rescale) changes each part, and .grad is their sum. Deploy a module "
-                "holding every use of the parameter as one part (placement=), or hook the "
-                "gradient where it is used (a module's full backward hook)",
+                "called more than once, or weights tied between parts), and in a "
+                "backward(create_graph=True) or an autograd.grad naming the parameter its "
+                "workers give each call's gradient to the hook apart, where one process "
+                "gives it their sum once. A hook that only reads sees the parts; one that "
+                "changes the gradient (clamp, rescale) changes each part. A plain backward() "
+                "gives the sum once; or deploy a module holding every use of the parameter "
+                "as one part (placement=), or hook the gradient where it is used (a "
+                "module's full backward hook)",
                 RuntimeWarning, stacklevel=2)
         self._param_hook_fired[hook_id] = task
 

@@ -370,12 +370,13 @@ class Deployment:
             return
         for name, p in self._local.named_parameters(remove_duplicate=remove_duplicate):
             yield (f"{prefix}.{name}" if prefix else name), (
-                p if self._layout.stage_of(name) is None else RemoteParameter(self, name))
+                RemoteParameter(self, name) if isinstance(p, RemoteStorage) else p)
 
     def _client_parameters(self):
-        """(name, parameter) of the parameters kept here."""
+        """(name, parameter) of the parameters here: kept here at the deploy, or of a part
+        replaced here since (its worker's copy is stale)."""
         return [(n, p) for n, p in self._local.named_parameters()
-                if self._layout.stage_of(n) is None]
+                if not isinstance(p, RemoteStorage)]
 
     def save(self, path: str, *, optimizer=None, step: int | None = None,
              code: bool = False) -> None:

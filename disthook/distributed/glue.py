@@ -268,6 +268,7 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
     if grad and any(flags):
         node = RemoteBackward0(model, [ctx_id], inputs, None, stage)
         node._path = path if op is None else f"<{op.rpartition('.')[2]}>"
+        node._mb = model.__dict__.get("_micro_batch")
     else:
         hub.taps.pop(ctx_id, None)  # no graph: nothing to differentiate against
     made = []
