@@ -259,7 +259,10 @@ SCHEMAS: dict[str, dict[str, str]] = {
                 "reply_to": "str", "requires_grad": "list?", "mb": "int?", "stop": "str?",
                 "optimizer_calls": "list[list[optimizer_call]]?", "path": "str?",
                 "call": "hook_value?", "rng": "str?", "pins": "list?", "op": "str?",
-                "params": "any?", "keep": "bool?", "as_of": "map?", "checkpoint": "map?"},
+                "params": "any?", "keep": "bool?", "as_of": "map?", "checkpoint": "map?",
+                "within": "str?"},
+    # within: the context of the client's call whose hook, running now, makes this call (a
+    # logit lens decoding inside a block's hook): it runs at once, not behind that call
     # taps: keys of tensors client forward hooks were given, whose gradients the client
     # wants (autograd.grad with respect to them); each stage adds those it holds to tapped
     # (key -> gradient) and the answer carries them all (result["tapped"]). accumulate

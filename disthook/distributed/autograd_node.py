@@ -282,7 +282,7 @@ class RemoteBackward0(Node):
         address = model._addresses[self._stage]
         # the input gradients stay on the worker (a node before this one takes them there)
         keep = f"{self._ctx_ids[0]}~{next(_backwards)}"
-        fields = {"stage": self._stage, "grads": [grad_data(g, address) for g in grads],
+        fields = {"stage": self._stage, "grads": [grad_data(g, address, model) for g in grads],
                   "retain_graph": retain, "reply_to": model._hub.reply_to,
                   "taps": wanted or None, "accumulate": self._accumulates(),
                   "inputs": self._inputs_wanted(), "keep_grads": keep,
