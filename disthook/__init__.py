@@ -341,6 +341,17 @@ from disthook import (  # noqa: F401
 )
 from disthook._functions import *
 from disthook._functions import NN_ALIASES as _NN_ALIASES
+
+GradScaler = amp.GradScaler  # torch.GradScaler is torch.amp.GradScaler
+
+
+def vmap(func, in_dims=0, out_dims=0, randomness: str = "error", *, chunk_size=None):
+    """``torch.vmap``, which is ``torch.func.vmap`` (``disthook.func`` loads on first use)."""
+    from disthook.func import vmap as _vmap
+
+    return _vmap(func, in_dims, out_dims, randomness, chunk_size=chunk_size)
+
+
 from disthook._functions import _nn_alias
 from disthook._layout import layout, strided  # noqa: F401
 from disthook._settings import *
