@@ -734,7 +734,9 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self.matmul(other)
 
     def __rmatmul__(self, other):
-        return tensor(other).matmul(self)
+        # a tensor keeps its graph: Python calls this first where the right operand's class
+        # overrides it (``x @ w`` with w a deployed model's parameter)
+        return (other if isinstance(other, Tensor) else tensor(other)).matmul(self)
 
     def __eq__(self, other):
         return self._compare(E.Eq, other)
@@ -1860,6 +1862,9 @@ def _write_with(t: Tensor, ufunc, values: np.ndarray) -> None:
         if localize is not None:  # a value kept on a worker: changed here, as a local one
             localize(t)
             return _write_with(t, ufunc, values)
+        through = t.__dict__.get("_write_through")
+        if through is not None:  # a view of a deployed tensor's value: changed on its worker
+            return through(t, ufunc, values)
         broadcast = 0 in t._data.strides and t._data.size > 1  # one element, many places
         if not broadcast and not t._data.flags.writeable:
             raise RuntimeError(

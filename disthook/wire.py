@@ -71,7 +71,7 @@ __all__ = [
 # wrote to the model ("wrote": an attribute, a weight), and a part called inside a
 # non-reentrant checkpoint runs checkpointed there ("checkpoint"): fields a worker of 11
 # refuses
-PROTOCOL_VERSION = 12
+PROTOCOL_VERSION = 13
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
@@ -154,6 +154,13 @@ RECORDS: dict[str, dict[str, str]] = {
     "loss_spec": {"module": "map?", "function": "str?"},
     # a tensor a client hook was given (by index) and changed in place: its new value
     "changed_arg": {"arg": "int", "value": "hook_value"},
+    # a backward's hold: several calls of the model run their backwards in one backward of
+    # the client, ``task`` its id; ``later``: the contexts of its calls still to run on this
+    # worker after this one, in the first request of that backward to the worker (absent in
+    # the next ones: the worker counts them off). A parameter that one of them uses too
+    # keeps this call's gradient on its worker, and the last call that uses it adds them
+    # before the parameter's hooks run (workers/held_grads)
+    "backward_hold": {"task": "int", "later": "list[str]?"},
     # a deployment published under a name (disthook.distributed.registry): its model id,
     # root class path, who deployed it (a key's name, or the client's socket identity in
     # hex without keys), when (unix seconds), whether others may write its weights, where
@@ -252,7 +259,10 @@ SCHEMAS: dict[str, dict[str, str]] = {
                 "reply_to": "str", "requires_grad": "list?", "mb": "int?", "stop": "str?",
                 "optimizer_calls": "list[list[optimizer_call]]?", "path": "str?",
                 "call": "hook_value?", "rng": "str?", "pins": "list?", "op": "str?",
-                "params": "any?", "keep": "bool?", "as_of": "map?", "checkpoint": "map?"},
+                "params": "any?", "keep": "bool?", "as_of": "map?", "checkpoint": "map?",
+                "within": "str?"},
+    # within: the context of the client's call whose hook, running now, makes this call (a
+    # logit lens decoding inside a block's hook): it runs at once, not behind that call
     # taps: keys of tensors client forward hooks were given, whose gradients the client
     # wants (autograd.grad with respect to them); each stage adds those it holds to tapped
     # (key -> gradient) and the answer carries them all (result["tapped"]). accumulate
@@ -264,7 +274,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "backward": {"model": "str", "stage": "int", "grads": "list", "retain_graph": "bool",
                  "reply_to": "str", "mb": "int?", "taps": "list[str]?", "tapped": "map?",
                  "accumulate": "bool?", "start": "str?", "inputs": "bool?",
-                 "keep_grads": "str?", "create_graph": "bool?"},
+                 "keep_grads": "str?", "create_graph": "bool?", "hold": "backward_hold?"},
     # create_graph: the input gradients keep their graph (kept as a context under
     # keep_grads, whose backward is a double backward's second pass)
     # values kept on a worker (disthook.distributed.remote_values): a call's outputs, with

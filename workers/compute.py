@@ -17,10 +17,12 @@ import numpy as np
 import disthook
 from disthook import hooks as toolkit
 from disthook import wire
+from disthook.autograd import engine
 from disthook.service import op_calls
 from disthook.service.loop import NO_REPLY, send_frames
 from disthook.service.values import opaque_in, pack, tensors_in, unpack
 from disthook.utils.checkpoint import checkpoint
+from workers import held_grads
 from workers.speculation import BACKWARD_KINDS, EarlyAnswer, run_ahead
 from workers.state import Context
 from workers.versions import carries_write, note_pins, upstream_pins
@@ -283,15 +285,21 @@ class ComputeHandlers:
                     "grads": [None] * len(context.inputs), "tapped": tapped}})
                 return NO_REPLY
             tapped_before = dict(tapped)
+            # parameters that later calls of the client's backward use too (held_grads)
+            holding = held_grads.plan(self.state, st, job.client, msg)
 
             def compute(keep: bool = False):  # keep: the graph, for a run again
                 for t in context.inputs:
                     t.grad = None
                 tapped.clear()
                 tapped.update(tapped_before)
-                return _run_backward(pairs(), context.inputs, taps, tapped,
-                                     retain or keep or context.keep_graph,
-                                     msg.get("accumulate", True))
+                with engine.holding_leaves(holding and holding.begin()) as held:
+                    grads = _run_backward(pairs(), context.inputs, taps, tapped,
+                                          retain or keep or context.keep_graph,
+                                          msg.get("accumulate", True))
+                if held is not None:
+                    held.flush()
+                return grads
 
             prev = None if context.direct else st.neighbours.get("prev")
             # when no input needed a gradient, no earlier stage kept a graph: answer now
@@ -309,6 +317,8 @@ class ComputeHandlers:
 
             early = None if prev is not None or context.retained else EarlyAnswer(answer)
             grads = self._run_backward_pass(job, st, context.retained, compute, early)
+            if holding is not None:
+                holding.commit()
             for who, hook_id, key, t in context.retained:  # what client hooks retained
                 if t.grad is not None:
                     self._call_client(who, hook_id, "retained", key, [pack(t.grad)])
@@ -321,7 +331,7 @@ class ComputeHandlers:
                           "retain_graph": retain, "reply_to": msg["reply_to"],
                           "mb": msg.get("mb"), "taps": msg.get("taps"),
                           "tapped": tapped or None, "accumulate": msg.get("accumulate"),
-                          "inputs": msg.get("inputs")}
+                          "inputs": msg.get("inputs"), "hold": msg.get("hold")}
                 self._count(st.model, "bytes_to_peers",
                             sum(np.asarray(g).nbytes for g in grads if g is not None))
                 send_frames(prev, wire.encode("backward", fields, req=msg.req, ctx=msg.ctx))

@@ -79,6 +79,8 @@ class RemoteBackward0(Node):
         self._ran_in = None  # the id of the backward it last ran in
         self._given: dict = {}  # tap key -> the gradient the workers sent for it
 
+    _mb = None  # the micro-batch of the client's forward that made it (chunks=)
+
     def name(self) -> str:
         return type(self).__name__
 
@@ -159,6 +161,38 @@ class RemoteBackward0(Node):
         tasks = getattr(engine._running, "tasks", None)
         return not tasks or (tasks[-1].accumulate and tasks[-1].needed is None)
 
+    def _hold(self) -> dict | None:
+        """For the workers (``hold`` of a backward request, see workers/held_grads.py): when
+        this backward runs several calls of the model apart, its id and the contexts of
+        those still to run, so that a parameter used by more than one gets their summed
+        gradient once, as in one process; with micro-batches, the calls of this call's own
+        micro-batch (hooks fire once per micro-batch). None: a single call, a chain's
+        micro-batches, or not a plain backward."""
+        tasks = getattr(engine._running, "tasks", None)
+        task = tasks[-1] if tasks else None
+        model = self._model
+        if (task is None or not task.accumulate or task.needed is not None
+                or self._sizes is not None or grad_mode.is_grad_enabled()):
+            return None
+        key = (RemoteBackward0, id(model), self._mb)
+        calls = task.typed.get(key)
+        if calls is None:
+            calls = task.typed[key] = [n for n in engine.nodes_of(task, RemoteBackward0)
+                                       if n._model is model and n._sizes is None
+                                       and n._mb == self._mb]
+        if len(calls) < 2:
+            return None
+        if self._call:  # the first call to reach its worker lists those still to come there
+            told = task.typed.setdefault((key, "told"), set())
+            if self._stage in told:
+                return {"task": task.id}  # the worker counts them off
+            told.add(self._stage)
+        # (a chain's calls are on every stage's worker: each lists them)
+        return {"task": task.id, "later": [
+            n._ctx_ids[0] for n in calls if n is not self and (
+                not (self._call and n._call) or n._stage == self._stage)
+            and not engine.has_run(task, n)]}
+
     def _inputs_wanted(self) -> bool:
         """Whether this backward needs the call's inputs' gradients (an autograd.grad to the
         taps alone does not: the workers then stop at them and keep the rest)."""
@@ -217,13 +251,14 @@ class RemoteBackward0(Node):
         (g,) = grads
         wanted = self._wanted_taps()
         parts = [g._data] if self._sizes is None else split_rows(g._data, self._sizes)
+        hold = self._hold()
         replies = model._hub.request_all(
             [(model._addresses[self._stage], {"stage": self._stage, "grads": [part],
                                      "retain_graph": retain, "reply_to": model._hub.reply_to,
                                      "mb": None if self._sizes is None else i,
                                      "taps": wanted or None,
                                      "accumulate": self._accumulates(),
-                                     "inputs": self._inputs_wanted()}, ctx_id)
+                                     "inputs": self._inputs_wanted(), "hold": hold}, ctx_id)
              for i, (part, ctx_id) in enumerate(zip(parts, self._ctx_ids))],
             "backward", what="backward through the remote stages")
         taps = self._tap_grads(_summed([r["result"].get("tapped") for r in replies]),
@@ -251,7 +286,8 @@ class RemoteBackward0(Node):
         fields = {"stage": self._stage, "grads": [grad_data(g, address, model) for g in grads],
                   "retain_graph": retain, "reply_to": model._hub.reply_to,
                   "taps": wanted or None, "accumulate": self._accumulates(),
-                  "inputs": self._inputs_wanted(), "keep_grads": keep}
+                  "inputs": self._inputs_wanted(), "keep_grads": keep,
+                  "hold": self._hold()}
         what = f"backward of {self._path!r}"
         if grad_mode.is_grad_enabled():  # create_graph: the gradients keep their graph
             return self._backward_with_graph(grads, fields, retain, wanted)

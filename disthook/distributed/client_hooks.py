@@ -14,6 +14,7 @@ import zmq
 from disthook import autograd as torch_autograd
 from disthook import wire
 from disthook.autograd import engine, grad_mode
+from disthook.autograd.graph import AccumulateGrad, _sequence
 from disthook.distributed.autograd_node import RemoteTapBackward0, serving_vjp
 from disthook.service import hook_kinds
 from disthook.service.values import pack, unpack
@@ -235,6 +236,7 @@ class HookServer:
             bounds.append(len(leaves))
             args.append(unpack(a, leaf))
         versions = [t._version for t in leaves]
+        since = next(_sequence)  # every node the hook makes numbers after this
         outer, self.firing_ctx = self.firing_ctx, event.ctx
         self.firing += 1
         try:
@@ -249,6 +251,9 @@ class HookServer:
             self.firing_ctx = outer
             self.firing -= 1
         # tensors the hook changed in place: the worker changes its own the same way
+        for t in [*[t for i, t in enumerate(leaves) if t._version != versions[i]],
+                  *_tensors_in(out)]:
+            _warn_if_grad_stays_here(t, leaves, bases, since, fn, kind, event["path"])
         changed = [{"arg": i, "value": self._pack_value(t, bases, f"{key}:{i}", leaves)}
                    for i, t in enumerate(leaves) if t._version != versions[i]]
         if kind == "forward" and out is args[-1]:
@@ -275,22 +280,28 @@ class HookServer:
         return answer
 
     def _fired_again(self, hook_id: int, param) -> None:
-        """A deployed parameter's tensor hook fires once per call of the model that used the
-        parameter, with that call's gradient: where several calls of one forward use it (a
-        module called twice, tied weights in two parts), one process fires it once, with
-        their sum. Say so when it fires again in one backward, rather than let a hook that
-        clips or rescales act on each part apart unnoticed."""
+        """A deployed parameter's tensor hook that several calls of one forward feed (a
+        module called twice, tied weights in two parts) fires once, with their summed
+        gradient, in a plain backward (the workers hold each call's part for the last:
+        workers/held_grads.py). Where that is not done (backward(create_graph=True),
+        autograd.grad naming the parameter) it fires once per call: say so when it fires
+        again in one backward, rather than let a hook that clips or rescales act on each
+        part apart unnoticed. With micro-batches it fires once per micro-batch by design."""
         task = engine.current_task_id()
-        if task != -1 and self._param_hook_fired.get(hook_id) == task:
+        model = param.__dict__.get("_model")
+        if task != -1 and self._param_hook_fired.get(hook_id) == task and (
+                model is None or model._chunks <= 1):
             warnings.warn(
                 f"the tensor hook on {param._path!r} of a deployed model fired again in this "
                 "backward: several calls of the model's forward use that parameter (a module "
-                "called more than once, or weights tied between parts), and its workers give "
-                "each call's gradient to the hook apart, where one process gives it their sum "
-                "once. A hook that only reads sees the parts; one that changes the gradient "
-                "(clamp, rescale) changes each part, and .grad is their sum. Deploy a module "
-                "holding every use of the parameter as one part (placement=), or hook the "
-                "gradient where it is used (a module's full backward hook)",
+                "called more than once, or weights tied between parts), and in a "
+                "backward(create_graph=True) or an autograd.grad naming the parameter its "
+                "workers give each call's gradient to the hook apart, where one process "
+                "gives it their sum once. A hook that only reads sees the parts; one that "
+                "changes the gradient (clamp, rescale) changes each part. A plain backward() "
+                "gives the sum once; or deploy a module holding every use of the parameter "
+                "as one part (placement=), or hook the gradient where it is used (a "
+                "module's full backward hook)",
                 RuntimeWarning, stacklevel=2)
         self._param_hook_fired[hook_id] = task
 
@@ -388,6 +399,53 @@ def _issue_warning(msg: wire.Message) -> None:
     category = _WARNING_CLASSES.get(msg["category"], UserWarning)
     # pointed at the user's line that made the call, as a warning in one process would be
     warnings.warn(msg["message"], category, stacklevel=_caller_stacklevel())
+
+
+def _tensors_in(value) -> list:
+    """The tensors of a hook's result, in tuples and lists too."""
+    if isinstance(value, Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors_in(v)]
+    return []
+
+
+def _warn_if_grad_stays_here(value: Tensor, leaves: list, bases: list, since: int, fn,
+                             kind: str, path: str) -> None:
+    """Warn where a client hook's result (or a tensor it changed in place) is computed from a
+    tensor of this process that requires grad besides the tensors the hook was given (a
+    steering vector being learned, an SAE's weights, ROME's delta): the worker's backward
+    takes the gradient to the hook's own tensors, and that tensor's gradient is lost, where
+    one process gives it one. A silent gradient of None would be the worst answer."""
+    if value._grad_fn is None:  # a leaf of this process is fed to the worker (taps)
+        return
+    own = {id(t._grad_fn) for t in (*leaves, *bases) if t._grad_fn is not None}
+    given = {id(b) for b in bases}
+    stack, seen = [value._grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen or id(node) in own:
+            continue
+        seen.add(id(node))
+        if isinstance(node, AccumulateGrad) and id(node.variable) in given:
+            continue
+        if isinstance(node, AccumulateGrad) or node._seq < since:  # made before the hook
+            break
+        stack.extend(edge[0] for edge in node.next_functions)
+    else:
+        return
+    from disthook.utils.hooks import _caller_stacklevel
+
+    name = getattr(fn, "__name__", type(fn).__name__)
+    warnings.warn(
+        f"the {kind} hook {name!r} on {path!r} of a deployed model gave a tensor computed "
+        "from a tensor of this process that requires grad besides the tensors the hook was "
+        "given: on a deployed model that tensor gets no gradient through the hook (its "
+        ".grad stays as it is), where one process gives it one. Put the computation in a "
+        "module of the model instead (model.layer = nn.Sequential(model.layer, "
+        "YourModule()) runs YourModule here, and gradients reach its tensors), or "
+        "return a leaf that requires grad (its .grad is filled)",
+        RuntimeWarning, stacklevel=_caller_stacklevel())
 
 
 def _retain_on_worker(t: Tensor) -> None:

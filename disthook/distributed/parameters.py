@@ -29,6 +29,7 @@ import numpy as np
 from disthook.autograd import grad_mode
 from disthook.autograd.graph import AccumulateGrad
 from disthook.distributed import async_calls, remote_grads
+from disthook.distributed.view_writes import viewed
 from disthook.nn.parameter import Parameter
 from disthook.service import hook_kinds
 from disthook.service.values import opaque_in, pack
@@ -210,6 +211,10 @@ class RemoteStorage:
             "name": self._path, "op": op, "args": pack(list(args)), "kwargs": pack(kwargs)})],
             what=f"{self._path}.{op}()")
         return self
+
+    def __getitem__(self, index) -> Tensor:
+        """``t[i]``, fetched; a view's in-place changes reach the worker (view_writes)."""
+        return viewed(self, index, self._snapshot()[index])
 
     def __setitem__(self, index, value) -> None:
         """``t[i] = v`` (under ``no_grad()`` or on ``.data``): the new value, made here from
