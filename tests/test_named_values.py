@@ -66,11 +66,34 @@ def test_a_packed_sequence_and_the_wire():
 
 
 def test_a_mapping_output_and_a_dataclass_come_back_of_their_classes():
-    back = unpack(pack(Output(logits=torch.ones(2), hidden=None)))
+    back = unpack(pack(Output(logits=torch.ones(2), hidden=None)), classes=True)
     assert type(back) is Output and list(back) == ["logits", "hidden"]
     assert back.logits.shape == (2,)
-    rec = unpack(pack(Record(loss=torch.tensor(1.5), logits=(torch.ones(1),))))
+    rec = unpack(pack(Record(loss=torch.tensor(1.5), logits=(torch.ones(1),))), classes=True)
     assert type(rec) is Record and rec.loss.item() == 1.5 and rec.logits[0].shape == (1,)
+
+
+made = []
+
+
+@dataclass
+class Noisy:
+    """A loaded class whose constructor does something: a sender must not make it run."""
+
+    a: int
+
+    def __post_init__(self):
+        made.append(self.a)
+
+
+def test_where_classes_are_not_asked_for_no_constructor_a_sender_names_runs():
+    data = pack(Noisy(1))
+    made.clear()
+    back = unpack(data)  # as a worker reads what a client sends
+    assert made == [] and type(back) is not Noisy and back.a == 1 and back[0] == 1
+    mapping = unpack(pack(Output(logits=1, hidden=2)))
+    assert type(mapping) is dict and mapping == {"logits": 1, "hidden": 2}
+    assert type(unpack(data, classes=True)) is Noisy and made == [1]
 
 
 def test_a_malformed_named_value_is_refused():

@@ -51,12 +51,15 @@ def pack(value, tensor=None):
     return {"opaque": type(value).__name__}
 
 
-def unpack(data, make_tensor=None, kept=None):
+def unpack(data, make_tensor=None, kept=None, classes: bool = False):
     """The value of wire data; ``make_tensor(array, requires_grad, grad_fn)`` builds each
     tensor, ``grad_fn`` being the name of the node that made it on the sender (or None)
     (default: a new tensor owning a copy of the array, without history). ``kept(record)``
     builds each tensor whose value stayed on a worker (``{"kept": id, ...}``: see
-    ``kept_record``); without it such data is refused."""
+    ``kept_record``); without it such data is refused. ``classes``: a dict subclass or a
+    dataclass comes back as its own class, made with its constructor, where loaded here (the
+    client, reading what its workers answer); else (a worker, reading what any client sends)
+    as a plain dict or a namedtuple of the same fields: nothing a sender names is called."""
     if make_tensor is None:
         make_tensor = _plain_tensor
     if data is None or type(data) in (bool, int, float, str):
@@ -68,13 +71,13 @@ def unpack(data, make_tensor=None, kept=None):
         if len(data) == 1:
             (tag, payload), = data.items()
             if tag == "tuple" and isinstance(payload, list):
-                return tuple(unpack(v, make_tensor, kept) for v in payload)
+                return tuple(unpack(v, make_tensor, kept, classes) for v in payload)
             if tag == "list" and isinstance(payload, list):
-                return [unpack(v, make_tensor, kept) for v in payload]
+                return [unpack(v, make_tensor, kept, classes) for v in payload]
             if tag == "dict" and isinstance(payload, dict):
-                return {k: unpack(v, make_tensor, kept) for k, v in payload.items()}
+                return {k: unpack(v, make_tensor, kept, classes) for k, v in payload.items()}
             if tag == "named" and isinstance(payload, dict):
-                return _unpack_named(payload, make_tensor, kept)
+                return _unpack_named(payload, make_tensor, kept, classes)
             if tag == "opaque":
                 return None
     if kept is not None and isinstance(data, dict) and isinstance(data.get("kept"), str):
@@ -148,12 +151,12 @@ def _pack_named(value, tensor, form: str = "tuple", fields=None, items=None) -> 
                       "items": {"tuple": [pack(v, tensor) for v in items]}}}
 
 
-def _unpack_named(payload: dict, make_tensor, kept):
+def _unpack_named(payload: dict, make_tensor, kept, classes: bool):
     """The value ``_pack_named`` describes: of its own class where this process has that
     class loaded already (nothing is imported for it); else a namedtuple class of the same
     name and fields, which reads the same (``out.hidden``, ``out[1]``), or for a mapping a
     plain dict."""
-    items = unpack(payload.get("items"), make_tensor, kept)
+    items = unpack(payload.get("items"), make_tensor, kept, classes)
     fields = unpack(payload.get("fields"))
     name, form = payload.get("class"), payload.get("form", "tuple")
     if not (isinstance(items, tuple) and isinstance(fields, tuple) and isinstance(name, str)
@@ -168,7 +171,7 @@ def _unpack_named(payload: dict, make_tensor, kept):
     if form == "tuple" and isinstance(kind, type) and issubclass(kind, tuple) \
             and getattr(kind, "_fields", None) == fields:
         return kind._make(items)
-    if form != "tuple" and isinstance(kind, type) and (
+    if classes and form != "tuple" and isinstance(kind, type) and (
             issubclass(kind, dict) if form == "mapping" else dataclasses.is_dataclass(kind)):
         try:
             return kind(**named)
