@@ -387,9 +387,12 @@ for _name in _NN_ALIASES:  # those nn.functional defines (same argument order as
         globals()[_name] = _nn_alias(_name)
 del _name, _nn_alias
 
+from disthook import _foreach
 from disthook.serialization import load, save  # noqa: F401
 from disthook.torch_version import TORCH_VERSION as _TORCH_VERSION
 from disthook.torch_version import TorchVersion as _TorchVersion
 
 # what programs compare torch.__version__ with: the torch release whose semantics these follow
 __version__ = _TorchVersion(_TORCH_VERSION)
+
+_foreach.install(globals())  # torch._foreach_add_ and the rest

@@ -1121,14 +1121,15 @@ def _record_checker(name: str):
 
 
 _HOOK_VALUE_TAGS = {"same": "int", "again": "int", "tuple": "list", "list": "list",
-                    "dict": "map", "opaque": "str"}
+                    "dict": "map", "named": "map", "opaque": "str"}
 
 
 def _check_hook_value(where, value, depth):
     """A hook's argument or result as disthook.service.values packs it (None, a bool,
     number or string; {"tensor": array, "requires_grad": bool, "grad_fn"?: node name};
     {"tuple"|"list": [values]};
-    {"dict": {str: value}}; {"opaque": type name}), or as a hook's result refers to the
+    {"dict": {str: value}}; {"named": {"class": str, "fields": value, "items": value}} (a
+    namedtuple); {"opaque": type name}), or as a hook's result refers to the
     worker's tensors ({"same": index}; {"tensor": array, "vjp": key}), or stands for a
     tensor of the client that requires grad ({"tensor": array, "feed": key}: the worker's
     copy is a leaf whose gradient a backward may ask for), or in a hook event of a pass run
@@ -1174,9 +1175,9 @@ def _walk_hook_value(where, value, depth):
     if tag in ("tuple", "list"):
         for i, v in enumerate(payload):
             _walk_hook_value(f"{where}.{tag}[{i}]", v, depth + 1)
-    elif tag == "dict":
+    elif tag in ("dict", "named"):
         for k, v in payload.items():
-            _walk_hook_value(f"{where}.dict[{k!r}]", v, depth + 1)
+            _walk_hook_value(f"{where}.{tag}[{k!r}]", v, depth + 1)
     return value
 
 
@@ -1197,7 +1198,7 @@ def _hook_value_ok(value, depth: int) -> bool:
         (tag, payload), = value.items()
         if tag == "tuple" or tag == "list":
             items = payload if type(payload) is list or type(payload) is tuple else None
-        elif tag == "dict":
+        elif tag == "dict" or tag == "named":
             items = payload.values() if type(payload) is dict else None
         else:
             kinds = _PAYLOAD_TYPES.get(tag) if type(tag) is str else None

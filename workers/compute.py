@@ -181,7 +181,7 @@ class ComputeHandlers:
                     raise TypeError(f"the module at {path!r} returned {opaque}, which cannot "
                                     "go back to the client: a module called from the client "
                                     "must return tensors, numbers, strings, None, or tuples, "
-                                    "lists and str-keyed dicts of them")
+                                    "lists, str-keyed dicts and dataclasses of them")
                 self._keep(job, grad and any(o.requires_grad for o in outs), Context(
                     job.client, inputs, outs, job.retained, time.monotonic(),
                     direct=True, taps=job.taps))

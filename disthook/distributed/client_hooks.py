@@ -234,7 +234,7 @@ class HookServer:
         args = []
         for a in given:
             bounds.append(len(leaves))
-            args.append(unpack(a, leaf))
+            args.append(unpack(a, leaf, classes=True))
         versions = [t._version for t in leaves]
         since = next(_sequence)  # every node the hook makes numbers after this
         outer, self.firing_ctx = self.firing_ctx, event.ctx

@@ -287,7 +287,7 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
             made_refs[record["kept"]] = t.__dict__["_ref"]
         return t
 
-    out = unpack(result["output"], kept=output)
+    out = unpack(result["output"], kept=output, classes=True)
     if node is not None:
         node._output_meta = tuple(node._output_meta)
     for i, hooks, value in (call or {}).get("outs", ()):
