@@ -1130,7 +1130,8 @@ def _check_hook_value(where, value, depth):
     {"tuple"|"list": [values]};
     {"dict": {str: value}}; {"named": {"class": str, "fields": value, "items": value}} (a
     namedtuple); {"opaque": type name}), or as a hook's result refers to the
-    worker's tensors ({"same": index}; {"tensor": array, "vjp": key}), or stands for a
+    worker's tensors ({"same": index}; {"tensor": array, "vjp": key}, with "own": true when
+    it is computed from the client's own tensors that require grad too), or stands for a
     tensor of the client that requires grad ({"tensor": array, "feed": key}: the worker's
     copy is a leaf whose gradient a backward may ask for), or in a hook event of a pass run
     ahead stands for a tensor an earlier event of its round sent, unchanged since
@@ -1160,10 +1161,10 @@ def _walk_hook_value(where, value, depth):
                 _field_value(f"{where}.{name}", "bool", "bool", None, value[name], depth)
         return value
     if value.keys() in ({"tensor", "requires_grad"}, {"tensor", "vjp"}, {"tensor", "feed"},
-                        {"tensor", "requires_grad", "grad_fn"}):
+                        {"tensor", "requires_grad", "grad_fn"}, {"tensor", "vjp", "own"}):
         _field_value(f"{where}.tensor", "array", "array", None, value["tensor"], depth)
         for name, kind in (("requires_grad", "bool"), ("vjp", "str"), ("grad_fn", "str"),
-                           ("feed", "str")):
+                           ("feed", "str"), ("own", "bool")):
             if name in value:
                 _field_value(f"{where}.{name}", kind, kind, None, value[name], depth)
         return value
@@ -1214,6 +1215,8 @@ def _hook_value_ok(value, depth: int) -> bool:
         if "tensor" in value:
             if type(value["tensor"]) is not np.ndarray:
                 return False
+            if n == 3 and "own" in value:
+                return value["own"] is True and type(value.get("vjp")) is str
             if n == 3:
                 return (type(value.get("requires_grad")) is bool
                         and type(value.get("grad_fn")) is str)
