@@ -71,7 +71,7 @@ __all__ = [
 # wrote to the model ("wrote": an attribute, a weight), and a part called inside a
 # non-reentrant checkpoint runs checkpointed there ("checkpoint"): fields a worker of 11
 # refuses
-PROTOCOL_VERSION = 12
+PROTOCOL_VERSION = 13
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
@@ -154,6 +154,13 @@ RECORDS: dict[str, dict[str, str]] = {
     "loss_spec": {"module": "map?", "function": "str?"},
     # a tensor a client hook was given (by index) and changed in place: its new value
     "changed_arg": {"arg": "int", "value": "hook_value"},
+    # a backward's hold: several calls of the model run their backwards in one backward of
+    # the client, ``task`` its id; ``later``: the contexts of its calls still to run on this
+    # worker after this one, in the first request of that backward to the worker (absent in
+    # the next ones: the worker counts them off). A parameter that one of them uses too
+    # keeps this call's gradient on its worker, and the last call that uses it adds them
+    # before the parameter's hooks run (workers/held_grads)
+    "backward_hold": {"task": "int", "later": "list[str]?"},
     # a deployment published under a name (disthook.distributed.registry): its model id,
     # root class path, who deployed it (a key's name, or the client's socket identity in
     # hex without keys), when (unix seconds), whether others may write its weights, where
@@ -252,7 +259,10 @@ SCHEMAS: dict[str, dict[str, str]] = {
                 "reply_to": "str", "requires_grad": "list?", "mb": "int?", "stop": "str?",
                 "optimizer_calls": "list[list[optimizer_call]]?", "path": "str?",
                 "call": "hook_value?", "rng": "str?", "pins": "list?", "op": "str?",
-                "params": "any?", "keep": "bool?", "as_of": "map?", "checkpoint": "map?"},
+                "params": "any?", "keep": "bool?", "as_of": "map?", "checkpoint": "map?",
+                "within": "str?"},
+    # within: the context of the client's call whose hook, running now, makes this call (a
+    # logit lens decoding inside a block's hook): it runs at once, not behind that call
     # taps: keys of tensors client forward hooks were given, whose gradients the client
     # wants (autograd.grad with respect to them); each stage adds those it holds to tapped
     # (key -> gradient) and the answer carries them all (result["tapped"]). accumulate
@@ -264,7 +274,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "backward": {"model": "str", "stage": "int", "grads": "list", "retain_graph": "bool",
                  "reply_to": "str", "mb": "int?", "taps": "list[str]?", "tapped": "map?",
                  "accumulate": "bool?", "start": "str?", "inputs": "bool?",
-                 "keep_grads": "str?", "create_graph": "bool?"},
+                 "keep_grads": "str?", "create_graph": "bool?", "hold": "backward_hold?"},
     # create_graph: the input gradients keep their graph (kept as a context under
     # keep_grads, whose backward is a double backward's second pass)
     # values kept on a worker (disthook.distributed.remote_values): a call's outputs, with
@@ -1111,15 +1121,17 @@ def _record_checker(name: str):
 
 
 _HOOK_VALUE_TAGS = {"same": "int", "again": "int", "tuple": "list", "list": "list",
-                    "dict": "map", "opaque": "str"}
+                    "dict": "map", "named": "map", "opaque": "str"}
 
 
 def _check_hook_value(where, value, depth):
     """A hook's argument or result as disthook.service.values packs it (None, a bool,
     number or string; {"tensor": array, "requires_grad": bool, "grad_fn"?: node name};
     {"tuple"|"list": [values]};
-    {"dict": {str: value}}; {"opaque": type name}), or as a hook's result refers to the
-    worker's tensors ({"same": index}; {"tensor": array, "vjp": key}), or stands for a
+    {"dict": {str: value}}; {"named": {"class": str, "fields": value, "items": value}} (a
+    namedtuple); {"opaque": type name}), or as a hook's result refers to the
+    worker's tensors ({"same": index}; {"tensor": array, "vjp": key}, with "own": true when
+    it is computed from the client's own tensors that require grad too), or stands for a
     tensor of the client that requires grad ({"tensor": array, "feed": key}: the worker's
     copy is a leaf whose gradient a backward may ask for), or in a hook event of a pass run
     ahead stands for a tensor an earlier event of its round sent, unchanged since
@@ -1149,10 +1161,10 @@ def _walk_hook_value(where, value, depth):
                 _field_value(f"{where}.{name}", "bool", "bool", None, value[name], depth)
         return value
     if value.keys() in ({"tensor", "requires_grad"}, {"tensor", "vjp"}, {"tensor", "feed"},
-                        {"tensor", "requires_grad", "grad_fn"}):
+                        {"tensor", "requires_grad", "grad_fn"}, {"tensor", "vjp", "own"}):
         _field_value(f"{where}.tensor", "array", "array", None, value["tensor"], depth)
         for name, kind in (("requires_grad", "bool"), ("vjp", "str"), ("grad_fn", "str"),
-                           ("feed", "str")):
+                           ("feed", "str"), ("own", "bool")):
             if name in value:
                 _field_value(f"{where}.{name}", kind, kind, None, value[name], depth)
         return value
@@ -1164,9 +1176,9 @@ def _walk_hook_value(where, value, depth):
     if tag in ("tuple", "list"):
         for i, v in enumerate(payload):
             _walk_hook_value(f"{where}.{tag}[{i}]", v, depth + 1)
-    elif tag == "dict":
+    elif tag in ("dict", "named"):
         for k, v in payload.items():
-            _walk_hook_value(f"{where}.dict[{k!r}]", v, depth + 1)
+            _walk_hook_value(f"{where}.{tag}[{k!r}]", v, depth + 1)
     return value
 
 
@@ -1187,7 +1199,7 @@ def _hook_value_ok(value, depth: int) -> bool:
         (tag, payload), = value.items()
         if tag == "tuple" or tag == "list":
             items = payload if type(payload) is list or type(payload) is tuple else None
-        elif tag == "dict":
+        elif tag == "dict" or tag == "named":
             items = payload.values() if type(payload) is dict else None
         else:
             kinds = _PAYLOAD_TYPES.get(tag) if type(tag) is str else None
@@ -1203,6 +1215,8 @@ def _hook_value_ok(value, depth: int) -> bool:
         if "tensor" in value:
             if type(value["tensor"]) is not np.ndarray:
                 return False
+            if n == 3 and "own" in value:
+                return value["own"] is True and type(value.get("vjp")) is str
             if n == 3:
                 return (type(value.get("requires_grad")) is bool
                         and type(value.get("grad_fn")) is str)

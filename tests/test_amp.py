@@ -431,3 +431,10 @@ def test_custom_fwd_and_bwd(lib):
     assert x.grad.tolist() == [2.0, 6.0]
     with pytest.raises(ValueError, match="Expected `device_type` of type `str`"):
         torch.amp.custom_fwd(device_type=None)
+
+
+def test_the_top_level_scaler_is_the_amp_one(lib):
+    torch = lib.torch
+    assert torch.GradScaler is torch.amp.GradScaler
+    scaler = torch.GradScaler("cpu", enabled=False)
+    assert not scaler.is_enabled() and scaler.get_scale() == 1.0

@@ -55,6 +55,7 @@ def func_programs(lib) -> dict:
         "hessian": F.hessian(f)(x),
         "vmap": F.vmap(lambda r, s: (r * s).sum())(Y, lib.ones(4, 3)),
         "vmap in_dims=1": F.vmap(lambda c: (c * lib.arange(4.0)).sum(), in_dims=1)(Y),
+        "torch.vmap": lib.vmap(lib.dot, in_dims=(0, None))(Y, x),
         "vmap of grad": F.vmap(F.grad(lambda r: (r.sin() * x).sum()))(Y),
         "vmap out_dims": F.vmap(lambda r: (r, r.sum()), out_dims=(1, 0))(Y),
         "functional_call": F.functional_call(lin, params, (Y,)),

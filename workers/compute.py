@@ -17,10 +17,12 @@ import numpy as np
 import disthook
 from disthook import hooks as toolkit
 from disthook import wire
+from disthook.autograd import engine
 from disthook.service import op_calls
 from disthook.service.loop import NO_REPLY, send_frames
 from disthook.service.values import opaque_in, pack, tensors_in, unpack
 from disthook.utils.checkpoint import checkpoint
+from workers import held_grads
 from workers.speculation import BACKWARD_KINDS, EarlyAnswer, run_ahead
 from workers.state import Context
 from workers.versions import carries_write, note_pins, upstream_pins
@@ -179,7 +181,7 @@ class ComputeHandlers:
                     raise TypeError(f"the module at {path!r} returned {opaque}, which cannot "
                                     "go back to the client: a module called from the client "
                                     "must return tensors, numbers, strings, None, or tuples, "
-                                    "lists and str-keyed dicts of them")
+                                    "lists, str-keyed dicts and dataclasses of them")
                 if msg.get("keep"):  # room for the values first: refused, it keeps no graph
                     self.check_value_room(job, st.model, len(outs),
                                           sum(o._data.nbytes for o in outs))
@@ -286,15 +288,21 @@ class ComputeHandlers:
                     "grads": [None] * len(context.inputs), "tapped": tapped}})
                 return NO_REPLY
             tapped_before = dict(tapped)
+            # parameters that later calls of the client's backward use too (held_grads)
+            holding = held_grads.plan(self.state, st, job.client, msg)
 
             def compute(keep: bool = False):  # keep: the graph, for a run again
                 for t in context.inputs:
                     t.grad = None
                 tapped.clear()
                 tapped.update(tapped_before)
-                return _run_backward(pairs(), context.inputs, taps, tapped,
-                                     retain or keep or context.keep_graph,
-                                     msg.get("accumulate", True))
+                with engine.holding_leaves(holding and holding.begin()) as held:
+                    grads = _run_backward(pairs(), context.inputs, taps, tapped,
+                                          retain or keep or context.keep_graph,
+                                          msg.get("accumulate", True))
+                if held is not None:
+                    held.flush()
+                return grads
 
             prev = None if context.direct else st.neighbours.get("prev")
             # when no input needed a gradient, no earlier stage kept a graph: answer now
@@ -312,6 +320,8 @@ class ComputeHandlers:
 
             early = None if prev is not None or context.retained else EarlyAnswer(answer)
             grads = self._run_backward_pass(job, st, context.retained, compute, early)
+            if holding is not None:
+                holding.commit()
             for who, hook_id, key, t in context.retained:  # what client hooks retained
                 if t.grad is not None:
                     self._call_client(who, hook_id, "retained", key, [pack(t.grad)])
@@ -324,7 +334,7 @@ class ComputeHandlers:
                           "retain_graph": retain, "reply_to": msg["reply_to"],
                           "mb": msg.get("mb"), "taps": msg.get("taps"),
                           "tapped": tapped or None, "accumulate": msg.get("accumulate"),
-                          "inputs": msg.get("inputs")}
+                          "inputs": msg.get("inputs"), "hold": msg.get("hold")}
                 self._count(st.model, "bytes_to_peers",
                             sum(np.asarray(g).nbytes for g in grads if g is not None))
                 send_frames(prev, wire.encode("backward", fields, req=msg.req, ctx=msg.ctx))

@@ -104,7 +104,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         self.coordinator_address = coordinator
         self.control = self._dial(coordinator, wid.encode(), linger=0)
         self.poller.register(self.control, zmq.POLLIN)
-        self.heartbeat = 0.5
+        self.heartbeat = self.tick_interval = wire.HEARTBEAT_S  # a tick a beat (each wakes it)
         self.orphan_after = orphan_after
         self.registered = False
         self.last_heard = time.monotonic()
@@ -386,6 +386,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
             self.registered = True
             result = msg.get("result") or {}
             self.heartbeat = float(result.get("heartbeat", self.heartbeat))
+            self.tick_interval = min(self.heartbeat, wire.HEARTBEAT_S)  # (never slower)
             self.log.info("worker %s: registered at %s, serving on %s", self.id,
                           self.coordinator_address, self.address)
         elif msg.type == "error":

@@ -40,6 +40,8 @@ class Stage:
         self.versions = Versions(module)  # the weights' versions (workers.versions)
         self.installed = owner  # whose gradients the parameters' .grad hold now
         self.grads: dict[bytes, list] = {}  # every other client's, one per parameter
+        # (client, its backward's id) -> gradients kept for that backward's later calls
+        self.held: dict[tuple, object] = {}  # (workers/held_grads.py)
         self.name = f"stage {index} of {model}"
         # "prev"/"next" -> a local link to that worker (workers.links), else a DEALER
         self.neighbours: dict[str, zmq.Socket | Link] = {}
@@ -88,6 +90,8 @@ class Stage:
         if client == self.installed and client != self.owner:
             self.use_grads(self.owner)
         self.grads.pop(client, None)
+        for key in [k for k in self.held if k[0] == client]:
+            del self.held[key]
         for key in [k for k in self.optimizers if k[0] == client]:
             del self.optimizers[key]
         for key in [k for k in self.calls_done if k[0] == client]:

@@ -309,13 +309,13 @@ class WorkerState:
         return client
 
     def _from_own_hook(self, job: Job) -> bool:
-        """Whether the request comes from inside a hook of its own client: a running
-        request of the same lane waits for that client's hook answer, so the client can
-        be sending nothing else (in one process the hook's code runs inside the call). A
-        write then waits for nothing, as a hook's edit of its own model does not."""
-        return job.msg.type not in ("forward", "backward", "train_step") and any(
+        """Whether it comes from inside its client's hook a running request of its lane waits
+        for (a hook's code runs inside the call in one process; a write waits for nothing): a
+        call only if it says so (``within``: that request's ctx), or it keeps its order."""
+        within, call = job.msg.get("within"), job.msg.type in ("forward", "backward", "train_step")
+        return (within is not None or not call) and any(
             w.job.lane == job.lane and w.client == job.client and not w.done
-            for w in self.waits.values())
+            and (not call or w.job.msg.ctx == within) for w in self.waits.values())
 
     def _others_running(self, job: Job) -> bool:
         return any(j.model == job.model and j.client != job.client for j in self.jobs)

@@ -282,6 +282,9 @@ class _GraphTask:
         self.weight_only: set | None = None
         self.split_edges: dict | None = None
         self.deferred: list | None = None
+        # leaves whose gradient goes elsewhere or comes with more (see holding_leaves)
+        self.hold = None
+        self.typed: dict = {}  # node class -> the graph's nodes of it (see nodes_of)
 
 
 def _count_dependencies(roots) -> dict:
@@ -347,6 +350,7 @@ def execute(roots, grads, *, retain_graph: bool, create_graph: bool, inputs=None
     Returns the captured gradients per input under ``autograd.grad``.
     """
     task = _GraphTask(retain_graph, accumulate)
+    task.hold, _held.spec = _held.spec, None
     root_nodes = []
     for t, g in zip(roots, grads):
         node, nr = gradient_edge(t)
@@ -394,6 +398,33 @@ def execute(roots, grads, *, retain_graph: bool, create_graph: bool, inputs=None
 _running = threading.local()  # the backward calls running in this thread, innermost last
 
 
+class _Held(threading.local):
+    spec = None
+
+
+_held = _Held()
+
+
+class holding_leaves:
+    """Within: the next backward started in this thread hands the gradient that reaches
+    each leaf of ``spec.leaves`` (ids) to ``spec.take(leaf, grads)`` before the leaf's
+    hooks run. It answers the gradients to go on with (their sum with gradients of earlier
+    backwards, say), or None: the leaf's hooks do not run and its ``.grad`` stays as it is
+    (a later backward will bring this gradient with its own). A deployed model's workers use
+    it for a parameter that several calls of one forward use, whose backwards run apart:
+    one process sums their gradients before the parameter's hooks and ``.grad`` see them."""
+
+    def __init__(self, spec):
+        self.spec = spec
+
+    def __enter__(self):
+        _held.spec = self.spec
+        return self.spec
+
+    def __exit__(self, *exc) -> None:
+        _held.spec = None
+
+
 def retains_graph() -> bool:
     """Whether the backward now running in this thread keeps the graph (retain_graph=True):
     for nodes whose saved state lives elsewhere, like the remote stages of a model."""
@@ -417,6 +448,21 @@ def will_execute(task: _GraphTask, node) -> bool:
     return task.needed is None or node in task.needed
 
 
+def nodes_of(task: _GraphTask, kind: type) -> list:
+    """The nodes of class ``kind`` (or a subclass) in the graph of ``task``, in no order."""
+    found = task.typed.get(kind)
+    if found is None:
+        found = task.typed[kind] = [n for n in dict.fromkeys((*task.roots, *task.deps))
+                                    if isinstance(n, kind)]
+    return found
+
+
+def has_run(task: _GraphTask, node) -> bool:
+    """Whether ``node`` of ``task``'s graph has run (or runs now): it is no longer owed a
+    gradient and holds none."""
+    return task.deps.get(node, 0) == 0 and node not in task.buffers
+
+
 def _num_outputs(node: Node) -> int:
     return 1 if node._output_meta is None else len(node._output_meta)
 
@@ -430,6 +476,7 @@ def _run(task: _GraphTask, root_nodes, results, single_root: bool) -> None:
     captures = task.captures
     weight_only, split_edges, deferred = task.weight_only, task.split_edges, task.deferred
     retain_graph = task.retain_graph
+    hold = task.hold
     for node in root_nodes:
         # torch starts from a lone root's node even when it leads to no input (its tensor
         # hooks fire); of several roots, only those needed
@@ -450,6 +497,11 @@ def _run(task: _GraphTask, root_nodes, results, single_root: bool) -> None:
             if captures:
                 # a node that also runs gives its inputs' gradients before their hooks
                 _capture(captures, node, grads, results)
+
+        if hold is not None and is_acc and id(node.variable) in hold.leaves:
+            grads = hold.take(node.variable, grads)
+            if grads is None:
+                continue  # its gradient waits for a later backward's
 
         # 1-2. tensor hooks of each output (chained), then retain_grad
         if node._tensor_hooks or node._retains or (is_acc and node.variable._backward_hooks):

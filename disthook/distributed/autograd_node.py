@@ -47,6 +47,7 @@ class RemoteBackward0(Node):
         self.next_functions = tuple(gradient_edge(t) for t in xs)
         self.needs_input_grad = tuple(t._requires_grad for t in xs)
         self._input_meta = tuple((t._data.shape, t._data.dtype) for t in xs)
+        self._layouts = async_calls.layouts(xs)  # (part of its backward's key)
         # tensors client forward hooks were given in this forward (one context): further
         # inputs of this node while something here still holds them, whose gradients the
         # workers send when a backward needs them (autograd.grad(out, kept))
@@ -77,6 +78,8 @@ class RemoteBackward0(Node):
         self._path = None  # the part called, for a call from code running here
         self._ran_in = None  # the id of the backward it last ran in
         self._given: dict = {}  # tap key -> the gradient the workers sent for it
+
+    _mb = None  # the micro-batch of the client's forward that made it (chunks=)
 
     def name(self) -> str:
         return type(self).__name__
@@ -158,6 +161,38 @@ class RemoteBackward0(Node):
         tasks = getattr(engine._running, "tasks", None)
         return not tasks or (tasks[-1].accumulate and tasks[-1].needed is None)
 
+    def _hold(self) -> dict | None:
+        """For the workers (``hold`` of a backward request, see workers/held_grads.py): when
+        this backward runs several calls of the model apart, its id and the contexts of
+        those still to run, so that a parameter used by more than one gets their summed
+        gradient once, as in one process; with micro-batches, the calls of this call's own
+        micro-batch (hooks fire once per micro-batch). None: a single call, a chain's
+        micro-batches, or not a plain backward."""
+        tasks = getattr(engine._running, "tasks", None)
+        task = tasks[-1] if tasks else None
+        model = self._model
+        if (task is None or not task.accumulate or task.needed is not None
+                or self._sizes is not None or grad_mode.is_grad_enabled()):
+            return None
+        key = (RemoteBackward0, id(model), self._mb)
+        calls = task.typed.get(key)
+        if calls is None:
+            calls = task.typed[key] = [n for n in engine.nodes_of(task, RemoteBackward0)
+                                       if n._model is model and n._sizes is None
+                                       and n._mb == self._mb]
+        if len(calls) < 2:
+            return None
+        if self._call:  # the first call to reach its worker lists those still to come there
+            told = task.typed.setdefault((key, "told"), set())
+            if self._stage in told:
+                return {"task": task.id}  # the worker counts them off
+            told.add(self._stage)
+        # (a chain's calls are on every stage's worker: each lists them)
+        return {"task": task.id, "later": [
+            n._ctx_ids[0] for n in calls if n is not self and (
+                not (self._call and n._call) or n._stage == self._stage)
+            and not engine.has_run(task, n)]}
+
     def _inputs_wanted(self) -> bool:
         """Whether this backward needs the call's inputs' gradients (an autograd.grad to the
         taps alone does not: the workers then stop at them and keep the rest)."""
@@ -216,13 +251,14 @@ class RemoteBackward0(Node):
         (g,) = grads
         wanted = self._wanted_taps()
         parts = [g._data] if self._sizes is None else split_rows(g._data, self._sizes)
+        hold = self._hold()
         replies = model._hub.request_all(
             [(model._addresses[self._stage], {"stage": self._stage, "grads": [part],
                                      "retain_graph": retain, "reply_to": model._hub.reply_to,
                                      "mb": None if self._sizes is None else i,
                                      "taps": wanted or None,
                                      "accumulate": self._accumulates(),
-                                     "inputs": self._inputs_wanted()}, ctx_id)
+                                     "inputs": self._inputs_wanted(), "hold": hold}, ctx_id)
              for i, (part, ctx_id) in enumerate(zip(parts, self._ctx_ids))],
             "backward", what="backward through the remote stages")
         taps = self._tap_grads(_summed([r["result"].get("tapped") for r in replies]),
@@ -247,10 +283,11 @@ class RemoteBackward0(Node):
         address = model._addresses[self._stage]
         # the input gradients stay on the worker (a node before this one takes them there)
         keep = f"{self._ctx_ids[0]}~{next(_backwards)}"
-        fields = {"stage": self._stage, "grads": [grad_data(g, address) for g in grads],
+        fields = {"stage": self._stage, "grads": [grad_data(g, address, model) for g in grads],
                   "retain_graph": retain, "reply_to": model._hub.reply_to,
                   "taps": wanted or None, "accumulate": self._accumulates(),
-                  "inputs": self._inputs_wanted(), "keep_grads": keep}
+                  "inputs": self._inputs_wanted(), "keep_grads": keep,
+                  "hold": self._hold()}
         what = f"backward of {self._path!r}"
         if grad_mode.is_grad_enabled():  # create_graph: the gradients keep their graph
             return self._backward_with_graph(grads, fields, retain, wanted)
@@ -259,7 +296,7 @@ class RemoteBackward0(Node):
         if async_calls.may_go_on(model) and not wanted and not self._taps:
             key = async_calls.call_key("backward", address, self._path, retain,
                                        fields["accumulate"], fields["inputs"], self._needs,
-                                       args=(self._meta, grads))
+                                       args=(self._meta, self._layouts, grads))
             form = forms.get(key)
         if form is not None:  # the answer's form is known: go on without it
             def landed(reply):

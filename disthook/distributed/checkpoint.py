@@ -137,8 +137,12 @@ def save(model, path: str, *, optimizer=None, step: int | None = None,
     described by class paths and data; with ``code`` its code is kept too (pickled by value),
     which a model whose modules hold code (lambdas, bound methods) needs to be loaded by
     ``cluster.load`` (with ``trust_code=True``)."""
-    shards = [{f"param/{n}": np.asarray(a) for n, a in st["state"].items()}
-              for st in model._states()]
+    # the model as it is now: the workers' values of its placed tensors, and the tensors
+    # here (parameters of the modules kept or run here, a part replaced since the deploy:
+    # its worker's copy is stale), each in the shard of its stage (stage 0's if here)
+    shards: list[dict] = [{} for _ in model._addresses]
+    for name, t in model._raw_state().items():
+        shards[model._layout.stage_of(name) or 0][f"param/{name}"] = np.asarray(t._data)
     manifest = {"step": step, "class": class_path(type(model._local)),
                 "fingerprint": fingerprint(model._local), "stages": model._stage_names,
                 "chunks": model._chunks, "schedule": model._schedule,
@@ -222,7 +226,7 @@ def _param_names(model, optimizer, what: str) -> list[str]:
         raise TypeError(f"{what}(optimizer=...) takes a DistributedOptimizer or an optimizer "
                         f"of disthook.optim (torch.optim.SGD(model.parameters(), ...)), got "
                         f"{type(optimizer).__name__}")
-    here = {id(p): n for n, p in model.named_parameters()}
+    here = {id(p): n for n, p in model._local.named_parameters()}  # (those here too)
     names = []
     for group in optimizer.param_groups:
         for p in group["params"]:

@@ -216,8 +216,10 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
     # stages with their first part's call, or before any other request)
     carried = hub.optimizer_calls_to(address, stage, len(model._addresses))
     fields = {"stage": stage, "inputs": [], "grad_enabled": grad,
-              "call": remote_values.pack_args((args, kwargs), address),
+              "call": remote_values.pack_args((args, kwargs), address, model),
               "reply_to": hub.reply_to, "keep": True, "optimizer_calls": carried, **pin}
+    if hub.firing and hub.firing_ctx is not None:  # from inside a hook of a call there
+        fields["within"] = hub.firing_ctx
     if op is None:
         fields.update(path=path, rng=random._stream_state() if model.training else None)
         if grad and (ckpt := _checkpointing()) is not None:
@@ -266,6 +268,7 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
     if grad and any(flags):
         node = RemoteBackward0(model, [ctx_id], inputs, None, stage)
         node._path = path if op is None else f"<{op.rpartition('.')[2]}>"
+        node._mb = model.__dict__.get("_micro_batch")
     else:
         hub.taps.pop(ctx_id, None)  # no graph: nothing to differentiate against
     made = []
@@ -284,7 +287,7 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
             made_refs[record["kept"]] = t.__dict__["_ref"]
         return t
 
-    out = unpack(result["output"], kept=output)
+    out = unpack(result["output"], kept=output, classes=True)
     if node is not None:
         node._output_meta = tuple(node._output_meta)
     for i, hooks, value in (call or {}).get("outs", ()):

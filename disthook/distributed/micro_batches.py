@@ -41,8 +41,14 @@ def chunked_forward(model: Deployment, forward):
         if m <= 1:
             return forward(*args, **kwargs)
         sizes = micro_batch_sizes(rows, m)
-        outs = [forward(*_part(args, rows, sizes, i), **_part(kwargs, rows, sizes, i))
-                for i in range(m)]
+        outs = []
+        try:
+            for i in range(m):  # the calls of each micro-batch know theirs (RemoteBackward0)
+                model.__dict__["_micro_batch"] = i
+                outs.append(forward(*_part(args, rows, sizes, i),
+                                    **_part(kwargs, rows, sizes, i)))
+        finally:
+            model.__dict__.pop("_micro_batch", None)
         return _join(outs, rows, f"{type(model._local).__name__}.forward", m)
 
     return run

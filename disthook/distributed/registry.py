@@ -21,6 +21,7 @@ import numpy as np
 
 from disthook.distributed import pinning, placed
 from disthook.distributed.checkpoint import _structure, with_arrays
+from disthook.distributed.parameters import RemoteStorage
 from disthook.distributed.spec import SpecError, build_module
 from disthook.service.rpc import ClusterError, RemoteError, RemoteTimeout
 
@@ -53,8 +54,8 @@ def check_publishable(remote) -> None:
     """A deployment that keeps parameters or buffers on the client cannot be shared: other
     clients would see neither them nor their changes. ``ValueError`` naming them."""
     held = [name for name, _ in remote._client_parameters()]
-    held += [name for name, _ in remote._local.named_buffers()
-             if remote._layout.stage_of(name) is None]
+    held += [name for name, b in remote._local.named_buffers()
+             if not isinstance(b, RemoteStorage)]
     if held:
         listed = ", ".join(held[:5]) + (", ..." if len(held) > 5 else "")
         raise ValueError(

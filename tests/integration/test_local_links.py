@@ -219,7 +219,9 @@ def test_a_stage_unloaded_closes_its_links_and_a_new_deploy_makes_new_ones(clust
     def links_in():
         return sorted(i for s in worker_statuses(cluster).values() for i in s["links"]["in"])
 
-    assert links_in() == []
+    # (the links of what the tests before deployed on this shared cluster close as it closes,
+    # a moment after: under load one was still held here)
+    wait_until(lambda: links_in() == [], 10)
     for _ in range(2):
         remote = cluster.deploy(nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4),
                                               nn.Linear(4, 2)), stages=3)
