@@ -182,6 +182,9 @@ class ComputeHandlers:
                                     "go back to the client: a module called from the client "
                                     "must return tensors, numbers, strings, None, or tuples, "
                                     "lists, str-keyed dicts and dataclasses of them")
+                if msg.get("keep"):  # room for the values first: refused, it keeps no graph
+                    self.check_value_room(job, st.model, len(outs),
+                                          sum(o._data.nbytes for o in outs))
                 self._keep(job, grad and any(o.requires_grad for o in outs), Context(
                     job.client, inputs, outs, job.retained, time.monotonic(),
                     direct=True, taps=job.taps))

@@ -26,6 +26,8 @@ import itertools
 import time
 from typing import Any
 
+from workers.mailbox import admit, forget_values
+
 __all__ = ["ANSWERS", "ClientGone", "Context", "Job", "JobDone", "Log", "MessageIn", "Reply", "Resume", "Run",
            "StepRun", "Tick", "Wait", "WorkerState"]
 
@@ -373,6 +375,7 @@ class WorkerState:
             del self.contexts[key]
         for key in [key for key in self.values if key[1] == identity]:
             del self.values[key]
+        forget_values(self.mailbox, identity)  # values pushed here for its calls
         if out or dropped or graphs:  # a warning when it left requests unfinished
             level = "warning" if out or dropped else "info"
             out.append(Log(level, f"worker {self.worker_id}: {self.who(identity)} went "
@@ -444,12 +447,9 @@ class WorkerState:
         step, out = (msg["model"], msg["step"]), []
         if msg["model"] not in self.models or step in self.finished_steps:
             return out  # for no model held here, or late: dropped
-        if len(self.mailbox) >= self.mailbox_limit:  # nobody asks for these: a faulty peer
-            del self.mailbox[oldest := next(iter(self.mailbox))]
-            out.append(Log("warning", f"worker {self.worker_id}: pipeline mailbox full "
-                                      f"({self.mailbox_limit}); dropping {oldest}"))
-        key = (*step, msg["kind"], msg["mb"])
-        self.mailbox[key] = msg
+        key = (*step, msg["kind"], msg["mb"])  # (room made for it: workers/mailbox.py)
+        out += [Log("warning", text, peer) for text, peer in admit(
+            self.mailbox, key, msg, self.mailbox_limit, self.worker_id, self.gone)]
         return out + [self._end_wait(w, outcome=key) for w in [*self.waits.values()]
                       if key in w.keys]
 
