@@ -35,6 +35,10 @@ from disthook.service.security import CLIENT, is_server_key, key_name
 from disthook.wire import HEARTBEAT_S, LOST_AFTER_BEATS, SILENT_AFTER_BEATS
 
 RESTORED_GRACE_S = 10.0  # a restored model's workers have this long to register again
+# what one client may hold in the registry (with keys: one key, every connection of it)
+MAX_PUBLISHED_PER_CLIENT = 64  # names it has published
+MAX_ATTACHED_PER_CLIENT = 64  # attachments to one published model
+MAX_NAME_CHARS = 256  # of a published model's name and id (its class: 4 times as many)
 
 __all__ = ["Coordinator", "Published", "WorkerRecord"]
 
@@ -59,8 +63,10 @@ class WorkerRecord:
 @dataclasses.dataclass
 class Published:
     """A model published by name: the deployer's record (wire's ``published_model``), the
-    deployer's connection, and the clients attached (by the identity of their sockets to
-    the workers: (connection here, since, who: the key name with keys, else that identity))."""
+    deployer's connection, and the clients attached (by (connection here, the client as it
+    names itself: its key's name, or the identity of its sockets to the workers): (that
+    connection, since, who: the key name with keys, else ``client <n>``)); a client's
+    attachment is its connection's own, so no other connection replaces or detaches it."""
 
     record: dict
     owner: bytes | None  # None: restored from the state file, its deployer not seen since
@@ -251,6 +257,7 @@ class Coordinator(Service):
 
     def on_publish(self, msg, sender: bytes):
         record = dict(msg["record"])
+        self._check_record(record, sender)
         record["owner"] = self._client_name(record["owner"], sender)
         name = record["name"]
         held = self.models.get(name)
@@ -261,8 +268,12 @@ class Coordinator(Service):
                 f"by {was['owner']} {time.time() - was['created']:.0f} s ago is live; its "
                 "deployer's close() frees the name, or choose another")
         user_id = self._user_ids.get(sender)
-        self.models[name] = Published(record, sender, owner_key=key_name(
-            self.keys, user_id) if self.keys is not None and user_id else None)
+        owner_key = key_name(self.keys, user_id) if self.keys is not None and user_id else None
+        self._check_room(sender, "published models", MAX_PUBLISHED_PER_CLIENT, [
+            n for n, p in self.models.items() if n != name and (
+                p.owner == sender or (owner_key is not None and p.owner_key == owner_key))],
+            "close the deployments it no longer shares")
+        self.models[name] = Published(record, sender, owner_key=owner_key)
         self._save()
         self.log.info("coordinator: %s published %r (%s, %d stage(s))", record["owner"], name,
                       record["class"], len(record["workers"]))
@@ -288,14 +299,61 @@ class Coordinator(Service):
     def on_attach(self, msg, sender: bytes):
         published = self._find(msg["name"], msg["model"])
         client = self._client_name(msg["client"], sender)
-        published.attached[msg["client"]] = (sender, time.time(), client)
+        if (sender, msg["client"]) not in published.attached:
+            self._check_room(sender, f"attachments to {msg['name']!r}", MAX_ATTACHED_PER_CLIENT,
+                             [a for a in published.attached.values()
+                              if self._same_client(a[0], sender)],
+                             "close the attached models it no longer uses")
+        published.attached[(sender, msg["client"])] = (sender, time.time(), client)
         self.log.info("coordinator: client %s attached to %r", client, msg["name"])
 
     def on_detach(self, msg, sender: bytes):
         published = self.models.get(msg["name"])
-        if (published is not None and published.record["model"] == msg["model"]
-                and published.attached.get(msg["client"], (sender,))[0] == sender):
-            published.attached.pop(msg["client"], None)
+        if published is not None and published.record["model"] == msg["model"]:
+            published.attached.pop((sender, msg["client"]), None)  # (only its own)
+
+    def _check_record(self, record: dict, sender: bytes) -> None:
+        """Refuse (``ValueError``, logged) a record that is not a deployment on this cluster's
+        workers: each stage on a registered worker, at its address, one stage a worker, and
+        its names short. ``models()`` lists every record to every client, so one client's
+        made-up stage lists or names would otherwise make it too large to answer anyone."""
+        why = next((f"its {key} has {len(record[key])} characters, more than {cap}"
+                    for key, cap in (("name", MAX_NAME_CHARS), ("model", MAX_NAME_CHARS),
+                                     ("class", 4 * MAX_NAME_CHARS))
+                    if len(record[key]) > cap), None)
+        seen: set[str] = set()
+        for s in record["workers"] if why is None else ():
+            worker = self.workers.get(s["worker"])
+            if worker is None or worker.address != s["address"] or s["worker"] in seen:
+                why = (f"its stage {s['stage']} is on {s['worker'][:64]!r} at "
+                       f"{s['address'][:64]!r}, " + ("a worker that holds another stage of it"
+                                                     if s["worker"] in seen else
+                                                     "which is no worker registered here"))
+                break
+            seen.add(s["worker"])
+        if why is not None:
+            self.peer_log.warning(sender, "coordinator: refused to publish a record of %s: %s",
+                                  self.peer_name(sender), why)
+            raise ValueError(f"not a deployment on this cluster's workers: {why}; publish a "
+                             "model deployed on this cluster (deploy(..., name=...))")
+
+    def _same_client(self, connection: bytes, sender: bytes) -> bool:
+        """Whether ``connection`` counts as the client ``sender`` (with keys: the same key)."""
+        if connection == sender:
+            return True
+        user_id = self._user_ids.get(sender)
+        return self.keys is not None and bool(user_id) and \
+            self._user_ids.get(connection) == user_id
+
+    def _check_room(self, sender: bytes, what: str, cap: int, held: list, advice: str) -> None:
+        """Refuse (``RuntimeError``, logged) one more of ``what`` for a client that holds
+        ``held`` already, ``cap`` or more."""
+        if len(held) < cap:
+            return
+        self.peer_log.warning(sender, "coordinator: refused %s one more of its %d %s (the "
+                              "most one client may)", self.peer_name(sender), len(held), what)
+        raise RuntimeError(f"this client holds {len(held)} {what}, the most one client may "
+                           f"({cap}): {advice}")
 
     def _find(self, name: str, model: str | None = None) -> Published:
         published = self.models.get(name)

@@ -5,8 +5,17 @@
 from __future__ import annotations
 
 import builtins as _builtins
+import warnings as _warnings
 
 import numpy as _np
+
+# numpy's floating-point warnings from disthook's own code (0/0, log(0), an overflow): torch
+# gives nan and inf without a word, so a program run with -W error, or one that prints
+# its stderr, sees what it sees under torch. (numpy called from the program's own code,
+# and whatever else warns, is left as it is.)
+_warnings.filterwarnings(
+    "ignore", r"(divide by zero|invalid value|overflow|underflow) encountered",
+    RuntimeWarning, r"disthook(\.|$)")
 
 from disthook import (  # noqa: F401
     _surface,  # first: from here on, torch's names that disthook lacks refuse at use
@@ -378,9 +387,12 @@ for _name in _NN_ALIASES:  # those nn.functional defines (same argument order as
         globals()[_name] = _nn_alias(_name)
 del _name, _nn_alias
 
+from disthook import _foreach
 from disthook.serialization import load, save  # noqa: F401
 from disthook.torch_version import TORCH_VERSION as _TORCH_VERSION
 from disthook.torch_version import TorchVersion as _TorchVersion
 
 # what programs compare torch.__version__ with: the torch release whose semantics these follow
 __version__ = _TorchVersion(_TORCH_VERSION)
+
+_foreach.install(globals())  # torch._foreach_add_ and the rest

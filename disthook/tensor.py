@@ -8,6 +8,7 @@ from __future__ import annotations
 import builtins
 import numbers
 import warnings
+import weakref
 from collections import OrderedDict
 
 import numpy as np
@@ -384,7 +385,10 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
 
     @data.setter
     def data(self, value: "Tensor") -> None:
+        old = self._data
         self._data = value._data
+        if _WRITE_THROUGH:
+            _replaced_through(old, self._data)
 
     def set_(self, source: "Tensor | None" = None) -> "Tensor":
         """Make this tensor use ``source``'s data (empty without one), in place: its version
@@ -730,7 +734,9 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self.matmul(other)
 
     def __rmatmul__(self, other):
-        return tensor(other).matmul(self)
+        # a tensor keeps its graph: Python calls this first where the right operand's class
+        # overrides it (``x @ w`` with w a deployed model's parameter)
+        return (other if isinstance(other, Tensor) else tensor(other)).matmul(self)
 
     def __eq__(self, other):
         return self._compare(E.Eq, other)
@@ -1847,28 +1853,80 @@ def _write_with(t: Tensor, ufunc, values: np.ndarray) -> None:
     """``t = ufunc(t, values)`` (or ``t = values`` without a ufunc) in ``t``'s storage, and
     bump its version counter."""
     try:
-        if ufunc is None:
-            np.copyto(t._data, values, casting="unsafe")
-        else:
-            ufunc(t._data, values, out=t._data, casting="unsafe")
+        _write_into(t._data, ufunc, values)
     except ValueError:
+        if _written_through(t._data, ufunc, values):
+            t._vc[0] += 1
+            return
         localize = getattr(type(t), "_localize", None)
         if localize is not None:  # a value kept on a worker: changed here, as a local one
             localize(t)
             return _write_with(t, ufunc, values)
+        through = t.__dict__.get("_write_through")
+        if through is not None:  # a view of a deployed tensor's value: changed on its worker
+            return through(t, ufunc, values)
         broadcast = 0 in t._data.strides and t._data.size > 1  # one element, many places
         if not broadcast and not t._data.flags.writeable:
             raise RuntimeError(
                 "the tensor written to in place has read-only memory; a deployed model's "
-                "parameter or gradient read here is such a copy of the value on its worker, "
-                "where writing it would change nothing. Write the parameter itself under "
-                "no_grad() (p.copy_(t), p.data.mul_(2), p.grad = g), or clone() the copy"
+                "parameter read here (p.detach(), p.numpy()) is such a copy of the value on "
+                "its worker, where writing it would change nothing. Write the parameter "
+                "itself under no_grad() (p.copy_(t), p.data.mul_(2)), or clone() the copy"
             ) from None
         raise RuntimeError(
             "unsupported operation: more than one element of the written-to tensor refers to a "
             "single memory location. Please clone() the tensor before performing the operation."
         ) from None
     t._vc[0] += 1
+
+
+def _write_into(arr: np.ndarray, ufunc, values: np.ndarray) -> None:
+    if ufunc is None:
+        np.copyto(arr, values, casting="unsafe")
+    else:
+        ufunc(arr, values, out=arr, casting="unsafe")
+
+
+# read-only arrays whose in-place writes are carried to where their value lives (a deployed
+# model's gradient, read here: its worker): id(array) -> on_write(array)
+_WRITE_THROUGH: dict = {}
+
+
+def write_through(array: np.ndarray, on_write) -> None:
+    """Let in-place writes into read-only ``array`` (through any tensor over it or a view of
+    it) happen: each is made in it, then ``on_write(array)`` carries the new value on."""
+    key = id(array)
+    _WRITE_THROUGH[key] = on_write
+    weakref.finalize(array, _WRITE_THROUGH.pop, key, None)
+
+
+def _replaced_through(old: np.ndarray, new: np.ndarray) -> None:
+    """``t.data = v`` on a tensor over an array given to ``write_through``: its new value is
+    carried on as a write into it would be."""
+    on_write = _WRITE_THROUGH.get(id(old))
+    if on_write is not None:
+        on_write(new)
+
+
+def _written_through(arr: np.ndarray, ufunc, values: np.ndarray) -> bool:
+    """Write into ``arr`` if it is (a view of) an array given to ``write_through``."""
+    if not _WRITE_THROUGH:
+        return False
+    chain = [arr]
+    while isinstance(chain[-1].base, np.ndarray):
+        chain.append(chain[-1].base)
+    on_write = _WRITE_THROUGH.get(id(chain[-1]))
+    if on_write is None:
+        return False
+    for a in reversed(chain):  # the owner first: a view may be made writable only then
+        a.flags.writeable = True
+    try:
+        _write_into(arr, ufunc, values)
+    finally:
+        for a in chain:
+            a.flags.writeable = False
+    on_write(chain[-1])
+    return True
 
 
 def _strip_backward(name: str) -> str:

@@ -268,7 +268,9 @@ SCHEMAS: dict[str, dict[str, str]] = {
                 "optimizer_calls": "list[list[optimizer_call]]?", "path": "str?",
                 "call": "hook_value?", "rng": "str?", "pins": "list?", "op": "str?",
                 "params": "any?", "keep": "bool?", "as_of": "map?", "checkpoint": "map?",
-                "attrs": "list[attr_change]?"},
+                "within": "str?", "attrs": "list[attr_change]?"},
+    # within: the context of the client's call whose hook, running now, makes this call (a
+    # logit lens decoding inside a block's hook): it runs at once, not behind that call
     # taps: keys of tensors client forward hooks were given, whose gradients the client
     # wants (autograd.grad with respect to them); each stage adds those it holds to tapped
     # (key -> gradient) and the answer carries them all (result["tapped"]). accumulate
@@ -1135,15 +1137,17 @@ def _record_checker(name: str):
 
 
 _HOOK_VALUE_TAGS = {"same": "int", "again": "int", "tuple": "list", "list": "list",
-                    "dict": "map", "opaque": "str"}
+                    "dict": "map", "named": "map", "opaque": "str"}
 
 
 def _check_hook_value(where, value, depth):
     """A hook's argument or result as disthook.service.values packs it (None, a bool,
     number or string; {"tensor": array, "requires_grad": bool, "grad_fn"?: node name};
     {"tuple"|"list": [values]};
-    {"dict": {str: value}}; {"opaque": type name}), or as a hook's result refers to the
-    worker's tensors ({"same": index}; {"tensor": array, "vjp": key}), or stands for a
+    {"dict": {str: value}}; {"named": {"class": str, "fields": value, "items": value}} (a
+    namedtuple); {"opaque": type name}), or as a hook's result refers to the
+    worker's tensors ({"same": index}; {"tensor": array, "vjp": key}, with "own": true when
+    it is computed from the client's own tensors that require grad too), or stands for a
     tensor of the client that requires grad ({"tensor": array, "feed": key}: the worker's
     copy is a leaf whose gradient a backward may ask for), or in a hook event of a pass run
     ahead stands for a tensor an earlier event of its round sent, unchanged since
@@ -1173,10 +1177,10 @@ def _walk_hook_value(where, value, depth):
                 _field_value(f"{where}.{name}", "bool", "bool", None, value[name], depth)
         return value
     if value.keys() in ({"tensor", "requires_grad"}, {"tensor", "vjp"}, {"tensor", "feed"},
-                        {"tensor", "requires_grad", "grad_fn"}):
+                        {"tensor", "requires_grad", "grad_fn"}, {"tensor", "vjp", "own"}):
         _field_value(f"{where}.tensor", "array", "array", None, value["tensor"], depth)
         for name, kind in (("requires_grad", "bool"), ("vjp", "str"), ("grad_fn", "str"),
-                           ("feed", "str")):
+                           ("feed", "str"), ("own", "bool")):
             if name in value:
                 _field_value(f"{where}.{name}", kind, kind, None, value[name], depth)
         return value
@@ -1188,9 +1192,9 @@ def _walk_hook_value(where, value, depth):
     if tag in ("tuple", "list"):
         for i, v in enumerate(payload):
             _walk_hook_value(f"{where}.{tag}[{i}]", v, depth + 1)
-    elif tag == "dict":
+    elif tag in ("dict", "named"):
         for k, v in payload.items():
-            _walk_hook_value(f"{where}.dict[{k!r}]", v, depth + 1)
+            _walk_hook_value(f"{where}.{tag}[{k!r}]", v, depth + 1)
     return value
 
 
@@ -1211,7 +1215,7 @@ def _hook_value_ok(value, depth: int) -> bool:
         (tag, payload), = value.items()
         if tag == "tuple" or tag == "list":
             items = payload if type(payload) is list or type(payload) is tuple else None
-        elif tag == "dict":
+        elif tag == "dict" or tag == "named":
             items = payload.values() if type(payload) is dict else None
         else:
             kinds = _PAYLOAD_TYPES.get(tag) if type(tag) is str else None
@@ -1227,6 +1231,8 @@ def _hook_value_ok(value, depth: int) -> bool:
         if "tensor" in value:
             if type(value["tensor"]) is not np.ndarray:
                 return False
+            if n == 3 and "own" in value:
+                return value["own"] is True and type(value.get("vjp")) is str
             if n == 3:
                 return (type(value.get("requires_grad")) is bool
                         and type(value.get("grad_fn")) is str)

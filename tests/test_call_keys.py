@@ -35,7 +35,12 @@ class _Model:
 
 
 def test_a_kept_values_key_comes_from_its_metadata():
-    ref = remote_values._Ref(_Model(), "tcp://w0", "ctx.0")
-    kept = remote_values.make_remote(ref, remote_values.meta_array(np.dtype("float32"),
-                                                                   (2, 3), None), None, 0)
-    assert call_key(args=([kept], {})) == call_key(args=([torch.zeros(2, 3)], {}))
+    def kept(strides):
+        ref = remote_values._Ref(_Model(), "tcp://w0", "ctx.0")
+        meta = remote_values.meta_array(np.dtype("float32"), (2, 3), strides)
+        return remote_values.make_remote(ref, meta, None, 0)
+
+    # a tensor sent by value arrives C-contiguous: as a kept value so laid out
+    assert call_key(args=([kept((12, 4))], {})) == call_key(args=([torch.zeros(2, 3)], {}))
+    # a transposed one gives its outputs and gradients in another layout
+    assert call_key(args=([kept((4, 8))], {})) != call_key(args=([torch.zeros(2, 3)], {}))

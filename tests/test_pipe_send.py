@@ -64,3 +64,61 @@ def test_a_larger_array_is_sent_from_its_own_buffer():
 def test_send_frames_keeps_zeromqs_threshold_by_default():
     data = np.ones(zmq.COPY_THRESHOLD // 4 + 16, np.float32)
     assert _through_inproc(data, None)
+
+
+class _Sends:
+    """A link's socket that records each ``sendmsg``: the buffers it was handed."""
+
+    def __init__(self, real):
+        self.real, self.calls = real, []
+
+    def sendmsg(self, buffers, *args):
+        self.calls.append(list(buffers))
+        return self.real.sendmsg(buffers, *args)
+
+
+def test_a_record_to_a_local_link_is_one_sendmsg_of_its_header_and_its_array_in_place():
+    import socket
+
+    from workers.links import Link
+
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    dialled, accepted = Link(a, b"w>next>0"), Link(b, accepted=True)
+    stage, worker = _Stage(), _Worker()
+    stage.neighbours = {"next": dialled}
+    sends = dialled.sock = _Sends(dialled.sock)
+    data = np.arange(32 * 1024, dtype=np.float32).reshape(32, 1024)
+    try:
+        StepHandlers._pipe_send(worker, stage, "next", "s", "act", 3, data)
+        (buffers,) = sends.calls  # one call: the prefix with the header, then the array
+        assert len(buffers) == 2 and np.shares_memory(np.asarray(buffers[1]), data)
+        (frames,) = accepted.read()
+        msg = wire.decode_pipe(frames)
+        assert (msg["kind"], msg["mb"]) == ("act", 3) and np.array_equal(msg["data"], data)
+        assert worker.counted == {"bytes_to_peers": data.nbytes}
+    finally:
+        dialled.sock = sends.real
+        dialled.close()
+        accepted.close()
+
+
+def test_a_message_of_more_frames_than_one_sendmsg_takes_goes_whole_and_in_order():
+    import socket
+
+    from workers import links
+
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    dialled, accepted = links.Link(a, b"w>next>0"), links.Link(b, accepted=True)
+    frames = [b"head", *(bytes([i % 251]) * (1 + i % 7) for i in range(3 * links._IOV_AT_ONCE))]
+    sends = dialled.sock = _Sends(dialled.sock)
+    try:
+        dialled.send_multipart(frames)
+        assert len(sends.calls) == 4  # (the prefix and table, then 3 x _IOV_AT_ONCE frames)
+        got = []
+        while not got:
+            got = accepted.read()
+        assert [bytes(f) for f in got[0]] == frames
+    finally:
+        dialled.sock = sends.real
+        dialled.close()
+        accepted.close()

@@ -103,8 +103,8 @@ def coordinator():
     from coordinator.server import Coordinator
 
     c = Coordinator("tcp://127.0.0.1:0")
-    c.on_register(wire.Message("register", fields={"worker": "w0", "address": "a", "pid": 1}),
-                  b"worker")
+    c.on_register(wire.Message("register", fields={"worker": "w0", "pid": 1,
+                                                   "address": "tcp://127.0.0.1:1"}), b"worker")
     yield c
     c.close()
 
@@ -134,7 +134,10 @@ def test_the_coordinator_refuses_a_live_name_and_forgets_who_is_gone(coordinator
 
 
 def test_a_name_whose_workers_are_lost_may_be_published_again(coordinator):
+    coordinator.on_register(wire.Message("register", fields={
+        "worker": "gone", "address": "tcp://127.0.0.1:1", "pid": 2}), b"worker-2")
     ask(coordinator, "publish", b"alice", record=published(worker="gone"))
+    coordinator.workers["gone"].last_seen -= 10 * coordinator.lost_after  # then lost
     ask(coordinator, "publish", b"bob", record=published(model="Sequential-2"))
     assert [m["model"] for m in ask(coordinator, "models", b"carol")] == ["Sequential-2"]
     assert ask(coordinator, "unpublish", b"bob", name="m", model="Sequential-2") is True

@@ -245,6 +245,9 @@ def _original(originals: list, i: int, path: str):
 
 
 _ALWAYS_WAITS = HookRecord(steers=True)
+# what a result computed from the client's own tensors hangs on where it has no input here
+# that requires grad: it takes no gradient
+_OWN = disthook.zeros((), requires_grad=True)
 
 
 class _ClientFunction(disthook.autograd.Function):
@@ -253,7 +256,8 @@ class _ClientFunction(disthook.autograd.Function):
 
     @staticmethod
     def forward(ctx, worker, client, hook_id, key, value, *inputs):
-        ctx.call = (worker, client, hook_id, key, len(inputs))
+        stand_in = len(inputs) == 1 and inputs[0] is _OWN
+        ctx.call = (worker, client, hook_id, key, 0 if stand_in else len(inputs))
         return disthook.from_numpy(np.array(value))
 
     @staticmethod
@@ -265,7 +269,7 @@ class _ClientFunction(disthook.autograd.Function):
                                     [grad]).get("result"))
         if len(grads) != n:
             raise RuntimeError(f"the client returned {len(grads)} gradients for {n} inputs")
-        return (None, None, None, None, None, *grads)
+        return (None, None, None, None, None, *(grads or [None]))  # (_OWN's: none)
 
 
 def _unpack_result(data, originals: list, worker, client: bytes, hook_id: int):
@@ -281,6 +285,11 @@ def _unpack_result(data, originals: list, worker, client: bytes, hook_id: int):
         return leaf
     if isinstance(data, dict) and "vjp" in data:
         inputs = [t for t in originals if t.requires_grad]
+        if data.get("own") and not inputs and disthook.is_grad_enabled():
+            # computed from the client's own tensors that require grad (a steering vector
+            # learned through a frozen model): it requires grad here too, so that the
+            # backward reaches it and the client gives those tensors their gradients
+            inputs = [_OWN]
         return _ClientFunction.apply(worker, client, hook_id, data["vjp"], data["tensor"],
                                      *inputs)
     if isinstance(data, dict) and len(data) == 1 and next(iter(data)) in ("tuple", "list"):

@@ -187,12 +187,15 @@ class ComputeHandlers:
                     raise TypeError(f"the module at {path!r} returned {opaque}, which cannot "
                                     "go back to the client: a module called from the client "
                                     "must return tensors, numbers, strings, None, or tuples, "
-                                    "lists and str-keyed dicts of them")
+                                    "lists, str-keyed dicts and dataclasses of them")
                 # what the part set on its modules; its tensors with a graph are outputs too
                 with_graph = attr_changes.WithGraph() if msg.get("keep") else None
                 attrs = snap and snap.changes(with_graph)
                 if with_graph is not None:
                     outs += with_graph.tensors
+                if msg.get("keep"):  # room for the values first: refused, it keeps no graph
+                    self.check_value_room(job, st.model, len(outs),
+                                          sum(o._data.nbytes for o in outs))
                 self._keep(job, grad and any(o.requires_grad for o in outs), Context(
                     job.client, inputs, outs, job.retained, time.monotonic(),
                     direct=True, taps=job.taps))

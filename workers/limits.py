@@ -14,7 +14,8 @@ import numpy as np
 from disthook.autograd.graph import _SavedTensor
 from disthook.tensor import Tensor
 
-__all__ = ["MAX_GRAPH_BYTES", "LimitChecks", "graph_nbytes"]
+__all__ = ["MAX_GRAPH_BYTES", "LimitChecks", "add_limit_options", "graph_nbytes",
+           "limit_arguments", "mib"]
 
 MAX_GRAPH_BYTES = 1 << 30  # the arrays one client's kept forward graphs may hold, per worker
 
@@ -119,8 +120,8 @@ class LimitChecks:
         if held + context.nbytes > self.max_graph_bytes:
             raise RuntimeError(
                 f"this client's forward graphs kept on this worker for their backward hold "
-                f"{_mib(held)}, and this call's {_mib(context.nbytes)} more would pass the cap "
-                f"of {_mib(self.max_graph_bytes)} (--max-graph-mb): run backward on the "
+                f"{mib(held)}, and this call's {mib(context.nbytes)} more would pass the cap "
+                f"of {mib(self.max_graph_bytes)} (--max-graph-mb): run backward on the "
                 "outputs it keeps (or drop them), or call under no_grad()")
 
     def on_waits(self, job):
@@ -142,5 +143,32 @@ class LimitChecks:
                 "it no longer needs (handle.remove())")
 
 
-def _mib(n: int) -> str:
+def add_limit_options(p) -> None:
+    """The worker command line's per-client caps (``argparse`` parser ``p``)."""
+    from workers.values import MAX_VALUE_BYTES
+
+    p.add_argument("--max-contexts", type=int, default=4096, metavar="N",
+                   help="forward graphs one client may keep on one model here, waiting for "
+                        "their backward (default 4096); a forward past it is refused")
+    p.add_argument("--max-hooks", type=int, default=4096, metavar="N",
+                   help="hooks one client may register on one model here (default 4096)")
+    p.add_argument("--max-capture-mb", type=int, default=256, metavar="MIB",
+                   help="what one client's capture buffers may hold here (default 256)")
+    p.add_argument("--max-graph-mb", type=int, default=MAX_GRAPH_BYTES >> 20, metavar="MIB",
+                   help="what one client's forward graphs kept here may hold (default 1024)")
+    p.add_argument("--max-value-mb", type=int, default=MAX_VALUE_BYTES >> 20, metavar="MIB",
+                   help="what the values one client keeps here (outputs of its calls that "
+                        "stay on the worker) may hold (default 1024)")
+
+
+def limit_arguments(args) -> dict:
+    """``Worker``'s keyword arguments for the caps ``add_limit_options`` parsed."""
+    return {"max_contexts": args.max_contexts, "max_hooks": args.max_hooks,
+            "max_capture_bytes": args.max_capture_mb << 20,
+            "max_graph_bytes": args.max_graph_mb << 20,
+            "max_value_bytes": args.max_value_mb << 20}
+
+
+def mib(n: int) -> str:
+    """``n`` bytes in MiB, for messages."""
     return f"{n / (1 << 20):.1f} MiB"

@@ -179,7 +179,7 @@ class Link(LinkEnd):
     def _write(self, out: list) -> None:
         """Hand ``out`` to the kernel as far as it takes it; the rest to the outbox."""
         while out:
-            batch = out[:_IOV_AT_ONCE]
+            batch = out if len(out) <= _IOV_AT_ONCE else out[:_IOV_AT_ONCE]
             try:
                 n = self.sock.sendmsg(batch, (), socket.MSG_DONTWAIT)
             except (BlockingIOError, InterruptedError):
@@ -188,11 +188,10 @@ class Link(LinkEnd):
                 self.outbox.clear()
                 self.dropped += 1
                 return
-            sent_all = sum(len(v) for v in batch)
-            if n < sent_all:
+            if n < sum(map(len, batch)):  # (each a bytes or a byte view: len is its size)
                 self._keep(out, n)
                 return
-            out = out[_IOV_AT_ONCE:]
+            out = out[len(batch):]
 
     def _keep(self, out: list, skip: int) -> None:
         """Put ``out`` less its first ``skip`` bytes in the outbox."""

@@ -48,7 +48,7 @@ from disthook.service.security import SERVER, Keys
 from workers.batches import Batches
 from workers.client_hooks import HookHandlers
 from workers.compute import ComputeHandlers, rss_bytes
-from workers.limits import MAX_GRAPH_BYTES, LimitChecks
+from workers.limits import MAX_GRAPH_BYTES, LimitChecks, add_limit_options, limit_arguments
 from workers.link_handlers import LinkHandlers
 from workers.params import ParamHandlers
 from workers.peers import Peers
@@ -67,7 +67,7 @@ from workers.state import (
 )
 from workers.status import StatusHandlers
 from workers.steps import StepHandlers
-from workers.values import ValueHandlers
+from workers.values import MAX_VALUE_BYTES, ValueHandlers
 from workers.versions import VersionHandlers
 
 __all__ = ["Worker"]
@@ -89,7 +89,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
                  allow_model_modules: tuple[str, ...] | None = None,
                  max_contexts: int = 4096, max_hooks: int = 4096,
                  max_capture_bytes: int = worker_hooks.MAX_CAPTURE_BYTES,
-                 max_graph_bytes: int = MAX_GRAPH_BYTES):
+                 max_graph_bytes: int = MAX_GRAPH_BYTES, max_value_bytes: int = MAX_VALUE_BYTES):
         wid = worker_id or f"{socket.gethostname()}-{os.getpid()}"
         beat_ms = max(1, int(wire.HEARTBEAT_S * 1000))
         # a peer whose connection closes is gone (see on_disconnected), and one that stops
@@ -104,7 +104,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         self.coordinator_address = coordinator
         self.control = self._dial(coordinator, wid.encode(), linger=0)
         self.poller.register(self.control, zmq.POLLIN)
-        self.heartbeat = 0.5
+        self.heartbeat = self.tick_interval = wire.HEARTBEAT_S  # a tick a beat (each wakes it)
         self.orphan_after = orphan_after
         self.registered = False
         self.last_heard = time.monotonic()
@@ -120,7 +120,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         self.allow_model_modules = (None if allow_model_modules is None
                                     else tuple(allow_model_modules))
         self.max_contexts, self.max_hooks = max_contexts, max_hooks
-        self.max_graph_bytes = max_graph_bytes
+        self.max_graph_bytes, self.max_value_bytes = max_graph_bytes, max_value_bytes
         self.peers = Peers(keys)  # who is on each connection, from the transport
         self.who = self.peers.who  # a peer as the logs name it
         self.state = WorkerState(wid, context_ttl=context_ttl, who=self.who)
@@ -143,6 +143,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         sock = self.ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, linger)
         sock.setsockopt(zmq.IDENTITY, identity)
+        sock.setsockopt(zmq.SNDTIMEO, 0)  # never waits: a full queue raises (send_frames)
         if self.keys is not None:
             self.keys.dial(sock)
         sock.connect(address)
@@ -261,6 +262,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
             self._remove_hooks(st, sender, mine)
             st.forget(sender)
         self.captures.forget(sender)
+        self.forget_named(sender)  # the addresses it had values sent to (values.py)
         if graphs or hooks:
             self.log.info("worker %s: %s went away; dropped its %d graph(s) and %d "
                           "hook(s)", self.id, self.who(sender), graphs, hooks)
@@ -309,9 +311,10 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
                 return
             try:
                 result = handler(job)
-            except PermissionError as exc:  # a refused write: the logs say who tried
-                self.log.warning("worker %s: refused %s of %s: %s", self.id, msg.type,
-                                 self.who(job.client), exc)
+            except PermissionError as exc:  # a refused write: the logs say who tried (a
+                # few lines a minute per peer: refusals must not fill the log)
+                self.peer_log.warning(job.sender, "worker %s: refused %s of %s: %s", self.id,
+                                      msg.type, self.who(job.client), exc)
                 self.reply(self.router, job.sender, msg.req, "error",
                            self.error_reply(exc, job), ctx=msg.ctx)
                 return
@@ -383,6 +386,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
             self.registered = True
             result = msg.get("result") or {}
             self.heartbeat = float(result.get("heartbeat", self.heartbeat))
+            self.tick_interval = min(self.heartbeat, wire.HEARTBEAT_S)  # (never slower)
             self.log.info("worker %s: registered at %s, serving on %s", self.id,
                           self.coordinator_address, self.address)
         elif msg.type == "error":
@@ -526,15 +530,7 @@ def main(argv=None) -> int:
     p.add_argument("--context-ttl", type=float, default=600.0,
                    help="drop a forward's graph kept for a backward that has not come in "
                         "this many seconds (a client that vanished; default 600)")
-    p.add_argument("--max-contexts", type=int, default=4096, metavar="N",
-                   help="forward graphs one client may keep on one model here, waiting for "
-                        "their backward (default 4096); a forward past it is refused")
-    p.add_argument("--max-hooks", type=int, default=4096, metavar="N",
-                   help="hooks one client may register on one model here (default 4096)")
-    p.add_argument("--max-capture-mb", type=int, default=256, metavar="MIB",
-                   help="what one client's capture buffers may hold here (default 256)")
-    p.add_argument("--max-graph-mb", type=int, default=MAX_GRAPH_BYTES >> 20, metavar="MIB",
-                   help="what one client's forward graphs kept here may hold (default 1024)")
+    add_limit_options(p)  # --max-contexts, --max-hooks, --max-...-mb (limits.py)
     p.add_argument("--threads", type=_positive_int, metavar="N",
                    help="threads this worker's arithmetic uses (BLAS, OpenMP), set before "
                         "numpy loads (default: the environment's OMP_NUM_THREADS, "
@@ -582,9 +578,7 @@ def main(argv=None) -> int:
                         allow_hook_modules=tuple(args.allow_hook_module),
                         allow_code=args.allow_code, keys=keys,
                         allow_model_modules=args.allow_model_module,
-                        max_contexts=args.max_contexts, max_hooks=args.max_hooks,
-                        max_capture_bytes=args.max_capture_mb << 20,
-                        max_graph_bytes=args.max_graph_mb << 20)
+                        **limit_arguments(args))
     except endpoint.EndpointInUse as exc:
         print(f"disthook worker: {exc.advice('--bind')}", file=sys.stderr)
         return 1

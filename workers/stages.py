@@ -120,6 +120,19 @@ class Stage:
                 "model published by `disthook serve`, with its --writable option)")
 
 
+def _check_reload(held: Stage | None, client: bytes) -> None:
+    """A stage loaded again is replaced whole (its modules, neighbours, owner and settings,
+    and every client's graphs, hooks and optimizer shares on it): only its deployer may,
+    also on a writable model, whose clients may change its weights, not its placement."""
+    if held is not None and client != held.owner:
+        weights = ("its weights are open to this client (load_state_dict, optimizer steps), "
+                   "its placement is not" if held.writable else "it is shared read-only")
+        raise PermissionError(
+            f"loading {held.name} again would replace it (its modules, neighbours and owner, "
+            f"and what every client holds on it): only the client that deployed it may; "
+            f"{weights}")
+
+
 class StageHandlers:
     """Loading and unloading stages, for ``Worker`` (a mixin: it uses the worker's sockets,
     state and helpers)."""
@@ -130,9 +143,7 @@ class StageHandlers:
         msg = job.msg
         aliases.install(msg.get("aliases") or {})  # before the model's modules are imported
         module = self._stage_module(msg)
-        held = self.stages.get(msg["model"])
-        if held is not None:
-            held.check_write(job.client, "loading it again")
+        _check_reload(self.stages.get(msg["model"]), job.client)
         self._drop(msg["model"])
         stage = Stage(msg["model"], msg["stage"], module, owner=job.client,
                       writable=bool(msg.get("writable")))

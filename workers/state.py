@@ -26,6 +26,8 @@ import itertools
 import time
 from typing import Any
 
+from workers.mailbox import admit, forget_values
+
 __all__ = ["ANSWERS", "ClientGone", "Context", "Job", "JobDone", "Log", "MessageIn", "Reply", "Resume", "Run",
            "StepRun", "Tick", "Wait", "WorkerState"]
 
@@ -307,13 +309,13 @@ class WorkerState:
         return client
 
     def _from_own_hook(self, job: Job) -> bool:
-        """Whether the request comes from inside a hook of its own client: a running
-        request of the same lane waits for that client's hook answer, so the client can
-        be sending nothing else (in one process the hook's code runs inside the call). A
-        write then waits for nothing, as a hook's edit of its own model does not."""
-        return job.msg.type not in ("forward", "backward", "train_step") and any(
+        """Whether it comes from inside its client's hook a running request of its lane waits
+        for (a hook's code runs inside the call in one process; a write waits for nothing): a
+        call only if it says so (``within``: that request's ctx), or it keeps its order."""
+        within, call = job.msg.get("within"), job.msg.type in ("forward", "backward", "train_step")
+        return (within is not None or not call) and any(
             w.job.lane == job.lane and w.client == job.client and not w.done
-            for w in self.waits.values())
+            and (not call or w.job.msg.ctx == within) for w in self.waits.values())
 
     def _others_running(self, job: Job) -> bool:
         return any(j.model == job.model and j.client != job.client for j in self.jobs)
@@ -373,6 +375,7 @@ class WorkerState:
             del self.contexts[key]
         for key in [key for key in self.values if key[1] == identity]:
             del self.values[key]
+        forget_values(self.mailbox, identity)  # values pushed here for its calls
         if out or dropped or graphs:  # a warning when it left requests unfinished
             level = "warning" if out or dropped else "info"
             out.append(Log(level, f"worker {self.worker_id}: {self.who(identity)} went "
@@ -444,12 +447,9 @@ class WorkerState:
         step, out = (msg["model"], msg["step"]), []
         if msg["model"] not in self.models or step in self.finished_steps:
             return out  # for no model held here, or late: dropped
-        if len(self.mailbox) >= self.mailbox_limit:  # nobody asks for these: a faulty peer
-            del self.mailbox[oldest := next(iter(self.mailbox))]
-            out.append(Log("warning", f"worker {self.worker_id}: pipeline mailbox full "
-                                      f"({self.mailbox_limit}); dropping {oldest}"))
-        key = (*step, msg["kind"], msg["mb"])
-        self.mailbox[key] = msg
+        key = (*step, msg["kind"], msg["mb"])  # (room made for it: workers/mailbox.py)
+        out += [Log("warning", text, peer) for text, peer in admit(
+            self.mailbox, key, msg, self.mailbox_limit, self.worker_id, self.gone)]
         return out + [self._end_wait(w, outcome=key) for w in [*self.waits.values()]
                       if key in w.keys]
 

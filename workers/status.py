@@ -39,7 +39,8 @@ class StatusHandlers:
                 # neighbours on this host over local links (workers/links.py)
                 "links": self.link_status(),
                 "limits": {"contexts": self.max_contexts, "hooks": self.max_hooks,
-                           "graph_bytes": self.max_graph_bytes}}
+                           "graph_bytes": self.max_graph_bytes,
+                           "value_bytes": self.max_value_bytes}}
 
     def _clients_of(self, st) -> dict[str, dict]:
         """Per client of a stage: graphs kept, hooks registered, and whether it is the

@@ -16,6 +16,7 @@ from disthook.distributed.spec import build_module
 from disthook.service.loop import PIPE_COPY_BELOW, send_frames
 from workers import attr_changes
 from workers.compute import _as_computed, rss_bytes
+from workers.links import Link
 from workers.state import StepRun
 
 __all__ = ["StepHandlers"]
@@ -163,13 +164,17 @@ class StepHandlers:
     def _pipe_send(self, st, side: str, step: str, kind: str, mb: int, data,
                    reason: str | None = None) -> None:
         """One pipe record to a neighbour stage, in the wire's short form (its encoder
-        called directly), each frame handed to the link or to ZeroMQ at once
-        (``send_frames``; on ZeroMQ the array copied under ``PIPE_COPY_BELOW``, else sent
-        from its own buffer)."""
+        called directly): to a local link, its frames in one call of the link's; to
+        ZeroMQ, each frame handed over at once (``send_frames``: the array copied under
+        ``PIPE_COPY_BELOW``, else sent from its own buffer)."""
         if data is not None:
             self._count(st.model, "bytes_to_peers", data.nbytes)
-        send_frames(st.neighbours[side], wire.encode_pipe(st.model, step, kind, mb, data, reason),
-                    PIPE_COPY_BELOW)
+        neighbour = st.neighbours[side]
+        frames = wire.encode_pipe(st.model, step, kind, mb, data, reason)
+        if type(neighbour) is Link:
+            neighbour.send_multipart(frames)
+        else:
+            send_frames(neighbour, frames, PIPE_COPY_BELOW)
 
 
 def _fresh(data: np.ndarray, job) -> np.ndarray:

@@ -17,24 +17,35 @@ import disthook
 from disthook import wire
 from disthook.service.loop import NO_REPLY, send_frames
 from disthook.service.values import kept_record
+from workers.limits import mib
 from workers.peers import neighbour_identity
 
-__all__ = ["INLINE_BYTES", "MAX_VALUES", "ValueHandlers"]
+__all__ = ["INLINE_BYTES", "MAX_PEERS_NAMED", "MAX_PEER_SOCKETS", "MAX_VALUES",
+           "MAX_VALUE_BYTES", "ValueHandlers"]
 
 INLINE_BYTES = 256  # a kept value this small goes to the client with its description too
 MAX_VALUES = 65536  # values one client may keep on one model here
+MAX_VALUE_BYTES = 1 << 30  # the arrays one client's kept values may hold, per worker
+# workers this one keeps a connection to for send_value at once: a client names the address
+# (``to``), so past this the least recently used goes (closed once what it queued is sent)
+MAX_PEER_SOCKETS = 64
+MAX_PEERS_NAMED = 64  # addresses one client may have values sent to from here (its workers)
 
 
 class ValueHandlers:
     """The value requests of ``Worker`` (a mixin: it uses the worker's sockets and state)."""
 
     def _peer(self, address: str):
-        """A DEALER to the worker at ``address`` (one per peer, made on first use)."""
+        """A DEALER to the worker at ``address`` (one per peer, made on first use; at most
+        ``MAX_PEER_SOCKETS``, the least recently used closed first, so that a client naming
+        ever new addresses cannot make this worker hold a socket for each)."""
         socks = self.__dict__.setdefault("_peer_socks", {})
-        sock = socks.get(address)
+        sock = socks.pop(address, None)
         if sock is None:
-            sock = socks[address] = self._dial(address, neighbour_identity(self.id, "peer"),
-                                               linger=1000)
+            while len(socks) >= MAX_PEER_SOCKETS:
+                socks.pop(next(iter(socks))).close()  # (its linger sends what it queued)
+            sock = self._dial(address, neighbour_identity(self.id, "peer"), linger=1000)
+        socks[address] = sock  # the most recently used last
         return sock
 
     def _count(self, model: str, name: str, n: int) -> None:
@@ -48,6 +59,7 @@ class ValueHandlers:
         that the request waiting for it there fails at once instead of timing out."""
         msg = job.msg
         st = self._stage(job)
+        self._check_named(job, msg["to"])
         sock = self._peer(msg["to"])
         for vid in msg["values"]:
             t = self.state.value(st.model, job.client, vid)
@@ -59,8 +71,32 @@ class ValueHandlers:
             else:
                 fields["data"] = wire.c_order(t._data)
                 self._count(st.model, "bytes_to_peers", fields["data"].nbytes)
+            # (never waits: a full queue, nothing taking what goes there, raises)
             send_frames(sock, wire.encode("pipe", fields))
         return NO_REPLY
+
+    def _check_named(self, job, address: str) -> None:
+        """Refuse (logged) a client's ``send_value`` to a new address once it has named
+        ``MAX_PEERS_NAMED`` (with keys, its key's connections together): its values go to
+        the workers of its models, a few; an address made up each time would have this
+        worker dial sockets without end."""
+        named = self.__dict__.setdefault("_peers_named", {})  # client -> addresses named
+        fellows = self._fellows(job.client)
+        if any(address in named.get(who, ()) for who in fellows):
+            return
+        count = sum(len(named.get(who, ())) for who in fellows)
+        if count >= MAX_PEERS_NAMED:
+            self.peer_log.warning(job.sender, "worker %s: refused send_value of %s to a new "
+                                  "address: it named %d already", self.id,
+                                  self.who(job.client), count)
+            raise RuntimeError(f"this client had values sent from worker {self.id} to "
+                               f"{count} addresses, the most one client may: send_value goes "
+                               "to the workers that hold its models' stages")
+        named.setdefault(job.client, set()).add(address)
+
+    def forget_named(self, client: bytes) -> None:
+        """A client went away: the addresses it named go."""
+        self.__dict__.get("_peers_named", {}).pop(client, None)
 
     def on_fetch(self, job):
         """The arrays of the client's values, in order."""
@@ -104,6 +140,7 @@ class ValueHandlers:
         if pushed["data"] is None:
             raise RuntimeError(pushed["reason"] or f"value {vid} could not be sent here")
         self._count(model, "bytes_from_peers", pushed["data"].nbytes)
+        self.check_value_room(job, model, 1, pushed["data"].nbytes)
         self.state.keep_value(model, job.client, vid, disthook.from_numpy(pushed["data"]))
         return pushed["data"]
 
@@ -126,17 +163,36 @@ class ValueHandlers:
     def _keep_outputs(self, job, model: str, prefix: str, tensors: list) -> list[dict]:
         """Keep ``tensors`` (detached) for the job's client under ``<prefix>.<i>``; what
         the answer says of each."""
-        if self.state.values_of(model, job.client) + len(tensors) > MAX_VALUES:
-            raise RuntimeError(
-                f"this client keeps {MAX_VALUES} values of this model on worker {self.id}, "
-                "the most one client may: drop the outputs it no longer uses (del them), or "
-                "call under no_grad() with fewer results held")
+        self.check_value_room(job, model, len(tensors),
+                              sum(t._data.nbytes for t in tensors))
         records = []
         for i, t in enumerate(tensors):
             vid = f"{prefix}.{i}"
             self.state.keep_value(model, job.client, vid, t.detach())
             records.append(kept_record(vid, t, INLINE_BYTES))
         return records
+
+    def check_value_room(self, job, model: str, count: int, nbytes: int) -> None:
+        """Refuse to keep ``count`` more values of ``nbytes`` for the job's client past
+        ``MAX_VALUES`` (on this model) or ``--max-value-mb`` (all it keeps here; with keys,
+        every connection of its key together); the refusal is logged."""
+        why = None
+        if self.state.values_of(model, job.client) + count > MAX_VALUES:
+            why = (f"this client keeps {MAX_VALUES} values of this model on worker {self.id}, "
+                   "the most one client may")
+        else:
+            fellows = self._fellows(job.client)
+            held = sum(t._data.nbytes for (_, who), kept in self.state.values.items()
+                       if who in fellows for t in kept.values())
+            if held + nbytes > self.max_value_bytes:
+                why = (f"this client's values kept on worker {self.id} hold {mib(held)}, and "
+                       f"{mib(nbytes)} more would pass the cap of "
+                       f"{mib(self.max_value_bytes)} (--max-value-mb)")
+        if why is not None:
+            self.peer_log.warning(job.sender, "worker %s: refused to keep values for %s: %s",
+                                  self.id, self.who(job.client), why)
+            raise RuntimeError(f"{why}: drop the outputs it no longer uses (del them), or "
+                               "call under no_grad() with fewer results held")
 
     def _keep_grads(self, job, model: str, prefix: str, grads: list) -> list:
         """The input gradients of a backward (arrays or None), those there kept under

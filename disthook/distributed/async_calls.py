@@ -5,8 +5,8 @@ the values the call keeps can be used by the next request at once; the answer co
 (``_Hub.send_async``), and a failure is raised by the next request the program waits for.
 
 What the answer will be is learnt: the first call of a part (or op) with given arguments'
-shapes, dtypes and flags waits, and its answer's form is kept (``Forms``): the output's
-structure and each tensor's shape, dtype, layout and ``requires_grad``, whether the call
+shapes, dtypes, layouts on the worker and flags waits, and its answer's form is kept
+(``Forms``): the output's structure and each tensor's shape, dtype, layout and ``requires_grad``, whether the call
 drew random numbers, and for a backward which input gradients came. A later call with the
 same key goes without waiting; its answer is checked against the form when it comes, and a
 difference fails the program's next waited request, saying so (never a silent difference).
@@ -22,7 +22,7 @@ import numpy as np
 from disthook.distributed.remote_values import RemoteValue
 from disthook.tensor import Tensor
 
-__all__ = ["Forms", "call_key", "may_go_on"]
+__all__ = ["Forms", "call_key", "layouts", "may_go_on"]
 
 
 class Forms:
@@ -62,7 +62,7 @@ def may_go_on(model) -> bool:
 
 def call_key(*parts, args=None) -> tuple:
     """A hashable key of a call: ``parts`` and each argument's form (a tensor by shape,
-    dtype and flags; plain values as they are)."""
+    dtype, layout on the worker and flags; plain values as they are)."""
     return (_freeze(parts), _freeze(args))
 
 
@@ -81,7 +81,8 @@ def _freeze(value):
     if isinstance(value, Tensor):  # (a parameter kept on a worker reads its own way)
         data = _SLOT_DATA.__get__(value) if kind is RemoteValue or kind is Tensor \
             else value._data
-        return ("t", data.shape, data.dtype.str, bool(value._requires_grad))
+        return ("t", data.shape, data.dtype.str, _layout(value, data),
+                bool(value._requires_grad))
     if isinstance(value, np.dtype):
         return ("dt", value.str)
     if isinstance(value, (tuple, list)):
@@ -95,6 +96,22 @@ def _freeze(value):
     if isinstance(value, slice):
         return ("sl", _freeze(value.start), _freeze(value.stop), _freeze(value.step))
     return ("o", repr(value))
+
+
+def _layout(t: Tensor, data: np.ndarray):
+    """How ``t`` lies on the worker a call sends it to, where an op's output and a
+    backward's gradients follow it: a kept value's strides there, unless C-contiguous;
+    None for C-contiguous, as a tensor sent by value always arrives."""
+    if type(t) is not RemoteValue or data.flags.c_contiguous:
+        return None
+    return data.strides
+
+
+def layouts(tensors) -> tuple:
+    """``_layout`` of each of a call's input ``tensors`` (part of its backward's key: each
+    input's gradient comes in that input's layout on the worker)."""
+    return tuple(_layout(t, _SLOT_DATA.__get__(t)) if type(t) is RemoteValue else None
+                 for t in tensors)
 
 
 def form_of(output_data) -> object:

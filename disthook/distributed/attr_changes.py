@@ -48,7 +48,8 @@ def apply(model: Deployment, changes, kept=None, address: str | None = None) -> 
         # every value is made, in order, even where it is not set: a kept one's place
         # among the call's outputs is its order in the answer
         values = {name: unpack(data, _plain_or_elsewhere(path, name, at),
-                               kept or _late(model, address, path, name, at))
+                               kept or _late(model, address, path, name, at),
+                               classes=True)
                   for name, data in (record.get("set") or {}).items()}
         module = _module_at(model._local, path)
         if module is None:  # no longer here (the program replaced it meanwhile)

@@ -47,6 +47,7 @@ class RemoteBackward0(Node):
         self.next_functions = tuple(gradient_edge(t) for t in xs)
         self.needs_input_grad = tuple(t._requires_grad for t in xs)
         self._input_meta = tuple((t._data.shape, t._data.dtype) for t in xs)
+        self._layouts = async_calls.layouts(xs)  # (part of its backward's key)
         # tensors client forward hooks were given in this forward (one context): further
         # inputs of this node while something here still holds them, whose gradients the
         # workers send when a backward needs them (autograd.grad(out, kept))
@@ -284,7 +285,7 @@ class RemoteBackward0(Node):
         address = model._addresses[self._stage]
         # the input gradients stay on the worker (a node before this one takes them there)
         keep = f"{self._ctx_ids[0]}~{next(_backwards)}"
-        fields = {"stage": self._stage, "grads": [grad_data(g, address) for g in grads],
+        fields = {"stage": self._stage, "grads": [grad_data(g, address, model) for g in grads],
                   "retain_graph": retain, "reply_to": model._hub.reply_to,
                   "taps": wanted or None, "accumulate": self._accumulates(),
                   "inputs": self._inputs_wanted(), "keep_grads": keep,
@@ -297,7 +298,7 @@ class RemoteBackward0(Node):
         if async_calls.may_go_on(model) and not wanted and not self._taps:
             key = async_calls.call_key("backward", address, self._path, retain,
                                        fields["accumulate"], fields["inputs"], self._needs,
-                                       args=(self._meta, grads))
+                                       args=(self._meta, self._layouts, grads))
             form = forms.get(key)
         if form is not None:  # the answer's form is known: go on without it
             def landed(reply):

@@ -14,6 +14,7 @@ import zmq
 from disthook import autograd as torch_autograd
 from disthook import wire
 from disthook.autograd import engine, grad_mode
+from disthook.autograd.graph import AccumulateGrad, _sequence
 from disthook.distributed.autograd_node import RemoteTapBackward0, serving_vjp
 from disthook.service import hook_kinds
 from disthook.service.values import pack, unpack
@@ -31,7 +32,10 @@ class HookServer:
     def __init__(self):
         # hook id -> (callable, kind, module proxy, its add_hook fields), in registration order
         self.hooks: dict[int, tuple] = {}
-        self.vjps: dict[str, tuple] = {}  # key -> (result tensor, leaves) for "vjp" events
+        # key -> (result tensor, bases, leaves, the hook in the user's words where the result
+        # is computed from tensors of this process that require grad too) for "vjp" events
+        self.vjps: dict[str, tuple] = {}
+        self._packing = (0, "a hook")  # the hook answering now: (first node, its name)
         self.watched: dict[str, list] = {}  # key -> a hook's tensors that got tensor hooks
         # forward context -> [(key, tensor)]: tensors forward hooks were given that may be
         # differentiated against later; the context's RemoteBackward0 takes them (taps)
@@ -180,7 +184,7 @@ class HookServer:
             # a hook that changed the gradient in place changed it for the worker too
             return {} if out is grad and grad._version == version else {"result": pack(out)}
         if kind == "vjp":
-            result, bases, leaves = self.vjps[event["path"]]
+            result, bases, leaves, own = self.vjps[event["path"]]
             (grad,) = [unpack(a) for a in given]
             wanted = [t for t in bases if t.requires_grad]
             # the tensor hooks a hook put on its tensors fire on the worker's tensors (see
@@ -190,7 +194,7 @@ class HookServer:
                 hooks.clear()
             try:
                 with serving_vjp():
-                    grads = torch_autograd.grad(result, wanted, grad, allow_unused=True)
+                    grads = self._vjp(result, wanted, grad, own)
             finally:
                 for hooks, kept in muted:
                     hooks.update(kept)
@@ -233,8 +237,9 @@ class HookServer:
         args = []
         for a in given:
             bounds.append(len(leaves))
-            args.append(unpack(a, leaf))
+            args.append(unpack(a, leaf, classes=True))
         versions = [t._version for t in leaves]
+        since = next(_sequence)  # every node the hook makes numbers after this
         outer, self.firing_ctx = self.firing_ctx, event.ctx
         self.firing += 1
         try:
@@ -249,6 +254,8 @@ class HookServer:
             self.firing_ctx = outer
             self.firing -= 1
         # tensors the hook changed in place: the worker changes its own the same way
+        name = getattr(fn, "__name__", type(fn).__name__)  # (for _pack_value)
+        self._packing = (since, f"the {kind} hook {name!r} on {event['path']!r}")
         changed = [{"arg": i, "value": self._pack_value(t, bases, f"{key}:{i}", leaves)}
                    for i, t in enumerate(leaves) if t._version != versions[i]]
         if kind == "forward" and out is args[-1]:
@@ -273,6 +280,55 @@ class HookServer:
                 (f"{key}#{i}", leaves[i], bases[i]) for i in taps)
             answer.update(taps=taps, key=key)
         return answer
+
+    @staticmethod
+    def _vjp(result: Tensor, wanted: list, grad: Tensor, own: str | None) -> list:
+        """The gradients of ``wanted`` (the hook's tensors) from ``grad`` of ``result``; where
+        ``result`` is computed from tensors of this process that require grad too (``own``:
+        the hook, in the user's words), in a backward of the client that grows ``.grad``
+        (the one whose worker asks), a backward here that gives them their gradients as one
+        process does (their hooks, ``.grad``), the hook's tensors retaining theirs."""
+        tasks = getattr(engine._running, "tasks", None)
+        task = tasks[-1] if tasks else None
+        retain = task is not None and task.retain_graph
+        # the hook's tensors' nodes lead to the call's inputs, whose backward is the
+        # client's own to run: a backward here stops at them
+        taps = {id(n): n for t in wanted if isinstance(n := t._grad_fn, RemoteTapBackward0)}
+        why = None
+        if own is not None and (task is None or not task.accumulate
+                                or task.needed is not None):
+            why = ("this backward (autograd.grad, or backward(inputs=...)) does not take "
+                   "their gradients through the hook, where one process does: take them with "
+                   "a plain backward()")
+        elif own is not None and _reaches_remote(result, taps):
+            why = ("it also uses another call's output of the deployed model, whose backward "
+                   "is the client's own: their gradients are not taken through the hook. "
+                   "Compute what the hook adds in a module of the model instead")
+        if own is None or why is not None:
+            if why is not None:
+                warnings.warn(f"{own} of a deployed model gave a tensor computed from tensors "
+                              f"of this process that require grad besides its own; {why}",
+                              RuntimeWarning, stacklevel=2)
+            return list(torch_autograd.grad(result, wanted, grad, allow_unused=True,
+                                            retain_graph=retain)) if wanted else []
+        cut = [(n, n.next_functions) for n in taps.values()]
+        kept = [(t, t._grad, t._retains_grad) for t in wanted]
+        for t in wanted:
+            t._grad = None
+            t.retain_grad()
+        try:
+            for n, _ in cut:
+                n.next_functions = ()
+            torch_autograd.backward([result], [grad], retain_graph=retain)
+            return [t._grad for t in wanted]
+        finally:
+            for n, edges in cut:
+                n.next_functions = edges
+            for t, g, retains in kept:
+                t._grad = g
+                if not retains and t._grad_fn is not None:
+                    t._retains_grad = False
+                    t._grad_fn._retains.pop(t._output_nr, None)
 
     def _fired_again(self, hook_id: int, param) -> None:
         """A deployed parameter's tensor hook that several calls of one forward feed (a
@@ -350,10 +406,16 @@ class HookServer:
 
     def _pack_value(self, value: Tensor, bases: list, key: str, leaves: list):
         """A tensor by value; one computed from the hook's tensors also with the key of its
-        vector-Jacobian product, so that gradients flow back through it on the worker."""
+        vector-Jacobian product, so that gradients flow back through it on the worker.
+        ``own``: it is computed from tensors of this process that require grad besides the
+        hook's (a steering vector being learned, an SAE's weights, ROME's delta): the
+        worker's tensor then requires grad even where nothing of the worker's does (a
+        frozen model), and the vjp gives those tensors their gradients here."""
         if value.requires_grad and value.grad_fn is not None:
-            self.vjps[key] = (value, bases, leaves)
-            return {"tensor": value.detach()._data, "vjp": key}
+            since, where = self._packing
+            own = where if _reaches_own(value, leaves, bases, since) else None
+            self.vjps[key] = (value, bases, leaves, own)
+            return {"tensor": value.detach()._data, "vjp": key, **({"own": True} if own else {})}
         return pack(value)
 
     def drop_context(self, ctx_id: str) -> None:
@@ -394,6 +456,44 @@ def _issue_warning(msg: wire.Message) -> None:
     category = _WARNING_CLASSES.get(msg["category"], UserWarning)
     # pointed at the user's line that made the call, as a warning in one process would be
     warnings.warn(msg["message"], category, stacklevel=_caller_stacklevel())
+
+
+def _graph_has(value: Tensor, passed, found) -> bool:
+    """Whether the graph of ``value``, short of the nodes ``passed(node)`` says to go by,
+    holds a node that ``found(node)`` says is one."""
+    stack, seen = [value._grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen or passed(node):
+            continue
+        seen.add(id(node))
+        if found(node):
+            return True
+        stack.extend(edge[0] for edge in node.next_functions)
+    return False
+
+
+def _reaches_remote(value: Tensor, stops: dict) -> bool:
+    """Whether the graph of ``value``, short of the nodes in ``stops`` (id -> node), holds a
+    node of a deployed model's call (whose backward the client's own backward runs)."""
+    from disthook.distributed.autograd_node import RemoteBackward0
+
+    return _graph_has(value, lambda node: id(node) in stops, lambda node: isinstance(
+        node, (RemoteBackward0, RemoteTapBackward0)))
+
+
+def _reaches_own(value: Tensor, leaves: list, bases: list, since: int) -> bool:
+    """Whether ``value``, a client hook's result (or a tensor it changed in place), is
+    computed from tensors of this process that require grad besides the tensors the hook
+    was given: a leaf of this process, or a tensor computed before the hook ran."""
+    if value._grad_fn is None:  # a leaf of this process is fed to the worker (taps)
+        return False
+    own = {id(t._grad_fn) for t in (*leaves, *bases) if t._grad_fn is not None}
+    given = {id(b) for b in bases}
+    return _graph_has(
+        value, lambda node: id(node) in own or (
+            isinstance(node, AccumulateGrad) and id(node.variable) in given),
+        lambda node: isinstance(node, AccumulateGrad) or node._seq < since)
 
 
 def _retain_on_worker(t: Tensor) -> None:

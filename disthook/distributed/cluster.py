@@ -399,9 +399,9 @@ def captured_items(items: list[dict], details: bool) -> list:
 
     items = sorted(items, key=lambda item: item["order"])
     if details:
-        return [{"value": unpack(i["value"]), "path": i["path"], "kind": i["kind"],
+        return [{"value": unpack(i["value"], classes=True), "path": i["path"], "kind": i["kind"],
                  "micro_batch": i["micro_batch"]} for i in items]
-    return [unpack(item["value"]) for item in items]
+    return [unpack(item["value"], classes=True) for item in items]
 
 
 def connect(address: str, *, timeout: float = DEFAULT_TIMEOUT, keys=None,

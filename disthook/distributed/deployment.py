@@ -27,7 +27,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from disthook.distributed import chain, checkpoint, glue, hook_sync, placed
+from disthook.distributed import chain, checkpoint, glue, hook_sync, placed, remote_values
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.distributed.channel import _Hub
 from disthook.distributed.optimizer import DistributedOptimizer
@@ -37,7 +37,7 @@ from disthook.distributed.placement import chains_its_children, partition
 from disthook.distributed.tree import Layout
 from disthook.nn.modules.module import Module
 from disthook.service import hook_kinds
-from disthook.service.rpc import DEFAULT_TIMEOUT, ClusterError, RemoteTimeout
+from disthook.service.rpc import DEFAULT_TIMEOUT, ClusterError, RemoteError, RemoteTimeout
 from disthook.service.worker_hooks import WorkerHook
 from disthook.tensor import Tensor
 from disthook.utils.hooks import RemovableHandle
@@ -519,6 +519,10 @@ class Deployment:
                     values = self._all_states()[0]
                 except (ClusterError, RemoteTimeout):
                     values = None
+                try:  # ... nor are the values the program holds
+                    remote_values.fetch_held(self)
+                except (ClusterError, RemoteError, RemoteTimeout):
+                    pass  # a call that made them failed: reading one says so
             placed.unplace(self, values)
             self._closed = True
             try:

@@ -216,8 +216,10 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
     # stages with their first part's call, or before any other request)
     carried = hub.optimizer_calls_to(address, stage, len(model._addresses))
     fields = {"stage": stage, "inputs": [], "grad_enabled": grad,
-              "call": remote_values.pack_args((args, kwargs), address),
+              "call": remote_values.pack_args((args, kwargs), address, model),
               "reply_to": hub.reply_to, "keep": True, "optimizer_calls": carried, **pin}
+    if hub.firing and hub.firing_ctx is not None:  # from inside a hook of a call there
+        fields["within"] = hub.firing_ctx
     if op is None:
         fields.update(path=path, rng=random._stream_state() if model.training else None)
         if grad and (ckpt := _checkpointing()) is not None:
@@ -288,7 +290,7 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
             made_refs[record["kept"]] = t.__dict__["_ref"]
         return t
 
-    out = unpack(result["output"], kept=output)
+    out = unpack(result["output"], kept=output, classes=True)
     # what the part's code set on its modules there, its tensors with a graph outputs of
     # this call too (then the next call waits as well, so that the program reads them
     # after the call as in one process)

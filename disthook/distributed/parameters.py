@@ -29,10 +29,11 @@ import numpy as np
 from disthook.autograd import grad_mode
 from disthook.autograd.graph import AccumulateGrad
 from disthook.distributed import async_calls, remote_grads
+from disthook.distributed.view_writes import viewed
 from disthook.nn.parameter import Parameter
 from disthook.service import hook_kinds
 from disthook.service.values import opaque_in, pack
-from disthook.tensor import Tensor
+from disthook.tensor import Tensor, write_through
 
 if TYPE_CHECKING:
     from disthook.distributed.placed import RemoteHandle
@@ -211,6 +212,10 @@ class RemoteStorage:
             what=f"{self._path}.{op}()")
         return self
 
+    def __getitem__(self, index) -> Tensor:
+        """``t[i]``, fetched; a view's in-place changes reach the worker (view_writes)."""
+        return viewed(self, index, self._snapshot()[index])
+
     def __setitem__(self, index, value) -> None:
         """``t[i] = v`` (under ``no_grad()`` or on ``.data``): the new value, made here from
         the current one, is copied into the worker's tensor."""
@@ -351,9 +356,13 @@ class RemoteParameter(RemoteStorage, Parameter):
 
     @property
     def grad(self) -> Tensor | None:
-        """A read-only copy of the gradient on the worker: change it through the parameter
-        (``p.grad = g``, ``p.grad = None``, the clipping utilities), not in place."""
-        return self._grad
+        """A copy of the gradient on the worker; an in-place write into it (``p.grad.zero_()``,
+        ``p.grad.data.clamp_(-1, 1)``) is made here and sent to the worker's gradient."""
+        grad = self._grad
+        if grad is not None:
+            write_through(_SLOT_DATA.__get__(grad), functools.partial(_grad_written,
+                                                                      weakref.ref(self)))
+        return grad
 
     @grad.setter
     def grad(self, value) -> None:
@@ -401,6 +410,12 @@ class RemoteParameter(RemoteStorage, Parameter):
         except Exception:
             return f"RemoteParameter({self._path}, shape={tuple(self.shape)}, unreachable)"
         return f"Parameter containing:\n{value.requires_grad_(self.requires_grad)!r}"
+
+def _grad_written(param_ref, value: np.ndarray) -> None:
+    param = param_ref()
+    if param is not None:  # (the public setter: a new value of another shape is refused)
+        param.grad = Tensor._make(np.array(value), None, 0)
+
 
 class RemoteAccumulateGrad(AccumulateGrad):
     """The sink of a remote parameter in a graph made here: the gradient is added into the

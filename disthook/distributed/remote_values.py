@@ -69,6 +69,7 @@ class _Ref:
         self.value = value  # the fetched array (read-only), once fetched
         self.holders = weakref.WeakSet()  # the client tensors standing for it (detach())
         weakref.finalize(self, model._hub.drop_values, self.copies, vid)
+        model.__dict__.setdefault("_kept_refs", weakref.WeakSet()).add(self)
 
     def fetch(self) -> np.ndarray:
         hub = self.model._hub
@@ -93,6 +94,29 @@ class _Ref:
         self.model._hub.send_value(self.address, self.vid, address)
         self.copies.add(address)
         return {"ref": self.vid, "from_peer": True}
+
+
+def fetch_held(model) -> None:
+    """Fetch every value ``model``'s workers keep that the program still holds, one request
+    per worker, as the deployment closes: a closed deployment's values are read here, as a
+    tensor of one process is read after its model is gone (``logits`` computed inside
+    ``with local_cluster(...)`` and printed after it)."""
+    refs = [r for r in list(model.__dict__.get("_kept_refs", ())) if r.value is None
+            and len(r.holders)]
+    if not refs:
+        return
+    model._hub.settle()
+    by_worker: dict[str, list[_Ref]] = {}
+    for ref in refs:
+        by_worker.setdefault(ref.address, []).append(ref)
+    for address, held in by_worker.items():
+        reply = model._hub.request(address, "fetch", {"values": [r.vid for r in held]},
+                                   what=f"reading the values of {model._class_name} the "
+                                        "program holds, as it closes")
+        for ref, arr in zip(held, reply["result"]["values"]):
+            arr = np.asarray(arr)
+            arr.flags.writeable = False
+            ref.value = arr
 
 
 class RemoteValue(Tensor):
@@ -218,27 +242,41 @@ def inline_value(record: dict) -> np.ndarray | None:
 
 # ---- packing the arguments of a call ----------------------------------------------------
 
-def pack_args(value, address: str):
-    """``values.pack`` for a call to the worker at ``address``: a kept value by its id
-    (sent there from its worker first when it is elsewhere), every other tensor by value."""
+def pack_args(value, address: str, model=None):
+    """``values.pack`` for a call of ``model``'s part on the worker at ``address``: a kept
+    value by its id (sent there from its worker first when it is elsewhere), every other
+    tensor by value, and so is a value another deployment keeps (see ``_same_deployment``)."""
     from disthook.service.values import pack
 
     def tensor(t: Tensor):
-        if type(t) is RemoteValue:
-            return {**t.__dict__["_ref"].at(address), "requires_grad": bool(t._requires_grad)}
+        ref = t.__dict__["_ref"] if type(t) is RemoteValue else None
+        if ref is not None and _same_deployment(ref, model):
+            return {**ref.at(address), "requires_grad": bool(t._requires_grad)}
+        if ref is not None:
+            return {"tensor": ref.fetch(), "requires_grad": bool(t._requires_grad)}
         return pack(t)
 
     return pack(value, tensor)
 
 
-def grad_data(g: Tensor | None, address: str):
-    """A gradient for a backward request to ``address``: None, an array, or a kept value by
-    its id."""
+def grad_data(g: Tensor | None, address: str, model=None):
+    """A gradient for a backward request of ``model`` to ``address``: None, an array, or a
+    kept value by its id (by value when another deployment keeps it)."""
     if g is None:
         return None
     if type(g) is RemoteValue:
-        return g.__dict__["_ref"].at(address)
+        ref = g.__dict__["_ref"]
+        return ref.at(address) if _same_deployment(ref, model) else ref.fetch()
     return g._data
+
+
+def _same_deployment(ref: _Ref, model) -> bool:
+    """Whether a value kept by ``ref`` can be named by its id in a request of ``model``
+    (None: the value's own). A value another deployment keeps (one model's activation
+    passed to another model's part: stitching, patching across models) is held for that
+    deployment's client alone, and a worker-to-worker copy ordered through its channel
+    would wait there unsent while this request waits for it: it travels by value."""
+    return model is None or ref.model is model
 
 
 # ---- ops on kept values ---------------------------------------------------------------------

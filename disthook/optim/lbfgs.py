@@ -11,6 +11,10 @@ from disthook.tensor import Tensor, cat
 
 
 class LBFGS(Optimizer):
+    # its direction is over every parameter at once and its line search calls the closure:
+    # a deployed model's parameters are read and written here, through their storage
+    _steps_here = True
+
     def __init__(self, params, lr: float = 1, max_iter: int = 20, max_eval: int | None = None,
                  tolerance_grad: float = 1e-7, tolerance_change: float = 1e-9,
                  history_size: int = 100, line_search_fn: str | None = None) -> None:

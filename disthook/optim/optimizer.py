@@ -13,6 +13,7 @@ own parameters with the same class and the groups' current hyperparameters; ``st
 from __future__ import annotations
 
 import functools
+import inspect
 import warnings
 from collections import OrderedDict, defaultdict
 from copy import deepcopy
@@ -81,7 +82,7 @@ def _remote_params(optimizer) -> dict:
     """{remote type: its parameters, in group order} of ``optimizer`` (at once empty for
     one that was never given a remote parameter: the common, local case pays nothing)."""
     out: dict = {}
-    if not optimizer.__dict__.get("_has_remote"):
+    if not optimizer.__dict__.get("_has_remote") or _steps_here(optimizer):
         return out
     for group in optimizer.param_groups:
         for p in group["params"]:
@@ -89,6 +90,42 @@ def _remote_params(optimizer) -> dict:
             if kind is not None:
                 out.setdefault(kind, []).append(p)
     return out
+
+
+def _steps_here(optimizer) -> bool:
+    """Whether ``optimizer`` takes its whole step here, remote parameters included: an update
+    that is not one parameter at a time (L-BFGS's), or a class the workers cannot make
+    (``_workers_can_make``). Their gradients are read, and their values written, through
+    their storage; ``zero_grad`` and the state dict treat them as local ones."""
+    kind = type(optimizer)
+    if getattr(kind, "_steps_here", False):
+        return True
+    key = (kind, tuple(sorted(optimizer.defaults)))
+    made = _MADE_THERE.get(key)
+    if made is None:
+        made = _MADE_THERE[key] = _workers_can_make(kind, optimizer.defaults)
+    return not made
+
+
+_MADE_THERE: dict = {}  # (optimizer class, names of its defaults) -> _workers_can_make
+
+
+def _workers_can_make(kind: type, defaults: dict) -> bool:
+    """Whether a worker can make its own ``kind`` over its parameters: a class it can import
+    (not one of the client's script, nor one made inside a function), whose constructor
+    takes the parameters and then only what ``defaults`` names (a wrapper of another
+    optimizer, as SAM, takes that one too: it steps here, its inner optimizer on the
+    workers)."""
+    if kind.__module__ == "__main__" or "<locals>" in kind.__qualname__:
+        return False
+    try:
+        signature = inspect.signature(kind)
+    except (TypeError, ValueError):
+        return True
+    rest = list(signature.parameters.values())[1:]  # after the parameters
+    return all(p.default is not inspect.Parameter.empty or p.name in defaults
+               or p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+               for p in rest)
 
 
 def _step_local_then_remote(optimizer, step, args, kwargs):
@@ -267,9 +304,52 @@ class Optimizer:
         return handle
 
     # ---- state dict -------------------------------------------------------------------------
+    # Four hook kinds, kept as the step hooks are: before and after state_dict() (the
+    # latter may return a replacement) and before (may return a replacement) and after
+    # load_state_dict(). Dicts made on first registration: a wrapper that never ran
+    # Optimizer.__init__ has none.
+    def _state_dict_hooks(self, kind: str) -> OrderedDict:
+        return self.__dict__.setdefault(f"_optimizer_{kind}_hooks", OrderedDict())
+
+    def _register_state_dict_hook(self, kind: str, hook, prepend: bool) -> RemovableHandle:
+        hooks = self._state_dict_hooks(kind)
+        handle = RemovableHandle(hooks)
+        hooks[handle.id] = hook
+        if prepend:
+            hooks.move_to_end(handle.id, last=False)
+        return handle
+
+    def register_state_dict_pre_hook(self, hook, prepend: bool = False) -> RemovableHandle:
+        """``hook(optimizer)`` before each ``state_dict()``."""
+        return self._register_state_dict_hook("state_dict_pre", hook, prepend)
+
+    def register_state_dict_post_hook(self, hook, prepend: bool = False) -> RemovableHandle:
+        """``hook(optimizer, state_dict) -> None | state_dict`` after each ``state_dict()``;
+        what it returns is what ``state_dict()`` returns."""
+        return self._register_state_dict_hook("state_dict_post", hook, prepend)
+
+    def register_load_state_dict_pre_hook(self, hook, prepend: bool = False) -> RemovableHandle:
+        """``hook(optimizer, state_dict) -> None | state_dict`` before each
+        ``load_state_dict()`` (given a shallow copy); what it returns is loaded instead."""
+        return self._register_state_dict_hook("load_state_dict_pre", hook, prepend)
+
+    def register_load_state_dict_post_hook(self, hook, prepend: bool = False) -> RemovableHandle:
+        """``hook(optimizer)`` after each ``load_state_dict()``."""
+        return self._register_state_dict_hook("load_state_dict_post", hook, prepend)
+
     def state_dict(self) -> dict:
         """``{"state": {id: {...}}, "param_groups": [{..., "params": [ids]}]}``; ids number
         the parameters in group order, as torch's do. The state tensors are not copied."""
+        for hook in list(self.__dict__.get("_optimizer_state_dict_pre_hooks", {}).values()):
+            hook(self)
+        state_dict = self._state_dict_unhooked()
+        for hook in list(self.__dict__.get("_optimizer_state_dict_post_hooks", {}).values()):
+            result = hook(self, state_dict)
+            if result is not None:
+                state_dict = result
+        return state_dict
+
+    def _state_dict_unhooked(self) -> dict:
         ids: dict = {}
         groups = []
         for group in self.param_groups:
@@ -291,6 +371,18 @@ class Optimizer:
     def load_state_dict(self, state_dict: dict) -> None:
         """Restore hyperparameters and state from ``state_dict``; the ids are matched to this
         optimizer's parameters by position. Float state is cast to its parameter's dtype."""
+        state_dict = state_dict.copy()
+        for hook in list(self.__dict__.get("_optimizer_load_state_dict_pre_hooks",
+                                           {}).values()):
+            result = hook(self, state_dict)
+            if result is not None:
+                state_dict = result
+        self._load_state_dict_unhooked(state_dict)
+        for hook in list(self.__dict__.get("_optimizer_load_state_dict_post_hooks",
+                                           {}).values()):
+            hook(self)
+
+    def _load_state_dict_unhooked(self, state_dict: dict) -> None:
         groups = self.param_groups
         saved_groups = deepcopy(state_dict["param_groups"])
         if len(groups) != len(saved_groups):
@@ -300,11 +392,14 @@ class Optimizer:
                              "the size of optimizer's group")
         id_map = dict(zip(chain.from_iterable(g["params"] for g in saved_groups),
                           chain.from_iterable(g["params"] for g in groups)))
+        # the parameters their workers step keep their state there; any other (a deployed
+        # model's, stepped here by an optimizer made before the deploy) keeps it here
+        there = {id(p) for params in _remote_params(self).values() for p in params}
         state: defaultdict = defaultdict(dict)
         for key, value in state_dict["state"].items():
             if key in id_map:
                 param = id_map[key]
-                state[param] = value if _remote_kind(param) else _cast(param, value)
+                state[param] = value if id(param) in there else _cast(param, value)
             else:
                 state[key] = value
         new_groups = []
@@ -313,7 +408,7 @@ class Optimizer:
             if "param_names" in group and "param_names" not in saved:
                 saved["param_names"] = group["param_names"]
             new_groups.append(saved)
-        remote = {p: state.pop(p) for p in list(state) if _remote_kind(p) is not None}
+        remote = {p: state.pop(p) for p in list(state) if id(p) in there}
         self.state = state
         self.param_groups = new_groups
         for kind, params in _remote_params(self).items():  # to the workers that hold them

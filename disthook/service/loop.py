@@ -39,7 +39,11 @@ __all__ = ["LOG_LEVELS", "PIPE_COPY_BELOW", "PeerLog", "Service", "bind_endpoint
 # tick for this long: a client that just connected to the last stage of a model may get its
 # answer from there before its own connection to that worker has finished its handshake
 UNROUTABLE_KEEP_S = 30.0
-UNROUTABLE_KEPT = 256  # replies kept that way at most
+UNROUTABLE_KEPT = 256  # replies kept that way at most, per peer
+UNROUTABLE_KEPT_ALL = 4096  # and for all peers together
+# so is a reply to a peer whose queue is full (it does not read its replies): a send never
+# waits for a peer, which would stop the loop for everyone (ROUTER_MANDATORY makes a send to
+# a full peer block); kept this long at most, then dropped with a warning
 
 
 def bind_endpoint(sock: zmq.Socket, address: str) -> str:
@@ -145,14 +149,15 @@ class Service:
             self.send_unsent()
 
     def send_unsent(self) -> None:
-        """Try the replies kept for peers that had no route yet once more; those kept for
-        ``UNROUTABLE_KEEP_S`` go, with a warning."""
+        """Try the replies kept for peers that had no route yet (or a full queue) once more,
+        each peer's in order; those kept for ``UNROUTABLE_KEEP_S`` go, with a warning."""
         now = time.monotonic()
         pending, self._unsent = self._unsent, []
         for since, sock, to, frames in pending:
             if now - since > UNROUTABLE_KEEP_S:
-                self.log.warning("%s: dropped a reply to %s: no connection from it for %g s",
-                                 self.label, self.peer_name(to), UNROUTABLE_KEEP_S)
+                self.peer_log.warning(to, "%s: dropped a reply to %s: no connection from it, "
+                                      "or it read none of its replies, for %g s", self.label,
+                                      self.peer_name(to), UNROUTABLE_KEEP_S)
             elif not sock.closed:
                 self._send(sock, to, frames, since)
 
@@ -239,20 +244,28 @@ class Service:
         self._send(sock, to, frames)
 
     def _send(self, sock: zmq.Socket, to: bytes, frames: list, since: float | None = None):
+        kept = [u for u in self._unsent if u[2] == to] if self._unsent else ()
         try:
-            _send(sock, to, _SNDMORE, True)  # ROUTER_MANDATORY: no route raises here
+            if kept:  # after what waits for it already: its replies keep their order
+                raise zmq.Again(zmq.EAGAIN)
+            # ROUTER_MANDATORY: no route raises here, and so does a full queue (NOBLOCK)
+            _send(sock, to, _SNDMORE | _NOBLOCK, True)
             send_frames(sock, frames)
         except zmq.ZMQError as exc:
             # no route to the peer: its connection has not finished its handshake yet (or
-            # it went away): kept and tried again at each tick, never dropped at once
-            if exc.errno == zmq.EHOSTUNREACH and len(self._unsent) < UNROUTABLE_KEPT:
-                if since is None:
-                    self.log.info("%s: no route to %s yet; its reply is kept and sent again",
-                                  self.label, self.peer_name(to))
+            # it went away); or its queue is full: kept and tried again at each tick
+            if exc.errno in (zmq.EHOSTUNREACH, zmq.EAGAIN) and len(kept) < UNROUTABLE_KEPT \
+                    and len(self._unsent) < UNROUTABLE_KEPT_ALL:
+                if since is None and not kept:
+                    self.log.info("%s: %s %s; its reply is kept and sent again", self.label,
+                                  "no route to" if exc.errno == zmq.EHOSTUNREACH else
+                                  "a full queue (it reads no replies) to", self.peer_name(to))
                 self._unsent.append((time.monotonic() if since is None else since, sock,
                                      to, frames))
                 return
-            self.log.debug("%s: cannot reply to %s: %s", self.label, self.peer_name(to), exc)
+            self.peer_log.warning(to, "%s: dropped a reply to %s: %s", self.label,
+                                  self.peer_name(to), f"{len(kept)} replies wait for it "
+                                  f"already ({len(self._unsent)} for all)" if kept else exc)
 
 
 def monitor_event(monitor: zmq.Socket) -> dict:
@@ -303,7 +316,31 @@ def send_frames(sock: zmq.Socket, frames: list, copy_below: int | None = None) -
     below = _COPY_THRESHOLD if copy_below is None else copy_below
     last = len(frames) - 1
     for i, frame in enumerate(frames):
-        _send(sock, frame, _SNDMORE if i < last else 0, len(frame) < below)
+        try:
+            _send(sock, frame, _SNDMORE if i < last else 0, len(frame) < below)
+        except zmq.Again:  # a socket that never waits (SNDTIMEO 0: a worker's DEALERs)
+            raise _stuck(sock) from None
+
+
+_stuck_log: PeerLog | None = None
+
+
+def _stuck(sock: zmq.Socket) -> ConnectionError:
+    """The error of a send to a peer whose queue is full (nothing listens at its address,
+    or it reads nothing), logged a few lines a minute per address: a worker never waits for
+    a peer, which would stop its loop for every client."""
+    global _stuck_log
+    where = sock.getsockopt(zmq.LAST_ENDPOINT).decode(errors="replace") or "a peer"
+    if _stuck_log is None:
+        _stuck_log = PeerLog(logging.getLogger("disthook.worker"),
+                             name=lambda peer: peer.decode(errors="replace"))
+    _stuck_log.warning(where.encode(), "%s takes nothing more: %d messages wait for it "
+                       "(nothing listens there, or it reads nothing); what was to go there "
+                       "failed", where, sock.getsockopt(zmq.SNDHWM))
+    return ConnectionError(f"{where} takes nothing more: {sock.getsockopt(zmq.SNDHWM)} "
+                           "messages wait for it already (nothing listens there, or it reads "
+                           "nothing): this call cannot go on to it; a model's stages must be "
+                           "on workers that run")
 
 
 class PeerLog:

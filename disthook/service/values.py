@@ -2,12 +2,18 @@
 
 Tensors travel as their array, whether they require grad and the name of the node that
 made them (its ``grad_fn``, shown on the other side as it is here); tuples, lists and str-keyed
-dicts keep their kind; None, bools, numbers and strings travel as they are. Anything else
+dicts keep their kind, a namedtuple, a dict subclass or a dataclass its class
+(``_pack_named``); None, bools, numbers and strings travel as they are. Anything else
 (a module object, say) cannot cross: it travels as ``{"opaque": "<type name>"}`` and
 arrives as ``None`` — the receiving side substitutes what it knows (the client passes its
 module proxy to a module hook in place of the worker's module).
 """
 from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import sys
 
 import numpy as np
 
@@ -30,20 +36,30 @@ def pack(value, tensor=None):
     if value is None or type(value) in (bool, int, float, str):
         return value
     if isinstance(value, tuple):
+        if isinstance(getattr(type(value), "_fields", None), tuple):  # a namedtuple
+            return _pack_named(value, tensor)
         return {"tuple": [pack(v, tensor) for v in value]}
     if isinstance(value, list):
         return {"list": [pack(v, tensor) for v in value]}
     if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        if type(value) is not dict:  # a model output's mapping class (transformers')
+            return _pack_named(value, tensor, "mapping", list(value), list(value.values()))
         return {"dict": {k: pack(v, tensor) for k, v in value.items()}}
+    if _is_record(value):
+        names = [f.name for f in dataclasses.fields(value)]
+        return _pack_named(value, tensor, "fields", names, [getattr(value, n) for n in names])
     return {"opaque": type(value).__name__}
 
 
-def unpack(data, make_tensor=None, kept=None):
+def unpack(data, make_tensor=None, kept=None, classes: bool = False):
     """The value of wire data; ``make_tensor(array, requires_grad, grad_fn)`` builds each
     tensor, ``grad_fn`` being the name of the node that made it on the sender (or None)
     (default: a new tensor owning a copy of the array, without history). ``kept(record)``
     builds each tensor whose value stayed on a worker (``{"kept": id, ...}``: see
-    ``kept_record``); without it such data is refused."""
+    ``kept_record``); without it such data is refused. ``classes``: a dict subclass or a
+    dataclass comes back as its own class, made with its constructor, where loaded here (the
+    client, reading what its workers answer); else (a worker, reading what any client sends)
+    as a plain dict or a namedtuple of the same fields: nothing a sender names is called."""
     if make_tensor is None:
         make_tensor = _plain_tensor
     if data is None or type(data) in (bool, int, float, str):
@@ -55,11 +71,13 @@ def unpack(data, make_tensor=None, kept=None):
         if len(data) == 1:
             (tag, payload), = data.items()
             if tag == "tuple" and isinstance(payload, list):
-                return tuple(unpack(v, make_tensor, kept) for v in payload)
+                return tuple(unpack(v, make_tensor, kept, classes) for v in payload)
             if tag == "list" and isinstance(payload, list):
-                return [unpack(v, make_tensor, kept) for v in payload]
+                return [unpack(v, make_tensor, kept, classes) for v in payload]
             if tag == "dict" and isinstance(payload, dict):
-                return {k: unpack(v, make_tensor, kept) for k, v in payload.items()}
+                return {k: unpack(v, make_tensor, kept, classes) for k, v in payload.items()}
+            if tag == "named" and isinstance(payload, dict):
+                return _unpack_named(payload, make_tensor, kept, classes)
             if tag == "opaque":
                 return None
     if kept is not None and isinstance(data, dict) and isinstance(data.get("kept"), str):
@@ -91,6 +109,9 @@ def tensors_in(value):
     elif isinstance(value, dict) and all(isinstance(k, str) for k in value):
         for v in value.values():
             yield from tensors_in(v)
+    elif _is_record(value):
+        for f in dataclasses.fields(value):
+            yield from tensors_in(getattr(value, f.name))
 
 
 def opaque_in(value) -> str | None:
@@ -101,6 +122,8 @@ def opaque_in(value) -> str | None:
         items = value
     elif isinstance(value, dict) and all(isinstance(k, str) for k in value):
         items = value.values()
+    elif _is_record(value):
+        items = [getattr(value, f.name) for f in dataclasses.fields(value)]
     else:
         return f"a {type(value).__name__}"
     for v in items:
@@ -108,6 +131,61 @@ def opaque_in(value) -> str | None:
         if found:
             return found
     return None
+
+
+def _is_record(value) -> bool:
+    """Whether ``value`` is a dataclass instance (a model output of the user's own)."""
+    return dataclasses.is_dataclass(value) and not isinstance(value, type)
+
+
+def _pack_named(value, tensor, form: str = "tuple", fields=None, items=None) -> dict:
+    """A value of a class of its own that holds named items: a namedtuple (a part's
+    ``Out(logits, hidden)``, a ``PackedSequence``; ``form`` "tuple"), a ``dict`` subclass
+    ("mapping": transformers' ``ModelOutput``) or a dataclass ("fields"), as its class's
+    name, its item names and its items, so that the other side gives back the same."""
+    kind = type(value)
+    if form == "tuple":
+        fields, items = kind._fields, value
+    return {"named": {"class": f"{kind.__module__}:{kind.__qualname__}", "form": form,
+                      "fields": {"tuple": [str(f) for f in fields]},
+                      "items": {"tuple": [pack(v, tensor) for v in items]}}}
+
+
+def _unpack_named(payload: dict, make_tensor, kept, classes: bool):
+    """The value ``_pack_named`` describes: of its own class where this process has that
+    class loaded already (nothing is imported for it); else a namedtuple class of the same
+    name and fields, which reads the same (``out.hidden``, ``out[1]``), or for a mapping a
+    plain dict."""
+    items = unpack(payload.get("items"), make_tensor, kept, classes)
+    fields = unpack(payload.get("fields"))
+    name, form = payload.get("class"), payload.get("form", "tuple")
+    if not (isinstance(items, tuple) and isinstance(fields, tuple) and isinstance(name, str)
+            and len(fields) == len(items) and all(isinstance(f, str) for f in fields)
+            and form in ("tuple", "mapping", "fields")):
+        raise ValueError(f"not a packed named value: {payload!r:.80}")
+    module, _, qualname = name.partition(":")
+    kind = sys.modules.get(module)
+    for part in qualname.split("."):
+        kind = getattr(kind, part, None)
+    named = dict(zip(fields, items))
+    if form == "tuple" and isinstance(kind, type) and issubclass(kind, tuple) \
+            and getattr(kind, "_fields", None) == fields:
+        return kind._make(items)
+    if classes and form != "tuple" and isinstance(kind, type) and (
+            issubclass(kind, dict) if form == "mapping" else dataclasses.is_dataclass(kind)):
+        try:
+            return kind(**named)
+        except TypeError:  # a constructor of another shape: the stand-in below
+            pass
+    if form == "mapping":
+        return named
+    return _stand_in(qualname.rpartition(".")[2], fields)._make(items)
+
+
+@functools.lru_cache(maxsize=256)
+def _stand_in(name: str, fields: tuple) -> type:
+    return collections.namedtuple(name if name.isidentifier() else "Named", fields,
+                                  rename=True)
 
 
 def _plain_tensor(array: np.ndarray, requires_grad: bool, grad_fn: str | None = None) -> Tensor:

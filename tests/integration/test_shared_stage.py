@@ -86,7 +86,8 @@ def test_per_client_limits_refuse_with_what_to_do():
                 remote[0].register_forward_hook(lambda m, a, o: None)
             with Peer(address) as peer:  # the worker's own status: per stage, per client
                 status = peer.request("status", {}, timeout=30)["result"]
-            assert status["limits"] == {"contexts": 2, "hooks": 1, "graph_bytes": 1 << 30}
+            assert status["limits"] == {"contexts": 2, "hooks": 1, "graph_bytes": 1 << 30,
+                                        "value_bytes": 1 << 30}
             (stage,) = status["stage_stats"].values()
             assert list(stage["clients"].values()) == [
                 {"contexts": 1, "hooks": 1, "owner": True}]  # kept[1]; the rest dropped

@@ -23,7 +23,7 @@ from disthook import _dtype
 from disthook.autograd import grad_mode
 from disthook.nn.modules import _functions  # noqa: F401 - utils.hooks finds it loaded
 from disthook.nn.parameter import Buffer, Parameter
-from disthook.tensor import Tensor, _check_device
+from disthook.tensor import Tensor, _check_device, empty_like
 from disthook.tensor import device as _device
 from disthook.utils.hooks import BackwardHook, RemovableHandle
 
@@ -787,6 +787,23 @@ class Module:
             raise AttributeError("`" + name + "` is not a buffer")
         return mod._buffers[name]
 
+    def set_submodule(self, target: str, module: Module, strict: bool = False) -> None:
+        """Put ``module`` at dotted path ``target`` (the parent must exist; with ``strict``
+        the name must too), as model-surgery code (quantizers, adapters) does."""
+        if target == "":
+            raise ValueError("Cannot set the submodule without a target name!")
+        if not isinstance(module, Module):
+            raise ValueError(  # noqa: TRY004 - torch's type and text
+                f"`module` is not an nn.Module, found {type(module)}")
+        parent_path, _, name = target.rpartition(".")
+        parent = self.get_submodule(parent_path)
+        if hasattr(parent, name):
+            if not isinstance(getattr(parent, name), Module):
+                raise AttributeError("`" + name + "` is not an nn.Module")
+        elif strict:
+            raise AttributeError(parent._get_name() + " has no attribute `" + name + "`")
+        setattr(parent, name, module)
+
     # ---- traversal ----------------------------------------------------------------------
     def _named_members(self, get_members, prefix: str = "", recurse: bool = True,
                        remove_duplicate: bool = True):
@@ -954,6 +971,28 @@ class Module:
 
     def half(self) -> Module:
         return self._apply(lambda t: t.half() if t.is_floating_point() else t)
+
+    def bfloat16(self) -> Module:
+        """Floating tensors to bfloat16: a TypeError here, saying why (numpy has none)."""
+        return self._apply(lambda t: t.bfloat16() if t.is_floating_point() else t)
+
+    def to_empty(self, *, device, recurse: bool = True) -> Module:
+        """Every parameter and buffer replaced by new memory of its shape and dtype, values
+        unset (after building on the meta device, before initialising)."""
+        _check_device(device)
+        return self._apply(empty_like, recurse=recurse)
+
+    def share_memory(self) -> Module:
+        """Itself: tensors cross processes by copy here (``disthook.multiprocessing``), so
+        there is no shared memory to move them to."""
+        return self
+
+    def compile(self, *args, **kwargs) -> None:
+        """``torch.compile`` of this module's calls, in place: they run as written here, as
+        with ``torch.compile(module)``."""
+        from disthook.compiler import compile as compile_
+
+        compile_(self, *args, **kwargs)
 
     # ---- state dict ---------------------------------------------------------------------
     # Four hook kinds, stored and removed like the forward hooks: pre/post hooks of
