@@ -317,8 +317,10 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # spec: the forward's round of running ahead (workers/speculation.py): once the client
     # answered one event of a round with a change (a result, a tensor changed in place) or
     # an error, it answers the round's later events stale, without running their hooks
+    # attrs: what the modules of the pass set on themselves so far (workers/attr_changes.py)
     "hook_event": {"hook": "int", "kind": "event_kind", "path": "str",
-                   "args": "list[hook_value]", "diff": "bool?", "spec": "str?"},
+                   "args": "list[hook_value]", "diff": "bool?", "spec": "str?",
+                   "attrs": "list[attr_change]?"},
     "hook_reply": {"hook": "int", "result": "hook_value?", "watch": "list[int]?",
                    "retain": "list[int]?", "key": "str?", "changed": "list[changed_arg]?",
                    "taps": "list[int]?", "stale": "bool?", "wrote": "bool?"},

@@ -57,3 +57,21 @@ def test_merged_keeps_the_earlier_stages_first():
     assert attr_changes.merged([{"path": "0"}], [{"path": "1"}]) == [{"path": "0"},
                                                                        {"path": "1"}]
     assert attr_changes.merged([], [{"path": "1"}]) == [{"path": "1"}]
+
+
+def test_news_tell_each_change_once_and_what_was_undone():
+    """A pass's hook events carry only what the earlier ones did not; a name set and then
+    deleted in the pass is told deleted, by the next news and by the pass's answer."""
+    part = Part()
+    snap = attr_changes.snapshot(part, "p")
+    part.calls = 1
+    assert snap.changes(news=True)[0]["set"] == {"calls": 1}
+    assert snap.changes(news=True) is None
+    part.tmp = 3
+    del part.gone
+    (news,) = snap.changes(news=True)
+    assert news["set"] == {"tmp": 3} and news["deleted"] == ["gone"]
+    del part.tmp
+    assert snap.changes(news=True)[0]["deleted"] == ["tmp"]
+    (final,) = snap.changes()
+    assert final["set"] == {"calls": 1} and sorted(final["deleted"]) == ["gone", "tmp"]

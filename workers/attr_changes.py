@@ -10,47 +10,69 @@ parameters, buffers, children, hook dicts, ``training``) has its own paths and i
 """
 from __future__ import annotations
 
+import contextlib
 from operator import is_
 
 from disthook.nn.modules.module import Module
 from disthook.service.values import opaque_in, pack
 
-__all__ = ["Snapshot", "WithGraph", "merged", "snapshot"]
+__all__ = ["Snapshot", "WithGraph", "merged", "seen", "snapshot", "watching"]
 
 _OWN = frozenset(Module().__dict__)  # the dicts and flags every Module keeps for itself
 _MISSING = object()
+_GONE = object()  # (told: a name deleted)
 
 
 class Snapshot:
     """The modules of a part (or stage) with their full paths in the model, and a shallow
     copy of each one's ``__dict__`` when the snapshot was taken."""
 
-    __slots__ = ("entries",)
+    __slots__ = ("entries", "told")
 
     def __init__(self, entries: list):
         self.entries = entries
+        self.told: dict | None = None  # (path, name) -> the value hook events told of
 
-    def changes(self, tensor=None) -> list[dict] | None:
+    def changes(self, tensor=None, news: bool = False) -> list[dict] | None:
         """One ``attr_change`` record (``disthook/wire.py``) per module whose plain
         attributes were set, rebound or deleted since the snapshot; None when none was.
-        ``tensor(t)``, when given, packs each tensor of their values (``pack``'s)."""
+        ``tensor(t)``, when given, packs each tensor of their values (``pack``'s). ``news``:
+        only what earlier calls with ``news`` did not tell (a pass's hook events)."""
         out = None
+        told = self.told
         for path, module, before in self.entries:
             after = module.__dict__
-            if len(after) == len(before) and all(map(is_, after.values(), before.values())) \
-                    and all(map(is_, after, before)):
+            # names a hook event told of that are gone again (set and deleted in the pass)
+            undone = [k for (p, k) in told if p == path and k not in after
+                      and k not in before] if told else ()
+            if not undone and len(after) == len(before) and all(
+                    map(is_, after.values(), before.values())) and all(map(is_, after, before)):
                 continue  # (the usual case: every name and value as it was, in order)
             rebound = [k for k, v in after.items() if before.get(k, _MISSING) is not v]
             new = sum(k not in before for k in rebound)
             gone = [k for k in before if k not in after and k not in _OWN] \
-                if len(after) - new != len(before) else ()  # (else every name is still there)
+                if len(after) - new != len(before) else []  # (else every name is still there)
+            gone += undone
             if rebound:
                 rebound = [k for k in rebound if k not in _OWN]
+            if news:
+                rebound, gone = self._untold(path, after, rebound, gone)
             if rebound or gone:
                 if out is None:
                     out = []
                 out.append(_record(path, after, rebound, gone, tensor))
         return out
+
+    def _untold(self, path: str, after: dict, rebound: list, gone: list) -> tuple[list, list]:
+        """Of ``rebound`` and ``gone``, what the earlier news did not tell; now told."""
+        told = self.told = {} if self.told is None else self.told
+        rebound = [k for k in rebound if told.get((path, k), _MISSING) is not after[k]]
+        gone = [k for k in gone if told.get((path, k), _MISSING) is not _GONE]
+        for k in rebound:
+            told[(path, k)] = after[k]
+        for k in gone:
+            told[(path, k)] = _GONE
+        return rebound, gone
 
 
 def snapshot(module: Module, path: str) -> Snapshot:
@@ -91,6 +113,28 @@ class WithGraph:
         """The kept records (``values.kept_record``) of ``tensors``, in order."""
         for slot, record in zip(self._slots, records):
             slot.update(record)
+
+
+_watched: dict[int, Snapshot] = {}  # id of a running job -> the snapshot its pass diffs
+
+
+@contextlib.contextmanager
+def watching(job, snap: Snapshot):
+    """While the pass of ``job`` runs: the client hooks it fires tell the client what its
+    modules set so far (``seen``), so that a forward hook there reads ``module.attn`` as
+    the module's forward left it, as in one process."""
+    _watched[id(job)] = snap
+    try:
+        yield
+    finally:
+        _watched.pop(id(job), None)
+
+
+def seen(job) -> list[dict] | None:
+    """What the modules of ``job``'s pass set since it began (a hook event carries it);
+    tensors with a graph come by value, their graph stays here."""
+    snap = _watched.get(id(job))
+    return None if snap is None else snap.changes(news=True)
 
 
 def merged(given: list | None, own: list | None) -> list | None:

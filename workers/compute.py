@@ -122,7 +122,8 @@ class ComputeHandlers:
                         "ahead": ahead})
 
             early = EarlyAnswer(finish) if nxt is None else None
-            out = self._run_forward(job, st, compute, early)
+            with attr_changes.watching(job, snap):
+                out = self._run_forward(job, st, compute, early)
             if early is None or not early.sent:
                 finish(out)
         except Exception as exc:  # noqa: BLE001 - the client, not the previous stage, hears it
@@ -211,7 +212,8 @@ class ComputeHandlers:
                     "ahead": ahead})
 
             early = EarlyAnswer(finish)
-            out = self._run_forward(job, st, compute, early)
+            with attr_changes.watching(job, snap):
+                out = self._run_forward(job, st, compute, early)
             if not early.sent:
                 finish(out)
         except Exception as exc:  # noqa: BLE001 - the client hears it
@@ -339,7 +341,8 @@ class ComputeHandlers:
                                             "ahead": ahead})
 
             early = None if prev is not None or context.retained else EarlyAnswer(answer)
-            grads = self._run_backward_pass(job, st, context.retained, compute, early)
+            with attr_changes.watching(job, snap):
+                grads = self._run_backward_pass(job, st, context.retained, compute, early)
             if holding is not None:
                 holding.commit()
             for who, hook_id, key, t in context.retained:  # what client hooks retained

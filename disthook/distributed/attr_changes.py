@@ -28,7 +28,7 @@ from disthook.tensor import Tensor
 if TYPE_CHECKING:
     from disthook.distributed.deployment import Deployment
 
-__all__ = ["GraphElsewhere", "apply"]
+__all__ = ["GraphElsewhere", "apply", "apply_for"]
 
 _MODULE_OWN = frozenset(Module().__dict__)  # the dicts and flags every Module keeps
 
@@ -72,6 +72,16 @@ def apply(model: Deployment, changes, kept=None, address: str | None = None) -> 
             if shared is not None:  # the worker's copy has it: a set by the program goes there
                 shared.add(name)
             _warn_once(model, module, path, name, what, at)
+
+
+def apply_for(target, changes) -> None:
+    """``apply`` for a hook event on ``target`` (the placed module or tensor the hook is
+    on): what the modules set so far in the pass that fired it, before the hook runs."""
+    from disthook.distributed.placed import deployment_of
+
+    model = deployment_of(target) or getattr(target, "__dict__", {}).get("_model")
+    if model is not None:
+        apply(model, changes)
 
 
 class GraphElsewhere(Node):

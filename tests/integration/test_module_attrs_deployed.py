@@ -336,3 +336,33 @@ def test_a_tensor_with_a_graph_set_on_a_chain_stage_refuses_a_backward_through_i
             (out.sum() + model[0].aux_loss).backward()
     finally:
         model.close()
+
+
+@pytest.mark.parametrize("chain", [True, False], ids=["chain", "tree"])
+def test_a_client_forward_hook_reads_what_the_forward_set(cluster, chain):
+    """A forward hook of the program on a part (it runs here while the part's call runs on
+    its worker) reads the attribute the module's forward set just before, as in one
+    process: ``module.last`` and ``module.calls`` of this call, not of the one before."""
+    def run(model):
+        seen = []
+        first = model[0] if chain else model.blocks[0].k
+        first.register_forward_hook(
+            lambda m, args, out: seen.append((m.calls, m.last.detach().numpy().tolist())))
+        for x in (torch.ones(1, 2), torch.full((1, 2), 2.0)):
+            model(x)
+        return seen
+
+    def make():
+        torch.manual_seed(0)
+        return nn.Sequential(Keep(), Keep()) if chain else Root()
+
+    want = run(make())
+    model = cluster.deploy(make(), stages=2)
+    try:
+        got = run(model)
+    finally:
+        model.close()
+    assert [c for c, _ in want] == [1, 2]
+    np.testing.assert_allclose(np.array([v for _, v in got]), np.array([v for _, v in want]),
+                               rtol=1e-6)
+    assert [c for c, _ in got] == [1, 2]
