@@ -284,3 +284,15 @@ def deployed_run(cluster, make, run, **deploy) -> tuple:
         return run(remote), want
     finally:
         remote.close()
+
+
+class TwoLayers(disthook.nn.Module):
+    """Linear(3, 4), tanh, Linear(4, 2) as parts ``p`` and ``q``: a tree deploy over 2
+    workers places one on each."""
+
+    def __init__(self):
+        super().__init__()
+        self.p, self.q = disthook.nn.Linear(3, 4), disthook.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.q(disthook.tanh(self.p(x)))

@@ -62,9 +62,8 @@ def test_to_empty_share_memory_and_compile_keep_the_module(T):
         weight.fill_(0.5)
     assert model.share_memory() is model
     assert np.allclose(model[0].weight.detach().numpy(), 0.5)
-    import warnings
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    if T is disthook:  # (torch's compile() loads its compiler, which changes torch's global
+        # state, such as turning off distributions' argument checks: returns None there too)
         assert model.compile() is None
     out = model(T.ones(4, 3))
     assert tuple(out.shape) == (4, 2)

@@ -5,6 +5,7 @@ a worker-to-worker copy that was never sent, then timed out. Values, gradients a
 stitching layer's gradient are one process's."""
 import numpy as np
 import pytest
+from helpers import TwoLayers
 
 import disthook as torch
 from disthook import nn
@@ -13,13 +14,7 @@ pytestmark = pytest.mark.timeout(240)
 CLUSTER_WORKERS = 2
 
 
-class Two(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.p, self.q = nn.Linear(3, 4), nn.Linear(4, 2)
-
-    def forward(self, x):
-        return self.q(torch.tanh(self.p(x)))
+Two = TwoLayers
 
 
 def stitched(a, b, stitch):

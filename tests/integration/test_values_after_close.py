@@ -4,21 +4,15 @@ process is read after its model is gone: the close fetches them. Reading one rai
 deployed model ... is closed; deploy it again to use it'."""
 import numpy as np
 import pytest
+from helpers import TwoLayers
 
 import disthook as torch
-from disthook import nn
 
 pytestmark = pytest.mark.timeout(240)
 CLUSTER_WORKERS = 2
 
 
-class Two(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.p, self.q = nn.Linear(3, 4), nn.Linear(4, 2)
-
-    def forward(self, x):
-        return self.q(torch.tanh(self.p(x)))
+Two = TwoLayers
 
 
 def computed(model):
