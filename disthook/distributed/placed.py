@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from disthook.autograd import grad_mode
-from disthook.distributed import async_calls
+from disthook.distributed import async_calls, view_writes
 from disthook.distributed.hook_sync import sync_all, sync_hooks
 from disthook.distributed.parameters import (
     RemoteBuffer,
@@ -256,8 +256,8 @@ class PartPlacement(_Placed):
         for name, t in own:
             if keep_vars:
                 destination[prefix + name] = t
-            elif isinstance(t, RemoteStorage):
-                destination[prefix + name] = Tensor._make(np.array(fetched[t._path]), None, 0)
+            elif isinstance(t, RemoteStorage):  # written in place: written on the worker
+                destination[prefix + name] = view_writes.state_copy(t, fetched[t._path])
             else:
                 destination[prefix + name] = t.detach()
         if module._has_extra_state("get_extra_state"):
