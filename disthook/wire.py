@@ -47,6 +47,7 @@ __all__ = [
     "Message",
     "WireError",
     "c_order",
+    "checked",
     "decode",
     "decode_all",
     "decode_pipe",
@@ -161,6 +162,13 @@ RECORDS: dict[str, dict[str, str]] = {
     # keeps this call's gradient on its worker, and the last call that uses it adds them
     # before the parameter's hooks run (workers/held_grads)
     "backward_hold": {"task": "int", "later": "list[str]?"},
+    # the plain attributes that a placed module's own code set on itself on its worker during
+    # a call or its backward (``self.attention_map = attn``), which the client's module takes
+    # (workers/attr_changes.py): the module's path in the model, the values that travel
+    # (name -> hook_value), the type of each that cannot (name -> "a function"), the names
+    # deleted. A call's answer (result["attrs"]) carries a list of them; a chain's stages
+    # pass theirs on with the activation (forward) or gradient (backward) as "attrs"
+    "attr_change": {"path": "str", "set": "map?", "opaque": "map?", "deleted": "list[str]?"},
     # a deployment published under a name (disthook.distributed.registry): its model id,
     # root class path, who deployed it (a key's name, or the client's socket identity in
     # hex without keys), when (unix seconds), whether others may write its weights, where
@@ -260,7 +268,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
                 "optimizer_calls": "list[list[optimizer_call]]?", "path": "str?",
                 "call": "hook_value?", "rng": "str?", "pins": "list?", "op": "str?",
                 "params": "any?", "keep": "bool?", "as_of": "map?", "checkpoint": "map?",
-                "within": "str?"},
+                "within": "str?", "attrs": "list[attr_change]?"},
     # within: the context of the client's call whose hook, running now, makes this call (a
     # logit lens decoding inside a block's hook): it runs at once, not behind that call
     # taps: keys of tensors client forward hooks were given, whose gradients the client
@@ -274,7 +282,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "backward": {"model": "str", "stage": "int", "grads": "list", "retain_graph": "bool",
                  "reply_to": "str", "mb": "int?", "taps": "list[str]?", "tapped": "map?",
                  "accumulate": "bool?", "start": "str?", "inputs": "bool?",
-                 "keep_grads": "str?", "create_graph": "bool?", "hold": "backward_hold?"},
+                 "keep_grads": "str?", "create_graph": "bool?", "hold": "backward_hold?",
+                 "attrs": "list[attr_change]?"},
     # create_graph: the input gradients keep their graph (kept as a context under
     # keep_grads, whose backward is a double backward's second pass)
     # values kept on a worker (disthook.distributed.remote_values): a call's outputs, with
@@ -308,8 +317,10 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # spec: the forward's round of running ahead (workers/speculation.py): once the client
     # answered one event of a round with a change (a result, a tensor changed in place) or
     # an error, it answers the round's later events stale, without running their hooks
+    # attrs: what the modules of the pass set on themselves so far (workers/attr_changes.py)
     "hook_event": {"hook": "int", "kind": "event_kind", "path": "str",
-                   "args": "list[hook_value]", "diff": "bool?", "spec": "str?"},
+                   "args": "list[hook_value]", "diff": "bool?", "spec": "str?",
+                   "attrs": "list[attr_change]?"},
     "hook_reply": {"hook": "int", "result": "hook_value?", "watch": "list[int]?",
                    "retain": "list[int]?", "key": "str?", "changed": "list[changed_arg]?",
                    "taps": "list[int]?", "stale": "bool?", "wrote": "bool?"},
@@ -1084,6 +1095,13 @@ def _field_value(where: str, kind: str, base: str, check, value, depth: int):
     if not (base == "any" or type(value) in _EXACT[base] or _CHECKS[base](value)):
         raise WireError(f"{where} must be {kind}, got {_type_name(value)}")
     return value if check is None else check(where, value, depth + 1)
+
+
+def checked(kind: str, value, where: str):
+    """``value`` validated as ``kind`` (a record's name, ``list[...]`` of one...), for a
+    record that travels inside an untyped field (an "ok" reply's result); ``WireError``
+    naming ``where`` when it is not one."""
+    return _field_value(where, kind, _base_kind(kind), _checker(kind), value, 0)
 
 
 def _list_checker(kind: str):

@@ -22,7 +22,7 @@ from disthook.service import op_calls
 from disthook.service.loop import NO_REPLY, send_frames
 from disthook.service.values import opaque_in, pack, tensors_in, unpack
 from disthook.utils.checkpoint import checkpoint
-from workers import held_grads
+from workers import attr_changes, held_grads
 from workers.speculation import BACKWARD_KINDS, EarlyAnswer, run_ahead
 from workers.state import Context
 from workers.versions import carries_write, note_pins, upstream_pins
@@ -89,6 +89,7 @@ class ComputeHandlers:
                     return st.module(*given)
 
             nxt = None if stop_here else st.neighbours.get("next")
+            snap = attr_changes.snapshot(st.module, "")  # what the stage's modules set
 
             def finish(out, ahead: str | None = None):
                 """Keep the graph of output ``out`` and pass it on, or answer the client
@@ -104,7 +105,8 @@ class ComputeHandlers:
                               "inputs": [out.detach().numpy()], "grad_enabled": grad,
                               "requires_grad": [out.requires_grad],
                               "reply_to": msg["reply_to"], "mb": msg.get("mb"), "stop": stop,
-                              "optimizer_calls": calls, "rng": rng}
+                              "optimizer_calls": calls, "rng": rng,
+                              "attrs": attr_changes.merged(msg.get("attrs"), snap.changes())}
                     pins = job.pins or upstream_pins(job)  # calls a write passed
                     if pins:
                         fields["pins"] = [list(p) for p in pins]
@@ -115,10 +117,13 @@ class ComputeHandlers:
                     self._to_client(job, "ok", {"result": {
                         "output": out.detach().numpy(), "requires_grad": out.requires_grad,
                         "grad_fn": None if out.grad_fn is None else out.grad_fn.name(),
-                        "rng": rng}, "ahead": ahead})
+                        "rng": rng,
+                        "attrs": attr_changes.merged(msg.get("attrs"), snap.changes())},
+                        "ahead": ahead})
 
             early = EarlyAnswer(finish) if nxt is None else None
-            out = self._run_forward(job, st, compute, early)
+            with attr_changes.watching(job, snap):
+                out = self._run_forward(job, st, compute, early)
             if early is None or not early.sent:
                 finish(out)
         except Exception as exc:  # noqa: BLE001 - the client, not the previous stage, hears it
@@ -151,11 +156,13 @@ class ComputeHandlers:
         msg = job.msg
         early = None
         try:
+            snap = None  # the part's modules' attributes, to tell the client what it set
             if msg.get("op"):
                 module = op_calls.op_function(msg["op"], msg.get("params"))
                 path = f"<{msg['op'].rpartition('.')[2]}>"
             else:
                 module = _submodule(st, path)
+                snap = attr_changes.snapshot(module, path)
             call = self._resolve_refs(job, st.model, msg["call"])
 
             def compute():
@@ -182,6 +189,11 @@ class ComputeHandlers:
                                     "go back to the client: a module called from the client "
                                     "must return tensors, numbers, strings, None, or tuples, "
                                     "lists, str-keyed dicts and dataclasses of them")
+                # what the part set on its modules; its tensors with a graph are outputs too
+                with_graph = attr_changes.WithGraph() if msg.get("keep") else None
+                attrs = snap and snap.changes(with_graph)
+                if with_graph is not None:
+                    outs += with_graph.tensors
                 if msg.get("keep"):  # room for the values first: refused, it keeps no graph
                     self.check_value_room(job, st.model, len(outs),
                                           sum(o._data.nbytes for o in outs))
@@ -191,14 +203,17 @@ class ComputeHandlers:
                 if msg.get("keep"):  # the values stay here: the client gets what they are
                     records = iter(self._keep_outputs(job, st.model, msg.ctx, outs))
                     packed = pack(out, lambda _t: next(records))
+                    with_graph.fill(records)
                 else:
                     packed = pack(out)
                 self._to_client(job, "ok", {"result": {
                     "output": packed, "requires_grad": [o.requires_grad for o in outs],
-                    "rng": _stream_state(msg), "pin": job.as_of}, "ahead": ahead})
+                    "rng": _stream_state(msg), "pin": job.as_of, "attrs": attrs},
+                    "ahead": ahead})
 
             early = EarlyAnswer(finish)
-            out = self._run_forward(job, st, compute, early)
+            with attr_changes.watching(job, snap):
+                out = self._run_forward(job, st, compute, early)
             if not early.sent:
                 finish(out)
         except Exception as exc:  # noqa: BLE001 - the client hears it
@@ -282,10 +297,16 @@ class ComputeHandlers:
                        and len(taps) == len(msg.get("taps") or ()))
             for t in context.inputs:
                 t.grad = None  # the gradient of this backward only goes to the previous stage
+            snap = attr_changes.snapshot(st.module, "")  # what the modules' hooks set
+
+            def attrs():  # the earlier stages' (in a chain) and this stage's
+                return attr_changes.merged(msg.get("attrs"), snap.changes())
+
             if to_taps:
                 _run_backward(pairs(), [], taps, tapped, True, False)
                 self._to_client(job, "ok", {"result": {
-                    "grads": [None] * len(context.inputs), "tapped": tapped}})
+                    "grads": [None] * len(context.inputs), "tapped": tapped,
+                    "attrs": attrs()}})
                 return NO_REPLY
             tapped_before = dict(tapped)
             # parameters that later calls of the client's backward use too (held_grads)
@@ -315,11 +336,13 @@ class ComputeHandlers:
             def answer(grads, ahead=None):  # input gradients kept here, with keep_grads
                 if keep:
                     grads = self._keep_grads(job, st.model, keep, grads)
-                self._to_client(job, "ok", {"result": {"grads": grads, "tapped": tapped},
+                self._to_client(job, "ok", {"result": {"grads": grads, "tapped": tapped,
+                                                       "attrs": attrs()},
                                             "ahead": ahead})
 
             early = None if prev is not None or context.retained else EarlyAnswer(answer)
-            grads = self._run_backward_pass(job, st, context.retained, compute, early)
+            with attr_changes.watching(job, snap):
+                grads = self._run_backward_pass(job, st, context.retained, compute, early)
             if holding is not None:
                 holding.commit()
             for who, hook_id, key, t in context.retained:  # what client hooks retained
@@ -334,7 +357,8 @@ class ComputeHandlers:
                           "retain_graph": retain, "reply_to": msg["reply_to"],
                           "mb": msg.get("mb"), "taps": msg.get("taps"),
                           "tapped": tapped or None, "accumulate": msg.get("accumulate"),
-                          "inputs": msg.get("inputs"), "hold": msg.get("hold")}
+                          "inputs": msg.get("inputs"), "hold": msg.get("hold"),
+                          "attrs": attrs()}
                 self._count(st.model, "bytes_to_peers",
                             sum(np.asarray(g).nbytes for g in grads if g is not None))
                 send_frames(prev, wire.encode("backward", fields, req=msg.req, ctx=msg.ctx))

@@ -14,6 +14,7 @@ from disthook import wire
 from disthook.autograd.split import backward_split
 from disthook.distributed.spec import build_module
 from disthook.service.loop import PIPE_COPY_BELOW, send_frames
+from workers import attr_changes
 from workers.compute import _as_computed, rss_bytes
 from workers.links import Link
 from workers.state import StepRun
@@ -31,6 +32,7 @@ class StepHandlers:
         neighbour stages; the last stage computes each micro-batch's loss, scaled."""
         msg = job.msg
         st = self._stage(job)
+        snap = attr_changes.snapshot(st.module, "")  # what the stage's modules set in it
         # [kind, mb, this thread's CPU seconds, wall start, wall end] per action (a receive:
         # from when the stage began to wait for it, or when it took it, to when it took it;
         # its CPU is what this thread's loop did meanwhile: reading, decoding and handling
@@ -149,7 +151,8 @@ class StepHandlers:
         finally:
             job.micro_batch = self.captures.micro_batch = None
             self.state.finish_step(model, step)
-        stats = {"busy": busy, "peak_rss": peak, "timeline": timeline}
+        stats = {"busy": busy, "peak_rss": peak, "timeline": timeline,
+                 "attrs": snap.changes()}
         return {"losses": [losses[mb] for mb in sorted(losses)], **stats} if last else stats
 
     def _came_on_links(self, keys: tuple) -> bool:

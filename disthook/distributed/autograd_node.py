@@ -18,7 +18,7 @@ import numpy as np
 
 from disthook.autograd import engine, grad_mode
 from disthook.autograd.graph import SECOND_BACKWARD_MSG, Node, gradient_edge
-from disthook.distributed import async_calls
+from disthook.distributed import async_calls, attr_changes
 from disthook.distributed.placement import split_rows
 from disthook.distributed.remote_values import from_record, grad_data
 from disthook.tensor import Tensor
@@ -261,6 +261,8 @@ class RemoteBackward0(Node):
                                      "inputs": self._inputs_wanted(), "hold": hold}, ctx_id)
              for i, (part, ctx_id) in enumerate(zip(parts, self._ctx_ids))],
             "backward", what="backward through the remote stages")
+        for reply in replies:  # what the stages' hooks set on their modules, stage by stage
+            attr_changes.apply(model, reply["result"].get("attrs"))
         taps = self._tap_grads(_summed([r["result"].get("tapped") for r in replies]),
                                wanted)
         if not retain:
@@ -300,6 +302,9 @@ class RemoteBackward0(Node):
             form = forms.get(key)
         if form is not None:  # the answer's form is known: go on without it
             def landed(reply):
+                if reply["result"].get("attrs"):  # (late: the next backward waits)
+                    forms.put(key, None)
+                    attr_changes.apply(model, reply["result"]["attrs"])
                 diff = async_calls.differs(form, reply["result"]["grads"])
                 if diff is not None:
                     raise RuntimeError(
@@ -314,7 +319,10 @@ class RemoteBackward0(Node):
             (reply,) = model._hub.request_all([(address, fields, self._ctx_ids[0])],
                                               "backward", what=what)
             result = reply["result"]
-            if key is not None:
+            # what the part's tensor hooks set on its modules there (then the next backward
+            # waits too, so that the program reads them after it as in one process)
+            attr_changes.apply(model, result.get("attrs"))
+            if key is not None and not result.get("attrs"):
                 forms.put(key, async_calls.form_of(result["grads"]))
         if not retain:
             self._finalizer.detach()
@@ -440,6 +448,8 @@ class RemoteTapBackward0(Node):
                                                              and task.needed is None)},
               self._ctx_id)],
             "backward", what="backward from a tensor a hook kept")
+        if node is not None:  # what the hooks that fired set on their modules there
+            attr_changes.apply(node._model, reply["result"].get("attrs"))
         return tuple(None if gx is None else Tensor._make(np.array(gx), None, 0)
                      for gx in reply["result"]["grads"])
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from disthook import random
 from disthook.autograd import grad_mode
+from disthook.distributed import attr_changes
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.distributed.placement import micro_batch_sizes, split_rows
 from disthook.distributed.spec import module_spec
@@ -72,6 +73,8 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
     finally:
         model._hub.pending_inputs.pop(ctx_ids[0], None)
     results = [r["result"] for r in replies]
+    for result in results:  # what the stages' modules set on themselves, in stage order
+        attr_changes.apply(model, result.get("attrs"))
     if results[-1].get("rng"):
         random._set_stream_state(results[-1]["rng"])
     outs = [np.asarray(r["output"]) for r in results]
@@ -142,6 +145,8 @@ def train_step(model: Deployment, x: Tensor, target: Tensor, loss_fn,
         for ctx_id in (step, *(f"{step}.{mb}" for mb in range(m))):
             model._hub.drop_context(ctx_id)
     wall = time.perf_counter() - started
+    for reply in replies:  # what the stages' modules set on themselves in the step
+        attr_changes.apply(model, reply["result"].get("attrs"))
     # per stage: seconds computing, the step's wall time seen here, the worker's RSS peak,
     # and its timeline of schedule actions ([kind, micro-batch, thread CPU s, wall start,
     # wall end], wall times on this host's monotonic clock)

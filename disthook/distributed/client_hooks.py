@@ -15,6 +15,7 @@ from disthook import autograd as torch_autograd
 from disthook import wire
 from disthook.autograd import engine, grad_mode
 from disthook.autograd.graph import AccumulateGrad, _sequence
+from disthook.distributed import attr_changes
 from disthook.distributed.autograd_node import RemoteTapBackward0, serving_vjp
 from disthook.service import hook_kinds
 from disthook.service.values import pack, unpack
@@ -203,6 +204,8 @@ class HookServer:
         if entry is None:
             raise RuntimeError(f"hook {event['hook']} was removed on the client")
         fn, registered_kind, proxy, _ = entry
+        if event.get("attrs"):  # what the modules set so far in the pass that fired it
+            attr_changes.apply_for(proxy, event["attrs"])
         if registered_kind == "tensor" and getattr(proxy, "_is_data", True) is False:
             self._fired_again(event["hook"], proxy)
         diff = bool(event.get("diff"))

@@ -25,7 +25,7 @@ import numpy as np
 from disthook import random
 from disthook.autograd import grad_mode
 from disthook.autograd.saved_hooks import current_pair
-from disthook.distributed import async_calls, remote_values
+from disthook.distributed import async_calls, attr_changes, remote_values
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.nn.modules.module import Module
 from disthook.service.values import opaque_in, tensors_in, unpack
@@ -241,6 +241,9 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
                     f"with the same arguments' shapes gave, which the program went on "
                     f"with: {diff}. Values computed from it may be wrong")
             _fill_inline(result["output"], made_refs)
+            if result.get("attrs"):  # (late: the next call with these shapes waits)
+                forms.put(key, None)
+                attr_changes.apply(model, result["attrs"], address=address)
 
         hub.send_async(address, "forward", fields, ctx_id, what, landed)
         result = {"output": async_calls.with_ids(form["output"], ctx_id),
@@ -257,7 +260,7 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
             versions.answered(result)
         if result.get("rng"):  # what the part drew (dropout) is drawn here too
             random._set_stream_state(result["rng"])
-        if key is not None:
+        if key is not None and not result.get("attrs"):  # (see attr_changes below)
             forms.put(key, {"output": async_calls.form_of(result["output"]),
                             "flags": result["requires_grad"],
                             "rng": result.get("rng") != fields.get("rng")})
@@ -288,6 +291,10 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
         return t
 
     out = unpack(result["output"], kept=output, classes=True)
+    # what the part's code set on its modules there, its tensors with a graph outputs of
+    # this call too (then the next call waits as well, so that the program reads them
+    # after the call as in one process)
+    attr_changes.apply(model, result.get("attrs"), kept=output)
     if node is not None:
         node._output_meta = tuple(node._output_meta)
     for i, hooks, value in (call or {}).get("outs", ()):

@@ -1,0 +1,165 @@
+"""The plain attributes a placed module's own code sets on itself while it runs on this
+worker (``self.attention_map = attn`` in a forward, ``self.calls += 1``, a tensor hook's
+``self.attn_gradients = grad`` in the backward): they are the client's module's too, so the
+answer of the call (or backward) that set them carries them to the client
+(``disthook.distributed.attr_changes`` sets them there).
+
+Cheap when nothing changes: a shallow copy of each module's ``__dict__`` before, an identity
+comparison after, and no field in the answer. What ``Module`` keeps for itself (its
+parameters, buffers, children, hook dicts, ``training``) has its own paths and is left out.
+"""
+from __future__ import annotations
+
+import contextlib
+from operator import is_
+
+from disthook.nn.modules.module import Module
+from disthook.service.values import opaque_in, pack
+
+__all__ = ["Snapshot", "WithGraph", "merged", "seen", "snapshot", "watching"]
+
+_OWN = frozenset(Module().__dict__)  # the dicts and flags every Module keeps for itself
+_MISSING = object()
+_GONE = object()  # (told: a name deleted)
+
+
+class Snapshot:
+    """The modules of a part (or stage) with their full paths in the model, and a shallow
+    copy of each one's ``__dict__`` when the snapshot was taken."""
+
+    __slots__ = ("entries", "told")
+
+    def __init__(self, entries: list):
+        self.entries = entries
+        self.told: dict | None = None  # (path, name) -> the value hook events told of
+
+    def changes(self, tensor=None, news: bool = False) -> list[dict] | None:
+        """One ``attr_change`` record (``disthook/wire.py``) per module whose plain
+        attributes were set, rebound or deleted since the snapshot; None when none was.
+        ``tensor(t)``, when given, packs each tensor of their values (``pack``'s). ``news``:
+        only what earlier calls with ``news`` did not tell (a pass's hook events)."""
+        out = None
+        told = self.told
+        for path, module, before in self.entries:
+            after = module.__dict__
+            # names a hook event told of that are gone again (set and deleted in the pass)
+            undone = [k for (p, k) in told if p == path and k not in after
+                      and k not in before] if told else ()
+            if not undone and len(after) == len(before) and all(
+                    map(is_, after.values(), before.values())) and all(map(is_, after, before)):
+                continue  # (the usual case: every name and value as it was, in order)
+            rebound = [k for k, v in after.items() if before.get(k, _MISSING) is not v]
+            new = sum(k not in before for k in rebound)
+            gone = [k for k in before if k not in after and k not in _OWN] \
+                if len(after) - new != len(before) else []  # (else every name is still there)
+            gone += undone
+            if rebound:
+                rebound = [k for k in rebound if k not in _OWN]
+            if news:
+                rebound, gone = self._untold(path, after, rebound, gone)
+            if rebound or gone:
+                if out is None:
+                    out = []
+                out.append(_record(path, after, rebound, gone, tensor))
+        return out
+
+    def _untold(self, path: str, after: dict, rebound: list, gone: list) -> tuple[list, list]:
+        """Of ``rebound`` and ``gone``, what the earlier news did not tell; now told."""
+        told = self.told = {} if self.told is None else self.told
+        rebound = [k for k in rebound if told.get((path, k), _MISSING) is not after[k]]
+        gone = [k for k in gone if told.get((path, k), _MISSING) is not _GONE]
+        for k in rebound:
+            told[(path, k)] = after[k]
+        for k in gone:
+            told[(path, k)] = _GONE
+        return rebound, gone
+
+
+def snapshot(module: Module, path: str) -> Snapshot:
+    """The snapshot of ``module`` (at ``path`` in the model) and every module inside it."""
+    entries: list = []
+    _walk(module, path, entries)
+    return Snapshot(entries)
+
+
+def _walk(module: Module, path: str, into: list) -> None:
+    d = module.__dict__
+    into.append((path, module, d.copy()))
+    for name, child in d["_modules"].items():
+        if child is not None:
+            _walk(child, f"{path}.{name}" if path else name, into)
+
+
+class WithGraph:
+    """Packs the tensors of a call's changed attributes: one with a graph (an attention map
+    in a forward run with grad, a mixture-of-experts layer's ``aux_loss``) becomes one more
+    output of the call, kept here with the others (its gradient comes back with theirs, as
+    in one process); any other by value. ``tensors``: those outputs, in order; ``fill``
+    gives their records once kept."""
+
+    def __init__(self):
+        self.tensors: list = []
+        self._slots: list[dict] = []
+
+    def __call__(self, t):
+        if not t.requires_grad:
+            return pack(t)
+        slot: dict = {}
+        self.tensors.append(t)
+        self._slots.append(slot)
+        return slot
+
+    def fill(self, records) -> None:
+        """The kept records (``values.kept_record``) of ``tensors``, in order."""
+        for slot, record in zip(self._slots, records):
+            slot.update(record)
+
+
+_watched: dict[int, Snapshot] = {}  # id of a running job -> the snapshot its pass diffs
+
+
+@contextlib.contextmanager
+def watching(job, snap: Snapshot):
+    """While the pass of ``job`` runs: the client hooks it fires tell the client what its
+    modules set so far (``seen``), so that a forward hook there reads ``module.attn`` as
+    the module's forward left it, as in one process."""
+    _watched[id(job)] = snap
+    try:
+        yield
+    finally:
+        _watched.pop(id(job), None)
+
+
+def seen(job) -> list[dict] | None:
+    """What the modules of ``job``'s pass set since it began (a hook event carries it);
+    tensors with a graph come by value, their graph stays here."""
+    snap = _watched.get(id(job))
+    return None if snap is None else snap.changes(news=True)
+
+
+def merged(given: list | None, own: list | None) -> list | None:
+    """The changes a neighbour stage passed on (``given``) followed by this stage's."""
+    if not given:
+        return own or None
+    return [*given, *own] if own else list(given)
+
+
+def _record(path: str, after: dict, rebound: list, gone, tensor) -> dict:
+    """The ``attr_change`` record of one module: values that travel by value (``pack``:
+    tensors as detached arrays), the type of each that cannot, the names deleted."""
+    values, opaque = {}, {}
+    for name in rebound:
+        value = after[name]
+        what = opaque_in(value)
+        if what is None:
+            values[name] = pack(value, tensor)
+        else:
+            opaque[name] = what
+    record: dict = {"path": path}
+    if values:
+        record["set"] = values
+    if opaque:
+        record["opaque"] = opaque
+    if gone:
+        record["deleted"] = list(gone)
+    return record
