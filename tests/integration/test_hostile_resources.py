@@ -78,6 +78,14 @@ def test_values_pushed_for_no_call_fill_only_their_clients_share_of_the_mailbox(
     model = deployment_of(remote)._model_id
     me = b"mallory-" + os.urandom(8)  # one identity on both workers, as the client library's
     with attacker(a0, me) as s0, attacker(a1, me) as s1:
+        # (the same key's connection of the test before named 64 addresses from a0: until a0
+        # sees it gone, which takes a moment under load, a new address is refused)
+        deadline = time.monotonic() + 30
+        while not s1.request("status", timeout=30)["result"]["mailbox"]:
+            assert time.monotonic() < deadline, "a1 took no value from a0"
+            s0.send("send_value", {"model": model, "to": a1, "values": ["probe"]},
+                    req=2 * FAR)
+            time.sleep(0.5)
         for i in range(30):  # 3000 values that do not exist, pushed to the next stage
             s0.send("send_value", {"model": model, "to": a1,
                                    "values": [f"v{i}.{j}" for j in range(100)]}, req=FAR + i)
