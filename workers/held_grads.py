@@ -29,7 +29,7 @@ from __future__ import annotations
 import weakref
 
 import disthook
-from disthook.autograd.graph import AccumulateGrad, gradient_edge
+from disthook.autograd.graph import AccumulateGrad, gradient_edge, walk
 
 __all__ = ["Held", "plan"]
 
@@ -44,20 +44,11 @@ def reaches(context, params: dict) -> frozenset:
     if found is not None:
         return found
     outputs = context.output if isinstance(context.output, list) else [context.output]
-    stack = [gradient_edge(o)[0] for o in outputs
-             if isinstance(o, disthook.Tensor) and o.requires_grad]
-    seen, ids = set(), set()
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        if type(node) is AccumulateGrad:
-            if id(node.variable) in params:
-                ids.add(id(node.variable))
-            continue
-        stack.extend(nxt for nxt, _ in node.next_functions if nxt is not None)
-    found = _REACH[context] = frozenset(ids)
+    starts = [gradient_edge(o)[0] for o in outputs
+              if isinstance(o, disthook.Tensor) and o.requires_grad]
+    found = _REACH[context] = frozenset(
+        id(node.variable) for node in walk(starts)
+        if type(node) is AccumulateGrad and id(node.variable) in params)
     return found
 
 

@@ -371,6 +371,19 @@ def gradient_edge(t) -> tuple:
     return (None, 0)
 
 
+def walk(starts, passed=None):
+    """Each node reachable from the nodes ``starts`` (None among them ignored), once, depth
+    first; a node that ``passed(node)`` says to go by is neither given nor gone through."""
+    stack, seen = list(starts), set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen or (passed is not None and passed(node)):
+            continue
+        seen.add(node)
+        yield node
+        stack.extend(nxt for nxt, _ in node.next_functions)
+
+
 class GradientEdge(NamedTuple):
     """Where a gradient enters the graph: input ``output_nr`` of ``node``, the gradient of
     the node's forward output of that number. ``autograd.grad`` and ``backward`` take it in

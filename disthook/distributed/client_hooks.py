@@ -14,7 +14,7 @@ import zmq
 from disthook import autograd as torch_autograd
 from disthook import wire
 from disthook.autograd import engine, grad_mode
-from disthook.autograd.graph import AccumulateGrad, _sequence
+from disthook.autograd.graph import AccumulateGrad, _sequence, walk
 from disthook.distributed import attr_changes
 from disthook.distributed.autograd_node import RemoteTapBackward0, serving_vjp
 from disthook.service import hook_kinds
@@ -464,16 +464,7 @@ def _issue_warning(msg: wire.Message) -> None:
 def _graph_has(value: Tensor, passed, found) -> bool:
     """Whether the graph of ``value``, short of the nodes ``passed(node)`` says to go by,
     holds a node that ``found(node)`` says is one."""
-    stack, seen = [value._grad_fn], set()
-    while stack:
-        node = stack.pop()
-        if node is None or id(node) in seen or passed(node):
-            continue
-        seen.add(id(node))
-        if found(node):
-            return True
-        stack.extend(edge[0] for edge in node.next_functions)
-    return False
+    return any(found(node) for node in walk([value._grad_fn], passed))
 
 
 def _reaches_remote(value: Tensor, stops: dict) -> bool:
