@@ -54,8 +54,13 @@ class HookServer:
         self.firing = 0  # > 0 while a hook a worker fired runs here
         # a deployed parameter's tensor hook -> the backward it fired in last
         self._param_hook_fired: dict[int, int] = {}
+        # hooks removed by a hook while it ran: id -> entry, for the firings the call
+        # running then had taken (Deployment._remove_hooks)
+        self.removed_while_firing: dict[int, tuple] = {}
         # rounds of passes run ahead whose later events are stale (see _serve_event)
         self._broken_rounds: dict[str, None] = {}
+        # (round, writes made before it ran) of each hook running now, outermost first
+        self._running: list[tuple] = []
         # id of a socket -> (the round of its latest event, the tensors its events sent)
         self._rounds: dict[int, tuple] = {}
         # socket -> the encoded answers to the events of its current burst, not sent yet
@@ -78,6 +83,10 @@ class HookServer:
                                                      "message": str(exc)},
                                            req=event.req, ctx=event.ctx))
             return
+        if spec is not None and any(s == spec and w != self.writes for s, w in self._running):
+            # served while a hook of its round waits on a write it made (a hook removed, a
+            # weight set): that answer changes what follows, so this event is stale already
+            self._break_round(spec)
         if spec is not None and spec in self._broken_rounds:
             self._answer(sock, wire.encode("hook_reply", {"hook": event["hook"],
                                                           "stale": True},
@@ -85,6 +94,7 @@ class HookServer:
             return
         broken = False
         writes = self.writes
+        self._running.append((spec, writes))
         try:
             answer = self._run_hook(event, sock, args)
             if self.writes != writes:  # it wrote to the model (an attribute its module's
@@ -99,6 +109,8 @@ class HookServer:
             broken = True
             frames = wire.encode("error", {"kind": type(exc).__name__, "message": str(exc)},
                                  req=event.req, ctx=event.ctx)
+        finally:
+            self._running.pop()
         if broken:
             self._break_round(spec)
         self._answer(sock, frames)
@@ -200,7 +212,7 @@ class HookServer:
                 for hooks, kept in muted:
                     hooks.update(kept)
             return {"result": pack(list(grads))}
-        entry = self.hooks.get(event["hook"])
+        entry = self.hooks.get(event["hook"]) or self.removed_while_firing.get(event["hook"])
         if entry is None:
             raise RuntimeError(f"hook {event['hook']} was removed on the client")
         fn, registered_kind, proxy, _ = entry

@@ -45,6 +45,9 @@ from disthook.utils.hooks import RemovableHandle
 # public API kept importable from here; the rest lives in the modules named above
 __all__ = ["Deployment", "DistributedOptimizer", "RemoteBackward0", "partition"]
 
+# hooks removed by a running hook, kept for the firings already under way (_remove_hooks)
+_REMOVED_KEPT = 1024
+
 
 class Deployment:
     """One deployment of a model, on the client: its model (placed in place: ``placed``),
@@ -272,8 +275,17 @@ class Deployment:
         """Remove client hooks from their workers, one request per worker, sent at once
         (ids removed before are skipped)."""
         shares: dict[str, list] = {}
+        hub = self._hub
         for hook_id in hook_ids:
-            entry = self._hub.hooks.pop(hook_id, None)
+            entry = hub.hooks.pop(hook_id, None)
+            if entry is not None and hub.firing:
+                # removed by a hook that runs now: the call that fired it fires the hooks it
+                # took when it started, this one too (as in one process), and a pass run
+                # ahead of this answer runs again without it
+                hub.removed_while_firing[hook_id] = entry
+                hub.writes += 1
+                while len(hub.removed_while_firing) > _REMOVED_KEPT:
+                    del hub.removed_while_firing[next(iter(hub.removed_while_firing))]
             if entry is not None:
                 # asked where the module is now (a recovered model's stages may have moved)
                 shares.setdefault(self._owner(entry[3]["path"]), []).append(hook_id)

@@ -1,0 +1,94 @@
+"""A hook that removes another hook of the module it fires on: in one process the call
+that fired it fires every hook it took as it started, the removed one too, and later calls
+no longer do; one that removes a hook further on (a later module, a backward hook) stops
+that one at once. Deployed, the removed hook's firing in that call must run its function
+here, not fail as a hook the client no longer knows."""
+import pytest
+
+import disthook as torch
+from disthook import nn
+
+pytestmark = pytest.mark.timeout(240)
+CLUSTER_WORKERS = 2
+
+
+def made():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+
+
+def removals(model):
+    x = torch.linspace(-1, 1, 6).reshape(2, 3)
+    log, handles = [], {}
+
+    def killer(module, args, out):
+        log.append("killer")
+        handles["victim"].remove()
+        handles["later"].remove()
+
+    def once(module, args, out):
+        log.append("once")
+        handles["once"].remove()
+
+    handles["killer"] = model[0].register_forward_hook(killer)
+    handles["victim"] = model[0].register_forward_hook(lambda m, a, o: log.append("victim"))
+    handles["once"] = model[0].register_forward_hook(once)
+    handles["later"] = model[2].register_forward_hook(lambda m, a, o: log.append("later"))
+    model(x)
+    model(x)
+    handles["killer"].remove()
+
+    def backward_once(module, grad_input, grad_output):
+        log.append("backward_once")
+        handles["backward_once"].remove()
+
+    handles["backward_once"] = model[2].register_full_backward_hook(backward_once)
+    model(x).sum().backward()
+    model(x).sum().backward()
+    return log
+
+
+def test_a_hook_removed_by_a_hook_fires_in_the_call_that_took_it(cluster):
+    expected = removals(made())
+    assert expected == ["killer", "victim", "once", "killer", "backward_once"]
+    remote = cluster.deploy(made(), stages=2)
+    try:
+        assert removals(remote) == expected
+    finally:
+        remote.close()
+
+
+def later_removal(model):
+    """A hook that only looked twice (so its firings run ahead of their answers) removes,
+    on its third call, a hook of the next module on its stage."""
+    x = torch.ones(2, 3)
+    log, handles, calls = [], {}, [0]
+
+    def remover(module, args, out):
+        calls[0] += 1
+        log.append(("remover", calls[0]))
+        if calls[0] == 3:
+            handles["next"].remove()
+
+    handles["remover"] = model[0].register_forward_hook(remover)
+    handles["next"] = model[1].register_forward_hook(lambda m, a, o: log.append("next"))
+    model[2].register_forward_hook(lambda m, a, o: log.append("other stage"))
+    for _ in range(4):
+        model(x)
+    return log
+
+
+def four():
+    torch.manual_seed(0)
+    return nn.Sequential(*[nn.Linear(3, 3) for _ in range(4)])
+
+
+def test_a_hook_removed_by_a_hook_that_ran_ahead_fires_no_more(cluster):
+    expected = later_removal(four())
+    assert expected.count("next") == 2
+    remote = cluster.deploy(four(), stages=2)
+    try:
+        assert next(children for _, _, children in remote.workers()) == ["0", "1"]
+        assert later_removal(remote) == expected
+    finally:
+        remote.close()
