@@ -287,9 +287,14 @@ class HookServer:
         if watch or retain:
             self.watched[key] = leaves
             answer.update(watch=watch, retain=retain, key=key)
-        # the others that require grad: a backward may ask the worker for their gradients
+        for i in watch:  # their hooks fire on the worker's tensor (leaf_hook events), never
+            t = leaves[i]  # here: off the node, where a gradient taken here would fire them
+            if t._grad_fn is not None and t._grad_fn._tensor_hooks:
+                t._grad_fn._tensor_hooks.pop(t._output_nr, None)
+        # those that require grad: a backward may ask the worker for their gradients
+        # (autograd.grad(out, kept), hooked or not)
         taps = [i for i, t in enumerate(leaves) if diff and t._requires_grad
-                and t.grad_fn is not None and i not in watch and i not in retain]
+                and t.grad_fn is not None and i not in retain]
         if taps:
             self.taps.setdefault(event.ctx, []).extend(
                 (f"{key}#{i}", leaves[i], bases[i]) for i in taps)
