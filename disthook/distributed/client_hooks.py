@@ -457,10 +457,27 @@ def _as_made_by(node_name: str) -> type:
     if op is None:
         if not node_name.isidentifier():
             node_name = "CloneBackward0"
-        # clone's forward and backward, its node named as the worker's tensor's was
-        op = _MADE_BY[node_name] = type(f"_Made{node_name}", (Clone,),
-                                        {"node_name": node_name})
+        # clone's forward and backward, its node named as the worker's tensor's was; its
+        # node hooks are refused (the op it is named for ran on the worker)
+        op = _MADE_BY[node_name] = type(f"_Made{node_name}", (Clone,), {
+            "node_name": node_name, "register_hook": _stand_in_node_hook,
+            "register_prehook": _stand_in_node_hook})
     return op
+
+
+def _stand_in_node_hook(node, fn):
+    """``t.grad_fn.register_hook(fn)`` (or ``register_prehook``) on a tensor a hook of a
+    deployed model was given: the op that made ``t`` ran on the worker, so its gradients
+    (all its inputs', before and after it) never pass this node; refused rather than a hook
+    that never fires or sees one input where the op has several."""
+    name = type(node).__name__
+    raise NotImplementedError(
+        f"grad_fn hooks on a tensor a hook of a deployed model was given: its {name} ran on "
+        "the model's worker, and the grad_fn here only stands for it, so a hook on it would "
+        "not see that node's gradients. Hook the tensor instead (t.register_hook(fn) sees "
+        "its gradient, which is the node's grad_outputs), or the module "
+        "(register_full_backward_hook sees its grad_input), or run the model in one "
+        "process (model.to_local())")
 
 
 _WARNING_CLASSES = {cls.__name__: cls for cls in (

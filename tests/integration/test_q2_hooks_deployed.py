@@ -134,3 +134,31 @@ def test_autograd_grad_to_a_kept_tensor_that_a_hook_hooked(cluster):
     assert got[1] == pytest.approx(expected[1], abs=1e-4)
     for g, e in zip((got[0], got[2]), (expected[0], expected[2])):
         assert torch.allclose(torch.tensor(g), torch.tensor(e), atol=1e-6)
+
+
+def node_hook_in_forward_hook(model, register):
+    """A forward hook that hooks its output's ``grad_fn`` (doubling what flows into it)."""
+    log = []
+
+    def hook(module, args, out):
+        register(out.grad_fn, log)
+
+    model[0].register_forward_hook(hook)
+    model(torch.ones(2, 4)).sum().backward()
+    return log, model[0].weight.grad
+
+
+@pytest.mark.parametrize("register", [
+    lambda node, log: node.register_prehook(lambda go: (log.append("pre"), (go[0] * 2,))[1]),
+    lambda node, log: node.register_hook(lambda gi, go: log.append(("post", len(gi)))),
+], ids=["prehook", "hook"])
+def test_a_node_hook_on_a_tensor_a_hook_was_given_is_refused(cluster, register):
+    log, _ = node_hook_in_forward_hook(tanh_net(), register)
+    assert log in (["pre"], [("post", 3)])  # in one process: AddmmBackward0, three inputs
+    remote = cluster.deploy(tanh_net(), stages=2)
+    try:  # deployed the node ran on the worker: it never fired, or saw one input
+        with pytest.raises(NotImplementedError, match="AddmmBackward0 ran on the model's "
+                                                      "worker.*t.register_hook"):
+            node_hook_in_forward_hook(remote, register)
+    finally:
+        remote.close()
