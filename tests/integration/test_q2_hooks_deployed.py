@@ -162,3 +162,31 @@ def test_a_node_hook_on_a_tensor_a_hook_was_given_is_refused(cluster, register):
             node_hook_in_forward_hook(remote, register)
     finally:
         remote.close()
+
+
+def halved_then_removed(model, deploy):
+    """A tensor hook on a weight registered before the deploy (a composite applied to the
+    local model), removed through its handle after."""
+    handle = model[2].weight.register_hook(lambda g: g * 0.5)
+    model = deploy(model)
+    x = torch.ones(2, 4)
+    model(x).sum().backward()
+    first = model[2].weight.grad.clone()
+    handle.remove()
+    model.zero_grad()
+    model(x).sum().backward()
+    return first, model[2].weight.grad.clone()
+
+
+def test_a_weight_hook_from_before_the_deploy_goes_with_its_handle(cluster):
+    expected = halved_then_removed(tanh_net(), lambda m: m)
+    assert torch.allclose(expected[0] * 2, expected[1])
+    deployed = []
+    try:
+        got = halved_then_removed(tanh_net(), lambda m: deployed.append(
+            cluster.deploy(m, stages=2)) or deployed[0])
+    finally:
+        for remote in deployed:
+            remote.close()
+    for g, e in zip(got, expected, strict=True):
+        assert torch.allclose(g, e, atol=1e-6)
