@@ -190,3 +190,40 @@ def test_a_weight_hook_from_before_the_deploy_goes_with_its_handle(cluster):
             remote.close()
     for g, e in zip(got, expected, strict=True):
         assert torch.allclose(g, e, atol=1e-6)
+
+
+class Abort(Exception):
+    """A tool's own exception raised in a forward hook (baukit's StopForward)."""
+
+
+def always_call_after_a_failing_hook(model):
+    """A forward hook that raises on the first call (its answer waited for) and on the
+    fourth (after it only looked: its firing runs ahead), with always_call hooks on its
+    module, which torch runs as the error unwinds, and on a later module, never reached."""
+    log, calls = [], [0]
+
+    def fails(module, args, out):
+        calls[0] += 1
+        log.append(("fails", calls[0]))
+        if calls[0] in (1, 4):
+            raise Abort(f"call {calls[0]}")
+
+    model[0].register_forward_hook(fails)
+    model[0].register_forward_hook(lambda m, a, o: log.append("always 0"), always_call=True)
+    model[1].register_forward_hook(lambda m, a, o: log.append("always 1"), always_call=True)
+    for _ in range(5):
+        try:
+            model(torch.ones(2, 3))
+        except Abort as exc:
+            log.append(str(exc))
+    return log
+
+
+def test_always_call_hooks_fire_when_a_hook_before_them_raises(cluster):
+    expected = always_call_after_a_failing_hook(four())
+    assert expected[:3] == [("fails", 1), "always 0", "call 1"]
+    remote = cluster.deploy(four(), stages=2)
+    try:
+        assert always_call_after_a_failing_hook(remote) == expected
+    finally:
+        remote.close()
