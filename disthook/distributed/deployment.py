@@ -258,6 +258,8 @@ class Deployment:
             with contextlib.suppress(Exception):  # those that were registered go again
                 self._remove_hooks([fields["hook"] for *_, fields in entries])
             raise
+        if self._hub.firing:  # registered by a hook that runs now: a pass run ahead of its
+            self._hub.writes += 1  # answer runs again, with these hooks where they fire
         return [RemoteHandle(self, fields["hook"], fields["path"]) for *_, fields in entries]
 
     def _register_hooks(self, hooks: list[dict]) -> None:

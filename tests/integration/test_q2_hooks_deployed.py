@@ -86,6 +86,35 @@ def later_removal(model):
     return log
 
 
+def later_registration(model):
+    """A hook that registers a hook on the next module of its stage, on its first call
+    (waited for) and on its third (after it only looked: run ahead): torch fires the new
+    hook in that same call."""
+    x = torch.ones(2, 3)
+    log, calls = [], [0]
+
+    def adder(module, args, out):
+        calls[0] += 1
+        log.append(("adder", calls[0]))
+        if calls[0] in (1, 3):
+            model[1].register_forward_hook(lambda m, a, o, k=calls[0]: log.append(("new", k)))
+
+    model[0].register_forward_hook(adder)
+    for _ in range(4):
+        model(x)
+    return log
+
+
+def test_a_hook_registered_by_a_hook_that_ran_ahead_fires_in_that_call(cluster):
+    expected = later_registration(four())
+    assert expected[4:7] == [("adder", 3), ("new", 1), ("new", 3)]
+    remote = cluster.deploy(four(), stages=2)
+    try:
+        assert later_registration(remote) == expected
+    finally:
+        remote.close()
+
+
 def four():
     torch.manual_seed(0)
     return nn.Sequential(*[nn.Linear(3, 3) for _ in range(4)])
