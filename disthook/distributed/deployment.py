@@ -191,6 +191,7 @@ class Deployment:
         module of the model here."""
         if not isinstance(mode, bool):
             raise ValueError("training mode is expected to be boolean")
+        self._hub.writes += 1  # a module attribute (from a hook: what follows it changes)
         self._hub.request_all([(a, {"mode": mode}) for a in self._addresses], "train",
                               what="train()")
         for module in self._local.modules():

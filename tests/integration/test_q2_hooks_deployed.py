@@ -256,3 +256,36 @@ def test_always_call_hooks_fire_when_a_hook_before_them_raises(cluster):
         assert always_call_after_a_failing_hook(remote) == expected
     finally:
         remote.close()
+
+
+def eval_from_a_hook(model):
+    """A hook on the first layer that switches the model to eval mode on its third call
+    (after it only looked: its firing runs ahead): the dropout after it in that call runs
+    in eval mode, as in one process."""
+    calls = [0]
+
+    def to_eval(module, args, out):
+        calls[0] += 1
+        if calls[0] == 3:
+            model.eval()
+
+    model.train()
+    model[0].register_forward_hook(to_eval)
+    x = torch.ones(2, 3)
+    third = [model(x) for _ in range(3)][-1]
+    return torch.allclose(third, model(x))  # the fourth call: in eval mode
+
+
+def with_dropout():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(3, 8), nn.Dropout(0.5), nn.Linear(8, 3), nn.Linear(3, 3))
+
+
+def test_eval_mode_set_by_a_hook_that_ran_ahead_holds_for_its_call(cluster):
+    assert eval_from_a_hook(with_dropout())
+    remote = cluster.deploy(with_dropout(), stages=2)
+    try:
+        assert next(children for _, _, children in remote.workers()) == ["0", "1"]
+        assert eval_from_a_hook(remote)
+    finally:
+        remote.close()
