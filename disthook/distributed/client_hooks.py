@@ -205,13 +205,15 @@ class HookServer:
             muted = [(d, dict(d)) for t in leaves if (d := t._backward_hooks)]
             for hooks, _ in muted:
                 hooks.clear()
+            made = _made_here(leaves)
             try:
                 with serving_vjp():
-                    grads = self._vjp(result, wanted, grad, own)
+                    grads = self._vjp(result, wanted, grad, own, made)
             finally:
                 for hooks, kept in muted:
                     hooks.update(kept)
-            return {"result": pack(list(grads))}
+            # (a leaf the hook made here has no gradient on the worker, which needs none)
+            return {"result": pack([g for t, g in zip(wanted, grads) if id(t) not in made])}
         entry = self.hooks.get(event["hook"]) or self.removed_while_firing.get(event["hook"])
         if entry is None:
             raise RuntimeError(f"hook {event['hook']} was removed on the client")
@@ -302,12 +304,14 @@ class HookServer:
         return answer
 
     @staticmethod
-    def _vjp(result: Tensor, wanted: list, grad: Tensor, own: str | None) -> list:
+    def _vjp(result: Tensor, wanted: list, grad: Tensor, own: str | None,
+             made: frozenset = frozenset()) -> list:
         """The gradients of ``wanted`` (the hook's tensors) from ``grad`` of ``result``; where
         ``result`` is computed from tensors of this process that require grad too (``own``:
         the hook, in the user's words), in a backward of the client that grows ``.grad``
         (the one whose worker asks), a backward here that gives them their gradients as one
-        process does (their hooks, ``.grad``), the hook's tensors retaining theirs."""
+        process does (their hooks, ``.grad``), the hook's tensors retaining theirs, but
+        those the hook made leaves here (``made``, ids), whose ``.grad`` grows."""
         tasks = getattr(engine._running, "tasks", None)
         task = tasks[-1] if tasks else None
         retain = task is not None and task.retain_graph
@@ -332,8 +336,8 @@ class HookServer:
             return list(torch_autograd.grad(result, wanted, grad, allow_unused=True,
                                             retain_graph=retain)) if wanted else []
         cut = [(n, n.next_functions) for n in taps.values()]
-        kept = [(t, t._grad, t._retains_grad) for t in wanted]
-        for t in wanted:
+        kept = [(t, t._grad, t._retains_grad) for t in wanted if id(t) not in made]
+        for t, _, _ in kept:
             t._grad = None
             t.retain_grad()
         try:
@@ -517,11 +521,18 @@ def _reaches_own(value: Tensor, leaves: list, bases: list, since: int) -> bool:
     if value._grad_fn is None:  # a leaf of this process is fed to the worker (taps)
         return False
     own = {id(t._grad_fn) for t in (*leaves, *bases) if t._grad_fn is not None}
-    given = {id(b) for b in bases}
+    given = {id(b) for b in bases} - _made_here(leaves)  # (those are of this process)
     return _graph_has(
         value, lambda node: id(node) in own or (
             isinstance(node, AccumulateGrad) and id(node.variable) in given),
         lambda node: isinstance(node, AccumulateGrad) or node._seq < since)
+
+
+def _made_here(leaves: list) -> frozenset:
+    """Ids of the tensors a client hook was given that it made leaves requiring grad here
+    (``out.requires_grad = True`` on a frozen model's output, as baukit's retain_grad does):
+    tensors of this process, whose ``.grad`` grows here as in one process."""
+    return frozenset(id(t) for t in leaves if t._grad_fn is None and t._requires_grad)
 
 
 def _retain_on_worker(t: Tensor) -> None:
@@ -529,6 +540,8 @@ def _retain_on_worker(t: Tensor) -> None:
     gradient, which comes here when that worker's backward is done."""
     if not t._requires_grad:
         raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+    if t._grad_fn is None:  # a leaf here (the hook made it require grad, as baukit's
+        return  # retain_grad does on a frozen model): its .grad accumulates here, a no-op
     t._retain_on_worker = True
     t._retains_grad = True  # its .grad (the worker's, sent here) is expected: no warning
 
