@@ -202,10 +202,11 @@ class HookServer:
             wanted = [t for t in bases if t.requires_grad]
             # the tensor hooks a hook put on its tensors fire on the worker's tensors (see
             # watch), whose gradient this vjp is part of: not here too, or twice
-            muted = [(d, dict(d)) for t in leaves if (d := t._backward_hooks)]
+            made = _made_here(leaves)
+            muted = [(d, dict(d)) for t in leaves if (d := t._backward_hooks)
+                     and id(t) not in made]
             for hooks, _ in muted:
                 hooks.clear()
-            made = _made_here(leaves)
             try:
                 with serving_vjp():
                     grads = self._vjp(result, wanted, grad, own, made)
@@ -283,7 +284,8 @@ class HookServer:
             self._relocate(event, leaves, bounds)
         # tensors the hook put tensor hooks on (the Grad-CAM pattern): the worker hooks the
         # real tensors, and their gradients come here to run these hooks
-        watch = [i for i, t in enumerate(leaves) if t._backward_hooks]
+        made = _made_here(leaves)  # (their hooks fire here, where their gradient comes)
+        watch = [i for i, t in enumerate(leaves) if t._backward_hooks and id(t) not in made]
         retain = [i for i, t in enumerate(leaves) if t.__dict__.get("_retain_on_worker")]
         answer = {"result": value, "changed": changed or None}
         if watch or retain:

@@ -293,23 +293,24 @@ def test_eval_mode_set_by_a_hook_that_ran_ahead_holds_for_its_call(cluster):
 
 def retained_on_a_frozen_model(model):
     """baukit's Trace(retain_grad=True) on a frozen model: the hook makes the layer's output
-    (which needs no grad) a leaf that requires grad, retains it and returns a clone; the
-    backward of the model's output gives that leaf its .grad."""
+    (which needs no grad) a leaf that requires grad, retains it, hooks it and returns a
+    clone; the backward of the model's output gives that leaf its .grad."""
     for p in model.parameters():
         p.requires_grad_(False)
-    kept = {}
+    kept, fired = {}, []
 
     def retain(module, args, out):
         if not out.requires_grad:
             out.requires_grad = True
         out.retain_grad()
+        out.register_hook(lambda g: fired.append(1) or g * 2)  # fires here, once
         kept["out"] = out
         return out.clone()
 
     model[1].register_forward_hook(retain)
     y = model(torch.linspace(-1, 1, 8).reshape(2, 4))
     y.pow(2).sum().backward()
-    return y.requires_grad, kept["out"].grad
+    return y.requires_grad and fired == [1], kept["out"].grad
 
 
 def test_retain_grad_on_a_frozen_models_layer_output(cluster):
