@@ -257,6 +257,7 @@ class HookServer:
             bounds.append(len(leaves))
             args.append(unpack(a, leaf, classes=True))
         versions = [t._version for t in leaves]
+        nodes = [t._grad_fn for t in leaves]
         since = next(_sequence)  # every node the hook makes numbers after this
         outer, self.firing_ctx = self.firing_ctx, event.ctx
         self.firing += 1
@@ -276,12 +277,23 @@ class HookServer:
         self._packing = (since, f"the {kind} hook {name!r} on {event['path']!r}")
         changed = [{"arg": i, "value": self._pack_value(t, bases, f"{key}:{i}", leaves)}
                    for i, t in enumerate(leaves) if t._version != versions[i]]
+        for i, t in enumerate(leaves):  # hooked, then changed in place: on its old version
+            old = nodes[i]
+            if old is not None and old is not t._grad_fn and any((old._tensor_hooks or {})
+                                                                 .values()):
+                raise NotImplementedError(
+                    f"the {kind} hook {name!r} on {event['path']!r} of a deployed model put a "
+                    "tensor hook on a tensor it was given and then changed that tensor in "
+                    "place: the hook belongs to the tensor's value before the change, which "
+                    "lives on the worker; register the tensor hook after the in-place change "
+                    "(it then sees the gradient of the changed tensor), or change a clone and "
+                    "return it")
         if kind == "forward" and out is args[-1]:
             out = None  # the output itself: the output stays what it is, as None says
         value = None if out is None else self._pack_result(out, leaves, bases, key,
                                                            event.ctx if diff else None)
         if diff and kind in ("forward_pre", "forward"):
-            self._relocate(event, leaves, bounds)
+            self._relocate(event, leaves, bounds, proxy)
         # tensors the hook put tensor hooks on (the Grad-CAM pattern): the worker hooks the
         # real tensors, and their gradients come here to run these hooks
         made = _made_here(leaves)  # (their hooks fire here, where their gradient comes)
@@ -382,16 +394,23 @@ class HookServer:
                 RuntimeWarning, stacklevel=2)
         self._param_hook_fired[hook_id] = task
 
-    def _relocate(self, event: wire.Message, leaves: list, bounds: list) -> None:
+    def _relocate(self, event: wire.Message, leaves: list, bounds: list, module) -> None:
         """Tensor hooks that a forward hook of a part called from code running here put on
         that call's own inputs or output go on the client's tensors they stand for: the
         call's input and output are each one tensor here, which the next part's call takes
         too, so that hooks put on it from both sides fire in the order they were
         registered, with the whole gradient, as in one process (Captum's DeepLift hooks a
         module's output and the next module's input). An input is matched by position and
-        value (an earlier hook may have replaced it: then its hooks stay on the worker)."""
+        value (an earlier hook may have replaced it: then its hooks stay on the worker).
+        Not where the part has full backward (pre-)hooks and the hook is a forward hook:
+        its tensors are then the ones those hooks wrap, whose gradients pass the module's
+        backward hooks on the worker before (an output) or after (an input) the client's
+        tensors, so their hooks stay there."""
         call = self.calls.get(event.ctx)
         if call is None or event["path"] != call["path"]:
+            return
+        if event["kind"] == "forward" and (module._get_backward_hooks()[0]
+                                           or module._get_backward_pre_hooks()):
             return
         ends = [*bounds[1:], len(leaves)]
         given = leaves[bounds[0]:ends[0]]  # the positional arguments' tensors, in order

@@ -323,3 +323,61 @@ def test_retain_grad_on_a_frozen_models_layer_output(cluster):
         remote.close()
     assert got[0]
     assert torch.allclose(got[1], expected[1], atol=1e-6)
+
+
+def hooked_then_changed(model):
+    """A forward hook that hooks its output's gradient and then changes the output in place:
+    in one process the hook belongs to the value before the change (it sees the gradient
+    that passed the change)."""
+    def hook(module, args, out):
+        out.register_hook(lambda g: g * 2)
+        out[:, 0] = 0.0
+
+    model[0].register_forward_hook(hook)
+    model(torch.ones(2, 4)).sum().backward()
+    return model[0].weight.grad
+
+
+def test_a_tensor_hook_before_an_in_place_change_in_one_hook_is_refused(cluster):
+    assert hooked_then_changed(tanh_net())[0].abs().sum() == 0  # the change cut row 0
+    remote = cluster.deploy(tanh_net(), stages=2)
+    try:
+        with pytest.raises(NotImplementedError, match="register the tensor hook after the "
+                                                      "in-place change"):
+            hooked_then_changed(remote)
+    finally:
+        remote.close()
+
+
+class TwoParts(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = nn.Linear(4, 5), nn.Linear(5, 2)
+
+    def forward(self, x):
+        return self.b(torch.tanh(self.a(x)))
+
+
+def output_hook_beside_a_backward_pre_hook(model):
+    """Part ``a``'s full backward pre-hook shifts its grad_output; a forward hook of ``a``
+    doubles its output's gradient. In one process the pre-hook runs first (its wrapper
+    comes after the forward hooks), then the tensor hook: (g - 0.5) * 2."""
+    model.a.register_full_backward_pre_hook(lambda m, go: (go[0] - 0.5,))
+
+    def double_its_gradient(module, args, out):
+        out.register_hook(lambda g: g * 2)
+
+    model.a.register_forward_hook(double_its_gradient)
+    model(torch.linspace(-1, 1, 8).reshape(2, 4)).sum().backward()
+    return model.a.weight.grad
+
+
+def test_a_parts_output_hook_and_backward_pre_hook_in_one_process_order(cluster):
+    expected = output_hook_beside_a_backward_pre_hook(TwoParts())
+    remote = cluster.deploy(TwoParts(), placement={"a": 0, "b": 1})
+    try:
+        got = output_hook_beside_a_backward_pre_hook(remote)
+    finally:
+        remote.close()
+    assert torch.allclose(got, expected, atol=1e-6)
