@@ -381,3 +381,30 @@ def test_a_parts_output_hook_and_backward_pre_hook_in_one_process_order(cluster)
     finally:
         remote.close()
     assert torch.allclose(got, expected, atol=1e-6)
+
+
+def global_hook_removing_itself(model):
+    """A global forward hook that removes itself on its first firing: the modules the call
+    reaches afterwards no longer fire it, as in one process."""
+    log, box = [], {}
+
+    def once(module, args, out):
+        log.append(type(module).__name__)
+        box["handle"].remove()
+
+    box["handle"] = nn.modules.module.register_module_forward_hook(once)
+    try:
+        model(torch.ones(2, 3))
+        model(torch.ones(2, 3))
+    finally:
+        box["handle"].remove()
+    return log
+
+
+def test_a_global_hook_that_removes_itself_fires_once(cluster):
+    assert global_hook_removing_itself(four()) == ["Linear"]
+    remote = cluster.deploy(four(), stages=2)
+    try:
+        assert global_hook_removing_itself(remote) == ["Linear"]
+    finally:
+        remote.close()
