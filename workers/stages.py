@@ -119,6 +119,21 @@ class Stage:
                 "(the deployer opens writes with deploy(..., writable=True), or, for a "
                 "model published by `disthook serve`, with its --writable option)")
 
+    def check_form(self, client: bytes, what: str) -> None:
+        """``PermissionError`` unless ``client`` may change what the stage is beyond its
+        weights' values (train/eval, attributes, buffers registered, dtypes, requires_grad):
+        its deployer alone, also on a writable model, whose every client's model mirrors
+        these and would compute silently otherwise than it says."""
+        if client == self.owner:
+            return
+        if not self.writable:
+            self.check_write(client, what)
+        raise PermissionError(
+            f"{what} would change {self.name} beyond its weights' values: the deployer "
+            "opened its weights to this client (load_state_dict, in-place edits, optimizer "
+            "steps), not its mode, attributes, buffers, dtypes or requires_grad, which every "
+            "client's copy of the model mirrors; ask the deployer to change it")
+
 
 def _check_reload(held: Stage | None, client: bytes) -> None:
     """A stage loaded again is replaced whole (its modules, neighbours, owner and settings,
