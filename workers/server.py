@@ -97,7 +97,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         super().__init__(bind, name=wid, parent_pid=parent_pid, keys=keys,
                          watch_disconnects=True, router_options={
                              zmq.HEARTBEAT_IVL: beat_ms,
-                             zmq.HEARTBEAT_TIMEOUT: wire.LOST_AFTER_BEATS * beat_ms})
+                             zmq.HEARTBEAT_TIMEOUT: wire.LOST_AFTER_BEATS * beat_ms,
+                             zmq.MAXMSGSIZE: wire.DEFAULT_LIMITS.frame_cap()})
         self.id = wid
         self.bound = self.address
         self.address = endpoint.advertised_address(self.bound, advertise, self.log)  # what peers dial
