@@ -122,6 +122,7 @@ class Message:
     req: int = 0
     ctx: str | None = None
     fields: dict[str, Any] = dataclasses.field(default_factory=dict)
+    nbytes: int = 0  # the bytes of its arrays, as received (what holding it costs)
 
     def __getitem__(self, name: str) -> Any:
         return self.fields[name]
@@ -673,7 +674,7 @@ def _decode(frames: Sequence, limits: Limits, head: bytes | None = None) -> Mess
     _validate_fields(msg_type, fields, convert=True)
     global _decoded
     _decoded += 1
-    return Message(msg_type, req, ctx, fields)
+    return Message(msg_type, req, ctx, fields, sum(a.nbytes for a in arrays))
 
 
 def _read_header(head, frames: Sequence, limits: Limits, state) -> dict:

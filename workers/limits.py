@@ -172,6 +172,7 @@ class LimitChecks:
 
 def add_limit_options(p) -> None:
     """The worker command line's per-client caps (``argparse`` parser ``p``)."""
+    from workers.queues import MAX_QUEUED, MAX_QUEUED_BYTES
     from workers.values import MAX_VALUE_BYTES
 
     p.add_argument("--max-contexts", type=int, default=4096, metavar="N",
@@ -189,6 +190,11 @@ def add_limit_options(p) -> None:
     p.add_argument("--max-model-mb", type=int, default=MAX_MODEL_BYTES >> 20, metavar="MIB",
                    help="what the weights of the models one client keeps loaded here may "
                         "hold (default 8192)")
+    p.add_argument("--max-queued", type=int, default=MAX_QUEUED, metavar="N",
+                   help="requests one client may have waiting here behind its running ones "
+                        "(default 4096); past it (or --max-queued-mb) a request is refused")
+    p.add_argument("--max-queued-mb", type=int, default=MAX_QUEUED_BYTES >> 20, metavar="MIB",
+                   help="what the arrays of those waiting requests may hold (default 1024)")
     p.add_argument("--max-value-mb", type=int, default=MAX_VALUE_BYTES >> 20, metavar="MIB",
                    help="what the values one client keeps here (outputs of its calls that "
                         "stay on the worker) may hold (default 1024)")
@@ -200,7 +206,8 @@ def limit_arguments(args) -> dict:
             "max_capture_bytes": args.max_capture_mb << 20,
             "max_graph_bytes": args.max_graph_mb << 20,
             "max_value_bytes": args.max_value_mb << 20,
-            "max_models": args.max_models, "max_model_bytes": args.max_model_mb << 20}
+            "max_models": args.max_models, "max_model_bytes": args.max_model_mb << 20,
+            "max_queued": args.max_queued, "max_queued_bytes": args.max_queued_mb << 20}
 
 
 def mib(n: int) -> str:
