@@ -3,7 +3,9 @@ running request on a model) are capped per client (with keys, per key: every con
 one key shares one allowance) by count and by the bytes of their arrays. Past the cap a
 request is refused with a ``RuntimeError`` naming it, rather than held: a client sending
 calls faster than the worker runs them (calls that do not wait, raw messages) otherwise made
-the worker hold every one of them, its memory growing without bound for everyone."""
+the worker hold every one of them, its memory growing without bound for everyone. A call
+a neighbour stage carries on for a client is not refused (its neighbour could not tell the
+client): it passed the first stage's cap."""
 from __future__ import annotations
 
 __all__ = ["MAX_QUEUED", "MAX_QUEUED_BYTES", "QueueCaps"]
@@ -22,13 +24,15 @@ class QueueCaps:
         # the connections counted with a client (with keys, its key's: LimitChecks._fellows)
         self.fellows = fellows or (lambda client: {client})
 
-    def refusal(self, lanes: dict, job) -> str | None:
-        """Why ``job`` may not join its lane's queue, or None; counted as queued if not."""
+    def refusal(self, lanes: dict, job, may_refuse: bool = True) -> str | None:
+        """Why ``job`` may not join its lane's queue, or None; counted as queued if not
+        (``may_refuse`` False: counted whatever it finds)."""
         fellows = self.fellows(job.client)
         mine = [lane for lane in lanes if lane[1] in fellows]
         count = sum(len(lanes[lane]) for lane in mine)
         held = sum(self.nbytes.get(lane, 0) for lane in mine)
-        if count >= self.limit or (count and held + job.msg.nbytes > self.limit_bytes):
+        if may_refuse and (count >= self.limit
+                           or (count and held + job.msg.nbytes > self.limit_bytes)):
             return (f"this client has {count} requests waiting on this worker behind its "
                     f"running ones, holding {held / (1 << 20):.1f} MiB, and this "
                     f"{job.msg.type} ({job.msg.nbytes / (1 << 20):.1f} MiB) would pass the "

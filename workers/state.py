@@ -269,7 +269,8 @@ class WorkerState:
             self.jobs.add(job)
             return [Run(job)]
         if queued is not None:  # that client's earlier request on this model is running
-            refused = self.queues.refusal(self.lanes, job)  # (workers/queues.py)
+            # (workers/queues.py; a call a neighbour stage carries on is not refused here)
+            refused = self.queues.refusal(self.lanes, job, sender == client)
             if refused:
                 return [Reply(sender, msg.req, "RuntimeError", refused), Log("warning", (
                     f"worker {self.worker_id}: refused {msg.type} from {self.who(sender)}: "
