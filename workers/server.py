@@ -460,7 +460,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         st = None if job is None else job.stage
         path = None if st is None else _module_in_traceback(st.module, exc.__traceback__)
         message = str(exc)
-        if inputs is not None and st is not None:
+        if inputs and st is not None:  # (a call of no arrays says nothing of them)
             got = ", ".join(f"{a.dtype} of shape {tuple(a.shape)}" for a in inputs)
             message += f" [the input of {st.name} was {got}]"
         fields = error_fields(exc, worker=self.id, traceback=traceback.format_exc(),
