@@ -22,6 +22,7 @@ import numpy as np
 
 from disthook.autograd import grad_mode
 from disthook.distributed import async_calls, view_writes
+from disthook.distributed.data_views import unshare
 from disthook.distributed.hook_sync import sync_all, sync_hooks
 from disthook.distributed.parameters import (
     RemoteBuffer,
@@ -298,6 +299,8 @@ class PartPlacement(_Placed):
                 values[self._full(name)] = value.detach()._data.astype(
                     t._twin._data.dtype)
         if values:
+            if assign:  # the tensors take new memory in one process: a .data taken before
+                unshare([t for n, t in local.items() if self._full(n) in values])
             dep = self.deployment
             dep._hub.write_all([(dep._owner(self.path), "set_state", {"state": values})],
                                what=f"load_state_dict of {self.path!r}")
