@@ -330,9 +330,11 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # answered one event of a round with a change (a result, a tensor changed in place) or
     # an error, it answers the round's later events stale, without running their hooks
     # attrs: what the modules of the pass set on themselves so far (workers/attr_changes.py)
+    # ids: a name for each tensor of args, in order ("<tensor>@<version>"), the same in every
+    # event of the job that sends that tensor: the client gives it one object in them all
     "hook_event": {"hook": "int", "kind": "event_kind", "path": "str",
                    "args": "list[hook_value]", "diff": "bool?", "spec": "str?",
-                   "attrs": "list[attr_change]?"},
+                   "attrs": "list[attr_change]?", "ids": "list[str]?"},
     "hook_reply": {"hook": "int", "result": "hook_value?", "watch": "list[int]?",
                    "retain": "list[int]?", "key": "str?", "changed": "list[changed_arg]?",
                    "taps": "list[int]?", "stale": "bool?", "wrote": "bool?"},
