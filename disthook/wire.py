@@ -280,7 +280,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
                 "optimizer_calls": "list[list[optimizer_call]]?", "path": "str?",
                 "call": "hook_value?", "rng": "str?", "pins": "list?", "op": "str?",
                 "params": "any?", "keep": "bool?", "as_of": "map?", "checkpoint": "map?",
-                "within": "str?", "attrs": "list[attr_change]?"},
+                "within": "str?", "attrs": "list[attr_change]?", "names": "list[str]?"},
     # within: the context of the client's call whose hook, running now, makes this call (a
     # logit lens decoding inside a block's hook): it runs at once, not behind that call
     # taps: keys of tensors client forward hooks were given, whose gradients the client

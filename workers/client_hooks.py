@@ -151,9 +151,18 @@ class HookHandlers:
         for t in originals:
             seen = named.get(id(t))
             if seen is None or seen[0] is not t:  # (held, so its id is not reused meanwhile)
-                seen = named[id(t)] = (t, f"{self.state.worker_id}/{next(self._tensor_ids)}")
-            ids.append(f"{seen[1]}@{t._version}")
+                seen = named[id(t)] = (t, f"{self.state.worker_id}/{next(self._tensor_ids)}",
+                                       0)
+            ids.append(f"{seen[1]}@{t._version + seen[2]}")
         return ids
+
+    @staticmethod
+    def name_as(job, t, name: str) -> None:
+        """Name ``t`` (a stage's input) in ``job``'s events as the tensor it came from (the
+        previous stage's output, ``name`` as that stage's events name it): in one process
+        the two are one object."""
+        tensor, _, version = name.rpartition("@")
+        job.named[id(t)] = (t, tensor, int(version) - t._version)
 
     def _use_answer(self, answer, originals: list, client: bytes, hook_id: int, path: str):
         """Do what the answer of a client module hook given ``originals`` asks; the value the

@@ -211,3 +211,36 @@ def test_a_layer_returning_its_input_gives_its_hook_one_object(cluster, how):
         np.testing.assert_allclose(got, grad, rtol=1e-5, atol=1e-6)
     finally:
         model.close()
+
+
+def across_stages(model):
+    """The output of a stage's last layer is the next stage's first input: one object."""
+    kept, log = {}, []
+
+    def keep(module, args, out):
+        kept["out"] = out
+        out.made_by = "1"
+
+    def look(module, args):
+        log.append((args[0] is kept["out"], getattr(args[0], "made_by", None)))
+        args[0].register_hook(lambda g: log.append("hooked once"))
+
+    model[1].register_forward_hook(keep)
+    model[2].register_forward_pre_hook(look)
+    model(torch.linspace(-1, 1, 6).reshape(2, 3)).sum().backward()
+    return log
+
+
+def test_a_stage_output_is_the_next_stage_input(cluster):
+    def build():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(3, 4), nn.ReLU(inplace=True), nn.Linear(4, 4),
+                             nn.Tanh())
+
+    expected = across_stages(build())
+    assert expected == [(True, "1"), "hooked once"]
+    model = cluster.deploy(build(), stages=2)  # stages [0, 1] and [2, 3]
+    try:
+        assert across_stages(model) == expected
+    finally:
+        model.close()
