@@ -43,7 +43,11 @@ def _changed_in_place(t: Tensor, now: Tensor) -> Tensor:
     one process makes it. Tensor hooks it has stay with the version they were put on (their
     stubs are on the worker's tensor, as torch keeps them); hooks put on it now are the
     changed version's."""
-    t._data = now._data
+    if (t._data.shape == now._data.shape and t._data.dtype == now._data.dtype
+            and t._data.flags.writeable):
+        np.copyto(t._data, now._data)  # (views a hook took of it see the change too)
+    else:
+        t._data = now._data
     t._grad_fn, t._output_nr = now._grad_fn, now._output_nr
     t._requires_grad = now._requires_grad
     t._vc[0] += 1

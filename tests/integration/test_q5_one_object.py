@@ -244,3 +244,24 @@ def test_a_stage_output_is_the_next_stage_input(cluster):
         assert across_stages(model) == expected
     finally:
         model.close()
+
+
+def viewed(model):
+    """A view a hook took of a layer's output sees the change of the next layer, in place,
+    whose hook gets that output again."""
+    views = []
+    model[1].a.register_forward_hook(lambda m, a, out: views.append(out[0]))
+    model[1].act.register_forward_hook(lambda m, a, out: None)
+    model(torch.linspace(-1, 1, 6).reshape(2, 3))
+    return views[0].detach().numpy().copy()
+
+
+@pytest.mark.parametrize("how", ["chain", "tree"])
+def test_a_view_of_an_output_sees_an_in_place_layer_change_it(cluster, how):
+    expected = viewed(made())
+    assert (expected >= 0).all()  # the ReLU after it ran in place
+    model = deployed(cluster, how)
+    try:
+        np.testing.assert_allclose(viewed(model), expected, rtol=1e-6)
+    finally:
+        model.close()
