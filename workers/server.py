@@ -387,6 +387,9 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
             result = msg.get("result") or {}
             self.heartbeat = float(result.get("heartbeat", self.heartbeat))
             self.tick_interval = min(self.heartbeat, wire.HEARTBEAT_S)  # (never slower)
+            # the first beat a beat from now, not a second after the start (the wait for this
+            # answer): --orphan-after 1 stopped a worker in its first second, unanswered
+            self.next_beat = self.last_heard + self.heartbeat
             self.log.info("worker %s: registered at %s, serving on %s", self.id,
                           self.coordinator_address, self.address)
         elif msg.type == "error":
