@@ -1,8 +1,8 @@
 """The coordinator: the registry of workers, their liveness, and the cluster's shutdown.
 
 Workers register (their id, data-plane address, pid, host) and then send a heartbeat every
-``heartbeat`` seconds; a worker silent for ``lost_after`` seconds (``SILENT_AFTER_BEATS``
-beats) is reported as not alive. Clients ask for ``status`` and may ``shutdown`` the
+``heartbeat`` seconds, answered only when the beat asks (or to refuse it); a worker silent
+for ``lost_after`` seconds (``SILENT_AFTER_BEATS`` beats) is reported as not alive. Clients ask for ``status`` and may ``shutdown`` the
 cluster, which tells every worker to stop first.
 The coordinator carries no activations or gradients.
 
@@ -30,7 +30,7 @@ import zmq.auth
 
 from coordinator import registry_store
 from disthook import wire
-from disthook.service.loop import LOG_LEVELS, Service, recv_now
+from disthook.service.loop import LOG_LEVELS, NO_REPLY, Service, recv_now
 from disthook.service.security import CLIENT, is_server_key, key_name
 from disthook.wire import HEARTBEAT_S, LOST_AFTER_BEATS, SILENT_AFTER_BEATS
 
@@ -214,6 +214,10 @@ class Coordinator(Service):
         record.last_seen = time.monotonic()
         record.memory = msg.get("memory")
         record.stages = list(msg.get("stages") or [])
+        # answered only when asked: each answer wakes the worker's loop and I/O thread, and
+        # a worker needs one only to know that the coordinator is there (--orphan-after);
+        # a beat the coordinator refuses is always answered (the worker registers again)
+        return None if msg.get("answer") else NO_REPLY
 
     # ---- from clients ------------------------------------------------------------------------
     def on_status(self, msg, sender: bytes):

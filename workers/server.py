@@ -413,9 +413,11 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
     def _beat(self) -> None:
         """A heartbeat now (also right after placement changes, so status is current)."""
         if self.registered:
+            # an answer only where one is awaited (--orphan-after): each wakes this loop
             self._to_coordinator("heartbeat", {
                 "worker": self.id, "memory": rss_bytes(),
-                "stages": [st.name for st in self.stages.values()]})
+                "stages": [st.name for st in self.stages.values()],
+                **({"answer": True} if self.orphan_after else {})})
         else:
             self._register()
         self.next_beat = time.monotonic() + self.heartbeat
