@@ -10,8 +10,8 @@ It is also the registry of models shared by name (``disthook.distributed.registr
 deployer ``publish``es its deployment's record, clients list them (``models``), ``lookup``
 one, and say when they ``attach`` and ``detach``. Clients send no heartbeats here: what the
 coordinator knows of them is their connection, watched as workers watch theirs (closed, or
-no answer to ZMTP pings for ``LOST_AFTER_BEATS`` beats): a deployer whose connection goes is
-unpublished, an attached client whose connection goes is forgotten. With ``--state FILE``
+no answer to ZMTP pings, ``disthook.service.loop.ping_options``): a deployer whose
+connection goes is unpublished, an attached client whose connection goes is forgotten. With ``--state FILE``
 the published records are also kept in that file (``coordinator.registry_store``), so a
 coordinator started again knows every name and its owner: until the deployer's key claims
 it again (with keys) or its workers no longer hold the model, nobody else publishes under
@@ -30,9 +30,9 @@ import zmq.auth
 
 from coordinator import registry_store
 from disthook import wire
-from disthook.service.loop import LOG_LEVELS, NO_REPLY, Service, recv_now
+from disthook.service.loop import LOG_LEVELS, NO_REPLY, Service, ping_options, recv_now
 from disthook.service.security import CLIENT, is_server_key, key_name
-from disthook.wire import HEARTBEAT_S, LOST_AFTER_BEATS, SILENT_AFTER_BEATS
+from disthook.wire import HEARTBEAT_S, SILENT_AFTER_BEATS
 
 RESTORED_GRACE_S = 10.0  # a restored model's workers have this long to register again
 # what one client may hold in the registry (with keys: one key, every connection of it)
@@ -80,13 +80,10 @@ class Coordinator(Service):
     def __init__(self, bind: str, *, heartbeat: float = HEARTBEAT_S,
                  lost_after: float | None = None,
                  parent_pid: int | None = None, keys=None, state: str | None = None):
-        beat_ms = max(1, int(heartbeat * 1000))
         # a client's connection that closes, or stops answering pings, is a client gone
         # (on_disconnected): its publications and attachments go with it
         super().__init__(bind, parent_pid=parent_pid, name="coordinator", keys=keys,
-                         watch_disconnects=True, router_options={
-                             zmq.HEARTBEAT_IVL: beat_ms,
-                             zmq.HEARTBEAT_TIMEOUT: LOST_AFTER_BEATS * beat_ms})
+                         watch_disconnects=True, router_options=ping_options(heartbeat))
         self.heartbeat = heartbeat
         self.lost_after = (lost_after if lost_after is not None
                            else SILENT_AFTER_BEATS * heartbeat)

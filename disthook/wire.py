@@ -77,7 +77,10 @@ PROTOCOL_VERSION = 14
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
-LOST_AFTER_BEATS = 3  # a connection with no answer to its pings this long is dropped
+# a connection whose peer says nothing (hung, cut off) is dropped within LOST_AFTER_BEATS + 1
+# beats of its last word; ZMTP pings, one every PING_EVERY_BEATS beats, find it (ping_options)
+LOST_AFTER_BEATS = 3
+PING_EVERY_BEATS = 2
 SILENT_AFTER_BEATS = 10  # the coordinator lists a worker this long without beats as not alive
 ARRAY_EXT = 1  # msgpack extension code of an array placeholder in the header
 

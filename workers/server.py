@@ -40,6 +40,7 @@ from disthook.service.loop import (
     LOG_LEVELS,
     NO_REPLY,
     Service,
+    ping_options,
     recv_now,
     tune_malloc,
 )
@@ -91,13 +92,11 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
                  max_capture_bytes: int = worker_hooks.MAX_CAPTURE_BYTES,
                  max_graph_bytes: int = MAX_GRAPH_BYTES, max_value_bytes: int = MAX_VALUE_BYTES):
         wid = worker_id or f"{socket.gethostname()}-{os.getpid()}"
-        beat_ms = max(1, int(wire.HEARTBEAT_S * 1000))
         # a peer whose connection closes is gone (see on_disconnected), and one that stops
-        # answering pings (hung, cut off) has its connection closed after LOST_AFTER_BEATS
+        # answering pings (hung, cut off) has its connection closed (ping_options)
         super().__init__(bind, name=wid, parent_pid=parent_pid, keys=keys,
-                         watch_disconnects=True, router_options={
-                             zmq.HEARTBEAT_IVL: beat_ms,
-                             zmq.HEARTBEAT_TIMEOUT: wire.LOST_AFTER_BEATS * beat_ms})
+                         watch_disconnects=True,
+                         router_options=ping_options(wire.HEARTBEAT_S))
         self.id = wid
         self.bound = self.address
         self.address = endpoint.advertised_address(self.bound, advertise, self.log)  # what peers dial
