@@ -382,6 +382,40 @@ def test_a_penalty_on_a_gradient_seeded_by_a_constant_reaches_the_parts_weights(
         model.close()
 
 
+class Blocked(torch.autograd.Function):
+    """Passes its input on and no gradient back (a stop-gradient written as a Function)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return None
+
+
+class CalledTwice(Scaled):
+    def forward(self, x, y):
+        return self.lin(x * self.gain).sum() + Blocked.apply(self.lin(y)).sum()
+
+
+def test_a_part_called_twice_whose_second_call_gets_no_gradient_keeps_the_first_ones(cluster):
+    """A plain backward: the second call's node gets no gradient and does not run, and the
+    first call's gradient of the weight was held for it on the worker: .grad stayed None."""
+    torch.manual_seed(11)
+    local = CalledTwice().double()
+    model = cluster.deploy(copy.deepcopy(local), stages=1)
+    try:
+        x, y = torch.randn(2, 40, dtype=torch.float64), torch.randn(2, 40, dtype=torch.float64)
+        for m in (model, local):
+            m(x, y).backward()
+        for (name, p), q in zip(model.named_parameters(), local.parameters()):
+            assert p.grad is not None, name
+            close(p.grad.numpy(), q.grad.numpy(), 1e-12)
+    finally:
+        model.close()
+
+
 def test_a_gradient_penalty_through_a_chain_says_how_to_deploy_it_so_that_it_works(cluster):
     """A chain of stages passes its gradients worker to worker as values: create_graph is
     refused, naming the placement that runs the same model part by part from here, and
