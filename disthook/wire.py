@@ -168,7 +168,10 @@ RECORDS: dict[str, dict[str, str]] = {
     # (name -> hook_value), the type of each that cannot (name -> "a function"), the names
     # deleted. A call's answer (result["attrs"]) carries a list of them; a chain's stages
     # pass theirs on with the activation (forward) or gradient (backward) as "attrs"
-    "attr_change": {"path": "str", "set": "map?", "opaque": "map?", "deleted": "list[str]?"},
+    # in_place: names of "set" whose list or dict was changed in place (the receiver puts
+    # the items into its own); grown: name -> [length before, the items a list grew by]
+    "attr_change": {"path": "str", "set": "map?", "opaque": "map?", "deleted": "list[str]?",
+                    "in_place": "list[str]?", "grown": "map?"},
     # a deployment published under a name (disthook.distributed.registry): its model id,
     # root class path, who deployed it (a key's name, or the client's socket identity in
     # hex without keys), when (unix seconds), whether others may write its weights, where

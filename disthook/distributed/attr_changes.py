@@ -10,6 +10,11 @@ as a set of an attribute the module was deployed with does. A tensor comes by va
 plain tensor without history (what ``detach()`` gives); a value that cannot travel (a
 function, an object of the program's own class) leaves the attribute here as it was, with
 one warning per module path and name.
+
+A list or dict that the module's code changed in place there (``self.maps.append(attn)``,
+``self.stats["n"] += 1``) is changed in place here too, so that the program's own
+reference to it (``maps = layer.maps``) sees what one process would; and one the program
+changes in place here goes to the worker before the model's next call (``sync``).
 """
 from __future__ import annotations
 
@@ -22,15 +27,17 @@ from disthook import wire
 from disthook.autograd.graph import Node
 from disthook.distributed import remote_values
 from disthook.nn.modules.module import Module
+from disthook.service import held
 from disthook.service.values import unpack
 from disthook.tensor import Tensor
 
 if TYPE_CHECKING:
     from disthook.distributed.deployment import Deployment
 
-__all__ = ["GraphElsewhere", "apply", "apply_for"]
+__all__ = ["GraphElsewhere", "apply", "apply_for", "sync", "watch"]
 
 _MODULE_OWN = frozenset(Module().__dict__)  # the dicts and flags every Module keeps
+_MISSING = object()
 
 
 def apply(model: Deployment, changes, kept=None, address: str | None = None) -> None:
@@ -51,6 +58,10 @@ def apply(model: Deployment, changes, kept=None, address: str | None = None) -> 
                                kept or _late(model, address, path, name, at),
                                classes=True)
                   for name, data in (record.get("set") or {}).items()}
+        grown = {name: (start, unpack(data, _plain_or_elsewhere(path, name, at),
+                                      kept or _late(model, address, path, name, at),
+                                      classes=True))
+                 for name, (start, data) in (record.get("grown") or {}).items()}
         module = _module_at(model._local, path)
         if module is None:  # no longer here (the program replaced it meanwhile)
             continue
@@ -58,11 +69,19 @@ def apply(model: Deployment, changes, kept=None, address: str | None = None) -> 
         shared = getattr(d.get("_placement"), "shared", None)
         if shared is None and not (model._whole and module is model._local):
             continue  # a module whose forward runs here (a chain's root): not the worker's
+        in_place = record.get("in_place") or ()
         for name, value in values.items():
             if not _own(d, name):
-                d[name] = value
+                d[name] = _into(d.get(name), value) if name in in_place else value
                 if shared is not None:
                     shared.add(name)
+                    watch(model, module, name)
+        for name, (start, items) in grown.items():
+            if not _own(d, name):
+                _grow(d, name, start, items, path)
+                if shared is not None:
+                    shared.add(name)
+                    watch(model, module, name)
         for name in record.get("deleted") or ():
             if not _own(d, name):
                 d.pop(name, None)
@@ -72,6 +91,75 @@ def apply(model: Deployment, changes, kept=None, address: str | None = None) -> 
             if shared is not None:  # the worker's copy has it: a set by the program goes there
                 shared.add(name)
             _warn_once(model, module, path, name, what, at)
+
+
+def _into(mine, value):
+    """``value`` (a list or dict a worker changed in place) put into ``mine``, the program's
+    object for it here, keeping its identity and that of the lists and dicts inside it
+    where they stand in the same place; ``value`` itself where ``mine`` is of another
+    kind."""
+    if isinstance(mine, list) and isinstance(value, list):
+        old = list(mine)
+        mine[:] = [_into(a, b) for a, b in zip(old, value)] + value[len(old):]
+        return mine
+    if isinstance(mine, dict) and isinstance(value, dict):
+        old = dict(mine)
+        mine.clear()
+        mine.update({k: _into(old.get(k), v) for k, v in value.items()})
+        return mine
+    if type(mine) is tuple and type(value) is tuple and len(mine) == len(value):
+        return tuple(_into(a, b) for a, b in zip(mine, value))  # (the lists inside it)
+    return value
+
+
+def _grow(d: dict, name: str, start: int, items: list, path: str) -> None:
+    """The list at ``name`` grew on its worker from length ``start`` by ``items`` (told by a
+    hook event, then again by the answer: the same items from the same place)."""
+    mine = d.get(name)
+    if not isinstance(mine, list) or len(mine) < start:
+        have = (f"a list of {len(mine)}" if isinstance(mine, list)
+                else f"a {type(mine).__name__}")
+        raise RuntimeError(
+            f"{path or 'the model'}.{name}: the deployed module appended to this list on its "
+            f"worker, where it had {start} items, but here it is {have}: the program changed "
+            "it between the call and its answer, so the two no longer agree. Set it anew "
+            f"(module.{name} = [...]) rather than changing it in place while a call runs")
+    mine[start:] = items
+
+
+def watch(model: Deployment, module, name: str) -> None:
+    """Keep what the list or dict at ``module.name`` (one its worker's copy has too) holds
+    now, so that ``sync`` sees a change the program makes to it in place."""
+    watched = model.__dict__.setdefault("_held", {})
+    value = module.__dict__.get(name)
+    contents = held.contents(value) if isinstance(value, held.HOLDING) else None
+    if contents:
+        watched[(id(module), name)] = (module, name, value, contents)
+    else:
+        watched.pop((id(module), name), None)
+
+
+def sync(model: Deployment) -> None:
+    """Before a call: each list or dict that a placed module shares with its worker and
+    that the program changed in place here (``layer.maps.clear()``) goes there, as a set of
+    the attribute would (at the first call, every such attribute is taken note of)."""
+    watched = model.__dict__.get("_held")
+    if watched is None:
+        watched = model.__dict__["_held"] = {}
+        for _, module in model.__dict__.get("_placed_modules", ()):
+            shared = getattr(module.__dict__.get("_placement"), "shared", None)
+            for name in shared or ():
+                watch(model, module, name)
+    for key, (module, name, value, contents) in list(watched.items()):
+        d = module.__dict__
+        if d.get(name, _MISSING) is not value:  # set anew (which went there) or deleted
+            watch(model, module, name)
+            continue
+        if held.same(contents):
+            continue
+        placement = d.get("_placement")  # (set_attr watches it anew)
+        if placement is None or not placement.set_attr(module, name, value):
+            watched.pop(key, None)  # it stays here (a value that cannot travel: see set_attr)
 
 
 def apply_for(target, changes) -> None:

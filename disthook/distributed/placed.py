@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from disthook.autograd import grad_mode
-from disthook.distributed import async_calls, view_writes
+from disthook.distributed import async_calls, attr_changes, view_writes
 from disthook.distributed.hook_sync import sync_all, sync_hooks
 from disthook.distributed.parameters import (
     RemoteBuffer,
@@ -163,6 +163,7 @@ class PartPlacement(_Placed):
                 self._module_op("set_attr", name, pack(value))
                 object.__setattr__(module, name, value)
                 self.shared.add(name)
+                attr_changes.watch(self.deployment, module, name)  # (a list changed later)
                 self._mark(name, False)
                 return True
             self._mark(name, True)  # a function, say: the module's forward runs here now
