@@ -583,6 +583,7 @@ RemoteStorage.__hash__ = Tensor.__hash__  # __eq__ compares values; identity has
 RemoteParameter._grad_op = staticmethod(remote_grads.grad_op)
 RemoteParameter._zero_grads = staticmethod(remote_grads.zero_grads)
 RemoteParameter._optimizer_share = staticmethod(remote_grads.optimizer_share)
+RemoteParameter._optimizer_state = staticmethod(remote_grads.optimizer_state)
 RemoteParameter._grad_norms = staticmethod(remote_grads.grad_norms)
 RemoteParameter._scale_grads = staticmethod(remote_grads.scale_grads)
 RemoteParameter._clamp_grads = staticmethod(remote_grads.clamp_grads)

@@ -12,7 +12,8 @@ import numpy as np
 
 from disthook.tensor import Tensor
 
-__all__ = ["clamp_grads", "grad_norms", "grad_op", "optimizer_share", "scale_grads",
+__all__ = ["clamp_grads", "grad_norms", "grad_op", "optimizer_share", "optimizer_state",
+           "scale_grads",
            "zero_grads"]
 
 
@@ -71,6 +72,8 @@ def optimizer_share(optimizer, action: str, state: dict | None = None):
     parameter's state: {parameter: {key: value}}); "load" (``state``, the same shape,
     into the shares)."""
     out = {}
+    if action in ("step", "load"):  # what reads of its state fetched is old now
+        optimizer.__dict__.pop("_fetched_state", None)
     for model, calls in share_calls(optimizer, action):
         share_id = next(iter(calls.values()))["id"]
         if action == "step" and share_id in model._hub.made_shares:
@@ -100,6 +103,14 @@ def optimizer_share(optimizer, action: str, state: dict | None = None):
                         k: Tensor._make(np.array(v), None, 0) if isinstance(v, np.ndarray)
                         else v for k, v in value.items()}
     return out
+
+
+def optimizer_state(optimizer, local: dict):
+    """``optimizer.state`` reading its remote parameters' state in their workers' shares
+    (``optimizer_state.state_of``)."""
+    from disthook.distributed.optimizer_state import state_of
+
+    return state_of(optimizer, local)
 
 
 def share_calls(optimizer, action: str) -> list[tuple]:

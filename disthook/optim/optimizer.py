@@ -217,8 +217,10 @@ class Optimizer:
             param_group["param_names"] = names
 
         for param in tensors:
-            if _remote_kind(param) is not None:  # stepped where it lives
+            kind = _remote_kind(param)
+            if kind is not None:  # stepped where it lives, its state kept there
                 self._has_remote = True
+                self.state = kind._optimizer_state(self, self.state)
                 continue
             if not isinstance(param, Tensor):
                 raise TypeError("optimizer can only optimize Tensors, but one of the params is "
@@ -358,7 +360,8 @@ class Optimizer:
                 ids.setdefault(id(p), len(ids))
             packed["params"] = [ids[id(p)] for p in group["params"]]
             groups.append(packed)
-        state = {(ids[id(k)] if isinstance(k, Tensor) else k): v for k, v in self.state.items()}
+        state = {(ids[id(k)] if isinstance(k, Tensor) else k): v
+                 for k, v in dict.items(self.state)}  # (the workers' shares: below)
         remote = _remote_params(self)
         for kind in remote:  # fetched from the workers that hold it
             for p, value in kind._optimizer_share(self, "state").items():
@@ -413,6 +416,7 @@ class Optimizer:
         self.param_groups = new_groups
         for kind, params in _remote_params(self).items():  # to the workers that hold them
             kind._optimizer_share(self, "load", {p: remote[p] for p in params if p in remote})
+            self.state = kind._optimizer_state(self, state)
 
 
 def _check_hyperparameters(lr, eps=0.0, weight_decay=0.0, betas=None, **more) -> None:
