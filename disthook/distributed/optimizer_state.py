@@ -19,7 +19,7 @@ from collections.abc import MutableMapping
 import numpy as np
 
 from disthook.autograd import grad_mode
-from disthook.distributed.parameters import RemoteStorage, meta_array
+from disthook.distributed.parameters import RemoteBuffer, RemoteStorage, meta_array
 from disthook.tensor import Tensor
 
 __all__ = ["RemoteOptimizerState", "RemoteStateTensor", "forget", "state_of"]
@@ -174,10 +174,10 @@ class ParamState(MutableMapping):
         return repr(dict(self.items()))
 
 
-class RemoteStateTensor(RemoteStorage, Tensor):
+class RemoteStateTensor(RemoteBuffer):
     """A tensor of a parameter's optimizer state in its worker's share (``exp_avg``): its
     value is the worker's at each read; an in-place change is made here on that value and
-    loaded there."""
+    loaded there. Like a buffer's, it requires no grad and has no ``.grad``."""
 
     @classmethod
     def _of(cls, optimizer, p, key: str, value: Tensor) -> RemoteStateTensor:
@@ -201,23 +201,6 @@ class RemoteStateTensor(RemoteStorage, Tensor):
     @_data.setter
     def _data(self, value: np.ndarray) -> None:
         self._set_value(Tensor._make(np.asarray(value), None, 0), f"{self._path} = ...")
-
-    @property
-    def requires_grad(self) -> bool:
-        return False
-
-    @property
-    def _requires_grad(self) -> bool:
-        return False
-
-    @_requires_grad.setter
-    def _requires_grad(self, value: bool) -> None:
-        if value:
-            raise RuntimeError(f"{self._path} cannot require grad")
-
-    @property
-    def grad(self):
-        return None
 
     def _set_value(self, value: Tensor, what: str) -> None:
         if isinstance(value, RemoteStorage):
