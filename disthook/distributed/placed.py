@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from disthook.autograd import grad_mode
-from disthook.distributed import async_calls, attr_changes, view_writes
+from disthook.distributed import async_calls, attr_changes, state_entries
 from disthook.distributed.hook_sync import sync_all, sync_hooks
 from disthook.distributed.parameters import (
     RemoteBuffer,
@@ -257,8 +257,8 @@ class PartPlacement(_Placed):
         for name, t in own:
             if keep_vars:
                 destination[prefix + name] = t
-            elif isinstance(t, RemoteStorage):  # written in place: written on the worker
-                destination[prefix + name] = view_writes.state_copy(t, fetched[t._path])
+            elif isinstance(t, RemoteStorage):  # its storage: read from the worker, written
+                destination[prefix + name] = state_entries.entry(t, fetched[t._path])  # there
             else:
                 destination[prefix + name] = t.detach()
         if module._has_extra_state("get_extra_state"):
