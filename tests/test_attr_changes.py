@@ -116,3 +116,12 @@ def test_a_grown_list_is_told_by_each_hook_event_from_where_it_grew():
     part.maps.append(3)
     assert snap.changes(news=True)[0]["grown"] == {"maps": [1, {"list": [2, 3]}]}
     assert snap.changes()[0]["grown"] == {"maps": [1, {"list": [2, 3]}]}
+
+
+def test_a_tensor_attribute_changed_in_place_is_sent_whole():
+    part = Part()
+    part.seen = torch.zeros(1)
+    snap = attr_changes.snapshot(part, "p")
+    part.seen += 1
+    (change,) = snap.changes()
+    assert change["in_place"] == ["seen"] and change["set"]["seen"]["tensor"].tolist() == [1]

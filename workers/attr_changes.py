@@ -97,17 +97,17 @@ def _walk(module: Module, path: str, into: list) -> None:
             map(is_, last[0].values(), d.values())) and all(map(is_, last[0], d)):
         names = last[1]  # (every name and value as at the last snapshot: the usual case)
     else:
-        names = [k for k, v in before.items() if k not in _OWN and isinstance(v, held.HOLDING)]
+        names = [k for k, v in before.items() if k not in _OWN and isinstance(v, held.WATCHED)]
     _last[id(module)] = (before, names)
-    was = [(k, v, c) for k in names if (c := held.contents(v := before[k]))]
+    was = [(k, v, c) for k in names if (c := held.stamp(v := before[k])) is not None]
     into.append((path, module, before, was))
     for name, child in d["_modules"].items():
         if child is not None:
             _walk(child, f"{path}.{name}" if path else name, into)
 
 
-# id of a module -> (its __dict__ at its last snapshot, the names then holding a list, dict
-# or tuple): a module's names are looked through once, not at each call
+# id of a module -> (its __dict__ at its last snapshot, the names then holding a list, dict,
+# tuple or tensor): a module's names are looked through once, not at each call
 _last: dict[int, tuple] = {}
 
 
@@ -167,14 +167,15 @@ def merged(given: list | None, own: list | None) -> list | None:
 
 def _edited(after: dict, was: list) -> dict | None:
     """{name: the length its list had, where it only grew at its end; else None} for each
-    list or dict of ``was`` that is still the attribute's value and was changed in place."""
+    list, dict or tensor of ``was`` that is still the attribute's value and was changed in
+    place."""
     out = None
-    for name, value, contents in was:
-        if after.get(name, _MISSING) is not value or held.same(contents):
+    for name, value, stamp in was:
+        if after.get(name, _MISSING) is not value or held.unchanged(value, stamp):
             continue
         if out is None:
             out = {}
-        out[name] = held.grew_from(contents)
+        out[name] = None if type(stamp) is int else held.grew_from(stamp)
     return out
 
 

@@ -94,10 +94,10 @@ def apply(model: Deployment, changes, kept=None, address: str | None = None) -> 
 
 
 def _into(mine, value):
-    """``value`` (a list or dict a worker changed in place) put into ``mine``, the program's
-    object for it here, keeping its identity and that of the lists and dicts inside it
-    where they stand in the same place; ``value`` itself where ``mine`` is of another
-    kind."""
+    """``value`` (a list, dict or tensor a worker changed in place) put into ``mine``, the
+    program's object for it here, keeping its identity and that of the lists and dicts
+    inside it where they stand in the same place; ``value`` itself where ``mine`` is of
+    another kind."""
     if isinstance(mine, list) and isinstance(value, list):
         old = list(mine)
         mine[:] = [_into(a, b) for a, b in zip(old, value)] + value[len(old):]
@@ -109,6 +109,12 @@ def _into(mine, value):
         return mine
     if type(mine) is tuple and type(value) is tuple and len(mine) == len(value):
         return tuple(_into(a, b) for a, b in zip(mine, value))  # (the lists inside it)
+    if (type(mine) is Tensor and type(value) is Tensor and mine._grad_fn is None
+            and value._grad_fn is None and mine.shape == value.shape
+            and mine.dtype == value.dtype and mine._data.flags.writeable):
+        np.copyto(mine._data, value._data)  # (a tensor the module changed in place)
+        mine._vc[0] += 1
+        return mine
     return value
 
 
@@ -132,9 +138,9 @@ def watch(model: Deployment, module, name: str) -> None:
     now, so that ``sync`` sees a change the program makes to it in place."""
     watched = model.__dict__.setdefault("_held", {})
     value = module.__dict__.get(name)
-    contents = held.contents(value) if isinstance(value, held.HOLDING) else None
-    if contents:
-        watched[(id(module), name)] = (module, name, value, contents)
+    stamp = held.stamp(value) if isinstance(value, held.WATCHED) else None
+    if stamp is not None:
+        watched[(id(module), name)] = (module, name, value, stamp)
     else:
         watched.pop((id(module), name), None)
 
@@ -150,12 +156,12 @@ def sync(model: Deployment) -> None:
             shared = getattr(module.__dict__.get("_placement"), "shared", None)
             for name in shared or ():
                 watch(model, module, name)
-    for key, (module, name, value, contents) in list(watched.items()):
+    for key, (module, name, value, stamp) in list(watched.items()):
         d = module.__dict__
         if d.get(name, _MISSING) is not value:  # set anew (which went there) or deleted
             watch(model, module, name)
             continue
-        if held.same(contents):
+        if held.unchanged(value, stamp):
             continue
         placement = d.get("_placement")  # (set_attr watches it anew)
         if placement is None or not placement.set_attr(module, name, value):

@@ -167,6 +167,15 @@ class PartPlacement(_Placed):
                 self._mark(name, False)
                 return True
             self._mark(name, True)  # a function, say: the module's forward runs here now
+        elif ((value is None or type(value) in (bool, int, float, str))
+              and not self.deployment._hub.firing):
+            # a flag of the program's (model.apply(fn), a named_modules() walk), which the
+            # module's forward may read (getattr(self, name, default)): its worker's copy has
+            # it too (a hook's bookkeeping while a call runs stays here)
+            self._module_op("set_attr", name, value)
+            object.__setattr__(module, name, value)
+            self.shared.add(name)
+            return True
         return False  # the client's own (a new attribute, or one that cannot travel)
 
     def _recomputed(self, module: Module, name: str) -> None:

@@ -1,15 +1,34 @@
-"""What a list or dict holds, by identity, to tell later whether code changed it in place
-(``maps.append(attn)``, ``stats["n"] += 1``, ``cache[k] = v``): the same object after, so
-the name's identity says nothing. The worker diffs a placed module's attributes with it
+"""What a list or dict holds, by identity, and a tensor's version, to tell later whether
+code changed it in place (``maps.append(attn)``, ``stats["n"] += 1``, ``cache[k] = v``,
+``self.seen += 1``, ``mask[i] = 0``): the same object after, so the name's identity says
+nothing. The worker diffs a placed module's attributes with it
 (``workers/attr_changes.py``), the client the ones it shares with a worker
 (``disthook.distributed.attr_changes``)."""
 from __future__ import annotations
 
 from operator import is_
 
-__all__ = ["HOLDING", "contents", "grew_from", "same"]
+from disthook.tensor import Tensor
+
+__all__ = ["HOLDING", "WATCHED", "contents", "grew_from", "same", "stamp", "unchanged"]
 
 HOLDING = (list, dict, tuple)  # what may be or hold a container changed in place
+WATCHED = (list, dict, tuple, Tensor)  # what ``stamp`` takes note of
+
+
+def stamp(value):
+    """What tells later whether ``value`` was changed in place: a tensor's version, a
+    container's ``contents``; None where nothing in it can change (a tuple of numbers)."""
+    if isinstance(value, Tensor):
+        return value._version
+    return contents(value) or None
+
+
+def unchanged(value, was) -> bool:
+    """Whether ``value`` is as ``was`` (its ``stamp``) says it was."""
+    if type(was) is int:
+        return value._version == was
+    return same(was)
 
 
 def contents(value) -> list:
