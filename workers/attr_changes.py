@@ -93,11 +93,12 @@ def _walk(module: Module, path: str, into: list) -> None:
     d = module.__dict__
     before = d.copy()
     last = _last.get(id(module))
-    if last is not None and len(last[0]) == len(d) and all(
-            map(is_, last[0].values(), d.values())) and all(map(is_, last[0], d)):
+    if last is not None and len(last[0]) == len(d) and last[0].keys() == d.keys() and all(
+            map(is_, last[0].values(), d.values())):
         names = last[1]  # (every name and value as at the last snapshot: the usual case)
-    else:
-        names = [k for k, v in before.items() if k not in _OWN and isinstance(v, held.WATCHED)]
+    else:  # (a tuple of numbers, a kernel size, cannot change while it is the value)
+        names = [k for k, v in before.items() if k not in _OWN and isinstance(v, held.WATCHED)
+                 and (type(v) is not tuple or held.stamp(v) is not None)]
     _last[id(module)] = (before, names)
     was = [(k, v, c) for k in names if (c := held.stamp(v := before[k])) is not None]
     into.append((path, module, before, was))
