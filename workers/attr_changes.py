@@ -16,13 +16,14 @@ parameters, buffers, children, hook dicts, ``training``) has its own paths and i
 from __future__ import annotations
 
 import contextlib
+import weakref
 from operator import is_
 
 from disthook.nn.modules.module import Module
 from disthook.service import held
 from disthook.service.values import opaque_in, pack
 
-__all__ = ["Snapshot", "WithGraph", "merged", "seen", "snapshot", "watching"]
+__all__ = ["Snapshot", "WithGraph", "forget", "merged", "seen", "snapshot", "watching"]
 
 _OWN = frozenset(Module().__dict__)  # the dicts and flags every Module keeps for itself
 _MISSING = object()
@@ -64,6 +65,8 @@ class Snapshot:
                 rebound = [k for k in rebound if k not in _OWN]
             if news:
                 rebound, gone = self._untold(path, after, rebound, gone)
+            if rebound or gone:
+                _names.pop(id(module), None)  # (which names hold what may have changed)
             if rebound or gone or edited:
                 if out is None:
                     out = []
@@ -92,24 +95,31 @@ def snapshot(module: Module, path: str) -> Snapshot:
 def _walk(module: Module, path: str, into: list) -> None:
     d = module.__dict__
     before = d.copy()
-    last = _last.get(id(module))
-    if last is not None and len(last[0]) == len(d) and last[0].keys() == d.keys() and all(
-            map(is_, last[0].values(), d.values())):
-        names = last[1]  # (every name and value as at the last snapshot: the usual case)
+    known = _names.get(id(module))
+    if known is not None and known[0]() is module:
+        names = known[1]
     else:  # (a tuple of numbers, a kernel size, cannot change while it is the value)
         names = [k for k, v in before.items() if k not in _OWN and isinstance(v, held.WATCHED)
                  and (type(v) is not tuple or held.stamp(v) is not None)]
-    _last[id(module)] = (before, names)
-    was = [(k, v, c) for k in names if (c := held.stamp(v := before[k])) is not None]
+        _names[id(module)] = (weakref.ref(module), names)
+    was = [(k, v, c) for k in names
+           if (v := before.get(k, _MISSING)) is not _MISSING and (c := held.stamp(v)) is not None]
     into.append((path, module, before, was))
     for name, child in d["_modules"].items():
         if child is not None:
             _walk(child, f"{path}.{name}" if path else name, into)
 
 
-# id of a module -> (its __dict__ at its last snapshot, the names then holding a list, dict,
-# tuple or tensor): a module's names are looked through once, not at each call
-_last: dict[int, tuple] = {}
+# id of a module -> (a weak reference to it, the names of its attributes that may change in
+# place: lists, dicts, tensors, tuples holding a list or dict), looked through once: a pass
+# that sets, rebinds or deletes one of its attributes, or a client's module_op (``forget``),
+# has them looked through again
+_names: dict[int, tuple] = {}
+
+
+def forget(module: Module) -> None:
+    """``module``'s attributes were changed outside a pass (a client's ``module_op``)."""
+    _names.pop(id(module), None)
 
 
 class WithGraph:

@@ -9,6 +9,7 @@ import disthook
 from disthook import wire
 from disthook.service.loop import NO_REPLY
 from disthook.service.values import unpack
+from workers import attr_changes
 from workers.versions import note_pins, note_write
 
 __all__ = ["ParamHandlers"]
@@ -73,6 +74,7 @@ class ParamHandlers:
             module.train(value)
         else:
             delattr(module, name)
+        attr_changes.forget(module)  # its attributes changed outside a pass
         st.versions.reset()  # a buffer may have come or gone
 
     def on_grad_op(self, job):
