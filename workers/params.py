@@ -171,9 +171,8 @@ class ParamHandlers:
                 opt = cls([{**g.hyper, "params": [params[n] for n in g.params]}
                            for g in groups], **_accepted(cls, spec["kwargs"]))
             st.optimizers[(client, spec["id"])] = opt
-        elif groups is not None:  # the groups' hyperparameters now (a scheduler moves lr)
-            for mine, given in zip(opt.param_groups, groups):
-                mine.update(given.hyper)
+        elif groups is not None:  # the groups as they are now (a scheduler moves lr)
+            _follow_groups(opt, groups, st.module)
         if spec["action"] == "step":
             opt.step()
         elif spec["action"] == "zero_grad":
@@ -285,6 +284,24 @@ def _accepted(cls: type, kwargs: dict) -> dict:
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return dict(kwargs)
     return {k: v for k, v in kwargs.items() if k in params and k not in ("self", "params")}
+
+
+def _follow_groups(opt, groups, module) -> None:
+    """The share's param groups as the client's are now: their hyperparameters, and the
+    groups the client added since the share was made (``add_param_group``: progressive
+    unfreezing), which it steps from now on."""
+    for mine, given in zip(opt.param_groups, groups):
+        if len(mine["params"]) != len(given.params):
+            raise ValueError(
+                f"param group {given.index} of the optimizer holds {len(given.params)} of "
+                f"this stage's parameters, where its first step had {len(mine['params'])}: a "
+                "group's parameters cannot change after the first step here; add a new group "
+                "with add_param_group(), or make the optimizer again")
+        mine.update(given.hyper)
+    if len(groups) > len(opt.param_groups):
+        params = dict(module.named_parameters())
+        for given in groups[len(opt.param_groups):]:
+            opt.add_param_group({**given.hyper, "params": [params[n] for n in given.params]})
 
 
 def _optimizer_class(name: str) -> type:
