@@ -67,6 +67,8 @@ class ParamHandlers:
             setattr(module, name, value)
         elif msg["op"] == "convert":
             _convert(module, value)
+        elif msg["op"] == "extend_attr":
+            _extend(module, msg["path"], name, value)
         elif msg["op"] == "train":
             if not isinstance(value, bool):
                 raise ValueError(f"train of {msg['path']!r}: the mode must be a bool, got "
@@ -284,6 +286,19 @@ def _accepted(cls: type, kwargs: dict) -> dict:
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return dict(kwargs)
     return {k: v for k, v in kwargs.items() if k in params and k not in ("self", "params")}
+
+
+def _extend(module, path: str, name: str, value) -> None:
+    """The list ``module.name`` grown at its end by the client's program (``value``: [its
+    length before, the items]), as the client has it."""
+    start, items = value if isinstance(value, list) and len(value) == 2 else (None, None)
+    have = module.__dict__.get(name)
+    if not isinstance(start, int) or not isinstance(items, list) or not isinstance(
+            have, list) or len(have) != start:
+        raise ValueError(f"extend {path}.{name}: the client's list grew from {start!r} items; "
+                         f"here it is {type(have).__name__} "
+                         f"{len(have) if isinstance(have, list) else ''}".rstrip())
+    have.extend(items)
 
 
 def _follow_groups(opt, groups, module) -> None:

@@ -28,7 +28,7 @@ from disthook.autograd.graph import Node
 from disthook.distributed import remote_values
 from disthook.nn.modules.module import Module
 from disthook.service import held
-from disthook.service.values import unpack
+from disthook.service.values import opaque_in, unpack
 from disthook.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -164,6 +164,11 @@ def sync(model: Deployment) -> None:
         if held.unchanged(value, stamp):
             continue
         placement = d.get("_placement")  # (set_attr watches it anew)
+        start = None if type(stamp) is int else held.grew_from(stamp)
+        if start is not None and placement is not None and opaque_in(value[start:]) is None:
+            placement.extend_attr(name, start, value[start:])  # (only what it grew by)
+            watch(model, module, name)
+            continue
         if placement is None or not placement.set_attr(module, name, value):
             watched.pop(key, None)  # it stays here (a value that cannot travel: see set_attr)
 

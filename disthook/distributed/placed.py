@@ -178,6 +178,10 @@ class PartPlacement(_Placed):
             return True
         return False  # the client's own (a new attribute, or one that cannot travel)
 
+    def extend_attr(self, name: str, start: int, items: list) -> None:
+        """The list ``name`` the worker's copy shares grew here from ``start`` items."""
+        self._module_op("extend_attr", name, pack([start, items]))
+
     def _recomputed(self, module: Module, name: str) -> None:
         """``name`` is set here to a tensor with a graph (a reparametrization's forward
         pre-hook: weight_norm, spectral_norm, pruning), which cannot go to the worker with

@@ -81,3 +81,50 @@ def test_lists_and_dicts_changed_in_place_on_either_side(cluster, make):
     assert want[2][0] == 3 and want[3][1] == 1
     for w, g in zip(want, got):
         np.testing.assert_equal(g, w)
+
+
+class Counted(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin, self.feats = nn.Linear(16, 16), []
+
+    def forward(self, x):
+        return self.lin(x) * (1 + len(self.feats))
+
+
+class Two(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = Counted(), Counted()
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+
+def hooked(model, stats=None):
+    model.a.register_forward_hook(lambda m, i, o: m.feats.append(o.detach()))
+    x = torch.randn(8, 16)
+    outs, sent = [], []
+    for _ in range(4):
+        outs.append(model(x).detach().numpy())
+        if stats is not None:
+            sent.append(stats()["bytes_to_workers"])
+    return outs, len(model.a.feats), sent
+
+
+def test_a_list_a_client_hook_grows_goes_to_the_worker_by_its_new_items(cluster):
+    """A client hook appends the part's output to a list the part was deployed with, which
+    its forward reads: the worker's list grows by the items appended, no more (the bytes
+    sent per call stay the same as the list grows)."""
+    torch.manual_seed(0)
+    want = hooked(Two())
+    torch.manual_seed(0)
+    model = cluster.deploy(Two(), stages=2)
+    try:
+        got = hooked(model, model.stats)
+    finally:
+        model.close()
+    np.testing.assert_allclose(np.array(got[0]), np.array(want[0]), rtol=1e-5)
+    assert got[1] == want[1] == 4
+    per_call = np.diff(got[2])
+    assert per_call.max() - per_call.min() < 200, per_call
