@@ -166,6 +166,8 @@ def _hyperparameter(name: str, value):
     """A hyperparameter as it travels: numbers, bools, strings, None, and lists of them."""
     if value is None or type(value) in (bool, int, float, str):
         return value
+    if isinstance(value, (np.bool_, np.integer, np.floating)):  # (a schedule using np.cos)
+        return value.item()
     if isinstance(value, (tuple, list)) and all(
             v is None or type(v) in (bool, int, float, str) for v in value):
         return list(value)

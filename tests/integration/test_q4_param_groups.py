@@ -67,3 +67,32 @@ def test_a_group_whose_parameters_change_after_the_first_step_is_refused(cluster
             train(model, opt, steps=2)
     finally:
         model.close()
+
+
+def cosine(model):
+    """A hand-written schedule computing lr and weight_decay with numpy (np.float64,
+    np.float32), as training scripts do."""
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    torch.manual_seed(1)
+    x, y = torch.randn(8, 4), torch.randn(8, 2)
+    for i in range(3):
+        for g in opt.param_groups:
+            g["lr"] = 0.01 * 0.5 * (1 + np.cos(np.pi * i / 3))
+            g["weight_decay"] = np.float32(0.01)
+        opt.zero_grad()
+        ((model(x) - y) ** 2).mean().backward()
+        opt.step()
+    return [p.detach().numpy().copy() for p in model.parameters()]
+
+
+def test_hyperparameters_computed_with_numpy(cluster):
+    torch.manual_seed(0)
+    want = cosine(Net())
+    torch.manual_seed(0)
+    model = cluster.deploy(Net(), stages=2)
+    try:
+        got = cosine(model)
+    finally:
+        model.close()
+    for w, g in zip(want, got):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-8)
