@@ -168,9 +168,11 @@ def _hyperparameter(name: str, value):
         return value
     if isinstance(value, (np.bool_, np.integer, np.floating)):  # (a schedule using np.cos)
         return value.item()
-    if isinstance(value, (tuple, list)) and all(
-            v is None or type(v) in (bool, int, float, str) for v in value):
-        return list(value)
+    if isinstance(value, (tuple, list)):
+        items = [v.item() if isinstance(v, (np.bool_, np.integer, np.floating)) else v
+                 for v in value]
+        if all(v is None or type(v) in (bool, int, float, str) for v in items):
+            return items
     if isinstance(value, Tensor) and value.numel() == 1:
         return value.item()
     raise TypeError(f"the optimizer's {name!r} is a {type(value).__name__}; the workers that "

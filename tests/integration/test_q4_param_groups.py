@@ -79,6 +79,7 @@ def cosine(model):
         for g in opt.param_groups:
             g["lr"] = 0.01 * 0.5 * (1 + np.cos(np.pi * i / 3))
             g["weight_decay"] = np.float32(0.01)
+            g["betas"] = (np.float64(0.9), 0.99)
         opt.zero_grad()
         ((model(x) - y) ** 2).mean().backward()
         opt.step()
