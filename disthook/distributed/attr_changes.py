@@ -134,8 +134,8 @@ def _grow(d: dict, name: str, start: int, items: list, path: str) -> None:
 
 
 def watch(model: Deployment, module, name: str) -> None:
-    """Keep what the list or dict at ``module.name`` (one its worker's copy has too) holds
-    now, so that ``sync`` sees a change the program makes to it in place."""
+    """Keep what the list, dict or tensor at ``module.name`` (one its worker's copy has
+    too) holds now, so that ``sync`` sees a change the program makes to it in place."""
     watched = model.__dict__.setdefault("_held", {})
     value = module.__dict__.get(name)
     stamp = held.stamp(value) if isinstance(value, held.WATCHED) else None
@@ -146,12 +146,13 @@ def watch(model: Deployment, module, name: str) -> None:
 
 
 def sync(model: Deployment) -> None:
-    """Before a call: each list or dict that a placed module shares with its worker and
-    that the program changed in place here (``layer.maps.clear()``) goes there, as a set of
-    the attribute would (at the first call, every such attribute is taken note of)."""
-    watched = model.__dict__.get("_held")
-    if watched is None:
-        watched = model.__dict__["_held"] = {}
+    """Before a call: each list, dict or tensor that a placed module shares with its worker
+    and that the program changed in place here (``layer.maps.clear()``, ``mask[i] = 0``)
+    goes there, as a set of the attribute would, or for a list that only grew, the items it
+    grew by (at the first call, every such attribute is taken note of)."""
+    watched = model.__dict__.setdefault("_held", {})
+    if not model.__dict__.get("_held_noted"):
+        model.__dict__["_held_noted"] = True
         for _, module in model.__dict__.get("_placed_modules", ()):
             shared = getattr(module.__dict__.get("_placement"), "shared", None)
             for name in shared or ():
