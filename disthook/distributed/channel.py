@@ -122,7 +122,7 @@ class _Hub(Releases, HookServer):
         # requests whose exchange waits below the one under way (a hook of ours that asks
         # the workers something while its call waits), and their answers that came first
         self._outer: set[int] = set()
-        self.issued = 0  # messages the program sent or had held for sending (state_entries)
+        self.issued = 0  # messages the program sent, held or deferred (state_entries)
         self.writes = 0  # writes asked for (weights, module attributes): a hook that made one
         # changed what the pass it fired in computes (client_hooks)
         self._early: dict[int, wire.Message] = {}
@@ -491,6 +491,7 @@ class _Hub(Releases, HookServer):
         before any other request); each copy is numbered, so that a stage that ran it runs
         it once only, however often it is sent."""
         number = next(_call_numbers)
+        self.issued += 1  # (sent later, but the program's from now on)
         self.pending_optimizer.append({address: {**spec, "call": number}
                                        for address, spec in calls.items()})
 

@@ -18,8 +18,8 @@ from collections.abc import MutableMapping
 
 import numpy as np
 
-from disthook.autograd import grad_mode
-from disthook.distributed.parameters import RemoteBuffer, RemoteStorage, meta_array
+from disthook.distributed.parameters import RemoteStorage, meta_array
+from disthook.distributed.state_entries import WrittenWhole
 from disthook.tensor import Tensor
 
 __all__ = ["RemoteOptimizerState", "RemoteStateTensor", "forget", "state_of"]
@@ -174,7 +174,7 @@ class ParamState(MutableMapping):
         return repr(dict(self.items()))
 
 
-class RemoteStateTensor(RemoteBuffer):
+class RemoteStateTensor(WrittenWhole):
     """A tensor of a parameter's optimizer state in its worker's share (``exp_avg``): its
     value is the worker's at each read; an in-place change is made here on that value and
     loaded there. Like a buffer's, it requires no grad and has no ``.grad``."""
@@ -193,7 +193,7 @@ class RemoteStateTensor(RemoteBuffer):
         value = _fetched(self._optimizer).get(self._param, {}).get(self._key)
         if value is None:
             raise KeyError(f"{self._path} is no longer there: the optimizer's state of "
-                               "that parameter was loaded or deleted since it was read")
+                           "that parameter was loaded or deleted since it was read")
         arr = np.array(value._data)
         arr.flags.writeable = False
         return arr
@@ -211,16 +211,3 @@ class RemoteStateTensor(RemoteBuffer):
         new = Tensor._make(value.detach()._data.astype(_SLOT_DATA.__get__(self).dtype), None, 0)
         key = self._key
         _write(self._optimizer, self._param, lambda mine: mine.__setitem__(key, new))
-
-    def _inplace(self, op: str, args: tuple, kwargs: dict):
-        args = tuple(a.detach() if isinstance(a, RemoteStorage) else a for a in args)
-        kwargs = {k: a.detach() if isinstance(a, RemoteStorage) else a
-                  for k, a in kwargs.items()}
-        value = Tensor._make(np.array(self._data), None, 0)
-        with grad_mode.no_grad():
-            getattr(value, op)(*args, **kwargs)
-        self._set_value(value, f"{self._path}.{op}()")
-        return self
-
-    def __repr__(self) -> str:
-        return repr(self.detach())

@@ -5,30 +5,61 @@ model.state_dict(); own[name].copy_(param)``). Here an entry is a tensor whose s
 the deployed one's, as the tensor's ``.data`` is: it reads the worker's value (the value
 read with the state dict, until the program sends the workers anything, which may change
 it) and its in-place changes, through views too, run there. Once the model is closed it
-shares the memory of the tensor brought back, as in one process."""
+shares the memory of the tensor brought back, as in one process.
+
+A parameter's ``.grad`` is such a tensor too (``GradEntry``): a kept ``g = p.grad`` reads
+what a later backward added to the gradient, or ``zero_grad(set_to_none=False)`` zeroed,
+and its in-place writes change the gradient there; once the gradient is set to None or
+replaced (``zero_grad()``, ``p.grad = t``), ``g`` keeps the value it had then, as a plain
+tensor, as one process's does."""
 from __future__ import annotations
 
 import weakref
 
 import numpy as np
 
+from disthook.autograd import grad_mode
+from disthook.distributed import remote_grads
 from disthook.distributed.parameters import RemoteBuffer, RemoteStorage, meta_array
 from disthook.tensor import Tensor
 
-__all__ = ["StateEntry", "entry"]
+__all__ = ["GradEntry", "StateEntry", "WrittenWhole", "entry", "freeze_grads", "grad_entry"]
 
 _SLOT_DATA = Tensor.__dict__["_data"]
 
 
 def entry(t: RemoteStorage, value: np.ndarray) -> StateEntry:
     """The entry of the placed tensor ``t``, whose value read from its worker is ``value``."""
+    return _made(StateEntry, t, value)
+
+
+def _made(cls: type, t: RemoteStorage, value: np.ndarray):
+    """A ``cls`` standing for ``t`` (or its gradient), read now as ``value``."""
     held = np.array(value)
     held.flags.writeable = False
     e = Tensor._make(meta_array(held), None, 0)
-    e.__class__ = StateEntry
+    e.__class__ = cls
     e.__dict__.update(_model=t._model, _path=t._path, _is_data=True, _of=weakref.ref(t),
                       _held=(t._model._hub.issued, held))
     return e
+
+
+class WrittenWhole(RemoteBuffer):
+    """A tensor whose storage is elsewhere and takes only whole values: an in-place change
+    is made here on its value, which ``_set_value`` then writes there."""
+
+    def _inplace(self, op: str, args: tuple, kwargs: dict):
+        args = tuple(a.detach() if isinstance(a, RemoteStorage) else a for a in args)
+        kwargs = {k: a.detach() if isinstance(a, RemoteStorage) else a
+                  for k, a in kwargs.items()}
+        value = Tensor._make(np.array(self._data), None, 0)
+        with grad_mode.no_grad():
+            getattr(value, op)(*args, **kwargs)
+        self._set_value(value, f"{self._path}.{op}()")
+        return self
+
+    def __repr__(self) -> str:
+        return repr(self.detach())
 
 
 class StateEntry(RemoteBuffer):
@@ -73,3 +104,77 @@ class StateEntry(RemoteBuffer):
 
     def __repr__(self) -> str:
         return repr(self.detach())
+
+
+def grad_entry(p, value: np.ndarray) -> GradEntry:
+    """The ``.grad`` of the placed parameter ``p``, whose value read from its worker is
+    ``value``."""
+    e = _made(GradEntry, p, value)
+    p._model.__dict__.setdefault("_grad_entries", weakref.WeakValueDictionary())[id(e)] = e
+    return e
+
+
+def freeze_grads(params: list) -> None:
+    """The gradients of ``params`` are about to be set to None or replaced on their workers:
+    each ``GradEntry`` of them the program still holds becomes a plain tensor with the value
+    the gradient has now (one request per worker, only where there are such tensors)."""
+    wanted = {id(p) for p in params}
+    entries = [e for model in {id(p._model): p._model for p in params}.values()
+               for e in list(model.__dict__.get("_grad_entries", {}).values())
+               if id(e._of()) in wanted]
+    if not entries:
+        return
+    asked: dict = {}
+    for e in entries:
+        asked.setdefault((e._model, e._model._owner(e._path)), set()).add(e._path)
+    grads: dict = {}
+    for (model, address), names in asked.items():
+        reply = model._hub.request(address, "get_state", {"names": sorted(names)},
+                                   what="the gradients kept as p.grad")
+        grads.update({(model, k): v for k, v in reply["result"]["grads"].items()})
+    for e in entries:
+        value = grads.get((e._model, e._path))
+        value = np.array(e._held[1] if value is None else value)
+        e._model.__dict__["_grad_entries"].pop(id(e), None)
+        e.__class__ = Tensor
+        for name in ("_model", "_path", "_is_data", "_of", "_held"):
+            e.__dict__.pop(name, None)
+        _SLOT_DATA.__set__(e, value)
+
+
+class GradEntry(WrittenWhole):
+    """A placed parameter's ``.grad`` (see the module's doc): like a buffer, it requires no
+    grad."""
+
+    @property
+    def _data(self) -> np.ndarray:
+        issued, held = self._held
+        hub = self._model._hub
+        if issued != hub.issued:  # the workers were sent something since: read it again
+            value = self._model._states(names=[self._path])["grads"].get(self._path)
+            if value is None:
+                raise RuntimeError(
+                    f"this tensor was the gradient of {self._path}, which its worker has "
+                    "since set to None in a way the client did not see, so the value it "
+                    "had then is not known here: read the parameter's .grad again")
+            held = np.array(value)
+            held.flags.writeable = False
+            self.__dict__["_held"] = (hub.issued, held)
+        return held
+
+    @_data.setter
+    def _data(self, value: np.ndarray) -> None:
+        self._set_value(Tensor._make(np.asarray(value), None, 0), f"{self._path}.grad = ...")
+
+    def _set_value(self, value: Tensor, what: str) -> None:
+        if isinstance(value, RemoteStorage):
+            value = value.detach()
+        if value.shape != self.shape:
+            raise RuntimeError(f"attempting to assign a gradient of size "
+                               f"'{list(value.shape)}' to a tensor of size "
+                               f"'{list(self.shape)}'. Please ensure that the gradient "
+                               "and the tensor are the same size")
+        new = np.array(value.detach()._data, dtype=_SLOT_DATA.__get__(self).dtype)
+        remote_grads.grad_op([self._of()], "set", grads=[new])
+        new.flags.writeable = False
+        self.__dict__["_held"] = (self._model._hub.issued, new)
