@@ -96,3 +96,28 @@ def test_a_held_state_dict_sees_training_and_the_model_closed(cluster):
     assert want[0][1] is True
     for w, g in zip(want, got):
         assert g == w
+
+
+def steps(model):
+    """A held state dict read right after an optimizer step that rides with the model's
+    next call (each step after the first): it shows the step."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    sd, seen = model.state_dict(), []
+    for _ in range(3):
+        model(torch.ones(2, 4)).sum().backward()
+        seen.append(r(sd["b.bias"]))
+        opt.step()
+        seen.append(r(sd["b.bias"]))
+    return seen
+
+
+def test_a_held_state_dict_shows_a_step_not_sent_yet(cluster):
+    torch.manual_seed(0)
+    want = steps(Net())
+    torch.manual_seed(0)
+    model = cluster.deploy(Net(), stages=2)
+    try:
+        got = steps(model)
+    finally:
+        model.close()
+    assert got == want
