@@ -27,15 +27,33 @@ __all__ = ["RemoteOptimizerState", "RemoteStateTensor", "forget", "state_of"]
 _SLOT_DATA = Tensor.__dict__["_data"]
 
 
-def state_of(optimizer, local: dict) -> RemoteOptimizerState:
+def state_of(optimizer, local, replace: bool = False) -> RemoteOptimizerState:
     """``local`` (the optimizer's own state) with the remote parameters' state read from
-    their workers."""
-    if isinstance(local, RemoteOptimizerState):
+    their workers. ``replace``: the program assigned ``local`` as the optimizer's state
+    (``opt.state = defaultdict(dict)``, a reset): the workers' shares take what it holds
+    for their parameters (nothing, for a reset)."""
+    if isinstance(local, RemoteOptimizerState) and not replace:
         return local
     state = RemoteOptimizerState(dict)
-    dict.update(state, local)
     state._optimizer = optimizer
+    remote = {}
+    for p, value in list(local.items()):
+        if _stepped_there(optimizer, p):
+            remote[p] = dict(value)
+        else:
+            dict.__setitem__(state, p, value)
+    if replace:
+        _load(optimizer, remote)
     return state
+
+
+def _load(optimizer, state: dict) -> None:
+    """The workers' shares hold ``state`` ({parameter: {key: value}}) and nothing else."""
+    from disthook.optim.optimizer import _remote_params
+
+    for kind in _remote_params(optimizer):
+        kind._optimizer_share(optimizer, "load", state)
+    forget(optimizer)
 
 
 def forget(optimizer) -> None:
@@ -65,16 +83,12 @@ def _stepped_there(optimizer, p) -> bool:
 
 def _write(optimizer, p, change) -> None:
     """``change(state of p)`` made in the worker's share: its whole state loaded again."""
-    from disthook.optim.optimizer import _remote_params
-
     state = {q: dict(v) for q, v in _fetched(optimizer).items()}
     mine = state.setdefault(p, {})
     change(mine)
     if not mine:
         del state[p]
-    for kind in _remote_params(optimizer):
-        kind._optimizer_share(optimizer, "load", state)
-    forget(optimizer)
+    _load(optimizer, state)
 
 
 class RemoteOptimizerState(defaultdict):
@@ -103,6 +117,31 @@ class RemoteOptimizerState(defaultdict):
             _write(opt, p, dict.clear)
             return
         super().__delitem__(p)
+
+    def clear(self) -> None:
+        dict.clear(self)
+        opt = self.__dict__.get("_optimizer")
+        if opt is not None and _fetched(opt):
+            _load(opt, {})
+
+    def pop(self, p, *default):
+        if p not in self:
+            if default:
+                return default[0]
+            raise KeyError(p)
+        value = self[p]
+        value = dict(value) if isinstance(value, ParamState) else value
+        del self[p]
+        return value
+
+    def setdefault(self, p, default=None):
+        if p not in self:
+            self[p] = {} if default is None else default
+        return self[p]
+
+    def update(self, other=(), **kwargs) -> None:
+        for p, value in dict(other, **kwargs).items():
+            self[p] = value
 
     def _remote(self) -> dict:
         opt = self.__dict__.get("_optimizer")

@@ -109,12 +109,12 @@ def optimizer_share(optimizer, action: str, state: dict | None = None):
     return out
 
 
-def optimizer_state(optimizer, local: dict):
+def optimizer_state(optimizer, local, replace: bool = False):
     """``optimizer.state`` reading its remote parameters' state in their workers' shares
     (``optimizer_state.state_of``)."""
     from disthook.distributed.optimizer_state import state_of
 
-    return state_of(optimizer, local)
+    return state_of(optimizer, local, replace)
 
 
 def share_calls(optimizer, action: str) -> list[tuple]:

@@ -93,3 +93,46 @@ def test_optimizer_state_read_and_written_on_the_workers(cluster):
     assert want[2][1] is True and want[-1] == ("deleted", 3, False)
     for w, g in zip(want, got):
         assert g == w
+
+
+def resets(model):
+    """A held opt.state_dict() shows later steps (its tensors are the optimizer's state, as
+    in one process); a reset of the state (opt.state = defaultdict(dict), as warm restarts
+    do, or opt.state.clear()) resets it on the workers too."""
+    from collections import defaultdict
+
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    x, y = torch.randn(8, 4), torch.randn(8, 2)
+    out = []
+
+    def step():
+        opt.zero_grad()
+        ((model(x) - y) ** 2).mean().backward()
+        opt.step()
+
+    step()
+    step()
+    osd = opt.state_dict()
+    first = r(osd["state"][0]["exp_avg"])
+    step()
+    out.append(("held state_dict", first != r(osd["state"][0]["exp_avg"])))
+    opt.state = defaultdict(dict)
+    step()
+    out.append(("assigned", r(model.a.bias), r(opt.state[model.a.bias]["step"])))
+    opt.state.clear()
+    step()
+    out.append(("cleared", r(model.a.bias), len(opt.state)))
+    return out
+
+
+def test_a_held_state_dict_and_resets_of_the_state(cluster):
+    torch.manual_seed(0)
+    want = resets(Net())
+    torch.manual_seed(0)
+    model = cluster.deploy(Net(), stages=2)
+    try:
+        got = resets(model)
+    finally:
+        model.close()
+    assert want[0][1] is True and want[1][2] == 1.0
+    assert got == want
