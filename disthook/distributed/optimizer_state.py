@@ -227,8 +227,7 @@ class RemoteStateTensor(WrittenWhole):
                           _model=p._model)
         return t
 
-    @property
-    def _data(self) -> np.ndarray:
+    def _read(self) -> np.ndarray:
         value = _fetched(self._optimizer).get(self._param, {}).get(self._key)
         if value is None:
             raise KeyError(f"{self._path} is no longer there: the optimizer's state of "
@@ -237,16 +236,6 @@ class RemoteStateTensor(WrittenWhole):
         arr.flags.writeable = False
         return arr
 
-    @_data.setter
-    def _data(self, value: np.ndarray) -> None:
-        self._set_value(Tensor._make(np.asarray(value), None, 0), f"{self._path} = ...")
-
-    def _set_value(self, value: Tensor, what: str) -> None:
-        if isinstance(value, RemoteStorage):
-            value = value.detach()
-        if value.shape != self.shape:
-            raise RuntimeError(f"{self._path} keeps its shape {list(self.shape)}; the new "
-                               f"value is {list(value.shape)}")
-        new = Tensor._make(value.detach()._data.astype(_SLOT_DATA.__get__(self).dtype), None, 0)
-        key = self._key
-        _write(self._optimizer, self._param, lambda mine: mine.__setitem__(key, new))
+    def _write(self, new: np.ndarray) -> None:
+        key, value = self._key, Tensor._make(new, None, 0)
+        _write(self._optimizer, self._param, lambda mine: mine.__setitem__(key, value))

@@ -46,7 +46,24 @@ def _made(cls: type, t: RemoteStorage, value: np.ndarray):
 
 class WrittenWhole(RemoteBuffer):
     """A tensor whose storage is elsewhere and takes only whole values: an in-place change
-    is made here on its value, which ``_set_value`` then writes there."""
+    is made here on its value, which ``_write(array)`` writes there; ``_read()`` gives the
+    value (both the subclass's)."""
+
+    @property
+    def _data(self) -> np.ndarray:
+        return self._read()
+
+    @_data.setter
+    def _data(self, value: np.ndarray) -> None:
+        self._set_value(Tensor._make(np.asarray(value), None, 0), f"{self._path} = ...")
+
+    def _set_value(self, value: Tensor, what: str) -> None:
+        if isinstance(value, RemoteStorage):
+            value = value.detach()
+        if value.shape != self.shape:
+            raise RuntimeError(f"{what}: a tensor of size {list(self.shape)} takes a value of "
+                               f"that size, not {list(value.shape)}")
+        self._write(np.array(value.detach()._data, dtype=_SLOT_DATA.__get__(self).dtype))
 
     def _inplace(self, op: str, args: tuple, kwargs: dict):
         args = tuple(a.detach() if isinstance(a, RemoteStorage) else a for a in args)
@@ -146,8 +163,7 @@ class GradEntry(WrittenWhole):
     """A placed parameter's ``.grad`` (see the module's doc): like a buffer, it requires no
     grad."""
 
-    @property
-    def _data(self) -> np.ndarray:
+    def _read(self) -> np.ndarray:
         issued, held = self._held
         hub = self._model._hub
         if issued != hub.issued:  # the workers were sent something since: read it again
@@ -162,19 +178,7 @@ class GradEntry(WrittenWhole):
             self.__dict__["_held"] = (hub.issued, held)
         return held
 
-    @_data.setter
-    def _data(self, value: np.ndarray) -> None:
-        self._set_value(Tensor._make(np.asarray(value), None, 0), f"{self._path}.grad = ...")
-
-    def _set_value(self, value: Tensor, what: str) -> None:
-        if isinstance(value, RemoteStorage):
-            value = value.detach()
-        if value.shape != self.shape:
-            raise RuntimeError(f"attempting to assign a gradient of size "
-                               f"'{list(value.shape)}' to a tensor of size "
-                               f"'{list(self.shape)}'. Please ensure that the gradient "
-                               "and the tensor are the same size")
-        new = np.array(value.detach()._data, dtype=_SLOT_DATA.__get__(self).dtype)
+    def _write(self, new: np.ndarray) -> None:
         remote_grads.grad_op([self._of()], "set", grads=[new])
         new.flags.writeable = False
         self.__dict__["_held"] = (self._model._hub.issued, new)
