@@ -99,7 +99,18 @@ class Limits:
     max_total_bytes: int = 1 << 32           # 4 GiB per message
     max_rank: int = 8
 
+    def frame_cap(self, arrays: bool = True) -> int:
+        """The largest frame a receiver of these caps takes, set as ``ZMQ_MAXMSGSIZE`` on
+        the sockets untrusted peers dial: ZeroMQ reads a frame's size first and closes the
+        connection of a peer that sends a larger one before holding its bytes (the decoder
+        would refuse it only once all of it had arrived). ``arrays=False``: a receiver
+        whose messages carry no arrays (the coordinator), a header at most. The slack is
+        CURVE's framing of an encrypted frame."""
+        largest = max(self.max_header_bytes, self.max_array_bytes if arrays else 0)
+        return largest + FRAME_SLACK
 
+
+FRAME_SLACK = 1 << 12  # bytes a frame may have beyond its content (CURVE's box and command)
 DEFAULT_LIMITS = Limits()
 
 
@@ -111,6 +122,7 @@ class Message:
     req: int = 0
     ctx: str | None = None
     fields: dict[str, Any] = dataclasses.field(default_factory=dict)
+    nbytes: int = 0  # the bytes of its arrays, as received (what holding it costs)
 
     def __getitem__(self, name: str) -> Any:
         return self.fields[name]
@@ -666,7 +678,7 @@ def _decode(frames: Sequence, limits: Limits, head: bytes | None = None) -> Mess
     _validate_fields(msg_type, fields, convert=True)
     global _decoded
     _decoded += 1
-    return Message(msg_type, req, ctx, fields)
+    return Message(msg_type, req, ctx, fields, sum(a.nbytes for a in arrays))
 
 
 def _read_header(head, frames: Sequence, limits: Limits, state) -> dict:

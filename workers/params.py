@@ -44,7 +44,8 @@ class ParamHandlers:
         if not (op.endswith("_") and not op.startswith("_")
                 and callable(getattr(disthook.Tensor, op, None))):
             raise ValueError(f"{op!r} is not an in-place tensor method")
-        st.check_write(job.client, f"{msg['name']}.{op}(...)")
+        check = st.check_form if op == "requires_grad_" else st.check_write
+        check(job.client, f"{msg['name']}.{op}(...)")
         param = _tensor_at(st.module, msg["name"])
         args, kwargs = unpack(msg["args"]), unpack(msg["kwargs"])
         if op == "requires_grad_":
@@ -58,7 +59,7 @@ class ParamHandlers:
         """A change one process allows to the module at ``path`` (see wire's module_op): a
         buffer registered, a plain attribute set or deleted, as the client's code did it."""
         st, msg = self._stage(job), job.msg
-        st.check_write(job.client, f"{msg['op']} {msg['name']!r} of {msg['path']!r}")
+        st.check_form(job.client, f"{msg['op']} {msg['name']!r} of {msg['path']!r}")
         module = st.module.get_submodule(msg["path"])
         name, value = msg["name"], unpack(msg.get("value"))
         if msg["op"] == "register_buffer":
@@ -212,7 +213,7 @@ class ParamHandlers:
     def on_train(self, job):
         st = self._stage(job)
         if st.module.training != job.msg["mode"]:  # the mode is the model's, for everyone
-            st.check_write(job.client, "train()/eval()")
+            st.check_form(job.client, "train()/eval()")
         st.module.train(job.msg["mode"])
 
     def on_set_state(self, job):

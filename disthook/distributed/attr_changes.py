@@ -241,6 +241,20 @@ def _module_at(root, path: str):
     return module
 
 
+def flag_stays(model: Deployment, name: str) -> None:
+    """A flag ``name`` set on a module of a model attached from a shared deployment stays on
+    this client (its hooks here see it): warned once per name."""
+    warned = model.__dict__.setdefault("_attr_warned", set())
+    if ("", "flag " + name) in warned:
+        return
+    warned.add(("", "flag " + name))
+    warnings.warn(
+        f"the attribute {name!r} set on modules of {model._attached!r} stays on this client "
+        "(its hooks see it): the model is attached from a shared deployment, whose modules "
+        "on the workers only its deployer changes, so their forward does not see it; ask "
+        "the deployer to set it if the forward should", UserWarning, stacklevel=4)
+
+
 def _warn_once(model: Deployment, module, path: str, name: str, what: str,
                where: str) -> None:
     warned = model.__dict__.setdefault("_attr_warned", set())

@@ -45,6 +45,9 @@ from disthook.utils.hooks import RemovableHandle
 # public API kept importable from here; the rest lives in the modules named above
 __all__ = ["Deployment", "DistributedOptimizer", "RemoteBackward0", "partition"]
 
+# hooks removed by a running hook, kept for the firings already under way (_remove_hooks)
+_REMOVED_KEPT = 1024
+
 
 class Deployment:
     """One deployment of a model, on the client: its model (placed in place: ``placed``),
@@ -188,6 +191,7 @@ class Deployment:
         module of the model here."""
         if not isinstance(mode, bool):
             raise ValueError("training mode is expected to be boolean")
+        self._hub.writes += 1  # a module attribute (from a hook: what follows it changes)
         self._hub.request_all([(a, {"mode": mode}) for a in self._addresses], "train",
                               what="train()")
         for module in self._local.modules():
@@ -255,6 +259,8 @@ class Deployment:
             with contextlib.suppress(Exception):  # those that were registered go again
                 self._remove_hooks([fields["hook"] for *_, fields in entries])
             raise
+        if self._hub.firing:  # registered by a hook that runs now: a pass run ahead of its
+            self._hub.writes += 1  # answer runs again, with these hooks where they fire
         return [RemoteHandle(self, fields["hook"], fields["path"]) for *_, fields in entries]
 
     def _register_hooks(self, hooks: list[dict]) -> None:
@@ -272,8 +278,17 @@ class Deployment:
         """Remove client hooks from their workers, one request per worker, sent at once
         (ids removed before are skipped)."""
         shares: dict[str, list] = {}
+        hub = self._hub
         for hook_id in hook_ids:
-            entry = self._hub.hooks.pop(hook_id, None)
+            entry = hub.hooks.pop(hook_id, None)
+            if entry is not None and hub.firing:
+                # removed by a hook that runs now: the call that fired it fires the hooks it
+                # took when it started, this one too (as in one process), and a pass run
+                # ahead of this answer runs again without it
+                hub.removed_while_firing[hook_id] = entry
+                hub.writes += 1
+                while len(hub.removed_while_firing) > _REMOVED_KEPT:
+                    del hub.removed_while_firing[next(iter(hub.removed_while_firing))]
             if entry is not None:
                 # asked where the module is now (a recovered model's stages may have moved)
                 shares.setdefault(self._owner(entry[3]["path"]), []).append(hook_id)

@@ -334,6 +334,9 @@ class RemoteParameter(RemoteStorage, Parameter):
         stay what they were deployed with)."""
         if not isinstance(value, Tensor):
             raise TypeError(f"data must be a Tensor, got {type(value).__name__}")
+        from disthook.distributed import data_views
+
+        data_views.unshare([self])  # a .data taken before keeps the old values
         self._set_value(value, f"{self._path}.data = ...")
 
     @property
@@ -460,12 +463,17 @@ class RemoteBuffer(RemoteStorage, Tensor):
 
     @property
     def data(self) -> RemoteBuffer:
-        return self
+        from disthook.distributed import data_views
+
+        return data_views.buffer_data(self)
 
     @data.setter
     def data(self, value) -> None:
         if not isinstance(value, Tensor):
             raise TypeError(f"data must be a Tensor, got {type(value).__name__}")
+        from disthook.distributed import data_views
+
+        data_views.unshare([self])  # a .data taken before keeps the old values
         self._set_value(value, f"{self._path}.data = ...")
 
     @property
@@ -509,8 +517,8 @@ def adopt_buffer(buf: Tensor, model, path: str) -> RemoteBuffer:
 
 def release(t: RemoteStorage, value: np.ndarray) -> Tensor:
     """Undo ``adopt``/``adopt_buffer``: ``t`` is a plain local tensor again (a parameter
-    stays a ``Parameter``), holding ``value``."""
-    parameter = isinstance(t, RemoteParameter)
+    stays a ``Parameter``; a ``.data`` is a ``Tensor``), holding ``value``."""
+    parameter = isinstance(t, RemoteParameter) and not t.__dict__.get("_is_data")
     requires_grad = _SLOT_REQUIRES_GRAD.__get__(t) if parameter else False
     t.__class__ = Parameter if parameter else Tensor
     for name in ("_model", "_path", "_is_data", "_accumulator", "_main", "_grad"):

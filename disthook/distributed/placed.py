@@ -22,6 +22,7 @@ import numpy as np
 
 from disthook.autograd import grad_mode
 from disthook.distributed import async_calls, attr_changes, state_entries
+from disthook.distributed.data_views import unshare
 from disthook.distributed.hook_sync import sync_all, sync_hooks
 from disthook.distributed.parameters import (
     RemoteBuffer,
@@ -170,8 +171,11 @@ class PartPlacement(_Placed):
         elif ((value is None or type(value) in (bool, int, float, str))
               and not self.deployment._hub.firing):
             # a flag of the program's (model.apply(fn), a named_modules() walk), which the
-            # module's forward may read (getattr(self, name, default)): its worker's copy has
-            # it too (a hook's bookkeeping while a call runs stays here)
+            # forward may read (getattr(self, name, default)): its worker's copy has it too
+            # (a hook's bookkeeping while a call runs stays here, as on an attached model)
+            if self.deployment._attached:
+                attr_changes.flag_stays(self.deployment, name)
+                return False
             self._module_op("set_attr", name, value)
             object.__setattr__(module, name, value)
             self.shared.add(name)
@@ -312,6 +316,8 @@ class PartPlacement(_Placed):
                 values[self._full(name)] = value.detach()._data.astype(
                     t._twin._data.dtype)
         if values:
+            if assign:  # the tensors take new memory in one process: a .data taken before
+                unshare([t for n, t in local.items() if self._full(n) in values])
             dep = self.deployment
             dep._hub.write_all([(dep._owner(self.path), "set_state", {"state": values})],
                                what=f"load_state_dict of {self.path!r}")

@@ -23,14 +23,40 @@ from disthook.distributed import remote_grads
 from disthook.distributed.parameters import RemoteBuffer, RemoteStorage, meta_array
 from disthook.tensor import Tensor
 
-__all__ = ["GradEntry", "StateEntry", "WrittenWhole", "entry", "freeze_grads", "grad_entry"]
+__all__ = ["GradEntry", "StateEntry", "WrittenWhole", "entry", "freeze_entries", "freeze_grads",
+           "grad_entry"]
 
 _SLOT_DATA = Tensor.__dict__["_data"]
 
 
 def entry(t: RemoteStorage, value: np.ndarray) -> StateEntry:
     """The entry of the placed tensor ``t``, whose value read from its worker is ``value``."""
-    return _made(StateEntry, t, value)
+    e = _made(StateEntry, t, value)
+    t._model.__dict__.setdefault("_state_entries", weakref.WeakValueDictionary())[id(e)] = e
+    return e
+
+
+def freeze_entries(tensors: list[RemoteStorage]) -> None:
+    """The values of placed ``tensors`` are about to be replaced (``p.data = t``,
+    ``load_state_dict(..., assign=True)``): in one process ``p`` then takes new memory and a
+    state dict taken before keeps the old, so each entry of theirs the program still holds
+    becomes a plain tensor with the value it has now."""
+    wanted = {id(t) for t in tensors}
+    for model in {id(t._model): t._model for t in tensors}.values():
+        entries = model.__dict__.get("_state_entries", {})
+        for key, e in list(entries.items()):
+            if isinstance(e, StateEntry) and id(e._of()) in wanted:
+                value = np.array(e._data)
+                entries.pop(key, None)
+                _plain(e, value)
+
+
+def _plain(e: Tensor, value: np.ndarray) -> None:
+    """``e`` (an entry) is a plain tensor of ``value`` from now on."""
+    e.__class__ = Tensor
+    for name in ("_model", "_path", "_is_data", "_of", "_held"):
+        e.__dict__.pop(name, None)
+    _SLOT_DATA.__set__(e, value)
 
 
 def _made(cls: type, t: RemoteStorage, value: np.ndarray):
@@ -89,10 +115,7 @@ class StateEntry(RemoteBuffer):
         t = self._of()
         if t is None or isinstance(t, RemoteStorage):
             return False
-        self.__class__ = Tensor
-        for name in ("_model", "_path", "_is_data", "_of", "_held"):
-            self.__dict__.pop(name, None)
-        _SLOT_DATA.__set__(self, _SLOT_DATA.__get__(t))
+        _plain(self, _SLOT_DATA.__get__(t))
         return True
 
     @property
@@ -153,10 +176,7 @@ def freeze_grads(params: list) -> None:
         value = grads.get((e._model, e._path))
         value = np.array(e._held[1] if value is None else value)
         e._model.__dict__["_grad_entries"].pop(id(e), None)
-        e.__class__ = Tensor
-        for name in ("_model", "_path", "_is_data", "_of", "_held"):
-            e.__dict__.pop(name, None)
-        _SLOT_DATA.__set__(e, value)
+        _plain(e, value)
 
 
 class GradEntry(WrittenWhole):

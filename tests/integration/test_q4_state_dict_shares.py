@@ -121,3 +121,31 @@ def test_a_held_state_dict_shows_a_step_not_sent_yet(cluster):
     finally:
         model.close()
     assert got == want
+
+
+def swapped(model):
+    """State dicts held across a value swap (``p.data = t``, ``load_state_dict(...,
+    assign=True)``): in one process the parameter takes new memory and the entries taken
+    before keep the old values; those taken after follow the new."""
+    before = model.state_dict()
+    model.a.weight.data = torch.zeros(8, 4)
+    seen = [r(before["a.weight"]), r(model.state_dict()["a.weight"])]
+    middle = model.state_dict()
+    ones = {k: torch.ones_like(v) if v.dtype.is_floating_point else v.clone()
+            for k, v in model.state_dict().items()}
+    model.load_state_dict(ones, assign=True)
+    seen += [r(middle["a.weight"]), r(middle["b.bias"]), r(model.state_dict()["b.bias"])]
+    return seen
+
+
+def test_a_held_state_dict_keeps_its_values_across_a_value_swap(cluster):
+    torch.manual_seed(0)
+    want = swapped(Net())
+    torch.manual_seed(0)
+    model = cluster.deploy(Net(), stages=2)
+    try:
+        got = swapped(model)
+    finally:
+        model.close()
+    assert want[0] != want[1]  # (the swap changed the weight)
+    assert got == want

@@ -78,3 +78,30 @@ def test_changes_beside_the_parameters_reach_the_other_side(cluster, change):
     assert not np.allclose(want[0], want[1]) and want[2].tolist() == [2.0]
     for w, g in zip(want, got):
         np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+def test_a_flag_set_by_an_attached_client_stays_there_and_says_so(cluster):
+    # the model is shared: its workers' modules are the deployer's, so a flag another
+    # client sets (m.name = ..., for its hooks) stays with that client, with a warning,
+    # rather than being refused or changing what the deployer computes
+    from disthook.distributed import connect
+
+    torch.manual_seed(0)
+    model = cluster.deploy(Net(), stages=2, name="q4-flags")
+    x = torch.randn(8, 4)
+    try:
+        want = model(x).detach().numpy()
+        with connect(cluster.address) as other:
+            attached = other.attach("q4-flags", trust_code=True)  # (this test's classes)
+            seen = []
+            attached.g2.register_forward_hook(lambda m, a, o: seen.append(m.tag))
+            with pytest.warns(UserWarning, match="'tag' set on modules of .*stays on this"):
+                for name, m in attached.named_modules():
+                    m.tag = name
+            with pytest.warns(UserWarning, match="'halve' set on modules of"):
+                attached.g2.halve = True  # (its forward would read it: not on the workers)
+            np.testing.assert_allclose(attached(x).detach().numpy(), want, rtol=1e-6)
+            assert seen == ["g2"]
+        np.testing.assert_allclose(model(x).detach().numpy(), want, rtol=1e-6)
+    finally:
+        model.close()
