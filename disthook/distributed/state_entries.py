@@ -24,7 +24,7 @@ from disthook.distributed.parameters import RemoteBuffer, RemoteStorage, meta_ar
 from disthook.tensor import Tensor
 
 __all__ = ["GradEntry", "StateEntry", "WrittenWhole", "entry", "freeze_entries", "freeze_grads",
-           "grad_entry"]
+           "grad_entry", "grads_home"]
 
 _SLOT_DATA = Tensor.__dict__["_data"]
 
@@ -70,7 +70,22 @@ def _made(cls: type, t: RemoteStorage, value: np.ndarray):
     return e
 
 
-class WrittenWhole(RemoteBuffer):
+class _DataIsSelf:
+    """An entry's ``.data`` is the entry (it shares the entry's storage, as in one process),
+    not the ``.data`` of the tensor it stands for."""
+
+    @property
+    def data(self):
+        return self
+
+    @data.setter
+    def data(self, value) -> None:
+        if not isinstance(value, Tensor):
+            raise TypeError(f"data must be a Tensor, got {type(value).__name__}")
+        self._set_value(value, f"{self._path}.data = ...")
+
+
+class WrittenWhole(_DataIsSelf, RemoteBuffer):
     """A tensor whose storage is elsewhere and takes only whole values: an in-place change
     is made here on its value, which ``_write(array)`` writes there; ``_read()`` gives the
     value (both the subclass's)."""
@@ -105,7 +120,7 @@ class WrittenWhole(RemoteBuffer):
         return repr(self.detach())
 
 
-class StateEntry(RemoteBuffer):
+class StateEntry(_DataIsSelf, RemoteBuffer):
     """A ``state_dict()`` entry of a placed tensor (see the module's doc): like a buffer, it
     requires no grad."""
 
@@ -177,6 +192,24 @@ def freeze_grads(params: list) -> None:
         value = np.array(e._held[1] if value is None else value)
         e._model.__dict__["_grad_entries"].pop(id(e), None)
         _plain(e, value)
+
+
+def grads_home(model, params: list, grads: dict) -> None:
+    """The deployed ``model`` came back here (``close()``): each of ``params`` (brought back)
+    gets its worker's gradient (``grads`` by name) as ``.grad``, as one process keeps it; a
+    ``p.grad`` the program holds becomes that tensor (params: (parameter, its path))."""
+    held: dict = {}
+    for e in list(model.__dict__.get("_grad_entries", {}).values()):
+        value = grads.get(e._path)
+        of = e._of()
+        _plain(e, np.array(e._held[1] if value is None else value))
+        if value is not None and of is not None:
+            held[id(of)] = e
+    model.__dict__.pop("_grad_entries", None)
+    for p, path in params:
+        if path in grads and not isinstance(p, RemoteStorage):
+            e = held.get(id(p))
+            p.grad = e if e is not None else Tensor._make(np.array(grads[path]), None, 0)
 
 
 class GradEntry(WrittenWhole):

@@ -67,3 +67,30 @@ def test_a_kept_gradient_follows_the_gradient_until_it_is_replaced(cluster):
     assert not np.allclose(want[0], want[1]) and not want[3].any()
     for w, g in zip(want, got, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-7)
+
+
+def closing(model, close):
+    """The model closed after a backward: its parameters keep their gradients, and a kept
+    ``g = p.grad`` is that gradient (the same tensor), as one process's model keeps them."""
+    x = torch.ones(3, 4)
+    model(x).pow(2).sum().backward()
+    g = model.a.weight.grad
+    close()
+    out = [g.numpy().copy(), model.b.bias.grad.numpy().copy(), model.a.weight.grad is g]
+    g.mul_(2)  # (its own tensor now: the parameter's gradient)
+    return out + [model.a.weight.grad.numpy().copy()]
+
+
+def test_gradients_come_back_with_the_closed_model(cluster):
+    torch.manual_seed(0)
+    want = closing(Net(), lambda: None)
+    torch.manual_seed(0)
+    model = cluster.deploy(Net(), stages=2)
+    close = model.close  # (the model closed is the program's own again: no close())
+    try:
+        got = closing(model, close)
+    finally:
+        close()
+    assert want[2] is True and got[2] is True
+    for w, g in zip(want, got):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
