@@ -180,7 +180,10 @@ RECORDS: dict[str, dict[str, str]] = {
     # (name -> hook_value), the type of each that cannot (name -> "a function"), the names
     # deleted. A call's answer (result["attrs"]) carries a list of them; a chain's stages
     # pass theirs on with the activation (forward) or gradient (backward) as "attrs"
-    "attr_change": {"path": "str", "set": "map?", "opaque": "map?", "deleted": "list[str]?"},
+    # in_place: names of "set" whose list or dict was changed in place (the receiver puts
+    # the items into its own); grown: name -> [length before, the items a list grew by]
+    "attr_change": {"path": "str", "set": "map?", "opaque": "map?", "deleted": "list[str]?",
+                    "in_place": "list[str]?", "grown": "map?"},
     # a deployment published under a name (disthook.distributed.registry): its model id,
     # root class path, who deployed it (a key's name, or the client's socket identity in
     # hex without keys), when (unix seconds), whether others may write its weights, where
@@ -214,7 +217,7 @@ ENUMS: dict[str, frozenset] = {
     "optimizer_action": frozenset({"step", "zero_grad", "state", "load"}),
     "grad_op_kind": frozenset({"norm", "scale", "clamp", "set", "add"}),
     "module_op_kind": frozenset({"register_buffer", "set_attr", "del_attr", "train",
-                                 "convert"}),
+                                 "convert", "extend_attr"}),
     "schedule_kind": frozenset({"recv_act", "forward", "send_act", "recv_grad", "backward",
                                 "send_grad", "weight"}),
     "layout_kind": frozenset({"chain", "tree", "whole"}),  # of a published model
@@ -366,7 +369,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # a change to the module at path that one process allows: a buffer registered (value: a
     # packed tensor or None), a plain attribute set (value: packed) or deleted, the part's
     # mode set (train: value is the mode, a bool; name is "training"), its tensors' dtypes
-    # changed (convert: value maps names under the module to dtype names; name is "")
+    # changed (convert: value maps names under the module to dtype names; name is ""), a
+    # list attribute grown at its end (extend_attr: value is [its length before, the items])
     "module_op": {"model": "str", "path": "str", "op": "module_op_kind", "name": "str",
                   "value": "any?", "persistent": "bool?"},
     "step": {"model": "str", "optimizer": "optimizer_call?", "zero_grad": "bool?",
