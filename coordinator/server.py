@@ -86,7 +86,9 @@ class Coordinator(Service):
         super().__init__(bind, parent_pid=parent_pid, name="coordinator", keys=keys,
                          watch_disconnects=True, router_options={
                              zmq.HEARTBEAT_IVL: beat_ms,
-                             zmq.HEARTBEAT_TIMEOUT: LOST_AFTER_BEATS * beat_ms})
+                             zmq.HEARTBEAT_TIMEOUT: LOST_AFTER_BEATS * beat_ms,
+                             # it takes no arrays: a larger frame closes its connection
+                             zmq.MAXMSGSIZE: wire.DEFAULT_LIMITS.frame_cap(arrays=False)})
         self.heartbeat = heartbeat
         self.lost_after = (lost_after if lost_after is not None
                            else SILENT_AFTER_BEATS * heartbeat)

@@ -99,7 +99,18 @@ class Limits:
     max_total_bytes: int = 1 << 32           # 4 GiB per message
     max_rank: int = 8
 
+    def frame_cap(self, arrays: bool = True) -> int:
+        """The largest frame a receiver of these caps takes, set as ``ZMQ_MAXMSGSIZE`` on
+        the sockets untrusted peers dial: ZeroMQ reads a frame's size first and closes the
+        connection of a peer that sends a larger one before holding its bytes (the decoder
+        would refuse it only once all of it had arrived). ``arrays=False``: a receiver
+        whose messages carry no arrays (the coordinator), a header at most. The slack is
+        CURVE's framing of an encrypted frame."""
+        largest = max(self.max_header_bytes, self.max_array_bytes if arrays else 0)
+        return largest + FRAME_SLACK
 
+
+FRAME_SLACK = 1 << 12  # bytes a frame may have beyond its content (CURVE's box and command)
 DEFAULT_LIMITS = Limits()
 
 
@@ -111,6 +122,7 @@ class Message:
     req: int = 0
     ctx: str | None = None
     fields: dict[str, Any] = dataclasses.field(default_factory=dict)
+    nbytes: int = 0  # the bytes of its arrays, as received (what holding it costs)
 
     def __getitem__(self, name: str) -> Any:
         return self.fields[name]
@@ -168,7 +180,10 @@ RECORDS: dict[str, dict[str, str]] = {
     # (name -> hook_value), the type of each that cannot (name -> "a function"), the names
     # deleted. A call's answer (result["attrs"]) carries a list of them; a chain's stages
     # pass theirs on with the activation (forward) or gradient (backward) as "attrs"
-    "attr_change": {"path": "str", "set": "map?", "opaque": "map?", "deleted": "list[str]?"},
+    # in_place: names of "set" whose list or dict was changed in place (the receiver puts
+    # the items into its own); grown: name -> [length before, the items a list grew by]
+    "attr_change": {"path": "str", "set": "map?", "opaque": "map?", "deleted": "list[str]?",
+                    "in_place": "list[str]?", "grown": "map?"},
     # a deployment published under a name (disthook.distributed.registry): its model id,
     # root class path, who deployed it (a key's name, or the client's socket identity in
     # hex without keys), when (unix seconds), whether others may write its weights, where
@@ -202,7 +217,7 @@ ENUMS: dict[str, frozenset] = {
     "optimizer_action": frozenset({"step", "zero_grad", "state", "load"}),
     "grad_op_kind": frozenset({"norm", "scale", "clamp", "set", "add"}),
     "module_op_kind": frozenset({"register_buffer", "set_attr", "del_attr", "train",
-                                 "convert"}),
+                                 "convert", "extend_attr"}),
     "schedule_kind": frozenset({"recv_act", "forward", "send_act", "recv_grad", "backward",
                                 "send_grad", "weight"}),
     "layout_kind": frozenset({"chain", "tree", "whole"}),  # of a published model
@@ -356,7 +371,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # a change to the module at path that one process allows: a buffer registered (value: a
     # packed tensor or None), a plain attribute set (value: packed) or deleted, the part's
     # mode set (train: value is the mode, a bool; name is "training"), its tensors' dtypes
-    # changed (convert: value maps names under the module to dtype names; name is "")
+    # changed (convert: value maps names under the module to dtype names; name is ""), a
+    # list attribute grown at its end (extend_attr: value is [its length before, the items])
     "module_op": {"model": "str", "path": "str", "op": "module_op_kind", "name": "str",
                   "value": "any?", "persistent": "bool?"},
     "step": {"model": "str", "optimizer": "optimizer_call?", "zero_grad": "bool?",
@@ -664,7 +680,7 @@ def _decode(frames: Sequence, limits: Limits, head: bytes | None = None) -> Mess
     _validate_fields(msg_type, fields, convert=True)
     global _decoded
     _decoded += 1
-    return Message(msg_type, req, ctx, fields)
+    return Message(msg_type, req, ctx, fields, sum(a.nbytes for a in arrays))
 
 
 def _read_header(head, frames: Sequence, limits: Limits, state) -> dict:

@@ -147,7 +147,7 @@ class ComputeHandlers:
     def _drop_early(self, job, early: EarlyAnswer | None) -> None:
         """A forward failed after its answer went early: the graph it kept goes (the client
         did not use that answer, or hears of the failure with its next request)."""
-        if early is not None and early.sent:
+        if early is not None and early.went:
             self.state.end_context(job.model, job.client, job.msg.ctx)
 
     def _call_submodule(self, job, st, path: str | None, grad: bool, leaf, inputs: list):

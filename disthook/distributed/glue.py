@@ -132,14 +132,18 @@ def carry_hooks(model: Deployment, root: Module) -> None:
         if model._layout.stage_of(path) is None and not (path == "" and model._whole):
             continue
         for name, p in module._parameters.items():
-            for fn in (p.__dict__.get("_backward_hooks") or {}).values() if p is not None \
-                    else ():
-                entries.append(("tensor", f"{path}.{name}" if path else name, fn, p))
+            for hook_id, fn in (p.__dict__.get("_backward_hooks") or {}).items() \
+                    if p is not None else ():
+                entries.append((hook_id, f"{path}.{name}" if path else name, fn, p))
     if entries:
         from disthook.service import hook_kinds
 
-        model._add_hooks([(kind, p._path, fn, p, hook_kinds.options(kind, {}))
-                          for kind, _, fn, p in entries])
+        # under their handles' ids: a handle taken before removes it there too (hook_sync)
+        model._add_hooks([("tensor", p._path, fn, p, hook_kinds.options("tensor", {}))
+                          for _, _, fn, p in entries], ids=[i for i, *_ in entries])
+        carried = model.__dict__.setdefault("_carried_hooks", {})
+        for hook_id, _, _, p in entries:
+            carried.setdefault(id(p), (weakref.ref(p), set()))[1].add(hook_id)
 
 
 # ---- one placed part's call ----------------------------------------------------------------
