@@ -278,12 +278,14 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # optimizer_calls: the client's optimizer calls not sent yet (zero_grad(), and step()
     # once a step made the optimizer's shares), per stage a list of the "optimizer" maps of
     # "step", in the order they were made; each stage runs its own first
+    # default_dtype: the client's default dtype ("float64", "float16"; absent: float32),
+    # which the stages compute under (a factory in a forward makes what one process makes)
     "forward": {"model": "str", "stage": "int", "inputs": "list", "grad_enabled": "bool",
                 "reply_to": "str", "requires_grad": "list?", "mb": "int?", "stop": "str?",
                 "optimizer_calls": "list[list[optimizer_call]]?", "path": "str?",
                 "call": "hook_value?", "rng": "str?", "pins": "list?", "op": "str?",
                 "params": "any?", "keep": "bool?", "as_of": "map?", "checkpoint": "map?",
-                "within": "str?", "attrs": "list[attr_change]?"},
+                "within": "str?", "attrs": "list[attr_change]?", "default_dtype": "str?"},
     # within: the context of the client's call whose hook, running now, makes this call (a
     # logit lens decoding inside a block's hook): it runs at once, not behind that call
     # taps: keys of tensors client forward hooks were given, whose gradients the client
@@ -354,7 +356,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "train_step": {"model": "str", "step": "str", "schedule": "list[schedule_action]",
                    "reply_to": "str", "inputs": "list?", "targets": "list?",
                    "loss": "loss_spec?", "scales": "list?",
-                   "optimizer_calls": "list[optimizer_call]?"},
+                   "optimizer_calls": "list[optimizer_call]?", "default_dtype": "str?"},
     "pipe": {"model": "str", "step": "str", "kind": "pipe_kind", "mb": "int", "data": "array?",
              "reason": "str?"},
     # parameters, buffers and optimizer shards

@@ -35,6 +35,7 @@ import zmq
 from deploy.threads import blas_threads
 from disthook import random as streams
 from disthook import wire
+from disthook._settings import quiet_float_warnings
 from disthook.service import endpoint, worker_hooks
 from disthook.service.loop import (
     LOG_LEVELS,
@@ -477,6 +478,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         # once per process: every warning is shown (the client's filters decide what the
         # user sees) and comes here
         warnings.simplefilter("always")
+        quiet_float_warnings()  # but numpy's, from disthook's code, as in one process
         shown = warnings.showwarning
 
         def show(message, category, filename, lineno, file=None, line=None):
