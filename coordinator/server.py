@@ -83,7 +83,10 @@ class Coordinator(Service):
         # a client's connection that closes, or stops answering pings, is a client gone
         # (on_disconnected): its publications and attachments go with it
         super().__init__(bind, parent_pid=parent_pid, name="coordinator", keys=keys,
-                         watch_disconnects=True, router_options=ping_options(heartbeat))
+                         watch_disconnects=True, router_options={
+                             **ping_options(heartbeat),
+                             # it takes no arrays: a larger frame closes its connection
+                             zmq.MAXMSGSIZE: wire.DEFAULT_LIMITS.frame_cap(arrays=False)})
         self.heartbeat = heartbeat
         self.lost_after = (lost_after if lost_after is not None
                            else SILENT_AFTER_BEATS * heartbeat)

@@ -72,7 +72,9 @@ __all__ = [
 # wrote to the model ("wrote": an attribute, a weight), and a part called inside a
 # non-reentrant checkpoint runs checkpointed there ("checkpoint"): fields a worker of 11
 # refuses; 14: a worker's heartbeat asks for an answer ("answer"), which the coordinator
-# gives only then (or to refuse it)
+# gives only then (or to refuse it); a forward or train_step names the program's default
+# dtype ("default_dtype"); an attr_change says a list grew or a container changed in place
+# ("grown", "in_place"), and a module_op may extend a list ("extend_attr")
 PROTOCOL_VERSION = 14
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
@@ -103,7 +105,18 @@ class Limits:
     max_total_bytes: int = 1 << 32           # 4 GiB per message
     max_rank: int = 8
 
+    def frame_cap(self, arrays: bool = True) -> int:
+        """The largest frame a receiver of these caps takes, set as ``ZMQ_MAXMSGSIZE`` on
+        the sockets untrusted peers dial: ZeroMQ reads a frame's size first and closes the
+        connection of a peer that sends a larger one before holding its bytes (the decoder
+        would refuse it only once all of it had arrived). ``arrays=False``: a receiver
+        whose messages carry no arrays (the coordinator), a header at most. The slack is
+        CURVE's framing of an encrypted frame."""
+        largest = max(self.max_header_bytes, self.max_array_bytes if arrays else 0)
+        return largest + FRAME_SLACK
 
+
+FRAME_SLACK = 1 << 12  # bytes a frame may have beyond its content (CURVE's box and command)
 DEFAULT_LIMITS = Limits()
 
 
@@ -115,6 +128,7 @@ class Message:
     req: int = 0
     ctx: str | None = None
     fields: dict[str, Any] = dataclasses.field(default_factory=dict)
+    nbytes: int = 0  # the bytes of its arrays, as received (what holding it costs)
 
     def __getitem__(self, name: str) -> Any:
         return self.fields[name]
@@ -172,7 +186,10 @@ RECORDS: dict[str, dict[str, str]] = {
     # (name -> hook_value), the type of each that cannot (name -> "a function"), the names
     # deleted. A call's answer (result["attrs"]) carries a list of them; a chain's stages
     # pass theirs on with the activation (forward) or gradient (backward) as "attrs"
-    "attr_change": {"path": "str", "set": "map?", "opaque": "map?", "deleted": "list[str]?"},
+    # in_place: names of "set" whose list or dict was changed in place (the receiver puts
+    # the items into its own); grown: name -> [length before, the items a list grew by]
+    "attr_change": {"path": "str", "set": "map?", "opaque": "map?", "deleted": "list[str]?",
+                    "in_place": "list[str]?", "grown": "map?"},
     # a deployment published under a name (disthook.distributed.registry): its model id,
     # root class path, who deployed it (a key's name, or the client's socket identity in
     # hex without keys), when (unix seconds), whether others may write its weights, where
@@ -206,7 +223,7 @@ ENUMS: dict[str, frozenset] = {
     "optimizer_action": frozenset({"step", "zero_grad", "state", "load"}),
     "grad_op_kind": frozenset({"norm", "scale", "clamp", "set", "add"}),
     "module_op_kind": frozenset({"register_buffer", "set_attr", "del_attr", "train",
-                                 "convert"}),
+                                 "convert", "extend_attr"}),
     "schedule_kind": frozenset({"recv_act", "forward", "send_act", "recv_grad", "backward",
                                 "send_grad", "weight"}),
     "layout_kind": frozenset({"chain", "tree", "whole"}),  # of a published model
@@ -268,12 +285,14 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # optimizer_calls: the client's optimizer calls not sent yet (zero_grad(), and step()
     # once a step made the optimizer's shares), per stage a list of the "optimizer" maps of
     # "step", in the order they were made; each stage runs its own first
+    # default_dtype: the client's default dtype ("float64", "float16"; absent: float32),
+    # which the stages compute under (a factory in a forward makes what one process makes)
     "forward": {"model": "str", "stage": "int", "inputs": "list", "grad_enabled": "bool",
                 "reply_to": "str", "requires_grad": "list?", "mb": "int?", "stop": "str?",
                 "optimizer_calls": "list[list[optimizer_call]]?", "path": "str?",
                 "call": "hook_value?", "rng": "str?", "pins": "list?", "op": "str?",
                 "params": "any?", "keep": "bool?", "as_of": "map?", "checkpoint": "map?",
-                "within": "str?", "attrs": "list[attr_change]?"},
+                "within": "str?", "attrs": "list[attr_change]?", "default_dtype": "str?"},
     # within: the context of the client's call whose hook, running now, makes this call (a
     # logit lens decoding inside a block's hook): it runs at once, not behind that call
     # taps: keys of tensors client forward hooks were given, whose gradients the client
@@ -344,7 +363,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "train_step": {"model": "str", "step": "str", "schedule": "list[schedule_action]",
                    "reply_to": "str", "inputs": "list?", "targets": "list?",
                    "loss": "loss_spec?", "scales": "list?",
-                   "optimizer_calls": "list[optimizer_call]?"},
+                   "optimizer_calls": "list[optimizer_call]?", "default_dtype": "str?"},
     "pipe": {"model": "str", "step": "str", "kind": "pipe_kind", "mb": "int", "data": "array?",
              "reason": "str?"},
     # parameters, buffers and optimizer shards
@@ -359,7 +378,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # a change to the module at path that one process allows: a buffer registered (value: a
     # packed tensor or None), a plain attribute set (value: packed) or deleted, the part's
     # mode set (train: value is the mode, a bool; name is "training"), its tensors' dtypes
-    # changed (convert: value maps names under the module to dtype names; name is "")
+    # changed (convert: value maps names under the module to dtype names; name is ""), a
+    # list attribute grown at its end (extend_attr: value is [its length before, the items])
     "module_op": {"model": "str", "path": "str", "op": "module_op_kind", "name": "str",
                   "value": "any?", "persistent": "bool?"},
     "step": {"model": "str", "optimizer": "optimizer_call?", "zero_grad": "bool?",
@@ -667,7 +687,7 @@ def _decode(frames: Sequence, limits: Limits, head: bytes | None = None) -> Mess
     _validate_fields(msg_type, fields, convert=True)
     global _decoded
     _decoded += 1
-    return Message(msg_type, req, ctx, fields)
+    return Message(msg_type, req, ctx, fields, sum(a.nbytes for a in arrays))
 
 
 def _read_header(head, frames: Sequence, limits: Limits, state) -> dict:

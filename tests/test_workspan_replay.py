@@ -3,6 +3,7 @@ hop latency, and what it reads from the stages' timelines. No process is started
 import pytest
 
 from disthook.bench.workspan import (
+    _predict_row,
     costs_from_timelines,
     hop_latency,
     predict,
@@ -119,3 +120,20 @@ def test_interleaved_prediction_from_1f1b_costs():
     sends = [sum((k < 2 * p - 1) + (k > 0) for k in (w, w + p)) for w in range(p)]
     assert busy == pytest.approx([m * 3.0 + n * m * 0.1 for n in sends])
     assert predict_interleaved([dict(stage) for _ in range(p)], 0.0, 6, v=2) is None
+
+
+def test_zb_h1_bubble_is_compared_with_1f1b_on_the_same_costs():
+    # ZB-H1's run measured F = B = W = 1; 1F1B's own run, timed apart on a machine that
+    # changed, measured a backward of 3: the headline ratio replays 1F1B with B + W = 2 as
+    # its backward (a third, the schedules' alone), the other keeps 1F1B's run
+    p, m = 4, 8
+    sends = {"send_act": 0.0, "send_grad": 0.0}
+    ours = {"latency_s": 0.0, "one_process_cpu_s": 1.0, "client_cpu_s": 0.0,
+            "coordinator_cpu_s": 0.0, "workers_cpu_s": 1.0,
+            "costs": [{"forward": 1.0, "backward": 3.0, **sends} for _ in range(p)],
+            "zb_costs": [{"forward": 1.0, "backward": 1.0, "weight": 1.0, **sends}
+                         for _ in range(p)]}
+    row = {"stages": p, "micro": m, "disthook": ours, "torch": None}
+    _predict_row(row)
+    assert ours["zb_bubble_vs_1f1b"] == pytest.approx(1 / 3)
+    assert ours["zb_bubble_vs_1f1b_run"] == pytest.approx((p - 1) * 1.0 / ((p - 1) * 4.0))

@@ -17,6 +17,7 @@ import numpy as np
 import disthook
 from disthook import hooks as toolkit
 from disthook import wire
+from disthook._dtype import default_dtype_as
 from disthook.autograd import engine
 from disthook.service import op_calls
 from disthook.service.loop import NO_REPLY, send_frames
@@ -82,7 +83,7 @@ class ComputeHandlers:
                 if msg.get("rng"):  # the client's random stream, passed stage to stage
                     job.rng = msg["rng"]
                     disthook.random._set_stream_state(msg["rng"])
-                with disthook.set_grad_enabled(grad):
+                with disthook.set_grad_enabled(grad), default_dtype_as(msg.get("default_dtype")):
                     given = [_as_computed(t) if st.index > 0 else t for t in inputs]
                     if stop_here:  # the output of module `stop` is the answer: no later stage
                         return toolkit.stop_after(st.module, stop, *given)
@@ -107,6 +108,8 @@ class ComputeHandlers:
                               "reply_to": msg["reply_to"], "mb": msg.get("mb"), "stop": stop,
                               "optimizer_calls": calls, "rng": rng,
                               "attrs": attr_changes.merged(msg.get("attrs"), snap.changes())}
+                    if msg.get("default_dtype"):
+                        fields["default_dtype"] = msg["default_dtype"]
                     pins = job.pins or upstream_pins(job)  # calls a write passed
                     if pins:
                         fields["pins"] = [list(p) for p in pins]
@@ -144,7 +147,7 @@ class ComputeHandlers:
     def _drop_early(self, job, early: EarlyAnswer | None) -> None:
         """A forward failed after its answer went early: the graph it kept goes (the client
         did not use that answer, or hears of the failure with its next request)."""
-        if early is not None and early.sent:
+        if early is not None and early.went:
             self.state.end_context(job.model, job.client, job.msg.ctx)
 
     def _call_submodule(self, job, st, path: str | None, grad: bool, leaf, inputs: list):
@@ -172,7 +175,7 @@ class ComputeHandlers:
                 if msg.get("rng"):  # the client's random stream: drawn from here, handed back
                     job.rng = msg["rng"]
                     disthook.random._set_stream_state(msg["rng"])
-                with disthook.set_grad_enabled(grad):
+                with disthook.set_grad_enabled(grad), default_dtype_as(msg.get("default_dtype")):
                     ckpt = msg.get("checkpoint")
                     if ckpt and grad:  # called inside torch.utils.checkpoint on the client
                         return checkpoint(module, *args, use_reentrant=False,

@@ -14,10 +14,12 @@ import numpy as np
 from disthook.autograd.graph import _SavedTensor
 from disthook.tensor import Tensor
 
-__all__ = ["MAX_GRAPH_BYTES", "LimitChecks", "add_limit_options", "graph_nbytes",
+__all__ = ["MAX_GRAPH_BYTES", "MAX_MODELS", "MAX_MODEL_BYTES", "LimitChecks", "add_limit_options", "graph_nbytes",
            "limit_arguments", "mib"]
 
 MAX_GRAPH_BYTES = 1 << 30  # the arrays one client's kept forward graphs may hold, per worker
+MAX_MODELS = 64  # stages of models one client keeps loaded on one worker
+MAX_MODEL_BYTES = 8 << 30  # the weights (parameters and buffers) of those stages
 
 
 def _root(arr: np.ndarray) -> np.ndarray:
@@ -133,6 +135,31 @@ class LimitChecks:
                                        "announced": len(st.versions.announced)}
                              for st in self.stages.values()}}
 
+    def keeper(self, client: bytes) -> bytes | str:
+        """Who a stage ``client`` loads is counted against: with keys its key's name (so
+        the stages a key's connections loaded count after they went, and a client that
+        reconnects gets no more), without keys its connection."""
+        return self.peers.names.get(client, client)
+
+    def check_models(self, client: bytes, model: str, nbytes: int) -> None:
+        """Refuse a stage of ``nbytes`` of weights that ``client`` loads past what one
+        client may keep loaded here (``--max-models``, ``--max-model-mb``); the stage of
+        ``model`` it replaces does not count."""
+        keeper = self.keeper(client)
+        held = [st for st in self.stages.values() if st.keeper == keeper and st.model != model]
+        if len(held) >= self.max_models:
+            raise RuntimeError(
+                f"this client keeps {len(held)} models' stages loaded on this worker, the "
+                f"most one client may (--max-models): unload one it no longer needs (close() "
+                f"its deployment) before deploying another")
+        kept = sum(st.nbytes for st in held)
+        if kept + nbytes > self.max_model_bytes:
+            raise RuntimeError(
+                f"this client's models loaded on this worker hold {mib(kept)} of weights, "
+                f"and this stage's {mib(nbytes)} more would pass the cap of "
+                f"{mib(self.max_model_bytes)} (--max-model-mb): unload a model it no longer "
+                "needs (close() its deployment), or place this one on more stages")
+
     def check_hooks(self, st, client: bytes, adding: int) -> None:
         fellows = self._fellows(client)
         held = sum(1 for who, _ in st.hooks if who in fellows)
@@ -145,6 +172,7 @@ class LimitChecks:
 
 def add_limit_options(p) -> None:
     """The worker command line's per-client caps (``argparse`` parser ``p``)."""
+    from workers.queues import MAX_QUEUED, MAX_QUEUED_BYTES
     from workers.values import MAX_VALUE_BYTES
 
     p.add_argument("--max-contexts", type=int, default=4096, metavar="N",
@@ -156,6 +184,17 @@ def add_limit_options(p) -> None:
                    help="what one client's capture buffers may hold here (default 256)")
     p.add_argument("--max-graph-mb", type=int, default=MAX_GRAPH_BYTES >> 20, metavar="MIB",
                    help="what one client's forward graphs kept here may hold (default 1024)")
+    p.add_argument("--max-models", type=int, default=MAX_MODELS, metavar="N",
+                   help="stages of models one client may keep loaded here, also after its "
+                        "connection went (default 64)")
+    p.add_argument("--max-model-mb", type=int, default=MAX_MODEL_BYTES >> 20, metavar="MIB",
+                   help="what the weights of the models one client keeps loaded here may "
+                        "hold (default 8192)")
+    p.add_argument("--max-queued", type=int, default=MAX_QUEUED, metavar="N",
+                   help="requests one client may have waiting here behind its running ones "
+                        "(default 4096); past it (or --max-queued-mb) a request is refused")
+    p.add_argument("--max-queued-mb", type=int, default=MAX_QUEUED_BYTES >> 20, metavar="MIB",
+                   help="what the arrays of those waiting requests may hold (default 1024)")
     p.add_argument("--max-value-mb", type=int, default=MAX_VALUE_BYTES >> 20, metavar="MIB",
                    help="what the values one client keeps here (outputs of its calls that "
                         "stay on the worker) may hold (default 1024)")
@@ -166,7 +205,9 @@ def limit_arguments(args) -> dict:
     return {"max_contexts": args.max_contexts, "max_hooks": args.max_hooks,
             "max_capture_bytes": args.max_capture_mb << 20,
             "max_graph_bytes": args.max_graph_mb << 20,
-            "max_value_bytes": args.max_value_mb << 20}
+            "max_value_bytes": args.max_value_mb << 20,
+            "max_models": args.max_models, "max_model_bytes": args.max_model_mb << 20,
+            "max_queued": args.max_queued, "max_queued_bytes": args.max_queued_mb << 20}
 
 
 def mib(n: int) -> str:

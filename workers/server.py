@@ -35,6 +35,7 @@ import zmq
 from deploy.threads import blas_threads
 from disthook import random as streams
 from disthook import wire
+from disthook._settings import quiet_float_warnings
 from disthook.service import endpoint, worker_hooks
 from disthook.service.loop import (
     LOG_LEVELS,
@@ -46,6 +47,7 @@ from disthook.service.loop import (
 )
 from disthook.service.rpc import error_fields
 from disthook.service.security import SERVER, Keys
+from workers import limits, queues
 from workers.batches import Batches
 from workers.client_hooks import HookHandlers
 from workers.compute import ComputeHandlers, rss_bytes
@@ -90,13 +92,17 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
                  allow_model_modules: tuple[str, ...] | None = None,
                  max_contexts: int = 4096, max_hooks: int = 4096,
                  max_capture_bytes: int = worker_hooks.MAX_CAPTURE_BYTES,
-                 max_graph_bytes: int = MAX_GRAPH_BYTES, max_value_bytes: int = MAX_VALUE_BYTES):
+                 max_graph_bytes: int = MAX_GRAPH_BYTES, max_value_bytes: int = MAX_VALUE_BYTES,
+                 max_models: int = limits.MAX_MODELS, max_queued: int = queues.MAX_QUEUED,
+                 max_model_bytes: int = limits.MAX_MODEL_BYTES,
+                 max_queued_bytes: int = queues.MAX_QUEUED_BYTES):
         wid = worker_id or f"{socket.gethostname()}-{os.getpid()}"
         # a peer whose connection closes is gone (see on_disconnected), and one that stops
         # answering pings (hung, cut off) has its connection closed (ping_options)
         super().__init__(bind, name=wid, parent_pid=parent_pid, keys=keys,
-                         watch_disconnects=True,
-                         router_options=ping_options(wire.HEARTBEAT_S))
+                         watch_disconnects=True, router_options={
+                             **ping_options(wire.HEARTBEAT_S),
+                             zmq.MAXMSGSIZE: wire.DEFAULT_LIMITS.frame_cap()})
         self.id = wid
         self.bound = self.address
         self.address = endpoint.advertised_address(self.bound, advertise, self.log)  # what peers dial
@@ -120,9 +126,11 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
                                     else tuple(allow_model_modules))
         self.max_contexts, self.max_hooks = max_contexts, max_hooks
         self.max_graph_bytes, self.max_value_bytes = max_graph_bytes, max_value_bytes
+        self.max_models, self.max_model_bytes = max_models, max_model_bytes
         self.peers = Peers(keys)  # who is on each connection, from the transport
         self.who = self.peers.who  # a peer as the logs name it
         self.state = WorkerState(wid, context_ttl=context_ttl, who=self.who)
+        self.state.queues = queues.QueueCaps(max_queued, max_queued_bytes, self._fellows)
         self.runners = Runners(self._serve_round, name=f"worker-{wid}")
         self._todo: list = []  # jobs to start, in order
         self._sleepers: dict[int, object] = {}  # wait id -> the turn of the job waiting
@@ -457,7 +465,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         st = None if job is None else job.stage
         path = None if st is None else _module_in_traceback(st.module, exc.__traceback__)
         message = str(exc)
-        if inputs is not None and st is not None:
+        if inputs and st is not None:  # (a call of no arrays says nothing of them)
             got = ", ".join(f"{a.dtype} of shape {tuple(a.shape)}" for a in inputs)
             message += f" [the input of {st.name} was {got}]"
         fields = error_fields(exc, worker=self.id, traceback=traceback.format_exc(),
@@ -474,6 +482,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         # once per process: every warning is shown (the client's filters decide what the
         # user sees) and comes here
         warnings.simplefilter("always")
+        quiet_float_warnings()  # but numpy's, from disthook's code, as in one process
         shown = warnings.showwarning
 
         def show(message, category, filename, lineno, file=None, line=None):

@@ -26,7 +26,9 @@ the backward added to): the answers before that firing and its own are used as g
 (their hooks do not run again), and the firings after it go to the client afresh. A
 backward that may run again keeps its graph until its answers are in. Worker hooks and
 hooks the model holds itself do run again in that second run; it happens only when a hook
-that had only looked so far starts to change something.
+that had only looked so far starts to change something. An answer that is an error (the
+hook raised) makes the pass run again up to that firing, where its error is raised, so that
+what fires as the error unwinds (always_call forward hooks) fires as in one process.
 
 A pass whose result goes to the client itself (the last stage's forward, a part called from
 the client's code, the first stage's backward) need not wait for those answers either: the
@@ -175,6 +177,9 @@ class Speculation:
                     f"{self.key[0]} depends on something besides its inputs, parameters and "
                     "buffers")
             self.fired.append((hook_id, answer))
+            if answer.type == "error":  # it raised where it fired (see settle): what fires
+                self.new_round()  # as the error unwinds is not stale
+                raise _hook_error(self.stage.name, answer)
             return answer
         if self.ahead and record.quiet and not record.steers:
             self.stage.ran_ahead += 1
@@ -182,7 +187,11 @@ class Speculation:
                                          [_hook_count(t) for t in originals], use))
             self.fired.append((hook_id, None))
             return None
-        answer = wait(send(False))
+        try:
+            answer = wait(send(False))
+        except RuntimeError:  # the hook raised, which broke the round: what fires as the
+            self.new_round()  # error unwinds (always_call forward hooks) is not stale
+            raise
         if answer.get("stale"):
             raise Stale
         self.fired.append((hook_id, answer))
@@ -196,16 +205,16 @@ class Speculation:
     def settle(self) -> int | None:
         """Take every answer not taken yet, in order, and do what those that changed
         nothing ask. The firing from which the pass must run again, or None; an answer
-        that is an error raises the hook's error (after every answer came)."""
+        that is an error is such a firing too: the run again raises its error there, so
+        that what fires as it unwinds (always_call forward hooks) fires as in one process."""
         rerun, failure = None, None
         for p in self.pending:
             answer = self.worker.sleep_on(p.wait)  # timeouts and a client gone raise here
             self.fired[p.index] = (self.fired[p.index][0], answer)
             if rerun is not None or failure is not None:
                 continue  # stale, or behind the failure: the client did not run it
-            if answer.type == "error":
-                failure = RuntimeError(f"the client's hook (fired on {self.stage.name}) "
-                                       f"raised {answer['kind']}: {answer['message']}")
+            if answer.type == "error":  # run again up to it, to raise its error where it
+                rerun = p.index  # fired: always_call forward hooks then fire, as in one process
             elif answer.get("stale"):
                 failure = RuntimeError(f"the client answered a hook event of "
                                        f"{self.stage.name} stale, though no earlier answer "
@@ -229,6 +238,8 @@ class Speculation:
         known = self.stage.pure.get(self.key)
         self.stage.pure[self.key] = not changed and known is not False
         if changed and rerun is not None:
+            if self.fired[rerun][1].type == "error":
+                raise _hook_error(self.stage.name, self.fired[rerun][1])
             raise RuntimeError(
                 f"a client hook's answer changed what {self.stage.name} computes after it, "
                 f"but the {self.key[0]}, run ahead of that answer, changed the stage's "
@@ -258,14 +269,15 @@ class EarlyAnswer:
     """How a pass whose result goes to the client sends it before its hooks' answers are
     taken: ``send(out, round)`` sends the client's answer for result ``out``, naming the
     round whose answers decide whether it stands. ``sent``: whether the answer of the run
-    that stood (the last one) went early; the caller then sends none of its own, and undoes
-    what ``send`` did (a kept graph) if the pass fails afterwards."""
+    that stood (the last one) went early; the caller then sends none of its own. ``went``:
+    whether any run's did; the caller undoes what ``send`` did (a kept graph) if the pass
+    fails afterwards (also in a run again, after an answer that was an error)."""
 
-    __slots__ = ("send", "sent")
+    __slots__ = ("send", "sent", "went")
 
     def __init__(self, send: Callable[[Any, str], None]):
         self.send = send
-        self.sent = False
+        self.sent = self.went = False
 
 
 def run_ahead(worker, job, stage, compute: Callable, phase: str = "forward",
@@ -284,7 +296,7 @@ def run_ahead(worker, job, stage, compute: Callable, phase: str = "forward",
                 out = compute()
                 if early is not None and spec.pending:
                     early.send(out, spec.round)
-                    early.sent = True
+                    early.sent = early.went = True
                     stage.answered_ahead += 1
             except (Exception, Stale) as exc:  # noqa: BLE001 - an answer ahead may explain it
                 out, failure = None, exc
@@ -303,6 +315,12 @@ def run_ahead(worker, job, stage, compute: Callable, phase: str = "forward",
     finally:
         job.spec = None
         worker.captures.added.pop(id(job), None)
+
+
+def _hook_error(stage_name: str, answer) -> RuntimeError:
+    """The error of a client hook whose answer (fired on ``stage_name``) was an error."""
+    return RuntimeError(f"the client's hook (fired on {stage_name}) raised "
+                        f"{answer['kind']}: {answer['message']}")
 
 
 def _hook_count(t) -> int:

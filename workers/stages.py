@@ -50,6 +50,10 @@ class Stage:
         self.hook_info: dict[tuple, dict] = {}
         self.forwards = 0  # forwards run (one per micro-batch), for status
         self.parameters = sum(p.numel() for p in module.parameters())
+        # the bytes of its weights, and who they are counted against (LimitChecks.keeper)
+        self.nbytes = sum({id(t): t.nbytes for t in module.state_dict(keep_vars=True).values()}
+                          .values())
+        self.keeper: bytes | str = owner
         self.optimizers: dict[tuple, object] = {}  # (client, optimizer id) -> local share
         # (client, call number) of optimizer calls that rode with a forward or training
         # step and ran here: one sent again (its carrier failed on a later stage) is skipped
@@ -119,6 +123,21 @@ class Stage:
                 "(the deployer opens writes with deploy(..., writable=True), or, for a "
                 "model published by `disthook serve`, with its --writable option)")
 
+    def check_form(self, client: bytes, what: str) -> None:
+        """``PermissionError`` unless ``client`` may change what the stage is beyond its
+        weights' values (train/eval, attributes, buffers registered, dtypes, requires_grad):
+        its deployer alone, also on a writable model, whose every client's model mirrors
+        these and would compute silently otherwise than it says."""
+        if client == self.owner:
+            return
+        if not self.writable:
+            self.check_write(client, what)
+        raise PermissionError(
+            f"{what} would change {self.name} beyond its weights' values: the deployer "
+            "opened its weights to this client (load_state_dict, in-place edits, optimizer "
+            "steps), not its mode, attributes, buffers, dtypes or requires_grad, which every "
+            "client's copy of the model mirrors; ask the deployer to change it")
+
 
 def _check_reload(held: Stage | None, client: bytes) -> None:
     """A stage loaded again is replaced whole (its modules, neighbours, owner and settings,
@@ -144,9 +163,11 @@ class StageHandlers:
         aliases.install(msg.get("aliases") or {})  # before the model's modules are imported
         module = self._stage_module(msg)
         _check_reload(self.stages.get(msg["model"]), job.client)
-        self._drop(msg["model"])
         stage = Stage(msg["model"], msg["stage"], module, owner=job.client,
                       writable=bool(msg.get("writable")))
+        self.check_models(job.client, stage.model, stage.nbytes)
+        stage.keeper = self.keeper(job.client)
+        self._drop(msg["model"])
         for side in ("prev", "next"):  # a local link where the neighbour is on this host
             if msg.get(side):
                 stage.neighbours[side] = self.dial_neighbour(

@@ -27,6 +27,7 @@ import time
 from typing import Any
 
 from workers.mailbox import admit, forget_values
+from workers.queues import QueueCaps
 
 __all__ = ["ANSWERS", "ClientGone", "Context", "Job", "JobDone", "Log", "MessageIn", "Reply", "Resume", "Run",
            "StepRun", "Tick", "Wait", "WorkerState"]
@@ -206,6 +207,7 @@ class WorkerState:
         self.waits: dict[int, Wait] = {}
         self._answered_by: dict[tuple, Wait] = {}  # (client, event id) -> the wait it ends
         self.lanes: dict[tuple, collections.deque] = {}  # busy lane -> requests queued in it
+        self.queues = QueueCaps()  # their caps per client
         self.jobs: set[Job] = set()  # running (or waiting) jobs
         self.gone: dict[bytes, None] = {}  # clients whose connection closed (the latest)
         # writes to a model's weights held until no other client's call of it runs (none mid-call)
@@ -267,6 +269,12 @@ class WorkerState:
             self.jobs.add(job)
             return [Run(job)]
         if queued is not None:  # that client's earlier request on this model is running
+            # (workers/queues.py; a call a neighbour stage carries on is not refused here)
+            refused = self.queues.refusal(self.lanes, job, sender == client)
+            if refused:
+                return [Reply(sender, msg.req, "RuntimeError", refused), Log("warning", (
+                    f"worker {self.worker_id}: refused {msg.type} from {self.who(sender)}: "
+                    f"{refused}"), sender)]
             queued.append(job)
             return []
         self.lanes[job.lane] = collections.deque()
@@ -350,6 +358,7 @@ class WorkerState:
             del self.lanes[job.lane]
             return []
         nxt = queued.popleft()
+        self.queues.taken(nxt)
         if _writes(nxt.msg) and self._others_running(nxt):
             self.held_writes.append(nxt)
             return []
@@ -370,6 +379,7 @@ class WorkerState:
         for lane in [lane for lane in self.lanes if lane[1] == identity]:
             dropped += len(self.lanes[lane])
             self.lanes[lane].clear()  # the running job ends by itself; nothing after it
+            self.queues.cleared(lane)
         graphs = [key for key, c in self.contexts.items() if c.client == identity]
         for key in graphs:
             del self.contexts[key]

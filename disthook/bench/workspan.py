@@ -463,11 +463,17 @@ def _predict_row(row: dict) -> None:
             zb = replay(zero_bubble_h1(row["stages"], m),
                         lambda s, kind, c=r["zb_costs"]: c[s].get(kind, 0.0), latency)
             r["predicted_zb_step_s"] = zb["step_s"]
-            r["zb_bubble_vs_1f1b"] = _bubble(zb) / _bubble(plain) if _bubble(plain) else None
+            # the bubbles compared on one set of costs: 1F1B replayed with ZB-H1's run's F,
+            # sends and B + W as its backward, so that the ratio is the two schedules' alone;
+            # against 1F1B's own run too, which was timed minutes apart on a machine that
+            # changed in between
+            same = predict(_unsplit(r["zb_costs"]), latency, m)
+            r["zb_bubble_vs_1f1b"] = _ratio(_bubble(zb), _bubble(same))
+            r["zb_bubble_vs_1f1b_run"] = _ratio(_bubble(zb), _bubble(plain))
         il = predict_interleaved(r["costs"], latency, m)
         r["predicted_interleaved_step_s"] = None if il is None else il["step_s"]
-        r["interleaved_bubble_vs_1f1b"] = (_bubble(il) / _bubble(plain)
-                                           if il is not None and _bubble(plain) else None)
+        r["interleaved_bubble_vs_1f1b"] = None if il is None else _ratio(_bubble(il),
+                                                                          _bubble(plain))
         r["predicted_speedup"] = r["one_process_cpu_s"] / r["predicted_step_s"]
         total = (r["client_cpu_s"] + r["coordinator_cpu_s"] + r["workers_cpu_s"]
                  if side == "disthook" else sum(r["ranks_cpu_s"]))
@@ -487,10 +493,24 @@ def _best(side: dict, keys: tuple) -> float:
     return min(side[k] for k in keys if side.get(k) is not None)
 
 
+def _unsplit(zb_costs: list[dict]) -> list[dict]:
+    """ZB-H1's per-stage costs with B and W run as one backward, as 1F1B runs it."""
+    return [{**{k: v for k, v in c.items() if k != "weight"},
+             "backward": c.get("backward", 0.0) + c.get("weight", 0.0)} for c in zb_costs]
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b else None
+
+
 def _bubble(replayed: dict) -> float:
     """The mean over stages of the seconds a stage is idle in a replayed step."""
     busy = replayed["busy_s"]
     return replayed["step_s"] - sum(busy) / len(busy)
+
+
+def _percent(share: float | None) -> str:
+    return "n/a" if share is None else f"{share * 100:.0f}%"
 
 
 def _ms(seconds: float | None, digits: int = 1) -> str:
@@ -562,17 +582,18 @@ def print_rows(rows: list[dict]) -> None:
               f"{pred:>14} {ratio:>10} {speed:>11} {r['bound']:>5.2f}x "
               f"{d['predicted_speedup'] / r['bound'] * 100:>8.0f}%")
     print("zero bubble: disthook's ZB-H1 from its own timelines (forward / B / W per "
-          "micro-batch on the busiest stage), replayed likewise")
+          "micro-batch on the busiest stage), replayed likewise; its bubble against 1F1B's "
+          "replayed with the same costs (B + W as one backward), and against 1F1B's own run")
     print(f"{'w':>5} {'p':>2} {'F/B/W ms':>18} {'1F1B ms':>8} {'ZB-H1 ms':>9} "
-          f"{'vs torch':>9} {'bubble of 1F1B':>15}")
+          f"{'vs torch':>9} {'bubble of 1F1B':>15} {'of its own run':>15}")
     for r in rows:
         d, t = r["disthook"], r["torch"]
         _, c = _busiest(d["zb_costs"])
         fbw = "/".join(_ms(c.get(k), 2) for k in ("forward", "backward", "weight"))
         vs = "n/a" if t is None else f"{d['predicted_zb_step_s'] / t['predicted_step_s']:.2f}x"
-        of = "n/a" if d["zb_bubble_vs_1f1b"] is None else f"{d['zb_bubble_vs_1f1b'] * 100:.0f}%"
+        of, run = (_percent(d[k]) for k in ("zb_bubble_vs_1f1b", "zb_bubble_vs_1f1b_run"))
         print(f"{r['width']:>5} {r['stages']:>2} {fbw:>18} {_ms(d['predicted_step_s'], 0):>8} "
-              f"{_ms(d['predicted_zb_step_s'], 0):>9} {vs:>9} {of:>15}")
+              f"{_ms(d['predicted_zb_step_s'], 0):>9} {vs:>9} {of:>15} {run:>15}")
     print(f"interleaved 1F1B, {VIRTUAL} chunks per worker, predicted for both libraries from "
           f"their 1F1B costs (a chunk's pass: 1/{VIRTUAL} of the stage's; sends and hops as "
           "measured); best: each library's fastest predicted schedule of those it runs "
@@ -584,8 +605,7 @@ def print_rows(rows: list[dict]) -> None:
         mine = _ms(d["predicted_interleaved_step_s"], 0)
         if t:
             mine += f"/{_ms(t['predicted_interleaved_step_s'], 0)}"
-        of = ("n/a" if d["interleaved_bubble_vs_1f1b"] is None
-              else f"{d['interleaved_bubble_vs_1f1b'] * 100:.0f}%")
+        of = _percent(d["interleaved_bubble_vs_1f1b"])
         best = "n/a" if r["best_ratio_to_torch"] is None else f"{r['best_ratio_to_torch']:.2f}x"
         print(f"{r['width']:>5} {r['stages']:>2} {mine:>15} {of:>15} {best:>16}")
     print("a/b: disthook/torch pipelining; speedup: one process's CPU per step / the predicted "

@@ -121,6 +121,7 @@ class _Hub(Releases, HookServer):
         # requests whose exchange waits below the one under way (a hook of ours that asks
         # the workers something while its call waits), and their answers that came first
         self._outer: set[int] = set()
+        self.issued = 0  # messages the program sent, held or deferred (state_entries)
         self.writes = 0  # writes asked for (weights, module attributes): a hook that made one
         # changed what the pass it fired in computes (client_hooks)
         self._early: dict[int, wire.Message] = {}
@@ -155,6 +156,7 @@ class _Hub(Releases, HookServer):
         if not self.socks:
             raise RuntimeError(f"the deployed model {self.model} is closed; deploy it again "
                                "to use it")
+        self.issued += 1
         with self.together:  # what the outbox sends first goes with it, as one message
             if self.stage_outbox is not None and self.stage_outbox.hold(  # (stage_outbox.py)
                     address, msg_type, fields, req, ctx, may_hold):
@@ -488,6 +490,7 @@ class _Hub(Releases, HookServer):
         before any other request); each copy is numbered, so that a stage that ran it runs
         it once only, however often it is sent."""
         number = next(_call_numbers)
+        self.issued += 1  # (sent later, but the program's from now on)
         self.pending_optimizer.append({address: {**spec, "call": number}
                                        for address, spec in calls.items()})
 

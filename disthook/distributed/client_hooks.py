@@ -54,8 +54,13 @@ class HookServer:
         self.firing = 0  # > 0 while a hook a worker fired runs here
         # a deployed parameter's tensor hook -> the backward it fired in last
         self._param_hook_fired: dict[int, int] = {}
+        # hooks removed by a hook while it ran: id -> entry, for the firings the call
+        # running then had taken (Deployment._remove_hooks)
+        self.removed_while_firing: dict[int, tuple] = {}
         # rounds of passes run ahead whose later events are stale (see _serve_event)
         self._broken_rounds: dict[str, None] = {}
+        # (round, writes made before it ran) of each hook running now, outermost first
+        self._running: list[tuple] = []
         # id of a socket -> (the round of its latest event, the tensors its events sent)
         self._rounds: dict[int, tuple] = {}
         # socket -> the encoded answers to the events of its current burst, not sent yet
@@ -78,6 +83,10 @@ class HookServer:
                                                      "message": str(exc)},
                                            req=event.req, ctx=event.ctx))
             return
+        if spec is not None and any(s == spec and w != self.writes for s, w in self._running):
+            # served while a hook of its round waits on a write it made (a hook removed, a
+            # weight set): that answer changes what follows, so this event is stale already
+            self._break_round(spec)
         if spec is not None and spec in self._broken_rounds:
             self._answer(sock, wire.encode("hook_reply", {"hook": event["hook"],
                                                           "stale": True},
@@ -85,6 +94,7 @@ class HookServer:
             return
         broken = False
         writes = self.writes
+        self._running.append((spec, writes))
         try:
             answer = self._run_hook(event, sock, args)
             if self.writes != writes:  # it wrote to the model (an attribute its module's
@@ -99,6 +109,8 @@ class HookServer:
             broken = True
             frames = wire.encode("error", {"kind": type(exc).__name__, "message": str(exc)},
                                  req=event.req, ctx=event.ctx)
+        finally:
+            self._running.pop()
         if broken:
             self._break_round(spec)
         self._answer(sock, frames)
@@ -190,17 +202,20 @@ class HookServer:
             wanted = [t for t in bases if t.requires_grad]
             # the tensor hooks a hook put on its tensors fire on the worker's tensors (see
             # watch), whose gradient this vjp is part of: not here too, or twice
-            muted = [(d, dict(d)) for t in leaves if (d := t._backward_hooks)]
+            made = _made_here(leaves)
+            muted = [(d, dict(d)) for t in leaves if (d := t._backward_hooks)
+                     and id(t) not in made]
             for hooks, _ in muted:
                 hooks.clear()
             try:
                 with serving_vjp():
-                    grads = self._vjp(result, wanted, grad, own)
+                    grads = self._vjp(result, wanted, grad, own, made)
             finally:
                 for hooks, kept in muted:
                     hooks.update(kept)
-            return {"result": pack(list(grads))}
-        entry = self.hooks.get(event["hook"])
+            # (a leaf the hook made here has no gradient on the worker, which needs none)
+            return {"result": pack([g for t, g in zip(wanted, grads) if id(t) not in made])}
+        entry = self.hooks.get(event["hook"]) or self.removed_while_firing.get(event["hook"])
         if entry is None:
             raise RuntimeError(f"hook {event['hook']} was removed on the client")
         fn, registered_kind, proxy, _ = entry
@@ -242,6 +257,7 @@ class HookServer:
             bounds.append(len(leaves))
             args.append(unpack(a, leaf, classes=True))
         versions = [t._version for t in leaves]
+        nodes = [t._grad_fn for t in leaves]
         since = next(_sequence)  # every node the hook makes numbers after this
         outer, self.firing_ctx = self.firing_ctx, event.ctx
         self.firing += 1
@@ -261,23 +277,40 @@ class HookServer:
         self._packing = (since, f"the {kind} hook {name!r} on {event['path']!r}")
         changed = [{"arg": i, "value": self._pack_value(t, bases, f"{key}:{i}", leaves)}
                    for i, t in enumerate(leaves) if t._version != versions[i]]
+        for i, t in enumerate(leaves):  # hooked, then changed in place: on its old version
+            old = nodes[i]
+            if old is not None and old is not t._grad_fn and any((old._tensor_hooks or {})
+                                                                 .values()):
+                raise NotImplementedError(
+                    f"the {kind} hook {name!r} on {event['path']!r} of a deployed model put a "
+                    "tensor hook on a tensor it was given and then changed that tensor in "
+                    "place: the hook belongs to the tensor's value before the change, which "
+                    "lives on the worker; register the tensor hook after the in-place change "
+                    "(it then sees the gradient of the changed tensor), or change a clone and "
+                    "return it")
         if kind == "forward" and out is args[-1]:
             out = None  # the output itself: the output stays what it is, as None says
         value = None if out is None else self._pack_result(out, leaves, bases, key,
                                                            event.ctx if diff else None)
         if diff and kind in ("forward_pre", "forward"):
-            self._relocate(event, leaves, bounds)
+            self._relocate(event, leaves, bounds, proxy)
         # tensors the hook put tensor hooks on (the Grad-CAM pattern): the worker hooks the
         # real tensors, and their gradients come here to run these hooks
-        watch = [i for i, t in enumerate(leaves) if t._backward_hooks]
+        made = _made_here(leaves)  # (their hooks fire here, where their gradient comes)
+        watch = [i for i, t in enumerate(leaves) if t._backward_hooks and id(t) not in made]
         retain = [i for i, t in enumerate(leaves) if t.__dict__.get("_retain_on_worker")]
         answer = {"result": value, "changed": changed or None}
         if watch or retain:
             self.watched[key] = leaves
             answer.update(watch=watch, retain=retain, key=key)
-        # the others that require grad: a backward may ask the worker for their gradients
+        for i in watch:  # their hooks fire on the worker's tensor (leaf_hook events), never
+            t = leaves[i]  # here: off the node, where a gradient taken here would fire them
+            if t._grad_fn is not None and t._grad_fn._tensor_hooks:
+                t._grad_fn._tensor_hooks.pop(t._output_nr, None)
+        # those that require grad: a backward may ask the worker for their gradients
+        # (autograd.grad(out, kept), hooked or not)
         taps = [i for i, t in enumerate(leaves) if diff and t._requires_grad
-                and t.grad_fn is not None and i not in watch and i not in retain]
+                and t.grad_fn is not None and i not in retain]
         if taps:
             self.taps.setdefault(event.ctx, []).extend(
                 (f"{key}#{i}", leaves[i], bases[i]) for i in taps)
@@ -285,12 +318,14 @@ class HookServer:
         return answer
 
     @staticmethod
-    def _vjp(result: Tensor, wanted: list, grad: Tensor, own: str | None) -> list:
+    def _vjp(result: Tensor, wanted: list, grad: Tensor, own: str | None,
+             made: frozenset = frozenset()) -> list:
         """The gradients of ``wanted`` (the hook's tensors) from ``grad`` of ``result``; where
         ``result`` is computed from tensors of this process that require grad too (``own``:
         the hook, in the user's words), in a backward of the client that grows ``.grad``
         (the one whose worker asks), a backward here that gives them their gradients as one
-        process does (their hooks, ``.grad``), the hook's tensors retaining theirs."""
+        process does (their hooks, ``.grad``), the hook's tensors retaining theirs, but
+        those the hook made leaves here (``made``, ids), whose ``.grad`` grows."""
         tasks = getattr(engine._running, "tasks", None)
         task = tasks[-1] if tasks else None
         retain = task is not None and task.retain_graph
@@ -315,8 +350,8 @@ class HookServer:
             return list(torch_autograd.grad(result, wanted, grad, allow_unused=True,
                                             retain_graph=retain)) if wanted else []
         cut = [(n, n.next_functions) for n in taps.values()]
-        kept = [(t, t._grad, t._retains_grad) for t in wanted]
-        for t in wanted:
+        kept = [(t, t._grad, t._retains_grad) for t in wanted if id(t) not in made]
+        for t, _, _ in kept:
             t._grad = None
             t.retain_grad()
         try:
@@ -359,16 +394,23 @@ class HookServer:
                 RuntimeWarning, stacklevel=2)
         self._param_hook_fired[hook_id] = task
 
-    def _relocate(self, event: wire.Message, leaves: list, bounds: list) -> None:
+    def _relocate(self, event: wire.Message, leaves: list, bounds: list, module) -> None:
         """Tensor hooks that a forward hook of a part called from code running here put on
         that call's own inputs or output go on the client's tensors they stand for: the
         call's input and output are each one tensor here, which the next part's call takes
         too, so that hooks put on it from both sides fire in the order they were
         registered, with the whole gradient, as in one process (Captum's DeepLift hooks a
         module's output and the next module's input). An input is matched by position and
-        value (an earlier hook may have replaced it: then its hooks stay on the worker)."""
+        value (an earlier hook may have replaced it: then its hooks stay on the worker).
+        Not where the part has full backward (pre-)hooks and the hook is a forward hook:
+        its tensors are then the ones those hooks wrap, whose gradients pass the module's
+        backward hooks on the worker before (an output) or after (an input) the client's
+        tensors, so their hooks stay there."""
         call = self.calls.get(event.ctx)
         if call is None or event["path"] != call["path"]:
+            return
+        if event["kind"] == "forward" and (module._get_backward_hooks()[0]
+                                           or module._get_backward_pre_hooks()):
             return
         ends = [*bounds[1:], len(leaves)]
         given = leaves[bounds[0]:ends[0]]  # the positional arguments' tensors, in order
@@ -440,10 +482,27 @@ def _as_made_by(node_name: str) -> type:
     if op is None:
         if not node_name.isidentifier():
             node_name = "CloneBackward0"
-        # clone's forward and backward, its node named as the worker's tensor's was
-        op = _MADE_BY[node_name] = type(f"_Made{node_name}", (Clone,),
-                                        {"node_name": node_name})
+        # clone's forward and backward, its node named as the worker's tensor's was; its
+        # node hooks are refused (the op it is named for ran on the worker)
+        op = _MADE_BY[node_name] = type(f"_Made{node_name}", (Clone,), {
+            "node_name": node_name, "register_hook": _stand_in_node_hook,
+            "register_prehook": _stand_in_node_hook})
     return op
+
+
+def _stand_in_node_hook(node, fn):
+    """``t.grad_fn.register_hook(fn)`` (or ``register_prehook``) on a tensor a hook of a
+    deployed model was given: the op that made ``t`` ran on the worker, so its gradients
+    (all its inputs', before and after it) never pass this node; refused rather than a hook
+    that never fires or sees one input where the op has several."""
+    name = type(node).__name__
+    raise NotImplementedError(
+        f"grad_fn hooks on a tensor a hook of a deployed model was given: its {name} ran on "
+        "the model's worker, and the grad_fn here only stands for it, so a hook on it would "
+        "not see that node's gradients. Hook the tensor instead (t.register_hook(fn) sees "
+        "its gradient, which is the node's grad_outputs), or the module "
+        "(register_full_backward_hook sees its grad_input), or run the model in one "
+        "process (model.to_local())")
 
 
 _WARNING_CLASSES = {cls.__name__: cls for cls in (
@@ -483,11 +542,18 @@ def _reaches_own(value: Tensor, leaves: list, bases: list, since: int) -> bool:
     if value._grad_fn is None:  # a leaf of this process is fed to the worker (taps)
         return False
     own = {id(t._grad_fn) for t in (*leaves, *bases) if t._grad_fn is not None}
-    given = {id(b) for b in bases}
+    given = {id(b) for b in bases} - _made_here(leaves)  # (those are of this process)
     return _graph_has(
         value, lambda node: id(node) in own or (
             isinstance(node, AccumulateGrad) and id(node.variable) in given),
         lambda node: isinstance(node, AccumulateGrad) or node._seq < since)
+
+
+def _made_here(leaves: list) -> frozenset:
+    """Ids of the tensors a client hook was given that it made leaves requiring grad here
+    (``out.requires_grad = True`` on a frozen model's output, as baukit's retain_grad does):
+    tensors of this process, whose ``.grad`` grows here as in one process."""
+    return frozenset(id(t) for t in leaves if t._grad_fn is None and t._requires_grad)
 
 
 def _retain_on_worker(t: Tensor) -> None:
@@ -495,6 +561,8 @@ def _retain_on_worker(t: Tensor) -> None:
     gradient, which comes here when that worker's backward is done."""
     if not t._requires_grad:
         raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+    if t._grad_fn is None:  # a leaf here (the hook made it require grad, as baukit's
+        return  # retain_grad does on a frozen model): its .grad accumulates here, a no-op
     t._retain_on_worker = True
     t._retains_grad = True  # its .grad (the worker's, sent here) is expected: no warning
 

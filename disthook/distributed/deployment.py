@@ -28,6 +28,7 @@ from collections import OrderedDict
 import numpy as np
 
 from disthook.distributed import chain, checkpoint, glue, hook_sync, placed, remote_values
+from disthook.distributed import state_entries
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.distributed.channel import _Hub
 from disthook.distributed.optimizer import DistributedOptimizer
@@ -44,6 +45,9 @@ from disthook.utils.hooks import RemovableHandle
 
 # public API kept importable from here; the rest lives in the modules named above
 __all__ = ["Deployment", "DistributedOptimizer", "RemoteBackward0", "partition"]
+
+# hooks removed by a running hook, kept for the firings already under way (_remove_hooks)
+_REMOVED_KEPT = 1024
 
 
 class Deployment:
@@ -188,6 +192,7 @@ class Deployment:
         module of the model here."""
         if not isinstance(mode, bool):
             raise ValueError("training mode is expected to be boolean")
+        self._hub.writes += 1  # a module attribute (from a hook: what follows it changes)
         self._hub.request_all([(a, {"mode": mode}) for a in self._addresses], "train",
                               what="train()")
         for module in self._local.modules():
@@ -255,6 +260,8 @@ class Deployment:
             with contextlib.suppress(Exception):  # those that were registered go again
                 self._remove_hooks([fields["hook"] for *_, fields in entries])
             raise
+        if self._hub.firing:  # registered by a hook that runs now: a pass run ahead of its
+            self._hub.writes += 1  # answer runs again, with these hooks where they fire
         return [RemoteHandle(self, fields["hook"], fields["path"]) for *_, fields in entries]
 
     def _register_hooks(self, hooks: list[dict]) -> None:
@@ -272,8 +279,17 @@ class Deployment:
         """Remove client hooks from their workers, one request per worker, sent at once
         (ids removed before are skipped)."""
         shares: dict[str, list] = {}
+        hub = self._hub
         for hook_id in hook_ids:
-            entry = self._hub.hooks.pop(hook_id, None)
+            entry = hub.hooks.pop(hook_id, None)
+            if entry is not None and hub.firing:
+                # removed by a hook that runs now: the call that fired it fires the hooks it
+                # took when it started, this one too (as in one process), and a pass run
+                # ahead of this answer runs again without it
+                hub.removed_while_firing[hook_id] = entry
+                hub.writes += 1
+                while len(hub.removed_while_firing) > _REMOVED_KEPT:
+                    del hub.removed_while_firing[next(iter(hub.removed_while_firing))]
             if entry is not None:
                 # asked where the module is now (a recovered model's stages may have moved)
                 shares.setdefault(self._owner(entry[3]["path"]), []).append(hook_id)
@@ -513,17 +529,21 @@ class Deployment:
 
             registry.leave(self)
             unload = unload and not self._attached
-            values = None
+            values = grads = None
             if not self._hub.lost and self._hub.socks:
                 try:  # the model comes back here with its current values: nothing is lost
-                    values = self._all_states()[0]
+                    values, grads = self._all_states()
                 except (ClusterError, RemoteTimeout):
                     values = None
                 try:  # ... nor are the values the program holds
                     remote_values.fetch_held(self)
                 except (ClusterError, RemoteError, RemoteTimeout):
                     pass  # a call that made them failed: reading one says so
+            params = [(p, p._path) for p in self._local.parameters()
+                      if isinstance(p, RemoteStorage)]
             placed.unplace(self, values)
+            if values is not None:  # ... nor their gradients, and the p.grad it holds
+                state_entries.grads_home(self, params, grads)
             self._closed = True
             try:
                 if not unload:

@@ -10,6 +10,7 @@ the program's own module as its first argument, as in one process.
 """
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 from disthook.nn.modules import module as _module
@@ -52,6 +53,25 @@ def merged(dep: Deployment, path: str, own: list[tuple], globals_: list[tuple]) 
     for gid, kind, fn, options in globals_:
         key = (path, gid)
         if key not in ids:
-            ids[key] = _next_hook_id()
-        out.append((ids[key], kind, fn, options))
+            ids[key] = (_next_hook_id(), _while_registered(gid, kind, fn))
+        out.append((ids[key][0], kind, ids[key][1], options))
     return out + own  # (the order that counts is within a kind: sync_hooks keeps it)
+
+
+_GLOBAL_DICTS = {"forward_pre": "_global_forward_pre_hooks", "forward": "_global_forward_hooks",
+                 "full_backward": "_global_backward_hooks",
+                 "full_backward_pre": "_global_backward_pre_hooks"}
+
+
+def _while_registered(gid: int, kind: str, fn):
+    """``fn`` as a placed module's copy of global hook ``gid``: it does nothing once the
+    global hook was removed (by a hook during a call, say), as in one process, where the
+    modules the call reaches afterwards no longer fire it; the copies go with the next call
+    (``hook_sync``)."""
+    @functools.wraps(fn)
+    def while_registered(*args, **kwargs):
+        if gid not in getattr(_module, _GLOBAL_DICTS[kind]):
+            return None
+        return fn(*args, **kwargs)
+
+    return while_registered

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from disthook import random
+from disthook import _dtype, random
 from disthook.autograd import grad_mode
 from disthook.autograd.saved_hooks import current_pair
 from disthook.distributed import async_calls, attr_changes, remote_values
@@ -132,14 +132,18 @@ def carry_hooks(model: Deployment, root: Module) -> None:
         if model._layout.stage_of(path) is None and not (path == "" and model._whole):
             continue
         for name, p in module._parameters.items():
-            for fn in (p.__dict__.get("_backward_hooks") or {}).values() if p is not None \
-                    else ():
-                entries.append(("tensor", f"{path}.{name}" if path else name, fn, p))
+            for hook_id, fn in (p.__dict__.get("_backward_hooks") or {}).items() \
+                    if p is not None else ():
+                entries.append((hook_id, f"{path}.{name}" if path else name, fn, p))
     if entries:
         from disthook.service import hook_kinds
 
-        model._add_hooks([(kind, p._path, fn, p, hook_kinds.options(kind, {}))
-                          for kind, _, fn, p in entries])
+        # under their handles' ids: a handle taken before removes it there too (hook_sync)
+        model._add_hooks([("tensor", p._path, fn, p, hook_kinds.options("tensor", {}))
+                          for _, _, fn, p in entries], ids=[i for i, *_ in entries])
+        carried = model.__dict__.setdefault("_carried_hooks", {})
+        for hook_id, _, _, p in entries:
+            carried.setdefault(id(p), (weakref.ref(p), set()))[1].add(hook_id)
 
 
 # ---- one placed part's call ----------------------------------------------------------------
@@ -198,7 +202,7 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
     key = form = None
     if async_calls.may_go_on(model):
         key = async_calls.call_key(address, path, op, params, grad, model.training,
-                                   args=(args, kwargs))
+                                   _dtype.get_default_dtype().name, args=(args, kwargs))
         form = forms.get(key)
         if form is not None and form["rng"] and model.training:
             form = None  # it draws from the client's stream, which comes back with it
@@ -217,7 +221,8 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
     carried = hub.optimizer_calls_to(address, stage, len(model._addresses))
     fields = {"stage": stage, "inputs": [], "grad_enabled": grad,
               "call": remote_values.pack_args((args, kwargs), address, model),
-              "reply_to": hub.reply_to, "keep": True, "optimizer_calls": carried, **pin}
+              "reply_to": hub.reply_to, "keep": True, "optimizer_calls": carried, **pin,
+              **_dtype.default_dtype_field()}
     if hub.firing and hub.firing_ctx is not None:  # from inside a hook of a call there
         fields["within"] = hub.firing_ctx
     if op is None:

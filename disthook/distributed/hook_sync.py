@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from disthook.distributed import global_hooks
+from disthook.distributed import attr_changes, global_hooks
 from disthook.service import hook_kinds
 
 if TYPE_CHECKING:
@@ -81,7 +81,10 @@ def sync_hooks(dep: Deployment, module: Module, path: str,
 
 def sync_all(dep: Deployment) -> None:
     """Before a call: every placed module's hook dicts as its worker holds them (a handle
-    removed that was made before deploy, a dict edited in place)."""
+    removed that was made before deploy, a dict edited in place), and the lists and dicts
+    it shares with its worker as the program left them (``attr_changes.sync``)."""
+    attr_changes.sync(dep)  # lists and dicts the program changed in place
+    _sync_carried(dep)
     synced = dep.__dict__.get("_synced", {})
     globals_ = global_hooks.globals_wanted()
     for path, module in dep.__dict__.get("_placed_modules", ()):
@@ -96,3 +99,18 @@ def sync_all(dep: Deployment) -> None:
         if have is not None and list(have) == [i for i, *_ in want]:
             continue
         sync_hooks(dep, module, path, globals_)
+
+
+def _sync_carried(dep: Deployment) -> None:
+    """Tensor hooks a parameter had before the deploy, which its worker fires
+    (``glue.carry_hooks``): those removed since, through the handle their registration gave,
+    are removed from the worker too."""
+    for key, (ref, ids) in list(dep.__dict__.get("_carried_hooks", {}).items()):
+        p = ref()
+        held = (p.__dict__.get("_backward_hooks") or {}) if p is not None else {}
+        gone = [i for i in ids if i not in held]
+        if gone:
+            dep._remove_hooks(gone)
+            ids.difference_update(gone)
+        if not ids:
+            del dep.__dict__["_carried_hooks"][key]
