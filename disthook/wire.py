@@ -71,12 +71,18 @@ __all__ = [
 # to(dtype), double(), half()), which a worker of 10 refuses; 12: a hook's answer says it
 # wrote to the model ("wrote": an attribute, a weight), and a part called inside a
 # non-reentrant checkpoint runs checkpointed there ("checkpoint"): fields a worker of 11
-# refuses
-PROTOCOL_VERSION = 13
+# refuses; 14: a worker's heartbeat asks for an answer ("answer"), which the coordinator
+# gives only then (or to refuse it); a forward or train_step names the program's default
+# dtype ("default_dtype"); an attr_change says a list grew or a container changed in place
+# ("grown", "in_place"), and a module_op may extend a list ("extend_attr")
+PROTOCOL_VERSION = 14
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
-LOST_AFTER_BEATS = 3  # a connection with no answer to its pings this long is dropped
+# a connection whose peer says nothing (hung, cut off) is dropped within LOST_AFTER_BEATS + 1
+# beats of its last word; ZMTP pings, one every PING_EVERY_BEATS beats, find it (ping_options)
+LOST_AFTER_BEATS = 3
+PING_EVERY_BEATS = 2
 SILENT_AFTER_BEATS = 10  # the coordinator lists a worker this long without beats as not alive
 ARRAY_EXT = 1  # msgpack extension code of an array placeholder in the header
 
@@ -245,7 +251,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # its host (workers/links.py); neighbours that registered the same link_host may dial it
     "register": {"worker": "str", "address": "str", "pid": "int", "host": "str?",
                  "code": "bool?", "link": "str?", "link_host": "str?"},
-    "heartbeat": {"worker": "str", "memory": "int?", "stages": "list?"},
+    # answer: the worker asks the coordinator to answer this beat (it says nothing otherwise)
+    "heartbeat": {"worker": "str", "memory": "int?", "stages": "list?", "answer": "bool?"},
     "shutdown": {"reason": "str?"},
     "status": {"model": "str?"},  # (a client's channel names its model in every message)
     # a worker's running requests, their waits and its queues (a stall's diagnosis)

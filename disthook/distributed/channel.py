@@ -22,6 +22,7 @@ from disthook import wire
 from disthook.distributed.client_hooks import HookServer, _issue_warning
 from disthook.distributed.releases import Releases
 from disthook.distributed.send_together import Together, received
+from disthook.service.loop import ping_options
 from disthook.service.rpc import (
     ClusterError,
     Deadline,
@@ -94,13 +95,11 @@ class _Hub(Releases, HookServer):
                 sock.setsockopt(zmq.IDENTITY, self.identity)
                 if keys is not None:
                     keys.dial(sock)
-                # a worker that stops answering (hung, cut off) is dropped after
-                # LOST_AFTER_BEATS intervals without a ping answer: calls end with WorkerLost
-                if heartbeat:
-                    ivl = max(1, int(heartbeat * 1000))
-                    sock.setsockopt(zmq.HEARTBEAT_IVL, ivl)
-                    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, wire.LOST_AFTER_BEATS * ivl)
-                    sock.setsockopt(zmq.HEARTBEAT_TTL, wire.LOST_AFTER_BEATS * ivl)
+                # a worker that stops answering (hung, cut off) is dropped (ping_options):
+                # calls end with WorkerLost
+                for option, value in (ping_options(heartbeat, ttl=True) if heartbeat
+                                      else {}).items():
+                    sock.setsockopt(option, value)
                 # a worker that dies closes its connection: the monitor reports it at once
                 monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
                 self.poller.register(monitor, zmq.POLLIN)
