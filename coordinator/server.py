@@ -1,8 +1,8 @@
 """The coordinator: the registry of workers, their liveness, and the cluster's shutdown.
 
 Workers register (their id, data-plane address, pid, host) and then send a heartbeat every
-``heartbeat`` seconds; a worker silent for ``lost_after`` seconds (``SILENT_AFTER_BEATS``
-beats) is reported as not alive. Clients ask for ``status`` and may ``shutdown`` the
+``heartbeat`` seconds, answered only when the beat asks (or to refuse it); a worker silent
+for ``lost_after`` seconds (``SILENT_AFTER_BEATS`` beats) is reported as not alive. Clients ask for ``status`` and may ``shutdown`` the
 cluster, which tells every worker to stop first.
 The coordinator carries no activations or gradients.
 
@@ -10,8 +10,8 @@ It is also the registry of models shared by name (``disthook.distributed.registr
 deployer ``publish``es its deployment's record, clients list them (``models``), ``lookup``
 one, and say when they ``attach`` and ``detach``. Clients send no heartbeats here: what the
 coordinator knows of them is their connection, watched as workers watch theirs (closed, or
-no answer to ZMTP pings for ``LOST_AFTER_BEATS`` beats): a deployer whose connection goes is
-unpublished, an attached client whose connection goes is forgotten. With ``--state FILE``
+no answer to ZMTP pings, ``disthook.service.loop.ping_options``): a deployer whose
+connection goes is unpublished, an attached client whose connection goes is forgotten. With ``--state FILE``
 the published records are also kept in that file (``coordinator.registry_store``), so a
 coordinator started again knows every name and its owner: until the deployer's key claims
 it again (with keys) or its workers no longer hold the model, nobody else publishes under
@@ -30,9 +30,9 @@ import zmq.auth
 
 from coordinator import registry_store
 from disthook import wire
-from disthook.service.loop import LOG_LEVELS, Service, recv_now
+from disthook.service.loop import LOG_LEVELS, NO_REPLY, Service, ping_options, recv_now
 from disthook.service.security import CLIENT, is_server_key, key_name
-from disthook.wire import HEARTBEAT_S, LOST_AFTER_BEATS, SILENT_AFTER_BEATS
+from disthook.wire import HEARTBEAT_S, SILENT_AFTER_BEATS
 
 RESTORED_GRACE_S = 10.0  # a restored model's workers have this long to register again
 # what one client may hold in the registry (with keys: one key, every connection of it)
@@ -80,13 +80,11 @@ class Coordinator(Service):
     def __init__(self, bind: str, *, heartbeat: float = HEARTBEAT_S,
                  lost_after: float | None = None,
                  parent_pid: int | None = None, keys=None, state: str | None = None):
-        beat_ms = max(1, int(heartbeat * 1000))
         # a client's connection that closes, or stops answering pings, is a client gone
         # (on_disconnected): its publications and attachments go with it
         super().__init__(bind, parent_pid=parent_pid, name="coordinator", keys=keys,
                          watch_disconnects=True, router_options={
-                             zmq.HEARTBEAT_IVL: beat_ms,
-                             zmq.HEARTBEAT_TIMEOUT: LOST_AFTER_BEATS * beat_ms,
+                             **ping_options(heartbeat),
                              # it takes no arrays: a larger frame closes its connection
                              zmq.MAXMSGSIZE: wire.DEFAULT_LIMITS.frame_cap(arrays=False)})
         self.heartbeat = heartbeat
@@ -216,6 +214,10 @@ class Coordinator(Service):
         record.last_seen = time.monotonic()
         record.memory = msg.get("memory")
         record.stages = list(msg.get("stages") or [])
+        # answered only when asked: each answer wakes the worker's loop and I/O thread, and
+        # a worker needs one only to know that the coordinator is there (--orphan-after);
+        # a beat the coordinator refuses is always answered (the worker registers again)
+        return None if msg.get("answer") else NO_REPLY
 
     # ---- from clients ------------------------------------------------------------------------
     def on_status(self, msg, sender: bytes):

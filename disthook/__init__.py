@@ -5,17 +5,12 @@
 from __future__ import annotations
 
 import builtins as _builtins
-import warnings as _warnings
 
 import numpy as _np
 
-# numpy's floating-point warnings from disthook's own code (0/0, log(0), an overflow): torch
-# gives nan and inf without a word, so a program run with -W error, or one that prints
-# its stderr, sees what it sees under torch. (numpy called from the program's own code,
-# and whatever else warns, is left as it is.)
-_warnings.filterwarnings(
-    "ignore", r"(divide by zero|invalid value|overflow|underflow) encountered",
-    RuntimeWarning, r"disthook(\.|$)")
+from disthook._settings import quiet_float_warnings as _quiet_float_warnings
+
+_quiet_float_warnings()
 
 from disthook import (  # noqa: F401
     _surface,  # first: from here on, torch's names that disthook lacks refuse at use

@@ -123,6 +123,37 @@ def set_default_dtype(d: dtype) -> None:
     _default[0] = d
 
 
+# ---- the default dtype of a deployed model's client, on its workers ------------------------
+
+_SENDABLE = {d.name: d for d in (float16, float32, float64)}
+
+
+def default_dtype_field() -> dict:
+    """What a request that computes on a worker carries of this process's default dtype:
+    nothing for float32 (a worker's own), else its name, so that ``torch.zeros(n)`` in a
+    placed module's forward makes what it makes in one process."""
+    d = _default[0]
+    return {} if d is float32 or d.name not in _SENDABLE else {"default_dtype": d.name}
+
+
+class default_dtype_as:
+    """The default dtype named by a request (None: as it is) while the request computes."""
+
+    def __init__(self, name: str | None):
+        if name is not None and name not in _SENDABLE:
+            raise TypeError(f"default_dtype must name one of {sorted(_SENDABLE)}, got {name!r}")
+        self.d = None if name is None else _SENDABLE[name]
+
+    def __enter__(self):
+        self.before = _default[0]
+        if self.d is not None:
+            _default[0] = self.d
+
+    def __exit__(self, *exc):
+        _default[0] = self.before
+        return False
+
+
 def to_dtype(d) -> dtype:
     """Accept a disthook dtype, a numpy dtype or a python type (float, int, bool)."""
     if isinstance(d, dtype):

@@ -4,6 +4,7 @@ answers them trivially, remembering what was set. ``disthook/__init__.py`` expor
 from __future__ import annotations
 
 import builtins
+import warnings
 
 from disthook import _dtype
 
@@ -16,6 +17,18 @@ __all__ = [
     "set_float32_matmul_precision", "set_flush_denormal", "set_num_interop_threads",
     "set_num_threads", "use_deterministic_algorithms",
 ]
+
+
+def quiet_float_warnings() -> None:
+    """Drop numpy's floating-point warnings raised in disthook's own code (0/0, log(0), an
+    overflow, -inf cast to an integer): torch gives nan and inf without a word, so a program
+    run with -W error, or one that prints its stderr, sees what it sees under torch. numpy
+    called from the program's own code, and whatever else warns, is left as it is. Put in
+    front of the filters: a worker, which shows every other warning to its client, calls it
+    again after its own ``simplefilter("always")``."""
+    warnings.filterwarnings(
+        "ignore", r"(divide by zero|invalid value|overflow|underflow) encountered",
+        RuntimeWarning, r"disthook(\.|$)")
 
 
 # ---- process-wide settings: numpy runs on the CPU, deterministically -------------------------------

@@ -71,12 +71,19 @@ __all__ = [
 # to(dtype), double(), half()), which a worker of 10 refuses; 12: a hook's answer says it
 # wrote to the model ("wrote": an attribute, a weight), and a part called inside a
 # non-reentrant checkpoint runs checkpointed there ("checkpoint"): fields a worker of 11
-# refuses
-PROTOCOL_VERSION = 13
+# refuses; 14: a worker's heartbeat asks for an answer ("answer"), which the coordinator
+# gives only then (or to refuse it); a forward or train_step names the program's default
+# dtype ("default_dtype"); an attr_change says a list grew or a container changed in place
+# ("grown", "in_place"), and a module_op may extend a list ("extend_attr"); a hook event
+# names its tensors ("ids") and a forward passed on names its input ("names")
+PROTOCOL_VERSION = 14
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
-LOST_AFTER_BEATS = 3  # a connection with no answer to its pings this long is dropped
+# a connection whose peer says nothing (hung, cut off) is dropped within LOST_AFTER_BEATS + 1
+# beats of its last word; ZMTP pings, one every PING_EVERY_BEATS beats, find it (ping_options)
+LOST_AFTER_BEATS = 3
+PING_EVERY_BEATS = 2
 SILENT_AFTER_BEATS = 10  # the coordinator lists a worker this long without beats as not alive
 ARRAY_EXT = 1  # msgpack extension code of an array placeholder in the header
 
@@ -180,7 +187,10 @@ RECORDS: dict[str, dict[str, str]] = {
     # (name -> hook_value), the type of each that cannot (name -> "a function"), the names
     # deleted. A call's answer (result["attrs"]) carries a list of them; a chain's stages
     # pass theirs on with the activation (forward) or gradient (backward) as "attrs"
-    "attr_change": {"path": "str", "set": "map?", "opaque": "map?", "deleted": "list[str]?"},
+    # in_place: names of "set" whose list or dict was changed in place (the receiver puts
+    # the items into its own); grown: name -> [length before, the items a list grew by]
+    "attr_change": {"path": "str", "set": "map?", "opaque": "map?", "deleted": "list[str]?",
+                    "in_place": "list[str]?", "grown": "map?"},
     # a deployment published under a name (disthook.distributed.registry): its model id,
     # root class path, who deployed it (a key's name, or the client's socket identity in
     # hex without keys), when (unix seconds), whether others may write its weights, where
@@ -214,7 +224,7 @@ ENUMS: dict[str, frozenset] = {
     "optimizer_action": frozenset({"step", "zero_grad", "state", "load"}),
     "grad_op_kind": frozenset({"norm", "scale", "clamp", "set", "add"}),
     "module_op_kind": frozenset({"register_buffer", "set_attr", "del_attr", "train",
-                                 "convert"}),
+                                 "convert", "extend_attr"}),
     "schedule_kind": frozenset({"recv_act", "forward", "send_act", "recv_grad", "backward",
                                 "send_grad", "weight"}),
     "layout_kind": frozenset({"chain", "tree", "whole"}),  # of a published model
@@ -242,7 +252,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # its host (workers/links.py); neighbours that registered the same link_host may dial it
     "register": {"worker": "str", "address": "str", "pid": "int", "host": "str?",
                  "code": "bool?", "link": "str?", "link_host": "str?"},
-    "heartbeat": {"worker": "str", "memory": "int?", "stages": "list?"},
+    # answer: the worker asks the coordinator to answer this beat (it says nothing otherwise)
+    "heartbeat": {"worker": "str", "memory": "int?", "stages": "list?", "answer": "bool?"},
     "shutdown": {"reason": "str?"},
     "status": {"model": "str?"},  # (a client's channel names its model in every message)
     # a worker's running requests, their waits and its queues (a stall's diagnosis)
@@ -275,12 +286,15 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # optimizer_calls: the client's optimizer calls not sent yet (zero_grad(), and step()
     # once a step made the optimizer's shares), per stage a list of the "optimizer" maps of
     # "step", in the order they were made; each stage runs its own first
+    # default_dtype: the client's default dtype ("float64", "float16"; absent: float32),
+    # which the stages compute under (a factory in a forward makes what one process makes)
     "forward": {"model": "str", "stage": "int", "inputs": "list", "grad_enabled": "bool",
                 "reply_to": "str", "requires_grad": "list?", "mb": "int?", "stop": "str?",
                 "optimizer_calls": "list[list[optimizer_call]]?", "path": "str?",
                 "call": "hook_value?", "rng": "str?", "pins": "list?", "op": "str?",
                 "params": "any?", "keep": "bool?", "as_of": "map?", "checkpoint": "map?",
-                "within": "str?", "attrs": "list[attr_change]?", "names": "list[str]?"},
+                "within": "str?", "attrs": "list[attr_change]?", "names": "list[str]?",
+                "default_dtype": "str?"},
     # within: the context of the client's call whose hook, running now, makes this call (a
     # logit lens decoding inside a block's hook): it runs at once, not behind that call
     # taps: keys of tensors client forward hooks were given, whose gradients the client
@@ -353,7 +367,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "train_step": {"model": "str", "step": "str", "schedule": "list[schedule_action]",
                    "reply_to": "str", "inputs": "list?", "targets": "list?",
                    "loss": "loss_spec?", "scales": "list?",
-                   "optimizer_calls": "list[optimizer_call]?"},
+                   "optimizer_calls": "list[optimizer_call]?", "default_dtype": "str?"},
     "pipe": {"model": "str", "step": "str", "kind": "pipe_kind", "mb": "int", "data": "array?",
              "reason": "str?"},
     # parameters, buffers and optimizer shards
@@ -368,7 +382,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # a change to the module at path that one process allows: a buffer registered (value: a
     # packed tensor or None), a plain attribute set (value: packed) or deleted, the part's
     # mode set (train: value is the mode, a bool; name is "training"), its tensors' dtypes
-    # changed (convert: value maps names under the module to dtype names; name is "")
+    # changed (convert: value maps names under the module to dtype names; name is ""), a
+    # list attribute grown at its end (extend_attr: value is [its length before, the items])
     "module_op": {"model": "str", "path": "str", "op": "module_op_kind", "name": "str",
                   "value": "any?", "persistent": "bool?"},
     "step": {"model": "str", "optimizer": "optimizer_call?", "zero_grad": "bool?",

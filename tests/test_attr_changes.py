@@ -75,3 +75,53 @@ def test_news_tell_each_change_once_and_what_was_undone():
     assert snap.changes(news=True)[0]["deleted"] == ["tmp"]
     (final,) = snap.changes()
     assert final["set"] == {"calls": 1} and sorted(final["deleted"]) == ["gone", "tmp"]
+
+
+class Holds(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.maps, self.stats, self.nest = [], {"n": 0}, ({"a": [1]},)
+
+
+def test_lists_and_dicts_changed_in_place():
+    """A list that grew sends its new items from where it grew; any other change in place
+    (a dict's item, a list inside a tuple) the whole value, named in_place; the same object
+    rebound to an equal copy is no in-place change."""
+    part = Holds()
+    snap = attr_changes.snapshot(part, "p")
+    assert snap.changes() is None
+    part.maps.append(torch.ones(2))
+    part.stats["n"] += 1
+    part.nest[0]["a"].append(2)
+    (change,) = wire.checked("list[attr_change]", snap.changes(), "test")
+    assert change["in_place"] == ["stats", "nest"]
+    assert change["set"]["stats"] == {"dict": {"n": 1}}
+    assert change["set"]["nest"] == {"tuple": [{"dict": {"a": {"list": [1, 2]}}}]}
+    start, items = change["grown"]["maps"]
+    assert start == 0 and items["list"][0]["tensor"].tolist() == [1, 1]
+    snap = attr_changes.snapshot(part, "p")
+    part.maps.pop()
+    part.stats = dict(part.stats)
+    (change,) = snap.changes()
+    assert change["in_place"] == ["maps"] and change["set"] == {"stats": {"dict": {"n": 1}},
+                                                               "maps": {"list": []}}
+
+
+def test_a_grown_list_is_told_by_each_hook_event_from_where_it_grew():
+    part = Holds()
+    part.maps.append(1)
+    snap = attr_changes.snapshot(part, "p")
+    part.maps.append(2)
+    assert snap.changes(news=True)[0]["grown"] == {"maps": [1, {"list": [2]}]}
+    part.maps.append(3)
+    assert snap.changes(news=True)[0]["grown"] == {"maps": [1, {"list": [2, 3]}]}
+    assert snap.changes()[0]["grown"] == {"maps": [1, {"list": [2, 3]}]}
+
+
+def test_a_tensor_attribute_changed_in_place_is_sent_whole():
+    part = Part()
+    part.seen = torch.zeros(1)
+    snap = attr_changes.snapshot(part, "p")
+    part.seen += 1
+    (change,) = snap.changes()
+    assert change["in_place"] == ["seen"] and change["set"]["seen"]["tensor"].tolist() == [1]

@@ -145,3 +145,76 @@ def test_errors_are_torchs(lib_name):
     mod = importlib.import_module(lib_name + ".nn.utils.parametrizations")
     with pytest.raises(ValueError, match="Expected n_power_iterations to be positive"):
         mod.spectral_norm(lib.nn.Linear(2, 2), n_power_iterations=0)
+
+
+# ---- parametrizations.orthogonal ---------------------------------------------------------
+
+def _orthogonal_program(lib, shape, orthogonal_map, trivial):
+    """An orthogonal Linear registered on a fixed weight, three SGD steps on a loss of its
+    output: the weight, the parametrized original's gradient, and its state's names."""
+    weight = np.random.default_rng(4).standard_normal(shape)
+    x = lib.tensor(np.random.default_rng(5).standard_normal((3, shape[1])))
+    layer = lib.nn.Linear(shape[1], shape[0], bias=False).double()
+    with lib.no_grad():
+        layer.weight.copy_(lib.tensor(weight))
+    mod = importlib.import_module(lib.__name__ + ".nn.utils.parametrizations")
+    mod.orthogonal(layer, orthogonal_map=orthogonal_map, use_trivialization=trivial)
+    opt = lib.optim.SGD(layer.parameters(), lr=0.1)
+    seen = [_np(layer.weight)]
+    for _ in range(3):
+        opt.zero_grad()
+        (layer(x).tanh() * lib.arange(shape[0], dtype=lib.float64)).sum().backward()
+        seen.append(_np(layer.parametrizations.weight.original.grad))
+        opt.step()
+        seen.append(_np(layer.weight))
+    return seen + [sorted(layer.state_dict())]
+
+
+@pytest.mark.parametrize("shape, orthogonal_map, trivial", [
+    ((4, 4), None, True), ((4, 4), "cayley", True), ((4, 4), "householder", True),
+    ((5, 3), "householder", False), ((3, 5), None, False)])
+def test_orthogonal_same_as_torch(shape, orthogonal_map, trivial):
+    torch = pytest.importorskip("torch")
+    got = _orthogonal_program(disthook, shape, orthogonal_map, trivial)
+    want = _orthogonal_program(torch, shape, orthogonal_map, trivial)
+    assert got[-1] == want[-1]
+    for a, b in zip(got[:-1], want[:-1]):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("orthogonal_map", ["matrix_exp", "cayley", "householder"])
+@pytest.mark.parametrize("shape", [(5, 3), (3, 5), (2, 4, 4)])
+def test_orthogonal_weights_stay_orthonormal_while_training(shape, orthogonal_map):
+    """A tall or wide weight (completed with random columns: torch's draw is its own) and a
+    batch of matrices: orthonormal columns (rows, when wide) before and after steps."""
+    p = disthook.nn.Parameter(disthook.randn(*shape, dtype=disthook.float64))
+    holder = disthook.nn.Module()
+    holder.register_parameter("weight", p)
+    disthook.nn.utils.parametrizations.orthogonal(holder, orthogonal_map=orthogonal_map)
+    opt = disthook.optim.Adam(holder.parameters(), lr=0.1)
+    for _ in range(4):
+        w = holder.weight
+        tall = w if shape[-2] >= shape[-1] else w.mT
+        gram = (tall.mT @ tall).detach().numpy()
+        np.testing.assert_allclose(gram, np.broadcast_to(np.eye(gram.shape[-1]), gram.shape),
+                                   atol=1e-12)
+        opt.zero_grad()
+        w.sum().backward()
+        opt.step()
+
+
+@pytest.mark.parametrize("lib_name", ["disthook", "torch"])
+def test_orthogonal_errors_are_torchs(lib_name):
+    lib = pytest.importorskip(lib_name)
+    mod = importlib.import_module(lib_name + ".nn.utils.parametrizations")
+    with pytest.raises(ValueError, match="Expected a matrix or batch of matrices. Got a tensor "
+                                         "of 1 dimensions."):
+        mod.orthogonal(lib.nn.Linear(2, 2), "bias")
+    with pytest.raises(ValueError, match='orthogonal_map has to be one of "matrix_exp", '
+                                         '"cayley", "householder". Got: qr'):
+        mod.orthogonal(lib.nn.Linear(2, 2), orthogonal_map="qr")
+    layer = mod.orthogonal(lib.nn.Linear(2, 2), orthogonal_map="cayley",
+                           use_trivialization=False)  # registers: the weight as it is
+    with pytest.raises(NotImplementedError, match="It is not possible to assign to the matrix "
+                                                  "exponential or the Cayley"):
+        layer.weight = lib.eye(2)

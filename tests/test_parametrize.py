@@ -125,3 +125,28 @@ def test_errors_are_torchs(lib_name):
         P.remove_parametrizations(layer, "bias")
     P.register_parametrization(layer, "weight", First(), unsafe=True)
     assert tuple(layer.weight.shape) == (3,)
+
+
+@pytest.mark.parametrize("lib_name", ["disthook", "torch"])
+def test_a_right_inverse_that_raises_not_implemented_is_the_identity_at_registration(lib_name):
+    """A parametrization that cannot be inverted says so with NotImplementedError: it still
+    registers, keeping the tensor as it is (orthogonal's Cayley map without trivialization);
+    assigning to the parametrized tensor then raises it."""
+    lib = pytest.importorskip(lib_name)
+    P = importlib.import_module(lib_name + ".nn.utils.parametrize")
+
+    class Squash(lib.nn.Module):
+        def forward(self, X):
+            return X.tanh()
+
+        def right_inverse(self, X):
+            raise NotImplementedError("no inverse here")
+
+    layer = lib.nn.Linear(3, 3)
+    with lib.no_grad():
+        layer.weight.copy_(lib.tensor(W))
+    P.register_parametrization(layer, "weight", Squash())
+    np.testing.assert_array_equal(_np(layer.parametrizations.weight.original), W)
+    np.testing.assert_allclose(_np(layer.weight), np.tanh(W), rtol=1e-6)
+    with pytest.raises(NotImplementedError, match="no inverse here"):
+        layer.weight = lib.tensor(W)

@@ -5,18 +5,25 @@ answer of the call (or backward) that set them carries them to the client
 (``disthook.distributed.attr_changes`` sets them there).
 
 Cheap when nothing changes: a shallow copy of each module's ``__dict__`` before, an identity
-comparison after, and no field in the answer. What ``Module`` keeps for itself (its
+comparison after, and no field in the answer. A list or dict the code changes in place
+(``self.maps.append(attn)``, ``self.stats["n"] += 1``, ``self.cache[k] = v``) is the same
+object after, so each list and dict held in a plain attribute (and each one inside it) is
+copied shallowly too and compared item by item: a list that only grew sends the items it
+grew by (``grown``), any other change its whole value (``in_place``), which the client puts
+into its own list or dict rather than rebinding the name. What ``Module`` keeps for itself (its
 parameters, buffers, children, hook dicts, ``training``) has its own paths and is left out.
 """
 from __future__ import annotations
 
 import contextlib
+import weakref
 from operator import is_
 
 from disthook.nn.modules.module import Module
+from disthook.service import held
 from disthook.service.values import opaque_in, pack
 
-__all__ = ["Snapshot", "WithGraph", "merged", "seen", "snapshot", "watching"]
+__all__ = ["Snapshot", "WithGraph", "forget", "merged", "seen", "snapshot", "watching"]
 
 _OWN = frozenset(Module().__dict__)  # the dicts and flags every Module keeps for itself
 _MISSING = object()
@@ -40,12 +47,13 @@ class Snapshot:
         only what earlier calls with ``news`` did not tell (a pass's hook events)."""
         out = None
         told = self.told
-        for path, module, before in self.entries:
+        for path, module, before, was in self.entries:
             after = module.__dict__
             # names a hook event told of that are gone again (set and deleted in the pass)
             undone = [k for (p, k) in told if p == path and k not in after
                       and k not in before] if told else ()
-            if not undone and len(after) == len(before) and all(
+            edited = _edited(after, was) if was else None
+            if not undone and not edited and len(after) == len(before) and all(
                     map(is_, after.values(), before.values())) and all(map(is_, after, before)):
                 continue  # (the usual case: every name and value as it was, in order)
             rebound = [k for k, v in after.items() if before.get(k, _MISSING) is not v]
@@ -58,9 +66,11 @@ class Snapshot:
             if news:
                 rebound, gone = self._untold(path, after, rebound, gone)
             if rebound or gone:
+                _names.pop(id(module), None)  # (which names hold what may have changed)
+            if rebound or gone or edited:
                 if out is None:
                     out = []
-                out.append(_record(path, after, rebound, gone, tensor))
+                out.append(_record(path, after, rebound, gone, tensor, edited))
         return out
 
     def _untold(self, path: str, after: dict, rebound: list, gone: list) -> tuple[list, list]:
@@ -84,10 +94,32 @@ def snapshot(module: Module, path: str) -> Snapshot:
 
 def _walk(module: Module, path: str, into: list) -> None:
     d = module.__dict__
-    into.append((path, module, d.copy()))
+    before = d.copy()
+    known = _names.get(id(module))
+    if known is not None and known[0]() is module:
+        names = known[1]
+    else:  # (a tuple of numbers, a kernel size, cannot change while it is the value)
+        names = [k for k, v in before.items() if k not in _OWN and isinstance(v, held.WATCHED)
+                 and (type(v) is not tuple or held.stamp(v) is not None)]
+        _names[id(module)] = (weakref.ref(module), names)
+    was = [(k, v, c) for k in names
+           if (v := before.get(k, _MISSING)) is not _MISSING and (c := held.stamp(v)) is not None]
+    into.append((path, module, before, was))
     for name, child in d["_modules"].items():
         if child is not None:
             _walk(child, f"{path}.{name}" if path else name, into)
+
+
+# id of a module -> (a weak reference to it, the names of its attributes that may change in
+# place: lists, dicts, tensors, tuples holding a list or dict), looked through once: a pass
+# that sets, rebinds or deletes one of its attributes, or a client's module_op (``forget``),
+# has them looked through again
+_names: dict[int, tuple] = {}
+
+
+def forget(module: Module) -> None:
+    """``module``'s attributes were changed outside a pass (a client's ``module_op``)."""
+    _names.pop(id(module), None)
 
 
 class WithGraph:
@@ -144,9 +176,26 @@ def merged(given: list | None, own: list | None) -> list | None:
     return [*given, *own] if own else list(given)
 
 
-def _record(path: str, after: dict, rebound: list, gone, tensor) -> dict:
+def _edited(after: dict, was: list) -> dict | None:
+    """{name: the length its list had, where it only grew at its end; else None} for each
+    list, dict or tensor of ``was`` that is still the attribute's value and was changed in
+    place."""
+    out = None
+    for name, value, stamp in was:
+        if after.get(name, _MISSING) is not value or held.unchanged(value, stamp):
+            continue
+        if out is None:
+            out = {}
+        out[name] = None if type(stamp) is int else held.grew_from(stamp)
+    return out
+
+
+def _record(path: str, after: dict, rebound: list, gone, tensor,
+            edited: dict | None = None) -> dict:
     """The ``attr_change`` record of one module: values that travel by value (``pack``:
-    tensors as detached arrays), the type of each that cannot, the names deleted."""
+    tensors as detached arrays), the type of each that cannot, the names deleted; lists
+    and dicts changed in place (``edited``): a list that grew, from where it grew
+    (``grown``: [length before, its new items]), any other whole (``in_place``)."""
     values, opaque = {}, {}
     for name in rebound:
         value = after[name]
@@ -155,9 +204,26 @@ def _record(path: str, after: dict, rebound: list, gone, tensor) -> dict:
             values[name] = pack(value, tensor)
         else:
             opaque[name] = what
+    grown = {}
+    for name, start in (edited or {}).items():  # (whole values first: the order they pack)
+        value = after[name]
+        what = opaque_in(value if start is None else value[start:])
+        if what is not None:
+            opaque[name] = what
+        elif start is None:
+            values[name] = pack(value, tensor)
+    for name, start in (edited or {}).items():
+        if start is not None and name not in opaque:
+            grown[name] = [start, pack(after[name][start:], tensor)]
     record: dict = {"path": path}
     if values:
         record["set"] = values
+    in_place = [name for name, start in (edited or {}).items()
+                if start is None and name in values]
+    if in_place:
+        record["in_place"] = in_place
+    if grown:
+        record["grown"] = grown
     if opaque:
         record["opaque"] = opaque
     if gone:

@@ -17,6 +17,7 @@ import numpy as np
 import disthook
 from disthook import hooks as toolkit
 from disthook import wire
+from disthook._dtype import default_dtype_as
 from disthook.autograd import engine
 from disthook.service import op_calls
 from disthook.service.loop import NO_REPLY, send_frames
@@ -82,7 +83,7 @@ class ComputeHandlers:
                 if msg.get("rng"):  # the client's random stream, passed stage to stage
                     job.rng = msg["rng"]
                     disthook.random._set_stream_state(msg["rng"])
-                with disthook.set_grad_enabled(grad):
+                with disthook.set_grad_enabled(grad), default_dtype_as(msg.get("default_dtype")):
                     given = [_as_computed(t) if st.index > 0 else t for t in inputs]
                     for t, name in zip(given, msg.get("names") or ()):  # the previous
                         self.name_as(job, t, name)  # stage's output: one object (hooks)
@@ -110,6 +111,8 @@ class ComputeHandlers:
                               "optimizer_calls": calls, "rng": rng,
                               "attrs": attr_changes.merged(msg.get("attrs"), snap.changes()),
                               "names": self._names_of(job, [out])}
+                    if msg.get("default_dtype"):
+                        fields["default_dtype"] = msg["default_dtype"]
                     pins = job.pins or upstream_pins(job)  # calls a write passed
                     if pins:
                         fields["pins"] = [list(p) for p in pins]
@@ -175,7 +178,7 @@ class ComputeHandlers:
                 if msg.get("rng"):  # the client's random stream: drawn from here, handed back
                     job.rng = msg["rng"]
                     disthook.random._set_stream_state(msg["rng"])
-                with disthook.set_grad_enabled(grad):
+                with disthook.set_grad_enabled(grad), default_dtype_as(msg.get("default_dtype")):
                     ckpt = msg.get("checkpoint")
                     if ckpt and grad:  # called inside torch.utils.checkpoint on the client
                         return checkpoint(module, *args, use_reentrant=False,

@@ -9,6 +9,7 @@ import disthook
 from disthook import wire
 from disthook.service.loop import NO_REPLY
 from disthook.service.values import unpack
+from workers import attr_changes
 from workers.versions import note_pins, note_write
 
 __all__ = ["ParamHandlers"]
@@ -67,6 +68,8 @@ class ParamHandlers:
             setattr(module, name, value)
         elif msg["op"] == "convert":
             _convert(module, value)
+        elif msg["op"] == "extend_attr":
+            _extend(module, msg["path"], name, value)
         elif msg["op"] == "train":
             if not isinstance(value, bool):
                 raise ValueError(f"train of {msg['path']!r}: the mode must be a bool, got "
@@ -74,6 +77,7 @@ class ParamHandlers:
             module.train(value)
         else:
             delattr(module, name)
+        attr_changes.forget(module)  # its attributes changed outside a pass
         st.versions.reset()  # a buffer may have come or gone
 
     def on_grad_op(self, job):
@@ -170,9 +174,8 @@ class ParamHandlers:
                 opt = cls([{**g.hyper, "params": [params[n] for n in g.params]}
                            for g in groups], **_accepted(cls, spec["kwargs"]))
             st.optimizers[(client, spec["id"])] = opt
-        elif groups is not None:  # the groups' hyperparameters now (a scheduler moves lr)
-            for mine, given in zip(opt.param_groups, groups):
-                mine.update(given.hyper)
+        elif groups is not None:  # the groups as they are now (a scheduler moves lr)
+            _follow_groups(opt, groups, st.module)
         if spec["action"] == "step":
             opt.step()
         elif spec["action"] == "zero_grad":
@@ -284,6 +287,37 @@ def _accepted(cls: type, kwargs: dict) -> dict:
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return dict(kwargs)
     return {k: v for k, v in kwargs.items() if k in params and k not in ("self", "params")}
+
+
+def _extend(module, path: str, name: str, value) -> None:
+    """The list ``module.name`` grown at its end by the client's program (``value``: [its
+    length before, the items]), as the client has it."""
+    start, items = value if isinstance(value, list) and len(value) == 2 else (None, None)
+    have = module.__dict__.get(name)
+    if not isinstance(start, int) or not isinstance(items, list) or not isinstance(
+            have, list) or len(have) != start:
+        raise ValueError(f"extend {path}.{name}: the client's list grew from {start!r} items; "
+                         f"here it is {type(have).__name__} "
+                         f"{len(have) if isinstance(have, list) else ''}".rstrip())
+    have.extend(items)
+
+
+def _follow_groups(opt, groups, module) -> None:
+    """The share's param groups as the client's are now: their hyperparameters, and the
+    groups the client added since the share was made (``add_param_group``: progressive
+    unfreezing), which it steps from now on."""
+    for mine, given in zip(opt.param_groups, groups):
+        if len(mine["params"]) != len(given.params):
+            raise ValueError(
+                f"param group {given.index} of the optimizer holds {len(given.params)} of "
+                f"this stage's parameters, where its first step had {len(mine['params'])}: a "
+                "group's parameters cannot change after the first step here; add a new group "
+                "with add_param_group(), or make the optimizer again")
+        mine.update(given.hyper)
+    if len(groups) > len(opt.param_groups):
+        params = dict(module.named_parameters())
+        for given in groups[len(opt.param_groups):]:
+            opt.add_param_group({**given.hyper, "params": [params[n] for n in given.params]})
 
 
 def _optimizer_class(name: str) -> type:

@@ -35,11 +35,13 @@ import zmq
 from deploy.threads import blas_threads
 from disthook import random as streams
 from disthook import wire
+from disthook._settings import quiet_float_warnings
 from disthook.service import endpoint, worker_hooks
 from disthook.service.loop import (
     LOG_LEVELS,
     NO_REPLY,
     Service,
+    ping_options,
     recv_now,
     tune_malloc,
 )
@@ -95,13 +97,11 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
                  max_model_bytes: int = limits.MAX_MODEL_BYTES,
                  max_queued_bytes: int = queues.MAX_QUEUED_BYTES):
         wid = worker_id or f"{socket.gethostname()}-{os.getpid()}"
-        beat_ms = max(1, int(wire.HEARTBEAT_S * 1000))
         # a peer whose connection closes is gone (see on_disconnected), and one that stops
-        # answering pings (hung, cut off) has its connection closed after LOST_AFTER_BEATS
+        # answering pings (hung, cut off) has its connection closed (ping_options)
         super().__init__(bind, name=wid, parent_pid=parent_pid, keys=keys,
                          watch_disconnects=True, router_options={
-                             zmq.HEARTBEAT_IVL: beat_ms,
-                             zmq.HEARTBEAT_TIMEOUT: wire.LOST_AFTER_BEATS * beat_ms,
+                             **ping_options(wire.HEARTBEAT_S),
                              zmq.MAXMSGSIZE: wire.DEFAULT_LIMITS.frame_cap()})
         self.id = wid
         self.bound = self.address
@@ -395,6 +395,9 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
             result = msg.get("result") or {}
             self.heartbeat = float(result.get("heartbeat", self.heartbeat))
             self.tick_interval = min(self.heartbeat, wire.HEARTBEAT_S)  # (never slower)
+            # the first beat a beat from now, not a second after the start (the wait for this
+            # answer): --orphan-after 1 stopped a worker in its first second, unanswered
+            self.next_beat = self.last_heard + self.heartbeat
             self.log.info("worker %s: registered at %s, serving on %s", self.id,
                           self.coordinator_address, self.address)
         elif msg.type == "error":
@@ -418,9 +421,11 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
     def _beat(self) -> None:
         """A heartbeat now (also right after placement changes, so status is current)."""
         if self.registered:
+            # an answer only where one is awaited (--orphan-after): each wakes this loop
             self._to_coordinator("heartbeat", {
                 "worker": self.id, "memory": rss_bytes(),
-                "stages": [st.name for st in self.stages.values()]})
+                "stages": [st.name for st in self.stages.values()],
+                **({"answer": True} if self.orphan_after else {})})
         else:
             self._register()
         self.next_beat = time.monotonic() + self.heartbeat
@@ -478,6 +483,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         # once per process: every warning is shown (the client's filters decide what the
         # user sees) and comes here
         warnings.simplefilter("always")
+        quiet_float_warnings()  # but numpy's, from disthook's code, as in one process
         shown = warnings.showwarning
 
         def show(message, category, filename, lineno, file=None, line=None):

@@ -11,6 +11,7 @@ import numpy as np
 
 import disthook
 from disthook import wire
+from disthook._dtype import default_dtype_as
 from disthook.autograd.split import backward_split
 from disthook.distributed.spec import build_module
 from disthook.service.loop import PIPE_COPY_BELOW, send_frames
@@ -100,12 +101,13 @@ class StepHandlers:
                         leaf = disthook.from_numpy(_fresh(data, job))
                         if not first and leaf.is_floating_point():
                             leaf.requires_grad_(True)
-                        out = st.module(leaf if first else _as_computed(leaf))
-                        if last:
-                            target = disthook.from_numpy(_fresh(msg["targets"][mb], job))
-                            loss = loss_fn(out, target)
-                            losses[mb] = float(loss.item())
-                            out = loss * msg["scales"][mb]
+                        with default_dtype_as(msg.get("default_dtype")):
+                            out = st.module(leaf if first else _as_computed(leaf))
+                            if last:
+                                target = disthook.from_numpy(_fresh(msg["targets"][mb], job))
+                                loss = loss_fn(out, target)
+                                losses[mb] = float(loss.item())
+                                out = loss * msg["scales"][mb]
                         return leaf, out
 
                     held[mb] = self._run_forward(job, st, compute)

@@ -10,6 +10,11 @@ as a set of an attribute the module was deployed with does. A tensor comes by va
 plain tensor without history (what ``detach()`` gives); a value that cannot travel (a
 function, an object of the program's own class) leaves the attribute here as it was, with
 one warning per module path and name.
+
+A list or dict that the module's code changed in place there (``self.maps.append(attn)``,
+``self.stats["n"] += 1``) is changed in place here too, so that the program's own
+reference to it (``maps = layer.maps``) sees what one process would; and one the program
+changes in place here goes to the worker before the model's next call (``sync``).
 """
 from __future__ import annotations
 
@@ -22,15 +27,17 @@ from disthook import wire
 from disthook.autograd.graph import Node
 from disthook.distributed import remote_values
 from disthook.nn.modules.module import Module
-from disthook.service.values import unpack
+from disthook.service import held
+from disthook.service.values import opaque_in, unpack
 from disthook.tensor import Tensor
 
 if TYPE_CHECKING:
     from disthook.distributed.deployment import Deployment
 
-__all__ = ["GraphElsewhere", "apply", "apply_for"]
+__all__ = ["GraphElsewhere", "apply", "apply_for", "sync", "watch"]
 
 _MODULE_OWN = frozenset(Module().__dict__)  # the dicts and flags every Module keeps
+_MISSING = object()
 
 
 def apply(model: Deployment, changes, kept=None, address: str | None = None) -> None:
@@ -51,6 +58,10 @@ def apply(model: Deployment, changes, kept=None, address: str | None = None) -> 
                                kept or _late(model, address, path, name, at),
                                classes=True)
                   for name, data in (record.get("set") or {}).items()}
+        grown = {name: (start, unpack(data, _plain_or_elsewhere(path, name, at),
+                                      kept or _late(model, address, path, name, at),
+                                      classes=True))
+                 for name, (start, data) in (record.get("grown") or {}).items()}
         module = _module_at(model._local, path)
         if module is None:  # no longer here (the program replaced it meanwhile)
             continue
@@ -58,11 +69,19 @@ def apply(model: Deployment, changes, kept=None, address: str | None = None) -> 
         shared = getattr(d.get("_placement"), "shared", None)
         if shared is None and not (model._whole and module is model._local):
             continue  # a module whose forward runs here (a chain's root): not the worker's
+        in_place = record.get("in_place") or ()
         for name, value in values.items():
             if not _own(d, name):
-                d[name] = value
+                d[name] = _into(d.get(name), value) if name in in_place else value
                 if shared is not None:
                     shared.add(name)
+                    watch(model, module, name)
+        for name, (start, items) in grown.items():
+            if not _own(d, name):
+                _grow(d, name, start, items, path)
+                if shared is not None:
+                    shared.add(name)
+                    watch(model, module, name)
         for name in record.get("deleted") or ():
             if not _own(d, name):
                 d.pop(name, None)
@@ -72,6 +91,87 @@ def apply(model: Deployment, changes, kept=None, address: str | None = None) -> 
             if shared is not None:  # the worker's copy has it: a set by the program goes there
                 shared.add(name)
             _warn_once(model, module, path, name, what, at)
+
+
+def _into(mine, value):
+    """``value`` (a list, dict or tensor a worker changed in place) put into ``mine``, the
+    program's object for it here, keeping its identity and that of the lists and dicts
+    inside it where they stand in the same place; ``value`` itself where ``mine`` is of
+    another kind."""
+    if isinstance(mine, list) and isinstance(value, list):
+        old = list(mine)
+        mine[:] = [_into(a, b) for a, b in zip(old, value)] + value[len(old):]
+        return mine
+    if isinstance(mine, dict) and isinstance(value, dict):
+        old = dict(mine)
+        mine.clear()
+        mine.update({k: _into(old.get(k), v) for k, v in value.items()})
+        return mine
+    if type(mine) is tuple and type(value) is tuple and len(mine) == len(value):
+        return tuple(_into(a, b) for a, b in zip(mine, value))  # (the lists inside it)
+    if (type(mine) is Tensor and type(value) is Tensor and mine._grad_fn is None
+            and value._grad_fn is None and mine.shape == value.shape
+            and mine.dtype == value.dtype and mine._data.flags.writeable):
+        np.copyto(mine._data, value._data)  # (a tensor the module changed in place)
+        mine._vc[0] += 1
+        return mine
+    return value
+
+
+def _grow(d: dict, name: str, start: int, items: list, path: str) -> None:
+    """The list at ``name`` grew on its worker from length ``start`` by ``items`` (told by a
+    hook event, then again by the answer: the same items from the same place)."""
+    mine = d.get(name)
+    if not isinstance(mine, list) or len(mine) < start:
+        have = (f"a list of {len(mine)}" if isinstance(mine, list)
+                else f"a {type(mine).__name__}")
+        raise RuntimeError(
+            f"{path or 'the model'}.{name}: the deployed module appended to this list on its "
+            f"worker, where it had {start} items, but here it is {have}: the program changed "
+            "it between the call and its answer, so the two no longer agree. Set it anew "
+            f"(module.{name} = [...]) rather than changing it in place while a call runs")
+    mine[start:] = items
+
+
+def watch(model: Deployment, module, name: str) -> None:
+    """Keep what the list, dict or tensor at ``module.name`` (one its worker's copy has
+    too) holds now, so that ``sync`` sees a change the program makes to it in place."""
+    watched = model.__dict__.setdefault("_held", {})
+    value = module.__dict__.get(name)
+    stamp = held.stamp(value) if isinstance(value, held.WATCHED) else None
+    if stamp is not None:
+        watched[(id(module), name)] = (module, name, value, stamp)
+    else:
+        watched.pop((id(module), name), None)
+
+
+def sync(model: Deployment) -> None:
+    """Before a call: each list, dict or tensor that a placed module shares with its worker
+    and that the program changed in place here (``layer.maps.clear()``, ``mask[i] = 0``)
+    goes there, as a set of the attribute would, or for a list that only grew, the items it
+    grew by (at the first call, every such attribute is taken note of)."""
+    watched = model.__dict__.setdefault("_held", {})
+    if not model.__dict__.get("_held_noted"):
+        model.__dict__["_held_noted"] = True
+        for _, module in model.__dict__.get("_placed_modules", ()):
+            shared = getattr(module.__dict__.get("_placement"), "shared", None)
+            for name in shared or ():
+                watch(model, module, name)
+    for key, (module, name, value, stamp) in list(watched.items()):
+        d = module.__dict__
+        if d.get(name, _MISSING) is not value:  # set anew (which went there) or deleted
+            watch(model, module, name)
+            continue
+        if held.unchanged(value, stamp):
+            continue
+        placement = d.get("_placement")  # (set_attr watches it anew)
+        start = None if type(stamp) is int else held.grew_from(stamp)
+        if start is not None and placement is not None and opaque_in(value[start:]) is None:
+            placement.extend_attr(name, start, value[start:])  # (only what it grew by)
+            watch(model, module, name)
+            continue
+        if placement is None or not placement.set_attr(module, name, value):
+            watched.pop(key, None)  # it stays here (a value that cannot travel: see set_attr)
 
 
 def apply_for(target, changes) -> None:
@@ -139,6 +239,20 @@ def _module_at(root, path: str):
         if module is None:
             return None
     return module
+
+
+def flag_stays(model: Deployment, name: str) -> None:
+    """A flag ``name`` set on a module of a model attached from a shared deployment stays on
+    this client (its hooks here see it): warned once per name."""
+    warned = model.__dict__.setdefault("_attr_warned", set())
+    if ("", "flag " + name) in warned:
+        return
+    warned.add(("", "flag " + name))
+    warnings.warn(
+        f"the attribute {name!r} set on modules of {model._attached!r} stays on this client "
+        "(its hooks see it): the model is attached from a shared deployment, whose modules "
+        "on the workers only its deployer changes, so their forward does not see it; ask "
+        "the deployer to set it if the forward should", UserWarning, stacklevel=4)
 
 
 def _warn_once(model: Deployment, module, path: str, name: str, what: str,

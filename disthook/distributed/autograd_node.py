@@ -77,6 +77,9 @@ class RemoteBackward0(Node):
         self._finalizer = weakref.finalize(self, model._hub.release, ctx_ids)
         self._path = None  # the part called, for a call from code running here
         self._ran_in = None  # the id of the backward it last ran in
+        # the id of a backward whose holding lists this call as still to come on its worker
+        # (see _hold): that backward runs it even when no gradient reaches it
+        self._awaited = None
         self._given: dict = {}  # tap key -> the gradient the workers sent for it
 
     _mb = None  # the micro-batch of the client's forward that made it (chunks=)
@@ -161,6 +164,15 @@ class RemoteBackward0(Node):
         tasks = getattr(engine._running, "tasks", None)
         return not tasks or (tasks[-1].accumulate and tasks[-1].needed is None)
 
+    @property
+    def runs_without_grads(self) -> bool:
+        """A call that a backward listed to its worker as still to come runs in it even
+        when none of its outputs got a gradient (a gradient penalty through a constant
+        seed, an output unused): its request, with no gradient, counts it off there, and
+        the parameter gradients held for it reach ``.grad``, as one process gives them."""
+        return self._call and self._awaited is not None \
+            and self._awaited == engine.current_task_id()
+
     def _hold(self) -> dict | None:
         """For the workers (``hold`` of a backward request, see workers/held_grads.py): when
         this backward runs several calls of the model apart, its id and the contexts of
@@ -188,10 +200,12 @@ class RemoteBackward0(Node):
                 return {"task": task.id}  # the worker counts them off
             told.add(self._stage)
         # (a chain's calls are on every stage's worker: each lists them)
-        return {"task": task.id, "later": [
-            n._ctx_ids[0] for n in calls if n is not self and (
-                not (self._call and n._call) or n._stage == self._stage)
-            and not engine.has_run(task, n)]}
+        later = [n for n in calls if n is not self and (
+            not (self._call and n._call) or n._stage == self._stage)
+            and not engine.has_run(task, n)]
+        for n in later:
+            n._awaited = task.id
+        return {"task": task.id, "later": [n._ctx_ids[0] for n in later]}
 
     def _inputs_wanted(self) -> bool:
         """Whether this backward needs the call's inputs' gradients (an autograd.grad to the

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from disthook import random
+from disthook import _dtype, random
 from disthook.autograd import grad_mode
 from disthook.distributed import attr_changes
 from disthook.distributed.autograd_node import RemoteBackward0
@@ -53,6 +53,7 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
     try:
         replies = model._hub.request_all(
             [(model._addresses[0], {"stage": 0, "inputs": [part], "grad_enabled": grad,
+                                    **_dtype.default_dtype_field(),
                                     "requires_grad": [x._requires_grad],
                                     "reply_to": model._hub.reply_to,
                                     "mb": None if sizes is None else i, "stop": stop,
@@ -126,7 +127,8 @@ def train_step(model: Deployment, x: Tensor, target: Tensor, loss_fn,
     for s, address in enumerate(model._addresses):
         fields = {"step": step, "schedule": [list(a) for a in plan[s]],
                   "reply_to": model._hub.reply_to,
-                  "optimizer_calls": None if opt_calls is None else opt_calls[s]}
+                  "optimizer_calls": None if opt_calls is None else opt_calls[s],
+                  **_dtype.default_dtype_field()}
         if s == 0:
             fields["inputs"] = split_rows(x._data, sizes)
         if s == len(model._addresses) - 1:
@@ -154,4 +156,6 @@ def train_step(model: Deployment, x: Tensor, target: Tensor, loss_fn,
         {"busy": r["result"]["busy"], "wall": wall, "peak_rss": r["result"]["peak_rss"],
          "timeline": r["result"].get("timeline")}
         for r in replies])
-    return Tensor._make(np.array(replies[-1]["result"]["losses"], np.float32), None, 0)
+    # (the losses as the stages computed them: in the default dtype, as torch.tensor makes)
+    return Tensor._make(np.array(replies[-1]["result"]["losses"],
+                                 _dtype.get_default_dtype().np), None, 0)

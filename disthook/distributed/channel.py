@@ -22,6 +22,7 @@ from disthook import wire
 from disthook.distributed.client_hooks import HookServer, _issue_warning
 from disthook.distributed.releases import Releases
 from disthook.distributed.send_together import Together, received
+from disthook.service.loop import ping_options
 from disthook.service.rpc import (
     ClusterError,
     Deadline,
@@ -94,13 +95,11 @@ class _Hub(Releases, HookServer):
                 sock.setsockopt(zmq.IDENTITY, self.identity)
                 if keys is not None:
                     keys.dial(sock)
-                # a worker that stops answering (hung, cut off) is dropped after
-                # LOST_AFTER_BEATS intervals without a ping answer: calls end with WorkerLost
-                if heartbeat:
-                    ivl = max(1, int(heartbeat * 1000))
-                    sock.setsockopt(zmq.HEARTBEAT_IVL, ivl)
-                    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, wire.LOST_AFTER_BEATS * ivl)
-                    sock.setsockopt(zmq.HEARTBEAT_TTL, wire.LOST_AFTER_BEATS * ivl)
+                # a worker that stops answering (hung, cut off) is dropped (ping_options):
+                # calls end with WorkerLost
+                for option, value in (ping_options(heartbeat, ttl=True) if heartbeat
+                                      else {}).items():
+                    sock.setsockopt(option, value)
                 # a worker that dies closes its connection: the monitor reports it at once
                 monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
                 self.poller.register(monitor, zmq.POLLIN)
@@ -122,6 +121,7 @@ class _Hub(Releases, HookServer):
         # requests whose exchange waits below the one under way (a hook of ours that asks
         # the workers something while its call waits), and their answers that came first
         self._outer: set[int] = set()
+        self.issued = 0  # messages the program sent, held or deferred (state_entries)
         self.writes = 0  # writes asked for (weights, module attributes): a hook that made one
         # changed what the pass it fired in computes (client_hooks)
         self._early: dict[int, wire.Message] = {}
@@ -156,6 +156,7 @@ class _Hub(Releases, HookServer):
         if not self.socks:
             raise RuntimeError(f"the deployed model {self.model} is closed; deploy it again "
                                "to use it")
+        self.issued += 1
         with self.together:  # what the outbox sends first goes with it, as one message
             if self.stage_outbox is not None and self.stage_outbox.hold(  # (stage_outbox.py)
                     address, msg_type, fields, req, ctx, may_hold):
@@ -490,6 +491,7 @@ class _Hub(Releases, HookServer):
         before any other request); each copy is numbered, so that a stage that ran it runs
         it once only, however often it is sent."""
         number = next(_call_numbers)
+        self.issued += 1  # (sent later, but the program's from now on)
         self.pending_optimizer.append({address: {**spec, "call": number}
                                        for address, spec in calls.items()})
 

@@ -16,6 +16,7 @@ from disthook.distributed.parameters import (
     RemoteStorage,
     release,
 )
+from disthook.distributed.state_entries import freeze_entries
 
 __all__ = ["buffer_data", "unshare"]
 
@@ -36,7 +37,9 @@ def buffer_data(buf: RemoteBuffer) -> RemoteBuffer:
 def unshare(tensors: list[RemoteStorage]) -> None:
     """The values of placed ``tensors`` are about to be replaced: a ``.data`` of theirs that
     the program still holds becomes a local tensor with the current value (read from the
-    workers together), no longer the worker's tensor."""
+    workers together), no longer the worker's tensor; so does a ``state_dict()`` entry of
+    theirs."""
+    freeze_entries(tensors)
     held = []
     for t in tensors:
         view = t._model.__dict__.get("_param_proxies", {}).pop((t._path, True), None)

@@ -28,6 +28,7 @@ from collections import OrderedDict
 import numpy as np
 
 from disthook.distributed import chain, checkpoint, glue, hook_sync, placed, remote_values
+from disthook.distributed import state_entries
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.distributed.channel import _Hub
 from disthook.distributed.optimizer import DistributedOptimizer
@@ -528,17 +529,21 @@ class Deployment:
 
             registry.leave(self)
             unload = unload and not self._attached
-            values = None
+            values = grads = None
             if not self._hub.lost and self._hub.socks:
                 try:  # the model comes back here with its current values: nothing is lost
-                    values = self._all_states()[0]
+                    values, grads = self._all_states()
                 except (ClusterError, RemoteTimeout):
                     values = None
                 try:  # ... nor are the values the program holds
                     remote_values.fetch_held(self)
                 except (ClusterError, RemoteError, RemoteTimeout):
                     pass  # a call that made them failed: reading one says so
+            params = [(p, p._path) for p in self._local.parameters()
+                      if isinstance(p, RemoteStorage)]
             placed.unplace(self, values)
+            if values is not None:  # ... nor their gradients, and the p.grad it holds
+                state_entries.grads_home(self, params, grads)
             self._closed = True
             try:
                 if not unload:

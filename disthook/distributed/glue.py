@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from disthook import random
+from disthook import _dtype, random
 from disthook.autograd import grad_mode
 from disthook.autograd.saved_hooks import current_pair
 from disthook.distributed import async_calls, attr_changes, remote_values
@@ -202,7 +202,7 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
     key = form = None
     if async_calls.may_go_on(model):
         key = async_calls.call_key(address, path, op, params, grad, model.training,
-                                   args=(args, kwargs))
+                                   _dtype.get_default_dtype().name, args=(args, kwargs))
         form = forms.get(key)
         if form is not None and form["rng"] and model.training:
             form = None  # it draws from the client's stream, which comes back with it
@@ -221,7 +221,8 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
     carried = hub.optimizer_calls_to(address, stage, len(model._addresses))
     fields = {"stage": stage, "inputs": [], "grad_enabled": grad,
               "call": remote_values.pack_args((args, kwargs), address, model),
-              "reply_to": hub.reply_to, "keep": True, "optimizer_calls": carried, **pin}
+              "reply_to": hub.reply_to, "keep": True, "optimizer_calls": carried, **pin,
+              **_dtype.default_dtype_field()}
     if hub.firing and hub.firing_ctx is not None:  # from inside a hook of a call there
         fields["within"] = hub.firing_ctx
     if op is None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from disthook.distributed import global_hooks
+from disthook.distributed import attr_changes, global_hooks
 from disthook.service import hook_kinds
 
 if TYPE_CHECKING:
@@ -81,7 +81,9 @@ def sync_hooks(dep: Deployment, module: Module, path: str,
 
 def sync_all(dep: Deployment) -> None:
     """Before a call: every placed module's hook dicts as its worker holds them (a handle
-    removed that was made before deploy, a dict edited in place)."""
+    removed that was made before deploy, a dict edited in place), and the lists and dicts
+    it shares with its worker as the program left them (``attr_changes.sync``)."""
+    attr_changes.sync(dep)  # lists and dicts the program changed in place
     _sync_carried(dep)
     synced = dep.__dict__.get("_synced", {})
     globals_ = global_hooks.globals_wanted()

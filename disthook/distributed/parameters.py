@@ -33,7 +33,7 @@ from disthook.distributed.view_writes import viewed
 from disthook.nn.parameter import Parameter
 from disthook.service import hook_kinds
 from disthook.service.values import opaque_in, pack
-from disthook.tensor import Tensor, write_through
+from disthook.tensor import Tensor
 
 if TYPE_CHECKING:
     from disthook.distributed.placed import RemoteHandle
@@ -354,18 +354,22 @@ class RemoteParameter(RemoteStorage, Parameter):
 
     @_grad.setter
     def _grad(self, value) -> None:
+        from disthook.distributed.state_entries import freeze_grads
+
+        freeze_grads([self])  # (a kept p.grad is no longer the gradient: it keeps its value)
         remote_grads.grad_op([self], "set",
-                                 grads=[None if value is None else value.detach()._data])
+                             grads=[None if value is None else value.detach()._data])
 
     @property
     def grad(self) -> Tensor | None:
-        """A copy of the gradient on the worker; an in-place write into it (``p.grad.zero_()``,
-        ``p.grad.data.clamp_(-1, 1)``) is made here and sent to the worker's gradient."""
+        """The gradient on the worker, as a tensor whose storage is there
+        (``state_entries.GradEntry``): a kept ``g = p.grad`` reads what a later backward
+        added; an in-place write into it (``p.grad.zero_()``, ``p.grad.data.clamp_(-1,
+        1)``) is made here and sent to the worker's gradient."""
+        from disthook.distributed.state_entries import grad_entry
+
         grad = self._grad
-        if grad is not None:
-            write_through(_SLOT_DATA.__get__(grad), functools.partial(_grad_written,
-                                                                      weakref.ref(self)))
-        return grad
+        return None if grad is None else grad_entry(self, _SLOT_DATA.__get__(grad))
 
     @grad.setter
     def grad(self, value) -> None:
@@ -413,12 +417,6 @@ class RemoteParameter(RemoteStorage, Parameter):
         except Exception:
             return f"RemoteParameter({self._path}, shape={tuple(self.shape)}, unreachable)"
         return f"Parameter containing:\n{value.requires_grad_(self.requires_grad)!r}"
-
-def _grad_written(param_ref, value: np.ndarray) -> None:
-    param = param_ref()
-    if param is not None:  # (the public setter: a new value of another shape is refused)
-        param.grad = Tensor._make(np.array(value), None, 0)
-
 
 class RemoteAccumulateGrad(AccumulateGrad):
     """The sink of a remote parameter in a graph made here: the gradient is added into the
@@ -591,6 +589,7 @@ RemoteStorage.__hash__ = Tensor.__hash__  # __eq__ compares values; identity has
 RemoteParameter._grad_op = staticmethod(remote_grads.grad_op)
 RemoteParameter._zero_grads = staticmethod(remote_grads.zero_grads)
 RemoteParameter._optimizer_share = staticmethod(remote_grads.optimizer_share)
+RemoteParameter._optimizer_state = staticmethod(remote_grads.optimizer_state)
 RemoteParameter._grad_norms = staticmethod(remote_grads.grad_norms)
 RemoteParameter._scale_grads = staticmethod(remote_grads.scale_grads)
 RemoteParameter._clamp_grads = staticmethod(remote_grads.clamp_grads)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from disthook.autograd import grad_mode
-from disthook.distributed import async_calls, view_writes
+from disthook.distributed import async_calls, attr_changes, state_entries
 from disthook.distributed.data_views import unshare
 from disthook.distributed.hook_sync import sync_all, sync_hooks
 from disthook.distributed.parameters import (
@@ -164,10 +164,27 @@ class PartPlacement(_Placed):
                 self._module_op("set_attr", name, pack(value))
                 object.__setattr__(module, name, value)
                 self.shared.add(name)
+                attr_changes.watch(self.deployment, module, name)  # (a list changed later)
                 self._mark(name, False)
                 return True
             self._mark(name, True)  # a function, say: the module's forward runs here now
+        elif ((value is None or type(value) in (bool, int, float, str))
+              and not self.deployment._hub.firing):
+            # a flag of the program's (model.apply(fn), a named_modules() walk), which the
+            # forward may read (getattr(self, name, default)): its worker's copy has it too
+            # (a hook's bookkeeping while a call runs stays here, as on an attached model)
+            if self.deployment._attached:
+                attr_changes.flag_stays(self.deployment, name)
+                return False
+            self._module_op("set_attr", name, value)
+            object.__setattr__(module, name, value)
+            self.shared.add(name)
+            return True
         return False  # the client's own (a new attribute, or one that cannot travel)
+
+    def extend_attr(self, name: str, start: int, items: list) -> None:
+        """The list ``name`` the worker's copy shares grew here from ``start`` items."""
+        self._module_op("extend_attr", name, pack([start, items]))
 
     def _recomputed(self, module: Module, name: str) -> None:
         """``name`` is set here to a tensor with a graph (a reparametrization's forward
@@ -257,8 +274,8 @@ class PartPlacement(_Placed):
         for name, t in own:
             if keep_vars:
                 destination[prefix + name] = t
-            elif isinstance(t, RemoteStorage):  # written in place: written on the worker
-                destination[prefix + name] = view_writes.state_copy(t, fetched[t._path])
+            elif isinstance(t, RemoteStorage):  # its storage: read from the worker, written
+                destination[prefix + name] = state_entries.entry(t, fetched[t._path])  # there
             else:
                 destination[prefix + name] = t.detach()
         if module._has_extra_state("get_extra_state"):

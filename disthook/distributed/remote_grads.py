@@ -12,7 +12,8 @@ import numpy as np
 
 from disthook.tensor import Tensor
 
-__all__ = ["clamp_grads", "grad_norms", "grad_op", "optimizer_share", "scale_grads",
+__all__ = ["clamp_grads", "grad_norms", "grad_op", "optimizer_share", "optimizer_state",
+           "scale_grads",
            "zero_grads"]
 
 
@@ -45,6 +46,10 @@ def zero_grads(params: list, set_to_none: bool = True, optimizer=None) -> None:
     next forward (each worker's share of ``optimizer`` zeroes its own parameters; the call
     makes the share if no step made it yet), or at once for parameters no optimizer holds
     (``module.zero_grad()``)."""
+    if set_to_none:  # (a kept p.grad is no longer the gradient: it keeps its value)
+        from disthook.distributed.state_entries import freeze_grads
+
+        freeze_grads(params)
     now = params
     if optimizer is not None:
         later = set()
@@ -71,6 +76,8 @@ def optimizer_share(optimizer, action: str, state: dict | None = None):
     parameter's state: {parameter: {key: value}}); "load" (``state``, the same shape,
     into the shares)."""
     out = {}
+    if action in ("step", "load"):  # what reads of its state fetched is old now
+        optimizer.__dict__.pop("_fetched_state", None)
     for model, calls in share_calls(optimizer, action):
         share_id = next(iter(calls.values()))["id"]
         if action == "step" and share_id in model._hub.made_shares:
@@ -100,6 +107,14 @@ def optimizer_share(optimizer, action: str, state: dict | None = None):
                         k: Tensor._make(np.array(v), None, 0) if isinstance(v, np.ndarray)
                         else v for k, v in value.items()}
     return out
+
+
+def optimizer_state(optimizer, local, replace: bool = False):
+    """``optimizer.state`` reading its remote parameters' state in their workers' shares
+    (``optimizer_state.state_of``)."""
+    from disthook.distributed.optimizer_state import state_of
+
+    return state_of(optimizer, local, replace)
 
 
 def share_calls(optimizer, action: str) -> list[tuple]:
@@ -155,9 +170,13 @@ def _hyperparameter(name: str, value):
     """A hyperparameter as it travels: numbers, bools, strings, None, and lists of them."""
     if value is None or type(value) in (bool, int, float, str):
         return value
-    if isinstance(value, (tuple, list)) and all(
-            v is None or type(v) in (bool, int, float, str) for v in value):
-        return list(value)
+    if isinstance(value, (np.bool_, np.integer, np.floating)):  # (a schedule using np.cos)
+        return value.item()
+    if isinstance(value, (tuple, list)):
+        items = [v.item() if isinstance(v, (np.bool_, np.integer, np.floating)) else v
+                 for v in value]
+        if all(v is None or type(v) in (bool, int, float, str) for v in items):
+            return items
     if isinstance(value, Tensor) and value.numel() == 1:
         return value.item()
     raise TypeError(f"the optimizer's {name!r} is a {type(value).__name__}; the workers that "

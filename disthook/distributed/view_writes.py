@@ -4,19 +4,17 @@ memory, so changing the view in place changes the tensor. Here the view holds a 
 copy of the value read from the worker; its in-place change is made on the tensor's value at
 that index as it is now (read again: it may have changed since the view was taken) and
 carried to the worker as ``p[i] = new value`` (``RemoteStorage.__setitem__``). An advanced index
-(``p[[0, 2]]``) is a copy in one process too, and stays one. A ``state_dict()`` entry of a
-deployed tensor is such a copy of the whole value (``state_copy``)."""
+(``p[[0, 2]]``) is a copy in one process too, and stays one."""
 from __future__ import annotations
 
 import functools
-import weakref
 
 import numpy as np
 
 from disthook.autograd import grad_mode
-from disthook.tensor import VIEW_OF_LEAF_INPLACE_MSG, Tensor, write_through
+from disthook.tensor import VIEW_OF_LEAF_INPLACE_MSG, Tensor
 
-__all__ = ["state_copy", "viewed"]
+__all__ = ["viewed"]
 
 
 def viewed(storage, index, view: Tensor) -> Tensor:
@@ -42,22 +40,3 @@ def _write_through(storage, index, view: Tensor, ufunc, values: np.ndarray) -> N
     new.flags.writeable = False  # a later change of the view goes through again
     view._data = new  # it shows the new value, as a view does
     view._vc[0] += 1
-
-
-def state_copy(storage, value: np.ndarray) -> Tensor:
-    """A ``state_dict()`` entry of the deployed tensor ``storage`` (``value``: as read from
-    its worker). In one process the entry shares the tensor's memory, so writing it in place
-    changes the model (the partial-loading idiom: ``own = model.state_dict();
-    own[name].copy_(param)``); here the copy is read-only, and an in-place change of it (or
-    of a view of it) is made in it and sent to the tensor on its worker."""
-    array = np.array(value)
-    array.flags.writeable = False
-    write_through(array, functools.partial(_state_written, weakref.ref(storage)))
-    return Tensor._make(array, None, 0)
-
-
-def _state_written(storage_ref, value: np.ndarray) -> None:
-    storage = storage_ref()
-    if storage is not None:
-        with grad_mode.no_grad():
-            storage.copy_(Tensor._make(np.array(value), None, 0))

@@ -175,6 +175,13 @@ class Optimizer:
         for group in param_groups:
             self.add_param_group(group)
 
+    def __setattr__(self, name: str, value) -> None:
+        if name == "state" and self.__dict__.get("_has_remote"):
+            for kind in _remote_params(self):  # a reset: the workers' shares take it too
+                value = kind._optimizer_state(self, value, replace=True)
+                break
+        object.__setattr__(self, name, value)
+
     def __repr__(self) -> str:
         text = self.__class__.__name__ + " ("
         for i, group in enumerate(self.param_groups):
@@ -217,8 +224,10 @@ class Optimizer:
             param_group["param_names"] = names
 
         for param in tensors:
-            if _remote_kind(param) is not None:  # stepped where it lives
+            kind = _remote_kind(param)
+            if kind is not None:  # stepped where it lives, its state kept there
                 self._has_remote = True
+                self.__dict__["state"] = kind._optimizer_state(self, self.state)
                 continue
             if not isinstance(param, Tensor):
                 raise TypeError("optimizer can only optimize Tensors, but one of the params is "
@@ -358,11 +367,13 @@ class Optimizer:
                 ids.setdefault(id(p), len(ids))
             packed["params"] = [ids[id(p)] for p in group["params"]]
             groups.append(packed)
-        state = {(ids[id(k)] if isinstance(k, Tensor) else k): v for k, v in self.state.items()}
+        state = {(ids[id(k)] if isinstance(k, Tensor) else k): v
+                 for k, v in dict.items(self.state)}  # (the workers' shares: below)
         remote = _remote_params(self)
-        for kind in remote:  # fetched from the workers that hold it
-            for p, value in kind._optimizer_share(self, "state").items():
-                state[ids[id(p)]] = value
+        for params in remote.values():  # held by their workers, read there when used
+            for p in params:
+                if p in self.state:
+                    state[ids[id(p)]] = dict(self.state[p])
         if remote:  # in id order (group order), as one process steps them
             state = dict(sorted(state.items(), key=lambda kv: kv[0] if isinstance(kv[0], int)
                                 else len(ids)))
@@ -409,10 +420,11 @@ class Optimizer:
                 saved["param_names"] = group["param_names"]
             new_groups.append(saved)
         remote = {p: state.pop(p) for p in list(state) if id(p) in there}
-        self.state = state
+        self.__dict__["state"] = state  # (the remote parameters' state: loaded below)
         self.param_groups = new_groups
         for kind, params in _remote_params(self).items():  # to the workers that hold them
             kind._optimizer_share(self, "load", {p: remote[p] for p in params if p in remote})
+            self.__dict__["state"] = kind._optimizer_state(self, state)
 
 
 def _check_hyperparameters(lr, eps=0.0, weight_decay=0.0, betas=None, **more) -> None:

@@ -7,11 +7,12 @@ import time
 
 import numpy as np
 import pytest
+from clusters import wait_until
 from test_remote import data, make_net
 
 import disthook as torch
 from disthook import nn
-from disthook.distributed import DistributedOptimizer, RemoteTimeout, local_cluster
+from disthook.distributed import DistributedOptimizer, RemoteTimeout, connect, local_cluster
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -86,3 +87,33 @@ def test_restart_true_replaces_a_dead_coordinator_on_the_same_address():
         x, _ = data()
         with torch.no_grad():
             np.testing.assert_allclose(remote(x).numpy(), make_net()(x).numpy(), rtol=1e-6)
+
+
+def test_an_orphan_after_worker_serves_while_the_coordinator_answers_and_stops_once_it_goes():
+    """``--orphan-after``: the worker asks the coordinator to answer its beats (answers are
+    otherwise not sent), stays for as long as they come, and stops once they stop."""
+    orphan_after, heartbeat = 1.0, 0.2
+    coordinator = subprocess.Popen([sys.executable, "-m", "coordinator", "--bind",
+                                    "tcp://127.0.0.1:0", "--heartbeat", str(heartbeat),
+                                    "--log-level", "WARNING"], stdout=subprocess.PIPE, text=True)
+    worker = None
+    try:
+        address = coordinator.stdout.readline().split()[-1]
+        worker = subprocess.Popen([sys.executable, "-m", "workers", "--coordinator", address,
+                                   "--orphan-after", str(orphan_after), "--log-level",
+                                   "WARNING"], stdout=subprocess.DEVNULL)
+        with connect(address, timeout=30) as cluster:
+            cluster.wait_for_workers(1, timeout=60)
+            time.sleep(3 * orphan_after)  # answered all along: it stays
+            assert worker.poll() is None
+            assert [w.alive for w in cluster.workers()] == [True]
+        coordinator.kill()
+        coordinator.wait(10)
+        took = wait_until(lambda: worker.poll() is not None, 20)
+        assert took < orphan_after + 2, took  # (+ a tick, and a start's worth of load)
+        assert worker.returncode == 0
+    finally:
+        for proc in (worker, coordinator):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(10)

@@ -67,3 +67,74 @@ def test_a_conversion_that_changes_nothing_sends_nothing(cluster_2_or_3):
         assert remote.stats()["requests"] == 0
     finally:
         remote.close()
+
+
+class Quantize(torch.nn.Module):
+    """A layer that makes a tensor of the default dtype in its forward (VQ-VAE's one-hot
+    encodings: torch.zeros(n, k) then scatter_, then a matmul with its codebook)."""
+
+    def __init__(self, width=4):
+        super().__init__()
+        self.codebook = torch.nn.Linear(width, width, bias=False)
+
+    def forward(self, x):
+        codes = torch.zeros(x.shape[0], x.shape[1])
+        codes.scatter_(1, x.argmax(1, keepdim=True), 1)
+        return x + torch.matmul(codes, self.codebook.weight)
+
+
+class Coder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc, self.quant = torch.nn.Linear(4, 4), Quantize()
+        self.scale = torch.nn.Parameter(torch.ones(1))  # its own: its forward runs here
+
+    def forward(self, x):
+        return self.quant(self.enc(x) * self.scale)
+
+
+def chain():
+    return torch.nn.Sequential(torch.nn.Linear(4, 4), Quantize(), torch.nn.Linear(4, 4),
+                               Quantize())
+
+
+def under_float64(model, steps):
+    """The program sets float64 as its default: a forward, a backward, and the model's
+    training steps (``train_step`` for a chain)."""
+    x, y = torch.randn(6, 4), torch.randn(6, 4)
+    out = model(x)
+    out.sum().backward()
+    seen = [str(out.dtype), out.detach().numpy().tolist()]
+    for _ in range(steps):
+        seen.append(model.train_step(x, y, torch.nn.functional.mse_loss).tolist())
+    return seen
+
+
+@pytest.mark.parametrize("make, steps", [(Coder, 0), (chain, 1)], ids=["tree", "chain"])
+def test_a_forward_computes_under_the_programs_default_dtype(cluster_2_or_3, make, steps):
+    torch.set_default_dtype(torch.float64)
+    try:
+        torch.manual_seed(0)
+        local = make()
+        torch.manual_seed(0)
+        remote = cluster_2_or_3.deploy(make(), stages=2)
+        try:
+            torch.manual_seed(1)
+            if steps:  # one process's train_step: forward, loss, backward
+                def step(x, y, loss_fn):
+                    loss = loss_fn(local(x), y)
+                    loss.backward()
+                    return torch.tensor([loss.item()])
+
+                local.train_step = step
+            want = under_float64(local, steps)
+            torch.manual_seed(1)
+            got = under_float64(remote, steps)
+            grads = [p.grad.numpy().tolist() for p in remote.parameters()]
+        finally:
+            remote.close()
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert want[0] == "torch.float64"
+    assert got == want
+    assert grads == [p.grad.numpy().tolist() for p in local.parameters()]

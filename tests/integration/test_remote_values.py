@@ -335,6 +335,87 @@ def test_a_gradient_penalty_with_create_graph(cluster):
         model.close()
 
 
+class Scaled(nn.Module):
+    """A part whose output is large enough to stay on its worker, and a parameter of the
+    model's own (so its forward runs here and calls the part)."""
+
+    def __init__(self, width=40):
+        super().__init__()
+        self.lin = nn.Linear(width, width)
+        self.gain = nn.Parameter(torch.ones(1))
+
+    def forward(self, x):
+        return self.lin(x * self.gain)
+
+
+def _path_length_step(model, x, noise):
+    """StyleGAN2's path-length regularizer: the output times a constant, its gradient to
+    the input with create_graph, and the gradient's norm trained."""
+    x = x.detach().clone().requires_grad_(True)
+    (g,) = torch.autograd.grad((model(x) * noise).sum(), x, create_graph=True)
+    model.zero_grad()
+    g.pow(2).sum(1).sqrt().mean().backward()
+    return {name: None if p.grad is None else p.grad.numpy().copy()
+            for name, p in model.named_parameters()}
+
+
+def test_a_penalty_on_a_gradient_seeded_by_a_constant_reaches_the_parts_weights(cluster):
+    """The product with the constant runs on the worker keeping the output; the backward
+    of the penalty reaches the part's weights only through the part's own backward graph,
+    while its forward graph gets no gradient: the weight's gradient was held for that
+    call, which never ran, and never reached .grad."""
+    torch.manual_seed(10)
+    local = Scaled().double()
+    model = cluster.deploy(copy.deepcopy(local), stages=1)
+    try:
+        x = torch.randn(3, 40, dtype=torch.float64)
+        noise = torch.randn(3, 40, dtype=torch.float64)
+        got, want = _path_length_step(model, x, noise), _path_length_step(local, x, noise)
+        assert type(model.lin(x)) is RemoteValue  # (the product runs on the worker)
+        assert sorted(name for name in want if want[name] is not None) == ["gain",
+                                                                             "lin.weight"]
+        for name in want:
+            assert (got[name] is None) == (want[name] is None), name
+            if want[name] is not None:
+                close(got[name], want[name], 1e-10)
+    finally:
+        model.close()
+
+
+class Blocked(torch.autograd.Function):
+    """Passes its input on and no gradient back (a stop-gradient written as a Function)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return None
+
+
+class CalledTwice(Scaled):
+    def forward(self, x, y):
+        return self.lin(x * self.gain).sum() + Blocked.apply(self.lin(y)).sum()
+
+
+def test_a_part_called_twice_whose_second_call_gets_no_gradient_keeps_the_first_ones(cluster):
+    """A plain backward: the second call's node gets no gradient and does not run, and the
+    first call's gradient of the weight was held for it on the worker: .grad stayed None."""
+    torch.manual_seed(11)
+    local = CalledTwice().double()
+    model = cluster.deploy(copy.deepcopy(local), stages=1)
+    try:
+        x, y = torch.randn(2, 40, dtype=torch.float64), torch.randn(2, 40, dtype=torch.float64)
+        for m in (model, local):
+            m(x, y).backward()
+        for (name, p), q in zip(model.named_parameters(), local.parameters()):
+            assert p.grad is not None, name
+            close(p.grad.numpy(), q.grad.numpy(), 1e-12)
+    finally:
+        model.close()
+
+
 def test_a_gradient_penalty_through_a_chain_says_how_to_deploy_it_so_that_it_works(cluster):
     """A chain of stages passes its gradients worker to worker as values: create_graph is
     refused, naming the placement that runs the same model part by part from here, and

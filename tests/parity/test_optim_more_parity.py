@@ -1,4 +1,4 @@
-"""Adadelta, Adagrad, RMSprop, NAdam, RAdam and the schedules ConstantLR, LinearLR,
+"""Adadelta, Adafactor, Adagrad, RMSprop, NAdam, RAdam and the schedules ConstantLR, LinearLR,
 CosineAnnealingLR, OneCycleLR, SequentialLR, ReduceLROnPlateau against torch: the same MLP
 from the same weights, 20 steps on the same batches, ends with the same parameters and
 optimizer state; schedules give the same learning rates (and momenta) epoch by epoch."""
@@ -24,6 +24,10 @@ OPTIMIZERS = {
     "adadelta": lambda t, p: t.optim.Adadelta(p),
     "adadelta_wd_max": lambda t, p: t.optim.Adadelta(p, lr=0.5, rho=0.8, weight_decay=0.01,
                                                      maximize=True),
+    "adafactor": lambda t, p: t.optim.Adafactor(p),
+    "adafactor_wd_max": lambda t, p: t.optim.Adafactor(p, lr=0.05, beta2_decay=-0.5,
+                                                       eps=(1e-6, 1e-2), d=1.5,
+                                                       weight_decay=0.01, maximize=True),
     "adagrad": lambda t, p: t.optim.Adagrad(p, lr=0.05),
     "adagrad_decay": lambda t, p: t.optim.Adagrad(p, lr=0.05, lr_decay=0.01, weight_decay=0.01,
                                                   initial_accumulator_value=0.1),
@@ -70,6 +74,9 @@ def test_repr_and_defaults_are_torchs(name):
 @pytest.mark.parametrize("make", [
     lambda t, p: t.optim.Adadelta(p, rho=1.5),
     lambda t, p: t.optim.Adadelta(p, lr=-1),
+    lambda t, p: t.optim.Adafactor(p, beta2_decay=0.5),
+    lambda t, p: t.optim.Adafactor(p, eps=(-1.0, 1e-3)),
+    lambda t, p: t.optim.Adafactor(p, d=0.5),
     lambda t, p: t.optim.Adagrad(p, lr_decay=-1),
     lambda t, p: t.optim.Adagrad(p, initial_accumulator_value=-1),
     lambda t, p: t.optim.Adagrad(p, eps=-1),
@@ -87,6 +94,28 @@ def test_bad_hyperparameters_raise_torchs_error(make):
             make(lib, [lib.ones(1, requires_grad=True)])
         errors.append((type(info.value), str(info.value)))
     assert errors[0] == errors[1]
+
+
+def test_adafactor_factors_a_3d_parameter_over_its_last_two_dimensions():
+    """A conv kernel's second moment: one row and one column factor per leading index."""
+    start = np.random.default_rng(3).standard_normal((2, 3, 4))
+    results = []
+    for lib in (torch, disthook):
+        w = lib.tensor(start, requires_grad=True)
+        opt = lib.optim.Adafactor([w], lr=0.1)
+        for k in range(4):
+            opt.zero_grad()
+            ((w * w).sum(-1) * (k + 1) - w.mean()).pow(2).sum().backward()
+            opt.step()
+        state = opt.state_dict()["state"][0]
+        results.append((w.detach().numpy().copy(),
+                        {n: np.asarray(v.tolist()) for n, v in state.items()}))
+    (t_w, t_state), (d_w, d_state) = results
+    np.testing.assert_allclose(d_w, t_w, rtol=1e-12, atol=1e-14)
+    assert sorted(d_state) == sorted(t_state) == ["col_var", "row_var", "step"]
+    assert d_state["row_var"].shape == (2, 3, 1) and d_state["col_var"].shape == (2, 1, 4)
+    for name in t_state:
+        np.testing.assert_allclose(d_state[name], t_state[name], rtol=1e-12, atol=1e-14)
 
 
 def test_adagrad_state_exists_from_construction():

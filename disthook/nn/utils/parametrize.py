@@ -60,7 +60,10 @@ class ParametrizationList(ModuleList):
             new = original
             for module in reversed(self):
                 if hasattr(module, "right_inverse"):
-                    new = module.right_inverse(new)
+                    try:
+                        new = module.right_inverse(new)
+                    except NotImplementedError:  # as torch: that one is taken as the identity
+                        pass
         if not isinstance(new, (Tensor, Sequence)):
             raise ValueError(  # noqa: TRY004  # torch's type and text
                 "'right_inverse' must return a Tensor or a Sequence of tensors (list, "
