@@ -43,7 +43,7 @@ class Mm(Op):
                f"{y.shape[0]}x{y.shape[1]})")
         save_crossed(ctx, a, b)
         ctx.b_transposed = _transposed(y)
-        return x @ y
+        return _product(x, y)
 
     @staticmethod
     def backward(ctx, g):
@@ -55,6 +55,19 @@ class Mm(Op):
 
 def _transposed(arr: np.ndarray) -> bool:
     return arr.ndim == 2 and arr.flags.f_contiguous and not arr.flags.c_contiguous
+
+
+# rows of a product ``x @ W.T`` (a transposed right operand: Linear's weight.t()) up to which
+# it is taken as ``(W @ x.T).T`` made contiguous: at micro-batch sizes OpenBLAS's kernel for
+# a transposed right operand is much the slower one on some CPUs (docs/performance.md)
+SMALL_ROWS = 32
+
+
+def _product(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``x @ y`` for 2-D operands, C-ordered."""
+    if x.shape[0] <= SMALL_ROWS and _transposed(y) and x.flags.c_contiguous:
+        return np.ascontiguousarray((y.T @ x.T).T)
+    return x @ y
 
 
 def _right_grad(a, g, b_transposed: bool):
@@ -145,7 +158,7 @@ class Addmm(Op):
         if need:  # each matrix only for the other's gradient
             ctx.save_for_backward(a if need[2] else None, b if need[1] else None)
             ctx.b_transposed = _transposed(y)
-        out = x @ y
+        out = _product(x, y)
         out += bias._data
         return out
 
