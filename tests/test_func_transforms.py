@@ -61,6 +61,16 @@ def func_programs(lib) -> dict:
         "functional_call": F.functional_call(lin, params, (Y,)),
         "grad through functional_call": F.grad(loss)(params, Y),
         "per-example grads": F.vmap(F.grad(loss), in_dims=(None, 0))(params, Y),
+        # pytrees in and out (the neural tangent kernel recipe's Jacobians of a dict)
+        "jacrev of a dict": F.jacrev(lambda p: F.functional_call(lin, p, (Y,)))(params),
+        "jacrev argnums of dicts": F.jacrev(lambda p, q: (p["a"] * q["b"]).sin(),
+                                            argnums=(0, 1))({"a": x}, {"b": Y[1]}),
+        "jacrev to a dict": F.jacrev(lambda a: {"s": a.sin(), "t": (a * a.sum(),)})(x),
+        "vmap of jacrev of a dict": F.vmap(F.jacrev(
+            lambda p, r: F.functional_call(lin, p, (r,))), (None, 0))(params, Y),
+        "jvp of a dict": F.jvp(lambda p: F.functional_call(lin, p, (Y,)), (params,),
+                               ({k: v * 0.5 + 1 for k, v in params.items()},)),
+        "jvp to a dict": F.jvp(lambda a: {"s": a.sin(), "t": (a * a,)}, (x,), (lib.ones(3),)),
     }
 
 

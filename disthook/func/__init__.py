@@ -157,38 +157,59 @@ def jvp(func, primals, tangents, *, strict: bool = False, has_aux: bool = False)
         raise RuntimeError(  # noqa: TRY004  # torch's type and text
             "jvp(f, primals, tangents): Expected primals and tangents to be tuples. E.g. it "
             "should be valid to call f(*primals).")
-    aux_box = []
+    flat_primals, flat_tangents = _leaves(primals), _leaves(tangents)
+    if len(flat_primals) != len(flat_tangents):
+        raise RuntimeError("jvp(f, primals, tangents): Expected primals and tangents to have "
+                           "the same python structure.")
+    aux_box, out_box = [], []
 
-    def plain(*xs):
-        out, aux = _split_aux(func(*xs), has_aux, "jvp")
+    def plain(*leaves):
+        it = iter(leaves)
+        out, aux = _split_aux(func(*(_rebuild(p, it) for p in primals)), has_aux, "jvp")
         aux_box.append(aux)
-        return out
+        out_box.append(out)
+        return tuple(_leaves(out))
 
-    nested = any(p.requires_grad for p in primals)
-    output, product = _F.jvp(plain, primals, tangents, create_graph=nested, strict=strict)
+    nested = any(isinstance(p, Tensor) and p.requires_grad for p in flat_primals)
+    outputs, products = _F.jvp(plain, tuple(flat_primals), tuple(flat_tangents),
+                               create_graph=nested, strict=strict)
+    output = _rebuild(out_box[0], iter(outputs))
+    product = _rebuild(out_box[0], iter(products))
     return (output, product, aux_box[0]) if has_aux else (output, product)
 
 
 def jacrev(func, argnums=0, *, has_aux: bool = False, chunk_size=None):
     """``f -> (x -> J)``: for each output, a tensor of shape output.shape + input.shape (per
-    argnum a tuple when argnums is a tuple)."""
+    argnum a tuple when argnums is a tuple). Inputs and outputs may be pytrees (a dict of
+    parameters, as in the neural tangent kernel recipe): the Jacobian is the output's tree
+    with each leaf replaced by the inputs' tree of blocks."""
     def wrapper(*args):
         nums, single = _argnums(argnums, len(args), "jacrev")
-        aux_box = []
+        chosen = tuple(args[n] for n in nums)
+        wrt = _leaves(chosen)
+        for leaf in wrt:
+            if not isinstance(leaf, Tensor):
+                raise ValueError(  # noqa: TRY004  # torch's type and text
+                    f"Thing passed to transform API must be Tensor, got {type(leaf)}")
+        aux_box, out_box = [], []
 
-        def of_chosen(*chosen):
-            full = list(args)
-            for n, value in zip(nums, chosen):
-                full[n] = value
+        def of_leaves(*leaves):
+            full, it = list(args), iter(leaves)
+            for n, arg in zip(nums, chosen):
+                full[n] = _rebuild(arg, it)
             out, aux = _split_aux(func(*full), has_aux, "jacrev")
             aux_box.append(aux)
-            return out
+            out_box.append(out)
+            return tuple(_leaves(out))
 
-        nested = any(args[n].requires_grad for n in nums)
-        chosen = tuple(args[n] for n in nums)
-        jac = _F.jacobian(of_chosen, chosen, create_graph=nested)
-        if single:
-            jac = jac[0] if isinstance(jac[0], Tensor) else tuple(j[0] for j in jac)
+        nested = any(leaf.requires_grad for leaf in wrt)
+        rows = _F.jacobian(of_leaves, tuple(wrt), create_graph=nested)
+        per_output = []
+        for row in rows:
+            blocks = iter(row)
+            per_arg = tuple(_rebuild(arg, blocks) for arg in chosen)
+            per_output.append(per_arg[0] if single else per_arg)
+        jac = _rebuild(out_box[0], iter(per_output))
         return (jac, aux_box[0]) if has_aux else jac
 
     return wrapper
