@@ -146,6 +146,12 @@ def _check_device(dev) -> None:
         raise AssertionError("Torch not compiled with CUDA enabled")
     if d.type == "mps":
         raise RuntimeError("PyTorch is not linked with support for mps devices")
+    if d.type == "meta":
+        raise NotImplementedError(
+            "disthook has no 'meta' device: its tensors always hold values, on the CPU. A "
+            "model moved to 'meta' only to be called with other tensors (model ensembling: "
+            "functional_call(base_model, stacked_params, x)) works the same on the CPU: leave "
+            "out the .to('meta') (its own tensors are put aside while the call runs).")
     if d.type != "cpu":
         raise RuntimeError(f"disthook runs on the CPU only; device '{d}' is not available")
 
