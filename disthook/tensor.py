@@ -16,6 +16,7 @@ import numpy as np
 from disthook import _dtype
 from disthook import random as _random
 from disthook._dtype import dtype as _DType
+from disthook._out import write_out
 from disthook._tensor_math import INPLACE_NAMES, MathMethods, inplace_of
 from disthook._tensor_reduce import ReduceMethods
 from disthook._tensor_shape import ShapeMethods
@@ -2305,7 +2306,9 @@ def where(condition, input=None, other=None) -> Tensor:
     return E.Where.apply(condition, a, b)
 
 
-def cat(tensors, dim=0) -> Tensor:
+def cat(tensors, dim=0, *, out=None) -> Tensor:
+    if out is not None:
+        return write_out("cat", cat(tensors, dim), out)
     tensors = list(tensors)
     if not tensors:
         raise ValueError("torch.cat(): expected a non-empty list of Tensors")
@@ -2337,7 +2340,9 @@ def cat(tensors, dim=0) -> Tensor:
 concat = concatenate = cat
 
 
-def stack(tensors, dim=0) -> Tensor:
+def stack(tensors, dim=0, *, out=None) -> Tensor:
+    if out is not None:
+        return write_out("stack", stack(tensors, dim), out)
     tensors = list(tensors)
     if not tensors:
         raise RuntimeError("stack expects a non-empty TensorList")
