@@ -181,7 +181,8 @@ def refuse_saved_tensors_hooks(what: str) -> None:
     ``pack`` and ``unpack`` of a ``saved_tensors_hooks`` context here: they would silently not
     be called where one process calls them, so the call is refused. ``save_on_cpu`` (a copy
     of each tensor on the CPU, where they are anyway) and ``checkpoint``'s own hooks (carried
-    to the worker) are not refused."""
+    to the worker, or its rerun's) are not refused: disthook's hooks that keep the values as
+    they are say so with ``keeps_values``."""
     pair = current_pair()
     if pair is None or not grad_mode.is_grad_enabled():
         return
