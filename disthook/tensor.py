@@ -670,20 +670,27 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def __add__(self, other):
         return self._binary(E.Add, other)
 
+    # number + tensor and number * tensor are recorded tensor first, as torch records them
+    # (its node's first edge leads to the tensor: the autograd tutorials walk
+    # grad_fn.next_functions[0]); the values are the same, both ops being commutative
     def __radd__(self, other):
-        return self._binary(E.Add, other, reverse=True)
+        return self._binary(E.Add, other, reverse=isinstance(other, Tensor))
 
     def __sub__(self, other):
         return self._binary(E.Sub, other)
 
     def __rsub__(self, other):
+        if isinstance(other, (numbers.Number, np.generic)) and not isinstance(other, Tensor):
+            dt = result_dtype(self, other)
+            keep = self._data.dtype == dt or self._data.dtype.kind == "b"  # (the op refuses)
+            return E.RsubScalar.apply(self if keep else self.to(dt), other=other)
         return self._binary(E.Rsub, other, reverse=True)
 
     def __mul__(self, other):
         return self._binary(E.Mul, other)
 
     def __rmul__(self, other):
-        return self._binary(E.Mul, other, reverse=True)
+        return self._binary(E.Mul, other, reverse=isinstance(other, Tensor))
 
     def __truediv__(self, other):
         return self._binary_float(E.Div, other)
