@@ -16,7 +16,7 @@ EXPRESSIONS = ["2 * b", "b * 2", "2.5 + b", "b + 2", "2 - b", "0.5 - b", "b - 2"
 
 def _walk(T, expr: str) -> tuple:
     a = T.tensor([0.5, 1.0, 2.0], requires_grad=True)
-    b = a.sin()  # noqa: F841  # read by eval
+    b = a.sin()
     out = eval(expr, {"np": np, "b": b})
     edges = [(type(f).__name__ if f is not None else None, nr)
              for f, nr in out.grad_fn.next_functions]
