@@ -169,3 +169,23 @@ def test_the_deprecated_stateless_functional_call_is_func_functional_call():
     with pytest.warns(FutureWarning, match="torch.func.functional_call"):
         out = stateless.functional_call(model, given, (x,))
     assert out.tolist() == disthook.func.functional_call(model, given, (x,)).tolist()
+
+
+@pytest.mark.parametrize("lib_name", ["disthook", "torch"])
+def test_aux_comes_back_without_a_graph_unless_an_outer_transform_tracks_it(lib_name):
+    """``has_aux``'s aux is handed back as plain tensors (``aux.numpy()`` works), as torch
+    unwraps it; inside an outer transform it stays differentiable. disthook gave it back
+    requiring grad."""
+    lib = pytest.importorskip(lib_name)
+    F = lib.func
+    x = lib.tensor(XS)
+    auxes = [F.grad(lambda x: (x.sin().sum(), {"c": x.cos()}), has_aux=True)(x)[1]["c"],
+             F.jacrev(lambda x: (x.sin(), x.sum()), has_aux=True)(x)[1],
+             F.vjp(lambda x: (x.sin(), x.cos()), x, has_aux=True)[2],
+             F.jvp(lambda x: (x.sin(), x.cos()), (x,), (x,), has_aux=True)[2]]
+    for aux in auxes:
+        assert not aux.requires_grad and aux.grad_fn is None
+        aux.numpy()
+    outer = F.grad(lambda y: F.grad(lambda x: ((x ** 3).sum(), x ** 2),
+                                    has_aux=True)(y)[1].sum())(x)
+    np.testing.assert_allclose(outer.numpy(), 2 * XS, rtol=1e-6)

@@ -77,6 +77,12 @@ def _split_aux(result, has_aux: bool, fn_name: str):
     return result
 
 
+def _shown_aux(aux, nested: bool):
+    """What a transform hands back as ``aux``: as computed when an outer transform tracks the
+    inputs, else plain tensors without a graph (torch's, which unwraps them)."""
+    return aux if nested else _map(lambda t: t.detach() if isinstance(t, Tensor) else t, aux)
+
+
 def grad_and_value(func, argnums=0, has_aux: bool = False):
     """``f -> (x -> (df/dx, f(x)))`` for ``f`` giving one scalar tensor (and aux)."""
     def wrapper(*args, **kwargs):
@@ -105,7 +111,7 @@ def grad_and_value(func, argnums=0, has_aux: bool = False):
         per_arg = tuple(_rebuild(args[n], grads) for n in nums)
         result = per_arg[0] if single else per_arg
         value = output if nested else output.detach()
-        return (result, (value, aux)) if has_aux else (result, value)
+        return (result, (value, _shown_aux(aux, nested))) if has_aux else (result, value)
 
     return wrapper
 
@@ -148,7 +154,7 @@ def vjp(func, *primals, has_aux: bool = False):
         return tuple(_rebuild(p, grads) for p in variables)
 
     shown = output if nested else _map(lambda t: t.detach(), output)
-    return (shown, vjp_fn, aux) if has_aux else (shown, vjp_fn)
+    return (shown, vjp_fn, _shown_aux(aux, nested)) if has_aux else (shown, vjp_fn)
 
 
 def jvp(func, primals, tangents, *, strict: bool = False, has_aux: bool = False):
@@ -175,7 +181,7 @@ def jvp(func, primals, tangents, *, strict: bool = False, has_aux: bool = False)
                                create_graph=nested, strict=strict)
     output = _rebuild(out_box[0], iter(outputs))
     product = _rebuild(out_box[0], iter(products))
-    return (output, product, aux_box[0]) if has_aux else (output, product)
+    return (output, product, _shown_aux(aux_box[0], nested)) if has_aux else (output, product)
 
 
 def jacrev(func, argnums=0, *, has_aux: bool = False, chunk_size=None):
@@ -210,7 +216,7 @@ def jacrev(func, argnums=0, *, has_aux: bool = False, chunk_size=None):
             per_arg = tuple(_rebuild(arg, blocks) for arg in chosen)
             per_output.append(per_arg[0] if single else per_arg)
         jac = _rebuild(out_box[0], iter(per_output))
-        return (jac, aux_box[0]) if has_aux else jac
+        return (jac, _shown_aux(aux_box[0], nested)) if has_aux else jac
 
     return wrapper
 
