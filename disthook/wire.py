@@ -74,7 +74,8 @@ __all__ = [
 # refuses; 14: a worker's heartbeat asks for an answer ("answer"), which the coordinator
 # gives only then (or to refuse it); a forward or train_step names the program's default
 # dtype ("default_dtype"); an attr_change says a list grew or a container changed in place
-# ("grown", "in_place"), and a module_op may extend a list ("extend_attr")
+# ("grown", "in_place"), and a module_op may extend a list ("extend_attr"); a hook event
+# names its tensors ("ids") and a forward passed on names its input ("names")
 PROTOCOL_VERSION = 14
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
@@ -292,7 +293,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
                 "optimizer_calls": "list[list[optimizer_call]]?", "path": "str?",
                 "call": "hook_value?", "rng": "str?", "pins": "list?", "op": "str?",
                 "params": "any?", "keep": "bool?", "as_of": "map?", "checkpoint": "map?",
-                "within": "str?", "attrs": "list[attr_change]?", "default_dtype": "str?"},
+                "within": "str?", "attrs": "list[attr_change]?", "names": "list[str]?",
+                "default_dtype": "str?"},
     # within: the context of the client's call whose hook, running now, makes this call (a
     # logit lens decoding inside a block's hook): it runs at once, not behind that call
     # taps: keys of tensors client forward hooks were given, whose gradients the client
@@ -342,9 +344,11 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # answered one event of a round with a change (a result, a tensor changed in place) or
     # an error, it answers the round's later events stale, without running their hooks
     # attrs: what the modules of the pass set on themselves so far (workers/attr_changes.py)
+    # ids: a name for each tensor of args, in order ("<tensor>@<version>"), the same in every
+    # event of the job that sends that tensor: the client gives it one object in them all
     "hook_event": {"hook": "int", "kind": "event_kind", "path": "str",
                    "args": "list[hook_value]", "diff": "bool?", "spec": "str?",
-                   "attrs": "list[attr_change]?"},
+                   "attrs": "list[attr_change]?", "ids": "list[str]?"},
     "hook_reply": {"hook": "int", "result": "hook_value?", "watch": "list[int]?",
                    "retain": "list[int]?", "key": "str?", "changed": "list[changed_arg]?",
                    "taps": "list[int]?", "stale": "bool?", "wrote": "bool?"},

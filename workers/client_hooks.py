@@ -122,20 +122,47 @@ class HookHandlers:
         (``job.spec``) the answer recorded for it in an earlier run of the pass, or None when
         the firing runs ahead (``use(answer)`` then does what an answer that changed nothing
         asks, when it comes)."""
-        spec = self.current_job().spec
+        job = self.current_job()
+        spec = job.spec
+        ids = self._names_of(job, originals)
         if spec is None:
             self.captures.fired["client"] += 1
             return self._call_client(client, hook_id, kind, path, [pack(a) for a in args],
-                                     diff=diff)
+                                     diff=diff, ids=ids)
 
         def send(ahead: bool):
             self.captures.fired["client"] += 1
             return self._send_event(client, hook_id, kind, path, spec.pack(args, ahead),
-                                    diff, spec.round, ahead)
+                                    diff, spec.round, ahead, ids)
 
         return spec.fire(record, hook_id, originals, send,
                          lambda wait: self._answer_of(wait, kind, path),
                          use or (lambda later: None))
+
+    def _names_of(self, job, originals: list) -> list[str]:
+        """The names of a firing's tensors (``originals``): one per tensor, the same in
+        every event of ``job`` that sends it, so that the client's hooks see one object for
+        it, as hooks in one process do (a layer's output is the next layer's input, one
+        input of two layers is one object). The version counts: a tensor the pass changed
+        in place since an event sent it is that object, changed (see
+        ``disthook.distributed.given_tensors``)."""
+        named = job.named
+        ids = []
+        for t in originals:
+            seen = named.get(id(t))
+            if seen is None or seen[0] is not t:  # (held, so its id is not reused meanwhile)
+                seen = named[id(t)] = (t, f"{self.state.worker_id}/{next(self._tensor_ids)}",
+                                       0)
+            ids.append(f"{seen[1]}@{t._version + seen[2]}")
+        return ids
+
+    @staticmethod
+    def name_as(job, t, name: str) -> None:
+        """Name ``t`` (a stage's input) in ``job``'s events as the tensor it came from (the
+        previous stage's output, ``name`` as that stage's events name it): in one process
+        the two are one object."""
+        tensor, _, version = name.rpartition("@")
+        job.named[id(t)] = (t, tensor, int(version) - t._version)
 
     def _use_answer(self, answer, originals: list, client: bytes, hook_id: int, path: str):
         """Do what the answer of a client module hook given ``originals`` asks; the value the
@@ -174,16 +201,18 @@ class HookHandlers:
         return stub
 
     def _call_client(self, client: bytes, hook_id: int, kind: str, path: str, args: list,
-                     diff: bool = False):
+                     diff: bool = False, ids: list | None = None):
         """Send a hook event to ``client`` and sleep until its answer comes; the answer (a
         ``hook_reply`` message)."""
-        return self._answer_of(self._send_event(client, hook_id, kind, path, args, diff),
-                               kind, path)
+        return self._answer_of(self._send_event(client, hook_id, kind, path, args, diff,
+                                                ids=ids), kind, path)
 
     def _send_event(self, client: bytes, hook_id: int, kind: str, path: str, args: list,
-                    diff: bool = False, spec: str | None = None, ahead: bool = False):
+                    diff: bool = False, spec: str | None = None, ahead: bool = False,
+                    ids: list | None = None):
         """Send a hook event to ``client``; the wait for its answer (one the job goes on
-        past when ``ahead``). ``spec``: the round of a pass run ahead."""
+        past when ``ahead``). ``spec``: the round of a pass run ahead; ``ids``: the names
+        of the tensors of ``args`` (see _names_of)."""
         job = self.current_job()
         self.announce_wait(job)  # the later stages keep their weights for its call
         req = next(self._event_ids)
@@ -191,7 +220,7 @@ class HookHandlers:
         wait = (self.state.expect_from_client if ahead else self.state.wait_for_client)(
             job, client, req, what)
         fields = {"hook": hook_id, "kind": kind, "path": path, "args": args, "diff": diff,
-                  "spec": spec, "attrs": attr_changes.seen(job)}
+                  "spec": spec, "attrs": attr_changes.seen(job), "ids": ids}
         self.reply(self.router, client, req, "hook_event", fields, ctx=job.msg.ctx)
         return wait
 

@@ -85,6 +85,8 @@ class ComputeHandlers:
                     disthook.random._set_stream_state(msg["rng"])
                 with disthook.set_grad_enabled(grad), default_dtype_as(msg.get("default_dtype")):
                     given = [_as_computed(t) if st.index > 0 else t for t in inputs]
+                    for t, name in zip(given, msg.get("names") or ()):  # the previous
+                        self.name_as(job, t, name)  # stage's output: one object (hooks)
                     if stop_here:  # the output of module `stop` is the answer: no later stage
                         return toolkit.stop_after(st.module, stop, *given)
                     return st.module(*given)
@@ -107,7 +109,8 @@ class ComputeHandlers:
                               "requires_grad": [out.requires_grad],
                               "reply_to": msg["reply_to"], "mb": msg.get("mb"), "stop": stop,
                               "optimizer_calls": calls, "rng": rng,
-                              "attrs": attr_changes.merged(msg.get("attrs"), snap.changes())}
+                              "attrs": attr_changes.merged(msg.get("attrs"), snap.changes()),
+                              "names": self._names_of(job, [out])}
                     if msg.get("default_dtype"):
                         fields["default_dtype"] = msg["default_dtype"]
                     pins = job.pins or upstream_pins(job)  # calls a write passed

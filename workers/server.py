@@ -137,6 +137,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         self.captures.account = lambda c: self.peers.names.get(c, c)  # per key, with keys
         self._local = threading.local()  # .job: the job this thread runs now
         self._event_ids = itertools.count(1)
+        self._tensor_ids = itertools.count(1)  # names of tensors hook events send
         self._handlers: dict = {}  # message type -> its on_<type> method (None: none)
         self._warnings_routed = False  # see _route_warnings
         self._links_init()  # neighbour stages on this host: a Unix socket (link_handlers.py)

@@ -127,6 +127,9 @@ class Job:
     stage: Any = None  # the stage it runs on, once looked up (for error reports)
     retained: list = dataclasses.field(default_factory=list)  # see Context.retained
     taps: dict = dataclasses.field(default_factory=dict)  # see Context.taps
+    # id -> (tensor, its name): the tensors its client hook events sent, named once each so
+    # that the client gives each the same object in every event (workers/client_hooks.py)
+    named: dict = dataclasses.field(default_factory=dict)
     # the client's random stream while the job draws from it (see wire's forward "rng"):
     # kept here while it waits, since another client's job may draw meanwhile
     rng: str | None = None

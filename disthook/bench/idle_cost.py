@@ -22,8 +22,7 @@ def measure(workers: int = 8, seconds: float = 12.0) -> dict:
     import disthook as torch
     from disthook import nn
     from disthook.bench.stages import spec
-    from disthook.bench.timing import cpu_seconds
-    from disthook.bench.workspan import io_thread_seconds
+    from disthook.bench.timing import cpu_seconds, io_thread_seconds
     from disthook.distributed import local_cluster
 
     whole, cut = spec(1, 256, 64), spec(workers, 256, 64)

@@ -77,3 +77,23 @@ def cpu_seconds(pid: int) -> float:
         except FileNotFoundError:  # the thread ended meanwhile
             pass
     return total / 1e9
+
+
+def io_thread_seconds(pid: int) -> float:
+    """CPU seconds of the ZeroMQ I/O threads of process ``pid`` (named ``ZMQbg/IO/<n>``;
+    0 where /proc does not tell)."""
+    total = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                if not f.read().startswith("ZMQbg/IO"):
+                    continue
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):  # the thread ended meanwhile
+            pass
+    return total / 1e9

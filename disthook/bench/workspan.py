@@ -36,12 +36,11 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
-import os
 import statistics
 import time
 
 from disthook.bench.stages import LAYERS, LR, bound, check, quiet, spawned, spec, torch_pipeline
-from disthook.bench.timing import cpu_seconds
+from disthook.bench.timing import cpu_seconds, io_thread_seconds
 from disthook.distributed.interleaved import interleaved_1f1b
 from disthook.distributed.schedule import one_f_one_b, zero_bubble_h1
 
@@ -259,26 +258,6 @@ def _pipelined(cluster, net, cut, x, y, m: int, schedule: str, steps: int) -> tu
     io = [(a - b) / steps for a, b in zip(io_after, io_before)]
     return timelines, {"client": client, "coordinator": per[0], "workers": per[1:],
                        "io_threads": io}, wall
-
-
-def io_thread_seconds(pid: int) -> float:
-    """CPU seconds of the ZeroMQ I/O threads of process ``pid`` (named ``ZMQbg/IO/<n>``;
-    0 where /proc does not tell)."""
-    total = 0
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return 0.0
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                if not f.read().startswith("ZMQbg/IO"):
-                    continue
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):  # the thread ended meanwhile
-            pass
-    return total / 1e9
 
 
 ECHO = """

@@ -320,8 +320,9 @@ class _Hub(Releases, HookServer):
             raise
         finally:
             self._busy -= 1
-            if not self._busy:  # every pass of the call has run: its rounds are over
-                self._rounds.clear()
+            if not self._busy:  # every pass of the call has run: its rounds are over, and
+                self._rounds.clear()  # the tensors its hooks were given are theirs alone
+                self.given.clear()
 
     def _exchange(self, calls: list[tuple], msg_type: str, ctx: str | None,
                   what: str) -> list[wire.Message]:

@@ -15,7 +15,7 @@ from disthook import autograd as torch_autograd
 from disthook import wire
 from disthook.autograd import engine, grad_mode
 from disthook.autograd.graph import AccumulateGrad, _sequence, walk
-from disthook.distributed import attr_changes
+from disthook.distributed import attr_changes, given_tensors
 from disthook.distributed.autograd_node import RemoteTapBackward0, serving_vjp
 from disthook.service import hook_kinds
 from disthook.service.values import pack, unpack
@@ -65,6 +65,10 @@ class HookServer:
         self._rounds: dict[int, tuple] = {}
         # socket -> the encoded answers to the events of its current burst, not sent yet
         self._outbox: dict[zmq.Socket, list] = {}
+        # context -> a worker tensor's name -> (the one tensor its events give hooks here,
+        # what that is computed from here, the versions): see given_tensors. A worker names
+        # the tensors of one request's events (its job's): forgotten when the requests end
+        self.given: dict[str, dict] = {}
 
     def _serve_event(self, sock: zmq.Socket, event: wire.Message) -> None:
         """Run the hook a worker asked for and answer it on the socket the event came on.
@@ -213,8 +217,11 @@ class HookServer:
             finally:
                 for hooks, kept in muted:
                     hooks.update(kept)
-            # (a leaf the hook made here has no gradient on the worker, which needs none)
-            return {"result": pack([g for t, g in zip(wanted, grads) if id(t) not in made])}
+            # (a leaf the hook made here has no gradient on the worker, which needs none; a
+            # tensor given at several places is one here: its gradient goes to the first)
+            firsts = given_tensors.first_places(wanted)
+            return {"result": pack([g if first else None for t, g, first
+                                    in zip(wanted, grads, firsts) if id(t) not in made])}
         entry = self.hooks.get(event["hook"]) or self.removed_while_firing.get(event["hook"])
         if entry is None:
             raise RuntimeError(f"hook {event['hook']} was removed on the client")
@@ -230,7 +237,24 @@ class HookServer:
         inputs = self.pending_inputs.get(event.ctx) if diff else None
         address = next((a for a, s in self.socks.items() if s is sock), None)
 
+        names = event.get("ids") or ()
+        store = self.given.setdefault(event.ctx, {}) if names else None
+        again: set[int] = set()  # ids of the tensors an earlier event gave as they are
+
         def leaf(array, requires_grad, grad_fn=None):
+            if len(leaves) < len(names):  # one object for one worker tensor (given_tensors)
+                t, base, before = given_tensors.given(
+                    store, names[len(leaves)], array,
+                    lambda: made(array, requires_grad, grad_fn))
+                if before:
+                    again.add(id(t))
+            else:
+                t, base = made(array, requires_grad, grad_fn)
+            leaves.append(t)
+            bases.append(base)
+            return t
+
+        def made(array, requires_grad, grad_fn=None):
             t = base = Tensor._make(np.array(array), None, 0)
             if diff and requires_grad:
                 # the worker's tensor came out of an op: so does the hook's (named as that
@@ -247,9 +271,7 @@ class HookServer:
                     t = _as_made_by(grad_fn or "CloneBackward0").apply(base)
             ref = weakref.ref(t)
             t.retain_grad = lambda: _retain_on_worker(ref())  # acts on the worker's tensor
-            leaves.append(t)
-            bases.append(base)
-            return t
+            return t, base
 
         bounds = []  # where each of the event's arguments' tensors start among the leaves
         args = []
@@ -275,8 +297,9 @@ class HookServer:
         # tensors the hook changed in place: the worker changes its own the same way
         name = getattr(fn, "__name__", type(fn).__name__)  # (for _pack_value)
         self._packing = (since, f"the {kind} hook {name!r} on {event['path']!r}")
+        firsts = given_tensors.first_places(leaves)  # (a tensor given twice changes once)
         changed = [{"arg": i, "value": self._pack_value(t, bases, f"{key}:{i}", leaves)}
-                   for i, t in enumerate(leaves) if t._version != versions[i]]
+                   for i, t in enumerate(leaves) if t._version != versions[i] and firsts[i]]
         for i, t in enumerate(leaves):  # hooked, then changed in place: on its old version
             old = nodes[i]
             if old is not None and old is not t._grad_fn and any((old._tensor_hooks or {})
@@ -297,20 +320,20 @@ class HookServer:
         # tensors the hook put tensor hooks on (the Grad-CAM pattern): the worker hooks the
         # real tensors, and their gradients come here to run these hooks
         made = _made_here(leaves)  # (their hooks fire here, where their gradient comes)
-        watch = [i for i, t in enumerate(leaves) if t._backward_hooks and id(t) not in made]
-        retain = [i for i, t in enumerate(leaves) if t.__dict__.get("_retain_on_worker")]
+        watch, retain, hooked = given_tensors.once_on_worker(leaves, made)
         answer = {"result": value, "changed": changed or None}
         if watch or retain:
             self.watched[key] = leaves
             answer.update(watch=watch, retain=retain, key=key)
-        for i in watch:  # their hooks fire on the worker's tensor (leaf_hook events), never
-            t = leaves[i]  # here: off the node, where a gradient taken here would fire them
-            if t._grad_fn is not None and t._grad_fn._tensor_hooks:
+        for i, t in enumerate(leaves):  # their hooks fire on the worker's tensor (leaf_hook
+            # events), never here: off the node, where a gradient taken here would fire them
+            if hooked[i] and t._grad_fn is not None and t._grad_fn._tensor_hooks:
                 t._grad_fn._tensor_hooks.pop(t._output_nr, None)
         # those that require grad: a backward may ask the worker for their gradients
         # (autograd.grad(out, kept), hooked or not)
         taps = [i for i, t in enumerate(leaves) if diff and t._requires_grad
-                and t.grad_fn is not None and i not in retain]
+                and t.grad_fn is not None and i not in retain and firsts[i]
+                and id(t) not in again]
         if taps:
             self.taps.setdefault(event.ctx, []).extend(
                 (f"{key}#{i}", leaves[i], bases[i]) for i in taps)

@@ -3,7 +3,7 @@ NAdam, RAdam, LBFGS over disthook tensors, learning-rate schedules and weight av
 (``swa_utils``)."""
 from disthook.optim import lr_scheduler, swa_utils
 from disthook.optim.adadelta import Adadelta
-from disthook.optim.adafactor import Adafactor
+from disthook.optim._adafactor import Adafactor  # (torch.optim._adafactor)
 from disthook.optim.adagrad import Adagrad
 from disthook.optim.adam import Adam
 from disthook.optim.adamax import Adamax
@@ -17,5 +17,5 @@ from disthook.optim.rmsprop import RMSprop
 from disthook.optim.rprop import Rprop
 from disthook.optim.sgd import SGD
 
-__all__ = ["ASGD", "LBFGS", "SGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adamax", "NAdam", "Optimizer",
-           "RAdam", "RMSprop", "Rprop", "lr_scheduler", "swa_utils"]
+__all__ = ["ASGD", "LBFGS", "SGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adamax",
+           "NAdam", "Optimizer", "RAdam", "RMSprop", "Rprop", "lr_scheduler", "swa_utils"]
