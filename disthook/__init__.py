@@ -43,6 +43,7 @@ from disthook._dtype import (  # noqa: F401
     short,
     uint8,
 )
+from disthook._out import write_out as _write_out
 from disthook._tensor_str import get_printoptions, set_printoptions  # noqa: F401
 from disthook.autograd import (  # noqa: F401
     enable_grad,
@@ -183,7 +184,9 @@ def _method(name: str):
         if not isinstance(input, Tensor):
             raise TypeError(f"{name}(): argument 'input' (position 1) must be Tensor, not "
                             f"{type(input).__name__}")
-        return getattr(input, name)(*args, **kwargs)
+        out = kwargs.pop("out", None) if not name.endswith("_") else None
+        result = getattr(input, name)(*args, **kwargs)
+        return result if out is None else _write_out(name, result, out)
 
     fn.__name__ = name
     fn.__doc__ = f"``torch.{name}(input, ...)``: same as ``input.{name}(...)``."

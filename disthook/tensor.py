@@ -16,6 +16,7 @@ import numpy as np
 from disthook import _dtype
 from disthook import random as _random
 from disthook._dtype import dtype as _DType
+from disthook._out import write_out
 from disthook._tensor_math import INPLACE_NAMES, MathMethods, inplace_of
 from disthook._tensor_reduce import ReduceMethods
 from disthook._tensor_shape import ShapeMethods
@@ -146,6 +147,12 @@ def _check_device(dev) -> None:
         raise AssertionError("Torch not compiled with CUDA enabled")
     if d.type == "mps":
         raise RuntimeError("PyTorch is not linked with support for mps devices")
+    if d.type == "meta":
+        raise NotImplementedError(
+            "disthook has no 'meta' device: its tensors always hold values, on the CPU. A "
+            "model moved to 'meta' only to be called with other tensors (model ensembling: "
+            "functional_call(base_model, stacked_params, x)) works the same on the CPU: leave "
+            "out the .to('meta') (its own tensors are put aside while the call runs).")
     if d.type != "cpu":
         raise RuntimeError(f"disthook runs on the CPU only; device '{d}' is not available")
 
@@ -663,20 +670,27 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def __add__(self, other):
         return self._binary(E.Add, other)
 
+    # number + tensor and number * tensor are recorded tensor first, as torch records them
+    # (its node's first edge leads to the tensor: the autograd tutorials walk
+    # grad_fn.next_functions[0]); the values are the same, both ops being commutative
     def __radd__(self, other):
-        return self._binary(E.Add, other, reverse=True)
+        return self._binary(E.Add, other, reverse=isinstance(other, Tensor))
 
     def __sub__(self, other):
         return self._binary(E.Sub, other)
 
     def __rsub__(self, other):
+        if isinstance(other, (numbers.Number, np.generic)) and not isinstance(other, Tensor):
+            dt = result_dtype(self, other)
+            keep = self._data.dtype == dt or self._data.dtype.kind == "b"  # (the op refuses)
+            return E.RsubScalar.apply(self if keep else self.to(dt), other=other)
         return self._binary(E.Rsub, other, reverse=True)
 
     def __mul__(self, other):
         return self._binary(E.Mul, other)
 
     def __rmul__(self, other):
-        return self._binary(E.Mul, other, reverse=True)
+        return self._binary(E.Mul, other, reverse=isinstance(other, Tensor))
 
     def __truediv__(self, other):
         return self._binary_float(E.Div, other)
@@ -2299,7 +2313,9 @@ def where(condition, input=None, other=None) -> Tensor:
     return E.Where.apply(condition, a, b)
 
 
-def cat(tensors, dim=0) -> Tensor:
+def cat(tensors, dim=0, *, out=None) -> Tensor:
+    if out is not None:
+        return write_out("cat", cat(tensors, dim), out)
     tensors = list(tensors)
     if not tensors:
         raise ValueError("torch.cat(): expected a non-empty list of Tensors")
@@ -2331,7 +2347,9 @@ def cat(tensors, dim=0) -> Tensor:
 concat = concatenate = cat
 
 
-def stack(tensors, dim=0) -> Tensor:
+def stack(tensors, dim=0, *, out=None) -> Tensor:
+    if out is not None:
+        return write_out("stack", stack(tensors, dim), out)
     tensors = list(tensors)
     if not tensors:
         raise RuntimeError("stack expects a non-empty TensorList")

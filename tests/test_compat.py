@@ -65,6 +65,27 @@ def test_tensor_device(T):
     assert x.get_device() == -1
 
 
+def test_the_meta_device_is_refused_saying_what_to_do():
+    """The model-ensembling tutorial moves a copy to 'meta' before functional_call; disthook
+    has no meta tensors and says so, naming the way that works (it said only "not
+    available")."""
+    import disthook
+    from disthook.func import functional_call, stack_module_state
+
+    models = [disthook.nn.Linear(3, 2) for _ in range(2)]
+    for make in (lambda: models[0].to("meta"), lambda: disthook.empty(2, device="meta"),
+                 lambda: disthook.ones(2).to(disthook.device("meta"))):
+        with pytest.raises(NotImplementedError, match=r"no 'meta' device.*functional_call.*"
+                           r"leave out the \.to\('meta'\)"):
+            make()
+    params, buffers = stack_module_state(models)
+    x = disthook.ones(4, 3)
+    out = disthook.func.vmap(lambda p, b: functional_call(models[0], (p, b), (x,)))(params,
+                                                                                    buffers)
+    for i, m in enumerate(models):
+        np.testing.assert_allclose(out[i].detach().numpy(), m(x).detach().numpy(), rtol=1e-6)
+
+
 def test_to_cpu_returns_self(T):
     x = T.ones(2, requires_grad=True)
     assert x.to("cpu") is x

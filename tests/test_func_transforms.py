@@ -61,6 +61,16 @@ def func_programs(lib) -> dict:
         "functional_call": F.functional_call(lin, params, (Y,)),
         "grad through functional_call": F.grad(loss)(params, Y),
         "per-example grads": F.vmap(F.grad(loss), in_dims=(None, 0))(params, Y),
+        # pytrees in and out (the neural tangent kernel recipe's Jacobians of a dict)
+        "jacrev of a dict": F.jacrev(lambda p: F.functional_call(lin, p, (Y,)))(params),
+        "jacrev argnums of dicts": F.jacrev(lambda p, q: (p["a"] * q["b"]).sin(),
+                                            argnums=(0, 1))({"a": x}, {"b": Y[1]}),
+        "jacrev to a dict": F.jacrev(lambda a: {"s": a.sin(), "t": (a * a.sum(),)})(x),
+        "vmap of jacrev of a dict": F.vmap(F.jacrev(
+            lambda p, r: F.functional_call(lin, p, (r,))), (None, 0))(params, Y),
+        "jvp of a dict": F.jvp(lambda p: F.functional_call(lin, p, (Y,)), (params,),
+                               ({k: v * 0.5 + 1 for k, v in params.items()},)),
+        "jvp to a dict": F.jvp(lambda a: {"s": a.sin(), "t": (a * a,)}, (x,), (lib.ones(3),)),
     }
 
 
@@ -159,3 +169,23 @@ def test_the_deprecated_stateless_functional_call_is_func_functional_call():
     with pytest.warns(FutureWarning, match="torch.func.functional_call"):
         out = stateless.functional_call(model, given, (x,))
     assert out.tolist() == disthook.func.functional_call(model, given, (x,)).tolist()
+
+
+@pytest.mark.parametrize("lib_name", ["disthook", "torch"])
+def test_aux_comes_back_without_a_graph_unless_an_outer_transform_tracks_it(lib_name):
+    """``has_aux``'s aux is handed back as plain tensors (``aux.numpy()`` works), as torch
+    unwraps it; inside an outer transform it stays differentiable. disthook gave it back
+    requiring grad."""
+    lib = pytest.importorskip(lib_name)
+    F = lib.func
+    x = lib.tensor(XS)
+    auxes = [F.grad(lambda x: (x.sin().sum(), {"c": x.cos()}), has_aux=True)(x)[1]["c"],
+             F.jacrev(lambda x: (x.sin(), x.sum()), has_aux=True)(x)[1],
+             F.vjp(lambda x: (x.sin(), x.cos()), x, has_aux=True)[2],
+             F.jvp(lambda x: (x.sin(), x.cos()), (x,), (x,), has_aux=True)[2]]
+    for aux in auxes:
+        assert not aux.requires_grad and aux.grad_fn is None
+        aux.numpy()
+    outer = F.grad(lambda y: F.grad(lambda x: ((x ** 3).sum(), x ** 2),
+                                    has_aux=True)(y)[1].sum())(x)
+    np.testing.assert_allclose(outer.numpy(), 2 * XS, rtol=1e-6)

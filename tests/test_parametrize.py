@@ -150,3 +150,36 @@ def test_a_right_inverse_that_raises_not_implemented_is_the_identity_at_registra
     np.testing.assert_allclose(_np(layer.weight), np.tanh(W), rtol=1e-6)
     with pytest.raises(NotImplementedError, match="no inverse here"):
         layer.weight = lib.tensor(W)
+
+
+@pytest.mark.parametrize("lib_name", ["disthook", "torch"])
+def test_deepcopy_keeps_the_parametrizations_apart(lib_name):
+    """``copy.deepcopy`` of a parametrized model (the way a reference copy or an ensemble is
+    made) gives a parametrized copy with its own originals; pickling is still refused."""
+    import copy
+    import pickle
+
+    lib = pytest.importorskip(lib_name)
+    P = importlib.import_module(lib_name + ".nn.utils.parametrize")
+
+    class Symmetric(lib.nn.Module):
+        def forward(self, X):
+            return X.triu() + X.triu(1).transpose(0, 1)
+
+    model = lib.nn.Sequential(lib.nn.Linear(3, 3), lib.nn.Tanh())
+    with lib.no_grad():
+        model[0].weight.copy_(lib.tensor(W))
+    P.register_parametrization(model[0], "weight", Symmetric())
+    twin = copy.deepcopy(model)
+    assert type(twin[0]) is type(model[0]) and P.is_parametrized(twin[0], "weight")
+    original = twin[0].parametrizations.weight.original
+    assert original is not model[0].parametrizations.weight.original
+    np.testing.assert_array_equal(_np(twin[0].weight), np.triu(W) + np.triu(W, 1).T)
+    twin(lib.ones(2, 3)).sum().backward()
+    assert original.grad is not None
+    assert model[0].parametrizations.weight.original.grad is None
+    with lib.no_grad():
+        original.add_(1.0)
+    np.testing.assert_array_equal(_np(model[0].weight), np.triu(W) + np.triu(W, 1).T)
+    with pytest.raises(RuntimeError, match="only supported through state_dict"):
+        pickle.dumps(model)

@@ -97,3 +97,15 @@ def test_torch_aliased_to_disthook_imports_the_same_submodules():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out == "same\n"
+
+
+def test_forward_ad_refuses_naming_the_transforms_that_give_the_same_products():
+    """The forward-mode AD tutorial's dual tensors: disthook has none, and its refusal names
+    torch.func.jvp and autograd.functional.jvp, which compute the same products."""
+    fw = disthook.autograd.forward_ad
+    for call in (fw.dual_level, lambda: fw.make_dual(disthook.ones(2), disthook.ones(2)),
+                 lambda: fw.unpack_dual(disthook.ones(2))):
+        with pytest.raises(NotImplementedError, match=r"torch\.autograd\.forward_ad\.\w+ is "
+                           r"not implemented in disthook .*no forward-mode AD.*"
+                           r"torch\.func\.jvp"):
+            call()

@@ -50,6 +50,10 @@ HINTS = {
                 "model in PyTorch",
     "torch.jit": "disthook has no TorchScript; torch.jit.script and trace give back the model, "
                  "run eagerly, and its state dict saves with torch.save(model.state_dict())",
+    "torch.autograd.forward_ad": "disthook has no forward-mode AD (dual tensors); the same "
+                                 "Jacobian-vector products come from torch.func.jvp(f, "
+                                 "primals, tangents) or torch.autograd.functional.jvp, and "
+                                 "Jacobians from torch.func.jacfwd / jacrev",
     "torch.distributions": "disthook.distributions provides every distribution, transform and "
                            "constraint of torch.distributions, with kl_divergence and "
                            "biject_to / transform_to",

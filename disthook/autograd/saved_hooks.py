@@ -71,6 +71,7 @@ class save_on_cpu(saved_tensors_hooks):
             _device, tensor = packed
             return tensor
 
+        pack.keeps_values = True  # a deployed part may run inside (distributed.glue)
         super().__init__(pack, unpack)
 
 

@@ -17,6 +17,7 @@ from disthook import _dtype, random
 from disthook.autograd import grad_mode
 from disthook.distributed import attr_changes
 from disthook.distributed.autograd_node import RemoteBackward0
+from disthook.distributed.glue import refuse_saved_tensors_hooks
 from disthook.distributed.placement import micro_batch_sizes, split_rows
 from disthook.distributed.spec import module_spec
 from disthook.nn.modules.module import Module
@@ -33,6 +34,7 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
     holding that module, whose output is returned (the later stages do no work)."""
     if not isinstance(x, Tensor):
         raise TypeError(f"a Deployment takes one Tensor, got {type(x).__name__}")
+    refuse_saved_tensors_hooks(f"the deployed {model._class_name}'s forward")
     grad = grad_mode.is_grad_enabled()
     rows = x._data.shape[0] if x._data.ndim else 0
     chunks = min(model._chunks, rows) if rows > 1 else 1

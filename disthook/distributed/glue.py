@@ -36,7 +36,8 @@ from disthook.utils.hooks import RemovableHandle
 if TYPE_CHECKING:
     from disthook.distributed.deployment import Deployment
 
-__all__ = ["call_placed", "call_remote", "carry_hooks", "route_node_hooks", "run_until"]
+__all__ = ["call_placed", "call_remote", "carry_hooks", "refuse_saved_tensors_hooks",
+           "route_node_hooks", "run_until"]
 
 
 class _Stopped(Exception):
@@ -175,6 +176,31 @@ def call_placed(model: Deployment, path: str, args: tuple, kwargs: dict):
                        path=path, what=f"forward of {path!r}")
 
 
+def refuse_saved_tensors_hooks(what: str) -> None:
+    """A placed part's ops run on its worker and save their tensors there, out of reach of the
+    ``pack`` and ``unpack`` of a ``saved_tensors_hooks`` context here: they would silently not
+    be called where one process calls them, so the call is refused. ``save_on_cpu`` (a copy
+    of each tensor on the CPU, where they are anyway) and ``checkpoint``'s own hooks (carried
+    to the worker, or its rerun's) are not refused: disthook's hooks that keep the values as
+    they are say so with ``keeps_values``."""
+    pair = current_pair()
+    if pair is None or not grad_mode.is_grad_enabled():
+        return
+    if isinstance(getattr(pair[0], "__self__", None), _Frame) or \
+            getattr(pair[0], "keeps_values", False):
+        return
+    raise NotImplementedError(
+        f"{what} runs on a worker inside saved_tensors_hooks({_name(pair[0])}, "
+        f"{_name(pair[1])}): the tensors its ops save stay on the worker, where those hooks "
+        "cannot be called (in one process they would be, once per saved tensor). Call the "
+        "deployed model outside the saved_tensors_hooks context (the ops that run here can "
+        "stay inside it); save_on_cpu() and torch.utils.checkpoint work with deployed parts.")
+
+
+def _name(fn) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)
+
+
 def _checkpointing() -> dict | None:
     """Inside ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)`` (not its rerun):
     how the part is to run checkpointed on its worker, as it would here (its saved tensors
@@ -194,6 +220,7 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
     ``op`` with ``params`` (``remote_values.remote_apply``). The output's tensors are kept
     there; their backward goes there. The call returns before its answer where that
     answer's form is known (``async_calls``)."""
+    refuse_saved_tensors_hooks(what)
     inputs = list(tensors_in((args, kwargs)))
     stage = model._addresses.index(address)
     grad = grad_mode.is_grad_enabled()

@@ -77,6 +77,12 @@ def _split_aux(result, has_aux: bool, fn_name: str):
     return result
 
 
+def _shown_aux(aux, nested: bool):
+    """What a transform hands back as ``aux``: as computed when an outer transform tracks the
+    inputs, else plain tensors without a graph (torch's, which unwraps them)."""
+    return aux if nested else _map(lambda t: t.detach() if isinstance(t, Tensor) else t, aux)
+
+
 def grad_and_value(func, argnums=0, has_aux: bool = False):
     """``f -> (x -> (df/dx, f(x)))`` for ``f`` giving one scalar tensor (and aux)."""
     def wrapper(*args, **kwargs):
@@ -105,7 +111,7 @@ def grad_and_value(func, argnums=0, has_aux: bool = False):
         per_arg = tuple(_rebuild(args[n], grads) for n in nums)
         result = per_arg[0] if single else per_arg
         value = output if nested else output.detach()
-        return (result, (value, aux)) if has_aux else (result, value)
+        return (result, (value, _shown_aux(aux, nested))) if has_aux else (result, value)
 
     return wrapper
 
@@ -148,7 +154,7 @@ def vjp(func, *primals, has_aux: bool = False):
         return tuple(_rebuild(p, grads) for p in variables)
 
     shown = output if nested else _map(lambda t: t.detach(), output)
-    return (shown, vjp_fn, aux) if has_aux else (shown, vjp_fn)
+    return (shown, vjp_fn, _shown_aux(aux, nested)) if has_aux else (shown, vjp_fn)
 
 
 def jvp(func, primals, tangents, *, strict: bool = False, has_aux: bool = False):
@@ -157,39 +163,60 @@ def jvp(func, primals, tangents, *, strict: bool = False, has_aux: bool = False)
         raise RuntimeError(  # noqa: TRY004  # torch's type and text
             "jvp(f, primals, tangents): Expected primals and tangents to be tuples. E.g. it "
             "should be valid to call f(*primals).")
-    aux_box = []
+    flat_primals, flat_tangents = _leaves(primals), _leaves(tangents)
+    if len(flat_primals) != len(flat_tangents):
+        raise RuntimeError("jvp(f, primals, tangents): Expected primals and tangents to have "
+                           "the same python structure.")
+    aux_box, out_box = [], []
 
-    def plain(*xs):
-        out, aux = _split_aux(func(*xs), has_aux, "jvp")
+    def plain(*leaves):
+        it = iter(leaves)
+        out, aux = _split_aux(func(*(_rebuild(p, it) for p in primals)), has_aux, "jvp")
         aux_box.append(aux)
-        return out
+        out_box.append(out)
+        return tuple(_leaves(out))
 
-    nested = any(p.requires_grad for p in primals)
-    output, product = _F.jvp(plain, primals, tangents, create_graph=nested, strict=strict)
-    return (output, product, aux_box[0]) if has_aux else (output, product)
+    nested = any(isinstance(p, Tensor) and p.requires_grad for p in flat_primals)
+    outputs, products = _F.jvp(plain, tuple(flat_primals), tuple(flat_tangents),
+                               create_graph=nested, strict=strict)
+    output = _rebuild(out_box[0], iter(outputs))
+    product = _rebuild(out_box[0], iter(products))
+    return (output, product, _shown_aux(aux_box[0], nested)) if has_aux else (output, product)
 
 
 def jacrev(func, argnums=0, *, has_aux: bool = False, chunk_size=None):
     """``f -> (x -> J)``: for each output, a tensor of shape output.shape + input.shape (per
-    argnum a tuple when argnums is a tuple)."""
+    argnum a tuple when argnums is a tuple). Inputs and outputs may be pytrees (a dict of
+    parameters, as in the neural tangent kernel recipe): the Jacobian is the output's tree
+    with each leaf replaced by the inputs' tree of blocks."""
     def wrapper(*args):
         nums, single = _argnums(argnums, len(args), "jacrev")
-        aux_box = []
+        chosen = tuple(args[n] for n in nums)
+        wrt = _leaves(chosen)
+        for leaf in wrt:
+            if not isinstance(leaf, Tensor):
+                raise ValueError(  # noqa: TRY004  # torch's type and text
+                    f"Thing passed to transform API must be Tensor, got {type(leaf)}")
+        aux_box, out_box = [], []
 
-        def of_chosen(*chosen):
-            full = list(args)
-            for n, value in zip(nums, chosen):
-                full[n] = value
+        def of_leaves(*leaves):
+            full, it = list(args), iter(leaves)
+            for n, arg in zip(nums, chosen):
+                full[n] = _rebuild(arg, it)
             out, aux = _split_aux(func(*full), has_aux, "jacrev")
             aux_box.append(aux)
-            return out
+            out_box.append(out)
+            return tuple(_leaves(out))
 
-        nested = any(args[n].requires_grad for n in nums)
-        chosen = tuple(args[n] for n in nums)
-        jac = _F.jacobian(of_chosen, chosen, create_graph=nested)
-        if single:
-            jac = jac[0] if isinstance(jac[0], Tensor) else tuple(j[0] for j in jac)
-        return (jac, aux_box[0]) if has_aux else jac
+        nested = any(leaf.requires_grad for leaf in wrt)
+        rows = _F.jacobian(of_leaves, tuple(wrt), create_graph=nested)
+        per_output = []
+        for row in rows:
+            blocks = iter(row)
+            per_arg = tuple(_rebuild(arg, blocks) for arg in chosen)
+            per_output.append(per_arg[0] if single else per_arg)
+        jac = _rebuild(out_box[0], iter(per_output))
+        return (jac, _shown_aux(aux_box[0], nested)) if has_aux else jac
 
     return wrapper
 

@@ -51,6 +51,25 @@ class Rsub(Sub):
     node_name = "RsubBackward1"
 
 
+class RsubScalar(Op):
+    """``number - tensor``: the number is no input, so the node has one edge, to the tensor
+    (torch's ``RsubBackward1``: ``(2 - x).grad_fn.next_functions[0]`` is x's node)."""
+
+    node_name = "RsubBackward1"
+
+    @staticmethod
+    def forward(ctx, a, other):
+        if a._data.dtype.kind == "b" or isinstance(other, (bool, np.bool_)):
+            raise RuntimeError(
+                "Subtraction, the `-` operator, with a bool tensor is not supported. If you are "
+                "trying to invert a mask, use the `~` or `logical_not()` operator instead.")
+        return np.asarray(other, a._data.dtype) - a._data
+
+    @staticmethod
+    def backward(ctx, g):
+        return -g
+
+
 class Mul(Op):
     saved_names = ("self", "other")
 

@@ -4,8 +4,9 @@ must be a subclass of ``disthook.ops.base.Op`` (nothing else is looked up, nothi
 and its keyword parameters travel as plain data.
 
 Parameters are what ops take besides tensors: None, bools, numbers, strings, dtypes, slices,
-``...``, numpy arrays and scalars, and tuples, lists and str-keyed dicts of them. Anything else
-is not sent (``Unsendable``): the client then computes the op itself.
+``...``, numpy arrays and scalars, the engine's own named tuples (``_named_params``: a
+convolution's ``ConvSpec``), and tuples, lists and str-keyed dicts of them. Anything else is
+not sent (``Unsendable``): the client then computes the op itself.
 """
 from __future__ import annotations
 
@@ -28,11 +29,23 @@ def encode_params(params: dict) -> dict:
     return {"dict": {k: _encode(v) for k, v in params.items()}}
 
 
+def _named_params() -> dict[str, type]:
+    """The named tuples ops take as parameters, by name: they travel as their fields and come
+    back as the same type (a plain tuple would lose the field names the op reads)."""
+    from disthook.ops.conv import ConvSpec
+
+    return {"ConvSpec": ConvSpec}
+
+
 def _encode(v):
     from disthook._dtype import dtype as DType
 
     if v is None or type(v) in (bool, int, float, str):
         return v
+    if isinstance(v, tuple) and hasattr(v, "_fields"):
+        if _named_params().get(type(v).__name__) is not type(v):
+            raise Unsendable(type(v).__name__)
+        return {"named": [type(v).__name__, [_encode(x) for x in v]]}
     if isinstance(v, np.generic):
         return {"scalar": np.asarray(v)}
     if isinstance(v, np.ndarray):
@@ -70,6 +83,12 @@ def _decode(data):
         return np.asarray(payload)
     if tag == "tuple":
         return tuple(_decode(x) for x in payload)
+    if tag == "named":
+        name, fields = payload
+        cls = _named_params().get(name)
+        if cls is None:
+            raise ValueError(f"not an op parameter: a {name!r}")
+        return cls(*(_decode(x) for x in fields))
     if tag == "list":
         return [_decode(x) for x in payload]
     if tag == "dict":

@@ -297,6 +297,7 @@ class _Frame:
                 raise _StopRecomputation
             return tensor  # kept, should the rerun itself be differentiated
 
+        pack.keeps_values = True  # a placed part rerun here goes to its worker as before
         state_now = random.get_rng_state() if self.rng_state is not None else None
         if self.rng_state is not None:
             random.set_rng_state(self.rng_state)

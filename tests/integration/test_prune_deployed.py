@@ -145,3 +145,45 @@ def test_the_own_parameter_of_a_model_run_here_is_pruned_as_in_one_process(clust
                                       local.scale.detach().numpy())
     finally:
         remote.close()
+
+
+class SmallLeNet(nn.Module):
+    """The pruning tutorial's LeNet, smaller: two convolutions and two linears, its own
+    forward (so it runs here, each part on its worker)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv1, self.conv2 = nn.Conv2d(1, 3, 3), nn.Conv2d(3, 4, 3)
+        self.fc1, self.fc2 = nn.Linear(4 * 3 * 3, 8), nn.Linear(8, 3)
+
+    def forward(self, x):
+        x = torch.nn.functional.max_pool2d(torch.relu(self.conv1(x)), 2)
+        x = torch.relu(self.conv2(x))
+        x = torch.relu(self.fc1(x.flatten(1)))
+        return self.fc2(x)
+
+
+def test_a_conv_net_deployed_pruned_trains_as_in_one_process(cluster):
+    """A convolution's weight gradient computed on the worker that holds its operands takes the
+    convolution's settings along as data (a named tuple); they arrived as a plain tuple and the
+    step failed on the worker with AttributeError."""
+    def make():
+        model = SmallLeNet()
+        prune.l1_unstructured(model.conv1, "weight", 0.3)
+        prune.ln_structured(model.fc1, "weight", 0.5, n=2, dim=0)
+        return model
+
+    def run(model):
+        x = torch.tensor(np.linspace(-1, 1, 2 * 144, dtype=np.float32).reshape(2, 1, 12, 12))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        log = []
+        for _ in range(2):
+            opt.zero_grad()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+            log += [loss.detach().numpy()] + [p.grad.numpy() for p in model.parameters()]
+        return log + [model(x).detach().numpy(), sorted(model.state_dict())]
+
+    same_logs(*deployed_run(cluster, make, run), rtol=1e-5, atol=1e-6)

@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from contextlib import contextmanager
 
@@ -164,9 +165,21 @@ def _inject_class(module: Module) -> None:
                            "state_dict(). Save `module.state_dict()` and load it into a module "
                            "parametrized the same way.")
 
-    module.__class__ = type(f"Parametrized{cls.__name__}", (cls,),
-                            {"__getstate__": __getstate__, "_parametrized_from": cls,
-                             "__module__": cls.__module__})
+    def __deepcopy__(self, memo):
+        # pickling is refused above, but a copy in memory keeps the parametrizations (torch's
+        # rule): the same injected class, the state copied as any module's
+        if id(self) in memo:
+            return memo[id(self)]
+        replica = object.__new__(type(self))
+        memo[id(self)] = replica
+        replica.__setstate__(copy.deepcopy(cls.__getstate__(self), memo))
+        return replica
+
+    members = {"__getstate__": __getstate__, "_parametrized_from": cls,
+               "__module__": cls.__module__}
+    if not hasattr(cls, "__deepcopy__"):
+        members["__deepcopy__"] = __deepcopy__
+    module.__class__ = type(f"Parametrized{cls.__name__}", (cls,), members)
 
 
 def _inject_property(module: Module, tensor_name: str) -> None:

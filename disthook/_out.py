@@ -1,0 +1,65 @@
+"""``out=``: a function's result written into tensors the caller gave, as torch does it.
+
+The result is computed as usual, then copied into ``out`` (resized when its shape differs, with
+torch's warning when it had elements; cast to its dtype within the same kind or wider), and
+``out`` is returned. No graph leads through ``out``, so torch refuses it while any argument
+requires grad; under ``no_grad`` it is allowed.
+"""
+from __future__ import annotations
+
+import warnings
+
+from disthook._dtype import scalar_type_name
+from disthook.autograd import grad_mode
+
+_KIND_ORDER = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
+
+
+def write_out(name: str, result, out):
+    """``out`` (a tensor, or a tuple of tensors for a function with several results) holding
+    ``result``; ``name`` is the function's, for the errors."""
+    results = tuple(result) if isinstance(result, tuple) else (result,)
+    outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    if len(outs) != len(results):
+        raise TypeError(f"{name}(): argument 'out' must be a tuple of {len(results)} Tensors, "
+                        f"not {type(out).__name__} of {len(outs)}")
+    if grad_mode.is_grad_enabled() and any(r.requires_grad for r in results):
+        raise RuntimeError(f"{name}(): functions with out=... arguments don't support automatic "
+                           "differentiation, but one of the arguments requires grad.")
+    for r, o in zip(results, outs):
+        _copy_into(r, o)
+    return outs[0] if not isinstance(result, tuple) else _same_kind_of_tuple(result, outs)
+
+
+def _same_kind_of_tuple(result: tuple, outs: tuple) -> tuple:
+    """``outs`` as the kind of tuple ``result`` is, so ``.values``, ``.indices``, ``.Q`` work."""
+    if hasattr(result, "_fields"):
+        return type(result)(*outs)
+    if hasattr(result, "_name"):  # (values, indices) of max, min, sort, topk
+        return type(result)(*outs, f"{result._name}_out")
+    if hasattr(result, "_names"):  # torch.linalg's named results
+        return type(result)(result._names, outs)
+    return outs
+
+
+def _copy_into(result, out) -> None:
+    from disthook.tensor import Tensor
+
+    if not isinstance(out, Tensor):
+        raise TypeError(f"argument 'out' must be Tensor, not {type(out).__name__}")
+    if _KIND_ORDER[result._data.dtype.kind] > _KIND_ORDER[out._data.dtype.kind]:
+        raise RuntimeError(f"result type {scalar_type_name(result.dtype)} can't be cast to "
+                           f"the desired output type {scalar_type_name(out.dtype)}")
+    with grad_mode.no_grad():
+        if out.shape != result.shape:
+            if out.numel():
+                warnings.warn(
+                    f"An output with one or more elements was resized since it had shape "
+                    f"{list(out.shape)}, which does not match the required output shape "
+                    f"{list(result.shape)}. This behavior is deprecated, and in a future "
+                    "PyTorch release outputs will not be resized unless they have zero "
+                    "elements. You can explicitly reuse an out tensor t by resizing it, "
+                    "inplace, to zero elements with t.resize_(0).", UserWarning, stacklevel=4)
+            out.resize_(*result.shape)
+        out.copy_(result)
+
