@@ -34,11 +34,14 @@ class Snapshot:
     """The modules of a part (or stage) with their full paths in the model, and a shallow
     copy of each one's ``__dict__`` when the snapshot was taken."""
 
-    __slots__ = ("entries", "told")
+    __slots__ = ("entries", "told", "whole")
 
-    def __init__(self, entries: list):
+    def __init__(self, entries: list, whole: bool = False):
         self.entries = entries
         self.told: dict | None = None  # (path, name) -> the value hook events told of
+        # lists that grew are told whole, not from where they grew: the stage is shared, and
+        # other clients' calls grew them too, past what this client's copy holds
+        self.whole = whole
 
     def changes(self, tensor=None, news: bool = False) -> list[dict] | None:
         """One ``attr_change`` record (``disthook/wire.py``) per module whose plain
@@ -53,6 +56,8 @@ class Snapshot:
             undone = [k for (p, k) in told if p == path and k not in after
                       and k not in before] if told else ()
             edited = _edited(after, was) if was else None
+            if edited and self.whole:
+                edited = dict.fromkeys(edited)
             if not undone and not edited and len(after) == len(before) and all(
                     map(is_, after.values(), before.values())) and all(map(is_, after, before)):
                 continue  # (the usual case: every name and value as it was, in order)
@@ -85,11 +90,12 @@ class Snapshot:
         return rebound, gone
 
 
-def snapshot(module: Module, path: str) -> Snapshot:
-    """The snapshot of ``module`` (at ``path`` in the model) and every module inside it."""
+def snapshot(module: Module, path: str, whole: bool = False) -> Snapshot:
+    """The snapshot of ``module`` (at ``path`` in the model) and every module inside it
+    (``whole``: see ``Snapshot.whole``)."""
     entries: list = []
     _walk(module, path, entries)
-    return Snapshot(entries)
+    return Snapshot(entries, whole)
 
 
 def _walk(module: Module, path: str, into: list) -> None:

@@ -92,7 +92,8 @@ class ComputeHandlers:
                     return st.module(*given)
 
             nxt = None if stop_here else st.neighbours.get("next")
-            snap = attr_changes.snapshot(st.module, "")  # what the stage's modules set
+            # what the stage's modules set
+            snap = attr_changes.snapshot(st.module, "", st.shared)
 
             def finish(out, ahead: str | None = None):
                 """Keep the graph of output ``out`` and pass it on, or answer the client
@@ -168,7 +169,7 @@ class ComputeHandlers:
                 path = f"<{msg['op'].rpartition('.')[2]}>"
             else:
                 module = _submodule(st, path)
-                snap = attr_changes.snapshot(module, path)
+                snap = attr_changes.snapshot(module, path, st.shared)
             call = self._resolve_refs(job, st.model, msg["call"])
 
             def compute():
@@ -303,7 +304,8 @@ class ComputeHandlers:
                        and len(taps) == len(msg.get("taps") or ()))
             for t in context.inputs:
                 t.grad = None  # the gradient of this backward only goes to the previous stage
-            snap = attr_changes.snapshot(st.module, "")  # what the modules' hooks set
+            # what the modules' hooks set
+            snap = attr_changes.snapshot(st.module, "", st.shared)
 
             def attrs():  # the earlier stages' (in a chain) and this stage's
                 return attr_changes.merged(msg.get("attrs"), snap.changes())

@@ -448,6 +448,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         if index is not None and index != st.index:
             raise RuntimeError(f"worker {self.id} holds {st.name}, not stage {index}")
         job.stage = st
+        st.shared = st.shared or job.client != st.owner
         st.use_grads(job.client)  # this client's gradients, for whatever the job does
         if job.version is None and msg.type == "backward":  # the weights of its forward
             ctx = self.state.context(st.model, job.client, msg.ctx)

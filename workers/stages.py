@@ -36,6 +36,7 @@ class Stage:
                  writable: bool = False) -> None:
         self.model, self.index, self.module = model, index, module
         self.owner, self.writable = owner, writable  # who loaded it; may others write it
+        self.shared = False  # another client has called it (workers/attr_changes: Snapshot)
         self.params = list(module.parameters())
         self.versions = Versions(module)  # the weights' versions (workers.versions)
         self.installed = owner  # whose gradients the parameters' .grad hold now

@@ -33,7 +33,8 @@ class StepHandlers:
         neighbour stages; the last stage computes each micro-batch's loss, scaled."""
         msg = job.msg
         st = self._stage(job)
-        snap = attr_changes.snapshot(st.module, "")  # what the stage's modules set in it
+        # what the stage's modules set in it
+        snap = attr_changes.snapshot(st.module, "", st.shared)
         # [kind, mb, this thread's CPU seconds, wall start, wall end] per action (a receive:
         # from when the stage began to wait for it, or when it took it, to when it took it;
         # its CPU is what this thread's loop did meanwhile: reading, decoding and handling

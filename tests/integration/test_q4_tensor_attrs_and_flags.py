@@ -105,3 +105,51 @@ def test_a_flag_set_by_an_attached_client_stays_there_and_says_so(cluster):
         np.testing.assert_allclose(model(x).detach().numpy(), want, rtol=1e-6)
     finally:
         model.close()
+
+
+class Keeps(nn.Module):
+    """A part whose forward appends to a list of its own (attention maps, say)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.maps = []
+
+    def forward(self, x):
+        y = self.lin(x)
+        self.maps.append(float(y.detach().sum()))
+        return y
+
+
+class TwoKeeps(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = Keeps(), Keeps()
+
+    def forward(self, x):
+        return self.b(self.a(x).relu())
+
+
+def test_a_list_a_shared_models_forward_grows_is_the_workers_for_each_client(cluster):
+    # the modules on the workers are one for every client: after another client's call the
+    # list holds that call's items too, and each client's copy gets the worker's whole list
+    # (before: "the program changed it between the call and its answer", for both clients)
+    from disthook.distributed import connect
+
+    torch.manual_seed(0)
+    model = cluster.deploy(TwoKeeps(), stages=2, name="q4-maps")
+    x = torch.ones(2, 4)
+    try:
+        model(x)
+        model(x)
+        one = model.a.maps[0]
+        assert model.a.maps == [one, one]
+        with connect(cluster.address) as other:
+            attached = other.attach("q4-maps", trust_code=True)
+            attached(x)
+            assert attached.a.maps == [one] * 3 and len(attached.b.maps) == 3
+        held = model.a.maps  # (the program's list, kept: it changes in place)
+        model(x)
+        assert held is model.a.maps and held == [one] * 4 and len(model.b.maps) == 4
+    finally:
+        model.close()
