@@ -15,10 +15,7 @@ from disthook import nn
 pytestmark = pytest.mark.timeout(240)
 
 
-@pytest.fixture(scope="module")
-def cluster(shared_clusters):
-    with shared_clusters.lend(2) as c:
-        yield c
+CLUSTER_WORKERS = 2  # (the conftest's cluster fixture)
 
 
 class Net(nn.Module):
@@ -49,7 +46,9 @@ def run(model):
     out.append(("keys", sorted(st.keys()), len(opt.state), r(st["step"])))
     m = st["exp_avg"]                       # kept across a step
     before = r(m)
-    opt.zero_grad(); ((model(x) - y) ** 2).mean().backward(); opt.step()
+    opt.zero_grad()
+    ((model(x) - y) ** 2).mean().backward()
+    opt.step()
     out.append(("kept exp_avg moves", before != r(m), r(m)))
     # Adam-state pruning: the smallest second moments pruned, their state zeroed
     for q in model.parameters():
@@ -63,7 +62,9 @@ def run(model):
     # Lookahead-style slow weights kept in the optimizer's state
     for q in model.parameters():
         opt.state[q]["slow"] = q.detach().clone()
-    opt.zero_grad(); ((model(x) - y) ** 2).mean().backward(); opt.step()
+    opt.zero_grad()
+    ((model(x) - y) ** 2).mean().backward()
+    opt.step()
     for q in model.parameters():
         slow = opt.state[q]["slow"]
         slow.add_(q.detach() - slow, alpha=0.5)

@@ -18,10 +18,7 @@ from disthook import nn
 pytestmark = pytest.mark.timeout(240)
 
 
-@pytest.fixture(scope="module")
-def cluster(shared_clusters):
-    with shared_clusters.lend(2) as c:
-        yield c
+CLUSTER_WORKERS = 2  # (the conftest's cluster fixture)
 
 
 class Net(nn.Module):
@@ -61,7 +58,8 @@ def run(model, close=None):
                     tv.mul_(0.5).add_(v, alpha=0.5)
                 else:
                     tv.copy_(v)
-    out.append(("held sd moved", w0 != r(sd["a.weight"]), r(sd["a.weight"]), r(sd["bn.running_mean"]), r(sd["bn.num_batches_tracked"])))
+    out.append(("held sd moved", w0 != r(sd["a.weight"]), r(sd["a.weight"]),
+                r(sd["bn.running_mean"]), r(sd["bn.num_batches_tracked"])))
     out.append(("bn", r(model.bn.running_var), r(model.bn.num_batches_tracked)))
     out.append(("teacher", [r(v) for v in teacher.state_dict().values()]))
     out.append(("best", r(best["b.bias"])))

@@ -14,10 +14,7 @@ from disthook import nn
 pytestmark = pytest.mark.timeout(240)
 
 
-@pytest.fixture(scope="module")
-def cluster(shared_clusters):
-    with shared_clusters.lend(2) as c:
-        yield c
+CLUSTER_WORKERS = 2  # (the conftest's cluster fixture)
 
 
 class Gate(nn.Module):
