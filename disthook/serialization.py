@@ -198,7 +198,10 @@ class _StorageLoader:
         dtype = np.dtype(np.uint16 if kind.dtype == "bfloat16" else kind.dtype)
         raw = (self.reader.mmap if self.mmap else self.reader.read)(
             f"data/{key}", numel * dtype.itemsize)
-        array = raw.view(dtype.newbyteorder("<" if self.byteorder == "little" else ">"))
+        # typed over the record's memory and not a view of its bytes, so that tensors saved
+        # again are views of this storage, as they were in the file
+        array = np.frombuffer(raw.data, dtype.newbyteorder(
+            "<" if self.byteorder == "little" else ">"))
         if not array.dtype.isnative:
             array = array.astype(dtype)
         if kind.dtype == "bfloat16":  # numpy has no bfloat16: exactly the same values as float32
