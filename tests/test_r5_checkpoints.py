@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 
+import numpy as np
 import pytest
 
 import disthook
@@ -75,3 +76,113 @@ def test_a_0d_tensor_read_from_safetensors_saves_as_0d(tmp_path):
     back = disthook.load(saved(state))
     assert back["step"].shape == () and back["step"].item() == 3
     assert back["w"].tolist() == [[1.0] * 3] * 2
+
+
+# ---- a training checkpoint, as a training script writes one ----------------------------------
+
+def trainer(lib, optimizer: str, schedule: str):
+    lib.manual_seed(0)
+    nn, sched = lib.nn, lib.optim.lr_scheduler
+    model = nn.Sequential(nn.BatchNorm1d(4), nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    if optimizer == "adamw":
+        opt = lib.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1, amsgrad=True)
+    else:
+        opt = lib.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True)
+    if schedule == "onecycle":
+        scheduler = sched.OneCycleLR(opt, max_lr=0.05, total_steps=20, three_phase=True)
+    else:
+        scheduler = sched.SequentialLR(opt, [sched.LinearLR(opt, 0.1, total_iters=2),
+                                             sched.CosineAnnealingLR(opt, 10)], milestones=[2])
+    return model, opt, scheduler, lib.amp.GradScaler("cpu", init_scale=256.0, growth_interval=2)
+
+
+BATCHES = np.random.default_rng(1).standard_normal((6, 5, 6)).astype(np.float32)
+
+
+def train(lib, parts, steps) -> None:
+    model, opt, scheduler, scaler = parts
+    for i in steps:
+        x, y = lib.tensor(BATCHES[i, :, :4]), lib.tensor(BATCHES[i, :, 4:])
+        opt.zero_grad()
+        scaler.scale(((model(x) - y) ** 2).mean()).backward()
+        scaler.step(opt)
+        scaler.update()
+        scheduler.step()
+
+
+def checkpoint(parts) -> dict:
+    model, opt, scheduler, scaler = parts
+    return {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": 3,
+            "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict()}
+
+
+def resume(lib, parts, ckpt) -> None:
+    model, opt, scheduler, scaler = parts
+    model.load_state_dict(ckpt["model"])
+    opt.load_state_dict(ckpt["optimizer"])
+    scheduler.load_state_dict(ckpt["scheduler"])
+    scaler.load_state_dict(ckpt["scaler"])
+
+
+def same_state(ours, theirs, where="") -> None:
+    """Every tensor bit for bit, every other value equal, container by container."""
+    torch = pytest.importorskip("torch")
+    if isinstance(theirs, torch.Tensor):
+        assert ours.dtype.__repr__() == str(theirs.dtype) and ours.shape == theirs.shape, where
+        assert ours.numpy().tobytes() == theirs.numpy().tobytes(), where
+    elif isinstance(theirs, dict):
+        assert sorted(map(str, ours)) == sorted(map(str, theirs)), where
+        for key in theirs:
+            same_state(ours[key], theirs[key], f"{where}/{key}")
+    elif isinstance(theirs, (list, tuple)):
+        assert type(ours) is type(theirs) and len(ours) == len(theirs), where
+        for i, (a, b) in enumerate(zip(ours, theirs)):
+            same_state(a, b, f"{where}[{i}]")
+    else:
+        assert type(ours) is type(theirs) and ours == theirs, (where, ours, theirs)
+
+
+@pytest.mark.parametrize("optimizer,schedule", [("adamw", "onecycle"), ("sgd", "sequential")])
+def test_a_training_run_torch_checkpointed_resumes_here_and_back(tmp_path, optimizer,
+                                                                 schedule):
+    torch = pytest.importorskip("torch")
+    theirs = trainer(torch, optimizer, schedule)
+    train(torch, theirs, range(3))
+    torch.save(checkpoint(theirs), tmp_path / "ckpt.pt")
+    ours = trainer(disthook, optimizer, schedule)
+    resume(disthook, ours, disthook.load(tmp_path / "ckpt.pt"))
+    same_state(checkpoint(ours), checkpoint(theirs))  # what was loaded is what was saved
+    train(torch, theirs, range(3, 6))
+    train(disthook, ours, range(3, 6))
+    assert ours[1].param_groups[0]["lr"] == theirs[1].param_groups[0]["lr"]
+    assert ours[3].get_scale() == theirs[3].get_scale()
+    for (name, a), b in zip(ours[0].state_dict().items(), theirs[0].state_dict().values()):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-7, err_msg=name)
+
+    # and our checkpoint of the run resumes in torch
+    disthook.save(checkpoint(ours), tmp_path / "ours.pt")
+    again = trainer(torch, optimizer, schedule)
+    resume(torch, again, torch.load(tmp_path / "ours.pt"))
+    same_state(checkpoint(ours), checkpoint(again))
+    train(torch, again, range(3, 5))
+    train(disthook, ours, range(3, 5))
+    assert ours[1].param_groups[0]["lr"] == again[1].param_groups[0]["lr"]
+
+
+def test_an_rng_state_torch_made_is_refused_saying_why():
+    torch = pytest.importorskip("torch")
+    state = disthook.tensor(torch.get_rng_state().numpy())
+    with pytest.raises(RuntimeError, match=r"PyTorch's \(its CPU generator's mt19937 state\).*"
+                                           r"torch\.manual_seed"):
+        disthook.set_rng_state(state)
+
+
+def test_rng_states_disthook_saved_resume_the_stream():
+    state = disthook.get_rng_state()
+    expected = disthook.rand(4)
+    disthook.set_rng_state(disthook.load(saved({"rng": state}))["rng"])
+    assert disthook.equal(disthook.rand(4), expected)
+    with pytest.raises(RuntimeError, match="not one that disthook's get_rng_state"):
+        disthook.set_rng_state(disthook.zeros(7, dtype=disthook.uint8))
+    with pytest.raises(TypeError, match="RNG state must be a torch.ByteTensor"):
+        disthook.set_rng_state(disthook.zeros(7))
