@@ -233,10 +233,14 @@ def _load_torch(archive: zipfile.ZipFile, prefix: str, name: str, length: int, p
     kind = unpickler.WeightsUnpickler if weights_only else unpickler.TrustedUnpickler
     obj = unpickler.run(kind(data, loader, encoding))
     if loader.bfloat16:
-        warnings.warn(f"disthook.load: {name} holds bfloat16 tensors; numpy has no bfloat16, "
-                      "so they load as float32 (the same values, twice the memory)",
-                      UserWarning, stacklevel=4)
+        _warn_bfloat16(name, stacklevel=5)
     return obj
+
+
+def _warn_bfloat16(name: str, stacklevel: int) -> None:
+    warnings.warn(f"disthook.load: {name} holds bfloat16 tensors; numpy has no bfloat16, so "
+                  "they load as float32 (the same values, twice the memory)", UserWarning,
+                  stacklevel=stacklevel)
 
 
 def _env_true(name: str) -> bool:
@@ -296,10 +300,13 @@ def load(f, map_location=None, pickle_module=None, *, weights_only: bool | None 
                                "`torch.save(_use_new_zipfile_serialization=True)`")
         try:
             if magic[:1] == b"\x80":  # torch's format before 1.6
-                return legacy.load(source, _archive.file_length(source),
-                                   lambda storage, where: _location(map_location, storage,
-                                                                    where),
-                                   weights_only, encoding)
+                obj, bfloat16 = legacy.load(
+                    source, _archive.file_length(source),
+                    lambda storage, where: _location(map_location, storage, where),
+                    weights_only, encoding)
+                if bfloat16:
+                    _warn_bfloat16(name, stacklevel=3)
+                return obj
             return _load_zip(source, name, os.fspath(f) if is_path else None, map_location,
                              weights_only, bool(mmap), encoding)
         except CheckpointError as e:

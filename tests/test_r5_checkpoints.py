@@ -186,3 +186,42 @@ def test_rng_states_disthook_saved_resume_the_stream():
         disthook.set_rng_state(disthook.zeros(7, dtype=disthook.uint8))
     with pytest.raises(TypeError, match="RNG state must be a torch.ByteTensor"):
         disthook.set_rng_state(disthook.zeros(7))
+
+
+# ---- dtypes --------------------------------------------------------------------------------
+
+DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32",
+          "float64")
+
+
+def every_dtype(torch) -> dict:
+    values = torch.tensor([[0.0, -1.5, 3.25], [65504.0, -0.0, 1e-3]])
+    out = {name: values.to(getattr(torch, name)) for name in DTYPES}
+    out.update(scalar=torch.tensor(2.5, dtype=torch.float64), empty=torch.zeros(2, 0, 3))
+    return out
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_every_dtype_torch_writes_loads_bit_for_bit(tmp_path, legacy):
+    torch = pytest.importorskip("torch")
+    theirs = every_dtype(torch)
+    torch.save(theirs, tmp_path / "d.pt", _use_new_zipfile_serialization=not legacy)
+    with pytest.warns(UserWarning, match="bfloat16 tensors; numpy has no bfloat16, so they "
+                                         "load as float32") as caught:
+        ours = disthook.load(tmp_path / "d.pt")
+    assert caught[0].filename == __file__  # the warning names the caller's line
+    for name, t in theirs.items():
+        want = (t.float() if t.dtype == torch.bfloat16 else t).numpy()
+        got = ours[name].numpy()
+        assert (got.dtype, got.shape, got.tobytes()) == (want.dtype, want.shape, want.tobytes())
+
+
+def test_unsigned_dtypes_disthook_lacks_are_refused_saying_what_to_do(tmp_path):
+    torch = pytest.importorskip("torch")
+    torch.save({"ids": torch.tensor([1, 2]).to(torch.uint16)}, tmp_path / "u.pt")
+    for weights_only in (True, False):
+        with pytest.raises(__import__("pickle").UnpicklingError) as caught:
+            disthook.load(tmp_path / "u.pt", weights_only=weights_only)
+        text = str(caught.value)
+        assert "torch.uint16" in text and "t.to(torch.int64)" in text
+        assert "weights_only=False will load it" not in text
