@@ -225,3 +225,45 @@ def test_unsigned_dtypes_disthook_lacks_are_refused_saying_what_to_do(tmp_path):
         text = str(caught.value)
         assert "torch.uint16" in text and "t.to(torch.int64)" in text
         assert "weights_only=False will load it" not in text
+
+
+# ---- state dicts of older versions ----------------------------------------------------------
+
+def old_batchnorm_state(lib) -> dict:
+    """A Sequential(Linear, BatchNorm1d) state dict as torch before 0.4.1 wrote it: BatchNorm
+    at version 1, without num_batches_tracked."""
+    model = lib.nn.Sequential(lib.nn.Linear(3, 4), lib.nn.BatchNorm1d(4))
+    state = model.state_dict()
+    del state["1.num_batches_tracked"]
+    state._metadata["1"]["version"] = 1
+    return state
+
+
+def test_norm_layers_are_at_torchs_version_and_load_older_state_dicts():
+    model = disthook.nn.Sequential(disthook.nn.Linear(3, 4), disthook.nn.BatchNorm1d(4),
+                                   disthook.nn.InstanceNorm1d(4))
+    assert {k: v["version"] for k, v in model.state_dict()._metadata.items()} == \
+        {"": 1, "0": 1, "1": 2, "2": 2}
+    model[1].num_batches_tracked.fill_(5)
+    result = model[:2].load_state_dict(disthook.load(saved(old_batchnorm_state(disthook))))
+    assert result.missing_keys == [] and model[1].num_batches_tracked.item() == 5
+
+    # an instance norm state dict from before versions, with running statistics it no
+    # longer has
+    stale = {"running_mean": disthook.zeros(4), "running_var": disthook.ones(4)}
+    with pytest.raises(RuntimeError, match=r'Unexpected running stats buffer\(s\) '
+                                           r'"running_mean" and "running_var" for '
+                                           r'InstanceNorm1d with track_running_stats=False'):
+        disthook.nn.InstanceNorm1d(4).load_state_dict(stale)
+
+
+def test_an_old_batchnorm_state_dict_from_torch_loads_as_in_torch(tmp_path):
+    torch = pytest.importorskip("torch")
+    torch.save(old_batchnorm_state(torch), tmp_path / "old.pt")
+    ours = disthook.nn.Sequential(disthook.nn.Linear(3, 4), disthook.nn.BatchNorm1d(4))
+    theirs = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    assert str(ours.load_state_dict(disthook.load(tmp_path / "old.pt"))) == \
+        str(theirs.load_state_dict(torch.load(tmp_path / "old.pt")))
+    same_state(ours.state_dict(), theirs.state_dict())
+    back = torch.load(saved(ours.state_dict()))
+    assert back._metadata == theirs.state_dict()._metadata
