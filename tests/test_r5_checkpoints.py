@@ -267,3 +267,41 @@ def test_an_old_batchnorm_state_dict_from_torch_loads_as_in_torch(tmp_path):
     same_state(ours.state_dict(), theirs.state_dict())
     back = torch.load(saved(ours.state_dict()))
     assert back._metadata == theirs.state_dict()._metadata
+
+
+# ---- safetensors ---------------------------------------------------------------------------
+
+def test_tensors_read_from_a_safetensors_file_save_again(tmp_path):
+    from disthook.safetensors import load_file, save_file
+
+    w = disthook.arange(6.0).reshape(2, 3)
+    save_file({"emb.weight": w, "norm.bias": disthook.zeros(3), "empty": disthook.zeros(0)},
+              tmp_path / "a.safetensors")
+    state = load_file(tmp_path / "a.safetensors")  # disjoint parts of the file's one buffer
+    save_file({k.replace("emb.", "embed."): v for k, v in state.items()},
+              tmp_path / "b.safetensors")
+    assert load_file(tmp_path / "b.safetensors")["embed.weight"].tolist() == w.tolist()
+    # tensors that do overlap are still refused, naming both
+    with pytest.raises(RuntimeError, match="tensors 'w' and 'row' share memory"):
+        save_file({"w": w, "row": w[1]}, tmp_path / "c.safetensors")
+
+
+def test_safetensors_files_both_ways_with_the_libraries_numpy_and_torch_apis(tmp_path):
+    st_numpy = pytest.importorskip("safetensors.numpy")
+    st_torch = pytest.importorskip("safetensors.torch")
+    from disthook.safetensors import load_file, save_file
+
+    arrays = {name: np.array([[0.0, -1.5], [3.25, 1e-3]]).astype(name)
+              for name in ("bool", "uint8", "int8", "int16", "int32", "int64", "float16",
+                           "float32", "float64")}
+    arrays.update(scalar=np.array(2.5), empty=np.zeros((0, 3), np.float32))
+    st_numpy.save_file(arrays, str(tmp_path / "np.safetensors"))
+    ours = load_file(tmp_path / "np.safetensors")
+    for name, a in arrays.items():
+        got = ours[name].numpy()
+        assert (got.dtype, got.shape, got.tobytes()) == (a.dtype, a.shape, a.tobytes()), name
+    save_file(ours, tmp_path / "ours.safetensors")
+    for name, a in st_numpy.load_file(str(tmp_path / "ours.safetensors")).items():
+        assert a.dtype == arrays[name].dtype and a.tobytes() == arrays[name].tobytes(), name
+    for name, t in st_torch.load_file(str(tmp_path / "ours.safetensors")).items():
+        assert t.numpy().tobytes() == arrays[name].tobytes(), name
