@@ -281,7 +281,10 @@ def test_tensors_read_from_a_safetensors_file_save_again(tmp_path):
     save_file({k.replace("emb.", "embed."): v for k, v in state.items()},
               tmp_path / "b.safetensors")
     assert load_file(tmp_path / "b.safetensors")["embed.weight"].tolist() == w.tolist()
-    # tensors that do overlap are still refused, naming both
+    # each loaded tensor has a storage of its own, as safetensors.torch gives it
+    assert state["norm.bias"].untyped_storage().nbytes() == 12
+    # disjoint parts of one tensor save; tensors that overlap are refused, naming both
+    save_file({"r0": w[0], "r1": w[1]}, tmp_path / "rows.safetensors")
     with pytest.raises(RuntimeError, match="tensors 'w' and 'row' share memory"):
         save_file({"w": w, "row": w[1]}, tmp_path / "c.safetensors")
 

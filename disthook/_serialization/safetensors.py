@@ -158,7 +158,9 @@ def _tensor(buffer: np.ndarray, entry, name: str, where: str, state: dict):
     from disthook.tensor import Tensor
 
     code, shape, begin, end = entry
-    raw = buffer[begin:end]
+    # the tensor's own bytes, an array of their own over the buffer (no copy): its storage
+    # is its own, as safetensors.torch gives each tensor
+    raw = np.frombuffer(buffer.data, np.uint8, end - begin, begin)
     if code == "BF16":
         array = (raw.view("<u2").astype(np.uint32) << 16).view(np.float32)
         if not state.get("warned"):
