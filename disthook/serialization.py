@@ -49,10 +49,15 @@ def add_safe_globals(safe_globals: list) -> None:
     for entry in safe_globals:
         name, obj = unpickler.safe_global_name(entry)
         unpickler.SAFE_GLOBALS[name] = obj
+        # disthook's own classes (torch.nn.Conv2d under `import disthook as torch`) are
+        # named in files by torch's name of them
+        theirs = None if isinstance(entry, tuple) else names.torch_name(obj)
+        if theirs is not None:
+            unpickler.SAFE_GLOBALS[".".join(theirs)] = obj
 
 
 def get_safe_globals() -> list:
-    return list(unpickler.SAFE_GLOBALS.values())
+    return list({id(obj): obj for obj in unpickler.SAFE_GLOBALS.values()}.values())
 
 
 def clear_safe_globals() -> None:

@@ -308,3 +308,46 @@ def test_safetensors_files_both_ways_with_the_libraries_numpy_and_torch_apis(tmp
         assert a.dtype == arrays[name].dtype and a.tobytes() == arrays[name].tobytes(), name
     for name, t in st_torch.load_file(str(tmp_path / "ours.safetensors")).items():
         assert t.numpy().tobytes() == arrays[name].tobytes(), name
+
+
+# ---- whole models under weights_only=True ---------------------------------------------------
+
+class Classifier(disthook.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = disthook.nn.Conv2d(1, 2, 3)
+        self.head = disthook.nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.head(self.conv(x).flatten(1))
+
+
+def test_allowing_our_classes_admits_them_under_the_names_files_give_them():
+    model = Classifier()
+    allowed = [Classifier, disthook.nn.Conv2d, disthook.nn.Linear]
+    buf = saved(model)
+    with pytest.raises(__import__("pickle").UnpicklingError,
+                       match="GLOBAL torch.nn.modules.conv.Conv2d is not an allowed global"), \
+            disthook.serialization.safe_globals([Classifier]):
+        disthook.load(buf)
+    buf.seek(0)
+    with disthook.serialization.safe_globals(allowed):
+        back = disthook.load(buf)
+        assert disthook.serialization.get_safe_globals() == allowed
+    assert type(back.conv) is disthook.nn.Conv2d
+    assert back.head.weight.tolist() == model.head.weight.tolist()
+
+
+def test_a_model_torch_pickled_loads_weights_only_with_its_classes_allowed(tmp_path):
+    torch = pytest.importorskip("torch")
+    theirs = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.Flatten(),
+                                 torch.nn.Linear(8, 3))
+    torch.save(theirs, tmp_path / "m.pt")
+    nn = disthook.nn
+    with disthook.serialization.safe_globals([nn.Sequential, nn.Conv2d, nn.Flatten,
+                                              nn.Linear]):
+        ours = disthook.load(tmp_path / "m.pt")
+    x = np.random.default_rng(0).standard_normal((2, 1, 4, 4)).astype(np.float32)
+    with torch.no_grad(), disthook.no_grad():
+        np.testing.assert_allclose(ours(disthook.tensor(x)).numpy(),
+                                   theirs(torch.tensor(x)).numpy(), atol=1e-6)
