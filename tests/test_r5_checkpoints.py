@@ -351,3 +351,56 @@ def test_a_model_torch_pickled_loads_weights_only_with_its_classes_allowed(tmp_p
     with torch.no_grad(), disthook.no_grad():
         np.testing.assert_allclose(ours(disthook.tensor(x)).numpy(),
                                    theirs(torch.tensor(x)).numpy(), atol=1e-6)
+
+
+# ---- every LR scheduler's state dict is torch's ---------------------------------------------
+
+SCHEDULERS = {
+    "StepLR": lambda s, o: s.StepLR(o, 2),
+    "MultiStepLR": lambda s, o: s.MultiStepLR(o, [1, 3]),
+    "ConstantLR": lambda s, o: s.ConstantLR(o),
+    "LinearLR": lambda s, o: s.LinearLR(o),
+    "ExponentialLR": lambda s, o: s.ExponentialLR(o, 0.9),
+    "CosineAnnealingLR": lambda s, o: s.CosineAnnealingLR(o, 5),
+    "PolynomialLR": lambda s, o: s.PolynomialLR(o),
+    "CyclicLR": lambda s, o: s.CyclicLR(o, 0.01, 0.1),
+    "OneCycleLR": lambda s, o: s.OneCycleLR(o, 0.5, total_steps=10),
+    "ReduceLROnPlateau": lambda s, o: s.ReduceLROnPlateau(o),
+    "CosineAnnealingWarmRestarts": lambda s, o: s.CosineAnnealingWarmRestarts(o, 3),
+    "SequentialLR": lambda s, o: s.SequentialLR(o, [s.ConstantLR(o), s.ExponentialLR(o, 0.9)],
+                                                [2]),
+}
+
+
+def scheduled(lib, name: str):
+    params = [lib.nn.Parameter(lib.ones(2)), lib.nn.Parameter(lib.ones(2))]
+    opt = lib.optim.SGD([{"params": params[:1]}, {"params": params[1:], "lr": 0.2}], lr=0.1,
+                        momentum=0.9)
+    return opt, SCHEDULERS[name](lib.optim.lr_scheduler, opt)
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULERS))
+def test_scheduler_state_dicts_are_torchs_both_ways(name):
+    torch = pytest.importorskip("torch")
+    runs = {}
+    for lib in (torch, disthook):
+        opt, scheduler = scheduled(lib, name)
+        for _ in range(3):
+            opt.step()
+            scheduler.step(1.0) if name == "ReduceLROnPlateau" else scheduler.step()
+        runs[lib] = scheduler
+    same_state(runs[disthook].state_dict(), runs[torch].state_dict())
+    ours, theirs = scheduled(disthook, name)[1], scheduled(torch, name)[1]
+    ours.load_state_dict(disthook.load(saved(runs[torch].state_dict(), lib=torch)))
+    theirs.load_state_dict(torch.load(saved(runs[disthook].state_dict())))
+    same_state(ours.state_dict(), theirs.state_dict())
+
+
+def test_warm_restarts_never_warn_about_the_order_of_steps():
+    opt, scheduler = scheduled(disthook, "CosineAnnealingWarmRestarts")
+    with __import__("warnings").catch_warnings():
+        __import__("warnings").simplefilter("error")
+        scheduler.step()  # before the optimizer's: torch's warm restarts say nothing either
+        opt.step()
+        scheduler.step()
+    assert scheduler.state_dict()["_step_count"] == 0

@@ -696,7 +696,8 @@ class CosineAnnealingWarmRestarts(LRScheduler):
                 for base in self.base_lrs]
 
     def step(self, epoch=None) -> None:
-        self._count_step()
+        # torch's own step here counts no steps (its _step_count stays 0 in its state dict)
+        # and so never warns about the order of the optimizer's and the scheduler's steps
         if epoch is None and self.last_epoch < 0:
             epoch = 0
         if epoch is None:
