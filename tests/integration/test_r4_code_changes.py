@@ -1,0 +1,100 @@
+"""The code of a deployed model changed on the client without setting anything on a module:
+a module's class swapped (``block.__class__ = Wrapped``, as gradient-checkpointing and
+quantization wrappers do) or a class patched (``nn.GELU.forward = f``, a method of the
+program's own class replaced) for a while. One process computes with the new code at once
+and with the old once it is put back; before, the workers kept computing with the classes
+they were deployed with, a silently different result. Each program runs on a chain of
+stages and on a model whose forward runs here, against the same program in one process."""
+import numpy as np
+import pytest
+from helpers import deployed_run, same_logs
+
+import disthook as torch
+from disthook import nn
+
+pytestmark = pytest.mark.timeout(240)
+
+CLUSTER_WORKERS = 2  # (the conftest's cluster fixture)
+
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.fc, self.act = nn.Linear(d, d), nn.GELU()
+
+    def forward(self, x):
+        return x + self.act(self.fc(x))
+
+
+class Scaled(Block):  # what the program swaps a block's class for
+    def forward(self, x):
+        return super().forward(x) * 3.0
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(4, 8)
+        self.blocks = nn.ModuleList([Block(8) for _ in range(3)])
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        x = self.inp(x)
+        for b in self.blocks:
+            x = b(x)
+        return self.head(x)
+
+
+def net():
+    torch.manual_seed(0)
+    return Net()
+
+
+def chain():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), Block(8), Block(8), Block(8), nn.Linear(8, 3))
+
+
+def block(m, i):
+    return m.blocks[i] if isinstance(m, Net) else m[1 + i]
+
+
+X = torch.tensor(np.linspace(-1, 1, 20, dtype=np.float32).reshape(5, 4))
+
+
+def step(m) -> list:
+    out = m(X)
+    out.square().sum().backward()
+    grads = [p.grad.numpy().copy() for p in m.parameters()]
+    m.zero_grad()
+    return [out.detach().numpy(), grads]
+
+
+@pytest.mark.parametrize("make", [chain, net], ids=["chain", "tree"])
+def test_a_class_swapped_after_the_deploy_computes_with_the_new_class(cluster, make):
+    def program(m):
+        log = step(m)
+        block(m, 1).__class__ = Scaled  # this block only
+        log += [type(block(m, 1)).__name__, *step(m)]
+        block(m, 1).__class__ = Block  # back as deployed
+        return log + step(m)
+
+    same_logs(*deployed_run(cluster, make, program))
+
+
+@pytest.mark.parametrize("make", [chain, net], ids=["chain", "tree"])
+def test_a_class_patched_after_the_deploy_computes_with_the_patch_until_restored(
+        cluster, make):
+    def program(m):
+        log = step(m)
+        gelu, fwd = nn.GELU.forward, Block.forward
+        nn.GELU.forward = lambda self, x: torch.tanh(x)  # every GELU of the model
+        try:
+            log += step(m)
+            Block.forward = lambda self, x: self.act(self.fc(x)) - x  # the program's class
+            log += step(m)
+        finally:
+            nn.GELU.forward, Block.forward = gelu, fwd
+        return log + step(m)
+
+    same_logs(*deployed_run(cluster, make, program))
