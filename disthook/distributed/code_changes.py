@@ -74,3 +74,22 @@ def check(dep) -> None:
             placement._mark(_WHAT, id(m) in now)
     code[2].clear()
     code[2].update(now)
+
+
+def mentions(cls: type, name: str) -> bool:
+    """Whether the code of ``cls`` (its methods and what they define, ``Module`` aside) names
+    ``name``: as an attribute (``self.act_fn``) or a string (``getattr(self, "act_fn")``)."""
+    key = (cls, name)
+    if key not in _MENTIONS:
+        codes = [getattr(getattr(v, "__func__", v), "__code__", None)
+                 for k in cls.__mro__ if k not in (Module, object) for v in vars(k).values()]
+        _MENTIONS[key] = any(_names(c, name) for c in codes if c is not None)
+    return _MENTIONS[key]
+
+
+def _names(code, name: str) -> bool:
+    return name in code.co_names or any(
+        c == name or (hasattr(c, "co_names") and _names(c, name)) for c in code.co_consts)
+
+
+_MENTIONS: dict = {}

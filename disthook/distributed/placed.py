@@ -180,6 +180,10 @@ class PartPlacement(_Placed):
             object.__setattr__(module, name, value)
             self.shared.add(name)
             return True
+        elif (callable(value) and not self.deployment._hub.firing
+              and code_changes.mentions(type(module), name)):
+            self._mark(name, True)  # a function its code calls (getattr(self, name, f)),
+            # which its worker's copy cannot hold: its forward runs here from now on
         return False  # the client's own (a new attribute, or one that cannot travel)
 
     def extend_attr(self, name: str, start: int, items: list) -> None:

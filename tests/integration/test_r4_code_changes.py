@@ -1,10 +1,13 @@
 """The code of a deployed model changed on the client without setting anything on a module:
 a module's class swapped (``block.__class__ = Wrapped``, as gradient-checkpointing and
 quantization wrappers do) or a class patched (``nn.GELU.forward = f``, a method of the
-program's own class replaced) for a while. One process computes with the new code at once
+program's own class replaced) for a while, or a function the class's code looks for given to
+a module (``block.act_fn = torch.tanh``, read by ``getattr(self, "act_fn", default)``). One process computes with the new code at once
 and with the old once it is put back; before, the workers kept computing with the classes
 they were deployed with, a silently different result. Each program runs on a chain of
 stages and on a model whose forward runs here, against the same program in one process."""
+import functools
+
 import numpy as np
 import pytest
 from helpers import deployed_run, same_logs
@@ -23,7 +26,9 @@ class Block(nn.Module):
         self.fc, self.act = nn.Linear(d, d), nn.GELU()
 
     def forward(self, x):
-        return x + self.act(self.fc(x))
+        out = x + self.act(self.fc(x))
+        scale = getattr(self, "rescale", None)  # a function the program may give it
+        return out if scale is None else scale(out)
 
 
 class Scaled(Block):  # what the program swaps a block's class for
@@ -95,6 +100,21 @@ def test_a_class_patched_after_the_deploy_computes_with_the_patch_until_restored
             log += step(m)
         finally:
             nn.GELU.forward, Block.forward = gelu, fwd
+        return log + step(m)
+
+    same_logs(*deployed_run(cluster, make, program))
+
+
+@pytest.mark.parametrize("make", [chain, net], ids=["chain", "tree"])
+def test_a_function_given_to_a_module_after_the_deploy_is_the_one_its_code_calls(
+        cluster, make):
+    def program(m):
+        log = step(m)
+        block(m, 0).rescale = torch.tanh
+        block(m, 2).rescale = functools.partial(torch.clamp, min=-0.5, max=0.5)
+        block(m, 2).note = print  # a function its code does not look for: the client's own
+        log += step(m)
+        del block(m, 0).rescale, block(m, 2).rescale
         return log + step(m)
 
     same_logs(*deployed_run(cluster, make, program))
