@@ -1,7 +1,8 @@
 """The code of a deployed model changed on the client without setting anything on a module:
 a module's class swapped (``block.__class__ = Wrapped``, as gradient-checkpointing and
 quantization wrappers do) or a class patched (``nn.GELU.forward = f``, a method of the
-program's own class replaced) for a while, or a function the class's code looks for given to
+program's own class replaced) or a function its code calls patched (``F.gelu = f``, a helper
+of the model's file replaced) for a while, or a function the class's code looks for given to
 a module (``block.act_fn = torch.tanh``, read by ``getattr(self, "act_fn", default)``). One process computes with the new code at once
 and with the old once it is put back; before, the workers kept computing with the classes
 they were deployed with, a silently different result. Each program runs on a chain of
@@ -13,6 +14,7 @@ import pytest
 from helpers import deployed_run, same_logs
 
 import disthook as torch
+import disthook.nn.functional as F
 from disthook import nn
 
 pytestmark = pytest.mark.timeout(240)
@@ -26,9 +28,13 @@ class Block(nn.Module):
         self.fc, self.act = nn.Linear(d, d), nn.GELU()
 
     def forward(self, x):
-        out = x + self.act(self.fc(x))
+        out = x + bias(self.act(self.fc(x)))
         scale = getattr(self, "rescale", None)  # a function the program may give it
         return out if scale is None else scale(out)
+
+
+def bias(h):  # a helper of the model's file, which the program may patch
+    return h
 
 
 class Scaled(Block):  # what the program swaps a block's class for
@@ -115,6 +121,24 @@ def test_a_function_given_to_a_module_after_the_deploy_is_the_one_its_code_calls
         block(m, 2).note = print  # a function its code does not look for: the client's own
         log += step(m)
         del block(m, 0).rescale, block(m, 2).rescale
+        return log + step(m)
+
+    same_logs(*deployed_run(cluster, make, program))
+
+
+@pytest.mark.parametrize("make", [chain, net], ids=["chain", "tree"])
+def test_a_function_the_code_calls_patched_after_the_deploy_is_the_one_called(cluster, make):
+    def program(m):
+        global bias
+        log = step(m)
+        gelu, helper = F.gelu, bias
+        F.gelu = lambda x, approximate="none": torch.sigmoid(x)  # what nn.GELU calls
+        try:
+            log += step(m)
+            bias = lambda h: h - 1.0  # the model file's helper, patched
+            log += step(m)
+        finally:
+            F.gelu, bias = gelu, helper
         return log + step(m)
 
     same_logs(*deployed_run(cluster, make, program))
