@@ -80,6 +80,26 @@ def _called(cls: type, into: dict) -> None:
                     into.setdefault((id(space), n), [space[n], space, n, set()])[3].add(cls)
 
 
+def _patched_before(classes: dict, called: dict) -> set:
+    """The classes that the workers import by name (a library's, disthook's) while this
+    process patched them with the program's own code before the deploy (a method of a class
+    of the program's own files or script set on them, or on a module they call: ``F.gelu =
+    my_gelu``): the workers' copies would not have the patch."""
+    from disthook.distributed.shipping import own_code_modules
+
+    own = {"__main__", *own_code_modules()}
+
+    def foreign(value, home) -> bool:
+        return home not in own and getattr(value, "__module__", None) in own
+
+    found = {cls for cls in classes
+             if any(foreign(f, cls.__module__) for f in _functions(cls))}
+    for value, space, _, users in called.values():
+        if foreign(value, space.get("__name__")):
+            found |= users
+    return found
+
+
 def snapshot(dep, placed: list) -> None:
     """At the deploy: the class of each ``(path, module)`` in ``placed``, the namespaces of
     their classes and the code they call."""
@@ -89,11 +109,15 @@ def snapshot(dep, placed: list) -> None:
             if cls not in (Module, object) and cls not in classes:
                 classes[cls] = [dict(cls.__dict__), _namespace(cls)]
                 _called(cls, called)
+    before = _patched_before(classes, called)
     modules = [m for _, m in placed]
     watched = list(called.values())
     dep.__dict__["_code"] = (
         modules, [type(m) for m in modules], classes, watched,
-        ([e[1] for e in watched], [e[2] for e in watched], [e[0] for e in watched]), set())
+        ([e[1] for e in watched], [e[2] for e in watched], [e[0] for e in watched]), set(),
+        before)
+    if before:
+        check(dep)
 
 
 def check(dep) -> None:
@@ -103,8 +127,8 @@ def check(dep) -> None:
     code = dep.__dict__.get("_code")
     if code is None:
         return
-    modules, types_, classes, called, (spaces, names, values), was = code
-    patched = set()
+    modules, types_, classes, called, (spaces, names, values), was, before = code
+    patched = set(before)  # (kept so: the workers import them as their library has them)
     for cls, kept in classes.items():
         if cls.__dict__ != kept[0]:  # (a dict comparison: the cheap test first)
             if _same(cls, kept[1]):

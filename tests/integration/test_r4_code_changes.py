@@ -142,3 +142,24 @@ def test_a_function_the_code_calls_patched_after_the_deploy_is_the_one_called(cl
         return log + step(m)
 
     same_logs(*deployed_run(cluster, make, program))
+
+
+def sigmoid_gelu(x, approximate="none"):
+    return torch.sigmoid(x)
+
+
+def halved_linear(self, x):
+    return F.linear(x, self.weight, self.bias) * 0.5
+
+
+@pytest.mark.parametrize("make", [chain, net], ids=["chain", "tree"])
+def test_a_library_patched_before_the_deploy_is_patched_where_its_modules_compute(
+        cluster, make):
+    """The workers import disthook's classes by name, as the library has them: a patch this
+    process made before the deploy (with functions of its own) computes here."""
+    gelu, linear = F.gelu, nn.Linear.forward
+    F.gelu, nn.Linear.forward = sigmoid_gelu, halved_linear
+    try:
+        same_logs(*deployed_run(cluster, make, lambda m: step(m) + step(m)))
+    finally:
+        F.gelu, nn.Linear.forward = gelu, linear
