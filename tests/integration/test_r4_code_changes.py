@@ -8,6 +8,7 @@ and with the old once it is put back; before, the workers kept computing with th
 they were deployed with, a silently different result. Each program runs on a chain of
 stages and on a model whose forward runs here, against the same program in one process."""
 import functools
+import types
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from helpers import deployed_run, same_logs
 import disthook as torch
 import disthook.nn.functional as F
 from disthook import nn
+from disthook.utils.checkpoint import checkpoint
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -163,3 +165,31 @@ def test_a_library_patched_before_the_deploy_is_patched_where_its_modules_comput
         same_logs(*deployed_run(cluster, make, lambda m: step(m) + step(m)))
     finally:
         F.gelu, nn.Linear.forward = gelu, linear
+
+
+class Checkpointed(Net):  # HF's gradient checkpointing: each block's call checkpointed
+    def forward(self, x):
+        x = self.inp(x)
+        for b in self.blocks:
+            x = checkpoint(b, x, use_reentrant=False)
+        return self.head(x)
+
+
+def checkpointed():
+    torch.manual_seed(0)
+    return Checkpointed()
+
+
+def test_a_block_computing_here_under_gradient_checkpointing_recomputes_as_in_one_process(
+        cluster):
+    """A block whose forward the program replaced computes here, under checkpoint: its ops on
+    the small values that came with the answers ran here in the forward and on the worker in
+    the rerun (whose calls go on without their answers), and the rerun's determinism check
+    failed (CheckpointError)."""
+    def program(m):
+        log = step(m)
+        block(m, 1).forward = types.MethodType(lambda self, x: x * torch.tanh(self.fc(x)),
+                                               block(m, 1))
+        return log + step(m) + step(m)
+
+    same_logs(*deployed_run(cluster, checkpointed, program))
