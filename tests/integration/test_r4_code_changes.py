@@ -193,3 +193,25 @@ def test_a_block_computing_here_under_gradient_checkpointing_recomputes_as_in_on
         return log + step(m) + step(m)
 
     same_logs(*deployed_run(cluster, checkpointed, program))
+
+
+def test_an_attached_clients_class_swap_is_its_own_and_the_deployers_model_unchanged(cluster):
+    """The attached client's model is made from the published structure: a class it swaps
+    computes here, for it alone; the workers' modules, which the deployer's model computes
+    with, keep theirs."""
+    from disthook.distributed import connect
+
+    plain, swapped = chain(), chain()
+    swapped[2].__class__ = Scaled
+    want = [plain(X).detach().numpy(), swapped(X).detach().numpy()]
+    model = cluster.deploy(chain(), stages=2, name="r4-swap")
+    try:
+        with connect(cluster.address) as other:
+            attached = other.attach("r4-swap", trust_code=True)  # (this test's classes)
+            attached[2].__class__ = Scaled
+            got = [model(X).detach().numpy(), attached(X).detach().numpy()]
+            attached[2].__class__ = Block
+            got.append(attached(X).detach().numpy())
+        same_logs(got, [*want, want[0]])
+    finally:
+        model.close()
