@@ -120,6 +120,7 @@ def scaleout_points(rows: list[dict]) -> dict:
         if p in predicted:  # the other schedules are predicted only
             ours = predicted[p]["disthook"]
             for name, key in (("disthook ZB-H1", "predicted_zb_step_s"),
+                              ("disthook zb-batched", "predicted_zbb_step_s"),
                               ("disthook interleaved 1F1B", "predicted_interleaved_step_s")):
                 if ours.get(key):
                     series[name].append((p, ours["one_process_cpu_s"] / ours[key],

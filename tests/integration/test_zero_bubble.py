@@ -122,3 +122,47 @@ def test_zb_h1_gradients_and_hooks_equal_one_process(cluster, stages):
 def test_zb_h1_trains_as_the_whole_batch_does(cluster, stages):
     train_three_steps(cluster, stages, CHUNKS, "zb-h1",
                       lambda r, x, y: r.train_step(x, y, nn.functional.cross_entropy))
+
+
+def no_hooks(model, log):
+    pass
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("hooks", [no_hooks, hook_everything])
+def test_zb_batched_gradients_and_hooks_equal_one_process(cluster, stages, hooks):
+    """zb-batched: every W at the end of the step, taken together. With no hook on the
+    weights each weight's gradient is one product over the step's rows (within rounding of
+    one process's micro-batch by micro-batch); with hooks each micro-batch's W runs in turn
+    and every hook fires once per micro-batch with one process's arguments."""
+    local_log, log = [], []
+    want = one_process(local_log)
+    if hooks is no_hooks:
+        local_log = []
+    remote = cluster.deploy(make_net(), stages=stages, chunks=CHUNKS, schedule="zb-batched")
+    try:
+        hooks(remote, log)
+        x, y = data()
+        remote.train_step(x, y, nn.functional.cross_entropy)
+        got = {n: p.grad.numpy() for n, p in remote.named_parameters()}
+        timelines = [s["timeline"] for s in remote.step_stats]
+    finally:
+        remote.close()
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-7, err_msg=name)
+    for timeline in timelines:  # each stage's W's: the last actions of its step
+        kinds = [kind for kind, *_ in timeline]
+        assert kinds[-CHUNKS:] == ["weight_batch"] * CHUNKS
+        assert "weight" not in kinds
+    local, got_log = by_hook(local_log), by_hook(log)
+    assert local.keys() == got_log.keys()
+    for key in local:
+        assert len(got_log[key]) == len(local[key]) == CHUNKS, key
+        for a, b in zip(got_log[key], local[key]):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7, err_msg=str(key))
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+def test_zb_batched_trains_as_the_whole_batch_does(cluster, stages):
+    train_three_steps(cluster, stages, CHUNKS, "zb-batched",
+                      lambda r, x, y: r.train_step(x, y, nn.functional.cross_entropy))
