@@ -179,3 +179,40 @@ def test_each_part_runs_once_and_the_graph_is_kept_only_when_asked():
     run_together(kept)
     node = net(x).grad_fn  # the parts' own nodes keep what they saved
     assert node is not None
+
+
+class Mixed(nn.Module):
+    """Weights of other ops than Linear's product: an embedding, a convolution, a layer
+    norm's scale and shift, a Linear on 3-D input (its rows flattened), a bare parameter
+    multiplied in."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(10, 6)
+        self.conv = nn.Conv1d(6, 6, 3, padding=1)
+        self.norm = nn.LayerNorm(6)
+        self.proj = nn.Linear(6, 4)
+        self.scale = nn.Parameter(torch.ones(4))
+
+    def forward(self, tokens):
+        h = self.embed(tokens)                       # (b, t, 6)
+        h = self.conv(h.transpose(1, 2)).transpose(1, 2)
+        return self.proj(torch.tanh(self.norm(h))) * self.scale
+
+
+def test_other_ops_weights_are_summed_before_they_reach_the_weight(stacked):
+    torch.manual_seed(0)
+    net = Mixed().double()
+    tokens = torch.randint(0, 10, (6, 5))
+    for i in range(3):
+        net(tokens[2 * i:2 * i + 2]).pow(2).sum().backward()
+    want = grads(net)
+    net.zero_grad(set_to_none=True)
+    run_together([backward_split([net(tokens[2 * i:2 * i + 2]).pow(2).sum()], None,
+                                 list(net.parameters()), shallow=True) for i in range(3)])
+    got = grads(net)
+    assert got.keys() == want.keys()
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-12, atol=1e-14,
+                                   err_msg=name)
+    assert stacked == [30]  # the Linear's rows: 3 micro-batches of 2 x 5
