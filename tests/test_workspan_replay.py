@@ -134,11 +134,12 @@ def test_zb_h1_bubble_is_compared_with_1f1b_on_the_same_costs():
             "zb_costs": [{"forward": 1.0, "backward": 1.0, "weight": 1.0, **sends}
                          for _ in range(p)],
             "zbb_costs": [{"forward": 1.0, "backward": 1.0, "weight_batch": 0.5, **sends}
-                          for _ in range(p)]}
+                          for _ in range(p)], "zbb_work_s": 2.0}
     row = {"stages": p, "micro": m, "disthook": ours, "torch": None}
     _predict_row(row)
     assert ours["zb_bubble_vs_1f1b"] == pytest.approx(1 / 3)
     assert ours["zb_bubble_vs_1f1b_run"] == pytest.approx((p - 1) * 1.0 / ((p - 1) * 4.0))
+    assert ours["zbb_work_efficiency"] == pytest.approx(0.5)
 
 
 def test_zb_batched_is_replayed_with_every_w_at_the_end():

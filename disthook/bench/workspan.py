@@ -220,7 +220,13 @@ def ours(p: int, width: int, batch: int, m: int, steps: int) -> dict:
             "latency_s": wire_latency(batch // m, width),
             "waited_latency_s": hop_latency(timelines), "measured_step_s": wall,
             "measured_zb_step_s": measured["zb-h1"][2],
-            "measured_zbb_step_s": measured["zb-batched"][2]}
+            "measured_zbb_step_s": measured["zb-batched"][2],
+            "zbb_work_s": _work(measured["zb-batched"][1])}
+
+
+def _work(cpu: dict) -> float:
+    """Every process's CPU per step of one schedule's run (``_pipelined``'s)."""
+    return cpu["client"] + cpu["coordinator"] + sum(cpu["workers"])
 
 
 def _pipelined(cluster, net, cut, x, y, m: int, schedule: str, steps: int) -> tuple:
@@ -457,6 +463,7 @@ def _predict_row(row: dict) -> None:
             zbb = replay(zero_bubble_batched(row["stages"], m),
                          lambda s, kind, c=r["zbb_costs"]: c[s].get(kind, 0.0), latency)
             r["predicted_zbb_step_s"] = zbb["step_s"]
+            r["zbb_work_efficiency"] = r["one_process_cpu_s"] / r["zbb_work_s"]
         il = predict_interleaved(r["costs"], latency, m)
         r["predicted_interleaved_step_s"] = None if il is None else il["step_s"]
         r["interleaved_bubble_vs_1f1b"] = None if il is None else _ratio(_bubble(il),
@@ -584,15 +591,17 @@ def print_rows(rows: list[dict]) -> None:
               f"{_ms(d['predicted_zb_step_s'], 0):>9} {vs:>9} {of:>15} {run:>15}")
     print("zb-batched: every W at the end of the step, each weight's gradient over the "
           "micro-batches one product (forward / B / a W's share per micro-batch on the "
-          "busiest stage), replayed likewise")
-    print(f"{'w':>5} {'p':>2} {'F/B/W ms':>18} {'zb-batched ms':>14} {'vs torch':>9}")
+          "busiest stage), replayed likewise; its run's work and work efficiency")
+    print(f"{'w':>5} {'p':>2} {'F/B/W ms':>18} {'zb-batched ms':>14} {'vs torch':>9} "
+          f"{'work ms':>8} {'effic.':>7}")
     for r in rows:
         d, t = r["disthook"], r["torch"]
         _, c = _busiest(d["zbb_costs"])
         fbw = "/".join(_ms(c.get(k), 2) for k in ("forward", "backward", "weight_batch"))
         step = d["predicted_zbb_step_s"]
         vs = "n/a" if t is None else f"{step / t['predicted_step_s']:.2f}x"
-        print(f"{r['width']:>5} {r['stages']:>2} {fbw:>18} {_ms(step, 0):>14} {vs:>9}")
+        print(f"{r['width']:>5} {r['stages']:>2} {fbw:>18} {_ms(step, 0):>14} {vs:>9} "
+              f"{_ms(d['zbb_work_s']):>8} {d['zbb_work_efficiency'] * 100:>6.0f}%")
     print(f"interleaved 1F1B, {VIRTUAL} chunks per worker, predicted for both libraries from "
           f"their 1F1B costs (a chunk's pass: 1/{VIRTUAL} of the stage's; sends and hops as "
           "measured); best: each library's fastest predicted schedule of those it runs "
