@@ -109,3 +109,20 @@ def test_bad_sizes_and_names():
         schedule("zigzag", 2, 2)
     assert bubble_fraction(2, 8) == pytest.approx(1 / 9)
     assert bubble_fraction(1, 5) == 0
+
+
+def test_a_schedule_splits_its_backwards_one_way():
+    stages = schedule("zb-h1", 2, 2)
+    stages[0][-1] = ("weight_batch", stages[0][-1][1])  # one W of the other kind
+    with pytest.raises(ScheduleError, match="splits its backwards one way"):
+        simulate(stages, 2)
+
+
+def test_zb_batched_runs_every_w_after_the_stages_last_backward():
+    for p, m in [(2, 4), (4, 8), (3, 1)]:
+        for actions in schedule("zb-batched", p, m):
+            kinds = [k for k, _ in actions]
+            last_b = max(i for i, k in enumerate(kinds) if k == "backward")
+            assert kinds[last_b + 1 + (kinds[last_b + 1:last_b + 2] == ["send_grad"]):] == \
+                ["weight_batch"] * m
+            assert in_flight(actions) == m  # every micro-batch's W part is held to the end
