@@ -138,13 +138,19 @@ class device:
 CPU = device("cpu")
 
 
+def no_cuda() -> AssertionError:
+    """What a CPU-only torch build raises for anything that needs CUDA, in its exact words
+    (programs and tests match them)."""
+    return AssertionError("Torch not compiled with CUDA enabled")
+
+
 def _check_device(dev) -> None:
     """Only the CPU exists: other devices fail as they do in a CPU-only torch build."""
     if dev is None:
         return
     d = dev if isinstance(dev, device) else device(dev)
     if d.type == "cuda":
-        raise AssertionError("Torch not compiled with CUDA enabled")
+        raise no_cuda()
     if d.type == "mps":
         raise RuntimeError("PyTorch is not linked with support for mps devices")
     if d.type == "meta":
@@ -596,7 +602,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self
 
     def cuda(self, device=None, non_blocking=False):
-        raise AssertionError("Torch not compiled with CUDA enabled")
+        raise no_cuda()
 
     def float(self):
         return self.to(_dtype.float32)
