@@ -394,3 +394,12 @@ from disthook.torch_version import TorchVersion as _TorchVersion
 __version__ = _TorchVersion(_TORCH_VERSION)
 
 _foreach.install(globals())  # torch._foreach_add_ and the rest
+
+from disthook.tensor import takes_pin_memory as _takes_pin_memory
+
+for _name in ("zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm",
+              "arange", "linspace", "logspace", "eye", "empty_like", "zeros_like", "ones_like",
+              "full_like", "rand_like", "randn_like", "empty_strided", "normal",
+              "bartlett_window", "hann_window", "tril_indices", "scalar_tensor"):
+    globals()[_name] = _takes_pin_memory(globals()[_name])  # torch's pin_memory= keyword
+del _name, _takes_pin_memory

@@ -232,7 +232,9 @@ class ShapeMethods:
         return self
 
     def pin_memory(self, device=None):
-        return self
+        """torch without an accelerator has no pinned memory: its error, in its words (pin only
+        when ``torch.cuda.is_available()``; DataLoader's ``pin_memory=True`` is accepted)."""
+        raise RuntimeError("Cannot access accelerator device when none is available.")
 
     def dim_order(self, *, ambiguity_check=False) -> tuple:
         strides = self.stride()

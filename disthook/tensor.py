@@ -6,6 +6,7 @@ Tensor methods are thin: each one validates its arguments and calls one op from
 from __future__ import annotations
 
 import builtins
+import functools
 import numbers
 import warnings
 import weakref
@@ -2184,9 +2185,30 @@ def _unwrap_nested(data):
     return data
 
 
+def check_pin_memory(pin_memory) -> None:
+    """A factory's ``pin_memory=``: False is what every tensor here is; True raises what a torch
+    build without an accelerator raises (its words)."""
+    if pin_memory:
+        raise RuntimeError("pin_memory=True requires a CUDA or other accelerator backend; no "
+                           "pinned memory allocator is available on this system.")
+
+
+def takes_pin_memory(factory):
+    """``factory`` with torch's ``pin_memory=`` keyword (``check_pin_memory``), published
+    under the name ``torch.<name>`` so that it pickles by reference."""
+    @functools.wraps(factory)
+    def with_pin_memory(*args, pin_memory=False, **kwargs):
+        check_pin_memory(pin_memory)
+        return factory(*args, **kwargs)
+
+    with_pin_memory.__module__ = "disthook"
+    return with_pin_memory
+
+
 def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False) -> Tensor:
     """A new leaf tensor with a copy of ``data``."""
     _check_device(device)
+    check_pin_memory(pin_memory)
     if isinstance(data, Tensor):
         arr = data._data.copy() if dtype is None else data._data.astype(_np_dtype(dtype))
     else:
