@@ -78,3 +78,23 @@ def test_attention_kernel_flags_are_kept_and_scoped(T):
     assert cuda.math_sdp_enabled() is True and int(attn.SDPBackend.MATH) == 0
     with pytest.raises(AssertionError, match="got str$"), attn.sdpa_kernel("math"):
         pass
+
+
+def test_opt_einsum_flags_read_as_in_torch(T):
+    opt_einsum = importlib.import_module(T.__name__ + ".backends.opt_einsum")
+    assert (opt_einsum.enabled, opt_einsum.strategy, opt_einsum.is_available()) == (
+        False, None, False)
+    if opt_einsum.enabled:  # torch without the opt_einsum package skips this
+        raise AssertionError("opt_einsum read as enabled")
+
+
+def test_a_refused_name_of_an_unlisted_module_does_not_read_as_true():
+    """A flag of a torch module disthook has no list of names for came back as a refusal that
+    ``if`` took as True, silently; reading it in a condition now raises, naming it."""
+    import disthook
+
+    flag = importlib.import_module("disthook.backends.mha").get_fastpath_enabled
+    with pytest.raises(NotImplementedError, match="torch.backends.mha.get_fastpath_enabled"):
+        bool(flag)
+    with pytest.raises(NotImplementedError, match="torch.float8_e4m3fn"):
+        bool(disthook.float8_e4m3fn)
