@@ -20,7 +20,7 @@ from disthook._dtype import dtype as _DType
 from disthook._out import write_out
 from disthook._tensor_math import INPLACE_NAMES, MathMethods, inplace_of
 from disthook._tensor_reduce import ReduceMethods
-from disthook._tensor_shape import ShapeMethods
+from disthook._tensor_shape import NO_ACCELERATOR, ShapeMethods
 from disthook.autograd import grad_mode
 from disthook.ops import elementwise as E
 from disthook.ops import linalg as L
@@ -105,10 +105,17 @@ class Size(tuple):
     __rmul__ = __mul__
 
 
+def is_device_index(arg) -> bool:
+    """``0`` in ``x.to(0)`` or ``device=local_rank``: an accelerator's index."""
+    return isinstance(arg, numbers.Integral) and not isinstance(arg, builtins.bool)
+
+
 class device:
     """Only the CPU exists; kept so torch code that names devices runs unchanged."""
 
     def __init__(self, type="cpu", index=None):
+        if is_device_index(type):  # device(0): the first accelerator, and there is none
+            raise RuntimeError(NO_ACCELERATOR)
         if isinstance(type, device):
             type, index = type.type, type.index
         if ":" in str(type):
@@ -588,7 +595,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         for a in args:
             if isinstance(a, Tensor):
                 target = a.dtype
-            elif isinstance(a, (str, device)):
+            elif isinstance(a, (str, device)) or is_device_index(a):
                 _check_device(a)
             elif a is not None:
                 target = a

@@ -66,3 +66,15 @@ def test_a_training_loop_written_for_a_gpu_runs(T):
             T.cuda.empty_cache()
             log.append(T.cuda.max_memory_allocated() / 2**20)
     assert log == [0.0, 0.0]
+
+
+def test_a_device_index_asks_for_an_accelerator(T):
+    """``model.to(local_rank)``, ``x.to(0)``, ``device=0``: torch without an accelerator
+    raises (disthook ignored the index on a module, and a tensor took it for a dtype)."""
+    model, x = T.nn.Linear(2, 2), T.ones(2)
+    for call in (lambda: model.to(0), lambda: x.to(0), lambda: x.to(0, T.float64),
+                 lambda: x.to(device=0), lambda: T.zeros(2, device=0), lambda: T.device(0)):
+        with pytest.raises(RuntimeError, match="^Cannot access accelerator device when none "
+                                               "is available.$"):
+            call()
+    assert str(T.device("cpu", 0)) == "cpu:0" and x.to(T.int64).dtype == T.int64
