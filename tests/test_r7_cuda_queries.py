@@ -78,3 +78,28 @@ def test_a_device_index_asks_for_an_accelerator(T):
                                                "is available.$"):
             call()
     assert str(T.device("cpu", 0)) == "cpu:0" and x.to(T.int64).dtype == T.int64
+
+
+def test_fork_rng_puts_the_default_generator_back(T):
+    """``torch.random.fork_rng()``, as GPU-first code calls it (``devices=[]`` or
+    ``device_type="cuda"``): draws inside leave the stream where it was; ``enabled=False``
+    forks nothing."""
+    T.manual_seed(0)
+    first = T.rand(3).tolist()
+    T.manual_seed(0)
+    with T.random.fork_rng():
+        T.rand(5)
+    with T.random.fork_rng(devices=[], device_type="cuda"):
+        T.manual_seed(7)
+        T.rand(2)
+    assert T.rand(3).tolist() == first
+    T.manual_seed(0)
+    with T.random.fork_rng(enabled=False):
+        T.rand(1)
+    T.manual_seed(0)
+    T.rand(1)
+    after_one = T.rand(2).tolist()
+    T.manual_seed(0)
+    with T.random.fork_rng(enabled=False):
+        T.rand(1)
+    assert T.rand(2).tolist() == after_one
