@@ -94,3 +94,24 @@ def test_functions_and_disabled_compiles_come_back_as_given(T):
     assert T.compile(f, backend="eager")(T.ones(1)).item() == 2.0
     model = make(T)
     assert T.compile(model, disable=True) is model
+
+
+def test_the_compiler_settings_scripts_set_before_compiling(T):
+    """``import torch._dynamo`` and its settings, as training scripts write them (it was a
+    ModuleNotFoundError): torch's defaults, settable, and a misspelt name refused."""
+    dynamo = importlib.import_module(T.__name__ + "._dynamo")
+    inductor_config = importlib.import_module(T.__name__ + "._inductor.config")
+    config = dynamo.config
+    assert (config.suppress_errors, config.cache_size_limit) == (False, 8)
+    config.suppress_errors, config.cache_size_limit = True, 64
+    try:
+        assert (config.suppress_errors, config.cache_size_limit) == (True, 64)
+    finally:
+        config.suppress_errors, config.cache_size_limit = False, 8
+    with pytest.raises(AttributeError, match="torch._dynamo.config.suppres_errors does not exist"):
+        config.suppres_errors = True
+    assert inductor_config.coordinate_descent_tuning is False
+    assert inductor_config.triton.unique_kernel_names is True
+    x = T.ones(2, 3)
+    dynamo.mark_dynamic(x, 0)
+    assert dynamo.reset() is None and dynamo.is_compiling() is False
