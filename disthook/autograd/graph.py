@@ -115,8 +115,9 @@ class Node:
     def save_for_backward(self, *tensors) -> None:
         self._saved = tuple(None if t is None else _SavedTensor(t, self) for t in tensors)
 
-    @property
-    def saved_tensors(self) -> tuple:
+    def _unpack_saved(self) -> tuple:
+        """The saved tensors, unpacked: ``saved_tensors`` of the nodes that have one (a
+        custom Function's; a built-in op's in its own backward)."""
         if self._freed:
             raise RuntimeError(SECOND_BACKWARD_MSG)
         saved = self._saved
@@ -149,6 +150,11 @@ class Node:
                 saved = self._saved[i] if self._saved and i < len(self._saved) else None
                 return None if saved is None else saved.unpack(self)
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __dir__(self) -> list:
+        names = type(self).saved_names
+        return sorted({*super().__dir__(), *(f"_saved_{n}" for n in names),
+                       *(f"_raw_saved_{n}" for n in names)})
 
     # ---- scheduling -----------------------------------------------------------------------
     def _sequence_nr(self) -> int:
@@ -407,6 +413,22 @@ def get_gradient_edge(tensor) -> GradientEdge:
         node._edge_meta = {}
     node._edge_meta[output_nr] = (tensor._data.shape, tensor._data.dtype)
     return GradientEdge(node, output_nr)
+
+
+def increment_version(tensor) -> None:
+    """Mark ``tensor`` (or each tensor of an iterable) as changed in place, for a change made
+    to its data where autograd could not see it (``t.numpy()[:] = ...``): a backward that
+    saved the old version then raises, as after any in-place op."""
+    Tensor = _loaded["disthook.tensor"].Tensor
+    tensors = (tensor,) if isinstance(tensor, Tensor) else tensor
+    try:
+        tensors = list(tensors)
+    except TypeError:
+        tensors = None
+    if tensors is None or not all(isinstance(t, Tensor) for t in tensors):
+        raise RuntimeError("increment_version expect a Iterable[Tensor] as input")
+    for t in tensors:
+        t._vc[0] += 1
 
 
 def edge_metadata(edge: GradientEdge) -> tuple:
