@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import sys
 import threading
+import warnings
 import weakref
 from typing import TYPE_CHECKING
 
@@ -28,6 +30,9 @@ if TYPE_CHECKING:
     from disthook.distributed.deployment import Deployment
 
 __all__ = ["RemoteBackward0"]
+
+# modules whose reads of a node's edges are the engine's or the deployment's own
+_OWN_MODULES = ("disthook.", "workers.", "coordinator.")
 
 
 class RemoteBackward0(Node):
@@ -111,11 +116,31 @@ class RemoteBackward0(Node):
     # the edges: the inputs', then the live taps' (read by the engine as a graph starts)
     @property
     def next_functions(self) -> tuple:
+        if not (self._path or "").startswith("<") and not sys._getframe(1).f_globals.get(
+                "__name__", "").startswith(_OWN_MODULES):
+            self._say_collapsed()  # (an op run where its operands are is one node, as here)
         self._live = [(key, *gradient_edge(t), shape, dtype) for key, ref, shape, dtype
                       in self._taps if (t := ref()) is not None]
         self._live += [(key, p._accumulator, 0, shape, dtype) for key, (ref, shape, dtype)
                        in self._params.items() if (p := ref()) is not None]
         return self._edges + tuple((node, nr) for _, node, nr, _, _ in self._live)
+
+    def _say_collapsed(self) -> None:
+        """A program walks the graph through this node, a part's or stages' call
+        (torchviz's ``make_dot``, torch-pruning's dependency graph): say that the ops it
+        stands for are not in the graph."""
+        what = (f"the call of its part {self._path!r}" if self._call and self._path
+                else f"its stage{'s' if self._stage else ''} 0" +
+                (f" to {self._stage}" if self._stage else ""))
+        where = "their workers" if self._stage and not self._call else "its worker"
+        warnings.warn(
+            f"{self.name()} of a program's graph stands for {what} of the deployed "
+            f"{self._model._class_name}, which ran on {where}: its next_functions lead "
+            "straight to that call's inputs. The ops in between, their parameters' "
+            "AccumulateGrad nodes, and the nodes of the tensors its hooks were given are on "
+            f"{where}, not in this graph, so a walk of it sees fewer nodes than one process "
+            "does. Walk the model's graph before deploying it, or that of remote.to_local().",
+            UserWarning, stacklevel=3)
 
     def wants_parameter(self, p) -> bool:
         """Give this node an edge to ``p``'s accumulator if its workers' backward computes
