@@ -16,7 +16,7 @@ from disthook import wire
 from disthook.autograd import engine, grad_mode
 from disthook.autograd.graph import AccumulateGrad, _sequence, walk
 from disthook.distributed import attr_changes, given_tensors
-from disthook.distributed.autograd_node import RemoteTapBackward0, serving_vjp
+from disthook.distributed.tap_node import RemoteTapBackward0, serving_vjp
 from disthook.service import hook_kinds
 from disthook.service.values import pack, unpack
 from disthook.tensor import Clone, Tensor
