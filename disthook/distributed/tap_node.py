@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 
 import numpy as np
 
@@ -13,7 +14,7 @@ from disthook.autograd.graph import Node, gradient_edge
 from disthook.distributed import attr_changes
 from disthook.tensor import Tensor
 
-__all__ = ["LiveEdges", "RemoteTapBackward0", "serving_vjp"]
+__all__ = ["LiveEdges", "RemoteTapBackward0", "serving_vjp", "unlinked_taps_refused"]
 
 
 class _Vjp(threading.local):
@@ -167,6 +168,33 @@ class RemoteTapBackward0(LiveEdges):
                      for gx, dtype in [*((gx, None) for gx in reply["result"]["grads"]),
                                        *((tapped.get(key) if key in wanted else None, dtype)
                                          for key, _, _, _, dtype in self._live)])
+
+
+
+def unlinked_taps_refused(t: Tensor, ctx_id: str, module, kind: str):
+    """``t._reach_from`` of a tensor a client hook got (see autograd's
+    ``_reach_inputs_elsewhere``): an ``autograd.grad`` to it from a tensor of the same call
+    on the worker whose graph does not link to it here is refused, not answered 'not used'
+    (or None): inside the forward hook that got both (the worker keeps them in the graph
+    only once the hook answered), or a call cut into micro-batches."""
+    ref = weakref.ref(t)
+    what = f"a {kind} hook of {type(module).__name__!r}" if module is not None else "a hook"
+
+    def reach_from(nodes, create_graph: bool) -> None:
+        t = ref()
+        if t is None or t._grad_fn in nodes:
+            return
+        if any(type(n) is RemoteTapBackward0 and n._ctx_id == ctx_id for n in nodes):
+            raise NotImplementedError(
+                f"autograd.grad to a tensor that {what} of a deployed model got, from a "
+                "tensor of the same call computed on its worker: the worker's graph does not "
+                "link the two here (inside the forward hook that got them, the worker keeps "
+                "them in its graph only once the hook has answered; in a call cut into "
+                "micro-batches, not at all). Take the product after the forward, keeping the "
+                "tensors (module.input0, module.output = args[0], output), or in the layer's "
+                "backward hook")
+
+    return reach_from
 
 
 _CREATE_GRAPH = (

@@ -6,6 +6,7 @@ gives what one process gives, and the hooks of the layers below the input do not
 The output's node led to the call's inputs only, so the input was 'not used in the graph'
 (and with ``allow_unused=True``, None)."""
 import numpy as np
+import pytest
 from helpers import deployed_run, same_logs
 
 import disthook as torch
@@ -78,3 +79,22 @@ def test_a_vjp_through_a_layer_in_its_backward_hook_is_one_process(cluster):
 def test_a_vjp_between_kept_tensors_after_the_forward_is_one_process(cluster):
     got, want = deployed_run(cluster, Net, vjp_after_the_forward)
     same_logs(got, want)
+
+
+def test_a_vjp_inside_the_forward_hook_that_got_both_is_refused(cluster):
+    """There the worker does not hold the two in its graph yet: refused, naming the hook,
+    where it said 'not used in the graph' (and gave None with allow_unused=True)."""
+    model = cluster.deploy(Net(), stages=2)
+    try:
+        for allow_unused in (False, True):
+            def probe(module, args, output, allow_unused=allow_unused):
+                torch.autograd.grad(output, args[0], torch.ones_like(output),
+                                    retain_graph=True, allow_unused=allow_unused)
+
+            handle = model.body[2].register_forward_hook(probe)
+            with pytest.raises(NotImplementedError,
+                               match="forward hook of 'Linear'.*after the forward"):
+                model(x_and_v()[0])
+            handle.remove()
+    finally:
+        model.close()
