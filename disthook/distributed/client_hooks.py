@@ -273,6 +273,7 @@ class HookServer:
                     base.requires_grad_(True)
                 with grad_mode.set_grad_enabled(True):
                     t = _as_made_by(grad_fn or "CloneBackward0").apply(base)
+                t._grad_fn._hook_ctx = event.ctx  # (a tensor of this call's, to a vjp)
                 t._reach_from = unlinked_taps_refused(t, event.ctx, proxy, kind)
             ref = weakref.ref(t)
             t.retain_grad = lambda: _retain_on_worker(ref())  # acts on the worker's tensor

@@ -174,9 +174,10 @@ class RemoteTapBackward0(LiveEdges):
 def unlinked_taps_refused(t: Tensor, ctx_id: str, module, kind: str):
     """``t._reach_from`` of a tensor a client hook got (see autograd's
     ``_reach_inputs_elsewhere``): an ``autograd.grad`` to it from a tensor of the same call
-    on the worker whose graph does not link to it here is refused, not answered 'not used'
-    (or None): inside the forward hook that got both (the worker keeps them in the graph
-    only once the hook answered), or a call cut into micro-batches."""
+    on the worker (another tensor a hook got in that call: its node has ``_hook_ctx``) whose
+    graph does not link to it here is refused, not answered 'not used' (or None): inside the
+    forward hook that got both (the worker keeps them in the graph only once the hook
+    answered), or in a chain cut into micro-batches."""
     ref = weakref.ref(t)
     what = f"a {kind} hook of {type(module).__name__!r}" if module is not None else "a hook"
 
@@ -184,12 +185,12 @@ def unlinked_taps_refused(t: Tensor, ctx_id: str, module, kind: str):
         t = ref()
         if t is None or t._grad_fn in nodes:
             return
-        if any(type(n) is RemoteTapBackward0 and n._ctx_id == ctx_id for n in nodes):
+        if any(n.__dict__.get("_hook_ctx") == ctx_id for n in nodes):
             raise NotImplementedError(
                 f"autograd.grad to a tensor that {what} of a deployed model got, from a "
                 "tensor of the same call computed on its worker: the worker's graph does not "
                 "link the two here (inside the forward hook that got them, the worker keeps "
-                "them in its graph only once the hook has answered; in a call cut into "
+                "them in its graph only once the hook has answered; in a chain cut into "
                 "micro-batches, not at all). Take the product after the forward, keeping the "
                 "tensors (module.input0, module.output = args[0], output), or in the layer's "
                 "backward hook")

@@ -98,3 +98,18 @@ def test_a_vjp_inside_the_forward_hook_that_got_both_is_refused(cluster):
             handle.remove()
     finally:
         model.close()
+
+
+def test_a_vjp_between_kept_tensors_of_a_chain_in_micro_batches_is_refused(cluster):
+    torch.manual_seed(0)
+    chain = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 4))
+    model = cluster.deploy(chain, stages=2, chunks=2)
+    try:
+        model[2].register_forward_hook(keep_io)
+        model(x_and_v()[0])
+        layer = model[2]
+        with pytest.raises(NotImplementedError, match="in a chain cut into micro-batches"):
+            torch.autograd.grad(layer.output, layer.input0, torch.ones_like(layer.output),
+                                allow_unused=True)
+    finally:
+        model.close()
