@@ -142,3 +142,39 @@ def test_increment_version_is_torchs():
     for T in (disthook, torch):
         with pytest.raises(RuntimeError, match="expect a Iterable"):
             T.autograd.graph.increment_version(3)
+
+
+# the other values a node keeps, read by graph tools (torch-pruning's split and concat
+# handling reads _saved_dim and _saved_split_sizes of the nodes it walks)
+SAVED_VALUE_CASES = {
+    "cat": lambda T, x: T.cat([x, x], dim=1),
+    "split_with_sizes": lambda T, x: T.split(x, [2, 4], dim=1)[0],
+    "split": lambda T, x: T.split(x, 3, dim=1)[1],
+    "chunk": lambda T, x: T.chunk(x, 3, dim=1)[0],
+    "transpose": lambda T, x: x.transpose(1, 2),
+    "permute": lambda T, x: x.permute(2, 0, 1),
+    "mean_dim": lambda T, x: x.mean(dim=1),
+    "mean_dims_keepdim": lambda T, x: x.mean(dim=(1, 2), keepdim=True),
+    "sum_dim": lambda T, x: x.sum(dim=2),
+    "sum_all": lambda T, x: x.sum(),
+    "view": lambda T, x: x.view(2, 24),
+    "flatten": lambda T, x: x.flatten(1),
+    "unsqueeze": lambda T, x: x.unsqueeze(1),
+}
+VALUE_NAMES = ("dim", "dims", "dim0", "dim1", "keepdim", "split_size", "split_sizes",
+               "self_sym_sizes")
+
+
+def _saved_values(T, case: str) -> tuple:
+    x = T.ones(2, 6, 4, requires_grad=True)
+    fn = SAVED_VALUE_CASES[case](T, x).grad_fn
+    values = {n: getattr(fn, f"_saved_{n}") for n in VALUE_NAMES if hasattr(fn, f"_saved_{n}")}
+    listed = sorted(n for n in dir(fn) if n[7:] in VALUE_NAMES and n.startswith("_saved_"))
+    return fn.name(), {k: tuple(v) if isinstance(v, (list, tuple)) else v
+                       for k, v in values.items()}, listed
+
+
+@pytest.mark.parametrize("case", sorted(SAVED_VALUE_CASES))
+def test_saved_values_are_torchs(case):
+    torch = pytest.importorskip("torch")
+    assert _saved_values(disthook, case) == _saved_values(torch, case)

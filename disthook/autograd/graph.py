@@ -14,6 +14,7 @@ from collections import OrderedDict
 # Names from modules that import this one are looked up at call time in sys.modules: they
 # are loaded by then, and a from-import inside a hot function costs about 1.7 us per call.
 from sys import modules as _loaded
+from types import MappingProxyType
 from typing import NamedTuple
 
 from disthook.autograd import saved_hooks as _saved_hooks
@@ -138,8 +139,14 @@ class Node:
     # An op names what it saves, position by position, in ``saved_names`` (torch's names:
     # "self", "other", "result", ...); a position it did not save reads as None.
     saved_names: tuple = ()
+    # the other values torch's node keeps, ``_saved_dim``, ``_saved_keepdim``,
+    # ``_saved_self_sym_sizes`` ...: name -> a function of the node, declared by the op beside
+    # what its forward stores (graph readers such as torch-pruning read them)
+    saved_values = MappingProxyType({})
 
     def __getattr__(self, name: str):
+        if name.startswith("_saved_") and name[7:] in type(self).saved_values:
+            return type(self).saved_values[name[7:]](self)
         for head, raw in (("_raw_saved_", True), ("_saved_", False)):
             if name.startswith(head) and name[len(head):] in type(self).saved_names:
                 i = type(self).saved_names.index(name[len(head):])
@@ -154,7 +161,8 @@ class Node:
     def __dir__(self) -> list:
         names = type(self).saved_names
         return sorted({*super().__dir__(), *(f"_saved_{n}" for n in names),
-                       *(f"_raw_saved_{n}" for n in names)})
+                       *(f"_raw_saved_{n}" for n in names),
+                       *(f"_saved_{n}" for n in type(self).saved_values)})
 
     # ---- scheduling -----------------------------------------------------------------------
     def _sequence_nr(self) -> int:
