@@ -311,7 +311,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
                  "reply_to": "str", "mb": "int?", "taps": "list[str]?", "tapped": "map?",
                  "accumulate": "bool?", "start": "str?", "inputs": "bool?",
                  "keep_grads": "str?", "create_graph": "bool?", "hold": "backward_hold?",
-                 "attrs": "list[attr_change]?"},
+                 "attrs": "list[attr_change]?", "within": "str?"},
     # create_graph: the input gradients keep their graph (kept as a context under
     # keep_grads, whose backward is a double backward's second pass)
     # values kept on a worker (disthook.distributed.remote_values): a call's outputs, with
