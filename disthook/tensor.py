@@ -16,6 +16,7 @@ import numpy as np
 from disthook import _dtype
 from disthook import random as _random
 from disthook._dtype import dtype as _DType
+from disthook._layout import empty_laid_out
 from disthook._out import write_out
 from disthook._tensor_math import INPLACE_NAMES, MathMethods, inplace_of
 from disthook._tensor_reduce import ReduceMethods
@@ -212,7 +213,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
 
     @staticmethod
     def _init(t, data, grad_fn, output_nr):
-        t._data = data
+        t._data = data if data.size else empty_laid_out(data)
         t._requires_grad = False
         t._grad_fn = grad_fn
         t._output_nr = output_nr
@@ -221,7 +222,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     @classmethod
     def _make(cls, data, grad_fn, output_nr) -> "Tensor":
         t = _new(Tensor)
-        t._data = data
+        t._data = data if data.size else empty_laid_out(data)
         t._requires_grad = grad_fn is not None
         t._grad_fn = grad_fn
         t._output_nr = output_nr

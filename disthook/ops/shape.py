@@ -8,6 +8,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from disthook._layout import restrided
 from disthook.autograd.graph import gradient_edge
 from disthook.ops.base import MULTI_OUTPUT_VIEW, NO_GRAD_VIEW, Op, sum_to  # noqa: F401
 
@@ -128,7 +129,10 @@ class Unsqueeze(Op):
     @staticmethod
     def forward(ctx, a, dim):
         ctx.dim = dim
-        return np.expand_dims(a._data, dim)
+        out = np.expand_dims(a._data, dim)
+        if a._data.size:  # numpy's strides are torch's; an empty array's are made afresh
+            return out
+        return restrided(out, _unsqueezed_strides(a._data, dim))
 
     @staticmethod
     def backward(ctx, g):
@@ -258,12 +262,45 @@ class Slice(Index):
         ctx.index = index
         ctx.shape = a._data.shape
         out = a._data[index]
+        items = index if isinstance(index, tuple) else (index,)
         if type(out) is not np.ndarray:
             # numpy gives a scalar copy when ints select one element; a trailing Ellipsis
             # makes it a 0-d view of the same memory, as torch's a[i] is
-            items = index if isinstance(index, tuple) else (index,)
             out = a._data[items + (Ellipsis,)]
+        elif any(item is None for item in items):
+            out = _new_dims_as_torch(out, a._data, items)
         return out
+
+
+def _unsqueezed_strides(array: np.ndarray, dim: int) -> tuple:
+    """The strides (in elements) torch gives ``array`` unsqueezed at ``dim``: the new dim's is
+    the size times the stride of the dim it goes before (1 at the end)."""
+    old = [s // array.itemsize for s in array.strides]
+    new = array.shape[dim] * old[dim] if dim < array.ndim else 1
+    return (*old[:dim], new, *old[dim:])
+
+
+def _new_dims_as_torch(out: np.ndarray, a: np.ndarray, items: tuple) -> np.ndarray:
+    """``out`` (``a`` indexed by the basic ``items``) with torch's strides on the dims that
+    ``None`` inserted (numpy gives them 0): torch inserts each as an unsqueeze before the input
+    dim that comes next in ``items``, so its stride is that dim's size times its stride."""
+    count = sum(item is not None and item is not Ellipsis for item in items)
+    strides = [s // out.itemsize for s in out.strides]
+    j = k = 0  # the output dim and the input dim that come next
+    for item in items:
+        if item is None:
+            strides[j] = a.shape[k] * a.strides[k] // a.itemsize if k < a.ndim else 1
+            j += 1
+        elif item is Ellipsis:
+            skipped = a.ndim - count
+            j, k = j + skipped, k + skipped
+        elif isinstance(item, slice):
+            j, k = j + 1, k + 1
+        elif isinstance(item, (int, np.integer)) and not isinstance(item, bool):
+            k += 1
+        else:  # anything else: numpy's strides, as they are
+            return out
+    return restrided(out, tuple(strides))
 
 
 class Select(Slice):
