@@ -1132,11 +1132,11 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
 
     def softmax(self, dim, dtype=None):
         x = self._floating() if dtype is None else self.to(dtype)
-        return R.Softmax.apply(x, dim=self._dim(dim))
+        return R.Softmax.apply(x, dim=self._dim(dim), given=dim)
 
     def log_softmax(self, dim, dtype=None):
         x = self._floating() if dtype is None else self.to(dtype)
-        return R.LogSoftmax.apply(x, dim=self._dim(dim))
+        return R.LogSoftmax.apply(x, dim=self._dim(dim), given=dim)
 
     def all(self, dim=None, keepdim=False):
         return Tensor._make(np.asarray(np.all(self._data, axis=dim, keepdims=keepdim)), None, 0)
@@ -1465,7 +1465,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         op = S.Squeeze if isinstance(dim, (int, np.integer)) else S.SqueezeDims
         dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
         keep = tuple(d for d in (self._dim(d) for d in dims) if self.ndim and self.shape[d] == 1)
-        return op.apply(self, dims=keep)
+        return op.apply(self, dims=keep, given=int(dim) if op is S.Squeeze else
+                        tuple(int(d) for d in dims))
 
     def unsqueeze(self, dim):
         n = self.ndim + 1
@@ -1572,7 +1573,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
                                f"({n}).")
         index = [slice(None)] * self.ndim
         index[d] = slice(start, start + length)
-        return self[tuple(index)]
+        return S.Slice.apply(self, index=tuple(index), given={
+            "dim": dim, "start": start, "end": start + length, "step": 1})
 
     def select(self, dim, index):
         d = self._dim(dim)
@@ -1580,7 +1582,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         if not -n <= index < n:
             raise IndexError(f"select(): index {index} out of range for tensor of size "
                              f"{list(self.shape)} at dimension {d}")
-        return self[(slice(None),) * d + (index,)]
+        return S.Select.apply(self, index=(slice(None),) * d + (int(index),),
+                              given={"dim": dim, "index": index})
 
     def split(self, split_size, dim=0):
         d = self._dim(dim)
