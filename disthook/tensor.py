@@ -21,6 +21,7 @@ from disthook._tensor_math import INPLACE_NAMES, MathMethods, inplace_of
 from disthook._tensor_reduce import ReduceMethods
 from disthook._tensor_shape import ShapeMethods
 from disthook.autograd import grad_mode
+from disthook.ops import complex as C
 from disthook.ops import elementwise as E
 from disthook.ops import linalg as L
 from disthook.ops import math as M
@@ -32,6 +33,7 @@ from disthook.ops.base import (
     RemoteOperand,
     binary_operands,
     check_broadcast,
+    refuse_complex,
     result_dtype,
 )
 from disthook.utils.hooks import RemovableHandle
@@ -272,7 +274,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self._data.dtype.kind == "f"
 
     def is_complex(self) -> bool:
-        return False
+        return self._data.dtype.kind == "c"
 
     def is_contiguous(self, memory_format=None) -> bool:
         return self._data.flags.c_contiguous
@@ -323,7 +325,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         if self._grad_fn is not None:
             raise RuntimeError(NON_LEAF_REQUIRES_GRAD_MSG + (
                 "" if value else NON_LEAF_REQUIRES_GRAD_HINT))
-        if value and self._data.dtype.kind != "f":
+        if value and self._data.dtype.kind not in "fc":
             raise RuntimeError(
                 "only Tensors of floating point and complex dtype can require gradients")
         self._requires_grad = builtins.bool(value)
@@ -334,7 +336,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             if not requires_grad:
                 raise RuntimeError(NON_LEAF_REQUIRES_GRAD_MSG + NON_LEAF_REQUIRES_GRAD_HINT)
             return self  # a non-leaf already requires grad
-        if requires_grad and self._data.dtype.kind != "f":
+        if requires_grad and self._data.dtype.kind not in "fc":
             raise RuntimeError("only Tensors of floating point dtype can require gradients")
         self._requires_grad = builtins.bool(requires_grad)
         return self
@@ -590,7 +592,10 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         np_dt = _dtype.to_dtype(target).np
         if np_dt == self._data.dtype:
             return self.clone() if copy else self
-        return (ToCopy if np_dt.kind == "f" else CastNoGrad).apply(self, dtype=np_dt)
+        if self._data.dtype.kind == "c" and np_dt.kind != "c":
+            warnings.warn("Casting complex values to real discards the imaginary part",
+                          UserWarning, stacklevel=2)
+        return (ToCopy if np_dt.kind in "fc" else CastNoGrad).apply(self, dtype=np_dt)
 
     def cpu(self, memory_format=None) -> "Tensor":
         return self
@@ -659,6 +664,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             _check_broadcast(a, b)
         if grad_mode._state.enabled and (a._requires_grad or b._requires_grad):
             return op.apply(a, b, **params)
+        if a._data.dtype.kind == "c" and not op.complex_ok:
+            refuse_complex(op, a)
         # no graph to record (as inside backward): the op's forward alone, without apply's
         # bookkeeping; every binary op returns one new array
         try:
@@ -705,7 +712,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         if not isinstance(other, (Tensor, numbers.Number, np.generic)):
             return NotImplemented
         dt = result_dtype(self, other)
-        if dt.kind != "f":
+        if dt.kind not in "fc":
             dt = _dtype.get_default_dtype().np
         a = self.to(dt)
         b = other.to(dt) if isinstance(other, Tensor) else other
@@ -863,7 +870,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     negative = neg
 
     def abs(self):
-        return E.Abs.apply(self)
+        return (C.AbsComplex if self._data.dtype.kind == "c" else E.Abs).apply(self)
 
     absolute = abs
 
@@ -936,7 +943,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return E.Relu.apply(self)
 
     def _floating(self) -> "Tensor":
-        return self if self._data.dtype.kind == "f" else self.to(_dtype.get_default_dtype())
+        # (a complex tensor stays complex: the op it goes to takes it, or refuses it)
+        return self if self._data.dtype.kind in "fc" else self.to(_dtype.get_default_dtype())
 
     def clamp(self, min=None, max=None):
         if min is None and max is None:
@@ -1110,6 +1118,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self._arg(np.argmin, dim, keepdim)
 
     def _arg(self, fn, dim, keepdim):
+        if self._data.dtype.kind == "c":
+            raise RuntimeError(f"{fn.__name__}(): does not support complex input")
         if dim is None:
             out = np.asarray(fn(self._data), dtype=np.int64)
             return Tensor._make(out.reshape((1,) * self.ndim) if keepdim else out, None, 0)
@@ -1166,6 +1176,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
 
     def argsort(self, dim=-1, descending=False, *, stable=False):
         d = self._dim(dim)
+        if self._data.dtype.kind == "c":
+            refuse_complex("argsort", self)
         if self.ndim == 0:
             return Tensor._make(np.zeros((), np.int64), None, 0)
         index = SortOps.sort_indices(self._data, d, descending, builtins.bool(stable))
@@ -1374,6 +1386,9 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         if not isinstance(other, Tensor):
             raise TypeError(f"matmul(): argument 'other' must be Tensor, not "
                             f"{type(other).__name__}")
+        if self._data.dtype.kind == "c" or other._data.dtype.kind == "c":
+            L.check_same_dtype(self, other, "mm")
+            return C.product(L.matmul, (self, other))
         return L.matmul(self, other)
 
     def mm(self, other):
@@ -1382,10 +1397,14 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         if other.ndim != 2:
             raise RuntimeError("mat2 must be a matrix")
         L.check_same_dtype(self, other, "mm")
+        if self._data.dtype.kind == "c":
+            return C.product(L.Mm.apply, (self, other))
         return L.Mm.apply(self, other)
 
     def mv(self, vec):
         L.check_same_dtype(self, vec, "mv")
+        if self._data.dtype.kind == "c":
+            return C.product(L.Mv.apply, (self, vec))
         return L.Mv.apply(self, vec)
 
     def dot(self, other):
@@ -1393,12 +1412,16 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             raise RuntimeError(f"1D tensors expected, but got {self.ndim}D and {other.ndim}D "
                                "tensors")
         L.check_same_dtype(self, other, "dot")
+        if self._data.dtype.kind == "c":
+            return C.product(L.Dot.apply, (self, other))
         return L.Dot.apply(self, other)
 
     def bmm(self, other):
         if self.ndim != 3 or other.ndim != 3:
             raise RuntimeError("batch1 must be a 3D tensor")
         L.check_same_dtype(self, other, "bmm")
+        if self._data.dtype.kind == "c":
+            return C.product(L.Bmm.apply, (self, other))
         return L.Bmm.apply(self, other)
 
     # ---- shape ---------------------------------------------------------------------------
@@ -2074,6 +2097,8 @@ from disthook.ops.base import Op
 
 
 class Clone(Op):
+    complex_ok = True
+
     @staticmethod
     def forward(ctx, a):
         return a._data.copy()
@@ -2084,14 +2109,18 @@ class Clone(Op):
 
 
 class ToCopy(Op):
+    complex_ok = True  # complex to real keeps the real part; its gradient comes back real
+
     @staticmethod
     def forward(ctx, a, dtype):
         ctx.dtype = a._data.dtype
-        return a._data.astype(dtype)
+        data = a._data
+        return (data.real if data.dtype.kind == "c" and dtype.kind != "c" else data).astype(dtype)
 
     @staticmethod
     def backward(ctx, g):
-        return g.to(ctx.dtype)
+        # (a complex gradient for a real input: its real part, without Tensor.to's warning)
+        return g if g._data.dtype == ctx.dtype else ToCopy.apply(g, dtype=ctx.dtype)
 
 
 class CastNoGrad(ToCopy):
@@ -2142,6 +2171,7 @@ class Normal(Op):
 
 class CopyFrom(Op):
     node_name = "CopyBackwards"
+    complex_ok = True
 
     def name(self) -> str:
         return "torch::autograd::CopyBackwards"  # torch's qualified name for this C++ node
@@ -2167,6 +2197,8 @@ def _infer_dtype(data) -> np.dtype:
         return arr.dtype if isinstance(data, np.ndarray) else np.dtype(np.int64)
     if kind == "f":
         return arr.dtype if isinstance(data, np.ndarray) else _dtype.get_default_dtype().np
+    if kind == "c":
+        return arr.dtype if isinstance(data, np.ndarray) else _dtype.default_complex_dtype().np
     raise TypeError(f"Could not infer dtype of {type(data).__name__}")
 
 
@@ -2222,7 +2254,7 @@ def _factory(arr: np.ndarray, requires_grad: bool, device=None) -> Tensor:
     _check_device(device)
     t = Tensor._make(arr, None, 0)
     if requires_grad:
-        if arr.dtype.kind != "f":
+        if arr.dtype.kind not in "fc":
             raise RuntimeError(FACTORY_REQUIRES_GRAD_MSG)
         t._requires_grad = True
     return t
@@ -2387,6 +2419,9 @@ def einsum(equation, *operands) -> Tensor:
         shape = tuple(sizes[c] for c in subs)
         t = t if t._data.dtype == dt else t.to(dt)
         expanded.append(t if tuple(t.shape) == shape else t.expand(shape))
+    if dt.kind == "c":
+        return C.product(lambda *parts: L.Einsum.apply(*parts, inputs=inputs, output=output),
+                         expanded)
     return L.Einsum.apply(*expanded, inputs=inputs, output=output)
 
 

@@ -40,6 +40,7 @@ def expand_back(g, in_shape: tuple, dims, keepdim: bool):
 
 
 class Sum(Op):
+    complex_ok = True
     node_name = "SumBackward1"
 
     @staticmethod
@@ -60,12 +61,13 @@ class SumAll(Sum):
 
 
 class Mean(Op):
+    complex_ok = True
     node_name = "MeanBackward1"
 
     @staticmethod
     def forward(ctx, a, dim=None, keepdim=False):
         x = a._data
-        if x.dtype.kind != "f":
+        if x.dtype.kind not in "fc":
             raise RuntimeError(
                 "mean(): could not infer output dtype. Input dtype must be either a floating "
                 f"point or complex dtype. Got: {_kind_name(x.dtype)}"

@@ -14,6 +14,7 @@ from disthook.ops.base import MULTI_OUTPUT_VIEW, NO_GRAD_VIEW, Op, sum_to  # noq
 class View(Op):
     """reshape/view; the output shares memory with the input when numpy can view it."""
 
+    complex_ok = True
     node_name = "ViewBackward0"
     view = True
 
@@ -35,6 +36,7 @@ class UnsafeView(View):
 
 
 class Permute(Op):
+    complex_ok = True
     view = True
 
     @staticmethod
@@ -48,6 +50,7 @@ class Permute(Op):
 
 
 class Transpose(Op):
+    complex_ok = True
     node_name = "TransposeBackward0"
     view = True
 
@@ -64,6 +67,7 @@ class Transpose(Op):
 class T(Op):
     """``.t()``: transpose of a matrix, identity view of a vector or scalar."""
 
+    complex_ok = True
     view = True
 
     @staticmethod
@@ -76,6 +80,7 @@ class T(Op):
 
 
 class Expand(Op):
+    complex_ok = True
     view = True
 
     @staticmethod
@@ -91,6 +96,7 @@ class Expand(Op):
 
 
 class Squeeze(Op):
+    complex_ok = True
     node_name = "SqueezeBackward1"
     view = True
 
@@ -117,6 +123,7 @@ class SqueezeDims(Squeeze):
 
 
 class Unsqueeze(Op):
+    complex_ok = True
     node_name = "UnsqueezeBackward0"
     view = True
 
@@ -131,6 +138,7 @@ class Unsqueeze(Op):
 
 
 class Repeat(Op):
+    complex_ok = True
     @staticmethod
     def forward(ctx, a, repeats):
         x = a._data
@@ -151,6 +159,7 @@ class Repeat(Op):
 
 
 class Cat(Op):
+    complex_ok = True
     @staticmethod
     def forward(ctx, *tensors, dim=0):
         ctx.dim = dim
@@ -165,6 +174,7 @@ class Cat(Op):
 
 
 class Stack(Op):
+    complex_ok = True
     @staticmethod
     def forward(ctx, *tensors, dim=0):
         ctx.dim = dim
@@ -179,6 +189,7 @@ class Stack(Op):
 class Split(Op):
     """Split into pieces along a dim: one node, one output per piece (views)."""
 
+    complex_ok = True
     node_name = "SplitBackward0"
     view = True
 
@@ -204,6 +215,7 @@ class SplitWithSizes(Split):
 class Unbind(Op):
     """One view per index along a dim: one node, one output each."""
 
+    complex_ok = True
     view = True
 
     @staticmethod
@@ -221,6 +233,7 @@ class Unbind(Op):
 class Index(Op):
     """``a[index]`` with basic or advanced indexing."""
 
+    complex_ok = True
     node_name = "IndexBackward0"
 
     @staticmethod
@@ -287,6 +300,7 @@ class ScatterIndex(Op):
     """Zeros of ``shape`` with ``g`` added at ``index`` (repeats accumulate); the backward of
     indexing, differentiable in turn."""
 
+    complex_ok = True
     node_name = "IndexPutBackward0"
 
     @staticmethod
@@ -313,6 +327,7 @@ def _is_basic(index) -> bool:
 class IndexPut(Op):
     """``out = a.clone(); out[index] = value``: the graph of ``a[index] = value``."""
 
+    complex_ok = True
     node_name = "CopySlices"
 
     def name(self) -> str:
@@ -365,6 +380,7 @@ class AsStrided(Op):
     root (torch's AsStridedBackward0). Built directly by ``rebase_views``; ``ctx.arrays`` is
     (view's array, root's array), whose geometry gives the index, found when backward runs."""
 
+    complex_ok = True
     node_name = "AsStridedBackward0"
 
     @staticmethod
@@ -378,6 +394,7 @@ class CopySlices(Op):
     takes the view's part of the root's gradient, the rest passes through unchanged; edges
     to the op's other inputs are ``fn``'s. Built directly by ``rebase_on_view_inplace``."""
 
+    complex_ok = True
     node_name = "CopySlices"
     name = IndexPut.name  # the same C++ node in torch
 
@@ -506,6 +523,7 @@ class ScatterAddAlong(Op):
 
 
 class MaskedFill(Op):
+    complex_ok = True
     @staticmethod
     def forward(ctx, a, mask, value):
         ctx.save_for_backward(mask)
@@ -518,6 +536,7 @@ class MaskedFill(Op):
 
 
 class ConstantPad(Op):
+    complex_ok = True
     node_name = "ConstantPadNdBackward0"
 
     @staticmethod
@@ -579,6 +598,7 @@ class Triu(Tril):
 class Roll(Op):
     """Shift elements along dims, wrapping around (all flattened when ``dims`` is None)."""
 
+    complex_ok = True
     @staticmethod
     def forward(ctx, a, shifts, dims):
         ctx.shifts, ctx.dims = shifts, dims
