@@ -303,3 +303,32 @@ def test_the_refusal_names_the_op_and_the_dtype():
     with pytest.raises(NotImplementedError, match="\"sigmoid\" not implemented for "
                                                   "'ComplexDouble'"):
         z.sigmoid()
+
+
+# ---- optimizers: SGD steps a complex parameter as torch; the others refuse one -------------
+
+def test_sgd_with_momentum_steps_a_complex_parameter_as_torch():
+    rng = np.random.default_rng(5)
+    w0 = rng.standard_normal((3, 2)) + 1j * rng.standard_normal((3, 2))
+    x = rng.standard_normal((4, 3)) + 1j * rng.standard_normal((4, 3))
+
+    def run(t):
+        w = t.nn.Parameter(t.tensor(w0))
+        opt = t.optim.SGD([w], lr=0.05, momentum=0.9, weight_decay=0.01, nesterov=True)
+        for _ in range(3):
+            loss = (t.tensor(x) @ w).abs().sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        return w.detach().numpy()
+
+    got = run(disthook)
+    if torch is not None:
+        np.testing.assert_allclose(got, run(torch), rtol=1e-10)
+
+
+@pytest.mark.parametrize("name", ["Adam", "AdamW", "RMSprop", "Adagrad", "LBFGS"])
+def test_other_optimizers_refuse_a_complex_parameter(name):
+    w = disthook.nn.Parameter(disthook.ones(2, dtype=disthook.cfloat))
+    with pytest.raises(NotImplementedError, match=f"{name} does not take complex parameters"):
+        getattr(disthook.optim, name)([w])
