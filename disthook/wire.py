@@ -75,8 +75,9 @@ __all__ = [
 # gives only then (or to refuse it); a forward or train_step names the program's default
 # dtype ("default_dtype"); an attr_change says a list grew or a container changed in place
 # ("grown", "in_place"), and a module_op may extend a list ("extend_attr"); a hook event
-# names its tensors ("ids") and a forward passed on names its input ("names")
-PROTOCOL_VERSION = 14
+# names its tensors ("ids") and a forward passed on names its input ("names"); 15: arrays
+# may be complex ("<c8", "<c16": pipe codes after the real ones), which a process of 14 refuses
+PROTOCOL_VERSION = 15
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
@@ -88,7 +89,7 @@ SILENT_AFTER_BEATS = 10  # the coordinator lists a worker this long without beat
 ARRAY_EXT = 1  # msgpack extension code of an array placeholder in the header
 
 # The array dtypes that may cross the wire, by their little-endian numpy names.
-DTYPES = frozenset({"<f2", "<f4", "<f8", "|i1", "<i2", "<i4", "<i8", "|u1", "|b1"})
+DTYPES = frozenset({"<f2", "<f4", "<f8", "|i1", "<i2", "<i4", "<i8", "|u1", "|b1", "<c8", "<c16"})
 _NP_DTYPES = {s: np.dtype(s) for s in DTYPES}
 
 
@@ -878,7 +879,7 @@ _WALK = (list, dict, _Placeholder)
 PIPE_MAGIC = b"DHpipe"  # never the start of a general header (a msgpack map)
 _PIPE_MAGIC_LEN = len(PIPE_MAGIC)
 PIPE_KINDS = tuple(sorted(ENUMS["pipe_kind"]))
-PIPE_DTYPES = tuple(sorted(DTYPES))
+PIPE_DTYPES = tuple(sorted(DTYPES, key=lambda d: (d[1] == "c", d)))  # complex last (15)
 _PIPE_KIND_CODE = {k: i for i, k in enumerate(PIPE_KINDS)}
 _PIPE_DTYPE_CODE = {d: i for i, d in enumerate(PIPE_DTYPES)}
 _PIPE_HEAD = struct.Struct("<6sBBBBBqHHI")
