@@ -218,7 +218,7 @@ class ReduceMethods:
         return tensordot(self, other, ([-1], [-1]))
 
     def vdot(self, other):
-        return self.dot(other)
+        return self.conj().dot(other)  # (the first conjugated: a no-op for a real tensor)
 
     def kron(self, other):
         n = builtins.max(self.ndim, other.ndim)

@@ -105,18 +105,18 @@ class ShapeMethods:
         return self.transpose(-2, -1)
 
     def adjoint(self):
-        return self._matrices("adjoint()")
+        return self._matrices("adjoint()").conj()  # (conj: a no-op for a real tensor)
 
     @property
     def H(self):
         if self.ndim != 2:
             raise RuntimeError("tensor.H is only supported on matrices (2-D tensors). Got "
                                f"{self.ndim}-D tensor.")
-        return self.t()
+        return self.t().conj()
 
     @property
     def mH(self):
-        return self._matrices("mH")
+        return self._matrices("mH").conj()
 
     def sum_to_size(self, *size):
         from disthook.ops.base import sum_to

@@ -612,6 +612,12 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def half(self):
         return self.to(_dtype.float16)
 
+    def cfloat(self):
+        return self.to(_dtype.complex64)
+
+    def cdouble(self):
+        return self.to(_dtype.complex128)
+
     def long(self):
         return self.to(_dtype.int64)
 

@@ -332,3 +332,31 @@ def test_other_optimizers_refuse_a_complex_parameter(name):
     w = disthook.nn.Parameter(disthook.ones(2, dtype=disthook.cfloat))
     with pytest.raises(NotImplementedError, match=f"{name} does not take complex parameters"):
         getattr(disthook.optim, name)([w])
+
+
+@pytest.mark.parametrize("fn, inputs", [
+    (lambda a: a.mH, (C,)), (lambda a: a.H, (C,)), (lambda a: a.adjoint(), (C,)),
+    (lambda a, b: a.vdot(b), (("c", (4,)), ("c", (4,)))),
+    (lambda a, b: _lib(a).outer(a, b), (("c", (3,)), ("c", (2,)))),
+    (lambda a: a.cdouble() * 1j, (R,)),
+])
+def test_conjugating_forms_match_torch(fn, inputs):
+    check(fn, *inputs, node=False)
+
+
+def test_a_custom_functions_complex_output_has_history():
+    """torch gives a custom Function's complex output a grad_fn, as a float one's."""
+    class Twice(disthook.autograd.Function):
+        @staticmethod
+        def forward(ctx, z):
+            return z * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    z = disthook.tensor([1 + 1j], requires_grad=True)
+    out = Twice.apply(z)
+    assert out.requires_grad and out.grad_fn is not None
+    out.real.sum().backward()
+    assert z.grad.tolist() == [2 + 0j]
