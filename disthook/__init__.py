@@ -189,6 +189,8 @@ def normal(mean, std, size=None, *, generator=None) -> Tensor:
 
 
 def bernoulli(p: Tensor, *, generator=None) -> Tensor:
+    if p.is_complex():
+        return p.bernoulli()  # (which refuses it, as torch)
     return Tensor._make((random.gen(generator).random(p.shape) < p._data).astype(p._data.dtype),
                         None, 0)
 

@@ -236,6 +236,8 @@ class MathMethods:
         return self._binary_float(M.Logaddexp2, other)
 
     def float_power(self, exponent):
+        if self._data.dtype.kind == "c" or _is_tensor(exponent) and exponent.is_complex():
+            refuse_complex("float_power", self)
         e = exponent.double() if _is_tensor(exponent) else exponent
         return self.double().pow(e)
 
@@ -334,6 +336,8 @@ class MathMethods:
         return self._fill_random(lambda rng, shape: rng.random(shape) < probs, generator)
 
     def bernoulli(self, p=None, *, generator=None):
+        if self._data.dtype.kind == "c":
+            refuse_complex("bernoulli", self)
         probs = self._data if p is None else p
         out = self.detach().clone()
         return out.bernoulli_(self._make(np.asarray(probs), None, 0) if p is None else p,

@@ -14,6 +14,7 @@ import numpy as np
 
 from disthook import _dtype
 from disthook.ops import views as V
+from disthook.ops.base import refuse_complex
 from disthook.ops.reduce import norm_dims
 
 
@@ -451,6 +452,8 @@ class ShapeMethods:
         return self._make(np.stack(idx, 1).astype(np.int64).reshape(-1, self.ndim), None, 0)
 
     def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None):
+        if self._data.dtype.kind == "c":
+            refuse_complex("unique", self)
         x = self._data.reshape(-1) if dim is None else np.moveaxis(self._data, self._dim(dim), 0)
         n = x.shape[0]
         if n:

@@ -1193,6 +1193,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         """The distinct values (or slices along ``dim``), in ascending order whatever
         ``sorted`` says, as torch's CPU kernels give them; with ``return_inverse`` where each
         element (slice) went, with ``return_counts`` how many of each. Not differentiable."""
+        if self._data.dtype.kind == "c":
+            refuse_complex("unique", self)
         axis = None if dim is None else self._dim(dim)
         values, inverse, counts = np.unique(self._data, return_inverse=True,
                                             return_counts=True, axis=axis)
@@ -1824,7 +1826,11 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self._inplace(E.Neg)
 
     def abs_(self):
+        if self._data.dtype.kind == "c":  # (|z| is real: it does not fit back, as torch says)
+            raise RuntimeError("In-place abs is not supported for complex tensors.")
         return self._inplace(E.Abs)
+
+    absolute_ = abs_
 
     def exp_(self):
         return self._inplace(E.Exp)
@@ -2121,7 +2127,9 @@ class ToCopy(Op):
     def forward(ctx, a, dtype):
         ctx.dtype = a._data.dtype
         data = a._data
-        return (data.real if data.dtype.kind == "c" and dtype.kind != "c" else data).astype(dtype)
+        # complex to real or integer keeps the real part; to bool asks for nonzero, as torch
+        real = data.dtype.kind == "c" and dtype.kind not in "cb"
+        return (data.real if real else data).astype(dtype)
 
     @staticmethod
     def backward(ctx, g):

@@ -360,3 +360,35 @@ def test_a_custom_functions_complex_output_has_history():
     assert out.requires_grad and out.grad_fn is not None
     out.real.sum().backward()
     assert z.grad.tolist() == [2 + 0j]
+
+
+@pytest.mark.parametrize("call", [
+    lambda z: z.unique(), lambda z: z.unique_consecutive(), lambda z: z.histc(),
+    lambda z: z.histogram(), lambda z: z.float_power(2), lambda z: z.abs_(),
+    lambda z: z.absolute_(), lambda z: z.bernoulli(), lambda z: disthook.bernoulli(z),
+    lambda z: disthook.searchsorted(z, z), lambda z: disthook.isin(z, z),
+    lambda z: disthook.histogramdd(z.reshape(2, 1)), lambda z: disthook.randint_like(z, 3),
+])
+def test_methods_outside_the_ops_refuse_a_complex_input_too(call):
+    """They compute on numpy directly (no Op.apply): each checks for itself, as torch's."""
+    with pytest.raises(RuntimeError, match="ComplexFloat|complex"):
+        call(disthook.tensor([1 + 2j, 0.25j]))
+
+
+@needs_torch
+@pytest.mark.parametrize("expr", ["z.bool()", "z.long()", "z.cov()", "z.isreal()",
+                                  "z.is_signed()"])
+def test_casts_and_statistics_of_complex_match_torch(expr):
+    def value(t):
+        z = t.tensor([[1 + 2j, 0.25j, -3 + 0j], [2 - 1j, 0j, 1 + 1j]])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = eval(expr, {"z": z})
+        return out if isinstance(out, bool) else (str(out.dtype), out.numpy().tolist())
+
+    got, want = value(disthook), value(torch)
+    if isinstance(want, bool):
+        assert got == want
+    else:
+        assert got[0] == want[0]
+        np.testing.assert_allclose(np.array(got[1]), np.array(want[1]), atol=1e-6)
