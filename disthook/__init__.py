@@ -48,6 +48,7 @@ from disthook._dtype import (  # noqa: F401
     uint8,
 )
 from disthook._out import write_out as _write_out
+from disthook._stft import istft, stft  # noqa: F401
 from disthook._tensor_str import get_printoptions, set_printoptions  # noqa: F401
 from disthook.autograd import (  # noqa: F401
     enable_grad,

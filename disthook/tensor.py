@@ -612,6 +612,16 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def half(self):
         return self.to(_dtype.float16)
 
+    def stft(self, *args, **kwargs):
+        from disthook._stft import stft
+
+        return stft(self, *args, **kwargs)
+
+    def istft(self, *args, **kwargs):
+        from disthook._stft import istft
+
+        return istft(self, *args, **kwargs)
+
     def cfloat(self):
         return self.to(_dtype.complex64)
 
