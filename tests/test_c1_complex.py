@@ -392,3 +392,50 @@ def test_casts_and_statistics_of_complex_match_torch(expr):
     else:
         assert got[0] == want[0]
         np.testing.assert_allclose(np.array(got[1]), np.array(want[1]), atol=1e-6)
+
+
+@needs_torch
+@pytest.mark.parametrize("f", [
+    lambda T, x, y, r: ((x * x).exp().abs()).sum() + (x.conj() * x).real.sum(),
+    lambda T, x, y, r: (x @ y).abs().pow(2).sum() + x.angle().sin().sum(),
+    lambda T, x, y, r: T.fft.fft(x * x).abs().pow(2).sum(),
+    lambda T, x, y, r: T.fft.irfft(T.fft.rfft(r * r) * T.fft.rfft(r), n=8).pow(2).sum(),
+    lambda T, x, y, r: T.view_as_real(T.polar(r.abs() + 0.1, r) * y.sum()).pow(2).sum(),
+], ids=["mul-exp-abs", "matmul-angle", "fft", "rfft-irfft", "polar"])
+def test_second_order_gradients_match_torch(f):
+    """The backward of each complex op is made of ops that are right for complex numbers
+    too, so a gradient of a gradient (create_graph) is torch's."""
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((3, 4)) + 1j * rng.standard_normal((3, 4)),
+              rng.standard_normal((4, 2)) + 1j * rng.standard_normal((4, 2)),
+              rng.standard_normal((3, 8))]
+
+    def second(T):
+        xs = [T.tensor(v, requires_grad=True) for v in arrays]
+        grads = T.autograd.grad(f(T, *xs), xs, create_graph=True, allow_unused=True)
+        total = sum((g.real * 1.3 + g.imag * 0.7 if g.is_complex() else g * 1.3).sum()
+                    for g in grads if g is not None)
+        return [None if g is None else g.detach().resolve_conj().numpy()
+                for g in T.autograd.grad(total, xs, allow_unused=True)]
+
+    for got, want in zip(second(disthook), second(torch)):
+        assert (got is None) == (want is None)
+        if got is not None:
+            np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
+
+
+@needs_torch
+def test_module_to_a_complex_dtype_and_back_as_torch():
+    def session(t):
+        m = t.nn.Linear(2, 2)
+        m.register_buffer("steps", t.tensor(3))  # (an integer buffer stays as it is)
+        with pytest.warns(UserWarning, match="Complex modules"):
+            m.to(t.cfloat)
+        kinds = [str(v.dtype) for v in m.state_dict().values()]
+        m.weight.data.imag.fill_(0.5)
+        with warnings.catch_warnings():  # (torch says "discards the imaginary part" once)
+            warnings.simplefilter("ignore")
+            m.to(t.float64)
+        return kinds, [str(v.dtype) for v in m.state_dict().values()]
+
+    assert session(disthook) == session(torch)

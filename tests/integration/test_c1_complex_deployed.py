@@ -86,6 +86,15 @@ class Rotate(nn.Module):
         return z * torch.polar(torch.ones_like(self.angle), self.angle)
 
 
+class Scale(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.tensor([2.0, -3.0, 0.5]))
+
+    def forward(self, x):
+        return x * self.weight
+
+
 class ComplexPipe(nn.Module):
     def __init__(self):
         super().__init__()
@@ -204,3 +213,20 @@ def test_a_complex_activation_between_chain_stages_takes_its_gradient(cluster):
     np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
     for g, w in zip(got[1:], want[1:]):
         np.testing.assert_allclose(g, w, rtol=1e-5)
+
+
+def test_a_deployed_model_converts_to_complex_and_back_on_its_workers(cluster):
+    """module.to(torch.cfloat) and back to float32 on a placed model: its workers convert
+    the parameters, as one process does (complex was refused there: 'not a floating dtype')."""
+    x = torch.tensor([[0.5, -1.0, 2.0]])
+
+    def session(model):
+        with pytest.warns(UserWarning, match="Complex modules"):
+            model.to(torch.cfloat)
+        z = model(torch.complex(x, x))
+        model.float()
+        return [str(z.dtype), z.detach().numpy().tolist(), str(model(x).dtype),
+                model(x).detach().numpy().tolist()]
+
+    got, want = deployed_run(cluster, lambda: nn.Sequential(Scale(), Scale()), session)
+    assert got == want and got[0] == "torch.complex64"
