@@ -483,10 +483,24 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def __float__(self) -> float:
         if self._requires_grad:
             warnings.warn(TO_SCALAR_WARNING, UserWarning, stacklevel=2)
-        return builtins.float(self._scalar())
+        return builtins.float(self._real_scalar("double"))
 
     def __int__(self) -> int:
-        return builtins.int(self._scalar())
+        return builtins.int(self._real_scalar("int64_t"))
+
+    def __complex__(self) -> complex:
+        if self._requires_grad:
+            warnings.warn(TO_SCALAR_WARNING, UserWarning, stacklevel=2)
+        return builtins.complex(self._scalar())
+
+    def _real_scalar(self, c_type: str):
+        """The one element for float() and int(): a complex one is torch's RuntimeError
+        (its imaginary part would be lost)."""
+        value = self._scalar()
+        if isinstance(value, builtins.complex):
+            raise RuntimeError(  # noqa: TRY004 (torch raises a RuntimeError here)
+                f"value cannot be converted to type {c_type} without overflow")
+        return value
 
     def _scalar(self):
         """The one element, for Python's number conversions (ValueError otherwise)."""
@@ -2003,6 +2017,8 @@ def _is_operand(x) -> bool:
 
 
 def _kind_title(dt) -> str:
+    if dt.kind == "c":
+        return "ComplexDouble" if dt == np.complex128 else "ComplexFloat"
     return {"f": "Float", "i": "Long", "b": "Bool", "u": "Byte"}[dt.kind]
 
 

@@ -162,6 +162,7 @@ R = (3, 4)
     (lambda a, b: _lib(a).cat([a, b], 1), (C, C)),
     (lambda a, b: _lib(a).stack([a, b]), (C, C)),
     (lambda a: a.flip(0).roll(1, 1), (C,)),
+    (lambda a, b: _lib(a).where(b > 0, a, a * 2j), (C, R)),
 ])
 def test_op_gradient_matches_torch_and_finite_differences(fn, inputs):
     check(fn, *inputs)
@@ -439,3 +440,18 @@ def test_module_to_a_complex_dtype_and_back_as_torch():
         return kinds, [str(v.dtype) for v in m.state_dict().values()]
 
     assert session(disthook) == session(torch)
+
+
+@needs_torch
+@pytest.mark.parametrize("expr", [
+    "complex(t.tensor(1 + 2j))", "float(t.tensor(1 + 2j))", "int(t.tensor(2j))",
+    "t.ones(2).add_(1j)", "t.tensor(2 + 0j).item()",
+])
+def test_python_numbers_from_complex_tensors_as_torch(expr):
+    def outcome(t):
+        try:
+            return repr(eval(expr, {"t": t}))
+        except RuntimeError as e:
+            return f"RuntimeError: {e}"
+
+    assert outcome(disthook) == outcome(torch)

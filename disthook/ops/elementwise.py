@@ -738,6 +738,7 @@ class Addcdiv(Op):
 class Where(Op):
     """``where(cond, a, b)``; cond takes no gradient."""
 
+    complex_ok = True  # each gradient is g where chosen, 0 elsewhere
     saved_names = ("condition",)
 
     @staticmethod
