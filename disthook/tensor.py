@@ -1788,6 +1788,9 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         root = self._base
         if root._grad_fn is None and root._requires_grad:
             raise RuntimeError(VIEW_OF_LEAF_INPLACE_MSG)
+        if self._data.dtype != root._data.dtype:
+            raise RuntimeError("a view is being modified inplace while its base's gradient is "
+                               "recorded." + OTHER_DTYPE_VIEW_HINT)
 
     def _set_history(self, node, output_nr: int) -> None:
         """Give this tensor a new grad_fn (after an in-place op): hooks registered before stay
@@ -2122,12 +2125,20 @@ class _StaleView(Tensor):
         _StaleView._grad_fn_slot.__set__(self, node)
 
 
-def break_view(view: Tensor) -> None:
+def break_view(view: Tensor, hint: str = MULTI_OUTPUT_VIEW_HINT) -> None:
     name = _strip_backward(view._grad_fn.name())
     view.__dict__["_stale_msg"] = (
         f"Output {view._output_nr} of {name} is a view and its base or another view of its "
-        "base has been modified inplace." + MULTI_OUTPUT_VIEW_HINT)
+        "base has been modified inplace." + hint)
     view.__class__ = _StaleView
+
+
+# the history of a view in another dtype than its base's (view_as_real, .real, .imag,
+# view_as_complex) is not rebuilt after an in-place change: it is an error, never a wrong one
+OTHER_DTYPE_VIEW_HINT = (
+    " This view has another dtype than its base (view_as_real, .real, .imag, "
+    "view_as_complex): disthook cannot rebuild its history after an in-place change. Change "
+    "a copy (.clone()) or write the op out of place.")
 
 
 # ---- ops that only Tensor methods use -----------------------------------------------------

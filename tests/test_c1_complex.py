@@ -455,3 +455,41 @@ def test_python_numbers_from_complex_tensors_as_torch(expr):
             return f"RuntimeError: {e}"
 
     assert outcome(disthook) == outcome(torch)
+
+
+def _changed_part(z):
+    w = z * 1
+    w.real.mul_(2)
+    return w
+
+
+def _changed_pairs(z):
+    w = z * 1
+    disthook.view_as_real(w)[0, 1] = 5.0
+    return w
+
+
+def _changed_complex_view(z):
+    x = disthook.view_as_real(z * 1).clone()
+    disthook.view_as_complex(x).mul_(2j)
+    return x
+
+
+def _base_changed_under_a_view(z):
+    w = z * 1
+    pairs = disthook.view_as_real(w)
+    w.mul_(2)
+    return pairs * 1
+
+
+@pytest.mark.parametrize("program", [_changed_part, _changed_pairs, _changed_complex_view,
+                                     _base_changed_under_a_view])
+def test_in_place_through_a_view_of_another_dtype_is_an_error_not_a_wrong_gradient(program):
+    """The history of a view whose elements are not its base's (a real view of a complex
+    tensor, a complex view of a real one) is not rebuilt after an in-place change while a
+    graph is recorded: it raises, saying so (its gradient came out wrong before)."""
+    z = disthook.tensor([[1 + 2j, 3 - 1j]], dtype=disthook.cdouble, requires_grad=True)
+    with pytest.raises(RuntimeError, match="another dtype than its base"):
+        program(z).abs().sum().backward()
+    with disthook.no_grad():  # without a graph it is only a write, as torch's
+        program(z)

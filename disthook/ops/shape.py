@@ -443,6 +443,11 @@ def rebase_views(root) -> None:
 
             break_view(v)
             continue
+        if v._data.dtype != root._data.dtype:  # (its elements are not the root's)
+            from disthook.tensor import OTHER_DTYPE_VIEW_HINT, break_view
+
+            break_view(v, OTHER_DTYPE_VIEW_HINT)
+            continue
         live.append(ref)
         node = _node(AsStrided, ((root._data.shape, root._data.dtype),), (gradient_edge(root),),
                      (True,))
