@@ -493,3 +493,25 @@ def test_in_place_through_a_view_of_another_dtype_is_an_error_not_a_wrong_gradie
         program(z).abs().sum().backward()
     with disthook.no_grad():  # without a graph it is only a write, as torch's
         program(z)
+
+
+def test_gradcheck_counts_a_complex_input_as_its_two_parts():
+    """A backward that forgets the conjugate fails gradcheck (it passed: only the real part
+    of each element was perturbed); right ones pass, complex and real outputs alike."""
+    class Square(disthook.autograd.Function):
+        @staticmethod
+        def forward(ctx, z):
+            ctx.save_for_backward(z)
+            return z * z
+
+        @staticmethod
+        def backward(ctx, g):
+            (z,) = ctx.saved_tensors
+            return g * 2 * z  # should be g * conj(2 z)
+
+    z = disthook.tensor([1 + 2j, 0.5 - 1j], dtype=disthook.cdouble, requires_grad=True)
+    assert not disthook.autograd.gradcheck(Square.apply, (z,), raise_exception=False)
+    assert disthook.autograd.gradcheck(lambda z: z * z.exp(), (z,))
+    assert disthook.autograd.gradcheck(lambda z: z.abs() * z.angle(), (z,))
+    x = z.real.detach().requires_grad_()
+    assert disthook.autograd.gradcheck(lambda x: disthook.fft.rfft(x), (x,))
