@@ -733,7 +733,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self._binary_float(E.Div, other)
 
     def __rtruediv__(self, other):
-        if isinstance(other, (numbers.Number, np.generic)):
+        if isinstance(other, (numbers.Number, np.generic)) and not (
+                self._data.dtype.kind == "c" or isinstance(other, builtins.complex)):
             return self.reciprocal() * other  # torch's scalar / tensor
         return self._binary_float(E.Div, other, reverse=True)
 

@@ -130,6 +130,7 @@ R = (3, 4)
     (lambda a, b: a / b, (C, C)),
     (lambda a, b: a * b, (C, R)),          # mul by real: the real one's gradient is real
     (lambda a, b: b / a, (C, R)),
+    (lambda a: 2 / a + (1 - 1j) / a, (C,)),
     (lambda a, b: a - 2 * b + 1j, (C, R)),
     (lambda a: -a, (C,)),
     (lambda a: a.exp(), (C,)),
