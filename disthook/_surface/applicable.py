@@ -27,7 +27,7 @@ RULES: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), why) for p, wh
     (r"(^|_)nested(_|$)|jagged",
      "nested (ragged) tensors are not modelled: every disthook tensor is rectangular"),
     (r"^float8|^float4|^bits\d|^u?int[1-7]$|^complex32$|^chalf$",
-     ("sub-byte, float8 and complex32 dtypes are not modelled (float16/32/64, complex64/128, "
+     ("complex32, sub-byte and float8 dtypes are not modelled (float16/32/64, complex64/128, "
       "ints and bool are)")),
 ))
 
