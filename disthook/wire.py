@@ -79,7 +79,7 @@ __all__ = [
 # train_step's schedule may hold "weight_batch" actions (zb-batched), which a worker of 14
 # refuses; a stage's "form" is asked (its modes, dtypes, buffers, requires_grad), and a
 # forward passed on carries the revisions of the stages it passed ("forms"), which an
-# attached client's answers carry too (R6)
+# attached client's answers and hook events carry too (R6)
 PROTOCOL_VERSION = 15
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
@@ -350,11 +350,12 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # answered one event of a round with a change (a result, a tensor changed in place) or
     # an error, it answers the round's later events stale, without running their hooks
     # attrs: what the modules of the pass set on themselves so far (workers/attr_changes.py)
+    # forms: the stage's revision (workers/form.py), for an attached client's hooks
     # ids: a name for each tensor of args, in order ("<tensor>@<version>"), the same in every
     # event of the job that sends that tensor: the client gives it one object in them all
     "hook_event": {"hook": "int", "kind": "event_kind", "path": "str",
                    "args": "list[hook_value]", "diff": "bool?", "spec": "str?",
-                   "attrs": "list[attr_change]?", "ids": "list[str]?"},
+                   "attrs": "list[attr_change]?", "ids": "list[str]?", "forms": "map?"},
     "hook_reply": {"hook": "int", "result": "hook_value?", "watch": "list[int]?",
                    "retain": "list[int]?", "key": "str?", "changed": "list[changed_arg]?",
                    "taps": "list[int]?", "stale": "bool?", "wrote": "bool?"},

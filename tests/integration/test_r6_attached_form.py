@@ -70,6 +70,21 @@ def test_the_deployers_eval_and_train_reach_an_attached_clients_modules(cluster)
         assert attached.training and attached.drop.training
 
 
+def test_a_hook_on_a_placed_part_reads_the_deployers_mode_in_the_call_that_brings_it(
+        cluster):
+    with shared(cluster, "r6-hook-mode") as (remote, other):
+        attached = other.attach("r6-hook-mode")
+        seen = []  # fires on lin1's worker, in the forward's first call
+        attached.lin1.register_forward_hook(lambda m, args, out: seen.append(m.training))
+        x = torch.randn(4, 4)
+        attached(x).detach().numpy()
+        remote.eval()
+        attached(x).detach().numpy()
+        remote.train()
+        attached(x).detach().numpy()
+        assert seen == [True, False, True]
+
+
 def test_a_chain_models_mode_attributes_and_dtype_reach_an_attached_client(cluster):
     model = nn.Sequential(nn.Linear(4, 16), nn.Dropout(0.5), nn.Linear(16, 3))
     with shared(cluster, "r6-chain", model, stages=2) as (remote, other):
