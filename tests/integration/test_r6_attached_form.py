@@ -85,10 +85,11 @@ def test_a_hook_on_a_placed_part_reads_the_deployers_mode_in_the_call_that_bring
         assert seen == [True, False, True]
 
 
-def test_a_chain_models_mode_attributes_and_dtype_reach_an_attached_client(cluster):
+@pytest.mark.parametrize("stages", [2, 1])  # a chain of stages, the model whole
+def test_a_chain_models_mode_attributes_and_dtype_reach_an_attached_client(cluster, stages):
     model = nn.Sequential(nn.Linear(4, 16), nn.Dropout(0.5), nn.Linear(16, 3))
-    with shared(cluster, "r6-chain", model, stages=2) as (remote, other):
-        attached = other.attach("r6-chain")
+    with shared(cluster, f"r6-chain-{stages}", model, stages=stages) as (remote, other):
+        attached = other.attach(f"r6-chain-{stages}")
         x = torch.randn(8, 4)
         attached(x)
         remote.eval()
