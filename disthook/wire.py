@@ -300,7 +300,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
                 "within": "str?", "attrs": "list[attr_change]?", "names": "list[str]?",
                 "default_dtype": "str?", "forms": "map?"},
     # forms: the revisions of the stages a forward passed (workers/form.py), to answer an
-    # attached client with; every ok answer of a call to such a client carries them too
+    # attached client with; the ok answers of its forwards and backwards carry them too
     # within: the context of the client's call whose hook, running now, makes this call (a
     # logit lens decoding inside a block's hook): it runs at once, not behind that call
     # taps: keys of tensors client forward hooks were given, whose gradients the client

@@ -317,7 +317,7 @@ class ComputeHandlers:
                 _run_backward(pairs(), [], taps, tapped, True, False)
                 self._to_client(job, "ok", {"result": {
                     "grads": [None] * len(context.inputs), "tapped": tapped,
-                    "attrs": attrs()}})
+                    "attrs": attrs(), "forms": form.forms(st, job)}})
                 return NO_REPLY
             tapped_before = dict(tapped)
             # parameters that later calls of the client's backward use too (held_grads)
@@ -348,7 +348,8 @@ class ComputeHandlers:
                 if keep:
                     grads = self._keep_grads(job, st.model, keep, grads)
                 self._to_client(job, "ok", {"result": {"grads": grads, "tapped": tapped,
-                                                       "attrs": attrs()},
+                                                       "attrs": attrs(),
+                                                       "forms": form.forms(st, job)},
                                             "ahead": ahead})
 
             early = None if prev is not None or context.retained else EarlyAnswer(answer)

@@ -1,11 +1,13 @@
 """An attached client's model follows what its deployer changes beyond the weights' values:
 each module's mode and plain attributes, each parameter's and buffer's dtype and
 ``requires_grad``, buffers registered or deleted (and their persistence). Only the deployer
-may change these (docs/security.md); each change counts on the stage it touches (``Stage.form``, see
-workers/form.py), and every answer of a call an attached client makes carries the
+may change these (docs/security.md); each change counts on the stage it touches
+(``Stage.form``, see workers/form.py), and every answer of a forward, part call or
+backward an attached client makes (and every hook event a stage sends it) carries the
 revisions of the stages it passed. When one differs from the revision this client holds,
 the client asks those stages for their form (``form``) and sets its model so before the
-answer goes to the program. At attach it takes the current form (not the deploy's)."""
+answer goes to the program (before the hook runs). At attach it takes the current form
+(not the deploy's)."""
 from __future__ import annotations
 
 import numpy as np

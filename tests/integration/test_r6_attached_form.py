@@ -146,3 +146,13 @@ def test_a_buffer_and_requires_grad_the_deployer_changes_reach_an_attached_clien
         del remote.lin1.scale
         attached(x).detach().numpy()
         assert dict(attached.named_buffers()).keys() == {"lin2.seen"}
+
+
+def test_a_backward_brings_what_the_deployer_changed_meanwhile(cluster):
+    with shared(cluster, "r6-backward") as (remote, other):
+        attached = other.attach("r6-backward")
+        x = torch.randn(8, 4, requires_grad=True)
+        out = attached(x)
+        remote.lin1.weight.requires_grad_(False)  # between the forward and its backward
+        out.sum().backward()
+        assert not attached.lin1.weight.requires_grad
