@@ -1,8 +1,9 @@
 """What a stage is beyond its weights' values, for the clients attached to its model: each
 module's mode and plain attributes, each parameter's and buffer's dtype, shape and
-``requires_grad`` (and a buffer's persistence). Only the deployer may change these (``Stage.check_form``); each change
-counts in ``Stage.form``, which every answer of a call to another client carries
-(``forms``), so that its copy of the model follows (disthook/distributed/shared_form.py)."""
+``requires_grad`` (and a buffer's persistence). Only the deployer may change these
+(``Stage.check_form``); each change counts in ``Stage.form``, which the answers of another
+client's forwards and backwards, and the hook events sent to it, carry (``forms``), so that
+its copy of the model follows (disthook/distributed/shared_form.py)."""
 from __future__ import annotations
 
 __all__ = ["describe", "forms"]
