@@ -417,7 +417,7 @@ class ReluGrad(Op):
     @staticmethod
     def forward(ctx, g, out):
         need = ctx.needs_input_grad
-        if need:  # the output takes no gradient; g's is this op again
+        if need:  # g's gradient is this op again; the output's is zeros (an edge, as torch)
             ctx.save_for_backward(None, out if need[0] else None)
         # ReLU's output is >= 0 or NaN, so "not <= 0" is "!= 0". The gradient's bits ANDed
         # with a mask of all ones or all zeros: g itself (inf and NaN too) or +0, in one
@@ -432,7 +432,43 @@ class ReluGrad(Op):
     @staticmethod
     def backward(ctx, h):
         _, out = ctx.saved_tensors
-        return (None if out is None else ReluGrad.apply(h, out)), None
+        return ((None if out is None else ReluGrad.apply(h, out)),
+                h.new_zeros(h.shape) if ctx.needs_input_grad[1] else None)
+
+
+class MaskedGrad(Op):
+    """An activation's gradient where its derivative is piecewise constant (torch's
+    ``leaky_relu_backward``, ``hardtanh_backward``, ``threshold_backward``): ``g`` times the
+    derivative at ``a``, +0 where that is 0 (even where ``g`` is inf or NaN). Differentiated
+    again it is linear in ``g`` and of zero derivative in ``a``, an edge torch keeps: what
+    lies before the activation gets zeros from a gradient penalty, not None. A subclass's
+    forward gives ``masked`` the derivative at ``a``."""
+
+    @staticmethod
+    def masked(ctx, g, a, params: dict, passes, slope=None) -> np.ndarray:
+        """``g`` where ``passes``, times ``slope`` (an array or None for 1), +0 elsewhere."""
+        need = ctx.needs_input_grad
+        if need:
+            ctx.save_for_backward(a if need[0] else None)
+            ctx.params = params
+        d = g._data
+        return np.where(passes, d if slope is None else d * slope.astype(d.dtype, copy=False),
+                        np.zeros((), d.dtype))
+
+    @staticmethod
+    def backward(ctx, h):
+        (a,) = ctx.saved_tensors
+        gg = None if a is None else type(ctx).apply(h, a, **ctx.params)
+        return gg, h.new_zeros(h.shape) if ctx.needs_input_grad[1] else None
+
+
+class LeakyReluGrad(MaskedGrad):
+    node_name = "LeakyReluBackwardBackward0"
+
+    @staticmethod
+    def forward(ctx, g, a, negative_slope=0.01):
+        slope = np.where(a._data > 0, 1.0, negative_slope)
+        return MaskedGrad.masked(ctx, g, a, {"negative_slope": negative_slope}, True, slope)
 
 
 class LeakyRelu(Op):
@@ -448,7 +484,7 @@ class LeakyRelu(Op):
     @staticmethod
     def backward(ctx, g):
         (a,) = ctx.saved_tensors
-        return g * a.new_ones(()).where(a > 0, a.new_full((), ctx.slope))
+        return LeakyReluGrad.apply(g, a, negative_slope=ctx.slope)
 
 
 class Gelu(Op):
