@@ -817,10 +817,10 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self._inplace_binary(E.BitXor, other) if _is_operand(other) else NotImplemented
 
     def add(self, other, *, alpha=1):
-        return self._binary(E.Add, other, alpha=alpha)
+        return self._binary(E.Add, other, alpha=_scalar("add", "alpha", alpha))
 
     def sub(self, other, *, alpha=1):
-        return self._binary(E.Sub, other, alpha=alpha)
+        return self._binary(E.Sub, other, alpha=_scalar("sub", "alpha", alpha))
 
     subtract = sub
 
@@ -1768,10 +1768,10 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self._inplace(op, b, **params)
 
     def add_(self, other, *, alpha=1):
-        return self._inplace_binary(E.Add, other, alpha=alpha)
+        return self._inplace_binary(E.Add, other, alpha=_scalar("add_", "alpha", alpha))
 
     def sub_(self, other, *, alpha=1):
-        return self._inplace_binary(E.Sub, other, alpha=alpha)
+        return self._inplace_binary(E.Sub, other, alpha=_scalar("sub_", "alpha", alpha))
 
     def mul_(self, other):
         return self._inplace_binary(E.Mul, other)
@@ -1955,6 +1955,16 @@ def _strip_backward(name: str) -> str:
 def _is_operand(x) -> bool:
     """Can ``x`` be the other operand of an arithmetic op (else NotImplemented)?"""
     return isinstance(x, (Tensor, numbers.Number, np.generic))
+
+
+def _scalar(fn: str, name: str, value):
+    """A scalar argument (``alpha``) given as a one-element tensor, as torch takes it: its
+    number (DARTS steps ``p.data.add_(v, alpha=r / v.norm())``); a longer one is refused."""
+    if not isinstance(value, Tensor):
+        return value
+    if value._data.size != 1:
+        raise TypeError(f"{fn}(): argument '{name}' must be Number, not Tensor")
+    return value.item()
 
 
 def _kind_title(dt) -> str:
