@@ -16,7 +16,7 @@ import numpy as np
 from disthook import _dtype
 from disthook import random as _random
 from disthook._dtype import dtype as _DType
-from disthook._out import write_out
+from disthook._out import factory_out, write_out
 from disthook._tensor_math import INPLACE_NAMES, MathMethods, inplace_of
 from disthook._tensor_reduce import ReduceMethods
 from disthook._tensor_shape import ShapeMethods
@@ -2242,18 +2242,22 @@ def _float_dt(dtype):
     return _np_dtype(dtype) if dtype is not None else _dtype.get_default_dtype().np
 
 
-def zeros(*size, dtype=None, device=None, requires_grad=False, out=None) -> Tensor:
+@factory_out
+def zeros(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
     return _factory(np.zeros(_size_args(size), _float_dt(dtype)), requires_grad, device)
 
 
-def ones(*size, dtype=None, device=None, requires_grad=False, out=None) -> Tensor:
+@factory_out
+def ones(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
     return _factory(np.ones(_size_args(size), _float_dt(dtype)), requires_grad, device)
 
 
+@factory_out
 def empty(*size, dtype=None, device=None, requires_grad=False, memory_format=None) -> Tensor:
     return _factory(np.zeros(_size_args(size), _float_dt(dtype)), requires_grad, device)
 
 
+@factory_out
 def full(size, fill_value, *, dtype=None, device=None, requires_grad=False) -> Tensor:
     if dtype is None:
         dtype = _infer_dtype(fill_value)
@@ -2282,6 +2286,7 @@ def full_like(t, fill_value, *, dtype=None, device=None, requires_grad=False) ->
     return _factory(np.full(t.shape, fill_value, _like(t, dtype)), requires_grad, device)
 
 
+@factory_out
 def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False) -> Tensor:
     if end is None:
         start, end = 0, start
@@ -2295,11 +2300,13 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
     return _factory(np.arange(*vals, dtype=_np_dtype(dtype)), requires_grad, device)
 
 
+@factory_out
 def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False) -> Tensor:
     return _factory(np.linspace(start, end, steps, dtype=_float_dt(dtype)), requires_grad,
                     device)
 
 
+@factory_out
 def eye(n, m=None, *, dtype=None, device=None, requires_grad=False) -> Tensor:
     return _factory(np.eye(n, m, dtype=_float_dt(dtype)), requires_grad, device)
 
