@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import importlib
 import sys
 
 import numpy as np
@@ -153,9 +154,9 @@ def _pack_named(value, tensor, form: str = "tuple", fields=None, items=None) -> 
 
 def _unpack_named(payload: dict, make_tensor, kept, classes: bool):
     """The value ``_pack_named`` describes: of its own class where this process has that
-    class loaded already (nothing is imported for it); else a namedtuple class of the same
-    name and fields, which reads the same (``out.hidden``, ``out[1]``), or for a mapping a
-    plain dict."""
+    class loaded already or it is disthook's (nothing else is imported for it); else a
+    namedtuple class of the same name and fields, which reads the same (``out.hidden``,
+    ``out[1]``), or for a mapping a plain dict."""
     items = unpack(payload.get("items"), make_tensor, kept, classes)
     fields = unpack(payload.get("fields"))
     name, form = payload.get("class"), payload.get("form", "tuple")
@@ -165,6 +166,9 @@ def _unpack_named(payload: dict, make_tensor, kept, classes: bool):
         raise ValueError(f"not a packed named value: {payload!r:.80}")
     module, _, qualname = name.partition(":")
     kind = sys.modules.get(module)
+    if kind is None and module.split(".")[0] == "disthook":
+        # disthook's own (a PackedSequence for a placed LSTM): what it names is imported
+        kind = _import_ours(module)
     for part in qualname.split("."):
         kind = getattr(kind, part, None)
     named = dict(zip(fields, items))
@@ -180,6 +184,14 @@ def _unpack_named(payload: dict, make_tensor, kept, classes: bool):
     if form == "mapping":
         return named
     return _stand_in(qualname.rpartition(".")[2], fields)._make(items)
+
+
+def _import_ours(module: str):
+    """disthook's module ``module`` (a name from the wire: None where there is none)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        return None
 
 
 @functools.lru_cache(maxsize=256)
