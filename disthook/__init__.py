@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import builtins as _builtins
+from importlib.util import find_spec as _find_spec
 
 import numpy as _np
 
@@ -412,3 +413,6 @@ from disthook.torch_version import TorchVersion as _TorchVersion
 __version__ = _TorchVersion(_TORCH_VERSION)
 
 _foreach.install(globals())  # torch._foreach_add_ and the rest
+
+if _find_spec("einops") is not None:  # einops takes disthook tensors (its backend, found
+    from disthook import _einops  # noqa: F401  # by einops itself)
