@@ -488,15 +488,15 @@ class MaskedGrad(Op):
     forward gives ``masked`` the derivative at ``a``."""
 
     @staticmethod
-    def masked(ctx, g, a, params: dict, passes, slope=None) -> np.ndarray:
-        """``g`` where ``passes``, times ``slope`` (an array or None for 1), +0 elsewhere."""
+    def masked(ctx, g, a, params: dict, passes, otherwise: float = 0.0) -> np.ndarray:
+        """``g`` where ``passes``, ``otherwise`` times ``g`` elsewhere (+0 for 0)."""
         need = ctx.needs_input_grad
         if need:
             ctx.save_for_backward(a if need[0] else None)
             ctx.params = params
         d = g._data
-        return np.where(passes, d if slope is None else d * slope.astype(d.dtype, copy=False),
-                        np.zeros((), d.dtype))
+        rest = d * np.asarray(otherwise, d.dtype) if otherwise else np.zeros((), d.dtype)
+        return np.where(passes, d, rest)
 
     @staticmethod
     def backward(ctx, h):
@@ -510,8 +510,8 @@ class LeakyReluGrad(MaskedGrad):
 
     @staticmethod
     def forward(ctx, g, a, negative_slope=0.01):
-        slope = np.where(a._data > 0, 1.0, negative_slope)
-        return MaskedGrad.masked(ctx, g, a, {"negative_slope": negative_slope}, True, slope)
+        return MaskedGrad.masked(ctx, g, a, {"negative_slope": negative_slope}, a._data > 0,
+                                 negative_slope)
 
 
 class LeakyRelu(Op):
