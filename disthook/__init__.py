@@ -415,4 +415,7 @@ __version__ = _TorchVersion(_TORCH_VERSION)
 _foreach.install(globals())  # torch._foreach_add_ and the rest
 
 if _find_spec("einops") is not None:  # einops takes disthook tensors (its backend, found
-    from disthook import _einops  # noqa: F401  # by einops itself)
+    try:                             # by einops itself)
+        from disthook import _einops  # noqa: F401
+    except ImportError:  # an einops without the backend base class: disthook goes on without
+        pass
