@@ -49,6 +49,9 @@ def pack(value, tensor=None):
     if _is_record(value):
         names = [f.name for f in dataclasses.fields(value)]
         return _pack_named(value, tensor, "fields", names, [getattr(value, n) for n in names])
+    state = _distribution_state(value)
+    if state is not None:
+        return _pack_named(value, tensor, "object", list(state), list(state.values()))
     return {"opaque": type(value).__name__}
 
 
@@ -113,6 +116,9 @@ def tensors_in(value):
     elif _is_record(value):
         for f in dataclasses.fields(value):
             yield from tensors_in(getattr(value, f.name))
+    else:
+        for v in (_distribution_state(value) or {}).values():
+            yield from tensors_in(v)
 
 
 def opaque_in(value) -> str | None:
@@ -125,6 +131,8 @@ def opaque_in(value) -> str | None:
         items = value.values()
     elif _is_record(value):
         items = [getattr(value, f.name) for f in dataclasses.fields(value)]
+    elif _distribution_state(value) is not None:
+        items = _distribution_state(value).values()
     else:
         return f"a {type(value).__name__}"
     for v in items:
@@ -132,6 +140,17 @@ def opaque_in(value) -> str | None:
         if found:
             return found
     return None
+
+
+def _distribution_state(value) -> dict | None:
+    """A probability distribution's attributes (its parameters, shapes and flags: all it is),
+    which travel as its state (a policy head's ``Categorical(logits=...)``); None for
+    anything else."""
+    if type(value).__module__ == "builtins" or isinstance(value, (Tensor, type)):
+        return None
+    from disthook.distributions import Distribution
+
+    return dict(vars(value)) if isinstance(value, Distribution) else None
 
 
 def _is_record(value) -> bool:
@@ -162,7 +181,7 @@ def _unpack_named(payload: dict, make_tensor, kept, classes: bool):
     name, form = payload.get("class"), payload.get("form", "tuple")
     if not (isinstance(items, tuple) and isinstance(fields, tuple) and isinstance(name, str)
             and len(fields) == len(items) and all(isinstance(f, str) for f in fields)
-            and form in ("tuple", "mapping", "fields")):
+            and form in ("tuple", "mapping", "fields", "object")):
         raise ValueError(f"not a packed named value: {payload!r:.80}")
     module, _, qualname = name.partition(":")
     kind = sys.modules.get(module)
@@ -175,6 +194,8 @@ def _unpack_named(payload: dict, make_tensor, kept, classes: bool):
     if form == "tuple" and isinstance(kind, type) and issubclass(kind, tuple) \
             and getattr(kind, "_fields", None) == fields:
         return kind._make(items)
+    if form == "object":
+        return _distribution_made(kind, qualname, named, classes)
     if classes and form != "tuple" and isinstance(kind, type) and (
             issubclass(kind, dict) if form == "mapping" else dataclasses.is_dataclass(kind)):
         try:
@@ -184,6 +205,30 @@ def _unpack_named(payload: dict, make_tensor, kept, classes: bool):
     if form == "mapping":
         return named
     return _stand_in(qualname.rpartition(".")[2], fields)._make(items)
+
+
+def _distribution_made(kind, qualname: str, state: dict, classes: bool):
+    """The distribution ``_distribution_state`` describes, of its class ``kind`` (the
+    client's: disthook's, or the program's own, found by its name: else a TypeError that
+    says so), its state set as it was; a worker reading a client's gets a namedtuple of its
+    attributes (nothing a sender names is made there)."""
+    from disthook.distributions import Distribution
+    from disthook.tensor import Size
+
+    if not classes:
+        return _stand_in(qualname.rpartition(".")[2], tuple(state))._make(state.values())
+    if not (isinstance(kind, type) and issubclass(kind, Distribution)):
+        raise TypeError(
+            f"a module on a worker returned a distribution of class {qualname}, which is not "
+            "found here by that name (a class made inside a function): define the class at "
+            "the top level of a module, or return the distribution's parameters and make it "
+            "in the code that calls the module")
+    made = kind.__new__(kind)
+    for name, value in state.items():
+        if name in ("_batch_shape", "_event_shape") and isinstance(value, tuple):
+            value = Size(value)
+        made.__dict__[name] = value
+    return made
 
 
 def _import_ours(module: str):
