@@ -60,6 +60,8 @@ def generate(directory: str) -> Keys:
         raise FileExistsError(f"{directory} already holds keys ({SERVER}.key_secret); "
                               "remove it first, or use another directory")
     os.makedirs(os.path.join(directory, AUTHORIZED), exist_ok=True)
+    for folder in (directory, os.path.join(directory, AUTHORIZED)):  # whatever the umask
+        os.chmod(folder, os.stat(folder).st_mode & ~0o022)
     _make_pair(directory, SERVER)
     _make_pair(directory, CLIENT)
     return Keys.load(directory)
@@ -80,8 +82,27 @@ def add_client(directory: str, name: str) -> str:
 def _make_pair(directory: str, name: str) -> str:
     public, secret = zmq.auth.create_certificates(directory, name)
     os.chmod(secret, 0o600)
-    shutil.copy(public, os.path.join(directory, AUTHORIZED, f"{name}.key"))
+    authorized = os.path.join(directory, AUTHORIZED, f"{name}.key")
+    shutil.copy(public, authorized)
+    for path in (public, authorized):
+        os.chmod(path, 0o644)
     return secret
+
+
+def _check_private(path: str, *, readable: bool) -> None:
+    """``PermissionError`` where another user may change ``path`` (group or others may
+    write it) or, with ``readable=False``, read it: as ssh refuses a private key or an
+    ``authorized_keys`` that others may read or change, a cluster's keys are refused so."""
+    if os.name != "posix":
+        return
+    mode = os.stat(path).st_mode & 0o777
+    loose = mode & (0o022 if readable else 0o077)
+    if loose:
+        what = "changed" if readable else "read or changed"
+        raise PermissionError(
+            f"{path} has mode {mode:04o}: other users may {what} it, so it proves nothing "
+            f"about who holds this cluster's keys; run: chmod "
+            f"{'go-w' if readable else 'go-rwx'} {path}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +123,7 @@ class Keys:
                     f"no key file {path}; make a key directory with: disthook keys generate "
                     f"{directory}" + ("" if name in (SERVER, CLIENT) else
                                       f", then: disthook keys add {directory} {name}"))
+            _check_private(path, readable=not secret)
             try:
                 return zmq.auth.load_certificate(path)
             except (ValueError, OSError) as exc:
@@ -112,6 +134,9 @@ class Keys:
         if secret is None:
             raise ValueError(f"{directory}/{name}.key_secret holds no secret key")
         server_public, _ = read(os.path.join(directory, f"{SERVER}.key"), False)
+        if name == SERVER:  # who may connect: no other user may add themselves
+            _check_private(directory, readable=True)
+            _check_private(os.path.join(directory, AUTHORIZED), readable=True)
         return cls(os.path.abspath(directory), name, public, secret, server_public)
 
     @property
@@ -134,13 +159,15 @@ class Keys:
     def authorized(self) -> set[bytes]:
         """The public keys (Z85) listed in ``authorized/`` now."""
         folder = os.path.join(self.directory, AUTHORIZED)
+        _check_private(folder, readable=True)  # (PermissionError: the gate refuses all)
         keys = set()
         for entry in sorted(os.listdir(folder)):
             if entry.endswith(".key"):
                 try:
+                    _check_private(os.path.join(folder, entry), readable=True)
                     public, _ = zmq.auth.load_certificate(os.path.join(folder, entry))
                 except (ValueError, OSError):
-                    continue  # a damaged file authorizes no one
+                    continue  # a damaged file, or one others may change, authorizes no one
                 keys.add(public)
         return keys
 
