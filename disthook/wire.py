@@ -93,7 +93,11 @@ _NP_DTYPES = {s: np.dtype(s) for s in DTYPES}
 
 
 class WireError(ValueError):
-    """A message that does not follow the protocol (malformed, too large, or off-schema)."""
+    """A message that does not follow the protocol (malformed, too large, or off-schema).
+    ``req``: the request id its header gave, where it had one (0 else), so that the refusal
+    answers the request that is waiting for it."""
+
+    req = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -667,6 +671,15 @@ def _decode(frames: Sequence, limits: Limits, head: bytes | None = None) -> Mess
         extra = header.keys() - _HEADER_KEYS
         raise WireError(f"header keys: missing {sorted(missing, key=str)}, unexpected "
                         f"{sorted(extra, key=str)}")
+    try:
+        return _decode_fields(header, frames, limits, state)
+    except WireError as exc:  # the sender's request, where the header names it
+        exc.req = header["r"] if type(header["r"]) is int else 0
+        raise
+
+
+def _decode_fields(header: dict, frames: Sequence, limits: Limits, state) -> Message:
+    """The message of a header whose keys are right: its fields checked."""
     if header["v"] != PROTOCOL_VERSION and header["t"] != "hello":
         raise WireError(f"protocol version {header['v']!r}, expected {PROTOCOL_VERSION}")
     msg_type, req, ctx, fields = header["t"], header["r"], header["c"], header["f"]

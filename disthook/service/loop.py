@@ -206,7 +206,7 @@ class Service:
                 exc = wire.WireError(f"malformed message: {type(exc).__name__}: {exc}")
             self.peer_log.warning(sender, "%s: malformed message from %s: %s", self.label,
                                   self.peer_name(sender), exc)
-            self.reply(sock, sender, 0, "error", error_fields(exc, worker=self.name))
+            self.reply(sock, sender, exc.req, "error", error_fields(exc, worker=self.name))
             return
         handler = getattr(self, f"on_{msg.type}", None)
         if handler is None:
