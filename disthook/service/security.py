@@ -186,19 +186,23 @@ class _Gate:
     """The ZAP decision: a peer's key is in ``authorized/``, or it is refused (and logged)."""
 
     def __init__(self, keys: Keys, log: logging.Logger, who: str):
+        from disthook.service.loop import PeerLog
+
         self.keys, self.log, self.who = keys, log, who
+        # one allowance for every refusal (a peer may offer a fresh key each connection)
+        self.refusals = PeerLog(log, name=lambda _: "refused keys")
 
     def callback(self, domain: str, key: bytes) -> bool:
         """Called in the authenticator's one thread, a connection at a time."""
         try:
             allowed = key in self.keys.authorized()
         except OSError as exc:
-            self.log.warning("%s: cannot read the authorized keys (%s); refusing", self.who,
-                             exc)
+            self.refusals.warning(b"", "%s: cannot read the authorized keys (%s); refusing",
+                                  self.who, exc)
             return False
         if not allowed:
-            self.log.warning("%s: refused a connection from an unauthorized key %s...",
-                             self.who, key.decode()[:8])
+            self.refusals.warning(b"", "%s: refused a connection from an unauthorized key "
+                                  "%s...", self.who, key.decode()[:8])
         return allowed
 
 
