@@ -655,7 +655,7 @@ def _decode(frames: Sequence, limits: Limits, head: bytes | None = None) -> Mess
     try:
         if len(frames) == 1:  # no arrays: the header in one go
             header = msgpack.unpackb(head, raw=False, strict_map_key=True,
-                                     ext_hook=state.placeholder)
+                                     ext_hook=state.placeholder, timestamp=_AS_NUMBER)
         else:
             header = _read_header(head, frames, limits, state)
     except WireError:
@@ -710,6 +710,7 @@ def _decode_fields(header: dict, frames: Sequence, limits: Limits, state) -> Mes
 def _read_header(head, frames: Sequence, limits: Limits, state) -> dict:
     """The header map read entry by entry (see decode), or the whole value if not a map."""
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=True, ext_hook=state.ext,
+                                timestamp=_AS_NUMBER,
                                 max_buffer_size=max(len(head), 1))
     unpacker.feed(head)
     try:
@@ -717,7 +718,8 @@ def _read_header(head, frames: Sequence, limits: Limits, state) -> dict:
     except msgpack.UnpackValueError:
         raise
     except ValueError:  # not a map: the whole value, for the error message
-        return msgpack.unpackb(head, raw=False, strict_map_key=True, ext_hook=state.ext)
+        return msgpack.unpackb(head, raw=False, strict_map_key=True, ext_hook=state.ext,
+                               timestamp=_AS_NUMBER)
     header = {}
     for _ in range(entries):
         key = unpacker.unpack()
@@ -734,6 +736,11 @@ def _read_header(head, frames: Sequence, limits: Limits, state) -> dict:
     if unpacker.tell() != len(head):
         raise WireError(f"header has {len(head) - unpacker.tell()} trailing bytes")
     return header
+
+
+# msgpack's own extension -1 (a timestamp), which it reads without the ext hook: read as a
+# number (seconds), so that a message still holds only plain values (not msgpack.Timestamp)
+_AS_NUMBER = 1
 
 
 class _DecodeState:
