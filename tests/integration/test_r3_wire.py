@@ -8,7 +8,8 @@ import zmq
 
 import disthook as torch
 from disthook import nn, wire
-from disthook.distributed import deployment_of, local_cluster
+from disthook.distributed import RemoteError, deployment_of, local_cluster
+from disthook.service.rpc import Peer
 from disthook.service.security import Keys, add_client
 
 pytestmark = pytest.mark.timeout(180)
@@ -67,3 +68,14 @@ def test_an_off_schema_request_is_refused_under_its_own_request_id(served, where
     x = torch.randn(4, 3)
     np.testing.assert_array_equal(remote(x).detach().numpy(),
                                   deployment_of(remote).to_local()(x).detach().numpy())
+
+
+def test_send_value_to_an_address_no_socket_can_dial_says_so(served):
+    """(It answered ZeroMQ's ``ZMQError: Invalid argument``, and counted the address among
+    the 64 the client may name.)"""
+    cluster, remote, mallory = served
+    refused = pytest.raises(RemoteError, match="ValueError: send_value's address must look "
+                                               "like tcp://HOST:PORT")
+    with Peer(cluster.workers()[0].address, keys=mallory) as peer, refused:
+        peer.request("send_value", {"model": deployment_of(remote)._model_id,
+                                    "values": [], "to": "nowhere"}, timeout=30)
