@@ -31,8 +31,13 @@ def test_keys_made_under_a_loose_umask_pass(keys):
 
 def test_a_secret_key_others_may_read_is_refused(keys):
     os.chmod(keys / "alice.key_secret", 0o644)
-    with pytest.raises(PermissionError, match=r"alice.key_secret has mode 0644: .*chmod go-rwx"):
+    with pytest.raises(PermissionError, match=r"alice.key_secret has mode 0644: .*chmod go-w,o-rwx"):
         Keys.load(keys, "alice")
+    os.chmod(keys / "alice.key_secret", 0o620)  # its group may change it
+    with pytest.raises(PermissionError, match="mode 0620"):
+        Keys.load(keys, "alice")
+    os.chmod(keys / "alice.key_secret", 0o440)  # read through its group (k8s' fsGroup)
+    Keys.load(keys, "alice")
 
 
 def test_an_authorized_folder_others_may_write_is_refused_by_the_servers(keys):
@@ -43,15 +48,17 @@ def test_an_authorized_folder_others_may_write_is_refused_by_the_servers(keys):
     with pytest.raises(PermissionError):  # the gate, which reads it at each connection
         server.authorized()
     Keys.load(keys, "alice")  # (a client reads no authorized/)
-    os.chmod(keys / "authorized", 0o755)
+    os.chmod(keys, 0o1777)  # sticky, as a Kubernetes secret volume's folder: nobody may
+    os.chmod(keys / "authorized", 0o755)  # replace what another put there
+    Keys.load(keys, SERVER)
     os.chmod(keys / "authorized" / "alice.key", 0o666)  # others could swap alice's key
     assert server.public in server.authorized() and len(server.authorized()) == 2
 
 
 def test_a_coordinator_with_a_loose_key_directory_says_why_and_stops(keys):
-    os.chmod(keys / "server.key_secret", 0o640)
+    os.chmod(keys / "server.key_secret", 0o604)
     run = subprocess.run([sys.executable, "-m", "coordinator", "--bind", "tcp://127.0.0.1:0",
                           "--keys", str(keys)], check=False, capture_output=True, text=True,
                          timeout=60)
     assert run.returncode == 1
-    assert "server.key_secret has mode 0640" in run.stderr and "chmod go-rwx" in run.stderr
+    assert "server.key_secret has mode 0604" in run.stderr and "chmod go-w,o-rwx" in run.stderr

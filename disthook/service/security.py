@@ -19,6 +19,7 @@ import dataclasses
 import logging
 import os
 import shutil
+import stat
 from typing import TYPE_CHECKING
 
 import zmq
@@ -91,18 +92,25 @@ def _make_pair(directory: str, name: str) -> str:
 
 def _check_private(path: str, *, readable: bool) -> None:
     """``PermissionError`` where another user may change ``path`` (group or others may
-    write it) or, with ``readable=False``, read it: as ssh refuses a private key or an
-    ``authorized_keys`` that others may read or change, a cluster's keys are refused so."""
+    write it) or, with ``readable=False``, every user may read it: as ssh refuses a
+    private key or an ``authorized_keys`` that others may read or change, a cluster's keys
+    are refused so. A secret its group may read passes: a container reads its mounted keys
+    through its group (Kubernetes' ``fsGroup``, deploy/k8s); so does what lies on a
+    read-only mount, or a folder with the sticky bit (a Kubernetes secret volume's)."""
     if os.name != "posix":
         return
-    mode = os.stat(path).st_mode & 0o777
-    loose = mode & (0o022 if readable else 0o077)
+    st = os.stat(path)
+    mode = st.st_mode & 0o777
+    loose = mode & (0o022 if readable else 0o026)
+    if loose & 0o022 and (os.statvfs(path).f_flag & os.ST_RDONLY  # nobody may write it
+                          or (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX)):
+        loose &= ~0o022  # (a sticky folder: no one replaces what another put there)
     if loose:
         what = "changed" if readable else "read or changed"
         raise PermissionError(
             f"{path} has mode {mode:04o}: other users may {what} it, so it proves nothing "
             f"about who holds this cluster's keys; run: chmod "
-            f"{'go-w' if readable else 'go-rwx'} {path}")
+            f"{'go-w' if readable else 'go-w,o-rwx'} {path}")
 
 
 @dataclasses.dataclass(frozen=True)
