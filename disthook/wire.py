@@ -75,8 +75,10 @@ __all__ = [
 # gives only then (or to refuse it); a forward or train_step names the program's default
 # dtype ("default_dtype"); an attr_change says a list grew or a container changed in place
 # ("grown", "in_place"), and a module_op may extend a list ("extend_attr"); a hook event
-# names its tensors ("ids") and a forward passed on names its input ("names")
-PROTOCOL_VERSION = 14
+# names its tensors ("ids") and a forward passed on names its input ("names"); 15: a
+# train_step's schedule may hold "weight_batch" actions (zb-batched), which a worker of 14
+# refuses
+PROTOCOL_VERSION = 15
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
@@ -230,7 +232,7 @@ ENUMS: dict[str, frozenset] = {
     "module_op_kind": frozenset({"register_buffer", "set_attr", "del_attr", "train",
                                  "convert", "extend_attr"}),
     "schedule_kind": frozenset({"recv_act", "forward", "send_act", "recv_grad", "backward",
-                                "send_grad", "weight"}),
+                                "send_grad", "weight", "weight_batch"}),
     "layout_kind": frozenset({"chain", "tree", "whole"}),  # of a published model
 }
 PAIRS: dict[str, tuple[str, str]] = {
@@ -313,7 +315,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
                  "reply_to": "str", "mb": "int?", "taps": "list[str]?", "tapped": "map?",
                  "accumulate": "bool?", "start": "str?", "inputs": "bool?",
                  "keep_grads": "str?", "create_graph": "bool?", "hold": "backward_hold?",
-                 "attrs": "list[attr_change]?"},
+                 "attrs": "list[attr_change]?", "within": "str?"},
     # create_graph: the input gradients keep their graph (kept as a context under
     # keep_grads, whose backward is a double backward's second pass)
     # values kept on a worker (disthook.distributed.remote_values): a call's outputs, with
