@@ -560,7 +560,8 @@ class StepRun:
     """Where one stage is in its schedule of a pipelined training step.
 
     ``next(mailbox)`` gives the next action to carry out: ``("forward", mb)``, ``("backward",
-    mb)``, ``("weight", mb)``, ``("send_act", mb)``, ``("send_grad", mb)``, ``("recv", kind, mb,
+    mb)``, ``("weight", mb)``, ``("weight_batch", [mb, ...])`` (a run of them in the schedule,
+    taken together), ``("send_act", mb)``, ``("send_grad", mb)``, ``("recv", kind, mb,
     message)`` once the message is in the mailbox (taken out of it), ``("wait", keys)`` when it
     is not there yet (call again when one of ``keys`` came), ``("abort", reason)`` when a
     neighbour gave up the step, and ``("done",)`` at the end.
@@ -584,6 +585,14 @@ class StepRun:
                 return ("wait", (key, abort))
             self.position += 1
             return ("recv", kind[5:], mb, mailbox.pop(key))
+        if kind == "weight_batch":
+            run = [mb]
+            self.position += 1
+            while (self.position < len(self.schedule)
+                   and self.schedule[self.position][0] == kind):
+                run.append(self.schedule[self.position][1])
+                self.position += 1
+            return (kind, run)
         if kind not in ("forward", "backward", "send_act", "send_grad", "weight"):
             raise ValueError(f"unknown schedule action {kind!r}")
         self.position += 1

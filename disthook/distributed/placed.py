@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from disthook.autograd import grad_mode
-from disthook.distributed import async_calls, attr_changes, state_entries
+from disthook.distributed import async_calls, attr_changes, code_changes, state_entries
 from disthook.distributed.data_views import unshare
 from disthook.distributed.hook_sync import sync_all, sync_hooks
 from disthook.distributed.parameters import (
@@ -183,6 +183,10 @@ class PartPlacement(_Placed):
             object.__setattr__(module, name, value)
             self.shared.add(name)
             return True
+        elif (callable(value) and not self.deployment._hub.firing
+              and code_changes.mentions(type(module), name)):
+            self._mark(name, True)  # a function its code calls (getattr(self, name, f)),
+            # which its worker's copy cannot hold: its forward runs here from now on
         return False  # the client's own (a new attribute, or one that cannot travel)
 
     def extend_attr(self, name: str, start: int, items: list) -> None:
@@ -352,6 +356,7 @@ def changed_here(module: Module) -> bool:
     placement = module.__dict__.get("_placement")
     if placement is None:
         return False
+    code_changes.check(placement.deployment)  # its class swapped or patched since
     changed = placement.deployment.__dict__.get("_changed_here")
     path = placement.path
     if not path:  # the model: its own forward set on it (it runs here), or any part's
@@ -541,6 +546,7 @@ def place(dep: Deployment, root: Module) -> None:
     root.__dict__["_modules"] = _Children(root._modules, root.__dict__["_placement"])
     dep.__dict__["_placed_modules"] = placed
     dep.__dict__["_synced"] = {}
+    code_changes.snapshot(dep, placed if dep._whole else [("", root), *placed])
 
 
 def _recomputed_here(module: Module) -> list[str]:
