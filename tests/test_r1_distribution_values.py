@@ -39,3 +39,23 @@ def test_a_worker_gets_a_namedtuple_and_a_class_not_found_is_said():
     with pytest.raises(TypeError, match=r"make.<locals>.Local, which is not found here "
                                         r"by that name.*define the class at the top level"):
         unpack(packed, classes=True)
+
+
+def test_only_disthooks_modules_of_value_classes_are_imported_for_a_value():
+    """A value naming a module to make its class imports only disthook's value modules,
+    never a private one or a ``__main__`` (``disthook.bench.__main__`` would run a benchmark
+    and exit the worker)."""
+    import sys
+
+    from disthook.service.values import _importable
+
+    assert _importable("disthook.nn.utils.rnn") and _importable("disthook.distributions.normal")
+    for name in ("disthook.bench.__main__", "disthook.bench", "disthook.nn._private",
+                 "disthook.cli", "os", "disthook.nn.utils..rnn"):
+        assert not _importable(name), name
+    sys.modules.pop("disthook.bench.__main__", None)
+    packed = pack(torch.distributions.Normal(torch.zeros(2), torch.ones(2)))
+    packed["named"]["class"] = "disthook.bench.__main__:X"
+    with pytest.raises(TypeError, match="not found here by that name"):
+        unpack(packed, classes=True)
+    assert "disthook.bench.__main__" not in sys.modules

@@ -185,8 +185,9 @@ def _unpack_named(payload: dict, make_tensor, kept, classes: bool):
         raise ValueError(f"not a packed named value: {payload!r:.80}")
     module, _, qualname = name.partition(":")
     kind = sys.modules.get(module)
-    if kind is None and module.split(".")[0] == "disthook":
-        # disthook's own (a PackedSequence for a placed LSTM): what it names is imported
+    if kind is None and _importable(module):
+        # disthook's own value classes (a PackedSequence for a placed LSTM, a distribution):
+        # their module is imported
         kind = _import_ours(module)
     for part in qualname.split("."):
         kind = getattr(kind, part, None)
@@ -229,6 +230,15 @@ def _distribution_made(kind, qualname: str, state: dict, classes: bool):
             value = Size(value)
         made.__dict__[name] = value
     return made
+
+
+def _importable(module: str) -> bool:
+    """Whether a value's module named on the wire may be imported here to make it: only
+    disthook's modules of value classes, none of whose parts is private or a ``__main__``
+    (importing ``disthook.bench.__main__`` would run a benchmark and exit)."""
+    parts = module.split(".")
+    return (module.startswith(("disthook.nn.", "disthook.distributions."))
+            and all(p.isidentifier() and not p.startswith("_") for p in parts))
 
 
 def _import_ours(module: str):
