@@ -97,7 +97,11 @@ _NP_DTYPES = {s: np.dtype(s) for s in DTYPES}
 
 
 class WireError(ValueError):
-    """A message that does not follow the protocol (malformed, too large, or off-schema)."""
+    """A message that does not follow the protocol (malformed, too large, or off-schema).
+    ``req``: the request id its header gave, where it had one (0 else), so that the refusal
+    answers the request that is waiting for it."""
+
+    req = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -315,7 +319,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
                  "reply_to": "str", "mb": "int?", "taps": "list[str]?", "tapped": "map?",
                  "accumulate": "bool?", "start": "str?", "inputs": "bool?",
                  "keep_grads": "str?", "create_graph": "bool?", "hold": "backward_hold?",
-                 "attrs": "list[attr_change]?"},
+                 "attrs": "list[attr_change]?", "within": "str?"},
     # create_graph: the input gradients keep their graph (kept as a context under
     # keep_grads, whose backward is a double backward's second pass)
     # values kept on a worker (disthook.distributed.remote_values): a call's outputs, with
@@ -661,7 +665,7 @@ def _decode(frames: Sequence, limits: Limits, head: bytes | None = None) -> Mess
     try:
         if len(frames) == 1:  # no arrays: the header in one go
             header = msgpack.unpackb(head, raw=False, strict_map_key=True,
-                                     ext_hook=state.placeholder)
+                                     ext_hook=state.placeholder, timestamp=_AS_NUMBER)
         else:
             header = _read_header(head, frames, limits, state)
     except WireError:
@@ -677,6 +681,15 @@ def _decode(frames: Sequence, limits: Limits, head: bytes | None = None) -> Mess
         extra = header.keys() - _HEADER_KEYS
         raise WireError(f"header keys: missing {sorted(missing, key=str)}, unexpected "
                         f"{sorted(extra, key=str)}")
+    try:
+        return _decode_fields(header, frames, limits, state)
+    except WireError as exc:  # the sender's request, where the header names it
+        exc.req = header["r"] if type(header["r"]) is int else 0
+        raise
+
+
+def _decode_fields(header: dict, frames: Sequence, limits: Limits, state) -> Message:
+    """The message of a header whose keys are right: its fields checked."""
     if header["v"] != PROTOCOL_VERSION and header["t"] != "hello":
         raise WireError(f"protocol version {header['v']!r}, expected {PROTOCOL_VERSION}")
     msg_type, req, ctx, fields = header["t"], header["r"], header["c"], header["f"]
@@ -707,6 +720,7 @@ def _decode(frames: Sequence, limits: Limits, head: bytes | None = None) -> Mess
 def _read_header(head, frames: Sequence, limits: Limits, state) -> dict:
     """The header map read entry by entry (see decode), or the whole value if not a map."""
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=True, ext_hook=state.ext,
+                                timestamp=_AS_NUMBER,
                                 max_buffer_size=max(len(head), 1))
     unpacker.feed(head)
     try:
@@ -714,7 +728,8 @@ def _read_header(head, frames: Sequence, limits: Limits, state) -> dict:
     except msgpack.UnpackValueError:
         raise
     except ValueError:  # not a map: the whole value, for the error message
-        return msgpack.unpackb(head, raw=False, strict_map_key=True, ext_hook=state.ext)
+        return msgpack.unpackb(head, raw=False, strict_map_key=True, ext_hook=state.ext,
+                               timestamp=_AS_NUMBER)
     header = {}
     for _ in range(entries):
         key = unpacker.unpack()
@@ -731,6 +746,11 @@ def _read_header(head, frames: Sequence, limits: Limits, state) -> dict:
     if unpacker.tell() != len(head):
         raise WireError(f"header has {len(head) - unpacker.tell()} trailing bytes")
     return header
+
+
+# msgpack's own extension -1 (a timestamp), which it reads without the ext hook: read as a
+# number (seconds), so that a message still holds only plain values (not msgpack.Timestamp)
+_AS_NUMBER = 1
 
 
 class _DecodeState:

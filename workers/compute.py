@@ -198,7 +198,8 @@ class ComputeHandlers:
                     raise TypeError(f"the module at {path!r} returned {opaque}, which cannot "
                                     "go back to the client: a module called from the client "
                                     "must return tensors, numbers, strings, None, or tuples, "
-                                    "lists, str-keyed dicts and dataclasses of them")
+                                    "lists, str-keyed dicts and dataclasses of them"
+                                    f"{_distribution_advice(out)}")
                 # what the part set on its modules; its tensors with a graph are outputs too
                 with_graph = attr_changes.WithGraph() if msg.get("keep") else None
                 attrs = snap and snap.changes(with_graph)
@@ -550,3 +551,14 @@ def rss_bytes() -> int | None:
 _statm: tuple[int, int] | None = None  # (pid, descriptor of its /proc/self/statm)
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
+
+def _distribution_advice(out) -> str:
+    """What to do instead, where a module returned a probability distribution (an RL policy's
+    head: ``return Categorical(logits=self.linear(x))``)."""
+    from disthook.distributions import Distribution
+
+    items = out if isinstance(out, (tuple, list)) else (out,)
+    if not any(isinstance(v, Distribution) for v in items):
+        return ""
+    return ("; a distribution is made of its parameters: return those (its logits; its loc "
+            "and scale) and make the distribution in the code that calls the module")

@@ -50,6 +50,7 @@ class StepHandlers:
                              time.perf_counter()])
         step, model = msg["step"], st.model
         first, last = "prev" not in st.neighbours, "next" not in st.neighbours
+        _check_step(msg, first, last, st.name)
         loss_fn = None
         run = StepRun(model, step, msg["schedule"])
         held: dict[int, tuple] = {}  # micro-batch -> (input leaf, output or scaled loss)
@@ -195,6 +196,22 @@ def _fresh(data: np.ndarray, job) -> np.ndarray:
     """``data`` (received) as a pass takes it: itself, or a copy where the pass may run
     again (``job.spec``: its client hooks run ahead) and must start from it as it came."""
     return data if job.spec is None else np.array(data)
+
+
+def _check_step(msg, first: bool, last: bool, stage: str) -> None:
+    """What a stage's part of a training step needs is in its request: the micro-batches'
+    inputs on the first stage; their targets, scales and the loss on the last; one of each
+    per micro-batch the schedule names (a ValueError naming what is missing, not a KeyError
+    half way through the step)."""
+    m = 1 + max((mb for _, mb in msg["schedule"]), default=-1)
+    needs = [("inputs", first), ("targets", last), ("scales", last)]
+    missing = [name for name, needed in needs if needed and (
+        not isinstance(msg.get(name), list) or len(msg[name]) < m)]
+    if last and not isinstance(msg.get("loss"), dict):
+        missing.append("loss")
+    if missing:
+        raise ValueError(f"a training step's request to {stage} must carry "
+                         f"{', '.join(missing)} (one per micro-batch of its {m} for a list)")
 
 
 def _loss_function(spec: dict, allow):
