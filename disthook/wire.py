@@ -79,7 +79,7 @@ __all__ = [
 # train_step's schedule may hold "weight_batch" actions (zb-batched), which a worker of 14
 # refuses; a stage's "form" is asked (its modes, dtypes, buffers, requires_grad), and a
 # forward passed on carries the revisions of the stages it passed ("forms"), which an
-# attached client's answers and hook events carry too (R6)
+# attached client's answers and hook events carry too
 PROTOCOL_VERSION = 15
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
