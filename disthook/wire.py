@@ -77,7 +77,9 @@ __all__ = [
 # ("grown", "in_place"), and a module_op may extend a list ("extend_attr"); a hook event
 # names its tensors ("ids") and a forward passed on names its input ("names"); 15: a
 # train_step's schedule may hold "weight_batch" actions (zb-batched), which a worker of 14
-# refuses
+# refuses; a stage's "form" is asked (its modes, dtypes, buffers, requires_grad), and a
+# forward passed on carries the revisions of the stages it passed ("forms"), which an
+# attached client's answers and hook events carry too
 PROTOCOL_VERSION = 15
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
@@ -300,7 +302,9 @@ SCHEMAS: dict[str, dict[str, str]] = {
                 "call": "hook_value?", "rng": "str?", "pins": "list?", "op": "str?",
                 "params": "any?", "keep": "bool?", "as_of": "map?", "checkpoint": "map?",
                 "within": "str?", "attrs": "list[attr_change]?", "names": "list[str]?",
-                "default_dtype": "str?"},
+                "default_dtype": "str?", "forms": "map?"},
+    # forms: the revisions of the stages a forward passed (workers/form.py), to answer an
+    # attached client with; the ok answers of its forwards and backwards carry them too
     # within: the context of the client's call whose hook, running now, makes this call (a
     # logit lens decoding inside a block's hook): it runs at once, not behind that call
     # taps: keys of tensors client forward hooks were given, whose gradients the client
@@ -350,11 +354,12 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # answered one event of a round with a change (a result, a tensor changed in place) or
     # an error, it answers the round's later events stale, without running their hooks
     # attrs: what the modules of the pass set on themselves so far (workers/attr_changes.py)
+    # forms: the stage's revision (workers/form.py), for an attached client's hooks
     # ids: a name for each tensor of args, in order ("<tensor>@<version>"), the same in every
     # event of the job that sends that tensor: the client gives it one object in them all
     "hook_event": {"hook": "int", "kind": "event_kind", "path": "str",
                    "args": "list[hook_value]", "diff": "bool?", "spec": "str?",
-                   "attrs": "list[attr_change]?", "ids": "list[str]?"},
+                   "attrs": "list[attr_change]?", "ids": "list[str]?", "forms": "map?"},
     "hook_reply": {"hook": "int", "result": "hook_value?", "watch": "list[int]?",
                    "retain": "list[int]?", "key": "str?", "changed": "list[changed_arg]?",
                    "taps": "list[int]?", "stale": "bool?", "wrote": "bool?"},
@@ -378,6 +383,9 @@ SCHEMAS: dict[str, dict[str, str]] = {
              "reason": "str?"},
     # parameters, buffers and optimizer shards
     "get_state": {"model": "str", "names": "list?"},
+    # what a stage is beyond its weights' values: its revision, modes, dtypes, shapes,
+    # requires_grad and buffers (workers/form.py), for an attached client's copy
+    "form": {"model": "str"},
     "train": {"model": "str", "mode": "bool"},
     # seq: a tree-placed model's write, numbered by its writer; commit: the writer's writes up
     # to seq are on every worker they went to (workers/versions.py)

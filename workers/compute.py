@@ -23,7 +23,7 @@ from disthook.service import op_calls
 from disthook.service.loop import NO_REPLY, send_frames
 from disthook.service.values import opaque_in, pack, tensors_in, unpack
 from disthook.utils.checkpoint import checkpoint
-from workers import attr_changes, held_grads
+from workers import attr_changes, form, held_grads
 from workers.speculation import BACKWARD_KINDS, EarlyAnswer, run_ahead
 from workers.state import Context
 from workers.versions import carries_write, note_pins, upstream_pins
@@ -112,6 +112,9 @@ class ComputeHandlers:
                               "optimizer_calls": calls, "rng": rng,
                               "attrs": attr_changes.merged(msg.get("attrs"), snap.changes()),
                               "names": self._names_of(job, [out])}
+                    passed = form.forms(st, job, msg.get("forms"))
+                    if passed:
+                        fields["forms"] = passed
                     if msg.get("default_dtype"):
                         fields["default_dtype"] = msg["default_dtype"]
                     pins = job.pins or upstream_pins(job)  # calls a write passed
@@ -125,8 +128,8 @@ class ComputeHandlers:
                         "output": out.detach().numpy(), "requires_grad": out.requires_grad,
                         "grad_fn": None if out.grad_fn is None else out.grad_fn.name(),
                         "rng": rng,
-                        "attrs": attr_changes.merged(msg.get("attrs"), snap.changes())},
-                        "ahead": ahead})
+                        "attrs": attr_changes.merged(msg.get("attrs"), snap.changes()),
+                        "forms": form.forms(st, job, msg.get("forms"))}, "ahead": ahead})
 
             early = EarlyAnswer(finish) if nxt is None else None
             with attr_changes.watching(job, snap):
@@ -216,8 +219,8 @@ class ComputeHandlers:
                     packed = pack(out)
                 self._to_client(job, "ok", {"result": {
                     "output": packed, "requires_grad": [o.requires_grad for o in outs],
-                    "rng": _stream_state(msg), "pin": job.as_of, "attrs": attrs},
-                    "ahead": ahead})
+                    "rng": _stream_state(msg), "pin": job.as_of, "attrs": attrs,
+                    "forms": form.forms(st, job)}, "ahead": ahead})
 
             early = EarlyAnswer(finish)
             with attr_changes.watching(job, snap):
@@ -315,7 +318,7 @@ class ComputeHandlers:
                 _run_backward(pairs(), [], taps, tapped, True, False)
                 self._to_client(job, "ok", {"result": {
                     "grads": [None] * len(context.inputs), "tapped": tapped,
-                    "attrs": attrs()}})
+                    "attrs": attrs(), "forms": form.forms(st, job)}})
                 return NO_REPLY
             tapped_before = dict(tapped)
             # parameters that later calls of the client's backward use too (held_grads)
@@ -346,7 +349,8 @@ class ComputeHandlers:
                 if keep:
                     grads = self._keep_grads(job, st.model, keep, grads)
                 self._to_client(job, "ok", {"result": {"grads": grads, "tapped": tapped,
-                                                       "attrs": attrs()},
+                                                       "attrs": attrs(),
+                                                       "forms": form.forms(st, job)},
                                             "ahead": ahead})
 
             early = None if prev is not None or context.retained else EarlyAnswer(answer)

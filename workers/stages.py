@@ -39,6 +39,9 @@ class Stage:
         self.shared = False  # another client has called it (workers/attr_changes: Snapshot)
         self.params = list(module.parameters())
         self.versions = Versions(module)  # the weights' versions (workers.versions)
+        # what it is beyond its weights' values (modes, dtypes, buffers, requires_grad) changed
+        # this many times: an attached client's answers carry it (workers/form.py)
+        self.form = 0
         self.installed = owner  # whose gradients the parameters' .grad hold now
         self.grads: dict[bytes, list] = {}  # every other client's, one per parameter
         # (client, its backward's id) -> gradients kept for that backward's later calls
