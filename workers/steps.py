@@ -16,7 +16,7 @@ from disthook._dtype import default_dtype_as
 from disthook.autograd.split import backward_split, run_together
 from disthook.distributed.spec import build_module
 from disthook.service.loop import PIPE_COPY_BELOW, send_frames
-from workers import attr_changes
+from workers import attr_changes, form
 from workers.compute import _as_computed, rss_bytes
 from workers.links import Link
 from workers.state import StepRun
@@ -167,7 +167,7 @@ class StepHandlers:
             job.micro_batch = self.captures.micro_batch = None
             self.state.finish_step(model, step)
         stats = {"busy": busy, "peak_rss": peak, "timeline": timeline,
-                 "attrs": snap.changes()}
+                 "attrs": snap.changes(), "forms": form.forms(st, job)}
         return {"losses": [losses[mb] for mb in sorted(losses)], **stats} if last else stats
 
     def _came_on_links(self, keys: tuple) -> bool:

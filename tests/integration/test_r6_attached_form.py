@@ -1,5 +1,5 @@
 """An attached client's model follows what its deployer changes beyond the weights' values
-(R6): the modules' modes (a dropout that runs on the attached client's side, between two
+: the modules' modes (a dropout that runs on the attached client's side, between two
 placed parts, drops only while the deployer's model trains), dtypes (``double()``), buffers
 registered since, and ``requires_grad``; at attach it takes the current form, not the one of
 the deploy. Before, the attached model kept the form it was published with: its client-side
@@ -156,3 +156,16 @@ def test_a_backward_brings_what_the_deployer_changed_meanwhile(cluster):
         remote.lin1.weight.requires_grad_(False)  # between the forward and its backward
         out.sum().backward()
         assert not attached.lin1.weight.requires_grad
+
+
+def test_a_training_step_brings_what_the_deployer_changed_meanwhile(cluster):
+    """An attached client's pipelined training step (train_step on a chain) answers with the
+    stages' revisions too: the deployer's eval() shows on the attached model after it."""
+    model = nn.Sequential(nn.Linear(4, 16), nn.Dropout(0.5), nn.Linear(16, 3))
+    with shared(cluster, "r6-step", model, stages=2, chunks=2) as (remote, other):
+        attached = other.attach("r6-step")
+        x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
+        attached.train_step(x, y, nn.functional.cross_entropy)
+        remote.eval()
+        attached.train_step(x, y, nn.functional.cross_entropy)
+        assert set(modes(attached).values()) == {False}, modes(attached)
