@@ -1,5 +1,5 @@
-"""An attached client's model follows what its deployer changes beyond the weights' values
-: the modules' modes (a dropout that runs on the attached client's side, between two
+"""An attached client's model follows what its deployer changes beyond the weights'
+values: the modules' modes (a dropout that runs on the attached client's side, between two
 placed parts, drops only while the deployer's model trains), dtypes (``double()``), buffers
 registered since, and ``requires_grad``; at attach it takes the current form, not the one of
 the deploy. Before, the attached model kept the form it was published with: its client-side
