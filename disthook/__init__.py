@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import builtins as _builtins
+from importlib.util import find_spec as _find_spec
 
 import numpy as _np
 
@@ -198,8 +199,26 @@ def bernoulli(p: Tensor, *, generator=None) -> Tensor:
 
 # ---- function forms of Tensor methods ------------------------------------------------------
 
+# the function forms torch lets a Python number come first in: ``torch.add(0, t)``
+_NUMBER_FIRST = frozenset({"add", "sub", "subtract", "mul", "multiply", "div", "divide",
+                           "true_divide", "floor_divide", "remainder", "pow", "xlogy"})
+
+
+def _number_as_input(number, args: tuple, kwargs: dict) -> Tensor:
+    """``number`` as torch takes it in first place: a 0-d tensor of the dtype the operation
+    gives (an int beside a float32 tensor counts as float32, a float beside an int tensor
+    as the default dtype), so the result's dtype is torch's."""
+    other = args[0] if args else kwargs.get("other")
+    if isinstance(other, Tensor) and type(number) is not _builtins.bool:
+        return scalar_tensor(number, dtype=result_type(other, number))
+    return tensor(number)
+
+
 def _method(name: str):
     def fn(input, *args, **kwargs):
+        if (name in _NUMBER_FIRST and type(input) in (_builtins.int, _builtins.float,
+                                                        _builtins.bool)):
+            input = _number_as_input(input, args, kwargs)
         if not isinstance(input, Tensor):
             raise TypeError(f"{name}(): argument 'input' (position 1) must be Tensor, not "
                             f"{type(input).__name__}")
@@ -433,3 +452,9 @@ from disthook.torch_version import TorchVersion as _TorchVersion
 __version__ = _TorchVersion(_TORCH_VERSION)
 
 _foreach.install(globals())  # torch._foreach_add_ and the rest
+
+if _find_spec("einops") is not None:  # einops takes disthook tensors (its backend, found
+    try:                             # by einops itself)
+        from disthook import _einops  # noqa: F401
+    except ImportError:  # an einops without the backend base class: disthook goes on without
+        pass

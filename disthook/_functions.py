@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from disthook import _dtype
+from disthook._out import factory_out
 from disthook.ops.base import refuse_complex
 from disthook.tensor import Tensor, _factory, cat, stack, tensor
 
@@ -291,12 +292,14 @@ def cumulative_trapezoid(y: Tensor, x=None, *, dx=None, dim: int = -1) -> Tensor
 
 # ---- factories -------------------------------------------------------------------------------
 
+@factory_out
 def logspace(start, end, steps, base=10.0, *, dtype=None, device=None,
              requires_grad=False) -> Tensor:
     dt = (dtype or _dtype.get_default_dtype()).np
     return _factory(np.logspace(start, end, steps, base=base).astype(dt), requires_grad, device)
 
 
+@factory_out
 def range(start=0, end=None, step=1, *, dtype=None, device=None, requires_grad=False):
     """Deprecated in torch: like arange but including ``end``."""
     if end is None:

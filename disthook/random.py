@@ -13,6 +13,7 @@ import numpy as np
 
 DEFAULT_SEED = 67280421310721  # torch.initial_seed() of a fresh process
 _SEED_MASK = 0xFFFFFFFFFFFFFFFF
+_TORCH_CPU_STATE_SIZES = (5056, 5048)  # torch's CPU generator state, and its legacy form
 
 
 class Generator:
@@ -28,7 +29,7 @@ class Generator:
 
         return device(self._device)
 
-    def manual_seed(self, seed: int) -> "Generator":
+    def manual_seed(self, seed: int) -> Generator:
         self._seed = int(seed)
         self._rng = np.random.default_rng(self._seed & _SEED_MASK)
         return self
@@ -49,9 +50,26 @@ class Generator:
         raw = json.dumps(self._rng.bit_generator.state).encode()
         return Tensor._make(np.frombuffer(raw, dtype=np.uint8).copy(), None, 0)
 
-    def set_state(self, state) -> "Generator":
+    def set_state(self, state) -> Generator:
+        """Resume the stream from a state ``get_state`` gave (here, or saved in a file)."""
+        from disthook.tensor import Tensor
+
+        if not isinstance(state, Tensor) or state._data.dtype != np.uint8:
+            raise TypeError("RNG state must be a torch.ByteTensor")
+        raw = bytes(state._data.reshape(-1))
         rng = np.random.default_rng()
-        rng.bit_generator.state = json.loads(bytes(state._data.astype(np.uint8)).decode())
+        try:
+            rng.bit_generator.state = json.loads(raw.decode())
+        except (ValueError, TypeError, KeyError) as e:
+            made_by_torch = len(raw) in _TORCH_CPU_STATE_SIZES
+            raise RuntimeError(
+                f"this RNG state ({len(raw)} bytes) is "
+                + ("PyTorch's (its CPU generator's mt19937 state)" if made_by_torch else
+                   "not one that disthook's get_rng_state() made")
+                + ": disthook draws its random numbers from numpy's PCG64, whose stream "
+                "cannot continue from it. Seed with torch.manual_seed(seed) instead (a "
+                "training run resumed from a checkpoint PyTorch made draws other numbers than "
+                "PyTorch would anyway), or restore a state disthook saved") from e
         self._rng = rng
         return self
 

@@ -49,10 +49,15 @@ def add_safe_globals(safe_globals: list) -> None:
     for entry in safe_globals:
         name, obj = unpickler.safe_global_name(entry)
         unpickler.SAFE_GLOBALS[name] = obj
+        # disthook's own classes (torch.nn.Conv2d under `import disthook as torch`) are
+        # named in files by torch's name of them
+        theirs = None if isinstance(entry, tuple) else names.torch_name(obj)
+        if theirs is not None:
+            unpickler.SAFE_GLOBALS[".".join(theirs)] = obj
 
 
 def get_safe_globals() -> list:
-    return list(unpickler.SAFE_GLOBALS.values())
+    return list({id(obj): obj for obj in unpickler.SAFE_GLOBALS.values()}.values())
 
 
 def clear_safe_globals() -> None:
@@ -198,7 +203,10 @@ class _StorageLoader:
         dtype = np.dtype(np.uint16 if kind.dtype == "bfloat16" else kind.dtype)
         raw = (self.reader.mmap if self.mmap else self.reader.read)(
             f"data/{key}", numel * dtype.itemsize)
-        array = raw.view(dtype.newbyteorder("<" if self.byteorder == "little" else ">"))
+        # typed over the record's memory and not a view of its bytes, so that tensors saved
+        # again are views of this storage, as they were in the file
+        array = np.frombuffer(raw.data, dtype.newbyteorder(
+            "<" if self.byteorder == "little" else ">"))
         if not array.dtype.isnative:
             array = array.astype(dtype)
         if kind.dtype == "bfloat16":  # numpy has no bfloat16: exactly the same values as float32
@@ -230,10 +238,14 @@ def _load_torch(archive: zipfile.ZipFile, prefix: str, name: str, length: int, p
     kind = unpickler.WeightsUnpickler if weights_only else unpickler.TrustedUnpickler
     obj = unpickler.run(kind(data, loader, encoding))
     if loader.bfloat16:
-        warnings.warn(f"disthook.load: {name} holds bfloat16 tensors; numpy has no bfloat16, "
-                      "so they load as float32 (the same values, twice the memory)",
-                      UserWarning, stacklevel=4)
+        _warn_bfloat16(name, stacklevel=5)
     return obj
+
+
+def _warn_bfloat16(name: str, stacklevel: int) -> None:
+    warnings.warn(f"disthook.load: {name} holds bfloat16 tensors; numpy has no bfloat16, so "
+                  "they load as float32 (the same values, twice the memory)", UserWarning,
+                  stacklevel=stacklevel)
 
 
 def _env_true(name: str) -> bool:
@@ -293,10 +305,13 @@ def load(f, map_location=None, pickle_module=None, *, weights_only: bool | None 
                                "`torch.save(_use_new_zipfile_serialization=True)`")
         try:
             if magic[:1] == b"\x80":  # torch's format before 1.6
-                return legacy.load(source, _archive.file_length(source),
-                                   lambda storage, where: _location(map_location, storage,
-                                                                    where),
-                                   weights_only, encoding)
+                obj, bfloat16 = legacy.load(
+                    source, _archive.file_length(source),
+                    lambda storage, where: _location(map_location, storage, where),
+                    weights_only, encoding)
+                if bfloat16:
+                    _warn_bfloat16(name, stacklevel=3)
+                return obj
             return _load_zip(source, name, os.fspath(f) if is_path else None, map_location,
                              weights_only, bool(mmap), encoding)
         except CheckpointError as e:

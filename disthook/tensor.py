@@ -16,7 +16,7 @@ import numpy as np
 from disthook import _dtype
 from disthook import random as _random
 from disthook._dtype import dtype as _DType
-from disthook._out import write_out
+from disthook._out import factory_out, write_out
 from disthook._tensor_math import INPLACE_NAMES, MathMethods, inplace_of
 from disthook._tensor_reduce import ReduceMethods
 from disthook._tensor_shape import ShapeMethods
@@ -855,10 +855,10 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self._inplace_binary(E.BitXor, other) if _is_operand(other) else NotImplemented
 
     def add(self, other, *, alpha=1):
-        return self._binary(E.Add, other, alpha=alpha)
+        return self._binary(E.Add, other, alpha=_scalar("add", "alpha", alpha))
 
     def sub(self, other, *, alpha=1):
-        return self._binary(E.Sub, other, alpha=alpha)
+        return self._binary(E.Sub, other, alpha=_scalar("sub", "alpha", alpha))
 
     subtract = sub
 
@@ -1827,10 +1827,10 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self._inplace(op, b, **params)
 
     def add_(self, other, *, alpha=1):
-        return self._inplace_binary(E.Add, other, alpha=alpha)
+        return self._inplace_binary(E.Add, other, alpha=_scalar("add_", "alpha", alpha))
 
     def sub_(self, other, *, alpha=1):
-        return self._inplace_binary(E.Sub, other, alpha=alpha)
+        return self._inplace_binary(E.Sub, other, alpha=_scalar("sub_", "alpha", alpha))
 
     def mul_(self, other):
         return self._inplace_binary(E.Mul, other)
@@ -2018,6 +2018,16 @@ def _strip_backward(name: str) -> str:
 def _is_operand(x) -> bool:
     """Can ``x`` be the other operand of an arithmetic op (else NotImplemented)?"""
     return isinstance(x, (Tensor, numbers.Number, np.generic))
+
+
+def _scalar(fn: str, name: str, value):
+    """A scalar argument (``alpha``) given as a one-element tensor, as torch takes it: its
+    number (DARTS steps ``p.data.add_(v, alpha=r / v.norm())``); a longer one is refused."""
+    if not isinstance(value, Tensor):
+        return value
+    if value._data.size != 1:
+        raise TypeError(f"{fn}(): argument '{name}' must be Number, not Tensor")
+    return value.item()
 
 
 def _kind_title(dt) -> str:
@@ -2316,18 +2326,22 @@ def _float_dt(dtype):
     return _np_dtype(dtype) if dtype is not None else _dtype.get_default_dtype().np
 
 
-def zeros(*size, dtype=None, device=None, requires_grad=False, out=None) -> Tensor:
+@factory_out
+def zeros(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
     return _factory(np.zeros(_size_args(size), _float_dt(dtype)), requires_grad, device)
 
 
-def ones(*size, dtype=None, device=None, requires_grad=False, out=None) -> Tensor:
+@factory_out
+def ones(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
     return _factory(np.ones(_size_args(size), _float_dt(dtype)), requires_grad, device)
 
 
+@factory_out
 def empty(*size, dtype=None, device=None, requires_grad=False, memory_format=None) -> Tensor:
     return _factory(np.zeros(_size_args(size), _float_dt(dtype)), requires_grad, device)
 
 
+@factory_out
 def full(size, fill_value, *, dtype=None, device=None, requires_grad=False) -> Tensor:
     if dtype is None:
         dtype = _infer_dtype(fill_value)
@@ -2356,6 +2370,7 @@ def full_like(t, fill_value, *, dtype=None, device=None, requires_grad=False) ->
     return _factory(np.full(t.shape, fill_value, _like(t, dtype)), requires_grad, device)
 
 
+@factory_out
 def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False) -> Tensor:
     if end is None:
         start, end = 0, start
@@ -2369,11 +2384,13 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
     return _factory(np.arange(*vals, dtype=_np_dtype(dtype)), requires_grad, device)
 
 
+@factory_out
 def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False) -> Tensor:
     return _factory(np.linspace(start, end, steps, dtype=_float_dt(dtype)), requires_grad,
                     device)
 
 
+@factory_out
 def eye(n, m=None, *, dtype=None, device=None, requires_grad=False) -> Tensor:
     return _factory(np.eye(n, m, dtype=_float_dt(dtype)), requires_grad, device)
 

@@ -59,7 +59,7 @@ def test_deploy_options_are_checked():
     for kwargs, match in [({"chunks": 0}, "chunks must be a positive int"),
                           ({"chunks": True}, "chunks must be a positive int"),
                           ({"schedule": "zb"},
-                           "schedule must be 'gpipe', '1f1b' or 'zb-h1'"),
+                           "schedule must be 'gpipe', '1f1b', 'zb-h1' or 'zb-batched'"),
                           ({"balance": "flops"}, "balance must be 'params' or 'time'"),
                           ({"balance": "time"}, "pass sample_input=")]:
         args = {"chunks": 1, "schedule": "gpipe", "balance": "params", "split_points": None,

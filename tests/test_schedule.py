@@ -23,7 +23,7 @@ SIZES = where([(p, m) for p in range(1, 9) for m in range(1, 33)],
               names=2)
 
 
-@pytest.mark.parametrize("name", ["gpipe", "1f1b", "zb-h1"])
+@pytest.mark.parametrize("name", ["gpipe", "1f1b", "zb-h1", "zb-batched"])
 @pytest.mark.parametrize("p,m", SIZES)
 def test_schedules_run_every_action_once_in_dependency_order(name, p, m):
     stages = schedule(name, p, m)
@@ -37,6 +37,7 @@ def test_schedules_run_every_action_once_in_dependency_order(name, p, m):
         assert kinds.count("recv_grad") == (m if s < p - 1 else 0)
         assert kinds.count("send_grad") == (m if s > 0 else 0)
         assert kinds.count("weight") == (m if name == "zb-h1" else 0)
+        assert kinds.count("weight_batch") == (m if name == "zb-batched" else 0)
     # across stages: a micro-batch's forward on stage s+1 comes after it on stage s, its
     # backward on stage s after it on stage s+1
     when = {(s, a): i for i, (s, a) in enumerate(order)}
@@ -104,7 +105,26 @@ def test_bad_sizes_and_names():
     with pytest.raises(ValueError, match="positive int of micro-batches, got 2.0"):
         one_f_one_b(2, 2.0)
     with pytest.raises(ValueError, match=r"schedule must be one of \['1f1b', 'gpipe', "
-                                         r"'zb-h1'\], got 'zigzag'"):
+                                         r"'zb-batched', 'zb-h1'\], got 'zigzag'"):
         schedule("zigzag", 2, 2)
     assert bubble_fraction(2, 8) == pytest.approx(1 / 9)
     assert bubble_fraction(1, 5) == 0
+
+
+def test_a_schedule_splits_its_backwards_one_way():
+    stages = schedule("zb-h1", 2, 2)
+    stages[0][-1] = ("weight_batch", stages[0][-1][1])  # one W of the other kind
+    with pytest.raises(ScheduleError, match="splits its backwards one way"):
+        simulate(stages, 2)
+
+
+def test_zb_batched_runs_every_w_after_the_stages_last_backward():
+    for p, m in [(2, 4), (4, 8), (3, 1)]:
+        for actions in schedule("zb-batched", p, m):
+            kinds = [k for k, _ in actions]
+            last_b = max(i for i, k in enumerate(kinds) if k == "backward")
+            after = kinds[last_b + 1:]
+            if after[0] == "send_grad":  # the last gradient goes back first
+                after = after[1:]
+            assert after == ["weight_batch"] * m
+            assert in_flight(actions) == m  # every micro-batch's W part is held to the end

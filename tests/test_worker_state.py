@@ -265,7 +265,7 @@ def test_an_abort_from_a_neighbour_ends_the_step_where_it_waits():
     assert run.next(state.mailbox) == ("abort", "stage 0 failed")
 
 
-@pytest.mark.parametrize("name", ["gpipe", "1f1b", "zb-h1"])
+@pytest.mark.parametrize("name", ["gpipe", "1f1b", "zb-h1", "zb-batched"])
 @pytest.mark.parametrize("p,m", [(2, 4), (3, 5), (4, 2)])
 def test_whole_training_steps_through_every_stage(name, p, m):
     """p worker states, each walking its schedule; sends go into the next state's mailbox,
@@ -294,6 +294,8 @@ def test_whole_training_steps_through_every_stage(name, p, m):
                 blocked[s] = states[s].wait_for_pipe(jobs[s], action[1], "mail")
             elif kind in ("forward", "backward", "weight"):
                 ran[s].append(action)
+            elif kind == "weight_batch":  # a run of them, as one
+                ran[s].extend((kind, mb) for mb in action[1])
             elif kind == "send_act":
                 resumed(pipe(states[s + 1], "step", "act", action[1]))
             elif kind == "send_grad":
@@ -302,7 +304,8 @@ def test_whole_training_steps_through_every_stage(name, p, m):
                 assert kind == "recv"
         assert progressed, f"deadlock: {blocked}"
     for s in range(p):
-        assert ran[s] == [a for a in plan[s] if a[0] in ("forward", "backward", "weight")]
+        assert ran[s] == [a for a in plan[s]
+                          if a[0] in ("forward", "backward", "weight", "weight_batch")]
         assert states[s].mailbox == {} and states[s].waits == {}
 
 
@@ -436,3 +439,27 @@ def test_a_one_way_message_carried_for_a_client_that_went_away_is_dropped_quietl
     out = request(state, "forward", sender=NEIGHBOUR, req=7, reply_to=CLIENT.hex())
     (reply,) = [i for i in out if isinstance(i, Reply)]
     assert "went away" in str(reply)
+
+
+def test_a_run_of_batched_weight_actions_comes_as_one():
+    """zb-batched's W's at the end of a stage's list come in one action, the micro-batches
+    in the schedule's order; a lone one comes alone."""
+    run = StepRun("m", "s", [("forward", 0), ("backward", 0), ("weight_batch", 0),
+                             ("forward", 1), ("backward", 1), ("forward", 2),
+                             ("backward", 2), ("weight_batch", 2), ("weight_batch", 1)])
+    got = [run.next({}) for _ in range(8)]
+    assert got == [("forward", 0), ("backward", 0), ("weight_batch", [0]), ("forward", 1),
+                   ("backward", 1), ("forward", 2), ("backward", 2), ("weight_batch", [2, 1])]
+    assert run.next({}) == ("done",)
+
+
+def test_a_training_step_missing_what_its_stage_needs_is_refused_by_name():
+    from workers.steps import _check_step
+
+    plan = [["forward", 0], ["backward", 0], ["forward", 1], ["backward", 1]]
+    _check_step({"schedule": plan, "inputs": [1, 2]}, True, False, "stage 0")
+    with pytest.raises(ValueError, match="stage 1 must carry targets, loss"):
+        _check_step({"schedule": plan, "scales": [1, 1]}, False, True, "stage 1")
+    with pytest.raises(ValueError, match="stage 0 must carry inputs .one per micro-batch "
+                                         "of its 2"):
+        _check_step({"schedule": plan, "inputs": [1]}, True, False, "stage 0")

@@ -11,7 +11,7 @@ from disthook.bench.workspan import (
     replay,
 )
 from disthook.distributed.interleaved import interleaved_1f1b
-from disthook.distributed.schedule import gpipe, one_f_one_b, zero_bubble_h1
+from disthook.distributed.schedule import gpipe, one_f_one_b, zero_bubble_batched, zero_bubble_h1
 
 
 def costs(forward, backward, send=0.0):
@@ -132,8 +132,24 @@ def test_zb_h1_bubble_is_compared_with_1f1b_on_the_same_costs():
             "coordinator_cpu_s": 0.0, "workers_cpu_s": 1.0,
             "costs": [{"forward": 1.0, "backward": 3.0, **sends} for _ in range(p)],
             "zb_costs": [{"forward": 1.0, "backward": 1.0, "weight": 1.0, **sends}
-                         for _ in range(p)]}
+                         for _ in range(p)],
+            "zbb_costs": [{"forward": 1.0, "backward": 1.0, "weight_batch": 0.5, **sends}
+                          for _ in range(p)], "zbb_work_s": 2.0}
     row = {"stages": p, "micro": m, "disthook": ours, "torch": None}
     _predict_row(row)
     assert ours["zb_bubble_vs_1f1b"] == pytest.approx(1 / 3)
     assert ours["zb_bubble_vs_1f1b_run"] == pytest.approx((p - 1) * 1.0 / ((p - 1) * 4.0))
+    assert ours["zbb_work_efficiency"] == pytest.approx(0.5)
+
+
+def test_zb_batched_is_replayed_with_every_w_at_the_end():
+    """zb-batched: 1F1B's forwards and B's (here F = B = 1, no latency), then each stage's
+    m W's at half a B each: the first stage, the last to finish its B's, ends the step."""
+    p, m = 4, 8
+    sends = {"send_act": 0.0, "send_grad": 0.0}
+    costs = [{"forward": 1.0, "backward": 1.0, "weight_batch": 0.5, **sends}
+             for _ in range(p)]
+    got = replay(zero_bubble_batched(p, m), lambda s, kind: costs[s].get(kind, 0.0), 0.0)
+    plain = replay(one_f_one_b(p, m), lambda s, kind: costs[s].get(kind, 0.0), 0.0)
+    assert got["step_s"] == pytest.approx(plain["step_s"] + m * 0.5)
+    assert got["busy_s"] == pytest.approx([m * 2.5] * p)

@@ -39,8 +39,8 @@ FINISHED_STEPS_KEPT = 256  # steps whose late pipeline messages are dropped on a
 GONE_KEPT = 1024  # clients remembered as gone (a running job of theirs waits no more)
 
 # requests that only read (or drop graphs) run at once, never queued: a hook may read its model
-AT_ONCE = frozenset({"hello", "status", "get_state", "list_hooks", "captured", "release",
-                     "pin", "waits", "fetch"})
+AT_ONCE = frozenset({"hello", "status", "get_state", "form", "list_hooks", "captured",
+                     "release", "pin", "waits", "fetch"})
 # answers to a wait of a running request, recognised by (sender, request id)
 ANSWERS = frozenset({"hook_reply", "error"})
 # what a neighbour stage sends: a client's call carried on (its client named by reply_to),
@@ -560,7 +560,8 @@ class StepRun:
     """Where one stage is in its schedule of a pipelined training step.
 
     ``next(mailbox)`` gives the next action to carry out: ``("forward", mb)``, ``("backward",
-    mb)``, ``("weight", mb)``, ``("send_act", mb)``, ``("send_grad", mb)``, ``("recv", kind, mb,
+    mb)``, ``("weight", mb)``, ``("weight_batch", [mb, ...])`` (a run of them in the schedule,
+    taken together), ``("send_act", mb)``, ``("send_grad", mb)``, ``("recv", kind, mb,
     message)`` once the message is in the mailbox (taken out of it), ``("wait", keys)`` when it
     is not there yet (call again when one of ``keys`` came), ``("abort", reason)`` when a
     neighbour gave up the step, and ``("done",)`` at the end.
@@ -584,6 +585,14 @@ class StepRun:
                 return ("wait", (key, abort))
             self.position += 1
             return ("recv", kind[5:], mb, mailbox.pop(key))
+        if kind == "weight_batch":
+            run = [mb]
+            self.position += 1
+            while (self.position < len(self.schedule)
+                   and self.schedule[self.position][0] == kind):
+                run.append(self.schedule[self.position][1])
+                self.position += 1
+            return (kind, run)
         if kind not in ("forward", "backward", "send_act", "send_grad", "weight"):
             raise ValueError(f"unknown schedule action {kind!r}")
         self.position += 1

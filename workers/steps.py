@@ -1,7 +1,8 @@
-"""A pipelined training step on a worker: the stage's list of a schedule (GPipe, 1F1B, ZB-H1;
-``disthook.distributed.schedule``) run against its neighbour stages (``StepHandlers``, a
-mixin of ``Worker``). Activations and gradients come and go as ``pipe`` messages, kept in
-the state's mailbox until the schedule takes them (``workers.state.StepRun``).
+"""A pipelined training step on a worker: the stage's list of a schedule (GPipe, 1F1B, ZB-H1,
+ZB-batched; ``disthook.distributed.schedule``) run against its neighbour stages
+(``StepHandlers``, a mixin of ``Worker``). Activations and gradients come and go as ``pipe``
+messages, kept in the state's mailbox until the schedule takes them
+(``workers.state.StepRun``).
 """
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ import numpy as np
 import disthook
 from disthook import wire
 from disthook._dtype import default_dtype_as
-from disthook.autograd.split import backward_split
+from disthook.autograd.split import backward_split, run_together
 from disthook.distributed.spec import build_module
 from disthook.service.loop import PIPE_COPY_BELOW, send_frames
-from workers import attr_changes
+from workers import attr_changes, form
 from workers.compute import _as_computed, rss_bytes
 from workers.links import Link
 from workers.state import StepRun
@@ -49,11 +50,14 @@ class StepHandlers:
                              time.perf_counter()])
         step, model = msg["step"], st.model
         first, last = "prev" not in st.neighbours, "next" not in st.neighbours
+        _check_step(msg, first, last, st.name)
         loss_fn = None
         run = StepRun(model, step, msg["schedule"])
         held: dict[int, tuple] = {}  # micro-batch -> (input leaf, output or scaled loss)
-        # a split backward (zb-h1): micro-batch -> its weights' part, run by its "weight"
-        split = any(kind == "weight" for kind, _ in msg["schedule"])
+        # a split backward (zb-h1; zb-batched, finer and its W's taken together):
+        # micro-batch -> its weights' part, run by its "weight" or "weight_batch"
+        kinds = {kind for kind, _ in msg["schedule"]}
+        split, shallow = bool(kinds & {"weight", "weight_batch"}), "weight_batch" in kinds
         weights_later: dict[int, object] = {}
         received: dict[tuple, np.ndarray] = {}
         grads_in: dict[int, object] = {}
@@ -100,7 +104,7 @@ class StepHandlers:
                         # nothing else reads), unless the forward may run again (client
                         # hooks running ahead): then from the frame as it came each time
                         leaf = disthook.from_numpy(_fresh(data, job))
-                        if not first and leaf.is_floating_point():
+                        if not first and (leaf.is_floating_point() or leaf.is_complex()):
                             leaf.requires_grad_(True)
                         with default_dtype_as(msg.get("default_dtype")):
                             out = st.module(leaf if first else _as_computed(leaf))
@@ -126,7 +130,8 @@ class StepHandlers:
                         seed = None if g is None else [disthook.from_numpy(_fresh(g, job))]
                         if split:  # the weights' gradients wait for this micro-batch's W
                             weights_later[mb] = backward_split([out], seed, st.params,
-                                                               retain_graph=keep)
+                                                               retain_graph=keep,
+                                                               shallow=shallow)
                         else:
                             disthook.autograd.backward([out], seed, retain_graph=keep)
                         return leaf.grad
@@ -136,6 +141,13 @@ class StepHandlers:
                 elif kind == "weight":
                     weights_later.pop(mb).run()
                     busy += time.perf_counter() - started
+                elif kind == "weight_batch":  # mb: the run of micro-batches, one action
+                    run_together([weights_later.pop(i) for i in mb])
+                    busy += time.perf_counter() - started
+                    cpu, end = (time.thread_time() - cpu) / len(mb), time.perf_counter()
+                    # the timeline's entry per micro-batch, each an equal share
+                    timeline.extend([kind, i, cpu, started, end] for i in mb)
+                    continue
                 else:  # send_grad
                     g = grads_in.pop(mb)
                     if g is None:
@@ -155,7 +167,7 @@ class StepHandlers:
             job.micro_batch = self.captures.micro_batch = None
             self.state.finish_step(model, step)
         stats = {"busy": busy, "peak_rss": peak, "timeline": timeline,
-                 "attrs": snap.changes()}
+                 "attrs": snap.changes(), "forms": form.forms(st, job)}
         return {"losses": [losses[mb] for mb in sorted(losses)], **stats} if last else stats
 
     def _came_on_links(self, keys: tuple) -> bool:
@@ -184,6 +196,22 @@ def _fresh(data: np.ndarray, job) -> np.ndarray:
     """``data`` (received) as a pass takes it: itself, or a copy where the pass may run
     again (``job.spec``: its client hooks run ahead) and must start from it as it came."""
     return data if job.spec is None else np.array(data)
+
+
+def _check_step(msg, first: bool, last: bool, stage: str) -> None:
+    """What a stage's part of a training step needs is in its request: the micro-batches'
+    inputs on the first stage; their targets, scales and the loss on the last; one of each
+    per micro-batch the schedule names (a ValueError naming what is missing, not a KeyError
+    half way through the step)."""
+    m = 1 + max((mb for _, mb in msg["schedule"]), default=-1)
+    needs = [("inputs", first), ("targets", last), ("scales", last)]
+    missing = [name for name, needed in needs if needed and (
+        not isinstance(msg.get(name), list) or len(msg[name]) < m)]
+    if last and not isinstance(msg.get("loss"), dict):
+        missing.append("loss")
+    if missing:
+        raise ValueError(f"a training step's request to {stage} must carry "
+                         f"{', '.join(missing)} (one per micro-batch of its {m} for a list)")
 
 
 def _loss_function(spec: dict, allow):

@@ -8,6 +8,7 @@ inflate to it); a record that inflates past its declared size, or whose CRC is w
 """
 from __future__ import annotations
 
+import mmap
 import os
 import secrets
 import struct
@@ -113,9 +114,13 @@ class ArchiveReader:
             raise CheckpointError(f"record {info.filename!r} reaches past the end of the file")
         if expected == 0:
             return np.empty(0, np.uint8)
-        if self._mapped is None:  # one copy-on-write map of the whole file, sliced per record
-            self._mapped = np.memmap(self.path, np.uint8, mode="c").view(np.ndarray)
-        return self._mapped[start:start + expected]
+        if self._mapped is None:  # one copy-on-write map of the whole file
+            with open(self.path, "rb") as f:
+                self._mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        # each record an array of its own over the map (not a slice of one array of the
+        # whole file), so that its tensors' storage_offset() and untyped_storage() are the
+        # record's, as in torch
+        return np.frombuffer(self._mapped, np.uint8, expected, start)
 
 
 def torch_prefix(names: list) -> str | None:

@@ -27,8 +27,9 @@ def _no_storages(pid):
     raise CheckpointError(f"a storage ({short(pid)}) where the file's header belongs")
 
 
-def load(source, length: int, locate, weights_only: bool, encoding: str):
-    """The object in a legacy file; ``locate(storage, location)`` applies map_location."""
+def load(source, length: int, locate, weights_only: bool, encoding: str) -> tuple:
+    """The object in a legacy file, and whether it holds bfloat16 storages (read as float32,
+    as the zip format's are); ``locate(storage, location)`` applies map_location."""
     def header():
         return unpickler.run(unpickler.WeightsUnpickler(source, _no_storages, encoding))
 
@@ -42,6 +43,7 @@ def load(source, length: int, locate, weights_only: bool, encoding: str):
 
     budget = [length - source.tell()]  # bytes the file has left for every storage
     storages: dict = {}  # key -> Storage (filled after the object is read)
+    bfloat16: set = set()  # keys of the bfloat16 storages, whose bytes become float32
 
     def load_storage(pid):
         if (not weights_only and isinstance(pid, tuple) and len(pid) == 4
@@ -53,18 +55,19 @@ def load(source, length: int, locate, weights_only: bool, encoding: str):
         if not isinstance(kind, names.StorageType) or not isinstance(key, str) or type(
                 numel) is not int or numel < 0 or not isinstance(location, str):
             raise CheckpointError(f"malformed storage id {short(pid)}")
-        if kind.dtype in (None, "bfloat16"):
-            raise CheckpointError(f"the file holds a {kind.name}, which disthook reads from "
-                                  "torch's zip format only" if kind.dtype else
-                                  names.unsupported_reason("torch", kind.name))
+        if kind.dtype is None:
+            raise CheckpointError(names.unsupported_reason("torch", kind.name))
         storage = storages.get(key)
         if storage is None:
-            dtype = np.dtype(kind.dtype)
-            if numel * dtype.itemsize + 8 > budget[0]:
+            in_file = np.dtype(np.uint16 if kind.dtype == "bfloat16" else kind.dtype)
+            if numel * in_file.itemsize + 8 > budget[0]:
                 raise CheckpointError(f"storage {key!r} declares {numel} elements, more than "
                                       "the rest of the file holds")
-            budget[0] -= numel * dtype.itemsize + 8
-            storage = storages[key] = Storage(np.zeros(numel, dtype), key)
+            budget[0] -= numel * in_file.itemsize + 8
+            if kind.dtype == "bfloat16":
+                bfloat16.add(key)
+            held = np.float32 if kind.dtype == "bfloat16" else in_file
+            storage = storages[key] = Storage(np.zeros(numel, held), key)
         if view is not None:
             if not (isinstance(view, tuple) and len(view) == 3 and type(view[1]) is int
                     and type(view[2]) is int and 0 <= view[1]
@@ -84,8 +87,11 @@ def load(source, length: int, locate, weights_only: bool, encoding: str):
         if count != array.size:
             raise CheckpointError(f"storage {key!r} holds {count} elements where the object "
                                   f"names {array.size} (truncated?)")
-        got = source.readinto(memoryview(array).cast("B")) if array.nbytes else 0
-        if got != array.nbytes:
-            raise CheckpointError(f"storage {key!r} is cut short: {got} of {array.nbytes} "
+        raw = np.empty(array.size, np.uint16) if key in bfloat16 else array
+        got = source.readinto(memoryview(raw).cast("B")) if raw.nbytes else 0
+        if got != raw.nbytes:
+            raise CheckpointError(f"storage {key!r} is cut short: {got} of {raw.nbytes} "
                                   "bytes (truncated?)")
-    return obj
+        if key in bfloat16:  # a bfloat16 is the high half of the float32 of the same value
+            array[:] = (raw.astype(np.uint32) << 16).view(np.float32)
+    return obj, bool(bfloat16)

@@ -119,6 +119,10 @@ def unsupported_reason(module: str, name: str) -> str | None:
                 "tensors only")
     if module == "torch" and STORAGE_DTYPES.get(name, "") is None:
         return f"the file holds a {name}; disthook has no tensors of that element type"
+    if module == "torch" and name in ("uint16", "uint32", "uint64"):
+        return (f"the file names the dtype torch.{name}; disthook's tensors have torch's "
+                "classic element types only (bool, uint8, int8 to int64, float16 to float64): "
+                "save the tensor as torch.int32 or torch.int64 (t.to(torch.int64)) instead")
     if module == "torch" and name.startswith(_DTYPES_WE_LACK):
         return (f"the file names the dtype torch.{name}; disthook has no tensors of it "
                 "(numpy has no such element type)")

@@ -75,7 +75,7 @@ class TorchPickler(pickle._Pickler):
             offset, rem = divmod(_address(array) - _address(root), item)
             shared = rem == 0 and 0 <= offset <= root.size
         if not shared:
-            root = np.ascontiguousarray(array)
+            root = np.ascontiguousarray(array).reshape(array.shape)  # (a 0-d stays 0-d)
             offset = 0
             stride = tuple(s // item for s in root.strides) if root.size else (1,) * root.ndim
             if root.ndim == 0:

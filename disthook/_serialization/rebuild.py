@@ -100,9 +100,11 @@ def view(storage, offset, size, stride, dtype: np.dtype | None = None) -> np.nda
     elif offset > array.size:
         raise CheckpointError(f"an empty tensor starts at {offset}, past the end of storage "
                               f"{storage.key!r} ({array.size} elements)")
+    # a view whose base is the storage itself, so that the tensor's storage_offset() and
+    # untyped_storage() are the storage's, as torch.load gives them
     item = array.itemsize
-    return np.lib.stride_tricks.as_strided(array[offset:] if array.size else array, size,
-                                           tuple(s * item for s in stride))
+    return np.ndarray(size, array.dtype, buffer=array, offset=offset * item,
+                      strides=tuple(s * item for s in stride))
 
 
 def _tensor(data: np.ndarray, requires_grad) -> object:

@@ -50,13 +50,18 @@ def _check_tensors(tensors: dict) -> list:
         root = array
         while isinstance(root.base, np.ndarray):
             root = root.base
-        if array.nbytes and id(root) in seen:
-            raise RuntimeError(f"tensors {seen[id(root)]!r} and {name!r} share memory: a "
-                               "safetensors file holds each tensor's bytes once, so shared "
-                               "(tied) weights would come back as copies. Save one of them, "
-                               "or use save_model(model, filename), which drops the "
-                               "duplicates and load_model ties them again")
-        seen[id(root)] = name
+        # tensors that overlap in one buffer are shared; disjoint parts of one buffer (the
+        # tensors of a loaded file) are not, as safetensors itself judges it
+        start = array.__array_interface__["data"][0]
+        stop = start + array.nbytes
+        for first, (other_start, other_stop) in seen.get(id(root), {}).items():
+            if array.nbytes and start < other_stop and other_start < stop:
+                raise RuntimeError(f"tensors {first!r} and {name!r} share memory: a "
+                                   "safetensors file holds each tensor's bytes once, so "
+                                   "shared (tied) weights would come back as copies. Save one "
+                                   "of them, or use save_model(model, filename), which drops "
+                                   "the duplicates and load_model ties them again")
+        seen.setdefault(id(root), {})[name] = (start, stop)
         arrays.append((name, array))
     return arrays
 
@@ -153,7 +158,9 @@ def _tensor(buffer: np.ndarray, entry, name: str, where: str, state: dict):
     from disthook.tensor import Tensor
 
     code, shape, begin, end = entry
-    raw = buffer[begin:end]
+    # the tensor's own bytes, an array of their own over the buffer (no copy): its storage
+    # is its own, as safetensors.torch gives each tensor
+    raw = np.frombuffer(buffer.data, np.uint8, end - begin, begin)
     if code == "BF16":
         array = (raw.view("<u2").astype(np.uint32) << 16).view(np.float32)
         if not state.get("warned"):

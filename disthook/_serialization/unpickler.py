@@ -19,6 +19,7 @@ from typing import ClassVar
 
 from disthook._serialization import names
 from disthook._serialization.rebuild import CheckpointError
+from disthook._surface import refusal
 
 MAX_DEPTH = 1000
 
@@ -48,8 +49,9 @@ def weights_only_error(detail: str) -> pickle.UnpicklingError:
 def unsupported_global(module: str, name: str) -> pickle.UnpicklingError:
     full = f"{module}.{name}"
     why = names.unsupported_reason(module, name)
-    if why is not None:
-        return weights_only_error(f"Unsupported global: GLOBAL {full}: {why}.")
+    if why is not None:  # not a matter of trust: weights_only=False cannot load it either
+        return pickle.UnpicklingError(f"disthook.load cannot rebuild this file: GLOBAL "
+                                      f"{full}: {why}.")
     return weights_only_error(
         f"Unsupported global: GLOBAL {full} is not an allowed global: a weights-only load "
         f"admits tensors, storages, dtypes, torch.Size, devices, containers and primitives. "
@@ -202,7 +204,7 @@ class TrustedUnpickler(_Unpickler):
         module, name = names.fix_import(module, name)
         if module == "torch" or module.startswith("torch."):
             found = names.trusted_global(module, name)
-            if found is None:
+            if found is None or refusal.is_refused(found):
                 why = names.unsupported_reason(module, name)
                 raise pickle.UnpicklingError(
                     f"the file names {module}.{name}: "

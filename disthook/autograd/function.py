@@ -70,13 +70,13 @@ class BackwardCFunction(Node):
 
     @property
     def saved_tensors(self) -> tuple:
-        """As Node's; with ``clear_saved_tensors_on_access = True`` on the Function, the first
-        read also lets them go, and any later read raises, as in torch."""
+        """What ``save_for_backward`` kept; with ``clear_saved_tensors_on_access = True`` on the
+        Function, the first read also lets them go, and any later read raises, as in torch."""
         if not self._forward_cls.clear_saved_tensors_on_access:
-            return Node.saved_tensors.fget(self)
+            return self._unpack_saved()
         if self.__dict__.get("_saved_accessed"):
             raise RuntimeError(ACCESSED_ONCE_MSG)
-        tensors = Node.saved_tensors.fget(self)
+        tensors = self._unpack_saved()
         self._saved = None
         self._saved_accessed = True
         return tensors

@@ -7,8 +7,8 @@ per-sample speed at smaller batches). The scale-out figure, from the rows of ``d
 scaleout`` and ``workspan``: the speedup at each number of stages p, disthook's and torch
 pipelining's, beside the bound p·m/(m+p-1): measured (scaleout) where each worker process
 had a core, predicted from work and span (workspan) where the machine has fewer cores,
-marked as such; disthook's ZB-H1 and interleaved 1F1B predicted. Needs matplotlib (the
-``demo`` extra).
+marked as such; disthook's ZB-H1, zb-batched and interleaved 1F1B predicted. Needs
+matplotlib (the ``demo`` extra).
 """
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def pipeline_plot(rows: list[dict], path: str) -> str:
     return _save(plt, fig, ax, path, "lower right")
 
 
-SERIES = ("disthook 1F1B", "torch pipelining 1F1B", "disthook ZB-H1",
+SERIES = ("disthook 1F1B", "torch pipelining 1F1B", "disthook ZB-H1", "disthook zb-batched",
           "disthook interleaved 1F1B")
 _LABELS = {"disthook interleaved 1F1B": "disthook interleaved 1F1B, v=2 (schedule only, "
                                         "not deployable yet)"}
@@ -120,6 +120,7 @@ def scaleout_points(rows: list[dict]) -> dict:
         if p in predicted:  # the other schedules are predicted only
             ours = predicted[p]["disthook"]
             for name, key in (("disthook ZB-H1", "predicted_zb_step_s"),
+                              ("disthook zb-batched", "predicted_zbb_step_s"),
                               ("disthook interleaved 1F1B", "predicted_interleaved_step_s")):
                 if ours.get(key):
                     series[name].append((p, ours["one_process_cpu_s"] / ours[key],
@@ -145,7 +146,7 @@ def scaleout_plot(rows: list[dict], path: str) -> str:
         beyond = ": beyond, predicted" if "predicted" in hows else ""
         ax.axhline(points["cores"], color="gray", ls=":",
                    label=f"cores here ({points['cores']}){beyond}")
-    for name, marker in zip(SERIES, "osD^"):
+    for name, marker in zip(SERIES, "osDv^"):
         got = points["series"][name]
         if not got:
             continue

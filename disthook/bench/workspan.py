@@ -24,7 +24,10 @@ disthook and (when installed) in torch.distributed.pipelining over gloo on loopb
   (``replay``), the predicted step on p dedicated cores, its ratio to torch's prediction,
   and the predicted speedup over one process against the bound p·m/(m+p-1);
 - disthook's **ZB-H1** (``schedule="zb-h1"``) measured the same way, with each stage's
-  forward, B and W: its predicted step and its bubble against 1F1B's.
+  forward, B and W: its predicted step and its bubble against 1F1B's; and its
+  **zb-batched** (``schedule="zb-batched"``: every W at the end of the step, the weights'
+  gradients of all micro-batches taken as one product each), a W's cost being its equal
+  share of the batched one.
 
 What it cannot carry over: BLAS speed per core differs between CPUs (and with the memory
 bandwidth the other cores take), and the predicted step assumes a core per process that
@@ -42,7 +45,7 @@ import time
 from disthook.bench.stages import LAYERS, LR, bound, check, quiet, spawned, spec, torch_pipeline
 from disthook.bench.timing import cpu_seconds, io_thread_seconds
 from disthook.distributed.interleaved import interleaved_1f1b
-from disthook.distributed.schedule import one_f_one_b, zero_bubble_h1
+from disthook.distributed.schedule import one_f_one_b, zero_bubble_batched, zero_bubble_h1
 
 STAGES, QUICK_STAGES = (2, 4, 8), (2,)
 WIDTHS, QUICK_WIDTHS = (1024, 512), (256,)
@@ -51,7 +54,7 @@ MICRO, QUICK_MICRO = 16, 8
 STEPS, QUICK_STEPS = 6, 2  # measured steps, after two warm-up steps
 # the stages' arithmetic: passes, and the optimizer calls a step runs first (SGD's update of
 # the stage's weights); "outside compute" is the rest of the workers' CPU
-COMPUTE = ("forward", "backward", "weight", "optimizer")
+COMPUTE = ("forward", "backward", "weight", "optimizer")  # "weight" and "weight_batch"
 SENDS = ("send_act", "send_grad")
 VIRTUAL = 2  # chunks per worker of the interleaved 1F1B prediction
 
@@ -194,7 +197,7 @@ def ours(p: int, width: int, batch: int, m: int, steps: int) -> dict:
     cut = spec(p, width, batch)
     with local_cluster(workers=p) as cluster:
         measured = {schedule: _pipelined(cluster, net, cut, x, y, m, schedule, steps)
-                    for schedule in ("1f1b", "zb-h1")}
+                    for schedule in ("1f1b", "zb-h1", "zb-batched")}
     timelines, cpu, wall = measured["1f1b"]
     workers = sum(cpu["workers"])
 
@@ -213,9 +216,17 @@ def ours(p: int, width: int, batch: int, m: int, steps: int) -> dict:
             "outside_compute_s": outside,
             "costs": costs_from_timelines(timelines, p),
             "zb_costs": costs_from_timelines(measured["zb-h1"][0], p),
+            "zbb_costs": costs_from_timelines(measured["zb-batched"][0], p),
             "latency_s": wire_latency(batch // m, width),
             "waited_latency_s": hop_latency(timelines), "measured_step_s": wall,
-            "measured_zb_step_s": measured["zb-h1"][2]}
+            "measured_zb_step_s": measured["zb-h1"][2],
+            "measured_zbb_step_s": measured["zb-batched"][2],
+            "zbb_work_s": _work(measured["zb-batched"][1])}
+
+
+def _work(cpu: dict) -> float:
+    """Every process's CPU per step of one schedule's run (``_pipelined``'s)."""
+    return cpu["client"] + cpu["coordinator"] + sum(cpu["workers"])
 
 
 def _pipelined(cluster, net, cut, x, y, m: int, schedule: str, steps: int) -> tuple:
@@ -449,6 +460,10 @@ def _predict_row(row: dict) -> None:
             same = predict(_unsplit(r["zb_costs"]), latency, m)
             r["zb_bubble_vs_1f1b"] = _ratio(_bubble(zb), _bubble(same))
             r["zb_bubble_vs_1f1b_run"] = _ratio(_bubble(zb), _bubble(plain))
+            zbb = replay(zero_bubble_batched(row["stages"], m),
+                         lambda s, kind, c=r["zbb_costs"]: c[s].get(kind, 0.0), latency)
+            r["predicted_zbb_step_s"] = zbb["step_s"]
+            r["zbb_work_efficiency"] = r["one_process_cpu_s"] / r["zbb_work_s"]
         il = predict_interleaved(r["costs"], latency, m)
         r["predicted_interleaved_step_s"] = None if il is None else il["step_s"]
         r["interleaved_bubble_vs_1f1b"] = None if il is None else _ratio(_bubble(il),
@@ -461,10 +476,11 @@ def _predict_row(row: dict) -> None:
     t = row["torch"]
     row["ratio_to_torch"] = (row["disthook"]["predicted_step_s"] / t["predicted_step_s"]
                              if t else None)
-    # each library's fastest predicted schedule among those it runs (ours: 1F1B and ZB-H1,
-    # interleaved 1F1B being predicted only; torch's: 1F1B and Interleaved1F1B)
+    # each library's fastest predicted schedule among those it runs (ours: 1F1B, ZB-H1 and
+    # zb-batched, interleaved 1F1B being predicted only; torch's: 1F1B and Interleaved1F1B)
     row["best_ratio_to_torch"] = (
-        _best(row["disthook"], ("predicted_step_s", "predicted_zb_step_s"))
+        _best(row["disthook"], ("predicted_step_s", "predicted_zb_step_s",
+                                "predicted_zbb_step_s"))
         / _best(t, ("predicted_step_s", "predicted_interleaved_step_s")) if t else None)
 
 
@@ -573,10 +589,23 @@ def print_rows(rows: list[dict]) -> None:
         of, run = (_percent(d[k]) for k in ("zb_bubble_vs_1f1b", "zb_bubble_vs_1f1b_run"))
         print(f"{r['width']:>5} {r['stages']:>2} {fbw:>18} {_ms(d['predicted_step_s'], 0):>8} "
               f"{_ms(d['predicted_zb_step_s'], 0):>9} {vs:>9} {of:>15} {run:>15}")
+    print("zb-batched: every W at the end of the step, each weight's gradient over the "
+          "micro-batches one product (forward / B / a W's share per micro-batch on the "
+          "busiest stage), replayed likewise; its run's work and work efficiency")
+    print(f"{'w':>5} {'p':>2} {'F/B/W ms':>18} {'zb-batched ms':>14} {'vs torch':>9} "
+          f"{'work ms':>8} {'effic.':>7}")
+    for r in rows:
+        d, t = r["disthook"], r["torch"]
+        _, c = _busiest(d["zbb_costs"])
+        fbw = "/".join(_ms(c.get(k), 2) for k in ("forward", "backward", "weight_batch"))
+        step = d["predicted_zbb_step_s"]
+        vs = "n/a" if t is None else f"{step / t['predicted_step_s']:.2f}x"
+        print(f"{r['width']:>5} {r['stages']:>2} {fbw:>18} {_ms(step, 0):>14} {vs:>9} "
+              f"{_ms(d['zbb_work_s']):>8} {d['zbb_work_efficiency'] * 100:>6.0f}%")
     print(f"interleaved 1F1B, {VIRTUAL} chunks per worker, predicted for both libraries from "
           f"their 1F1B costs (a chunk's pass: 1/{VIRTUAL} of the stage's; sends and hops as "
           "measured); best: each library's fastest predicted schedule of those it runs "
-          "(ours: 1F1B, ZB-H1; torch's: 1F1B, Interleaved1F1B)")
+          "(ours: 1F1B, ZB-H1, zb-batched; torch's: 1F1B, Interleaved1F1B)")
     print(f"{'w':>5} {'p':>2} {'interleaved ms':>15} {'bubble of 1F1B':>15} "
           f"{'best ours/torch':>16}")
     for r in rows:

@@ -42,6 +42,7 @@ def unshare(tensors: list[RemoteStorage]) -> None:
     freeze_entries(tensors)
     held = []
     for t in tensors:
+        t._model.__dict__.get("_data_ptrs", {}).pop(t._path, None)  # its new memory
         view = t._model.__dict__.get("_param_proxies", {}).pop((t._path, True), None)
         # (held by the program: references beyond this name and getrefcount's argument)
         if view is not None and sys.getrefcount(view) > 2:

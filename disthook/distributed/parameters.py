@@ -123,6 +123,12 @@ class RemoteStorage:
     def stride(self, dim=None):
         return self._twin.stride(dim)
 
+    def data_ptr(self) -> int:
+        """One address per worker tensor (tied parameters and a ``.data`` share it; a new one
+        once ``unshare`` gave its value new memory), as tools that find shared storage need."""
+        ptrs = self._model.__dict__.setdefault("_data_ptrs", {})
+        return id(ptrs.setdefault(self._path, object()))
+
     def __len__(self) -> int:
         return len(self._twin)
 
@@ -533,7 +539,7 @@ def release(t: RemoteStorage, value: np.ndarray) -> Tensor:
 # that reads the value many times fetches it once)
 _OWN = {*RemoteStorage.__dict__, *RemoteParameter.__dict__, *RemoteBuffer.__dict__,
         "register_hook", "backward", "retain_grad", "type",
-        "get_device", "data_ptr", "is_complex", "new_zeros", "new_ones", "new_full",
+        "get_device", "is_complex", "new_zeros", "new_ones", "new_full",
         "new_empty", "new_tensor"}  # these need no value (or are the parameter's own)
 
 

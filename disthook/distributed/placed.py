@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from disthook.autograd import grad_mode
-from disthook.distributed import async_calls, attr_changes, state_entries
+from disthook.distributed import async_calls, attr_changes, code_changes, state_entries
 from disthook.distributed.data_views import unshare
 from disthook.distributed.hook_sync import sync_all, sync_hooks
 from disthook.distributed.parameters import (
@@ -62,8 +62,9 @@ def deployment_of(module) -> Deployment | None:
 
 
 class _Placed(Placement):
-    def __init__(self, deployment: Deployment, path: str):
+    def __init__(self, deployment: Deployment, path: str, aliases: tuple = ()):
         self.deployment, self.path = deployment, path
+        self.aliases = aliases  # the other paths the module is reached under (Sequential's)
         self.here: set[str] = set()  # what was set here that its worker's copy lacks
 
     def swapped(self, module: Module, name: str, swapped: bool) -> None:
@@ -87,7 +88,8 @@ class _Placed(Placement):
         lacks; the deployment keeps the paths that have one (``changed_here``)."""
         (self.here.add if changed else self.here.discard)(name)
         paths = self.deployment.__dict__.setdefault("_changed_here", set())
-        (paths.add if self.here else paths.discard)(self.path)
+        for path in (self.path, *self.aliases):  # a parent calling it by another name
+            (paths.add if self.here else paths.discard)(path)
 
     def detached(self, module: Module, state: dict) -> dict:
         state.pop("_placement", None)
@@ -114,8 +116,9 @@ class PartPlacement(_Placed):
     attributes its worker's copy has (those it was deployed with, and those set since
     through it); any other attribute set here is the client's own."""
 
-    def __init__(self, deployment: Deployment, path: str, shared: set | None = None):
-        super().__init__(deployment, path)
+    def __init__(self, deployment: Deployment, path: str, shared: set | None = None,
+                 aliases: tuple = ()):
+        super().__init__(deployment, path, aliases)
         self.shared = set() if shared is None else shared
 
     def forward_for(self, module: Module):
@@ -180,6 +183,10 @@ class PartPlacement(_Placed):
             object.__setattr__(module, name, value)
             self.shared.add(name)
             return True
+        elif (callable(value) and not self.deployment._hub.firing
+              and code_changes.mentions(type(module), name)):
+            self._mark(name, True)  # a function its code calls (getattr(self, name, f)),
+            # which its worker's copy cannot hold: its forward runs here from now on
         return False  # the client's own (a new attribute, or one that cannot travel)
 
     def extend_attr(self, name: str, start: int, items: list) -> None:
@@ -349,6 +356,7 @@ def changed_here(module: Module) -> bool:
     placement = module.__dict__.get("_placement")
     if placement is None:
         return False
+    code_changes.check(placement.deployment)  # its class swapped or patched since
     changed = placement.deployment.__dict__.get("_changed_here")
     path = placement.path
     if not path:  # the model: its own forward set on it (it runs here), or any part's
@@ -522,10 +530,15 @@ def place(dep: Deployment, root: Module) -> None:
             full = f"{path}.{name}" if path else name
             if b is not None and not isinstance(b, RemoteBuffer):
                 adopt_buffer(b, dep, full)
+    paths_of: dict[int, list[str]] = {}  # a module held twice (block.conv and block.net[0])
+    for path, module in root.named_modules(remove_duplicate=False):
+        paths_of.setdefault(id(module), []).append(path)
     for path, module in placed:
         if path:
             shared = {k for k in module.__dict__ if not k.startswith("_")}
-            placement = module.__dict__["_placement"] = PartPlacement(dep, path, shared)
+            aliases = tuple(p for p in paths_of[id(module)] if p != path)
+            placement = module.__dict__["_placement"] = PartPlacement(dep, path, shared,
+                                                                      aliases)
             module.__dict__["_modules"] = _Children(module._modules, placement)
             for name in _recomputed_here(module):
                 placement._mark(name, True)
@@ -533,6 +546,7 @@ def place(dep: Deployment, root: Module) -> None:
     root.__dict__["_modules"] = _Children(root._modules, root.__dict__["_placement"])
     dep.__dict__["_placed_modules"] = placed
     dep.__dict__["_synced"] = {}
+    code_changes.snapshot(dep, placed if dep._whole else [("", root), *placed])
 
 
 def _recomputed_here(module: Module) -> list[str]:

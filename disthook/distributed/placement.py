@@ -11,6 +11,7 @@ import numpy as np
 
 from disthook import random
 from disthook.autograd import grad_mode
+from disthook.distributed.schedule import SCHEDULES
 from disthook.nn.modules.module import Module
 from disthook.tensor import Tensor
 
@@ -52,8 +53,9 @@ def check_options(chunks, schedule: str, balance: str, split_points, sample_inpu
     """``deploy()``'s options, each with the error that names what it takes."""
     if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
         raise ValueError(f"chunks must be a positive int, got {chunks!r}")
-    if schedule not in ("gpipe", "1f1b", "zb-h1"):
-        raise ValueError(f"schedule must be 'gpipe', '1f1b' or 'zb-h1', got {schedule!r}")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be 'gpipe', '1f1b', 'zb-h1' or 'zb-batched', got "
+                         f"{schedule!r}")
     if balance not in ("params", "time"):
         raise ValueError(f"balance must be 'params' or 'time', got {balance!r}")
     if balance == "time" and split_points is None and not isinstance(sample_input, Tensor):

@@ -35,10 +35,12 @@ import weakref
 import numpy as np
 
 from disthook import _dtype
+from disthook.autograd.saved_hooks import current_pair
 from disthook.ops import base as ops_base
 from disthook.ops import shape as S
 from disthook.service import op_calls
 from disthook.tensor import Tensor, _can_view
+from disthook.utils.checkpoint import _Frame
 
 __all__ = ["RemoteValue", "make_remote", "pack_args", "remote_apply"]
 
@@ -128,7 +130,10 @@ class RemoteValue(Tensor):
     def _data(self) -> np.ndarray:
         ref = self.__dict__["_ref"]
         if ref.value is not None:
-            return ref.value
+            if _local.fetching or not _checkpointed() or \
+                    _how_read(sys._getframe(1)) != _OP:
+                return ref.value
+            raise ops_base.RemoteOperand  # (see _checkpointed)
         how = _how_read(sys._getframe(1))
         if how == _META:
             return _SLOT_DATA.__get__(self)
@@ -323,6 +328,16 @@ def _here(cls, inputs: tuple, params: dict):
 
 
 ops_base.remote_apply = remote_apply
+
+
+def _checkpointed() -> bool:
+    """Inside ``torch.utils.checkpoint`` (use_reentrant=False), its forward or its rerun: an op
+    on a kept value runs on its worker even where the value came with the call's answer, so
+    that the rerun, whose calls may go on without their answers, saves the same tensors here
+    as the forward did (none), rather than failing its determinism check."""
+    pair = current_pair()
+    return pair is not None and (isinstance(getattr(pair[0], "__self__", None), _Frame)
+                                 or getattr(pair[0], "keeps_values", False))
 
 
 # ---- what a read of _data is for ----------------------------------------------------------

@@ -15,6 +15,9 @@ they have no ``recv_act`` / ``send_act`` and ``recv_grad`` respectively.
 
 - ``weight``    (``zb-h1`` only) the weights' gradients of the micro-batch, whose
   ``backward`` computed only the gradients that flow on (disthook.autograd.split)
+- ``weight_batch`` (``zb-batched`` only) the same, taken together with the ``weight_batch``
+  actions next to it: each weight gets their micro-batches' gradients summed, as one product
+  over their rows where nothing watches them one by one (``split.run_together``)
 
 ``gpipe``: every forward, then every backward. ``one_f_one_b``: stage ``s`` runs
 ``min(p - 1 - s, m)`` forwards to fill the pipeline, then alternates one forward and one
@@ -29,6 +32,15 @@ W's fill what was 1F1B's drain: the bubble is (p-1)(F+B-W) against 1F1B's (p-1)(
 third of it when the three cost alike. A stage holds at most ``p`` micro-batches whose W has
 not run (1F1B's first stage holds ``p`` activations).
 
+``zero_bubble_batched`` (zb-batched) splits each backward more finely: only the products
+that give the weights' gradients wait (``backward_split(shallow=True)``), and they all wait
+for the end of the step, where each weight's gradient over the micro-batches is one product
+over their rows stacked. At micro-batch sizes that product is the slow one (a 1024 x 1024
+gradient from 32 rows), and one over 512 rows costs about half as much per row. The price:
+a stage holds each micro-batch's saved inputs of those products until the end of the step
+(GPipe's memory for them; the rest of each backward's memory goes when its B is done), and
+the bubble is 1F1B's for the B's plus the last stage's batched W.
+
 ``simulate`` runs the lists against each other (sends never block, a receive waits for its
 send) and raises ``ScheduleError`` on a deadlock, a missing or repeated action, or a
 dependency out of order; ``in_flight`` gives the largest number of micro-batches a stage
@@ -36,10 +48,12 @@ holds at once.
 """
 from __future__ import annotations
 
-__all__ = ["SCHEDULES", "ScheduleError", "bubble_fraction", "gpipe", "in_flight",
-           "one_f_one_b", "schedule", "simulate", "zero_bubble_h1"]
+__all__ = ["SCHEDULES", "ScheduleError", "WEIGHT_KINDS", "bubble_fraction", "gpipe",
+           "in_flight", "one_f_one_b", "schedule", "simulate", "zero_bubble_batched",
+           "zero_bubble_h1"]
 
 Action = tuple[str, int]
+WEIGHT_KINDS = ("weight", "weight_batch")  # a split backward's deferred part
 
 
 class ScheduleError(ValueError):
@@ -105,12 +119,20 @@ def zero_bubble_h1(p: int, m: int) -> list[list[Action]]:
     return stages
 
 
-SCHEDULES = {"gpipe": gpipe, "1f1b": one_f_one_b, "zb-h1": zero_bubble_h1}
+def zero_bubble_batched(p: int, m: int) -> list[list[Action]]:
+    """1F1B's forwards and input-gradient backwards, then every micro-batch's W at the end,
+    taken together."""
+    return [[a for a in actions if a[0] != "weight"] + [("weight_batch", mb) for mb in range(m)]
+            for actions in zero_bubble_h1(p, m)]
+
+
+SCHEDULES = {"gpipe": gpipe, "1f1b": one_f_one_b, "zb-h1": zero_bubble_h1,
+             "zb-batched": zero_bubble_batched}
 
 
 def schedule(name: str, p: int, m: int) -> list[list[Action]]:
-    """The schedule ``name`` ("gpipe", "1f1b" or "zb-h1") for ``p`` stages and ``m``
-    micro-batches."""
+    """The schedule ``name`` ("gpipe", "1f1b", "zb-h1" or "zb-batched") for ``p`` stages and
+    ``m`` micro-batches."""
     if name not in SCHEDULES:
         raise ValueError(f"schedule must be one of {sorted(SCHEDULES)}, got {name!r}")
     return SCHEDULES[name](p, m)
@@ -147,10 +169,13 @@ def simulate(stages: list[list[Action]], m: int) -> list[tuple[int, Action]]:
         if not progressed:
             waiting = {s: stages[s][pos[s]] for s in range(p) if pos[s] < len(stages[s])}
             raise ScheduleError(f"deadlock: every unfinished stage waits ({waiting})")
-    split = any(kind == "weight" for actions in stages for kind, _ in actions)
+    split = [k for k in WEIGHT_KINDS if any(kind == k for actions in stages
+                                            for kind, _ in actions)]
+    if len(split) > 1:
+        raise ScheduleError(f"a schedule splits its backwards one way, not {split}")
     for s in range(p):
         missing = [a for mb in range(m) for a in _forward(s, p, mb) + _backward(s, p, mb)
-                   + ([("weight", mb)] if split else []) if a not in done[s]]
+                   + [(kind, mb) for kind in split] if a not in done[s]]
         if missing:
             raise ScheduleError(f"stage {s} never runs {missing}")
     return order
@@ -166,6 +191,7 @@ def _requires(s: int, action: Action, done: set[Action], p: int) -> None:
         "backward": [("forward", mb)] + ([("recv_grad", mb)] if s < p - 1 else []),
         "send_grad": [("backward", mb)],
         "weight": [("backward", mb)],
+        "weight_batch": [("backward", mb)],
         "recv_act": [],
     }.get(kind)
     if needs is None:
@@ -178,13 +204,13 @@ def _requires(s: int, action: Action, done: set[Action], p: int) -> None:
 def in_flight(actions: list[Action]) -> int:
     """The most micro-batches a stage holds at once (forwarded, not yet backwarded; under a
     split backward, not yet through their W)."""
-    split = any(kind == "weight" for kind, _ in actions)
+    split = any(kind in WEIGHT_KINDS for kind, _ in actions)
     held = peak = 0
     for kind, _ in actions:
         if kind == "forward":
             held += 1
             peak = max(peak, held)
-        elif kind == ("weight" if split else "backward"):
+        elif (kind in WEIGHT_KINDS) if split else kind == "backward":
             held -= 1
     return peak
 

@@ -9,6 +9,7 @@ only runs ``forward`` and builds no node.
 from __future__ import annotations
 
 import re
+import threading
 import weakref
 
 import numpy as np
@@ -53,7 +54,22 @@ class Op(Node):
         raise NotImplementedError
 
     def _backward(self, grads: list) -> tuple:
-        return self.backward(self, *grads)
+        outer = _running.node
+        _running.node = self
+        try:
+            return self.backward(self, *grads)
+        finally:
+            _running.node = outer
+
+    @property
+    def saved_tensors(self) -> tuple:
+        """The saved tensors, for the op's own backward only: torch's built-in nodes have
+        no ``saved_tensors`` (graph readers such as torchviz test ``hasattr(fn,
+        "saved_tensors")`` to find custom Functions); they show ``_saved_<name>``."""
+        if _running.node is not self:
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute "
+                                 "'saved_tensors'")
+        return self._unpack_saved()
 
     @classmethod
     def apply(cls, *inputs, **params):
@@ -131,6 +147,11 @@ class Op(Node):
         self._saved = tuple(saved)
 
 
+class _Running(threading.local):
+    node = None  # the op node whose backward runs now in this thread
+
+
+_running = _Running()
 _new = object.__new__  # anomaly mode puts one that records here while on (anomaly_mode.py)
 # the needs_input_grad tuples of one- and two-input ops, shared: one fewer object per node
 _NEEDS1 = {flag: (flag,) for flag in (False, True)}

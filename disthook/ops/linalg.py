@@ -32,8 +32,39 @@ def check_same_dtype(a, b, kind: str) -> None:
     raise RuntimeError(msg)
 
 
+def stack_rows(node, rows: list, grads: list, edges) -> dict | None:
+    """The gradients of ``edges`` of a product node (``Mm``, ``Addmm``) summed over several
+    micro-batches, as one product over their rows stacked: ``rows`` the left operands,
+    ``grads`` the outputs' gradients, one per micro-batch. None when they are not 2-D
+    matrices alike (the caller then takes them one by one)."""
+    from disthook.tensor import Tensor
+
+    xs, gs = [t._data for t in rows], [t._data for t in grads]
+    for arrays in (xs, gs):
+        if (any(a.ndim != 2 for a in arrays) or len({a.shape[1] for a in arrays}) != 1
+                or len({a.dtype for a in arrays}) != 1):
+            return None
+    g = Tensor._make(np.concatenate(gs), None, 0)
+    out = {}
+    right = len(node.next_functions) - 1
+    if right in edges:
+        x = Tensor._make(np.concatenate(xs), None, 0)
+        out[right] = _right_grad(x, g, getattr(node, "b_transposed", False))
+    if right != 0 and 0 in edges:  # Addmm's bias: broadcast over the rows, or not stackable
+        shape = node._input_meta[0][0]
+        if len(shape) == 2 and shape[0] != 1:
+            return None
+        out[0] = g
+    return out
+
+
 class Mm(Op):
     saved_names = ("self", "mat2")
+    # the gradient of mat2 sums over the rows of self and of the output's gradient: several
+    # micro-batches' share of it is one product over their rows stacked (stack_rows;
+    # disthook.autograd.split.run_together): (saved position of the rows, such edges)
+    stacked_rows = (0, frozenset({1}))
+    stack_rows = staticmethod(stack_rows)
 
     @staticmethod
     def forward(ctx, a, b):
@@ -147,6 +178,8 @@ class Addmm(Op):
     """``bias + a @ b``, the op ``nn.Linear`` records for 2-D input."""
 
     saved_names = ("mat1", "mat2")
+    stacked_rows = (0, frozenset({0, 2}))  # as Mm's, and the bias's (a sum over rows)
+    stack_rows = staticmethod(stack_rows)
 
     @staticmethod
     def forward(ctx, bias, a, b):

@@ -2,6 +2,8 @@
 softmax family, and cumsum."""
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import numpy as np
 
 from disthook.ops.base import OUTPUT, Op
@@ -39,9 +41,19 @@ def expand_back(g, in_shape: tuple, dims, keepdim: bool):
     return g.expand(in_shape)
 
 
+def _dims(n) -> tuple:
+    return tuple(n.dims) if isinstance(n.dims, (tuple, list)) else (n.dims,)
+
+
+# what torch's SumBackward1 and MeanBackward1 keep besides their tensors
+_REDUCED_DIMS = MappingProxyType({"dim": _dims, "keepdim": lambda n: n.keepdim,
+                 "self_sym_sizes": lambda n: tuple(n.shape)})
+
+
 class Sum(Op):
     complex_ok = True
     node_name = "SumBackward1"
+    saved_values = _REDUCED_DIMS
 
     @staticmethod
     def forward(ctx, a, dim=None, keepdim=False, dtype=None):
@@ -58,11 +70,13 @@ class Sum(Op):
 
 class SumAll(Sum):
     node_name = "SumBackward0"
+    saved_values = MappingProxyType({"self_sym_sizes": lambda n: tuple(n.shape)})
 
 
 class Mean(Op):
     complex_ok = True
     node_name = "MeanBackward1"
+    saved_values = _REDUCED_DIMS
 
     @staticmethod
     def forward(ctx, a, dim=None, keepdim=False):
@@ -83,6 +97,7 @@ class Mean(Op):
 
 class MeanAll(Mean):
     node_name = "MeanBackward0"
+    saved_values = MappingProxyType({})
 
 
 def _kind_name(dt) -> str:

@@ -4,6 +4,7 @@ index_select."""
 from __future__ import annotations
 
 import weakref
+from types import MappingProxyType
 
 import numpy as np
 
@@ -17,6 +18,7 @@ class View(Op):
     complex_ok = True
     node_name = "ViewBackward0"
     view = True
+    saved_values = MappingProxyType({"self_sym_sizes": lambda n: tuple(n.shape)})
 
     @staticmethod
     def forward(ctx, a, shape):
@@ -38,6 +40,7 @@ class UnsafeView(View):
 class Permute(Op):
     complex_ok = True
     view = True
+    saved_values = MappingProxyType({"dims": lambda n: tuple(n.dims)})
 
     @staticmethod
     def forward(ctx, a, dims):
@@ -53,6 +56,7 @@ class Transpose(Op):
     complex_ok = True
     node_name = "TransposeBackward0"
     view = True
+    saved_values = MappingProxyType({"dim0": lambda n: n.pair[0], "dim1": lambda n: n.pair[1]})
 
     @staticmethod
     def forward(ctx, a, dim0, dim1):
@@ -126,6 +130,7 @@ class Unsqueeze(Op):
     complex_ok = True
     node_name = "UnsqueezeBackward0"
     view = True
+    saved_values = MappingProxyType({"dim": lambda n: n.dim})
 
     @staticmethod
     def forward(ctx, a, dim):
@@ -160,6 +165,8 @@ class Repeat(Op):
 
 class Cat(Op):
     complex_ok = True
+    saved_values = MappingProxyType({"dim": lambda n: n.dim})
+
     @staticmethod
     def forward(ctx, *tensors, dim=0):
         ctx.dim = dim
@@ -192,6 +199,9 @@ class Split(Op):
     complex_ok = True
     node_name = "SplitBackward0"
     view = True
+    saved_values = MappingProxyType({"dim": lambda n: n.dim,
+                    "split_size": lambda n: n._output_meta[0][0][n.dim],
+                    "self_sym_sizes": lambda n: tuple(n._input_meta[0][0])})
 
     @staticmethod
     def forward(ctx, a, sizes, dim=0):
@@ -210,6 +220,9 @@ class SplitWithSizes(Split):
     """``split([sizes])``."""
 
     node_name = "SplitWithSizesBackward0"
+    saved_values = MappingProxyType({"dim": lambda n: n.dim,
+                    "split_sizes": lambda n: tuple(m[0][n.dim] for m in n._output_meta),
+                    "self_sym_sizes": lambda n: tuple(n._input_meta[0][0])})
 
 
 class Unbind(Op):

@@ -361,17 +361,17 @@ class OneCycleLR(_CyclesMomentum, LRScheduler):
                              "steps_per_epoch)")
         up_end = float(pct_start * self.total_steps) - 1
         if three_phase:
-            self._schedule_phases = [
-                (up_end, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
-                (float(2 * pct_start * self.total_steps) - 2, "max_lr", "initial_lr",
-                 "base_momentum", "max_momentum"),
-                (self.total_steps - 1, "initial_lr", "min_lr", "max_momentum", "max_momentum"),
-            ]
+            phases = [(up_end, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
+                      (float(2 * pct_start * self.total_steps) - 2, "max_lr", "initial_lr",
+                       "base_momentum", "max_momentum"),
+                      (self.total_steps - 1, "initial_lr", "min_lr", "max_momentum",
+                       "max_momentum")]
         else:
-            self._schedule_phases = [
-                (up_end, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
-                (self.total_steps - 1, "max_lr", "min_lr", "base_momentum", "max_momentum"),
-            ]
+            phases = [(up_end, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
+                      (self.total_steps - 1, "max_lr", "min_lr", "base_momentum",
+                       "max_momentum")]
+        # torch's layout (a dict per phase), which its state dicts carry
+        self._schedule_phases = [dict(zip(_PHASE_KEYS, phase)) for phase in phases]
         if pct_start < 0 or pct_start > 1 or not isinstance(pct_start, float):
             raise ValueError(f"Expected float between 0 and 1 pct_start, but got {pct_start}")
         if anneal_strategy not in ("cos", "linear"):
@@ -402,7 +402,8 @@ class OneCycleLR(_CyclesMomentum, LRScheduler):
         lrs = []
         for group in self.optimizer.param_groups:
             start_step = 0.0
-            for i, (end_step, lr0, lr1, m0, m1) in enumerate(self._schedule_phases):
+            for i, phase in enumerate(self._schedule_phases):
+                end_step, lr0, lr1, m0, m1 = (phase[key] for key in _PHASE_KEYS)
                 if step <= end_step or i == len(self._schedule_phases) - 1:
                     pct = (step - start_step) / (end_step - start_step)
                     lr = self._anneal(group[lr0], group[lr1], pct)
@@ -414,6 +415,9 @@ class OneCycleLR(_CyclesMomentum, LRScheduler):
             if self.cycle_momentum:
                 self._set_momentum(group, momentum)
         return lrs
+
+
+_PHASE_KEYS = ("end_step", "start_lr", "end_lr", "start_momentum", "end_momentum")
 
 
 def _per_group(name: str, optimizer: Optimizer, value) -> list:
@@ -692,7 +696,8 @@ class CosineAnnealingWarmRestarts(LRScheduler):
                 for base in self.base_lrs]
 
     def step(self, epoch=None) -> None:
-        self._count_step()
+        # torch's own step here counts no steps (its _step_count stays 0 in its state dict)
+        # and so never warns about the order of the optimizer's and the scheduler's steps
         if epoch is None and self.last_epoch < 0:
             epoch = 0
         if epoch is None:

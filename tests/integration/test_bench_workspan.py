@@ -36,6 +36,9 @@ def check_tables(out: str, rows: list) -> None:
     zero = next(line for line in lines if "F/B/W ms" in line)
     for column in ("1F1B ms", "ZB-H1 ms", "vs torch", "bubble of 1F1B", "of its own run"):
         assert column in zero, column
+    batched = next(line for line in lines if "zb-batched ms" in line)
+    for column in ("vs torch", "work ms", "effic."):
+        assert column in batched, column
     interleaved = next(line for line in lines if "interleaved ms" in line)
     for column in ("bubble of 1F1B", "best ours/torch"):
         assert column in interleaved, column
@@ -49,6 +52,10 @@ def check_tables(out: str, rows: list) -> None:
         for stage in ours["zb_costs"]:  # and under ZB-H1, its W's
             assert stage["forward"] > 0 and stage["backward"] > 0 and stage["weight"] > 0
         assert ours["predicted_zb_step_s"] > 0
+        for stage in ours["zbb_costs"]:  # and under zb-batched, its W's shares
+            assert stage["forward"] > 0 and stage["backward"] > 0
+            assert stage["weight_batch"] > 0 and "weight" not in stage
+        assert ours["predicted_zbb_step_s"] > 0 and 0 < ours["zbb_work_efficiency"] < 1
         if row["micro"] % row["stages"] == 0:  # interleaved takes groups of p micro-batches
             assert ours["predicted_interleaved_step_s"] > 0
         assert ours["workers_cpu_s"] > 0 and 0 <= ours["outside_compute"] < 1

@@ -46,7 +46,7 @@ def train_and_look(cluster, stages, schedule):
 
 
 @pytest.mark.parametrize("stages", [2, 3])
-@pytest.mark.parametrize("schedule", ["1f1b", "zb-h1"])
+@pytest.mark.parametrize("schedule", ["1f1b", "zb-h1", "zb-batched"])
 def test_chunked_steps_over_local_links_equal_one_process(cluster, stages, schedule):
     want_log = []
     want = one_process(want_log)
@@ -221,7 +221,7 @@ def test_a_stage_unloaded_closes_its_links_and_a_new_deploy_makes_new_ones(clust
 
     # (the links of what the tests before deployed on this shared cluster close as it closes,
     # a moment after: under load one was still held here)
-    wait_until(lambda: links_in() == [], 10)
+    wait_until(lambda: links_in() == [], 30)
     for _ in range(2):
         remote = cluster.deploy(nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4),
                                               nn.Linear(4, 2)), stages=3)
@@ -229,4 +229,4 @@ def test_a_stage_unloaded_closes_its_links_and_a_new_deploy_makes_new_ones(clust
         assert len(held) == 4, held  # stage 0 -> 1, 1 -> 0, 1 -> 2, 2 -> 1
         remote(torch.ones(2, 4)).sum().backward()
         remote.close()
-        wait_until(lambda: links_in() == [], 10)
+        wait_until(lambda: links_in() == [], 30)

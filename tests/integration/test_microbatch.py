@@ -150,7 +150,8 @@ def test_train_step_errors_end_the_step_everywhere_and_the_model_stays_usable(cl
     finally:
         remote.close()
     with pytest.raises(ValueError,
-                       match="schedule must be 'gpipe', '1f1b' or 'zb-h1', got 'pipedream'"):
+                       match="schedule must be 'gpipe', '1f1b', 'zb-h1' or 'zb-batched', got "
+                             "'pipedream'"):
         cluster.deploy(make_net(), stages=2, schedule="pipedream")
 
 

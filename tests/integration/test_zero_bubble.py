@@ -122,3 +122,116 @@ def test_zb_h1_gradients_and_hooks_equal_one_process(cluster, stages):
 def test_zb_h1_trains_as_the_whole_batch_does(cluster, stages):
     train_three_steps(cluster, stages, CHUNKS, "zb-h1",
                       lambda r, x, y: r.train_step(x, y, nn.functional.cross_entropy))
+
+
+def no_hooks(model, log):
+    pass
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("hooks", [no_hooks, hook_everything])
+def test_zb_batched_gradients_and_hooks_equal_one_process(cluster, stages, hooks):
+    """zb-batched: every W at the end of the step, taken together. With no hook on the
+    weights each weight's gradient is one product over the step's rows (within rounding of
+    one process's micro-batch by micro-batch); with hooks each micro-batch's W runs in turn
+    and every hook fires once per micro-batch with one process's arguments."""
+    local_log, log = [], []
+    want = one_process(local_log)
+    if hooks is no_hooks:
+        local_log = []
+    remote = cluster.deploy(make_net(), stages=stages, chunks=CHUNKS, schedule="zb-batched")
+    try:
+        hooks(remote, log)
+        x, y = data()
+        remote.train_step(x, y, nn.functional.cross_entropy)
+        got = {n: p.grad.numpy() for n, p in remote.named_parameters()}
+        timelines = [s["timeline"] for s in remote.step_stats]
+    finally:
+        remote.close()
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-7, err_msg=name)
+    for timeline in timelines:  # each stage's W's: the last actions of its step
+        kinds = [kind for kind, *_ in timeline]
+        assert kinds[-CHUNKS:] == ["weight_batch"] * CHUNKS
+        assert "weight" not in kinds
+    local, got_log = by_hook(local_log), by_hook(log)
+    assert local.keys() == got_log.keys()
+    for key in local:
+        assert len(got_log[key]) == len(local[key]) == CHUNKS, key
+        for a, b in zip(got_log[key], local[key]):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7, err_msg=str(key))
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+def test_zb_batched_trains_as_the_whole_batch_does(cluster, stages):
+    train_three_steps(cluster, stages, CHUNKS, "zb-batched",
+                      lambda r, x, y: r.train_step(x, y, nn.functional.cross_entropy))
+
+
+class Block(nn.Module):
+    """A pre-norm transformer block: its Linear layers see 3-D input (rows flattened), and
+    its weights' gradients come from products, layer norms and a bare parameter."""
+
+    def __init__(self, width, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
+        self.mlp = nn.Sequential(nn.Linear(width, 2 * width), nn.GELU(),
+                                 nn.Linear(2 * width, width))
+        self.gate = nn.Parameter(torch.full((width,), 0.5))
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.norm1(x)).split(c, dim=2)
+        q, k, v = (z.reshape(b, t, self.heads, c // self.heads).transpose(1, 2)
+                   for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1) / (c // self.heads) ** 0.5).softmax(-1)
+        x = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, c))
+        return x + self.gate * self.mlp(self.norm2(x))
+
+
+class Head(nn.Module):
+    def __init__(self, width, classes):
+        super().__init__()
+        self.out = nn.Linear(width, classes)
+
+    def forward(self, x):
+        return self.out(x.mean(1))
+
+
+def small_gpt():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 8), Block(8), Block(8), Block(8), Head(8, 3))
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+def test_zb_batched_transformer_blocks_train_as_one_process(cluster, stages):
+    """Blocks of a small transformer over 3 steps of SGD: the weights after each step as one
+    process's micro-batch by micro-batch (within rounding)."""
+    torch.manual_seed(2)
+    x, y = torch.randn(ROWS, 5, 6), torch.randint(0, 3, (ROWS,))
+    net = small_gpt()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    rows = ROWS // CHUNKS
+    remote = cluster.deploy(small_gpt(), stages=stages, chunks=CHUNKS, schedule="zb-batched")
+    try:
+        from disthook.distributed import DistributedOptimizer
+
+        ropt = DistributedOptimizer(torch.optim.SGD, remote.parameters(), lr=0.1)
+        for _ in range(3):
+            opt.zero_grad()
+            for mb in range(CHUNKS):
+                piece = slice(mb * rows, (mb + 1) * rows)
+                (nn.functional.cross_entropy(net(x[piece]), y[piece]) * (rows / ROWS)) \
+                    .backward()
+            opt.step()
+            ropt.zero_grad()
+            remote.train_step(x, y, nn.functional.cross_entropy)
+            ropt.step()
+        want = dict(net.named_parameters())
+        for name, p in remote.named_parameters():
+            np.testing.assert_allclose(p.detach().numpy(), want[name].detach().numpy(),
+                                       rtol=1e-4, atol=1e-6, err_msg=name)
+    finally:
+        remote.close()

@@ -21,6 +21,28 @@ class _InstanceNorm(_NormBase):
         super().__init__(num_features, eps, momentum, affine, track_running_stats, device,
                          dtype, bias=bias)
 
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs) -> None:
+        """A state dict without a version (torch before 0.4) may hold running statistics an
+        instance norm without ``track_running_stats`` has not: they are dropped, with an
+        error that says why, as in torch."""
+        stale = [prefix + name for name in ("running_mean", "running_var")
+                 if prefix + name in state_dict]
+        if local_metadata.get("version") is None and not self.track_running_stats and stale:
+            klass = type(self).__name__
+            error_msgs.append(
+                "Unexpected running stats buffer(s) {} for {} with track_running_stats=False. "
+                "If state_dict is a checkpoint saved before 0.4.0, this may be expected "
+                "because {} does not track running stats by default since 0.4.0. Please "
+                "remove these keys from state_dict. If the running stats are actually needed, "
+                "instead set track_running_stats=True in {} to enable them. See the "
+                "documentation of {} for details.".format(
+                    " and ".join(f'"{k}"' for k in stale), klass, klass, klass, klass))
+            for key in stale:
+                state_dict.pop(key)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                      unexpected_keys, error_msgs)
+
     def forward(self, input: Tensor) -> Tensor:
         batched = self.dims + 2
         if input.ndim not in (batched - 1, batched):
