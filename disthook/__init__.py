@@ -26,6 +26,10 @@ from disthook import (  # noqa: F401
 from disthook._dtype import (  # noqa: F401
     bfloat16,
     bool,
+    cdouble,
+    cfloat,
+    complex64,
+    complex128,
     double,
     dtype,
     float,
@@ -45,6 +49,7 @@ from disthook._dtype import (  # noqa: F401
     uint8,
 )
 from disthook._out import write_out as _write_out
+from disthook._stft import istft, stft  # noqa: F401
 from disthook._tensor_str import get_printoptions, set_printoptions  # noqa: F401
 from disthook.autograd import (  # noqa: F401
     enable_grad,
@@ -56,6 +61,7 @@ from disthook.autograd import (  # noqa: F401
     set_warn_always,
 )
 from disthook.autograd.grad_mode import is_inference_mode_enabled  # noqa: F401
+from disthook.ops import complex as _complex_ops
 from disthook.random import (  # noqa: F401
     Generator,
     default_generator,
@@ -125,13 +131,24 @@ def _float_np(dtype):
     return (dtype or get_default_dtype()).np if not isinstance(dtype, _np.dtype) else dtype
 
 
+def _draw(draw, size, np_dtype, scale=1.0):
+    """``draw(shape)`` as ``np_dtype``; a complex dtype draws its real and imaginary parts
+    apart, each times ``scale``."""
+    if np_dtype.kind != "c":
+        return draw(size).astype(np_dtype)
+    parts = draw(size + (2,)) * scale
+    return (parts[..., 0] + 1j * parts[..., 1]).astype(np_dtype)
+
+
 def rand(*size, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
-    arr = random.gen(generator).random(_size(size)).astype(_float_np(dtype))
+    arr = _draw(random.gen(generator).random, _size(size), _np.dtype(_float_np(dtype)))
     return _rand_factory(arr, requires_grad, device)
 
 
 def randn(*size, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
-    arr = random.gen(generator).standard_normal(_size(size)).astype(_float_np(dtype))
+    # a complex normal has variance 1 in all: each part's is 1/2, as torch's
+    arr = _draw(random.gen(generator).standard_normal, _size(size), _np.dtype(_float_np(dtype)),
+                _np.sqrt(0.5))
     return _rand_factory(arr, requires_grad, device)
 
 
@@ -174,6 +191,8 @@ def normal(mean, std, size=None, *, generator=None) -> Tensor:
 
 
 def bernoulli(p: Tensor, *, generator=None) -> Tensor:
+    if p.is_complex():
+        return p.bernoulli()  # (which refuses it, as torch)
     return Tensor._make((random.gen(generator).random(p.shape) < p._data).astype(p._data.dtype),
                         None, 0)
 
@@ -268,6 +287,26 @@ def real(input: Tensor) -> Tensor:
 
 def imag(input: Tensor) -> Tensor:
     return input.imag
+
+
+def complex(real: Tensor, imag: Tensor) -> Tensor:
+    """A complex tensor from its real and imaginary parts (float or double, same dtype)."""
+    return _complex_ops.Complex.apply(real, imag)
+
+
+def polar(abs: Tensor, angle: Tensor) -> Tensor:
+    """The complex tensor abs * (cos(angle) + i sin(angle))."""
+    return _complex_ops.Polar.apply(abs, angle)
+
+
+def view_as_real(input: Tensor) -> Tensor:
+    """A complex tensor's memory seen as real pairs, shape [..., 2]."""
+    return _complex_ops.ViewAsReal.apply(input)
+
+
+def view_as_complex(input: Tensor) -> Tensor:
+    """Real pairs along a last dim of size 2 seen as complex numbers, in the same memory."""
+    return _complex_ops.ViewAsComplex.apply(input)
 
 
 def broadcast_tensors(*tensors):
@@ -380,8 +419,6 @@ def vmap(func, in_dims=0, out_dims=0, randomness: str = "error", *, chunk_size=N
 
 from disthook._functions import _nn_alias
 from disthook._layout import layout, strided  # noqa: F401
-from disthook._settings import *
-from disthook.amp.autocast_mode import autocast, is_autocast_enabled  # noqa: F401
 from disthook._limits import (  # noqa: F401
     channels_last,
     channels_last_3d,
@@ -396,6 +433,8 @@ from disthook._limits import (  # noqa: F401
     pi,
     preserve_format,
 )
+from disthook._settings import *
+from disthook.amp.autocast_mode import autocast, is_autocast_enabled  # noqa: F401
 from disthook.compiler import compile  # noqa: F401  # the model itself, run eagerly
 from disthook.storage import TypedStorage, UntypedStorage  # noqa: F401
 

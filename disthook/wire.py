@@ -75,11 +75,12 @@ __all__ = [
 # gives only then (or to refuse it); a forward or train_step names the program's default
 # dtype ("default_dtype"); an attr_change says a list grew or a container changed in place
 # ("grown", "in_place"), and a module_op may extend a list ("extend_attr"); a hook event
-# names its tensors ("ids") and a forward passed on names its input ("names"); 15: a
-# train_step's schedule may hold "weight_batch" actions (zb-batched), which a worker of 14
-# refuses; a stage's "form" is asked (its modes, dtypes, buffers, requires_grad), and a
-# forward passed on carries the revisions of the stages it passed ("forms"), which an
-# attached client's answers and hook events carry too
+# names its tensors ("ids") and a forward passed on names its input ("names"); 15: arrays
+# may be complex ("<c8", "<c16": pipe codes after the real ones); a train_step's schedule
+# may hold "weight_batch" actions (zb-batched); a stage's "form" is asked (its modes,
+# dtypes, buffers, requires_grad), and a forward passed on carries the revisions of the
+# stages it passed ("forms"), which an attached client's answers and hook events carry
+# too: all of which a process of 14 refuses
 PROTOCOL_VERSION = 15
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
@@ -92,7 +93,7 @@ SILENT_AFTER_BEATS = 10  # the coordinator lists a worker this long without beat
 ARRAY_EXT = 1  # msgpack extension code of an array placeholder in the header
 
 # The array dtypes that may cross the wire, by their little-endian numpy names.
-DTYPES = frozenset({"<f2", "<f4", "<f8", "|i1", "<i2", "<i4", "<i8", "|u1", "|b1"})
+DTYPES = frozenset({"<f2", "<f4", "<f8", "|i1", "<i2", "<i4", "<i8", "|u1", "|b1", "<c8", "<c16"})
 _NP_DTYPES = {s: np.dtype(s) for s in DTYPES}
 
 
@@ -908,7 +909,7 @@ _WALK = (list, dict, _Placeholder)
 PIPE_MAGIC = b"DHpipe"  # never the start of a general header (a msgpack map)
 _PIPE_MAGIC_LEN = len(PIPE_MAGIC)
 PIPE_KINDS = tuple(sorted(ENUMS["pipe_kind"]))
-PIPE_DTYPES = tuple(sorted(DTYPES))
+PIPE_DTYPES = tuple(sorted(DTYPES, key=lambda d: (d[1] == "c", d)))  # complex last (15)
 _PIPE_KIND_CODE = {k: i for i, k in enumerate(PIPE_KINDS)}
 _PIPE_DTYPE_CODE = {d: i for i, d in enumerate(PIPE_DTYPES)}
 _PIPE_HEAD = struct.Struct("<6sBBBBBqHHI")

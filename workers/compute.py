@@ -60,7 +60,7 @@ class ComputeHandlers:
                 t = disthook.from_numpy(a if job.spec is None else np.array(a))
                 if job.spec is not None:  # a hook event sends the frame, not another copy
                     job.spec.keep_pristine(t, a)
-                if grad and flag and t.is_floating_point():
+                if grad and flag and (t.is_floating_point() or t.is_complex()):
                     t.requires_grad_(True)  # a fresh leaf per context: its grad goes back
                 inputs.append(t)
                 return t
@@ -514,6 +514,8 @@ def _stream_state(msg) -> str | None:
 
 
 def _as_computed(t):
+    """A chain stage's received activation as its forward takes it (the pass made a float or
+    complex one a leaf that requires grad)."""
     return _StageInput.apply(t) if t.requires_grad else t
 
 

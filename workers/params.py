@@ -361,8 +361,10 @@ def _convert(module, dtypes) -> None:
         raise ValueError(f"convert: a dict of tensor names and dtypes, got {dtypes!r}")
     for name, dtype_name in dtypes.items():
         dtype = getattr(disthook, str(dtype_name), None)
-        if not isinstance(dtype, disthook.dtype) or not dtype.is_floating_point:
-            raise ValueError(f"convert {name!r}: {dtype_name!r} is not a floating dtype")
+        if not isinstance(dtype, disthook.dtype) or not (dtype.is_floating_point
+                                                         or dtype.is_complex):
+            raise ValueError(f"convert {name!r}: {dtype_name!r} is not a floating or complex "
+                             "dtype")
         path, _, leaf = name.rpartition(".")
         owner = module.get_submodule(path)
         with disthook.no_grad():

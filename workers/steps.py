@@ -104,7 +104,7 @@ class StepHandlers:
                         # nothing else reads), unless the forward may run again (client
                         # hooks running ahead): then from the frame as it came each time
                         leaf = disthook.from_numpy(_fresh(data, job))
-                        if not first and leaf.is_floating_point():
+                        if not first and (leaf.is_floating_point() or leaf.is_complex()):
                             leaf.requires_grad_(True)
                         with default_dtype_as(msg.get("default_dtype")):
                             out = st.module(leaf if first else _as_computed(leaf))

@@ -18,6 +18,7 @@ def _needs(ctx, i: int) -> bool:
 # ---- arithmetic -------------------------------------------------------------------------
 
 class Add(Op):
+    complex_ok = True  # linear: the same rule for complex
     alpha = 1
 
     @staticmethod
@@ -32,6 +33,7 @@ class Add(Op):
 
 
 class Sub(Op):
+    complex_ok = True  # linear: the same rule for complex
     alpha = 1
 
     @staticmethod
@@ -52,6 +54,7 @@ class Rsub(Sub):
 
 
 class RsubScalar(Op):
+    complex_ok = True  # linear: the same rule for complex
     """``number - tensor``: the number is no input, so the node has one edge, to the tensor
     (torch's ``RsubBackward1``: ``(2 - x).grad_fn.next_functions[0]`` is x's node)."""
 
@@ -72,6 +75,7 @@ class RsubScalar(Op):
 
 class Mul(Op):
     saved_names = ("self", "other")
+    complex_ok = True  # each gradient is g times the other operand's conjugate
 
     @staticmethod
     def forward(ctx, a, b):
@@ -81,11 +85,13 @@ class Mul(Op):
     @staticmethod
     def backward(ctx, g):
         a, b = ctx.saved_tensors
-        return (g * b if _needs(ctx, 0) else None), (g * a if _needs(ctx, 1) else None)
+        return ((g * b.conj() if _needs(ctx, 0) else None),
+                (g * a.conj() if _needs(ctx, 1) else None))
 
 
 class Div(Op):
     saved_names = ("self", "other")
+    complex_ok = True  # the gradients are conjugated (a no-op for real operands)
 
     @staticmethod
     def forward(ctx, a, b):
@@ -98,8 +104,8 @@ class Div(Op):
     @staticmethod
     def backward(ctx, g):
         a, b = ctx.saved_tensors
-        ga = g / b if _needs(ctx, 0) else None
-        gb = -g * a / (b * b) if _needs(ctx, 1) else None
+        ga = g / b.conj() if _needs(ctx, 0) else None
+        gb = -g * (a / (b * b)).conj() if _needs(ctx, 1) else None
         return ga, gb
 
 
@@ -118,6 +124,7 @@ class Reciprocal(Op):
 
 
 class Neg(Op):
+    complex_ok = True  # linear: the same rule for complex
     @staticmethod
     def forward(ctx, a):
         if a._data.dtype.kind == "b":
@@ -258,6 +265,7 @@ class Trunc(_ZeroGrad):
 
 class Exp(Op):
     saved_names = ("result",)
+    complex_ok = True
 
     @staticmethod
     def forward(ctx, a):
@@ -267,7 +275,7 @@ class Exp(Op):
     @staticmethod
     def backward(ctx, g):
         (out,) = ctx.saved_tensors
-        return g * out
+        return g * out.conj()
 
 
 class Log(Op):
@@ -819,6 +827,7 @@ class Addcdiv(Op):
 class Where(Op):
     """``where(cond, a, b)``; cond takes no gradient."""
 
+    complex_ok = True  # each gradient is g where chosen, 0 elsewhere
     saved_names = ("condition",)
 
     @staticmethod
@@ -852,6 +861,7 @@ def _nograd_op(name: str, fn) -> type:
 
 Eq = _nograd_op("Eq", np.equal)
 Ne = _nograd_op("Ne", np.not_equal)
+Eq.complex_ok = Ne.complex_ok = True  # (order comparisons are refused, as torch's)
 Lt = _nograd_op("Lt", np.less)
 Le = _nograd_op("Le", np.less_equal)
 Gt = _nograd_op("Gt", np.greater)
