@@ -50,7 +50,6 @@ class StepHandlers:
                              time.perf_counter()])
         step, model = msg["step"], st.model
         first, last = "prev" not in st.neighbours, "next" not in st.neighbours
-        _check_step(msg, first, last, st.name)
         loss_fn = None
         run = StepRun(model, step, msg["schedule"])
         held: dict[int, tuple] = {}  # micro-batch -> (input leaf, output or scaled loss)
@@ -65,8 +64,11 @@ class StepHandlers:
         busy, peak = 0.0, rss_bytes() or 0  # compute time; the most memory held
         waited_since, waited_cpu = None, 0.0
         try:
-            if last:  # a loss refused here aborts the step on the other stages too
+            # (a loss refused here, or a request missing what this stage needs, aborts
+            # the step on the other stages too)
+            if last and isinstance(msg.get("loss"), dict):
                 loss_fn = _loss_function(msg["loss"], self.model_module_allowed)
+            _check_step(msg, first, last, st.name)
             while True:
                 action = run.next(self.state.mailbox)
                 kind = action[0]
