@@ -19,7 +19,8 @@ from disthook._serialization import names, rebuild
 
 _STORAGE_OF = {"float32": "FloatStorage", "float64": "DoubleStorage", "float16": "HalfStorage",
                "int64": "LongStorage", "int32": "IntStorage", "int16": "ShortStorage",
-               "int8": "CharStorage", "uint8": "ByteStorage", "bool": "BoolStorage"}
+               "int8": "CharStorage", "uint8": "ByteStorage", "bool": "BoolStorage",
+               "complex64": "ComplexFloatStorage", "complex128": "ComplexDoubleStorage"}
 
 
 class _StorageRef:

@@ -290,7 +290,7 @@ def _wrap_output(o, i: int, node, name: str, is_input: bool, is_modified: bool,
 
     if not isinstance(o, Tensor):
         return o
-    if node is None or not marked_differentiable or o._data.dtype.kind != "f":
+    if node is None or not marked_differentiable or o._data.dtype.kind not in "fc":
         # not differentiable: no history; inputs come back as aliases
         if not o._requires_grad:
             return _alias(o) if is_input and not is_modified else o

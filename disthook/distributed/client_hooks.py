@@ -104,6 +104,10 @@ class HookServer:
         writes = self.writes
         self._running.append((spec, writes))
         try:
+            if self.on_forms is not None and event.get("forms"):  # before its hook reads them
+                self.forms.update(event["forms"])
+                if self.forms != self.forms_held:
+                    self.on_forms()
             answer = self._run_hook(event, sock, args)
             if self.writes != writes:  # it wrote to the model (an attribute its module's
                 answer["wrote"] = True  # forward reads, a weight): what follows may change

@@ -51,6 +51,7 @@ _REDUCED_DIMS = MappingProxyType({"dim": _dims, "keepdim": lambda n: n.keepdim,
 
 
 class Sum(Op):
+    complex_ok = True
     node_name = "SumBackward1"
     saved_values = _REDUCED_DIMS
 
@@ -73,13 +74,14 @@ class SumAll(Sum):
 
 
 class Mean(Op):
+    complex_ok = True
     node_name = "MeanBackward1"
     saved_values = _REDUCED_DIMS
 
     @staticmethod
     def forward(ctx, a, dim=None, keepdim=False):
         x = a._data
-        if x.dtype.kind != "f":
+        if x.dtype.kind not in "fc":
             raise RuntimeError(
                 "mean(): could not infer output dtype. Input dtype must be either a floating "
                 f"point or complex dtype. Got: {_kind_name(x.dtype)}"

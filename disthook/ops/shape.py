@@ -23,6 +23,7 @@ from disthook.ops.base import (  # noqa: F401
 class View(Op):
     """reshape/view; the output shares memory with the input when numpy can view it."""
 
+    complex_ok = True
     node_name = "ViewBackward0"
     view = True
     saved_values = MappingProxyType({"self_sym_sizes": lambda n: tuple(n.shape)})
@@ -45,6 +46,7 @@ class UnsafeView(View):
 
 
 class Permute(Op):
+    complex_ok = True
     view = True
     saved_values = MappingProxyType({"dims": lambda n: tuple(n.dims)})
 
@@ -59,6 +61,7 @@ class Permute(Op):
 
 
 class Transpose(Op):
+    complex_ok = True
     node_name = "TransposeBackward0"
     view = True
     saved_values = MappingProxyType({"dim0": lambda n: n.pair[0], "dim1": lambda n: n.pair[1]})
@@ -76,6 +79,7 @@ class Transpose(Op):
 class T(Op):
     """``.t()``: transpose of a matrix, identity view of a vector or scalar."""
 
+    complex_ok = True
     view = True
 
     @staticmethod
@@ -91,6 +95,7 @@ _INPUT_SIZES = MappingProxyType({"self_sym_sizes": lambda n: tuple(n._input_meta
 
 
 class Expand(Op):
+    complex_ok = True
     view = True
     saved_values = _INPUT_SIZES
 
@@ -107,6 +112,7 @@ class Expand(Op):
 
 
 class Squeeze(Op):
+    complex_ok = True
     node_name = "SqueezeBackward1"
     view = True
     saved_values = MappingProxyType({"dim": shown_dims, **_INPUT_SIZES})
@@ -136,6 +142,7 @@ class SqueezeDims(Squeeze):
 
 
 class Unsqueeze(Op):
+    complex_ok = True
     node_name = "UnsqueezeBackward0"
     view = True
     saved_values = MappingProxyType({"dim": lambda n: n.dim})
@@ -154,6 +161,7 @@ class Unsqueeze(Op):
 
 
 class Repeat(Op):
+    complex_ok = True
     @staticmethod
     def forward(ctx, a, repeats):
         x = a._data
@@ -174,6 +182,7 @@ class Repeat(Op):
 
 
 class Cat(Op):
+    complex_ok = True
     saved_values = MappingProxyType({"dim": lambda n: n.dim})
 
     @staticmethod
@@ -190,6 +199,7 @@ class Cat(Op):
 
 
 class Stack(Op):
+    complex_ok = True
     @staticmethod
     def forward(ctx, *tensors, dim=0):
         ctx.dim = dim
@@ -204,6 +214,7 @@ class Stack(Op):
 class Split(Op):
     """Split into pieces along a dim: one node, one output per piece (views)."""
 
+    complex_ok = True
     node_name = "SplitBackward0"
     view = True
     saved_values = MappingProxyType({"dim": lambda n: n.dim,
@@ -235,6 +246,7 @@ class SplitWithSizes(Split):
 class Unbind(Op):
     """One view per index along a dim: one node, one output each."""
 
+    complex_ok = True
     view = True
 
     @staticmethod
@@ -252,6 +264,7 @@ class Unbind(Op):
 class Index(Op):
     """``a[index]`` with basic or advanced indexing."""
 
+    complex_ok = True
     node_name = "IndexBackward0"
     saved_values = MappingProxyType({"indices": lambda n: _advanced_parts(n)[0],
                                      "self_sym_sizes": lambda n: _advanced_parts(n)[1]})
@@ -431,6 +444,7 @@ class ScatterIndex(Op):
     """Zeros of ``shape`` with ``g`` added at ``index`` (repeats accumulate); the backward of
     indexing, differentiable in turn."""
 
+    complex_ok = True
     node_name = "IndexPutBackward0"
 
     @staticmethod
@@ -457,6 +471,7 @@ def _is_basic(index) -> bool:
 class IndexPut(Op):
     """``out = a.clone(); out[index] = value``: the graph of ``a[index] = value``."""
 
+    complex_ok = True
     node_name = "CopySlices"
 
     def name(self) -> str:
@@ -509,6 +524,7 @@ class AsStrided(Op):
     root (torch's AsStridedBackward0). Built directly by ``rebase_views``; ``ctx.arrays`` is
     (view's array, root's array), whose geometry gives the index, found when backward runs."""
 
+    complex_ok = True
     node_name = "AsStridedBackward0"
 
     @staticmethod
@@ -522,6 +538,7 @@ class CopySlices(Op):
     takes the view's part of the root's gradient, the rest passes through unchanged; edges
     to the op's other inputs are ``fn``'s. Built directly by ``rebase_on_view_inplace``."""
 
+    complex_ok = True
     node_name = "CopySlices"
     name = IndexPut.name  # the same C++ node in torch
 
@@ -569,6 +586,11 @@ def rebase_views(root) -> None:
             from disthook.tensor import break_view
 
             break_view(v)
+            continue
+        if v._data.dtype != root._data.dtype:  # (its elements are not the root's)
+            from disthook.tensor import OTHER_DTYPE_VIEW_HINT, break_view
+
+            break_view(v, OTHER_DTYPE_VIEW_HINT)
             continue
         live.append(ref)
         node = _node(AsStrided, ((root._data.shape, root._data.dtype),), (gradient_edge(root),),
@@ -650,6 +672,7 @@ class ScatterAddAlong(Op):
 
 
 class MaskedFill(Op):
+    complex_ok = True
     @staticmethod
     def forward(ctx, a, mask, value):
         ctx.save_for_backward(mask)
@@ -662,6 +685,7 @@ class MaskedFill(Op):
 
 
 class ConstantPad(Op):
+    complex_ok = True
     node_name = "ConstantPadNdBackward0"
 
     @staticmethod
@@ -723,6 +747,7 @@ class Triu(Tril):
 class Roll(Op):
     """Shift elements along dims, wrapping around (all flattened when ``dims`` is None)."""
 
+    complex_ok = True
     @staticmethod
     def forward(ctx, a, shifts, dims):
         ctx.shifts, ctx.dims = shifts, dims
