@@ -16,6 +16,7 @@ import numpy as np
 from disthook import _dtype
 from disthook import random as _random
 from disthook._dtype import dtype as _DType
+from disthook._layout import empty_laid_out
 from disthook._out import factory_out, write_out
 from disthook._tensor_math import INPLACE_NAMES, MathMethods, inplace_of
 from disthook._tensor_reduce import ReduceMethods
@@ -214,7 +215,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
 
     @staticmethod
     def _init(t, data, grad_fn, output_nr):
-        t._data = data
+        t._data = data if data.size else empty_laid_out(data)
         t._requires_grad = False
         t._grad_fn = grad_fn
         t._output_nr = output_nr
@@ -223,7 +224,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     @classmethod
     def _make(cls, data, grad_fn, output_nr) -> "Tensor":
         t = _new(Tensor)
-        t._data = data
+        t._data = data if data.size else empty_laid_out(data)
         t._requires_grad = grad_fn is not None
         t._grad_fn = grad_fn
         t._output_nr = output_nr
@@ -1172,11 +1173,11 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
 
     def softmax(self, dim, dtype=None):
         x = self._floating() if dtype is None else self.to(dtype)
-        return R.Softmax.apply(x, dim=self._dim(dim))
+        return R.Softmax.apply(x, dim=self._dim(dim), given=dim)
 
     def log_softmax(self, dim, dtype=None):
         x = self._floating() if dtype is None else self.to(dtype)
-        return R.LogSoftmax.apply(x, dim=self._dim(dim))
+        return R.LogSoftmax.apply(x, dim=self._dim(dim), given=dim)
 
     def all(self, dim=None, keepdim=False):
         return Tensor._make(np.asarray(np.all(self._data, axis=dim, keepdims=keepdim)), None, 0)
@@ -1520,7 +1521,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         op = S.Squeeze if isinstance(dim, (int, np.integer)) else S.SqueezeDims
         dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
         keep = tuple(d for d in (self._dim(d) for d in dims) if self.ndim and self.shape[d] == 1)
-        return op.apply(self, dims=keep)
+        return op.apply(self, dims=keep, given=int(dim) if op is S.Squeeze else
+                        tuple(int(d) for d in dims))
 
     def unsqueeze(self, dim):
         n = self.ndim + 1
@@ -1627,7 +1629,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
                                f"({n}).")
         index = [slice(None)] * self.ndim
         index[d] = slice(start, start + length)
-        return self[tuple(index)]
+        return S.Slice.apply(self, index=tuple(index), given={
+            "dim": dim, "start": start, "end": start + length, "step": 1})
 
     def select(self, dim, index):
         d = self._dim(dim)
@@ -1635,7 +1638,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         if not -n <= index < n:
             raise IndexError(f"select(): index {index} out of range for tensor of size "
                              f"{list(self.shape)} at dimension {d}")
-        return self[(slice(None),) * d + (index,)]
+        return S.Select.apply(self, index=(slice(None),) * d + (int(index),),
+                              given={"dim": dim, "index": index})
 
     def split(self, split_size, dim=0):
         d = self._dim(dim)

@@ -477,6 +477,30 @@ def _current_task():
     return tasks[-1] if tasks else None
 
 
+def _refuse_deployed_mix(tensors: tuple, mode: str) -> None:
+    """A multi-grad hook whose answer the deployed order cannot give: ``mode="all"`` over a
+    deployed model's parameter (this process cannot tell which of them its backward reaches),
+    ``mode="any"`` over parameters of a deployed model and tensors of this process (the
+    workers compute their gradients before this process gets the call's input gradient,
+    while one process may compute the input's first)."""
+    params = _loaded.get("disthook.distributed.parameters")
+    if params is None:
+        return
+    remote = [t for t in tensors if isinstance(t, params.RemoteStorage)]
+    if not remote or (mode == "any" and len(remote) == len(tensors)):
+        return
+    names = ", ".join(repr(t._path) for t in remote)
+    what = ("over a deployed model's parameters" if mode == "all" else
+            "over parameters of a deployed model and tensors of this process")
+    also = ", or give mode='any' only parameters of the deployed model" if mode == "any" else ""
+    why = ("this process cannot tell which of them a backward reaches" if mode == "all" else
+           "their gradients are computed on the workers, before this process's")
+    raise RuntimeError(
+        f"register_multi_grad_hook(..., mode={mode!r}) {what} ({names}): the deployment "
+        f"cannot fire it as one process does ({why}). Register a tensor hook on each of "
+        f"them (tensor.register_hook) and combine their gradients in your own code{also}")
+
+
 def register_multi_grad_hook(tensors, fn, *, mode: str = "all") -> RemovableHandle:
     """``fn`` once per backward over several tensors.
 
@@ -491,6 +515,7 @@ def register_multi_grad_hook(tensors, fn, *, mode: str = "all") -> RemovableHand
     for t in tensors:
         if not t.requires_grad:
             raise AssertionError("Expected gradient function to be set")
+    _refuse_deployed_mix(tensors, mode)
     engine = _loaded["disthook.autograd.engine"]
 
     if mode == "any":

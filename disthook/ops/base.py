@@ -147,6 +147,20 @@ class Op(Node):
         self._saved = tuple(saved)
 
 
+def as_shown(value: int) -> int:
+    """An int a built-in node keeps (``_saved_dim``, ``_saved_start`` ...) as torch shows it:
+    a negative one as its 64-bit unsigned reading (-1 is 2**64 - 1)."""
+    return int(value) % 2**64
+
+
+def shown_dims(n) -> object:
+    """``_saved_dim`` of a node that keeps the dim(s) as the program gave them (``n.given``),
+    else the one it used (``n.dim``)."""
+    given = getattr(n, "given", None)
+    given = n.dim if given is None else given
+    return tuple(as_shown(d) for d in given) if isinstance(given, tuple) else as_shown(given)
+
+
 class _Running(threading.local):
     node = None  # the op node whose backward runs now in this thread
 

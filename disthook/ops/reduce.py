@@ -6,7 +6,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from disthook.ops.base import OUTPUT, Op
+from disthook.ops.base import OUTPUT, Op, shown_dims
 
 
 def norm_dims(dim, ndim: int, *, allow_none: bool = True) -> tuple | None:
@@ -383,11 +383,12 @@ class LogSumExp(Op):
 
 class Softmax(Op):
     saved_names = ("result",)
+    saved_values = MappingProxyType({"dim": shown_dims})
 
     @staticmethod
-    def forward(ctx, a, dim):
+    def forward(ctx, a, dim, given=None):
         ctx.save_for_backward(OUTPUT)
-        ctx.dim = dim
+        ctx.dim, ctx.given = dim, given  # (``given``: the dim as the program wrote it)
         x = a._data
         e = np.exp(x - np.max(x, axis=dim, keepdims=True, initial=-np.inf))
         return e / np.sum(e, axis=dim, keepdims=True)
@@ -400,11 +401,12 @@ class Softmax(Op):
 
 class LogSoftmax(Op):
     saved_names = ("result",)
+    saved_values = MappingProxyType({"dim": shown_dims})
 
     @staticmethod
-    def forward(ctx, a, dim):
+    def forward(ctx, a, dim, given=None):
         ctx.save_for_backward(OUTPUT)
-        ctx.dim = dim
+        ctx.dim, ctx.given = dim, given  # (``given``: the dim as the program wrote it)
         x = a._data
         shifted = x - np.max(x, axis=dim, keepdims=True, initial=-np.inf)
         return shifted - np.log(np.sum(np.exp(shifted), axis=dim, keepdims=True))
