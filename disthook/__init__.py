@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import builtins as _builtins
+from importlib.util import find_spec as _find_spec
 
 import numpy as _np
 
@@ -25,6 +26,10 @@ from disthook import (  # noqa: F401
 from disthook._dtype import (  # noqa: F401
     bfloat16,
     bool,
+    cdouble,
+    cfloat,
+    complex64,
+    complex128,
     double,
     dtype,
     float,
@@ -44,6 +49,7 @@ from disthook._dtype import (  # noqa: F401
     uint8,
 )
 from disthook._out import write_out as _write_out
+from disthook._stft import istft, stft  # noqa: F401
 from disthook._tensor_str import get_printoptions, set_printoptions  # noqa: F401
 from disthook.autograd import (  # noqa: F401
     enable_grad,
@@ -55,6 +61,7 @@ from disthook.autograd import (  # noqa: F401
     set_warn_always,
 )
 from disthook.autograd.grad_mode import is_inference_mode_enabled  # noqa: F401
+from disthook.ops import complex as _complex_ops
 from disthook.random import (  # noqa: F401
     Generator,
     default_generator,
@@ -124,13 +131,24 @@ def _float_np(dtype):
     return (dtype or get_default_dtype()).np if not isinstance(dtype, _np.dtype) else dtype
 
 
+def _draw(draw, size, np_dtype, scale=1.0):
+    """``draw(shape)`` as ``np_dtype``; a complex dtype draws its real and imaginary parts
+    apart, each times ``scale``."""
+    if np_dtype.kind != "c":
+        return draw(size).astype(np_dtype)
+    parts = draw(size + (2,)) * scale
+    return (parts[..., 0] + 1j * parts[..., 1]).astype(np_dtype)
+
+
 def rand(*size, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
-    arr = random.gen(generator).random(_size(size)).astype(_float_np(dtype))
+    arr = _draw(random.gen(generator).random, _size(size), _np.dtype(_float_np(dtype)))
     return _rand_factory(arr, requires_grad, device)
 
 
 def randn(*size, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
-    arr = random.gen(generator).standard_normal(_size(size)).astype(_float_np(dtype))
+    # a complex normal has variance 1 in all: each part's is 1/2, as torch's
+    arr = _draw(random.gen(generator).standard_normal, _size(size), _np.dtype(_float_np(dtype)),
+                _np.sqrt(0.5))
     return _rand_factory(arr, requires_grad, device)
 
 
@@ -173,14 +191,34 @@ def normal(mean, std, size=None, *, generator=None) -> Tensor:
 
 
 def bernoulli(p: Tensor, *, generator=None) -> Tensor:
+    if p.is_complex():
+        return p.bernoulli()  # (which refuses it, as torch)
     return Tensor._make((random.gen(generator).random(p.shape) < p._data).astype(p._data.dtype),
                         None, 0)
 
 
 # ---- function forms of Tensor methods ------------------------------------------------------
 
+# the function forms torch lets a Python number come first in: ``torch.add(0, t)``
+_NUMBER_FIRST = frozenset({"add", "sub", "subtract", "mul", "multiply", "div", "divide",
+                           "true_divide", "floor_divide", "remainder", "pow", "xlogy"})
+
+
+def _number_as_input(number, args: tuple, kwargs: dict) -> Tensor:
+    """``number`` as torch takes it in first place: a 0-d tensor of the dtype the operation
+    gives (an int beside a float32 tensor counts as float32, a float beside an int tensor
+    as the default dtype), so the result's dtype is torch's."""
+    other = args[0] if args else kwargs.get("other")
+    if isinstance(other, Tensor) and type(number) is not _builtins.bool:
+        return scalar_tensor(number, dtype=result_type(other, number))
+    return tensor(number)
+
+
 def _method(name: str):
     def fn(input, *args, **kwargs):
+        if (name in _NUMBER_FIRST and type(input) in (_builtins.int, _builtins.float,
+                                                        _builtins.bool)):
+            input = _number_as_input(input, args, kwargs)
         if not isinstance(input, Tensor):
             raise TypeError(f"{name}(): argument 'input' (position 1) must be Tensor, not "
                             f"{type(input).__name__}")
@@ -249,6 +287,26 @@ def real(input: Tensor) -> Tensor:
 
 def imag(input: Tensor) -> Tensor:
     return input.imag
+
+
+def complex(real: Tensor, imag: Tensor) -> Tensor:
+    """A complex tensor from its real and imaginary parts (float or double, same dtype)."""
+    return _complex_ops.Complex.apply(real, imag)
+
+
+def polar(abs: Tensor, angle: Tensor) -> Tensor:
+    """The complex tensor abs * (cos(angle) + i sin(angle))."""
+    return _complex_ops.Polar.apply(abs, angle)
+
+
+def view_as_real(input: Tensor) -> Tensor:
+    """A complex tensor's memory seen as real pairs, shape [..., 2]."""
+    return _complex_ops.ViewAsReal.apply(input)
+
+
+def view_as_complex(input: Tensor) -> Tensor:
+    """Real pairs along a last dim of size 2 seen as complex numbers, in the same memory."""
+    return _complex_ops.ViewAsComplex.apply(input)
 
 
 def broadcast_tensors(*tensors):
@@ -361,8 +419,6 @@ def vmap(func, in_dims=0, out_dims=0, randomness: str = "error", *, chunk_size=N
 
 from disthook._functions import _nn_alias
 from disthook._layout import layout, strided  # noqa: F401
-from disthook._settings import *
-from disthook.amp.autocast_mode import autocast, is_autocast_enabled  # noqa: F401
 from disthook._limits import (  # noqa: F401
     channels_last,
     channels_last_3d,
@@ -377,7 +433,9 @@ from disthook._limits import (  # noqa: F401
     pi,
     preserve_format,
 )
-from disthook.compiler import compile  # noqa: F401  # the model itself, run eagerly
+from disthook._settings import *
+from disthook.amp.autocast_mode import autocast, is_autocast_enabled  # noqa: F401
+from disthook.compiler import compile  # noqa: F401  # torch's wrapper of a module, run eagerly
 from disthook.storage import TypedStorage, UntypedStorage  # noqa: F401
 
 for _name in _NN_ALIASES:  # those nn.functional defines (same argument order as torch's)
@@ -403,3 +461,9 @@ for _name in ("zeros", "ones", "empty", "full", "rand", "randn", "randint", "ran
               "bartlett_window", "hann_window", "tril_indices", "scalar_tensor"):
     globals()[_name] = _takes_pin_memory(globals()[_name])  # torch's pin_memory= keyword
 del _name, _takes_pin_memory
+
+if _find_spec("einops") is not None:  # einops takes disthook tensors (its backend, found
+    try:                             # by einops itself)
+        from disthook import _einops  # noqa: F401
+    except ImportError:  # an einops without the backend base class: disthook goes on without
+        pass

@@ -18,7 +18,7 @@ class dtype:
         self.name = name
         self.np = np.dtype(np_dtype)
         self.is_floating_point = self.np.kind == "f"
-        self.is_signed = self.np.kind in "fi"
+        self.is_signed = self.np.kind in "fic"
         self.itemsize = self.np.itemsize
         self.legacy_type = legacy_type
 
@@ -30,7 +30,21 @@ class dtype:
 
     @property
     def is_complex(self) -> bool:
-        return False
+        return self.np.kind == "c"
+
+    def to_complex(self) -> dtype:
+        """The complex dtype whose parts are of this float dtype (float16's is complex64:
+        numpy has no complex32); a complex dtype is its own."""
+        if self.np.kind not in "fc":
+            raise RuntimeError(f"to_complex is only supported for floating point dtypes, "
+                               f"got {self}")
+        return complex128 if self.np in (np.float64, np.complex128) else complex64
+
+    def to_real(self) -> dtype:
+        """The float dtype of a complex dtype's parts; a real dtype is its own."""
+        if self.np.kind != "c":
+            return self
+        return float64 if self.np == np.complex128 else float32
 
 
 float16 = half = dtype("float16", np.float16, "torch.HalfTensor")
@@ -42,6 +56,8 @@ int32 = int = dtype("int32", np.int32, "torch.IntTensor")
 int64 = long = dtype("int64", np.int64, "torch.LongTensor")
 uint8 = dtype("uint8", np.uint8, "torch.ByteTensor")
 bool = dtype("bool", np.bool_, "torch.BoolTensor")
+complex64 = cfloat = dtype("complex64", np.complex64, "torch.ComplexFloatTensor")
+complex128 = cdouble = dtype("complex128", np.complex128, "torch.ComplexDoubleTensor")
 
 class _NotStored(dtype):
     """A dtype torch has that disthook cannot hold tensors of (numpy has no such type): the
@@ -62,6 +78,10 @@ class _NotStored(dtype):
                         f"tensors in numpy, which has no {self.name}; use torch.float32 (or "
                         "torch.float16)")
 
+    @property
+    def is_complex(self) -> bool:
+        return False
+
     def __reduce__(self):
         return (_not_stored, (self.name,))
 
@@ -72,7 +92,7 @@ def _not_stored(name: str) -> _NotStored:
 
 bfloat16 = _NotStored("bfloat16", 2, "torch.BFloat16Tensor")
 
-ALL = (float16, float32, float64, int8, int16, int32, int64, uint8, bool)
+ALL = (float16, float32, float64, int8, int16, int32, int64, uint8, bool, complex64, complex128)
 _BY_NP = {d.np: d for d in ALL}
 _BY_LEGACY = {d.legacy_type: d for d in ALL}
 
@@ -83,7 +103,8 @@ def from_numpy_dtype(np_dtype) -> dtype:
     if d is None:
         raise TypeError(
             f"can't convert np.ndarray of type numpy.{np.dtype(np_dtype).name}. The only supported "
-            "types are: float64, float32, float16, int64, int32, int16, int8, uint8, and bool."
+            "types are: float64, float32, float16, complex64, complex128, int64, int32, int16, int8, "
+            "uint8, and bool."
         )
     return d
 
@@ -97,7 +118,8 @@ def from_legacy(name: str) -> dtype:
 
 _C_TYPE_NAMES = {float16: "c10::Half", float32: "float", float64: "double", int8: "signed char",
                  int16: "short int", int32: "int", int64: "long int", uint8: "unsigned char",
-                 bool: "bool"}
+                 bool: "bool", complex64: "c10::complex<float>",
+                 complex128: "c10::complex<double>"}
 
 
 def scalar_type_name(d: dtype) -> str:
@@ -115,6 +137,11 @@ _default = [float32]
 
 def get_default_dtype() -> dtype:
     return _default[0]
+
+
+def default_complex_dtype() -> dtype:
+    """The complex dtype a Python complex number becomes: the default float dtype's."""
+    return _default[0].to_complex()
 
 
 def set_default_dtype(d: dtype) -> None:

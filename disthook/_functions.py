@@ -11,6 +11,8 @@ import math
 import numpy as np
 
 from disthook import _dtype
+from disthook._out import factory_out
+from disthook.ops.base import refuse_complex
 from disthook.tensor import Tensor, _factory, cat, stack, tensor
 
 __all__ = [
@@ -32,6 +34,14 @@ __all__ = [
     "triu_indices", "typename", "unbind_copy", "unfold_copy", "unique_consecutive",
     "unravel_index", "unsqueeze_copy", "vander", "view_copy", "vstack",
 ]
+
+
+def _refuse_complex(name: str, *values) -> None:
+    """These compute on numpy directly (no op's gate): a complex tensor among ``values`` is
+    refused here, as torch refuses it."""
+    for v in values:
+        if isinstance(v, Tensor) and v._data.dtype.kind == "c":
+            refuse_complex(name, v)
 
 
 # ---- dimensions and stacking ----------------------------------------------------------------
@@ -218,6 +228,7 @@ def searchsorted(sorted_sequence: Tensor, input, *, out_int32: bool = False,
                                " got side of left while right was True")
         right = side == "right"
     seq = sorted_sequence._data
+    _refuse_complex("searchsorted", sorted_sequence, input)
     if sorter is not None:
         seq = np.take_along_axis(seq, sorter._data, -1)
     values = input._data if isinstance(input, Tensor) else np.asarray(input)
@@ -281,12 +292,14 @@ def cumulative_trapezoid(y: Tensor, x=None, *, dx=None, dim: int = -1) -> Tensor
 
 # ---- factories -------------------------------------------------------------------------------
 
+@factory_out
 def logspace(start, end, steps, base=10.0, *, dtype=None, device=None,
              requires_grad=False) -> Tensor:
     dt = (dtype or _dtype.get_default_dtype()).np
     return _factory(np.logspace(start, end, steps, base=base).astype(dt), requires_grad, device)
 
 
+@factory_out
 def range(start=0, end=None, step=1, *, dtype=None, device=None, requires_grad=False):
     """Deprecated in torch: like arange but including ``end``."""
     if end is None:
@@ -441,6 +454,7 @@ def rsub(input: Tensor, other, *, alpha=1) -> Tensor:
 
 
 def isin(elements, test_elements, *, assume_unique: bool = False, invert: bool = False):
+    _refuse_complex("isin", elements, test_elements)
     e = elements._data if isinstance(elements, Tensor) else np.asarray(elements)
     t = test_elements._data if isinstance(test_elements, Tensor) else np.asarray(test_elements)
     return tensor(np.isin(e, t, invert=invert))
@@ -482,6 +496,8 @@ def randint_like(input: Tensor, low=0, high=None, *, dtype=None, device=None,
                  requires_grad=False, generator=None) -> Tensor:
     from disthook import randint
 
+    _refuse_complex("randint_like", input)
+
     if high is None:
         low, high = 0, low
     return randint(low, high, tuple(input.shape), dtype=dtype or input.dtype,
@@ -503,6 +519,8 @@ def poisson(input: Tensor, generator=None) -> Tensor:
 
 def histogramdd(input: Tensor, bins=10, *, range=None, weight=None, density=False):
     from disthook.tensor import _ValuesIndices
+
+    _refuse_complex("histogramdd", input)
 
     b = [x._data for x in bins] if isinstance(bins, (list, tuple)) and bins and isinstance(
         bins[0], Tensor) else bins

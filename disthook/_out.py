@@ -7,6 +7,7 @@ requires grad; under ``no_grad`` it is allowed.
 """
 from __future__ import annotations
 
+import functools
 import warnings
 
 from disthook._dtype import scalar_type_name
@@ -29,6 +30,32 @@ def write_out(name: str, result, out):
     for r, o in zip(results, outs):
         _copy_into(r, o)
     return outs[0] if not isinstance(result, tuple) else _same_kind_of_tuple(result, outs)
+
+
+def factory_out(factory):
+    """``factory`` (zeros, arange, ...) taking ``out=`` as torch's factories do: the result is
+    made in ``out``'s dtype unless ``dtype`` is given, when the two must agree (tacotron2's
+    ``torch.arange(0, n, out=torch.LongTensor(n))``), then written into ``out``."""
+    name = factory.__name__
+
+    @functools.wraps(factory)
+    def made(*args, out=None, **kwargs):
+        if out is None:
+            return factory(*args, **kwargs)
+        from disthook.tensor import Tensor
+
+        if not isinstance(out, Tensor):
+            raise TypeError(f"{name}(): argument 'out' must be Tensor, not "
+                            f"{type(out).__name__}")
+        dtype = kwargs.get("dtype")
+        if dtype is None:
+            kwargs["dtype"] = out.dtype
+        elif dtype != out.dtype:
+            raise RuntimeError(f"dtype {scalar_type_name(dtype)} does not match dtype of out "
+                               f"parameter ({scalar_type_name(out.dtype)})")
+        return write_out(name, factory(*args, **kwargs), out)
+
+    return made
 
 
 def _same_kind_of_tuple(result: tuple, outs: tuple) -> tuple:

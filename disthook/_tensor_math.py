@@ -11,8 +11,10 @@ import math
 import numpy as np
 
 from disthook import _dtype
+from disthook.ops import complex as C
 from disthook.ops import elementwise as E
 from disthook.ops import math as M
+from disthook.ops.base import refuse_complex
 
 
 def _is_tensor(x) -> bool:
@@ -135,6 +137,8 @@ class MathMethods:
         return self
 
     def nan_to_num(self, nan=0.0, posinf=None, neginf=None):
+        if self._data.dtype.kind == "c":
+            refuse_complex("nan_to_num", self)
         if self._data.dtype.kind != "f":
             return self.clone()
         return M.NanToNum.apply(self, nan=nan, posinf=posinf, neginf=neginf)
@@ -149,10 +153,12 @@ class MathMethods:
         return IsNegInf.apply(self)
 
     def isreal(self):
+        if self._data.dtype.kind == "c":
+            return self._make(self._data.imag == 0, None, 0)
         return self._make(np.ones(self._data.shape, dtype=bool), None, 0)
 
     def is_signed(self) -> bool:
-        return self._data.dtype.kind in "fi"
+        return self._data.dtype.kind in "fic"
 
     def frexp(self):
         from disthook.tensor import _ValuesIndices
@@ -163,24 +169,39 @@ class MathMethods:
         return out
 
     def conj(self):
-        return self
+        return C.Conj.apply(self) if self._data.dtype.kind == "c" else self
 
-    conj_physical = resolve_conj = resolve_neg = conj
+    conj_physical = conj
+
+    def resolve_conj(self):
+        return self  # (no tensor here is lazily conjugated or negated)
+
+    resolve_neg = resolve_conj
 
     def is_conj(self) -> bool:
-        return False
+        return False  # conj() gives a copy here, never a lazily conjugated view
 
     is_neg = is_conj
 
     @property
     def real(self):
-        return self
+        return C.Real.apply(self) if self._data.dtype.kind == "c" else self
+
+    @real.setter
+    def real(self, value) -> None:
+        self.real.copy_(value)
 
     @property
     def imag(self):
-        raise RuntimeError("imag is not implemented for tensors with non-complex dtypes.")
+        return C.Imag.apply(self)
+
+    @imag.setter
+    def imag(self, value) -> None:
+        self.imag.copy_(value)
 
     def angle(self):
+        if self._data.dtype.kind == "c":
+            return C.AngleComplex.apply(self)
         x = self._floating()
         return (x < 0).to(x.dtype) * math.pi + x * 0  # pi where negative, 0 elsewhere
 
@@ -215,6 +236,8 @@ class MathMethods:
         return self._binary_float(M.Logaddexp2, other)
 
     def float_power(self, exponent):
+        if self._data.dtype.kind == "c" or _is_tensor(exponent) and exponent.is_complex():
+            refuse_complex("float_power", self)
         e = exponent.double() if _is_tensor(exponent) else exponent
         return self.double().pow(e)
 
@@ -313,6 +336,8 @@ class MathMethods:
         return self._fill_random(lambda rng, shape: rng.random(shape) < probs, generator)
 
     def bernoulli(self, p=None, *, generator=None):
+        if self._data.dtype.kind == "c":
+            refuse_complex("bernoulli", self)
         probs = self._data if p is None else p
         out = self.detach().clone()
         return out.bernoulli_(self._make(np.asarray(probs), None, 0) if p is None else p,
@@ -347,7 +372,7 @@ class MathMethods:
         return self._fill_random(lambda rng, shape: rng.integers(from_, to, shape), generator)
 
     def conj_physical_(self):
-        return self
+        return self.copy_(self.conj()) if self._data.dtype.kind == "c" else self
 
     def hardshrink(self, lambd=0.5):
         return self.where(self.abs() > lambd, self.new_zeros(()))

@@ -14,6 +14,7 @@ import numpy as np
 
 from disthook import _dtype
 from disthook.ops import scan as C
+from disthook.ops.base import refuse_complex
 from disthook.ops.reduce import norm_dims
 
 
@@ -141,6 +142,8 @@ class ReduceMethods:
         return (self - other).norm(p)
 
     def histc(self, bins=100, min=0, max=0):
+        if self._data.dtype.kind == "c":
+            refuse_complex("histc", self)
         x = self._data
         lo, hi = builtins.float(min), builtins.float(max)
         if lo == hi and x.size:
@@ -156,6 +159,8 @@ class ReduceMethods:
     def histogram(self, bins=100, *, range=None, weight=None, density=False):
         from disthook.tensor import _ValuesIndices
 
+        if self._data.dtype.kind == "c":
+            refuse_complex("histogram", self)
         b = bins._data if hasattr(bins, "_data") else bins
         w = None if weight is None else weight._data
         hist, edges = np.histogram(self._data, bins=b, range=range, weights=w, density=density)
@@ -191,7 +196,7 @@ class ReduceMethods:
                             else correction * (w * aweights).sum() / total)
             norm = norm.clamp_min(0)
             weighted = (x - mean) * w
-        out = weighted.matmul((x - mean).t()) / norm
+        out = weighted.matmul((x - mean).t().conj()) / norm  # (conj: a no-op when real)
         return out.squeeze() if self.ndim < 2 else out
 
     def corrcoef(self):
@@ -218,7 +223,7 @@ class ReduceMethods:
         return tensordot(self, other, ([-1], [-1]))
 
     def vdot(self, other):
-        return self.dot(other)
+        return self.conj().dot(other)  # (the first conjugated: a no-op for a real tensor)
 
     def kron(self, other):
         n = builtins.max(self.ndim, other.ndim)

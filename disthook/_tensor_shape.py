@@ -14,6 +14,7 @@ import numpy as np
 
 from disthook import _dtype
 from disthook.ops import views as V
+from disthook.ops.base import refuse_complex
 from disthook.ops.reduce import norm_dims
 
 
@@ -108,18 +109,18 @@ class ShapeMethods:
         return self.transpose(-2, -1)
 
     def adjoint(self):
-        return self._matrices("adjoint()")
+        return self._matrices("adjoint()").conj()  # (conj: a no-op for a real tensor)
 
     @property
     def H(self):
         if self.ndim != 2:
             raise RuntimeError("tensor.H is only supported on matrices (2-D tensors). Got "
                                f"{self.ndim}-D tensor.")
-        return self.t()
+        return self.t().conj()
 
     @property
     def mH(self):
-        return self._matrices("mH")
+        return self._matrices("mH").conj()
 
     def sum_to_size(self, *size):
         from disthook.ops.base import sum_to
@@ -456,6 +457,8 @@ class ShapeMethods:
         return self._make(np.stack(idx, 1).astype(np.int64).reshape(-1, self.ndim), None, 0)
 
     def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None):
+        if self._data.dtype.kind == "c":
+            refuse_complex("unique", self)
         x = self._data.reshape(-1) if dim is None else np.moveaxis(self._data, self._dim(dim), 0)
         n = x.shape[0]
         if n:

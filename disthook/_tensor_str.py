@@ -105,6 +105,20 @@ class _Formatter:
         return self._plain(value).rjust(self.width)
 
 
+class _ComplexFormatter:
+    """Complex elements as torch prints them: the real parts in one style and width, the
+    imaginary parts in another, joined by their sign (``1.5000+2.j``)."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.re, self.im = _Formatter(values.real), _Formatter(values.imag)
+        self.width = self.re.width + self.im.width + 2  # (torch counts the sign and the j)
+
+    def __call__(self, value: Any) -> str:
+        real = self.re(value.real)
+        imag = (self.im(value.imag) + "j").lstrip()
+        return real + imag if imag[0] in "+-" else real + "+" + imag
+
+
 def _summarized(data: np.ndarray) -> np.ndarray:
     """The elements that remain visible after summarization (for the formatter)."""
     edge = PRINT_OPTS.edgeitems
@@ -183,9 +197,11 @@ def format_tensor(
     else:
         if not PRINT_OPTS.edgeitems:
             extra.append(f"size={tuple(data.shape)}")
-        if dtype_name not in (default_name, "torch.int64", "torch.bool"):
+        default_complex = repr(_dtype.default_complex_dtype())
+        if dtype_name not in (default_name, default_complex, "torch.int64", "torch.bool"):
             extra.append(f"dtype={dtype_name}")
         summarize = data.size > PRINT_OPTS.threshold
-        fmt = _Formatter(_summarized(data) if summarize else data)
+        shown = _summarized(data) if summarize else data
+        fmt = (_ComplexFormatter if data.dtype.kind == "c" else _Formatter)(shown)
         body = _render(data, indent, summarize, fmt)
     return _add_suffixes(prefix + body, extra + list(suffixes), indent)

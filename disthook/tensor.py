@@ -17,11 +17,13 @@ import numpy as np
 from disthook import _dtype
 from disthook import random as _random
 from disthook._dtype import dtype as _DType
-from disthook._out import write_out
+from disthook._layout import empty_laid_out
+from disthook._out import factory_out, write_out
 from disthook._tensor_math import INPLACE_NAMES, MathMethods, inplace_of
 from disthook._tensor_reduce import ReduceMethods
 from disthook._tensor_shape import NO_ACCELERATOR, ShapeMethods
 from disthook.autograd import grad_mode
+from disthook.ops import complex as C
 from disthook.ops import elementwise as E
 from disthook.ops import linalg as L
 from disthook.ops import math as M
@@ -33,6 +35,7 @@ from disthook.ops.base import (
     RemoteOperand,
     binary_operands,
     check_broadcast,
+    refuse_complex,
     result_dtype,
 )
 from disthook.utils.hooks import RemovableHandle
@@ -226,7 +229,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
 
     @staticmethod
     def _init(t, data, grad_fn, output_nr):
-        t._data = data
+        t._data = data if data.size else empty_laid_out(data)
         t._requires_grad = False
         t._grad_fn = grad_fn
         t._output_nr = output_nr
@@ -235,7 +238,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     @classmethod
     def _make(cls, data, grad_fn, output_nr) -> "Tensor":
         t = _new(Tensor)
-        t._data = data
+        t._data = data if data.size else empty_laid_out(data)
         t._requires_grad = grad_fn is not None
         t._grad_fn = grad_fn
         t._output_nr = output_nr
@@ -286,7 +289,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self._data.dtype.kind == "f"
 
     def is_complex(self) -> bool:
-        return False
+        return self._data.dtype.kind == "c"
 
     def is_contiguous(self, memory_format=None) -> bool:
         return self._data.flags.c_contiguous
@@ -337,7 +340,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         if self._grad_fn is not None:
             raise RuntimeError(NON_LEAF_REQUIRES_GRAD_MSG + (
                 "" if value else NON_LEAF_REQUIRES_GRAD_HINT))
-        if value and self._data.dtype.kind != "f":
+        if value and self._data.dtype.kind not in "fc":
             raise RuntimeError(
                 "only Tensors of floating point and complex dtype can require gradients")
         self._requires_grad = builtins.bool(value)
@@ -348,7 +351,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             if not requires_grad:
                 raise RuntimeError(NON_LEAF_REQUIRES_GRAD_MSG + NON_LEAF_REQUIRES_GRAD_HINT)
             return self  # a non-leaf already requires grad
-        if requires_grad and self._data.dtype.kind != "f":
+        if requires_grad and self._data.dtype.kind not in "fc":
             raise RuntimeError("only Tensors of floating point dtype can require gradients")
         self._requires_grad = builtins.bool(requires_grad)
         return self
@@ -495,10 +498,24 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def __float__(self) -> float:
         if self._requires_grad:
             warnings.warn(TO_SCALAR_WARNING, UserWarning, stacklevel=2)
-        return builtins.float(self._scalar())
+        return builtins.float(self._real_scalar("double"))
 
     def __int__(self) -> int:
-        return builtins.int(self._scalar())
+        return builtins.int(self._real_scalar("int64_t"))
+
+    def __complex__(self) -> complex:
+        if self._requires_grad:
+            warnings.warn(TO_SCALAR_WARNING, UserWarning, stacklevel=2)
+        return builtins.complex(self._scalar())
+
+    def _real_scalar(self, c_type: str):
+        """The one element for float() and int(): a complex one is torch's RuntimeError
+        (its imaginary part would be lost)."""
+        value = self._scalar()
+        if isinstance(value, builtins.complex):
+            raise RuntimeError(  # noqa: TRY004 (torch raises a RuntimeError here)
+                f"value cannot be converted to type {c_type} without overflow")
+        return value
 
     def _scalar(self):
         """The one element, for Python's number conversions (ValueError otherwise)."""
@@ -604,7 +621,10 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         np_dt = _dtype.to_dtype(target).np
         if np_dt == self._data.dtype:
             return self.clone() if copy else self
-        return (ToCopy if np_dt.kind == "f" else CastNoGrad).apply(self, dtype=np_dt)
+        if self._data.dtype.kind == "c" and np_dt.kind != "c":
+            warnings.warn("Casting complex values to real discards the imaginary part",
+                          UserWarning, stacklevel=2)
+        return (ToCopy if np_dt.kind in "fc" else CastNoGrad).apply(self, dtype=np_dt)
 
     def cpu(self, memory_format=None) -> "Tensor":
         return self
@@ -620,6 +640,22 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
 
     def half(self):
         return self.to(_dtype.float16)
+
+    def stft(self, *args, **kwargs):
+        from disthook._stft import stft
+
+        return stft(self, *args, **kwargs)
+
+    def istft(self, *args, **kwargs):
+        from disthook._stft import istft
+
+        return istft(self, *args, **kwargs)
+
+    def cfloat(self):
+        return self.to(_dtype.complex64)
+
+    def cdouble(self):
+        return self.to(_dtype.complex128)
 
     def long(self):
         return self.to(_dtype.int64)
@@ -673,6 +709,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             _check_broadcast(a, b)
         if grad_mode._state.enabled and (a._requires_grad or b._requires_grad):
             return op.apply(a, b, **params)
+        if a._data.dtype.kind == "c" and not op.complex_ok:
+            refuse_complex(op, a)
         # no graph to record (as inside backward): the op's forward alone, without apply's
         # bookkeeping; every binary op returns one new array
         try:
@@ -710,7 +748,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self._binary_float(E.Div, other)
 
     def __rtruediv__(self, other):
-        if isinstance(other, (numbers.Number, np.generic)):
+        if isinstance(other, (numbers.Number, np.generic)) and not (
+                self._data.dtype.kind == "c" or isinstance(other, builtins.complex)):
             return self.reciprocal() * other  # torch's scalar / tensor
         return self._binary_float(E.Div, other, reverse=True)
 
@@ -719,7 +758,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         if not isinstance(other, (Tensor, numbers.Number, np.generic)):
             return NotImplemented
         dt = result_dtype(self, other)
-        if dt.kind != "f":
+        if dt.kind not in "fc":
             dt = _dtype.get_default_dtype().np
         a = self.to(dt)
         b = other.to(dt) if isinstance(other, Tensor) else other
@@ -831,10 +870,10 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self._inplace_binary(E.BitXor, other) if _is_operand(other) else NotImplemented
 
     def add(self, other, *, alpha=1):
-        return self._binary(E.Add, other, alpha=alpha)
+        return self._binary(E.Add, other, alpha=_scalar("add", "alpha", alpha))
 
     def sub(self, other, *, alpha=1):
-        return self._binary(E.Sub, other, alpha=alpha)
+        return self._binary(E.Sub, other, alpha=_scalar("sub", "alpha", alpha))
 
     subtract = sub
 
@@ -877,7 +916,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     negative = neg
 
     def abs(self):
-        return E.Abs.apply(self)
+        return (C.AbsComplex if self._data.dtype.kind == "c" else E.Abs).apply(self)
 
     absolute = abs
 
@@ -950,7 +989,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return E.Relu.apply(self)
 
     def _floating(self) -> "Tensor":
-        return self if self._data.dtype.kind == "f" else self.to(_dtype.get_default_dtype())
+        # (a complex tensor stays complex: the op it goes to takes it, or refuses it)
+        return self if self._data.dtype.kind in "fc" else self.to(_dtype.get_default_dtype())
 
     def clamp(self, min=None, max=None):
         if min is None and max is None:
@@ -1124,6 +1164,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self._arg(np.argmin, dim, keepdim)
 
     def _arg(self, fn, dim, keepdim):
+        if self._data.dtype.kind == "c":
+            raise RuntimeError(f"{fn.__name__}(): does not support complex input")
         if dim is None:
             out = np.asarray(fn(self._data), dtype=np.int64)
             return Tensor._make(out.reshape((1,) * self.ndim) if keepdim else out, None, 0)
@@ -1145,11 +1187,11 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
 
     def softmax(self, dim, dtype=None):
         x = self._floating() if dtype is None else self.to(dtype)
-        return R.Softmax.apply(x, dim=self._dim(dim))
+        return R.Softmax.apply(x, dim=self._dim(dim), given=dim)
 
     def log_softmax(self, dim, dtype=None):
         x = self._floating() if dtype is None else self.to(dtype)
-        return R.LogSoftmax.apply(x, dim=self._dim(dim))
+        return R.LogSoftmax.apply(x, dim=self._dim(dim), given=dim)
 
     def all(self, dim=None, keepdim=False):
         return Tensor._make(np.asarray(np.all(self._data, axis=dim, keepdims=keepdim)), None, 0)
@@ -1180,6 +1222,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
 
     def argsort(self, dim=-1, descending=False, *, stable=False):
         d = self._dim(dim)
+        if self._data.dtype.kind == "c":
+            refuse_complex("argsort", self)
         if self.ndim == 0:
             return Tensor._make(np.zeros((), np.int64), None, 0)
         index = SortOps.sort_indices(self._data, d, descending, builtins.bool(stable))
@@ -1189,6 +1233,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         """The distinct values (or slices along ``dim``), in ascending order whatever
         ``sorted`` says, as torch's CPU kernels give them; with ``return_inverse`` where each
         element (slice) went, with ``return_counts`` how many of each. Not differentiable."""
+        if self._data.dtype.kind == "c":
+            refuse_complex("unique", self)
         axis = None if dim is None else self._dim(dim)
         values, inverse, counts = np.unique(self._data, return_inverse=True,
                                             return_counts=True, axis=axis)
@@ -1388,6 +1434,9 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         if not isinstance(other, Tensor):
             raise TypeError(f"matmul(): argument 'other' must be Tensor, not "
                             f"{type(other).__name__}")
+        if self._data.dtype.kind == "c" or other._data.dtype.kind == "c":
+            L.check_same_dtype(self, other, "mm")
+            return C.product(L.matmul, (self, other))
         return L.matmul(self, other)
 
     def mm(self, other):
@@ -1396,10 +1445,14 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         if other.ndim != 2:
             raise RuntimeError("mat2 must be a matrix")
         L.check_same_dtype(self, other, "mm")
+        if self._data.dtype.kind == "c":
+            return C.product(L.Mm.apply, (self, other))
         return L.Mm.apply(self, other)
 
     def mv(self, vec):
         L.check_same_dtype(self, vec, "mv")
+        if self._data.dtype.kind == "c":
+            return C.product(L.Mv.apply, (self, vec))
         return L.Mv.apply(self, vec)
 
     def dot(self, other):
@@ -1407,12 +1460,16 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             raise RuntimeError(f"1D tensors expected, but got {self.ndim}D and {other.ndim}D "
                                "tensors")
         L.check_same_dtype(self, other, "dot")
+        if self._data.dtype.kind == "c":
+            return C.product(L.Dot.apply, (self, other))
         return L.Dot.apply(self, other)
 
     def bmm(self, other):
         if self.ndim != 3 or other.ndim != 3:
             raise RuntimeError("batch1 must be a 3D tensor")
         L.check_same_dtype(self, other, "bmm")
+        if self._data.dtype.kind == "c":
+            return C.product(L.Bmm.apply, (self, other))
         return L.Bmm.apply(self, other)
 
     # ---- shape ---------------------------------------------------------------------------
@@ -1478,7 +1535,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         op = S.Squeeze if isinstance(dim, (int, np.integer)) else S.SqueezeDims
         dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
         keep = tuple(d for d in (self._dim(d) for d in dims) if self.ndim and self.shape[d] == 1)
-        return op.apply(self, dims=keep)
+        return op.apply(self, dims=keep, given=int(dim) if op is S.Squeeze else
+                        tuple(int(d) for d in dims))
 
     def unsqueeze(self, dim):
         n = self.ndim + 1
@@ -1585,7 +1643,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
                                f"({n}).")
         index = [slice(None)] * self.ndim
         index[d] = slice(start, start + length)
-        return self[tuple(index)]
+        return S.Slice.apply(self, index=tuple(index), given={
+            "dim": dim, "start": start, "end": start + length, "step": 1})
 
     def select(self, dim, index):
         d = self._dim(dim)
@@ -1593,7 +1652,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         if not -n <= index < n:
             raise IndexError(f"select(): index {index} out of range for tensor of size "
                              f"{list(self.shape)} at dimension {d}")
-        return self[(slice(None),) * d + (index,)]
+        return S.Select.apply(self, index=(slice(None),) * d + (int(index),),
+                              given={"dim": dim, "index": index})
 
     def split(self, split_size, dim=0):
         d = self._dim(dim)
@@ -1747,6 +1807,9 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         root = self._base
         if root._grad_fn is None and root._requires_grad:
             raise RuntimeError(VIEW_OF_LEAF_INPLACE_MSG)
+        if self._data.dtype != root._data.dtype:
+            raise RuntimeError("a view is being modified inplace while its base's gradient is "
+                               "recorded." + OTHER_DTYPE_VIEW_HINT)
 
     def _set_history(self, node, output_nr: int) -> None:
         """Give this tensor a new grad_fn (after an in-place op): hooks registered before stay
@@ -1782,10 +1845,10 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self._inplace(op, b, **params)
 
     def add_(self, other, *, alpha=1):
-        return self._inplace_binary(E.Add, other, alpha=alpha)
+        return self._inplace_binary(E.Add, other, alpha=_scalar("add_", "alpha", alpha))
 
     def sub_(self, other, *, alpha=1):
-        return self._inplace_binary(E.Sub, other, alpha=alpha)
+        return self._inplace_binary(E.Sub, other, alpha=_scalar("sub_", "alpha", alpha))
 
     def mul_(self, other):
         return self._inplace_binary(E.Mul, other)
@@ -1809,7 +1872,11 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self._inplace(E.Neg)
 
     def abs_(self):
+        if self._data.dtype.kind == "c":  # (|z| is real: it does not fit back, as torch says)
+            raise RuntimeError("In-place abs is not supported for complex tensors.")
         return self._inplace(E.Abs)
+
+    absolute_ = abs_
 
     def exp_(self):
         return self._inplace(E.Exp)
@@ -1971,7 +2038,19 @@ def _is_operand(x) -> bool:
     return isinstance(x, (Tensor, numbers.Number, np.generic))
 
 
+def _scalar(fn: str, name: str, value):
+    """A scalar argument (``alpha``) given as a one-element tensor, as torch takes it: its
+    number (DARTS steps ``p.data.add_(v, alpha=r / v.norm())``); a longer one is refused."""
+    if not isinstance(value, Tensor):
+        return value
+    if value._data.size != 1:
+        raise TypeError(f"{fn}(): argument '{name}' must be Number, not Tensor")
+    return value.item()
+
+
 def _kind_title(dt) -> str:
+    if dt.kind == "c":
+        return "ComplexDouble" if dt == np.complex128 else "ComplexFloat"
     return {"f": "Float", "i": "Long", "b": "Bool", "u": "Byte"}[dt.kind]
 
 
@@ -2075,12 +2154,20 @@ class _StaleView(Tensor):
         _StaleView._grad_fn_slot.__set__(self, node)
 
 
-def break_view(view: Tensor) -> None:
+def break_view(view: Tensor, hint: str = MULTI_OUTPUT_VIEW_HINT) -> None:
     name = _strip_backward(view._grad_fn.name())
     view.__dict__["_stale_msg"] = (
         f"Output {view._output_nr} of {name} is a view and its base or another view of its "
-        "base has been modified inplace." + MULTI_OUTPUT_VIEW_HINT)
+        "base has been modified inplace." + hint)
     view.__class__ = _StaleView
+
+
+# the history of a view in another dtype than its base's (view_as_real, .real, .imag,
+# view_as_complex) is not rebuilt after an in-place change: it is an error, never a wrong one
+OTHER_DTYPE_VIEW_HINT = (
+    " This view has another dtype than its base (view_as_real, .real, .imag, "
+    "view_as_complex): disthook cannot rebuild its history after an in-place change. Change "
+    "a copy (.clone()) or write the op out of place.")
 
 
 # ---- ops that only Tensor methods use -----------------------------------------------------
@@ -2088,6 +2175,8 @@ from disthook.ops.base import Op
 
 
 class Clone(Op):
+    complex_ok = True
+
     @staticmethod
     def forward(ctx, a):
         return a._data.copy()
@@ -2098,14 +2187,20 @@ class Clone(Op):
 
 
 class ToCopy(Op):
+    complex_ok = True  # complex to real keeps the real part; its gradient comes back real
+
     @staticmethod
     def forward(ctx, a, dtype):
         ctx.dtype = a._data.dtype
-        return a._data.astype(dtype)
+        data = a._data
+        # complex to real or integer keeps the real part; to bool asks for nonzero, as torch
+        real = data.dtype.kind == "c" and dtype.kind not in "cb"
+        return (data.real if real else data).astype(dtype)
 
     @staticmethod
     def backward(ctx, g):
-        return g.to(ctx.dtype)
+        # (a complex gradient for a real input: its real part, without Tensor.to's warning)
+        return g if g._data.dtype == ctx.dtype else ToCopy.apply(g, dtype=ctx.dtype)
 
 
 class CastNoGrad(ToCopy):
@@ -2156,6 +2251,7 @@ class Normal(Op):
 
 class CopyFrom(Op):
     node_name = "CopyBackwards"
+    complex_ok = True
 
     def name(self) -> str:
         return "torch::autograd::CopyBackwards"  # torch's qualified name for this C++ node
@@ -2181,6 +2277,8 @@ def _infer_dtype(data) -> np.dtype:
         return arr.dtype if isinstance(data, np.ndarray) else np.dtype(np.int64)
     if kind == "f":
         return arr.dtype if isinstance(data, np.ndarray) else _dtype.get_default_dtype().np
+    if kind == "c":
+        return arr.dtype if isinstance(data, np.ndarray) else _dtype.default_complex_dtype().np
     raise TypeError(f"Could not infer dtype of {type(data).__name__}")
 
 
@@ -2257,7 +2355,7 @@ def _factory(arr: np.ndarray, requires_grad: bool, device=None) -> Tensor:
     _check_device(device)
     t = Tensor._make(arr, None, 0)
     if requires_grad:
-        if arr.dtype.kind != "f":
+        if arr.dtype.kind not in "fc":
             raise RuntimeError(FACTORY_REQUIRES_GRAD_MSG)
         t._requires_grad = True
     return t
@@ -2267,18 +2365,22 @@ def _float_dt(dtype):
     return _np_dtype(dtype) if dtype is not None else _dtype.get_default_dtype().np
 
 
-def zeros(*size, dtype=None, device=None, requires_grad=False, out=None) -> Tensor:
+@factory_out
+def zeros(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
     return _factory(np.zeros(_size_args(size), _float_dt(dtype)), requires_grad, device)
 
 
-def ones(*size, dtype=None, device=None, requires_grad=False, out=None) -> Tensor:
+@factory_out
+def ones(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
     return _factory(np.ones(_size_args(size), _float_dt(dtype)), requires_grad, device)
 
 
+@factory_out
 def empty(*size, dtype=None, device=None, requires_grad=False, memory_format=None) -> Tensor:
     return _factory(np.zeros(_size_args(size), _float_dt(dtype)), requires_grad, device)
 
 
+@factory_out
 def full(size, fill_value, *, dtype=None, device=None, requires_grad=False) -> Tensor:
     if dtype is None:
         dtype = _infer_dtype(fill_value)
@@ -2307,6 +2409,7 @@ def full_like(t, fill_value, *, dtype=None, device=None, requires_grad=False) ->
     return _factory(np.full(t.shape, fill_value, _like(t, dtype)), requires_grad, device)
 
 
+@factory_out
 def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False) -> Tensor:
     if end is None:
         start, end = 0, start
@@ -2320,11 +2423,13 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
     return _factory(np.arange(*vals, dtype=_np_dtype(dtype)), requires_grad, device)
 
 
+@factory_out
 def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False) -> Tensor:
     return _factory(np.linspace(start, end, steps, dtype=_float_dt(dtype)), requires_grad,
                     device)
 
 
+@factory_out
 def eye(n, m=None, *, dtype=None, device=None, requires_grad=False) -> Tensor:
     return _factory(np.eye(n, m, dtype=_float_dt(dtype)), requires_grad, device)
 
@@ -2422,6 +2527,9 @@ def einsum(equation, *operands) -> Tensor:
         shape = tuple(sizes[c] for c in subs)
         t = t if t._data.dtype == dt else t.to(dt)
         expanded.append(t if tuple(t.shape) == shape else t.expand(shape))
+    if dt.kind == "c":
+        return C.product(lambda *parts: L.Einsum.apply(*parts, inputs=inputs, output=output),
+                         expanded)
     return L.Einsum.apply(*expanded, inputs=inputs, output=output)
 
 

@@ -75,9 +75,12 @@ __all__ = [
 # gives only then (or to refuse it); a forward or train_step names the program's default
 # dtype ("default_dtype"); an attr_change says a list grew or a container changed in place
 # ("grown", "in_place"), and a module_op may extend a list ("extend_attr"); a hook event
-# names its tensors ("ids") and a forward passed on names its input ("names"); 15: a
-# train_step's schedule may hold "weight_batch" actions (zb-batched), which a worker of 14
-# refuses
+# names its tensors ("ids") and a forward passed on names its input ("names"); 15: arrays
+# may be complex ("<c8", "<c16": pipe codes after the real ones); a train_step's schedule
+# may hold "weight_batch" actions (zb-batched); a stage's "form" is asked (its modes,
+# dtypes, buffers, requires_grad), and a forward passed on carries the revisions of the
+# stages it passed ("forms"), which an attached client's answers and hook events carry
+# too: all of which a process of 14 refuses
 PROTOCOL_VERSION = 15
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
@@ -90,12 +93,16 @@ SILENT_AFTER_BEATS = 10  # the coordinator lists a worker this long without beat
 ARRAY_EXT = 1  # msgpack extension code of an array placeholder in the header
 
 # The array dtypes that may cross the wire, by their little-endian numpy names.
-DTYPES = frozenset({"<f2", "<f4", "<f8", "|i1", "<i2", "<i4", "<i8", "|u1", "|b1"})
+DTYPES = frozenset({"<f2", "<f4", "<f8", "|i1", "<i2", "<i4", "<i8", "|u1", "|b1", "<c8", "<c16"})
 _NP_DTYPES = {s: np.dtype(s) for s in DTYPES}
 
 
 class WireError(ValueError):
-    """A message that does not follow the protocol (malformed, too large, or off-schema)."""
+    """A message that does not follow the protocol (malformed, too large, or off-schema).
+    ``req``: the request id its header gave, where it had one (0 else), so that the refusal
+    answers the request that is waiting for it."""
+
+    req = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -296,7 +303,9 @@ SCHEMAS: dict[str, dict[str, str]] = {
                 "call": "hook_value?", "rng": "str?", "pins": "list?", "op": "str?",
                 "params": "any?", "keep": "bool?", "as_of": "map?", "checkpoint": "map?",
                 "within": "str?", "attrs": "list[attr_change]?", "names": "list[str]?",
-                "default_dtype": "str?"},
+                "default_dtype": "str?", "forms": "map?"},
+    # forms: the revisions of the stages a forward passed (workers/form.py), to answer an
+    # attached client with; the ok answers of its forwards and backwards carry them too
     # within: the context of the client's call whose hook, running now, makes this call (a
     # logit lens decoding inside a block's hook): it runs at once, not behind that call
     # taps: keys of tensors client forward hooks were given, whose gradients the client
@@ -311,7 +320,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
                  "reply_to": "str", "mb": "int?", "taps": "list[str]?", "tapped": "map?",
                  "accumulate": "bool?", "start": "str?", "inputs": "bool?",
                  "keep_grads": "str?", "create_graph": "bool?", "hold": "backward_hold?",
-                 "attrs": "list[attr_change]?"},
+                 "attrs": "list[attr_change]?", "within": "str?"},
     # create_graph: the input gradients keep their graph (kept as a context under
     # keep_grads, whose backward is a double backward's second pass)
     # values kept on a worker (disthook.distributed.remote_values): a call's outputs, with
@@ -346,11 +355,12 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # answered one event of a round with a change (a result, a tensor changed in place) or
     # an error, it answers the round's later events stale, without running their hooks
     # attrs: what the modules of the pass set on themselves so far (workers/attr_changes.py)
+    # forms: the stage's revision (workers/form.py), for an attached client's hooks
     # ids: a name for each tensor of args, in order ("<tensor>@<version>"), the same in every
     # event of the job that sends that tensor: the client gives it one object in them all
     "hook_event": {"hook": "int", "kind": "event_kind", "path": "str",
                    "args": "list[hook_value]", "diff": "bool?", "spec": "str?",
-                   "attrs": "list[attr_change]?", "ids": "list[str]?"},
+                   "attrs": "list[attr_change]?", "ids": "list[str]?", "forms": "map?"},
     "hook_reply": {"hook": "int", "result": "hook_value?", "watch": "list[int]?",
                    "retain": "list[int]?", "key": "str?", "changed": "list[changed_arg]?",
                    "taps": "list[int]?", "stale": "bool?", "wrote": "bool?"},
@@ -374,6 +384,9 @@ SCHEMAS: dict[str, dict[str, str]] = {
              "reason": "str?"},
     # parameters, buffers and optimizer shards
     "get_state": {"model": "str", "names": "list?"},
+    # what a stage is beyond its weights' values: its revision, modes, dtypes, shapes,
+    # requires_grad and buffers (workers/form.py), for an attached client's copy
+    "form": {"model": "str"},
     "train": {"model": "str", "mode": "bool"},
     # seq: a tree-placed model's write, numbered by its writer; commit: the writer's writes up
     # to seq are on every worker they went to (workers/versions.py)
@@ -653,7 +666,7 @@ def _decode(frames: Sequence, limits: Limits, head: bytes | None = None) -> Mess
     try:
         if len(frames) == 1:  # no arrays: the header in one go
             header = msgpack.unpackb(head, raw=False, strict_map_key=True,
-                                     ext_hook=state.placeholder)
+                                     ext_hook=state.placeholder, timestamp=_AS_NUMBER)
         else:
             header = _read_header(head, frames, limits, state)
     except WireError:
@@ -669,6 +682,15 @@ def _decode(frames: Sequence, limits: Limits, head: bytes | None = None) -> Mess
         extra = header.keys() - _HEADER_KEYS
         raise WireError(f"header keys: missing {sorted(missing, key=str)}, unexpected "
                         f"{sorted(extra, key=str)}")
+    try:
+        return _decode_fields(header, frames, limits, state)
+    except WireError as exc:  # the sender's request, where the header names it
+        exc.req = header["r"] if type(header["r"]) is int else 0
+        raise
+
+
+def _decode_fields(header: dict, frames: Sequence, limits: Limits, state) -> Message:
+    """The message of a header whose keys are right: its fields checked."""
     if header["v"] != PROTOCOL_VERSION and header["t"] != "hello":
         raise WireError(f"protocol version {header['v']!r}, expected {PROTOCOL_VERSION}")
     msg_type, req, ctx, fields = header["t"], header["r"], header["c"], header["f"]
@@ -699,6 +721,7 @@ def _decode(frames: Sequence, limits: Limits, head: bytes | None = None) -> Mess
 def _read_header(head, frames: Sequence, limits: Limits, state) -> dict:
     """The header map read entry by entry (see decode), or the whole value if not a map."""
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=True, ext_hook=state.ext,
+                                timestamp=_AS_NUMBER,
                                 max_buffer_size=max(len(head), 1))
     unpacker.feed(head)
     try:
@@ -706,7 +729,8 @@ def _read_header(head, frames: Sequence, limits: Limits, state) -> dict:
     except msgpack.UnpackValueError:
         raise
     except ValueError:  # not a map: the whole value, for the error message
-        return msgpack.unpackb(head, raw=False, strict_map_key=True, ext_hook=state.ext)
+        return msgpack.unpackb(head, raw=False, strict_map_key=True, ext_hook=state.ext,
+                               timestamp=_AS_NUMBER)
     header = {}
     for _ in range(entries):
         key = unpacker.unpack()
@@ -723,6 +747,11 @@ def _read_header(head, frames: Sequence, limits: Limits, state) -> dict:
     if unpacker.tell() != len(head):
         raise WireError(f"header has {len(head) - unpacker.tell()} trailing bytes")
     return header
+
+
+# msgpack's own extension -1 (a timestamp), which it reads without the ext hook: read as a
+# number (seconds), so that a message still holds only plain values (not msgpack.Timestamp)
+_AS_NUMBER = 1
 
 
 class _DecodeState:
@@ -880,7 +909,7 @@ _WALK = (list, dict, _Placeholder)
 PIPE_MAGIC = b"DHpipe"  # never the start of a general header (a msgpack map)
 _PIPE_MAGIC_LEN = len(PIPE_MAGIC)
 PIPE_KINDS = tuple(sorted(ENUMS["pipe_kind"]))
-PIPE_DTYPES = tuple(sorted(DTYPES))
+PIPE_DTYPES = tuple(sorted(DTYPES, key=lambda d: (d[1] == "c", d)))  # complex last (15)
 _PIPE_KIND_CODE = {k: i for i, k in enumerate(PIPE_KINDS)}
 _PIPE_DTYPE_CODE = {d: i for i, d in enumerate(PIPE_DTYPES)}
 _PIPE_HEAD = struct.Struct("<6sBBBBBqHHI")

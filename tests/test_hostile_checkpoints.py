@@ -248,14 +248,14 @@ def test_unknown_storages_and_persistent_ids_are_refused():
     bad_pid = b"\x80\x02(X\x03\x00\x00\x00fooK\x01tQ."
     with pytest.raises(RuntimeError, match="unknown persistent id"):
         load(torch_zip(bad_pid))
-    complex_storage = tensor_pickle(1, (1,), (1,)).replace(b"FloatStorage",
-                                                          b"ComplexFloatStorage")
-    with pytest.raises(RuntimeError, match="holds a ComplexFloatStorage; disthook has no "
+    quantized_storage = tensor_pickle(1, (1,), (1,)).replace(b"FloatStorage",
+                                                            b"QInt8Storage")
+    with pytest.raises(RuntimeError, match="holds a QInt8Storage; disthook has no "
                                            "tensors of that element type"):
-        load(torch_zip(complex_storage, {"0": b"\0" * 8}))
-    with pytest.raises(pickle.UnpicklingError, match="names the dtype torch.complex64; "
+        load(torch_zip(quantized_storage, {"0": b"\0" * 8}))
+    with pytest.raises(pickle.UnpicklingError, match="names the dtype torch.complex32; "
                                                      "disthook has no tensors of it"):
-        load(torch_zip(b"\x80\x02ctorch\ncomplex64\n."))
+        load(torch_zip(b"\x80\x02ctorch\ncomplex32\n."))
     missing = tensor_pickle(1, (1,), (1,))
     with pytest.raises(RuntimeError, match="has no record 'archive/data/0'"):
         load(torch_zip(missing))

@@ -56,7 +56,7 @@ def test_encode_pipe_writes_what_encode_writes(fields):
     ("m", "s", "forward", 0, None, None),
     (3, "s", "act", 0, None, None),
     ("m", "s", "act", 0, [1.0, 2.0], None),
-    ("m", "s", "act", 0, np.zeros(2, np.complex64), None),
+    ("m", "s", "act", 0, np.zeros(2, np.uint16), None),
     ("m", "s", "abort", 0, None, b"bytes"),
 ])
 def test_encode_pipe_refuses_what_encode_refuses(fields):

@@ -172,3 +172,28 @@ def test_functions_and_classes_of_a_module_travel_by_name():
         build_module(spec)
     with pytest.raises(SpecError, match="importing 'json' is not allowed here"):
         build_module(spec, allow=lambda m: m.startswith("disthook"))
+
+
+def test_names_stay_inside_the_allowed_modules_and_objects_do_nothing_as_they_go(tmp_path):
+    """A reference may not walk through a dunder or out of the allowed modules (through a
+    module an allowed one imported), and a class with ``__del__`` makes no object from data
+    even where every module may be imported (tempfile's closer unlinks the path it holds)."""
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+
+    def holding(name):
+        spec = module_spec(nn.Identity())
+        spec["attrs"] = {"x": {"object": {"class": name, "attrs": {
+            "file": 1, "name": str(victim), "delete": True}}}}
+        return spec
+
+    only_disthook = lambda m: m == "disthook" or m.startswith("disthook.")
+    with pytest.raises(SpecError, match=r"allowed modules \(to module tempfile\)"):
+        build_module(holding("disthook.distributed.cluster:tempfile._TemporaryFileCloser"),
+                     allow=only_disthook)
+    with pytest.raises(SpecError, match="__del__"):
+        build_module(holding("tempfile:_TemporaryFileCloser"))
+    assert victim.read_text() == "keep me"
+    with pytest.raises(SpecError, match="may not go through '__globals__'"):
+        resolve_class("disthook.nn:Linear.forward.__globals__", allow=only_disthook)
+    assert resolve_class("disthook:nn.Linear", allow=only_disthook) is nn.Linear

@@ -451,3 +451,15 @@ def test_a_run_of_batched_weight_actions_comes_as_one():
     assert got == [("forward", 0), ("backward", 0), ("weight_batch", [0]), ("forward", 1),
                    ("backward", 1), ("forward", 2), ("backward", 2), ("weight_batch", [2, 1])]
     assert run.next({}) == ("done",)
+
+
+def test_a_training_step_missing_what_its_stage_needs_is_refused_by_name():
+    from workers.steps import _check_step
+
+    plan = [["forward", 0], ["backward", 0], ["forward", 1], ["backward", 1]]
+    _check_step({"schedule": plan, "inputs": [1, 2]}, True, False, "stage 0")
+    with pytest.raises(ValueError, match="stage 1 must carry targets, loss"):
+        _check_step({"schedule": plan, "scales": [1, 1]}, False, True, "stage 1")
+    with pytest.raises(ValueError, match="stage 0 must carry inputs .one per micro-batch "
+                                         "of its 2"):
+        _check_step({"schedule": plan, "inputs": [1]}, True, False, "stage 0")

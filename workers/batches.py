@@ -64,10 +64,11 @@ class Batches:
 
     def refuse(self, sender: bytes, exc: Exception) -> None:
         """A message ``sender`` sent is refused: a warning (a few per peer) and an error
-        answer under no request id (what it asked for is not known)."""
+        answer to its request (under no request id where its header named none)."""
         self.peer_log.warning(sender, "%s: refused a message from %s: %s", self.label,
                               self.who(sender), exc)
-        self.reply(self.router, sender, 0, "error", error_fields(exc, worker=self.name))
+        self.reply(self.router, sender, getattr(exc, "req", 0), "error",
+                   error_fields(exc, worker=self.name))
 
     def forget_batches(self, peer: bytes) -> None:
         self.takes_batches.pop(peer, None)

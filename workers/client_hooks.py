@@ -13,7 +13,7 @@ import numpy as np
 import disthook
 from disthook.service import hook_kinds, worker_hooks
 from disthook.service.values import pack, tensors_in, unpack
-from workers import attr_changes
+from workers import attr_changes, form
 from workers.speculation import HookRecord
 
 __all__ = ["HookHandlers"]
@@ -220,7 +220,8 @@ class HookHandlers:
         wait = (self.state.expect_from_client if ahead else self.state.wait_for_client)(
             job, client, req, what)
         fields = {"hook": hook_id, "kind": kind, "path": path, "args": args, "diff": diff,
-                  "spec": spec, "attrs": attr_changes.seen(job), "ids": ids}
+                  "spec": spec, "attrs": attr_changes.seen(job), "ids": ids,
+                  "forms": None if job.stage is None else form.forms(job.stage, job)}
         self.reply(self.router, client, req, "hook_event", fields, ctx=job.msg.ctx)
         return wait
 

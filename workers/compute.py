@@ -23,7 +23,7 @@ from disthook.service import op_calls
 from disthook.service.loop import NO_REPLY, send_frames
 from disthook.service.values import opaque_in, pack, tensors_in, unpack
 from disthook.utils.checkpoint import checkpoint
-from workers import attr_changes, held_grads
+from workers import attr_changes, form, held_grads
 from workers.speculation import BACKWARD_KINDS, EarlyAnswer, run_ahead
 from workers.state import Context
 from workers.versions import carries_write, note_pins, upstream_pins
@@ -60,7 +60,7 @@ class ComputeHandlers:
                 t = disthook.from_numpy(a if job.spec is None else np.array(a))
                 if job.spec is not None:  # a hook event sends the frame, not another copy
                     job.spec.keep_pristine(t, a)
-                if grad and flag and t.is_floating_point():
+                if grad and flag and (t.is_floating_point() or t.is_complex()):
                     t.requires_grad_(True)  # a fresh leaf per context: its grad goes back
                 inputs.append(t)
                 return t
@@ -112,6 +112,9 @@ class ComputeHandlers:
                               "optimizer_calls": calls, "rng": rng,
                               "attrs": attr_changes.merged(msg.get("attrs"), snap.changes()),
                               "names": self._names_of(job, [out])}
+                    passed = form.forms(st, job, msg.get("forms"))
+                    if passed:
+                        fields["forms"] = passed
                     if msg.get("default_dtype"):
                         fields["default_dtype"] = msg["default_dtype"]
                     pins = job.pins or upstream_pins(job)  # calls a write passed
@@ -125,8 +128,8 @@ class ComputeHandlers:
                         "output": out.detach().numpy(), "requires_grad": out.requires_grad,
                         "grad_fn": None if out.grad_fn is None else out.grad_fn.name(),
                         "rng": rng,
-                        "attrs": attr_changes.merged(msg.get("attrs"), snap.changes())},
-                        "ahead": ahead})
+                        "attrs": attr_changes.merged(msg.get("attrs"), snap.changes()),
+                        "forms": form.forms(st, job, msg.get("forms"))}, "ahead": ahead})
 
             early = EarlyAnswer(finish) if nxt is None else None
             with attr_changes.watching(job, snap):
@@ -195,7 +198,8 @@ class ComputeHandlers:
                     raise TypeError(f"the module at {path!r} returned {opaque}, which cannot "
                                     "go back to the client: a module called from the client "
                                     "must return tensors, numbers, strings, None, or tuples, "
-                                    "lists, str-keyed dicts and dataclasses of them")
+                                    "lists, str-keyed dicts and dataclasses of them"
+                                    f"{_distribution_advice(out)}")
                 # what the part set on its modules; its tensors with a graph are outputs too
                 with_graph = attr_changes.WithGraph() if msg.get("keep") else None
                 attrs = snap and snap.changes(with_graph)
@@ -215,8 +219,8 @@ class ComputeHandlers:
                     packed = pack(out)
                 self._to_client(job, "ok", {"result": {
                     "output": packed, "requires_grad": [o.requires_grad for o in outs],
-                    "rng": _stream_state(msg), "pin": job.as_of, "attrs": attrs},
-                    "ahead": ahead})
+                    "rng": _stream_state(msg), "pin": job.as_of, "attrs": attrs,
+                    "forms": form.forms(st, job)}, "ahead": ahead})
 
             early = EarlyAnswer(finish)
             with attr_changes.watching(job, snap):
@@ -314,7 +318,7 @@ class ComputeHandlers:
                 _run_backward(pairs(), [], taps, tapped, True, False)
                 self._to_client(job, "ok", {"result": {
                     "grads": [None] * len(context.inputs), "tapped": tapped,
-                    "attrs": attrs()}})
+                    "attrs": attrs(), "forms": form.forms(st, job)}})
                 return NO_REPLY
             tapped_before = dict(tapped)
             # parameters that later calls of the client's backward use too (held_grads)
@@ -345,7 +349,8 @@ class ComputeHandlers:
                 if keep:
                     grads = self._keep_grads(job, st.model, keep, grads)
                 self._to_client(job, "ok", {"result": {"grads": grads, "tapped": tapped,
-                                                       "attrs": attrs()},
+                                                       "attrs": attrs(),
+                                                       "forms": form.forms(st, job)},
                                             "ahead": ahead})
 
             early = None if prev is not None or context.retained else EarlyAnswer(answer)
@@ -509,6 +514,8 @@ def _stream_state(msg) -> str | None:
 
 
 def _as_computed(t):
+    """A chain stage's received activation as its forward takes it (the pass made a float or
+    complex one a leaf that requires grad)."""
     return _StageInput.apply(t) if t.requires_grad else t
 
 
@@ -546,3 +553,14 @@ def rss_bytes() -> int | None:
 _statm: tuple[int, int] | None = None  # (pid, descriptor of its /proc/self/statm)
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
+
+def _distribution_advice(out) -> str:
+    """What to do instead, where a module returned a probability distribution (an RL policy's
+    head: ``return Categorical(logits=self.linear(x))``)."""
+    from disthook.distributions import Distribution
+
+    items = out if isinstance(out, (tuple, list)) else (out,)
+    if not any(isinstance(v, Distribution) for v in items):
+        return ""
+    return ("; a distribution is made of its parameters: return those (its logits; its loc "
+            "and scale) and make the distribution in the code that calls the module")

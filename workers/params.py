@@ -9,7 +9,7 @@ import disthook
 from disthook import wire
 from disthook.service.loop import NO_REPLY
 from disthook.service.values import unpack
-from workers import attr_changes
+from workers import attr_changes, form
 from workers.versions import note_pins, note_write
 
 __all__ = ["ParamHandlers"]
@@ -34,6 +34,10 @@ class ParamHandlers:
             raise KeyError(f"{st.name} has no parameters or buffers {unknown}")
         return {"stage": st.index, "state": state, "grads": grads}
 
+    def on_form(self, job):
+        """What the stage is beyond its weights' values (``workers.form.describe``)."""
+        return form.describe(self._stage(job))
+
     def on_param_op(self, job):
         """An in-place method of a parameter (``fill_``, ``copy_``, ``requires_grad_``, ...),
         run without autograd as ``p.data.<op>(*args)`` would run in one process."""
@@ -50,6 +54,7 @@ class ParamHandlers:
         args, kwargs = unpack(msg["args"]), unpack(msg["kwargs"])
         if op == "requires_grad_":
             param.requires_grad_(*args, **kwargs)
+            st.form += 1
             return
         note_write(st, self.state, job)
         with disthook.no_grad():
@@ -79,6 +84,7 @@ class ParamHandlers:
             delattr(module, name)
         attr_changes.forget(module)  # its attributes changed outside a pass
         st.versions.reset()  # a buffer may have come or gone
+        st.form += 1
 
     def on_grad_op(self, job):
         """Gradients of named parameters of the stage, where they live (see wire's grad_op):
@@ -214,6 +220,8 @@ class ParamHandlers:
         st = self._stage(job)
         if st.module.training != job.msg["mode"]:  # the mode is the model's, for everyone
             st.check_form(job.client, "train()/eval()")
+        if any(m.training != job.msg["mode"] for m in st.module.modules()):
+            st.form += 1
         st.module.train(job.msg["mode"])
 
     def on_set_state(self, job):
@@ -353,8 +361,10 @@ def _convert(module, dtypes) -> None:
         raise ValueError(f"convert: a dict of tensor names and dtypes, got {dtypes!r}")
     for name, dtype_name in dtypes.items():
         dtype = getattr(disthook, str(dtype_name), None)
-        if not isinstance(dtype, disthook.dtype) or not dtype.is_floating_point:
-            raise ValueError(f"convert {name!r}: {dtype_name!r} is not a floating dtype")
+        if not isinstance(dtype, disthook.dtype) or not (dtype.is_floating_point
+                                                         or dtype.is_complex):
+            raise ValueError(f"convert {name!r}: {dtype_name!r} is not a floating or complex "
+                             "dtype")
         path, _, leaf = name.rpartition(".")
         owner = module.get_submodule(path)
         with disthook.no_grad():

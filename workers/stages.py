@@ -39,6 +39,9 @@ class Stage:
         self.shared = False  # another client has called it (workers/attr_changes: Snapshot)
         self.params = list(module.parameters())
         self.versions = Versions(module)  # the weights' versions (workers.versions)
+        # what it is beyond its weights' values (modes, dtypes, buffers, requires_grad) changed
+        # this many times: an attached client's answers carry it (workers/form.py)
+        self.form = 0
         self.installed = owner  # whose gradients the parameters' .grad hold now
         self.grads: dict[bytes, list] = {}  # every other client's, one per parameter
         # (client, its backward's id) -> gradients kept for that backward's later calls
@@ -140,6 +143,9 @@ class Stage:
             "client's copy of the model mirrors; ask the deployer to change it")
 
 
+MAX_RETIRED = 65536  # unloaded model ids a worker remembers (not taken by another)
+
+
 def _check_reload(held: Stage | None, client: bytes) -> None:
     """A stage loaded again is replaced whole (its modules, neighbours, owner and settings,
     and every client's graphs, hooks and optimizer shares on it): only its deployer may,
@@ -164,6 +170,7 @@ class StageHandlers:
         aliases.install(msg.get("aliases") or {})  # before the model's modules are imported
         module = self._stage_module(msg)
         _check_reload(self.stages.get(msg["model"]), job.client)
+        self._check_retired(msg["model"], job.client)
         stage = Stage(msg["model"], msg["stage"], module, owner=job.client,
                       writable=bool(msg.get("writable")))
         self.check_models(job.client, stage.model, stage.nbytes)
@@ -218,11 +225,27 @@ class StageHandlers:
         # reply would wait for a route that never comes back, and be dropped with a warning)
         return NO_REPLY
 
+    def _check_retired(self, model: str, client: bytes) -> None:
+        """A model id another client's stage held here before it was unloaded is not taken
+        again: the clients attached to that model are bound to its id and this worker, and
+        would go on computing, unwarned, with whatever was loaded under it."""
+        owner = self.__dict__.get("_retired", {}).get(model)
+        if owner is not None and owner != client:
+            raise PermissionError(
+                f"model id {model!r} was another client's model on worker {self.id}, "
+                "unloaded since: an id is not used again for another model (clients attached "
+                "to the old one would compute with it); deploy under a new id")
+
     def _drop(self, model: str) -> bool:
         stage = self.stages.pop(model, None)
         self.state.unload(model)
         if stage is None:
             return False
+        retired = self.__dict__.setdefault("_retired", {})  # model id -> its owner, bounded
+        retired.pop(model, None)
+        retired[model] = stage.owner
+        while len(retired) > MAX_RETIRED:
+            del retired[next(iter(retired))]
         for sock in stage.neighbours.values():
             self.drop_neighbour(sock)
         for handle in stage.hooks.values():

@@ -39,8 +39,8 @@ FINISHED_STEPS_KEPT = 256  # steps whose late pipeline messages are dropped on a
 GONE_KEPT = 1024  # clients remembered as gone (a running job of theirs waits no more)
 
 # requests that only read (or drop graphs) run at once, never queued: a hook may read its model
-AT_ONCE = frozenset({"hello", "status", "get_state", "list_hooks", "captured", "release",
-                     "pin", "waits", "fetch"})
+AT_ONCE = frozenset({"hello", "status", "get_state", "form", "list_hooks", "captured",
+                     "release", "pin", "waits", "fetch"})
 # answers to a wait of a running request, recognised by (sender, request id)
 ANSWERS = frozenset({"hook_reply", "error"})
 # what a neighbour stage sends: a client's call carried on (its client named by reply_to),

@@ -16,7 +16,7 @@ from disthook._dtype import default_dtype_as
 from disthook.autograd.split import backward_split, run_together
 from disthook.distributed.spec import build_module
 from disthook.service.loop import PIPE_COPY_BELOW, send_frames
-from workers import attr_changes
+from workers import attr_changes, form
 from workers.compute import _as_computed, rss_bytes
 from workers.links import Link
 from workers.state import StepRun
@@ -64,8 +64,11 @@ class StepHandlers:
         busy, peak = 0.0, rss_bytes() or 0  # compute time; the most memory held
         waited_since, waited_cpu = None, 0.0
         try:
-            if last:  # a loss refused here aborts the step on the other stages too
+            # (a loss refused here, or a request missing what this stage needs, aborts
+            # the step on the other stages too)
+            if last and isinstance(msg.get("loss"), dict):
                 loss_fn = _loss_function(msg["loss"], self.model_module_allowed)
+            _check_step(msg, first, last, st.name)
             while True:
                 action = run.next(self.state.mailbox)
                 kind = action[0]
@@ -103,7 +106,7 @@ class StepHandlers:
                         # nothing else reads), unless the forward may run again (client
                         # hooks running ahead): then from the frame as it came each time
                         leaf = disthook.from_numpy(_fresh(data, job))
-                        if not first and leaf.is_floating_point():
+                        if not first and (leaf.is_floating_point() or leaf.is_complex()):
                             leaf.requires_grad_(True)
                         with default_dtype_as(msg.get("default_dtype")):
                             out = st.module(leaf if first else _as_computed(leaf))
@@ -166,7 +169,7 @@ class StepHandlers:
             job.micro_batch = self.captures.micro_batch = None
             self.state.finish_step(model, step)
         stats = {"busy": busy, "peak_rss": peak, "timeline": timeline,
-                 "attrs": snap.changes()}
+                 "attrs": snap.changes(), "forms": form.forms(st, job)}
         return {"losses": [losses[mb] for mb in sorted(losses)], **stats} if last else stats
 
     def _came_on_links(self, keys: tuple) -> bool:
@@ -195,6 +198,22 @@ def _fresh(data: np.ndarray, job) -> np.ndarray:
     """``data`` (received) as a pass takes it: itself, or a copy where the pass may run
     again (``job.spec``: its client hooks run ahead) and must start from it as it came."""
     return data if job.spec is None else np.array(data)
+
+
+def _check_step(msg, first: bool, last: bool, stage: str) -> None:
+    """What a stage's part of a training step needs is in its request: the micro-batches'
+    inputs on the first stage; their targets, scales and the loss on the last; one of each
+    per micro-batch the schedule names (a ValueError naming what is missing, not a KeyError
+    half way through the step)."""
+    m = 1 + max((mb for _, mb in msg["schedule"]), default=-1)
+    needs = [("inputs", first), ("targets", last), ("scales", last)]
+    missing = [name for name, needed in needs if needed and (
+        not isinstance(msg.get(name), list) or len(msg[name]) < m)]
+    if last and not isinstance(msg.get("loss"), dict):
+        missing.append("loss")
+    if missing:
+        raise ValueError(f"a training step's request to {stage} must carry "
+                         f"{', '.join(missing)} (one per micro-batch of its {m} for a list)")
 
 
 def _loss_function(spec: dict, allow):

@@ -15,6 +15,7 @@ import numpy as np
 
 import disthook
 from disthook import wire
+from disthook.service.endpoint import parse
 from disthook.service.loop import NO_REPLY, send_frames
 from disthook.service.values import kept_record
 from workers.limits import mib
@@ -59,6 +60,7 @@ class ValueHandlers:
         that the request waiting for it there fails at once instead of timing out."""
         msg = job.msg
         st = self._stage(job)
+        parse(msg["to"], "send_value's address")  # (a ValueError that says so, no socket)
         self._check_named(job, msg["to"])
         sock = self._peer(msg["to"])
         for vid in msg["values"]:

@@ -21,7 +21,8 @@ STORAGE_DTYPES = {
     "BFloat16Storage": "bfloat16", "LongStorage": "int64", "IntStorage": "int32",
     "ShortStorage": "int16", "CharStorage": "int8", "ByteStorage": "uint8",
     "BoolStorage": "bool", "UntypedStorage": "uint8",
-    "ComplexFloatStorage": None, "ComplexDoubleStorage": None, "QInt8Storage": None,
+    "ComplexFloatStorage": "complex64", "ComplexDoubleStorage": "complex128",
+    "QInt8Storage": None,
     "QUInt8Storage": None, "QInt32Storage": None, "QUInt4x2Storage": None,
     "QUInt2x4Storage": None,
 }
@@ -105,7 +106,7 @@ def weights_global(module: str, name: str, user_allowed: dict):
 
 
 # torch dtypes that disthook lacks (those it has are in the table, which is asked first)
-_DTYPES_WE_LACK = ("complex", "cfloat", "cdouble", "chalf", "float8", "float4", "uint1",
+_DTYPES_WE_LACK = ("complex32", "chalf", "float8", "float4", "uint1",
                    "uint2", "uint3", "uint4", "uint5", "uint6", "uint7", "uint16", "uint32",
                    "uint64", "int1", "int2", "int3", "int4", "int5", "int6", "int7", "bits",
                    "qint", "quint")

@@ -14,11 +14,13 @@ from typing import ClassVar
 
 import numpy as np
 
+from disthook._layout import contiguous_strides
 from disthook._serialization import names, rebuild
 
 _STORAGE_OF = {"float32": "FloatStorage", "float64": "DoubleStorage", "float16": "HalfStorage",
                "int64": "LongStorage", "int32": "IntStorage", "int16": "ShortStorage",
-               "int8": "CharStorage", "uint8": "ByteStorage", "bool": "BoolStorage"}
+               "int8": "CharStorage", "uint8": "ByteStorage", "bool": "BoolStorage",
+               "complex64": "ComplexFloatStorage", "complex128": "ComplexDoubleStorage"}
 
 
 class _StorageRef:
@@ -76,7 +78,7 @@ class TorchPickler(pickle._Pickler):
         if not shared:
             root = np.ascontiguousarray(array).reshape(array.shape)  # (a 0-d stays 0-d)
             offset = 0
-            stride = tuple(s // item for s in root.strides) if root.size else (1,) * root.ndim
+            stride = contiguous_strides(root.shape)
             if root.ndim == 0:
                 root = root.reshape(1)
             return self._ref(root), offset, stride

@@ -70,13 +70,13 @@ class BackwardCFunction(Node):
 
     @property
     def saved_tensors(self) -> tuple:
-        """As Node's; with ``clear_saved_tensors_on_access = True`` on the Function, the first
-        read also lets them go, and any later read raises, as in torch."""
+        """What ``save_for_backward`` kept; with ``clear_saved_tensors_on_access = True`` on the
+        Function, the first read also lets them go, and any later read raises, as in torch."""
         if not self._forward_cls.clear_saved_tensors_on_access:
-            return Node.saved_tensors.fget(self)
+            return self._unpack_saved()
         if self.__dict__.get("_saved_accessed"):
             raise RuntimeError(ACCESSED_ONCE_MSG)
-        tensors = Node.saved_tensors.fget(self)
+        tensors = self._unpack_saved()
         self._saved = None
         self._saved_accessed = True
         return tensors
@@ -290,7 +290,7 @@ def _wrap_output(o, i: int, node, name: str, is_input: bool, is_modified: bool,
 
     if not isinstance(o, Tensor):
         return o
-    if node is None or not marked_differentiable or o._data.dtype.kind != "f":
+    if node is None or not marked_differentiable or o._data.dtype.kind not in "fc":
         # not differentiable: no history; inputs come back as aliases
         if not o._requires_grad:
             return _alias(o) if is_input and not is_modified else o

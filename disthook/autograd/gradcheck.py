@@ -3,6 +3,11 @@
 The numerical Jacobian perturbs one input element at a time by ``eps`` both ways; the
 analytical one is built row by row from vector-Jacobian products (``autograd.grad`` with a
 one-hot ``grad_outputs``). They must agree within ``atol + rtol * |numerical|``.
+
+A complex tensor counts as its real and imaginary parts (two real coordinates per element):
+its elements are perturbed in each part, and a complex output's rows come from the seeds 1
+and 1j, whose gradients are d Re(out)/dx + i d Re(out)/dy and the same of Im(out) (torch's
+convention), so a backward that forgets a conjugate fails, as in torch.
 """
 from __future__ import annotations
 
@@ -31,12 +36,26 @@ def _differentiable_outputs(outputs) -> list:
     return [o for o in _as_tuple(outputs) if isinstance(o, Tensor) and o.requires_grad]
 
 
+def _coords(data: np.ndarray) -> np.ndarray:
+    """The real coordinates of an array, flat: a complex element's real and imaginary parts
+    side by side."""
+    if data.dtype.kind == "c":
+        return np.stack([data.real, data.imag], -1).astype(np.float64).ravel()
+    return data.astype(np.float64).ravel()
+
+
+def _parts(data: np.ndarray) -> tuple:
+    """The unit steps along an element's real coordinates: 1, and 1j when complex."""
+    return (1, 1j) if data.dtype.kind == "c" else (1,)
+
+
 def _numerical_jacobians(func, inputs: tuple, wrt: list, n_out: int, eps: float) -> list:
-    """[output][input] -> array (input numel, output numel) by central differences."""
+    """[output][input] -> array (input coordinates, output coordinates) by central
+    differences."""
     def evaluate() -> list:
         # with grad mode as it is: func may itself differentiate (gradgradcheck)
         outs = _differentiable_outputs(func(*inputs))
-        return [o._data.astype(np.float64).ravel().copy() for o in outs[:n_out]]
+        return [_coords(o._data).copy() for o in outs[:n_out]]
 
     jac = [[None] * len(wrt) for _ in range(n_out)]
     for j, i in enumerate(wrt):
@@ -44,16 +63,17 @@ def _numerical_jacobians(func, inputs: tuple, wrt: list, n_out: int, eps: float)
         flat = data.reshape(-1)  # a view: writing it perturbs the input
         cols: list = [[] for _ in range(n_out)]
         for k in range(flat.size):
-            orig = flat[k]
-            flat[k] = orig - eps
-            lo = evaluate()
-            flat[k] = orig + eps
-            hi = evaluate()
-            flat[k] = orig
-            for o in range(n_out):
-                cols[o].append((hi[o] - lo[o]) / (2 * eps))
+            for step in _parts(data):
+                orig = flat[k]
+                flat[k] = orig - eps * step
+                lo = evaluate()
+                flat[k] = orig + eps * step
+                hi = evaluate()
+                flat[k] = orig
+                for o in range(n_out):
+                    cols[o].append((hi[o] - lo[o]) / (2 * eps))
         for o in range(n_out):
-            jac[o][j] = np.array(cols[o]).reshape(flat.size, -1)
+            jac[o][j] = np.array(cols[o]).reshape(len(cols[o]), -1)
     return jac
 
 
@@ -63,16 +83,21 @@ def _analytical_jacobians(outputs: list, inputs: tuple, wrt: list) -> list:
 
     jac = []
     for out in outputs:
-        per_input = [np.zeros((inputs[i]._data.size, out._data.size)) for i in wrt]
+        parts = _parts(out._data)
+        per_input = [np.zeros((_coords(inputs[i]._data).size, out._data.size * len(parts)))
+                     for i in wrt]
+        column = 0
         for k in range(out._data.size):
-            seed = np.zeros(out._data.size, dtype=out._data.dtype)
-            seed[k] = 1
-            grads = autograd.grad(out, [inputs[i] for i in wrt],
-                                  Tensor._make(seed.reshape(out._data.shape), None, 0),
-                                  retain_graph=True, allow_unused=True)
-            for j, g in enumerate(grads):
-                if g is not None:
-                    per_input[j][:, k] = g._data.astype(np.float64).ravel()
+            for part in parts:  # the row of Re(out[k]), then of Im(out[k])
+                seed = np.zeros(out._data.size, dtype=out._data.dtype)
+                seed[k] = part
+                grads = autograd.grad(out, [inputs[i] for i in wrt],
+                                      Tensor._make(seed.reshape(out._data.shape), None, 0),
+                                      retain_graph=True, allow_unused=True)
+                for j, g in enumerate(grads):
+                    if g is not None:
+                        per_input[j][:, column] = _coords(g._data)
+                column += 1
         jac.append(per_input)
     return jac
 
@@ -116,7 +141,7 @@ def _gradcheck(func, inputs: tuple, eps: float, atol: float, rtol: float,
         raise ValueError("gradcheck expects at least one input tensor to require gradient, "
                          "but none of the them have requires_grad=True.")
     for i in wrt:
-        if inputs[i]._data.dtype != np.float64:
+        if inputs[i]._data.dtype not in (np.float64, np.complex128):
             warnings.warn(
                 f"Input #{i} requires gradient and is not a double precision floating point "
                 "or complex. This check will likely fail if all the inputs are not of double "

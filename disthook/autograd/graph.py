@@ -14,6 +14,7 @@ from collections import OrderedDict
 # Names from modules that import this one are looked up at call time in sys.modules: they
 # are loaded by then, and a from-import inside a hot function costs about 1.7 us per call.
 from sys import modules as _loaded
+from types import MappingProxyType
 from typing import NamedTuple
 
 from disthook.autograd import saved_hooks as _saved_hooks
@@ -115,8 +116,9 @@ class Node:
     def save_for_backward(self, *tensors) -> None:
         self._saved = tuple(None if t is None else _SavedTensor(t, self) for t in tensors)
 
-    @property
-    def saved_tensors(self) -> tuple:
+    def _unpack_saved(self) -> tuple:
+        """The saved tensors, unpacked: ``saved_tensors`` of the nodes that have one (a
+        custom Function's; a built-in op's in its own backward)."""
         if self._freed:
             raise RuntimeError(SECOND_BACKWARD_MSG)
         saved = self._saved
@@ -137,8 +139,14 @@ class Node:
     # An op names what it saves, position by position, in ``saved_names`` (torch's names:
     # "self", "other", "result", ...); a position it did not save reads as None.
     saved_names: tuple = ()
+    # the other values torch's node keeps, ``_saved_dim``, ``_saved_keepdim``,
+    # ``_saved_self_sym_sizes`` ...: name -> a function of the node, declared by the op beside
+    # what its forward stores (graph readers such as torch-pruning read them)
+    saved_values = MappingProxyType({})
 
     def __getattr__(self, name: str):
+        if name.startswith("_saved_") and name[7:] in type(self).saved_values:
+            return type(self).saved_values[name[7:]](self)
         for head, raw in (("_raw_saved_", True), ("_saved_", False)):
             if name.startswith(head) and name[len(head):] in type(self).saved_names:
                 i = type(self).saved_names.index(name[len(head):])
@@ -149,6 +157,12 @@ class Node:
                 saved = self._saved[i] if self._saved and i < len(self._saved) else None
                 return None if saved is None else saved.unpack(self)
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __dir__(self) -> list:
+        names = type(self).saved_names
+        return sorted({*super().__dir__(), *(f"_saved_{n}" for n in names),
+                       *(f"_raw_saved_{n}" for n in names),
+                       *(f"_saved_{n}" for n in type(self).saved_values)})
 
     # ---- scheduling -----------------------------------------------------------------------
     def _sequence_nr(self) -> int:
@@ -409,6 +423,22 @@ def get_gradient_edge(tensor) -> GradientEdge:
     return GradientEdge(node, output_nr)
 
 
+def increment_version(tensor) -> None:
+    """Mark ``tensor`` (or each tensor of an iterable) as changed in place, for a change made
+    to its data where autograd could not see it (``t.numpy()[:] = ...``): a backward that
+    saved the old version then raises, as after any in-place op."""
+    Tensor = _loaded["disthook.tensor"].Tensor
+    tensors = (tensor,) if isinstance(tensor, Tensor) else tensor
+    try:
+        tensors = list(tensors)
+    except TypeError:
+        tensors = None
+    if tensors is None or not all(isinstance(t, Tensor) for t in tensors):
+        raise RuntimeError("increment_version expect a Iterable[Tensor] as input")
+    for t in tensors:
+        t._vc[0] += 1
+
+
 def edge_metadata(edge: GradientEdge) -> tuple:
     """(shape, numpy dtype) of the gradient that flows into ``edge``."""
     node, nr = edge.node, edge.output_nr
@@ -447,6 +477,30 @@ def _current_task():
     return tasks[-1] if tasks else None
 
 
+def _refuse_deployed_mix(tensors: tuple, mode: str) -> None:
+    """A multi-grad hook whose answer the deployed order cannot give: ``mode="all"`` over a
+    deployed model's parameter (this process cannot tell which of them its backward reaches),
+    ``mode="any"`` over parameters of a deployed model and tensors of this process (the
+    workers compute their gradients before this process gets the call's input gradient,
+    while one process may compute the input's first)."""
+    params = _loaded.get("disthook.distributed.parameters")
+    if params is None:
+        return
+    remote = [t for t in tensors if isinstance(t, params.RemoteStorage)]
+    if not remote or (mode == "any" and len(remote) == len(tensors)):
+        return
+    names = ", ".join(repr(t._path) for t in remote)
+    what = ("over a deployed model's parameters" if mode == "all" else
+            "over parameters of a deployed model and tensors of this process")
+    also = ", or give mode='any' only parameters of the deployed model" if mode == "any" else ""
+    why = ("this process cannot tell which of them a backward reaches" if mode == "all" else
+           "their gradients are computed on the workers, before this process's")
+    raise RuntimeError(
+        f"register_multi_grad_hook(..., mode={mode!r}) {what} ({names}): the deployment "
+        f"cannot fire it as one process does ({why}). Register a tensor hook on each of "
+        f"them (tensor.register_hook) and combine their gradients in your own code{also}")
+
+
 def register_multi_grad_hook(tensors, fn, *, mode: str = "all") -> RemovableHandle:
     """``fn`` once per backward over several tensors.
 
@@ -461,6 +515,7 @@ def register_multi_grad_hook(tensors, fn, *, mode: str = "all") -> RemovableHand
     for t in tensors:
         if not t.requires_grad:
             raise AssertionError("Expected gradient function to be set")
+    _refuse_deployed_mix(tensors, mode)
     engine = _loaded["disthook.autograd.engine"]
 
     if mode == "any":

@@ -253,7 +253,8 @@ def _stacked(records: list) -> dict | None:
     position, _ = node.stacked_rows
     rows, grads = [], []
     for _, other, given, _ in records:
-        saved = other.saved_tensors
+        # (a built-in node answers saved_tensors only inside its own backward)
+        saved = other._unpack_saved()
         x = saved[position] if position < len(saved) else None
         if x is None or len(given) != 1 or given[0] is None:
             return None

@@ -8,19 +8,20 @@ without such a backward releases the workers' graphs through its finalizer.
 """
 from __future__ import annotations
 
-import contextlib
 import itertools
-import threading
+import sys
+import warnings
 import weakref
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from disthook.autograd import engine, grad_mode
-from disthook.autograd.graph import SECOND_BACKWARD_MSG, Node, gradient_edge
+from disthook.autograd.graph import SECOND_BACKWARD_MSG, gradient_edge
 from disthook.distributed import async_calls, attr_changes
 from disthook.distributed.placement import split_rows
 from disthook.distributed.remote_values import from_record, grad_data
+from disthook.distributed.tap_node import LiveEdges, RemoteTapBackward0
 from disthook.tensor import Tensor
 from disthook.utils.hooks import RemovableHandle
 
@@ -29,8 +30,11 @@ if TYPE_CHECKING:
 
 __all__ = ["RemoteBackward0"]
 
+# modules whose reads of a node's edges are the engine's or the deployment's own
+_OWN_MODULES = ("disthook.", "workers.", "coordinator.")
 
-class RemoteBackward0(Node):
+
+class RemoteBackward0(LiveEdges):
     """The client-side node of one remote forward: backward crosses to the workers. With
     micro-batches, one context per micro-batch: their backwards are sent at once and flow
     back through the stages as a pipeline."""
@@ -108,14 +112,32 @@ class RemoteBackward0(Node):
                     "__module__": __name__, "__qualname__": f"RemoteBackward0[{name}]"})
             self.__class__ = cls
 
-    # the edges: the inputs', then the live taps' (read by the engine as a graph starts)
-    @property
-    def next_functions(self) -> tuple:
-        self._live = [(key, *gradient_edge(t), shape, dtype) for key, ref, shape, dtype
-                      in self._taps if (t := ref()) is not None]
-        self._live += [(key, p._accumulator, 0, shape, dtype) for key, (ref, shape, dtype)
+    # the live edges: the taps', then the parameters' a backward names
+    def _live_edges(self) -> list:
+        if not (self._path or "").startswith("<") and not sys._getframe(2).f_globals.get(
+                "__name__", "").startswith(_OWN_MODULES):  # (read by the program itself)
+            self._say_collapsed()  # (an op run where its operands are is one node, as here)
+        live = [(key, *gradient_edge(t), shape, dtype) for key, ref, shape, dtype
+                in self._taps if (t := ref()) is not None]
+        return live + [(key, p._accumulator, 0, shape, dtype) for key, (ref, shape, dtype)
                        in self._params.items() if (p := ref()) is not None]
-        return self._edges + tuple((node, nr) for _, node, nr, _, _ in self._live)
+
+    def _say_collapsed(self) -> None:
+        """A program walks the graph through this node, a part's or stages' call
+        (torchviz's ``make_dot``, torch-pruning's dependency graph): say that the ops it
+        stands for are not in the graph."""
+        what = (f"the call of its part {self._path!r}" if self._call and self._path
+                else f"its stage{'s' if self._stage else ''} 0" +
+                (f" to {self._stage}" if self._stage else ""))
+        where = "their workers" if self._stage and not self._call else "its worker"
+        warnings.warn(
+            f"{self.name()} of a program's graph stands for {what} of the deployed "
+            f"{self._model._class_name}, which ran on {where}: its next_functions lead "
+            "straight to that call's inputs. The ops in between, their parameters' "
+            "AccumulateGrad nodes, and the nodes of the tensors its hooks were given are on "
+            f"{where}, not in this graph, so a walk of it sees fewer nodes than one process "
+            "does. Walk the model's graph before deploying it, or that of remote.to_local().",
+            UserWarning, stacklevel=4)
 
     def wants_parameter(self, p) -> bool:
         """Give this node an edge to ``p``'s accumulator if its workers' backward computes
@@ -135,26 +157,6 @@ class RemoteBackward0(Node):
             self._params[PARAM_TAP + path] = (weakref.ref(p), tuple(p.shape),
                                               np.dtype(p.dtype.np))
         return covered
-
-    @next_functions.setter
-    def next_functions(self, edges: tuple) -> None:
-        self._edges = edges
-
-    @property
-    def needs_input_grad(self) -> tuple:
-        return self._needs + (True,) * len(self._live)
-
-    @needs_input_grad.setter
-    def needs_input_grad(self, needs: tuple) -> None:
-        self._needs = needs
-
-    @property
-    def _input_meta(self) -> tuple:
-        return self._meta + tuple((shape, dtype) for _, _, _, shape, dtype in self._live)
-
-    @_input_meta.setter
-    def _input_meta(self, meta: tuple) -> None:
-        self._meta = meta
 
     @staticmethod
     def _accumulates() -> bool:
@@ -400,74 +402,6 @@ def _grad_in(model, address: str, g):
     return Tensor._make(np.array(g), None, 0)
 
 
-class _Vjp(threading.local):
-    running = False  # a worker asked for a hook result's vector-Jacobian product here
-
-
-_vjp = _Vjp()
-
-
-@contextlib.contextmanager
-def serving_vjp():
-    """While the client computes a vjp a worker asked for: gradients reach the stand-ins of
-    the hook's tensors by design (and go back to the worker)."""
-    _vjp.running, before = True, _vjp.running
-    try:
-        yield
-    finally:
-        _vjp.running = before
-
-
-class RemoteTapBackward0(Node):
-    """The part of a worker's graph from a call's inputs to a tensor a client forward hook
-    got (a "tap"): the client's copy of that tensor is made from this node's output, so
-    ``autograd.grad(kept.sum(), x)`` (Captum's neuron attributions) runs the worker's
-    backward from that tensor down to the inputs and brings their gradients here.
-
-    When the backward of the call's own output (its ``RemoteBackward0``) runs in the same
-    backward, the workers did the whole graph already: the gradient reaching here may only
-    be the one they sent for the tensor; more (a use of the kept tensor here, in what the
-    backward differentiates) would need both at once and is refused."""
-
-    def __init__(self, hub, address: str, ctx_id: str, key: str, inputs: list):
-        super().__init__()
-        self.next_functions = tuple(gradient_edge(t) for t in inputs)
-        self.needs_input_grad = tuple(t._requires_grad for t in inputs)
-        self._input_meta = tuple((t._data.shape, t._data.dtype) for t in inputs)
-        self._hub, self._address, self._ctx_id, self._key = hub, address, ctx_id, key
-        self._keeps = None  # the call's RemoteBackward0, once made: it holds the graph
-
-    def _backward(self, grads: list) -> tuple:
-        (g,) = grads
-        none = (None,) * len(self.next_functions)
-        if _vjp.running or g is None:
-            return none  # a vjp a worker asked for: the gradient goes back to it already
-        node = self._keeps  # the output's RemoteBackward0 (None: the output needs no grad)
-        if node is not None and node._ran_in == engine.current_task_id():
-            given = node._given.get(self._key)
-            if not g._data.any() or (given is not None and (
-                    g is given or np.array_equal(g._data, given._data))):
-                return none  # what the workers sent: they did this part already
-            raise RuntimeError(_CLIENT_USE)
-        if grad_mode.is_grad_enabled():
-            raise NotImplementedError(_CREATE_GRAPH)
-        stage = self._hub.holders.get(self._address, (None, 0))[1]
-        tasks = getattr(engine._running, "tasks", None)
-        task = tasks[-1] if tasks else None
-        (reply,) = self._hub.request_all(
-            [(self._address, {"stage": stage, "grads": [g._data], "start": self._key,
-                              "retain_graph": engine.retains_graph(),
-                              "reply_to": self._hub.reply_to,
-                              "accumulate": task is None or (task.accumulate
-                                                             and task.needed is None)},
-              self._ctx_id)],
-            "backward", what="backward from a tensor a hook kept")
-        if node is not None:  # what the hooks that fired set on their modules there
-            attr_changes.apply(node._model, reply["result"].get("attrs"))
-        return tuple(None if gx is None else Tensor._make(np.array(gx), None, 0)
-                     for gx in reply["result"]["grads"])
-
-
 PARAM_TAP = "param:"  # a tap key naming a parameter of the model (wants_parameter)
 
 
@@ -480,13 +414,6 @@ def _summed(tapped: list) -> dict:
             if g is not None:
                 out[key] = np.asarray(g) if key not in out else out[key] + np.asarray(g)
     return out
-
-
-_CREATE_GRAPH = (
-    "backward(create_graph=True) or autograd.grad(..., create_graph=True) through a "
-    "deployed model: the gradients computed on its workers come back as values, without a "
-    "graph, so they cannot be differentiated again (gradient penalties, double backward). "
-    "Compute that part in one process (remote.to_local()), or keep create_graph=False")
 
 
 def _create_graph_chain(model) -> str:
@@ -503,12 +430,3 @@ def _create_graph_chain(model) -> str:
             " instead: its forward then runs here, calling each part on its worker, and "
             "double backward works; or compute that part in one process "
             "(remote.to_local()), or keep create_graph=False")
-
-
-_CLIENT_USE = (
-    "a tensor that a forward hook got from a module on a worker is used on the client in "
-    "what this backward differentiates, together with the model's output (a loss term "
-    "computed from a hook's output, say): the workers would need both gradients in one "
-    "backward. Compute that term in the model (or in a hook that returns the changed "
-    "output), take the two gradients in two backward passes (retain_graph=True), or detach() "
-    "the hook's tensor")

@@ -114,6 +114,11 @@ class _Hub(Releases, HookServer):
         self.pending_drops: dict[str, list[str]] = {}
         # what went where: see Deployment.stats
         self.stats = {"requests": 0, "waits": 0, "bytes_out": 0, "bytes_in": 0}
+        # an attached client's: each stage's revision of its form, as its answers said and
+        # as the model here has it; on_forms makes them agree (shared_form.follow)
+        self.forms: dict[str, int] = {}
+        self.forms_held: dict[str, int] = {}
+        self.on_forms = None
         # calls sent without waiting (send_async): request id -> (what, on_reply); the
         # failures among them, in order, raised by the next request that waits
         self.in_flight: dict[int, tuple] = {}
@@ -313,7 +318,10 @@ class _Hub(Releases, HookServer):
             if self.in_flight and calls:  # they answer first: this request may read (at
                 # once, on its worker) what they change, or write what they read
                 self._exchange([], msg_type, ctx, what)
-            return self._exchange(calls, msg_type, ctx, what)
+            replies = self._exchange(calls, msg_type, ctx, what)
+            if self._busy == 1 and self.forms != self.forms_held and self.on_forms:
+                self.on_forms()  # the deployer changed the model's form: follow it first
+            return replies
         except KeyboardInterrupt:  # Ctrl-C: no stage may keep waiting for the others
             if msg_type == "train_step":
                 self._abort_step(ctx, "the client was interrupted")
@@ -415,6 +423,10 @@ class _Hub(Releases, HookServer):
                 self._take_one(sock, reply, reqs, replies, deadline)
 
     def _take_one(self, sock, reply: wire.Message, reqs: list, replies: dict, deadline):
+        if reply.type == "ok" and self.on_forms is not None:  # (an attached client's)
+            result = reply.get("result")
+            if type(result) is dict and result.get("forms"):
+                self.forms.update(result["forms"])
         if reply.type == "hook_event":  # a worker runs one of our hooks meanwhile
             self._serve_event(sock, reply)
             deadline.renew()  # the worker is alive

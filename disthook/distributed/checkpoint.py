@@ -30,6 +30,7 @@ import json
 import os
 import sys
 import uuid
+import zipfile
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -115,7 +116,12 @@ def read(path: str) -> tuple[dict, list[dict[str, np.ndarray]]]:
                               f"expected {FORMAT}")
     shards = []
     for entry in manifest["shards"]:
-        file = os.path.join(path, entry["file"])
+        name = entry.get("file") if isinstance(entry, dict) else None
+        if not (isinstance(name, str) and name == os.path.basename(name)
+                and name not in ("", ".", "..")):
+            raise CheckpointError(f"{path}: a shard must be a file of the checkpoint's own "
+                                  f"directory, named plainly; the manifest names {name!r:.80}")
+        file = os.path.join(path, name)
         try:
             with open(file, "rb") as f:
                 data = f.read()
@@ -124,9 +130,30 @@ def read(path: str) -> tuple[dict, list[dict[str, np.ndarray]]]:
         if hashlib.sha256(data).hexdigest() != entry["sha256"]:
             raise CheckpointError(f"{path}: shard {entry['file']} is damaged (its sha256 "
                                   "does not match the manifest)")
+        _check_members(data, f"{path}: shard {entry['file']}")
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             shards.append({k: npz[k] for k in npz.files})
     return manifest, shards
+
+
+def _check_members(data: bytes, where: str) -> None:
+    """A shard's members as ``save`` writes them (np.savez): stored, each name once. A
+    compressed member may expand to far more than the file (2 MiB of deflated zeros read
+    as 2 GiB), and of two members of one name one would be taken without a word."""
+    try:
+        members = zipfile.ZipFile(io.BytesIO(data)).infolist()
+    except (zipfile.BadZipFile, ValueError, OSError) as exc:
+        raise CheckpointError(f"{where} is not an .npz file: {exc}") from None
+    seen = set()
+    for info in members:
+        if info.filename in seen:
+            raise CheckpointError(f"{where} holds {info.filename!r} twice")
+        seen.add(info.filename)
+        if info.compress_type != zipfile.ZIP_STORED or info.compress_size != info.file_size:
+            raise CheckpointError(
+                f"{where}: {info.filename!r} is compressed ({info.compress_size} bytes that "
+                f"declare {info.file_size}); a checkpoint's arrays are stored as they are "
+                "(np.savez), so that reading one takes no more memory than its file")
 
 
 def save(model, path: str, *, optimizer=None, step: int | None = None,

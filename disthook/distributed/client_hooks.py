@@ -16,7 +16,11 @@ from disthook import wire
 from disthook.autograd import engine, grad_mode
 from disthook.autograd.graph import AccumulateGrad, _sequence, walk
 from disthook.distributed import attr_changes, given_tensors
-from disthook.distributed.autograd_node import RemoteTapBackward0, serving_vjp
+from disthook.distributed.tap_node import (
+    RemoteTapBackward0,
+    serving_vjp,
+    unlinked_taps_refused,
+)
 from disthook.service import hook_kinds
 from disthook.service.values import pack, unpack
 from disthook.tensor import Clone, Tensor
@@ -100,6 +104,10 @@ class HookServer:
         writes = self.writes
         self._running.append((spec, writes))
         try:
+            if self.on_forms is not None and event.get("forms"):  # before its hook reads them
+                self.forms.update(event["forms"])
+                if self.forms != self.forms_held:
+                    self.on_forms()
             answer = self._run_hook(event, sock, args)
             if self.writes != writes:  # it wrote to the model (an attribute its module's
                 answer["wrote"] = True  # forward reads, a weight): what follows may change
@@ -269,6 +277,8 @@ class HookServer:
                     base.requires_grad_(True)
                 with grad_mode.set_grad_enabled(True):
                     t = _as_made_by(grad_fn or "CloneBackward0").apply(base)
+                t._grad_fn._hook_ctx = event.ctx  # (a tensor of this call's, to a vjp)
+                t._reach_from = unlinked_taps_refused(t, event.ctx, proxy, kind)
             ref = weakref.ref(t)
             t.retain_grad = lambda: _retain_on_worker(ref())  # acts on the worker's tensor
             return t, base

@@ -7,7 +7,16 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from disthook.distributed import glue, hook_sync, pinning, placed, placement, shipping, tree
+from disthook.distributed import (
+    glue,
+    hook_sync,
+    pinning,
+    placed,
+    placement,
+    shared_form,
+    shipping,
+    tree,
+)
 from disthook.distributed.aliases import client_aliases
 from disthook.distributed.deployment import Deployment
 from disthook.distributed.placement import (
@@ -193,6 +202,11 @@ def attached_model(cluster, module: Module, workers: list, record: dict) -> Modu
     object.__setattr__(remote, "_writable", bool(record["writable"]))
     pinning.share(remote)  # the deployer (and others) may write it meanwhile
     placed.place(remote, module)
+    try:
+        shared_form.follow(remote)  # its modes, dtypes and buffers now, and as they change
+    except BaseException:
+        remote.close()
+        raise
     return module
 
 

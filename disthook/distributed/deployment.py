@@ -535,6 +535,10 @@ class Deployment:
                     values, grads = self._all_states()
                 except (ClusterError, RemoteTimeout):
                     values = None
+                except RemoteError:  # an attached model its deployer unloaded: gone
+                    if not self._attached:
+                        raise
+                    values = None
                 try:  # ... nor are the values the program holds
                     remote_values.fetch_held(self)
                 except (ClusterError, RemoteError, RemoteTimeout):

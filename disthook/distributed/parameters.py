@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from disthook._layout import contiguous_strides
 from disthook.autograd import grad_mode
 from disthook.autograd.graph import AccumulateGrad
 from disthook.distributed import async_calls, remote_grads
@@ -120,8 +121,9 @@ class RemoteStorage:
     def is_contiguous(self, memory_format=None) -> bool:
         return True
 
-    def stride(self, dim=None):
-        return self._twin.stride(dim)
+    def stride(self, dim=None):  # contiguous, as is_contiguous says (the meta array's are 0)
+        strides = contiguous_strides(self.shape)
+        return strides if dim is None else strides[self._twin._dim(dim)]
 
     def data_ptr(self) -> int:
         """One address per worker tensor (tied parameters and a ``.data`` share it; a new one

@@ -62,8 +62,9 @@ def deployment_of(module) -> Deployment | None:
 
 
 class _Placed(Placement):
-    def __init__(self, deployment: Deployment, path: str):
+    def __init__(self, deployment: Deployment, path: str, aliases: tuple = ()):
         self.deployment, self.path = deployment, path
+        self.aliases = aliases  # the other paths the module is reached under (Sequential's)
         self.here: set[str] = set()  # what was set here that its worker's copy lacks
 
     def swapped(self, module: Module, name: str, swapped: bool) -> None:
@@ -87,7 +88,8 @@ class _Placed(Placement):
         lacks; the deployment keeps the paths that have one (``changed_here``)."""
         (self.here.add if changed else self.here.discard)(name)
         paths = self.deployment.__dict__.setdefault("_changed_here", set())
-        (paths.add if self.here else paths.discard)(self.path)
+        for path in (self.path, *self.aliases):  # a parent calling it by another name
+            (paths.add if self.here else paths.discard)(path)
 
     def detached(self, module: Module, state: dict) -> dict:
         state.pop("_placement", None)
@@ -114,8 +116,9 @@ class PartPlacement(_Placed):
     attributes its worker's copy has (those it was deployed with, and those set since
     through it); any other attribute set here is the client's own."""
 
-    def __init__(self, deployment: Deployment, path: str, shared: set | None = None):
-        super().__init__(deployment, path)
+    def __init__(self, deployment: Deployment, path: str, shared: set | None = None,
+                 aliases: tuple = ()):
+        super().__init__(deployment, path, aliases)
         self.shared = set() if shared is None else shared
 
     def forward_for(self, module: Module):
@@ -527,10 +530,15 @@ def place(dep: Deployment, root: Module) -> None:
             full = f"{path}.{name}" if path else name
             if b is not None and not isinstance(b, RemoteBuffer):
                 adopt_buffer(b, dep, full)
+    paths_of: dict[int, list[str]] = {}  # a module held twice (block.conv and block.net[0])
+    for path, module in root.named_modules(remove_duplicate=False):
+        paths_of.setdefault(id(module), []).append(path)
     for path, module in placed:
         if path:
             shared = {k for k in module.__dict__ if not k.startswith("_")}
-            placement = module.__dict__["_placement"] = PartPlacement(dep, path, shared)
+            aliases = tuple(p for p in paths_of[id(module)] if p != path)
+            placement = module.__dict__["_placement"] = PartPlacement(dep, path, shared,
+                                                                      aliases)
             module.__dict__["_modules"] = _Children(module._modules, placement)
             for name in _recomputed_here(module):
                 placement._mark(name, True)

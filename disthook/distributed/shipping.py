@@ -157,7 +157,16 @@ class _Pickler(cloudpickle.Pickler):
                     state[name] = OrderedDict()
             state["_is_full_backward_hook"] = None
             return (_new_module, (type(obj),), state, None, None, _set_module_state)
+        if type(obj) is types.MethodType and _named(obj):
+            # its object and its name, as pickle sends a method: cloudpickle would copy the
+            # function behind it (a classmethod's, as Function.apply's) with its globals
+            return (getattr, (obj.__self__, obj.__func__.__name__))
         return super().reducer_override(obj)
+
+
+def _named(method: types.MethodType) -> bool:
+    """Whether ``method``'s object gives it back under its function's name."""
+    return getattr(method.__self__, method.__func__.__name__, None) == method
 
 
 def dumps(module: Module, *, elsewhere: dict[int, str] | None = None

@@ -36,7 +36,7 @@ from disthook.nn.modules.module import Module
 from disthook.nn.parameter import Parameter
 from disthook.tensor import Tensor
 
-__all__ = ["SpecError", "build_module", "class_path", "module_spec", "resolve_class"]
+__all__ = ["SpecError", "build_module", "class_path", "module_spec", "resolve_class", "walk_name"]
 
 # The state every Module keeps in its __dict__ apart from plain attributes: never sent.
 _MODULE_INTERNALS = frozenset({
@@ -79,14 +79,41 @@ def resolve_class(path: str, *, allow: Callable[[str], bool] | None = None,
     try:
         from_main = main is not None and mod_name == main.__name__
         obj: Any = main if from_main else importlib.import_module(mod_name)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
+        obj = walk_name(obj, qualname, path, allow)
     except (ImportError, AttributeError) as exc:
         raise SpecError(f"cannot find class {path!r}: {exc} (sys.path here: "
                         f"{', '.join(p for p in sys.path if p) or 'empty'}); install its "
                         "module where the workers run, or put it on their PYTHONPATH") from None
     if not (isinstance(obj, type) and issubclass(obj, Module)):
         raise SpecError(f"{path!r} is not a disthook.nn.Module subclass")
+    return obj
+
+
+def walk_name(obj, qualname: str, path: str, allow: Callable[[str], bool] | None):
+    """The object ``qualname`` names inside module ``obj`` (``path`` as the sender wrote
+    it, for the errors), walked one attribute at a time. What a name may not do, so that
+    an allow-list of modules means what it says (``allowed.mod:os.system`` would otherwise
+    reach any module the allowed one imported): go through a dunder (``__globals__``,
+    ``__class__``, ``__builtins__``), through a module or to an object of a module that
+    ``allow`` refuses. ``AttributeError`` where a part is missing, ``SpecError`` else."""
+    for part in qualname.split("."):
+        if part.startswith("__"):
+            raise SpecError(f"{path!r}: a name may not go through {part!r}; name a function "
+                            "or class by its own module and qualified name")
+        obj = getattr(obj, part)
+        if allow is None:
+            continue
+        if isinstance(obj, types.ModuleType):
+            own = obj.__name__
+        else:
+            own = getattr(obj, "__module__", None)
+            own = own if isinstance(own, str) else None
+        if own is None or not allow(own):
+            what = (f"module {own}" if isinstance(obj, types.ModuleType)
+                    else f"an object of {own or 'no module'}")
+            raise SpecError(f"{path!r} leads out of the allowed modules (to {what}): a name "
+                            "is followed only inside them; name a function or class by the "
+                            "module that defines it, and allow that module")
     return obj
 
 
@@ -187,9 +214,12 @@ def _plain_dict(value: dict, inside: frozenset[int]) -> dict:
 
 def _plain_class(cls: type) -> bool:
     """Whether an object of ``cls`` is all in its ``__dict__``, so that ``object.__new__``
-    and that dict make it again: no ``__new__`` of its own, no slots, not a module or tensor."""
+    and that dict make it again: no ``__new__`` of its own, no slots, not a module or tensor,
+    and no ``__del__`` (an object made from a peer's data must do nothing as it goes)."""
     if cls.__new__ is not object.__new__ or issubclass(cls, (Module, Tensor)):
         return False
+    if any("__del__" in vars(c) for c in cls.__mro__[:-1]):  # its objects act as they go
+        return False  # (tempfile's closer unlinks the path it holds): not plain data
     for c in cls.__mro__:
         slots = vars(c).get("__slots__", ())
         if set((slots,) if isinstance(slots, str) else slots) - {"__dict__", "__weakref__"}:
@@ -234,8 +264,12 @@ def _resolve_reference(path: str, where: str, allow, main):
             found = importlib.import_module(module)
         except ImportError as exc:
             raise SpecError(f"spec of {where}: cannot import {module!r}: {exc}") from None
-    for part in qualname.split("."):
-        found = getattr(found, part, None)
+    try:
+        found = walk_name(found, qualname, path, allow)
+    except AttributeError:
+        found = None
+    except SpecError as exc:
+        raise SpecError(f"spec of {where}: {exc}") from None
     if not callable(found):
         raise SpecError(f"spec of {where}: {path!r} names no function or class here")
     return found
@@ -378,8 +412,11 @@ def _unplain_object(payload: dict, where: str, allow, main):
     cls = _resolve_reference(payload["class"], where, allow, main) \
         if isinstance(payload["class"], str) else None
     if not (isinstance(cls, type) and _plain_class(cls)):
+        why = (" (it has a __del__, which would run on data a peer chose)"
+               if isinstance(cls, type) and any("__del__" in vars(c) for c in cls.__mro__[:-1])
+               else "")
         raise SpecError(f"spec of {where}: {payload['class']!r:.80} is not a class whose "
-                        "objects are plain data here")
+                        f"objects are plain data here{why}")
     obj = object.__new__(cls)
     obj.__dict__.update({k: _unplain(v, f"{where}.{k}", allow, main)
                          for k, v in payload["attrs"].items()})

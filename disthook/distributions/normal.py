@@ -63,7 +63,8 @@ class Normal(LocationScale, ExponentialFamily):
 
     def cdf(self, value):
         self._check_sample(value)
-        return 0.5 * (1 + ((value - self.loc) / (self.scale * math.sqrt(2))).erf())
+        # times the scale's reciprocal, as torch: with float32 parameters it is float32's
+        return 0.5 * (1 + ((value - self.loc) * self.scale.reciprocal() / math.sqrt(2)).erf())
 
     def icdf(self, value):
         return self.loc + self.scale * (2 * value - 1).erfinv() * math.sqrt(2)

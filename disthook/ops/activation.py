@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from disthook.ops.base import Op, sum_to
-from disthook.ops.elementwise import LeakyRelu
+from disthook.ops.elementwise import LeakyRelu, MaskedGrad
 
 
 def _keep(g, mask):
@@ -34,7 +34,16 @@ class Hardtanh(Op):
     def backward(ctx, g):
         (a,) = ctx.saved_tensors
         low, high = ctx.bounds
-        return _keep(g, (a > low) & (a < high))
+        return HardtanhGrad.apply(g, a, low=low, high=high)
+
+
+class HardtanhGrad(MaskedGrad):
+    node_name = "HardtanhBackwardBackward0"
+
+    @staticmethod
+    def forward(ctx, g, a, low=-1.0, high=1.0):
+        x = a._data
+        return MaskedGrad.masked(ctx, g, a, {"low": low, "high": high}, (x > low) & (x < high))
 
 
 class Threshold(Op):
@@ -53,7 +62,15 @@ class Threshold(Op):
     @staticmethod
     def backward(ctx, g):
         (a,) = ctx.saved_tensors
-        return _keep(g, a > ctx.threshold)
+        return ThresholdGrad.apply(g, a, threshold=ctx.threshold)
+
+
+class ThresholdGrad(MaskedGrad):
+    node_name = "ThresholdBackwardBackward0"
+
+    @staticmethod
+    def forward(ctx, g, a, threshold=0.0):
+        return MaskedGrad.masked(ctx, g, a, {"threshold": threshold}, a._data > threshold)
 
 
 class Hardsigmoid(Op):

@@ -8,6 +8,8 @@ only runs ``forward`` and builds no node.
 """
 from __future__ import annotations
 
+import re
+import threading
 import weakref
 
 import numpy as np
@@ -33,6 +35,7 @@ class Op(Node):
     __slots__ = ()
     node_name: str | None = None  # torch's name for the node, default "<Class>Backward0"
     differentiable = True
+    complex_ok = False  # an op whose forward and backward are right on complex inputs says so
     drops_unneeded_grads = True
     view = False  # output shares memory and version counter with input 0
 
@@ -51,13 +54,32 @@ class Op(Node):
         raise NotImplementedError
 
     def _backward(self, grads: list) -> tuple:
-        return self.backward(self, *grads)
+        outer = _running.node
+        _running.node = self
+        try:
+            return self.backward(self, *grads)
+        finally:
+            _running.node = outer
+
+    @property
+    def saved_tensors(self) -> tuple:
+        """The saved tensors, for the op's own backward only: torch's built-in nodes have
+        no ``saved_tensors`` (graph readers such as torchviz test ``hasattr(fn,
+        "saved_tensors")`` to find custom Functions); they show ``_saved_<name>``."""
+        if _running.node is not self:
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute "
+                                 "'saved_tensors'")
+        return self._unpack_saved()
 
     @classmethod
     def apply(cls, *inputs, **params):
         """Run the op on Tensor ``inputs`` with keyword ``params``; wire it into the graph.
         A non-Tensor input is torch's TypeError, naming its position and type."""
         try:
+            if not cls.complex_ok:
+                for t in inputs:
+                    if t._data.dtype.kind == "c":
+                        refuse_complex(cls, t)
             if grad_mode._state.enabled and cls.differentiable:
                 # one and two inputs spelled out: a comprehension costs a frame (Python 3.11)
                 n = len(inputs)
@@ -91,7 +113,7 @@ class Op(Node):
                         ctx._output_meta = tuple([(o.shape, o.dtype) for o in out])
                         # integer outputs (max's indices) are not differentiable: no history
                         view = cls.view and MULTI_OUTPUT_VIEW
-                        outs = tuple([_wrap(o, ctx, i, inputs, view) if o.dtype.kind == "f"
+                        outs = tuple([_wrap(o, ctx, i, inputs, view) if o.dtype.kind in "fc"
                                       else _wrap(o, None, 0, inputs, view)
                                       for i, o in enumerate(out)])
                     elif type(out) is np.ndarray and not cls.view:
@@ -125,6 +147,25 @@ class Op(Node):
         self._saved = tuple(saved)
 
 
+def as_shown(value: int) -> int:
+    """An int a built-in node keeps (``_saved_dim``, ``_saved_start`` ...) as torch shows it:
+    a negative one as its 64-bit unsigned reading (-1 is 2**64 - 1)."""
+    return int(value) % 2**64
+
+
+def shown_dims(n) -> object:
+    """``_saved_dim`` of a node that keeps the dim(s) as the program gave them (``n.given``),
+    else the one it used (``n.dim``)."""
+    given = getattr(n, "given", None)
+    given = n.dim if given is None else given
+    return tuple(as_shown(d) for d in given) if isinstance(given, tuple) else as_shown(given)
+
+
+class _Running(threading.local):
+    node = None  # the op node whose backward runs now in this thread
+
+
+_running = _Running()
 _new = object.__new__  # anomaly mode puts one that records here while on (anomaly_mode.py)
 # the needs_input_grad tuples of one- and two-input ops, shared: one fewer object per node
 _NEEDS1 = {flag: (flag,) for flag in (False, True)}
@@ -137,6 +178,19 @@ def _edge(t) -> tuple:
     if node is not None:
         return (node, t._output_nr)
     return (grad_accumulator(t), 0) if t._requires_grad else _NO_EDGE
+
+
+def refuse_complex(op, t) -> None:
+    """The error for a complex input to an op that has not been made right for complex
+    numbers (``op``: its class or its name): torch's kind, naming the op and the dtype."""
+    name = op if isinstance(op, str) else re.sub(r"Backward\d*$", "", op.node_name or op.__name__)
+    kind = "ComplexDouble" if t._data.dtype == np.complex128 else "ComplexFloat"
+    raise NotImplementedError(  # (a RuntimeError, as torch's "not implemented for" errors)
+        f'"{name.lower()}" not implemented for \'{kind}\' in disthook. Complex tensors are '
+        "supported by "
+        "+, -, *, /, neg, exp, sum, mean, matmul, einsum, the view and indexing ops, cat, "
+        "stack, conj, abs, angle, real, imag, view_as_real and torch.fft; take the real "
+        "part first (z.real, z.abs() or torch.view_as_real(z)) for anything else")
 
 
 def _check_tensors(cls, inputs: tuple) -> None:
@@ -241,9 +295,18 @@ _NO_CTX = _NoCtx()
 
 # ---- dtype promotion and scalar wrapping (torch's rules, not numpy's) -----------------------
 
+_CATEGORY = {"b": 0, "i": 1, "u": 1, "f": 2, "c": 3}
+
+
 def _category(np_dtype) -> int:
-    kind = np_dtype.kind
-    return 2 if kind == "f" else (0 if kind == "b" else 1)
+    return _CATEGORY[np_dtype.kind]
+
+
+def _complex_of(np_dtype):
+    """The complex dtype with ``np_dtype``'s precision (int and bool: the default's)."""
+    if np_dtype.kind in "fc":
+        return _dtype.from_numpy_dtype(np_dtype).to_complex().np
+    return _dtype.default_complex_dtype().np
 
 
 def result_dtype(a, b):
@@ -257,7 +320,10 @@ def result_dtype(a, b):
             return da
         ca, cb = _category(da), _category(db)
         if ca != cb:
-            return da if ca > cb else db
+            (hi, dhi), (lo, dlo) = ((a, da), (b, db)) if ca > cb else ((b, db), (a, da))
+            if dhi.kind == "c" and dlo.kind == "f" and not (lo._data.ndim == 0 < hi._data.ndim):
+                return np.promote_types(dhi, dlo)  # complex64 with float64: complex128
+            return dhi
         # within a category, a 0-dim tensor does not widen a dimensioned one
         if a._data.ndim == 0 and b._data.ndim != 0:
             return db
@@ -271,7 +337,9 @@ def result_dtype(a, b):
     if isinstance(s, (int, np.integer)):
         return dt if dt.kind != "b" else np.dtype(np.int64)
     if isinstance(s, (float, np.floating)):
-        return dt if dt.kind == "f" else _dtype.get_default_dtype().np
+        return dt if dt.kind in "fc" else _dtype.get_default_dtype().np
+    if isinstance(s, (complex, np.complexfloating)):
+        return dt if dt.kind == "c" else _complex_of(dt)
     raise TypeError(f"unsupported operand type: '{type(s).__name__}'")
 
 

@@ -18,6 +18,7 @@ def _needs(ctx, i: int) -> bool:
 # ---- arithmetic -------------------------------------------------------------------------
 
 class Add(Op):
+    complex_ok = True  # linear: the same rule for complex
     alpha = 1
 
     @staticmethod
@@ -32,6 +33,7 @@ class Add(Op):
 
 
 class Sub(Op):
+    complex_ok = True  # linear: the same rule for complex
     alpha = 1
 
     @staticmethod
@@ -52,6 +54,7 @@ class Rsub(Sub):
 
 
 class RsubScalar(Op):
+    complex_ok = True  # linear: the same rule for complex
     """``number - tensor``: the number is no input, so the node has one edge, to the tensor
     (torch's ``RsubBackward1``: ``(2 - x).grad_fn.next_functions[0]`` is x's node)."""
 
@@ -72,6 +75,7 @@ class RsubScalar(Op):
 
 class Mul(Op):
     saved_names = ("self", "other")
+    complex_ok = True  # each gradient is g times the other operand's conjugate
 
     @staticmethod
     def forward(ctx, a, b):
@@ -81,11 +85,13 @@ class Mul(Op):
     @staticmethod
     def backward(ctx, g):
         a, b = ctx.saved_tensors
-        return (g * b if _needs(ctx, 0) else None), (g * a if _needs(ctx, 1) else None)
+        return ((g * b.conj() if _needs(ctx, 0) else None),
+                (g * a.conj() if _needs(ctx, 1) else None))
 
 
 class Div(Op):
     saved_names = ("self", "other")
+    complex_ok = True  # the gradients are conjugated (a no-op for real operands)
 
     @staticmethod
     def forward(ctx, a, b):
@@ -98,8 +104,8 @@ class Div(Op):
     @staticmethod
     def backward(ctx, g):
         a, b = ctx.saved_tensors
-        ga = g / b if _needs(ctx, 0) else None
-        gb = -g * a / (b * b) if _needs(ctx, 1) else None
+        ga = g / b.conj() if _needs(ctx, 0) else None
+        gb = -g * (a / (b * b)).conj() if _needs(ctx, 1) else None
         return ga, gb
 
 
@@ -118,6 +124,7 @@ class Reciprocal(Op):
 
 
 class Neg(Op):
+    complex_ok = True  # linear: the same rule for complex
     @staticmethod
     def forward(ctx, a):
         if a._data.dtype.kind == "b":
@@ -258,6 +265,7 @@ class Trunc(_ZeroGrad):
 
 class Exp(Op):
     saved_names = ("result",)
+    complex_ok = True
 
     @staticmethod
     def forward(ctx, a):
@@ -267,7 +275,7 @@ class Exp(Op):
     @staticmethod
     def backward(ctx, g):
         (out,) = ctx.saved_tensors
-        return g * out
+        return g * out.conj()
 
 
 class Log(Op):
@@ -358,10 +366,13 @@ class Sigmoid(Op):
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
-    """erf to about 1e-7 (Abramowitz & Stegun 7.1.26); numpy has none. In float64, in
-    place: a GELU's erf over a (16, 64, 512) activation was 7% of a GPT step's CPU."""
+    """erf to about 1e-7 (Abramowitz & Stegun 7.1.26), float32's precision; numpy has none.
+    In float64, in place: a GELU's erf over a (16, 64, 512) activation was 7% of a GPT step's
+    CPU. A float64 array gets float64's precision (``_erf_float64``)."""
     if np.ndim(x) == 0:  # numpy answers a 0-d array's ops with scalars, which take no out=
         return _erf(np.reshape(x, 1)).reshape(())
+    if x.dtype == np.float64:
+        return _erf_float64(x)
     a = np.abs(x, dtype=np.float64)
     t = a * 0.3275911
     t += 1.0
@@ -376,6 +387,56 @@ def _erf(x: np.ndarray) -> np.ndarray:
     np.subtract(1.0, poly, out=poly)
     poly *= np.sign(x)
     return poly.astype(x.dtype, copy=False)
+
+
+# erf(x) / x below 1: its Taylor series in x^2, Horner's order (18 terms: 1/(17! 35) < 1e-16)
+_ERF_SERIES = [2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1))
+               for n in reversed(range(18))]
+
+
+def _scaled_erfc(low: float, high: float):
+    """erfc(x) exp(x^2) on [low, high], smooth and slowly varying there: its Chebyshev
+    interpolant of degree 20, from math.erfc at the Chebyshev points (to 5e-15 relative), as
+    a polynomial in u = (2x - low - high) / (high - low), highest power first (its
+    coefficients stay below 1: Horner's rule loses nothing, and runs in place)."""
+    def scaled(u):
+        return np.array([math.erfc(v) * math.exp(v * v) for v in (low + high + (high - low) * u) / 2])
+
+    cheb = np.polynomial.chebyshev.chebinterpolate(scaled, 20)
+    return low, high, np.polynomial.chebyshev.cheb2poly(cheb)[::-1].tolist()
+
+
+_ERFC_PIECES = [_scaled_erfc(low, high) for low, high in ((1.0, 2.0), (2.0, 3.5), (3.5, 6.0))]
+
+
+def _erf_float64(x: np.ndarray) -> np.ndarray:
+    """erf of float64 ``x`` to a few units in the last place: the series below 1, then
+    ``1 - erfc`` by pieces, and 1 from 6 on (erfc(6) < 2e-17); the sign of ``x`` (-0.0 too),
+    NaN as NaN."""
+    a = np.abs(x)
+    out = np.ones_like(a)
+    small = a < 1.0
+    s = a[small]
+    t = s * s
+    acc = np.full_like(t, _ERF_SERIES[0])
+    for c in _ERF_SERIES[1:]:
+        acc *= t
+        acc += c
+    out[small] = s * acc
+    for low, high, coef in _ERFC_PIECES:
+        inside = (a >= low) & (a < high)
+        s = a[inside]
+        u = (2 * s - (low + high)) / (high - low)
+        scaled = np.full_like(u, coef[0])
+        for c in coef[1:]:
+            scaled *= u
+            scaled += c
+        np.multiply(s, s, out=s)
+        np.negative(s, out=s)
+        scaled *= np.exp(s, out=s)
+        out[inside] = 1.0 - scaled
+    out[np.isnan(a)] = np.nan
+    return np.copysign(out, x)
 
 
 class Erf(Op):
@@ -417,7 +478,7 @@ class ReluGrad(Op):
     @staticmethod
     def forward(ctx, g, out):
         need = ctx.needs_input_grad
-        if need:  # the output takes no gradient; g's is this op again
+        if need:  # g's gradient is this op again; the output's is zeros (an edge, as torch)
             ctx.save_for_backward(None, out if need[0] else None)
         # ReLU's output is >= 0 or NaN, so "not <= 0" is "!= 0". The gradient's bits ANDed
         # with a mask of all ones or all zeros: g itself (inf and NaN too) or +0, in one
@@ -432,7 +493,43 @@ class ReluGrad(Op):
     @staticmethod
     def backward(ctx, h):
         _, out = ctx.saved_tensors
-        return (None if out is None else ReluGrad.apply(h, out)), None
+        return ((None if out is None else ReluGrad.apply(h, out)),
+                h.new_zeros(h.shape) if ctx.needs_input_grad[1] else None)
+
+
+class MaskedGrad(Op):
+    """An activation's gradient where its derivative is piecewise constant (torch's
+    ``leaky_relu_backward``, ``hardtanh_backward``, ``threshold_backward``): ``g`` times the
+    derivative at ``a``, +0 where that is 0 (even where ``g`` is inf or NaN). Differentiated
+    again it is linear in ``g`` and of zero derivative in ``a``, an edge torch keeps: what
+    lies before the activation gets zeros from a gradient penalty, not None. A subclass's
+    forward gives ``masked`` the derivative at ``a``."""
+
+    @staticmethod
+    def masked(ctx, g, a, params: dict, passes, otherwise: float = 0.0) -> np.ndarray:
+        """``g`` where ``passes``, ``otherwise`` times ``g`` elsewhere (+0 for 0)."""
+        need = ctx.needs_input_grad
+        if need:
+            ctx.save_for_backward(a if need[0] else None)
+            ctx.params = params
+        d = g._data
+        rest = d * np.asarray(otherwise, d.dtype) if otherwise else np.zeros((), d.dtype)
+        return np.where(passes, d, rest)
+
+    @staticmethod
+    def backward(ctx, h):
+        (a,) = ctx.saved_tensors
+        gg = None if a is None else type(ctx).apply(h, a, **ctx.params)
+        return gg, h.new_zeros(h.shape) if ctx.needs_input_grad[1] else None
+
+
+class LeakyReluGrad(MaskedGrad):
+    node_name = "LeakyReluBackwardBackward0"
+
+    @staticmethod
+    def forward(ctx, g, a, negative_slope=0.01):
+        return MaskedGrad.masked(ctx, g, a, {"negative_slope": negative_slope}, a._data > 0,
+                                 negative_slope)
 
 
 class LeakyRelu(Op):
@@ -448,7 +545,7 @@ class LeakyRelu(Op):
     @staticmethod
     def backward(ctx, g):
         (a,) = ctx.saved_tensors
-        return g * a.new_ones(()).where(a > 0, a.new_full((), ctx.slope))
+        return LeakyReluGrad.apply(g, a, negative_slope=ctx.slope)
 
 
 class Gelu(Op):
@@ -730,6 +827,7 @@ class Addcdiv(Op):
 class Where(Op):
     """``where(cond, a, b)``; cond takes no gradient."""
 
+    complex_ok = True  # each gradient is g where chosen, 0 elsewhere
     saved_names = ("condition",)
 
     @staticmethod
@@ -763,6 +861,7 @@ def _nograd_op(name: str, fn) -> type:
 
 Eq = _nograd_op("Eq", np.equal)
 Ne = _nograd_op("Ne", np.not_equal)
+Eq.complex_ok = Ne.complex_ok = True  # (order comparisons are refused, as torch's)
 Lt = _nograd_op("Lt", np.less)
 Le = _nograd_op("Le", np.less_equal)
 Gt = _nograd_op("Gt", np.greater)

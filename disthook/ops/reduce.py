@@ -2,9 +2,11 @@
 softmax family, and cumsum."""
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import numpy as np
 
-from disthook.ops.base import OUTPUT, Op
+from disthook.ops.base import OUTPUT, Op, shown_dims
 
 
 def norm_dims(dim, ndim: int, *, allow_none: bool = True) -> tuple | None:
@@ -39,8 +41,19 @@ def expand_back(g, in_shape: tuple, dims, keepdim: bool):
     return g.expand(in_shape)
 
 
+def _dims(n) -> tuple:
+    return tuple(n.dims) if isinstance(n.dims, (tuple, list)) else (n.dims,)
+
+
+# what torch's SumBackward1 and MeanBackward1 keep besides their tensors
+_REDUCED_DIMS = MappingProxyType({"dim": _dims, "keepdim": lambda n: n.keepdim,
+                 "self_sym_sizes": lambda n: tuple(n.shape)})
+
+
 class Sum(Op):
+    complex_ok = True
     node_name = "SumBackward1"
+    saved_values = _REDUCED_DIMS
 
     @staticmethod
     def forward(ctx, a, dim=None, keepdim=False, dtype=None):
@@ -57,15 +70,18 @@ class Sum(Op):
 
 class SumAll(Sum):
     node_name = "SumBackward0"
+    saved_values = MappingProxyType({"self_sym_sizes": lambda n: tuple(n.shape)})
 
 
 class Mean(Op):
+    complex_ok = True
     node_name = "MeanBackward1"
+    saved_values = _REDUCED_DIMS
 
     @staticmethod
     def forward(ctx, a, dim=None, keepdim=False):
         x = a._data
-        if x.dtype.kind != "f":
+        if x.dtype.kind not in "fc":
             raise RuntimeError(
                 "mean(): could not infer output dtype. Input dtype must be either a floating "
                 f"point or complex dtype. Got: {_kind_name(x.dtype)}"
@@ -81,6 +97,7 @@ class Mean(Op):
 
 class MeanAll(Mean):
     node_name = "MeanBackward0"
+    saved_values = MappingProxyType({})
 
 
 def _kind_name(dt) -> str:
@@ -366,11 +383,12 @@ class LogSumExp(Op):
 
 class Softmax(Op):
     saved_names = ("result",)
+    saved_values = MappingProxyType({"dim": shown_dims})
 
     @staticmethod
-    def forward(ctx, a, dim):
+    def forward(ctx, a, dim, given=None):
         ctx.save_for_backward(OUTPUT)
-        ctx.dim = dim
+        ctx.dim, ctx.given = dim, given  # (``given``: the dim as the program wrote it)
         x = a._data
         e = np.exp(x - np.max(x, axis=dim, keepdims=True, initial=-np.inf))
         return e / np.sum(e, axis=dim, keepdims=True)
@@ -383,11 +401,12 @@ class Softmax(Op):
 
 class LogSoftmax(Op):
     saved_names = ("result",)
+    saved_values = MappingProxyType({"dim": shown_dims})
 
     @staticmethod
-    def forward(ctx, a, dim):
+    def forward(ctx, a, dim, given=None):
         ctx.save_for_backward(OUTPUT)
-        ctx.dim = dim
+        ctx.dim, ctx.given = dim, given  # (``given``: the dim as the program wrote it)
         x = a._data
         shifted = x - np.max(x, axis=dim, keepdims=True, initial=-np.inf)
         return shifted - np.log(np.sum(np.exp(shifted), axis=dim, keepdims=True))

@@ -4,18 +4,29 @@ index_select."""
 from __future__ import annotations
 
 import weakref
+from types import MappingProxyType
 
 import numpy as np
 
+from disthook._layout import restrided
 from disthook.autograd.graph import gradient_edge
-from disthook.ops.base import MULTI_OUTPUT_VIEW, NO_GRAD_VIEW, Op, sum_to  # noqa: F401
+from disthook.ops.base import (  # noqa: F401
+    MULTI_OUTPUT_VIEW,
+    NO_GRAD_VIEW,
+    Op,
+    as_shown,
+    shown_dims,
+    sum_to,
+)
 
 
 class View(Op):
     """reshape/view; the output shares memory with the input when numpy can view it."""
 
+    complex_ok = True
     node_name = "ViewBackward0"
     view = True
+    saved_values = MappingProxyType({"self_sym_sizes": lambda n: tuple(n.shape)})
 
     @staticmethod
     def forward(ctx, a, shape):
@@ -35,7 +46,9 @@ class UnsafeView(View):
 
 
 class Permute(Op):
+    complex_ok = True
     view = True
+    saved_values = MappingProxyType({"dims": lambda n: tuple(n.dims)})
 
     @staticmethod
     def forward(ctx, a, dims):
@@ -48,8 +61,10 @@ class Permute(Op):
 
 
 class Transpose(Op):
+    complex_ok = True
     node_name = "TransposeBackward0"
     view = True
+    saved_values = MappingProxyType({"dim0": lambda n: n.pair[0], "dim1": lambda n: n.pair[1]})
 
     @staticmethod
     def forward(ctx, a, dim0, dim1):
@@ -64,6 +79,7 @@ class Transpose(Op):
 class T(Op):
     """``.t()``: transpose of a matrix, identity view of a vector or scalar."""
 
+    complex_ok = True
     view = True
 
     @staticmethod
@@ -75,8 +91,13 @@ class T(Op):
         return g.t()
 
 
+_INPUT_SIZES = MappingProxyType({"self_sym_sizes": lambda n: tuple(n._input_meta[0][0])})
+
+
 class Expand(Op):
+    complex_ok = True
     view = True
+    saved_values = _INPUT_SIZES
 
     @staticmethod
     def forward(ctx, a, shape):
@@ -91,12 +112,15 @@ class Expand(Op):
 
 
 class Squeeze(Op):
+    complex_ok = True
     node_name = "SqueezeBackward1"
     view = True
+    saved_values = MappingProxyType({"dim": shown_dims, **_INPUT_SIZES})
 
     @staticmethod
-    def forward(ctx, a, dims=None):
+    def forward(ctx, a, dims=None, given=None):
         ctx.shape = a._data.shape
+        ctx.dim = ctx.given = given  # the dim(s) as the program wrote them
         return np.squeeze(a._data, axis=dims)
 
     @staticmethod
@@ -108,6 +132,7 @@ class SqueezeAll(Squeeze):
     """``squeeze()`` with no dim."""
 
     node_name = "SqueezeBackward0"
+    saved_values = _INPUT_SIZES
 
 
 class SqueezeDims(Squeeze):
@@ -117,13 +142,18 @@ class SqueezeDims(Squeeze):
 
 
 class Unsqueeze(Op):
+    complex_ok = True
     node_name = "UnsqueezeBackward0"
     view = True
+    saved_values = MappingProxyType({"dim": lambda n: n.dim})
 
     @staticmethod
     def forward(ctx, a, dim):
         ctx.dim = dim
-        return np.expand_dims(a._data, dim)
+        out = np.expand_dims(a._data, dim)
+        if a._data.size:  # numpy's strides are torch's; an empty array's are made afresh
+            return out
+        return restrided(out, _unsqueezed_strides(a._data, dim))
 
     @staticmethod
     def backward(ctx, g):
@@ -131,6 +161,7 @@ class Unsqueeze(Op):
 
 
 class Repeat(Op):
+    complex_ok = True
     @staticmethod
     def forward(ctx, a, repeats):
         x = a._data
@@ -151,6 +182,9 @@ class Repeat(Op):
 
 
 class Cat(Op):
+    complex_ok = True
+    saved_values = MappingProxyType({"dim": lambda n: n.dim})
+
     @staticmethod
     def forward(ctx, *tensors, dim=0):
         ctx.dim = dim
@@ -165,6 +199,7 @@ class Cat(Op):
 
 
 class Stack(Op):
+    complex_ok = True
     @staticmethod
     def forward(ctx, *tensors, dim=0):
         ctx.dim = dim
@@ -179,8 +214,12 @@ class Stack(Op):
 class Split(Op):
     """Split into pieces along a dim: one node, one output per piece (views)."""
 
+    complex_ok = True
     node_name = "SplitBackward0"
     view = True
+    saved_values = MappingProxyType({"dim": lambda n: n.dim,
+                    "split_size": lambda n: n._output_meta[0][0][n.dim],
+                    "self_sym_sizes": lambda n: tuple(n._input_meta[0][0])})
 
     @staticmethod
     def forward(ctx, a, sizes, dim=0):
@@ -199,11 +238,15 @@ class SplitWithSizes(Split):
     """``split([sizes])``."""
 
     node_name = "SplitWithSizesBackward0"
+    saved_values = MappingProxyType({"dim": lambda n: n.dim,
+                    "split_sizes": lambda n: tuple(m[0][n.dim] for m in n._output_meta),
+                    "self_sym_sizes": lambda n: tuple(n._input_meta[0][0])})
 
 
 class Unbind(Op):
     """One view per index along a dim: one node, one output each."""
 
+    complex_ok = True
     view = True
 
     @staticmethod
@@ -221,7 +264,10 @@ class Unbind(Op):
 class Index(Op):
     """``a[index]`` with basic or advanced indexing."""
 
+    complex_ok = True
     node_name = "IndexBackward0"
+    saved_values = MappingProxyType({"indices": lambda n: _advanced_parts(n)[0],
+                                     "self_sym_sizes": lambda n: _advanced_parts(n)[1]})
 
     @staticmethod
     def forward(ctx, a, index):
@@ -235,34 +281,145 @@ class Index(Op):
 
 
 class Slice(Index):
-    """Basic indexing (ints, slices, None, Ellipsis): the result is a view."""
+    """Basic indexing (ints, slices, None, Ellipsis): the result is a view. ``given``: the
+    values torch's node keeps, where a method (narrow, select) said them."""
 
     node_name = "SliceBackward0"
     view = True
+    saved_values = MappingProxyType({
+        "dim": lambda n: _index_value(n, "dim"), "start": lambda n: _index_value(n, "start"),
+        "end": lambda n: _index_value(n, "end"), "step": lambda n: _index_value(n, "step"),
+        "self_sym_sizes": lambda n: _index_value(n, "self_sym_sizes")})
 
     @staticmethod
-    def forward(ctx, a, index):
+    def forward(ctx, a, index, given=None):
         ctx.index = index
         ctx.shape = a._data.shape
+        ctx.given = given
         out = a._data[index]
+        items = index if isinstance(index, tuple) else (index,)
         if type(out) is not np.ndarray:
             # numpy gives a scalar copy when ints select one element; a trailing Ellipsis
             # makes it a 0-d view of the same memory, as torch's a[i] is
-            items = index if isinstance(index, tuple) else (index,)
             out = a._data[items + (Ellipsis,)]
+        elif any(item is None for item in items):
+            out = _new_dims_as_torch(out, a._data, items)
         return out
+
+
+def _unsqueezed_strides(array: np.ndarray, dim: int) -> tuple:
+    """The strides (in elements) torch gives ``array`` unsqueezed at ``dim``: the new dim's is
+    the size times the stride of the dim it goes before (1 at the end)."""
+    old = [s // array.itemsize for s in array.strides]
+    new = array.shape[dim] * old[dim] if dim < array.ndim else 1
+    return (*old[:dim], new, *old[dim:])
+
+
+def _new_dims_as_torch(out: np.ndarray, a: np.ndarray, items: tuple) -> np.ndarray:
+    """``out`` (``a`` indexed by the basic ``items``) with torch's strides on the dims that
+    ``None`` inserted (numpy gives them 0): torch inserts each as an unsqueeze before the input
+    dim that comes next in ``items``, so its stride is that dim's size times its stride."""
+    count = sum(item is not None and item is not Ellipsis for item in items)
+    strides = [s // out.itemsize for s in out.strides]
+    j = k = 0  # the output dim and the input dim that come next
+    for item in items:
+        if item is None:
+            strides[j] = a.shape[k] * a.strides[k] // a.itemsize if k < a.ndim else 1
+            j += 1
+        elif item is Ellipsis:
+            skipped = a.ndim - count
+            j, k = j + skipped, k + skipped
+        elif isinstance(item, slice):
+            j, k = j + 1, k + 1
+        elif isinstance(item, (int, np.integer)) and not isinstance(item, bool):
+            k += 1
+        else:  # anything else: numpy's strides, as they are
+            return out
+    return restrided(out, tuple(strides))
 
 
 class Select(Slice):
     node_name = "SelectBackward0"
+    saved_values = MappingProxyType({
+        "dim": lambda n: _index_value(n, "dim"), "index": lambda n: _index_value(n, "index"),
+        "self_sym_sizes": lambda n: _index_value(n, "self_sym_sizes")})
 
 
 class UnsqueezeIndex(Slice):
     node_name = "UnsqueezeBackward0"
+    saved_values = MappingProxyType({"dim": lambda n: _index_value(n, "dim")})
 
 
 class Alias(Slice):
     node_name = "AliasBackward0"
+    saved_values = MappingProxyType({})
+
+
+_INT64_MAX = 2**63 - 1
+
+
+def _advanced_parts(n) -> tuple:
+    """(indices, sizes) that torch's IndexBackward0 for ``n.index`` keeps: torch applies the
+    basic items first (an int selects its dim away, a slice or None keeps or adds one), then
+    indexes their result (``sizes``) with the index tensors, one entry per dim up to the last
+    of them, None where a dim is not indexed."""
+    from disthook.tensor import Tensor
+
+    items = n.index if isinstance(n.index, tuple) else (n.index,)
+    arrays = [isinstance(item, np.ndarray) for item in items]
+    if any(a and (item.ndim == 0 or item.dtype.kind not in "biu")
+           for a, item in zip(arrays, items)):
+        raise AttributeError(f"'{type(n).__name__}' object has no attribute '_saved_indices' "
+                             "(disthook keeps it where each index tensor has a dim and is an "
+                             "integer or bool tensor)")
+    taken = sum(item.ndim if a and item.dtype.kind == "b" else 1
+                for a, item in zip(arrays, items) if item is not None and item is not Ellipsis)
+    entries, basic = [], []
+    for a, item in zip(arrays, items):
+        if a:
+            entries.append(Tensor._make(item, None, 0))
+            basic.append(slice(None))
+        elif item is Ellipsis:
+            entries += [None] * (len(n.shape) - taken)
+            basic.append(item)
+        else:
+            if item is None or isinstance(item, slice):
+                entries.append(None)
+            basic.append(item)
+    while entries and entries[-1] is None:
+        entries.pop()
+    sizes = np.broadcast_to(np.zeros((), np.int8), n.shape)[tuple(basic)].shape
+    return tuple(entries), sizes
+
+
+def _index_value(n, name: str):
+    """What torch's node for the basic index ``n.index`` keeps: torch applies the index item
+    by item (a select, a slice, an unsqueeze each, full slices skipped), so its node is the
+    last item's, on the dim where that item applies (the dims the items before it left), over
+    the tensor they gave; the start, end, index as written (an open end is 2**63 - 1)."""
+    if n.given is not None and name in n.given:
+        return as_shown(n.given[name])
+    if n.given is not None and name == "self_sym_sizes":
+        return tuple(n.shape)
+    items = n.index if isinstance(n.index, tuple) else (n.index,)
+    last = max(i for i, item in enumerate(items)
+               if item is not Ellipsis and not (isinstance(item, slice) and item == slice(None)))
+    count = sum(item is not None and item is not Ellipsis for item in items)
+    dim = 0  # the dim, in the tensor the items before it gave, where item ``last`` applies
+    for item in items[:last]:
+        if item is Ellipsis:
+            dim += len(n.shape) - count
+        elif item is None or isinstance(item, slice):
+            dim += 1
+    item = items[last]
+    if name == "dim":
+        return dim
+    if name == "self_sym_sizes":
+        return np.broadcast_to(np.zeros((), np.int8), n.shape)[items[:last]].shape
+    if name == "index":
+        return as_shown(item)
+    value = {"start": item.start, "end": item.stop, "step": item.step}[name]
+    return as_shown({"start": 0, "end": _INT64_MAX, "step": 1}[name] if value is None else value)
 
 
 def basic_index_op(index) -> type:
@@ -287,6 +444,7 @@ class ScatterIndex(Op):
     """Zeros of ``shape`` with ``g`` added at ``index`` (repeats accumulate); the backward of
     indexing, differentiable in turn."""
 
+    complex_ok = True
     node_name = "IndexPutBackward0"
 
     @staticmethod
@@ -313,6 +471,7 @@ def _is_basic(index) -> bool:
 class IndexPut(Op):
     """``out = a.clone(); out[index] = value``: the graph of ``a[index] = value``."""
 
+    complex_ok = True
     node_name = "CopySlices"
 
     def name(self) -> str:
@@ -365,6 +524,7 @@ class AsStrided(Op):
     root (torch's AsStridedBackward0). Built directly by ``rebase_views``; ``ctx.arrays`` is
     (view's array, root's array), whose geometry gives the index, found when backward runs."""
 
+    complex_ok = True
     node_name = "AsStridedBackward0"
 
     @staticmethod
@@ -378,6 +538,7 @@ class CopySlices(Op):
     takes the view's part of the root's gradient, the rest passes through unchanged; edges
     to the op's other inputs are ``fn``'s. Built directly by ``rebase_on_view_inplace``."""
 
+    complex_ok = True
     node_name = "CopySlices"
     name = IndexPut.name  # the same C++ node in torch
 
@@ -425,6 +586,11 @@ def rebase_views(root) -> None:
             from disthook.tensor import break_view
 
             break_view(v)
+            continue
+        if v._data.dtype != root._data.dtype:  # (its elements are not the root's)
+            from disthook.tensor import OTHER_DTYPE_VIEW_HINT, break_view
+
+            break_view(v, OTHER_DTYPE_VIEW_HINT)
             continue
         live.append(ref)
         node = _node(AsStrided, ((root._data.shape, root._data.dtype),), (gradient_edge(root),),
@@ -506,6 +672,7 @@ class ScatterAddAlong(Op):
 
 
 class MaskedFill(Op):
+    complex_ok = True
     @staticmethod
     def forward(ctx, a, mask, value):
         ctx.save_for_backward(mask)
@@ -518,6 +685,7 @@ class MaskedFill(Op):
 
 
 class ConstantPad(Op):
+    complex_ok = True
     node_name = "ConstantPadNdBackward0"
 
     @staticmethod
@@ -579,6 +747,7 @@ class Triu(Tril):
 class Roll(Op):
     """Shift elements along dims, wrapping around (all flattened when ``dims`` is None)."""
 
+    complex_ok = True
     @staticmethod
     def forward(ctx, a, shifts, dims):
         ctx.shifts, ctx.dims = shifts, dims

@@ -157,6 +157,7 @@ class AsStridedView(Op):
 
 
 class Flip(Op):
+    complex_ok = True
     @staticmethod
     def forward(ctx, a, dims):
         ctx.dims = dims

@@ -152,6 +152,10 @@ class Optimizer:
     """Base of every optimizer: ``params`` is an iterable of tensors, of ``(name, tensor)``
     pairs, or of dicts (parameter groups with their own hyperparameters)."""
 
+    # an optimizer whose update is right on complex parameters says so (SGD's is linear);
+    # torch steps the others on view_as_real(p), which these do not do yet: they refuse one
+    complex_params_ok = False
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         step = cls.__dict__.get("step")
@@ -232,6 +236,13 @@ class Optimizer:
             if not isinstance(param, Tensor):
                 raise TypeError("optimizer can only optimize Tensors, but one of the params is "
                                 + _typename(param))
+            if param.is_complex() and not self.complex_params_ok:
+                raise NotImplementedError(
+                    f"{type(self).__name__} does not take complex parameters in disthook (got "
+                    f"one of {param.dtype}): torch steps each as its real and imaginary "
+                    "parts, which only SGD does here. Use torch.optim.SGD, or keep the "
+                    "parameter as real pairs (an nn.Parameter of shape [..., 2]) and make it "
+                    "complex with torch.view_as_complex in forward")
             if not self.defaults.get("differentiable", None) and not (
                     param.is_leaf or param.retains_grad):
                 raise ValueError("can't optimize a non-leaf Tensor")

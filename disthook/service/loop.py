@@ -104,6 +104,9 @@ class Service:
         self.parent_pid = parent_pid
         self.poller.register(self.router, zmq.POLLIN)
         self.peer_log = PeerLog(self.log, name=self.peer_name)
+        # refused handshakes come from no identity: all of them share one allowance (a peer
+        # that opens thousands of connections must not fill the log)
+        self.refusal_log = PeerLog(self.log, name=lambda _: "refused connections")
         self._peer_numbers: dict[bytes, str] = {}  # see peer_name
         self._next_peer_number = itertools.count(1)
         self._running = False
@@ -182,7 +185,7 @@ class Service:
                 continue
             why = refusal_reason(event)
             if why is not None:
-                self.log.warning("%s: refused a connection: %s", self.label, why)
+                self.refusal_log.warning(b"", "%s: refused a connection: %s", self.label, why)
 
     def on_disconnected(self, fd: int) -> None:
         """A peer's connection (file descriptor ``fd``) closed; with ``watch_disconnects``."""
@@ -206,7 +209,7 @@ class Service:
                 exc = wire.WireError(f"malformed message: {type(exc).__name__}: {exc}")
             self.peer_log.warning(sender, "%s: malformed message from %s: %s", self.label,
                                   self.peer_name(sender), exc)
-            self.reply(sock, sender, 0, "error", error_fields(exc, worker=self.name))
+            self.reply(sock, sender, exc.req, "error", error_fields(exc, worker=self.name))
             return
         handler = getattr(self, f"on_{msg.type}", None)
         if handler is None:

@@ -19,6 +19,7 @@ import dataclasses
 import logging
 import os
 import shutil
+import stat
 from typing import TYPE_CHECKING
 
 import zmq
@@ -60,6 +61,8 @@ def generate(directory: str) -> Keys:
         raise FileExistsError(f"{directory} already holds keys ({SERVER}.key_secret); "
                               "remove it first, or use another directory")
     os.makedirs(os.path.join(directory, AUTHORIZED), exist_ok=True)
+    for folder in (directory, os.path.join(directory, AUTHORIZED)):  # whatever the umask
+        os.chmod(folder, os.stat(folder).st_mode & ~0o022)
     _make_pair(directory, SERVER)
     _make_pair(directory, CLIENT)
     return Keys.load(directory)
@@ -80,8 +83,34 @@ def add_client(directory: str, name: str) -> str:
 def _make_pair(directory: str, name: str) -> str:
     public, secret = zmq.auth.create_certificates(directory, name)
     os.chmod(secret, 0o600)
-    shutil.copy(public, os.path.join(directory, AUTHORIZED, f"{name}.key"))
+    authorized = os.path.join(directory, AUTHORIZED, f"{name}.key")
+    shutil.copy(public, authorized)
+    for path in (public, authorized):
+        os.chmod(path, 0o644)
     return secret
+
+
+def _check_private(path: str, *, readable: bool) -> None:
+    """``PermissionError`` where another user may change ``path`` (group or others may
+    write it) or, with ``readable=False``, every user may read it: as ssh refuses a
+    private key or an ``authorized_keys`` that others may read or change, a cluster's keys
+    are refused so. A secret its group may read passes: a container reads its mounted keys
+    through its group (Kubernetes' ``fsGroup``, deploy/k8s); so does what lies on a
+    read-only mount, or a folder with the sticky bit (a Kubernetes secret volume's)."""
+    if os.name != "posix":
+        return
+    st = os.stat(path)
+    mode = st.st_mode & 0o777
+    loose = mode & (0o022 if readable else 0o026)
+    if loose & 0o022 and (os.statvfs(path).f_flag & os.ST_RDONLY  # nobody may write it
+                          or (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX)):
+        loose &= ~0o022  # (a sticky folder: no one replaces what another put there)
+    if loose:
+        what = "changed" if readable else "read or changed"
+        raise PermissionError(
+            f"{path} has mode {mode:04o}: other users may {what} it, so it proves nothing "
+            f"about who holds this cluster's keys; run: chmod "
+            f"{'go-w' if readable else 'go-w,o-rwx'} {path}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +131,7 @@ class Keys:
                     f"no key file {path}; make a key directory with: disthook keys generate "
                     f"{directory}" + ("" if name in (SERVER, CLIENT) else
                                       f", then: disthook keys add {directory} {name}"))
+            _check_private(path, readable=not secret)
             try:
                 return zmq.auth.load_certificate(path)
             except (ValueError, OSError) as exc:
@@ -112,6 +142,9 @@ class Keys:
         if secret is None:
             raise ValueError(f"{directory}/{name}.key_secret holds no secret key")
         server_public, _ = read(os.path.join(directory, f"{SERVER}.key"), False)
+        if name == SERVER:  # who may connect: no other user may add themselves
+            _check_private(directory, readable=True)
+            _check_private(os.path.join(directory, AUTHORIZED), readable=True)
         return cls(os.path.abspath(directory), name, public, secret, server_public)
 
     @property
@@ -134,13 +167,15 @@ class Keys:
     def authorized(self) -> set[bytes]:
         """The public keys (Z85) listed in ``authorized/`` now."""
         folder = os.path.join(self.directory, AUTHORIZED)
+        _check_private(folder, readable=True)  # (PermissionError: the gate refuses all)
         keys = set()
         for entry in sorted(os.listdir(folder)):
             if entry.endswith(".key"):
                 try:
+                    _check_private(os.path.join(folder, entry), readable=True)
                     public, _ = zmq.auth.load_certificate(os.path.join(folder, entry))
                 except (ValueError, OSError):
-                    continue  # a damaged file authorizes no one
+                    continue  # a damaged file, or one others may change, authorizes no one
                 keys.add(public)
         return keys
 
@@ -159,19 +194,23 @@ class _Gate:
     """The ZAP decision: a peer's key is in ``authorized/``, or it is refused (and logged)."""
 
     def __init__(self, keys: Keys, log: logging.Logger, who: str):
+        from disthook.service.loop import PeerLog
+
         self.keys, self.log, self.who = keys, log, who
+        # one allowance for every refusal (a peer may offer a fresh key each connection)
+        self.refusals = PeerLog(log, name=lambda _: "refused keys")
 
     def callback(self, domain: str, key: bytes) -> bool:
         """Called in the authenticator's one thread, a connection at a time."""
         try:
             allowed = key in self.keys.authorized()
         except OSError as exc:
-            self.log.warning("%s: cannot read the authorized keys (%s); refusing", self.who,
-                             exc)
+            self.refusals.warning(b"", "%s: cannot read the authorized keys (%s); refusing",
+                                  self.who, exc)
             return False
         if not allowed:
-            self.log.warning("%s: refused a connection from an unauthorized key %s...",
-                             self.who, key.decode()[:8])
+            self.refusals.warning(b"", "%s: refused a connection from an unauthorized key "
+                                  "%s...", self.who, key.decode()[:8])
         return allowed
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import importlib
 import sys
 
 import numpy as np
@@ -48,6 +49,9 @@ def pack(value, tensor=None):
     if _is_record(value):
         names = [f.name for f in dataclasses.fields(value)]
         return _pack_named(value, tensor, "fields", names, [getattr(value, n) for n in names])
+    state = _distribution_state(value)
+    if state is not None:
+        return _pack_named(value, tensor, "object", list(state), list(state.values()))
     return {"opaque": type(value).__name__}
 
 
@@ -112,6 +116,9 @@ def tensors_in(value):
     elif _is_record(value):
         for f in dataclasses.fields(value):
             yield from tensors_in(getattr(value, f.name))
+    else:
+        for v in (_distribution_state(value) or {}).values():
+            yield from tensors_in(v)
 
 
 def opaque_in(value) -> str | None:
@@ -124,6 +131,8 @@ def opaque_in(value) -> str | None:
         items = value.values()
     elif _is_record(value):
         items = [getattr(value, f.name) for f in dataclasses.fields(value)]
+    elif _distribution_state(value) is not None:
+        items = _distribution_state(value).values()
     else:
         return f"a {type(value).__name__}"
     for v in items:
@@ -131,6 +140,17 @@ def opaque_in(value) -> str | None:
         if found:
             return found
     return None
+
+
+def _distribution_state(value) -> dict | None:
+    """A probability distribution's attributes (its parameters, shapes and flags: all it is),
+    which travel as its state (a policy head's ``Categorical(logits=...)``); None for
+    anything else."""
+    if type(value).__module__ == "builtins" or isinstance(value, (Tensor, type)):
+        return None
+    from disthook.distributions import Distribution
+
+    return dict(vars(value)) if isinstance(value, Distribution) else None
 
 
 def _is_record(value) -> bool:
@@ -153,24 +173,30 @@ def _pack_named(value, tensor, form: str = "tuple", fields=None, items=None) -> 
 
 def _unpack_named(payload: dict, make_tensor, kept, classes: bool):
     """The value ``_pack_named`` describes: of its own class where this process has that
-    class loaded already (nothing is imported for it); else a namedtuple class of the same
-    name and fields, which reads the same (``out.hidden``, ``out[1]``), or for a mapping a
-    plain dict."""
+    class loaded already or it is disthook's (nothing else is imported for it); else a
+    namedtuple class of the same name and fields, which reads the same (``out.hidden``,
+    ``out[1]``), or for a mapping a plain dict."""
     items = unpack(payload.get("items"), make_tensor, kept, classes)
     fields = unpack(payload.get("fields"))
     name, form = payload.get("class"), payload.get("form", "tuple")
     if not (isinstance(items, tuple) and isinstance(fields, tuple) and isinstance(name, str)
             and len(fields) == len(items) and all(isinstance(f, str) for f in fields)
-            and form in ("tuple", "mapping", "fields")):
+            and form in ("tuple", "mapping", "fields", "object")):
         raise ValueError(f"not a packed named value: {payload!r:.80}")
     module, _, qualname = name.partition(":")
     kind = sys.modules.get(module)
+    if kind is None and _importable(module):
+        # disthook's own value classes (a PackedSequence for a placed LSTM, a distribution):
+        # their module is imported
+        kind = _import_ours(module)
     for part in qualname.split("."):
         kind = getattr(kind, part, None)
     named = dict(zip(fields, items))
     if form == "tuple" and isinstance(kind, type) and issubclass(kind, tuple) \
             and getattr(kind, "_fields", None) == fields:
         return kind._make(items)
+    if form == "object":
+        return _distribution_made(kind, qualname, named, classes)
     if classes and form != "tuple" and isinstance(kind, type) and (
             issubclass(kind, dict) if form == "mapping" else dataclasses.is_dataclass(kind)):
         try:
@@ -180,6 +206,47 @@ def _unpack_named(payload: dict, make_tensor, kept, classes: bool):
     if form == "mapping":
         return named
     return _stand_in(qualname.rpartition(".")[2], fields)._make(items)
+
+
+def _distribution_made(kind, qualname: str, state: dict, classes: bool):
+    """The distribution ``_distribution_state`` describes, of its class ``kind`` (the
+    client's: disthook's, or the program's own, found by its name: else a TypeError that
+    says so), its state set as it was; a worker reading a client's gets a namedtuple of its
+    attributes (nothing a sender names is made there)."""
+    from disthook.distributions import Distribution
+    from disthook.tensor import Size
+
+    if not classes:
+        return _stand_in(qualname.rpartition(".")[2], tuple(state))._make(state.values())
+    if not (isinstance(kind, type) and issubclass(kind, Distribution)):
+        raise TypeError(
+            f"a module on a worker returned a distribution of class {qualname}, which is not "
+            "found here by that name (a class made inside a function): define the class at "
+            "the top level of a module, or return the distribution's parameters and make it "
+            "in the code that calls the module")
+    made = kind.__new__(kind)
+    for name, value in state.items():
+        if name in ("_batch_shape", "_event_shape") and isinstance(value, tuple):
+            value = Size(value)
+        made.__dict__[name] = value
+    return made
+
+
+def _importable(module: str) -> bool:
+    """Whether a value's module named on the wire may be imported here to make it: only
+    disthook's modules of value classes, none of whose parts is private or a ``__main__``
+    (importing ``disthook.bench.__main__`` would run a benchmark and exit)."""
+    parts = module.split(".")
+    return (module.startswith(("disthook.nn.", "disthook.distributions."))
+            and all(p.isidentifier() and not p.startswith("_") for p in parts))
+
+
+def _import_ours(module: str):
+    """disthook's module ``module`` (a name from the wire: None where there is none)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        return None
 
 
 @functools.lru_cache(maxsize=256)

@@ -319,18 +319,26 @@ def check_importable(modules, option: str) -> None:
 
 
 def _import_allowed(target: str, allowed: tuple[str, ...]):
+    from disthook.distributed.spec import SpecError, walk_name
+
     module_name, _, attr = target.partition(":")
-    if not any(module_name == a or module_name.startswith(a + ".") for a in allowed):
+
+    def allow(name: str) -> bool:
+        return any(name == a or name.startswith(a + ".") for a in allowed)
+
+    if not allow(module_name):
         raise PermissionError(
             f"hooks.by_path({target!r}): module {module_name!r} is not allowed on this worker "
             f"(allowed: {', '.join(allowed) or 'none'}); start the worker with "
             f"--allow-hook-module {module_name.split('.')[0]}")
     module = importlib.import_module(module_name)
-    fn = module
-    for part in attr.split("."):
-        fn = getattr(fn, part, None)
-        if fn is None:
-            raise AttributeError(f"hooks.by_path({target!r}): {module_name} has no {attr!r}")
+    try:  # the function's own module must be allowed too, not only the one it is named by
+        fn = walk_name(module, attr, target, allow)
+    except AttributeError:
+        raise AttributeError(f"hooks.by_path({target!r}): {module_name} has no {attr!r}") \
+            from None
+    except SpecError as exc:
+        raise PermissionError(f"hooks.by_path: {exc}") from None
     if not callable(fn):
         raise TypeError(f"hooks.by_path({target!r}) is not callable")
     return fn

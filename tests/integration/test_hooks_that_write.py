@@ -97,12 +97,12 @@ class _nothing:
         return False
 
 
-def training(model) -> list:
+def training(model, x=X) -> list:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     log = []
     for _ in range(3):
         opt.zero_grad()
-        loss = model(X).pow(2).mean()
+        loss = model(x).pow(2).mean()
         loss.backward()
         opt.step()
         log.append(loss.detach().numpy())
@@ -116,3 +116,35 @@ def test_a_model_deployed_with_hook_reparametrizations_trains_as_in_one_process(
         cluster, kind, warm):
     same_logs(*deployed_run(cluster, lambda: reparametrized(kind, warm), training),
               rtol=1e-4, atol=1e-6)
+
+
+class Block(nn.Module):
+    """A TCN's temporal block: each reparametrized conv is an attribute of the block and
+    also a step of the block's Sequential, so it is reached under two paths."""
+
+    def __init__(self, kind: str):
+        super().__init__()
+        with pytest.warns(FutureWarning) if kind == "weight_norm" else _nothing():
+            self.conv1 = getattr(nn.utils, kind)(nn.Conv1d(3, 4, 2, padding=1))
+            self.conv2 = getattr(nn.utils, kind)(nn.Conv1d(4, 3, 2, padding=1))
+        self.net = nn.Sequential(self.conv1, nn.ReLU(), self.conv2)
+
+    def forward(self, x):
+        return torch.relu(self.net(x)[:, :, :x.shape[2]] + x)
+
+
+def blocks(kind: str, dtype):
+    torch.manual_seed(0)
+    return nn.Sequential(Block(kind), Block(kind), nn.Flatten(), nn.Linear(15, 2)).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("kind", ["weight_norm", "spectral_norm"])
+def test_a_reparametrized_module_reached_under_two_paths_trains_as_in_one_process(
+        cluster, kind, dtype):
+    """Before, the block's Sequential ran whole on its worker, where the conv's
+    reparametrization did not run: its weight was the one made at deploy (float32 after
+    ``.double()``: a dtype error) and ``weight_v`` got no gradient."""
+    x = torch.tensor(np.linspace(-1, 1, 30).reshape(2, 3, 5), dtype=dtype)
+    same_logs(*deployed_run(cluster, lambda: blocks(kind, dtype), lambda m: training(m, x)),
+              rtol=1e-5, atol=1e-7)

@@ -945,12 +945,20 @@ class Module:
                 _check_device(arg)
             elif isinstance(arg, _dtype.dtype):
                 dtype = arg
-        if dtype is not None and not dtype.is_floating_point:
+        if dtype is not None and not (dtype.is_floating_point or dtype.is_complex):
             raise TypeError("nn.Module.to only accepts floating point or complex dtypes, but "
                             f"got desired dtype={dtype}")
+        if dtype is not None and dtype.is_complex:
+            warnings.warn("Complex modules are a new feature under active development whose "
+                          "design may change, and some modules might not work as expected "
+                          "when using complex tensors as parameters or buffers.", UserWarning,
+                          stacklevel=2)
 
         def convert(t: Tensor) -> Tensor:
-            return t.to(dtype) if dtype is not None and t.is_floating_point() else t
+            # floating and complex tensors take the dtype (complex to real: the real part)
+            if dtype is not None and (t.is_floating_point() or t.is_complex()):
+                return t.to(dtype)
+            return t
 
         return self._apply(convert)
 

@@ -1,0 +1,214 @@
+"""``RemoteTapBackward0``: the client-side node of a tensor a client hook got from a worker
+(a "tap"), through which a backward here reaches the worker's graph of that call: down to
+the call's inputs, and to the tensors hooks got earlier in the same call."""
+from __future__ import annotations
+
+import contextlib
+import threading
+import weakref
+
+import numpy as np
+
+from disthook.autograd import engine, grad_mode
+from disthook.autograd.graph import Node, gradient_edge
+from disthook.distributed import attr_changes
+from disthook.tensor import Tensor
+
+__all__ = ["LiveEdges", "RemoteTapBackward0", "serving_vjp", "unlinked_taps_refused"]
+
+
+class _Vjp(threading.local):
+    running = False  # a worker asked for a hook result's vector-Jacobian product here
+
+
+_vjp = _Vjp()
+
+
+@contextlib.contextmanager
+def serving_vjp():
+    """While the client computes a vjp a worker asked for: gradients reach the stand-ins of
+    the hook's tensors by design (and go back to the worker)."""
+    _vjp.running, before = True, _vjp.running
+    try:
+        yield
+    finally:
+        _vjp.running = before
+
+
+class LiveEdges(Node):
+    """A node that stands for a worker's graph: its edges are its inputs' (set as a node's
+    are), then one per tensor here that the worker's backward may also reach and that is
+    still alive when the engine reads them as a graph starts (``_live_edges``: (key, node,
+    output_nr, shape, dtype) each); the engine counts, feeds and checks those too."""
+
+    _live: tuple = ()  # (each node sets its list as it is made)
+
+    def _live_edges(self) -> list:
+        raise NotImplementedError
+
+    @property
+    def next_functions(self) -> tuple:
+        self._live = self._live_edges()
+        return self._edges + tuple((node, nr) for _, node, nr, _, _ in self._live)
+
+    @next_functions.setter
+    def next_functions(self, edges: tuple) -> None:
+        self._edges = edges
+
+    @property
+    def needs_input_grad(self) -> tuple:
+        return self._needs + (True,) * len(self._live)
+
+    @needs_input_grad.setter
+    def needs_input_grad(self, needs: tuple) -> None:
+        self._needs = needs
+
+    @property
+    def _input_meta(self) -> tuple:
+        return self._meta + tuple((shape, dtype) for _, _, _, shape, dtype in self._live)
+
+    @_input_meta.setter
+    def _input_meta(self, meta: tuple) -> None:
+        self._meta = meta
+
+
+class RemoteTapBackward0(LiveEdges):
+    """The part of a worker's graph from a call's inputs to a tensor a client forward hook
+    got (a "tap"): the client's copy of that tensor is made from this node's output, so
+    ``autograd.grad(kept.sum(), x)`` (Captum's neuron attributions) runs the worker's
+    backward from that tensor down to the inputs and brings their gradients here.
+
+    When the backward of the call's own output (its ``RemoteBackward0``) runs in the same
+    backward, the workers did the whole graph already: the gradient reaching here may only
+    be the one they sent for the tensor; more (a use of the kept tensor here, in what the
+    backward differentiates) would need both at once and is refused."""
+
+    def __init__(self, hub, address: str, ctx_id: str, key: str, inputs: list):
+        super().__init__()
+        self.next_functions = tuple(gradient_edge(t) for t in inputs)
+        self.needs_input_grad = tuple(t._requires_grad for t in inputs)
+        self._input_meta = tuple((t._data.shape, t._data.dtype) for t in inputs)
+        self._hub, self._address, self._ctx_id, self._key = hub, address, ctx_id, key
+        self._keeps = None  # the call's RemoteBackward0, once made: it holds the graph
+        self._live: list[tuple] = []  # the earlier taps alive when the edges were read
+
+    # the live edges: those of the tensors hooks got earlier in the same call (a layer's
+    # input, kept by the hook that keeps its output: BackPACK's input0), which the worker's
+    # backward from this tensor may reach
+    def _live_edges(self) -> list:
+        return [(key, *gradient_edge(t), shape, dtype)
+                for key, t, shape, dtype in self._earlier_taps()]
+
+    def _earlier_taps(self) -> list:
+        """(key, tensor, shape, dtype) of the live taps of this call's context that came
+        before this one (a DAG: only those can lie below it on the worker)."""
+        if self._keeps is not None:
+            entries = [(key, ref(), shape, dtype) for key, ref, shape, dtype
+                       in self._keeps._taps]
+        else:  # the call has not answered yet (a forward hook differentiates)
+            entries = [(key, t, t._data.shape, t._data.dtype)
+                       for key, t, _ in self._hub.taps.get(self._ctx_id, ())]
+        earlier = []
+        for key, t, shape, dtype in entries:
+            if key == self._key:
+                return earlier
+            if t is not None and t._requires_grad and "#" in key and not key.endswith("@"):
+                earlier.append((key, t, shape, dtype))
+        return []  # (this tensor is not among them: nothing is known to lie below it)
+
+    def _wanted_taps(self) -> list[str]:
+        """The keys of the earlier taps this backward differentiates to."""
+        tasks = getattr(engine._running, "tasks", None)
+        task = tasks[-1] if tasks else None
+        if task is None or task.needed is None:
+            return []
+        return [key for key, node, _, _, _ in self._live if engine.will_execute(task, node)]
+
+    def _inputs_wanted(self, task) -> bool:
+        """Whether this backward needs the call's inputs' gradients too (a vjp between two
+        tensors of one call, a layer's output to its input, does not: the worker stops at
+        the taps, and the hooks below them do not fire)."""
+        return task is None or task.needed is None or task.accumulate or any(
+            node is not None and engine.will_execute(task, node) for node, _ in self._edges)
+
+    def _backward(self, grads: list) -> tuple:
+        (g,) = grads
+        none = (None,) * (len(self._edges) + len(self._live))
+        if _vjp.running or g is None:
+            return none  # a vjp a worker asked for: the gradient goes back to it already
+        node = self._keeps  # the output's RemoteBackward0 (None: the output needs no grad)
+        if node is not None and node._ran_in == engine.current_task_id():
+            given = node._given.get(self._key)
+            if not g._data.any() or (given is not None and (
+                    g is given or np.array_equal(g._data, given._data))):
+                return none  # what the workers sent: they did this part already
+            raise RuntimeError(_CLIENT_USE)
+        if grad_mode.is_grad_enabled():
+            raise NotImplementedError(_CREATE_GRAPH)
+        stage = self._hub.holders.get(self._address, (None, 0))[1]
+        tasks = getattr(engine._running, "tasks", None)
+        task = tasks[-1] if tasks else None
+        wanted = self._wanted_taps()
+        hub = self._hub  # from inside a hook of a request there: it runs at once, nested
+        within = hub.firing_ctx if hub.firing else None
+        (reply,) = self._hub.request_all(
+            [(self._address, {"stage": stage, "grads": [g._data], "start": self._key,
+                              "taps": wanted or None, "within": within,
+                              "inputs": not wanted or self._inputs_wanted(task),
+                              "retain_graph": engine.retains_graph(),
+                              "reply_to": self._hub.reply_to,
+                              "accumulate": task is None or (task.accumulate
+                                                             and task.needed is None)},
+              self._ctx_id)],
+            "backward", what="backward from a tensor a hook kept")
+        if node is not None:  # what the hooks that fired set on their modules there
+            attr_changes.apply(node._model, reply["result"].get("attrs"))
+        tapped = reply["result"].get("tapped") or {}
+        return tuple(None if gx is None else Tensor._make(np.array(gx, dtype), None, 0)
+                     for gx, dtype in [*((gx, None) for gx in reply["result"]["grads"]),
+                                       *((tapped.get(key) if key in wanted else None, dtype)
+                                         for key, _, _, _, dtype in self._live)])
+
+
+
+def unlinked_taps_refused(t: Tensor, ctx_id: str, module, kind: str):
+    """``t._reach_from`` of a tensor a client hook got (see autograd's
+    ``_reach_inputs_elsewhere``): an ``autograd.grad`` to it from a tensor of the same call
+    on the worker (another tensor a hook got in that call: its node has ``_hook_ctx``) whose
+    graph does not link to it here is refused, not answered 'not used' (or None): inside the
+    forward hook that got both (the worker keeps them in the graph only once the hook
+    answered), or in a chain cut into micro-batches."""
+    ref = weakref.ref(t)
+    what = f"a {kind} hook of {type(module).__name__!r}" if module is not None else "a hook"
+
+    def reach_from(nodes, create_graph: bool) -> None:
+        t = ref()
+        if t is None or t._grad_fn in nodes:
+            return
+        if any(n.__dict__.get("_hook_ctx") == ctx_id for n in nodes):
+            raise NotImplementedError(
+                f"autograd.grad to a tensor that {what} of a deployed model got, from a "
+                "tensor of the same call computed on its worker: the worker's graph does not "
+                "link the two here (inside the forward hook that got them, the worker keeps "
+                "them in its graph only once the hook has answered; in a chain cut into "
+                "micro-batches, not at all). Take the product after the forward, keeping the "
+                "tensors (module.input0, module.output = args[0], output), or in the layer's "
+                "backward hook")
+
+    return reach_from
+
+
+_CREATE_GRAPH = (
+    "backward(create_graph=True) or autograd.grad(..., create_graph=True) through a "
+    "deployed model: the gradients computed on its workers come back as values, without a "
+    "graph, so they cannot be differentiated again (gradient penalties, double backward). "
+    "Compute that part in one process (remote.to_local()), or keep create_graph=False")
+
+
+_CLIENT_USE = (
+    "a tensor that a forward hook got from a module on a worker is used on the client in "
+    "what this backward differentiates, together with the model's output (a loss term "
+    "computed from a hook's output, say): the workers would need both gradients in one "
+    "backward. Compute that term in the model (or in a hook that returns the changed "
+    "output), take the two gradients in two backward passes (retain_graph=True), or detach() "
+    "the hook's tensor")
