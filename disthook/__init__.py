@@ -435,7 +435,7 @@ from disthook._limits import (  # noqa: F401
 )
 from disthook._settings import *
 from disthook.amp.autocast_mode import autocast, is_autocast_enabled  # noqa: F401
-from disthook.compiler import compile  # noqa: F401  # the model itself, run eagerly
+from disthook.compiler import compile  # noqa: F401  # torch's wrapper of a module, run eagerly
 from disthook.storage import TypedStorage, UntypedStorage  # noqa: F401
 
 for _name in _NN_ALIASES:  # those nn.functional defines (same argument order as torch's)
@@ -452,6 +452,15 @@ from disthook.torch_version import TorchVersion as _TorchVersion
 __version__ = _TorchVersion(_TORCH_VERSION)
 
 _foreach.install(globals())  # torch._foreach_add_ and the rest
+
+from disthook.tensor import takes_pin_memory as _takes_pin_memory
+
+for _name in ("zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm",
+              "arange", "linspace", "logspace", "eye", "empty_like", "zeros_like", "ones_like",
+              "full_like", "rand_like", "randn_like", "empty_strided", "normal",
+              "bartlett_window", "hann_window", "tril_indices", "scalar_tensor"):
+    globals()[_name] = _takes_pin_memory(globals()[_name])  # torch's pin_memory= keyword
+del _name, _takes_pin_memory
 
 if _find_spec("einops") is not None:  # einops takes disthook tensors (its backend, found
     try:                             # by einops itself)

@@ -31,6 +31,9 @@ def _ints(args) -> tuple:
     return tuple(int(a) for a in args)
 
 
+# what torch without an accelerator says when asked for one (device 0, pinned memory)
+NO_ACCELERATOR = "Cannot access accelerator device when none is available."
+
 class ShapeMethods:
     """Shape, view, indexing and storage methods of Tensor."""
 
@@ -233,7 +236,9 @@ class ShapeMethods:
         return self
 
     def pin_memory(self, device=None):
-        return self
+        """torch without an accelerator has no pinned memory: its error, in its words (pin only
+        when ``torch.cuda.is_available()``; DataLoader's ``pin_memory=True`` is accepted)."""
+        raise RuntimeError(NO_ACCELERATOR)
 
     def dim_order(self, *, ambiguity_check=False) -> tuple:
         strides = self.stride()

@@ -7,6 +7,7 @@ mt19937).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 
 import numpy as np
@@ -135,6 +136,21 @@ def get_rng_state():
 
 def set_rng_state(state) -> None:
     default_generator.set_state(state)
+
+
+@contextlib.contextmanager
+def fork_rng(devices=None, enabled: bool = True, _caller: str = "fork_rng",
+             _devices_kw: str = "devices", device_type=None):
+    """Draws inside the block leave the default generator as it was before it (the CPU's is
+    the only one to fork: there are no accelerators' generators)."""
+    if not enabled:
+        yield
+        return
+    state = get_rng_state()
+    try:
+        yield
+    finally:
+        set_rng_state(state)
 
 
 def gen(generator: Generator | None = None) -> np.random.Generator:

@@ -6,6 +6,7 @@ Tensor methods are thin: each one validates its arguments and calls one op from
 from __future__ import annotations
 
 import builtins
+import functools
 import numbers
 import warnings
 import weakref
@@ -20,7 +21,7 @@ from disthook._layout import empty_laid_out
 from disthook._out import factory_out, write_out
 from disthook._tensor_math import INPLACE_NAMES, MathMethods, inplace_of
 from disthook._tensor_reduce import ReduceMethods
-from disthook._tensor_shape import ShapeMethods
+from disthook._tensor_shape import NO_ACCELERATOR, ShapeMethods
 from disthook.autograd import grad_mode
 from disthook.ops import complex as C
 from disthook.ops import elementwise as E
@@ -107,10 +108,17 @@ class Size(tuple):
     __rmul__ = __mul__
 
 
+def is_device_index(arg) -> bool:
+    """``0`` in ``x.to(0)`` or ``device=local_rank``: an accelerator's index."""
+    return isinstance(arg, numbers.Integral) and not isinstance(arg, builtins.bool)
+
+
 class device:
     """Only the CPU exists; kept so torch code that names devices runs unchanged."""
 
     def __init__(self, type="cpu", index=None):
+        if is_device_index(type):  # device(0): the first accelerator, and there is none
+            raise RuntimeError(NO_ACCELERATOR)
         if isinstance(type, device):
             type, index = type.type, type.index
         if ":" in str(type):
@@ -141,13 +149,19 @@ class device:
 CPU = device("cpu")
 
 
+def no_cuda() -> AssertionError:
+    """What a CPU-only torch build raises for anything that needs CUDA, in its exact words
+    (programs and tests match them)."""
+    return AssertionError("Torch not compiled with CUDA enabled")
+
+
 def _check_device(dev) -> None:
     """Only the CPU exists: other devices fail as they do in a CPU-only torch build."""
     if dev is None:
         return
     d = dev if isinstance(dev, device) else device(dev)
     if d.type == "cuda":
-        raise AssertionError("Torch not compiled with CUDA enabled")
+        raise no_cuda()
     if d.type == "mps":
         raise RuntimeError("PyTorch is not linked with support for mps devices")
     if d.type == "meta":
@@ -598,7 +612,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         for a in args:
             if isinstance(a, Tensor):
                 target = a.dtype
-            elif isinstance(a, (str, device)):
+            elif isinstance(a, (str, device)) or is_device_index(a):
                 _check_device(a)
             elif a is not None:
                 target = a
@@ -616,7 +630,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self
 
     def cuda(self, device=None, non_blocking=False):
-        raise AssertionError("Torch not compiled with CUDA enabled")
+        raise no_cuda()
 
     def float(self):
         return self.to(_dtype.float32)
@@ -2276,9 +2290,30 @@ def _unwrap_nested(data):
     return data
 
 
+def check_pin_memory(pin_memory) -> None:
+    """A factory's ``pin_memory=``: False is what every tensor here is; True raises what a torch
+    build without an accelerator raises (its words)."""
+    if pin_memory:
+        raise RuntimeError("pin_memory=True requires a CUDA or other accelerator backend; no "
+                           "pinned memory allocator is available on this system.")
+
+
+def takes_pin_memory(factory):
+    """``factory`` with torch's ``pin_memory=`` keyword (``check_pin_memory``), published
+    under the name ``torch.<name>`` so that it pickles by reference."""
+    @functools.wraps(factory)
+    def with_pin_memory(*args, pin_memory=False, **kwargs):
+        check_pin_memory(pin_memory)
+        return factory(*args, **kwargs)
+
+    with_pin_memory.__module__ = "disthook"
+    return with_pin_memory
+
+
 def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False) -> Tensor:
     """A new leaf tensor with a copy of ``data``."""
     _check_device(device)
+    check_pin_memory(pin_memory)
     if isinstance(data, Tensor):
         arr = data._data.copy() if dtype is None else data._data.astype(_np_dtype(dtype))
     else:

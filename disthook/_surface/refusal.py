@@ -83,6 +83,14 @@ class _RefusedType(type):
         return f"<refused {type.__getattribute__(cls, MARK)}>"
 
 
+class _RefusedUnknown(_RefusedType):
+    """A name of a torch module whose names are not listed: a class, function or flag, so
+    truth-testing it raises too (``if torch.<module>.<flag>:`` would otherwise pass)."""
+
+    def __bool__(cls):
+        raise NotImplementedError(message(type.__getattribute__(cls, MARK)))
+
+
 class _RefusedValue:
     """A refused constant (a dtype, layout or object torch has): any use but naming raises."""
 
@@ -97,6 +105,9 @@ class _RefusedValue:
             raise AttributeError(name)
         raise NotImplementedError(message(self.__dict__[MARK]))
 
+    def __bool__(self):
+        raise NotImplementedError(message(self.__dict__[MARK]))
+
     def __repr__(self) -> str:
         return f"<refused {self.__dict__[MARK]}>"
 
@@ -104,8 +115,8 @@ class _RefusedValue:
 def make_refusal(qualname: str, kind: str, module_name: str):
     """A class, function or value standing for torch's ``qualname``, refusing at use."""
     short = qualname.rsplit(".", 1)[-1]
-    if kind == "class":
-        return _RefusedType(short, (), {MARK: qualname, "__module__": module_name,
+    if kind in ("class", "unknown"):
+        return (_RefusedType if kind == "class" else _RefusedUnknown)(short, (), {MARK: qualname, "__module__": module_name,
                                         "__doc__": message(qualname)})
     if kind == "function":
         def refused(*args, **kwargs):
@@ -148,7 +159,7 @@ def install(module: types.ModuleType) -> None:
         known = name in names if names is not None else (stub and not name.startswith("_"))
         if known and not getattr(spec, "_initializing", False):
             if name not in made:
-                kind = names[name] if names is not None else "class"
+                kind = names[name] if names is not None else "unknown"
                 made[name] = make_refusal(f"{torch_module}.{name}", kind, module.__name__)
             return made[name]
         raise AttributeError(f"module {module.__name__!r} has no attribute {name!r}")

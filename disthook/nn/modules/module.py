@@ -23,7 +23,7 @@ from disthook import _dtype
 from disthook.autograd import grad_mode
 from disthook.nn.modules import _functions  # noqa: F401 - utils.hooks finds it loaded
 from disthook.nn.parameter import Buffer, Parameter
-from disthook.tensor import Tensor, _check_device, empty_like
+from disthook.tensor import Tensor, _check_device, empty_like, is_device_index, no_cuda
 from disthook.tensor import device as _device
 from disthook.utils.hooks import BackwardHook, RemovableHandle
 
@@ -941,7 +941,7 @@ class Module:
         for arg in args:
             if isinstance(arg, Tensor):
                 dtype = arg.dtype
-            elif isinstance(arg, (str, _device)):
+            elif isinstance(arg, (str, _device)) or is_device_index(arg):
                 _check_device(arg)
             elif isinstance(arg, _dtype.dtype):
                 dtype = arg
@@ -966,7 +966,7 @@ class Module:
         return self
 
     def cuda(self, device=None) -> Module:
-        raise AssertionError("Torch not compiled with CUDA enabled")
+        raise no_cuda()
 
     def type(self, dst_type) -> Module:
         return self._apply(lambda t: t.type(dst_type))
