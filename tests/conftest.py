@@ -154,6 +154,26 @@ def _fresh_grad_mode():
     grad_mode._state.enabled = True
 
 
+@pytest.fixture(autouse=True)
+def _distribution_checks_restored():
+    """Every test ends with the distributions' default argument checks as it found them,
+    disthook's and (once imported) torch's: the first ``compile()`` of a process turns them
+    off, as torch's does."""
+    from disthook.distributions import Distribution
+
+    def torchs():
+        torch = sys.modules.get("torch")
+        return None if torch is None else torch.distributions.Distribution
+
+    before = Distribution._validate_args
+    theirs = torchs()
+    theirs_before = True if theirs is None else theirs._validate_args  # (torch's default)
+    yield
+    Distribution._validate_args = before
+    if torchs() is not None:  # (also when this test imported it)
+        torchs()._validate_args = theirs_before
+
+
 @pytest.fixture
 def no_warnings():
     with warnings.catch_warnings():

@@ -115,3 +115,21 @@ def test_the_compiler_settings_scripts_set_before_compiling(T):
     x = T.ones(2, 3)
     dynamo.mark_dynamic(x, 0)
     assert dynamo.reset() is None and dynamo.is_compiling() is False
+
+
+def test_the_first_compile_turns_the_distributions_argument_checks_off_as_torchs_does(
+        monkeypatch):
+    """torch's first compile in a process turns off the default argument checks of
+    torch.distributions from then on (torch/_dynamo/eval_frame.py: a program that compiles
+    its model and then makes a distribution of a NaN logit goes on); ``disable=True`` does
+    not count."""
+    import disthook
+    import disthook.compiler
+
+    monkeypatch.setattr(disthook.compiler, "_patched", False)
+    monkeypatch.setattr(disthook.distributions.Distribution, "_validate_args", True)
+    disthook.compile(disthook.nn.Linear(2, 2), disable=True)
+    assert disthook.distributions.Distribution._validate_args is True
+    disthook.compile(disthook.nn.Linear(2, 2))
+    assert disthook.distributions.Distribution._validate_args is False
+    disthook.distributions.Normal(disthook.zeros(1), -disthook.ones(1))  # no ValueError now

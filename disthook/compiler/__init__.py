@@ -15,6 +15,7 @@ __all__ = ["OptimizedModule", "allow_in_graph", "assume_constant_result", "compi
            "is_compiling", "is_dynamo_compiling", "is_exporting", "list_backends", "reset"]
 
 _warned: set = set()
+_patched = False  # what torch's first compile changes in the process, done
 
 
 def warn_eager(what: str) -> None:
@@ -39,6 +40,12 @@ def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic=N
     if disable:
         return model
     warn_eager("torch.compile")
+    global _patched
+    if not _patched:  # as torch's first compile in a process does: the distributions'
+        _patched = True  # argument checks off from then on
+        from disthook.distributions import Distribution
+
+        Distribution.set_default_validate_args(False)
     return OptimizedModule(model) if isinstance(model, Module) else model
 
 
