@@ -25,7 +25,7 @@ def test_hundreds_of_refused_connections_take_a_few_lines_of_the_log(tmp_path):
                 s.recv(64)
         ctx = zmq.Context()
         try:
-            for _ in range(150):  # fresh keys of its own, each connection
+            for i in range(150):  # fresh keys of its own, each connection
                 public, secret = zmq.curve_keypair()
                 sock = ctx.socket(zmq.DEALER)
                 sock.setsockopt(zmq.LINGER, 0)
@@ -33,7 +33,9 @@ def test_hundreds_of_refused_connections_take_a_few_lines_of_the_log(tmp_path):
                 sock.curve_publickey, sock.curve_secretkey = public, secret
                 sock.connect(cluster.address)
                 sock.send(b"x")
-                time.sleep(0.01)
+                # the first ones stay until their handshake has surely been refused (a
+                # connection closed first may end before the coordinator's key check)
+                time.sleep(0.25 if i < 15 else 0.01)
                 sock.close()
         finally:
             ctx.destroy(linger=0)
@@ -41,9 +43,11 @@ def test_hundreds_of_refused_connections_take_a_few_lines_of_the_log(tmp_path):
         with Peer(cluster.workers()[0].address, keys=cluster.keys) as peer:
             assert peer.request("status", timeout=10)["result"]  # still serving
     text = log.read_text()
-    for who in ("worker w1", "coordinator"):
-        refused = text.count(f"{who}: refused a connection: ")  # (the coordinator's: the keys)
-        assert 1 <= refused <= 10, (who, refused)
+    refused = text.count("worker w1: refused a connection: ")  # the greetings without keys
+    assert 1 <= refused <= 10, refused
     keys = text.count("coordinator: refused a connection from an unauthorized key")
-    assert 1 <= keys <= 10, keys
+    assert 1 <= keys <= 10, keys  # (the first 15 waited for their key to be refused)
+    # a connection closed before its key check ends as a failed handshake instead: how many
+    # do depends on timing, but never more than the allowance
+    assert text.count("coordinator: refused a connection: ") <= 10
     assert "further warnings about this peer are left out" in text
