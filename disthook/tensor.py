@@ -1964,9 +1964,11 @@ def _write_with(t: Tensor, ufunc, values: np.ndarray) -> None:
         if not broadcast and not t._data.flags.writeable:
             raise RuntimeError(
                 "the tensor written to in place has read-only memory; a deployed model's "
-                "parameter read here (p.detach(), p.numpy()) is such a copy of the value on "
-                "its worker, where writing it would change nothing. Write the parameter "
-                "itself under no_grad() (p.copy_(t), p.data.mul_(2)), or clone() the copy"
+                "parameter read here (p.detach(), p.numpy()), or a view of a value a placed "
+                "part computed (its output's detach()[i]), is such a copy of the value on its "
+                "worker, where writing it would change nothing. Write the parameter itself "
+                "under no_grad() (p.copy_(t), p.data.mul_(2)) or the output itself "
+                "(out.data[i] = 0), or clone() the copy"
             ) from None
         raise RuntimeError(
             "unsupported operation: more than one element of the written-to tensor refers to a "

@@ -14,6 +14,7 @@ compares them before a call and marks the modules whose code differs.
 """
 from __future__ import annotations
 
+import dis
 import functools
 import operator
 import types
@@ -70,12 +71,17 @@ def _called(cls: type, into: dict) -> None:
     the namespace, the name, classes]``, a global of their module, or an attribute of a
     module they name (``F.gelu``)."""
     for fn in _functions(cls):
-        names = {n for c in _codes(fn.__code__) for n in c.co_names}
-        spaces = [fn.__globals__]
-        spaces += [v.__dict__ for n in names
+        codes = list(_codes(fn.__code__))
+        names = {n for c in codes for n in c.co_names}
+        # of the module's globals, those the code loads as globals (an attribute it reads,
+        # ``torch.nn.init``, is no call of a global named ``init``)
+        loaded = {i.argval for c in codes for i in dis.get_instructions(c)
+                  if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+        spaces = [(fn.__globals__, loaded)]
+        spaces += [(v.__dict__, names) for n in loaded
                    if isinstance(v := fn.__globals__.get(n), types.ModuleType)]
-        for space in spaces:
-            for n in names & space.keys():
+        for space, named in spaces:
+            for n in named & space.keys():
                 if isinstance(space[n], _CODE):
                     into.setdefault((id(space), n), [space[n], space, n, set()])[3].add(cls)
 

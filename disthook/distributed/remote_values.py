@@ -63,13 +63,15 @@ class _Ref:
     and the workers a copy was sent to. The value is dropped on all of them when the last
     client tensor holding this goes."""
 
-    __slots__ = ("__weakref__", "address", "copies", "holders", "model", "value", "vid")
+    __slots__ = ("__weakref__", "address", "copies", "holders", "model", "value", "vid",
+                 "views")
 
     def __init__(self, model, address: str, vid: str, value: np.ndarray | None = None):
         self.model, self.address, self.vid = model, address, vid
         self.copies: set[str] = {address}
         self.value = value  # the fetched array (read-only), once fetched
         self.holders = weakref.WeakSet()  # the client tensors standing for it (detach())
+        self.views = weakref.WeakSet()  # the kept values that are views of it on the worker
         weakref.finalize(self, model._hub.drop_values, self.copies, vid)
         model.__dict__.setdefault("_kept_refs", weakref.WeakSet()).add(self)
 
@@ -150,26 +152,38 @@ class RemoteValue(Tensor):
         """Whether the value is still only on the worker (not fetched here)."""
         return self.__dict__["_ref"].value is None
 
+    @property
+    def data(self) -> Tensor:
+        """The same kept value without history, as ``detach()`` gives it: a change in place
+        to either is one to both, as in torch."""
+        return make_remote(self.__dict__["_ref"], _SLOT_DATA.__get__(self), None, 0)
+
+    @data.setter
+    def data(self, value: Tensor) -> None:
+        Tensor.data.fset(self, value)
+
     def _localize(self, value: np.ndarray | None = None) -> None:
-        """Become an ordinary local tensor (before an in-place change): the value, fetched
-        and copied (or ``value``), is its own memory from now on."""
+        """Become an ordinary local tensor: with ``value`` (``t.data = value``) this tensor
+        alone takes it as its memory; before an in-place change (no ``value``) every client
+        tensor standing for the same kept value (it, its ``detach()``, its ``.data``) becomes
+        local over one fetched copy, so that the change reaches them all, as the memory they
+        share would in one process."""
         ref = self.__dict__["_ref"]
-        others = [weakref.ref(t) for t in ref.holders if t is not self]
-        for other in (self.__dict__.get("_view_base"), *self.__dict__.get("_views", ()),
-                      *others):
-            t = other() if other is not None else None
-            if t is not None and type(t) is RemoteValue:
-                raise RuntimeError(
-                    "an in-place change of a tensor kept on a worker that shares its memory "
-                    "with another tensor kept there (one is a view or a detach() of the other, "
-                    "made by view/reshape/transpose/indexing/detach): the other would not see "
-                    "the change. "
-                    "clone() the tensor before changing it in place")
-        arr = np.array(ref.fetch() if value is None else value)
-        self.__class__ = Tensor
-        _SLOT_DATA.__set__(self, arr)
-        for name in ("_ref", "_views", "_view_base"):
-            self.__dict__.pop(name, None)
+        if value is not None:
+            _local_over(self, np.array(value))
+            return
+        base = self.__dict__.get("_view_of")
+        if _held(base) or any(_held(view) for view in ref.views):
+            raise RuntimeError(
+                "an in-place change of a tensor kept on a worker that shares its memory with "
+                "another tensor kept there (one is a view of the other, made by view, "
+                "reshape, transpose or indexing): the other would not see the change. "
+                "clone() the tensor before changing it in place")
+        arr = np.array(ref.fetch())
+        for t in [t for t in ref.holders if type(t) is RemoteValue]:
+            _local_over(t, arr)
+        if type(self) is RemoteValue:  # (held by no one else)
+            _local_over(self, arr)
 
     def view(self, *shape):
         if self.__dict__["_ref"].value is None and not (
@@ -201,6 +215,19 @@ class RemoteValue(Tensor):
         import copy
 
         return copy.deepcopy(self).__reduce_ex__(protocol)
+
+
+def _local_over(t: RemoteValue, arr: np.ndarray) -> None:
+    """``t`` an ordinary local tensor over ``arr``."""
+    t.__class__ = Tensor
+    _SLOT_DATA.__set__(t, arr)
+    for name in ("_ref", "_view_of"):
+        t.__dict__.pop(name, None)
+
+
+def _held(ref: _Ref | None) -> bool:
+    """Whether a client tensor still stands for the kept value ``ref``."""
+    return ref is not None and any(type(t) is RemoteValue for t in ref.holders)
 
 
 def make_remote(ref: _Ref, meta: np.ndarray, node, output_nr: int) -> RemoteValue:
@@ -310,12 +337,11 @@ def remote_apply(cls, inputs: tuple, params: dict):
     out = call_remote(model, address, list(inputs), {}, op=op_calls.op_name(cls),
                       params=encoded, what=f"{cls.__name__} on a value kept on a worker")
     if cls.view and type(inputs[0]) is RemoteValue:  # see RemoteValue._localize
-        base = inputs[0]
-        views = base.__dict__.setdefault("_views", [])
+        base = inputs[0].__dict__["_ref"]
         for o in (out if isinstance(out, tuple) else (out,)):
             if type(o) is RemoteValue:
-                o.__dict__["_view_base"] = weakref.ref(base)
-                views.append(weakref.ref(o))
+                o.__dict__["_view_of"] = base
+                base.views.add(o.__dict__["_ref"])
     return out
 
 
