@@ -1,4 +1,4 @@
-"""Checkpoints as real programs make them (R5): views keep their storage through a load and
+"""Checkpoints as real programs make them: views keep their storage through a load and
 a save, training checkpoints resume (LR schedulers, the RNG), every dtype torch writes. The
 files are made at test time, by disthook itself or (where installed) by torch."""
 from __future__ import annotations

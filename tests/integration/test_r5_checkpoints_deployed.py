@@ -1,5 +1,5 @@
 """Checkpoints real torch made, loaded into a model deployed on 2 workers, and the deployed
-model's checkpoints read by real torch: every value bit for bit against one process (R5)."""
+model's checkpoints read by real torch: every value bit for bit against one process."""
 import io
 
 import numpy as np
