@@ -459,7 +459,7 @@ for _name in ("zeros", "ones", "empty", "full", "rand", "randn", "randint", "ran
               "arange", "linspace", "logspace", "eye", "empty_like", "zeros_like", "ones_like",
               "full_like", "rand_like", "randn_like", "empty_strided", "normal",
               "bartlett_window", "hann_window", "tril_indices", "scalar_tensor"):
-    globals()[_name] = _takes_pin_memory(globals()[_name])  # torch's pin_memory= keyword
+    globals()[_name] = _takes_pin_memory(globals()[_name])  # torch's pin_memory=
 del _name, _takes_pin_memory
 
 if _find_spec("einops") is not None:  # einops takes disthook tensors (its backend, found

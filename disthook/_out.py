@@ -32,14 +32,25 @@ def write_out(name: str, result, out):
     return outs[0] if not isinstance(result, tuple) else _same_kind_of_tuple(result, outs)
 
 
+def check_pin_memory(pin_memory) -> None:
+    """A factory's ``pin_memory=``: False is what every tensor here is; True raises what a torch
+    build without an accelerator raises (its words)."""
+    if pin_memory:
+        raise RuntimeError("pin_memory=True requires a CUDA or other accelerator backend; no "
+                           "pinned memory allocator is available on this system.")
+
+
 def factory_out(factory):
     """``factory`` (zeros, arange, ...) taking ``out=`` as torch's factories do: the result is
     made in ``out``'s dtype unless ``dtype`` is given, when the two must agree (tacotron2's
-    ``torch.arange(0, n, out=torch.LongTensor(n))``), then written into ``out``."""
+    ``torch.arange(0, n, out=torch.LongTensor(n))``), then written into ``out``; and torch's
+    ``pin_memory=`` (``check_pin_memory``), in the same call."""
     name = factory.__name__
 
     @functools.wraps(factory)
-    def made(*args, out=None, **kwargs):
+    def made(*args, out=None, pin_memory=False, **kwargs):
+        if pin_memory:
+            check_pin_memory(pin_memory)
         if out is None:
             return factory(*args, **kwargs)
         from disthook.tensor import Tensor
@@ -55,6 +66,7 @@ def factory_out(factory):
                                f"parameter ({scalar_type_name(out.dtype)})")
         return write_out(name, factory(*args, **kwargs), out)
 
+    made.takes_pin_memory = True
     return made
 
 

@@ -18,7 +18,7 @@ from disthook import _dtype
 from disthook import random as _random
 from disthook._dtype import dtype as _DType
 from disthook._layout import empty_laid_out
-from disthook._out import factory_out, write_out
+from disthook._out import check_pin_memory, factory_out, write_out
 from disthook._tensor_math import INPLACE_NAMES, MathMethods, inplace_of
 from disthook._tensor_reduce import ReduceMethods
 from disthook._tensor_shape import NO_ACCELERATOR, ShapeMethods
@@ -2292,17 +2292,13 @@ def _unwrap_nested(data):
     return data
 
 
-def check_pin_memory(pin_memory) -> None:
-    """A factory's ``pin_memory=``: False is what every tensor here is; True raises what a torch
-    build without an accelerator raises (its words)."""
-    if pin_memory:
-        raise RuntimeError("pin_memory=True requires a CUDA or other accelerator backend; no "
-                           "pinned memory allocator is available on this system.")
-
-
 def takes_pin_memory(factory):
     """``factory`` with torch's ``pin_memory=`` keyword (``check_pin_memory``), published
-    under the name ``torch.<name>`` so that it pickles by reference."""
+    under the name ``torch.<name>`` so that it pickles by reference; a factory that takes
+    ``out=`` (``factory_out``) takes it already, and comes back as it is."""
+    if getattr(factory, "takes_pin_memory", False):
+        return factory
+
     @functools.wraps(factory)
     def with_pin_memory(*args, pin_memory=False, **kwargs):
         check_pin_memory(pin_memory)
