@@ -48,6 +48,7 @@ from disthook._dtype import (  # noqa: F401
     short,
     uint8,
 )
+from disthook._limits import check_memory_format as _check_memory_format
 from disthook._out import write_out as _write_out
 from disthook._stft import istft, stft  # noqa: F401
 from disthook._tensor_str import get_printoptions, set_printoptions  # noqa: F401
@@ -152,12 +153,18 @@ def randn(*size, dtype=None, device=None, requires_grad=False, generator=None) -
     return _rand_factory(arr, requires_grad, device)
 
 
-def rand_like(t: Tensor, *, dtype=None, requires_grad=False) -> Tensor:
-    return rand(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
+def rand_like(t: Tensor, *, generator=None, dtype=None, device=None,  # noqa: F811
+              requires_grad=False, memory_format=None) -> Tensor:  # noqa: F811 (torch's names)
+    _check_memory_format(memory_format, "rand_like")
+    return rand(t.shape, dtype=dtype or t.dtype, device=device, requires_grad=requires_grad,
+                generator=generator)
 
 
-def randn_like(t: Tensor, *, dtype=None, requires_grad=False) -> Tensor:
-    return randn(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
+def randn_like(t: Tensor, *, generator=None, dtype=None, device=None,  # noqa: F811
+               requires_grad=False, memory_format=None) -> Tensor:  # noqa: F811 (torch's names)
+    _check_memory_format(memory_format, "randn_like")
+    return randn(t.shape, dtype=dtype or t.dtype, device=device, requires_grad=requires_grad,
+                 generator=generator)
 
 
 def randint(low, high=None, size=None, *, dtype=None, device=None, requires_grad=False,

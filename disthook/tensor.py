@@ -18,6 +18,7 @@ from disthook import _dtype
 from disthook import random as _random
 from disthook._dtype import dtype as _DType
 from disthook._layout import empty_laid_out
+from disthook._limits import check_memory_format
 from disthook._out import check_pin_memory, factory_out, write_out
 from disthook._tensor_math import INPLACE_NAMES, MathMethods, inplace_of
 from disthook._tensor_reduce import ReduceMethods
@@ -2391,19 +2392,26 @@ def _like(t: Tensor, dtype):
     return _np_dtype(t.dtype if dtype is None else dtype)
 
 
-def zeros_like(t, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+def zeros_like(t, *, dtype=None, device=None, requires_grad=False,
+               memory_format=None) -> Tensor:
+    check_memory_format(memory_format, "zeros_like")
     return _factory(np.zeros(t.shape, _like(t, dtype)), requires_grad, device)
 
 
-def ones_like(t, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+def ones_like(t, *, dtype=None, device=None, requires_grad=False, memory_format=None) -> Tensor:
+    check_memory_format(memory_format, "ones_like")
     return _factory(np.ones(t.shape, _like(t, dtype)), requires_grad, device)
 
 
-def empty_like(t, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+def empty_like(t, *, dtype=None, device=None, requires_grad=False,
+               memory_format=None) -> Tensor:
+    check_memory_format(memory_format, "empty_like")
     return _factory(np.zeros(t.shape, _like(t, dtype)), requires_grad, device)
 
 
-def full_like(t, fill_value, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+def full_like(t, fill_value, *, dtype=None, device=None, requires_grad=False,
+              memory_format=None) -> Tensor:
+    check_memory_format(memory_format, "full_like")
     return _factory(np.full(t.shape, fill_value, _like(t, dtype)), requires_grad, device)
 
 

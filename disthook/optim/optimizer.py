@@ -137,6 +137,7 @@ def _step_local_then_remote(optimizer, step, args, kwargs):
     groups = optimizer.param_groups
     optimizer.param_groups = [{**g, "params": [p for p in g["params"] if not _remote_kind(p)]}
                               for g in groups]
+    args, kwargs = _closure_sees_every_group(optimizer, groups, args, kwargs)
     try:
         out = step(optimizer, *args, **kwargs)
     finally:
@@ -146,6 +147,28 @@ def _step_local_then_remote(optimizer, step, args, kwargs):
     for kind in remote:
         kind._optimizer_share(optimizer, "step")
     return out
+
+
+def _closure_sees_every_group(optimizer, groups, args, kwargs):
+    """``step``'s arguments with its closure (``step(closure)``, ``closure=``) run over the
+    whole ``groups``: the step walks the local parameters only, but the closure's own
+    ``optimizer.zero_grad()`` (Lightning's, and many a script's) must reach the remote ones
+    too, or their gradients add up over the steps."""
+    def whole(closure):
+        @functools.wraps(closure)
+        def run(*a, **kw):
+            local, optimizer.param_groups = optimizer.param_groups, groups
+            try:
+                return closure(*a, **kw)
+            finally:
+                optimizer.param_groups = local
+        return run
+
+    if args and callable(args[0]):
+        args = (whole(args[0]), *args[1:])
+    elif callable(kwargs.get("closure")):
+        kwargs = {**kwargs, "closure": whole(kwargs["closure"])}
+    return args, kwargs
 
 
 class Optimizer:
