@@ -51,6 +51,7 @@ from disthook._dtype import (  # noqa: F401
 from disthook._limits import check_memory_format as _check_memory_format
 from disthook._out import write_out as _write_out
 from disthook._stft import istft, stft  # noqa: F401
+from disthook._tensor_shape import by_keyword as _by_keyword
 from disthook._tensor_str import get_printoptions, set_printoptions  # noqa: F401
 from disthook.autograd import (  # noqa: F401
     enable_grad,
@@ -141,12 +142,16 @@ def _draw(draw, size, np_dtype, scale=1.0):
     return (parts[..., 0] + 1j * parts[..., 1]).astype(np_dtype)
 
 
-def rand(*size, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
+def rand(*args, size=None, dtype=None, device=None, requires_grad=False,  # noqa: F811
+         generator=None) -> Tensor:
+    size = _by_keyword(args, size, "size", "rand")
     arr = _draw(random.gen(generator).random, _size(size), _np.dtype(_float_np(dtype)))
     return _rand_factory(arr, requires_grad, device)
 
 
-def randn(*size, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
+def randn(*args, size=None, dtype=None, device=None, requires_grad=False,  # noqa: F811
+          generator=None) -> Tensor:
+    size = _by_keyword(args, size, "size", "randn")
     # a complex normal has variance 1 in all: each part's is 1/2, as torch's
     arr = _draw(random.gen(generator).standard_normal, _size(size), _np.dtype(_float_np(dtype)),
                 _np.sqrt(0.5))

@@ -22,7 +22,7 @@ from disthook._limits import check_memory_format
 from disthook._out import check_pin_memory, factory_out, write_out
 from disthook._tensor_math import INPLACE_NAMES, MathMethods, inplace_of
 from disthook._tensor_reduce import ReduceMethods
-from disthook._tensor_shape import NO_ACCELERATOR, ShapeMethods
+from disthook._tensor_shape import NO_ACCELERATOR, ShapeMethods, by_keyword
 from disthook.autograd import grad_mode
 from disthook.ops import complex as C
 from disthook.ops import elementwise as E
@@ -886,13 +886,13 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def div(self, other, *, rounding_mode=None):
         if rounding_mode is None:
             return self / other
-        if rounding_mode == "floor":
-            return (self / other).floor()
-        if rounding_mode == "trunc":
-            return (self / other).trunc()
-        raise RuntimeError(
-            f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
-            f"'{rounding_mode}'")
+        if rounding_mode not in ("floor", "trunc"):
+            raise RuntimeError(
+                f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
+                f"'{rounding_mode}'")
+        if _integral_division(self, other):  # integers stay integers, exact (torch's)
+            return self._binary(E.FloorDiv if rounding_mode == "floor" else E.TruncDiv, other)
+        return getattr(self / other, rounding_mode)()
 
     divide = true_divide = div
 
@@ -1440,7 +1440,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             return C.product(L.matmul, (self, other))
         return L.matmul(self, other)
 
-    def mm(self, other):
+    def mm(self, mat2):
+        other = mat2
         if self.ndim != 2:
             raise RuntimeError("self must be a matrix")
         if other.ndim != 2:
@@ -1465,7 +1466,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             return C.product(L.Dot.apply, (self, other))
         return L.Dot.apply(self, other)
 
-    def bmm(self, other):
+    def bmm(self, mat2):
+        other = mat2
         if self.ndim != 3 or other.ndim != 3:
             raise RuntimeError("batch1 must be a 3D tensor")
         L.check_same_dtype(self, other, "bmm")
@@ -1493,7 +1495,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {n}")
         return shape
 
-    def view(self, *shape):
+    def view(self, *args, size=None):
+        shape = by_keyword(args, size, "size", "view")
         if len(shape) == 1 and isinstance(shape[0], _DType):
             raise NotImplementedError("view(dtype) reinterpretation is not supported")
         shape = self._shape_arg(shape)
@@ -1504,8 +1507,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
                 "instead.")
         return S.View.apply(self, shape=shape)
 
-    def reshape(self, *shape):
-        shape = self._shape_arg(shape)
+    def reshape(self, *args, shape=None):
+        shape = self._shape_arg(by_keyword(args, shape, "shape", "reshape"))
         op = S.View if _can_view(self._data, shape) else S.UnsafeView
         return op.apply(self, shape=shape)
 
@@ -1547,7 +1550,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
                 f"{dim})")
         return S.Unsqueeze.apply(self, dim=dim % n)
 
-    def permute(self, *dims):
+    def permute(self, *args, dims=None):
+        dims = by_keyword(args, dims, "dims", "permute")
         if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
             dims = tuple(dims[0])
         if len(dims) != self.ndim:
@@ -1581,7 +1585,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def mT(self):
         return self.transpose(-2, -1)
 
-    def expand(self, *sizes):
+    def expand(self, *args, size=None):
+        sizes = by_keyword(args, size, "size", "expand")
         if len(sizes) == 1 and isinstance(sizes[0], (tuple, list, Size)):
             sizes = tuple(sizes[0])
         if len(sizes) < self.ndim:
@@ -1615,7 +1620,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def broadcast_to(self, shape):
         return self.expand(shape)
 
-    def repeat(self, *repeats):
+    def repeat(self, *args, repeats=None):
+        repeats = by_keyword(args, repeats, "repeats", "repeat")
         if len(repeats) == 1 and isinstance(repeats[0], (tuple, list, Size)):
             repeats = tuple(repeats[0])
         if len(repeats) < self.ndim:
@@ -1854,7 +1860,14 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def mul_(self, other):
         return self._inplace_binary(E.Mul, other)
 
-    def div_(self, other):
+    def div_(self, other, *, rounding_mode=None):
+        if rounding_mode is not None:
+            result = self.div(other, rounding_mode=rounding_mode)
+            if result._data.dtype.kind != self._data.dtype.kind:
+                raise RuntimeError(f"result type {_kind_title(result._data.dtype)} can't be "
+                                   f"cast to the desired output type "
+                                   f"{_kind_title(self._data.dtype)}")
+            return self.copy_(result)
         if self._data.dtype.kind != "f" and result_dtype(self, other).kind != "f":
             # true division of integers is floating, which an integer tensor cannot hold
             raise RuntimeError(f"result type Float can't be cast to the desired output type "
@@ -2285,6 +2298,14 @@ def _infer_dtype(data) -> np.dtype:
     raise TypeError(f"Could not infer dtype of {type(data).__name__}")
 
 
+def _integral_division(a: Tensor, b) -> bool:
+    """Whether ``a / b`` rounded has an integer dtype in torch: both integral (bools with an
+    integer; bools alone torch does not divide so)."""
+    kinds = a._data.dtype.kind + (b._data.dtype.kind if isinstance(b, Tensor)
+                                  else np.asarray(b).dtype.kind)
+    return builtins.all(k in "iub" for k in kinds) and kinds != "bb"
+
+
 def _unwrap_nested(data):
     if isinstance(data, Tensor):
         return data._data
@@ -2365,17 +2386,21 @@ def _float_dt(dtype):
 
 
 @factory_out
-def zeros(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+def zeros(*args, size=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    size = by_keyword(args, size, "size", "zeros")
     return _factory(np.zeros(_size_args(size), _float_dt(dtype)), requires_grad, device)
 
 
 @factory_out
-def ones(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+def ones(*args, size=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    size = by_keyword(args, size, "size", "ones")
     return _factory(np.ones(_size_args(size), _float_dt(dtype)), requires_grad, device)
 
 
 @factory_out
-def empty(*size, dtype=None, device=None, requires_grad=False, memory_format=None) -> Tensor:
+def empty(*args, size=None, dtype=None, device=None, requires_grad=False,
+          memory_format=None) -> Tensor:
+    size = by_keyword(args, size, "size", "empty")
     return _factory(np.zeros(_size_args(size), _float_dt(dtype)), requires_grad, device)
 
 
