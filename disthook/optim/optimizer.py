@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import warnings
 from collections import OrderedDict, defaultdict
 from copy import deepcopy
@@ -116,7 +117,8 @@ def _workers_can_make(kind: type, defaults: dict) -> bool:
     takes the parameters and then only what ``defaults`` names (a wrapper of another
     optimizer, as SAM, takes that one too: it steps here, its inner optimizer on the
     workers)."""
-    if kind.__module__ == "__main__" or "<locals>" in kind.__qualname__:
+    if kind.__module__ == "__main__" or "<locals>" in kind.__qualname__ \
+            or not _importable_by_name(kind.__module__):
         return False
     try:
         signature = inspect.signature(kind)
@@ -126,6 +128,21 @@ def _workers_can_make(kind: type, defaults: dict) -> bool:
     return all(p.default is not inspect.Parameter.empty or p.name in defaults
                or p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
                for p in rest)
+
+
+def _importable_by_name(module: str) -> bool:
+    """Whether an import of ``module`` by its name finds it from ``sys.path`` (where a worker
+    started with this process's path looks), rather than only in ``sys.modules``: a file run
+    by path under another name (``runpy``, a notebook's or a launcher's
+    ``spec_from_file_location``) is not found so."""
+    top = module.partition(".")[0]
+    for finder in sys.meta_path:  # (importlib.util.find_spec would answer from sys.modules)
+        try:
+            if getattr(finder, "find_spec", None) and finder.find_spec(top, None) is not None:
+                return True
+        except (ImportError, ValueError):
+            continue
+    return False
 
 
 def _step_local_then_remote(optimizer, step, args, kwargs):
