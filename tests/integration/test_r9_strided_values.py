@@ -80,3 +80,16 @@ def test_a_value_read_here_keeps_its_strides(cluster):
         assert t.storage_offset() == 0
     finally:
         model.close()
+
+
+def test_a_kept_value_takes_its_shape_by_keyword(cluster):
+    model = cluster.deploy(make(), stages=2)
+    try:
+        h, _ = model(torch.randn(8, 2, 4, dtype=torch.float64))
+        v, r = h.view(size=(16, 16)), h.transpose(0, 1).reshape(shape=(2, -1))
+        assert (v.shape, r.shape) == ((16, 16), (2, 128))
+        np.testing.assert_array_equal(v.detach().numpy(), h.detach().numpy().reshape(16, 16))
+        np.testing.assert_array_equal(r.detach().numpy(),
+                                      h.detach().numpy().transpose(1, 0, 2).reshape(2, -1))
+    finally:
+        model.close()
