@@ -1496,7 +1496,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return shape
 
     def view(self, *args, size=None):
-        shape = by_keyword(args, size, "size", "view")
+        shape = args if size is None else by_keyword(args, size, "size", "view")
         if len(shape) == 1 and isinstance(shape[0], _DType):
             raise NotImplementedError("view(dtype) reinterpretation is not supported")
         shape = self._shape_arg(shape)
@@ -1508,7 +1508,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return S.View.apply(self, shape=shape)
 
     def reshape(self, *args, shape=None):
-        shape = self._shape_arg(by_keyword(args, shape, "shape", "reshape"))
+        shape = self._shape_arg(args if shape is None else
+                                by_keyword(args, shape, "shape", "reshape"))
         op = S.View if _can_view(self._data, shape) else S.UnsafeView
         return op.apply(self, shape=shape)
 
@@ -1551,7 +1552,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return S.Unsqueeze.apply(self, dim=dim % n)
 
     def permute(self, *args, dims=None):
-        dims = by_keyword(args, dims, "dims", "permute")
+        dims = args if dims is None else by_keyword(args, dims, "dims", "permute")
         if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
             dims = tuple(dims[0])
         if len(dims) != self.ndim:
@@ -1586,7 +1587,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self.transpose(-2, -1)
 
     def expand(self, *args, size=None):
-        sizes = by_keyword(args, size, "size", "expand")
+        sizes = args if size is None else by_keyword(args, size, "size", "expand")
         if len(sizes) == 1 and isinstance(sizes[0], (tuple, list, Size)):
             sizes = tuple(sizes[0])
         if len(sizes) < self.ndim:
