@@ -251,7 +251,7 @@ for _name in (
     "true_divide", "matmul", "mm", "mv", "dot", "bmm", "sum", "mean", "var", "std", "max",
     "min", "amax", "amin", "argmax", "argmin", "prod", "logsumexp", "softmax", "log_softmax",
     "all", "any", "norm", "cumsum", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze",
-    "permute", "transpose", "swapaxes", "t", "split", "chunk", "unbind", "narrow", "select",
+    "permute", "transpose", "swapaxes", "t", "chunk", "unbind", "narrow", "select",
     "masked_fill", "gather", "index_put", "eq", "ne", "lt", "le", "gt", "ge", "equal",
     "allclose", "isclose", "logical_and", "logical_or", "logical_xor", "logical_not", "isnan",
     "isinf", "isfinite", "clone", "detach", "lerp", "broadcast_to", "repeat", "sort",
@@ -291,6 +291,11 @@ for _name in (
 ):
     globals()[_name] = _method(_name)
 del _name
+
+
+def split(tensor: Tensor, split_size_or_sections, dim: int = 0) -> tuple:
+    """``torch.split``: its second argument's name is not the method's (``split_size``)."""
+    return tensor.split(split_size_or_sections, dim)
 
 
 def real(input: Tensor) -> Tensor:

@@ -1570,7 +1570,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             return self
         return S.Transpose.apply(self, dim0=self._dim(dim0), dim1=self._dim(dim1))
 
-    swapaxes = transpose
+    def swapaxes(self, axis0, axis1):
+        return self.transpose(axis0, axis1)
 
     def t(self):
         if self.ndim > 2:

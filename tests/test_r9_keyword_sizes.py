@@ -24,6 +24,12 @@ CASES = {
     "mm": (lambda x: x[0].mm(mat2=x[0].t()), lambda a: a[0] @ a[0].T),
     "bmm": (lambda x: torch.bmm(x, mat2=x.transpose(1, 2)),
             lambda a: a @ a.transpose(0, 2, 1)),
+    "torch.split": (lambda x: torch.split(x, split_size_or_sections=[1, 3], dim=2)[1],
+                    lambda a: a[:, :, 1:]),
+    "split": (lambda x: x.split(split_size=2, dim=1)[1], lambda a: a[:, 2:]),
+    "swapaxes": (lambda x: x.swapaxes(axis0=0, axis1=2), lambda a: a.swapaxes(0, 2)),
+    "torch.swapaxes": (lambda x: torch.swapaxes(x, axis0=1, axis1=2),
+                       lambda a: a.swapaxes(1, 2)),
 }
 
 
