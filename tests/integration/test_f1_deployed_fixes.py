@@ -2,7 +2,10 @@
 the small program it came down to: a weight tied between two placed parts, its gradient
 asked for by ``autograd.grad`` or ``backward(inputs=)`` (only one part's share came back); a
 Node hook on the ``grad_fn`` of a placed call's output (it saw the call's inputs' gradients,
-not those of the op one process gives it: refused now, saying what to hook instead)."""
+not those of the op one process gives it: refused now, saying what to hook instead); a
+client hook changing in place the call's own argument, a tensor of the program's (one
+process changes the program's tensor; deployed only the worker's copy changed: refused now,
+while a value that stays on the workers is still changed there)."""
 import warnings
 
 import numpy as np
@@ -83,3 +86,51 @@ def test_a_node_hook_on_a_placed_calls_output_is_refused(cluster, method):
             _loss(remote).backward()  # the model works on
     finally:
         remote.close()
+
+
+class Pair(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(3, 3), nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+
+def _negate_input(module, args):
+    args[0].mul_(-1)
+
+
+@pytest.mark.parametrize("model, where", [(Pair, "a"), (lambda: nn.Sequential(
+    nn.Linear(3, 3), nn.Linear(3, 3)), "0")], ids=["placed part", "chain"])
+def test_a_hook_changing_the_programs_own_tensor_in_place_is_refused(cluster, model, where):
+    """One process: the hook changes ``x`` itself (the program sees it negated after the
+    call); deployed, the worker's copy changed and ``x`` kept its values, silently."""
+    def run(m):
+        m.get_submodule(where).register_forward_pre_hook(_negate_input)
+        x = torch.tensor([[0.3, -0.2, 0.5], [0.1, 0.4, -0.6]])
+        with torch.no_grad():
+            m(x)
+        return x.tolist()
+
+    torch.manual_seed(0)
+    assert run(model())[0] == pytest.approx([-0.3, 0.2, -0.5])
+    remote = cluster.deploy(model(), stages=2)
+    try:
+        with pytest.raises(NotImplementedError, match=rf"hook on '{where}' changed in place a "
+                                                      r"tensor it was given that is the call's "
+                                                      r"own argument.*Return the changed"):
+            run(remote)
+    finally:
+        remote.close()
+
+
+def test_a_hook_changing_a_value_that_stays_on_the_workers_in_place_runs(cluster):
+    """The second part's argument is the first part's output, kept on the workers (the
+    program never holds it here): changed in place there, as in one process."""
+    def run(m):
+        m.b.register_forward_pre_hook(_negate_input)
+        return m(torch.tensor([[0.3, -0.2, 0.5], [0.1, 0.4, -0.6]])).detach().numpy()
+
+    got, want = deployed_run(cluster, lambda: (torch.manual_seed(0), Pair())[1], run)
+    same_logs(got, want)
