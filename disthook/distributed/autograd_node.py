@@ -231,11 +231,13 @@ class RemoteBackward0(LiveEdges):
         return {"task": task.id, "later": [n._ctx_ids[0] for n in later]}
 
     def _inputs_wanted(self) -> bool:
-        """Whether this backward needs the call's inputs' gradients (an autograd.grad to the
-        taps alone does not: the workers then stop at them and keep the rest)."""
+        """Whether this backward needs the call's inputs' gradients (an autograd.grad or a
+        backward(inputs=) to the taps alone does not: the workers then stop at them and keep
+        the rest, so that the hooks beyond them, a full backward hook on the inputs' side,
+        do not fire, as in one process)."""
         tasks = getattr(engine._running, "tasks", None)
         task = tasks[-1] if tasks else None
-        if task is None or task.needed is None or task.accumulate:
+        if task is None or task.needed is None:
             return True
         return any(node is not None and engine.will_execute(task, node)
                    for node, _ in self._edges)

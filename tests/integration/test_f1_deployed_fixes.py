@@ -5,7 +5,9 @@ Node hook on the ``grad_fn`` of a placed call's output (it saw the call's inputs
 not those of the op one process gives it: refused now, saying what to hook instead); a
 client hook changing in place the call's own argument, a tensor of the program's (one
 process changes the program's tensor; deployed only the worker's copy changed: refused now,
-while a value that stays on the workers is still changed there)."""
+while a value that stays on the workers is still changed there); ``backward(inputs=)`` naming
+only a parameter of a placed part (the worker computed the part's input gradient anyway,
+firing the full backward hook that one process never fires)."""
 import warnings
 
 import numpy as np
@@ -133,4 +135,25 @@ def test_a_hook_changing_a_value_that_stays_on_the_workers_in_place_runs(cluster
         return m(torch.tensor([[0.3, -0.2, 0.5], [0.1, 0.4, -0.6]])).detach().numpy()
 
     got, want = deployed_run(cluster, lambda: (torch.manual_seed(0), Pair())[1], run)
+    same_logs(got, want)
+
+
+@pytest.mark.parametrize("how", ["inputs", "grad"])
+def test_a_backward_to_a_parameter_alone_fires_no_hook_of_the_inputs_side(cluster, how):
+    """backward(inputs=[pair.a.bias]): one process never runs the node on ``a``'s input
+    side, so ``a``'s full backward hook does not fire (its pre-hook does); deployed the
+    worker computed the input's gradient anyway and fired it."""
+    def run(model):
+        log = []
+        model.a.register_full_backward_hook(lambda m, gi, go: log.append("a full"))
+        model.a.register_full_backward_pre_hook(lambda m, go: log.append("a pre"))
+        model.b.register_full_backward_hook(lambda m, gi, go: log.append("b full"))
+        loss = model(torch.tensor([[0.3, -0.2, 0.5]], requires_grad=True)).sum()
+        if how == "inputs":
+            loss.backward(inputs=[model.a.bias])
+            return log, model.a.bias.grad.numpy().copy()
+        return log, torch.autograd.grad(loss, [model.a.bias])[0].numpy().copy()
+
+    got, want = deployed_run(cluster, lambda: (torch.manual_seed(0), Pair())[1], run)
+    assert want[0] == ["b full", "a pre"]
     same_logs(got, want)
