@@ -623,11 +623,12 @@ def compare_deployed(got, want, warned=()) -> tuple[str, str | None]:
         return "same", None
     n = next((i for i, (a, b) in enumerate(zip(got, want)) if not _same(a, b, 1e-3, 1e-4)),
              min(len(got), len(want)))
-    # (refused on the worker once the client's hook returned: its "ret" entry comes first)
-    for entry in got[n:n + 2]:
+    # (refused on the worker once the client's hook returned: its "ret" entry, and those
+    # of always_call forward hooks here, come first)
+    for entry in got[n:]:
         if entry[0] == "error" and "NotImplementedError" in entry[2]:
             return "refused", difference
-        if entry[0] != "ret":
+        if entry[0] in ("round", "error"):
             break
     if compare(_backward_sorted(got), _backward_sorted(want)) is None:
         return "order", difference
