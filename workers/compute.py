@@ -319,6 +319,7 @@ class ComputeHandlers:
 
             if to_taps:
                 _run_backward(pairs(), [], taps, tapped, True, False)
+                self._send_retained(context)
                 self._to_client(job, "ok", {"result": {
                     "grads": [None] * len(context.inputs), "tapped": tapped,
                     "attrs": attrs(), "forms": form.forms(st, job)}})
@@ -361,9 +362,7 @@ class ComputeHandlers:
                 grads = self._run_backward_pass(job, st, context.retained, compute, early)
             if holding is not None:
                 holding.commit()
-            for who, hook_id, key, t in context.retained:  # what client hooks retained
-                if t.grad is not None:
-                    self._call_client(who, hook_id, "retained", key, [pack(t.grad)])
+            self._send_retained(context)
             if not retain:
                 self.state.end_context(st.model, job.client, msg.ctx)
             if early is not None and early.sent:
@@ -383,6 +382,13 @@ class ComputeHandlers:
         except Exception as exc:  # noqa: BLE001
             self._to_client(job, "error", self.error_reply(exc, job))
         return NO_REPLY
+
+    def _send_retained(self, context) -> None:
+        """The gradients that tensors client hooks called retain_grad on got in this
+        backward, to those clients (their tensors' ``.grad`` there)."""
+        for who, hook_id, key, t in context.retained:
+            if t.grad is not None:
+                self._call_client(who, hook_id, "retained", key, [pack(t.grad)])
 
     def _backward_with_graph(self, job, st, context, outputs, given, msg):
         """``backward(create_graph=True)`` (or ``autograd.grad`` with it) of a call's context:

@@ -7,7 +7,8 @@ client hook changing in place the call's own argument, a tensor of the program's
 process changes the program's tensor; deployed only the worker's copy changed: refused now,
 while a value that stays on the workers is still changed there); ``backward(inputs=)`` naming
 only a parameter of a placed part (the worker computed the part's input gradient anyway,
-firing the full backward hook that one process never fires)."""
+firing the full backward hook that one process never fires); retain_grad() called in a
+forward hook, under an autograd.grad to a weight (the gradient never reached the client)."""
 import warnings
 
 import numpy as np
@@ -156,4 +157,29 @@ def test_a_backward_to_a_parameter_alone_fires_no_hook_of_the_inputs_side(cluste
 
     got, want = deployed_run(cluster, lambda: (torch.manual_seed(0), Pair())[1], run)
     assert want[0] == ["b full", "a pre"]
+    same_logs(got, want)
+
+
+@pytest.mark.parametrize("how", ["grad", "inputs"])
+def test_retain_grad_in_a_hook_under_a_backward_to_parameters(cluster, how):
+    """A forward hook keeps its output and calls retain_grad(); autograd.grad (or
+    backward(inputs=)) to a weight of that part: the output's ``.grad`` is its gradient in
+    one process; the worker stopped at the weight and never sent it (None)."""
+    def run(model):
+        kept = []
+
+        def keep(module, args, out):
+            out.retain_grad()
+            kept.append(out)
+
+        model.a.register_forward_hook(keep)
+        loss = (model(torch.tensor([[0.3, -0.2, 0.5]], requires_grad=True))
+                * torch.tensor([1., 2., 3.])).sum()
+        if how == "grad":
+            torch.autograd.grad(loss, [model.a.weight])
+        else:
+            loss.backward(inputs=[model.a.weight])
+        return kept[0].grad.numpy().copy()
+
+    got, want = deployed_run(cluster, lambda: (torch.manual_seed(0), Pair())[1], run)
     same_logs(got, want)
