@@ -129,6 +129,8 @@ class _Hub(Releases, HookServer):
         self.issued = 0  # messages the program sent, held or deferred (state_entries)
         self.writes = 0  # writes asked for (weights, module attributes): a hook that made one
         # changed what the pass it fired in computes (client_hooks)
+        # while a hook runs that may not write the weights: why (client_hooks)
+        self.weight_writes_refused: str | None = None
         self._early: dict[int, wire.Message] = {}
         self._busy = 0  # > 0 while a socket operation is under way (a request, a close)
         self._thread = threading.get_ident()  # the thread that used the sockets last
@@ -179,8 +181,12 @@ class _Hub(Releases, HookServer):
         they go as one "write" to the first stage, which passes them on stage to stage, so
         that every call computes all stages with the weights it started with
         (workers/versions.py); otherwise each goes to its worker."""
+        if self.firing and self.weight_writes_refused:
+            raise RuntimeError(self.weight_writes_refused)
         self.writes += 1
-        through = self._write_through(calls)
+        # from inside a client hook, the part of each stage goes straight to its worker,
+        # which runs it at once (its call waits for that hook), as in one process
+        through = None if self.firing else self._write_through(calls)
         if through is None and self.versions is not None:
             self.versions.write(self, calls, what=what, carries=carries_optimizer_calls)
         elif through is None:

@@ -102,12 +102,15 @@ def sync_all(dep: Deployment) -> None:
 
 
 def _sync_carried(dep: Deployment) -> None:
-    """Tensor hooks a parameter had before the deploy, which its worker fires
-    (``glue.carry_hooks``): those removed since, through the handle their registration gave,
-    are removed from the worker too."""
+    """Tensor hooks and post-accumulate-grad hooks a parameter had before the deploy, which
+    its worker fires (``glue.carry_hooks``): those removed since, through the handle their
+    registration gave, are removed from the worker too."""
+    from disthook.distributed.glue import CARRIED_KINDS
+
     for key, (ref, ids) in list(dep.__dict__.get("_carried_hooks", {}).items()):
         p = ref()
-        held = (p.__dict__.get("_backward_hooks") or {}) if p is not None else {}
+        held = {i for slot, _ in CARRIED_KINDS
+                for i in (p.__dict__.get(slot) or {})} if p is not None else set()
         gone = [i for i in ids if i not in held]
         if gone:
             dep._remove_hooks(gone)
