@@ -15,7 +15,7 @@ from disthook import autograd as torch_autograd
 from disthook import wire
 from disthook.autograd import engine, grad_mode
 from disthook.autograd.graph import AccumulateGrad, _sequence, walk
-from disthook.distributed import attr_changes, given_tensors
+from disthook.distributed import attr_changes, given_tensors, post_accumulate
 from disthook.distributed.tap_node import (
     RemoteTapBackward0,
     serving_vjp,
@@ -237,7 +237,7 @@ class HookServer:
         if event.get("attrs"):  # what the modules set so far in the pass that fired it
             attr_changes.apply_for(proxy, event["attrs"])
         if kind == "post_accumulate":
-            return self._run_post_accumulate(fn, proxy)
+            return post_accumulate.run(self, fn, proxy)
         if registered_kind == "tensor" and getattr(proxy, "_is_data", True) is False:
             self._fired_again(event["hook"], proxy)
         diff = bool(event.get("diff"))
@@ -351,34 +351,6 @@ class HookServer:
                 (f"{key}#{i}", leaves[i], bases[i]) for i in taps)
             answer.update(taps=taps, key=key)
         return answer
-
-    def _run_post_accumulate(self, fn, param) -> dict:
-        """A deployed parameter's post-accumulate-grad hook, fired on its worker once its
-        ``.grad`` was updated there: it runs here on the parameter itself, with grad mode
-        off, as in one process; what it reads and writes (``param.grad``, an optimizer
-        step, ``param.grad = None``) is the worker's, which waits for this answer."""
-        chunks = param._model._chunks
-        outer = self.weight_writes_refused
-        if chunks > 1:
-            name = getattr(fn, "__name__", type(fn).__name__)
-            self.weight_writes_refused = (
-                f"the post-accumulate-grad hook {name!r} on {param._path!r} changed the "
-                f"weights of a deployed model that cuts each call into {chunks} "
-                "micro-batches (chunks=): the hook fires once per micro-batch, and the "
-                "forwards of later micro-batches have run with the weights as they were, "
-                "where one process steps once, on the whole batch's gradient. Step after "
-                "backward() (optimizer.step()), or deploy with chunks=1 to step inside "
-                "backward; a hook that only reads or changes .grad is fine")
-        self.firing += 1
-        try:
-            with grad_mode.no_grad():
-                out = fn(param)
-        finally:
-            self.firing -= 1
-            self.weight_writes_refused = outer
-        if out is not None:
-            raise RuntimeError("Tensor post accumulate grad hooks should return None.")
-        return {}
 
     @staticmethod
     def _vjp(result: Tensor, wanted: list, grad: Tensor, own: str | None,

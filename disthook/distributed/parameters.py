@@ -34,7 +34,7 @@ from disthook.distributed.view_writes import viewed
 from disthook.nn.parameter import Parameter
 from disthook.service import hook_kinds
 from disthook.service.values import opaque_in, pack
-from disthook.tensor import NO_GRAD_HOOK_MSG, Tensor
+from disthook.tensor import Tensor
 
 if TYPE_CHECKING:
     from disthook.distributed.placed import RemoteHandle
@@ -405,20 +405,11 @@ class RemoteParameter(RemoteStorage, Parameter):
                                      **hook_kinds.options("tensor"))
 
     def register_post_accumulate_grad_hook(self, hook) -> RemoteHandle:
-        """``hook(param)`` fires on the worker once the parameter's ``.grad`` was updated
-        there, and runs here with this parameter (its reads and writes reach the worker,
-        which waits for it)."""
-        from disthook.service.worker_hooks import WorkerHook
+        """``hook(param)`` fires on the worker once ``.grad`` was updated there, and runs
+        here with this parameter (``post_accumulate``)."""
+        from disthook.distributed import post_accumulate
 
-        if isinstance(hook, WorkerHook):
-            raise TypeError(
-                f"{hook!r} is a worker hook, which a post-accumulate-grad hook cannot be (that "
-                f"is given the parameter, and runs here): register it on {self._path!r} with "
-                "register_hook, where it sees the gradient on the worker")
-        if not self._requires_grad:
-            raise RuntimeError(NO_GRAD_HOOK_MSG)
-        return self._model._add_hook("post_accumulate", self._path, hook, self,
-                                     **hook_kinds.options("post_accumulate"))
+        return post_accumulate.register(self, hook)
 
     def requires_grad_(self, requires_grad: bool = True) -> RemoteParameter:
         main = self.__dict__.get("_main", self)

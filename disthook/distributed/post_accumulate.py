@@ -1,0 +1,56 @@
+"""Post-accumulate-grad hooks on a deployed parameter: registered on its worker, which fires
+the hook once the parameter's ``.grad`` was updated there, and run here on the parameter
+itself while the worker waits (``HookServer`` sends the answer)."""
+from __future__ import annotations
+
+from disthook.autograd import grad_mode
+from disthook.service import hook_kinds
+from disthook.tensor import NO_GRAD_HOOK_MSG
+
+__all__ = ["register", "run"]
+
+
+def register(param, hook):
+    """``param.register_post_accumulate_grad_hook(hook)`` of a placed parameter: a
+    ``RemoteHandle``; the errors torch gives, and a worker hook refused (it is no function
+    of the parameter)."""
+    from disthook.service.worker_hooks import WorkerHook
+
+    if isinstance(hook, WorkerHook):
+        raise TypeError(
+            f"{hook!r} is a worker hook, which a post-accumulate-grad hook cannot be (that "
+            f"is given the parameter, and runs here): register it on {param._path!r} with "
+            "register_hook, where it sees the gradient on the worker")
+    if not param._requires_grad:
+        raise RuntimeError(NO_GRAD_HOOK_MSG)
+    return param._model._add_hook("post_accumulate", param._path, hook, param,
+                                  **hook_kinds.options("post_accumulate"))
+
+
+def run(server, fn, param) -> dict:
+    """Run ``fn(param)`` as its worker fired it, grad mode off, as in one process: what it
+    reads and writes (``param.grad``, an optimizer step, ``param.grad = None``) is the
+    worker's, which waits for this answer (the fields of an answer that returns nothing).
+    On a model cut into micro-batches a write to its weights is refused meanwhile."""
+    chunks = param._model._chunks
+    outer = server.weight_writes_refused
+    if chunks > 1:
+        name = getattr(fn, "__name__", type(fn).__name__)
+        server.weight_writes_refused = (
+            f"the post-accumulate-grad hook {name!r} on {param._path!r} changed the weights "
+            f"of a deployed model that cuts each call into {chunks} micro-batches (chunks=): "
+            "the hook fires once per micro-batch, and the forwards of later micro-batches "
+            "have run with the weights as they were, where one process steps once, on the "
+            "whole batch's gradient. Step after backward() (optimizer.step()), or deploy "
+            "with chunks=1 to step inside backward; a hook that only reads or changes .grad "
+            "is fine")
+    server.firing += 1
+    try:
+        with grad_mode.no_grad():
+            out = fn(param)
+    finally:
+        server.firing -= 1
+        server.weight_writes_refused = outer
+    if out is not None:
+        raise RuntimeError("Tensor post accumulate grad hooks should return None.")
+    return {}
