@@ -234,7 +234,7 @@ ENUMS: dict[str, frozenset] = {
     "optimizer_action": frozenset({"step", "zero_grad", "state", "load"}),
     "grad_op_kind": frozenset({"norm", "scale", "clamp", "set", "add"}),
     "module_op_kind": frozenset({"register_buffer", "set_attr", "del_attr", "train",
-                                 "convert", "extend_attr"}),
+                                 "convert", "extend_attr", "client_modes"}),
     "schedule_kind": frozenset({"recv_act", "forward", "send_act", "recv_grad", "backward",
                                 "send_grad", "weight", "weight_batch"}),
     "layout_kind": frozenset({"chain", "tree", "whole"}),  # of a published model

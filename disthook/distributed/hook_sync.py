@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from disthook.distributed import attr_changes, global_hooks
+from disthook.distributed import attr_changes, client_modes, global_hooks
 from disthook.service import hook_kinds
 
 if TYPE_CHECKING:
@@ -84,6 +84,7 @@ def sync_all(dep: Deployment) -> None:
     removed that was made before deploy, a dict edited in place), and the lists and dicts
     it shares with its worker as the program left them (``attr_changes.sync``)."""
     attr_changes.sync(dep)  # lists and dicts the program changed in place
+    client_modes.publish(dep)  # a module here whose mode was set behind its placement
     _sync_carried(dep)
     synced = dep.__dict__.get("_synced", {})
     globals_ = global_hooks.globals_wanted()
