@@ -88,3 +88,56 @@ def test_the_attached_client_computes_in_the_deployers_modes(cluster, change):
         change(remote)
         got = program(attached)
     same_logs(got, want)
+
+
+class Body(nn.Module):
+    """Its parts go to two workers (it is split, and runs on the client), a dropout of its
+    own stays on the client."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin1, self.drop, self.lin2 = nn.Linear(4, 8), nn.Dropout(0.5), nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.lin2(self.drop(self.lin1(x)))
+
+
+class Wrapped(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = Body()
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def test_a_split_modules_eval_reaches_the_attached_client(cluster):
+    """``model.body.eval()`` of a module whose parts are on two workers: its placed parts
+    take it on their workers, its own dropout on the attached client too."""
+    x = torch.randn(16, 4, generator=torch.Generator().manual_seed(1))
+
+    def program(model):
+        torch.manual_seed(5)
+        out = model(x).detach().numpy()
+        return {p or "<root>": m.training for p, m in model.named_modules()}, out
+
+    torch.manual_seed(0)
+    local = Wrapped()
+    local.body.eval()
+    want = program(local)
+    torch.manual_seed(0)
+    remote = cluster.deploy(Wrapped(), name="a1-split",
+                            placement={"body.lin1": 0, "body.lin2": 1})
+    try:
+        with connect(cluster.address) as other:
+            attached = other.attach("a1-split")
+            try:
+                program(attached)
+                remote.body.eval()
+                got = program(attached)
+            finally:
+                attached.close()
+    finally:
+        remote.close()
+    assert want[0]["body.drop"] is False
+    same_logs(got, want)
