@@ -29,7 +29,7 @@ import numpy as np
 from disthook._layout import contiguous_strides
 from disthook.autograd import grad_mode
 from disthook.autograd.graph import AccumulateGrad
-from disthook.distributed import async_calls, remote_grads
+from disthook.distributed import async_calls, post_accumulate, remote_grads
 from disthook.distributed.view_writes import viewed
 from disthook.nn.parameter import Parameter
 from disthook.service import hook_kinds
@@ -407,8 +407,6 @@ class RemoteParameter(RemoteStorage, Parameter):
     def register_post_accumulate_grad_hook(self, hook) -> RemoteHandle:
         """``hook(param)`` fires on the worker once ``.grad`` was updated there, and runs
         here with this parameter (``post_accumulate``)."""
-        from disthook.distributed import post_accumulate
-
         return post_accumulate.register(self, hook)
 
     def requires_grad_(self, requires_grad: bool = True) -> RemoteParameter:
@@ -436,6 +434,7 @@ class RemoteAccumulateGrad(AccumulateGrad):
     def accumulate(self, grad, fresh: bool = False) -> None:
         if grad is not None:
             remote_grads.grad_op([self.variable], "add", grads=[grad.detach()._data])
+            post_accumulate.warn_unhooked(self.variable)
 
 
 class RemoteBuffer(RemoteStorage, Tensor):

@@ -3,11 +3,13 @@ the hook once the parameter's ``.grad`` was updated there, and run here on the p
 itself while the worker waits (``HookServer`` sends the answer)."""
 from __future__ import annotations
 
+import warnings
+
 from disthook.autograd import grad_mode
 from disthook.service import hook_kinds
 from disthook.tensor import NO_GRAD_HOOK_MSG
 
-__all__ = ["register", "run"]
+__all__ = ["register", "run", "warn_unhooked"]
 
 
 def register(param, hook):
@@ -54,3 +56,21 @@ def run(server, fn, param) -> dict:
     if out is not None:
         raise RuntimeError("Tensor post accumulate grad hooks should return None.")
     return {}
+
+
+def warn_unhooked(param) -> None:
+    """A gradient that code here computed through ``param`` (``F.linear(h, part.weight)``
+    in a forward that runs here) was added into its ``.grad`` on its worker, where its
+    tensor and post-accumulate hooks are: they do not see that share. Say so rather than
+    let a hook that clips, steps or records act on a part of the gradient unnoticed."""
+    hooks = [kind for _, kind, proxy, _ in param._model._hub.hooks.values()
+             if proxy is param and kind in ("tensor", "post_accumulate")]
+    if hooks:
+        warnings.warn(
+            f"the gradient computed on the client through {param._path!r}, a parameter of a "
+            "deployed model that code running here uses directly, was added into its .grad "
+            f"on its worker without passing its {' and '.join(sorted(set(hooks)))} hook(s), "
+            "which fire there: they see only the share of the gradient its worker computes "
+            "(in one process they see the sum once). Use the parameter only through its "
+            "module (call the part), or hook the module (register_full_backward_hook)",
+            RuntimeWarning, stacklevel=2)

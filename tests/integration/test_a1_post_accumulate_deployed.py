@@ -392,3 +392,37 @@ def test_a_pass_whose_hook_wrote_runs_no_further_ahead(cluster_2_or_3):
         remote.close()
     assert want[1][4] is None and got[1][4] is None  # 1.2.weight
     same_logs(got, want)
+
+
+class UsedHereToo(nn.Module):
+    """``b.weight`` is used by its placed part and by the forward here (a tied head)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = nn.Linear(3, 4), nn.Linear(4, 2)
+
+    def forward(self, x):
+        h = self.a(x)
+        return self.b(h) + nn.functional.linear(h, self.b.weight)
+
+
+@pytest.mark.parametrize("register", ["register_hook", "register_post_accumulate_grad_hook"])
+def test_a_share_computed_on_the_client_that_skips_the_hooks_is_said(cluster_2_or_3,
+                                                                      register):
+    """The share of a placed parameter's gradient that code on the client computed goes
+    into its .grad on the worker without passing its hooks there (one process gives them
+    the sum once): a RuntimeWarning says so, naming the parameter; .grad is right."""
+    torch.manual_seed(1)
+    x = torch.randn(2, 3)
+    local = UsedHereToo()
+    local(x).sum().backward()
+    remote = cluster_2_or_3.deploy(UsedHereToo(), placement={"a": 0, "b": 1})
+    try:
+        getattr(remote.b.weight, register)(lambda t: None)
+        with pytest.warns(RuntimeWarning, match=r"through 'b\.weight'.* without passing its "
+                                                r"(tensor|post_accumulate) hook"):
+            remote(x).sum().backward()
+        same_logs(_grad(remote.b.weight), _grad(local.b.weight))
+    finally:
+        remote.close()
