@@ -184,9 +184,10 @@ class _Hub(Releases, HookServer):
         if self.firing and self.weight_writes_refused:
             raise RuntimeError(self.weight_writes_refused)
         self.writes += 1
-        # from inside a client hook, the part of each stage goes straight to its worker,
-        # which runs it at once (its call waits for that hook), as in one process
-        through = None if self.firing else self._write_through(calls)
+        # from a client hook, a write to one stage goes straight there, to run at once (a
+        # train_step waits for the hook); one to several stages keeps to the chain
+        through = None if self.firing and len({a for a, _, _ in calls}) == 1 else \
+            self._write_through(calls)
         if through is None and self.versions is not None:
             self.versions.write(self, calls, what=what, carries=carries_optimizer_calls)
         elif through is None:
