@@ -19,6 +19,7 @@ import weakref
 import zmq
 
 from disthook import wire
+from disthook.distributed import post_accumulate
 from disthook.distributed.client_hooks import HookServer, _issue_warning
 from disthook.distributed.releases import Releases
 from disthook.distributed.send_together import Together, received
@@ -144,6 +145,7 @@ class _Hub(Releases, HookServer):
         # the stages' addresses in order when they form a pipeline (a chain): its writes
         # travel it from the first stage, behind the calls sent on before them
         self.chain: list[str] | None = None
+        self.in_step = False  # a chain's train_step runs (its stages wait for its hooks)
         self.stage_outbox = None  # a train_step's requests held for their stages' order
         self.together = Together(self.socks)  # a burst of requests, one message per worker
         # a tree-placed model others may use: its writes numbered (distributed/pinning.py)
@@ -181,13 +183,9 @@ class _Hub(Releases, HookServer):
         they go as one "write" to the first stage, which passes them on stage to stage, so
         that every call computes all stages with the weights it started with
         (workers/versions.py); otherwise each goes to its worker."""
-        if self.firing and self.weight_writes_refused:
-            raise RuntimeError(self.weight_writes_refused)
+        straight = post_accumulate.straight_to_stage(self, calls, what)
         self.writes += 1
-        # from a client hook, a write to one stage goes straight there, to run at once (a
-        # train_step waits for the hook); one to several stages keeps to the chain
-        through = None if self.firing and len({a for a, _, _ in calls}) == 1 else \
-            self._write_through(calls)
+        through = None if straight else self._write_through(calls)
         if through is None and self.versions is not None:
             self.versions.write(self, calls, what=what, carries=carries_optimizer_calls)
         elif through is None:

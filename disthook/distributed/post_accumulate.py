@@ -1,6 +1,7 @@
 """Post-accumulate-grad hooks on a deployed parameter: registered on its worker, which fires
 the hook once the parameter's ``.grad`` was updated there, and run here on the parameter
-itself while the worker waits (``HookServer`` sends the answer)."""
+itself while the worker waits (``HookServer`` sends the answer); and where the weight
+writes of a client hook go (an optimizer stepped inside backward)."""
 from __future__ import annotations
 
 import warnings
@@ -9,7 +10,7 @@ from disthook.autograd import grad_mode
 from disthook.service import hook_kinds
 from disthook.tensor import NO_GRAD_HOOK_MSG
 
-__all__ = ["register", "run", "warn_unhooked"]
+__all__ = ["register", "run", "straight_to_stage", "warn_unhooked"]
 
 
 def register(param, hook):
@@ -74,3 +75,24 @@ def warn_unhooked(param) -> None:
             "(in one process they see the sum once). Use the parameter only through its "
             "module (call the part), or hook the module (register_full_backward_hook)",
             RuntimeWarning, stacklevel=2)
+
+
+def straight_to_stage(hub, calls: list, what: str) -> bool:
+    """Whether a weight write (``calls``: (address, type, fields)) goes straight to its
+    stage: from a client hook, a write to one stage does, to run at once (its call, a
+    chain's train_step too, waits for the hook, and down the chain it would wait behind
+    it); one to several stages keeps to the chain (another client's call between them
+    keeps one version), and inside a train_step is refused, as is a write while ``run``
+    refuses them."""
+    if not hub.firing:
+        return False
+    if hub.weight_writes_refused:
+        raise RuntimeError(hub.weight_writes_refused)
+    one = len({address for address, _, _ in calls}) == 1
+    if hub.in_step and not one:
+        raise RuntimeError(
+            f"{what} from a hook inside a chain's train_step writes the weights of several "
+            "stages at once, which would wait for the step that waits for the hook: step "
+            "each parameter in its own hook (an optimizer per parameter, as in the "
+            "optimizer-in-backward recipe), or take the step with backward()")
+    return one

@@ -426,3 +426,22 @@ def test_a_share_computed_on_the_client_that_skips_the_hooks_is_said(cluster_2_o
         same_logs(_grad(remote.b.weight), _grad(local.b.weight))
     finally:
         remote.close()
+
+
+def test_one_optimizer_over_every_stage_stepped_in_a_train_step_hook_is_refused(
+        cluster_2_or_3):
+    """A hook inside a chain's train_step that steps the weights of several stages at once
+    (one optimizer over the whole model): the write would wait behind the step that waits
+    for the hook (it timed out after the request deadline); a clear error instead."""
+    remote = _deploy(cluster_2_or_3, chain())
+    try:
+        optimizer = torch.optim.SGD(remote.parameters(), lr=0.1)
+        optimizer.step()  # (its shares made on the workers)
+        remote.get_parameter("4.bias").register_post_accumulate_grad_hook(
+            lambda t: optimizer.step())
+        x, y = _data()
+        with pytest.raises(RuntimeError, match="from a hook inside a chain's train_step writes "
+                                               "the weights of several stages at once"):
+            remote.train_step(x, y, nn.functional.cross_entropy)
+    finally:
+        remote.close()
