@@ -114,3 +114,17 @@ def test_a_hook_by_path_cannot_import_a_main_module_of_an_allowed_package():
     assert "disthook.bench.__main__" not in sys.modules
     # a function of an allowed module is still found
     assert worker_hooks._import_allowed("disthook.distributed.spec:walk_name", ("disthook",))
+
+
+def test_a_module_alias_cannot_import_a_main_module(service):
+    """A stage's load carries the client's names for disthook's modules; one standing for
+    ``disthook.bench.__main__`` is refused before it is imported (the worker serves on)."""
+    cluster, mallory = service
+    spec = {"class": "disthook.nn.modules.linear:Identity", "training": True, "params": {},
+            "buffers": {}, "children": {}, "attrs": {}}
+    with Peer(cluster.workers()[0].address, keys=mallory) as peer:
+        with pytest.raises(RemoteError, match="not an alias of a disthook module"):
+            peer.request("load_stage", {"model": "alias-1", "stage": 0, "spec": spec,
+                                        "aliases": {"bench_main": "disthook.bench.__main__"}},
+                         timeout=30)
+        assert peer.request("status", timeout=30)["result"] is not None  # still serving
