@@ -286,7 +286,8 @@ class ParamHandlers:
                     req=msg.req, ctx=msg.ctx), copy=False)
             else:
                 self._to_client(job, "ok", {"result": None})
-        except Exception as exc:  # noqa: BLE001 - the client, not the previous stage, hears it
+        # (the client, not the previous stage, hears it; sys.exit in a part: error_reply)
+        except (Exception, SystemExit) as exc:  # noqa: BLE001
             self._to_client(job, "error", self.error_reply(exc, job))
         return NO_REPLY
 
