@@ -75,6 +75,11 @@ class ParamHandlers:
             _convert(module, value)
         elif msg["op"] == "extend_attr":
             _extend(module, msg["path"], name, value)
+        elif msg["op"] == "client_modes":  # the deployer's modules on its client
+            if not (isinstance(value, dict) and all(
+                    isinstance(k, str) and isinstance(v, bool) for k, v in value.items())):
+                raise ValueError("client_modes: a map of module paths to bools")
+            st.client_modes = value
         elif msg["op"] == "train":
             if not isinstance(value, bool):
                 raise ValueError(f"train of {msg['path']!r}: the mode must be a bool, got "
