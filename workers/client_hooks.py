@@ -45,13 +45,19 @@ class HookHandlers:
             stub = worker_hooks.build(spec, kind, path, self.captures, self.allow_hook_modules,
                                       client)
         else:
-            if entry.get("waits"):  # its answers are always waited for: never run ahead
+            # its answers are always waited for (never run ahead): where asked, and for a
+            # post-accumulate hook, which reads what the event does not carry (the
+            # parameter's .grad, its value), as they are when it fires
+            if entry.get("waits") or kind == "post_accumulate":
                 for fired_as in (kind, "leaf_hook"):
                     st.record(client, hook_id, fired_as).steers = True
             record = st.record(client, hook_id, kind)
-            stub = (self._tensor_stub(hook_id, path, client, kind, record)
-                    if hook_kind.on == "tensor"
-                    else self._module_stub(kind, hook_id, path, client, record))
+            if kind == "post_accumulate":
+                stub = self._post_accumulate_stub(hook_id, path, client, record)
+            elif hook_kind.on == "tensor":
+                stub = self._tensor_stub(hook_id, path, client, kind, record)
+            else:
+                stub = self._module_stub(kind, hook_id, path, client, record)
         target = (st.module.get_parameter(path) if hook_kind.on == "tensor"
                   else st.module.get_submodule(path))
         handle = hook_kinds.register(target, kind, _only_for(self, client, stub),
@@ -196,6 +202,19 @@ class HookHandlers:
             data = answer.get("result")
             return None if data is None else _unpack_result(data, [grad], worker, client,
                                                             hook_id)
+
+        stub.__name__ = f"client_hook_{hook_id}"
+        return stub
+
+    def _post_accumulate_stub(self, hook_id: int, path: str, client: bytes,
+                              record: HookRecord):
+        """A client's post-accumulate-grad hook on the parameter at ``path``: it fires once
+        the parameter's ``.grad`` was updated here, and the client runs it on the parameter
+        as it knows it (reading and writing it here meanwhile); nothing comes back."""
+        worker = self
+
+        def stub(param):
+            worker._fire(record, client, hook_id, "post_accumulate", path, [], [])
 
         stub.__name__ = f"client_hook_{hook_id}"
         return stub

@@ -138,7 +138,8 @@ class ComputeHandlers:
                 out = self._run_forward(job, st, compute, early)
             if early is None or not early.sent:
                 finish(out)
-        except Exception as exc:  # noqa: BLE001 - the client, not the previous stage, hears it
+        # (the client, not the previous stage, hears it; sys.exit in a part: error_reply)
+        except (Exception, SystemExit) as exc:  # noqa: BLE001
             self._drop_early(job, early)
             self._to_client(job, "error", self.error_reply(exc, job, msg.get("inputs")))
         return NO_REPLY
@@ -230,7 +231,7 @@ class ComputeHandlers:
                 out = self._run_forward(job, st, compute, early)
             if not early.sent:
                 finish(out)
-        except Exception as exc:  # noqa: BLE001 - the client hears it
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the client hears it all
             self._drop_early(job, early)
             self._to_client(job, "error", self.error_reply(exc, job))
         return NO_REPLY
@@ -379,7 +380,7 @@ class ComputeHandlers:
                 send_frames(prev, wire.encode("backward", fields, req=msg.req, ctx=msg.ctx))
             else:
                 answer(grads)
-        except Exception as exc:  # noqa: BLE001
+        except (Exception, SystemExit) as exc:  # noqa: BLE001
             self._to_client(job, "error", self.error_reply(exc, job))
         return NO_REPLY
 
