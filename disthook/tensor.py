@@ -175,6 +175,12 @@ def _check_device(dev) -> None:
         raise RuntimeError(f"disthook runs on the CPU only; device '{d}' is not available")
 
 
+def _complex_for(t) -> _dtype.dtype:
+    """The complex dtype a real tensor's values take with a complex number (torch's
+    promotion): complex128 from float64, complex64 from anything else."""
+    return _dtype.complex128 if t._data.dtype == np.float64 else _dtype.complex64
+
+
 def _np_dtype(dtype):
     return None if dtype is None else _dtype.to_dtype(dtype).np
 
@@ -793,7 +799,9 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         if isinstance(base, Tensor):
             return base.pow(self)
         x = self
-        if not self.is_floating_point():
+        if isinstance(base, complex) and self._data.dtype.kind != "c":
+            x = self.to(_complex_for(self))
+        elif self._data.dtype.kind not in "fc":
             integral = isinstance(base, (int, np.integer))
             x = self.float() if not integral else self.long() if self.dtype.np.kind == "b" else self
         return E.RPowScalar.apply(x, base=base)
@@ -903,7 +911,10 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             raise TypeError(f"pow(): exponent must be a number or Tensor, got "
                             f"{type(exponent).__name__}")
         base = self
-        if self._data.dtype.kind != "f" and isinstance(exponent, builtins.float):
+        if isinstance(exponent, complex) and self._data.dtype.kind != "c":
+            # a complex power of a real tensor is complex, as torch's type promotion has it
+            base = self.to(_complex_for(self))
+        elif self._data.dtype.kind not in "fc" and isinstance(exponent, builtins.float):
             base = self.float()
         elif self._data.dtype.kind in "iu" and exponent < 0:
             raise RuntimeError("Integers to negative integer powers are not allowed.")
@@ -1870,7 +1881,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
                                    f"cast to the desired output type "
                                    f"{_kind_title(self._data.dtype)}")
             return self.copy_(result)
-        if self._data.dtype.kind != "f" and result_dtype(self, other).kind != "f":
+        if self._data.dtype.kind not in "fc" and result_dtype(self, other).kind != "f":
             # true division of integers is floating, which an integer tensor cannot hold
             raise RuntimeError(f"result type Float can't be cast to the desired output type "
                                f"{_kind_title(self._data.dtype)}")
@@ -1879,9 +1890,12 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def pow_(self, exponent):
         if isinstance(exponent, Tensor):
             return self._inplace_binary(E.Pow, exponent)
-        if self._data.dtype.kind != "f" and isinstance(exponent, builtins.float):
+        if self._data.dtype.kind not in "fc" and isinstance(exponent, builtins.float):
             raise RuntimeError(f"result type Float can't be cast to the desired output type "
                                f"{_kind_title(self._data.dtype)}")
+        if self._data.dtype.kind != "c" and isinstance(exponent, complex):
+            raise RuntimeError(f"result type ComplexFloat can't be cast to the desired output "
+                               f"type {_kind_title(self._data.dtype)}")
         return self._inplace(E.PowScalar, exponent=exponent)
 
     def neg_(self):

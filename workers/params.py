@@ -75,6 +75,11 @@ class ParamHandlers:
             _convert(module, value)
         elif msg["op"] == "extend_attr":
             _extend(module, msg["path"], name, value)
+        elif msg["op"] == "client_modes":  # the deployer's modules on its client
+            if not (isinstance(value, dict) and all(
+                    isinstance(k, str) and isinstance(v, bool) for k, v in value.items())):
+                raise ValueError("client_modes: a map of module paths to bools")
+            st.client_modes = value
         elif msg["op"] == "train":
             if not isinstance(value, bool):
                 raise ValueError(f"train of {msg['path']!r}: the mode must be a bool, got "
@@ -281,7 +286,8 @@ class ParamHandlers:
                     req=msg.req, ctx=msg.ctx), copy=False)
             else:
                 self._to_client(job, "ok", {"result": None})
-        except Exception as exc:  # noqa: BLE001 - the client, not the previous stage, hears it
+        # (the client, not the previous stage, hears it; sys.exit in a part: error_reply)
+        except (Exception, SystemExit) as exc:  # noqa: BLE001
             self._to_client(job, "error", self.error_reply(exc, job))
         return NO_REPLY
 
