@@ -27,7 +27,7 @@ class ParamHandlers:
         if names is not None:  # asked by name: non-persistent buffers too
             state.update({name: t.detach().numpy() for name, t in st.module.named_buffers()
                           if name in names and name not in state})
-        grads = {name: p.grad.numpy() for name, p in st.module.named_parameters()
+        grads = {name: p.grad.detach().numpy() for name, p in st.module.named_parameters()
                  if p.grad is not None and (names is None or name in names)}
         unknown = [] if names is None else [n for n in names if n not in state]
         if unknown:
