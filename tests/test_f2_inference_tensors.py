@@ -335,3 +335,20 @@ def test_tensors_made_after_the_mode_and_in_other_threads_are_normal():
     after = disthook.ones(2) * 2
     assert not after.is_inference()
     after.mul_(2)
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adam"])
+def test_an_optimizer_step_on_a_model_built_inside_the_mode_is_refused(name):
+    """Its parameters are inference tensors (they require grad, and a forward and backward
+    that saves none of them runs); the step's in-place update is refused, as in torch."""
+    def program(lib):
+        with lib.inference_mode():
+            model = lib.nn.Linear(2, 2)
+        model(lib.ones(1, 2)).sum().backward()
+        opt = getattr(lib.optim, name)(model.parameters(), lr=0.1)
+        flags = (model.weight.is_inference(), model.weight.requires_grad)
+        opt.step()
+        return flags
+
+    kind, msg = both(program)
+    assert kind == "error" and msg.startswith(INPLACE)
