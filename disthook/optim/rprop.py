@@ -32,10 +32,14 @@ class Rprop(Optimizer):
             state["step_size"] = full_like(p, group["lr"])
         grad = -p.grad if group["maximize"] else p.grad
         state["step"].add_(1)
-        agreement = (grad * state["prev"]).sign()
-        factor = where(agreement > 0, etaplus, where(agreement < 0, etaminus, 1.0))
+        # the factor in the gradient's dtype (a NaN's stays NaN), as torch writes it in place
+        factor = (grad * state["prev"]).sign()
+        flipped = factor < 0
+        factor[factor > 0] = etaplus
+        factor[flipped] = etaminus
+        factor[factor == 0] = 1
         step_size = state["step_size"]
-        step_size.copy_((step_size * factor.to(step_size.dtype)).clamp(step_min, step_max))
-        grad = where(agreement < 0, 0.0, grad)  # a flipped sign: no move, and forgotten
+        step_size.copy_((step_size * factor).clamp(step_min, step_max))
+        grad = where(flipped, 0.0, grad)  # a flipped sign: no move, and forgotten
         p.add_(-(grad.sign() * step_size))
         state["prev"].copy_(grad)
