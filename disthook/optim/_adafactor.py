@@ -45,6 +45,8 @@ class Adafactor(Optimizer):
     def _update(self, p, group: dict) -> None:
         from disthook import finfo
 
+        if p.is_complex():  # at the step, as torch refuses one
+            raise RuntimeError("Adafactor does not support complex parameters")
         lr, d, weight_decay = group["lr"], group["d"], group["weight_decay"]
         eps1, eps2 = group["eps"]
         if eps1 is None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from disthook.autograd import grad_mode
 from disthook.optim.lbfgs_search import strong_wolfe
-from disthook.optim.optimizer import Optimizer
+from disthook.optim.optimizer import Optimizer, real_pairs
 from disthook.tensor import Tensor, cat
 
 
@@ -35,13 +35,15 @@ class LBFGS(Optimizer):
     def _params(self) -> list:
         return self.param_groups[0]["params"]
 
+    # a complex parameter counts as its real and imaginary parts (real_pairs), as in torch
     def _flat_grad(self) -> Tensor:
-        return cat([p.grad.reshape(-1) if p.grad is not None else p.new_zeros((p.numel(),))
-                    for p in self._params()])
+        return cat([real_pairs(p, p.grad if p.grad is not None else p.new_zeros(p.shape))[0]
+                    .reshape(-1) for p in self._params()])
 
     def _move(self, step_size: float, direction: Tensor) -> None:
         offset = 0
         for p in self._params():
+            (p,) = real_pairs(p, p)
             n = p.numel()
             p.add_(direction[offset:offset + n].reshape(p.shape), alpha=step_size)
             offset += n
