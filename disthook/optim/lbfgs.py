@@ -135,7 +135,7 @@ class LBFGS(Optimizer):
                 loss, flat_grad, t, spent = strong_wolfe(
                     lambda step, values=values, d=d: self._loss_and_grad_at(closure, values,
                                                                             step, d),
-                    t, d, loss, flat_grad, gtd)
+                    t, d, loss, flat_grad, gtd, group["max_eval"] - evals)
                 self._move(t, d)
             else:
                 self._move(t, d)
