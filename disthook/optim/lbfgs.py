@@ -4,6 +4,7 @@ at each inner iteration; torch's algorithm, its stopping tests and its state, on
 group, fixed steps (``line_search_fn=None``) or the strong-Wolfe line search."""
 from __future__ import annotations
 
+from disthook import view_as_complex
 from disthook.autograd import grad_mode
 from disthook.optim.lbfgs_search import strong_wolfe
 from disthook.optim.optimizer import Optimizer, real_pairs
@@ -43,9 +44,14 @@ class LBFGS(Optimizer):
     def _move(self, step_size: float, direction: Tensor) -> None:
         offset = 0
         for p in self._params():
-            (p,) = real_pairs(p, p)
-            n = p.numel()
-            p.add_(direction[offset:offset + n].reshape(p.shape), alpha=step_size)
+            (pairs,) = real_pairs(p, p)
+            n = pairs.numel()
+            step = direction[offset:offset + n].reshape(pairs.shape)
+            if pairs is p:
+                p.add_(step, alpha=step_size)
+            else:  # the pairs moved, then written through the parameter itself (a deployed
+                # parameter's view is a copy of its value)
+                p.copy_(view_as_complex(pairs.add(step, alpha=step_size)))
             offset += n
 
     def _values(self) -> list:

@@ -64,3 +64,31 @@ def test_workers_step_complex_parameters_as_one_process(cluster, make_optimizer)
             assert getattr(got, "dtype", None) == getattr(value, "dtype", None), (key, name)
             np.testing.assert_allclose(got, value, rtol=1e-5, atol=1e-6,
                                        err_msg=f"{key}.{name}")
+
+
+def test_lbfgs_moves_a_deployed_complex_parameter_as_one_process(cluster):
+    """L-BFGS steps here (its direction spans every parameter): a deployed complex
+    parameter's gradient and values are read and written as real pairs through its storage."""
+    def fit(model):
+        opt = optim.LBFGS(model.parameters(), max_iter=4, line_search_fn="strong_wolfe")
+        x = torch.linspace(-1, 1, 12).reshape(4, 3)
+
+        def closure():
+            opt.zero_grad()
+            loss = ((model(x) - 1) ** 2).sum()
+            loss.backward()
+            return loss
+
+        losses = [opt.step(closure).item() for _ in range(2)]
+        return losses, {n: v.detach().numpy().copy() for n, v in model.state_dict().items()}
+
+    want = fit(make_net())
+    remote = cluster.deploy(make_net(), stages=2)
+    try:
+        got = fit(remote)
+    finally:
+        remote.close()
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
+    for name, value in want[1].items():
+        assert got[1][name].dtype == value.dtype, name
+        np.testing.assert_allclose(got[1][name], value, rtol=1e-4, atol=1e-5, err_msg=name)
