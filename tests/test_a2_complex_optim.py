@@ -150,13 +150,16 @@ def test_lbfgs_steps_a_complex_parameter_as_its_real_pairs(line_search_fn):
     _same_state(opt.state_dict(), topt.state_dict(), tol)
 
 
-def test_adafactor_refuses_a_complex_parameter_at_the_step_as_torch():
-    w = disthook.nn.Parameter(disthook.ones(2, dtype=disthook.cfloat))
-    opt = disthook.optim.Adafactor([w])  # made, as torch's is
-    w.abs().sum().backward()
+@pytest.mark.parametrize("lib", [torch, disthook], ids=["torch", "disthook"])
+def test_adafactor_refuses_a_complex_parameter_at_the_step_as_torch(lib):
+    r = lib.nn.Parameter(lib.ones(2))
+    w = lib.nn.Parameter(lib.ones(2, dtype=lib.cfloat))
+    opt = lib.optim.Adafactor([r, w])  # made, as torch's is
+    (w.abs().sum() + r.sum()).backward()
     with pytest.raises(RuntimeError, match="Adafactor does not support complex parameters"):
         opt.step()
     np.testing.assert_array_equal(_numpy(w), np.ones(2, np.complex64))
+    np.testing.assert_array_equal(_numpy(r), np.ones(2, np.float32))  # nothing stepped
 
 
 def test_rprop_on_float64_takes_its_etas_at_full_width():
