@@ -205,6 +205,9 @@ class Coordinator(Service):
         return {"heartbeat": self.heartbeat}
 
     def on_heartbeat(self, msg, sender: bytes):
+        # (with keys, from a worker's key only: a client that dialled with a dead worker's
+        # identity kept it listed alive, with the stages it said it held)
+        self._require("worker", sender, "heartbeat")
         record = self.workers.get(msg["worker"])
         if record is None:  # a worker the coordinator does not know: it must register again
             raise LookupError(f"worker {msg['worker']!r} is not registered")

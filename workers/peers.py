@@ -12,19 +12,23 @@ from __future__ import annotations
 
 import itertools
 import re
+import secrets
 
 from disthook.service.security import Bindings, Keys, is_server_key, key_name
 
 __all__ = ["NEIGHBOUR_IDENTITY", "Peers", "neighbour_identity"]
 
 NEIGHBOUR_IDENTITY = re.compile(rb".+>(prev|next|peer)>[0-9]+")
-_dials = itertools.count()
 
 
 def neighbour_identity(worker_id: str, side: str) -> bytes:
-    """The identity a worker dials a neighbour stage with: fresh per connection, since a
-    ROUTER refuses a peer whose identity is still held by the connection it replaces."""
-    return f"{worker_id}>{side}>{next(_dials)}".encode()
+    """The identity a worker dials a neighbour stage (or, ``side`` "coordinator", the
+    coordinator) with: fresh per connection, since a ROUTER refuses a peer whose identity is
+    still held by the connection it replaces, and unguessable, for the same reason: any
+    client may dial with an identity it chooses, and one that took it first had the
+    worker's own connection refused (a counter's next values: no stage could pass another
+    anything; the worker's id: it could not register)."""
+    return f"{worker_id}>{side}>{secrets.randbits(64)}".encode()
 
 
 class Peers:

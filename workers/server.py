@@ -54,7 +54,7 @@ from workers.compute import ComputeHandlers, rss_bytes
 from workers.limits import MAX_GRAPH_BYTES, LimitChecks, add_limit_options, limit_arguments
 from workers.link_handlers import LinkHandlers
 from workers.params import ParamHandlers
-from workers.peers import Peers
+from workers.peers import Peers, neighbour_identity
 from workers.runners import Runners
 from workers.stages import StageHandlers
 from workers.state import (
@@ -107,7 +107,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         self.bound = self.address
         self.address = endpoint.advertised_address(self.bound, advertise, self.log)  # what peers dial
         self.coordinator_address = coordinator
-        self.control = self._dial(coordinator, wid.encode(), linger=0)
+        self.control = self._dial(coordinator, neighbour_identity(wid, "coordinator"),
+                                  linger=0)
         self.poller.register(self.control, zmq.POLLIN)
         self.heartbeat = self.tick_interval = wire.HEARTBEAT_S  # a tick a beat (each wakes it)
         self.orphan_after = orphan_after
