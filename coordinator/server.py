@@ -30,7 +30,14 @@ import zmq.auth
 
 from coordinator import registry_store
 from disthook import wire
-from disthook.service.loop import LOG_LEVELS, NO_REPLY, Service, ping_options, recv_now
+from disthook.service.loop import (
+    LOG_LEVELS,
+    NO_REPLY,
+    Service,
+    log_to_stderr,
+    ping_options,
+    recv_now,
+)
 from disthook.service.security import CLIENT, is_server_key, key_name
 from disthook.wire import HEARTBEAT_S, SILENT_AFTER_BEATS
 
@@ -248,6 +255,10 @@ class Coordinator(Service):
         name = self._client_name("", identity)
         return name if name.startswith("client ") else f"the client with key {name!r}"
 
+    def log_account(self, identity: bytes) -> bytes | str:
+        """With keys, a peer's warnings share its key's allowance (see ``Service``)."""
+        return self._user_ids.get(identity) or identity
+
     # ---- models shared by name (from clients) ------------------------------------------------
     def _client_name(self, claimed: str, sender: bytes) -> str:
         """Who a client is: with keys, the name of the authorized key its connection
@@ -419,7 +430,6 @@ class Coordinator(Service):
 
 def main(argv=None) -> int:
     import argparse
-    import logging
     import sys
 
     from disthook.service.endpoint import DEFAULT_COORDINATOR, EndpointInUse, parse
@@ -441,8 +451,7 @@ def main(argv=None) -> int:
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
                    help="the least severe messages logged to stderr (default INFO)")
     args = p.parse_args(argv)
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    log_to_stderr(args.log_level)
     from disthook.service.security import SERVER, Keys
 
     try:

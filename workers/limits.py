@@ -139,7 +139,7 @@ class LimitChecks:
         """Who a stage ``client`` loads is counted against: with keys its key's name (so
         the stages a key's connections loaded count after they went, and a client that
         reconnects gets no more), without keys its connection."""
-        return self.peers.names.get(client, client)
+        return self.peers.account(client)
 
     def check_models(self, client: bytes, model: str, nbytes: int) -> None:
         """Refuse a stage of ``nbytes`` of weights that ``client`` loads past what one

@@ -82,6 +82,12 @@ class Peers:
         self._workers.pop(identity, None)
         self._dialled.pop(identity, None)
 
+    def account(self, identity: bytes) -> bytes | str:
+        """Whom what a peer holds or causes here is counted against: with keys its key's
+        name (every connection of one key shares one allowance, so opening more gets no
+        more, and it outlasts the connection), without keys its connection."""
+        return self.names.get(identity, identity)
+
     def who(self, identity: bytes) -> str:
         """A peer as the logs name it: a worker of the cluster by its id, a client as
         status names it (``client 2 (alice)``), never by its identity (bytes it chose)."""

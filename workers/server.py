@@ -41,6 +41,7 @@ from disthook.service.loop import (
     LOG_LEVELS,
     NO_REPLY,
     Service,
+    log_to_stderr,
     ping_options,
     recv_now,
     tune_malloc,
@@ -135,7 +136,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         self.runners = Runners(self._serve_round, name=f"worker-{wid}")
         self._todo: list = []  # jobs to start, in order
         self._sleepers: dict[int, object] = {}  # wait id -> the turn of the job waiting
-        self.captures.account = lambda c: self.peers.names.get(c, c)  # per key, with keys
+        self.captures.account = self.peers.account  # per key, with keys
         self._local = threading.local()  # .job: the job this thread runs now
         self._event_ids = itertools.count(1)
         self._tensor_ids = itertools.count(1)  # names of tensors hook events send
@@ -281,6 +282,9 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
 
     def peer_name(self, identity: bytes) -> str:
         return self.who(identity)
+
+    def log_account(self, identity: bytes) -> bytes | str:
+        return self.peers.account(identity)
 
     def _execute(self, instructions: list) -> None:
         """Carry out what the state decided (jobs start at the end of the round)."""
@@ -571,8 +575,7 @@ def main(argv=None) -> int:
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
                    help="the least severe messages logged to stderr (default INFO)")
     args = p.parse_args(argv)
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    log_to_stderr(args.log_level)
     import faulthandler
     import signal
 
