@@ -743,7 +743,11 @@ def _read_header(head, frames: Sequence, limits: Limits, state) -> dict:
         else:
             header[key] = value = unpacker.unpack()
             if key == "a" and type(value) is list and "f" not in header:
-                state.arrays = _arrays(value, frames[1:], limits)
+                try:
+                    state.arrays = _arrays(value, frames[1:], limits)
+                except WireError as exc:  # answers the request, as one of its fields would
+                    exc.req = header["r"] if type(header.get("r")) is int else 0
+                    raise
     if unpacker.tell() != len(head):
         raise WireError(f"header has {len(head) - unpacker.tell()} trailing bytes")
     return header
