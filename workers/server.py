@@ -372,7 +372,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         self._local.job, self.holding = job, holding
         self.captures.micro_batch = job.micro_batch
         if job.stage is not None:  # another client's job may have run meanwhile
-            job.stage.use_grads(job.client)
+            job.stage.use_client(job.client)
             job.stage.versions.enter(job.version)
         if job.rng is not None:
             streams._set_stream_state(job.rng)
@@ -454,7 +454,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
             raise RuntimeError(f"worker {self.id} holds {st.name}, not stage {index}")
         job.stage = st
         st.shared = st.shared or job.client != st.owner
-        st.use_grads(job.client)  # this client's gradients, for whatever the job does
+        st.use_client(job.client)  # this client's gradients and attributes, for the job
         if job.version is None and msg.type == "backward":  # the weights of its forward
             ctx = self.state.context(st.model, job.client, msg.ctx)
             job.version = None if ctx is None else ctx.version
