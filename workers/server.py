@@ -51,7 +51,7 @@ from disthook.service.security import SERVER, Keys
 from workers import limits, queues
 from workers.batches import Batches
 from workers.client_hooks import HookHandlers
-from workers.compute import ComputeHandlers, rss_bytes
+from workers.compute import ComputeHandlers, leave_stream, rss_bytes
 from workers.limits import MAX_GRAPH_BYTES, LimitChecks, add_limit_options, limit_arguments
 from workers.link_handlers import LinkHandlers
 from workers.params import ParamHandlers
@@ -342,6 +342,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         finally:
             self._local.job = None
             self.captures.micro_batch = None
+            if job.rng is not None:
+                leave_stream()
             self._execute(self.state.handle(JobDone(job)))
 
     def current_job(self):
@@ -360,6 +362,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         job = wait.job
         if job.rng is not None:  # the stream as this job left it (what runs meanwhile draws)
             job.rng = streams._stream_state()
+            leave_stream()
         self.flush_replies()
         self.links_first()  # once (link_handlers.py): then each round's poll says what came
         while not wait.done and self._running and not self._todo and not self.runners.ready:
