@@ -38,7 +38,7 @@ from disthook.service.loop import (
     ping_options,
     recv_now,
 )
-from disthook.service.security import CLIENT, is_server_key, key_name
+from disthook.service.security import CLIENT, Authorized, is_server_key, key_name
 from disthook.wire import HEARTBEAT_S, SILENT_AFTER_BEATS
 
 RESTORED_GRACE_S = 10.0  # a restored model's workers have this long to register again
@@ -254,6 +254,11 @@ class Coordinator(Service):
             return f"worker {worker}"
         name = self._client_name("", identity)
         return name if name.startswith("client ") else f"the client with key {name!r}"
+
+    def admit(self, sender: bytes, msg) -> None:
+        user_id = self._user_ids.get(sender)
+        if self.authorized is not None and not self.authorized.holds(user_id or ""):
+            raise Authorized.refusal(key_name(self.keys, user_id or ""), msg.req)
 
     def log_account(self, identity: bytes) -> bytes | str:
         """With keys, a peer's warnings share its key's allowance (see ``Service``)."""

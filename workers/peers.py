@@ -14,7 +14,7 @@ import itertools
 import re
 import secrets
 
-from disthook.service.security import Bindings, Keys, is_server_key, key_name
+from disthook.service.security import Authorized, Bindings, Keys, is_server_key, key_name
 
 __all__ = ["NEIGHBOUR_IDENTITY", "Peers", "neighbour_identity"]
 
@@ -35,11 +35,12 @@ class Peers:
     """The peers of one worker's endpoint: by connection, their key's name (with keys),
     whether they are workers of the cluster, and how status names them."""
 
-    def __init__(self, keys: Keys | None):
+    def __init__(self, keys: Keys | None, authorized: Authorized | None = None):
         self.keys = keys
         self.by_fd: dict[int, bytes] = {}  # connection's file descriptor -> peer identity
         self.names: dict[bytes, str] = {}  # with keys: peer identity -> its key's name
         self._bindings = Bindings()  # with keys: each identity stays with its first key
+        self.authorized = authorized  # (with keys: the worker's, Service.authorized)
         self._labels: dict[bytes, str] = {}  # how status names a client
         self._workers: dict[bytes, str] = {}  # the transport says: a worker; -> its id
         self._dialled: dict[bytes, bool] = {}  # without keys: whether it dials as a worker
@@ -66,6 +67,13 @@ class Peers:
             self._workers[identity] = (identity.split(b">")[0].decode(errors="replace")
                                        if dialled else "of the cluster")
         return worker
+
+    def revoked(self, identity: bytes, user_id: str | None, req: int) -> Exception | None:
+        """With keys, the refusal of request ``req`` when the key ``identity`` came with was
+        removed from ``authorized/`` since its connection was made; else None."""
+        if self.authorized is None or self.authorized.holds(user_id or ""):
+            return None
+        return Authorized.refusal(self.names.get(identity, "?"), req)
 
     def linked(self, identity: bytes) -> None:
         """A neighbour stage linked over a local socket (``workers.links``) as ``identity``:

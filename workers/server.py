@@ -129,7 +129,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         self.max_contexts, self.max_hooks = max_contexts, max_hooks
         self.max_graph_bytes, self.max_value_bytes = max_graph_bytes, max_value_bytes
         self.max_models, self.max_model_bytes = max_models, max_model_bytes
-        self.peers = Peers(keys)  # who is on each connection, from the transport
+        self.peers = Peers(keys, self.authorized)  # who is on each connection (transport)
         self.who = self.peers.who  # a peer as the logs name it
         self.state = WorkerState(wid, context_ttl=context_ttl, who=self.who)
         self.state.queues = queues.QueueCaps(max_queued, max_queued_bytes, self._fellows)
@@ -246,14 +246,18 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         fd = head.get(_SRCFD)
         if self.peers.by_fd.get(fd) != sender:  # a new connection, or a descriptor reused:
             self.read_monitor()  # the close of the one it had comes first
+        user_id = head.get("User-Id") if self.keys else None
         try:
-            forwarder = self.peers.arrived(fd, sender,
-                                           head.get("User-Id") if self.keys else None)
+            forwarder = self.peers.arrived(fd, sender, user_id)
             msgs = self.messages_in(sender, body)  # (a batch's: batches.py)
         except (PermissionError, wire.WireError) as exc:
             self.refuse(sender, exc)
             return
         for msg in msgs:
+            revoked = self.peers.revoked(sender, user_id, msg.req)
+            if revoked is not None:
+                self.refuse(sender, revoked)
+                continue
             self._execute(self.state.handle(MessageIn(sender, msg, forwarder)))
 
     def on_disconnected(self, fd: int) -> None:

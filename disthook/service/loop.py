@@ -27,6 +27,7 @@ from disthook.service.endpoint import EndpointInUse, parse
 from disthook.service.rpc import error_fields
 from disthook.service.security import (
     HANDSHAKE_FAILURES,
+    Authorized,
     Keys,
     refusal_reason,
     warn_if_exposed,
@@ -86,9 +87,12 @@ class Service:
         self.poller = zmq.Poller()
         self._auth = None
         events = zmq.EVENT_DISCONNECTED if watch_disconnects else 0  # see on_disconnected
+        # with keys: whose key is authorized, checked as each connection is made and again
+        # for its messages (a key removed from authorized/ loses its open connections)
+        self.authorized = Authorized(keys) if keys is not None else None
         if keys is not None:  # encrypted, and only authorized keys get in
             keys.serve(self.router)
-            self._auth = keys.guard(self.ctx, self.log, self.label)
+            self._auth = keys.guard(self.ctx, self.log, self.label, self.authorized)
             # a peer without keys never reaches the key check: its handshake fails; log it
             # (refused keys are logged by the key check itself)
             events |= HANDSHAKE_FAILURES & ~zmq.EVENT_HANDSHAKE_FAILED_AUTH
@@ -223,6 +227,7 @@ class Service:
             self.reply(sock, sender, msg.req, "error", error_fields(exc, worker=self.name))
             return
         try:
+            self.admit(sender, msg)
             result = handler(msg, sender)
         except Exception as exc:
             self.log.debug("%s: %s failed", self.label, msg.type, exc_info=True)
@@ -230,6 +235,10 @@ class Service:
             return
         if result is not NO_REPLY:
             self.reply(sock, sender, msg.req, "ok", {"result": result}, ctx=msg.ctx)
+
+    def admit(self, sender: bytes, msg) -> None:
+        """Raise (``PermissionError``) where ``sender`` may send nothing more, whatever the
+        message (roles with keys: a key revoked since its connection was made)."""
 
     def on_hello(self, msg, sender: bytes):
         """The greeting: say what this is (the protocol, its version, this role), in a

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import shutil
 import stat
+import time
 from typing import TYPE_CHECKING
 
 import zmq
@@ -32,6 +34,7 @@ if TYPE_CHECKING:  # its module imports asyncio: only a process that uses keys l
 
 __all__ = [
     "AuthenticationError",
+    "Authorized",
     "Keys",
     "add_client",
     "generate",
@@ -179,31 +182,32 @@ class Keys:
                 keys.add(public)
         return keys
 
-    def guard(self, ctx: zmq.Context, log: logging.Logger, who: str) -> ThreadAuthenticator:
+    def guard(self, ctx: zmq.Context, log: logging.Logger, who: str,
+              authorized: Authorized) -> ThreadAuthenticator:
         """Start the ZAP handler of ``ctx``: every CURVE connection to a socket of ``ctx``
-        is accepted only when its key is authorized; refusals are logged as warnings."""
+        is accepted only when its key is ``authorized``; refusals are logged as warnings."""
         from zmq.auth.thread import ThreadAuthenticator
 
         auth = ThreadAuthenticator(ctx, log=logging.getLogger("disthook.zap"))
         auth.start()
-        auth.configure_curve_callback("*", credentials_provider=_Gate(self, log, who))
+        auth.configure_curve_callback("*", credentials_provider=_Gate(authorized, log, who))
         return auth
 
 
 class _Gate:
     """The ZAP decision: a peer's key is in ``authorized/``, or it is refused (and logged)."""
 
-    def __init__(self, keys: Keys, log: logging.Logger, who: str):
+    def __init__(self, authorized: Authorized, log: logging.Logger, who: str):
         from disthook.service.loop import PeerLog
 
-        self.keys, self.log, self.who = keys, log, who
+        self.authorized, self.log, self.who = authorized, log, who
         # one allowance for every refusal (a peer may offer a fresh key each connection)
         self.refusals = PeerLog(log, name=lambda _: "refused keys")
 
     def callback(self, domain: str, key: bytes) -> bool:
         """Called in the authenticator's one thread, a connection at a time."""
         try:
-            allowed = key in self.keys.authorized()
+            allowed = key.decode() in self.authorized.read()
         except OSError as exc:
             self.refusals.warning(b"", "%s: cannot read the authorized keys (%s); refusing",
                                   self.who, exc)
@@ -248,6 +252,49 @@ class Bindings:
                 del self._keys[next(iter(self._keys))]
             return True
         return held == (user_id or "")
+
+
+REREAD_AUTHORIZED_S = 1.0  # how old the list of authorized keys a message is checked with may be
+
+
+class Authorized:
+    """Whether a connection's key is still in ``authorized/``, for each message it sends. ZAP
+    checks a key only when a connection is made: a key deleted from the folder (a client
+    revoked) kept its open connections, and with them its models, hooks and allowances, for
+    as long as they lasted. The folder is read again at most every ``REREAD_AUTHORIZED_S``
+    seconds; the servers' key always holds (the cluster's own workers)."""
+
+    def __init__(self, keys: Keys, clock=time.monotonic):
+        self.keys, self.clock = keys, clock
+        self._held: set[str] = set()
+        self._read_at = -math.inf
+
+    def read(self) -> set[str]:
+        """The keys in ``authorized/`` now (``OSError`` where it cannot be read): the ZAP
+        gate's check of each new connection, which its messages are checked with after."""
+        held = {key.decode() for key in self.keys.authorized()}
+        self._held, self._read_at = held, self.clock()
+        return held
+
+    def holds(self, user_id: str) -> bool:
+        if is_server_key(self.keys, user_id):
+            return True
+        if self.clock() - self._read_at >= REREAD_AUTHORIZED_S:
+            try:
+                self.read()
+            except OSError:  # unreadable, or others may change it: it authorizes no one
+                self._held, self._read_at = set(), self.clock()
+        return user_id in self._held
+
+    @staticmethod
+    def refusal(name: str, req: int) -> PermissionError:
+        """The refusal of request ``req`` from a connection whose key ``name`` was revoked."""
+        exc = PermissionError(f"the key {name!r} this connection came with is no longer "
+                              "authorized on this cluster (removed from its authorized/): "
+                              "its connections are refused from now on; ask the cluster's "
+                              "admin for a key")
+        exc.req = req
+        return exc
 
 
 def is_server_key(keys: Keys | None, user_id: str | None) -> bool:
