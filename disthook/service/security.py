@@ -167,11 +167,12 @@ class Keys:
         sock.setsockopt(zmq.CURVE_PUBLICKEY, self.public)
         sock.setsockopt(zmq.CURVE_SECRETKEY, self.secret)
 
-    def authorized(self) -> set[bytes]:
-        """The public keys (Z85) listed in ``authorized/`` now."""
+    def authorized(self) -> dict[bytes, str]:
+        """The public keys (Z85) listed in ``authorized/`` now, each with its name (its
+        file's, less ``.key``)."""
         folder = os.path.join(self.directory, AUTHORIZED)
         _check_private(folder, readable=True)  # (PermissionError: the gate refuses all)
-        keys = set()
+        keys = {}
         for entry in sorted(os.listdir(folder)):
             if entry.endswith(".key"):
                 try:
@@ -179,7 +180,7 @@ class Keys:
                     public, _ = zmq.auth.load_certificate(os.path.join(folder, entry))
                 except (ValueError, OSError):
                     continue  # a damaged file, or one others may change, authorizes no one
-                keys.add(public)
+                keys.setdefault(public, entry.removesuffix(".key"))
         return keys
 
     def guard(self, ctx: zmq.Context, log: logging.Logger, who: str,
@@ -218,21 +219,6 @@ class _Gate:
         return allowed
 
 
-def key_name(keys: Keys, user_id: str) -> str:
-    """The name of the authorized key whose public half is ``user_id`` (the Z85 text a
-    connection authenticated with, ZeroMQ's User-Id), or its first characters if its file
-    was removed since."""
-    folder = os.path.join(keys.directory, "authorized")
-    for entry in sorted(os.listdir(folder)):
-        try:
-            public, _ = zmq.auth.load_certificate(os.path.join(folder, entry))
-        except (ValueError, OSError):
-            continue
-        if public.decode() == user_id:
-            return entry.removesuffix(".key")
-    return f"key {user_id[:8]}..."
-
-
 class Bindings:
     """With keys: which key each connection identity authenticated with first. A ROUTER
     takes a peer's identity from the peer; an identity seen under one key and later offered
@@ -266,11 +252,11 @@ class Authorized:
 
     def __init__(self, keys: Keys, clock=time.monotonic):
         self.keys, self.clock = keys, clock
-        self._held: set[str] = set()
+        self._held: dict[str, str] = {}  # key (Z85) -> its name
         self._read_at = -math.inf
         self._mark: tuple | None = None  # the folder's own stat when it was read
 
-    def read(self) -> set[str]:
+    def read(self) -> dict[str, str]:
         """The keys in ``authorized/`` now (``OSError`` where it cannot be read): the ZAP
         gate's check of each new connection, which its messages are checked with after.
         Its files are read again when a file came or went (the folder's own stat changed:
@@ -281,19 +267,30 @@ class Authorized:
         mark, now = (st.st_mtime_ns, st.st_ino, st.st_mode), self.clock()
         if mark == self._mark and now - self._read_at < REREAD_AUTHORIZED_S:
             return self._held
-        held = {key.decode() for key in self.keys.authorized()}
+        held = {key.decode(): name for key, name in self.keys.authorized().items()}
         self._held, self._read_at, self._mark = held, now, mark
         return held
 
     def holds(self, user_id: str) -> bool:
         if is_server_key(self.keys, user_id):
             return True
+        return user_id in self._fresh()
+
+    def name(self, user_id: str) -> str:
+        """The name of the authorized key whose public half is ``user_id`` (the Z85 text a
+        connection authenticated with, ZeroMQ's User-Id), or its first characters where its
+        file is gone. (Each name was the whole folder read and parsed: a client asking the
+        coordinator anything that names it cost it that much.)"""
+        return self._fresh().get(user_id) or f"key {user_id[:8]}..."
+
+    def _fresh(self) -> dict[str, str]:
+        """The keys as read at most ``REREAD_AUTHORIZED_S`` seconds ago."""
         if self.clock() - self._read_at >= REREAD_AUTHORIZED_S:
             try:
                 self.read()
             except OSError:  # unreadable, or others may change it: it authorizes no one
-                self._held, self._read_at, self._mark = set(), self.clock(), None
-        return user_id in self._held
+                self._held, self._read_at, self._mark = {}, self.clock(), None
+        return self._held
 
     @staticmethod
     def refusal(name: str, req: int) -> PermissionError:
