@@ -46,6 +46,9 @@ RESTORED_GRACE_S = 10.0  # a restored model's workers have this long to register
 MAX_PUBLISHED_PER_CLIENT = 64  # names it has published
 MAX_ATTACHED_PER_CLIENT = 64  # attachments to one published model
 MAX_NAME_CHARS = 256  # of a published model's name and id (its class: 4 times as many)
+# what its published records may hold here, as decoded (wire's Message.nbytes): a record's
+# structure of 1 MiB of empty maps is 72 MiB of objects, and 64 of them were 4.6 GiB
+MAX_PUBLISHED_BYTES_PER_CLIENT = 256 << 20
 
 __all__ = ["Coordinator", "Published", "WorkerRecord"]
 
@@ -79,6 +82,7 @@ class Published:
     owner: bytes | None  # None: restored from the state file, its deployer not seen since
     attached: dict = dataclasses.field(default_factory=dict)
     owner_key: str | None = None  # with keys: the name of its deployer's key
+    nbytes: int = 0  # what its record holds here, as decoded (0: restored)
 
 
 class Coordinator(Service):
@@ -292,11 +296,21 @@ class Coordinator(Service):
                 "deployer's close() frees the name, or choose another")
         user_id = self._user_ids.get(sender)
         owner_key = self.authorized.name(user_id) if self.keys is not None and user_id else None
-        self._check_room(sender, "published models", MAX_PUBLISHED_PER_CLIENT, [
-            n for n, p in self.models.items() if n != name and (
-                p.owner == sender or (owner_key is not None and p.owner_key == owner_key))],
-            "close the deployments it no longer shares")
-        self.models[name] = Published(record, sender, owner_key=owner_key)
+        mine = [p for n, p in self.models.items() if n != name and (
+            p.owner == sender or (owner_key is not None and p.owner_key == owner_key))]
+        self._check_room(sender, "published models", MAX_PUBLISHED_PER_CLIENT, mine,
+                         "close the deployments it no longer shares")
+        held = sum(p.nbytes for p in mine)
+        if held + msg.nbytes > MAX_PUBLISHED_BYTES_PER_CLIENT:
+            self.peer_log.warning(sender, "coordinator: refused %s a record of %d bytes past "
+                                  "its published records' %d", self.peer_name(sender),
+                                  msg.nbytes, held)
+            raise RuntimeError(
+                f"this client's published records hold {held >> 20} MiB here, and this one "
+                f"({msg.nbytes >> 20} MiB as decoded) would pass the cap of "
+                f"{MAX_PUBLISHED_BYTES_PER_CLIENT >> 20} MiB: close the deployments it no "
+                "longer shares")
+        self.models[name] = Published(record, sender, owner_key=owner_key, nbytes=msg.nbytes)
         self._save()
         self.log.info("coordinator: %s published %r (%s, %d stage(s))", record["owner"], name,
                       record["class"], len(record["workers"]))
