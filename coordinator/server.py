@@ -46,6 +46,7 @@ RESTORED_GRACE_S = 10.0  # a restored model's workers have this long to register
 MAX_PUBLISHED_PER_CLIENT = 64  # names it has published
 MAX_ATTACHED_PER_CLIENT = 64  # attachments to one published model
 MAX_NAME_CHARS = 256  # of a published model's name and id (its class: 4 times as many)
+COORDINATOR_SNDHWM = 64  # answers ZeroMQ holds for one peer (then kept: loop.UNROUTABLE_KEPT)
 # what its published records may hold here, as decoded (wire's Message.nbytes): a record's
 # structure of 1 MiB of empty maps is 72 MiB of objects, and 64 of them were 4.6 GiB
 MAX_PUBLISHED_BYTES_PER_CLIENT = 256 << 20
@@ -97,7 +98,11 @@ class Coordinator(Service):
                          watch_disconnects=True, router_options={
                              **ping_options(heartbeat),
                              # it takes no arrays: a larger frame closes its connection
-                             zmq.MAXMSGSIZE: wire.DEFAULT_LIMITS.frame_cap(arrays=False)})
+                             zmq.MAXMSGSIZE: wire.DEFAULT_LIMITS.frame_cap(arrays=False),
+                             # answers waiting in ZeroMQ for a peer that reads none: a
+                             # client asks one thing at a time (1000 by default, and 1500
+                             # unread lookups of a 1 MB record held 1.2 GiB here)
+                             zmq.SNDHWM: COORDINATOR_SNDHWM})
         self.heartbeat = heartbeat
         self.lost_after = (lost_after if lost_after is not None
                            else SILENT_AFTER_BEATS * heartbeat)
