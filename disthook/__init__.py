@@ -48,8 +48,10 @@ from disthook._dtype import (  # noqa: F401
     short,
     uint8,
 )
+from disthook._limits import check_memory_format as _check_memory_format
 from disthook._out import write_out as _write_out
 from disthook._stft import istft, stft  # noqa: F401
+from disthook._tensor_shape import by_keyword as _by_keyword
 from disthook._tensor_str import get_printoptions, set_printoptions  # noqa: F401
 from disthook.autograd import (  # noqa: F401
     enable_grad,
@@ -140,24 +142,34 @@ def _draw(draw, size, np_dtype, scale=1.0):
     return (parts[..., 0] + 1j * parts[..., 1]).astype(np_dtype)
 
 
-def rand(*size, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
+def rand(*args, size=None, dtype=None, device=None, requires_grad=False,  # noqa: F811
+         generator=None) -> Tensor:
+    size = _by_keyword(args, size, "size", "rand")
     arr = _draw(random.gen(generator).random, _size(size), _np.dtype(_float_np(dtype)))
     return _rand_factory(arr, requires_grad, device)
 
 
-def randn(*size, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
+def randn(*args, size=None, dtype=None, device=None, requires_grad=False,  # noqa: F811
+          generator=None) -> Tensor:
+    size = _by_keyword(args, size, "size", "randn")
     # a complex normal has variance 1 in all: each part's is 1/2, as torch's
     arr = _draw(random.gen(generator).standard_normal, _size(size), _np.dtype(_float_np(dtype)),
                 _np.sqrt(0.5))
     return _rand_factory(arr, requires_grad, device)
 
 
-def rand_like(t: Tensor, *, dtype=None, requires_grad=False) -> Tensor:
-    return rand(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
+def rand_like(t: Tensor, *, generator=None, dtype=None, device=None,  # noqa: F811
+              requires_grad=False, memory_format=None) -> Tensor:  # noqa: F811 (torch's names)
+    _check_memory_format(memory_format, "rand_like")
+    return rand(t.shape, dtype=dtype or t.dtype, device=device, requires_grad=requires_grad,
+                generator=generator)
 
 
-def randn_like(t: Tensor, *, dtype=None, requires_grad=False) -> Tensor:
-    return randn(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
+def randn_like(t: Tensor, *, generator=None, dtype=None, device=None,  # noqa: F811
+               requires_grad=False, memory_format=None) -> Tensor:  # noqa: F811 (torch's names)
+    _check_memory_format(memory_format, "randn_like")
+    return randn(t.shape, dtype=dtype or t.dtype, device=device, requires_grad=requires_grad,
+                 generator=generator)
 
 
 def randint(low, high=None, size=None, *, dtype=None, device=None, requires_grad=False,
@@ -239,7 +251,7 @@ for _name in (
     "true_divide", "matmul", "mm", "mv", "dot", "bmm", "sum", "mean", "var", "std", "max",
     "min", "amax", "amin", "argmax", "argmin", "prod", "logsumexp", "softmax", "log_softmax",
     "all", "any", "norm", "cumsum", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze",
-    "permute", "transpose", "swapaxes", "t", "split", "chunk", "unbind", "narrow", "select",
+    "permute", "transpose", "swapaxes", "t", "chunk", "unbind", "narrow", "select",
     "masked_fill", "gather", "index_put", "eq", "ne", "lt", "le", "gt", "ge", "equal",
     "allclose", "isclose", "logical_and", "logical_or", "logical_xor", "logical_not", "isnan",
     "isinf", "isfinite", "clone", "detach", "lerp", "broadcast_to", "repeat", "sort",
@@ -279,6 +291,11 @@ for _name in (
 ):
     globals()[_name] = _method(_name)
 del _name
+
+
+def split(tensor: Tensor, split_size_or_sections, dim: int = 0) -> tuple:
+    """``torch.split``: its second argument's name is not the method's (``split_size``)."""
+    return tensor.split(split_size_or_sections, dim)
 
 
 def real(input: Tensor) -> Tensor:

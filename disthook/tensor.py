@@ -18,10 +18,11 @@ from disthook import _dtype
 from disthook import random as _random
 from disthook._dtype import dtype as _DType
 from disthook._layout import empty_laid_out
+from disthook._limits import check_memory_format
 from disthook._out import check_pin_memory, factory_out, write_out
 from disthook._tensor_math import INPLACE_NAMES, MathMethods, inplace_of
 from disthook._tensor_reduce import ReduceMethods
-from disthook._tensor_shape import NO_ACCELERATOR, ShapeMethods
+from disthook._tensor_shape import NO_ACCELERATOR, ShapeMethods, by_keyword
 from disthook.autograd import grad_mode
 from disthook.ops import complex as C
 from disthook.ops import elementwise as E
@@ -172,6 +173,12 @@ def _check_device(dev) -> None:
             "out the .to('meta') (its own tensors are put aside while the call runs).")
     if d.type != "cpu":
         raise RuntimeError(f"disthook runs on the CPU only; device '{d}' is not available")
+
+
+def _complex_for(t) -> _dtype.dtype:
+    """The complex dtype a real tensor's values take with a complex number (torch's
+    promotion): complex128 from float64, complex64 from anything else."""
+    return _dtype.complex128 if t._data.dtype == np.float64 else _dtype.complex64
 
 
 def _np_dtype(dtype):
@@ -792,7 +799,9 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         if isinstance(base, Tensor):
             return base.pow(self)
         x = self
-        if not self.is_floating_point():
+        if isinstance(base, complex) and self._data.dtype.kind != "c":
+            x = self.to(_complex_for(self))
+        elif self._data.dtype.kind not in "fc":
             integral = isinstance(base, (int, np.integer))
             x = self.float() if not integral else self.long() if self.dtype.np.kind == "b" else self
         return E.RPowScalar.apply(x, base=base)
@@ -885,13 +894,13 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def div(self, other, *, rounding_mode=None):
         if rounding_mode is None:
             return self / other
-        if rounding_mode == "floor":
-            return (self / other).floor()
-        if rounding_mode == "trunc":
-            return (self / other).trunc()
-        raise RuntimeError(
-            f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
-            f"'{rounding_mode}'")
+        if rounding_mode not in ("floor", "trunc"):
+            raise RuntimeError(
+                f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
+                f"'{rounding_mode}'")
+        if _integral_division(self, other):  # integers stay integers, exact (torch's)
+            return self._binary(E.FloorDiv if rounding_mode == "floor" else E.TruncDiv, other)
+        return getattr(self / other, rounding_mode)()
 
     divide = true_divide = div
 
@@ -902,7 +911,10 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             raise TypeError(f"pow(): exponent must be a number or Tensor, got "
                             f"{type(exponent).__name__}")
         base = self
-        if self._data.dtype.kind != "f" and isinstance(exponent, builtins.float):
+        if isinstance(exponent, complex) and self._data.dtype.kind != "c":
+            # a complex power of a real tensor is complex, as torch's type promotion has it
+            base = self.to(_complex_for(self))
+        elif self._data.dtype.kind not in "fc" and isinstance(exponent, builtins.float):
             base = self.float()
         elif self._data.dtype.kind in "iu" and exponent < 0:
             raise RuntimeError("Integers to negative integer powers are not allowed.")
@@ -1439,7 +1451,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             return C.product(L.matmul, (self, other))
         return L.matmul(self, other)
 
-    def mm(self, other):
+    def mm(self, mat2):
+        other = mat2
         if self.ndim != 2:
             raise RuntimeError("self must be a matrix")
         if other.ndim != 2:
@@ -1464,7 +1477,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             return C.product(L.Dot.apply, (self, other))
         return L.Dot.apply(self, other)
 
-    def bmm(self, other):
+    def bmm(self, mat2):
+        other = mat2
         if self.ndim != 3 or other.ndim != 3:
             raise RuntimeError("batch1 must be a 3D tensor")
         L.check_same_dtype(self, other, "bmm")
@@ -1492,7 +1506,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {n}")
         return shape
 
-    def view(self, *shape):
+    def view(self, *args, size=None):
+        shape = args if size is None else by_keyword(args, size, "size", "view")
         if len(shape) == 1 and isinstance(shape[0], _DType):
             raise NotImplementedError("view(dtype) reinterpretation is not supported")
         shape = self._shape_arg(shape)
@@ -1503,8 +1518,9 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
                 "instead.")
         return S.View.apply(self, shape=shape)
 
-    def reshape(self, *shape):
-        shape = self._shape_arg(shape)
+    def reshape(self, *args, shape=None):
+        shape = self._shape_arg(args if shape is None else
+                                by_keyword(args, shape, "shape", "reshape"))
         op = S.View if _can_view(self._data, shape) else S.UnsafeView
         return op.apply(self, shape=shape)
 
@@ -1546,7 +1562,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
                 f"{dim})")
         return S.Unsqueeze.apply(self, dim=dim % n)
 
-    def permute(self, *dims):
+    def permute(self, *args, dims=None):
+        dims = args if dims is None else by_keyword(args, dims, "dims", "permute")
         if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
             dims = tuple(dims[0])
         if len(dims) != self.ndim:
@@ -1564,7 +1581,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             return self
         return S.Transpose.apply(self, dim0=self._dim(dim0), dim1=self._dim(dim1))
 
-    swapaxes = transpose
+    def swapaxes(self, axis0, axis1):
+        return self.transpose(axis0, axis1)
 
     def t(self):
         if self.ndim > 2:
@@ -1580,7 +1598,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def mT(self):
         return self.transpose(-2, -1)
 
-    def expand(self, *sizes):
+    def expand(self, *args, size=None):
+        sizes = args if size is None else by_keyword(args, size, "size", "expand")
         if len(sizes) == 1 and isinstance(sizes[0], (tuple, list, Size)):
             sizes = tuple(sizes[0])
         if len(sizes) < self.ndim:
@@ -1614,7 +1633,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def broadcast_to(self, shape):
         return self.expand(shape)
 
-    def repeat(self, *repeats):
+    def repeat(self, *args, repeats=None):
+        repeats = by_keyword(args, repeats, "repeats", "repeat")
         if len(repeats) == 1 and isinstance(repeats[0], (tuple, list, Size)):
             repeats = tuple(repeats[0])
         if len(repeats) < self.ndim:
@@ -1853,8 +1873,15 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def mul_(self, other):
         return self._inplace_binary(E.Mul, other)
 
-    def div_(self, other):
-        if self._data.dtype.kind != "f" and result_dtype(self, other).kind != "f":
+    def div_(self, other, *, rounding_mode=None):
+        if rounding_mode is not None:
+            result = self.div(other, rounding_mode=rounding_mode)
+            if result._data.dtype.kind != self._data.dtype.kind:
+                raise RuntimeError(f"result type {_kind_title(result._data.dtype)} can't be "
+                                   f"cast to the desired output type "
+                                   f"{_kind_title(self._data.dtype)}")
+            return self.copy_(result)
+        if self._data.dtype.kind not in "fc" and result_dtype(self, other).kind != "f":
             # true division of integers is floating, which an integer tensor cannot hold
             raise RuntimeError(f"result type Float can't be cast to the desired output type "
                                f"{_kind_title(self._data.dtype)}")
@@ -1863,9 +1890,12 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def pow_(self, exponent):
         if isinstance(exponent, Tensor):
             return self._inplace_binary(E.Pow, exponent)
-        if self._data.dtype.kind != "f" and isinstance(exponent, builtins.float):
+        if self._data.dtype.kind not in "fc" and isinstance(exponent, builtins.float):
             raise RuntimeError(f"result type Float can't be cast to the desired output type "
                                f"{_kind_title(self._data.dtype)}")
+        if self._data.dtype.kind != "c" and isinstance(exponent, complex):
+            raise RuntimeError(f"result type ComplexFloat can't be cast to the desired output "
+                               f"type {_kind_title(self._data.dtype)}")
         return self._inplace(E.PowScalar, exponent=exponent)
 
     def neg_(self):
@@ -2284,6 +2314,14 @@ def _infer_dtype(data) -> np.dtype:
     raise TypeError(f"Could not infer dtype of {type(data).__name__}")
 
 
+def _integral_division(a: Tensor, b) -> bool:
+    """Whether ``a / b`` rounded has an integer dtype in torch: both integral (bools with an
+    integer; bools alone torch does not divide so)."""
+    kinds = a._data.dtype.kind + (b._data.dtype.kind if isinstance(b, Tensor)
+                                  else np.asarray(b).dtype.kind)
+    return builtins.all(k in "iub" for k in kinds) and kinds != "bb"
+
+
 def _unwrap_nested(data):
     if isinstance(data, Tensor):
         return data._data
@@ -2364,17 +2402,21 @@ def _float_dt(dtype):
 
 
 @factory_out
-def zeros(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+def zeros(*args, size=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    size = by_keyword(args, size, "size", "zeros")
     return _factory(np.zeros(_size_args(size), _float_dt(dtype)), requires_grad, device)
 
 
 @factory_out
-def ones(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+def ones(*args, size=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    size = by_keyword(args, size, "size", "ones")
     return _factory(np.ones(_size_args(size), _float_dt(dtype)), requires_grad, device)
 
 
 @factory_out
-def empty(*size, dtype=None, device=None, requires_grad=False, memory_format=None) -> Tensor:
+def empty(*args, size=None, dtype=None, device=None, requires_grad=False,
+          memory_format=None) -> Tensor:
+    size = by_keyword(args, size, "size", "empty")
     return _factory(np.zeros(_size_args(size), _float_dt(dtype)), requires_grad, device)
 
 
@@ -2391,19 +2433,26 @@ def _like(t: Tensor, dtype):
     return _np_dtype(t.dtype if dtype is None else dtype)
 
 
-def zeros_like(t, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+def zeros_like(t, *, dtype=None, device=None, requires_grad=False,
+               memory_format=None) -> Tensor:
+    check_memory_format(memory_format, "zeros_like")
     return _factory(np.zeros(t.shape, _like(t, dtype)), requires_grad, device)
 
 
-def ones_like(t, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+def ones_like(t, *, dtype=None, device=None, requires_grad=False, memory_format=None) -> Tensor:
+    check_memory_format(memory_format, "ones_like")
     return _factory(np.ones(t.shape, _like(t, dtype)), requires_grad, device)
 
 
-def empty_like(t, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+def empty_like(t, *, dtype=None, device=None, requires_grad=False,
+               memory_format=None) -> Tensor:
+    check_memory_format(memory_format, "empty_like")
     return _factory(np.zeros(t.shape, _like(t, dtype)), requires_grad, device)
 
 
-def full_like(t, fill_value, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+def full_like(t, fill_value, *, dtype=None, device=None, requires_grad=False,
+              memory_format=None) -> Tensor:
+    check_memory_format(memory_format, "full_like")
     return _factory(np.full(t.shape, fill_value, _like(t, dtype)), requires_grad, device)
 
 

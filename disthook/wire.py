@@ -229,17 +229,18 @@ RECORDS: dict[str, dict[str, str]] = {
 }
 ENUMS: dict[str, frozenset] = {
     "hook_kind": frozenset({"forward_pre", "forward", "full_backward", "backward",
-                            "full_backward_pre", "tensor"}),
+                            "full_backward_pre", "tensor", "post_accumulate"}),
     # what a hook event asks the client: run hook `hook` of a kind above; run the tensor
     # hooks a client hook put on a worker's tensor (leaf_hook); the vector-Jacobian product
     # of a tensor a client hook computed (vjp); take a retained gradient (retained)
     "event_kind": frozenset({"forward_pre", "forward", "full_backward", "backward",
-                             "full_backward_pre", "tensor", "leaf_hook", "vjp", "retained"}),
+                             "full_backward_pre", "tensor", "post_accumulate", "leaf_hook",
+                             "vjp", "retained"}),
     "pipe_kind": frozenset({"act", "grad", "abort", "value"}),
     "optimizer_action": frozenset({"step", "zero_grad", "state", "load"}),
     "grad_op_kind": frozenset({"norm", "scale", "clamp", "set", "add"}),
     "module_op_kind": frozenset({"register_buffer", "set_attr", "del_attr", "train",
-                                 "convert", "extend_attr"}),
+                                 "convert", "extend_attr", "client_modes"}),
     "schedule_kind": frozenset({"recv_act", "forward", "send_act", "recv_grad", "backward",
                                 "send_grad", "weight", "weight_batch"}),
     "layout_kind": frozenset({"chain", "tree", "whole"}),  # of a published model

@@ -335,7 +335,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
                 self.reply(self.router, job.sender, msg.req, "error",
                            self.error_reply(exc, job), ctx=msg.ctx)
                 return
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:
                 self.log.debug("%s: %s failed", self.name, msg.type, exc_info=True)
                 self.reply(self.router, job.sender, msg.req, "error",
                            self.error_reply(exc, job), ctx=msg.ctx)
@@ -476,6 +476,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         """Where ``exc`` happened: this worker, the stage of the request, and the innermost
         submodule of that stage whose code was on the stack (its path in the model). With
         ``inputs`` (a forward's arrays) the message also says what came in."""
+        exc = _not_an_exit(exc)
         st = None if job is None else job.stage
         path = None if st is None else _module_in_traceback(st.module, exc.__traceback__)
         message = str(exc)
@@ -521,6 +522,18 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number of threads >= 1, got "
                                          f"{text!r}")
     return int(text)
+
+
+def _not_an_exit(exc: BaseException) -> BaseException:
+    """``exc``, but a SystemExit (a part's or a hook's code called ``sys.exit``) as a
+    RuntimeError saying so: the request ends there, the worker serves on (its other clients,
+    its other models)."""
+    if not isinstance(exc, SystemExit):
+        return exc
+    err = RuntimeError(f"SystemExit({exc.code!r}): the code this request ran called "
+                       f"sys.exit({exc.code!r}); the call ends here, the worker serves on")
+    err.__traceback__ = exc.__traceback__
+    return err
 
 
 def _module_in_traceback(root, tb) -> str | None:

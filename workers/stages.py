@@ -8,7 +8,7 @@ from __future__ import annotations
 import zmq
 
 from disthook.distributed import aliases, shipping
-from disthook.distributed.spec import build_module
+from disthook.distributed.spec import build_module, runs_a_program
 from disthook.nn.modules.module import Module
 from disthook.service.loop import NO_REPLY
 from workers import attr_changes
@@ -237,7 +237,10 @@ class StageHandlers:
 
     def model_module_allowed(self, module: str) -> bool:
         """Whether a model's class (or an optimizer's, or a function an attribute names) may
-        be imported from ``module`` here (``--allow-model-module``)."""
+        be imported from ``module`` here (``--allow-model-module``); never a package's
+        ``__main__``, even in an allowed package (spec.runs_a_program)."""
+        if runs_a_program(module):
+            return False
         allowed = self.allow_model_modules
         if allowed is None:
             return True

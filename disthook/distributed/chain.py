@@ -139,6 +139,7 @@ def train_step(model: Deployment, x: Tensor, target: Tensor, loss_fn,
                           scales=scales)
         calls.append((address, fields))
     started = time.perf_counter()
+    model._hub.in_step = True
     try:
         replies = model._hub.request_all(calls, "train_step", ctx=step,
                                          what=f"a {model._schedule} training step",
@@ -147,6 +148,7 @@ def train_step(model: Deployment, x: Tensor, target: Tensor, loss_fn,
         model._hub.pending_optimizer[:0] = taken  # they go again (see run_stages)
         raise
     finally:  # what the step's hook events left here (their events carry the step's id)
+        model._hub.in_step = False
         for ctx_id in (step, *(f"{step}.{mb}" for mb in range(m))):
             model._hub.drop_context(ctx_id)
     wall = time.perf_counter() - started

@@ -124,24 +124,29 @@ class _NodeRoutes:
 
 # ---- hooks registered before the deploy ---------------------------------------------------
 
+# a parameter's hook dicts that go to its worker with it, and the kind each holds
+CARRIED_KINDS = (("_backward_hooks", "tensor"), ("_post_acc_hooks", "post_accumulate"))
+
+
 def carry_hooks(model: Deployment, root: Module) -> None:
-    """Tensor hooks registered before the deploy on the parameters now on workers are
-    registered there again, in their order, so that they fire there for the client as
-    before. (A placed module's own hooks are carried by its placement: ``placed``.)"""
+    """Tensor hooks and post-accumulate-grad hooks registered before the deploy on the
+    parameters now on workers are registered there again, in their order, so that they
+    fire there for the client as before. (A placed module's own hooks are carried by its
+    placement: ``placed``.)"""
     entries = []
     for path, module in root.named_modules():
         if model._layout.stage_of(path) is None and not (path == "" and model._whole):
             continue
-        for name, p in module._parameters.items():
-            for hook_id, fn in (p.__dict__.get("_backward_hooks") or {}).items() \
-                    if p is not None else ():
-                entries.append((hook_id, f"{path}.{name}" if path else name, fn, p))
+        for p in module._parameters.values():
+            for slot, kind in CARRIED_KINDS if p is not None else ():
+                for hook_id, fn in (p.__dict__.get(slot) or {}).items():
+                    entries.append((hook_id, kind, fn, p))
     if entries:
         from disthook.service import hook_kinds
 
         # under their handles' ids: a handle taken before removes it there too (hook_sync)
-        model._add_hooks([("tensor", p._path, fn, p, hook_kinds.options("tensor", {}))
-                          for _, _, fn, p in entries], ids=[i for i, *_ in entries])
+        model._add_hooks([(kind, p._path, fn, p, hook_kinds.options(kind, {}))
+                          for _, kind, fn, p in entries], ids=[i for i, *_ in entries])
         carried = model.__dict__.setdefault("_carried_hooks", {})
         for hook_id, _, _, p in entries:
             carried.setdefault(id(p), (weakref.ref(p), set()))[1].add(hook_id)
