@@ -27,7 +27,6 @@ import os
 import socket
 import threading
 import time
-import traceback
 import warnings
 
 import zmq
@@ -52,6 +51,7 @@ from workers import limits, queues
 from workers.batches import Batches
 from workers.client_hooks import HookHandlers
 from workers.compute import ComputeHandlers, leave_stream, rss_bytes
+from workers.error_reply import error_reply
 from workers.limits import MAX_GRAPH_BYTES, LimitChecks, add_limit_options, limit_arguments
 from workers.link_handlers import LinkHandlers
 from workers.params import ParamHandlers
@@ -473,20 +473,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         return st
 
     def error_reply(self, exc: BaseException, job=None, inputs=None) -> dict:
-        """Where ``exc`` happened: this worker, the stage of the request, and the innermost
-        submodule of that stage whose code was on the stack (its path in the model). With
-        ``inputs`` (a forward's arrays) the message also says what came in."""
-        exc = _not_an_exit(exc)
-        st = None if job is None else job.stage
-        path = None if st is None else _module_in_traceback(st.module, exc.__traceback__)
-        message = str(exc)
-        if inputs and st is not None:  # (a call of no arrays says nothing of them)
-            got = ", ".join(f"{a.dtype} of shape {tuple(a.shape)}" for a in inputs)
-            message += f" [the input of {st.name} was {got}]"
-        fields = error_fields(exc, worker=self.id, traceback=traceback.format_exc(),
-                              path=path, stage=None if st is None else st.name)
-        fields["message"] = message
-        return fields
+        """The error answer for ``exc`` (workers/error_reply.py)."""
+        return error_reply(exc, self.id, None if job is None else job.stage, inputs)
 
     def _route_warnings(self) -> None:
         """Warnings raised while a request runs go to its client, which issues them as its
@@ -522,30 +510,6 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number of threads >= 1, got "
                                          f"{text!r}")
     return int(text)
-
-
-def _not_an_exit(exc: BaseException) -> BaseException:
-    """``exc``, but a SystemExit (a part's or a hook's code called ``sys.exit``) as a
-    RuntimeError saying so: the request ends there, the worker serves on (its other clients,
-    its other models)."""
-    if not isinstance(exc, SystemExit):
-        return exc
-    err = RuntimeError(f"SystemExit({exc.code!r}): the code this request ran called "
-                       f"sys.exit({exc.code!r}); the call ends here, the worker serves on")
-    err.__traceback__ = exc.__traceback__
-    return err
-
-
-def _module_in_traceback(root, tb) -> str | None:
-    """The path (in ``root``) of the innermost submodule of ``root`` running in ``tb``."""
-    paths = {id(m): name for name, m in root.named_modules() if name}
-    found = None
-    while tb is not None:
-        owner = tb.tb_frame.f_locals.get("self")
-        if owner is not None and id(owner) in paths:
-            found = paths[id(owner)]
-        tb = tb.tb_next
-    return found
 
 
 def main(argv=None) -> int:
