@@ -158,23 +158,25 @@ def randn(*args, size=None, dtype=None, device=None, requires_grad=False,  # noq
     return _rand_factory(arr, requires_grad, device)
 
 
-def rand_like(t: Tensor, *, generator=None, dtype=None, device=None,  # noqa: F811
+def rand_like(input: Tensor, *, generator=None, dtype=None, device=None,  # noqa: F811
               requires_grad=False, memory_format=None) -> Tensor:  # noqa: F811 (torch's names)
     _check_memory_format(memory_format, "rand_like")
-    return rand(t.shape, dtype=dtype or t.dtype, device=device, requires_grad=requires_grad,
-                generator=generator)
+    return rand(input.shape, dtype=dtype or input.dtype, device=device,
+                requires_grad=requires_grad, generator=generator)
 
 
-def randn_like(t: Tensor, *, generator=None, dtype=None, device=None,  # noqa: F811
+def randn_like(input: Tensor, *, generator=None, dtype=None, device=None,  # noqa: F811
                requires_grad=False, memory_format=None) -> Tensor:  # noqa: F811 (torch's names)
     _check_memory_format(memory_format, "randn_like")
-    return randn(t.shape, dtype=dtype or t.dtype, device=device, requires_grad=requires_grad,
-                 generator=generator)
+    return randn(input.shape, dtype=dtype or input.dtype, device=device,
+                 requires_grad=requires_grad, generator=generator)
 
 
-def randint(low, high=None, size=None, *, dtype=None, device=None, requires_grad=False,
+def randint(low=None, high=None, size=None, *, dtype=None, device=None, requires_grad=False,
             generator=None) -> Tensor:
-    if size is None:
+    if low is None:  # randint(high=n, size=...)
+        low = 0
+    elif size is None:
         low, high, size = 0, low, high
     if high is None:
         low, high = 0, low
@@ -191,15 +193,20 @@ def randperm(n, *, dtype=None, device=None, requires_grad=False, generator=None)
                          requires_grad, device)
 
 
-def normal(mean, std, size=None, *, generator=None) -> Tensor:
+def normal(mean, std, size=None, *, generator=None, dtype=None, device=None,
+           requires_grad=False) -> Tensor:
     if isinstance(mean, Tensor) or isinstance(std, Tensor):
+        if dtype is not None or device is not None or requires_grad:
+            raise TypeError("normal(): dtype=, device= and requires_grad= go with a float mean "
+                            "and std and a size; with a tensor mean or std the result takes "
+                            "its dtype (call .to(dtype) or .requires_grad_() on it)")
         m = mean._data if isinstance(mean, Tensor) else mean
         s = std._data if isinstance(std, Tensor) else std
         shape = _np.broadcast_shapes(_np.shape(m), _np.shape(s))
         dt = (mean if isinstance(mean, Tensor) else std)._data.dtype
         return Tensor._make(random.gen(generator).normal(m, s, shape).astype(dt), None, 0)
-    return Tensor._make(random.normal(mean, std, _size((size,)), get_default_dtype().np,
-                                      generator), None, 0)
+    return _rand_factory(random.normal(mean, std, _size((size,)), _float_np(dtype), generator),
+                         requires_grad, device)
 
 
 def bernoulli(p: Tensor, *, generator=None) -> Tensor:
@@ -478,6 +485,11 @@ for _name in ("zeros", "ones", "empty", "full", "rand", "randn", "randint", "ran
               "bartlett_window", "hann_window", "tril_indices", "scalar_tensor"):
     globals()[_name] = _takes_pin_memory(globals()[_name])  # torch's pin_memory=
 del _name, _takes_pin_memory
+
+from disthook._keywords import torch_keywords_in as _torch_keywords_in
+
+_torch_keywords_in(globals())  # torch.cat(xs, axis=0), torch.sum(x, axis=1)
+del _torch_keywords_in
 
 if _find_spec("einops") is not None:  # einops takes disthook tensors (its backend, found
     try:                             # by einops itself)
