@@ -103,6 +103,20 @@ from disthook.tensor import (  # noqa: F401
 )
 
 
+def _assert(condition, message) -> None:
+    """``torch._assert``: an assert that tracing keeps (models check shapes with it)."""
+    if not condition:
+        raise AssertionError(message)
+
+
+def _check(cond, message=None) -> None:
+    """``torch._check``: RuntimeError unless ``cond``; ``message`` is a callable giving the
+    text, called only on failure."""
+    if not cond:
+        raise RuntimeError(message() if message is not None else
+                           "Expected cond to be True, but got False.")
+
+
 def is_tensor(obj) -> type(True):
     return isinstance(obj, Tensor)
 

@@ -26,6 +26,7 @@ from disthook._surface.applicable import hint, not_applicable
 
 DATA = Path(__file__).with_name("torch_names.json")
 MARK = "__disthook_refused__"  # set on every refusal: the torch name it stands for
+PARTIAL = "__disthook_partial__"  # set by a module that has only some of its torch names
 
 
 @cache
@@ -140,7 +141,9 @@ def install(module: types.ModuleType) -> None:
         return
     torch_module = torch_name_of(module.__name__)
     names = torch_names(torch_module)
-    stub = bool(module.__dict__.get(MARK))
+    # a stub, or a module that has some of an unrecorded torch module's names: its other
+    # public names refuse too
+    stub = bool(module.__dict__.get(MARK)) or bool(module.__dict__.get(PARTIAL))
     made: dict = {}
 
     def __getattr__(name: str):
