@@ -474,6 +474,7 @@ from disthook._limits import (  # noqa: F401
 from disthook._settings import *
 from disthook.amp.autocast_mode import autocast, is_autocast_enabled  # noqa: F401
 from disthook.compiler import compile  # noqa: F401  # torch's wrapper of a module, run eagerly
+from disthook.cuda import OutOfMemoryError  # noqa: F401
 from disthook.storage import TypedStorage, UntypedStorage  # noqa: F401
 
 for _name in _NN_ALIASES:  # those nn.functional defines (same argument order as torch's)

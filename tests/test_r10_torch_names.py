@@ -172,3 +172,42 @@ def test_download_url_to_file_and_the_hub_dir(tmp_path, monkeypatch):
     assert disthook.hub.get_dir() == str(tmp_path / "elsewhere")
     with pytest.raises(NotImplementedError, match="torch.hub.load"):
         disthook.hub.load("owner/repo", "model")
+
+
+@pytest.mark.parametrize("call", [
+    lambda lib: lib.linalg.inv(lib.zeros(2, 2)),
+    lambda lib: lib.inverse(lib.zeros(2, 2)),
+    lambda lib: lib.linalg.solve(lib.zeros(2, 2), lib.ones(2)),
+    lambda lib: lib.linalg.cholesky(-lib.eye(2)),
+], ids=["inv", "inverse", "solve", "cholesky"])
+def test_a_failed_factorization_is_linalg_error_as_torch(call):
+    for lib in (torch, disthook):
+        with pytest.raises(lib.linalg.LinAlgError) as caught:
+            call(lib)
+        assert isinstance(caught.value, RuntimeError)
+
+
+def test_out_of_memory_error_is_a_runtime_error_a_program_can_catch():
+    for lib in (torch, disthook):
+        assert lib.OutOfMemoryError is lib.cuda.OutOfMemoryError
+        assert issubclass(lib.OutOfMemoryError, RuntimeError)
+        with pytest.raises(ValueError, match="other"):  # the pattern of peft's and diffusers'
+            try:                                        # benchmark scripts
+                raise ValueError("other")
+            except lib.OutOfMemoryError:
+                pytest.fail("caught what it does not name")
+
+
+def test_refused_warning_and_error_classes_can_be_named_where_python_wants_one():
+    import warnings
+
+    for lib in (torch, disthook):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=lib.jit.TracerWarning)
+        with pytest.raises(KeyError):
+            try:
+                raise KeyError("k")
+            except lib.fx.proxy.TraceError:
+                pytest.fail("caught what it does not name")
+    with pytest.raises(NotImplementedError, match="torch.jit.TracerWarning"):
+        disthook.jit.TracerWarning("made")

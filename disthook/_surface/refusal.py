@@ -113,12 +113,22 @@ class _RefusedValue:
         return f"<refused {self.__dict__[MARK]}>"
 
 
+def _refused_bases(short: str) -> tuple:
+    """A torch warning or exception class stands in as one: naming it in ``except torch.X:``
+    or ``warnings.filterwarnings(category=torch.X)`` needs a real one (a bare refusal made the
+    first a TypeError when any error came by, the second at once). Nothing here raises it."""
+    if short.endswith("Warning"):
+        return (Warning,)
+    return (Exception,) if short.endswith(("Error", "Exception")) else ()
+
+
 def make_refusal(qualname: str, kind: str, module_name: str):
     """A class, function or value standing for torch's ``qualname``, refusing at use."""
     short = qualname.rsplit(".", 1)[-1]
     if kind in ("class", "unknown"):
-        return (_RefusedType if kind == "class" else _RefusedUnknown)(short, (), {MARK: qualname, "__module__": module_name,
-                                        "__doc__": message(qualname)})
+        return (_RefusedType if kind == "class" else _RefusedUnknown)(
+            short, _refused_bases(short), {MARK: qualname, "__module__": module_name,
+                                           "__doc__": message(qualname)})
     if kind == "function":
         def refused(*args, **kwargs):
             raise NotImplementedError(message(qualname))

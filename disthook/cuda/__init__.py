@@ -18,6 +18,12 @@ from disthook.cuda import amp  # noqa: F401
 from disthook.tensor import no_cuda
 
 
+class OutOfMemoryError(RuntimeError):
+    """``torch.OutOfMemoryError`` (``torch.cuda.OutOfMemoryError`` too): an accelerator's
+    memory ran out. Computing on the CPU never raises it, as in a CPU-only torch; programs
+    name it in ``except`` clauses, which need a real exception class."""
+
+
 def is_available() -> bool:
     return False
 
