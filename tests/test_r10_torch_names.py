@@ -211,3 +211,31 @@ def test_refused_warning_and_error_classes_can_be_named_where_python_wants_one()
                 pytest.fail("caught what it does not name")
     with pytest.raises(NotImplementedError, match="torch.jit.TracerWarning"):
         disthook.jit.TracerWarning("made")
+
+
+def test_a_reversible_block_replays_its_dropout_as_torch():
+    """The Deterministic wrapper of lucidrains' reversible networks (DALLE-pytorch,
+    alphafold2): it reads torch.cuda._initialized, records the generator's state and replays
+    it under fork_rng; get/set_device_states come from torch.utils.checkpoint."""
+    outs = []
+    for lib in (torch, disthook):
+        from importlib import import_module
+
+        ckpt = import_module(lib.__name__ + ".utils.checkpoint")
+        lib.manual_seed(0)
+        net = lib.nn.Dropout(0.5)
+        x = lib.ones(8)
+        state = lib.get_rng_state()
+        assert lib.cuda._initialized is False
+        devices, states = ckpt.get_device_states(x)
+        assert (devices, states) == ([], [])
+        first = net(x)
+        with lib.random.fork_rng(devices=devices, enabled=True):
+            lib.set_rng_state(state)
+            ckpt.set_device_states(devices, states)
+            again = net(x)
+        np.testing.assert_array_equal(again.numpy(), first.numpy())
+        outs.append(first.numpy())
+    assert outs[0].shape == outs[1].shape
+    with pytest.raises(NotImplementedError, match="no accelerator"):
+        disthook.utils.checkpoint.set_device_states([0], [disthook.zeros(1)])

@@ -17,6 +17,9 @@ from collections import OrderedDict
 from disthook.cuda import amp  # noqa: F401
 from disthook.tensor import no_cuda
 
+_initialized = False  # read without a guard by reversible blocks (lucidrains') before
+# they record a GPU's random state; a CPU-only torch has it False
+
 
 class OutOfMemoryError(RuntimeError):
     """``torch.OutOfMemoryError`` (``torch.cuda.OutOfMemoryError`` too): an accelerator's
