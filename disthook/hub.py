@@ -14,8 +14,8 @@ import re
 import shutil
 import sys
 import tempfile
-import urllib.parse
 import urllib.request
+from urllib.parse import urlparse  # torch.hub has it too: timm imports it from there
 
 __all__ = ["download_url_to_file", "get_dir", "load_state_dict_from_url", "set_dir"]
 
@@ -73,7 +73,7 @@ def load_state_dict_from_url(url: str, model_dir: str | None = None, map_locatio
 
     model_dir = model_dir if model_dir is not None else os.path.join(get_dir(), "checkpoints")
     os.makedirs(model_dir, exist_ok=True)
-    filename = file_name or os.path.basename(urllib.parse.urlparse(url).path)
+    filename = file_name or os.path.basename(urlparse(url).path)
     cached_file = os.path.join(model_dir, filename)
     if not os.path.exists(cached_file):
         sys.stderr.write(f'Downloading: "{url}" to {cached_file}\n')

@@ -239,3 +239,21 @@ def test_a_reversible_block_replays_its_dropout_as_torch():
     assert outs[0].shape == outs[1].shape
     with pytest.raises(NotImplementedError, match="no accelerator"):
         disthook.utils.checkpoint.set_device_states([0], [disthook.zeros(1)])
+
+
+def test_what_timm_and_diffusers_import_from_torch_s_private_corners():
+    """timm's _hub: ``from torch.hub import HASH_REGEX, download_url_to_file, urlparse`` (and
+    ``_get_torch_home``); diffusers' ControlNet pipelines:
+    ``isinstance(unet, torch._dynamo.eval_frame.OptimizedModule)``."""
+    for lib in (torch, disthook):
+        from importlib import import_module
+
+        hub = import_module(lib.__name__ + ".hub")
+        assert hub.urlparse("https://h/x/net-1a2b.pth").path == "/x/net-1a2b.pth"
+        assert hub.HASH_REGEX.search("net-1a2b.pth").group(1) == "1a2b"
+        assert hub._get_torch_home() == torch.hub._get_torch_home()
+        model = lib.nn.Linear(2, 2)
+        compiled = lib.compile(model)
+        assert isinstance(compiled, lib._dynamo.eval_frame.OptimizedModule)
+        assert not isinstance(model, lib._dynamo.eval_frame.OptimizedModule)
+        assert compiled._orig_mod is model
