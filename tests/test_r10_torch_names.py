@@ -6,6 +6,7 @@ them): ``torch.nn.modules.utils._pair`` and kin, ``torch.hub.load_state_dict_fro
 each is compared with torch here."""
 import collections
 import hashlib
+import weakref
 
 import numpy as np
 import pytest
@@ -257,3 +258,40 @@ def test_what_timm_and_diffusers_import_from_torch_s_private_corners():
         assert isinstance(compiled, lib._dynamo.eval_frame.OptimizedModule)
         assert not isinstance(model, lib._dynamo.eval_frame.OptimizedModule)
         assert compiled._orig_mod is model
+
+
+def test_swap_tensors_as_torch():
+    """peft's LoRA hot-swap and diffusers' group offloading: ``torch.utils.swap_tensors``
+    gives a module's parameter object another tensor's contents (it was a refusal)."""
+    seen = []
+    for lib in (torch, disthook):
+        a, b = lib.ones(2), lib.zeros(3, requires_grad=True)
+        b.grad = lib.full((3,), 5.0)
+        b.note = "kept with the contents"
+        lib.utils.swap_tensors(a, b)
+        seen.append((a.tolist(), a.requires_grad, a.grad.tolist(), a.note, b.tolist(),
+                     b.requires_grad, b.grad, hasattr(b, "note")))
+        p, t = lib.nn.Parameter(lib.ones(1)), lib.zeros(1)
+        lib.utils.swap_tensors(p, t)
+        assert type(p) is lib.Tensor and type(t) is lib.nn.Parameter
+
+        lin = lib.nn.Linear(2, 3)
+        with lib.no_grad():
+            lin.bias.copy_(lib.tensor([0.1, -0.2, 0.3]))
+        x = lib.tensor(np.arange(8.0, dtype=np.float32).reshape(4, 2))
+        lin(x).sum().backward()
+        weight = lin.weight
+        grown = lib.nn.Parameter(lib.tensor(np.arange(6.0, dtype=np.float32).reshape(3, 2)))
+        lib.utils.swap_tensors(weight, grown)
+        assert lin.weight is weight and weight.grad is None and grown.grad is not None
+        lin(x).pow(2).sum().backward()
+        seen.append((weight.grad.tolist(), lin(x).tolist() == (x @ weight.T + lin.bias).tolist()))
+
+        held = lib.ones(1)
+        keep = weakref.ref(held)
+        with pytest.raises(RuntimeError, match="Cannot swap t1 because it has weakref"):
+            lib.utils.swap_tensors(held, lib.zeros(1))
+        del keep
+    assert seen[0] == seen[2]
+    np.testing.assert_allclose(seen[1][0], seen[3][0], rtol=1e-6)
+    assert seen[1][1] and seen[3][1]
