@@ -207,7 +207,7 @@ def randperm(n, *, dtype=None, device=None, requires_grad=False, generator=None)
                          requires_grad, device)
 
 
-def normal(mean, std, size=None, *, generator=None, dtype=None, device=None,
+def normal(mean, std, size=None, *, generator=None, dtype=None, device=None,  # noqa: F811
            requires_grad=False) -> Tensor:
     if isinstance(mean, Tensor) or isinstance(std, Tensor):
         if dtype is not None or device is not None or requires_grad:

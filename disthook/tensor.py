@@ -42,6 +42,9 @@ from disthook.ops.base import (
 )
 from disthook.utils.hooks import RemovableHandle
 
+SCATTER_REDUCE_WARNING = (
+    "The reduce argument of torch.scatter with Tensor src is deprecated and will be removed "
+    "in a future PyTorch release. Use torch.scatter_reduce instead for more reduction options.")
 NON_LEAF_GRAD_WARNING = (
     "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. Its .grad "
     "attribute won't be populated during autograd.backward(). If you indeed want the .grad "
@@ -1379,12 +1382,19 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self._scatter(dim, index, src, value, reduce, inplace=True)
 
     def _scatter(self, dim, index, src, value, reduce, inplace):
-        if reduce is not None:
-            raise NotImplementedError("scatter(reduce=...) is not supported by disthook")
         src = value if src is None else src
         d = self._scatter_checks("scatter", dim, index, src)
         params = {"index": _along(index._data, self.ndim), "dim": d}
-        if isinstance(src, Tensor):
+        if reduce is not None:
+            if reduce not in ("add", "multiply"):
+                raise RuntimeError("reduce argument must be either add or multiply.")
+            if isinstance(src, Tensor):
+                warnings.warn(SCATTER_REDUCE_WARNING, UserWarning, stacklevel=3)
+            op, params["reduce"] = S.ScatterWithReduce, reduce
+            operands = (src,) if isinstance(src, Tensor) else ()
+            if not operands:
+                params["value"] = src
+        elif isinstance(src, Tensor):
             op, operands = S.Scatter, (src,)
         else:
             op, operands = S.ScatterValue, ()
