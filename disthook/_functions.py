@@ -493,15 +493,17 @@ def triangular_solve(b: Tensor, A: Tensor, upper=True, transpose=False, unitrian
 
 
 def randint_like(input: Tensor, low=0, high=None, *, dtype=None, device=None,
-                 requires_grad=False, generator=None) -> Tensor:
+                 requires_grad=False, generator=None, memory_format=None) -> Tensor:
     from disthook import randint
+    from disthook._limits import check_memory_format
 
+    check_memory_format(memory_format, "randint_like")
     _refuse_complex("randint_like", input)
 
     if high is None:
         low, high = 0, low
-    return randint(low, high, tuple(input.shape), dtype=dtype or input.dtype,
-                   generator=generator)
+    return randint(low, high, tuple(input.shape), dtype=dtype or input.dtype, device=device,
+                   requires_grad=requires_grad, generator=generator)
 
 
 def binomial(count: Tensor, prob: Tensor, generator=None) -> Tensor:

@@ -17,11 +17,13 @@ import numpy as np
 from disthook import _dtype
 from disthook import random as _random
 from disthook._dtype import dtype as _DType
+from disthook._keywords import take_torch_keywords
 from disthook._layout import empty_laid_out
-from disthook._out import check_pin_memory, factory_out, write_out
+from disthook._limits import check_memory_format
+from disthook._out import check_layout, check_pin_memory, factory_out, write_out
 from disthook._tensor_math import INPLACE_NAMES, MathMethods, inplace_of
 from disthook._tensor_reduce import ReduceMethods
-from disthook._tensor_shape import NO_ACCELERATOR, ShapeMethods
+from disthook._tensor_shape import NO_ACCELERATOR, ShapeMethods, by_keyword
 from disthook.autograd import grad_mode
 from disthook.ops import complex as C
 from disthook.ops import elementwise as E
@@ -40,6 +42,9 @@ from disthook.ops.base import (
 )
 from disthook.utils.hooks import RemovableHandle
 
+SCATTER_REDUCE_WARNING = (
+    "The reduce argument of torch.scatter with Tensor src is deprecated and will be removed "
+    "in a future PyTorch release. Use torch.scatter_reduce instead for more reduction options.")
 NON_LEAF_GRAD_WARNING = (
     "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. Its .grad "
     "attribute won't be populated during autograd.backward(). If you indeed want the .grad "
@@ -312,6 +317,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             return self.dtype.legacy_type
         if isinstance(dtype, str):
             dtype = _dtype.from_legacy(dtype)
+        elif isinstance(dtype, type) and isinstance(getattr(dtype, "dtype", None), _DType):
+            dtype = dtype.dtype  # a legacy class: x.type(torch.FloatTensor)
         return self.to(dtype)
 
     def get_device(self) -> int:
@@ -893,13 +900,13 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def div(self, other, *, rounding_mode=None):
         if rounding_mode is None:
             return self / other
-        if rounding_mode == "floor":
-            return (self / other).floor()
-        if rounding_mode == "trunc":
-            return (self / other).trunc()
-        raise RuntimeError(
-            f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
-            f"'{rounding_mode}'")
+        if rounding_mode not in ("floor", "trunc"):
+            raise RuntimeError(
+                f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
+                f"'{rounding_mode}'")
+        if _integral_division(self, other):  # integers stay integers, exact (torch's)
+            return self._binary(E.FloorDiv if rounding_mode == "floor" else E.TruncDiv, other)
+        return getattr(self / other, rounding_mode)()
 
     divide = true_divide = div
 
@@ -1375,12 +1382,19 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self._scatter(dim, index, src, value, reduce, inplace=True)
 
     def _scatter(self, dim, index, src, value, reduce, inplace):
-        if reduce is not None:
-            raise NotImplementedError("scatter(reduce=...) is not supported by disthook")
         src = value if src is None else src
         d = self._scatter_checks("scatter", dim, index, src)
         params = {"index": _along(index._data, self.ndim), "dim": d}
-        if isinstance(src, Tensor):
+        if reduce is not None:
+            if reduce not in ("add", "multiply"):
+                raise RuntimeError("reduce argument must be either add or multiply.")
+            if isinstance(src, Tensor):
+                warnings.warn(SCATTER_REDUCE_WARNING, UserWarning, stacklevel=3)
+            op, params["reduce"] = S.ScatterWithReduce, reduce
+            operands = (src,) if isinstance(src, Tensor) else ()
+            if not operands:
+                params["value"] = src
+        elif isinstance(src, Tensor):
             op, operands = S.Scatter, (src,)
         else:
             op, operands = S.ScatterValue, ()
@@ -1450,7 +1464,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             return C.product(L.matmul, (self, other))
         return L.matmul(self, other)
 
-    def mm(self, other):
+    def mm(self, mat2):
+        other = mat2
         if self.ndim != 2:
             raise RuntimeError("self must be a matrix")
         if other.ndim != 2:
@@ -1475,7 +1490,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             return C.product(L.Dot.apply, (self, other))
         return L.Dot.apply(self, other)
 
-    def bmm(self, other):
+    def bmm(self, mat2):
+        other = mat2
         if self.ndim != 3 or other.ndim != 3:
             raise RuntimeError("batch1 must be a 3D tensor")
         L.check_same_dtype(self, other, "bmm")
@@ -1503,7 +1519,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {n}")
         return shape
 
-    def view(self, *shape):
+    def view(self, *args, size=None):
+        shape = args if size is None else by_keyword(args, size, "size", "view")
         if len(shape) == 1 and isinstance(shape[0], _DType):
             raise NotImplementedError("view(dtype) reinterpretation is not supported")
         shape = self._shape_arg(shape)
@@ -1514,8 +1531,9 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
                 "instead.")
         return S.View.apply(self, shape=shape)
 
-    def reshape(self, *shape):
-        shape = self._shape_arg(shape)
+    def reshape(self, *args, shape=None):
+        shape = self._shape_arg(args if shape is None else
+                                by_keyword(args, shape, "shape", "reshape"))
         op = S.View if _can_view(self._data, shape) else S.UnsafeView
         return op.apply(self, shape=shape)
 
@@ -1557,7 +1575,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
                 f"{dim})")
         return S.Unsqueeze.apply(self, dim=dim % n)
 
-    def permute(self, *dims):
+    def permute(self, *args, dims=None):
+        dims = args if dims is None else by_keyword(args, dims, "dims", "permute")
         if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
             dims = tuple(dims[0])
         if len(dims) != self.ndim:
@@ -1575,7 +1594,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             return self
         return S.Transpose.apply(self, dim0=self._dim(dim0), dim1=self._dim(dim1))
 
-    swapaxes = transpose
+    def swapaxes(self, axis0, axis1):
+        return self.transpose(axis0, axis1)
 
     def t(self):
         if self.ndim > 2:
@@ -1591,7 +1611,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def mT(self):
         return self.transpose(-2, -1)
 
-    def expand(self, *sizes):
+    def expand(self, *args, size=None):
+        sizes = args if size is None else by_keyword(args, size, "size", "expand")
         if len(sizes) == 1 and isinstance(sizes[0], (tuple, list, Size)):
             sizes = tuple(sizes[0])
         if len(sizes) < self.ndim:
@@ -1625,7 +1646,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def broadcast_to(self, shape):
         return self.expand(shape)
 
-    def repeat(self, *repeats):
+    def repeat(self, *args, repeats=None):
+        repeats = by_keyword(args, repeats, "repeats", "repeat")
         if len(repeats) == 1 and isinstance(repeats[0], (tuple, list, Size)):
             repeats = tuple(repeats[0])
         if len(repeats) < self.ndim:
@@ -1746,7 +1768,12 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             value = Tensor._make(np.asarray(value, dtype=self._data.dtype), None, 0)
         return S.IndexPut.apply(self, value, index=_index_arg(index), accumulate=accumulate)
 
-    def gather(self, dim, index):
+    def gather(self, dim, index, *, sparse_grad=False):
+        if sparse_grad:
+            raise NotImplementedError(
+                "gather(sparse_grad=True) is not supported by disthook: sparse layouts are not "
+                "modelled, so the gradient could only be dense; leave sparse_grad out (the "
+                "values and the gradient's values are the same)")
         d = self._dim(dim)
         if index._data.dtype not in (np.int32, np.int64):
             raise RuntimeError("gather(): Expected dtype int32/int64 for index")
@@ -1864,7 +1891,14 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def mul_(self, other):
         return self._inplace_binary(E.Mul, other)
 
-    def div_(self, other):
+    def div_(self, other, *, rounding_mode=None):
+        if rounding_mode is not None:
+            result = self.div(other, rounding_mode=rounding_mode)
+            if result._data.dtype.kind != self._data.dtype.kind:
+                raise RuntimeError(f"result type {_kind_title(result._data.dtype)} can't be "
+                                   f"cast to the desired output type "
+                                   f"{_kind_title(self._data.dtype)}")
+            return self.copy_(result)
         if self._data.dtype.kind not in "fc" and result_dtype(self, other).kind != "f":
             # true division of integers is floating, which an integer tensor cannot hold
             raise RuntimeError(f"result type Float can't be cast to the desired output type "
@@ -2099,6 +2133,9 @@ def _check_basic_index(t: Tensor, index) -> None:
         dim += 1
 
 
+take_torch_keywords(Tensor)  # x.sum(axis=1, keepdims=True)
+
+
 def _can_view(data: np.ndarray, shape: tuple) -> bool:
     """Can ``data`` be reshaped to ``shape`` without a copy?"""
     if data.flags.c_contiguous or data.size <= 1:
@@ -2298,6 +2335,14 @@ def _infer_dtype(data) -> np.dtype:
     raise TypeError(f"Could not infer dtype of {type(data).__name__}")
 
 
+def _integral_division(a: Tensor, b) -> bool:
+    """Whether ``a / b`` rounded has an integer dtype in torch: both integral (bools with an
+    integer; bools alone torch does not divide so)."""
+    kinds = a._data.dtype.kind + (b._data.dtype.kind if isinstance(b, Tensor)
+                                  else np.asarray(b).dtype.kind)
+    return builtins.all(k in "iub" for k in kinds) and kinds != "bb"
+
+
 def _unwrap_nested(data):
     if isinstance(data, Tensor):
         return data._data
@@ -2307,15 +2352,17 @@ def _unwrap_nested(data):
 
 
 def takes_pin_memory(factory):
-    """``factory`` with torch's ``pin_memory=`` keyword (``check_pin_memory``), published
-    under the name ``torch.<name>`` so that it pickles by reference; a factory that takes
-    ``out=`` (``factory_out``) takes it already, and comes back as it is."""
+    """``factory`` with torch's ``pin_memory=`` and ``layout=`` keywords (``check_pin_memory``,
+    ``check_layout``), published under the name ``torch.<name>`` so that it pickles by
+    reference; a factory that takes ``out=`` (``factory_out``) takes them already, and comes
+    back as it is."""
     if getattr(factory, "takes_pin_memory", False):
         return factory
 
     @functools.wraps(factory)
-    def with_pin_memory(*args, pin_memory=False, **kwargs):
+    def with_pin_memory(*args, pin_memory=False, layout=None, **kwargs):
         check_pin_memory(pin_memory)
+        check_layout(layout)
         return factory(*args, **kwargs)
 
     with_pin_memory.__module__ = "disthook"
@@ -2378,17 +2425,21 @@ def _float_dt(dtype):
 
 
 @factory_out
-def zeros(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+def zeros(*args, size=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    size = by_keyword(args, size, "size", "zeros")
     return _factory(np.zeros(_size_args(size), _float_dt(dtype)), requires_grad, device)
 
 
 @factory_out
-def ones(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+def ones(*args, size=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    size = by_keyword(args, size, "size", "ones")
     return _factory(np.ones(_size_args(size), _float_dt(dtype)), requires_grad, device)
 
 
 @factory_out
-def empty(*size, dtype=None, device=None, requires_grad=False, memory_format=None) -> Tensor:
+def empty(*args, size=None, dtype=None, device=None, requires_grad=False,
+          memory_format=None) -> Tensor:
+    size = by_keyword(args, size, "size", "empty")
     return _factory(np.zeros(_size_args(size), _float_dt(dtype)), requires_grad, device)
 
 
@@ -2405,26 +2456,39 @@ def _like(t: Tensor, dtype):
     return _np_dtype(t.dtype if dtype is None else dtype)
 
 
-def zeros_like(t, *, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return _factory(np.zeros(t.shape, _like(t, dtype)), requires_grad, device)
+def zeros_like(input, *, dtype=None, device=None, requires_grad=False,
+               memory_format=None) -> Tensor:
+    check_memory_format(memory_format, "zeros_like")
+    return _factory(np.zeros(input.shape, _like(input, dtype)), requires_grad, device)
 
 
-def ones_like(t, *, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return _factory(np.ones(t.shape, _like(t, dtype)), requires_grad, device)
+def ones_like(input, *, dtype=None, device=None, requires_grad=False,
+              memory_format=None) -> Tensor:
+    check_memory_format(memory_format, "ones_like")
+    return _factory(np.ones(input.shape, _like(input, dtype)), requires_grad, device)
 
 
-def empty_like(t, *, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return _factory(np.zeros(t.shape, _like(t, dtype)), requires_grad, device)
+def empty_like(input, *, dtype=None, device=None, requires_grad=False,
+               memory_format=None) -> Tensor:
+    check_memory_format(memory_format, "empty_like")
+    return _factory(np.zeros(input.shape, _like(input, dtype)), requires_grad, device)
 
 
-def full_like(t, fill_value, *, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return _factory(np.full(t.shape, fill_value, _like(t, dtype)), requires_grad, device)
+def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False,
+              memory_format=None) -> Tensor:
+    check_memory_format(memory_format, "full_like")
+    return _factory(np.full(input.shape, fill_value, _like(input, dtype)), requires_grad, device)
 
 
 @factory_out
-def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+def arange(start=None, end=None, step=1, *, dtype=None, device=None,
+           requires_grad=False) -> Tensor:
     if end is None:
+        if start is None:
+            raise TypeError("arange() missing required argument 'end' (pos 1)")
         start, end = 0, start
+    elif start is None:  # arange(end=n)
+        start = 0
     vals = [_data_of(v) for v in (start, end, step)]
     if step == 0:
         raise RuntimeError("step must be nonzero")

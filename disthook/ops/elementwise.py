@@ -899,5 +899,26 @@ BitAnd = _nograd_op("BitAnd", np.bitwise_and)
 BitOr = _nograd_op("BitOr", np.bitwise_or)
 BitXor = _nograd_op("BitXor", np.bitwise_xor)
 BitNot = _nograd_op("BitNot", np.invert)
-FloorDiv = _nograd_op("FloorDiv", np.floor_divide)
+
+
+class _RoundedDivision(_NoGrad):
+    """a / b rounded as ``fn`` rounds it, exact for integers (no trip through floats, which
+    loses the low digits past 2**24 or 2**53); an integer divided by zero is torch's
+    ZeroDivisionError, where numpy gives 0."""
+
+    @classmethod
+    def forward(cls, ctx, a, b):
+        x, y = a._data, b._data
+        if x.dtype.kind in "iub" and y.dtype.kind in "iub" and not np.all(y):
+            raise RuntimeError("ZeroDivisionError")
+        return cls.fn(x, y)
+
+
+def _trunc_divide(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    # x - fmod(x, y) is a multiple of y, so its floor division by y is exact and truncated
+    return np.floor_divide(x - np.fmod(x, y), y)
+
+
+FloorDiv = type("FloorDiv", (_RoundedDivision,), {"fn": staticmethod(np.floor_divide)})
+TruncDiv = type("TruncDiv", (_RoundedDivision,), {"fn": staticmethod(_trunc_divide)})
 Remainder = _nograd_op("Remainder", np.remainder)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import warnings
 from collections import OrderedDict, defaultdict
 from copy import deepcopy
@@ -116,7 +117,8 @@ def _workers_can_make(kind: type, defaults: dict) -> bool:
     takes the parameters and then only what ``defaults`` names (a wrapper of another
     optimizer, as SAM, takes that one too: it steps here, its inner optimizer on the
     workers)."""
-    if kind.__module__ == "__main__" or "<locals>" in kind.__qualname__:
+    if kind.__module__ == "__main__" or "<locals>" in kind.__qualname__ \
+            or not _importable_by_name(kind.__module__):
         return False
     try:
         signature = inspect.signature(kind)
@@ -128,6 +130,21 @@ def _workers_can_make(kind: type, defaults: dict) -> bool:
                for p in rest)
 
 
+def _importable_by_name(module: str) -> bool:
+    """Whether an import of ``module`` by its name finds it from ``sys.path`` (where a worker
+    started with this process's path looks), rather than only in ``sys.modules``: a file run
+    by path under another name (``runpy``, a notebook's or a launcher's
+    ``spec_from_file_location``) is not found so."""
+    top = module.partition(".")[0]
+    for finder in sys.meta_path:  # (importlib.util.find_spec would answer from sys.modules)
+        try:
+            if getattr(finder, "find_spec", None) and finder.find_spec(top, None) is not None:
+                return True
+        except (ImportError, ValueError):
+            continue
+    return False
+
+
 def _step_local_then_remote(optimizer, step, args, kwargs):
     """The subclass's ``step`` over the local parameters (with the closure), then each
     remote parameter's owner steps it with the same class and hyperparameters."""
@@ -137,6 +154,7 @@ def _step_local_then_remote(optimizer, step, args, kwargs):
     groups = optimizer.param_groups
     optimizer.param_groups = [{**g, "params": [p for p in g["params"] if not _remote_kind(p)]}
                               for g in groups]
+    args, kwargs = _closure_sees_every_group(optimizer, groups, args, kwargs)
     try:
         out = step(optimizer, *args, **kwargs)
     finally:
@@ -146,6 +164,28 @@ def _step_local_then_remote(optimizer, step, args, kwargs):
     for kind in remote:
         kind._optimizer_share(optimizer, "step")
     return out
+
+
+def _closure_sees_every_group(optimizer, groups, args, kwargs):
+    """``step``'s arguments with its closure (``step(closure)``, ``closure=``) run over the
+    whole ``groups``: the step walks the local parameters only, but the closure's own
+    ``optimizer.zero_grad()`` (Lightning's, and many a script's) must reach the remote ones
+    too, or their gradients add up over the steps."""
+    def whole(closure):
+        @functools.wraps(closure)
+        def run(*a, **kw):
+            local, optimizer.param_groups = optimizer.param_groups, groups
+            try:
+                return closure(*a, **kw)
+            finally:
+                optimizer.param_groups = local
+        return run
+
+    if args and callable(args[0]):
+        args = (whole(args[0]), *args[1:])
+    elif callable(kwargs.get("closure")):
+        kwargs = {**kwargs, "closure": whole(kwargs["closure"])}
+    return args, kwargs
 
 
 class Optimizer:
