@@ -506,8 +506,8 @@ def randint_like(input: Tensor, low=0, high=None, *, dtype=None, device=None,
 
     if high is None:
         low, high = 0, low
-    return randint(low, high, tuple(input.shape), dtype=dtype or input.dtype,
-                   generator=generator)
+    return randint(low, high, tuple(input.shape), dtype=dtype or input.dtype, device=device,
+                   requires_grad=requires_grad, generator=generator)
 
 
 def binomial(count: Tensor, prob: Tensor, generator=None) -> Tensor:

@@ -33,6 +33,9 @@ def by_keyword(args: tuple, given, name: str, fn: str) -> tuple:
         return args
     if args:
         raise TypeError(f"{fn}() got multiple values for argument '{name}'")
+    if not isinstance(given, (tuple, list)):  # a bare int is a size only when positional
+        raise TypeError(f"{fn}(): argument '{name}' must be tuple of ints, not "
+                        f"{type(given).__name__}")
     return (given,)
 
 
@@ -135,10 +138,10 @@ class ShapeMethods:
     def mH(self):
         return self._matrices("mH").conj()
 
-    def sum_to_size(self, *size):
+    def sum_to_size(self, *args, size=None):
         from disthook.ops.base import sum_to
 
-        shape = _ints(size)
+        shape = _ints(by_keyword(args, size, "size", "sum_to_size"))
         try:
             return sum_to(self, shape)
         except ValueError:
@@ -301,8 +304,8 @@ class ShapeMethods:
                               None, 0))
         return self
 
-    def resize_(self, *sizes, memory_format=None):
-        shape = _ints(sizes)
+    def resize_(self, *args, size=None, memory_format=None):
+        shape = _ints(by_keyword(args, size, "size", "resize_"))
         if type(self._vc) is not list and shape != self._data.shape:
             inference.check_inplace(self)
         n = int(np.prod(shape))

@@ -17,9 +17,10 @@ import numpy as np
 from disthook import _dtype
 from disthook import random as _random
 from disthook._dtype import dtype as _DType
+from disthook._keywords import take_torch_keywords
 from disthook._layout import empty_laid_out
 from disthook._limits import check_memory_format
-from disthook._out import check_pin_memory, factory_out, write_out
+from disthook._out import check_layout, check_pin_memory, factory_out, write_out
 from disthook._tensor_math import INPLACE_NAMES, MathMethods, inplace_of
 from disthook._tensor_reduce import ReduceMethods
 from disthook._tensor_shape import NO_ACCELERATOR, ShapeMethods, by_keyword
@@ -41,6 +42,9 @@ from disthook.ops.base import (
 )
 from disthook.utils.hooks import RemovableHandle
 
+SCATTER_REDUCE_WARNING = (
+    "The reduce argument of torch.scatter with Tensor src is deprecated and will be removed "
+    "in a future PyTorch release. Use torch.scatter_reduce instead for more reduction options.")
 NON_LEAF_GRAD_WARNING = (
     "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. Its .grad "
     "attribute won't be populated during autograd.backward(). If you indeed want the .grad "
@@ -316,6 +320,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             return self.dtype.legacy_type
         if isinstance(dtype, str):
             dtype = _dtype.from_legacy(dtype)
+        elif isinstance(dtype, type) and isinstance(getattr(dtype, "dtype", None), _DType):
+            dtype = dtype.dtype  # a legacy class: x.type(torch.FloatTensor)
         return self.to(dtype)
 
     def get_device(self) -> int:
@@ -1388,12 +1394,19 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self._scatter(dim, index, src, value, reduce, inplace=True)
 
     def _scatter(self, dim, index, src, value, reduce, inplace):
-        if reduce is not None:
-            raise NotImplementedError("scatter(reduce=...) is not supported by disthook")
         src = value if src is None else src
         d = self._scatter_checks("scatter", dim, index, src)
         params = {"index": _along(index._data, self.ndim), "dim": d}
-        if isinstance(src, Tensor):
+        if reduce is not None:
+            if reduce not in ("add", "multiply"):
+                raise RuntimeError("reduce argument must be either add or multiply.")
+            if isinstance(src, Tensor):
+                warnings.warn(SCATTER_REDUCE_WARNING, UserWarning, stacklevel=3)
+            op, params["reduce"] = S.ScatterWithReduce, reduce
+            operands = (src,) if isinstance(src, Tensor) else ()
+            if not operands:
+                params["value"] = src
+        elif isinstance(src, Tensor):
             op, operands = S.Scatter, (src,)
         else:
             op, operands = S.ScatterValue, ()
@@ -1767,7 +1780,12 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             value = Tensor._make(np.asarray(value, dtype=self._data.dtype), None, 0)
         return S.IndexPut.apply(self, value, index=_index_arg(index), accumulate=accumulate)
 
-    def gather(self, dim, index):
+    def gather(self, dim, index, *, sparse_grad=False):
+        if sparse_grad:
+            raise NotImplementedError(
+                "gather(sparse_grad=True) is not supported by disthook: sparse layouts are not "
+                "modelled, so the gradient could only be dense; leave sparse_grad out (the "
+                "values and the gradient's values are the same)")
         d = self._dim(dim)
         if index._data.dtype not in (np.int32, np.int64):
             raise RuntimeError("gather(): Expected dtype int32/int64 for index")
@@ -2133,6 +2151,9 @@ def _check_basic_index(t: Tensor, index) -> None:
         dim += 1
 
 
+take_torch_keywords(Tensor)  # x.sum(axis=1, keepdims=True)
+
+
 def _can_view(data: np.ndarray, shape: tuple) -> bool:
     """Can ``data`` be reshaped to ``shape`` without a copy?"""
     if data.flags.c_contiguous or data.size <= 1:
@@ -2349,15 +2370,17 @@ def _unwrap_nested(data):
 
 
 def takes_pin_memory(factory):
-    """``factory`` with torch's ``pin_memory=`` keyword (``check_pin_memory``), published
-    under the name ``torch.<name>`` so that it pickles by reference; a factory that takes
-    ``out=`` (``factory_out``) takes it already, and comes back as it is."""
+    """``factory`` with torch's ``pin_memory=`` and ``layout=`` keywords (``check_pin_memory``,
+    ``check_layout``), published under the name ``torch.<name>`` so that it pickles by
+    reference; a factory that takes ``out=`` (``factory_out``) takes them already, and comes
+    back as it is."""
     if getattr(factory, "takes_pin_memory", False):
         return factory
 
     @functools.wraps(factory)
-    def with_pin_memory(*args, pin_memory=False, **kwargs):
+    def with_pin_memory(*args, pin_memory=False, layout=None, **kwargs):
         check_pin_memory(pin_memory)
+        check_layout(layout)
         return factory(*args, **kwargs)
 
     with_pin_memory.__module__ = "disthook"
@@ -2451,33 +2474,39 @@ def _like(t: Tensor, dtype):
     return _np_dtype(t.dtype if dtype is None else dtype)
 
 
-def zeros_like(t, *, dtype=None, device=None, requires_grad=False,
+def zeros_like(input, *, dtype=None, device=None, requires_grad=False,
                memory_format=None) -> Tensor:
     check_memory_format(memory_format, "zeros_like")
-    return _factory(np.zeros(t.shape, _like(t, dtype)), requires_grad, device)
+    return _factory(np.zeros(input.shape, _like(input, dtype)), requires_grad, device)
 
 
-def ones_like(t, *, dtype=None, device=None, requires_grad=False, memory_format=None) -> Tensor:
+def ones_like(input, *, dtype=None, device=None, requires_grad=False,
+              memory_format=None) -> Tensor:
     check_memory_format(memory_format, "ones_like")
-    return _factory(np.ones(t.shape, _like(t, dtype)), requires_grad, device)
+    return _factory(np.ones(input.shape, _like(input, dtype)), requires_grad, device)
 
 
-def empty_like(t, *, dtype=None, device=None, requires_grad=False,
+def empty_like(input, *, dtype=None, device=None, requires_grad=False,
                memory_format=None) -> Tensor:
     check_memory_format(memory_format, "empty_like")
-    return _factory(np.zeros(t.shape, _like(t, dtype)), requires_grad, device)
+    return _factory(np.zeros(input.shape, _like(input, dtype)), requires_grad, device)
 
 
-def full_like(t, fill_value, *, dtype=None, device=None, requires_grad=False,
+def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False,
               memory_format=None) -> Tensor:
     check_memory_format(memory_format, "full_like")
-    return _factory(np.full(t.shape, fill_value, _like(t, dtype)), requires_grad, device)
+    return _factory(np.full(input.shape, fill_value, _like(input, dtype)), requires_grad, device)
 
 
 @factory_out
-def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+def arange(start=None, end=None, step=1, *, dtype=None, device=None,
+           requires_grad=False) -> Tensor:
     if end is None:
+        if start is None:
+            raise TypeError("arange() missing required argument 'end' (pos 1)")
         start, end = 0, start
+    elif start is None:  # arange(end=n)
+        start = 0
     vals = [_data_of(v) for v in (start, end, step)]
     if step == 0:
         raise RuntimeError("step must be nonzero")

@@ -307,7 +307,7 @@ def test_the_refusal_names_the_op_and_the_dtype():
         z.atanh()
 
 
-# ---- optimizers: SGD steps a complex parameter as torch; the others refuse one -------------
+# ---- optimizers: SGD steps a complex parameter as torch (the others: test_a2_complex_optim) -
 
 def test_sgd_with_momentum_steps_a_complex_parameter_as_torch():
     rng = np.random.default_rng(5)
@@ -327,13 +327,6 @@ def test_sgd_with_momentum_steps_a_complex_parameter_as_torch():
     got = run(disthook)
     if torch is not None:
         np.testing.assert_allclose(got, run(torch), rtol=1e-10)
-
-
-@pytest.mark.parametrize("name", ["Adam", "AdamW", "RMSprop", "Adagrad", "LBFGS"])
-def test_other_optimizers_refuse_a_complex_parameter(name):
-    w = disthook.nn.Parameter(disthook.ones(2, dtype=disthook.cfloat))
-    with pytest.raises(NotImplementedError, match=f"{name} does not take complex parameters"):
-        getattr(disthook.optim, name)([w])
 
 
 @pytest.mark.parametrize("fn, inputs", [

@@ -18,6 +18,10 @@ from workers.speculation import HookRecord
 
 __all__ = ["HookHandlers"]
 
+# a hook's tag and a capture's buffer name are names: kept with each hook (4096 a client),
+# a name of 1 MiB each made a worker hold 4 GiB for one client, past every cap by bytes
+MAX_HOOK_NAME_CHARS = 256
+
 
 class HookHandlers:
     """The hook requests of ``Worker`` and its client-hook stubs (a mixin)."""
@@ -41,6 +45,13 @@ class HookHandlers:
         kind, path, hook_id = entry.kind, entry.path, entry.hook
         hook_kind = hook_kinds.KINDS[kind]
         spec = entry.get("worker_hook")
+        options = (spec or {}).get("options")
+        for what, name in (("tag", entry.get("tag")),
+                           ("buffer", options.get("buffer") if isinstance(options, dict)
+                            else None)):
+            if isinstance(name, str) and len(name) > MAX_HOOK_NAME_CHARS:
+                raise ValueError(f"a hook's {what} is a name of at most {MAX_HOOK_NAME_CHARS} "
+                                 f"characters, got {len(name)}: use a shorter one")
         if spec is not None:  # runs here, without a round trip
             stub = worker_hooks.build(spec, kind, path, self.captures, self.allow_hook_modules,
                                       client)

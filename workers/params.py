@@ -87,6 +87,8 @@ class ParamHandlers:
             module.train(value)
         else:
             delattr(module, name)
+        if msg["op"] in ("set_attr", "extend_attr", "del_attr"):
+            st.share_attr(module, name)  # (every client's, as the deployer set it)
         attr_changes.forget(module)  # its attributes changed outside a pass
         st.versions.reset()  # a buffer may have come or gone
         st.form += 1
@@ -148,7 +150,7 @@ class ParamHandlers:
         spec = msg.get("optimizer")
         if spec is None:
             if msg.get("zero_grad"):
-                st.module.zero_grad()  # the client's own gradients (Stage.use_grads)
+                st.module.zero_grad()  # the client's own gradients (Stage.use_client)
             return None
         return self._optimizer_action(st, spec, job.client)
 

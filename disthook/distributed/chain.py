@@ -59,10 +59,11 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
                                     "requires_grad": [x._requires_grad],
                                     "reply_to": model._hub.reply_to,
                                     "mb": None if sizes is None else i, "stop": stop,
-                                    # one call in training mode: the random stream goes
-                                    # through the stages and comes back (dropout)
-                                    "rng": (random._stream_state() if model.training
-                                            and sizes is None else None),
+                                    # one call: the random stream goes through the stages
+                                    # and comes back (dropout; a draw in eval mode too: it
+                                    # drew from the stream another client left there)
+                                    "rng": (random._stream_state() if sizes is None
+                                            else None),
                                     "optimizer_calls": calls if i == 0 else None},
               ctx_id)
              for i, (part, ctx_id) in enumerate(zip(parts, ctx_ids))],

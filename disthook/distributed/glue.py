@@ -236,7 +236,7 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
         key = async_calls.call_key(address, path, op, params, grad, model.training,
                                    _dtype.get_default_dtype().name, args=(args, kwargs))
         form = forms.get(key)
-        if form is not None and form["rng"] and model.training:
+        if form is not None and form["rng"]:
             form = None  # it draws from the client's stream, which comes back with it
     versions, pin = hub.versions, {}
     if versions is not None:  # others may write it: one version per forward (pinning)
@@ -258,7 +258,7 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
     if hub.firing and hub.firing_ctx is not None:  # from inside a hook of a call there
         fields["within"] = hub.firing_ctx
     if op is None:
-        fields.update(path=path, rng=random._stream_state() if model.training else None)
+        fields.update(path=path, rng=random._stream_state())  # (in eval mode too)
         if grad and (ckpt := _checkpointing()) is not None:
             fields["checkpoint"] = ckpt
     else:

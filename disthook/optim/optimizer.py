@@ -192,10 +192,6 @@ class Optimizer:
     """Base of every optimizer: ``params`` is an iterable of tensors, of ``(name, tensor)``
     pairs, or of dicts (parameter groups with their own hyperparameters)."""
 
-    # an optimizer whose update is right on complex parameters says so (SGD's is linear);
-    # torch steps the others on view_as_real(p), which these do not do yet: they refuse one
-    complex_params_ok = False
-
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         step = cls.__dict__.get("step")
@@ -276,13 +272,6 @@ class Optimizer:
             if not isinstance(param, Tensor):
                 raise TypeError("optimizer can only optimize Tensors, but one of the params is "
                                 + _typename(param))
-            if param.is_complex() and not self.complex_params_ok:
-                raise NotImplementedError(
-                    f"{type(self).__name__} does not take complex parameters in disthook (got "
-                    f"one of {param.dtype}): torch steps each as its real and imaginary "
-                    "parts, which only SGD does here. Use torch.optim.SGD, or keep the "
-                    "parameter as real pairs (an nn.Parameter of shape [..., 2]) and make it "
-                    "complex with torch.view_as_complex in forward")
             if not self.defaults.get("differentiable", None) and not (
                     param.is_leaf or param.retains_grad):
                 raise ValueError("can't optimize a non-leaf Tensor")
@@ -494,6 +483,26 @@ def _check_hyperparameters(lr, eps=0.0, weight_decay=0.0, betas=None, **more) ->
     for name, value in more.items():
         if not 0.0 <= value:
             raise ValueError(f"Invalid {name} value: {value}")
+
+
+def real_pairs(p, *tensors) -> tuple:
+    """``tensors`` (the parameter, its gradient, its state; None stays None) as torch steps
+    a complex parameter: each seen as real pairs (``view_as_real``, shape [..., 2], the same
+    memory), so the real and imaginary parts are stepped as real numbers of their own. For a
+    real ``p``, ``tensors`` as they are."""
+    if not p.is_complex():
+        return tensors
+    from disthook import view_as_real
+
+    return tuple(None if t is None else view_as_real(t) for t in tensors)
+
+
+def filled_like(p, value: float):
+    """State of ``p``'s shape filled with ``value``; for a complex ``p``, both parts of each
+    element are ``value`` (as torch starts state that ``real_pairs`` steps)."""
+    from disthook.tensor import full_like
+
+    return full_like(p, complex(value, value) if p.is_complex() else value)
 
 
 def weight_decayed(p, grad, lr: float, weight_decay: float, decoupled: bool):
