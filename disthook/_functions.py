@@ -425,7 +425,11 @@ def is_conj(input: Tensor) -> bool:
     return False
 
 
-is_neg = is_inference = is_conj
+is_neg = is_conj
+
+
+def is_inference(input: Tensor) -> bool:
+    return input.is_inference()
 
 
 def is_storage(obj) -> bool:

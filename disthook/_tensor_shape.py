@@ -13,6 +13,7 @@ import itertools
 import numpy as np
 
 from disthook import _dtype
+from disthook.autograd import inference
 from disthook.ops import views as V
 from disthook.ops.base import refuse_complex
 from disthook.ops.reduce import norm_dims
@@ -240,7 +241,7 @@ class ShapeMethods:
         return strided
 
     def is_inference(self) -> bool:
-        return False
+        return type(self._vc) is not list
 
     def is_shared(self) -> bool:
         return False
@@ -305,6 +306,8 @@ class ShapeMethods:
 
     def resize_(self, *args, size=None, memory_format=None):
         shape = _ints(by_keyword(args, size, "size", "resize_"))
+        if type(self._vc) is not list and shape != self._data.shape:
+            inference.check_inplace(self)
         n = int(np.prod(shape))
         flat = self._data.reshape(-1)
         data = np.zeros(n, dtype=flat.dtype)
@@ -543,6 +546,8 @@ class ShapeMethods:
 # in-place forms of the view-changing methods: self takes the new geometry
 def _inplace_view(name: str):
     def method(self, *args, **kwargs):
+        if type(self._vc) is not list:
+            inference.check_inplace(self)
         out = getattr(self, name)(*args, **kwargs)
         if self._requires_grad and self._grad_fn is None:
             from disthook.tensor import LEAF_INPLACE_MSG

@@ -24,7 +24,7 @@ from disthook._out import check_layout, check_pin_memory, factory_out, write_out
 from disthook._tensor_math import INPLACE_NAMES, MathMethods, inplace_of
 from disthook._tensor_reduce import ReduceMethods
 from disthook._tensor_shape import NO_ACCELERATOR, ShapeMethods, by_keyword
-from disthook.autograd import grad_mode
+from disthook.autograd import grad_mode, inference
 from disthook.ops import complex as C
 from disthook.ops import elementwise as E
 from disthook.ops import linalg as L
@@ -71,6 +71,9 @@ MULTI_OUTPUT_VIEW_HINT = (
     " This view is the output of a function that returns multiple views. Such functions do "
     "not allow the output views to be modified inplace. You should replace the inplace "
     "operation by an out-of-place one.")
+_VIEW_HINTS = {S.NO_GRAD_VIEW: NO_GRAD_VIEW_HINT, S.MULTI_OUTPUT_VIEW: MULTI_OUTPUT_VIEW_HINT,
+               S.INFERENCE_VIEW: NO_GRAD_VIEW_HINT.replace("no_grad block",
+                                                           "inference_mode block")}
 LEAF_INPLACE_MSG = "a leaf Variable that requires grad is being used in an in-place operation."
 VIEW_OF_LEAF_INPLACE_MSG = "a view of " + LEAF_INPLACE_MSG
 
@@ -221,7 +224,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     _post_acc_hooks = None
     _retains_grad = False
     _base = None  # the root tensor whose memory a view shares
-    _view_creation = 0  # ops.base.DEFAULT_VIEW / NO_GRAD_VIEW / MULTI_OUTPUT_VIEW
+    _view_creation = 0  # ops.base.DEFAULT_VIEW / NO_GRAD_VIEW / ... (how a view was made)
     _views = None  # on a root: weak references to its views whose history follows it
     _grad_acc = None
     # numpy scalars and arrays defer to Tensor's reflected operators, as they do for torch's
@@ -326,7 +329,10 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
 
     @property
     def _version(self) -> int:
-        return self._vc[0]
+        vc = self._vc
+        if type(vc) is inference.InferenceVersion:
+            raise RuntimeError(inference.VERSION_MSG)
+        return vc[0]
 
     @property
     def output_nr(self) -> int:
@@ -356,6 +362,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         if value and self._data.dtype.kind not in "fc":
             raise RuntimeError(
                 "only Tensors of floating point and complex dtype can require gradients")
+        inference.check_requires_grad(self, value)
         self._requires_grad = builtins.bool(value)
 
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
@@ -366,6 +373,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             return self  # a non-leaf already requires grad
         if requires_grad and self._data.dtype.kind not in "fc":
             raise RuntimeError("only Tensors of floating point dtype can require gradients")
+        inference.check_requires_grad(self, requires_grad)
         self._requires_grad = builtins.bool(requires_grad)
         return self
 
@@ -418,6 +426,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     @property
     def data(self) -> "Tensor":
         t = Tensor._make(self._data, None, 0)
+        if type(self._vc) is not list:
+            t._vc = inference.detached(self._vc)
         return t
 
     @data.setter
@@ -431,6 +441,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         """Make this tensor use ``source``'s data (empty without one), in place: its version
         goes up and a leaf gets a new AccumulateGrad, so graphs made before no longer lead
         to it (a GradientEdge taken before still does), as in torch."""
+        if type(self._vc) is not list:
+            inference.check_inplace(self)
         if grad_mode._state.enabled:
             if self._grad_fn is None and self._requires_grad:
                 raise RuntimeError(LEAF_INPLACE_MSG)
@@ -598,7 +610,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         """A new leaf sharing memory and version counter, but not a view: in-place changes of
         it are not tracked, as in torch."""
         t = Tensor._make(self._data, None, 0)
-        t._vc = self._vc
+        t._vc = self._vc if type(self._vc) is list else inference.detached(self._vc)
         return t
 
     def _is_view(self) -> bool:
@@ -1798,6 +1810,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         backward on the view's part of the gradient), and every view of the root is rebased
         onto it, as in torch.
         """
+        if type(self._vc) is not list:
+            inference.check_inplace(self)
         records = grad_mode._state.enabled and (
             self._requires_grad or builtins.any(o._requires_grad for o in others))
         if not records:
@@ -1837,11 +1851,13 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
                 name = _strip_backward(self._grad_fn.name())
                 msg = (f"Output {self._output_nr} of {name} is a view and is being modified "
                        "inplace.")
+            elif creation == S.INFERENCE_VIEW:
+                msg = ("A view was created in inference mode and is being modified inplace in "
+                       "normal mode.")
             else:
                 msg = ("A view was created in no_grad mode and is being modified inplace with "
                        "grad mode enabled.")
-            raise RuntimeError(msg + (NO_GRAD_VIEW_HINT if creation == S.NO_GRAD_VIEW
-                                      else MULTI_OUTPUT_VIEW_HINT))
+            raise RuntimeError(msg + _VIEW_HINTS[creation])
         root = self._base
         if root._grad_fn is None and root._requires_grad:
             raise RuntimeError(VIEW_OF_LEAF_INPLACE_MSG)
@@ -1995,6 +2011,8 @@ _UFUNC_INPLACE = {E.Add: np.add, E.Sub: np.subtract, E.Mul: np.multiply, E.Div: 
 def _write_with(t: Tensor, ufunc, values: np.ndarray) -> None:
     """``t = ufunc(t, values)`` (or ``t = values`` without a ufunc) in ``t``'s storage, and
     bump its version counter."""
+    if type(t._vc) is not list:
+        inference.check_inplace(t)
     try:
         _write_into(t._data, ufunc, values)
     except ValueError:

@@ -84,8 +84,8 @@ def _round(rng, params, n_hooks, deployable) -> dict:
     backward = rng.choice(["backward", "backward", "twice", "inputs", "grad", "grad_x",
                            "none"])
     return {"mode": mode, "backward": backward, "calls": rng.choice([1, 1, 1, 2]),
-            # (an inference tensor changed in place outside the mode: torch refuses, disthook
-            # has no inference tensors; see test_f1_hook_fuzz.py)
+            # (an inference tensor changed in place outside the mode: torch and disthook
+            # refuse it, tested in test_f2_inference_tensors.py, not generated here)
             "inplace": mode != "inference" and rng.random() < 0.15,
             "retain_out": rng.random() < 0.25,
             # (deployed, the node of a placed call's output refuses hooks: docs/hooks.md)

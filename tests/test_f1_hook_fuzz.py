@@ -63,11 +63,10 @@ def test_the_programs_use_every_hook_kind_and_block():
         "act_hook", "act_retain"}
 
 
-@pytest.mark.xfail(strict=True, reason="disthook has no inference tensors (inference_mode is "
-                                       "no_grad there): found by this fuzzer, left")
 def test_an_inference_tensor_changed_in_place_outside_the_mode_is_refused():
     """What the generator leaves out (an in-place change of the output after an
-    ``inference_mode`` round): torch refuses it; disthook changes the tensor."""
+    ``inference_mode`` round): torch refuses it, and so does disthook (see
+    test_f2_inference_tensors.py)."""
     import disthook
 
     with disthook.inference_mode():

@@ -36,6 +36,8 @@ import numpy as np
 
 from disthook import _dtype
 from disthook._tensor_shape import by_keyword
+from disthook.autograd import grad_mode
+from disthook.autograd.inference import InferenceVersion
 from disthook.autograd.saved_hooks import current_pair
 from disthook.ops import base as ops_base
 from disthook.ops import shape as S
@@ -265,7 +267,8 @@ def make_remote(ref: _Ref, meta: np.ndarray, node, output_nr: int) -> RemoteValu
     t._requires_grad = node is not None
     t._grad_fn = node
     t._output_nr = output_nr
-    t._vc = [0]
+    # (an output made under inference_mode is an inference tensor, as one process makes it)
+    t._vc = InferenceVersion([0]) if grad_mode._state.inference else [0]
     t.__dict__["_ref"] = ref
     ref.holders.add(t)
     return t

@@ -11,6 +11,7 @@ import numpy as np
 from disthook._layout import restrided
 from disthook.autograd.graph import gradient_edge
 from disthook.ops.base import (  # noqa: F401
+    INFERENCE_VIEW,
     MULTI_OUTPUT_VIEW,
     NO_GRAD_VIEW,
     Op,
