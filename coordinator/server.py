@@ -30,8 +30,15 @@ import zmq.auth
 
 from coordinator import registry_store
 from disthook import wire
-from disthook.service.loop import LOG_LEVELS, NO_REPLY, Service, ping_options, recv_now
-from disthook.service.security import CLIENT, is_server_key, key_name
+from disthook.service.loop import (
+    LOG_LEVELS,
+    NO_REPLY,
+    Service,
+    log_to_stderr,
+    ping_options,
+    recv_now,
+)
+from disthook.service.security import CLIENT, Authorized, is_server_key
 from disthook.wire import HEARTBEAT_S, SILENT_AFTER_BEATS
 
 RESTORED_GRACE_S = 10.0  # a restored model's workers have this long to register again
@@ -39,6 +46,10 @@ RESTORED_GRACE_S = 10.0  # a restored model's workers have this long to register
 MAX_PUBLISHED_PER_CLIENT = 64  # names it has published
 MAX_ATTACHED_PER_CLIENT = 64  # attachments to one published model
 MAX_NAME_CHARS = 256  # of a published model's name and id (its class: 4 times as many)
+COORDINATOR_SNDHWM = 64  # answers ZeroMQ holds for one peer (then kept: loop.UNROUTABLE_KEPT)
+# what its published records may hold here, as decoded (wire's Message.nbytes): a record's
+# structure of 1 MiB of empty maps is 72 MiB of objects, and 64 of them were 4.6 GiB
+MAX_PUBLISHED_BYTES_PER_CLIENT = 256 << 20
 
 __all__ = ["Coordinator", "Published", "WorkerRecord"]
 
@@ -72,6 +83,7 @@ class Published:
     owner: bytes | None  # None: restored from the state file, its deployer not seen since
     attached: dict = dataclasses.field(default_factory=dict)
     owner_key: str | None = None  # with keys: the name of its deployer's key
+    nbytes: int = 0  # what its record holds here, as decoded (0: restored)
 
 
 class Coordinator(Service):
@@ -86,7 +98,11 @@ class Coordinator(Service):
                          watch_disconnects=True, router_options={
                              **ping_options(heartbeat),
                              # it takes no arrays: a larger frame closes its connection
-                             zmq.MAXMSGSIZE: wire.DEFAULT_LIMITS.frame_cap(arrays=False)})
+                             zmq.MAXMSGSIZE: wire.DEFAULT_LIMITS.frame_cap(arrays=False),
+                             # answers waiting in ZeroMQ for a peer that reads none: a
+                             # client asks one thing at a time (1000 by default, and 1500
+                             # unread lookups of a 1 MB record held 1.2 GiB here)
+                             zmq.SNDHWM: COORDINATOR_SNDHWM})
         self.heartbeat = heartbeat
         self.lost_after = (lost_after if lost_after is not None
                            else SILENT_AFTER_BEATS * heartbeat)
@@ -123,7 +139,7 @@ class Coordinator(Service):
             return published.owner == sender
         user_id = self._user_ids.get(sender)
         return (self.keys is not None and bool(user_id) and published.owner_key is not None
-                and key_name(self.keys, user_id) == published.owner_key)
+                and self.authorized.name(user_id) == published.owner_key)
 
     def on_socket(self, sock: zmq.Socket) -> None:
         """As ``Service``'s, noting which connection each peer's messages come on, so that
@@ -168,9 +184,9 @@ class Coordinator(Service):
         user_id = self._user_ids.get(sender)
         if is_server_key(self.keys, user_id):
             return
-        if role == "admin" and user_id and key_name(self.keys, user_id) == CLIENT:
+        if role == "admin" and user_id and self.authorized.name(user_id) == CLIENT:
             return
-        who = key_name(self.keys, user_id) if user_id else "an unknown peer"
+        who = self.authorized.name(user_id) if user_id else "an unknown peer"
         self.peer_log.warning(sender, "coordinator: refused %s from %s (not %s)", what, who,
                               "a worker" if role == "worker" else "the admin")
         raise PermissionError(
@@ -205,6 +221,9 @@ class Coordinator(Service):
         return {"heartbeat": self.heartbeat}
 
     def on_heartbeat(self, msg, sender: bytes):
+        # (with keys, from a worker's key only: a client that dialled with a dead worker's
+        # identity kept it listed alive, with the stages it said it held)
+        self._require("worker", sender, "heartbeat")
         record = self.workers.get(msg["worker"])
         if record is None:  # a worker the coordinator does not know: it must register again
             raise LookupError(f"worker {msg['worker']!r} is not registered")
@@ -245,6 +264,15 @@ class Coordinator(Service):
         name = self._client_name("", identity)
         return name if name.startswith("client ") else f"the client with key {name!r}"
 
+    def admit(self, sender: bytes, msg) -> None:
+        user_id = self._user_ids.get(sender)
+        if self.authorized is not None and not self.authorized.holds(user_id or ""):
+            raise Authorized.refusal(self.authorized.name(user_id or ""), msg.req)
+
+    def log_account(self, identity: bytes) -> bytes | str:
+        """With keys, a peer's warnings share its key's allowance (see ``Service``)."""
+        return self._user_ids.get(identity) or identity
+
     # ---- models shared by name (from clients) ------------------------------------------------
     def _client_name(self, claimed: str, sender: bytes) -> str:
         """Who a client is: with keys, the name of the authorized key its connection
@@ -257,7 +285,7 @@ class Coordinator(Service):
             if label is None:
                 label = self._labels[sender] = f"client {next(self._label_ids)}"
             return label
-        return key_name(self.keys, user_id)
+        return self.authorized.name(user_id)
 
     def on_publish(self, msg, sender: bytes):
         record = dict(msg["record"])
@@ -272,12 +300,22 @@ class Coordinator(Service):
                 f"by {was['owner']} {time.time() - was['created']:.0f} s ago is live; its "
                 "deployer's close() frees the name, or choose another")
         user_id = self._user_ids.get(sender)
-        owner_key = key_name(self.keys, user_id) if self.keys is not None and user_id else None
-        self._check_room(sender, "published models", MAX_PUBLISHED_PER_CLIENT, [
-            n for n, p in self.models.items() if n != name and (
-                p.owner == sender or (owner_key is not None and p.owner_key == owner_key))],
-            "close the deployments it no longer shares")
-        self.models[name] = Published(record, sender, owner_key=owner_key)
+        owner_key = self.authorized.name(user_id) if self.keys is not None and user_id else None
+        mine = [p for n, p in self.models.items() if n != name and (
+            p.owner == sender or (owner_key is not None and p.owner_key == owner_key))]
+        self._check_room(sender, "published models", MAX_PUBLISHED_PER_CLIENT, mine,
+                         "close the deployments it no longer shares")
+        held = sum(p.nbytes for p in mine)
+        if held + msg.nbytes > MAX_PUBLISHED_BYTES_PER_CLIENT:
+            self.peer_log.warning(sender, "coordinator: refused %s a record of %d bytes past "
+                                  "its published records' %d", self.peer_name(sender),
+                                  msg.nbytes, held)
+            raise RuntimeError(
+                f"this client's published records hold {held >> 20} MiB here, and this one "
+                f"({msg.nbytes >> 20} MiB as decoded) would pass the cap of "
+                f"{MAX_PUBLISHED_BYTES_PER_CLIENT >> 20} MiB: close the deployments it no "
+                "longer shares")
+        self.models[name] = Published(record, sender, owner_key=owner_key, nbytes=msg.nbytes)
         self._save()
         self.log.info("coordinator: %s published %r (%s, %d stage(s))", record["owner"], name,
                       record["class"], len(record["workers"]))
@@ -416,7 +454,6 @@ class Coordinator(Service):
 
 def main(argv=None) -> int:
     import argparse
-    import logging
     import sys
 
     from disthook.service.endpoint import DEFAULT_COORDINATOR, EndpointInUse, parse
@@ -438,8 +475,7 @@ def main(argv=None) -> int:
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
                    help="the least severe messages logged to stderr (default INFO)")
     args = p.parse_args(argv)
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    log_to_stderr(args.log_level)
     from disthook.service.security import SERVER, Keys
 
     try:

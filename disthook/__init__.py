@@ -48,8 +48,10 @@ from disthook._dtype import (  # noqa: F401
     short,
     uint8,
 )
+from disthook._limits import check_memory_format as _check_memory_format
 from disthook._out import write_out as _write_out
 from disthook._stft import istft, stft  # noqa: F401
+from disthook._tensor_shape import by_keyword as _by_keyword
 from disthook._tensor_str import get_printoptions, set_printoptions  # noqa: F401
 from disthook.autograd import (  # noqa: F401
     enable_grad,
@@ -101,6 +103,20 @@ from disthook.tensor import (  # noqa: F401
 )
 
 
+def _assert(condition, message) -> None:
+    """``torch._assert``: an assert that tracing keeps (models check shapes with it)."""
+    if not condition:
+        raise AssertionError(message)
+
+
+def _check(cond, message=None) -> None:
+    """``torch._check``: RuntimeError unless ``cond``; ``message`` is a callable giving the
+    text, called only on failure."""
+    if not cond:
+        raise RuntimeError(message() if message is not None else
+                           "Expected cond to be True, but got False.")
+
+
 def is_tensor(obj) -> type(True):
     return isinstance(obj, Tensor)
 
@@ -140,29 +156,41 @@ def _draw(draw, size, np_dtype, scale=1.0):
     return (parts[..., 0] + 1j * parts[..., 1]).astype(np_dtype)
 
 
-def rand(*size, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
+def rand(*args, size=None, dtype=None, device=None, requires_grad=False,  # noqa: F811
+         generator=None) -> Tensor:
+    size = _by_keyword(args, size, "size", "rand")
     arr = _draw(random.gen(generator).random, _size(size), _np.dtype(_float_np(dtype)))
     return _rand_factory(arr, requires_grad, device)
 
 
-def randn(*size, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
+def randn(*args, size=None, dtype=None, device=None, requires_grad=False,  # noqa: F811
+          generator=None) -> Tensor:
+    size = _by_keyword(args, size, "size", "randn")
     # a complex normal has variance 1 in all: each part's is 1/2, as torch's
     arr = _draw(random.gen(generator).standard_normal, _size(size), _np.dtype(_float_np(dtype)),
                 _np.sqrt(0.5))
     return _rand_factory(arr, requires_grad, device)
 
 
-def rand_like(t: Tensor, *, dtype=None, requires_grad=False) -> Tensor:
-    return rand(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
+def rand_like(input: Tensor, *, generator=None, dtype=None, device=None,  # noqa: F811
+              requires_grad=False, memory_format=None) -> Tensor:  # noqa: F811 (torch's names)
+    _check_memory_format(memory_format, "rand_like")
+    return rand(input.shape, dtype=dtype or input.dtype, device=device,
+                requires_grad=requires_grad, generator=generator)
 
 
-def randn_like(t: Tensor, *, dtype=None, requires_grad=False) -> Tensor:
-    return randn(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
+def randn_like(input: Tensor, *, generator=None, dtype=None, device=None,  # noqa: F811
+               requires_grad=False, memory_format=None) -> Tensor:  # noqa: F811 (torch's names)
+    _check_memory_format(memory_format, "randn_like")
+    return randn(input.shape, dtype=dtype or input.dtype, device=device,
+                 requires_grad=requires_grad, generator=generator)
 
 
-def randint(low, high=None, size=None, *, dtype=None, device=None, requires_grad=False,
+def randint(low=None, high=None, size=None, *, dtype=None, device=None, requires_grad=False,
             generator=None) -> Tensor:
-    if size is None:
+    if low is None:  # randint(high=n, size=...)
+        low = 0
+    elif size is None:
         low, high, size = 0, low, high
     if high is None:
         low, high = 0, low
@@ -179,15 +207,20 @@ def randperm(n, *, dtype=None, device=None, requires_grad=False, generator=None)
                          requires_grad, device)
 
 
-def normal(mean, std, size=None, *, generator=None) -> Tensor:
+def normal(mean, std, size=None, *, generator=None, dtype=None, device=None,  # noqa: F811
+           requires_grad=False) -> Tensor:
     if isinstance(mean, Tensor) or isinstance(std, Tensor):
+        if dtype is not None or device is not None or requires_grad:
+            raise TypeError("normal(): dtype=, device= and requires_grad= go with a float mean "
+                            "and std and a size; with a tensor mean or std the result takes "
+                            "its dtype (call .to(dtype) or .requires_grad_() on it)")
         m = mean._data if isinstance(mean, Tensor) else mean
         s = std._data if isinstance(std, Tensor) else std
         shape = _np.broadcast_shapes(_np.shape(m), _np.shape(s))
         dt = (mean if isinstance(mean, Tensor) else std)._data.dtype
         return Tensor._make(random.gen(generator).normal(m, s, shape).astype(dt), None, 0)
-    return Tensor._make(random.normal(mean, std, _size((size,)), get_default_dtype().np,
-                                      generator), None, 0)
+    return _rand_factory(random.normal(mean, std, _size((size,)), _float_np(dtype), generator),
+                         requires_grad, device)
 
 
 def bernoulli(p: Tensor, *, generator=None) -> Tensor:
@@ -239,7 +272,7 @@ for _name in (
     "true_divide", "matmul", "mm", "mv", "dot", "bmm", "sum", "mean", "var", "std", "max",
     "min", "amax", "amin", "argmax", "argmin", "prod", "logsumexp", "softmax", "log_softmax",
     "all", "any", "norm", "cumsum", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze",
-    "permute", "transpose", "swapaxes", "t", "split", "chunk", "unbind", "narrow", "select",
+    "permute", "transpose", "swapaxes", "t", "chunk", "unbind", "narrow", "select",
     "masked_fill", "gather", "index_put", "eq", "ne", "lt", "le", "gt", "ge", "equal",
     "allclose", "isclose", "logical_and", "logical_or", "logical_xor", "logical_not", "isnan",
     "isinf", "isfinite", "clone", "detach", "lerp", "broadcast_to", "repeat", "sort",
@@ -279,6 +312,11 @@ for _name in (
 ):
     globals()[_name] = _method(_name)
 del _name
+
+
+def split(tensor: Tensor, split_size_or_sections, dim: int = 0) -> tuple:
+    """``torch.split``: its second argument's name is not the method's (``split_size``)."""
+    return tensor.split(split_size_or_sections, dim)
 
 
 def real(input: Tensor) -> Tensor:
@@ -417,6 +455,7 @@ def vmap(func, in_dims=0, out_dims=0, randomness: str = "error", *, chunk_size=N
     return _vmap(func, in_dims, out_dims, randomness, chunk_size=chunk_size)
 
 
+from disthook import _dynamo  # noqa: F401  (torch._dynamo.eval_frame, never imported)
 from disthook._functions import _nn_alias
 from disthook._layout import layout, strided  # noqa: F401
 from disthook._limits import (  # noqa: F401
@@ -436,6 +475,7 @@ from disthook._limits import (  # noqa: F401
 from disthook._settings import *
 from disthook.amp.autocast_mode import autocast, is_autocast_enabled  # noqa: F401
 from disthook.compiler import compile  # noqa: F401  # torch's wrapper of a module, run eagerly
+from disthook.cuda import OutOfMemoryError  # noqa: F401
 from disthook.storage import TypedStorage, UntypedStorage  # noqa: F401
 
 for _name in _NN_ALIASES:  # those nn.functional defines (same argument order as torch's)
@@ -461,6 +501,11 @@ for _name in ("zeros", "ones", "empty", "full", "rand", "randn", "randint", "ran
               "bartlett_window", "hann_window", "tril_indices", "scalar_tensor"):
     globals()[_name] = _takes_pin_memory(globals()[_name])  # torch's pin_memory=
 del _name, _takes_pin_memory
+
+from disthook._keywords import torch_keywords_in as _torch_keywords_in
+
+_torch_keywords_in(globals())  # torch.cat(xs, axis=0), torch.sum(x, axis=1)
+del _torch_keywords_in
 
 if _find_spec("einops") is not None:  # einops takes disthook tensors (its backend, found
     try:                             # by einops itself)

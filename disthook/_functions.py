@@ -425,7 +425,11 @@ def is_conj(input: Tensor) -> bool:
     return False
 
 
-is_neg = is_inference = is_conj
+is_neg = is_conj
+
+
+def is_inference(input: Tensor) -> bool:
+    return input.is_inference()
 
 
 def is_storage(obj) -> bool:
@@ -493,15 +497,17 @@ def triangular_solve(b: Tensor, A: Tensor, upper=True, transpose=False, unitrian
 
 
 def randint_like(input: Tensor, low=0, high=None, *, dtype=None, device=None,
-                 requires_grad=False, generator=None) -> Tensor:
+                 requires_grad=False, generator=None, memory_format=None) -> Tensor:
     from disthook import randint
+    from disthook._limits import check_memory_format
 
+    check_memory_format(memory_format, "randint_like")
     _refuse_complex("randint_like", input)
 
     if high is None:
         low, high = 0, low
-    return randint(low, high, tuple(input.shape), dtype=dtype or input.dtype,
-                   generator=generator)
+    return randint(low, high, tuple(input.shape), dtype=dtype or input.dtype, device=device,
+                   requires_grad=requires_grad, generator=generator)
 
 
 def binomial(count: Tensor, prob: Tensor, generator=None) -> Tensor:

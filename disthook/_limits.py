@@ -86,3 +86,11 @@ contiguous_format = memory_format("contiguous_format")
 channels_last = memory_format("channels_last")
 channels_last_3d = memory_format("channels_last_3d")
 preserve_format = memory_format("preserve_format")
+
+
+def check_memory_format(value, fn: str) -> None:
+    """A ``memory_format=`` keyword as torch checks it (``fn`` names the function): None or a
+    memory format; every one gives the one dense layout here."""
+    if value is not None and not isinstance(value, memory_format):
+        raise TypeError(f"{fn}(): argument 'memory_format' must be torch.memory_format, not "
+                        f"{type(value).__name__}")

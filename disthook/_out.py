@@ -40,17 +40,29 @@ def check_pin_memory(pin_memory) -> None:
                            "pinned memory allocator is available on this system.")
 
 
+def check_layout(layout) -> None:
+    """A factory's ``layout=``: ``torch.strided`` (or None) is what every tensor here is; a
+    sparse layout is refused with the reason."""
+    if layout is not None and getattr(layout, "name", None) != "strided":
+        raise NotImplementedError(
+            f"layout={layout!r} is not supported by disthook: sparse layouts are not "
+            "modelled, every tensor is dense and strided; leave layout= out or pass "
+            "torch.strided")
+
+
 def factory_out(factory):
     """``factory`` (zeros, arange, ...) taking ``out=`` as torch's factories do: the result is
     made in ``out``'s dtype unless ``dtype`` is given, when the two must agree (tacotron2's
     ``torch.arange(0, n, out=torch.LongTensor(n))``), then written into ``out``; and torch's
-    ``pin_memory=`` (``check_pin_memory``), in the same call."""
+    ``pin_memory=`` (``check_pin_memory``) and ``layout=`` (``check_layout``), in the same call."""
     name = factory.__name__
 
     @functools.wraps(factory)
-    def made(*args, out=None, pin_memory=False, **kwargs):
+    def made(*args, out=None, pin_memory=False, layout=None, **kwargs):
         if pin_memory:
             check_pin_memory(pin_memory)
+        if layout is not None:
+            check_layout(layout)
         if out is None:
             return factory(*args, **kwargs)
         from disthook.tensor import Tensor

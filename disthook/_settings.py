@@ -6,7 +6,7 @@ from __future__ import annotations
 import builtins
 import warnings
 
-from disthook import _dtype
+from disthook import _blas, _dtype
 
 __all__ = [
     "are_deterministic_algorithms_enabled", "get_default_device",
@@ -42,7 +42,11 @@ def get_num_threads() -> int:
 
 
 def set_num_threads(n: int) -> None:
-    _settings["threads"] = int(n)
+    n = int(n)
+    if n <= 0:
+        raise RuntimeError("set_num_threads expects a positive integer")
+    _settings["threads"] = n
+    _blas.set_threads(n)
 
 
 def get_num_interop_threads() -> int:

@@ -13,6 +13,7 @@ import itertools
 import numpy as np
 
 from disthook import _dtype
+from disthook.autograd import inference
 from disthook.ops import views as V
 from disthook.ops.base import refuse_complex
 from disthook.ops.reduce import norm_dims
@@ -22,6 +23,20 @@ def _tensor_cls():
     from disthook.tensor import Tensor
 
     return Tensor
+
+
+def by_keyword(args: tuple, given, name: str, fn: str) -> tuple:
+    """The ``*args`` of a method that takes its sizes or dims one by one or as torch's keyword
+    ``name`` (``flip(dims=[0])``, ``view(size=(6, 4))``, ``zeros(size=(2, 3))``): ``args``,
+    or ``(given,)`` when given by keyword; both at once is torch's TypeError."""
+    if given is None:
+        return args
+    if args:
+        raise TypeError(f"{fn}() got multiple values for argument '{name}'")
+    if not isinstance(given, (tuple, list)):  # a bare int is a size only when positional
+        raise TypeError(f"{fn}(): argument '{name}' must be tuple of ints, not "
+                        f"{type(given).__name__}")
+    return (given,)
 
 
 def _ints(args) -> tuple:
@@ -40,8 +55,9 @@ class ShapeMethods:
     __slots__ = ()
 
     # ---- reordering ------------------------------------------------------------------------
-    def flip(self, *dims):
-        return V.Flip.apply(self, dims=norm_dims(_ints(dims), self.ndim) or ())
+    def flip(self, *args, dims=None):
+        dims = _ints(by_keyword(args, dims, "dims", "flip"))
+        return V.Flip.apply(self, dims=norm_dims(dims, self.ndim) or ())
 
     def fliplr(self):
         if self.ndim < 2:
@@ -93,8 +109,8 @@ class ShapeMethods:
     def swapdims(self, dim0, dim1):
         return self.transpose(dim0, dim1)
 
-    def tile(self, *dims):
-        reps = _ints(dims)
+    def tile(self, *args, dims=None):
+        reps = _ints(by_keyword(args, dims, "dims", "tile"))
         if len(reps) < self.ndim:
             reps = (1,) * (self.ndim - len(reps)) + reps
         return self.repeat(*reps)
@@ -122,10 +138,10 @@ class ShapeMethods:
     def mH(self):
         return self._matrices("mH").conj()
 
-    def sum_to_size(self, *size):
+    def sum_to_size(self, *args, size=None):
         from disthook.ops.base import sum_to
 
-        shape = _ints(size)
+        shape = _ints(by_keyword(args, size, "size", "sum_to_size"))
         try:
             return sum_to(self, shape)
         except ValueError:
@@ -189,8 +205,9 @@ class ShapeMethods:
         return V.Unfold.apply(self, dim=d, size=size, step=step)
 
     def as_strided(self, size, stride, storage_offset=None):
-        offset = self.storage_offset() if storage_offset is None else int(storage_offset)
-        return V.AsStridedView.apply(self, size=tuple(size), stride=tuple(stride), offset=offset)
+        offset = None if storage_offset is None else int(storage_offset)
+        return V.AsStridedView.apply(self, size=_ints((size,)), stride=_ints((stride,)),
+                                     offset=offset)
 
     def storage_offset(self) -> int:
         return V.storage_offset(self._data)
@@ -224,7 +241,7 @@ class ShapeMethods:
         return strided
 
     def is_inference(self) -> bool:
-        return False
+        return type(self._vc) is not list
 
     def is_shared(self) -> bool:
         return False
@@ -287,8 +304,10 @@ class ShapeMethods:
                               None, 0))
         return self
 
-    def resize_(self, *sizes, memory_format=None):
-        shape = _ints(sizes)
+    def resize_(self, *args, size=None, memory_format=None):
+        shape = _ints(by_keyword(args, size, "size", "resize_"))
+        if type(self._vc) is not list and shape != self._data.shape:
+            inference.check_inplace(self)
         n = int(np.prod(shape))
         flat = self._data.reshape(-1)
         data = np.zeros(n, dtype=flat.dtype)
@@ -527,6 +546,8 @@ class ShapeMethods:
 # in-place forms of the view-changing methods: self takes the new geometry
 def _inplace_view(name: str):
     def method(self, *args, **kwargs):
+        if type(self._vc) is not list:
+            inference.check_inplace(self)
         out = getattr(self, name)(*args, **kwargs)
         if self._requires_grad and self._grad_fn is None:
             from disthook.tensor import LEAF_INPLACE_MSG

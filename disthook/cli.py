@@ -460,7 +460,11 @@ def _mib(n: int) -> str:
 
 
 def _table(columns: tuple, rows: list[dict]) -> list[str]:
-    """A header and the rows, two spaces between columns sized to their content."""
+    """A header and the rows, two spaces between columns sized to their content, each cell
+    printable (a model's id, its modules' names are its client's choice)."""
+    from disthook.service.loop import printable
+
+    rows = [{c: printable(row[c]) for c in columns} for row in rows]
     widths = {c: max([len(c), *(len(row[c]) for row in rows)]) for c in columns}
 
     def line(cells: dict) -> str:

@@ -9,6 +9,7 @@ import numpy as np
 from disthook import _dtype
 from disthook.ops import decomp as D
 from disthook.ops import reduce as R
+from disthook.ops.decomp import LinAlgError  # noqa: F401
 from disthook.tensor import Tensor
 
 

@@ -17,12 +17,14 @@ import numpy as np
 from disthook import _dtype
 from disthook import random as _random
 from disthook._dtype import dtype as _DType
+from disthook._keywords import take_torch_keywords
 from disthook._layout import empty_laid_out
-from disthook._out import check_pin_memory, factory_out, write_out
+from disthook._limits import check_memory_format
+from disthook._out import check_layout, check_pin_memory, factory_out, write_out
 from disthook._tensor_math import INPLACE_NAMES, MathMethods, inplace_of
 from disthook._tensor_reduce import ReduceMethods
-from disthook._tensor_shape import NO_ACCELERATOR, ShapeMethods
-from disthook.autograd import grad_mode
+from disthook._tensor_shape import NO_ACCELERATOR, ShapeMethods, by_keyword
+from disthook.autograd import grad_mode, inference
 from disthook.ops import complex as C
 from disthook.ops import elementwise as E
 from disthook.ops import linalg as L
@@ -40,6 +42,9 @@ from disthook.ops.base import (
 )
 from disthook.utils.hooks import RemovableHandle
 
+SCATTER_REDUCE_WARNING = (
+    "The reduce argument of torch.scatter with Tensor src is deprecated and will be removed "
+    "in a future PyTorch release. Use torch.scatter_reduce instead for more reduction options.")
 NON_LEAF_GRAD_WARNING = (
     "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. Its .grad "
     "attribute won't be populated during autograd.backward(). If you indeed want the .grad "
@@ -66,6 +71,9 @@ MULTI_OUTPUT_VIEW_HINT = (
     " This view is the output of a function that returns multiple views. Such functions do "
     "not allow the output views to be modified inplace. You should replace the inplace "
     "operation by an out-of-place one.")
+_VIEW_HINTS = {S.NO_GRAD_VIEW: NO_GRAD_VIEW_HINT, S.MULTI_OUTPUT_VIEW: MULTI_OUTPUT_VIEW_HINT,
+               S.INFERENCE_VIEW: NO_GRAD_VIEW_HINT.replace("no_grad block",
+                                                           "inference_mode block")}
 LEAF_INPLACE_MSG = "a leaf Variable that requires grad is being used in an in-place operation."
 VIEW_OF_LEAF_INPLACE_MSG = "a view of " + LEAF_INPLACE_MSG
 
@@ -174,6 +182,12 @@ def _check_device(dev) -> None:
         raise RuntimeError(f"disthook runs on the CPU only; device '{d}' is not available")
 
 
+def _complex_for(t) -> _dtype.dtype:
+    """The complex dtype a real tensor's values take with a complex number (torch's
+    promotion): complex128 from float64, complex64 from anything else."""
+    return _dtype.complex128 if t._data.dtype == np.float64 else _dtype.complex64
+
+
 def _np_dtype(dtype):
     return None if dtype is None else _dtype.to_dtype(dtype).np
 
@@ -210,7 +224,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     _post_acc_hooks = None
     _retains_grad = False
     _base = None  # the root tensor whose memory a view shares
-    _view_creation = 0  # ops.base.DEFAULT_VIEW / NO_GRAD_VIEW / MULTI_OUTPUT_VIEW
+    _view_creation = 0  # ops.base.DEFAULT_VIEW / NO_GRAD_VIEW / ... (how a view was made)
     _views = None  # on a root: weak references to its views whose history follows it
     _grad_acc = None
     # numpy scalars and arrays defer to Tensor's reflected operators, as they do for torch's
@@ -306,6 +320,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             return self.dtype.legacy_type
         if isinstance(dtype, str):
             dtype = _dtype.from_legacy(dtype)
+        elif isinstance(dtype, type) and isinstance(getattr(dtype, "dtype", None), _DType):
+            dtype = dtype.dtype  # a legacy class: x.type(torch.FloatTensor)
         return self.to(dtype)
 
     def get_device(self) -> int:
@@ -313,7 +329,10 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
 
     @property
     def _version(self) -> int:
-        return self._vc[0]
+        vc = self._vc
+        if type(vc) is inference.InferenceVersion:
+            raise RuntimeError(inference.VERSION_MSG)
+        return vc[0]
 
     @property
     def output_nr(self) -> int:
@@ -343,6 +362,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         if value and self._data.dtype.kind not in "fc":
             raise RuntimeError(
                 "only Tensors of floating point and complex dtype can require gradients")
+        inference.check_requires_grad(self, value)
         self._requires_grad = builtins.bool(value)
 
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
@@ -353,6 +373,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             return self  # a non-leaf already requires grad
         if requires_grad and self._data.dtype.kind not in "fc":
             raise RuntimeError("only Tensors of floating point dtype can require gradients")
+        inference.check_requires_grad(self, requires_grad)
         self._requires_grad = builtins.bool(requires_grad)
         return self
 
@@ -405,6 +426,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     @property
     def data(self) -> "Tensor":
         t = Tensor._make(self._data, None, 0)
+        if type(self._vc) is not list:
+            t._vc = inference.detached(self._vc)
         return t
 
     @data.setter
@@ -418,6 +441,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         """Make this tensor use ``source``'s data (empty without one), in place: its version
         goes up and a leaf gets a new AccumulateGrad, so graphs made before no longer lead
         to it (a GradientEdge taken before still does), as in torch."""
+        if type(self._vc) is not list:
+            inference.check_inplace(self)
         if grad_mode._state.enabled:
             if self._grad_fn is None and self._requires_grad:
                 raise RuntimeError(LEAF_INPLACE_MSG)
@@ -585,7 +610,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         """A new leaf sharing memory and version counter, but not a view: in-place changes of
         it are not tracked, as in torch."""
         t = Tensor._make(self._data, None, 0)
-        t._vc = self._vc
+        t._vc = self._vc if type(self._vc) is list else inference.detached(self._vc)
         return t
 
     def _is_view(self) -> bool:
@@ -792,7 +817,9 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         if isinstance(base, Tensor):
             return base.pow(self)
         x = self
-        if not self.is_floating_point():
+        if isinstance(base, complex) and self._data.dtype.kind != "c":
+            x = self.to(_complex_for(self))
+        elif self._data.dtype.kind not in "fc":
             integral = isinstance(base, (int, np.integer))
             x = self.float() if not integral else self.long() if self.dtype.np.kind == "b" else self
         return E.RPowScalar.apply(x, base=base)
@@ -885,13 +912,13 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def div(self, other, *, rounding_mode=None):
         if rounding_mode is None:
             return self / other
-        if rounding_mode == "floor":
-            return (self / other).floor()
-        if rounding_mode == "trunc":
-            return (self / other).trunc()
-        raise RuntimeError(
-            f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
-            f"'{rounding_mode}'")
+        if rounding_mode not in ("floor", "trunc"):
+            raise RuntimeError(
+                f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
+                f"'{rounding_mode}'")
+        if _integral_division(self, other):  # integers stay integers, exact (torch's)
+            return self._binary(E.FloorDiv if rounding_mode == "floor" else E.TruncDiv, other)
+        return getattr(self / other, rounding_mode)()
 
     divide = true_divide = div
 
@@ -902,7 +929,10 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             raise TypeError(f"pow(): exponent must be a number or Tensor, got "
                             f"{type(exponent).__name__}")
         base = self
-        if self._data.dtype.kind != "f" and isinstance(exponent, builtins.float):
+        if isinstance(exponent, complex) and self._data.dtype.kind != "c":
+            # a complex power of a real tensor is complex, as torch's type promotion has it
+            base = self.to(_complex_for(self))
+        elif self._data.dtype.kind not in "fc" and isinstance(exponent, builtins.float):
             base = self.float()
         elif self._data.dtype.kind in "iu" and exponent < 0:
             raise RuntimeError("Integers to negative integer powers are not allowed.")
@@ -1364,12 +1394,19 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self._scatter(dim, index, src, value, reduce, inplace=True)
 
     def _scatter(self, dim, index, src, value, reduce, inplace):
-        if reduce is not None:
-            raise NotImplementedError("scatter(reduce=...) is not supported by disthook")
         src = value if src is None else src
         d = self._scatter_checks("scatter", dim, index, src)
         params = {"index": _along(index._data, self.ndim), "dim": d}
-        if isinstance(src, Tensor):
+        if reduce is not None:
+            if reduce not in ("add", "multiply"):
+                raise RuntimeError("reduce argument must be either add or multiply.")
+            if isinstance(src, Tensor):
+                warnings.warn(SCATTER_REDUCE_WARNING, UserWarning, stacklevel=3)
+            op, params["reduce"] = S.ScatterWithReduce, reduce
+            operands = (src,) if isinstance(src, Tensor) else ()
+            if not operands:
+                params["value"] = src
+        elif isinstance(src, Tensor):
             op, operands = S.Scatter, (src,)
         else:
             op, operands = S.ScatterValue, ()
@@ -1439,7 +1476,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             return C.product(L.matmul, (self, other))
         return L.matmul(self, other)
 
-    def mm(self, other):
+    def mm(self, mat2):
+        other = mat2
         if self.ndim != 2:
             raise RuntimeError("self must be a matrix")
         if other.ndim != 2:
@@ -1464,7 +1502,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             return C.product(L.Dot.apply, (self, other))
         return L.Dot.apply(self, other)
 
-    def bmm(self, other):
+    def bmm(self, mat2):
+        other = mat2
         if self.ndim != 3 or other.ndim != 3:
             raise RuntimeError("batch1 must be a 3D tensor")
         L.check_same_dtype(self, other, "bmm")
@@ -1492,7 +1531,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {n}")
         return shape
 
-    def view(self, *shape):
+    def view(self, *args, size=None):
+        shape = args if size is None else by_keyword(args, size, "size", "view")
         if len(shape) == 1 and isinstance(shape[0], _DType):
             raise NotImplementedError("view(dtype) reinterpretation is not supported")
         shape = self._shape_arg(shape)
@@ -1503,8 +1543,9 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
                 "instead.")
         return S.View.apply(self, shape=shape)
 
-    def reshape(self, *shape):
-        shape = self._shape_arg(shape)
+    def reshape(self, *args, shape=None):
+        shape = self._shape_arg(args if shape is None else
+                                by_keyword(args, shape, "shape", "reshape"))
         op = S.View if _can_view(self._data, shape) else S.UnsafeView
         return op.apply(self, shape=shape)
 
@@ -1546,7 +1587,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
                 f"{dim})")
         return S.Unsqueeze.apply(self, dim=dim % n)
 
-    def permute(self, *dims):
+    def permute(self, *args, dims=None):
+        dims = args if dims is None else by_keyword(args, dims, "dims", "permute")
         if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
             dims = tuple(dims[0])
         if len(dims) != self.ndim:
@@ -1564,7 +1606,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             return self
         return S.Transpose.apply(self, dim0=self._dim(dim0), dim1=self._dim(dim1))
 
-    swapaxes = transpose
+    def swapaxes(self, axis0, axis1):
+        return self.transpose(axis0, axis1)
 
     def t(self):
         if self.ndim > 2:
@@ -1580,7 +1623,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def mT(self):
         return self.transpose(-2, -1)
 
-    def expand(self, *sizes):
+    def expand(self, *args, size=None):
+        sizes = args if size is None else by_keyword(args, size, "size", "expand")
         if len(sizes) == 1 and isinstance(sizes[0], (tuple, list, Size)):
             sizes = tuple(sizes[0])
         if len(sizes) < self.ndim:
@@ -1614,7 +1658,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def broadcast_to(self, shape):
         return self.expand(shape)
 
-    def repeat(self, *repeats):
+    def repeat(self, *args, repeats=None):
+        repeats = by_keyword(args, repeats, "repeats", "repeat")
         if len(repeats) == 1 and isinstance(repeats[0], (tuple, list, Size)):
             repeats = tuple(repeats[0])
         if len(repeats) < self.ndim:
@@ -1735,7 +1780,12 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             value = Tensor._make(np.asarray(value, dtype=self._data.dtype), None, 0)
         return S.IndexPut.apply(self, value, index=_index_arg(index), accumulate=accumulate)
 
-    def gather(self, dim, index):
+    def gather(self, dim, index, *, sparse_grad=False):
+        if sparse_grad:
+            raise NotImplementedError(
+                "gather(sparse_grad=True) is not supported by disthook: sparse layouts are not "
+                "modelled, so the gradient could only be dense; leave sparse_grad out (the "
+                "values and the gradient's values are the same)")
         d = self._dim(dim)
         if index._data.dtype not in (np.int32, np.int64):
             raise RuntimeError("gather(): Expected dtype int32/int64 for index")
@@ -1760,6 +1810,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         backward on the view's part of the gradient), and every view of the root is rebased
         onto it, as in torch.
         """
+        if type(self._vc) is not list:
+            inference.check_inplace(self)
         records = grad_mode._state.enabled and (
             self._requires_grad or builtins.any(o._requires_grad for o in others))
         if not records:
@@ -1799,11 +1851,13 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
                 name = _strip_backward(self._grad_fn.name())
                 msg = (f"Output {self._output_nr} of {name} is a view and is being modified "
                        "inplace.")
+            elif creation == S.INFERENCE_VIEW:
+                msg = ("A view was created in inference mode and is being modified inplace in "
+                       "normal mode.")
             else:
                 msg = ("A view was created in no_grad mode and is being modified inplace with "
                        "grad mode enabled.")
-            raise RuntimeError(msg + (NO_GRAD_VIEW_HINT if creation == S.NO_GRAD_VIEW
-                                      else MULTI_OUTPUT_VIEW_HINT))
+            raise RuntimeError(msg + _VIEW_HINTS[creation])
         root = self._base
         if root._grad_fn is None and root._requires_grad:
             raise RuntimeError(VIEW_OF_LEAF_INPLACE_MSG)
@@ -1853,8 +1907,15 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def mul_(self, other):
         return self._inplace_binary(E.Mul, other)
 
-    def div_(self, other):
-        if self._data.dtype.kind != "f" and result_dtype(self, other).kind != "f":
+    def div_(self, other, *, rounding_mode=None):
+        if rounding_mode is not None:
+            result = self.div(other, rounding_mode=rounding_mode)
+            if result._data.dtype.kind != self._data.dtype.kind:
+                raise RuntimeError(f"result type {_kind_title(result._data.dtype)} can't be "
+                                   f"cast to the desired output type "
+                                   f"{_kind_title(self._data.dtype)}")
+            return self.copy_(result)
+        if self._data.dtype.kind not in "fc" and result_dtype(self, other).kind != "f":
             # true division of integers is floating, which an integer tensor cannot hold
             raise RuntimeError(f"result type Float can't be cast to the desired output type "
                                f"{_kind_title(self._data.dtype)}")
@@ -1863,9 +1924,12 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def pow_(self, exponent):
         if isinstance(exponent, Tensor):
             return self._inplace_binary(E.Pow, exponent)
-        if self._data.dtype.kind != "f" and isinstance(exponent, builtins.float):
+        if self._data.dtype.kind not in "fc" and isinstance(exponent, builtins.float):
             raise RuntimeError(f"result type Float can't be cast to the desired output type "
                                f"{_kind_title(self._data.dtype)}")
+        if self._data.dtype.kind != "c" and isinstance(exponent, complex):
+            raise RuntimeError(f"result type ComplexFloat can't be cast to the desired output "
+                               f"type {_kind_title(self._data.dtype)}")
         return self._inplace(E.PowScalar, exponent=exponent)
 
     def neg_(self):
@@ -1947,6 +2011,8 @@ _UFUNC_INPLACE = {E.Add: np.add, E.Sub: np.subtract, E.Mul: np.multiply, E.Div: 
 def _write_with(t: Tensor, ufunc, values: np.ndarray) -> None:
     """``t = ufunc(t, values)`` (or ``t = values`` without a ufunc) in ``t``'s storage, and
     bump its version counter."""
+    if type(t._vc) is not list:
+        inference.check_inplace(t)
     try:
         _write_into(t._data, ufunc, values)
     except ValueError:
@@ -2083,6 +2149,9 @@ def _check_basic_index(t: Tensor, index) -> None:
                 raise IndexError(
                     f"index {i} is out of bounds for dimension {dim} with size {n}")
         dim += 1
+
+
+take_torch_keywords(Tensor)  # x.sum(axis=1, keepdims=True)
 
 
 def _can_view(data: np.ndarray, shape: tuple) -> bool:
@@ -2284,6 +2353,14 @@ def _infer_dtype(data) -> np.dtype:
     raise TypeError(f"Could not infer dtype of {type(data).__name__}")
 
 
+def _integral_division(a: Tensor, b) -> bool:
+    """Whether ``a / b`` rounded has an integer dtype in torch: both integral (bools with an
+    integer; bools alone torch does not divide so)."""
+    kinds = a._data.dtype.kind + (b._data.dtype.kind if isinstance(b, Tensor)
+                                  else np.asarray(b).dtype.kind)
+    return builtins.all(k in "iub" for k in kinds) and kinds != "bb"
+
+
 def _unwrap_nested(data):
     if isinstance(data, Tensor):
         return data._data
@@ -2293,15 +2370,17 @@ def _unwrap_nested(data):
 
 
 def takes_pin_memory(factory):
-    """``factory`` with torch's ``pin_memory=`` keyword (``check_pin_memory``), published
-    under the name ``torch.<name>`` so that it pickles by reference; a factory that takes
-    ``out=`` (``factory_out``) takes it already, and comes back as it is."""
+    """``factory`` with torch's ``pin_memory=`` and ``layout=`` keywords (``check_pin_memory``,
+    ``check_layout``), published under the name ``torch.<name>`` so that it pickles by
+    reference; a factory that takes ``out=`` (``factory_out``) takes them already, and comes
+    back as it is."""
     if getattr(factory, "takes_pin_memory", False):
         return factory
 
     @functools.wraps(factory)
-    def with_pin_memory(*args, pin_memory=False, **kwargs):
+    def with_pin_memory(*args, pin_memory=False, layout=None, **kwargs):
         check_pin_memory(pin_memory)
+        check_layout(layout)
         return factory(*args, **kwargs)
 
     with_pin_memory.__module__ = "disthook"
@@ -2364,17 +2443,21 @@ def _float_dt(dtype):
 
 
 @factory_out
-def zeros(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+def zeros(*args, size=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    size = by_keyword(args, size, "size", "zeros")
     return _factory(np.zeros(_size_args(size), _float_dt(dtype)), requires_grad, device)
 
 
 @factory_out
-def ones(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+def ones(*args, size=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    size = by_keyword(args, size, "size", "ones")
     return _factory(np.ones(_size_args(size), _float_dt(dtype)), requires_grad, device)
 
 
 @factory_out
-def empty(*size, dtype=None, device=None, requires_grad=False, memory_format=None) -> Tensor:
+def empty(*args, size=None, dtype=None, device=None, requires_grad=False,
+          memory_format=None) -> Tensor:
+    size = by_keyword(args, size, "size", "empty")
     return _factory(np.zeros(_size_args(size), _float_dt(dtype)), requires_grad, device)
 
 
@@ -2391,26 +2474,39 @@ def _like(t: Tensor, dtype):
     return _np_dtype(t.dtype if dtype is None else dtype)
 
 
-def zeros_like(t, *, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return _factory(np.zeros(t.shape, _like(t, dtype)), requires_grad, device)
+def zeros_like(input, *, dtype=None, device=None, requires_grad=False,
+               memory_format=None) -> Tensor:
+    check_memory_format(memory_format, "zeros_like")
+    return _factory(np.zeros(input.shape, _like(input, dtype)), requires_grad, device)
 
 
-def ones_like(t, *, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return _factory(np.ones(t.shape, _like(t, dtype)), requires_grad, device)
+def ones_like(input, *, dtype=None, device=None, requires_grad=False,
+              memory_format=None) -> Tensor:
+    check_memory_format(memory_format, "ones_like")
+    return _factory(np.ones(input.shape, _like(input, dtype)), requires_grad, device)
 
 
-def empty_like(t, *, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return _factory(np.zeros(t.shape, _like(t, dtype)), requires_grad, device)
+def empty_like(input, *, dtype=None, device=None, requires_grad=False,
+               memory_format=None) -> Tensor:
+    check_memory_format(memory_format, "empty_like")
+    return _factory(np.zeros(input.shape, _like(input, dtype)), requires_grad, device)
 
 
-def full_like(t, fill_value, *, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return _factory(np.full(t.shape, fill_value, _like(t, dtype)), requires_grad, device)
+def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False,
+              memory_format=None) -> Tensor:
+    check_memory_format(memory_format, "full_like")
+    return _factory(np.full(input.shape, fill_value, _like(input, dtype)), requires_grad, device)
 
 
 @factory_out
-def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+def arange(start=None, end=None, step=1, *, dtype=None, device=None,
+           requires_grad=False) -> Tensor:
     if end is None:
+        if start is None:
+            raise TypeError("arange() missing required argument 'end' (pos 1)")
         start, end = 0, start
+    elif start is None:  # arange(end=n)
+        start = 0
     vals = [_data_of(v) for v in (start, end, step)]
     if step == 0:
         raise RuntimeError("step must be nonzero")

@@ -11,7 +11,7 @@ def test_every_kind_names_a_register_method_of_its_target():
         target = tensor if kind.on == "tensor" else module
         assert callable(getattr(target, kind.method)), kind.name
     assert list(hook_kinds.KINDS) == ["forward_pre", "forward", "full_backward", "backward",
-                                      "full_backward_pre", "tensor"]
+                                      "full_backward_pre", "tensor", "post_accumulate"]
 
 
 def test_options_are_the_defaults_under_what_is_given():

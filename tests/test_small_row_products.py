@@ -6,10 +6,11 @@ import pytest
 
 import disthook as torch
 from disthook import nn
+from disthook import _blas
 from disthook.ops import linalg
 
 
-@pytest.mark.parametrize("rows", [1, 7, linalg.SMALL_ROWS, linalg.SMALL_ROWS + 1, 100])
+@pytest.mark.parametrize("rows", [1, 7, _blas.SMALL_ROWS, _blas.SMALL_ROWS + 1, 100])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_the_product_is_the_plain_one_and_c_ordered(rows, dtype):
     rng = np.random.default_rng(rows)

@@ -27,34 +27,34 @@ def grads(st):
 
 def test_each_client_accumulates_its_own_gradients():
     st = stage()
-    st.use_grads(A)
+    st.use_client(A)
     backward(st, 1.0)
     only_a = grads(st)
-    st.use_grads(B)
+    st.use_client(B)
     assert grads(st) == [None] * 4  # B has none yet
     backward(st, 2.0)
     backward(st, 2.0)
-    st.use_grads(A)
+    st.use_client(A)
     for got, want in zip(grads(st), only_a, strict=True):
         np.testing.assert_array_equal(got, want)
     backward(st, 1.0)  # A's second backward adds to A's only
-    st.use_grads(B)
+    st.use_client(B)
     st_b = grads(st)
-    st.use_grads(A)
+    st.use_client(A)
     for a, once in zip(grads(st), only_a, strict=True):
         np.testing.assert_allclose(a, 2 * once, rtol=1e-6)
     assert not np.allclose(st_b[0], grads(st)[0])  # B's inputs were twice A's
     st.module.zero_grad()  # A's zero_grad clears A's only
-    st.use_grads(B)
+    st.use_client(B)
     assert all(g is not None for g in grads(st))
 
 
 def test_one_client_swaps_nothing():
     st = stage()
-    st.use_grads(A)
+    st.use_client(A)
     backward(st, 1.0)
     before = [p._grad for p in st.params]
-    st.use_grads(A)
+    st.use_client(A)
     assert all(p._grad is g for p, g in zip(st.params, before, strict=True))
     assert st.grads == {}
 
@@ -75,7 +75,7 @@ def test_writes_are_the_deployers_unless_writable():
 
 def test_a_client_that_goes_away_leaves_nothing():
     st = stage()
-    st.use_grads(B)
+    st.use_client(B)
     backward(st, 1.0)
     st.optimizers[(B, 7)] = object()
     st.optimizers[(A, 7)] = object()

@@ -18,6 +18,10 @@ from workers.speculation import HookRecord
 
 __all__ = ["HookHandlers"]
 
+# a hook's tag and a capture's buffer name are names: kept with each hook (4096 a client),
+# a name of 1 MiB each made a worker hold 4 GiB for one client, past every cap by bytes
+MAX_HOOK_NAME_CHARS = 256
+
 
 class HookHandlers:
     """The hook requests of ``Worker`` and its client-hook stubs (a mixin)."""
@@ -41,17 +45,30 @@ class HookHandlers:
         kind, path, hook_id = entry.kind, entry.path, entry.hook
         hook_kind = hook_kinds.KINDS[kind]
         spec = entry.get("worker_hook")
+        options = (spec or {}).get("options")
+        for what, name in (("tag", entry.get("tag")),
+                           ("buffer", options.get("buffer") if isinstance(options, dict)
+                            else None)):
+            if isinstance(name, str) and len(name) > MAX_HOOK_NAME_CHARS:
+                raise ValueError(f"a hook's {what} is a name of at most {MAX_HOOK_NAME_CHARS} "
+                                 f"characters, got {len(name)}: use a shorter one")
         if spec is not None:  # runs here, without a round trip
             stub = worker_hooks.build(spec, kind, path, self.captures, self.allow_hook_modules,
                                       client)
         else:
-            if entry.get("waits"):  # its answers are always waited for: never run ahead
+            # its answers are always waited for (never run ahead): where asked, and for a
+            # post-accumulate hook, which reads what the event does not carry (the
+            # parameter's .grad, its value), as they are when it fires
+            if entry.get("waits") or kind == "post_accumulate":
                 for fired_as in (kind, "leaf_hook"):
                     st.record(client, hook_id, fired_as).steers = True
             record = st.record(client, hook_id, kind)
-            stub = (self._tensor_stub(hook_id, path, client, kind, record)
-                    if hook_kind.on == "tensor"
-                    else self._module_stub(kind, hook_id, path, client, record))
+            if kind == "post_accumulate":
+                stub = self._post_accumulate_stub(hook_id, path, client, record)
+            elif hook_kind.on == "tensor":
+                stub = self._tensor_stub(hook_id, path, client, kind, record)
+            else:
+                stub = self._module_stub(kind, hook_id, path, client, record)
         target = (st.module.get_parameter(path) if hook_kind.on == "tensor"
                   else st.module.get_submodule(path))
         handle = hook_kinds.register(target, kind, _only_for(self, client, stub),
@@ -200,6 +217,19 @@ class HookHandlers:
         stub.__name__ = f"client_hook_{hook_id}"
         return stub
 
+    def _post_accumulate_stub(self, hook_id: int, path: str, client: bytes,
+                              record: HookRecord):
+        """A client's post-accumulate-grad hook on the parameter at ``path``: it fires once
+        the parameter's ``.grad`` was updated here, and the client runs it on the parameter
+        as it knows it (reading and writing it here meanwhile); nothing comes back."""
+        worker = self
+
+        def stub(param):
+            worker._fire(record, client, hook_id, "post_accumulate", path, [], [])
+
+        stub.__name__ = f"client_hook_{hook_id}"
+        return stub
+
     def _call_client(self, client: bytes, hook_id: int, kind: str, path: str, args: list,
                      diff: bool = False, ids: list | None = None):
         """Send a hook event to ``client`` and sleep until its answer comes; the answer (a
@@ -248,13 +278,31 @@ def _only_for(worker, client: bytes, hook):
     return for_its_client
 
 
+def caller_copy(t, mark: bool = True):
+    """Mark ``t``, a call's argument as this worker received it from the client (``mark``),
+    as the copy of a tensor the program holds: see ``_apply_changes``."""
+    if mark:
+        t.__dict__["_caller_copy"] = True
+    return t
+
+
 def _apply_changes(answer, originals: list, worker, client: bytes, hook_id: int,
                    path: str) -> None:
     """What the client's hook changed in place in the tensors it was given, done to this
     worker's tensors in place too: recorded by autograd where the tensor is part of a graph
-    (its gradient then flows back through the client's change), as in one process."""
+    (its gradient then flows back through the client's change), as in one process. A
+    change to the call's own argument is refused: in one process it changes the caller's
+    tensor, which here would keep its old value."""
     for change in answer.get("changed") or ():
         target = _original(originals, change.arg, path)
+        if target.__dict__.get("_caller_copy"):
+            raise NotImplementedError(
+                f"the client's hook on {path!r} changed in place a tensor it was given that "
+                "is the call's own argument: in one process that changes the tensor the "
+                "program passed in, but deployed the module's worker holds a copy of it, "
+                "and the program's tensor would keep its old value. Return the changed "
+                "value from the hook instead (a forward pre-hook: return (args[0] * 2,)), "
+                "or change a clone")
         value = _unpack_result(change.value, originals, worker, client, hook_id)
         if not isinstance(value, disthook.Tensor) or value.shape != target.shape:
             raise RuntimeError(f"the client's hook on {path!r} changed tensor {change.arg} in "

@@ -10,6 +10,7 @@ worker serves everyone else meanwhile.
 from __future__ import annotations
 
 import os
+import random
 import time
 
 import numpy as np
@@ -24,6 +25,7 @@ from disthook.service.loop import NO_REPLY, send_frames
 from disthook.service.values import opaque_in, pack, tensors_in, unpack
 from disthook.utils.checkpoint import checkpoint
 from workers import attr_changes, form, held_grads
+from workers.client_hooks import caller_copy
 from workers.speculation import BACKWARD_KINDS, EarlyAnswer, run_ahead
 from workers.state import Context
 from workers.versions import carries_write, note_pins, upstream_pins
@@ -84,7 +86,8 @@ class ComputeHandlers:
                     job.rng = msg["rng"]
                     disthook.random._set_stream_state(msg["rng"])
                 with disthook.set_grad_enabled(grad), default_dtype_as(msg.get("default_dtype")):
-                    given = [_as_computed(t) if st.index > 0 else t for t in inputs]
+                    given = [_as_computed(t) if st.index > 0 else caller_copy(t)
+                             for t in inputs]
                     for t, name in zip(given, msg.get("names") or ()):  # the previous
                         self.name_as(job, t, name)  # stage's output: one object (hooks)
                     if stop_here:  # the output of module `stop` is the answer: no later stage
@@ -136,7 +139,8 @@ class ComputeHandlers:
                 out = self._run_forward(job, st, compute, early)
             if early is None or not early.sent:
                 finish(out)
-        except Exception as exc:  # noqa: BLE001 - the client, not the previous stage, hears it
+        # (the client, not the previous stage, hears it; sys.exit in a part: error_reply)
+        except (Exception, SystemExit) as exc:  # noqa: BLE001
             self._drop_early(job, early)
             self._to_client(job, "error", self.error_reply(exc, job, msg.get("inputs")))
         return NO_REPLY
@@ -173,12 +177,13 @@ class ComputeHandlers:
             else:
                 module = _submodule(st, path)
                 snap = attr_changes.snapshot(module, path, st.shared)
-            call = self._resolve_refs(job, st.model, msg["call"])
+            kept = set()  # (the arrays of values kept on workers, not the caller's tensors)
+            call = self._resolve_refs(job, st.model, msg["call"], kept)
 
             def compute():
                 inputs.clear()  # fresh leaves each time the forward runs
-                args, kwargs = unpack(call,
-                                      lambda a, flag, _name: _as_computed(leaf(a, flag)))
+                args, kwargs = unpack(call, lambda a, flag, _name: caller_copy(
+                    _as_computed(leaf(a, flag)), id(a) not in kept))
                 if msg.get("rng"):  # the client's random stream: drawn from here, handed back
                     job.rng = msg["rng"]
                     disthook.random._set_stream_state(msg["rng"])
@@ -227,7 +232,7 @@ class ComputeHandlers:
                 out = self._run_forward(job, st, compute, early)
             if not early.sent:
                 finish(out)
-        except Exception as exc:  # noqa: BLE001 - the client hears it
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the client hears it all
             self._drop_early(job, early)
             self._to_client(job, "error", self.error_reply(exc, job))
         return NO_REPLY
@@ -316,6 +321,7 @@ class ComputeHandlers:
 
             if to_taps:
                 _run_backward(pairs(), [], taps, tapped, True, False)
+                self._send_retained(context)
                 self._to_client(job, "ok", {"result": {
                     "grads": [None] * len(context.inputs), "tapped": tapped,
                     "attrs": attrs(), "forms": form.forms(st, job)}})
@@ -358,9 +364,7 @@ class ComputeHandlers:
                 grads = self._run_backward_pass(job, st, context.retained, compute, early)
             if holding is not None:
                 holding.commit()
-            for who, hook_id, key, t in context.retained:  # what client hooks retained
-                if t.grad is not None:
-                    self._call_client(who, hook_id, "retained", key, [pack(t.grad)])
+            self._send_retained(context)
             if not retain:
                 self.state.end_context(st.model, job.client, msg.ctx)
             if early is not None and early.sent:
@@ -377,9 +381,16 @@ class ComputeHandlers:
                 send_frames(prev, wire.encode("backward", fields, req=msg.req, ctx=msg.ctx))
             else:
                 answer(grads)
-        except Exception as exc:  # noqa: BLE001
+        except (Exception, SystemExit) as exc:  # noqa: BLE001
             self._to_client(job, "error", self.error_reply(exc, job))
         return NO_REPLY
+
+    def _send_retained(self, context) -> None:
+        """The gradients that tensors client hooks called retain_grad on got in this
+        backward, to those clients (their tensors' ``.grad`` there)."""
+        for who, hook_id, key, t in context.retained:
+            if t.grad is not None:
+                self._call_client(who, hook_id, "retained", key, [pack(t.grad)])
 
     def _backward_with_graph(self, job, st, context, outputs, given, msg):
         """``backward(create_graph=True)`` (or ``autograd.grad`` with it) of a call's context:
@@ -511,6 +522,24 @@ def _tap(t, key: str, into: dict):
 def _stream_state(msg) -> str | None:
     """The random stream to hand on after a forward that was given one."""
     return disthook.random._stream_state() if msg.get("rng") else None
+
+
+_own_bits = random.Random()  # seeded from the system's entropy: this worker's, no client's
+
+
+def leave_stream() -> None:
+    """A job that drew from its client's random stream ends or waits: the default generator
+    takes a fresh state of the worker's own, so that a job given no stream (a raw client's)
+    never draws the next numbers of another client's (which it could then tell apart)."""
+    bits = disthook.random.default_generator._rng.bit_generator
+    state = bits.state
+    if state.get("bit_generator") == "PCG64":  # (disthook's: about 3 µs)
+        state["state"] = {"state": _own_bits.getrandbits(128),
+                          "inc": _own_bits.getrandbits(128) | 1}
+        state["has_uint32"], state["uinteger"] = 0, 0
+        bits.state = state
+    else:
+        bits.state = type(bits)(_own_bits.getrandbits(64)).state
 
 
 def _as_computed(t):

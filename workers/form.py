@@ -33,6 +33,8 @@ def describe(st) -> dict:
                                  name not in owner._non_persistent_buffers_set]
     return {"stage": st.index, "revision": st.form,
             "modes": {path: m.training for path, m in module.named_modules()},
+            # the modes of the modules its deployer keeps on its client, as it sent them
+            "client": getattr(st, "client_modes", None) or {},
             "tensors": tensors,
             "attrs": {path: {k: v for k, v in m.__dict__.items()
                              if type(v) in _PLAIN and k != "training" and not k.startswith("_")}

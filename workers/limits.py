@@ -139,7 +139,7 @@ class LimitChecks:
         """Who a stage ``client`` loads is counted against: with keys its key's name (so
         the stages a key's connections loaded count after they went, and a client that
         reconnects gets no more), without keys its connection."""
-        return self.peers.names.get(client, client)
+        return self.peers.account(client)
 
     def check_models(self, client: bytes, model: str, nbytes: int) -> None:
         """Refuse a stage of ``nbytes`` of weights that ``client`` loads past what one
@@ -194,7 +194,8 @@ def add_limit_options(p) -> None:
                    help="requests one client may have waiting here behind its running ones "
                         "(default 4096); past it (or --max-queued-mb) a request is refused")
     p.add_argument("--max-queued-mb", type=int, default=MAX_QUEUED_BYTES >> 20, metavar="MIB",
-                   help="what the arrays of those waiting requests may hold (default 1024)")
+                   help="what those waiting requests may hold, their arrays and their "
+                        "headers as decoded (default 1024)")
     p.add_argument("--max-value-mb", type=int, default=MAX_VALUE_BYTES >> 20, metavar="MIB",
                    help="what the values one client keeps here (outputs of its calls that "
                         "stay on the worker) may hold (default 1024)")

@@ -27,7 +27,7 @@ class ParamHandlers:
         if names is not None:  # asked by name: non-persistent buffers too
             state.update({name: t.detach().numpy() for name, t in st.module.named_buffers()
                           if name in names and name not in state})
-        grads = {name: p.grad.numpy() for name, p in st.module.named_parameters()
+        grads = {name: p.grad.detach().numpy() for name, p in st.module.named_parameters()
                  if p.grad is not None and (names is None or name in names)}
         unknown = [] if names is None else [n for n in names if n not in state]
         if unknown:
@@ -75,6 +75,11 @@ class ParamHandlers:
             _convert(module, value)
         elif msg["op"] == "extend_attr":
             _extend(module, msg["path"], name, value)
+        elif msg["op"] == "client_modes":  # the deployer's modules on its client
+            if not (isinstance(value, dict) and all(
+                    isinstance(k, str) and isinstance(v, bool) for k, v in value.items())):
+                raise ValueError("client_modes: a map of module paths to bools")
+            st.client_modes = value
         elif msg["op"] == "train":
             if not isinstance(value, bool):
                 raise ValueError(f"train of {msg['path']!r}: the mode must be a bool, got "
@@ -82,6 +87,8 @@ class ParamHandlers:
             module.train(value)
         else:
             delattr(module, name)
+        if msg["op"] in ("set_attr", "extend_attr", "del_attr"):
+            st.share_attr(module, name)  # (every client's, as the deployer set it)
         attr_changes.forget(module)  # its attributes changed outside a pass
         st.versions.reset()  # a buffer may have come or gone
         st.form += 1
@@ -143,7 +150,7 @@ class ParamHandlers:
         spec = msg.get("optimizer")
         if spec is None:
             if msg.get("zero_grad"):
-                st.module.zero_grad()  # the client's own gradients (Stage.use_grads)
+                st.module.zero_grad()  # the client's own gradients (Stage.use_client)
             return None
         return self._optimizer_action(st, spec, job.client)
 
@@ -281,7 +288,8 @@ class ParamHandlers:
                     req=msg.req, ctx=msg.ctx), copy=False)
             else:
                 self._to_client(job, "ok", {"result": None})
-        except Exception as exc:  # noqa: BLE001 - the client, not the previous stage, hears it
+        # (the client, not the previous stage, hears it; sys.exit in a part: error_reply)
+        except (Exception, SystemExit) as exc:  # noqa: BLE001
             self._to_client(job, "error", self.error_reply(exc, job))
         return NO_REPLY
 

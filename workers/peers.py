@@ -12,30 +12,35 @@ from __future__ import annotations
 
 import itertools
 import re
+import secrets
 
-from disthook.service.security import Bindings, Keys, is_server_key, key_name
+from disthook.service.security import Authorized, Bindings, Keys, is_server_key
 
 __all__ = ["NEIGHBOUR_IDENTITY", "Peers", "neighbour_identity"]
 
 NEIGHBOUR_IDENTITY = re.compile(rb".+>(prev|next|peer)>[0-9]+")
-_dials = itertools.count()
 
 
 def neighbour_identity(worker_id: str, side: str) -> bytes:
-    """The identity a worker dials a neighbour stage with: fresh per connection, since a
-    ROUTER refuses a peer whose identity is still held by the connection it replaces."""
-    return f"{worker_id}>{side}>{next(_dials)}".encode()
+    """The identity a worker dials a neighbour stage (or, ``side`` "coordinator", the
+    coordinator) with: fresh per connection, since a ROUTER refuses a peer whose identity is
+    still held by the connection it replaces, and unguessable, for the same reason: any
+    client may dial with an identity it chooses, and one that took it first had the
+    worker's own connection refused (a counter's next values: no stage could pass another
+    anything; the worker's id: it could not register)."""
+    return f"{worker_id}>{side}>{secrets.randbits(64)}".encode()
 
 
 class Peers:
     """The peers of one worker's endpoint: by connection, their key's name (with keys),
     whether they are workers of the cluster, and how status names them."""
 
-    def __init__(self, keys: Keys | None):
+    def __init__(self, keys: Keys | None, authorized: Authorized | None = None):
         self.keys = keys
         self.by_fd: dict[int, bytes] = {}  # connection's file descriptor -> peer identity
         self.names: dict[bytes, str] = {}  # with keys: peer identity -> its key's name
         self._bindings = Bindings()  # with keys: each identity stays with its first key
+        self.authorized = authorized  # (with keys: the worker's, Service.authorized)
         self._labels: dict[bytes, str] = {}  # how status names a client
         self._workers: dict[bytes, str] = {}  # the transport says: a worker; -> its id
         self._dialled: dict[bytes, bool] = {}  # without keys: whether it dials as a worker
@@ -55,13 +60,20 @@ class Peers:
                 raise PermissionError("this connection's identity came with another key "
                                       "before; connect with a fresh identity")
             if identity not in self.names:
-                self.names[identity] = key_name(self.keys, user_id)
+                self.names[identity] = self.authorized.name(user_id)
             worker = is_server_key(self.keys, user_id)
         if worker and identity not in self._workers:  # a neighbour dials as neighbour_identity
             dialled = NEIGHBOUR_IDENTITY.fullmatch(identity)
             self._workers[identity] = (identity.split(b">")[0].decode(errors="replace")
                                        if dialled else "of the cluster")
         return worker
+
+    def revoked(self, identity: bytes, user_id: str | None, req: int) -> Exception | None:
+        """With keys, the refusal of request ``req`` when the key ``identity`` came with was
+        removed from ``authorized/`` since its connection was made; else None."""
+        if self.authorized is None or self.authorized.holds(user_id or ""):
+            return None
+        return Authorized.refusal(self.names.get(identity, "?"), req)
 
     def linked(self, identity: bytes) -> None:
         """A neighbour stage linked over a local socket (``workers.links``) as ``identity``:
@@ -77,6 +89,12 @@ class Peers:
         self._labels.pop(identity, None)
         self._workers.pop(identity, None)
         self._dialled.pop(identity, None)
+
+    def account(self, identity: bytes) -> bytes | str:
+        """Whom what a peer holds or causes here is counted against: with keys its key's
+        name (every connection of one key shares one allowance, so opening more gets no
+        more, and it outlasts the connection), without keys its connection."""
+        return self.names.get(identity, identity)
 
     def who(self, identity: bytes) -> str:
         """A peer as the logs name it: a worker of the cluster by its id, a client as

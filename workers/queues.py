@@ -1,6 +1,8 @@
 """What one client may have queued on a worker: the requests waiting in its lanes (behind its
 running request on a model) are capped per client (with keys, per key: every connection of
-one key shares one allowance) by count and by the bytes of their arrays. Past the cap a
+one key shares one allowance) by count and by what they hold (``Message.nbytes``: their
+arrays, and their headers as decoded, which a header of empty msgpack maps makes 72 times
+its size). Past the cap a
 request is refused with a ``RuntimeError`` naming it, rather than held: a client sending
 calls faster than the worker runs them (calls that do not wait, raw messages) otherwise made
 the worker hold every one of them, its memory growing without bound for everyone. A call
@@ -11,7 +13,7 @@ from __future__ import annotations
 __all__ = ["MAX_QUEUED", "MAX_QUEUED_BYTES", "QueueCaps"]
 
 MAX_QUEUED = 4096  # requests one client may have waiting in its lanes on one worker
-MAX_QUEUED_BYTES = 1 << 30  # the arrays they carry
+MAX_QUEUED_BYTES = 1 << 30  # what they hold
 
 
 class QueueCaps:

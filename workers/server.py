@@ -27,7 +27,6 @@ import os
 import socket
 import threading
 import time
-import traceback
 import warnings
 
 import zmq
@@ -41,6 +40,7 @@ from disthook.service.loop import (
     LOG_LEVELS,
     NO_REPLY,
     Service,
+    log_to_stderr,
     ping_options,
     recv_now,
     tune_malloc,
@@ -50,11 +50,12 @@ from disthook.service.security import SERVER, Keys
 from workers import limits, queues
 from workers.batches import Batches
 from workers.client_hooks import HookHandlers
-from workers.compute import ComputeHandlers, rss_bytes
+from workers.compute import ComputeHandlers, leave_stream, rss_bytes
+from workers.error_reply import error_reply
 from workers.limits import MAX_GRAPH_BYTES, LimitChecks, add_limit_options, limit_arguments
 from workers.link_handlers import LinkHandlers
 from workers.params import ParamHandlers
-from workers.peers import Peers
+from workers.peers import Peers, neighbour_identity
 from workers.runners import Runners
 from workers.stages import StageHandlers
 from workers.state import (
@@ -107,7 +108,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         self.bound = self.address
         self.address = endpoint.advertised_address(self.bound, advertise, self.log)  # what peers dial
         self.coordinator_address = coordinator
-        self.control = self._dial(coordinator, wid.encode(), linger=0)
+        self.control = self._dial(coordinator, neighbour_identity(wid, "coordinator"),
+                                  linger=0)
         self.poller.register(self.control, zmq.POLLIN)
         self.heartbeat = self.tick_interval = wire.HEARTBEAT_S  # a tick a beat (each wakes it)
         self.orphan_after = orphan_after
@@ -127,14 +129,14 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         self.max_contexts, self.max_hooks = max_contexts, max_hooks
         self.max_graph_bytes, self.max_value_bytes = max_graph_bytes, max_value_bytes
         self.max_models, self.max_model_bytes = max_models, max_model_bytes
-        self.peers = Peers(keys)  # who is on each connection, from the transport
+        self.peers = Peers(keys, self.authorized)  # who is on each connection (transport)
         self.who = self.peers.who  # a peer as the logs name it
         self.state = WorkerState(wid, context_ttl=context_ttl, who=self.who)
         self.state.queues = queues.QueueCaps(max_queued, max_queued_bytes, self._fellows)
         self.runners = Runners(self._serve_round, name=f"worker-{wid}")
         self._todo: list = []  # jobs to start, in order
         self._sleepers: dict[int, object] = {}  # wait id -> the turn of the job waiting
-        self.captures.account = lambda c: self.peers.names.get(c, c)  # per key, with keys
+        self.captures.account = self.peers.account  # per key, with keys
         self._local = threading.local()  # .job: the job this thread runs now
         self._event_ids = itertools.count(1)
         self._tensor_ids = itertools.count(1)  # names of tensors hook events send
@@ -244,14 +246,18 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         fd = head.get(_SRCFD)
         if self.peers.by_fd.get(fd) != sender:  # a new connection, or a descriptor reused:
             self.read_monitor()  # the close of the one it had comes first
+        user_id = head.get("User-Id") if self.keys else None
         try:
-            forwarder = self.peers.arrived(fd, sender,
-                                           head.get("User-Id") if self.keys else None)
+            forwarder = self.peers.arrived(fd, sender, user_id)
             msgs = self.messages_in(sender, body)  # (a batch's: batches.py)
         except (PermissionError, wire.WireError) as exc:
             self.refuse(sender, exc)
             return
         for msg in msgs:
+            revoked = self.peers.revoked(sender, user_id, msg.req)
+            if revoked is not None:
+                self.refuse(sender, revoked)
+                continue
             self._execute(self.state.handle(MessageIn(sender, msg, forwarder)))
 
     def on_disconnected(self, fd: int) -> None:
@@ -280,6 +286,9 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
 
     def peer_name(self, identity: bytes) -> str:
         return self.who(identity)
+
+    def log_account(self, identity: bytes) -> bytes | str:
+        return self.peers.account(identity)
 
     def _execute(self, instructions: list) -> None:
         """Carry out what the state decided (jobs start at the end of the round)."""
@@ -326,7 +335,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
                 self.reply(self.router, job.sender, msg.req, "error",
                            self.error_reply(exc, job), ctx=msg.ctx)
                 return
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:
                 self.log.debug("%s: %s failed", self.name, msg.type, exc_info=True)
                 self.reply(self.router, job.sender, msg.req, "error",
                            self.error_reply(exc, job), ctx=msg.ctx)
@@ -337,6 +346,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         finally:
             self._local.job = None
             self.captures.micro_batch = None
+            if job.rng is not None:
+                leave_stream()
             self._execute(self.state.handle(JobDone(job)))
 
     def current_job(self):
@@ -356,6 +367,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         job = wait.job
         if job.rng is not None:  # the stream as this job left it (what runs meanwhile draws)
             job.rng = streams._stream_state()
+            leave_stream()
         self.flush_replies()
         if not links_read:  # once (link_handlers.py): then each round's poll says what came
             self.links_first()
@@ -369,7 +381,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         self._local.job, self.holding = job, holding
         self.captures.micro_batch = job.micro_batch
         if job.stage is not None:  # another client's job may have run meanwhile
-            job.stage.use_grads(job.client)
+            job.stage.use_client(job.client)
             job.stage.versions.enter(job.version)
         if job.rng is not None:
             streams._set_stream_state(job.rng)
@@ -451,7 +463,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
             raise RuntimeError(f"worker {self.id} holds {st.name}, not stage {index}")
         job.stage = st
         st.shared = st.shared or job.client != st.owner
-        st.use_grads(job.client)  # this client's gradients, for whatever the job does
+        st.use_client(job.client)  # this client's gradients and attributes, for the job
         if job.version is None and msg.type == "backward":  # the weights of its forward
             ctx = self.state.context(st.model, job.client, msg.ctx)
             job.version = None if ctx is None else ctx.version
@@ -463,19 +475,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         return st
 
     def error_reply(self, exc: BaseException, job=None, inputs=None) -> dict:
-        """Where ``exc`` happened: this worker, the stage of the request, and the innermost
-        submodule of that stage whose code was on the stack (its path in the model). With
-        ``inputs`` (a forward's arrays) the message also says what came in."""
-        st = None if job is None else job.stage
-        path = None if st is None else _module_in_traceback(st.module, exc.__traceback__)
-        message = str(exc)
-        if inputs and st is not None:  # (a call of no arrays says nothing of them)
-            got = ", ".join(f"{a.dtype} of shape {tuple(a.shape)}" for a in inputs)
-            message += f" [the input of {st.name} was {got}]"
-        fields = error_fields(exc, worker=self.id, traceback=traceback.format_exc(),
-                              path=path, stage=None if st is None else st.name)
-        fields["message"] = message
-        return fields
+        """The error answer for ``exc`` (workers/error_reply.py)."""
+        return error_reply(exc, self.id, None if job is None else job.stage, inputs)
 
     def _route_warnings(self) -> None:
         """Warnings raised while a request runs go to its client, which issues them as its
@@ -511,18 +512,6 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number of threads >= 1, got "
                                          f"{text!r}")
     return int(text)
-
-
-def _module_in_traceback(root, tb) -> str | None:
-    """The path (in ``root``) of the innermost submodule of ``root`` running in ``tb``."""
-    paths = {id(m): name for name, m in root.named_modules() if name}
-    found = None
-    while tb is not None:
-        owner = tb.tb_frame.f_locals.get("self")
-        if owner is not None and id(owner) in paths:
-            found = paths[id(owner)]
-        tb = tb.tb_next
-    return found
 
 
 def main(argv=None) -> int:
@@ -572,8 +561,7 @@ def main(argv=None) -> int:
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
                    help="the least severe messages logged to stderr (default INFO)")
     args = p.parse_args(argv)
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    log_to_stderr(args.log_level)
     import faulthandler
     import signal
 

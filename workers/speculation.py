@@ -58,7 +58,7 @@ __all__ = ["BACKWARD_KINDS", "EarlyAnswer", "HookRecord", "Speculation", "Stale"
 _rounds = itertools.count(1)
 # the kinds of client hook that fire in a backward pass
 BACKWARD_KINDS = frozenset({"full_backward", "full_backward_pre", "backward", "tensor",
-                            "leaf_hook"})
+                            "post_accumulate", "leaf_hook"})
 
 
 class Stale(BaseException):
@@ -98,17 +98,21 @@ class Speculation:
         self.fired: list = []  # (hook id, answer or None while pending) of this run
         self.pending: list[_Pending] = []
         self.round = ""
+        self.wrote = False
         self._state: tuple = ()
 
     @property
     def ahead(self) -> bool:
         """Whether firings may run ahead: this pass left the stage's parameters and buffers
-        as they were before, in the stage's present training mode."""
-        return self.stage.pure.get(self.key, False)
+        as they were before, in the stage's present training mode, and no hook of this run
+        wrote to the model yet (a weight stepped, a ``.grad`` set: a run again from a later
+        firing could not undo that write)."""
+        return not self.wrote and self.stage.pure.get(self.key, False)
 
     def begin(self) -> None:
         """Mark the state a run starts from (see ``restore``)."""
         self.fired, self.pending = [], []
+        self.wrote = False  # a waited answer of this run wrote to the model
         self.pristine: dict[int, tuple] = {}  # id -> (input, its version, its frame)
         self.new_round()
         worker, job = self.worker, self.job
@@ -180,6 +184,7 @@ class Speculation:
             if answer.type == "error":  # it raised where it fired (see settle): what fires
                 self.new_round()  # as the error unwinds is not stale
                 raise _hook_error(self.stage.name, answer)
+            self.wrote = self.wrote or bool(answer.get("wrote"))
             return answer
         if self.ahead and record.quiet and not record.steers:
             self.stage.ran_ahead += 1
@@ -195,6 +200,7 @@ class Speculation:
         if answer.get("stale"):
             raise Stale
         self.fired.append((hook_id, answer))
+        self.wrote = self.wrote or bool(answer.get("wrote"))
         if steers(answer):
             record.steers = True
             self.new_round()  # used at once: the round's later events are not stale

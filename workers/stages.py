@@ -8,9 +8,10 @@ from __future__ import annotations
 import zmq
 
 from disthook.distributed import aliases, shipping
-from disthook.distributed.spec import build_module
+from disthook.distributed.spec import build_module, runs_a_program
 from disthook.nn.modules.module import Module
 from disthook.service.loop import NO_REPLY
+from workers import attr_changes
 from workers.links import Link
 from workers.peers import neighbour_identity
 from workers.speculation import HookRecord
@@ -19,6 +20,7 @@ from workers.versions import Versions
 __all__ = ["Stage", "StageHandlers"]
 
 CALLS_REMEMBERED = 4096  # optimizer calls per stage known as run (see Stage.first_time)
+_MISSING = object()
 
 
 class Stage:
@@ -27,10 +29,15 @@ class Stage:
     kept in the worker's state (``WorkerState.contexts``).
 
     Several clients may use one stage; each sees the gradients of its own backward passes
-    only. The parameters' ``.grad`` hold one client's at a time (``use_grads``, called
-    whenever a job of a client touches the stage, and again when a job that waited goes on:
-    jobs take turns, so what is installed is always the running job's client's); the others'
-    wait in ``grads``. One client costs nothing: nothing is swapped."""
+    only, and the plain attributes its own calls set on the modules. The parameters'
+    ``.grad`` and the modules' plain attributes hold one client's at a time (``use_client``,
+    called whenever a job of a client touches the stage, and again when a job that waited
+    goes on: jobs take turns, so what is installed is always the running job's client's);
+    the others' wait in ``grads`` and ``attrs``. A client's attributes start as the stage's
+    were when it was loaded (as its copy of the model has them), not as the calls of others
+    left them: a module that keeps what it computed (``self.maps.append(attn)``) showed an
+    attached client every other client's activations. One client costs nothing: nothing is
+    swapped."""
 
     def __init__(self, model: str, index: int, module, owner: bytes = b"",
                  writable: bool = False) -> None:
@@ -42,8 +49,13 @@ class Stage:
         # what it is beyond its weights' values (modes, dtypes, buffers, requires_grad) changed
         # this many times: an attached client's answers carry it (workers/form.py)
         self.form = 0
-        self.installed = owner  # whose gradients the parameters' .grad hold now
+        self.installed = owner  # whose gradients and attributes the modules hold now
         self.grads: dict[bytes, list] = {}  # every other client's, one per parameter
+        # every other client's plain attributes, one dict per module; and as loaded
+        self.modules = [m for _, m in module.named_modules()]
+        self.attrs: dict[bytes, list[dict]] = {}
+        self.loaded_attrs = [attr_changes.private(attr_changes.plain(m)) for m in self.modules]
+        self.plain = attr_changes.Plain(self.modules)
         # (client, its backward's id) -> gradients kept for that backward's later calls
         self.held: dict[tuple, object] = {}  # (workers/held_grads.py)
         self.name = f"stage {index} of {model}"
@@ -72,16 +84,35 @@ class Stage:
         self.ran_again = 0  # forwards or backwards run again: such an answer changed something
         self.answered_ahead = 0  # results sent to the client before such answers were taken
 
-    def use_grads(self, client: bytes) -> None:
-        """Make the parameters' ``.grad`` those of ``client`` (kept aside for the one
-        installed before)."""
+    def use_client(self, client: bytes) -> None:
+        """Make the parameters' ``.grad`` and the modules' plain attributes those of
+        ``client`` (kept aside for the one installed before)."""
         if client == self.installed:
             return
         self.grads[self.installed] = [p._grad for p in self.params]
         mine = self.grads.pop(client, None)
         for i, p in enumerate(self.params):
             p._grad = None if mine is None else mine[i]
+        self.attrs[self.installed] = self.plain.take()
+        attrs = self.attrs.pop(client, None)
+        if attrs is None:  # its first job here: the attributes as loaded
+            attrs = [attr_changes.private(a) for a in self.loaded_attrs]
+        self.plain.put(attrs)
         self.installed = client
+
+    def share_attr(self, module: Module, name: str) -> None:
+        """The deployer set or deleted attribute ``name`` of ``module`` (``module_op``: what
+        every client's model mirrors): every client's attributes take it, and so do those
+        as loaded."""
+        i = next((i for i, m in enumerate(self.modules) if m is module), None)
+        if i is None:  # (a module added since the stage was loaded: every client's)
+            return
+        value = attr_changes.plain(module).get(name, _MISSING)
+        for attrs in (*self.attrs.values(), self.loaded_attrs):
+            if value is _MISSING:
+                attrs[i].pop(name, None)
+            else:
+                attrs[i][name] = attr_changes.private(value)
 
     def record(self, client: bytes, hook_id: int, kind: str) -> HookRecord:
         """What the answers of ``client``'s hook ``hook_id`` fired as ``kind`` showed."""
@@ -96,8 +127,9 @@ class Stage:
         for key in [k for k in self.hook_records if k[0] == client]:
             del self.hook_records[key]
         if client == self.installed and client != self.owner:
-            self.use_grads(self.owner)
+            self.use_client(self.owner)
         self.grads.pop(client, None)
+        self.attrs.pop(client, None)
         for key in [k for k in self.held if k[0] == client]:
             del self.held[key]
         for key in [k for k in self.optimizers if k[0] == client]:
@@ -205,7 +237,10 @@ class StageHandlers:
 
     def model_module_allowed(self, module: str) -> bool:
         """Whether a model's class (or an optimizer's, or a function an attribute names) may
-        be imported from ``module`` here (``--allow-model-module``)."""
+        be imported from ``module`` here (``--allow-model-module``); never a package's
+        ``__main__``, even in an allowed package (spec.runs_a_program)."""
+        if runs_a_program(module):
+            return False
         allowed = self.allow_model_modules
         if allowed is None:
             return True

@@ -146,16 +146,19 @@ class ValueHandlers:
         self.state.keep_value(model, job.client, vid, disthook.from_numpy(pushed["data"]))
         return pushed["data"]
 
-    def _resolve_refs(self, job, model: str, data):
+    def _resolve_refs(self, job, model: str, data, kept: set | None = None):
         """Packed call data with each ``{"ref": id, "requires_grad": flag}`` replaced by the
-        value's array (``{"tensor": array, "requires_grad": flag}``)."""
+        value's array (``{"tensor": array, "requires_grad": flag}``); the ids of those
+        arrays added to ``kept``."""
         if isinstance(data, dict):
             if isinstance(data.get("ref"), str) and "requires_grad" in data:
-                return {"tensor": self._value_of(job, model, data),
-                        "requires_grad": bool(data["requires_grad"])}
-            return {k: self._resolve_refs(job, model, v) for k, v in data.items()}
+                array = self._value_of(job, model, data)
+                if kept is not None:
+                    kept.add(id(array))
+                return {"tensor": array, "requires_grad": bool(data["requires_grad"])}
+            return {k: self._resolve_refs(job, model, v, kept) for k, v in data.items()}
         if isinstance(data, list):
-            return [self._resolve_refs(job, model, v) for v in data]
+            return [self._resolve_refs(job, model, v, kept) for v in data]
         return data
 
     def _resolve_grads(self, job, model: str, grads: list) -> list:

@@ -1,6 +1,6 @@
 """``torch._dynamo``: what compiled programs call on it (its settings, ``reset()``, shape
 markers). disthook compiles nothing (``torch.compile`` runs eagerly), so each does nothing."""
-from disthook._dynamo import config
+from disthook._dynamo import config, eval_frame  # noqa: F401  (torch._dynamo.eval_frame.X)
 from disthook.compiler import allow_in_graph, assume_constant_result, disable, is_compiling, reset
 
 __all__ = ["allow_in_graph", "assume_constant_result", "config", "disable", "graph_break",

@@ -26,6 +26,7 @@ from disthook._surface.applicable import hint, not_applicable
 
 DATA = Path(__file__).with_name("torch_names.json")
 MARK = "__disthook_refused__"  # set on every refusal: the torch name it stands for
+PARTIAL = "__disthook_partial__"  # set by a module that has only some of its torch names
 
 
 @cache
@@ -112,12 +113,22 @@ class _RefusedValue:
         return f"<refused {self.__dict__[MARK]}>"
 
 
+def _refused_bases(short: str) -> tuple:
+    """A torch warning or exception class stands in as one: naming it in ``except torch.X:``
+    or ``warnings.filterwarnings(category=torch.X)`` needs a real one (a bare refusal made the
+    first a TypeError when any error came by, the second at once). Nothing here raises it."""
+    if short.endswith("Warning"):
+        return (Warning,)
+    return (Exception,) if short.endswith(("Error", "Exception")) else ()
+
+
 def make_refusal(qualname: str, kind: str, module_name: str):
     """A class, function or value standing for torch's ``qualname``, refusing at use."""
     short = qualname.rsplit(".", 1)[-1]
     if kind in ("class", "unknown"):
-        return (_RefusedType if kind == "class" else _RefusedUnknown)(short, (), {MARK: qualname, "__module__": module_name,
-                                        "__doc__": message(qualname)})
+        return (_RefusedType if kind == "class" else _RefusedUnknown)(
+            short, _refused_bases(short), {MARK: qualname, "__module__": module_name,
+                                           "__doc__": message(qualname)})
     if kind == "function":
         def refused(*args, **kwargs):
             raise NotImplementedError(message(qualname))
@@ -140,7 +151,9 @@ def install(module: types.ModuleType) -> None:
         return
     torch_module = torch_name_of(module.__name__)
     names = torch_names(torch_module)
-    stub = bool(module.__dict__.get(MARK))
+    # a stub, or a module that has some of an unrecorded torch module's names: its other
+    # public names refuse too
+    stub = bool(module.__dict__.get(MARK)) or bool(module.__dict__.get(PARTIAL))
     made: dict = {}
 
     def __getattr__(name: str):

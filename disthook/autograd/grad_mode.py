@@ -100,8 +100,8 @@ class enable_grad(_BareDecorator):
 
 
 class inference_mode(_Mode):
-    """Like no_grad (disthook has no separate inference tensors), and
-    ``is_inference_mode_enabled()`` is True inside; ``inference_mode(False)`` enables grad."""
+    """No graph is recorded inside, and the tensors made inside are inference tensors (see
+    ``autograd/inference.py``); ``inference_mode(False)`` enables grad."""
 
     def __new__(cls, mode=True):
         if isinstance(mode, bool):
@@ -113,12 +113,20 @@ class inference_mode(_Mode):
         self.mode = not mode
 
     def __enter__(self):
+        if self.inference:
+            from disthook.autograd import inference
+
+            inference.entered()
         self._prev_inference = _state.inference
         _state.inference = self.inference
         super().__enter__()
 
     def __exit__(self, *exc):
         _state.inference = self._prev_inference
+        if self.inference:
+            from disthook.autograd import inference
+
+            inference.left()
         return super().__exit__(*exc)
 
     def _fresh(self) -> "_Mode":

@@ -17,6 +17,7 @@ from sys import modules as _loaded
 from types import MappingProxyType
 from typing import NamedTuple
 
+from disthook.autograd import inference
 from disthook.autograd import saved_hooks as _saved_hooks
 from disthook.autograd.saved_hooks import (  # noqa: F401 - torch.autograd.graph's names
     disable_saved_tensors_hooks,
@@ -254,6 +255,8 @@ class _SavedTensor:
                  "packed", "unpack_hook", "edge")
 
     def __init__(self, t, node: Node | None, is_output: bool | None = None) -> None:
+        if type(t._vc) is not list:
+            raise RuntimeError(inference.SAVED_MSG)
         grad_fn = t._grad_fn  # read once: on a custom Function's view it is a checked property
         self.is_output = grad_fn is node if is_output is None else is_output
         pairs = _saved_hooks._tls.pairs

@@ -88,6 +88,40 @@ def tiny_chain(lib):
     return step
 
 
+STAGE_LAYERS, STAGE_WIDTH, STAGE_ROWS = 8, 1024, 32
+
+
+def _linear_relu(lib, count: int, width: int, seed: int):
+    """``count`` x (Linear(width, width) + ReLU) in a Sequential, seeded."""
+    lib.manual_seed(seed)
+    layers = []
+    for _ in range(count):
+        layers += [lib.nn.Linear(width, width), lib.nn.ReLU()]
+    return lib.nn.Sequential(*layers)
+
+
+def stage_step(lib, seed: int = 0):
+    """A pipeline stage's work on one micro-batch, in one process: 8 x (Linear(1024) + ReLU)
+    forward and backward at 32 rows (the workspan bench's stage at p = 2), weights'
+    gradients set to None after each step."""
+    import numpy as np
+
+    model = _linear_relu(lib, STAGE_LAYERS, STAGE_WIDTH, seed)
+    rng = np.random.default_rng(seed)
+    x = lib.tensor(rng.standard_normal((STAGE_ROWS, STAGE_WIDTH)).astype(np.float32),
+                   requires_grad=True)
+    g = lib.tensor(rng.standard_normal((STAGE_ROWS, STAGE_WIDTH)).astype(np.float32))
+
+    def step():
+        out = model(x)
+        out.backward(g)
+        model.zero_grad()
+        x.grad = None
+        return out
+
+    return step
+
+
 CNN_BATCH = 64
 
 
@@ -146,15 +180,10 @@ def _hooked_mlp(lib, hooks: bool, seed: int = 0):
     """A 10-layer MLP step, with or without a no-op forward and full backward hook per Linear."""
     import numpy as np
 
-    lib.manual_seed(seed)
-    nn = lib.nn
-    layers = []
-    for _ in range(HOOKED_LAYERS):
-        layers += [nn.Linear(HOOKED_WIDTH, HOOKED_WIDTH), nn.ReLU()]
-    model = nn.Sequential(*layers)
+    model = _linear_relu(lib, HOOKED_LAYERS, HOOKED_WIDTH, seed)
     if hooks:
         for layer in model:
-            if isinstance(layer, nn.Linear):
+            if isinstance(layer, lib.nn.Linear):
                 layer.register_forward_hook(lambda module, args, output: None)
                 layer.register_full_backward_hook(lambda module, grad_in, grad_out: None)
     rng = np.random.default_rng(seed)
@@ -183,6 +212,8 @@ CASES = {
         (f"{CHAIN_OPS} tiny ops fwd+bwd ({CHAIN_NUMEL} elems)", tiny_chain, 1.5, (7, 3),
          (3, 1)),
         ("Adam step, the MLP's 2.9 M parameters", mlp_adam, 1.0, (9, 3), (3, 1)),
+        (f"stage: {STAGE_LAYERS} x Linear({STAGE_WIDTH})+ReLU fwd+bwd, {STAGE_ROWS} rows",
+         stage_step, 1.0, (9, 3), (3, 1)),
     ],
     "nn": [
         ("CNN 2xConv2d 3x3+pool+Linear fwd+bwd, b 64", small_cnn, 1.2, (5, 2), (3, 1)),

@@ -109,8 +109,14 @@ def _own_table(name: str, quick: bool, options: dict) -> list[dict]:
 
 
 def _blas() -> str:
+    """Which library takes the engine's products: MKL where ``disthook[mkl]`` is installed,
+    else numpy's own BLAS (disthook._blas)."""
     import numpy as np
 
+    from disthook import _blas as products
+
+    if products.backend().startswith("mkl"):
+        return "MKL (disthook[mkl]) for 2-D float products"
     try:
         deps = np.show_config(mode="dicts")["Build Dependencies"]
         blas = deps.get("blas", {})

@@ -17,6 +17,15 @@ from collections import OrderedDict
 from disthook.cuda import amp  # noqa: F401
 from disthook.tensor import no_cuda
 
+_initialized = False  # read without a guard by reversible blocks (lucidrains') before
+# they record a GPU's random state; a CPU-only torch has it False
+
+
+class OutOfMemoryError(RuntimeError):
+    """``torch.OutOfMemoryError`` (``torch.cuda.OutOfMemoryError`` too): an accelerator's
+    memory ran out. Computing on the CPU never raises it, as in a CPU-only torch; programs
+    name it in ``except`` clauses, which need a real exception class."""
+
 
 def is_available() -> bool:
     return False

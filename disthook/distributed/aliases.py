@@ -12,6 +12,8 @@ import importlib
 import re
 import sys
 
+from disthook.distributed.spec import runs_a_program
+
 __all__ = ["client_aliases", "install"]
 
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -33,7 +35,8 @@ def install(aliases: dict) -> None:
     """Make each name of ``aliases`` import the disthook module it stands for, here."""
     for name, real in sorted(aliases.items()):
         if not (isinstance(name, str) and isinstance(real, str) and _DOTTED.match(name)
-                and _DOTTED.match(real) and _is_ours(real) and not _is_ours(name)):
+                and _DOTTED.match(real) and _is_ours(real) and not _is_ours(name)
+                and not runs_a_program(real)):
             raise ValueError(f"not an alias of a disthook module: {name!r} -> {real!r}")
         target = importlib.import_module(real)
         held = sys.modules.get(name)

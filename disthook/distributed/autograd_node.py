@@ -95,11 +95,30 @@ class RemoteBackward0(LiveEdges):
         """``fn(grad_inputs, grad_outputs)`` after this node; for a placed part's call whose
         part runs node hooks on its worker (``glue.route_node_hooks``), after the node of the
         last op of the part's forward there, the one this node stands for, as in one
-        process."""
+        process; refused otherwise (``_node_hooks_refused``)."""
         routes = self._model.__dict__.get("_node_routes")
         if routes is not None and self._path in routes.paths:
             return routes.add(self, fn)
-        return super().register_hook(fn)
+        raise NotImplementedError(self._node_hooks_refused("register_hook"))
+
+    def register_prehook(self, fn) -> RemovableHandle:
+        """Refused: see ``_node_hooks_refused``."""
+        raise NotImplementedError(self._node_hooks_refused("register_prehook"))
+
+    def _node_hooks_refused(self, method: str) -> str:
+        """A hook on this node would see other gradients than one process's node gives it:
+        that node (the last op of the forward) ran on the worker, and this one stands for
+        the whole call, its inputs' gradients (not the op's operands') and its outputs'
+        together; its pre-hooks would also fire before the tensor hooks on the worker's
+        output, which one process runs first."""
+        return (f"grad_fn.{method}(fn) on an output of a deployed "
+                f"{self._model._class_name} (or a register_backward_hook on a module that "
+                f"returns it): its {self.name()} ran on the model's worker, and the grad_fn "
+                "here stands for the whole call, so a hook on it would not see that node's "
+                "gradients. Hook the output instead (out.register_hook(fn) sees its "
+                "gradient, the node's grad_outputs), or the module that made it "
+                "(register_full_backward_hook sees its grad_input), or run the model in one "
+                "process (model.to_local())")
 
     def made_by(self, name: str | None) -> None:
         """Take the name of the node that made the output on its worker: the node becomes
@@ -147,9 +166,11 @@ class RemoteBackward0(LiveEdges):
         path = p.__dict__.get("_path")
         if p.__dict__.get("_model") is not self._model or path is None:
             return False
-        if self._call:
-            covered = self._path == "" or path == self._path or path.startswith(
-                self._path + ".")
+        if self._call:  # under any of its names: a tied weight is every part's that uses it
+            names = [name for name, first in self._model._canonical.items() if first == path]
+            covered = self._path == "" or any(
+                name == self._path or name.startswith(self._path + ".")
+                for name in names or [path])
         else:
             stage = self._model._layout.stage_of(path)
             covered = stage is not None and stage <= self._stage
@@ -210,11 +231,13 @@ class RemoteBackward0(LiveEdges):
         return {"task": task.id, "later": [n._ctx_ids[0] for n in later]}
 
     def _inputs_wanted(self) -> bool:
-        """Whether this backward needs the call's inputs' gradients (an autograd.grad to the
-        taps alone does not: the workers then stop at them and keep the rest)."""
+        """Whether this backward needs the call's inputs' gradients (an autograd.grad or a
+        backward(inputs=) to the taps alone does not: the workers then stop at them and keep
+        the rest, so that the hooks beyond them, a full backward hook on the inputs' side,
+        do not fire, as in one process)."""
         tasks = getattr(engine._running, "tasks", None)
         task = tasks[-1] if tasks else None
-        if task is None or task.needed is None or task.accumulate:
+        if task is None or task.needed is None:
             return True
         return any(node is not None and engine.will_execute(task, node)
                    for node, _ in self._edges)

@@ -59,10 +59,11 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
                                     "requires_grad": [x._requires_grad],
                                     "reply_to": model._hub.reply_to,
                                     "mb": None if sizes is None else i, "stop": stop,
-                                    # one call in training mode: the random stream goes
-                                    # through the stages and comes back (dropout)
-                                    "rng": (random._stream_state() if model.training
-                                            and sizes is None else None),
+                                    # one call: the random stream goes through the stages
+                                    # and comes back (dropout; a draw in eval mode too: it
+                                    # drew from the stream another client left there)
+                                    "rng": (random._stream_state() if sizes is None
+                                            else None),
                                     "optimizer_calls": calls if i == 0 else None},
               ctx_id)
              for i, (part, ctx_id) in enumerate(zip(parts, ctx_ids))],
@@ -138,6 +139,7 @@ def train_step(model: Deployment, x: Tensor, target: Tensor, loss_fn,
                           scales=scales)
         calls.append((address, fields))
     started = time.perf_counter()
+    model._hub.in_step = True
     try:
         replies = model._hub.request_all(calls, "train_step", ctx=step,
                                          what=f"a {model._schedule} training step",
@@ -146,6 +148,7 @@ def train_step(model: Deployment, x: Tensor, target: Tensor, loss_fn,
         model._hub.pending_optimizer[:0] = taken  # they go again (see run_stages)
         raise
     finally:  # what the step's hook events left here (their events carry the step's id)
+        model._hub.in_step = False
         for ctx_id in (step, *(f"{step}.{mb}" for mb in range(m))):
             model._hub.drop_context(ctx_id)
     wall = time.perf_counter() - started

@@ -19,6 +19,7 @@ import weakref
 import zmq
 
 from disthook import wire
+from disthook.distributed import post_accumulate
 from disthook.distributed.client_hooks import HookServer, _issue_warning
 from disthook.distributed.releases import Releases
 from disthook.distributed.send_together import Together, received
@@ -129,6 +130,8 @@ class _Hub(Releases, HookServer):
         self.issued = 0  # messages the program sent, held or deferred (state_entries)
         self.writes = 0  # writes asked for (weights, module attributes): a hook that made one
         # changed what the pass it fired in computes (client_hooks)
+        # while a hook runs that may not write the weights: why (client_hooks)
+        self.weight_writes_refused: str | None = None
         self._early: dict[int, wire.Message] = {}
         self._busy = 0  # > 0 while a socket operation is under way (a request, a close)
         self._thread = threading.get_ident()  # the thread that used the sockets last
@@ -142,6 +145,7 @@ class _Hub(Releases, HookServer):
         # the stages' addresses in order when they form a pipeline (a chain): its writes
         # travel it from the first stage, behind the calls sent on before them
         self.chain: list[str] | None = None
+        self.in_step = False  # a chain's train_step runs (its stages wait for its hooks)
         self.stage_outbox = None  # a train_step's requests held for their stages' order
         self.together = Together(self.socks)  # a burst of requests, one message per worker
         # a tree-placed model others may use: its writes numbered (distributed/pinning.py)
@@ -179,8 +183,9 @@ class _Hub(Releases, HookServer):
         they go as one "write" to the first stage, which passes them on stage to stage, so
         that every call computes all stages with the weights it started with
         (workers/versions.py); otherwise each goes to its worker."""
+        straight = post_accumulate.straight_to_stage(self, calls, what)
         self.writes += 1
-        through = self._write_through(calls)
+        through = None if straight else self._write_through(calls)
         if through is None and self.versions is not None:
             self.versions.write(self, calls, what=what, carries=carries_optimizer_calls)
         elif through is None:

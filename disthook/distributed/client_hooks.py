@@ -15,7 +15,7 @@ from disthook import autograd as torch_autograd
 from disthook import wire
 from disthook.autograd import engine, grad_mode
 from disthook.autograd.graph import AccumulateGrad, _sequence, walk
-from disthook.distributed import attr_changes, given_tensors
+from disthook.distributed import attr_changes, given_tensors, post_accumulate
 from disthook.distributed.tap_node import (
     RemoteTapBackward0,
     serving_vjp,
@@ -236,6 +236,8 @@ class HookServer:
         fn, registered_kind, proxy, _ = entry
         if event.get("attrs"):  # what the modules set so far in the pass that fired it
             attr_changes.apply_for(proxy, event["attrs"])
+        if kind == "post_accumulate":
+            return post_accumulate.run(self, fn, proxy)
         if registered_kind == "tensor" and getattr(proxy, "_is_data", True) is False:
             self._fired_again(event["hook"], proxy)
         diff = bool(event.get("diff"))

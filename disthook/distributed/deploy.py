@@ -87,7 +87,6 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
     if placement is not None:
         lay = tree.layout(module, placement, stages)
         stage_modules = [tree.stage_module(module, paths) for paths in lay.stages]
-    _refuse_post_accumulate_hooks(module, stage_modules)
     alive = [w for w in cluster.workers() if w.alive and w.address not in (_exclude or ())]
     busy: dict[str, set] = {}  # worker id -> stages this client placed there a moment ago
     for other in getattr(cluster, "_deployments", []):
@@ -144,23 +143,6 @@ def _neighbour_links(workers: list, i: int) -> dict:
         if w is not None and getattr(w, "link", None) and getattr(w, "link_host", None):
             out[f"{side}_link"], out[f"{side}_link_host"] = w.link, w.link_host
     return out
-
-
-def _refuse_post_accumulate_hooks(root: Module, stage_modules: list) -> None:
-    """A post-accumulate-grad hook on a parameter that goes to a worker would not go with it
-    (its gradient accumulates there, and the hook is the client's): refuse before anything
-    is sent, rather than train without it."""
-    on_workers = {id(p) for m in stage_modules for p in m.parameters()}
-    for name, p in root.named_parameters(remove_duplicate=False):
-        if id(p) in on_workers and p._post_acc_hooks:
-            raise RuntimeError(
-                f"deploy(): parameter {name!r} of {type(root).__name__} has "
-                f"{len(p._post_acc_hooks)} post-accumulate-grad hook(s) "
-                "(register_post_accumulate_grad_hook), which cannot follow it to its worker: "
-                "its .grad accumulates there. Remove them before the deploy (the handle's "
-                "remove()) and use register_hook on the deployed parameter, which fires on "
-                "its worker with the gradient; or keep the module holding it on the client "
-                "(placement= without that module)")
 
 
 def _check_not_deployed(module: Module) -> None:

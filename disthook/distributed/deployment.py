@@ -27,8 +27,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from disthook.distributed import chain, checkpoint, glue, hook_sync, placed, remote_values
-from disthook.distributed import state_entries
+from disthook.distributed import chain, checkpoint, client_modes, glue, hook_sync, placed
+from disthook.distributed import remote_values, state_entries
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.distributed.channel import _Hub
 from disthook.distributed.optimizer import DistributedOptimizer
@@ -197,6 +197,7 @@ class Deployment:
                               what="train()")
         for module in self._local.modules():
             module.__dict__["training"] = mode
+        client_modes.publish(self)  # (those of the modules here, where it is published)
         return self
 
     # ---- the module tree ------------------------------------------------------------------------

@@ -124,24 +124,29 @@ class _NodeRoutes:
 
 # ---- hooks registered before the deploy ---------------------------------------------------
 
+# a parameter's hook dicts that go to its worker with it, and the kind each holds
+CARRIED_KINDS = (("_backward_hooks", "tensor"), ("_post_acc_hooks", "post_accumulate"))
+
+
 def carry_hooks(model: Deployment, root: Module) -> None:
-    """Tensor hooks registered before the deploy on the parameters now on workers are
-    registered there again, in their order, so that they fire there for the client as
-    before. (A placed module's own hooks are carried by its placement: ``placed``.)"""
+    """Tensor hooks and post-accumulate-grad hooks registered before the deploy on the
+    parameters now on workers are registered there again, in their order, so that they
+    fire there for the client as before. (A placed module's own hooks are carried by its
+    placement: ``placed``.)"""
     entries = []
     for path, module in root.named_modules():
         if model._layout.stage_of(path) is None and not (path == "" and model._whole):
             continue
-        for name, p in module._parameters.items():
-            for hook_id, fn in (p.__dict__.get("_backward_hooks") or {}).items() \
-                    if p is not None else ():
-                entries.append((hook_id, f"{path}.{name}" if path else name, fn, p))
+        for p in module._parameters.values():
+            for slot, kind in CARRIED_KINDS if p is not None else ():
+                for hook_id, fn in (p.__dict__.get(slot) or {}).items():
+                    entries.append((hook_id, kind, fn, p))
     if entries:
         from disthook.service import hook_kinds
 
         # under their handles' ids: a handle taken before removes it there too (hook_sync)
-        model._add_hooks([("tensor", p._path, fn, p, hook_kinds.options("tensor", {}))
-                          for _, _, fn, p in entries], ids=[i for i, *_ in entries])
+        model._add_hooks([(kind, p._path, fn, p, hook_kinds.options(kind, {}))
+                          for _, kind, fn, p in entries], ids=[i for i, *_ in entries])
         carried = model.__dict__.setdefault("_carried_hooks", {})
         for hook_id, _, _, p in entries:
             carried.setdefault(id(p), (weakref.ref(p), set()))[1].add(hook_id)
@@ -231,7 +236,7 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
         key = async_calls.call_key(address, path, op, params, grad, model.training,
                                    _dtype.get_default_dtype().name, args=(args, kwargs))
         form = forms.get(key)
-        if form is not None and form["rng"] and model.training:
+        if form is not None and form["rng"]:
             form = None  # it draws from the client's stream, which comes back with it
     versions, pin = hub.versions, {}
     if versions is not None:  # others may write it: one version per forward (pinning)
@@ -253,7 +258,7 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
     if hub.firing and hub.firing_ctx is not None:  # from inside a hook of a call there
         fields["within"] = hub.firing_ctx
     if op is None:
-        fields.update(path=path, rng=random._stream_state() if model.training else None)
+        fields.update(path=path, rng=random._stream_state())  # (in eval mode too)
         if grad and (ckpt := _checkpointing()) is not None:
             fields["checkpoint"] = ckpt
     else:

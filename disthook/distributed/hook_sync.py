@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from disthook.distributed import attr_changes, global_hooks
+from disthook.distributed import attr_changes, client_modes, global_hooks
 from disthook.service import hook_kinds
 
 if TYPE_CHECKING:
@@ -84,6 +84,7 @@ def sync_all(dep: Deployment) -> None:
     removed that was made before deploy, a dict edited in place), and the lists and dicts
     it shares with its worker as the program left them (``attr_changes.sync``)."""
     attr_changes.sync(dep)  # lists and dicts the program changed in place
+    client_modes.publish(dep)  # a module here whose mode was set behind its placement
     _sync_carried(dep)
     synced = dep.__dict__.get("_synced", {})
     globals_ = global_hooks.globals_wanted()
@@ -102,12 +103,15 @@ def sync_all(dep: Deployment) -> None:
 
 
 def _sync_carried(dep: Deployment) -> None:
-    """Tensor hooks a parameter had before the deploy, which its worker fires
-    (``glue.carry_hooks``): those removed since, through the handle their registration gave,
-    are removed from the worker too."""
+    """Tensor hooks and post-accumulate-grad hooks a parameter had before the deploy, which
+    its worker fires (``glue.carry_hooks``): those removed since, through the handle their
+    registration gave, are removed from the worker too."""
+    from disthook.distributed.glue import CARRIED_KINDS
+
     for key, (ref, ids) in list(dep.__dict__.get("_carried_hooks", {}).items()):
         p = ref()
-        held = (p.__dict__.get("_backward_hooks") or {}) if p is not None else {}
+        held = {i for slot, _ in CARRIED_KINDS
+                for i in (p.__dict__.get(slot) or {})} if p is not None else set()
         gone = [i for i in ids if i not in held]
         if gone:
             dep._remove_hooks(gone)

@@ -29,7 +29,7 @@ import numpy as np
 from disthook._layout import contiguous_strides
 from disthook.autograd import grad_mode
 from disthook.autograd.graph import AccumulateGrad
-from disthook.distributed import async_calls, remote_grads
+from disthook.distributed import async_calls, post_accumulate, remote_grads
 from disthook.distributed.view_writes import viewed
 from disthook.nn.parameter import Parameter
 from disthook.service import hook_kinds
@@ -404,11 +404,10 @@ class RemoteParameter(RemoteStorage, Parameter):
         return self._model._add_hook("tensor", self._path, hook, self,
                                      **hook_kinds.options("tensor"))
 
-    def register_post_accumulate_grad_hook(self, hook):
-        raise NotImplementedError(
-            f"register_post_accumulate_grad_hook on {self._path!r} of a deployed model: its "
-            "gradient accumulates on its worker; use register_hook (it fires there and runs "
-            "here), or a hook on the module")
+    def register_post_accumulate_grad_hook(self, hook) -> RemoteHandle:
+        """``hook(param)`` fires on the worker once ``.grad`` was updated there, and runs
+        here with this parameter (``post_accumulate``)."""
+        return post_accumulate.register(self, hook)
 
     def requires_grad_(self, requires_grad: bool = True) -> RemoteParameter:
         main = self.__dict__.get("_main", self)
@@ -435,6 +434,7 @@ class RemoteAccumulateGrad(AccumulateGrad):
     def accumulate(self, grad, fresh: bool = False) -> None:
         if grad is not None:
             remote_grads.grad_op([self.variable], "add", grads=[grad.detach()._data])
+            post_accumulate.warn_unhooked(self.variable)
 
 
 class RemoteBuffer(RemoteStorage, Tensor):

@@ -379,6 +379,10 @@ class RootPlacement(_Placed):
         if dep._glue or changed_here(module):
             from disthook.distributed.pinning import spanned
 
+            if dep._attached:  # the deployer's modes of the modules whose forward runs here
+                from disthook.distributed.shared_form import check
+
+                check(dep)
             if dep._chunks > 1:
                 from disthook.distributed.micro_batches import chunked_forward
 
@@ -612,3 +616,6 @@ def unplace(dep: Deployment, values: dict | None) -> None:
     root.__dict__.pop("_placement", None)
     root.__dict__["_modules"] = dict(root.__dict__["_modules"])
     dep.__dict__["_placed_modules"] = []
+    from disthook.distributed import client_modes
+
+    client_modes.uninstall(dep)

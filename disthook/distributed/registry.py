@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from disthook.distributed import pinning, placed
+from disthook.distributed import client_modes, pinning, placed
 from disthook.distributed.checkpoint import _structure, with_arrays
 from disthook.distributed.parameters import RemoteStorage
 from disthook.distributed.spec import SpecError, build_module
@@ -165,6 +165,7 @@ def publish(cluster, remote, name: str, *, writable: bool) -> None:
         raise
     object.__setattr__(remote, "_published", name)
     pinning.share(remote)  # others may use it now: one version of its weights per forward
+    client_modes.install(remote)  # its modules here: their modes go to the stages
 
 
 def attach(cluster, name: str, *, trust_code: bool = False):

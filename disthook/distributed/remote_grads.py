@@ -27,6 +27,8 @@ def grad_op(params: list, op: str, value: float | None = None, grads=None) -> li
         model, owners = models.setdefault(id(p._model), (p._model, {}))
         owners.setdefault(model._owner(p._path), []).append(i)
     for model, owners in models.values():
+        if op != "norm":  # a write (from a hook: what follows it in the pass changes)
+            model._hub.writes += 1
         calls = []
         for address, indices in owners.items():
             fields = {"names": [params[i]._path for i in indices], "op": op,
@@ -51,7 +53,7 @@ def zero_grads(params: list, set_to_none: bool = True, optimizer=None) -> None:
 
         freeze_grads(params)
     now = params
-    if optimizer is not None:
+    if optimizer is not None and not _in_hook(params):
         later = set()
         for model, calls in share_calls(optimizer, "zero_grad"):
             later.add(id(model))
@@ -67,6 +69,13 @@ def zero_grads(params: list, set_to_none: bool = True, optimizer=None) -> None:
         grad_op(now, "scale", 0.0)
 
 
+def _in_hook(params: list) -> bool:
+    """Whether a client hook of a deployment holding ``params`` runs now: what it does to
+    the weights is done before its answer (an optimizer step inside backward), not with
+    the next forward."""
+    return any(p._model._hub.firing for p in params)
+
+
 def optimizer_share(optimizer, action: str, state: dict | None = None):
     """What a local optimizer (any ``disthook.optim.Optimizer``, param groups and all)
     does to its remote parameters: each worker keeps a share of it, made with the same
@@ -80,7 +89,7 @@ def optimizer_share(optimizer, action: str, state: dict | None = None):
         optimizer.__dict__.pop("_fetched_state", None)
     for model, calls in share_calls(optimizer, action):
         share_id = next(iter(calls.values()))["id"]
-        if action == "step" and share_id in model._hub.made_shares:
+        if action == "step" and share_id in model._hub.made_shares and not model._hub.firing:
             model._hub.defer(calls)
             continue
         if action == "load":

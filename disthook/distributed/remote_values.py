@@ -35,9 +35,13 @@ import weakref
 import numpy as np
 
 from disthook import _dtype
+from disthook._tensor_shape import by_keyword
+from disthook.autograd import grad_mode
+from disthook.autograd.inference import InferenceVersion
 from disthook.autograd.saved_hooks import current_pair
 from disthook.ops import base as ops_base
 from disthook.ops import shape as S
+from disthook.ops import views as V
 from disthook.service import op_calls
 from disthook.tensor import Tensor, _can_view
 from disthook.utils.checkpoint import _Frame
@@ -84,10 +88,14 @@ class _Ref:
                                 what=f"reading a value of {self.model._class_name} kept on "
                                      "its worker")
             (arr,) = reply["result"]["values"]
-            arr = np.asarray(arr)
-            arr.flags.writeable = False
-            self.value = arr
+            self.value = laid_out(np.asarray(arr), self.strides())
         return self.value
+
+    def strides(self) -> tuple | None:
+        """The value's strides on its worker (in bytes), as its client tensors know them."""
+        for t in self.holders:
+            return _SLOT_DATA.__get__(t).strides
+        return None
 
     def at(self, address: str) -> dict:
         """How a request to the worker at ``address`` names the value: by its id, with a
@@ -118,9 +126,22 @@ def fetch_held(model) -> None:
                                    what=f"reading the values of {model._class_name} the "
                                         "program holds, as it closes")
         for ref, arr in zip(held, reply["result"]["values"]):
-            arr = np.asarray(arr)
-            arr.flags.writeable = False
-            ref.value = arr
+            ref.value = laid_out(np.asarray(arr), ref.strides())
+
+
+def laid_out(arr: np.ndarray, strides: tuple | None) -> np.ndarray:
+    """A value read from its worker (it comes in C order), read-only, with the worker's
+    ``strides`` where they lay out a dense block in another order (a transpose, a permute):
+    ``stride()``, ``is_contiguous()`` and views then read it as they did before it was read
+    here, as in one process. Other layouts (a slice with gaps, a broadcast) as it came."""
+    if strides is not None and arr.size and len(strides) == arr.ndim and strides != arr.strides:
+        order = sorted(range(arr.ndim), key=lambda d: -strides[d])  # outermost first
+        block = np.empty([arr.shape[d] for d in order], arr.dtype).transpose(np.argsort(order))
+        if all(a == b for a, b, n in zip(block.strides, strides, arr.shape) if n > 1):
+            block[...] = arr
+            arr = block
+    arr.flags.writeable = False
+    return arr
 
 
 class RemoteValue(Tensor):
@@ -185,7 +206,16 @@ class RemoteValue(Tensor):
         if type(self) is RemoteValue:  # (held by no one else)
             _local_over(self, arr)
 
-    def view(self, *shape):
+    def as_strided(self, size, stride, storage_offset=None):
+        """Over the memory the value views on its worker, also once read here: the copy read
+        here is the value alone in C order, not that memory (Longformer's sliding chunks)."""
+        offset = None if storage_offset is None else int(storage_offset)
+        return remote_apply(V.AsStridedView, (self,), {
+            "size": tuple(int(n) for n in size), "stride": tuple(int(n) for n in stride),
+            "offset": offset})
+
+    def view(self, *args, size=None):
+        shape = by_keyword(args, size, "size", "view")
         if self.__dict__["_ref"].value is None and not (
                 len(shape) == 1 and isinstance(shape[0], _dtype.dtype)):
             shape = self._shape_arg(shape)
@@ -193,7 +223,8 @@ class RemoteValue(Tensor):
                 return S.View.apply(self, shape=shape)
         return Tensor.view(self, *shape)
 
-    def reshape(self, *shape):
+    def reshape(self, *args, shape=None):
+        shape = by_keyword(args, shape, "shape", "reshape")
         if self.__dict__["_ref"].value is None:
             shape = self._shape_arg(shape)
             if _can_view(_SLOT_DATA.__get__(self), shape):
@@ -236,7 +267,8 @@ def make_remote(ref: _Ref, meta: np.ndarray, node, output_nr: int) -> RemoteValu
     t._requires_grad = node is not None
     t._grad_fn = node
     t._output_nr = output_nr
-    t._vc = [0]
+    # (an output made under inference_mode is an inference tensor, as one process makes it)
+    t._vc = InferenceVersion([0]) if grad_mode._state.inference else [0]
     t.__dict__["_ref"] = ref
     ref.holders.add(t)
     return t
@@ -268,8 +300,8 @@ def inline_value(record: dict) -> np.ndarray | None:
     if value is None:
         return None
     value = np.asarray(value, np.dtype(record["dtype"])).reshape(tuple(record["shape"]))
-    value.flags.writeable = False
-    return value
+    strides = record.get("strides")
+    return laid_out(value, None if strides is None else tuple(strides))
 
 
 # ---- packing the arguments of a call ----------------------------------------------------

@@ -24,7 +24,7 @@ from disthook.distributed.parameters import (
 )
 from disthook.tensor import Tensor
 
-__all__ = ["follow", "refresh"]
+__all__ = ["check", "follow", "refresh"]
 
 
 def follow(dep) -> None:
@@ -52,16 +52,49 @@ def refresh(dep, stages) -> None:
         hub.forms_held[key] = hub.forms[key] = form["revision"]
 
 
+def check(dep) -> None:
+    """Before a call whose forward runs here: the first stage's form, taken if it changed
+    (the deployer's modules here may have changed mode since this client's last answer,
+    and one of them may run before any placed part does). Asked only where the code of a
+    module here reads a mode (``self.training``: a dropout's, a forward's own): the request
+    waits for the calls in flight, which would otherwise run on without waiting."""
+    from disthook.distributed.code_changes import mentions
+
+    reads = dep.__dict__.get("_reads_modes")
+    if reads is None:
+        reads = dep.__dict__["_reads_modes"] = any(
+            mentions(type(m), "training") for path, m in dep._local.named_modules()
+            if dep._layout.stage_of(path) is None)
+    if not reads:
+        return
+    hub = dep._hub
+    form = hub.request(dep._addresses[0], "form", {},
+                       what="the shared model's mode, dtypes and buffers")["result"]
+    key = str(form["stage"])
+    if hub.forms_held.get(key) != form["revision"]:
+        async_calls.forget(dep)  # an answer's form may change with the model's
+        _apply(dep, form)
+        hub.forms_held[key] = hub.forms[key] = form["revision"]
+
+
 def _apply(dep, form: dict) -> None:
     model, layout, stage = dep._local, dep._layout, form["stage"]
     modules = dict(model.named_modules(remove_duplicate=False))
     for path, mode in form["modes"].items():
         if path and path in modules and layout.stage_of(path) == stage:
             modules[path].__dict__["training"] = mode
+    client = form.get("client") or {}
     if "" in form["modes"]:  # the model's mode (every stage's root has it), for those here
-        for path, module in modules.items():
-            if path == "" or layout.stage_of(path) is None:
+        for path, module in modules.items():  # (those the deployer sent modes of: below)
+            if path == "" or (layout.stage_of(path) is None and not client):
                 module.__dict__["training"] = form["modes"][""]
+    if client:  # the deployer's modes of its modules here: those it changed since last seen
+        seen = dep.__dict__.get("_client_modes_seen")
+        for path, mode in client.items():
+            if path in modules and layout.stage_of(path) is None and (
+                    seen is None or seen.get(path) != mode):
+                modules[path].__dict__["training"] = mode
+        dep.__dict__["_client_modes_seen"] = dict(client)
     _apply_attrs(dep, modules, stage, form.get("attrs") or {})
     tensors = {**dict(model.named_buffers(remove_duplicate=False)),
                **dict(model.named_parameters(remove_duplicate=False))}

@@ -89,6 +89,13 @@ def resolve_class(path: str, *, allow: Callable[[str], bool] | None = None,
     return obj
 
 
+def runs_a_program(module: str) -> bool:
+    """Whether importing ``module`` runs a program: a package's ``__main__`` (importing
+    ``disthook.bench.__main__`` runs a benchmark and exits). Names from a client never
+    import one, whatever package is allowed."""
+    return any(part in ("__main__", "__mp_main__") for part in module.split("."))
+
+
 def walk_name(obj, qualname: str, path: str, allow: Callable[[str], bool] | None):
     """The object ``qualname`` names inside module ``obj`` (``path`` as the sender wrote
     it, for the errors), walked one attribute at a time. What a name may not do, so that

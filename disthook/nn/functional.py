@@ -976,9 +976,9 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
                 align_corners: bool | None = None, recompute_scale_factor: bool | None = None,
                 antialias: bool = False) -> Tensor:
     """Resize the spatial dims (all after the first two) to ``size`` or by ``scale_factor``
-    with 'nearest', 'nearest-exact', '(bi/tri)linear' (``align_corners`` picks whether the
-    corner pixels' centres or edges line up) or 'area' (adaptive average pooling, 1-d and
-    2-d)."""
+    with 'nearest', 'nearest-exact', '(bi/tri)linear', 'bicubic' (``align_corners`` picks
+    whether the corner pixels' centres or edges line up; ``antialias`` widens the bilinear
+    or bicubic filter when shrinking) or 'area' (adaptive average pooling, 1-d and 2-d)."""
     if mode in ("nearest", "area", "nearest-exact"):
         if align_corners is not None:
             raise ValueError("align_corners option can only be set with the interpolating "
@@ -1012,8 +1012,9 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
             scales = [None] * dims
     else:
         raise ValueError("either size or scale_factor should be defined")
-    if antialias:
-        raise NotImplementedError("interpolate(antialias=True) is not supported by disthook")
+    if antialias and (mode not in ("bilinear", "bicubic") or dims != 2):
+        raise ValueError("Anti-alias option is restricted to bilinear, bicubic, and lanczos "
+                         "modes and requires a 4-D tensor as input")
     linear_dims = _LINEAR_MODES.get(mode)
     if linear_dims is not None and dims != linear_dims and dims in (1, 2, 3):
         raise NotImplementedError(f"Got {input.ndim}D input, but {mode} mode needs "
@@ -1021,7 +1022,8 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
     if mode == "area" and dims in (1, 2):
         pool = adaptive_avg_pool1d if dims == 1 else adaptive_avg_pool2d
         return pool(input, tuple(sizes) if dims == 2 else sizes[0])
-    if dims not in (1, 2, 3) or mode not in ("nearest", "nearest-exact", *_LINEAR_MODES):
+    if dims not in (1, 2, 3) or mode not in ("nearest", "nearest-exact", *_LINEAR_MODES) \
+            and not (mode == "bicubic" and dims == 2):
         raise NotImplementedError(
             f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D) for "
             "the modes: nearest | linear | bilinear | bicubic | trilinear | lanczos | area | "
@@ -1032,7 +1034,15 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
         got_out = ", ".join(f"{k}: {n}" for k, n in zip(names, sizes))
         raise RuntimeError(f"Input and output sizes should be greater than 0, but got input "
                            f"({got_in}) output ({got_out})")
-    if linear_dims is not None:
+    if antialias:
+        matrices = tuple(ResampleOps.antialias_matrix(n, o, s, align_corners,
+                                                      cubic=mode == "bicubic")
+                         for n, o, s in zip(spatial, sizes, scales))
+        mode += "-aa"
+    elif mode == "bicubic":
+        matrices = tuple(ResampleOps.cubic_matrix(n, o, s, align_corners)
+                         for n, o, s in zip(spatial, sizes, scales))
+    elif linear_dims is not None:
         matrices = tuple(ResampleOps.linear_matrix(n, o, s, align_corners)
                          for n, o, s in zip(spatial, sizes, scales))
     else:

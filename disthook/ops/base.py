@@ -17,6 +17,7 @@ import numpy as np
 from disthook import _dtype
 from disthook.autograd import grad_mode
 from disthook.autograd.graph import Node, _SavedTensor, _sequence, grad_accumulator
+from disthook.autograd.inference import DetachedInferenceVersion, InferenceVersion
 
 
 class RemoteOperand(BaseException):
@@ -188,8 +189,9 @@ def refuse_complex(op, t) -> None:
     raise NotImplementedError(  # (a RuntimeError, as torch's "not implemented for" errors)
         f'"{name.lower()}" not implemented for \'{kind}\' in disthook. Complex tensors are '
         "supported by "
-        "+, -, *, /, neg, exp, sum, mean, matmul, einsum, the view and indexing ops, cat, "
-        "stack, conj, abs, angle, real, imag, view_as_real and torch.fft; take the real "
+        "+, -, *, /, neg, exp, log, sqrt, pow, sin, cos, tanh, sigmoid and their kin, sum, "
+        "mean, matmul, einsum, the view and indexing ops, cat, stack, conj, abs, angle, real, "
+        "imag, view_as_real and torch.fft; take the real "
         "part first (z.real, z.abs() or torch.view_as_real(z)) for anything else")
 
 
@@ -240,9 +242,9 @@ def _wrap(array, node, output_nr: int, inputs, view):
     return t
 
 
-# how a view was made (torch's CreationMeta): in-place on the last two is forbidden under
+# how a view was made (torch's CreationMeta): in-place on all but the first is forbidden under
 # grad mode, since the history of such a view cannot be rebased
-DEFAULT_VIEW, NO_GRAD_VIEW, MULTI_OUTPUT_VIEW = 0, 1, 2
+DEFAULT_VIEW, NO_GRAD_VIEW, MULTI_OUTPUT_VIEW, INFERENCE_VIEW = 0, 1, 2, 3
 
 
 def _as_view(t, base, view) -> None:
@@ -250,10 +252,12 @@ def _as_view(t, base, view) -> None:
     and how it was made, and registers with the root, so that an in-place change of the root
     or of another of its views rebases ``t``'s history (see ``Tensor._inplace``)."""
     root = base._base if base._base is not None else base
-    t._vc = base._vc
+    vc = t._vc = base._vc
+    if type(vc) is DetachedInferenceVersion:  # a view of it is a full inference tensor
+        t._vc = InferenceVersion([0])
     t._base = root
     if not grad_mode._state.enabled:
-        t._view_creation = NO_GRAD_VIEW
+        t._view_creation = INFERENCE_VIEW if grad_mode._state.inference else NO_GRAD_VIEW
         return
     creation = MULTI_OUTPUT_VIEW if view == MULTI_OUTPUT_VIEW else base._view_creation
     if creation:

@@ -35,6 +35,11 @@ def _eye_like(x):
     return _tensor(np.eye(n, dtype=x._data.dtype))
 
 
+class LinAlgError(RuntimeError):
+    """``torch.linalg.LinAlgError``: a factorization or solve that failed on its input (a
+    singular matrix, one that is not positive-definite); a RuntimeError, as torch's."""
+
+
 class LinalgInvEx(Op):
     saved_names = ("inverse",)
 
@@ -45,9 +50,9 @@ class LinalgInvEx(Op):
         try:
             return np.linalg.inv(a._data)
         except np.linalg.LinAlgError:
-            raise RuntimeError("linalg.inv: The diagonal element of the LU factorization is "
-                               "zero, the inversion could not be completed because the input "
-                               "matrix is singular.") from None
+            raise LinAlgError("linalg.inv: The diagonal element of the LU factorization is "
+                              "zero, the inversion could not be completed because the input "
+                              "matrix is singular.") from None
 
     @staticmethod
     def backward(ctx, g):
@@ -117,8 +122,8 @@ class LinalgSolveEx(Op):
         try:
             x = np.linalg.solve(a._data, rhs)
         except np.linalg.LinAlgError:
-            raise RuntimeError("linalg.solve: The solver failed because the input matrix is "
-                               "singular.") from None
+            raise LinAlgError("linalg.solve: The solver failed because the input matrix is "
+                              "singular.") from None
         return x[..., 0] if vector else x
 
     @staticmethod
@@ -148,8 +153,8 @@ class LinalgCholeskyEx(Op):
         try:
             return np.linalg.cholesky(a._data)
         except np.linalg.LinAlgError:
-            raise RuntimeError("linalg.cholesky: The factorization could not be completed "
-                               "because the input is not positive-definite.") from None
+            raise LinAlgError("linalg.cholesky: The factorization could not be completed "
+                              "because the input is not positive-definite.") from None
 
     @staticmethod
     def backward(ctx, g):

@@ -4,6 +4,7 @@ Binary ops broadcast; the engine sums each gradient back to its input's shape.
 """
 from __future__ import annotations
 
+import cmath
 import math
 
 import numpy as np
@@ -109,8 +110,16 @@ class Div(Op):
         return ga, gb
 
 
+def times_conj(g, d):
+    """``g * conj(d)``: the gradient through an elementwise f with derivative ``d`` (a
+    Tensor), by torch's convention for complex numbers (for a holomorphic f the gradient is
+    the output's gradient times the conjugate of f'); ``g * d`` for real ``d``."""
+    return g * d.conj() if d._data.dtype.kind == "c" else g * d
+
+
 class Reciprocal(Op):
     saved_names = ("result",)
+    complex_ok = True
 
     @staticmethod
     def forward(ctx, a):
@@ -120,7 +129,7 @@ class Reciprocal(Op):
     @staticmethod
     def backward(ctx, g):
         (out,) = ctx.saved_tensors
-        return -g * out * out
+        return times_conj(-g, out * out)
 
 
 class Neg(Op):
@@ -141,6 +150,7 @@ class Neg(Op):
 class PowScalar(Op):
     node_name = "PowBackward0"
     saved_names = ("self",)
+    complex_ok = True
 
     @staticmethod
     def forward(ctx, a, exponent):
@@ -155,7 +165,7 @@ class PowScalar(Op):
         e = ctx.exponent
         if e == 0:
             return g * 0
-        return g * e * a ** (e - 1) if e != 2 else g * 2 * a
+        return times_conj(g, e * a ** (e - 1) if e != 2 else 2 * a)
 
 
 class Pow(Op):
@@ -183,11 +193,15 @@ class RPowScalar(Op):
 
     node_name = "PowBackward2"
     saved_names = ("exponent", "result")
+    complex_ok = True
 
     @staticmethod
     def forward(ctx, b, base):
         ctx.save_for_backward(b, OUTPUT)
-        ctx.log_base = math.log(base) if base > 0 else -math.inf if base == 0 else math.nan
+        if isinstance(base, complex) or b._data.dtype.kind == "c":
+            ctx.log_base = cmath.log(base) if base != 0 else -math.inf
+        else:
+            ctx.log_base = math.log(base) if base > 0 else -math.inf if base == 0 else math.nan
         x = b._data
         if x.dtype.kind in "iu" and (x < 0).any():
             # an integer to a negative power truncates toward zero, as in torch
@@ -197,7 +211,7 @@ class RPowScalar(Op):
     @staticmethod
     def backward(ctx, g):
         b, out = ctx.saved_tensors
-        grad = g * out * ctx.log_base
+        grad = times_conj(g, out * ctx.log_base)
         if ctx.log_base == -math.inf:
             grad = grad.where(b < 0, 0.0)  # 0 ** b: torch takes the gradient as 0 where b >= 0
         return grad
@@ -280,6 +294,7 @@ class Exp(Op):
 
 class Log(Op):
     saved_names = ("self",)
+    complex_ok = True
 
     @staticmethod
     def forward(ctx, a):
@@ -289,11 +304,12 @@ class Log(Op):
     @staticmethod
     def backward(ctx, g):
         (a,) = ctx.saved_tensors
-        return g / a
+        return g / a.conj() if a._data.dtype.kind == "c" else g / a
 
 
 class Sqrt(Op):
     saved_names = ("result",)
+    complex_ok = True
 
     @staticmethod
     def forward(ctx, a):
@@ -303,11 +319,12 @@ class Sqrt(Op):
     @staticmethod
     def backward(ctx, g):
         (out,) = ctx.saved_tensors
-        return g / (2 * out)
+        return g / (2 * (out.conj() if out._data.dtype.kind == "c" else out))
 
 
 class Sin(Op):
     saved_names = ("self",)
+    complex_ok = True
 
     @staticmethod
     def forward(ctx, a):
@@ -317,11 +334,12 @@ class Sin(Op):
     @staticmethod
     def backward(ctx, g):
         (a,) = ctx.saved_tensors
-        return g * a.cos()
+        return times_conj(g, a.cos())
 
 
 class Cos(Op):
     saved_names = ("self",)
+    complex_ok = True
 
     @staticmethod
     def forward(ctx, a):
@@ -331,11 +349,12 @@ class Cos(Op):
     @staticmethod
     def backward(ctx, g):
         (a,) = ctx.saved_tensors
-        return -g * a.sin()
+        return times_conj(-g, a.sin())
 
 
 class Tanh(Op):
     saved_names = ("result",)
+    complex_ok = True
 
     @staticmethod
     def forward(ctx, a):
@@ -345,16 +364,19 @@ class Tanh(Op):
     @staticmethod
     def backward(ctx, g):
         (out,) = ctx.saved_tensors
-        return g * (1 - out * out)
+        return times_conj(g, 1 - out * out)
 
 
 class Sigmoid(Op):
     saved_names = ("result",)
+    complex_ok = True
 
     @staticmethod
     def forward(ctx, a):
         ctx.save_for_backward(OUTPUT)
         x = a._data
+        if x.dtype.kind == "c":
+            return 1 / (1 + np.exp(-x))
         # stable in both tails: exp of a non-positive number only
         e = np.exp(-np.abs(x))
         return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
@@ -362,7 +384,7 @@ class Sigmoid(Op):
     @staticmethod
     def backward(ctx, g):
         (out,) = ctx.saved_tensors
-        return g * out * (1 - out)
+        return times_conj(g, out * (1 - out))
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -877,5 +899,26 @@ BitAnd = _nograd_op("BitAnd", np.bitwise_and)
 BitOr = _nograd_op("BitOr", np.bitwise_or)
 BitXor = _nograd_op("BitXor", np.bitwise_xor)
 BitNot = _nograd_op("BitNot", np.invert)
-FloorDiv = _nograd_op("FloorDiv", np.floor_divide)
+
+
+class _RoundedDivision(_NoGrad):
+    """a / b rounded as ``fn`` rounds it, exact for integers (no trip through floats, which
+    loses the low digits past 2**24 or 2**53); an integer divided by zero is torch's
+    ZeroDivisionError, where numpy gives 0."""
+
+    @classmethod
+    def forward(cls, ctx, a, b):
+        x, y = a._data, b._data
+        if x.dtype.kind in "iub" and y.dtype.kind in "iub" and not np.all(y):
+            raise RuntimeError("ZeroDivisionError")
+        return cls.fn(x, y)
+
+
+def _trunc_divide(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    # x - fmod(x, y) is a multiple of y, so its floor division by y is exact and truncated
+    return np.floor_divide(x - np.fmod(x, y), y)
+
+
+FloorDiv = type("FloorDiv", (_RoundedDivision,), {"fn": staticmethod(np.floor_divide)})
+TruncDiv = type("TruncDiv", (_RoundedDivision,), {"fn": staticmethod(_trunc_divide)})
 Remainder = _nograd_op("Remainder", np.remainder)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from disthook import _dtype
+from disthook import _blas, _dtype
 from disthook.ops.base import Op, check_broadcast, save_crossed
 
 
@@ -88,15 +88,14 @@ def _transposed(arr: np.ndarray) -> bool:
     return arr.ndim == 2 and arr.flags.f_contiguous and not arr.flags.c_contiguous
 
 
-# rows of a product ``x @ W.T`` (a transposed right operand: Linear's weight.t()) up to which
-# it is taken as ``(W @ x.T).T`` made contiguous: at micro-batch sizes OpenBLAS's kernel for
-# a transposed right operand is much the slower one on some CPUs (docs/performance.md)
-SMALL_ROWS = 32
-
-
 def _product(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """``x @ y`` for 2-D operands, C-ordered."""
-    if x.shape[0] <= SMALL_ROWS and _transposed(y) and x.flags.c_contiguous:
+    """``x @ y`` for 2-D operands, C-ordered: on MKL where it is installed (disthook._blas),
+    else numpy's, a product ``x @ W.T`` of a few rows taken as ``(W @ x.T).T`` (at micro-batch
+    sizes OpenBLAS's kernel for a transposed right operand is much the slower one)."""
+    out = _blas.gemm(x, y)
+    if out is not None:
+        return out
+    if x.shape[0] <= _blas.SMALL_ROWS and _transposed(y) and x.flags.c_contiguous:
         return np.ascontiguousarray((y.T @ x.T).T)
     return x @ y
 

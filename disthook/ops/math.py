@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from disthook.ops.base import OUTPUT, Op
+from disthook.ops.elementwise import times_conj
 
 
 def _needs(ctx, i: int) -> bool:
@@ -238,7 +239,7 @@ class _Unary(Op):
     @staticmethod
     def backward(ctx, g):
         (a,) = ctx.saved_tensors
-        return g * ctx.deriv(a)
+        return times_conj(g, ctx.deriv(a))
 
 
 class Asin(_Unary):
@@ -261,12 +262,14 @@ class Atan(_Unary):
 
 class Sinh(_Unary):
     node_name = "SinhBackward0"
+    complex_ok = True  # holomorphic: fn and deriv hold for complex
     fn = staticmethod(np.sinh)
     deriv = staticmethod(lambda a: a.cosh())
 
 
 class Cosh(_Unary):
     node_name = "CoshBackward0"
+    complex_ok = True  # holomorphic: fn and deriv hold for complex
     fn = staticmethod(np.cosh)
     deriv = staticmethod(lambda a: a.sinh())
 
@@ -291,36 +294,42 @@ class Atanh(_Unary):
 
 class Tan(_Unary):
     node_name = "TanBackward0"
+    complex_ok = True  # holomorphic: fn and deriv hold for complex
     fn = staticmethod(np.tan)
     deriv = staticmethod(lambda a: 1 + a.tan() ** 2)
 
 
 class Log1P(_Unary):
     node_name = "Log1PBackward0"
+    complex_ok = True  # holomorphic: fn and deriv hold for complex
     fn = staticmethod(np.log1p)
     deriv = staticmethod(lambda a: (a + 1).reciprocal())
 
 
 class Log2(_Unary):
     node_name = "Log2Backward0"
+    complex_ok = True  # holomorphic: fn and deriv hold for complex
     fn = staticmethod(np.log2)
     deriv = staticmethod(lambda a: (a * math.log(2)).reciprocal())
 
 
 class Log10(_Unary):
     node_name = "Log10Backward0"
+    complex_ok = True  # holomorphic: fn and deriv hold for complex
     fn = staticmethod(np.log10)
     deriv = staticmethod(lambda a: (a * math.log(10)).reciprocal())
 
 
 class Expm1(_Unary):
     node_name = "Expm1Backward0"
+    complex_ok = True  # holomorphic: fn and deriv hold for complex
     fn = staticmethod(np.expm1)
     deriv = staticmethod(lambda a: a.exp())
 
 
 class Exp2(_Unary):
     node_name = "Exp2Backward0"
+    complex_ok = True  # holomorphic: fn and deriv hold for complex
     fn = staticmethod(np.exp2)
     deriv = staticmethod(lambda a: a.exp2() * math.log(2))
 

@@ -1,4 +1,5 @@
-"""Resampling of the spatial dims (``F.interpolate``): nearest and (bi/tri)linear.
+"""Resampling of the spatial dims (``F.interpolate``): nearest, (bi/tri)linear, bicubic, and
+bilinear or bicubic with antialiasing.
 
 Both are separable: along each spatial dim the output is a fixed matrix (output size x input
 size) times the input, so one op applies one matrix per dim, and its backward is the same op
@@ -58,6 +59,51 @@ def linear_matrix(in_size: int, out_size: int, scale_factor, align_corners: bool
     return m
 
 
+def _cubic(x: np.ndarray, a: float) -> np.ndarray:
+    """Keys' cubic convolution kernel with parameter ``a`` at distances ``x``."""
+    x = np.abs(x)
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return np.where(x <= 1, near, np.where(x < 2, far, 0.0))
+
+
+def cubic_matrix(in_size: int, out_size: int, scale_factor, align_corners: bool):
+    """Rows of four weights (Keys' kernel, a = -0.75, as torch's bicubic): output ``i`` mixes
+    the four inputs around its source position, which is not clamped at the border; the
+    indices past either end take the edge input."""
+    scale = _scale(in_size, out_size, scale_factor, align_corners)
+    i = np.arange(out_size, dtype=np.float64)
+    src = i * scale if align_corners else (i + 0.5) * scale - 0.5
+    floor = np.floor(src)
+    t = src - floor
+    m = np.zeros((out_size, in_size))
+    rows = np.arange(out_size)
+    for k in range(-1, 3):
+        index = np.clip(floor.astype(np.int64) + k, 0, in_size - 1)
+        np.add.at(m, (rows, index), _cubic(t - k, -0.75))
+    return m
+
+
+def antialias_matrix(in_size: int, out_size: int, scale_factor, align_corners: bool,
+                     cubic: bool):
+    """Rows of torch's antialiased resampling (``antialias=True``): when shrinking, the
+    triangle (bilinear) or cubic (a = -0.5) filter is widened by the scale, so each output
+    averages every input under it; the weights of a row sum to one."""
+    scale = _scale(in_size, out_size, scale_factor, align_corners)
+    support = (2.0 if cubic else 1.0) * max(scale, 1.0)
+    inv = 1.0 / scale if scale >= 1.0 else 1.0
+    m = np.zeros((out_size, in_size))
+    for i in range(out_size):
+        center = scale * (i + 0.5)
+        lo = max(int(center - support + 0.5), 0)
+        hi = min(int(center + support + 0.5), in_size)
+        x = (np.arange(lo, hi) - center + 0.5) * inv
+        w = _cubic(x, -0.5) if cubic else np.maximum(0.0, 1.0 - np.abs(x))
+        total = w.sum()
+        m[i, lo:hi] = w / total if total else w
+    return m
+
+
 def _apply(x: np.ndarray, matrices: tuple) -> np.ndarray:
     """``x`` with each trailing spatial dim k multiplied by ``matrices[k]``."""
     first = x.ndim - len(matrices)
@@ -97,6 +143,9 @@ NODE_NAMES = {
     ("linear", 1): "UpsampleLinear1DBackward0",
     ("bilinear", 2): "UpsampleBilinear2DBackward0",
     ("trilinear", 3): "UpsampleTrilinear3DBackward0",
+    ("bicubic", 2): "UpsampleBicubic2DBackward0",
+    ("bilinear-aa", 2): "UpsampleBilinear2DAaBackward0",
+    ("bicubic-aa", 2): "UpsampleBicubic2DAaBackward0",
 }
 OPS = {key: type(name.replace("Backward0", ""), (Resample,), {"node_name": name})
        for key, name in NODE_NAMES.items()}

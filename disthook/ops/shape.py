@@ -11,6 +11,7 @@ import numpy as np
 from disthook._layout import restrided
 from disthook.autograd.graph import gradient_edge
 from disthook.ops.base import (  # noqa: F401
+    INFERENCE_VIEW,
     MULTI_OUTPUT_VIEW,
     NO_GRAD_VIEW,
     Op,
@@ -808,6 +809,26 @@ class ScatterValue(Op):
     @staticmethod
     def backward(ctx, g):
         return g.scatter(ctx.dim, _tensor(ctx.index), 0.0)
+
+
+class ScatterWithReduce(Op):
+    """``a.scatter(dim, index, src or value, reduce="add" | "multiply")``: ``src``'s values
+    (or the number) added to or multiplied into ``a`` at ``index``, repeats accumulating.
+    torch defines no derivative for it: backward through it is torch's error."""
+
+    node_name = "NotImplemented"
+
+    @staticmethod
+    def forward(ctx, a, *src, index, dim, reduce, value=None):
+        out = a._data.copy()
+        values = (src[0]._data[_index_region(index)] if src
+                  else np.broadcast_to(np.asarray(value, dtype=out.dtype), index.shape))
+        (np.add if reduce == "add" else np.multiply).at(out, _along_dim(index, dim), values)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        raise RuntimeError("derivative for aten::scatter is not implemented")
 
 
 class ScatterAdd(Op):

@@ -123,8 +123,10 @@ def _positions(shape: tuple, strides: tuple, offset: int) -> np.ndarray:
 
 
 class AsStridedView(Op):
-    """``as_strided(size, stride, storage_offset)`` over the input's storage. The gradient
-    is summed into the storage's positions and read back in the input's geometry."""
+    """``as_strided(size, stride, storage_offset)`` over the input's storage (``offset``
+    None: the input's own, read where the storage is: on a worker, for a value kept there).
+    The gradient is summed into the storage's positions and read back in the input's
+    geometry."""
 
     node_name = "AsStridedBackward0"
     view = True
@@ -133,6 +135,8 @@ class AsStridedView(Op):
     def forward(ctx, a, size, stride, offset):
         x = a._data
         root = storage_root(x)
+        if offset is None:
+            offset = storage_offset(x)
         need = offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1 if all(size) else 0
         if root.ndim != 1 or need > root.size or offset < 0 or min(stride, default=0) < 0:
             raise RuntimeError(

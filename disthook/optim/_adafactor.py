@@ -45,6 +45,10 @@ class Adafactor(Optimizer):
     def _update(self, p, group: dict) -> None:
         from disthook import finfo
 
+        first = next(q for q in group["params"] if q.grad is not None)
+        if p is first and any(q.is_complex() and q.grad is not None for q in group["params"]):
+            # before the group's first update, as torch refuses one
+            raise RuntimeError("Adafactor does not support complex parameters")
         lr, d, weight_decay = group["lr"], group["d"], group["weight_decay"]
         eps1, eps2 = group["eps"]
         if eps1 is None:

@@ -1,7 +1,8 @@
 """Adadelta: torch's single-tensor algorithm, step for step."""
 from __future__ import annotations
 
-from disthook.optim.optimizer import Optimizer, _check_hyperparameters, new_step
+from disthook import view_as_complex
+from disthook.optim.optimizer import Optimizer, _check_hyperparameters, new_step, real_pairs
 from disthook.optim.sgd import _check_flags
 from disthook.tensor import zeros_like
 
@@ -35,8 +36,12 @@ class Adadelta(Optimizer):
         state["step"].add_(1)
         if weight_decay != 0:
             grad = grad.add(p, alpha=weight_decay)
+        # torch views all but the parameter as real pairs, and adds the complex delta to it
+        grad, square_avg, acc_delta = real_pairs(p, grad, square_avg, acc_delta)
         square_avg.mul_(rho).add_(grad * grad, alpha=1 - rho)
         std = square_avg.add(eps).sqrt_()
         delta = acc_delta.add(eps).sqrt_().div_(std).mul_(grad)
         acc_delta.mul_(rho).add_(delta * delta, alpha=1 - rho)
+        if p.is_complex():
+            delta = view_as_complex(delta)
         p.add_(delta, alpha=-lr)

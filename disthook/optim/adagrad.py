@@ -7,7 +7,6 @@ import numpy as np
 from disthook.optim import optimizer
 from disthook.optim.optimizer import Optimizer, _check_hyperparameters, new_step
 from disthook.optim.sgd import _check_flags
-from disthook.tensor import full_like
 
 
 class Adagrad(Optimizer):
@@ -35,7 +34,7 @@ class Adagrad(Optimizer):
             for p in group["params"]:
                 state = self.state[p]
                 state["step"] = new_step()
-                state["sum"] = full_like(p, initial_accumulator_value)
+                state["sum"] = optimizer.filled_like(p, initial_accumulator_value)
 
     def _update(self, p, group: dict) -> None:
         state = self.state[p]
@@ -45,13 +44,14 @@ class Adagrad(Optimizer):
         if group["weight_decay"] != 0:
             grad = grad.add(p, alpha=group["weight_decay"])
         clr = group["lr"] / (1 + (step - 1) * group["lr_decay"])
-        arrays = optimizer.flat_arrays(p, grad, state["sum"])
+        p, grad, sums = optimizer.real_pairs(p, p, grad, state["sum"])
+        arrays = optimizer.flat_arrays(p, grad, sums)
         if arrays is not None:
             adagrad_arrays(*arrays, eps=group["eps"], clr=clr)
-            optimizer.bump_versions((state["sum"], 1), (p, 1))
+            optimizer.bump_versions((sums, 1), (p, 1))
             return
-        state["sum"].add_(grad * grad)
-        std = state["sum"].sqrt().add_(group["eps"])
+        sums.add_(grad * grad)
+        std = sums.sqrt().add_(group["eps"])
         p.add_(grad / std, alpha=-clr)
 
 

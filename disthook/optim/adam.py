@@ -10,6 +10,7 @@ from disthook.optim.optimizer import (
     chunked,
     flat_arrays,
     moment_state,
+    real_pairs,
     weight_decayed,
 )
 from disthook.optim.sgd import _check_flags
@@ -58,6 +59,8 @@ class Adam(Optimizer):
 
         state["step"].add_(1)
         grad = weight_decayed(p, grad, lr, weight_decay, group["decoupled_weight_decay"])
+        p, grad, exp_avg, exp_avg_sq, max_exp_avg_sq = real_pairs(
+            p, p, grad, exp_avg, exp_avg_sq, max_exp_avg_sq)
 
         step = state["step"].item()
         bias_correction1 = 1 - beta1 ** step

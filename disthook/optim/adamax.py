@@ -1,7 +1,7 @@
 """Adamax (Adam with the infinity norm): torch's single-tensor algorithm."""
 from __future__ import annotations
 
-from disthook.optim.optimizer import Optimizer, _check_hyperparameters, new_step
+from disthook.optim.optimizer import Optimizer, _check_hyperparameters, new_step, real_pairs
 from disthook.optim.sgd import _check_flags
 from disthook.tensor import zeros_like
 
@@ -30,7 +30,7 @@ class Adamax(Optimizer):
         step = state["step"].item()
         if group["weight_decay"] != 0:
             grad = grad.add(p, alpha=group["weight_decay"])
-        exp_avg, exp_inf = state["exp_avg"], state["exp_inf"]
+        p, grad, exp_avg, exp_inf = real_pairs(p, p, grad, state["exp_avg"], state["exp_inf"])
         exp_avg.add_(grad - exp_avg, alpha=1 - beta1)  # a running mean of the gradient
         exp_inf.copy_(exp_inf.mul_(beta2).maximum(grad.abs().add_(group["eps"])))
         p.add_(exp_avg / exp_inf, alpha=-group["lr"] / (1 - beta1 ** step))

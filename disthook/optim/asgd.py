@@ -2,7 +2,7 @@
 parameter from step ``t0`` on; torch's single-tensor algorithm."""
 from __future__ import annotations
 
-from disthook.optim.optimizer import Optimizer, _check_hyperparameters, new_step
+from disthook.optim.optimizer import Optimizer, _check_hyperparameters, new_step, real_pairs
 from disthook.optim.sgd import _check_flags
 from disthook.tensor import zeros_like
 
@@ -28,6 +28,7 @@ class ASGD(Optimizer):
             state["mu"] = new_step(1.0)
             state["ax"] = zeros_like(p)
         grad = -p.grad if group["maximize"] else p.grad
+        grad, p, ax = real_pairs(p, grad, p, state["ax"])
         state["step"].add_(1)
         step = state["step"].item()
         if group["weight_decay"] != 0:
@@ -35,7 +36,7 @@ class ASGD(Optimizer):
         eta = state["eta"].item()
         p.mul_(1 - lambd * eta)
         p.add_(grad, alpha=-eta)
-        mu, ax = state["mu"].item(), state["ax"]
+        mu = state["mu"].item()
         if mu != 1:
             ax.add_((p - ax) * mu)
         else:

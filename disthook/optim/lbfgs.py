@@ -4,9 +4,10 @@ at each inner iteration; torch's algorithm, its stopping tests and its state, on
 group, fixed steps (``line_search_fn=None``) or the strong-Wolfe line search."""
 from __future__ import annotations
 
+from disthook import view_as_complex
 from disthook.autograd import grad_mode
 from disthook.optim.lbfgs_search import strong_wolfe
-from disthook.optim.optimizer import Optimizer
+from disthook.optim.optimizer import Optimizer, real_pairs
 from disthook.tensor import Tensor, cat
 
 
@@ -35,15 +36,22 @@ class LBFGS(Optimizer):
     def _params(self) -> list:
         return self.param_groups[0]["params"]
 
+    # a complex parameter counts as its real and imaginary parts (real_pairs), as in torch
     def _flat_grad(self) -> Tensor:
-        return cat([p.grad.reshape(-1) if p.grad is not None else p.new_zeros((p.numel(),))
-                    for p in self._params()])
+        return cat([real_pairs(p, p.grad if p.grad is not None else p.new_zeros(p.shape))[0]
+                    .reshape(-1) for p in self._params()])
 
     def _move(self, step_size: float, direction: Tensor) -> None:
         offset = 0
         for p in self._params():
-            n = p.numel()
-            p.add_(direction[offset:offset + n].reshape(p.shape), alpha=step_size)
+            (pairs,) = real_pairs(p, p)
+            n = pairs.numel()
+            step = direction[offset:offset + n].reshape(pairs.shape)
+            if pairs is p:
+                p.add_(step, alpha=step_size)
+            else:  # the pairs moved, then written through the parameter itself (a deployed
+                # parameter's view is a copy of its value)
+                p.copy_(view_as_complex(pairs.add(step, alpha=step_size)))
             offset += n
 
     def _values(self) -> list:
@@ -133,7 +141,7 @@ class LBFGS(Optimizer):
                 loss, flat_grad, t, spent = strong_wolfe(
                     lambda step, values=values, d=d: self._loss_and_grad_at(closure, values,
                                                                             step, d),
-                    t, d, loss, flat_grad, gtd)
+                    t, d, loss, flat_grad, gtd, group["max_eval"] - evals)
                 self._move(t, d)
             else:
                 self._move(t, d)

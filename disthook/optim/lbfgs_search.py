@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 SUFFICIENT_DECREASE = 1e-4  # c1: the loss must drop by this fraction of the slope
 CURVATURE = 0.9  # c2: the slope must flatten to this fraction of the first one
 TOLERANCE_CHANGE = 1e-9
@@ -22,10 +24,17 @@ def cubic_minimum(x1, f1, g1, x2, f2, g2, bounds=None) -> float:
         return (low + high) / 2.0
     d2 = math.sqrt(disc)
     if x1 <= x2:
-        point = x2 - (x2 - x1) * ((g2 + d2 - d1) / (g2 - g1 + 2 * d2))
+        point = x2 - (x2 - x1) * _divide(g2 + d2 - d1, g2 - g1 + 2 * d2)
     else:
-        point = x1 - (x1 - x2) * ((g1 + d2 - d1) / (g1 - g2 + 2 * d2))
-    return min(max(point, low), high)
+        point = x1 - (x1 - x2) * _divide(g1 + d2 - d1, g1 - g2 + 2 * d2)
+    return min(max(point, low), high)  # (a NaN point stays NaN, as torch's does)
+
+
+def _divide(a: float, b: float) -> float:
+    """``a / b`` as torch divides these slopes (0-d tensors): a zero ``b`` gives an infinity
+    (then clamped to the bounds) or NaN, not ZeroDivisionError."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.float64(a) / np.float64(b))
 
 
 class _End:
@@ -37,9 +46,11 @@ class _End:
         self.t, self.f, self.g, self.gtd = t, f, g, gtd
 
 
-def strong_wolfe(evaluate, t: float, d, f: float, g, gtd: float):
+def strong_wolfe(evaluate, t: float, d, f: float, g, gtd: float, max_evals: int = MAX_EVALS):
     """(loss, flat gradient, step, evaluations) at a step along ``d`` meeting the strong
-    Wolfe conditions; ``evaluate(step)`` gives (loss, flat gradient) there."""
+    Wolfe conditions; ``evaluate(step)`` gives (loss, flat gradient) there. ``max_evals``
+    bounds the tries after the first evaluation (torch's ``max_ls``; its L-BFGS passes what
+    is left of ``max_eval``)."""
     d_norm = d.abs().max().item()
     start = _End(0.0, f, g.clone(), gtd)
     f_new, g_new = evaluate(t)
@@ -48,7 +59,7 @@ def strong_wolfe(evaluate, t: float, d, f: float, g, gtd: float):
     prev = start
     bracket = None
     # phase 1: grow the step until an acceptable one is inside [prev.t, t]
-    while tries < MAX_EVALS:
+    while tries < max_evals:
         here = _End(t, f_new, g_new.clone(), gtd_new)
         if f_new > f + SUFFICIENT_DECREASE * t * gtd or (tries > 1 and f_new >= prev.f):
             bracket = [prev, here]
@@ -70,7 +81,7 @@ def strong_wolfe(evaluate, t: float, d, f: float, g, gtd: float):
         return _best(bracket).f, _best(bracket).g, _best(bracket).t, evals
     # phase 2: shrink the bracket around an acceptable step
     stuck = False
-    while tries < MAX_EVALS:
+    while tries < max_evals:
         lo, hi = _order(bracket)
         if abs(bracket[1].t - bracket[0].t) * d_norm < TOLERANCE_CHANGE:
             break

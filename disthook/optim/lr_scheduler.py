@@ -145,6 +145,10 @@ def _track_optimizer_steps(optimizer: Optimizer) -> None:
     optimizer.step = wrapper
 
 
+class _LRScheduler(LRScheduler):
+    """torch's older name of the base, which schedules written against torch 1.x subclass."""
+
+
 class StepLR(LRScheduler):
     """Multiply each group's learning rate by ``gamma`` every ``step_size`` epochs."""
 

@@ -6,6 +6,7 @@ from disthook.optim.optimizer import (
     Optimizer,
     _check_hyperparameters,
     moment_state,
+    real_pairs,
     weight_decayed,
 )
 from disthook.optim.sgd import _check_flags
@@ -33,6 +34,7 @@ class NAdam(Optimizer):
         exp_avg, exp_avg_sq, mu_product = (state["exp_avg"], state["exp_avg_sq"],
                                            state["mu_product"])
         grad = -p.grad if group["maximize"] else p.grad
+        p, grad, exp_avg, exp_avg_sq = real_pairs(p, p, grad, exp_avg, exp_avg_sq)
 
         state["step"].add_(1)
         step = state["step"].item()

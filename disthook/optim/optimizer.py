@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import warnings
 from collections import OrderedDict, defaultdict
 from copy import deepcopy
@@ -116,7 +117,8 @@ def _workers_can_make(kind: type, defaults: dict) -> bool:
     takes the parameters and then only what ``defaults`` names (a wrapper of another
     optimizer, as SAM, takes that one too: it steps here, its inner optimizer on the
     workers)."""
-    if kind.__module__ == "__main__" or "<locals>" in kind.__qualname__:
+    if kind.__module__ == "__main__" or "<locals>" in kind.__qualname__ \
+            or not _importable_by_name(kind.__module__):
         return False
     try:
         signature = inspect.signature(kind)
@@ -128,6 +130,21 @@ def _workers_can_make(kind: type, defaults: dict) -> bool:
                for p in rest)
 
 
+def _importable_by_name(module: str) -> bool:
+    """Whether an import of ``module`` by its name finds it from ``sys.path`` (where a worker
+    started with this process's path looks), rather than only in ``sys.modules``: a file run
+    by path under another name (``runpy``, a notebook's or a launcher's
+    ``spec_from_file_location``) is not found so."""
+    top = module.partition(".")[0]
+    for finder in sys.meta_path:  # (importlib.util.find_spec would answer from sys.modules)
+        try:
+            if getattr(finder, "find_spec", None) and finder.find_spec(top, None) is not None:
+                return True
+        except (ImportError, ValueError):
+            continue
+    return False
+
+
 def _step_local_then_remote(optimizer, step, args, kwargs):
     """The subclass's ``step`` over the local parameters (with the closure), then each
     remote parameter's owner steps it with the same class and hyperparameters."""
@@ -137,6 +154,7 @@ def _step_local_then_remote(optimizer, step, args, kwargs):
     groups = optimizer.param_groups
     optimizer.param_groups = [{**g, "params": [p for p in g["params"] if not _remote_kind(p)]}
                               for g in groups]
+    args, kwargs = _closure_sees_every_group(optimizer, groups, args, kwargs)
     try:
         out = step(optimizer, *args, **kwargs)
     finally:
@@ -148,13 +166,31 @@ def _step_local_then_remote(optimizer, step, args, kwargs):
     return out
 
 
+def _closure_sees_every_group(optimizer, groups, args, kwargs):
+    """``step``'s arguments with its closure (``step(closure)``, ``closure=``) run over the
+    whole ``groups``: the step walks the local parameters only, but the closure's own
+    ``optimizer.zero_grad()`` (Lightning's, and many a script's) must reach the remote ones
+    too, or their gradients add up over the steps."""
+    def whole(closure):
+        @functools.wraps(closure)
+        def run(*a, **kw):
+            local, optimizer.param_groups = optimizer.param_groups, groups
+            try:
+                return closure(*a, **kw)
+            finally:
+                optimizer.param_groups = local
+        return run
+
+    if args and callable(args[0]):
+        args = (whole(args[0]), *args[1:])
+    elif callable(kwargs.get("closure")):
+        kwargs = {**kwargs, "closure": whole(kwargs["closure"])}
+    return args, kwargs
+
+
 class Optimizer:
     """Base of every optimizer: ``params`` is an iterable of tensors, of ``(name, tensor)``
     pairs, or of dicts (parameter groups with their own hyperparameters)."""
-
-    # an optimizer whose update is right on complex parameters says so (SGD's is linear);
-    # torch steps the others on view_as_real(p), which these do not do yet: they refuse one
-    complex_params_ok = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -236,13 +272,6 @@ class Optimizer:
             if not isinstance(param, Tensor):
                 raise TypeError("optimizer can only optimize Tensors, but one of the params is "
                                 + _typename(param))
-            if param.is_complex() and not self.complex_params_ok:
-                raise NotImplementedError(
-                    f"{type(self).__name__} does not take complex parameters in disthook (got "
-                    f"one of {param.dtype}): torch steps each as its real and imaginary "
-                    "parts, which only SGD does here. Use torch.optim.SGD, or keep the "
-                    "parameter as real pairs (an nn.Parameter of shape [..., 2]) and make it "
-                    "complex with torch.view_as_complex in forward")
             if not self.defaults.get("differentiable", None) and not (
                     param.is_leaf or param.retains_grad):
                 raise ValueError("can't optimize a non-leaf Tensor")
@@ -454,6 +483,26 @@ def _check_hyperparameters(lr, eps=0.0, weight_decay=0.0, betas=None, **more) ->
     for name, value in more.items():
         if not 0.0 <= value:
             raise ValueError(f"Invalid {name} value: {value}")
+
+
+def real_pairs(p, *tensors) -> tuple:
+    """``tensors`` (the parameter, its gradient, its state; None stays None) as torch steps
+    a complex parameter: each seen as real pairs (``view_as_real``, shape [..., 2], the same
+    memory), so the real and imaginary parts are stepped as real numbers of their own. For a
+    real ``p``, ``tensors`` as they are."""
+    if not p.is_complex():
+        return tensors
+    from disthook import view_as_real
+
+    return tuple(None if t is None else view_as_real(t) for t in tensors)
+
+
+def filled_like(p, value: float):
+    """State of ``p``'s shape filled with ``value``; for a complex ``p``, both parts of each
+    element are ``value`` (as torch starts state that ``real_pairs`` steps)."""
+    from disthook.tensor import full_like
+
+    return full_like(p, complex(value, value) if p.is_complex() else value)
 
 
 def weight_decayed(p, grad, lr: float, weight_decay: float, decoupled: bool):

@@ -6,6 +6,7 @@ from disthook.optim.optimizer import (
     Optimizer,
     _check_hyperparameters,
     moment_state,
+    real_pairs,
     weight_decayed,
 )
 from disthook.optim.sgd import _check_flags
@@ -31,6 +32,7 @@ class RAdam(Optimizer):
         state = moment_state(self.state[p], p)
         exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
         grad = -p.grad if group["maximize"] else p.grad
+        p, grad, exp_avg, exp_avg_sq = real_pairs(p, p, grad, exp_avg, exp_avg_sq)
 
         state["step"].add_(1)
         step = state["step"].item()

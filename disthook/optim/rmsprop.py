@@ -46,6 +46,8 @@ class RMSprop(Optimizer):
             grad = grad.add(p, alpha=group["weight_decay"])
         grad_avg = state["grad_avg"] if group["centered"] else None
         buf = state["momentum_buffer"] if momentum > 0 else None
+        p, grad, square_avg, grad_avg, buf = optimizer.real_pairs(p, p, grad, square_avg,
+                                                                  grad_avg, buf)
         more = [t for t in (grad_avg, buf) if t is not None]
         arrays = optimizer.flat_arrays(p, grad, square_avg, *more)
         if arrays is not None:

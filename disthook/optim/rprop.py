@@ -2,9 +2,9 @@
 sign and shrinks when it flips; torch's single-tensor algorithm."""
 from __future__ import annotations
 
-from disthook.optim.optimizer import Optimizer, new_step
+from disthook.optim.optimizer import Optimizer, filled_like, new_step, real_pairs
 from disthook.optim.sgd import _check_flags
-from disthook.tensor import full_like, where, zeros_like
+from disthook.tensor import where, zeros_like
 
 
 class Rprop(Optimizer):
@@ -29,13 +29,17 @@ class Rprop(Optimizer):
         if len(state) == 0:
             state["step"] = new_step()
             state["prev"] = zeros_like(p)
-            state["step_size"] = full_like(p, group["lr"])
+            state["step_size"] = filled_like(p, group["lr"])
         grad = -p.grad if group["maximize"] else p.grad
         state["step"].add_(1)
-        agreement = (grad * state["prev"]).sign()
-        factor = where(agreement > 0, etaplus, where(agreement < 0, etaminus, 1.0))
-        step_size = state["step_size"]
-        step_size.copy_((step_size * factor.to(step_size.dtype)).clamp(step_min, step_max))
-        grad = where(agreement < 0, 0.0, grad)  # a flipped sign: no move, and forgotten
+        grad, prev, p, step_size = real_pairs(p, grad, state["prev"], p, state["step_size"])
+        # the factor in the gradient's dtype (a NaN's stays NaN), as torch writes it in place
+        factor = (grad * prev).sign()
+        flipped = factor < 0
+        factor[factor > 0] = etaplus
+        factor[flipped] = etaminus
+        factor[factor == 0] = 1
+        step_size.copy_((step_size * factor).clamp(step_min, step_max))
+        grad = where(flipped, 0.0, grad)  # a flipped sign: no move, and forgotten
         p.add_(-(grad.sign() * step_size))
-        state["prev"].copy_(grad)
+        prev.copy_(grad)

@@ -8,8 +8,6 @@ from disthook.optim.optimizer import Optimizer, bump_versions, chunked, flat_arr
 
 
 class SGD(Optimizer):
-    complex_params_ok = True  # every step is linear in the gradient: right as it is
-
     def __init__(self, params, lr: float = 1e-3, momentum: float = 0, dampening: float = 0,
                  weight_decay: float = 0, nesterov: bool = False, *, maximize: bool = False,
                  foreach: bool | None = None, differentiable: bool = False,

@@ -35,6 +35,8 @@ KINDS: dict[str, HookKind] = {kind.name: kind for kind in (
              {"prepend": False}, "hook(module, grad_output) -> None or new grad_output"),
     HookKind("tensor", "register_hook", "tensor", {},
              "hook(grad) -> None or a new grad"),
+    HookKind("post_accumulate", "register_post_accumulate_grad_hook", "tensor", {},
+             "hook(tensor) -> None, after the tensor's .grad was updated"),
 )}
 
 

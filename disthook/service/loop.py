@@ -27,13 +27,14 @@ from disthook.service.endpoint import EndpointInUse, parse
 from disthook.service.rpc import error_fields
 from disthook.service.security import (
     HANDSHAKE_FAILURES,
+    Authorized,
     Keys,
     refusal_reason,
     warn_if_exposed,
 )
 
-__all__ = ["LOG_LEVELS", "PIPE_COPY_BELOW", "PeerLog", "Service", "bind_endpoint", "recv_now",
-           "send_frames"]
+__all__ = ["LOG_LEVELS", "PIPE_COPY_BELOW", "OneLineFormatter", "PeerLog", "Service",
+           "bind_endpoint", "log_to_stderr", "printable", "recv_now", "send_frames"]
 
 # a reply to a peer whose connection is not up yet (or again) is kept and sent again at every
 # tick for this long: a client that just connected to the last stage of a model may get its
@@ -86,9 +87,12 @@ class Service:
         self.poller = zmq.Poller()
         self._auth = None
         events = zmq.EVENT_DISCONNECTED if watch_disconnects else 0  # see on_disconnected
+        # with keys: whose key is authorized, checked as each connection is made and again
+        # for its messages (a key removed from authorized/ loses its open connections)
+        self.authorized = Authorized(keys) if keys is not None else None
         if keys is not None:  # encrypted, and only authorized keys get in
             keys.serve(self.router)
-            self._auth = keys.guard(self.ctx, self.log, self.label)
+            self._auth = keys.guard(self.ctx, self.log, self.label, self.authorized)
             # a peer without keys never reaches the key check: its handshake fails; log it
             # (refused keys are logged by the key check itself)
             events |= HANDSHAKE_FAILURES & ~zmq.EVENT_HANDSHAKE_FAILED_AUTH
@@ -103,7 +107,7 @@ class Service:
         warn_if_exposed(self.address, keys, self.log, self.label)
         self.parent_pid = parent_pid
         self.poller.register(self.router, zmq.POLLIN)
-        self.peer_log = PeerLog(self.log, name=self.peer_name)
+        self.peer_log = PeerLog(self.log, name=self.peer_name, account=self.log_account)
         # refused handshakes come from no identity: all of them share one allowance (a peer
         # that opens thousands of connections must not fill the log)
         self.refusal_log = PeerLog(self.log, name=lambda _: "refused connections")
@@ -200,6 +204,12 @@ class Service:
             name = self._peer_numbers[identity] = f"peer {next(self._next_peer_number)}"
         return name
 
+    def log_account(self, identity: bytes) -> bytes | str:
+        """Whose allowance of warning lines a peer's take (``PeerLog``): its connection
+        here; roles with keys say its key's, so that a key opening more connections gets
+        no more lines."""
+        return identity
+
     def handle(self, sender: bytes, frames: list, sock: zmq.Socket) -> None:
         """Decode one request from ``sender``, run its handler, send the reply."""
         try:
@@ -217,6 +227,7 @@ class Service:
             self.reply(sock, sender, msg.req, "error", error_fields(exc, worker=self.name))
             return
         try:
+            self.admit(sender, msg)
             result = handler(msg, sender)
         except Exception as exc:
             self.log.debug("%s: %s failed", self.label, msg.type, exc_info=True)
@@ -224,6 +235,10 @@ class Service:
             return
         if result is not NO_REPLY:
             self.reply(sock, sender, msg.req, "ok", {"result": result}, ctx=msg.ctx)
+
+    def admit(self, sender: bytes, msg) -> None:
+        """Raise (``PermissionError``) where ``sender`` may send nothing more, whatever the
+        message (roles with keys: a key revoked since its connection was made)."""
 
     def on_hello(self, msg, sender: bytes):
         """The greeting: say what this is (the protocol, its version, this role), in a
@@ -352,25 +367,34 @@ class PeerLog:
     of malformed messages must not fill the log)."""
 
     def __init__(self, log: logging.Logger, burst: int = 10, window_s: float = 60.0,
-                 clock=time.monotonic, peers_kept: int = 4096, name=None):
+                 clock=time.monotonic, peers_kept: int = 4096, name=None, account=None):
         self.log, self.burst, self.window_s, self.clock = log, burst, window_s, clock
         # how a line names a peer (a service's peer_name: its identity is bytes it chose)
         self.name = name or (lambda peer: f"peer {peer!r}")
+        # whose allowance a peer's lines take (default its own): with keys, its key's, which
+        # outlasts the connection (an authorized client opening a fresh connection for each
+        # refused message wrote 10 lines a connection)
+        self.account = account or (lambda peer: peer)
         self.peers_kept = peers_kept
-        self._seen: dict[bytes, list] = {}  # peer -> [window start, lines, left out]
+        # allowance -> [window start, lines, left out, how the first line left out named
+        # its peer]
+        self._seen: dict = {}
 
     def warning(self, peer: bytes, fmt: str, *args) -> bool:
         """Log the warning unless ``peer`` had its share; whether it was logged."""
         now = self.clock()
-        seen = self._seen.get(peer)
+        account = self.account(peer)
+        seen = self._seen.get(account)
         if seen is None or now - seen[0] >= self.window_s:
             if seen is not None and seen[2]:
                 self.log.warning("(%d more such warnings about %s left out)", seen[2],
-                                 self.name(peer))
-            seen = self._seen[peer] = [now, 0, 0]
+                                 seen[3])
+            seen = self._seen[account] = [now, 0, 0, None]
             while len(self._seen) > self.peers_kept:
                 del self._seen[next(iter(self._seen))]
         if seen[1] >= self.burst:
+            if not seen[2]:
+                seen[3] = self.name(peer)
             seen[2] += 1
             return False
         seen[1] += 1
@@ -381,10 +405,12 @@ class PeerLog:
         return True
 
     def forget(self, peer: bytes) -> None:
+        """``peer``'s connection went: its allowance goes with it, unless it is its key's."""
+        if self.account(peer) != peer:
+            return
         seen = self._seen.pop(peer, None)
         if seen is not None and seen[2]:
-            self.log.warning("(%d more such warnings about %s left out)", seen[2],
-                             self.name(peer))
+            self.log.warning("(%d more such warnings about %s left out)", seen[2], seen[3])
 
 
 NO_REPLY = object()  # a handler's return value meaning "the reply is sent later, or never"
@@ -405,6 +431,31 @@ def ping_options(beat_s: float, ttl: bool = False) -> dict:
         options[zmq.HEARTBEAT_TTL] = bound
     return options
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # what --log-level takes, everywhere
+# control characters as a log line shows them: escaped, as repr() writes them
+_ESCAPES = {c: ascii(chr(c))[1:-1] for c in (*range(0x20), *range(0x7f, 0xa0)) if c != 0x09}
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters escaped (a tab kept), as one line. Peers choose
+    much of what logs and status show (model ids, published names, module paths, what a
+    refused message held): a newline in them wrote a log line of the peer's own
+    (``12:00:00 worker w1: ...``), and a terminal's escape sequence rewrote the screen of
+    whoever read the log or ran ``disthook status``."""
+    return text.translate(_ESCAPES)
+
+
+class OneLineFormatter(logging.Formatter):
+    """Each record's message on one line of printable text (``printable``)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # (a traceback follows as is)
+        return printable(super().formatMessage(record))
+
+
+def log_to_stderr(level: str) -> None:
+    """A coordinator's or worker's logging: ``level`` and above to stderr, one line each."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(OneLineFormatter("%(asctime)s %(message)s", datefmt="%H:%M:%S"))
+    logging.basicConfig(level=level, handlers=[handler])
 _POLLIN = int(zmq.POLLIN)
 _NOBLOCK, _SNDMORE = int(zmq.NOBLOCK), int(zmq.SNDMORE)
 _COPY_THRESHOLD = zmq.COPY_THRESHOLD

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import shutil
 import stat
+import time
 from typing import TYPE_CHECKING
 
 import zmq
@@ -32,6 +34,7 @@ if TYPE_CHECKING:  # its module imports asyncio: only a process that uses keys l
 
 __all__ = [
     "AuthenticationError",
+    "Authorized",
     "Keys",
     "add_client",
     "generate",
@@ -164,11 +167,12 @@ class Keys:
         sock.setsockopt(zmq.CURVE_PUBLICKEY, self.public)
         sock.setsockopt(zmq.CURVE_SECRETKEY, self.secret)
 
-    def authorized(self) -> set[bytes]:
-        """The public keys (Z85) listed in ``authorized/`` now."""
+    def authorized(self) -> dict[bytes, str]:
+        """The public keys (Z85) listed in ``authorized/`` now, each with its name (its
+        file's, less ``.key``)."""
         folder = os.path.join(self.directory, AUTHORIZED)
         _check_private(folder, readable=True)  # (PermissionError: the gate refuses all)
-        keys = set()
+        keys = {}
         for entry in sorted(os.listdir(folder)):
             if entry.endswith(".key"):
                 try:
@@ -176,34 +180,35 @@ class Keys:
                     public, _ = zmq.auth.load_certificate(os.path.join(folder, entry))
                 except (ValueError, OSError):
                     continue  # a damaged file, or one others may change, authorizes no one
-                keys.add(public)
+                keys.setdefault(public, entry.removesuffix(".key"))
         return keys
 
-    def guard(self, ctx: zmq.Context, log: logging.Logger, who: str) -> ThreadAuthenticator:
+    def guard(self, ctx: zmq.Context, log: logging.Logger, who: str,
+              authorized: Authorized) -> ThreadAuthenticator:
         """Start the ZAP handler of ``ctx``: every CURVE connection to a socket of ``ctx``
-        is accepted only when its key is authorized; refusals are logged as warnings."""
+        is accepted only when its key is ``authorized``; refusals are logged as warnings."""
         from zmq.auth.thread import ThreadAuthenticator
 
         auth = ThreadAuthenticator(ctx, log=logging.getLogger("disthook.zap"))
         auth.start()
-        auth.configure_curve_callback("*", credentials_provider=_Gate(self, log, who))
+        auth.configure_curve_callback("*", credentials_provider=_Gate(authorized, log, who))
         return auth
 
 
 class _Gate:
     """The ZAP decision: a peer's key is in ``authorized/``, or it is refused (and logged)."""
 
-    def __init__(self, keys: Keys, log: logging.Logger, who: str):
+    def __init__(self, authorized: Authorized, log: logging.Logger, who: str):
         from disthook.service.loop import PeerLog
 
-        self.keys, self.log, self.who = keys, log, who
+        self.authorized, self.log, self.who = authorized, log, who
         # one allowance for every refusal (a peer may offer a fresh key each connection)
         self.refusals = PeerLog(log, name=lambda _: "refused keys")
 
     def callback(self, domain: str, key: bytes) -> bool:
         """Called in the authenticator's one thread, a connection at a time."""
         try:
-            allowed = key in self.keys.authorized()
+            allowed = key.decode() in self.authorized.read()
         except OSError as exc:
             self.refusals.warning(b"", "%s: cannot read the authorized keys (%s); refusing",
                                   self.who, exc)
@@ -212,21 +217,6 @@ class _Gate:
             self.refusals.warning(b"", "%s: refused a connection from an unauthorized key "
                                   "%s...", self.who, key.decode()[:8])
         return allowed
-
-
-def key_name(keys: Keys, user_id: str) -> str:
-    """The name of the authorized key whose public half is ``user_id`` (the Z85 text a
-    connection authenticated with, ZeroMQ's User-Id), or its first characters if its file
-    was removed since."""
-    folder = os.path.join(keys.directory, "authorized")
-    for entry in sorted(os.listdir(folder)):
-        try:
-            public, _ = zmq.auth.load_certificate(os.path.join(folder, entry))
-        except (ValueError, OSError):
-            continue
-        if public.decode() == user_id:
-            return entry.removesuffix(".key")
-    return f"key {user_id[:8]}..."
 
 
 class Bindings:
@@ -248,6 +238,69 @@ class Bindings:
                 del self._keys[next(iter(self._keys))]
             return True
         return held == (user_id or "")
+
+
+REREAD_AUTHORIZED_S = 1.0  # how old the list of authorized keys a message is checked with may be
+
+
+class Authorized:
+    """Whether a connection's key is still in ``authorized/``, for each message it sends. ZAP
+    checks a key only when a connection is made: a key deleted from the folder (a client
+    revoked) kept its open connections, and with them its models, hooks and allowances, for
+    as long as they lasted. The folder is read again at most every ``REREAD_AUTHORIZED_S``
+    seconds; the servers' key always holds (the cluster's own workers)."""
+
+    def __init__(self, keys: Keys, clock=time.monotonic):
+        self.keys, self.clock = keys, clock
+        self._held: dict[str, str] = {}  # key (Z85) -> its name
+        self._read_at = -math.inf
+        self._mark: tuple | None = None  # the folder's own stat when it was read
+
+    def read(self) -> dict[str, str]:
+        """The keys in ``authorized/`` now (``OSError`` where it cannot be read): the ZAP
+        gate's check of each new connection, which its messages are checked with after.
+        Its files are read again when a file came or went (the folder's own stat changed:
+        at once) and at least every ``REREAD_AUTHORIZED_S`` seconds (a file changed in
+        place, or its mode): every handshake read and parsed them all, which a peer with no
+        key made for the cost of a key pair (24 ms a handshake with 202 keys authorized)."""
+        st = os.stat(os.path.join(self.keys.directory, AUTHORIZED))
+        mark, now = (st.st_mtime_ns, st.st_ino, st.st_mode), self.clock()
+        if mark == self._mark and now - self._read_at < REREAD_AUTHORIZED_S:
+            return self._held
+        held = {key.decode(): name for key, name in self.keys.authorized().items()}
+        self._held, self._read_at, self._mark = held, now, mark
+        return held
+
+    def holds(self, user_id: str) -> bool:
+        if is_server_key(self.keys, user_id):
+            return True
+        return user_id in self._fresh()
+
+    def name(self, user_id: str) -> str:
+        """The name of the authorized key whose public half is ``user_id`` (the Z85 text a
+        connection authenticated with, ZeroMQ's User-Id), or its first characters where its
+        file is gone. (Each name was the whole folder read and parsed: a client asking the
+        coordinator anything that names it cost it that much.)"""
+        return self._fresh().get(user_id) or f"key {user_id[:8]}..."
+
+    def _fresh(self) -> dict[str, str]:
+        """The keys as read at most ``REREAD_AUTHORIZED_S`` seconds ago."""
+        if self.clock() - self._read_at >= REREAD_AUTHORIZED_S:
+            try:
+                self.read()
+            except OSError:  # unreadable, or others may change it: it authorizes no one
+                self._held, self._read_at, self._mark = {}, self.clock(), None
+        return self._held
+
+    @staticmethod
+    def refusal(name: str, req: int) -> PermissionError:
+        """The refusal of request ``req`` from a connection whose key ``name`` was revoked."""
+        exc = PermissionError(f"the key {name!r} this connection came with is no longer "
+                              "authorized on this cluster (removed from its authorized/): "
+                              "its connections are refused from now on; ask the cluster's "
+                              "admin for a key")
+        exc.req = req
+        return exc
 
 
 def is_server_key(keys: Keys | None, user_id: str | None) -> bool:

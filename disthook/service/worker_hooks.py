@@ -319,12 +319,13 @@ def check_importable(modules, option: str) -> None:
 
 
 def _import_allowed(target: str, allowed: tuple[str, ...]):
-    from disthook.distributed.spec import SpecError, walk_name
+    from disthook.distributed.spec import SpecError, runs_a_program, walk_name
 
     module_name, _, attr = target.partition(":")
 
     def allow(name: str) -> bool:
-        return any(name == a or name.startswith(a + ".") for a in allowed)
+        return not runs_a_program(name) and any(name == a or name.startswith(a + ".")
+                                                for a in allowed)
 
     if not allow(module_name):
         raise PermissionError(

@@ -25,7 +25,8 @@ from disthook.autograd.function import Function
 from disthook.autograd.saved_hooks import saved_tensors_hooks
 
 __all__ = ["CheckpointError", "GraphExecGroup", "checkpoint", "checkpoint_sequential",
-           "set_checkpoint_debug_enabled", "set_checkpoint_early_stop"]
+           "get_device_states", "set_checkpoint_debug_enabled", "set_checkpoint_early_stop",
+           "set_device_states"]
 
 USE_REENTRANT_WARNING = (
     "torch.utils.checkpoint: the use_reentrant parameter should be passed explicitly. "
@@ -44,6 +45,22 @@ NO_INPUT_GRAD_WARNING = "None of the inputs have requires_grad=True. Gradients w
 
 class CheckpointError(RuntimeError):
     """The recomputation did not give back what the forward saved."""
+
+
+def get_device_states(*args) -> tuple[list, list]:
+    """The accelerator devices of the tensors in ``args`` and their random states, for a
+    block that replays its randomness (reversible networks): none, every tensor being on the
+    CPU, as torch answers for CPU tensors."""
+    return [], []
+
+
+def set_device_states(devices, states, *, device_type=None) -> None:
+    """Give back what ``get_device_states`` took: nothing, here. Devices it did not give can
+    only be an accelerator's, which disthook lacks."""
+    if devices or states:
+        raise NotImplementedError(
+            f"set_device_states: disthook has no accelerator devices (got {list(devices)}); "
+            "its get_device_states gives empty lists, pass those")
 
 
 def noop_context_fn():

@@ -283,3 +283,26 @@ def test_a_pre_hook_handing_relu_two_arguments_raises_typeerror_as_in_one_proces
                                         "were given"):
         remote(torch.ones(2, 3))
     remote.close()
+
+
+class QuitsOnLargeInput(nn.Module):
+    """A part whose code ends its program on some input (``sys.exit`` in a forward)."""
+
+    def forward(self, x):
+        if float(x.detach().abs().max()) > 1e3:
+            sys.exit(3)
+        return x * 2
+
+
+def test_a_part_that_calls_sys_exit_ends_the_call_not_the_worker(cluster):
+    torch.manual_seed(0)
+    remote = cluster.deploy(nn.Sequential(nn.Linear(4, 4), QuitsOnLargeInput()), stages=2)
+    try:
+        with pytest.raises(RemoteError, match=r"SystemExit\(3\)") as info:
+            remote(torch.full((2, 4), 1e4))
+        assert "QuitsOnLargeInput" in str(info.value) or "sys.exit" in str(info.value)
+        x = torch.ones(2, 4)
+        np.testing.assert_allclose(remote(x).detach().numpy(),
+                                   (remote[0](x) * 2).detach().numpy())  # it serves on
+    finally:
+        remote.close()

@@ -127,10 +127,11 @@ class TwoKeeps(nn.Module):
         return self.b(self.a(x).relu())
 
 
-def test_a_list_a_shared_models_forward_grows_is_the_workers_for_each_client(cluster):
-    # the modules on the workers are one for every client: after another client's call the
-    # list holds that call's items too, and each client's copy gets the worker's whole list
-    # (before: "the program changed it between the call and its answer", for both clients)
+def test_a_list_a_shared_models_forward_grows_is_each_clients_own(cluster):
+    # each client's calls grow its own list on the workers, as its own model's in one
+    # process (before: "the program changed it between the call and its answer", for both
+    # clients; then the worker's list was every client's, and an attached client's copy got
+    # the deployer's items too: its activations, tests/integration/test_s4_attributes.py)
     from disthook.distributed import connect
 
     torch.manual_seed(0)
@@ -144,9 +145,11 @@ def test_a_list_a_shared_models_forward_grows_is_the_workers_for_each_client(clu
         with connect(cluster.address) as other:
             attached = other.attach("q4-maps", trust_code=True)
             attached(x)
-            assert attached.a.maps == [one] * 3 and len(attached.b.maps) == 3
+            assert attached.a.maps == [one] and len(attached.b.maps) == 1
+            attached(x)
+            assert attached.a.maps == [one] * 2 and len(attached.b.maps) == 2
         held = model.a.maps  # (the program's list, kept: it changes in place)
         model(x)
-        assert held is model.a.maps and held == [one] * 4 and len(model.b.maps) == 4
+        assert held is model.a.maps and held == [one] * 3 and len(model.b.maps) == 3
     finally:
         model.close()

@@ -8,7 +8,7 @@ import pytest
 
 import disthook as torch
 from disthook import nn
-from disthook.distributed import RemoteError, hooks, local_cluster
+from disthook.distributed import RemoteError, deployment_of, hooks, local_cluster
 from disthook.service.rpc import Peer
 from disthook.service.security import Keys, add_client
 
@@ -72,3 +72,59 @@ def _client(cluster, keys):
     from disthook.distributed import connect
 
     return connect(cluster.address, keys=keys)
+
+
+@pytest.mark.parametrize("target", ["model", "optimizer"])
+def test_a_class_path_cannot_import_a_main_module_of_an_allowed_package(service, target):
+    """``disthook.bench.__main__`` is under disthook, the allowed package, and importing it
+    runs a benchmark and exits the process: a model's or an optimizer's class may not name a
+    ``__main__`` module (the worker stays up and serves)."""
+    cluster, mallory = service
+    path = "disthook.bench.__main__:Foo"
+    with Peer(cluster.workers()[0].address, keys=mallory) as peer:
+        if target == "model":
+            spec = {"class": path, "training": True, "params": {}, "buffers": {},
+                    "children": {}, "attrs": {}}
+            with pytest.raises(RemoteError, match="not allowed"):
+                peer.request("load_stage", {"model": "main-1", "stage": 0, "spec": spec},
+                             timeout=30)
+        else:
+            with _client(cluster, mallory) as client:
+                remote = client.deploy(nn.Sequential(nn.Linear(3, 2)), stages=1,
+                                       writable=True)
+                step = {"model": deployment_of(remote)._model_id, "optimizer": {
+                    "id": 1, "class": path, "kwargs": {}, "params": ["0.weight"],
+                    "action": "step"}}
+                with pytest.raises(RemoteError, match="not importable"):
+                    peer.request("step", step, timeout=30)
+                remote.close()
+        assert peer.request("status", timeout=30)["result"] is not None  # still serving
+
+
+def test_a_hook_by_path_cannot_import_a_main_module_of_an_allowed_package():
+    """The same for a hook by path on a worker that allows hooks from all of disthook: the
+    refusal comes before any import."""
+    import sys
+
+    from disthook.service import worker_hooks
+
+    sys.modules.pop("disthook.bench.__main__", None)
+    with pytest.raises(PermissionError, match="not allowed"):
+        worker_hooks._import_allowed("disthook.bench.__main__:main", ("disthook",))
+    assert "disthook.bench.__main__" not in sys.modules
+    # a function of an allowed module is still found
+    assert worker_hooks._import_allowed("disthook.distributed.spec:walk_name", ("disthook",))
+
+
+def test_a_module_alias_cannot_import_a_main_module(service):
+    """A stage's load carries the client's names for disthook's modules; one standing for
+    ``disthook.bench.__main__`` is refused before it is imported (the worker serves on)."""
+    cluster, mallory = service
+    spec = {"class": "disthook.nn.modules.linear:Identity", "training": True, "params": {},
+            "buffers": {}, "children": {}, "attrs": {}}
+    with Peer(cluster.workers()[0].address, keys=mallory) as peer:
+        with pytest.raises(RemoteError, match="not an alias of a disthook module"):
+            peer.request("load_stage", {"model": "alias-1", "stage": 0, "spec": spec,
+                                        "aliases": {"bench_main": "disthook.bench.__main__"}},
+                         timeout=30)
+        assert peer.request("status", timeout=30)["result"] is not None  # still serving

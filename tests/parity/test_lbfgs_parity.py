@@ -77,3 +77,50 @@ def test_errors_are_torchs(lib):
 
     with pytest.raises(RuntimeError, match="only 'strong_wolfe' is supported"):
         opt.step(closure)
+
+
+@pytest.mark.parametrize("max_eval", [2, 5, 8])
+def test_the_line_search_stops_at_what_is_left_of_max_eval(max_eval):
+    """torch's L-BFGS gives its line search only the evaluations ``max_eval`` leaves (not a
+    fixed 25): on a long gentle slope (its minimum near 63) the step grows for several
+    tries, cut short there."""
+    def fit(lib):
+        x = lib.nn.Parameter(lib.ones(3, dtype=lib.float64))
+        opt = lib.optim.LBFGS([x], max_iter=4, max_eval=max_eval,
+                              line_search_fn="strong_wolfe")
+
+        def closure():
+            opt.zero_grad()
+            loss = -x.sum() + 1e-6 * (x ** 4).sum()
+            loss.backward()
+            return loss
+
+        losses = [opt.step(closure).item() for _ in range(3)]
+        return losses, x.detach().numpy().copy(), opt.state[x]["func_evals"]
+
+    ours, theirs = fit(disthook), fit(torch)
+    np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-12)
+    np.testing.assert_allclose(ours[1], theirs[1], rtol=1e-12)
+    assert ours[2] == theirs[2]
+
+
+def test_a_flat_cubic_gives_torchs_step_not_zerodivisionerror():
+    """On a linear loss the line search's cubic has a zero denominator: torch's slopes are
+    tensors, so the quotient is an infinity (clamped to the bounds) or NaN and the search
+    goes on; a Python float division raised ZeroDivisionError instead."""
+    def fit(lib):
+        x = lib.nn.Parameter(lib.ones(2, dtype=lib.float64))
+        opt = lib.optim.LBFGS([x], max_iter=3, line_search_fn="strong_wolfe")
+
+        def closure():
+            opt.zero_grad()
+            loss = -(x * lib.tensor([1.0, 2.0], dtype=lib.float64)).sum()
+            loss.backward()
+            return loss
+
+        loss = opt.step(closure).item()
+        return loss, x.detach().numpy().copy()
+
+    ours, theirs = fit(disthook), fit(torch)
+    assert ours[0] == theirs[0]
+    np.testing.assert_array_equal(ours[1], theirs[1])

@@ -1,0 +1,152 @@
+"""Matrix products on Intel MKL, when the optional ``mkl`` package is installed.
+
+numpy's wheels carry OpenBLAS. For the products a pipeline stage takes at micro-batch sizes
+(a few dozen rows against a 1024 x 1024 weight) its kernels are 1.2-2.5x slower than MKL's
+on the x86 CPUs we measured (docs/performance.md, "Which BLAS"). With ``pip install
+'disthook[mkl]'`` the 2-D float32 and float64 products of the engine go to MKL's ``gemm``
+through ctypes; everything else (other dtypes, batched products, operands MKL cannot read as
+they lie in memory, products too small for the call to pay) stays on numpy, and
+``DISTHOOK_BLAS=numpy`` keeps every product on numpy.
+
+Threads: MKL reads ``MKL_NUM_THREADS`` / ``OMP_NUM_THREADS`` and ``MKL_THREADING_LAYER`` as
+usual, and ``disthook.set_num_threads(n)`` sets the count. Where one thread is asked for (by
+those variables or by ``set_num_threads(1)`` before the first product) and no layer is named,
+the products run on MKL's sequential layer: no OpenMP runtime is started, and a call costs
+less.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+import numpy as np
+
+__all__ = ["backend", "gemm", "set_threads"]
+
+_ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
+_INT_MAX = 2 ** 31 - 1
+# below this many multiply-adds numpy's product is as fast or faster: an MKL call through
+# ctypes costs ~8-15 us before it computes (docs/performance.md, "Which BLAS")
+MIN_WORK = 1 << 21
+_SEQUENTIAL = 1  # MKL_THREADING_SEQUENTIAL
+# rows of a product ``x @ W.T`` up to which it is taken as ``(W @ x.T).T`` and made
+# contiguous: at micro-batch sizes both BLAS libraries' kernels for a transposed right operand
+# are the slower ones (docs/performance.md)
+SMALL_ROWS = 32
+
+_state: dict = {"loaded": False, "lib": None, "why": "not loaded yet", "threads": None}
+
+
+def _library_path() -> str | None:
+    """Where the ``mkl`` distribution put its single dynamic library, if it is installed."""
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution("mkl")
+    except metadata.PackageNotFoundError:
+        return None
+    wanted = "mkl_rt" if sys.platform == "win32" else "libmkl_rt.so"
+    for entry in dist.files or ():
+        name = entry.name
+        if name.startswith(wanted) and not name.endswith((".a", ".lib")):
+            return os.path.realpath(dist.locate_file(entry))
+    return None
+
+
+def _load():
+    _state["loaded"] = True
+    if os.environ.get("DISTHOOK_BLAS", "").strip().lower() == "numpy":
+        _state["why"] = "DISTHOOK_BLAS=numpy"
+        return None
+    path = _library_path()
+    if path is None:
+        _state["why"] = "the mkl package is not installed"
+        return None
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:  # a broken or foreign install: numpy's products are still right
+        _state["why"] = f"could not load {path}: {e}"
+        return None
+    c_int, ptr = ctypes.c_int, ctypes.c_void_p
+    for name, real in (("cblas_sgemm", ctypes.c_float), ("cblas_dgemm", ctypes.c_double)):
+        fn = getattr(lib, name)
+        fn.restype = None
+        fn.argtypes = [c_int, c_int, c_int, c_int, c_int, c_int, real, ptr, c_int,
+                       ptr, c_int, real, ptr, c_int]
+    for name in ("MKL_Set_Num_Threads", "MKL_Set_Threading_Layer"):
+        getattr(lib, name).argtypes = [c_int]
+    lib.MKL_Set_Num_Threads.restype = None
+    threads = _state["threads"]
+    if threads is None:
+        asked = os.environ.get("MKL_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS") or ""
+        threads = int(asked) if asked.strip().isdigit() else None
+    if threads == 1 and not os.environ.get("MKL_THREADING_LAYER"):
+        lib.MKL_Set_Threading_Layer(_SEQUENTIAL)
+    elif _state["threads"] is not None:
+        lib.MKL_Set_Num_Threads(_state["threads"])
+    _state["lib"], _state["why"] = lib, path
+    _state["gemm"] = {np.dtype(np.float32): lib.cblas_sgemm,
+                      np.dtype(np.float64): lib.cblas_dgemm}
+    return lib
+
+
+def _lib():
+    return _state["lib"] if _state["loaded"] else _load()
+
+
+def backend() -> str:
+    """``"mkl (<path>)"`` or ``"numpy (<why not mkl>)"``: which library takes the products."""
+    lib = _lib()
+    return f"mkl ({_state['why']})" if lib is not None else f"numpy ({_state['why']})"
+
+
+def set_threads(n: int) -> None:
+    """The thread count for MKL's products (``set_num_threads``); before the first product
+    it also picks the layer (one thread: the sequential one)."""
+    _state["threads"] = int(n)
+    if _state["lib"] is not None:
+        _state["lib"].MKL_Set_Num_Threads(int(n))
+
+
+def _layout(a: np.ndarray):
+    """``(transpose flag, leading dimension)`` under which gemm reads ``a`` (row-major) where
+    it lies, or None when it cannot: negative, zero or unaligned strides, gaps in both axes."""
+    rows, cols = a.shape
+    s0, s1 = a.strides
+    item = a.itemsize
+    if s1 == item and s0 % item == 0 and s0 // item >= max(cols, 1):
+        return _NO_TRANS, s0 // item
+    if s0 == item and s1 % item == 0 and s1 // item >= max(rows, 1):
+        return _TRANS, s1 // item
+    return None
+
+
+def gemm(x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
+    """``x @ y`` for 2-D operands of one float dtype, C-ordered, on MKL; None where numpy
+    should take it (no MKL, another dtype, too small, operands MKL cannot read in place)."""
+    lib = _lib()
+    if lib is None:
+        return None
+    dtype = x.dtype
+    if dtype != y.dtype or x.ndim != 2 or y.ndim != 2:
+        return None
+    fn = _state["gemm"].get(dtype)
+    m, k = x.shape
+    n = y.shape[1]
+    if fn is None or m * n * k < MIN_WORK or max(m, n, k) > _INT_MAX // 2:
+        return None
+    lx, ly = _layout(x), _layout(y)
+    if (lx is None or ly is None or max(lx[1], ly[1]) > _INT_MAX
+            or not x.flags.aligned or not y.flags.aligned):
+        return None
+    if m <= SMALL_ROWS and ly[0] == _TRANS and lx[0] == _NO_TRANS:
+        # (y.T @ x.T).T: y.T lies row-major, x.T is x read transposed
+        out = np.empty((n, m), dtype)
+        fn(_ROW_MAJOR, _NO_TRANS, _TRANS, n, m, k, 1.0, y.ctypes.data, ly[1],
+           x.ctypes.data, lx[1], 0.0, out.ctypes.data, m)
+        return np.ascontiguousarray(out.T)
+    out = np.empty((m, n), dtype)
+    fn(_ROW_MAJOR, lx[0], ly[0], m, n, k, 1.0, x.ctypes.data, lx[1], y.ctypes.data, ly[1],
+       0.0, out.ctypes.data, n)
+    return out

@@ -1,0 +1,662 @@
+"""Random small programs that use hooks, run the same way under torch, disthook in one
+process and disthook with the model deployed: the differential fuzzer of
+test_f1_hook_fuzz.py and integration/test_f1_hook_fuzz_deployed.py.
+
+A program is data (``generate(seed)``): a model of a few blocks (Sequential, nested custom
+modules, a module used twice, ModuleDict/ModuleList, shared parameters, forwards that take
+keyword arguments or return tuples, dicts and tuples holding None), hooks of every kind
+with what each does (log, return a replacement, raise, remove itself or another hook,
+register a tensor hook or retain_grad on what it sees), and rounds of forward and
+backward (no_grad and inference regions, in-place changes of the output, retain_graph
+twice, ``backward(inputs=)``, ``autograd.grad(inputs=)``). ``run(T, program)`` carries it
+out against the library ``T`` and returns its log: every hook call in order (which hook,
+on which module or tensor, its arguments' values, what it returned), the outputs, every
+``.grad`` and the errors (their type). ``compare`` names the first difference of two logs.
+"""
+from __future__ import annotations
+
+import random
+import warnings
+
+import numpy as np
+
+WIDTH = 3
+BLOCKS = ("linear", "seq", "kw", "tuple", "none_tuple", "dict", "twice", "moduledict",
+          "modulelist", "shared", "nested", "act", "identity")
+# blocks whose output is one tensor (a chain of them can be an nn.Sequential)
+PLAIN_BLOCKS = ("linear", "seq", "twice", "shared", "nested", "act", "moduledict",
+                "modulelist")
+
+
+class HookError(Exception):
+    """What a hook that raises raises (the same class under every library)."""
+
+
+# ---- the program, as data ---------------------------------------------------------------
+
+def generate(seed: int, *, deployable: bool = False) -> dict:
+    """The program of ``seed``. ``deployable``: only what a deployed model is meant to take
+    the same way (no global module hooks, no saved-tensor hooks, no Node hooks inside the
+    model's graph)."""
+    rng = random.Random(seed)
+    chain = rng.random() < 0.3
+    kinds = PLAIN_BLOCKS if chain else BLOCKS
+    blocks = [rng.choice(kinds) for _ in range(rng.randint(1, 3))]
+    prog = {"seed": seed, "chain": chain, "blocks": blocks,
+            "x_grad": rng.random() < 0.8, "hooks": [], "rounds": [],
+            "saved_hooks": (not deployable) and rng.random() < 0.15}
+    modules = _module_paths(blocks, chain)
+    params = _param_paths(blocks, chain)
+    for _ in range(rng.randint(1, 7)):
+        prog["hooks"].append(_hook(rng, modules, params, deployable))
+    for _ in range(rng.randint(1, 3)):
+        prog["rounds"].append(_round(rng, params, len(prog["hooks"]), deployable))
+    return prog
+
+
+def _hook(rng, modules, params, deployable) -> dict:
+    kinds = ["fpre", "fwd", "bpre", "bwd", "param", "input"] * 2
+    kinds += ["legacy"] * (rng.random() < 0.2)
+    if not deployable:
+        kinds += ["g_fpre", "g_fwd", "g_bpre", "g_bwd", "node", "post_acc"]
+    kind = rng.choice(kinds)
+    hook = {"kind": kind, "prepend": rng.random() < 0.25, "with_kwargs": rng.random() < 0.3,
+            "always_call": rng.random() < 0.2, "act": rng.random() < 0.5}
+    if kind in ("param", "post_acc", "node"):
+        hook["target"] = rng.choice(params)
+    elif kind in ("fpre", "fwd", "bpre", "bwd", "legacy"):
+        hook["target"] = rng.choice(modules)
+    else:
+        hook["target"] = ""
+    does = ["log"] * 5 + ["replace"] * 3 + ["raise", "remove_self", "remove_other",
+                                            "inplace", "bad"]
+    if kind in ("fwd", "g_fwd"):
+        does += ["act_hook", "act_retain"] * 2
+    hook["does"] = rng.choice(does)
+    hook["other"] = rng.randrange(8)
+    hook["when"] = rng.random()  # raise/remove only on some calls: call number % 3
+    hook["nth"] = rng.randrange(3)
+    return hook
+
+
+def _round(rng, params, n_hooks, deployable) -> dict:
+    mode = rng.choice(["grad"] * 6 + ["no_grad", "inference"])
+    backward = rng.choice(["backward", "backward", "twice", "inputs", "grad", "grad_x",
+                           "none"])
+    return {"mode": mode, "backward": backward, "calls": rng.choice([1, 1, 1, 2]),
+            # (an inference tensor changed in place outside the mode: torch and disthook
+            # refuse it, tested in test_f2_inference_tensors.py, not generated here)
+            "inplace": mode != "inference" and rng.random() < 0.15,
+            "retain_out": rng.random() < 0.25,
+            # (deployed, the node of a placed call's output refuses hooks: docs/hooks.md)
+            "node_hooks": not deployable and rng.random() < 0.3,
+            "out_hook": rng.random() < 0.3,
+            "subset": sorted(rng.sample(range(len(params)), rng.randint(1, len(params)))),
+            "remove": sorted(rng.sample(range(n_hooks), rng.randint(0, n_hooks) // 2)),
+            "zero_grad": rng.random() < 0.3}
+
+
+# ---- the model ----------------------------------------------------------------------------
+
+def _module_paths(blocks, chain) -> list:
+    """Every module path of the model (the root is ``""``), in named_modules order."""
+    paths = [""]
+    for i, kind in enumerate(blocks):
+        base = str(i) if chain else f"blocks.{i}"
+        if not chain and i == 0:
+            paths.append("blocks")
+        paths.append(base)
+        paths += [f"{base}.{sub}" for sub in _SUBMODULES[kind]]
+    return paths
+
+
+_SUBMODULES = {
+    "linear": [], "act": [], "identity": [], "seq": ["0", "1", "2"], "kw": ["lin"],
+    "tuple": ["lin"], "none_tuple": ["lin"], "dict": ["lin"], "twice": ["lin"],
+    "moduledict": ["layers", "layers.a", "layers.b"], "modulelist": ["layers", "layers.0",
+                                                                    "layers.1"],
+    "shared": ["a", "b"], "nested": ["inner", "inner.lin"],
+}
+_PARAMS = {
+    "linear": ["weight", "bias"], "act": [], "identity": [], "seq": ["0.weight", "0.bias",
+                                                                     "2.weight", "2.bias"],
+    "kw": ["lin.weight", "lin.bias"], "tuple": ["lin.weight", "lin.bias"],
+    "none_tuple": ["lin.weight", "lin.bias"], "dict": ["lin.weight", "lin.bias"],
+    "twice": ["lin.weight", "lin.bias"], "moduledict": ["layers.a.weight", "layers.a.bias"],
+    "modulelist": ["layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.1.bias"],
+    "shared": ["a.weight", "a.bias", "b.bias"], "nested": ["inner.lin.weight",
+                                                           "inner.lin.bias"],
+}
+
+
+def _param_paths(blocks, chain) -> list:
+    paths = []
+    for i, kind in enumerate(blocks):
+        base = str(i) if chain else f"blocks.{i}"
+        paths += [f"{base}.{p}" for p in _PARAMS[kind]]
+    return paths or ["x"]  # a model of activations only: the input stands in
+
+
+def build(T, prog):
+    """The program's model under ``T``, its parameters set from the program's seed."""
+    nn = T.nn
+
+    class Kw(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(WIDTH, WIDTH)
+
+        def forward(self, x, *, scale=1.0):
+            return self.lin(x) * scale
+
+    class Tuple(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(WIDTH, WIDTH)
+
+        def forward(self, x):
+            h = self.lin(x)
+            return h, h.sigmoid()
+
+    class NoneTuple(Tuple):
+        def forward(self, x):
+            return self.lin(x).tanh(), None
+
+    class Dict(Tuple):
+        def forward(self, x):
+            return {"y": self.lin(x) * 0.5}
+
+    class Twice(Tuple):
+        def forward(self, x):
+            return self.lin(self.lin(x).relu())
+
+    class Shared(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(WIDTH, WIDTH), nn.Linear(WIDTH, WIDTH)
+            self.b.weight = self.a.weight
+
+        def forward(self, x):
+            return self.b(self.a(x).tanh())
+
+    class Inner(Tuple):
+        def forward(self, x):
+            return self.lin(x).tanh() + x
+
+    class Nested(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = Inner()
+
+        def forward(self, x):
+            return self.inner(x) * 2
+
+    class WithDict(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleDict({"a": nn.Linear(WIDTH, WIDTH), "b": nn.Sigmoid()})
+
+        def forward(self, x):
+            return self.layers["b"](self.layers["a"](x))
+
+    class WithList(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([nn.Linear(WIDTH, WIDTH), nn.Linear(WIDTH, WIDTH)])
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x).tanh()
+            return x
+
+    class Root(nn.Module):
+        def __init__(self, blocks):
+            super().__init__()
+            self.blocks = nn.ModuleList(blocks)
+
+        def forward(self, x):
+            for kind, block in zip(prog["blocks"], self.blocks):
+                if kind == "kw":
+                    x = block(x, scale=0.5)
+                elif kind == "tuple":
+                    a, b = block(x)
+                    x = a + b
+                elif kind == "none_tuple":
+                    x = block(x)[0]
+                elif kind == "dict":
+                    x = block(x)["y"]
+                else:
+                    x = block(x)
+            return x
+
+    makers = {"linear": lambda: nn.Linear(WIDTH, WIDTH),
+              "seq": lambda: nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh(),
+                                           nn.Linear(WIDTH, WIDTH)),
+              "kw": Kw, "tuple": Tuple, "none_tuple": NoneTuple, "dict": Dict,
+              "twice": Twice, "moduledict": WithDict, "modulelist": WithList,
+              "shared": Shared, "nested": Nested, "act": nn.Tanh, "identity": nn.Identity}
+    blocks = [makers[kind]() for kind in prog["blocks"]]
+    model = nn.Sequential(*blocks) if prog["chain"] else Root(blocks)
+    rng = np.random.default_rng(prog["seed"])
+    with T.no_grad():
+        for _, p in model.named_parameters():
+            p.copy_(T.tensor(np.round(rng.uniform(-1, 1, p.shape), 2).astype(np.float32)))
+    return model
+
+
+# ---- running it -----------------------------------------------------------------------------
+
+def summary(v):
+    """A hook argument or result as plain data: tensors as float64 arrays."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if hasattr(v, "detach") and hasattr(v, "shape"):
+        return np.array(v.detach().numpy(), dtype=np.float64)
+    if isinstance(v, (tuple, list)):
+        return type(v)(summary(a) for a in v)
+    if isinstance(v, dict):
+        return {k: summary(a) for k, a in v.items()}
+    return type(v).__name__
+
+
+def run(T, prog, deploy=None, warned: list | None = None) -> list:
+    """Carry ``prog`` out under ``T``; ``deploy(model)`` places the model (deployed runs)
+    and returns it. The log, as plain data; the warnings' texts added to ``warned``."""
+    log = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        globals_ = []
+        try:
+            _run(T, prog, deploy, log, globals_)
+        finally:
+            for handle in globals_:
+                handle.remove()
+    if warned is not None:
+        warned.extend(str(w.message) for w in caught)
+    return log
+
+
+def _run(T, prog, deploy, log, globals_):
+    model = build(T, prog)
+    names = {}
+    for path, m in model.named_modules():
+        names.setdefault(id(m), path)
+    params = dict(model.named_parameters())
+    if deploy is not None:
+        model = deploy(model)
+    x = T.tensor(np.round(np.random.default_rng(prog["seed"] + 1).uniform(
+        -1, 1, (2, WIDTH)), 2).astype(np.float32), requires_grad=prog["x_grad"])
+    params.setdefault("x", x)
+    handles = {}
+    calls = {}
+    kept = {}  # retained activations, by hook index
+
+    def make(i, h):
+        """The hook function of hook ``i`` for its kind."""
+        kind, does = h["kind"], h["does"]
+        tag = f"h{i}:{kind}"
+
+        def act_on(value, what):
+            """What the hook does on a call, after logging: raise, remove, or the value it
+            returns (None: keep)."""
+            n = calls[i] = calls.get(i, 0) + 1
+            if does == "raise" and n % 3 == h["nth"] % 3 + 1 or does == "raise" and n == 1:
+                raise HookError(tag)
+            if does == "remove_self":
+                handles[i].remove()
+            elif does == "remove_other" and h["other"] in handles:
+                handles[h["other"]].remove()
+            elif does == "replace":
+                return _replace(T, value, what)
+            elif does == "inplace":
+                _inplace(value)
+            elif does == "bad":
+                return _bad(T, value, what)
+            return None
+
+        def done(result):
+            log.append(("ret", tag, summary(result)))
+            return result
+
+        if kind in ("fpre", "g_fpre"):
+            if h["with_kwargs"] and kind == "fpre":
+                def fn(m, args, kwargs):
+                    log.append((tag, names.get(id(m)), summary(args), summary(kwargs)))
+                    r = act_on((args, kwargs), "args_kwargs")
+                    return done(r)
+            else:
+                def fn(m, args):
+                    log.append((tag, names.get(id(m)), summary(args)))
+                    return done(act_on(args, "args"))
+        elif kind in ("fwd", "g_fwd"):
+            def on_output(m, args, out):
+                r = act_on(out, "output")
+                if does in ("act_hook", "act_retain"):
+                    t = _first_tensor(out)
+                    if does == "act_hook":
+                        t.register_hook(lambda g: log.append((tag + ":act", summary(g))))
+                    else:
+                        t.retain_grad()
+                        kept[i] = t
+                return done(r)
+
+            if h["with_kwargs"]:
+                def fn(m, args, kwargs, out):
+                    log.append((tag, names.get(id(m)), summary(args), summary(kwargs),
+                                summary(out)))
+                    return on_output(m, args, out)
+            else:
+                def fn(m, args, out):
+                    log.append((tag, names.get(id(m)), summary(args), summary(out)))
+                    return on_output(m, args, out)
+        elif kind in ("bpre", "g_bpre"):
+            def fn(m, grad_output):
+                log.append((tag, names.get(id(m)), summary(grad_output)))
+                return done(act_on(grad_output, "grads"))
+        elif kind in ("bwd", "g_bwd", "legacy"):
+            def fn(m, grad_input, grad_output):
+                log.append((tag, names.get(id(m)), summary(grad_input), summary(grad_output)))
+                return done(act_on(grad_input, "grads"))
+        elif kind == "node":  # a pre-hook of the parameter's AccumulateGrad node
+            def fn(grad_outputs):
+                log.append((tag, h["target"], summary(grad_outputs)))
+                return done(act_on(grad_outputs, "grads"))
+        elif kind == "post_acc":
+            def fn(p):
+                log.append((tag, h["target"], summary(p.grad)))
+                return done(act_on(None, "none"))
+        else:  # a tensor hook: on a parameter or the input
+            def fn(g):
+                log.append((tag, h["target"], summary(g)))
+                return done(act_on(g, "grad"))
+        return fn
+
+    def register(i, h):
+        kind, fn = h["kind"], make(i, h)
+        if kind.startswith("g_"):
+            mm = T.nn.modules.module
+            reg = {"g_fpre": mm.register_module_forward_pre_hook,
+                   "g_bpre": mm.register_module_full_backward_pre_hook,
+                   "g_bwd": mm.register_module_full_backward_hook}
+            if kind == "g_fwd":
+                handle = mm.register_module_forward_hook(fn, with_kwargs=h["with_kwargs"],
+                                                         always_call=h["always_call"])
+            else:
+                handle = reg[kind](fn)
+            globals_.append(handle)
+            return handle
+        if kind in ("param", "post_acc", "input", "node"):
+            t = x if kind == "input" else params[h["target"]]
+            if kind == "node":
+                return (t * 1).grad_fn.next_functions[0][0].register_prehook(fn)
+            if kind == "post_acc":
+                return t.register_post_accumulate_grad_hook(fn)
+            return t.register_hook(fn)
+        m = model.get_submodule(h["target"])
+        if kind == "fpre":
+            return m.register_forward_pre_hook(fn, prepend=h["prepend"],
+                                               with_kwargs=h["with_kwargs"])
+        if kind == "fwd":
+            return m.register_forward_hook(fn, prepend=h["prepend"],
+                                           with_kwargs=h["with_kwargs"],
+                                           always_call=h["always_call"])
+        if kind == "bpre":
+            return m.register_full_backward_pre_hook(fn, prepend=h["prepend"])
+        if kind == "bwd":
+            return m.register_full_backward_hook(fn, prepend=h["prepend"])
+        return m.register_backward_hook(fn)
+
+    for i, h in enumerate(prog["hooks"]):
+        try:
+            handles[i] = step(log, f"register h{i}", lambda i=i, h=h: register(i, h))
+        except Stop:
+            pass
+
+    for r, rnd in enumerate(prog["rounds"]):
+        log.append(("round", r))
+        _one_round(T, prog, rnd, model, x, params, handles, kept, log)
+        for i in rnd["remove"]:
+            if i in handles:
+                handles[i].remove()
+
+
+def step(log, what, fn):
+    """Run ``fn``; an exception is logged (its type) and re-raised as Stop."""
+    try:
+        return fn()
+    except Exception as e:  # (its type is what is compared)
+        name = type(e).__name__
+        if name == "RemoteError":  # a RuntimeError subclass: the worker's type is its kind
+            name = "RuntimeError" if e.kind == "RuntimeError" else f"RemoteError:{e.kind}"
+        log.append(("error", what, name))
+        raise Stop from e
+
+
+class Stop(Exception):
+    """A step raised: the round ends there."""
+
+
+def _one_round(T, prog, rnd, model, x, params, handles, kept, log):
+    kept.clear()
+    try:
+        _round_steps(T, prog, rnd, model, x, params, kept, log)
+    except Stop:
+        pass
+    for name, p in params.items():
+        log.append(("grad", name, summary(p.grad)))
+
+
+def _round_steps(T, prog, rnd, model, x, params, kept, log):
+    region = {"grad": T.enable_grad, "no_grad": T.no_grad,
+              "inference": T.inference_mode}[rnd["mode"]]
+
+    def forward():
+        with region():
+            if prog["saved_hooks"]:
+                with T.autograd.graph.saved_tensors_hooks(
+                        lambda t: (log.append(("pack", tuple(t.shape))), t)[1],
+                        lambda t: (log.append(("unpack", tuple(t.shape))), t)[1]):
+                    return call()
+            return call()
+
+    def call():
+        out = model(x)
+        for _ in range(rnd["calls"] - 1):  # the model called again: out + model(out)
+            out = out + model(out)
+        return out
+
+    out = step(log, "forward", forward)
+    log.append(("out", summary(out)))
+    if rnd["inplace"]:
+        step(log, "inplace", lambda: out.mul_(2))
+    if rnd["backward"] == "none":
+        return
+    c = T.tensor(np.arange(1, 1 + 2 * WIDTH, dtype=np.float32).reshape(2, WIDTH) / 4)
+    loss = step(log, "loss", lambda: (out * c).sum())
+    if rnd["retain_out"]:
+        step(log, "retain_grad", out.retain_grad)
+    if rnd["out_hook"]:
+        step(log, "out hook", lambda: out.register_hook(
+            lambda g: log.append(("out_hook", summary(g)))))
+    if rnd["node_hooks"]:
+        def node_hooks():
+            for name, t in (("loss", loss), ("out", out)):
+                if t.grad_fn is not None:
+                    t.grad_fn.register_prehook(
+                        lambda go, name=name: log.append(("node_pre", name, summary(go))))
+                    t.grad_fn.register_hook(
+                        lambda gi, go, name=name: log.append(("node_post", name,
+                                                              summary(gi), summary(go))))
+        step(log, "node hooks", node_hooks)
+    chosen = [params[name] for k, name in enumerate(params) if k in rnd["subset"]]
+    kind = rnd["backward"]
+    if kind == "backward":
+        step(log, "backward", loss.backward)
+    elif kind == "twice":
+        step(log, "backward 1", lambda: loss.backward(retain_graph=True))
+        log.append("---")
+        step(log, "backward 2", loss.backward)
+    elif kind == "inputs":
+        step(log, "backward inputs", lambda: loss.backward(inputs=chosen))
+    else:
+        wrt = [x] if kind == "grad_x" else chosen
+        got = step(log, "autograd.grad", lambda: T.autograd.grad(loss, wrt, allow_unused=True))
+        log.append(("grad result", summary(got)))
+    if rnd["retain_out"]:
+        log.append(("out.grad", summary(out.grad)))
+    for i in sorted(kept):
+        log.append(("kept.grad", i, summary(kept[i].grad)))
+    if rnd["zero_grad"]:
+        step(log, "zero_grad", model.zero_grad)
+
+
+# ---- what hooks return -------------------------------------------------------------------
+
+def _scaled(v, factor=2.0):
+    if hasattr(v, "shape"):
+        return v * factor
+    if isinstance(v, tuple):
+        return tuple(_scaled(a, factor) for a in v)
+    if isinstance(v, list):
+        return [_scaled(a, factor) for a in v]
+    if isinstance(v, dict):
+        return {k: _scaled(a, factor) for k, a in v.items()}
+    return v
+
+
+def _replace(T, value, what):
+    """A replacement: gradients doubled, activations negated (their size kept, so that a
+    hook on every module does not drive tanh into float32's saturation)."""
+    if what == "args_kwargs":
+        args, kwargs = value
+        return _scaled(args, -1.0), dict(kwargs, **({"scale": 2.0} if "scale" in kwargs
+                                                   else {}))
+    if what == "none":
+        return None
+    return _scaled(value, 2.0 if what in ("grads", "grad") else -1.0)
+
+
+def _inplace(value):
+    """Change what the hook was given in place (a gradient, the output) and return None."""
+    t = _first_tensor(value)
+    if t is not None:
+        t.mul_(-1)
+
+
+def _bad(T, value, what):
+    """A return the library must refuse: a wrong count, a wrong shape, a wrong type."""
+    if what == "args_kwargs":
+        return value[0]  # not a 2-tuple (args, kwargs)
+    if what == "grads":
+        return tuple(value) + (None,)
+    if what == "grad":
+        return value.sum() if value is not None else 1
+    if what == "none":
+        return 1
+    return None  # a pre-hook's or forward hook's any value is taken
+
+
+def _first_tensor(v):
+    if hasattr(v, "shape"):
+        return v
+    if isinstance(v, (tuple, list)):
+        for a in v:
+            t = _first_tensor(a)
+            if t is not None:
+                return t
+    if isinstance(v, dict):
+        for a in v.values():
+            t = _first_tensor(a)
+            if t is not None:
+                return t
+    return None
+
+
+# ---- comparing two logs ----------------------------------------------------------------------
+
+def compare(got, want, rtol=1e-3, atol=1e-4) -> str | None:
+    """The first difference of two logs, in words, or None."""
+    for n, (a, b) in enumerate(zip(got, want)):
+        if not _same(a, b, rtol, atol):
+            return f"entry {n}: {_short(a)}\n   against {_short(b)}"
+    if len(got) != len(want):
+        n = min(len(got), len(want))
+        extra = got[n] if len(got) > n else want[n]
+        return (f"{len(got)} entries against {len(want)}; first extra: {_short(extra)} "
+                f"({'ours' if len(got) > n else 'torch'})")
+    return None
+
+
+def _same(a, b, rtol, atol) -> bool:
+    if isinstance(b, np.ndarray):
+        return (isinstance(a, np.ndarray) and a.shape == b.shape
+                and np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True))
+    if isinstance(b, (list, tuple)):
+        return (type(a) is type(b) and len(a) == len(b)
+                and all(_same(u, v, rtol, atol) for u, v in zip(a, b)))
+    if isinstance(b, dict):
+        return (isinstance(a, dict) and list(a) == list(b)
+                and all(_same(a[k], b[k], rtol, atol) for k in b))
+    return not isinstance(a, (np.ndarray, list, tuple, dict)) and a == b
+
+
+def _short(entry) -> str:
+    text = repr(entry).replace("\n", " ")
+    return text if len(text) < 400 else text[:400] + " ..."
+
+
+# what a deployed model warns where a hook fires other than in one process (docs/hooks.md:
+# a parameter several calls use, under autograd.grad or backward(inputs=) naming it)
+WARNED_DIFFERENCES = ("fired again in this backward",)
+
+
+def compare_deployed(got, want, warned=()) -> tuple[str, str | None]:
+    """A deployed run's log against one process's: ``("same", None)``; ``("refused", why)``
+    where the deployed run raised NotImplementedError (a refusal that says so) where one
+    process went on; ``("order", why)`` where the entries are the same but hooks of a
+    backward fired in another order (a worker runs its stage's backward whole before the
+    stage before it starts, one process interleaves them); ``("warned", why)`` where the
+    deployed run warned (``warned``: its warnings' texts) of a difference docs/hooks.md
+    names; else ``("differs", why)``."""
+    difference = compare(got, want)
+    if difference is None:
+        return "same", None
+    n = next((i for i, (a, b) in enumerate(zip(got, want)) if not _same(a, b, 1e-3, 1e-4)),
+             min(len(got), len(want)))
+    # (refused on the worker once the client's hook returned: its "ret" entry, and those
+    # of always_call forward hooks here, come first)
+    for entry in got[n:]:
+        if entry[0] == "error" and "NotImplementedError" in entry[2]:
+            return "refused", difference
+        if entry[0] in ("round", "error"):
+            break
+    if compare(_backward_sorted(got), _backward_sorted(want)) is None:
+        return "order", difference
+    if any(known in text for text in warned for known in WARNED_DIFFERENCES):
+        return "warned", difference
+    return "differs", difference
+
+
+def _backward_sorted(log) -> list:
+    """``log`` with the hook calls of each backward (a call and its "ret" entry as one)
+    sorted, between the entries that are not hook calls."""
+    out, run, backward = [], [], False
+
+    def flush():
+        out.extend(entry for unit in sorted(run, key=_short) for entry in unit)
+        run.clear()
+
+    for entry in log:
+        head = entry[0] if isinstance(entry, tuple) else entry
+        if backward and entry[0] == "ret" and run:
+            run[-1] = (*run[-1], entry)
+        elif backward and isinstance(head, str) and (head[:1] == "h" and head[1:2].isdigit()
+                                                     or head in ("out_hook", "node_pre",
+                                                                 "node_post")):
+            run.append((entry,))
+        else:
+            flush()
+            out.append(entry)
+            backward = head == "out" or backward and head != "round"
+    flush()
+    return out

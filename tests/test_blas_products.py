@@ -1,0 +1,153 @@
+"""Products on MKL (``disthook[mkl]``): the same values as numpy's for every way an operand can
+lie in memory that MKL reads in place, numpy's product wherever it cannot (the call says so by
+returning None), a C-ordered result of the operands' dtype, and a switch back to numpy."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import disthook as torch
+from disthook import _blas, nn
+from disthook.ops import linalg
+
+mkl = pytest.mark.skipif(not _blas.backend().startswith("mkl"),
+                         reason="needs disthook[mkl] (pip install 'disthook[mkl]')")
+
+
+def close(got, expected, inner, dtype, **kw):
+    """Equal to the rounding of two summation orders over ``inner`` terms of order 1."""
+    eps = np.finfo(dtype).eps
+    np.testing.assert_allclose(got, expected, rtol=4 * eps * inner ** 0.5,
+                               atol=4 * eps * inner, **kw)
+
+
+def operands(rows, inner, cols, dtype, layout, seed=0):
+    """``x`` (rows x inner) and ``y`` (inner x cols) laid out as ``layout`` says: "C" for
+    row-major, "T" for a transposed row-major array, "slice" for a part of a wider array."""
+    rng = np.random.default_rng(seed)
+    lx, ly = layout
+
+    def make(shape, how):
+        if how == "C":
+            return rng.standard_normal(shape).astype(dtype)
+        if how == "T":
+            return rng.standard_normal(shape[::-1]).astype(dtype).T
+        wide = rng.standard_normal((shape[0] + 3, shape[1] + 5)).astype(dtype)
+        return wide[2:2 + shape[0], 1:1 + shape[1]]
+
+    return make((rows, inner), lx), make((inner, cols), ly)
+
+
+@mkl
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", [("C", "C"), ("C", "T"), ("T", "C"), ("T", "T"),
+                                    ("slice", "C"), ("C", "slice"), ("slice", "T"),
+                                    ("T", "slice")])
+@pytest.mark.parametrize("rows", [1, 8, _blas.SMALL_ROWS, _blas.SMALL_ROWS + 1, 200])
+def test_mkl_gives_numpys_product_for_every_layout_it_reads(dtype, layout, rows):
+    inner = max(64, _blas.MIN_WORK // (rows * 1100) + 1)
+    x, y = operands(rows, inner, 1100, dtype, layout)
+    got = _blas.gemm(x, y)
+    assert got is not None, f"MKL should take {layout} operands at {rows} rows"
+    assert got.flags.c_contiguous and got.dtype == dtype and got.shape == (rows, 1100)
+    close(got, x @ y, inner, dtype)
+
+
+@mkl
+def test_layouts_mkl_cannot_read_in_place_go_to_numpy():
+    rng = np.random.default_rng(1)
+    big = rng.standard_normal((256, 512)).astype(np.float32)
+    w = rng.standard_normal((512, 256)).astype(np.float32)
+    refused = {
+        "negative stride": (big[::-1], w),
+        "every other column": (rng.standard_normal((256, 1024)).astype(np.float32)[:, ::2], w),
+        "broadcast rows": (np.broadcast_to(big[:1], (256, 512)), w),
+        "two dtypes": (big, w.astype(np.float64)),
+        "integers": (big.astype(np.int64), w.astype(np.int64)),
+        "complex": (big.astype(np.complex64), w.astype(np.complex64)),
+        "too small to pay": (big[:4, :64], w[:64, :64]),
+    }
+    for name, (x, y) in refused.items():
+        assert _blas.gemm(x, y) is None, name
+        expected = x @ y
+        got = linalg._product(x, y)
+        assert got.dtype == expected.dtype, name
+        close(got, expected, x.shape[1], np.float32, err_msg=name)
+
+
+@mkl
+def test_nan_and_inf_reach_the_same_places_as_in_numpy():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((64, 300)).astype(np.float32)
+    y = rng.standard_normal((300, 200)).astype(np.float32)
+    x[3, 7], x[10, :] = np.nan, np.inf
+    y[:, 5] = 0.0  # inf * 0 is nan, as in numpy
+    with np.errstate(invalid="ignore"):
+        got, expected = _blas.gemm(x, y), x @ y
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(expected))
+
+
+@mkl
+@pytest.mark.parametrize("rows", [16, 128])
+def test_a_linear_layers_values_and_gradients_on_mkl_are_numpys(rows, monkeypatch):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((rows, 512)).astype(np.float32)
+
+    def run():
+        torch.manual_seed(0)
+        layer = nn.Linear(512, 384)
+        a = torch.tensor(x, requires_grad=True)
+        out = layer(a)
+        out.square().sum().backward()
+        return [t.detach().numpy().copy() for t in (out, a.grad, layer.weight.grad,
+                                                    layer.bias.grad)]
+
+    on_mkl = run()
+    monkeypatch.setattr(_blas, "gemm", lambda x, y: None)
+    on_numpy = run()
+    for name, got, expected in zip(("output", "input grad", "weight grad", "bias grad"),
+                                   on_mkl, on_numpy):
+        assert got.flags.c_contiguous == expected.flags.c_contiguous, name
+        close(got, expected, 512 * rows, np.float32, err_msg=name)
+
+
+@mkl
+def test_set_num_threads_sets_mkls_count():
+    code = ("import ctypes, disthook, numpy as np\n"
+            "from disthook import _blas\n"
+            "a = np.ones((256, 256), np.float32)\n"
+            "assert _blas.gemm(a, a) is not None\n"
+            "disthook.set_num_threads(2)\n"
+            "lib = _blas._state['lib']\n"
+            "print(lib.MKL_Get_Max_Threads())\n")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MKL_NUM_THREADS", "OMP_NUM_THREADS", "MKL_THREADING_LAYER")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "2"
+
+
+def test_disthook_blas_numpy_keeps_every_product_on_numpy():
+    code = ("import numpy as np\n"
+            "from disthook import _blas\n"
+            "from disthook.ops import linalg\n"
+            "a = np.random.default_rng(0).standard_normal((300, 300))\n"
+            "assert _blas.gemm(a, a) is None\n"
+            "assert (linalg._product(a, a) == a @ a).all()\n"
+            "print(_blas.backend())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=dict(os.environ, DISTHOOK_BLAS="numpy"))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "numpy (DISTHOOK_BLAS=numpy)"
+
+
+def test_set_num_threads_refuses_what_torch_refuses():
+    with pytest.raises(RuntimeError, match="set_num_threads expects a positive integer"):
+        torch.set_num_threads(0)
+    before = torch.get_num_threads()
+    torch.set_num_threads(before)
+    assert torch.get_num_threads() == before
