@@ -982,13 +982,14 @@ def _pipe_frames(model, step, kind, mb, data, reason) -> list | None:
         data = _sendable(data, 0)
         dtype = _PIPE_DTYPE_CODE[data.dtype.str]
         body = memoryview(data).cast("B") if data.size else b""
-    rank = len(data.shape)
+    dims = data.shape  # (read once: each read of an array's attribute costs, cold)
+    rank = len(dims)
     if rank > 255:
         return None
     head = _PIPE_HEAD.pack(PIPE_MAGIC, PROTOCOL_VERSION, code, flags | _PIPE_DATA, dtype,
                            rank, mb, len(model), len(step), len(why))
     shape = (_PIPE_SHAPES[rank] if rank < len(_PIPE_SHAPES) else struct.Struct(f"<{rank}Q"))
-    return [b"".join((head, shape.pack(*data.shape), model, step, why)), body]
+    return [b"".join((head, shape.pack(*dims), model, step, why)), body]
 
 
 def decode_pipe(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS) -> Message:
@@ -1060,7 +1061,7 @@ def _decode_pipe(head: bytes, frames: Sequence, limits: Limits) -> Message:
                 and 0 < frame.nbytes <= limits.max_array_bytes
                 and frame.nbytes <= limits.max_total_bytes
                 and frame.nbytes == dt.itemsize * math.prod(shape)):
-            data = frame.view(dt).reshape(shape)
+            data = np.ndarray(shape, dt, frame)  # (one call: a view and a reshape cost two)
         else:  # anything else, and whatever is off, as decode reads it
             if any(d > _INT64[1] for d in shape):
                 raise WireError(f"array 0: shape {list(shape)!r:.80} too large")

@@ -164,7 +164,9 @@ class Link(LinkEnd):
             return
         if len(frames) == 2 and type(frames[0]) is bytes:  # a header and an array (a pipe
             # record): the prefix and the array's size in one pack
-            head, body = frames[0], memoryview(frames[1]).cast("B")
+            head, body = frames[0], frames[1]  # (encode_pipe's is a byte view already)
+            if type(body) is not memoryview or body.format != "B" or not body.contiguous:
+                body = memoryview(body).cast("B")
             out = [_PREFIX_PAIR.pack(2, len(head), len(body)) + head, body]
             if not len(body):
                 del out[1]

@@ -357,18 +357,20 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
             raise RuntimeError(f"worker {self.id}: a client hook fired outside of a request")
         return job
 
-    def sleep_on(self, wait):
+    def sleep_on(self, wait, links_read: bool = False):
         """Wait until ``wait`` ends, serving others meanwhile; its outcome, or its error
         raised. While what comes needs no thread of its own (answers, pipeline messages,
         beats) this thread keeps the loop: a quick answer then costs no thread switch. Once
-        a request is to start or another waiting job to go on, it hands the loop over."""
+        a request is to start or another waiting job to go on, it hands the loop over.
+        ``links_read``: the caller took what the links held just before (no second look)."""
         holding, self.holding = self.holding, False  # what the wait may depend on goes now
         job = wait.job
         if job.rng is not None:  # the stream as this job left it (what runs meanwhile draws)
             job.rng = streams._stream_state()
             leave_stream()
         self.flush_replies()
-        self.links_first()  # once (link_handlers.py): then each round's poll says what came
+        if not links_read:  # once (link_handlers.py): then each round's poll says what came
+            self.links_first()
         while not wait.done and self._running and not self._todo and not self.runners.ready:
             self._serve_round(start_jobs=False)
         if not wait.done and self._running:

@@ -571,20 +571,24 @@ class StepRun:
         self.model, self.step = model, step
         self.schedule = [(str(kind), int(mb)) for kind, mb in schedule]
         self.position = 0
+        # made once, not at every call: the abort's mailbox key, and each receive's
+        self._abort = (model, step, "abort", -1)
+        self._keys = [(model, step, kind[5:], mb) if kind in ("recv_act", "recv_grad")
+                      else None for kind, mb in self.schedule]
 
     def next(self, mailbox: dict) -> tuple:
-        abort = (self.model, self.step, "abort", -1)
+        abort = self._abort
         if abort in mailbox:
             return ("abort", mailbox[abort]["reason"])
         if self.position == len(self.schedule):
             return ("done",)
-        kind, mb = self.schedule[self.position]
-        if kind in ("recv_act", "recv_grad"):
-            key = (self.model, self.step, kind[5:], mb)
+        key = self._keys[self.position]
+        if key is not None:  # a receive
             if key not in mailbox:
                 return ("wait", (key, abort))
             self.position += 1
-            return ("recv", kind[5:], mb, mailbox.pop(key))
+            return ("recv", key[2], key[3], mailbox.pop(key))
+        kind, mb = self.schedule[self.position]
         if kind == "weight_batch":
             run = [mb]
             self.position += 1

@@ -83,8 +83,8 @@ class StepHandlers:
                     if not self._came_on_links(action[1]):
                         wait = self.state.wait_for_pipe(
                             job, action[1], f"the {what} of micro-batch {mb} ({st.name})")
-                        if wait is not None:
-                            self.sleep_on(wait)
+                        if wait is not None:  # (the links were read just now)
+                            self.sleep_on(wait, links_read=True)
                     waited_cpu += time.thread_time() - cpu_before
                     continue
                 if kind == "recv":
@@ -184,10 +184,10 @@ class StepHandlers:
         called directly): to a local link, its frames in one call of the link's; to
         ZeroMQ, each frame handed over at once (``send_frames``: the array copied under
         ``PIPE_COPY_BELOW``, else sent from its own buffer)."""
-        if data is not None:
-            self._count(st.model, "bytes_to_peers", data.nbytes)
         neighbour = st.neighbours[side]
         frames = wire.encode_pipe(st.model, step, kind, mb, data, reason)
+        if data is not None:  # (the array's bytes: its frame's length, a byte view's)
+            self._count(st.model, "bytes_to_peers", len(frames[-1]))
         if type(neighbour) is Link:
             neighbour.send_multipart(frames)
         else:
