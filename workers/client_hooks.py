@@ -170,7 +170,7 @@ class HookHandlers:
             if seen is None or seen[0] is not t:  # (held, so its id is not reused meanwhile)
                 seen = named[id(t)] = (t, f"{self.state.worker_id}/{next(self._tensor_ids)}",
                                        0)
-            ids.append(f"{seen[1]}@{t._version + seen[2]}")
+            ids.append(f"{seen[1]}@{t._vc[0] + seen[2]}")
         return ids
 
     @staticmethod
@@ -179,7 +179,7 @@ class HookHandlers:
         previous stage's output, ``name`` as that stage's events name it): in one process
         the two are one object."""
         tensor, _, version = name.rpartition("@")
-        job.named[id(t)] = (t, tensor, int(version) - t._version)
+        job.named[id(t)] = (t, tensor, int(version) - t._vc[0])
 
     def _use_answer(self, answer, originals: list, client: bytes, hook_id: int, path: str):
         """Do what the answer of a client module hook given ``originals`` asks; the value the

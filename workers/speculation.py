@@ -125,7 +125,7 @@ class Speculation:
     def keep_pristine(self, t, frame) -> None:
         """``t`` (an input of this run) is a copy of ``frame``, which nothing writes to: while
         ``t`` is unchanged an event sends ``frame`` instead of another copy of ``t``."""
-        self.pristine[id(t)] = (t, t._version, frame)
+        self.pristine[id(t)] = (t, t._vc[0], frame)
 
     def new_round(self) -> None:
         self.round = f"{self.worker.id}.{next(_rounds)}"
@@ -145,22 +145,22 @@ class Speculation:
 
         def tensor(t):
             seen = sent.get(id(t))
-            if seen is not None and seen[0] is t and seen[1] == t._version:
+            if seen is not None and seen[0] is t and seen[1] == t._vc[0]:
                 return {"again": seen[2]}
-            sent[id(t)] = (t, t._version, self.numbered)
+            sent[id(t)] = (t, t._vc[0], self.numbered)
             self.numbered += 1
             data = pack(t)
             if ahead:
                 kept = pristine.get(id(t))
                 data["tensor"] = (kept[2] if kept is not None and kept[0] is t
-                                  and kept[1] == t._version else data["tensor"].copy())
+                                  and kept[1] == t._vc[0] else data["tensor"].copy())
             return data
 
         return [pack(a, tensor) for a in args]
 
     def _versions(self) -> list[int]:
         module = self.stage.module
-        return [t._version for t in itertools.chain(module.parameters(), module.buffers())]
+        return [t._vc[0] for t in itertools.chain(module.parameters(), module.buffers())]
 
     def fire(self, record: HookRecord, hook_id: int, originals: list, send: Callable,
              wait: Callable, use: Callable):

@@ -204,10 +204,10 @@ class HookServer:
             key, _, index = event["path"].rpartition("#")
             leaf = self.watched[key][int(index)]
             (grad,) = [unpack(a) for a in given]
-            version = grad._version
+            version = grad._vc[0]
             out = engine.run_tensor_hooks(leaf._backward_hooks, grad)
             # a hook that changed the gradient in place changed it for the worker too
-            return {} if out is grad and grad._version == version else {"result": pack(out)}
+            return {} if out is grad and grad._vc[0] == version else {"result": pack(out)}
         if kind == "vjp":
             result, bases, leaves, own = self.vjps[event["path"]]
             (grad,) = [unpack(a) for a in given]
@@ -290,7 +290,7 @@ class HookServer:
         for a in given:
             bounds.append(len(leaves))
             args.append(unpack(a, leaf, classes=True))
-        versions = [t._version for t in leaves]
+        versions = [t._vc[0] for t in leaves]
         nodes = [t._grad_fn for t in leaves]
         since = next(_sequence)  # every node the hook makes numbers after this
         outer, self.firing_ctx = self.firing_ctx, event.ctx
@@ -311,7 +311,7 @@ class HookServer:
         self._packing = (since, f"the {kind} hook {name!r} on {event['path']!r}")
         firsts = given_tensors.first_places(leaves)  # (a tensor given twice changes once)
         changed = [{"arg": i, "value": self._pack_value(t, bases, f"{key}:{i}", leaves)}
-                   for i, t in enumerate(leaves) if t._version != versions[i] and firsts[i]]
+                   for i, t in enumerate(leaves) if t._vc[0] != versions[i] and firsts[i]]
         for i, t in enumerate(leaves):  # hooked, then changed in place: on its old version
             old = nodes[i]
             if old is not None and old is not t._grad_fn and any((old._tensor_hooks or {})

@@ -27,13 +27,13 @@ def given(store: dict, name: str, array, make) -> tuple[Tensor, Tensor, bool]:
     before = store.get(tensor)
     if before is not None:
         t, base, was, mine = before
-        if was == version or (t._version != mine and np.array_equal(t._data, array)):
-            store[tensor] = (t, base, version, t._version)
+        if was == version or (t._vc[0] != mine and np.array_equal(t._data, array)):
+            store[tensor] = (t, base, version, t._vc[0])
             return t, base, True
     t, base = make()
     if before is not None:
         t = _changed_in_place(before[0], t)
-    store[tensor] = (t, base, version, t._version)
+    store[tensor] = (t, base, version, t._vc[0])
     return t, base, False
 
 

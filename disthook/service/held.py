@@ -20,14 +20,14 @@ def stamp(value):
     """What tells later whether ``value`` was changed in place: a tensor's version, a
     container's ``contents``; None where nothing in it can change (a tuple of numbers)."""
     if isinstance(value, Tensor):
-        return value._version
+        return value._vc[0]
     return contents(value) or None
 
 
 def unchanged(value, was) -> bool:
     """Whether ``value`` is as ``was`` (its ``stamp``) says it was."""
     if type(was) is int:
-        return value._version == was
+        return value._vc[0] == was
     return same(was)
 
 

@@ -48,3 +48,24 @@ def test_a_deployed_output_made_in_inference_mode_is_an_inference_tensor(cluster
     assert want[:5] == [True, True, True, True, True]
     assert got[:6] == want[:6]
     np.testing.assert_allclose(got[6], want[6], rtol=1e-5, atol=1e-6)
+
+
+def hooked(model):
+    """A client forward hook that replaces a placed part's output, and one that reads its
+    input, run in inference mode: the hook machinery tracks what the hooks were given
+    without reading an inference tensor's version (torch refuses that read)."""
+    part = model[0] if isinstance(model, torch.nn.Sequential) else model.p
+    seen = []
+    part.register_forward_pre_hook(lambda m, args: seen.append(args[0].shape))
+    part.register_forward_hook(lambda m, args, out: -out)
+    x = torch.linspace(-1, 1, 6).reshape(2, 3)
+    with torch.inference_mode():
+        out = model(x)
+    return [[tuple(s) for s in seen], out.is_inference(), out.tolist()]
+
+
+@pytest.mark.parametrize("make", [chain, tree], ids=["chain", "tree"])
+def test_client_hooks_of_a_deployed_model_run_in_inference_mode(cluster, make):
+    got, want = deployed_run(cluster, make, hooked)
+    assert got[:2] == want[:2]
+    np.testing.assert_allclose(got[2], want[2], rtol=1e-5, atol=1e-6)
