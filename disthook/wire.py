@@ -80,8 +80,13 @@ __all__ = [
 # may hold "weight_batch" actions (zb-batched); a stage's "form" is asked (its modes,
 # dtypes, buffers, requires_grad), and a forward passed on carries the revisions of the
 # stages it passed ("forms"), which an attached client's answers and hook events carry
-# too: all of which a process of 14 refuses
-PROTOCOL_VERSION = 15
+# too: all of which a process of 14 refuses; 16: hooks of kind "post_accumulate" (a
+# deployed parameter's post-accumulate-grad hooks) and their events, module_op
+# "client_modes" (the deployer's client-side modules' train/eval, which a stage's form
+# carries as "client" to attached clients), a worker's links and heartbeats under
+# identities of its own (random, a heartbeat only with the servers' key): which a process
+# of 15 refuses or does not follow
+PROTOCOL_VERSION = 16
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
