@@ -134,7 +134,8 @@ def gemm(x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
     fn = _state["gemm"].get(dtype)
     m, k = x.shape
     n = y.shape[1]
-    if fn is None or m * n * k < MIN_WORK or max(m, n, k) > _INT_MAX // 2:
+    if (fn is None or y.shape[0] != k or m * n * k < MIN_WORK
+            or max(m, n, k) > _INT_MAX // 2):  # (numpy says what is wrong with the shapes)
         return None
     lx, ly = _layout(x), _layout(y)
     if (lx is None or ly is None or max(lx[1], ly[1]) > _INT_MAX

@@ -151,3 +151,12 @@ def test_set_num_threads_refuses_what_torch_refuses():
     before = torch.get_num_threads()
     torch.set_num_threads(before)
     assert torch.get_num_threads() == before
+
+
+@mkl
+def test_operands_that_cannot_be_multiplied_get_numpys_error_not_a_read_past_them():
+    x = np.ones((64, 300), np.float32)
+    y = np.ones((301, 200), np.float32)
+    assert _blas.gemm(x, y) is None
+    with pytest.raises(ValueError, match="matmul"):
+        linalg._product(x, y)
