@@ -184,8 +184,10 @@ def _check_device(dev) -> None:
 
 def _complex_for(t) -> _dtype.dtype:
     """The complex dtype a real tensor's values take with a complex number (torch's
-    promotion): complex128 from float64, complex64 from anything else."""
-    return _dtype.complex128 if t._data.dtype == np.float64 else _dtype.complex64
+    promotion): its float dtype's complex kin, the default complex dtype for an integer or
+    bool tensor."""
+    dt = t.dtype
+    return dt.to_complex() if dt.is_floating_point else _dtype.default_complex_dtype()
 
 
 def _np_dtype(dtype):

@@ -72,6 +72,20 @@ def test_a_complex_power_of_a_real_tensor_is_complex(dtype):
         np.testing.assert_allclose(ours, theirs, rtol=1e-6)
 
 
+def test_an_integer_tensors_complex_power_takes_the_default_complex_dtype():
+    def dtypes(lib):
+        before = lib.get_default_dtype()
+        lib.set_default_dtype(lib.float64)
+        try:
+            x = lib.tensor([1, 2])
+            return [str((x ** 1j).dtype), str(((1 + 1j) ** x).dtype),
+                    str((x.float() ** 1j).dtype)]
+        finally:
+            lib.set_default_dtype(before)
+
+    assert dtypes(disthook) == dtypes(torch)
+
+
 def test_the_gradient_of_a_real_tensor_through_a_complex_power_is_real_and_torchs():
     def grads(lib):
         x = lib.tensor([2.0, 3.0, 0.5], requires_grad=True)
