@@ -52,6 +52,20 @@ def mutated_messages(rng: random.Random, n: int):
                 "mb": rng.randrange(8), "data": np.zeros(3, np.float32)})]
 
 
+def _read_until_status(sock, address: str, req: int) -> int:
+    """Send a status request ``req`` and read replies until its answer: the number of other
+    replies read (the error replies to what was sent before it)."""
+    sock.send_multipart(wire.encode("status", {}, req=req))
+    others = 0
+    while True:
+        assert sock.poll(120_000), f"{address} stopped answering"
+        reply = wire.decode(sock.recv_multipart())
+        if reply.req == req:
+            assert reply.type == "ok"
+            return others
+        others += 1
+
+
 def test_services_survive_a_storm_of_bad_messages_and_still_train_right():
     with local_cluster(workers=2) as cluster:
         remote = cluster.deploy(make_net(), stages=2)
@@ -64,25 +78,17 @@ def test_services_survive_a_storm_of_bad_messages_and_still_train_right():
             sock.setsockopt(zmq.LINGER, 0)
             sock.connect(address)
             try:
+                # a process serves one connection in order: once a status sent after some
+                # messages is answered, every one of them was handled. Every 32 messages
+                # the client reads its replies that way, as a client that reads its replies
+                # does: the coordinator keeps only so many unread ones for a peer (its send
+                # queue, then loop.UNROUTABLE_KEPT)
                 for frames in mutated_messages(rng, 3400):
                     sock.send_multipart(frames)
                     sent += 1
-                    # error replies; every 32 messages read them until none comes for 5 ms,
-                    # as a client that reads its replies does: the coordinator keeps only so
-                    # many unread ones for a peer (its send queue, then loop.UNROUTABLE_KEPT)
-                    while sock.poll(5 if sent % 32 == 0 else 0):
-                        wire.decode(sock.recv_multipart())
-                        answered += 1
-                # a process serves one connection in order: once this status is answered,
-                # every message before it was handled
-                sock.send_multipart(wire.encode("status", {}, req=987654))
-                while True:
-                    assert sock.poll(120_000), f"{address} stopped answering"
-                    reply = wire.decode(sock.recv_multipart())
-                    if reply.req == 987654:
-                        assert reply.type == "ok"
-                        break
-                    answered += 1
+                    if sent % 32 == 0:
+                        answered += _read_until_status(sock, address, 987654 + sent)
+                answered += _read_until_status(sock, address, 987654)
             finally:
                 sock.close()
         assert sent >= 10_000
