@@ -15,7 +15,7 @@ import pytest
 from disthook import wire
 from workers import arena as arena_module
 from workers.arena import ARENA_MIN_RECORD, Arena, ArenaError, arena_bytes
-from workers.links import IN_ARENA, Link, LinkClosed, LinkListener, read_hello
+from workers.links import IN_ARENA, LINK_PROTOCOL, Link, LinkClosed, LinkListener, read_hello
 
 IDENTITY = b"w1>next>7"
 pytestmark = pytest.mark.skipif(not arena_bytes(), reason="arenas: x86-64 Linux only")
@@ -188,3 +188,9 @@ def test_the_arena_is_written_by_its_dialer_alone(linked):
     accepted.sock.sendall(struct.pack("<IIQQ", IN_ARENA | 2, len(head), 32768, 0) + head)
     with pytest.raises(LinkClosed, match="arena that is not there"):
         dialer.read()  # nor does it read records in it
+
+
+def test_a_dialer_of_link_version_1_is_refused():
+    # (version 1 knew no arena: its acceptor would read the arena's records as frames)
+    with pytest.raises(LinkClosed, match="link version 1, this worker 2"):
+        read_hello([LINK_PROTOCOL + b"\x01" + IDENTITY])

@@ -46,7 +46,7 @@ from workers.peers import NEIGHBOUR_IDENTITY
 __all__ = ["Link", "LinkClosed", "LinkEnd", "LinkListener", "host_token", "links_enabled"]
 
 LINK_PROTOCOL = b"disthook-link"
-LINK_VERSION = 1
+LINK_VERSION = 2  # 2: a hello may carry the link's arena, records may lie in it
 BUFFER_BYTES = 4 << 20  # SO_SNDBUF / SO_RCVBUF asked for (the kernel may give less)
 MESSAGES_PER_READ = 32  # messages taken off one link per poll, at most
 MAX_LINKS_IN = 256  # links accepted at once, at most (a link is one neighbour stage)
