@@ -1368,7 +1368,7 @@ def _float_mask(mask: Tensor | None, name: str, like: Tensor) -> Tensor | None:
     if mask._data.dtype == np.bool_:
         return Tensor._make(np.where(mask._data, -np.inf, 0.0).astype(like._data.dtype),
                             None, 0)
-    if mask._data.dtype.kind != "f":
+    if _dtype.kind(mask._data.dtype) != "f":
         raise AssertionError(f"only bool and floating types of {name} are supported")
     return mask
 

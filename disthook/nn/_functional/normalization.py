@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from disthook._limits import finfo
+from disthook.ops import _bf16
 from disthook.tensor import Tensor
 
 __all__ = ["local_response_norm", "normalize", "rms_norm"]
@@ -34,9 +36,11 @@ def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
                            f"weight of shape {list(weight.shape)} and normalized_shape = "
                            f"{list(shape)}")
     if eps is None:
-        eps = float(np.finfo(input._data.dtype).eps)
+        eps = float(finfo(input.dtype).eps)
     dims = tuple(range(input.ndim - n, input.ndim))
-    out = input * (input.pow(2).mean(dim=dims, keepdim=True) + eps).rsqrt()
+    # (torch normalises a bfloat16 input in float32 and rounds that once; the weight after)
+    out = _bf16.rounded_once(
+        lambda x: x * (x.pow(2).mean(dim=dims, keepdim=True) + eps).rsqrt(), input)
     return out * weight if weight is not None else out
 
 
