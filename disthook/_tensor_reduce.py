@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from disthook import _dtype
+from disthook.amp import cpu_policy
 from disthook.ops import _bf16
 from disthook.ops import scan as C
 from disthook.ops.base import refuse_complex
@@ -255,6 +256,7 @@ class ReduceMethods:
         b0, b1, b2 = b.unbind(d)
         return stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], d)
 
+    @cpu_policy.covered(cpu_policy.LOWER)
     def addmm(self, mat1, mat2, *, beta=1, alpha=1):
         return _bf16.rounded_once(lambda s, x, y: _scaled_sum(s, x.mm(y), beta, alpha),
                                   self, mat1, mat2)
@@ -267,10 +269,12 @@ class ReduceMethods:
         return _bf16.rounded_once(lambda s, x, y: _scaled_sum(s, x.outer(y), beta, alpha),
                                   self, vec1, vec2)
 
+    @cpu_policy.covered(cpu_policy.LOWER)
     def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
         return _bf16.rounded_once(lambda s, x, y: _scaled_sum(s, x.bmm(y).sum(0), beta, alpha),
                                   self, batch1, batch2)
 
+    @cpu_policy.covered(cpu_policy.LOWER)
     def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
         return _bf16.rounded_once(lambda s, x, y: _scaled_sum(s, x.bmm(y), beta, alpha),
                                   self, batch1, batch2)

@@ -24,6 +24,7 @@ from disthook._out import check_layout, check_pin_memory, factory_out, write_out
 from disthook._tensor_math import INPLACE_NAMES, MathMethods, inplace_of
 from disthook._tensor_reduce import ReduceMethods
 from disthook._tensor_shape import NO_ACCELERATOR, ShapeMethods, by_keyword
+from disthook.amp import cpu_policy
 from disthook.autograd import grad_mode, inference
 from disthook.ops import _bf16
 from disthook.ops import complex as C
@@ -1213,6 +1214,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             out = np.expand_dims(out, d)
         return Tensor._make(out.astype(np.int64), None, 0)
 
+    @cpu_policy.covered(cpu_policy.FP32)
     def prod(self, dim=None, keepdim=False, *, dtype=None):
         x = self if dtype is None else self.to(dtype)
         if dim is None:
@@ -1475,6 +1477,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return op.apply(self.to(dt), t1.to(dt), t2.to(dt), value=value)
 
     # ---- matrix products -----------------------------------------------------------------
+    @cpu_policy.covered(cpu_policy.LOWER)
     def matmul(self, other):
         if not isinstance(other, Tensor):
             raise TypeError(f"matmul(): argument 'other' must be Tensor, not "
@@ -1484,6 +1487,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             return C.product(L.matmul, (self, other))
         return L.matmul(self, other)
 
+    @cpu_policy.covered(cpu_policy.LOWER)
     def mm(self, mat2):
         other = mat2
         if self.ndim != 2:
@@ -1510,6 +1514,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             return C.product(L.Dot.apply, (self, other))
         return L.Dot.apply(self, other)
 
+    @cpu_policy.covered(cpu_policy.LOWER)
     def bmm(self, mat2):
         other = mat2
         if self.ndim != 3 or other.ndim != 3:
@@ -2622,6 +2627,7 @@ def stack(tensors, dim=0, *, out=None) -> Tensor:
     return S.Stack.apply(*tensors, dim=dim % n)
 
 
+@cpu_policy.covered(cpu_policy.LOWER)
 def einsum(equation, *operands) -> Tensor:
     """Sum of products over the subscripts of ``equation`` (``'ij,jk->ik'``, ellipsis and
     implicit output as in torch); operands may be given as one list."""

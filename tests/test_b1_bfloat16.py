@@ -188,7 +188,12 @@ def test_without_ml_dtypes_bfloat16_is_refused_clearly():
             "    t.zeros(2).to(t.bfloat16)\n"
             "except TypeError as e:\n"
             "    assert 'numpy' in str(e) and 'bfloat16' in str(e), e\n"
+            "    print('refused')\n"
+            "try:\n"
+            "    t.autocast('cpu').__enter__()\n"
+            "except TypeError as e:\n"
+            "    assert 'ml_dtypes' in str(e), e\n"
             "    print('refused')\n")
     out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
                          text=True, timeout=120)
-    assert out.stdout.strip() == "refused", out.stderr
+    assert out.stdout.split() == ["refused", "refused"], out.stderr

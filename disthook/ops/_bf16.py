@@ -70,11 +70,15 @@ def compute_in_float32(cls, inputs: tuple, params: dict):
 # ops whose torch kernel rounds a python-float operand to bfloat16 first (add's and sub's
 # "other" and alpha); the others (mul, div, ...) take it in float32 (measured, torch 2.13)
 _ROUNDS_SCALAR = frozenset({"Add", "Sub", "Rsub", "RsubScalar"})
+# ops whose torch CPU kernel takes float32 parameters beside a bfloat16 input and returns the
+# input's dtype (its first output; the saved statistics stay float32)
+_OUTPUT_AS_INPUT = frozenset({"NativeLayerNorm", "NativeBatchNorm", "NativeGroupNorm"})
 
 
 def _make_twin(cls):
     forward = cls.forward
     rounds_scalar = cls.__name__ in _ROUNDS_SCALAR
+    output_as_input = cls.__name__ in _OUTPUT_AS_INPUT
 
     def float32_forward(ctx, *inputs, **params):
         origin, args, floats = {}, [], set()
@@ -97,7 +101,10 @@ def _make_twin(cls):
                 if name in params:
                     params[name] = scalar_as_bfloat16(params[name])
         node = ctx if not origin or not ctx.needs_input_grad else _Ctx(ctx, origin)
-        return _round(forward(node, *args, **params), not keep)
+        out = forward(node, *args, **params)
+        if output_as_input and floats and inputs[0]._data.dtype == BF16:
+            return (_round(out[0], True), *out[1:]) if type(out) is tuple else _round(out, True)
+        return _round(out, not keep)
 
     twin = type(cls.__name__, (cls,), {"__slots__": (), "__module__": cls.__module__,
                                         "_in_float32": True,
@@ -108,9 +115,9 @@ def _make_twin(cls):
 
 def rounded_once(fn, *tensors):
     """``fn(*tensors)`` for a composite op that torch computes as one kernel (addmm, lerp):
-    with bfloat16 operands it runs on float32 copies and its result is rounded once, as
-    torch's kernel; otherwise it is ``fn`` itself."""
-    if not any(t._data.dtype == BF16 for t in tensors):
+    when the first is bfloat16 it runs on float32 copies of the bfloat16 ones and its result
+    is rounded once to bfloat16, as torch's kernel; otherwise it is ``fn`` itself."""
+    if tensors[0]._data.dtype != BF16:
         return fn(*tensors)
     return fn(*[t.float() if t._data.dtype == BF16 else t for t in tensors]).to(BF16)
 

@@ -38,10 +38,14 @@ def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
     if eps is None:
         eps = float(finfo(input.dtype).eps)
     dims = tuple(range(input.ndim - n, input.ndim))
-    # (torch normalises a bfloat16 input in float32 and rounds that once; the weight after)
-    out = _bf16.rounded_once(
-        lambda x: x * (x.pow(2).mean(dim=dims, keepdim=True) + eps).rsqrt(), input)
-    return out * weight if weight is not None else out
+    def normalised(x, *w):
+        out = x * (x.pow(2).mean(dim=dims, keepdim=True) + eps).rsqrt()
+        return out * w[0] if w else out
+
+    # (torch computes a bfloat16 input's in float32, the weight's product too, and gives the
+    # input's dtype whatever the weight's)
+    out = _bf16.rounded_once(normalised, input, *(() if weight is None else (weight,)))
+    return out
 
 
 def local_response_norm(input: Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75,
