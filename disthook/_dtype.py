@@ -129,6 +129,23 @@ def from_numpy_dtype(np_dtype) -> dtype:
     return d
 
 
+def bfloat16_from_bits(bits: np.ndarray) -> tuple:
+    """bfloat16 values from their 16-bit patterns (uint16, any byte order): a bfloat16 array
+    over the same memory where it can be, and False; without ml_dtypes the float32 array of
+    the same values (a bfloat16 is the high half of that float32), and True."""
+    if not bits.dtype.isnative:
+        bits = bits.astype(bits.dtype.newbyteorder("="))
+    if BF16 is not None:
+        return bits.view(BF16), False
+    return (bits.astype(np.uint32) << 16).view(np.float32), True
+
+
+def as_buffer(array: np.ndarray) -> np.ndarray:
+    """``array`` in a form Python's buffer protocol takes (memoryview, file writes): a
+    bfloat16 one as its 16-bit patterns (uint16, the same memory), any other as it is."""
+    return array.view(np.uint16) if array.dtype == BF16 and BF16 is not None else array
+
+
 def from_legacy(name: str) -> dtype:
     try:
         return _BY_LEGACY[name]
