@@ -197,3 +197,16 @@ def test_without_ml_dtypes_bfloat16_is_refused_clearly():
     out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
                          text=True, timeout=120)
     assert out.stdout.split() == ["refused", "refused"], out.stderr
+
+
+def test_bfloat16_arrays_cross_the_wire_in_both_forms():
+    from disthook import wire
+
+    a = disthook.tensor([[1.5, -2.25, 3.140625], [0.5, 7.0, -1.0]], dtype=bf16)._data
+    for sent in (a, a[:, ::-1]):  # (not contiguous: sent as it is seen)
+        general = wire.decode([bytes(f) for f in wire.encode("ok", {"result": sent})])
+        pipe = wire.decode([bytes(f) for f in wire.encode_pipe("m", "s", "act", 0, sent)])
+        for got in (general["result"], pipe["data"]):
+            assert got.dtype == sent.dtype
+            assert np.array_equal(got.view(np.int16), np.ascontiguousarray(sent).view(np.int16))
+    assert wire.PIPE_DTYPES[-1] == "bfloat16"  # after the codes that were there before
