@@ -87,8 +87,9 @@ __all__ = [
 # "client_modes" (the deployer's client-side modules' train/eval, which a stage's form
 # carries as "client" to attached clients), a worker's links and heartbeats under
 # identities of its own (random, a heartbeat only with the servers' key): which a process
-# of 15 refuses or does not follow
-PROTOCOL_VERSION = 16
+# of 15 refuses or does not follow; 17: arrays of dtype "bfloat16" (the last pipe dtype code),
+# which a process of 16 refuses
+PROTOCOL_VERSION = 17
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
