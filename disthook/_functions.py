@@ -13,6 +13,7 @@ import numpy as np
 from disthook import _dtype
 from disthook._out import factory_out
 from disthook.amp import cpu_policy
+from disthook.ops import _bf16
 from disthook.ops.base import refuse_complex
 from disthook.tensor import Tensor, _factory, cat, stack, tensor
 
@@ -190,6 +191,8 @@ def chain_matmul(*matrices) -> Tensor:
 
 @cpu_policy.covered(cpu_policy.FP32)
 def cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode=None) -> Tensor:
+    if _dtype.bfloat16 in (x1.dtype, x2.dtype):  # (torch has no bfloat16 kernel for it)
+        _bf16.refuse("cdist")
     diff = x1.unsqueeze(-2) - x2.unsqueeze(-3)
     if p == 0:
         return (diff != 0).to(x1.dtype).sum(-1)

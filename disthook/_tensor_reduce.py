@@ -411,7 +411,7 @@ def _quantile(x, q, dim, keepdim, interpolation, ignore_nan):
     from disthook.tensor import Tensor, stack, tensor
 
     name = "nanquantile" if ignore_nan else "quantile"
-    if not x.is_floating_point():
+    if not x.is_floating_point() or x.dtype is _dtype.bfloat16:
         raise RuntimeError(f"{name}() input tensor must be either float or double dtype")
     if interpolation not in ("linear", "lower", "higher", "midpoint", "nearest"):
         raise RuntimeError(f"{name}() interpolation must be one of linear, lower, higher, "

@@ -210,3 +210,17 @@ def test_bfloat16_arrays_cross_the_wire_in_both_forms():
             assert got.dtype == sent.dtype
             assert np.array_equal(got.view(np.int16), np.ascontiguousarray(sent).view(np.int16))
     assert wire.PIPE_DTYPES[-1] == "bfloat16"  # after the codes that were there before
+
+
+@pytest.mark.parametrize("call", [
+    lambda t, x: t.linalg.inv(x), lambda t, x: t.linalg.svd(x), lambda t, x: t.det(x),
+    lambda t, x: t.linalg.solve(x, x), lambda t, x: t.linalg.qr(x), lambda t, x: t.fft.rfft(x),
+    lambda t, x: t.fft.fft(x), lambda t, x: t.cdist(x, x), lambda t, x: t.quantile(x, 0.3)])
+def test_what_torch_has_no_bfloat16_kernel_for_is_refused(call):
+    # torch raises RuntimeError or NotImplementedError (a RuntimeError) for each
+    libs = [disthook] + ([torch] if torch is not None else [])
+    for t in libs:
+        x = t.tensor([[2.0, 1.0], [1.0, 3.0]]).to(t.bfloat16)
+        with pytest.raises(RuntimeError, match="BFloat16|float or double"):
+            call(t, x)
+    assert call(disthook, disthook.tensor([[2.0, 1.0], [1.0, 3.0]])) is not None  # float32 runs

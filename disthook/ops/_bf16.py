@@ -59,8 +59,25 @@ def _round(out, all_bf16: bool):
     return out
 
 
+# op families torch 2.13 has no bfloat16 CPU kernels for: the decompositions and solvers
+# ("lu_cpu" not implemented for 'BFloat16', ...) and the FFTs ("Unsupported dtype BFloat16")
+_REFUSED = {"disthook.ops.decomp": NotImplementedError, "disthook.ops.fft": RuntimeError}
+
+
+def refuse(name: str, kind=NotImplementedError):
+    """torch's error for an op it has no bfloat16 kernel for (``name``: torch's name)."""
+    if kind is RuntimeError:
+        raise RuntimeError(f"Unsupported dtype BFloat16 ({name}); convert to float32 first "
+                           "(t.float()) and back after, if you want bfloat16")
+    raise NotImplementedError(f'"{name}" not implemented for \'BFloat16\'; convert to '
+                              "float32 first (t.float())")
+
+
 def compute_in_float32(cls, inputs: tuple, params: dict):
     """Run op ``cls`` on ``inputs`` (some bfloat16) as torch's CPU kernel does."""
+    kind = _REFUSED.get(cls.__module__)
+    if kind is not None:
+        refuse(cls.__name__, kind)
     twin = _wrapped.get(cls)
     if twin is None:
         twin = _wrapped[cls] = _make_twin(cls)
