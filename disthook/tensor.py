@@ -1919,7 +1919,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
                 f"output with shape {list(self.shape)} doesn't match the broadcast shape "
                 f"{list(np.broadcast_shapes(self._data.shape, b._data.shape))}")
         ufunc = _UFUNC_INPLACE.get(op) if not grad_mode._state.enabled else None
-        if ufunc is not None:
+        if ufunc is not None and self._data.dtype != _dtype.BF16:  # (bfloat16: as op does)
             # no graph (an optimizer step): compute straight into self's memory
             alpha = params.get("alpha", 1)
             _write_with(self, ufunc, b._data if alpha == 1 else b._data * alpha)

@@ -174,10 +174,8 @@ def test_optimizers_step_bfloat16_parameters(opt):
             o.step()
         assert p.dtype == m.bfloat16 and p.grad.dtype == m.bfloat16
         runs.append(p.detach().float().tolist())
-    if torch is not None:  # Adam bitwise; SGD and AdamW within a rounding of the largest
-        exact = runs[0] == runs[1]
-        err = np.abs(np.subtract(runs[0], runs[1])).max() / (EPS * np.abs(runs[1]).max())
-        assert exact if opt == "Adam" else err <= 3.0, (runs, err)
+    if torch is not None:  # (their in-place updates round once, alpha first, as torch's)
+        assert runs[0] == runs[1]
 
 
 def test_without_ml_dtypes_bfloat16_is_refused_clearly():
