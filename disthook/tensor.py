@@ -1145,6 +1145,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
 
     # ---- reductions ----------------------------------------------------------------------
     def sum(self, dim=None, keepdim=False, *, dtype=None):
+        if dtype is not None and _dtype.to_dtype(dtype) is _dtype.bfloat16 is not self.dtype:
+            return self.to(dtype).sum(dim, keepdim)  # (numpy would add in bfloat16)
         dims = R.norm_dims(dim, self.ndim)
         if dim is None and not keepdim:
             return R.SumAll.apply(self, dtype=_np_dtype(dtype))
@@ -2542,7 +2544,11 @@ def arange(start=None, end=None, step=1, *, dtype=None, device=None,
         is_float = builtins.any(isinstance(v, builtins.float) or
                                 (isinstance(v, np.ndarray) and _dtype.kind(v.dtype) == "f") for v in vals)
         dtype = _dtype.get_default_dtype() if is_float else _dtype.int64
-    return _factory(np.arange(*vals, dtype=_np_dtype(dtype)), requires_grad, device)
+    np_dt = _np_dtype(dtype)
+    if np_dt == _dtype.BF16:  # (numpy would step in bfloat16; torch steps in float)
+        return _factory(np.arange(*vals, dtype=np.float64).astype(np.float32).astype(np_dt),
+                        requires_grad, device)
+    return _factory(np.arange(*vals, dtype=np_dt), requires_grad, device)
 
 
 @factory_out

@@ -222,3 +222,16 @@ def test_what_torch_has_no_bfloat16_kernel_for_is_refused(call):
         with pytest.raises(RuntimeError, match="BFloat16|float or double"):
             call(t, x)
     assert call(disthook, disthook.tensor([[2.0, 1.0], [1.0, 3.0]])) is not None  # float32 runs
+
+
+def test_a_bfloat16_result_dtype_of_float32_input_and_arange():
+    x = disthook.tensor(np.random.default_rng(0).standard_normal((8, 300)).astype(np.float32)
+                        + 1)
+    # torch casts first and adds in float32; numpy's bfloat16 adds would drift by hundreds
+    assert np.array_equal(x.sum(dtype=bf16).float()._data, x.bfloat16().sum().float()._data)
+    assert np.array_equal(x.sum(1, dtype=bf16).float()._data,
+                          x.bfloat16().sum(1).float()._data)
+    got = disthook.arange(0, 1, 0.1, dtype=bf16).float().tolist()
+    assert got[-1] == 0.8984375  # torch's: 0.9 stepped in float, rounded (not 0.90234375)
+    if torch is not None:
+        assert got == torch.arange(0, 1, 0.1, dtype=torch.bfloat16).float().tolist()
