@@ -191,10 +191,17 @@ def test_without_ml_dtypes_bfloat16_is_refused_clearly():
             "    t.autocast('cpu').__enter__()\n"
             "except TypeError as e:\n"
             "    assert 'ml_dtypes' in str(e), e\n"
-            "    print('refused')\n")
+            "    print('refused')\n"
+            "import io, disthook.wire\n"
+            "m = t.nn.Linear(2, 2)\n"
+            "m(t.ones(1, 2)).sum().backward()\n"
+            "buf = io.BytesIO(); t.save(m.state_dict(), buf); buf.seek(0); t.load(buf)\n"
+            "with t.autocast('cpu', dtype=t.float16):\n"
+            "    assert m(t.ones(1, 2)).dtype is t.float16\n"
+            "print('float32 runs')\n")
     out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
                          text=True, timeout=120)
-    assert out.stdout.split() == ["refused", "refused"], out.stderr
+    assert out.stdout.splitlines() == ["refused", "refused", "float32 runs"], out.stderr
 
 
 def test_bfloat16_arrays_cross_the_wire_in_both_forms():
