@@ -49,6 +49,12 @@ RETURNS = {
     "mv": (lambda: disthook.mv(W, X[0]), F32), "dot": (lambda: disthook.dot(X[0], X[1]), F32),
     "add_mixed": (lambda: XB + X, F32), "cat_mixed": (lambda: disthook.cat([XB, X]), F32),
     "relu": (lambda: F.relu(X), F32), "gelu_of_bf16": (lambda: F.gelu(XB), BF),
+    "reflect_pad2d_of_bf16": (lambda: F.pad(IMG.bfloat16(), (1, 1, 1, 1), mode="reflect"), F32),
+    "reflect_pad3d_of_bf16": (lambda: F.pad(IMG[None].bfloat16(), (1,) * 6, mode="reflect"),
+                              BF),
+    "replicate_pad3d_of_bf16": (lambda: F.pad(IMG[None].bfloat16(), (1,) * 6,
+                                              mode="replicate"), F32),
+    "circular_pad_of_bf16": (lambda: F.pad(IMG.bfloat16(), (1, 1, 1, 1), mode="circular"), BF),
 }
 
 

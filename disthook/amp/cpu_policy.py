@@ -9,7 +9,8 @@ torch's CPU autocast sorts ops in three kinds (measured: the dtype each op retur
   region's dtype, so the op computes and returns it;
 - ``FP32`` (the losses: cross_entropy, nll_loss, mse_loss, l1_loss, smooth_l1_loss,
   huber_loss, binary_cross_entropy(_with_logits), kl_div and the margin losses; prod,
-  cdist): bfloat16 and float16 tensor arguments are cast to float32;
+  cdist; reflection padding of 1 or 2 dims and replication padding): bfloat16 and float16
+  tensor arguments are cast to float32;
 - every other op (layer_norm, softmax, the activations, sums, mv, dot, addmv, addr ...)
   computes in its inputs' dtype, as outside the region.
 

@@ -292,7 +292,19 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
         if mode == "circular" and (before > n or after > n):
             raise RuntimeError("Padding value causes wrapping around more than once.")
         indices.append(PadOps.source_index(n, before, after, mode))
+    if (mode, k) in _PADS_IN_FLOAT32:
+        return _pad_in_float32(PadOps.OPS[mode, k], input, tuple(indices))
     return PadOps.OPS[mode, k].apply(input, indices=tuple(indices))
+
+
+# the pads torch's CPU autocast runs in float32 (reflection 1-d and 2-d, replication 1-3-d)
+_PADS_IN_FLOAT32 = {("reflect", 1), ("reflect", 2), ("replicate", 1), ("replicate", 2),
+                    ("replicate", 3)}
+
+
+@cpu_policy.covered(cpu_policy.FP32)
+def _pad_in_float32(op, input: Tensor, indices: tuple) -> Tensor:
+    return op.apply(input, indices=indices)
 
 
 # ---- pooling --------------------------------------------------------------------------------
