@@ -114,3 +114,25 @@ def test_a_training_step_under_autocast():
     for g, tg in zip(grads, t_grads):
         ref = tg.numpy()
         assert np.abs(g._data - ref).max() <= 2e-2 * np.abs(ref).max() + 1e-6
+
+
+def test_regions_in_threads_are_their_own():
+    import threading
+
+    seen, go = {}, threading.Barrier(2)
+
+    def work(name, enabled):
+        with disthook.autocast("cpu", enabled=enabled):
+            go.wait()
+            for _ in range(50):  # regions open and close in the other thread meanwhile
+                with disthook.autocast("cpu", enabled=enabled):
+                    seen.setdefault(name, set()).add(F.linear(X, W).dtype.name)
+
+    threads = [threading.Thread(target=work, args=(n, e)) for n, e in (("on", True),
+                                                                       ("off", False))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == {"on": {BF}, "off": {F32}}
+    assert F.linear(X, W).dtype.name == F32

@@ -122,7 +122,7 @@ class autocast:
         state.dtype[self.device] = self.fast_dtype
         state.cache_enabled = self._cache_enabled
         if self.device == "cpu":
-            cpu_policy.active[0] += 1
+            cpu_policy.count_region(1)
         return self
 
     def __exit__(self, exc_type: object, exc_val: object, exc_tb: object) -> bool:
@@ -131,7 +131,7 @@ class autocast:
         state.dtype[self.device] = self.prev_fastdtype
         state.cache_enabled = self.prev_cache_enabled
         if self.device == "cpu":
-            cpu_policy.active[0] -= 1
+            cpu_policy.count_region(-1)
         return False
 
     def __call__(self, func):

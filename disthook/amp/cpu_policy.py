@@ -20,11 +20,19 @@ written from cast nothing again), as torch's kernels run below autocast's dispat
 from __future__ import annotations
 
 import functools
+import threading
 
 from disthook import _dtype
 
 LOWER, FP32 = "lower", "fp32"
-active = [0]  # enabled CPU autocast regions open now, in any thread (0: nothing to check)
+active = [0]  # CPU autocast regions open now, in any thread (0: nothing to check)
+_count_lock = threading.Lock()
+
+
+def count_region(step: int) -> None:
+    """A CPU autocast region opens (+1) or closes (-1), in any thread."""
+    with _count_lock:  # (+= on a shared int is not atomic across threads)
+        active[0] += step
 
 
 def _state():
