@@ -13,6 +13,7 @@ torch.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import NamedTuple
 
@@ -60,25 +61,31 @@ def create_mask(mod_fn, B, H, Q_LEN, KV_LEN, device=None):
     return kept.to(torch.bool).expand(B, H, Q_LEN, KV_LEN).clone()
 
 
+@dataclasses.dataclass(eq=False, repr=False)
 class BlockMask:
-    """What ``create_block_mask`` makes: the mask function, the shape it was made for, and
-    the mask itself (here kept whole; torch keeps which blocks of ``BLOCK_SIZE`` rows and
-    columns hold any kept score, which ``to_dense()`` gives)."""
+    """What ``create_block_mask`` makes: the shape it was made for, torch's ``BLOCK_SIZE``,
+    and the mask itself, ``kept`` (here kept whole; torch keeps which blocks of rows and
+    columns hold any kept score, which ``to_dense()`` gives), with the mask function as
+    ``mask_mod``. Passed to a placed part of a deployed model, it goes to the worker as
+    these fields (a record of them there, which ``flex_attention`` reads as well); its
+    ``mask_mod``, code, stays here."""
 
-    def __init__(self, mask_mod, shape: tuple, BLOCK_SIZE: tuple, mask):
-        self.mask_mod = mask_mod
-        self.shape = shape
-        self.seq_lengths = shape[2:]
-        self.BLOCK_SIZE = BLOCK_SIZE
-        self._mask = mask
+    shape: tuple
+    BLOCK_SIZE: tuple
+    kept: object  # a bool tensor [B or 1, H or 1, Q_LEN, KV_LEN]
+    mask_mod = None  # (not a field: set by create_block_mask)
+
+    @property
+    def seq_lengths(self) -> tuple:
+        return tuple(self.shape[2:])
 
     def to_dense(self):
         """Per block of ``BLOCK_SIZE`` rows and columns, 1 where it keeps any score (int32)."""
         B, H, L, S = self.shape
         rows, cols = self.BLOCK_SIZE
         nq, nk = -(-L // rows), -(-S // cols)
-        padded = self._mask.new_zeros((B, H, nq * rows, nk * cols))
-        padded[:, :, :L, :S] = self._mask
+        padded = self.kept.new_zeros((B, H, nq * rows, nk * cols))
+        padded[:, :, :L, :S] = self.kept
         blocks = padded.view(B, H, nq, rows, nk, cols).any(dim=5).any(dim=3)
         return blocks.to(torch.int32)
 
@@ -94,7 +101,9 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device=None, BLOCK_SIZE=128
     mask broadcast over them) of ``Q_LEN`` queries and ``KV_LEN`` keys."""
     sizes = (BLOCK_SIZE, BLOCK_SIZE) if isinstance(BLOCK_SIZE, int) else tuple(BLOCK_SIZE)
     shape = (B or 1, H or 1, Q_LEN, KV_LEN)
-    return BlockMask(mask_mod, shape, sizes, create_mask(mask_mod, B, H, Q_LEN, KV_LEN))
+    made = BlockMask(shape, sizes, create_mask(mask_mod, B, H, Q_LEN, KV_LEN))
+    made.mask_mod = mask_mod
+    return made
 
 
 class AuxRequest(NamedTuple):
@@ -134,11 +143,12 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
     if score_mod is not None:
         scores = score_mod(scores, *_indices(B, Hq, L, S))
     if block_mask is not None:
-        if tuple(block_mask.seq_lengths) != (L, S):
+        # (its fields only: on a worker, a record of them stands for it)
+        if tuple(block_mask.shape[2:]) != (L, S):
             raise ValueError(f"block_mask was created for block_mask.shape="
-                             f"{block_mask.shape} but got q_len={L} and kv_len={S}. Make a "
-                             "BlockMask of these lengths (create_block_mask)")
-        kept = block_mask._mask
+                             f"{tuple(block_mask.shape)} but got q_len={L} and kv_len={S}. "
+                             "Make a BlockMask of these lengths (create_block_mask)")
+        kept = block_mask.kept
         rows = kept.any(dim=-1, keepdim=True)
         scores = torch.where(kept, scores, float("-inf"))
         # a row that keeps nothing: zeros out, never NaN (in backward neither)
