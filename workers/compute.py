@@ -528,9 +528,10 @@ _own_bits = random.Random()  # seeded from the system's entropy: this worker's, 
 
 
 def leave_stream() -> None:
-    """A job that drew from its client's random stream ends or waits: the default generator
-    takes a fresh state of the worker's own, so that a job given no stream (a raw client's)
-    never draws the next numbers of another client's (which it could then tell apart)."""
+    """A job ends, or one that drew from its client's random stream waits: the default
+    generator takes a fresh state of the worker's own, so that a job given no stream (a raw
+    client's) never draws the next numbers of another client's or of another such job
+    (which it could then tell apart)."""
     bits = disthook.random.default_generator._rng.bit_generator
     state = bits.state
     if state.get("bit_generator") == "PCG64":  # (disthook's: about 3 µs)

@@ -346,8 +346,9 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         finally:
             self._local.job = None
             self.captures.micro_batch = None
-            if job.rng is not None:
-                leave_stream()
+            # (a job given no stream, a raw client's, drew from the worker's: the next
+            # such job must not draw its next numbers either)
+            leave_stream()
             self._execute(self.state.handle(JobDone(job)))
 
     def current_job(self):
