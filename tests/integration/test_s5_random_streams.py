@@ -84,7 +84,7 @@ def test_a_call_given_no_stream_does_not_draw_the_next_numbers_of_another(cluste
 
     remote = cluster.deploy(nn.Sequential(SeedOrDraw()), stages=1)
     model_id = deployment_of(remote)._model_id
-    (address,) = [w.address for w in cluster.workers() if any(model_id in s for s in w.stages)]
+    (address,) = deployment_of(remote)._addresses
     identity = b"s5-raw"
 
     def call(first):
