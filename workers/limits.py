@@ -174,6 +174,7 @@ class LimitChecks:
 def add_limit_options(p) -> None:
     """The worker command line's per-client caps (``argparse`` parser ``p``)."""
     from workers.queues import MAX_QUEUED, MAX_QUEUED_BYTES
+    from workers.state import HOOK_TIMEOUT_S
     from workers.values import MAX_VALUE_BYTES
 
     p.add_argument("--max-contexts", type=int, default=4096, metavar="N",
@@ -200,6 +201,10 @@ def add_limit_options(p) -> None:
     p.add_argument("--max-value-mb", type=int, default=MAX_VALUE_BYTES >> 20, metavar="MIB",
                    help="what the values one client keeps here (outputs of its calls that "
                         "stay on the worker) may hold (default 1024)")
+    p.add_argument("--hook-timeout", type=float, default=HOOK_TIMEOUT_S, metavar="S",
+                   help="seconds a call waits for its client's hook to answer (default "
+                        "300); what waits for that call (the deployer's train()/eval(), a "
+                        "reload) waits as long at most")
     p.add_argument("--max-unread-mb", type=int, default=MAX_UNREAD_BYTES >> 20, metavar="MIB",
                    help="what the answers one connection has not read yet may hold here "
                         "(default 256); past it an answer is dropped, its request answered "
@@ -214,7 +219,7 @@ def limit_arguments(args) -> dict:
             "max_value_bytes": args.max_value_mb << 20,
             "max_models": args.max_models, "max_model_bytes": args.max_model_mb << 20,
             "max_queued": args.max_queued, "max_queued_bytes": args.max_queued_mb << 20,
-            "max_unread_bytes": args.max_unread_mb << 20}
+            "max_unread_bytes": args.max_unread_mb << 20, "hook_timeout": args.hook_timeout}
 
 
 def mib(n: int) -> str:
