@@ -213,6 +213,8 @@ class ComputeHandlers:
                 if msg.get("keep"):  # room for the values first: refused, it keeps no graph
                     self.check_value_room(job, st.model, len(outs),
                                           sum(o._data.nbytes for o in outs))
+                else:  # going back, weighed as if kept before a view is copied out for it
+                    self.check_answer_size(job, sum(o._data.nbytes for o in outs))
                 self._keep(job, grad and any(o.requires_grad for o in outs), Context(
                     job.client, inputs, outs, job.retained, time.monotonic(),
                     direct=True, taps=job.taps))
