@@ -14,7 +14,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from disthook import _dtype
+from disthook import _blas, _dtype
 from disthook import random as _random
 from disthook._dtype import dtype as _DType
 from disthook._keywords import take_torch_keywords
@@ -2432,7 +2432,7 @@ def _size_args(size) -> tuple:
 def _factory(arr: np.ndarray, requires_grad: bool, device=None) -> Tensor:
     """A new leaf holding ``arr``; factories word the dtype check with a capital O."""
     _check_device(device)
-    t = Tensor._make(arr, None, 0)
+    t = Tensor._make(_blas.aligned(arr), None, 0)
     if requires_grad:
         if arr.dtype.kind not in "fc":
             raise RuntimeError(FACTORY_REQUIRES_GRAD_MSG)

@@ -160,3 +160,43 @@ def test_operands_that_cannot_be_multiplied_get_numpys_error_not_a_read_past_the
     assert _blas.gemm(x, y) is None
     with pytest.raises(ValueError, match="matmul"):
         linalg._product(x, y)
+
+
+def test_address_is_where_numpy_says_an_array_starts():
+    base = np.arange(60, dtype=np.float64).reshape(6, 10)
+    for a in (base, base[2:, 3:], base[::-1], base.T, base[:, ::-2], base[:0],
+              np.zeros(0, np.float32), np.ones(()), base.view(np.uint8)[5:]):
+        assert _blas.address(a) == a.ctypes.data
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.randn(128, 1024), lambda: torch.zeros(300, 301, dtype=torch.float64),
+    lambda: torch.empty(70000), lambda: torch.tensor(np.ones((257, 129), np.float32)),
+    lambda: torch.ones(64, 64, 9), lambda: nn.Linear(1024, 512).weight])
+def test_large_tensors_from_factories_start_on_a_64_byte_line_and_own_their_memory(make):
+    """Where MKL reads operands fastest (torch aligns the same way); the copy that aligns
+    them is its own storage: offset 0, the storage's size the tensor's, views and saves as
+    for any tensor."""
+    t = make()
+    assert _blas.address(t._data) % 64 == 0
+    assert t.storage_offset() == 0
+    assert t.untyped_storage().nbytes() == t.numel() * t.element_size()
+    view = t.reshape(-1)[5:]
+    assert view.storage_offset() == 5 and view.untyped_storage().data_ptr() == t.data_ptr()
+    with torch.no_grad():
+        view[0] = 7
+    assert t.reshape(-1)[5].item() == 7
+    buf = __import__("io").BytesIO()
+    torch.save({"t": t, "view": view}, buf)
+    buf.seek(0)
+    loaded = torch.load(buf)
+    assert loaded["view"].storage_offset() == 5
+    assert loaded["view"].untyped_storage().data_ptr() == loaded["t"].untyped_storage().data_ptr()
+    np.testing.assert_array_equal(loaded["t"].detach().numpy(), t.detach().numpy())
+
+
+def test_small_tensors_and_arrays_given_to_from_numpy_are_not_copied():
+    arr = np.ones((300, 300), np.float32)[1:]  # 16 bytes past a line, large
+    assert torch.from_numpy(arr)._data is arr
+    small = torch.tensor([1.0, 2.0])
+    assert small._data.base is None
