@@ -139,13 +139,17 @@ def address(a: np.ndarray) -> int:
     return ctypes.c_void_p.from_address(id(a) + _DATA_AT).value or 0
 
 
-def aligned(arr: np.ndarray) -> np.ndarray:
+def aligned(arr: np.ndarray, copy: bool = False) -> np.ndarray:
     """``arr``, or, where it is C-contiguous, at least ALIGN_MIN_BYTES and does not start on
-    an ALIGN-byte line, a copy of it that does. The copy is the root of its own memory (its
-    base chain ends in a memoryview, not in the larger buffer), so storages, offsets and
-    sharing read as for any new array."""
+    an ALIGN-byte line, a copy of it that does; ``copy``: always a new array (aligned by the
+    same rule, so that a worker's copy of a received weight lies as the client's does, and
+    BLAS sums alike on both). An aligned copy is the root of its own memory (its base chain
+    ends in a memoryview, not in the larger buffer), so storages, offsets and sharing read as
+    for any new array."""
     nbytes = arr.nbytes
-    if nbytes < ALIGN_MIN_BYTES or address(arr) % ALIGN == 0 or not arr.flags.c_contiguous:
+    if nbytes < ALIGN_MIN_BYTES or not arr.flags.c_contiguous:
+        return np.array(arr) if copy else arr
+    if not copy and address(arr) % ALIGN == 0:
         return arr
     raw = np.empty(nbytes + ALIGN, np.uint8)
     start = -address(raw) % ALIGN

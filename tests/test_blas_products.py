@@ -200,3 +200,40 @@ def test_small_tensors_and_arrays_given_to_from_numpy_are_not_copied():
     assert torch.from_numpy(arr)._data is arr
     small = torch.tensor([1.0, 2.0])
     assert small._data.base is None
+
+
+def _off_the_line(a: np.ndarray) -> np.ndarray:
+    """A copy of ``a`` 16 bytes past a 64-byte line, as a received frame may lie."""
+    raw = np.empty(a.nbytes + 128, np.uint8)
+    start = -_blas.address(raw) % 64 + 16
+    out = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+def test_a_workers_copy_of_a_received_weight_lies_as_the_clients_does():
+    """Stages built on a worker (pickled with code, or as data) own aligned copies of the
+    received frames: the products read them as fast as one process reads its own."""
+    from disthook.distributed import shipping, spec
+
+    model = nn.Sequential(nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 4))
+    code, arrays = shipping.dumps(model)
+    loaded = shipping.loads(code, [_off_the_line(a) for a in arrays])
+    tree = spec.module_spec(model)
+
+    def off(node):
+        if isinstance(node, np.ndarray):
+            return _off_the_line(node)
+        if isinstance(node, dict):
+            return {k: off(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [off(v) for v in node]
+        return node
+
+    built = spec.build_module(off(tree))
+    for module in (loaded, built):
+        weight = module[0].weight
+        assert _blas.address(weight._data) % 64 == 0 and weight.storage_offset() == 0
+        np.testing.assert_array_equal(weight.detach().numpy(), model[0].weight.detach().numpy())
+        small = module[2].weight  # under 64 KiB: an ordinary copy
+        np.testing.assert_array_equal(small.detach().numpy(), model[2].weight.detach().numpy())
