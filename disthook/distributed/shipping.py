@@ -267,8 +267,8 @@ def loads(code, arrays: list) -> Module:
     """The module ``dumps`` made, with ``arrays`` (received frames, taken as they are).
     Runs code: call it only where the sender's code is trusted."""
     # each array copied into memory of its own, aligned as a factory aligns it on the client
-    # (disthook._blas.aligned): BLAS sums in an order that depends on where an operand
-    # starts, and a view over a received frame would give results 1 ulp off one process's
+    # (disthook._blas.aligned): the stage's products read it as fast as one process reads
+    # its own, and a BLAS whose summation order follows alignment sums as it does there
     return _load(code, _frames([_blas.aligned(a, copy=True) for a in arrays]))
 
 
