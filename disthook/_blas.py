@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 
-__all__ = ["aligned", "backend", "gemm", "set_threads"]
+__all__ = ["aligned", "backend", "empty", "gemm", "owns_memory", "set_threads"]
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _INT_MAX = 2 ** 31 - 1
@@ -139,23 +139,41 @@ def address(a: np.ndarray) -> int:
     return ctypes.c_void_p.from_address(id(a) + _DATA_AT).value or 0
 
 
+def empty(shape: tuple, dtype) -> np.ndarray:
+    """A new C-ordered array, starting on an ALIGN-byte line where it has ALIGN_MIN_BYTES or
+    more. It is the root of its own memory as numpy's are: its base chain ends in a
+    memoryview, not in the larger buffer under it (``owns_memory``), so storages, offsets and
+    sharing read as for any new array."""
+    dtype = np.dtype(dtype)
+    nbytes = dtype.itemsize
+    for n in shape:
+        nbytes *= n
+    if nbytes < ALIGN_MIN_BYTES:
+        return np.empty(shape, dtype)
+    raw = np.empty(nbytes + ALIGN, np.uint8)
+    start = -address(raw) % ALIGN
+    out = np.frombuffer(memoryview(raw)[start:start + nbytes], dtype)
+    return out.reshape(shape) if len(shape) != 1 else out
+
+
+def owns_memory(a: np.ndarray) -> bool:
+    """Is ``a`` all of its memory, as a new array is: numpy's own (no base), or one of
+    ``empty``'s (its base the whole flat array over the aligned buffer)?"""
+    base = a.base
+    return base is None or (type(base) is np.ndarray and type(base.base) is memoryview
+                            and base.nbytes == a.nbytes)
+
+
 def aligned(arr: np.ndarray, copy: bool = False) -> np.ndarray:
     """``arr``, or, where it is C-contiguous, at least ALIGN_MIN_BYTES and does not start on
-    an ALIGN-byte line, a copy of it that does; ``copy``: always a new array (aligned by the
-    same rule, so that a worker's copy of a received weight lies as the client's does, and
-    BLAS sums alike on both). An aligned copy is the root of its own memory (its base chain
-    ends in a memoryview, not in the larger buffer), so storages, offsets and sharing read as
-    for any new array."""
-    nbytes = arr.nbytes
-    if nbytes < ALIGN_MIN_BYTES or not arr.flags.c_contiguous:
+    an ALIGN-byte line, a copy of it in ``empty``'s memory; ``copy``: always a new array
+    (aligned by the same rule, so that a worker's copy of a received weight lies as the
+    client's does)."""
+    if arr.nbytes < ALIGN_MIN_BYTES or not arr.flags.c_contiguous:
         return np.array(arr) if copy else arr
     if not copy and address(arr) % ALIGN == 0:
         return arr
-    raw = np.empty(nbytes + ALIGN, np.uint8)
-    start = -address(raw) % ALIGN
-    out = np.frombuffer(memoryview(raw)[start:start + nbytes], arr.dtype)
-    if arr.ndim != 1:
-        out = out.reshape(arr.shape)
+    out = empty(arr.shape, arr.dtype)
     np.copyto(out, arr)
     return out
 
@@ -194,11 +212,13 @@ def gemm(x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
         return None
     if m <= SMALL_ROWS and ly[0] == _TRANS and lx[0] == _NO_TRANS:
         # (y.T @ x.T).T: y.T lies row-major, x.T is x read transposed
-        out = np.empty((n, m), dtype)
+        out = empty((n, m), dtype)
         fn(_ROW_MAJOR, _NO_TRANS, _TRANS, n, m, k, 1.0, address(y), ly[1], address(x), lx[1],
            0.0, address(out), m)
-        return np.ascontiguousarray(out.T)
-    out = np.empty((m, n), dtype)
+        result = empty((m, n), dtype)
+        np.copyto(result, out.T)
+        return result
+    out = empty((m, n), dtype)
     fn(_ROW_MAJOR, lx[0], ly[0], m, n, k, 1.0, address(x), lx[1], address(y), ly[1], 0.0,
        address(out), n)
     return out

@@ -237,3 +237,21 @@ def test_a_workers_copy_of_a_received_weight_lies_as_the_clients_does():
         np.testing.assert_array_equal(weight.detach().numpy(), model[0].weight.detach().numpy())
         small = module[2].weight  # under 64 KiB: an ordinary copy
         np.testing.assert_array_equal(small.detach().numpy(), model[2].weight.detach().numpy())
+
+
+@mkl
+def test_a_products_result_starts_on_a_line_and_becomes_grad_without_a_copy():
+    """MKL writes a large result faster on a 64-byte line (5-7%); the result is still a
+    root of its own memory, so a leaf's first gradient takes it as torch takes its own."""
+    x = torch.randn(128, 1024)
+    w = torch.randn(1024, 1024, requires_grad=True)
+    out = x @ w
+    assert _blas.address(out._data) % 64 == 0 and _blas.owns_memory(out._data)
+    assert out.storage_offset() == 0 and out.untyped_storage().nbytes() == out.numel() * 4
+    seen = []
+    acc = w.view_as(w).grad_fn.next_functions[0][0]
+    acc.register_hook(lambda gi, go: seen.append(go[0]))
+    out.backward(torch.randn(128, 1024))
+    assert w.grad.data_ptr() == seen[0].data_ptr() and _blas.address(w.grad._data) % 64 == 0
+    small = torch.randn(32, 1024) @ torch.randn(1024, 8)  # 32 KiB: numpy's, unaligned
+    assert _blas.owns_memory(small._data)

@@ -18,6 +18,7 @@ from sys import modules as _loaded
 
 import numpy as np
 
+from disthook import _blas
 from disthook.autograd import grad_mode, saved_hooks
 from disthook.autograd.graph import AccumulateGrad, Node, gradient_edge
 
@@ -149,7 +150,8 @@ def _take_owned(grads: list, variable) -> tuple:
     if (sys.getrefcount(grad) > _LOCAL_REFS or sys.getrefcount(data) > _LOCAL_REFS + 1
             or not data.flags.writeable or data.strides != variable._data.strides):
         return grad, False
-    if data.base is None:
+    if data.base is None or (  # numpy's own memory, or a product's aligned result alone
+            _blas.owns_memory(data) and sys.getrefcount(data.base) <= _LOCAL_REFS):
         return grad, True
     if not _views_all_of_unshared(grad, data):
         return grad, False
@@ -164,18 +166,24 @@ def _views_all_of_unshared(grad, data) -> bool:
     two transposes (its node's and TBackward's), the bias's a sum over rows reshaped. torch
     steals them then too; a copy of a 1024 x 1024 gradient costs a third of the product that
     made it."""
-    whole = data.base
-    if (type(whole) is not np.ndarray or whole.base is not None or grad._grad_fn is not None
-            or grad._requires_grad or whole.nbytes != data.nbytes
+    whole = data.base  # (numpy points a view at the array that holds the memory)
+    if (type(whole) is not np.ndarray
+            or not (whole.base is None or type(whole.base) is memoryview)
+            or grad._grad_fn is not None or grad._requires_grad or whole.nbytes != data.nbytes
             or not (data.flags.c_contiguous or data.flags.f_contiguous)
-            or whole.__array_interface__["data"][0] != data.__array_interface__["data"][0]):
+            or _blas.address(whole) != _blas.address(data)):
         return False
-    root = grad._base
     holders = 2  # data.base and this local
+    root = grad._base
     if root is not None:
-        if root._data is not whole or sys.getrefcount(root) > _LOCAL_REFS + 1:
+        if sys.getrefcount(root) > _LOCAL_REFS + 1:
             return False  # (held by grad._base and this local, no more)
-        holders += 1
+        held = root._data
+        if held is not whole and (held.base is not whole
+                                  or sys.getrefcount(held) > _LOCAL_REFS + 1):
+            return False  # (root._data a view of it, held by root and this local only)
+        holders += 1  # root._data, or its base
+        del held
     del root
     return sys.getrefcount(whole) <= holders + _LOCAL_REFS - 1
 
