@@ -16,7 +16,7 @@ import numpy as np
 from disthook import _dtype, random
 from disthook.autograd import grad_mode
 from disthook.distributed import attr_changes
-from disthook.distributed.autograd_node import RemoteBackward0
+from disthook.distributed.autograd_node import RemoteBackward0, part_by_part
 from disthook.distributed.glue import refuse_saved_tensors_hooks
 from disthook.distributed.placement import micro_batch_sizes, split_rows
 from disthook.distributed.spec import module_spec
@@ -33,7 +33,12 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
     """The stages' forward on ``x``; with ``stop`` (a module path), only up to the stage
     holding that module, whose output is returned (the later stages do no work)."""
     if not isinstance(x, Tensor):
-        raise TypeError(f"a Deployment takes one Tensor, got {type(x).__name__}")
+        raise TypeError(
+            f"a model deployed as a chain of stages (its children cut into contiguous "
+            f"stages, each passing one tensor to the next) takes one Tensor, got "
+            f"{type(x).__name__}. Deploy it with {part_by_part(model)} instead: its forward "
+            "then runs here, calling each part on its worker with any arguments (a "
+            "PackedSequence for an LSTM)")
     refuse_saved_tensors_hooks(f"the deployed {model._class_name}'s forward")
     grad = grad_mode.is_grad_enabled()
     rows = x._data.shape[0] if x._data.ndim else 0
