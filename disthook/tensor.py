@@ -14,7 +14,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from disthook import _dtype
+from disthook import _blas, _dtype
 from disthook import random as _random
 from disthook._dtype import dtype as _DType
 from disthook._keywords import take_torch_keywords
@@ -2460,7 +2460,7 @@ def _size_args(size) -> tuple:
 def _factory(arr: np.ndarray, requires_grad: bool, device=None) -> Tensor:
     """A new leaf holding ``arr``; factories word the dtype check with a capital O."""
     _check_device(device)
-    t = Tensor._make(arr, None, 0)
+    t = Tensor._make(_blas.aligned(arr), None, 0)
     if requires_grad:
         if _dtype.kind(arr.dtype) not in "fc":
             raise RuntimeError(FACTORY_REQUIRES_GRAD_MSG)
@@ -2472,23 +2472,31 @@ def _float_dt(dtype):
     return _np_dtype(dtype) if dtype is not None else _dtype.get_default_dtype().np
 
 
+def _filled(shape, dtype, value) -> np.ndarray:
+    """A new array of ``value`` laid out as _factory keeps it (disthook._blas.aligned), made
+    there at once rather than copied there."""
+    out = _blas.empty(tuple(shape), dtype)
+    out.fill(value)
+    return out
+
+
 @factory_out
 def zeros(*args, size=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     size = by_keyword(args, size, "size", "zeros")
-    return _factory(np.zeros(_size_args(size), _float_dt(dtype)), requires_grad, device)
+    return _factory(_filled(_size_args(size), _float_dt(dtype), 0), requires_grad, device)
 
 
 @factory_out
 def ones(*args, size=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     size = by_keyword(args, size, "size", "ones")
-    return _factory(np.ones(_size_args(size), _float_dt(dtype)), requires_grad, device)
+    return _factory(_filled(_size_args(size), _float_dt(dtype), 1), requires_grad, device)
 
 
 @factory_out
 def empty(*args, size=None, dtype=None, device=None, requires_grad=False,
           memory_format=None) -> Tensor:
     size = by_keyword(args, size, "size", "empty")
-    return _factory(np.zeros(_size_args(size), _float_dt(dtype)), requires_grad, device)
+    return _factory(_filled(_size_args(size), _float_dt(dtype), 0), requires_grad, device)
 
 
 @factory_out
@@ -2507,19 +2515,19 @@ def _like(t: Tensor, dtype):
 def zeros_like(input, *, dtype=None, device=None, requires_grad=False,
                memory_format=None) -> Tensor:
     check_memory_format(memory_format, "zeros_like")
-    return _factory(np.zeros(input.shape, _like(input, dtype)), requires_grad, device)
+    return _factory(_filled(input.shape, _like(input, dtype), 0), requires_grad, device)
 
 
 def ones_like(input, *, dtype=None, device=None, requires_grad=False,
               memory_format=None) -> Tensor:
     check_memory_format(memory_format, "ones_like")
-    return _factory(np.ones(input.shape, _like(input, dtype)), requires_grad, device)
+    return _factory(_filled(input.shape, _like(input, dtype), 1), requires_grad, device)
 
 
 def empty_like(input, *, dtype=None, device=None, requires_grad=False,
                memory_format=None) -> Tensor:
     check_memory_format(memory_format, "empty_like")
-    return _factory(np.zeros(input.shape, _like(input, dtype)), requires_grad, device)
+    return _factory(_filled(input.shape, _like(input, dtype), 0), requires_grad, device)
 
 
 def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False,

@@ -87,9 +87,10 @@ __all__ = [
 # "client_modes" (the deployer's client-side modules' train/eval, which a stage's form
 # carries as "client" to attached clients), a worker's links and heartbeats under
 # identities of its own (random, a heartbeat only with the servers' key): which a process
-# of 15 refuses or does not follow; 17: arrays of dtype "bfloat16" (the last pipe dtype code),
-# which a process of 16 refuses
-PROTOCOL_VERSION = 17
+# of 15 refuses or does not follow; 17: a train_step carries the stage's random stream
+# ("rng"), which a worker of 16 refuses; 18: arrays of dtype "bfloat16" (the last pipe dtype
+# code), which a process of 17 refuses
+PROTOCOL_VERSION = 18
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
@@ -397,11 +398,13 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "captured": {"name": "str", "clear": "bool?", "model": "str?"},
     # pipelined training steps: the client gives each stage its schedule; micro-batch
     # activations and gradients (or an abort) go stage to stage as "pipe" messages
-    # (optimizer_calls: this stage's optimizer calls not sent yet, run before the schedule)
+    # (optimizer_calls: this stage's optimizer calls not sent yet, run before the schedule;
+    # rng: the stream the stage draws from, made from the client's, handed back as "rng")
     "train_step": {"model": "str", "step": "str", "schedule": "list[schedule_action]",
                    "reply_to": "str", "inputs": "list?", "targets": "list?",
                    "loss": "loss_spec?", "scales": "list?",
-                   "optimizer_calls": "list[optimizer_call]?", "default_dtype": "str?"},
+                   "optimizer_calls": "list[optimizer_call]?", "default_dtype": "str?",
+                   "rng": "str?"},
     "pipe": {"model": "str", "step": "str", "kind": "pipe_kind", "mb": "int", "data": "array?",
              "reason": "str?"},
     # parameters, buffers and optimizer shards

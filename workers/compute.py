@@ -213,6 +213,8 @@ class ComputeHandlers:
                 if msg.get("keep"):  # room for the values first: refused, it keeps no graph
                     self.check_value_room(job, st.model, len(outs),
                                           sum(o._data.nbytes for o in outs))
+                else:  # going back, weighed as if kept before a view is copied out for it
+                    self.check_answer_size(job, sum(o._data.nbytes for o in outs))
                 self._keep(job, grad and any(o.requires_grad for o in outs), Context(
                     job.client, inputs, outs, job.retained, time.monotonic(),
                     direct=True, taps=job.taps))
@@ -528,9 +530,10 @@ _own_bits = random.Random()  # seeded from the system's entropy: this worker's, 
 
 
 def leave_stream() -> None:
-    """A job that drew from its client's random stream ends or waits: the default generator
-    takes a fresh state of the worker's own, so that a job given no stream (a raw client's)
-    never draws the next numbers of another client's (which it could then tell apart)."""
+    """A job ends, or one that drew from its client's random stream waits: the default
+    generator takes a fresh state of the worker's own, so that a job given no stream (a raw
+    client's) never draws the next numbers of another client's or of another such job
+    (which it could then tell apart)."""
     bits = disthook.random.default_generator._rng.bit_generator
     state = bits.state
     if state.get("bit_generator") == "PCG64":  # (disthook's: about 3 µs)
