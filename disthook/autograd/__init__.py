@@ -139,8 +139,12 @@ def _run_backward(outputs: tuple, seeds: tuple, retain_graph: bool, create_graph
         raise RuntimeError(f"got {len(outputs)} tensors and {len(seeds)} gradients")
     for i, out in enumerate(outputs):
         if type(out) is not graph.GradientEdge and not out._requires_grad:
-            raise RuntimeError(
-                f"element {i} of tensors does not require grad and does not have a grad_fn")
+            msg = f"element {i} of tensors does not require grad and does not have a grad_fn"
+            for t in inputs:  # a deployed parameter knows where its graph went, if it does
+                why = getattr(t, "_graph_elsewhere", None)
+                if why is not None and (why := why()) is not None:
+                    raise NotImplementedError(f"{msg}: {why}")
+            raise RuntimeError(msg)
     for t in inputs:
         if type(t) is graph.GradientEdge:
             continue  # its node runs (backward) or gives its gradient (grad), as it is

@@ -383,6 +383,8 @@ class RemoteBackward0(LiveEdges):
         model = self._model
         address = model._addresses[self._stage]
         fields["create_graph"] = True
+        if fields["accumulate"]:  # its parameters' .grad keep their graph, on the worker
+            model.__dict__.setdefault("_grads_with_graph", set()).add(self._path)
         (reply,) = model._hub.request_all([(address, fields, self._ctx_ids[0])], "backward",
                                           what=f"backward of {self._path!r} with its graph")
         if not retain:
@@ -437,6 +439,23 @@ def _summed(tapped: list) -> dict:
             if g is not None:
                 out[key] = np.asarray(g) if key not in out else out[key] + np.asarray(g)
     return out
+
+
+def graph_elsewhere(param) -> str | None:
+    """Why a backward naming the placed parameter ``param`` as an input finds a root
+    without a graph, where its ``.grad`` was computed with its graph on the worker (a
+    ``backward(create_graph=True)`` through its part, ``_backward_with_graph``); else None."""
+    parts = param._model.__dict__.get("_grads_with_graph", ())
+    if not any(p == "" or param._path.startswith(p + ".") for p in parts):
+        return None
+    return (f"the gradient of {param._path!r}, a parameter of a deployed model, was computed "
+            "by backward(create_graph=True) on its worker, where its graph stays; .grad "
+            "here is its value, so it cannot be differentiated again here (a "
+            "Hessian-vector product from p.grad: AdaHessian, PyHessian, Hutchinson's "
+            "estimators). Second-order gradients with respect to a deployed model's "
+            "parameters are not supported: compute them in one process "
+            "(local = model.to_local()), or differentiate with respect to the model's "
+            "inputs, which works deployed")
 
 
 def _create_graph_chain(model) -> str:

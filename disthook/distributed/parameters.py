@@ -327,6 +327,12 @@ class RemoteParameter(RemoteStorage, Parameter):
                 "second-order MAML step). Take the first-order step (create_graph=False), "
                 "or run this part in one process (remote.to_local())")
 
+    def _graph_elsewhere(self) -> str | None:
+        """Why a backward naming it finds no graph, if its worker holds that graph."""
+        from disthook.distributed.autograd_node import graph_elsewhere
+
+        return graph_elsewhere(self)
+
     @_grad_acc.setter
     def _grad_acc(self, value) -> None:
         pass  # its accumulator is fixed: the worker's .grad
