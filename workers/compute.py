@@ -413,10 +413,15 @@ class ComputeHandlers:
             t.grad = None
         with disthook.enable_grad():
             if msg.get("accumulate", True):  # a backward: the parameters' .grad keep a graph
+                fresh = [(n, p) for n, p in st.module.named_parameters()  # (no graph before)
+                         if p.grad is None or p.grad.grad_fn is None]
                 disthook.autograd.backward(roots, leaves, retain_graph=True,
                                            create_graph=True)
                 got = [t.grad for t in inputs]
+                params = [(n, p.grad) for n, p in fresh if p.grad is not None
+                          and p.grad.requires_grad]  # kept too: p.grad's own graph, here
             else:
+                params = []
                 wanted = [t for t in inputs if t.requires_grad]
                 found = disthook.autograd.grad(roots, wanted, leaves, retain_graph=True,
                                                create_graph=True, allow_unused=True) \
@@ -425,7 +430,7 @@ class ComputeHandlers:
                 got = [by_id.get(id(t)) for t in inputs]
         for t in inputs:
             t.grad = None
-        made = [g for g in got if g is not None]
+        made = [g for g in got if g is not None] + [g for _, g in params]
         records = iter(self._keep_outputs(job, st.model, keep, made))
         context.keep_graph = True
         self.state.keep_context(st.model, keep, Context(
@@ -434,7 +439,8 @@ class ComputeHandlers:
         if not msg["retain_graph"]:
             self.state.end_context(st.model, job.client, msg.ctx)
         self._to_client(job, "ok", {"result": {
-            "grads": [None if g is None else next(records) for g in got], "seeded": used}})
+            "grads": [None if g is None else next(records) for g in got], "seeded": used,
+            "params": [[n, next(records)] for n, _ in params]}})
         return NO_REPLY
 
     def on_release(self, job):

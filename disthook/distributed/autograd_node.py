@@ -168,9 +168,9 @@ class RemoteBackward0(LiveEdges):
             return False
         if self._call:  # under any of its names: a tied weight is every part's that uses it
             names = [name for name, first in self._model._canonical.items() if first == path]
-            covered = self._path == "" or any(
-                name == self._path or name.startswith(self._path + ".")
-                for name in names or [path])
+            part = self.__dict__.get("_part", self._path)
+            covered = part == "" or any(name == part or name.startswith(part + ".")
+                                        for name in names or [path])
         else:
             stage = self._model._layout.stage_of(path)
             covered = stage is not None and stage <= self._stage
@@ -330,6 +330,11 @@ class RemoteBackward0(LiveEdges):
                   "inputs": self._inputs_wanted(), "keep_grads": keep,
                   "hold": self._hold()}
         what = f"backward of {self._path!r}"
+        if fields["accumulate"]:  # the part's p.grad grows: no longer one kept with a graph
+            held = model.__dict__.get("_graph_grads") or {}
+            for path in [k for k in held if self._path in ("", k) or
+                         k.startswith(self._path + ".")]:
+                del held[path]
         if grad_mode.is_grad_enabled():  # create_graph: the gradients keep their graph
             return self._backward_with_graph(grads, fields, retain, wanted)
         forms = model.__dict__.setdefault("_forms", async_calls.Forms())
@@ -395,6 +400,7 @@ class RemoteBackward0(LiveEdges):
         given = [grads[i] for i in result["seeded"]]
         node = RemoteBackward0(model, [keep], given, None, self._stage)
         node._path = f"{self._path} (its backward)"
+        node._part = self._path  # (whose parameters' gradients it computes: wants_parameter)
         node.next_functions = node._edges + self._edges
         node.needs_input_grad = node._needs + self._needs
         node._input_meta = node._meta + self._meta
@@ -406,6 +412,11 @@ class RemoteBackward0(LiveEdges):
             t = from_record(model, address, g, node, nr)
             node._output_meta.append((tuple(g["shape"]), np.dtype(g["dtype"])))
             out.append(t)
+            nr += 1
+        held = model.__dict__.setdefault("_graph_grads", {})
+        for path, g in result.get("params") or ():  # p.grad with its graph, kept there
+            held[path] = from_record(model, address, g, node, nr)
+            node._output_meta.append((tuple(g["shape"]), np.dtype(g["dtype"])))
             nr += 1
         node._output_meta = tuple(node._output_meta)
         return tuple(out)
@@ -441,6 +452,14 @@ def _summed(tapped: list) -> dict:
     return out
 
 
+def forget_graph_grads(params) -> None:
+    """The workers' ``.grad`` of ``params`` is about to change (zero_grad, ``p.grad = g``,
+    another backward): ``p.grad`` is no longer the value a ``backward(create_graph=True)``
+    kept with its graph (``_backward_with_graph``)."""
+    for p in params:
+        p._model.__dict__.get("_graph_grads", {}).pop(p._path, None)
+
+
 def graph_elsewhere(param) -> str | None:
     """Why a backward naming the placed parameter ``param`` as an input finds a root
     without a graph, where its ``.grad`` was computed with its graph on the worker (a
@@ -448,14 +467,14 @@ def graph_elsewhere(param) -> str | None:
     parts = param._model.__dict__.get("_grads_with_graph", ())
     if not any(p == "" or param._path.startswith(p + ".") for p in parts):
         return None
-    return (f"the gradient of {param._path!r}, a parameter of a deployed model, was computed "
-            "by backward(create_graph=True) on its worker, where its graph stays; .grad "
-            "here is its value, so it cannot be differentiated again here (a "
-            "Hessian-vector product from p.grad: AdaHessian, PyHessian, Hutchinson's "
-            "estimators). Second-order gradients with respect to a deployed model's "
-            "parameters are not supported: compute them in one process "
-            "(local = model.to_local()), or differentiate with respect to the model's "
-            "inputs, which works deployed")
+    return (f"the gradient of {param._path!r}, a parameter of a deployed model, has a graph "
+            "on its worker, but .grad here is its value: a backward(create_graph=True) gives "
+            "p.grad with its graph only where that backward, through one call of the "
+            "parameter's part, made it, not where it added to a gradient that another "
+            "backward or another call of the part left (a Hessian-vector product from "
+            "p.grad: AdaHessian, PyHessian). Zero the gradients before each "
+            "backward(create_graph=True) (optimizer.zero_grad()), call the part once per "
+            "forward, or take the products in one process (local = model.to_local())")
 
 
 def _create_graph_chain(model) -> str:

@@ -382,6 +382,9 @@ class RemoteParameter(RemoteStorage, Parameter):
         1)``) is made here and sent to the worker's gradient."""
         from disthook.distributed.state_entries import grad_entry
 
+        kept = self._model.__dict__.get("_graph_grads", {}).get(self._path)
+        if kept is not None:  # made by backward(create_graph=True): with its graph, there
+            return kept
         grad = self._grad
         return None if grad is None else grad_entry(self, _SLOT_DATA.__get__(grad))
 

@@ -48,10 +48,14 @@ def zero_grads(params: list, set_to_none: bool = True, optimizer=None) -> None:
     next forward (each worker's share of ``optimizer`` zeroes its own parameters; the call
     makes the share if no step made it yet), or at once for parameters no optimizer holds
     (``module.zero_grad()``)."""
-    if set_to_none:  # (a kept p.grad is no longer the gradient: it keeps its value)
-        from disthook.distributed.state_entries import freeze_grads
+    from disthook.distributed.state_entries import freeze_grads
 
+    if set_to_none:  # (a kept p.grad is no longer the gradient: it keeps its value)
         freeze_grads(params)
+    else:
+        from disthook.distributed.autograd_node import forget_graph_grads
+
+        forget_graph_grads(params)
     now = params
     if optimizer is not None and not _in_hook(params):
         later = set()

@@ -1,8 +1,12 @@
-"""Second order with respect to a deployed model's parameters, from ``p.grad`` after
+"""Second order with respect to a deployed model's parameters from ``p.grad`` after
 ``backward(create_graph=True)`` (AdaHessian's Hutchinson step, PyHessian's Hessian-vector
-products): the gradients' graph stays on the workers, so it is refused, saying which
-parameter and what to do, not with torch's "does not require grad" alone, which tells a
-user of one process that the program is wrong (it is right there)."""
+products): ``p.grad`` is the gradient the worker kept with its graph, so differentiating it
+again runs that graph there and gives one process's values (it raised "element 0 of tensors
+does not require grad"). Where the worker's gradient grew from two backwards (or two calls of
+the part) it is refused, naming the parameter and what to do, never answered from one part."""
+import warnings
+
+import numpy as np
 import pytest
 from test_r9_grads_with_graph import backward_with_graph, make
 
@@ -22,26 +26,79 @@ def first_order(model):
 def hessian_vector_products(model, copy):
     params = list(model.parameters())
     grads = [p.grad + 0.0 if copy else p.grad for p in params]
-    vs = [torch.ones_like(p) for p in params]
-    return torch.autograd.grad(grads, params, grad_outputs=vs)
+    torch.manual_seed(2)
+    vs = [torch.randn(p.shape, dtype=torch.float64) for p in params]
+    return [h.numpy() for h in torch.autograd.grad(grads, params, grad_outputs=vs)]
 
 
-@pytest.mark.parametrize("copy", [False, True], ids=["adahessian", "pyhessian"])
-def test_hessian_vector_products_from_grads_are_refused_naming_them(cluster, copy):
+def hutchinson_step(model):
+    """AdaHessian's: zero the gradients, backward with graph, H z for z of +-1, twice."""
+    out = []
+    for step in range(2):
+        model.zero_grad()
+        backward_with_graph(model)
+        params = list(model.parameters())
+        grads = [p.grad for p in params]
+        zs = [torch.ones_like(p) - 2 * (torch.arange(p.numel()).reshape(p.shape) % 2)
+              for p in params]
+        h = torch.autograd.grad(grads, params, grad_outputs=zs)
+        out.append([(hz * z).numpy() for hz, z in zip(h, zs)])
+        with torch.no_grad():
+            for p, g in zip(params, grads):
+                p.sub_(0.1 * g)
+        out.append([p.detach().numpy().copy() for p in params])
+    return out
+
+
+@pytest.mark.parametrize("copy", [False, True], ids=["p.grad", "p.grad + 0"])
+def test_hessian_vector_products_from_grads_are_one_process(cluster, copy):
     local = make()
     backward_with_graph(local)
-    assert all(h is not None for h in hessian_vector_products(local, copy))  # one process
+    expected = hessian_vector_products(local, copy)
     model = cluster.deploy(make(), stages=2)
     try:
         backward_with_graph(model)
+        got = hessian_vector_products(model, copy)
+    finally:
+        model.close()
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-12)
+
+
+def test_adahessian_steps_are_one_process(cluster):
+    expected = hutchinson_step(make())
+    model = cluster.deploy(make(), stages=2)
+    try:
+        got = hutchinson_step(model)
+    finally:
+        model.close()
+    for gs, es in zip(got, expected):
+        for g, e in zip(gs, es):
+            np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-12)
+
+
+def test_a_gradient_grown_from_two_backwards_is_refused_naming_it(cluster):
+    """In one process p.grad then holds the graphs of both; here the second backward adds
+    to what the first kept: refused (never the first backward's part alone)."""
+    model = cluster.deploy(make(), stages=2)
+    try:
+        backward_with_graph(model)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            first_order(model)  # a plain backward adds to the kept p.grad
         with pytest.raises(NotImplementedError) as info:
-            hessian_vector_products(model, copy)
+            hessian_vector_products(model, copy=False)
         message = str(info.value)
-        assert "'a.weight'" in message and "create_graph=True" in message
+        assert "'a.weight'" in message and "zero_grad()" in message
         assert "to_local()" in message
-        model.zero_grad()
-        first_order(model)  # the model goes on being usable
-        assert model.a.weight.grad is not None
+        local = make()
+        backward_with_graph(local)
+        first_order(local)
+        np.testing.assert_allclose(model.a.weight.grad.numpy(),
+                                   local.a.weight.grad.detach().numpy(), rtol=1e-12)
+        model.zero_grad(set_to_none=False)  # zeroed in place: the value, no graph
+        assert not model.a.weight.grad.requires_grad
+        assert float(model.a.weight.grad.abs().sum()) == 0.0
     finally:
         model.close()
 
