@@ -166,11 +166,8 @@ class RemoteBackward0(LiveEdges):
         path = p.__dict__.get("_path")
         if p.__dict__.get("_model") is not self._model or path is None:
             return False
-        if self._call:  # under any of its names: a tied weight is every part's that uses it
-            names = [name for name, first in self._model._canonical.items() if first == path]
-            part = self.__dict__.get("_part", self._path)
-            covered = part == "" or any(name == part or name.startswith(part + ".")
-                                        for name in names or [path])
+        if self._call:
+            covered = _in_part(self._model, self.__dict__.get("_part", self._path), path)
         else:
             stage = self._model._layout.stage_of(path)
             covered = stage is not None and stage <= self._stage
@@ -332,8 +329,7 @@ class RemoteBackward0(LiveEdges):
         what = f"backward of {self._path!r}"
         if fields["accumulate"]:  # the part's p.grad grows: no longer one kept with a graph
             held = model.__dict__.get("_graph_grads") or {}
-            for path in [k for k in held if self._path in ("", k) or
-                         k.startswith(self._path + ".")]:
+            for path in [k for k in held if _in_part(model, self._path, k)]:
                 del held[path]
         if grad_mode.is_grad_enabled():  # create_graph: the gradients keep their graph
             return self._backward_with_graph(grads, fields, retain, wanted)
@@ -436,6 +432,14 @@ def _grad_in(model, address: str, g):
     if isinstance(g, dict):
         return from_record(model, address, g, None, 0)
     return Tensor._make(np.array(g), None, 0)
+
+
+def _in_part(model, part: str, path: str) -> bool:
+    """Whether the part at ``part`` uses the parameter ``path``, under any of its names (a
+    tied weight is every part's that holds it)."""
+    names = [name for name, first in model._canonical.items() if first == path]
+    return part == "" or any(name == part or name.startswith(part + ".")
+                             for name in names or [path])
 
 
 PARAM_TAP = "param:"  # a tap key naming a parameter of the model (wants_parameter)

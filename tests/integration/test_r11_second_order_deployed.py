@@ -116,3 +116,43 @@ def test_without_a_graph_the_error_is_torchs(cluster):
                                    "not have a grad_fn")
     finally:
         model.close()
+
+
+class Tied(nn.Module):
+    """Two parts hold one weight, named for the part called last (so that its gradient is
+    first made by the backward of the part called first, then added to by the other's)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.mid, self.head = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 4)
+        self.head.weight = self.emb.weight
+
+    def forward(self, x):
+        return self.emb(torch.tanh(self.mid(torch.tanh(self.head(x)))))
+
+
+def test_a_tied_weight_grows_from_two_calls_and_is_refused(cluster):
+    """Each call's backward adds its part to the tied weight's gradient: its p.grad is the
+    sum (one process's), and a product from it is refused rather than taken from one call."""
+    def run(model):
+        torch.manual_seed(3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model(torch.randn(5, 4, dtype=torch.float64)).square().sum().backward(
+                create_graph=True)
+        return [p.grad.detach().numpy().copy() for p in model.parameters()]
+
+    torch.manual_seed(0)
+    expected = run(Tied().double())
+    torch.manual_seed(0)
+    model = cluster.deploy(Tied().double(), placement={"emb": 0, "mid": 1, "head": 0})
+    try:
+        got = run(model)
+        for g, e in zip(got, expected):
+            np.testing.assert_allclose(g, e, rtol=1e-12)
+        params = list(model.parameters())
+        with pytest.raises(NotImplementedError, match="'emb.weight'"):
+            torch.autograd.grad([p.grad for p in params], params,
+                                [torch.ones_like(p) for p in params])
+    finally:
+        model.close()
