@@ -156,3 +156,22 @@ def test_a_tied_weight_grows_from_two_calls_and_is_refused(cluster):
                                 [torch.ones_like(p) for p in params])
     finally:
         model.close()
+
+
+def test_clipping_the_kept_gradients_reads_back_clipped(cluster):
+    """``clip_grad_norm_`` after ``backward(create_graph=True)`` scales the workers'
+    gradients: ``p.grad`` then reads the clipped value, as in one process (not the one kept
+    with its graph before)."""
+    def run(model):
+        backward_with_graph(model)
+        nn.utils.clip_grad_norm_(model.parameters(), 0.01)
+        return [p.grad.detach().numpy().copy() for p in model.parameters()]
+
+    expected = run(make())
+    model = cluster.deploy(make(), stages=2)
+    try:
+        got = run(model)
+    finally:
+        model.close()
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-10)
