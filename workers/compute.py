@@ -400,7 +400,9 @@ class ComputeHandlers:
         gradient penalty's) gives the gradients of the given gradients and of the inputs and
         adds to the parameters'. Answers the kept gradients and which given ones it used."""
         keep = msg.get("keep_grads")
-        if not context.direct or not keep or msg.get("taps") or msg.get("start"):
+        taps = _taps_here(st, context, msg.get("taps") or ())  # only parameters: (key, p)
+        if not context.direct or not keep or msg.get("start") or len(taps) != len(
+                msg.get("taps") or ()) or any(not k.startswith("param:") for k, _ in taps):
             raise NotImplementedError(
                 "backward(create_graph=True) through a deployed model runs only on a part "
                 "called by the forward on the client, without hooks that keep tensors")
@@ -420,14 +422,15 @@ class ComputeHandlers:
                 got = [t.grad for t in inputs]
                 params = [(n, p.grad) for n, p in fresh if p.grad is not None
                           and p.grad.requires_grad]  # kept too: p.grad's own graph, here
-            else:
-                params = []
-                wanted = [t for t in inputs if t.requires_grad]
+            else:  # an autograd.grad: the inputs' gradients and the named parameters'
+                wanted = [t for t in inputs if t.requires_grad] + [p for _, p in taps]
                 found = disthook.autograd.grad(roots, wanted, leaves, retain_graph=True,
                                                create_graph=True, allow_unused=True) \
-                    if roots and wanted else []
+                    if roots and wanted else [None] * len(wanted)
                 by_id = {id(t): g for t, g in zip(wanted, found)}
                 got = [by_id.get(id(t)) for t in inputs]
+                params = [(key, g) for (key, _), g in zip(taps, found[len(found) - len(taps):])
+                          if g is not None]
         for t in inputs:
             t.grad = None
         made = [g for g in got if g is not None] + [g for _, g in params]

@@ -88,6 +88,16 @@ class RemoteBackward0(LiveEdges):
 
     _mb = None  # the micro-batch of the client's forward that made it (chunks=)
 
+    @property
+    def _part(self) -> str | None:
+        """The part whose call this node's graph on the worker comes from: for the node of
+        a kept backward (double backward), the part of the call it was the backward of."""
+        return self.__dict__.get("_of_part", self._path)
+
+    @_part.setter
+    def _part(self, part: str | None) -> None:
+        self.__dict__["_of_part"] = part
+
     def name(self) -> str:
         return type(self).__name__
 
@@ -167,7 +177,7 @@ class RemoteBackward0(LiveEdges):
         if p.__dict__.get("_model") is not self._model or path is None:
             return False
         if self._call:
-            covered = _in_part(self._model, self.__dict__.get("_part", self._path), path)
+            covered = _in_part(self._model, self._part, path)
         else:
             stage = self._model._layout.stage_of(path)
             covered = stage is not None and stage <= self._stage
@@ -329,7 +339,7 @@ class RemoteBackward0(LiveEdges):
         what = f"backward of {self._path!r}"
         if fields["accumulate"]:  # the part's p.grad grows: no longer one kept with a graph
             held = model.__dict__.get("_graph_grads") or {}
-            for path in [k for k in held if _in_part(model, self._path, k)]:
+            for path in [k for k in held if _in_part(model, self._part, k)]:
                 del held[path]
         if grad_mode.is_grad_enabled():  # create_graph: the gradients keep their graph
             return self._backward_with_graph(grads, fields, retain, wanted)
@@ -376,16 +386,18 @@ class RemoteBackward0(LiveEdges):
         graph (a context named by ``keep_grads``); they come back as kept values whose node
         leads to the given gradients and to this call's inputs, so that differentiating them
         (a gradient penalty) runs that graph's backward on the worker."""
-        if wanted or self._live:
+        if any(not key.startswith(PARAM_TAP) for key, *_ in self._live) or (
+                wanted and fields["accumulate"]):
             raise NotImplementedError(
                 f"backward(create_graph=True) through {self._path!r}: a forward hook kept a "
-                "tensor of this call for a later gradient; remove that hook, or take the "
-                "two gradients in two passes without create_graph")
+                "tensor of this call for a later gradient (or backward(inputs=...) named a "
+                "parameter); remove that hook, or take the two gradients in two passes "
+                "without create_graph")
         model = self._model
         address = model._addresses[self._stage]
         fields["create_graph"] = True
         if fields["accumulate"]:  # its parameters' .grad keep their graph, on the worker
-            model.__dict__.setdefault("_grads_with_graph", set()).add(self._path)
+            model.__dict__.setdefault("_grads_with_graph", set()).add(self._part)
         (reply,) = model._hub.request_all([(address, fields, self._ctx_ids[0])], "backward",
                                           what=f"backward of {self._path!r} with its graph")
         if not retain:
@@ -396,7 +408,7 @@ class RemoteBackward0(LiveEdges):
         given = [grads[i] for i in result["seeded"]]
         node = RemoteBackward0(model, [keep], given, None, self._stage)
         node._path = f"{self._path} (its backward)"
-        node._part = self._path  # (whose parameters' gradients it computes: wants_parameter)
+        node._part = self._part  # (the parameters whose gradients it computes)
         node.next_functions = node._edges + self._edges
         node.needs_input_grad = node._needs + self._needs
         node._input_meta = node._meta + self._meta
@@ -409,13 +421,17 @@ class RemoteBackward0(LiveEdges):
             node._output_meta.append((tuple(g["shape"]), np.dtype(g["dtype"])))
             out.append(t)
             nr += 1
-        held = model.__dict__.setdefault("_graph_grads", {})
-        for path, g in result.get("params") or ():  # p.grad with its graph, kept there
+        # backward: p.grad with its graph; autograd.grad: the parameters it names (taps)
+        held = model.__dict__.setdefault("_graph_grads", {}) if fields["accumulate"] else {}
+        for path, g in result.get("params") or ():  # kept there, with their graph
             held[path] = from_record(model, address, g, node, nr)
             node._output_meta.append((tuple(g["shape"]), np.dtype(g["dtype"])))
             nr += 1
         node._output_meta = tuple(node._output_meta)
-        return tuple(out)
+        if fields["accumulate"]:
+            return tuple(out)
+        self._given = {key: held.get(key) for key, *_ in self._live}
+        return (*out, *self._given.values())
 
     def _release(self) -> None:
         self._freed = True

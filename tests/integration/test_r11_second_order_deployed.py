@@ -175,3 +175,32 @@ def test_clipping_the_kept_gradients_reads_back_clipped(cluster):
         model.close()
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, rtol=1e-10)
+
+
+def lissa(model):
+    """Influence functions' LiSSA recursion: h = v + h - H h / scale, each H h from
+    grad(grad(loss, params, create_graph=True) . h, params, create_graph=True), so that h
+    carries the graphs of the earlier steps into the next (a product of a product)."""
+    torch.manual_seed(4)
+    x = torch.randn(6, 5, dtype=torch.float64)
+    params = list(model.parameters())
+    v = torch.autograd.grad(model(x[:1]).square().sum(), params, create_graph=True)
+    h = list(v)
+    for i in range(2):
+        loss = model(x[2 * i + 1:2 * i + 3]).tanh().sum()
+        grads = torch.autograd.grad(loss, params, create_graph=True)
+        hv = torch.autograd.grad(sum((g * e).sum() for g, e in zip(grads, h)), params,
+                                 create_graph=True)
+        h = [a + b - c / 10 for a, b, c in zip(v, h, hv)]
+    return [t.detach().numpy() for t in h]
+
+
+def test_lissa_products_of_products_are_one_process(cluster):
+    expected = lissa(make())
+    model = cluster.deploy(make(), stages=2)
+    try:
+        got = lissa(model)
+    finally:
+        model.close()
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-12)
