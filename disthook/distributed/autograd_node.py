@@ -494,7 +494,9 @@ def graph_elsewhere(param) -> str | None:
             "backward or another call of the part left (a Hessian-vector product from "
             "p.grad: AdaHessian, PyHessian). Zero the gradients before each "
             "backward(create_graph=True) (optimizer.zero_grad()), call the part once per "
-            "forward, or take the products in one process (local = model.to_local())")
+            "forward" + (f" (with chunks={param._model._chunks} each micro-batch calls it: "
+                         "deploy with chunks=1 for this)" if param._model._chunks > 1 else "")
+            + ", or take the products in one process (local = model.to_local())")
 
 
 def _create_graph_chain(model) -> str:

@@ -204,3 +204,13 @@ def test_lissa_products_of_products_are_one_process(cluster):
         model.close()
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-12)
+
+
+def test_with_chunks_each_micro_batch_adds_and_the_refusal_says_so(cluster):
+    model = cluster.deploy(make(), stages=2, chunks=2)
+    try:
+        backward_with_graph(model)  # two calls of each part, one per micro-batch
+        with pytest.raises(NotImplementedError, match="chunks=2 each micro-batch"):
+            hessian_vector_products(model, copy=False)
+    finally:
+        model.close()
