@@ -56,6 +56,8 @@ def zero_grads(params: list, set_to_none: bool = True, optimizer=None) -> None:
     from disthook.distributed.state_entries import freeze_grads
 
     forget_graph_grads(params)  # (also where the zeroing rides with the next forward)
+    for p in params:  # zeroed: no gradient of theirs has a graph on its worker any more
+        p._model.__dict__.pop("_grads_with_graph", None)
     if set_to_none:  # (a kept p.grad is no longer the gradient: it keeps its value)
         freeze_grads(params)
     now = params

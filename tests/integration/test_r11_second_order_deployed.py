@@ -103,11 +103,16 @@ def test_a_gradient_grown_from_two_backwards_is_refused_naming_it(cluster):
         model.close()
 
 
-def test_without_a_graph_the_error_is_torchs(cluster):
-    """A ``.grad`` computed without create_graph has no graph in one process either:
-    torch's RuntimeError, with nothing about the deployment."""
+@pytest.mark.parametrize("before", [False, True], ids=["plain", "after-zero_grad"])
+def test_without_a_graph_the_error_is_torchs(cluster, before):
+    """A ``.grad`` computed without create_graph has no graph in one process either (also
+    where a backward with graph ran before the gradients were zeroed): torch's RuntimeError,
+    with nothing about the deployment."""
     model = cluster.deploy(make(), stages=2)
     try:
+        if before:
+            backward_with_graph(model)
+            model.zero_grad()
         first_order(model)
         with pytest.raises(RuntimeError) as info:
             hessian_vector_products(model, copy=False)
