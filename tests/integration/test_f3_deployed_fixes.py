@@ -1,0 +1,117 @@
+"""What the differential hook fuzzer (test_f1_hook_fuzz_deployed.py, seeds 900-939) found on
+deployed models, each as the small program it came down to.
+
+An output of a module with a full backward hook (or pre-hook) is, in one process, a view
+made by the hook's custom Function: changing it in place raises torch's "is a view and is
+being modified inplace" (seeds 918, 925: the program's ``out.mul_(2)``, a forward hook of
+the model's root changing its output). Deployed, the output of a placed call stood for the
+worker's tensor without that mark, and the change went through, giving gradients one
+process never computes."""
+import numpy as np
+import pytest
+from helpers import deployed_run
+
+import disthook as torch
+from disthook import nn
+
+CLUSTER_WORKERS = 2
+VIEW_INPLACE = "is a view and is being modified inplace"
+
+
+class Root(nn.Module):
+    """Two blocks, each a placed part once deployed; the forward runs on the client."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([
+            nn.Linear(3, 3), nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 3))])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def make():
+    torch.manual_seed(0)
+    return Root()
+
+
+def _x(requires_grad=True):
+    return torch.tensor([[0.3, -0.2, 0.5], [0.1, 0.4, -0.6]], requires_grad=requires_grad)
+
+
+def _hooked(model, where: str, pre: bool):
+    """A full backward (pre-)hook on the module at ``where``: its output is the hook's view."""
+    m = model.get_submodule(where)
+    if pre:
+        m.register_full_backward_pre_hook(lambda mod, g: None)
+    else:
+        m.register_full_backward_hook(lambda mod, gi, go: None)
+
+
+@pytest.mark.parametrize("where", ["blocks.1", "blocks.1.2"])
+@pytest.mark.parametrize("pre", [True, False], ids=["pre_hook", "hook"])
+@pytest.mark.parametrize("x_grad", [True, False], ids=["x_grad", "x_no_grad"])
+def test_changing_a_backward_hooked_output_in_place_is_refused_as_in_one_process(
+        cluster, where, pre, x_grad):
+    def run(model):
+        _hooked(model, where, pre)
+        out = model(_x(x_grad))
+        with pytest.raises(RuntimeError, match=VIEW_INPLACE):
+            out.mul_(2)
+        out.sum().backward()  # the output unchanged: its backward as before
+        return [p.grad.numpy().copy() for p in model.parameters()]
+
+    got, want = deployed_run(cluster, make, run)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("where", ["blocks.1", "blocks.1.2"])
+def test_a_root_forward_hook_changing_that_output_in_place_is_refused(cluster, where):
+    def run(model):
+        _hooked(model, where, pre=True)
+        model.register_forward_hook(lambda m, args, out: out.mul_(-1))
+        with pytest.raises(RuntimeError, match=VIEW_INPLACE):
+            model(_x(False))
+        return True
+
+    assert deployed_run(cluster, make, run) == (True, True)
+
+
+def test_a_clone_of_that_output_is_changed_and_differentiated_as_in_one_process(cluster):
+    """What the error message says to do works deployed too; so do an output without
+    backward hooks, and the in-place change under no_grad."""
+    def run(model):
+        _hooked(model, "blocks.1", pre=False)
+        out = model(_x()).clone()
+        out.mul_(2)
+        with torch.no_grad():
+            plain = model.blocks[0](_x())
+        plain.mul_(3)
+        (out.sum() + model.blocks[0](_x()).mul_(2).sum()).backward()
+        return [p.grad.numpy().copy() for p in model.parameters()] + [plain.numpy().copy()]
+
+    got, want = deployed_run(cluster, make, run)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_the_output_of_a_chain_ending_in_a_backward_hooked_module_is_refused_too(cluster):
+    """The whole model deployed as a chain of stages: its output is the last stage's."""
+    def make_chain():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 3))
+
+    def run(model):
+        model[2].register_full_backward_pre_hook(lambda mod, g: None)
+        out = model(_x())
+        with pytest.raises(RuntimeError, match=VIEW_INPLACE):
+            out.mul_(2)
+        out.sum().backward()
+        return [p.grad.numpy().copy() for p in model.parameters()]
+
+    got, want = deployed_run(cluster, make_chain, run)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
