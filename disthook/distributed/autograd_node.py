@@ -258,10 +258,31 @@ class RemoteBackward0(LiveEdges):
                 continue
             hooked = bool((node._tensor_hooks or {}).get(nr)) or nr in (node._retains or {})
             fed = key.endswith("@")  # the client's own leaf: backward accumulates its .grad
-            if hooked or (task is not None and (task.needed is not None or fed)
-                          and engine.will_execute(task, node)):
+            if hooked or (task is not None and (
+                    fed and engine.will_execute(task, node)
+                    or task.needed is not None and self._needed_here(task, node, {}))):
                 wanted.append(key)
         return wanted
+
+    def _needed_here(self, task, node, seen: dict) -> bool:
+        """Whether a backward with inputs= needs a tap's gradient for what lies between the
+        tap and this call's own graph: a gradient it captures or a leaf it accumulates into
+        there (the tap itself, what a hook computed from it: its in-place change), or a
+        route to another call. What lies past this call's tap nodes is this call's graph on
+        the worker, which this node's own backward covers: a gradient taken through the tap
+        too would run the hook's part twice (its vjp the worker asked for, then here)."""
+        if node is None or node not in task.needed or (
+                isinstance(node, RemoteTapBackward0) and node._keeps is self):
+            return False
+        done = seen.get(node)
+        if done is None:
+            seen[node] = False  # (a DAG; set before the walk below)
+            nexts = [n for n, _ in node.next_functions if n is not None]
+            done = seen[node] = (
+                any(captured is node for captured, _ in task.captures)
+                or (node in task.runs and not any(n in task.needed for n in nexts))
+                or any(self._needed_here(task, n, seen) for n in nexts))
+        return done
 
     def _tap_grads(self, tapped: dict | None, wanted: list[str]) -> tuple:
         """A gradient (or None) per live tap, from the workers' answer."""

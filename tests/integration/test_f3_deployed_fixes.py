@@ -6,7 +6,13 @@ made by the hook's custom Function: changing it in place raises torch's "is a vi
 being modified inplace" (seeds 918, 925: the program's ``out.mul_(2)``, a forward hook of
 the model's root changing its output). Deployed, the output of a placed call stood for the
 worker's tensor without that mark, and the change went through, giving gradients one
-process never computes."""
+process never computes.
+
+A forward hook that changes its output in place on a part placed after another (seed 901),
+then ``autograd.grad`` or ``backward(inputs=)`` naming a parameter of the part before: the
+backward took the hook's tensor's gradient twice, through the call's graph on the worker
+(which asked the client for the hook's part) and again through the tensor's node here, and
+raised "Trying to backward through the graph a second time"."""
 import numpy as np
 import pytest
 from helpers import deployed_run
@@ -115,3 +121,50 @@ def test_the_output_of_a_chain_ending_in_a_backward_hooked_module_is_refused_too
     got, want = deployed_run(cluster, make_chain, run)
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+class Inner(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.a(x).tanh()
+
+
+class Two(nn.Module):
+    """Two placed parts, the forward on the client; the second has a submodule to hook."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(3, 3), Inner()])
+
+    def forward(self, x):
+        return self.blocks[1](self.blocks[0](x))
+
+
+def make_two():
+    torch.manual_seed(0)
+    return Two()
+
+
+@pytest.mark.parametrize("how", ["grad", "inputs", "grad_with_x"])
+def test_an_in_place_change_in_a_later_part_s_hook_under_inputs(cluster, how):
+    def run(model):
+        model.blocks[1].a.register_forward_hook(lambda m, args, out: out.mul_(-1))
+        x = _x()
+        loss = (model(x) * torch.arange(6.).reshape(2, 3)).sum()
+        w = model.blocks[0].weight
+        if how == "inputs":
+            loss.backward(inputs=[w])
+            return [w.grad.numpy().copy(), x.grad]
+        wrt = [w, x] if how == "grad_with_x" else [w]
+        return [g.numpy().copy() for g in torch.autograd.grad(loss, wrt)]
+
+    got, want = deployed_run(cluster, make_two, run)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        if b is None:
+            assert a is None
+        else:
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
