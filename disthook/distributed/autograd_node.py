@@ -87,6 +87,23 @@ class RemoteBackward0(LiveEdges):
         self._given: dict = {}  # tap key -> the gradient the workers sent for it
 
     _mb = None  # the micro-batch of the client's forward that made it (chunks=)
+    # outputs that the node which made them on the worker saved for backward (tanh's
+    # result): (output_nr, version counter, version, shape, np dtype) each
+    _saved_outputs: tuple | list = ()
+
+    def saved_output(self, t: Tensor) -> None:
+        """``t``, this call's output here, was saved for backward by its node on the worker:
+        changed in place here (which the worker's copy never sees), this node's backward
+        raises as that node's does in one process."""
+        if not self._saved_outputs:
+            self._saved_outputs = []
+        self._saved_outputs.append((t._output_nr, t._vc, t._vc[0], t._data.shape,
+                                    t._data.dtype))
+
+    def _check_saved_outputs(self) -> None:
+        for nr, vc, version, shape, dtype in self._saved_outputs:
+            if vc[0] != version:
+                raise engine.inplace_error(_SavedOutput(nr, vc, version, shape, dtype), self)
 
     def name(self) -> str:
         return type(self).__name__
@@ -297,6 +314,8 @@ class RemoteBackward0(LiveEdges):
     def _backward(self, grads: list) -> tuple:
         if self._freed:
             raise RuntimeError(SECOND_BACKWARD_MSG)
+        if self._saved_outputs:
+            self._check_saved_outputs()
         if grad_mode.is_grad_enabled() and not self._call:  # create_graph through a chain
             raise NotImplementedError(_create_graph_chain(self._model))
         # the workers keep their graphs exactly when this backward keeps the client's
@@ -431,6 +450,16 @@ class RemoteBackward0(LiveEdges):
 
     def _release(self) -> None:
         self._freed = True
+
+
+class _SavedOutput:
+    """What ``engine.inplace_error`` reads of a saved tensor, for an output of a call."""
+
+    tensor, is_output = None, True
+
+    def __init__(self, nr: int, vc: list, version: int, shape: tuple, dtype):
+        self.output_nr, self.vc, self.version = nr, vc, version
+        self.data = np.empty(shape, dtype)
 
 
 _NAMED: dict[str, type] = {}  # worker node name -> its RemoteBackward0 subclass

@@ -97,6 +97,8 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
         views = [r.get("custom_view") for r in results]
         if all(views):  # the last module's full backward hook's view (see Tensor._inplace)
             out.__dict__["_custom_view"] = (int(views[0][0]), str(views[0][1]))
+        if any(r.get("saved") for r in results):
+            node.saved_output(out)
         return out
     for ctx_id in ctx_ids:  # no graph: nothing to differentiate against
         model._hub.taps.pop(ctx_id, None)

@@ -294,6 +294,8 @@ def from_record(model, address: str, record: dict, node, output_nr: int) -> Remo
     view = record.get("custom_view")
     if node is not None and view is not None:  # (see Tensor._inplace)
         t.__dict__["_custom_view"] = (int(view[0]), str(view[1]))
+    if node is not None and record.get("saved"):
+        node.saved_output(t)
     return t
 
 

@@ -99,6 +99,15 @@ def custom_view(t: Tensor) -> list | None:
     return list(view)
 
 
+def saved_by_its_node(t: Tensor) -> bool:
+    """Whether the node that made ``t`` saved it for backward (tanh, sigmoid, exp keep their
+    result): a backward through that node refuses it once changed in place, which the
+    client's tensor that stands for it checks (``RemoteBackward0``)."""
+    node = t._grad_fn
+    return node is not None and any(getattr(s, "vc", None) is t._vc
+                                    for s in node._saved or ())
+
+
 def kept_record(vid: str, t: Tensor, inline_bytes: int = 0) -> dict:
     """What a worker answers for its tensor ``t`` kept under ``vid`` (its value stays there):
     shape, dtype, whether it requires grad and the node that made it, and the value itself
@@ -111,6 +120,8 @@ def kept_record(vid: str, t: Tensor, inline_bytes: int = 0) -> dict:
     view = custom_view(t)
     if view is not None:
         record["custom_view"] = view
+    if saved_by_its_node(t):
+        record["saved"] = True
     if data.nbytes <= inline_bytes:
         record["value"] = wire.c_order(data)
     return record

@@ -12,7 +12,13 @@ A forward hook that changes its output in place on a part placed after another (
 then ``autograd.grad`` or ``backward(inputs=)`` naming a parameter of the part before: the
 backward took the hook's tensor's gradient twice, through the call's graph on the worker
 (which asked the client for the hook's part) and again through the tensor's node here, and
-raised "Trying to backward through the graph a second time"."""
+raised "Trying to backward through the graph a second time".
+
+An output that the op which made it saved for backward (tanh, sigmoid), changed in place by
+the program (seeds 966, 995, 1028, 1043, 1172, 1182, 1204): one process's backward raises
+"one of the variables needed for gradient computation has been modified by an inplace
+operation"; deployed, the change was made to the client's copy only, the worker's backward
+used the value it saved, and the gradients came out as if nothing had changed."""
 import numpy as np
 import pytest
 from helpers import deployed_run
@@ -168,3 +174,65 @@ def test_an_in_place_change_in_a_later_part_s_hook_under_inputs(cluster, how):
             assert a is None
         else:
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+class Saves(nn.Module):
+    """Its second part ends in tanh, which saves its output for backward."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(3, 3),
+                                     nn.Sequential(nn.Linear(3, 3), nn.Tanh())])
+
+    def forward(self, x):
+        return self.blocks[1](self.blocks[0](x))
+
+
+def make_saves():
+    torch.manual_seed(0)
+    return Saves()
+
+
+def make_chain_saves():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 3), nn.Sigmoid())
+
+
+@pytest.mark.parametrize("make_model", [make_saves, make_chain_saves], ids=["parts", "chain"])
+@pytest.mark.parametrize("mode", ["grad", "no_grad"])
+@pytest.mark.parametrize("how", ["backward", "grad"])
+def test_an_output_its_op_saved_changed_in_place_is_refused_in_backward(
+        cluster, make_model, mode, how):
+    def run(model):
+        x = _x()
+        out = model(x)
+        if mode == "no_grad":
+            with torch.no_grad():
+                out.mul_(2)
+        else:
+            out.mul_(2)
+        loss = (out * 3).sum()
+        with pytest.raises(RuntimeError) as caught:
+            if how == "backward":
+                loss.backward()
+            else:
+                torch.autograd.grad(loss, [x])
+        return str(caught.value)
+
+    got, want = deployed_run(cluster, make_model, run)
+    assert "modified by an inplace operation" in want
+    assert got == want
+
+
+def test_an_output_no_op_saved_is_changed_in_place_as_in_one_process(cluster):
+    """A Linear's output is saved by nothing: changed in place, its backward goes on."""
+    def run(model):
+        x = _x()
+        out = model.blocks[0](x)
+        out.mul_(2)
+        (out * 3).sum().backward()
+        return [x.grad.numpy().copy(), model.blocks[0].weight.grad.numpy().copy()]
+
+    got, want = deployed_run(cluster, make_saves, run)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
