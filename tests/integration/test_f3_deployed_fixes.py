@@ -18,7 +18,12 @@ An output that the op which made it saved for backward (tanh, sigmoid), changed 
 the program (seeds 966, 995, 1028, 1043, 1172, 1182, 1204): one process's backward raises
 "one of the variables needed for gradient computation has been modified by an inplace
 operation"; deployed, the change was made to the client's copy only, the worker's backward
-used the value it saved, and the gradients came out as if nothing had changed."""
+used the value it saved, and the gradients came out as if nothing had changed.
+
+A forward hook of a placed part that returns a new dict for the part's dict output
+(``{"y": -out["y"]}``, seed 1093): its tensors went to the worker as plain values, so the
+call's output no longer required grad and the part's parameters got no gradient (tuples
+and tensors kept their graph)."""
 import numpy as np
 import pytest
 from helpers import deployed_run
@@ -235,4 +240,46 @@ def test_an_output_no_op_saved_is_changed_in_place_as_in_one_process(cluster):
 
     got, want = deployed_run(cluster, make_saves, run)
     for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+class DictOut(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        h = self.lin(x)
+        return {"y": h * 0.5, "z": h.tanh()}
+
+
+class WithDict(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(3, 3), DictOut()])
+
+    def forward(self, x):
+        out = self.blocks[1](self.blocks[0](x))
+        return out["y"] + out["z"]
+
+
+def make_dict():
+    torch.manual_seed(0)
+    return WithDict()
+
+
+@pytest.mark.parametrize("x_grad", [True, False], ids=["x_grad", "x_no_grad"])
+def test_a_forward_hook_returning_a_new_dict_keeps_the_graph(cluster, x_grad):
+    def run(model):
+        # a new value for one key, the given tensor itself for the other
+        model.blocks[1].register_forward_hook(
+            lambda m, args, out: {"y": -out["y"] * 2, "z": out["z"]})
+        x = _x(x_grad)
+        out = model(x)
+        (out * torch.arange(6.).reshape(2, 3)).sum().backward()
+        return [out.requires_grad] + [p.grad.numpy().copy() for p in model.parameters()]
+
+    got, want = deployed_run(cluster, make_dict, run)
+    assert got[0] is want[0] is True
+    for a, b in zip(got[1:], want[1:]):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
