@@ -49,3 +49,18 @@ def test_a_multi_grad_hook_on_a_leaf_autograd_grad_takes_is_refused(lib, wrt):
                                            "_will_engine_execute_node but we are currently "
                                            "running autograd.grad"):
         torch.autograd.grad(loss, inputs)
+
+
+@pytest.mark.parametrize("pin_memory", [False, True])
+def test_save_on_cpu_keeps_the_tensor_itself_unless_pinned(lib, pin_memory):
+    """On the CPU torch's ``save_on_cpu`` keeps a saved tensor as it is (``tensor.cpu()`` is
+    the tensor): tanh's result changed in place afterwards reaches its backward, unchecked;
+    ``pin_memory=True`` keeps a copy (disthook always kept a copy; fuzzer seed 579)."""
+    torch = lib.torch
+    x = torch.ones(2, requires_grad=True)
+    with torch.autograd.graph.save_on_cpu(pin_memory=pin_memory):
+        y = (x * 1).tanh()
+    y.mul_(2)
+    y.sum().backward()
+    t = 2 * 0.7615941559557649 if not pin_memory else 0.7615941559557649
+    assert x.grad.tolist() == pytest.approx([2 * (1 - t * t)] * 2, rel=1e-5)
