@@ -8,7 +8,9 @@ running differentiates to raises torch's RuntimeError (disthook went on)."""
 from __future__ import annotations
 
 import pytest
-from test_module_api import lib  # noqa: F401 - the fixture: disthook, then torch
+import test_module_api
+
+lib = test_module_api.lib  # the fixture: disthook, then torch
 
 
 def test_a_multi_grad_hook_in_mode_all_gets_a_list(lib):
