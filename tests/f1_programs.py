@@ -34,10 +34,11 @@ class HookError(Exception):
 
 # ---- the program, as data ---------------------------------------------------------------
 
-def generate(seed: int, *, deployable: bool = False) -> dict:
+def generate(seed: int, *, deployable: bool = False, extras: bool | None = None) -> dict:
     """The program of ``seed``. ``deployable``: only what a deployed model is meant to take
     the same way (no global module hooks, no saved-tensor hooks, no Node hooks inside the
-    model's graph)."""
+    model's graph). ``extras``: rounds may add the shapes of ``EXTRAS`` (by default in one
+    process only)."""
     rng = random.Random(seed)
     chain = rng.random() < 0.3
     kinds = PLAIN_BLOCKS if chain else BLOCKS
@@ -55,8 +56,8 @@ def generate(seed: int, *, deployable: bool = False) -> dict:
     # and so every deployable program, stay what they were
     extra = random.Random(f"extras-{seed}")
     for rnd in prog["rounds"]:
-        rnd["extras"] = [] if deployable else [
-            e for e in EXTRAS if extra.random() < 0.12]
+        rnd["extras"] = [e for e in EXTRAS if extra.random() < 0.12] if (
+            not deployable if extras is None else extras) else []
     return prog
 
 

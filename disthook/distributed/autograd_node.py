@@ -18,6 +18,7 @@ import numpy as np
 
 from disthook.autograd import engine, grad_mode
 from disthook.autograd.graph import SECOND_BACKWARD_MSG, gradient_edge
+from disthook.autograd.saved_hooks import current_pair
 from disthook.distributed import async_calls, attr_changes
 from disthook.distributed.placement import split_rows
 from disthook.distributed.remote_values import from_record, grad_data
@@ -88,7 +89,8 @@ class RemoteBackward0(LiveEdges):
 
     _mb = None  # the micro-batch of the client's forward that made it (chunks=)
     # outputs that the node which made them on the worker saved for backward (tanh's
-    # result): (output_nr, version counter, version, shape, np dtype) each
+    # result): (output_nr, version counter, version, shape, np dtype, whether saved-tensor
+    # hooks applied here) each
     _saved_outputs: tuple | list = ()
 
     def saved_output(self, t: Tensor) -> None:
@@ -98,12 +100,20 @@ class RemoteBackward0(LiveEdges):
         if not self._saved_outputs:
             self._saved_outputs = []
         self._saved_outputs.append((t._output_nr, t._vc, t._vc[0], t._data.shape,
-                                    t._data.dtype))
+                                    t._data.dtype, current_pair() is not None))
 
     def _check_saved_outputs(self) -> None:
-        for nr, vc, version, shape, dtype in self._saved_outputs:
-            if vc[0] != version:
-                raise engine.inplace_error(_SavedOutput(nr, vc, version, shape, dtype), self)
+        for nr, vc, version, shape, dtype, hooked in self._saved_outputs:
+            if vc[0] == version:
+                continue
+            if hooked:  # one process: the hooks keep the tensor, the backward uses its change
+                raise NotImplementedError(
+                    f"output {nr} of the deployed call {self._path or ''!r}, which its worker "
+                    "saved for backward, was changed in place here after a forward under "
+                    "save_on_cpu() (or checkpoint): in one process the backward would use "
+                    "the changed value, which the worker's saved copy does not have. Change "
+                    "a clone() of the output instead")
+            raise engine.inplace_error(_SavedOutput(nr, vc, version, shape, dtype), self)
 
     def name(self) -> str:
         return type(self).__name__

@@ -283,3 +283,28 @@ def test_a_forward_hook_returning_a_new_dict_keeps_the_graph(cluster, x_grad):
     assert got[0] is want[0] is True
     for a, b in zip(got[1:], want[1:]):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_that_output_changed_in_place_after_a_forward_under_save_on_cpu_is_refused(cluster):
+    """Under save_on_cpu one process's backward uses the changed value (the hooks keep the
+    tensor itself, unchecked); the worker's saved copy never changed: refused, saying so."""
+    def run(model, deployed):
+        x = _x()
+        with torch.autograd.graph.save_on_cpu():
+            out = model(x)
+        out.mul_(2)
+        loss = (out * 3).sum()
+        if deployed:
+            with pytest.raises(NotImplementedError, match="changed in place here after a "
+                                                          "forward under save_on_cpu"):
+                loss.backward()
+            return None
+        loss.backward()
+        return x.grad
+
+    assert run(make_saves(), False) is not None
+    remote = cluster.deploy(make_saves(), stages=2)
+    try:
+        run(remote, True)
+    finally:
+        remote.close()
