@@ -499,12 +499,18 @@ def _summed(tapped: list) -> dict:
     return out
 
 
+def part_by_part(model) -> str:
+    """The ``placement=`` argument that deploys a chain of stages part by part instead (its
+    forward then runs on the client, calling each part on its worker)."""
+    names = getattr(model, "_stage_names", None) or []
+    placement = {path: stage for stage, paths in enumerate(names) for path in paths if path}
+    return f"placement={placement!r}" if placement else "placement={...}"
+
+
 def _create_graph_chain(model) -> str:
     """The refusal of a double backward through a chain of stages, with the deploy call that
     runs the same model from here, part by part, where it works."""
-    names = getattr(model, "_stage_names", None) or []
-    placement = {path: stage for stage, paths in enumerate(names) for path in paths if path}
-    way = (f"placement={placement!r}" if placement else "placement={...}")
+    way = part_by_part(model)
     return ("backward(create_graph=True) or autograd.grad(..., create_graph=True) through a "
             "model deployed as a chain of stages (its children cut into contiguous stages, "
             "each stage sending its activations and gradients straight to the next): those "

@@ -220,7 +220,7 @@ def _unpack_named(payload: dict, make_tensor, kept, classes: bool):
             and getattr(kind, "_fields", None) == fields:
         return kind._make(items)
     if form == "object":
-        return _distribution_made(kind, qualname, named, classes)
+        return _distribution_made(kind, module, qualname, named, classes)
     if classes and form != "tuple" and isinstance(kind, type) and (
             issubclass(kind, dict) if form == "mapping" else dataclasses.is_dataclass(kind)):
         try:
@@ -232,7 +232,7 @@ def _unpack_named(payload: dict, make_tensor, kept, classes: bool):
     return _stand_in(qualname.rpartition(".")[2], fields)._make(items)
 
 
-def _distribution_made(kind, qualname: str, state: dict, classes: bool):
+def _distribution_made(kind, module: str, qualname: str, state: dict, classes: bool):
     """The distribution ``_distribution_state`` describes, of its class ``kind`` (the
     client's: disthook's, or the program's own, found by its name: else a TypeError that
     says so), its state set as it was; a worker reading a client's gets a namedtuple of its
@@ -243,17 +243,39 @@ def _distribution_made(kind, qualname: str, state: dict, classes: bool):
     if not classes:
         return _stand_in(qualname.rpartition(".")[2], tuple(state))._make(state.values())
     if not (isinstance(kind, type) and issubclass(kind, Distribution)):
+        kind = _made_in_a_function(Distribution, module, qualname)
+    if kind is None:
         raise TypeError(
             f"a module on a worker returned a distribution of class {qualname}, which is not "
-            "found here by that name (a class made inside a function): define the class at "
-            "the top level of a module, or return the distribution's parameters and make it "
-            "in the code that calls the module")
+            "found here by that name (a class made inside a function: this process holds "
+            "none of that name, or several, made by two calls of the function): define the "
+            "class at the top level of a module, or return the distribution's parameters "
+            "and make it in the code that calls the module")
     made = kind.__new__(kind)
     for name, value in state.items():
         if name in ("_batch_shape", "_event_shape") and isinstance(value, tuple):
             value = Size(value)
         made.__dict__[name] = value
     return made
+
+
+def _made_in_a_function(base: type, module: str, name: str) -> type | None:
+    """The one class of this process under ``base``, of ``module``, named ``name`` and made
+    inside a function (``make_policy.<locals>.FixedNormal``): a deploying client's own class,
+    which its workers got by value (cloudpickle gives the worker's copy the class's name as
+    its qualname). None where there is none, or several (a factory called twice made two
+    classes of that name, and which one the worker's copy is cannot be told)."""
+    found, todo, seen = [], [base], set()
+    while todo:
+        kind = todo.pop()
+        if kind in seen:
+            continue
+        seen.add(kind)
+        if kind.__module__ == module and kind.__name__ == name.rpartition(".")[2] \
+                and "<locals>" in kind.__qualname__:
+            found.append(kind)
+        todo.extend(kind.__subclasses__())
+    return found[0] if len(found) == 1 else None
 
 
 def _importable(module: str) -> bool:
