@@ -1854,6 +1854,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         if self._base is None:
             if self._grad_fn is None and self._requires_grad:
                 raise RuntimeError(LEAF_INPLACE_MSG)
+            if "_custom_view" in self.__dict__:  # a placed call's output that is a custom
+                self._check_view_inplace()  # Function's view on its worker (a hook's)
         else:
             self._check_view_inplace()
         old = Tensor._make(self._data.copy(), self._grad_fn, self._output_nr)

@@ -20,7 +20,7 @@ from disthook import hooks as toolkit
 from disthook import wire
 from disthook._dtype import default_dtype_as
 from disthook.autograd import engine
-from disthook.service import op_calls
+from disthook.service import op_calls, values
 from disthook.service.loop import NO_REPLY, send_frames
 from disthook.service.values import opaque_in, pack, tensors_in, unpack
 from disthook.utils.checkpoint import checkpoint
@@ -130,6 +130,8 @@ class ComputeHandlers:
                     self._to_client(job, "ok", {"result": {
                         "output": out.detach()._data, "requires_grad": out.requires_grad,
                         "grad_fn": None if out.grad_fn is None else out.grad_fn.name(),
+                        "custom_view": values.custom_view(out),
+                        "saved": values.saved_by_its_node(out),
                         "rng": rng,
                         "attrs": attr_changes.merged(msg.get("attrs"), snap.changes()),
                         "forms": form.forms(st, job, msg.get("forms"))}, "ahead": ahead})
