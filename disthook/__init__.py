@@ -473,7 +473,11 @@ from disthook._limits import (  # noqa: F401
     preserve_format,
 )
 from disthook._settings import *
-from disthook.amp.autocast_mode import autocast, is_autocast_enabled  # noqa: F401
+from disthook.amp.autocast_mode import (  # noqa: F401
+    autocast,
+    get_autocast_dtype,
+    is_autocast_enabled,
+)
 from disthook.compiler import compile  # noqa: F401  # torch's wrapper of a module, run eagerly
 from disthook.cuda import OutOfMemoryError  # noqa: F401
 from disthook.storage import TypedStorage, UntypedStorage  # noqa: F401

@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 
-__all__ = ["backend", "gemm", "set_threads"]
+__all__ = ["aligned", "backend", "empty", "gemm", "owns_memory", "set_threads"]
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _INT_MAX = 2 ** 31 - 1
@@ -34,6 +34,13 @@ _SEQUENTIAL = 1  # MKL_THREADING_SEQUENTIAL
 # contiguous: at micro-batch sizes both BLAS libraries' kernels for a transposed right operand
 # are the slower ones (docs/performance.md)
 SMALL_ROWS = 32
+
+# MKL's kernels read an operand that does not start on a 64-byte line more slowly (a right
+# operand of x @ W: 15-20% at 128 x 1024 x 1024; of x @ W.T: ~5%), and numpy's allocations are
+# only 16-byte aligned where torch's are 64: a tensor made by a factory (torch.tensor, zeros,
+# empty, randn, ...) of at least ALIGN_MIN_BYTES starts on a line (``aligned``)
+ALIGN = 64
+ALIGN_MIN_BYTES = 1 << 16
 
 _state: dict = {"loaded": False, "lib": None, "why": "not loaded yet", "threads": None}
 
@@ -109,6 +116,68 @@ def set_threads(n: int) -> None:
         _state["lib"].MKL_Set_Num_Threads(int(n))
 
 
+def _data_offset() -> int | None:
+    """Where an ndarray object keeps its data pointer (numpy's ``PyArray_DATA``: just past
+    the object header), checked on two arrays against ``.ctypes.data``; None if not there."""
+    offset = sys.getsizeof(object())  # the object header: 16 on CPython's usual builds
+    probes = np.empty(8, np.uint8), np.empty((3, 5), np.float64)[1:, 2:]
+    for probe in probes:
+        if ctypes.c_void_p.from_address(id(probe) + offset).value != probe.ctypes.data:
+            return None
+    return offset
+
+
+_DATA_AT = _data_offset()
+
+
+def address(a: np.ndarray) -> int:
+    """The address of ``a``'s first element, as ``a.ctypes.data`` gives it, read where the
+    array object keeps it (``.ctypes.data`` and ``__array_interface__`` cost 2-8 us a call,
+    several per product)."""
+    if _DATA_AT is None:
+        return a.ctypes.data
+    return ctypes.c_void_p.from_address(id(a) + _DATA_AT).value or 0
+
+
+def empty(shape: tuple, dtype) -> np.ndarray:
+    """A new C-ordered array, starting on an ALIGN-byte line where it has ALIGN_MIN_BYTES or
+    more. It is the root of its own memory as numpy's are: its base chain ends in a
+    memoryview, not in the larger buffer under it (``owns_memory``), so storages, offsets and
+    sharing read as for any new array."""
+    dtype = np.dtype(dtype)
+    nbytes = dtype.itemsize
+    for n in shape:
+        nbytes *= n
+    if nbytes < ALIGN_MIN_BYTES:
+        return np.empty(shape, dtype)
+    raw = np.empty(nbytes + ALIGN, np.uint8)
+    start = -address(raw) % ALIGN
+    out = np.frombuffer(memoryview(raw)[start:start + nbytes], dtype)
+    return out.reshape(shape) if len(shape) != 1 else out
+
+
+def owns_memory(a: np.ndarray) -> bool:
+    """Is ``a`` all of its memory, as a new array is: numpy's own (no base), or one of
+    ``empty``'s (its base the whole flat array over the aligned buffer)?"""
+    base = a.base
+    return base is None or (type(base) is np.ndarray and type(base.base) is memoryview
+                            and base.nbytes == a.nbytes)
+
+
+def aligned(arr: np.ndarray, copy: bool = False) -> np.ndarray:
+    """``arr``, or, where it is C-contiguous, at least ALIGN_MIN_BYTES and does not start on
+    an ALIGN-byte line, a copy of it in ``empty``'s memory; ``copy``: always a new array
+    (aligned by the same rule, so that a worker's copy of a received weight lies as the
+    client's does)."""
+    if arr.nbytes < ALIGN_MIN_BYTES or not arr.flags.c_contiguous:
+        return np.array(arr) if copy else arr
+    if not copy and address(arr) % ALIGN == 0:
+        return arr
+    out = empty(arr.shape, arr.dtype)
+    np.copyto(out, arr)
+    return out
+
+
 def _layout(a: np.ndarray):
     """``(transpose flag, leading dimension)`` under which gemm reads ``a`` (row-major) where
     it lies, or None when it cannot: negative, zero or unaligned strides, gaps in both axes."""
@@ -143,11 +212,13 @@ def gemm(x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
         return None
     if m <= SMALL_ROWS and ly[0] == _TRANS and lx[0] == _NO_TRANS:
         # (y.T @ x.T).T: y.T lies row-major, x.T is x read transposed
-        out = np.empty((n, m), dtype)
-        fn(_ROW_MAJOR, _NO_TRANS, _TRANS, n, m, k, 1.0, y.ctypes.data, ly[1],
-           x.ctypes.data, lx[1], 0.0, out.ctypes.data, m)
-        return np.ascontiguousarray(out.T)
-    out = np.empty((m, n), dtype)
-    fn(_ROW_MAJOR, lx[0], ly[0], m, n, k, 1.0, x.ctypes.data, lx[1], y.ctypes.data, ly[1],
-       0.0, out.ctypes.data, n)
+        out = empty((n, m), dtype)
+        fn(_ROW_MAJOR, _NO_TRANS, _TRANS, n, m, k, 1.0, address(y), ly[1], address(x), lx[1],
+           0.0, address(out), m)
+        result = empty((m, n), dtype)
+        np.copyto(result, out.T)
+        return result
+    out = empty((m, n), dtype)
+    fn(_ROW_MAJOR, lx[0], ly[0], m, n, k, 1.0, address(x), lx[1], address(y), ly[1], 0.0,
+       address(out), n)
     return out

@@ -8,6 +8,18 @@ from __future__ import annotations
 
 import numpy as np
 
+try:  # numpy has no bfloat16; ml_dtypes (the JAX project's dtype package) gives it one
+    import ml_dtypes as _ml_dtypes
+except ImportError:  # pragma: no cover - exercised by hiding the module
+    _ml_dtypes = None
+
+BF16 = None if _ml_dtypes is None else np.dtype(_ml_dtypes.bfloat16)  # its numpy dtype
+
+
+def kind(np_dtype) -> str:
+    """numpy's kind letter of ``np_dtype``, with bfloat16 a float ("f"; numpy says "V")."""
+    return "f" if np_dtype == BF16 and BF16 is not None else np_dtype.kind
+
 
 class dtype:
     """A tensor element type; wraps a numpy dtype."""
@@ -17,8 +29,8 @@ class dtype:
     def __init__(self, name: str, np_dtype, legacy_type: str):
         self.name = name
         self.np = np.dtype(np_dtype)
-        self.is_floating_point = self.np.kind == "f"
-        self.is_signed = self.np.kind in "fic"
+        self.is_floating_point = kind(self.np) == "f"
+        self.is_signed = kind(self.np) in "fic"
         self.itemsize = self.np.itemsize
         self.legacy_type = legacy_type
 
@@ -26,6 +38,8 @@ class dtype:
         return f"torch.{self.name}"
 
     def __reduce__(self):
+        if self.np == BF16:  # (its numpy str, "<V2", names no dtype: by its name)
+            return (_by_name, (self.name,))
         return (from_numpy_dtype, (self.np.str,))
 
     @property
@@ -33,9 +47,9 @@ class dtype:
         return self.np.kind == "c"
 
     def to_complex(self) -> dtype:
-        """The complex dtype whose parts are of this float dtype (float16's is complex64:
-        numpy has no complex32); a complex dtype is its own."""
-        if self.np.kind not in "fc":
+        """The complex dtype whose parts are of this float dtype (float16's and bfloat16's
+        are complex64: numpy has no complex32); a complex dtype is its own."""
+        if kind(self.np) not in "fc":
             raise RuntimeError(f"to_complex is only supported for floating point dtypes, "
                                f"got {self}")
         return complex128 if self.np in (np.float64, np.complex128) else complex64
@@ -83,16 +97,22 @@ class _NotStored(dtype):
         return False
 
     def __reduce__(self):
-        return (_not_stored, (self.name,))
+        return (_by_name, (self.name,))
 
 
-def _not_stored(name: str) -> _NotStored:
+def _by_name(name: str) -> dtype:
     return globals()[name]
 
 
-bfloat16 = _NotStored("bfloat16", 2, "torch.BFloat16Tensor")
+_not_stored = _by_name  # (the name pickles of earlier versions call)
+
 
 ALL = (float16, float32, float64, int8, int16, int32, int64, uint8, bool, complex64, complex128)
+if BF16 is None:
+    bfloat16 = _NotStored("bfloat16", 2, "torch.BFloat16Tensor")
+else:
+    bfloat16 = dtype("bfloat16", BF16, "torch.BFloat16Tensor")
+    ALL = (*ALL, bfloat16)
 _BY_NP = {d.np: d for d in ALL}
 _BY_LEGACY = {d.legacy_type: d for d in ALL}
 
@@ -109,6 +129,23 @@ def from_numpy_dtype(np_dtype) -> dtype:
     return d
 
 
+def bfloat16_from_bits(bits: np.ndarray) -> tuple:
+    """bfloat16 values from their 16-bit patterns (uint16, any byte order): a bfloat16 array
+    over the same memory where it can be, and False; without ml_dtypes the float32 array of
+    the same values (a bfloat16 is the high half of that float32), and True."""
+    if not bits.dtype.isnative:
+        bits = bits.astype(bits.dtype.newbyteorder("="))
+    if BF16 is not None:
+        return bits.view(BF16), False
+    return (bits.astype(np.uint32) << 16).view(np.float32), True
+
+
+def as_buffer(array: np.ndarray) -> np.ndarray:
+    """``array`` in a form Python's buffer protocol takes (memoryview, file writes): a
+    bfloat16 one as its 16-bit patterns (uint16, the same memory), any other as it is."""
+    return array.view(np.uint16) if array.dtype == BF16 and BF16 is not None else array
+
+
 def from_legacy(name: str) -> dtype:
     try:
         return _BY_LEGACY[name]
@@ -119,7 +156,7 @@ def from_legacy(name: str) -> dtype:
 _C_TYPE_NAMES = {float16: "c10::Half", float32: "float", float64: "double", int8: "signed char",
                  int16: "short int", int32: "int", int64: "long int", uint8: "unsigned char",
                  bool: "bool", complex64: "c10::complex<float>",
-                 complex128: "c10::complex<double>"}
+                 complex128: "c10::complex<double>", bfloat16: "c10::BFloat16"}
 
 
 def scalar_type_name(d: dtype) -> str:
@@ -152,7 +189,7 @@ def set_default_dtype(d: dtype) -> None:
 
 # ---- the default dtype of a deployed model's client, on its workers ------------------------
 
-_SENDABLE = {d.name: d for d in (float16, float32, float64)}
+_SENDABLE = {d.name: d for d in (float16, float32, float64, bfloat16) if d in ALL}
 
 
 def default_dtype_field() -> dict:

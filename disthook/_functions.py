@@ -12,6 +12,8 @@ import numpy as np
 
 from disthook import _dtype
 from disthook._out import factory_out
+from disthook.amp import cpu_policy
+from disthook.ops import _bf16
 from disthook.ops.base import refuse_complex
 from disthook.tensor import Tensor, _factory, cat, stack, tensor
 
@@ -152,6 +154,7 @@ def combinations(input: Tensor, r: int = 2, with_replacement: bool = False) -> T
     return input[index.reshape(-1)].reshape(len(idx), r)
 
 
+@cpu_policy.covered(cpu_policy.LOWER)
 def tensordot(a: Tensor, b: Tensor, dims=2, out=None) -> Tensor:
     if isinstance(dims, Tensor):
         dims = dims.tolist()
@@ -186,7 +189,10 @@ def chain_matmul(*matrices) -> Tensor:
     return out
 
 
+@cpu_policy.covered(cpu_policy.FP32)
 def cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode=None) -> Tensor:
+    if _dtype.bfloat16 in (x1.dtype, x2.dtype):  # (torch has no bfloat16 kernel for it)
+        _bf16.refuse("cdist")
     diff = x1.unsqueeze(-2) - x2.unsqueeze(-3)
     if p == 0:
         return (diff != 0).to(x1.dtype).sum(-1)
@@ -715,6 +721,7 @@ def instance_norm(input, weight, bias, running_mean, running_var, use_input_stat
 _REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}  # torch's top-level losses take these ints
 
 
+@cpu_policy.covered(cpu_policy.FP32)
 def binary_cross_entropy_with_logits(input, target, weight=None, pos_weight=None,
                                      reduction: int = 1) -> Tensor:
     """``torch.binary_cross_entropy_with_logits``: ``reduction`` is 0 / 1 / 2 (none, mean,

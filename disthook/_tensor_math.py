@@ -35,7 +35,7 @@ IsNegInf = _nograd_op("IsNegInf", np.isneginf)
 
 
 def _integral(t, name: str) -> None:
-    if t._data.dtype.kind == "f":
+    if _dtype.kind(t._data.dtype) == "f":
         raise RuntimeError(f"\"{name}_cpu\" not implemented for '{_dtype.scalar_type_name(t.dtype)}'")
 
 
@@ -120,7 +120,7 @@ class MathMethods:
         return self._unary_float(M.Rad2Deg)
 
     def frac(self):
-        if self._data.dtype.kind != "f":
+        if _dtype.kind(self._data.dtype) != "f":
             raise RuntimeError(f"\"frac_cpu\" not implemented for "
                                f"'{_dtype.scalar_type_name(self.dtype)}'")
         return M.Frac.apply(self)
@@ -139,7 +139,7 @@ class MathMethods:
     def nan_to_num(self, nan=0.0, posinf=None, neginf=None):
         if self._data.dtype.kind == "c":
             refuse_complex("nan_to_num", self)
-        if self._data.dtype.kind != "f":
+        if _dtype.kind(self._data.dtype) != "f":
             return self.clone()
         return M.NanToNum.apply(self, nan=nan, posinf=posinf, neginf=neginf)
 
@@ -158,7 +158,7 @@ class MathMethods:
         return self._make(np.ones(self._data.shape, dtype=bool), None, 0)
 
     def is_signed(self) -> bool:
-        return self._data.dtype.kind in "fic"
+        return _dtype.kind(self._data.dtype) in "fic"
 
     def frexp(self):
         from disthook.tensor import _ValuesIndices
@@ -358,7 +358,7 @@ class MathMethods:
 
     def random_(self, from_=0, to=None, *, generator=None):
         if to is None:
-            if self._data.dtype.kind == "f":
+            if _dtype.kind(self._data.dtype) == "f":
                 to = 2 ** np.finfo(self._data.dtype).nmant + 1
             elif self._data.dtype.kind == "b":
                 to = 2

@@ -13,6 +13,8 @@ import math
 import numpy as np
 
 from disthook import _dtype
+from disthook.amp import cpu_policy
+from disthook.ops import _bf16
 from disthook.ops import scan as C
 from disthook.ops.base import refuse_complex
 from disthook.ops.reduce import norm_dims
@@ -175,7 +177,7 @@ class ReduceMethods:
             raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
         w = None if weights is None else weights._data
         out = np.bincount(self._data, weights=w, minlength=minlength)
-        dt = np.int64 if w is None else (w.dtype if w.dtype.kind == "f" else np.float64)
+        dt = np.int64 if w is None else (w.dtype if _dtype.kind(w.dtype) == "f" else np.float64)
         return self._make(out.astype(dt), None, 0)
 
     def cov(self, *, correction=1, fweights=None, aweights=None):
@@ -254,20 +256,28 @@ class ReduceMethods:
         b0, b1, b2 = b.unbind(d)
         return stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], d)
 
+    @cpu_policy.covered(cpu_policy.LOWER)
     def addmm(self, mat1, mat2, *, beta=1, alpha=1):
-        return _scaled_sum(self, mat1.mm(mat2), beta, alpha)
+        return _bf16.rounded_once(lambda s, x, y: _scaled_sum(s, x.mm(y), beta, alpha),
+                                  self, mat1, mat2)
 
     def addmv(self, mat, vec, *, beta=1, alpha=1):
-        return _scaled_sum(self, mat.mv(vec), beta, alpha)
+        return _bf16.rounded_once(lambda s, x, y: _scaled_sum(s, x.mv(y), beta, alpha),
+                                  self, mat, vec)
 
     def addr(self, vec1, vec2, *, beta=1, alpha=1):
-        return _scaled_sum(self, vec1.outer(vec2), beta, alpha)
+        return _bf16.rounded_once(lambda s, x, y: _scaled_sum(s, x.outer(y), beta, alpha),
+                                  self, vec1, vec2)
 
+    @cpu_policy.covered(cpu_policy.LOWER)
     def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
-        return _scaled_sum(self, batch1.bmm(batch2).sum(0), beta, alpha)
+        return _bf16.rounded_once(lambda s, x, y: _scaled_sum(s, x.bmm(y).sum(0), beta, alpha),
+                                  self, batch1, batch2)
 
+    @cpu_policy.covered(cpu_policy.LOWER)
     def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
-        return _scaled_sum(self, batch1.bmm(batch2), beta, alpha)
+        return _bf16.rounded_once(lambda s, x, y: _scaled_sum(s, x.bmm(y), beta, alpha),
+                                  self, batch1, batch2)
 
     def matrix_power(self, n):
         from disthook import linalg
@@ -401,7 +411,7 @@ def _quantile(x, q, dim, keepdim, interpolation, ignore_nan):
     from disthook.tensor import Tensor, stack, tensor
 
     name = "nanquantile" if ignore_nan else "quantile"
-    if not x.is_floating_point():
+    if not x.is_floating_point() or x.dtype is _dtype.bfloat16:
         raise RuntimeError(f"{name}() input tensor must be either float or double dtype")
     if interpolation not in ("linear", "lower", "higher", "midpoint", "nearest"):
         raise RuntimeError(f"{name}() interpolation must be one of linear, lower, higher, "

@@ -70,7 +70,7 @@ class _Formatter:
 
     def __init__(self, values: np.ndarray) -> None:
         flat = values.reshape(-1)
-        self.is_float = flat.dtype.kind == "f"
+        self.is_float = _dtype.kind(flat.dtype) == "f"
         self.int_mode = True
         self.sci_mode = False
         self.width = 1

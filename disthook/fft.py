@@ -93,8 +93,11 @@ def _resized(x: Tensor, dims, sizes) -> Tensor:
 
 def _floating(input: Tensor, name: str) -> Tensor:
     """The input as float or complex of the precision torch transforms in (integers and bool:
-    the default float dtype); float16 is refused, as torch's CPU transforms refuse it."""
+    the default float dtype); float16 and bfloat16 are refused, as torch's CPU transforms
+    refuse them."""
     kind = input._data.dtype.kind
+    if input._data.dtype == _dtype.BF16:
+        raise RuntimeError("Unsupported dtype BFloat16")
     if kind not in "fc":
         return input.to(_dtype.get_default_dtype())
     if input._data.dtype == np.float16:

@@ -8,6 +8,7 @@ mt19937).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 
 import numpy as np
@@ -104,6 +105,33 @@ def _set_stream_state(state: str) -> None:
         rng.bit_generator.state = loaded
         default_generator._rng = rng
     _last[:] = [state, default_generator._rng.bit_generator.state]
+
+
+def _streams_of_parts(n: int) -> list[str]:
+    """``n`` streams of their own (as ``_stream_state`` gives them) derived from the default
+    generator's state without drawing from it: one for each micro-batch of a chunked call,
+    or each stage of a training step, which run side by side on the workers and so cannot
+    pass one stream along. The same state gives the same streams (``manual_seed`` repeats
+    them); ``_after_parts(n)`` then moves this stream on, as a draw would."""
+    base = _stream_state()
+    return [_derived(base, i) for i in range(n)]
+
+
+def _after_parts(n: int) -> None:
+    """The default generator once the ``n`` streams ``_streams_of_parts(n)`` gave were drawn
+    from: a stream of its own derived from the same state, so that the next call's parts
+    draw other numbers, and no one else's."""
+    _set_stream_state(_derived(_stream_state(), n))
+
+
+def _derived(base: str, i: int) -> str:
+    """Stream ``i`` made from state ``base``: a PCG64 state from their hash (a few µs; a
+    SeedSequence's took 0.2 ms)."""
+    digest = hashlib.sha256(f"{i}:{base}".encode()).digest()
+    return json.dumps({"bit_generator": "PCG64",
+                       "state": {"state": int.from_bytes(digest[:16], "little"),
+                                 "inc": int.from_bytes(digest[16:], "little") | 1},
+                       "has_uint32": 0, "uinteger": 0})
 
 
 # the last stream state turned to text or set from text here, and that text: a call whose

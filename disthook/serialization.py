@@ -25,6 +25,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from disthook import _dtype
 from disthook._serialization import archive as _archive
 from disthook._serialization import disthook_v1, legacy, names, unpickler
 from disthook._serialization.pickler import TorchPickler
@@ -120,6 +121,7 @@ def save(obj, f, pickle_module=pickle, pickle_protocol: int = DEFAULT_PROTOCOL,
         if not _disable_byteorder_record:
             writer.write("byteorder", b"little")
         for key, array in pickler.records:
+            array = _dtype.as_buffer(array)
             writer.write(f"data/{key}", array.astype(array.dtype.newbyteorder("<"), copy=False))
         writer.write_trailer()
         writer.close()
@@ -209,9 +211,9 @@ class _StorageLoader:
             "<" if self.byteorder == "little" else ">"))
         if not array.dtype.isnative:
             array = array.astype(dtype)
-        if kind.dtype == "bfloat16":  # numpy has no bfloat16: exactly the same values as float32
-            array = (array.astype(np.uint32) << 16).view(np.float32)
-            self.bfloat16 = True
+        if kind.dtype == "bfloat16":
+            array, widened = _dtype.bfloat16_from_bits(array)
+            self.bfloat16 = self.bfloat16 or widened
         storage = _location(self.map_location, Storage(array, key), location)
         self.loaded[key] = storage
         return storage
@@ -243,8 +245,9 @@ def _load_torch(archive: zipfile.ZipFile, prefix: str, name: str, length: int, p
 
 
 def _warn_bfloat16(name: str, stacklevel: int) -> None:
-    warnings.warn(f"disthook.load: {name} holds bfloat16 tensors; numpy has no bfloat16, so "
-                  "they load as float32 (the same values, twice the memory)", UserWarning,
+    warnings.warn(f"disthook.load: {name} holds bfloat16 tensors; numpy has no bfloat16 "
+                  "(without the ml_dtypes package), so they load as float32 (the same "
+                  "values, twice the memory)", UserWarning,
                   stacklevel=stacklevel)
 
 

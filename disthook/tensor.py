@@ -14,7 +14,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from disthook import _dtype
+from disthook import _blas, _dtype
 from disthook import random as _random
 from disthook._dtype import dtype as _DType
 from disthook._keywords import take_torch_keywords
@@ -24,7 +24,9 @@ from disthook._out import check_layout, check_pin_memory, factory_out, write_out
 from disthook._tensor_math import INPLACE_NAMES, MathMethods, inplace_of
 from disthook._tensor_reduce import ReduceMethods
 from disthook._tensor_shape import NO_ACCELERATOR, ShapeMethods, by_keyword
+from disthook.amp import cpu_policy
 from disthook.autograd import grad_mode, inference
+from disthook.ops import _bf16
 from disthook.ops import complex as C
 from disthook.ops import elementwise as E
 from disthook.ops import linalg as L
@@ -302,7 +304,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self._data.itemsize
 
     def is_floating_point(self) -> bool:
-        return self._data.dtype.kind == "f"
+        return _dtype.kind(self._data.dtype) == "f"
 
     def is_complex(self) -> bool:
         return self._data.dtype.kind == "c"
@@ -365,7 +367,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         if self._grad_fn is not None:
             raise RuntimeError(NON_LEAF_REQUIRES_GRAD_MSG + (
                 "" if value else NON_LEAF_REQUIRES_GRAD_HINT))
-        if value and self._data.dtype.kind not in "fc":
+        if value and _dtype.kind(self._data.dtype) not in "fc":
             raise RuntimeError(
                 "only Tensors of floating point and complex dtype can require gradients")
         inference.check_requires_grad(self, value)
@@ -377,7 +379,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             if not requires_grad:
                 raise RuntimeError(NON_LEAF_REQUIRES_GRAD_MSG + NON_LEAF_REQUIRES_GRAD_HINT)
             return self  # a non-leaf already requires grad
-        if requires_grad and self._data.dtype.kind not in "fc":
+        if requires_grad and _dtype.kind(self._data.dtype) not in "fc":
             raise RuntimeError("only Tensors of floating point dtype can require gradients")
         inference.check_requires_grad(self, requires_grad)
         self._requires_grad = builtins.bool(requires_grad)
@@ -512,6 +514,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             raise RuntimeError(
                 "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() "
                 "instead.")
+        if self._data.dtype == _dtype.BF16:  # (numpy has no bfloat16: torch refuses too)
+            raise TypeError("Got unsupported ScalarType BFloat16")
         return self._data
 
     def __array__(self, dtype=None, copy=None):
@@ -655,7 +659,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         if self._data.dtype.kind == "c" and np_dt.kind != "c":
             warnings.warn("Casting complex values to real discards the imaginary part",
                           UserWarning, stacklevel=2)
-        return (ToCopy if np_dt.kind in "fc" else CastNoGrad).apply(self, dtype=np_dt)
+        return (ToCopy if _dtype.kind(np_dt) in "fc" else CastNoGrad).apply(self, dtype=np_dt)
 
     def cpu(self, memory_format=None) -> "Tensor":
         return self
@@ -740,8 +744,11 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             _check_broadcast(a, b)
         if grad_mode._state.enabled and (a._requires_grad or b._requires_grad):
             return op.apply(a, b, **params)
-        if a._data.dtype.kind == "c" and not op.complex_ok:
-            refuse_complex(op, a)
+        if a._data.dtype.kind in "cV":  # (complex: refused or not; bfloat16: in float32)
+            if a._data.dtype.kind == "V":
+                return op.apply(a, b, **params)
+            if not op.complex_ok:
+                refuse_complex(op, a)
         # no graph to record (as inside backward): the op's forward alone, without apply's
         # bookkeeping; every binary op returns one new array
         try:
@@ -789,7 +796,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         if not isinstance(other, (Tensor, numbers.Number, np.generic)):
             return NotImplemented
         dt = result_dtype(self, other)
-        if dt.kind not in "fc":
+        if _dtype.kind(dt) not in "fc":
             dt = _dtype.get_default_dtype().np
         a = self.to(dt)
         b = other.to(dt) if isinstance(other, Tensor) else other
@@ -825,7 +832,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         x = self
         if isinstance(base, complex) and self._data.dtype.kind != "c":
             x = self.to(_complex_for(self))
-        elif self._data.dtype.kind not in "fc":
+        elif _dtype.kind(self._data.dtype) not in "fc":
             integral = isinstance(base, (int, np.integer))
             x = self.float() if not integral else self.long() if self.dtype.np.kind == "b" else self
         return E.RPowScalar.apply(x, base=base)
@@ -938,7 +945,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         if isinstance(exponent, complex) and self._data.dtype.kind != "c":
             # a complex power of a real tensor is complex, as torch's type promotion has it
             base = self.to(_complex_for(self))
-        elif self._data.dtype.kind not in "fc" and isinstance(exponent, builtins.float):
+        elif _dtype.kind(self._data.dtype) not in "fc" and isinstance(exponent, builtins.float):
             base = self.float()
         elif self._data.dtype.kind in "iu" and exponent < 0:
             raise RuntimeError("Integers to negative integer powers are not allowed.")
@@ -1026,7 +1033,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
 
     def _floating(self) -> "Tensor":
         # (a complex tensor stays complex: the op it goes to takes it, or refuses it)
-        return self if self._data.dtype.kind in "fc" else self.to(_dtype.get_default_dtype())
+        return self if _dtype.kind(self._data.dtype) in "fc" else self.to(_dtype.get_default_dtype())
 
     def clamp(self, min=None, max=None):
         if min is None and max is None:
@@ -1089,7 +1096,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return S.MaskedFill.apply(self, mask, value=value)
 
     def lerp(self, end, weight):
-        return self + weight * (end - self)
+        return _bf16.rounded_once(lambda a, b: a + weight * (b - a), self, end)
 
     def eq(self, other):
         return self == other
@@ -1142,6 +1149,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
 
     # ---- reductions ----------------------------------------------------------------------
     def sum(self, dim=None, keepdim=False, *, dtype=None):
+        if dtype is not None and _dtype.to_dtype(dtype) is _dtype.bfloat16 is not self.dtype:
+            return self.to(dtype).sum(dim, keepdim)  # (numpy would add in bfloat16)
         dims = R.norm_dims(dim, self.ndim)
         if dim is None and not keepdim:
             return R.SumAll.apply(self, dtype=_np_dtype(dtype))
@@ -1211,6 +1220,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             out = np.expand_dims(out, d)
         return Tensor._make(out.astype(np.int64), None, 0)
 
+    @cpu_policy.covered(cpu_policy.FP32)
     def prod(self, dim=None, keepdim=False, *, dtype=None):
         x = self if dtype is None else self.to(dtype)
         if dim is None:
@@ -1473,6 +1483,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return op.apply(self.to(dt), t1.to(dt), t2.to(dt), value=value)
 
     # ---- matrix products -----------------------------------------------------------------
+    @cpu_policy.covered(cpu_policy.LOWER)
     def matmul(self, other):
         if not isinstance(other, Tensor):
             raise TypeError(f"matmul(): argument 'other' must be Tensor, not "
@@ -1482,6 +1493,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             return C.product(L.matmul, (self, other))
         return L.matmul(self, other)
 
+    @cpu_policy.covered(cpu_policy.LOWER)
     def mm(self, mat2):
         other = mat2
         if self.ndim != 2:
@@ -1508,6 +1520,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             return C.product(L.Dot.apply, (self, other))
         return L.Dot.apply(self, other)
 
+    @cpu_policy.covered(cpu_policy.LOWER)
     def bmm(self, mat2):
         other = mat2
         if self.ndim != 3 or other.ndim != 3:
@@ -1540,7 +1553,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def view(self, *args, size=None):
         shape = args if size is None else by_keyword(args, size, "size", "view")
         if len(shape) == 1 and isinstance(shape[0], _DType):
-            raise NotImplementedError("view(dtype) reinterpretation is not supported")
+            return self._view_dtype(shape[0])
         shape = self._shape_arg(shape)
         if not _can_view(self._data, shape):
             raise RuntimeError(
@@ -1548,6 +1561,21 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
                 "one dimension spans across two contiguous subspaces). Use .reshape(...) "
                 "instead.")
         return S.View.apply(self, shape=shape)
+
+    def _view_dtype(self, dtype: _DType) -> Tensor:
+        """``view(dtype)``: the same bytes read as ``dtype`` (the last dim scales by the ratio
+        of element sizes); as torch's, it shares memory and version, and has no history."""
+        try:
+            data = self._data.view(dtype.np) if self._data.ndim else (
+                self._data.reshape(1).view(dtype.np).reshape(()))
+        except ValueError:
+            raise RuntimeError(
+                f"self.stride(-1) must be 1 to view {self.dtype} as {dtype} (different "
+                f"element sizes), or self.dim() must be 0 (here shape {list(self.shape)} and "
+                f"strides {list(self.stride())}); call .contiguous() first") from None
+        t = Tensor._make(data, None, 0)
+        t._vc = self._vc
+        return t
 
     def reshape(self, *args, shape=None):
         shape = self._shape_arg(args if shape is None else
@@ -1830,6 +1858,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         if self._base is None:
             if self._grad_fn is None and self._requires_grad:
                 raise RuntimeError(LEAF_INPLACE_MSG)
+            if "_custom_view" in self.__dict__:  # a placed call's output that is a custom
+                self._check_view_inplace()  # Function's view on its worker (a hook's)
         else:
             self._check_view_inplace()
         old = Tensor._make(self._data.copy(), self._grad_fn, self._output_nr)
@@ -1897,7 +1927,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
                 f"output with shape {list(self.shape)} doesn't match the broadcast shape "
                 f"{list(np.broadcast_shapes(self._data.shape, b._data.shape))}")
         ufunc = _UFUNC_INPLACE.get(op) if not grad_mode._state.enabled else None
-        if ufunc is not None:
+        if ufunc is not None and self._data.dtype != _dtype.BF16:  # (bfloat16: as op does)
             # no graph (an optimizer step): compute straight into self's memory
             alpha = params.get("alpha", 1)
             _write_with(self, ufunc, b._data if alpha == 1 else b._data * alpha)
@@ -1921,7 +1951,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
                                    f"cast to the desired output type "
                                    f"{_kind_title(self._data.dtype)}")
             return self.copy_(result)
-        if self._data.dtype.kind not in "fc" and result_dtype(self, other).kind != "f":
+        if _dtype.kind(self._data.dtype) not in "fc" and result_dtype(self, other).kind != "f":
             # true division of integers is floating, which an integer tensor cannot hold
             raise RuntimeError(f"result type Float can't be cast to the desired output type "
                                f"{_kind_title(self._data.dtype)}")
@@ -1930,7 +1960,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def pow_(self, exponent):
         if isinstance(exponent, Tensor):
             return self._inplace_binary(E.Pow, exponent)
-        if self._data.dtype.kind not in "fc" and isinstance(exponent, builtins.float):
+        if _dtype.kind(self._data.dtype) not in "fc" and isinstance(exponent, builtins.float):
             raise RuntimeError(f"result type Float can't be cast to the desired output type "
                                f"{_kind_title(self._data.dtype)}")
         if self._data.dtype.kind != "c" and isinstance(exponent, complex):
@@ -2436,9 +2466,9 @@ def _size_args(size) -> tuple:
 def _factory(arr: np.ndarray, requires_grad: bool, device=None) -> Tensor:
     """A new leaf holding ``arr``; factories word the dtype check with a capital O."""
     _check_device(device)
-    t = Tensor._make(arr, None, 0)
+    t = Tensor._make(_blas.aligned(arr), None, 0)
     if requires_grad:
-        if arr.dtype.kind not in "fc":
+        if _dtype.kind(arr.dtype) not in "fc":
             raise RuntimeError(FACTORY_REQUIRES_GRAD_MSG)
         t._requires_grad = True
     return t
@@ -2448,23 +2478,31 @@ def _float_dt(dtype):
     return _np_dtype(dtype) if dtype is not None else _dtype.get_default_dtype().np
 
 
+def _filled(shape, dtype, value) -> np.ndarray:
+    """A new array of ``value`` laid out as _factory keeps it (disthook._blas.aligned), made
+    there at once rather than copied there."""
+    out = _blas.empty(tuple(shape), dtype)
+    out.fill(value)
+    return out
+
+
 @factory_out
 def zeros(*args, size=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     size = by_keyword(args, size, "size", "zeros")
-    return _factory(np.zeros(_size_args(size), _float_dt(dtype)), requires_grad, device)
+    return _factory(_filled(_size_args(size), _float_dt(dtype), 0), requires_grad, device)
 
 
 @factory_out
 def ones(*args, size=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     size = by_keyword(args, size, "size", "ones")
-    return _factory(np.ones(_size_args(size), _float_dt(dtype)), requires_grad, device)
+    return _factory(_filled(_size_args(size), _float_dt(dtype), 1), requires_grad, device)
 
 
 @factory_out
 def empty(*args, size=None, dtype=None, device=None, requires_grad=False,
           memory_format=None) -> Tensor:
     size = by_keyword(args, size, "size", "empty")
-    return _factory(np.zeros(_size_args(size), _float_dt(dtype)), requires_grad, device)
+    return _factory(_filled(_size_args(size), _float_dt(dtype), 0), requires_grad, device)
 
 
 @factory_out
@@ -2483,19 +2521,19 @@ def _like(t: Tensor, dtype):
 def zeros_like(input, *, dtype=None, device=None, requires_grad=False,
                memory_format=None) -> Tensor:
     check_memory_format(memory_format, "zeros_like")
-    return _factory(np.zeros(input.shape, _like(input, dtype)), requires_grad, device)
+    return _factory(_filled(input.shape, _like(input, dtype), 0), requires_grad, device)
 
 
 def ones_like(input, *, dtype=None, device=None, requires_grad=False,
               memory_format=None) -> Tensor:
     check_memory_format(memory_format, "ones_like")
-    return _factory(np.ones(input.shape, _like(input, dtype)), requires_grad, device)
+    return _factory(_filled(input.shape, _like(input, dtype), 1), requires_grad, device)
 
 
 def empty_like(input, *, dtype=None, device=None, requires_grad=False,
                memory_format=None) -> Tensor:
     check_memory_format(memory_format, "empty_like")
-    return _factory(np.zeros(input.shape, _like(input, dtype)), requires_grad, device)
+    return _factory(_filled(input.shape, _like(input, dtype), 0), requires_grad, device)
 
 
 def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False,
@@ -2518,9 +2556,13 @@ def arange(start=None, end=None, step=1, *, dtype=None, device=None,
         raise RuntimeError("step must be nonzero")
     if dtype is None:
         is_float = builtins.any(isinstance(v, builtins.float) or
-                                (isinstance(v, np.ndarray) and v.dtype.kind == "f") for v in vals)
+                                (isinstance(v, np.ndarray) and _dtype.kind(v.dtype) == "f") for v in vals)
         dtype = _dtype.get_default_dtype() if is_float else _dtype.int64
-    return _factory(np.arange(*vals, dtype=_np_dtype(dtype)), requires_grad, device)
+    np_dt = _np_dtype(dtype)
+    if np_dt == _dtype.BF16:  # (numpy would step in bfloat16; torch steps in float)
+        return _factory(np.arange(*vals, dtype=np.float64).astype(np.float32).astype(np_dt),
+                        requires_grad, device)
+    return _factory(np.arange(*vals, dtype=np_dt), requires_grad, device)
 
 
 @factory_out
@@ -2605,6 +2647,7 @@ def stack(tensors, dim=0, *, out=None) -> Tensor:
     return S.Stack.apply(*tensors, dim=dim % n)
 
 
+@cpu_policy.covered(cpu_policy.LOWER)
 def einsum(equation, *operands) -> Tensor:
     """Sum of products over the subscripts of ``equation`` (``'ij,jk->ik'``, ellipsis and
     implicit output as in torch); operands may be given as one list."""
@@ -2634,7 +2677,7 @@ def einsum(equation, *operands) -> Tensor:
 
 
 def _var_mean_args(input, dim, unbiased, correction, name):
-    if input._data.dtype.kind != "f":
+    if _dtype.kind(input._data.dtype) != "f":
         raise RuntimeError(f"{name} only support floating point and complex dtypes")
     if isinstance(dim, builtins.bool):
         unbiased, dim = dim, None
@@ -2657,7 +2700,7 @@ def multinomial(input, num_samples, replacement=False, *, generator=None) -> Ten
     """Indices drawn from the categories of each row, weighted by its (unnormalised)
     probabilities, with disthook's generator; without replacement each index at most once."""
     p = input._data
-    if p.dtype.kind != "f":
+    if _dtype.kind(p.dtype) != "f":
         raise RuntimeError(f"multinomial only supports floating-point dtypes for input, got: "
                            f"{_dtype.scalar_type_name(input.dtype)}")
     if p.ndim not in (1, 2):

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from disthook import _dtype
+
 __all__ = ["assert_allclose", "assert_close"]
 
 # (rtol, atol) by dtype; a dtype not listed (integers, bool) compares exactly
@@ -143,7 +145,9 @@ def _compare_tensors(actual, expected, path: str, options: dict) -> None:
                             + _at(path))
     names = [str(t.dtype).replace("torch.", "") for t in (actual, expected)]
     rtol, atol = _tolerances(names, options["rtol"], options["atol"])
-    a, e = actual.detach().numpy(), expected.detach().numpy()
+    # (bfloat16 compared as the float32 of the same values: numpy's loops have no bfloat16)
+    a, e = (t._data.astype(np.float32) if t.dtype is _dtype.bfloat16 else t.detach()._data
+            for t in (actual, expected))
     common = np.result_type(a, e)
     report = _diff_report(a.astype(common), e.astype(common), rtol, atol, options["equal_nan"],
                           actual.ndim == 0, "Tensor-likes")

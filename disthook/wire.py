@@ -35,6 +35,8 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from disthook import _dtype
+
 __all__ = [
     "ARRAY_EXT",
     "DTYPES",
@@ -85,8 +87,10 @@ __all__ = [
 # "client_modes" (the deployer's client-side modules' train/eval, which a stage's form
 # carries as "client" to attached clients), a worker's links and heartbeats under
 # identities of its own (random, a heartbeat only with the servers' key): which a process
-# of 15 refuses or does not follow
-PROTOCOL_VERSION = 16
+# of 15 refuses or does not follow; 17: a train_step carries the stage's random stream
+# ("rng"), which a worker of 16 refuses; 18: arrays of dtype "bfloat16" (the last pipe dtype
+# code), which a process of 17 refuses
+PROTOCOL_VERSION = 18
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
@@ -97,9 +101,16 @@ PING_EVERY_BEATS = 2
 SILENT_AFTER_BEATS = 10  # the coordinator lists a worker this long without beats as not alive
 ARRAY_EXT = 1  # msgpack extension code of an array placeholder in the header
 
-# The array dtypes that may cross the wire, by their little-endian numpy names.
-DTYPES = frozenset({"<f2", "<f4", "<f8", "|i1", "<i2", "<i4", "<i8", "|u1", "|b1", "<c8", "<c16"})
-_NP_DTYPES = {s: np.dtype(s) for s in DTYPES}
+# The array dtypes that may cross the wire, by their little-endian numpy names, and bfloat16
+# by its name (numpy's str of ml_dtypes' bfloat16, "<V2", names no dtype; a process without
+# ml_dtypes has no bfloat16 tensors and refuses it).
+_NUMPY_DTYPES = ("<f2", "<f4", "<f8", "|i1", "<i2", "<i4", "<i8", "|u1", "|b1", "<c8", "<c16")
+_NP_DTYPES = {s: np.dtype(s) for s in _NUMPY_DTYPES}
+_WIRE_NAMES = {}  # numpy's str of a dtype -> its name on the wire, where they differ
+if _dtype.BF16 is not None:
+    _NP_DTYPES["bfloat16"] = _dtype.BF16
+    _WIRE_NAMES[_dtype.BF16.str] = "bfloat16"
+DTYPES = frozenset(_NP_DTYPES)
 
 
 class WireError(ValueError):
@@ -387,11 +398,13 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "captured": {"name": "str", "clear": "bool?", "model": "str?"},
     # pipelined training steps: the client gives each stage its schedule; micro-batch
     # activations and gradients (or an abort) go stage to stage as "pipe" messages
-    # (optimizer_calls: this stage's optimizer calls not sent yet, run before the schedule)
+    # (optimizer_calls: this stage's optimizer calls not sent yet, run before the schedule;
+    # rng: the stream the stage draws from, made from the client's, handed back as "rng")
     "train_step": {"model": "str", "step": "str", "schedule": "list[schedule_action]",
                    "reply_to": "str", "inputs": "list?", "targets": "list?",
                    "loss": "loss_spec?", "scales": "list?",
-                   "optimizer_calls": "list[optimizer_call]?", "default_dtype": "str?"},
+                   "optimizer_calls": "list[optimizer_call]?", "default_dtype": "str?",
+                   "rng": "str?"},
     "pipe": {"model": "str", "step": "str", "kind": "pipe_kind", "mb": "int", "data": "array?",
              "reason": "str?"},
     # parameters, buffers and optimizer shards
@@ -496,14 +509,15 @@ def encode(msg_type: str, fields: Mapping[str, Any] | None = None, *, req: int =
         # table comes before the fields, so that the receiver has the arrays in hand when
         # it meets their references (msgpack fixmap 0x85 -> 0x86)
         head = msgpack.packb({"v": PROTOCOL_VERSION, "t": msg_type, "r": int(req), "c": ctx,
-                              "a": [[a.dtype.str, list(a.shape)] for a in arrays]},
+                              "a": [[_WIRE_NAMES.get(a.dtype.str, a.dtype.str), list(a.shape)]
+                                    for a in arrays]},
                              use_bin_type=True)
     except WireError:
         raise
     except (TypeError, ValueError, OverflowError) as exc:
         raise WireError(f"{msg_type!r} message cannot be packed: {exc}") from None
     return [b"\x86" + head[1:] + _F_KEY + body_bytes] + [
-        memoryview(a).cast("B") if a.size else b"" for a in arrays]
+        memoryview(_dtype.as_buffer(a)).cast("B") if a.size else b"" for a in arrays]
 
 
 _F_KEY = msgpack.packb("f")
@@ -553,7 +567,7 @@ def _sendable(arr: np.ndarray, index: int) -> np.ndarray:
     dt = arr.dtype
     if dt.byteorder == ">":
         arr = arr.astype(dt.newbyteorder("<"))
-    if arr.dtype.str not in DTYPES:
+    if _WIRE_NAMES.get(arr.dtype.str, arr.dtype.str) not in DTYPES:
         raise WireError(f"array {index}: dtype {arr.dtype} cannot be sent; "
                         f"expected one of {sorted(DTYPES)}")
     return c_order(arr)
@@ -927,15 +941,18 @@ _WALK = (list, dict, _Placeholder)
 PIPE_MAGIC = b"DHpipe"  # never the start of a general header (a msgpack map)
 _PIPE_MAGIC_LEN = len(PIPE_MAGIC)
 PIPE_KINDS = tuple(sorted(ENUMS["pipe_kind"]))
-PIPE_DTYPES = tuple(sorted(DTYPES, key=lambda d: (d[1] == "c", d)))  # complex last (15)
+# complex last (15); bfloat16 after them, where it is (16: its code moves none of theirs)
+PIPE_DTYPES = tuple(sorted(_NUMPY_DTYPES, key=lambda d: (d[1] == "c", d))) + tuple(
+    d for d in DTYPES if d not in _NUMPY_DTYPES)
 _PIPE_KIND_CODE = {k: i for i, k in enumerate(PIPE_KINDS)}
 _PIPE_DTYPE_CODE = {d: i for i, d in enumerate(PIPE_DTYPES)}
 _PIPE_HEAD = struct.Struct("<6sBBBBBqHHI")
 _PIPE_SHAPES = tuple(struct.Struct(f"<{rank}Q") for rank in range(33))
 _UINT8 = np.dtype(np.uint8)
-_PIPE_NP_DTYPES = tuple(np.dtype(d) for d in PIPE_DTYPES)  # (kept: their ids key the map below)
+_PIPE_NP_DTYPES = tuple(_NP_DTYPES[d] for d in PIPE_DTYPES)  # (kept: their ids key the map below)
 # a dtype's code by the identity of numpy's one object for it (what arrays carry)
-_PIPE_DTYPE_BY_ID = {id(dt): i for i, dt in enumerate(_PIPE_NP_DTYPES) if dt is np.dtype(dt.str)}
+_PIPE_DTYPE_BY_ID = {id(dt): i for i, dt in enumerate(_PIPE_NP_DTYPES)
+                     if dt is np.dtype(dt.str) or dt is _dtype.BF16}
 _PIPE_DATA, _PIPE_REASON = 1, 2
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
@@ -980,13 +997,13 @@ def _pipe_frames(model, step, kind, mb, data, reason) -> list | None:
         return [b"".join((head, model, step, why))]
     dtype = _PIPE_DTYPE_BY_ID.get(id(data.dtype))  # (the common case: one look-up)
     try:  # C-contiguous, not empty, of a dtype as the short form names it: as it is
-        body = None if dtype is None else memoryview(data).cast("B")
+        body = None if dtype is None else memoryview(_dtype.as_buffer(data)).cast("B")
     except TypeError:
         body = None
     if body is None:  # (a copy where it must be: another byte order, a view, no bytes)
         data = _sendable(data, 0)
-        dtype = _PIPE_DTYPE_CODE[data.dtype.str]
-        body = memoryview(data).cast("B") if data.size else b""
+        dtype = _PIPE_DTYPE_CODE[_WIRE_NAMES.get(data.dtype.str, data.dtype.str)]
+        body = memoryview(_dtype.as_buffer(data)).cast("B") if data.size else b""
     dims = data.shape  # (read once: each read of an array's attribute costs, cold)
     rank = len(dims)
     if rank > 255:

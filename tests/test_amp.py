@@ -382,32 +382,21 @@ def test_autocast_argument_errors(lib):
     assert torch.amp.is_autocast_available("cpu") and torch.amp.is_autocast_available("cuda")
 
 
-def test_enabled_cpu_autocast_is_refused():
-    # torch would compute these regions' matmuls in bfloat16 / float16 (see below)
-    x = disthook.ones(2, 3)
-    for ctx in (disthook.autocast("cpu"), disthook.autocast("cpu", dtype=disthook.float16),
-                disthook.amp.autocast(device_type="cpu", dtype=disthook.float16)):
-        with pytest.raises(NotImplementedError, match=re.escape(
-                "disthook cannot run autocast('cpu', dtype=torch.")), ctx:
-            x @ x.T
-    assert not disthook.is_autocast_enabled("cpu")
-
-    @disthook.autocast("cpu")
-    def forward(a):
-        return a @ a.T
-
-    with pytest.raises(NotImplementedError, match="compute matmul, linear"):
-        forward(x)
-
-
-def test_torch_cpu_autocast_computes_in_lower_precision():
-    # why disthook refuses an enabled CPU autocast rather than run it in float32
-    torch = pytest.importorskip("torch")
-    x, w = torch.randn(2, 3), torch.randn(4, 3)
+def test_enabled_cpu_autocast_computes_in_lower_precision(lib):
+    # (the op-by-op dtypes, and a training step against torch: tests/test_b1_autocast.py)
+    torch = lib.torch
+    x, w = torch.ones(2, 3), torch.ones(4, 3)
     with torch.autocast("cpu"):
         assert (x @ w.T).dtype == torch.bfloat16
     with torch.autocast("cpu", dtype=torch.float16):
         assert torch.nn.functional.linear(x, w).dtype == torch.float16
+    assert not torch.is_autocast_enabled("cpu")
+
+    @torch.autocast("cpu")
+    def forward(a):
+        return a @ a.T
+
+    assert forward(x).dtype == torch.bfloat16 and (x @ x.T).dtype == torch.float32
 
 
 def test_custom_fwd_and_bwd(lib):

@@ -80,3 +80,21 @@ def test_relu_gradient_is_plus_zero_where_it_does_not_pass(dtype):
     np.testing.assert_array_equal(mine, theirs)
     np.testing.assert_array_equal(np.signbit(mine), np.signbit(theirs))
     assert mine.dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(7,), (3, 37), (2, 5, 130), (4, 1)])
+def test_relu_output_is_torchs_bit_for_bit(dtype, shape):
+    """ReLU is ``x < 0 ? 0 : x``: -0.0 stays -0.0 and NaNs of either sign pass (the engine
+    takes a maximum with a row of zeros: numpy's vector and scalar loops both checked)."""
+    special = [-0.0, np.nan, -np.nan, -np.inf, np.inf, 1.5, -1.5, 1e-30, -1e-30, 0.0]
+    n = int(np.prod(shape))
+    x = np.array((special * (n // len(special) + 1))[:n], dtype=dtype).reshape(shape)
+    for out in (disthook.tensor(x).relu(), disthook.nn.functional.relu(disthook.tensor(x))):
+        mine = out.numpy()
+        theirs = torch.relu(torch.from_numpy(x)).numpy()
+        assert mine.dtype == theirs.dtype
+        np.testing.assert_array_equal(mine.view(np.uint8), theirs.view(np.uint8))
+    inplace = disthook.tensor(x)
+    inplace.relu_()
+    np.testing.assert_array_equal(inplace.numpy().view(np.uint8), theirs.view(np.uint8))

@@ -741,6 +741,14 @@ def test_leaf_grad_takes_the_buffer_only_when_nobody_else_holds_it(T):
     assert not shares(lambda x: (x * 3).sum().backward(), lambda g: kept.append(g))
     assert not shares(lambda x: (x * 3).sum().backward(),
                       lambda g: kept.append(g * 2) or kept[-1])
+    # gradients that arrive as views of a whole array nothing else holds: Linear's weight
+    # (a product seen through two transposes), a broadcast bias (a sum reshaped)
+    assert shares(lambda x: T.nn.functional.linear(T.ones(3, 2), x).sum().backward())
+    assert shares(lambda x: (T.ones(2, 2) @ x.t()).sum().backward())
+    assert shares(lambda x: (T.ones(3, 2, 2) + x).sum().backward())
+    assert not shares(lambda x: (x.t() * 3).sum().backward())  # .grad keeps x's layout
+    assert not shares(lambda x: T.nn.functional.linear(T.ones(3, 2), x).sum().backward(),
+                      lambda g: kept.append(g))
 
 
 def test_two_leaves_fed_the_same_gradient_get_separate_grads(T):

@@ -69,9 +69,9 @@ def test_to_empty_share_memory_and_compile_keep_the_module(T):
     assert tuple(out.shape) == (4, 2)
 
 
-def test_bfloat16_of_a_module_says_why_it_cannot():
-    with pytest.raises(TypeError, match="bfloat16"):
-        nn.Linear(2, 2).bfloat16()
+def test_bfloat16_of_a_module_converts_its_floating_tensors():
+    m = nn.Linear(2, 2).bfloat16()
+    assert m.weight.dtype is m.bias.dtype is disthook.bfloat16
 
 
 @pytest.mark.parametrize("T", LIBS)

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+import disthook as torch
 from disthook import nn
 from disthook.distributed import tree
 
@@ -116,3 +117,25 @@ def test_children_that_balance_keep_the_cut_among_children():
     # a chain keeps its children's stages (they run worker to worker), however they weigh
     assert deploy._finer_placement(chain, deploy._children_stages(chain, 2, None, "params",
                                                                   None), 2) is None
+
+
+class _OwnWeightsAndAnActivation(nn.Module):
+    """A layer with weights of its own and a stateless child (efficient-kan's KANLinear)."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n, n))
+        self.act = nn.SiLU()
+
+    def forward(self, x):
+        return self.act(x) @ self.weight
+
+
+def test_a_part_whose_children_hold_nothing_is_placed_whole():
+    model = nn.Module()
+    model.layers = nn.ModuleList([_OwnWeightsAndAnActivation(4), _OwnWeightsAndAnActivation(3)])
+    placement = tree.auto_placement(model, 2)
+    assert placement == {"layers.0": 0, "layers.1": 1}
+    lay = tree.layout(model, placement, 2)
+    for name, _ in model.named_parameters():
+        assert lay.stage_of(name) is not None, name

@@ -20,7 +20,7 @@ from disthook import hooks as toolkit
 from disthook import wire
 from disthook._dtype import default_dtype_as
 from disthook.autograd import engine
-from disthook.service import op_calls
+from disthook.service import op_calls, values
 from disthook.service.loop import NO_REPLY, send_frames
 from disthook.service.values import opaque_in, pack, tensors_in, unpack
 from disthook.utils.checkpoint import checkpoint
@@ -109,7 +109,7 @@ class ComputeHandlers:
                 rng = _stream_state(msg)
                 if nxt is not None:
                     fields = {"model": st.model, "stage": st.index + 1,
-                              "inputs": [out.detach().numpy()], "grad_enabled": grad,
+                              "inputs": [out.detach()._data], "grad_enabled": grad,
                               "requires_grad": [out.requires_grad],
                               "reply_to": msg["reply_to"], "mb": msg.get("mb"), "stop": stop,
                               "optimizer_calls": calls, "rng": rng,
@@ -128,8 +128,10 @@ class ComputeHandlers:
                                                  ctx=msg.ctx))
                 else:
                     self._to_client(job, "ok", {"result": {
-                        "output": out.detach().numpy(), "requires_grad": out.requires_grad,
+                        "output": out.detach()._data, "requires_grad": out.requires_grad,
                         "grad_fn": None if out.grad_fn is None else out.grad_fn.name(),
+                        "custom_view": values.custom_view(out),
+                        "saved": values.saved_by_its_node(out),
                         "rng": rng,
                         "attrs": attr_changes.merged(msg.get("attrs"), snap.changes()),
                         "forms": form.forms(st, job, msg.get("forms"))}, "ahead": ahead})
@@ -213,6 +215,8 @@ class ComputeHandlers:
                 if msg.get("keep"):  # room for the values first: refused, it keeps no graph
                     self.check_value_room(job, st.model, len(outs),
                                           sum(o._data.nbytes for o in outs))
+                else:  # going back, weighed as if kept before a view is copied out for it
+                    self.check_answer_size(job, sum(o._data.nbytes for o in outs))
                 self._keep(job, grad and any(o.requires_grad for o in outs), Context(
                     job.client, inputs, outs, job.retained, time.monotonic(),
                     direct=True, taps=job.taps))
@@ -490,7 +494,7 @@ def _run_backward(pairs: list, inputs: list, taps: list, tapped: dict, retain: b
         finally:
             for handle in handles:
                 handle.remove()
-        return [None if t.grad is None else t.grad.numpy() for t in inputs]
+        return [None if t.grad is None else t.grad._data for t in inputs]
     wanted = [t for t in inputs if t.requires_grad] + [t for _, t in taps]
     got = disthook.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
                                  retain_graph=retain, allow_unused=True) \
@@ -498,8 +502,8 @@ def _run_backward(pairs: list, inputs: list, taps: list, tapped: dict, retain: b
     by_id = {id(t): g for t, g in zip(wanted, got)}
     for (key, t), g in zip(taps, got[len(wanted) - len(taps):]):
         if g is not None:
-            tapped[key] = g.numpy() if key not in tapped else tapped[key] + g.numpy()
-    return [None if by_id.get(id(t)) is None else by_id[id(t)].numpy() for t in inputs]
+            tapped[key] = g._data if key not in tapped else tapped[key] + g._data
+    return [None if by_id.get(id(t)) is None else by_id[id(t)]._data for t in inputs]
 
 
 def _taps_here(st, context, keys) -> list:
@@ -523,7 +527,7 @@ def _tap(t, key: str, into: dict):
     """Keep the gradient that reaches ``t`` in this backward (after its own tensor hooks, as
     autograd.grad sees it) in ``into[key]``; the handle removes the tap."""
     def keep(grad):
-        into[key] = grad.numpy() if key not in into else into[key] + grad.numpy()
+        into[key] = grad._data if key not in into else into[key] + grad._data
 
     return t.register_hook(keep)
 
@@ -537,9 +541,10 @@ _own_bits = random.Random()  # seeded from the system's entropy: this worker's, 
 
 
 def leave_stream() -> None:
-    """A job that drew from its client's random stream ends or waits: the default generator
-    takes a fresh state of the worker's own, so that a job given no stream (a raw client's)
-    never draws the next numbers of another client's (which it could then tell apart)."""
+    """A job ends, or one that drew from its client's random stream waits: the default
+    generator takes a fresh state of the worker's own, so that a job given no stream (a raw
+    client's) never draws the next numbers of another client's or of another such job
+    (which it could then tell apart)."""
     bits = disthook.random.default_generator._rng.bit_generator
     state = bits.state
     if state.get("bit_generator") == "PCG64":  # (disthook's: about 3 µs)

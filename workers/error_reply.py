@@ -41,6 +41,11 @@ def _module_in_traceback(root, tb) -> str | None:
     """The path (in ``root``) of the innermost submodule of ``root`` running in ``tb``."""
     paths = {id(m): name for name, m in root.named_modules() if name}
     found = None
+    # not the frame that catches the error: it runs still, and reading its f_locals would
+    # keep a copy of them in it, the exception among them, and through its traceback every
+    # frame's locals (the arrays of a refused output, a failed forward's activations) for
+    # as long as the worker ran (a cycle through a frame that outlives the request)
+    tb = None if tb is None else tb.tb_next
     while tb is not None:
         owner = tb.tb_frame.f_locals.get("self")
         if owner is not None and id(owner) in paths:

@@ -14,12 +14,13 @@ import numpy as np
 from disthook.autograd.graph import _SavedTensor
 from disthook.tensor import Tensor
 
-__all__ = ["MAX_GRAPH_BYTES", "MAX_MODELS", "MAX_MODEL_BYTES", "LimitChecks", "add_limit_options", "graph_nbytes",
+__all__ = ["MAX_GRAPH_BYTES", "MAX_MODELS", "MAX_MODEL_BYTES", "MAX_UNREAD_BYTES", "LimitChecks", "add_limit_options", "graph_nbytes",
            "limit_arguments", "mib"]
 
 MAX_GRAPH_BYTES = 1 << 30  # the arrays one client's kept forward graphs may hold, per worker
 MAX_MODELS = 64  # stages of models one client keeps loaded on one worker
 MAX_MODEL_BYTES = 8 << 30  # the weights (parameters and buffers) of those stages
+MAX_UNREAD_BYTES = 256 << 20  # answers ZeroMQ holds for one connection that reads none
 
 
 def _root(arr: np.ndarray) -> np.ndarray:
@@ -173,6 +174,7 @@ class LimitChecks:
 def add_limit_options(p) -> None:
     """The worker command line's per-client caps (``argparse`` parser ``p``)."""
     from workers.queues import MAX_QUEUED, MAX_QUEUED_BYTES
+    from workers.state import HOOK_TIMEOUT_S
     from workers.values import MAX_VALUE_BYTES
 
     p.add_argument("--max-contexts", type=int, default=4096, metavar="N",
@@ -199,6 +201,14 @@ def add_limit_options(p) -> None:
     p.add_argument("--max-value-mb", type=int, default=MAX_VALUE_BYTES >> 20, metavar="MIB",
                    help="what the values one client keeps here (outputs of its calls that "
                         "stay on the worker) may hold (default 1024)")
+    p.add_argument("--hook-timeout", type=float, default=HOOK_TIMEOUT_S, metavar="S",
+                   help="seconds a call waits for its client's hook to answer (default "
+                        "300); what waits for that call (the deployer's train()/eval(), a "
+                        "reload) waits as long at most")
+    p.add_argument("--max-unread-mb", type=int, default=MAX_UNREAD_BYTES >> 20, metavar="MIB",
+                   help="what the answers one connection has not read yet may hold here "
+                        "(default 256); past it an answer is dropped, its request answered "
+                        "with an error")
 
 
 def limit_arguments(args) -> dict:
@@ -208,7 +218,8 @@ def limit_arguments(args) -> dict:
             "max_graph_bytes": args.max_graph_mb << 20,
             "max_value_bytes": args.max_value_mb << 20,
             "max_models": args.max_models, "max_model_bytes": args.max_model_mb << 20,
-            "max_queued": args.max_queued, "max_queued_bytes": args.max_queued_mb << 20}
+            "max_queued": args.max_queued, "max_queued_bytes": args.max_queued_mb << 20,
+            "max_unread_bytes": args.max_unread_mb << 20, "hook_timeout": args.hook_timeout}
 
 
 def mib(n: int) -> str:

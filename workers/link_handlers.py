@@ -229,12 +229,21 @@ class LinkHandlers:
 
     def link_status(self) -> dict:
         """Status: where this worker listens, the links it accepted, how each stage reaches
-        its neighbours (``local``: a link, ``zeromq``: a DEALER)."""
+        its neighbours (``local``: a link, ``zeromq``: a DEALER), the records that went
+        through the links' arenas."""
+        dialed = [n for st in self.stages.values() for n in st.neighbours.values()
+                  if isinstance(n, Link)]
         return {"listening": None if self.listener is None else self.listener.path,
                 "in": sorted(self.who(i) for i in self.links_in),
                 "stages": {st.name: {side: "local" if isinstance(n, Link) else "zeromq"
                                      for side, n in st.neighbours.items()}
-                           for st in self.stages.values()}}
+                           for st in self.stages.values()},
+                # records whose arrays went through the links' arenas (workers/arena.py):
+                # placed by this worker's stages, taken from its neighbours'
+                "arena_records": {
+                    "placed": sum(n.arena.records for n in dialed if n.arena is not None),
+                    "taken": sum(n.arena.records for n in self.links_in.values()
+                                 if n.arena is not None)}}
 
     def close(self) -> None:
         """The links and the listener go (its socket file and directory removed)."""

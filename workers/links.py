@@ -20,6 +20,12 @@ bytes come a page at a time into the link's buffer, so that a message's prefix, 
 header come in one read, and each array frame goes into a fresh buffer (``np.empty``) that
 the decoded array is a view of: what the page held of it copied, the rest read straight in,
 with what follows it into the page in the same call (nothing followed: the read ends).
+
+A dialer makes the link's arena (``workers.arena``) and sends it with its hello (the
+acceptor reads with room for a descriptor until the hello came). A pipe record whose array
+is ``ARENA_MIN_RECORD`` or more goes as a header alone while the arena has room: its
+prefix's frame count has ``IN_ARENA`` set, and the array's size and its block's place
+follow (``<IIQQ``); the acceptor's frame is a view of that block.
 """
 from __future__ import annotations
 
@@ -34,12 +40,13 @@ import numpy as np
 
 from deploy.pids import gone
 from disthook import wire
+from workers.arena import ARENA_MIN_RECORD, Arena, ArenaError, arena_bytes
 from workers.peers import NEIGHBOUR_IDENTITY
 
 __all__ = ["Link", "LinkClosed", "LinkEnd", "LinkListener", "host_token", "links_enabled"]
 
 LINK_PROTOCOL = b"disthook-link"
-LINK_VERSION = 1
+LINK_VERSION = 2  # 2: a hello may carry the link's arena, records may lie in it
 BUFFER_BYTES = 4 << 20  # SO_SNDBUF / SO_RCVBUF asked for (the kernel may give less)
 MESSAGES_PER_READ = 32  # messages taken off one link per poll, at most
 MAX_LINKS_IN = 256  # links accepted at once, at most (a link is one neighbour stage)
@@ -50,6 +57,11 @@ COPY_BELOW = 256 << 10  # a frame the kernel did not take whole is copied to the
 _PREFIX = struct.Struct("<II")
 _SIZE = struct.Struct("<Q")
 _PREFIX_PAIR = struct.Struct("<IIQ")  # the prefix of a message of two frames, and its table
+# a pipe record whose array lies in the link's arena (workers.arena): the prefix (its frame
+# count with IN_ARENA set), the array's size and its place in the arena, then the header
+IN_ARENA = 1 << 31
+_PREFIX_ARENA = struct.Struct("<IIQQ")
+_ANCILLARY = socket.CMSG_SPACE(struct.calcsize("i")) if hasattr(socket, "CMSG_SPACE") else 0
 _IOV_AT_ONCE = 512  # buffers per sendmsg (the kernel's IOV_MAX is 1024)
 _BUFFER = 4096  # bytes a read asks the kernel for when it does not yet know a message's sizes
 _MORE = object()  # (a read needs more bytes from the kernel)
@@ -133,6 +145,7 @@ class Link(LinkEnd):
         self._target: memoryview | None = None
         self._frame = None
         self._got = 0
+        self.arena: Arena | None = None  # the dialer's, or the one its hello carried
 
     def fileno(self) -> int:
         return self._fd
@@ -149,7 +162,21 @@ class Link(LinkEnd):
             sock.close()
             raise
         link = cls(sock, identity)
-        link.send_multipart([hello(identity)])
+        size = arena_bytes()
+        if not size:
+            link.send_multipart([hello(identity)])
+            return link
+        try:  # the arena rides with the hello (the acceptor maps it as it reads the hello)
+            link.arena = Arena.create(size)
+            fds = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", link.arena.fd))]
+            sock.sendmsg(_framed([hello(identity)]), fds)
+        except BaseException:
+            link.close()
+            raise
+        finally:
+            if link.arena is not None:
+                link.arena.release_fd()
+        link.sent += 1
         return link
 
     # ---- sending ------------------------------------------------------------------------
@@ -167,9 +194,14 @@ class Link(LinkEnd):
             head, body = frames[0], frames[1]  # (encode_pipe's is a byte view already)
             if type(body) is not memoryview or body.format != "B" or not body.contiguous:
                 body = memoryview(body).cast("B")
-            out = [_PREFIX_PAIR.pack(2, len(head), len(body)) + head, body]
-            if not len(body):
-                del out[1]
+            start = (self.arena.place(body) if self.arena is not None and not self.accepted
+                     and len(body) >= ARENA_MIN_RECORD else None)  # (the dialer's to write)
+            if start is not None:  # the array went into the arena: the header alone here
+                out = [_PREFIX_ARENA.pack(IN_ARENA | 2, len(head), len(body), start) + head]
+            else:
+                out = [_PREFIX_PAIR.pack(2, len(head), len(body)) + head, body]
+                if not len(body):
+                    del out[1]
         else:
             out = _framed(frames)
         self.sent += 1
@@ -254,6 +286,8 @@ class Link(LinkEnd):
         """What the kernel gives into ``into`` now, and past it into ``then`` in the same
         call where one is given (0: nothing yet)."""
         try:
+            if self.accepted and self.identity is None and then is None:
+                return self._recv_hello(into)
             n = (self.sock.recv_into(into, len(into)) if then is None
                  else self.sock.recvmsg_into([into, then])[0])
         except (BlockingIOError, InterruptedError):
@@ -261,6 +295,26 @@ class Link(LinkEnd):
         except OSError as exc:
             self.close()
             raise LinkClosed(f"it broke: {exc}") from None
+        if n == 0:
+            self.close()
+            raise LinkClosed("the other end closed it", ended=True)
+        return n
+
+    def _recv_hello(self, into: memoryview) -> int:
+        """``_recv`` until the hello came: the arena its dialer sent with it is mapped."""
+        n, ancillary, flags, _ = self.sock.recvmsg_into([into], _ANCILLARY)
+        fds = [fd for level, kind, data in ancillary
+               if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
+               for fd in struct.unpack(f"{len(data) // 4}i", data[:len(data) // 4 * 4])]
+        if fds:
+            if self.arena is not None or len(fds) > 1 or flags & socket.MSG_CTRUNC:
+                for fd in fds:
+                    os.close(fd)
+                self._refuse("more than one arena")
+            try:
+                self.arena = Arena.adopt(fds[0])
+            except ArenaError as exc:
+                self._refuse(str(exc))
         if n == 0:
             self.close()
             raise LinkClosed("the other end closed it", ended=True)
@@ -307,6 +361,8 @@ class Link(LinkEnd):
             return _MORE
         count, head = _PREFIX.unpack_from(self._buf, lo)
         limits = self.limits
+        if count & IN_ARENA:
+            return self._take_from_arena(count, head)
         if not 1 <= count <= limits.max_frames or head > limits.max_header_bytes:
             self._refuse(f"a message of {count} frames, a header of {head} bytes "
                          f"(at most {limits.max_frames} and {limits.max_header_bytes})")
@@ -327,6 +383,35 @@ class Link(LinkEnd):
         self._frames, self._sizes = [bytes(self._view[at:at + head])], sizes
         self._lo = at + head
         return self._next_frame()
+
+    def _take_from_arena(self, count: int, head: int):
+        """A pipe record whose array lies in the arena: its header from the buffer, its
+        array copied out of the arena (``_MORE`` while the buffer does not hold the header
+        whole)."""
+        lo, have, limits = self._lo, self._hi - self._lo, self.limits
+        if count != IN_ARENA | 2 or self.arena is None or not self.accepted:
+            self._refuse("a record in an arena that is not there"
+                         if self.arena is None or not self.accepted
+                         else f"a record in the arena of {count & ~IN_ARENA} frames, not 2")
+        if head > limits.max_header_bytes:
+            self._refuse(f"a header of {head} bytes (at most {limits.max_header_bytes})")
+        if have < _PREFIX_ARENA.size + head:
+            if _PREFIX_ARENA.size + head > len(self._buf):  # a large header: room for it
+                grown = bytearray(_PREFIX_ARENA.size + head)
+                grown[:have] = self._view[lo:self._hi]
+                self._buf, self._view, self._lo, self._hi = grown, memoryview(grown), 0, have
+            return _MORE
+        _, _, size, start = _PREFIX_ARENA.unpack_from(self._buf, lo)
+        if size > limits.max_array_bytes or size + head > limits.max_total_bytes:
+            self._refuse(f"a frame of {size} bytes (at most {limits.max_array_bytes} each, "
+                         f"{limits.max_total_bytes} all)")
+        at = lo + _PREFIX_ARENA.size
+        try:
+            body = self.arena.take(start, size)
+        except ArenaError as exc:
+            self._refuse(str(exc))
+        self._lo = at + head
+        return [bytes(self._view[at:at + head]), body]
 
     def _next_frame(self):
         """The message when its frames all came; else the next frame begun, from what the
@@ -361,6 +446,8 @@ class Link(LinkEnd):
             self.closed = True
             self.outbox.clear()
             self.sock.close()
+            if self.arena is not None:
+                self.arena.close()
 
 
 def _framed(frames) -> list:

@@ -22,12 +22,12 @@ class ParamHandlers:
         """The stage's parameters and buffers, and the parameters' gradients, by full name."""
         st = self._stage(job)
         names = job.msg.get("names")
-        state = {name: t.detach().numpy() for name, t in st.module.state_dict().items()
+        state = {name: t.detach()._data for name, t in st.module.state_dict().items()
                  if names is None or name in names}
         if names is not None:  # asked by name: non-persistent buffers too
-            state.update({name: t.detach().numpy() for name, t in st.module.named_buffers()
+            state.update({name: t.detach()._data for name, t in st.module.named_buffers()
                           if name in names and name not in state})
-        grads = {name: p.grad.detach().numpy() for name, p in st.module.named_parameters()
+        grads = {name: p.grad.detach()._data for name, p in st.module.named_parameters()
                  if p.grad is not None and (names is None or name in names)}
         unknown = [] if names is None else [n for n in names if n not in state]
         if unknown:
@@ -196,7 +196,7 @@ class ParamHandlers:
         elif spec["action"] == "state":
             saved = opt.state_dict()
             names = spec["params"]  # one group: ids 0..n-1 are these names in order
-            return {"state": {names[i]: {k: v.detach().numpy() if isinstance(v, disthook.Tensor)
+            return {"state": {names[i]: {k: v.detach()._data if isinstance(v, disthook.Tensor)
                                          else v for k, v in s.items()}
                               for i, s in saved["state"].items()},
                     "param_groups": [{k: list(v) if isinstance(v, tuple) else v

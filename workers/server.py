@@ -47,6 +47,7 @@ from disthook.service.loop import (
 )
 from disthook.service.rpc import error_fields
 from disthook.service.security import SERVER, Keys
+from disthook.service.unread import UnreadAnswers
 from workers import limits, queues
 from workers.batches import Batches
 from workers.client_hooks import HookHandlers
@@ -59,6 +60,7 @@ from workers.peers import Peers, neighbour_identity
 from workers.runners import Runners
 from workers.stages import StageHandlers
 from workers.state import (
+    HOOK_TIMEOUT_S,
     ClientGone,
     JobDone,
     Log,
@@ -96,7 +98,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
                  max_graph_bytes: int = MAX_GRAPH_BYTES, max_value_bytes: int = MAX_VALUE_BYTES,
                  max_models: int = limits.MAX_MODELS, max_queued: int = queues.MAX_QUEUED,
                  max_model_bytes: int = limits.MAX_MODEL_BYTES,
-                 max_queued_bytes: int = queues.MAX_QUEUED_BYTES):
+                 max_queued_bytes: int = queues.MAX_QUEUED_BYTES, hook_timeout: float = HOOK_TIMEOUT_S,
+                 max_unread_bytes: int = limits.MAX_UNREAD_BYTES):
         wid = worker_id or f"{socket.gethostname()}-{os.getpid()}"
         # a peer whose connection closes is gone (see on_disconnected), and one that stops
         # answering pings (hung, cut off) has its connection closed (ping_options)
@@ -129,9 +132,11 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         self.max_contexts, self.max_hooks = max_contexts, max_hooks
         self.max_graph_bytes, self.max_value_bytes = max_graph_bytes, max_value_bytes
         self.max_models, self.max_model_bytes = max_models, max_model_bytes
+        self.unread = UnreadAnswers(max_unread_bytes, "--max-unread-mb")
         self.peers = Peers(keys, self.authorized)  # who is on each connection (transport)
         self.who = self.peers.who  # a peer as the logs name it
-        self.state = WorkerState(wid, context_ttl=context_ttl, who=self.who)
+        self.state = WorkerState(wid, context_ttl=context_ttl, who=self.who,
+                                 hook_timeout=hook_timeout)
         self.state.queues = queues.QueueCaps(max_queued, max_queued_bytes, self._fellows)
         self.runners = Runners(self._serve_round, name=f"worker-{wid}")
         self._todo: list = []  # jobs to start, in order
@@ -346,8 +351,9 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         finally:
             self._local.job = None
             self.captures.micro_batch = None
-            if job.rng is not None:
-                leave_stream()
+            # (a job given no stream, a raw client's, drew from the worker's: the next
+            # such job must not draw its next numbers either)
+            leave_stream()
             self._execute(self.state.handle(JobDone(job)))
 
     def current_job(self):

@@ -69,6 +69,9 @@ class StepHandlers:
             if last and isinstance(msg.get("loss"), dict):
                 loss_fn = _loss_function(msg["loss"], self.model_module_allowed)
             _check_step(msg, first, last, st.name)
+            if msg.get("rng"):  # the stream the client made for this stage: drawn from
+                job.rng = msg["rng"]  # here (kept while the step waits, see sleep_on)
+                disthook.random._set_stream_state(msg["rng"])
             while True:
                 action = run.next(self.state.mailbox)
                 kind = action[0]
@@ -169,7 +172,8 @@ class StepHandlers:
             job.micro_batch = self.captures.micro_batch = None
             self.state.finish_step(model, step)
         stats = {"busy": busy, "peak_rss": peak, "timeline": timeline,
-                 "attrs": snap.changes(), "forms": form.forms(st, job)}
+                 "attrs": snap.changes(), "forms": form.forms(st, job),
+                 "rng": job.rng and disthook.random._stream_state()}
         return {"losses": [losses[mb] for mb in sorted(losses)], **stats} if last else stats
 
     def _came_on_links(self, keys: tuple) -> bool:

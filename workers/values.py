@@ -199,6 +199,18 @@ class ValueHandlers:
             raise RuntimeError(f"{why}: drop the outputs it no longer uses (del them), or "
                                "call under no_grad() with fewer results held")
 
+    def check_answer_size(self, job, nbytes: int) -> None:
+        """Refuse (logged) an answer of a call's outputs past ``--max-value-mb``: what a
+        worker computes and sends back is weighed as what it keeps (a broadcast view of a
+        few bytes would be copied to its full size for the answer)."""
+        if nbytes > self.max_value_bytes:
+            why = (f"the call's outputs on worker {self.id} hold {mib(nbytes)}, past the cap "
+                   f"of {mib(self.max_value_bytes)} (--max-value-mb)")
+            self.peer_log.warning(job.sender, "worker %s: refused an answer to %s: %s",
+                                  self.id, self.who(job.client), why)
+            raise RuntimeError(f"{why}: ask for less, or keep the outputs on the worker and "
+                               "read parts of them")
+
     def _keep_grads(self, job, model: str, prefix: str, grads: list) -> list:
         """The input gradients of a backward (arrays or None), those there kept under
         ``<prefix>.<j>`` (j counting them alone, as for a call's outputs)."""

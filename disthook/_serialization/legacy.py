@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from disthook import _dtype
 from disthook._serialization import names, unpickler
 from disthook._serialization.rebuild import CheckpointError, Storage
 
@@ -64,9 +65,11 @@ def load(source, length: int, locate, weights_only: bool, encoding: str) -> tupl
                 raise CheckpointError(f"storage {key!r} declares {numel} elements, more than "
                                       "the rest of the file holds")
             budget[0] -= numel * in_file.itemsize + 8
-            if kind.dtype == "bfloat16":
-                bfloat16.add(key)
-            held = np.float32 if kind.dtype == "bfloat16" else in_file
+            held = in_file
+            if kind.dtype == "bfloat16":  # (held as float32 without ml_dtypes)
+                held = _dtype.BF16 if _dtype.BF16 is not None else np.float32
+                if _dtype.BF16 is None:
+                    bfloat16.add(key)
             storage = storages[key] = Storage(np.zeros(numel, held), key)
         if view is not None:
             if not (isinstance(view, tuple) and len(view) == 3 and type(view[1]) is int
@@ -87,11 +90,11 @@ def load(source, length: int, locate, weights_only: bool, encoding: str) -> tupl
         if count != array.size:
             raise CheckpointError(f"storage {key!r} holds {count} elements where the object "
                                   f"names {array.size} (truncated?)")
-        raw = np.empty(array.size, np.uint16) if key in bfloat16 else array
+        raw = np.empty(array.size, np.uint16) if key in bfloat16 else _dtype.as_buffer(array)
         got = source.readinto(memoryview(raw).cast("B")) if raw.nbytes else 0
         if got != raw.nbytes:
             raise CheckpointError(f"storage {key!r} is cut short: {got} of {raw.nbytes} "
                                   "bytes (truncated?)")
-        if key in bfloat16:  # a bfloat16 is the high half of the float32 of the same value
-            array[:] = (raw.astype(np.uint32) << 16).view(np.float32)
+        if key in bfloat16:
+            array[:] = _dtype.bfloat16_from_bits(raw)[0]
     return obj, bool(bfloat16)

@@ -16,6 +16,8 @@ from collections import OrderedDict
 
 import numpy as np
 
+from disthook import _dtype
+
 MAX_HEADER_BYTES = 100_000_000
 DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "I32": "int32",
           "I64": "int64", "F16": "float16", "F32": "float32", "F64": "float64",
@@ -162,11 +164,11 @@ def _tensor(buffer: np.ndarray, entry, name: str, where: str, state: dict):
     # is its own, as safetensors.torch gives each tensor
     raw = np.frombuffer(buffer.data, np.uint8, end - begin, begin)
     if code == "BF16":
-        array = (raw.view("<u2").astype(np.uint32) << 16).view(np.float32)
-        if not state.get("warned"):
+        array, widened = _dtype.bfloat16_from_bits(raw.view("<u2"))
+        if widened and not state.get("warned"):
             state["warned"] = True
-            warnings.warn(f"{where} holds bfloat16 tensors; numpy has no bfloat16, so they "
-                          "load as float32 (the same values, twice the memory)", UserWarning,
+            warnings.warn(f"{where} holds bfloat16 tensors; numpy has no bfloat16 (without "
+                          "the ml_dtypes package), so they load as float32 (the same values, twice the memory)", UserWarning,
                           stacklevel=4)
     else:
         array = raw.view(np.dtype(DTYPES[code]).newbyteorder("<"))

@@ -1,14 +1,12 @@
-"""``torch.autocast``: regions whose ops torch runs in lower precision, as far as disthook can
-honour them.
+"""``torch.autocast``: regions whose ops torch runs in lower precision.
 
-Inside an enabled ``autocast("cpu")`` torch 2.13 runs the ops autocast covers (matmul,
-linear, the convolutions, bmm, baddbmm, ...) in bfloat16 or float16, so a float32 model gives
-bfloat16 activations. disthook cannot: numpy has no bfloat16 and disthook's ops always compute
-in their inputs' dtype. Rather than silently compute something other than torch would,
-entering such a region raises NotImplementedError. Every other case behaves as torch's:
-``enabled=False`` changes nothing; ``"cuda"`` warns that CUDA is not available and disables
-itself; a dtype autocast does not support (float32, say) warns and disables itself; another
-device type ("mps", "xpu", ...) is enabled but holds no tensor, so changes nothing.
+Inside an enabled ``autocast("cpu")`` the ops autocast covers run as torch 2.13 runs them:
+matmul, linear, the convolutions, bmm, baddbmm ... in the region's dtype (bfloat16 by
+default), the losses in float32, the rest in their inputs' dtype (``cpu_policy`` lists them).
+Every other case behaves as torch's: ``enabled=False`` changes nothing; ``"cuda"`` warns that
+CUDA is not available and disables itself; a dtype autocast does not support (float32, say)
+warns and disables itself; another device type ("mps", "xpu", ...) is enabled but holds no
+tensor, so changes nothing.
 """
 from __future__ import annotations
 
@@ -17,6 +15,7 @@ import threading
 import warnings
 
 from disthook import _dtype
+from disthook.amp import cpu_policy
 
 __all__ = ["autocast", "custom_bwd", "custom_fwd", "get_autocast_dtype",
            "is_autocast_available", "is_autocast_enabled"]
@@ -69,7 +68,7 @@ def is_autocast_available(device_type: str) -> bool:
 
 def is_autocast_enabled(device_type: str = "cuda") -> bool:
     """Whether this thread is in an enabled autocast region of ``device_type``. Never true
-    for "cpu" (disthook refuses to enter one) nor "cuda" (disabled: there is no CUDA)."""
+    for "cuda" (disabled: there is no CUDA)."""
     _check_device_type(device_type)
     return _local().enabled.get(device_type, False)
 
@@ -109,13 +108,12 @@ class autocast:
         self._enabled = enabled
 
     def __enter__(self):
-        if self._enabled and self.device == "cpu":
-            raise NotImplementedError(
-                f"disthook cannot run autocast('cpu', dtype={self.fast_dtype}): torch would "
-                f"compute matmul, linear, the convolutions and the other ops autocast covers "
-                f"in {self.fast_dtype}, and disthook computes every op in its inputs' dtype. "
-                "Run the region without autocast (enabled=False, or contextlib.nullcontext() "
-                "as nanoGPT does on the CPU).")
+        if self._enabled and self.device == "cpu" and isinstance(self.fast_dtype,
+                                                                 _dtype._NotStored):
+            raise TypeError(f"autocast('cpu', dtype={self.fast_dtype}) computes in "
+                            f"{self.fast_dtype}, which numpy has not without the ml_dtypes "
+                            "package: pip install ml_dtypes (or run the region without "
+                            "autocast)")
         state = _local()
         self.prev = state.enabled.get(self.device, False)
         self.prev_fastdtype = get_autocast_dtype(self.device)
@@ -123,6 +121,8 @@ class autocast:
         state.enabled[self.device] = self._enabled
         state.dtype[self.device] = self.fast_dtype
         state.cache_enabled = self._cache_enabled
+        if self.device == "cpu":
+            cpu_policy.count_region(1)
         return self
 
     def __exit__(self, exc_type: object, exc_val: object, exc_tb: object) -> bool:
@@ -130,6 +130,8 @@ class autocast:
         state.enabled[self.device] = self.prev
         state.dtype[self.device] = self.prev_fastdtype
         state.cache_enabled = self.prev_cache_enabled
+        if self.device == "cpu":
+            cpu_policy.count_region(-1)
         return False
 
     def __call__(self, func):
@@ -187,3 +189,14 @@ def custom_bwd(bwd=None, *, device_type: str):
             return bwd(*args, **kwargs)
 
     return decorate_bwd
+
+
+class cpu_autocast(autocast):
+    """``torch.cpu.amp.autocast``: ``autocast("cpu", ...)`` under its deprecated name."""
+
+    def __init__(self, enabled: bool = True, dtype=None, cache_enabled: bool = True) -> None:
+        warnings.warn("`torch.cpu.amp.autocast(args...)` is deprecated. Please use "
+                      "`torch.amp.autocast('cpu', args...)` instead.", FutureWarning,
+                      stacklevel=2)
+        super().__init__("cpu", dtype=bfloat16 if dtype is None else dtype, enabled=enabled,
+                         cache_enabled=cache_enabled)

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from disthook import _dtype
 from disthook.autograd import anomaly_mode, graph  # noqa: F401
 from disthook.autograd.anomaly_mode import detect_anomaly, set_detect_anomaly
 from disthook.autograd.engine import _count_dependencies, execute, typename
@@ -94,7 +95,7 @@ def _make_grads(outputs: tuple, grads: tuple) -> tuple:
             if needs_grad:
                 if math.prod(shape) != 1:
                     raise RuntimeError("grad can be implicitly created only for scalar outputs")
-                if np_dtype.kind != "f":
+                if _dtype.kind(np_dtype) != "f":
                     raise RuntimeError(
                         "grad can be implicitly created only for real scalar outputs but got "
                         f"{from_numpy_dtype(np_dtype)}")

@@ -18,6 +18,7 @@ from sys import modules as _loaded
 
 import numpy as np
 
+from disthook import _blas
 from disthook.autograd import grad_mode, saved_hooks
 from disthook.autograd.graph import AccumulateGrad, Node, gradient_edge
 
@@ -146,10 +147,45 @@ def _take_owned(grads: list, variable) -> tuple:
     if grad is None:
         return None, False
     data = grad._data  # held by grad and by this local
-    owned = (sys.getrefcount(grad) <= _LOCAL_REFS and sys.getrefcount(data) <= _LOCAL_REFS + 1
-             and data.base is None and data.flags.writeable
-             and data.strides == variable._data.strides)
-    return grad, owned
+    if (sys.getrefcount(grad) > _LOCAL_REFS or sys.getrefcount(data) > _LOCAL_REFS + 1
+            or not data.flags.writeable or data.strides != variable._data.strides):
+        return grad, False
+    if data.base is None or (  # numpy's own memory, or a product's aligned result alone
+            _blas.owns_memory(data) and sys.getrefcount(data.base) <= _LOCAL_REFS):
+        return grad, True
+    if not _views_all_of_unshared(grad, data):
+        return grad, False
+    return _loaded["disthook.tensor"].Tensor._make(data, None, 0), True
+
+
+def _views_all_of_unshared(grad, data) -> bool:
+    """Is ``data`` (``grad``'s array, a view) all of the array under it, densely, with
+    nothing but ``grad`` (directly or through the tensor it views) holding that array?
+
+    Linear's gradients are such views: the weight's is the product ``g.T @ x`` seen through
+    two transposes (its node's and TBackward's), the bias's a sum over rows reshaped. torch
+    steals them then too; a copy of a 1024 x 1024 gradient costs a third of the product that
+    made it."""
+    whole = data.base  # (numpy points a view at the array that holds the memory)
+    if (type(whole) is not np.ndarray
+            or not (whole.base is None or type(whole.base) is memoryview)
+            or grad._grad_fn is not None or grad._requires_grad or whole.nbytes != data.nbytes
+            or not (data.flags.c_contiguous or data.flags.f_contiguous)
+            or _blas.address(whole) != _blas.address(data)):
+        return False
+    holders = 2  # data.base and this local
+    root = grad._base
+    if root is not None:
+        if sys.getrefcount(root) > _LOCAL_REFS + 1:
+            return False  # (held by grad._base and this local, no more)
+        held = root._data
+        if held is not whole and (held.base is not whole
+                                  or sys.getrefcount(held) > _LOCAL_REFS + 1):
+            return False  # (root._data a view of it, held by root and this local only)
+        holders += 1  # root._data, or its base
+        del held
+    del root
+    return sys.getrefcount(whole) <= holders + _LOCAL_REFS - 1
 
 
 def _local_refcount() -> int:

@@ -9,6 +9,7 @@ from sys import modules as _loaded
 
 import numpy as np
 
+from disthook import _dtype
 from disthook.autograd import grad_mode
 from disthook.autograd.graph import Node, _SavedTensor, gradient_edge
 
@@ -290,7 +291,7 @@ def _wrap_output(o, i: int, node, name: str, is_input: bool, is_modified: bool,
 
     if not isinstance(o, Tensor):
         return o
-    if node is None or not marked_differentiable or o._data.dtype.kind not in "fc":
+    if node is None or not marked_differentiable or _dtype.kind(o._data.dtype) not in "fc":
         # not differentiable: no history; inputs come back as aliases
         if not o._requires_grad:
             return _alias(o) if is_input and not is_modified else o

@@ -18,6 +18,7 @@ import numpy as np
 
 from disthook.autograd import engine, grad_mode
 from disthook.autograd.graph import SECOND_BACKWARD_MSG, gradient_edge
+from disthook.autograd.saved_hooks import current_pair
 from disthook.distributed import async_calls, attr_changes
 from disthook.distributed.placement import split_rows
 from disthook.distributed.remote_values import from_record, grad_data
@@ -87,6 +88,32 @@ class RemoteBackward0(LiveEdges):
         self._given: dict = {}  # tap key -> the gradient the workers sent for it
 
     _mb = None  # the micro-batch of the client's forward that made it (chunks=)
+    # outputs that the node which made them on the worker saved for backward (tanh's
+    # result): (output_nr, version counter, version, shape, np dtype, whether saved-tensor
+    # hooks applied here) each
+    _saved_outputs: tuple | list = ()
+
+    def saved_output(self, t: Tensor) -> None:
+        """``t``, this call's output here, was saved for backward by its node on the worker:
+        changed in place here (which the worker's copy never sees), this node's backward
+        raises as that node's does in one process."""
+        if not self._saved_outputs:
+            self._saved_outputs = []
+        self._saved_outputs.append((t._output_nr, t._vc, t._vc[0], t._data.shape,
+                                    t._data.dtype, current_pair() is not None))
+
+    def _check_saved_outputs(self) -> None:
+        for nr, vc, version, shape, dtype, hooked in self._saved_outputs:
+            if vc[0] == version:
+                continue
+            if hooked:  # one process: the hooks keep the tensor, the backward uses its change
+                raise NotImplementedError(
+                    f"output {nr} of the deployed call {self._path or ''!r}, which its worker "
+                    "saved for backward, was changed in place here after a forward under "
+                    "save_on_cpu() (or checkpoint): in one process the backward would use "
+                    "the changed value, which the worker's saved copy does not have. Change "
+                    "a clone() of the output instead")
+            raise engine.inplace_error(_SavedOutput(nr, vc, version, shape, dtype), self)
 
     @property
     def _part(self) -> str | None:
@@ -265,10 +292,31 @@ class RemoteBackward0(LiveEdges):
                 continue
             hooked = bool((node._tensor_hooks or {}).get(nr)) or nr in (node._retains or {})
             fed = key.endswith("@")  # the client's own leaf: backward accumulates its .grad
-            if hooked or (task is not None and (task.needed is not None or fed)
-                          and engine.will_execute(task, node)):
+            if hooked or (task is not None and (
+                    fed and engine.will_execute(task, node)
+                    or task.needed is not None and self._needed_here(task, node, {}))):
                 wanted.append(key)
         return wanted
+
+    def _needed_here(self, task, node, seen: dict) -> bool:
+        """Whether a backward with inputs= needs a tap's gradient for what lies between the
+        tap and this call's own graph: a gradient it captures or a leaf it accumulates into
+        there (the tap itself, what a hook computed from it: its in-place change), or a
+        route to another call. What lies past this call's tap nodes is this call's graph on
+        the worker, which this node's own backward covers: a gradient taken through the tap
+        too would run the hook's part twice (its vjp the worker asked for, then here)."""
+        if node is None or node not in task.needed or (
+                isinstance(node, RemoteTapBackward0) and node._keeps is self):
+            return False
+        done = seen.get(node)
+        if done is None:
+            seen[node] = False  # (a DAG; set before the walk below)
+            nexts = [n for n, _ in node.next_functions if n is not None]
+            done = seen[node] = (
+                any(captured is node for captured, _ in task.captures)
+                or (node in task.runs and not any(n in task.needed for n in nexts))
+                or any(self._needed_here(task, n, seen) for n in nexts))
+        return done
 
     def _tap_grads(self, tapped: dict | None, wanted: list[str]) -> tuple:
         """A gradient (or None) per live tap, from the workers' answer."""
@@ -283,6 +331,8 @@ class RemoteBackward0(LiveEdges):
     def _backward(self, grads: list) -> tuple:
         if self._freed:
             raise RuntimeError(SECOND_BACKWARD_MSG)
+        if self._saved_outputs:
+            self._check_saved_outputs()
         if grad_mode.is_grad_enabled() and not self._call:  # create_graph through a chain
             raise NotImplementedError(_create_graph_chain(self._model))
         # the workers keep their graphs exactly when this backward keeps the client's
@@ -437,6 +487,16 @@ class RemoteBackward0(LiveEdges):
         self._freed = True
 
 
+class _SavedOutput:
+    """What ``engine.inplace_error`` reads of a saved tensor, for an output of a call."""
+
+    tensor, is_output = None, True
+
+    def __init__(self, nr: int, vc: list, version: int, shape: tuple, dtype):
+        self.output_nr, self.vc, self.version = nr, vc, version
+        self.data = np.empty(shape, dtype)
+
+
 _NAMED: dict[str, type] = {}  # worker node name -> its RemoteBackward0 subclass
 _backwards = itertools.count()  # numbers the backwards of a call (ids of kept gradients)
 
@@ -499,12 +559,18 @@ def graph_elsewhere(param) -> str | None:
             + ", or take the products in one process (local = model.to_local())")
 
 
+def part_by_part(model) -> str:
+    """The ``placement=`` argument that deploys a chain of stages part by part instead (its
+    forward then runs on the client, calling each part on its worker)."""
+    names = getattr(model, "_stage_names", None) or []
+    placement = {path: stage for stage, paths in enumerate(names) for path in paths if path}
+    return f"placement={placement!r}" if placement else "placement={...}"
+
+
 def _create_graph_chain(model) -> str:
     """The refusal of a double backward through a chain of stages, with the deploy call that
     runs the same model from here, part by part, where it works."""
-    names = getattr(model, "_stage_names", None) or []
-    placement = {path: stage for stage, paths in enumerate(names) for path in paths if path}
-    way = (f"placement={placement!r}" if placement else "placement={...}")
+    way = part_by_part(model)
     return ("backward(create_graph=True) or autograd.grad(..., create_graph=True) through a "
             "model deployed as a chain of stages (its children cut into contiguous stages, "
             "each stage sending its activations and gradients straight to the next): those "

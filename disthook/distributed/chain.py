@@ -16,7 +16,7 @@ import numpy as np
 from disthook import _dtype, random
 from disthook.autograd import grad_mode
 from disthook.distributed import attr_changes
-from disthook.distributed.autograd_node import RemoteBackward0
+from disthook.distributed.autograd_node import RemoteBackward0, part_by_part
 from disthook.distributed.glue import refuse_saved_tensors_hooks
 from disthook.distributed.placement import micro_batch_sizes, split_rows
 from disthook.distributed.spec import module_spec
@@ -33,7 +33,12 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
     """The stages' forward on ``x``; with ``stop`` (a module path), only up to the stage
     holding that module, whose output is returned (the later stages do no work)."""
     if not isinstance(x, Tensor):
-        raise TypeError(f"a Deployment takes one Tensor, got {type(x).__name__}")
+        raise TypeError(
+            f"a model deployed as a chain of stages (its children cut into contiguous "
+            f"stages, each passing one tensor to the next) takes one Tensor, got "
+            f"{type(x).__name__}. Deploy it with {part_by_part(model)} instead: its forward "
+            "then runs here, calling each part on its worker with any arguments (a "
+            "PackedSequence for an LSTM)")
     refuse_saved_tensors_hooks(f"the deployed {model._class_name}'s forward")
     grad = grad_mode.is_grad_enabled()
     rows = x._data.shape[0] if x._data.ndim else 0
@@ -43,6 +48,12 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
         sizes = micro_batch_sizes(rows, chunks)
     parts = [x._data] if sizes is None else split_rows(x._data, sizes)
     ctx_ids = [uuid.uuid4().hex for _ in parts]
+    # one call: the random stream goes through the stages and comes back (dropout; a draw
+    # in eval mode too: it drew from the stream another client left there); micro-batches,
+    # which run side by side, each a stream of its own made from the client's (before,
+    # none: they drew from the worker's, which another client's calls moved)
+    streams = [random._stream_state()] if sizes is None else random._streams_of_parts(
+        len(parts))
     # optimizer calls since the last request ride with the first micro-batch, which
     # reaches every stage before anything else of this call (not with stop: the later
     # stages would not hear them)
@@ -59,11 +70,7 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
                                     "requires_grad": [x._requires_grad],
                                     "reply_to": model._hub.reply_to,
                                     "mb": None if sizes is None else i, "stop": stop,
-                                    # one call: the random stream goes through the stages
-                                    # and comes back (dropout; a draw in eval mode too: it
-                                    # drew from the stream another client left there)
-                                    "rng": (random._stream_state() if sizes is None
-                                            else None),
+                                    "rng": streams[i],
                                     "optimizer_calls": calls if i == 0 else None},
               ctx_id)
              for i, (part, ctx_id) in enumerate(zip(parts, ctx_ids))],
@@ -79,8 +86,10 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
     results = [r["result"] for r in replies]
     for result in results:  # what the stages' modules set on themselves, in stage order
         attr_changes.apply(model, result.get("attrs"))
-    if results[-1].get("rng"):
+    if sizes is None and results[-1].get("rng"):
         random._set_stream_state(results[-1]["rng"])
+    elif sizes is not None and any(r.get("rng") != sent for r, sent in zip(results, streams)):
+        random._after_parts(len(parts))  # they drew: this stream moves on
     outs = [np.asarray(r["output"]) for r in results]
     if sizes is not None and any(o.ndim == 0 or len(o) != n for o, n in zip(outs, sizes)):
         raise RuntimeError(
@@ -93,7 +102,13 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
         stage = None if stop is None else model._stage_of(stop)
         node = RemoteBackward0(model, ctx_ids, x, sizes, stage)
         node.made_by(results[-1].get("grad_fn"))
-        return Tensor._make(out, node, 0)
+        out = Tensor._make(out, node, 0)
+        views = [r.get("custom_view") for r in results]
+        if all(views):  # the last module's full backward hook's view (see Tensor._inplace)
+            out.__dict__["_custom_view"] = (int(views[0][0]), str(views[0][1]))
+        if any(r.get("saved") for r in results):
+            node.saved_output(out)
+        return out
     for ctx_id in ctx_ids:  # no graph: nothing to differentiate against
         model._hub.taps.pop(ctx_id, None)
     return Tensor._make(out, None, 0)
@@ -127,9 +142,13 @@ def train_step(model: Deployment, x: Tensor, target: Tensor, loss_fn,
     # optimizer calls since the last request: each stage gets its own
     taken, opt_calls = model._hub.take_optimizer_calls(model._addresses)
     calls = []
+    # each stage draws (dropout) from a stream of its own made from the client's: the
+    # stages run side by side (before, none: they drew from their worker's stream, which
+    # another client's calls moved, and manual_seed did not repeat a step)
+    streams = random._streams_of_parts(len(model._addresses))
     for s, address in enumerate(model._addresses):
         fields = {"step": step, "schedule": [list(a) for a in plan[s]],
-                  "reply_to": model._hub.reply_to,
+                  "reply_to": model._hub.reply_to, "rng": streams[s],
                   "optimizer_calls": None if opt_calls is None else opt_calls[s],
                   **_dtype.default_dtype_field()}
         if s == 0:
@@ -154,6 +173,8 @@ def train_step(model: Deployment, x: Tensor, target: Tensor, loss_fn,
     wall = time.perf_counter() - started
     for reply in replies:  # what the stages' modules set on themselves in the step
         attr_changes.apply(model, reply["result"].get("attrs"))
+    if any(r["result"].get("rng") != sent for r, sent in zip(replies, streams)):
+        random._after_parts(len(streams))  # they drew: this stream moves on
     # per stage: seconds computing, the step's wall time seen here, the worker's RSS peak,
     # and its timeline of schedule actions ([kind, micro-batch, thread CPU s, wall start,
     # wall end], wall times on this host's monotonic clock)

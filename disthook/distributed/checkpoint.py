@@ -59,7 +59,7 @@ def fingerprint(module) -> str:
     for name, m in module.named_modules():
         h.update(f"module {name} {type(m).__module__}:{type(m).__qualname__}\n".encode())
     for name, t in module.state_dict().items():
-        h.update(f"tensor {name} {tuple(t.shape)} {t.numpy().dtype.str}\n".encode())
+        h.update(f"tensor {name} {tuple(t.shape)} {t._data.dtype.str}\n".encode())
     return h.hexdigest()
 
 
@@ -277,7 +277,7 @@ def _save_plain(model, optimizer, shards: list[dict]) -> dict:
         stage = model._layout.stage_of(name)
         for key, value in entries.items():
             if isinstance(value, Tensor):
-                shards[stage or 0][f"opt/{name}/{key}"] = np.array(value.detach().numpy())
+                shards[stage or 0][f"opt/{name}/{key}"] = np.array(value.detach()._data)
             else:
                 scalars.setdefault(name, {})[key] = _plain_value(value, key)
     groups = [{k: _plain_value(v, k) for k, v in group.items()}

@@ -485,6 +485,9 @@ class HookServer:
             items = [self._pack_result(v, leaves, bases, f"{key}.{i}", ctx)
                      for i, v in enumerate(value)]
             return {"tuple" if isinstance(value, tuple) else "list": items}
+        if type(value) is dict and all(type(k) is str for k in value):  # ({"y": out * 2})
+            return {"dict": {k: self._pack_result(v, leaves, bases, f"{key}.{k}", ctx)
+                             for k, v in value.items()}}
         return pack(value)
 
     def _pack_value(self, value: Tensor, bases: list, key: str, leaves: list):

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from disthook.distributed import (
+    global_writes,
     glue,
     hook_sync,
     pinning,
@@ -98,6 +99,8 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
     # program owns), else as data (a shared service)
     stage_fields = shipping.stage_fields(module, stage_modules,
                                          code=all(w.code for w in workers))
+    if all(w.code for w in workers):
+        global_writes.warn_of_global_writes(stage_modules)
     remote = Deployment(
         cluster, module, stage_modules, workers, timeout=cluster.timeout, chunks=chunks,
         schedule=schedule, layout=lay, placement=placement)

@@ -166,7 +166,7 @@ def train_step(model: Deployment, x: Tensor, target: Tensor, loss_fn,
     from disthook import stack
 
     out = stack([t.reshape(()) for t in losses]).detach()
-    values = np.array(out.numpy(), np.float32)  # one read: every call ends before it
+    values = np.array(out._data, np.float32)  # one read: every call ends before it
     wall = time.perf_counter() - started
     # the stages' compute time and memory are not measured apart when the forward runs here
     # (under 1F1B, "order": the micro-batch forwards and backwards sent to each, in order)

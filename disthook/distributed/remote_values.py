@@ -224,12 +224,12 @@ class RemoteValue(Tensor):
         return Tensor.view(self, *shape)
 
     def reshape(self, *args, shape=None):
-        shape = by_keyword(args, shape, "shape", "reshape")
-        if self.__dict__["_ref"].value is None:
-            shape = self._shape_arg(shape)
-            if _can_view(_SLOT_DATA.__get__(self), shape):
-                return S.View.apply(self, shape=shape)
-        return Tensor.reshape(self, *shape)
+        """A view where the value's layout on its worker allows one, else a copy, as in one
+        process, also once read here: the copy read here is dense where the worker's value
+        has gaps (a slice), and a view of that read-only copy would be no tensor's memory."""
+        shape = self._shape_arg(by_keyword(args, shape, "shape", "reshape"))
+        op = S.View if _can_view(_SLOT_DATA.__get__(self), shape) else S.UnsafeView
+        return op.apply(self, shape=shape)
 
     def detach(self) -> Tensor:
         """The same kept value, without history (no copy, no round trip)."""
@@ -289,8 +289,14 @@ def from_record(model, address: str, record: dict, node, output_nr: int) -> Remo
     strides = record.get("strides")
     meta = meta_array(dtype, tuple(record["shape"]),
                       None if strides is None else tuple(strides))
-    return make_remote(_Ref(model, address, record["kept"], inline_value(record)), meta, node,
-                       output_nr)
+    t = make_remote(_Ref(model, address, record["kept"], inline_value(record)), meta, node,
+                    output_nr)
+    view = record.get("custom_view")
+    if node is not None and view is not None:  # (see Tensor._inplace)
+        t.__dict__["_custom_view"] = (int(view[0]), str(view[1]))
+    if node is not None and record.get("saved"):
+        node.saved_output(t)
+    return t
 
 
 def inline_value(record: dict) -> np.ndarray | None:

@@ -35,7 +35,7 @@ from collections import OrderedDict
 import cloudpickle
 import numpy as np
 
-from disthook import wire
+from disthook import _blas, wire
 from disthook.distributed.parameters import RemoteStorage
 from disthook.nn.modules.module import HOOK_DICTS, Module
 from disthook.nn.parameter import Parameter
@@ -266,10 +266,10 @@ def _frames(arrays: list):
 def loads(code, arrays: list) -> Module:
     """The module ``dumps`` made, with ``arrays`` (received frames, taken as they are).
     Runs code: call it only where the sender's code is trusted."""
-    # each array copied into memory of its own: a view over a received frame may be aligned
-    # otherwise than numpy aligns what it allocates, and BLAS then sums in another order
-    # (results 1 ulp off one process's)
-    return _load(code, _frames([np.array(a) for a in arrays]))
+    # each array copied into memory of its own, aligned as a factory aligns it on the client
+    # (disthook._blas.aligned): the stage's products read it as fast as one process reads
+    # its own, and a BLAS whose summation order follows alignment sums as it does there
+    return _load(code, _frames([_blas.aligned(a, copy=True) for a in arrays]))
 
 
 def loads_structure(code: bytes, array_of) -> Module:

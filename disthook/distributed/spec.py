@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from disthook import _dtype
+from disthook import _blas, _dtype
 from disthook.nn.modules.module import Module
 from disthook.nn.parameter import Parameter
 from disthook.tensor import Tensor
@@ -382,7 +382,8 @@ def _tensor(entry, path: str, made: dict[str, Tensor], *, parameter: bool):
     data = entry.get("data")
     if not isinstance(data, np.ndarray):
         raise SpecError(f"tensor entry of {path} has no array 'data'")
-    t = Tensor._make(np.array(data), None, 0)  # own, writable copy of the received frame
+    # own, writable copy of the received frame, aligned as on the client (shipping.loads)
+    t = Tensor._make(_blas.aligned(data, copy=True), None, 0)
     if parameter:
         t = Parameter(t, bool(entry.get("requires_grad", True)))
     elif entry.get("requires_grad"):

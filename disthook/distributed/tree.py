@@ -130,12 +130,14 @@ def auto_placement(root: Module, stages: int) -> dict[str, int]:
     share = total / stages if stages else total
     units = [p for p, m in mods.items() if p and "." not in p and m is not None]
 
-    def openable(p: str) -> bool:
-        return bool(mods[p]._modules) and any(c is not None for c in mods[p]._modules.values())
-
     def stateful(p: str) -> bool:
         m = mods[p]
         return any(True for _ in m.parameters()) or any(True for _ in m.buffers())
+
+    def openable(p: str) -> bool:
+        # opening a module whose children hold nothing (a layer with its own weights and
+        # an activation child, KAN's KANLinear) would leave no part to place
+        return any(c is not None and stateful(f"{p}.{n}") for n, c in mods[p]._modules.items())
 
     while True:
         weighted = [p for p in units if stateful(p)]

@@ -13,6 +13,7 @@ import numpy as np
 
 from disthook import random
 from disthook._dtype import c_type_name, scalar_type_name
+from disthook.amp import cpu_policy
 from disthook.autograd import grad_mode
 from disthook.nn import _linear_ops
 from disthook.nn import _unpool as UnpoolOps
@@ -33,6 +34,7 @@ from disthook.tensor import Tensor, cat
 
 # ---- linear --------------------------------------------------------------------------------
 
+@cpu_policy.covered(cpu_policy.LOWER)
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``input @ weight.T + bias`` over the last dim of ``input``."""
     if not isinstance(input, Tensor):  # a forward hook upstream returned something else
@@ -144,18 +146,21 @@ def _ntuple(value, n: int) -> tuple:
 
 # ---- convolution ----------------------------------------------------------------------------
 
+@cpu_policy.covered(cpu_policy.LOWER)
 def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
            dilation=1, groups: int = 1) -> Tensor:
     """1-d convolution of ``(N, C_in, L)`` (or unbatched ``(C_in, L)``) input."""
     return _conv(input, weight, bias, stride, padding, dilation, groups, 1)
 
 
+@cpu_policy.covered(cpu_policy.LOWER)
 def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
            dilation=1, groups: int = 1) -> Tensor:
     """2-d convolution of ``(N, C_in, H, W)`` (or unbatched ``(C_in, H, W)``) input."""
     return _conv(input, weight, bias, stride, padding, dilation, groups, 2)
 
 
+@cpu_policy.covered(cpu_policy.LOWER)
 def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
            dilation=1, groups: int = 1) -> Tensor:
     """3-d convolution of ``(N, C_in, D, H, W)`` (or unbatched ``(C_in, D, H, W)``) input."""
@@ -287,7 +292,19 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
         if mode == "circular" and (before > n or after > n):
             raise RuntimeError("Padding value causes wrapping around more than once.")
         indices.append(PadOps.source_index(n, before, after, mode))
+    if (mode, k) in _PADS_IN_FLOAT32:
+        return _pad_in_float32(PadOps.OPS[mode, k], input, tuple(indices))
     return PadOps.OPS[mode, k].apply(input, indices=tuple(indices))
+
+
+# the pads torch's CPU autocast runs in float32 (reflection 1-d and 2-d, replication 1-3-d)
+_PADS_IN_FLOAT32 = {("reflect", 1), ("reflect", 2), ("replicate", 1), ("replicate", 2),
+                    ("replicate", 3)}
+
+
+@cpu_policy.covered(cpu_policy.FP32)
+def _pad_in_float32(op, input: Tensor, indices: tuple) -> Tensor:
+    return op.apply(input, indices=indices)
 
 
 # ---- pooling --------------------------------------------------------------------------------
@@ -643,6 +660,7 @@ def _reduce(loss: Tensor, reduction: str) -> Tensor:
     return loss.sum() if reduction == "sum" else loss
 
 
+@cpu_policy.covered(cpu_policy.FP32)
 def mse_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,
              reduction: str = "mean", weight: Tensor | None = None) -> Tensor:
     """Mean (or sum, or elementwise) squared error: one ``MseLossBackward0`` node."""
@@ -655,6 +673,7 @@ def mse_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,
     return LossOps.MseLoss.apply(x, y, reduction=reduction)
 
 
+@cpu_policy.covered(cpu_policy.FP32)
 def l1_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,
             reduction: str = "mean", weight: Tensor | None = None) -> Tensor:
     """Mean (or sum, or elementwise) absolute error, as torch composes it: sub, abs, reduce."""
@@ -666,6 +685,7 @@ def l1_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,
     return _reduce((x - y).abs(), reduction)
 
 
+@cpu_policy.covered(cpu_policy.FP32)
 def smooth_l1_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,
                    reduction: str = "mean", beta: float = 1.0) -> Tensor:
     """Squared error below ``beta``, absolute error above; ``beta=0`` is ``l1_loss``."""
@@ -680,6 +700,7 @@ def smooth_l1_loss(input: Tensor, target: Tensor, size_average=None, reduce=None
     return LossOps.SmoothL1Loss.apply(x, y, reduction=reduction, beta=beta)
 
 
+@cpu_policy.covered(cpu_policy.FP32)
 def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0,
                weight: Tensor | None = None) -> Tensor:
     """Squared error below ``delta``, ``delta``-scaled absolute error above."""
@@ -705,6 +726,7 @@ def _constant_weight(weight: Tensor | None, fn: str, arg: str = "weight"):
     return weight._data
 
 
+@cpu_policy.covered(cpu_policy.FP32)
 def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,
                          size_average=None, reduce=None, reduction: str = "mean") -> Tensor:
     """BCE of probabilities ``input`` against ``target``; the logs are clamped at -100."""
@@ -737,6 +759,7 @@ def _broadcast_to_target(target: Tensor, weight: Tensor) -> tuple:
     return np.broadcast_shapes(ts, ws)
 
 
+@cpu_policy.covered(cpu_policy.FP32)
 def binary_cross_entropy_with_logits(input: Tensor, target: Tensor,
                                      weight: Tensor | None = None, size_average=None,
                                      reduce=None, reduction: str = "mean",
@@ -767,6 +790,7 @@ def binary_cross_entropy_with_logits(input: Tensor, target: Tensor,
                                                       reduction=reduction)
 
 
+@cpu_policy.covered(cpu_policy.FP32)
 def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average=None,
              ignore_index: int = -100, reduce=None, reduction: str = "mean") -> Tensor:
     """Negative log likelihood of class indices ``target`` (any shape ``(N, d1, ...)``) under
@@ -776,6 +800,7 @@ def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, size_a
     return _nll_loss_nd(input, target, weight, reduction, ignore_index, fused=False)
 
 
+@cpu_policy.covered(cpu_policy.FP32)
 def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,
                   size_average=None, ignore_index: int = -100, reduce=None,
                   reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
@@ -894,6 +919,7 @@ def _cross_entropy_with_probabilities(input: Tensor, target: Tensor, weight, red
 
 # ---- attention --------------------------------------------------------------------------------
 
+@cpu_policy.covered(cpu_policy.LOWER)
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
                                  attn_mask: Tensor | None = None, dropout_p: float = 0.0,
                                  is_causal: bool = False, scale: float | None = None,
@@ -1171,18 +1197,21 @@ def instance_norm(input: Tensor, running_mean: Tensor | None = None,
 
 # ---- transposed convolution ----------------------------------------------------------------------
 
+@cpu_policy.covered(cpu_policy.LOWER)
 def conv_transpose1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1,
                      padding=0, output_padding=0, groups: int = 1, dilation=1) -> Tensor:
     return _conv_transpose(input, weight, bias, stride, padding, output_padding, groups,
                            dilation, 1)
 
 
+@cpu_policy.covered(cpu_policy.LOWER)
 def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1,
                      padding=0, output_padding=0, groups: int = 1, dilation=1) -> Tensor:
     return _conv_transpose(input, weight, bias, stride, padding, output_padding, groups,
                            dilation, 2)
 
 
+@cpu_policy.covered(cpu_policy.LOWER)
 def conv_transpose3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1,
                      padding=0, output_padding=0, groups: int = 1, dilation=1) -> Tensor:
     return _conv_transpose(input, weight, bias, stride, padding, output_padding, groups,
@@ -1368,7 +1397,7 @@ def _float_mask(mask: Tensor | None, name: str, like: Tensor) -> Tensor | None:
     if mask._data.dtype == np.bool_:
         return Tensor._make(np.where(mask._data, -np.inf, 0.0).astype(like._data.dtype),
                             None, 0)
-    if mask._data.dtype.kind != "f":
+    if _dtype.kind(mask._data.dtype) != "f":
         raise AssertionError(f"only bool and floating types of {name} are supported")
     return mask
 

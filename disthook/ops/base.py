@@ -18,6 +18,7 @@ from disthook import _dtype
 from disthook.autograd import grad_mode
 from disthook.autograd.graph import Node, _SavedTensor, _sequence, grad_accumulator
 from disthook.autograd.inference import DetachedInferenceVersion, InferenceVersion
+from disthook.ops import _bf16
 
 
 class RemoteOperand(BaseException):
@@ -39,6 +40,7 @@ class Op(Node):
     complex_ok = False  # an op whose forward and backward are right on complex inputs says so
     drops_unneeded_grads = True
     view = False  # output shares memory and version counter with input 0
+    _in_float32 = False  # the twin that computes a bfloat16 op in float32 (ops/_bf16.py)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -77,9 +79,11 @@ class Op(Node):
         """Run the op on Tensor ``inputs`` with keyword ``params``; wire it into the graph.
         A non-Tensor input is torch's TypeError, naming its position and type."""
         try:
-            if not cls.complex_ok:
-                for t in inputs:
-                    if t._data.dtype.kind == "c":
+            for t in inputs:
+                if t._data.dtype.kind in "cV":
+                    if t._data.dtype.kind == "V" and not (cls.view or cls._in_float32):
+                        return _bf16.compute_in_float32(cls, inputs, params)
+                    if t._data.dtype.kind == "c" and not cls.complex_ok:
                         refuse_complex(cls, t)
             if grad_mode._state.enabled and cls.differentiable:
                 # one and two inputs spelled out: a comprehension costs a frame (Python 3.11)
@@ -114,7 +118,7 @@ class Op(Node):
                         ctx._output_meta = tuple([(o.shape, o.dtype) for o in out])
                         # integer outputs (max's indices) are not differentiable: no history
                         view = cls.view and MULTI_OUTPUT_VIEW
-                        outs = tuple([_wrap(o, ctx, i, inputs, view) if o.dtype.kind in "fc"
+                        outs = tuple([_wrap(o, ctx, i, inputs, view) if _dtype.kind(o.dtype) in "fc"
                                       else _wrap(o, None, 0, inputs, view)
                                       for i, o in enumerate(out)])
                     elif type(out) is np.ndarray and not cls.view:
@@ -299,7 +303,7 @@ _NO_CTX = _NoCtx()
 
 # ---- dtype promotion and scalar wrapping (torch's rules, not numpy's) -----------------------
 
-_CATEGORY = {"b": 0, "i": 1, "u": 1, "f": 2, "c": 3}
+_CATEGORY = {"b": 0, "i": 1, "u": 1, "f": 2, "V": 2, "c": 3}  # ("V": bfloat16)
 
 
 def _category(np_dtype) -> int:
@@ -308,9 +312,18 @@ def _category(np_dtype) -> int:
 
 def _complex_of(np_dtype):
     """The complex dtype with ``np_dtype``'s precision (int and bool: the default's)."""
-    if np_dtype.kind in "fc":
+    if _dtype.kind(np_dtype) in "fc":
         return _dtype.from_numpy_dtype(np_dtype).to_complex().np
     return _dtype.default_complex_dtype().np
+
+
+def _promote(da, db):
+    """numpy's promotion, and torch's for bfloat16 (numpy knows none): with float16, float32;
+    with a wider float, that one; with a complex, the complex of bfloat16's (complex64)."""
+    if da == _dtype.BF16 or db == _dtype.BF16:
+        other = db if da == _dtype.BF16 else da
+        return np.promote_types(other, np.float32) if other != _dtype.BF16 else other
+    return np.promote_types(da, db)
 
 
 def result_dtype(a, b):
@@ -325,15 +338,15 @@ def result_dtype(a, b):
         ca, cb = _category(da), _category(db)
         if ca != cb:
             (hi, dhi), (lo, dlo) = ((a, da), (b, db)) if ca > cb else ((b, db), (a, da))
-            if dhi.kind == "c" and dlo.kind == "f" and not (lo._data.ndim == 0 < hi._data.ndim):
-                return np.promote_types(dhi, dlo)  # complex64 with float64: complex128
+            if dhi.kind == "c" and _dtype.kind(dlo) == "f" and not (lo._data.ndim == 0 < hi._data.ndim):
+                return _promote(dhi, dlo)  # complex64 with float64: complex128
             return dhi
         # within a category, a 0-dim tensor does not widen a dimensioned one
         if a._data.ndim == 0 and b._data.ndim != 0:
             return db
         if b._data.ndim == 0 and a._data.ndim != 0:
             return da
-        return np.promote_types(da, db)
+        return _promote(da, db)
     t, s = (a, b) if ta else (b, a)
     dt = t._data.dtype
     if isinstance(s, (bool, np.bool_)):
@@ -341,7 +354,7 @@ def result_dtype(a, b):
     if isinstance(s, (int, np.integer)):
         return dt if dt.kind != "b" else np.dtype(np.int64)
     if isinstance(s, (float, np.floating)):
-        return dt if dt.kind in "fc" else _dtype.get_default_dtype().np
+        return dt if _dtype.kind(dt) in "fc" else _dtype.get_default_dtype().np
     if isinstance(s, (complex, np.complexfloating)):
         return dt if dt.kind == "c" else _complex_of(dt)
     raise TypeError(f"unsupported operand type: '{type(s).__name__}'")
@@ -361,6 +374,8 @@ def _as(x, dt):
 
     if isinstance(x, Tensor):
         return x if x._data.dtype == dt else x.to(dt)
+    if dt == _dtype.BF16 and isinstance(x, (float, np.floating)):
+        dt = np.float32  # torch's bfloat16 kernels take a python float in float32
     wrapped = Tensor._make(np.asarray(x, dtype=dt), None, 0)
     wrapped.__dict__["_wrapped_number"] = True  # saved-tensor hooks skip it, as torch's
     return wrapped

@@ -12,6 +12,7 @@ import itertools
 
 import numpy as np
 
+from disthook import _dtype
 from disthook.ops.base import OUTPUT, Op
 
 
@@ -78,7 +79,7 @@ class Complex(_ComplexOp):
     @staticmethod
     def forward(ctx, re, im):
         r, i = re._data, im._data
-        if r.dtype != i.dtype or r.dtype.kind != "f" or r.dtype == np.float16:
+        if r.dtype != i.dtype or _dtype.kind(r.dtype) != "f" or r.dtype == np.float16:
             raise RuntimeError(
                 f"Expected both inputs to be Float or Double tensors but got "
                 f"{_name(r.dtype)} and {_name(i.dtype)}")

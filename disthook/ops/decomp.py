@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from disthook import _dtype
 from disthook.ops.base import OUTPUT, Op
 
 
@@ -25,7 +26,7 @@ def _square(a, name: str) -> None:
     if shape[-1] != shape[-2]:
         raise RuntimeError(f"linalg.{name}: A must be batches of square matrices, but they are "
                            f"{shape[-2]} by {shape[-1]} matrices")
-    if a._data.dtype.kind != "f":
+    if _dtype.kind(a._data.dtype) != "f":
         raise RuntimeError(f"linalg.{name}: Expected a floating point or complex tensor as "
                            f"input. Got {a.dtype}")
 

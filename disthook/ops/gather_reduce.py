@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from disthook import _dtype
 from disthook.ops.base import Op
 from disthook.ops.shape import _along_dim, _index_region, _tensor
 
@@ -25,7 +26,7 @@ class ScatterReduce(Op):
         values = src._data[_index_region(index)]
         if not include_self:
             ident = _IDENTITY[reduce]
-            if out.dtype.kind != "f" and reduce != "prod":
+            if _dtype.kind(out.dtype) != "f" and reduce != "prod":
                 info = np.iinfo(out.dtype) if out.dtype.kind in "iu" else None
                 ident = (info.min if reduce == "amax" else info.max) if info else ident
             out[where] = ident
@@ -92,7 +93,7 @@ def scatter_reduce(self, dim, index, src, reduce, include_self):
         ones = src.new_ones(src.shape)
         count = self.new_full(self.shape, 1 if include_self else 0).scatter_add(dim, index, ones)
         mean = total / count.where(count > 0, count.new_ones(()))
-        if self._data.dtype.kind != "f":
+        if _dtype.kind(self._data.dtype) != "f":
             mean = mean.floor().to(self.dtype)
         return mean
     return ScatterReduce.apply(self, src, index=index._data, dim=dim, reduce=reduce,

@@ -209,7 +209,7 @@ def _nll_check(x: np.ndarray, t: np.ndarray, weight, nd: bool) -> None:
             raise RuntimeError(
                 f"weight tensor should be defined either for all {n_classes} classes or no "
                 f"classes but got weight tensor of shape: {list(weight.shape)}")
-    if x.dtype.kind != "f":
+    if _dtype.kind(x.dtype) != "f":
         raise NotImplementedError(f'"nll_loss_out_frame" not implemented for \'{_type_name(x)}\'')
     if t.dtype not in (np.int64, np.uint8):
         raise RuntimeError(f"expected target dtype to be Long or Byte, but got {_type_name(t)}")

@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from disthook import _dtype
 from disthook.ops.base import OUTPUT, Op
 from disthook.ops.elementwise import times_conj
 
@@ -185,7 +186,7 @@ def gammainc_np(a: np.ndarray, x: np.ndarray, upper: bool = False) -> np.ndarray
     zero_a = (np.broadcast_to(np.asarray(a, np.float64), out.shape) == 0) & (
         np.broadcast_to(np.asarray(x, np.float64), out.shape) > 0)
     out[zero_a] = 0.0 if upper else 1.0
-    return _same(np.asarray(x) if np.asarray(x).dtype.kind == "f" else np.asarray(a), out)
+    return _same(np.asarray(x) if _dtype.kind(np.asarray(x).dtype) == "f" else np.asarray(a), out)
 
 
 def _bessel_i(order: int, x: np.ndarray) -> np.ndarray:

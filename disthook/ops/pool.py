@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from disthook import _dtype
 from disthook.ops.base import Op
 
 
@@ -51,7 +52,7 @@ def _windows(kernel, stride, dilation, out):
 # ---- max pooling ----------------------------------------------------------------------------
 
 def _lowest(dtype):
-    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+    return -np.inf if _dtype.kind(dtype) == "f" else np.iinfo(dtype).min
 
 
 def max_pool(x: np.ndarray, kernel, stride, padding, dilation, out) -> tuple:
@@ -69,7 +70,7 @@ def max_pool(x: np.ndarray, kernel, stride, padding, dilation, out) -> tuple:
         # branches on every element and is several times slower on random data
         np.equal(views[j], best, out=hit)
         arg -= hit * (arg - j)
-    if best.dtype.kind == "f" and np.isnan(best).any():
+    if _dtype.kind(best.dtype) == "f" and np.isnan(best).any():
         for j, v in enumerate(views):  # torch keeps the last NaN of a window
             np.putmask(arg, np.isnan(v), j)
     return best, arg
@@ -227,7 +228,7 @@ def avg_pool(x: np.ndarray, kernel, stride, padding, out, divisor) -> np.ndarray
     acc = None
     for index in _windows(kernel, stride, ones, out):
         acc = xp[index].copy() if acc is None else np.add(acc, xp[index], out=acc)
-    if x.dtype.kind == "f":
+    if _dtype.kind(x.dtype) == "f":
         return (acc / divisor).astype(x.dtype, copy=False)
     return (acc // divisor).astype(x.dtype, copy=False)
 

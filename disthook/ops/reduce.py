@@ -6,6 +6,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from disthook import _dtype
 from disthook.ops.base import OUTPUT, Op, shown_dims
 
 
@@ -81,7 +82,7 @@ class Mean(Op):
     @staticmethod
     def forward(ctx, a, dim=None, keepdim=False):
         x = a._data
-        if x.dtype.kind not in "fc":
+        if _dtype.kind(x.dtype) not in "fc":
             raise RuntimeError(
                 "mean(): could not infer output dtype. Input dtype must be either a floating "
                 f"point or complex dtype. Got: {_kind_name(x.dtype)}"
@@ -105,7 +106,7 @@ def _kind_name(dt) -> str:
 
 
 def _check_floating_for_var(a) -> None:
-    if a._data.dtype.kind != "f":
+    if _dtype.kind(a._data.dtype) != "f":
         raise RuntimeError("std and var only support floating point and complex dtypes")
 
 

@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from disthook import _dtype
 from disthook.ops.base import Op
 
 
@@ -88,7 +89,7 @@ class WindowMax(Op):
         positions = flat_positions(rows, lead, xd.shape[xd.ndim - nd:])
         values = _gather(xd, positions, nd)
         arg = np.argmax(values, axis=-1)[..., None]
-        if values.dtype.kind == "f":  # a NaN in a window is its maximum, as in torch
+        if _dtype.kind(values.dtype) == "f":  # a NaN in a window is its maximum, as in torch
             nan = np.isnan(values)
             has_nan = nan.any(-1, keepdims=True)
             arg = np.where(has_nan, np.argmax(nan, axis=-1)[..., None], arg)

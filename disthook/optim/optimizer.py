@@ -530,7 +530,8 @@ def flat_arrays(p, grad, *state) -> list | None:
     """Flat views of the arrays of ``p``, ``grad`` and ``state`` (tensors of p's shape) for
     an update on numpy arrays, or None unless every one is a local, C-contiguous array of
     p's shape and floating dtype, writable but for ``grad``: the Tensor ops do the update
-    then (and raise what they raise)."""
+    then (and raise what they raise; bfloat16 is not "f": its updates take the Tensor ops,
+    which compute it as torch does)."""
     data = p._data
     if type(data) is not np.ndarray or data.dtype.kind != "f":
         return None

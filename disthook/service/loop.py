@@ -32,6 +32,7 @@ from disthook.service.security import (
     refusal_reason,
     warn_if_exposed,
 )
+from disthook.service.unread import UnreadAnswers
 
 __all__ = ["LOG_LEVELS", "PIPE_COPY_BELOW", "OneLineFormatter", "PeerLog", "Service",
            "bind_endpoint", "log_to_stderr", "printable", "recv_now", "send_frames"]
@@ -115,6 +116,8 @@ class Service:
         self._next_peer_number = itertools.count(1)
         self._running = False
         self._unsent: list[tuple] = []  # (since, socket, peer, frames) of unroutable replies
+        # with a limit: the bytes of each peer's answers ZeroMQ holds, bounded (a worker's)
+        self.unread: UnreadAnswers | None = None
 
     # ---- the loop ---------------------------------------------------------------------------
     def serve_forever(self) -> None:
@@ -263,12 +266,24 @@ class Service:
 
     def _send(self, sock: zmq.Socket, to: bytes, frames: list, since: float | None = None):
         kept = [u for u in self._unsent if u[2] == to] if self._unsent else ()
+        tracked = self.unread is not None and sock is self.router
+        if tracked and since is None:  # (a kept one was let through already)
+            refused = self.unread.refusal(to, frames, self.label, [u[3] for u in kept])
+            if refused is not None:  # answers it has not read hold too much: errors instead
+                self.peer_log.warning(to, "%s: dropped an answer to %s: it has not read "
+                                      "those it got", self.label, self.peer_name(to))
+                for error in refused:
+                    self._send(sock, to, error)
+                return
         try:
             if kept:  # after what waits for it already: its replies keep their order
                 raise zmq.Again(zmq.EAGAIN)
             # ROUTER_MANDATORY: no route raises here, and so does a full queue (NOBLOCK)
             _send(sock, to, _SNDMORE | _NOBLOCK, True)
-            send_frames(sock, frames)
+            if tracked:
+                self.unread.send(_send, sock, to, frames)
+            else:
+                send_frames(sock, frames)
         except zmq.ZMQError as exc:
             # no route to the peer: its connection has not finished its handshake yet (or
             # it went away); or its queue is full: kept and tried again at each tick

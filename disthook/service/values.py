@@ -89,6 +89,25 @@ def unpack(data, make_tensor=None, kept=None, classes: bool = False):
     raise ValueError(f"not a packed hook value: {data!r:.80}")
 
 
+def custom_view(t: Tensor) -> list | None:
+    """``[output_nr, name]`` where ``t`` is a custom Function's view output still unchanged
+    (a full backward hook's wrapping of a module's output), else None: the client's tensor
+    that stands for it refuses an in-place change as one process does (Tensor._inplace)."""
+    view = t.__dict__.get("_custom_view")
+    if view is None or t._vc[0] != t.__dict__["_view_version"]:
+        return None
+    return list(view)
+
+
+def saved_by_its_node(t: Tensor) -> bool:
+    """Whether the node that made ``t`` saved it for backward (tanh, sigmoid, exp keep their
+    result): a backward through that node refuses it once changed in place, which the
+    client's tensor that stands for it checks (``RemoteBackward0``)."""
+    node = t._grad_fn
+    return node is not None and any(getattr(s, "vc", None) is t._vc
+                                    for s in node._saved or ())
+
+
 def kept_record(vid: str, t: Tensor, inline_bytes: int = 0) -> dict:
     """What a worker answers for its tensor ``t`` kept under ``vid`` (its value stays there):
     shape, dtype, whether it requires grad and the node that made it, and the value itself
@@ -98,6 +117,11 @@ def kept_record(vid: str, t: Tensor, inline_bytes: int = 0) -> dict:
               "strides": list(data.strides), "requires_grad": bool(t._requires_grad)}
     if t._grad_fn is not None:
         record["grad_fn"] = type(t._grad_fn).__name__
+    view = custom_view(t)
+    if view is not None:
+        record["custom_view"] = view
+    if saved_by_its_node(t):
+        record["saved"] = True
     if data.nbytes <= inline_bytes:
         record["value"] = wire.c_order(data)
     return record
@@ -196,7 +220,7 @@ def _unpack_named(payload: dict, make_tensor, kept, classes: bool):
             and getattr(kind, "_fields", None) == fields:
         return kind._make(items)
     if form == "object":
-        return _distribution_made(kind, qualname, named, classes)
+        return _distribution_made(kind, module, qualname, named, classes)
     if classes and form != "tuple" and isinstance(kind, type) and (
             issubclass(kind, dict) if form == "mapping" else dataclasses.is_dataclass(kind)):
         try:
@@ -208,7 +232,7 @@ def _unpack_named(payload: dict, make_tensor, kept, classes: bool):
     return _stand_in(qualname.rpartition(".")[2], fields)._make(items)
 
 
-def _distribution_made(kind, qualname: str, state: dict, classes: bool):
+def _distribution_made(kind, module: str, qualname: str, state: dict, classes: bool):
     """The distribution ``_distribution_state`` describes, of its class ``kind`` (the
     client's: disthook's, or the program's own, found by its name: else a TypeError that
     says so), its state set as it was; a worker reading a client's gets a namedtuple of its
@@ -219,17 +243,39 @@ def _distribution_made(kind, qualname: str, state: dict, classes: bool):
     if not classes:
         return _stand_in(qualname.rpartition(".")[2], tuple(state))._make(state.values())
     if not (isinstance(kind, type) and issubclass(kind, Distribution)):
+        kind = _made_in_a_function(Distribution, module, qualname)
+    if kind is None:
         raise TypeError(
             f"a module on a worker returned a distribution of class {qualname}, which is not "
-            "found here by that name (a class made inside a function): define the class at "
-            "the top level of a module, or return the distribution's parameters and make it "
-            "in the code that calls the module")
+            "found here by that name (a class made inside a function: this process holds "
+            "none of that name, or several, made by two calls of the function): define the "
+            "class at the top level of a module, or return the distribution's parameters "
+            "and make it in the code that calls the module")
     made = kind.__new__(kind)
     for name, value in state.items():
         if name in ("_batch_shape", "_event_shape") and isinstance(value, tuple):
             value = Size(value)
         made.__dict__[name] = value
     return made
+
+
+def _made_in_a_function(base: type, module: str, name: str) -> type | None:
+    """The one class of this process under ``base``, of ``module``, named ``name`` and made
+    inside a function (``make_policy.<locals>.FixedNormal``): a deploying client's own class,
+    which its workers got by value (cloudpickle gives the worker's copy the class's name as
+    its qualname). None where there is none, or several (a factory called twice made two
+    classes of that name, and which one the worker's copy is cannot be told)."""
+    found, todo, seen = [], [base], set()
+    while todo:
+        kind = todo.pop()
+        if kind in seen:
+            continue
+        seen.add(kind)
+        if kind.__module__ == module and kind.__name__ == name.rpartition(".")[2] \
+                and "<locals>" in kind.__qualname__:
+            found.append(kind)
+        todo.extend(kind.__subclasses__())
+    return found[0] if len(found) == 1 else None
 
 
 def _importable(module: str) -> bool:

@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 
 from disthook import random
+from disthook.amp import cpu_policy
 from disthook.ops import activation as A
 from disthook.ops import elementwise as E
 from disthook.tensor import Tensor
@@ -136,6 +137,7 @@ def glu(input: Tensor, dim: int = -1) -> Tensor:
     return A.Glu.apply(input, dim=dim)
 
 
+@cpu_policy.covered(cpu_policy.LOWER)
 def prelu(input: Tensor, weight: Tensor) -> Tensor:
     """``x`` where positive, ``weight * x`` elsewhere, one slope per channel (dim 1)."""
     n = weight.numel()

@@ -9,6 +9,7 @@ import warnings
 import numpy as np
 
 import disthook.nn.functional as F
+from disthook.amp import cpu_policy
 from disthook.autograd import grad_mode
 from disthook.ops import ctc as M_ctc
 from disthook.ops import margin as M
@@ -38,6 +39,7 @@ def _zero_where(mask: Tensor, values: Tensor) -> Tensor:
 
 # ---- divergence -----------------------------------------------------------------------------
 
+@cpu_policy.covered(cpu_policy.FP32)
 def kl_div(input: Tensor, target: Tensor, size_average=None, reduce=None,
            reduction: str = "mean", log_target: bool = False) -> Tensor:
     """``target * (log(target) - input)`` (``input`` holds log-probabilities; with
@@ -64,6 +66,7 @@ def kl_div(input: Tensor, target: Tensor, size_average=None, reduce=None,
 
 # ---- ranking and margin losses ------------------------------------------------------------------
 
+@cpu_policy.covered(cpu_policy.FP32)
 def margin_ranking_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0,
                         size_average=None, reduce=None, reduction: str = "mean") -> Tensor:
     """``max(0, -target * (input1 - input2) + margin)``."""
@@ -75,6 +78,7 @@ def margin_ranking_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: 
     return _reduce((-target * (input1 - input2) + margin).clamp_min(0), reduction)
 
 
+@cpu_policy.covered(cpu_policy.FP32)
 def hinge_embedding_loss(input: Tensor, target: Tensor, margin: float = 1.0,
                          size_average=None, reduce=None, reduction: str = "mean") -> Tensor:
     """``input`` where ``target`` is 1, ``max(0, margin - input)`` where it is -1."""
@@ -84,6 +88,7 @@ def hinge_embedding_loss(input: Tensor, target: Tensor, margin: float = 1.0,
     return _reduce(margin_part + self_part, reduction)
 
 
+@cpu_policy.covered(cpu_policy.FP32)
 def soft_margin_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,
                      reduction: str = "mean") -> Tensor:
     """``log(1 + exp(-target * input))``, one node as in torch."""
@@ -94,6 +99,7 @@ def soft_margin_loss(input: Tensor, target: Tensor, size_average=None, reduce=No
     return M.SoftMarginLoss.apply(input, target.detach(), reduction=reduction)
 
 
+@cpu_policy.covered(cpu_policy.FP32)
 def cosine_embedding_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0,
                           size_average=None, reduce=None, reduction: str = "mean") -> Tensor:
     """``1 - cos(input1, input2)`` where ``target`` is 1, ``max(0, cos - margin)`` where it
@@ -127,6 +133,7 @@ def _class_targets(input: Tensor, target: Tensor, fn: str) -> np.ndarray:
     return target._data.astype(np.int64)
 
 
+@cpu_policy.covered(cpu_policy.FP32)
 def multi_margin_loss(input: Tensor, target: Tensor, p: int = 1, margin: float = 1.0,
                       weight: Tensor | None = None, size_average=None, reduce=None,
                       reduction: str = "mean") -> Tensor:
@@ -151,6 +158,7 @@ def multi_margin_loss(input: Tensor, target: Tensor, p: int = 1, margin: float =
     return out.reshape(()) if input.ndim == 0 and reduction == "none" else out
 
 
+@cpu_policy.covered(cpu_policy.FP32)
 def multilabel_margin_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,
                            reduction: str = "mean") -> Tensor:
     """Multi-label hinge loss: for each listed target class ``j`` (the indices of
@@ -182,6 +190,7 @@ def multilabel_soft_margin_loss(input: Tensor, target: Tensor, weight: Tensor | 
 
 # ---- likelihoods ------------------------------------------------------------------------------
 
+@cpu_policy.covered(cpu_policy.FP32)
 def poisson_nll_loss(input: Tensor, target: Tensor, log_input: bool = True, full: bool = False,
                      size_average=None, eps: float = 1e-8, reduce=None,
                      reduction: str = "mean") -> Tensor:
@@ -248,6 +257,7 @@ def pdist(input: Tensor, p: float = 2.0) -> Tensor:
     return M.Pdist.apply(input, p=float(p))
 
 
+@cpu_policy.covered(cpu_policy.FP32)
 def triplet_margin_loss(anchor: Tensor, positive: Tensor, negative: Tensor,
                         margin: float = 1.0, p: float = 2, eps: float = 1e-6,
                         swap: bool = False, size_average=None, reduce=None,

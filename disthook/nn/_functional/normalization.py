@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from disthook._limits import finfo
+from disthook.ops import _bf16
 from disthook.tensor import Tensor
 
 __all__ = ["local_response_norm", "normalize", "rms_norm"]
@@ -34,10 +36,16 @@ def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
                            f"weight of shape {list(weight.shape)} and normalized_shape = "
                            f"{list(shape)}")
     if eps is None:
-        eps = float(np.finfo(input._data.dtype).eps)
+        eps = float(finfo(input.dtype).eps)
     dims = tuple(range(input.ndim - n, input.ndim))
-    out = input * (input.pow(2).mean(dim=dims, keepdim=True) + eps).rsqrt()
-    return out * weight if weight is not None else out
+    def normalised(x, *w):
+        out = x * (x.pow(2).mean(dim=dims, keepdim=True) + eps).rsqrt()
+        return out * w[0] if w else out
+
+    # (torch computes a bfloat16 input's in float32, the weight's product too, and gives the
+    # input's dtype whatever the weight's)
+    out = _bf16.rounded_once(normalised, input, *(() if weight is None else (weight,)))
+    return out
 
 
 def local_response_norm(input: Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75,

@@ -1,6 +1,7 @@
 """Autograd Functions used by the module machinery."""
 from __future__ import annotations
 
+from disthook import _dtype
 from disthook.autograd import grad_mode
 from disthook.autograd.function import BackwardCFunction, Function, _alias, _as_custom_view
 from disthook.autograd.graph import gradient_edge
@@ -32,7 +33,7 @@ class BackwardHookFunction(Function):
         else takes the general path."""
         needs = []
         for a in args:
-            if not isinstance(a, Tensor) or a._requires_grad and a._data.dtype.kind != "f":
+            if not isinstance(a, Tensor) or a._requires_grad and _dtype.kind(a._data.dtype) != "f":
                 return super().apply(*args)
             needs.append(a._requires_grad)
         if True not in needs or not grad_mode._state.enabled:

@@ -981,7 +981,7 @@ class Module:
         return self._apply(lambda t: t.half() if t.is_floating_point() else t)
 
     def bfloat16(self) -> Module:
-        """Floating tensors to bfloat16: a TypeError here, saying why (numpy has none)."""
+        """Floating tensors to bfloat16 (without ml_dtypes: a TypeError saying why)."""
         return self._apply(lambda t: t.bfloat16() if t.is_floating_point() else t)
 
     def to_empty(self, *, device, recurse: bool = True) -> Module:

@@ -31,7 +31,7 @@ __all__ = ["BasePruningMethod", "CustomFromMask", "Identity", "L1Unstructured",
 
 def _array(t) -> np.ndarray:
     """The value of ``t`` (a Tensor, or anything numpy takes) as a numpy array."""
-    return t.detach().numpy() if isinstance(t, Tensor) else np.asarray(t)
+    return t.detach()._data if isinstance(t, Tensor) else np.asarray(t)
 
 
 def _tensor(a: np.ndarray) -> Tensor:

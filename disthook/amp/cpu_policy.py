@@ -1,0 +1,81 @@
+"""What an enabled ``autocast("cpu")`` region does to the ops it covers, as torch 2.13 does.
+
+torch's CPU autocast sorts ops in three kinds (measured: the dtype each op returns inside
+``torch.autocast("cpu", dtype=torch.bfloat16)`` given float32 inputs):
+
+- ``LOWER`` (matmul, mm, bmm, baddbmm, addmm, addbmm, linear, the convolutions and
+  transposed convolutions, einsum and tensordot (which reach bmm/mm), prelu,
+  scaled_dot_product_attention): float32 and float16 tensor arguments are cast to the
+  region's dtype, so the op computes and returns it;
+- ``FP32`` (the losses: cross_entropy, nll_loss, mse_loss, l1_loss, smooth_l1_loss,
+  huber_loss, binary_cross_entropy(_with_logits), kl_div and the margin losses; prod,
+  cdist; reflection padding of 1 or 2 dims and replication padding): bfloat16 and float16
+  tensor arguments are cast to float32;
+- every other op (layer_norm, softmax, the activations, sums, mv, dot, addmv, addr ...)
+  computes in its inputs' dtype, as outside the region.
+
+float64 tensors are never cast. The op runs with autocast off inside (so the ops it is
+written from cast nothing again), as torch's kernels run below autocast's dispatch key.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+
+from disthook import _dtype
+
+LOWER, FP32 = "lower", "fp32"
+active = [0]  # CPU autocast regions open now, in any thread (0: nothing to check)
+_count_lock = threading.Lock()
+
+
+def count_region(step: int) -> None:
+    """A CPU autocast region opens (+1) or closes (-1), in any thread."""
+    with _count_lock:  # (+= on a shared int is not atomic across threads)
+        active[0] += step
+
+
+def _state():
+    from disthook.amp import autocast_mode
+
+    return autocast_mode._local()
+
+
+def _cast(x, policy: str, to):
+    from disthook.tensor import Tensor
+
+    if isinstance(x, Tensor):
+        d = x._data.dtype
+        if policy == LOWER and d in (_dtype.float32.np, _dtype.float16.np) and d != to.np:
+            return x.to(to)
+        if policy == FP32 and d in (_dtype.float16.np, _dtype.BF16):
+            return x.float()
+        return x
+    if isinstance(x, (list, tuple)) and any(isinstance(v, Tensor) for v in x):
+        return type(x)(_cast(v, policy, to) for v in x)
+    return x
+
+
+def covered(policy: str):
+    """Decorate an op's entry point with its kind (``LOWER`` or ``FP32``)."""
+
+    def decorate(fn):
+        @functools.wraps(fn)
+        def autocast_cpu(*args, **kwargs):
+            if not active[0]:
+                return fn(*args, **kwargs)
+            state = _state()
+            if not state.enabled.get("cpu", False):
+                return fn(*args, **kwargs)
+            to = state.dtype["cpu"]
+            args = tuple(_cast(a, policy, to) for a in args)
+            kwargs = {k: _cast(v, policy, to) for k, v in kwargs.items()}
+            state.enabled["cpu"] = False
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                state.enabled["cpu"] = True
+
+        return autocast_cpu
+
+    return decorate
