@@ -324,8 +324,12 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             return self.dtype.legacy_type
         if isinstance(dtype, str):
             dtype = _dtype.from_legacy(dtype)
-        elif isinstance(dtype, type) and isinstance(getattr(dtype, "dtype", None), _DType):
-            dtype = dtype.dtype  # a legacy class: x.type(torch.FloatTensor)
+        elif dtype is Tensor:  # the default tensor type: x.type(type(w)), loss-landscape's
+            dtype = _dtype.get_default_dtype()
+        elif isinstance(dtype, type):  # a legacy class: x.type(torch.FloatTensor)
+            if not isinstance(getattr(dtype, "dtype", None), _DType):
+                raise ValueError(f"invalid type: '{dtype.__name__}'")
+            dtype = dtype.dtype
         return self.to(dtype)
 
     def get_device(self) -> int:

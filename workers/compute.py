@@ -404,7 +404,9 @@ class ComputeHandlers:
         gradient penalty's) gives the gradients of the given gradients and of the inputs and
         adds to the parameters'. Answers the kept gradients and which given ones it used."""
         keep = msg.get("keep_grads")
-        if not context.direct or not keep or msg.get("taps") or msg.get("start"):
+        taps = _taps_here(st, context, msg.get("taps") or ())  # only parameters: (key, p)
+        if not context.direct or not keep or msg.get("start") or len(taps) != len(
+                msg.get("taps") or ()) or any(not k.startswith("param:") for k, _ in taps):
             raise NotImplementedError(
                 "backward(create_graph=True) through a deployed model runs only on a part "
                 "called by the forward on the client, without hooks that keep tensors")
@@ -417,19 +419,25 @@ class ComputeHandlers:
             t.grad = None
         with disthook.enable_grad():
             if msg.get("accumulate", True):  # a backward: the parameters' .grad keep a graph
+                fresh = [(n, p) for n, p in st.module.named_parameters()  # (no graph before)
+                         if p.grad is None or p.grad.grad_fn is None]
                 disthook.autograd.backward(roots, leaves, retain_graph=True,
                                            create_graph=True)
                 got = [t.grad for t in inputs]
-            else:
-                wanted = [t for t in inputs if t.requires_grad]
+                params = [(n, p.grad) for n, p in fresh if p.grad is not None
+                          and p.grad.requires_grad]  # kept too: p.grad's own graph, here
+            else:  # an autograd.grad: the inputs' gradients and the named parameters'
+                wanted = [t for t in inputs if t.requires_grad] + [p for _, p in taps]
                 found = disthook.autograd.grad(roots, wanted, leaves, retain_graph=True,
                                                create_graph=True, allow_unused=True) \
-                    if roots and wanted else []
+                    if roots and wanted else [None] * len(wanted)
                 by_id = {id(t): g for t, g in zip(wanted, found)}
                 got = [by_id.get(id(t)) for t in inputs]
+                params = [(key, g) for (key, _), g in zip(taps, found[len(found) - len(taps):])
+                          if g is not None]
         for t in inputs:
             t.grad = None
-        made = [g for g in got if g is not None]
+        made = [g for g in got if g is not None] + [g for _, g in params]
         records = iter(self._keep_outputs(job, st.model, keep, made))
         context.keep_graph = True
         self.state.keep_context(st.model, keep, Context(
@@ -438,7 +446,8 @@ class ComputeHandlers:
         if not msg["retain_graph"]:
             self.state.end_context(st.model, job.client, msg.ctx)
         self._to_client(job, "ok", {"result": {
-            "grads": [None if g is None else next(records) for g in got], "seeded": used}})
+            "grads": [None if g is None else next(records) for g in got], "seeded": used,
+            "params": [[n, next(records)] for n, _ in params]}})
         return NO_REPLY
 
     def on_release(self, job):

@@ -115,6 +115,16 @@ class RemoteBackward0(LiveEdges):
                     "a clone() of the output instead")
             raise engine.inplace_error(_SavedOutput(nr, vc, version, shape, dtype), self)
 
+    @property
+    def _part(self) -> str | None:
+        """The part whose call this node's graph on the worker comes from: for the node of
+        a kept backward (double backward), the part of the call it was the backward of."""
+        return self.__dict__.get("_of_part", self._path)
+
+    @_part.setter
+    def _part(self, part: str | None) -> None:
+        self.__dict__["_of_part"] = part
+
     def name(self) -> str:
         return type(self).__name__
 
@@ -193,11 +203,8 @@ class RemoteBackward0(LiveEdges):
         path = p.__dict__.get("_path")
         if p.__dict__.get("_model") is not self._model or path is None:
             return False
-        if self._call:  # under any of its names: a tied weight is every part's that uses it
-            names = [name for name, first in self._model._canonical.items() if first == path]
-            covered = self._path == "" or any(
-                name == self._path or name.startswith(self._path + ".")
-                for name in names or [path])
+        if self._call:
+            covered = _in_part(self._model, self._part, path)
         else:
             stage = self._model._layout.stage_of(path)
             covered = stage is not None and stage <= self._stage
@@ -380,6 +387,10 @@ class RemoteBackward0(LiveEdges):
                   "inputs": self._inputs_wanted(), "keep_grads": keep,
                   "hold": self._hold()}
         what = f"backward of {self._path!r}"
+        if fields["accumulate"]:  # the part's p.grad grows: no longer one kept with a graph
+            held = model.__dict__.get("_graph_grads") or {}
+            for path in [k for k in held if _in_part(model, self._part, k)]:
+                del held[path]
         if grad_mode.is_grad_enabled():  # create_graph: the gradients keep their graph
             return self._backward_with_graph(grads, fields, retain, wanted)
         forms = model.__dict__.setdefault("_forms", async_calls.Forms())
@@ -425,14 +436,18 @@ class RemoteBackward0(LiveEdges):
         graph (a context named by ``keep_grads``); they come back as kept values whose node
         leads to the given gradients and to this call's inputs, so that differentiating them
         (a gradient penalty) runs that graph's backward on the worker."""
-        if wanted or self._live:
+        if any(not key.startswith(PARAM_TAP) for key, *_ in self._live) or (
+                wanted and fields["accumulate"]):
             raise NotImplementedError(
                 f"backward(create_graph=True) through {self._path!r}: a forward hook kept a "
-                "tensor of this call for a later gradient; remove that hook, or take the "
-                "two gradients in two passes without create_graph")
+                "tensor of this call for a later gradient (or backward(inputs=...) named a "
+                "parameter); remove that hook, or take the two gradients in two passes "
+                "without create_graph")
         model = self._model
         address = model._addresses[self._stage]
         fields["create_graph"] = True
+        if fields["accumulate"]:  # its parameters' .grad keep their graph, on the worker
+            model.__dict__.setdefault("_grads_with_graph", set()).add(self._part)
         (reply,) = model._hub.request_all([(address, fields, self._ctx_ids[0])], "backward",
                                           what=f"backward of {self._path!r} with its graph")
         if not retain:
@@ -443,6 +458,7 @@ class RemoteBackward0(LiveEdges):
         given = [grads[i] for i in result["seeded"]]
         node = RemoteBackward0(model, [keep], given, None, self._stage)
         node._path = f"{self._path} (its backward)"
+        node._part = self._part  # (the parameters whose gradients it computes)
         node.next_functions = node._edges + self._edges
         node.needs_input_grad = node._needs + self._needs
         node._input_meta = node._meta + self._meta
@@ -455,8 +471,17 @@ class RemoteBackward0(LiveEdges):
             node._output_meta.append((tuple(g["shape"]), np.dtype(g["dtype"])))
             out.append(t)
             nr += 1
+        # backward: p.grad with its graph; autograd.grad: the parameters it names (taps)
+        held = model.__dict__.setdefault("_graph_grads", {}) if fields["accumulate"] else {}
+        for path, g in result.get("params") or ():  # kept there, with their graph
+            held[path] = from_record(model, address, g, node, nr)
+            node._output_meta.append((tuple(g["shape"]), np.dtype(g["dtype"])))
+            nr += 1
         node._output_meta = tuple(node._output_meta)
-        return tuple(out)
+        if fields["accumulate"]:
+            return tuple(out)
+        self._given = {key: held.get(key) for key, *_ in self._live}
+        return (*out, *self._given.values())
 
     def _release(self) -> None:
         self._freed = True
@@ -485,6 +510,14 @@ def _grad_in(model, address: str, g):
     return Tensor._make(np.array(g), None, 0)
 
 
+def _in_part(model, part: str, path: str) -> bool:
+    """Whether the part at ``part`` uses the parameter ``path``, under any of its names (a
+    tied weight is every part's that holds it)."""
+    names = [name for name, first in model._canonical.items() if first == path]
+    return part == "" or any(name == part or name.startswith(part + ".")
+                             for name in names or [path])
+
+
 PARAM_TAP = "param:"  # a tap key naming a parameter of the model (wants_parameter)
 
 
@@ -497,6 +530,33 @@ def _summed(tapped: list) -> dict:
             if g is not None:
                 out[key] = np.asarray(g) if key not in out else out[key] + np.asarray(g)
     return out
+
+
+def forget_graph_grads(params) -> None:
+    """The workers' ``.grad`` of ``params`` is about to change (zero_grad, ``p.grad = g``,
+    another backward): ``p.grad`` is no longer the value a ``backward(create_graph=True)``
+    kept with its graph (``_backward_with_graph``)."""
+    for p in params:
+        p._model.__dict__.get("_graph_grads", {}).pop(p._path, None)
+
+
+def graph_elsewhere(param) -> str | None:
+    """Why a backward naming the placed parameter ``param`` as an input finds a root
+    without a graph, where its ``.grad`` was computed with its graph on the worker (a
+    ``backward(create_graph=True)`` through its part, ``_backward_with_graph``); else None."""
+    parts = param._model.__dict__.get("_grads_with_graph", ())
+    if not any(p == "" or param._path.startswith(p + ".") for p in parts):
+        return None
+    return (f"the gradient of {param._path!r}, a parameter of a deployed model, has a graph "
+            "on its worker, but .grad here is its value: a backward(create_graph=True) gives "
+            "p.grad with its graph only where that backward, through one call of the "
+            "parameter's part, made it, not where it added to a gradient that another "
+            "backward or another call of the part left (a Hessian-vector product from "
+            "p.grad: AdaHessian, PyHessian). Zero the gradients before each "
+            "backward(create_graph=True) (optimizer.zero_grad()), call the part once per "
+            "forward" + (f" (with chunks={param._model._chunks} each micro-batch calls it: "
+                         "deploy with chunks=1 for this)" if param._model._chunks > 1 else "")
+            + ", or take the products in one process (local = model.to_local())")
 
 
 def part_by_part(model) -> str:

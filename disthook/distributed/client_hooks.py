@@ -16,6 +16,7 @@ from disthook import wire
 from disthook.autograd import engine, grad_mode
 from disthook.autograd.graph import AccumulateGrad, _sequence, walk
 from disthook.distributed import attr_changes, given_tensors, post_accumulate
+from disthook.distributed.micro_batches import note_hook_error
 from disthook.distributed.tap_node import (
     RemoteTapBackward0,
     serving_vjp,
@@ -117,6 +118,8 @@ class HookServer:
             frames = wire.encode("hook_reply", {"hook": event["hook"], **answer},
                                  req=event.req, ctx=event.ctx)
         except Exception as exc:
+            entry = self.hooks.get(event["hook"])
+            note_hook_error(exc, entry[2] if entry else None)
             self.hook_error = exc
             broken = True
             frames = wire.encode("error", {"kind": type(exc).__name__, "message": str(exc)},

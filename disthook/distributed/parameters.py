@@ -317,15 +317,15 @@ class RemoteParameter(RemoteStorage, Parameter):
         where its worker did, the nodes standing for that worker's part give it an edge
         (``RemoteBackward0.wants_parameter``), and the worker sends its gradient. Used in
         both places, it gets both gradients, summed, as in one process."""
-        reached = [n for n in nodes
-                   if getattr(n, "wants_parameter", None) is not None and n.wants_parameter(self)]
-        if reached and create_graph:
-            raise NotImplementedError(
-                f"create_graph=True with {self._path!r}, a parameter of a deployed model "
-                "that its worker uses, among the inputs: its gradient comes back as a "
-                "value, without a graph, so it cannot be differentiated again (a "
-                "second-order MAML step). Take the first-order step (create_graph=False), "
-                "or run this part in one process (remote.to_local())")
+        for n in nodes:
+            if getattr(n, "wants_parameter", None) is not None:
+                n.wants_parameter(self)
+
+    def _graph_elsewhere(self) -> str | None:
+        """Why a backward naming it finds no graph, if its worker holds that graph."""
+        from disthook.distributed.autograd_node import graph_elsewhere
+
+        return graph_elsewhere(self)
 
     @_grad_acc.setter
     def _grad_acc(self, value) -> None:
@@ -376,6 +376,9 @@ class RemoteParameter(RemoteStorage, Parameter):
         1)``) is made here and sent to the worker's gradient."""
         from disthook.distributed.state_entries import grad_entry
 
+        kept = self._model.__dict__.get("_graph_grads", {}).get(self._path)
+        if kept is not None:  # made by backward(create_graph=True): with its graph, there
+            return kept
         grad = self._grad
         return None if grad is None else grad_entry(self, _SLOT_DATA.__get__(grad))
 
