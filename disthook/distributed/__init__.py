@@ -3,8 +3,10 @@
 - ``cluster``: ``local_cluster`` / ``connect`` / ``Cluster``: start or attach to a
   coordinator and its workers, list them, shut them down;
 - ``placed``: a deployed model is the user's own model, placed: ``RootPlacement`` (the
-  model), ``PartPlacement`` (a module on a worker), their hooks carried there, ``place`` /
-  ``unplace``, ``deployment_of(model)``;
+  model), ``PartPlacement`` (a module on a worker), their hooks carried there,
+  ``deployment_of(model)``;
+- ``placing``: ``place`` / ``unplace``, which give a model its placements (its tensors
+  storages on their workers) and take them away;
 - ``deployment``: ``Deployment``, the deployment behind a placed model (its stages, workers,
   channel, hook table; ``save``, ``train_step``, ``recover``, ``close``...);
 - ``deploy``: ``deploy`` and ``attached_model``, which place a model (or bind it to a

@@ -28,7 +28,7 @@ from collections import OrderedDict
 import numpy as np
 
 from disthook.distributed import chain, checkpoint, client_modes, glue, hook_sync, placed
-from disthook.distributed import remote_values, state_entries
+from disthook.distributed import placing, remote_values, state_entries
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.distributed.channel import _Hub
 from disthook.distributed.optimizer import DistributedOptimizer
@@ -546,7 +546,7 @@ class Deployment:
                     pass  # a call that made them failed: reading one says so
             params = [(p, p._path) for p in self._local.parameters()
                       if isinstance(p, RemoteStorage)]
-            placed.unplace(self, values)
+            placing.unplace(self, values)
             if values is not None:  # ... nor their gradients, and the p.grad it holds
                 state_entries.grads_home(self, params, grads)
             self._closed = True
