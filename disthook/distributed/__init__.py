@@ -30,7 +30,9 @@
   batched releases of graphs and ``zero_grad`` calls;
 - ``client_hooks``: serving client hooks when a worker fires them;
 - ``parameters``: ``RemoteParameter`` and ``RemoteBuffer``: the model's own tensors with
-  their storage on a worker (``adopt``: in place);
+  their storage on a worker;
+- ``adopting``: ``adopt`` / ``adopt_buffer`` / ``release`` / ``retype``: a tensor made one
+  of those in place, and a local one again;
 - ``remote_grads``: what optimizers and gradient clipping do to those, where they live;
 - ``optimizer``: ``DistributedOptimizer``, stepping each worker's share (any
   ``disthook.optim`` optimizer does so too for a deployed model's parameters);

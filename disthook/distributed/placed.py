@@ -22,9 +22,10 @@ import numpy as np
 
 from disthook.autograd import grad_mode
 from disthook.distributed import async_calls, attr_changes, code_changes, state_entries
+from disthook.distributed.adopting import adopt_buffer, retype
 from disthook.distributed.data_views import unshare
 from disthook.distributed.hook_sync import sync_all, sync_hooks
-from disthook.distributed.parameters import RemoteStorage, adopt_buffer, retype
+from disthook.distributed.parameters import RemoteStorage
 from disthook.nn.modules.module import (
     HOOK_DICTS,
     Module,

@@ -9,14 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from disthook.distributed import code_changes
-from disthook.distributed.parameters import (
-    RemoteBuffer,
-    RemoteParameter,
-    RemoteStorage,
-    adopt,
-    adopt_buffer,
-    release,
-)
+from disthook.distributed.adopting import adopt, adopt_buffer, release
+from disthook.distributed.parameters import RemoteBuffer, RemoteParameter, RemoteStorage
 from disthook.distributed.placed import PartPlacement, RootPlacement
 from disthook.nn.modules.module import Module
 from disthook.tensor import Tensor
