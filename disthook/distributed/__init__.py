@@ -9,6 +9,8 @@
   storages on their workers) and take them away;
 - ``deployment``: ``Deployment``, the deployment behind a placed model (its stages, workers,
   channel, hook table; ``save``, ``train_step``, ``recover``, ``close``...);
+- ``hook_table``: ``HookTable``, the part of ``Deployment`` that registers, removes and
+  lists its client hooks on the workers;
 - ``deploy``: ``deploy`` and ``attached_model``, which place a model (or bind it to a
   published deployment) in place;
 - ``chain``: an ``nn.Sequential``'s stages run worker to worker (micro-batches, pipelined
