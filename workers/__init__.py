@@ -10,4 +10,5 @@ client hooks cross to the client as ``hook_event`` messages of ``disthook.wire``
 - ``runners``: the threads that take turns, so a request that waits never stops the loop;
 - ``stages``: the stages held, and loading them (pickled by value, or as data);
 - ``compute``, ``client_hooks``, ``params``: the requests' handlers.
+- ``stage_grads``: a stage's part of a backward (its inputs' and taps' gradients).
 """
