@@ -1,7 +1,7 @@
 """A deployed model is the user's own model, placed: ``deploy`` leaves every module and
 tensor object where the program holds it and gives each placed module a placement (the
 ``nn.Module`` interface ``Placement``) and each of its parameters and buffers a storage on
-its worker (``parameters.adopt``). Nothing else of the model changes: its classes, its
+its worker (``adopting.adopt``). Nothing else of the model changes: its classes, its
 identities, its plain attributes, its hook dicts.
 
 - ``PartPlacement``: a module that lives on a worker, with everything under it. Calling it
