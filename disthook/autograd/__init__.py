@@ -1,7 +1,9 @@
 """Automatic differentiation: ``backward``, ``grad``, grad mode and custom Functions."""
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 import warnings
 from collections.abc import Mapping
 
@@ -164,10 +166,35 @@ def _reach_inputs_elsewhere(outputs: tuple, inputs: tuple, create_graph: bool) -
         t._reach_from(nodes, create_graph)
 
 
+# a thread on which differentiating is refused, and why (see refuse_differentiation)
+_refusal = threading.local()
+
+
+@contextlib.contextmanager
+def refuse_differentiation(why: str):
+    """Within the block, on this thread, ``backward()`` and ``autograd.grad`` raise
+    ``RuntimeError(why)`` (``why`` None: they run again, as in a closure the block calls): an
+    optimizer's step over a deployed model's parameters, which each worker steps over its
+    own stage's, where a step that differentiates would see only that stage's graph."""
+    before = getattr(_refusal, "why", None)
+    _refusal.why = why
+    try:
+        yield
+    finally:
+        _refusal.why = before
+
+
+def _check_refusal() -> None:
+    refused = getattr(_refusal, "why", None)
+    if refused is not None:
+        raise RuntimeError(refused)
+
+
 def _run_backward(outputs: tuple, seeds: tuple, retain_graph: bool, create_graph: bool,
                   inputs: tuple, allow_unreachable: bool, accumulate_grad: bool) -> tuple:
     """Check the roots and inputs as torch's engine entry point does, then run the engine."""
     from disthook.tensor import Tensor
+
 
     if len(outputs) != len(seeds):
         raise RuntimeError(f"got {len(outputs)} tensors and {len(seeds)} gradients")
@@ -207,6 +234,7 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
     """Accumulate into ``.grad`` of the leaves (or of ``inputs``) the gradients of ``tensors``."""
     from disthook.tensor import Tensor
 
+    _check_refusal()
     if grad_variables is not None:
         warnings.warn("`grad_variables` is deprecated. Use `grad_tensors` instead.",
                       FutureWarning, stacklevel=2)
@@ -275,6 +303,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     """
     from disthook.tensor import Tensor, zeros_like
 
+    _check_refusal()
     if materialize_grads and allow_unused is False:
         raise ValueError("Expected allow_unused to be True or not passed when "
                          "materialize_grads=True, but got: allow_unused=False.")
