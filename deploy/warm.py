@@ -370,7 +370,7 @@ def serve(fd: int) -> None:
     import ctypes.util  # noqa: F401
 
     import coordinator.server  # noqa: F401
-    import workers.server  # noqa: F401
+    import workers.command_line  # noqa: F401  (workers.server with it)
 
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)

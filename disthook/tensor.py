@@ -324,8 +324,12 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             return self.dtype.legacy_type
         if isinstance(dtype, str):
             dtype = _dtype.from_legacy(dtype)
-        elif isinstance(dtype, type) and isinstance(getattr(dtype, "dtype", None), _DType):
-            dtype = dtype.dtype  # a legacy class: x.type(torch.FloatTensor)
+        elif dtype is Tensor:  # the default tensor type: x.type(type(w)), loss-landscape's
+            dtype = _dtype.get_default_dtype()
+        elif isinstance(dtype, type):  # a legacy class: x.type(torch.FloatTensor)
+            if not isinstance(getattr(dtype, "dtype", None), _DType):
+                raise ValueError(f"invalid type: '{dtype.__name__}'")
+            dtype = dtype.dtype
         return self.to(dtype)
 
     def get_device(self) -> int:
@@ -1854,6 +1858,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         if self._base is None:
             if self._grad_fn is None and self._requires_grad:
                 raise RuntimeError(LEAF_INPLACE_MSG)
+            if "_custom_view" in self.__dict__:  # a placed call's output that is a custom
+                self._check_view_inplace()  # Function's view on its worker (a hook's)
         else:
             self._check_view_inplace()
         old = Tensor._make(self._data.copy(), self._grad_fn, self._output_nr)

@@ -34,10 +34,11 @@ class HookError(Exception):
 
 # ---- the program, as data ---------------------------------------------------------------
 
-def generate(seed: int, *, deployable: bool = False) -> dict:
+def generate(seed: int, *, deployable: bool = False, extras: bool | None = None) -> dict:
     """The program of ``seed``. ``deployable``: only what a deployed model is meant to take
     the same way (no global module hooks, no saved-tensor hooks, no Node hooks inside the
-    model's graph)."""
+    model's graph). ``extras``: rounds may add the shapes of ``EXTRAS`` (by default in one
+    process only)."""
     rng = random.Random(seed)
     chain = rng.random() < 0.3
     kinds = PLAIN_BLOCKS if chain else BLOCKS
@@ -51,7 +52,22 @@ def generate(seed: int, *, deployable: bool = False) -> dict:
         prog["hooks"].append(_hook(rng, modules, params, deployable))
     for _ in range(rng.randint(1, 3)):
         prog["rounds"].append(_round(rng, params, len(prog["hooks"]), deployable))
+    # shapes added later (F3), drawn from a stream of their own so that the draws above,
+    # and so every deployable program, stay what they were
+    extra = random.Random(f"extras-{seed}")
+    for rnd in prog["rounds"]:
+        rnd["extras"] = [e for e in EXTRAS if extra.random() < 0.12] if (
+            not deployable if extras is None else extras) else []
     return prog
+
+
+# what a round may add (one process only, for now): a custom Function on the output (with
+# setup_context, once_differentiable, mark_non_differentiable, set_materialize_grads), a
+# multi-grad hook on the output and the input in either mode, autograd.grad's
+# materialize_grads, save_on_cpu around the forward, and a hook on the output that
+# registers another hook on it and removes itself
+EXTRAS = ("custom", "custom_once", "multi_all", "multi_any", "materialize", "save_on_cpu",
+          "hook_in_hook")
 
 
 def _hook(rng, modules, params, deployable) -> dict:
@@ -450,8 +466,13 @@ def _round_steps(T, prog, rnd, model, x, params, kept, log):
     region = {"grad": T.enable_grad, "no_grad": T.no_grad,
               "inference": T.inference_mode}[rnd["mode"]]
 
+    extras = rnd.get("extras", ())
+
     def forward():
         with region():
+            if "save_on_cpu" in extras:
+                with T.autograd.graph.save_on_cpu():
+                    return call()
             if prog["saved_hooks"]:
                 with T.autograd.graph.saved_tensors_hooks(
                         lambda t: (log.append(("pack", tuple(t.shape))), t)[1],
@@ -469,6 +490,11 @@ def _round_steps(T, prog, rnd, model, x, params, kept, log):
     log.append(("out", summary(out)))
     if rnd["inplace"]:
         step(log, "inplace", lambda: out.mul_(2))
+    for kind in ("custom", "custom_once"):
+        if kind in extras:
+            fn = _custom_function(T, log, kind)
+            out = step(log, kind, lambda fn=fn, o=out: fn.apply(o)[0])
+            log.append((kind, summary(out)))
     if rnd["backward"] == "none":
         return
     c = T.tensor(np.arange(1, 1 + 2 * WIDTH, dtype=np.float32).reshape(2, WIDTH) / 4)
@@ -488,6 +514,17 @@ def _round_steps(T, prog, rnd, model, x, params, kept, log):
                         lambda gi, go, name=name: log.append(("node_post", name,
                                                               summary(gi), summary(go))))
         step(log, "node hooks", node_hooks)
+    for mode in ("all", "any"):
+        if f"multi_{mode}" in extras:
+            step(log, f"multi {mode}", lambda mode=mode: T.autograd.graph.register_multi_grad_hook(
+                (out, x), lambda grads, mode=mode: log.append((f"multi_{mode}", summary(grads))),
+                mode=mode))
+    if "hook_in_hook" in extras:
+        def outer(g):
+            log.append(("outer", summary(g)))
+            out.register_hook(lambda g2: log.append(("inner", summary(g2))))
+            handle.remove()
+        handle = step(log, "hook in hook", lambda: out.register_hook(outer))
     chosen = [params[name] for k, name in enumerate(params) if k in rnd["subset"]]
     kind = rnd["backward"]
     if kind == "backward":
@@ -500,7 +537,8 @@ def _round_steps(T, prog, rnd, model, x, params, kept, log):
         step(log, "backward inputs", lambda: loss.backward(inputs=chosen))
     else:
         wrt = [x] if kind == "grad_x" else chosen
-        got = step(log, "autograd.grad", lambda: T.autograd.grad(loss, wrt, allow_unused=True))
+        got = step(log, "autograd.grad", lambda: T.autograd.grad(
+            loss, wrt, allow_unused=True, materialize_grads="materialize" in extras))
         log.append(("grad result", summary(got)))
     if rnd["retain_out"]:
         log.append(("out.grad", summary(out.grad)))
@@ -508,6 +546,33 @@ def _round_steps(T, prog, rnd, model, x, params, kept, log):
         log.append(("kept.grad", i, summary(kept[i].grad)))
     if rnd["zero_grad"]:
         step(log, "zero_grad", model.zero_grad)
+
+
+def _custom_function(T, log, kind):
+    """A Function with ``setup_context`` returning (2 * x, a non-differentiable mask): its
+    backward logs what it gets (None for the mask's gradient: materialize_grads off) and,
+    ``custom_once``, is ``once_differentiable``."""
+    def backward(ctx, g, g_mask):
+        (x,) = ctx.saved_tensors
+        log.append(("custom backward", summary(g), summary(g_mask), summary(x)))
+        return None if g is None else g * 2
+
+    if kind == "custom_once":
+        backward = T.autograd.function.once_differentiable(backward)
+
+    class Twice(T.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return x * 2, (x > 0).to(x.dtype)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.mark_non_differentiable(output[1])
+            ctx.set_materialize_grads(False)
+            ctx.save_for_backward(inputs[0])
+
+    Twice.backward = staticmethod(backward)
+    return Twice
 
 
 # ---- what hooks return -------------------------------------------------------------------

@@ -7,7 +7,7 @@ import pytest
 
 import disthook as torch
 from disthook import nn
-from disthook.distributed.parameters import adopt, release
+from disthook.distributed.adopting import adopt, release
 from disthook.tensor import Tensor
 
 

@@ -58,6 +58,9 @@ def test_the_programs_use_every_hook_kind_and_block():
     assert {b for p in made for b in p["blocks"]} == set(programs.BLOCKS)
     assert {r["backward"] for p in made for r in p["rounds"]} == {
         "backward", "twice", "inputs", "grad", "grad_x", "none"}
+    assert {e for p in made for r in p["rounds"] for e in r["extras"]} == set(programs.EXTRAS)
+    assert not any(r["extras"] for seed in range(50)
+                   for r in programs.generate(seed, deployable=True)["rounds"])
     assert {h["does"] for p in made for h in p["hooks"]} >= {
         "log", "replace", "raise", "remove_self", "remove_other", "inplace", "bad",
         "act_hook", "act_retain"}

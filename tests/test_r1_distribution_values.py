@@ -33,9 +33,14 @@ def test_a_worker_gets_a_namedtuple_and_a_class_not_found_is_said():
             pass
         return Local(logits=torch.zeros(2, 3))
 
-    packed = pack(make())
+    first = make()
+    packed = pack(first)
     on_worker = unpack(packed)
     assert type(on_worker).__name__ == "Local" and on_worker.logits.shape == (2, 3)
+    # the one class of that name made in a function here is the program's own: found
+    assert type(unpack(packed, classes=True)) is type(first)
+    second = make()  # a second call made another class of that name: which one is unknown
+    assert type(second) is not type(first)
     with pytest.raises(TypeError, match=r"make.<locals>.Local, which is not found here "
                                         r"by that name.*define the class at the top level"):
         unpack(packed, classes=True)

@@ -6,7 +6,7 @@ from test_deployed_surface_units import FakeDeployment
 
 import disthook as torch
 from disthook import nn
-from disthook.distributed.parameters import adopt
+from disthook.distributed.adopting import adopt
 
 
 @pytest.mark.parametrize("shape", [(2, 3), (4,), (2, 0, 5), (3, 1, 2)], ids=str)

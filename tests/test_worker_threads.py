@@ -48,7 +48,7 @@ def test_a_worker_role_carries_its_count():
 
 
 def test_the_worker_refuses_a_wrong_count(capsys):
-    from workers.server import main
+    from workers.command_line import main
 
     with pytest.raises(SystemExit):
         main(["--coordinator", "tcp://127.0.0.1:5555", "--threads", "0"])

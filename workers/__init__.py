@@ -6,8 +6,10 @@ client hooks cross to the client as ``hook_event`` messages of ``disthook.wire``
 
 - ``state``: every decision, as plain state driven by events (no sockets, no threads);
 - ``server``: the socket shell that turns messages into events and carries out the
-  instructions, the worker's command line;
+  instructions;
+- ``command_line``: the worker's command line, which starts a ``server.Worker``;
 - ``runners``: the threads that take turns, so a request that waits never stops the loop;
 - ``stages``: the stages held, and loading them (pickled by value, or as data);
 - ``compute``, ``client_hooks``, ``params``: the requests' handlers.
+- ``stage_grads``: a stage's part of a backward (its inputs' and taps' gradients).
 """

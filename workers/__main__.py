@@ -4,6 +4,6 @@ from deploy.threads import apply_from_argv
 
 apply_from_argv(sys.argv[1:])  # before numpy loads: it reads its thread count once
 
-from workers.server import main
+from workers.command_line import main
 
 sys.exit(main())

@@ -375,4 +375,7 @@ def _unpack_result(data, originals: list, worker, client: bytes, hook_id: int):
         (tag, items), = data.items()
         out = [_unpack_result(v, originals, worker, client, hook_id) for v in items]
         return tuple(out) if tag == "tuple" else out
+    if isinstance(data, dict) and len(data) == 1 and type(data.get("dict")) is dict:
+        return {k: _unpack_result(v, originals, worker, client, hook_id)
+                for k, v in data["dict"].items()}
     return unpack(data)

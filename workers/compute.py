@@ -20,11 +20,11 @@ from disthook import hooks as toolkit
 from disthook import wire
 from disthook._dtype import default_dtype_as
 from disthook.autograd import engine
-from disthook.service import op_calls
+from disthook.service import op_calls, values
 from disthook.service.loop import NO_REPLY, send_frames
 from disthook.service.values import opaque_in, pack, tensors_in, unpack
 from disthook.utils.checkpoint import checkpoint
-from workers import attr_changes, form, held_grads
+from workers import attr_changes, form, held_grads, stage_grads
 from workers.client_hooks import caller_copy
 from workers.speculation import BACKWARD_KINDS, EarlyAnswer, run_ahead
 from workers.state import Context
@@ -130,6 +130,8 @@ class ComputeHandlers:
                     self._to_client(job, "ok", {"result": {
                         "output": out.detach()._data, "requires_grad": out.requires_grad,
                         "grad_fn": None if out.grad_fn is None else out.grad_fn.name(),
+                        "custom_view": values.custom_view(out),
+                        "saved": values.saved_by_its_node(out),
                         "rng": rng,
                         "attrs": attr_changes.merged(msg.get("attrs"), snap.changes()),
                         "forms": form.forms(st, job, msg.get("forms"))}, "ahead": ahead})
@@ -284,7 +286,7 @@ class ComputeHandlers:
             retain = msg["retain_graph"]
             job.micro_batch = self.captures.micro_batch = msg.get("mb")
             tapped = dict(msg.get("tapped") or {})  # gradients of hooked tensors, asked for
-            taps = _taps_here(st, context, msg.get("taps") or ())
+            taps = stage_grads.taps_here(st, context, msg.get("taps") or ())
             # None: the next stage's output did not depend on this one's (a hook replaced
             # it by a constant); nothing flows back, and the context ends as after backward
             outputs = context.output if isinstance(context.output, list) else [context.output]
@@ -322,7 +324,7 @@ class ComputeHandlers:
                 return attr_changes.merged(msg.get("attrs"), snap.changes())
 
             if to_taps:
-                _run_backward(pairs(), [], taps, tapped, True, False)
+                stage_grads.run_backward(pairs(), [], taps, tapped, True, False)
                 self._send_retained(context)
                 self._to_client(job, "ok", {"result": {
                     "grads": [None] * len(context.inputs), "tapped": tapped,
@@ -338,9 +340,9 @@ class ComputeHandlers:
                 tapped.clear()
                 tapped.update(tapped_before)
                 with engine.holding_leaves(holding and holding.begin()) as held:
-                    grads = _run_backward(pairs(), context.inputs, taps, tapped,
-                                          retain or keep or context.keep_graph,
-                                          msg.get("accumulate", True))
+                    grads = stage_grads.run_backward(pairs(), context.inputs, taps, tapped,
+                                                     retain or keep or context.keep_graph,
+                                                     msg.get("accumulate", True))
                 if held is not None:
                     held.flush()
                 return grads
@@ -402,7 +404,10 @@ class ComputeHandlers:
         gradient penalty's) gives the gradients of the given gradients and of the inputs and
         adds to the parameters'. Answers the kept gradients and which given ones it used."""
         keep = msg.get("keep_grads")
-        if not context.direct or not keep or msg.get("taps") or msg.get("start"):
+        # only parameters: (key, p)
+        taps = stage_grads.taps_here(st, context, msg.get("taps") or ())
+        if not context.direct or not keep or msg.get("start") or len(taps) != len(
+                msg.get("taps") or ()) or any(not k.startswith("param:") for k, _ in taps):
             raise NotImplementedError(
                 "backward(create_graph=True) through a deployed model runs only on a part "
                 "called by the forward on the client, without hooks that keep tensors")
@@ -415,19 +420,25 @@ class ComputeHandlers:
             t.grad = None
         with disthook.enable_grad():
             if msg.get("accumulate", True):  # a backward: the parameters' .grad keep a graph
+                fresh = [(n, p) for n, p in st.module.named_parameters()  # (no graph before)
+                         if p.grad is None or p.grad.grad_fn is None]
                 disthook.autograd.backward(roots, leaves, retain_graph=True,
                                            create_graph=True)
                 got = [t.grad for t in inputs]
-            else:
-                wanted = [t for t in inputs if t.requires_grad]
+                params = [(n, p.grad) for n, p in fresh if p.grad is not None
+                          and p.grad.requires_grad]  # kept too: p.grad's own graph, here
+            else:  # an autograd.grad: the inputs' gradients and the named parameters'
+                wanted = [t for t in inputs if t.requires_grad] + [p for _, p in taps]
                 found = disthook.autograd.grad(roots, wanted, leaves, retain_graph=True,
                                                create_graph=True, allow_unused=True) \
-                    if roots and wanted else []
+                    if roots and wanted else [None] * len(wanted)
                 by_id = {id(t): g for t, g in zip(wanted, found)}
                 got = [by_id.get(id(t)) for t in inputs]
+                params = [(key, g) for (key, _), g in zip(taps, found[len(found) - len(taps):])
+                          if g is not None]
         for t in inputs:
             t.grad = None
-        made = [g for g in got if g is not None]
+        made = [g for g in got if g is not None] + [g for _, g in params]
         records = iter(self._keep_outputs(job, st.model, keep, made))
         context.keep_graph = True
         self.state.keep_context(st.model, keep, Context(
@@ -436,7 +447,8 @@ class ComputeHandlers:
         if not msg["retain_graph"]:
             self.state.end_context(st.model, job.client, msg.ctx)
         self._to_client(job, "ok", {"result": {
-            "grads": [None if g is None else next(records) for g in got], "seeded": used}})
+            "grads": [None if g is None else next(records) for g in got], "seeded": used,
+            "params": [[n, next(records)] for n, _ in params]}})
         return NO_REPLY
 
     def on_release(self, job):
@@ -466,59 +478,6 @@ class _StageInput(disthook.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         return grad
-
-
-def _run_backward(pairs: list, inputs: list, taps: list, tapped: dict, retain: bool,
-                  accumulate: bool) -> list:
-    """The stage's part of a backward from ``pairs`` (output, gradient): the gradients of
-    its ``inputs`` (arrays or None), those of the ``taps`` (key, tensor) put in ``tapped``.
-    ``accumulate``: a backward, whose parameters' ``.grad`` grow; else an autograd.grad,
-    which leaves every ``.grad`` as it is (hooks fire as they do in it)."""
-    if accumulate:
-        handles = [_tap(t, key, tapped) for key, t in taps]
-        try:
-            if pairs:
-                disthook.autograd.backward([o for o, _ in pairs], [g for _, g in pairs],
-                                           retain_graph=retain)
-        finally:
-            for handle in handles:
-                handle.remove()
-        return [None if t.grad is None else t.grad._data for t in inputs]
-    wanted = [t for t in inputs if t.requires_grad] + [t for _, t in taps]
-    got = disthook.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
-                                 retain_graph=retain, allow_unused=True) \
-        if pairs and wanted else [None] * len(wanted)
-    by_id = {id(t): g for t, g in zip(wanted, got)}
-    for (key, t), g in zip(taps, got[len(wanted) - len(taps):]):
-        if g is not None:
-            tapped[key] = g._data if key not in tapped else tapped[key] + g._data
-    return [None if by_id.get(id(t)) is None else by_id[id(t)]._data for t in inputs]
-
-
-def _taps_here(st, context, keys) -> list:
-    """(key, tensor) of the taps asked for that this stage holds: tensors client hooks kept
-    in this context, and parameters of the stage a backward names among its inputs (a key
-    "param:" + name; their gradients go to the client as a tap's, .grad left as it is)."""
-    taps, params = [], None
-    for key in keys:
-        if key in context.taps:
-            taps.append((key, context.taps[key]))
-        elif key.startswith("param:"):
-            if params is None:
-                params = dict(st.module.named_parameters())
-            p = params.get(key[len("param:"):])
-            if p is not None and p.requires_grad:
-                taps.append((key, p))
-    return taps
-
-
-def _tap(t, key: str, into: dict):
-    """Keep the gradient that reaches ``t`` in this backward (after its own tensor hooks, as
-    autograd.grad sees it) in ``into[key]``; the handle removes the tap."""
-    def keep(grad):
-        into[key] = grad._data if key not in into else into[key] + grad._data
-
-    return t.register_hook(keep)
 
 
 def _stream_state(msg) -> str | None:

@@ -7,6 +7,7 @@ import numpy as np
 
 import disthook
 from disthook import wire
+from disthook.optim.optimizer import differentiating_step
 from disthook.service.loop import NO_REPLY
 from disthook.service.values import unpack
 from workers import attr_changes, form
@@ -190,7 +191,9 @@ class ParamHandlers:
         elif groups is not None:  # the groups as they are now (a scheduler moves lr)
             _follow_groups(opt, groups, st.module)
         if spec["action"] == "step":
-            opt.step()
+            with disthook.autograd.refuse_differentiation(
+                    differentiating_step(type(opt).__name__)):
+                opt.step()
         elif spec["action"] == "zero_grad":
             opt.zero_grad(set_to_none=spec.get("set_to_none", True))
         elif spec["action"] == "state":
@@ -397,3 +400,4 @@ def _tensor_at(module, name: str):
     if found is None:
         raise AttributeError(f"{name!r} is not a parameter or buffer of this stage")
     return found
+

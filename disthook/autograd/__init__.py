@@ -1,7 +1,9 @@
 """Automatic differentiation: ``backward``, ``grad``, grad mode and custom Functions."""
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 import warnings
 from collections.abc import Mapping
 
@@ -107,6 +109,39 @@ def _make_grads(outputs: tuple, grads: tuple) -> tuple:
     return tuple(seeds)
 
 
+def _grads_batched(outs: tuple, gouts: tuple, ins: tuple, retain_graph: bool,
+                   create_graph: bool, allow_unused: bool) -> tuple:
+    """``grad(..., is_grads_batched=True)``: dim 0 of each given gradient is a batch, and
+    each input's gradient gets that dim (a Jacobian's rows in one call). torch maps one
+    backward over the batch with vmap; here one backward runs per row, the graph kept for
+    the next, and the rows are stacked (so a tensor hook fires once per row)."""
+    from disthook.tensor import Size, Tensor, stack
+
+    for out, g in zip(outs, gouts):
+        if isinstance(g, Tensor) and type(out) is graph.GradientEdge:
+            raise RuntimeError("Batched grads are not supported with GradientEdge")
+        if isinstance(g, Tensor) and (g.dim() == 0 or g.shape[1:] != out.shape):
+            raise RuntimeError(
+                "If `is_grads_batched=True`, we interpret the first dimension of each "
+                "grad_output as the batch dimension. The sizes of the remaining dimensions "
+                "are expected to match the shape of corresponding output, but a mismatch "
+                f"was detected: grad_output[{_index(gouts, g)}] has a shape of "
+                f"{Size(g.shape[2:])} and output[{_index(outs, out)}] has a shape of "
+                f"{out.shape}. If you only want some tensors in `grad_output` to be "
+                "considered batched, consider using vmap.")
+    sizes = [g.shape[0] for g in gouts if isinstance(g, Tensor)]
+    if len(set(sizes)) > 1:
+        raise ValueError("vmap: Expected all tensors to have the same size in the mapped "
+                         f"dimension, got sizes {sizes} for the mapped dimension")
+    rows = []
+    for i in range(sizes[0] if sizes else 1):
+        seeds = _make_grads(outs, tuple(g[i] if isinstance(g, Tensor) else g for g in gouts))
+        last = i == (sizes[0] if sizes else 1) - 1
+        rows.append(_run_backward(outs, seeds, retain_graph or not last, create_graph, ins,
+                                  allow_unreachable=allow_unused, accumulate_grad=False))
+    return tuple(None if row[0] is None else stack(list(row)) for row in zip(*rows))
+
+
 def _index(items: tuple, x) -> int:
     # torch names the first position holding this object (list.index compares by identity
     # first, and Tensors are never compared by value here)
@@ -131,17 +166,46 @@ def _reach_inputs_elsewhere(outputs: tuple, inputs: tuple, create_graph: bool) -
         t._reach_from(nodes, create_graph)
 
 
+# a thread on which differentiating is refused, and why (see refuse_differentiation)
+_refusal = threading.local()
+
+
+@contextlib.contextmanager
+def refuse_differentiation(why: str):
+    """Within the block, on this thread, ``backward()`` and ``autograd.grad`` raise
+    ``RuntimeError(why)`` (``why`` None: they run again, as in a closure the block calls): an
+    optimizer's step over a deployed model's parameters, which each worker steps over its
+    own stage's, where a step that differentiates would see only that stage's graph."""
+    before = getattr(_refusal, "why", None)
+    _refusal.why = why
+    try:
+        yield
+    finally:
+        _refusal.why = before
+
+
+def _check_refusal() -> None:
+    refused = getattr(_refusal, "why", None)
+    if refused is not None:
+        raise RuntimeError(refused)
+
+
 def _run_backward(outputs: tuple, seeds: tuple, retain_graph: bool, create_graph: bool,
                   inputs: tuple, allow_unreachable: bool, accumulate_grad: bool) -> tuple:
     """Check the roots and inputs as torch's engine entry point does, then run the engine."""
     from disthook.tensor import Tensor
 
+
     if len(outputs) != len(seeds):
         raise RuntimeError(f"got {len(outputs)} tensors and {len(seeds)} gradients")
     for i, out in enumerate(outputs):
         if type(out) is not graph.GradientEdge and not out._requires_grad:
-            raise RuntimeError(
-                f"element {i} of tensors does not require grad and does not have a grad_fn")
+            msg = f"element {i} of tensors does not require grad and does not have a grad_fn"
+            for t in inputs:  # a deployed parameter knows where its graph went, if it does
+                why = getattr(t, "_graph_elsewhere", None)
+                if why is not None and (why := why()) is not None:
+                    raise NotImplementedError(f"{msg}: {why}")
+            raise RuntimeError(msg)
     for t in inputs:
         if type(t) is graph.GradientEdge:
             continue  # its node runs (backward) or gives its gradient (grad), as it is
@@ -170,6 +234,7 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
     """Accumulate into ``.grad`` of the leaves (or of ``inputs``) the gradients of ``tensors``."""
     from disthook.tensor import Tensor
 
+    _check_refusal()
     if grad_variables is not None:
         warnings.warn("`grad_variables` is deprecated. Use `grad_tensors` instead.",
                       FutureWarning, stacklevel=2)
@@ -238,6 +303,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     """
     from disthook.tensor import Tensor, zeros_like
 
+    _check_refusal()
     if materialize_grads and allow_unused is False:
         raise ValueError("Expected allow_unused to be True or not passed when "
                          "materialize_grads=True, but got: allow_unused=False.")
@@ -251,15 +317,15 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
         warnings.warn("only_inputs argument is deprecated and is ignored now (defaults to "
                       "True). To accumulate gradient for other parts of the graph, please use "
                       "torch.autograd.backward.", FutureWarning, stacklevel=2)
-    if is_grads_batched:
-        raise NotImplementedError("is_grads_batched=True is not supported by disthook")
     gouts = (None,) * len(outs) if grad_outputs is None else (
         (grad_outputs,) if isinstance(grad_outputs, Tensor) else tuple(grad_outputs))
-    seeds = _make_grads(outs, gouts)
     if retain_graph is None:
         retain_graph = create_graph
-    result = _run_backward(outs, seeds, retain_graph, create_graph, ins,
-                           allow_unreachable=allow_unused, accumulate_grad=False)
+    if is_grads_batched:
+        result = _grads_batched(outs, gouts, ins, retain_graph, create_graph, allow_unused)
+    else:
+        result = _run_backward(outs, _make_grads(outs, gouts), retain_graph, create_graph,
+                               ins, allow_unreachable=allow_unused, accumulate_grad=False)
     if materialize_grads:
         if any(g is None and type(t) is graph.GradientEdge for g, t in zip(result, ins)):
             raise RuntimeError(

@@ -504,6 +504,12 @@ def _refuse_deployed_mix(tensors: tuple, mode: str) -> None:
         f"them (tensor.register_hook) and combine their gradients in your own code{also}")
 
 
+# torch's: a leaf among a mode "all" hook's tensors is an input of the autograd.grad running
+_LEAF_IN_GRAD_MSG = (
+    "A leaf node was passed to _will_engine_execute_node but we are currently running "
+    "autograd.grad(). This is currently not supported.")
+
+
 def register_multi_grad_hook(tensors, fn, *, mode: str = "all") -> RemovableHandle:
     """``fn`` once per backward over several tensors.
 
@@ -515,6 +521,8 @@ def register_multi_grad_hook(tensors, fn, *, mode: str = "all") -> RemovableHand
     if mode not in modes:
         raise ValueError(f"Expects mode to be one of {modes} but got {mode}")
     tensors = tuple(tensors)
+    if mode == "any":  # (a tensor that requires no grad is left out, as torch does)
+        tensors = tuple(t for t in tensors if t.requires_grad)
     for t in tensors:
         if not t.requires_grad:
             raise AssertionError("Expected gradient function to be set")
@@ -542,14 +550,18 @@ def register_multi_grad_hook(tensors, fn, *, mode: str = "all") -> RemovableHand
                 return
             state = pending.get(task)
             if state is None:
-                expected = sum(engine.will_execute(task, gradient_edge(t)[0])
-                               for t in tensors)
+                nodes = [gradient_edge(t)[0] for t in tensors]
+                captured = {node for node, _ in task.captures}
+                if any(t.grad_fn is None and node in captured
+                       for t, node in zip(tensors, nodes)):
+                    raise RuntimeError(_LEAF_IN_GRAD_MSG)
+                expected = sum(engine.will_execute(task, node) for node in nodes)
                 state = pending[task] = [[None] * len(tensors), expected]
             state[0][index] = grad
             state[1] -= 1
             if state[1] == 0:
                 del pending[task]
-                fn(tuple(state[0]))
+                fn(state[0])  # (a list, as torch gives it)
         return hook
 
     return _MultiHandle(tuple(t.register_hook(all_hook(i)) for i, t in enumerate(tensors)))

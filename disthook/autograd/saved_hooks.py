@@ -60,12 +60,14 @@ class saved_tensors_hooks:
 
 
 class save_on_cpu(saved_tensors_hooks):
-    """Keep saved tensors in CPU memory. disthook tensors always live there, so each saved
-    tensor is kept as a copy, as torch's hooks do (``pin_memory`` has no effect)."""
+    """Keep saved tensors in CPU memory. disthook tensors always live there: as in torch,
+    a saved tensor is then kept as it is (its memory: an in-place change made after the
+    forward reaches its backward, unchecked, as under any saved-tensor hooks), and as a copy
+    with ``pin_memory=True``."""
 
     def __init__(self, pin_memory: bool = False, device_type: str = "cuda") -> None:
         def pack(tensor):
-            return tensor.device, tensor.detach().clone()
+            return tensor.device, tensor.detach().clone() if pin_memory else tensor.detach()
 
         def unpack(packed):
             _device, tensor = packed

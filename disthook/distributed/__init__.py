@@ -3,10 +3,14 @@
 - ``cluster``: ``local_cluster`` / ``connect`` / ``Cluster``: start or attach to a
   coordinator and its workers, list them, shut them down;
 - ``placed``: a deployed model is the user's own model, placed: ``RootPlacement`` (the
-  model), ``PartPlacement`` (a module on a worker), their hooks carried there, ``place`` /
-  ``unplace``, ``deployment_of(model)``;
+  model), ``PartPlacement`` (a module on a worker), their hooks carried there,
+  ``deployment_of(model)``;
+- ``placing``: ``place`` / ``unplace``, which give a model its placements (its tensors
+  storages on their workers) and take them away;
 - ``deployment``: ``Deployment``, the deployment behind a placed model (its stages, workers,
   channel, hook table; ``save``, ``train_step``, ``recover``, ``close``...);
+- ``hook_table``: ``HookTable``, the part of ``Deployment`` that registers, removes and
+  lists its client hooks on the workers;
 - ``deploy``: ``deploy`` and ``attached_model``, which place a model (or bind it to a
   published deployment) in place;
 - ``chain``: an ``nn.Sequential``'s stages run worker to worker (micro-batches, pipelined
@@ -28,7 +32,9 @@
   batched releases of graphs and ``zero_grad`` calls;
 - ``client_hooks``: serving client hooks when a worker fires them;
 - ``parameters``: ``RemoteParameter`` and ``RemoteBuffer``: the model's own tensors with
-  their storage on a worker (``adopt``: in place);
+  their storage on a worker;
+- ``adopting``: ``adopt`` / ``adopt_buffer`` / ``release`` / ``retype``: a tensor made one
+  of those in place, and a local one again;
 - ``remote_grads``: what optimizers and gradient clipping do to those, where they live;
 - ``optimizer``: ``DistributedOptimizer``, stepping each worker's share (any
   ``disthook.optim`` optimizer does so too for a deployed model's parameters);

@@ -18,6 +18,7 @@ import numpy as np
 
 from disthook.autograd import engine, grad_mode
 from disthook.autograd.graph import SECOND_BACKWARD_MSG, gradient_edge
+from disthook.autograd.saved_hooks import current_pair
 from disthook.distributed import async_calls, attr_changes
 from disthook.distributed.placement import split_rows
 from disthook.distributed.remote_values import from_record, grad_data
@@ -87,6 +88,42 @@ class RemoteBackward0(LiveEdges):
         self._given: dict = {}  # tap key -> the gradient the workers sent for it
 
     _mb = None  # the micro-batch of the client's forward that made it (chunks=)
+    # outputs that the node which made them on the worker saved for backward (tanh's
+    # result): (output_nr, version counter, version, shape, np dtype, whether saved-tensor
+    # hooks applied here) each
+    _saved_outputs: tuple | list = ()
+
+    def saved_output(self, t: Tensor) -> None:
+        """``t``, this call's output here, was saved for backward by its node on the worker:
+        changed in place here (which the worker's copy never sees), this node's backward
+        raises as that node's does in one process."""
+        if not self._saved_outputs:
+            self._saved_outputs = []
+        self._saved_outputs.append((t._output_nr, t._vc, t._vc[0], t._data.shape,
+                                    t._data.dtype, current_pair() is not None))
+
+    def _check_saved_outputs(self) -> None:
+        for nr, vc, version, shape, dtype, hooked in self._saved_outputs:
+            if vc[0] == version:
+                continue
+            if hooked:  # one process: the hooks keep the tensor, the backward uses its change
+                raise NotImplementedError(
+                    f"output {nr} of the deployed call {self._path or ''!r}, which its worker "
+                    "saved for backward, was changed in place here after a forward under "
+                    "save_on_cpu() (or checkpoint): in one process the backward would use "
+                    "the changed value, which the worker's saved copy does not have. Change "
+                    "a clone() of the output instead")
+            raise engine.inplace_error(_SavedOutput(nr, vc, version, shape, dtype), self)
+
+    @property
+    def _part(self) -> str | None:
+        """The part whose call this node's graph on the worker comes from: for the node of
+        a kept backward (double backward), the part of the call it was the backward of."""
+        return self.__dict__.get("_of_part", self._path)
+
+    @_part.setter
+    def _part(self, part: str | None) -> None:
+        self.__dict__["_of_part"] = part
 
     def name(self) -> str:
         return type(self).__name__
@@ -166,11 +203,8 @@ class RemoteBackward0(LiveEdges):
         path = p.__dict__.get("_path")
         if p.__dict__.get("_model") is not self._model or path is None:
             return False
-        if self._call:  # under any of its names: a tied weight is every part's that uses it
-            names = [name for name, first in self._model._canonical.items() if first == path]
-            covered = self._path == "" or any(
-                name == self._path or name.startswith(self._path + ".")
-                for name in names or [path])
+        if self._call:
+            covered = _in_part(self._model, self._part, path)
         else:
             stage = self._model._layout.stage_of(path)
             covered = stage is not None and stage <= self._stage
@@ -258,10 +292,31 @@ class RemoteBackward0(LiveEdges):
                 continue
             hooked = bool((node._tensor_hooks or {}).get(nr)) or nr in (node._retains or {})
             fed = key.endswith("@")  # the client's own leaf: backward accumulates its .grad
-            if hooked or (task is not None and (task.needed is not None or fed)
-                          and engine.will_execute(task, node)):
+            if hooked or (task is not None and (
+                    fed and engine.will_execute(task, node)
+                    or task.needed is not None and self._needed_here(task, node, {}))):
                 wanted.append(key)
         return wanted
+
+    def _needed_here(self, task, node, seen: dict) -> bool:
+        """Whether a backward with inputs= needs a tap's gradient for what lies between the
+        tap and this call's own graph: a gradient it captures or a leaf it accumulates into
+        there (the tap itself, what a hook computed from it: its in-place change), or a
+        route to another call. What lies past this call's tap nodes is this call's graph on
+        the worker, which this node's own backward covers: a gradient taken through the tap
+        too would run the hook's part twice (its vjp the worker asked for, then here)."""
+        if node is None or node not in task.needed or (
+                isinstance(node, RemoteTapBackward0) and node._keeps is self):
+            return False
+        done = seen.get(node)
+        if done is None:
+            seen[node] = False  # (a DAG; set before the walk below)
+            nexts = [n for n, _ in node.next_functions if n is not None]
+            done = seen[node] = (
+                any(captured is node for captured, _ in task.captures)
+                or (node in task.runs and not any(n in task.needed for n in nexts))
+                or any(self._needed_here(task, n, seen) for n in nexts))
+        return done
 
     def _tap_grads(self, tapped: dict | None, wanted: list[str]) -> tuple:
         """A gradient (or None) per live tap, from the workers' answer."""
@@ -276,6 +331,8 @@ class RemoteBackward0(LiveEdges):
     def _backward(self, grads: list) -> tuple:
         if self._freed:
             raise RuntimeError(SECOND_BACKWARD_MSG)
+        if self._saved_outputs:
+            self._check_saved_outputs()
         if grad_mode.is_grad_enabled() and not self._call:  # create_graph through a chain
             raise NotImplementedError(_create_graph_chain(self._model))
         # the workers keep their graphs exactly when this backward keeps the client's
@@ -330,6 +387,10 @@ class RemoteBackward0(LiveEdges):
                   "inputs": self._inputs_wanted(), "keep_grads": keep,
                   "hold": self._hold()}
         what = f"backward of {self._path!r}"
+        if fields["accumulate"]:  # the part's p.grad grows: no longer one kept with a graph
+            held = model.__dict__.get("_graph_grads") or {}
+            for path in [k for k in held if _in_part(model, self._part, k)]:
+                del held[path]
         if grad_mode.is_grad_enabled():  # create_graph: the gradients keep their graph
             return self._backward_with_graph(grads, fields, retain, wanted)
         forms = model.__dict__.setdefault("_forms", async_calls.Forms())
@@ -375,14 +436,18 @@ class RemoteBackward0(LiveEdges):
         graph (a context named by ``keep_grads``); they come back as kept values whose node
         leads to the given gradients and to this call's inputs, so that differentiating them
         (a gradient penalty) runs that graph's backward on the worker."""
-        if wanted or self._live:
+        if any(not key.startswith(PARAM_TAP) for key, *_ in self._live) or (
+                wanted and fields["accumulate"]):
             raise NotImplementedError(
                 f"backward(create_graph=True) through {self._path!r}: a forward hook kept a "
-                "tensor of this call for a later gradient; remove that hook, or take the "
-                "two gradients in two passes without create_graph")
+                "tensor of this call for a later gradient (or backward(inputs=...) named a "
+                "parameter); remove that hook, or take the two gradients in two passes "
+                "without create_graph")
         model = self._model
         address = model._addresses[self._stage]
         fields["create_graph"] = True
+        if fields["accumulate"]:  # its parameters' .grad keep their graph, on the worker
+            model.__dict__.setdefault("_grads_with_graph", set()).add(self._part)
         (reply,) = model._hub.request_all([(address, fields, self._ctx_ids[0])], "backward",
                                           what=f"backward of {self._path!r} with its graph")
         if not retain:
@@ -393,6 +458,7 @@ class RemoteBackward0(LiveEdges):
         given = [grads[i] for i in result["seeded"]]
         node = RemoteBackward0(model, [keep], given, None, self._stage)
         node._path = f"{self._path} (its backward)"
+        node._part = self._part  # (the parameters whose gradients it computes)
         node.next_functions = node._edges + self._edges
         node.needs_input_grad = node._needs + self._needs
         node._input_meta = node._meta + self._meta
@@ -405,11 +471,30 @@ class RemoteBackward0(LiveEdges):
             node._output_meta.append((tuple(g["shape"]), np.dtype(g["dtype"])))
             out.append(t)
             nr += 1
+        # backward: p.grad with its graph; autograd.grad: the parameters it names (taps)
+        held = model.__dict__.setdefault("_graph_grads", {}) if fields["accumulate"] else {}
+        for path, g in result.get("params") or ():  # kept there, with their graph
+            held[path] = from_record(model, address, g, node, nr)
+            node._output_meta.append((tuple(g["shape"]), np.dtype(g["dtype"])))
+            nr += 1
         node._output_meta = tuple(node._output_meta)
-        return tuple(out)
+        if fields["accumulate"]:
+            return tuple(out)
+        self._given = {key: held.get(key) for key, *_ in self._live}
+        return (*out, *self._given.values())
 
     def _release(self) -> None:
         self._freed = True
+
+
+class _SavedOutput:
+    """What ``engine.inplace_error`` reads of a saved tensor, for an output of a call."""
+
+    tensor, is_output = None, True
+
+    def __init__(self, nr: int, vc: list, version: int, shape: tuple, dtype):
+        self.output_nr, self.vc, self.version = nr, vc, version
+        self.data = np.empty(shape, dtype)
 
 
 _NAMED: dict[str, type] = {}  # worker node name -> its RemoteBackward0 subclass
@@ -425,6 +510,14 @@ def _grad_in(model, address: str, g):
     return Tensor._make(np.array(g), None, 0)
 
 
+def _in_part(model, part: str, path: str) -> bool:
+    """Whether the part at ``part`` uses the parameter ``path``, under any of its names (a
+    tied weight is every part's that holds it)."""
+    names = [name for name, first in model._canonical.items() if first == path]
+    return part == "" or any(name == part or name.startswith(part + ".")
+                             for name in names or [path])
+
+
 PARAM_TAP = "param:"  # a tap key naming a parameter of the model (wants_parameter)
 
 
@@ -437,6 +530,33 @@ def _summed(tapped: list) -> dict:
             if g is not None:
                 out[key] = np.asarray(g) if key not in out else out[key] + np.asarray(g)
     return out
+
+
+def forget_graph_grads(params) -> None:
+    """The workers' ``.grad`` of ``params`` is about to change (zero_grad, ``p.grad = g``,
+    another backward): ``p.grad`` is no longer the value a ``backward(create_graph=True)``
+    kept with its graph (``_backward_with_graph``)."""
+    for p in params:
+        p._model.__dict__.get("_graph_grads", {}).pop(p._path, None)
+
+
+def graph_elsewhere(param) -> str | None:
+    """Why a backward naming the placed parameter ``param`` as an input finds a root
+    without a graph, where its ``.grad`` was computed with its graph on the worker (a
+    ``backward(create_graph=True)`` through its part, ``_backward_with_graph``); else None."""
+    parts = param._model.__dict__.get("_grads_with_graph", ())
+    if not any(p == "" or param._path.startswith(p + ".") for p in parts):
+        return None
+    return (f"the gradient of {param._path!r}, a parameter of a deployed model, has a graph "
+            "on its worker, but .grad here is its value: a backward(create_graph=True) gives "
+            "p.grad with its graph only where that backward, through one call of the "
+            "parameter's part, made it, not where it added to a gradient that another "
+            "backward or another call of the part left (a Hessian-vector product from "
+            "p.grad: AdaHessian, PyHessian). Zero the gradients before each "
+            "backward(create_graph=True) (optimizer.zero_grad()), call the part once per "
+            "forward" + (f" (with chunks={param._model._chunks} each micro-batch calls it: "
+                         "deploy with chunks=1 for this)" if param._model._chunks > 1 else "")
+            + ", or take the products in one process (local = model.to_local())")
 
 
 def part_by_part(model) -> str:

@@ -102,7 +102,13 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
         stage = None if stop is None else model._stage_of(stop)
         node = RemoteBackward0(model, ctx_ids, x, sizes, stage)
         node.made_by(results[-1].get("grad_fn"))
-        return Tensor._make(out, node, 0)
+        out = Tensor._make(out, node, 0)
+        views = [r.get("custom_view") for r in results]
+        if all(views):  # the last module's full backward hook's view (see Tensor._inplace)
+            out.__dict__["_custom_view"] = (int(views[0][0]), str(views[0][1]))
+        if any(r.get("saved") for r in results):
+            node.saved_output(out)
+        return out
     for ctx_id in ctx_ids:  # no graph: nothing to differentiate against
         model._hub.taps.pop(ctx_id, None)
     return Tensor._make(out, None, 0)

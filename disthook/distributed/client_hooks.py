@@ -16,6 +16,7 @@ from disthook import wire
 from disthook.autograd import engine, grad_mode
 from disthook.autograd.graph import AccumulateGrad, _sequence, walk
 from disthook.distributed import attr_changes, given_tensors, post_accumulate
+from disthook.distributed.micro_batches import note_hook_error
 from disthook.distributed.tap_node import (
     RemoteTapBackward0,
     serving_vjp,
@@ -23,7 +24,7 @@ from disthook.distributed.tap_node import (
 )
 from disthook.service import hook_kinds
 from disthook.service.values import pack, unpack
-from disthook.tensor import Clone, Tensor
+from disthook.tensor import Tensor
 
 __all__ = ["HookServer"]
 
@@ -117,6 +118,8 @@ class HookServer:
             frames = wire.encode("hook_reply", {"hook": event["hook"], **answer},
                                  req=event.req, ctx=event.ctx)
         except Exception as exc:
+            entry = self.hooks.get(event["hook"])
+            note_hook_error(exc, entry[2] if entry else None)
             self.hook_error = exc
             broken = True
             frames = wire.encode("error", {"kind": type(exc).__name__, "message": str(exc)},
@@ -214,7 +217,7 @@ class HookServer:
             wanted = [t for t in bases if t.requires_grad]
             # the tensor hooks a hook put on its tensors fire on the worker's tensors (see
             # watch), whose gradient this vjp is part of: not here too, or twice
-            made = _made_here(leaves)
+            made = given_tensors.made_here(leaves)
             muted = [(d, dict(d)) for t in leaves if (d := t._backward_hooks)
                      and id(t) not in made]
             for hooks, _ in muted:
@@ -278,11 +281,11 @@ class HookServer:
                 else:
                     base.requires_grad_(True)
                 with grad_mode.set_grad_enabled(True):
-                    t = _as_made_by(grad_fn or "CloneBackward0").apply(base)
+                    t = given_tensors.as_made_by(grad_fn or "CloneBackward0").apply(base)
                 t._grad_fn._hook_ctx = event.ctx  # (a tensor of this call's, to a vjp)
                 t._reach_from = unlinked_taps_refused(t, event.ctx, proxy, kind)
             ref = weakref.ref(t)
-            t.retain_grad = lambda: _retain_on_worker(ref())  # acts on the worker's tensor
+            t.retain_grad = lambda: given_tensors.retain_on_worker(ref())  # acts on the worker's tensor
             return t, base
 
         bounds = []  # where each of the event's arguments' tensors start among the leaves
@@ -331,7 +334,7 @@ class HookServer:
             self._relocate(event, leaves, bounds, proxy)
         # tensors the hook put tensor hooks on (the Grad-CAM pattern): the worker hooks the
         # real tensors, and their gradients come here to run these hooks
-        made = _made_here(leaves)  # (their hooks fire here, where their gradient comes)
+        made = given_tensors.made_here(leaves)  # (their hooks fire here, where their gradient comes)
         watch, retain, hooked = given_tensors.once_on_worker(leaves, made)
         answer = {"result": value, "changed": changed or None}
         if watch or retain:
@@ -482,6 +485,9 @@ class HookServer:
             items = [self._pack_result(v, leaves, bases, f"{key}.{i}", ctx)
                      for i, v in enumerate(value)]
             return {"tuple" if isinstance(value, tuple) else "list": items}
+        if type(value) is dict and all(type(k) is str for k in value):  # ({"y": out * 2})
+            return {"dict": {k: self._pack_result(v, leaves, bases, f"{key}.{k}", ctx)
+                             for k, v in value.items()}}
         return pack(value)
 
     def _pack_value(self, value: Tensor, bases: list, key: str, leaves: list):
@@ -505,39 +511,6 @@ class HookServer:
         for store in (self.vjps, self.watched):
             for key in [k for k in store if k.startswith(prefix)]:
                 del store[key]
-
-
-_MADE_BY: dict[str, type] = {}
-
-
-def _as_made_by(node_name: str) -> type:
-    """A copy op whose node is called ``node_name``: the hook sees
-    ``grad_fn=<AddmmBackward0>`` as in one process."""
-    op = _MADE_BY.get(node_name)
-    if op is None:
-        if not node_name.isidentifier():
-            node_name = "CloneBackward0"
-        # clone's forward and backward, its node named as the worker's tensor's was; its
-        # node hooks are refused (the op it is named for ran on the worker)
-        op = _MADE_BY[node_name] = type(f"_Made{node_name}", (Clone,), {
-            "node_name": node_name, "register_hook": _stand_in_node_hook,
-            "register_prehook": _stand_in_node_hook})
-    return op
-
-
-def _stand_in_node_hook(node, fn):
-    """``t.grad_fn.register_hook(fn)`` (or ``register_prehook``) on a tensor a hook of a
-    deployed model was given: the op that made ``t`` ran on the worker, so its gradients
-    (all its inputs', before and after it) never pass this node; refused rather than a hook
-    that never fires or sees one input where the op has several."""
-    name = type(node).__name__
-    raise NotImplementedError(
-        f"grad_fn hooks on a tensor a hook of a deployed model was given: its {name} ran on "
-        "the model's worker, and the grad_fn here only stands for it, so a hook on it would "
-        "not see that node's gradients. Hook the tensor instead (t.register_hook(fn) sees "
-        "its gradient, which is the node's grad_outputs), or the module "
-        "(register_full_backward_hook sees its grad_input), or run the model in one "
-        "process (model.to_local())")
 
 
 _WARNING_CLASSES = {cls.__name__: cls for cls in (
@@ -577,27 +550,8 @@ def _reaches_own(value: Tensor, leaves: list, bases: list, since: int) -> bool:
     if value._grad_fn is None:  # a leaf of this process is fed to the worker (taps)
         return False
     own = {id(t._grad_fn) for t in (*leaves, *bases) if t._grad_fn is not None}
-    given = {id(b) for b in bases} - _made_here(leaves)  # (those are of this process)
+    given = {id(b) for b in bases} - given_tensors.made_here(leaves)  # (those are of this process)
     return _graph_has(
         value, lambda node: id(node) in own or (
             isinstance(node, AccumulateGrad) and id(node.variable) in given),
         lambda node: isinstance(node, AccumulateGrad) or node._seq < since)
-
-
-def _made_here(leaves: list) -> frozenset:
-    """Ids of the tensors a client hook was given that it made leaves requiring grad here
-    (``out.requires_grad = True`` on a frozen model's output, as baukit's retain_grad does):
-    tensors of this process, whose ``.grad`` grows here as in one process."""
-    return frozenset(id(t) for t in leaves if t._grad_fn is None and t._requires_grad)
-
-
-def _retain_on_worker(t: Tensor) -> None:
-    """``retain_grad()`` of a tensor a client hook got: the worker's tensor retains its
-    gradient, which comes here when that worker's backward is done."""
-    if not t._requires_grad:
-        raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
-    if t._grad_fn is None:  # a leaf here (the hook made it require grad, as baukit's
-        return  # retain_grad does on a frozen model): its .grad accumulates here, a no-op
-    t._retain_on_worker = True
-    t._retains_grad = True  # its .grad (the worker's, sent here) is expected: no warning
-

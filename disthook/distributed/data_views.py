@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import sys
 
+from disthook.distributed.adopting import release
 from disthook.distributed.parameters import (
     _SLOT_DATA,
     _SLOT_REQUIRES_GRAD,
     RemoteBuffer,
     RemoteStorage,
-    release,
 )
 from disthook.distributed.state_entries import freeze_entries
 

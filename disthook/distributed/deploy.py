@@ -14,6 +14,7 @@ from disthook.distributed import (
     pinning,
     placed,
     placement,
+    placing,
     shared_form,
     shipping,
     tree,
@@ -127,7 +128,7 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
         raise
     if not _place:
         return remote  # recover: the model is placed already, on this deployment
-    placed.place(remote, module)
+    placing.place(remote, module)
     try:
         glue.carry_hooks(remote, module)  # hooks registered before the deploy go there too
         hook_sync.sync_all(remote)
@@ -186,7 +187,7 @@ def attached_model(cluster, module: Module, workers: list, record: dict) -> Modu
     object.__setattr__(remote, "_attached", record["name"])
     object.__setattr__(remote, "_writable", bool(record["writable"]))
     pinning.share(remote)  # the deployer (and others) may write it meanwhile
-    placed.place(remote, module)
+    placing.place(remote, module)
     try:
         shared_form.follow(remote)  # its modes, dtypes and buffers now, and as they change
     except BaseException:

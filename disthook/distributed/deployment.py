@@ -28,29 +28,22 @@ from collections import OrderedDict
 import numpy as np
 
 from disthook.distributed import chain, checkpoint, client_modes, glue, hook_sync, placed
-from disthook.distributed import remote_values, state_entries
+from disthook.distributed import placing, remote_values, state_entries
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.distributed.channel import _Hub
+from disthook.distributed.hook_table import HookTable
 from disthook.distributed.optimizer import DistributedOptimizer
 from disthook.distributed.parameters import RemoteParameter, RemoteStorage
-from disthook.distributed.placed import RemoteHandle
 from disthook.distributed.placement import chains_its_children, partition
 from disthook.distributed.tree import Layout
 from disthook.nn.modules.module import Module
-from disthook.service import hook_kinds
 from disthook.service.rpc import DEFAULT_TIMEOUT, ClusterError, RemoteError, RemoteTimeout
-from disthook.service.worker_hooks import WorkerHook
 from disthook.tensor import Tensor
-from disthook.utils.hooks import RemovableHandle
 
 # public API kept importable from here; the rest lives in the modules named above
 __all__ = ["Deployment", "DistributedOptimizer", "RemoteBackward0", "partition"]
 
-# hooks removed by a running hook, kept for the firings already under way (_remove_hooks)
-_REMOVED_KEPT = 1024
-
-
-class Deployment:
+class Deployment(HookTable):
     """One deployment of a model, on the client: its model (placed in place: ``placed``),
     layout, workers, channel (``_hub``: sockets, the table of client hooks, pending
     optimizer calls and releases) and its public operations (``save``, ``load_checkpoint``,
@@ -219,92 +212,6 @@ class Deployment:
         if stage is None:
             return "the client"
         return f"stage {stage}, worker {self._workers[stage].id}"
-
-    def _add_hook(self, kind: str, path: str, fn, proxy, *, tag: str | None = None,
-                  **options) -> RemoteHandle:
-        """Register ``fn`` as a ``kind`` hook on the worker holding ``path``; ``tag`` says
-        who registered it (``"toolkit"``: disthook.hooks), as ``_hooks_on_workers`` tells."""
-        return self._add_hooks([(kind, path, fn, proxy, options)], tag=tag)[0]
-
-    def _add_hooks(self, hooks: list[tuple], *, tag: str | None = None,
-                   ids: list[int] | None = None) -> list[RemoteHandle]:
-        """Register several hooks, each (kind, path, fn, proxy, options), in that order: one
-        request per worker, all sent at once. If any fails, none stays registered."""
-        here = [(i, hook) for i, hook in enumerate(hooks)
-                if self._layout.stage_of(hook[1]) is None]
-        for _, (kind, path, fn, _, _) in here:
-            if isinstance(fn, WorkerHook):
-                raise ValueError(f"{fn!r} runs on a worker, but {path!r} runs on the client "
-                                 f"(its parts are on several workers, or it is kept here): "
-                                 "register a hook function of your own on it")
-        if here:  # parts that run here take their hooks here, as in one process
-            there = self._add_hooks([h for h in hooks if self._layout.stage_of(h[1]) is not None],
-                                    tag=tag)
-            handles = iter(there)
-            made = {i: hook_kinds.register(target, kind, fn, options)
-                    for i, (kind, _, fn, target, options) in here}
-            return [made[i] if i in made else next(handles) for i in range(len(hooks))]
-        entries = []
-        for n, (kind, path, fn, proxy, options) in enumerate(hooks):
-            if not callable(fn):
-                raise TypeError(f"hook must be callable, got {type(fn).__name__}")
-            fields = {"hook": ids[n] if ids else _next_hook_id(), "kind": kind, "path": path,
-                      "options": options, "tag": tag,
-                      "waits": None if self._hooks_ahead else True}
-            if isinstance(fn, WorkerHook):
-                fields["worker_hook"] = fn.spec()
-            entries.append((fn, kind, proxy, fields))
-            self._hub.hooks[fields["hook"]] = entries[-1]
-        try:
-            self._register_hooks([fields for *_, fields in entries])
-        except BaseException:
-            with contextlib.suppress(Exception):  # those that were registered go again
-                self._remove_hooks([fields["hook"] for *_, fields in entries])
-            raise
-        if self._hub.firing:  # registered by a hook that runs now: a pass run ahead of its
-            self._hub.writes += 1  # answer runs again, with these hooks where they fire
-        return [RemoteHandle(self, fields["hook"], fields["path"]) for *_, fields in entries]
-
-    def _register_hooks(self, hooks: list[dict]) -> None:
-        """Send add_hooks fields to the workers holding their modules (each worker registers
-        its share in order, all or none)."""
-        shares: dict[str, list] = {}
-        for fields in hooks:
-            shares.setdefault(self._owner(fields["path"]), []).append(fields)
-        what = ", ".join(f"register a {f['kind']} hook on {f['path']!r}" for f in hooks[:3])
-        self._hub.request_all([(address, {"hooks": share, "reply_to": self._hub.reply_to})
-                               for address, share in shares.items()], "add_hooks",
-                              what=what + (", ..." if len(hooks) > 3 else ""))
-
-    def _remove_hooks(self, hook_ids: list[int]) -> None:
-        """Remove client hooks from their workers, one request per worker, sent at once
-        (ids removed before are skipped)."""
-        shares: dict[str, list] = {}
-        hub = self._hub
-        for hook_id in hook_ids:
-            entry = hub.hooks.pop(hook_id, None)
-            if entry is not None and hub.firing:
-                # removed by a hook that runs now: the call that fired it fires the hooks it
-                # took when it started, this one too (as in one process), and a pass run
-                # ahead of this answer runs again without it
-                hub.removed_while_firing[hook_id] = entry
-                hub.writes += 1
-                while len(hub.removed_while_firing) > _REMOVED_KEPT:
-                    del hub.removed_while_firing[next(iter(hub.removed_while_firing))]
-            if entry is not None:
-                # asked where the module is now (a recovered model's stages may have moved)
-                shares.setdefault(self._owner(entry[3]["path"]), []).append(hook_id)
-        if shares and self._hub.socks:
-            self._hub.request_all([(address, {"hooks": ids}) for address, ids in shares.items()],
-                                  "remove_hooks", what="remove_hooks")
-
-    def _hooks_on_workers(self) -> list[dict]:
-        """Every hook the stages hold, asked of their workers: {"hook", "kind", "path",
-        "tag", "runs" ("client" or "worker"), "worker" (its id)}, stage by stage."""
-        replies = self._hub.request_all([(a, {}) for a in self._addresses], "list_hooks",
-                                        what="list_hooks")
-        return [{**entry, "worker": w.id} for w, reply in zip(self._workers, replies)
-                for entry in reply["result"]]
 
     def _captured(self, name: str) -> list[dict]:
         """``cluster.captured(name, details=True)`` from this model's workers only, over the
@@ -546,7 +453,7 @@ class Deployment:
                     pass  # a call that made them failed: reading one says so
             params = [(p, p._path) for p in self._local.parameters()
                       if isinstance(p, RemoteStorage)]
-            placed.unplace(self, values)
+            placing.unplace(self, values)
             if values is not None:  # ... nor their gradients, and the p.grad it holds
                 state_entries.grads_home(self, params, grads)
             self._closed = True
@@ -586,14 +493,6 @@ class Deployment:
 
         return "\n".join(lines_of(self._local, "",
                                    f"{self._class_name}(  # deployed as {self._model_id}"))
-
-
-def _next_hook_id() -> int:
-    """A hook id from the one counter every handle's id comes from (hooks registered by the
-    model's dicts keep their handle's id on the workers)."""
-    hook_id = RemovableHandle.next_id
-    RemovableHandle.next_id += 1
-    return hook_id
 
 
 def _first_names(module: Module) -> dict[str, str]:

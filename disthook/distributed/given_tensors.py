@@ -6,14 +6,20 @@ object): marks set on a tensor (``t.hook_registered = True``), ``id(t)`` keys an
 tests carry from one hook to the next. A worker names the tensors of one job (a request's
 forward or backward on it), so the store is kept while the requests run
 (``channel._Hub.request_all``); it holds the tensors that graphs here lead from, so it must
-not outlive them."""
+not outlive them.
+
+Each such tensor stands for the worker's: its grad_fn is named as the worker's op
+(``as_made_by``; hooks on that node are refused), its ``retain_grad`` retains the worker's
+gradient (``retain_on_worker``); ``made_here`` tells which of them the hook made leaves of
+this process."""
 from __future__ import annotations
 
 import numpy as np
 
-from disthook.tensor import Tensor
+from disthook.tensor import Clone, Tensor
 
-__all__ = ["first_places", "given", "once_on_worker"]
+__all__ = ["as_made_by", "first_places", "given", "made_here", "once_on_worker",
+           "retain_on_worker"]
 
 
 def given(store: dict, name: str, array, make) -> tuple[Tensor, Tensor, bool]:
@@ -85,3 +91,54 @@ def first_places(leaves: list) -> list[bool]:
     """For each of a hook's tensors, whether this is the first place it is given at."""
     seen: set[int] = set()
     return [not (id(t) in seen or seen.add(id(t))) for t in leaves]
+
+
+_MADE_BY: dict[str, type] = {}
+
+
+def as_made_by(node_name: str) -> type:
+    """A copy op whose node is called ``node_name``: the hook sees
+    ``grad_fn=<AddmmBackward0>`` as in one process."""
+    op = _MADE_BY.get(node_name)
+    if op is None:
+        if not node_name.isidentifier():
+            node_name = "CloneBackward0"
+        # clone's forward and backward, its node named as the worker's tensor's was; its
+        # node hooks are refused (the op it is named for ran on the worker)
+        op = _MADE_BY[node_name] = type(f"_Made{node_name}", (Clone,), {
+            "node_name": node_name, "register_hook": _stand_in_node_hook,
+            "register_prehook": _stand_in_node_hook})
+    return op
+
+
+def _stand_in_node_hook(node, fn):
+    """``t.grad_fn.register_hook(fn)`` (or ``register_prehook``) on a tensor a hook of a
+    deployed model was given: the op that made ``t`` ran on the worker, so its gradients
+    (all its inputs', before and after it) never pass this node; refused rather than a hook
+    that never fires or sees one input where the op has several."""
+    name = type(node).__name__
+    raise NotImplementedError(
+        f"grad_fn hooks on a tensor a hook of a deployed model was given: its {name} ran on "
+        "the model's worker, and the grad_fn here only stands for it, so a hook on it would "
+        "not see that node's gradients. Hook the tensor instead (t.register_hook(fn) sees "
+        "its gradient, which is the node's grad_outputs), or the module "
+        "(register_full_backward_hook sees its grad_input), or run the model in one "
+        "process (model.to_local())")
+
+
+def made_here(leaves: list) -> frozenset:
+    """Ids of the tensors a client hook was given that it made leaves requiring grad here
+    (``out.requires_grad = True`` on a frozen model's output, as baukit's retain_grad does):
+    tensors of this process, whose ``.grad`` grows here as in one process."""
+    return frozenset(id(t) for t in leaves if t._grad_fn is None and t._requires_grad)
+
+
+def retain_on_worker(t: Tensor) -> None:
+    """``retain_grad()`` of a tensor a client hook got: the worker's tensor retains its
+    gradient, which comes here when that worker's backward is done."""
+    if not t._requires_grad:
+        raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+    if t._grad_fn is None:  # a leaf here (the hook made it require grad, as baukit's
+        return  # retain_grad does on a frozen model): its .grad accumulates here, a no-op
+    t._retain_on_worker = True
+    t._retains_grad = True  # its .grad (the worker's, sent here) is expected: no warning

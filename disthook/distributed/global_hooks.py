@@ -46,14 +46,14 @@ def merged(dep: Deployment, path: str, own: list[tuple], globals_: list[tuple]) 
     an id of its own for this module) before the module's own of the same kind."""
     if not globals_:
         return own
-    from disthook.distributed.deployment import _next_hook_id
+    from disthook.distributed.hook_table import next_hook_id
 
     ids = dep.__dict__.setdefault("_global_hook_ids", {})
     out = []
     for gid, kind, fn, options in globals_:
         key = (path, gid)
         if key not in ids:
-            ids[key] = (_next_hook_id(), _while_registered(gid, kind, fn))
+            ids[key] = (next_hook_id(), _while_registered(gid, kind, fn))
         out.append((ids[key][0], kind, ids[key][1], options))
     return out + own  # (the order that counts is within a kind: sync_hooks keeps it)
 

@@ -28,7 +28,7 @@ from disthook.tensor import Tensor
 if TYPE_CHECKING:
     from disthook.distributed.deployment import Deployment
 
-__all__ = ["chunked_forward", "issue_order", "train_step"]
+__all__ = ["chunked_forward", "issue_order", "note_hook_error", "train_step"]
 
 
 def chunked_forward(model: Deployment, forward):
@@ -52,6 +52,25 @@ def chunked_forward(model: Deployment, forward):
         return _join(outs, rows, f"{type(model._local).__name__}.forward", m)
 
     return run
+
+
+def note_hook_error(exc: Exception, hooked) -> None:
+    """A client hook on ``hooked`` (a placed module or tensor) failed on a model deployed with
+    ``chunks``: a note on the exception says that it ran on one micro-batch, and that what a
+    hook keeps between calls may be another micro-batch's (BackPACK's ``module.input0``), the
+    usual cause of a shape mismatch there."""
+    from disthook.distributed.placed import deployment_of
+
+    deployment = getattr(hooked, "_model", None) or deployment_of(hooked)
+    chunks = getattr(deployment, "_chunks", 1)
+    if chunks > 1 and hasattr(exc, "add_note"):  # (Python 3.11)
+        exc.add_note(
+            f"This hook ran on one micro-batch: the model is deployed with chunks={chunks}, "
+            "so its hooks fire once per micro-batch, each seeing that micro-batch's rows, "
+            "and what a hook kept from an earlier call (a module's input or output that a "
+            "forward hook stored) is from the micro-batch whose forward ran last, not "
+            "necessarily the one this backward is for. Deploy with chunks=1 for hooks that "
+            "see the whole batch, as in one process, or key what they keep by its rows.")
 
 
 def _rows(args, kwargs) -> int | None:

@@ -39,8 +39,7 @@ from disthook.tensor import Tensor
 if TYPE_CHECKING:
     from disthook.distributed.placed import RemoteHandle
 
-__all__ = ["RemoteBuffer", "RemoteParameter", "RemoteStorage", "adopt", "adopt_buffer",
-           "release", "retype"]
+__all__ = ["RemoteBuffer", "RemoteParameter", "RemoteStorage"]
 
 
 _SLOT_DATA = Tensor.__dict__["_data"]  # the slot every tensor holds its array in
@@ -317,15 +316,15 @@ class RemoteParameter(RemoteStorage, Parameter):
         where its worker did, the nodes standing for that worker's part give it an edge
         (``RemoteBackward0.wants_parameter``), and the worker sends its gradient. Used in
         both places, it gets both gradients, summed, as in one process."""
-        reached = [n for n in nodes
-                   if getattr(n, "wants_parameter", None) is not None and n.wants_parameter(self)]
-        if reached and create_graph:
-            raise NotImplementedError(
-                f"create_graph=True with {self._path!r}, a parameter of a deployed model "
-                "that its worker uses, among the inputs: its gradient comes back as a "
-                "value, without a graph, so it cannot be differentiated again (a "
-                "second-order MAML step). Take the first-order step (create_graph=False), "
-                "or run this part in one process (remote.to_local())")
+        for n in nodes:
+            if getattr(n, "wants_parameter", None) is not None:
+                n.wants_parameter(self)
+
+    def _graph_elsewhere(self) -> str | None:
+        """Why a backward naming it finds no graph, if its worker holds that graph."""
+        from disthook.distributed.autograd_node import graph_elsewhere
+
+        return graph_elsewhere(self)
 
     @_grad_acc.setter
     def _grad_acc(self, value) -> None:
@@ -376,6 +375,9 @@ class RemoteParameter(RemoteStorage, Parameter):
         1)``) is made here and sent to the worker's gradient."""
         from disthook.distributed.state_entries import grad_entry
 
+        kept = self._model.__dict__.get("_graph_grads", {}).get(self._path)
+        if kept is not None:  # made by backward(create_graph=True): with its graph, there
+            return kept
         grad = self._grad
         return None if grad is None else grad_entry(self, _SLOT_DATA.__get__(grad))
 
@@ -498,44 +500,6 @@ class RemoteBuffer(RemoteStorage, Tensor):
             return f"RemoteBuffer({self._path}, shape={tuple(self.shape)}, unreachable)"
 
 
-def adopt(param: Parameter, model, path: str) -> RemoteParameter:
-    """Make the model's own ``param`` a ``RemoteParameter`` in place (the same object: every
-    reference a program holds, an optimizer's too, now reaches the worker's parameter);
-    its array here gives way to a ``meta_array``."""
-    if isinstance(param, RemoteStorage):
-        raise ValueError(f"{path!r} is a parameter of another deployed model already")
-    _SLOT_DATA.__set__(param, meta_array(_SLOT_DATA.__get__(param)))
-    param.__class__ = RemoteParameter
-    param.__dict__.update(_model=model, _path=path, _is_data=False,
-                          _accumulator=RemoteAccumulateGrad(param))
-    model.__dict__.setdefault("_param_proxies", {})[(path, False)] = param
-    return param
-
-
-def adopt_buffer(buf: Tensor, model, path: str) -> RemoteBuffer:
-    """Make the model's own buffer ``buf`` a ``RemoteBuffer`` in place (the same object)."""
-    if isinstance(buf, RemoteStorage) or type(buf) is not Tensor:
-        raise ValueError(f"the buffer {path!r} is a {type(buf).__name__}, not a plain Tensor "
-                         "(or it belongs to another deployed model already)")
-    _SLOT_DATA.__set__(buf, meta_array(_SLOT_DATA.__get__(buf)))
-    buf.__class__ = RemoteBuffer
-    buf.__dict__.update(_model=model, _path=path, _is_data=False)
-    return buf
-
-
-def release(t: RemoteStorage, value: np.ndarray) -> Tensor:
-    """Undo ``adopt``/``adopt_buffer``: ``t`` is a plain local tensor again (a parameter
-    stays a ``Parameter``; a ``.data`` is a ``Tensor``), holding ``value``."""
-    parameter = isinstance(t, RemoteParameter) and not t.__dict__.get("_is_data")
-    requires_grad = _SLOT_REQUIRES_GRAD.__get__(t) if parameter else False
-    t.__class__ = Parameter if parameter else Tensor
-    for name in ("_model", "_path", "_is_data", "_accumulator", "_main", "_grad"):
-        t.__dict__.pop(name, None)
-    _SLOT_DATA.__set__(t, np.array(value))
-    _SLOT_REQUIRES_GRAD.__set__(t, requires_grad)
-    return t
-
-
 # ---- the Tensor methods, over the worker's parameter ----------------------------------------
 # in-place methods run on the worker; every other method works on one fetched copy (a method
 # that reads the value many times fetches it once)
@@ -601,14 +565,3 @@ RemoteParameter._optimizer_state = staticmethod(remote_grads.optimizer_state)
 RemoteParameter._grad_norms = staticmethod(remote_grads.grad_norms)
 RemoteParameter._scale_grads = staticmethod(remote_grads.scale_grads)
 RemoteParameter._clamp_grads = staticmethod(remote_grads.clamp_grads)
-
-
-def retype(t: RemoteStorage, dtype: np.dtype) -> None:
-    """``t``'s worker converted it to ``dtype`` (``module.to(dtype)``): what it is here says
-    so, its ``.data`` view too."""
-    new = np.broadcast_to(np.zeros((), dtype), _SLOT_DATA.__get__(t).shape)
-    _SLOT_DATA.__set__(t, new)
-    views = t._model.__dict__.get("_param_proxies", {})
-    view = views.get((t._path, True))
-    if view is not None:
-        _SLOT_DATA.__set__(view, new)

@@ -1,7 +1,7 @@
 """A deployed model is the user's own model, placed: ``deploy`` leaves every module and
 tensor object where the program holds it and gives each placed module a placement (the
 ``nn.Module`` interface ``Placement``) and each of its parameters and buffers a storage on
-its worker (``parameters.adopt``). Nothing else of the model changes: its classes, its
+its worker (``adopting.adopt``). Nothing else of the model changes: its classes, its
 identities, its plain attributes, its hook dicts.
 
 - ``PartPlacement``: a module that lives on a worker, with everything under it. Calling it
@@ -22,17 +22,10 @@ import numpy as np
 
 from disthook.autograd import grad_mode
 from disthook.distributed import async_calls, attr_changes, code_changes, state_entries
+from disthook.distributed.adopting import adopt_buffer, retype
 from disthook.distributed.data_views import unshare
 from disthook.distributed.hook_sync import sync_all, sync_hooks
-from disthook.distributed.parameters import (
-    RemoteBuffer,
-    RemoteParameter,
-    RemoteStorage,
-    adopt,
-    adopt_buffer,
-    release,
-    retype,
-)
+from disthook.distributed.parameters import RemoteStorage
 from disthook.nn.modules.module import (
     HOOK_DICTS,
     Module,
@@ -46,8 +39,9 @@ from disthook.utils.hooks import RemovableHandle
 
 if TYPE_CHECKING:
     from disthook.distributed.deployment import Deployment
+    from disthook.distributed.placing import _Children
 
-__all__ = ["PartPlacement", "RemoteHandle", "RootPlacement", "deployment_of", "place", "unplace"]
+__all__ = ["PartPlacement", "RemoteHandle", "RootPlacement", "deployment_of"]
 
 # what a deployed model answers for its deployment (where its class has no such name)
 DEPLOYMENT_API = frozenset({
@@ -511,111 +505,3 @@ class RemoteHandle(RemovableHandle):
 
 def _no_dict():
     return None
-
-
-# ---- placing and unplacing --------------------------------------------------------------
-
-def place(dep: Deployment, root: Module) -> None:
-    """Give ``root`` (the model) its ``RootPlacement`` and every module on a worker its
-    ``PartPlacement``, their parameters and buffers storages there (``adopt``)."""
-    placed = []
-    for path, module in root.named_modules():
-        if path == "" and not dep._whole:
-            continue
-        stage = dep._layout.stage_of(path) if path else 0
-        if stage is None:
-            continue
-        placed.append((path, module))
-        for name, p in list(module._parameters.items()):
-            full = f"{path}.{name}" if path else name
-            if p is not None and not isinstance(p, RemoteParameter):
-                adopt(p, dep, dep._canonical.get(full, full))
-        for name, b in list(module._buffers.items()):
-            full = f"{path}.{name}" if path else name
-            if b is not None and not isinstance(b, RemoteBuffer):
-                adopt_buffer(b, dep, full)
-    paths_of: dict[int, list[str]] = {}  # a module held twice (block.conv and block.net[0])
-    for path, module in root.named_modules(remove_duplicate=False):
-        paths_of.setdefault(id(module), []).append(path)
-    for path, module in placed:
-        if path:
-            shared = {k for k in module.__dict__ if not k.startswith("_")}
-            aliases = tuple(p for p in paths_of[id(module)] if p != path)
-            placement = module.__dict__["_placement"] = PartPlacement(dep, path, shared,
-                                                                      aliases)
-            module.__dict__["_modules"] = _Children(module._modules, placement)
-            for name in _recomputed_here(module):
-                placement._mark(name, True)
-    root.__dict__["_placement"] = RootPlacement(dep, "")
-    root.__dict__["_modules"] = _Children(root._modules, root.__dict__["_placement"])
-    dep.__dict__["_placed_modules"] = placed
-    dep.__dict__["_synced"] = {}
-    code_changes.snapshot(dep, placed if dep._whole else [("", root), *placed])
-
-
-def _recomputed_here(module: Module) -> list[str]:
-    """The names of ``module``'s tensors that a forward pre-hook of a reparametrization
-    recomputes before each call (weight_norm, spectral_norm, pruning), or that hold a graph
-    to its parameters: its forward runs here, where the graph of each call is made."""
-    from disthook.nn.utils.prune import BasePruningMethod
-    from disthook.nn.utils.spectral_norm import SpectralNorm
-    from disthook.nn.utils.weight_norm import WeightNorm
-
-    names = [getattr(h, "name", None) or getattr(h, "_tensor_name", None)
-             for h in module._forward_pre_hooks.values()
-             if isinstance(h, (BasePruningMethod, SpectralNorm, WeightNorm))]
-    names += [k for k, v in module.__dict__.items()
-              if isinstance(v, Tensor) and v.grad_fn is not None]
-    return [n for n in dict.fromkeys(names) if n]
-
-
-class _Children(dict):
-    """The children of a placed module, as deployed (``original``). A change here (a child
-    assigned, deleted, added, reordered) is the program's: its placement hears of it
-    (``children_changed``), and the module's forward runs here from then on, each child
-    where it lives, as in one process; putting the deployed children back undoes that."""
-
-    def __init__(self, children: dict, placement: _Placed):
-        super().__init__(children)
-        self.original, self.placement = dict(children), placement
-
-    def __reduce__(self):
-        return (dict, (dict(self),))
-
-
-def _noting(method):
-    def changed(self, *args, **kwargs):
-        out = method(self, *args, **kwargs)
-        self.placement.children_changed(self)
-        return out
-
-    changed.__name__ = method.__name__
-    return changed
-
-
-for _name in ("__setitem__", "__delitem__", "pop", "popitem", "clear", "update",
-              "setdefault"):
-    setattr(_Children, _name, _noting(getattr(dict, _name)))
-
-
-def unplace(dep: Deployment, values: dict | None) -> None:
-    """Bring the model back here: each placed tensor a local one holding ``values`` (its
-    worker's last value by name); the placements go. With ``values`` None (the workers are
-    gone), the placements stay, and every use says the deployment is closed."""
-    root = dep._local
-    if values is None:
-        return
-    for _, module in dep.__dict__.get("_placed_modules", ()):
-        module.__dict__.pop("_placement", None)
-        module.__dict__["_modules"] = dict(module.__dict__["_modules"])
-        for t in (*module._parameters.values(), *module._buffers.values()):
-            if isinstance(t, RemoteStorage) and t.__dict__.get("_model") is dep:
-                if t._path not in values:  # a non-persistent buffer: asked by name
-                    values[t._path] = dep._states(names=[t._path])["state"][t._path]
-                release(t, values[t._path])
-    root.__dict__.pop("_placement", None)
-    root.__dict__["_modules"] = dict(root.__dict__["_modules"])
-    dep.__dict__["_placed_modules"] = []
-    from disthook.distributed import client_modes
-
-    client_modes.uninstall(dep)

@@ -26,6 +26,10 @@ def grad_op(params: list, op: str, value: float | None = None, grads=None) -> li
     for i, p in enumerate(params):
         model, owners = models.setdefault(id(p._model), (p._model, {}))
         owners.setdefault(model._owner(p._path), []).append(i)
+    if op != "norm":  # (a p.grad kept with its graph is no longer the gradient)
+        from disthook.distributed.autograd_node import forget_graph_grads
+
+        forget_graph_grads(params)
     for model, owners in models.values():
         if op != "norm":  # a write (from a hook: what follows it in the pass changes)
             model._hub.writes += 1
@@ -48,9 +52,13 @@ def zero_grads(params: list, set_to_none: bool = True, optimizer=None) -> None:
     next forward (each worker's share of ``optimizer`` zeroes its own parameters; the call
     makes the share if no step made it yet), or at once for parameters no optimizer holds
     (``module.zero_grad()``)."""
-    if set_to_none:  # (a kept p.grad is no longer the gradient: it keeps its value)
-        from disthook.distributed.state_entries import freeze_grads
+    from disthook.distributed.autograd_node import forget_graph_grads
+    from disthook.distributed.state_entries import freeze_grads
 
+    forget_graph_grads(params)  # (also where the zeroing rides with the next forward)
+    for p in params:  # zeroed: no gradient of theirs has a graph on its worker any more
+        p._model.__dict__.pop("_grads_with_graph", None)
+    if set_to_none:  # (a kept p.grad is no longer the gradient: it keeps its value)
         freeze_grads(params)
     now = params
     if optimizer is not None and not _in_hook(params):

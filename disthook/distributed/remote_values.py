@@ -289,8 +289,14 @@ def from_record(model, address: str, record: dict, node, output_nr: int) -> Remo
     strides = record.get("strides")
     meta = meta_array(dtype, tuple(record["shape"]),
                       None if strides is None else tuple(strides))
-    return make_remote(_Ref(model, address, record["kept"], inline_value(record)), meta, node,
-                       output_nr)
+    t = make_remote(_Ref(model, address, record["kept"], inline_value(record)), meta, node,
+                    output_nr)
+    view = record.get("custom_view")
+    if node is not None and view is not None:  # (see Tensor._inplace)
+        t.__dict__["_custom_view"] = (int(view[0]), str(view[1]))
+    if node is not None and record.get("saved"):
+        node.saved_output(t)
+    return t
 
 
 def inline_value(record: dict) -> np.ndarray | None:

@@ -14,13 +14,12 @@ import numpy as np
 
 import disthook
 from disthook.distributed import async_calls
+from disthook.distributed.adopting import adopt_buffer, retype
 from disthook.distributed.parameters import (
     _SLOT_DATA,
     _SLOT_REQUIRES_GRAD,
     RemoteBuffer,
     RemoteParameter,
-    adopt_buffer,
-    retype,
 )
 from disthook.tensor import Tensor
 

@@ -173,6 +173,9 @@ def freeze_grads(params: list) -> None:
     """The gradients of ``params`` are about to be set to None or replaced on their workers:
     each ``GradEntry`` of them the program still holds becomes a plain tensor with the value
     the gradient has now (one request per worker, only where there are such tensors)."""
+    from disthook.distributed.autograd_node import forget_graph_grads
+
+    forget_graph_grads(params)
     wanted = {id(p) for p in params}
     entries = [e for model in {id(p._model): p._model for p in params}.values()
                for e in list(model.__dict__.get("_grad_entries", {}).values())

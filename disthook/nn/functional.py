@@ -11,7 +11,7 @@ import warnings
 
 import numpy as np
 
-from disthook import random
+from disthook import _dtype, random
 from disthook._dtype import c_type_name, scalar_type_name
 from disthook.amp import cpu_policy
 from disthook.autograd import grad_mode

@@ -22,7 +22,7 @@ from itertools import chain
 
 import numpy as np
 
-from disthook.autograd import grad_mode
+from disthook.autograd import grad_mode, refuse_differentiation
 from disthook.tensor import Tensor
 from disthook.utils.hooks import RemovableHandle
 
@@ -156,7 +156,10 @@ def _step_local_then_remote(optimizer, step, args, kwargs):
                               for g in groups]
     args, kwargs = _closure_sees_every_group(optimizer, groups, args, kwargs)
     try:
-        out = step(optimizer, *args, **kwargs)
+        # (over the local parameters alone, a step's own autograd.grad would miss the
+        # remote ones' terms: refused, as on the workers; the closure differentiates freely)
+        with refuse_differentiation(differentiating_step(type(optimizer).__name__)):
+            out = step(optimizer, *args, **kwargs)
     finally:
         for group, local in zip(groups, optimizer.param_groups):  # what the step changed
             group.update({k: v for k, v in local.items() if k != "params"})
@@ -164,6 +167,18 @@ def _step_local_then_remote(optimizer, step, args, kwargs):
     for kind in remote:
         kind._optimizer_share(optimizer, "step")
     return out
+
+
+def differentiating_step(name: str) -> str:
+    """Why an optimizer of class ``name`` whose parameters its workers step may not
+    differentiate in its step (the message of the refusal, here and on the workers)."""
+    return (f"{name}.step() differentiates (autograd.grad or backward in the step, as a "
+            "second-order optimizer takes Hessian products from p.grad: AdaHessian, Sophia-H), "
+            f"but {name} steps a deployed model's parameters on their workers, each over its "
+            "own stage's, where the graph of the whole loss is not: its products would miss "
+            "the other stages' terms. Step it in the training process: define the class there "
+            f"(a subclass in the script will do: class Local{name}(<its module>.{name}): "
+            "pass), as docs/distributed.md says of optimizer classes the workers cannot import")
 
 
 def _closure_sees_every_group(optimizer, groups, args, kwargs):
@@ -176,7 +191,8 @@ def _closure_sees_every_group(optimizer, groups, args, kwargs):
         def run(*a, **kw):
             local, optimizer.param_groups = optimizer.param_groups, groups
             try:
-                return closure(*a, **kw)
+                with refuse_differentiation(None):
+                    return closure(*a, **kw)
             finally:
                 optimizer.param_groups = local
         return run

@@ -89,6 +89,25 @@ def unpack(data, make_tensor=None, kept=None, classes: bool = False):
     raise ValueError(f"not a packed hook value: {data!r:.80}")
 
 
+def custom_view(t: Tensor) -> list | None:
+    """``[output_nr, name]`` where ``t`` is a custom Function's view output still unchanged
+    (a full backward hook's wrapping of a module's output), else None: the client's tensor
+    that stands for it refuses an in-place change as one process does (Tensor._inplace)."""
+    view = t.__dict__.get("_custom_view")
+    if view is None or t._vc[0] != t.__dict__["_view_version"]:
+        return None
+    return list(view)
+
+
+def saved_by_its_node(t: Tensor) -> bool:
+    """Whether the node that made ``t`` saved it for backward (tanh, sigmoid, exp keep their
+    result): a backward through that node refuses it once changed in place, which the
+    client's tensor that stands for it checks (``RemoteBackward0``)."""
+    node = t._grad_fn
+    return node is not None and any(getattr(s, "vc", None) is t._vc
+                                    for s in node._saved or ())
+
+
 def kept_record(vid: str, t: Tensor, inline_bytes: int = 0) -> dict:
     """What a worker answers for its tensor ``t`` kept under ``vid`` (its value stays there):
     shape, dtype, whether it requires grad and the node that made it, and the value itself
@@ -98,6 +117,11 @@ def kept_record(vid: str, t: Tensor, inline_bytes: int = 0) -> dict:
               "strides": list(data.strides), "requires_grad": bool(t._requires_grad)}
     if t._grad_fn is not None:
         record["grad_fn"] = type(t._grad_fn).__name__
+    view = custom_view(t)
+    if view is not None:
+        record["custom_view"] = view
+    if saved_by_its_node(t):
+        record["saved"] = True
     if data.nbytes <= inline_bytes:
         record["value"] = wire.c_order(data)
     return record

@@ -154,7 +154,7 @@ def test_demo_seed_hooks_runs_the_tensor_hook_examples():
 
 def test_a_worker_takes_the_coordinator_as_host_port_and_says_what_is_wrong_in_one_line(
         held_port, capsys):
-    from workers.server import main as worker_main
+    from workers.command_line import main as worker_main
 
     worker = [sys.executable, "-m", "workers"]
     run = subprocess.run([*worker, "--coordinator", "http://x:1"], capture_output=True,

@@ -28,6 +28,9 @@ import disthook
 CLUSTER_WORKERS = 2
 FIRST = int(os.environ.get("F1_FUZZ_DEPLOYED_SEED", "0"))
 CASES = int(os.environ.get("F1_FUZZ_DEPLOYED_CASES", "8"))
+# F1_FUZZ_DEPLOYED_EXTRAS=1: the rounds add f1_programs.EXTRAS too (custom Functions on the
+# output, multi-grad hooks, save_on_cpu, ...)
+EXTRAS = os.environ.get("F1_FUZZ_DEPLOYED_EXTRAS") == "1"
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -54,7 +57,7 @@ def _deployed_log(cluster, program, warned: list) -> list:
 
 @pytest.mark.parametrize("seed", range(FIRST, FIRST + CASES), ids=lambda s: f"seed_{s}")
 def test_a_random_hook_program_logs_deployed_as_in_one_process(cluster, seed):
-    program = programs.generate(seed, deployable=True)
+    program = programs.generate(seed, deployable=True, extras=EXTRAS)
     want = programs.run(disthook, program)
     warned = []
     got = _deployed_log(cluster, program, warned)
