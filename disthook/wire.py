@@ -57,6 +57,7 @@ __all__ = [
     "encode_batch",
     "encode_batches",
     "encode_pipe",
+    "pipe_fields",
     "split_batch",
     "write_part",
 ]
@@ -1038,60 +1039,73 @@ def decode_pipe(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS) -> Message
 def _decode_pipe(head: bytes, frames: Sequence, limits: Limits) -> Message:
     """A pipe record in its short form (``head``: frame 0's bytes), checked as ``decode``
     checks the general form."""
+    return Message("pipe", 0, None, pipe_fields(head, frames, limits))
+
+
+def pipe_fields(head: bytes, frames: Sequence, limits: Limits) -> dict:
+    """The fields of a pipe record in its short form, checked as ``decode`` checks them,
+    without the message around them (a local link's receive path puts them in the mailbox
+    as they are): ``head`` is frame 0's bytes, whose size within ``limits`` and magic the
+    caller checked; ``WireError`` as ``decode_pipe`` raises it where anything else is off."""
+    global _decoded
     fixed = _PIPE_HEAD.size
     if len(head) < fixed:
         raise WireError(f"pipe header of {len(head)} bytes: expected at least {fixed}")
-    _, version, code, flags, dtype, rank, mb, n_model, n_step, n_why = \
-        _PIPE_HEAD.unpack_from(head)
-    if version != PROTOCOL_VERSION:
-        raise WireError(f"protocol version {version!r}, expected {PROTOCOL_VERSION}")
-    if code >= len(PIPE_KINDS):
-        raise WireError(f"'pipe' message: field 'kind' must be one of {list(PIPE_KINDS)}, "
-                        f"got code {code}")
-    if flags & ~(_PIPE_DATA | _PIPE_REASON):
-        raise WireError(f"pipe header: unknown flags {flags:#x}")
-    has_data = flags & _PIPE_DATA
-    if not has_data and (dtype or rank):
-        raise WireError("pipe header describes an array but says none follows")
-    if rank > limits.max_rank:
-        raise WireError(f"array 0: shape must be a list of at most {limits.max_rank} "
-                        f"non-negative ints, got rank {rank}")
-    if len(head) != fixed + 8 * rank + n_model + n_step + n_why:
-        raise WireError(f"pipe header of {len(head)} bytes does not hold what it describes")
-    expected = 2 if has_data else 1
-    if len(frames) != expected:
-        raise WireError(f"pipe message of {len(frames)} frames: its header says {expected}")
-    at = fixed + 8 * rank
-    try:
-        model = head[at:at + n_model].decode()
-        step = head[at + n_model:at + n_model + n_step].decode()
-        reason = (head[at + n_model + n_step:].decode() if flags & _PIPE_REASON else None)
-    except UnicodeDecodeError as exc:
-        raise WireError(f"pipe header: a name is not UTF-8: {exc}") from None
-    if not (flags & _PIPE_REASON) and n_why:
-        raise WireError("pipe header: reason bytes without a reason")
-    data = None
-    if has_data:
-        if dtype >= len(PIPE_DTYPES):
-            raise WireError(f"array 0: dtype code {dtype} is not allowed; expected one of "
-                            f"{list(range(len(PIPE_DTYPES)))}")
-        shape = (_PIPE_SHAPES[rank] if rank < len(_PIPE_SHAPES)
-                 else struct.Struct(f"<{rank}Q")).unpack_from(head, fixed)
-        dt, frame = _PIPE_NP_DTYPES[dtype], frames[1]
-        if (type(frame) is np.ndarray and frame.dtype is _UINT8 and dt.kind != "b"  # a
-                # link's frame (a fresh buffer), whole: the array is a view of it
-                and 0 < frame.nbytes <= limits.max_array_bytes
-                and frame.nbytes <= limits.max_total_bytes
-                and frame.nbytes == dt.itemsize * math.prod(shape)):
-            data = np.ndarray(shape, dt, frame)  # (one call: a view and a reshape cost two)
-        else:  # anything else, and whatever is off, as decode reads it
-            if any(d > _INT64[1] for d in shape):
-                raise WireError(f"array 0: shape {list(shape)!r:.80} too large")
-            data = _arrays([[PIPE_DTYPES[dtype], list(shape)]], frames[1:], limits)[0]
-    global _decoded
-    _decoded += 1
-    return Message("pipe", 0, None, {"model": model, "step": step, "kind": PIPE_KINDS[code],
-                                     "mb": mb, "data": data, "reason": reason})
+    try:  # (one function: each call costs where the path runs cold)
+        _, version, code, flags, dtype, rank, mb, n_model, n_step, n_why = \
+            _PIPE_HEAD.unpack_from(head)
+        if version != PROTOCOL_VERSION:
+            raise WireError(f"protocol version {version!r}, expected {PROTOCOL_VERSION}")
+        if code >= len(PIPE_KINDS):
+            raise WireError(f"'pipe' message: field 'kind' must be one of {list(PIPE_KINDS)}, "
+                            f"got code {code}")
+        if flags & ~(_PIPE_DATA | _PIPE_REASON):
+            raise WireError(f"pipe header: unknown flags {flags:#x}")
+        has_data = flags & _PIPE_DATA
+        if not has_data and (dtype or rank):
+            raise WireError("pipe header describes an array but says none follows")
+        if rank > limits.max_rank:
+            raise WireError(f"array 0: shape must be a list of at most {limits.max_rank} "
+                            f"non-negative ints, got rank {rank}")
+        if len(head) != fixed + 8 * rank + n_model + n_step + n_why:
+            raise WireError(f"pipe header of {len(head)} bytes does not hold what it describes")
+        expected = 2 if has_data else 1
+        if len(frames) != expected:
+            raise WireError(f"pipe message of {len(frames)} frames: its header says {expected}")
+        at = fixed + 8 * rank
+        try:
+            model = head[at:at + n_model].decode()
+            step = head[at + n_model:at + n_model + n_step].decode()
+            reason = (head[at + n_model + n_step:].decode() if flags & _PIPE_REASON else None)
+        except UnicodeDecodeError as exc:
+            raise WireError(f"pipe header: a name is not UTF-8: {exc}") from None
+        if not (flags & _PIPE_REASON) and n_why:
+            raise WireError("pipe header: reason bytes without a reason")
+        data = None
+        if has_data:
+            if dtype >= len(PIPE_DTYPES):
+                raise WireError(f"array 0: dtype code {dtype} is not allowed; expected one of "
+                                f"{list(range(len(PIPE_DTYPES)))}")
+            shape = (_PIPE_SHAPES[rank] if rank < len(_PIPE_SHAPES)
+                     else struct.Struct(f"<{rank}Q")).unpack_from(head, fixed)
+            dt, frame = _PIPE_NP_DTYPES[dtype], frames[1]
+            size = frame.nbytes if type(frame) is np.ndarray else 0  # (read once)
+            if (size and frame.dtype is _UINT8 and dt.kind != "b"  # a link's frame (a
+                    # fresh buffer), whole: the array is a view of it
+                    and size <= limits.max_array_bytes and size <= limits.max_total_bytes
+                    and size == dt.itemsize * math.prod(shape)):
+                data = np.ndarray(shape, dt, frame)  # (one call: a view and a reshape cost two)
+            else:  # anything else, and whatever is off, as decode reads it
+                if any(d > _INT64[1] for d in shape):
+                    raise WireError(f"array 0: shape {list(shape)!r:.80} too large")
+                data = _arrays([[PIPE_DTYPES[dtype], list(shape)]], frames[1:], limits)[0]
+        _decoded += 1
+        return {"model": model, "step": step, "kind": PIPE_KINDS[code], "mb": mb, "data": data,
+                "reason": reason}
+    except WireError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise WireError(f"malformed message: {type(exc).__name__}: {exc}") from None
 
 
 # ---- schema validation ------------------------------------------------------------------------

@@ -96,18 +96,24 @@ def test_decode_pipe_refuses_a_record_in_another_form():
         wire.decode_pipe([wire.PIPE_MAGIC + bytes(wire.DEFAULT_LIMITS.max_header_bytes)])
 
 
-def test_decode_pipe_refuses_whatever_decode_refuses_with_its_words():
-    """Mutated short records: each refused by both with one message, or read alike."""
+def _mutated(seed: int, count: int):
+    """``count`` short records of a (2, 3) float32 array with one to three bytes past the
+    magic changed, cut short, one or both frames kept."""
     head, body = _bytes(wire.encode_pipe("m", "s1", "act", 3,
                                          np.ones((2, 3), np.float32)))
-    rng = np.random.default_rng(7)
-    refused = 0
-    for _ in range(3000):
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
         mutated = bytearray(head)
         for _ in range(int(rng.integers(1, 4))):
             mutated[int(rng.integers(6, len(mutated)))] = int(rng.integers(0, 256))
         cut = int(rng.integers(6, len(mutated) + 1))
-        frames = [bytes(mutated[:cut]), body[:int(rng.integers(0, 30))]][:int(rng.integers(1, 3))]
+        yield [bytes(mutated[:cut]), body[:int(rng.integers(0, 30))]][:int(rng.integers(1, 3))]
+
+
+def test_decode_pipe_refuses_whatever_decode_refuses_with_its_words():
+    """Mutated short records: each refused by both with one message, or read alike."""
+    refused = 0
+    for frames in _mutated(7, 3000):
         expected = _raised(wire.decode, frames)
         assert _raised(wire.decode_pipe, frames) == expected
         refused += expected is not None
@@ -133,6 +139,33 @@ def test_two_frames_go_as_the_general_framing_writes_them(data):
     # a non-contiguous second frame is refused as before, nothing sent
     with pytest.raises(TypeError):
         Link(a, IDENTITY).send_multipart([b"h", memoryview(np.ones((4, 4))[:, ::2])])
+
+
+def test_pipe_fields_are_the_fields_decode_pipe_reads_and_refuse_alike():
+    """A link's receive path reads a record's fields alone (``pipe_fields``, frame 0 as
+    bytes, its magic checked): the fields ``decode_pipe`` reads, and its errors, word for
+    word, for records intact and mutated."""
+    def both(frames):
+        expected = _raised(wire.decode_pipe, frames)
+        assert _raised(wire.pipe_fields, frames[0], frames, wire.DEFAULT_LIMITS) == expected
+        if expected is None:
+            got, msg = wire.pipe_fields(frames[0], frames, wire.DEFAULT_LIMITS), \
+                wire.decode_pipe(frames)
+            assert list(got) == list(msg.fields) and type(got) is dict
+            for name, value in got.items():
+                if isinstance(value, np.ndarray):
+                    np.testing.assert_array_equal(value, msg[name])
+                    assert value.dtype == msg[name].dtype
+                else:
+                    assert value == msg[name] and type(value) is type(msg[name])
+        return expected
+
+    for fields in RECORDS:
+        assert both(_bytes(wire.encode_pipe(*fields))) is None
+    head, body = _bytes(wire.encode_pipe("m", "s1", "act", 3, np.ones((2, 3), np.float32)))
+    assert both([head, np.frombuffer(body, np.uint8).copy()]) is None  # (as a link gives it)
+    refused = sum(both(frames) is not None for frames in _mutated(11, 600))
+    assert refused > 450
 
 
 # ---- the worker's side: a record read off a link -----------------------------------------------
@@ -192,6 +225,28 @@ def test_a_record_on_a_link_goes_to_the_mailbox_and_ends_the_wait():
     dialled.send_multipart(wire.encode("pipe", {"model": "m", "step": "s", "kind": "act",
                                                 "mb": 6}, req=9))
     assert w._read_link(accepted) and len(w.general) == 1
+
+
+def test_a_record_on_a_link_is_read_into_the_mailbox_without_a_message_built(monkeypatch):
+    """The link's receive path in one step: the record's fields (its array a view of the
+    frame the link filled) go to the mailbox as they are, no ``Message`` around them, and
+    the wait for them ends; a stage takes them as it takes a message's."""
+    def no_message(*args, **kwargs):
+        raise AssertionError("a Message was built for a pipe record off a link")
+
+    w = _Worker()
+    dialled, accepted = _linked(w)
+    wait = _waiting(w, ("m", "s", "grad", 2))
+    data = np.arange(4096, dtype=np.float32).reshape(64, 64)
+    monkeypatch.setattr(wire, "Message", no_message)
+    dialled.send_multipart(wire.encode_pipe("m", "s", "grad", 2, data))
+    dialled.send_multipart(wire.encode_pipe("gone", "s", "grad", 2, data))  # no such model
+    assert w._read_link(accepted)
+    assert wait.done and wait.outcome == ("m", "s", "grad", 2) and w.refused == []
+    assert [type(i) for i in w.done] == [Resume] and list(w.state.mailbox) == [wait.outcome]
+    kept = w.state.mailbox[wait.outcome]
+    np.testing.assert_array_equal(kept["data"], data)
+    assert kept["data"].base is not None and kept["reason"] is None
 
 
 def test_a_record_cut_short_ends_no_wait_and_the_wait_times_out_as_before():

@@ -188,11 +188,12 @@ class LinkHandlers:
         return bool(messages)
 
     def _pipe_in(self, identity: bytes, frames: list, limits: wire.Limits) -> None:
-        """A pipe record in its short form on a link: decoded by the short form's reader
-        and put in the mailbox, past the general decode and the state's dispatch (which,
-        for a worker's pipe record, check nothing the link's hello did not)."""
+        """A pipe record in its short form on a link (frame 0 its bytes, whose size the link
+        and whose magic ``_read_link`` checked): its fields, read by the short form's reader,
+        go to the mailbox as they are, past the general decode and the state's dispatch
+        (which, for a worker's pipe record, check nothing the link's hello did not)."""
         try:
-            msg = wire.decode_pipe(frames, limits=limits)
+            msg = wire.pipe_fields(frames[0], frames, limits)
         except wire.WireError as exc:
             self.refuse(identity, exc)
             return

@@ -26,6 +26,9 @@ def admit(mailbox: dict, key: tuple, msg, limit: int, worker_id: str,
     value when the mailbox is full of steps' records or its client is ``gone``, not putting
     it in); a warning ``(text, peer)`` for each record dropped (peer: the client whose value
     it was, so that the log names it a few times a minute at most; None for a step's)."""
+    if key[2] != "value" and len(mailbox) < limit:  # a step's record, room for it: in
+        mailbox[key] = msg
+        return []
     out, client = [], client_of_value(key)
     if client is not None and _identity(client) in gone:  # pushed after its client left
         return []

@@ -203,7 +203,7 @@ class WorkerState:
         self.models: set[str] = set()  # models with a stage here
         # (model, client, ctx id) -> graph: each client's contexts are its own
         self.contexts: dict[tuple[str, bytes, str], Context] = {}
-        self.mailbox: dict[tuple, Any] = {}  # (model, step, kind, mb) -> pipe message
+        self.mailbox: dict[tuple, Any] = {}  # (model, step, kind, mb) -> pipe message/fields
         # (model, client) -> value id -> a tensor kept for the client (workers/values.py)
         self.values: dict[tuple[str, bytes], dict[str, Any]] = {}
         self.finished_steps: dict[tuple, None] = {}  # (model, step), oldest first
@@ -456,15 +456,15 @@ class WorkerState:
     # ---- the pipeline mailbox ---------------------------------------------------------------
     def pipe_arrived(self, msg) -> list:
         """A pipe record from a neighbour stage (a worker: ``handle``'s checks passed, or a
-        local link's hello named it) goes to the mailbox; the wait for it ends."""
-        step, out = (msg["model"], msg["step"]), []
-        if msg["model"] not in self.models or step in self.finished_steps:
-            return out  # for no model held here, or late: dropped
-        key = (*step, msg["kind"], msg["mb"])  # (room made for it: workers/mailbox.py)
-        out += [Log("warning", text, peer) for text, peer in admit(
-            self.mailbox, key, msg, self.mailbox_limit, self.worker_id, self.gone)]
-        return out + [self._end_wait(w, outcome=key) for w in [*self.waits.values()]
-                      if key in w.keys]
+        local link's hello named it: its message, or from a link its fields' dict) goes to
+        the mailbox; the wait for it ends. (Few calls: the path often runs cold.)"""
+        key = (msg["model"], msg["step"], msg["kind"], msg["mb"])
+        if key[0] not in self.models or key[:2] in self.finished_steps:
+            return []  # for no model held here, or late: dropped
+        dropped = admit(self.mailbox, key, msg, self.mailbox_limit, self.worker_id, self.gone)
+        out = [Log("warning", text, peer) for text, peer in dropped] if dropped else []
+        ends = [w for w in self.waits.values() if key in w.keys]  # (all, then ended)
+        return out + [self._end_wait(w, outcome=key) for w in ends] if ends else out
 
     def finish_step(self, model: str, step: str) -> None:
         """A training step ended here: its mailbox entries go, later ones are dropped."""
