@@ -242,3 +242,18 @@ def test_a_bfloat16_result_dtype_of_float32_input_and_arange():
     assert got[-1] == 0.8984375  # torch's: 0.9 stepped in float, rounded (not 0.90234375)
     if torch is not None:
         assert got == torch.arange(0, 1, 0.1, dtype=torch.bfloat16).float().tolist()
+
+
+def test_a_bfloat16_ops_float32_twin_never_stands_for_the_op_by_name():
+    """Ops go to workers by name (service.op_calls): the float32 twin a bfloat16 op runs as
+    here must not become what that name means (after a bfloat16 Linear, every deployed call
+    of an addmm on a kept value ran the twin, which read the value here)."""
+    from disthook.ops import linalg
+    from disthook.service import op_calls
+
+    model = disthook.nn.Linear(4, 3).to(disthook.bfloat16)
+    model(disthook.randn(2, 4).to(disthook.bfloat16)).float().sum().backward()
+    op_calls._OPS.clear()
+    name = op_calls.op_name(linalg.Addmm)
+    assert op_calls._all_ops()[name] is linalg.Addmm
+    assert not any(cls.__dict__.get("_in_float32") for cls in op_calls._all_ops().values())

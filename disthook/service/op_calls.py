@@ -119,6 +119,8 @@ def _all_ops() -> dict[str, type]:
     while todo:
         cls = todo.pop()
         for sub in cls.__subclasses__():
+            if sub.__dict__.get("_in_float32"):
+                continue  # a bfloat16 op's float32 twin (ops/_bf16.py), of its op's name
             if cls.__dict__.get("_node_cls") is not sub:  # not the node class of its op
                 _OPS[op_name(sub)] = sub
             todo.append(sub)
