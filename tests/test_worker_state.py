@@ -12,10 +12,10 @@ from workers.state import (
     Reply,
     Resume,
     Run,
-    StepRun,
     Tick,
     WorkerState,
 )
+from workers.step_run import StepRun
 
 CLIENT, OTHER, NEIGHBOUR = b"client-a", b"client-b", b"w1>prev>0"
 

@@ -5,6 +5,7 @@ graph of each open context. Tensor and module hooks registered on what it owns f
 client hooks cross to the client as ``hook_event`` messages of ``disthook.wire``.
 
 - ``state``: every decision, as plain state driven by events (no sockets, no threads);
+- ``step_run``: where a stage is in a training step's schedule (plain state too);
 - ``server``: the socket shell that turns messages into events and carries out the
   instructions;
 - ``command_line``: the worker's command line, which starts a ``server.Worker``;

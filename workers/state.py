@@ -12,8 +12,8 @@ of instructions the shell carries out. The decisions kept here:
 - the forward graphs kept for a backward (contexts), per model and context id, with the
   client that opened them: released by the client, dropped with the client, or expired;
 - the pipeline mailbox: activations and gradients of training steps, kept until the step's
-  schedule asks for them, bounded, and emptied when the step ends;
-- where a training step is in its schedule (``StepRun``).
+  schedule asks for them, bounded, and emptied when the step ends (where a step is in its
+  schedule: ``workers.step_run.StepRun``).
 
 Stage code (the modules, their hooks and graphs) runs in the jobs the shell starts; it asks
 this state for waits and contexts and reports back when a job is done.
@@ -29,8 +29,8 @@ from typing import Any
 from workers.mailbox import admit, forget_values
 from workers.queues import QueueCaps
 
-__all__ = ["ANSWERS", "ClientGone", "Context", "Job", "JobDone", "Log", "MessageIn", "Reply", "Resume", "Run",
-           "StepRun", "Tick", "Wait", "WorkerState"]
+__all__ = ["ANSWERS", "ClientGone", "Context", "Job", "JobDone", "Log", "MessageIn", "Reply",
+           "Resume", "Run", "Tick", "Wait", "WorkerState"]
 
 HOOK_TIMEOUT_S = 300.0  # a client hook's answer: the client is alive (its pings answer) but slow
 PIPE_TIMEOUT_S = 300.0  # a neighbour stage's activation or gradient of a training step
@@ -554,53 +554,6 @@ class WorkerState:
                 "values": sum(len(kept) for kept in self.values.values()),
                 "jobs": len(self.jobs), "waits": len(self.waits),
                 "queued": sum(len(q) for q in self.lanes.values())}
-
-
-class StepRun:
-    """Where one stage is in its schedule of a pipelined training step.
-
-    ``next(mailbox)`` gives the next action to carry out: ``("forward", mb)``, ``("backward",
-    mb)``, ``("weight", mb)``, ``("weight_batch", [mb, ...])`` (a run of them in the schedule,
-    taken together), ``("send_act", mb)``, ``("send_grad", mb)``, ``("recv", kind, mb,
-    message)`` once the message is in the mailbox (taken out of it), ``("wait", keys)`` when it
-    is not there yet (call again when one of ``keys`` came), ``("abort", reason)`` when a
-    neighbour gave up the step, and ``("done",)`` at the end.
-    """
-
-    def __init__(self, model: str, step: str, schedule: list):
-        self.model, self.step = model, step
-        self.schedule = [(str(kind), int(mb)) for kind, mb in schedule]
-        self.position = 0
-        # made once, not at every call: the abort's mailbox key, and each receive's
-        self._abort = (model, step, "abort", -1)
-        self._keys = [(model, step, kind[5:], mb) if kind in ("recv_act", "recv_grad")
-                      else None for kind, mb in self.schedule]
-
-    def next(self, mailbox: dict) -> tuple:
-        abort = self._abort
-        if abort in mailbox:
-            return ("abort", mailbox[abort]["reason"])
-        if self.position == len(self.schedule):
-            return ("done",)
-        key = self._keys[self.position]
-        if key is not None:  # a receive
-            if key not in mailbox:
-                return ("wait", (key, abort))
-            self.position += 1
-            return ("recv", key[2], key[3], mailbox.pop(key))
-        kind, mb = self.schedule[self.position]
-        if kind == "weight_batch":
-            run = [mb]
-            self.position += 1
-            while (self.position < len(self.schedule)
-                   and self.schedule[self.position][0] == kind):
-                run.append(self.schedule[self.position][1])
-                self.position += 1
-            return (kind, run)
-        if kind not in ("forward", "backward", "send_act", "send_grad", "weight"):
-            raise ValueError(f"unknown schedule action {kind!r}")
-        self.position += 1
-        return (kind, mb)
 
 
 def _writes(msg) -> bool:

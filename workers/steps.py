@@ -2,7 +2,7 @@
 ZB-batched; ``disthook.distributed.schedule``) run against its neighbour stages
 (``StepHandlers``, a mixin of ``Worker``). Activations and gradients come and go as ``pipe``
 messages, kept in the state's mailbox until the schedule takes them
-(``workers.state.StepRun``).
+(``workers.step_run.StepRun``).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from disthook.service.loop import PIPE_COPY_BELOW, send_frames
 from workers import attr_changes, form
 from workers.compute import _as_computed, rss_bytes
 from workers.links import Link
-from workers.state import StepRun
+from workers.step_run import StepRun
 
 __all__ = ["StepHandlers"]
 

@@ -79,7 +79,8 @@ def side(role: str, conn, messages: int, rounds: int, parts: bool, ready: bool) 
     from workers.links import links_enabled
     from workers.peers import neighbour_identity
     from workers.server import Worker
-    from workers.state import Job, StepRun
+    from workers.state import Job
+    from workers.step_run import StepRun
 
     tune_malloc()  # as a worker's main does
     timers = _parts() if parts else None
