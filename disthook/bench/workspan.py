@@ -503,10 +503,11 @@ def _ratio(a: float, b: float) -> float | None:
 def _bubble(replayed: dict) -> float:
     """A replayed step's seconds beyond its busiest stage's work: what the schedule adds to
     the shortest step the stages' work allows (the fill, the drain, the hops waited for).
-    A stage with less work than the busiest idles the difference under every schedule;
-    that is the stages' imbalance (``_imbalance``), not a bubble: counted in, it adds the
-    same seconds to both sides of a ratio of bubbles, which it pulls towards 1 by as much
-    as the stages' measured costs differ (and m times a micro-batch's difference)."""
+    A stage with less work than the busiest idles the difference (m times its shortfall
+    per micro-batch) under every schedule: that is the stages' imbalance
+    (``_imbalance``), not a bubble. Counted in, it adds the same seconds to both sides of
+    a ratio of bubbles and pulls the ratio towards 1 as far as the stages' measured costs
+    differ."""
     return replayed["step_s"] - max(replayed["busy_s"])
 
 
