@@ -537,6 +537,12 @@ def _extract(value, arrays: list[np.ndarray]):
             out[k] = v if type(v) in _PLAIN else _extract(v, arrays)
         return out
     if t is list or t is tuple:
+        # all plain, or a table of plain rows (a training step's timeline): sent as it is,
+        # found so by loops in C rather than copied item by item
+        kinds = set(map(type, value))
+        if kinds <= _PLAIN or kinds <= _ROWS and set(
+                map(type, itertools.chain.from_iterable(value))) <= _PLAIN:
+            return value
         return [v if type(v) in _PLAIN else _extract(v, arrays) for v in value]
     if isinstance(value, np.ndarray):
         arrays.append(_sendable(value, len(arrays)))
@@ -549,6 +555,7 @@ def _extract(value, arrays: list[np.ndarray]):
 
 
 _PLAIN = frozenset({str, int, float, bool, bytes, type(None)})
+_ROWS = frozenset({list, tuple})
 
 
 def _plain_copy(value):
