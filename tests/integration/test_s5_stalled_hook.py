@@ -32,7 +32,7 @@ def test_a_stalled_hook_holds_the_deployer_only_until_the_hook_deadline():
             except Exception as exc:  # noqa: BLE001 - what the call raised
                 failed.append(exc)
 
-        stalled = threading.Thread(target=call)
+        stalled = threading.Thread(target=call, daemon=True)  # (not waited for on a failure)
         stalled.start()
         # its call waits in its hook now (a fixed wait let eval() go first on a slow machine,
         # and then nothing waited on the hook)
