@@ -132,3 +132,15 @@ def test_errors_as_torch(name):
         said.append(" ".join(str(info.value).split()))
     if name != "integer input":
         assert said[1] == said[0]
+
+
+@pytest.mark.parametrize("name", ["ao.quantization.FakeQuantize",
+                                  "ao.quantization.MovingAverageMinMaxObserver",
+                                  "quantization.prepare_qat"])
+def test_the_quantization_workflow_refusal_names_the_fake_quantize_functions(name):
+    obj = disthook
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    with pytest.raises(NotImplementedError, match="fake_quantize_per_tensor_affine") as info:
+        obj()
+    assert f"torch.{name} is not implemented" in str(info.value)
