@@ -3,10 +3,11 @@
 numpy's wheels carry OpenBLAS. For the products a pipeline stage takes at micro-batch sizes
 (a few dozen rows against a 1024 x 1024 weight) its kernels are 1.2-2.5x slower than MKL's
 on the x86 CPUs we measured (docs/performance.md, "Which BLAS"). With ``pip install
-'disthook[mkl]'`` the 2-D float32 and float64 products of the engine go to MKL's ``gemm``
-through ctypes; everything else (other dtypes, batched products, operands MKL cannot read as
-they lie in memory, products too small for the call to pay) stays on numpy, and
-``DISTHOOK_BLAS=numpy`` keeps every product on numpy.
+'disthook[mkl]'`` the 2-D float32 and float64 products of the engine, and a convolution's
+forward and weight-gradient products (stacks of them: one call per matrix), go to MKL's
+``gemm`` through ctypes; everything else (other dtypes, other batched products, operands MKL
+cannot read as they lie in memory, products too small for the call to pay) stays on numpy,
+and ``DISTHOOK_BLAS=numpy`` keeps every product on numpy.
 
 Threads: MKL reads ``MKL_NUM_THREADS`` / ``OMP_NUM_THREADS`` and ``MKL_THREADING_LAYER`` as
 usual, and ``disthook.set_num_threads(n)`` sets the count. Where one thread is asked for (by

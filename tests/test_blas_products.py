@@ -137,6 +137,7 @@ def test_disthook_blas_numpy_keeps_every_product_on_numpy():
             "from disthook.ops import linalg\n"
             "a = np.random.default_rng(0).standard_normal((300, 300))\n"
             "assert _blas.gemm(a, a) is None\n"
+            "assert not _blas.matmul_into(a, a[None], np.empty((1, 300, 300)))\n"
             "assert (linalg._product(a, a) == a @ a).all()\n"
             "print(_blas.backend())\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
