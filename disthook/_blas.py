@@ -243,7 +243,7 @@ def matmul_into(x: np.ndarray, y: np.ndarray, out: np.ndarray, accumulate: bool 
     if (fn is None or x.dtype != dtype or y.dtype != dtype or y.shape[-2] != k
             or out.shape[-2:] != (m, n) or m * n * k < MIN_WORK
             or max(m, n, k) > _INT_MAX // 2 or x.ndim > out.ndim or y.ndim > out.ndim
-            or not (x.flags.aligned and y.flags.aligned and out.flags.aligned
+            or out.size == 0 or not (x.flags.aligned and y.flags.aligned and out.flags.aligned
                     and out.flags.writeable)):
         return False
     item = dtype.itemsize
@@ -267,8 +267,6 @@ def matmul_into(x: np.ndarray, y: np.ndarray, out: np.ndarray, accumulate: bool 
     sx, sy = steps(x), steps(y)
     if sx is None or sy is None:
         return False
-    if out.size == 0:
-        return True
     ax, ay, ao = address(x), address(y), address(out)
     beta = 1.0 if accumulate else 0.0
     ldo = rs // item

@@ -300,6 +300,7 @@ def test_stacks_mkl_cannot_take_are_left_untouched_for_numpy():
         (x, _stack((3, 300, 200), np.float32, 1), out),  # 3 samples against 2 outputs
         (x, shared[:, :, :200], shared[:, :64, :200]),  # the result over an operand
         (x, y, frozen),
+        (x, y[:0], out[:0]),  # no matrices at all
     ]
     for a, b, o in refused:
         before = o.copy()
