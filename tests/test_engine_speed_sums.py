@@ -50,3 +50,31 @@ def test_under_create_graph_the_sum_is_differentiable_as_torchs():
     (names, value), (t_names, t_value) = results
     assert names == t_names
     assert value == pytest.approx(t_value, rel=1e-6)
+
+
+def _graph_names(fn) -> list:
+    out, seen, stack = [], set(), [fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        out.append(type(node).__name__)
+        stack += [nxt for nxt, _ in node.next_functions]
+    return sorted(out)
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
+def test_a_full_reductions_gradient_expands_the_0d_gradient_as_torch(reduction):
+    """sum() and mean() give their 0-d gradient to expand as it is (torch's formula), with
+    no reshape to (1, 1) first: one op less each backward, and under create_graph no
+    ViewBackward0 that torch's graph does not have."""
+    found = []
+    for lib in (disthook, torch):
+        x = lib.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+        seed = lib.tensor(2.0, dtype=lib.float64, requires_grad=True)
+        (g,) = lib.autograd.grad(getattr(x, reduction)(), x, seed, create_graph=True)
+        (g_seed,) = lib.autograd.grad((g * g).sum(), seed)
+        names = [n for n in _graph_names(g.grad_fn) if not n.startswith("Div")]
+        found.append((names, g.detach().numpy().tolist(), g_seed.item()))
+    assert found[0] == found[1]

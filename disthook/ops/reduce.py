@@ -39,9 +39,9 @@ def expand_back(g, in_shape: tuple, dims, keepdim: bool):
     if dims is not None and not keepdim:
         for d in sorted(dims):
             g = g.unsqueeze(d)
-    elif dims is None and g.ndim != len(in_shape):
+    elif dims is None and g.ndim != len(in_shape) and g.ndim:
         g = g.reshape((1,) * len(in_shape))
-    return g.expand(in_shape)
+    return g.expand(in_shape)  # (a 0-d gradient expands as it is, as torch's formula does)
 
 
 def _dims(n) -> tuple:
