@@ -322,9 +322,11 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
             node._output_meta.append((tuple(record["shape"]), np.dtype(record["dtype"])))
             if tracked and type(node) is RemoteBackward0:
                 node.made_by(record.get("grad_fn"))  # the worker's node's name, as grad_fn
-        made.append(t)
         if form is not None:
             made_refs[record["kept"]] = t.__dict__["_ref"]
+        if record.get("argument") is not None:  # the part returned its argument as it is
+            t = inputs[record["argument"]]  # (nn.Identity): the program's own tensor
+        made.append(t)
         return t
 
     out = unpack(result["output"], kept=output, classes=True)
