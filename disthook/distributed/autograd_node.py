@@ -205,15 +205,19 @@ class RemoteBackward0(LiveEdges):
         path = p.__dict__.get("_path")
         if p.__dict__.get("_model") is not self._model or path is None:
             return False
-        if self._call:
-            covered = _in_part(self._model, self._part, path)
-        else:
-            stage = self._model._layout.stage_of(path)
-            covered = stage is not None and stage <= self._stage
+        covered = self.uses_parameter(path)
         if covered:
             self._params[PARAM_TAP + path] = (weakref.ref(p), tuple(p.shape),
                                               np.dtype(p.dtype.np))
         return covered
+
+    def uses_parameter(self, path: str) -> bool:
+        """Whether the workers' backward of this call computes the gradient of its model's
+        parameter at ``path`` (a parameter of the part, or of the stages, it stands for)."""
+        if self._call:
+            return _in_part(self._model, self._part, path)
+        stage = self._model._layout.stage_of(path)
+        return stage is not None and stage <= self._stage
 
     @staticmethod
     def _accumulates() -> bool:

@@ -247,3 +247,33 @@ def test_a_backward_that_does_not_fail_does_not_warn(cluster):
             (remote(x) * 2).sum().backward()
     finally:
         remote.close()
+
+
+# ---- a parameter's hook that fires once per call, said at its first firing (1112, 1118) ---
+
+@pytest.mark.parametrize("how", ["grad", "inputs"])
+def test_a_hook_fired_apart_is_said_at_its_first_firing(cluster, how):
+    """Under autograd.grad or backward(inputs=) naming a parameter that two calls use, its
+    hook fires once per call with that call's part (one process: once, with the sum). The
+    warning came at the second firing, which a hook that removes itself (or raises) at
+    its first never reaches."""
+    remote = cluster.deploy(make_chain(), stages=2)
+    try:
+        weight = remote[0].weight
+        handle = None
+
+        def once(g):
+            handle.remove()
+
+        handle = weight.register_hook(once)
+        x = _x()
+        out = remote(x)
+        loss = (out + remote(out)).sum()
+        with pytest.warns(RuntimeWarning, match="fires once for each call of the model in "
+                                                "this backward"):
+            if how == "grad":
+                torch.autograd.grad(loss, [weight])
+            else:
+                loss.backward(inputs=[weight])
+    finally:
+        remote.close()
