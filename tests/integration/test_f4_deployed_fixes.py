@@ -269,11 +269,14 @@ def test_a_hook_fired_apart_is_said_at_its_first_firing(cluster, how):
         x = _x()
         out = remote(x)
         loss = (out + remote(out)).sum()
-        with pytest.warns(RuntimeWarning, match="fires once for each call of the model in "
-                                                "this backward"):
+        def run():
             if how == "grad":
                 torch.autograd.grad(loss, [weight])
             else:
                 loss.backward(inputs=[weight])
+
+        with pytest.warns(RuntimeWarning, match="fires once for each call of the model in "
+                                                "this backward"):
+            run()
     finally:
         remote.close()
