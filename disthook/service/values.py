@@ -107,12 +107,13 @@ def as_argument(t: Tensor, nr: int) -> Tensor:
 
 
 def returned_argument(t: Tensor) -> int | None:
-    """The number of the call's argument that ``t`` is, unchanged and without tensor hooks
-    (a part that returns its input as it is: ``nn.Identity``), else None: the client's call
+    """The number of the call's argument that ``t`` is, unchanged and without hooks on it or
+    its node (a part that returns its input as it is: ``nn.Identity``), else None: the call
     then gives back the program's own tensor there, as one process does."""
     mark = t.__dict__.get("_argument")
+    node = t._grad_fn  # (a stand-in node of the call: a legacy backward hook goes there)
     if mark is None or t._vc[0] != mark[1] or t._backward_hooks or t._post_acc_hooks \
-            or t._retains_grad:
+            or t._retains_grad or node is not None and (node._post_hooks or node._pre_hooks):
         return None
     return mark[0]
 

@@ -280,3 +280,20 @@ def test_a_hook_fired_apart_is_said_at_its_first_firing(cluster, how):
             run()
     finally:
         remote.close()
+
+
+def test_a_chain_called_inside_checkpoint_is_refused(cluster):
+    """A chain of stages inside torch.utils.checkpoint (seeds 1111, 1119, 1142, 1170 with
+    the extras): the stages kept their saved tensors and never ran again in the backward,
+    where one process recomputes the forward there, its forward hooks firing again and its
+    buffers moving again; refused at the call, saying what to do."""
+    remote = cluster.deploy(make_chain(), stages=2)
+    try:
+        fired = []
+        remote[0].register_forward_hook(lambda m, args, out: fired.append(1))
+        with pytest.raises(NotImplementedError, match="called inside torch.utils.checkpoint"):
+            torch.utils.checkpoint.checkpoint(remote, _x(), use_reentrant=False)
+        with torch.no_grad():  # (nothing saved, nothing to recompute: as before)
+            torch.utils.checkpoint.checkpoint(remote, _x(), use_reentrant=False)
+    finally:
+        remote.close()
