@@ -233,8 +233,11 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
     forms = model.__dict__.setdefault("_forms", async_calls.Forms())
     key = form = None
     if async_calls.may_go_on(model):
+        # (a call inside checkpoint answers in another form: its worker keeps no saved
+        # output there)
         key = async_calls.call_key(address, path, op, params, grad, model.training,
-                                   _dtype.get_default_dtype().name, args=(args, kwargs))
+                                   _dtype.get_default_dtype().name,
+                                   grad and _checkpointing() is not None, args=(args, kwargs))
         form = forms.get(key)
         if form is not None and form["rng"]:
             form = None  # it draws from the client's stream, which comes back with it

@@ -297,3 +297,39 @@ def test_a_chain_called_inside_checkpoint_is_refused(cluster):
             torch.utils.checkpoint.checkpoint(remote, _x(), use_reentrant=False)
     finally:
         remote.close()
+
+
+class Squashed(nn.Module):
+    """A forward on the client around one placed part whose last op (tanh) saves its
+    output."""
+
+    def __init__(self):
+        super().__init__()
+        self.part = nn.Sequential(nn.Linear(3, 3), nn.Tanh())
+
+    def forward(self, x):
+        return self.part(x)
+
+
+def make_squashed():
+    torch.manual_seed(0)
+    return Squashed()
+
+
+def test_a_part_called_again_inside_checkpoint_is_answered_in_its_own_form(cluster):
+    """A part's call whose answer's form the client knew from an earlier call with the same
+    shapes goes on without the answer; inside checkpoint the worker's output is no saved
+    output, the form differs, and the program got "the worker's answer differs" (seed
+    1069 with the extras): a call inside checkpoint is a call of its own kind."""
+    def run(model):
+        grads = []
+        for checkpointed in (False, False, True, True):
+            x = _x()
+            out = (torch.utils.checkpoint.checkpoint(model, x, use_reentrant=False)
+                   if checkpointed else model(x))
+            out.sum().backward()
+            grads.append(x.grad.tolist())
+        return grads
+
+    got, want = deployed_run(cluster, make_squashed, run, stages=1)
+    np.testing.assert_allclose(_flat(got), _flat(want), rtol=1e-5, atol=1e-6)
