@@ -480,6 +480,14 @@ class HookServer:
             if value.requires_grad and value.grad_fn is None and ctx is not None:
                 self.taps.setdefault(ctx, []).append((f"{key}@", value, None))
                 return {"tensor": value.detach()._data, "feed": f"{key}@"}
+            if value.is_inference() and grad_mode.is_grad_enabled():
+                raise NotImplementedError(
+                    "a client hook of a deployed model returned a tensor made in "
+                    "inference_mode, for a forward that records a graph: in one process the "
+                    "module's ops would refuse to save it for backward ('Inference tensors "
+                    "cannot be saved for backward'), but it reaches the worker as a plain "
+                    "tensor, where they would not. Make it outside inference_mode (under "
+                    "no_grad), or clone() it outside the mode before returning it")
             return self._pack_value(value, bases, key, leaves)
         if isinstance(value, (tuple, list)):
             items = [self._pack_result(v, leaves, bases, f"{key}.{i}", ctx)

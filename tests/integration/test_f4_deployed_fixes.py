@@ -333,3 +333,29 @@ def test_a_part_called_again_inside_checkpoint_is_answered_in_its_own_form(clust
 
     got, want = deployed_run(cluster, make_squashed, run, stages=1)
     np.testing.assert_allclose(_flat(got), _flat(want), rtol=1e-5, atol=1e-6)
+
+
+def test_a_hook_s_result_made_in_inference_mode_is_refused_where_a_graph_records(cluster):
+    """A forward pre-hook whose new input was made in inference_mode (seed 1196 with the
+    extras): one process's Linear refuses to save it for backward; deployed it reached the
+    worker as a plain tensor and the call went through. Refused at the hook's answer; under
+    no_grad (nothing saved) it goes through, as in one process."""
+    def hook(module, args):
+        with torch.inference_mode():
+            return (args[0] * -1,)
+
+    local = make_squashed()
+    local.part.register_forward_pre_hook(hook)
+    with pytest.raises(RuntimeError, match="Inference tensors cannot be saved for backward"):
+        local(_x())
+    with torch.no_grad():
+        want = local(_x()).tolist()
+    remote = cluster.deploy(make_squashed(), stages=1)
+    try:
+        remote.part.register_forward_pre_hook(hook)
+        with pytest.raises(NotImplementedError, match="made in inference_mode"):
+            remote(_x())
+        with torch.no_grad():
+            np.testing.assert_allclose(remote(_x()).tolist(), want, rtol=1e-6)
+    finally:
+        remote.close()
