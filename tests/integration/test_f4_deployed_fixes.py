@@ -359,3 +359,26 @@ def test_a_hook_s_result_made_in_inference_mode_is_refused_where_a_graph_records
             np.testing.assert_allclose(remote(_x()).tolist(), want, rtol=1e-6)
     finally:
         remote.close()
+
+
+def test_two_parts_inside_one_checkpoint_warn_that_their_hooks_refire_apart(cluster):
+    """One process reruns a checkpointed function whole when the backward first needs what
+    it saved; placed parts inside it are each recomputed on their worker in their own
+    backward, so their forward hooks fire again in another order (seeds 1130, 1132, 1139
+    with the extras; the values are one process's). Said at the second part's call; one
+    part per checkpoint is not."""
+    import warnings
+
+    remote = cluster.deploy(make_added(), stages=2)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            h = torch.utils.checkpoint.checkpoint(remote.first, _x(), use_reentrant=False)
+            out = torch.utils.checkpoint.checkpoint(remote.pair, h, use_reentrant=False)
+            (out[0] + out[1]).sum().backward()
+        with pytest.warns(RuntimeWarning, match="'first' and 'pair' of a deployed model are "
+                                                "called inside one torch.utils.checkpoint"):
+            out = torch.utils.checkpoint.checkpoint(remote, _x(), use_reentrant=False)
+        out.sum().backward()
+    finally:
+        remote.close()
