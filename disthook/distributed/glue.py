@@ -234,7 +234,8 @@ def _one_more_in_checkpoint(path: str) -> None:
             "inside one torch.utils.checkpoint: each is recomputed on its own worker, in its "
             "own backward, so their forward hooks fire again in another order than in one "
             "process (which reruns the whole checkpointed function at once, when the backward "
-            "first needs what it saved), and with early stop not always the same of them. "
+            "first needs what it saved), with early stop not always the same of them, and a "
+            "part whose forward changes its buffers recomputes from another state. "
             "Checkpoint each part on its own (checkpoint(layer.__call__, x)) to keep one "
             "process's order", RuntimeWarning, stacklevel=4)
 
