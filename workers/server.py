@@ -329,6 +329,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
                            error_fields(exc, worker=self.name))
                 return
             try:
+                self.check_use(job)  # (workers/stages.py: another key's own model)
                 result = handler(job)
             except PermissionError as exc:  # a refused write: the logs say who tried (a
                 # few lines a minute per peer: refusals must not fill the log)

@@ -358,14 +358,14 @@ class Deployment(HookTable):
         if self._placement_given is not None:
             fresh = deploy(self._cluster, self._local, stages, placement=self._placement_given,
                            writable=self._writable, hooks_ahead=self._hooks_ahead,
-                           _exclude=lost, _place=False)
+                           _exclude=lost, _place=False, public=bool(self._published))
         else:
             sizes = [len(names) for names in self._stage_names]
             cuts = [sum(sizes[:i]) for i in range(1, stages)]
             fresh = deploy(self._cluster, self._local, stages, split_points=cuts,
                            chunks=self._chunks, schedule=self._schedule,
                            writable=self._writable, hooks_ahead=self._hooks_ahead,
-                           _exclude=lost, _place=False)
+                           _exclude=lost, _place=False, public=bool(self._published))
         hooks = self._hub.hooks
         for name in ("_layout", "_stage_names", "_addresses", "_workers", "_model_id", "_hub"):
             object.__setattr__(self, name, fresh.__dict__[name])
