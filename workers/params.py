@@ -186,6 +186,7 @@ class ParamHandlers:
                 raise PermissionError(
                     f"the optimizer class {spec['class']!r} would be imported for a client "
                     f"that may not change {st.name}: it may use disthook.optim's optimizers")
+            self.check_optimizers(st, client)
             cls = _optimizer_class(spec["class"])
             params = dict(st.module.named_parameters())
             missing = [n for n in spec["params"] if n not in params]
