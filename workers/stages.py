@@ -176,6 +176,10 @@ class Stage:
             "client's copy of the model mirrors; ask the deployer to change it")
 
 
+# characters of a model's id (as the coordinator's of a published one): every heartbeat and
+# status names each stage a worker holds, and two stages of 600 KB ids made a worker's
+# heartbeat pass the coordinator's 1 MiB cap, which then listed the worker dead
+MAX_MODEL_ID_CHARS = 256
 _ANY_CLIENT = frozenset({"status", "load_stage"})  # (load_stage: _check_reload says who may)
 MAX_RETIRED = 65536  # unloaded model ids a worker remembers (not taken by another)
 
@@ -201,6 +205,10 @@ class StageHandlers:
         """Make a stage of model ``msg["model"]`` (pickled by value, or from its spec) and
         connect to its neighbour stages; a stage of that model held before is replaced."""
         msg = job.msg
+        if len(msg["model"]) > MAX_MODEL_ID_CHARS:
+            raise ValueError(f"a model's id is at most {MAX_MODEL_ID_CHARS} characters, got "
+                             f"{len(msg['model'])}: every heartbeat and status of this worker "
+                             "names it")
         aliases.install(msg.get("aliases") or {})  # before the model's modules are imported
         module = self._stage_module(msg)
         _check_reload(self.stages.get(msg["model"]), job.client)

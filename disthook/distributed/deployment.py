@@ -72,7 +72,8 @@ class Deployment(HookTable):
             "_class_name": type(module).__name__,
             "_local": module,  # the tree's shape (names, kinds); its weights go stale
             # an attached client's is the deployer's (attached_model)
-            "_model_id": model_id or f"{type(module).__name__}-{uuid.uuid4().hex[:8]}",
+            # (a worker takes ids of at most 256 characters: a class's long name is cut)
+            "_model_id": model_id or f"{type(module).__name__[:128]}-{uuid.uuid4().hex[:8]}",
             "_closed": False,
             # the root's forward runs here, each placed part on its worker, unless it is
             # nn.Sequential's own (the stages run worker to worker) or the model is placed
