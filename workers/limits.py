@@ -223,7 +223,8 @@ def add_limit_options(p) -> None:
                         "300); what waits for that call (the deployer's train()/eval(), a "
                         "reload) waits as long at most")
     p.add_argument("--max-unread-mb", type=int, default=MAX_UNREAD_BYTES >> 20, metavar="MIB",
-                   help="what the answers one connection has not read yet may hold here "
+                   help="what the answers one client (with keys, one key) has not read yet "
+                        "may hold here "
                         "(default 256); past it an answer is dropped, its request answered "
                         "with an error")
 
