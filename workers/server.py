@@ -129,8 +129,9 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         self.max_contexts, self.max_hooks = max_contexts, max_hooks
         self.max_graph_bytes, self.max_value_bytes = max_graph_bytes, max_value_bytes
         self.max_models, self.max_model_bytes = max_models, max_model_bytes
-        self.unread = UnreadAnswers(max_unread_bytes, "--max-unread-mb")
         self.peers = Peers(keys, self.authorized)  # who is on each connection (transport)
+        # (with keys, weighed per key: more connections get no more room)
+        self.unread = UnreadAnswers(max_unread_bytes, "--max-unread-mb", self.peers.account)
         self.who = self.peers.who  # a peer as the logs name it
         self.state = WorkerState(wid, context_ttl=context_ttl, who=self.who,
                                  hook_timeout=hook_timeout)
@@ -329,6 +330,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
                            error_fields(exc, worker=self.name))
                 return
             try:
+                self.check_use(job)  # (workers/stages.py: another key's own model)
                 result = handler(job)
             except PermissionError as exc:  # a refused write: the logs say who tried (a
                 # few lines a minute per peer: refusals must not fill the log)
