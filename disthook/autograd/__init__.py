@@ -17,10 +17,10 @@ from disthook.autograd.function import Function, InplaceFunction, once_different
 from disthook.autograd.grad_mode import (
     enable_grad,
     inference_mode,
-    is_grad_enabled,
     no_grad,
     set_grad_enabled,
 )
+from disthook.autograd.grad_mode import grad_mode_shown as is_grad_enabled
 from disthook.autograd.gradcheck import gradcheck, gradgradcheck  # noqa: F401
 from disthook.autograd.graph import SavedTensor  # noqa: F401
 from disthook.autograd.variable import Variable
