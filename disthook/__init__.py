@@ -60,7 +60,7 @@ from disthook._tensor_str import get_printoptions, set_printoptions  # noqa: F40
 from disthook.autograd import (  # noqa: F401
     enable_grad,
     inference_mode,
-    is_grad_enabled,
+    is_grad_enabled,  # (the mode set: grad_mode.grad_mode_shown)
     is_warn_always_enabled,
     no_grad,
     set_grad_enabled,

@@ -3,6 +3,7 @@ hop latency, and what it reads from the stages' timelines. No process is started
 import pytest
 
 from disthook.bench.workspan import (
+    _bubble,
     _predict_row,
     costs_from_timelines,
     hop_latency,
@@ -153,3 +154,51 @@ def test_zb_batched_is_replayed_with_every_w_at_the_end():
     plain = replay(one_f_one_b(p, m), lambda s, kind: costs[s].get(kind, 0.0), 0.0)
     assert got["step_s"] == pytest.approx(plain["step_s"] + m * 0.5)
     assert got["busy_s"] == pytest.approx([m * 2.5] * p)
+
+
+def per_stage(*stages):
+    """A cost function of stages that differ: ``stages[s]`` maps a kind to its seconds."""
+    return lambda s, kind: stages[s].get(kind, 0.0)
+
+
+@pytest.mark.parametrize("m", [2, 4, 16])
+def test_a_bubble_is_the_step_beyond_the_busiest_stage_s_work(m):
+    """1F1B on 2 stages of unequal work, free hops. The heavier stage (F = B = 2) never
+    waits once it started: the step is its m (F + B) plus the light stage's one forward
+    before it and one backward after it when it is the last (a bubble of 2, whatever m),
+    nothing when it is the first. The light stage idles 2m more under any schedule: that
+    is the stages' imbalance, not a bubble (the mean over stages of their idle would give
+    m + 2 and m, growing with m)."""
+    light, heavy = {"forward": 1.0, "backward": 1.0}, {"forward": 2.0, "backward": 2.0}
+    last_heavy = replay(one_f_one_b(2, m), per_stage(light, heavy), 0.0)
+    assert last_heavy["step_s"] == pytest.approx(4 * m + 2)
+    assert _bubble(last_heavy) == pytest.approx(2.0)
+    first_heavy = replay(one_f_one_b(2, m), per_stage(heavy, light), 0.0)
+    assert first_heavy["step_s"] == pytest.approx(4 * m)
+    assert _bubble(first_heavy) == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize("m", [4, 8, 16])
+def test_zb_h1_bubble_against_1f1b_with_a_first_stage_whose_b_is_free(m):
+    """The first stage computes no input gradient: its B costs nothing, its backward is all
+    W (F = 1, B = 0, W = 1); the second F = B = W = 1. Free hops. Under ZB-H1 the second
+    stage runs without a gap from the first activation to its last W: the step is
+    1 + 3m, a bubble of F. 1F1B (backward B + W) ends on the first stage's last backward:
+    1 + 3m + 1, a bubble of 2. Half of it, at every m (the mean over stages of the idle
+    would read (m/2 + 1) / (m/2 + 2): 90% at m = 16)."""
+    first = {"forward": 1.0, "backward": 0.0, "weight": 1.0, "send_act": 0.0}
+    second = {"forward": 1.0, "backward": 1.0, "weight": 1.0, "send_grad": 0.0}
+    zb = replay(zero_bubble_h1(2, m), per_stage(first, second), 0.0)
+    assert zb["step_s"] == pytest.approx(3 * m + 1)
+    plain = replay(one_f_one_b(2, m), per_stage({**first, "backward": 1.0},
+                                                {**second, "backward": 2.0}), 0.0)
+    assert plain["step_s"] == pytest.approx(3 * m + 2)
+    ours = {"latency_s": 0.0, "one_process_cpu_s": 1.0, "client_cpu_s": 0.0,
+            "coordinator_cpu_s": 0.0, "workers_cpu_s": 1.0,
+            "costs": [{**first, "backward": 1.0}, {**second, "backward": 2.0}],
+            "zb_costs": [first, second], "zbb_costs": [first, second], "zbb_work_s": 1.0}
+    row = {"stages": 2, "micro": m, "disthook": ours, "torch": None}
+    _predict_row(row)
+    assert ours["zb_bubble_vs_1f1b"] == pytest.approx(0.5)
+    assert ours["zb_bubble_s"] == pytest.approx(1.0)
+    assert ours["zb_imbalance_s"] == pytest.approx(m / 2)  # 3m against 2m of work

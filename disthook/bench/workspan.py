@@ -24,7 +24,8 @@ disthook and (when installed) in torch.distributed.pipelining over gloo on loopb
   (``replay``), the predicted step on p dedicated cores, its ratio to torch's prediction,
   and the predicted speedup over one process against the bound p·m/(m+p-1);
 - disthook's **ZB-H1** (``schedule="zb-h1"``) measured the same way, with each stage's
-  forward, B and W: its predicted step and its bubble against 1F1B's; and its
+  forward, B and W: its predicted step and its bubble against 1F1B's (a schedule's bubble:
+  the replayed step beyond its busiest stage's work; ``_bubble``); and its
   **zb-batched** (``schedule="zb-batched"``: every W at the end of the step, the weights'
   gradients of all micro-batches taken as one product each), a W's cost being its equal
   share of the batched one.
@@ -460,6 +461,7 @@ def _predict_row(row: dict) -> None:
             same = predict(_unsplit(r["zb_costs"]), latency, m)
             r["zb_bubble_vs_1f1b"] = _ratio(_bubble(zb), _bubble(same))
             r["zb_bubble_vs_1f1b_run"] = _ratio(_bubble(zb), _bubble(plain))
+            r["zb_bubble_s"], r["zb_imbalance_s"] = _bubble(zb), _imbalance(zb)
             zbb = replay(zero_bubble_batched(row["stages"], m),
                          lambda s, kind, c=r["zbb_costs"]: c[s].get(kind, 0.0), latency)
             r["predicted_zbb_step_s"] = zbb["step_s"]
@@ -499,9 +501,21 @@ def _ratio(a: float, b: float) -> float | None:
 
 
 def _bubble(replayed: dict) -> float:
-    """The mean over stages of the seconds a stage is idle in a replayed step."""
+    """A replayed step's seconds beyond its busiest stage's work: what the schedule adds to
+    the shortest step the stages' work allows (the fill, the drain, the hops waited for).
+    A stage with less work than the busiest idles the difference (m times its shortfall
+    per micro-batch) under every schedule: that is the stages' imbalance
+    (``_imbalance``), not a bubble. Counted in, it adds the same seconds to both sides of
+    a ratio of bubbles and pulls the ratio towards 1 as far as the stages' measured costs
+    differ."""
+    return replayed["step_s"] - max(replayed["busy_s"])
+
+
+def _imbalance(replayed: dict) -> float:
+    """The seconds the busiest stage's work exceeds the stages' mean: what the stages idle
+    on average whatever the schedule."""
     busy = replayed["busy_s"]
-    return replayed["step_s"] - sum(busy) / len(busy)
+    return max(busy) - sum(busy) / len(busy)
 
 
 def _percent(share: float | None) -> str:
@@ -577,10 +591,13 @@ def print_rows(rows: list[dict]) -> None:
               f"{pred:>14} {ratio:>10} {speed:>11} {r['bound']:>5.2f}x "
               f"{d['predicted_speedup'] / r['bound'] * 100:>8.0f}%")
     print("zero bubble: disthook's ZB-H1 from its own timelines (forward / B / W per "
-          "micro-batch on the busiest stage), replayed likewise; its bubble against 1F1B's "
-          "replayed with the same costs (B + W as one backward), and against 1F1B's own run")
+          "micro-batch on the busiest stage), replayed likewise; its bubble (the step "
+          "beyond the busiest stage's work) against 1F1B's replayed with the same costs (B + "
+          "W as one backward), and against 1F1B's own run; imbalance: what the stages idle "
+          "on average whatever the schedule (the busiest stage's work beyond their mean)")
     print(f"{'w':>5} {'p':>2} {'F/B/W ms':>18} {'1F1B ms':>8} {'ZB-H1 ms':>9} "
-          f"{'vs torch':>9} {'bubble of 1F1B':>15} {'of its own run':>15}")
+          f"{'vs torch':>9} {'bubble ms':>10} {'bubble of 1F1B':>15} {'of its own run':>15} "
+          f"{'imbalance ms':>13}")
     for r in rows:
         d, t = r["disthook"], r["torch"]
         _, c = _busiest(d["zb_costs"])
@@ -588,7 +605,8 @@ def print_rows(rows: list[dict]) -> None:
         vs = "n/a" if t is None else f"{d['predicted_zb_step_s'] / t['predicted_step_s']:.2f}x"
         of, run = (_percent(d[k]) for k in ("zb_bubble_vs_1f1b", "zb_bubble_vs_1f1b_run"))
         print(f"{r['width']:>5} {r['stages']:>2} {fbw:>18} {_ms(d['predicted_step_s'], 0):>8} "
-              f"{_ms(d['predicted_zb_step_s'], 0):>9} {vs:>9} {of:>15} {run:>15}")
+              f"{_ms(d['predicted_zb_step_s'], 0):>9} {vs:>9} {_ms(d['zb_bubble_s']):>10} "
+              f"{of:>15} {run:>15} {_ms(d['zb_imbalance_s']):>13}")
     print("zb-batched: every W at the end of the step, each weight's gradient over the "
           "micro-batches one product (forward / B / a W's share per micro-batch on the "
           "busiest stage), replayed likewise; its run's work and work efficiency")

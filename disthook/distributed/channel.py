@@ -364,9 +364,10 @@ class _Hub(Releases, HookServer):
                 if self._disconnected(sock):
                     self.lost[self.monitors[sock]] = "no call (between calls)"
                 continue
-            try:  # (an answer an exchange below waits for is kept for it, as above)
-                for late in received(sock.recv_multipart(copy=False)):
-                    self._take_one(sock, late, reqs, replies, deadline)
+            try:  # (an answer an exchange below waits for is kept for it, as above;
+                # never a waiting read: a hook served from an earlier socket of this
+                # poll may have made a call that took what this one had)
+                self._take(sock, reqs, replies, deadline)
             finally:
                 self.flush_answers(sock)
         if self.failed:

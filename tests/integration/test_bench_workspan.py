@@ -34,7 +34,8 @@ def check_tables(out: str, rows: list) -> None:
                    "bound", "of bound"):
         assert column in span, column
     zero = next(line for line in lines if "F/B/W ms" in line)
-    for column in ("1F1B ms", "ZB-H1 ms", "vs torch", "bubble of 1F1B", "of its own run"):
+    for column in ("1F1B ms", "ZB-H1 ms", "vs torch", "bubble ms", "bubble of 1F1B",
+                   "of its own run", "imbalance ms"):
         assert column in zero, column
     batched = next(line for line in lines if "zb-batched ms" in line)
     for column in ("vs torch", "work ms", "effic."):
@@ -52,6 +53,7 @@ def check_tables(out: str, rows: list) -> None:
         for stage in ours["zb_costs"]:  # and under ZB-H1, its W's
             assert stage["forward"] > 0 and stage["backward"] > 0 and stage["weight"] > 0
         assert ours["predicted_zb_step_s"] > 0
+        assert ours["zb_bubble_s"] >= 0 and ours["zb_imbalance_s"] >= 0
         for stage in ours["zbb_costs"]:  # and under zb-batched, its W's shares
             assert stage["forward"] > 0 and stage["backward"] > 0
             assert stage["weight_batch"] > 0 and "weight" not in stage
