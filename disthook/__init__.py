@@ -48,6 +48,10 @@ from disthook._dtype import (  # noqa: F401
     short,
     uint8,
 )
+from disthook._fake_quantize import (  # noqa: F401
+    fake_quantize_per_channel_affine,
+    fake_quantize_per_tensor_affine,
+)
 from disthook._limits import check_memory_format as _check_memory_format
 from disthook._out import write_out as _write_out
 from disthook._stft import istft, stft  # noqa: F401

@@ -116,6 +116,13 @@ if _dtype.BF16 is not None:
 DTYPES = frozenset(_NP_DTYPES)
 
 
+def dtype_named(name: str) -> np.dtype:
+    """The numpy dtype that a record's ``dtype`` field names: numpy's ``str`` of it (``"<f4"``;
+    ``"<V2"`` is bfloat16's, which ``np.dtype`` reads as a plain void) or its wire name."""
+    dt = _NP_DTYPES.get(_WIRE_NAMES.get(name, name))
+    return np.dtype(name) if dt is None else dt
+
+
 class WireError(ValueError):
     """A message that does not follow the protocol (malformed, too large, or off-schema).
     ``req``: the request id its header gave, where it had one (0 else), so that the refusal

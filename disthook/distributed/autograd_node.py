@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from disthook import wire
 from disthook.autograd import engine, grad_mode
 from disthook.autograd.graph import SECOND_BACKWARD_MSG, gradient_edge
 from disthook.autograd.saved_hooks import current_pair
@@ -496,14 +497,14 @@ class RemoteBackward0(LiveEdges):
                 out.append(None)
                 continue
             t = from_record(model, address, g, node, nr)
-            node._output_meta.append((tuple(g["shape"]), np.dtype(g["dtype"])))
+            node._output_meta.append((tuple(g["shape"]), wire.dtype_named(g["dtype"])))
             out.append(t)
             nr += 1
         # backward: p.grad with its graph; autograd.grad: the parameters it names (taps)
         held = model.__dict__.setdefault("_graph_grads", {}) if fields["accumulate"] else {}
         for path, g in result.get("params") or ():  # kept there, with their graph
             held[path] = from_record(model, address, g, node, nr)
-            node._output_meta.append((tuple(g["shape"]), np.dtype(g["dtype"])))
+            node._output_meta.append((tuple(g["shape"]), wire.dtype_named(g["dtype"])))
             nr += 1
         node._output_meta = tuple(node._output_meta)
         if fields["accumulate"]:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from disthook import _dtype, random
+from disthook import _dtype, random, wire
 from disthook.autograd import grad_mode
 from disthook.autograd.saved_hooks import current_pair
 from disthook.distributed import async_calls, attr_changes, remote_values
@@ -344,7 +344,8 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
         t = remote_values.from_record(model, address, record, node if tracked else None,
                                       nr if tracked else 0)
         if node is not None:
-            node._output_meta.append((tuple(record["shape"]), np.dtype(record["dtype"])))
+            node._output_meta.append((tuple(record["shape"]),
+                                      wire.dtype_named(record["dtype"])))
             if tracked and type(node) is RemoteBackward0:
                 node.made_by(record.get("grad_fn"))  # the worker's node's name, as grad_fn
         if form is not None:
