@@ -67,6 +67,43 @@ def test_messages_back_to_back_and_empty_frames():
     assert b.read() == []  # nothing more: no block
 
 
+class _CountedSocket:
+    """A socket whose reads are counted (each a call of the kernel)."""
+
+    def __init__(self, sock):
+        self._sock, self.reads = sock, 0
+
+    def recv_into(self, *args):
+        self.reads += 1
+        return self._sock.recv_into(*args)
+
+    def recvmsg_into(self, *args):
+        self.reads += 1
+        return self._sock.recvmsg_into(*args)
+
+    def __getattr__(self, name):
+        return getattr(self._sock, name)
+
+
+@pytest.mark.parametrize("messages, reads", [
+    ([[b"one"]], 1),  # a message all in the first read: no second read that finds nothing
+    ([[b"one"], [b"two", b"xyz"], [b"three"]], 1),  # back to back: one read takes them all
+    ([[b"head", np.arange(1 << 14, dtype=np.float32)]], 2),  # the array's rest read straight
+])
+def test_what_came_whole_is_taken_without_a_read_that_finds_nothing(messages, reads):
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    counted = _CountedSocket(b)
+    writer, reader = Link(a, IDENTITY), Link(counted, b"w2>prev>1", accepted=True)
+    for frames in messages:
+        writer.send_multipart(frames)
+    got = reader.read()
+    assert len(got) == len(messages) and counted.reads == reads
+    assert [[bytes(memoryview(f).cast("B")) for f in m] for m in got] == [
+        [bytes(memoryview(f).cast("B")) for f in m] for m in messages]
+    writer.send_multipart([b"later"])  # what comes after is read by the next call
+    assert [bytes(m[0]) for m in reader.read()] == [b"later"]
+
+
 def _exchange(ends, expected_bytes):
     """Poll both links as the worker does (writes only while an outbox holds anything)
     until each took ``expected_bytes`` of array; what each received."""

@@ -145,6 +145,7 @@ class Link(LinkEnd):
         self._target: memoryview | None = None
         self._frame = None
         self._got = 0
+        self._drained = False  # the last read took all the kernel held (see _recv)
         self.arena: Arena | None = None  # the dialer's, or the one its hello carried
 
     def fileno(self) -> int:
@@ -257,9 +258,12 @@ class Link(LinkEnd):
         would not see it); never blocks. ``LinkClosed`` when the other end closed or sent
         what is off (the link is closed)."""
         messages: list[list] = []
+        self._drained = False
         while True:
             if self._target is not None:  # an array frame: straight from the socket,
                 # and what comes after it into the buffer in the same call
+                if self._drained:  # (the kernel held no more a read ago: the poll tells)
+                    return messages
                 after = self._straight()
                 if after is None:
                     return messages
@@ -274,8 +278,9 @@ class Link(LinkEnd):
                     return messages
             else:  # the prefix, the table and the header, from the buffer
                 done = self._take_head()
-                if done is _MORE:
-                    if len(messages) >= at_most or not self._fill():
+                if done is _MORE:  # (no read where the last one found the kernel's bytes
+                    # all taken: it would find nothing, and what comes later the poll sees)
+                    if self._drained or len(messages) >= at_most or not self._fill():
                         return messages
                     continue
             if done is not None:
@@ -284,13 +289,18 @@ class Link(LinkEnd):
 
     def _recv(self, into: memoryview, then: memoryview | None = None) -> int:
         """What the kernel gives into ``into`` now, and past it into ``then`` in the same
-        call where one is given (0: nothing yet)."""
+        call where one is given (0: nothing yet); ``_drained``: it gave less than room for
+        (a stream socket gives all it holds: the next read would find nothing)."""
+        room = len(into) if then is None else len(into) + len(then)
         try:
             if self.accepted and self.identity is None and then is None:
+                # (a read stops after the bytes that carry a descriptor: never drained)
+                self._drained = False
                 return self._recv_hello(into)
-            n = (self.sock.recv_into(into, len(into)) if then is None
+            n = (self.sock.recv_into(into, room) if then is None
                  else self.sock.recvmsg_into([into, then])[0])
         except (BlockingIOError, InterruptedError):
+            self._drained = True
             return 0
         except OSError as exc:
             self.close()
@@ -298,6 +308,7 @@ class Link(LinkEnd):
         if n == 0:
             self.close()
             raise LinkClosed("the other end closed it", ended=True)
+        self._drained = n < room
         return n
 
     def _recv_hello(self, into: memoryview) -> int:

@@ -133,8 +133,9 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         self.max_contexts, self.max_hooks = max_contexts, max_hooks
         self.max_graph_bytes, self.max_value_bytes = max_graph_bytes, max_value_bytes
         self.max_models, self.max_model_bytes = max_models, max_model_bytes
-        self.unread = UnreadAnswers(max_unread_bytes, "--max-unread-mb")
         self.peers = Peers(keys, self.authorized)  # who is on each connection (transport)
+        # (with keys, weighed per key: more connections get no more room)
+        self.unread = UnreadAnswers(max_unread_bytes, "--max-unread-mb", self.peers.account)
         self.who = self.peers.who  # a peer as the logs name it
         self.state = WorkerState(wid, context_ttl=context_ttl, who=self.who,
                                  hook_timeout=hook_timeout)
@@ -334,6 +335,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
                            error_fields(exc, worker=self.name))
                 return
             try:
+                self.check_use(job)  # (workers/stages.py: another key's own model)
                 result = handler(job)
             except PermissionError as exc:  # a refused write: the logs say who tried (a
                 # few lines a minute per peer: refusals must not fill the log)
@@ -373,15 +375,18 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         ``links_read``: the caller took what the links held just before (no second look)."""
         holding, self.holding = self.holding, False  # what the wait may depend on goes now
         job = wait.job
-        if job.rng is not None:  # the stream as this job left it (what runs meanwhile draws)
-            job.rng = streams._stream_state()
-            leave_stream()
         self.flush_replies()
         if not links_read:  # once (link_handlers.py): then each round's poll says what came
             self.links_first()
+        # (the rounds here start no job and draw nothing: the job's random stream stays)
         while not wait.done and self._running and not self._todo and not self.runners.ready:
             self._serve_round(start_jobs=False)
+        left = False
         if not wait.done and self._running:
+            if job.rng is not None:  # the stream as this job left it (what runs meanwhile
+                # draws from the worker's own)
+                job.rng, left = streams._stream_state(), True
+                leave_stream()
             turn = self.runners.current()
             self._sleepers[wait.id] = turn
             self.runners.sleep(turn)
@@ -391,7 +396,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         if job.stage is not None:  # another client's job may have run meanwhile
             job.stage.use_client(job.client)
             job.stage.versions.enter(job.version)
-        if job.rng is not None:
+        if left:
             streams._set_stream_state(job.rng)
         if not wait.done:  # woken because the worker stops
             raise RuntimeError(f"worker {self.id} is stopping; it was waiting for {wait.what}")
