@@ -115,6 +115,10 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         self.orphan_after = orphan_after
         self.registered = False
         self.last_heard = time.monotonic()
+        # when the first question (a registration, a beat that asks) since the last word
+        # went; None: none waits. The silence --orphan-after measures runs from it: a job
+        # runs inline in this loop, so a long one sends no beat (see _orphaned)
+        self.asked_at: float | None = None
         self.stages: dict = {}  # model id -> the Stage of it held here
         # what hooks.capture(...) kept, by client and buffer
         self.captures = worker_hooks.Captures(max_capture_bytes)
@@ -163,6 +167,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         return sock
 
     def _register(self) -> None:
+        self._asked()
         self._to_coordinator("register", {
             "worker": self.id, "address": self.address, "pid": os.getpid(),
             "host": socket.gethostname(), "code": self.allow_code, **self.link_fields()})
@@ -409,7 +414,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         except wire.WireError as exc:
             self.log.warning("worker %s: malformed message from the coordinator: %s", self.id, exc)
             return
-        self.last_heard = time.monotonic()
+        self.last_heard, self.asked_at = time.monotonic(), None
         if msg.type == "shutdown":
             self.stop(msg.get("reason") or "the coordinator asked")
         elif msg.type == "ok" and not self.registered:
@@ -432,7 +437,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
     def tick(self) -> None:
         super().tick()  # replies that found no route yet go again
         now = time.monotonic()
-        if self.orphan_after and now - self.last_heard > self.orphan_after:
+        if self.orphan_after and self._orphaned(now):
             self.stop(f"no word from the coordinator at {self.coordinator_address} for "
                       f"{self.orphan_after:g} s")
             return
@@ -443,6 +448,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
     def _beat(self) -> None:
         """A heartbeat now (also right after placement changes, so status is current)."""
         if self.registered:
+            if self.orphan_after:
+                self._asked()
             # an answer only where one is awaited (--orphan-after): each wakes this loop
             self._to_coordinator("heartbeat", {
                 "worker": self.id, "memory": rss_bytes(),
@@ -451,6 +458,21 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         else:
             self._register()
         self.next_beat = time.monotonic() + self.heartbeat
+
+    def _asked(self) -> None:
+        if self.asked_at is None:
+            self.asked_at = time.monotonic()
+
+    def _orphaned(self, now: float) -> bool:
+        """Whether the coordinator left a question unanswered for ``orphan_after`` seconds.
+        Silence alone is not enough: after a job that ran inline longer than that, no beat
+        went meanwhile (none is waiting: it asks now), or the answer to the one before the
+        job waits unread in the socket (read here first)."""
+        if now - self.last_heard <= self.orphan_after:
+            return False
+        while self.asked_at is not None and self.control.poll(0):
+            self._on_control()
+        return self.asked_at is not None and now - self.asked_at > self.orphan_after
 
     # ---- requests answered by the shell ----------------------------------------------------
     def on_hello(self, job):  # the greeting (Service's), for a job
