@@ -24,6 +24,7 @@ import itertools
 import os
 import socket
 import time
+import unicodedata
 
 import zmq
 import zmq.auth
@@ -46,6 +47,22 @@ RESTORED_GRACE_S = 10.0  # a restored model's workers have this long to register
 MAX_PUBLISHED_PER_CLIENT = 64  # names it has published
 MAX_ATTACHED_PER_CLIENT = 64  # attachments to one published model
 MAX_NAME_CHARS = 256  # of a published model's name and id (its class: 4 times as many)
+# what a name may not hold: control and invisible characters (a zero-width space made "gpt\u200b"
+# print as "gpt"), line and paragraph separators, private use and unassigned code points
+_UNSEEN = frozenset({"Cc", "Cf", "Zl", "Zp", "Co", "Cn"})
+
+
+def _unseen(name: str) -> str | None:
+    """The first character of ``name`` that does not show as itself, as U+XXXX, or None."""
+    return next((f"U+{ord(c):04X}" for c in name if unicodedata.category(c) in _UNSEEN
+                 or (c.isspace() and c != " ")), None)
+
+
+def _look(name: str) -> str:
+    """What ``name`` looks like to a reader: its compatibility form, case folded (``ｍｌｐ``,
+    ``MLP`` and ``mⅼp``, whose ``ⅼ`` is a roman numeral, all look like ``mlp``)."""
+    return unicodedata.normalize("NFKC", name).casefold()
+
 COORDINATOR_SNDHWM = 64  # answers ZeroMQ holds for one peer (then kept: loop.UNROUTABLE_KEPT)
 # what its published records may hold here, as decoded (wire's Message.nbytes): a record's
 # structure of 1 MiB of empty maps is 72 MiB of objects, and 64 of them were 4.6 GiB
@@ -290,6 +307,11 @@ class Coordinator(Service):
     def on_publish(self, msg, sender: bytes):
         record = dict(msg["record"])
         self._check_record(record, sender)
+        if _unseen(record["name"]):
+            raise ValueError(f"the name {record['name']!r} holds {_unseen(record['name'])}, a "
+                             "character that does not show (a control, format or separator "
+                             "character): models() would list it as a name it is not; "
+                             "choose one of characters that show")
         record["owner"] = self._client_name(record["owner"], sender)
         name = record["name"]
         held = self.models.get(name)
@@ -299,6 +321,14 @@ class Coordinator(Service):
                 f"the name {name!r} is taken: {was['class']} (model {was['model']}) published "
                 f"by {was['owner']} {time.time() - was['created']:.0f} s ago is live; its "
                 "deployer's close() frees the name, or choose another")
+        alike = next((n for n, p in self.models.items() if n != name and _look(n) == _look(name)
+                      and not self._owns(p, sender) and self._live(p)), None)
+        if alike is not None:
+            was = self.models[alike].record
+            raise PermissionError(
+                f"the name {name!r} reads as {alike!r}, published by {was['owner']} and live: "
+                "a client attaching by the name it reads in models() could take one for the "
+                "other; choose a name that reads differently")
         user_id = self._user_ids.get(sender)
         owner_key = self.authorized.name(user_id) if self.keys is not None and user_id else None
         mine = [p for n, p in self.models.items() if n != name and (

@@ -48,6 +48,10 @@ from disthook._dtype import (  # noqa: F401
     short,
     uint8,
 )
+from disthook._fake_quantize import (  # noqa: F401
+    fake_quantize_per_channel_affine,
+    fake_quantize_per_tensor_affine,
+)
 from disthook._limits import check_memory_format as _check_memory_format
 from disthook._out import write_out as _write_out
 from disthook._stft import istft, stft  # noqa: F401
@@ -56,7 +60,7 @@ from disthook._tensor_str import get_printoptions, set_printoptions  # noqa: F40
 from disthook.autograd import (  # noqa: F401
     enable_grad,
     inference_mode,
-    is_grad_enabled,
+    is_grad_enabled,  # (the mode set: grad_mode.grad_mode_shown)
     is_warn_always_enabled,
     no_grad,
     set_grad_enabled,

@@ -3,10 +3,11 @@
 numpy's wheels carry OpenBLAS. For the products a pipeline stage takes at micro-batch sizes
 (a few dozen rows against a 1024 x 1024 weight) its kernels are 1.2-2.5x slower than MKL's
 on the x86 CPUs we measured (docs/performance.md, "Which BLAS"). With ``pip install
-'disthook[mkl]'`` the 2-D float32 and float64 products of the engine go to MKL's ``gemm``
-through ctypes; everything else (other dtypes, batched products, operands MKL cannot read as
-they lie in memory, products too small for the call to pay) stays on numpy, and
-``DISTHOOK_BLAS=numpy`` keeps every product on numpy.
+'disthook[mkl]'`` the 2-D float32 and float64 products of the engine, and a convolution's
+forward and weight-gradient products (stacks of them: one call per matrix), go to MKL's
+``gemm`` through ctypes; everything else (other dtypes, other batched products, operands MKL
+cannot read as they lie in memory, products too small for the call to pay) stays on numpy,
+and ``DISTHOOK_BLAS=numpy`` keeps every product on numpy.
 
 Threads: MKL reads ``MKL_NUM_THREADS`` / ``OMP_NUM_THREADS`` and ``MKL_THREADING_LAYER`` as
 usual, and ``disthook.set_num_threads(n)`` sets the count. Where one thread is asked for (by
@@ -22,7 +23,7 @@ import sys
 
 import numpy as np
 
-__all__ = ["aligned", "backend", "empty", "gemm", "owns_memory", "set_threads"]
+__all__ = ["aligned", "backend", "empty", "gemm", "matmul_into", "owns_memory", "set_threads"]
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _INT_MAX = 2 ** 31 - 1
@@ -222,3 +223,58 @@ def gemm(x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
     fn(_ROW_MAJOR, lx[0], ly[0], m, n, k, 1.0, address(x), lx[1], address(y), ly[1], 0.0,
        address(out), n)
     return out
+
+
+def matmul_into(x: np.ndarray, y: np.ndarray, out: np.ndarray, accumulate: bool = False) -> bool:
+    """``out[...] = x @ y`` (``+=`` with ``accumulate``) for stacks of matrices, as
+    ``np.matmul`` broadcasts them (the leading dims of ``x`` and ``y`` against ``out``'s), one
+    MKL ``gemm`` per matrix; False, with ``out`` untouched, where numpy should take it (no MKL,
+    another dtype, matrices too small for a call to pay, layouts MKL cannot read in place,
+    ``out`` overlapping an operand). A convolution's products are such stacks: numpy's
+    ``matmul`` would take each to OpenBLAS, 1.2-1.6x slower at their shapes."""
+    lib = _lib()
+    if lib is None or x.ndim < 2 or y.ndim < 2 or out.ndim < 2:
+        return False
+    dtype = out.dtype
+    fn = _state["gemm"].get(dtype)
+    lead = out.shape[:-2]
+    m, k = x.shape[-2:]
+    n = y.shape[-1]
+    if (fn is None or x.dtype != dtype or y.dtype != dtype or y.shape[-2] != k
+            or out.shape[-2:] != (m, n) or m * n * k < MIN_WORK
+            or max(m, n, k) > _INT_MAX // 2 or x.ndim > out.ndim or y.ndim > out.ndim
+            or out.size == 0 or not (x.flags.aligned and y.flags.aligned and out.flags.aligned
+                    and out.flags.writeable)):
+        return False
+    item = dtype.itemsize
+    ox, oy = _layout(x[(0,) * (x.ndim - 2)]), _layout(y[(0,) * (y.ndim - 2)])
+    rs, cs = out.strides[-2:]
+    if (ox is None or oy is None or max(ox[1], oy[1]) > _INT_MAX or cs != item
+            or rs % item or not n <= rs // item <= _INT_MAX
+            or np.may_share_memory(out, x) or np.may_share_memory(out, y)):
+        return False
+
+    def steps(a: np.ndarray) -> list:
+        """Per leading dim of ``out``: the bytes ``a``'s matrix moves (0 where broadcast)."""
+        pad = len(lead) - (a.ndim - 2)
+        got = [0] * pad
+        for size, want, stride in zip(a.shape[:-2], lead[pad:], a.strides[:-2]):
+            if size not in (1, want):
+                return None
+            got.append(stride if size == want else 0)
+        return got
+
+    sx, sy = steps(x), steps(y)
+    if sx is None or sy is None:
+        return False
+    ax, ay, ao = address(x), address(y), address(out)
+    beta = 1.0 if accumulate else 0.0
+    ldo = rs // item
+    for idx in np.ndindex(*lead):
+        px, py, po = ax, ay, ao
+        for i, j in enumerate(idx):
+            px += j * sx[i]
+            py += j * sy[i]
+            po += j * out.strides[i]
+        fn(_ROW_MAJOR, ox[0], oy[0], m, n, k, 1.0, px, ox[1], py, oy[1], beta, po, ldo)
+    return True

@@ -1922,7 +1922,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
                     f"result type {_kind_title(a._data.dtype)} can't be cast to the desired "
                     f"output type {_kind_title(self._data.dtype)}")
             b = b.to(self.dtype)
-        if np.broadcast_shapes(self._data.shape, b._data.shape) != self._data.shape:
+        if (b._data.shape != self._data.shape
+                and np.broadcast_shapes(self._data.shape, b._data.shape) != self._data.shape):
             raise RuntimeError(
                 f"output with shape {list(self.shape)} doesn't match the broadcast shape "
                 f"{list(np.broadcast_shapes(self._data.shape, b._data.shape))}")

@@ -90,8 +90,10 @@ __all__ = [
 # identities of its own (random, a heartbeat only with the servers' key): which a process
 # of 15 refuses or does not follow; 17: a train_step carries the stage's random stream
 # ("rng"), which a worker of 16 refuses; 18: arrays of dtype "bfloat16" (the last pipe dtype
-# code), which a process of 17 refuses
-PROTOCOL_VERSION = 18
+# code), which a process of 17 refuses; 19: load_stage says whether every authorized client
+# may use the model ("public": it is published) or only its deployer's key, which a worker of
+# 18 refuses
+PROTOCOL_VERSION = 19
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
@@ -112,6 +114,13 @@ if _dtype.BF16 is not None:
     _NP_DTYPES["bfloat16"] = _dtype.BF16
     _WIRE_NAMES[_dtype.BF16.str] = "bfloat16"
 DTYPES = frozenset(_NP_DTYPES)
+
+
+def dtype_named(name: str) -> np.dtype:
+    """The numpy dtype that a record's ``dtype`` field names: numpy's ``str`` of it (``"<f4"``;
+    ``"<V2"`` is bfloat16's, which ``np.dtype`` reads as a plain void) or its wire name."""
+    dt = _NP_DTYPES.get(_WIRE_NAMES.get(name, name))
+    return np.dtype(name) if dt is None else dt
 
 
 class WireError(ValueError):
@@ -296,12 +305,14 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # under which the client imports disthook's modules ({"torch": "disthook", ...}).
     # writable: clients other than the one that loads the stage may change its weights
     # (load_state_dict, in-place edits, optimizer steps); by default they may not.
+    # public: the model is published, so any authorized client may use it; with keys, a
+    # stage loaded without it answers only its deployer's key
     # The stage's modules come as data (spec: class paths, attributes, arrays), or pickled by
     # value (code: the pickle's bytes as a uint8 array; arrays: the tensors' values it refers
     # to, in order), which only a worker that takes code (--allow-code) accepts
     "load_stage": {"model": "str", "stage": "int", "spec": "map?", "code": "array?",
                    "arrays": "list[array]?", "prev": "str?", "next": "str?",
-                   "aliases": "map?", "writable": "bool?",
+                   "aliases": "map?", "writable": "bool?", "public": "bool?",
                    # the neighbours' local links, where the coordinator knows them
                    "prev_link": "str?", "prev_link_host": "str?", "next_link": "str?",
                    "next_link_host": "str?"},

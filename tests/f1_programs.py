@@ -55,9 +55,20 @@ def generate(seed: int, *, deployable: bool = False, extras: bool | None = None)
     # shapes added later (F3), drawn from a stream of their own so that the draws above,
     # and so every deployable program, stay what they were
     extra = random.Random(f"extras-{seed}")
+    wider = not deployable if extras is None else extras
     for rnd in prog["rounds"]:
-        rnd["extras"] = [e for e in EXTRAS if extra.random() < 0.12] if (
-            not deployable if extras is None else extras) else []
+        rnd["extras"] = [e for e in EXTRAS if extra.random() < 0.12] if wider else []
+    # shapes added later again (F4), from a third stream, with the extras: a Linear block
+    # that adds a buffer it updates in training (hooks then on a buffer's user), hooks whose
+    # action runs inside no_grad, enable_grad or inference_mode (and log the grad mode they
+    # see), and forwards under torch.utils.checkpoint (hooks fire again in its recompute)
+    wide = random.Random(f"f4-{seed}")
+    prog["buffered"] = [wider and kind == "linear" and wide.random() < 0.5 for kind in blocks]
+    for h in prog["hooks"]:
+        h["mode"] = wide.choice((None, None, None, "no_grad", "enable_grad",
+                                 "inference")) if wider else None
+    for rnd in prog["rounds"]:
+        rnd["checkpoint"] = wider and rnd["mode"] == "grad" and wide.random() < 0.15
     return prog
 
 
@@ -245,13 +256,28 @@ def build(T, prog):
                     x = block(x)
             return x
 
+    class Buffered(nn.Linear):
+        """A Linear that adds its buffer ``shift`` and, in training, moves it (no_grad)."""
+
+        def __init__(self):
+            super().__init__(WIDTH, WIDTH)
+            self.register_buffer("shift", T.full((WIDTH,), 0.25))
+
+        def forward(self, x):
+            out = super().forward(x) + self.shift
+            if self.training:
+                with T.no_grad():
+                    self.shift.mul_(0.5).add_(out.mean(0) * 0.1)
+            return out
+
     makers = {"linear": lambda: nn.Linear(WIDTH, WIDTH),
               "seq": lambda: nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh(),
                                            nn.Linear(WIDTH, WIDTH)),
               "kw": Kw, "tuple": Tuple, "none_tuple": NoneTuple, "dict": Dict,
               "twice": Twice, "moduledict": WithDict, "modulelist": WithList,
               "shared": Shared, "nested": Nested, "act": nn.Tanh, "identity": nn.Identity}
-    blocks = [makers[kind]() for kind in prog["blocks"]]
+    blocks = [Buffered() if buffered else makers[kind]() for kind, buffered in
+              zip(prog["blocks"], prog.get("buffered") or [False] * len(prog["blocks"]))]
     model = nn.Sequential(*blocks) if prog["chain"] else Root(blocks)
     rng = np.random.default_rng(prog["seed"])
     with T.no_grad():
@@ -314,7 +340,19 @@ def _run(T, prog, deploy, log, globals_):
 
         def act_on(value, what):
             """What the hook does on a call, after logging: raise, remove, or the value it
-            returns (None: keep)."""
+            returns (None: keep); inside the hook's grad mode, if it has one."""
+            mode = h.get("mode")
+            if mode is None:
+                return act(value, what)
+            region = {"no_grad": T.no_grad, "enable_grad": T.enable_grad,
+                      "inference": T.inference_mode}[mode]
+            log.append((tag + ":mode", T.is_grad_enabled()))
+            with region():
+                log.append((tag + ":in " + mode, T.is_grad_enabled(),
+                            T.is_inference_mode_enabled()))
+                return act(value, what)
+
+        def act(value, what):
             n = calls[i] = calls.get(i, 0) + 1
             if does == "raise" and n % 3 == h["nth"] % 3 + 1 or does == "raise" and n == 1:
                 raise HookError(tag)
@@ -460,6 +498,8 @@ def _one_round(T, prog, rnd, model, x, params, handles, kept, log):
         pass
     for name, p in params.items():
         log.append(("grad", name, summary(p.grad)))
+    for name, b in model.named_buffers():
+        log.append(("buffer", name, summary(b)))
 
 
 def _round_steps(T, prog, rnd, model, x, params, kept, log):
@@ -481,7 +521,10 @@ def _round_steps(T, prog, rnd, model, x, params, kept, log):
             return call()
 
     def call():
-        out = model(x)
+        if rnd.get("checkpoint"):
+            out = T.utils.checkpoint.checkpoint(model, x, use_reentrant=False)
+        else:
+            out = model(x)
         for _ in range(rnd["calls"] - 1):  # the model called again: out + model(out)
             out = out + model(out)
         return out
@@ -672,7 +715,11 @@ def _short(entry) -> str:
 
 # what a deployed model warns where a hook fires other than in one process (docs/hooks.md:
 # a parameter several calls use, under autograd.grad or backward(inputs=) naming it)
-WARNED_DIFFERENCES = ("fired again in this backward",)
+WARNED_DIFFERENCES = ("once for each call of the model in this backward",
+                      # (the state a backward leaves where a hook raised: docs/hooks.md)
+                      "zero the gradients before going on",
+                      # (parts recomputed apart under one checkpoint: docs/distributed.md)
+                      "called inside one torch.utils.checkpoint")
 
 
 def compare_deployed(got, want, warned=()) -> tuple[str, str | None]:

@@ -137,6 +137,7 @@ def test_disthook_blas_numpy_keeps_every_product_on_numpy():
             "from disthook.ops import linalg\n"
             "a = np.random.default_rng(0).standard_normal((300, 300))\n"
             "assert _blas.gemm(a, a) is None\n"
+            "assert not _blas.matmul_into(a, a[None], np.empty((1, 300, 300)))\n"
             "assert (linalg._product(a, a) == a @ a).all()\n"
             "print(_blas.backend())\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -255,3 +256,83 @@ def test_a_products_result_starts_on_a_line_and_becomes_grad_without_a_copy():
     assert w.grad.data_ptr() == seen[0].data_ptr() and _blas.address(w.grad._data) % 64 == 0
     small = torch.randn(32, 1024) @ torch.randn(1024, 8)  # 32 KiB: numpy's, unaligned
     assert _blas.owns_memory(small._data)
+
+
+# ---- stacks of matrices (a convolution's products) -------------------------------------------
+
+def _stack(shape, dtype, seed, transposed=False):
+    rng = np.random.default_rng(seed)
+    if transposed:  # the last two dims swapped in memory, as a convolution's columns read
+        return rng.standard_normal((*shape[:-2], shape[-1], shape[-2])).astype(dtype).swapaxes(-1, -2)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+@mkl
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shapes", [
+    ((64, 289), (3, 289, 200), (3, 64, 200)),  # one weight against each sample's columns
+    ((2, 64, 300), (3, 2, 300, 200), (3, 2, 64, 200)),  # per group, broadcast over samples
+    ((3, 1, 64, 300), (1, 2, 300, 200), (3, 2, 64, 200)),  # both broadcast
+])
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_a_stack_of_products_on_mkl_is_numpys_matmul(dtype, shapes, transposed, accumulate):
+    sx, sy, so = shapes
+    x, y = _stack(sx, dtype, 0), _stack(sy, dtype, 1, transposed)
+    start = _stack(so, dtype, 2)
+    out = start.copy()
+    assert _blas.matmul_into(x, y, out, accumulate=accumulate)
+    expected = np.matmul(x, y) + (start if accumulate else 0)
+    close(out, expected, sx[-1], dtype)
+
+
+@mkl
+def test_stacks_mkl_cannot_take_are_left_untouched_for_numpy():
+    x, y = _stack((64, 300), np.float32, 0), _stack((2, 300, 200), np.float32, 1)
+    out = np.full((2, 64, 200), 7, np.float32)
+    frozen = out.copy()
+    frozen.flags.writeable = False
+    shared = np.zeros((2, 300, 300), np.float32)
+    refused = [
+        (x.astype(np.float64), y, out),  # mixed dtypes
+        (x, y[:, :, ::2], out[:, :, :100]),  # a right operand with gaps in both dims
+        (x[:2, :2], y[:, :2, :2], out[:, :2, :2]),  # too small for a call to pay
+        (x, _stack((3, 300, 200), np.float32, 1), out),  # 3 samples against 2 outputs
+        (x, shared[:, :, :200], shared[:, :64, :200]),  # the result over an operand
+        (x, y, frozen),
+        (x, y[:0], out[:0]),  # no matrices at all
+    ]
+    for a, b, o in refused:
+        before = o.copy()
+        assert not _blas.matmul_into(a, b, o)
+        np.testing.assert_array_equal(o, before)
+
+
+@mkl
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_convolutions_products_go_to_mkl_with_numpys_values(bias, monkeypatch):
+    """A Conv2d at sizes where each sample's product is worth a call (here 32 -> 64
+    channels, 3x3, 20x20): its output and weight gradient take MKL's products, per sample,
+    and are numpy's within the rounding of two summation orders."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((3, 32, 20, 20)).astype(np.float32)
+    g = rng.standard_normal((3, 64, 18, 18)).astype(np.float32)
+
+    def run():
+        torch.manual_seed(0)
+        layer = nn.Conv2d(32, 64, 3, bias=bias)
+        a = torch.tensor(x, requires_grad=True)
+        out = layer(a)
+        out.backward(torch.tensor(g))
+        return [t.detach().numpy().copy() for t in (out, a.grad, layer.weight.grad)]
+
+    calls = []
+    real = _blas.matmul_into
+    monkeypatch.setattr(_blas, "matmul_into",
+                        lambda *a, **k: calls.append(real(*a, **k)) or calls[-1])
+    on_mkl = run()
+    assert calls.count(True) >= 1 + 3, calls  # the forward's stack, each sample's gradient
+    monkeypatch.setattr(_blas, "matmul_into", lambda *a, **k: False)
+    on_numpy = run()
+    for name, got, expected in zip(("output", "input grad", "weight grad"), on_mkl, on_numpy):
+        close(got, expected, 32 * 9 * 3 * 18 * 18, np.float32, err_msg=name)

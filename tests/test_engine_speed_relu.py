@@ -98,3 +98,23 @@ def test_relu_output_is_torchs_bit_for_bit(dtype, shape):
     inplace = disthook.tensor(x)
     inplace.relu_()
     np.testing.assert_array_equal(inplace.numpy().view(np.uint8), theirs.view(np.uint8))
+
+
+@pytest.mark.parametrize("shape", [(4, 8, 6, 6), (2, 3, 26, 26), (16, 1024), (3, 256), (300,),
+                                   (5, 7), (2, 70000)])
+def test_relu_in_long_rows_is_torchs_bit_for_bit(shape):
+    """A C-ordered input is taken in rows of a long power of two where its size allows
+    (ops.elementwise._relu): the values, -0.0 and NaNs of either sign, the shape and a
+    result of its own memory are as before and as torch's."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape)
+    flat = x.reshape(-1)
+    flat[:4] = [-0.0, np.nan, -np.nan, 0.0]
+    for dtype in (np.float32, np.float64):
+        mine = disthook.tensor(x.astype(dtype)).relu()
+        theirs = torch.tensor(x.astype(dtype)).relu().numpy()
+        got = mine.numpy()
+        assert got.shape == theirs.shape and got.flags.c_contiguous
+        assert mine.storage_offset() == 0 and got.base is None
+        bits = np.dtype(f"u{got.itemsize}")
+        np.testing.assert_array_equal(got.view(bits), theirs.view(bits))

@@ -61,6 +61,15 @@ def test_the_programs_use_every_hook_kind_and_block():
     assert {e for p in made for r in p["rounds"] for e in r["extras"]} == set(programs.EXTRAS)
     assert not any(r["extras"] for seed in range(50)
                    for r in programs.generate(seed, deployable=True)["rounds"])
+    # (F4's shapes: a buffered Linear, hooks acting in a grad mode, checkpointed forwards;
+    # deployable programs, as drawn before them, have none unless asked)
+    assert any(b for p in made for b in p["buffered"])
+    assert {h["mode"] for p in made for h in p["hooks"]} == {
+        None, "no_grad", "enable_grad", "inference"}
+    assert any(r["checkpoint"] for p in made for r in p["rounds"])
+    assert not any(h["mode"] or r["checkpoint"] or any(p["buffered"])
+                   for seed in range(50) for p in [programs.generate(seed, deployable=True)]
+                   for h in p["hooks"] for r in p["rounds"])
     assert {h["does"] for p in made for h in p["hooks"]} >= {
         "log", "replace", "raise", "remove_self", "remove_other", "inplace", "bad",
         "act_hook", "act_retain"}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 import disthook
+from disthook.autograd import grad_mode
 from disthook.service import hook_kinds, worker_hooks
 from disthook.service.values import pack, tensors_in, unpack
 from workers import attr_changes, form
@@ -123,7 +124,7 @@ class HookHandlers:
             originals = list(tensors_in(args))
             answer = worker._fire(
                 record, client, hook_id, kind, path, args, originals,
-                forward_kind and disthook.is_grad_enabled(),
+                forward_kind and grad_mode.is_grad_enabled(),
                 lambda later: worker._use_answer(later, originals, client, hook_id, path))
             if answer is None:  # ran ahead: its answer is taken when the pass ends
                 return None
@@ -308,7 +309,7 @@ def _apply_changes(answer, originals: list, worker, client: bytes, hook_id: int,
             raise RuntimeError(f"the client's hook on {path!r} changed tensor {change.arg} in "
                                f"place to something that is not a tensor of its shape "
                                f"{tuple(target.shape)}")
-        if value.requires_grad and disthook.is_grad_enabled():
+        if value.requires_grad and grad_mode.is_grad_enabled():
             target.copy_(value)
         else:
             with disthook.no_grad():
@@ -358,13 +359,13 @@ def _unpack_result(data, originals: list, worker, client: bytes, hook_id: int):
         return _original(originals, data["same"], "its module")
     if isinstance(data, dict) and "feed" in data:  # the client's own, requiring grad
         leaf = disthook.from_numpy(np.array(data["tensor"]))
-        if disthook.is_grad_enabled():
+        if grad_mode.is_grad_enabled():
             leaf.requires_grad_(True)
             worker.current_job().taps[data["feed"]] = leaf  # its gradient may be asked for
         return leaf
     if isinstance(data, dict) and "vjp" in data:
         inputs = [t for t in originals if t.requires_grad]
-        if data.get("own") and not inputs and disthook.is_grad_enabled():
+        if data.get("own") and not inputs and grad_mode.is_grad_enabled():
             # computed from the client's own tensors that require grad (a steering vector
             # learned through a frozen model): it requires grad here too, so that the
             # backward reaches it and the client gives those tensors their gradients

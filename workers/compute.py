@@ -86,8 +86,9 @@ class ComputeHandlers:
                     job.rng = msg["rng"]
                     disthook.random._set_stream_state(msg["rng"])
                 with disthook.set_grad_enabled(grad), default_dtype_as(msg.get("default_dtype")):
-                    given = [_as_computed(t) if st.index > 0 else caller_copy(t)
-                             for t in inputs]
+                    given = [_as_computed(t) if st.index > 0
+                             else values.as_argument(caller_copy(t), i)
+                             for i, t in enumerate(inputs)]
                     for t, name in zip(given, msg.get("names") or ()):  # the previous
                         self.name_as(job, t, name)  # stage's output: one object (hooks)
                     if stop_here:  # the output of module `stop` is the answer: no later stage
@@ -132,6 +133,7 @@ class ComputeHandlers:
                         "grad_fn": None if out.grad_fn is None else out.grad_fn.name(),
                         "custom_view": values.custom_view(out),
                         "saved": values.saved_by_its_node(out),
+                        "argument": values.returned_argument(out),
                         "rng": rng,
                         "attrs": attr_changes.merged(msg.get("attrs"), snap.changes()),
                         "forms": form.forms(st, job, msg.get("forms"))}, "ahead": ahead})
@@ -184,8 +186,9 @@ class ComputeHandlers:
 
             def compute():
                 inputs.clear()  # fresh leaves each time the forward runs
-                args, kwargs = unpack(call, lambda a, flag, _name: caller_copy(
-                    _as_computed(leaf(a, flag)), id(a) not in kept))
+                args, kwargs = unpack(call, lambda a, flag, _name: values.as_argument(
+                    caller_copy(_as_computed(leaf(a, flag)), id(a) not in kept),
+                    len(inputs) - 1))
                 if msg.get("rng"):  # the client's random stream: drawn from here, handed back
                     job.rng = msg["rng"]
                     disthook.random._set_stream_state(msg["rng"])
@@ -299,17 +302,27 @@ class ComputeHandlers:
                         f"{msg.ctx!r}: its forward ran under no_grad, or the tensor is no "
                         "longer part of the graph")
                 outputs, given = [context.taps[start]], [g]
-            seeds = [(o, gr) for o, gr in zip(outputs, given)
+            seeds = [(i, o, gr) for i, (o, gr) in enumerate(zip(outputs, given))
                      if gr is not None and o.requires_grad]
+            # the gradients the client gave (not a peer's): in-place changes go back
+            given_here = start is None and (context.direct or not st.neighbours.get("next"))
+            made: list = []  # (number, tensor, version) of the given gradients, see pairs
             if msg.get("create_graph"):  # a backward whose own graph is kept (double backward)
                 return self._backward_with_graph(job, st, context, outputs, given, msg)
 
             def pairs():
                 """(output, its gradient): the received arrays themselves (nothing else
                 reads them), or copies where the backward may run again (a hook may change
-                a gradient in place)."""
-                return [(o, disthook.from_numpy(gr if job.spec is None else np.array(gr)))
-                        for o, gr in seeds]
+                a gradient in place); one tensor for an array given twice."""
+                made.clear()
+                tensors: dict = {}
+                for i, _, gr in seeds:
+                    t = tensors.get(id(gr))
+                    if t is None:
+                        t = tensors[id(gr)] = disthook.from_numpy(
+                            gr if job.spec is None else np.array(gr))
+                    made.append((i, t, t._vc[0]))
+                return [(o, t) for (_, o, _), (_, t, _) in zip(seeds, made)]
 
             # an autograd.grad to taps alone, all of them here: stop at them, keep the rest
             # of the graph (the part below them) for a backward from them later
@@ -345,6 +358,8 @@ class ComputeHandlers:
                                                      msg.get("accumulate", True))
                 if held is not None:
                     held.flush()
+                if given_here:
+                    values.given_changes(made, tapped)
                 return grads
 
             prev = None if context.direct else st.neighbours.get("prev")

@@ -14,13 +14,16 @@ import numpy as np
 from disthook.autograd.graph import _SavedTensor
 from disthook.tensor import Tensor
 
-__all__ = ["MAX_GRAPH_BYTES", "MAX_MODELS", "MAX_MODEL_BYTES", "MAX_UNREAD_BYTES", "LimitChecks", "add_limit_options", "graph_nbytes",
+__all__ = ["MAX_GRAPH_BYTES", "MAX_MODELS", "MAX_MODEL_BYTES", "MAX_OPTIMIZERS", "MAX_UNREAD_BYTES", "LimitChecks", "add_limit_options", "graph_nbytes",
            "limit_arguments", "mib"]
 
 MAX_GRAPH_BYTES = 1 << 30  # the arrays one client's kept forward graphs may hold, per worker
 MAX_MODELS = 64  # stages of models one client keeps loaded on one worker
 MAX_MODEL_BYTES = 8 << 30  # the weights (parameters and buffers) of those stages
 MAX_UNREAD_BYTES = 256 << 20  # answers ZeroMQ holds for one connection that reads none
+# optimizers' shares one client keeps on one stage: each holds what the client chose for its
+# param groups (a header's worth) and its state, until the client's connection closes
+MAX_OPTIMIZERS = 256
 
 
 def _root(arr: np.ndarray) -> np.ndarray:
@@ -161,6 +164,20 @@ class LimitChecks:
                 f"{mib(self.max_model_bytes)} (--max-model-mb): unload a model it no longer "
                 "needs (close() its deployment), or place this one on more stages")
 
+    def check_optimizers(self, st, client: bytes) -> None:
+        """Refuse a new optimizer's share on the stage past ``MAX_OPTIMIZERS`` for the
+        client: a share is never dropped before the client goes, and one that stepped
+        nothing (a zero_grad, a state read) held 900 KiB of param-group keys the client chose,
+        so that a read-only client grew a worker without bound."""
+        fellows = self._fellows(client)
+        held = sum(1 for who, _ in st.optimizers if who in fellows)
+        if held >= MAX_OPTIMIZERS:
+            raise RuntimeError(
+                f"this client keeps the shares of {held} optimizers on {st.name}, the most "
+                "one client may: each keeps its state on the worker until the client "
+                "disconnects; make one optimizer and reuse it (its param groups' lr and "
+                "state can be changed), or connect again to start afresh")
+
     def check_hooks(self, st, client: bytes, adding: int) -> None:
         fellows = self._fellows(client)
         held = sum(1 for who, _ in st.hooks if who in fellows)
@@ -206,7 +223,8 @@ def add_limit_options(p) -> None:
                         "300); what waits for that call (the deployer's train()/eval(), a "
                         "reload) waits as long at most")
     p.add_argument("--max-unread-mb", type=int, default=MAX_UNREAD_BYTES >> 20, metavar="MIB",
-                   help="what the answers one connection has not read yet may hold here "
+                   help="what the answers one client (with keys, one key) has not read yet "
+                        "may hold here "
                         "(default 256); past it an answer is dropped, its request answered "
                         "with an error")
 

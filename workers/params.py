@@ -58,8 +58,17 @@ class ParamHandlers:
             st.form += 1
             return
         note_write(st, self.state, job)
+        data, acc = param._data, param._grad_acc  # (set_, resize_ replace them)
         with disthook.no_grad():
             getattr(param, op)(*args, **kwargs)
+        made = param._data
+        if made.shape != data.shape or made.dtype != data.dtype:
+            param._data, param._grad_acc = data, acc  # as it was: every copy mirrors it
+            raise RuntimeError(
+                f"a deployed tensor keeps its shape and dtype: {msg['name']} is "
+                f"{list(data.shape)} {data.dtype}, {op} made it {list(made.shape)} "
+                f"{made.dtype}; every client's copy of the model has its shape and dtype "
+                "(change a dtype with the module's to(dtype), double(), half())")
 
     def on_module_op(self, job):
         """A change one process allows to the module at ``path`` (see wire's module_op): a
@@ -177,6 +186,7 @@ class ParamHandlers:
                 raise PermissionError(
                     f"the optimizer class {spec['class']!r} would be imported for a client "
                     f"that may not change {st.name}: it may use disthook.optim's optimizers")
+            self.check_optimizers(st, client)
             cls = _optimizer_class(spec["class"])
             params = dict(st.module.named_parameters())
             missing = [n for n in spec["params"] if n not in params]

@@ -115,6 +115,10 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         self.orphan_after = orphan_after
         self.registered = False
         self.last_heard = time.monotonic()
+        # when the first question (a registration, a beat that asks) since the last word
+        # went; None: none waits. The silence --orphan-after measures runs from it: a job
+        # runs inline in this loop, so a long one sends no beat (see _orphaned)
+        self.asked_at: float | None = None
         self.stages: dict = {}  # model id -> the Stage of it held here
         # what hooks.capture(...) kept, by client and buffer
         self.captures = worker_hooks.Captures(max_capture_bytes)
@@ -129,8 +133,9 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         self.max_contexts, self.max_hooks = max_contexts, max_hooks
         self.max_graph_bytes, self.max_value_bytes = max_graph_bytes, max_value_bytes
         self.max_models, self.max_model_bytes = max_models, max_model_bytes
-        self.unread = UnreadAnswers(max_unread_bytes, "--max-unread-mb")
         self.peers = Peers(keys, self.authorized)  # who is on each connection (transport)
+        # (with keys, weighed per key: more connections get no more room)
+        self.unread = UnreadAnswers(max_unread_bytes, "--max-unread-mb", self.peers.account)
         self.who = self.peers.who  # a peer as the logs name it
         self.state = WorkerState(wid, context_ttl=context_ttl, who=self.who,
                                  hook_timeout=hook_timeout)
@@ -163,6 +168,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         return sock
 
     def _register(self) -> None:
+        self._asked()
         self._to_coordinator("register", {
             "worker": self.id, "address": self.address, "pid": os.getpid(),
             "host": socket.gethostname(), "code": self.allow_code, **self.link_fields()})
@@ -331,6 +337,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
                            error_fields(exc, worker=self.name))
                 return
             try:
+                self.check_use(job)  # (workers/stages.py: another key's own model)
                 result = handler(job)
             except PermissionError as exc:  # a refused write: the logs say who tried (a
                 # few lines a minute per peer: refusals must not fill the log)
@@ -409,7 +416,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         except wire.WireError as exc:
             self.log.warning("worker %s: malformed message from the coordinator: %s", self.id, exc)
             return
-        self.last_heard = time.monotonic()
+        self.last_heard, self.asked_at = time.monotonic(), None
         if msg.type == "shutdown":
             self.stop(msg.get("reason") or "the coordinator asked")
         elif msg.type == "ok" and not self.registered:
@@ -432,7 +439,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
     def tick(self) -> None:
         super().tick()  # replies that found no route yet go again
         now = time.monotonic()
-        if self.orphan_after and now - self.last_heard > self.orphan_after:
+        if self.orphan_after and self._orphaned(now):
             self.stop(f"no word from the coordinator at {self.coordinator_address} for "
                       f"{self.orphan_after:g} s")
             return
@@ -443,6 +450,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
     def _beat(self) -> None:
         """A heartbeat now (also right after placement changes, so status is current)."""
         if self.registered:
+            if self.orphan_after:
+                self._asked()
             # an answer only where one is awaited (--orphan-after): each wakes this loop
             self._to_coordinator("heartbeat", {
                 "worker": self.id, "memory": rss_bytes(),
@@ -451,6 +460,21 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         else:
             self._register()
         self.next_beat = time.monotonic() + self.heartbeat
+
+    def _asked(self) -> None:
+        if self.asked_at is None:
+            self.asked_at = time.monotonic()
+
+    def _orphaned(self, now: float) -> bool:
+        """Whether the coordinator left a question unanswered for ``orphan_after`` seconds.
+        Silence alone is not enough: after a job that ran inline longer than that, no beat
+        went meanwhile (none is waiting: it asks now), or the answer to the one before the
+        job waits unread in the socket (read here first)."""
+        if now - self.last_heard <= self.orphan_after:
+            return False
+        while self.asked_at is not None and self.control.poll(0):
+            self._on_control()
+        return self.asked_at is not None and now - self.asked_at > self.orphan_after
 
     # ---- requests answered by the shell ----------------------------------------------------
     def on_hello(self, job):  # the greeting (Service's), for a job

@@ -40,9 +40,10 @@ class Stage:
     swapped."""
 
     def __init__(self, model: str, index: int, module, owner: bytes = b"",
-                 writable: bool = False) -> None:
+                 writable: bool = False, public: bool = False) -> None:
         self.model, self.index, self.module = model, index, module
         self.owner, self.writable = owner, writable  # who loaded it; may others write it
+        self.public = public  # published: every client may use it (with keys, else its key's)
         self.shared = False  # another client has called it (workers/attr_changes: Snapshot)
         self.params = list(module.parameters())
         self.versions = Versions(module)  # the weights' versions (workers.versions)
@@ -175,6 +176,11 @@ class Stage:
             "client's copy of the model mirrors; ask the deployer to change it")
 
 
+# characters of a model's id (as the coordinator's of a published one): every heartbeat and
+# status names each stage a worker holds, and two stages of 600 KB ids made a worker's
+# heartbeat pass the coordinator's 1 MiB cap, which then listed the worker dead
+MAX_MODEL_ID_CHARS = 256
+_ANY_CLIENT = frozenset({"status", "load_stage"})  # (load_stage: _check_reload says who may)
 MAX_RETIRED = 65536  # unloaded model ids a worker remembers (not taken by another)
 
 
@@ -199,12 +205,16 @@ class StageHandlers:
         """Make a stage of model ``msg["model"]`` (pickled by value, or from its spec) and
         connect to its neighbour stages; a stage of that model held before is replaced."""
         msg = job.msg
+        if len(msg["model"]) > MAX_MODEL_ID_CHARS:
+            raise ValueError(f"a model's id is at most {MAX_MODEL_ID_CHARS} characters, got "
+                             f"{len(msg['model'])}: every heartbeat and status of this worker "
+                             "names it")
         aliases.install(msg.get("aliases") or {})  # before the model's modules are imported
         module = self._stage_module(msg)
         _check_reload(self.stages.get(msg["model"]), job.client)
         self._check_retired(msg["model"], job.client)
         stage = Stage(msg["model"], msg["stage"], module, owner=job.client,
-                      writable=bool(msg.get("writable")))
+                      writable=bool(msg.get("writable")), public=bool(msg.get("public")))
         self.check_models(job.client, stage.model, stage.nbytes)
         stage.keeper = self.keeper(job.client)
         self._drop(msg["model"])
@@ -219,6 +229,21 @@ class StageHandlers:
                       ", writable by others" if stage.writable else "")
         self._beat()
         return {"parameters": sum(p.numel() for p in module.parameters())}
+
+    def check_use(self, job) -> None:
+        """With keys, ``PermissionError`` for a request about a model that its deployer did
+        not publish, from a client of another key: a model's id is no secret (``status``
+        lists every stage), and any authorized key read the weights of, ran and hooked
+        every other client's own models. A call a neighbour stage carries on was checked
+        where it came in (a later stage may not know the client's key)."""
+        st = self.stages.get(job.msg.get("model")) if job.msg.type not in _ANY_CLIENT else None
+        if (st is None or st.public or self.peers.keys is None or job.sender != job.client
+                or self.keeper(job.client) == st.keeper):
+            return
+        raise PermissionError(
+            f"{job.msg.type}: model {st.model!r} on worker {self.id} is its deployer's own: "
+            "it was not published, so only its deployer's key may use it (the deployer "
+            "shares it with deploy(..., name=...), and clients attach by that name)")
 
     def _stage_module(self, msg) -> Module:
         """The stage's module tree: unpickled (code from a deploying client, only where this

@@ -163,7 +163,11 @@ class ValueHandlers:
 
     def _resolve_grads(self, job, model: str, grads: list) -> list:
         """A backward's output gradients: arrays, None, or ``{"ref": id}`` of kept values."""
-        return [self._value_of(job, model, g) if isinstance(g, dict) else g for g in grads]
+        out: list = []
+        for g in grads:  # (a {"same": i}: the gradient i, one tensor there, see pairs)
+            out.append(g if not isinstance(g, dict) else out[g["same"]] if "same" in g
+                       else self._value_of(job, model, g))
+        return out
 
     def _keep_outputs(self, job, model: str, prefix: str, tensors: list) -> list[dict]:
         """Keep ``tensors`` (detached) for the job's client under ``<prefix>.<i>``; what

@@ -31,6 +31,13 @@ RULES: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), why) for p, wh
       "ints and bool are)")),
 ))
 
+_FAKE_QUANT = ("disthook has no quantization workflow (observers, prepare_qat, convert); "
+               "quantization-aware training's fake quantization is "
+               "torch.fake_quantize_per_tensor_affine(x, scale, zero_point, quant_min, "
+               "quant_max) and torch.fake_quantize_per_channel_affine(w, scales, zero_points, "
+               "axis, quant_min, quant_max), with the straight-through gradient: call them in "
+               "the module's forward, with scales kept as buffers")
+
 # names whose refusal can say exactly what to use instead
 HINTS = {
     "torch.nn.parallel.DistributedDataParallel":
@@ -54,6 +61,8 @@ HINTS = {
                                  "Jacobian-vector products come from torch.func.jvp(f, "
                                  "primals, tangents) or torch.autograd.functional.jvp, and "
                                  "Jacobians from torch.func.jacfwd / jacrev",
+    "torch.ao.quantization": _FAKE_QUANT,
+    "torch.quantization": _FAKE_QUANT,
     "torch.distributions": "disthook.distributions provides every distribution, transform and "
                            "constraint of torch.distributions, with kl_divergence and "
                            "biject_to / transform_to",

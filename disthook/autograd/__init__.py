@@ -17,10 +17,10 @@ from disthook.autograd.function import Function, InplaceFunction, once_different
 from disthook.autograd.grad_mode import (
     enable_grad,
     inference_mode,
-    is_grad_enabled,
     no_grad,
     set_grad_enabled,
 )
+from disthook.autograd.grad_mode import grad_mode_shown as is_grad_enabled
 from disthook.autograd.gradcheck import gradcheck, gradgradcheck  # noqa: F401
 from disthook.autograd.graph import SavedTensor  # noqa: F401
 from disthook.autograd.variable import Variable
@@ -92,6 +92,15 @@ def _make_grads(outputs: tuple, grads: tuple) -> tuple:
                     f"Mismatch in shape: grad_output[{_index(grads, g)}] has a shape of "
                     f"{g.shape} and output[{_index(outputs, out)}] has a shape of "
                     f"{Size(shape)}.")
+            if (_dtype.kind(g._data.dtype) == "c") != (_dtype.kind(np_dtype) == "c"):
+                raise RuntimeError(
+                    "For complex Tensors, both grad_output and output are required to have "
+                    f"the same dtype. Mismatch in dtype: grad_output[{_index(grads, g)}] has "
+                    f"a dtype of {g.dtype} and output[{_index(outputs, out)}] has a dtype of "
+                    f"{from_numpy_dtype(np_dtype)}.")
+            if g._data.dtype != np_dtype:  # the output's dtype before any hook sees it, as
+                g = g.to(np_dtype)  # torch's engine casts a root's gradient (a float32
+                # seed of a float64 mean was divided in float32)
             seeds.append(g)
         elif g is None:
             if needs_grad:

@@ -322,6 +322,9 @@ class _GraphTask:
         self.hold = None
         self.typed: dict = {}  # node class -> the graph's nodes of it (see nodes_of)
 
+    # fn(exc) each, called when the backward fails (see on_error)
+    failed: tuple | list = ()
+
 
 def _count_dependencies(roots) -> dict:
     deps: dict = {}
@@ -423,6 +426,8 @@ def execute(roots, grads, *, retain_graph: bool, create_graph: bool, inputs=None
         _run(task, root_nodes, results, len(roots) == 1)
     except Exception as exc:
         _report_anomaly(exc)
+        for fn in task.failed:
+            fn(exc)
         raise
     finally:
         running.pop()
@@ -491,6 +496,15 @@ def nodes_of(task: _GraphTask, kind: type) -> list:
         found = task.typed[kind] = [n for n in dict.fromkeys((*task.roots, *task.deps))
                                     if isinstance(n, kind)]
     return found
+
+
+def on_error(fn) -> None:
+    """Call ``fn(exc)`` should the backward now running in this thread fail (``exc``: what
+    it raises), after the node running now: a node whose work cannot be undone says so."""
+    task = _running.tasks[-1]
+    if not task.failed:
+        task.failed = []
+    task.failed.append(fn)
 
 
 def has_run(task: _GraphTask, node) -> bool:

@@ -7,15 +7,31 @@ import threading
 
 
 class _State(threading.local):
-    enabled = True
+    enabled = True  # whether ops record a graph
     inference = False
+    # the grad mode the program last set; inside inference_mode ops record nothing whatever
+    # it is (enable_grad there shows True, as in torch, and records nothing)
+    shown = True
 
 
 _state = _State()
 
 
 def is_grad_enabled() -> bool:
+    """Whether ops record a graph now (the library's own question; the program's
+    ``torch.is_grad_enabled()`` is ``grad_mode_shown``)."""
     return _state.enabled
+
+
+def grad_mode_shown() -> bool:
+    """``torch.is_grad_enabled()``: the grad mode set, which inside inference_mode may be
+    on (an ``enable_grad`` there) while nothing records."""
+    return _state.shown if _state.inference else _state.enabled
+
+
+def _set(mode: bool) -> None:
+    _state.shown = mode
+    _state.enabled = mode and not _state.inference
 
 
 def is_inference_mode_enabled() -> bool:
@@ -28,11 +44,11 @@ class _Mode:
     mode = True
 
     def __enter__(self):
-        self._prev = _state.enabled
-        _state.enabled = self.mode
+        self._prev = _state.enabled, _state.shown
+        _set(self.mode)
 
     def __exit__(self, *exc):
-        _state.enabled = self._prev
+        _state.enabled, _state.shown = self._prev
         return False
 
     def _fresh(self) -> "_Mode":
@@ -137,15 +153,15 @@ class set_grad_enabled(_Mode):
     """Sets grad mode at once; as a context manager it restores the previous mode on exit."""
 
     def __init__(self, mode: bool):
-        self._prev = _state.enabled
+        self._prev = _state.enabled, _state.shown
         self.mode = bool(mode)
-        _state.enabled = self.mode
+        _set(self.mode)
 
     def __enter__(self):
         pass
 
     def __call__(self, fn):
-        _state.enabled = self._prev  # used as a decorator: the mode applies inside fn only
+        _state.enabled, _state.shown = self._prev  # a decorator: the mode holds in fn only
         return super().__call__(fn)
 
     def _fresh(self) -> "_Mode":

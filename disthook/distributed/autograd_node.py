@@ -16,13 +16,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from disthook import wire
 from disthook.autograd import engine, grad_mode
 from disthook.autograd.graph import SECOND_BACKWARD_MSG, gradient_edge
 from disthook.autograd.saved_hooks import current_pair
 from disthook.distributed import async_calls, attr_changes
+from disthook.distributed.backward_state import given_changed, say_stopped
 from disthook.distributed.placement import split_rows
 from disthook.distributed.remote_values import from_record, grad_data
 from disthook.distributed.tap_node import LiveEdges, RemoteTapBackward0
+from disthook.service.values import GIVEN_TAP, one_object_grads
 from disthook.tensor import Tensor
 from disthook.utils.hooks import RemovableHandle
 
@@ -203,15 +206,19 @@ class RemoteBackward0(LiveEdges):
         path = p.__dict__.get("_path")
         if p.__dict__.get("_model") is not self._model or path is None:
             return False
-        if self._call:
-            covered = _in_part(self._model, self._part, path)
-        else:
-            stage = self._model._layout.stage_of(path)
-            covered = stage is not None and stage <= self._stage
+        covered = self.uses_parameter(path)
         if covered:
             self._params[PARAM_TAP + path] = (weakref.ref(p), tuple(p.shape),
                                               np.dtype(p.dtype.np))
         return covered
+
+    def uses_parameter(self, path: str) -> bool:
+        """Whether the workers' backward of this call computes the gradient of its model's
+        parameter at ``path`` (a parameter of the part, or of the stages, it stands for)."""
+        if self._call:
+            return _in_part(self._model, self._part, path)
+        stage = self._model._layout.stage_of(path)
+        return stage is not None and stage <= self._stage
 
     @staticmethod
     def _accumulates() -> bool:
@@ -329,6 +336,17 @@ class RemoteBackward0(LiveEdges):
         return tuple(out)
 
     def _backward(self, grads: list) -> tuple:
+        ran_in = self._ran_in
+        try:
+            out = self._remote_backward(grads)
+        except Exception:
+            if self._ran_in != ran_in:  # (it went to the workers)
+                say_stopped(self, within=True)
+            raise
+        engine.on_error(lambda exc: say_stopped(self, within=False))
+        return out
+
+    def _remote_backward(self, grads: list) -> tuple:
         if self._freed:
             raise RuntimeError(SECOND_BACKWARD_MSG)
         if self._saved_outputs:
@@ -359,6 +377,7 @@ class RemoteBackward0(LiveEdges):
             "backward", what="backward through the remote stages")
         for reply in replies:  # what the stages' hooks set on their modules, stage by stage
             attr_changes.apply(model, reply["result"].get("attrs"))
+        given_changed([g], [r["result"].get("tapped") for r in replies], self._sizes)
         taps = self._tap_grads(_summed([r["result"].get("tapped") for r in replies]),
                                wanted)
         if not retain:
@@ -381,7 +400,8 @@ class RemoteBackward0(LiveEdges):
         address = model._addresses[self._stage]
         # the input gradients stay on the worker (a node before this one takes them there)
         keep = f"{self._ctx_ids[0]}~{next(_backwards)}"
-        fields = {"stage": self._stage, "grads": [grad_data(g, address, model) for g in grads],
+        fields = {"stage": self._stage, "grads": one_object_grads(
+                      [grad_data(g, address, model) for g in grads], grads),
                   "retain_graph": retain, "reply_to": model._hub.reply_to,
                   "taps": wanted or None, "accumulate": self._accumulates(),
                   "inputs": self._inputs_wanted(), "keep_grads": keep,
@@ -405,6 +425,14 @@ class RemoteBackward0(LiveEdges):
                 if reply["result"].get("attrs"):  # (late: the next backward waits)
                     forms.put(key, None)
                     attr_changes.apply(model, reply["result"]["attrs"])
+                if any(k.startswith(GIVEN_TAP) for k in reply["result"].get("tapped") or ()):
+                    forms.put(key, None)
+                    raise RuntimeError(
+                        f"{what}: a hook changed in place a gradient this backward gave "
+                        "the call, after the program went on without the worker's answer; "
+                        "in one process that change reaches the program's gradient tensor. "
+                        "Gradients computed since may be wrong: return the changed "
+                        "gradient from the hook instead")
                 diff = async_calls.differs(form, reply["result"]["grads"])
                 if diff is not None:
                     raise RuntimeError(
@@ -422,7 +450,8 @@ class RemoteBackward0(LiveEdges):
             # what the part's tensor hooks set on its modules there (then the next backward
             # waits too, so that the program reads them after it as in one process)
             attr_changes.apply(model, result.get("attrs"))
-            if key is not None and not result.get("attrs"):
+            changed = given_changed(grads, [result.get("tapped")])
+            if key is not None and not result.get("attrs") and not changed:
                 forms.put(key, async_calls.form_of(result["grads"]))
         if not retain:
             self._finalizer.detach()
@@ -468,14 +497,14 @@ class RemoteBackward0(LiveEdges):
                 out.append(None)
                 continue
             t = from_record(model, address, g, node, nr)
-            node._output_meta.append((tuple(g["shape"]), np.dtype(g["dtype"])))
+            node._output_meta.append((tuple(g["shape"]), wire.dtype_named(g["dtype"])))
             out.append(t)
             nr += 1
         # backward: p.grad with its graph; autograd.grad: the parameters it names (taps)
         held = model.__dict__.setdefault("_graph_grads", {}) if fields["accumulate"] else {}
         for path, g in result.get("params") or ():  # kept there, with their graph
             held[path] = from_record(model, address, g, node, nr)
-            node._output_meta.append((tuple(g["shape"]), np.dtype(g["dtype"])))
+            node._output_meta.append((tuple(g["shape"]), wire.dtype_named(g["dtype"])))
             nr += 1
         node._output_meta = tuple(node._output_meta)
         if fields["accumulate"]:

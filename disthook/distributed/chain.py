@@ -17,6 +17,7 @@ from disthook import _dtype, random
 from disthook.autograd import grad_mode
 from disthook.distributed import attr_changes
 from disthook.distributed.autograd_node import RemoteBackward0, part_by_part
+from disthook.distributed.glue import _checkpointing as checkpointing
 from disthook.distributed.glue import refuse_saved_tensors_hooks
 from disthook.distributed.placement import micro_batch_sizes, split_rows
 from disthook.distributed.spec import module_spec
@@ -41,6 +42,15 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
             "PackedSequence for an LSTM)")
     refuse_saved_tensors_hooks(f"the deployed {model._class_name}'s forward")
     grad = grad_mode.is_grad_enabled()
+    if grad and checkpointing() is not None:
+        raise NotImplementedError(
+            f"the deployed {model._class_name}, a chain of stages, called inside "
+            "torch.utils.checkpoint: its stages would keep their saved tensors and not run "
+            "again in the backward, where one process recomputes the forward there (its "
+            "forward hooks firing again, its buffers moving again). Checkpoint the stages' "
+            "layers one by one on a model deployed with placement= (each placed part called "
+            "inside checkpoint runs checkpointed on its worker), or call the chain outside "
+            "the checkpoint")
     rows = x._data.shape[0] if x._data.ndim else 0
     chunks = min(model._chunks, rows) if rows > 1 else 1
     sizes = None  # one micro-batch: the whole input
@@ -90,6 +100,13 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
         random._set_stream_state(results[-1]["rng"])
     elif sizes is not None and any(r.get("rng") != sent for r, sent in zip(results, streams)):
         random._after_parts(len(parts))  # they drew: this stream moves on
+    if len(results) == 1 and results[0].get("argument") == 0:
+        # the model returned its input as it is (nn.Identity): as in one process, the
+        # output is the program's own tensor (under no_grad too); the worker's graph goes
+        model._hub.taps.pop(ctx_ids[0], None)
+        if grad and results[0]["requires_grad"]:
+            model._hub.release(ctx_ids)
+        return x
     outs = [np.asarray(r["output"]) for r in results]
     if sizes is not None and any(o.ndim == 0 or len(o) != n for o, n in zip(outs, sizes)):
         raise RuntimeError(

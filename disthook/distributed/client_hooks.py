@@ -58,7 +58,7 @@ class HookServer:
         self.firing_ctx: str | None = None
         self.firing = 0  # > 0 while a hook a worker fired runs here
         # a deployed parameter's tensor hook -> the backward it fired in last
-        self._param_hook_fired: dict[int, int] = {}
+        self._param_hook_fired: dict[int, tuple] = {}
         # hooks removed by a hook while it ran: id -> entry, for the firings the call
         # running then had taken (Deployment._remove_hooks)
         self.removed_while_firing: dict[int, tuple] = {}
@@ -411,26 +411,26 @@ class HookServer:
         module called twice, tied weights in two parts) fires once, with their summed
         gradient, in a plain backward (the workers hold each call's part for the last:
         workers/held_grads.py). Where that is not done (backward(create_graph=True),
-        autograd.grad naming the parameter) it fires once per call: say so when it fires
-        again in one backward, rather than let a hook that clips or rescales act on each
+        autograd.grad or backward(inputs=) naming the parameter) it fires once per call:
+        say so at its first firing in such a backward that holds more calls using it (else
+        when it fires again), rather than let a hook that clips or rescales act on each
         part apart unnoticed. With micro-batches it fires once per micro-batch by design."""
         task = engine.current_task_id()
         model = param.__dict__.get("_model")
-        if task != -1 and self._param_hook_fired.get(hook_id) == task and (
-                model is None or model._chunks <= 1):
-            warnings.warn(
-                f"the tensor hook on {param._path!r} of a deployed model fired again in this "
-                "backward: several calls of the model's forward use that parameter (a module "
-                "called more than once, or weights tied between parts), and in a "
-                "backward(create_graph=True) or an autograd.grad naming the parameter its "
-                "workers give each call's gradient to the hook apart, where one process "
-                "gives it their sum once. A hook that only reads sees the parts; one that "
-                "changes the gradient (clamp, rescale) changes each part. A plain backward() "
-                "gives the sum once; or deploy a module holding every use of the parameter "
-                "as one part (placement=), or hook the gradient where it is used (a "
-                "module's full backward hook)",
-                RuntimeWarning, stacklevel=2)
-        self._param_hook_fired[hook_id] = task
+        if task == -1 or (model is not None and model._chunks > 1):
+            return
+        seen = self._param_hook_fired.get(hook_id)  # (backward, whether said in it)
+        if seen is not None and seen[0] == task:
+            if not seen[1]:
+                _warn_fired_apart(param)
+                self._param_hook_fired[hook_id] = (task, True)
+            return
+        # its first firing in this backward: said now where more calls give it their part
+        # apart (it may not fire again: it raises, or removes itself)
+        apart = model is not None and _calls_apart(model, param._path) > 1
+        if apart:
+            _warn_fired_apart(param)
+        self._param_hook_fired[hook_id] = (task, apart)
 
     def _relocate(self, event: wire.Message, leaves: list, bounds: list, module) -> None:
         """Tensor hooks that a forward hook of a part called from code running here put on
@@ -480,6 +480,14 @@ class HookServer:
             if value.requires_grad and value.grad_fn is None and ctx is not None:
                 self.taps.setdefault(ctx, []).append((f"{key}@", value, None))
                 return {"tensor": value.detach()._data, "feed": f"{key}@"}
+            if value.is_inference() and grad_mode.is_grad_enabled():
+                raise NotImplementedError(
+                    "a client hook of a deployed model returned a tensor made in "
+                    "inference_mode, for a forward that records a graph: in one process the "
+                    "module's ops would refuse to save it for backward ('Inference tensors "
+                    "cannot be saved for backward'), but it reaches the worker as a plain "
+                    "tensor, where they would not. Make it outside inference_mode (under "
+                    "no_grad), or clone() it outside the mode before returning it")
             return self._pack_value(value, bases, key, leaves)
         if isinstance(value, (tuple, list)):
             items = [self._pack_result(v, leaves, bases, f"{key}.{i}", ctx)
@@ -555,3 +563,31 @@ def _reaches_own(value: Tensor, leaves: list, bases: list, since: int) -> bool:
         value, lambda node: id(node) in own or (
             isinstance(node, AccumulateGrad) and id(node.variable) in given),
         lambda node: isinstance(node, AccumulateGrad) or node._seq < since)
+
+
+def _calls_apart(model, path: str) -> int:
+    """How many calls of ``model`` in the backward now running give the parameter at
+    ``path`` their gradients apart (none in a plain backward, which sums them first: see
+    ``_fired_again``)."""
+    from disthook.distributed.autograd_node import RemoteBackward0
+
+    task = engine._running.tasks[-1]
+    if task.accumulate and task.needed is None and not grad_mode.is_grad_enabled():
+        return 0
+    return sum(1 for n in engine.nodes_of(task, RemoteBackward0)
+               if n._model is model and engine.will_execute(task, n)
+               and n.uses_parameter(path))
+
+
+def _warn_fired_apart(param) -> None:
+    warnings.warn(
+        f"the tensor hook on {param._path!r} of a deployed model fires once for each call "
+        "of the model in this backward: several calls of the model's forward use that "
+        "parameter (a module called more than once, or weights tied between parts), and in "
+        "a backward(create_graph=True) or an autograd.grad (or backward(inputs=)) naming "
+        "the parameter its workers give each call's gradient to the hook apart, where one "
+        "process gives it their sum once. A hook that only reads sees the parts; one that "
+        "changes the gradient (clamp, rescale) changes each part. A plain backward() gives "
+        "the sum once; or deploy a module holding every use of the parameter as one part "
+        "(placement=), or hook the gradient where it is used (a module's full backward "
+        "hook)", RuntimeWarning, stacklevel=4)

@@ -183,7 +183,8 @@ class Cluster:
 
         model = deploy(self, module, stages, split_points=split_points, balance=balance,
                        sample_input=sample_input, chunks=chunks, schedule=schedule,
-                       placement=placement, writable=writable, hooks_ahead=hooks_ahead)
+                       placement=placement, writable=writable, hooks_ahead=hooks_ahead,
+                       public=name is not None)
         remote = deployment_of(model)
         try:
             if checkpoint is not None:

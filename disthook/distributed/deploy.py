@@ -39,7 +39,7 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
            balance: str = "params", sample_input=None, chunks: int = 1,
            schedule: str = "gpipe", placement: dict | None = None, writable: bool = False,
            hooks_ahead: bool = True, _exclude: set | None = None,
-           _place: bool = True):
+           _place: bool = True, public: bool = False):
     """Place ``module`` on the cluster's workers: contiguous stages of its children where
     they can make them, else its parts over the module tree (``placement``, or
     ``tree.auto_placement``). What runs where follows from that and the model's class: a
@@ -47,8 +47,10 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
     pipeline); any other root's forward runs on the client as written, each placed part on
     its worker when it is called (``glue``); a model with no children runs whole on one.
     ``writable``: clients other than this one may change its weights (once it is
-    published). ``hooks_ahead``: a forward or backward may run ahead of the answers of
-    client hooks that only look (False: every firing waits for its answer)."""
+    published). ``public``: it is to be published, so every client may use it (with keys,
+    one that is not is its deployer's key's alone). ``hooks_ahead``: a forward or backward
+    may run ahead of the answers of client hooks that only look (False: every firing waits
+    for its answer)."""
     if not isinstance(hooks_ahead, bool):
         raise TypeError(f"hooks_ahead must be True or False, got {hooks_ahead!r}")
     if not isinstance(module, Module):
@@ -114,7 +116,8 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
                 "stage": i, **fields, "aliases": aliases or None,
                 "prev": workers[i - 1].address if i > 0 else None,
                 "next": workers[i + 1].address if i + 1 < stages else None,
-                "writable": bool(writable), **_neighbour_links(workers, i),
+                "writable": bool(writable), "public": bool(public),
+                **_neighbour_links(workers, i),
             }, what=f"load_stage {i} on {w.id}")
     except WorkerLost as exc:  # it died loading its stage: its last words say why
         remote.close()

@@ -72,7 +72,8 @@ class Deployment(HookTable):
             "_class_name": type(module).__name__,
             "_local": module,  # the tree's shape (names, kinds); its weights go stale
             # an attached client's is the deployer's (attached_model)
-            "_model_id": model_id or f"{type(module).__name__}-{uuid.uuid4().hex[:8]}",
+            # (a worker takes ids of at most 256 characters: a class's long name is cut)
+            "_model_id": model_id or f"{type(module).__name__[:128]}-{uuid.uuid4().hex[:8]}",
             "_closed": False,
             # the root's forward runs here, each placed part on its worker, unless it is
             # nn.Sequential's own (the stages run worker to worker) or the model is placed
@@ -358,14 +359,14 @@ class Deployment(HookTable):
         if self._placement_given is not None:
             fresh = deploy(self._cluster, self._local, stages, placement=self._placement_given,
                            writable=self._writable, hooks_ahead=self._hooks_ahead,
-                           _exclude=lost, _place=False)
+                           _exclude=lost, _place=False, public=bool(self._published))
         else:
             sizes = [len(names) for names in self._stage_names]
             cuts = [sum(sizes[:i]) for i in range(1, stages)]
             fresh = deploy(self._cluster, self._local, stages, split_points=cuts,
                            chunks=self._chunks, schedule=self._schedule,
                            writable=self._writable, hooks_ahead=self._hooks_ahead,
-                           _exclude=lost, _place=False)
+                           _exclude=lost, _place=False, public=bool(self._published))
         hooks = self._hub.hooks
         for name in ("_layout", "_stage_names", "_addresses", "_workers", "_model_id", "_hub"):
             object.__setattr__(self, name, fresh.__dict__[name])

@@ -16,13 +16,14 @@ those a placement leaves out).
 from __future__ import annotations
 
 import uuid
+import warnings
 import weakref
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from disthook import _dtype, random
+from disthook import _dtype, random, wire
 from disthook.autograd import grad_mode
 from disthook.autograd.saved_hooks import current_pair
 from disthook.distributed import async_calls, attr_changes, remote_values
@@ -219,6 +220,26 @@ def _checkpointing() -> dict | None:
     return {"early_stop": frame.early_stop, "rng": frame.rng_state is not None}
 
 
+def _one_more_in_checkpoint(path: str) -> None:
+    """A placed part's call inside the checkpoint running: at the second of one checkpointed
+    call, say that their recomputations (each part's on its worker, in its own backward)
+    fire the parts' hooks again otherwise than one process, which reruns the whole
+    checkpointed function at once, when the backward first needs what it saved."""
+    frame = current_pair()[0].__self__
+    paths = frame.__dict__.setdefault("_placed_paths", [])
+    paths.append(path)
+    if len(paths) == 2:
+        warnings.warn(
+            f"the placed parts {paths[0]!r} and {paths[1]!r} of a deployed model are called "
+            "inside one torch.utils.checkpoint: each is recomputed on its own worker, in its "
+            "own backward, so their forward hooks fire again in another order than in one "
+            "process (which reruns the whole checkpointed function at once, when the backward "
+            "first needs what it saved), with early stop not always the same of them, and a "
+            "part whose forward changes its buffers recomputes from another state. "
+            "Checkpoint each part on its own (checkpoint(layer.__call__, x)) to keep one "
+            "process's order", RuntimeWarning, stacklevel=4)
+
+
 def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
                 path: str | None = None, op: str | None = None, params=None, what: str):
     """One call on the worker at ``address``: the part at ``path``, or the engine's op
@@ -233,8 +254,11 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
     forms = model.__dict__.setdefault("_forms", async_calls.Forms())
     key = form = None
     if async_calls.may_go_on(model):
+        # (a call inside checkpoint answers in another form: its worker keeps no saved
+        # output there)
         key = async_calls.call_key(address, path, op, params, grad, model.training,
-                                   _dtype.get_default_dtype().name, args=(args, kwargs))
+                                   _dtype.get_default_dtype().name,
+                                   grad and _checkpointing() is not None, args=(args, kwargs))
         form = forms.get(key)
         if form is not None and form["rng"]:
             form = None  # it draws from the client's stream, which comes back with it
@@ -261,6 +285,7 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
         fields.update(path=path, rng=random._stream_state())  # (in eval mode too)
         if grad and (ckpt := _checkpointing()) is not None:
             fields["checkpoint"] = ckpt
+            _one_more_in_checkpoint(path)
     else:
         fields.update(op=op, params=params)
     call = None
@@ -319,12 +344,15 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
         t = remote_values.from_record(model, address, record, node if tracked else None,
                                       nr if tracked else 0)
         if node is not None:
-            node._output_meta.append((tuple(record["shape"]), np.dtype(record["dtype"])))
+            node._output_meta.append((tuple(record["shape"]),
+                                      wire.dtype_named(record["dtype"])))
             if tracked and type(node) is RemoteBackward0:
                 node.made_by(record.get("grad_fn"))  # the worker's node's name, as grad_fn
-        made.append(t)
         if form is not None:
             made_refs[record["kept"]] = t.__dict__["_ref"]
+        if record.get("argument") is not None:  # the part returned its argument as it is
+            t = inputs[record["argument"]]  # (nn.Identity): the program's own tensor
+        made.append(t)
         return t
 
     out = unpack(result["output"], kept=output, classes=True)

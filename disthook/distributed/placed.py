@@ -25,6 +25,7 @@ from disthook.distributed import async_calls, attr_changes, code_changes, state_
 from disthook.distributed.adopting import adopt_buffer, retype
 from disthook.distributed.data_views import unshare
 from disthook.distributed.hook_sync import sync_all, sync_hooks
+from disthook.distributed.own_tensors import set_deployed
 from disthook.distributed.parameters import RemoteStorage
 from disthook.nn.modules.module import (
     HOOK_DICTS,
@@ -211,7 +212,7 @@ class PartPlacement(_Placed):
         self._mark(name, False)
         if name in d["_buffers"]:
             self._module_op("del_attr", name)
-            del d["_buffers"][name]
+            set_deployed(d["_buffers"], name)
             d["_non_persistent_buffers_set"].discard(name)
             return True
         if name in self.shared and name in d:
@@ -229,8 +230,8 @@ class PartPlacement(_Placed):
             tensor = tensor.detach().clone()
         self._module_op("register_buffer", name, pack(tensor), persistent=persistent)
         d = module.__dict__
-        d["_buffers"][name] = (None if tensor is None else
-                               adopt_buffer(tensor, self.deployment, self._full(name)))
+        set_deployed(d["_buffers"], name, None if tensor is None else
+                     adopt_buffer(tensor, self.deployment, self._full(name)))
         (d["_non_persistent_buffers_set"].discard if persistent
          else d["_non_persistent_buffers_set"].add)(name)
 

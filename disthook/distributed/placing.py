@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from disthook.distributed import code_changes
 from disthook.distributed.adopting import adopt, adopt_buffer, release
+from disthook.distributed.own_tensors import OwnTensors, watch_writes
 from disthook.distributed.parameters import RemoteBuffer, RemoteParameter, RemoteStorage
 from disthook.distributed.placed import PartPlacement, RootPlacement
 from disthook.nn.modules.module import Module
@@ -51,6 +52,9 @@ def place(dep: Deployment, root: Module) -> None:
             placement = module.__dict__["_placement"] = PartPlacement(dep, path, shared,
                                                                       aliases)
             module.__dict__["_modules"] = _Children(module._modules, placement)
+            for kind in ("parameters", "buffers"):
+                key = f"_{kind}"
+                module.__dict__[key] = OwnTensors(module.__dict__[key], placement, kind)
             for name in _recomputed_here(module):
                 placement._mark(name, True)
     root.__dict__["_placement"] = RootPlacement(dep, "")
@@ -76,6 +80,7 @@ def _recomputed_here(module: Module) -> list[str]:
     return [n for n in dict.fromkeys(names) if n]
 
 
+@watch_writes
 class _Children(dict):
     """The children of a placed module, as deployed (``original``). A change here (a child
     assigned, deleted, added, reordered) is the program's: its placement hears of it
@@ -89,20 +94,8 @@ class _Children(dict):
     def __reduce__(self):
         return (dict, (dict(self),))
 
-
-def _noting(method):
-    def changed(self, *args, **kwargs):
-        out = method(self, *args, **kwargs)
+    def _changed(self) -> None:
         self.placement.children_changed(self)
-        return out
-
-    changed.__name__ = method.__name__
-    return changed
-
-
-for _name in ("__setitem__", "__delitem__", "pop", "popitem", "clear", "update",
-              "setdefault"):
-    setattr(_Children, _name, _noting(getattr(dict, _name)))
 
 
 def unplace(dep: Deployment, values: dict | None) -> None:
@@ -114,7 +107,8 @@ def unplace(dep: Deployment, values: dict | None) -> None:
         return
     for _, module in dep.__dict__.get("_placed_modules", ()):
         module.__dict__.pop("_placement", None)
-        module.__dict__["_modules"] = dict(module.__dict__["_modules"])
+        for key in ("_modules", "_parameters", "_buffers"):
+            module.__dict__[key] = dict(module.__dict__[key])
         for t in (*module._parameters.values(), *module._buffers.values()):
             if isinstance(t, RemoteStorage) and t.__dict__.get("_model") is dep:
                 if t._path not in values:  # a non-persistent buffer: asked by name

@@ -34,7 +34,7 @@ import weakref
 
 import numpy as np
 
-from disthook import _dtype
+from disthook import _dtype, wire
 from disthook._tensor_shape import by_keyword
 from disthook.autograd import grad_mode
 from disthook.autograd.inference import InferenceVersion
@@ -285,7 +285,7 @@ def meta_array(dtype: np.dtype, shape: tuple, strides: tuple | None) -> np.ndarr
 
 def from_record(model, address: str, record: dict, node, output_nr: int) -> RemoteValue:
     """The client's tensor for a value a worker describes (``values.kept_record``)."""
-    dtype = np.dtype(record["dtype"])
+    dtype = wire.dtype_named(record["dtype"])
     strides = record.get("strides")
     meta = meta_array(dtype, tuple(record["shape"]),
                       None if strides is None else tuple(strides))
@@ -305,7 +305,8 @@ def inline_value(record: dict) -> np.ndarray | None:
     value = record.get("value")
     if value is None:
         return None
-    value = np.asarray(value, np.dtype(record["dtype"])).reshape(tuple(record["shape"]))
+    value = np.asarray(value, wire.dtype_named(record["dtype"]))
+    value = value.reshape(tuple(record["shape"]))
     strides = record.get("strides")
     return laid_out(value, None if strides is None else tuple(strides))
 

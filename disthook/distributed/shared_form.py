@@ -15,6 +15,7 @@ import numpy as np
 import disthook
 from disthook.distributed import async_calls
 from disthook.distributed.adopting import adopt_buffer, retype
+from disthook.distributed.own_tensors import set_deployed
 from disthook.distributed.parameters import (
     _SLOT_DATA,
     _SLOT_REQUIRES_GRAD,
@@ -114,7 +115,7 @@ def _apply(dep, form: dict) -> None:
         if (isinstance(t, RemoteBuffer) and name not in form["tensors"]
                 and layout.stage_of(name) == stage):
             path, _, leaf = name.rpartition(".")
-            modules[path].__dict__["_buffers"].pop(leaf, None)
+            set_deployed(modules[path].__dict__["_buffers"], leaf)
             modules[path].__dict__["_non_persistent_buffers_set"].discard(leaf)
 
 
@@ -142,5 +143,5 @@ def _new_buffer(dep, modules: dict, name: str, dtype, shape) -> RemoteBuffer:
     """A buffer the deployer registered since: placed here as the others are."""
     path, _, leaf = name.rpartition(".")
     t = Tensor._make(np.broadcast_to(np.zeros((), dtype), tuple(shape)), None, 0)
-    modules[path].__dict__["_buffers"][leaf] = t
+    set_deployed(modules[path].__dict__["_buffers"], leaf, t)
     return adopt_buffer(t, dep, name)

@@ -481,6 +481,7 @@ class Erf(Op):
 # array against a scalar is about twice as slow as against a broadcast row
 _ZERO_ROWS: dict = {}
 _ZERO_ROW_MAX = 1 << 16
+_LONG_ROW, _LONG_ROW_MIN = 1 << 14, 1 << 8
 
 
 def _zeros_first_is_relu(dtype) -> bool:
@@ -505,6 +506,15 @@ def _relu(x: np.ndarray) -> np.ndarray:
     if x.dtype not in _ZEROS_FIRST:  # float16 keeps -0.0 the other way round
         return np.maximum(x, 0, dtype=x.dtype)
     n = x.shape[-1] if x.ndim else 0
+    rows = 0
+    if x.size and x.flags.c_contiguous:
+        # numpy's loop runs once per row of zeros: the elements of a C-ordered array in rows
+        # of the longest power of two up to _LONG_ROW that divides their count, where that
+        # is longer (a conv's output, rows of 24, took 1.6x torch's time; in rows of
+        # thousands, torch's)
+        long = math.gcd(x.size, _LONG_ROW)
+        if long >= _LONG_ROW_MIN and (long > n or n > _ZERO_ROW_MAX):
+            n, rows = long, x.size // long
     if 8 <= n <= _ZERO_ROW_MAX:
         key = (x.dtype, n)
         zeros = _ZERO_ROWS.get(key)
@@ -513,7 +523,11 @@ def _relu(x: np.ndarray) -> np.ndarray:
                 _ZERO_ROWS.clear()
             zeros = _ZERO_ROWS[key] = np.zeros(n, x.dtype)
             zeros.flags.writeable = False
-        return np.maximum(zeros, x)
+        if not rows:
+            return np.maximum(zeros, x)
+        out = np.empty(x.shape, x.dtype)  # (a new array of its own, in x's shape)
+        np.maximum(zeros, x.reshape(rows, n), out=out.reshape(rows, n))
+        return out
     return np.asarray(np.maximum(x.dtype.type(0), x))
 
 

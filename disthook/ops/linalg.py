@@ -190,6 +190,11 @@ class Addmm(Op):
         if need:  # each matrix only for the other's gradient
             ctx.save_for_backward(a if need[2] else None, b if need[1] else None)
             ctx.b_transposed = _transposed(y)
+        if x.dtype == np.float16:  # torch adds the bias to the product in float32 and
+            # rounds once (half's product, then its sum, rounded twice: up to 2 ulps off)
+            out = _product(x.astype(np.float32), y.astype(np.float32))
+            out += bias._data
+            return out.astype(np.float16)
         out = _product(x, y)
         out += bias._data
         return out

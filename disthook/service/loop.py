@@ -64,6 +64,24 @@ def bind_endpoint(sock: zmq.Socket, address: str) -> str:
     return str(endpoint)
 
 
+_HEADER_CAP = wire.DEFAULT_LIMITS.max_header_bytes  # what a peer reads of an answer's header
+_KEPT_CHARS = 4096  # of a long error's message and traceback
+
+
+def _cut(msg_type: str, fields: dict, size: int, name: str) -> dict:
+    """An answer whose header the peer would refuse (its decoder's cap): an error's message
+    and traceback cut short, any other answer an error saying so. Sent whole, the peer
+    dropped it unread and its request waited for its deadline (a ``get_state`` of 15000
+    unknown names, answered with a ``KeyError`` listing them all)."""
+    if msg_type == "error":
+        return {**fields, **{k: f"{fields[k][:_KEPT_CHARS]} ... ({len(fields[k])} characters, "
+                                f"cut)" for k in ("message", "traceback")
+                             if len(fields.get(k) or "") > _KEPT_CHARS}}
+    return error_fields(RuntimeError(
+        f"the answer to this request has a header of {size} bytes, more than the "
+        f"{_HEADER_CAP} a peer reads: ask for less in one request"), worker=name)
+
+
 class Service:
     """A ROUTER request loop; subclasses add ``on_<type>`` handlers and ``tick``."""
 
@@ -262,6 +280,9 @@ class Service:
             frames = wire.encode(msg_type, fields, req=req, ctx=ctx)
         except wire.WireError as exc:  # a handler returned something unsendable
             frames = wire.encode("error", error_fields(exc, worker=self.name), req=req, ctx=ctx)
+        if len(frames[0]) > _HEADER_CAP:  # the peer would refuse it, and its request wait
+            frames = wire.encode("error", _cut(msg_type, fields, len(frames[0]), self.name),
+                                 req=req, ctx=ctx)
         self._send(sock, to, frames)
 
     def _send(self, sock: zmq.Socket, to: bytes, frames: list, since: float | None = None):

@@ -24,10 +24,21 @@ TRACK_FROM = 256 << 10
 class UnreadAnswers:
     """Per peer: the answers handed to ZeroMQ and not sent yet, as (tracker, bytes)."""
 
-    def __init__(self, limit: int, option: str):
+    def __init__(self, limit: int, option: str, account=None):
         self.limit = limit
         self.option = option  # what sets the limit, for the error
         self._held: dict[bytes, collections.deque] = {}
+        # whom a peer's answers count against (with keys its key, whose connections share
+        # one limit: each connection had its own, so a client that opened 10 and read none
+        # made a worker hold 10 times as much); by default the peer itself
+        self._account = account or (lambda peer: peer)
+
+    def held_by(self, peer: bytes) -> int:
+        """The bytes ZeroMQ still holds of the answers to ``peer`` and to every peer counted
+        with it."""
+        account = self._account(peer)
+        return sum(self.held(p) for p in list(self._held)
+                   if p == peer or self._account(p) == account)
 
     def held(self, peer: bytes) -> int:
         """The bytes of ``peer``'s answers ZeroMQ still holds."""
@@ -48,14 +59,14 @@ class UnreadAnswers:
         size = _nbytes(frames)
         if size < TRACK_FROM:
             return None
-        held = self.held(peer) + sum(_nbytes(m) for m in waiting)
+        held = self.held_by(peer) + sum(_nbytes(m) for m in waiting)
         if not held or held + size <= self.limit:  # (one answer alone may be any size)
             return None
         _, parts = wire.split_batch(frames)
         why = RuntimeError(
             f"this client has {held / (1 << 20):.1f} MiB of answers it has not read on "
             f"{worker}, and this one of {size / (1 << 20):.1f} MiB would pass the "
-            f"{self.limit / (1 << 20):.0f} MiB one connection may have waiting "
+            f"{self.limit / (1 << 20):.0f} MiB one client (with keys, one key) may have waiting "
             f"({self.option}): the answer was dropped; read the answers as they come")
         out = []
         for part in (parts or [frames]):

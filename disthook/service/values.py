@@ -99,6 +99,52 @@ def custom_view(t: Tensor) -> list | None:
     return list(view)
 
 
+def as_argument(t: Tensor, nr: int) -> Tensor:
+    """Mark ``t`` as argument ``nr`` of a call from the client (its tensors in ``pack``'s
+    order), as it is now: see ``kept_record``."""
+    t.__dict__["_argument"] = (nr, t._vc[0])
+    return t
+
+
+def returned_argument(t: Tensor) -> int | None:
+    """The number of the call's argument that ``t`` is, unchanged and without hooks on it or
+    its node (a part that returns its input as it is: ``nn.Identity``), else None: the call
+    then gives back the program's own tensor there, as one process does."""
+    mark = t.__dict__.get("_argument")
+    node = t._grad_fn  # (a stand-in node of the call: a legacy backward hook goes there)
+    if mark is None or t._vc[0] != mark[1] or t._backward_hooks or t._post_acc_hooks \
+            or t._retains_grad or node is not None and (node._post_hooks or node._pre_hooks):
+        return None
+    return mark[0]
+
+
+# a backward's gradients that the client gave and a hook on the worker changed in place: their
+# new values go back under this key and the gradient's number (in the answer's "tapped"), for
+# the client to change its own gradient tensor, which in one process is the one changed
+GIVEN_TAP = "given:"
+
+
+def one_object_grads(packed: list, grads: list) -> list:
+    """A backward request's gradients (``packed``, those of ``grads`` as they travel), with
+    a gradient that is the same tensor as an earlier one sent as ``{"same": i}``: the
+    worker makes them one tensor again, so that a hook's in-place change of one is a change
+    of the other (one process's add hands both its operands one gradient tensor)."""
+    first: dict = {}
+    out = []
+    for i, (g, p) in enumerate(zip(grads, packed)):
+        j = None if g is None else first.setdefault(id(g), i)
+        out.append(p if j is None or j == i else {"same": j})
+    return out
+
+
+def given_changes(made: list, tapped: dict) -> None:
+    """Put in ``tapped`` the new value of each gradient the client gave that the backward
+    changed in place (``made``: (its number, the tensor, its version when made))."""
+    for i, t, version in made:
+        if t._vc[0] != version:
+            tapped[f"{GIVEN_TAP}{i}"] = t._data
+
+
 def saved_by_its_node(t: Tensor) -> bool:
     """Whether the node that made ``t`` saved it for backward (tanh, sigmoid, exp keep their
     result): a backward through that node refuses it once changed in place, which the
@@ -122,6 +168,9 @@ def kept_record(vid: str, t: Tensor, inline_bytes: int = 0) -> dict:
         record["custom_view"] = view
     if saved_by_its_node(t):
         record["saved"] = True
+    argument = returned_argument(t)
+    if argument is not None:
+        record["argument"] = argument
     if data.nbytes <= inline_bytes:
         record["value"] = wire.c_order(data)
     return record

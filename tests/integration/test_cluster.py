@@ -200,7 +200,9 @@ def test_connect_to_nobody_fails_fast():
     with pytest.raises(ClusterError, match=f"no coordinator at tcp://127.0.0.1:{port}: nothing "
                                            "listens there"):
         connect(f"tcp://127.0.0.1:{port}")  # refused: within the grace, not the 30 s timeout
-    assert time.monotonic() - t0 < STARTING_GRACE_S + 2
+    # (the grace's last try may start just before it ends: 7.0 s of a 6 s grace under load
+    # 13, against a bound of 8 s before; the bug it catches waits 30 s)
+    assert time.monotonic() - t0 < STARTING_GRACE_S + 10
 
 
 def test_request_timeout_names_the_peer():

@@ -10,7 +10,8 @@ a backward fired in another order with the same arguments (a worker runs its sta
 backward whole before the stage before it starts; one process interleaves the stages), or
 when the deployed run warned of a difference that docs/hooks.md names (the hooks of a
 parameter that several calls use fire once per call under ``autograd.grad`` or
-``backward(inputs=)`` naming it).
+``backward(inputs=)`` naming it; a backward that a hook's error stopped elsewhere than one
+process would: ``f1_programs.WARNED_DIFFERENCES``).
 
 The default run takes ``F1_FUZZ_DEPLOYED_CASES`` programs (8) from seed
 ``F1_FUZZ_DEPLOYED_SEED`` (0); more by hand, e.g. ``F1_FUZZ_DEPLOYED_CASES=400 python -m

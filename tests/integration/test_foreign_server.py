@@ -74,19 +74,26 @@ def zmq_server():
     ctx.term()
 
 
+TIMEOUT_S = 30  # what connect() waits for an answer: the bug these tests catch waits it out
+
+# "at once": about a second (the greeting) here, which a loaded machine (CI's 2 cores with
+# the suite beside) can make several; a bound well under the timeout fails only on the bug
+AT_ONCE_S = TIMEOUT_S / 3
+
+
 def timed_error(address, expected, **kwargs):
     started = time.monotonic()
     with pytest.raises(expected) as caught:
-        connect(address, timeout=30, **kwargs)
+        connect(address, timeout=TIMEOUT_S, **kwargs)
     return str(caught.value), time.monotonic() - started
 
 
 @pytest.mark.parametrize("says", [b"", b"HTTP/1.1 400 Bad Request\r\n\r\n",
                                   b"SSH-2.0-OpenSSH_9.6\r\n" + bytes(range(256)) * 4])
-def test_a_plain_tcp_server_is_not_a_coordinator_within_two_seconds(tcp_listener, says):
+def test_a_plain_tcp_server_is_not_a_coordinator_at_once(tcp_listener, says):
     address = tcp_listener(says)
     said, took = timed_error(address, NotACoordinator)
-    assert took < 2.5, took
+    assert took < AT_ONCE_S, took
     assert said.startswith(f"{address} {NOT_OURS}: what listens there "), said
     assert "keys" not in said
 
@@ -94,7 +101,7 @@ def test_a_plain_tcp_server_is_not_a_coordinator_within_two_seconds(tcp_listener
 def test_a_zeromq_server_that_answers_garbage_is_not_a_coordinator(zmq_server):
     address = zmq_server(lambda frames: [b"\x00garbage", b"more"])
     said, took = timed_error(address, NotACoordinator)
-    assert took < 2.0, took
+    assert took < AT_ONCE_S, took
     assert said == (f"{address} {NOT_OURS}: it answered the greeting with something that is "
                     "not a disthook message; check the address")
 
@@ -107,7 +114,7 @@ def test_a_disthook_of_another_version_or_role_is_named(zmq_server):
 
     said, took = timed_error(zmq_server(hello(wire.PROTOCOL_VERSION + 1, "coordinator")),
                              NotACoordinator)
-    assert took < 2.0
+    assert took < AT_ONCE_S, took
     assert (f"a disthook coordinator of protocol version {wire.PROTOCOL_VERSION + 1} answered, "
             f"and this client speaks version {wire.PROTOCOL_VERSION}: run the same disthook "
             "version on both sides") in said
@@ -119,7 +126,7 @@ def test_keys_are_blamed_when_the_handshake_says_so(zmq_server, tmp_path):
     keys = generate(str(tmp_path / "keys"))
     address = zmq_server(lambda frames: frames)  # no keys: a client with keys is refused
     said, took = timed_error(address, AuthenticationError, keys=keys)
-    assert took < 2.0
+    assert took < AT_ONCE_S, took
     assert "one side uses keys and the other does not" in said
 
 
@@ -127,5 +134,5 @@ def test_the_greeting_reaches_a_real_coordinator_and_a_worker(cluster):
     assert connect(cluster.address).status()["coordinator"]
     worker = cluster.workers()[0]
     said, took = timed_error(worker.address, NotACoordinator)
-    assert took < 2.0
+    assert took < AT_ONCE_S, took
     assert "a disthook worker answered: pass the coordinator's address" in said

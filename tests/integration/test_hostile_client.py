@@ -20,13 +20,15 @@ pytestmark = pytest.mark.timeout(180)
 
 @pytest.fixture(params=["plain", "keys"])
 def deployed(request):
-    """A read-only 2-stage model, deployed; its deployer has a capture hook and a graph
+    """A read-only 2-stage model, deployed and published; its deployer has a capture hook and a graph
     kept for backward; the attacker's Peer factory (its own key, with keys)."""
     secure = request.param == "keys"
     with local_cluster(workers=2, secure=secure) as cluster:
         torch.manual_seed(0)
+        # (published: with keys, a model that is not is its deployer's key's alone,
+        # tests/integration/test_s6_private_models.py)
         remote = cluster.deploy(nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)),
-                                stages=2)
+                                stages=2, name="hostile")
         remote[2].register_forward_hook(hooks.capture("acts"))
         x = torch.randn(5, 3)
         remote(x).sum().backward()  # gradients now on the workers

@@ -211,7 +211,8 @@ def test_where_the_parts_still_come_apart_the_client_says_so(cluster):
             remote(x).sum().backward()
         assert len(fired) == 1
         with pytest.warns(RuntimeWarning, match=r"tensor hook on 'block.weight' of a deployed "
-                                                r"model fired again in this backward"):
+                                                r"model fires once for each call of the "
+                                                r"model in this backward"):
             torch.autograd.grad(remote(x).sum(), [remote.block.weight])
         assert np.isfinite(fired[-1]).all()
     finally:

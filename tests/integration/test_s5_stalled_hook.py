@@ -22,7 +22,8 @@ def test_a_stalled_hook_holds_the_deployer_only_until_the_hook_deadline():
             connect(address.coordinator, timeout=60) as other:
         remote = deployer.deploy(nn.Sequential(nn.Linear(2, 2)), stages=1, name="s5-stall")
         attached = other.attach("s5-stall")
-        attached[0].register_forward_hook(lambda *_: time.sleep(12))
+        entered = threading.Event()
+        attached[0].register_forward_hook(lambda *_: (entered.set(), time.sleep(12)))
         failed = []
 
         def call():
@@ -31,9 +32,11 @@ def test_a_stalled_hook_holds_the_deployer_only_until_the_hook_deadline():
             except Exception as exc:  # noqa: BLE001 - what the call raised
                 failed.append(exc)
 
-        stalled = threading.Thread(target=call)
+        stalled = threading.Thread(target=call, daemon=True)  # (not waited for on a failure)
         stalled.start()
-        time.sleep(1)  # its call waits in its hook now
+        # its call waits in its hook now (a fixed wait let eval() go first on a slow machine,
+        # and then nothing waited on the hook)
+        assert entered.wait(60), f"the attached call never reached its hook: {failed}"
         start = time.monotonic()
         remote.eval()
         took = time.monotonic() - start

@@ -184,7 +184,9 @@ def test_checkpoint_every_k_steps_and_a_kill_while_idle(tmp_path):
         started = time.monotonic()
         with pytest.raises(WorkerLost, match=f"worker {victim}, holding stage 0"):
             step(remote, ropt)
-        assert time.monotonic() - started < 3 * 0.2 + 1
+        # at once, not after a request's 30 s timeout (0.3-0.6 s under load 15; the bound
+        # was 1.6 s, too close for CI's 2 cores)
+        assert time.monotonic() - started < 10
         assert remote.recover(optimizer=ropt) == 4 and ropt.steps == 4
         for _ in range(2):
             step(remote, ropt)
@@ -226,7 +228,9 @@ def test_a_worker_that_stops_answering_is_lost_within_three_heartbeats():
             with pytest.raises(WorkerLost, match=f"worker {victim}, holding stage 1"):
                 remote(torch.ones(2, 4))
             waited = time.monotonic() - started
-            assert waited < 3 * heartbeat + 1.5, waited
+            # (0.8-0.9 s under load 15, against 2.4 s before: the missed beats end it, not
+            # the cluster's 60 s timeout)
+            assert waited < 3 * heartbeat + 10, waited
         finally:  # (a stopped process dies of SIGKILL too; a warm-started worker's parent
             # reaps it at once, so that its pid may be gone by a second call)
             with contextlib.suppress(ProcessLookupError):
