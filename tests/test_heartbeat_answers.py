@@ -67,3 +67,38 @@ def test_a_worker_hears_the_coordinator_in_an_answer(monkeypatch):
         assert w.last_heard > 0.0 and w.registered
     finally:
         w.close()
+
+
+def test_a_worker_encodes_its_beat_once_per_placement_and_each_beat_says_its_memory(
+        monkeypatch):
+    from workers import server
+
+    w = Worker("tcp://127.0.0.1:9", worker_id="wé", orphan_after=30.0)
+    sent, encoded, memory = [], [], [7]
+    real_encode = wire.encode
+    monkeypatch.setattr(wire, "encode", lambda *a, **k: encoded.append(a[0]) or real_encode(*a, **k))
+    monkeypatch.setattr(server, "rss_bytes", lambda: memory[0])
+    monkeypatch.setattr(w.control, "send_multipart", lambda frames, *a, **k: sent.append(frames))
+    try:
+        w.registered = True
+        for memory[0] in (7, 0, 2 ** 40 + 3, 2 ** 64 - 1, 123456789):
+            w._beat()
+        assert encoded == ["heartbeat"]  # built once: later beats only write their memory
+        w.stages["m"] = type("Held", (), {"name": "stage 1 of m"})()  # a placement changes
+        memory[0] = 99
+        w._beat()
+        memory[0] = None  # no /proc: the whole message, without memory
+        w._beat()
+        memory[0] = 2 ** 64  # too wide for the slot: the whole message (refused by its schema)
+        try:
+            w._beat()
+        except wire.WireError:
+            pass
+    finally:
+        w.stages.clear()
+        w.close()
+    got = [wire.decode([bytes(f) for f in frames]) for frames in sent]
+    assert [m.get("memory") for m in got] == [7, 0, 2 ** 40 + 3, 2 ** 64 - 1, 123456789, 99, None]
+    assert all(m.type == "heartbeat" and m["worker"] == "wé" and m["answer"] is True for m in got)
+    assert [m["stages"] for m in got] == [[]] * 5 + [["stage 1 of m"]] * 2
+    assert encoded == ["heartbeat"] * 4  # again for the new placement, and each whole one

@@ -153,6 +153,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         self._held_init()  # batches in, a run of jobs' answers as one (batches.py)
         self._register()
         self.next_beat = time.monotonic() + 1.0  # re-register if no answer came by then
+        self._beats = BeatFrames()
         self._next_tick = 0.0
 
     def _dial(self, address: str, identity: bytes, *, linger: int) -> zmq.Socket:
@@ -175,9 +176,10 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
     def _to_coordinator(self, msg_type: str, fields: dict) -> None:
         """Never blocks: while the coordinator is away its queue may fill; a beat is dropped
         then (the next one says the same), and the worker goes on serving its stages."""
+        frames = (self._beats.frames(fields) if msg_type == "heartbeat"
+                  else wire.encode(msg_type, fields))
         try:
-            self.control.send_multipart(wire.encode(msg_type, fields), zmq.NOBLOCK,
-                                        copy=False)
+            self.control.send_multipart(frames, zmq.NOBLOCK, copy=False)
         except zmq.Again:
             pass
 
@@ -533,3 +535,32 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
 
     def _to_client(self, job, msg_type: str, fields: dict) -> None:
         self.reply(self.router, job.client, job.msg.req, msg_type, fields, ctx=job.msg.ctx)
+
+
+class BeatFrames:
+    """A heartbeat's frame, built (and checked against the schema) once for a worker's
+    stages; each beat then only writes its resident size into it. Between two placement
+    changes every beat differs in that one number, and a whole encode cost about 80 us of
+    a busy worker's CPU (cold) at each beat: memory goes as msgpack's fixed-width uint 64,
+    which decodes to the same int."""
+
+    _SLOT = b"\xcf" + b"\xff" * 8  # (0xff never occurs in the UTF-8 of the names around it)
+
+    def __init__(self) -> None:
+        self._key: tuple | None = None
+        self._head = self._tail = b""
+
+    def frames(self, fields: dict) -> list:
+        memory = fields.get("memory")
+        if type(memory) is not int or not 0 <= memory < 2 ** 64:
+            return wire.encode("heartbeat", fields)
+        key = tuple((k, tuple(v) if type(v) is list else v)
+                    for k, v in fields.items() if k != "memory")
+        if key != self._key:
+            (frame,) = wire.encode("heartbeat", {**fields, "memory": 2 ** 64 - 1})
+            frame = bytes(frame)
+            at = frame.find(self._SLOT)
+            if at < 0 or frame.find(self._SLOT, at + 1) >= 0:  # not one place: each beat whole
+                return wire.encode("heartbeat", fields)
+            self._key, self._head, self._tail = key, frame[:at + 1], frame[at + 9:]
+        return [self._head + memory.to_bytes(8, "big") + self._tail]
