@@ -1103,3 +1103,16 @@ def test_grad_zero_then_accumulate(T):
     assert x.grad is not g
     close(x.grad, [4.0, 4.0, 4.0])
     close(g, [3.0, 3.0, 3.0])
+
+
+def test_an_expand_that_repeats_nothing_is_a_view_that_can_be_written(T):
+    """(torch's: only a view that repeats an element refuses an in-place write)"""
+    torch = T
+    x = torch.tensor(5.0)
+    x.expand(1, 1).add_(1)
+    assert x.item() == 6.0
+    y = torch.ones(2, 1)
+    y.expand(1, 2, 1).mul_(3)
+    assert y.tolist() == [[3.0], [3.0]]
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        y.expand(2, 4).mul_(2)

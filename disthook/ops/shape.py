@@ -102,8 +102,15 @@ class Expand(Op):
 
     @staticmethod
     def forward(ctx, a, shape):
-        ctx.shape = a._data.shape
-        return np.broadcast_to(a._data, shape)
+        x = a._data
+        ctx.shape = x.shape
+        lead = len(shape) - x.ndim
+        if x.shape == tuple(shape[lead:]) and all(n == 1 for n in shape[:lead]):
+            # no element repeated (leading dims of one): a view that can be written, as
+            # torch's (numpy's broadcast views are read-only: a hook's in-place edit of
+            # sum()'s gradient, expanded from 0-d to (1,), was refused)
+            return x[(None,) * lead] if lead else x.view()
+        return np.broadcast_to(x, shape)
 
     @staticmethod
     def backward(ctx, g):
