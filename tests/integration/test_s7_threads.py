@@ -74,3 +74,31 @@ def test_calls_from_several_threads_each_get_their_own_answer(cluster, hooked):
             assert len(seen) == 2 * THREADS * CALLS
     finally:
         remote.close()
+
+
+def test_a_clusters_questions_from_several_threads_each_get_their_own_answer(cluster):
+    """The client's connection to the coordinator, shared by its threads the same way
+    (before, every thread's question timed out after the first reads took others' replies)."""
+    remote = cluster.deploy(_net(), stages=1, name="s7-threads")
+    try:
+        answers, errors = {}, {}
+
+        def ask(k):
+            try:
+                for _ in range(8):
+                    answers.setdefault(k, []).append(
+                        sorted(m["name"] for m in cluster.models()) if k % 2
+                        else len(cluster.workers()))
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors[k] = f"{type(exc).__name__}: {str(exc)[:300]}"
+
+        threads = [threading.Thread(target=ask, args=(k,)) for k in range(THREADS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(150)
+        assert not errors, errors
+        for k, got in answers.items():
+            assert got == [["s7-threads"] if k % 2 else CLUSTER_WORKERS] * 8, (k, got)
+    finally:
+        remote.close()
