@@ -14,7 +14,7 @@ import numpy as np
 from disthook.autograd.graph import _SavedTensor
 from disthook.tensor import Tensor
 
-__all__ = ["MAX_GRAPH_BYTES", "MAX_MODELS", "MAX_MODEL_BYTES", "MAX_OPTIMIZERS", "MAX_UNREAD_BYTES", "LimitChecks", "add_limit_options", "graph_nbytes",
+__all__ = ["MAX_GRAPH_BYTES", "MAX_MODELS", "MAX_MODEL_BYTES", "MAX_OPTIMIZERS", "MAX_STAGE_NAMES_BYTES", "MAX_UNREAD_BYTES", "LimitChecks", "add_limit_options", "graph_nbytes",
            "limit_arguments", "mib"]
 
 MAX_GRAPH_BYTES = 1 << 30  # the arrays one client's kept forward graphs may hold, per worker
@@ -24,6 +24,11 @@ MAX_UNREAD_BYTES = 256 << 20  # answers ZeroMQ holds for one connection that rea
 # optimizers' shares one client keeps on one stage: each holds what the client chose for its
 # param groups (a header's worth) and its state, until the client's connection closes
 MAX_OPTIMIZERS = 256
+# the names of the stages of all clients together on one worker, in UTF-8 bytes: each
+# heartbeat names every one ("stage N of <model id>", an id of up to 256 characters), and
+# one past the coordinator's 1 MiB header cap had the worker listed dead and every model on
+# it no longer live (about 3700 stages of ASCII ids did: 60 keys' --max-models)
+MAX_STAGE_NAMES_BYTES = 768 << 10
 
 
 def _root(arr: np.ndarray) -> np.ndarray:
@@ -149,6 +154,13 @@ class LimitChecks:
         """Refuse a stage of ``nbytes`` of weights that ``client`` loads past what one
         client may keep loaded here (``--max-models``, ``--max-model-mb``); the stage of
         ``model`` it replaces does not count."""
+        named = sum(len(st.name.encode()) for st in self.stages.values() if st.model != model)
+        if named + len(model.encode()) + 32 > MAX_STAGE_NAMES_BYTES:  # (32: "stage N of ")
+            raise RuntimeError(
+                f"this worker holds {len(self.stages)} stages of its clients' models, whose "
+                f"names take {named} bytes of each heartbeat, the most they may "
+                f"({MAX_STAGE_NAMES_BYTES}): deploy on other workers, or unload a model no "
+                "longer needed")
         keeper = self.keeper(client)
         held = [st for st in self.stages.values() if st.keeper == keeper and st.model != model]
         if len(held) >= self.max_models:

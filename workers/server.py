@@ -32,8 +32,8 @@ import warnings
 
 import zmq
 
+from disthook import _dtype, wire
 from disthook import random as streams
-from disthook import wire
 from disthook._settings import quiet_float_warnings
 from disthook.service import endpoint, worker_hooks
 from disthook.service.loop import (
@@ -383,8 +383,15 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         # (the rounds here start no job and draw nothing: the job's random stream stays)
         while not wait.done and self._running and not self._todo and not self.runners.ready:
             self._serve_round(start_jobs=False)
-        left = False
+        left, dtype = False, None
         if not wait.done and self._running:
+            # the default dtype the job computes under (its client's, compute.py) is the
+            # process's: what runs meanwhile (another client's call, of any model here)
+            # gets the worker's own, and the job gets its own back; before, a call that
+            # waited on its hook under float16 made others' torch.full(...) float16
+            # (tests/integration/test_s7_default_dtype.py)
+            dtype = _dtype.get_default_dtype()
+            _dtype.set_default_dtype(_dtype.float32)
             if job.rng is not None:  # the stream as this job left it (what runs meanwhile
                 # draws from the worker's own)
                 job.rng, left = streams._stream_state(), True
@@ -400,6 +407,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
             job.stage.versions.enter(job.version)
         if left:
             streams._set_stream_state(job.rng)
+        if dtype is not None:
+            _dtype.set_default_dtype(dtype)
         if not wait.done:  # woken because the worker stops
             raise RuntimeError(f"worker {self.id} is stopping; it was waiting for {wait.what}")
         if wait.error is not None:

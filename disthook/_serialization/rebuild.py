@@ -12,6 +12,22 @@ from collections import OrderedDict
 import numpy as np
 
 MAX_DIMS = 64
+_MAX_BYTES = 2**63 - 1  # what numpy lets an array's dimensions multiply to, in bytes
+
+
+def too_large(size, itemsize: int) -> str | None:
+    """Why an array of ``size`` cannot be made here, or None. An empty tensor's other
+    dimensions may be any size in torch (``torch.empty(0, 2**62)`` saves and loads), but
+    numpy refuses dimensions whose product (zeros left out) passes 2**63 - 1 bytes: a file
+    holding one made numpy's bare ``ValueError``, or 'the pickle is malformed'."""
+    total = itemsize
+    for n in size:
+        total *= n or 1
+    if total <= _MAX_BYTES:
+        return None
+    return (f"its dimensions {list(size)} multiply (zeros left out) to more than "
+            f"2**63 - 1 bytes of {itemsize}-byte elements, past what an array here may "
+            "declare: torch holds such an empty tensor, disthook cannot")
 
 
 class CheckpointError(RuntimeError):
@@ -100,6 +116,9 @@ def view(storage, offset, size, stride, dtype: np.dtype | None = None) -> np.nda
     elif offset > array.size:
         raise CheckpointError(f"an empty tensor starts at {offset}, past the end of storage "
                               f"{storage.key!r} ({array.size} elements)")
+    why = too_large(size, array.itemsize)
+    if why is not None:
+        raise CheckpointError(f"a tensor of storage {storage.key!r} cannot be loaded: {why}")
     # a view whose base is the storage itself, so that the tensor's storage_offset() and
     # untyped_storage() are the storage's, as torch.load gives them
     item = array.itemsize

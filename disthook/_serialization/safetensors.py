@@ -17,6 +17,7 @@ from collections import OrderedDict
 import numpy as np
 
 from disthook import _dtype
+from disthook._serialization.rebuild import too_large
 
 MAX_HEADER_BYTES = 100_000_000
 DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "I32": "int32",
@@ -134,6 +135,9 @@ def parse_header(head: bytes, buffer_bytes: int, where: str) -> tuple[dict, dict
                 type(n) is int for n in offsets) and 0 <= offsets[0] <= offsets[1]):
             raise SafetensorError(f"{where}: tensor {name!r} has data_offsets {offsets!r}")
         itemsize = 2 if code == "BF16" else np.dtype(DTYPES[code]).itemsize
+        why = too_large(shape, itemsize)
+        if why is not None:
+            raise SafetensorError(f"{where}: tensor {name!r} cannot be loaded: {why}")
         count = 1
         for n in shape:
             count *= n

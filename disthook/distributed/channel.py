@@ -135,6 +135,11 @@ class _Hub(Releases, HookServer):
         self._early: dict[int, wire.Message] = {}
         self._busy = 0  # > 0 while a socket operation is under way (a request, a close)
         self._thread = threading.get_ident()  # the thread that used the sockets last
+        # the sockets are one thread's at a time: a model called from several threads (a
+        # server's request threads) runs their requests one after another; before, their
+        # frames interleaved on a socket and one thread's read dropped another's answers,
+        # whose calls then waited for their deadline (tests/integration/test_s7_threads.py)
+        self.lock = threading.RLock()
         # optimizer calls not sent yet, in the order they were made, each {address: its
         # optimizer_call there}: the next forward through every stage carries them (no
         # round trip of their own); any other request sends them first
@@ -162,6 +167,11 @@ class _Hub(Releases, HookServer):
 
     def send(self, address: str, msg_type: str, fields: dict, *, req: int = 0,
              ctx: str | None = None, may_hold: bool = False) -> None:
+        with self.lock:
+            self._send(address, msg_type, fields, req, ctx, may_hold)
+
+    def _send(self, address: str, msg_type: str, fields: dict, req: int, ctx: str | None,
+              may_hold: bool) -> None:
         if not self.socks:
             raise RuntimeError(f"the deployed model {self.model} is closed; deploy it again "
                                "to use it")
@@ -219,6 +229,11 @@ class _Hub(Releases, HookServer):
         requests came; ``on_reply(reply)`` runs when the answer comes (while the client
         waits for anything), and a failure is raised by the next request that waits,
         naming ``what``."""
+        with self.lock:
+            self._send_async(address, msg_type, fields, ctx, what, on_reply)
+
+    def _send_async(self, address: str, msg_type: str, fields: dict, ctx: str, what: str,
+                    on_reply) -> None:
         if self.late_error is not None:
             self._raise_late_error()
         if self.lost:
@@ -308,6 +323,11 @@ class _Hub(Releases, HookServer):
         then wait for every reply (from any worker), so the workers serve them side by side
         (and micro-batches flow through the stages as a pipeline); the replies in call
         order. The first error reply is raised once all have come."""
+        with self.lock:
+            return self._request_all(calls, msg_type, ctx, what, carries_optimizer_calls)
+
+    def _request_all(self, calls: list[tuple], msg_type: str, ctx: str | None, what: str,
+                     carries_optimizer_calls: bool) -> list[wire.Message]:
         if self.late_error is not None:
             self._raise_late_error()
         if self.stage_outbox is not None:  # held requests go before any wait (the drops
@@ -568,6 +588,10 @@ class _Hub(Releases, HookServer):
         without waiting: a worker that is gone has nothing left to drop). When a call
         returned before its workers took its hooks' answers (see ``_stands``), a request
         behind those answers on each socket waits for them to be taken first."""
+        with self.lock:
+            self._close(unload)
+
+    def _close(self, unload: bool) -> None:
         late = None  # an earlier call's failure heard now: raised once the sockets closed
         if self._answered_ahead and self.socks and os.getpid() == self._pid \
                 and not self._busy:

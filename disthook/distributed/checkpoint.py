@@ -27,6 +27,7 @@ import hashlib
 import io
 import itertools
 import json
+import math
 import os
 import sys
 import uuid
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from disthook import _dtype
 from disthook.distributed.spec import SpecError, build_module, class_path, module_spec
 from disthook.tensor import Tensor
 
@@ -393,11 +395,13 @@ def rebuild(manifest: dict, shards: list[dict], *, path: str,
     (and their submodules); any other is refused before it is imported."""
     arrays = {k[len("param/"):]: v for shard in shards for k, v in shard.items()
               if k.startswith("param/")}
+    structure = manifest.get("structure")
+    # (a model kept as code says not which buffers are not saved: any, up to the cap)
+    unsaved = _unsaved_buffers(structure) if isinstance(structure, dict) else None
 
     def array_of(full, shape, dtype):
-        return arrays.get(full, np.zeros(shape, dtype))
+        return _array_of(path, arrays, unsaved, full, shape, dtype)
 
-    structure = manifest.get("structure")
     if structure is None:
         if not manifest.get("code"):
             why = manifest.get("not_data", "its modules hold code")
@@ -420,6 +424,63 @@ def rebuild(manifest: dict, shards: list[dict], *, path: str,
     allow = None if trust_code else _imported_or(path, tuple(allow_modules))
     # classes of the client's own script resolve to it, as they did when it saved
     return build_module(spec, allow=allow, main=sys.modules.get("__main__"))
+
+
+_BF16 = _dtype.bfloat16.np
+MAX_UNSAVED_BYTES = 1 << 30  # a buffer save does not keep (made of zeros) at most this
+
+
+def _unsaved_buffers(structure: dict) -> set[str]:
+    """The full names of the buffers ``save`` does not keep (the non-persistent ones): the
+    only tensors a checkpoint may declare without an array."""
+    out: set[str] = set()
+
+    def walk(spec, path):
+        for name, entry in spec.get("buffers", {}).items():
+            if isinstance(entry, dict) and entry.get("persistent") is False:
+                out.add(f"{path}.{name}" if path else name)
+        for name, child in spec.get("children", {}).items():
+            if isinstance(child, dict):
+                walk(child, f"{path}.{name}" if path else name)
+
+    walk(structure, "")
+    return out
+
+
+def _array_of(path: str, arrays: dict, unsaved: set | None, full: str, shape: tuple, dtype):
+    """The array of tensor ``full`` that the manifest declares as ``shape`` and ``dtype``:
+    the shards' own, as declared; zeros only for a buffer ``save`` does not keep, of a
+    dtype disthook has and at most ``MAX_UNSAVED_BYTES``. Before, any tensor the shards
+    lacked was made of zeros of whatever the manifest declared (a 4 KiB checkpoint made a
+    client allocate 2 GiB and send it to a worker), and the zeros were made, at the declared
+    size, even for a tensor the shards held (tests/test_s7_checkpoint_dirs.py)."""
+    if dtype.kind == "V" and dtype.itemsize == 2 and _BF16.kind == "V":
+        dtype = _BF16  # (npz keeps a bfloat16 array as 2-byte voids: the only ones save writes)
+    if dtype.kind not in "biufc" and dtype != _BF16:
+        raise CheckpointError(f"{path}: tensor {full!r} is declared of dtype {dtype.str!r}, "
+                              "which no tensor has; the checkpoint was not written by save")
+    got = arrays.get(full)
+    if got is not None and got.dtype.kind == "V" and dtype == _BF16 and got.itemsize == 2:
+        got = got.view(_BF16)
+    if got is not None:
+        if got.shape != shape or got.dtype != dtype:
+            raise CheckpointError(
+                f"{path}: the manifest declares tensor {full!r} as {list(shape)} "
+                f"{dtype.str}, its shard holds {list(got.shape)} {got.dtype.str}: the "
+                "checkpoint is damaged (save writes them together)")
+        return got
+    if unsaved is not None and full not in unsaved:
+        raise CheckpointError(
+            f"{path}: no shard holds tensor {full!r}, which the manifest declares (only "
+            "non-persistent buffers are not saved): the checkpoint is damaged or incomplete")
+    nbytes = dtype.itemsize * math.prod(shape)
+    if nbytes > MAX_UNSAVED_BYTES:
+        raise CheckpointError(
+            f"{path}: non-persistent buffer {full!r} is declared as {list(shape)} "
+            f"{dtype.str} ({nbytes} bytes of zeros, more than {MAX_UNSAVED_BYTES}): a "
+            "checkpoint declares such a buffer without its bytes, so its size is capped; "
+            "make the buffer persistent, or make it in the model's code")
+    return np.zeros(shape, dtype)
 
 
 def _imported_or(path: str, allowed: tuple[str, ...]):

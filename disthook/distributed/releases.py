@@ -25,11 +25,15 @@ class Releases:
         thread that uses the sockets and between socket operations the release is sent at
         once, anywhere else it goes with the next call."""
         self.pending_releases.extend(ctx_ids)
-        if not self._busy and threading.get_ident() == self._thread:
-            try:
+        if not self.lock.acquire(blocking=False):  # another thread's request is under way
+            return
+        try:
+            if not self._busy and threading.get_ident() == self._thread:
                 self.flush_releases()
-            except zmq.ZMQError:  # the sockets are going away (the interpreter exits)
-                pass
+        except zmq.ZMQError:  # the sockets are going away (the interpreter exits)
+            pass
+        finally:
+            self.lock.release()
 
     def drop_values(self, addresses: set, vid: str) -> None:
         """No client tensor holds kept value ``vid`` any more: the workers at ``addresses``

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 import time
 
 import zmq
@@ -284,14 +285,24 @@ class Peer:
         self._poller.register(self._refusals, zmq.POLLIN)
         self._sock.connect(address)
         self._pid = os.getpid()
+        # one thread's request at a time (a client's coordinator connection serves all its
+        # threads): before, one thread's read dropped the reply another waited for
+        self._lock = threading.RLock()
 
     def send(self, msg_type: str, fields: dict | None = None, *, req: int = 0,
              ctx: str | None = None) -> None:
-        self._sock.send_multipart(wire.encode(msg_type, fields, req=req, ctx=ctx), copy=False)
+        frames = wire.encode(msg_type, fields, req=req, ctx=ctx)
+        with self._lock:
+            self._sock.send_multipart(frames, copy=False)
 
     def request(self, msg_type: str, fields: dict | None = None, *, ctx: str | None = None,
                 timeout: float = DEFAULT_TIMEOUT) -> wire.Message:
         """Send and wait for the reply; ``RemoteError`` for an error reply."""
+        with self._lock:
+            return self._request(msg_type, fields, ctx, timeout)
+
+    def _request(self, msg_type: str, fields: dict | None, ctx: str | None,
+                 timeout: float) -> wire.Message:
         req = next_request_id()
         self.send(msg_type, fields, req=req, ctx=ctx)
         deadline = Deadline(timeout)

@@ -123,7 +123,9 @@ class Keys:
     directory: str
     name: str  # which pair: "server" for the coordinator and workers, a client's name else
     public: bytes
-    secret: bytes
+    # never in repr: a printed Keys, or a traceback that shows its frames' locals (pytest
+    # -l, rich, a debugger's), showed the secret key whole (tests/test_s7_keys.py)
+    secret: bytes = dataclasses.field(repr=False)
     server_public: bytes
 
     @classmethod

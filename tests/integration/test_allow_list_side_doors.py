@@ -63,16 +63,22 @@ def _manifest_naming(cls_path: str) -> dict:
     return {"class": cls_path, "structure": structure}
 
 
+def _shards() -> list:
+    """The arrays of that manifest's tensors (a manifest's tensors must be in its shards)."""
+    return [{"param/0.weight": np.zeros((2, 3), np.float32),
+             "param/0.bias": np.zeros(2, np.float32)}]
+
+
 def test_a_checkpoint_manifest_naming_a_module_not_imported_is_refused_before_import(
         side_effect_module):
     name, marker = side_effect_module
     manifest = _manifest_naming(f"{name}:Loss")
     with pytest.raises(SpecError, match=f"names {name!r}, which this program has not "
                                         "imported.*trust_code=True"):
-        ckpt.rebuild(manifest, [], path="ckpt")
+        ckpt.rebuild(manifest, _shards(), path="ckpt")
     assert not marker.exists()
     # allowed by name (as disthook serve allows the served model's packages): imported
-    module = ckpt.rebuild(manifest, [], path="ckpt", allow_modules=[name])
+    module = ckpt.rebuild(manifest, _shards(), path="ckpt", allow_modules=[name])
     assert marker.exists() and type(module[0]).__name__ == "Loss"
 
 
@@ -80,5 +86,5 @@ def test_a_checkpoint_of_modules_already_imported_loads_as_before(side_effect_mo
     name, marker = side_effect_module
     __import__(name)  # the program imported it itself: loading imports nothing new
     marker.unlink()
-    module = ckpt.rebuild(_manifest_naming(f"{name}:Loss"), [], path="ckpt")
+    module = ckpt.rebuild(_manifest_naming(f"{name}:Loss"), _shards(), path="ckpt")
     assert type(module[0]).__name__ == "Loss" and not marker.exists()
