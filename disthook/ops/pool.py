@@ -142,6 +142,22 @@ def _covered(a: np.ndarray, kernel, out) -> np.ndarray:
     return view
 
 
+def tile_max(x: np.ndarray, kernel, out) -> np.ndarray:
+    """Each window's maximum, one pooled dim at a time from the last: the slices of the
+    last dim are long strided runs, and each later pass reads a kernel's size less."""
+    nd = len(kernel)
+    best = x[(..., *[slice(0, o * k) for o, k in zip(out, kernel)])]
+    for i in range(nd - 1, -1, -1):
+        if kernel[i] == 1:
+            continue
+        before = (slice(None),) * (best.ndim - nd + i)
+        parts = [best[(*before, slice(j, None, kernel[i]))] for j in range(kernel[i])]
+        best = np.maximum(parts[0], parts[1])  # NaN wins, as in torch
+        for part in parts[2:]:
+            np.maximum(best, part, out=best)
+    return best if best.base is None else best.copy()
+
+
 def tile_hits(x: np.ndarray, best: np.ndarray, kernel, out) -> np.ndarray | None:
     """True at each window's maximum, shaped as ``_covered(x)``; None where a window holds
     its maximum more than once or holds NaN (then the kernel offsets' way decides)."""
@@ -277,12 +293,15 @@ class MaxPool2d(Op):
         xd = x._data
         geometry = (xd.shape, kernel, stride, padding, dilation, out)
         need = bool(ctx.needs_input_grad)  # no graph: the maxima alone
-        views = _max_views(xd, kernel, stride, padding, dilation, out)
-        values = window_max(views)
+        tiled = not return_indices and tiles(*geometry)
+        views = None if tiled else _max_views(xd, kernel, stride, padding, dilation, out)
+        values = tile_max(xd, kernel, out) if tiled else window_max(views)
         hits = arg = None
-        if need and not return_indices and tiles(*geometry):
+        if need and tiled:
             hits = tile_hits(xd, values, kernel, out)
         if (need or return_indices) and hits is None:
+            if views is None:
+                views = _max_views(xd, kernel, stride, padding, dilation, out)
             arg = _first_argmax(views, values)
         ctx.arg, ctx.hits, ctx.geometry = arg, hits, geometry
         return (values, flat_indices(arg, geometry)) if return_indices else values
