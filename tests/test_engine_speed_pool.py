@@ -87,7 +87,7 @@ def _bits(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a).view(f"u{a.itemsize}")
 
 
-TILING = [  # stride == kernel: the windows tile the input (ops.pool.tile_hits), or fall back
+TILING = [  # stride == kernel: the windows tile the input (ops.pool.tile_max), or fall back
     (2, (2, 3, 8, 8), {"kernel_size": 2}),
     (2, (2, 3, 9, 7), {"kernel_size": 2}),  # a row and a column no window reaches
     (2, (3, 8, 9), {"kernel_size": (2, 3)}),  # unbatched

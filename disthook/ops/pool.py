@@ -142,32 +142,63 @@ def _covered(a: np.ndarray, kernel, out) -> np.ndarray:
     return view
 
 
-def tile_max(x: np.ndarray, kernel, out) -> np.ndarray:
+def tile_max(x: np.ndarray, kernel, out, first: bool = False):
     """Each window's maximum, one pooled dim at a time from the last: the slices of the
-    last dim are long strided runs, and each later pass reads a kernel's size less."""
+    last dim are long strided runs, and each later pass reads a kernel's size less. With
+    ``first``, ``(maxima, hits)``: ``hits`` True at each window's first maximum (row-major,
+    as torch's: a later element wins only where it is greater), shaped as ``_covered(x)``;
+    None where a window holds NaN (torch keeps its last NaN: the kernel offsets' way)."""
     nd = len(kernel)
     best = x[(..., *[slice(0, o * k) for o, k in zip(out, kernel)])]
+    chosen = []  # (dim, which slice of it won) for each pooled dim reduced
     for i in range(nd - 1, -1, -1):
-        if kernel[i] == 1:
+        k = kernel[i]
+        if k == 1:
             continue
         before = (slice(None),) * (best.ndim - nd + i)
-        parts = [best[(*before, slice(j, None, kernel[i]))] for j in range(kernel[i])]
+        parts = [best[(*before, slice(j, None, k))] for j in range(k)]
+        if first:
+            which = np.greater(parts[1], parts[0])
+            which = which.view(np.uint8) if k <= 255 else which.astype(np.int32)
         best = np.maximum(parts[0], parts[1])  # NaN wins, as in torch
-        for part in parts[2:]:
+        for j, part in enumerate(parts[2:], 2):
+            if first:  # which = j where this slice is greater than all before it
+                which += np.greater(part, best) * (j - which)
             np.maximum(best, part, out=best)
-    return best if best.base is None else best.copy()
-
-
-def tile_hits(x: np.ndarray, best: np.ndarray, kernel, out) -> np.ndarray | None:
-    """True at each window's maximum, shaped as ``_covered(x)``; None where a window holds
-    its maximum more than once or holds NaN (then the kernel offsets' way decides)."""
+        if first:
+            chosen.append((i, which))
+    best = best if best.base is None else best.copy()
+    if not first:
+        return best
     if _dtype.kind(best.dtype) == "f" and np.isnan(best).any():
-        return None
-    spread = _spread_last(best, kernel[-1]).reshape(
-        _tile_shapes(best.shape[:best.ndim - len(kernel)], kernel, out)[1])
-    hits = np.equal(_covered(x, kernel, out), spread)
-    # every window holds its maximum at least once: as many hits as windows means once each
-    return hits if np.count_nonzero(hits) == best.size else None
+        return best, None
+    return best, _first_hits(chosen, x.shape[:x.ndim - nd], kernel, out)
+
+
+def _first_hits(chosen: list, lead: tuple, kernel, out) -> np.ndarray:
+    """``tile_max``'s hits from the slice each reduction chose: True where, along every
+    pooled dim, the position is the one its reduction chose."""
+    nd = len(kernel)
+    if not chosen:  # a window of one element
+        return np.ones(_tile_shapes(lead, kernel, out)[0], dtype=bool)
+    hits = None
+    for i, which in chosen:
+        # spread along the last dim, then shaped as the input's split dims: full size
+        # (o, k) before dim i, (o, 1) from it on
+        shape = list(lead)
+        for d in range(nd - 1):
+            shape += [out[d], kernel[d] if d < i else 1]
+        which = _spread_last(which, kernel[-1]).reshape(shape + [out[-1] * kernel[-1]])
+        if i == nd - 1:
+            pattern = np.tile(np.arange(kernel[i], dtype=which.dtype), out[i])
+        else:
+            pattern = np.arange(kernel[i], dtype=which.dtype).reshape(
+                (kernel[i],) + (1,) * (2 * (nd - 2 - i) + 1))
+        if hits is None:
+            hits = which == pattern
+        else:
+            hits &= which == pattern
+    return hits
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -188,7 +219,7 @@ def tile_scatter(g: np.ndarray, hits: np.ndarray, in_shape, kernel, out) -> np.n
 
 
 def tile_arg(hits: np.ndarray, kernel, out) -> np.ndarray:
-    """Which kernel offset (row-major) holds each window's maximum, from ``tile_hits``."""
+    """Which kernel offset (row-major) holds each window's maximum, from ``tile_max``'s hits."""
     nd = len(kernel)
     lead = hits.ndim - 2 * nd + 1
     split = hits.reshape(hits.shape[:-1] + (out[-1], kernel[-1]))
@@ -295,10 +326,11 @@ class MaxPool2d(Op):
         need = bool(ctx.needs_input_grad)  # no graph: the maxima alone
         tiled = not return_indices and tiles(*geometry)
         views = None if tiled else _max_views(xd, kernel, stride, padding, dilation, out)
-        values = tile_max(xd, kernel, out) if tiled else window_max(views)
         hits = arg = None
-        if need and tiled:
-            hits = tile_hits(xd, values, kernel, out)
+        if tiled and need:
+            values, hits = tile_max(xd, kernel, out, first=True)
+        else:
+            values = tile_max(xd, kernel, out) if tiled else window_max(views)
         if (need or return_indices) and hits is None:
             if views is None:
                 views = _max_views(xd, kernel, stride, padding, dilation, out)
@@ -314,7 +346,7 @@ class MaxPool2d(Op):
 class MaxPoolScatter(Op):
     """The gradient of max pooling; its adjoint gathers from each window's maximum. Each
     window's maximum is given as ``arg`` (its kernel offset) or, for tiling windows, as
-    ``hits`` (``tile_hits``)."""
+    ``hits`` (``tile_max``)."""
 
     node_name = "MaxPool2DWithIndicesBackwardBackward0"
 
