@@ -93,12 +93,15 @@ def _first_argmax(views: list, best: np.ndarray) -> np.ndarray:
 #
 # With stride == kernel, no padding and no dilation (MaxPool2d(2), the usual case), every
 # input element lies in at most one window, in the input's own layout as dims (o1, k1, o2,
-# k2, ...). Where each window holds its maximum once (no tie, no NaN), the forward keeps a
-# bool of the input's shape, True at each maximum, found by comparing the input with the
-# maxima spread over their windows: contiguous passes, where the kernel offsets' way makes
-# several strided passes (numpy runs a strided view of short rows several times slower).
-# The gradient is then each output's gradient spread over its window, times that bool, on
-# the bits (an integer product: inf and NaN are copied, never multiplied by 0).
+# k2, ...). The maxima are reduced one pooled dim at a time, the last first (its slices are
+# long strided runs; each later pass reads a kernel's size less), each reduction noting
+# which slice won (a later one only where greater: the first maximum, as torch's). From
+# those the forward keeps a bool of the input's shape, True at each window's first maximum
+# (where the kernel offsets' way makes several strided passes of short rows, which numpy
+# runs several times slower). The gradient is each output's gradient spread over its
+# window times that bool, on the bits (an integer product: inf and NaN are copied, never
+# multiplied by 0). A window holding NaN takes the kernel offsets' way (torch keeps the
+# last NaN).
 
 def tiles(in_shape, kernel, stride, padding, dilation, out) -> bool:
     """Whether the windows tile the front of the pooled dims: stride == kernel, no padding,
