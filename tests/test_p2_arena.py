@@ -74,6 +74,35 @@ def test_a_large_record_lies_in_the_arena_and_arrives_as_a_view_of_it(linked):
     assert isinstance(got_big.base.base, memoryview)  # a view of the arena, not a copy
 
 
+class _CallsOfTheKernel:
+    """A socket whose sends are logged by call (``send`` or ``sendmsg``, and the buffers)."""
+
+    def __init__(self, sock):
+        self._sock, self.calls = sock, []
+
+    def send(self, data, *args):
+        self.calls.append(("send", 1))
+        return self._sock.send(data, *args)
+
+    def sendmsg(self, buffers, *args):
+        self.calls.append(("sendmsg", len(buffers)))
+        return self._sock.sendmsg(buffers, *args)
+
+    def __getattr__(self, name):
+        return getattr(self._sock, name)
+
+
+def test_a_record_in_the_arena_goes_to_the_kernel_as_one_buffer_in_one_send(linked):
+    dialer, accepted = linked()
+    dialer.sock = logged = _CallsOfTheKernel(dialer.sock)
+    big, small = np.ones((64, 256), np.float32), np.ones((2, 2), np.float32)
+    send(dialer, 0, big)  # its header alone on the socket: a plain send (cheaper, cold)
+    send(dialer, 1, small)  # header and array on the socket: one sendmsg of both
+    assert logged.calls == [("send", 1), ("sendmsg", 2)]
+    got = receive(accepted)
+    assert np.array_equal(got[0], big) and np.array_equal(got[1], small)
+
+
 def test_a_block_is_not_written_while_a_view_of_its_record_lives(linked):
     dialer, accepted = linked()
     first = np.full((32, 256), 1.0, np.float32)

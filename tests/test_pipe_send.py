@@ -67,7 +67,8 @@ def test_send_frames_keeps_zeromqs_threshold_by_default():
 
 
 class _Sends:
-    """A link's socket that records each ``sendmsg``: the buffers it was handed."""
+    """A link's socket that records each ``sendmsg`` (or ``send`` of one buffer): the
+    buffers it was handed."""
 
     def __init__(self, real):
         self.real, self.calls = real, []
@@ -75,6 +76,10 @@ class _Sends:
     def sendmsg(self, buffers, *args):
         self.calls.append(list(buffers))
         return self.real.sendmsg(buffers, *args)
+
+    def send(self, buffer, *args):
+        self.calls.append([buffer])
+        return self.real.send(buffer, *args)
 
 
 def test_a_record_to_a_local_link_is_one_sendmsg_of_its_header_and_its_array_in_place():

@@ -215,8 +215,9 @@ class Link(LinkEnd):
         """Hand ``out`` to the kernel as far as it takes it; the rest to the outbox."""
         while out:
             batch = out if len(out) <= _IOV_AT_ONCE else out[:_IOV_AT_ONCE]
-            try:
-                n = self.sock.sendmsg(batch, (), socket.MSG_DONTWAIT)
+            try:  # (one buffer, a record in the arena's header: send, a few µs less cold)
+                n = (self.sock.send(batch[0], socket.MSG_DONTWAIT) if len(batch) == 1
+                     else self.sock.sendmsg(batch, (), socket.MSG_DONTWAIT))
             except (BlockingIOError, InterruptedError):
                 n = 0
             except OSError:  # the neighbour went away: the read side says so too

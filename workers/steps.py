@@ -123,9 +123,9 @@ class StepHandlers:
                     held[mb] = self._run_forward(job, st, compute)
                     peak = max(peak, rss_bytes() or 0)
                     busy += time.perf_counter() - started
-                elif kind == "send_act":  # the output's array itself (force: no detached
-                    # Tensor made only to read it)
-                    self._pipe_send(st, "next", step, "act", mb, held[mb][1].numpy(force=True))
+                elif kind == "send_act":  # the output's array itself (no detached Tensor
+                    # made only to read it; not numpy(), which refuses bfloat16 as torch's)
+                    self._pipe_send(st, "next", step, "act", mb, held[mb][1]._data)
                 elif kind == "backward":
                     leaf, out = held.pop(mb)
                     g = None if last else received.pop(("grad", mb))
@@ -158,7 +158,7 @@ class StepHandlers:
                     if g is None:
                         raise RuntimeError(f"{st.name}: no gradient reached the input of "
                                            f"micro-batch {mb}")
-                    self._pipe_send(st, "prev", step, "grad", mb, g.numpy(force=True))
+                    self._pipe_send(st, "prev", step, "grad", mb, g._data)
                 timeline.append([kind, mb, time.thread_time() - cpu, started,
                                  time.perf_counter()])
         except BaseException as exc:
