@@ -15,7 +15,7 @@ RULES: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), why) for p, wh
      "it needs a CUDA GPU; disthook computes on the CPU"),
     (_PART.format("mps|xpu|hpu|mtia|ipu|xla|hip|vulkan|metal|maia|privateuse1|openreg"),
      "it needs an accelerator device; disthook computes on the CPU"),
-    ((r"sparse|(^|_)(coo|csr|csc|bsr|bsc)(_|$)|^to_dense$|^coalesce$|^is_coalesced$|"
+    ((r"sparse|(^|_)(coo|csr|csc|bsr|bsc)(_|$)|^coalesce$|^is_coalesced$|"
       r"^indices$|^values$|^crow_indices$|^ccol_indices$|^row_indices$|^col_indices$|"
       r"^dense_dim$|^_nnz$|^smm$|^sspaddmm$|^hspmm$|^saddmm$|^spmm$"),
      "sparse layouts are not modelled: disthook tensors are dense numpy arrays"),

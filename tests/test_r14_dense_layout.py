@@ -1,0 +1,40 @@
+"""Code written for sparse embedding gradients, run on disthook's dense ones (R14): ``to_dense``
+of a strided tensor is the tensor itself, as in torch."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import disthook
+
+torch = pytest.importorskip("torch")
+
+
+def test_to_dense_of_a_dense_tensor_is_itself_or_a_differentiable_copy():
+    for lib in (disthook, torch):
+        t = lib.ones(2, 3, requires_grad=True)
+        assert t.to_dense() is t
+        assert t.to_dense(masked_grad=True) is t
+        d = t.to_dense(lib.float64)
+        assert d.dtype == lib.float64 and d.grad_fn is not None
+        (d * 2).sum().backward()
+        np.testing.assert_array_equal(t.grad.numpy(), np.full((2, 3), 2.0))
+
+
+def test_sparse_embedding_gradient_densified_and_stepped_like_torch():
+    """A recommender's ``sparse=True`` table stepped by SGD: the same rows move by the same
+    amounts (torch's sparse gradient densified equals disthook's dense one)."""
+    w = np.random.default_rng(3).standard_normal((6, 2))
+    rows = [1, 3, 3, 5]
+    out = []
+    for lib in (disthook, torch):
+        emb = lib.nn.Embedding(6, 2, sparse=True)
+        with lib.no_grad():
+            emb.weight.copy_(lib.tensor(w, dtype=lib.float32))
+        opt = lib.optim.SGD(emb.parameters(), lr=0.5)
+        emb(lib.tensor(rows)).pow(2).sum().backward()
+        grad = emb.weight.grad.to_dense()
+        opt.step()
+        out.append((grad.numpy(), emb.weight.detach().numpy()))
+    for a, b in zip(*out):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
