@@ -1,5 +1,5 @@
-"""Code written for sparse embedding gradients, run on disthook's dense ones (R14): ``to_dense``
-of a strided tensor is the tensor itself, as in torch."""
+"""Code written for sparse embedding gradients and recommender tables, run on disthook (R14):
+``to_dense`` of a strided tensor is the tensor itself, and embedding_bag's range error, as torch's."""
 from __future__ import annotations
 
 import numpy as np
@@ -38,3 +38,17 @@ def test_sparse_embedding_gradient_densified_and_stepped_like_torch():
         out.append((grad.numpy(), emb.weight.detach().numpy()))
     for a, b in zip(*out):
         np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+@pytest.mark.parametrize("indices, offsets", [([1, 5], [0]), ([-1], [0]), ([[0, 3]], None)])
+def test_embedding_bag_index_out_of_range_is_torchs_runtime_error(indices, offsets):
+    """A recommender's id past the table: torch's embedding_bag raises RuntimeError (not
+    embedding's IndexError), naming the position and the value."""
+    msgs = []
+    for lib in (disthook, torch):
+        off = None if offsets is None else lib.tensor(offsets)
+        with pytest.raises(RuntimeError) as info:
+            lib.nn.functional.embedding_bag(lib.tensor(indices), lib.zeros(3, 2), off)
+        assert not isinstance(info.value, IndexError)
+        msgs.append(str(info.value))
+    assert msgs[0] == msgs[1]
