@@ -30,18 +30,3 @@ class AffineGridGenerator(Op):
         base = Tensor._make(np.ascontiguousarray(ctx.base.astype(g._data.dtype)), None, 0)
         return g.reshape(n, -1, k).transpose(1, 2) @ base
 
-
-class ZeroGradTie(Op):
-    """``a`` unchanged, with ``b`` wired into the graph at gradient zero: torch's nearest
-    ``grid_sample`` gives the grid a gradient of zeros (not none), which this keeps."""
-
-    @staticmethod
-    def forward(ctx, a, b):
-        ctx.b_shape, ctx.b_dtype = b.shape, b._data.dtype
-        return a._data
-
-    @staticmethod
-    def backward(ctx, g):
-        from disthook.tensor import Tensor
-
-        return g, Tensor._make(np.zeros(ctx.b_shape, dtype=ctx.b_dtype), None, 0)

@@ -60,3 +60,19 @@ def test_grid_sample_nearest_gives_the_grid_zeros(padding_mode):
     for a, b in zip(*res):
         np.testing.assert_allclose(a, b, equal_nan=True)
     assert not res[0][2].any()
+
+
+def test_cdist_p0_is_differentiable_at_gradient_zero():
+    """Hamming-style distances (p = 0) in a metric-learning loss: torch's result requires grad
+    and gives the points zeros; disthook's was cut from the graph."""
+    a = RNG.standard_normal((3, 4))
+    b = a[[0, 2]].copy()
+    b[0, 1] += 1.0
+    res = []
+    for lib in (disthook, torch):
+        x1, x2 = lib.tensor(a).requires_grad_(), lib.tensor(b).requires_grad_()
+        d = lib.cdist(x1, x2, p=0)
+        assert d.requires_grad
+        res.append((d.detach().numpy(), *(g.numpy() for g in lib.autograd.grad(d.sum(), (x1, x2)))))
+    for x, y in zip(*res):
+        np.testing.assert_array_equal(x, y)

@@ -15,7 +15,8 @@ import warnings
 import numpy as np
 
 import disthook.nn.functional as F
-from disthook.ops.grid import AffineGridGenerator, ZeroGradTie
+from disthook.ops.elementwise import ZeroGradTie
+from disthook.ops.grid import AffineGridGenerator
 from disthook.tensor import Tensor
 
 __all__ = ["affine_grid", "grid_sample", "upsample", "upsample_bilinear", "upsample_nearest"]
