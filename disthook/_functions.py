@@ -14,6 +14,7 @@ from disthook import _dtype
 from disthook._out import factory_out
 from disthook.amp import cpu_policy
 from disthook.ops import _bf16
+from disthook.ops import elementwise as E
 from disthook.ops.base import refuse_complex
 from disthook.tensor import Tensor, _factory, cat, stack, tensor
 
@@ -194,8 +195,8 @@ def cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode=None) -> Tensor:
     if _dtype.bfloat16 in (x1.dtype, x2.dtype):  # (torch has no bfloat16 kernel for it)
         _bf16.refuse("cdist")
     diff = x1.unsqueeze(-2) - x2.unsqueeze(-3)
-    if p == 0:
-        return (diff != 0).to(x1.dtype).sum(-1)
+    if p == 0:  # a count: differentiable, at gradient zero, as torch's
+        return E.ZeroGradTie.apply((diff != 0).to(x1.dtype).sum(-1), diff)
     return diff.norm(p, dim=-1)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 from disthook import _dtype
 from disthook.ops import decomp as D
 from disthook.ops import reduce as R
-from disthook.ops.decomp import LinAlgError  # noqa: F401
+from disthook.ops.decomp import LinAlgError
 from disthook.tensor import Tensor
 
 
@@ -84,7 +84,13 @@ def inv(A: Tensor) -> Tensor:
 
 
 def inv_ex(A: Tensor, *, check_errors: bool = False):
-    return _Result(("inverse", "info"), (inv(A), _info(A)))
+    """(inverse, info): ``info`` is 0, or (1-based) the first zero on the diagonal of A's LU
+    factorization where A is singular; that inverse is undefined in torch, NaN here. Nothing
+    raises unless ``check_errors``."""
+    info = _lu_info(A, "inv")
+    _raise_if(check_errors, info, "linalg.inv_ex", "The diagonal element {} is zero, the "
+              "inversion could not be completed because the input matrix is singular.")
+    return _Result(("inverse", "info"), (_where_ok(info, inv, A), _as_info(info)))
 
 
 def det(A: Tensor) -> Tensor:
@@ -113,7 +119,72 @@ def cholesky(A: Tensor, *, upper: bool = False) -> Tensor:
 
 
 def cholesky_ex(A: Tensor, *, upper: bool = False, check_errors: bool = False):
-    return _Result(("L", "info"), (cholesky(A, upper=upper), _info(A)))
+    """(L, info): ``info`` is 0, or the order of the first leading minor of A that is not
+    positive-definite (a GP's jitter loop reads it and retries); that L is undefined in torch,
+    NaN here. Nothing raises unless ``check_errors``."""
+    _square(A, "cholesky")
+    info = np.zeros(A.shape[:-2], dtype=np.int32)
+    n = A.shape[-1]
+    for i in np.ndindex(*info.shape):
+        m = A._data[i]
+        try:
+            np.linalg.cholesky(m)
+        except np.linalg.LinAlgError:
+            info[i] = next(k for k in range(1, n + 1) if not _positive_definite(m[:k, :k]))
+    _raise_if(check_errors, info, "linalg.cholesky_ex", "The factorization could not be "
+              "completed because the input is not positive-definite (the leading minor of "
+              "order {} is not positive-definite).")
+    low = _where_ok(info, lambda a: cholesky(a, upper=upper), A)
+    return _Result(("L", "info"), (low, _as_info(info)))
+
+
+def _square(A: Tensor, name: str) -> None:
+    if A.ndim < 2 or A.shape[-1] != A.shape[-2]:
+        raise RuntimeError(f"linalg.{name}: A must be batches of square matrices, but they are "
+                           f"{A.shape[-2] if A.ndim > 1 else 1} by {A.shape[-1]} matrices")
+
+
+def _positive_definite(m: np.ndarray) -> bool:
+    try:
+        np.linalg.cholesky(m)
+    except np.linalg.LinAlgError:
+        return False
+    return True
+
+
+def _lu_info(A: Tensor, name: str) -> np.ndarray:
+    """LAPACK getrf's info per matrix: (1-based) the first exact zero on U's diagonal, else 0."""
+    _square(A, name)
+    up = D.lu_np(A._data)[2]
+    zero = np.diagonal(up, axis1=-2, axis2=-1) == 0
+    return np.where(zero.any(-1), zero.argmax(-1) + 1, 0).astype(np.int32)
+
+
+def _raise_if(check_errors: bool, info: np.ndarray, name: str, what: str) -> None:
+    if not check_errors or not info.any():
+        return
+    at = tuple(np.argwhere(info)[0])
+    batch = f"(Batch element {np.ravel_multi_index(at, info.shape)}): " if info.ndim else ""
+    raise LinAlgError(f"{name}: {batch}{what.format(int(info[at]))}")
+
+
+def _where_ok(info: np.ndarray, fn, A: Tensor) -> Tensor:
+    """``fn(A)`` where ``info`` is 0; NaN in the matrices where it is not (fn runs on an
+    identity there, so it does not raise)."""
+    if not info.any():
+        return fn(A)
+    bad = Tensor._make(np.asarray(info != 0)[..., None, None], None, 0)
+    safe = A.masked_fill(bad, 0) + _eye(A) * bad.to(A.dtype)
+    out = fn(safe)
+    return out.masked_fill(bad, float("nan"))
+
+
+def _eye(A: Tensor) -> Tensor:
+    return Tensor._make(np.eye(A.shape[-1], dtype=A._data.dtype), None, 0)
+
+
+def _as_info(info: np.ndarray) -> Tensor:
+    return Tensor._make(np.asarray(info, dtype=np.int32), None, 0)
 
 
 def qr(A: Tensor, mode: str = "reduced"):
@@ -286,8 +357,12 @@ def lu_factor(A: Tensor, *, pivot: bool = True):
 
 
 def lu_factor_ex(A: Tensor, *, pivot: bool = True, check_errors: bool = False):
+    """(LU, pivots, info): ``info`` as ``inv_ex``'s (the factorization itself exists)."""
     packed, pivots = lu_factor(A, pivot=pivot)
-    return _Result(("LU", "pivots", "info"), (packed, pivots, _info(A)))
+    info = _lu_info(A, "lu_factor_ex")
+    _raise_if(check_errors, info, "torch.linalg.lu_factor_ex", "The factorization could not "
+              "be completed because the input matrix is singular: U[{0},{0}] is zero.")
+    return _Result(("LU", "pivots", "info"), (packed, pivots, _as_info(info)))
 
 
 def _pivots(p: Tensor) -> Tensor:

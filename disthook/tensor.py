@@ -664,6 +664,11 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def cpu(self, memory_format=None) -> "Tensor":
         return self
 
+    def to_dense(self, dtype=None, *, masked_grad=None) -> "Tensor":
+        """Already dense (strided): the tensor itself, or a copy in ``dtype``, as torch's;
+        code that densifies a gradient it expected sparse (``sparse=True``) runs as is."""
+        return self if dtype is None else self.to(dtype)
+
     def cuda(self, device=None, non_blocking=False):
         raise no_cuda()
 

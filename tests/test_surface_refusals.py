@@ -109,3 +109,25 @@ def test_forward_ad_refuses_naming_the_transforms_that_give_the_same_products():
                            r"not implemented in disthook .*no forward-mode AD.*"
                            r"torch\.func\.jvp"):
             call()
+
+
+def test_sparse_names_refuse_naming_the_dense_way_to_the_same_result():
+    """A pygcn-style adjacency (sparse_coo_tensor, sparse.mm, spmm) and SparseAdam: refused,
+    and the message says how to get the same numbers densely."""
+    x = disthook.ones(2, 2)
+    for call in (lambda: disthook.sparse_coo_tensor([[0], [1]], [1.0], (2, 2)),
+                 lambda: disthook.sparse.mm(x, x), lambda: disthook.spmm(x, x),
+                 lambda: disthook.sparse.FloatTensor(2, 2)):
+        with pytest.raises(NotImplementedError, match=r"is not implemented in disthook .*"
+                           r"index_put_\(tuple\(indices\), values, accumulate=True\).*torch\.mm"):
+            call()
+    with pytest.raises(NotImplementedError, match=r"SparseAdam .*sparse=True\) give a dense "
+                       r"gradient.*torch\.optim\.SGD"):
+        disthook.optim.SparseAdam([disthook.zeros(1)])
+    # what the message says is the same result: a dense adjacency with summed duplicates
+    idx, val = disthook.tensor([[0, 1, 1], [1, 0, 0]]), disthook.tensor([1.0, 2.0, 3.0])
+    adj = disthook.zeros(2, 2).index_put_(tuple(idx), val, accumulate=True)
+    torch = pytest.importorskip("torch")
+    want = torch.sparse_coo_tensor(torch.tensor([[0, 1, 1], [1, 0, 0]]),
+                                   torch.tensor([1.0, 2.0, 3.0]), (2, 2)).to_dense()
+    assert adj.tolist() == want.tolist()

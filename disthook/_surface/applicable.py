@@ -15,7 +15,7 @@ RULES: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), why) for p, wh
      "it needs a CUDA GPU; disthook computes on the CPU"),
     (_PART.format("mps|xpu|hpu|mtia|ipu|xla|hip|vulkan|metal|maia|privateuse1|openreg"),
      "it needs an accelerator device; disthook computes on the CPU"),
-    ((r"sparse|(^|_)(coo|csr|csc|bsr|bsc)(_|$)|^to_dense$|^coalesce$|^is_coalesced$|"
+    ((r"sparse|(^|_)(coo|csr|csc|bsr|bsc)(_|$)|^coalesce$|^is_coalesced$|"
       r"^indices$|^values$|^crow_indices$|^ccol_indices$|^row_indices$|^col_indices$|"
       r"^dense_dim$|^_nnz$|^smm$|^sspaddmm$|^hspmm$|^saddmm$|^spmm$"),
      "sparse layouts are not modelled: disthook tensors are dense numpy arrays"),
@@ -37,6 +37,11 @@ _FAKE_QUANT = ("disthook has no quantization workflow (observers, prepare_qat, c
                "quant_max) and torch.fake_quantize_per_channel_affine(w, scales, zero_points, "
                "axis, quant_min, quant_max), with the straight-through gradient: call them in "
                "the module's forward, with scales kept as buffers")
+
+_DENSE_ADJ = ("build the matrix dense, torch.zeros(size).index_put_(tuple(indices), values, "
+              "accumulate=True) (duplicates summed, as coalesce() does), and use the dense "
+              "op: torch.mm or @ for torch.sparse.mm and torch.spmm, torch.sum for "
+              "torch.sparse.sum")
 
 # names whose refusal can say exactly what to use instead
 HINTS = {
@@ -63,6 +68,14 @@ HINTS = {
                                  "Jacobians from torch.func.jacfwd / jacrev",
     "torch.ao.quantization": _FAKE_QUANT,
     "torch.quantization": _FAKE_QUANT,
+    "torch.sparse_coo_tensor": _DENSE_ADJ,
+    "torch.sparse": _DENSE_ADJ,
+    "torch.spmm": _DENSE_ADJ,
+    "torch.optim.SparseAdam":
+        "nn.Embedding(sparse=True) and nn.EmbeddingBag(sparse=True) give a dense gradient "
+        "here, so torch.optim.SparseAdam (lazy Adam: only the rows looked up move) has no "
+        "equivalent; torch.optim.Adam steps every row, torch.optim.SGD (no momentum, no "
+        "weight decay) steps exactly as with a sparse gradient",
     "torch.distributions": "disthook.distributions provides every distribution, transform and "
                            "constraint of torch.distributions, with kl_divergence and "
                            "biject_to / transform_to",

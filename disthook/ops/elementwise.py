@@ -257,6 +257,23 @@ class _ZeroGrad(Op):
         return g * 0
 
 
+class ZeroGradTie(Op):
+    """``a`` unchanged, with ``b`` wired into the graph at gradient zero: where torch's op
+    gives an input a gradient of zeros, not none (nearest ``grid_sample``'s grid, ``cdist``'s
+    points at p = 0), so ``autograd.grad`` of it is zeros, not "not used in the graph"."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.b_shape, ctx.b_dtype = b.shape, b._data.dtype
+        return a._data
+
+    @staticmethod
+    def backward(ctx, g):
+        from disthook.tensor import Tensor
+
+        return g, Tensor._make(np.zeros(ctx.b_shape, dtype=ctx.b_dtype), None, 0)
+
+
 class Floor(_ZeroGrad):
     fn = staticmethod(np.floor)
     node_name = "FloorBackward0"

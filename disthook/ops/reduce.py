@@ -2,6 +2,7 @@
 softmax family, and cumsum."""
 from __future__ import annotations
 
+import warnings
 from types import MappingProxyType
 
 import numpy as np
@@ -114,6 +115,27 @@ def _check_floating_for_var(a) -> None:
         raise RuntimeError("std and var only support floating point and complex dtypes")
 
 
+def _spread(fn, ctx, x, dims, correction, keepdim, name: str):
+    """``np.var`` / ``np.std`` over ``dims`` with torch's degrees of freedom,
+    ``max(0, n - correction)`` (kept as ``ctx.dof`` for backward): none left (a single
+    sample's unbiased std) is torch's warning and a NaN or inf, never a negative count."""
+    n = x.size if dims is None else int(np.prod([x.shape[d] for d in dims]))
+    ctx.dof = dof = max(0, n - correction)
+    if dof == 0:
+        warnings.warn(f"{name}(): degrees of freedom is <= 0. Correction should be strictly "
+                      "less than the reduction factor (input numel divided by output numel).",
+                      UserWarning, stacklevel=4)
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # numpy's own words for the same
+        return fn(x, axis=dims, ddof=n - dof, keepdims=keepdim).astype(x.dtype)
+
+
+def _over_dof(ctx) -> np.float64:
+    """``1 / dof``: inf where no degree of freedom is left, as torch's backward divides."""
+    with np.errstate(divide="ignore"):
+        return np.float64(1.0) / np.float64(ctx.dof)
+
+
 class Var(Op):
     node_name = "VarBackward0"
 
@@ -123,17 +145,15 @@ class Var(Op):
         ctx.save_for_backward(a)
         x = a._data
         ctx.dims, ctx.correction, ctx.keepdim = dim, correction, keepdim
-        n = x.size if dim is None else int(np.prod([x.shape[d] for d in dim]))
-        ctx.n = n
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.var(x, axis=dim, ddof=correction, keepdims=keepdim).astype(x.dtype)
+        return _spread(np.var, ctx, x, dim, correction, keepdim, "var")
 
     @staticmethod
     def backward(ctx, g):
         (a,) = ctx.saved_tensors
         centered = a - a.mean(dim=ctx.dims, keepdim=True)
         g = expand_back(g, a.shape, ctx.dims, ctx.keepdim)
-        return g * centered * (2.0 / (ctx.n - ctx.correction))
+        with np.errstate(invalid="ignore"):  # 0 * inf: NaN, as torch's, without a warning
+            return g * centered * (2.0 * _over_dof(ctx))
 
 
 class Std(Op):
@@ -145,9 +165,7 @@ class Std(Op):
         ctx.save_for_backward(a, OUTPUT)
         x = a._data
         ctx.dims, ctx.correction, ctx.keepdim = dim, correction, keepdim
-        ctx.n = x.size if dim is None else int(np.prod([x.shape[d] for d in dim]))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.std(x, axis=dim, ddof=correction, keepdims=keepdim).astype(x.dtype)
+        return _spread(np.std, ctx, x, dim, correction, keepdim, "std")
 
     @staticmethod
     def backward(ctx, g):
@@ -155,7 +173,8 @@ class Std(Op):
         centered = a - a.mean(dim=ctx.dims, keepdim=True)
         safe_out = out.masked_fill(out == 0, np.inf)  # a zero std has a zero gradient
         g = expand_back(g / safe_out, a.shape, ctx.dims, ctx.keepdim)
-        return g * centered * (1.0 / (ctx.n - ctx.correction))
+        with np.errstate(invalid="ignore"):
+            return g * centered * _over_dof(ctx)
 
 
 class VarMean(Op):
@@ -182,9 +201,7 @@ class StdMean(Op):
         _check_floating_for_var(a)
         x = a._data
         ctx.dims, ctx.correction, ctx.keepdim = dim, correction, keepdim
-        ctx.n = x.size if dim is None else int(np.prod([x.shape[d] for d in dim]))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            std = np.std(x, axis=dim, ddof=correction, keepdims=keepdim).astype(x.dtype)
+        std = _spread(np.std, ctx, x, dim, correction, keepdim, "std_mean")
         ctx.save_for_backward(a, OUTPUT)  # the std, the first output
         return std, np.mean(x, axis=dim, keepdims=keepdim).astype(x.dtype)
 

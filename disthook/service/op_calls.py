@@ -1,7 +1,8 @@
 """An op of the engine called on a worker, for a client whose operands live there
 (``disthook.distributed.remote_values``): the op is named by its class's module and name, which
-must be a subclass of ``disthook.ops.base.Op`` (nothing else is looked up, nothing imported),
-and its keyword parameters travel as plain data.
+must be a subclass of ``disthook.ops.base.Op`` (nothing else is looked up; the one import is
+of a module of the ``disthook.ops`` package itself that this process has not loaded yet, as
+``gather_reduce`` loads on first use), and its keyword parameters travel as plain data.
 
 Parameters are what ops take besides tensors: None, bools, numbers, strings, dtypes, slices,
 ``...``, numpy arrays and scalars, the engine's own named tuples (``_named_params``: a
@@ -127,9 +128,29 @@ def _all_ops() -> dict[str, type]:
     return _OPS
 
 
+def _load_op_module(name: str) -> bool:
+    """Import the ``disthook.ops`` module ``name`` names, if it is one and is not loaded."""
+    import importlib
+    import pkgutil
+    import sys
+
+    import disthook.ops
+
+    module = name.rpartition(".")[0]
+    package, _, leaf = module.rpartition(".")
+    if package != "disthook.ops" or module in sys.modules:
+        return False
+    if leaf not in {m.name for m in pkgutil.iter_modules(disthook.ops.__path__)}:
+        return False
+    importlib.import_module(module)
+    return True
+
+
 def op_function(name: str, params):
     """``f(*tensors)``: the op ``name`` applied with ``params`` (encoded)."""
     cls = _OPS.get(name) or _all_ops().get(name)
+    if cls is None and _load_op_module(name):
+        cls = _all_ops().get(name)
     if cls is None:
         raise LookupError(f"no op {name!r} in this worker's disthook (an op of another "
                           "version of disthook?)")

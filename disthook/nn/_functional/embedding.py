@@ -77,7 +77,9 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None,
         raise ValueError(f"input has to be 1D or 2D Tensor, but got Tensor of dimension "
                          f"{indices.ndim}")
     if flat.size and (flat.min() < 0 or flat.max() >= weight.shape[0]):
-        raise IndexError("index out of range in self")
+        at = int(np.argmax((flat < 0) | (flat >= weight.shape[0])))  # a RuntimeError here
+        raise RuntimeError(f"Index {at} of input takes value {int(flat[at])} which is not in "
+                           f"the valid range [0, {weight.shape[0]})")
     if padding_idx is not None and padding_idx < 0:
         padding_idx += weight.shape[0]
     if max_norm is not None:

@@ -15,6 +15,8 @@ import warnings
 import numpy as np
 
 import disthook.nn.functional as F
+from disthook.ops.elementwise import ZeroGradTie
+from disthook.ops.grid import AffineGridGenerator
 from disthook.tensor import Tensor
 
 __all__ = ["affine_grid", "grid_sample", "upsample", "upsample_bilinear", "upsample_nearest"]
@@ -86,9 +88,8 @@ def affine_grid(theta: Tensor, size, align_corners: bool | None = None) -> Tenso
     axes = [_positions(n, align_corners) for n in spatial]
     mesh = np.meshgrid(*axes, indexing="ij")
     base = np.stack([*reversed(mesh), np.ones(tuple(spatial))], axis=-1)
-    base = base.reshape(1, -1, len(spatial) + 1).astype(theta._data.dtype)
-    grid = _const(base) @ theta.transpose(1, 2)
-    return grid.reshape(size[0], *spatial, len(spatial))
+    base = base.reshape(-1, len(spatial) + 1)
+    return AffineGridGenerator.apply(theta, base=base, spatial=tuple(spatial))
 
 
 # ---- sampling ------------------------------------------------------------------------------------
@@ -183,7 +184,8 @@ def grid_sample(input: Tensor, grid: Tensor, mode: str = "bilinear",
     if mode == "nearest":
         values, inside = _gather(input, [np.rint(s._data).astype(np.int64) for s in source],
                                  spatial)
-        return (values * _const(inside.astype(values._data.dtype))).reshape(out_shape)
+        out = (values * _const(inside.astype(values._data.dtype))).reshape(out_shape)
+        return ZeroGradTie.apply(out, grid)
     floors = [np.floor(s._data) for s in source]
     fractions = [s - _const(f) for s, f in zip(source, floors)]
     total = None
