@@ -62,8 +62,10 @@ class ComputeHandlers:
                 t = disthook.from_numpy(a if job.spec is None else np.array(a))
                 if job.spec is not None:  # a hook event sends the frame, not another copy
                     job.spec.keep_pristine(t, a)
-                if grad and flag and (t.is_floating_point() or t.is_complex()):
-                    t.requires_grad_(True)  # a fresh leaf per context: its grad goes back
+                if flag and (t.is_floating_point() or t.is_complex()):
+                    # a fresh leaf per context: its grad goes back; under no_grad too, as the
+                    # program's tensor it stands for requires grad (a hook may hook it)
+                    t.requires_grad_(True)
                 inputs.append(t)
                 return t
 
