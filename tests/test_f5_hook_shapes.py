@@ -117,3 +117,23 @@ def test_where_torch_adds_out_of_place_the_sum_goes_on(lib, case):
     s = 1 / (1 + 2.718281828459045 ** -1)
     factor = 1 if case in ("expanded", "the gradient itself") else 2
     assert grad.reshape(-1).tolist() == pytest.approx([factor + s * (1 - s)] * 4, rel=1e-5)
+
+
+@pytest.mark.parametrize("hooks", ["save_on_cpu", "identity"])
+def test_relu_s_backward_reads_its_saved_output_as_a_hook_hands_it_back(lib, hooks):
+    """ReLU saves its output; under saved-tensor hooks that hand back the tensor itself
+    (``save_on_cpu`` on the CPU) an in-place change after the forward reaches the backward,
+    unchecked, and torch's threshold_backward passes the gradient only where that output is
+    > 0 (or NaN): a negated output passes none. disthook tested "!= 0" and passed it where
+    the output was negative (fuzzer seed 12784: a forward pre-hook negating a ReLU's output
+    in place under save_on_cpu)."""
+    torch = lib.torch
+    x = torch.tensor([1.0, -2.0, 3.0, 0.5], requires_grad=True)
+    region = (torch.autograd.graph.save_on_cpu() if hooks == "save_on_cpu" else
+              torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t))
+    with region:
+        y = (x * 1).relu()
+    with torch.no_grad():
+        y[:2].mul_(-1)
+    y.sum().backward()
+    assert x.grad.tolist() == [0.0, 0.0, 1.0, 1.0]
