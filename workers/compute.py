@@ -28,6 +28,7 @@ from workers import attr_changes, form, held_grads, stage_grads
 from workers.client_hooks import caller_copy
 from workers.speculation import BACKWARD_KINDS, EarlyAnswer, run_ahead
 from workers.state import Context
+from workers.values import kept_grads_changed
 from workers.versions import carries_write, note_pins, upstream_pins
 
 __all__ = ["ComputeHandlers", "rss_bytes"]
@@ -362,6 +363,7 @@ class ComputeHandlers:
                     held.flush()
                 if given_here:
                     values.given_changes(made, tapped)
+                    kept_grads_changed(made, msg["grads"], grads_given)
                 return grads
 
             prev = None if context.direct else st.neighbours.get("prev")

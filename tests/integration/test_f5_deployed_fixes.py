@@ -9,7 +9,17 @@ stood for the worker's copy, which required no grad under ``no_grad``, so the ho
 ``requires_grad`` False and ``register_hook`` raised torch's "cannot register a hook on a
 tensor that doesn't require gradient". Now it requires grad as in one process,
 ``retain_grad`` is the leaf's no-op, and ``register_hook`` is refused with
-NotImplementedError saying why (no backward reaches the worker's copy) and what to do."""
+NotImplementedError saying why (no backward reaches the worker's copy) and what to do.
+
+Under ``save_on_cpu`` (or checkpoint) an op on two values kept on a worker runs there: in
+``a + model(a)`` the add's backward gave its two operands one gradient tensor, kept on the
+worker as two copies (and sent to the client inline besides), so a full backward pre-hook
+of the second call that negated its ``grad_output`` in place left the first call's
+gradient as it was: ``x.grad`` silently differed from one process's (seed 1209 with
+F1_FUZZ_DEPLOYED_EXTRAS=1). The worker now keeps such gradients as one array, by
+reference, and writes a hook's change back into the kept array where the backward worked
+on a copy."""
+import numpy as np
 import pytest
 
 import disthook as torch
@@ -55,3 +65,54 @@ def test_a_tensor_hook_put_on_it_is_refused_saying_why(cluster):
             _seen_under_no_grad(remote, True)
     finally:
         remote.close()
+
+
+class _Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.lin(x).tanh()
+
+
+class _Root(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = _Block()
+
+    def forward(self, x):
+        return self.block(x)
+
+
+@pytest.mark.parametrize("hooks_ahead", [True, False])
+def test_a_hook_s_in_place_change_of_an_add_s_gradient_under_save_on_cpu(cluster,
+                                                                        hooks_ahead):
+    def run(model):
+        seen = []
+
+        def negate(module, grad_output):
+            seen.append(grad_output[0].tolist())
+            grad_output[0].mul_(-1)
+
+        model.block.register_full_backward_pre_hook(negate)
+        x = torch.ones(2, 3, requires_grad=True)
+        with torch.autograd.graph.save_on_cpu():
+            a = model(x)
+            out = a + model(a)
+        c = torch.tensor(np.arange(1, 7, dtype=np.float32).reshape(2, 3) / 4)
+        (out * c).sum().backward()
+        return seen, x.grad.tolist()
+
+    def make():
+        torch.manual_seed(0)
+        return _Root()
+
+    want = run(make())
+    remote = cluster.deploy(make(), stages=1, hooks_ahead=hooks_ahead)
+    try:
+        got = run(remote)
+    finally:
+        remote.close()
+    assert np.allclose(got[0], want[0], atol=1e-6)
+    assert np.allclose(got[1], want[1], atol=1e-6)
