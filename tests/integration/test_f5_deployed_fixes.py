@@ -116,3 +116,31 @@ def test_a_hook_s_in_place_change_of_an_add_s_gradient_under_save_on_cpu(cluster
         remote.close()
     assert np.allclose(got[0], want[0], atol=1e-6)
     assert np.allclose(got[1], want[1], atol=1e-6)
+
+
+def test_a_full_backward_hook_removed_between_two_backwards_of_one_graph(cluster):
+    """``backward(retain_graph=True)``, the module's full backward hook removed, then a
+    second backward through the same graph: torch took the hook at the module's call, so
+    it fires again in one process. Deployed, the worker fired its stub and the client,
+    having forgotten the hook, raised "hook 0 was removed on the client" (seed 1120 with
+    F1_FUZZ_DEPLOYED_EXTRAS=1)."""
+    from helpers import deployed_run
+
+    def make():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 3))
+
+    def run(model):
+        log = []
+        handle = model[2].register_full_backward_hook(
+            lambda module, grad_input, grad_output: log.append(grad_output[0].tolist()))
+        x = torch.ones(2, 3, requires_grad=True)
+        loss = model(x).sum()
+        loss.backward(retain_graph=True)
+        handle.remove()
+        (g,) = torch.autograd.grad(loss, x)
+        return log, g.tolist()
+
+    got, want = deployed_run(cluster, make, run)
+    assert got == want
+    assert len(want[0]) == 2
