@@ -69,6 +69,25 @@ def generate(seed: int, *, deployable: bool = False, extras: bool | None = None)
                                  "inference")) if wider else None
     for rnd in prog["rounds"]:
         rnd["checkpoint"] = wider and rnd["mode"] == "grad" and wide.random() < 0.15
+    # shapes added in the fifth round (F5), from a fourth stream, with the extras: hooks
+    # that return views, strided tensors or another dtype (``form``), rounds with the steps
+    # of F5_EXTRAS, and a global forward hook (deployed too: it fires for the workers'
+    # modules as a client hook)
+    fifth = random.Random(f"f5-{seed}")
+    for h in prog["hooks"]:
+        h["form"] = fifth.choice((None,) * 5 + ("view", "strided", "dtype")) if wider else None
+        if h["form"] == "dtype" and prog["saved_hooks"]:
+            # (not with saved-tensor hooks: where a float64 activation meets a float32 Linear,
+            # torch's autograd packs the op's saved tensors before its kernel raises, so the
+            # pack hook runs a few more times before the same error; disthook checks first)
+            h["form"] = None
+    for rnd in prog["rounds"]:
+        rnd["f5"] = [e for e in F5_EXTRAS if fifth.random() < 0.12] if wider else []
+    if wider and fifth.random() < 0.15:
+        prog["hooks"].append({"kind": "g_fwd", "prepend": False, "with_kwargs": False,
+                              "always_call": fifth.random() < 0.5, "act": False,
+                              "target": "", "does": "log", "other": 0, "when": 0.0,
+                              "nth": 0, "mode": None, "form": None})
     return prog
 
 
@@ -79,6 +98,15 @@ def generate(seed: int, *, deployable: bool = False, extras: bool | None = None)
 # registers another hook on it and removes itself
 EXTRAS = ("custom", "custom_once", "multi_all", "multi_any", "materialize", "save_on_cpu",
           "hook_in_hook")
+
+# what a round may add in the fifth round: a call that raises in the model's forward (a
+# wrong width: always_call forward hooks still fire), a forward pre-hook on the root that
+# registers a forward hook on the last block during the forward (it fires in that call) and
+# removes itself, autograd.grad with grad_outputs for two outputs, and a first backward with
+# retain_graph=True after which a hook is added on the output and the first hook removed
+# before the round's own backward. (Not autograd.grad's is_grads_batched: torch's hooks
+# then get tensors of its vmap, whose values a log cannot read.)
+F5_EXTRAS = ("bad_call", "hook_adds_hook", "grad_outputs", "retain_then_rehook")
 
 
 def _hook(rng, modules, params, deployable) -> dict:
@@ -361,7 +389,7 @@ def _run(T, prog, deploy, log, globals_):
             elif does == "remove_other" and h["other"] in handles:
                 handles[h["other"]].remove()
             elif does == "replace":
-                return _replace(T, value, what)
+                return _formed(T, _replace(T, value, what), h.get("form"))
             elif does == "inplace":
                 _inplace(value)
             elif does == "bad":
@@ -493,7 +521,7 @@ class Stop(Exception):
 def _one_round(T, prog, rnd, model, x, params, handles, kept, log):
     kept.clear()
     try:
-        _round_steps(T, prog, rnd, model, x, params, kept, log)
+        _round_steps(T, prog, rnd, model, x, params, kept, log, handles)
     except Stop:
         pass
     for name, p in params.items():
@@ -502,7 +530,12 @@ def _one_round(T, prog, rnd, model, x, params, handles, kept, log):
         log.append(("buffer", name, summary(b)))
 
 
-def _round_steps(T, prog, rnd, model, x, params, kept, log):
+def _in(region, fn):
+    with region():
+        return fn()
+
+
+def _round_steps(T, prog, rnd, model, x, params, kept, log, handles):
     region = {"grad": T.enable_grad, "no_grad": T.no_grad,
               "inference": T.inference_mode}[rnd["mode"]]
 
@@ -529,7 +562,29 @@ def _round_steps(T, prog, rnd, model, x, params, kept, log):
             out = out + model(out)
         return out
 
-    out = step(log, "forward", forward)
+    fifth = rnd.get("f5", ())
+    if "bad_call" in fifth:  # a forward that raises (a wrong width), the round going on
+        try:
+            step(log, "bad call", lambda: _in(region, lambda: model(T.ones(2, WIDTH + 1))))
+        except Stop:
+            pass
+    added, handle = [], None
+    if "hook_adds_hook" in fifth:
+        last = model.get_submodule(_module_paths(prog["blocks"], prog["chain"])[-1])
+
+        def adder(m, args):
+            log.append(("adder",))
+            added.append(last.register_forward_hook(
+                lambda m2, a, o: log.append(("added", summary(o)))))
+            handle.remove()
+
+        handle = model.register_forward_pre_hook(adder)
+    try:
+        out = step(log, "forward", forward)
+    finally:
+        for h in [handle, *added]:
+            if h is not None:
+                h.remove()
     log.append(("out", summary(out)))
     if rnd["inplace"]:
         step(log, "inplace", lambda: out.mul_(2))
@@ -569,6 +624,18 @@ def _round_steps(T, prog, rnd, model, x, params, kept, log):
             handle.remove()
         handle = step(log, "hook in hook", lambda: out.register_hook(outer))
     chosen = [params[name] for k, name in enumerate(params) if k in rnd["subset"]]
+    if "grad_outputs" in fifth:
+        got = step(log, "grad_outputs", lambda: T.autograd.grad(
+            [out, loss], chosen, grad_outputs=[c * 0.5, T.tensor(2.0)], retain_graph=True,
+            allow_unused=True))
+        log.append(("grad_outputs result", summary(got)))
+    if "retain_then_rehook" in fifth:
+        step(log, "backward retained", lambda: loss.backward(retain_graph=True))
+        log.append("--- rehooked")
+        if out.requires_grad:
+            out.register_hook(lambda g: log.append(("late hook", summary(g))))
+        if 0 in handles:
+            handles[0].remove()
     kind = rnd["backward"]
     if kind == "backward":
         step(log, "backward", loss.backward)
@@ -642,6 +709,25 @@ def _replace(T, value, what):
     if what == "none":
         return None
     return _scaled(value, 2.0 if what in ("grads", "grad") else -1.0)
+
+
+def _formed(T, value, form):
+    """A replacement in another form of the same values: a view of a tensor (``view``), a
+    strided one that is no view of a dense tensor of its shape (``strided``), or float64
+    (``dtype``: torch refuses it for a gradient)."""
+    if form is None:
+        return value
+    if hasattr(value, "shape"):
+        if form == "view":
+            return value.view(value.shape)
+        if form == "strided":
+            return T.stack([value, value], -1)[..., 0]
+        return value.double()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_formed(T, a, form) for a in value)
+    if isinstance(value, dict):
+        return {k: _formed(T, a, form) for k, a in value.items()}
+    return value
 
 
 def _inplace(value):

@@ -70,6 +70,13 @@ def test_the_programs_use_every_hook_kind_and_block():
     assert not any(h["mode"] or r["checkpoint"] or any(p["buffered"])
                    for seed in range(50) for p in [programs.generate(seed, deployable=True)]
                    for h in p["hooks"] for r in p["rounds"])
+    # (F5's shapes: replacements as views, strided or float64, the steps of F5_EXTRAS, a
+    # global forward hook; none in deployable programs unless asked)
+    assert {h["form"] for p in made for h in p["hooks"]} == {None, "view", "strided", "dtype"}
+    assert {e for p in made for r in p["rounds"] for e in r["f5"]} == set(programs.F5_EXTRAS)
+    assert not any(h["form"] or r["f5"] or h["kind"] == "g_fwd"
+                   for seed in range(50) for p in [programs.generate(seed, deployable=True)]
+                   for h in p["hooks"] for r in p["rounds"])
     assert {h["does"] for p in made for h in p["hooks"]} >= {
         "log", "replace", "raise", "remove_self", "remove_other", "inplace", "bad",
         "act_hook", "act_retain"}

@@ -28,6 +28,7 @@ from workers import attr_changes, form, held_grads, stage_grads
 from workers.client_hooks import caller_copy
 from workers.speculation import BACKWARD_KINDS, EarlyAnswer, run_ahead
 from workers.state import Context
+from workers.values import kept_grads_changed
 from workers.versions import carries_write, note_pins, upstream_pins
 
 __all__ = ["ComputeHandlers", "rss_bytes"]
@@ -62,8 +63,10 @@ class ComputeHandlers:
                 t = disthook.from_numpy(a if job.spec is None else np.array(a))
                 if job.spec is not None:  # a hook event sends the frame, not another copy
                     job.spec.keep_pristine(t, a)
-                if grad and flag and (t.is_floating_point() or t.is_complex()):
-                    t.requires_grad_(True)  # a fresh leaf per context: its grad goes back
+                if flag and (t.is_floating_point() or t.is_complex()):
+                    # a fresh leaf per context: its grad goes back; under no_grad too, as the
+                    # program's tensor it stands for requires grad (a hook may hook it)
+                    t.requires_grad_(True)
                 inputs.append(t)
                 return t
 
@@ -360,6 +363,7 @@ class ComputeHandlers:
                     held.flush()
                 if given_here:
                     values.given_changes(made, tapped)
+                    kept_grads_changed(made, msg["grads"], grads_given)
                 return grads
 
             prev = None if context.direct else st.neighbours.get("prev")

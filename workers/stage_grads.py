@@ -18,6 +18,10 @@ def run_backward(pairs: list, inputs: list, taps: list, tapped: dict, retain: bo
     which leaves every ``.grad`` as it is (hooks fire as they do in it)."""
     if accumulate:
         handles = [_tap(t, key, tapped) for key, t in taps]
+        reached: dict = {}  # (several inputs: which got one gradient tensor, see below)
+        if len(inputs) > 1:
+            handles += [t.register_hook(lambda g, i=i: reached.__setitem__(i, g))
+                        for i, t in enumerate(inputs) if t.requires_grad]
         try:
             if pairs:
                 disthook.autograd.backward([o for o, _ in pairs], [g for _, g in pairs],
@@ -25,7 +29,15 @@ def run_backward(pairs: list, inputs: list, taps: list, tapped: dict, retain: bo
         finally:
             for handle in handles:
                 handle.remove()
-        return [None if t.grad is None else t.grad._data for t in inputs]
+        out = [None if t.grad is None else t.grad._data for t in inputs]
+        # inputs that one gradient tensor reached (an add's two operands) get one array: it
+        # is one tensor in one process, and a hook's in-place change of it is seen by both
+        first: dict = {}
+        for i, g in reached.items():
+            j = first.setdefault(id(g), i)
+            if j != i and out[i] is not None and out[j] is not None:
+                out[i] = out[j]
+        return out
     wanted = [t for t in inputs if t.requires_grad] + [t for _, t in taps]
     got = disthook.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
                                  retain_graph=retain, allow_unused=True) \

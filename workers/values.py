@@ -22,7 +22,7 @@ from workers.limits import mib
 from workers.peers import neighbour_identity
 
 __all__ = ["INLINE_BYTES", "MAX_PEERS_NAMED", "MAX_PEER_SOCKETS", "MAX_VALUES",
-           "MAX_VALUE_BYTES", "ValueHandlers"]
+           "MAX_VALUE_BYTES", "ValueHandlers", "kept_grads_changed"]
 
 INLINE_BYTES = 256  # a kept value this small goes to the client with its description too
 MAX_VALUES = 65536  # values one client may keep on one model here
@@ -169,7 +169,8 @@ class ValueHandlers:
                        else self._value_of(job, model, g))
         return out
 
-    def _keep_outputs(self, job, model: str, prefix: str, tensors: list) -> list[dict]:
+    def _keep_outputs(self, job, model: str, prefix: str, tensors: list,
+                      inline: bool = True) -> list[dict]:
         """Keep ``tensors`` (detached) for the job's client under ``<prefix>.<i>``; what
         the answer says of each."""
         self.check_value_room(job, model, len(tensors),
@@ -178,7 +179,7 @@ class ValueHandlers:
         for i, t in enumerate(tensors):
             vid = f"{prefix}.{i}"
             self.state.keep_value(model, job.client, vid, t.detach())
-            records.append(kept_record(vid, t, INLINE_BYTES))
+            records.append(kept_record(vid, t, INLINE_BYTES if inline else 0))
         return records
 
     def check_value_room(self, job, model: str, count: int, nbytes: int) -> None:
@@ -219,5 +220,21 @@ class ValueHandlers:
         """The input gradients of a backward (arrays or None), those there kept under
         ``<prefix>.<j>`` (j counting them alone, as for a call's outputs)."""
         there = [disthook.from_numpy(np.asarray(g)) for g in grads if g is not None]
-        records = iter(self._keep_outputs(job, model, prefix, there))
+        # gradients that are one array (an add's two operands) go by reference, not by
+        # value: a hook's in-place change of one, made here, is then seen through the other
+        shared = len({id(t._data) for t in there}) < len(there)
+        records = iter(self._keep_outputs(job, model, prefix, there, inline=not shared))
         return [None if g is None else next(records) for g in grads]
+
+
+def kept_grads_changed(made: list, sent: list, arrays: list) -> None:
+    """A backward's given gradients that are values kept here (``sent``: the request's
+    gradients, ``{"ref": id}`` for those; ``arrays``: their arrays, the kept values' own)
+    and that a hook changed in place (``made``: (number, tensor, version when made)): the
+    change made to the kept value itself, where the backward worked on a copy (a pass that
+    may run again). In one process it is one tensor, which an op kept here that gave it to
+    several inputs (an add of two calls' outputs) hands to each: the other sees the change."""
+    for i, t, version in made:
+        if t._vc[0] != version and isinstance(sent[i], dict) and "ref" in sent[i] \
+                and t._data is not arrays[i]:
+            np.copyto(arrays[i], t._data, casting="unsafe")

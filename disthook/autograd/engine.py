@@ -188,6 +188,55 @@ def _views_all_of_unshared(grad, data) -> bool:
     return sys.getrefcount(whole) <= holders + _LOCAL_REFS - 1
 
 
+def _check_inference_sum(old, g, grads, grad_inputs, j: int) -> None:
+    """``old`` (an inference tensor, say a hook's result made in ``inference_mode``) waits
+    in a node's input buffer and ``g`` arrives for the same input: torch's engine adds
+    ``g`` into ``old`` in place where it holds the last reference to ``old`` and to its
+    memory, ``old`` is dense and grad mode is off, and an inference tensor changed in
+    place outside the mode is torch's RuntimeError. The references counted are torch's:
+    the engine's own locals that torch has released by then (the running node's inputs,
+    its gradients already passed on, ``g``'s second name) are taken off."""
+    if grad_mode._state.enabled or grad_mode._state.inference:
+        return
+    refs = sys.getrefcount(old) - _LOCAL_REFS - 2  # (this call, the caller's local, buf)
+    refs -= sum(1 for t in grads if t is old) + sum(1 for t in grad_inputs[:j] if t is old)
+    if g is old or refs > 0 or not _dense(old._data) or not _memory_alone(old):
+        return
+    from disthook.autograd import inference
+
+    inference.check_inplace(old)
+
+
+def _dense(data) -> bool:
+    """torch's is_non_overlapping_and_dense: the elements fill the memory they span, once."""
+    size = 1
+    for stride, n in sorted(zip(map(abs, data.strides), data.shape)):
+        if n != 1:
+            if stride != size * data.itemsize:
+                return False
+            size *= n
+    return True
+
+
+def _memory_alone(t) -> bool:
+    """Does no other live tensor share ``t``'s memory (torch's storage use count of one)?
+    A view made under inference_mode keeps no base tensor, one made outside keeps it."""
+    data = t._data
+    root = data.base
+    if root is None:
+        return True
+    if type(root) is not np.ndarray or root.base is not None:
+        return False  # (memory from elsewhere: a frame, a buffer)
+    holders = 1  # data.base
+    base = t._base
+    if base is not None:
+        if sys.getrefcount(base) > _LOCAL_REFS + 1 or base._data is not root:
+            return False  # (held by t._base and this local only, and owning the memory)
+        holders += 1
+    del base
+    return sys.getrefcount(root) <= holders + _LOCAL_REFS  # (and this local)
+
+
 def _local_refcount() -> int:
     """What sys.getrefcount reports for an object only one local variable holds (2 where the
     call's own argument counts, as up to CPython 3.13; less where it is borrowed)."""
@@ -601,7 +650,14 @@ def _run(task: _GraphTask, root_nodes, results, single_root: bool) -> None:
                 if buf is None:
                     meta = nxt._output_meta
                     buf = buffers[nxt] = [None] if meta is None else [None] * len(meta)
-                buf[nr] = g if buf[nr] is None else buf[nr] + g
+                old = buf[nr]
+                if old is None:
+                    buf[nr] = g
+                else:
+                    if type(old._vc) is not list:  # (an inference tensor's)
+                        _check_inference_sum(old, g, grads, grad_inputs, j)
+                    buf[nr] = old + g
+                old = None
             elif nxt not in buffers:
                 buffers[nxt] = [None] * _num_outputs(nxt)
             left = deps[nxt] - 1

@@ -31,6 +31,23 @@ __all__ = ["HookServer"]
 _BROKEN_ROUNDS_KEPT = 1024  # a worker never sends a round's events after hearing its answers
 
 
+
+def _hook_on_a_copy_refused(hook):
+    """``register_hook`` on a tensor a client hook got in a forward that records no graph
+    (no_grad) and that requires grad: the worker's copy of the call's own argument, a leaf
+    as the program's tensor is. In one process the hook goes on the program's tensor and
+    fires in a later backward from it; no backward reaches the worker's copy."""
+    raise NotImplementedError(
+        "a hook of a deployed model put a tensor hook on a tensor that requires grad in a "
+        "forward run under no_grad (the call's own argument, of which the worker holds a "
+        "copy): in one process it would go on the program's tensor and fire in a later "
+        "backward from it, which never reaches the worker's copy. Register the hook on "
+        "the tensor you passed, or call the model with grad enabled")
+
+
+def _nothing() -> None:
+    return None
+
 class HookServer:
     """The client's hooks of one deployment and what their events left behind: the channel
     to the stages (``channel._Hub``) is one, and serves events while it waits for replies."""
@@ -284,6 +301,13 @@ class HookServer:
                     t = given_tensors.as_made_by(grad_fn or "CloneBackward0").apply(base)
                 t._grad_fn._hook_ctx = event.ctx  # (a tensor of this call's, to a vjp)
                 t._reach_from = unlinked_taps_refused(t, event.ctx, proxy, kind)
+            elif requires_grad and kind in ("forward", "forward_pre"):
+                # no graph recorded (no_grad): a leaf that requires grad, the worker's copy of
+                # the call's argument, as the program's own tensor is
+                base.requires_grad_(True)
+                t.register_hook = _hook_on_a_copy_refused
+                t.retain_grad = _nothing  # (a leaf's retain_grad does nothing)
+                return t, base
             ref = weakref.ref(t)
             t.retain_grad = lambda: given_tensors.retain_on_worker(ref())  # acts on the worker's tensor
             return t, base

@@ -85,12 +85,16 @@ class HookTable:
         hub = self._hub
         for hook_id in hook_ids:
             entry = hub.hooks.pop(hook_id, None)
-            if entry is not None and hub.firing:
-                # removed by a hook that runs now: the call that fired it fires the hooks it
-                # took when it started, this one too (as in one process), and a pass run
-                # ahead of this answer runs again without it
+            if entry is not None:
+                # the call that fired it fires the hooks it took when it started, this one
+                # too (as in one process), and so does a later backward through a graph
+                # recorded before (a full backward hook is taken at the module's call, as
+                # torch takes it: retain_graph, then the hook removed, then a second
+                # backward); removed by a hook that runs now, a pass run ahead of this
+                # answer runs again without it
                 hub.removed_while_firing[hook_id] = entry
-                hub.writes += 1
+                if hub.firing:
+                    hub.writes += 1
                 while len(hub.removed_while_firing) > _REMOVED_KEPT:
                     del hub.removed_while_firing[next(iter(hub.removed_while_firing))]
             if entry is not None:

@@ -573,13 +573,14 @@ class ReluGrad(Op):
         need = ctx.needs_input_grad
         if need:  # g's gradient is this op again; the output's is zeros (an edge, as torch)
             ctx.save_for_backward(None, out if need[0] else None)
-        # ReLU's output is >= 0 or NaN, so "not <= 0" is "!= 0". The gradient's bits ANDed
-        # with a mask of all ones or all zeros: g itself (inf and NaN too) or +0, in one
-        # branch-free pass with no check for NaN (float times bool would give NaN for inf x 0,
-        # and a masked write is several times slower on a random mask)
+        # The gradient's bits ANDed with a mask of all ones or all zeros: g itself (inf and
+        # NaN too) or +0, in one branch-free pass with no check for NaN (float times bool
+        # would give NaN for inf x 0, and a masked write is several times slower on a random
+        # mask). "<= 0", not "== 0": a saved-tensor hook may hand back an output changed in
+        # place since (negated), which torch's threshold_backward compares as it is
         data = g._data
-        mask = np.asarray(np.not_equal(out._data, 0)).view(np.int8)  # 0-d: a scalar
-        np.negative(mask, out=mask)  # 1 -> -1: every bit set
+        mask = np.asarray(np.less_equal(out._data, 0)).view(np.int8)  # 0-d: a scalar
+        np.subtract(mask, 1, out=mask)  # 1 -> 0, 0 -> -1: every bit set where out > 0 or NaN
         bits = np.dtype(f"i{data.dtype.itemsize}")
         return np.bitwise_and(data.view(bits), mask).view(data.dtype)
 
