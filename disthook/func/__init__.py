@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from disthook.autograd import functional as _F
 from disthook.autograd import grad as _autograd_grad
 from disthook.autograd.grad_mode import enable_grad
+from disthook.autograd.graph import AccumulateGrad, walk
 from disthook.tensor import Tensor, stack, tensor
 
 __all__ = ["functional_call", "grad", "grad_and_value", "hessian", "jacfwd", "jacrev", "jvp",
@@ -68,6 +69,16 @@ def _variable(x):
     return x.view_as(x) if x.requires_grad else x.detach().requires_grad_(True)
 
 
+def _tracked_outside(outputs, wrt) -> bool:
+    """Whether ``outputs`` depend on a leaf that requires grad other than the transform's own
+    variables ``wrt`` (a closure's weights, an argument not differentiated): torch's outer
+    autograd then tracks what the transform gives, so its results keep a graph to that leaf."""
+    own = {id(x) for x in wrt if isinstance(x, Tensor)}
+    starts = [o.grad_fn for o in outputs if isinstance(o, Tensor) and o.grad_fn is not None]
+    return any(type(node) is AccumulateGrad and id(node.variable) not in own
+               for node in walk(starts))
+
+
 def _split_aux(result, has_aux: bool, fn_name: str):
     if not has_aux:
         return result, None
@@ -103,6 +114,7 @@ def grad_and_value(func, argnums=0, has_aux: bool = False):
                                f"Tensor, got tensor with {output.dim()} dims. Maybe you wanted "
                                "to use the vjp or jacrev APIs instead?")
         wrt = [leaf for n in nums for leaf in _leaves(args[n])]
+        nested = nested or _tracked_outside([output], wrt)
         grads = _autograd_grad(output, wrt, retain_graph=nested, create_graph=nested,
                                allow_unused=True) if output.requires_grad else [None] * len(wrt)
         grads = iter([(g if g is not None else x.new_zeros(x.shape)) if nested else
@@ -137,6 +149,7 @@ def vjp(func, *primals, has_aux: bool = False):
     with enable_grad():
         output, aux = _split_aux(func(*variables), has_aux, "vjp")
     outs = _leaves(output)
+    nested = nested or _tracked_outside(outs, _leaves(variables))
 
     def vjp_fn(cotangents, *, retain_graph=True, create_graph=None):
         seeds = _leaves(cotangents)
