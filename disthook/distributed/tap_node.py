@@ -219,8 +219,8 @@ def used_here(node) -> set[str]:
     module's backward hooks, a parameter's, a tensor hook on a tap) it stays refused."""
     tasks = getattr(engine._running, "tasks", None)
     task = tasks[-1] if tasks else None
-    if task is None or task.needed is not None:
-        return set()
+    if task is None or task.needed is not None or len(node._ctx_ids) != 1:
+        return set()  # (with micro-batches a tap is one micro-batch's, refused as before)
     # (a tap's tensor may be gone, its node held by what was computed from it)
     edges = [tap for _, tap, _, _, _ in node._live]
     taps = [tap for tap in engine.nodes_of(task, RemoteTapBackward0) if tap._keeps is node]

@@ -102,3 +102,4 @@ def test_with_a_backward_hook_it_stays_refused(cluster):
             one_backward(model)
     finally:
         model.close()
+
