@@ -7,7 +7,7 @@ import pytest
 
 import disthook as torch
 from disthook import nn
-from disthook.func import functional_call, grad, grad_and_value, vjp
+from disthook.func import functional_call, grad, grad_and_value, jacrev, vjp
 
 
 def _t(a, requires_grad=False):
@@ -84,3 +84,26 @@ def test_matches_torch_flags(fn):
     res = fn(lambda x: (x * w).sum())(_t([2.0]))
     g = res[0] if isinstance(res, tuple) else res
     assert g.requires_grad
+
+
+def test_jacrev_with_closure_weights_is_tracked():
+    """Jacobian regularisation written with torch.func: the penalty's gradient reaches the
+    weights (it was silently none)."""
+    W = _t([[1.0, -2.0], [0.5, 3.0]], requires_grad=True)
+    x = _t([0.3, -0.7])
+    J = jacrev(lambda x: torch.tanh(W @ x))(x)  # diag(1 - tanh^2(Wx)) W
+    assert J.requires_grad
+    J.pow(2).sum().backward()
+    Wn, xn = W.detach().numpy(), x.numpy()
+
+    def pen(Wm):
+        s = 1 - np.tanh(Wm @ xn) ** 2
+        return ((s[:, None] * Wm) ** 2).sum()
+    eps, num = 1e-6, np.zeros_like(Wn)
+    for i in np.ndindex(*Wn.shape):
+        d = np.zeros_like(Wn)
+        d[i] = eps
+        num[i] = (pen(Wn + d) - pen(Wn - d)) / (2 * eps)
+    np.testing.assert_allclose(W.grad.numpy(), num, rtol=1e-6, atol=1e-9)
+    plain = jacrev(lambda x: torch.tanh(x * 2))(x)
+    assert not plain.requires_grad

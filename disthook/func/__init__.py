@@ -79,6 +79,10 @@ def _tracked_outside(outputs, wrt) -> bool:
                for node in walk(starts))
 
 
+class _TrackedOutside(Exception):  # (a signal inside jacrev, never raised out)
+    """jacrev's function gave outputs that an outer autograd tracks (see _tracked_outside)."""
+
+
 def _split_aux(result, has_aux: bool, fn_name: str):
     if not has_aux:
         return result, None
@@ -211,18 +215,24 @@ def jacrev(func, argnums=0, *, has_aux: bool = False, chunk_size=None):
                 raise ValueError(  # noqa: TRY004  # torch's type and text
                     f"Thing passed to transform API must be Tensor, got {type(leaf)}")
         aux_box, out_box = [], []
+        nested = any(leaf.requires_grad for leaf in wrt)
 
         def of_leaves(*leaves):
             full, it = list(args), iter(leaves)
             for n, arg in zip(nums, chosen):
                 full[n] = _rebuild(arg, it)
             out, aux = _split_aux(func(*full), has_aux, "jacrev")
+            if not nested and _tracked_outside(_leaves(out), leaves):
+                raise _TrackedOutside  # (before any row: computed again, keeping the graph)
             aux_box.append(aux)
             out_box.append(out)
             return tuple(_leaves(out))
 
-        nested = any(leaf.requires_grad for leaf in wrt)
-        rows = _F.jacobian(of_leaves, tuple(wrt), create_graph=nested)
+        try:
+            rows = _F.jacobian(of_leaves, tuple(wrt), create_graph=nested)
+        except _TrackedOutside:
+            nested = True  # a closure's weight requires grad: the Jacobian keeps its graph
+            rows = _F.jacobian(of_leaves, tuple(wrt), create_graph=True)
         per_output = []
         for row in rows:
             blocks = iter(row)
