@@ -7,7 +7,7 @@ import pytest
 
 import disthook as torch
 from disthook import nn
-from disthook.func import functional_call, grad, grad_and_value, jacrev, vjp
+from disthook.func import functional_call, grad, grad_and_value, jacrev, jvp, vjp
 
 
 def _t(a, requires_grad=False):
@@ -107,3 +107,12 @@ def test_jacrev_with_closure_weights_is_tracked():
     np.testing.assert_allclose(W.grad.numpy(), num, rtol=1e-6, atol=1e-9)
     plain = jacrev(lambda x: torch.tanh(x * 2))(x)
     assert not plain.requires_grad
+
+
+def test_jvp_with_closure_weight_is_tracked():
+    w = _t([2.0, 3.0], requires_grad=True)
+    x = _t([1.0, 1.5])
+    out, tangent = jvp(lambda x: w * x * x, (x,), (torch.ones(2, dtype=torch.float64),))
+    assert out.requires_grad and tangent.requires_grad
+    tangent.sum().backward()  # d/dw of 2 w x
+    np.testing.assert_allclose(w.grad.numpy(), [2.0, 3.0])

@@ -185,17 +185,24 @@ def jvp(func, primals, tangents, *, strict: bool = False, has_aux: bool = False)
         raise RuntimeError("jvp(f, primals, tangents): Expected primals and tangents to have "
                            "the same python structure.")
     aux_box, out_box = [], []
+    nested = any(isinstance(p, Tensor) and p.requires_grad for p in flat_primals)
 
     def plain(*leaves):
         it = iter(leaves)
         out, aux = _split_aux(func(*(_rebuild(p, it) for p in primals)), has_aux, "jvp")
+        if not nested and _tracked_outside(_leaves(out), leaves):
+            raise _TrackedOutside  # (computed again, keeping the graph)
         aux_box.append(aux)
         out_box.append(out)
         return tuple(_leaves(out))
 
-    nested = any(isinstance(p, Tensor) and p.requires_grad for p in flat_primals)
-    outputs, products = _F.jvp(plain, tuple(flat_primals), tuple(flat_tangents),
-                               create_graph=nested, strict=strict)
+    try:
+        outputs, products = _F.jvp(plain, tuple(flat_primals), tuple(flat_tangents),
+                                   create_graph=nested, strict=strict)
+    except _TrackedOutside:
+        nested = True  # a closure's weight requires grad: the product keeps its graph
+        outputs, products = _F.jvp(plain, tuple(flat_primals), tuple(flat_tangents),
+                                   create_graph=True, strict=strict)
     output = _rebuild(out_box[0], iter(outputs))
     product = _rebuild(out_box[0], iter(products))
     return (output, product, _shown_aux(aux_box[0], nested)) if has_aux else (output, product)
