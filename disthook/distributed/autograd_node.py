@@ -94,6 +94,11 @@ class RemoteBackward0(LiveEdges):
         self._after: set = set()
 
     _mb = None  # the micro-batch of the client's forward that made it (chunks=)
+
+    def weights_require_grad(self) -> bool:
+        """Whether a parameter of the deployed model requires grad: the call's graph on the
+        workers then leads to leaves (torch.func's transforms keep their results' graph)."""
+        return any(p.requires_grad for p in self._model._local.parameters())
     # outputs that the node which made them on the worker saved for backward (tanh's
     # result): (output_nr, version counter, version, shape, np dtype, whether saved-tensor
     # hooks applied here) each
