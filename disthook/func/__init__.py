@@ -128,8 +128,8 @@ class _Checking(threading.local):
 _checking = _Checking()
 
 
-class _TrackedOutside(Exception):  # (a signal inside jacrev, never raised out)
-    """jacrev's function gave outputs that an outer autograd tracks (see _tracked_outside)."""
+class _TrackedOutside(Exception):  # (a signal inside jacrev and jvp, never raised out)
+    """The function gave outputs that an outer autograd tracks (see _tracked_outside)."""
 
 
 def _split_aux(result, has_aux: bool, fn_name: str):
@@ -169,15 +169,14 @@ def grad_and_value(func, argnums=0, has_aux: bool = False):
         wrt = [leaf for n in nums for leaf in _leaves(args[n])]
         outside = not nested and _tracked_outside([output], wrt)
         nested = nested or outside
-        try:
+        if not output.requires_grad:
+            grads = [None] * len(wrt)
+        elif outside:  # (a deployed chain's graph cannot be kept: see _kept_or_refused)
+            grads = _kept_or_refused(lambda deep: list(_autograd_grad(
+                output, wrt, retain_graph=True, create_graph=deep, allow_unused=True)))
+        else:
             grads = _autograd_grad(output, wrt, retain_graph=nested, create_graph=nested,
-                                   allow_unused=True) if output.requires_grad else [None] * len(wrt)
-        except NotImplementedError as exc:  # a graph that cannot be kept (a deployed chain's)
-            if not outside:
-                raise
-            grads = [g if g is None else _Refused.apply(g, output, str(exc))
-                     for g in _autograd_grad(output, wrt, retain_graph=True,
-                                             allow_unused=True)]
+                                   allow_unused=True)
         grads = iter([(g if g is not None else x.new_zeros(x.shape)) if nested else
                       (g.detach() if g is not None else x.new_zeros(x.shape))
                       for g, x in zip(grads, wrt)])
@@ -221,16 +220,18 @@ def vjp(func, *primals, has_aux: bool = False):
         deep = nested if create_graph is None else create_graph
         wrt = _leaves(variables)
         live = [(o, s) for o, s in zip(outs, seeds) if o.requires_grad]
-        try:
-            grads = _autograd_grad([o for o, _ in live], wrt, [s for _, s in live],
-                                   retain_graph=retain_graph, create_graph=deep,
-                                   allow_unused=True) if live else [None] * len(wrt)
-        except NotImplementedError as exc:  # a graph that cannot be kept (a deployed chain's)
-            if not (outside and deep and create_graph is None):
-                raise
-            grads = [g if g is None else _Refused.apply(g, live[0][0], str(exc))
-                     for g in _autograd_grad([o for o, _ in live], wrt, [s for _, s in live],
-                                             retain_graph=True, allow_unused=True)]
+
+        def compute(deep, retain=retain_graph):
+            return list(_autograd_grad([o for o, _ in live], wrt, [s for _, s in live],
+                                       retain_graph=retain, create_graph=deep,
+                                       allow_unused=True))
+
+        if not live:
+            grads = [None] * len(wrt)
+        elif outside and create_graph is None:  # (see _kept_or_refused)
+            grads = _kept_or_refused(lambda deep: compute(deep, True))
+        else:
+            grads = compute(deep)
         grads = iter([(g if deep else g.detach()) if g is not None else x.new_zeros(x.shape)
                       for g, x in zip(grads, wrt)])
         return tuple(_rebuild(p, grads) for p in variables)
