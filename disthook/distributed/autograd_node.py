@@ -24,7 +24,7 @@ from disthook.distributed import async_calls, attr_changes
 from disthook.distributed.backward_state import given_changed, say_stopped
 from disthook.distributed.placement import split_rows
 from disthook.distributed.remote_values import from_record, grad_data
-from disthook.distributed.tap_node import LiveEdges, RemoteTapBackward0
+from disthook.distributed.tap_node import LiveEdges, RemoteTapBackward0, used_here
 from disthook.service.values import GIVEN_TAP, one_object_grads
 from disthook.tensor import Tensor
 from disthook.utils.hooks import RemovableHandle
@@ -89,8 +89,16 @@ class RemoteBackward0(LiveEdges):
         # (see _hold): that backward runs it even when no gradient reaches it
         self._awaited = None
         self._given: dict = {}  # tap key -> the gradient the workers sent for it
+        # the taps whose use here this backward differentiates, each a backward of its own
+        # from the tap after this one (see tap_node.used_here): the workers keep the graph
+        self._after: set = set()
 
     _mb = None  # the micro-batch of the client's forward that made it (chunks=)
+
+    def weights_require_grad(self) -> bool:
+        """Whether a parameter of the deployed model requires grad: the call's graph on the
+        workers then leads to leaves (torch.func's transforms keep their results' graph)."""
+        return any(p.requires_grad for p in self._model._local.parameters())
     # outputs that the node which made them on the worker saved for backward (tanh's
     # result): (output_nr, version counter, version, shape, np dtype, whether saved-tensor
     # hooks applied here) each
@@ -353,8 +361,11 @@ class RemoteBackward0(LiveEdges):
             self._check_saved_outputs()
         if grad_mode.is_grad_enabled() and not self._call:  # create_graph through a chain
             raise NotImplementedError(_create_graph_chain(self._model))
-        # the workers keep their graphs exactly when this backward keeps the client's
+        # the workers keep their graphs exactly when this backward keeps the client's, or
+        # when it goes on from a tensor a hook got here (see tap_node.used_here)
         retain = engine.retains_graph()
+        self._after = used_here(self)
+        retain = retain or bool(self._after)
         model = self._model
         self._ran_in = engine.current_task_id()  # the taps' segments see that it ran
         # the engine reads the edges again after this: the taps it counted must still be

@@ -116,6 +116,27 @@ class RemoteTapBackward0(LiveEdges):
                 earlier.append((key, t, shape, dtype))
         return []  # (this tensor is not among them: nothing is known to lie below it)
 
+    _ran_in = None  # the id of the backward it last ran in
+
+    def _siblings_to_come(self) -> bool:
+        """Whether the running backward still runs the node of another tap of this call
+        (two loss terms from two layers' hooks, the output's backward done before): the
+        workers keep the call's graph for it."""
+        tasks = getattr(engine._running, "tasks", None)
+        task = tasks[-1] if tasks else None
+        return task is not None and any(
+            tap is not self and tap._ctx_id == self._ctx_id and tap._ran_in != task.id
+            for tap in engine.nodes_of(task, RemoteTapBackward0))
+
+    def _done_after(self, node) -> None:
+        """This tap needs no backward of its own after all: the workers let the call's
+        graph go once no other is to come (unless the client's backward keeps it)."""
+        node._after.discard(self._key)
+        if not node._after and not engine.retains_graph():
+            node._finalizer()  # (it asks the workers to release the contexts, once)
+            for ctx_id in node._ctx_ids:
+                self._hub.drop_context(ctx_id)
+
     def _wanted_taps(self) -> list[str]:
         """The keys of the earlier taps this backward differentiates to."""
         tasks = getattr(engine._running, "tasks", None)
@@ -134,15 +155,26 @@ class RemoteTapBackward0(LiveEdges):
     def _backward(self, grads: list) -> tuple:
         (g,) = grads
         none = (None,) * (len(self._edges) + len(self._live))
-        if _vjp.running or g is None:
-            return none  # a vjp a worker asked for: the gradient goes back to it already
         node = self._keeps  # the output's RemoteBackward0 (None: the output needs no grad)
+        self._ran_in = engine.current_task_id()
+        if _vjp.running or g is None:
+            if g is None and node is not None and self._key in node._after:
+                self._done_after(node)
+            return none  # a vjp a worker asked for: the gradient goes back to it already
+        # whether no backward from another tap of the call follows in this one
+        last = not self._siblings_to_come()
         if node is not None and node._ran_in == engine.current_task_id():
             given = node._given.get(self._key)
             if not g._data.any() or (given is not None and (
                     g is given or np.array_equal(g._data, given._data))):
                 return none  # what the workers sent: they did this part already
-            raise RuntimeError(_CLIENT_USE)
+            if self._key not in node._after:
+                raise RuntimeError(_CLIENT_USE)
+            # the part this program's use here adds: the workers kept the graph for it
+            node._after.discard(self._key)
+            last = not node._after
+            if given is not None:
+                g = Tensor._make(g._data - given._data, None, 0)
         if grad_mode.is_grad_enabled():
             raise NotImplementedError(_CREATE_GRAPH)
         stage = self._hub.holders.get(self._address, (None, 0))[1]
@@ -155,7 +187,7 @@ class RemoteTapBackward0(LiveEdges):
             [(self._address, {"stage": stage, "grads": [g._data], "start": self._key,
                               "taps": wanted or None, "within": within,
                               "inputs": not wanted or self._inputs_wanted(task),
-                              "retain_graph": engine.retains_graph(),
+                              "retain_graph": engine.retains_graph() or not last,
                               "reply_to": self._hub.reply_to,
                               "accumulate": task is None or (task.accumulate
                                                              and task.needed is None)},
@@ -163,12 +195,53 @@ class RemoteTapBackward0(LiveEdges):
             "backward", what="backward from a tensor a hook kept")
         if node is not None:  # what the hooks that fired set on their modules there
             attr_changes.apply(node._model, reply["result"].get("attrs"))
+            if node._ran_in == engine.current_task_id() and last \
+                    and not engine.retains_graph():
+                node._finalizer.detach()  # the workers closed the contexts themselves
+                for ctx_id in node._ctx_ids:
+                    self._hub.drop_context(ctx_id)
         tapped = reply["result"].get("tapped") or {}
         return tuple(None if gx is None else Tensor._make(np.array(gx, dtype), None, 0)
                      for gx, dtype in [*((gx, None) for gx in reply["result"]["grads"]),
                                        *((tapped.get(key) if key in wanted else None, dtype)
                                          for key, _, _, _, dtype in self._live)])
 
+
+
+def used_here(node) -> set[str]:
+    """The keys of the taps of ``node``'s call (a RemoteBackward0 about to run) that the
+    running backward differentiates through a use here too (a loss term computed from a
+    hook's tensor: DeepInversion's batch-norm statistics, a perceptual or feature-matching
+    loss): each tap's node then runs a backward of its own from the tap, with that part of
+    its gradient, after the call's, and the workers keep the graph until the last one. The
+    gradients are linear in what is given, so the parameters' and inputs' are one process's;
+    a hook that a backward fires would fire once per pass and see a part, so with any (a
+    module's backward hooks, a parameter's, a tensor hook on a tap) it stays refused."""
+    tasks = getattr(engine._running, "tasks", None)
+    task = tasks[-1] if tasks else None
+    if task is None or task.needed is not None or len(node._ctx_ids) != 1:
+        return set()  # (with micro-batches a tap is one micro-batch's, refused as before)
+    # (a tap's tensor may be gone, its node held by what was computed from it)
+    edges = [tap for _, tap, _, _, _ in node._live]
+    taps = [tap for tap in engine.nodes_of(task, RemoteTapBackward0) if tap._keeps is node]
+    used = {tap._key for tap in taps if task.deps.get(tap, 0) > edges.count(tap)
+            or tap in task.buffers or tap in task.roots}
+    if used and (any(tap._tensor_hooks or tap._retains for tap in taps)
+                 or _backward_hooks_on(node._model)):
+        return set()  # (the tap's own backward refuses, as before)
+    return used
+
+
+def _backward_hooks_on(deployment) -> bool:
+    """Whether a client hook that a backward fires is registered on the deployed model
+    (a module's, a parameter's, a global module hook), which a second pass would fire
+    again."""
+    from disthook.nn.modules import module as _module  # (nn imports this package's users)
+
+    if _module._global_backward_hooks or _module._global_backward_pre_hooks:
+        return True
+    return any(kind not in ("forward", "forward_pre")
+               for _, kind, _, _ in deployment._hub.hooks.values())
 
 
 def unlinked_taps_refused(t: Tensor, ctx_id: str, module, kind: str):
@@ -208,7 +281,9 @@ _CREATE_GRAPH = (
 _CLIENT_USE = (
     "a tensor that a forward hook got from a module on a worker is used on the client in "
     "what this backward differentiates, together with the model's output (a loss term "
-    "computed from a hook's output, say): the workers would need both gradients in one "
-    "backward. Compute that term in the model (or in a hook that returns the changed "
-    "output), take the two gradients in two backward passes (retain_graph=True), or detach() "
-    "the hook's tensor")
+    "computed from a hook's output, say), while a hook that a backward fires is on the "
+    "deployed model (a module's backward hook, a parameter's hook, a tensor hook on a tensor "
+    "a hook got): the workers run the output's part and the hooked tensor's part as two "
+    "passes, and that hook would fire in each with a part of the gradient. Remove the "
+    "backward hook for this step, compute that term in the model (or in a hook that returns "
+    "the changed output), or detach() the hook's tensor")

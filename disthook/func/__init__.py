@@ -10,11 +10,14 @@ sample, as torch's ``randomness="different"``).
 """
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 
 from disthook.autograd import functional as _F
 from disthook.autograd import grad as _autograd_grad
+from disthook.autograd.function import Function
 from disthook.autograd.grad_mode import enable_grad
+from disthook.autograd.graph import AccumulateGrad, walk
 from disthook.tensor import Tensor, stack, tensor
 
 __all__ = ["functional_call", "grad", "grad_and_value", "hessian", "jacfwd", "jacrev", "jvp",
@@ -68,6 +71,67 @@ def _variable(x):
     return x.view_as(x) if x.requires_grad else x.detach().requires_grad_(True)
 
 
+def _tracked_outside(outputs, wrt) -> bool:
+    """Whether ``outputs`` depend on a leaf that requires grad other than the transform's own
+    variables ``wrt`` (a closure's weights, an argument not differentiated): torch's outer
+    autograd then tracks what the transform gives, so its results keep a graph to that leaf."""
+    if _checking.off:
+        return False
+    own = {id(x) for x in wrt if isinstance(x, Tensor)}
+    starts = [o.grad_fn for o in outputs if isinstance(o, Tensor) and o.grad_fn is not None]
+    for node in walk(starts):
+        if type(node) is AccumulateGrad:
+            if id(node.variable) not in own:
+                return True
+        elif getattr(node, "weights_require_grad", None) is not None \
+                and node.weights_require_grad():
+            return True  # a deployed model's call, whose weights on its workers are leaves
+    return False
+
+
+class _Refused(Function):
+    """A transform's result whose graph could not be kept (through a model deployed as a
+    chain of stages): the values, tracked as torch's are, and the error that said why if a
+    backward reaches them (a penalty on them), rather than a silent zero gradient."""
+
+    @staticmethod
+    def forward(ctx, value, anchor, why):
+        ctx.why = why
+        return value.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise NotImplementedError(ctx.why)
+
+
+def _kept_or_refused(compute):
+    """``compute(True)``, the transform keeping its results' graph; where that graph cannot
+    be kept (a deployed chain's), ``compute(False)``'s values, each refusing a backward."""
+    try:
+        return compute(True)
+    except NotImplementedError as exc:
+        why = str(exc)
+    _checking.off = True
+    try:
+        plain = compute(False)
+    finally:
+        _checking.off = False
+    anchor = tensor(0.0).requires_grad_(True)
+    return _map(lambda t: _Refused.apply(t, anchor, why) if isinstance(t, Tensor) else t,
+                plain)
+
+
+class _Checking(threading.local):
+    off = False  # while _kept_or_refused computes the values alone
+
+
+_checking = _Checking()
+
+
+class _TrackedOutside(Exception):  # (a signal inside jacrev and jvp, never raised out)
+    """The function gave outputs that an outer autograd tracks (see _tracked_outside)."""
+
+
 def _split_aux(result, has_aux: bool, fn_name: str):
     if not has_aux:
         return result, None
@@ -103,8 +167,16 @@ def grad_and_value(func, argnums=0, has_aux: bool = False):
                                f"Tensor, got tensor with {output.dim()} dims. Maybe you wanted "
                                "to use the vjp or jacrev APIs instead?")
         wrt = [leaf for n in nums for leaf in _leaves(args[n])]
-        grads = _autograd_grad(output, wrt, retain_graph=nested, create_graph=nested,
-                               allow_unused=True) if output.requires_grad else [None] * len(wrt)
+        outside = not nested and _tracked_outside([output], wrt)
+        nested = nested or outside
+        if not output.requires_grad:
+            grads = [None] * len(wrt)
+        elif outside:  # (a deployed chain's graph cannot be kept: see _kept_or_refused)
+            grads = _kept_or_refused(lambda deep: list(_autograd_grad(
+                output, wrt, retain_graph=True, create_graph=deep, allow_unused=True)))
+        else:
+            grads = _autograd_grad(output, wrt, retain_graph=nested, create_graph=nested,
+                                   allow_unused=True)
         grads = iter([(g if g is not None else x.new_zeros(x.shape)) if nested else
                       (g.detach() if g is not None else x.new_zeros(x.shape))
                       for g, x in zip(grads, wrt)])
@@ -137,6 +209,8 @@ def vjp(func, *primals, has_aux: bool = False):
     with enable_grad():
         output, aux = _split_aux(func(*variables), has_aux, "vjp")
     outs = _leaves(output)
+    outside = not nested and _tracked_outside(outs, _leaves(variables))
+    nested = nested or outside
 
     def vjp_fn(cotangents, *, retain_graph=True, create_graph=None):
         seeds = _leaves(cotangents)
@@ -146,9 +220,18 @@ def vjp(func, *primals, has_aux: bool = False):
         deep = nested if create_graph is None else create_graph
         wrt = _leaves(variables)
         live = [(o, s) for o, s in zip(outs, seeds) if o.requires_grad]
-        grads = _autograd_grad([o for o, _ in live], wrt, [s for _, s in live],
-                               retain_graph=retain_graph, create_graph=deep,
-                               allow_unused=True) if live else [None] * len(wrt)
+
+        def compute(deep, retain=retain_graph):
+            return list(_autograd_grad([o for o, _ in live], wrt, [s for _, s in live],
+                                       retain_graph=retain, create_graph=deep,
+                                       allow_unused=True))
+
+        if not live:
+            grads = [None] * len(wrt)
+        elif outside and create_graph is None:  # (see _kept_or_refused)
+            grads = _kept_or_refused(lambda deep: compute(deep, True))
+        else:
+            grads = compute(deep)
         grads = iter([(g if deep else g.detach()) if g is not None else x.new_zeros(x.shape)
                       for g, x in zip(grads, wrt)])
         return tuple(_rebuild(p, grads) for p in variables)
@@ -168,17 +251,25 @@ def jvp(func, primals, tangents, *, strict: bool = False, has_aux: bool = False)
         raise RuntimeError("jvp(f, primals, tangents): Expected primals and tangents to have "
                            "the same python structure.")
     aux_box, out_box = [], []
+    nested = any(isinstance(p, Tensor) and p.requires_grad for p in flat_primals)
 
     def plain(*leaves):
         it = iter(leaves)
         out, aux = _split_aux(func(*(_rebuild(p, it) for p in primals)), has_aux, "jvp")
+        if not nested and _tracked_outside(_leaves(out), leaves):
+            raise _TrackedOutside  # (computed again, keeping the graph)
         aux_box.append(aux)
         out_box.append(out)
         return tuple(_leaves(out))
 
-    nested = any(isinstance(p, Tensor) and p.requires_grad for p in flat_primals)
-    outputs, products = _F.jvp(plain, tuple(flat_primals), tuple(flat_tangents),
-                               create_graph=nested, strict=strict)
+    try:
+        outputs, products = _F.jvp(plain, tuple(flat_primals), tuple(flat_tangents),
+                                   create_graph=nested, strict=strict)
+    except _TrackedOutside:
+        nested = True  # a closure's weight requires grad: the product keeps its graph
+        outputs, products = _kept_or_refused(lambda deep: _F.jvp(
+            plain, tuple(flat_primals), tuple(flat_tangents), create_graph=deep,
+            strict=strict))
     output = _rebuild(out_box[0], iter(outputs))
     product = _rebuild(out_box[0], iter(products))
     return (output, product, _shown_aux(aux_box[0], nested)) if has_aux else (output, product)
@@ -198,18 +289,25 @@ def jacrev(func, argnums=0, *, has_aux: bool = False, chunk_size=None):
                 raise ValueError(  # noqa: TRY004  # torch's type and text
                     f"Thing passed to transform API must be Tensor, got {type(leaf)}")
         aux_box, out_box = [], []
+        nested = any(leaf.requires_grad for leaf in wrt)
 
         def of_leaves(*leaves):
             full, it = list(args), iter(leaves)
             for n, arg in zip(nums, chosen):
                 full[n] = _rebuild(arg, it)
             out, aux = _split_aux(func(*full), has_aux, "jacrev")
+            if not nested and _tracked_outside(_leaves(out), leaves):
+                raise _TrackedOutside  # (before any row: computed again, keeping the graph)
             aux_box.append(aux)
             out_box.append(out)
             return tuple(_leaves(out))
 
-        nested = any(leaf.requires_grad for leaf in wrt)
-        rows = _F.jacobian(of_leaves, tuple(wrt), create_graph=nested)
+        try:
+            rows = _F.jacobian(of_leaves, tuple(wrt), create_graph=nested)
+        except _TrackedOutside:
+            nested = True  # a closure's weight requires grad: the Jacobian keeps its graph
+            rows = _kept_or_refused(lambda deep: _F.jacobian(of_leaves, tuple(wrt),
+                                                             create_graph=deep))
         per_output = []
         for row in rows:
             blocks = iter(row)

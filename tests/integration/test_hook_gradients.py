@@ -82,13 +82,17 @@ def test_gradients_with_respect_to_what_hooks_handle(cluster, make, stages):
                                    kept_gradient(local, x).numpy(), rtol=1e-5, atol=1e-7)
         for got, want in zip(fed_gradients(remote, x), fed_gradients(local, x), strict=True):
             np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-7)
-        # a kept output used on the client in the loss: refused, not silently dropped
-        kept = []
-        layer(remote).register_forward_hook(lambda m, args, out: kept.append(out))
-        out = remote(x)
-        with pytest.raises(RuntimeError, match="used on the client in what this backward "
-                                               "differentiates"):
+        # a kept output used on the client in the loss: one process's gradients (the
+        # workers' backward of the output, then one from the kept tensor)
+        for model in (remote, local):
+            model.zero_grad()
+            kept = []
+            layer(model).register_forward_hook(lambda m, args, out, kept=kept: kept.append(out))
+            out = model(x)
             (out.sum() + kept[0].square().sum()).backward()
+        for (name, p), q in zip(remote.named_parameters(), local.parameters(), strict=True):
+            np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-5, atol=1e-7,
+                                       err_msg=name)
         remote(x).sum().backward()  # kept, not used: a plain backward is untouched
     finally:
         remote.close()
