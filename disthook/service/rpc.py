@@ -89,8 +89,8 @@ class RemoteTimeout(TimeoutError):
 class WorkerLost(ClusterError):
     """A worker holding a stage of the model went away (its connection closed) while a call
     needed it, or before: names the worker, its stage and what was in flight. ``dropped``:
-    the worker still answers, so it was this client it dropped (its pings unanswered: the
-    process was stopped, suspended or cut off), not the worker that went."""
+    the worker still answers, so it was the connection that went (pings unanswered one way
+    or the other: a process stopped, suspended or cut off for a while), not the worker."""
 
     def __init__(self, worker: str, stage: int, what: str, context: str | None = None,
                  stderr: list[str] | None = None, dropped: bool = False):
@@ -102,13 +102,13 @@ class WorkerLost(ClusterError):
                 if self.stderr else "")
         if dropped:
             super().__init__(
-                f"worker {worker}, holding stage {stage}, dropped this client's connection "
-                f"during {what}{ctx}: the worker still answers, so this process did not "
-                "answer its pings for a few heartbeats (was it stopped, suspended or cut "
-                "off?); the worker ended this client's calls and dropped its graphs and "
-                "hooks there, and this model object stays unusable: attach the model again "
-                "(cluster.attach(name)), or, as its deployer, deploy it again (a deployer "
-                "whose connection dropped is unpublished)")
+                f"worker {worker}, holding stage {stage}, still answers, but its connection "
+                f"with this client closed during {what}{ctx}: one side did not answer the "
+                "other's pings for a few heartbeats (this process or the worker was "
+                "stopped, suspended or cut off), and the worker dropped this client's "
+                "graphs, hooks and calls there; this model object stays unusable: attach "
+                "the model again (cluster.attach(name)), or, as its deployer, close it and "
+                "deploy it again")
             return
         super().__init__(f"worker {worker}, holding stage {stage}, is lost: its connection "
                          f"closed during {what}{ctx}, and its stage's state with it; "
