@@ -329,7 +329,14 @@ class Cluster:
         for remote in self._deployments:
             remote.close(unload=not self._processes)  # a local cluster's workers stop anyway
         try:
-            if self._processes:
+            if self._processes and self._processes[0].poll() is not None and not (
+                    self._coordinator_listens()):
+                # the coordinator died and none listens on its address (one started again
+                # there takes the shutdown): nobody tells the workers to stop, and asking
+                # took its 5 s deadline, then the workers' 5 s of grace (11 s in all)
+                for proc in self._processes[1:]:
+                    proc.terminate()  # a worker stops cleanly on SIGTERM
+            elif self._processes:
                 try:
                     self._coordinator.request("shutdown", {"reason": reason}, timeout=5.0)
                 except (RemoteTimeout, OSError):
@@ -340,6 +347,13 @@ class Cluster:
             _reap(self._processes, 5.0)  # waits for them, kills the stragglers
             for cleanup in self._cleanups:
                 cleanup()
+
+    def _coordinator_listens(self) -> bool:
+        """Whether a coordinator listens at this cluster's address (one started again)."""
+        try:
+            return bool(dial_once(self.address, keys=self.keys, within=1.0))
+        except (ClusterError, OSError):  # something else took the address, or refuses us
+            return False
 
     def _start_restarter(self, coordinator: Role, worker: Role, stderr, *,
                          next_number: int) -> None:
