@@ -33,6 +33,7 @@ from disthook.service.rpc import (
     next_request_id,
     poll_until,
     raise_error,
+    still_answers,
 )
 
 __all__ = []
@@ -84,6 +85,8 @@ class _Hub(Releases, HookServer):
         self.holders = holders or {}  # address -> (worker id, stage) for WorkerLost
         self.monitors: dict[zmq.Socket, str] = {}  # connection events -> address
         self.lost: dict[str, str] = {}  # address -> what was in flight when it went
+        self.dropped: dict[str, bool] = {}  # address -> whether that worker still answers
+        self._keys, self._heartbeat = keys, heartbeat
         self.identity = f"client-{os.getpid()}-{uuid.uuid4().hex[:12]}".encode()
         self.ctx = zmq.Context.instance()
         self.timeout = timeout
@@ -515,7 +518,10 @@ class _Hub(Releases, HookServer):
 
     def _raise_lost(self, address: str, what: str, ctx: str | None):
         worker, stage = self.holders.get(address, (address, -1))
-        raise WorkerLost(worker, stage, what, ctx)
+        if address not in self.dropped:  # asked once: a live worker dropped this client
+            self.dropped[address] = still_answers(address, worker, keys=self._keys, within=max(
+                1.0, 4 * (self._heartbeat or 0)))
+        raise WorkerLost(worker, stage, what, ctx, dropped=self.dropped[address])
 
     def _abort_step(self, step: str | None, reason: str, skip: str | None = None) -> None:
         """Tell every stage (but ``skip``) to give up training step ``step``."""

@@ -244,9 +244,7 @@ class Cluster:
                 if not w.alive:
                     continue
                 try:
-                    with Peer(w.address, name=f"worker {w.id}", keys=self.keys) as peer:
-                        served[w.id] = peer.request("status", timeout=self.timeout)[
-                            "result"]["stage_stats"]
+                    served[w.id] = self._ask_worker(w.address, w.id, "status")["stage_stats"]
                 except (RuntimeError, OSError):  # an error, a time-out: None for its stages
                     pass
             for model in models:
@@ -299,8 +297,7 @@ class Cluster:
                 w["error"] = "lost: no heartbeat"
                 continue
             try:
-                with Peer(w["address"], name=f"worker {w['id']}", keys=self.keys) as peer:
-                    w["own"] = peer.request("status", timeout=timeout or self.timeout)["result"]
+                w["own"] = self._ask_worker(w["address"], w["id"], "status", timeout=timeout)
             except (RuntimeError, OSError) as exc:  # an error, a time-out: say so, go on
                 w["error"] = str(exc)
         return status
@@ -311,10 +308,18 @@ class Cluster:
         results = {}
         for w in self.workers():
             if w.alive:
-                with Peer(w.address, name=f"worker {w.id}", keys=self.keys) as peer:
-                    results[w.id] = peer.request(msg_type, fields,
-                                                 timeout=self.timeout)["result"]
+                results[w.id] = self._ask_worker(w.address, w.id, msg_type, fields)
         return results
+
+    def _ask_worker(self, address: str, worker: str, msg_type: str, fields: dict | None = None,
+                    timeout: float | None = None):
+        """One request to a worker directly; its result. A worker whose process is gone (listed
+        alive until silent a few seconds) fails at once, not at the request deadline."""
+        if dial_once(address, keys=self.keys, within=1.0) is False:
+            raise ClusterError(f"worker {worker} at {address} refuses connections: its "
+                               "process is gone (the coordinator lists it as lost soon)")
+        with Peer(address, name=f"worker {worker}", keys=self.keys) as peer:
+            return peer.request(msg_type, fields, timeout=timeout or self.timeout)["result"]
 
     # ---- ending ------------------------------------------------------------------------------
     def close(self, reason: str = "the client closed the cluster") -> None:
@@ -329,7 +334,13 @@ class Cluster:
         for remote in self._deployments:
             remote.close(unload=not self._processes)  # a local cluster's workers stop anyway
         try:
-            if self._processes:
+            if self._processes and self._processes[0].poll() is not None and not (
+                    self._coordinator_listens()):
+                # the coordinator died, none listens on its address again: nobody tells the
+                # workers to stop (asking took 5 s, then the workers' 5 s of grace)
+                for proc in self._processes[1:]:
+                    proc.terminate()  # a worker stops cleanly on SIGTERM
+            elif self._processes:
                 try:
                     self._coordinator.request("shutdown", {"reason": reason}, timeout=5.0)
                 except (RemoteTimeout, OSError):
@@ -340,6 +351,13 @@ class Cluster:
             _reap(self._processes, 5.0)  # waits for them, kills the stragglers
             for cleanup in self._cleanups:
                 cleanup()
+
+    def _coordinator_listens(self) -> bool:
+        """Whether a coordinator listens at this cluster's address (one started again)."""
+        try:
+            return bool(dial_once(self.address, keys=self.keys, within=1.0))
+        except (ClusterError, OSError):  # something else took the address, or refuses us
+            return False
 
     def _start_restarter(self, coordinator: Role, worker: Role, stderr, *,
                          next_number: int) -> None:

@@ -88,15 +88,28 @@ class RemoteTimeout(TimeoutError):
 
 class WorkerLost(ClusterError):
     """A worker holding a stage of the model went away (its connection closed) while a call
-    needed it, or before: names the worker, its stage and what was in flight."""
+    needed it, or before: names the worker, its stage and what was in flight. ``dropped``:
+    the worker still answers, so it was the connection that went (pings unanswered one way
+    or the other: a process stopped, suspended or cut off for a while), not the worker."""
 
     def __init__(self, worker: str, stage: int, what: str, context: str | None = None,
-                 stderr: list[str] | None = None):
+                 stderr: list[str] | None = None, dropped: bool = False):
         self.worker, self.stage, self.what, self.context = worker, stage, what, context
         self.stderr = stderr or []  # the worker process's last stderr lines, when known
+        self.dropped = dropped
         ctx = f" (context {context})" if context else ""
         said = ("; its last stderr lines:\n" + "\n".join(f"  {line}" for line in self.stderr)
                 if self.stderr else "")
+        if dropped:
+            super().__init__(
+                f"worker {worker}, holding stage {stage}, still answers, but its connection "
+                f"with this client closed during {what}{ctx}: one side did not answer the "
+                "other's pings for a few heartbeats (this process or the worker was "
+                "stopped, suspended or cut off), and the worker dropped this client's "
+                "graphs, hooks and calls there; this model object stays unusable: attach "
+                "the model again (cluster.attach(name)), or, as its deployer, close it and "
+                "deploy it again")
+            return
         super().__init__(f"worker {worker}, holding stage {stage}, is lost: its connection "
                          f"closed during {what}{ctx}, and its stage's state with it; "
                          "remote.recover() places the stages again on live workers and loads "
@@ -338,6 +351,20 @@ class Peer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def still_answers(address: str, worker: str, *, keys=None, within: float = 1.0) -> bool:
+    """Whether ``worker`` answers at ``address`` within ``within`` seconds (a connection
+    to it closed: was it the worker that went, or this client it dropped?). A refused
+    connection (the process gone, its host up) says no at once."""
+    try:
+        if not dial_once(address, keys=keys, within=within):
+            return False
+        with Peer(address, keys=keys) as peer:
+            return peer.request("status", timeout=within)["result"].get("id") == worker
+    except (ClusterError, RemoteError, OSError, zmq.ZMQError, KeyError, TypeError,
+            AttributeError):
+        return False
 
 
 class CoordinatorUnreachable(ClusterError):
