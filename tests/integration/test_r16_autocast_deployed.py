@@ -1,0 +1,63 @@
+"""``torch.autocast("cpu")`` around a deployed model (timm's and HF Trainer's mixed-precision
+step on the CPU). The region does not reach the workers: the placed layers computed in
+float32 there, where one process computes them in bfloat16 (an output of another dtype and
+other values, silently). The call is now refused, naming the region and what to do; a region
+disabled inside it (``enabled=False``) and a forward after it give one process's values."""
+import numpy as np
+import pytest
+
+import disthook as torch
+from disthook import nn
+
+pytestmark = pytest.mark.timeout(240)
+CLUSTER_WORKERS = 2
+X = np.linspace(-1, 1, 20, dtype=np.float32).reshape(5, 4)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = nn.Linear(4, 8), nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.b(torch.tanh(self.a(x)))
+
+
+def chain():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+
+
+@pytest.mark.parametrize("make", [Net, chain], ids=["own-forward", "chain"])
+def test_a_deployed_forward_inside_cpu_autocast_is_refused(cluster, make):
+    model = cluster.deploy(make(), stages=2)
+    try:
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            with pytest.raises(NotImplementedError,
+                               match=r"runs on a worker inside torch.autocast\('cpu', "
+                               r"dtype=torch.bfloat16\).*outside the autocast region"):
+                model(torch.tensor(X))
+            with torch.autocast(device_type="cpu", enabled=False):  # a region switched off
+                inner = model(torch.tensor(X))
+        loss = model(torch.tensor(X)).pow(2).sum()
+        loss.backward()
+        one = make()
+        want = one(torch.tensor(X))
+        want.pow(2).sum().backward()
+        assert inner.dtype == torch.float32
+        np.testing.assert_allclose(inner.detach().numpy(), want.detach().numpy(), rtol=1e-6)
+        for p, q in zip(model.parameters(), one.parameters()):
+            np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-5, atol=1e-7)
+    finally:
+        model.close()
+
+
+def test_a_deployed_train_step_inside_cpu_autocast_is_refused(cluster):
+    model = cluster.deploy(chain(), stages=2, chunks=2)
+    try:
+        with torch.amp.autocast("cpu"), pytest.raises(
+                NotImplementedError, match=r"train_step runs on a worker inside torch.autocast"):
+            model.train_step(torch.tensor(X), torch.zeros(5, 2), nn.MSELoss())
+    finally:
+        model.close()
