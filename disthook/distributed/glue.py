@@ -266,7 +266,8 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
     there; their backward goes there. The call returns before its answer where that
     answer's form is known (``async_calls``)."""
     refuse_saved_tensors_hooks(what)
-    refuse_autocast(what)
+    if op is None:  # (an op on a kept value had its arguments cast here, as autocast casts)
+        refuse_autocast(what)
     inputs = list(tensors_in((args, kwargs)))
     stage = model._addresses.index(address)
     grad = grad_mode.is_grad_enabled()

@@ -61,3 +61,26 @@ def test_a_deployed_train_step_inside_cpu_autocast_is_refused(cluster):
             model.train_step(torch.tensor(X), torch.zeros(5, 2), nn.MSELoss())
     finally:
         model.close()
+
+
+def test_ops_inside_autocast_on_a_deployed_parts_output_compute_as_one_process(cluster):
+    """A part called outside the region, its output used by covered ops inside it: those ops
+    cast their arguments here as one process does, so they go on (bfloat16 values equal)."""
+    m = torch.tensor(np.linspace(-1, 1, 16, dtype=np.float32).reshape(8, 2))
+
+    def run(model):
+        h = model.a(torch.tensor(X))
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            y = h @ m
+            z = nn.functional.linear(h, m.t()).relu().sum(-1)
+        return y, z
+
+    want = run(Net())
+    model = cluster.deploy(Net(), stages=2)
+    try:
+        run(model)  # (the part's answer's form is known from the second call on: kept there)
+        for a, b in zip(run(model), want):
+            assert a.dtype == b.dtype == torch.bfloat16
+            np.testing.assert_array_equal(a.float().detach().numpy(), b.float().detach().numpy())
+    finally:
+        model.close()
