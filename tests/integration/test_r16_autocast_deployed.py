@@ -2,12 +2,18 @@
 step on the CPU). The region does not reach the workers: the placed layers computed in
 float32 there, where one process computes them in bfloat16 (an output of another dtype and
 other values, silently). The call is now refused, naming the region and what to do; a region
-disabled inside it (``enabled=False``) and a forward after it give one process's values."""
+disabled inside it (``enabled=False``) and a forward after it give one process's values.
+
+A part's output kept on its worker (the second call on: its answer's form is known), cast to
+bfloat16 there (``h.to(torch.bfloat16)``, or a region's cast of it): the op's numpy dtype
+travelled as ``"<V2"``, which the worker read as a plain void, so the cast made bytes of no
+dtype and its answer could not be sent (WireError). It reads as bfloat16 now."""
 import numpy as np
 import pytest
 
 import disthook as torch
 from disthook import nn
+from disthook.service import op_calls
 
 pytestmark = pytest.mark.timeout(240)
 CLUSTER_WORKERS = 2
@@ -82,5 +88,32 @@ def test_ops_inside_autocast_on_a_deployed_parts_output_compute_as_one_process(c
         for a, b in zip(run(model), want):
             assert a.dtype == b.dtype == torch.bfloat16
             np.testing.assert_array_equal(a.float().detach().numpy(), b.float().detach().numpy())
+    finally:
+        model.close()
+
+
+def test_a_numpy_bfloat16_dtype_parameter_decodes_as_bfloat16():
+    dt = torch.bfloat16.np
+    back = op_calls.decode_params(op_calls.encode_params({"dtype": dt}))
+    assert back["dtype"] == dt and back["dtype"].name == "bfloat16"
+
+
+def test_a_kept_output_converted_to_bfloat16_is_one_process_s(cluster):
+    m = torch.tensor(np.linspace(-1, 1, 16, dtype=np.float32).reshape(8, 2))
+
+    def run(model):
+        h = model.a(torch.tensor(X))
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            y = h @ m
+        return h.to(torch.bfloat16) * 2, y
+
+    want = run(Net())
+    model = cluster.deploy(Net(), stages=2)
+    try:
+        for _ in range(2):  # the second call's output is kept on the worker
+            for a, b in zip(run(model), want):
+                assert a.dtype == b.dtype == torch.bfloat16
+                np.testing.assert_array_equal(a.float().detach().numpy(),
+                                              b.float().detach().numpy())
     finally:
         model.close()
