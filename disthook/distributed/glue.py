@@ -215,9 +215,9 @@ def refuse_autocast(what: str) -> None:
     dtype = autocast_mode.get_autocast_dtype("cpu")
     raise NotImplementedError(
         f"{what} runs on a worker inside torch.autocast('cpu', dtype={dtype}), which does "
-        f"not reach the worker: its layers would compute in float32 there, where one process "
-        f"computes its matmuls and convolutions in {dtype} (other values, outputs of another "
-        "dtype). Call the deployed model outside the autocast region (or with "
+        f"not reach the worker: the ops autocast casts (linear layers, matmuls, convolutions) "
+        f"would compute in float32 there, where one process computes them in {dtype} (other "
+        "values, outputs of another dtype; the worker cannot tell which parts hold none). Call the deployed model outside the autocast region (or with "
         "enabled=False), or convert the model's weights instead (model.to(torch.bfloat16)), "
         "which the deployment carries to its workers.")
 
