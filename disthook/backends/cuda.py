@@ -3,11 +3,22 @@ ignored."""
 import contextlib
 import warnings
 
+from disthook import _settings
+
 
 class _Matmul:
-    allow_tf32 = False
     allow_fp16_reduced_precision_reduction = True
     allow_bf16_reduced_precision_reduction = True
+
+    # torch keeps allow_tf32 as a view of the float32 matmul precision: set_float32_matmul_
+    # precision("high") reads back True here, and allow_tf32 = True sets "high"
+    @property
+    def allow_tf32(self) -> bool:
+        return _settings.get_float32_matmul_precision() != "highest"
+
+    @allow_tf32.setter
+    def allow_tf32(self, value: bool) -> None:
+        _settings.set_float32_matmul_precision("high" if value else "highest")
 
 
 matmul = _Matmul()

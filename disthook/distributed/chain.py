@@ -18,7 +18,7 @@ from disthook.autograd import grad_mode
 from disthook.distributed import attr_changes
 from disthook.distributed.autograd_node import RemoteBackward0, part_by_part
 from disthook.distributed.glue import _checkpointing as checkpointing
-from disthook.distributed.glue import refuse_saved_tensors_hooks
+from disthook.distributed.glue import refuse_autocast, refuse_saved_tensors_hooks
 from disthook.distributed.placement import micro_batch_sizes, split_rows
 from disthook.distributed.spec import module_spec
 from disthook.nn.modules.module import Module
@@ -41,6 +41,7 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
             "then runs here, calling each part on its worker with any arguments (a "
             "PackedSequence for an LSTM)")
     refuse_saved_tensors_hooks(f"the deployed {model._class_name}'s forward")
+    refuse_autocast(f"the deployed {model._class_name}'s forward")
     grad = grad_mode.is_grad_enabled()
     if grad and checkpointing() is not None:
         raise NotImplementedError(
@@ -141,6 +142,7 @@ def train_step(model: Deployment, x: Tensor, target: Tensor, loss_fn,
     from disthook.distributed import schedule as schedules
     from disthook.nn import functional
 
+    refuse_autocast(f"the deployed {model._class_name}'s train_step")
     if isinstance(loss_fn, Module):
         loss = {"module": module_spec(loss_fn)}
     elif callable(loss_fn) and getattr(functional, getattr(loss_fn, "__name__", ""),

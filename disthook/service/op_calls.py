@@ -105,8 +105,8 @@ def _decode(data):
         if dt is None or type(dt).__name__ != "dtype":
             raise ValueError(f"unknown dtype {payload!r}")
         return dt
-    if tag == "npdtype":
-        return np.dtype(str(payload))
+    if tag == "npdtype":  # ("<V2", bfloat16's str, is a plain void to np.dtype)
+        return wire.dtype_named(str(payload))
     raise ValueError(f"not an op parameter: {data!r:.80}")
 
 
