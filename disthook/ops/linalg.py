@@ -1,10 +1,12 @@
 """Matrix products: mm, mv, dot, batched matmul, addmm (the linear layer's op)."""
 from __future__ import annotations
 
+from sys import modules as _loaded
+
 import numpy as np
 
 from disthook import _blas, _dtype
-from disthook.ops.base import Op, check_broadcast, save_crossed
+from disthook.ops.base import Op, check_broadcast, plain_float, save_crossed
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -79,8 +81,13 @@ class Mm(Op):
     @staticmethod
     def backward(ctx, g):
         a, b = ctx.saved_tensors
-        ga = g.mm(b.t()) if ctx.needs_input_grad[0] else None
-        gb = _right_grad(a, g, ctx.b_transposed) if ctx.needs_input_grad[1] else None
+        need = ctx.needs_input_grad
+        if plain_float(g, a if need[1] else g, b if need[0] else g):
+            grads = _product_grads(g, a, b, need[0], need[1], ctx.b_transposed)
+            if grads is not None:
+                return grads
+        ga = g.mm(b.t()) if need[0] else None
+        gb = _right_grad(a, g, ctx.b_transposed) if need[1] else None
         return ga, gb
 
 
@@ -98,6 +105,26 @@ def _product(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     if x.shape[0] <= _blas.SMALL_ROWS and _transposed(y) and x.flags.c_contiguous:
         return np.ascontiguousarray((y.T @ x.T).T)
     return x @ y
+
+
+def _product_grads(g, a, b, need_a: bool, need_b: bool, b_transposed: bool):
+    """A product node's gradients, ``g @ b.T`` and ``_right_grad``'s, as products of the
+    arrays each wrapped once, where no graph of them is recorded (``plain_float``); None
+    where the operands are not matrices of one dtype (the methods then say what is wrong)."""
+    x = g._data
+    if x.ndim != 2:
+        return None
+    for t, dim in ((b if need_a else None, 1), (a if need_b else None, 0)):
+        if t is not None and (t._data.ndim != 2 or t._data.dtype != x.dtype
+                              or t._data.shape[dim] != x.shape[dim]):
+            return None
+    make = _loaded["disthook.tensor"].Tensor._make
+    ga = make(_product(x, b._data.T), None, 0) if need_a else None
+    gb = None
+    if need_b:
+        y = a._data
+        gb = make(_product(x.T, y).T if b_transposed else _product(y.T, x), None, 0)
+    return ga, gb
 
 
 def _right_grad(a, g, b_transposed: bool):
@@ -203,6 +230,10 @@ class Addmm(Op):
     def backward(ctx, g):
         a, b = ctx.saved_tensors
         need = ctx.needs_input_grad
+        if plain_float(g, a if need[2] else g, b if need[1] else g):
+            grads = _product_grads(g, a, b, need[1], need[2], ctx.b_transposed)
+            if grads is not None:
+                return (g if need[0] else None,) + grads
         return (g if need[0] else None,
                 g.mm(b.t()) if need[1] else None,
                 _right_grad(a, g, ctx.b_transposed) if need[2] else None)
