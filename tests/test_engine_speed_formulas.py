@@ -3,6 +3,8 @@ Tensors) run on the arrays and wrap their result once (ops.base.plain_float), wi
 op layer: the products of mm, matmul and Linear, ReLU's mask, log_softmax and softmax, a
 full mean, indexing. The gradients are the layered path's bit for bit (that path still runs
 under create_graph, differentiable as torch's), and torch's values."""
+import sys
+
 import numpy as np
 import pytest
 
@@ -106,3 +108,24 @@ def test_a_gradient_that_a_hook_made_a_subclass_takes_the_op_layer(monkeypatch):
     assert "Mm" in calls
     np.testing.assert_allclose(w.grad.numpy(), x.detach().numpy().T @ np.ones((3, 2)),
                                rtol=1e-6)
+
+
+def test_an_in_place_update_by_a_tensor_of_its_dtype_takes_no_promotion(monkeypatch):
+    """``w -= lr * w.grad`` under no_grad (an SGD step): the operands are alike, so the
+    update goes straight to numpy, without promotion's wrapping (10 us a parameter)."""
+    tensor_mod = sys.modules["disthook.tensor"]
+    w = disthook.tensor(np.arange(6.0, dtype=np.float32).reshape(2, 3), requires_grad=True)
+    g = disthook.tensor(np.full((2, 3), 0.5, np.float32))
+    promoted = []
+    real = tensor_mod.binary_operands
+    monkeypatch.setattr(tensor_mod, "binary_operands",
+                        lambda a, b: promoted.append(b) or real(a, b))
+    with disthook.no_grad():
+        w -= g
+        w.add_(g, alpha=2)
+    assert promoted == []
+    np.testing.assert_array_equal(w.detach().numpy(),
+                                  np.arange(6.0, dtype=np.float32).reshape(2, 3) + 0.5)
+    with disthook.no_grad():
+        w -= disthook.tensor(np.ones((2, 3)))  # float64 into float32: promoted, cast back
+    assert len(promoted) == 1 and w.dtype == disthook.float32
