@@ -129,3 +129,19 @@ def test_an_in_place_update_by_a_tensor_of_its_dtype_takes_no_promotion(monkeypa
     with disthook.no_grad():
         w -= disthook.tensor(np.ones((2, 3)))  # float64 into float32: promoted, cast back
     assert len(promoted) == 1 and w.dtype == disthook.float32
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(), (1,), (7,), (3, 5)])
+def test_a_full_means_gradient_is_torchs_bit_for_bit(dtype, shape):
+    """mean()'s gradient, one value for every element, computed once: the division of
+    the broadcast gradient's, bit for bit, in each float dtype and for a 0-d input."""
+    v = np.random.default_rng(1).standard_normal(shape).astype(dtype)
+    seed = np.array(0.3, dtype)
+    found = []
+    for lib in (disthook, torch):
+        x = lib.tensor(v, requires_grad=True)
+        (g,) = lib.autograd.grad(x.mean(), x, lib.tensor(seed))
+        found.append(g.numpy())
+    assert found[0].shape == shape and found[0].dtype == dtype
+    assert found[0].tobytes() == found[1].tobytes()

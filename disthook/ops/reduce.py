@@ -112,12 +112,12 @@ class Mean(Op):
 
     @staticmethod
     def backward(ctx, g):
-        if ctx.dims is None and plain_float(g):
-            # no graph of it: the method's broadcast and division on the array (a loss's mean)
+        if ctx.dims is None and ctx.count and plain_float(g):
+            # no graph of it (a loss's mean): the one value the methods' broadcast and
+            # division give every element, computed once
             x = g._data
-            if x.ndim and x.ndim != len(ctx.shape):
-                x = x.reshape((1,) * len(ctx.shape))
-            return plain_tensor(np.broadcast_to(x, ctx.shape) / np.array(ctx.count, x.dtype))
+            return plain_tensor(np.full(ctx.shape, x.reshape(()) / np.array(ctx.count, x.dtype),
+                                        x.dtype))
         return expand_back(g, ctx.shape, ctx.dims, ctx.keepdim) / ctx.count
 
 
