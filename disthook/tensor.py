@@ -1920,7 +1920,10 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             self.retain_grad()
 
     def _inplace_binary(self, op, other, **params):
-        a, b = binary_operands(self, other)
+        if type(other) is Tensor and other._data.dtype == self._data.dtype:
+            a, b = self, other  # same dtype: no promotion (an optimizer's step, every one)
+        else:
+            a, b = binary_operands(self, other)
         if a._data.dtype != self._data.dtype:
             if not np.can_cast(a._data.dtype, self._data.dtype, "same_kind"):
                 raise RuntimeError(

@@ -408,17 +408,51 @@ def sum_to(g, shape: tuple):
             dims.append(lead + i)
         elif n != m:
             raise ValueError(f"cannot sum shape {tuple(have)} to {tuple(shape)}")
+    if dims and g._data.dtype.kind not in "bcV" and plain(g):
+        # no graph to record (a gradient inside backward, a bias's): Sum's forward and the
+        # reshape's view, without the methods' and apply's bookkeeping (25-30 us a call)
+        summed = _make(_loaded["disthook.ops.reduce"].Sum.forward(_NO_CTX, g, tuple(dims), True),
+                       None, 0)
+        if lead:  # a view of the sum, as torch's
+            return _wrap(summed._data.reshape(shape), None, 0, (summed,), True)
+        return summed
     if dims:
-        tensor_mod = _loaded["disthook.tensor"]
-        if (type(g) is tensor_mod.Tensor and g._data.dtype.kind not in "bcV"
-                and not (grad_mode._state.enabled and g._requires_grad)):
-            # no graph to record (a gradient inside backward, a bias's): Sum's forward
-            # alone, without the method's and apply's bookkeeping (25-30 us a call)
-            g = tensor_mod.Tensor._make(
-                _loaded["disthook.ops.reduce"].Sum.forward(_NO_CTX, g, tuple(dims), True),
-                None, 0)
-        else:
-            g = g.sum(dim=tuple(dims), keepdim=True)
+        g = g.sum(dim=tuple(dims), keepdim=True)
     if lead:
         g = g.reshape(shape)
     return g
+
+
+def plain(*tensors) -> bool:
+    """May code that needs no graph (a backward formula, when no graph of it is recorded)
+    compute on these tensors' arrays directly and wrap its result once, without the op
+    layer? Yes when no graph would be recorded of them (grad mode off, or none requires
+    grad) and each is a plain Tensor (not a subclass, nor a value kept elsewhere). The
+    caller checks the dtypes its numpy code is right for."""
+    tensor_type = _loaded["disthook.tensor"].Tensor
+    enabled = grad_mode._state.enabled
+    for t in tensors:
+        if type(t) is not tensor_type or (enabled and t._requires_grad):
+            return False
+    return True
+
+
+def plain_tensor(array: np.ndarray):
+    """The Tensor, with no history, of a ``plain`` computation's new array (a numpy scalar,
+    as numpy gives for 0-d operands, made a 0-d array)."""
+    if type(array) is not np.ndarray:
+        array = np.asarray(array)
+    return _loaded["disthook.tensor"].Tensor._make(array, None, 0)
+
+
+def plain_float(*tensors) -> bool:
+    """``plain``, and each of a real float dtype numpy computes itself (not bfloat16 or
+    complex, whose ops take their own paths): a backward formula's arrays then give what
+    its op layer would, bit for bit."""
+    tensor_type = _loaded["disthook.tensor"].Tensor
+    enabled = grad_mode._state.enabled
+    for t in tensors:
+        if (type(t) is not tensor_type or (enabled and t._requires_grad)
+                or t._data.dtype.kind != "f"):
+            return False
+    return True

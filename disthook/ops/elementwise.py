@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from disthook.ops.base import OUTPUT, Op, save_crossed
+from disthook.ops.base import _NO_CTX, OUTPUT, Op, plain_float, plain_tensor, save_crossed
 
 
 def _needs(ctx, i: int) -> bool:
@@ -559,6 +559,8 @@ class Relu(Op):
     @staticmethod
     def backward(ctx, g):
         (out,) = ctx.saved_tensors
+        if plain_float(g, out):  # no graph of it: the op's pass alone
+            return plain_tensor(ReluGrad.forward(_NO_CTX, g, out))
         return ReluGrad.apply(g, out)
 
 

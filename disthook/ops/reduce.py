@@ -3,12 +3,13 @@ softmax family, and cumsum."""
 from __future__ import annotations
 
 import warnings
+from sys import modules as _loaded
 from types import MappingProxyType
 
 import numpy as np
 
 from disthook import _dtype
-from disthook.ops.base import OUTPUT, Op, shown_dims
+from disthook.ops.base import OUTPUT, Op, _wrap, plain, plain_float, plain_tensor, shown_dims
 
 
 def norm_dims(dim, ndim: int, *, allow_none: bool = True) -> tuple | None:
@@ -37,6 +38,19 @@ def norm_dims(dim, ndim: int, *, allow_none: bool = True) -> tuple | None:
 
 def expand_back(g, in_shape: tuple, dims, keepdim: bool):
     """Broadcast a reduced gradient back over the reduced dims."""
+    if plain(g):  # no graph of it: the methods' views on the array, one view of g at the end
+        x = g._data
+        if dims is not None and not keepdim:
+            for d in sorted(dims):
+                x = np.expand_dims(x, d)
+        elif dims is None and x.ndim != len(in_shape) and x.ndim:
+            x = x.reshape((1,) * len(in_shape))
+        shape = tuple(in_shape)
+        if x.shape != shape:
+            x = _loaded["disthook.ops.shape"].expanded(x, shape)
+        elif x is g._data:
+            return g  # (the method's expand to its own shape)
+        return _wrap(x, None, 0, (g,), True)
     if dims is not None and not keepdim:
         for d in sorted(dims):
             g = g.unsqueeze(d)
@@ -98,6 +112,12 @@ class Mean(Op):
 
     @staticmethod
     def backward(ctx, g):
+        if ctx.dims is None and ctx.count and plain_float(g):
+            # no graph of it (a loss's mean): the one value the methods' broadcast and
+            # division give every element, computed once
+            x = g._data
+            return plain_tensor(np.full(ctx.shape, x.reshape(()) / np.array(ctx.count, x.dtype),
+                                        x.dtype))
         return expand_back(g, ctx.shape, ctx.dims, ctx.keepdim) / ctx.count
 
 
@@ -418,7 +438,16 @@ class Softmax(Op):
     @staticmethod
     def backward(ctx, g):
         (y,) = ctx.saved_tensors
+        if plain_float(g, y) and g._data.dtype == y._data.dtype:
+            # no graph of it: the methods' passes on the arrays, wrapped once
+            gy = g._data * y._data
+            return plain_tensor(y._data * (g._data - _sum_kept(gy, ctx.dim)))
         return y * (g - (g * y).sum(dim=ctx.dim, keepdim=True))
+
+
+def _sum_kept(x: np.ndarray, dim) -> np.ndarray:
+    """``Tensor.sum(dim, keepdim=True)``'s array, of a float array ``x``."""
+    return x.sum(axis=norm_dims(dim, x.ndim), keepdims=True, dtype=x.dtype)
 
 
 class LogSoftmax(Op):
@@ -436,6 +465,11 @@ class LogSoftmax(Op):
     @staticmethod
     def backward(ctx, g):
         (y,) = ctx.saved_tensors
+        if plain_float(g, y) and g._data.dtype == y._data.dtype:
+            # no graph of it: the methods' passes on the arrays, wrapped once
+            e = np.exp(y._data)
+            e *= _sum_kept(g._data, ctx.dim)
+            return plain_tensor(g._data - e)
         return g - y.exp() * g.sum(dim=ctx.dim, keepdim=True)
 
 

@@ -11,11 +11,15 @@ import numpy as np
 from disthook._layout import restrided
 from disthook.autograd.graph import gradient_edge
 from disthook.ops.base import (  # noqa: F401
+    _NO_CTX,
     INFERENCE_VIEW,
     MULTI_OUTPUT_VIEW,
     NO_GRAD_VIEW,
     Op,
+    _wrap,
     as_shown,
+    plain,
+    plain_tensor,
     shown_dims,
     sum_to,
 )
@@ -89,6 +93,8 @@ class T(Op):
 
     @staticmethod
     def backward(ctx, g):
+        if plain(g) and g._data.ndim <= 2:  # no graph of it: the view alone
+            return _wrap(g._data.T, None, 0, (g,), True)
         return g.t()
 
 
@@ -104,19 +110,24 @@ class Expand(Op):
     def forward(ctx, a, shape):
         x = a._data
         ctx.shape = x.shape
-        lead = len(shape) - x.ndim
-        if x.shape == tuple(shape[lead:]) and all(n == 1 for n in shape[:lead]):
-            # no element repeated (leading dims of one): a view that can be written, as
-            # torch's (numpy's broadcast views are read-only: a hook's in-place edit of
-            # sum()'s gradient, expanded from 0-d to (1,), was refused)
-            return x[(None,) * lead] if lead else x.view()
-        return np.broadcast_to(x, shape)
+        return expanded(x, shape)
 
     @staticmethod
     def backward(ctx, g):
         from disthook.ops.base import sum_to
 
         return sum_to(g, ctx.shape)
+
+
+def expanded(x: np.ndarray, shape: tuple) -> np.ndarray:
+    """``x`` broadcast to ``shape`` (which it fits), as a view."""
+    lead = len(shape) - x.ndim
+    if x.shape == tuple(shape[lead:]) and all(n == 1 for n in shape[:lead]):
+        # no element repeated (leading dims of one): a view that can be written, as
+        # torch's (numpy's broadcast views are read-only: a hook's in-place edit of
+        # sum()'s gradient, expanded from 0-d to (1,), was refused)
+        return x[(None,) * lead] if lead else x.view()
+    return np.broadcast_to(x, shape)
 
 
 class Squeeze(Op):
@@ -285,6 +296,8 @@ class Index(Op):
 
     @staticmethod
     def backward(ctx, g):
+        if plain(g) and g._data.dtype.kind in "fc":  # no graph of it: the op's pass alone
+            return plain_tensor(ScatterIndex.forward(_NO_CTX, g, ctx.index, ctx.shape))
         return ScatterIndex.apply(g, index=ctx.index, shape=ctx.shape)
 
 
