@@ -92,8 +92,9 @@ __all__ = [
 # ("rng"), which a worker of 16 refuses; 18: arrays of dtype "bfloat16" (the last pipe dtype
 # code), which a process of 17 refuses; 19: load_stage says whether every authorized client
 # may use the model ("public": it is published) or only its deployer's key, which a worker of
-# 18 refuses
-PROTOCOL_VERSION = 19
+# 18 refuses; 20: a forward or train_step names the client's CPU autocast region's dtype
+# ("autocast"), which a worker of 19 refuses
+PROTOCOL_VERSION = 20
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
