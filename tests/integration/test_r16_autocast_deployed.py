@@ -77,20 +77,20 @@ def test_a_deployed_forward_inside_cpu_autocast_computes_as_one_process(cluster,
         np.testing.assert_array_equal(g.numpy(), w.numpy())
 
 
-def test_calls_in_and_out_of_a_region_answer_each_in_its_own_form(cluster):
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_calls_in_and_out_of_a_region_answer_each_in_its_own_form(cluster, dtype):
     """A placed part's call whose answer's form is known returns before its answer (no
     hook): that form is the region's, not the last call's of the same arguments."""
 
     def run(model):
         outs = []
         for region in (True, True, False, False, True):
-            with torch.autocast(device_type="cpu", enabled=region):
+            with torch.autocast(device_type="cpu", dtype=dtype, enabled=region):
                 outs.append(model(torch.tensor(X)) * 1)
         return outs
 
     got, want = deployed_run(cluster, Net, run)
-    assert [o.dtype for o in want] == [torch.bfloat16] * 2 + [torch.float32] * 2 + \
-        [torch.bfloat16]
+    assert [o.dtype for o in want] == [dtype] * 2 + [torch.float32] * 2 + [dtype]
     for a, b in zip(got, want):
         _same(a, b)
 
