@@ -92,8 +92,9 @@ __all__ = [
 # ("rng"), which a worker of 16 refuses; 18: arrays of dtype "bfloat16" (the last pipe dtype
 # code), which a process of 17 refuses; 19: load_stage says whether every authorized client
 # may use the model ("public": it is published) or only its deployer's key, which a worker of
-# 18 refuses
-PROTOCOL_VERSION = 19
+# 18 refuses; 20: a forward or train_step names the client's CPU autocast region's dtype
+# ("autocast"), which a worker of 19 refuses
+PROTOCOL_VERSION = 20
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
@@ -332,13 +333,15 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # "step", in the order they were made; each stage runs its own first
     # default_dtype: the client's default dtype ("float64", "float16"; absent: float32),
     # which the stages compute under (a factory in a forward makes what one process makes)
+    # autocast: the dtype of the client's CPU autocast region ("bfloat16", "float16"; absent:
+    # none), which the stages compute under (their linear layers as in one process)
     "forward": {"model": "str", "stage": "int", "inputs": "list", "grad_enabled": "bool",
                 "reply_to": "str", "requires_grad": "list?", "mb": "int?", "stop": "str?",
                 "optimizer_calls": "list[list[optimizer_call]]?", "path": "str?",
                 "call": "hook_value?", "rng": "str?", "pins": "list?", "op": "str?",
                 "params": "any?", "keep": "bool?", "as_of": "map?", "checkpoint": "map?",
                 "within": "str?", "attrs": "list[attr_change]?", "names": "list[str]?",
-                "default_dtype": "str?", "forms": "map?"},
+                "default_dtype": "str?", "autocast": "str?", "forms": "map?"},
     # forms: the revisions of the stages a forward passed (workers/form.py), to answer an
     # attached client with; the ok answers of its forwards and backwards carry them too
     # within: the context of the client's call whose hook, running now, makes this call (a
@@ -416,7 +419,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
                    "reply_to": "str", "inputs": "list?", "targets": "list?",
                    "loss": "loss_spec?", "scales": "list?",
                    "optimizer_calls": "list[optimizer_call]?", "default_dtype": "str?",
-                   "rng": "str?"},
+                   "autocast": "str?", "rng": "str?"},
     "pipe": {"model": "str", "step": "str", "kind": "pipe_kind", "mb": "int", "data": "array?",
              "reason": "str?"},
     # parameters, buffers and optimizer shards

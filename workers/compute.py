@@ -19,6 +19,7 @@ import disthook
 from disthook import hooks as toolkit
 from disthook import wire
 from disthook._dtype import default_dtype_as
+from disthook.amp.autocast_mode import region_as
 from disthook.autograd import engine
 from disthook.service import op_calls, values
 from disthook.service.loop import NO_REPLY, send_frames
@@ -88,7 +89,8 @@ class ComputeHandlers:
                 if msg.get("rng"):  # the client's random stream, passed stage to stage
                     job.rng = msg["rng"]
                     disthook.random._set_stream_state(msg["rng"])
-                with disthook.set_grad_enabled(grad), default_dtype_as(msg.get("default_dtype")):
+                with disthook.set_grad_enabled(grad), default_dtype_as(msg.get("default_dtype")), \
+                        region_as(msg.get("autocast")):
                     given = [_as_computed(t) if st.index > 0
                              else values.as_argument(caller_copy(t), i)
                              for i, t in enumerate(inputs)]
@@ -122,8 +124,9 @@ class ComputeHandlers:
                     passed = form.forms(st, job, msg.get("forms"))
                     if passed:
                         fields["forms"] = passed
-                    if msg.get("default_dtype"):
-                        fields["default_dtype"] = msg["default_dtype"]
+                    for carried in ("default_dtype", "autocast"):  # (absent: float32, none)
+                        if msg.get(carried):
+                            fields[carried] = msg[carried]
                     pins = job.pins or upstream_pins(job)  # calls a write passed
                     if pins:
                         fields["pins"] = [list(p) for p in pins]
@@ -195,7 +198,8 @@ class ComputeHandlers:
                 if msg.get("rng"):  # the client's random stream: drawn from here, handed back
                     job.rng = msg["rng"]
                     disthook.random._set_stream_state(msg["rng"])
-                with disthook.set_grad_enabled(grad), default_dtype_as(msg.get("default_dtype")):
+                with disthook.set_grad_enabled(grad), default_dtype_as(msg.get("default_dtype")), \
+                        region_as(msg.get("autocast")):
                     ckpt = msg.get("checkpoint")
                     if ckpt and grad:  # called inside torch.utils.checkpoint on the client
                         return checkpoint(module, *args, use_reentrant=False,

@@ -389,7 +389,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
             # process's: what runs meanwhile (another client's call, of any model here)
             # gets the worker's own, and the job gets its own back; before, a call that
             # waited on its hook under float16 made others' torch.full(...) float16
-            # (tests/integration/test_s7_default_dtype.py)
+            # (tests/integration/test_s7_default_dtype.py). A CPU autocast region needs none
+            # of this: it is this thread's, and each request names its own (none: off)
             dtype = _dtype.get_default_dtype()
             _dtype.set_default_dtype(_dtype.float32)
             if job.rng is not None:  # the stream as this job left it (what runs meanwhile

@@ -13,6 +13,7 @@ import numpy as np
 import disthook
 from disthook import wire
 from disthook._dtype import default_dtype_as
+from disthook.amp.autocast_mode import region_as
 from disthook.autograd.split import backward_split, run_together
 from disthook.distributed.spec import build_module
 from disthook.service.loop import PIPE_COPY_BELOW, send_frames
@@ -111,7 +112,7 @@ class StepHandlers:
                         leaf = disthook.from_numpy(_fresh(data, job))
                         if not first and (leaf.is_floating_point() or leaf.is_complex()):
                             leaf.requires_grad_(True)
-                        with default_dtype_as(msg.get("default_dtype")):
+                        with default_dtype_as(msg.get("default_dtype")), region_as(msg.get("autocast")):
                             out = st.module(leaf if first else _as_computed(leaf))
                             if last:
                                 target = disthook.from_numpy(_fresh(msg["targets"][mb], job))

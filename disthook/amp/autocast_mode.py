@@ -200,3 +200,34 @@ class cpu_autocast(autocast):
                       stacklevel=2)
         super().__init__("cpu", dtype=bfloat16 if dtype is None else dtype, enabled=enabled,
                          cache_enabled=cache_enabled)
+
+
+# ---- a deployed model's client's CPU region, on its workers ---------------------------------
+
+def region_field() -> dict:
+    """What a request that computes on a worker carries of this thread's CPU autocast
+    region: nothing outside one (or in one switched off), else its dtype's name, which the
+    worker computes under (``region_as``): the placed layers then compute in the region's
+    dtype, as in one process."""
+    state = _local()
+    if not state.enabled.get("cpu", False):
+        return {}
+    return {"autocast": get_autocast_dtype("cpu").name}
+
+
+class region_as:
+    """The CPU autocast region a request names (None: none, switched off whatever this
+    thread was in) while the request computes."""
+
+    def __init__(self, name: str | None):
+        dtypes = {d.name: d for d in LOWER_PRECISION}
+        if name is not None and name not in dtypes:
+            raise TypeError(f"autocast must name one of {sorted(dtypes)}, got {name!r}")
+        self.region = autocast("cpu", enabled=False) if name is None else \
+            autocast("cpu", dtype=dtypes[name])
+
+    def __enter__(self):
+        self.region.__enter__()
+
+    def __exit__(self, *exc):
+        return self.region.__exit__(*exc)

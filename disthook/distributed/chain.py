@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from disthook import _dtype, random
+from disthook.amp import autocast_mode
 from disthook.autograd import grad_mode
 from disthook.distributed import attr_changes
 from disthook.distributed.autograd_node import RemoteBackward0, part_by_part
 from disthook.distributed.glue import _checkpointing as checkpointing
-from disthook.distributed.glue import refuse_autocast, refuse_saved_tensors_hooks
+from disthook.distributed.glue import refuse_saved_tensors_hooks
 from disthook.distributed.placement import micro_batch_sizes, split_rows
 from disthook.distributed.spec import module_spec
 from disthook.nn.modules.module import Module
@@ -41,7 +42,6 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
             "then runs here, calling each part on its worker with any arguments (a "
             "PackedSequence for an LSTM)")
     refuse_saved_tensors_hooks(f"the deployed {model._class_name}'s forward")
-    refuse_autocast(f"the deployed {model._class_name}'s forward")
     grad = grad_mode.is_grad_enabled()
     if grad and checkpointing() is not None:
         raise NotImplementedError(
@@ -78,6 +78,7 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
         replies = model._hub.request_all(
             [(model._addresses[0], {"stage": 0, "inputs": [part], "grad_enabled": grad,
                                     **_dtype.default_dtype_field(),
+                                    **autocast_mode.region_field(),
                                     "requires_grad": [x._requires_grad],
                                     "reply_to": model._hub.reply_to,
                                     "mb": None if sizes is None else i, "stop": stop,
@@ -142,7 +143,6 @@ def train_step(model: Deployment, x: Tensor, target: Tensor, loss_fn,
     from disthook.distributed import schedule as schedules
     from disthook.nn import functional
 
-    refuse_autocast(f"the deployed {model._class_name}'s train_step")
     if isinstance(loss_fn, Module):
         loss = {"module": module_spec(loss_fn)}
     elif callable(loss_fn) and getattr(functional, getattr(loss_fn, "__name__", ""),
@@ -169,7 +169,7 @@ def train_step(model: Deployment, x: Tensor, target: Tensor, loss_fn,
         fields = {"step": step, "schedule": [list(a) for a in plan[s]],
                   "reply_to": model._hub.reply_to, "rng": streams[s],
                   "optimizer_calls": None if opt_calls is None else opt_calls[s],
-                  **_dtype.default_dtype_field()}
+                  **_dtype.default_dtype_field(), **autocast_mode.region_field()}
         if s == 0:
             fields["inputs"] = split_rows(x._data, sizes)
         if s == len(model._addresses) - 1:

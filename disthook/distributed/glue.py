@@ -38,7 +38,7 @@ from disthook.utils.hooks import RemovableHandle
 if TYPE_CHECKING:
     from disthook.distributed.deployment import Deployment
 
-__all__ = ["call_placed", "call_remote", "carry_hooks", "refuse_autocast",
+__all__ = ["call_placed", "call_remote", "carry_hooks",
            "refuse_saved_tensors_hooks",
            "route_node_hooks", "run_until"]
 
@@ -205,23 +205,6 @@ def refuse_saved_tensors_hooks(what: str) -> None:
         "stay inside it); save_on_cpu() and torch.utils.checkpoint work with deployed parts.")
 
 
-def refuse_autocast(what: str) -> None:
-    """A placed part computes on its worker, which an autocast region here does not reach:
-    its linear layers and convolutions would compute in float32 where one process computes
-    them in the region's dtype (another result, another output dtype), so the call is
-    refused. Only CPU autocast matters: no tensor is on another device type."""
-    if not autocast_mode.is_autocast_enabled("cpu"):
-        return
-    dtype = autocast_mode.get_autocast_dtype("cpu")
-    raise NotImplementedError(
-        f"{what} runs on a worker inside torch.autocast('cpu', dtype={dtype}), which does "
-        f"not reach the worker: the ops autocast casts (linear layers, matmuls, convolutions) "
-        f"would compute in float32 there, where one process computes them in {dtype} (other "
-        "values, outputs of another dtype; the worker cannot tell which parts hold none). Call the deployed model outside the autocast region (or with "
-        "enabled=False), or convert the model's weights instead (model.to(torch.bfloat16)), "
-        "which the deployment carries to its workers.")
-
-
 def _name(fn) -> str:
     return getattr(fn, "__qualname__", None) or repr(fn)
 
@@ -266,8 +249,6 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
     there; their backward goes there. The call returns before its answer where that
     answer's form is known (``async_calls``)."""
     refuse_saved_tensors_hooks(what)
-    if op is None:  # (an op on a kept value had its arguments cast here, as autocast casts)
-        refuse_autocast(what)
     inputs = list(tensors_in((args, kwargs)))
     stage = model._addresses.index(address)
     grad = grad_mode.is_grad_enabled()
@@ -279,6 +260,7 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
         # output there)
         key = async_calls.call_key(address, path, op, params, grad, model.training,
                                    _dtype.get_default_dtype().name,
+                                   autocast_mode.region_field().get("autocast"),
                                    grad and _checkpointing() is not None, args=(args, kwargs))
         form = forms.get(key)
         if form is not None and form["rng"]:
@@ -300,6 +282,8 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
               "call": remote_values.pack_args((args, kwargs), address, model),
               "reply_to": hub.reply_to, "keep": True, "optimizer_calls": carried, **pin,
               **_dtype.default_dtype_field()}
+    if op is None:  # (an op on a kept value had its arguments cast here, as autocast casts)
+        fields.update(autocast_mode.region_field())
     if hub.firing and hub.firing_ctx is not None:  # from inside a hook of a call there
         fields["within"] = hub.firing_ctx
     if op is None:
