@@ -308,3 +308,26 @@ class TwoLayers(disthook.nn.Module):
 
     def forward(self, x):
         return self.q(disthook.tanh(self.p(x)))
+
+
+TANH_X = np.linspace(-1, 1, 20, dtype=np.float32).reshape(5, 4)
+
+
+class TanhNet(disthook.nn.Module):
+    """Linear(4, 8), tanh, Linear(8, 2) in a forward of its own, as parts ``a`` and ``b``
+    (seeded: two instances hold the same weights)."""
+
+    def __init__(self):
+        super().__init__()
+        disthook.manual_seed(0)
+        self.a, self.b = disthook.nn.Linear(4, 8), disthook.nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.b(disthook.tanh(self.a(x)))
+
+
+def tanh_chain():
+    """The same layers as an ``nn.Sequential`` (a chain once deployed), seeded alike."""
+    nn = disthook.nn
+    disthook.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))

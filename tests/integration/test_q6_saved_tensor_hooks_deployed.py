@@ -5,28 +5,14 @@ hooks were silently not called for those tensors (one process: 8 packs; deployed
 client's own op). ``save_on_cpu`` and calls under ``no_grad`` go on, with one process's values."""
 import numpy as np
 import pytest
+from helpers import TANH_X, TanhNet, tanh_chain
 
 import disthook as torch
-from disthook import nn
 
 pytestmark = pytest.mark.timeout(240)
 CLUSTER_WORKERS = 2
-X = np.linspace(-1, 1, 20, dtype=np.float32).reshape(5, 4)
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.a, self.b = nn.Linear(4, 8), nn.Linear(8, 2)
-
-    def forward(self, x):
-        return self.b(torch.tanh(self.a(x)))
-
-
-def chain():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+X = TANH_X
+Net, chain = TanhNet, tanh_chain
 
 
 @pytest.mark.parametrize("make", [Net, chain], ids=["own-forward", "chain"])

@@ -15,7 +15,7 @@ import threading
 
 import numpy as np
 import pytest
-from helpers import deployed_run
+from helpers import TANH_X, TanhNet, deployed_run, tanh_chain
 
 import disthook as torch
 from disthook import nn
@@ -24,22 +24,8 @@ from disthook.service import op_calls
 
 pytestmark = pytest.mark.timeout(240)
 CLUSTER_WORKERS = 2
-X = np.linspace(-1, 1, 20, dtype=np.float32).reshape(5, 4)
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.a, self.b = nn.Linear(4, 8), nn.Linear(8, 2)
-
-    def forward(self, x):
-        return self.b(torch.tanh(self.a(x)))
-
-
-def chain():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+X = TANH_X
+Net, chain = TanhNet, tanh_chain
 
 
 def _same(a, b):
