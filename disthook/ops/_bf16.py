@@ -143,3 +143,26 @@ def scalar_as_bfloat16(value):
     """A float scalar as torch's bfloat16 kernels take one that scales an operand (add's
     alpha): rounded to bfloat16 first."""
     return float(np.float32(value).astype(BF16)) if isinstance(value, float) else value
+
+
+_HALVES = (BF16, np.dtype(np.float16))
+
+
+def half_in_float32(fn, *tensors):
+    """``fn(*tensors)`` for a formula torch's CPU kernel computes in float32 for bfloat16 and
+    float16 tensors alike, rounding its result once (the backward kernels of tanh, silu,
+    gelu, softmax, log_softmax, and sigmoid's for bfloat16): when the first is of either half dtype, ``fn`` runs
+    on float32 copies of the tensors of that dtype and its result is rounded back; otherwise
+    it is ``fn`` itself. The copies and the rounding are ops, so the formula stays
+    differentiable (``create_graph``)."""
+    dtype = tensors[0]._data.dtype
+    if dtype not in _HALVES:
+        return fn(*tensors)
+    return fn(*[t.float() if t._data.dtype == dtype else t for t in tensors]).to(dtype)
+
+
+def half_up(x: np.ndarray) -> np.ndarray:
+    """A float16 array as float32 (torch's CPU kernels compute float16's sigmoid, silu, gelu,
+    softmax and log_softmax in float32 and round the result once; numpy's float16 loops
+    round every step); any other array as it is."""
+    return x.astype(np.float32) if x.dtype == np.float16 else x

@@ -446,13 +446,13 @@ def plain_tensor(array: np.ndarray):
 
 
 def plain_float(*tensors) -> bool:
-    """``plain``, and each of a real float dtype numpy computes itself (not bfloat16 or
-    complex, whose ops take their own paths): a backward formula's arrays then give what
-    its op layer would, bit for bit."""
+    """``plain``, and each of float32 or float64, which numpy computes as torch's kernels do
+    (not bfloat16, float16 or complex, whose formulas round once from float32 or take their
+    own paths): a backward formula's arrays then give what its op layer would, bit for bit."""
     tensor_type = _loaded["disthook.tensor"].Tensor
     enabled = grad_mode._state.enabled
     for t in tensors:
         if (type(t) is not tensor_type or (enabled and t._requires_grad)
-                or t._data.dtype.kind != "f"):
+                or t._data.dtype.kind != "f" or t._data.dtype.itemsize == 2):
             return False
     return True

@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 
+from disthook.ops._bf16 import half_in_float32, half_up
 from disthook.ops.base import _NO_CTX, OUTPUT, Op, plain_float, plain_tensor, save_crossed
 
 
@@ -381,7 +382,7 @@ class Tanh(Op):
     @staticmethod
     def backward(ctx, g):
         (out,) = ctx.saved_tensors
-        return times_conj(g, 1 - out * out)
+        return half_in_float32(lambda g, out: times_conj(g, 1 - out * out), g, out)
 
 
 class Sigmoid(Op):
@@ -394,14 +395,17 @@ class Sigmoid(Op):
         x = a._data
         if x.dtype.kind == "c":
             return 1 / (1 + np.exp(-x))
+        x = half_up(x)
         # stable in both tails: exp of a non-positive number only
         e = np.exp(-np.abs(x))
-        return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
+        return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(a._data.dtype, copy=False)
 
     @staticmethod
     def backward(ctx, g):
         (out,) = ctx.saved_tensors
-        return times_conj(g, out * (1 - out))
+        if out._data.dtype == np.float16:  # torch's float16 kernel: two products in float16
+            return g * (1 - out) * out
+        return half_in_float32(lambda g, out: times_conj(g, out * (1 - out)), g, out)
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -651,16 +655,20 @@ class Gelu(Op):
     def forward(ctx, a, approximate="none"):
         ctx.save_for_backward(a)
         ctx.approximate = approximate
-        x = a._data
+        x = half_up(a._data)
         if approximate == "tanh":
             inner = math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)
-            return (0.5 * x * (1 + np.tanh(inner))).astype(x.dtype, copy=False)
-        return (0.5 * x * (1 + _erf(x / math.sqrt(2)))).astype(x.dtype, copy=False)
+            return (0.5 * x * (1 + np.tanh(inner))).astype(a._data.dtype, copy=False)
+        return (0.5 * x * (1 + _erf(x / math.sqrt(2)))).astype(a._data.dtype, copy=False)
 
     @staticmethod
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
-        if ctx.approximate == "tanh":
+        return half_in_float32(lambda g, x: Gelu._grad(g, x, ctx.approximate), g, x)
+
+    @staticmethod
+    def _grad(g, x, approximate):
+        if approximate == "tanh":
             k = math.sqrt(2 / math.pi)
             inner = k * (x + 0.044715 * x ** 3)
             th = inner.tanh()
@@ -677,14 +685,18 @@ class Silu(Op):
     @staticmethod
     def forward(ctx, a):
         ctx.save_for_backward(a)
-        x = a._data
+        x = half_up(a._data)
         e = np.exp(-np.abs(x))
         sig = np.where(x >= 0, 1 / (1 + e), e / (1 + e))
-        return (x * sig).astype(x.dtype, copy=False)
+        return (x * sig).astype(a._data.dtype, copy=False)
 
     @staticmethod
     def backward(ctx, g):
         (a,) = ctx.saved_tensors
+        return half_in_float32(Silu._grad, g, a)
+
+    @staticmethod
+    def _grad(g, a):
         s = a.sigmoid()
         return g * (s * (1 + a * (1 - s)))
 

@@ -9,6 +9,7 @@ from types import MappingProxyType
 import numpy as np
 
 from disthook import _dtype
+from disthook.ops._bf16 import half_in_float32, half_up
 from disthook.ops.base import OUTPUT, Op, _wrap, plain, plain_float, plain_tensor, shown_dims
 
 
@@ -431,9 +432,9 @@ class Softmax(Op):
     def forward(ctx, a, dim, given=None):
         ctx.save_for_backward(OUTPUT)
         ctx.dim, ctx.given = dim, given  # (``given``: the dim as the program wrote it)
-        x = a._data
+        x = half_up(a._data)
         e = np.exp(x - x.max(axis=dim, keepdims=True, initial=-np.inf))
-        return e / e.sum(axis=dim, keepdims=True)
+        return (e / e.sum(axis=dim, keepdims=True)).astype(a._data.dtype, copy=False)
 
     @staticmethod
     def backward(ctx, g):
@@ -442,7 +443,8 @@ class Softmax(Op):
             # no graph of it: the methods' passes on the arrays, wrapped once
             gy = g._data * y._data
             return plain_tensor(y._data * (g._data - _sum_kept(gy, ctx.dim)))
-        return y * (g - (g * y).sum(dim=ctx.dim, keepdim=True))
+        return half_in_float32(
+            lambda g, y: y * (g - (g * y).sum(dim=ctx.dim, keepdim=True)), g, y)
 
 
 def _sum_kept(x: np.ndarray, dim) -> np.ndarray:
@@ -458,9 +460,10 @@ class LogSoftmax(Op):
     def forward(ctx, a, dim, given=None):
         ctx.save_for_backward(OUTPUT)
         ctx.dim, ctx.given = dim, given  # (``given``: the dim as the program wrote it)
-        x = a._data
+        x = half_up(a._data)
         shifted = x - x.max(axis=dim, keepdims=True, initial=-np.inf)
-        return shifted - np.log(np.exp(shifted).sum(axis=dim, keepdims=True))
+        return (shifted - np.log(np.exp(shifted).sum(axis=dim, keepdims=True))).astype(
+            a._data.dtype, copy=False)
 
     @staticmethod
     def backward(ctx, g):
@@ -470,7 +473,8 @@ class LogSoftmax(Op):
             e = np.exp(y._data)
             e *= _sum_kept(g._data, ctx.dim)
             return plain_tensor(g._data - e)
-        return g - y.exp() * g.sum(dim=ctx.dim, keepdim=True)
+        return half_in_float32(lambda g, y: g - y.exp() * g.sum(dim=ctx.dim, keepdim=True),
+                               g, y)
 
 
 class Cumsum(Op):
