@@ -318,10 +318,6 @@ def lstsq(A: Tensor, B: Tensor, rcond=None, *, driver=None):
                    (solution, empty, matrix_rank(A), empty))
 
 
-def _info(A: Tensor) -> Tensor:
-    return Tensor._make(np.zeros(A.shape[:-2], dtype=np.int32), None, 0)
-
-
 class _Result(tuple):
     """The named tuple torch.linalg functions return (``.Q``, ``.eigenvalues``, ...)."""
 
@@ -472,7 +468,22 @@ def cond(A: Tensor, p=None) -> Tensor:
 
 
 def solve_ex(A: Tensor, B: Tensor, *, left: bool = True, check_errors: bool = False):
-    return _Result(("result", "info"), (solve(A, B, left=left), _info(A)))
+    """(result, info): ``info`` as ``inv_ex``'s (LU's first zero pivot, 1-based, per matrix);
+    where A is singular the result is undefined in torch, NaN here. Nothing raises unless
+    ``check_errors``."""
+    info = _lu_info(A, "solve_ex")
+    _raise_if(check_errors, info, "torch.linalg.solve_ex", "The solver failed because the "
+              "input matrix is singular.")
+    if not info.any():
+        return _Result(("result", "info"), (solve(A, B, left=left), _as_info(info)))
+    bad = np.asarray(info != 0)
+    singular = Tensor._make(bad[..., None, None], None, 0)
+    safe = A.masked_fill(singular, 0) + _eye(A) * singular.to(A.dtype)  # solvable: an identity
+    result = solve(safe, B, left=left)
+    vector = B.ndim == 1 or (B.ndim == A.ndim - 1 and B.shape == A.shape[:-1])
+    mask = np.broadcast_to(bad[..., None] if vector else bad[..., None, None], result.shape)
+    result = result.masked_fill(Tensor._make(np.ascontiguousarray(mask), None, 0), float("nan"))
+    return _Result(("result", "info"), (result, _as_info(info)))
 
 
 def tensorinv(A: Tensor, ind: int = 2) -> Tensor:

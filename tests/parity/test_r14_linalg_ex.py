@@ -81,3 +81,19 @@ def test_inv_ex_gradient_of_the_matrices_that_invert():
         (g,) = lib.autograd.grad(inv[1].sum(), A)
         grads.append(g[1].numpy())
     np.testing.assert_allclose(*grads)
+
+
+@pytest.mark.parametrize("shape, left", [((3, 2, 1), True), ((3, 2), True), ((3, 1, 2), False),
+                                         ((4, 2), False)])
+def test_solve_ex_reports_the_first_zero_pivot_and_solves_the_others(shape, left):
+    rhs = np.arange(1.0, 1.0 + np.prod(shape)).reshape(shape)
+    ours, theirs = [lib.linalg.solve_ex(lib.tensor(SINGULAR, dtype=lib.float64),
+                                        lib.tensor(rhs, dtype=lib.float64), left=left)
+                    for lib in (disthook, torch)]
+    assert ours.info.tolist() == theirs.info.tolist() == [2, 0, 1]
+    assert ours.info.dtype == disthook.int32 and ours.result.shape == theirs.result.shape
+    np.testing.assert_allclose(ours.result[1].numpy(), theirs.result[1].numpy())
+    assert np.isnan(ours.result[0].numpy()).all() and np.isnan(ours.result[2].numpy()).all()
+    with pytest.raises(disthook.linalg.LinAlgError, match="solve_ex: .*singular"):
+        disthook.linalg.solve_ex(disthook.tensor(SINGULAR), disthook.tensor(rhs), left=left,
+                                 check_errors=True)
