@@ -215,19 +215,12 @@ def region_field() -> dict:
     return {"autocast": get_autocast_dtype("cpu").name}
 
 
-class region_as:
+def region_as(name: str | None) -> autocast:
     """The CPU autocast region a request names (None: none, switched off whatever this
-    thread was in) while the request computes."""
-
-    def __init__(self, name: str | None):
-        dtypes = {d.name: d for d in LOWER_PRECISION}
-        if name is not None and name not in dtypes:
-            raise TypeError(f"autocast must name one of {sorted(dtypes)}, got {name!r}")
-        self.region = autocast("cpu", enabled=False) if name is None else \
-            autocast("cpu", dtype=dtypes[name])
-
-    def __enter__(self):
-        self.region.__enter__()
-
-    def __exit__(self, *exc):
-        return self.region.__exit__(*exc)
+    thread was in), to compute the request under."""
+    dtypes = {d.name: d for d in LOWER_PRECISION}
+    if name is None:
+        return autocast("cpu", enabled=False)
+    if name not in dtypes:
+        raise TypeError(f"autocast must name one of {sorted(dtypes)}, got {name!r}")
+    return autocast("cpu", dtype=dtypes[name])

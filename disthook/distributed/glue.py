@@ -38,8 +38,7 @@ from disthook.utils.hooks import RemovableHandle
 if TYPE_CHECKING:
     from disthook.distributed.deployment import Deployment
 
-__all__ = ["call_placed", "call_remote", "carry_hooks",
-           "refuse_saved_tensors_hooks",
+__all__ = ["call_placed", "call_remote", "carry_hooks", "refuse_saved_tensors_hooks",
            "route_node_hooks", "run_until"]
 
 
@@ -255,12 +254,13 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
     hub = model._hub
     forms = model.__dict__.setdefault("_forms", async_calls.Forms())
     key = form = None
+    region = autocast_mode.region_field()  # this thread's CPU autocast region, if any
     if async_calls.may_go_on(model):
         # (a call inside checkpoint answers in another form: its worker keeps no saved
         # output there)
         key = async_calls.call_key(address, path, op, params, grad, model.training,
                                    _dtype.get_default_dtype().name,
-                                   autocast_mode.region_field().get("autocast"),
+                                   region.get("autocast"),
                                    grad and _checkpointing() is not None, args=(args, kwargs))
         form = forms.get(key)
         if form is not None and form["rng"]:
@@ -283,7 +283,7 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
               "reply_to": hub.reply_to, "keep": True, "optimizer_calls": carried, **pin,
               **_dtype.default_dtype_field()}
     if op is None:  # (an op on a kept value had its arguments cast here, as autocast casts)
-        fields.update(autocast_mode.region_field())
+        fields.update(region)
     if hub.firing and hub.firing_ctx is not None:  # from inside a hook of a call there
         fields["within"] = hub.firing_ctx
     if op is None:

@@ -1,12 +1,10 @@
 """Matrix products: mm, mv, dot, batched matmul, addmm (the linear layer's op)."""
 from __future__ import annotations
 
-from sys import modules as _loaded
-
 import numpy as np
 
 from disthook import _blas, _dtype
-from disthook.ops.base import Op, check_broadcast, plain_float, save_crossed
+from disthook.ops.base import Op, check_broadcast, plain_float, plain_tensor, save_crossed
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -114,7 +112,7 @@ def _plain_matrices(p, q, dim: int) -> bool:
 def _left_grad(g, b):
     """``g @ b.T``, the gradient of a product's left operand."""
     if _plain_matrices(g, b, 1):  # no graph of it: the product of the arrays, wrapped once
-        return _loaded["disthook.tensor"].Tensor._make(_product(g._data, b._data.T), None, 0)
+        return plain_tensor(_product(g._data, b._data.T))
     return g.mm(b.t())
 
 
@@ -125,8 +123,7 @@ def _right_grad(a, g, b_transposed: bool):
     accumulation into ``.grad`` is a plain add, not a strided one (~7 ms per 1024x1024)."""
     if _plain_matrices(a, g, 0):  # no graph of it: the product of the arrays, wrapped once
         x, y = a._data, g._data
-        return _loaded["disthook.tensor"].Tensor._make(
-            _product(y.T, x).T if b_transposed else _product(x.T, y), None, 0)
+        return plain_tensor(_product(y.T, x).T if b_transposed else _product(x.T, y))
     if b_transposed:
         return g.t().mm(a).t()
     return a.t().mm(g)
