@@ -28,6 +28,16 @@ def _inputs():
             for _ in range(THREADS)]
 
 
+def _in_threads(work, errors: dict) -> None:
+    """``work(k)`` on THREADS threads at once, each joined; none may have failed."""
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(150)
+    assert not errors, errors
+
+
 def _run_threads(model, inputs, hook_seen=None):
     outputs, errors = {}, {}
 
@@ -40,12 +50,7 @@ def _run_threads(model, inputs, hook_seen=None):
         except Exception as exc:  # noqa: BLE001 - reported below, with the thread's number
             errors[k] = f"{type(exc).__name__}: {str(exc)[:300]}"
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(THREADS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(150)
-    assert not errors, errors
+    _in_threads(work, errors)
     return outputs
 
 
@@ -92,12 +97,7 @@ def test_a_clusters_questions_from_several_threads_each_get_their_own_answer(clu
             except Exception as exc:  # noqa: BLE001 - reported below
                 errors[k] = f"{type(exc).__name__}: {str(exc)[:300]}"
 
-        threads = [threading.Thread(target=ask, args=(k,)) for k in range(THREADS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(150)
-        assert not errors, errors
+        _in_threads(ask, errors)
         for k, got in answers.items():
             assert got == [["s7-threads"] if k % 2 else CLUSTER_WORKERS] * 8, (k, got)
     finally:
