@@ -58,3 +58,26 @@ def test_a_name_whose_deployer_went_stays_its_keys_while_its_model_is_loaded():
                 assert torch.equal(theirs(x), mine(x))
                 theirs.close()
             mine.close()
+
+
+def test_attach_with_owner_attaches_only_to_that_deployers_model():
+    """A name its deployer closed is free, and another key may publish under it: a client
+    that checked ``models()`` and then attached reached whoever held the name by then.
+    ``attach(name, owner=...)`` checks the deployer on the record it attaches to."""
+    with local_cluster(workers=1, secure=True) as cluster:
+        keys = cluster.keys.directory
+        for name in ("alice", "eve", "bob"):
+            add_client(keys, name)
+        with connect(cluster.address, keys=keys, key_name="alice") as alice, \
+                connect(cluster.address, keys=keys, key_name="eve") as eve, \
+                connect(cluster.address, keys=keys, key_name="bob") as bob:
+            alice.deploy(nn.Sequential(nn.Linear(3, 2)), stages=1, name="s8-a").close()
+            squat = eve.deploy(nn.Sequential(nn.Linear(3, 2)), stages=1, name="s8-a")
+            with pytest.raises(PermissionError, match="'s8-a' is published by 'eve', not "
+                                                      "'alice': nothing was attached"):
+                bob.attach("s8-a", owner="alice")
+            assert [m["clients"] for m in bob.models(calls=False)] == [[]]
+            theirs = bob.attach("s8-a", owner="eve")
+            assert theirs(torch.ones(1, 3)).shape == (1, 2)
+            theirs.close()
+            squat.close()
