@@ -62,8 +62,10 @@ def _unseen(name: str) -> str | None:
 
 def _look(name: str) -> str:
     """What ``name`` looks like to a reader: its compatibility form, case folded (``ｍｌｐ``,
-    ``MLP`` and ``mⅼp``, whose ``ⅼ`` is a roman numeral, all look like ``mlp``)."""
-    return unicodedata.normalize("NFKC", name).casefold()
+    ``MLP`` and ``mⅼp``, whose ``ⅼ`` is a roman numeral, all look like ``mlp``), without
+    spaces at either end and each run of them one (a listing shows ``'mlp '`` as ``mlp``)."""
+    return " ".join(word for word in unicodedata.normalize("NFKC", name).casefold().split(" ")
+                    if word)
 
 COORDINATOR_SNDHWM = 64  # answers ZeroMQ holds for one peer (then kept: loop.UNROUTABLE_KEPT)
 # what its published records may hold here, as decoded (wire's Message.nbytes): a record's
