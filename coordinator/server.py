@@ -11,7 +11,8 @@ deployer ``publish``es its deployment's record, clients list them (``models``), 
 one, and say when they ``attach`` and ``detach``. Clients send no heartbeats here: what the
 coordinator knows of them is their connection, watched as workers watch theirs (closed, or
 no answer to ZMTP pings, ``disthook.service.loop.ping_options``): a deployer whose
-connection goes is unpublished, an attached client whose connection goes is forgotten. With ``--state FILE``
+connection goes is unpublished (with keys its name stays its key's while its workers hold
+the model), an attached client whose connection goes is forgotten. With ``--state FILE``
 the published records are also kept in that file (``coordinator.registry_store``), so a
 coordinator started again knows every name and its owner: until the deployer's key claims
 it again (with keys) or its workers no longer hold the model, nobody else publishes under
@@ -46,6 +47,7 @@ RESTORED_GRACE_S = 10.0  # a restored model's workers have this long to register
 # what one client may hold in the registry (with keys: one key, every connection of it)
 MAX_PUBLISHED_PER_CLIENT = 64  # names it has published
 MAX_ATTACHED_PER_CLIENT = 64  # attachments to one published model
+MAX_LEFT_NAMES = 4096  # names kept for the key of a deployer that went (Coordinator._left)
 MAX_NAME_CHARS = 256  # of a published model's name and id (its class: 4 times as many)
 # what a name may not hold: control and invisible characters (a zero-width space made "gpt\u200b"
 # print as "gpt"), line and paragraph separators, private use and unassigned code points
@@ -60,8 +62,10 @@ def _unseen(name: str) -> str | None:
 
 def _look(name: str) -> str:
     """What ``name`` looks like to a reader: its compatibility form, case folded (``ｍｌｐ``,
-    ``MLP`` and ``mⅼp``, whose ``ⅼ`` is a roman numeral, all look like ``mlp``)."""
-    return unicodedata.normalize("NFKC", name).casefold()
+    ``MLP`` and ``mⅼp``, whose ``ⅼ`` is a roman numeral, all look like ``mlp``), without
+    spaces at either end and each run of them one (a listing shows ``'mlp '`` as ``mlp``)."""
+    return " ".join(word for word in unicodedata.normalize("NFKC", name).casefold().split(" ")
+                    if word)
 
 COORDINATOR_SNDHWM = 64  # answers ZeroMQ holds for one peer (then kept: loop.UNROUTABLE_KEPT)
 # what its published records may hold here, as decoded (wire's Message.nbytes): a record's
@@ -125,6 +129,9 @@ class Coordinator(Service):
                            else SILENT_AFTER_BEATS * heartbeat)
         self.workers: dict[str, WorkerRecord] = {}
         self.models: dict[str, Published] = {}  # by name
+        # with keys: names whose deployer's connection went while its workers hold its
+        # model; each stays its key's as long as they do (see _check_left)
+        self._left: dict[str, Published] = {}
         self._peers: dict[int, bytes] = {}  # connection's file descriptor -> peer identity
         self._user_ids: dict[bytes, str] = {}  # with keys: peer identity -> its public key
         self._labels: dict[bytes, str] = {}  # without keys: how models() names a client
@@ -182,6 +189,11 @@ class Coordinator(Service):
             if published.owner == sender:
                 del self.models[name]
                 self._save()
+                if published.owner_key is not None:
+                    published.owner = None  # (live while its workers hold it: _live)
+                    self._left[name] = published
+                    while len(self._left) > MAX_LEFT_NAMES:
+                        del self._left[next(iter(self._left))]
                 self.log.info("coordinator: %r unpublished: its deployer %s is gone", name,
                               published.record["owner"])
                 continue
@@ -314,6 +326,7 @@ class Coordinator(Service):
                              "choose one of characters that show")
         record["owner"] = self._client_name(record["owner"], sender)
         name = record["name"]
+        self._check_left(name, sender)
         held = self.models.get(name)
         if held is not None and not self._owns(held, sender) and self._live(held):
             was = held.record
@@ -349,6 +362,28 @@ class Coordinator(Service):
         self._save()
         self.log.info("coordinator: %s published %r (%s, %d stage(s))", record["owner"], name,
                       record["class"], len(record["workers"]))
+
+    def _check_left(self, name: str, sender: bytes) -> None:
+        """With keys, refuse (``PermissionError``) another key a name that reads as one whose
+        deployer's connection went while its workers still hold its model: it stays that
+        key's while they do. Before, the name was free at once, and a client that published
+        under it had the inputs of every client that attached by it (they expected the model
+        still loaded there)."""
+        user_id = self._user_ids.get(sender)
+        key = self.authorized.name(user_id) if self.keys is not None and user_id else None
+        for left, published in list(self._left.items()):
+            if not self._live(published):
+                del self._left[left]
+            elif published.owner_key != key and _look(left) == _look(name):
+                was = published.record
+                alike = f"the name {name!r}" + (f" reads as {left!r}, which" if left != name
+                                                  else "")
+                raise PermissionError(
+                    f"{alike} stays {was['owner']}'s: its "
+                    f"deployer's connection went while its model {was['model']} is still "
+                    "loaded on its workers, and a client attaching by that name expects "
+                    "that deployer's model; it is free once they no longer hold it, or "
+                    "choose another name")
 
     def on_unpublish(self, msg, sender: bytes):
         held = self.models.get(msg["name"])

@@ -96,6 +96,10 @@ class Peers:
         more, and it outlasts the connection), without keys its connection."""
         return self.names.get(identity, identity)
 
+    def is_worker(self, identity: bytes) -> bool:
+        """Whether ``identity`` is a worker of the cluster (as ``arrived`` or ``linked`` said)."""
+        return identity in self._workers
+
     def who(self, identity: bytes) -> str:
         """A peer as the logs name it: a worker of the cluster by its id, a client as
         status names it (``client 2 (alice)``), never by its identity (bytes it chose)."""

@@ -448,8 +448,14 @@ class _Hub(Releases, HookServer):
             except zmq.Again:  # all taken (or a hook's own call took it)
                 return
             self.stats["bytes_in"] += sum(_nbytes(f) for f in frames)
-            for reply in received(frames):  # (a batch's messages in order)
+            for reply in received(frames, lambda: self._who(sock)):  # (a batch's in order)
                 self._take_one(sock, reply, reqs, replies, deadline)
+
+    def _who(self, sock: zmq.Socket) -> str:
+        """The worker at the other end of ``sock``, as an error names it."""
+        address = next((a for a, s in self.socks.items() if s is sock), "?")
+        worker = self.holders.get(address)
+        return f"worker {worker[0]} at {address}" if worker else f"the worker at {address}"
 
     def _take_one(self, sock, reply: wire.Message, reqs: list, replies: dict, deadline):
         if reply.type == "ok" and self.on_forms is not None:  # (an attached client's)

@@ -111,11 +111,12 @@ def read(path: str) -> tuple[dict, list[dict[str, np.ndarray]]]:
             manifest = json.loads(f.read())
     except FileNotFoundError:
         raise CheckpointError(f"no checkpoint at {path} (no {MANIFEST})") from None
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # (nested deeper than Python recurses)
         raise CheckpointError(f"{path}/{MANIFEST} is not valid JSON: {exc}") from None
-    if manifest.get("format") != FORMAT:
+    if isinstance(manifest, dict) and manifest.get("format") != FORMAT:
         raise CheckpointError(f"{path}: checkpoint format {manifest.get('format')!r}, "
                               f"expected {FORMAT}")
+    _check_manifest(manifest, path)
     shards = []
     for entry in manifest["shards"]:
         name = entry.get("file") if isinstance(entry, dict) else None
@@ -136,6 +137,31 @@ def read(path: str) -> tuple[dict, list[dict[str, np.ndarray]]]:
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             shards.append({k: npz[k] for k in npz.files})
     return manifest, shards
+
+
+# what the reader takes of a manifest, of these types
+_MANIFEST_FIELDS = {"shards": list}
+_SHARD_FIELDS = {"file": str, "sha256": str}
+
+
+def _check_manifest(manifest, path: str) -> None:
+    """``CheckpointError`` for a manifest that is not as ``save`` writes it: a JSON object
+    listing its shards, each shard's entry an object naming its file and hash. Before, a manifest someone handed a client failed inside the reader with an
+    ``AttributeError``, a ``KeyError`` or a ``RecursionError``."""
+    def off(value, what: str, fields: dict) -> str | None:
+        if not isinstance(value, dict):
+            return f"{what} is a JSON {type(value).__name__}, not an object"
+        return next((f"{what} has no {key!r}" if key not in value else
+                     f"{what}'s {key!r} is {type(value[key]).__name__}, not {kind.__name__}"
+                     for key, kind in fields.items() if not isinstance(value.get(key), kind)),
+                    None)
+
+    why = off(manifest, "the manifest", _MANIFEST_FIELDS) or next(
+        (w for w in (off(e, "a shard's entry", _SHARD_FIELDS) for e in manifest["shards"])
+         if w), None)
+    if why is not None:
+        raise CheckpointError(f"{path}/{MANIFEST} is not a manifest as disthook's save writes "
+                              f"it: {why}")
 
 
 def _check_members(data: bytes, where: str) -> None:

@@ -211,7 +211,7 @@ class Cluster:
         return self.deploy(module, stages, **options)  # the module carries the saved weights
 
     # ---- models shared by name ----------------------------------------------------------------
-    def attach(self, name: str, *, trust_code: bool = False):
+    def attach(self, name: str, *, trust_code: bool = False, owner: str | None = None):
         """The model another client deployed and published as ``name``: the model rebuilt
         here from its description, of its own classes, placed on the same stages over
         connections of this client's own (forward, backward, hooks, ``state_dict``,
@@ -219,13 +219,14 @@ class Cluster:
         in this script). Closing it leaves the stages loaded. ``UnknownModel`` (a
         ``KeyError``) lists the published names when none is ``name``. A model whose modules
         hold code (lambdas) is published with its code, which runs here only with
-        ``trust_code=True``."""
+        ``trust_code=True``. ``owner`` (a key's name, as ``models()`` lists it): attach only
+        to that deployer's model, else ``PermissionError``."""
         from disthook.distributed import registry
 
         self._check_open()
         from disthook.distributed.placed import deployment_of
 
-        model = registry.attach(self, name, trust_code=trust_code)
+        model = registry.attach(self, name, trust_code=trust_code, owner=owner)
         self._deployments.append(deployment_of(model))
         return model
 

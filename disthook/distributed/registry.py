@@ -168,9 +168,12 @@ def publish(cluster, remote, name: str, *, writable: bool) -> None:
     client_modes.install(remote)  # its modules here: their modes go to the stages
 
 
-def attach(cluster, name: str, *, trust_code: bool = False):
+def attach(cluster, name: str, *, trust_code: bool = False, owner: str | None = None):
     """A ``Deployment`` bound to the deployment published as ``name`` (see the module doc);
-    ``trust_code``: run the deployer's code here if the model came as code."""
+    ``trust_code``: run the deployer's code here if the model came as code; ``owner``: only
+    if its deployer is that one (``models()``' ``owner``), checked on the record attached to,
+    not on a listing read before (between the two its deployer may close it and another
+    publish under the name)."""
     from disthook.distributed.deploy import attached_model
 
     if not isinstance(name, str):
@@ -182,6 +185,11 @@ def attach(cluster, name: str, *, trust_code: bool = False):
         if exc.kind == "LookupError":
             raise UnknownModel(exc.message) from None
         raise
+    if owner is not None and found["owner"] != owner:
+        raise PermissionError(
+            f"{name!r} is published by {found['owner']!r}, not {owner!r}: nothing was attached "
+            f"(the name went to another deployer, or {owner!r} uses another); check "
+            "models(), and attach by the name its owner publishes")
     alive = {w.id: w for w in cluster.workers() if w.alive}
     workers = []
     for stage in found["workers"]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from disthook import wire
 from disthook.service.loop import send_frames
+from disthook.service.rpc import malformed_answer
 
 __all__ = ["Together", "received"]
 
@@ -60,19 +61,26 @@ class Together:
                 send_frames(sock, frames)
 
 
-def received(frames: list) -> list[wire.Message]:
+def received(frames: list, who=lambda: "a worker") -> list[wire.Message]:
     """The messages of what a worker sent (a batch's in order; it sends the answers a run of
-    jobs made as one), each decoded on its own: one that is off is left out alone."""
+    jobs made as one), each decoded on its own: one that is off is left out alone, or, where
+    its header named its request, stands as an error answering it (rpc.malformed_answer;
+    ``who()`` names the sender there)."""
     try:
         head, parts = wire.split_batch(frames)
         if parts is None:
             return [wire.decode(frames, _head=head)]
-    except wire.WireError:
-        return []
+    except wire.WireError as exc:
+        return _refused(exc, who)
     out = []
     for part in parts:
         try:
             out.append(wire.decode(part))
-        except wire.WireError:
-            continue
+        except wire.WireError as exc:
+            out += _refused(exc, who)
     return out
+
+
+def _refused(exc: wire.WireError, who) -> list[wire.Message]:
+    answer = malformed_answer(exc, who())
+    return [] if answer is None else [answer]

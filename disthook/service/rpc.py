@@ -156,6 +156,20 @@ def raise_error(reply: wire.Message):
         stage=reply.get("stage"), traceback=reply.get("traceback"))
 
 
+def malformed_answer(exc: wire.WireError, who: str) -> wire.Message | None:
+    """The ``error`` reply that stands for an answer of ``who`` that could not be read, when
+    its header named the request it answers (else None: it answers nothing we know). A
+    client that dropped it waited for that request's deadline and said no answer came."""
+    if not exc.req:
+        return None
+    return wire.Message("error", exc.req, None, {
+        "kind": "WireError",
+        "message": f"{who} answered this request with a message this client cannot read "
+                   f"({exc}); no server of protocol version {wire.PROTOCOL_VERSION} sends it: "
+                   "check that both sides run the same disthook version and that the "
+                   "address is the cluster's"})
+
+
 _request_ids = itertools.count(1)
 
 
@@ -332,8 +346,10 @@ class Peer:
                 continue
             try:
                 reply = wire.decode(self._sock.recv_multipart(copy=False))
-            except wire.WireError:
-                continue  # a malformed reply is not ours to answer; keep waiting
+            except wire.WireError as exc:  # ours fails at once; another's is not ours
+                reply = malformed_answer(exc, self.name)
+                if reply is None:
+                    continue
             if reply.req != req:
                 continue  # the late reply of a request that already timed out
             if reply.type == "error":
