@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import disthook
-from disthook.ops import base
+from disthook.ops import base, elementwise
 
 torch = pytest.importorskip("torch")
 
@@ -145,3 +145,39 @@ def test_a_full_means_gradient_is_torchs_bit_for_bit(dtype, shape):
         found.append(g.numpy())
     assert found[0].shape == shape and found[0].dtype == dtype
     assert found[0].tobytes() == found[1].tobytes()
+
+
+
+def _products(lib, dtype):
+    """Products by a tensor of the same shape, by a number and by a 0-d tensor, a negation,
+    and a product broadcast along a row (the layered path's case): the loss and leaves."""
+    rng = np.random.default_rng(5)
+    x = lib.tensor(rng.standard_normal((3, 4)).astype(dtype), requires_grad=True)
+    y = lib.tensor(rng.standard_normal((3, 4)).astype(dtype), requires_grad=True)
+    s = lib.tensor(np.array(1.7, dtype), requires_grad=True)
+    r = lib.tensor(rng.standard_normal(4).astype(dtype), requires_grad=True)
+    return (-(x * y * 1.0001) * s).sum() + (-(y * r)).sum(), (x, y, s, r)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_products_and_a_negations_gradients_take_no_op_and_are_torchs(monkeypatch, dtype):
+    loss, leaves = _products(disthook, dtype)
+    calls = []
+    for op in (elementwise.Mul, elementwise.Neg):  # (without a graph _binary calls forward)
+        real = op.forward
+        monkeypatch.setattr(op, "forward", staticmethod(
+            lambda ctx, *a, real=real, op=op: calls.append(op.__name__) or real(ctx, *a)))
+    plain = disthook.autograd.grad(loss, leaves)
+    monkeypatch.undo()
+    assert calls == ["Mul"], calls  # (r's, broadcast along its rows)
+    loss, leaves = _products(disthook, dtype)
+    layered = disthook.autograd.grad(loss, leaves, create_graph=True)
+    loss, leaves = _products(torch, dtype)
+    theirs = torch.autograd.grad(loss, leaves)
+    for mine, same, t in zip(plain, layered, theirs):
+        assert mine.grad_fn is None and same.grad_fn is not None
+        np.testing.assert_array_equal(mine.numpy(), same.detach().numpy())
+        if mine.ndim:  # (s's is a sum of 12 products, added in another order than torch's)
+            np.testing.assert_array_equal(mine.numpy(), t.numpy())
+        else:
+            np.testing.assert_allclose(mine.numpy(), t.numpy(), rtol=1e-6)

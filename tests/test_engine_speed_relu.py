@@ -118,3 +118,42 @@ def test_relu_in_long_rows_is_torchs_bit_for_bit(shape):
         assert mine.storage_offset() == 0 and got.base is None
         bits = np.dtype(f"u{got.itemsize}")
         np.testing.assert_array_equal(got.view(bits), theirs.view(bits))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize(("shape", "transposed"), [((), False), ((7,), False), ((3, 37), False),
+                                                   ((3, 37), True), ((64, 130), True)])
+def test_relu_gradient_masks_in_its_own_width_and_is_torchs_bit_for_bit(monkeypatch, dtype,
+                                                                        shape, transposed):
+    """ReLU's gradient ANDs the gradient's bits with a mask of their own width (numpy's
+    cast buffers for a narrow mask cost a pass), and is still torch's threshold_backward:
+    the gradient's bits where the output is > 0 or NaN (either sign), +0 elsewhere
+    (-0.0 and +0.0 outputs, inf and NaN gradients), for a transposed gradient too."""
+    special = [-0.0, np.nan, -np.nan, -np.inf, np.inf, 1.5, -1.5, 1e-30, -1e-30, 0.0, 3.0]
+    n = int(np.prod(shape))
+    rng = np.random.default_rng(1)
+    x = np.array((special * (n // len(special) + 1))[:n], dtype=dtype).reshape(shape)
+    g = np.array(rng.permutation(special * (n // len(special) + 1))[:n],
+                 dtype=dtype).reshape(shape)
+    def seed(lib):  # the gradient as given, or a transposed view of its own transpose
+        return lib.tensor(g.T.copy()).t() if transposed else lib.tensor(g)
+
+    operands = []
+    real_and = np.bitwise_and
+
+    def bitwise_and(a, b, *args, **kwargs):
+        operands.append((np.asarray(a).dtype, np.asarray(b).dtype))
+        return real_and(a, b, *args, **kwargs)
+
+    monkeypatch.setattr(np, "bitwise_and", bitwise_and)
+    t = disthook.tensor(x, requires_grad=True)
+    t.relu().backward(seed(disthook))
+    mine = t.grad.numpy()
+    monkeypatch.undo()
+    assert operands and all(a == b for a, b in operands), operands
+    tt = torch.tensor(x, requires_grad=True)
+    tt.relu().backward(seed(torch))
+    theirs = tt.grad.numpy()
+    bits = np.dtype(f"u{mine.itemsize}")
+    assert mine.shape == theirs.shape and mine.dtype == theirs.dtype
+    np.testing.assert_array_equal(mine.view(bits), theirs.view(bits))

@@ -87,8 +87,18 @@ class Mul(Op):
     @staticmethod
     def backward(ctx, g):
         a, b = ctx.saved_tensors
-        return ((g * b.conj() if _needs(ctx, 0) else None),
-                (g * a.conj() if _needs(ctx, 1) else None))
+        return ((_times(g, b) if _needs(ctx, 0) else None),
+                (_times(g, a) if _needs(ctx, 1) else None))
+
+
+def _times(g, other):
+    """``g * other.conj()``, a product's gradient; with no graph of it (``plain_float``), of
+    one dtype, ``other`` a number or of ``g``'s shape, the product of the arrays wrapped once
+    (2.3 us against the op layer's 2.7 at 16 elements)."""
+    if (plain_float(g, other) and g._data.dtype == other._data.dtype
+            and (not other._data.ndim or other._data.shape == g._data.shape)):
+        return plain_tensor(g._data * other._data)
+    return g * other.conj()
 
 
 class Div(Op):
@@ -145,6 +155,8 @@ class Neg(Op):
 
     @staticmethod
     def backward(ctx, g):
+        if plain_float(g):  # no graph of it: the negation of the array, wrapped once
+            return plain_tensor(np.negative(g._data))
         return -g
 
 
@@ -588,7 +600,14 @@ class ReluGrad(Op):
         mask = np.asarray(np.less_equal(out._data, 0)).view(np.int8)  # 0-d: a scalar
         np.subtract(mask, 1, out=mask)  # 1 -> 0, 0 -> -1: every bit set where out > 0 or NaN
         bits = np.dtype(f"i{data.dtype.itemsize}")
-        return np.bitwise_and(data.view(bits), mask).view(data.dtype)
+        if mask.shape != data.shape:  # (a gradient broadcast against the output)
+            return np.bitwise_and(data.view(bits), mask).view(data.dtype)
+        # the mask widened to the gradient's width (sign-extended: -1 stays every bit) in
+        # one pass of its own, then ANDed into that new array: two unbuffered passes, where
+        # ANDing the narrow mask in took numpy's cast buffers (at 128 x 1024 float32: 102
+        # against 119 us alone, 2-4% less inside the MLP bench's step)
+        wide = mask.astype(bits)
+        return np.bitwise_and(data.view(bits), wide, out=wide).view(data.dtype)
 
     @staticmethod
     def backward(ctx, h):
