@@ -174,35 +174,53 @@ def _input_grad_wide(g: np.ndarray, w: np.ndarray, spec: ConvSpec, x_shape: tupl
     if not unpadded:
         flat = np.empty((min(step, n), c, wide.flat_size), dtype=dx.dtype)
         inner = (..., *[slice(lo, lo + m) for m, (lo, _) in zip(x_shape[2:], spec.padding)])
-    for rows in batches:
-        b = rows.stop - rows.start
-        unshifted[:b] = g[rows]
-        for k in range(1, wide.last_kernel):
-            cols[:b, :, k, starts[k]:starts[k] + wide.length] = \
-                cols[:b, :, 0, starts[0]:starts[0] + wide.length]
-        # (numpy's: MKL was 10% slower here, with rows of `runs` floats off a 64-byte line)
-        np.matmul(wm, cols[:b].reshape(b, groups, -1, runs), out=part[:b])
+    size = wide.flat_size if not unpadded else math.prod(x_shape[2:])
+
+    @functools.cache
+    def views(b: int) -> tuple:
+        """The buffers' views for a batch of ``b`` samples (two sizes at most a call): made
+        once, not per sample (each costs a microsecond or two of Python)."""
+        shifted = [(cols[:b, :, k, starts[k]:starts[k] + wide.length],
+                    cols[:b, :, 0, starts[0]:starts[0] + wide.length])
+                   for k in range(1, wide.last_kernel)]
         # (B, G, outer, C / G, runs) -> one (B, C, runs) run per outer kernel offset
         by_offset = part[:b].reshape(b, groups, outer, c // groups, runs).transpose(2, 0, 1, 3, 4)
+        return (unshifted[:b], shifted, cols[:b].reshape(b, groups, -1, runs), part[:b],
+                _runs(by_offset, wide, runs, size))
+
+    for rows in batches:
+        b = rows.stop - rows.start
+        block, shifted, unfolded, product, pieces = views(b)
+        block[...] = g[rows]
+        for dst, src in shifted:
+            dst[...] = src
+        # (numpy's: MKL was 10% slower here, with rows of `runs` floats off a 64-byte line)
+        np.matmul(wm, unfolded, out=product)
         if unpadded:  # the padded input is the input: the runs are added into dx itself
-            _add_runs(dx[rows].reshape(b, groups, c // groups, -1), by_offset, wide, runs)
+            _add_runs(dx[rows].reshape(b, groups, c // groups, size), pieces)
         else:
-            _add_runs(flat[:b].reshape(b, groups, c // groups, wide.flat_size), by_offset,
-                      wide, runs)
+            _add_runs(flat[:b].reshape(b, groups, c // groups, size), pieces)
             dx[rows] = flat[:b, :, :math.prod(wide.padded)].reshape(b, c, *wide.padded)[inner]
 
 
-def _add_runs(into: np.ndarray, by_offset: np.ndarray, wide: _Wide, runs: int) -> None:
-    """``into[..., off:off + runs] += by_offset[j]`` for each outer kernel offset ``off``, from
-    zeros; what falls past the end of ``into`` is dropped (it lies past the last input)."""
-    size = into.shape[-1]
-    first = min(runs, size)
-    into[..., :first] = by_offset[0][..., :first]
-    into[..., first:] = 0
-    for j in range(1, len(wide.outer_offsets)):
-        off = wide.outer_offsets[j]
+def _runs(by_offset: np.ndarray, wide: _Wide, runs: int, size: int) -> list:
+    """``(start, end, run)`` for each outer kernel offset: ``by_offset``'s run for it, cut
+    where it would reach past ``size`` (past the last input)."""
+    pieces = []
+    for j, off in enumerate(wide.outer_offsets):
         end = min(off + runs, size)
-        into[..., off:end] += by_offset[j][..., :end - off]
+        pieces.append((off, end, by_offset[j][..., :end - off]))
+    return pieces
+
+
+def _add_runs(into: np.ndarray, pieces: list) -> None:
+    """``into[..., start:end] += run`` for each of ``_runs``' pieces, from zeros (the first
+    offset is 0: its run is copied, and what it does not reach zeroed)."""
+    (_, first, run), *rest = pieces
+    into[..., :first] = run
+    into[..., first:] = 0
+    for start, end, run in rest:
+        into[..., start:end] += run
 
 
 def _matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> None:
@@ -250,9 +268,17 @@ def conv_forward(x: np.ndarray, w: np.ndarray, spec: ConvSpec,
         wm = np.concatenate([wm, bias.reshape(g, o // g, 1).astype(wm.dtype, copy=False)],
                             axis=2)
     unfolded = cols[:, :, :depth].reshape(cols.shape[0], g, c // g, *kernel, *out)  # a view
+    full = cols.shape[0]
+    run = _blas.matmul_plan(wm, cols, ym[:full])  # a whole batch's products, checked once
     for rows in batches:
         b = rows.stop - rows.start
-        np.copyto(unfolded[:b], windows[rows])
+        if b == full:
+            np.copyto(unfolded, windows[rows])
+            if run is not None:
+                run(wm, cols, ym[rows])
+                continue
+        else:
+            np.copyto(unfolded[:b], windows[rows])
         _matmul(wm, cols[:b], ym[rows])
     return y
 
@@ -282,15 +308,18 @@ def conv_weight_grad(x: np.ndarray, g: np.ndarray, spec: ConvSpec,
     windows = _windows(x, spec, kernel, out)
     step, batches = _batches(n, c * math.prod(kernel) * length * x.itemsize)
     cols = _blas.empty((min(step, n), c, *kernel, *out), x.dtype)
+    # (B, G, L, C_in / G * K): each sample's columns as the product's right operand
+    all_t = cols.reshape(cols.shape[0], groups, depth, length).transpose(0, 1, 3, 2)
+    # each sample's product added into dw on MKL, its checks made once (they cost more
+    # than the call): every sample's operands lie as the first one's
+    run = _blas.matmul_plan(gm[0], all_t[0], dw, accumulate=True) if n else None
     for rows in batches:
-        part = cols[:rows.stop - rows.start]
-        np.copyto(part, windows[rows])
-        cols_t = part.reshape(part.shape[0], groups, depth, length).transpose(0, 1, 3, 2)
-        grads = gm[rows]
-        if _blas.matmul_into(grads[0], cols_t[0], dw, accumulate=True):
-            for i in range(1, len(grads)):  # each sample's product added into dw, on MKL
-                if not _blas.matmul_into(grads[i], cols_t[i], dw, accumulate=True):
-                    dw += np.matmul(grads[i], cols_t[i])
+        b = rows.stop - rows.start
+        np.copyto(cols[:b], windows[rows])
+        cols_t, grads = all_t[:b], gm[rows]
+        if run is not None:
+            for i in range(b):
+                run(grads[i], cols_t[i], dw)
             continue
         prod = np.matmul(grads, cols_t)  # (B, G, C_out / G, C_in / G * K)
         dw += prod[0] if prod.shape[0] == 1 else prod.sum(axis=0)
