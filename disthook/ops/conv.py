@@ -24,7 +24,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from disthook import _blas
-from disthook.ops.base import Op
+from disthook.ops.base import Op, plain_float, plain_tensor
 
 if TYPE_CHECKING:
     from disthook.tensor import Tensor
@@ -298,32 +298,41 @@ def conv_input_grad(g: np.ndarray, w: np.ndarray, spec: ConvSpec, x_shape: tuple
     return dx
 
 
-def conv_weight_grad(x: np.ndarray, g: np.ndarray, spec: ConvSpec,
-                     w_shape: tuple) -> np.ndarray:
+def conv_weight_grad(x: np.ndarray, g: np.ndarray, spec: ConvSpec, w_shape: tuple,
+                     bias: bool = False):
+    """``dw``, or with ``bias`` the pair ``(dw, db)``: the bias gradient (``g`` summed over all
+    but its channel dim) rides in the same products, each group's columns ending in a row of
+    ones, where a pass of its own would read all of ``g`` again."""
     kernel, out = tuple(w_shape[2:]), g.shape[2:]
     n, c, groups = x.shape[0], x.shape[1], spec.groups
     depth, length = c // groups * math.prod(kernel), math.prod(out)
-    dw = np.zeros((groups, w_shape[0] // groups, depth), dtype=np.result_type(x.dtype, g.dtype))
+    dw = np.zeros((groups, w_shape[0] // groups, depth + bias),
+                  dtype=np.result_type(x.dtype, g.dtype))
     gm = g.reshape(g.shape[0], groups, g.shape[1] // groups, length)
-    windows = _windows(x, spec, kernel, out)
+    windows = _windows(x, spec, kernel, out).reshape(n, groups, c // groups, *kernel, *out)
     step, batches = _batches(n, c * math.prod(kernel) * length * x.itemsize)
-    cols = _blas.empty((min(step, n), c, *kernel, *out), x.dtype)
-    # (B, G, L, C_in / G * K): each sample's columns as the product's right operand
-    all_t = cols.reshape(cols.shape[0], groups, depth, length).transpose(0, 1, 3, 2)
+    cols = _blas.empty((min(step, n), groups, depth + bias, length), x.dtype)
+    if bias:
+        cols[:, :, depth] = 1  # written once: the window copies never touch it
+    unfolded = cols[:, :, :depth].reshape(cols.shape[0], groups, c // groups, *kernel, *out)
+    # (B, G, L, C_in / G * K (+ 1)): each sample's columns as the product's right operand
+    all_t = cols.transpose(0, 1, 3, 2)
     # each sample's product added into dw on MKL, its checks made once (they cost more
     # than the call): every sample's operands lie as the first one's
     run = _blas.matmul_plan(gm[0], all_t[0], dw, accumulate=True) if n else None
     for rows in batches:
         b = rows.stop - rows.start
-        np.copyto(cols[:b], windows[rows])
+        np.copyto(unfolded[:b], windows[rows])
         cols_t, grads = all_t[:b], gm[rows]
         if run is not None:
             for i in range(b):
                 run(grads[i], cols_t[i], dw)
             continue
-        prod = np.matmul(grads, cols_t)  # (B, G, C_out / G, C_in / G * K)
+        prod = np.matmul(grads, cols_t)  # (B, G, C_out / G, C_in / G * K (+ 1))
         dw += prod[0] if prod.shape[0] == 1 else prod.sum(axis=0)
-    return dw.reshape(w_shape)
+    if not bias:
+        return dw.reshape(w_shape)
+    return np.ascontiguousarray(dw[..., :depth]).reshape(w_shape), dw[..., depth].reshape(-1)
 
 
 # ---- the ops ---------------------------------------------------------------------------------
@@ -350,6 +359,10 @@ class Convolution(Op):
         gx = gw = gb = None
         if need[0]:
             gx = ConvInputGrad.apply(g, w, spec=ctx.spec, x_shape=ctx.x_shape)
+        if need[1] and need[2] and plain_float(x, g) and x._data.dtype == g._data.dtype:
+            # no graph of them: both from the same products (one pass over g less)
+            dw, db = conv_weight_grad(x._data, g._data, ctx.spec, ctx.w_shape, bias=True)
+            return gx, plain_tensor(dw), plain_tensor(db)
         if need[1]:
             gw = ConvWeightGrad.apply(x, g, spec=ctx.spec, w_shape=ctx.w_shape)
         if need[2]:
