@@ -215,10 +215,20 @@ def _runs(by_offset: np.ndarray, wide: _Wide, runs: int, size: int) -> list:
 
 def _add_runs(into: np.ndarray, pieces: list) -> None:
     """``into[..., start:end] += run`` for each of ``_runs``' pieces, from zeros (the first
-    offset is 0: its run is copied, and what it does not reach zeroed)."""
+    offset is 0). Where the second run starts inside the first and reaches past it (a
+    stride-1 kernel's rows), their overlap is written as one sum and the parts either side
+    copied, so the first run is not copied in and read again."""
     (_, first, run), *rest = pieces
-    into[..., :first] = run
-    into[..., first:] = 0
+    if rest and rest[0][0] <= first <= rest[0][1]:
+        (start, end, second), *rest = rest
+        into[..., :start] = run[..., :start]
+        np.add(run[..., start:], second[..., :first - start], out=into[..., start:first])
+        # (+ 0: added into zeros as before, a -0.0 of the run arrives as +0.0)
+        np.add(second[..., first - start:], 0, out=into[..., first:end])
+        into[..., end:] = 0
+    else:
+        into[..., :first] = run
+        into[..., first:] = 0
     for start, end, run in rest:
         into[..., start:end] += run
 
