@@ -347,6 +347,35 @@ def test_a_convolution_checks_its_products_once_a_call_not_once_a_sample(monkeyp
 
 
 @mkl
+@pytest.mark.parametrize("dilation", [1, 2])
+@pytest.mark.parametrize("groups", [1, 2])
+def test_a_stride_1_input_gradient_reads_the_output_gradient_in_place_on_mkl(
+        monkeypatch, dilation, groups):
+    """On MKL the stride-1 input gradient makes one product per last kernel offset, each
+    reading the held output gradient where it lies (shifted by the offset), added into one
+    result; numpy's path copies the shifted blocks and makes one deeper product. The two
+    agree within the rounding of their summation orders, over batches of 2 and 1."""
+    from disthook.ops import conv
+
+    rng = np.random.default_rng(5)
+    spec = conv.ConvSpec((1, 1), ((1, 0), (dilation, dilation)), (dilation, dilation), groups)
+    w = rng.standard_normal((128, 64 // groups, 3, 3)).astype(np.float32)
+    x_shape = (3, 64, 20, 20)
+    out = conv.conv_output_size(spec, x_shape[2:], w.shape[2:])
+    g = rng.standard_normal((3, 128, *out)).astype(np.float32)
+    monkeypatch.setattr(conv, "BATCH_COLUMNS_BYTES", 2_000_000)  # 2 samples (~960 KB each)
+    planned = []
+    real = _blas.matmul_plan
+    monkeypatch.setattr(_blas, "matmul_plan",
+                        lambda *a, **k: planned.append(real(*a, **k)) or planned[-1])
+    on_mkl = conv.conv_input_grad(g, w, spec, x_shape)
+    assert len(planned) == 2 * 2 and None not in planned, planned  # two batch sizes
+    monkeypatch.setattr(_blas, "matmul_plan", lambda *a, **k: None)
+    on_numpy = conv.conv_input_grad(g, w, spec, x_shape)
+    close(on_mkl, on_numpy, 128 // groups * 9, np.float32)
+
+
+@mkl
 @pytest.mark.parametrize("bias", [True, False])
 def test_a_convolutions_products_go_to_mkl_with_numpys_values(bias, monkeypatch):
     """A Conv2d at sizes where each sample's product is worth a call (here 32 -> 64

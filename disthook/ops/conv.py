@@ -53,11 +53,13 @@ def conv_output_size(spec: ConvSpec, spatial: tuple, kernel: tuple) -> tuple:
 # output. The input gradient of a stride-1 convolution works in the "wide" layout: the padded
 # input is flattened per channel, and the output gradient is laid out as if each output row
 # were as long as a padded input row (the extra outputs at the end of each row hold zeros).
-# Along the last kernel dim it is a correlation: the output gradient is unfolded over that
-# dim only (a few shifted copies of long contiguous runs) and one product gives, for each
-# offset of the other kernel dims, a contiguous run of the input gradient; those runs are
-# added into place (3 adds for a 3x3 kernel rather than 9, and a product with a 3x deeper
-# inner dim). Strided convolutions fold every kernel offset through strided views.
+# Along the last kernel dim it is a correlation: for each offset of the other kernel dims a
+# product gives a contiguous run of the input gradient, and those runs are added into place
+# (3 adds for a 3x3 kernel rather than 9). On MKL the product is one per last kernel offset,
+# each reading the wide output gradient where it lies, shifted by the offset, and adding
+# into one result; on numpy the shifted blocks are copied (contiguous copies) and one
+# product, 3x deeper, takes them. Strided convolutions fold every kernel offset through
+# strided views.
 
 def _pad(x: np.ndarray, padding: tuple) -> np.ndarray:
     if not any(lo or hi for lo, hi in padding):
@@ -160,15 +162,17 @@ def _input_grad_wide(g: np.ndarray, w: np.ndarray, spec: ConvSpec, x_shape: tupl
     wm = _last_dim_weights(w, groups)
     runs = wide.length + wide.edge  # the run each outer kernel offset adds
     outer = len(wide.outer_offsets)
-    step, batches = _batches(n, (o * wide.last_kernel + c * outer) * runs * dx.itemsize)
-    # cols[:, :, k] is the wide output gradient shifted by k * dilation along the last dim:
-    # the zeros between its rows and around its block are the same for every batch, so they
-    # are written once; each batch copies the output gradient's rows into the unshifted block
-    # (a strided copy) and that whole block to the others (contiguous copies), where a
-    # zero-extended copy of the whole gradient was made first and unfolded from
-    cols = np.zeros((min(step, n), o, wide.last_kernel, runs), dtype=g.dtype)
-    starts = [wide.edge - k * wide.last_dilation for k in range(wide.last_kernel)]
-    unshifted = wide.block(cols[:, :, 0, wide.edge:], g.shape[2:])
+    last, d = wide.last_kernel, wide.last_dilation
+    step, batches = _batches(n, (o * last + c * outer) * runs * dx.itemsize)
+    # held[:, i] is output channel i's wide gradient with `edge` zeros before it and its rows'
+    # zeros between them: last kernel offset k reads its `runs` from k * dilation on. The
+    # zeros are the same for every batch, so they are written once; each batch copies the
+    # output gradient's rows into the block (one strided copy)
+    held = np.zeros((min(step, n), o, runs + wide.edge), dtype=g.dtype)
+    block = wide.block(held[:, :, wide.edge:], g.shape[2:])
+    by_group = held.reshape(held.shape[0], groups, o // groups, runs + wide.edge)
+    # (G, outer * C / G, C_out / G): the weights each last kernel offset's product takes
+    per_offset = [np.ascontiguousarray(wm[..., k::last]) for k in range(last)]
     part = np.empty((min(step, n), groups, outer * (c // groups), runs), dtype=dx.dtype)
     unpadded = not any(lo or hi for lo, hi in spec.padding)
     if not unpadded:
@@ -178,24 +182,33 @@ def _input_grad_wide(g: np.ndarray, w: np.ndarray, spec: ConvSpec, x_shape: tupl
 
     @functools.cache
     def views(b: int) -> tuple:
-        """The buffers' views for a batch of ``b`` samples (two sizes at most a call): made
-        once, not per sample (each costs a microsecond or two of Python)."""
-        shifted = [(cols[:b, :, k, starts[k]:starts[k] + wide.length],
-                    cols[:b, :, 0, starts[0]:starts[0] + wide.length])
-                   for k in range(1, wide.last_kernel)]
+        """The buffers' views for a batch of ``b`` samples (two sizes at most a call), and
+        its products: made once, not per sample (each costs a microsecond or two of Python)."""
+        reads = [by_group[:b, ..., k * d:k * d + runs] for k in range(last)]
+        plans = [_blas.matmul_plan(per_offset[k], reads[k], part[:b], accumulate=k > 0)
+                 for k in range(min(last, 2))]
+        if None in plans:  # numpy's: one product of the shifted copies (a 3x deeper one)
+            cols = np.empty((b, groups, o // groups, last, runs), dtype=g.dtype)
+            products = [(cols[:, :, :, k], reads[k]) for k in range(last)], cols.reshape(
+                b, groups, -1, runs)
+        else:  # on MKL each offset's product reads the block where it lies, into part
+            products = [(plans[min(k, 1)], per_offset[k], reads[k]) for k in range(last)]
         # (B, G, outer, C / G, runs) -> one (B, C, runs) run per outer kernel offset
         by_offset = part[:b].reshape(b, groups, outer, c // groups, runs).transpose(2, 0, 1, 3, 4)
-        return (unshifted[:b], shifted, cols[:b].reshape(b, groups, -1, runs), part[:b],
-                _runs(by_offset, wide, runs, size))
+        return block[:b], products, part[:b], _runs(by_offset, wide, runs, size)
 
     for rows in batches:
         b = rows.stop - rows.start
-        block, shifted, unfolded, product, pieces = views(b)
-        block[...] = g[rows]
-        for dst, src in shifted:
-            dst[...] = src
-        # (numpy's: MKL was 10% slower here, with rows of `runs` floats off a 64-byte line)
-        np.matmul(wm, unfolded, out=product)
+        into, products, product, pieces = views(b)
+        into[...] = g[rows]
+        if isinstance(products, tuple):
+            copies, cols = products
+            for dst, src in copies:
+                dst[...] = src
+            np.matmul(wm, cols, out=product)
+        else:
+            for run, weights, read in products:
+                run(weights, read, product)
         if unpadded:  # the padded input is the input: the runs are added into dx itself
             _add_runs(dx[rows].reshape(b, groups, c // groups, size), pieces)
         else:
