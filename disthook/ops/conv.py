@@ -4,10 +4,11 @@ Layout as torch: input ``(N, C_in, *spatial)``, weight ``(C_out, C_in / groups, 
 The forward pads the input, unfolds it into columns (im2col: one strided view, copied a few
 samples at a time) and multiplies each group's weight matrix with them (a bias rides in the
 product as one more column of the weight matrix, against a row of ones); the weight gradient
-multiplies the output gradient with the same columns, the input gradient multiplies the
-weight with the output gradient and folds the product back onto the input (col2im).
-Each gradient is again a linear map
-of one of the other operands, and the three ops are each other's adjoints:
+multiplies the output gradient with the same columns (when no graph of the gradients is
+recorded, the bias gradient rides in that product the same way), the input gradient
+multiplies the weight with the output gradient and folds the product back onto the input
+(col2im). Each gradient is again a linear map of one of the other operands, and the three
+ops are each other's adjoints:
 
     y  = conv(x, w)             dx = conv_input_grad(g, w)     dw = conv_weight_grad(x, g)
 
