@@ -23,7 +23,7 @@ import sys
 
 import numpy as np
 
-__all__ = ["aligned", "backend", "empty", "gemm", "matmul_into", "owns_memory", "set_threads"]
+__all__ = ["aligned", "backend", "empty", "gemm", "matmul_into", "matmul_plan", "owns_memory", "set_threads"]
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _INT_MAX = 2 ** 31 - 1
@@ -232,9 +232,23 @@ def matmul_into(x: np.ndarray, y: np.ndarray, out: np.ndarray, accumulate: bool 
     another dtype, matrices too small for a call to pay, layouts MKL cannot read in place,
     ``out`` overlapping an operand). A convolution's products are such stacks: numpy's
     ``matmul`` would take each to OpenBLAS, 1.2-1.6x slower at their shapes."""
+    run = matmul_plan(x, y, out, accumulate)
+    if run is None:
+        return False
+    run(x, y, out)
+    return True
+
+
+def matmul_plan(x: np.ndarray, y: np.ndarray, out: np.ndarray, accumulate: bool = False):
+    """``matmul_into``'s checks made once, for a product repeated over other operands laid out
+    as these (the same shapes, strides and dtypes at other addresses: the next batch's slices
+    of the same buffers): a function ``run(x, y, out)`` that makes the gemm calls
+    ``matmul_into(x, y, out, accumulate)`` would make, or None where that would answer False.
+    ``run`` checks nothing (its checks cost ~25 us, a convolution repeats them per sample):
+    its caller passes operands of the planned layout and an ``out`` apart from both."""
     lib = _lib()
     if lib is None or x.ndim < 2 or y.ndim < 2 or out.ndim < 2:
-        return False
+        return None
     dtype = out.dtype
     fn = _state["gemm"].get(dtype)
     lead = out.shape[:-2]
@@ -245,14 +259,14 @@ def matmul_into(x: np.ndarray, y: np.ndarray, out: np.ndarray, accumulate: bool 
             or max(m, n, k) > _INT_MAX // 2 or x.ndim > out.ndim or y.ndim > out.ndim
             or out.size == 0 or not (x.flags.aligned and y.flags.aligned and out.flags.aligned
                     and out.flags.writeable)):
-        return False
+        return None
     item = dtype.itemsize
     ox, oy = _layout(x[(0,) * (x.ndim - 2)]), _layout(y[(0,) * (y.ndim - 2)])
     rs, cs = out.strides[-2:]
     if (ox is None or oy is None or max(ox[1], oy[1]) > _INT_MAX or cs != item
             or rs % item or not n <= rs // item <= _INT_MAX
             or np.may_share_memory(out, x) or np.may_share_memory(out, y)):
-        return False
+        return None
 
     def steps(a: np.ndarray) -> list:
         """Per leading dim of ``out``: the bytes ``a``'s matrix moves (0 where broadcast)."""
@@ -266,15 +280,17 @@ def matmul_into(x: np.ndarray, y: np.ndarray, out: np.ndarray, accumulate: bool 
 
     sx, sy = steps(x), steps(y)
     if sx is None or sy is None:
-        return False
-    ax, ay, ao = address(x), address(y), address(out)
+        return None
+    # each matrix's byte offsets from the operands' first elements
+    offsets = [(sum(j * s for j, s in zip(idx, sx)), sum(j * s for j, s in zip(idx, sy)),
+                sum(j * s for j, s in zip(idx, out.strides)))
+               for idx in np.ndindex(*lead)]
     beta = 1.0 if accumulate else 0.0
-    ldo = rs // item
-    for idx in np.ndindex(*lead):
-        px, py, po = ax, ay, ao
-        for i, j in enumerate(idx):
-            px += j * sx[i]
-            py += j * sy[i]
-            po += j * out.strides[i]
-        fn(_ROW_MAJOR, ox[0], oy[0], m, n, k, 1.0, px, ox[1], py, oy[1], beta, po, ldo)
-    return True
+    tx, ldx, ty, ldy, ldo = ox[0], ox[1], oy[0], oy[1], rs // item
+
+    def run(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> None:
+        ax, ay, ao = address(x), address(y), address(out)
+        for px, py, po in offsets:
+            fn(_ROW_MAJOR, tx, ty, m, n, k, 1.0, ax + px, ldx, ay + py, ldy, beta, ao + po, ldo)
+
+    return run

@@ -309,6 +309,73 @@ def test_stacks_mkl_cannot_take_are_left_untouched_for_numpy():
 
 
 @mkl
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_a_plan_repeats_matmul_intos_products_over_other_slices(accumulate):
+    """A plan is checked on one batch's slices of a few buffers and run on the others': each
+    run gives ``matmul_into``'s bits for that batch, and a plan is refused where
+    ``matmul_into`` refuses."""
+    x = _stack((2, 64, 300), np.float32, 0)
+    y = _stack((4, 2, 300, 200), np.float32, 1, transposed=True)
+    start = _stack((4, 2, 64, 200), np.float32, 2)
+    out, into = start.copy(), start.copy()
+    run = _blas.matmul_plan(x, y[:2], out[:2], accumulate=accumulate)
+    for rows in (slice(0, 2), slice(2, 4)):
+        run(x, y[rows], out[rows])
+        assert _blas.matmul_into(x, y[rows], into[rows], accumulate=accumulate)
+    np.testing.assert_array_equal(out, into)
+    shared = np.zeros((2, 300, 300), np.float32)
+    assert _blas.matmul_plan(x[0], shared[:, :, :200], shared[:, :64, :200]) is None
+    assert _blas.matmul_plan(x[:, :2, :2], y[0, :, :2, :2], out[0, :, :2, :2]) is None
+
+
+@mkl
+def test_a_convolution_checks_its_products_once_a_call_not_once_a_sample(monkeypatch):
+    """The checks before a product (layouts, overlap, sizes: ~25 us) cost more than MKL's
+    call itself; a convolution repeats one product per sample over slices of the same
+    buffers, so it checks them once a call: as many checks for 12 samples as for 2."""
+    checked = []
+    real = _blas._layout
+    monkeypatch.setattr(_blas, "_layout", lambda a: checked.append(1) or real(a))
+    layer = nn.Conv2d(32, 64, 3)
+    counts = []
+    for n in (2, 12):
+        x = torch.randn(n, 32, 20, 20, requires_grad=True)
+        checked.clear()
+        layer(x).sum().backward()
+        counts.append(len(checked))
+    assert counts[0] == counts[1] > 0, counts
+
+
+@mkl
+@pytest.mark.parametrize("dilation", [1, 2])
+@pytest.mark.parametrize("groups", [1, 2])
+def test_a_stride_1_input_gradient_reads_the_output_gradient_in_place_on_mkl(
+        monkeypatch, dilation, groups):
+    """On MKL the stride-1 input gradient makes one product per last kernel offset, each
+    reading the held output gradient where it lies (shifted by the offset), added into one
+    result; numpy's path copies the shifted blocks and makes one deeper product. The two
+    agree within the rounding of their summation orders, over batches of 2 and 1."""
+    from disthook.ops import conv
+
+    rng = np.random.default_rng(5)
+    spec = conv.ConvSpec((1, 1), ((1, 0), (dilation, dilation)), (dilation, dilation), groups)
+    w = rng.standard_normal((128, 64 // groups, 3, 3)).astype(np.float32)
+    x_shape = (3, 64, 20, 20)
+    out = conv.conv_output_size(spec, x_shape[2:], w.shape[2:])
+    g = rng.standard_normal((3, 128, *out)).astype(np.float32)
+    monkeypatch.setattr(conv, "BATCH_COLUMNS_BYTES", 2_000_000)  # 2 samples (~960 KB each)
+    planned = []
+    real = _blas.matmul_plan
+    monkeypatch.setattr(_blas, "matmul_plan",
+                        lambda *a, **k: planned.append(real(*a, **k)) or planned[-1])
+    on_mkl = conv.conv_input_grad(g, w, spec, x_shape)
+    assert len(planned) == 2 * 2 and None not in planned, planned  # two batch sizes
+    monkeypatch.setattr(_blas, "matmul_plan", lambda *a, **k: None)
+    on_numpy = conv.conv_input_grad(g, w, spec, x_shape)
+    close(on_mkl, on_numpy, 128 // groups * 9, np.float32)
+
+
+@mkl
 @pytest.mark.parametrize("bias", [True, False])
 def test_a_convolutions_products_go_to_mkl_with_numpys_values(bias, monkeypatch):
     """A Conv2d at sizes where each sample's product is worth a call (here 32 -> 64
@@ -327,12 +394,19 @@ def test_a_convolutions_products_go_to_mkl_with_numpys_values(bias, monkeypatch)
         return [t.detach().numpy().copy() for t in (out, a.grad, layer.weight.grad)]
 
     calls = []
-    real = _blas.matmul_into
+    real_into, real_plan = _blas.matmul_into, _blas.matmul_plan
+
+    def plan(*a, **k):  # counts the products its plans make
+        run = real_plan(*a, **k)
+        return run and (lambda *ops: calls.append(True) or run(*ops))
+
     monkeypatch.setattr(_blas, "matmul_into",
-                        lambda *a, **k: calls.append(real(*a, **k)) or calls[-1])
+                        lambda *a, **k: calls.append(real_into(*a, **k)) or calls[-1])
+    monkeypatch.setattr(_blas, "matmul_plan", plan)
     on_mkl = run()
     assert calls.count(True) >= 1 + 3, calls  # the forward's stack, each sample's gradient
     monkeypatch.setattr(_blas, "matmul_into", lambda *a, **k: False)
+    monkeypatch.setattr(_blas, "matmul_plan", lambda *a, **k: None)
     on_numpy = run()
     for name, got, expected in zip(("output", "input grad", "weight grad"), on_mkl, on_numpy):
         close(got, expected, 32 * 9 * 3 * 18 * 18, np.float32, err_msg=name)

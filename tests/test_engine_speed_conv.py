@@ -2,6 +2,7 @@
 must not depend on how the batch is split."""
 import numpy as np
 import pytest
+import torch
 from helpers import check_op, lib
 
 import disthook
@@ -104,3 +105,53 @@ def test_forward_adds_the_bias_in_its_product(monkeypatch, case, columns_bytes):
     with_bias = conv.conv_forward(x, w, spec, bias)
     expected = plain + bias.reshape(-1, *[1] * (plain.ndim - 2))
     np.testing.assert_allclose(with_bias, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", ADJOINT_CASES)
+@pytest.mark.parametrize("columns_bytes", [1, 1 << 20])
+def test_weight_gradient_sums_the_bias_gradient_in_its_product(monkeypatch, case, columns_bytes):
+    """With ``bias=True`` the weight gradient's products also give the bias gradient (a row of
+    ones under each group's columns): the same weight gradient, and g summed over all but
+    its channel dim."""
+    monkeypatch.setattr(conv, "BATCH_COLUMNS_BYTES", columns_bytes)
+    x_shape, w_shape, stride, padding, dilation, groups = case
+    spec = conv.ConvSpec(stride, padding, dilation, groups)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(x_shape)
+    g = rng.standard_normal((x_shape[0], w_shape[0],
+                             *conv.conv_output_size(spec, x_shape[2:], w_shape[2:])))
+    dw, db = conv.conv_weight_grad(x, g, spec, w_shape, bias=True)
+    assert dw.flags.c_contiguous and db.shape == (w_shape[0],)
+    np.testing.assert_allclose(dw, conv.conv_weight_grad(x, g, spec, w_shape),
+                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(db, g.sum(axis=(0, *range(2, g.ndim))), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("create_graph", [False, True])
+def test_a_backward_takes_the_bias_gradient_from_the_weight_gradients_products(
+        monkeypatch, create_graph):
+    """A backward that records no graph of its gradients takes a convolution's bias gradient
+    from the weight gradient's products (no pass of its own over the output gradient); one
+    that does (create_graph) keeps the ops, whose gradients have their own nodes; torch's
+    values either way."""
+    asked = []
+    real = conv.conv_weight_grad
+    monkeypatch.setattr(conv, "conv_weight_grad",
+                        lambda *a, bias=False: asked.append(bias) or real(*a, bias=bias))
+    grads = {}
+    for name, t in (("disthook", disthook), ("torch", torch)):
+        t.manual_seed(0)
+        rng = np.random.default_rng(3)
+        layer = t.nn.Conv2d(3, 4, 3, padding=1, dtype=t.float64)
+        with t.no_grad():
+            layer.weight.copy_(t.tensor(rng.standard_normal((4, 3, 3, 3))))
+            layer.bias.copy_(t.tensor(rng.standard_normal(4)))
+        x = t.tensor(rng.standard_normal((2, 3, 6, 5)), requires_grad=True)
+        out = (layer(x) ** 2).sum()
+        grads[name] = t.autograd.grad(out, (x, layer.weight, layer.bias),
+                                      create_graph=create_graph)
+    assert asked == [not create_graph]
+    assert all(g.grad_fn is not None for g in grads["disthook"]) == create_graph
+    for got, expected in zip(grads["disthook"], grads["torch"]):
+        np.testing.assert_allclose(got.detach().numpy(), expected.detach().numpy(),
+                                   rtol=1e-12, atol=1e-12)

@@ -4,10 +4,11 @@ Layout as torch: input ``(N, C_in, *spatial)``, weight ``(C_out, C_in / groups, 
 The forward pads the input, unfolds it into columns (im2col: one strided view, copied a few
 samples at a time) and multiplies each group's weight matrix with them (a bias rides in the
 product as one more column of the weight matrix, against a row of ones); the weight gradient
-multiplies the output gradient with the same columns, the input gradient multiplies the
-weight with the output gradient and folds the product back onto the input (col2im).
-Each gradient is again a linear map
-of one of the other operands, and the three ops are each other's adjoints:
+multiplies the output gradient with the same columns (when no graph of the gradients is
+recorded, the bias gradient rides in that product the same way), the input gradient
+multiplies the weight with the output gradient and folds the product back onto the input
+(col2im). Each gradient is again a linear map of one of the other operands, and the three
+ops are each other's adjoints:
 
     y  = conv(x, w)             dx = conv_input_grad(g, w)     dw = conv_weight_grad(x, g)
 
@@ -24,7 +25,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from disthook import _blas
-from disthook.ops.base import Op
+from disthook.ops.base import Op, plain_float, plain_tensor
 
 if TYPE_CHECKING:
     from disthook.tensor import Tensor
@@ -53,11 +54,13 @@ def conv_output_size(spec: ConvSpec, spatial: tuple, kernel: tuple) -> tuple:
 # output. The input gradient of a stride-1 convolution works in the "wide" layout: the padded
 # input is flattened per channel, and the output gradient is laid out as if each output row
 # were as long as a padded input row (the extra outputs at the end of each row hold zeros).
-# Along the last kernel dim it is a correlation: the output gradient is unfolded over that
-# dim only (a few shifted copies of long contiguous runs) and one product gives, for each
-# offset of the other kernel dims, a contiguous run of the input gradient; those runs are
-# added into place (3 adds for a 3x3 kernel rather than 9, and a product with a 3x deeper
-# inner dim). Strided convolutions fold every kernel offset through strided views.
+# Along the last kernel dim it is a correlation: for each offset of the other kernel dims a
+# product gives a contiguous run of the input gradient, and those runs are added into place
+# (3 adds for a 3x3 kernel rather than 9). On MKL the product is one per last kernel offset,
+# each reading the wide output gradient where it lies, shifted by the offset, and adding
+# into one result; on numpy the shifted blocks are copied (contiguous copies) and one
+# product, 3x deeper, takes them. Strided convolutions fold every kernel offset through
+# strided views.
 
 def _pad(x: np.ndarray, padding: tuple) -> np.ndarray:
     if not any(lo or hi for lo, hi in padding):
@@ -160,49 +163,88 @@ def _input_grad_wide(g: np.ndarray, w: np.ndarray, spec: ConvSpec, x_shape: tupl
     wm = _last_dim_weights(w, groups)
     runs = wide.length + wide.edge  # the run each outer kernel offset adds
     outer = len(wide.outer_offsets)
-    step, batches = _batches(n, (o * wide.last_kernel + c * outer) * runs * dx.itemsize)
-    # cols[:, :, k] is the wide output gradient shifted by k * dilation along the last dim:
-    # the zeros between its rows and around its block are the same for every batch, so they
-    # are written once; each batch copies the output gradient's rows into the unshifted block
-    # (a strided copy) and that whole block to the others (contiguous copies), where a
-    # zero-extended copy of the whole gradient was made first and unfolded from
-    cols = np.zeros((min(step, n), o, wide.last_kernel, runs), dtype=g.dtype)
-    starts = [wide.edge - k * wide.last_dilation for k in range(wide.last_kernel)]
-    unshifted = wide.block(cols[:, :, 0, wide.edge:], g.shape[2:])
+    last, d = wide.last_kernel, wide.last_dilation
+    step, batches = _batches(n, (o * last + c * outer) * runs * dx.itemsize)
+    # held[:, i] is output channel i's wide gradient with `edge` zeros before it and its rows'
+    # zeros between them: last kernel offset k reads its `runs` from k * dilation on. The
+    # zeros are the same for every batch, so they are written once; each batch copies the
+    # output gradient's rows into the block (one strided copy)
+    held = np.zeros((min(step, n), o, runs + wide.edge), dtype=g.dtype)
+    block = wide.block(held[:, :, wide.edge:], g.shape[2:])
+    by_group = held.reshape(held.shape[0], groups, o // groups, runs + wide.edge)
+    # (G, outer * C / G, C_out / G): the weights each last kernel offset's product takes
+    per_offset = [np.ascontiguousarray(wm[..., k::last]) for k in range(last)]
     part = np.empty((min(step, n), groups, outer * (c // groups), runs), dtype=dx.dtype)
     unpadded = not any(lo or hi for lo, hi in spec.padding)
     if not unpadded:
         flat = np.empty((min(step, n), c, wide.flat_size), dtype=dx.dtype)
         inner = (..., *[slice(lo, lo + m) for m, (lo, _) in zip(x_shape[2:], spec.padding)])
-    for rows in batches:
-        b = rows.stop - rows.start
-        unshifted[:b] = g[rows]
-        for k in range(1, wide.last_kernel):
-            cols[:b, :, k, starts[k]:starts[k] + wide.length] = \
-                cols[:b, :, 0, starts[0]:starts[0] + wide.length]
-        # (numpy's: MKL was 10% slower here, with rows of `runs` floats off a 64-byte line)
-        np.matmul(wm, cols[:b].reshape(b, groups, -1, runs), out=part[:b])
+    size = wide.flat_size if not unpadded else math.prod(x_shape[2:])
+
+    @functools.cache
+    def views(b: int) -> tuple:
+        """The buffers' views for a batch of ``b`` samples (two sizes at most a call), and
+        its products: made once, not per sample (each costs a microsecond or two of Python)."""
+        reads = [by_group[:b, ..., k * d:k * d + runs] for k in range(last)]
+        plans = [_blas.matmul_plan(per_offset[k], reads[k], part[:b], accumulate=k > 0)
+                 for k in range(min(last, 2))]
+        if None in plans:  # numpy's: one product of the shifted copies (a 3x deeper one)
+            cols = np.empty((b, groups, o // groups, last, runs), dtype=g.dtype)
+            products = [(cols[:, :, :, k], reads[k]) for k in range(last)], cols.reshape(
+                b, groups, -1, runs)
+        else:  # on MKL each offset's product reads the block where it lies, into part
+            products = [(plans[min(k, 1)], per_offset[k], reads[k]) for k in range(last)]
         # (B, G, outer, C / G, runs) -> one (B, C, runs) run per outer kernel offset
         by_offset = part[:b].reshape(b, groups, outer, c // groups, runs).transpose(2, 0, 1, 3, 4)
-        if unpadded:  # the padded input is the input: the runs are added into dx itself
-            _add_runs(dx[rows].reshape(b, groups, c // groups, -1), by_offset, wide, runs)
+        return block[:b], products, part[:b], _runs(by_offset, wide, runs, size)
+
+    for rows in batches:
+        b = rows.stop - rows.start
+        into, products, product, pieces = views(b)
+        into[...] = g[rows]
+        if isinstance(products, tuple):
+            copies, cols = products
+            for dst, src in copies:
+                dst[...] = src
+            np.matmul(wm, cols, out=product)
         else:
-            _add_runs(flat[:b].reshape(b, groups, c // groups, wide.flat_size), by_offset,
-                      wide, runs)
+            for run, weights, read in products:
+                run(weights, read, product)
+        if unpadded:  # the padded input is the input: the runs are added into dx itself
+            _add_runs(dx[rows].reshape(b, groups, c // groups, size), pieces)
+        else:
+            _add_runs(flat[:b].reshape(b, groups, c // groups, size), pieces)
             dx[rows] = flat[:b, :, :math.prod(wide.padded)].reshape(b, c, *wide.padded)[inner]
 
 
-def _add_runs(into: np.ndarray, by_offset: np.ndarray, wide: _Wide, runs: int) -> None:
-    """``into[..., off:off + runs] += by_offset[j]`` for each outer kernel offset ``off``, from
-    zeros; what falls past the end of ``into`` is dropped (it lies past the last input)."""
-    size = into.shape[-1]
-    first = min(runs, size)
-    into[..., :first] = by_offset[0][..., :first]
-    into[..., first:] = 0
-    for j in range(1, len(wide.outer_offsets)):
-        off = wide.outer_offsets[j]
+def _runs(by_offset: np.ndarray, wide: _Wide, runs: int, size: int) -> list:
+    """``(start, end, run)`` for each outer kernel offset: ``by_offset``'s run for it, cut
+    where it would reach past ``size`` (past the last input)."""
+    pieces = []
+    for j, off in enumerate(wide.outer_offsets):
         end = min(off + runs, size)
-        into[..., off:end] += by_offset[j][..., :end - off]
+        pieces.append((off, end, by_offset[j][..., :end - off]))
+    return pieces
+
+
+def _add_runs(into: np.ndarray, pieces: list) -> None:
+    """``into[..., start:end] += run`` for each of ``_runs``' pieces, from zeros (the first
+    offset is 0). Where the second run starts inside the first and reaches past it (a
+    stride-1 kernel's rows), their overlap is written as one sum and the parts either side
+    copied, so the first run is not copied in and read again."""
+    (_, first, run), *rest = pieces
+    if rest and rest[0][0] <= first <= rest[0][1]:
+        (start, end, second), *rest = rest
+        into[..., :start] = run[..., :start]
+        np.add(run[..., start:], second[..., :first - start], out=into[..., start:first])
+        # (+ 0: added into zeros as before, a -0.0 of the run arrives as +0.0)
+        np.add(second[..., first - start:], 0, out=into[..., first:end])
+        into[..., end:] = 0
+    else:
+        into[..., :first] = run
+        into[..., first:] = 0
+    for start, end, run in rest:
+        into[..., start:end] += run
 
 
 def _matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> None:
@@ -250,9 +292,17 @@ def conv_forward(x: np.ndarray, w: np.ndarray, spec: ConvSpec,
         wm = np.concatenate([wm, bias.reshape(g, o // g, 1).astype(wm.dtype, copy=False)],
                             axis=2)
     unfolded = cols[:, :, :depth].reshape(cols.shape[0], g, c // g, *kernel, *out)  # a view
+    full = cols.shape[0]
+    run = _blas.matmul_plan(wm, cols, ym[:full])  # a whole batch's products, checked once
     for rows in batches:
         b = rows.stop - rows.start
-        np.copyto(unfolded[:b], windows[rows])
+        if b == full:
+            np.copyto(unfolded, windows[rows])
+            if run is not None:
+                run(wm, cols, ym[rows])
+                continue
+        else:
+            np.copyto(unfolded[:b], windows[rows])
         _matmul(wm, cols[:b], ym[rows])
     return y
 
@@ -272,29 +322,41 @@ def conv_input_grad(g: np.ndarray, w: np.ndarray, spec: ConvSpec, x_shape: tuple
     return dx
 
 
-def conv_weight_grad(x: np.ndarray, g: np.ndarray, spec: ConvSpec,
-                     w_shape: tuple) -> np.ndarray:
+def conv_weight_grad(x: np.ndarray, g: np.ndarray, spec: ConvSpec, w_shape: tuple,
+                     bias: bool = False):
+    """``dw``, or with ``bias`` the pair ``(dw, db)``: the bias gradient (``g`` summed over all
+    but its channel dim) rides in the same products, each group's columns ending in a row of
+    ones, where a pass of its own would read all of ``g`` again."""
     kernel, out = tuple(w_shape[2:]), g.shape[2:]
     n, c, groups = x.shape[0], x.shape[1], spec.groups
     depth, length = c // groups * math.prod(kernel), math.prod(out)
-    dw = np.zeros((groups, w_shape[0] // groups, depth), dtype=np.result_type(x.dtype, g.dtype))
+    dw = np.zeros((groups, w_shape[0] // groups, depth + bias),
+                  dtype=np.result_type(x.dtype, g.dtype))
     gm = g.reshape(g.shape[0], groups, g.shape[1] // groups, length)
-    windows = _windows(x, spec, kernel, out)
+    windows = _windows(x, spec, kernel, out).reshape(n, groups, c // groups, *kernel, *out)
     step, batches = _batches(n, c * math.prod(kernel) * length * x.itemsize)
-    cols = _blas.empty((min(step, n), c, *kernel, *out), x.dtype)
+    cols = _blas.empty((min(step, n), groups, depth + bias, length), x.dtype)
+    if bias:
+        cols[:, :, depth] = 1  # written once: the window copies never touch it
+    unfolded = cols[:, :, :depth].reshape(cols.shape[0], groups, c // groups, *kernel, *out)
+    # (B, G, L, C_in / G * K (+ 1)): each sample's columns as the product's right operand
+    all_t = cols.transpose(0, 1, 3, 2)
+    # each sample's product added into dw on MKL, its checks made once (they cost more
+    # than the call): every sample's operands lie as the first one's
+    run = _blas.matmul_plan(gm[0], all_t[0], dw, accumulate=True) if n else None
     for rows in batches:
-        part = cols[:rows.stop - rows.start]
-        np.copyto(part, windows[rows])
-        cols_t = part.reshape(part.shape[0], groups, depth, length).transpose(0, 1, 3, 2)
-        grads = gm[rows]
-        if _blas.matmul_into(grads[0], cols_t[0], dw, accumulate=True):
-            for i in range(1, len(grads)):  # each sample's product added into dw, on MKL
-                if not _blas.matmul_into(grads[i], cols_t[i], dw, accumulate=True):
-                    dw += np.matmul(grads[i], cols_t[i])
+        b = rows.stop - rows.start
+        np.copyto(unfolded[:b], windows[rows])
+        cols_t, grads = all_t[:b], gm[rows]
+        if run is not None:
+            for i in range(b):
+                run(grads[i], cols_t[i], dw)
             continue
-        prod = np.matmul(grads, cols_t)  # (B, G, C_out / G, C_in / G * K)
+        prod = np.matmul(grads, cols_t)  # (B, G, C_out / G, C_in / G * K (+ 1))
         dw += prod[0] if prod.shape[0] == 1 else prod.sum(axis=0)
-    return dw.reshape(w_shape)
+    if not bias:
+        return dw.reshape(w_shape)
+    return np.ascontiguousarray(dw[..., :depth]).reshape(w_shape), dw[..., depth].reshape(-1)
 
 
 # ---- the ops ---------------------------------------------------------------------------------
@@ -321,6 +383,10 @@ class Convolution(Op):
         gx = gw = gb = None
         if need[0]:
             gx = ConvInputGrad.apply(g, w, spec=ctx.spec, x_shape=ctx.x_shape)
+        if need[1] and need[2] and plain_float(x, g) and x._data.dtype == g._data.dtype:
+            # no graph of them: both from the same products (one pass over g less)
+            dw, db = conv_weight_grad(x._data, g._data, ctx.spec, ctx.w_shape, bias=True)
+            return gx, plain_tensor(dw), plain_tensor(db)
         if need[1]:
             gw = ConvWeightGrad.apply(x, g, spec=ctx.spec, w_shape=ctx.w_shape)
         if need[2]:
