@@ -156,6 +156,14 @@ def raise_error(reply: wire.Message):
         stage=reply.get("stage"), traceback=reply.get("traceback"))
 
 
+def raised_by(reply: wire.Message, exc: BaseException) -> bool:
+    """Whether the ``error`` reply is the error of a client hook that raised ``exc`` (a
+    worker raises a client hook's error as "... raised <kind>: <message>"), not one the
+    worker raised instead (a forward's own error, which silences an ``always_call``
+    forward hook's)."""
+    return f"raised {type(exc).__name__}: {exc}" in str(reply.get("message", ""))
+
+
 _request_ids = itertools.count(1)
 
 
