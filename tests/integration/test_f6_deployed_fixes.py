@@ -6,7 +6,15 @@ A forward hook with ``always_call=True`` that raises while the module's forward 
 its output, None): in one process the forward's own error propagates and the hook's is
 silenced with a warning. The worker did the same, but the client, which had seen its hook
 fail, raised the hook's error (AttributeError) in place of the forward's (RuntimeError).
-Now the client raises its hook's error only where the worker's answer is that error."""
+Now the client raises its hook's error only where the worker's answer is that error.
+
+A ``backward(inputs=[...])`` naming parameters of a deployed part whose backward a hook
+stops on the worker (seed 1316: a full backward hook of the last Linear raises): in one
+process the Linear's weight got its gradient before the hook on its input fired; deployed,
+the worker sends the named parameters' gradients with the inputs', once its backward is
+done, so ``.grad`` stayed None, silently where the call's input did not require grad (the
+warning of docs/hooks.md, "Where a hook raises in a backward", spoke of leaf inputs only).
+It now says so for the named parameters too."""
 import warnings
 
 import pytest
@@ -41,3 +49,32 @@ def test_an_always_call_hook_s_error_is_silenced_by_the_forward_s(cluster, deplo
     finally:
         if deployed:
             model.close()
+
+
+def _a_backward_naming_weights_stopped_by_a_hook(model):
+    def stop(module, grad_input, grad_output):
+        raise KeyError("stop")
+
+    model[2].register_full_backward_hook(stop)
+    loss = model(torch.ones(2, 3)).sum()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(KeyError):
+            loss.backward(inputs=[model[0].weight, model[2].weight])
+    return [str(w.message) for w in caught]
+
+
+def test_a_backward_naming_parameters_that_a_hook_stops_says_so(cluster):
+    model = nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 3))
+    # one process: the last weight's gradient came before the hook on its Linear's input
+    assert not _a_backward_naming_weights_stopped_by_a_hook(model)
+    assert model[2].weight.grad is not None and model[0].weight.grad is None
+    model = nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 3))
+    remote = cluster.deploy(model, stages=1)
+    try:
+        said = _a_backward_naming_weights_stopped_by_a_hook(remote)
+        assert remote[2].weight.grad is None  # (the worker's gradients come back together)
+        assert any("a parameter the backward names in inputs=" in text
+                   and "zero the gradients" in text for text in said), said
+    finally:
+        remote.close()
