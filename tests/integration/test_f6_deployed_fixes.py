@@ -14,9 +14,18 @@ process the Linear's weight got its gradient before the hook on its input fired;
 the worker sends the named parameters' gradients with the inputs', once its backward is
 done, so ``.grad`` stayed None, silently where the call's input did not require grad (the
 warning of docs/hooks.md, "Where a hook raises in a backward", spoke of leaf inputs only).
-It now says so for the named parameters too."""
+It now says so for the named parameters too.
+
+A part called from a forward that runs here (seed 1187: an ``nn.Identity`` in a ModuleList
+of a model with its own forward) with the program's leaf: the worker gave its copy a node
+standing for the client's graph whatever the client's tensor was, so a legacy backward
+hook on the part found a ``grad_fn`` to go on where one process finds none (the leaf has
+none): the hook fired in a backward where one process never fires it, and the part no
+longer returned its input as it is, so under ``no_grad`` the call gave a new tensor that
+required no grad instead of ``x`` itself. The worker's copy of a leaf is a leaf now."""
 import warnings
 
+import numpy as np
 import pytest
 
 import disthook as torch
@@ -78,3 +87,34 @@ def test_a_backward_naming_parameters_that_a_hook_stops_says_so(cluster):
                    and "zero the gradients" in text for text in said), said
     finally:
         remote.close()
+
+
+class _Root(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Identity()])
+
+    def forward(self, x):
+        return self.blocks[0](x)
+
+
+@pytest.mark.parametrize("region", ["enable_grad", "no_grad"])
+@pytest.mark.parametrize("deployed", [False, True])
+def test_a_part_given_the_program_s_leaf_takes_it_as_a_leaf(cluster, deployed, region):
+    model, fired = _Root(), []
+    model.blocks[0].register_backward_hook(lambda m, gi, go: fired.append(gi))
+    if deployed:
+        model = cluster.deploy(model, stages=1)
+    try:
+        x = torch.ones(2, 3, requires_grad=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (torch's word on legacy hooks)
+            with getattr(torch, region)():
+                out = model(x)
+        assert out is x and out.requires_grad  # the leaf itself, as in one process
+        (out * 2).sum().backward()
+        assert fired == []  # the leaf has no node for the legacy hook to go on
+        assert np.array_equal(x.grad.numpy(), np.full((2, 3), 2.0))
+    finally:
+        if deployed:
+            model.close()
