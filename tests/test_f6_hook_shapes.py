@@ -14,10 +14,9 @@ argument first, so in the backward its cast nodes run first argument first (the 
 gradient, then the weight's, then the bias's); disthook's ran the other way, so a hook that
 raised on the weight found the bias's ``.grad`` grown and the input's not, where torch's
 leaves the input's grown and the bias's not."""
+import f1_programs as programs
 import numpy as np
 import pytest
-
-import f1_programs as programs
 
 
 def _checkpointed_under_autocast(T, reentrant: bool) -> list:
