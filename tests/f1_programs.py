@@ -913,6 +913,12 @@ def compare_deployed(got, want, warned=()) -> tuple[str, str | None]:
     return "differs", difference
 
 
+# the entries of hooks that fire in a backward, besides those of the program's hooks
+# ("h<i>:..."): the order among them may be a worker's (compare_deployed)
+_BACKWARD_HOOK_ENTRIES = ("out_hook", "node_pre", "node_post", "multi_all", "multi_any",
+                          "post_acc_again", "view_hook", "vmap_hook", "stopping")
+
+
 def _backward_sorted(log) -> list:
     """``log`` with the hook calls of each backward (a call and its "ret" entry as one)
     sorted, between the entries that are not hook calls."""
@@ -927,8 +933,7 @@ def _backward_sorted(log) -> list:
         if backward and entry[0] == "ret" and run:
             run[-1] = (*run[-1], entry)
         elif backward and isinstance(head, str) and (head[:1] == "h" and head[1:2].isdigit()
-                                                     or head in ("out_hook", "node_pre",
-                                                                 "node_post")):
+                                                     or head in _BACKWARD_HOOK_ENTRIES):
             run.append((entry,))
         else:
             flush()
