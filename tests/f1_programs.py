@@ -88,6 +88,24 @@ def generate(seed: int, *, deployable: bool = False, extras: bool | None = None)
                               "always_call": fifth.random() < 0.5, "act": False,
                               "target": "", "does": "log", "other": 0, "when": 0.0,
                               "nth": 0, "mode": None, "form": None})
+    # shapes of the sixth round (F6), from a fifth stream, with the extras: checkpointed
+    # forwards with use_reentrant=True too, and the steps of F6_EXTRAS (every draw made
+    # whatever the round is, so that each round's draws stay where they are)
+    sixth = random.Random(f"f6-{seed}")
+    for rnd in prog["rounds"]:
+        reentrant, steps, to_none = (sixth.random() < 0.5, [sixth.random() < 0.1 for _ in
+                                                             F6_EXTRAS], sixth.random() < 0.5)
+        rnd["reentrant"] = wider and rnd["checkpoint"] and reentrant
+        rnd["f6"] = [e for e, drawn in zip(F6_EXTRAS, steps) if drawn and not (
+            # (not where a known difference shows, left as it is: a float32 weight used
+            # twice in one autocast region, whose two bfloat16 gradients torch sums in
+            # bfloat16 through its cache of the region's casts, which disthook has not
+            # (docs/torch_surface.md: each use casts again, and its gradient reaches the
+            # weight in float32); node hooks on a vmap result, whose grad_fn is the
+            # node stacking the rows, where torch's is the function's last op)
+            e == "autocast" and (rnd["calls"] > 1 or {"twice", "shared"} & set(blocks))
+            or e == "vmap_out" and rnd["node_hooks"])] if wider else []
+        rnd["set_to_none"] = to_none
     return prog
 
 
@@ -107,6 +125,14 @@ EXTRAS = ("custom", "custom_once", "multi_all", "multi_any", "materialize", "sav
 # before the round's own backward. (Not autograd.grad's is_grads_batched: torch's hooks
 # then get tensors of its vmap, whose values a log cannot read.)
 F5_EXTRAS = ("bad_call", "hook_adds_hook", "grad_outputs", "retain_then_rehook")
+
+# what a round may add in the sixth round: the forward under autocast("cpu", bfloat16); the
+# output through torch.func.vmap, a hook on what it gives; the model's input made from the
+# program's input (``x * 1``) with a hook on a view of it, then the base changed in place
+# before the forward; a post-accumulate hook on a chosen parameter through a first backward
+# (retain_graph) and zero_grad(set_to_none=...) before the round's own backward; and a
+# first backward (retain_graph) that a hook on the output stops, then the round's own
+F6_EXTRAS = ("autocast", "vmap_out", "view_hook", "post_acc_again", "raise_then_again")
 
 
 def _hook(rng, modules, params, deployable) -> dict:
@@ -321,6 +347,8 @@ def summary(v):
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
     if hasattr(v, "detach") and hasattr(v, "shape"):
+        if str(v.dtype).endswith("bfloat16"):  # (torch's numpy() takes no bfloat16)
+            v = v.float()
         return np.array(v.detach().numpy(), dtype=np.float64)
     if isinstance(v, (tuple, list)):
         return type(v)(summary(a) for a in v)
@@ -540,8 +568,21 @@ def _round_steps(T, prog, rnd, model, x, params, kept, log, handles):
               "inference": T.inference_mode}[rnd["mode"]]
 
     extras = rnd.get("extras", ())
+    sixth = rnd.get("f6", ())
+    given = x
+    if "view_hook" in sixth:  # a hook on a view of the input, then its base changed
+        given = x * 1
+        if given.requires_grad:
+            given[:1].register_hook(lambda g: log.append(("view_hook", summary(g))))
+        given.mul_(2)
 
     def forward():
+        if "autocast" in sixth:
+            with T.autocast("cpu", dtype=T.bfloat16):
+                return in_region()
+        return in_region()
+
+    def in_region():
         with region():
             if "save_on_cpu" in extras:
                 with T.autograd.graph.save_on_cpu():
@@ -555,9 +596,10 @@ def _round_steps(T, prog, rnd, model, x, params, kept, log, handles):
 
     def call():
         if rnd.get("checkpoint"):
-            out = T.utils.checkpoint.checkpoint(model, x, use_reentrant=False)
+            out = T.utils.checkpoint.checkpoint(model, given,
+                                                use_reentrant=rnd.get("reentrant", False))
         else:
-            out = model(x)
+            out = model(given)
         for _ in range(rnd["calls"] - 1):  # the model called again: out + model(out)
             out = out + model(out)
         return out
@@ -593,6 +635,11 @@ def _round_steps(T, prog, rnd, model, x, params, kept, log, handles):
             fn = _custom_function(T, log, kind)
             out = step(log, kind, lambda fn=fn, o=out: fn.apply(o)[0])
             log.append((kind, summary(out)))
+    if "vmap_out" in sixth:  # through a torch.func transform, a hook on its result
+        out = step(log, "vmap", lambda o=out: T.func.vmap(lambda r: r * 2 + 1)(o))
+        log.append(("vmap", summary(out)))
+        if out.requires_grad:
+            out.register_hook(lambda g: log.append(("vmap_hook", summary(g))))
     if rnd["backward"] == "none":
         return
     c = T.tensor(np.arange(1, 1 + 2 * WIDTH, dtype=np.float32).reshape(2, WIDTH) / 4)
@@ -636,6 +683,7 @@ def _round_steps(T, prog, rnd, model, x, params, kept, log, handles):
             out.register_hook(lambda g: log.append(("late hook", summary(g))))
         if 0 in handles:
             handles[0].remove()
+    _sixth_steps(T, rnd, model, out, loss, params, chosen, log)
     kind = rnd["backward"]
     if kind == "backward":
         step(log, "backward", loss.backward)
@@ -656,6 +704,36 @@ def _round_steps(T, prog, rnd, model, x, params, kept, log, handles):
         log.append(("kept.grad", i, summary(kept[i].grad)))
     if rnd["zero_grad"]:
         step(log, "zero_grad", model.zero_grad)
+
+
+def _sixth_steps(T, rnd, model, out, loss, params, chosen, log):
+    """F6_EXTRAS's steps before a round's own backward: a first backward (retain_graph)
+    with a post-accumulate hook on a chosen parameter, then ``zero_grad``; a first
+    backward that a hook on the output stops."""
+    sixth = rnd.get("f6", ())
+    if "post_acc_again" in sixth:
+        p = (chosen or list(params.values()))[0]
+        name = next(n for n, q in params.items() if q is p)
+        handle = step(log, "post acc", lambda: p.register_post_accumulate_grad_hook(
+            lambda q: log.append(("post_acc_again", name, summary(q.grad)))))
+        try:
+            step(log, "backward kept", lambda: loss.backward(retain_graph=True))
+        finally:
+            handle.remove()
+        for n, q in params.items():
+            log.append(("grad before zero", n, summary(q.grad)))
+        step(log, "zero_grad", lambda: model.zero_grad(set_to_none=rnd["set_to_none"]))
+    if "raise_then_again" in sixth and out.requires_grad:
+        def stop(g):
+            log.append(("stopping", summary(g)))
+            handle.remove()
+            raise HookError("stop")
+
+        handle = out.register_hook(stop)
+        try:
+            step(log, "backward stopped", lambda: loss.backward(retain_graph=True))
+        except Stop:
+            pass
 
 
 def _custom_function(T, log, kind):
@@ -835,6 +913,12 @@ def compare_deployed(got, want, warned=()) -> tuple[str, str | None]:
     return "differs", difference
 
 
+# the entries of hooks that fire in a backward, besides those of the program's hooks
+# ("h<i>:..."): the order among them may be a worker's (compare_deployed)
+_BACKWARD_HOOK_ENTRIES = ("out_hook", "node_pre", "node_post", "multi_all", "multi_any",
+                          "post_acc_again", "view_hook", "vmap_hook", "stopping")
+
+
 def _backward_sorted(log) -> list:
     """``log`` with the hook calls of each backward (a call and its "ret" entry as one)
     sorted, between the entries that are not hook calls."""
@@ -849,8 +933,7 @@ def _backward_sorted(log) -> list:
         if backward and entry[0] == "ret" and run:
             run[-1] = (*run[-1], entry)
         elif backward and isinstance(head, str) and (head[:1] == "h" and head[1:2].isdigit()
-                                                     or head in ("out_hook", "node_pre",
-                                                                 "node_post")):
+                                                     or head in _BACKWARD_HOOK_ENTRIES):
             run.append((entry,))
         else:
             flush()

@@ -192,9 +192,9 @@ class ComputeHandlers:
 
             def compute():
                 inputs.clear()  # fresh leaves each time the forward runs
-                args, kwargs = unpack(call, lambda a, flag, _name: values.as_argument(
-                    caller_copy(_as_computed(leaf(a, flag)), id(a) not in kept),
-                    len(inputs) - 1))
+                args, kwargs = unpack(call, lambda a, flag, name: values.as_argument(
+                    caller_copy(_as_received(leaf(a, flag), name or id(a) in kept),
+                                id(a) not in kept), len(inputs) - 1))
                 if msg.get("rng"):  # the client's random stream: drawn from here, handed back
                     job.rng = msg["rng"]
                     disthook.random._set_stream_state(msg["rng"])
@@ -531,6 +531,14 @@ def _as_computed(t):
     """A chain stage's received activation as its forward takes it (the pass made a float or
     complex one a leaf that requires grad)."""
     return _StageInput.apply(t) if t.requires_grad else t
+
+
+def _as_received(t, computed: bool):
+    """A call's argument as the part's code takes it: computed (``_as_computed``) where the
+    client's tensor has a ``grad_fn`` (a value kept on a worker counts as one), else the
+    leaf itself, as the program's leaf reaches the module in one process (a legacy backward
+    hook then has no node to go on, and the part returns it as it is: ``model(x) is x``)."""
+    return _as_computed(t) if computed else t
 
 
 def _submodule(st, path: str):

@@ -68,8 +68,11 @@ def covered(policy: str):
             if not state.enabled.get("cpu", False):
                 return fn(*args, **kwargs)
             to = state.dtype["cpu"]
-            args = tuple(_cast(a, policy, to) for a in args)
-            kwargs = {k: _cast(v, policy, to) for k, v in kwargs.items()}
+            # last argument first, as torch's wrapper makes its casts (its nodes then run
+            # in torch's order in the backward: the first argument's gradient first)
+            kwargs = dict(reversed([(k, _cast(v, policy, to))
+                                    for k, v in reversed(kwargs.items())]))
+            args = tuple(reversed([_cast(a, policy, to) for a in reversed(args)]))
             state.enabled["cpu"] = False
             try:
                 return fn(*args, **kwargs)

@@ -62,7 +62,7 @@ def may_go_on(model) -> bool:
 
 def call_key(*parts, args=None) -> tuple:
     """A hashable key of a call: ``parts`` and each argument's form (a tensor by shape,
-    dtype, layout on the worker and flags; plain values as they are)."""
+    dtype, layout on the worker, flags and whether it is a leaf; plain values as they are)."""
     return (_freeze(parts), _freeze(args))
 
 
@@ -82,7 +82,7 @@ def _freeze(value):
         data = _SLOT_DATA.__get__(value) if kind is RemoteValue or kind is Tensor \
             else value._data
         return ("t", data.shape, data.dtype.str, _layout(value, data),
-                bool(value._requires_grad))
+                bool(value._requires_grad), value._grad_fn is None)  # (a leaf: one there)
     if isinstance(value, np.dtype):
         return ("dt", value.str)
     if isinstance(value, (tuple, list)):

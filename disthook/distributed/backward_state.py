@@ -56,12 +56,18 @@ def say_stopped(node, within: bool) -> None:
             else f"stage{'s' if node._stage else ''} 0" +
             (f" to {node._stage}" if node._stage else ""))
     if within:
-        if not any(isinstance(edge, AccumulateGrad) for edge, _ in node._edges):
+        leaves = [what for what, there in (
+            ("a leaf input of the call", any(isinstance(edge, AccumulateGrad)
+                                             for edge, _ in node._edges)),
+            # (a backward(inputs=...) naming them: the workers send their gradients with
+            # the inputs', and .grad grows here, once the part's backward is done)
+            ("a parameter the backward names in inputs=", node._params)) if there]
+        if not leaves:
             return
         text = (f"the backward of the deployed {node._model._class_name} raised on its "
                 f"worker ({what}), before the gradients of the call's inputs came back: "
-                "one process may have given a leaf input of the call its gradient (its "
-                "hooks run, its .grad grown) before that point")
+                f"one process may have given {' or '.join(leaves)} its gradient (its hooks "
+                "run, its .grad grown) before that point")
     else:
         text = (f"the backward failed after the deployed {node._model._class_name}'s "
                 f"workers ran theirs ({what}) whole: its hooks there fired and its "

@@ -33,6 +33,7 @@ from disthook.service.rpc import (
     next_request_id,
     poll_until,
     raise_error,
+    raised_by,
     still_answers,
 )
 
@@ -398,9 +399,11 @@ class _Hub(Releases, HookServer):
         for req in reqs:
             reply = replies[req]
             if reply.type == "error":
-                if self.hook_error is not None:  # our own hook failed: raise that
-                    exc, self.hook_error = self.hook_error, None
+                exc, self.hook_error = self.hook_error, None
+                if exc is not None and raised_by(reply, exc):  # our own hook: raise that
                     raise exc
+                # (an error the worker raised instead: one of an always_call forward hook
+                # is silenced by the forward's own error there, as in one process)
                 raise_error(reply)
         if self.late_error is not None:
             self._raise_late_error()

@@ -170,6 +170,14 @@ def malformed_answer(exc: wire.WireError, who: str) -> wire.Message | None:
                    "address is the cluster's"})
 
 
+def raised_by(reply: wire.Message, exc: BaseException) -> bool:
+    """Whether the ``error`` reply is the error of a client hook that raised ``exc`` (a
+    worker raises a client hook's error as "... raised <kind>: <message>"), not one the
+    worker raised instead (a forward's own error, which silences an ``always_call``
+    forward hook's)."""
+    return f"raised {type(exc).__name__}: {exc}" in str(reply.get("message", ""))
+
+
 _request_ids = itertools.count(1)
 
 

@@ -232,6 +232,7 @@ class _Frame:
         self.saved_args = [_SavedTensor(a, None, is_output=False) if isinstance(a, Tensor)
                            else a for a in args]
         self.rng_state = random.get_rng_state() if preserve_rng_state else None
+        self.autocast = _autocast_now()  # the rerun computes in the forward's region
         self.early_stop, self.check = early_stop, check
         self.recompute_ctx = recompute_ctx
         self.on_error = on_error
@@ -320,7 +321,7 @@ class _Frame:
             random.set_rng_state(self.rng_state)
         try:
             with saved_tensors_hooks(pack, _identity), grad_mode.enable_grad(), \
-                    self.recompute_ctx:
+                    _autocast_as(self.autocast), self.recompute_ctx:
                 self.function(*args, **self.kwargs)
         except _StopRecomputation:
             pass
@@ -386,6 +387,20 @@ def _metadata(tensor) -> dict:
     return {"shape": tensor.shape, "dtype": tensor.dtype, "device": tensor.device}
 
 
+def _autocast_now() -> str | None:
+    """The CPU autocast region a checkpointed call runs in (its dtype's name, or None), which
+    its rerun in the backward computes under again, as torch's checkpoint does."""
+    from disthook.amp import autocast_mode
+
+    return autocast_mode.region_field().get("autocast")
+
+
+def _autocast_as(name: str | None):
+    from disthook.amp import autocast_mode
+
+    return autocast_mode.region_as(name)
+
+
 def _identity(x):
     return x
 
@@ -400,6 +415,7 @@ class CheckpointFunction(Function):
 
         ctx.run_function = run_function
         ctx.rng_state = random.get_rng_state() if preserve_rng_state else None
+        ctx.autocast = _autocast_now()
         ctx.inputs = [None if isinstance(a, Tensor) else a for a in args]
         ctx.tensor_indices = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
         if not any(isinstance(a, Tensor) and a.requires_grad for a in args):
@@ -425,7 +441,7 @@ class CheckpointFunction(Function):
         if ctx.rng_state is not None:
             random.set_rng_state(ctx.rng_state)
         try:
-            with grad_mode.enable_grad():
+            with grad_mode.enable_grad(), _autocast_as(ctx.autocast):
                 outputs = ctx.run_function(*inputs)
         finally:
             if state_now is not None:
