@@ -84,7 +84,8 @@ class StepHandlers:
                     (_, _, what, mb), _ = action[1]
                     waited_since = waited_since or time.perf_counter()
                     cpu_before = time.thread_time()
-                    if not self._came_on_links(action[1]):
+                    if not self._came_on_links(action[1]) and not self.wait_on_links(
+                            action[1]):
                         wait = self.state.wait_for_pipe(
                             job, action[1], f"the {what} of micro-batch {mb} ({st.name})")
                         if wait is not None:  # (the links were read just now)
