@@ -156,9 +156,10 @@ class LinkHandlers:
         links read as ``links_first`` reads it, no wait opened, no thread handed over.
         Whether one of ``keys`` came; False (nothing taken from ZeroMQ) as soon as anything
         else needs the loop: a job to start or go on, an outbox to flush, a ZeroMQ socket
-        with something to read, the tick, a link that closed: the caller then waits through
-        the loop as before (``sleep_on``)."""
-        if not self.links_in or self._outboxes or self._todo or self.runners.ready:
+        with something to read, the tick, a link that closed, the worker stopping: the
+        caller then waits through the loop as before (``sleep_on``)."""
+        if (not self.links_in or self._outboxes or self._todo or self.runners.ready
+                or not self._running):
             return False
         poll = self._links_wait
         if poll is None:
@@ -202,7 +203,7 @@ class LinkHandlers:
                 if key in mailbox:
                     self.link_waits += 1
                     return True
-            if self._todo or self.runners.ready or self._outboxes:
+            if self._todo or self.runners.ready or self._outboxes or not self._running:
                 return False
 
     def _accept_links(self) -> None:
