@@ -61,6 +61,7 @@ _PREFIX_PAIR = struct.Struct("<IIQ")  # the prefix of a message of two frames, a
 # count with IN_ARENA set), the array's size and its place in the arena, then the header
 IN_ARENA = 1 << 31
 _PREFIX_ARENA = struct.Struct("<IIQQ")
+_ARENA_SIZE_AT = struct.Struct("<QQ")  # (its size and place, 8 bytes in)
 _ANCILLARY = socket.CMSG_SPACE(struct.calcsize("i")) if hasattr(socket, "CMSG_SPACE") else 0
 _IOV_AT_ONCE = 512  # buffers per sendmsg (the kernel's IOV_MAX is 1024)
 _BUFFER = 4096  # bytes a read asks the kernel for when it does not yet know a message's sizes
@@ -147,6 +148,9 @@ class Link(LinkEnd):
         self._got = 0
         self._drained = False  # the last read took all the kernel held (see _recv)
         self.arena: Arena | None = None  # the dialer's, or the one its hello carried
+        # the kept header of the last run of pipe records sent (a link carries one kind),
+        # the prefix and header written for it, and where mb goes in them: see send_run
+        self._run: tuple = (None, None, 0)
 
     def fileno(self) -> int:
         return self._fd
@@ -210,6 +214,34 @@ class Link(LinkEnd):
             self._keep(out, 0)
             return
         self._write(out)
+
+    def send_run(self, kept: tuple, mb: int, body: memoryview) -> bool:
+        """Send a pipe record whose header is ``kept``'s but for ``mb`` (``wire.pipe_run``)
+        and whose array ``body`` goes into the arena: the prefix and the header, the same
+        bytes ``send_multipart`` writes for it, from a buffer kept for ``kept`` with the
+        array's place and ``mb`` written into it, in one send. False (nothing sent, nothing
+        placed) where the record cannot go so: no arena at this end, the array too small for
+        it or no room left, an outbox waiting, the link closed; the caller then sends it
+        the general way."""
+        arena = self.arena
+        if (arena is None or self.accepted or self.closed or self.outbox
+                or len(body) < ARENA_MIN_RECORD):
+            return False
+        start = arena.place(body)
+        if start is None:
+            return False
+        was, buf, at = self._run
+        if was is not kept:
+            head = len(kept[5]) + wire.PIPE_MB.size + len(kept[6])
+            buf = bytearray(_PREFIX_ARENA.pack(IN_ARENA | 2, head, len(body), 0))
+            at = len(buf) + len(kept[5])
+            buf += kept[5] + bytes(wire.PIPE_MB.size) + kept[6]
+            self._run = (kept, buf, at)
+        _ARENA_SIZE_AT.pack_into(buf, 8, len(body), start)
+        wire.PIPE_MB.pack_into(buf, at, mb)
+        self.sent += 1
+        self._write([buf])  # (what the kernel does not take is copied to the outbox)
+        return True
 
     def _write(self, out: list) -> None:
         """Hand ``out`` to the kernel as far as it takes it; the rest to the outbox."""
