@@ -38,9 +38,9 @@ import tempfile
 
 import numpy as np
 
-from deploy.pids import gone
 from disthook import wire
 from workers.arena import ARENA_MIN_RECORD, Arena, ArenaError, arena_bytes
+from workers.link_dirs import PREFIX_DIR, link_base, remove_stale
 from workers.peers import NEIGHBOUR_IDENTITY
 
 __all__ = ["Link", "LinkClosed", "LinkEnd", "LinkListener", "host_token", "links_enabled"]
@@ -529,74 +529,17 @@ def read_hello(frames: list) -> bytes:
     return identity
 
 
-STALE_AFTER_S = 60.0  # a link directory left by a killed worker is removed after this
-
-
-def remove_stale(base: str | None) -> int:
-    """Remove the link directories of this user's workers that were killed (SIGKILL leaves
-    them): one whose worker, named by the pid in its name, no longer runs, made over
-    ``STALE_AFTER_S`` ago. Nothing is sent to a live worker's socket to learn it. How many
-    went."""
-    import time
-
-    base = base or tempfile.gettempdir()
-    removed = 0
-    try:
-        names = [n for n in os.listdir(base) if n.startswith(_PREFIX_DIR)]
-    except OSError:
-        return 0
-    for name in names:
-        pid = name[len(_PREFIX_DIR):].partition("-")[0]
-        if not pid.isdigit() or not gone(int(pid)):
-            continue  # a live worker's (or not a name this module makes)
-        directory = os.path.join(base, name)
-        path = os.path.join(directory, "worker.sock")
-        try:
-            info = os.lstat(directory)
-            if info.st_uid != os.getuid() or time.time() - info.st_mtime < STALE_AFTER_S:
-                continue
-            if os.path.lexists(path):
-                os.unlink(path)
-            os.rmdir(directory)
-            removed += 1
-        except OSError:
-            continue  # (another worker removed it meanwhile, or it holds something else)
-    return removed
-
-
-def _link_base() -> str:
-    """Where a worker makes its link directory: ``$XDG_RUNTIME_DIR`` where it is usable,
-    else the temp directory, else /tmp, the first whose socket path fits a Unix socket's
-    address (108 bytes on Linux); ``OSError`` where none does."""
-    xdg = os.environ.get("XDG_RUNTIME_DIR")
-    for base in (xdg, tempfile.gettempdir(), "/tmp"):
-        if not (base and os.path.isdir(base) and os.access(base, os.W_OK)):
-            continue
-        longest = os.path.join(base, f"{_PREFIX_DIR}{os.getpid()}-xxxxxxxx", "worker.sock")
-        if len(os.fsencode(longest)) <= _PATH_MAX:
-            return base
-    raise OSError(f"no directory for a local link's socket: $XDG_RUNTIME_DIR ({xdg}), the "
-                  f"temp directory ({tempfile.gettempdir()}) and /tmp are too long for a Unix "
-                  f"socket's {_PATH_MAX}-byte path or not writable")
-
-
-_PATH_MAX = 107  # bytes of a Unix socket's path (sun_path holds 108 with its NUL)
-
-
-_PREFIX_DIR = "disthook-links-"
-
-
 class LinkListener(LinkEnd):
     """The worker's own socket for links, in a fresh directory private to its user (mode
-    0700, under ``$XDG_RUNTIME_DIR`` or the temp directory: ``_link_base``); both go when
+    0700, under ``$XDG_RUNTIME_DIR`` or the temp directory: ``link_base``); both go when
     it closes (those of workers that were killed go when a later worker starts:
-    ``remove_stale``)."""
+    ``workers.link_dirs.remove_stale``)."""
 
     def __init__(self, name: str) -> None:
-        base = _link_base()
+        base = link_base()
         remove_stale(base)
         # (the pid in the name tells a later worker whether this one still runs)
-        self.directory = tempfile.mkdtemp(prefix=f"{_PREFIX_DIR}{os.getpid()}-", dir=base)
+        self.directory = tempfile.mkdtemp(prefix=f"{PREFIX_DIR}{os.getpid()}-", dir=base)
         self.path = os.path.join(self.directory, "worker.sock")
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
