@@ -41,6 +41,7 @@ __all__ = [
     "ARRAY_EXT",
     "DTYPES",
     "PIPE_MAGIC",
+    "PIPE_MB",
     "PROTOCOL_NAME",
     "PROTOCOL_VERSION",
     "SCHEMAS",
@@ -58,6 +59,7 @@ __all__ = [
     "encode_batches",
     "encode_pipe",
     "pipe_fields",
+    "pipe_run",
     "split_batch",
     "write_part",
 ]
@@ -984,7 +986,7 @@ _INT64 = (-(1 << 63), (1 << 63) - 1)
 # written or taken without the whole header's work (the same bytes: the same checks passed)
 _MB_AT = _PIPE_HEAD.size - 16
 _MB_END = _MB_AT + 8
-_PIPE_MB = struct.Struct("<q")
+PIPE_MB = struct.Struct("<q")
 _pipe_sent: dict = {}  # kind -> (model, step, reason, dtype, shape, bytes before mb, after)
 _pipe_read: dict = {}  # kind code -> (bytes before mb, after, limits, frames, (model, step,
 # kind, reason), the array's dtype, shape and bytes: None without one)
@@ -1010,19 +1012,29 @@ def _encode_pipe(fields: Mapping[str, Any]) -> list | None:
                         get("reason"))
 
 
-def _pipe_frames(model, step, kind, mb, data, reason) -> list | None:
-    """The short form's frames; None where a field is not of the exact type it takes (the
-    schema's check says what is off) or does not fit."""
+def pipe_run(model, step, kind, mb, data, reason=None) -> tuple | None:
+    """``(kept, body)`` where this record's header is the one kept for ``kind`` (the last
+    written whole) but for ``mb``: ``kept`` its bytes before and after mb (``kept[5]``,
+    ``kept[6]``; the same tuple while the run lasts), ``body`` the array's bytes as a byte
+    view; None where it is not (the whole header is written then)."""
     last = _pipe_sent.get(kind) if type(kind) is str else None
     if (last is not None and model is last[0] and step is last[1] and reason is last[2]
             and type(mb) is int and type(data) is np.ndarray and data.dtype is last[3]
             and data.shape == last[4] and _INT64[0] <= mb <= _INT64[1]):
         try:  # (C-contiguous: as the whole path takes it; a dtype of its own buffer)
-            body = memoryview(data).cast("B")
+            return last, memoryview(data).cast("B")
         except TypeError:
-            body = None
-        if body is not None:
-            return [b"".join((last[5], _PIPE_MB.pack(mb), last[6])), body]
+            return None
+    return None
+
+
+def _pipe_frames(model, step, kind, mb, data, reason) -> list | None:
+    """The short form's frames; None where a field is not of the exact type it takes (the
+    schema's check says what is off) or does not fit."""
+    run = pipe_run(model, step, kind, mb, data, reason)
+    if run is not None:
+        last, body = run
+        return [b"".join((last[5], PIPE_MB.pack(mb), last[6])), body]
     code = _PIPE_KIND_CODE.get(kind) if type(kind) is str else None
     if (code is None or type(mb) is not int or not _INT64[0] <= mb <= _INT64[1]
             or type(model) is not str or type(step) is not str
@@ -1112,7 +1124,7 @@ def pipe_fields(head: bytes, frames: Sequence, limits: Limits) -> dict:
             _decoded += 1
             model, step, kind, reason = last[4]
             return {"model": model, "step": step, "kind": kind,
-                    "mb": _PIPE_MB.unpack_from(head, _MB_AT)[0], "data": data, "reason": reason}
+                    "mb": PIPE_MB.unpack_from(head, _MB_AT)[0], "data": data, "reason": reason}
     try:  # (one function: each call costs where the path runs cold)
         _, version, code, flags, dtype, rank, mb, n_model, n_step, n_why = \
             _PIPE_HEAD.unpack_from(head)

@@ -17,7 +17,7 @@ import zmq
 from helpers import link_bytes
 
 from disthook import wire
-from workers import links
+from workers import link_dirs, links
 from workers.links import Link, LinkClosed, LinkListener, hello, read_hello
 
 IDENTITY = b"w1>next>7"
@@ -281,7 +281,7 @@ def test_the_directories_of_killed_workers_are_removed(short_dir):
     unnamed, _ = made("disthook-links-d4", False, 120)  # no pid: not one this module made
     other, _ = made("something-else", False, 120)
     try:
-        assert links.remove_stale(short_dir) == 1
+        assert link_dirs.remove_stale(short_dir) == 1
         assert not dead.exists()
         assert young.exists() and live.exists() and unnamed.exists() and other.exists()
         with pytest.raises(BlockingIOError):  # nobody connected to the live one to look

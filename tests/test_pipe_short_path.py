@@ -179,7 +179,7 @@ class _Worker(LinkHandlers):
         self.state.models.add("m")
         self.links_in, self._links_waiting, self._polled = {}, set(), {}
         self._outboxes, self._next_tick = set(), float("inf")
-        self._links_ready = select.poll()
+        self._links_ready, self._links_wait = select.poll(), None
         self.refused, self.done, self.general = [], [], []
 
     def refuse(self, sender, exc):

@@ -7,6 +7,7 @@ named, as a worker of the cluster; there is no monitor to read nor connection to
 """
 from __future__ import annotations
 
+import math
 import select
 import time
 
@@ -44,6 +45,11 @@ class LinkHandlers:
         self._outboxes: set[int] = set()  # links whose outbox waits for the poller
         # the accepted links alone, for links_first: one call says which have bytes
         self._links_ready = select.poll()
+        # the same links and the endpoint's and the coordinator's ZeroMQ descriptors, for
+        # wait_on_links (made at its first call, the links added as they come)
+        self._links_wait: select.poll | None = None
+        self._zmq_fds: tuple = ()
+        self.link_waits = 0  # pipeline waits that ended on the links alone (status)
         if not links_enabled():
             return
         try:
@@ -142,6 +148,64 @@ class LinkHandlers:
                 came = True
         return came
 
+    def wait_on_links(self, keys: tuple) -> bool:
+        """Wait for one of the mailbox ``keys`` (a training step's next record) on the
+        accepted links alone, past the loop's round: one blocking ``poll`` of a set made once
+        (the links, and the endpoint's and the coordinator's ZeroMQ descriptors, so that a
+        request or a word from the coordinator ends the wait at once), what comes on the
+        links read as ``links_first`` reads it, no wait opened, no thread handed over.
+        Whether one of ``keys`` came; False (nothing taken from ZeroMQ) as soon as anything
+        else needs the loop: a job to start or go on, an outbox to flush, a ZeroMQ socket
+        with something to read, the tick, a link that closed, the worker stopping: the
+        caller then waits through the loop as before (``sleep_on``)."""
+        if (not self.links_in or self._outboxes or self._todo or self.runners.ready
+                or not self._running):
+            return False
+        poll = self._links_wait
+        if poll is None:
+            poll = self._links_wait = select.poll()
+            self._zmq_fds = (self.router.getsockopt(zmq.FD), self.control.getsockopt(zmq.FD))
+            for fd in (*self._zmq_fds, *(link.fileno() for link in self.links_in.values())):
+                poll.register(fd, select.POLLIN)
+        # a ZeroMQ socket's descriptor says only that its state changed since it was last
+        # asked (edge-triggered): what came before now is seen by asking it
+        router, control, mailbox = self.router, self.control, self.state.mailbox
+        if self._held:  # replies kept for a batch go before the thread waits (sleep_on's)
+            self.flush_replies()
+        holding, self.holding = self.holding, False  # (as in sleep_on)
+        try:
+            return self._links_alone(keys, poll, router, control, mailbox)
+        finally:
+            self.holding = holding
+
+    def _links_alone(self, keys, poll, router, control, mailbox) -> bool:
+        """``wait_on_links``'s loop."""
+        zmq_fds, polled = self._zmq_fds, self._polled
+        while True:
+            if (router.getsockopt(zmq.EVENTS) & _POLLIN
+                    or control.getsockopt(zmq.EVENTS) & _POLLIN):
+                return False
+            timeout = self._next_tick - time.monotonic()
+            if timeout <= 0:
+                return False
+            for fd, _ in poll.poll(math.ceil(timeout * 1000)):
+                if fd in zmq_fds:
+                    continue  # (asked again at the top)
+                link = polled.get(fd)
+                if link is None or link.closed:
+                    return False
+                try:
+                    self._read_link(link)
+                except LinkClosed as exc:
+                    self._link_gone(link, str(exc), exc.ended)
+                    return False
+            for key in keys:
+                if key in mailbox:
+                    self.link_waits += 1
+                    return True
+            if self._todo or self.runners.ready or self._outboxes or not self._running:
+                return False
+
     def _accept_links(self) -> None:
         while True:
             link = self.listener.accept()
@@ -173,6 +237,8 @@ class LinkHandlers:
                 self._links_waiting.discard(link)
                 self.links_in[identity] = link
                 self._links_ready.register(link.fileno(), select.POLLIN)
+                if self._links_wait is not None:
+                    self._links_wait.register(link.fileno(), select.POLLIN)
                 self.peers.linked(identity)
                 continue
             if frames[0][:_PIPE_MAGIC_LEN] == wire.PIPE_MAGIC:  # a pipe record: to the mailbox
@@ -217,6 +283,8 @@ class LinkHandlers:
         elif self.links_in.get(identity) is link:
             del self.links_in[identity]
             self._links_ready.unregister(link.fileno())
+            if self._links_wait is not None:
+                self._links_wait.unregister(link.fileno())
             self.log.info("worker %s: the local link from %s closed: %s", self.id,
                           self.who(identity), why)
             self.peer_gone(identity)
@@ -241,6 +309,7 @@ class LinkHandlers:
                            for st in self.stages.values()},
                 # records whose arrays went through the links' arenas (workers/arena.py):
                 # placed by this worker's stages, taken from its neighbours'
+                "waits": self.link_waits,  # a step's waits that ended on the links alone
                 "arena_records": {
                     "placed": sum(n.arena.records for n in dialed if n.arena is not None),
                     "taken": sum(n.arena.records for n in self.links_in.values()

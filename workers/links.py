@@ -38,9 +38,9 @@ import tempfile
 
 import numpy as np
 
-from deploy.pids import gone
 from disthook import wire
 from workers.arena import ARENA_MIN_RECORD, Arena, ArenaError, arena_bytes
+from workers.link_dirs import PREFIX_DIR, link_base, remove_stale
 from workers.peers import NEIGHBOUR_IDENTITY
 
 __all__ = ["Link", "LinkClosed", "LinkEnd", "LinkListener", "host_token", "links_enabled"]
@@ -61,6 +61,7 @@ _PREFIX_PAIR = struct.Struct("<IIQ")  # the prefix of a message of two frames, a
 # count with IN_ARENA set), the array's size and its place in the arena, then the header
 IN_ARENA = 1 << 31
 _PREFIX_ARENA = struct.Struct("<IIQQ")
+_ARENA_SIZE_AT = struct.Struct("<QQ")  # (its size and place, 8 bytes in)
 _ANCILLARY = socket.CMSG_SPACE(struct.calcsize("i")) if hasattr(socket, "CMSG_SPACE") else 0
 _IOV_AT_ONCE = 512  # buffers per sendmsg (the kernel's IOV_MAX is 1024)
 _BUFFER = 4096  # bytes a read asks the kernel for when it does not yet know a message's sizes
@@ -147,6 +148,9 @@ class Link(LinkEnd):
         self._got = 0
         self._drained = False  # the last read took all the kernel held (see _recv)
         self.arena: Arena | None = None  # the dialer's, or the one its hello carried
+        # the kept header of the last run of pipe records sent (a link carries one kind),
+        # the prefix and header written for it, and where mb goes in them: see send_run
+        self._run: tuple = (None, None, 0)
 
     def fileno(self) -> int:
         return self._fd
@@ -210,6 +214,34 @@ class Link(LinkEnd):
             self._keep(out, 0)
             return
         self._write(out)
+
+    def send_run(self, kept: tuple, mb: int, body: memoryview) -> bool:
+        """Send a pipe record whose header is ``kept``'s but for ``mb`` (``wire.pipe_run``)
+        and whose array ``body`` goes into the arena: the prefix and the header, the same
+        bytes ``send_multipart`` writes for it, from a buffer kept for ``kept`` with the
+        array's place and ``mb`` written into it, in one send. False (nothing sent, nothing
+        placed) where the record cannot go so: no arena at this end, the array too small for
+        it or no room left, an outbox waiting, the link closed; the caller then sends it
+        the general way."""
+        arena = self.arena
+        if (arena is None or self.accepted or self.closed or self.outbox
+                or len(body) < ARENA_MIN_RECORD):
+            return False
+        start = arena.place(body)
+        if start is None:
+            return False
+        was, buf, at = self._run
+        if was is not kept:
+            head = len(kept[5]) + wire.PIPE_MB.size + len(kept[6])
+            buf = bytearray(_PREFIX_ARENA.pack(IN_ARENA | 2, head, len(body), 0))
+            at = len(buf) + len(kept[5])
+            buf += kept[5] + bytes(wire.PIPE_MB.size) + kept[6]
+            self._run = (kept, buf, at)
+        _ARENA_SIZE_AT.pack_into(buf, 8, len(body), start)
+        wire.PIPE_MB.pack_into(buf, at, mb)
+        self.sent += 1
+        self._write([buf])  # (what the kernel does not take is copied to the outbox)
+        return True
 
     def _write(self, out: list) -> None:
         """Hand ``out`` to the kernel as far as it takes it; the rest to the outbox."""
@@ -497,74 +529,17 @@ def read_hello(frames: list) -> bytes:
     return identity
 
 
-STALE_AFTER_S = 60.0  # a link directory left by a killed worker is removed after this
-
-
-def remove_stale(base: str | None) -> int:
-    """Remove the link directories of this user's workers that were killed (SIGKILL leaves
-    them): one whose worker, named by the pid in its name, no longer runs, made over
-    ``STALE_AFTER_S`` ago. Nothing is sent to a live worker's socket to learn it. How many
-    went."""
-    import time
-
-    base = base or tempfile.gettempdir()
-    removed = 0
-    try:
-        names = [n for n in os.listdir(base) if n.startswith(_PREFIX_DIR)]
-    except OSError:
-        return 0
-    for name in names:
-        pid = name[len(_PREFIX_DIR):].partition("-")[0]
-        if not pid.isdigit() or not gone(int(pid)):
-            continue  # a live worker's (or not a name this module makes)
-        directory = os.path.join(base, name)
-        path = os.path.join(directory, "worker.sock")
-        try:
-            info = os.lstat(directory)
-            if info.st_uid != os.getuid() or time.time() - info.st_mtime < STALE_AFTER_S:
-                continue
-            if os.path.lexists(path):
-                os.unlink(path)
-            os.rmdir(directory)
-            removed += 1
-        except OSError:
-            continue  # (another worker removed it meanwhile, or it holds something else)
-    return removed
-
-
-def _link_base() -> str:
-    """Where a worker makes its link directory: ``$XDG_RUNTIME_DIR`` where it is usable,
-    else the temp directory, else /tmp, the first whose socket path fits a Unix socket's
-    address (108 bytes on Linux); ``OSError`` where none does."""
-    xdg = os.environ.get("XDG_RUNTIME_DIR")
-    for base in (xdg, tempfile.gettempdir(), "/tmp"):
-        if not (base and os.path.isdir(base) and os.access(base, os.W_OK)):
-            continue
-        longest = os.path.join(base, f"{_PREFIX_DIR}{os.getpid()}-xxxxxxxx", "worker.sock")
-        if len(os.fsencode(longest)) <= _PATH_MAX:
-            return base
-    raise OSError(f"no directory for a local link's socket: $XDG_RUNTIME_DIR ({xdg}), the "
-                  f"temp directory ({tempfile.gettempdir()}) and /tmp are too long for a Unix "
-                  f"socket's {_PATH_MAX}-byte path or not writable")
-
-
-_PATH_MAX = 107  # bytes of a Unix socket's path (sun_path holds 108 with its NUL)
-
-
-_PREFIX_DIR = "disthook-links-"
-
-
 class LinkListener(LinkEnd):
     """The worker's own socket for links, in a fresh directory private to its user (mode
-    0700, under ``$XDG_RUNTIME_DIR`` or the temp directory: ``_link_base``); both go when
+    0700, under ``$XDG_RUNTIME_DIR`` or the temp directory: ``link_base``); both go when
     it closes (those of workers that were killed go when a later worker starts:
-    ``remove_stale``)."""
+    ``workers.link_dirs.remove_stale``)."""
 
     def __init__(self, name: str) -> None:
-        base = _link_base()
+        base = link_base()
         remove_stale(base)
         # (the pid in the name tells a later worker whether this one still runs)
-        self.directory = tempfile.mkdtemp(prefix=f"{_PREFIX_DIR}{os.getpid()}-", dir=base)
+        self.directory = tempfile.mkdtemp(prefix=f"{PREFIX_DIR}{os.getpid()}-", dir=base)
         self.path = os.path.join(self.directory, "worker.sock")
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:

@@ -84,7 +84,8 @@ class StepHandlers:
                     (_, _, what, mb), _ = action[1]
                     waited_since = waited_since or time.perf_counter()
                     cpu_before = time.thread_time()
-                    if not self._came_on_links(action[1]):
+                    if not self._came_on_links(action[1]) and not self.wait_on_links(
+                            action[1]):
                         wait = self.state.wait_for_pipe(
                             job, action[1], f"the {what} of micro-batch {mb} ({st.name})")
                         if wait is not None:  # (the links were read just now)
@@ -190,6 +191,12 @@ class StepHandlers:
         ZeroMQ, each frame handed over at once (``send_frames``: the array copied under
         ``PIPE_COPY_BELOW``, else sent from its own buffer)."""
         neighbour = st.neighbours[side]
+        if type(neighbour) is Link and reason is None:  # a record of a run, into the arena:
+            # its header written straight into the link's kept buffer (no frames made)
+            run = wire.pipe_run(st.model, step, kind, mb, data)
+            if run is not None and neighbour.send_run(run[0], mb, run[1]):
+                self._count(st.model, "bytes_to_peers", len(run[1]))
+                return
         frames = wire.encode_pipe(st.model, step, kind, mb, data, reason)
         if data is not None:  # (the array's bytes: its frame's length, a byte view's)
             self._count(st.model, "bytes_to_peers", len(frames[-1]))
