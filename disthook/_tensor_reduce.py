@@ -351,8 +351,7 @@ class ReduceMethods:
     def cholesky_solve(self, input2, upper=False):
         from disthook import linalg
 
-        low = input2.mT if upper else input2
-        return linalg.solve(low.matmul(low.mT), self)
+        return linalg.cholesky_solve(self, input2, upper)
 
     def triangular_solve(self, A, upper=True, transpose=False, unitriangular=False):
         from disthook import linalg

@@ -9,6 +9,7 @@ import numpy as np
 from disthook import _dtype
 from disthook.ops import decomp as D
 from disthook.ops import reduce as R
+from disthook.ops.base import check_broadcast
 from disthook.ops.decomp import LinAlgError
 from disthook.tensor import Tensor
 
@@ -103,13 +104,46 @@ def slogdet(A: Tensor):
 
 
 def solve(A: Tensor, B: Tensor, *, left: bool = True) -> Tensor:
-    if not left:  # X A = B  <=>  A^T X^T = B^T
-        return solve(A.mT, B.mT).mT
-    vector = B.ndim == 1 or (B.ndim == A.ndim - 1 and B.shape == A.shape[:-1])
-    if A.ndim > 2 or B.ndim > 2:
-        batch = tuple(np.broadcast_shapes(A.shape[:-2], B.shape[:-1] if vector else B.shape[:-2]))
+    vector, batch = solve_shapes(A, B, left, "linalg.solve")
+    return _solve(A, B, vector, batch, left)
+
+
+def solve_shapes(A: Tensor, B: Tensor, left: bool, name: str, vectors: bool = True) -> tuple:
+    """torch's shape rule for ``A X = B`` (``X A = B`` when not ``left``): (whether B is a
+    vector or a batch of them, the broadcast batch shape), or torch's RuntimeError. B is a
+    vector when it is 1-D or has A's shape less its last dim (only where ``vectors``: the
+    triangular solve takes matrices only); batch dims broadcast."""
+    if A.dtype != B.dtype:
+        raise RuntimeError(f"{name}: Expected A and B to have the same dtype, but found A of "
+                           f"type {_dtype.scalar_type_name(A.dtype)} and B of type "
+                           f"{_dtype.scalar_type_name(B.dtype)} instead")
+    vector = vectors and (B.ndim == 1 or (B.ndim == A.ndim - 1 and B.shape == A.shape[:-1]))
+    b_shape = tuple(B.shape) + ((1,) if vector else ())
+    D.check_square(A.shape, name)
+    if len(b_shape) < 2:
+        raise RuntimeError(f"{name}: The input tensor B must have at least 2 dimensions.")
+    if A.shape[-2 if left else -1] != b_shape[-2 if left else -1]:
+        raise RuntimeError(f"{name}: Incompatible shapes of A and B for the equation "
+                           f"{'AX' if left else 'XA'} = B ({A.shape[-2]}x{A.shape[-1]} and "
+                           f"{b_shape[-2]}x{b_shape[-1]})")
+    check_broadcast(b_shape[:-2], tuple(A.shape[:-2]))
+    if vector and not left:
+        raise RuntimeError(f"{name}: Vector broadcasting of the left hand side is not supported "
+                           "for left=False. In this case linalg.solve is equivalent to B / "
+                           "A.squeeze(-1)")
+    return vector, tuple(np.broadcast_shapes(b_shape[:-2], tuple(A.shape[:-2])))
+
+
+def _solve(A: Tensor, B: Tensor, vector: bool, batch: tuple, left: bool) -> Tensor:
+    """The solve, once ``solve_shapes`` has read the operands: batch dims expanded to ``batch``;
+    ``X A = B`` taken as ``A^T X^T = B^T``."""
+    if tuple(A.shape[:-2]) != batch:
         A = A.expand(batch + tuple(A.shape[-2:]))
-        B = B.expand(batch + tuple(B.shape[-1:] if vector else B.shape[-2:]))
+    core = tuple(B.shape[-1:] if vector else B.shape[-2:])
+    if tuple(B.shape) != batch + core:
+        B = B.expand(batch + core)
+    if not left:
+        return D.LinalgSolveEx.apply(A.mT, B.mT, vector=False).mT
     return D.LinalgSolveEx.apply(A, B, vector=vector)
 
 
@@ -157,6 +191,8 @@ def _lu_info(A: Tensor, name: str) -> np.ndarray:
     _square(A, name)
     up = D.lu_np(A._data)[2]
     zero = np.diagonal(up, axis1=-2, axis2=-1) == 0
+    if not zero.shape[-1]:  # 0 x 0 matrices: nothing to be singular
+        return np.zeros(zero.shape[:-1], dtype=np.int32)
     return np.where(zero.any(-1), zero.argmax(-1) + 1, 0).astype(np.int32)
 
 
@@ -214,6 +250,8 @@ def svdvals(A: Tensor, *, driver=None) -> Tensor:
 
 
 def pinv(A: Tensor, *, atol=None, rtol=None, hermitian: bool = False) -> Tensor:
+    if 0 in A.shape[-2:]:  # no singular values: the pseudo-inverse is all (none) zeros
+        return A.mT * 0
     u, s, vh = svd(A, full_matrices=False)
     top = s.amax(-1, keepdim=True)
     cutoff = top * (rtol if rtol is not None else
@@ -305,17 +343,72 @@ def matmul(input: Tensor, other: Tensor) -> Tensor:
 
 def solve_triangular(A: Tensor, B: Tensor, *, upper: bool, left: bool = True,
                      unitriangular: bool = False) -> Tensor:
+    _, batch = solve_shapes(A, B, left, "linalg.solve_triangular", vectors=False)
     T = A.triu() if upper else A.tril()
     if unitriangular:
         T = T - T.diagonal(0, -2, -1).diag_embed() + D._eye_like(A)
-    return solve(T, B, left=left)
+    return _solve(T, B, False, batch, left)
+
+
+def cholesky_solve(B: Tensor, L: Tensor, upper: bool = False) -> Tensor:
+    """X with A X = B, A = L L^T (U^T U when ``upper``); torch's shape rule: B and L at least
+    2-D (no vector B), their batch dims broadcast."""
+    if B.dtype != L.dtype:
+        raise RuntimeError(f"Expected b and A to have the same dtype, but found b of type "
+                           f"{_dtype.scalar_type_name(B.dtype)} and A of type "
+                           f"{_dtype.scalar_type_name(L.dtype)} instead.")
+    for t, name in ((B, "b"), (L, "u")):
+        if t.ndim < 2:
+            raise RuntimeError(f"{name} should have at least 2 dimensions, but has {t.ndim} "
+                               "dimensions instead")
+    n = L.shape[-1]
+    if L.shape[-2] != n:
+        raise RuntimeError(f"A must be batches of square matrices, but they are {L.shape[-2]} "
+                           f"by {n} matrices")
+    if B.shape[-2] != n:
+        raise RuntimeError(f"Incompatible matrix sizes for cholesky_solve: each A matrix is {n} "
+                           f"by {n} but each b matrix is {B.shape[-2]} by {B.shape[-1]}")
+    check_broadcast(tuple(B.shape[:-2]), tuple(L.shape[:-2]))
+    batch = tuple(np.broadcast_shapes(B.shape[:-2], L.shape[:-2]))
+    low = L.mT if upper else L
+    return _solve(low.matmul(low.mT), B, False, batch, True)
 
 
 def lstsq(A: Tensor, B: Tensor, rcond=None, *, driver=None):
-    solution = pinv(A).matmul(B)
+    """The least-squares solution through the pseudo-inverse; torch's shape rule: B has A's
+    dims or one less, it is a (batch of) vector(s) as in ``solve``, batch dims broadcast."""
+    vector = _lstsq_shapes(A, B)
+    if not vector and A.ndim > B.ndim:  # see _lstsq_shapes
+        B = B.unsqueeze(-3).expand(tuple(B.shape[:-1]) + tuple(B.shape[-2:]))
+    solution = pinv(A).matmul(B.unsqueeze(-1) if vector else B)
+    solution = solution.squeeze(-1) if vector else solution
     empty = A.new_zeros((0,))
     return _Result(("solution", "residuals", "rank", "singular_values"),
                    (solution, empty, matrix_rank(A), empty))
+
+
+def _lstsq_shapes(A: Tensor, B: Tensor) -> bool:
+    """Is B a (batch of) vector(s)? Else torch's RuntimeError for operands lstsq refuses."""
+    name = "torch.linalg.lstsq"
+    if A.dtype != B.dtype:
+        raise RuntimeError(f"{name}: Expected input and other to have the same dtype, but got "
+                           f"input's dtype {_dtype.scalar_type_name(A.dtype)} and other's dtype "
+                           f"{_dtype.scalar_type_name(B.dtype)}")
+    if A.ndim < 2:
+        raise RuntimeError(f"{name}: input must have at least 2 dimensions.")
+    if B.ndim < 1:
+        raise RuntimeError(f"{name}: other must have at least 1 dimension.")
+    if not 0 <= A.ndim - B.ndim <= 1:
+        raise RuntimeError(f"{name}: input.dim() must be greater or equal to other.dim() and "
+                           "(input.dim() - other.dim()) <= 1")
+    vector = B.ndim == 1 or (A.ndim - B.ndim == 1 and B.shape == A.shape[:-1])
+    if A.shape[-2] != B.shape[-1 if vector else -2]:
+        raise RuntimeError(f"{name}: input.size(-2) should match other.size("
+                           f"{-1 if vector else -2})")
+    # torch reads the batch of a matrix B with one dim less than A as B.shape[:-1] (each of
+    # its rows paired with all of B): measured against torch 2.13
+    check_broadcast(tuple(A.shape[:-2]), tuple(B.shape[:-1 if vector or A.ndim > B.ndim else -2]))
+    return vector
 
 
 class _Result(tuple):
@@ -471,16 +564,16 @@ def solve_ex(A: Tensor, B: Tensor, *, left: bool = True, check_errors: bool = Fa
     """(result, info): ``info`` as ``inv_ex``'s (LU's first zero pivot, 1-based, per matrix);
     where A is singular the result is undefined in torch, NaN here. Nothing raises unless
     ``check_errors``."""
+    vector, batch = solve_shapes(A, B, left, "linalg.solve")
     info = _lu_info(A, "solve_ex")
     _raise_if(check_errors, info, "torch.linalg.solve_ex", "The solver failed because the "
               "input matrix is singular.")
     if not info.any():
-        return _Result(("result", "info"), (solve(A, B, left=left), _as_info(info)))
+        return _Result(("result", "info"), (_solve(A, B, vector, batch, left), _as_info(info)))
     bad = np.asarray(info != 0)
     singular = Tensor._make(bad[..., None, None], None, 0)
     safe = A.masked_fill(singular, 0) + _eye(A) * singular.to(A.dtype)  # solvable: an identity
-    result = solve(safe, B, left=left)
-    vector = B.ndim == 1 or (B.ndim == A.ndim - 1 and B.shape == A.shape[:-1])
+    result = _solve(safe, B, vector, batch, left)
     mask = np.broadcast_to(bad[..., None] if vector else bad[..., None, None], result.shape)
     result = result.masked_fill(Tensor._make(np.ascontiguousarray(mask), None, 0), float("nan"))
     return _Result(("result", "info"), (result, _as_info(info)))

@@ -19,13 +19,18 @@ def _tensor(array):
     return Tensor._make(array, None, 0)
 
 
-def _square(a, name: str) -> None:
-    shape = a._data.shape
+def check_square(shape: tuple, name: str) -> None:
+    """RuntimeError, worded as torch's, unless ``shape`` is a batch of square matrices
+    (``name`` is the function's, ``linalg.det``)."""
     if len(shape) < 2:
-        raise RuntimeError(f"linalg.{name}: The input tensor A must have at least 2 dimensions.")
+        raise RuntimeError(f"{name}: The input tensor A must have at least 2 dimensions.")
     if shape[-1] != shape[-2]:
-        raise RuntimeError(f"linalg.{name}: A must be batches of square matrices, but they are "
+        raise RuntimeError(f"{name}: A must be batches of square matrices, but they are "
                            f"{shape[-2]} by {shape[-1]} matrices")
+
+
+def _square(a, name: str) -> None:
+    check_square(a._data.shape, f"linalg.{name}")
     if _dtype.kind(a._data.dtype) != "f":
         raise RuntimeError(f"linalg.{name}: Expected a floating point or complex tensor as "
                            f"input. Got {a.dtype}")
@@ -273,7 +278,7 @@ def lu_np(a: np.ndarray) -> tuple:
     u = a.astype(a.dtype, copy=True)
     n = u.shape[-1]
     batch = u.shape[:-2]
-    flat = u.reshape((-1, n, n))
+    flat = u.reshape((int(np.prod(batch)), n, n))  # -1 is ambiguous for 0 x 0 matrices
     low = np.zeros_like(flat)
     perm = np.tile(np.arange(n), (flat.shape[0], 1))
     rows = np.arange(flat.shape[0])
