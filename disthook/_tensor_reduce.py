@@ -307,9 +307,8 @@ class ReduceMethods:
     def logdet(self):
         from disthook import linalg
 
-        sign, logabs = linalg.slogdet(self)
-        return logabs.where(sign > 0, logabs.new_full((), math.nan)).where(
-            sign != 0, logabs.new_full((), -math.inf))
+        sign, logabs = linalg.slogdet(self)  # NaN where det < 0; -inf (slogdet's) where 0
+        return logabs.where(sign != -1, logabs.new_full((), math.nan))
 
     def slogdet(self):
         from disthook import linalg
