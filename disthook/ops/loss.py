@@ -13,6 +13,7 @@ import numpy as np
 
 from disthook import _dtype
 from disthook.autograd import grad_mode
+from disthook.ops._bf16 import HALVES
 from disthook.ops.base import Op
 from disthook.ops.elementwise import Div
 from disthook.ops.shape import ScatterAlong
@@ -238,10 +239,13 @@ def _class_index(ctx, t: np.ndarray, shape: tuple, ignore_index: int) -> tuple:
     return valid, classes, index
 
 
-def _nll_reduce(ctx, picked: np.ndarray, valid, classes, weight, reduction: str) -> np.ndarray:
+def _nll_reduce(ctx, picked: np.ndarray, valid, classes, weight, reduction: str,
+                nd: bool = False) -> np.ndarray:
     """``-w[t] * picked``, reduced (a mean divides by the sum of ``w[t]``); stores on ``ctx``
     each picked value's coefficient in the output (0 where the target is ignored)."""
     dtype = picked.dtype
+    if dtype in HALVES and reduction != "none":
+        return _nll_reduce_half(ctx, picked, valid, classes, weight, reduction, nd)
     w = valid.astype(dtype) if weight is None else np.where(valid, weight[classes], 0)
     w = w.astype(dtype, copy=False)
     losses = -picked * w
@@ -257,13 +261,66 @@ def _nll_reduce(ctx, picked: np.ndarray, valid, classes, weight, reduction: str)
         return np.asarray(losses.sum(dtype=dtype) / total, dtype=dtype)
 
 
+CASCADE_LEVELS = 8  # torch's CPU nll_loss: partial sums on 8 levels, in the input's dtype
+
+
+def _nll_reduce_half(ctx, picked, valid, classes, weight, reduction: str, nd: bool):
+    """``_nll_reduce`` for float16 / bfloat16 ``picked`` as torch's CPU kernel sums: a
+    cascade of partial sums kept in the half dtype (every addition rounded), each level
+    flushed into the next every 2**power samples; a mean divides by the count (the summed
+    weights where weighted or ``nd``), in the half dtype too."""
+    dtype = picked.dtype
+
+    def rnd(v):
+        return np.float32(np.asarray(v, np.float32).astype(dtype))
+
+    values = picked.reshape(-1).astype(np.float32)
+    keep = np.asarray(valid).reshape(-1)
+    w_of = None if weight is None else np.asarray(weight, np.float32).astype(dtype).astype(
+        np.float32)[np.asarray(classes).reshape(-1)]
+    n = values.size
+    power = max(4, int(np.ceil(np.log2(n))) // CASCADE_LEVELS if n > 1 else 0)
+    loss = [np.float32(0)] * CASCADE_LEVELS
+    wsum = [np.float32(0)] * CASCADE_LEVELS
+    for b in range(n):
+        if not keep[b]:
+            continue
+        w = np.float32(1) if w_of is None else w_of[b]
+        loss[0] = rnd(loss[0] - (values[b] if w_of is None else rnd(values[b] * w)))
+        wsum[0] = rnd(wsum[0] + w)
+        for j in range(CASCADE_LEVELS - 1):
+            if b & (((1 << power) - 1) << (j * power)):
+                break
+            loss[j + 1], wsum[j + 1] = rnd(loss[j + 1] + loss[j]), rnd(wsum[j + 1] + wsum[j])
+            loss[j], wsum[j] = np.float32(0), np.float32(0)
+    out = total = np.float32(0)
+    for level in range(CASCADE_LEVELS):
+        out, total = rnd(out + loss[level]), rnd(total + wsum[level])
+    w_all = np.where(valid, 1 if weight is None else np.asarray(weight)[classes], 0)
+    ctx.coef = np.asarray(w_all, np.float32).astype(dtype)
+    if reduction == "sum":
+        return np.asarray(out).astype(dtype)
+    if weight is None and not nd:
+        total = rnd(int(keep.sum()))
+    # backward divides the gradient by it first, as torch, and leaves ignored targets at 0
+    ctx.half_total, ctx.half_valid = float(total), valid
+    with np.errstate(divide="ignore", invalid="ignore"):  # all ignored: nan, as in torch
+        return np.asarray(out / total).astype(dtype)
+
+
 def _picked_grad(ctx, g):
     """``g`` times each target's coefficient, shaped to broadcast over the class dim."""
+    total = getattr(ctx, "half_total", None)
+    if total is not None:  # a half dtype's mean: g / total first, then times w[t], as torch
+        ignored = _constant(~np.asarray(ctx.half_valid))
+        return (g / total * _constant(ctx.coef)).masked_fill(ignored, 0).unsqueeze(ctx.class_dim)
     return (g * _constant(ctx.coef)).unsqueeze(ctx.class_dim)
 
 
 class NllLoss(Op):
     """``-w[t] * input[t]`` per sample, reduced (weighted mean: divided by the sum of ``w[t]``)."""
+
+    _in_float32 = True  # bfloat16 as float16: torch's sums in the half dtype (_nll_reduce_half)
 
     nd = False  # NllLoss2D: the (N, C, H, W) kernel, with its own checks and node name
 
@@ -276,7 +333,7 @@ class NllLoss(Op):
         valid, classes, index = _class_index(ctx, t, x.shape, ignore_index)
         dim = 1 if x.ndim > 1 else 0
         picked = np.take_along_axis(x, index, dim).squeeze(dim)
-        return _nll_reduce(ctx, picked, valid, classes, weight, reduction)
+        return _nll_reduce(ctx, picked, valid, classes, weight, reduction, cls.nd)
 
     @staticmethod
     def backward(ctx, g):
@@ -295,6 +352,7 @@ class CrossEntropy(Op):
 
     node_name = "NllLossBackward0"
     nd = False
+    _in_float32 = True  # bfloat16 as float16: torch's log_softmax then nll_loss (below)
 
     @classmethod
     def forward(cls, ctx, input, target, weight=None, reduction="mean", ignore_index=-100):
@@ -304,6 +362,17 @@ class CrossEntropy(Op):
             t = t.reshape(())
         valid, classes, index = _class_index(ctx, t, x.shape, ignore_index)
         dim = 1 if x.ndim > 1 else 0
+        ctx.dtype = x.dtype
+        if x.dtype in HALVES:  # torch's two kernels, each with its half-dtype result
+            from disthook.ops.reduce import log_softmax_array
+
+            log_probs = log_softmax_array(x, dim)
+            picked = np.take_along_axis(log_probs, index, dim).squeeze(dim)
+            out = _nll_reduce(ctx, picked, valid, classes, weight, reduction, cls.nd)
+            if ctx.needs_input_grad:
+                ctx.save_for_backward(input)
+                ctx.probs = np.exp(log_probs.astype(np.float32))
+            return out
         # log_softmax at the targets only: x[t] - max - log(sum(exp(x - max)))
         shifted = x - np.max(x, axis=dim, keepdims=True, initial=-np.inf)
         picked = np.take_along_axis(shifted, index, dim)
@@ -327,10 +396,11 @@ class CrossEntropy(Op):
             return x.softmax(dim) * coef - onehot
         # softmax from forward: like torch (which keeps log_softmax's output), a later in-place
         # change of the input does not matter here
-        grad = ctx.probs * coef._data
-        at_target = np.take_along_axis(grad, index, dim) - coef._data
+        c = coef._data.astype(np.float32) if ctx.dtype in HALVES else coef._data
+        grad = ctx.probs * c  # (a half dtype: in float32, rounded once, as torch's kernel)
+        at_target = np.take_along_axis(grad, index, dim) - c
         np.put_along_axis(grad, index, at_target, dim)
-        return _constant(grad)
+        return _constant(grad.astype(ctx.dtype, copy=False))
 
 
 class CrossEntropy2D(CrossEntropy):
