@@ -272,40 +272,64 @@ def _nll_reduce_half(ctx, picked, valid, classes, weight, reduction: str, nd: bo
     dtype = picked.dtype
 
     def rnd(v):
-        return np.float32(np.asarray(v, np.float32).astype(dtype))
+        return np.asarray(v, np.float32).astype(dtype).astype(np.float32)
 
-    values = picked.reshape(-1).astype(np.float32)
     keep = np.asarray(valid).reshape(-1)
-    w_of = None if weight is None else np.asarray(weight, np.float32).astype(dtype).astype(
-        np.float32)[np.asarray(classes).reshape(-1)]
-    n = values.size
-    power = max(4, int(np.ceil(np.log2(n))) // CASCADE_LEVELS if n > 1 else 0)
-    loss = [np.float32(0)] * CASCADE_LEVELS
-    wsum = [np.float32(0)] * CASCADE_LEVELS
-    for b in range(n):
-        if not keep[b]:
-            continue
-        w = np.float32(1) if w_of is None else w_of[b]
-        loss[0] = rnd(loss[0] - (values[b] if w_of is None else rnd(values[b] * w)))
-        wsum[0] = rnd(wsum[0] + w)
-        for j in range(CASCADE_LEVELS - 1):
-            if b & (((1 << power) - 1) << (j * power)):
-                break
-            loss[j + 1], wsum[j + 1] = rnd(loss[j + 1] + loss[j]), rnd(wsum[j + 1] + wsum[j])
-            loss[j], wsum[j] = np.float32(0), np.float32(0)
-    out = total = np.float32(0)
-    for level in range(CASCADE_LEVELS):
-        out, total = rnd(out + loss[level]), rnd(total + wsum[level])
+    where = np.flatnonzero(keep)
+    values = picked.reshape(-1).astype(np.float32)[where]
     w_all = np.where(valid, 1 if weight is None else np.asarray(weight)[classes], 0)
     ctx.coef = np.asarray(w_all, np.float32).astype(dtype)
+    w = None if weight is None else rnd(np.asarray(weight, np.float32))[
+        np.asarray(classes).reshape(-1)[where]]
+    flushes = _cascade_flushes(where, keep.size)
+    out = _cascade_sum(values if w is None else rnd(values * w), flushes, rnd, -1)
     if reduction == "sum":
         return np.asarray(out).astype(dtype)
     if weight is None and not nd:
-        total = rnd(int(keep.sum()))
+        total = rnd(where.size)
+    else:
+        total = _cascade_sum(np.ones_like(values) if w is None else w, flushes, rnd, 1)
     # backward divides the gradient by it first, as torch, and leaves ignored targets at 0
     ctx.half_total, ctx.half_valid = float(total), valid
     with np.errstate(divide="ignore", invalid="ignore"):  # all ignored: nan, as in torch
         return np.asarray(out / total).astype(dtype)
+
+
+def _cascade_flushes(positions: np.ndarray, n: int) -> np.ndarray:
+    """How many levels torch's cascade flushes after adding the sample at each of
+    ``positions`` (of ``n``): one more for each group of ``power`` low bits that is zero."""
+    power = max(4, int(np.ceil(np.log2(n))) // CASCADE_LEVELS if n > 1 else 0)
+    mask = (1 << power) - 1
+    levels = np.zeros(positions.size, dtype=np.int64)
+    still = np.ones(positions.size, dtype=bool)
+    for j in range(CASCADE_LEVELS - 1):
+        still &= ((positions >> (j * power)) & mask) == 0
+        levels += still
+    return levels
+
+
+def _cascade_sum(items: np.ndarray, flushes: np.ndarray, rnd, sign: int) -> np.float32:
+    """The cascade's result: level 0 adds ``sign * items`` one by one (rounded each time);
+    each level's partial sum goes into the next where ``flushes`` says, and what is left on
+    the levels is added up, lowest first."""
+    left = []
+    for level in range(CASCADE_LEVELS):
+        ends = flushes > level if level < CASCADE_LEVELS - 1 else np.zeros(items.size, bool)
+        segment = np.concatenate([[0], np.cumsum(ends)[:-1]]).astype(np.int64)
+        count = int(ends.sum()) + 1
+        start = np.searchsorted(segment, np.arange(count))
+        column = np.arange(items.size) - start[segment]
+        block = np.zeros((count, int(column.max(initial=0)) + 1), dtype=np.float32)
+        block[segment, column] = items
+        sums = np.zeros(count, dtype=np.float32)
+        for c in range(block.shape[1]):  # in order, rounded at each step, as one by one
+            sums = rnd(sums + sign * block[:, c]) if block[:, c].any() else sums
+        left.append(sums[-1])
+        items, flushes, sign = sums[:-1], flushes[ends], 1
+    total = np.float32(0)
+    for partial in left:
+        total = rnd(total + partial)
+    return total
 
 
 def _picked_grad(ctx, g):
