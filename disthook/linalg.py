@@ -53,7 +53,9 @@ def matrix_norm(A: Tensor, ord="fro", dim=(-2, -1), keepdim: bool = False, *,
         row, col = dims
         moved = A.movedim((row, col), (-2, -1))
         sv = svdvals(moved)
-        out = sv.sum(-1) if ord == "nuc" else sv.amax(-1) if ord == 2 else sv.amin(-1)
+        # (no singular values, an empty matrix: its 2-norm is 0, as torch's; -2 refuses)
+        out = sv.sum(-1) if ord == "nuc" or (ord == 2 and not sv.shape[-1]) else \
+            sv.amax(-1) if ord == 2 else sv.amin(-1)
         if keepdim:
             out = out.unsqueeze(min(row, col)).unsqueeze(max(row, col))
         return out
@@ -173,9 +175,13 @@ def cholesky_ex(A: Tensor, *, upper: bool = False, check_errors: bool = False):
 
 
 def _square(A: Tensor, name: str) -> None:
-    if A.ndim < 2 or A.shape[-1] != A.shape[-2]:
-        raise RuntimeError(f"linalg.{name}: A must be batches of square matrices, but they are "
-                           f"{A.shape[-2] if A.ndim > 1 else 1} by {A.shape[-1]} matrices")
+    D.check_square(A.shape, f"linalg.{name}")
+
+
+def _at_least_2d(A: Tensor, message: str) -> None:
+    """torch's RuntimeError, its ``message``, for an input with fewer than 2 dims."""
+    if A.ndim < 2:
+        raise RuntimeError(message)
 
 
 def _positive_definite(m: np.ndarray) -> bool:
@@ -227,6 +233,7 @@ def qr(A: Tensor, mode: str = "reduced"):
     if mode not in ("reduced", "complete", "r"):
         raise RuntimeError(f"qr received unrecognized mode '{mode}' but expected one of "
                            "'reduced' (default), 'r', or 'complete'")
+    _at_least_2d(A, "linalg.qr: The input tensor A must have at least 2 dimensions.")
     q, r = D.LinalgQr.apply(A, mode=mode)
     return _Result(("Q", "R"), (q, r))
 
@@ -241,6 +248,7 @@ def eigvalsh(A: Tensor, UPLO: str = "L") -> Tensor:
 
 
 def svd(A: Tensor, full_matrices: bool = True, *, driver=None):
+    _at_least_2d(A, "linalg.svd: The input tensor A must have at least 2 dimensions.")
     u, s, vh = D.LinalgSvd.apply(A, full_matrices=full_matrices)
     return _Result(("U", "S", "Vh"), (u, s, vh))
 
@@ -250,6 +258,9 @@ def svdvals(A: Tensor, *, driver=None) -> Tensor:
 
 
 def pinv(A: Tensor, *, atol=None, rtol=None, hermitian: bool = False) -> Tensor:
+    _at_least_2d(A, f"linalg.pinv({_dtype.scalar_type_name(A.dtype)}{{{list(A.shape)}}}): "
+                 "expected a tensor with 2 or more dimensions of float, double, cfloat or "
+                 "cdouble types")
     if 0 in A.shape[-2:]:  # no singular values: the pseudo-inverse is all (none) zeros
         return A.mT * 0
     u, s, vh = svd(A, full_matrices=False)
@@ -265,6 +276,8 @@ def pinv(A: Tensor, *, atol=None, rtol=None, hermitian: bool = False) -> Tensor:
 
 
 def matrix_rank(A: Tensor, *, atol=None, rtol=None, hermitian: bool = False) -> Tensor:
+    _at_least_2d(A, "torch.linalg.matrix_rank: The input tensor input must have at least 2 "
+                 "dimensions.")
     s = svdvals(A)
     top = s.amax(-1, keepdim=True) if s.shape[-1] else s.new_zeros(s.shape[:-1] + (1,))
     tol = top * (rtol if rtol is not None else max(A.shape[-2:]) * np.finfo(A._data.dtype).eps)
@@ -293,6 +306,7 @@ def matrix_power(A: Tensor, n: int) -> Tensor:
 def matrix_exp(A: Tensor) -> Tensor:
     """exp(A) by scaling and squaring a degree-18 Taylor polynomial: differentiable, since it
     is made of matmuls."""
+    D.check_square(A.shape, "linalg.matrix_exp")
     norm = float(np.abs(A._data).sum(-2).max()) if A.numel() else 0.0
     squarings = max(0, int(np.ceil(np.log2(norm))) + 1) if norm > 0.5 else 0
     x = A / (2 ** squarings)
@@ -502,6 +516,7 @@ def lu_solve(LU: Tensor, pivots: Tensor, B: Tensor, *, left: bool = True,
 def householder_product(A: Tensor, tau: Tensor) -> Tensor:
     """The first n columns of H_1 H_2 ... H_k, H_i = I - tau_i v_i v_i^T, v_i being column i
     of A below the diagonal with a 1 on it: differentiable in A and tau (made of matmuls)."""
+    _at_least_2d(A, "torch.linalg.householder_product: input must have at least 2 dimensions.")
     m, n = A.shape[-2:]
     k = tau.shape[-1]
     if n > m or k > n:
@@ -553,8 +568,11 @@ def _square_q(A: Tensor, tau: Tensor) -> Tensor:
 def cond(A: Tensor, p=None) -> Tensor:
     """The condition number: s_max / s_min for p None / 2 (s_min / s_max for -2), else
     norm(A, p) * norm(inv(A), p)."""
+    _at_least_2d(A, "linalg.cond: The input tensor must have at least 2 dimensions.")
     if p in (None, 2, -2):
         s = svdvals(A)
+        if not s.shape[-1]:  # an empty matrix: 0, as torch's
+            return s.sum(-1)
         ratio = s.amax(-1) / s.amin(-1)
         return ratio if p != -2 else ratio.reciprocal()
     return matrix_norm(A, p) * matrix_norm(inv(A), p)
