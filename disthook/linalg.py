@@ -470,8 +470,10 @@ def lu_factor_ex(A: Tensor, *, pivot: bool = True, check_errors: bool = False):
 
 def _pivots(p: Tensor) -> Tensor:
     """LAPACK's row swaps (1-based) that produce the permutation P^T."""
+    n = p.shape[-1]
+    if n == 0:  # 0 x 0 matrices: no swaps
+        return Tensor._make(np.zeros(p.shape[:-1], dtype=np.int32), None, 0)
     perm = np.argmax(np.swapaxes(p._data, -1, -2), axis=-1)  # A[perm] = L U
-    n = perm.shape[-1]
     flat = perm.reshape(-1, n)
     out = np.zeros_like(flat)
     for b, target in enumerate(flat):

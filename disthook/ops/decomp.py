@@ -347,6 +347,12 @@ class LinalgLu(Op):
 
     @staticmethod
     def forward(ctx, a):
+        shape = a._data.shape
+        if len(shape) >= 2 and shape[-1] != shape[-2]:  # torch factors these: refused here
+            raise NotImplementedError(
+                f"linalg.lu of {shape[-2]} by {shape[-1]} matrices (not square) is not "
+                "supported by disthook (torch factors them); factor square matrices, or take "
+                "linalg.qr for rectangular ones")
         _square(a, "lu")
         ctx.save_for_backward(a)
         perm, low, up = lu_np(a._data)

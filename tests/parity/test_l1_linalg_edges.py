@@ -46,3 +46,15 @@ def test_linalg_edges_as_torch(name, shape):
         else:
             assert not isinstance(ours, tuple), ours
             np.testing.assert_array_equal(ours, theirs)
+
+
+def test_lu_of_empty_matrices_and_the_refusal_of_rectangular_ones():
+    """lu_factor of 0 x 0 matrices raised numpy's ValueError; a rectangular LU, which torch
+    computes, was refused with a RuntimeError saying torch wants square matrices: now a
+    NotImplementedError saying disthook does not factor them."""
+    for shape in [(0, 0), (2, 0, 0)]:
+        ours, theirs = [lib.linalg.lu_factor(lib.zeros(shape)) for lib in (disthook, torch)]
+        assert ours.LU.shape == theirs.LU.shape and ours.pivots.shape == theirs.pivots.shape
+        assert ours.pivots.dtype == disthook.int32
+    with pytest.raises(NotImplementedError, match="linalg.lu of 2 by 3 matrices"):
+        disthook.linalg.lu(disthook.zeros(2, 3))
