@@ -357,6 +357,8 @@ def matmul(input: Tensor, other: Tensor) -> Tensor:
 
 def solve_triangular(A: Tensor, B: Tensor, *, upper: bool, left: bool = True,
                      unitriangular: bool = False) -> Tensor:
+    if B.dtype != A.dtype and A.is_floating_point():  # torch's takes B in A's dtype
+        B = B.to(A.dtype)
     _, batch = solve_shapes(A, B, left, "linalg.solve_triangular", vectors=False)
     T = A.triu() if upper else A.tril()
     if unitriangular:

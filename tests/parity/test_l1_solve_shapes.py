@@ -77,3 +77,15 @@ def test_solve_right_refuses_a_matrix_that_is_not_a_batch_of_row_vectors():
         disthook.linalg.solve(A, disthook.ones(2, 2), left=False)
     # a batch of 1 x 2 rows is what torch takes
     assert disthook.linalg.solve(A, disthook.ones(2, 1, 2), left=False).shape == (2, 1, 2)
+
+
+def test_solve_triangular_takes_b_in_as_dtype():
+    """torch's solve_triangular computes in A's dtype whatever B's (the shape rule above
+    refused B of another dtype; before it, numpy promoted both to float64)."""
+    for a_dtype, b_dtype in (("float32", "float64"), ("float64", "float32")):
+        ours, theirs = [lib.linalg.solve_triangular(
+            lib.tensor([[2.0, 1.0], [0.0, 3.0]], dtype=getattr(lib, a_dtype)),
+            lib.tensor([[1.0], [2.0]], dtype=getattr(lib, b_dtype)), upper=True)
+            for lib in (disthook, torch)]
+        assert ours.dtype == getattr(disthook, a_dtype)
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6)
