@@ -307,9 +307,8 @@ class ReduceMethods:
     def logdet(self):
         from disthook import linalg
 
-        sign, logabs = linalg.slogdet(self)
-        return logabs.where(sign > 0, logabs.new_full((), math.nan)).where(
-            sign != 0, logabs.new_full((), -math.inf))
+        sign, logabs = linalg.slogdet(self)  # NaN where det < 0; -inf (slogdet's) where 0
+        return logabs.where(sign != -1, logabs.new_full((), math.nan))
 
     def slogdet(self):
         from disthook import linalg
@@ -351,8 +350,7 @@ class ReduceMethods:
     def cholesky_solve(self, input2, upper=False):
         from disthook import linalg
 
-        low = input2.mT if upper else input2
-        return linalg.solve(low.matmul(low.mT), self)
+        return linalg.cholesky_solve(self, input2, upper)
 
     def triangular_solve(self, A, upper=True, transpose=False, unitriangular=False):
         from disthook import linalg

@@ -236,9 +236,9 @@ class ShapeMethods:
 
     @property
     def layout(self):
-        from disthook._layout import strided
+        from disthook._layout import LAYOUTS, strided
 
-        return strided
+        return LAYOUTS["sparse_coo"] if self.is_sparse else strided
 
     def is_inference(self) -> bool:
         return type(self._vc) is not list

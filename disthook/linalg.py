@@ -9,6 +9,7 @@ import numpy as np
 from disthook import _dtype
 from disthook.ops import decomp as D
 from disthook.ops import reduce as R
+from disthook.ops.base import check_broadcast
 from disthook.ops.decomp import LinAlgError
 from disthook.tensor import Tensor
 
@@ -52,7 +53,9 @@ def matrix_norm(A: Tensor, ord="fro", dim=(-2, -1), keepdim: bool = False, *,
         row, col = dims
         moved = A.movedim((row, col), (-2, -1))
         sv = svdvals(moved)
-        out = sv.sum(-1) if ord == "nuc" else sv.amax(-1) if ord == 2 else sv.amin(-1)
+        # (no singular values, an empty matrix: its 2-norm is 0, as torch's; -2 refuses)
+        out = sv.sum(-1) if ord == "nuc" or (ord == 2 and not sv.shape[-1]) else \
+            sv.amax(-1) if ord == 2 else sv.amin(-1)
         if keepdim:
             out = out.unsqueeze(min(row, col)).unsqueeze(max(row, col))
         return out
@@ -103,13 +106,46 @@ def slogdet(A: Tensor):
 
 
 def solve(A: Tensor, B: Tensor, *, left: bool = True) -> Tensor:
-    if not left:  # X A = B  <=>  A^T X^T = B^T
-        return solve(A.mT, B.mT).mT
-    vector = B.ndim == 1 or (B.ndim == A.ndim - 1 and B.shape == A.shape[:-1])
-    if A.ndim > 2 or B.ndim > 2:
-        batch = tuple(np.broadcast_shapes(A.shape[:-2], B.shape[:-1] if vector else B.shape[:-2]))
+    vector, batch = solve_shapes(A, B, left, "linalg.solve")
+    return _solve(A, B, vector, batch, left)
+
+
+def solve_shapes(A: Tensor, B: Tensor, left: bool, name: str, vectors: bool = True) -> tuple:
+    """torch's shape rule for ``A X = B`` (``X A = B`` when not ``left``): (whether B is a
+    vector or a batch of them, the broadcast batch shape), or torch's RuntimeError. B is a
+    vector when it is 1-D or has A's shape less its last dim (only where ``vectors``: the
+    triangular solve takes matrices only); batch dims broadcast."""
+    if A.dtype != B.dtype:
+        raise RuntimeError(f"{name}: Expected A and B to have the same dtype, but found A of "
+                           f"type {_dtype.scalar_type_name(A.dtype)} and B of type "
+                           f"{_dtype.scalar_type_name(B.dtype)} instead")
+    vector = vectors and (B.ndim == 1 or (B.ndim == A.ndim - 1 and B.shape == A.shape[:-1]))
+    b_shape = tuple(B.shape) + ((1,) if vector else ())
+    D.check_square(A.shape, name)
+    if len(b_shape) < 2:
+        raise RuntimeError(f"{name}: The input tensor B must have at least 2 dimensions.")
+    if A.shape[-2 if left else -1] != b_shape[-2 if left else -1]:
+        raise RuntimeError(f"{name}: Incompatible shapes of A and B for the equation "
+                           f"{'AX' if left else 'XA'} = B ({A.shape[-2]}x{A.shape[-1]} and "
+                           f"{b_shape[-2]}x{b_shape[-1]})")
+    check_broadcast(b_shape[:-2], tuple(A.shape[:-2]))
+    if vector and not left:
+        raise RuntimeError(f"{name}: Vector broadcasting of the left hand side is not supported "
+                           "for left=False. In this case linalg.solve is equivalent to B / "
+                           "A.squeeze(-1)")
+    return vector, tuple(np.broadcast_shapes(b_shape[:-2], tuple(A.shape[:-2])))
+
+
+def _solve(A: Tensor, B: Tensor, vector: bool, batch: tuple, left: bool) -> Tensor:
+    """The solve, once ``solve_shapes`` has read the operands: batch dims expanded to ``batch``;
+    ``X A = B`` taken as ``A^T X^T = B^T``."""
+    if tuple(A.shape[:-2]) != batch:
         A = A.expand(batch + tuple(A.shape[-2:]))
-        B = B.expand(batch + tuple(B.shape[-1:] if vector else B.shape[-2:]))
+    core = tuple(B.shape[-1:] if vector else B.shape[-2:])
+    if tuple(B.shape) != batch + core:
+        B = B.expand(batch + core)
+    if not left:
+        return D.LinalgSolveEx.apply(A.mT, B.mT, vector=False).mT
     return D.LinalgSolveEx.apply(A, B, vector=vector)
 
 
@@ -139,9 +175,13 @@ def cholesky_ex(A: Tensor, *, upper: bool = False, check_errors: bool = False):
 
 
 def _square(A: Tensor, name: str) -> None:
-    if A.ndim < 2 or A.shape[-1] != A.shape[-2]:
-        raise RuntimeError(f"linalg.{name}: A must be batches of square matrices, but they are "
-                           f"{A.shape[-2] if A.ndim > 1 else 1} by {A.shape[-1]} matrices")
+    D.check_square(A.shape, f"linalg.{name}")
+
+
+def _at_least_2d(A: Tensor, message: str) -> None:
+    """torch's RuntimeError, its ``message``, for an input with fewer than 2 dims."""
+    if A.ndim < 2:
+        raise RuntimeError(message)
 
 
 def _positive_definite(m: np.ndarray) -> bool:
@@ -157,6 +197,8 @@ def _lu_info(A: Tensor, name: str) -> np.ndarray:
     _square(A, name)
     up = D.lu_np(A._data)[2]
     zero = np.diagonal(up, axis1=-2, axis2=-1) == 0
+    if not zero.shape[-1]:  # 0 x 0 matrices: nothing to be singular
+        return np.zeros(zero.shape[:-1], dtype=np.int32)
     return np.where(zero.any(-1), zero.argmax(-1) + 1, 0).astype(np.int32)
 
 
@@ -191,6 +233,7 @@ def qr(A: Tensor, mode: str = "reduced"):
     if mode not in ("reduced", "complete", "r"):
         raise RuntimeError(f"qr received unrecognized mode '{mode}' but expected one of "
                            "'reduced' (default), 'r', or 'complete'")
+    _at_least_2d(A, "linalg.qr: The input tensor A must have at least 2 dimensions.")
     q, r = D.LinalgQr.apply(A, mode=mode)
     return _Result(("Q", "R"), (q, r))
 
@@ -205,6 +248,7 @@ def eigvalsh(A: Tensor, UPLO: str = "L") -> Tensor:
 
 
 def svd(A: Tensor, full_matrices: bool = True, *, driver=None):
+    _at_least_2d(A, "linalg.svd: The input tensor A must have at least 2 dimensions.")
     u, s, vh = D.LinalgSvd.apply(A, full_matrices=full_matrices)
     return _Result(("U", "S", "Vh"), (u, s, vh))
 
@@ -214,6 +258,11 @@ def svdvals(A: Tensor, *, driver=None) -> Tensor:
 
 
 def pinv(A: Tensor, *, atol=None, rtol=None, hermitian: bool = False) -> Tensor:
+    _at_least_2d(A, f"linalg.pinv({_dtype.scalar_type_name(A.dtype)}{{{list(A.shape)}}}): "
+                 "expected a tensor with 2 or more dimensions of float, double, cfloat or "
+                 "cdouble types")
+    if 0 in A.shape[-2:]:  # no singular values: the pseudo-inverse is all (none) zeros
+        return A.mT * 0
     u, s, vh = svd(A, full_matrices=False)
     top = s.amax(-1, keepdim=True)
     cutoff = top * (rtol if rtol is not None else
@@ -227,6 +276,8 @@ def pinv(A: Tensor, *, atol=None, rtol=None, hermitian: bool = False) -> Tensor:
 
 
 def matrix_rank(A: Tensor, *, atol=None, rtol=None, hermitian: bool = False) -> Tensor:
+    _at_least_2d(A, "torch.linalg.matrix_rank: The input tensor input must have at least 2 "
+                 "dimensions.")
     s = svdvals(A)
     top = s.amax(-1, keepdim=True) if s.shape[-1] else s.new_zeros(s.shape[:-1] + (1,))
     tol = top * (rtol if rtol is not None else max(A.shape[-2:]) * np.finfo(A._data.dtype).eps)
@@ -255,6 +306,7 @@ def matrix_power(A: Tensor, n: int) -> Tensor:
 def matrix_exp(A: Tensor) -> Tensor:
     """exp(A) by scaling and squaring a degree-18 Taylor polynomial: differentiable, since it
     is made of matmuls."""
+    D.check_square(A.shape, "linalg.matrix_exp")
     norm = float(np.abs(A._data).sum(-2).max()) if A.numel() else 0.0
     squarings = max(0, int(np.ceil(np.log2(norm))) + 1) if norm > 0.5 else 0
     x = A / (2 ** squarings)
@@ -305,17 +357,74 @@ def matmul(input: Tensor, other: Tensor) -> Tensor:
 
 def solve_triangular(A: Tensor, B: Tensor, *, upper: bool, left: bool = True,
                      unitriangular: bool = False) -> Tensor:
+    if B.dtype != A.dtype and A.is_floating_point():  # torch's takes B in A's dtype
+        B = B.to(A.dtype)
+    _, batch = solve_shapes(A, B, left, "linalg.solve_triangular", vectors=False)
     T = A.triu() if upper else A.tril()
     if unitriangular:
         T = T - T.diagonal(0, -2, -1).diag_embed() + D._eye_like(A)
-    return solve(T, B, left=left)
+    return _solve(T, B, False, batch, left)
+
+
+def cholesky_solve(B: Tensor, L: Tensor, upper: bool = False) -> Tensor:
+    """X with A X = B, A = L L^T (U^T U when ``upper``); torch's shape rule: B and L at least
+    2-D (no vector B), their batch dims broadcast."""
+    if B.dtype != L.dtype:
+        raise RuntimeError(f"Expected b and A to have the same dtype, but found b of type "
+                           f"{_dtype.scalar_type_name(B.dtype)} and A of type "
+                           f"{_dtype.scalar_type_name(L.dtype)} instead.")
+    for t, name in ((B, "b"), (L, "u")):
+        if t.ndim < 2:
+            raise RuntimeError(f"{name} should have at least 2 dimensions, but has {t.ndim} "
+                               "dimensions instead")
+    n = L.shape[-1]
+    if L.shape[-2] != n:
+        raise RuntimeError(f"A must be batches of square matrices, but they are {L.shape[-2]} "
+                           f"by {n} matrices")
+    if B.shape[-2] != n:
+        raise RuntimeError(f"Incompatible matrix sizes for cholesky_solve: each A matrix is {n} "
+                           f"by {n} but each b matrix is {B.shape[-2]} by {B.shape[-1]}")
+    check_broadcast(tuple(B.shape[:-2]), tuple(L.shape[:-2]))
+    batch = tuple(np.broadcast_shapes(B.shape[:-2], L.shape[:-2]))
+    low = L.mT if upper else L
+    return _solve(low.matmul(low.mT), B, False, batch, True)
 
 
 def lstsq(A: Tensor, B: Tensor, rcond=None, *, driver=None):
-    solution = pinv(A).matmul(B)
+    """The least-squares solution through the pseudo-inverse; torch's shape rule: B has A's
+    dims or one less, it is a (batch of) vector(s) as in ``solve``, batch dims broadcast."""
+    vector = _lstsq_shapes(A, B)
+    if not vector and A.ndim > B.ndim:  # see _lstsq_shapes
+        B = B.unsqueeze(-3).expand(tuple(B.shape[:-1]) + tuple(B.shape[-2:]))
+    solution = pinv(A).matmul(B.unsqueeze(-1) if vector else B)
+    solution = solution.squeeze(-1) if vector else solution
     empty = A.new_zeros((0,))
     return _Result(("solution", "residuals", "rank", "singular_values"),
                    (solution, empty, matrix_rank(A), empty))
+
+
+def _lstsq_shapes(A: Tensor, B: Tensor) -> bool:
+    """Is B a (batch of) vector(s)? Else torch's RuntimeError for operands lstsq refuses."""
+    name = "torch.linalg.lstsq"
+    if A.dtype != B.dtype:
+        raise RuntimeError(f"{name}: Expected input and other to have the same dtype, but got "
+                           f"input's dtype {_dtype.scalar_type_name(A.dtype)} and other's dtype "
+                           f"{_dtype.scalar_type_name(B.dtype)}")
+    if A.ndim < 2:
+        raise RuntimeError(f"{name}: input must have at least 2 dimensions.")
+    if B.ndim < 1:
+        raise RuntimeError(f"{name}: other must have at least 1 dimension.")
+    if not 0 <= A.ndim - B.ndim <= 1:
+        raise RuntimeError(f"{name}: input.dim() must be greater or equal to other.dim() and "
+                           "(input.dim() - other.dim()) <= 1")
+    vector = B.ndim == 1 or (A.ndim - B.ndim == 1 and B.shape == A.shape[:-1])
+    if A.shape[-2] != B.shape[-1 if vector else -2]:
+        raise RuntimeError(f"{name}: input.size(-2) should match other.size("
+                           f"{-1 if vector else -2})")
+    # torch reads the batch of a matrix B with one dim less than A as B.shape[:-1] (each of
+    # its rows paired with all of B): measured against torch 2.13
+    check_broadcast(tuple(A.shape[:-2]), tuple(B.shape[:-1 if vector or A.ndim > B.ndim else -2]))
+    return vector
 
 
 class _Result(tuple):
@@ -363,8 +472,10 @@ def lu_factor_ex(A: Tensor, *, pivot: bool = True, check_errors: bool = False):
 
 def _pivots(p: Tensor) -> Tensor:
     """LAPACK's row swaps (1-based) that produce the permutation P^T."""
+    n = p.shape[-1]
+    if n == 0:  # 0 x 0 matrices: no swaps
+        return Tensor._make(np.zeros(p.shape[:-1], dtype=np.int32), None, 0)
     perm = np.argmax(np.swapaxes(p._data, -1, -2), axis=-1)  # A[perm] = L U
-    n = perm.shape[-1]
     flat = perm.reshape(-1, n)
     out = np.zeros_like(flat)
     for b, target in enumerate(flat):
@@ -409,6 +520,7 @@ def lu_solve(LU: Tensor, pivots: Tensor, B: Tensor, *, left: bool = True,
 def householder_product(A: Tensor, tau: Tensor) -> Tensor:
     """The first n columns of H_1 H_2 ... H_k, H_i = I - tau_i v_i v_i^T, v_i being column i
     of A below the diagonal with a 1 on it: differentiable in A and tau (made of matmuls)."""
+    _at_least_2d(A, "torch.linalg.householder_product: input must have at least 2 dimensions.")
     m, n = A.shape[-2:]
     k = tau.shape[-1]
     if n > m or k > n:
@@ -460,8 +572,11 @@ def _square_q(A: Tensor, tau: Tensor) -> Tensor:
 def cond(A: Tensor, p=None) -> Tensor:
     """The condition number: s_max / s_min for p None / 2 (s_min / s_max for -2), else
     norm(A, p) * norm(inv(A), p)."""
+    _at_least_2d(A, "linalg.cond: The input tensor must have at least 2 dimensions.")
     if p in (None, 2, -2):
         s = svdvals(A)
+        if not s.shape[-1]:  # an empty matrix: 0, as torch's
+            return s.sum(-1)
         ratio = s.amax(-1) / s.amin(-1)
         return ratio if p != -2 else ratio.reciprocal()
     return matrix_norm(A, p) * matrix_norm(inv(A), p)
@@ -471,16 +586,16 @@ def solve_ex(A: Tensor, B: Tensor, *, left: bool = True, check_errors: bool = Fa
     """(result, info): ``info`` as ``inv_ex``'s (LU's first zero pivot, 1-based, per matrix);
     where A is singular the result is undefined in torch, NaN here. Nothing raises unless
     ``check_errors``."""
+    vector, batch = solve_shapes(A, B, left, "linalg.solve")
     info = _lu_info(A, "solve_ex")
     _raise_if(check_errors, info, "torch.linalg.solve_ex", "The solver failed because the "
               "input matrix is singular.")
     if not info.any():
-        return _Result(("result", "info"), (solve(A, B, left=left), _as_info(info)))
+        return _Result(("result", "info"), (_solve(A, B, vector, batch, left), _as_info(info)))
     bad = np.asarray(info != 0)
     singular = Tensor._make(bad[..., None, None], None, 0)
     safe = A.masked_fill(singular, 0) + _eye(A) * singular.to(A.dtype)  # solvable: an identity
-    result = solve(safe, B, left=left)
-    vector = B.ndim == 1 or (B.ndim == A.ndim - 1 and B.shape == A.shape[:-1])
+    result = _solve(safe, B, vector, batch, left)
     mask = np.broadcast_to(bad[..., None] if vector else bad[..., None, None], result.shape)
     result = result.masked_fill(Tensor._make(np.ascontiguousarray(mask), None, 0), float("nan"))
     return _Result(("result", "info"), (result, _as_info(info)))

@@ -301,3 +301,39 @@ def test_a_runtime_directory_too_long_for_a_socket_path_is_passed_over(tmp_path,
         Link.dial(listener.path, IDENTITY).close()  # it listens there
     finally:
         listener.close()
+
+
+class _Dialled:
+    """A link this worker dialled, on which ``messages`` came (its neighbour's answers)."""
+
+    accepted = False
+
+    def __init__(self, messages):
+        self.messages = messages
+
+    def read(self):
+        return self.messages
+
+
+def test_a_neighbours_error_answer_on_a_dialled_link_is_no_warning(caplog):
+    """A client that leaves mid-forward (L1): the next stage refuses the forward it can no
+    longer place and answers with an error on the link; that was a warning ("unexpected
+    message"), now a debug line saying what the neighbour refused. Anything else stays one."""
+    from types import SimpleNamespace
+
+    from workers.link_handlers import LinkHandlers
+
+    worker = SimpleNamespace(id="w1", log=logging.getLogger("test-links"))
+    worker._neighbour_answered = LinkHandlers._neighbour_answered.__get__(worker)
+    error = wire.encode("error", {"kind": "RuntimeError", "message": "its client left",
+                                  "worker": "w2", "path": None, "stage": None,
+                                  "traceback": None}, req=4)
+    with caplog.at_level(logging.DEBUG, logger="test-links"):
+        assert LinkHandlers._read_link(worker, _Dialled([error]))
+        assert [r.levelname for r in caplog.records] == ["DEBUG"]
+        assert "refused a message of this worker's: RuntimeError: its client left" in \
+            caplog.records[0].getMessage()
+        caplog.clear()
+        ok = wire.encode("ok", {"result": 1}, req=5)
+        assert LinkHandlers._read_link(worker, _Dialled([ok]))
+        assert [r.levelname for r in caplog.records] == ["WARNING"]

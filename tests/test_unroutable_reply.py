@@ -43,3 +43,25 @@ def test_a_reply_kept_too_long_goes(monkeypatch):
         assert service._unsent == []
     finally:
         service.close()
+
+
+def test_replies_to_a_peer_that_left_go_without_a_warning(caplog):
+    """A client that leaves mid-forward (L1): the last stage's answer found no route, was
+    kept 30 s and then dropped with a warning naming another client (the name of the one
+    that left was given again); now the worker tells its loop the peer left and the kept
+    reply goes, and so does one that comes later, at debug level."""
+    service = Service("tcp://127.0.0.1:0", name="test")
+    try:
+        service.reply(service.router, b"left-mid-forward", 1, "ok", {"result": 1})
+        assert len(service._unsent) == 1  # no route (yet): kept
+        with caplog.at_level("DEBUG", logger=service.log.name):
+            service.peer_left(b"left-mid-forward")
+            assert service._unsent == []
+            service.reply(service.router, b"left-mid-forward", 2, "ok", {"result": 2})
+            assert service._unsent == []  # not kept for 30 s
+        assert [r.levelname for r in caplog.records] == ["DEBUG", "DEBUG"]
+        assert all("it went away" in r.getMessage() for r in caplog.records)
+        service.reply(service.router, b"not-connected-yet", 3, "ok", {"result": 3})
+        assert len(service._unsent) == 1  # a peer not seen leaving: kept, as before
+    finally:
+        service.close()

@@ -222,10 +222,9 @@ class LinkHandlers:
     def _read_link(self, link: Link) -> bool:
         """Take what came on ``link``: whether anything did."""
         messages = link.read()
-        if not link.accepted:  # neighbours never send on the links their stages dial
-            if messages:
-                self.log.warning("worker %s: unexpected message on a local link to a "
-                                 "neighbour (%d frames)", self.id, len(messages[0]))
+        if not link.accepted:  # neighbours send nothing on the links their stages dial
+            for frames in messages:  # but the answer to a message they refused
+                self._neighbour_answered(frames)
             return bool(messages)
         identity = link.identity
         for frames in messages:
@@ -264,6 +263,24 @@ class LinkHandlers:
             self.refuse(identity, exc)
             return
         self._execute(self.state.pipe_arrived(msg))
+
+    def _neighbour_answered(self, frames: list) -> None:
+        """What came on a link to a neighbour stage: an error is its answer to a message of
+        this worker's it refused (a forward whose client left meanwhile, its graph gone with
+        it): expected, said at debug level; anything else is a warning."""
+        try:
+            head, parts = wire.split_batch(frames)
+            msgs = [wire.decode(frames, _head=head)] if parts is None else [
+                wire.decode(part) for part in parts]
+        except wire.WireError:
+            msgs = []
+        if msgs and all(msg.type == "error" for msg in msgs):
+            for msg in msgs:
+                self.log.debug("worker %s: a neighbour stage refused a message of this "
+                               "worker's: %s: %s", self.id, msg.get("kind"), msg.get("message"))
+            return
+        self.log.warning("worker %s: unexpected message on a local link to a neighbour (%d "
+                         "frames)", self.id, len(frames))
 
     def _link_gone(self, link: Link, why: str, ended: bool = False) -> None:
         """``link`` closed (or is closed now, for what came on it): forgotten; the peer of

@@ -257,6 +257,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         if self.peers.by_fd.get(fd) != sender:  # a new connection, or a descriptor reused:
             self.read_monitor()  # the close of the one it had comes first
         user_id = head.get("User-Id") if self.keys else None
+        if self._gone:  # a peer that left is back: its replies are kept again, if need be
+            self._gone.pop(sender, None)
         try:
             forwarder = self.peers.arrived(fd, sender, user_id)
             msgs = self.messages_in(sender, body)  # (a batch's: batches.py)
@@ -291,6 +293,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
             self.log.info("worker %s: %s went away; dropped its %d graph(s) and %d "
                           "hook(s)", self.id, self.who(sender), graphs, hooks)
         self.peer_log.forget(sender)  # (it may name the peer: before peers forget it)
+        self.peer_left(sender)  # (the replies kept for it go: nobody is there to read them)
         self.forget_batches(sender)
         self.peers.forget(sender)
 

@@ -73,9 +73,10 @@ HINTS = {
     "torch.spmm": _DENSE_ADJ,
     "torch.optim.SparseAdam":
         "nn.Embedding(sparse=True) and nn.EmbeddingBag(sparse=True) give a dense gradient "
-        "here, so torch.optim.SparseAdam (lazy Adam: only the rows looked up move) has no "
-        "equivalent; torch.optim.Adam steps every row, torch.optim.SGD (no momentum, no "
-        "weight decay) steps exactly as with a sparse gradient",
+        "here (marked is_sparse, as torch's), so torch.optim.SparseAdam (lazy Adam: only the "
+        "rows looked up move) has no equivalent; build the layer with sparse=False and step "
+        "it with torch.optim.Adam (every row moves), or keep sparse=True with torch.optim.SGD "
+        "or Adagrad, which step it as torch does",
     "torch.distributions": "disthook.distributions provides every distribution, transform and "
                            "constraint of torch.distributions, with kl_divergence and "
                            "biject_to / transform_to",

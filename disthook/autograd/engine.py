@@ -116,6 +116,8 @@ def accumulate_into_grad(t, grad, fresh: bool = False) -> None:
     """
     if grad is None:
         return
+    # a gradient marked sparse (Embedding(sparse=True)) stays so while only such add up
+    sparse = grad.is_sparse and (t._grad is None or t._grad.is_sparse)
     if t._grad is None:
         if grad_mode.is_grad_enabled():
             # create_graph: a differentiable copy, as torch's CopyBackwards
@@ -132,6 +134,8 @@ def accumulate_into_grad(t, grad, fresh: bool = False) -> None:
     else:
         np.add(t._grad._data, grad._data, out=t._grad._data, casting="unsafe")
         t._grad._vc[0] += 1
+    if sparse or t._grad.is_sparse:
+        t._grad.is_sparse = sparse
 
 
 def _take_owned(grads: list, variable) -> tuple:

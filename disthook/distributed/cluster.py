@@ -24,6 +24,7 @@ import weakref
 from deploy.local import spawn, start_report, stderr_tail, why_it_ended
 from deploy.roles import Role, coordinator_role, local_worker_id, worker_role
 from deploy.threads import share_of_cores
+from disthook.distributed.cluster_processes import announced_address, reap, stop_abandoned
 from disthook.service.endpoint import check_free, parse, unknown_host
 from disthook.service.rpc import (
     DEFAULT_TIMEOUT,
@@ -96,7 +97,7 @@ class Cluster:
         self._cleanups: list = []  # run after the processes are gone (a scratch key dir)
         self._heartbeat: float | None = None
         # the processes must not outlive an unreferenced cluster object either
-        self._finalizer = weakref.finalize(self, _stop_abandoned, self._processes)
+        self._finalizer = weakref.finalize(self, stop_abandoned, self._processes)
 
     # ---- what the cluster is -----------------------------------------------------------------
     def status(self) -> dict:
@@ -349,7 +350,7 @@ class Cluster:
         finally:
             self._coordinator.close()
             self._finalizer.detach()  # told to shut down: the processes are given the grace
-            _reap(self._processes, 5.0)  # waits for them, kills the stragglers
+            reap(self._processes, 5.0)  # waits for them, kills the stragglers
             for cleanup in self._cleanups:
                 cleanup()
 
@@ -511,7 +512,7 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
                                  log_level=log_level, state=state)
         coordinator = spawn(first, stderr, announce=True)
         procs.append(coordinator)
-        address = _announced_address(coordinator, start_timeout)
+        address = announced_address(coordinator, start_timeout)
         # allow_code: this program owns the cluster and sends its models with their code (a
         # shared service turns it off and lists the modules models may come from:
         # allow_model_modules)
@@ -531,7 +532,7 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
             cluster._start_restarter(again, worker, stderr, next_number=workers + 1)
             cluster._cleanups.append(weakref.finalize(cluster, shutil.rmtree, state_dir, True))
     except BaseException:
-        _reap(procs, 5.0)
+        reap(procs, 5.0)
         for folder in (scratch, state_dir):
             if folder is not None:
                 shutil.rmtree(folder, ignore_errors=True)
@@ -542,64 +543,3 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
         cluster.close()
         raise
     return cluster
-
-
-def _announced_address(proc: subprocess.Popen, timeout: float) -> str:
-    """The endpoint on the coordinator's first stdout line (it may have picked its port)."""
-    box: list[str] = []
-    reader = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)
-    reader.start()
-    reader.join(timeout)
-    line = box[0] if box else ""
-    if not line.startswith("disthook coordinator listening on "):
-        if box:  # stdout closed: the process is ending, let it say with which code
-            try:
-                proc.wait(5.0)
-            except subprocess.TimeoutExpired:
-                pass
-        if proc.poll() is not None:
-            raise ClusterError(f"the coordinator (pid {proc.pid}) "
-                               f"{why_it_ended(proc, 'before announcing its address')}")
-        raise ClusterError(f"the coordinator did not announce its address within {timeout:g} s "
-                           f"(it printed {line!r})")
-    # keep draining stdout so that a chatty process never blocks on a full pipe; the drain
-    # closes the pipe when the process is gone
-    def drain(pipe=proc.stdout):
-        try:
-            pipe.read()
-        finally:
-            pipe.close()
-
-    proc.drained = True
-    threading.Thread(target=drain, daemon=True).start()
-    return line.rsplit(" ", 1)[1].strip()
-
-
-def _stop_abandoned(procs: list[subprocess.Popen]) -> None:
-    """The processes of a local cluster left open (unreferenced, or at the interpreter's
-    exit): no one asks its coordinator to shut down, so each is told to stop at once
-    (SIGTERM, a clean stop for a role) and then reaped, rather than waited on for the
-    grace first (a program that never closed its cluster took 5 s more to exit)."""
-    for proc in procs:
-        if proc.poll() is None:
-            proc.terminate()
-    _reap(procs, 5.0)
-
-
-def _reap(procs: list[subprocess.Popen], grace: float) -> None:
-    """Wait up to ``grace`` seconds for every process, then terminate, then kill."""
-    deadline = time.monotonic() + grace
-    for proc in procs:
-        try:
-            proc.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(2.0)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None and not getattr(proc, "drained", False):
-            proc.stdout.close()  # never handed to a drain thread (start-up failed)
-    procs.clear()

@@ -562,7 +562,7 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None,
         _embedding_renorm(weight, indices, max_norm, norm_type)
     return EmbeddingOps.Embedding.apply(weight, indices=indices.astype(np.int64, copy=False),
                                         padding_idx=padding_idx,
-                                        scale_grad_by_freq=scale_grad_by_freq)
+                                        scale_grad_by_freq=scale_grad_by_freq, sparse=sparse)
 
 
 def _embedding_renorm(weight: Tensor, indices: np.ndarray, max_norm: float,

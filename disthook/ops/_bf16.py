@@ -145,7 +145,7 @@ def scalar_as_bfloat16(value):
     return float(np.float32(value).astype(BF16)) if isinstance(value, float) else value
 
 
-_HALVES = (BF16, np.dtype(np.float16))
+HALVES = (BF16, np.dtype(np.float16))
 
 
 def half_in_float32(fn, *tensors):
@@ -156,13 +156,13 @@ def half_in_float32(fn, *tensors):
     it is ``fn`` itself. The copies and the rounding are ops, so the formula stays
     differentiable (``create_graph``)."""
     dtype = tensors[0]._data.dtype
-    if dtype not in _HALVES:
+    if dtype not in HALVES:
         return fn(*tensors)
     return fn(*[t.float() if t._data.dtype == dtype else t for t in tensors]).to(dtype)
 
 
 def half_up(x: np.ndarray) -> np.ndarray:
-    """A float16 array as float32 (torch's CPU kernels compute float16's sigmoid, silu, gelu,
-    softmax and log_softmax in float32 and round the result once; numpy's float16 loops
-    round every step); any other array as it is."""
-    return x.astype(np.float32) if x.dtype == np.float16 else x
+    """A float16 (or bfloat16) array as float32 (torch's CPU kernels compute float16's
+    sigmoid, silu, gelu, softmax and log_softmax in float32 and round the result once;
+    numpy's float16 loops round every step); any other array as it is."""
+    return x.astype(np.float32) if x.dtype in HALVES else x

@@ -19,13 +19,18 @@ def _tensor(array):
     return Tensor._make(array, None, 0)
 
 
-def _square(a, name: str) -> None:
-    shape = a._data.shape
+def check_square(shape: tuple, name: str) -> None:
+    """RuntimeError, worded as torch's, unless ``shape`` is a batch of square matrices
+    (``name`` is the function's, ``linalg.det``)."""
     if len(shape) < 2:
-        raise RuntimeError(f"linalg.{name}: The input tensor A must have at least 2 dimensions.")
+        raise RuntimeError(f"{name}: The input tensor A must have at least 2 dimensions.")
     if shape[-1] != shape[-2]:
-        raise RuntimeError(f"linalg.{name}: A must be batches of square matrices, but they are "
+        raise RuntimeError(f"{name}: A must be batches of square matrices, but they are "
                            f"{shape[-2]} by {shape[-1]} matrices")
+
+
+def _square(a, name: str) -> None:
+    check_square(a._data.shape, f"linalg.{name}")
     if _dtype.kind(a._data.dtype) != "f":
         raise RuntimeError(f"linalg.{name}: Expected a floating point or complex tensor as "
                            f"input. Got {a.dtype}")
@@ -84,11 +89,30 @@ class LinalgDet(Op):
     def backward(ctx, g):
         a, det = ctx.saved_tensors
         if bool((det._data == 0).any()):
-            from disthook.ops.scan import no_second_order
+            from disthook.autograd import grad_mode
 
-            no_second_order(g, "det at a singular matrix", a.requires_grad)
+            if grad_mode._state.enabled and (g.requires_grad or a.requires_grad):
+                return g[..., None, None] * cofactors(a)  # recorded: differentiable again
             return g[..., None, None] * _tensor(adjugate_t(a._data))
         return (g * det)[..., None, None] * a.inverse().mT
+
+
+def cofactors(a):
+    """The matrix of cofactors of ``a`` (batched), det(A) inv(A)^T also where A is singular,
+    from the determinants of its minors: made of ``LinalgDet``, so differentiable again at
+    any matrix (torch's rule, through the SVD, gives NaN where singular values repeat)."""
+    from disthook.tensor import stack
+
+    n = a.shape[-1]
+    if n == 1:
+        return a * 0 + 1
+    others = [[k for k in range(n) if k != i] for i in range(n)]
+    rows = []
+    for i in range(n):
+        without_row = a[..., others[i], :]
+        rows.append(stack([LinalgDet.apply(without_row[..., others[j]]) * (-1) ** (i + j)
+                           for j in range(n)], -1))
+    return stack(rows, -2)
 
 
 class LinalgSlogdet(Op):
@@ -106,7 +130,16 @@ class LinalgSlogdet(Op):
         (a,) = ctx.saved_tensors
         if g_logabs is None:
             return a * 0
-        return g_logabs[..., None, None] * a.inverse().mT
+        # inv(A)^T g as torch takes it, a solve of A^T X = g I. At a singular A torch's plain
+        # backward gives that LU solve's infinities and NaNs, unchecked; recorded for a second
+        # derivative (create_graph) it raises its LinAlgError, as LinalgSolveEx does
+        from disthook.autograd import grad_mode
+
+        rhs = g_logabs[..., None, None] * _eye_like(a).expand(a.shape)
+        recorded = grad_mode._state.enabled and (g_logabs.requires_grad or a.requires_grad)
+        if not recorded and bool((np.linalg.det(a._data) == 0).any()):
+            return _tensor(lu_solve_np(np.swapaxes(a._data, -1, -2), rhs._data))
+        return LinalgSolveEx.apply(a.mT, rhs, vector=False)
 
 
 class LinalgSolveEx(Op):
@@ -123,7 +156,7 @@ class LinalgSolveEx(Op):
         try:
             x = np.linalg.solve(a._data, rhs)
         except np.linalg.LinAlgError:
-            raise LinAlgError("linalg.solve: The solver failed because the input matrix is "
+            raise LinAlgError("torch.linalg.solve: The solver failed because the input matrix is "
                               "singular.") from None
         return x[..., 0] if vector else x
 
@@ -273,7 +306,7 @@ def lu_np(a: np.ndarray) -> tuple:
     u = a.astype(a.dtype, copy=True)
     n = u.shape[-1]
     batch = u.shape[:-2]
-    flat = u.reshape((-1, n, n))
+    flat = u.reshape((int(np.prod(batch)), n, n))  # -1 is ambiguous for 0 x 0 matrices
     low = np.zeros_like(flat)
     perm = np.tile(np.arange(n), (flat.shape[0], 1))
     rows = np.arange(flat.shape[0])
@@ -292,6 +325,21 @@ def lu_np(a: np.ndarray) -> tuple:
             np.triu(flat).reshape(batch + (n, n)))
 
 
+def lu_solve_np(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """X with A X = B through ``lu_np``, as LAPACK's getrs: unchecked, a zero pivot gives
+    infinities and NaNs rather than an error."""
+    perm, low, up = lu_np(a)
+    n = a.shape[-1]
+    y = np.take_along_axis(b, perm[..., None], axis=-2).astype(b.dtype, copy=True)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for i in range(n):
+            y[..., i, :] -= (low[..., i, :i, None] * y[..., :i, :]).sum(-2)
+        for i in reversed(range(n)):
+            y[..., i, :] = ((y[..., i, :] - (up[..., i, i + 1:, None] * y[..., i + 1:, :]).sum(-2))
+                            / up[..., i, i, None])
+    return y
+
+
 class LinalgLu(Op):
     """A = P L U for square A; the gradient reaches A through L and U."""
 
@@ -299,6 +347,12 @@ class LinalgLu(Op):
 
     @staticmethod
     def forward(ctx, a):
+        shape = a._data.shape
+        if len(shape) >= 2 and shape[-1] != shape[-2]:  # torch factors these: refused here
+            raise NotImplementedError(
+                f"linalg.lu of {shape[-2]} by {shape[-1]} matrices (not square) is not "
+                "supported by disthook (torch factors them); factor square matrices, or take "
+                "linalg.qr for rectangular ones")
         _square(a, "lu")
         ctx.save_for_backward(a)
         perm, low, up = lu_np(a._data)

@@ -16,16 +16,20 @@ class Embedding(Op):
     """``weight[indices]``: ``indices`` is an integer array of any shape."""
 
     @staticmethod
-    def forward(ctx, weight, indices, padding_idx=None, scale_grad_by_freq=False):
+    def forward(ctx, weight, indices, padding_idx=None, scale_grad_by_freq=False, sparse=False):
         ctx.indices, ctx.num_weights = indices, weight._data.shape[0]
         ctx.padding_idx, ctx.scale_grad_by_freq = padding_idx, scale_grad_by_freq
+        ctx.sparse = sparse
         return np.take(weight._data, indices, axis=0)
 
     @staticmethod
     def backward(ctx, g):
-        return EmbeddingDenseBackward.apply(
+        grad = EmbeddingDenseBackward.apply(
             g, indices=ctx.indices, num_weights=ctx.num_weights, padding_idx=ctx.padding_idx,
             scale_grad_by_freq=ctx.scale_grad_by_freq)
+        if ctx.sparse:  # dense numbers, marked as torch's sparse gradient for what reads it
+            grad.is_sparse = True
+        return grad
 
 
 def _row_factors(indices: np.ndarray, num_weights: int, padding_idx, scale: bool):

@@ -13,6 +13,7 @@ import numpy as np
 
 from disthook import _dtype
 from disthook.autograd import grad_mode
+from disthook.ops._bf16 import HALVES
 from disthook.ops.base import Op
 from disthook.ops.elementwise import Div
 from disthook.ops.shape import ScatterAlong
@@ -238,10 +239,13 @@ def _class_index(ctx, t: np.ndarray, shape: tuple, ignore_index: int) -> tuple:
     return valid, classes, index
 
 
-def _nll_reduce(ctx, picked: np.ndarray, valid, classes, weight, reduction: str) -> np.ndarray:
+def _nll_reduce(ctx, picked: np.ndarray, valid, classes, weight, reduction: str,
+                nd: bool = False) -> np.ndarray:
     """``-w[t] * picked``, reduced (a mean divides by the sum of ``w[t]``); stores on ``ctx``
     each picked value's coefficient in the output (0 where the target is ignored)."""
     dtype = picked.dtype
+    if dtype in HALVES and reduction != "none":
+        return _nll_reduce_half(ctx, picked, valid, classes, weight, reduction, nd)
     w = valid.astype(dtype) if weight is None else np.where(valid, weight[classes], 0)
     w = w.astype(dtype, copy=False)
     losses = -picked * w
@@ -257,13 +261,90 @@ def _nll_reduce(ctx, picked: np.ndarray, valid, classes, weight, reduction: str)
         return np.asarray(losses.sum(dtype=dtype) / total, dtype=dtype)
 
 
+CASCADE_LEVELS = 8  # torch's CPU nll_loss: partial sums on 8 levels, in the input's dtype
+
+
+def _nll_reduce_half(ctx, picked, valid, classes, weight, reduction: str, nd: bool):
+    """``_nll_reduce`` for float16 / bfloat16 ``picked`` as torch's CPU kernel sums: a
+    cascade of partial sums kept in the half dtype (every addition rounded), each level
+    flushed into the next every 2**power samples; a mean divides by the count (the summed
+    weights where weighted or ``nd``), in the half dtype too."""
+    dtype = picked.dtype
+
+    def rnd(v):
+        return np.asarray(v, np.float32).astype(dtype).astype(np.float32)
+
+    keep = np.asarray(valid).reshape(-1)
+    where = np.flatnonzero(keep)
+    values = picked.reshape(-1).astype(np.float32)[where]
+    w_all = np.where(valid, 1 if weight is None else np.asarray(weight)[classes], 0)
+    ctx.coef = np.asarray(w_all, np.float32).astype(dtype)
+    w = None if weight is None else rnd(np.asarray(weight, np.float32))[
+        np.asarray(classes).reshape(-1)[where]]
+    flushes = _cascade_flushes(where, keep.size)
+    out = _cascade_sum(values if w is None else rnd(values * w), flushes, rnd, -1)
+    if reduction == "sum":
+        return np.asarray(out).astype(dtype)
+    if weight is None and not nd:
+        total = rnd(where.size)
+    else:
+        total = _cascade_sum(np.ones_like(values) if w is None else w, flushes, rnd, 1)
+    # backward divides the gradient by it first, as torch, and leaves ignored targets at 0
+    ctx.half_total, ctx.half_valid = float(total), valid
+    with np.errstate(divide="ignore", invalid="ignore"):  # all ignored: nan, as in torch
+        return np.asarray(out / total).astype(dtype)
+
+
+def _cascade_flushes(positions: np.ndarray, n: int) -> np.ndarray:
+    """How many levels torch's cascade flushes after adding the sample at each of
+    ``positions`` (of ``n``): one more for each group of ``power`` low bits that is zero."""
+    power = max(4, int(np.ceil(np.log2(n))) // CASCADE_LEVELS if n > 1 else 0)
+    mask = (1 << power) - 1
+    levels = np.zeros(positions.size, dtype=np.int64)
+    still = np.ones(positions.size, dtype=bool)
+    for j in range(CASCADE_LEVELS - 1):
+        still &= ((positions >> (j * power)) & mask) == 0
+        levels += still
+    return levels
+
+
+def _cascade_sum(items: np.ndarray, flushes: np.ndarray, rnd, sign: int) -> np.float32:
+    """The cascade's result: level 0 adds ``sign * items`` one by one (rounded each time);
+    each level's partial sum goes into the next where ``flushes`` says, and what is left on
+    the levels is added up, lowest first."""
+    left = []
+    for level in range(CASCADE_LEVELS):
+        ends = flushes > level if level < CASCADE_LEVELS - 1 else np.zeros(items.size, bool)
+        segment = np.concatenate([[0], np.cumsum(ends)[:-1]]).astype(np.int64)
+        count = int(ends.sum()) + 1
+        start = np.searchsorted(segment, np.arange(count))
+        column = np.arange(items.size) - start[segment]
+        block = np.zeros((count, int(column.max(initial=0)) + 1), dtype=np.float32)
+        block[segment, column] = items
+        sums = np.zeros(count, dtype=np.float32)
+        for c in range(block.shape[1]):  # in order, rounded at each step, as one by one
+            sums = rnd(sums + sign * block[:, c]) if block[:, c].any() else sums
+        left.append(sums[-1])
+        items, flushes, sign = sums[:-1], flushes[ends], 1
+    total = np.float32(0)
+    for partial in left:
+        total = rnd(total + partial)
+    return total
+
+
 def _picked_grad(ctx, g):
     """``g`` times each target's coefficient, shaped to broadcast over the class dim."""
+    total = getattr(ctx, "half_total", None)
+    if total is not None:  # a half dtype's mean: g / total first, then times w[t], as torch
+        ignored = _constant(~np.asarray(ctx.half_valid))
+        return (g / total * _constant(ctx.coef)).masked_fill(ignored, 0).unsqueeze(ctx.class_dim)
     return (g * _constant(ctx.coef)).unsqueeze(ctx.class_dim)
 
 
 class NllLoss(Op):
     """``-w[t] * input[t]`` per sample, reduced (weighted mean: divided by the sum of ``w[t]``)."""
+
+    _in_float32 = True  # bfloat16 as float16: torch's sums in the half dtype (_nll_reduce_half)
 
     nd = False  # NllLoss2D: the (N, C, H, W) kernel, with its own checks and node name
 
@@ -276,7 +357,7 @@ class NllLoss(Op):
         valid, classes, index = _class_index(ctx, t, x.shape, ignore_index)
         dim = 1 if x.ndim > 1 else 0
         picked = np.take_along_axis(x, index, dim).squeeze(dim)
-        return _nll_reduce(ctx, picked, valid, classes, weight, reduction)
+        return _nll_reduce(ctx, picked, valid, classes, weight, reduction, cls.nd)
 
     @staticmethod
     def backward(ctx, g):
@@ -295,6 +376,7 @@ class CrossEntropy(Op):
 
     node_name = "NllLossBackward0"
     nd = False
+    _in_float32 = True  # bfloat16 as float16: torch's log_softmax then nll_loss (below)
 
     @classmethod
     def forward(cls, ctx, input, target, weight=None, reduction="mean", ignore_index=-100):
@@ -304,6 +386,17 @@ class CrossEntropy(Op):
             t = t.reshape(())
         valid, classes, index = _class_index(ctx, t, x.shape, ignore_index)
         dim = 1 if x.ndim > 1 else 0
+        ctx.dtype = x.dtype
+        if x.dtype in HALVES:  # torch's two kernels, each with its half-dtype result
+            from disthook.ops.reduce import log_softmax_array
+
+            log_probs = log_softmax_array(x, dim)
+            picked = np.take_along_axis(log_probs, index, dim).squeeze(dim)
+            out = _nll_reduce(ctx, picked, valid, classes, weight, reduction, cls.nd)
+            if ctx.needs_input_grad:
+                ctx.save_for_backward(input)
+                ctx.probs = np.exp(log_probs.astype(np.float32))
+            return out
         # log_softmax at the targets only: x[t] - max - log(sum(exp(x - max)))
         shifted = x - np.max(x, axis=dim, keepdims=True, initial=-np.inf)
         picked = np.take_along_axis(shifted, index, dim)
@@ -327,10 +420,11 @@ class CrossEntropy(Op):
             return x.softmax(dim) * coef - onehot
         # softmax from forward: like torch (which keeps log_softmax's output), a later in-place
         # change of the input does not matter here
-        grad = ctx.probs * coef._data
-        at_target = np.take_along_axis(grad, index, dim) - coef._data
+        c = coef._data.astype(np.float32) if ctx.dtype in HALVES else coef._data
+        grad = ctx.probs * c  # (a half dtype: in float32, rounded once, as torch's kernel)
+        at_target = np.take_along_axis(grad, index, dim) - c
         np.put_along_axis(grad, index, at_target, dim)
-        return _constant(grad)
+        return _constant(grad.astype(ctx.dtype, copy=False))
 
 
 class CrossEntropy2D(CrossEntropy):

@@ -9,7 +9,7 @@ from types import MappingProxyType
 import numpy as np
 
 from disthook import _dtype
-from disthook.ops._bf16 import half_in_float32, half_up
+from disthook.ops._bf16 import HALVES, half_in_float32, half_up
 from disthook.ops.base import OUTPUT, Op, _wrap, plain, plain_float, plain_tensor, shown_dims
 
 
@@ -405,16 +405,22 @@ class LinalgVectorNorm(Op):
 
 class LogSumExp(Op):
     node_name = "LogsumexpBackward0"
+    _in_float32 = True  # bfloat16 as float16: torch's ops one by one, each rounded (below)
 
     @staticmethod
     def forward(ctx, a, dim=None, keepdim=False):
         ctx.save_for_backward(a, OUTPUT)
         ctx.dim, ctx.keepdim = dim, keepdim
         x = a._data
+        # a half dtype: torch composes amax, sub, exp, sum, log, add, each op computed in
+        # float32 and rounded to the half dtype (the sum accumulates in float32)
+        rnd = _rounding(x.dtype)
+        x = half_up(x)
         m = x.max(axis=dim, keepdims=True, initial=-np.inf)
         m = np.where(np.isfinite(m), m, 0)
         with np.errstate(divide="ignore"):  # an empty or all -inf reduction gives -inf
-            out = np.log(np.sum(np.exp(x - m), axis=dim, keepdims=True)) + m
+            total = rnd(np.sum(rnd(np.exp(rnd(x - m))), axis=dim, keepdims=True))
+            out = rnd(rnd(np.log(total)) + m).astype(a._data.dtype, copy=False)
         return out if keepdim else np.squeeze(out, axis=dim)
 
     @staticmethod
@@ -427,14 +433,20 @@ class LogSumExp(Op):
 class Softmax(Op):
     saved_names = ("result",)
     saved_values = MappingProxyType({"dim": shown_dims})
+    _in_float32 = True  # bfloat16 as float16: torch's kernels' roundings (below)
 
     @staticmethod
     def forward(ctx, a, dim, given=None):
         ctx.save_for_backward(OUTPUT)
         ctx.dim, ctx.given = dim, given  # (``given``: the dim as the program wrote it)
-        x = half_up(a._data)
+        # a half dtype, computed in float32: over the last dim torch's kernel rounds once, at
+        # the end; over another dim it keeps the exponentials in the half dtype, rounded, and
+        # divides them by their float32 sum
+        x = a._data
+        rnd = _as_it_is if dim >= x.ndim - 1 else _rounding(x.dtype)
+        x = half_up(x)
         e = np.exp(x - x.max(axis=dim, keepdims=True, initial=-np.inf))
-        return (e / e.sum(axis=dim, keepdims=True)).astype(a._data.dtype, copy=False)
+        return (rnd(e) / e.sum(axis=dim, keepdims=True)).astype(a._data.dtype, copy=False)
 
     @staticmethod
     def backward(ctx, g):
@@ -452,18 +464,27 @@ def _sum_kept(x: np.ndarray, dim) -> np.ndarray:
     return x.sum(axis=norm_dims(dim, x.ndim), keepdims=True, dtype=x.dtype)
 
 
+def log_softmax_array(x: np.ndarray, dim: int) -> np.ndarray:
+    """log_softmax of a float array along ``dim``. A half dtype is computed in float32: over
+    the last dim torch's kernel keeps the sum and its log in the half dtype, rounded; over
+    another dim it rounds once, at the end (measured bit for bit, torch 2.13)."""
+    rnd = _rounding(x.dtype) if dim >= x.ndim - 1 else _as_it_is
+    wide = half_up(x)
+    shifted = wide - wide.max(axis=dim, keepdims=True, initial=-np.inf)
+    log_sum = rnd(np.log(rnd(np.exp(shifted).sum(axis=dim, keepdims=True))))
+    return (shifted - log_sum).astype(x.dtype, copy=False)
+
+
 class LogSoftmax(Op):
     saved_names = ("result",)
     saved_values = MappingProxyType({"dim": shown_dims})
+    _in_float32 = True  # bfloat16 as float16: torch's kernels' roundings (below)
 
     @staticmethod
     def forward(ctx, a, dim, given=None):
         ctx.save_for_backward(OUTPUT)
         ctx.dim, ctx.given = dim, given  # (``given``: the dim as the program wrote it)
-        x = half_up(a._data)
-        shifted = x - x.max(axis=dim, keepdims=True, initial=-np.inf)
-        return (shifted - np.log(np.exp(shifted).sum(axis=dim, keepdims=True))).astype(
-            a._data.dtype, copy=False)
+        return log_softmax_array(a._data, dim)
 
     @staticmethod
     def backward(ctx, g):
@@ -475,6 +496,18 @@ class LogSoftmax(Op):
             return plain_tensor(g._data - e)
         return half_in_float32(lambda g, y: g - y.exp() * g.sum(dim=ctx.dim, keepdim=True),
                                g, y)
+
+
+def _as_it_is(x: np.ndarray) -> np.ndarray:
+    return x
+
+
+def _rounding(dtype):
+    """For a half dtype, a function rounding a float32 array to it (kept in float32: the
+    next step computes in float32 again); for any other dtype, none."""
+    if dtype not in HALVES:
+        return _as_it_is
+    return lambda x: x.astype(dtype).astype(np.float32)
 
 
 class Cumsum(Op):

@@ -10,6 +10,8 @@ from disthook.tensor import zeros_like
 
 
 class Adafactor(Optimizer):
+    sparse_refusal = "Adafactor does not support sparse gradients"
+
     def __init__(self, params, lr: float = 1e-2, beta2_decay: float = -0.8,
                  eps: tuple = (None, 1e-3), d: float = 1.0, weight_decay: float = 0.0, *,
                  foreach: bool | None = None, maximize: bool = False) -> None:

@@ -8,6 +8,8 @@ from disthook.tensor import zeros_like
 
 
 class Adadelta(Optimizer):
+    sparse_refusal = "Adadelta does not support sparse gradients"
+
     def __init__(self, params, lr: float = 1.0, rho: float = 0.9, eps: float = 1e-6,
                  weight_decay: float = 0, foreach: bool | None = None, *,
                  capturable: bool = False, maximize: bool = False,

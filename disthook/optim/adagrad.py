@@ -42,6 +42,8 @@ class Adagrad(Optimizer):
         state["step"].add_(1)
         step = state["step"].item()
         if group["weight_decay"] != 0:
+            if p.grad.is_sparse:
+                raise RuntimeError("weight_decay option is not compatible with sparse gradients")
             grad = grad.add(p, alpha=group["weight_decay"])
         clr = group["lr"] / (1 + (step - 1) * group["lr_decay"])
         p, grad, sums = optimizer.real_pairs(p, p, grad, state["sum"])

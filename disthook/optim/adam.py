@@ -18,6 +18,8 @@ from disthook.tensor import zeros_like
 
 
 class Adam(Optimizer):
+    sparse_refusal = "Adam does not support sparse gradients, please consider SparseAdam instead"
+
     def __init__(self, params, lr: float = 1e-3, betas: tuple = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0, amsgrad: bool = False, *, foreach: bool | None = None,
                  maximize: bool = False, capturable: bool = False, differentiable: bool = False,

@@ -7,6 +7,8 @@ from disthook.tensor import zeros_like
 
 
 class Adamax(Optimizer):
+    sparse_refusal = "Adamax does not support sparse gradients"
+
     def __init__(self, params, lr: float = 2e-3, betas: tuple = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0, foreach: bool | None = None, *,
                  maximize: bool = False, differentiable: bool = False,

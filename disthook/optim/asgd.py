@@ -8,6 +8,8 @@ from disthook.tensor import zeros_like
 
 
 class ASGD(Optimizer):
+    sparse_refusal = "ASGD does not support sparse gradients"
+
     def __init__(self, params, lr: float = 1e-2, lambd: float = 1e-4, alpha: float = 0.75,
                  t0: float = 1e6, weight_decay: float = 0, foreach: bool | None = None,
                  maximize: bool = False, differentiable: bool = False,

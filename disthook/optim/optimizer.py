@@ -344,12 +344,25 @@ class Optimizer:
         if closure is not None:
             with grad_mode.enable_grad():
                 loss = closure()
+        self._check_sparse_grads()
         with grad_mode.no_grad():
             for group in self.param_groups:
                 for p in group["params"]:
                     if p.grad is not None:
                         self._update(p, group)
         return loss
+
+    # torch's words when this algorithm meets a sparse gradient (nn.Embedding(sparse=True)):
+    # it refuses before any parameter moves; None where it steps with one (SGD, Adagrad)
+    sparse_refusal: str | None = None
+
+    def _check_sparse_grads(self) -> None:
+        if self.sparse_refusal is None:
+            return
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None and p.grad.is_sparse:
+                    raise RuntimeError(self.sparse_refusal)
 
     def _update(self, p, group: dict) -> None:
         raise NotImplementedError(f"{type(self).__name__} does not define _update(p, group)")

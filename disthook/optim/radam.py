@@ -13,6 +13,8 @@ from disthook.optim.sgd import _check_flags
 
 
 class RAdam(Optimizer):
+    sparse_refusal = "RAdam does not support sparse gradients"
+
     def __init__(self, params, lr: float = 1e-3, betas: tuple = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0,
                  decoupled_weight_decay: bool = False, *, foreach: bool | None = None,

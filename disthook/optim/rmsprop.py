@@ -10,6 +10,8 @@ from disthook.tensor import zeros_like
 
 
 class RMSprop(Optimizer):
+    sparse_refusal = "RMSprop does not support sparse gradients"
+
     def __init__(self, params, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
                  weight_decay: float = 0, momentum: float = 0, centered: bool = False,
                  capturable: bool = False, foreach: bool | None = None,

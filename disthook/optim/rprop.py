@@ -8,6 +8,8 @@ from disthook.tensor import where, zeros_like
 
 
 class Rprop(Optimizer):
+    sparse_refusal = "Rprop does not support sparse gradients"
+
     def __init__(self, params, lr: float = 1e-2, etas: tuple = (0.5, 1.2),
                  step_sizes: tuple = (1e-6, 50), *, capturable: bool = False,
                  foreach: bool | None = None, maximize: bool = False,

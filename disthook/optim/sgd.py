@@ -30,6 +30,9 @@ class SGD(Optimizer):
         momentum, lr, dampening = group["momentum"], group["lr"], group["dampening"]
         grad = -p.grad if group["maximize"] else p.grad
         if group["weight_decay"] != 0:
+            if p.grad.is_sparse:  # torch's step adds the dense parameter to the sparse gradient
+                raise RuntimeError("add(sparse, dense) is not supported. Use add(dense, sparse) "
+                                   "instead.")
             grad = grad.add(p, alpha=group["weight_decay"])
         buf = None
         if momentum != 0:

@@ -43,6 +43,7 @@ __all__ = ["LOG_LEVELS", "PIPE_COPY_BELOW", "OneLineFormatter", "PeerLog", "Serv
 UNROUTABLE_KEEP_S = 30.0
 UNROUTABLE_KEPT = 256  # replies kept that way at most, per peer
 UNROUTABLE_KEPT_ALL = 4096  # and for all peers together
+GONE_REMEMBERED = 1024  # peers whose connection closed that replies are not kept for
 # so is a reply to a peer whose queue is full (it does not read its replies): a send never
 # waits for a peer, which would stop the loop for everyone (ROUTER_MANDATORY makes a send to
 # a full peer block); kept this long at most, then dropped with a warning
@@ -134,6 +135,7 @@ class Service:
         self._next_peer_number = itertools.count(1)
         self._running = False
         self._unsent: list[tuple] = []  # (since, socket, peer, frames) of unroutable replies
+        self._gone: dict[bytes, None] = {}  # peers that left, until they send again (peer_left)
         # with a limit: the bytes of each peer's answers ZeroMQ holds, bounded (a worker's)
         self.unread: UnreadAnswers | None = None
 
@@ -188,6 +190,19 @@ class Service:
                                       self.peer_name(to), UNROUTABLE_KEEP_S)
             elif not sock.closed:
                 self._send(sock, to, frames, since)
+
+    def peer_left(self, to: bytes) -> None:
+        """``to``'s connection closed: the replies kept for it go, and so do those that find
+        no route to it later (a request that outlived its client: one that left
+        mid-forward), at debug level: nobody is there to read them. Until it sends again."""
+        dropped = len(self._unsent)
+        self._unsent = [u for u in self._unsent if u[2] != to]
+        if dropped != len(self._unsent):
+            self.log.debug("%s: dropped %d reply(ies) kept for %s: it went away", self.label,
+                           dropped - len(self._unsent), self.peer_name(to))
+        self._gone[to] = None
+        while len(self._gone) > GONE_REMEMBERED:
+            del self._gone[next(iter(self._gone))]
 
     # ---- requests ----------------------------------------------------------------------------
     def on_socket(self, sock: zmq.Socket) -> None:
@@ -306,6 +321,10 @@ class Service:
             else:
                 send_frames(sock, frames)
         except zmq.ZMQError as exc:
+            if exc.errno == zmq.EHOSTUNREACH and to in self._gone:
+                self.log.debug("%s: dropped a reply to %s: it went away", self.label,
+                               self.peer_name(to))
+                return
             # no route to the peer: its connection has not finished its handshake yet (or
             # it went away); or its queue is full: kept and tried again at each tick
             if exc.errno in (zmq.EHOSTUNREACH, zmq.EAGAIN) and len(kept) < UNROUTABLE_KEPT \

@@ -95,5 +95,5 @@ def test_solve_ex_reports_the_first_zero_pivot_and_solves_the_others(shape, left
     np.testing.assert_allclose(ours.result[1].numpy(), theirs.result[1].numpy())
     assert np.isnan(ours.result[0].numpy()).all() and np.isnan(ours.result[2].numpy()).all()
     with pytest.raises(disthook.linalg.LinAlgError, match="solve_ex: .*singular"):
-        disthook.linalg.solve_ex(disthook.tensor(SINGULAR), disthook.tensor(rhs), left=left,
-                                 check_errors=True)
+        disthook.linalg.solve_ex(disthook.tensor(SINGULAR, dtype=disthook.float64),
+                                 disthook.tensor(rhs), left=left, check_errors=True)

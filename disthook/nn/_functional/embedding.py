@@ -86,7 +86,7 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None,
         F._embedding_renorm(weight, flat, max_norm, norm_type)
     keep = flat != padding_idx if padding_idx is not None else np.ones(flat.shape, bool)
     rows = F.embedding(Tensor._make(flat, None, 0), weight,
-                       scale_grad_by_freq=scale_grad_by_freq)
+                       scale_grad_by_freq=scale_grad_by_freq, sparse=sparse)
     if per_sample_weights is not None:
         rows = rows * per_sample_weights.reshape(-1, 1)
     if mode == "max":

@@ -27,6 +27,16 @@ def _as_list(parameters) -> list:
     return parameters
 
 
+def refuse_sparse(tensors, kernel: str) -> None:
+    """torch's NotImplementedError where a gradient is sparse (nn.Embedding(sparse=True)):
+    its norm and its clamp have no sparse kernel there."""
+    if any(t is not None and t.is_sparse for t in tensors):
+        raise NotImplementedError(
+            f"Could not run 'aten::{kernel}' with arguments from the 'SparseCPU' backend: "
+            "a sparse gradient (from nn.Embedding or nn.EmbeddingBag with sparse=True) cannot "
+            "be clipped, as in torch; build the layer with sparse=False to clip its gradient")
+
+
 def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0,
                     error_if_nonfinite: bool = False, foreach: bool | None = None) -> Tensor:
     """Scale the gradients so that their joint ``norm_type``-norm is at most ``max_norm``;
@@ -35,6 +45,7 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0,
         params = _as_list(parameters)
         local, remote = _split(params)
         grads = [p.grad for p in local if p.grad is not None]
+        refuse_sparse(grads, "linalg_vector_norm")
         norm_type = float(norm_type)
         norm_of = {id(p): p.grad.norm(norm_type) for p in local if p.grad is not None}
         for kind, of_kind in remote.items():  # measured on their workers, in one go each
@@ -66,6 +77,7 @@ def get_total_norm(tensors, norm_type: float = 2.0, error_if_nonfinite: bool = F
     with grad_mode.no_grad():
         if not tensors:
             return tensor(0.0)
+        refuse_sparse(tensors, "linalg_vector_norm")
         total_norm = stack([t.norm(norm_type) for t in tensors]).norm(norm_type)
     if error_if_nonfinite and not total_norm.isfinite().item():
         raise RuntimeError(
@@ -102,6 +114,7 @@ def clip_grad_value_(parameters, clip_value: float, foreach: bool | None = None)
     clip_value = float(clip_value)
     with grad_mode.no_grad():
         local, remote = _split(_as_list(parameters))
+        refuse_sparse([p.grad for p in local], "clamp_min_")
         for p in local:
             if p.grad is not None:
                 p.grad.clamp_(min=-clip_value, max=clip_value)
