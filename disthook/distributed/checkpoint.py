@@ -139,22 +139,26 @@ def read(path: str) -> tuple[dict, list[dict[str, np.ndarray]]]:
     return manifest, shards
 
 
-# what the reader takes of a manifest, of these types
-_MANIFEST_FIELDS = {"shards": list}
+# what the reader takes of a manifest, of these types: every field ``save`` writes that a
+# reader (load_checkpoint, cluster.load, serve) uses; "placement" and "optimizer" may be absent
+_MANIFEST_FIELDS = {"shards": list, "step": (int, type(None)), "class": str,
+                    "fingerprint": str, "stages": list, "chunks": int, "schedule": str,
+                    "structure": (dict, type(None))}
 _SHARD_FIELDS = {"file": str, "sha256": str}
 
 
 def _check_manifest(manifest, path: str) -> None:
     """``CheckpointError`` for a manifest that is not as ``save`` writes it: a JSON object
-    listing its shards, each shard's entry an object naming its file and hash. Before, a manifest someone handed a client failed inside the reader with an
-    ``AttributeError``, a ``KeyError`` or a ``RecursionError``."""
+    with the fields its readers use, listing its shards, each shard's entry an object naming
+    its file and hash. Before, a manifest someone handed a client failed inside the reader
+    with an ``AttributeError``, a ``KeyError`` or a ``RecursionError``."""
     def off(value, what: str, fields: dict) -> str | None:
         if not isinstance(value, dict):
             return f"{what} is a JSON {type(value).__name__}, not an object"
         return next((f"{what} has no {key!r}" if key not in value else
-                     f"{what}'s {key!r} is {type(value[key]).__name__}, not {kind.__name__}"
-                     for key, kind in fields.items() if not isinstance(value.get(key), kind)),
-                    None)
+                     f"{what}'s {key!r} is {_json_name(type(value[key]))}, not {_kinds(kind)}"
+                     for key, kind in fields.items()
+                     if key not in value or not isinstance(value[key], kind)), None)
 
     why = off(manifest, "the manifest", _MANIFEST_FIELDS) or next(
         (w for w in (off(e, "a shard's entry", _SHARD_FIELDS) for e in manifest["shards"])
@@ -162,6 +166,14 @@ def _check_manifest(manifest, path: str) -> None:
     if why is not None:
         raise CheckpointError(f"{path}/{MANIFEST} is not a manifest as disthook's save writes "
                               f"it: {why}")
+
+
+def _json_name(kind: type) -> str:
+    return "null" if kind is type(None) else kind.__name__
+
+
+def _kinds(kind) -> str:
+    return " or ".join(map(_json_name, kind if isinstance(kind, tuple) else (kind,)))
 
 
 def _check_members(data: bytes, where: str) -> None:
