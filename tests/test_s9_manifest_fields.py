@@ -2,7 +2,9 @@
 uses (``fingerprint``, ``class``, ``step``, the stage layout, the model's description) or
 holds it as another JSON type. ``load_checkpoint`` failed with a ``KeyError`` inside
 ``checkpoint.load`` (``cluster.load`` likewise inside ``placed_as``); now ``read`` refuses it
-with a ``CheckpointError`` naming the manifest and the field."""
+with a ``CheckpointError`` naming the manifest and the field. What only deploying the model
+takes (the stage layout, the description) is not asked of a checkpoint loaded onto a
+deployed model."""
 import json
 import os
 
@@ -53,6 +55,32 @@ def test_a_manifest_without_a_field_its_readers_use_is_refused_naming_it(tmp_pat
         json.dump(good, f)
     with pytest.raises(ckpt.CheckpointError, match=f"{os.fspath(tmp_path)}/{ckpt.MANIFEST} "
                                                     f"is not a manifest .*: {says}"):
+        ckpt.read(str(tmp_path))
+
+
+@pytest.mark.parametrize("field", ["fingerprint", "class", "step"])
+def test_load_checkpoint_refuses_a_manifest_without_what_it_reads(tmp_path, field):
+    good = _saved(tmp_path)
+    del good[field]
+    with open(tmp_path / ckpt.MANIFEST, "w") as f:
+        json.dump(good, f)
+    # (refused before the model is looked at: a KeyError inside load before)
+    with pytest.raises(ckpt.CheckpointError, match=f"{os.fspath(tmp_path)}/{ckpt.MANIFEST} "
+                                                    f"is not a manifest .*: the manifest has "
+                                                    f"no '{field}'"):
+        ckpt.load(None, str(tmp_path))
+
+
+@pytest.mark.parametrize("field", list(ckpt._DEPLOY_FIELDS))
+def test_load_checkpoint_does_not_need_what_only_deploying_needs(tmp_path, field):
+    """A checkpoint older than the saved placement (no stages, chunks, schedule) loads onto
+    a deployed model, which needs only its weights, as before; deploying it is refused."""
+    good = _saved(tmp_path)
+    del good[field]
+    with open(tmp_path / ckpt.MANIFEST, "w") as f:
+        json.dump(good, f)
+    assert ckpt.read(str(tmp_path), to_deploy=False)[0]["step"] == 3
+    with pytest.raises(ckpt.CheckpointError, match=f"the manifest has no '{field}'"):
         ckpt.read(str(tmp_path))
 
 

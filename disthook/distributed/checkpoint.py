@@ -104,8 +104,9 @@ def write(path: str, manifest: dict, shards: list[dict[str, np.ndarray]]) -> Non
             os.remove(os.path.join(path, name))
 
 
-def read(path: str) -> tuple[dict, list[dict[str, np.ndarray]]]:
-    """The manifest and the shards of the checkpoint at ``path``, verified."""
+def read(path: str, *, to_deploy: bool = True) -> tuple[dict, list[dict[str, np.ndarray]]]:
+    """The manifest and the shards of the checkpoint at ``path``, verified; ``to_deploy``:
+    with what deploying its model takes (not for loading it onto a deployed model)."""
     try:
         with open(os.path.join(path, MANIFEST), "rb") as f:
             manifest = json.loads(f.read())
@@ -116,7 +117,7 @@ def read(path: str) -> tuple[dict, list[dict[str, np.ndarray]]]:
     if isinstance(manifest, dict) and manifest.get("format") != FORMAT:
         raise CheckpointError(f"{path}: checkpoint format {manifest.get('format')!r}, "
                               f"expected {FORMAT}")
-    _check_manifest(manifest, path)
+    _check_manifest(manifest, path, to_deploy)
     shards = []
     for entry in manifest["shards"]:
         name = entry.get("file") if isinstance(entry, dict) else None
@@ -139,15 +140,18 @@ def read(path: str) -> tuple[dict, list[dict[str, np.ndarray]]]:
     return manifest, shards
 
 
-# what the reader takes of a manifest, of these types: every field ``save`` writes that a
-# reader (load_checkpoint, cluster.load, serve) uses; "placement" and "optimizer" may be absent
+# what the readers take of a manifest, of these types: every field ``save`` writes that
+# load_checkpoint uses (all of them since the first checkpoints); "optimizer" may be absent
 _MANIFEST_FIELDS = {"shards": list, "step": (int, type(None)), "class": str,
-                    "fingerprint": str, "stages": list, "chunks": int, "schedule": str,
-                    "structure": (dict, type(None))}
+                    "fingerprint": str}
+# and what deploying the model of a checkpoint uses (cluster.load, serve), which checkpoints
+# older than the saved placement lack ("placement" may be absent)
+_DEPLOY_FIELDS = {"stages": list, "chunks": int, "schedule": str,
+                  "structure": (dict, type(None))}
 _SHARD_FIELDS = {"file": str, "sha256": str}
 
 
-def _check_manifest(manifest, path: str) -> None:
+def _check_manifest(manifest, path: str, to_deploy: bool) -> None:
     """``CheckpointError`` for a manifest that is not as ``save`` writes it: a JSON object
     with the fields its readers use, listing its shards, each shard's entry an object naming
     its file and hash. Before, a manifest someone handed a client failed inside the reader
@@ -160,7 +164,8 @@ def _check_manifest(manifest, path: str) -> None:
                      for key, kind in fields.items()
                      if key not in value or not isinstance(value[key], kind)), None)
 
-    why = off(manifest, "the manifest", _MANIFEST_FIELDS) or next(
+    fields = {**_MANIFEST_FIELDS, **(_DEPLOY_FIELDS if to_deploy else {})}
+    why = off(manifest, "the manifest", fields) or next(
         (w for w in (off(e, "a shard's entry", _SHARD_FIELDS) for e in manifest["shards"])
          if w), None)
     if why is not None:
@@ -240,7 +245,7 @@ def load(model, path: str, *, optimizer=None):
     """Restore the deployed model's parameters and buffers (and ``optimizer``'s state, of
     the kind it was saved with) from the checkpoint in ``path``, which must be of a model of
     the same structure. Returns the saved step."""
-    manifest, shards = read(path)
+    manifest, shards = read(path, to_deploy=False)
     if manifest["fingerprint"] != fingerprint(model._local):
         raise CheckpointError(f"{path} holds a checkpoint of another model ({manifest['class']}, "
                               f"other parameter names or shapes) than this "
