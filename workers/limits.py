@@ -129,7 +129,7 @@ class LimitChecks:
         context.nbytes = graph_nbytes(context, skip)
         fellows = self._fellows(client)
         held = sum(c.nbytes for (_, who, _), c in self.state.contexts.items() if who in fellows)
-        held += sum(sum(kept.values()) for (_, who, _), kept in self.step_graphs.items()
+        held += sum(sum(kept.values()) for (_, who, _), kept in self.state.step_graphs.items()
                     if who in fellows)
         if held + context.nbytes > self.max_graph_bytes:
             raise RuntimeError(
@@ -148,19 +148,19 @@ class LimitChecks:
         its wait past its deadline)."""
         context = _StepForward(kept[0], kept[1])
         self.check_graph_bytes(st, client, context)
-        self.step_graphs.setdefault((st.model, client, step), {})[mb] = context.nbytes
+        self.state.step_graphs.setdefault((st.model, client, step), {})[mb] = context.nbytes
 
     def drop_step_graph(self, model: str, client: bytes, step: str, mb: int | None = None):
         """Forget what ``keep_step_graph`` counted: one micro-batch's, or (None) the step's."""
         if mb is None:
-            self.step_graphs.pop((model, client, step), None)
+            self.state.step_graphs.pop((model, client, step), None)
         else:
-            self.step_graphs.get((model, client, step), {}).pop(mb, None)
+            self.state.step_graphs.get((model, client, step), {}).pop(mb, None)
 
     def step_graph_bytes(self, model: str | None = None) -> dict[bytes, int]:
         """Per client, the bytes its training steps keep here (of ``model``'s stage)."""
         out: dict[bytes, int] = {}
-        for (m, who, _), kept in self.step_graphs.items():
+        for (m, who, _), kept in self.state.step_graphs.items():
             if model is None or m == model:
                 out[who] = out.get(who, 0) + sum(kept.values())
         return out

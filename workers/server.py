@@ -132,7 +132,6 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
                                     else tuple(allow_model_modules))
         self.max_contexts, self.max_hooks = max_contexts, max_hooks
         self.max_graph_bytes, self.max_value_bytes = max_graph_bytes, max_value_bytes
-        self.step_graphs: dict[tuple, dict[int, int]] = {}  # (limits.keep_step_graph)
         self.max_models, self.max_model_bytes = max_models, max_model_bytes
         self.peers = Peers(keys, self.authorized)  # who is on each connection (transport)
         # (with keys, weighed per key: more connections get no more room)
