@@ -20,8 +20,10 @@ def checkpoint_of(folder, shard: bytes, name: str = "stage-0-a.npz"):
     if name.startswith("stage-"):
         (folder / name).write_bytes(shard)
     entry = {"file": name, "sha256": hashlib.sha256(shard).hexdigest()}
-    (folder / checkpoint.MANIFEST).write_text(json.dumps({"format": checkpoint.FORMAT,
-                                                          "shards": [entry]}))
+    manifest = {"format": checkpoint.FORMAT, "shards": [entry], "step": None,  # as save's
+                "class": "disthook.nn.Linear", "fingerprint": "-", "stages": [[""]],
+                "chunks": 1, "schedule": "gpipe", "structure": None}
+    (folder / checkpoint.MANIFEST).write_text(json.dumps(manifest))
     return str(folder)
 
 

@@ -25,7 +25,9 @@ def _net():
 
 
 def _write(path, net, edit=None, drop=()):
-    manifest = ckpt._description(net, False)
+    manifest = {"step": None, "class": "disthook.nn.Sequential", "fingerprint": "-",
+                "stages": [[""]], "chunks": 1, "schedule": "gpipe", "placement": None,
+                **ckpt._description(net, False)}  # as save writes it
     shard = {f"param/{k}": v.detach()._data for k, v in net.state_dict().items()
              if k not in drop}
     if edit is not None:

@@ -18,7 +18,8 @@ def _good_manifest(tmp_path) -> dict:
     net = nn.Sequential(nn.Linear(3, 2))
     shard = {f"param/{k}": v.detach()._data for k, v in net.state_dict().items()}
     ckpt.write(str(tmp_path), {"class": "disthook.nn.Sequential", "fingerprint": "f",
-                               "stages": ["s0"], "step": None,
+                               "stages": [["0"]], "step": None, "chunks": 1,
+                               "schedule": "gpipe", "placement": None,
                                **ckpt._description(net, False)}, [shard])
     with open(tmp_path / ckpt.MANIFEST) as f:
         return json.load(f)

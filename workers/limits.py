@@ -123,17 +123,47 @@ class LimitChecks:
 
     def check_graph_bytes(self, st, client: bytes, context) -> None:
         """Refuse to keep ``context`` when the client's kept graphs on this worker would
-        hold more than ``--max-graph-mb``; its size is noted on it."""
+        hold more than ``--max-graph-mb``; its size is noted on it. The forwards its
+        training steps here keep for their backward count too (``keep_step_graph``)."""
         skip = {id(_root(t._data)) for t in st.versions.tensors}
         context.nbytes = graph_nbytes(context, skip)
         fellows = self._fellows(client)
         held = sum(c.nbytes for (_, who, _), c in self.state.contexts.items() if who in fellows)
+        held += sum(sum(kept.values()) for (_, who, _), kept in self.state.step_graphs.items()
+                    if who in fellows)
         if held + context.nbytes > self.max_graph_bytes:
             raise RuntimeError(
                 f"this client's forward graphs kept on this worker for their backward hold "
                 f"{mib(held)}, and this call's {mib(context.nbytes)} more would pass the cap "
                 f"of {mib(self.max_graph_bytes)} (--max-graph-mb): run backward on the "
                 "outputs it keeps (or drop them), or call under no_grad()")
+
+    def keep_step_graph(self, st, client: bytes, step: str, mb: int, kept: tuple) -> None:
+        """Count the forward of micro-batch ``mb`` that ``client``'s training ``step`` keeps
+        on stage ``st`` for its backward (``kept``: its input and output, and what its nodes
+        saved) as a kept graph is: refused past ``--max-graph-mb``, with its error. Before,
+        a step whose gradients never came (a client that sent it to the first stage only)
+        held its activations up to ``PIPE_TIMEOUT_S`` uncounted. ``drop_step_graph``
+        forgets them at the backward and at the step's end (done, failed, its client gone,
+        its wait past its deadline)."""
+        context = _StepForward(kept[0], kept[1])
+        self.check_graph_bytes(st, client, context)
+        self.state.step_graphs.setdefault((st.model, client, step), {})[mb] = context.nbytes
+
+    def drop_step_graph(self, model: str, client: bytes, step: str, mb: int | None = None):
+        """Forget what ``keep_step_graph`` counted: one micro-batch's, or (None) the step's."""
+        if mb is None:
+            self.state.step_graphs.pop((model, client, step), None)
+        else:
+            self.state.step_graphs.get((model, client, step), {}).pop(mb, None)
+
+    def step_graph_bytes(self, model: str | None = None) -> dict[bytes, int]:
+        """Per client, the bytes its training steps keep here (of ``model``'s stage)."""
+        out: dict[bytes, int] = {}
+        for (m, who, _), kept in self.state.step_graphs.items():
+            if model is None or m == model:
+                out[who] = out.get(who, 0) + sum(kept.values())
+        return out
 
     def on_waits(self, job):
         """What this worker runs, waits for and has queued now, per client (named as status
@@ -198,6 +228,13 @@ class LimitChecks:
                 f"this client holds {held} hooks on {st.name}; {adding} more would pass "
                 f"{self.max_hooks}, the most one client may (--max-hooks): remove the hooks "
                 "it no longer needs (handle.remove())")
+
+
+class _StepForward:
+    """A training step's forward of one micro-batch as ``graph_nbytes`` reads a context."""
+
+    def __init__(self, inputs, output):
+        self.inputs, self.output, self.nbytes = inputs, output, 0
 
 
 def add_limit_options(p) -> None:

@@ -207,6 +207,8 @@ class WorkerState:
         # (model, client) -> value id -> a tensor kept for the client (workers/values.py)
         self.values: dict[tuple[str, bytes], dict[str, Any]] = {}
         self.finished_steps: dict[tuple, None] = {}  # (model, step), oldest first
+        # (model, client, step) -> mb -> bytes its forward keeps (limits.keep_step_graph)
+        self.step_graphs: dict[tuple, dict[int, int]] = {}
         self.waits: dict[int, Wait] = {}
         self._answered_by: dict[tuple, Wait] = {}  # (client, event id) -> the wait it ends
         self.lanes: dict[tuple, collections.deque] = {}  # busy lane -> requests queued in it

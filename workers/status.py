@@ -21,6 +21,8 @@ class StatusHandlers:
                 "stages": [st.name for st in self.stages.values()], "memory": rss_bytes(),
                 "threads": blas_threads(),  # the BLAS threads set (None: numpy's default)
                 "contexts": counts["contexts"], "mailbox": counts["mailbox"],
+                # what training steps keep for their backward (counted with the graphs)
+                "step_bytes": sum(self.step_graph_bytes().values()),
                 "values": counts["values"],
                 # per model: bytes sent to other workers (activations, gradients, kept
                 # values), kept values taken from them, and kept values read by clients
@@ -66,12 +68,13 @@ class StatusHandlers:
         registered, and whether it is the deployer. Clients are named by their key (with
         keys) or a number given here, never by their connection's identity, which another
         client could use."""
-        graphs = self.state.clients_of(st.model)
+        graphs, steps = self.state.clients_of(st.model), self.step_graph_bytes(st.model)
         out: dict[str, dict] = {}
-        for who in sorted({*graphs, *(c for c, _ in st.hooks), st.owner}):
+        for who in sorted({*graphs, *steps, *(c for c, _ in st.hooks), st.owner}):
             if not mine(self.keeper(who)):
                 continue
             out[self.peers.label(who)] = {"contexts": graphs.get(who, 0),
+                                     "step_bytes": steps.get(who, 0),
                                      "hooks": sum(1 for c, _ in st.hooks if c == who),
                                      "owner": who == st.owner}
         return out

@@ -123,6 +123,7 @@ class StepHandlers:
                         return leaf, out
 
                     held[mb] = self._run_forward(job, st, compute)
+                    self.keep_step_graph(st, job.client, step, mb, held[mb])  # (limits)
                     peak = max(peak, rss_bytes() or 0)
                     busy += time.perf_counter() - started
                 elif kind == "send_act":  # the output's array itself (no detached Tensor
@@ -130,6 +131,7 @@ class StepHandlers:
                     self._pipe_send(st, "next", step, "act", mb, held[mb][1]._data)
                 elif kind == "backward":
                     leaf, out = held.pop(mb)
+                    self.drop_step_graph(model, job.client, step, mb)
                     g = None if last else received.pop(("grad", mb))
 
                     def compute(keep: bool = False, leaf=leaf, out=out, g=g, mb=mb):
@@ -173,6 +175,7 @@ class StepHandlers:
         finally:
             job.micro_batch = self.captures.micro_batch = None
             self.state.finish_step(model, step)
+            self.drop_step_graph(model, job.client, step)
         stats = {"busy": busy, "peak_rss": peak, "timeline": timeline,
                  "attrs": snap.changes(), "forms": form.forms(st, job),
                  "rng": job.rng and disthook.random._stream_state()}

@@ -51,6 +51,7 @@ and their errors, keys, addresses, values as data, hook kinds, the worker hooks)
 ``disthook.service``.
 """
 from disthook.distributed import hooks
+from disthook.distributed.answer_cap import AnswerTooLarge
 from disthook.distributed.cluster import Cluster, WorkerInfo, connect, local_cluster
 from disthook.distributed.optimizer import DistributedOptimizer
 from disthook.distributed.placed import deployment_of
@@ -64,7 +65,7 @@ from disthook.service.rpc import (
 )
 from disthook.service.security import AuthenticationError
 
-__all__ = ["AuthenticationError", "Cluster", "ClusterError", "DistributedOptimizer",
+__all__ = ["AnswerTooLarge", "AuthenticationError", "Cluster", "ClusterError", "DistributedOptimizer",
            "NameTaken", "NotACoordinator", "RemoteError", "RemoteTimeout", "UnknownModel",
            "WorkerInfo", "WorkerLost", "connect", "deployment_of", "hooks", "is_available",
            "is_initialized", "local_cluster"]

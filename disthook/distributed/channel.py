@@ -19,7 +19,7 @@ import weakref
 import zmq
 
 from disthook import wire
-from disthook.distributed import post_accumulate
+from disthook.distributed import answer_cap, post_accumulate
 from disthook.distributed.client_hooks import HookServer, _issue_warning
 from disthook.distributed.releases import Releases
 from disthook.distributed.send_together import Together, received
@@ -80,13 +80,15 @@ class _Hub(Releases, HookServer):
 
     def __init__(self, model: str, addresses: list[str], timeout: float,
                  holders: dict[str, tuple[str, int]] | None = None, keys=None,
-                 heartbeat: float | None = None):
+                 heartbeat: float | None = None, max_answer_mb=answer_cap.DEFAULT_MAX_ANSWER_MB):
         super().__init__()
         self.model = model  # every message to a worker names the model it is for
         self.holders = holders or {}  # address -> (worker id, stage) for WorkerLost
         self.monitors: dict[zmq.Socket, str] = {}  # connection events -> address
         self.lost: dict[str, str] = {}  # address -> what was in flight when it went
         self.dropped: dict[str, bool] = {}  # address -> whether that worker still answers
+        self.refused: set[str] = set()  # addresses that sent a frame over the cap
+        self.max_answer_mb, cap = max_answer_mb, answer_cap.cap_bytes(max_answer_mb)
         self._keys, self._heartbeat = keys, heartbeat
         self.identity = f"client-{os.getpid()}-{uuid.uuid4().hex[:12]}".encode()
         self.ctx = zmq.Context.instance()
@@ -98,6 +100,7 @@ class _Hub(Releases, HookServer):
                 sock = self.ctx.socket(zmq.DEALER)
                 sock.setsockopt(zmq.LINGER, 0)
                 sock.setsockopt(zmq.IDENTITY, self.identity)
+                sock.setsockopt(zmq.MAXMSGSIZE, cap)  # (answer_cap)
                 if keys is not None:
                     keys.dial(sock)
                 # a worker that stops answering (hung, cut off) is dropped (ping_options):
@@ -106,7 +109,7 @@ class _Hub(Releases, HookServer):
                                       else {}).items():
                     sock.setsockopt(option, value)
                 # a worker that dies closes its connection: the monitor reports it at once
-                monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+                monitor = sock.get_monitor_socket(answer_cap.EVENTS)
                 self.poller.register(monitor, zmq.POLLIN)
                 self.monitors[monitor] = address
                 sock.connect(address)
@@ -515,18 +518,16 @@ class _Hub(Releases, HookServer):
                 f"for after the pass may be missing): {reply['kind']}: {reply['message']}"
             ) from exc
 
-    @staticmethod
-    def _disconnected(monitor: zmq.Socket) -> bool:
-        from zmq.utils.monitor import recv_monitor_message
-
-        try:
-            event = recv_monitor_message(monitor, zmq.NOBLOCK)
-        except zmq.Again:
-            return False
-        return event["event"] == zmq.EVENT_DISCONNECTED
+    def _disconnected(self, monitor: zmq.Socket) -> bool:
+        ended = answer_cap.ended(monitor)
+        if ended == "refused":
+            self.refused.add(self.monitors[monitor])
+        return ended is not None
 
     def _raise_lost(self, address: str, what: str, ctx: str | None):
         worker, stage = self.holders.get(address, (address, -1))
+        if address in self.refused:
+            raise answer_cap.AnswerTooLarge(worker, stage, what, ctx, cap_mb=self.max_answer_mb)
         if address not in self.dropped:  # asked once: a live worker dropped this client
             self.dropped[address] = still_answers(address, worker, keys=self._keys, within=max(
                 1.0, 4 * (self._heartbeat or 0)))

@@ -104,8 +104,9 @@ def write(path: str, manifest: dict, shards: list[dict[str, np.ndarray]]) -> Non
             os.remove(os.path.join(path, name))
 
 
-def read(path: str) -> tuple[dict, list[dict[str, np.ndarray]]]:
-    """The manifest and the shards of the checkpoint at ``path``, verified."""
+def read(path: str, *, to_deploy: bool = True) -> tuple[dict, list[dict[str, np.ndarray]]]:
+    """The manifest and the shards of the checkpoint at ``path``, verified; ``to_deploy``:
+    with what deploying its model takes (not for loading it onto a deployed model)."""
     try:
         with open(os.path.join(path, MANIFEST), "rb") as f:
             manifest = json.loads(f.read())
@@ -116,7 +117,7 @@ def read(path: str) -> tuple[dict, list[dict[str, np.ndarray]]]:
     if isinstance(manifest, dict) and manifest.get("format") != FORMAT:
         raise CheckpointError(f"{path}: checkpoint format {manifest.get('format')!r}, "
                               f"expected {FORMAT}")
-    _check_manifest(manifest, path)
+    _check_manifest(manifest, path, to_deploy)
     shards = []
     for entry in manifest["shards"]:
         name = entry.get("file") if isinstance(entry, dict) else None
@@ -139,29 +140,45 @@ def read(path: str) -> tuple[dict, list[dict[str, np.ndarray]]]:
     return manifest, shards
 
 
-# what the reader takes of a manifest, of these types
-_MANIFEST_FIELDS = {"shards": list}
+# what the readers take of a manifest, of these types: every field ``save`` writes that
+# load_checkpoint uses (all of them since the first checkpoints); "optimizer" may be absent
+_MANIFEST_FIELDS = {"shards": list, "step": (int, type(None)), "class": str,
+                    "fingerprint": str}
+# and what deploying the model of a checkpoint uses (cluster.load, serve), which checkpoints
+# older than the saved placement lack ("placement" may be absent)
+_DEPLOY_FIELDS = {"stages": list, "chunks": int, "schedule": str,
+                  "structure": (dict, type(None))}
 _SHARD_FIELDS = {"file": str, "sha256": str}
 
 
-def _check_manifest(manifest, path: str) -> None:
+def _check_manifest(manifest, path: str, to_deploy: bool) -> None:
     """``CheckpointError`` for a manifest that is not as ``save`` writes it: a JSON object
-    listing its shards, each shard's entry an object naming its file and hash. Before, a manifest someone handed a client failed inside the reader with an
-    ``AttributeError``, a ``KeyError`` or a ``RecursionError``."""
+    with the fields its readers use, listing its shards, each shard's entry an object naming
+    its file and hash. Before, a manifest someone handed a client failed inside the reader
+    with an ``AttributeError``, a ``KeyError`` or a ``RecursionError``."""
     def off(value, what: str, fields: dict) -> str | None:
         if not isinstance(value, dict):
             return f"{what} is a JSON {type(value).__name__}, not an object"
         return next((f"{what} has no {key!r}" if key not in value else
-                     f"{what}'s {key!r} is {type(value[key]).__name__}, not {kind.__name__}"
-                     for key, kind in fields.items() if not isinstance(value.get(key), kind)),
-                    None)
+                     f"{what}'s {key!r} is {_json_name(type(value[key]))}, not {_kinds(kind)}"
+                     for key, kind in fields.items()
+                     if key not in value or not isinstance(value[key], kind)), None)
 
-    why = off(manifest, "the manifest", _MANIFEST_FIELDS) or next(
+    fields = {**_MANIFEST_FIELDS, **(_DEPLOY_FIELDS if to_deploy else {})}
+    why = off(manifest, "the manifest", fields) or next(
         (w for w in (off(e, "a shard's entry", _SHARD_FIELDS) for e in manifest["shards"])
          if w), None)
     if why is not None:
         raise CheckpointError(f"{path}/{MANIFEST} is not a manifest as disthook's save writes "
                               f"it: {why}")
+
+
+def _json_name(kind: type) -> str:
+    return "null" if kind is type(None) else kind.__name__
+
+
+def _kinds(kind) -> str:
+    return " or ".join(map(_json_name, kind if isinstance(kind, tuple) else (kind,)))
 
 
 def _check_members(data: bytes, where: str) -> None:
@@ -228,7 +245,7 @@ def load(model, path: str, *, optimizer=None):
     """Restore the deployed model's parameters and buffers (and ``optimizer``'s state, of
     the kind it was saved with) from the checkpoint in ``path``, which must be of a model of
     the same structure. Returns the saved step."""
-    manifest, shards = read(path)
+    manifest, shards = read(path, to_deploy=False)
     if manifest["fingerprint"] != fingerprint(model._local):
         raise CheckpointError(f"{path} holds a checkpoint of another model ({manifest['class']}, "
                               f"other parameter names or shapes) than this "

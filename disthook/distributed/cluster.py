@@ -24,6 +24,7 @@ import weakref
 from deploy.local import spawn, start_report, stderr_tail, why_it_ended
 from deploy.roles import Role, coordinator_role, local_worker_id, worker_role
 from deploy.threads import share_of_cores
+from disthook.distributed.answer_cap import DEFAULT_MAX_ANSWER_MB, cap_bytes
 from disthook.distributed.cluster_processes import announced_address, reap, stop_abandoned
 from disthook.service.endpoint import check_free, parse, unknown_host
 from disthook.service.rpc import (
@@ -83,10 +84,13 @@ class Cluster:
     """A connection to a running cluster (and, for a local cluster, its processes)."""
 
     def __init__(self, address: str, *, timeout: float = DEFAULT_TIMEOUT,
-                 keys: Keys | None = None, _processes: list[subprocess.Popen] | None = None):
+                 keys: Keys | None = None, _processes: list[subprocess.Popen] | None = None,
+                 max_answer_mb=DEFAULT_MAX_ANSWER_MB):
         _refuse_in_worker("Cluster()")
+        cap_bytes(max_answer_mb)  # (a ValueError now)
         self.address = address
         self.timeout = timeout
+        self.max_answer_mb = max_answer_mb  # the frames its models' answers may have
         self.keys = keys  # this client's pair and the servers' key, when the cluster uses keys
         self._coordinator = Peer(address, name=f"the coordinator at {address}", keys=keys)
         self._processes = list(_processes or [])
@@ -426,7 +430,7 @@ def captured_items(items: list[dict], details: bool) -> list:
 
 
 def connect(address: str, *, timeout: float = DEFAULT_TIMEOUT, keys=None,
-            key_name: str = CLIENT) -> Cluster:
+            key_name: str = CLIENT, max_answer_mb=DEFAULT_MAX_ANSWER_MB) -> Cluster:
     """Attach to a running cluster by its coordinator's endpoint (``tcp://host:port``, or
     ``host:port``). ``keys``: the cluster's key directory (or a ``Keys``), when it runs with
     keys; the client pair used is ``key_name`` (default "client"). A cluster that refuses the
@@ -434,8 +438,12 @@ def connect(address: str, *, timeout: float = DEFAULT_TIMEOUT, keys=None,
     protocol version, ``NotACoordinator`` (within about a second); no coordinator there,
     ``CoordinatorUnreachable``
     (after ``STARTING_GRACE_S`` seconds when nothing listens, for one that is starting up
-    meanwhile; after ``timeout`` seconds when something listens but does not answer)."""
+    meanwhile; after ``timeout`` seconds when something listens but does not answer).
+    ``max_answer_mb``: the largest frame (an array of an answer) this client takes from a
+    worker (2048 by default, the most the wire carries); a worker that sends a larger one
+    has its connection closed unread, and the call raises ``AnswerTooLarge``."""
     _refuse_in_worker("connect()")
+    cap_bytes(max_answer_mb)
     endpoint = parse(address, "connect()'s address")  # a ValueError before any socket
     if not timeout > 0:
         raise ValueError(f"connect() needs timeout > 0 seconds, got {timeout!r}")
@@ -455,7 +463,7 @@ def connect(address: str, *, timeout: float = DEFAULT_TIMEOUT, keys=None,
     if not greet(address, keys=keys, timeout=timeout):
         raise CoordinatorUnreachable(address, refused=False, waited=timeout,
                                      listening=listening, with_keys=keys is not None)
-    return Cluster(address, timeout=timeout, keys=keys)
+    return Cluster(address, timeout=timeout, keys=keys, max_answer_mb=max_answer_mb)
 
 
 def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,

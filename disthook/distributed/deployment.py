@@ -96,7 +96,8 @@ class Deployment(HookTable):
         }
         holders = {w.address: (w.id, i) for i, w in enumerate(workers)}
         fields["_hub"] = _Hub(fields["_model_id"], fields["_addresses"], timeout, holders,
-                              keys=cluster.keys, heartbeat=cluster.heartbeat)
+                              keys=cluster.keys, heartbeat=cluster.heartbeat,
+                              max_answer_mb=cluster.max_answer_mb)
         if not fields["_glue"] and not whole:  # a chain: its writes travel it (write_all)
             fields["_hub"].chain = fields["_addresses"]
         for name, value in fields.items():  # plain attributes, not submodules

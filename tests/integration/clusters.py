@@ -43,27 +43,28 @@ def open_graphs(cluster) -> dict[str, int]:
 
 
 @contextlib.contextmanager
-def worker(*flags: str):
-    """A coordinator and one worker, started as the command line does; the worker's
-    address, whose ``coordinator`` attribute is the coordinator's."""
+def worker(*flags: str, workers: int = 1):
+    """A coordinator and one worker (or ``workers`` of them, all with ``flags``), started
+    as the command line does; the (first) worker's address, whose ``coordinator`` attribute
+    is the coordinator's."""
     coordinator = subprocess.Popen([sys.executable, "-m", "coordinator", "--bind",
                                     "tcp://127.0.0.1:0", "--log-level", "WARNING"],
                                    stdout=subprocess.PIPE, text=True)
-    worker = None
+    procs = []
     try:
         address = coordinator.stdout.readline().split()[-1]
-        worker = subprocess.Popen([sys.executable, "-m", "workers", "--coordinator", address,
-                                   "--log-level", "WARNING", *flags],
-                                  stdout=subprocess.PIPE, text=True)
-        bound = worker.stdout.readline().split()[-1]  # (it registers a moment later)
+        for _ in range(workers):
+            procs.append(subprocess.Popen([sys.executable, "-m", "workers", "--coordinator",
+                                           address, "--log-level", "WARNING", *flags],
+                                          stdout=subprocess.PIPE, text=True))
+        bound = [p.stdout.readline().split()[-1] for p in procs]  # (they register later)
         with connect(address, timeout=30) as cluster:
-            cluster.wait_for_workers(1, timeout=60)
-        yield _Address(bound, address)
+            cluster.wait_for_workers(workers, timeout=60)
+        yield _Address(bound[0], address)
     finally:
-        for proc in (worker, coordinator):
-            if proc is not None:
-                proc.terminate()
-                proc.wait(10)
+        for proc in (*procs, coordinator):
+            proc.terminate()
+            proc.wait(10)
 
 
 class _Address(str):

@@ -48,7 +48,7 @@ def test_a_workers_status_details_to_a_key_only_its_own_and_what_is_published():
             seen = _status(worker.address, Keys.load(keys, "bob"))["stage_stats"]
             assert list(seen) == [public]
             assert list(seen[public]["clients"].values()) == [
-                {"contexts": 1, "hooks": 1, "owner": False}]
+                {"contexts": 1, "step_bytes": 0, "hooks": 1, "owner": False}]
 
             seen = _status(worker.address, Keys.load(keys, "alice"))["stage_stats"]
             assert seen[private]["modules"] == ["0", "1", "2"]

@@ -90,7 +90,8 @@ def test_per_client_limits_refuse_with_what_to_do():
                                         "value_bytes": 1 << 30}
             (stage,) = status["stage_stats"].values()
             assert list(stage["clients"].values()) == [
-                {"contexts": 1, "hooks": 1, "owner": True}]  # kept[1]; the rest dropped
+                {"contexts": 1, "step_bytes": 0, "hooks": 1,
+                 "owner": True}]  # kept[1]; the rest dropped
         finally:
             cluster.close()
 
