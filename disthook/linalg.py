@@ -311,11 +311,35 @@ def solve_triangular(A: Tensor, B: Tensor, *, upper: bool, left: bool = True,
     return solve(T, B, left=left)
 
 
+LSTSQ_DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
+
+
 def lstsq(A: Tensor, B: Tensor, rcond=None, *, driver=None):
-    solution = pinv(A).matmul(B)
-    empty = A.new_zeros((0,))
-    return _Result(("solution", "residuals", "rank", "singular_values"),
-                   (solution, empty, matrix_rank(A), empty))
+    """The least-squares solution of ``A X = B`` (of minimum norm: singular values at most
+    ``rcond`` times the largest count as zero), with what torch's LAPACK ``driver`` gives
+    beside it: residuals (not gelsy's; only where m > n and every matrix has full rank),
+    ranks (not gels's) and singular values (gelsd's and gelss's); the others empty."""
+    driver = "gelsy" if driver is None else driver
+    if driver not in LSTSQ_DRIVERS:
+        raise RuntimeError("torch.linalg.lstsq: parameter `driver` should be one of "
+                           "(gels, gelsy, gelsd, gelss)")
+    m, n = A.shape[-2:]
+    if rcond is None or rcond < 0:
+        rcond = max(m, n) * np.finfo(A._data.dtype).eps
+    vector = B.ndim == A.ndim - 1
+    rhs = B.unsqueeze(-1) if vector else B
+    solution = pinv(A, rtol=rcond).matmul(rhs)
+    s = svdvals(A.detach())
+    top = s.amax(-1, keepdim=True) if s.shape[-1] else s.new_zeros(s.shape[:-1] + (1,))
+    rank = (s > top * rcond).sum(-1)
+    residuals = A.new_zeros((0,)).real
+    if driver != "gelsy" and m > n and bool((rank == n).all()):
+        residuals = (A.matmul(solution) - rhs).abs().pow(2).sum(-2)
+        residuals = residuals.squeeze(-1) if vector else residuals
+    return _Result(("solution", "residuals", "rank", "singular_values"), (
+        solution.squeeze(-1) if vector else solution, residuals,
+        rank if driver != "gels" else rank.new_zeros((0,)),
+        s if driver in ("gelsd", "gelss") else s.new_zeros((0,))))
 
 
 class _Result(tuple):
