@@ -382,18 +382,25 @@ def once_differentiable(fn):
     def wrapper(ctx, *args):
         with grad_mode.no_grad():
             outputs = fn(ctx, *args)
-        Tensor = _loaded["disthook.tensor"].Tensor
-        if not grad_mode.is_grad_enabled() or not any(
-                isinstance(a, Tensor) and a.requires_grad for a in args):
-            return outputs
-        single = not isinstance(outputs, tuple)
-        outs = (outputs,) if single else outputs
-        fakes = [o.detach().requires_grad_() if isinstance(o, Tensor) else None for o in outs]
-        if all(f is None for f in fakes):
-            return outputs
-        guarded = DelayedError.apply(ONCE_DIFFERENTIABLE_MSG, *fakes)
-        guarded = (guarded,) if len(fakes) == 1 else guarded
-        return guarded[0] if single else tuple(
-            g if isinstance(o, Tensor) else o for g, o in zip(guarded, outs))
+        return _guarded_once(outputs, args)
 
     return wrapper
+
+
+def _guarded_once(outputs, grads: tuple):
+    """``outputs`` of a once_differentiable backward, behind a ``DelayedError`` where a
+    graph is being recorded. (A function of this module, not of the wrapper: a deployed
+    module's backward travels by value, and its wrapper's globals with it.)"""
+    Tensor = _loaded["disthook.tensor"].Tensor
+    if not grad_mode.is_grad_enabled() or not any(
+            isinstance(g, Tensor) and g.requires_grad for g in grads):
+        return outputs
+    single = not isinstance(outputs, tuple)
+    outs = (outputs,) if single else outputs
+    fakes = [o.detach().requires_grad_() if isinstance(o, Tensor) else None for o in outs]
+    if all(f is None for f in fakes):
+        return outputs
+    guarded = DelayedError.apply(ONCE_DIFFERENTIABLE_MSG, *fakes)
+    guarded = (guarded,) if len(fakes) == 1 else guarded
+    return guarded[0] if single else tuple(
+        g if isinstance(o, Tensor) else o for g, o in zip(guarded, outs))
