@@ -334,8 +334,7 @@ def lstsq(A: Tensor, B: Tensor, rcond=None, *, driver=None):
     rank = (s > top * rcond).sum(-1)
     residuals = A.new_zeros((0,)).real
     if driver != "gelsy" and m > n and bool((rank == n).all()):
-        residuals = (A.matmul(solution) - rhs).abs().pow(2).sum(-2)
-        residuals = residuals.squeeze(-1) if vector else residuals
+        residuals = (A.matmul(solution) - rhs).abs().pow(2).sum(-2)  # (a vector B: (1,))
     return _Result(("solution", "residuals", "rank", "singular_values"), (
         solution.squeeze(-1) if vector else solution, residuals,
         rank if driver != "gels" else rank.new_zeros((0,)),

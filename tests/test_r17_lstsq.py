@@ -53,6 +53,16 @@ def test_rank_deficient_or_wide_gives_no_residuals_and_rcond_truncates():
     np.testing.assert_allclose(sol[0], one, rtol=1e-10)
 
 
+def test_vector_right_hand_side():
+    sol, res, rank, sv = lstsq(disthook, A_NP[0], B_NP[0, :, 0], driver="gelsd")
+    x, r, k, s = np.linalg.lstsq(A_NP[0], B_NP[0, :, 0], rcond=None)
+    assert sol.shape == (3,) and res.shape == (1,) and rank.shape == () and sv.shape == (3,)
+    np.testing.assert_allclose(sol, x, rtol=1e-10)
+    np.testing.assert_allclose(res, r, rtol=1e-10)
+    np.testing.assert_allclose(sv, s, rtol=1e-10)
+    assert rank == k
+
+
 def test_unknown_driver_refused():
     with pytest.raises(RuntimeError, match="parameter `driver` should be one of "
                                            r"\(gels, gelsy, gelsd, gelss\)"):
