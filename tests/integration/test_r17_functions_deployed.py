@@ -82,3 +82,64 @@ def test_once_differentiable_function_differentiated_twice_raises_on_its_worker(
             time_derivative_loss(model).backward()
     finally:
         model.close()
+
+
+class DropInputGrad(torch.autograd.Function):
+    """Scales by ``w``; gives ``w`` its gradient and the input none (None)."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        return x * w
+
+    @staticmethod
+    def backward(ctx, g):
+        return None, g.sum(0)
+
+
+class Cutter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(4, dtype=torch.float64))
+
+    def forward(self, x):
+        return DropInputGrad.apply(x, self.w)
+
+
+class CutTree(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.low = nn.Sequential(nn.Linear(3, 4), nn.Tanh())
+        self.high = nn.Sequential(nn.Linear(4, 4), Cutter(), nn.Linear(4, 2))
+
+    def forward(self, x):
+        return self.high(self.low(x))
+
+
+def cut_chain():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 4), Cutter(),
+                         nn.Linear(4, 2)).double()
+
+
+def cut_tree():
+    torch.manual_seed(0)
+    return CutTree().double()
+
+
+def backward_past_a_cut(model):
+    x = torch.from_numpy(X[:, :1].repeat(3, 1)).requires_grad_()
+    model(x).pow(2).sum().backward()
+    return ([np.asarray(x.grad is None)]
+            + [np.asarray("None") if p.grad is None else p.grad.numpy().copy()
+               for p in model.parameters()])
+
+
+@pytest.mark.parametrize("make", [cut_chain, cut_tree], ids=["chain", "tree"])
+def test_stages_below_a_function_that_returns_none_keep_grad_none(cluster, make):
+    got, want = deployed_run(cluster, make, backward_past_a_cut)
+    assert want[0] and [str(w) for w in want[1:5]] == ["None"] * 4  # one process: the cut
+    for g, w in zip(got, want, strict=True):
+        if w.dtype.kind in "US":
+            assert str(g) == str(w)
+        else:
+            np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
