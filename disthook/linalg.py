@@ -390,17 +390,38 @@ def cholesky_solve(B: Tensor, L: Tensor, upper: bool = False) -> Tensor:
     return _solve(low.matmul(low.mT), B, False, batch, True)
 
 
+LSTSQ_DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
+
+
 def lstsq(A: Tensor, B: Tensor, rcond=None, *, driver=None):
-    """The least-squares solution through the pseudo-inverse; torch's shape rule: B has A's
-    dims or one less, it is a (batch of) vector(s) as in ``solve``, batch dims broadcast."""
+    """The least-squares solution of ``A X = B`` (of minimum norm: singular values at most
+    ``rcond`` times the largest count as zero), with what torch's LAPACK ``driver`` gives
+    beside it: residuals (not gelsy's; only where m > n and every matrix has full rank),
+    ranks (not gels's) and singular values (gelsd's and gelss's); the others empty. Torch's
+    shape rule: B has A's dims or one less, it is a (batch of) vector(s) as in ``solve``,
+    batch dims broadcast."""
+    driver = "gelsy" if driver is None else driver
+    if driver not in LSTSQ_DRIVERS:
+        raise RuntimeError("torch.linalg.lstsq: parameter `driver` should be one of "
+                           "(gels, gelsy, gelsd, gelss)")
     vector = _lstsq_shapes(A, B)
     if not vector and A.ndim > B.ndim:  # see _lstsq_shapes
         B = B.unsqueeze(-3).expand(tuple(B.shape[:-1]) + tuple(B.shape[-2:]))
-    solution = pinv(A).matmul(B.unsqueeze(-1) if vector else B)
-    solution = solution.squeeze(-1) if vector else solution
-    empty = A.new_zeros((0,))
-    return _Result(("solution", "residuals", "rank", "singular_values"),
-                   (solution, empty, matrix_rank(A), empty))
+    m, n = A.shape[-2:]
+    if rcond is None or rcond < 0:
+        rcond = max(m, n) * np.finfo(A._data.dtype).eps
+    rhs = B.unsqueeze(-1) if vector else B
+    solution = pinv(A, rtol=rcond).matmul(rhs)
+    s = svdvals(A.detach())
+    top = s.amax(-1, keepdim=True) if s.shape[-1] else s.new_zeros(s.shape[:-1] + (1,))
+    rank = (s > top * rcond).sum(-1)
+    residuals = A.new_zeros((0,)).real
+    if driver != "gelsy" and m > n and bool((rank == n).all()):
+        residuals = (A.matmul(solution) - rhs).abs().pow(2).sum(-2)  # (a vector B: (1,))
+    return _Result(("solution", "residuals", "rank", "singular_values"), (
+        solution.squeeze(-1) if vector else solution, residuals,
+        rank if driver != "gels" else rank.new_zeros((0,)),
+        s if driver in ("gelsd", "gelss") else s.new_zeros((0,))))
 
 
 def _lstsq_shapes(A: Tensor, B: Tensor) -> bool:

@@ -492,10 +492,13 @@ class ComputeHandlers:
 class _StageInput(disthook.autograd.Function):
     """A stage's input as what it is in one process: the output of an op (the previous
     stage's last), not a leaf, so that a hook may change it in place; it shares the leaf's
-    memory, and its gradient goes to the leaf, whose .grad the previous stage gets."""
+    memory, and its gradient goes to the leaf, whose .grad the previous stage gets. No
+    gradient stays none (not zeros): the earlier stages' ``.grad`` stay None, as in one
+    process, where a Function of the stage returned None for its input."""
 
     @staticmethod
     def forward(ctx, leaf):
+        ctx.set_materialize_grads(False)
         return disthook.Tensor._make(leaf._data, None, 0)
 
     @staticmethod

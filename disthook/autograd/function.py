@@ -86,9 +86,10 @@ class BackwardCFunction(Node):
         typename = _loaded["disthook.autograd.engine"].typename
         Tensor = _loaded["disthook.tensor"].Tensor
 
-        if self._materialize:
+        if self._materialize:  # (an output that is not a tensor gets None, as in torch)
             grads = [
-                Tensor._make(np.zeros(meta[0], dtype=meta[1]), None, 0) if g is None else g
+                Tensor._make(np.zeros(meta[0], dtype=meta[1]), None, 0)
+                if g is None and meta is not None else g
                 for g, meta in zip(grads, self._output_meta)
             ]
         result = self._forward_cls.backward(self, *grads)
@@ -250,7 +251,7 @@ class Function:
             ctx.next_functions = tuple(edges)
             ctx._input_meta = tuple(metas)
             ctx._output_meta = tuple([
-                (o._data.shape, o._data.dtype) if isinstance(o, Tensor) else ((), np.float32)
+                (o._data.shape, o._data.dtype) if isinstance(o, Tensor) else None
                 for o in outs])
         node = ctx if records else None
         non_diff = {id(t) for t in ctx._non_differentiable} if ctx._non_differentiable else _NONE
@@ -351,13 +352,55 @@ class NestedIOFunction(Function):
     pass
 
 
+ONCE_DIFFERENTIABLE_MSG = ("trying to differentiate twice a function that was marked with "
+                           "@once_differentiable")
+
+
+class DelayedError(Function):
+    """Passes its inputs through; a backward that reaches it raises ``ctx.msg`` (what a
+    gradient computed by a ``once_differentiable`` backward carries under ``create_graph``)."""
+
+    @staticmethod
+    def forward(ctx, msg, *tensors):
+        ctx.msg = msg
+        Tensor = _loaded["disthook.tensor"].Tensor
+        outs = tuple(None if t is None else Tensor._make(t._data, None, 0) for t in tensors)
+        return outs[0] if len(outs) == 1 else outs
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(ctx.msg)
+
+
 def once_differentiable(fn):
-    """Decorator kept for compatibility: runs ``backward`` without recording a graph."""
+    """Runs ``backward`` without recording a graph. Where a graph was asked for (under
+    ``create_graph``, gradients that require grad coming in), the gradients it returns carry
+    a node that raises if a later backward reaches it, as in torch: never a silent zero."""
     import functools
 
     @functools.wraps(fn)
     def wrapper(ctx, *args):
         with grad_mode.no_grad():
-            return fn(ctx, *args)
+            outputs = fn(ctx, *args)
+        return _guarded_once(outputs, args)
 
     return wrapper
+
+
+def _guarded_once(outputs, grads: tuple):
+    """``outputs`` of a once_differentiable backward, behind a ``DelayedError`` where a
+    graph is being recorded. (A function of this module, not of the wrapper: a deployed
+    module's backward travels by value, and its wrapper's globals with it.)"""
+    Tensor = _loaded["disthook.tensor"].Tensor
+    if not grad_mode.is_grad_enabled() or not any(
+            isinstance(g, Tensor) and g.requires_grad for g in grads):
+        return outputs
+    single = not isinstance(outputs, tuple)
+    outs = (outputs,) if single else outputs
+    fakes = [o.detach().requires_grad_() if isinstance(o, Tensor) else None for o in outs]
+    if all(f is None for f in fakes):
+        return outputs
+    guarded = DelayedError.apply(ONCE_DIFFERENTIABLE_MSG, *fakes)
+    guarded = (guarded,) if len(fakes) == 1 else guarded
+    return guarded[0] if single else tuple(
+        g if isinstance(o, Tensor) else o for g, o in zip(guarded, outs))
