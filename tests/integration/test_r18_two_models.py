@@ -61,3 +61,58 @@ def test_a_hook_term_beside_a_replacing_hook_is_one_process_s(cluster, projector
     assert len(got) == len(want)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+class _Encoder(nn.Module):
+    def __init__(self, shared):
+        super().__init__()
+        self.embed_tokens, self.fc = shared, nn.Linear(6, 6)
+
+    def forward(self, ids):
+        return torch.tanh(self.fc(self.embed_tokens(ids))).mean(1)
+
+
+class _Decoder(nn.Module):
+    def __init__(self, shared):
+        super().__init__()
+        self.embed_tokens, self.fc = shared, nn.Linear(6, 6)
+
+    def forward(self, ids, memory):
+        return self.fc(self.embed_tokens(ids) + memory.unsqueeze(1)) @ self.embed_tokens.weight.T
+
+
+def _seq2seq():
+    torch.manual_seed(0)
+    shared = nn.Embedding(10, 6)
+    return _Encoder(shared), _Decoder(shared)
+
+
+def _seq2seq_grads(encoder, decoder):
+    src, tgt = torch.tensor([[1, 2, 3], [4, 5, 6]]), torch.tensor([[7, 8], [9, 0]])
+    loss = nn.functional.cross_entropy(decoder(tgt, encoder(src)).reshape(-1, 10),
+                                       tgt.reshape(-1))
+    loss.backward()
+    return [loss.item(), *(p.grad.numpy().copy() for p in
+                           [encoder.embed_tokens.weight, encoder.fc.weight, decoder.fc.weight])]
+
+
+def test_two_models_sharing_a_module_deploy_as_one_holding_both(cluster):
+    """A seq2seq whose encoder and decoder share one embedding (T5's ``shared``), each
+    deployed on its own: the second deploy is refused, saying what to deploy instead; that
+    (one ModuleDict holding both) gives one process's gradients."""
+    want = _seq2seq_grads(*_seq2seq())
+    encoder, decoder = _seq2seq()
+    cluster.deploy(encoder)
+    try:
+        with pytest.raises(ValueError, match=r"'embed_tokens' is deployed already .*holds "
+                                             r"them all .*ModuleDict"):
+            cluster.deploy(decoder)
+    finally:
+        encoder.close()
+    both = cluster.deploy(nn.ModuleDict({"encoder": encoder, "decoder": decoder}), stages=2)
+    try:
+        got = _seq2seq_grads(both["encoder"], both["decoder"])
+    finally:
+        both.close()
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
