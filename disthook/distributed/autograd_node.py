@@ -24,7 +24,12 @@ from disthook.distributed import async_calls, attr_changes
 from disthook.distributed.backward_state import given_changed, say_stopped
 from disthook.distributed.placement import split_rows
 from disthook.distributed.remote_values import from_record, grad_data
-from disthook.distributed.tap_node import LiveEdges, RemoteTapBackward0, used_here
+from disthook.distributed.tap_node import (
+    LiveEdges,
+    RemoteTapBackward0,
+    used_here,
+    workers_keeping,
+)
 from disthook.service.values import GIVEN_TAP, one_object_grads
 from disthook.tensor import Tensor
 from disthook.utils.hooks import RemovableHandle
@@ -377,15 +382,15 @@ class RemoteBackward0(LiveEdges):
         wanted = self._wanted_taps()
         parts = [g._data] if self._sizes is None else split_rows(g._data, self._sizes)
         hold = self._hold()
-        replies = model._hub.request_all(
-            [(model._addresses[self._stage], {"stage": self._stage, "grads": [part],
-                                     "retain_graph": retain, "reply_to": model._hub.reply_to,
-                                     "mb": None if self._sizes is None else i,
-                                     "taps": wanted or None,
-                                     "accumulate": self._accumulates(),
-                                     "inputs": self._inputs_wanted(), "hold": hold}, ctx_id)
-             for i, (part, ctx_id) in enumerate(zip(parts, self._ctx_ids))],
-            "backward", what="backward through the remote stages")
+        with workers_keeping(retain):
+            replies = model._hub.request_all(
+                [(model._addresses[self._stage], {
+                    "stage": self._stage, "grads": [part], "retain_graph": retain,
+                    "reply_to": model._hub.reply_to, "mb": None if self._sizes is None else i,
+                    "taps": wanted or None, "accumulate": self._accumulates(),
+                    "inputs": self._inputs_wanted(), "hold": hold}, ctx_id)
+                 for i, (part, ctx_id) in enumerate(zip(parts, self._ctx_ids))],
+                "backward", what="backward through the remote stages")
         for reply in replies:  # what the stages' hooks set on their modules, stage by stage
             attr_changes.apply(model, reply["result"].get("attrs"))
         given_changed([g], [r["result"].get("tapped") for r in replies], self._sizes)
@@ -455,8 +460,9 @@ class RemoteBackward0(LiveEdges):
                                   landed)
             result = {"grads": async_calls.with_ids(form, keep)}
         else:
-            (reply,) = model._hub.request_all([(address, fields, self._ctx_ids[0])],
-                                              "backward", what=what)
+            with workers_keeping(retain):
+                (reply,) = model._hub.request_all([(address, fields, self._ctx_ids[0])],
+                                                  "backward", what=what)
             result = reply["result"]
             # what the part's tensor hooks set on its modules there (then the next backward
             # waits too, so that the program reads them after it as in one process)

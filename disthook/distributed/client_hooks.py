@@ -21,6 +21,7 @@ from disthook.distributed.tap_node import (
     RemoteTapBackward0,
     serving_vjp,
     unlinked_taps_refused,
+    workers_keep,
 )
 from disthook.service import hook_kinds
 from disthook.service.values import pack, unpack
@@ -390,7 +391,8 @@ class HookServer:
         those the hook made leaves here (``made``, ids), whose ``.grad`` grows."""
         tasks = getattr(engine._running, "tasks", None)
         task = tasks[-1] if tasks else None
-        retain = task is not None and task.retain_graph
+        # (kept where the worker's pass keeps its graph: its next pass asks again)
+        retain = task is not None and task.retain_graph or workers_keep()
         # the hook's tensors' nodes lead to the call's inputs, whose backward is the
         # client's own to run: a backward here stops at them
         taps = {id(n): n for t in wanted if isinstance(n := t._grad_fn, RemoteTapBackward0)}

@@ -174,6 +174,14 @@ def _check_not_deployed(module: Module) -> None:
                 f"{dep._model_id}, whose workers were lost before its values came back, so "
                 "its parameters have no values here. Load a checkpoint instead "
                 "(cluster.load(path), or load_checkpoint on a fresh model once deployed)")
+        if dep is not None and path:  # a module shared with a model deployed before
+            raise ValueError(
+                f"this {type(module).__name__} cannot be deployed: {where} is deployed "
+                f"already (as part of {dep._model_id}), and a module is placed once. To "
+                "deploy models that share a module, deploy one module that holds them all "
+                "(nn.ModuleDict({'encoder': encoder, 'decoder': decoder}): the parts that "
+                "share a tensor go to one worker, and each model is called as before), or "
+                f"keep this {type(module).__name__} here, where {path!r} runs on its worker")
         if dep is not None:
             raise ValueError(
                 f"this {type(module).__name__} cannot be deployed: {where} is deployed "

@@ -14,14 +14,33 @@ from disthook.autograd.graph import Node, gradient_edge
 from disthook.distributed import attr_changes
 from disthook.tensor import Tensor
 
-__all__ = ["LiveEdges", "RemoteTapBackward0", "serving_vjp", "unlinked_taps_refused"]
+__all__ = ["LiveEdges", "RemoteTapBackward0", "serving_vjp", "unlinked_taps_refused",
+           "workers_keep", "workers_keeping"]
 
 
 class _Vjp(threading.local):
     running = False  # a worker asked for a hook result's vector-Jacobian product here
+    keeps = False  # the worker's pass that may ask for one keeps its graph for another pass
 
 
 _vjp = _Vjp()
+
+
+@contextlib.contextmanager
+def workers_keeping(retain: bool):
+    """While a backward request is in flight whose pass on the worker keeps the graph
+    (``retain``: another pass through the call follows): a hook result's vjp the worker asks
+    for keeps the client's part of that graph too, since the next pass asks for it again."""
+    _vjp.keeps, before = retain, _vjp.keeps
+    try:
+        yield
+    finally:
+        _vjp.keeps = before
+
+
+def workers_keep() -> bool:
+    """Whether the backward request in flight keeps the worker's graph (workers_keeping)."""
+    return _vjp.keeps
 
 
 @contextlib.contextmanager
@@ -183,16 +202,17 @@ class RemoteTapBackward0(LiveEdges):
         wanted = self._wanted_taps()
         hub = self._hub  # from inside a hook of a request there: it runs at once, nested
         within = hub.firing_ctx if hub.firing else None
-        (reply,) = self._hub.request_all(
-            [(self._address, {"stage": stage, "grads": [g._data], "start": self._key,
-                              "taps": wanted or None, "within": within,
-                              "inputs": not wanted or self._inputs_wanted(task),
-                              "retain_graph": engine.retains_graph() or not last,
-                              "reply_to": self._hub.reply_to,
-                              "accumulate": task is None or (task.accumulate
-                                                             and task.needed is None)},
-              self._ctx_id)],
-            "backward", what="backward from a tensor a hook kept")
+        retain = engine.retains_graph() or not last
+        with workers_keeping(retain):
+            (reply,) = self._hub.request_all(
+                [(self._address, {"stage": stage, "grads": [g._data], "start": self._key,
+                                  "taps": wanted or None, "within": within,
+                                  "inputs": not wanted or self._inputs_wanted(task),
+                                  "retain_graph": retain, "reply_to": self._hub.reply_to,
+                                  "accumulate": task is None or (task.accumulate
+                                                                 and task.needed is None)},
+                  self._ctx_id)],
+                "backward", what="backward from a tensor a hook kept")
         if node is not None:  # what the hooks that fired set on their modules there
             attr_changes.apply(node._model, reply["result"].get("attrs"))
             if node._ran_in == engine.current_task_id() and last \

@@ -44,7 +44,9 @@ class Layout:
 
 
 def _modules(root: Module) -> dict[str, Module]:
-    return dict(root.named_modules())
+    """Every path of the tree, a module held at several (one embedding shared by an encoder
+    and a decoder) under each, so that each path can be placed (with the others)."""
+    return dict(root.named_modules(remove_duplicate=False))
 
 
 def _own_tensors(module: Module) -> list:
