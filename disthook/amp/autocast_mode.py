@@ -51,6 +51,9 @@ _state = threading.local()  # per thread, as torch's: {device type: enabled}, {.
 def _local() -> threading.local:
     if not hasattr(_state, "enabled"):
         _state.enabled, _state.dtype, _state.cache_enabled = {}, {}, True
+        # regions open now (of any device type, enabled or not) and the casts of the
+        # region's leaves (cpu_policy._cached_cast), dropped when the outermost one exits
+        _state.nesting, _state.casts = 0, {}
     return _state
 
 
@@ -121,12 +124,16 @@ class autocast:
         state.enabled[self.device] = self._enabled
         state.dtype[self.device] = self.fast_dtype
         state.cache_enabled = self._cache_enabled
+        state.nesting += 1
         if self.device == "cpu":
             cpu_policy.count_region(1)
         return self
 
     def __exit__(self, exc_type: object, exc_val: object, exc_tb: object) -> bool:
         state = _local()
+        state.nesting -= 1
+        if state.nesting == 0:
+            state.casts.clear()
         state.enabled[self.device] = self.prev
         state.dtype[self.device] = self.prev_fastdtype
         state.cache_enabled = self.prev_cache_enabled
