@@ -53,8 +53,16 @@ def _local() -> threading.local:
         _state.enabled, _state.dtype, _state.cache_enabled = {}, {}, True
         # regions open now (of any device type, enabled or not) and the casts of the
         # region's leaves (cpu_policy._cached_cast), dropped when the outermost one exits
-        _state.nesting, _state.casts = 0, {}
+        _state.nesting, _state.casts, _state.region = 0, {}, None
     return _state
+
+
+class _Region:
+    """The outermost autocast region open in a thread, while it is: what the deployed
+    parts' backwards of the calls made in it did (``check_one_cast``)."""
+
+    def __init__(self) -> None:
+        self.ran: dict = {}  # (deployment id, part) -> (backward id, node id)
 
 
 def _check_device_type(device_type: str) -> None:
@@ -125,6 +133,8 @@ class autocast:
         state.dtype[self.device] = self.fast_dtype
         state.cache_enabled = self._cache_enabled
         state.nesting += 1
+        if state.nesting == 1:
+            state.region = _Region()
         if self.device == "cpu":
             cpu_policy.count_region(1)
         return self
@@ -134,6 +144,7 @@ class autocast:
         state.nesting -= 1
         if state.nesting == 0:
             state.casts.clear()
+            state.region = None
         state.enabled[self.device] = self.prev
         state.dtype[self.device] = self.prev_fastdtype
         state.cache_enabled = self.prev_cache_enabled
@@ -220,6 +231,40 @@ def region_field() -> dict:
     if not state.enabled.get("cpu", False):
         return {}
     return {"autocast": get_autocast_dtype("cpu").name}
+
+
+def caching_region():
+    """The outermost region a call made now belongs to when its weights' casts are kept
+    for the region (an enabled CPU region, its cache enabled, grad mode on), else None."""
+    from disthook.autograd import grad_mode
+
+    state = _local()
+    if not (state.enabled.get("cpu", False) and state.cache_enabled
+            and grad_mode.is_grad_enabled()):
+        return None
+    return state.region
+
+
+def check_one_cast(region, key, node, backward_id: int, what: str) -> None:
+    """Refuse the backward of a second call of one deployed part made in one caching
+    region (``key``: the deployment and the part) in one backward: one process casts the
+    part's weights once for the region and sums the calls' gradients in the region's dtype
+    before the one cast's backward; the workers cast at each call, and each call's backward
+    runs there on its own, so the gradients would meet in float32 (other bits)."""
+    if region is None:
+        return
+    before = region.ran.get(key)
+    region.ran[key] = (backward_id, id(node))
+    if before is not None and before[0] == backward_id and before[1] != id(node):
+        raise NotImplementedError(
+            f"one backward reaches two calls of {what} made inside one torch.autocast('cpu') "
+            "region: in one process its weights are cast to the region's dtype once for the "
+            "region and the two calls' gradients are summed in that dtype before reaching "
+            "the float32 weights; on the workers each call casts its own and runs its own "
+            "backward, which would give other gradients. Open a region per call (with "
+            "torch.autocast(...) around each call), pass cache_enabled=False to the region "
+            "(both then cast at each call), or run the model in one process "
+            "(model.to_local())")
 
 
 def region_as(name: str | None) -> autocast:
