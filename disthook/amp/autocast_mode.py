@@ -17,8 +17,9 @@ import warnings
 from disthook import _dtype
 from disthook.amp import cpu_policy
 
-__all__ = ["autocast", "custom_bwd", "custom_fwd", "get_autocast_dtype",
-           "is_autocast_available", "is_autocast_enabled"]
+__all__ = ["autocast", "clear_autocast_cache", "custom_bwd", "custom_fwd",
+           "get_autocast_dtype", "is_autocast_available", "is_autocast_cache_enabled",
+           "is_autocast_enabled", "set_autocast_cache_enabled"]
 
 
 class _AbsentDtype:
@@ -90,6 +91,23 @@ def get_autocast_dtype(device_type: str):
     if device_type not in DEFAULT_DTYPES:
         raise RuntimeError("unsupported scalarType")
     return _local().dtype.get(device_type, DEFAULT_DTYPES[device_type])
+
+
+def is_autocast_cache_enabled() -> bool:
+    """Whether this thread's regions keep their weights' casts (see ``cpu_policy``): the
+    innermost region's ``cache_enabled``, or the last ``set_autocast_cache_enabled``."""
+    return _local().cache_enabled
+
+
+def set_autocast_cache_enabled(enabled: bool) -> None:
+    """Set ``is_autocast_cache_enabled()`` for this thread (a region's exit puts back what
+    it found)."""
+    _local().cache_enabled = bool(enabled)
+
+
+def clear_autocast_cache() -> None:
+    """Drop the casts this thread's regions kept: the next use of a weight casts again."""
+    _local().casts.clear()
 
 
 class autocast:

@@ -153,9 +153,36 @@ def not_a_leaf(lib):
     return _grads(lib, outs, [w], {})
 
 
+def cleared_in_the_region(lib):
+    x, w, _ = _leaves(lib)
+    with lib.autocast("cpu", dtype=lib.bfloat16):
+        a = lib.mm(x, w)
+        lib.clear_autocast_cache()
+        b = lib.mm(x, w)
+    return _grads(lib, [a, b], [w], {})
+
+
+def cache_switched_off(lib):
+    x, w, _ = _leaves(lib)
+    states = [lib.is_autocast_cache_enabled()]
+    lib.set_autocast_cache_enabled(False)
+    try:
+        with lib.autocast("cpu", dtype=lib.bfloat16):  # (cache_enabled=None: the thread's)
+            states.append(lib.is_autocast_cache_enabled())
+            with lib.autocast("cpu", dtype=lib.bfloat16, cache_enabled=True):
+                states.append(lib.is_autocast_cache_enabled())
+                outs = [lib.mm(x, w), lib.mm(x, w)]
+            outs.append(lib.mm(x, w))
+        states.append(lib.is_autocast_cache_enabled())
+    finally:
+        lib.set_autocast_cache_enabled(True)
+    grads, calls, shared = _grads(lib, outs, [w], {})
+    return grads, calls, shared, states
+
+
 PROGRAMS = [linear_twice, shared_by_two_modules, one_op_twice, nested_regions,
             disabled_outer_region, sequential_regions, cache_disabled, cast_under_no_grad,
-            not_a_leaf]
+            not_a_leaf, cleared_in_the_region, cache_switched_off]
 
 
 @pytest.mark.parametrize("program", PROGRAMS, ids=lambda p: p.__name__)
