@@ -479,8 +479,11 @@ from disthook._limits import (  # noqa: F401
 from disthook._settings import *
 from disthook.amp.autocast_mode import (  # noqa: F401
     autocast,
+    clear_autocast_cache,
     get_autocast_dtype,
+    is_autocast_cache_enabled,
     is_autocast_enabled,
+    set_autocast_cache_enabled,
 )
 from disthook.compiler import compile  # noqa: F401  # torch's wrapper of a module, run eagerly
 from disthook.cuda import OutOfMemoryError  # noqa: F401

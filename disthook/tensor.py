@@ -741,6 +741,12 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             b.__dict__["_wrapped_number"] = True  # saved-tensor hooks skip it, as torch's
         elif not isinstance(other, (Tensor, numbers.Number, np.generic)):
             return NotImplemented
+        elif _bf16.mixed_float(self, other) and grad_mode._state.enabled and (
+                self._requires_grad or other._requires_grad):
+            # bfloat16 beside another float dtype: the op's node takes both as they are, as
+            # torch's mixed kernel (no cast node; the bfloat16 operand's gradient is cast
+            # to it before the node's post-hooks see it)
+            a, b = self, other
         else:
             a, b = binary_operands(self, other)
         if reverse:
@@ -803,6 +809,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         dt = result_dtype(self, other)
         if _dtype.kind(dt) not in "fc":
             dt = _dtype.get_default_dtype().np
+        if _bf16.mixed_float(self, other):  # (no cast node: see _binary)
+            return self._binary(op, other, reverse=reverse)
         a = self.to(dt)
         b = other.to(dt) if isinstance(other, Tensor) else other
         return a._binary(op, b, reverse=reverse)

@@ -17,8 +17,9 @@ import warnings
 from disthook import _dtype
 from disthook.amp import cpu_policy
 
-__all__ = ["autocast", "custom_bwd", "custom_fwd", "get_autocast_dtype",
-           "is_autocast_available", "is_autocast_enabled"]
+__all__ = ["autocast", "clear_autocast_cache", "custom_bwd", "custom_fwd",
+           "get_autocast_dtype", "is_autocast_available", "is_autocast_cache_enabled",
+           "is_autocast_enabled", "set_autocast_cache_enabled"]
 
 
 class _AbsentDtype:
@@ -51,7 +52,18 @@ _state = threading.local()  # per thread, as torch's: {device type: enabled}, {.
 def _local() -> threading.local:
     if not hasattr(_state, "enabled"):
         _state.enabled, _state.dtype, _state.cache_enabled = {}, {}, True
+        # regions open now (of any device type, enabled or not) and the casts of the
+        # region's leaves (cpu_policy._cached_cast), dropped when the outermost one exits
+        _state.nesting, _state.casts, _state.region = 0, {}, None
     return _state
+
+
+class _Region:
+    """The outermost autocast region open in a thread, while it is: what the deployed
+    parts' backwards of the calls made in it did (``check_one_cast``)."""
+
+    def __init__(self) -> None:
+        self.ran: dict = {}  # (deployment id, part) -> (backward id, node id)
 
 
 def _check_device_type(device_type: str) -> None:
@@ -79,6 +91,23 @@ def get_autocast_dtype(device_type: str):
     if device_type not in DEFAULT_DTYPES:
         raise RuntimeError("unsupported scalarType")
     return _local().dtype.get(device_type, DEFAULT_DTYPES[device_type])
+
+
+def is_autocast_cache_enabled() -> bool:
+    """Whether this thread's regions keep their weights' casts (see ``cpu_policy``): the
+    innermost region's ``cache_enabled``, or the last ``set_autocast_cache_enabled``."""
+    return _local().cache_enabled
+
+
+def set_autocast_cache_enabled(enabled: bool) -> None:
+    """Set ``is_autocast_cache_enabled()`` for this thread (a region's exit puts back what
+    it found)."""
+    _local().cache_enabled = bool(enabled)
+
+
+def clear_autocast_cache() -> None:
+    """Drop the casts this thread's regions kept: the next use of a weight casts again."""
+    _local().casts.clear()
 
 
 class autocast:
@@ -121,12 +150,19 @@ class autocast:
         state.enabled[self.device] = self._enabled
         state.dtype[self.device] = self.fast_dtype
         state.cache_enabled = self._cache_enabled
+        state.nesting += 1
+        if state.nesting == 1:
+            state.region = _Region()
         if self.device == "cpu":
             cpu_policy.count_region(1)
         return self
 
     def __exit__(self, exc_type: object, exc_val: object, exc_tb: object) -> bool:
         state = _local()
+        state.nesting -= 1
+        if state.nesting == 0:
+            state.casts.clear()
+            state.region = None
         state.enabled[self.device] = self.prev
         state.dtype[self.device] = self.prev_fastdtype
         state.cache_enabled = self.prev_cache_enabled
@@ -213,6 +249,40 @@ def region_field() -> dict:
     if not state.enabled.get("cpu", False):
         return {}
     return {"autocast": get_autocast_dtype("cpu").name}
+
+
+def caching_region():
+    """The outermost region a call made now belongs to when its weights' casts are kept
+    for the region (an enabled CPU region, its cache enabled, grad mode on), else None."""
+    from disthook.autograd import grad_mode
+
+    state = _local()
+    if not (state.enabled.get("cpu", False) and state.cache_enabled
+            and grad_mode.is_grad_enabled()):
+        return None
+    return state.region
+
+
+def check_one_cast(region, key, node, backward_id: int, what: str) -> None:
+    """Refuse the backward of a second call of one deployed part made in one caching
+    region (``key``: the deployment and the part) in one backward: one process casts the
+    part's weights once for the region and sums the calls' gradients in the region's dtype
+    before the one cast's backward; the workers cast at each call, and each call's backward
+    runs there on its own, so the gradients would meet in float32 (other bits)."""
+    if region is None:
+        return
+    before = region.ran.get(key)
+    region.ran[key] = (backward_id, id(node))
+    if before is not None and before[0] == backward_id and before[1] != id(node):
+        raise NotImplementedError(
+            f"one backward reaches two calls of {what} made inside one torch.autocast('cpu') "
+            "region: in one process its weights are cast to the region's dtype once for the "
+            "region and the two calls' gradients are summed in that dtype before reaching "
+            "the float32 weights; on the workers each call casts its own and runs its own "
+            "backward, which would give other gradients. Open a region per call (with "
+            "torch.autocast(...) around each call), pass cache_enabled=False to the region "
+            "(both then cast at each call), or run the model in one process "
+            "(model.to_local())")
 
 
 def region_as(name: str | None) -> autocast:

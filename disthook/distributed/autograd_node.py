@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from disthook import wire
+from disthook.amp import autocast_mode
 from disthook.autograd import engine, grad_mode
 from disthook.autograd.graph import SECOND_BACKWARD_MSG, gradient_edge
 from disthook.autograd.saved_hooks import current_pair
@@ -90,6 +91,7 @@ class RemoteBackward0(LiveEdges):
         self._finalizer = weakref.finalize(self, model._hub.release, ctx_ids)
         self._path = None  # the part called, for a call from code running here
         self._ran_in = None  # the id of the backward it last ran in
+        self._region = autocast_mode.caching_region()  # (see autocast_mode.check_one_cast)
         # the id of a backward whose holding lists this call as still to come on its worker
         # (see _hold): that backward runs it even when no gradient reaches it
         self._awaited = None
@@ -372,6 +374,10 @@ class RemoteBackward0(LiveEdges):
         self._after = used_here(self)
         retain = retain or bool(self._after)
         model = self._model
+        if self._region is not None and self.weights_require_grad():
+            autocast_mode.check_one_cast(self._region, (id(model), self._part), self,
+                                         engine.current_task_id(),
+                                         f"the deployed {self._part or model._class_name}")
         self._ran_in = engine.current_task_id()  # the taps' segments see that it ran
         # the engine reads the edges again after this: the taps it counted must still be
         # there when the context's stand-ins are dropped below

@@ -130,6 +130,16 @@ def _make_twin(cls):
     return twin
 
 
+def mixed_float(a, b) -> bool:
+    """Whether tensors ``a`` and ``b`` are a bfloat16 one and one of another float dtype
+    (whose op ``compute_in_float32`` runs as torch's mixed kernel, in the wider dtype)."""
+    da, db = a._data.dtype, getattr(b, "_data", None)
+    if db is None:
+        return False
+    db = db.dtype
+    return da != db and (da == BF16 and db.kind == "f" or db == BF16 and da.kind == "f")
+
+
 def rounded_once(fn, *tensors):
     """``fn(*tensors)`` for a composite op that torch computes as one kernel (addmm, lerp):
     when the first is bfloat16 it runs on float32 copies of the bfloat16 ones and its result
