@@ -257,3 +257,27 @@ def test_a_bfloat16_ops_float32_twin_never_stands_for_the_op_by_name():
     name = op_calls.op_name(linalg.Addmm)
     assert op_calls._all_ops()[name] is linalg.Addmm
     assert not any(cls.__dict__.get("_in_float32") for cls in op_calls._all_ops().values())
+
+
+def test_every_op_that_is_no_twin_goes_to_workers_by_its_name():
+    """An op that computes bfloat16 itself (``handles_bfloat16``: softmax, log_softmax,
+    logsumexp, the losses) is an op of its own name, which a worker runs on the values it
+    keeps. Marked as a twin, these ops were missing from the names: a deployed model's loss
+    read its logits here (tests/integration/test_remote_values.py), silently slower."""
+    from disthook.ops.base import Op
+    from disthook.service import op_calls
+
+    registered = set(op_calls._all_ops().values())
+    todo, missing = [Op], []
+    while todo:
+        cls = todo.pop()
+        for sub in cls.__subclasses__():
+            todo.append(sub)
+            twin = sub.__dict__.get("_in_float32")
+            node = cls.__dict__.get("_node_cls") is sub
+            if not twin and not node and sub not in registered:
+                missing.append(sub.__qualname__)
+    assert not missing
+    handles = [c for c in registered if c.__dict__.get("handles_bfloat16")]
+    assert {c.__name__ for c in handles} >= {"CrossEntropy", "NllLoss", "LogSoftmax",
+                                              "Softmax", "LogSumExp"}

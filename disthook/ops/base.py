@@ -42,6 +42,10 @@ class Op(Node):
     drops_unneeded_grads = True
     view = False  # output shares memory and version counter with input 0
     _in_float32 = False  # the twin that computes a bfloat16 op in float32 (ops/_bf16.py)
+    # an op whose forward and backward compute bfloat16 themselves (in float32 with torch's
+    # roundings), so that no twin is made for it; unlike a twin, it is an op of its own name
+    # (service/op_calls.py sends it to a worker by that name)
+    handles_bfloat16 = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -82,7 +86,8 @@ class Op(Node):
         try:
             for t in inputs:
                 if t._data.dtype.kind in "cV":
-                    if t._data.dtype.kind == "V" and not (cls.view or cls._in_float32):
+                    if t._data.dtype.kind == "V" and not (
+                            cls.view or cls._in_float32 or cls.handles_bfloat16):
                         return _bf16.compute_in_float32(cls, inputs, params)
                     if t._data.dtype.kind == "c" and not cls.complex_ok:
                         refuse_complex(cls, t)

@@ -344,7 +344,7 @@ def _picked_grad(ctx, g):
 class NllLoss(Op):
     """``-w[t] * input[t]`` per sample, reduced (weighted mean: divided by the sum of ``w[t]``)."""
 
-    _in_float32 = True  # bfloat16 as float16: torch's sums in the half dtype (_nll_reduce_half)
+    handles_bfloat16 = True  # as float16: torch's sums in the half dtype (_nll_reduce_half)
 
     nd = False  # NllLoss2D: the (N, C, H, W) kernel, with its own checks and node name
 
@@ -376,7 +376,7 @@ class CrossEntropy(Op):
 
     node_name = "NllLossBackward0"
     nd = False
-    _in_float32 = True  # bfloat16 as float16: torch's log_softmax then nll_loss (below)
+    handles_bfloat16 = True  # as float16: torch's log_softmax then nll_loss (below)
 
     @classmethod
     def forward(cls, ctx, input, target, weight=None, reduction="mean", ignore_index=-100):

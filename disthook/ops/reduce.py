@@ -405,7 +405,7 @@ class LinalgVectorNorm(Op):
 
 class LogSumExp(Op):
     node_name = "LogsumexpBackward0"
-    _in_float32 = True  # bfloat16 as float16: torch's ops one by one, each rounded (below)
+    handles_bfloat16 = True  # as float16: torch's ops one by one, each rounded (below)
 
     @staticmethod
     def forward(ctx, a, dim=None, keepdim=False):
@@ -433,7 +433,7 @@ class LogSumExp(Op):
 class Softmax(Op):
     saved_names = ("result",)
     saved_values = MappingProxyType({"dim": shown_dims})
-    _in_float32 = True  # bfloat16 as float16: torch's kernels' roundings (below)
+    handles_bfloat16 = True  # as float16: torch's kernels' roundings (below)
 
     @staticmethod
     def forward(ctx, a, dim, given=None):
@@ -478,7 +478,7 @@ def log_softmax_array(x: np.ndarray, dim: int) -> np.ndarray:
 class LogSoftmax(Op):
     saved_names = ("result",)
     saved_values = MappingProxyType({"dim": shown_dims})
-    _in_float32 = True  # bfloat16 as float16: torch's kernels' roundings (below)
+    handles_bfloat16 = True  # as float16: torch's kernels' roundings (below)
 
     @staticmethod
     def forward(ctx, a, dim, given=None):
