@@ -146,8 +146,10 @@ def test_a_result_ahead_of_a_failing_hook_is_not_used_and_the_hook_error_is_rais
         worker.send(client, "ok", {"result": "void", "ahead": "r1"}, msg.req)
         _, answer = worker.recv()
         assert answer.type == "error"
-        worker.send(client, "error", {"kind": "RuntimeError", "message": "hook failed"},
-                    msg.req)
+        # (as a worker words a client hook's error: workers/client_hooks.py _answer_of)
+        worker.send(client, "error", {
+            "kind": "RuntimeError", "message": "the client's tensor hook on 'x' raised "
+            f"KeyError: {answer['message']}"}, msg.req)
 
     thread = worker.serve(script)
     with pytest.raises(KeyError, match="looked at the wrong thing"):

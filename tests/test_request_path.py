@@ -50,6 +50,7 @@ class _Shell:
         self.router, self.keys, self.label = router, None, "worker w"
         self.peers = Peers(None)
         self.takes_batches = {}
+        self._gone = {}  # peers that left (Service.peer_left)
         self.log = []
         shell = self
 
