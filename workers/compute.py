@@ -503,6 +503,24 @@ class _StageInput(disthook.autograd.Function):
         return grad
 
 
+def _refuse_post_hook(node, fn):
+    """A post hook on a stage input's node (a legacy backward hook of a module that returns
+    its input as it came): in one process it sits on the node of the op that made that
+    input, elsewhere here, and sees its grad_input, not the gradient unchanged."""
+    module = fn.module() if getattr(fn, "with_module", False) else None
+    what = ("grad_fn.register_hook" if module is None
+            else f"a legacy register_backward_hook on {type(module).__name__}")
+    raise NotImplementedError(
+        f"a backward hook ({what}) "
+        "is put on the node of a deployed part's input, whose op ran outside this part (on the "
+        "client or another stage): in one process it would see that op's grad_input, here "
+        "only the gradient as it came. Use register_full_backward_hook (or a hook on the "
+        "tensor) instead, or register it on a module that computes something of its own")
+
+
+_StageInput._backward_cls.register_hook = _refuse_post_hook
+
+
 def _stream_state(msg) -> str | None:
     """The random stream to hand on after a forward that was given one."""
     return disthook.random._stream_state() if msg.get("rng") else None
