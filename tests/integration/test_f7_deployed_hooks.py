@@ -13,7 +13,14 @@ forward runs here (seeds 1364 and 1528 with F1_FUZZ_DEPLOYED_EXTRAS=1): one proc
 the whole model in the backward, so the root's forward pre-hook fires again; deployed, only
 the placed part is recomputed, on its worker, and the root's hook fired once, silently. The
 checkpoint call now warns, naming the parts that are recomputed and what is not run again;
-checkpointing the part itself still warns of nothing (it fires as in one process)."""
+checkpointing the part itself still warns of nothing (it fires as in one process).
+
+A part that changes its argument in place in its own forward (``x.mul_(-1)``), where that
+argument is the program's tensor (found while minimising seed 1666, whose change is made
+by a client forward pre-hook on a value kept on the workers, left as it is): in one process
+the program's tensor changes; deployed the worker changed its copy and the program's
+tensor kept its old value, silently. The worker now refuses it after the part's forward,
+as a client hook's change of such a tensor already was."""
 import warnings
 
 import numpy as np
@@ -106,5 +113,40 @@ def test_a_checkpoint_of_a_forward_that_runs_here_says_what_is_not_rerun(cluster
                 and "not run again" in said[0], said
         else:  # the part itself: as in one process, nothing to say
             assert fired == ["part", "--", "part"] and said == []
+    finally:
+        remote.close()
+
+
+class _NegatesItsInput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.lin(x.mul_(-1))
+
+
+class _CallsIt(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.part = _NegatesItsInput()
+
+    def forward(self, x):
+        return self.part(x)
+
+
+def test_a_part_changing_the_program_s_tensor_in_place_is_refused(cluster):
+    def run(model) -> list:
+        x = torch.tensor([[0.3, -0.2, 0.5]])
+        with torch.no_grad():
+            model(x)
+        return x.tolist()
+
+    assert run(_CallsIt())[0] == pytest.approx([-0.3, 0.2, -0.5])  # one process: x changed
+    remote = cluster.deploy(_CallsIt(), stages=1)
+    try:
+        with pytest.raises(NotImplementedError, match=r"'part' changed its argument in place"
+                                                      r".*program's tensor would keep"):
+            run(remote)
     finally:
         remote.close()
