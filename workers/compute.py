@@ -27,6 +27,7 @@ from disthook.service.values import opaque_in, pack, tensors_in, unpack
 from disthook.utils.checkpoint import checkpoint
 from workers import attr_changes, form, held_grads, stage_grads
 from workers.client_hooks import caller_copy
+from workers.given_args import refuse_changed_arguments, refuse_post_hook
 from workers.speculation import BACKWARD_KINDS, EarlyAnswer, run_ahead
 from workers.state import Context
 from workers.values import kept_grads_changed
@@ -190,11 +191,18 @@ class ComputeHandlers:
             kept = set()  # (the arrays of values kept on workers, not the caller's tensors)
             call = self._resolve_refs(job, st.model, msg["call"], kept)
 
+            given: list = []  # (a tensor of the program the part is given, its version)
+
+            def received(a, flag, name):
+                t = _as_received(leaf(a, flag), name or id(a) in kept)
+                if id(a) not in kept:
+                    given.append((t, t._vc[0]))
+                return values.as_argument(caller_copy(t, id(a) not in kept), len(inputs) - 1)
+
             def compute():
                 inputs.clear()  # fresh leaves each time the forward runs
-                args, kwargs = unpack(call, lambda a, flag, name: values.as_argument(
-                    caller_copy(_as_received(leaf(a, flag), name or id(a) in kept),
-                                id(a) not in kept), len(inputs) - 1))
+                given.clear()
+                args, kwargs = unpack(call, received)
                 if msg.get("rng"):  # the client's random stream: drawn from here, handed back
                     job.rng = msg["rng"]
                     disthook.random._set_stream_state(msg["rng"])
@@ -202,11 +210,15 @@ class ComputeHandlers:
                         region_as(msg.get("autocast")):
                     ckpt = msg.get("checkpoint")
                     if ckpt and grad:  # called inside torch.utils.checkpoint on the client
-                        return checkpoint(module, *args, use_reentrant=False,
-                                          early_stop=bool(ckpt.get("early_stop", True)),
-                                          preserve_rng_state=bool(ckpt.get("rng", True)),
-                                          **kwargs)
-                    return module(*args, **kwargs)
+                        out = checkpoint(module, *args, use_reentrant=False,
+                                         early_stop=bool(ckpt.get("early_stop", True)),
+                                         preserve_rng_state=bool(ckpt.get("rng", True)),
+                                         **kwargs)
+                    else:
+                        out = module(*args, **kwargs)
+                if not msg.get("op"):  # (an in-place op on a kept value changes it there)
+                    refuse_changed_arguments(given, path)
+                return out
 
             def finish(out, ahead: str | None = None):
                 outs = list(tensors_in(out))
@@ -504,6 +516,9 @@ class _StageInput(disthook.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         return grad
+
+
+_StageInput._backward_cls.register_hook = refuse_post_hook
 
 
 def _stream_state(msg) -> str | None:

@@ -221,7 +221,7 @@ def _checkpointing() -> dict | None:
     return {"early_stop": frame.early_stop, "rng": frame.rng_state is not None}
 
 
-def _one_more_in_checkpoint(path: str) -> None:
+def _one_more_in_checkpoint(model: Deployment, path: str) -> None:
     """A placed part's call inside the checkpoint running: at the second of one checkpointed
     call, say that their recomputations (each part's on its worker, in its own backward)
     fire the parts' hooks again otherwise than one process, which reruns the whole
@@ -229,6 +229,8 @@ def _one_more_in_checkpoint(path: str) -> None:
     frame = current_pair()[0].__self__
     paths = frame.__dict__.setdefault("_placed_paths", [])
     paths.append(path)
+    if len(paths) == 1:
+        frame.after_forward.append(lambda: _not_rerun_here(model, frame, paths))
     if len(paths) == 2:
         warnings.warn(
             f"the placed parts {paths[0]!r} and {paths[1]!r} of a deployed model are called "
@@ -239,6 +241,38 @@ def _one_more_in_checkpoint(path: str) -> None:
             "part whose forward changes its buffers recomputes from another state. "
             "Checkpoint each part on its own (checkpoint(layer.__call__, x)) to keep one "
             "process's order", RuntimeWarning, stacklevel=4)
+
+
+def _not_rerun_here(model: Deployment, frame, paths: list) -> None:
+    """The checkpointed function has run: where it is more than a placed part's own call
+    and saved nothing here, its code here (the forward of the modules that run on the
+    client, their hooks) is not run again in the backward, where one process reruns it;
+    said where that code has forward hooks, which would fire again there."""
+    from disthook.nn.modules import module as modules
+
+    fn = frame.function
+    part = model._local.get_submodule(paths[0])
+    if frame.weak_holders or fn is part or getattr(fn, "__self__", None) is part:
+        return
+    hooked = [repr(name) if name else "the model" for name, m in model._local.named_modules()
+              if model._layout.stage_of(name) is None
+              and (m._forward_pre_hooks or m._forward_hooks)]
+    if modules._global_forward_pre_hooks or modules._global_forward_hooks:
+        hooked.append("the global module hooks")
+    if not hooked:
+        return
+    what = f"a {type(fn).__name__}" if isinstance(fn, Module) else _name(fn)
+    many = len(paths) > 1
+    warnings.warn(
+        f"torch.utils.checkpoint of {what} on a deployed model: only the placed "
+        f"part{'s' if many else ''} {', '.join(map(repr, dict.fromkeys(paths)))} will be "
+        f"recomputed in the backward (on {'their workers' if many else 'its worker'}, "
+        f"firing {'their' if many else 'its'} forward hooks again); the rest of the "
+        "checkpointed function ran here and is not run again, so the forward hooks of the "
+        f"modules on the client ({', '.join(hooked)}) fire once where one process fires "
+        "them again in the backward. Checkpoint the placed parts themselves "
+        "(checkpoint(part, x)) to fire the same hooks as one process",
+        RuntimeWarning, stacklevel=4)
 
 
 def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
@@ -290,7 +324,7 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
         fields.update(path=path, rng=random._stream_state())  # (in eval mode too)
         if grad and (ckpt := _checkpointing()) is not None:
             fields["checkpoint"] = ckpt
-            _one_more_in_checkpoint(path)
+            _one_more_in_checkpoint(model, path)
     else:
         fields.update(op=op, params=params)
     call = None

@@ -101,6 +101,8 @@ def checkpoint(function: Callable, *args, use_reentrant: bool | None = None,
     with saved_tensors_hooks(frame.pack, frame.unpack), forward_ctx:
         out = function(*args, **kwargs)
     frame.forward_completed = True
+    for done in frame.after_forward:  # (a deployed model's word on what reruns where)
+        done()
     return out
 
 
@@ -244,6 +246,7 @@ class _Frame:
         self.recomputed_metadata: dict = collections.defaultdict(list)  # for debug reports
         self.forward_completed = False
         self.ignore_saved_mismatch = False
+        self.after_forward: list = []  # called once its forward has run
 
     # -- the hooks of the original forward
     def pack(self, tensor) -> _Holder:
