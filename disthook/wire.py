@@ -343,7 +343,9 @@ SCHEMAS: dict[str, dict[str, str]] = {
                 "call": "hook_value?", "rng": "str?", "pins": "list?", "op": "str?",
                 "params": "any?", "keep": "bool?", "as_of": "map?", "checkpoint": "map?",
                 "within": "str?", "attrs": "list[attr_change]?", "names": "list[str]?",
-                "default_dtype": "str?", "autocast": "str?", "forms": "map?"},
+                "default_dtype": "str?", "autocast": "str?", "forms": "map?", "cut": "bool?"},
+    # cut: the output's graph at an earlier stage missed that stage's input (a forward
+    # pre-hook gave the module a detached tensor); the answer carries it (result["cut"])
     # forms: the revisions of the stages a forward passed (workers/form.py), to answer an
     # attached client with; the ok answers of its forwards and backwards carry them too
     # within: the context of the client's call whose hook, running now, makes this call (a

@@ -113,6 +113,9 @@ class ComputeHandlers:
                 self._keep(job, grad and out.requires_grad, Context(
                     job.client, inputs, out, job.retained, time.monotonic(), taps=job.taps))
                 rng = _stream_state(msg)
+                # the output's graph misses the stage's input here or at an earlier stage
+                cut = bool(grad and out.requires_grad and (
+                    msg.get("cut") or values.unreached_inputs([out], inputs)))
                 if nxt is not None:
                     fields = {"model": st.model, "stage": st.index + 1,
                               "inputs": [out.detach()._data], "grad_enabled": grad,
@@ -121,6 +124,8 @@ class ComputeHandlers:
                               "optimizer_calls": calls, "rng": rng,
                               "attrs": attr_changes.merged(msg.get("attrs"), snap.changes()),
                               "names": self._names_of(job, [out])}
+                    if cut:
+                        fields["cut"] = True
                     passed = form.forms(st, job, msg.get("forms"))
                     if passed:
                         fields["forms"] = passed
@@ -140,7 +145,7 @@ class ComputeHandlers:
                         "custom_view": values.custom_view(out),
                         "saved": values.saved_by_its_node(out),
                         "argument": values.returned_argument(out),
-                        "rng": rng,
+                        "cut": cut, "rng": rng,
                         "attrs": attr_changes.merged(msg.get("attrs"), snap.changes()),
                         "forms": form.forms(st, job, msg.get("forms"))}, "ahead": ahead})
 
@@ -239,6 +244,7 @@ class ComputeHandlers:
                 self._to_client(job, "ok", {"result": {
                     "output": packed, "requires_grad": [o.requires_grad for o in outs],
                     "rng": _stream_state(msg), "pin": job.as_of, "attrs": attrs,
+                    "cut": values.unreached_inputs(outs, inputs) if grad else [],
                     "forms": form.forms(st, job)}, "ahead": ahead})
 
             early = EarlyAnswer(finish)

@@ -339,6 +339,9 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
         node = RemoteBackward0(model, [ctx_id], inputs, None, stage)
         node._path = path if op is None else f"<{op.rpartition('.')[2]}>"
         node._mb = model.__dict__.get("_micro_batch")
+        for k in result.get("cut") or ():  # the part's graph misses its input there
+            node.next_functions = (*node._edges[:k], (None, 0), *node._edges[k + 1:])
+            node.needs_input_grad = (*node._needs[:k], False, *node._needs[k + 1:])
     else:
         hub.taps.pop(ctx_id, None)  # no graph: nothing to differentiate against
     made = []
