@@ -337,10 +337,11 @@ class ComputeHandlers:
                     made.append((i, t, t._vc[0]))
                 return [(o, t) for (_, o, _), (_, t, _) in zip(seeds, made)]
 
-            # an autograd.grad to taps alone, all of them here: stop at them, keep the rest
-            # of the graph (the part below them) for a backward from them later
-            to_taps = (not msg.get("inputs", True) and bool(taps)
-                       and len(taps) == len(msg.get("taps") or ()))
+            # an autograd.grad to taps alone, all of them here or at a later stage (whose
+            # gradients came with the message): stop at them, keep the rest of the graph
+            # (the part below them) for a backward from them later
+            to_taps = (not msg.get("inputs", True) and bool(taps) and set(
+                msg.get("taps") or ()) <= {key for key, _ in taps}.union(tapped))
             for t in context.inputs:
                 t.grad = None  # the gradient of this backward only goes to the previous stage
             # what the modules' hooks set
