@@ -1381,7 +1381,8 @@ def _check_hook_value(where, value, depth):
     worker's tensors ({"same": index}; {"tensor": array, "vjp": key}, with "own": true when
     it is computed from the client's own tensors that require grad too), or stands for a
     tensor of the client that requires grad ({"tensor": array, "feed": key}: the worker's
-    copy is a leaf whose gradient a backward may ask for), or in a hook event of a pass run
+    copy is a leaf whose gradient a backward may ask for), or is a tensor made in
+    inference_mode ({"tensor": array, "inference": true}), or in a hook event of a pass run
     ahead stands for a tensor an earlier event of its round sent, unchanged since
     ({"again": its number among the tensors the round's events sent, from 0})."""
     if _hook_value_ok(value, depth):
@@ -1409,10 +1410,11 @@ def _walk_hook_value(where, value, depth):
                 _field_value(f"{where}.{name}", "bool", "bool", None, value[name], depth)
         return value
     if value.keys() in ({"tensor", "requires_grad"}, {"tensor", "vjp"}, {"tensor", "feed"},
-                        {"tensor", "requires_grad", "grad_fn"}, {"tensor", "vjp", "own"}):
+                        {"tensor", "requires_grad", "grad_fn"}, {"tensor", "vjp", "own"},
+                        {"tensor", "inference"}):
         _field_value(f"{where}.tensor", "array", "array", None, value["tensor"], depth)
         for name, kind in (("requires_grad", "bool"), ("vjp", "str"), ("grad_fn", "str"),
-                           ("feed", "str"), ("own", "bool")):
+                           ("feed", "str"), ("own", "bool"), ("inference", "bool")):
             if name in value:
                 _field_value(f"{where}.{name}", kind, kind, None, value[name], depth)
         return value
