@@ -229,6 +229,8 @@ def _one_more_in_checkpoint(path: str) -> None:
     frame = current_pair()[0].__self__
     paths = frame.__dict__.setdefault("_placed_paths", [])
     paths.append(path)
+    if len(paths) == 1:
+        _client_hooks_in_checkpoint(frame.function, frame.early_stop)
     if len(paths) == 2:
         warnings.warn(
             f"the placed parts {paths[0]!r} and {paths[1]!r} of a deployed model are called "
@@ -239,6 +241,31 @@ def _one_more_in_checkpoint(path: str) -> None:
             "part whose forward changes its buffers recomputes from another state. "
             "Checkpoint each part on its own (checkpoint(layer.__call__, x)) to keep one "
             "process's order", RuntimeWarning, stacklevel=4)
+
+
+def _client_hooks_in_checkpoint(function, early_stop: bool) -> None:
+    """A placed part called inside the checkpoint of a module that runs here (the deployed
+    model's own forward): when nothing here saved a tensor, only the parts are recomputed,
+    on their workers, so the hooks of that module that one process's rerun fires (its
+    forward pre-hooks, its forward hooks with always_call, all of them without early stop;
+    the global ones too) do not fire again: say so."""
+    module = function if isinstance(function, Module) else getattr(function, "__self__", None)
+    if not isinstance(module, Module) or type(module.__dict__.get("_placement")).__name__ \
+            == "PartPlacement":
+        return  # (a placed part's own call: its worker recomputes it, hooks and all)
+    from disthook.nn.modules import module as modules
+
+    after = (module._forward_hooks, modules._global_forward_hooks) if not early_stop else (
+        module._forward_hooks_always_called, modules._global_forward_hooks_always_called)
+    if any(after) or module._forward_pre_hooks or modules._global_forward_pre_hooks:
+        warnings.warn(
+            f"placed parts of a deployed model called inside one torch.utils.checkpoint of "
+            f"a {type(module).__name__} whose forward runs in this process: only those "
+            "parts are recomputed in the backward, each on its worker, so the forward "
+            f"(pre-)hooks of the {type(module).__name__} and the global ones on it may not "
+            "fire again as in one process, which reruns the checkpointed function. "
+            "Checkpoint each part on its own (checkpoint(layer.__call__, x)), or count on "
+            "those hooks firing once", RuntimeWarning, stacklevel=5)
 
 
 def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
