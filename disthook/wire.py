@@ -95,8 +95,10 @@ __all__ = [
 # code), which a process of 17 refuses; 19: load_stage says whether every authorized client
 # may use the model ("public": it is published) or only its deployer's key, which a worker of
 # 18 refuses; 20: a forward or train_step names the client's CPU autocast region's dtype
-# ("autocast"), which a worker of 19 refuses
-PROTOCOL_VERSION = 20
+# ("autocast"), which a worker of 19 refuses; 21: a forward's stage says its output's graph
+# missed the stage's input ("cut"), and a hook's value may be an inference-mode tensor
+# ({"tensor", "inference"}), which a worker of 20 refuses
+PROTOCOL_VERSION = 21
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
@@ -343,7 +345,9 @@ SCHEMAS: dict[str, dict[str, str]] = {
                 "call": "hook_value?", "rng": "str?", "pins": "list?", "op": "str?",
                 "params": "any?", "keep": "bool?", "as_of": "map?", "checkpoint": "map?",
                 "within": "str?", "attrs": "list[attr_change]?", "names": "list[str]?",
-                "default_dtype": "str?", "autocast": "str?", "forms": "map?"},
+                "default_dtype": "str?", "autocast": "str?", "forms": "map?", "cut": "bool?"},
+    # cut: the output's graph at an earlier stage missed that stage's input (a forward
+    # pre-hook gave the module a detached tensor); the answer carries it (result["cut"])
     # forms: the revisions of the stages a forward passed (workers/form.py), to answer an
     # attached client with; the ok answers of its forwards and backwards carry them too
     # within: the context of the client's call whose hook, running now, makes this call (a
@@ -1379,7 +1383,8 @@ def _check_hook_value(where, value, depth):
     worker's tensors ({"same": index}; {"tensor": array, "vjp": key}, with "own": true when
     it is computed from the client's own tensors that require grad too), or stands for a
     tensor of the client that requires grad ({"tensor": array, "feed": key}: the worker's
-    copy is a leaf whose gradient a backward may ask for), or in a hook event of a pass run
+    copy is a leaf whose gradient a backward may ask for), or is a tensor made in
+    inference_mode ({"tensor": array, "inference": true}), or in a hook event of a pass run
     ahead stands for a tensor an earlier event of its round sent, unchanged since
     ({"again": its number among the tensors the round's events sent, from 0})."""
     if _hook_value_ok(value, depth):
@@ -1407,10 +1412,11 @@ def _walk_hook_value(where, value, depth):
                 _field_value(f"{where}.{name}", "bool", "bool", None, value[name], depth)
         return value
     if value.keys() in ({"tensor", "requires_grad"}, {"tensor", "vjp"}, {"tensor", "feed"},
-                        {"tensor", "requires_grad", "grad_fn"}, {"tensor", "vjp", "own"}):
+                        {"tensor", "requires_grad", "grad_fn"}, {"tensor", "vjp", "own"},
+                        {"tensor", "inference"}):
         _field_value(f"{where}.tensor", "array", "array", None, value["tensor"], depth)
         for name, kind in (("requires_grad", "bool"), ("vjp", "str"), ("grad_fn", "str"),
-                           ("feed", "str"), ("own", "bool")):
+                           ("feed", "str"), ("own", "bool"), ("inference", "bool")):
             if name in value:
                 _field_value(f"{where}.{name}", kind, kind, None, value[name], depth)
         return value

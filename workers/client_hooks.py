@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 import disthook
-from disthook.autograd import grad_mode
+from disthook.autograd import grad_mode, inference
 from disthook.service import hook_kinds, worker_hooks
 from disthook.service.values import pack, tensors_in, unpack
 from workers import attr_changes, form
@@ -363,6 +363,8 @@ def _unpack_result(data, originals: list, worker, client: bytes, hook_id: int):
             leaf.requires_grad_(True)
             worker.current_job().taps[data["feed"]] = leaf  # its gradient may be asked for
         return leaf
+    if isinstance(data, dict) and data.get("inference"):  # made in inference_mode there
+        return inference.made_inference(disthook.from_numpy(np.array(data["tensor"])))
     if isinstance(data, dict) and "vjp" in data:
         inputs = [t for t in originals if t.requires_grad]
         if data.get("own") and not inputs and grad_mode.is_grad_enabled():

@@ -114,6 +114,9 @@ class ComputeHandlers:
                 self._keep(job, grad and out.requires_grad, Context(
                     job.client, inputs, out, job.retained, time.monotonic(), taps=job.taps))
                 rng = _stream_state(msg)
+                # the output's graph misses the stage's input here or at an earlier stage
+                cut = bool(grad and out.requires_grad and (
+                    msg.get("cut") or values.unreached_inputs([out], inputs)))
                 if nxt is not None:
                     fields = {"model": st.model, "stage": st.index + 1,
                               "inputs": [out.detach()._data], "grad_enabled": grad,
@@ -122,6 +125,8 @@ class ComputeHandlers:
                               "optimizer_calls": calls, "rng": rng,
                               "attrs": attr_changes.merged(msg.get("attrs"), snap.changes()),
                               "names": self._names_of(job, [out])}
+                    if cut:
+                        fields["cut"] = True
                     passed = form.forms(st, job, msg.get("forms"))
                     if passed:
                         fields["forms"] = passed
@@ -141,7 +146,7 @@ class ComputeHandlers:
                         "custom_view": values.custom_view(out),
                         "saved": values.saved_by_its_node(out),
                         "argument": values.returned_argument(out),
-                        "rng": rng,
+                        "cut": cut, "rng": rng,
                         "attrs": attr_changes.merged(msg.get("attrs"), snap.changes()),
                         "forms": form.forms(st, job, msg.get("forms"))}, "ahead": ahead})
 
@@ -251,6 +256,7 @@ class ComputeHandlers:
                 self._to_client(job, "ok", {"result": {
                     "output": packed, "requires_grad": [o.requires_grad for o in outs],
                     "rng": _stream_state(msg), "pin": job.as_of, "attrs": attrs,
+                    "cut": values.unreached_inputs(outs, inputs) if grad else [],
                     "forms": form.forms(st, job)}, "ahead": ahead})
 
             early = EarlyAnswer(finish)
@@ -343,10 +349,11 @@ class ComputeHandlers:
                     made.append((i, t, t._vc[0]))
                 return [(o, t) for (_, o, _), (_, t, _) in zip(seeds, made)]
 
-            # an autograd.grad to taps alone, all of them here: stop at them, keep the rest
-            # of the graph (the part below them) for a backward from them later
-            to_taps = (not msg.get("inputs", True) and bool(taps)
-                       and len(taps) == len(msg.get("taps") or ()))
+            # an autograd.grad to taps alone, all of them here or at a later stage (whose
+            # gradients came with the message): stop at them, keep the rest of the graph
+            # (the part below them) for a backward from them later
+            to_taps = (not msg.get("inputs", True) and bool(taps) and set(
+                msg.get("taps") or ()) <= {key for key, _ in taps}.union(tapped))
             for t in context.inputs:
                 t.grad = None  # the gradient of this backward only goes to the previous stage
             # what the modules' hooks set

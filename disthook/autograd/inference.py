@@ -58,6 +58,13 @@ def detached(vc: list) -> list:
     return vc
 
 
+def made_inference(t):
+    """``t`` (a tensor without history) as one made in inference mode: a tensor a process
+    made there and sent by value (a client hook's result)."""
+    t._vc = InferenceVersion(t._vc)
+    return t
+
+
 def check_inplace(t=None) -> None:
     """Called for an inference tensor (of either kind) about to be changed in place."""
     if not grad_mode._state.inference and (t is None or type(t._vc) is InferenceVersion):

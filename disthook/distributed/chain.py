@@ -121,6 +121,8 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
         stage = None if stop is None else model._stage_of(stop)
         node = RemoteBackward0(model, ctx_ids, x, sizes, stage)
         node.made_by(results[-1].get("grad_fn"))
+        if all(r.get("cut") for r in results):  # the workers' graph misses the input
+            node.next_functions, node.needs_input_grad = ((None, 0),), (False,)
         out = Tensor._make(out, node, 0)
         views = [r.get("custom_view") for r in results]
         if all(views):  # the last module's full backward hook's view (see Tensor._inplace)

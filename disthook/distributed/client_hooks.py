@@ -514,6 +514,8 @@ class HookServer:
                     "cannot be saved for backward'), but it reaches the worker as a plain "
                     "tensor, where they would not. Make it outside inference_mode (under "
                     "no_grad), or clone() it outside the mode before returning it")
+            if value.is_inference():  # (a backward hook's gradient): one there too
+                return {"tensor": value._data, "inference": True}
             return self._pack_value(value, bases, key, leaves)
         if isinstance(value, (tuple, list)):
             items = [self._pack_result(v, leaves, bases, f"{key}.{i}", ctx)

@@ -247,30 +247,38 @@ def _not_rerun_here(model: Deployment, frame, paths: list) -> None:
     """The checkpointed function has run: where it is more than a placed part's own call
     and saved nothing here, its code here (the forward of the modules that run on the
     client, their hooks) is not run again in the backward, where one process reruns it;
-    said where that code has forward hooks, which would fire again there."""
+    said where that code has hooks which one process's rerun fires again: forward
+    pre-hooks, and forward hooks (under early stop, which ends the rerun once every saved
+    tensor is back, only those with ``always_call``)."""
     from disthook.nn.modules import module as modules
+
+    def again(m) -> bool:
+        return bool(m._forward_pre_hooks or (
+            m._forward_hooks_always_called if frame.early_stop else m._forward_hooks))
 
     fn = frame.function
     part = model._local.get_submodule(paths[0])
     if frame.weak_holders or fn is part or getattr(fn, "__self__", None) is part:
         return
     hooked = [repr(name) if name else "the model" for name, m in model._local.named_modules()
-              if model._layout.stage_of(name) is None
-              and (m._forward_pre_hooks or m._forward_hooks)]
-    if modules._global_forward_pre_hooks or modules._global_forward_hooks:
+              if model._layout.stage_of(name) is None and again(m)]
+    if modules._global_forward_pre_hooks or (modules._global_forward_hooks_always_called
+                                             if frame.early_stop
+                                             else modules._global_forward_hooks):
         hooked.append("the global module hooks")
     if not hooked:
         return
     what = f"a {type(fn).__name__}" if isinstance(fn, Module) else _name(fn)
     many = len(paths) > 1
     warnings.warn(
-        f"torch.utils.checkpoint of {what} on a deployed model: only the placed "
+        f"torch.utils.checkpoint of {what} on a deployed model: of what is called inside "
+        "one torch.utils.checkpoint, only the placed "
         f"part{'s' if many else ''} {', '.join(map(repr, dict.fromkeys(paths)))} will be "
         f"recomputed in the backward (on {'their workers' if many else 'its worker'}, "
         f"firing {'their' if many else 'its'} forward hooks again); the rest of the "
         "checkpointed function ran here and is not run again, so the forward hooks of the "
-        f"modules on the client ({', '.join(hooked)}) fire once where one process fires "
-        "them again in the backward. Checkpoint the placed parts themselves "
+        f"modules on the client ({', '.join(hooked)}) may not fire again as one process's "
+        "rerun fires them in the backward. Checkpoint the placed parts themselves "
         "(checkpoint(part, x)) to fire the same hooks as one process",
         RuntimeWarning, stacklevel=4)
 
@@ -373,6 +381,9 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
         node = RemoteBackward0(model, [ctx_id], inputs, None, stage)
         node._path = path if op is None else f"<{op.rpartition('.')[2]}>"
         node._mb = model.__dict__.get("_micro_batch")
+        for k in result.get("cut") or ():  # the part's graph misses its input there
+            node.next_functions = (*node._edges[:k], (None, 0), *node._edges[k + 1:])
+            node.needs_input_grad = (*node._needs[:k], False, *node._needs[k + 1:])
     else:
         hub.taps.pop(ctx_id, None)  # no graph: nothing to differentiate against
     made = []

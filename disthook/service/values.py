@@ -154,6 +154,24 @@ def saved_by_its_node(t: Tensor) -> bool:
                                     for s in node._saved or ())
 
 
+def unreached_inputs(outs: list, inputs: list) -> list[int]:
+    """The numbers of ``inputs`` that require grad and that the graph of no tensor of
+    ``outs`` reaches (a forward pre-hook gave the module a detached tensor): the client's
+    node of the call then has no edge to the program's tensor there, as one process's graph
+    has none (its backward runs nothing on the way to it, its hooks do not fire)."""
+    left = {id(t): k for k, t in enumerate(inputs)  # (leaves: a kept value has a graph)
+            if isinstance(t, Tensor) and t._requires_grad and t._grad_fn is None}
+    seen, todo = set(), [o._grad_fn for o in outs if o._grad_fn is not None]
+    while todo and left:
+        node = todo.pop()
+        left.pop(id(getattr(node, "variable", None)), None)
+        for nxt, _ in node.next_functions:
+            if nxt is not None and id(nxt) not in seen:
+                seen.add(id(nxt))
+                todo.append(nxt)
+    return sorted(left.values())
+
+
 def kept_record(vid: str, t: Tensor, inline_bytes: int = 0) -> dict:
     """What a worker answers for its tensor ``t`` kept under ``vid`` (its value stays there):
     shape, dtype, whether it requires grad and the node that made it, and the value itself
