@@ -272,11 +272,13 @@ def test_every_op_that_is_no_twin_goes_to_workers_by_its_name():
     while todo:
         cls = todo.pop()
         for sub in cls.__subclasses__():
-            todo.append(sub)
             twin = sub.__dict__.get("_in_float32")
+            if twin:
+                continue  # (a twin and what is made from it stand for no name)
+            todo.append(sub)
             node = cls.__dict__.get("_node_cls") is sub
             ours = sub.__module__.startswith("disthook.")  # (not a test's own op classes)
-            if ours and not twin and not node and sub not in registered:
+            if ours and not node and sub not in registered:
                 missing.append(f"{sub.__module__}.{sub.__qualname__}")
     assert not missing, missing
     handles = [c for c in registered if c.__dict__.get("handles_bfloat16")]
