@@ -360,10 +360,10 @@ def solve_triangular(A: Tensor, B: Tensor, *, upper: bool, left: bool = True,
     if B.dtype != A.dtype and A.is_floating_point():  # torch's takes B in A's dtype
         B = B.to(A.dtype)
     _, batch = solve_shapes(A, B, left, "linalg.solve_triangular", vectors=False)
-    T = A.triu() if upper else A.tril()
-    if unitriangular:
-        T = T - T.diagonal(0, -2, -1).diag_embed() + D._eye_like(A)
-    return _solve(T, B, False, batch, left)
+    A = A if tuple(A.shape[:-2]) == batch else A.expand(batch + tuple(A.shape[-2:]))
+    B = B if tuple(B.shape[:-2]) == batch else B.expand(batch + tuple(B.shape[-2:]))
+    return D.LinalgSolveTriangular.apply(A, B, upper=upper, left=left,
+                                         unitriangular=unitriangular)
 
 
 def cholesky_solve(B: Tensor, L: Tensor, upper: bool = False) -> Tensor:
