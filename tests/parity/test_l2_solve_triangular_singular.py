@@ -5,6 +5,7 @@ zeros outside the triangle stay zeros."""
 from __future__ import annotations
 
 import itertools
+import warnings
 
 import numpy as np
 import pytest
@@ -84,3 +85,18 @@ def test_second_derivative_matches_torch():
                                                              (a, b))]
 
     _same(grads(disthook), grads(torch))
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_triangular_solve_names_its_results_and_gives_torchs_infinities(transpose):
+    """torch.triangular_solve returns (solution, cloned_coefficient) (they were named values,
+    indices) and, being the same solve, the same inf and nan at a zero diagonal."""
+    results = []
+    for lib in (disthook, torch):
+        a, b = lib.tensor(A), lib.tensor(B)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's deprecation of triangular_solve
+            r = lib.triangular_solve(b, a, upper=False, transpose=transpose)
+        assert r.cloned_coefficient.numpy().tolist() == A
+        results.append(r.solution.numpy())
+    _same([results[0]], [results[1]])
