@@ -81,7 +81,8 @@ def _dims_taken(i) -> int:
 def check_index(shape: tuple, index) -> None:
     """IndexError, worded as torch's, for an index (as ``index_arg`` gives it) that does not
     fit a tensor of ``shape``: too many indices, an integer out of range, a mask whose shape
-    is not that of the dims it covers."""
+    is not that of the dims it covers. (An index array out of range is numpy's to find, as it
+    indexes; ``numpy_words`` puts its error in torch's words.)"""
     items = index if isinstance(index, tuple) else (index,)
     ndim = len(shape)
     if ndim == 0:
@@ -92,7 +93,10 @@ def check_index(shape: tuple, index) -> None:
                 raise IndexError("invalid index of a 0-dim tensor. Use `tensor.item()` in "
                                  "Python or `tensor.item<T>()` in C++ to convert a 0-dim "
                                  "tensor to a number")
-    taken = sum(_dims_taken(i) for i in items)
+    taken, masked = 0, False
+    for i in items:
+        taken += _dims_taken(i)
+        masked = masked or isinstance(i, np.ndarray) and i.dtype == np.bool_
     if taken > ndim:
         raise IndexError(f"too many indices for tensor of dimension {ndim}")
     dim = 0  # the dim of ``shape`` the next item reads
@@ -112,15 +116,16 @@ def check_index(shape: tuple, index) -> None:
             _check_mask(i, view, at)
             dim += i.ndim
             at += i.ndim
-        elif isinstance(i, (int, np.integer, np.ndarray)):
-            _check_bounds(np.asarray(i), dim, shape[dim])
-            if isinstance(i, np.ndarray):
-                at += 1
-            else:
-                del view[at]
+        elif isinstance(i, (int, np.integer)):
+            if not -shape[dim] <= i < shape[dim]:
+                _out_of_bounds(i, dim, shape[dim])
+            del view[at]
+            dim += 1
+        elif isinstance(i, np.ndarray):  # numpy checks its bounds (see numpy_words)
+            at += 1
             dim += 1
         else:  # a slice
-            if isinstance(i, slice):
+            if masked and isinstance(i, slice):  # the size a later mask is told of
                 view[at] = len(range(*i.indices(view[at])))
             dim += 1
             at += 1
@@ -133,10 +138,10 @@ def _check_mask(mask: np.ndarray, view: list, at: int) -> None:
                              f"match the shape of the indexed tensor {view} at index {at + j}")
 
 
-def _check_bounds(index: np.ndarray, dim: int, size: int) -> None:
-    if index.dtype.kind not in "iu":
-        return  # numpy refuses other arrays itself
-    bad = index[(index < -size) | (index >= size)]
-    if bad.size:
-        raise IndexError(f"index {bad.flat[0]} is out of bounds for dimension {dim} with size "
-                         f"{size}")
+def numpy_words(error: IndexError) -> IndexError:
+    """numpy's IndexError for an index array out of range, in torch's words."""
+    return IndexError(str(error).replace(" axis ", " dimension "))
+
+
+def _out_of_bounds(index, dim: int, size: int):
+    raise IndexError(f"index {index} is out of bounds for dimension {dim} with size {size}")

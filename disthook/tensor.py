@@ -17,7 +17,7 @@ import numpy as np
 from disthook import _blas, _dtype
 from disthook import random as _random
 from disthook._dtype import dtype as _DType
-from disthook._indexing import check_index, check_number_fill, index_arg
+from disthook._indexing import check_index, check_number_fill, index_arg, numpy_words
 from disthook._keywords import take_torch_keywords
 from disthook._layout import empty_laid_out
 from disthook._limits import check_memory_format
@@ -1763,7 +1763,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         try:
             self._data[index]
         except IndexError as e:
-            raise IndexError(str(e).replace(" axis ", " dimension ")) from None
+            raise numpy_words(e) from None
         return S.Index.apply(self, index=index)
 
     def __setitem__(self, item, value):
@@ -1778,7 +1778,10 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         if not isinstance(value, Tensor):
             value = Tensor._make(np.asarray(value, dtype=self._data.dtype), None, 0)
         # as torch: the value loses its leading 1-sized dims, then broadcasts to the slot
-        slot = np.broadcast_to(np.int8(0), self._data.shape)[index].shape
+        try:
+            slot = np.broadcast_to(np.int8(0), self._data.shape)[index].shape
+        except IndexError as e:
+            raise numpy_words(e) from None
         lead = 0
         while lead < value.ndim and value.shape[lead] == 1:
             lead += 1
