@@ -358,7 +358,7 @@ class ReduceMethods:
         T = A.mT if transpose else A
         x = linalg.solve_triangular(T, self, upper=upper != transpose,
                                     unitriangular=unitriangular)
-        return _values_indices(x, A.clone(), "triangular_solve")
+        return linalg._Result(("solution", "cloned_coefficient"), (x, A.clone()))
 
     def lu(self, pivot=True, get_infos=False):
         from disthook import lu

@@ -360,10 +360,10 @@ def solve_triangular(A: Tensor, B: Tensor, *, upper: bool, left: bool = True,
     if B.dtype != A.dtype and A.is_floating_point():  # torch's takes B in A's dtype
         B = B.to(A.dtype)
     _, batch = solve_shapes(A, B, left, "linalg.solve_triangular", vectors=False)
-    T = A.triu() if upper else A.tril()
-    if unitriangular:
-        T = T - T.diagonal(0, -2, -1).diag_embed() + D._eye_like(A)
-    return _solve(T, B, False, batch, left)
+    A = A if tuple(A.shape[:-2]) == batch else A.expand(batch + tuple(A.shape[-2:]))
+    B = B if tuple(B.shape[:-2]) == batch else B.expand(batch + tuple(B.shape[-2:]))
+    return D.LinalgSolveTriangular.apply(A, B, upper=upper, left=left,
+                                         unitriangular=unitriangular)
 
 
 def cholesky_solve(B: Tensor, L: Tensor, upper: bool = False) -> Tensor:
@@ -538,16 +538,41 @@ def lu_solve(LU: Tensor, pivots: Tensor, B: Tensor, *, left: bool = True,
 
 # ---- Householder representations (LAPACK's geqrf / orgqr / ormqr) -------------------------------
 
+def _check_householder_operands(A: Tensor, tau: Tensor) -> None:
+    """torch's checks of householder_product's operands, in its order and words: A at least
+    2-D and not wider than tall, tau no longer than A is wide, of one dim fewer than A, with
+    A's batch dims exactly (no broadcasting) and A's dtype, a floating one."""
+    name = "torch.linalg.householder_product"
+    _at_least_2d(A, f"{name}: input must have at least 2 dimensions.")
+    if A.shape[-2] < A.shape[-1]:
+        raise RuntimeError(f"{name}: input.shape[-2] must be greater than or equal to "
+                           "input.shape[-1]")
+    if tau.ndim == 0:
+        raise IndexError("Dimension specified as -1 but tensor has no dimensions")
+    if A.shape[-1] < tau.shape[-1]:
+        raise RuntimeError(f"{name}: input.shape[-1] must be greater than or equal to "
+                           "tau.shape[-1]")
+    if A.ndim - tau.ndim != 1:
+        raise RuntimeError(f"{name}: Expected tau to have one dimension less than input, but "
+                           f"got tau.ndim equal to {tau.ndim} and input.ndim is equal to "
+                           f"{A.ndim}")
+    if A.ndim > 2 and tuple(tau.shape[:-1]) != tuple(A.shape[:-2]):
+        raise RuntimeError(f"{name}: Expected batch dimensions of tau to be equal to "
+                           f"input.shape[:-2], but got {list(tau.shape[:-1])}")
+    if tau.dtype != A.dtype:
+        raise RuntimeError(f"{name}: tau dtype {_dtype.scalar_type_name(tau.dtype)} does not "
+                           f"match input dtype {_dtype.scalar_type_name(A.dtype)}")
+    if not A.is_floating_point():
+        raise NotImplementedError(
+            f'"orgqr_cpu" not implemented for \'{_dtype.scalar_type_name(A.dtype)}\'')
+
+
 def householder_product(A: Tensor, tau: Tensor) -> Tensor:
     """The first n columns of H_1 H_2 ... H_k, H_i = I - tau_i v_i v_i^T, v_i being column i
     of A below the diagonal with a 1 on it: differentiable in A and tau (made of matmuls)."""
-    _at_least_2d(A, "torch.linalg.householder_product: input must have at least 2 dimensions.")
+    _check_householder_operands(A, tau)
     m, n = A.shape[-2:]
     k = tau.shape[-1]
-    if n > m or k > n:
-        raise RuntimeError("torch.linalg.householder_product: input.shape[-2] must be greater "
-                           "than or equal to input.shape[-1] and input.shape[-1] must be "
-                           "greater than or equal to tau.shape[-1]")
     eye = Tensor._make(np.eye(m, dtype=A._data.dtype), None, 0)
     unit = A.tril(-1) + Tensor._make(np.eye(m, n, dtype=A._data.dtype), None, 0)
     q = eye.expand(A.shape[:-2] + (m, m))
@@ -653,11 +678,21 @@ def vander(x: Tensor, *, N: int | None = None) -> Tensor:
     return stack(powers, -1)
 
 
+def _check_eig_input(A: Tensor, name: str) -> None:
+    """torch's own refusals of an eig input (fewer than 2 dims, not square, not floating),
+    which come before disthook's of the complex result."""
+    D.check_square(tuple(A.shape), name)
+    if not (A.is_floating_point() or A.is_complex()):
+        raise RuntimeError(f"Unknown Complex ScalarType for {_dtype.scalar_type_name(A.dtype)}")
+
+
 def eigvals(A: Tensor) -> Tensor:
+    _check_eig_input(A, "linalg.eigvals")
     raise NotImplementedError("linalg.eigvals returns complex tensors, which disthook does not "
                               "have; for symmetric matrices use linalg.eigvalsh")
 
 
 def eig(A: Tensor):
+    _check_eig_input(A, "linalg.eig")
     raise NotImplementedError("linalg.eig returns complex tensors, which disthook does not "
                               "have; for symmetric matrices use linalg.eigh")

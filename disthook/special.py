@@ -116,9 +116,7 @@ def log_softmax(input: Tensor, dim: int, *, dtype=None) -> Tensor:
 
 def entr(input: Tensor) -> Tensor:
     """-x log x; 0 at 0 and -inf below."""
-    x = input._floating()
-    out = -x.xlogy(x)
-    return out.where(x >= 0, x.new_full((), -math.inf))
+    return M.SpecialEntr.apply(input._floating())
 
 
 def ndtr(input: Tensor) -> Tensor:

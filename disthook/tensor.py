@@ -17,6 +17,7 @@ import numpy as np
 from disthook import _blas, _dtype
 from disthook import random as _random
 from disthook._dtype import dtype as _DType
+from disthook._indexing import check_index, check_number_fill, index_arg, numpy_words
 from disthook._keywords import take_torch_keywords
 from disthook._layout import empty_laid_out
 from disthook._limits import check_memory_format
@@ -196,25 +197,11 @@ def _np_dtype(dtype):
     return None if dtype is None else _dtype.to_dtype(dtype).np
 
 
-def _index_arg(item):
-    """Turn Tensors inside an index into numpy arrays; validate types."""
-    if isinstance(item, tuple):
-        return tuple(_index_arg(i) for i in item)
-    if isinstance(item, Tensor):
-        return item._data
-    if isinstance(item, list):
-        return np.asarray([i._data if isinstance(i, Tensor) else i for i in item])
-    if isinstance(item, slice) and item.step is not None and item.step <= 0:
-        # numpy would walk backwards
-        raise ValueError("slice step cannot be zero" if item.step == 0 else
-                         "step must be greater than zero")
-    return item
-
-
 def _is_basic(index) -> bool:
     items = index if isinstance(index, tuple) else (index,)
     return builtins.all(
-        i is None or i is Ellipsis or isinstance(i, (int, np.integer, slice)) for i in items)
+        i is None or i is Ellipsis or isinstance(i, (int, np.integer, slice)) and
+        not isinstance(i, (bool, np.bool_)) for i in items)
 
 
 class Tensor(MathMethods, ShapeMethods, ReduceMethods):
@@ -1777,26 +1764,32 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
 
     # ---- indexing ------------------------------------------------------------------------
     def __getitem__(self, item):
-        index = _index_arg(item)
+        index = index_arg(item)
+        check_index(self._data.shape, index)
         if _is_basic(index):
-            _check_basic_index(self, index)
             return S.basic_index_op(index).apply(self, index=index)
         try:
             self._data[index]
         except IndexError as e:
-            raise IndexError(str(e).replace(" axis ", " dimension ")) from None
+            raise numpy_words(e) from None
         return S.Index.apply(self, index=index)
 
     def __setitem__(self, item, value):
-        index = _index_arg(item)
+        index = index_arg(item)
+        check_index(self._data.shape, index)
         if (self._grad_fn is None and self._requires_grad and grad_mode._state.enabled
                 and _is_basic(index)):
             # torch writes a basic index through a view of self: the error says so
             raise RuntimeError(VIEW_OF_LEAF_INPLACE_MSG)
+        if not isinstance(value, Tensor) or value._data.size == 1:
+            check_number_fill(item)
         if not isinstance(value, Tensor):
             value = Tensor._make(np.asarray(value, dtype=self._data.dtype), None, 0)
         # as torch: the value loses its leading 1-sized dims, then broadcasts to the slot
-        slot = np.broadcast_to(np.int8(0), self._data.shape)[index].shape
+        try:
+            slot = np.broadcast_to(np.int8(0), self._data.shape)[index].shape
+        except IndexError as e:
+            raise numpy_words(e) from None
         lead = 0
         while lead < value.ndim and value.shape[lead] == 1:
             lead += 1
@@ -1825,7 +1818,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def index_put(self, index, value, accumulate=False):
         if not isinstance(value, Tensor):
             value = Tensor._make(np.asarray(value, dtype=self._data.dtype), None, 0)
-        return S.IndexPut.apply(self, value, index=_index_arg(index), accumulate=accumulate)
+        return S.IndexPut.apply(self, value, index=index_arg(index), accumulate=accumulate)
 
     def gather(self, dim, index, *, sparse_grad=False):
         if sparse_grad:
@@ -2183,25 +2176,6 @@ def _rebuild(data, requires_grad):
     t = Tensor._make(data, None, 0)
     t._requires_grad = requires_grad
     return t
-
-
-def _check_basic_index(t: Tensor, index) -> None:
-    items = index if isinstance(index, tuple) else (index,)
-    dim = 0
-    for i in items:
-        if i is Ellipsis:
-            dim = t.ndim - builtins.sum(1 for j in items if j is not None and j is not Ellipsis)
-            continue
-        if i is None:
-            continue
-        if dim >= t.ndim:
-            raise IndexError(f"too many indices for tensor of dimension {t.ndim}")
-        if isinstance(i, (int, np.integer)):
-            n = t.shape[dim]
-            if not -n <= i < n:
-                raise IndexError(
-                    f"index {i} is out of bounds for dimension {dim} with size {n}")
-        dim += 1
 
 
 take_torch_keywords(Tensor)  # x.sum(axis=1, keepdims=True)

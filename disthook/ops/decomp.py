@@ -172,6 +172,50 @@ class LinalgSolveEx(Op):
             gb if ctx.needs_input_grad[1] else None)
 
 
+def _substitute(a: np.ndarray, b: np.ndarray, upper: bool, unit: bool) -> np.ndarray:
+    """X with A X = B by back (``upper``) or forward substitution over A's triangle only, as
+    BLAS's trsm: a zero on the diagonal gives inf and nan where trsm's do, never an error."""
+    n = a.shape[-1]
+    x = np.zeros(b.shape, np.result_type(a, b))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for i in (reversed(range(n)) if upper else range(n)):
+            done = slice(i + 1, n) if upper else slice(0, i)
+            r = b[..., i, :] - (a[..., i:i + 1, done] @ x[..., done, :])[..., 0, :]
+            x[..., i, :] = r if unit else r / a[..., i, i, None]
+    return x
+
+
+class LinalgSolveTriangular(Op):
+    """X with A X = B (X A = B unless ``left``), reading only A's upper or lower triangle
+    (taking its diagonal as ones when ``unitriangular``); A and B share their batch dims."""
+
+    node_name = "LinalgSolveTriangularBackward0"
+    saved_names = ("self", "result")
+
+    @staticmethod
+    def forward(ctx, a, b, upper, left, unitriangular):
+        _square(a, "solve_triangular")
+        ctx.save_for_backward(a, OUTPUT)
+        ctx.flags = upper, left, unitriangular
+        if left:
+            return _substitute(a._data, b._data, upper, unitriangular)
+        xt = _substitute(np.swapaxes(a._data, -1, -2), np.swapaxes(b._data, -1, -2),
+                         not upper, unitriangular)
+        return np.swapaxes(xt, -1, -2)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, x = ctx.saved_tensors
+        upper, left, unit = ctx.flags
+        gb = LinalgSolveTriangular.apply(a.mT, g, upper=not upper, left=left, unitriangular=unit)
+        ga = None
+        if ctx.needs_input_grad[0]:
+            ga = -(gb.matmul(x.mT) if left else x.mT.matmul(gb))
+            off = int(unit)  # a unit diagonal is not read, so gets no gradient
+            ga = ga.triu(off) if upper else ga.tril(-off)
+        return ga, (gb if ctx.needs_input_grad[1] else None)
+
+
 def _phi(m):
     """The lower triangle of ``m`` with its diagonal halved."""
     return m.tril() - 0.5 * m.diagonal(0, -2, -1).diag_embed()

@@ -377,6 +377,23 @@ class I1(_Unary):
         return (I0.apply(a) - I1.apply(a) / safe).where(a != 0, a.new_full((), 0.5))
 
 
+def entr_np(x: np.ndarray) -> np.ndarray:
+    """-x log x: 0 at +-0, -inf below 0 (and at inf), nan at nan, as torch."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = -x * np.log(x)
+    out = np.where(x == 0, np.zeros((), x.dtype), out)
+    out = np.where(np.isnan(x), x, out)
+    return np.where(x < 0, np.full((), -np.inf, x.dtype), out)
+
+
+class SpecialEntr(_Unary):
+    """entr; its derivative -(1 + log x) is inf at 0 and nan below 0, as torch's."""
+
+    node_name = "SpecialEntrBackward0"
+    fn = staticmethod(entr_np)
+    deriv = staticmethod(lambda a: -(a.log() + 1))
+
+
 class Sinc(_Unary):
     node_name = "SincBackward0"
     @staticmethod
