@@ -350,7 +350,7 @@ class ReduceMethods:
     def cholesky_solve(self, input2, upper=False):
         from disthook import linalg
 
-        return linalg.cholesky_solve(self, input2, upper)
+        return linalg._cholesky_solve(self, input2, upper)  # (torch.linalg has none)
 
     def triangular_solve(self, A, upper=True, transpose=False, unitriangular=False):
         from disthook import linalg

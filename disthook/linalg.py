@@ -366,7 +366,7 @@ def solve_triangular(A: Tensor, B: Tensor, *, upper: bool, left: bool = True,
                                          unitriangular=unitriangular)
 
 
-def cholesky_solve(B: Tensor, L: Tensor, upper: bool = False) -> Tensor:
+def _cholesky_solve(B: Tensor, L: Tensor, upper: bool = False) -> Tensor:
     """X with A X = B, A = L L^T (U^T U when ``upper``); torch's shape rule: B and L at least
     2-D (no vector B), their batch dims broadcast."""
     if B.dtype != L.dtype:
