@@ -106,11 +106,11 @@ def slogdet(A: Tensor):
 
 
 def solve(A: Tensor, B: Tensor, *, left: bool = True) -> Tensor:
-    vector, batch = solve_shapes(A, B, left, "linalg.solve")
+    vector, batch = _solve_shapes(A, B, left, "linalg.solve")
     return _solve(A, B, vector, batch, left)
 
 
-def solve_shapes(A: Tensor, B: Tensor, left: bool, name: str, vectors: bool = True) -> tuple:
+def _solve_shapes(A: Tensor, B: Tensor, left: bool, name: str, vectors: bool = True) -> tuple:
     """torch's shape rule for ``A X = B`` (``X A = B`` when not ``left``): (whether B is a
     vector or a batch of them, the broadcast batch shape), or torch's RuntimeError. B is a
     vector when it is 1-D or has A's shape less its last dim (only where ``vectors``: the
@@ -359,7 +359,7 @@ def solve_triangular(A: Tensor, B: Tensor, *, upper: bool, left: bool = True,
                      unitriangular: bool = False) -> Tensor:
     if B.dtype != A.dtype and A.is_floating_point():  # torch's takes B in A's dtype
         B = B.to(A.dtype)
-    _, batch = solve_shapes(A, B, left, "linalg.solve_triangular", vectors=False)
+    _, batch = _solve_shapes(A, B, left, "linalg.solve_triangular", vectors=False)
     A = A if tuple(A.shape[:-2]) == batch else A.expand(batch + tuple(A.shape[-2:]))
     B = B if tuple(B.shape[:-2]) == batch else B.expand(batch + tuple(B.shape[-2:]))
     return D.LinalgSolveTriangular.apply(A, B, upper=upper, left=left,
@@ -390,7 +390,7 @@ def _cholesky_solve(B: Tensor, L: Tensor, upper: bool = False) -> Tensor:
     return _solve(low.matmul(low.mT), B, False, batch, True)
 
 
-LSTSQ_DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
+_LSTSQ_DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
 
 
 def lstsq(A: Tensor, B: Tensor, rcond=None, *, driver=None):
@@ -401,7 +401,7 @@ def lstsq(A: Tensor, B: Tensor, rcond=None, *, driver=None):
     shape rule: B has A's dims or one less, it is a (batch of) vector(s) as in ``solve``,
     batch dims broadcast."""
     driver = "gelsy" if driver is None else driver
-    if driver not in LSTSQ_DRIVERS:
+    if driver not in _LSTSQ_DRIVERS:
         raise RuntimeError("torch.linalg.lstsq: parameter `driver` should be one of "
                            "(gels, gelsy, gelsd, gelss)")
     vector = _lstsq_shapes(A, B)
@@ -632,7 +632,7 @@ def solve_ex(A: Tensor, B: Tensor, *, left: bool = True, check_errors: bool = Fa
     """(result, info): ``info`` as ``inv_ex``'s (LU's first zero pivot, 1-based, per matrix);
     where A is singular the result is undefined in torch, NaN here. Nothing raises unless
     ``check_errors``."""
-    vector, batch = solve_shapes(A, B, left, "linalg.solve")
+    vector, batch = _solve_shapes(A, B, left, "linalg.solve")
     info = _lu_info(A, "solve_ex")
     _raise_if(check_errors, info, "torch.linalg.solve_ex", "The solver failed because the "
               "input matrix is singular.")
