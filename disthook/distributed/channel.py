@@ -526,7 +526,7 @@ class _Hub(Releases, HookServer):
 
     def _raise_lost(self, address: str, what: str, ctx: str | None):
         worker, stage = self.holders.get(address, (address, -1))
-        if address in self.refused:
+        if address in self.refused and answer_cap.still_up(address, self._keys):
             raise answer_cap.AnswerTooLarge(worker, stage, what, ctx, cap_mb=self.max_answer_mb)
         if address not in self.dropped:  # asked once: a live worker dropped this client
             self.dropped[address] = still_answers(address, worker, keys=self._keys, within=max(
