@@ -11,20 +11,21 @@ closed (``EVENT_DISCONNECTED``), as when the worker dies. What tells the two apa
 connection that closed by itself (the worker's process went, or pings went unanswered) is
 dialed again at once (``EVENT_CONNECT_RETRIED``), and one closed for breaking the protocol
 (a frame over the cap) is not (measured with libzmq 4.3.5: the retry comes within a
-millisecond; none after a refused frame)."""
+millisecond; none after a refused frame; libzmq reports nothing else that differs, see
+disthook/service/frame_cap.py). A close not redialed within a second is taken for the cap
+only when the worker still takes a connection (``still_up``): a redial that came late (this
+process without CPU for that second) after the worker went no longer reads as the cap."""
 import zmq
 
 from disthook import wire
-from disthook.service.rpc import WorkerLost
+from disthook.service.frame_cap import EVENTS, RETRY_WITHIN_S, redialed
+from disthook.service.rpc import ClusterError, WorkerLost, dial_once
+
+__all__ = ["EVENTS", "AnswerTooLarge", "cap_bytes", "ended", "still_up"]
 
 # the default: the largest frame the client's decoder takes anyway (an array, 2 GiB)
 DEFAULT_MAX_ANSWER_MB = wire.DEFAULT_LIMITS.max_array_bytes >> 20
 MIN_MAX_ANSWER_MB = wire.DEFAULT_LIMITS.max_header_bytes >> 20  # an answer's header fits
-# the connection events a client's monitor reports (the last two tell a refusal from a loss)
-EVENTS = zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-# how long after a closed connection its redial is awaited: a loss's comes within a
-# millisecond; only a refused frame waits this long, once, before its error
-RETRY_WITHIN_S = 1.0
 
 
 def cap_bytes(max_answer_mb) -> int:
@@ -50,11 +51,8 @@ def ended(monitor: zmq.Socket) -> str | None:
         return None
     if event["event"] != zmq.EVENT_DISCONNECTED:
         return None
-    while monitor.poll(int(RETRY_WITHIN_S * 1000)):
-        if recv_monitor_message(monitor)["event"] in (zmq.EVENT_CONNECT_RETRIED,
-                                                      zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL):
-            return "lost"  # (a failed decryption is announced: not the cap)
-    return "refused"
+    return "lost" if redialed(monitor) else "refused"
+
 
 
 class AnswerTooLarge(WorkerLost):
@@ -74,3 +72,15 @@ class AnswerTooLarge(WorkerLost):
             "weight over the cap), connect with a larger max_answer_mb (connect(address, "
             f"max_answer_mb=...), at most {DEFAULT_MAX_ANSWER_MB}) and attach or deploy the "
             "model again; otherwise the worker is not to be trusted"),)
+
+
+def still_up(address: str, keys=None) -> bool:
+    """Whether the worker at ``address``, whose connection closed and was not dialed again
+    (``ended`` said "refused"), still takes a connection: it does after sending a frame
+    over the cap; a worker that went does not, and its close read as a refusal only for
+    want of CPU in this process's ZeroMQ thread while the redial was awaited. A host that
+    says nothing within ``RETRY_WITHIN_S`` is not taken for up."""
+    try:
+        return dial_once(address, keys=keys, within=RETRY_WITHIN_S) is True
+    except (ClusterError, OSError, zmq.ZMQError):  # (refused keys, not ZeroMQ: not ours)
+        return False

@@ -21,6 +21,7 @@ from disthook.distributed.autograd_node import RemoteBackward0, part_by_part
 from disthook.distributed.glue import _checkpointing as checkpointing
 from disthook.distributed.glue import refuse_saved_tensors_hooks
 from disthook.distributed.placement import micro_batch_sizes, split_rows
+from disthook.distributed.socket_lock import nested_call
 from disthook.distributed.spec import module_spec
 from disthook.nn.modules.module import Module
 from disthook.tensor import Tensor
@@ -83,7 +84,8 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
                                     "reply_to": model._hub.reply_to,
                                     "mb": None if sizes is None else i, "stop": stop,
                                     "rng": streams[i],
-                                    "optimizer_calls": calls if i == 0 else None},
+                                    "optimizer_calls": calls if i == 0 else None,
+                                    **nested_call(model._hub, model._addresses[0])},
               ctx_id)
              for i, (part, ctx_id) in enumerate(zip(parts, ctx_ids))],
             "forward", what="forward through the remote stages" + (

@@ -23,6 +23,7 @@ from disthook.distributed import answer_cap, post_accumulate
 from disthook.distributed.client_hooks import HookServer, _issue_warning
 from disthook.distributed.releases import Releases
 from disthook.distributed.send_together import Together, received
+from disthook.distributed.socket_lock import SocketLock
 from disthook.service.loop import ping_options
 from disthook.service.rpc import (
     ClusterError,
@@ -146,7 +147,8 @@ class _Hub(Releases, HookServer):
         # server's request threads) runs their requests one after another; before, their
         # frames interleaved on a socket and one thread's read dropped another's answers,
         # whose calls then waited for their deadline (tests/integration/test_s7_threads.py)
-        self.lock = threading.RLock()
+        # (a client hook lends them to the threads it starts: socket_lock.py)
+        self.lock = SocketLock(lambda: self.timeout)
         # optimizer calls not sent yet, in the order they were made, each {address: its
         # optimizer_call there}: the next forward through every stage carries them (no
         # round trip of their own); any other request sends them first
@@ -526,7 +528,7 @@ class _Hub(Releases, HookServer):
 
     def _raise_lost(self, address: str, what: str, ctx: str | None):
         worker, stage = self.holders.get(address, (address, -1))
-        if address in self.refused:
+        if address in self.refused and answer_cap.still_up(address, self._keys):
             raise answer_cap.AnswerTooLarge(worker, stage, what, ctx, cap_mb=self.max_answer_mb)
         if address not in self.dropped:  # asked once: a live worker dropped this client
             self.dropped[address] = still_answers(address, worker, keys=self._keys, within=max(

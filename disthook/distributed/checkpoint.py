@@ -29,6 +29,7 @@ import itertools
 import json
 import math
 import os
+import stat
 import sys
 import uuid
 import zipfile
@@ -108,8 +109,7 @@ def read(path: str, *, to_deploy: bool = True) -> tuple[dict, list[dict[str, np.
     """The manifest and the shards of the checkpoint at ``path``, verified; ``to_deploy``:
     with what deploying its model takes (not for loading it onto a deployed model)."""
     try:
-        with open(os.path.join(path, MANIFEST), "rb") as f:
-            manifest = json.loads(f.read())
+        manifest = json.loads(_read_file(os.path.join(path, MANIFEST), f"{path}: {MANIFEST}"))
     except FileNotFoundError:
         raise CheckpointError(f"no checkpoint at {path} (no {MANIFEST})") from None
     except (ValueError, RecursionError) as exc:  # (nested deeper than Python recurses)
@@ -127,8 +127,7 @@ def read(path: str, *, to_deploy: bool = True) -> tuple[dict, list[dict[str, np.
                                   f"directory, named plainly; the manifest names {name!r:.80}")
         file = os.path.join(path, name)
         try:
-            with open(file, "rb") as f:
-                data = f.read()
+            data = _read_file(file, f"{path}: shard {name}")
         except FileNotFoundError:
             raise CheckpointError(f"{path}: shard {entry['file']} is missing") from None
         if hashlib.sha256(data).hexdigest() != entry["sha256"]:
@@ -139,6 +138,28 @@ def read(path: str, *, to_deploy: bool = True) -> tuple[dict, list[dict[str, np.
             shards.append({k: npz[k] for k in npz.files})
     return manifest, shards
 
+
+def _read_file(file: str, what: str) -> bytes:
+    """The bytes of ``file``, a regular file (through links), read up to the size it had
+    when opened; ``CheckpointError`` for anything else. A checkpoint handed over may name a
+    pipe, whose read waited for ever, or link to a device (``/dev/zero``), whose read took
+    memory without end; a file that grows while read is refused, not followed."""
+    fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK)  # (a pipe opens without a writer)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CheckpointError(f"{what} is not a regular file (a pipe, a device or a "
+                                  "directory, itself or where its link leads); a checkpoint "
+                                  "holds files only")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(st.st_size + 1)
+    finally:
+        os.close(fd)
+    if len(data) > st.st_size:
+        raise CheckpointError(f"{what} grew while it was read; read it again once nothing "
+                              "writes it")
+    return data
 
 # what the readers take of a manifest, of these types: every field ``save`` writes that
 # load_checkpoint uses (all of them since the first checkpoints); "optimizer" may be absent

@@ -74,6 +74,7 @@ class HookServer:
         self.hook_error: BaseException | None = None
         # the context of the event whose hook runs now (glue.route_node_hooks reads it)
         self.firing_ctx: str | None = None
+        self.firing_at: zmq.Socket | None = None  # the socket its event came on
         self.firing = 0  # > 0 while a hook a worker fired runs here
         # a deployed parameter's tensor hook -> the backward it fired in last
         self._param_hook_fired: dict[int, tuple] = {}
@@ -127,7 +128,8 @@ class HookServer:
                 self.forms.update(event["forms"])
                 if self.forms != self.forms_held:
                     self.on_forms()
-            answer = self._run_hook(event, sock, args)
+            with self.lock.lent():  # to the threads it starts (socket_lock.py)
+                answer = self._run_hook(event, sock, args)
             if self.writes != writes:  # it wrote to the model (an attribute its module's
                 answer["wrote"] = True  # forward reads, a weight): what follows may change
             # a hook's answer that changes something (a vjp's result changes nothing: it is
@@ -322,6 +324,7 @@ class HookServer:
         nodes = [t._grad_fn for t in leaves]
         since = next(_sequence)  # every node the hook makes numbers after this
         outer, self.firing_ctx = self.firing_ctx, event.ctx
+        outer_at, self.firing_at = self.firing_at, sock
         self.firing += 1
         try:
             if kind == "tensor":
@@ -332,7 +335,7 @@ class HookServer:
                 with grad_mode.set_grad_enabled(diff):
                     out = fn(proxy, *args)
         finally:
-            self.firing_ctx = outer
+            self.firing_ctx, self.firing_at = outer, outer_at
             self.firing -= 1
         # tensors the hook changed in place: the worker changes its own the same way
         name = getattr(fn, "__name__", type(fn).__name__)  # (for _pack_value)

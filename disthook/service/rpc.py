@@ -17,11 +17,11 @@ import time
 import zmq
 
 from disthook import wire
+from disthook.service import frame_cap
 from disthook.service.endpoint import parse
 from disthook.service.security import (
     HANDSHAKE_FAILURES,
     AuthenticationError,
-    handshake_refusal,
     refusal_reason,
 )
 
@@ -270,9 +270,11 @@ def greet(address: str, *, keys=None, timeout: float = DEFAULT_TIMEOUT) -> bool:
             if not ready:
                 return False
             if peer._refusals in ready:
-                why = handshake_refusal(peer._refusals)
-                if why is not None:
-                    raise AuthenticationError(f"{address} refused the connection: {why}")
+                try:
+                    peer._connection_event("hello")
+                except frame_cap.FrameTooLarge:
+                    raise NotACoordinator(address, "it answered the greeting with a frame "
+                                                   f"over {peer.max_frame_mb:g} MiB") from None
             if peer._sock not in ready:
                 continue
             try:
@@ -298,12 +300,22 @@ def greet(address: str, *, keys=None, timeout: float = DEFAULT_TIMEOUT) -> bool:
             return True
 
 
+# the largest frame a Peer takes by default: a header (servers send no arrays to it)
+MAX_FRAME_MB = wire.DEFAULT_LIMITS.max_header_bytes >> 20
+
+
 class Peer:
     """A request/reply channel to one endpoint (a DEALER socket; the far end is a ROUTER)."""
 
     def __init__(self, address: str, *, context: zmq.Context | None = None,
-                 identity: bytes | None = None, name: str | None = None, keys=None):
+                 identity: bytes | None = None, name: str | None = None, keys=None,
+                 max_frame_mb: float = MAX_FRAME_MB):
         address = str(parse(address))  # ValueError before any socket for a bad address
+        if isinstance(max_frame_mb, bool) or not isinstance(max_frame_mb, (int, float)) or \
+                not max_frame_mb >= MAX_FRAME_MB:
+            raise ValueError(f"max_frame_mb takes a size in MiB of at least {MAX_FRAME_MB} "
+                             f"(an answer's header), got {max_frame_mb!r}")
+        self.max_frame_mb = max_frame_mb
         self.address = address
         self.name = name or address
         self._ctx = context or zmq.Context.instance()
@@ -313,8 +325,12 @@ class Peer:
             self._sock.setsockopt(zmq.IDENTITY, identity)
         if keys is not None:
             keys.dial(self._sock)
+        # its answers are headers: a larger frame closes the connection unread, which the
+        # monitor shows as a close never dialed again (frame_cap.py); before, a peer that
+        # lied (or was not ours) could make this process hold a frame of any size
+        self._sock.setsockopt(zmq.MAXMSGSIZE, int(max_frame_mb * (1 << 20)) + wire.FRAME_SLACK)
         # a server that refuses us never answers: its refusal shows on the monitor
-        self._refusals = self._sock.get_monitor_socket(HANDSHAKE_FAILURES)
+        self._refusals = self._sock.get_monitor_socket(HANDSHAKE_FAILURES | frame_cap.EVENTS)
         self._poller = zmq.Poller()
         self._poller.register(self._sock, zmq.POLLIN)
         self._poller.register(self._refusals, zmq.POLLIN)
@@ -347,9 +363,7 @@ class Peer:
                 raise RemoteTimeout(f"no reply to {msg_type!r} from {self.name} within "
                                     f"{timeout:g} s")
             if self._refusals in ready:
-                why = handshake_refusal(self._refusals)
-                if why is not None:
-                    raise AuthenticationError(f"{self.name} refused the connection: {why}")
+                self._connection_event(msg_type)
             if self._sock not in ready:
                 continue
             try:
@@ -363,6 +377,21 @@ class Peer:
             if reply.type == "error":
                 raise_error(reply)
             return reply
+
+    def _connection_event(self, what: str) -> None:
+        """Raise for the event waiting on the monitor: ``AuthenticationError`` for a refused
+        handshake, ``FrameTooLarge`` for a connection closed for a frame over the cap."""
+        from zmq.utils.monitor import recv_monitor_message
+
+        try:
+            event = recv_monitor_message(self._refusals, zmq.NOBLOCK)
+        except zmq.Again:
+            return
+        why = refusal_reason(event)
+        if why is not None:
+            raise AuthenticationError(f"{self.name} refused the connection: {why}")
+        if event["event"] == zmq.EVENT_DISCONNECTED and not frame_cap.redialed(self._refusals):
+            raise frame_cap.FrameTooLarge(self.name, what, self.max_frame_mb)
 
     def close(self) -> None:
         if os.getpid() == self._pid:  # a forked child must not close the parent's socket
