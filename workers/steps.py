@@ -123,9 +123,14 @@ class StepHandlers:
                         return leaf, out
 
                     held[mb] = self._run_forward(job, st, compute)
+                    end, spent = time.perf_counter(), time.thread_time() - cpu
+                    busy += end - started
+                    timeline.append([kind, mb, spent, started, end])
+                    # what the worker notes of it (the graph's bytes, against the client's
+                    # cap; the memory held) after its timeline's entry: not the forward's
                     self.keep_step_graph(st, job.client, step, mb, held[mb])  # (limits)
                     peak = max(peak, rss_bytes() or 0)
-                    busy += time.perf_counter() - started
+                    continue
                 elif kind == "send_act":  # the output's array itself (no detached Tensor
                     # made only to read it; not numpy(), which refuses bfloat16 as torch's)
                     self._pipe_send(st, "next", step, "act", mb, held[mb][1]._data)
