@@ -76,12 +76,7 @@ def _load():
     except OSError as e:  # a broken or foreign install: numpy's products are still right
         _state["why"] = f"could not load {path}: {e}"
         return None
-    c_int, ptr = ctypes.c_int, ctypes.c_void_p
-    for name, real in (("cblas_sgemm", ctypes.c_float), ("cblas_dgemm", ctypes.c_double)):
-        fn = getattr(lib, name)
-        fn.restype = None
-        fn.argtypes = [c_int, c_int, c_int, c_int, c_int, c_int, real, ptr, c_int,
-                       ptr, c_int, real, ptr, c_int]
+    c_int = ctypes.c_int
     for name in ("MKL_Set_Num_Threads", "MKL_Set_Threading_Layer"):
         getattr(lib, name).argtypes = [c_int]
     lib.MKL_Set_Num_Threads.restype = None
@@ -94,9 +89,29 @@ def _load():
     elif _state["threads"] is not None:
         lib.MKL_Set_Num_Threads(_state["threads"])
     _state["lib"], _state["why"] = lib, path
-    _state["gemm"] = {np.dtype(np.float32): lib.cblas_sgemm,
-                      np.dtype(np.float64): lib.cblas_dgemm}
+    _state["gemm"] = {np.dtype(np.float32): _caller(lib.cblas_sgemm, ctypes.c_float),
+                      np.dtype(np.float64): _caller(lib.cblas_dgemm, ctypes.c_double)}
     return lib
+
+
+def _caller(fn, real):
+    """``call(trans_a, trans_b, m, n, k, a, lda, b, ldb, accumulate, c, ldc)``: MKL's
+    row-major ``c = a @ b`` (``+=`` with ``accumulate``) at the addresses ``a``, ``b``, ``c``.
+
+    ``fn`` has no ``argtypes``: with them ctypes converts each of the 14 arguments through
+    its type's ``from_param`` on every call, ~8,000 instructions (cachegrind; a small
+    product's whole ``gemm`` is ~53,000); here the scalars are made once, the three pointers
+    wrapped, and the ints pass as C ints as they are (Python ints, each checked against
+    ``_INT_MAX`` by the caller)."""
+    fn.restype = None
+    fn.argtypes = None
+    one, zero, ptr = real(1.0), real(0.0), ctypes.c_void_p
+
+    def call(trans_a, trans_b, m, n, k, a, lda, b, ldb, accumulate, c, ldc):
+        fn(_ROW_MAJOR, trans_a, trans_b, m, n, k, one, ptr(a), lda, ptr(b), ldb,
+           one if accumulate else zero, ptr(c), ldc)
+
+    return call
 
 
 def _lib():
@@ -214,14 +229,13 @@ def gemm(x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
     if m <= SMALL_ROWS and ly[0] == _TRANS and lx[0] == _NO_TRANS:
         # (y.T @ x.T).T: y.T lies row-major, x.T is x read transposed
         out = empty((n, m), dtype)
-        fn(_ROW_MAJOR, _NO_TRANS, _TRANS, n, m, k, 1.0, address(y), ly[1], address(x), lx[1],
-           0.0, address(out), m)
+        fn(_NO_TRANS, _TRANS, n, m, k, address(y), ly[1], address(x), lx[1], False,
+           address(out), m)
         result = empty((m, n), dtype)
         np.copyto(result, out.T)
         return result
     out = empty((m, n), dtype)
-    fn(_ROW_MAJOR, lx[0], ly[0], m, n, k, 1.0, address(x), lx[1], address(y), ly[1], 0.0,
-       address(out), n)
+    fn(lx[0], ly[0], m, n, k, address(x), lx[1], address(y), ly[1], False, address(out), n)
     return out
 
 
@@ -285,12 +299,11 @@ def matmul_plan(x: np.ndarray, y: np.ndarray, out: np.ndarray, accumulate: bool 
     offsets = [(sum(j * s for j, s in zip(idx, sx)), sum(j * s for j, s in zip(idx, sy)),
                 sum(j * s for j, s in zip(idx, out.strides)))
                for idx in np.ndindex(*lead)]
-    beta = 1.0 if accumulate else 0.0
     tx, ldx, ty, ldy, ldo = ox[0], ox[1], oy[0], oy[1], rs // item
 
     def run(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> None:
         ax, ay, ao = address(x), address(y), address(out)
         for px, py, po in offsets:
-            fn(_ROW_MAJOR, tx, ty, m, n, k, 1.0, ax + px, ldx, ay + py, ldy, beta, ao + po, ldo)
+            fn(tx, ty, m, n, k, ax + px, ldx, ay + py, ldy, accumulate, ao + po, ldo)
 
     return run

@@ -410,3 +410,21 @@ def test_a_convolutions_products_go_to_mkl_with_numpys_values(bias, monkeypatch)
     on_numpy = run()
     for name, got, expected in zip(("output", "input grad", "weight grad"), on_mkl, on_numpy):
         close(got, expected, 32 * 9 * 3 * 18 * 18, np.float32, err_msg=name)
+
+
+@mkl
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_gemm_call_converts_no_argument_through_ctypes_argtypes(dtype):
+    """With ``argtypes`` set, ctypes converts each of gemm's 14 arguments through its type's
+    ``from_param`` on every call (~8,000 instructions, a sixth of a small product's whole
+    call); the products pass Python ints and pre-made scalars instead, with the same
+    results (here and in the tests above: layouts, stacks, accumulation, both dtypes)."""
+    lib = _blas._lib()
+    for name in ("cblas_sgemm", "cblas_dgemm"):
+        assert getattr(lib, name).argtypes is None, name
+    x, y = operands(130, 300, 60, dtype, "CT")
+    got = _blas.gemm(x, y)
+    close(got, x @ y, 300, dtype)
+    out = np.ones((2, 130, 60), dtype)
+    assert _blas.matmul_into(x, np.stack([y, y]), out, accumulate=True)
+    close(out, np.stack([x @ y] * 2) + 1, 300, dtype)
