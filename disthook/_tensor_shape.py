@@ -15,7 +15,7 @@ import numpy as np
 from disthook import _dtype
 from disthook.autograd import inference
 from disthook.ops import views as V
-from disthook.ops.base import refuse_complex
+from disthook.ops.base import check_broadcast, refuse_complex
 from disthook.ops.reduce import norm_dims
 
 
@@ -417,7 +417,16 @@ class ShapeMethods:
         if dim is None:
             return self.reshape(-1).gather(0, indices.reshape(-1))
         d = self._dim(dim)
-        shape = list(np.broadcast_shapes(self.shape, indices.shape))
+        if self.ndim != indices.ndim:
+            raise RuntimeError(
+                "torch.take_along_dim(): input and indices should have the same number of "
+                f"dimensions, but got {self.ndim} dimensions for input, and {indices.ndim} "
+                "dimensions for indices")
+        # they broadcast in every dimension but ``d``, where each keeps its own size
+        outer_self, outer_idx = list(self.shape), list(indices.shape)
+        outer_self[d] = outer_idx[d] = 1
+        check_broadcast(tuple(outer_self), tuple(outer_idx))
+        shape = list(np.broadcast_shapes(tuple(outer_self), tuple(outer_idx)))
         shape_self, shape_idx = list(shape), list(shape)
         shape_self[d], shape_idx[d] = self.shape[d], indices.shape[d]
         return self.expand(shape_self).gather(d, indices.expand(shape_idx))
