@@ -6,9 +6,9 @@ raised numpy's ValueError. Ranks that differ, and other sizes that do not broadc
 torch's RuntimeErrors."""
 import numpy as np
 import pytest
+from helpers import check_op, lib
 
 import disthook
-from helpers import check_op, lib
 
 torch = pytest.importorskip("torch")
 
@@ -27,10 +27,10 @@ def test_indices_of_another_length_along_dim(shape, index, dim):
 
 
 @pytest.mark.parametrize("index, words", [
-    (np.array([0, 1]), "should have the same number of dimensions, but got 2 dimensions "
-                       "for input, and 1 dimensions for indices"),
-    (np.array([[0, 1]] * 3), "The size of tensor a (2) must match the size of tensor b (3) "
-                             "at non-singleton dimension 0"),
+    (np.array([0, 1]), ("should have the same number of dimensions, but got 2 dimensions "
+                        "for input, and 1 dimensions for indices")),
+    (np.array([[0, 1]] * 3), ("The size of tensor a (2) must match the size of tensor b (3) "
+                              "at non-singleton dimension 0")),
 ])
 def test_what_does_not_broadcast_is_torch_s_error(index, words):
     for mod in (torch, disthook):
