@@ -417,6 +417,7 @@ class ShapeMethods:
         if dim is None:
             return self.reshape(-1).gather(0, indices.reshape(-1))
         d = self._dim(dim)
+        indices = self._make(indices._data, None, 0)  # torch does not save it: no mark
         if self.ndim != indices.ndim:
             raise RuntimeError(
                 "torch.take_along_dim(): input and indices should have the same number of "
@@ -440,6 +441,7 @@ class ShapeMethods:
 
     def index_add(self, dim, index, source, *, alpha=1):
         d, moved = self._along(dim, index)
+        index = self._make(index._data, None, 0)  # torch does not save it: no mark
         src = source.movedim(d, 0) if source.ndim else source
         if alpha != 1:
             src = src * alpha
@@ -448,12 +450,14 @@ class ShapeMethods:
     def index_copy(self, dim, index, source):
         d, moved = self._along(dim, index)
         src = source.movedim(d, 0) if source.ndim else source
+        inference.refuse_saved_index(index, self, src)
         return moved.index_put((index,), src).movedim(0, d)
 
     def index_fill(self, dim, index, value):
         d, moved = self._along(dim, index)
         if not isinstance(value, _tensor_cls()):
             value = self._make(np.asarray(value, dtype=self._data.dtype), None, 0)
+        inference.refuse_saved_index(index, self, value)
         return moved.index_put((index,), value.to(self.dtype)).movedim(0, d)
 
     def index_reduce(self, dim, index, source, reduce, *, include_self=True):
