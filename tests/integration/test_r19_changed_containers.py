@@ -1,0 +1,72 @@
+"""A part that changes a list or dict it is given (fairseq's incremental decoding keeps each
+layer's keys and values in a dict the decoder passes down, ``state[key] = {...}``; an
+alignment log a layer appends to): in one process the program's own container changes.
+A placed part changes the copy its worker received, so the program's stayed empty and
+the next steps decoded from nothing: other tokens, no error. Now the call raises
+NotImplementedError naming the part and what to do; a part that only reads what it is
+given runs as before."""
+import numpy as np
+import pytest
+
+import disthook as torch
+from disthook import nn
+
+pytestmark = pytest.mark.timeout(240)
+
+CLUSTER_WORKERS = 2  # (the conftest's cluster fixture)
+
+
+class Layer(nn.Module):
+    def __init__(self, key):
+        super().__init__()
+        self.key = key
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x, state, log):
+        k = self.proj(x)
+        if self.key in state:
+            k = torch.cat([state[self.key]["k"], k], dim=1)
+        if log is not None:
+            log.append(k.detach().sum())
+        if state.get("write", True):
+            state[self.key] = {"k": k}
+        return x + (x @ k.transpose(1, 2)).softmax(-1) @ k
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([Layer("a"), Layer("b")])
+
+    def forward(self, x, state, log=None):
+        for layer in self.layers:
+            x = layer(x, state, log)
+        return x
+
+
+@pytest.mark.parametrize("what", ["dict", "list"])
+def test_a_part_that_changes_a_container_it_was_given_is_refused(cluster, what):
+    torch.manual_seed(0)
+    model = cluster.deploy(Net(), stages=2)
+    try:
+        state = {"write": what == "dict"}
+        log = [] if what == "list" else None
+        with pytest.raises(NotImplementedError, match=f"'layers.0' changed a {what} it was "
+                                                      "given as an argument"):
+            model(torch.randn(1, 2, 4), state, log)
+    finally:
+        model.close()
+
+
+def test_a_part_that_only_reads_its_containers_runs_as_in_one_process(cluster):
+    torch.manual_seed(0)
+    local = Net()
+    x = torch.randn(1, 2, 4)
+    state = {"write": False, "a": {"k": torch.randn(1, 3, 4)}}
+    want = local(x, state).detach().numpy()
+    model = cluster.deploy(local, stages=2)
+    try:
+        got = model(x, state).detach().numpy()
+    finally:
+        model.close()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
