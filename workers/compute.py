@@ -208,7 +208,7 @@ class ComputeHandlers:
                 inputs.clear()  # fresh leaves each time the forward runs
                 given.clear()
                 args, kwargs = unpack(call, received)
-                held = [] if msg.get("op") else given_args.containers_given((args, kwargs))
+                held = [] if msg.get("op") else values.containers_in((args, kwargs))
                 if msg.get("rng"):  # the client's random stream: drawn from here, handed back
                     job.rng = msg["rng"]
                     disthook.random._set_stream_state(msg["rng"])

@@ -4,8 +4,9 @@ or put a post hook on the node standing for its received input (``refuse_post_ho
 ``register_hook`` of ``compute._StageInput``'s node), whose op ran elsewhere."""
 from __future__ import annotations
 
-__all__ = ["containers_given", "refuse_changed_arguments", "refuse_changed_containers",
-           "refuse_post_hook"]
+from disthook.service.values import changed_container
+
+__all__ = ["refuse_changed_arguments", "refuse_changed_containers", "refuse_post_hook"]
 
 
 def refuse_changed_arguments(given: list, path: str) -> None:
@@ -23,43 +24,22 @@ def refuse_changed_arguments(given: list, path: str) -> None:
                 "(x = x.clone()), or return the changed value from a forward pre-hook")
 
 
-def containers_given(value, found: list | None = None) -> list:
-    """Each list and dict in a part's arguments, with what it holds (the ids of its items,
-    and its keys), for ``refuse_changed_containers`` to compare after the call."""
-    found = [] if found is None else found
-    if isinstance(value, list):
-        found.append((value, [id(v) for v in value]))
-        items = value
-    elif isinstance(value, dict):
-        found.append((value, [(k, id(v)) for k, v in value.items()]))
-        items = value.values()
-    elif isinstance(value, tuple):
-        items = value
-    else:
-        return found
-    for v in items:
-        containers_given(v, found)
-    return found
-
-
 def refuse_changed_containers(given: list, path: str) -> None:
     """A part that changed a list or dict it was given (fairseq's ``incremental_state[key] =
     {...}``, an attention log's ``append``): in one process the program's own container
     changes; here the part changed the copy it received, and the program's would stay as
-    it was, silently."""
-    for container, held in given:
-        now = ([id(v) for v in container] if isinstance(container, list)
-               else [(k, id(v)) for k, v in container.items()])
-        if now != held:
-            kind = type(container).__name__
-            raise NotImplementedError(
-                f"the deployed part {path!r} changed a {kind} it was given as an argument "
-                f"(in its forward or a hook on it): in one process that changes the "
-                f"program's {kind}, but the part's worker holds a copy of it, and the "
-                f"program's {kind} would stay as it was. Keep such state on the module "
-                "(an attribute it changes comes back changed), return it from the forward, "
-                "or hold it in an object of your own class (a cache object with an update "
-                "method: a part given one runs its forward in the program, with it)")
+    it was, silently. ``given``: ``values.containers_in`` of its arguments before the call."""
+    container = changed_container(given)
+    if container is not None:
+        kind = type(container).__name__
+        raise NotImplementedError(
+            f"the deployed part {path!r} changed a {kind} it was given as an argument (in "
+            f"its forward or a hook on it): in one process that changes the program's "
+            f"{kind}, but the part's worker holds a copy of it, and the program's {kind} "
+            "would stay as it was. Keep such state on the module (an attribute it changes "
+            "comes back changed), return it from the forward, or hold it in an object of "
+            "your own class (a cache object with an update method: a part given one runs "
+            "its forward in the program, with it)")
 
 
 def refuse_post_hook(node, fn):

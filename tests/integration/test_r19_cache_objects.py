@@ -106,3 +106,19 @@ def test_a_layer_given_a_cache_object_runs_as_in_one_process(cluster, kind):
     assert len(got) == len(want)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_with_chunks_a_call_given_a_cache_object_runs_whole(cluster):
+    """With ``chunks``, each micro-batch's forward got the whole cache object: a slot cache
+    for the batch was written with one micro-batch's rows (a shape error), a growing cache
+    joined the micro-batches' keys as if they were later positions (other tokens). A call
+    given an object that cannot be cut now runs its forward once, whole."""
+    for kind in ("growing", "slots"):
+        want = _run(_model(), kind)
+        model = cluster.deploy(_model(), stages=2, chunks=2)
+        try:
+            got = _run(model, kind)
+        finally:
+            model.close()
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)

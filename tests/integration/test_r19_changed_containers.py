@@ -70,3 +70,29 @@ def test_a_part_that_only_reads_its_containers_runs_as_in_one_process(cluster):
     finally:
         model.close()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_with_chunks_a_forward_that_changes_a_container_is_refused(cluster):
+    """Each micro-batch's forward gets its own cut of a dict argument: a write to it
+    left the program's dict empty. Now refused, saying to deploy with chunks=1."""
+    torch.manual_seed(0)
+    model = cluster.deploy(Holder(), placement={"inner": 0}, chunks=2)
+    try:
+        with pytest.raises(NotImplementedError, match="chunks=2 the model's forward runs once "
+                                                      "per micro-batch"):
+            model(torch.randn(4, 4), {})
+        assert model(torch.randn(4, 4), {"read": True}).shape == (4, 4)  # reads only: runs
+    finally:
+        model.close()
+
+
+class Holder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Linear(4, 4)
+
+    def forward(self, x, state):
+        h = self.inner(x)
+        if not state.get("read"):
+            state["last"] = h.detach()
+        return h
