@@ -21,7 +21,11 @@ def refuse_changed_arguments(given: list, path: str) -> None:
                 "a hook on it), a tensor the program holds: in one process that changes the "
                 "program's tensor, but the part's worker holds a copy of it, and the "
                 "program's tensor would keep its old value. Change a clone in the part "
-                "(x = x.clone()), or return the changed value from a forward pre-hook")
+                "(x = x.clone()), or return the changed value from a forward pre-hook; for "
+                "a KV cache the part writes by position, keep it on the module (a buffer), "
+                "or pass it in an object of your own class with the method that writes it "
+                "(a part given one runs its forward here, and the cache stays the "
+                "program's)")
 
 
 def refuse_changed_containers(given: list, path: str) -> None:

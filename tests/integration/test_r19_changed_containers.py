@@ -96,3 +96,67 @@ class Holder(nn.Module):
         if not state.get("read"):
             state["last"] = h.detach()
         return h
+
+
+class Writer(nn.Module):
+    """Writes the step's keys into a cache tensor it is given, by position."""
+
+    def __init__(self):
+        super().__init__()
+        self.k = nn.Linear(4, 4)
+
+    def forward(self, x, k_cache, pos):
+        k_cache[:, pos: pos + x.shape[1]] = self.k(x)
+        return x @ k_cache[:, : pos + x.shape[1]].transpose(1, 2)
+
+
+class CacheOf:
+    def __init__(self, k_cache):
+        self.k_cache = k_cache
+
+    def write(self, k, pos):
+        self.k_cache[:, pos: pos + k.shape[1]] = k
+        return self.k_cache[:, : pos + k.shape[1]]
+
+
+class ObjectWriter(Writer):
+    def forward(self, x, cache, pos):
+        return x @ cache.write(self.k(x), pos).transpose(1, 2)
+
+
+class Two(nn.Module):
+    def __init__(self, layer):
+        super().__init__()
+        self.pre, self.layer = nn.Linear(4, 4), layer
+
+    def forward(self, x, cache, pos):
+        return self.layer(self.pre(x), cache, pos)
+
+
+def test_a_cache_tensor_written_by_a_part_is_refused_saying_what_to_do(cluster):
+    """A cache tensor passed to a placed part that writes it by position cannot be made
+    exact (the worker writes a copy): the error names the part and the two ways that are
+    (a buffer of the module, or an object holding the cache, which keeps the forward
+    here); the second gives one process's values."""
+    torch.manual_seed(0)
+    model = cluster.deploy(Two(Writer()), placement={"pre": 0, "layer": 1})
+    try:
+        with pytest.raises(NotImplementedError, match=r"'layer' changed its argument in "
+                           r"place(.|\n)*an object of your own class"), torch.no_grad():
+            model(torch.randn(1, 2, 4), torch.zeros(1, 6, 4), 0)
+    finally:
+        model.close()
+    torch.manual_seed(0)
+    local = Two(ObjectWriter())
+    model = cluster.deploy(Two(ObjectWriter()), placement={"pre": 0, "layer": 1})
+    model.load_state_dict(local.state_dict())
+    try:
+        x = torch.randn(1, 2, 4)
+        want_cache, got_cache = CacheOf(torch.zeros(1, 6, 4)), CacheOf(torch.zeros(1, 6, 4))
+        with torch.no_grad():
+            want = [local(x, want_cache, 0), local(x[:, :1], want_cache, 2)]
+            got = [model(x, got_cache, 0), model(x[:, :1], got_cache, 2)]
+        for g, w in zip([*got, got_cache.k_cache], [*want, want_cache.k_cache]):
+            np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-5, atol=1e-6)
+    finally:
+        model.close()
