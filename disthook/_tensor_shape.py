@@ -15,7 +15,7 @@ import numpy as np
 from disthook import _dtype
 from disthook.autograd import inference
 from disthook.ops import views as V
-from disthook.ops.base import refuse_complex
+from disthook.ops.base import check_broadcast, refuse_complex
 from disthook.ops.reduce import norm_dims
 
 
@@ -417,7 +417,17 @@ class ShapeMethods:
         if dim is None:
             return self.reshape(-1).gather(0, indices.reshape(-1))
         d = self._dim(dim)
-        shape = list(np.broadcast_shapes(self.shape, indices.shape))
+        indices = self._make(indices._data, None, 0)  # torch does not save it: no mark
+        if self.ndim != indices.ndim:
+            raise RuntimeError(
+                "torch.take_along_dim(): input and indices should have the same number of "
+                f"dimensions, but got {self.ndim} dimensions for input, and {indices.ndim} "
+                "dimensions for indices")
+        # they broadcast in every dimension but ``d``, where each keeps its own size
+        outer_self, outer_idx = list(self.shape), list(indices.shape)
+        outer_self[d] = outer_idx[d] = 1
+        check_broadcast(tuple(outer_self), tuple(outer_idx))
+        shape = list(np.broadcast_shapes(tuple(outer_self), tuple(outer_idx)))
         shape_self, shape_idx = list(shape), list(shape)
         shape_self[d], shape_idx[d] = self.shape[d], indices.shape[d]
         return self.expand(shape_self).gather(d, indices.expand(shape_idx))
@@ -431,6 +441,7 @@ class ShapeMethods:
 
     def index_add(self, dim, index, source, *, alpha=1):
         d, moved = self._along(dim, index)
+        index = self._make(index._data, None, 0)  # torch does not save it: no mark
         src = source.movedim(d, 0) if source.ndim else source
         if alpha != 1:
             src = src * alpha
@@ -439,12 +450,14 @@ class ShapeMethods:
     def index_copy(self, dim, index, source):
         d, moved = self._along(dim, index)
         src = source.movedim(d, 0) if source.ndim else source
+        inference.refuse_saved_index(index, self, src)
         return moved.index_put((index,), src).movedim(0, d)
 
     def index_fill(self, dim, index, value):
         d, moved = self._along(dim, index)
         if not isinstance(value, _tensor_cls()):
             value = self._make(np.asarray(value, dtype=self._data.dtype), None, 0)
+        inference.refuse_saved_index(index, self, value)
         return moved.index_put((index,), value.to(self.dtype)).movedim(0, d)
 
     def index_reduce(self, dim, index, source, reduce, *, include_self=True):

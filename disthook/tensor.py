@@ -1376,6 +1376,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         bad = idx[(idx < -n) | (idx >= n)]
         if bad.size:
             raise IndexError("index out of range in self")
+        inference.refuse_saved_index(index, self)
         return S.IndexSelect.apply(self, index=idx % builtins.max(n, 1), dim=d)
 
     # ---- scatter -------------------------------------------------------------------------
@@ -1412,6 +1413,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def _scatter(self, dim, index, src, value, reduce, inplace):
         src = value if src is None else src
         d = self._scatter_checks("scatter", dim, index, src)
+        inference.refuse_saved_index(index, self, src)
         params = {"index": _along(index._data, self.ndim), "dim": d}
         if reduce is not None:
             if reduce not in ("add", "multiply"):
@@ -1772,6 +1774,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             self._data[index]
         except IndexError as e:
             raise numpy_words(e) from None
+        inference.refuse_saved_index(item, self)
         return S.Index.apply(self, index=index)
 
     def __setitem__(self, item, value):
@@ -1813,11 +1816,14 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
                 f"Target sizes: {list(slot)}.  Tensor sizes: {list(shape)}")
         if lead:
             value = value.reshape(shape)
+        if not _is_basic(index):
+            inference.refuse_saved_index(item, self, value)
         self._inplace(S.IndexPut, value.to(self.dtype), index=index)
 
     def index_put(self, index, value, accumulate=False):
         if not isinstance(value, Tensor):
             value = Tensor._make(np.asarray(value, dtype=self._data.dtype), None, 0)
+        inference.refuse_saved_index(index, self, value)
         return S.IndexPut.apply(self, value, index=index_arg(index), accumulate=accumulate)
 
     def gather(self, dim, index, *, sparse_grad=False):
@@ -1838,6 +1844,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
                     f"Size does not match at dimension {k} expected index {list(index.shape)} "
                     f"to be no larger than self {list(self.shape)} apart from dimension {d}")
         _check_index_bounds(self, index, d)
+        inference.refuse_saved_index(index, self)
         return S.GatherAlong.apply(self, index=index._data, dim=d)
 
     # ---- in-place ------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from disthook.service import op_calls, values
 from disthook.service.loop import NO_REPLY, send_frames
 from disthook.service.values import opaque_in, pack, tensors_in, unpack
 from disthook.utils.checkpoint import checkpoint
-from workers import attr_changes, form, held_grads, stage_grads
+from workers import attr_changes, form, given_args, held_grads, stage_grads
 from workers.client_hooks import caller_copy
 from workers.given_args import refuse_changed_arguments, refuse_post_hook
 from workers.speculation import BACKWARD_KINDS, EarlyAnswer, run_ahead
@@ -208,6 +208,7 @@ class ComputeHandlers:
                 inputs.clear()  # fresh leaves each time the forward runs
                 given.clear()
                 args, kwargs = unpack(call, received)
+                held = [] if msg.get("op") else values.containers_in((args, kwargs))
                 if msg.get("rng"):  # the client's random stream: drawn from here, handed back
                     job.rng = msg["rng"]
                     disthook.random._set_stream_state(msg["rng"])
@@ -223,6 +224,7 @@ class ComputeHandlers:
                         out = module(*args, **kwargs)
                 if not msg.get("op"):  # (an in-place op on a kept value changes it there)
                     refuse_changed_arguments(given, path)
+                    given_args.refuse_changed_containers(held, path)
                 return out
 
             def finish(out, ahead: str | None = None):

@@ -4,7 +4,9 @@ or put a post hook on the node standing for its received input (``refuse_post_ho
 ``register_hook`` of ``compute._StageInput``'s node), whose op ran elsewhere."""
 from __future__ import annotations
 
-__all__ = ["refuse_changed_arguments", "refuse_post_hook"]
+from disthook.service.values import changed_container
+
+__all__ = ["refuse_changed_arguments", "refuse_changed_containers", "refuse_post_hook"]
 
 
 def refuse_changed_arguments(given: list, path: str) -> None:
@@ -19,7 +21,29 @@ def refuse_changed_arguments(given: list, path: str) -> None:
                 "a hook on it), a tensor the program holds: in one process that changes the "
                 "program's tensor, but the part's worker holds a copy of it, and the "
                 "program's tensor would keep its old value. Change a clone in the part "
-                "(x = x.clone()), or return the changed value from a forward pre-hook")
+                "(x = x.clone()), or return the changed value from a forward pre-hook; for "
+                "a KV cache the part writes by position, keep it on the module (a buffer), "
+                "or pass it in an object of your own class with the method that writes it "
+                "(a part given one runs its forward here, and the cache stays the "
+                "program's)")
+
+
+def refuse_changed_containers(given: list, path: str) -> None:
+    """A part that changed a list or dict it was given (fairseq's ``incremental_state[key] =
+    {...}``, an attention log's ``append``): in one process the program's own container
+    changes; here the part changed the copy it received, and the program's would stay as
+    it was, silently. ``given``: ``values.containers_in`` of its arguments before the call."""
+    container = changed_container(given)
+    if container is not None:
+        kind = type(container).__name__
+        raise NotImplementedError(
+            f"the deployed part {path!r} changed a {kind} it was given as an argument (in "
+            f"its forward or a hook on it): in one process that changes the program's "
+            f"{kind}, but the part's worker holds a copy of it, and the program's {kind} "
+            "would stay as it was. Keep such state on the module (an attribute it changes "
+            "comes back changed), return it from the forward, or hold it in an object of "
+            "your own class (a cache object with an update method: a part given one runs "
+            "its forward in the program, with it)")
 
 
 def refuse_post_hook(node, fn):

@@ -71,6 +71,20 @@ def check_inplace(t=None) -> None:
         raise RuntimeError(INPLACE_MSG)
 
 
+def refuse_saved_index(index, *inputs) -> None:
+    """An op that torch records with its integer or mask ``index`` saved for backward
+    (gather, scatter, index_select, indexing by a tensor, embedding, nll_loss's target),
+    where disthook keeps that index as an array: an inference tensor there refuses outside
+    the mode when the op records a graph (an input requires grad), as a saved tensor does.
+    ``index``: a tensor, or a tuple or list of index items."""
+    items = index if isinstance(index, (tuple, list)) else (index,)
+    if not any(type(getattr(i, "_vc", None)) in (InferenceVersion, DetachedInferenceVersion)
+               for i in items):
+        return
+    if grad_mode.is_grad_enabled() and any(getattr(x, "requires_grad", False) for x in inputs):
+        raise RuntimeError(SAVED_MSG)
+
+
 def check_requires_grad(t, value) -> None:
     if value and type(t._vc) is not list and not grad_mode._state.inference:
         raise RuntimeError(REQUIRES_GRAD_MSG)

@@ -80,7 +80,7 @@ class HerePlacement(Placement):
     def __init__(self, dep: Deployment):
         self.deployment = dep
 
-    def forward_for(self, module: Module):
+    def forward_for(self, module: Module, args: tuple = (), kwargs: dict | None = None):
         return module.forward
 
     def set_attr(self, module: Module, name: str, value) -> bool:

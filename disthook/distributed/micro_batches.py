@@ -22,7 +22,7 @@ import numpy as np
 from disthook.autograd import grad_mode
 from disthook.distributed.placement import micro_batch_sizes
 from disthook.distributed.stage_outbox import StageOutbox
-from disthook.service.values import tensors_in
+from disthook.service.values import changed_container, containers_in, opaque_in, tensors_in
 from disthook.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -38,15 +38,19 @@ def chunked_forward(model: Deployment, forward):
             return forward(*args, **kwargs)
         rows = _rows(args, kwargs)
         m = min(model._chunks, rows or 1)
-        if m <= 1:
+        if m <= 1 or opaque_in((args, kwargs)):
+            # an object that cannot be cut (a generation loop's KV cache, a generator): the
+            # forward runs once, whole, with it, as in one process
             return forward(*args, **kwargs)
         sizes = micro_batch_sizes(rows, m)
         outs = []
         try:
             for i in range(m):  # the calls of each micro-batch know theirs (RemoteBackward0)
                 model.__dict__["_micro_batch"] = i
-                outs.append(forward(*_part(args, rows, sizes, i),
-                                    **_part(kwargs, rows, sizes, i)))
+                part_args, part_kwargs = _part(args, rows, sizes, i), _part(kwargs, rows, sizes, i)
+                held = containers_in((part_args, part_kwargs))
+                outs.append(forward(*part_args, **part_kwargs))
+                _refuse_changed(changed_container(held), m)
         finally:
             model.__dict__.pop("_micro_batch", None)
         return _join(outs, rows, f"{type(model._local).__name__}.forward", m)
@@ -71,6 +75,19 @@ def note_hook_error(exc: Exception, hooked) -> None:
             "forward hook stored) is from the micro-batch whose forward ran last, not "
             "necessarily the one this backward is for. Deploy with chunks=1 for hooks that "
             "see the whole batch, as in one process, or key what they keep by its rows.")
+
+
+def _refuse_changed(container, m: int) -> None:
+    """Each micro-batch's forward gets its own cut of a list or dict argument: one that the
+    forward changed (a state dict it writes to) would leave the program's as it was."""
+    if container is not None:
+        kind = type(container).__name__
+        raise NotImplementedError(
+            f"with chunks={m} the model's forward runs once per micro-batch, each given its "
+            f"own copy of a {kind} argument cut to its rows, and this forward changed the "
+            f"{kind} it was given: the program's own would stay as it was. Deploy with "
+            "chunks=1 for a forward that writes into its arguments, or keep such state on the "
+            "module")
 
 
 def _rows(args, kwargs) -> int | None:

@@ -116,15 +116,19 @@ class PartPlacement(_Placed):
         super().__init__(deployment, path, aliases)
         self.shared = set() if shared is None else shared
 
-    def forward_for(self, module: Module):
+    def forward_for(self, module: Module, args: tuple = (), kwargs: dict | None = None):
         """The whole call runs on the worker (None), unless something the worker's copy
         lacks was set here on this module or one inside it: a forward
         (``module.forward = wrapper``, as accelerate and patching tools do) or a method
         its forward calls (``attn._attn = my_attention``), or a tensor put in place of one
         of its parameters or buffers by ``functional_call``. Then its forward runs here
         between its hooks, as in one process; what that calls of the module's own (its
-        class's forward, its children) runs on their workers or reads from them."""
-        return module.forward if changed_here(module) else None
+        class's forward, its children) runs on their workers or reads from them. So does
+        a call given an object that cannot travel (a generation loop's KV-cache object,
+        whose ``update`` the layer calls): it stays the program's, changed where it is."""
+        if changed_here(module) or opaque_in((args, kwargs or {})):
+            return module.forward
+        return None
 
     def call(self, module: Module, args: tuple, kwargs: dict):
         from disthook.distributed.glue import call_placed
@@ -362,7 +366,7 @@ def changed_here(module: Module) -> bool:
 class RootPlacement(_Placed):
     """The deployed model itself (see the module's doc)."""
 
-    def forward_for(self, module: Module):
+    def forward_for(self, module: Module, args: tuple = (), kwargs: dict | None = None):
         dep = self.deployment
         sync_all(dep)
         if module._is_full_backward_hook is False and module._backward_hooks:

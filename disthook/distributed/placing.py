@@ -67,16 +67,19 @@ def place(dep: Deployment, root: Module) -> None:
 def _recomputed_here(module: Module) -> list[str]:
     """The names of ``module``'s tensors that a forward pre-hook of a reparametrization
     recomputes before each call (weight_norm, spectral_norm, pruning), or that hold a graph
-    to its parameters: its forward runs here, where the graph of each call is made."""
+    to its parameters: its forward runs here, where the graph of each call is made. So does
+    the forward of a module holding a ``Generator`` (a sampler's own): it draws from the
+    program's generator, which the program may reseed or read, not from a copy."""
     from disthook.nn.utils.prune import BasePruningMethod
     from disthook.nn.utils.spectral_norm import SpectralNorm
     from disthook.nn.utils.weight_norm import WeightNorm
+    from disthook.random import Generator
 
     names = [getattr(h, "name", None) or getattr(h, "_tensor_name", None)
              for h in module._forward_pre_hooks.values()
              if isinstance(h, (BasePruningMethod, SpectralNorm, WeightNorm))]
     names += [k for k, v in module.__dict__.items()
-              if isinstance(v, Tensor) and v.grad_fn is not None]
+              if (isinstance(v, Tensor) and v.grad_fn is not None) or isinstance(v, Generator)]
     return [n for n in dict.fromkeys(names) if n]
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from disthook import _dtype, random
 from disthook._dtype import c_type_name, scalar_type_name
 from disthook.amp import cpu_policy
-from disthook.autograd import grad_mode
+from disthook.autograd import grad_mode, inference
 from disthook.nn import _linear_ops
 from disthook.nn import _unpool as UnpoolOps
 from disthook.ops import activation as ActivationOps
@@ -560,6 +560,7 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None,
         raise IndexError("index out of range in self")
     if max_norm is not None:
         _embedding_renorm(weight, indices, max_norm, norm_type)
+    inference.refuse_saved_index(input, weight)
     return EmbeddingOps.Embedding.apply(weight, indices=indices.astype(np.int64, copy=False),
                                         padding_idx=padding_idx,
                                         scale_grad_by_freq=scale_grad_by_freq, sparse=sparse)
@@ -844,6 +845,7 @@ def _nll_loss_nd(input: Tensor, target: Tensor, weight, reduction: str, ignore_i
         raise NotImplementedError(
             f"\"{kernel}\" not implemented for '{scalar_type_name(input.dtype)}'")
     w = _constant_weight(weight, "nll_loss_forward")
+    inference.refuse_saved_index(target, input)
     params = {"target": target._data, "weight": w, "reduction": reduction,
               "ignore_index": ignore_index}
     if input.ndim <= 2:

@@ -21,7 +21,7 @@ import numpy as np
 from disthook import wire
 from disthook.tensor import Tensor
 
-__all__ = ["opaque_in", "pack", "tensors_in", "unpack"]
+__all__ = ["changed_container", "containers_in", "opaque_in", "pack", "tensors_in", "unpack"]
 
 
 def pack(value, tensor=None):
@@ -192,6 +192,33 @@ def kept_record(vid: str, t: Tensor, inline_bytes: int = 0) -> dict:
     if data.nbytes <= inline_bytes:
         record["value"] = wire.c_order(data)
     return record
+
+
+def containers_in(value, found: list | None = None) -> list:
+    """Each list and dict in ``value`` (through tuples, lists and dicts), with what it holds
+    then (the ids of its items, and its keys), for ``changed_container`` to compare later:
+    a call that changes a container it was given as a copy (on a worker, or cut into
+    micro-batches) would leave the program's own as it was."""
+    found = [] if found is None else found
+    if isinstance(value, list):
+        found.append((value, [id(v) for v in value]))
+    elif isinstance(value, dict):
+        found.append((value, [(k, id(v)) for k, v in value.items()]))
+    elif not isinstance(value, tuple):
+        return found
+    for v in value.values() if isinstance(value, dict) else value:
+        containers_in(v, found)
+    return found
+
+
+def changed_container(held: list):
+    """The first container of ``containers_in``'s list that changed since, or None."""
+    for container, was in held:
+        now = ([id(v) for v in container] if isinstance(container, list)
+               else [(k, id(v)) for k, v in container.items()])
+        if now != was:
+            return container
+    return None
 
 
 def tensors_in(value):

@@ -361,7 +361,7 @@ class Module:
         if placement is None:
             forward_call = self.forward
         else:  # a deployed module: it runs where it lives, or its forward does
-            forward_call = placement.forward_for(self)
+            forward_call = placement.forward_for(self, args, kwargs)
             if forward_call is None:
                 return placement.call(self, args, kwargs)
         if not (self._backward_hooks or self._backward_pre_hooks or self._forward_hooks
@@ -1280,9 +1280,10 @@ class Placement:
     a module without is an ordinary module. Each method is asked only by the ``Module``
     method of the same purpose."""
 
-    def forward_for(self, module: Module):
+    def forward_for(self, module: Module, args: tuple = (), kwargs: dict | None = None):
         """The forward that ``__call__`` runs between the module's hooks here, or None: the
-        whole call (its hooks too) runs where the module lives (``call``)."""
+        whole call (its hooks too) runs where the module lives (``call``), with ``args``
+        and ``kwargs``."""
         return None
 
     def call(self, module: Module, args: tuple, kwargs: dict):
