@@ -26,8 +26,7 @@ from disthook.service.loop import NO_REPLY, send_frames
 from disthook.service.values import opaque_in, pack, tensors_in, unpack
 from disthook.utils.checkpoint import checkpoint
 from workers import attr_changes, form, given_args, held_grads, stage_grads
-from workers.client_hooks import caller_copy
-from workers.given_args import refuse_changed_arguments, refuse_post_hook
+from workers.given_args import changed_arguments, given_now, refuse_post_hook
 from workers.speculation import BACKWARD_KINDS, EarlyAnswer, run_ahead
 from workers.state import Context
 from workers.values import kept_grads_changed
@@ -82,6 +81,7 @@ class ComputeHandlers:
             if path is not None or msg.get("op"):  # one call by code running on the client
                 return self._call_submodule(job, st, path, grad, leaf, inputs)
             flags = msg.get("requires_grad") or [True] * len(msg["inputs"])
+            changed: list = [None]  # the program's input changed in place (at stage 0)
 
             def compute():
                 inputs.clear()  # fresh leaves each time the forward runs
@@ -93,13 +93,17 @@ class ComputeHandlers:
                 with disthook.set_grad_enabled(grad), default_dtype_as(msg.get("default_dtype")), \
                         region_as(msg.get("autocast")):
                     given = [_as_computed(t) if st.index > 0
-                             else values.as_argument(caller_copy(t), i)
+                             else values.as_argument(t, i)
                              for i, t in enumerate(inputs)]
                     for t, name in zip(given, msg.get("names") or ()):  # the previous
                         self.name_as(job, t, name)  # stage's output: one object (hooks)
+                    before = [given_now(t, i) for i, t in enumerate(given) if st.index == 0]
                     if stop_here:  # the output of module `stop` is the answer: no later stage
-                        return toolkit.stop_after(st.module, stop, *given)
-                    return st.module(*given)
+                        out = toolkit.stop_after(st.module, stop, *given)
+                    else:
+                        out = st.module(*given)
+                changed[0] = changed_arguments(before, st.name) or msg.get("changed")
+                return out
 
             nxt = None if stop_here else st.neighbours.get("next")
             # what the stage's modules set
@@ -124,7 +128,7 @@ class ComputeHandlers:
                               "reply_to": msg["reply_to"], "mb": msg.get("mb"), "stop": stop,
                               "optimizer_calls": calls, "rng": rng,
                               "attrs": attr_changes.merged(msg.get("attrs"), snap.changes()),
-                              "names": self._names_of(job, [out])}
+                              "changed": changed[0], "names": self._names_of(job, [out])}
                     if cut:
                         fields["cut"] = True
                     passed = form.forms(st, job, msg.get("forms"))
@@ -146,7 +150,7 @@ class ComputeHandlers:
                         "custom_view": values.custom_view(out),
                         "saved": values.saved_by_its_node(out),
                         "argument": values.returned_argument(out),
-                        "cut": cut, "rng": rng,
+                        "cut": cut, "rng": rng, "changed": changed[0],
                         "attrs": attr_changes.merged(msg.get("attrs"), snap.changes()),
                         "forms": form.forms(st, job, msg.get("forms"))}, "ahead": ahead})
 
@@ -196,13 +200,14 @@ class ComputeHandlers:
             kept = set()  # (the arrays of values kept on workers, not the caller's tensors)
             call = self._resolve_refs(job, st.model, msg["call"], kept)
 
-            given: list = []  # (a tensor of the program the part is given, its version)
+            given: list = []  # the program's tensors the part is given (given_now)
+            changed: list = [None]  # what it changed of them (changed_arguments)
 
             def received(a, flag, name):
                 t = _as_received(leaf(a, flag), name or id(a) in kept)
                 if id(a) not in kept:
-                    given.append((t, t._vc[0]))
-                return values.as_argument(caller_copy(t, id(a) not in kept), len(inputs) - 1)
+                    given.append(given_now(t, len(inputs) - 1))
+                return values.as_argument(t, len(inputs) - 1)
 
             def compute():
                 inputs.clear()  # fresh leaves each time the forward runs
@@ -223,7 +228,7 @@ class ComputeHandlers:
                     else:
                         out = module(*args, **kwargs)
                 if not msg.get("op"):  # (an in-place op on a kept value changes it there)
-                    refuse_changed_arguments(given, path)
+                    changed[0] = changed_arguments(given, path)
                     given_args.refuse_changed_containers(held, path)
                 return out
 
@@ -258,6 +263,7 @@ class ComputeHandlers:
                 self._to_client(job, "ok", {"result": {
                     "output": packed, "requires_grad": [o.requires_grad for o in outs],
                     "rng": _stream_state(msg), "pin": job.as_of, "attrs": attrs,
+                    "changed": changed[0],
                     "cut": values.unreached_inputs(outs, inputs) if grad else [],
                     "forms": form.forms(st, job)}, "ahead": ahead})
 

@@ -16,7 +16,7 @@ import numpy as np
 from disthook import _dtype, random
 from disthook.amp import autocast_mode
 from disthook.autograd import grad_mode
-from disthook.distributed import attr_changes
+from disthook.distributed import attr_changes, changed_args
 from disthook.distributed.autograd_node import RemoteBackward0, part_by_part
 from disthook.distributed.glue import _checkpointing as checkpointing
 from disthook.distributed.glue import refuse_saved_tensors_hooks
@@ -98,6 +98,9 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
     finally:
         model._hub.pending_inputs.pop(ctx_ids[0], None)
     results = [r["result"] for r in replies]
+    changed_args.write_back(  # the input its first stage changed in place (nn.ReLU(inplace))
+        [x], results[0].get("changed") if sizes is None else [r.get("changed") for r in results],
+        f"the deployed {model._class_name}'s first stage", sizes)
     for result in results:  # what the stages' modules set on themselves, in stage order
         attr_changes.apply(model, result.get("attrs"))
     if sizes is None and results[-1].get("rng"):

@@ -27,7 +27,7 @@ from disthook import _dtype, random, wire
 from disthook.amp import autocast_mode
 from disthook.autograd import grad_mode
 from disthook.autograd.saved_hooks import current_pair
-from disthook.distributed import async_calls, attr_changes, remote_values
+from disthook.distributed import async_calls, attr_changes, changed_args, remote_values
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.nn.modules.module import Module
 from disthook.service.values import opaque_in, tensors_in, unpack
@@ -344,6 +344,9 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
             diff = async_calls.differs(form["output"], result["output"])
             if diff is None and result.get("rng") not in (None, fields.get("rng")):
                 diff = "it drew random numbers this time"
+            if diff is None and result.get("changed"):
+                forms.put(key, None)  # (the next call with these shapes waits)
+                diff = "it changed its arguments in place this time"
             if diff is not None:
                 raise RuntimeError(
                     f"{what}: the worker's answer differs from the one the previous call "
@@ -369,7 +372,8 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
             versions.answered(result)
         if result.get("rng"):  # what the part drew (dropout) is drawn here too
             random._set_stream_state(result["rng"])
-        if key is not None and not result.get("attrs"):  # (see attr_changes below)
+        changed_args.write_back(inputs, result.get("changed"), what)
+        if key is not None and not result.get("attrs") and not result.get("changed"):
             forms.put(key, {"output": async_calls.form_of(result["output"]),
                             "flags": result["requires_grad"],
                             "rng": result.get("rng") != fields.get("rng")})
