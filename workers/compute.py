@@ -202,6 +202,7 @@ class ComputeHandlers:
 
             given: list = []  # the program's tensors the part is given (given_now)
             changed: list = [None]  # what it changed of them (changed_arguments)
+            keeps: list = []  # those it changed with a graph: outputs of the call too
 
             def received(a, flag, name):
                 t = _as_received(leaf(a, flag), name or id(a) in kept)
@@ -212,6 +213,7 @@ class ComputeHandlers:
             def compute():
                 inputs.clear()  # fresh leaves each time the forward runs
                 given.clear()
+                keeps.clear()
                 args, kwargs = unpack(call, received)
                 held = [] if msg.get("op") else values.containers_in((args, kwargs))
                 if msg.get("rng"):  # the client's random stream: drawn from here, handed back
@@ -228,7 +230,8 @@ class ComputeHandlers:
                     else:
                         out = module(*args, **kwargs)
                 if not msg.get("op"):  # (an in-place op on a kept value changes it there)
-                    changed[0] = changed_arguments(given, path)
+                    changed[0] = changed_arguments(given, path,
+                                                   keeps if msg.get("keep") else None)
                     given_args.refuse_changed_containers(held, path)
                 return out
 
@@ -245,7 +248,7 @@ class ComputeHandlers:
                 with_graph = attr_changes.WithGraph() if msg.get("keep") else None
                 attrs = snap and snap.changes(with_graph)
                 if with_graph is not None:
-                    outs += with_graph.tensors
+                    outs += with_graph.tensors + keeps
                 if msg.get("keep"):  # room for the values first: refused, it keeps no graph
                     self.check_value_room(job, st.model, len(outs),
                                           sum(o._data.nbytes for o in outs))
@@ -258,6 +261,9 @@ class ComputeHandlers:
                     records = iter(self._keep_outputs(job, st.model, msg.ctx, outs))
                     packed = pack(out, lambda _t: next(records))
                     with_graph.fill(records)
+                    for entry in changed[0] or ():  # (then those of keeps)
+                        if entry.get("graph"):  # (an output of its own: not "argument")
+                            entry["graph"] = dict(next(records), argument=None)
                 else:
                     packed = pack(out)
                 self._to_client(job, "ok", {"result": {

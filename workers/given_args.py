@@ -7,6 +7,7 @@ elsewhere, is refused; a list or dict it was given and changed is refused
 (``refuse_changed_containers``)."""
 from __future__ import annotations
 
+from disthook.service import values
 from disthook.service.values import changed_container
 
 __all__ = ["changed_arguments", "given_now", "refuse_changed_containers", "refuse_post_hook"]
@@ -18,28 +19,35 @@ def given_now(t, nr: int) -> tuple:
     return t, nr, t._vc[0], t._grad_fn
 
 
-def changed_arguments(given: list, path: str) -> list | None:
+def changed_arguments(given: list, path: str, keeps: list | None = None) -> list | None:
     """The arguments that are the program's own tensors which the part changed in place (its
     code or a hook on it; ``given``: ``given_now``'s tuples), each as ``{"arg": nr,
     "value": array, "moved": n}`` (``n``: how far its version counter moved), for the client
     to change the program's tensor as one process does; None where none changed. (A value
     kept on the workers, which the program does not hold, changes there.) One changed by an
-    op that recorded a graph would take that op's history in one process, which the
-    program's tensor cannot take here: refused."""
+    op that recorded a graph takes that op's history in one process: where the call keeps
+    its outputs here (``keeps``, a list), the tensor goes into ``keeps`` to be one more
+    output of the call (its entry says ``"graph": True``, for its record), whose node the
+    client gives the program's tensor; elsewhere (a chain's stage) it is refused."""
     changed = []
     for t, nr, version, node in given:
         moved = t._vc[0] - version
         if not moved:
             continue
+        entry = {"arg": nr, "value": t.detach()._data, "moved": moved}
+        if "_argument" in t.__dict__:  # returned, it is the program's tensor as changed
+            values.as_argument(t, nr)
         if t._grad_fn is not node:
-            raise NotImplementedError(
-                f"the deployed part {path!r} changed its argument {nr} in place (in its "
-                "forward or a hook on it) with a graph recorded: in one process the "
-                "program's tensor takes that in-place op's history (its grad_fn), which a "
-                "deployed part's call cannot give it. Change a clone in the part "
-                "(x = x.clone()), change it under torch.no_grad(), or return the changed "
-                "value from the part")
-        changed.append({"arg": nr, "value": t.detach()._data, "moved": moved})
+            if keeps is None:
+                raise NotImplementedError(
+                    f"the deployed {path} changed its input in place with a graph recorded "
+                    "(its first layer, or a hook on it): in one process the program's tensor "
+                    "takes that in-place op's history (its grad_fn), which a chain of stages "
+                    "cannot give it. Change a clone (x = x.clone()), or deploy the model "
+                    "with a placement= (its parts' calls can)")
+            keeps.append(t)
+            entry["graph"] = True
+        changed.append(entry)
     return changed or None
 
 

@@ -4,7 +4,10 @@ it; its answer says which (``changed``: the argument's number in ``pack``'s orde
 value, how far its version counter moved; ``workers/given_args.changed_arguments``), and the
 client writes the new value into the program's tensor (a view's base changes with it) and
 moves its version counter by as much, so that a later in-place check, a saved tensor's
-version, a ``_version`` read see what one process's do."""
+version, a ``_version`` read see what one process's do. A change the worker recorded with a
+graph (a non-leaf argument that requires grad, changed under grad mode) is one more output
+of a part's call, kept there: the program's tensor takes that output's history (the call's
+node, whose backward reaches the worker's in-place op), as one process's takes the op's."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,13 +18,24 @@ from disthook.tensor import _write_with
 __all__ = ["write_back"]
 
 
-def write_back(inputs: list, changes: list, what: str, rows: list | None = None) -> None:
+def write_back(inputs: list, changes: list, what: str, rows: list | None = None,
+               kept=None) -> None:
     """Write the ``changes`` of an answer (or, with ``rows``, of each micro-batch's answer:
-    the row counts of the parts of the one input) into the program's tensors ``inputs``."""
+    the row counts of the parts of the one input) into the program's tensors ``inputs``;
+    ``kept(record)``: the call's output a change with a graph came as."""
     if rows is None:
         for change in changes or ():
-            _write(inputs, int(change["arg"]), np.asarray(change["value"]),
-                   int(change["moved"]), what)
+            nr, record = int(change["arg"]), change.get("graph")
+            if record is not None and 0 <= nr < len(inputs) and inputs[nr]._base is not None:
+                raise NotImplementedError(
+                    f"{what} changed in place its argument {nr}, a view of a tensor of the "
+                    "program, with a graph recorded: in one process the view's base takes "
+                    "that op's history, which a deployed call gives no view. Pass "
+                    "the base itself, or a clone of the view")
+            _write(inputs, nr, np.asarray(change["value"]), int(change["moved"]), what)
+            if record is not None:  # its history: the call's, as that output's
+                made = kept(record)
+                inputs[nr]._set_history(made._grad_fn, made._output_nr)
         return
     if not any(changes):  # micro-batches of one input: put together, one change of it
         return

@@ -372,7 +372,6 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
             versions.answered(result)
         if result.get("rng"):  # what the part drew (dropout) is drawn here too
             random._set_stream_state(result["rng"])
-        changed_args.write_back(inputs, result.get("changed"), what)
         if key is not None and not result.get("attrs") and not result.get("changed"):
             forms.put(key, {"output": async_calls.form_of(result["output"]),
                             "flags": result["requires_grad"],
@@ -414,6 +413,8 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
     # this call too (then the next call waits as well, so that the program reads them
     # after the call as in one process)
     attr_changes.apply(model, result.get("attrs"), kept=output)
+    # the program's tensors the part changed in place (with a graph: outputs of the call too)
+    changed_args.write_back(inputs, result.get("changed"), what, kept=output)
     if node is not None:
         node._output_meta = tuple(node._output_meta)
     for i, hooks, value in (call or {}).get("outs", ()):

@@ -137,24 +137,56 @@ class _NegatesOne(nn.Module):
         return self.part(x)
 
 
-def test_a_changed_argument_with_a_graph_is_refused(cluster):
+def test_a_changed_argument_with_a_graph_takes_the_call_s_history(cluster):
     def run(model):
         w = torch.tensor([[0.3, -0.2, 0.5]], requires_grad=True)
         x = w * 2  # a non-leaf: in one process it takes the in-place op's history
         out = model(x)
-        (out.sum() + x.sum()).backward()
-        return x.grad_fn.name(), w.grad.tolist()
+        assert x.requires_grad and not x.is_leaf and x.grad_fn is not None
+        (out.sum() + (x * x).sum()).backward()
+        return {**_log(model, [out], [x]), "w": w.grad.numpy().copy()}
 
-    name, grad = run(_made(_NegatesOne)())
-    assert name == "MulBackward0" and grad != [[2.0, 2.0, 2.0]]
+    got, want = deployed_run(cluster, _made(_NegatesOne), run, stages=1)
+    assert want["versions"] == [1]
+    _same(got, want)
+    np.testing.assert_allclose(got["w"], want["w"], rtol=1e-6)
+
+
+def test_a_view_changed_with_a_graph_is_refused(cluster):
     remote = cluster.deploy(_made(_NegatesOne)(), stages=1)
     try:
-        with pytest.raises(NotImplementedError,
-                           match=r"'part' changed its argument 0 in place.*graph"):
-            run(remote)
+        w = torch.tensor([[0.3, -0.2, 0.5], [1.0, 2.0, 3.0]], requires_grad=True)
+        x = (w * 2)[:1]
+        with pytest.raises(NotImplementedError, match=r"'part'.*argument 0, a view.*graph"):
+            remote(x)
+        assert x.tolist()[0] == pytest.approx([0.6, -0.4, 1.0]) and x._version == 0
     finally:
         remote.close()
 
+
+class _AddsItsBias(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bias = nn.Parameter(torch.ones(3))
+
+    def forward(self, x):
+        return x.add_(self.bias)
+
+
+def test_a_chain_changing_its_input_with_a_graph_is_refused(cluster):
+    def run(model):
+        x = torch.tensor([[0.3, -0.2, 0.5]])
+        out = model(x)
+        return x.grad_fn.name(), out
+
+    assert run(nn.Sequential(_AddsItsBias(), nn.Linear(3, 2)))[0] == "AddBackward0"
+    remote = cluster.deploy(nn.Sequential(_AddsItsBias(), nn.Linear(3, 2)), stages=2)
+    try:
+        with pytest.raises(NotImplementedError, match=r"changed its input in place with a "
+                                                      r"graph.*placement="):
+            run(remote)
+    finally:
+        remote.close()
 
 def _doubled_by_a_hook():
     torch.manual_seed(0)
@@ -189,3 +221,40 @@ def test_arguments_sharing_memory_one_changed_are_refused(cluster):
             remote(x, x[0], torch.ones(3))
     finally:
         remote.close()
+
+
+class _ScalesItsInput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.s = nn.Parameter(torch.tensor([2.0, -1.0, 0.5]))
+
+    def forward(self, x):
+        return x.mul_(self.s)
+
+
+class _CallsScales(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.part = _ScalesItsInput()
+
+    def forward(self, x):
+        out = self.part(x)
+        assert out is x  # one process: the tensor changed in place is the output
+        return out
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_a_part_returning_the_argument_it_changed_returns_the_program_s_tensor(cluster, grad):
+    def run(model):
+        w = torch.tensor([[0.3, -0.2, 0.5]], requires_grad=True)
+        x = w * 2 if grad else torch.tensor([[0.3, -0.2, 0.5]])
+        out = model(x)
+        if grad:
+            (out * out).sum().backward()
+        return {**_log(model, [out], [x]),
+                "w": w.grad.numpy().copy() if grad else None}
+
+    got, want = deployed_run(cluster, _made(_CallsScales), run, stages=1)
+    _same(got, want)
+    if grad:
+        np.testing.assert_allclose(got["w"], want["w"], rtol=1e-6)
