@@ -347,10 +347,11 @@ SCHEMAS: dict[str, dict[str, str]] = {
                 "params": "any?", "keep": "bool?", "as_of": "map?", "checkpoint": "map?",
                 "within": "str?", "attrs": "list[attr_change]?", "names": "list[str]?",
                 "default_dtype": "str?", "autocast": "str?", "forms": "map?", "cut": "bool?",
-                "changed": "list?"},
+                "changed": "list?", "cast": "bool?"},
     # changed: the chain's input its first stage changed in place ({"arg", "value",
     # "moved"}: workers/given_args.py), passed on to the answer (result["changed"], as a
     # call's answer carries its arguments changed in place), which the client writes back
+    # cast: a stage's autocast region kept a cast of a weight (autocast_mode.cached_leaves)
     # cut: the output's graph at an earlier stage missed that stage's input (a forward
     # pre-hook gave the module a detached tensor); the answer carries it (result["cut"])
     # forms: the revisions of the stages a forward passed (workers/form.py), to answer an

@@ -19,6 +19,7 @@ import disthook
 from disthook import hooks as toolkit
 from disthook import wire
 from disthook._dtype import default_dtype_as
+from disthook.amp import autocast_mode
 from disthook.amp.autocast_mode import region_as
 from disthook.autograd import engine
 from disthook.service import op_calls, values
@@ -26,7 +27,7 @@ from disthook.service.loop import NO_REPLY, send_frames
 from disthook.service.values import opaque_in, pack, tensors_in, unpack
 from disthook.utils.checkpoint import checkpoint
 from workers import attr_changes, form, given_args, held_grads, stage_grads
-from workers.given_args import changed_arguments, given_now, refuse_post_hook
+from workers.given_args import changed_arguments, given_now, refuse_post_hook, region_casts
 from workers.speculation import BACKWARD_KINDS, EarlyAnswer, run_ahead
 from workers.state import Context
 from workers.values import kept_grads_changed
@@ -81,7 +82,9 @@ class ComputeHandlers:
             if path is not None or msg.get("op"):  # one call by code running on the client
                 return self._call_submodule(job, st, path, grad, leaf, inputs)
             flags = msg.get("requires_grad") or [True] * len(msg["inputs"])
-            changed: list = [None]  # the program's input changed in place (at stage 0)
+            # what goes on to the answer: the program's input changed in place at stage 0
+            # (changed_arguments), whether a stage's region kept a cast (check_one_cast)
+            onward: list = [None, None]
 
             def compute():
                 inputs.clear()  # fresh leaves each time the forward runs
@@ -102,7 +105,8 @@ class ComputeHandlers:
                         out = toolkit.stop_after(st.module, stop, *given)
                     else:
                         out = st.module(*given)
-                changed[0] = changed_arguments(before, st.name) or msg.get("changed")
+                    onward[1] = bool(autocast_mode.cached_leaves() or msg.get("cast"))
+                onward[0] = changed_arguments(before, st.name) or msg.get("changed")
                 return out
 
             nxt = None if stop_here else st.neighbours.get("next")
@@ -128,7 +132,8 @@ class ComputeHandlers:
                               "reply_to": msg["reply_to"], "mb": msg.get("mb"), "stop": stop,
                               "optimizer_calls": calls, "rng": rng,
                               "attrs": attr_changes.merged(msg.get("attrs"), snap.changes()),
-                              "changed": changed[0], "names": self._names_of(job, [out])}
+                              "changed": onward[0], "cast": onward[1],
+                              "names": self._names_of(job, [out])}
                     if cut:
                         fields["cut"] = True
                     passed = form.forms(st, job, msg.get("forms"))
@@ -150,7 +155,7 @@ class ComputeHandlers:
                         "custom_view": values.custom_view(out),
                         "saved": values.saved_by_its_node(out),
                         "argument": values.returned_argument(out),
-                        "cut": cut, "rng": rng, "changed": changed[0],
+                        "cut": cut, "rng": rng, "changed": onward[0], "cast": onward[1],
                         "attrs": attr_changes.merged(msg.get("attrs"), snap.changes()),
                         "forms": form.forms(st, job, msg.get("forms"))}, "ahead": ahead})
 
@@ -201,7 +206,7 @@ class ComputeHandlers:
             call = self._resolve_refs(job, st.model, msg["call"], kept)
 
             given: list = []  # the program's tensors the part is given (given_now)
-            changed: list = [None]  # what it changed of them (changed_arguments)
+            changed, casts = [None], [None]  # changed_arguments's, region_casts's
             keeps: list = []  # those it changed with a graph: outputs of the call too
 
             def received(a, flag, name):
@@ -229,6 +234,7 @@ class ComputeHandlers:
                                          **kwargs)
                     else:
                         out = module(*args, **kwargs)
+                    casts[0] = region_casts(given)
                 if not msg.get("op"):  # (an in-place op on a kept value changes it there)
                     changed[0] = changed_arguments(given, path,
                                                    keeps if msg.get("keep") else None)
@@ -269,7 +275,7 @@ class ComputeHandlers:
                 self._to_client(job, "ok", {"result": {
                     "output": packed, "requires_grad": [o.requires_grad for o in outs],
                     "rng": _stream_state(msg), "pin": job.as_of, "attrs": attrs,
-                    "changed": changed[0],
+                    "changed": changed[0], "casts": casts[0],
                     "cut": values.unreached_inputs(outs, inputs) if grad else [],
                     "forms": form.forms(st, job)}, "ahead": ahead})
 

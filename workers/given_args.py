@@ -7,10 +7,12 @@ elsewhere, is refused; a list or dict it was given and changed is refused
 (``refuse_changed_containers``)."""
 from __future__ import annotations
 
+from disthook.amp import autocast_mode
 from disthook.service import values
 from disthook.service.values import changed_container
 
-__all__ = ["changed_arguments", "given_now", "refuse_changed_containers", "refuse_post_hook"]
+__all__ = ["changed_arguments", "given_now", "refuse_changed_containers", "refuse_post_hook",
+           "region_casts"]
 
 
 def given_now(t, nr: int) -> tuple:
@@ -67,6 +69,19 @@ def refuse_changed_containers(given: list, path: str) -> None:
             "comes back changed), return it from the forward, or hold it in an object of "
             "your own class (a cache object with an update method: a part given one runs "
             "its forward in the program, with it)")
+
+
+def region_casts(given: list) -> list | None:
+    """What the call's autocast region cast and keeps for the region (its cache), each as
+    ``["arg", nr]`` (the program's leaf given as tensor ``nr``) or ``["w", id]`` (a tensor
+    of this worker, a weight): one process casts such a tensor once for a region, so the
+    client refuses a backward through two calls of one region that cast the same one
+    (``autocast_mode.check_one_cast``). None where it cast none (no op the region lowers
+    took such a tensor): then any number of calls compute as one process."""
+    nrs = {id(t): nr for t, nr, *_ in given}
+    casts = [["arg", nrs[id(x)]] if id(x) in nrs else ["w", id(x)]
+             for x in autocast_mode.cached_leaves()]
+    return casts or None
 
 
 def refuse_post_hook(node, fn):

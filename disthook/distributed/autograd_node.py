@@ -92,6 +92,7 @@ class RemoteBackward0(LiveEdges):
         self._path = None  # the part called, for a call from code running here
         self._ran_in = None  # the id of the backward it last ran in
         self._region = autocast_mode.caching_region()  # (see autocast_mode.check_one_cast)
+        self._casts = None  # what the call's region cast and kept, keyed (None: not said)
         # the id of a backward whose holding lists this call as still to come on its worker
         # (see _hold): that backward runs it even when no gradient reaches it
         self._awaited = None
@@ -375,9 +376,10 @@ class RemoteBackward0(LiveEdges):
         retain = retain or bool(self._after)
         model = self._model
         if self._region is not None and self.weights_require_grad():
-            autocast_mode.check_one_cast(self._region, (id(model), self._part), self,
-                                         engine.current_task_id(),
-                                         f"the deployed {self._part or model._class_name}")
+            for key in ([(id(model), self._part)] if self._casts is None else self._casts):
+                autocast_mode.check_one_cast(self._region, key, self,
+                                             engine.current_task_id(),
+                                             f"the deployed {self._part or model._class_name}")
         self._ran_in = engine.current_task_id()  # the taps' segments see that it ran
         # the engine reads the edges again after this: the taps it counted must still be
         # there when the context's stand-ins are dropped below

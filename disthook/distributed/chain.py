@@ -126,6 +126,8 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
         stage = None if stop is None else model._stage_of(stop)
         node = RemoteBackward0(model, ctx_ids, x, sizes, stage)
         node.made_by(results[-1].get("grad_fn"))
+        # (a stage's region kept a cast of a weight: autocast_mode.check_one_cast)
+        node._casts = [(id(model), None)] if any(r.get("cast") for r in results) else []
         if all(r.get("cut") for r in results):  # the workers' graph misses the input
             node.next_functions, node.needs_input_grad = ((None, 0),), (False,)
         out = Tensor._make(out, node, 0)

@@ -344,6 +344,8 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
             diff = async_calls.differs(form["output"], result["output"])
             if diff is None and result.get("rng") not in (None, fields.get("rng")):
                 diff = "it drew random numbers this time"
+            if diff is None and result.get("casts") != form.get("casts"):
+                diff = "its autocast region cast other tensors this time"
             if diff is None and result.get("changed"):
                 forms.put(key, None)  # (the next call with these shapes waits)
                 diff = "it changed its arguments in place this time"
@@ -359,7 +361,7 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
 
         hub.send_async(address, "forward", fields, ctx_id, what, landed)
         result = {"output": async_calls.with_ids(form["output"], ctx_id),
-                  "requires_grad": form["flags"]}
+                  "requires_grad": form["flags"], "casts": form.get("casts")}
     else:
         try:
             (reply,) = hub.request_all([(address, fields, ctx_id)], "forward", what=what,
@@ -374,7 +376,7 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
             random._set_stream_state(result["rng"])
         if key is not None and not result.get("attrs") and not result.get("changed"):
             forms.put(key, {"output": async_calls.form_of(result["output"]),
-                            "flags": result["requires_grad"],
+                            "flags": result["requires_grad"], "casts": result.get("casts"),
                             "rng": result.get("rng") != fields.get("rng")})
     if carried is not None:
         hub.carried(address, carried[stage])
@@ -384,6 +386,10 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
         node = RemoteBackward0(model, [ctx_id], inputs, None, stage)
         node._path = path if op is None else f"<{op.rpartition('.')[2]}>"
         node._mb = model.__dict__.get("_micro_batch")
+        # what its region cast and kept (a weight there, a leaf of the program's): a second
+        # call's backward that cast one of them too is refused (autocast_mode.check_one_cast)
+        node._casts = [(id(model), address, k) if kind == "w" else ("arg", id(inputs[k]))
+                       for kind, k in result.get("casts") or ()]
         for k in result.get("cut") or ():  # the part's graph misses its input there
             node.next_functions = (*node._edges[:k], (None, 0), *node._edges[k + 1:])
             node.needs_input_grad = (*node._needs[:k], False, *node._needs[k + 1:])
