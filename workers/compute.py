@@ -24,10 +24,11 @@ from disthook.amp.autocast_mode import region_as
 from disthook.autograd import engine
 from disthook.service import op_calls, values
 from disthook.service.loop import NO_REPLY, send_frames
-from disthook.service.values import opaque_in, pack, tensors_in, unpack
+from disthook.service.values import pack, tensors_in, unpack
 from disthook.utils.checkpoint import checkpoint
 from workers import attr_changes, form, given_args, held_grads, stage_grads
 from workers.given_args import changed_arguments, given_now, refuse_post_hook, region_casts
+from workers.outputs import answer_items, refuse_opaque
 from workers.speculation import BACKWARD_KINDS, EarlyAnswer, run_ahead
 from workers.state import Context
 from workers.values import kept_grads_changed
@@ -116,6 +117,11 @@ class ComputeHandlers:
             def finish(out, ahead: str | None = None):
                 """Keep the graph of output ``out`` and pass it on, or answer the client
                 (``ahead``: the round that decides whether the answer stands)."""
+                if nxt is None and not isinstance(out, disthook.Tensor):  # (tuples, dicts)
+                    return answer_items(self, job, out, inputs, grad, st.name, {
+                        "rng": _stream_state(msg), "changed": onward[0], "cast": onward[1],
+                        "attrs": attr_changes.merged(msg.get("attrs"), snap.changes()),
+                        "forms": form.forms(st, job, msg.get("forms"))}, ahead)
                 if not isinstance(out, disthook.Tensor):
                     raise TypeError(f"{stop if stop_here else st.name} returned "
                                     f"{type(out).__name__}; a stage must return one Tensor")
@@ -243,13 +249,7 @@ class ComputeHandlers:
 
             def finish(out, ahead: str | None = None):
                 outs = list(tensors_in(out))
-                opaque = opaque_in(out)
-                if opaque:
-                    raise TypeError(f"the module at {path!r} returned {opaque}, which cannot "
-                                    "go back to the client: a module called from the client "
-                                    "must return tensors, numbers, strings, None, or tuples, "
-                                    "lists, str-keyed dicts and dataclasses of them"
-                                    f"{_distribution_advice(out)}")
+                refuse_opaque(out, f"the module at {path!r}")
                 # what the part set on its modules; its tensors with a graph are outputs too
                 with_graph = attr_changes.WithGraph() if msg.get("keep") else None
                 attrs = snap and snap.changes(with_graph)
@@ -619,15 +619,3 @@ def rss_bytes() -> int | None:
 
 _statm: tuple[int, int] | None = None  # (pid, descriptor of its /proc/self/statm)
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
-def _distribution_advice(out) -> str:
-    """What to do instead, where a module returned a probability distribution (an RL policy's
-    head: ``return Categorical(logits=self.linear(x))``)."""
-    from disthook.distributions import Distribution
-
-    items = out if isinstance(out, (tuple, list)) else (out,)
-    if not any(isinstance(v, Distribution) for v in items):
-        return ""
-    return ("; a distribution is made of its parameters: return those (its logits; its loc "
-            "and scale) and make the distribution in the code that calls the module")
