@@ -1,6 +1,6 @@
 """A user's ``autograd.Function`` applied inside ``vmap``, by torch 2.13's rules
 (``torch._functorch.autograd_function``): inside a vmap, such a Function must have a
-``setup_context`` (RuntimeError otherwise), takes no tensor as a keyword argument
+``setup_context`` (RuntimeError otherwise), takes no tensor as a keyword-only argument
 (NotImplementedError), and either sets ``generate_vmap_rule = True`` (then its forward runs
 per sample, as here) or overrides the ``vmap`` staticmethod, which torch calls once with the
 whole batch, ``vmap(info, in_dims, *args)`` returning ``(outputs, out_dims)``; one that does
