@@ -218,8 +218,9 @@ RECORDS: dict[str, dict[str, str]] = {
     "optimizer_group": {"index": "int", "params": "list[str]", "hyper": "map"},
     # the loss of a training step: a module (its spec) or a function of nn.functional
     "loss_spec": {"module": "map?", "function": "str?"},
-    # a tensor a client hook was given (by index) and changed in place: its new value
-    "changed_arg": {"arg": "int", "value": "hook_value"},
+    # a tensor a client hook was given (by index) and changed in place: its new value, and
+    # how far its version counter moved (absent: one)
+    "changed_arg": {"arg": "int", "value": "hook_value", "moved": "int?"},
     # a backward's hold: several calls of the model run their backwards in one backward of
     # the client, ``task`` its id; ``later``: the contexts of its calls still to run on this
     # worker after this one, in the first request of that backward to the worker (absent in
@@ -345,7 +346,12 @@ SCHEMAS: dict[str, dict[str, str]] = {
                 "call": "hook_value?", "rng": "str?", "pins": "list?", "op": "str?",
                 "params": "any?", "keep": "bool?", "as_of": "map?", "checkpoint": "map?",
                 "within": "str?", "attrs": "list[attr_change]?", "names": "list[str]?",
-                "default_dtype": "str?", "autocast": "str?", "forms": "map?", "cut": "bool?"},
+                "default_dtype": "str?", "autocast": "str?", "forms": "map?", "cut": "bool?",
+                "changed": "list?", "cast": "bool?"},
+    # changed: the chain's input its first stage changed in place ({"arg", "value",
+    # "moved"}: workers/given_args.py), passed on to the answer (result["changed"], as a
+    # call's answer carries its arguments changed in place), which the client writes back
+    # cast: a stage's autocast region kept a cast of a weight (autocast_mode.cached_leaves)
     # cut: the output's graph at an earlier stage missed that stage's input (a forward
     # pre-hook gave the module a detached tensor); the answer carries it (result["cut"])
     # forms: the revisions of the stages a forward passed (workers/form.py), to answer an

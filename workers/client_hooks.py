@@ -279,31 +279,16 @@ def _only_for(worker, client: bytes, hook):
     return for_its_client
 
 
-def caller_copy(t, mark: bool = True):
-    """Mark ``t``, a call's argument as this worker received it from the client (``mark``),
-    as the copy of a tensor the program holds: see ``_apply_changes``."""
-    if mark:
-        t.__dict__["_caller_copy"] = True
-    return t
-
-
 def _apply_changes(answer, originals: list, worker, client: bytes, hook_id: int,
                    path: str) -> None:
     """What the client's hook changed in place in the tensors it was given, done to this
     worker's tensors in place too: recorded by autograd where the tensor is part of a graph
-    (its gradient then flows back through the client's change), as in one process. A
-    change to the call's own argument is refused: in one process it changes the caller's
-    tensor, which here would keep its old value."""
+    (its gradient then flows back through the client's change), as in one process; its
+    version counter moves as far as the client's did. A change to the call's own argument
+    (the worker's copy of the caller's tensor) goes back with the call's answer
+    (``given_args.changed_arguments``)."""
     for change in answer.get("changed") or ():
         target = _original(originals, change.arg, path)
-        if target.__dict__.get("_caller_copy"):
-            raise NotImplementedError(
-                f"the client's hook on {path!r} changed in place a tensor it was given that "
-                "is the call's own argument: in one process that changes the tensor the "
-                "program passed in, but deployed the module's worker holds a copy of it, "
-                "and the program's tensor would keep its old value. Return the changed "
-                "value from the hook instead (a forward pre-hook: return (args[0] * 2,)), "
-                "or change a clone")
         value = _unpack_result(change.value, originals, worker, client, hook_id)
         if not isinstance(value, disthook.Tensor) or value.shape != target.shape:
             raise RuntimeError(f"the client's hook on {path!r} changed tensor {change.arg} in "
@@ -314,6 +299,7 @@ def _apply_changes(answer, originals: list, worker, client: bytes, hook_id: int,
         else:
             with disthook.no_grad():
                 target.copy_(value)
+        target._vc[0] += max(int(change.get("moved") or 1), 1) - 1  # (copy_ moved it one)
 
 
 def _original(originals: list, i: int, path: str):

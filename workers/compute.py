@@ -19,15 +19,16 @@ import disthook
 from disthook import hooks as toolkit
 from disthook import wire
 from disthook._dtype import default_dtype_as
+from disthook.amp import autocast_mode
 from disthook.amp.autocast_mode import region_as
 from disthook.autograd import engine
 from disthook.service import op_calls, values
 from disthook.service.loop import NO_REPLY, send_frames
-from disthook.service.values import opaque_in, pack, tensors_in, unpack
+from disthook.service.values import pack, tensors_in, unpack
 from disthook.utils.checkpoint import checkpoint
 from workers import attr_changes, form, given_args, held_grads, stage_grads
-from workers.client_hooks import caller_copy
-from workers.given_args import refuse_changed_arguments, refuse_post_hook
+from workers.given_args import changed_arguments, given_now, refuse_post_hook, region_casts
+from workers.outputs import answer_items, refuse_opaque
 from workers.speculation import BACKWARD_KINDS, EarlyAnswer, run_ahead
 from workers.state import Context
 from workers.values import kept_grads_changed
@@ -82,6 +83,9 @@ class ComputeHandlers:
             if path is not None or msg.get("op"):  # one call by code running on the client
                 return self._call_submodule(job, st, path, grad, leaf, inputs)
             flags = msg.get("requires_grad") or [True] * len(msg["inputs"])
+            # what goes on to the answer: the program's input changed in place at stage 0
+            # (changed_arguments), whether a stage's region kept a cast (check_one_cast)
+            onward: list = [None, None]
 
             def compute():
                 inputs.clear()  # fresh leaves each time the forward runs
@@ -93,13 +97,18 @@ class ComputeHandlers:
                 with disthook.set_grad_enabled(grad), default_dtype_as(msg.get("default_dtype")), \
                         region_as(msg.get("autocast")):
                     given = [_as_computed(t) if st.index > 0
-                             else values.as_argument(caller_copy(t), i)
+                             else values.as_argument(t, i)
                              for i, t in enumerate(inputs)]
                     for t, name in zip(given, msg.get("names") or ()):  # the previous
                         self.name_as(job, t, name)  # stage's output: one object (hooks)
+                    before = [given_now(t, i) for i, t in enumerate(given) if st.index == 0]
                     if stop_here:  # the output of module `stop` is the answer: no later stage
-                        return toolkit.stop_after(st.module, stop, *given)
-                    return st.module(*given)
+                        out = toolkit.stop_after(st.module, stop, *given)
+                    else:
+                        out = st.module(*given)
+                    onward[1] = bool(autocast_mode.cached_leaves() or msg.get("cast"))
+                onward[0] = changed_arguments(before, st.name) or msg.get("changed")
+                return out
 
             nxt = None if stop_here else st.neighbours.get("next")
             # what the stage's modules set
@@ -108,6 +117,11 @@ class ComputeHandlers:
             def finish(out, ahead: str | None = None):
                 """Keep the graph of output ``out`` and pass it on, or answer the client
                 (``ahead``: the round that decides whether the answer stands)."""
+                if nxt is None and not isinstance(out, disthook.Tensor):  # (tuples, dicts)
+                    return answer_items(self, job, out, inputs, grad, st.name, {
+                        "rng": _stream_state(msg), "changed": onward[0], "cast": onward[1],
+                        "attrs": attr_changes.merged(msg.get("attrs"), snap.changes()),
+                        "forms": form.forms(st, job, msg.get("forms"))}, ahead)
                 if not isinstance(out, disthook.Tensor):
                     raise TypeError(f"{stop if stop_here else st.name} returned "
                                     f"{type(out).__name__}; a stage must return one Tensor")
@@ -124,6 +138,7 @@ class ComputeHandlers:
                               "reply_to": msg["reply_to"], "mb": msg.get("mb"), "stop": stop,
                               "optimizer_calls": calls, "rng": rng,
                               "attrs": attr_changes.merged(msg.get("attrs"), snap.changes()),
+                              "changed": onward[0], "cast": onward[1],
                               "names": self._names_of(job, [out])}
                     if cut:
                         fields["cut"] = True
@@ -146,7 +161,7 @@ class ComputeHandlers:
                         "custom_view": values.custom_view(out),
                         "saved": values.saved_by_its_node(out),
                         "argument": values.returned_argument(out),
-                        "cut": cut, "rng": rng,
+                        "cut": cut, "rng": rng, "changed": onward[0], "cast": onward[1],
                         "attrs": attr_changes.merged(msg.get("attrs"), snap.changes()),
                         "forms": form.forms(st, job, msg.get("forms"))}, "ahead": ahead})
 
@@ -196,17 +211,20 @@ class ComputeHandlers:
             kept = set()  # (the arrays of values kept on workers, not the caller's tensors)
             call = self._resolve_refs(job, st.model, msg["call"], kept)
 
-            given: list = []  # (a tensor of the program the part is given, its version)
+            given: list = []  # the program's tensors the part is given (given_now)
+            changed, casts = [None], [None]  # changed_arguments's, region_casts's
+            keeps: list = []  # those it changed with a graph: outputs of the call too
 
             def received(a, flag, name):
                 t = _as_received(leaf(a, flag), name or id(a) in kept)
                 if id(a) not in kept:
-                    given.append((t, t._vc[0]))
-                return values.as_argument(caller_copy(t, id(a) not in kept), len(inputs) - 1)
+                    given.append(given_now(t, len(inputs) - 1))
+                return values.as_argument(t, len(inputs) - 1)
 
             def compute():
                 inputs.clear()  # fresh leaves each time the forward runs
                 given.clear()
+                keeps.clear()
                 args, kwargs = unpack(call, received)
                 held = [] if msg.get("op") else values.containers_in((args, kwargs))
                 if msg.get("rng"):  # the client's random stream: drawn from here, handed back
@@ -222,25 +240,21 @@ class ComputeHandlers:
                                          **kwargs)
                     else:
                         out = module(*args, **kwargs)
+                    casts[0] = region_casts(given)
                 if not msg.get("op"):  # (an in-place op on a kept value changes it there)
-                    refuse_changed_arguments(given, path)
+                    changed[0] = changed_arguments(given, path,
+                                                   keeps if msg.get("keep") else None)
                     given_args.refuse_changed_containers(held, path)
                 return out
 
             def finish(out, ahead: str | None = None):
                 outs = list(tensors_in(out))
-                opaque = opaque_in(out)
-                if opaque:
-                    raise TypeError(f"the module at {path!r} returned {opaque}, which cannot "
-                                    "go back to the client: a module called from the client "
-                                    "must return tensors, numbers, strings, None, or tuples, "
-                                    "lists, str-keyed dicts and dataclasses of them"
-                                    f"{_distribution_advice(out)}")
+                refuse_opaque(out, f"the module at {path!r}")
                 # what the part set on its modules; its tensors with a graph are outputs too
                 with_graph = attr_changes.WithGraph() if msg.get("keep") else None
                 attrs = snap and snap.changes(with_graph)
                 if with_graph is not None:
-                    outs += with_graph.tensors
+                    outs += with_graph.tensors + keeps
                 if msg.get("keep"):  # room for the values first: refused, it keeps no graph
                     self.check_value_room(job, st.model, len(outs),
                                           sum(o._data.nbytes for o in outs))
@@ -253,11 +267,15 @@ class ComputeHandlers:
                     records = iter(self._keep_outputs(job, st.model, msg.ctx, outs))
                     packed = pack(out, lambda _t: next(records))
                     with_graph.fill(records)
+                    for entry in changed[0] or ():  # (then those of keeps)
+                        if entry.get("graph"):  # (an output of its own: not "argument")
+                            entry["graph"] = dict(next(records), argument=None)
                 else:
                     packed = pack(out)
                 self._to_client(job, "ok", {"result": {
                     "output": packed, "requires_grad": [o.requires_grad for o in outs],
                     "rng": _stream_state(msg), "pin": job.as_of, "attrs": attrs,
+                    "changed": changed[0], "casts": casts[0],
                     "cut": values.unreached_inputs(outs, inputs) if grad else [],
                     "forms": form.forms(st, job)}, "ahead": ahead})
 
@@ -601,15 +619,3 @@ def rss_bytes() -> int | None:
 
 _statm: tuple[int, int] | None = None  # (pid, descriptor of its /proc/self/statm)
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
-def _distribution_advice(out) -> str:
-    """What to do instead, where a module returned a probability distribution (an RL policy's
-    head: ``return Categorical(logits=self.linear(x))``)."""
-    from disthook.distributions import Distribution
-
-    items = out if isinstance(out, (tuple, list)) else (out,)
-    if not any(isinstance(v, Distribution) for v in items):
-        return ""
-    return ("; a distribution is made of its parameters: return those (its logits; its loc "
-            "and scale) and make the distribution in the code that calls the module")

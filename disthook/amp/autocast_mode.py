@@ -263,10 +263,18 @@ def caching_region():
     return state.region
 
 
+def cached_leaves() -> list:
+    """The tensors this thread's region cast and keeps the cast of for the region so far
+    (``cpu_policy._cached_cast``: leaves that require grad, a layer's weights): a worker
+    says which its call cast, so that ``check_one_cast`` asks only where a cast was kept."""
+    return [x for x, _ in _local().casts.values()]
+
+
 def check_one_cast(region, key, node, backward_id: int, what: str) -> None:
-    """Refuse the backward of a second call of one deployed part made in one caching
-    region (``key``: the deployment and the part) in one backward: one process casts the
-    part's weights once for the region and sums the calls' gradients in the region's dtype
+    """Refuse the backward of a second call made in one caching region that cast a tensor
+    an earlier call of one backward cast too (``key``: that tensor, a weight on a worker or
+    a leaf the program gave; the deployment and the part where the call did not say what
+    it cast): one process casts it once for the region and sums the calls' gradients in the region's dtype
     before the one cast's backward; the workers cast at each call, and each call's backward
     runs there on its own, so the gradients would meet in float32 (other bits)."""
     if region is None:

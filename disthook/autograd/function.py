@@ -10,7 +10,8 @@ from sys import modules as _loaded
 import numpy as np
 
 from disthook import _dtype
-from disthook.autograd import grad_mode
+from disthook.autograd import _vmap_functions, grad_mode
+from disthook.autograd._vmap_functions import active as _vmaps
 from disthook.autograd.graph import Node, _SavedTensor, gradient_edge
 
 VIEW_INPLACE_MSG = (
@@ -210,8 +211,20 @@ class Function:
     def setup_context(ctx, inputs, output):
         raise NotImplementedError("setup_context is not implemented.")
 
+    # under vmap: the forward per index (True), or the class's own vmap staticmethod, called
+    # with the whole batch (see autograd/_vmap_functions.py)
+    generate_vmap_rule = False
+
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        raise NotImplementedError("To use autograd.Function with vmap, you must either "
+                                  "override the vmap staticmethod or set "
+                                  "generate_vmap_rule=True.")
+
     @classmethod
     def apply(cls, *args, **kwargs):
+        if _vmaps[0] and _vmap_functions.running() is not None and _vmap_functions.own(cls):
+            return _vmap_functions.apply_in_vmap(cls, args, kwargs)
         Tensor = _loaded["disthook.tensor"].Tensor
 
         ctx = cls._backward_cls()

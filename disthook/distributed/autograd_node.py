@@ -92,6 +92,7 @@ class RemoteBackward0(LiveEdges):
         self._path = None  # the part called, for a call from code running here
         self._ran_in = None  # the id of the backward it last ran in
         self._region = autocast_mode.caching_region()  # (see autocast_mode.check_one_cast)
+        self._casts = None  # what the call's region cast and kept, keyed (None: not said)
         # the id of a backward whose holding lists this call as still to come on its worker
         # (see _hold): that backward runs it even when no gradient reaches it
         self._awaited = None
@@ -375,23 +376,28 @@ class RemoteBackward0(LiveEdges):
         retain = retain or bool(self._after)
         model = self._model
         if self._region is not None and self.weights_require_grad():
-            autocast_mode.check_one_cast(self._region, (id(model), self._part), self,
-                                         engine.current_task_id(),
-                                         f"the deployed {self._part or model._class_name}")
+            for key in ([(id(model), self._part)] if self._casts is None else self._casts):
+                autocast_mode.check_one_cast(self._region, key, self,
+                                             engine.current_task_id(),
+                                             f"the deployed {self._part or model._class_name}")
         self._ran_in = engine.current_task_id()  # the taps' segments see that it ran
         # the engine reads the edges again after this: the taps it counted must still be
         # there when the context's stand-ins are dropped below
         self._pinned = [t for _, ref, _, _ in self._taps if (t := ref()) is not None]
         if self._call:
             return self._call_backward(grads, retain)
-        (g,) = grads
+        items = self.__dict__.get("_items")  # a chain's last stage returned several
+        g = grads[0] if items is None else None
         wanted = self._wanted_taps()
-        parts = [g._data] if self._sizes is None else split_rows(g._data, self._sizes)
+        parts = ([g._data] if items is None else [[None if gi is None else gi._data
+                                                   for gi in grads]]
+                 ) if self._sizes is None else split_rows(g._data, self._sizes)
         hold = self._hold()
         with workers_keeping(retain):
             replies = model._hub.request_all(
                 [(model._addresses[self._stage], {
-                    "stage": self._stage, "grads": [part], "retain_graph": retain,
+                    "stage": self._stage, "grads": [part] if items is None else part,
+                    "retain_graph": retain,
                     "reply_to": model._hub.reply_to, "mb": None if self._sizes is None else i,
                     "taps": wanted or None, "accumulate": self._accumulates(),
                     "inputs": self._inputs_wanted(), "hold": hold}, ctx_id)
@@ -399,7 +405,8 @@ class RemoteBackward0(LiveEdges):
                 "backward", what="backward through the remote stages")
         for reply in replies:  # what the stages' hooks set on their modules, stage by stage
             attr_changes.apply(model, reply["result"].get("attrs"))
-        given_changed([g], [r["result"].get("tapped") for r in replies], self._sizes)
+        given_changed([g] if items is None else list(grads),
+                      [r["result"].get("tapped") for r in replies], self._sizes)
         taps = self._tap_grads(_summed([r["result"].get("tapped") for r in replies]),
                                wanted)
         if not retain:
@@ -410,7 +417,7 @@ class RemoteBackward0(LiveEdges):
         if all(gx is None for gx in gxs):
             return (None, *taps)
         gxs = [np.zeros(p.shape, g._data.dtype) if gx is None else np.asarray(gx)
-               for gx, p in zip(gxs, parts)]
+               for gx, p in zip(gxs, parts)] if items is None else [np.asarray(gxs[0])]
         return (Tensor._make(np.concatenate(gxs) if len(gxs) > 1 else np.array(gxs[0]),
                              None, 0), *taps)
 

@@ -16,7 +16,7 @@ import numpy as np
 from disthook import _dtype, random
 from disthook.amp import autocast_mode
 from disthook.autograd import grad_mode
-from disthook.distributed import attr_changes
+from disthook.distributed import attr_changes, changed_args
 from disthook.distributed.autograd_node import RemoteBackward0, part_by_part
 from disthook.distributed.glue import _checkpointing as checkpointing
 from disthook.distributed.glue import refuse_saved_tensors_hooks
@@ -24,6 +24,7 @@ from disthook.distributed.placement import micro_batch_sizes, split_rows
 from disthook.distributed.socket_lock import nested_call
 from disthook.distributed.spec import module_spec
 from disthook.nn.modules.module import Module
+from disthook.service.values import unpack
 from disthook.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -98,12 +99,17 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
     finally:
         model._hub.pending_inputs.pop(ctx_ids[0], None)
     results = [r["result"] for r in replies]
+    changed_args.write_back(  # the input its first stage changed in place (nn.ReLU(inplace))
+        [x], results[0].get("changed") if sizes is None else [r.get("changed") for r in results],
+        f"the deployed {model._class_name}'s first stage", sizes)
     for result in results:  # what the stages' modules set on themselves, in stage order
         attr_changes.apply(model, result.get("attrs"))
     if sizes is None and results[-1].get("rng"):
         random._set_stream_state(results[-1]["rng"])
     elif sizes is not None and any(r.get("rng") != sent for r, sent in zip(results, streams)):
         random._after_parts(len(parts))  # they drew: this stream moves on
+    if results[0].get("items"):  # the last stage returned tuples, lists or dicts
+        return _items(model, x, results, ctx_ids, grad, stop)
     if len(results) == 1 and results[0].get("argument") == 0:
         # the model returned its input as it is (nn.Identity): as in one process, the
         # output is the program's own tensor (under no_grad too); the worker's graph goes
@@ -123,6 +129,8 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
         stage = None if stop is None else model._stage_of(stop)
         node = RemoteBackward0(model, ctx_ids, x, sizes, stage)
         node.made_by(results[-1].get("grad_fn"))
+        # (a stage's region kept a cast of a weight: autocast_mode.check_one_cast)
+        node._casts = [(id(model), None)] if any(r.get("cast") for r in results) else []
         if all(r.get("cut") for r in results):  # the workers' graph misses the input
             node.next_functions, node.needs_input_grad = ((None, 0),), (False,)
         out = Tensor._make(out, node, 0)
@@ -135,6 +143,47 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
     for ctx_id in ctx_ids:  # no graph: nothing to differentiate against
         model._hub.taps.pop(ctx_id, None)
     return Tensor._make(out, None, 0)
+
+def _items(model: Deployment, x: Tensor, results: list, ctx_ids: list, grad: bool,
+           stop: str | None):
+    """The answer of a chain whose last stage returned tuples, lists or dicts of tensors
+    (and of plain values; ``workers/chain_items.py``): one structure, each tensor an output
+    of the chain's one node, with its own gradient, as one process's are."""
+    if len(results) > 1:
+        model._hub.release(ctx_ids)
+        raise NotImplementedError(
+            f"the deployed {model._class_name}'s last stage returned "
+            f"{type(unpack(results[0]['output'])).__name__} with chunks={len(results)}: "
+            "micro-batches of a chain are put together as one tensor. Deploy it with "
+            "chunks=1, or return one tensor from the last module")
+    (result,) = results
+    flags = result["requires_grad"]
+    node = None
+    if grad and any(flags):
+        node = RemoteBackward0(model, ctx_ids, x, None,
+                               None if stop is None else model._stage_of(stop))
+        node._items = len(flags)
+        node._casts = [(id(model), None)] if result.get("cast") else []
+        if result.get("cut"):  # the workers' graph misses the input
+            node.next_functions, node.needs_input_grad = ((None, 0),), (False,)
+    else:
+        model._hub.taps.pop(ctx_ids[0], None)
+    made: list = []
+
+    def make(array, requires_grad, grad_fn):
+        nr = len(made)
+        t = Tensor._make(np.array(array), node if node is not None and flags[nr] else None,
+                         nr if node is not None and flags[nr] else 0)
+        if node is not None and flags[nr] and result["saved"][nr]:
+            node.saved_output(t)
+        made.append(t)
+        return t
+
+    out = unpack(result["output"], make, classes=True)
+    if node is not None:
+        node._output_meta = tuple((t._data.shape, t._data.dtype) for t in made)
+    return out
+
 
 def train_step(model: Deployment, x: Tensor, target: Tensor, loss_fn,
                scale_grads: bool = True) -> Tensor:

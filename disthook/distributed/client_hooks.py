@@ -341,7 +341,8 @@ class HookServer:
         name = getattr(fn, "__name__", type(fn).__name__)  # (for _pack_value)
         self._packing = (since, f"the {kind} hook {name!r} on {event['path']!r}")
         firsts = given_tensors.first_places(leaves)  # (a tensor given twice changes once)
-        changed = [{"arg": i, "value": self._pack_value(t, bases, f"{key}:{i}", leaves)}
+        changed = [{"arg": i, "value": self._pack_value(t, bases, f"{key}:{i}", leaves),
+                    "moved": t._vc[0] - versions[i]}
                    for i, t in enumerate(leaves) if t._vc[0] != versions[i] and firsts[i]]
         for i, t in enumerate(leaves):  # hooked, then changed in place: on its old version
             old = nodes[i]

@@ -27,7 +27,7 @@ from disthook import _dtype, random, wire
 from disthook.amp import autocast_mode
 from disthook.autograd import grad_mode
 from disthook.autograd.saved_hooks import current_pair
-from disthook.distributed import async_calls, attr_changes, remote_values
+from disthook.distributed import async_calls, attr_changes, changed_args, remote_values
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.nn.modules.module import Module
 from disthook.service.values import opaque_in, tensors_in, unpack
@@ -344,6 +344,11 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
             diff = async_calls.differs(form["output"], result["output"])
             if diff is None and result.get("rng") not in (None, fields.get("rng")):
                 diff = "it drew random numbers this time"
+            if diff is None and result.get("casts") != form.get("casts"):
+                diff = "its autocast region cast other tensors this time"
+            if diff is None and result.get("changed"):
+                forms.put(key, None)  # (the next call with these shapes waits)
+                diff = "it changed its arguments in place this time"
             if diff is not None:
                 raise RuntimeError(
                     f"{what}: the worker's answer differs from the one the previous call "
@@ -356,7 +361,7 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
 
         hub.send_async(address, "forward", fields, ctx_id, what, landed)
         result = {"output": async_calls.with_ids(form["output"], ctx_id),
-                  "requires_grad": form["flags"]}
+                  "requires_grad": form["flags"], "casts": form.get("casts")}
     else:
         try:
             (reply,) = hub.request_all([(address, fields, ctx_id)], "forward", what=what,
@@ -369,9 +374,9 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
             versions.answered(result)
         if result.get("rng"):  # what the part drew (dropout) is drawn here too
             random._set_stream_state(result["rng"])
-        if key is not None and not result.get("attrs"):  # (see attr_changes below)
+        if key is not None and not result.get("attrs") and not result.get("changed"):
             forms.put(key, {"output": async_calls.form_of(result["output"]),
-                            "flags": result["requires_grad"],
+                            "flags": result["requires_grad"], "casts": result.get("casts"),
                             "rng": result.get("rng") != fields.get("rng")})
     if carried is not None:
         hub.carried(address, carried[stage])
@@ -381,6 +386,10 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
         node = RemoteBackward0(model, [ctx_id], inputs, None, stage)
         node._path = path if op is None else f"<{op.rpartition('.')[2]}>"
         node._mb = model.__dict__.get("_micro_batch")
+        # what its region cast and kept (a weight there, a leaf of the program's): a second
+        # call's backward that cast one of them too is refused (autocast_mode.check_one_cast)
+        node._casts = [(id(model), address, k) if kind == "w" else ("arg", id(inputs[k]))
+                       for kind, k in result.get("casts") or ()]
         for k in result.get("cut") or ():  # the part's graph misses its input there
             node.next_functions = (*node._edges[:k], (None, 0), *node._edges[k + 1:])
             node.needs_input_grad = (*node._needs[:k], False, *node._needs[k + 1:])
@@ -410,6 +419,8 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
     # this call too (then the next call waits as well, so that the program reads them
     # after the call as in one process)
     attr_changes.apply(model, result.get("attrs"), kept=output)
+    # the program's tensors the part changed in place (with a graph: outputs of the call too)
+    changed_args.write_back(inputs, result.get("changed"), what, kept=output)
     if node is not None:
         node._output_meta = tuple(node._output_meta)
     for i, hooks, value in (call or {}).get("outs", ()):

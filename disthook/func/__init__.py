@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 
+from disthook.autograd import _vmap_functions
 from disthook.autograd import functional as _F
 from disthook.autograd import grad as _autograd_grad
 from disthook.autograd.function import Function
@@ -351,12 +352,21 @@ def vmap(func, in_dims=0, out_dims=0, randomness: str = "error", *, chunk_size=N
                              f"to have the same size in the mapped dimension, got sizes "
                              f"{sizes} for the mapped dimension")
         results = []
+        run = _vmap_functions.mapping(sizes[0], randomness)
         for i in range(sizes[0]):
-            sliced = [arg if d is None else
-                      _map(lambda t, d=d, i=i: t.select(d, i) if isinstance(t, Tensor) else t,
-                           arg)
+            slices = {}  # (a user's autograd.Function with a vmap of its own looks here)
+
+            def sliced_at(t, d, i=i, slices=slices):
+                if not isinstance(t, Tensor):
+                    return t
+                s = t.select(d, i)
+                slices[id(s)] = (t, d % t.dim())
+                return s
+
+            sliced = [arg if d is None else _map(lambda t, d=d: sliced_at(t, d), arg)
                       for arg, d in zip(args, dims)]
-            results.append(func(*sliced, **kwargs))
+            with run.at(i, slices):
+                results.append(func(*sliced, **kwargs))
         columns = list(zip(*[_leaves(r) for r in results]))
         outs = out_dims if isinstance(out_dims, tuple) else (out_dims,) * len(columns)
         stacked = [stack([c if isinstance(c, Tensor) else tensor(c) for c in col], dim=d)

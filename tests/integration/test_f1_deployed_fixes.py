@@ -4,8 +4,9 @@ asked for by ``autograd.grad`` or ``backward(inputs=)`` (only one part's share c
 Node hook on the ``grad_fn`` of a placed call's output (it saw the call's inputs' gradients,
 not those of the op one process gives it: refused now, saying what to hook instead); a
 client hook changing in place the call's own argument, a tensor of the program's (one
-process changes the program's tensor; deployed only the worker's copy changed: refused now,
-while a value that stays on the workers is still changed there); ``backward(inputs=)`` naming
+process changes the program's tensor; deployed only the worker's copy changed: refused then,
+changed back as in one process since test_d1_changed_arguments.py, while a value that stays
+on the workers is changed there); ``backward(inputs=)`` naming
 only a parameter of a placed part (the worker computed the part's input gradient anyway,
 firing the full backward hook that one process never fires); retain_grad() called in a
 forward hook, under an autograd.grad to a weight (the gradient never reached the client)."""
@@ -106,24 +107,27 @@ def _negate_input(module, args):
 
 @pytest.mark.parametrize("model, where", [(Pair, "a"), (lambda: nn.Sequential(
     nn.Linear(3, 3), nn.Linear(3, 3)), "0")], ids=["placed part", "chain"])
-def test_a_hook_changing_the_programs_own_tensor_in_place_is_refused(cluster, model, where):
+def test_a_hook_changing_the_programs_own_tensor_in_place_changes_it(cluster, model, where):
     """One process: the hook changes ``x`` itself (the program sees it negated after the
-    call); deployed, the worker's copy changed and ``x`` kept its values, silently."""
+    call, its version moved by one); deployed, the worker's copy changed and ``x`` kept its
+    values, silently (refused later; now changed as in one process)."""
     def run(m):
         m.get_submodule(where).register_forward_pre_hook(_negate_input)
         x = torch.tensor([[0.3, -0.2, 0.5], [0.1, 0.4, -0.6]])
         with torch.no_grad():
-            m(x)
-        return x.tolist()
+            out = m(x)
+        return x.tolist(), x._version, out.tolist()
 
     torch.manual_seed(0)
-    assert run(model())[0] == pytest.approx([-0.3, 0.2, -0.5])
+    want = run(model())
+    assert want[0][0] == pytest.approx([-0.3, 0.2, -0.5]) and want[1] == 1
+    torch.manual_seed(0)
     remote = cluster.deploy(model(), stages=2)
     try:
-        with pytest.raises(NotImplementedError, match=rf"hook on '{where}' changed in place a "
-                                                      r"tensor it was given that is the call's "
-                                                      r"own argument.*Return the changed"):
-            run(remote)
+        got = run(remote)
+        assert got[1] == want[1]
+        np.testing.assert_allclose(got[0], want[0])
+        np.testing.assert_allclose(got[2], want[2], rtol=1e-6)
     finally:
         remote.close()
 

@@ -133,17 +133,25 @@ class Two(nn.Module):
         return self.layer(self.pre(x), cache, pos)
 
 
-def test_a_cache_tensor_written_by_a_part_is_refused_saying_what_to_do(cluster):
-    """A cache tensor passed to a placed part that writes it by position cannot be made
-    exact (the worker writes a copy): the error names the part and the two ways that are
-    (a buffer of the module, or an object holding the cache, which keeps the forward
-    here); the second gives one process's values."""
+def test_a_cache_tensor_written_by_a_part_comes_back_written(cluster):
+    """A cache tensor passed to a placed part that writes it by position: the worker writes
+    its copy, and the new value comes back into the program's tensor with the answer
+    (test_d1_changed_arguments.py; R19 refused it, the worker's copy then being all that
+    changed), as does an object holding the cache, whose forward runs here: both give one
+    process's values."""
     torch.manual_seed(0)
+    local = Two(Writer())
     model = cluster.deploy(Two(Writer()), placement={"pre": 0, "layer": 1})
+    model.load_state_dict(local.state_dict())
     try:
-        with pytest.raises(NotImplementedError, match=r"'layer' changed its argument in "
-                           r"place(.|\n)*an object of your own class"), torch.no_grad():
-            model(torch.randn(1, 2, 4), torch.zeros(1, 6, 4), 0)
+        x = torch.randn(1, 2, 4)
+        want_cache, got_cache = torch.zeros(1, 6, 4), torch.zeros(1, 6, 4)
+        with torch.no_grad():
+            want = [local(x, want_cache, 0), local(x[:, :1], want_cache, 2)]
+            got = [model(x, got_cache, 0), model(x[:, :1], got_cache, 2)]
+        assert got_cache._version == want_cache._version == 2
+        for g, w in zip([*got, got_cache], [*want, want_cache]):
+            np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-5, atol=1e-6)
     finally:
         model.close()
     torch.manual_seed(0)
