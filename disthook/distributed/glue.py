@@ -380,6 +380,7 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
     if grad and any(flags):
         node = RemoteBackward0(model, [ctx_id], inputs, None, stage)
         node._path = path if op is None else f"<{op.rpartition('.')[2]}>"
+        node._op_params = params
         node._mb = model.__dict__.get("_micro_batch")
         for k in result.get("cut") or ():  # the part's graph misses its input there
             node.next_functions = (*node._edges[:k], (None, 0), *node._edges[k + 1:])
