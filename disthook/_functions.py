@@ -14,7 +14,7 @@ from disthook import _dtype
 from disthook._out import factory_out
 from disthook.amp import cpu_policy
 from disthook.ops import _bf16
-from disthook.ops import elementwise as E
+from disthook.ops import margin as _margin
 from disthook.ops.base import refuse_complex
 from disthook.tensor import Tensor, _factory, cat, stack, tensor
 
@@ -194,10 +194,11 @@ def chain_matmul(*matrices) -> Tensor:
 def cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode=None) -> Tensor:
     if _dtype.bfloat16 in (x1.dtype, x2.dtype):  # (torch has no bfloat16 kernel for it)
         _bf16.refuse("cdist")
-    diff = x1.unsqueeze(-2) - x2.unsqueeze(-3)
-    if p == 0:  # a count: differentiable, at gradient zero, as torch's
-        return E.ZeroGradTie.apply((diff != 0).to(x1.dtype).sum(-1), diff)
-    return diff.norm(p, dim=-1)
+    if p == 2 and (compute_mode == "use_mm_for_euclid_dist" or compute_mode in (
+            None, "use_mm_for_euclid_dist_if_necessary") and max(x1.shape[-2], x2.shape[-2]) > 25):
+        # torch's matrix-product form, composed of ops: it differentiates twice
+        return (x1.unsqueeze(-2) - x2.unsqueeze(-3)).norm(2, dim=-1)
+    return _margin.Cdist.apply(x1, x2, p=float(p))
 
 
 def vander(x: Tensor, N: int | None = None, increasing: bool = False) -> Tensor:

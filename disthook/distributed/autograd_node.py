@@ -90,6 +90,7 @@ class RemoteBackward0(LiveEdges):
         # to the hub, not to its list of pending releases, which a flush replaces.)
         self._finalizer = weakref.finalize(self, model._hub.release, ctx_ids)
         self._path = None  # the part called, for a call from code running here
+        self._op_params = None  # an op's call: its parameters, which its answers depend on
         self._ran_in = None  # the id of the backward it last ran in
         self._region = autocast_mode.caching_region()  # (see autocast_mode.check_one_cast)
         self._casts = None  # what the call's region cast and kept, keyed (None: not said)
@@ -447,7 +448,7 @@ class RemoteBackward0(LiveEdges):
         if async_calls.may_go_on(model) and not wanted and not self._taps:
             key = async_calls.call_key("backward", address, self._path, retain,
                                        fields["accumulate"], fields["inputs"], self._needs,
-                                       args=(self._meta, self._layouts, grads))
+                                       self._op_params, args=(self._meta, self._layouts, grads))
             form = forms.get(key)
         if form is not None:  # the answer's form is known: go on without it
             def landed(reply):
@@ -517,6 +518,7 @@ class RemoteBackward0(LiveEdges):
         given = [grads[i] for i in result["seeded"]]
         node = RemoteBackward0(model, [keep], given, None, self._stage)
         node._path = f"{self._path} (its backward)"
+        node._op_params = self._op_params
         node._part = self._part  # (the parameters whose gradients it computes)
         node.next_functions = node._edges + self._edges
         node.needs_input_grad = node._needs + self._needs

@@ -385,6 +385,7 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
     if grad and any(flags):
         node = RemoteBackward0(model, [ctx_id], inputs, None, stage)
         node._path = path if op is None else f"<{op.rpartition('.')[2]}>"
+        node._op_params = params
         node._mb = model.__dict__.get("_micro_batch")
         # what its region cast and kept (a weight there, a leaf of the program's): a second
         # call's backward that cast one of them too is refused (autocast_mode.check_one_cast)

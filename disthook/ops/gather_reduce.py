@@ -32,14 +32,16 @@ class ScatterReduce(Op):
             out[where] = ident
         _UFUNCS[reduce].at(out, where, values)
         ctx.arrays = (a._data.copy(), values.copy(), out.copy())
+        ctx.save_for_backward(a, src)
         return out
 
     @staticmethod
     def backward(ctx, g):
-        from disthook.ops.scan import no_second_order
+        from disthook.autograd import grad_mode
 
-        no_second_order(g, f"scatter_reduce({ctx.reduce!r})", any(ctx.needs_input_grad))
         x, values, out = ctx.arrays
+        if grad_mode._state.enabled:  # create_graph=True: a backward that differentiates
+            return _recorded_backward(ctx, g)
         where = _along_dim(ctx.index, ctx.dim)
         touched = np.zeros(x.shape, dtype=bool)
         touched[where] = True
@@ -70,14 +72,55 @@ class ScatterReduce(Op):
             hits_src = values == out[where]
             count = np.zeros(x.shape)
             np.add.at(count, where, hits_src)
-            hits_self = (x == out) & touched if ctx.include_self else np.zeros_like(touched)
-            count += hits_self
+            hits_self = (x == out) & touched
+            count += hits_self  # (counted without include_self too, as torch counts it)
             count = np.where(count == 0, 1, count)
             gsrc = np.where(hits_src, picked / count[where], 0)
+            hits_self &= ctx.include_self
             gx = np.where(touched, np.where(hits_self, g._data / count, 0), g._data)
         full = np.zeros(ctx.src_shape, dtype=g._data.dtype)
         full[_index_region(ctx.index)] = gsrc
         return _tensor(gx.astype(g._data.dtype)), _tensor(full)
+
+
+def _recorded_backward(ctx, g):
+    """The gradient as Tensor ops, for a second derivative: for amax and amin the incoming
+    gradient times constant shares (the ties' masks do not move under a small change), for
+    prod times the product of the others, recomputed from the saved inputs (refused where a
+    factor is zero, whose share is a product that skips it)."""
+    from disthook.nn import functional as F
+    from disthook.ops.scan import no_second_order
+
+    x, values, out = ctx.arrays
+    where = _along_dim(ctx.index, ctx.dim)
+    touched = np.zeros(x.shape, dtype=bool)
+    touched[where] = True
+    index = _tensor(ctx.index)
+    if ctx.reduce == "prod":
+        if (values == 0).any() or ctx.include_self and (touched & (x == 0)).any():
+            no_second_order(g, "scatter_reduce('prod') with a zero factor")
+        a, src = ctx.saved_tensors
+        result = ScatterReduce.apply(a, src, index=ctx.index, dim=ctx.dim, reduce="prod",
+                                     include_self=ctx.include_self)
+        region = src[_index_region(ctx.index)]
+        gsrc = g.gather(ctx.dim, index) * result.gather(ctx.dim, index) / region
+        gx = (g * result / a).where(_tensor(touched), g) if ctx.include_self else \
+            g.where(_tensor(~touched), 0.0)
+    else:
+        hits_src = values == out[where]
+        count = np.zeros(x.shape)
+        np.add.at(count, where, hits_src)
+        hits_self = (x == out) & touched  # (counted without include_self too, as torch)
+        count = np.where(count + hits_self == 0, 1, count + hits_self)
+        share = np.where(touched, (hits_self & ctx.include_self) / count, 1)
+        dtype = g._data.dtype
+        gx = (g * _tensor(share.astype(dtype))).where(_tensor(share != 0), 0.0)
+        gsrc = (g.gather(ctx.dim, index) * _tensor((hits_src / count[where]).astype(dtype))) \
+            .where(_tensor(hits_src), 0.0)
+    pad = []
+    for have, want in zip(reversed(ctx.index.shape), reversed(ctx.src_shape)):
+        pad += [0, want - have]
+    return gx, (F.pad(gsrc, pad) if any(pad) else gsrc)
 
 
 def scatter_reduce(self, dim, index, src, reduce, include_self):

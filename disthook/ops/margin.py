@@ -1,7 +1,8 @@
 """Ops torch records as one node: the soft-margin, multi-class margin and multi-label margin
-losses, and ``pdist``.
+losses, ``pdist`` and ``cdist``.
 
-Soft margin differentiates again. Torch gives the multi-margin losses and ``pdist`` a
+Soft margin differentiates again. Torch gives the multi-margin losses, ``pdist`` and
+``cdist`` (but for its matrix-product form, composed in ``disthook._functions``) a
 gradient it cannot differentiate; so do we: their gradient is computed in numpy by a node
 whose own backward raises torch's error, never a silent zero.
 """
@@ -142,13 +143,7 @@ class Pdist(Op):
         xd = x._data
         i, j = np.triu_indices(xd.shape[0], k=1)
         diff = xd[i] - xd[j]
-        a = np.abs(diff)
-        if p == 0:
-            dist = (a != 0).sum(1).astype(xd.dtype)
-        elif np.isinf(p):
-            dist = a.max(1, initial=0)
-        else:
-            dist = (a ** p).sum(1) ** (1 / p)
+        dist = _pnorm(np.abs(diff), p)
         if ctx.needs_input_grad:
             ctx.grad = _pdist_grad(xd, i, j, diff, dist, p)
         return dist.astype(xd.dtype, copy=False)
@@ -161,20 +156,81 @@ class Pdist(Op):
 
 def _pdist_grad(x, i, j, diff, dist, p) -> tuple:
     """d dist[k] / d x[i[k]] per pair (the gradient for x[j[k]] is its negative)."""
+    return (_distance_grad(diff, dist, p).astype(x.dtype), i, j, x.shape)
+
+
+def _distance_grad(diff, dist, p):
+    """d dist / d diff for ``dist`` the ``p``-norm of ``diff`` over its last axis, with
+    torch's rules: zero where the distance is zero (and, below p=1, where the difference
+    is), and for p=inf the whole gradient to every coordinate at the maximum."""
     a = np.abs(diff)
-    safe = np.where(dist == 0, 1, dist)[:, None]
+    dist = dist[..., None]
+    safe = np.where(dist == 0, 1, dist)
     if p == 0:
         d = np.zeros_like(diff)
     elif p == 1:
         d = np.sign(diff)
     elif np.isinf(p):
-        d = np.sign(diff) * (a == dist[:, None])
+        d = np.sign(diff) * (a == dist)
     elif p < 1:
-        d = np.where(a == 0, 0, np.sign(diff) * (a / safe) ** (p - 1))
+        with np.errstate(divide="ignore"):
+            d = np.where(a == 0, 0, np.sign(diff) * (a / safe) ** (p - 1))
     else:
         d = np.sign(diff) * (a / safe) ** (p - 1)
-    d = np.where(dist[:, None] == 0, 0, d)
-    return (d.astype(x.dtype), i, j, x.shape)
+    return np.where(dist == 0, 0, d)
+
+
+def _pnorm(a, p):
+    """The ``p``-norm over the last axis of ``a``, non-negative."""
+    if p == 0:
+        return (a != 0).sum(-1).astype(a.dtype)
+    if np.isinf(p):
+        return a.max(-1, initial=0)
+    return (a ** p).sum(-1) ** (1 / p)
+
+
+class Cdist(Op):
+    """The ``p``-norm distance between each row of ``x1`` (..., P, M) and each row of ``x2``
+    (..., R, M), batch dimensions broadcast: (..., P, R). Torch's form that is not a
+    matrix product: its gradient has no derivative."""
+
+    @staticmethod
+    def forward(ctx, x1, x2, p=2.0):
+        ctx.save_for_backward(x1, x2)
+        diff = x1._data[..., :, None, :] - x2._data[..., None, :, :]
+        dist = _pnorm(np.abs(diff), p)
+        if ctx.needs_input_grad:
+            ctx.grad = _distance_grad(diff, dist, p).astype(diff.dtype, copy=False)
+        return dist.astype(diff.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, g):
+        x1, x2 = ctx.saved_tensors
+        return CdistRows.apply(g, x1, x2, grad=ctx.grad)
+
+
+class CdistRows(Op):
+    """Gradient of ``cdist`` for both inputs, from the saved d dist / d diff."""
+
+    node_name = "CdistBackwardBackward0"
+
+    @staticmethod
+    def forward(ctx, g, x1, x2, grad):
+        contrib = grad * g._data[..., None]
+        g1, g2 = contrib.sum(-2), 0.0 - contrib.sum(-3)
+        return (_sum_batch(g1, x1._data.shape), _sum_batch(g2, x2._data.shape))
+
+    @staticmethod
+    def backward(ctx, *h):
+        raise NotImplementedError("the derivative for '_cdist_backward' is not implemented.")
+
+
+def _sum_batch(g, shape):
+    """Sum a gradient over the batch dimensions broadcasting added to its input's."""
+    lead = g.ndim - len(shape)
+    g = g.sum(tuple(range(lead))) if lead else g
+    dims = tuple(k for k, n in enumerate(shape[:-2]) if n == 1 and g.shape[k] != 1)
+    return g.sum(dims, keepdims=True) if dims else g
 
 
 class PdistRows(Op):
@@ -193,4 +249,4 @@ class PdistRows(Op):
 
     @staticmethod
     def backward(ctx, h):
-        raise RuntimeError("the derivative for '_pdist_backward' is not implemented.")
+        raise NotImplementedError("the derivative for '_pdist_backward' is not implemented.")
