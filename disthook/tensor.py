@@ -751,8 +751,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         # bookkeeping; every binary op returns one new array
         try:
             out = op.forward(_NO_CTX, a, b, **params)
-        except RemoteOperand:  # an operand's value is on a worker: the op runs there
-            return op.apply(a, b, **params)
+        except (RemoteOperand, RuntimeWarning):  # an operand on a worker: the op runs there;
+            return op.apply(a, b, **params)  # numpy's warning made an error: apply reruns it
         return Tensor._make(out if type(out) is np.ndarray else np.asarray(out), None, 0)
 
     def __add__(self, other):

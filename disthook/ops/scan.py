@@ -42,7 +42,8 @@ class Cumprod(Op):
         x = a._data
         dtype = np.int64 if x.dtype.kind in "biu" else x.dtype
         flat = x.reshape(-1) if x.ndim == 0 else x
-        return np.cumprod(flat, axis=dim, dtype=dtype).reshape(x.shape)
+        # (the ufunc's own accumulate, as Cumsum: no warning from numpy's wrapper module)
+        return np.multiply.accumulate(flat, axis=dim, dtype=dtype).reshape(x.shape)
 
     @staticmethod
     def backward(ctx, g):
@@ -93,7 +94,8 @@ class Nansum(Op):
         ctx.dims, ctx.keepdim = dim, keepdim
         x = a._data
         dtype = np.int64 if x.dtype.kind in "biu" else x.dtype
-        return np.asarray(np.nansum(x, axis=dim, keepdims=keepdim, dtype=dtype))
+        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: nan, as torch's, silent
+            return np.asarray(np.nansum(x, axis=dim, keepdims=keepdim, dtype=dtype))
 
     @staticmethod
     def backward(ctx, g):
