@@ -1766,8 +1766,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
 
     # ---- indexing ------------------------------------------------------------------------
     def __getitem__(self, item):
-        index = index_arg(item)
-        check_index(self._data.shape, index)
+        index = check_index(self._data.shape, index_arg(item))
         if _is_basic(index):
             return S.basic_index_op(index).apply(self, index=index)
         try:
@@ -1778,8 +1777,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return S.Index.apply(self, index=index)
 
     def __setitem__(self, item, value):
-        index = index_arg(item)
-        check_index(self._data.shape, index)
+        index = check_index(self._data.shape, index_arg(item))
         if (self._grad_fn is None and self._requires_grad and grad_mode._state.enabled
                 and _is_basic(index)):
             # torch writes a basic index through a view of self: the error says so
