@@ -193,11 +193,12 @@ class Pow(Op):
     @staticmethod
     def backward(ctx, g):
         a, b, out = ctx.saved_tensors
-        ga = g * b * a ** (b - 1) if _needs(ctx, 0) else None
+        # torch's: 0 where the exponent is 0 (not 0 * inf at a = 0), and for the exponent,
+        # 0 where a = 0 and b >= 0; a negative base's log is nan, as torch's
+        ga = (g * b * a ** (b - 1)).where(b != 0, 0.0) if _needs(ctx, 0) else None
         gb = None
         if _needs(ctx, 1):
-            safe_log = a.where(a > 0, a.new_ones(())).log()  # 0 ** b contributes no log term
-            gb = g * out * safe_log
+            gb = (g * out * a.log()).where((a != 0) | (b < 0), 0.0)
         return ga, gb
 
 

@@ -591,7 +591,8 @@ class Atan2(Op):
     @staticmethod
     def backward(ctx, g):
         a, b = ctx.saved_tensors
-        scale = g / (a * a + b * b)
+        squares = a * a + b * b
+        scale = (g / squares).where(squares != 0, 0.0)  # 0 at (0, 0), as torch's (not nan)
         return (scale * b if _needs(ctx, 0) else None), (-scale * a if _needs(ctx, 1) else None)
 
 

@@ -162,6 +162,32 @@ class Nanmedian(_Pick):
     pick = staticmethod(_nan_lower_median)
 
 
+class MedianAll(Op):
+    """``median()`` over all elements (torch's MedianBackward0, one node): the gradient is
+    shared evenly among the elements equal to the median (the nans, where it is nan), as
+    torch's; the median over a dim gives it to the picked element alone."""
+
+    node_name = "MedianBackward0"
+    pick = staticmethod(_median_with_nan)
+
+    @classmethod
+    def forward(cls, ctx, a):
+        flat = a._data.reshape(-1)
+        ctx.save_for_backward(a, OUTPUT)
+        return np.asarray(flat[cls.pick(flat)])
+
+    @staticmethod
+    def backward(ctx, g):
+        a, value = ctx.saved_tensors
+        tied = a.isnan() if bool(value.isnan()) else a == value
+        return tied * (g / tied.sum())
+
+
+class NanmedianAll(MedianAll):
+    node_name = "NanmedianBackward0"
+    pick = staticmethod(_nan_lower_median)
+
+
 class Kthvalue(_Pick):
     node_name = "KthvalueBackward0"
     @staticmethod
