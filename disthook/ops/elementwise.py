@@ -247,10 +247,20 @@ class Abs(Op):
         return g * a.sign()
 
 
+def sign_array(x: np.ndarray) -> np.ndarray:
+    """sign as torch's: a bool tensor's is itself, and nan's is 0 (numpy's: an error, nan)."""
+    if x.dtype.kind == "b":
+        return x.copy()
+    out = np.sign(x)
+    if x.dtype.kind == "f" and np.isnan(out).any():
+        out[np.isnan(out)] = 0
+    return out
+
+
 class Sign(Op):
     @staticmethod
     def forward(ctx, a):
-        return np.sign(a._data)
+        return sign_array(a._data)
 
     @staticmethod
     def backward(ctx, g):

@@ -14,7 +14,7 @@ import numpy as np
 
 from disthook import _dtype
 from disthook.ops.base import OUTPUT, Op
-from disthook.ops.elementwise import times_conj
+from disthook.ops.elementwise import sign_array, times_conj
 
 
 def _needs(ctx, i: int) -> bool:
@@ -498,7 +498,7 @@ class Frac(Op):
 class Sgn(Op):
     @staticmethod
     def forward(ctx, a):
-        return np.sign(a._data) if a._data.dtype.kind != "b" else a._data.copy()
+        return sign_array(a._data)
 
     @staticmethod
     def backward(ctx, g):

@@ -167,7 +167,9 @@ def _spread(fn, ctx, x, dims, correction, keepdim, name: str):
                       UserWarning, stacklevel=4)
     with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # numpy's own words for the same
-        return fn(x, axis=dims, ddof=n - dof, keepdims=keepdim).astype(x.dtype)
+        # float16 in float32, as torch's CPU kernel accumulates (its squares pass 65504)
+        work = x.astype(np.float32) if x.dtype == np.float16 else x
+        return fn(work, axis=dims, ddof=n - dof, keepdims=keepdim).astype(x.dtype)
 
 
 def _over_dof(ctx) -> np.float64:
