@@ -2595,8 +2595,24 @@ def eye(n, m=None, *, dtype=None, device=None, requires_grad=False) -> Tensor:
     return _factory(np.eye(n, m, dtype=_float_dt(dtype)), requires_grad, device)
 
 
-def where(condition, input=None, other=None) -> Tensor:
-    """``where(cond, a, b)``: a where cond else b; ``where(cond)``: indices of True."""
+def where(condition, input=None, other=None, *, out=None) -> Tensor:
+    """``where(cond, a, b)``: a where cond else b; ``where(cond)``: indices of True. With
+    ``out=``, the result written into ``out``, as torch's."""
+    if out is None:
+        return _where(condition, input, other)
+    # torch's out= form takes tensors only, and an out of the result's own dtype
+    for position, (name, value) in enumerate((("input", input), ("other", other)), 2):
+        if not isinstance(value, Tensor):
+            raise TypeError(f"where(): argument '{name}' (position {position}) must be Tensor, "
+                            f"not {type(value).__name__}")
+    result = _where(condition, input, other)
+    if isinstance(out, Tensor) and out.dtype != result.dtype:
+        raise RuntimeError(f"Expected out type to be {_dtype.scalar_type_name(result.dtype)} "
+                           f"but got {_dtype.scalar_type_name(out.dtype)}")
+    return write_out("where", result, out)
+
+
+def _where(condition, input=None, other=None) -> Tensor:
     if not isinstance(condition, Tensor):
         condition = tensor(condition)
     if input is None and other is None:

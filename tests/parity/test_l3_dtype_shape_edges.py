@@ -4,7 +4,7 @@ all/any of a uint8 tensor (torch's uint8, was bool); a 0-d tensor's prod/max/min
 or -1 (torch's value, was numpy's AxisError), its argmax with keepdim (torch's 0-d, was (1,))
 and index_select (0-d, was (1,)); argmax/argmin of an empty tensor (torch's IndexError, was
 numpy's ValueError); float16 var/std (torch accumulates in float32: finite where float16
-squares overflowed to inf)."""
+squares overflowed to inf); torch.where(..., out=) (was a TypeError)."""
 from __future__ import annotations
 
 import numpy as np
@@ -49,7 +49,20 @@ PROGRAMS = {
     "var_float16_dim": lambda L: L.tensor([[300.0, -300.0, 1.0], [1e4, 2e4, -3e4]],
                                           dtype=L.float16).var(1, unbiased=False),
     "std_mean_float16": lambda L: L.std_mean(L.tensor([1e4, -1e4, 5.0], dtype=L.float16)),
+    "where_out": lambda L: L.where(L.tensor([True, False, True]), L.ones(3), L.zeros(3),
+                                   out=L.empty(3)),
+    "where_out_number": lambda L: L.where(L.tensor([True, False]), L.ones(2), 2.0,
+                                          out=L.empty(2)),
+    "where_out_float64": lambda L: L.where(L.tensor([True, False]), L.ones(2), L.zeros(2),
+                                           out=L.empty(2, dtype=L.float64)),
 }
+
+
+def test_where_out_is_the_out_tensor():
+    out = disthook.empty(2)
+    ones, zeros = disthook.ones(2), disthook.zeros(2)
+    assert disthook.where(disthook.tensor([True, False]), ones, zeros, out=out) is out
+    assert out.tolist() == [1.0, 0.0]
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
