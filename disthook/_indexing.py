@@ -55,18 +55,26 @@ def _one_index(item):
             raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
         return data
     if isinstance(item, list):
-        return np.asarray([i._data if isinstance(i, _tensor.Tensor) else i for i in item])
+        return _one_index(np.asarray([i._data if isinstance(i, _tensor.Tensor) else i
+                                      for i in item]))
     if isinstance(item, slice) and item.step is not None and item.step <= 0:
         # numpy would walk backwards
         raise ValueError("slice step cannot be zero" if item.step == 0 else
                          "step must be greater than zero")
-    if isinstance(item, (float, np.floating, complex, np.complexfloating)):
-        kind = type(item)
-        name = kind.__name__ if kind.__module__ == "builtins" else (
-            f"{kind.__module__}.{kind.__name__}")
+    if isinstance(item, (str, bytes)) or isinstance(item, np.ndarray) and item.dtype.kind in "SU":
+        # torch makes a tensor of it: a TypeError naming the type (numpy's: IndexError)
+        raise TypeError(f"new(): invalid data type '{_type_name(item)}'")
+    if not (item is None or item is Ellipsis or isinstance(item, (slice, np.ndarray))
+            or hasattr(type(item), "__index__")):  # a float, complex, dict, object ...
         raise IndexError("only integers, slices (`:`), ellipsis (`...`), None and long or "
-                         f"byte Variables are valid indices (got {name})")
+                         f"byte Variables are valid indices (got {_type_name(item)})")
     return item
+
+
+def _type_name(item) -> str:
+    kind = str if isinstance(item, np.ndarray) else type(item)  # (an array of strings)
+    return kind.__name__ if kind.__module__ == "builtins" else (
+        f"{kind.__module__}.{kind.__name__}")
 
 
 def _dims_taken(i) -> int:
@@ -78,13 +86,15 @@ def _dims_taken(i) -> int:
     return 1
 
 
-def check_index(shape: tuple, index) -> None:
-    """IndexError, worded as torch's, for an index (as ``index_arg`` gives it) that does not
-    fit a tensor of ``shape``: too many indices, an integer out of range, a mask whose shape
-    is not that of the dims it covers. (An index array out of range is numpy's to find, as it
-    indexes; ``numpy_words`` puts its error in torch's words.)"""
+def check_index(shape: tuple, index):
+    """The index (as ``index_arg`` gives it) for numpy, after IndexError, worded as torch's,
+    where it does not fit a tensor of ``shape``: too many indices, an integer out of range, a
+    mask whose shape is not that of the dims it covers. (An index array out of range is
+    numpy's to find, as it indexes; ``numpy_words`` puts its error in torch's words.)"""
     items = index if isinstance(index, tuple) else (index,)
     ndim = len(shape)
+    if len(items) > 1 and [i is Ellipsis for i in items].count(True) > 1:
+        index = items = _one_ellipsis(items, ndim)
     if ndim == 0:
         for i in items:
             if isinstance(i, slice):
@@ -129,6 +139,22 @@ def check_index(shape: tuple, index) -> None:
                 view[at] = len(range(*i.indices(view[at])))
             dim += 1
             at += 1
+    return index
+
+
+def _one_ellipsis(items: tuple, ndim: int) -> tuple:
+    """torch reads each ellipsis after the first as one more jump over the dims the first
+    skipped: where that jump is 0 (the other items read every dim) or nothing follows the
+    second ellipsis, the index is the one with its first ellipsis alone; otherwise torch
+    reads what follows past the last dim (an error, or a slice it drops): refused."""
+    taken = sum(_dims_taken(i) for i in items)
+    first, second = [k for k, i in enumerate(items) if i is Ellipsis][:2]
+    if taken < ndim and any(i is not Ellipsis for i in items[second:]):
+        raise IndexError(
+            "an index with two ellipses ('...') and an index after the second: torch applies "
+            "that index past the tensor's last dimension (an error, or a slice it ignores); "
+            "write the index with one ellipsis")
+    return items[:first + 1] + tuple(i for i in items[first + 1:] if i is not Ellipsis)
 
 
 def _check_mask(mask: np.ndarray, view: list, at: int) -> None:

@@ -26,9 +26,11 @@ def quiet_float_warnings() -> None:
     called from the program's own code, and whatever else warns, is left as it is. Put in
     front of the filters: a worker, which shows every other warning to its client, calls it
     again after its own ``simplefilter("always")``."""
-    warnings.filterwarnings(
-        "ignore", r"(divide by zero|invalid value|overflow|underflow) encountered",
-        RuntimeWarning, r"disthook(\.|$)")
+    warnings.filterwarnings("ignore", FLOAT_WARNING, RuntimeWarning, r"disthook(\.|$)")
+
+
+# numpy's floating-point warnings (its errstate's "warn"), by the start of their message
+FLOAT_WARNING = r"(divide by zero|invalid value|overflow|underflow) encountered"
 
 
 # ---- process-wide settings: numpy runs on the CPU, deterministically -------------------------------

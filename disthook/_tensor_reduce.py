@@ -91,9 +91,13 @@ class ReduceMethods:
         return _values_indices(values, indices, name)
 
     def median(self, dim=None, keepdim=False):
+        if dim is None and self.numel():  # one node, ties sharing the gradient (torch's)
+            return C.MedianAll.apply(self)
         return self._pick(C.Median, "median", dim, keepdim)
 
     def nanmedian(self, dim=None, keepdim=False):
+        if dim is None and self.numel():
+            return C.NanmedianAll.apply(self)
         return self._pick(C.Nanmedian, "nanmedian", dim, keepdim)
 
     def kthvalue(self, k, dim=-1, keepdim=False):

@@ -27,8 +27,8 @@ def erfc(input: Tensor) -> Tensor:
 
 
 def erfcx(input: Tensor) -> Tensor:
-    """exp(x^2) * erfc(x)."""
-    return (input * input).exp() * input.erfc()
+    """exp(x^2) * erfc(x), one op: finite where exp(x^2) overflows, as torch's."""
+    return M.Erfcx.apply(input._floating())
 
 
 def erfinv(input: Tensor) -> Tensor:
@@ -52,7 +52,8 @@ def i0(input: Tensor) -> Tensor:
 
 
 def i0e(input: Tensor) -> Tensor:
-    return input.i0() * (-input.abs()).exp()
+    """i0(x) exp(-|x|), one op: finite where i0 overflows, as torch's."""
+    return M.I0e.apply(input._floating())
 
 
 def i1(input: Tensor) -> Tensor:
@@ -60,7 +61,8 @@ def i1(input: Tensor) -> Tensor:
 
 
 def i1e(input: Tensor) -> Tensor:
-    return i1(input) * (-input.abs()).exp()
+    """i1(x) exp(-|x|), one op: finite where i1 overflows, as torch's."""
+    return M.I1e.apply(input._floating())
 
 
 def gammaln(input: Tensor) -> Tensor:
@@ -130,7 +132,8 @@ def ndtri(input: Tensor) -> Tensor:
 
 
 def log_ndtr(input: Tensor) -> Tensor:
-    return ndtr(input).log()
+    """log(ndtr(x)), one op: finite far left, where ndtr underflows, as torch's."""
+    return M.LogNdtr.apply(input._floating())
 
 
 def gammainc(input: Tensor, other: Tensor) -> Tensor:
@@ -162,7 +165,8 @@ def zeta(input, other) -> Tensor:
     q = other if isinstance(other, Tensor) else x.new_tensor(other)
     x, q = x._floating(), q._floating()
     dt = np.result_type(x._data.dtype, q._data.dtype)
-    return Tensor._make(M.zeta_np(x._data, q._data).astype(dt), None, 0)
+    with np.errstate(over="ignore", invalid="ignore"):  # (inf and nan silently, as torch's)
+        return Tensor._make(M.zeta_np(x._data, q._data).astype(dt), None, 0)
 
 
 def _polynomial(name: str, first, step):

@@ -751,8 +751,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         # bookkeeping; every binary op returns one new array
         try:
             out = op.forward(_NO_CTX, a, b, **params)
-        except RemoteOperand:  # an operand's value is on a worker: the op runs there
-            return op.apply(a, b, **params)
+        except (RemoteOperand, RuntimeWarning):  # an operand on a worker: the op runs there;
+            return op.apply(a, b, **params)  # numpy's warning made an error: apply reruns it
         return Tensor._make(out if type(out) is np.ndarray else np.asarray(out), None, 0)
 
     def __add__(self, other):
@@ -1185,6 +1185,9 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             return self.maximum(dim)
         if dim is None:
             return R.MaxAll.apply(self)
+        if not self._data.ndim:  # a 0-d tensor's dim 0 or -1: itself, index 0 (as torch)
+            self._dim(dim)
+            return self.reshape(1).max(0)
         values, indices = R.MaxDim.apply(self, dim=self._dim(dim), keepdim=keepdim)
         return _ValuesIndices(values, indices, "max")
 
@@ -1193,6 +1196,9 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             return self.minimum(dim)
         if dim is None:
             return R.MinAll.apply(self)
+        if not self._data.ndim:
+            self._dim(dim)
+            return self.reshape(1).min(0)
         values, indices = R.MinDim.apply(self, dim=self._dim(dim), keepdim=keepdim)
         return _ValuesIndices(values, indices, "min")
 
@@ -1211,12 +1217,18 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def _arg(self, fn, dim, keepdim):
         if self._data.dtype.kind == "c":
             raise RuntimeError(f"{fn.__name__}(): does not support complex input")
+        name = fn.__name__
         if dim is None:
+            if not self._data.size:
+                raise IndexError(f"{name}(): Expected reduction dim to be specified for "
+                                 "input.numel() == 0.")
             out = np.asarray(fn(self._data), dtype=np.int64)
             return Tensor._make(out.reshape((1,) * self.ndim) if keepdim else out, None, 0)
         d = self._dim(dim)
+        if self._data.ndim and not self._data.shape[d]:
+            raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
         out = fn(self._data, axis=d)
-        if keepdim:
+        if keepdim and self._data.ndim:  # (a 0-d tensor's stays 0-d, as torch's)
             out = np.expand_dims(out, d)
         return Tensor._make(out.astype(np.int64), None, 0)
 
@@ -1225,6 +1237,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         x = self if dtype is None else self.to(dtype)
         if dim is None:
             return R.ProdAll.apply(x)
+        if not self._data.ndim:  # a 0-d tensor's dim 0 or -1: its one element
+            return R.Prod.apply(x.reshape(1), dim=(self._dim(dim),), keepdim=False)
         return R.Prod.apply(x, dim=(self._dim(dim),), keepdim=keepdim)
 
     def logsumexp(self, dim, keepdim=False):
@@ -1240,10 +1254,16 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return R.LogSoftmax.apply(x, dim=self._dim(dim), given=dim)
 
     def all(self, dim=None, keepdim=False):
-        return Tensor._make(np.asarray(np.all(self._data, axis=dim, keepdims=keepdim)), None, 0)
+        return self._test(np.all, dim, keepdim)
 
     def any(self, dim=None, keepdim=False):
-        return Tensor._make(np.asarray(np.any(self._data, axis=dim, keepdims=keepdim)), None, 0)
+        return self._test(np.any, dim, keepdim)
+
+    def _test(self, fn, dim, keepdim):
+        """all / any: bool, but uint8 for a uint8 tensor, as torch's."""
+        out = np.asarray(fn(self._data, axis=dim, keepdims=keepdim))
+        return Tensor._make(out.astype(np.uint8) if self._data.dtype == np.uint8 else out,
+                            None, 0)
 
     def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
         if not isinstance(p, numbers.Number) and p != "fro":
@@ -1377,7 +1397,10 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         if bad.size:
             raise IndexError("index out of range in self")
         inference.refuse_saved_index(index, self)
-        return S.IndexSelect.apply(self, index=idx % builtins.max(n, 1), dim=d)
+        out = S.IndexSelect.apply(self, index=idx % builtins.max(n, 1), dim=d)
+        if not self._data.ndim and idx.size == 1:  # a 0-d tensor's is 0-d, as torch's
+            return out.reshape(())
+        return out
 
     # ---- scatter -------------------------------------------------------------------------
     def _scatter_checks(self, name, dim, index, src) -> int:
@@ -1766,8 +1789,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
 
     # ---- indexing ------------------------------------------------------------------------
     def __getitem__(self, item):
-        index = index_arg(item)
-        check_index(self._data.shape, index)
+        index = check_index(self._data.shape, index_arg(item))
         if _is_basic(index):
             return S.basic_index_op(index).apply(self, index=index)
         try:
@@ -1778,8 +1800,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return S.Index.apply(self, index=index)
 
     def __setitem__(self, item, value):
-        index = index_arg(item)
-        check_index(self._data.shape, index)
+        index = check_index(self._data.shape, index_arg(item))
         if (self._grad_fn is None and self._requires_grad and grad_mode._state.enabled
                 and _is_basic(index)):
             # torch writes a basic index through a view of self: the error says so
@@ -2574,8 +2595,24 @@ def eye(n, m=None, *, dtype=None, device=None, requires_grad=False) -> Tensor:
     return _factory(np.eye(n, m, dtype=_float_dt(dtype)), requires_grad, device)
 
 
-def where(condition, input=None, other=None) -> Tensor:
-    """``where(cond, a, b)``: a where cond else b; ``where(cond)``: indices of True."""
+def where(condition, input=None, other=None, *, out=None) -> Tensor:
+    """``where(cond, a, b)``: a where cond else b; ``where(cond)``: indices of True. With
+    ``out=``, the result written into ``out``, as torch's."""
+    if out is None:
+        return _where(condition, input, other)
+    # torch's out= form takes tensors only, and an out of the result's own dtype
+    for position, (name, value) in enumerate((("input", input), ("other", other)), 2):
+        if not isinstance(value, Tensor):
+            raise TypeError(f"where(): argument '{name}' (position {position}) must be Tensor, "
+                            f"not {type(value).__name__}")
+    result = _where(condition, input, other)
+    if isinstance(out, Tensor) and out.dtype != result.dtype:
+        raise RuntimeError(f"Expected out type to be {_dtype.scalar_type_name(result.dtype)} "
+                           f"but got {_dtype.scalar_type_name(out.dtype)}")
+    return write_out("where", result, out)
+
+
+def _where(condition, input=None, other=None) -> Tensor:
     if not isinstance(condition, Tensor):
         condition = tensor(condition)
     if input is None and other is None:

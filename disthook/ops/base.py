@@ -16,6 +16,7 @@ from sys import modules as _loaded
 import numpy as np
 
 from disthook import _dtype
+from disthook._settings import FLOAT_WARNING
 from disthook.autograd import grad_mode
 from disthook.autograd.graph import Node, _SavedTensor, _sequence, grad_accumulator
 from disthook.autograd.inference import DetachedInferenceVersion, InferenceVersion
@@ -66,6 +67,11 @@ class Op(Node):
         _running.node = self
         try:
             return self.backward(self, *grads)
+        except RuntimeWarning as warning:  # numpy's float warning made an error: as in apply
+            if np.geterr() == _QUIET or not _FLOAT_WARNING.match(str(warning)):
+                raise
+            with np.errstate(**_QUIET):
+                return self.backward(self, *grads)
         finally:
             _running.node = outer
 
@@ -143,6 +149,14 @@ class Op(Node):
         except AttributeError:
             _check_tensors(cls, inputs)
             raise
+        except RuntimeWarning as warning:
+            # a program's warnings filter ("error") made numpy's float warning an exception
+            # where torch gives inf or nan silently: the op runs again without the warning
+            # (forwards are pure: an in-place op writes its result after)
+            if np.geterr() == _QUIET or not _FLOAT_WARNING.match(str(warning)):
+                raise
+            with np.errstate(**_QUIET):
+                return cls.apply(*inputs, **params)
         except RemoteOperand:  # an input's value is on a worker: the op runs there
             return remote_apply(cls, inputs, params)
 
@@ -156,6 +170,10 @@ class Op(Node):
         for s in tensors:
             saved.append(s if s is None or s is OUTPUT else _SavedTensor(s, self))
         self._saved = tuple(saved)
+
+
+_QUIET = {"divide": "ignore", "over": "ignore", "under": "ignore", "invalid": "ignore"}
+_FLOAT_WARNING = re.compile(FLOAT_WARNING)
 
 
 def as_shown(value: int) -> int:

@@ -193,11 +193,12 @@ class Pow(Op):
     @staticmethod
     def backward(ctx, g):
         a, b, out = ctx.saved_tensors
-        ga = g * b * a ** (b - 1) if _needs(ctx, 0) else None
+        # torch's: 0 where the exponent is 0 (not 0 * inf at a = 0), and for the exponent,
+        # 0 where a = 0 and b >= 0; a negative base's log is nan, as torch's
+        ga = (g * b * a ** (b - 1)).where(b != 0, 0.0) if _needs(ctx, 0) else None
         gb = None
         if _needs(ctx, 1):
-            safe_log = a.where(a > 0, a.new_ones(())).log()  # 0 ** b contributes no log term
-            gb = g * out * safe_log
+            gb = (g * out * a.log()).where((a != 0) | (b < 0), 0.0)
         return ga, gb
 
 
@@ -246,10 +247,20 @@ class Abs(Op):
         return g * a.sign()
 
 
+def sign_array(x: np.ndarray) -> np.ndarray:
+    """sign as torch's: a bool tensor's is itself, and nan's is 0 (numpy's: an error, nan)."""
+    if x.dtype.kind == "b":
+        return x.copy()
+    out = np.sign(x)
+    if x.dtype.kind == "f" and np.isnan(out).any():
+        out[np.isnan(out)] = 0
+    return out
+
+
 class Sign(Op):
     @staticmethod
     def forward(ctx, a):
-        return np.sign(a._data)
+        return sign_array(a._data)
 
     @staticmethod
     def backward(ctx, g):

@@ -14,7 +14,7 @@ import numpy as np
 
 from disthook import _dtype
 from disthook.ops.base import OUTPUT, Op
-from disthook.ops.elementwise import times_conj
+from disthook.ops.elementwise import sign_array, times_conj
 
 
 def _needs(ctx, i: int) -> bool:
@@ -28,8 +28,9 @@ def _same(x: np.ndarray, out) -> np.ndarray:
 
 # ---- special functions on numpy arrays ----------------------------------------------------
 
-_vec_lgamma = np.vectorize(lambda v: math.lgamma(v) if v > 0 or v != math.floor(v)
-                           else math.inf, otypes=[np.float64])
+# (inf at 0 and the negative integers; -inf gives inf and nan nan, as torch's, not an error)
+_vec_lgamma = np.vectorize(lambda v: math.inf if v <= 0 and float(v).is_integer()
+                           else math.lgamma(v), otypes=[np.float64])
 _vec_erfc = np.vectorize(math.erfc, otypes=[np.float64])
 _vec_erf = np.vectorize(math.erf, otypes=[np.float64])
 
@@ -39,7 +40,8 @@ _SHIFT_TO = 12.0  # recurrences move the argument up to here, where the tails co
 
 
 def lgamma_np(x: np.ndarray) -> np.ndarray:
-    return _same(x, _vec_lgamma(np.asarray(x, np.float64)))
+    with np.errstate(invalid="ignore"):  # (a nan in: nan out, without numpy's warning)
+        return _same(x, _vec_lgamma(np.asarray(x, np.float64)))
 
 
 def digamma_np(x: np.ndarray) -> np.ndarray:
@@ -60,7 +62,8 @@ def digamma_np(x: np.ndarray) -> np.ndarray:
     for k, b in reversed(list(enumerate(_B2K, 1))):
         tail = (tail + b / (2 * k)) * inv2
     out = np.asarray(acc + np.log(v) - 0.5 / v - tail)  # 0-d stays an array
-    out[pole] = np.where(np.asarray(x, np.float64)[pole] == 0, -np.inf, np.nan)
+    at = np.asarray(x, np.float64)[pole]  # -inf at 0 and inf at -0 (torch's sign), else nan
+    out[pole] = np.where(at == 0, np.copysign(np.inf, -at), np.nan)
     return _same(x, out)
 
 
@@ -189,9 +192,10 @@ def gammainc_np(a: np.ndarray, x: np.ndarray, upper: bool = False) -> np.ndarray
     return _same(np.asarray(x) if _dtype.kind(np.asarray(x).dtype) == "f" else np.asarray(a), out)
 
 
-def _bessel_i(order: int, x: np.ndarray) -> np.ndarray:
+def _bessel_i(order: int, x: np.ndarray, scaled: bool = False) -> np.ndarray:
     """Modified Bessel function of the first kind, order 0 or 1: the power series below 30
-    and the asymptotic expansion above."""
+    and the asymptotic expansion above; ``scaled``, times exp(-|x|) (i0e, i1e), which the
+    expansion gives without the exponential, finite where i0 overflows."""
     v = np.asarray(x, np.float64)
     a = np.abs(v)
     small = a <= 30
@@ -209,7 +213,9 @@ def _bessel_i(order: int, x: np.ndarray) -> np.ndarray:
         coeff = -coeff * (mu - (2 * k - 1) ** 2) / (k * 8 * big)
         asym += coeff
     with np.errstate(over="ignore"):
-        asym = asym * np.exp(big) / np.sqrt(2 * math.pi * big)
+        asym = asym * (1.0 if scaled else np.exp(big)) / np.sqrt(2 * math.pi * big)
+    if scaled:
+        series = series * np.exp(-np.where(small, a, 0.0))
     out = np.where(small, series, asym)
     if order == 1:
         out = np.sign(v) * out
@@ -377,6 +383,76 @@ class I1(_Unary):
         return (I0.apply(a) - I1.apply(a) / safe).where(a != 0, a.new_full((), 0.5))
 
 
+class I0e(_Unary):
+    """i0(x) exp(-|x|), finite for every finite x; derivative i1e(x) - sign(x) i0e(x)."""
+
+    node_name = "SpecialI0EBackward0"
+    fn = staticmethod(lambda x: _bessel_i(0, x, scaled=True))
+    deriv = staticmethod(lambda a: I1e.apply(a) - a.sign() * I0e.apply(a))
+
+
+class I1e(_Unary):
+    """i1(x) exp(-|x|); derivative i0e(x) - i1e(x) (sign(x) + 1 / x), 1/2 at 0."""
+
+    node_name = "SpecialI1EBackward0"
+    fn = staticmethod(lambda x: _bessel_i(1, x, scaled=True))
+
+    @staticmethod
+    def deriv(a):
+        safe = a.where(a != 0, a.new_ones(()))
+        return (I0e.apply(a) - I1e.apply(a) * (a.sign() + 1 / safe)).where(
+            a != 0, a.new_full((), 0.5))
+
+
+def erfcx_np(x: np.ndarray) -> np.ndarray:
+    """exp(x^2) erfc(x): the product up to 25, where exp(x^2) is finite, and the asymptotic
+    series 1 / (x sqrt(pi)) (1 - 1/(2x^2) + 3/(4x^4) ...) above, where torch's stays finite
+    (~0.564 / x) and the product is inf * 0; inf below -26.6, as torch's."""
+    v = np.asarray(x, np.float64)
+    near = np.where(v < 25, v, 0.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        product = np.exp(near * near) * _vec_erfc(near)
+    far = np.where(v < 25, 25.0, v)
+    inv2 = 1.0 / (2 * far * far)
+    series, term = np.ones_like(far), np.ones_like(far)
+    for k in range(1, 8):
+        term = -term * (2 * k - 1) * inv2
+        series += term
+    out = np.where(v < 25, product, series / (far * math.sqrt(math.pi)))
+    return _same(x, np.where(np.isnan(v), v, out))
+
+
+class Erfcx(_Unary):
+    """erfcx; derivative 2x erfcx(x) - 2/sqrt(pi)."""
+
+    node_name = "SpecialErfcxBackward0"
+    fn = staticmethod(erfcx_np)
+    deriv = staticmethod(lambda a: 2 * a * Erfcx.apply(a) - 2 / math.sqrt(math.pi))
+
+
+def log_ndtr_np(x: np.ndarray) -> np.ndarray:
+    """log of the normal's cdf: log1p(-erfc(x/sqrt2)/2) from -1 up, and below, where the cdf
+    underflows (x < -38) and log(cdf) loses its digits, log(erfcx(-x/sqrt2)/2) - x^2/2."""
+    v = np.asarray(x, np.float64)
+    low = np.where(v < -1, v, -2.0)
+    with np.errstate(divide="ignore"):
+        out = np.where(v < -1, np.log(erfcx_np(-low / math.sqrt(2)) / 2) - low * low / 2,
+                       np.log1p(-_vec_erfc(np.where(v < -1, 0.0, v) / math.sqrt(2)) / 2))
+    return _same(x, np.where(np.isnan(v), v, out))
+
+
+class LogNdtr(_Unary):
+    """log_ndtr; derivative pdf / cdf = sqrt(2/pi) / erfcx(-x/sqrt2): 0 far right, -x far
+    left, finite where the quotient of the two is 0 / 0 (nan at -inf, as torch's)."""
+
+    node_name = "SpecialLogNdtrBackward0"
+    fn = staticmethod(log_ndtr_np)
+    @staticmethod
+    def deriv(a):
+        quotient = math.sqrt(2 / math.pi) / Erfcx.apply(-a / math.sqrt(2))
+        return quotient.where(a != -math.inf, a.new_full((), math.nan))  # torch's nan at -inf
+
+
 def entr_np(x: np.ndarray) -> np.ndarray:
     """-x log x: 0 at +-0, -inf below 0 (and at inf), nan at nan, as torch."""
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -398,7 +474,8 @@ class Sinc(_Unary):
     node_name = "SincBackward0"
     @staticmethod
     def fn(x):
-        return np.sinc(x)
+        with np.errstate(invalid="ignore"):  # sin(inf): nan, as torch's, without numpy's warning
+            return np.sinc(x)
 
     @staticmethod
     def deriv(a):
@@ -421,7 +498,7 @@ class Frac(Op):
 class Sgn(Op):
     @staticmethod
     def forward(ctx, a):
-        return np.sign(a._data) if a._data.dtype.kind != "b" else a._data.copy()
+        return sign_array(a._data)
 
     @staticmethod
     def backward(ctx, g):
@@ -514,7 +591,8 @@ class Atan2(Op):
     @staticmethod
     def backward(ctx, g):
         a, b = ctx.saved_tensors
-        scale = g / (a * a + b * b)
+        squares = a * a + b * b
+        scale = (g / squares).where(squares != 0, 0.0)  # 0 at (0, 0), as torch's (not nan)
         return (scale * b if _needs(ctx, 0) else None), (-scale * a if _needs(ctx, 1) else None)
 
 

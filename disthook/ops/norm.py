@@ -13,13 +13,14 @@ import numpy as np
 from disthook.autograd import grad_mode
 from disthook.ops.base import Op
 from disthook.ops.conv import absent
+from disthook.ops.reduce import mean_array
 
 
 def moments(x: np.ndarray, axes: tuple) -> tuple:
     """(mean, biased variance) over ``axes``, kept as size-1 dims."""
-    mean = x.mean(axis=axes, keepdims=True)
+    mean = mean_array(x, axes, True)
     centred = x - mean
-    var = np.mean(centred * centred, axis=axes, keepdims=True)
+    var = mean_array(centred * centred, axes, True)
     return mean, var
 
 

@@ -80,8 +80,10 @@ class Sum(Op):
         x = a._data
         out_dtype = dtype if dtype is not None else (
             np.int64 if x.dtype.kind in "bi" or x.dtype.kind == "u" else x.dtype)
-        # (the method: np.sum's wrapper costs 5-10 us a call, a gradient's bias sum's too)
-        return x.sum(axis=dim, keepdims=keepdim, dtype=out_dtype)
+        # (the ufunc's own reduce: np.sum's wrapper costs 5-10 us a call, and a warning from
+        # numpy's wrapper module (inf - inf) escapes quiet_float_warnings, which torch never
+        # prints)
+        return np.add.reduce(x, axis=dim, dtype=out_dtype, keepdims=keepdim)
 
     @staticmethod
     def backward(ctx, g):
@@ -107,7 +109,7 @@ class Mean(Op):
                 f"point or complex dtype. Got: {_kind_name(x.dtype)}"
             )
         ctx.shape, ctx.dims, ctx.keepdim = x.shape, dim, keepdim
-        out = x.mean(axis=dim, keepdims=keepdim)
+        out = mean_array(x, dim, keepdim)
         ctx.count = x.size // max(1, out.size) if x.size else 0
         return out.astype(x.dtype, copy=False)
 
@@ -120,6 +122,23 @@ class Mean(Op):
             return plain_tensor(np.full(ctx.shape, x.reshape(()) / np.array(ctx.count, x.dtype),
                                         x.dtype))
         return expand_back(g, ctx.shape, ctx.dims, ctx.keepdim) / ctx.count
+
+
+def mean_array(x: np.ndarray, axis, keepdims: bool = False):
+    """``x.mean(axis)`` (float16 summed in float32, as numpy's) as the ufuncs themselves: a
+    warning they give (inf - inf, an empty mean's 0 / 0) comes from disthook's code, which
+    ``quiet_float_warnings`` drops, not from numpy's wrapper module or its "Mean of empty
+    slice": torch's mean gives nan without a word."""
+    axes = range(x.ndim) if axis is None else (axis,) if isinstance(axis, int) else axis
+    count = 1
+    for d in axes:
+        count *= x.shape[d]
+    total = np.add.reduce(x, axis=axis, dtype=np.float32 if x.dtype == np.float16 else None,
+                          keepdims=keepdims)
+    # numpy divides by its count as an intp (in float64 for float32), rounds to the sum's
+    # dtype, then to x's
+    mean = np.true_divide(total, np.intp(count)).astype(total.dtype, copy=False)
+    return mean.astype(x.dtype, copy=False) if x.dtype.kind in "fc" else mean
 
 
 class MeanAll(Mean):
@@ -148,7 +167,9 @@ def _spread(fn, ctx, x, dims, correction, keepdim, name: str):
                       UserWarning, stacklevel=4)
     with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # numpy's own words for the same
-        return fn(x, axis=dims, ddof=n - dof, keepdims=keepdim).astype(x.dtype)
+        # float16 in float32, as torch's CPU kernel accumulates (its squares pass 65504)
+        work = x.astype(np.float32) if x.dtype == np.float16 else x
+        return fn(work, axis=dims, ddof=n - dof, keepdims=keepdim).astype(x.dtype)
 
 
 def _over_dof(ctx) -> np.float64:
@@ -204,14 +225,15 @@ class VarMean(Op):
     @staticmethod
     def forward(ctx, a, dim=None, correction=1, keepdim=False):
         var = Var.forward(ctx, a, dim=dim, correction=correction, keepdim=keepdim)
-        return var, np.mean(a._data, axis=dim, keepdims=keepdim).astype(a._data.dtype)
+        return var, mean_array(a._data, dim, keepdim)
+
+    materialize_grads = False  # an output the program did not use adds nothing (below)
 
     @staticmethod
     def backward(ctx, g_var, g_mean):
         (a,) = ctx.saved_tensors
-        count = a.numel() // max(1, g_mean.numel()) if a.numel() else 1
-        g = Var.backward(ctx, g_var)
-        return g + expand_back(g_mean, a.shape, ctx.dims, ctx.keepdim) / count
+        spread = None if g_var is None else Var.backward(ctx, g_var)
+        return _spread_and_mean_grad(ctx, a, spread, g_mean)
 
 
 class StdMean(Op):
@@ -224,14 +246,26 @@ class StdMean(Op):
         ctx.dims, ctx.correction, ctx.keepdim = dim, correction, keepdim
         std = _spread(np.std, ctx, x, dim, correction, keepdim, "std_mean")
         ctx.save_for_backward(a, OUTPUT)  # the std, the first output
-        return std, np.mean(x, axis=dim, keepdims=keepdim).astype(x.dtype)
+        return std, mean_array(x, dim, keepdim)
+
+    materialize_grads = False
 
     @staticmethod
     def backward(ctx, g_std, g_mean):
         a = ctx.saved_tensors[0]
-        count = a.numel() // max(1, g_mean.numel()) if a.numel() else 1
-        g = Std.backward(ctx, g_std)
-        return g + expand_back(g_mean, a.shape, ctx.dims, ctx.keepdim) / count
+        spread = None if g_std is None else Std.backward(ctx, g_std)
+        return _spread_and_mean_grad(ctx, a, spread, g_mean)
+
+
+def _spread_and_mean_grad(ctx, a, g_spread, g_mean):
+    """var_mean's / std_mean's gradient: the spread's part plus the mean's, each only where
+    its output got a gradient, as torch: a zero gradient for the unused one would give nan
+    times inf where the input holds inf (the mean alone of ``std_mean`` of such a row)."""
+    if g_mean is None:
+        return g_spread
+    count = a.numel() // max(1, g_mean.numel()) if a.numel() else 1
+    g = expand_back(g_mean, a.shape, ctx.dims, ctx.keepdim) / count
+    return g if g_spread is None else g_spread + g
 
 
 class Amax(Op):
@@ -328,7 +362,7 @@ class Prod(Op):
         ctx.dim, ctx.keepdim = dim, keepdim
         x = a._data
         dtype = np.int64 if x.dtype.kind in "biu" else x.dtype  # integers widen, as in sum
-        return np.prod(x, axis=dim, keepdims=keepdim, dtype=dtype)
+        return np.multiply.reduce(x, axis=dim, dtype=dtype, keepdims=keepdim)  # (as Sum)
 
     @staticmethod
     def backward(ctx, g):
@@ -374,13 +408,13 @@ class LinalgVectorNorm(Op):
         elif ord == -np.inf:
             out = np.min(x, axis=dim, keepdims=keepdim)
         elif ord == 0:
-            out = np.sum(x != 0, axis=dim, keepdims=keepdim)
-        elif ord == 1:
-            out = np.sum(x, axis=dim, keepdims=keepdim)
+            out = np.add.reduce(x != 0, axis=dim, keepdims=keepdim)
+        elif ord == 1:  # (the ufunc's reduce, as Sum)
+            out = np.add.reduce(x, axis=dim, keepdims=keepdim)
         elif ord == 2:
-            out = np.sqrt(np.sum(x * x, axis=dim, keepdims=keepdim))
+            out = np.sqrt(np.add.reduce(x * x, axis=dim, keepdims=keepdim))
         else:
-            out = np.sum(x ** ord, axis=dim, keepdims=keepdim) ** (1.0 / ord)
+            out = np.add.reduce(x ** ord, axis=dim, keepdims=keepdim) ** (1.0 / ord)
         return np.asarray(out, dtype=a._data.dtype)
 
     @staticmethod
@@ -516,7 +550,10 @@ class Cumsum(Op):
         ctx.dim = dim
         x = a._data
         dtype = np.int64 if x.dtype.kind in "biu" else x.dtype
-        return np.cumsum(x.reshape(-1) if x.ndim == 0 else x, axis=dim, dtype=dtype).reshape(
+        # (the ufunc's own accumulate: np.cumsum's warning (inf - inf) would come from numpy's
+        # module, which quiet_float_warnings does not cover)
+        return np.add.accumulate(x.reshape(-1) if x.ndim == 0 else x, axis=dim,
+                                 dtype=dtype).reshape(
             x.shape)
 
     @staticmethod

@@ -42,7 +42,8 @@ class Cumprod(Op):
         x = a._data
         dtype = np.int64 if x.dtype.kind in "biu" else x.dtype
         flat = x.reshape(-1) if x.ndim == 0 else x
-        return np.cumprod(flat, axis=dim, dtype=dtype).reshape(x.shape)
+        # (the ufunc's own accumulate, as Cumsum: no warning from numpy's wrapper module)
+        return np.multiply.accumulate(flat, axis=dim, dtype=dtype).reshape(x.shape)
 
     @staticmethod
     def backward(ctx, g):
@@ -93,7 +94,8 @@ class Nansum(Op):
         ctx.dims, ctx.keepdim = dim, keepdim
         x = a._data
         dtype = np.int64 if x.dtype.kind in "biu" else x.dtype
-        return np.asarray(np.nansum(x, axis=dim, keepdims=keepdim, dtype=dtype))
+        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: nan, as torch's, silent
+            return np.asarray(np.nansum(x, axis=dim, keepdims=keepdim, dtype=dtype))
 
     @staticmethod
     def backward(ctx, g):
@@ -157,6 +159,32 @@ class Median(_Pick):
 
 class Nanmedian(_Pick):
     node_name = "NanmedianBackward1"
+    pick = staticmethod(_nan_lower_median)
+
+
+class MedianAll(Op):
+    """``median()`` over all elements (torch's MedianBackward0, one node): the gradient is
+    shared evenly among the elements equal to the median (the nans, where it is nan), as
+    torch's; the median over a dim gives it to the picked element alone."""
+
+    node_name = "MedianBackward0"
+    pick = staticmethod(_median_with_nan)
+
+    @classmethod
+    def forward(cls, ctx, a):
+        flat = a._data.reshape(-1)
+        ctx.save_for_backward(a, OUTPUT)
+        return np.asarray(flat[cls.pick(flat)])
+
+    @staticmethod
+    def backward(ctx, g):
+        a, value = ctx.saved_tensors
+        tied = a.isnan() if bool(value.isnan()) else a == value
+        return tied * (g / tied.sum())
+
+
+class NanmedianAll(MedianAll):
+    node_name = "NanmedianBackward0"
     pick = staticmethod(_nan_lower_median)
 
 
