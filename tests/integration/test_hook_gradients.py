@@ -74,14 +74,18 @@ def fed_gradients(model, x):
 @pytest.mark.parametrize("stages", [2, 3])
 @pytest.mark.parametrize("make", [chain, residual])
 def test_gradients_with_respect_to_what_hooks_handle(cluster, make, stages):
+    # seeded: x came from whatever stream the tests before had left, and the deployed sum of
+    # a kept output's two gradients adds in another order than one process's, a float32
+    # rounding that near a cancellation passed atol=1e-7 on some inputs (2.4e-7 seen)
+    torch.manual_seed(1)
     x = torch.randn(6, 4)
     local = make()
     remote = cluster.deploy(copy.deepcopy(local), stages=stages)
     try:
         np.testing.assert_allclose(kept_gradient(remote, x).numpy(),
-                                   kept_gradient(local, x).numpy(), rtol=1e-5, atol=1e-7)
+                                   kept_gradient(local, x).numpy(), rtol=1e-5, atol=1e-6)
         for got, want in zip(fed_gradients(remote, x), fed_gradients(local, x), strict=True):
-            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-7)
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
         # a kept output used on the client in the loss: one process's gradients (the
         # workers' backward of the output, then one from the kept tensor)
         for model in (remote, local):
@@ -91,7 +95,7 @@ def test_gradients_with_respect_to_what_hooks_handle(cluster, make, stages):
             out = model(x)
             (out.sum() + kept[0].square().sum()).backward()
         for (name, p), q in zip(remote.named_parameters(), local.parameters(), strict=True):
-            np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-5, atol=1e-7,
+            np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-5, atol=1e-6,
                                        err_msg=name)
         remote(x).sum().backward()  # kept, not used: a plain backward is untouched
     finally:
@@ -104,6 +108,7 @@ def test_autograd_grad_leaves_every_grad_as_it_is(cluster, make, stages):
     """autograd.grad through a deployed model (Captum's saliency, an FGSM step inside a
     training loop) fills no parameter's .grad on the workers, as in one process; backward
     restricted to inputs= neither; a plain backward does."""
+    torch.manual_seed(1)  # (as above)
     x = torch.randn(6, 4, requires_grad=True)
     local = make()
     remote = cluster.deploy(copy.deepcopy(local), stages=stages)
@@ -144,13 +149,14 @@ def neuron_gradients(model, x):
 @pytest.mark.parametrize("stages", [2, 3])
 @pytest.mark.parametrize("make", [chain, residual])
 def test_a_kept_tensor_differentiates_to_the_input(cluster, make, stages):
+    torch.manual_seed(1)  # (as above)
     x = torch.randn(6, 4)
     local = make()
     remote = cluster.deploy(copy.deepcopy(local), stages=stages)
     try:
         for got, want in zip(neuron_gradients(remote, x), neuron_gradients(local, x),
                              strict=True):
-            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-7)
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
         grads = remote.named_gradients()  # the kept-only backward: the part below it
         assert sorted(grads) == sorted(n for n, p in local.named_parameters()
                                        if p.grad is not None)
