@@ -42,11 +42,12 @@ def graph_nbytes(context, skip: set[int]) -> int:
     its nodes saved for the backward, each array counted once, those in ``skip`` (ids of
     the stage's weights, which are not the client's) not at all."""
     counted: dict[int, int] = {}
+    kinds = _WHAT
 
     def add(value, depth: int = 0) -> None:
-        what = _WHAT.get(type(value))
+        what = kinds.get(type(value))
         if what is None:
-            what = _WHAT[type(value)] = _what(type(value))
+            what = kinds[type(value)] = _what(type(value))
         if what == _NOTHING:
             return
         if what == _TENSOR:
@@ -58,9 +59,10 @@ def graph_nbytes(context, skip: set[int]) -> int:
             root = value if value.base is None else _root(value)
             if id(root) not in skip:
                 counted[id(root)] = root.nbytes
-        elif what == _SAVED:  # what a node keeps for its backward
-            add(getattr(value, "data", None))
-            add(getattr(value, "tensor", None))
+        elif what == _SAVED:  # what a node keeps for its backward: its array if it saved
+            # its own output, else the tensor (the other slot is None or was never set,
+            # and reading an unset slot costs an exception: _SavedTensor's invariant)
+            add(getattr(value, "data" if value.is_output else "tensor", None))
         elif depth < 3:  # a tuple or a list
             for v in value:
                 add(v, depth + 1)
@@ -75,9 +77,19 @@ def graph_nbytes(context, skip: set[int]) -> int:
         if node is None or id(node) in seen:
             continue
         seen.add(id(node))
-        for value in getattr(node, "__dict__", _NO_ATTRS).values():
-            add(value)
-        todo.extend(fn for fn, _ in node.next_functions)
+        attrs = getattr(node, "__dict__", None)
+        if attrs:  # (most nodes keep a tuple of saved tensors, or nothing)
+            for value in attrs.values():
+                if type(value) is tuple:  # (a node's saved tensors, mostly)
+                    for v in value:
+                        if type(v) is _SavedTensor:
+                            add(getattr(v, "data" if v.is_output else "tensor", None))
+                        elif kinds.get(type(v)) != _NOTHING:
+                            add(v, 1)
+                elif kinds.get(type(value)) != _NOTHING:
+                    add(value)
+        for fn, _ in node.next_functions:
+            todo.append(fn)
     return sum(counted.values())
 
 
@@ -85,7 +97,6 @@ def graph_nbytes(context, skip: set[int]) -> int:
 # nodes keep is neither a tensor nor an array (shapes, flags, dims), skipped at once
 _NOTHING, _TENSOR, _ARRAY, _SAVED, _SEQUENCE = range(5)
 _WHAT: dict[type, int] = {}
-_NO_ATTRS: dict = {}
 
 
 def _what(t: type) -> int:
