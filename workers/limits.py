@@ -59,10 +59,8 @@ def graph_nbytes(context, skip: set[int]) -> int:
             root = value if value.base is None else _root(value)
             if id(root) not in skip:
                 counted[id(root)] = root.nbytes
-        elif what == _SAVED:  # what a node keeps for its backward: its array if it saved
-            # its own output, else the tensor (the other slot is None or was never set,
-            # and reading an unset slot costs an exception: _SavedTensor's invariant)
-            add(getattr(value, "data" if value.is_output else "tensor", None))
+        elif what == _SAVED:  # what a node keeps for its backward
+            add(_saved_value(value))
         elif depth < 3:  # a tuple or a list
             for v in value:
                 add(v, depth + 1)
@@ -78,12 +76,12 @@ def graph_nbytes(context, skip: set[int]) -> int:
             continue
         seen.add(id(node))
         attrs = getattr(node, "__dict__", None)
-        if attrs:  # (most nodes keep a tuple of saved tensors, or nothing)
+        if attrs:
             for value in attrs.values():
                 if type(value) is tuple:  # (a node's saved tensors, mostly)
                     for v in value:
                         if type(v) is _SavedTensor:
-                            add(getattr(v, "data" if v.is_output else "tensor", None))
+                            add(_saved_value(v))
                         elif kinds.get(type(v)) != _NOTHING:
                             add(v, 1)
                 elif kinds.get(type(value)) != _NOTHING:
@@ -91,6 +89,13 @@ def graph_nbytes(context, skip: set[int]) -> int:
         for fn, _ in node.next_functions:
             todo.append(fn)
     return sum(counted.values())
+
+
+def _saved_value(saved: _SavedTensor):
+    """What a saved tensor holds: the array of a node's own output, else the tensor (None
+    under pack hooks). Its other slot is None or was never set (``_SavedTensor``'s
+    invariant), and a read of an unset slot costs an exception."""
+    return getattr(saved, "data" if saved.is_output else "tensor", None)
 
 
 # what graph_nbytes finds in a value, by its type (decided once per type): most of what
