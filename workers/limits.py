@@ -42,11 +42,12 @@ def graph_nbytes(context, skip: set[int]) -> int:
     its nodes saved for the backward, each array counted once, those in ``skip`` (ids of
     the stage's weights, which are not the client's) not at all."""
     counted: dict[int, int] = {}
+    kinds = _WHAT
 
     def add(value, depth: int = 0) -> None:
-        what = _WHAT.get(type(value))
+        what = kinds.get(type(value))
         if what is None:
-            what = _WHAT[type(value)] = _what(type(value))
+            what = kinds[type(value)] = _what(type(value))
         if what == _NOTHING:
             return
         if what == _TENSOR:
@@ -59,8 +60,7 @@ def graph_nbytes(context, skip: set[int]) -> int:
             if id(root) not in skip:
                 counted[id(root)] = root.nbytes
         elif what == _SAVED:  # what a node keeps for its backward
-            add(getattr(value, "data", None))
-            add(getattr(value, "tensor", None))
+            add(_saved_value(value))
         elif depth < 3:  # a tuple or a list
             for v in value:
                 add(v, depth + 1)
@@ -75,17 +75,33 @@ def graph_nbytes(context, skip: set[int]) -> int:
         if node is None or id(node) in seen:
             continue
         seen.add(id(node))
-        for value in getattr(node, "__dict__", _NO_ATTRS).values():
-            add(value)
-        todo.extend(fn for fn, _ in node.next_functions)
+        attrs = getattr(node, "__dict__", None)
+        if attrs:
+            for value in attrs.values():
+                if type(value) is tuple:  # (a node's saved tensors, mostly)
+                    for v in value:
+                        if type(v) is _SavedTensor:
+                            add(_saved_value(v))
+                        elif kinds.get(type(v)) != _NOTHING:
+                            add(v, 1)
+                elif kinds.get(type(value)) != _NOTHING:
+                    add(value)
+        for fn, _ in node.next_functions:
+            todo.append(fn)
     return sum(counted.values())
+
+
+def _saved_value(saved: _SavedTensor):
+    """What a saved tensor holds: the array of a node's own output, else the tensor (None
+    under pack hooks). Its other slot is None or was never set (``_SavedTensor``'s
+    invariant), and a read of an unset slot costs an exception."""
+    return getattr(saved, "data" if saved.is_output else "tensor", None)
 
 
 # what graph_nbytes finds in a value, by its type (decided once per type): most of what
 # nodes keep is neither a tensor nor an array (shapes, flags, dims), skipped at once
 _NOTHING, _TENSOR, _ARRAY, _SAVED, _SEQUENCE = range(5)
 _WHAT: dict[type, int] = {}
-_NO_ATTRS: dict = {}
 
 
 def _what(t: type) -> int:
