@@ -408,9 +408,13 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # forms: the stage's revision (workers/form.py), for an attached client's hooks
     # ids: a name for each tensor of args, in order ("<tensor>@<version>"), the same in every
     # event of the job that sends that tensor: the client gives it one object in them all
+    # arguments: for each tensor of args, the number of the call's argument it is, unchanged,
+    # or None (sent only where one is): the client gives its hooks the program's own tensor
+    # there (new since 21: a client of 21 refuses the field; the version is bumped at merge)
     "hook_event": {"hook": "int", "kind": "event_kind", "path": "str",
                    "args": "list[hook_value]", "diff": "bool?", "spec": "str?",
-                   "attrs": "list[attr_change]?", "ids": "list[str]?", "forms": "map?"},
+                   "attrs": "list[attr_change]?", "ids": "list[str]?", "forms": "map?",
+                   "arguments": "list?"},
     "hook_reply": {"hook": "int", "result": "hook_value?", "watch": "list[int]?",
                    "retain": "list[int]?", "key": "str?", "changed": "list[changed_arg]?",
                    "taps": "list[int]?", "stale": "bool?", "wrote": "bool?"},

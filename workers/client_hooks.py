@@ -13,7 +13,7 @@ import numpy as np
 import disthook
 from disthook.autograd import grad_mode, inference
 from disthook.service import hook_kinds, worker_hooks
-from disthook.service.values import pack, tensors_in, unpack
+from disthook.service.values import argument_number, pack, tensors_in, unpack
 from workers import attr_changes, form
 from workers.speculation import HookRecord
 
@@ -143,15 +143,17 @@ class HookHandlers:
         job = self.current_job()
         spec = job.spec
         ids = self._names_of(job, originals)
+        numbers = [argument_number(t) for t in originals]  # the call's own arguments
+        numbers = numbers if any(n is not None for n in numbers) else None
         if spec is None:
             self.captures.fired["client"] += 1
             return self._call_client(client, hook_id, kind, path, [pack(a) for a in args],
-                                     diff=diff, ids=ids)
+                                     diff=diff, ids=ids, arguments=numbers)
 
         def send(ahead: bool):
             self.captures.fired["client"] += 1
             return self._send_event(client, hook_id, kind, path, spec.pack(args, ahead),
-                                    diff, spec.round, ahead, ids)
+                                    diff, spec.round, ahead, ids, numbers)
 
         return spec.fire(record, hook_id, originals, send,
                          lambda wait: self._answer_of(wait, kind, path),
@@ -232,18 +234,19 @@ class HookHandlers:
         return stub
 
     def _call_client(self, client: bytes, hook_id: int, kind: str, path: str, args: list,
-                     diff: bool = False, ids: list | None = None):
+                     diff: bool = False, ids: list | None = None, arguments=None):
         """Send a hook event to ``client`` and sleep until its answer comes; the answer (a
         ``hook_reply`` message)."""
         return self._answer_of(self._send_event(client, hook_id, kind, path, args, diff,
-                                                ids=ids), kind, path)
+                                                ids=ids, arguments=arguments), kind, path)
 
     def _send_event(self, client: bytes, hook_id: int, kind: str, path: str, args: list,
                     diff: bool = False, spec: str | None = None, ahead: bool = False,
-                    ids: list | None = None):
+                    ids: list | None = None, arguments: list | None = None):
         """Send a hook event to ``client``; the wait for its answer (one the job goes on
         past when ``ahead``). ``spec``: the round of a pass run ahead; ``ids``: the names
-        of the tensors of ``args`` (see _names_of)."""
+        of the tensors of ``args`` (see _names_of); ``arguments``: which of them is which
+        argument of the call, unchanged (None where none is)."""
         job = self.current_job()
         self.announce_wait(job)  # the later stages keep their weights for its call
         req = next(self._event_ids)
@@ -253,6 +256,8 @@ class HookHandlers:
         fields = {"hook": hook_id, "kind": kind, "path": path, "args": args, "diff": diff,
                   "spec": spec, "attrs": attr_changes.seen(job), "ids": ids,
                   "forms": None if job.stage is None else form.forms(job.stage, job)}
+        if arguments is not None:  # (only then: a client before it refuses the field)
+            fields["arguments"] = arguments
         self.reply(self.router, client, req, "hook_event", fields, ctx=job.msg.ctx)
         return wait
 

@@ -74,7 +74,7 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
                     else ([], None))
     # every micro-batch is sent at once: stage 0 works on the second while stage 1
     # works on the first, and so on (the GPipe fill and drain)
-    if grad and sizes is None:  # what a tensor a hook gets can be differentiated to
+    if sizes is None:  # what a tensor a hook gets is, or (grad) can be differentiated to
         model._hub.pending_inputs[ctx_ids[0]] = [x]
     try:
         replies = model._hub.request_all(

@@ -106,6 +106,14 @@ def as_argument(t: Tensor, nr: int) -> Tensor:
     return t
 
 
+def argument_number(t: Tensor) -> int | None:
+    """The number of the call's argument that ``t`` is, unchanged since it came (marked by
+    ``as_argument``), else None: a hook event names it, for the client to give its hooks
+    the program's own tensor where one process does."""
+    mark = t.__dict__.get("_argument")
+    return None if mark is None or t._vc[0] != mark[1] else mark[0]
+
+
 def returned_argument(t: Tensor) -> int | None:
     """The number of the call's argument that ``t`` is, unchanged and without hooks on it or
     its node (a part that returns its input as it is: ``nn.Identity``), else None: the call
