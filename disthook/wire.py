@@ -410,11 +410,14 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # event of the job that sends that tensor: the client gives it one object in them all
     # arguments: for each tensor of args, the number of the call's argument it is, unchanged,
     # or None (sent only where one is): the client gives its hooks the program's own tensor
-    # there (new since 21: a client of 21 refuses the field; the version is bumped at merge)
+    # there; views: for each, [output_nr, name] of a custom Function's view output (a full
+    # backward hook's wrapping) or None, which the client's tensor refuses to change in
+    # place as one process does (both new since 21: a client of 21 refuses the fields; the
+    # version is bumped at merge)
     "hook_event": {"hook": "int", "kind": "event_kind", "path": "str",
                    "args": "list[hook_value]", "diff": "bool?", "spec": "str?",
                    "attrs": "list[attr_change]?", "ids": "list[str]?", "forms": "map?",
-                   "arguments": "list?"},
+                   "arguments": "list?", "views": "list?"},
     "hook_reply": {"hook": "int", "result": "hook_value?", "watch": "list[int]?",
                    "retain": "list[int]?", "key": "str?", "changed": "list[changed_arg]?",
                    "taps": "list[int]?", "stale": "bool?", "wrote": "bool?"},

@@ -271,6 +271,7 @@ class HookServer:
         address = next((a for a, s in self.socks.items() if s is sock), None)
 
         names = event.get("ids") or ()
+        views = event.get("views") if diff else None  # (see given_tensors.mark_view)
         store = self.given.setdefault(event.ctx, {}) if names else None
         again: set[int] = set()  # ids of the tensors an earlier event gave as they are
 
@@ -283,6 +284,7 @@ class HookServer:
                     again.add(id(t))
             else:
                 t, base = made(array, requires_grad, grad_fn)
+            given_tensors.mark_view(t, views, len(leaves))
             leaves.append(t)
             bases.append(base)
             return t

@@ -18,7 +18,7 @@ import numpy as np
 
 from disthook.tensor import Clone, Tensor
 
-__all__ = ["as_made_by", "first_places", "given", "made_here", "once_on_worker",
+__all__ = ["as_made_by", "first_places", "given", "made_here", "mark_view", "once_on_worker",
            "program_argument", "retain_on_worker"]
 
 
@@ -139,6 +139,16 @@ def program_argument(arguments: list | None, numbers: list | None, index: int,
             or not np.array_equal(own._data, np.asarray(array)):
         return None
     return own
+
+
+def mark_view(t: Tensor, views: list | None, index: int) -> None:
+    """Tensor ``index`` of a hook event stands for a custom Function's view output on the
+    worker (``views``, the event's "views": a full backward hook's wrapping of a module's
+    output): ``t`` refuses an in-place change with torch's error, in the hook, as one process
+    does (Tensor._inplace), not after the hook ran on."""
+    view = views[index] if views and index < len(views) else None
+    if view is not None and t._grad_fn is not None and t._base is None:
+        t.__dict__["_custom_view"] = (int(view[0]), str(view[1]))
 
 
 def made_here(leaves: list) -> frozenset:

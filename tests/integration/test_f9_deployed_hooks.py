@@ -96,3 +96,47 @@ def test_a_pre_hook_of_a_placed_part_gets_the_programs_tensor_under_no_grad(clus
     assert want[:2] == ([True], 1)
     assert got[:2] == want[:2]
     np.testing.assert_allclose(got[2], want[2])
+
+
+def _view_changed_in_a_hook(model, catch: bool):
+    """Seed 1305: a full backward pre-hook on the first layer makes its output that hook's
+    view; the next layer's forward pre-hook changes what it got in place. In one process
+    the change raises there, inside the hook (which may catch it and go on)."""
+    log = []
+    model[0].register_full_backward_pre_hook(lambda m, g: None)
+
+    def change(module, args):
+        try:
+            args[0].mul_(-1)
+        except RuntimeError as e:
+            log.append(("raised in the hook", "is a view" in str(e)))
+            if not catch:
+                raise
+            return (args[0] * -1,)
+        log.append("the hook went on")
+        return None
+
+    model[1].register_forward_pre_hook(change)
+    torch.manual_seed(1)
+    x = torch.randn(2, 3, requires_grad=True)
+    try:
+        out = model(x)
+    except RuntimeError as e:
+        log.append(("raised", type(e).__name__))
+        return log, None
+    out.sum().backward()
+    return log, [x.grad.numpy().copy()] + [p.grad.numpy().copy() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("catch", [False, True])
+def test_a_hooks_view_changed_in_place_in_a_later_hook_raises_inside_that_hook(cluster, catch):
+    def make():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3), nn.Linear(3, 3))
+
+    got, want = deployed_run(cluster, make, lambda m: _view_changed_in_a_hook(m, catch))
+    assert want[0][0] == ("raised in the hook", True)
+    assert got[0] == want[0]
+    if catch:
+        for a, b in zip(got[1], want[1]):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
