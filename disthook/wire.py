@@ -347,11 +347,14 @@ SCHEMAS: dict[str, dict[str, str]] = {
                 "params": "any?", "keep": "bool?", "as_of": "map?", "checkpoint": "map?",
                 "within": "str?", "attrs": "list[attr_change]?", "names": "list[str]?",
                 "default_dtype": "str?", "autocast": "str?", "forms": "map?", "cut": "bool?",
-                "changed": "list?", "cast": "bool?"},
+                "changed": "list?", "cast": "bool?", "inference": "list?"},
     # changed: the chain's input its first stage changed in place ({"arg", "value",
     # "moved"}: workers/given_args.py), passed on to the answer (result["changed"], as a
     # call's answer carries its arguments changed in place), which the client writes back
     # cast: a stage's autocast region kept a cast of a weight (autocast_mode.cached_leaves)
+    # inference: for each of inputs, whether the client's tensor was made in inference_mode
+    # (sent only where one was; a call's argument says so in "call" as {"tensor",
+    # "inference"}): the stage's copy is one too (new since 21: a worker of 21 refuses it)
     # cut: the output's graph at an earlier stage missed that stage's input (a forward
     # pre-hook gave the module a detached tensor); the answer carries it (result["cut"])
     # forms: the revisions of the stages a forward passed (workers/form.py), to answer an

@@ -21,7 +21,7 @@ from disthook import wire
 from disthook._dtype import default_dtype_as
 from disthook.amp import autocast_mode
 from disthook.amp.autocast_mode import region_as
-from disthook.autograd import engine
+from disthook.autograd import engine, inference
 from disthook.service import op_calls, values
 from disthook.service.loop import NO_REPLY, send_frames
 from disthook.service.values import pack, tensors_in, unpack
@@ -89,8 +89,11 @@ class ComputeHandlers:
 
             def compute():
                 inputs.clear()  # fresh leaves each time the forward runs
-                for a, flag in zip(msg["inputs"], flags):
-                    leaf(a, flag)
+                for a, flag, made_in in zip(msg["inputs"], flags,
+                                            msg.get("inference") or [False] * len(flags)):
+                    t = leaf(a, flag)
+                    if made_in:  # made in inference_mode: the stage's ops refuse to save it
+                        inference.made_inference(t)
                 if msg.get("rng"):  # the client's random stream, passed stage to stage
                     job.rng = msg["rng"]
                     disthook.random._set_stream_state(msg["rng"])

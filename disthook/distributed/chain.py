@@ -82,6 +82,7 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
                                     **_dtype.default_dtype_field(),
                                     **autocast_mode.region_field(),
                                     "requires_grad": [x._requires_grad],
+                                    **({"inference": [True]} if x.is_inference() else {}),
                                     "reply_to": model._hub.reply_to,
                                     "mb": None if sizes is None else i, "stop": stop,
                                     "rng": streams[i],

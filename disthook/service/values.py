@@ -70,8 +70,12 @@ def unpack(data, make_tensor=None, kept=None, classes: bool = False):
         return data
     if isinstance(data, dict) and len(data) in (1, 2, 3):
         if "tensor" in data and isinstance(data["tensor"], np.ndarray):
-            return make_tensor(data["tensor"], bool(data.get("requires_grad")),
-                               data.get("grad_fn"))
+            t = make_tensor(data["tensor"], bool(data.get("requires_grad")),
+                            data.get("grad_fn"))
+            if data.get("inference") is True:  # a call's argument made in inference_mode
+                from disthook.autograd.inference import made_inference
+                made_inference(t)
+            return t
         if len(data) == 1:
             (tag, payload), = data.items()
             if tag == "tuple" and isinstance(payload, list):

@@ -140,3 +140,43 @@ def test_a_hooks_view_changed_in_place_in_a_later_hook_raises_inside_that_hook(c
     if catch:
         for a, b in zip(got[1], want[1]):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+class _Calls(nn.Module):
+    """A model whose forward runs here and calls its two parts."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(3, 3), nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+
+def _given_an_inference_tensor(model, frozen: bool):
+    """Seed 1792: the model's input is a tensor made in inference_mode (a forward hook's
+    result, in the seed); in one process a layer that saves it for backward refuses it,
+    where a frozen model records nothing and takes it."""
+    for p in model.parameters():
+        p.requires_grad_(not frozen)
+    with torch.inference_mode():
+        x = torch.ones(2, 3) * 0.5
+    try:
+        out = model(x)
+    except RuntimeError as e:
+        return "raised", "Inference tensors cannot be saved for backward" in str(e)
+    return "ran", out.requires_grad, out.detach().numpy().round(5).tolist()
+
+
+@pytest.mark.parametrize("frozen", [False, True])
+@pytest.mark.parametrize("make", [lambda: nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3)),
+                                  _Calls], ids=["chain", "parts"])
+def test_an_argument_made_in_inference_mode_is_refused_where_a_layer_saves_it(
+        cluster, make, frozen):
+    def made():
+        torch.manual_seed(0)
+        return make()
+
+    got, want = deployed_run(cluster, made, lambda m: _given_an_inference_tensor(m, frozen))
+    assert want[0] == ("ran" if frozen else "raised")
+    assert got == want
