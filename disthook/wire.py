@@ -347,7 +347,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
                 "params": "any?", "keep": "bool?", "as_of": "map?", "checkpoint": "map?",
                 "within": "str?", "attrs": "list[attr_change]?", "names": "list[str]?",
                 "default_dtype": "str?", "autocast": "str?", "forms": "map?", "cut": "bool?",
-                "changed": "list?", "cast": "bool?", "inference": "list?"},
+                "changed": "list?", "cast": "bool?", "inference": "list?",
+                "custom_view": "list?"},
     # changed: the chain's input its first stage changed in place ({"arg", "value",
     # "moved"}: workers/given_args.py), passed on to the answer (result["changed"], as a
     # call's answer carries its arguments changed in place), which the client writes back
@@ -355,6 +356,9 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # inference: for each of inputs, whether the client's tensor was made in inference_mode
     # (sent only where one was; a call's argument says so in "call" as {"tensor",
     # "inference"}): the stage's copy is one too (new since 21: a worker of 21 refuses it)
+    # custom_view: in a forward passed on, [output_nr, name] where the previous stage's output
+    # is a custom Function's view (a full backward hook's wrapping): the stage's input stands
+    # for it and refuses an in-place change as one process does (new since 21, as above)
     # cut: the output's graph at an earlier stage missed that stage's input (a forward
     # pre-hook gave the module a detached tensor); the answer carries it (result["cut"])
     # forms: the revisions of the stages a forward passed (workers/form.py), to answer an

@@ -105,6 +105,8 @@ class ComputeHandlers:
                     for t, name in zip(given, msg.get("names") or ()):  # the previous
                         self.name_as(job, t, name)  # stage's output: one object (hooks)
                     before = [given_now(t, i) for i, t in enumerate(given) if st.index == 0]
+                    if msg.get("custom_view") and st.index > 0:
+                        values.mark_custom_view(given[0], msg["custom_view"])
                     if stop_here:  # the output of module `stop` is the answer: no later stage
                         out = toolkit.stop_after(st.module, stop, *given)
                     else:
@@ -145,6 +147,8 @@ class ComputeHandlers:
                               "names": self._names_of(job, [out])}
                     if cut:
                         fields["cut"] = True
+                    if values.custom_view(out) is not None:  # (a full backward hook's view)
+                        fields["custom_view"] = values.custom_view(out)
                     passed = form.forms(st, job, msg.get("forms"))
                     if passed:
                         fields["forms"] = passed

@@ -110,6 +110,14 @@ def as_argument(t: Tensor, nr: int) -> Tensor:
     return t
 
 
+def mark_custom_view(t: Tensor, view) -> None:
+    """Make ``t`` (a chain stage's input) stand for the previous stage's output that is a
+    custom Function's view (``custom_view``'s ``[output_nr, name]``): an in-place change of
+    it raises torch's error on this stage and in the client's hooks, as in one process."""
+    t.__dict__["_custom_view"] = (int(view[0]), str(view[1]))
+    t.__dict__["_view_version"] = t._vc[0]
+
+
 def argument_number(t: Tensor) -> int | None:
     """The number of the call's argument that ``t`` is, unchanged since it came (marked by
     ``as_argument``), else None: a hook event names it, for the client to give its hooks

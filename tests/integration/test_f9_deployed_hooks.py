@@ -128,11 +128,14 @@ def _view_changed_in_a_hook(model, catch: bool):
     return log, [x.grad.numpy().copy()] + [p.grad.numpy().copy() for p in model.parameters()]
 
 
+@pytest.mark.parametrize("layers", [3, 2], ids=["one_stage", "next_stage"])
 @pytest.mark.parametrize("catch", [False, True])
-def test_a_hooks_view_changed_in_place_in_a_later_hook_raises_inside_that_hook(cluster, catch):
+def test_a_hooks_view_changed_in_place_in_a_later_hook_raises_inside_that_hook(
+        cluster, catch, layers):
+    """(With two layers on two stages the view is the first stage's output, passed on.)"""
     def make():
         torch.manual_seed(0)
-        return nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3), nn.Linear(3, 3))
+        return nn.Sequential(*[nn.Linear(3, 3) for _ in range(layers)])
 
     got, want = deployed_run(cluster, make, lambda m: _view_changed_in_a_hook(m, catch))
     assert want[0][0] == ("raised in the hook", True)
