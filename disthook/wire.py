@@ -347,11 +347,18 @@ SCHEMAS: dict[str, dict[str, str]] = {
                 "params": "any?", "keep": "bool?", "as_of": "map?", "checkpoint": "map?",
                 "within": "str?", "attrs": "list[attr_change]?", "names": "list[str]?",
                 "default_dtype": "str?", "autocast": "str?", "forms": "map?", "cut": "bool?",
-                "changed": "list?", "cast": "bool?"},
+                "changed": "list?", "cast": "bool?", "inference": "list?",
+                "custom_view": "list?"},
     # changed: the chain's input its first stage changed in place ({"arg", "value",
     # "moved"}: workers/given_args.py), passed on to the answer (result["changed"], as a
     # call's answer carries its arguments changed in place), which the client writes back
     # cast: a stage's autocast region kept a cast of a weight (autocast_mode.cached_leaves)
+    # inference: for each of inputs, whether the client's tensor was made in inference_mode
+    # (sent only where one was; a call's argument says so in "call" as {"tensor",
+    # "inference"}): the stage's copy is one too (new since 21: a worker of 21 refuses it)
+    # custom_view: in a forward passed on, [output_nr, name] where the previous stage's output
+    # is a custom Function's view (a full backward hook's wrapping): the stage's input stands
+    # for it and refuses an in-place change as one process does (new since 21, as above)
     # cut: the output's graph at an earlier stage missed that stage's input (a forward
     # pre-hook gave the module a detached tensor); the answer carries it (result["cut"])
     # forms: the revisions of the stages a forward passed (workers/form.py), to answer an
@@ -408,9 +415,16 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # forms: the stage's revision (workers/form.py), for an attached client's hooks
     # ids: a name for each tensor of args, in order ("<tensor>@<version>"), the same in every
     # event of the job that sends that tensor: the client gives it one object in them all
+    # arguments: for each tensor of args, the number of the call's argument it is, unchanged,
+    # or None (sent only where one is): the client gives its hooks the program's own tensor
+    # there; views: for each, [output_nr, name] of a custom Function's view output (a full
+    # backward hook's wrapping) or None, which the client's tensor refuses to change in
+    # place as one process does (both new since 21: a client of 21 refuses the fields; the
+    # version is bumped at merge)
     "hook_event": {"hook": "int", "kind": "event_kind", "path": "str",
                    "args": "list[hook_value]", "diff": "bool?", "spec": "str?",
-                   "attrs": "list[attr_change]?", "ids": "list[str]?", "forms": "map?"},
+                   "attrs": "list[attr_change]?", "ids": "list[str]?", "forms": "map?",
+                   "arguments": "list?", "views": "list?"},
     "hook_reply": {"hook": "int", "result": "hook_value?", "watch": "list[int]?",
                    "retain": "list[int]?", "key": "str?", "changed": "list[changed_arg]?",
                    "taps": "list[int]?", "stale": "bool?", "wrote": "bool?"},

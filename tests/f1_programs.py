@@ -106,6 +106,11 @@ def generate(seed: int, *, deployable: bool = False, extras: bool | None = None)
             e == "autocast" and (rnd["calls"] > 1 or {"twice", "shared"} & set(blocks))
             or e == "vmap_out" and rnd["node_hooks"])] if wider else []
         rnd["set_to_none"] = to_none
+    # shapes of the seventh round (F9), from a sixth stream, with the extras: the steps of
+    # F9_EXTRAS
+    seventh = random.Random(f"f9-{seed}")
+    for rnd in prog["rounds"]:
+        rnd["f9"] = [e for e in F9_EXTRAS if seventh.random() < 0.12] if wider else []
     return prog
 
 
@@ -133,6 +138,13 @@ F5_EXTRAS = ("bad_call", "hook_adds_hook", "grad_outputs", "retain_then_rehook")
 # (retain_graph) and zero_grad(set_to_none=...) before the round's own backward; and a
 # first backward (retain_graph) that a hook on the output stops, then the round's own
 F6_EXTRAS = ("autocast", "vmap_out", "view_hook", "post_acc_again", "raise_then_again")
+
+# what a round may add in the seventh round: a full backward pre-hook on the whole model
+# that halves its gradient, with a tensor hook on the output (the same value); a hook on the
+# output that, mid-backward, registers a tensor hook on the input and removes the first of
+# the program's hooks; and a first backward (retain_graph) after which every hook of the
+# program is removed before the round's own backward
+F9_EXTRAS = ("pre_and_tensor", "hook_mid_backward", "retain_then_unhook")
 
 
 def _hook(rng, modules, params, deployable) -> dict:
@@ -548,10 +560,17 @@ class Stop(Exception):
 
 def _one_round(T, prog, rnd, model, x, params, handles, kept, log):
     kept.clear()
+    whole = None  # (F9's pre_and_tensor: a hook on the whole model for this round)
+    if "pre_and_tensor" in rnd.get("f9", ()):
+        whole = model.register_full_backward_pre_hook(
+            lambda m, g: (log.append(("whole pre", summary(g))), _halved(g))[1])
     try:
         _round_steps(T, prog, rnd, model, x, params, kept, log, handles)
     except Stop:
         pass
+    finally:
+        if whole is not None:
+            whole.remove()
     for name, p in params.items():
         log.append(("grad", name, summary(p.grad)))
     for name, b in model.named_buffers():
@@ -684,6 +703,11 @@ def _round_steps(T, prog, rnd, model, x, params, kept, log, handles):
         if 0 in handles:
             handles[0].remove()
     _sixth_steps(T, rnd, model, out, loss, params, chosen, log)
+    _seventh_steps(rnd, x, out, loss, handles, log)
+    _round_backward(T, rnd, x, out, loss, chosen, kept, log, extras, model)
+
+
+def _round_backward(T, rnd, x, out, loss, chosen, kept, log, extras, model):
     kind = rnd["backward"]
     if kind == "backward":
         step(log, "backward", loss.backward)
@@ -704,6 +728,32 @@ def _round_steps(T, prog, rnd, model, x, params, kept, log, handles):
         log.append(("kept.grad", i, summary(kept[i].grad)))
     if rnd["zero_grad"]:
         step(log, "zero_grad", model.zero_grad)
+
+
+def _halved(grads):
+    return tuple(None if g is None else g * 0.5 for g in grads)
+
+
+def _seventh_steps(rnd, x, out, loss, handles, log):
+    """F9_EXTRAS's steps before a round's own backward (see F9_EXTRAS)."""
+    seventh = rnd.get("f9", ())
+    if "pre_and_tensor" in seventh and out.requires_grad:
+        out.register_hook(lambda g: log.append(("out seen", summary(g))))
+    if "hook_mid_backward" in seventh and out.requires_grad:
+        def mid(g):
+            log.append(("mid", summary(g)))
+            if x.requires_grad:
+                x.register_hook(lambda gx: log.append(("added mid", summary(gx))))
+            first = next((i for i in sorted(handles)), None)
+            if first is not None:
+                handles.pop(first).remove()
+
+        out.register_hook(mid)
+    if "retain_then_unhook" in seventh:
+        step(log, "backward kept", lambda: loss.backward(retain_graph=True))
+        log.append("--- unhooked")
+        for i in sorted(handles):
+            handles.pop(i).remove()
 
 
 def _sixth_steps(T, rnd, model, out, loss, params, chosen, log):

@@ -77,6 +77,10 @@ def test_the_programs_use_every_hook_kind_and_block():
     assert not any(h["form"] or r["f5"] or h["kind"] == "g_fwd"
                    for seed in range(50) for p in [programs.generate(seed, deployable=True)]
                    for h in p["hooks"] for r in p["rounds"])
+    # (F9's steps; none in deployable programs unless asked)
+    assert {e for p in made for r in p["rounds"] for e in r["f9"]} == set(programs.F9_EXTRAS)
+    assert not any(r["f9"] for seed in range(50)
+                   for r in programs.generate(seed, deployable=True)["rounds"])
     assert {h["does"] for p in made for h in p["hooks"]} >= {
         "log", "replace", "raise", "remove_self", "remove_other", "inplace", "bad",
         "act_hook", "act_retain"}

@@ -13,7 +13,7 @@ import numpy as np
 import disthook
 from disthook.autograd import grad_mode, inference
 from disthook.service import hook_kinds, worker_hooks
-from disthook.service.values import pack, tensors_in, unpack
+from disthook.service.values import argument_number, custom_view, pack, tensors_in, unpack
 from workers import attr_changes, form
 from workers.speculation import HookRecord
 
@@ -23,6 +23,21 @@ __all__ = ["HookHandlers"]
 # a name of 1 MiB each made a worker hold 4 GiB for one client, past every cap by bytes
 MAX_HOOK_NAME_CHARS = 256
 
+
+
+def _marks(originals: list) -> dict:
+    """What a hook event says of its tensors where one process would show it (each field a
+    list, one entry per tensor, None where it does not apply; sent only where one does):
+    "arguments", the number of the call's argument a tensor is, unchanged (the client's
+    hook gets the program's own tensor); "views", ``[output_nr, name]`` of a custom
+    Function's view output (a full backward hook's wrapping of a module's output), which
+    the client's tensor makes refuse an in-place change as one process does."""
+    marks = {}
+    for field, of in (("arguments", argument_number), ("views", custom_view)):
+        found = [of(t) for t in originals]
+        if any(v is not None for v in found):
+            marks[field] = found
+    return marks
 
 class HookHandlers:
     """The hook requests of ``Worker`` and its client-hook stubs (a mixin)."""
@@ -143,15 +158,16 @@ class HookHandlers:
         job = self.current_job()
         spec = job.spec
         ids = self._names_of(job, originals)
+        marks = _marks(originals)
         if spec is None:
             self.captures.fired["client"] += 1
             return self._call_client(client, hook_id, kind, path, [pack(a) for a in args],
-                                     diff=diff, ids=ids)
+                                     diff=diff, ids=ids, marks=marks)
 
         def send(ahead: bool):
             self.captures.fired["client"] += 1
             return self._send_event(client, hook_id, kind, path, spec.pack(args, ahead),
-                                    diff, spec.round, ahead, ids)
+                                    diff, spec.round, ahead, ids, marks)
 
         return spec.fire(record, hook_id, originals, send,
                          lambda wait: self._answer_of(wait, kind, path),
@@ -232,18 +248,19 @@ class HookHandlers:
         return stub
 
     def _call_client(self, client: bytes, hook_id: int, kind: str, path: str, args: list,
-                     diff: bool = False, ids: list | None = None):
+                     diff: bool = False, ids: list | None = None, marks=None):
         """Send a hook event to ``client`` and sleep until its answer comes; the answer (a
         ``hook_reply`` message)."""
         return self._answer_of(self._send_event(client, hook_id, kind, path, args, diff,
-                                                ids=ids), kind, path)
+                                                ids=ids, marks=marks), kind, path)
 
     def _send_event(self, client: bytes, hook_id: int, kind: str, path: str, args: list,
                     diff: bool = False, spec: str | None = None, ahead: bool = False,
-                    ids: list | None = None):
+                    ids: list | None = None, marks: dict | None = None):
         """Send a hook event to ``client``; the wait for its answer (one the job goes on
         past when ``ahead``). ``spec``: the round of a pass run ahead; ``ids``: the names
-        of the tensors of ``args`` (see _names_of)."""
+        of the tensors of ``args`` (see _names_of); ``marks``: fields saying what some of
+        them are (see _marks)."""
         job = self.current_job()
         self.announce_wait(job)  # the later stages keep their weights for its call
         req = next(self._event_ids)
@@ -253,6 +270,7 @@ class HookHandlers:
         fields = {"hook": hook_id, "kind": kind, "path": path, "args": args, "diff": diff,
                   "spec": spec, "attrs": attr_changes.seen(job), "ids": ids,
                   "forms": None if job.stage is None else form.forms(job.stage, job)}
+        fields.update(marks or {})  # (only where one is: a client before them refuses them)
         self.reply(self.router, client, req, "hook_event", fields, ctx=job.msg.ctx)
         return wait
 

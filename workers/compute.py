@@ -21,7 +21,7 @@ from disthook import wire
 from disthook._dtype import default_dtype_as
 from disthook.amp import autocast_mode
 from disthook.amp.autocast_mode import region_as
-from disthook.autograd import engine
+from disthook.autograd import engine, inference
 from disthook.service import op_calls, values
 from disthook.service.loop import NO_REPLY, send_frames
 from disthook.service.values import pack, tensors_in, unpack
@@ -89,8 +89,11 @@ class ComputeHandlers:
 
             def compute():
                 inputs.clear()  # fresh leaves each time the forward runs
-                for a, flag in zip(msg["inputs"], flags):
-                    leaf(a, flag)
+                for a, flag, made_in in zip(msg["inputs"], flags,
+                                            msg.get("inference") or [False] * len(flags)):
+                    t = leaf(a, flag)
+                    if made_in:  # made in inference_mode: the stage's ops refuse to save it
+                        inference.made_inference(t)
                 if msg.get("rng"):  # the client's random stream, passed stage to stage
                     job.rng = msg["rng"]
                     disthook.random._set_stream_state(msg["rng"])
@@ -102,6 +105,8 @@ class ComputeHandlers:
                     for t, name in zip(given, msg.get("names") or ()):  # the previous
                         self.name_as(job, t, name)  # stage's output: one object (hooks)
                     before = [given_now(t, i) for i, t in enumerate(given) if st.index == 0]
+                    if msg.get("custom_view") and st.index > 0:
+                        values.mark_custom_view(given[0], msg["custom_view"])
                     if stop_here:  # the output of module `stop` is the answer: no later stage
                         out = toolkit.stop_after(st.module, stop, *given)
                     else:
@@ -142,6 +147,8 @@ class ComputeHandlers:
                               "names": self._names_of(job, [out])}
                     if cut:
                         fields["cut"] = True
+                    if values.custom_view(out) is not None:  # (a full backward hook's view)
+                        fields["custom_view"] = values.custom_view(out)
                     passed = form.forms(st, job, msg.get("forms"))
                     if passed:
                         fields["forms"] = passed

@@ -74,7 +74,7 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
                     else ([], None))
     # every micro-batch is sent at once: stage 0 works on the second while stage 1
     # works on the first, and so on (the GPipe fill and drain)
-    if grad and sizes is None:  # what a tensor a hook gets can be differentiated to
+    if sizes is None:  # what a tensor a hook gets is, or (grad) can be differentiated to
         model._hub.pending_inputs[ctx_ids[0]] = [x]
     try:
         replies = model._hub.request_all(
@@ -82,6 +82,7 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
                                     **_dtype.default_dtype_field(),
                                     **autocast_mode.region_field(),
                                     "requires_grad": [x._requires_grad],
+                                    **({"inference": [True]} if x.is_inference() else {}),
                                     "reply_to": model._hub.reply_to,
                                     "mb": None if sizes is None else i, "stop": stop,
                                     "rng": streams[i],

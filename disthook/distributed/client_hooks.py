@@ -271,6 +271,7 @@ class HookServer:
         address = next((a for a, s in self.socks.items() if s is sock), None)
 
         names = event.get("ids") or ()
+        views = event.get("views") if diff else None  # (see given_tensors.mark_view)
         store = self.given.setdefault(event.ctx, {}) if names else None
         again: set[int] = set()  # ids of the tensors an earlier event gave as they are
 
@@ -283,6 +284,7 @@ class HookServer:
                     again.add(id(t))
             else:
                 t, base = made(array, requires_grad, grad_fn)
+            given_tensors.mark_view(t, views, len(leaves))
             leaves.append(t)
             bases.append(base)
             return t
@@ -305,8 +307,14 @@ class HookServer:
                 t._grad_fn._hook_ctx = event.ctx  # (a tensor of this call's, to a vjp)
                 t._reach_from = unlinked_taps_refused(t, event.ctx, proxy, kind)
             elif requires_grad and kind in ("forward", "forward_pre"):
-                # no graph recorded (no_grad): a leaf that requires grad, the worker's copy of
-                # the call's argument, as the program's own tensor is
+                # no graph recorded (no_grad): the worker's copy of the call's argument; the
+                # hook gets the program's own tensor where the event says which it is, as
+                # in one process (its tensor hooks, retain_grad and .grad are the program's)
+                own = given_tensors.program_argument(
+                    self.pending_inputs.get(event.ctx), event.get("arguments"), len(leaves),
+                    array)
+                if own is not None:
+                    return own, own
                 base.requires_grad_(True)
                 t.register_hook = _hook_on_a_copy_refused
                 t.retain_grad = _nothing  # (a leaf's retain_grad does nothing)

@@ -18,8 +18,8 @@ import numpy as np
 
 from disthook.tensor import Clone, Tensor
 
-__all__ = ["as_made_by", "first_places", "given", "made_here", "once_on_worker",
-           "retain_on_worker"]
+__all__ = ["as_made_by", "first_places", "given", "made_here", "mark_view", "once_on_worker",
+           "program_argument", "retain_on_worker"]
 
 
 def given(store: dict, name: str, array, make) -> tuple[Tensor, Tensor, bool]:
@@ -124,6 +124,31 @@ def _stand_in_node_hook(node, fn):
         "its gradient, which is the node's grad_outputs), or the module "
         "(register_full_backward_hook sees its grad_input), or run the model in one "
         "process (model.to_local())")
+
+
+def program_argument(arguments: list | None, numbers: list | None, index: int,
+                     array) -> Tensor | None:
+    """The program's own tensor that tensor ``index`` of a hook event is (the worker's copy
+    of the call's argument, unchanged: ``numbers``, the event's "arguments"), where the
+    call's ``arguments`` are known and it has the same values; else None."""
+    if not arguments or not numbers or index >= len(numbers) or numbers[index] is None:
+        return None
+    nr = numbers[index]
+    own = arguments[nr] if 0 <= nr < len(arguments) else None
+    if not isinstance(own, Tensor) or not own._requires_grad \
+            or not np.array_equal(own._data, np.asarray(array)):
+        return None
+    return own
+
+
+def mark_view(t: Tensor, views: list | None, index: int) -> None:
+    """Tensor ``index`` of a hook event stands for a custom Function's view output on the
+    worker (``views``, the event's "views": a full backward hook's wrapping of a module's
+    output): ``t`` refuses an in-place change with torch's error, in the hook, as one process
+    does (Tensor._inplace), not after the hook ran on."""
+    view = views[index] if views and index < len(views) else None
+    if view is not None and t._grad_fn is not None and t._base is None:
+        t.__dict__["_custom_view"] = (int(view[0]), str(view[1]))
 
 
 def made_here(leaves: list) -> frozenset:

@@ -314,9 +314,10 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
         if versions.before_call(pin):
             form = None  # the forward's first call: its answer pins the forward
     ctx_id = uuid.uuid4().hex
-    if grad and form is None:  # what a tensor a hook gets in this call can be differentiated to
+    if form is None:  # what a tensor a hook gets in this call is, or can be differentiated to
         hub.pending_inputs[ctx_id] = inputs
-        hub.calls[ctx_id] = {"path": path, "inputs": inputs, "outs": []}
+        if grad:
+            hub.calls[ctx_id] = {"path": path, "inputs": inputs, "outs": []}
     # the optimizer calls not sent yet of this part's stage ride with it (those of the other
     # stages with their first part's call, or before any other request)
     carried = hub.optimizer_calls_to(address, stage, len(model._addresses))

@@ -325,6 +325,8 @@ def pack_args(value, address: str, model=None):
             return {**ref.at(address), "requires_grad": bool(t._requires_grad)}
         if ref is not None:
             return {"tensor": ref.fetch(), "requires_grad": bool(t._requires_grad)}
+        if t.is_inference():  # the worker's copy is one too (its ops refuse to save it)
+            return {"tensor": t._data, "inference": True}
         return pack(t)
 
     return pack(value, tensor)

@@ -70,8 +70,12 @@ def unpack(data, make_tensor=None, kept=None, classes: bool = False):
         return data
     if isinstance(data, dict) and len(data) in (1, 2, 3):
         if "tensor" in data and isinstance(data["tensor"], np.ndarray):
-            return make_tensor(data["tensor"], bool(data.get("requires_grad")),
-                               data.get("grad_fn"))
+            t = make_tensor(data["tensor"], bool(data.get("requires_grad")),
+                            data.get("grad_fn"))
+            if data.get("inference") is True:  # a call's argument made in inference_mode
+                from disthook.autograd.inference import made_inference
+                made_inference(t)
+            return t
         if len(data) == 1:
             (tag, payload), = data.items()
             if tag == "tuple" and isinstance(payload, list):
@@ -104,6 +108,22 @@ def as_argument(t: Tensor, nr: int) -> Tensor:
     order), as it is now: see ``kept_record``."""
     t.__dict__["_argument"] = (nr, t._vc[0])
     return t
+
+
+def mark_custom_view(t: Tensor, view) -> None:
+    """Make ``t`` (a chain stage's input) stand for the previous stage's output that is a
+    custom Function's view (``custom_view``'s ``[output_nr, name]``): an in-place change of
+    it raises torch's error on this stage and in the client's hooks, as in one process."""
+    t.__dict__["_custom_view"] = (int(view[0]), str(view[1]))
+    t.__dict__["_view_version"] = t._vc[0]
+
+
+def argument_number(t: Tensor) -> int | None:
+    """The number of the call's argument that ``t`` is, unchanged since it came (marked by
+    ``as_argument``), else None: a hook event names it, for the client to give its hooks
+    the program's own tensor where one process does."""
+    mark = t.__dict__.get("_argument")
+    return None if mark is None or t._vc[0] != mark[1] else mark[0]
 
 
 def returned_argument(t: Tensor) -> int | None:

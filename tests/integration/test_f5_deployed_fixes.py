@@ -58,7 +58,9 @@ def test_a_forward_hook_under_no_grad_sees_its_input_require_grad(cluster, deplo
 
 
 def test_a_tensor_hook_put_on_it_is_refused_saying_why(cluster):
-    remote = cluster.deploy(nn.Sequential(nn.Identity()), stages=1)
+    """(Where the hook's tensor is a micro-batch's rows; where it is the program's whole
+    tensor, the hook gets that tensor itself: test_f9_deployed_hooks.py.)"""
+    remote = cluster.deploy(nn.Sequential(nn.Identity()), stages=1, chunks=2)
     try:
         with pytest.raises(NotImplementedError, match="Register the hook on the tensor you "
                                                       "passed"):

@@ -447,8 +447,11 @@ class Module:
     __call__ = _call_impl
 
     def _run_always_called_hooks(self, args, kwargs, result, already_called: set) -> None:
-        """After an exception: the always_call forward hooks that did not run yet."""
-        for hook_id, hook in tuple(_global_forward_hooks.items()):
+        """After an exception: the always_call forward hooks that did not run yet. As torch,
+        over the hook dicts themselves, not a copy: a hook that removes or adds one here
+        makes the next step raise "OrderedDict mutated during iteration" (with the
+        forward's error as its context), unless it was the last."""
+        for hook_id, hook in _global_forward_hooks.items():
             if hook_id in _global_forward_hooks_always_called and hook_id not in already_called:
                 try:
                     new = hook(self, args, result)
@@ -457,7 +460,7 @@ class Module:
                 except Exception as e:
                     warnings.warn("global " + ALWAYS_CALL_SILENCED_MSG.format(e),
                                   UserWarning, stacklevel=3)
-        for hook_id, hook in tuple(self._forward_hooks.items()):
+        for hook_id, hook in self._forward_hooks.items():
             if hook_id in self._forward_hooks_always_called and hook_id not in already_called:
                 try:
                     if hook_id in self._forward_hooks_with_kwargs:
