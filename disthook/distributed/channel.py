@@ -439,8 +439,8 @@ class _Hub(Releases, HookServer):
                             worker = self.holders.get(address, (address, -1))[0]
                             self._abort_step(ctx, f"worker {worker} is lost", skip=address)
                         in_flight = [c[2] if len(c) > 2 else ctx for c in calls]
-                        self._raise_lost(address, what or msg_type,
-                                         ", ".join(c for c in in_flight if c) or None)
+                        self._raise_lost(address, what or msg_type, ", ".join(
+                            dict.fromkeys(c for c in in_flight if c)) or None)  # (each once)
                     continue
                 try:
                     self._take(sock, reqs, replies, deadline)
