@@ -425,6 +425,9 @@ class _Hub(Releases, HookServer):
                 self._keep_reply(self._early.pop(req), replies)
             if len(replies) == len(reqs) and not self.in_flight:
                 return
+            if self.lost:  # a call nested in this one (a client hook's, or its thread's)
+                # took the close of a worker's connection: this call's answer cannot come
+                self._lost_during(next(iter(self.lost)), calls, msg_type, ctx, what)
             events = poll_until(self.poller, deadline)
             if not events:
                 self.in_flight.clear()  # late answers to them are dropped
@@ -433,19 +436,23 @@ class _Hub(Releases, HookServer):
             for sock in events:
                 if sock in self.monitors:
                     if self._disconnected(sock):
-                        address = self.monitors[sock]
-                        self.lost[address] = what or msg_type
-                        if msg_type == "train_step":  # the other stages must stop waiting
-                            worker = self.holders.get(address, (address, -1))[0]
-                            self._abort_step(ctx, f"worker {worker} is lost", skip=address)
-                        in_flight = [c[2] if len(c) > 2 else ctx for c in calls]
-                        self._raise_lost(address, what or msg_type,
-                                         ", ".join(c for c in in_flight if c) or None)
+                        self.lost[self.monitors[sock]] = what or msg_type
+                        self._lost_during(self.monitors[sock], calls, msg_type, ctx, what)
                     continue
                 try:
                     self._take(sock, reqs, replies, deadline)
                 finally:  # the answers to the events of the burst go together
                     self.flush_answers(sock)
+
+    def _lost_during(self, address: str, calls: list, msg_type: str, ctx: str | None,
+                     what: str):
+        """Raise ``WorkerLost`` for the worker at ``address``, gone while ``calls`` wait."""
+        if msg_type == "train_step":  # the other stages must stop waiting
+            worker = self.holders.get(address, (address, -1))[0]
+            self._abort_step(ctx, f"worker {worker} is lost", skip=address)
+        in_flight = [c[2] if len(c) > 2 else ctx for c in calls]
+        self._raise_lost(address, what or msg_type, ", ".join(
+            dict.fromkeys(c for c in in_flight if c)) or None)  # (each context once)
 
     def _take(self, sock: zmq.Socket, reqs: list, replies: dict, deadline) -> None:
         """Take what has come on ``sock``, one poll for it all: serve hook events (their

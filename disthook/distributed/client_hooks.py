@@ -144,6 +144,13 @@ class HookServer:
             broken = True
             frames = wire.encode("error", {"kind": type(exc).__name__, "message": str(exc)},
                                  req=event.req, ctx=event.ctx)
+        except KeyboardInterrupt:  # Ctrl-C while the hook ran: the worker's call must not
+            self._break_round(spec)  # wait for its answer (every later call behind it)
+            self._answer(sock, wire.encode(
+                "error", {"kind": "RuntimeError",
+                          "message": "the client was interrupted while its hook ran"},
+                req=event.req, ctx=event.ctx))
+            raise  # (the answer goes as the socket's burst ends: channel._take's caller)
         finally:
             self._running.pop()
         if broken:
