@@ -459,7 +459,7 @@ def vmap(func, in_dims=0, out_dims=0, randomness: str = "error", *, chunk_size=N
     return _vmap(func, in_dims, out_dims, randomness, chunk_size=chunk_size)
 
 
-from disthook import _dynamo  # noqa: F401  (torch._dynamo.eval_frame, never imported)
+from disthook import _dynamo, _inductor  # noqa: F401  (torch._dynamo.eval_frame, _inductor.config)
 from disthook._functions import _nn_alias
 from disthook._layout import layout, strided  # noqa: F401
 from disthook._limits import (  # noqa: F401

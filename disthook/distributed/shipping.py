@@ -113,8 +113,19 @@ def _new_module(cls: type) -> Module:
 
 
 def _set_module_state(module: Module, state: dict) -> Module:
+    state.pop(_CUSTOM_OPS, None)  # registered again as they were unpickled, just before
     module.__dict__.update(state)
     return module
+
+
+# the root module's pickled state carries the client's torch.library custom operators: a
+# forward may reach one by its name (torch.ops.<namespace>.<name>), not through an attribute
+_CUSTOM_OPS = "__disthook_custom_ops__"
+
+
+def _custom_ops() -> list:
+    library = sys.modules.get("disthook.library")
+    return list(library._OPS.values()) if library is not None else []
 
 
 class _Pickler(cloudpickle.Pickler):
@@ -125,6 +136,7 @@ class _Pickler(cloudpickle.Pickler):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self._outside, self._elsewhere, self._placed = outside, elsewhere, placed
         self._keep: list = []  # the stand-in arrays of placed tensors, alive while pickling
+        self._root = None  # the module dumped (its state carries the custom operators)
 
     def persistent_id(self, obj):
         return self._outside(obj) if type(obj) is np.ndarray else None
@@ -156,6 +168,8 @@ class _Pickler(cloudpickle.Pickler):
                 if name in state:
                     state[name] = OrderedDict()
             state["_is_full_backward_hook"] = None
+            if obj is self._root and _custom_ops():
+                state[_CUSTOM_OPS] = _custom_ops()
             return (_new_module, (type(obj),), state, None, None, _set_module_state)
         if type(obj) is types.MethodType and _named(obj):
             # its object and its name, as pickle sends a method: cloudpickle would copy the
@@ -217,7 +231,9 @@ def _dump(module: Module, outside, elsewhere: dict[int, str], what: str,
                 cloudpickle.register_pickle_by_value(sys.modules[name])
                 registered.append(name)
         try:
-            _Pickler(buffer, outside, elsewhere, placed).dump(module)
+            pickler = _Pickler(buffer, outside, elsewhere, placed)
+            pickler._root = module
+            pickler.dump(module)
         except CodeError:
             raise
         except (pickle.PicklingError, TypeError, AttributeError) as exc:

@@ -1,1 +1,8 @@
 """Differentiable ops by family; each op is one class with forward and backward together."""
+
+
+def __getattr__(name: str):
+    """``torch.ops.<namespace>``: the operators ``torch.library.custom_op`` made there."""
+    from disthook.library import op_namespace
+
+    return op_namespace(name)

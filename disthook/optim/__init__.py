@@ -1,9 +1,10 @@
 """``torch.optim``: SGD, Adam, AdamW, Adadelta, Adafactor, Adagrad, Adamax, ASGD, RMSprop, Rprop,
-NAdam, RAdam, LBFGS over disthook tensors, learning-rate schedules and weight averaging
+NAdam, RAdam, LBFGS, Muon over disthook tensors, learning-rate schedules and weight averaging
 (``swa_utils``)."""
 from disthook.optim import lr_scheduler, swa_utils
-from disthook.optim.adadelta import Adadelta
 from disthook.optim._adafactor import Adafactor  # (torch.optim._adafactor)
+from disthook.optim._muon import Muon  # (torch.optim._muon)
+from disthook.optim.adadelta import Adadelta
 from disthook.optim.adagrad import Adagrad
 from disthook.optim.adam import Adam
 from disthook.optim.adamax import Adamax
@@ -18,4 +19,4 @@ from disthook.optim.rprop import Rprop
 from disthook.optim.sgd import SGD
 
 __all__ = ["ASGD", "LBFGS", "SGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adamax",
-           "NAdam", "Optimizer", "RAdam", "RMSprop", "Rprop", "lr_scheduler", "swa_utils"]
+           "Muon", "NAdam", "Optimizer", "RAdam", "RMSprop", "Rprop", "lr_scheduler", "swa_utils"]

@@ -7,7 +7,7 @@ import importlib
 
 from disthook.utils import hooks  # noqa: F401
 
-_LAZY = ("checkpoint", "data")
+_LAZY = ("checkpoint", "data", "_pytree")  # torch reaches torch.utils._pytree too
 
 
 def swap_tensors(t1, t2) -> None:

@@ -10,15 +10,17 @@ vit-pytorch, denoising-diffusion-pytorch) and to register their output classes (
 """
 from __future__ import annotations
 
+import types
 import warnings
 from collections import OrderedDict, defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["LeafSpec", "TreeSpec", "register_pytree_node", "tree_all", "tree_any",
-           "tree_flatten", "tree_leaves", "tree_map", "tree_map_", "tree_structure",
-           "tree_unflatten"]
+__all__ = ["LeafSpec", "TreeSpec", "register_pytree_node", "tree_all", "tree_all_only",
+           "tree_any", "tree_any_only", "tree_flatten", "tree_is_leaf", "tree_iter",
+           "tree_leaves", "tree_map", "tree_map_", "tree_map_only", "tree_map_only_",
+           "tree_structure", "tree_unflatten"]
 
 
 @dataclass(frozen=True)
@@ -221,3 +223,42 @@ def tree_all(pred: Callable, tree, is_leaf: Callable | None = None) -> bool:
 
 def tree_any(pred: Callable, tree, is_leaf: Callable | None = None) -> bool:
     return any(map(pred, tree_leaves(tree, is_leaf)))
+
+
+def tree_iter(tree, is_leaf: Callable | None = None):
+    yield from tree_leaves(tree, is_leaf)
+
+
+def tree_is_leaf(tree, is_leaf: Callable | None = None) -> bool:
+    return (is_leaf is not None and is_leaf(tree)) or _node_def(tree) is None
+
+
+def _selects(type_or_types_or_pred) -> Callable:
+    """The leaves a ``*_only`` function acts on: instances of a type (a tuple of types, a
+    union), or those a predicate accepts."""
+    if isinstance(type_or_types_or_pred, (type, tuple, types.UnionType)):
+        return lambda x: isinstance(x, type_or_types_or_pred)
+    if callable(type_or_types_or_pred):
+        return type_or_types_or_pred
+    raise TypeError("Argument must be a type, a tuple of types, or a callable.")
+
+
+def tree_map_only(type_or_types_or_pred, /, func: Callable, tree,
+                  is_leaf: Callable | None = None) -> Any:
+    """``tree_map`` over the selected leaves (see ``_selects``); the others stay as they are."""
+    selected = _selects(type_or_types_or_pred)
+    return tree_map(lambda x: func(x) if selected(x) else x, tree, is_leaf=is_leaf)
+
+
+def tree_map_only_(type_or_types_or_pred, /, func: Callable, tree,
+                   is_leaf: Callable | None = None) -> Any:
+    selected = _selects(type_or_types_or_pred)
+    return tree_map_(lambda x: func(x) if selected(x) else None, tree, is_leaf=is_leaf)
+
+
+def tree_all_only(type_or_types, /, pred: Callable, tree, is_leaf: Callable | None = None) -> bool:
+    return all(pred(x) for x in tree_iter(tree, is_leaf) if isinstance(x, type_or_types))
+
+
+def tree_any_only(type_or_types, /, pred: Callable, tree, is_leaf: Callable | None = None) -> bool:
+    return any(pred(x) for x in tree_iter(tree, is_leaf) if isinstance(x, type_or_types))

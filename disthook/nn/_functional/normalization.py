@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from disthook._dtype import bfloat16, float16, float32
 from disthook._limits import finfo
 from disthook.ops import _bf16
 from disthook.tensor import Tensor
@@ -24,7 +25,8 @@ def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12,
 def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
              eps: float | None = None) -> Tensor:
     """``input / sqrt(mean(input ** 2) + eps)`` over the trailing ``normalized_shape`` dims,
-    times ``weight``; ``eps`` defaults to the machine epsilon of the input's dtype."""
+    times ``weight``; ``eps`` defaults to the machine epsilon of the dtype it is computed in
+    (float32 for a bfloat16 or float16 input, as torch's)."""
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     n = len(shape)
     if input.ndim < n or tuple(input.shape[input.ndim - n:]) != shape:
@@ -36,7 +38,8 @@ def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
                            f"weight of shape {list(weight.shape)} and normalized_shape = "
                            f"{list(shape)}")
     if eps is None:
-        eps = float(finfo(input.dtype).eps)
+        half = input.dtype in (bfloat16, float16)
+        eps = float(finfo(float32 if half else input.dtype).eps)
     dims = tuple(range(input.ndim - n, input.ndim))
     def normalised(x, *w):
         out = x * (x.pow(2).mean(dim=dims, keepdim=True) + eps).rsqrt()
