@@ -2,6 +2,10 @@
 ``compiled_autograd``, ``coordinate_descent_check_all_directions``, ``triton.cudagraph_trees``,
 ``config.patch``): every name torch 2.13 has is settable at torch's default, a misspelt one
 is torch's AttributeError, and ``torch._inductor`` is reached from ``import torch`` alone."""
+import json
+import os
+from pathlib import Path
+
 import pytest
 
 import disthook
@@ -43,8 +47,28 @@ def test_every_torch_setting_is_here_at_its_default():
             want, got = module._config[name].default, ours
             for part in name.split("."):
                 got = getattr(got, part)
-            # a default computed where torch runs (compile_threads: this machine's cores) and
-            # an alias of another setting are left out
+            # a default computed where torch runs (compile_threads: this machine's cores; a
+            # path under the working directory or torch's install directory, which the file
+            # keeps relative: checked below) and an alias of another setting are left out
+            if name in _paths(module.__name__):
+                continue
             if isinstance(want, (bool, int, float, str, type(None))) and not callable(want) \
                     and getattr(module, name) == want:
                 assert got == want, name
+
+
+def _paths(module_name: str) -> dict:
+    data = json.loads((Path(disthook.__file__).parent / "_surface" / "torch_settings.json")
+                      .read_text())[module_name]
+    return {name: v for name, v in data.items()
+            if isinstance(v, dict) and set(v) & {"cwd", "site"}}
+
+
+def test_a_path_setting_is_where_this_program_runs_never_where_the_file_was_made():
+    paths = _paths("torch._dynamo.config")
+    assert set(paths) >= {"base_dir", "debug_dir_root"}
+    # (computed, as torch's, from the working directory when the config was imported)
+    root = disthook._dynamo.config.debug_dir_root
+    assert os.path.isabs(root) and os.path.basename(root) == "torch_compile_debug"
+    text = (Path(disthook.__file__).parent / "_surface" / "torch_settings.json").read_text()
+    assert os.getcwd() not in text and str(Path(torch.__file__).parents[1]) not in text

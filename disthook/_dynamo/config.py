@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import sys
 import types
 from pathlib import Path
@@ -60,7 +61,20 @@ class _Patch(contextlib.ContextDecorator):
 
 
 def _value(value):
-    return set(value["set"]) if isinstance(value, dict) and set(value) == {"set"} else value
+    """A setting's default from the file: sets and paths (see disthook/_surface/settings.py)
+    as they are where this program runs."""
+    if isinstance(value, dict) and len(value) == 1:
+        (key, rest), = value.items()
+        if key == "set":
+            return set(rest)
+        if key == "cwd":  # (torch: under the working directory when it was imported)
+            return os.path.normpath(os.path.join(os.getcwd(), rest))
+        if key == "site":  # (torch: under the directory it is installed in)
+            return os.path.normpath(os.path.join(_SITE, rest))
+    return value
+
+
+_SITE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # disthook's parent
 
 
 @functools.cache
