@@ -97,8 +97,15 @@ __all__ = [
 # 18 refuses; 20: a forward or train_step names the client's CPU autocast region's dtype
 # ("autocast"), which a worker of 19 refuses; 21: a forward's stage says its output's graph
 # missed the stage's input ("cut"), and a hook's value may be an inference-mode tensor
-# ({"tensor", "inference"}), which a worker of 20 refuses
-PROTOCOL_VERSION = 21
+# ({"tensor", "inference"}), which a worker of 20 refuses; 22: a forward's answer and a
+# chain's forward say which of the call's arguments its part changed in place ("changed",
+# with the new values and how far their versions "moved"), and which tensors an autocast
+# region cast ("casts", "cast"); a chain's last stage may answer structures ("items"); a hook
+# event says which of its tensors are the call's own arguments ("arguments") and which are
+# a backward hook's views ("views"), a chain's forward whether its input is an inference
+# tensor ("inference") and its output such a view ("custom_view"): which a process of 21
+# refuses or does not follow
+PROTOCOL_VERSION = 22
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
 HEARTBEAT_S = 0.5  # a worker's beat to the coordinator; ZMTP pings on client connections
