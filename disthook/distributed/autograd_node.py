@@ -23,6 +23,7 @@ from disthook.autograd.graph import SECOND_BACKWARD_MSG, gradient_edge
 from disthook.autograd.saved_hooks import current_pair
 from disthook.distributed import async_calls, attr_changes
 from disthook.distributed.backward_state import given_changed, say_stopped
+from disthook.distributed.graph_grads import create_graph_chain_refused
 from disthook.distributed.placement import split_rows
 from disthook.distributed.remote_values import from_record, grad_data
 from disthook.distributed.tap_node import (
@@ -369,7 +370,7 @@ class RemoteBackward0(LiveEdges):
         if self._saved_outputs:
             self._check_saved_outputs()
         if grad_mode.is_grad_enabled() and not self._call:  # create_graph through a chain
-            raise NotImplementedError(_create_graph_chain(self._model))
+            raise NotImplementedError(create_graph_chain_refused(self._model))
         # the workers keep their graphs exactly when this backward keeps the client's, or
         # when it goes on from a tensor a hook got here (see tap_node.used_here)
         retain = engine.retains_graph()
@@ -591,52 +592,3 @@ def _summed(tapped: list) -> dict:
             if g is not None:
                 out[key] = np.asarray(g) if key not in out else out[key] + np.asarray(g)
     return out
-
-
-def forget_graph_grads(params) -> None:
-    """The workers' ``.grad`` of ``params`` is about to change (zero_grad, ``p.grad = g``,
-    another backward): ``p.grad`` is no longer the value a ``backward(create_graph=True)``
-    kept with its graph (``_backward_with_graph``)."""
-    for p in params:
-        p._model.__dict__.get("_graph_grads", {}).pop(p._path, None)
-
-
-def graph_elsewhere(param) -> str | None:
-    """Why a backward naming the placed parameter ``param`` as an input finds a root
-    without a graph, where its ``.grad`` was computed with its graph on the worker (a
-    ``backward(create_graph=True)`` through its part, ``_backward_with_graph``); else None."""
-    parts = param._model.__dict__.get("_grads_with_graph", ())
-    if not any(p == "" or param._path.startswith(p + ".") for p in parts):
-        return None
-    return (f"the gradient of {param._path!r}, a parameter of a deployed model, has a graph "
-            "on its worker, but .grad here is its value: a backward(create_graph=True) gives "
-            "p.grad with its graph only where that backward, through one call of the "
-            "parameter's part, made it, not where it added to a gradient that another "
-            "backward or another call of the part left (a Hessian-vector product from "
-            "p.grad: AdaHessian, PyHessian). Zero the gradients before each "
-            "backward(create_graph=True) (optimizer.zero_grad()), call the part once per "
-            "forward" + (f" (with chunks={param._model._chunks} each micro-batch calls it: "
-                         "deploy with chunks=1 for this)" if param._model._chunks > 1 else "")
-            + ", or take the products in one process (local = model.to_local())")
-
-
-def part_by_part(model) -> str:
-    """The ``placement=`` argument that deploys a chain of stages part by part instead (its
-    forward then runs on the client, calling each part on its worker)."""
-    names = getattr(model, "_stage_names", None) or []
-    placement = {path: stage for stage, paths in enumerate(names) for path in paths if path}
-    return f"placement={placement!r}" if placement else "placement={...}"
-
-
-def _create_graph_chain(model) -> str:
-    """The refusal of a double backward through a chain of stages, with the deploy call that
-    runs the same model from here, part by part, where it works."""
-    way = part_by_part(model)
-    return ("backward(create_graph=True) or autograd.grad(..., create_graph=True) through a "
-            "model deployed as a chain of stages (its children cut into contiguous stages, "
-            "each stage sending its activations and gradients straight to the next): those "
-            "gradients travel as values, without a graph, so they cannot be differentiated "
-            "again (gradient penalties, double backward). Deploy it with " + way +
-            " instead: its forward then runs here, calling each part on its worker, and "
-            "double backward works; or compute that part in one process "
-            "(remote.to_local()), or keep create_graph=False")

@@ -17,9 +17,10 @@ from disthook import _dtype, random
 from disthook.amp import autocast_mode
 from disthook.autograd import grad_mode
 from disthook.distributed import attr_changes, changed_args
-from disthook.distributed.autograd_node import RemoteBackward0, part_by_part
+from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.distributed.glue import _checkpointing as checkpointing
 from disthook.distributed.glue import refuse_saved_tensors_hooks
+from disthook.distributed.graph_grads import part_by_part
 from disthook.distributed.placement import micro_batch_sizes, split_rows
 from disthook.distributed.socket_lock import nested_call
 from disthook.distributed.spec import module_spec

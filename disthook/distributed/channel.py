@@ -9,7 +9,6 @@ worker (``send_together``)."""
 from __future__ import annotations
 
 import atexit
-import itertools
 import os
 import threading
 import uuid
@@ -21,6 +20,7 @@ import zmq
 from disthook import wire
 from disthook.distributed import answer_cap, post_accumulate
 from disthook.distributed.client_hooks import HookServer, _issue_warning
+from disthook.distributed.optimizer_calls import OptimizerCalls
 from disthook.distributed.releases import Releases
 from disthook.distributed.send_together import Together, received
 from disthook.distributed.socket_lock import SocketLock
@@ -46,7 +46,6 @@ _ANSWERED_AHEAD_KEPT = 256  # requests whose answer came ahead of the hooks' (se
 # calls sent without waiting that may be unanswered at once: past it, the program waits for
 # the older half (a loop that never reads a result would queue without bound otherwise)
 MAX_AHEAD = 256
-_call_numbers = itertools.count(1)  # optimizer calls that ride with a forward (see defer)
 EXIT_FLUSH_TIMEOUT_S = 10.0
 
 
@@ -75,7 +74,7 @@ def _nbytes(frame) -> int:
     return memoryview(getattr(frame, "buffer", frame)).nbytes
 
 
-class _Hub(Releases, HookServer):
+class _Hub(Releases, OptimizerCalls, HookServer):
     """The client's sockets to the workers of one deployment, all with one identity, so that
     whichever worker finishes a pipelined request can answer the client directly."""
 
@@ -548,65 +547,6 @@ class _Hub(Releases, HookServer):
             if address != skip and step is not None:
                 self.send(address, "pipe", {"step": step, "kind": "abort", "mb": -1,
                                             "reason": reason})
-
-    def defer(self, calls: dict) -> None:
-        """Optimizer call ``{address: optimizer_call}`` rides with the next forward (or goes
-        before any other request); each copy is numbered, so that a stage that ran it runs
-        it once only, however often it is sent."""
-        number = next(_call_numbers)
-        self.issued += 1  # (sent later, but the program's from now on)
-        self.pending_optimizer.append({address: {**spec, "call": number}
-                                       for address, spec in calls.items()})
-
-    def flush_optimizer_calls(self) -> None:
-        """Send the optimizer calls no forward has carried, in order, waiting for each."""
-        pending, self.pending_optimizer = self.pending_optimizer, []
-        for i, calls in enumerate(pending):
-            action = next(iter(calls.values()))["action"]
-            try:
-                self.write_all([(address, "step", {"optimizer": spec})
-                                for address, spec in calls.items()],
-                               what=f"optimizer {action}", carries_optimizer_calls=True)
-            except BaseException:
-                self.pending_optimizer[:0] = pending[i:]  # they go again (each runs once)
-                raise
-
-    def optimizer_calls_to(self, address: str, index: int, stages: int) -> list | None:
-        """The pending optimizer calls of the stage at ``address`` alone (stage ``index`` of
-        ``stages``), as the optimizer_calls field of a forward of one of its parts (None
-        when it has none). They stay pending until ``carried`` says that forward answered:
-        if it failed they go again (the stage skips those it ran)."""
-        specs = [calls[address] for calls in self.pending_optimizer if address in calls]
-        if not specs:
-            return None
-        field: list[list[dict]] = [[] for _ in range(stages)]
-        field[index] = specs
-        return field
-
-    def carried(self, address: str, specs: list[dict]) -> None:
-        """The forward that carried ``specs`` (from ``optimizer_calls_to``) to ``address``
-        answered: they are sent."""
-        numbers = {spec["call"] for spec in specs}
-        for calls in self.pending_optimizer:
-            if address in calls and calls[address]["call"] in numbers:
-                del calls[address]
-        self.pending_optimizer = [calls for calls in self.pending_optimizer if calls]
-
-    def take_optimizer_calls(self, addresses: list) -> tuple[list, list[list[dict]] | None]:
-        """The pending optimizer calls, taken, and the same as a forward field: per stage
-        (at ``addresses``), its calls in order (None when nothing is pending). Put them
-        back (``pending_optimizer[:0] = taken``) if the carrier fails: a stage that ran
-        one before skips it."""
-        pending, self.pending_optimizer = self.pending_optimizer, []
-        if not pending:
-            return pending, None
-        per_stage: list[list[dict]] = [[] for _ in addresses]
-        for calls in pending:
-            for index, address in enumerate(addresses):
-                spec = calls.get(address)
-                if spec is not None:
-                    per_stage[index].append(spec)
-        return pending, per_stage
 
     def close(self, unload: bool = True) -> None:
         """Close the sockets; with ``unload`` the workers first drop the model's stages (sent

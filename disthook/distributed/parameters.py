@@ -322,7 +322,7 @@ class RemoteParameter(RemoteStorage, Parameter):
 
     def _graph_elsewhere(self) -> str | None:
         """Why a backward naming it finds no graph, if its worker holds that graph."""
-        from disthook.distributed.autograd_node import graph_elsewhere
+        from disthook.distributed.graph_grads import graph_elsewhere
 
         return graph_elsewhere(self)
 

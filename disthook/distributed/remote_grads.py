@@ -27,7 +27,7 @@ def grad_op(params: list, op: str, value: float | None = None, grads=None) -> li
         model, owners = models.setdefault(id(p._model), (p._model, {}))
         owners.setdefault(model._owner(p._path), []).append(i)
     if op != "norm":  # (a p.grad kept with its graph is no longer the gradient)
-        from disthook.distributed.autograd_node import forget_graph_grads
+        from disthook.distributed.graph_grads import forget_graph_grads
 
         forget_graph_grads(params)
     for model, owners in models.values():
@@ -52,7 +52,7 @@ def zero_grads(params: list, set_to_none: bool = True, optimizer=None) -> None:
     next forward (each worker's share of ``optimizer`` zeroes its own parameters; the call
     makes the share if no step made it yet), or at once for parameters no optimizer holds
     (``module.zero_grad()``)."""
-    from disthook.distributed.autograd_node import forget_graph_grads
+    from disthook.distributed.graph_grads import forget_graph_grads
     from disthook.distributed.state_entries import freeze_grads
 
     forget_graph_grads(params)  # (also where the zeroing rides with the next forward)

@@ -173,7 +173,7 @@ def freeze_grads(params: list) -> None:
     """The gradients of ``params`` are about to be set to None or replaced on their workers:
     each ``GradEntry`` of them the program still holds becomes a plain tensor with the value
     the gradient has now (one request per worker, only where there are such tensors)."""
-    from disthook.distributed.autograd_node import forget_graph_grads
+    from disthook.distributed.graph_grads import forget_graph_grads
 
     forget_graph_grads(params)
     wanted = {id(p) for p in params}
