@@ -163,7 +163,7 @@ class _Stage:
 
 def test_a_call_finds_its_part_as_get_submodule_does():
     from disthook import nn
-    from workers.compute import _submodule
+    from workers.stage_parts import _submodule
 
     class Shadowed(nn.Module):  # a class attribute named like a child: getattr finds it
         def __init__(self):

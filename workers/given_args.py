@@ -2,7 +2,7 @@
 argument that is the program's own tensor changed in place goes back to the client with the
 answer (``changed_arguments``; ``disthook.distributed.changed_args`` writes it there), or is
 refused where it took a graph; a post hook on the node standing for its received input
-(``refuse_post_hook``, the ``register_hook`` of ``compute._StageInput``'s node), whose op ran
+(``refuse_post_hook``, the ``register_hook`` of ``stage_parts._StageInput``'s node), whose op ran
 elsewhere, is refused; a list or dict it was given and changed is refused
 (``refuse_changed_containers``)."""
 from __future__ import annotations

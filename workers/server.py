@@ -48,13 +48,14 @@ from disthook.service.unread import UnreadAnswers
 from workers import limits, queues
 from workers.batches import Batches
 from workers.client_hooks import HookHandlers
-from workers.compute import ComputeHandlers, leave_stream, rss_bytes
+from workers.compute import ComputeHandlers
 from workers.error_reply import error_reply
 from workers.limits import MAX_GRAPH_BYTES, LimitChecks
 from workers.link_handlers import LinkHandlers
 from workers.params import ParamHandlers
 from workers.peers import Peers, neighbour_identity
 from workers.runners import Runners
+from workers.stage_parts import leave_stream, rss_bytes
 from workers.stages import StageHandlers
 from workers.state import (
     HOOK_TIMEOUT_S,

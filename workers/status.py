@@ -7,7 +7,7 @@ import os
 from deploy.threads import blas_threads
 from disthook import wire
 from disthook.service.security import CLIENT
-from workers.compute import rss_bytes
+from workers.stage_parts import rss_bytes
 
 __all__ = ["StatusHandlers"]
 

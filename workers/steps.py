@@ -18,8 +18,8 @@ from disthook.autograd.split import backward_split, run_together
 from disthook.distributed.spec import build_module
 from disthook.service.loop import PIPE_COPY_BELOW, send_frames
 from workers import attr_changes, form
-from workers.compute import _as_computed, rss_bytes
 from workers.links import Link
+from workers.stage_parts import _as_computed, rss_bytes
 from workers.step_run import StepRun
 
 __all__ = ["StepHandlers"]
