@@ -1,0 +1,70 @@
+"""The products' common path (plain tensors, one dtype, shapes that fit) builds no error
+message: issue 33 measured the Python around a large product running cold right after its
+kernel, each formatted message costing microseconds there. The messages themselves, built
+only on failure, stay torch's."""
+import dis
+import sys
+
+import numpy as np
+import pytest
+
+import disthook
+
+torch = pytest.importorskip("torch")
+
+_FORMATTING = {name for name in dis.opname if name.startswith("FORMAT") or name == "BUILD_STRING"}
+
+
+def _string_ops_run(fn, *args) -> list:
+    """The string-building opcodes executed in disthook.ops.linalg while ``fn(*args)`` runs."""
+    seen = []
+
+    def trace(frame, event, arg):
+        if frame.f_code.co_filename.endswith("ops/linalg.py"):
+            frame.f_trace_opcodes = True
+            if event == "opcode":
+                name = dis.opname[frame.f_code.co_code[frame.f_lasti]]
+                if name in _FORMATTING:
+                    seen.append((frame.f_code.co_name, name))
+        return trace
+
+    sys.settrace(trace)
+    try:
+        fn(*args)
+    finally:
+        sys.settrace(None)
+    return seen
+
+
+def _operands(lib, shapes):
+    rng = np.random.default_rng(0)
+    return [lib.tensor(rng.standard_normal(s).astype(np.float32), requires_grad=True)
+            for s in shapes]
+
+
+CASES = {
+    "mm": (lambda a, b: a.mm(b), [(3, 4), (4, 5)], [(3, 4), (5, 5)]),
+    "matmul": (lambda a, b: a @ b, [(3, 4), (4, 5)], [(3, 4), (5, 5)]),
+    "addmm": (lambda c, a, b: disthook.addmm(c, a, b) if isinstance(c, disthook.Tensor)
+              else torch.addmm(c, a, b), [(5,), (3, 4), (4, 5)], [(5,), (3, 4), (5, 5)]),
+    "mv": (lambda a, v: a.mv(v), [(3, 4), (4,)], [(3, 4), (5,)]),
+    "dot": (lambda a, b: a.dot(b), [(4,), (4,)], [(4,), (5,)]),
+    "bmm": (lambda a, b: a.bmm(b), [(2, 3, 4), (2, 4, 5)], [(2, 3, 4), (2, 5, 5)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_product_that_fits_builds_no_message(name):
+    fn, good, _ = CASES[name]
+    assert _string_ops_run(fn, *_operands(disthook, good)) == []
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_product_that_does_not_fit_says_what_torch_says(name):
+    fn, _, bad = CASES[name]
+    errors = []
+    for lib in (disthook, torch):
+        with pytest.raises(RuntimeError) as info:
+            fn(*_operands(lib, bad))
+        errors.append(str(info.value))
+    assert errors[0] == errors[1]
