@@ -68,3 +68,59 @@ def test_a_product_that_does_not_fit_says_what_torch_says(name):
             fn(*_operands(lib, bad))
         errors.append(str(info.value))
     assert errors[0] == errors[1]
+
+
+def _leaf():
+    return disthook.tensor(np.ones(3, np.float32), requires_grad=True)
+
+
+def test_a_leafs_accumulator_is_made_without_init_calls():
+    """Made anew each step (as torch's), right after a product's kernel: no __init__ frames."""
+    calls = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == "__init__":
+            calls.append(frame.f_code.co_qualname)
+
+    w = _leaf()
+    sys.setprofile(profile)
+    try:
+        y = w * 2
+    finally:
+        sys.setprofile(None)
+    assert type(y.grad_fn.next_functions[0][0]).__name__ == "AccumulateGrad"
+    assert not {"Node.__init__", "AccumulateGrad.__init__"} & set(calls)
+
+
+def test_the_accumulator_is_as_its_constructor_makes_it():
+    from disthook.autograd.graph import AccumulateGrad
+
+    w = _leaf()
+    first = (w * 2).grad_fn
+    made = first.next_functions[0][0]
+    after = (w * 2).grad_fn  # the same accumulator while the first graph holds it
+    assert after.next_functions[0][0] is made
+    built = AccumulateGrad(w)
+    assert made.variable is built.variable is w
+    for name in ("next_functions", "needs_input_grad", "_input_meta", "_seq", "_pre_hooks",
+                 "_post_hooks", "_saved", "metadata_"):
+        assert getattr(made, name) == getattr(built, name), name
+    assert made.name() == built.name() and made.metadata == {}
+    # the sequence advances as the constructor's did: one number per accumulator made
+    v = _leaf()
+    a = (w * 2).grad_fn._sequence_nr()
+    b = (v * 2).grad_fn._sequence_nr()  # (a node takes its number before its edges)
+    c = (w * 2).grad_fn._sequence_nr()  # v's accumulator took one between b and c
+    assert (b - a, c - b) == (1, 2)
+    seen = []
+    made.register_hook(lambda gi, go: seen.append(go[0].numpy().tolist()))
+    after.next_functions[0][0] is made and (w * 2).sum().backward()
+    assert seen == [[2.0, 2.0, 2.0]] and w.grad.tolist() == [2.0, 2.0, 2.0]
+
+
+@pytest.mark.filterwarnings("ignore:Anomaly Detection has been enabled")
+def test_under_anomaly_mode_the_accumulator_records_where_it_was_made():
+    w = _leaf()
+    with disthook.autograd.detect_anomaly():
+        acc = (w * 2).grad_fn.next_functions[0][0]
+    assert "traceback_" in acc.metadata
