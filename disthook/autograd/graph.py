@@ -366,14 +366,33 @@ class AccumulateGrad(Node):
         return ()
 
 
+_INF = float("inf")
+_PLAIN_INIT = Node.__init__
+
+
 def grad_accumulator(t) -> AccumulateGrad:
-    """The leaf's AccumulateGrad; the same object while anything holds it."""
+    """The leaf's AccumulateGrad; the same object while anything holds it.
+
+    As in torch, a new one each step (the graph that held the last is gone): it is made
+    here without its two ``__init__`` calls, which cost ~20 us a product in a training step,
+    run cold right after the product's kernel (issue 33); anomaly mode, which records in
+    ``Node.__init__``, still goes through them."""
     ref = t._grad_acc
     node = ref() if ref is not None else None
     if node is None:
-        node = AccumulateGrad(t)
+        if Node.__init__ is not _PLAIN_INIT:
+            node = AccumulateGrad(t)
+        else:  # AccumulateGrad.__init__'s and Node.__init__'s fields, the sequence as they do
+            node = _new_node(AccumulateGrad)
+            node.next_functions = node.needs_input_grad = node._input_meta = ()
+            next(_sequence)
+            node._seq = _INF
+            node.variable = t
         t._grad_acc = weakref.ref(node)
     return node
+
+
+_new_node = object.__new__
 
 
 def gradient_edge(t) -> tuple:

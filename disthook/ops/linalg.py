@@ -7,9 +7,11 @@ from disthook import _blas, _dtype
 from disthook.ops.base import Op, check_broadcast, plain_float, plain_tensor, save_crossed
 
 
-def _check(cond: bool, msg: str) -> None:
-    if not cond:
-        raise RuntimeError(msg)
+def _cannot_multiply(x: np.ndarray, y: np.ndarray) -> RuntimeError:
+    """torch's error for matrices ``x @ y`` whose inner sizes differ (built only then: an op's
+    common path makes no message)."""
+    return RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({x.shape[0]}x{x.shape[1]} "
+                        f"and {y.shape[0]}x{y.shape[1]})")
 
 
 def check_same_dtype(a, b, kind: str) -> None:
@@ -69,9 +71,8 @@ class Mm(Op):
     @staticmethod
     def forward(ctx, a, b):
         x, y = a._data, b._data
-        _check(x.shape[1] == y.shape[0],
-               f"mat1 and mat2 shapes cannot be multiplied ({x.shape[0]}x{x.shape[1]} and "
-               f"{y.shape[0]}x{y.shape[1]})")
+        if x.shape[1] != y.shape[0]:
+            raise _cannot_multiply(x, y)
         save_crossed(ctx, a, b)
         ctx.b_transposed = _transposed(y)
         return _product(x, y)
@@ -135,9 +136,9 @@ class Mv(Op):
     @staticmethod
     def forward(ctx, a, v):
         x, y = a._data, v._data
-        _check(x.shape[1] == y.shape[0],
-               f"size mismatch, got input ({x.shape[0]}), mat ({x.shape[0]}x{x.shape[1]}), "
-               f"vec ({y.shape[0]})")
+        if x.shape[1] != y.shape[0]:
+            raise RuntimeError(f"size mismatch, got input ({x.shape[0]}), mat ({x.shape[0]}x"
+                               f"{x.shape[1]}), vec ({y.shape[0]})")
         save_crossed(ctx, a, v)
         return x @ y
 
@@ -155,10 +156,11 @@ class Dot(Op):
     @staticmethod
     def forward(ctx, a, b):
         x, y = a._data, b._data
-        _check(x.shape == y.shape,
-               "inconsistent tensor size, expected tensor [%d] and src [%d] to have the same "
-               "number of elements, but got %d and %d elements respectively"
-               % (x.shape[0], y.shape[0], x.shape[0], y.shape[0]))
+        if x.shape != y.shape:
+            raise RuntimeError(
+                f"inconsistent tensor size, expected tensor [{x.shape[0]}] and src "
+                f"[{y.shape[0]}] to have the same number of elements, but got {x.shape[0]} and "
+                f"{y.shape[0]} elements respectively")
         save_crossed(ctx, a, b)
         return np.dot(x, y)
 
@@ -177,9 +179,10 @@ class Bmm(Op):
     @staticmethod
     def forward(ctx, a, b):
         x, y = a._data, b._data
-        _check(x.shape[-1] == y.shape[-2],
-               f"Expected size for first two dimensions of batch2 tensor to be: "
-               f"{list(x.shape[:-2]) + [x.shape[-1]]} but got: {list(y.shape[:-1])}.")
+        if x.shape[-1] != y.shape[-2]:
+            raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: "
+                               f"{list(x.shape[:-2]) + [x.shape[-1]]} but got: "
+                               f"{list(y.shape[:-1])}.")
         check_broadcast(x.shape[:-2], y.shape[:-2])
         save_crossed(ctx, a, b)
         return np.matmul(x, y)
@@ -202,9 +205,8 @@ class Addmm(Op):
     @staticmethod
     def forward(ctx, bias, a, b):
         x, y = a._data, b._data
-        _check(x.shape[1] == y.shape[0],
-               f"mat1 and mat2 shapes cannot be multiplied ({x.shape[0]}x{x.shape[1]} and "
-               f"{y.shape[0]}x{y.shape[1]})")
+        if x.shape[1] != y.shape[0]:
+            raise _cannot_multiply(x, y)
         need = ctx.needs_input_grad
         if need:  # each matrix only for the other's gradient
             ctx.save_for_backward(a if need[2] else None, b if need[1] else None)
@@ -233,8 +235,9 @@ def matmul(a, b):
     if da == 0 or db == 0:
         raise RuntimeError(
             f"both arguments to matmul need to be at least 1D, but they are {da}D and {db}D")
-    check_same_dtype(a, b, "dot" if da == db == 1 else "mv" if db == 1 else
-                     "mm" if db == 2 else "bmm")
+    if a._data.dtype != b._data.dtype:
+        check_same_dtype(a, b, "dot" if da == db == 1 else "mv" if db == 1 else
+                         "mm" if db == 2 else "bmm")
     if da == 1 and db == 1:
         return Dot.apply(a, b)
     if da == 2 and db == 1:
