@@ -22,7 +22,7 @@ import numpy as np
 from disthook.distributed.remote_values import RemoteValue
 from disthook.tensor import Tensor
 
-__all__ = ["Forms", "call_key", "layouts", "may_go_on"]
+__all__ = ["Forms", "call_key", "layouts", "may_go_on", "params_form"]
 
 
 class Forms:
@@ -64,6 +64,19 @@ def call_key(*parts, args=None) -> tuple:
     """A hashable key of a call: ``parts`` and each argument's form (a tensor by shape,
     dtype, layout on the worker, flags and whether it is a leaf; plain values as they are)."""
     return (_freeze(parts), _freeze(args))
+
+
+def params_form(params):
+    """An op call's encoded parameters as its backward's key takes them: arrays by shape and
+    dtype, not by value (a loss's targets change every step, the form of its gradients
+    does not), everything else as it is."""
+    if isinstance(params, np.ndarray):
+        return ("a", params.shape, params.dtype.str)
+    if isinstance(params, dict):
+        return {k: params_form(v) for k, v in params.items()}
+    if isinstance(params, (list, tuple)):
+        return type(params)(params_form(v) for v in params)
+    return params
 
 
 _PLAIN = frozenset({type(None), bool, int, float, str})

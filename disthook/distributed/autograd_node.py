@@ -449,7 +449,8 @@ class RemoteBackward0(LiveEdges):
         if async_calls.may_go_on(model) and not wanted and not self._taps:
             key = async_calls.call_key("backward", address, self._path, retain,
                                        fields["accumulate"], fields["inputs"], self._needs,
-                                       self._op_params, args=(self._meta, self._layouts, grads))
+                                       async_calls.params_form(self._op_params),
+                                       args=(self._meta, self._layouts, grads))
             form = forms.get(key)
         if form is not None:  # the answer's form is known: go on without it
             def landed(reply):
