@@ -384,9 +384,11 @@ SCHEMAS: dict[str, dict[str, str]] = {
                  "reply_to": "str", "mb": "int?", "taps": "list[str]?", "tapped": "map?",
                  "accumulate": "bool?", "start": "str?", "inputs": "bool?",
                  "keep_grads": "str?", "create_graph": "bool?", "hold": "backward_hold?",
-                 "attrs": "list[attr_change]?", "within": "str?"},
+                 "attrs": "list[attr_change]?", "within": "str?", "pass": "int?"},
     # create_graph: the input gradients keep their graph (kept as a context under
-    # keep_grads, whose backward is a double backward's second pass)
+    # keep_grads, whose backward is a double backward's second pass). pass: the client's
+    # backward this request is part of, sent for a call whose first backward kept its
+    # graph and for that graph's backward (workers/twice_split.py)
     # values kept on a worker (disthook.distributed.remote_values): a call's outputs, with
     # keep, stay on the worker that computed them under "<ctx>.<i>", and a backward's input
     # gradients, with keep_grads, under "<keep_grads>.<i>"; the answer describes them

@@ -24,7 +24,7 @@ from disthook.service import op_calls, values
 from disthook.service.loop import NO_REPLY, send_frames
 from disthook.service.values import pack, tensors_in, unpack
 from disthook.utils.checkpoint import checkpoint
-from workers import attr_changes, form, given_args, held_grads, stage_grads
+from workers import attr_changes, form, given_args, held_grads, stage_grads, twice_split
 from workers.given_args import changed_arguments, given_now, region_casts
 from workers.outputs import answer_items, refuse_opaque
 from workers.speculation import BACKWARD_KINDS, EarlyAnswer, run_ahead
@@ -404,7 +404,9 @@ class ComputeHandlers:
                     t.grad = None
                 tapped.clear()
                 tapped.update(tapped_before)
-                with engine.holding_leaves(holding and holding.begin()) as held:
+                with engine.holding_leaves(holding and holding.begin()) as held, \
+                        twice_split.watching(context.twice_of or context, st.module,
+                                             msg.get("pass"), context.twice_of is not None):
                     grads = stage_grads.run_backward(pairs(), context.inputs, taps, tapped,
                                                      retain or keep or context.keep_graph,
                                                      msg.get("accumulate", True))
@@ -486,7 +488,9 @@ class ComputeHandlers:
         inputs = context.inputs
         for t in inputs:
             t.grad = None
-        with disthook.enable_grad():
+        with disthook.enable_grad(), twice_split.watching(
+                context.twice_of or context, st.module, msg.get("pass"),
+                context.twice_of is not None):
             if msg.get("accumulate", True):  # a backward: the parameters' .grad keep a graph
                 fresh = [(n, p) for n, p in st.module.named_parameters()  # (no graph before)
                          if p.grad is None or p.grad.grad_fn is None]
@@ -511,7 +515,7 @@ class ComputeHandlers:
         context.keep_graph = True
         self.state.keep_context(st.model, keep, Context(
             job.client, [*leaves, *inputs], made, [], time.monotonic(), direct=True,
-            keep_graph=True))
+            keep_graph=True, twice_of=context))
         if not msg["retain_graph"]:
             self.state.end_context(st.model, job.client, msg.ctx)
         self._to_client(job, "ok", {"result": {

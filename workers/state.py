@@ -184,6 +184,8 @@ class Context:
     taps: dict = dataclasses.field(default_factory=dict)
     version: Any = None  # the weights its forward computed with (see Job.version)
     nbytes: int = 0  # the arrays it holds, weights aside (workers.limits)
+    # the graph of a call's first backward: that call's context (workers/twice_split.py)
+    twice_of: Any = None
 
 
 class WorkerState:

@@ -255,6 +255,11 @@ class RemoteBackward0(LiveEdges):
         return self._call and self._awaited is not None \
             and self._awaited == engine.current_task_id()
 
+    def _pass(self) -> dict:
+        """``pass`` (which backward of the client) for a call whose first backward kept its
+        graph, and for that graph's: see workers/twice_split.py."""
+        return {"pass": engine.current_task_id()} if self.__dict__.get("_twice") else {}
+
     def _hold(self) -> dict | None:
         """For the workers (``hold`` of a backward request, see workers/held_grads.py): when
         this backward runs several calls of the model apart, its id and the contexts of
@@ -402,7 +407,7 @@ class RemoteBackward0(LiveEdges):
                     "retain_graph": retain,
                     "reply_to": model._hub.reply_to, "mb": None if self._sizes is None else i,
                     "taps": wanted or None, "accumulate": self._accumulates(),
-                    "inputs": self._inputs_wanted(), "hold": hold}, ctx_id)
+                    "inputs": self._inputs_wanted(), "hold": hold, **self._pass()}, ctx_id)
                  for i, (part, ctx_id) in enumerate(zip(parts, self._ctx_ids))],
                 "backward", what="backward through the remote stages")
         for reply in replies:  # what the stages' hooks set on their modules, stage by stage
@@ -436,7 +441,7 @@ class RemoteBackward0(LiveEdges):
                   "retain_graph": retain, "reply_to": model._hub.reply_to,
                   "taps": wanted or None, "accumulate": self._accumulates(),
                   "inputs": self._inputs_wanted(), "keep_grads": keep,
-                  "hold": self._hold()}
+                  "hold": self._hold(), **self._pass()}
         what = f"backward of {self._path!r}"
         if fields["accumulate"]:  # the part's p.grad grows: no longer one kept with a graph
             held = model.__dict__.get("_graph_grads") or {}
@@ -508,6 +513,7 @@ class RemoteBackward0(LiveEdges):
         model = self._model
         address = model._addresses[self._stage]
         fields["create_graph"] = True
+        self._twice = True  # its later backwards name theirs (workers/twice_split.py)
         if fields["accumulate"]:  # its parameters' .grad keep their graph, on the worker
             model.__dict__.setdefault("_grads_with_graph", set()).add(self._part)
         (reply,) = model._hub.request_all([(address, fields, self._ctx_ids[0])], "backward",
@@ -522,6 +528,7 @@ class RemoteBackward0(LiveEdges):
         node._path = f"{self._path} (its backward)"
         node._op_params = self._op_params
         node._part = self._part  # (the parameters whose gradients it computes)
+        node._twice = True
         node.next_functions = node._edges + self._edges
         node.needs_input_grad = node._needs + self._needs
         node._input_meta = node._meta + self._meta

@@ -216,6 +216,8 @@ class BackwardHook:
             return node_hook(grad_inputs, grad_outputs)
 
         node.register_hook(hook)
+        # whose node this is (a deployment's double backward reads it: workers/twice_split.py)
+        node._module_hook = (self, node_hook == self._input_node_hook)
         new_args = list(args)
         for i, t in zip(positions, wrapped):
             new_args[i] = t
