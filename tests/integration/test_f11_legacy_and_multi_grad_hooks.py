@@ -9,6 +9,8 @@ computed on the client and stood on the worker as one node over the hook's tenso
 module's input and output), so the hook got ``(None, g)``: a silent wrong value. The worker
 cannot know the grad_input of an op that ran on the client: it now refuses such a hook
 with NotImplementedError, at the call.
+
+Seed 1965: see below (a full hook on a part beside a legacy hook on the model).
 """
 from __future__ import annotations
 
@@ -61,3 +63,64 @@ def test_a_legacy_hook_without_a_client_result_is_as_in_one_process(cluster):
     assert len(got) == len(want) == 1
     for a, b in zip(got[0], want[0]):
         np.testing.assert_allclose(a, b)
+
+
+# Seed 1965: a legacy hook on a model whose forward runs here (its parts placed) and a full
+# backward hook on a part. The model's legacy hooks run on the parts' workers as a legacy
+# hook of each part (``glue.route_node_hooks``), and the worker refused the part's full hook
+# (RuntimeError "Cannot use both regular backward hooks and full backward hooks on a single
+# Module") where one process runs: the two are on different modules there.
+
+class _Root(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(3, 3), nn.Tanh())
+
+    def forward(self, x):
+        return self.body(x) * 2.0
+
+
+def _full_then_legacy(model):
+    """A full hook on the part, then a legacy hook on the model; two backward passes."""
+    log = []
+    model.body.register_full_backward_hook(
+        lambda m, gi, go: log.append(("full", go[0].numpy().copy())))
+    model.register_backward_hook(lambda m, gi, go: log.append(
+        ("legacy", [None if g is None else g.numpy().copy() for g in gi])))
+    x = torch.tensor([[1.0, -2.0, 3.0], [0.5, 0.0, -1.0]], requires_grad=True)
+    for _ in range(2):
+        model(x).sum().backward()
+    return log
+
+
+def test_a_full_hook_on_a_part_beside_a_legacy_hook_on_the_model(cluster):
+    def make():
+        torch.manual_seed(0)
+        return _Root()
+
+    got, want = deployed_run(cluster, make, _full_then_legacy, stages=1)
+    assert [e[0] for e in got] == [e[0] for e in want] == ["legacy", "full"] * 2
+    for (_, a), (_, b) in zip(got, want):
+        for u, v in zip(a if isinstance(a, list) else [a], b if isinstance(b, list) else [b]):
+            assert (u is None) == (v is None)
+            if u is not None:
+                np.testing.assert_allclose(u, v, rtol=1e-6)
+
+
+def test_a_full_hook_on_a_part_after_the_models_legacy_hook_ran_is_refused(cluster):
+    """The other order: the model's legacy hook is routed to the part at the model's first
+    call; a full hook on the part after that is refused clearly, and the part's other hooks
+    still register."""
+    remote = cluster.deploy(_Root(), stages=1)
+    try:
+        remote.register_backward_hook(lambda m, gi, go: None)
+        x = torch.ones(2, 3, requires_grad=True)
+        remote(x).sum().backward()
+        with pytest.raises(NotImplementedError, match="before the model's first call"):
+            remote.body.register_full_backward_hook(lambda m, gi, go: None)
+        seen = []
+        remote.body.register_forward_hook(lambda m, a, o: seen.append(1))
+        remote(x).sum().backward()
+        assert seen == [1]
+    finally:
+        remote.close()
