@@ -356,6 +356,26 @@ class _ClientFunction(disthook.autograd.Function):
         return (None, None, None, None, None, *(grads or [None]))  # (_OWN's: none)
 
 
+
+def _refuse_post_hook(node, fn):
+    """A post hook on the node of a result a client hook computed (a legacy backward hook
+    of a module whose output a client forward hook replaced): in one process it sits on the
+    node of the last op of that hook's computation and sees that op's grad_input, which
+    this worker does not have (the computation ran on the client)."""
+    module = fn.module() if getattr(fn, "with_module", False) else None
+    what = ("grad_fn.register_hook" if module is None
+            else f"a legacy register_backward_hook on {type(module).__name__} or on a "
+            "module that returns its output")
+    raise NotImplementedError(
+        f"a backward hook ({what}) is put on the node of a tensor that a client hook of the "
+        "deployed model computed (a forward hook that returned a new output): in one process "
+        "it would see the grad_input of that computation's last op, which ran on the client, "
+        "not on the worker. Use register_full_backward_hook (or a hook on the tensor) "
+        "instead, or register the legacy hook where no client hook replaces the output")
+
+
+_ClientFunction._backward_cls.register_hook = _refuse_post_hook
+
 def _unpack_result(data, originals: list, worker, client: bytes, hook_id: int):
     """A client hook's result: ``{"same": i}`` is the i-th original tensor itself; a tensor
     with a ``vjp`` key was computed from the originals and stays differentiable."""

@@ -88,10 +88,13 @@ def route_node_hooks(model: Deployment) -> None:
     placed part's, that op ran on the part's worker, inside the part's call: a legacy hook
     on every placed part (registered once, before the call), fired there, runs the hooks
     registered on the call's node here (``RemoteBackward0.register_hook``) with that op's
-    gradients, as in one process."""
+    gradients, as in one process. Not on a part with full backward hooks (a module takes
+    one kind or the other): a hook on such a part's call node is refused there
+    (``RemoteBackward0.register_hook``), where in one process it sits on another module."""
     if model.__dict__.get("_node_routes") is not None or not model._local._backward_hooks:
         return
-    routes = _NodeRoutes([p for paths in model._layout.stages for p in paths])
+    routes = _NodeRoutes([p for paths in model._layout.stages for p in paths
+                          if model._local.get_submodule(p)._is_full_backward_hook is not True])
 
     def run_node_hooks(module, grad_input, grad_output):
         node = routes.nodes.get(model._hub.firing_ctx)  # the call this firing belongs to
@@ -103,8 +106,25 @@ def route_node_hooks(model: Deployment) -> None:
         return changed
 
     model._add_hooks([("backward", path, run_node_hooks, model.get_submodule(path), {})
-                      for path in routes.paths])
+                      for path in sorted(routes.paths)])
     object.__setattr__(model, "_node_routes", routes)
+
+
+def check_full_hooks(model: Deployment, module: Module, path: str) -> None:
+    """A full backward hook on a part that runs the model's legacy hooks for it (routed at
+    the model's first call, ``route_node_hooks``): the part's worker holds a legacy hook
+    there, and a module there takes one kind or the other. Refused with what to do."""
+    routes = model.__dict__.get("_node_routes")
+    if routes is None or path not in routes.paths or module._is_full_backward_hook is not True:
+        return
+    module.__dict__["_is_full_backward_hook"] = None  # as before (its handle is removed)
+    raise NotImplementedError(
+        f"register_full_backward_hook on the deployed part {path!r} after the model was "
+        "called with a legacy register_backward_hook on it: that legacy hook runs on the "
+        f"worker of {path!r} as a legacy hook of the part, which then cannot take full "
+        "backward hooks (in one process the two are on different modules). Register the "
+        "part's full backward hooks before the model's first call, or use "
+        "register_full_backward_hook on the model too")
 
 
 class _NodeRoutes:

@@ -137,6 +137,8 @@ class PartPlacement(_Placed):
         return call_placed(self.deployment, self.path, args, kwargs)
 
     def hooks_changed(self, module: Module) -> None:
+        from disthook.distributed.glue import check_full_hooks
+        check_full_hooks(self.deployment, module, self.path)
         sync_hooks(self.deployment, module, self.path)
 
     def set_attr(self, module: Module, name: str, value) -> bool:
