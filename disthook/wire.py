@@ -103,8 +103,9 @@ __all__ = [
 # region cast ("casts", "cast"); a chain's last stage may answer structures ("items"); a hook
 # event says which of its tensors are the call's own arguments ("arguments") and which are
 # a backward hook's views ("views"), a chain's forward whether its input is an inference
-# tensor ("inference") and its output such a view ("custom_view"): which a process of 21
-# refuses or does not follow
+# tensor ("inference") and its output such a view ("custom_view"); a backward through a call
+# whose first backward kept its graph names the client's backward ("pass"): which a process
+# of 21 refuses or does not follow
 PROTOCOL_VERSION = 22
 PROTOCOL_NAME = "disthook"  # what a hello names: the protocol spoken, whatever its version
 # liveness, shared by every process (seconds, and counts of heartbeat intervals)
