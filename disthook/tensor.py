@@ -809,7 +809,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self._binary(E.FloorDiv, other, reverse=True)
 
     def __mod__(self, other):
-        return self._binary(M.Remainder, other)
+        return self.remainder(other)
 
     def __rmod__(self, other):
         return self._binary(M.Remainder, other, reverse=True)

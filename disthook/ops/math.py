@@ -651,6 +651,16 @@ class _Modulus(Op):
         return g, gb
 
 
+def wrapped_divisor(tensor, other):
+    """fmod/remainder's Python int divisor for an integer tensor, cast into the tensor's type
+    with wraparound as torch casts it (uint8 by -1 divides by 255, by 300 by 44; one that
+    wraps to 0 is torch's division by zero); anything else unchanged."""
+    dt = tensor._data.dtype
+    if type(other) is not int or dt.kind not in "iu" or not -2**63 <= other < 2**64:
+        return other
+    return np.array(other % 2**64, dtype=np.uint64).astype(dt).item()
+
+
 class Fmod(_Modulus):
     """C's fmod (the sign of the dividend): the quotient truncated."""
 
