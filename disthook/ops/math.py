@@ -453,6 +453,41 @@ class LogNdtr(_Unary):
         return quotient.where(a != -math.inf, a.new_full((), math.nan))  # torch's nan at -inf
 
 
+def ndtri_np(p: np.ndarray) -> np.ndarray:
+    """The normal's quantile: from the smaller tail q = min(p, 1 - p), a rational start
+    (Abramowitz and Stegun 26.2.23) refined by Newton steps on log Q(x) = log q, with Q's
+    log and Q / pdf from erfcx, so the far tails stay exact (p = 1e-300 is -37.05, not the
+    -inf that erfinv(2p - 1) gives once 2p - 1 rounds to -1)."""
+    v = np.asarray(p, np.float64)
+    q = np.clip(np.where(v < 0.5, v, 1 - v), 1e-320, 0.5)
+    t = np.sqrt(-2 * np.log(q))
+    x = t - (2.515517 + t * (0.802853 + t * 0.010328)) / (
+        1 + t * (1.432788 + t * (0.189269 + t * 0.001308)))
+    for _ in range(4):
+        ratio = erfcx_np(x / math.sqrt(2)) * math.sqrt(math.pi / 2)  # Q(x) / pdf(x)
+        x = x + (np.log(ratio / math.sqrt(2 * math.pi)) - x * x / 2 - np.log(q)) * ratio
+    out = np.where(v < 0.5, -x, x)
+    out = np.where(v == 0, -np.inf, np.where(v == 1, np.inf, np.where(v == 0.5, 0.0, out)))
+    return _same(np.asarray(p), np.where((v < 0) | (v > 1) | np.isnan(v), np.nan, out))
+
+
+class Ndtri(Op):
+    """ndtri; derivative sqrt(2 pi) exp(ndtri(p)^2 / 2), from the output, as torch's."""
+
+    node_name = "SpecialNdtriBackward0"
+    saved_names = ("result",)
+
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(OUTPUT)
+        return ndtri_np(a._data)
+
+    @staticmethod
+    def backward(ctx, g):
+        (out,) = ctx.saved_tensors
+        return g * ((out * out / 2).exp() * math.sqrt(2 * math.pi))
+
+
 def entr_np(x: np.ndarray) -> np.ndarray:
     """-x log x: 0 at +-0, -inf below 0 (and at inf), nan at nan, as torch."""
     with np.errstate(divide="ignore", invalid="ignore"):
