@@ -92,6 +92,14 @@ def polygamma_np(n: int, x: np.ndarray) -> np.ndarray:
         power = power / (v * v)
     out = np.asarray((-1) ** (n + 1) * math.factorial(n) * (acc + tail))  # 0-d: an array
     out[pole] = np.inf if n % 2 else np.nan
+    if n == 1 and pole.any():
+        # trigamma at a pole (and -inf): torch's reflection, pi^2 / sin(pi x)^2 - trigamma(1 - x)
+        # with sin(pi x) as rounded (~6.6e32 at -1, nan at -inf) where the exact value is inf
+        # (in float32 for float32, as torch's: its rounding of pi x is what sets the value)
+        ft = np.float32 if np.asarray(x).dtype == np.float32 else np.float64
+        at, pi = np.asarray(x)[pole].astype(ft), ft(np.pi)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            out[pole] = pi * pi / np.sin(pi * at) ** 2 - polygamma_np(1, 1 - at)
     return _same(x, out)
 
 
