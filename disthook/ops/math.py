@@ -380,15 +380,16 @@ class I0(_Unary):
 
 
 class I1(_Unary):
-    """The derivative of i0; its own derivative is i0(x) - i1(x) / x (1/2 at 0)."""
+    """The derivative of i0; its own derivative is i0(x) - i1(x) / x (1/2 at 0 and nan)."""
 
     node_name = "SpecialI1Backward0"
     fn = staticmethod(i1_np)
 
     @staticmethod
     def deriv(a):
-        safe = a.where(a != 0, a.new_ones(()))
-        return (I0.apply(a) - I1.apply(a) / safe).where(a != 0, a.new_full((), 0.5))
+        away = a.abs() > 0  # (false at 0 and at nan: 1/2 there, as torch's)
+        safe = a.where(away, a.new_ones(()))
+        return (I0.apply(a) - I1.apply(a) / safe).where(away, a.new_full((), 0.5))
 
 
 class I0e(_Unary):
@@ -400,16 +401,17 @@ class I0e(_Unary):
 
 
 class I1e(_Unary):
-    """i1(x) exp(-|x|); derivative i0e(x) - i1e(x) (sign(x) + 1 / x), 1/2 at 0."""
+    """i1(x) exp(-|x|); derivative i0e(x) - i1e(x) (sign(x) + 1 / x), 1/2 at 0 and nan."""
 
     node_name = "SpecialI1EBackward0"
     fn = staticmethod(lambda x: _bessel_i(1, x, scaled=True))
 
     @staticmethod
     def deriv(a):
-        safe = a.where(a != 0, a.new_ones(()))
+        away = a.abs() > 0  # (false at 0 and at nan: 1/2 there, as torch's)
+        safe = a.where(away, a.new_ones(()))
         return (I0e.apply(a) - I1e.apply(a) * (a.sign() + 1 / safe)).where(
-            a != 0, a.new_full((), 0.5))
+            away, a.new_full((), 0.5))
 
 
 def erfcx_np(x: np.ndarray) -> np.ndarray:
