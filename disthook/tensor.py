@@ -1212,9 +1212,11 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return R.Amin.apply(self, dim=R.norm_dims(dim, self.ndim), keepdim=keepdim)
 
     def argmax(self, dim=None, keepdim=False):
+        _no_bool(self, "argmax")
         return self._arg(np.argmax, dim, keepdim)
 
     def argmin(self, dim=None, keepdim=False):
+        _no_bool(self, "argmin")
         return self._arg(np.argmin, dim, keepdim)
 
     def _arg(self, fn, dim, keepdim):
@@ -1249,12 +1251,23 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
                                  keepdim=keepdim)
 
     def softmax(self, dim, dtype=None):
-        x = self._floating() if dtype is None else self.to(dtype)
+        x = self._softmax_input("softmax", dim, dtype)
         return R.Softmax.apply(x, dim=self._dim(dim), given=dim)
 
     def log_softmax(self, dim, dtype=None):
-        x = self._floating() if dtype is None else self.to(dtype)
+        x = self._softmax_input("log_softmax", dim, dtype)
         return R.LogSoftmax.apply(x, dim=self._dim(dim), given=dim)
+
+    def _softmax_input(self, name: str, dim, dtype) -> Tensor:
+        """An integer or bool input without ``dtype=`` is torch's NotImplementedError (its
+        kernels are floating only): pass dtype=torch.float32, or convert first."""
+        if dtype is not None:
+            return self.to(dtype)
+        if self._data.dtype.kind in "biu":
+            last = self.ndim == 0 or self._dim(dim) == self.ndim - 1
+            raise NotImplementedError(f'"{name}_{"lastdim_" if last else ""}kernel_impl" not '
+                                      f"implemented for '{_SCALAR_TYPES[self._data.dtype.name]}'")
+        return self._floating()
 
     def all(self, dim=None, keepdim=False):
         return self._test(np.all, dim, keepdim)
@@ -2233,6 +2246,16 @@ def _can_view(data: np.ndarray, shape: tuple) -> bool:
 def _check_broadcast(a: Tensor, b: Tensor) -> None:
     """RuntimeError with torch's wording when two tensors' shapes do not broadcast."""
     check_broadcast(a._data.shape, b._data.shape)
+
+
+_SCALAR_TYPES = {"bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short",
+                 "int32": "Int", "int64": "Long", "uint16": "UInt16", "uint32": "UInt32",
+                 "uint64": "UInt64"}  # (torch's names for the integer types, in its errors)
+
+
+def _no_bool(x, name: str) -> None:
+    if x._data.dtype == np.bool_:
+        raise RuntimeError(f"{name}(): does not support bool input")
 
 
 def _clamp_kernel(has_min: bool, has_max: bool) -> str:
