@@ -218,10 +218,10 @@ class MathMethods:
         return self._binary_float(M.Copysign, other)
 
     def fmod(self, other):
-        return self._binary(M.Fmod, other)
+        return self._binary(M.Fmod, M.wrapped_divisor(self, other))
 
     def remainder(self, other):
-        return self._binary(M.Remainder, other)
+        return self._binary(M.Remainder, M.wrapped_divisor(self, other))
 
     def floor_divide(self, other):
         return self // other

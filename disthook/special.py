@@ -127,8 +127,8 @@ def ndtr(input: Tensor) -> Tensor:
 
 
 def ndtri(input: Tensor) -> Tensor:
-    """The inverse of ndtr."""
-    return (input._floating() * 2 - 1).erfinv() * math.sqrt(2)
+    """The inverse of ndtr, one op: exact in both tails, as torch's."""
+    return M.Ndtri.apply(input._floating())
 
 
 def log_ndtr(input: Tensor) -> Tensor:

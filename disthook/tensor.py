@@ -809,7 +809,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self._binary(E.FloorDiv, other, reverse=True)
 
     def __mod__(self, other):
-        return self._binary(M.Remainder, other)
+        return self.remainder(other)
 
     def __rmod__(self, other):
         return self._binary(M.Remainder, other, reverse=True)
@@ -1040,9 +1040,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
         if isinstance(min, Tensor) or isinstance(max, Tensor):
             return self._clamp_tensor(E.ClampTensor, min, max)
-        # float bounds make an integer result floating
-        float_bound = isinstance(min, builtins.float) or isinstance(max, builtins.float)
-        x = self._floating() if float_bound else self
+        kernel = _clamp_kernel(min is not None, max is not None)
+        x = E.clamp_operand(self, (min, max), f"{kernel}_scalar_cpu")
         return E.Clamp.apply(x, min=min, max=max)
 
     def _clamp_tensor(self, op, min, max):
@@ -1052,12 +1051,14 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             raise TypeError(f"clamp() received an invalid combination of arguments - got "
                             f"({kinds}), but expected one of: (Tensor min = None, Tensor max = "
                             "None) or (Number min = None, Number max = None)")
-        dt = np.result_type(*[result_dtype(self, b) for b in bounds])
         shape = self._data.shape
         for b in bounds:
             check_broadcast(shape, b._data.shape)
             shape = np.broadcast_shapes(shape, b._data.shape)
-        return op.apply(self.to(dt), *[b.to(dt) for b in bounds], has_min=min is not None,
+        kernel = _clamp_kernel(min is not None, max is not None)
+        x = E.clamp_operand(self, bounds, f"{kernel}_cpu", refuse_bool=len(bounds) == 2)
+        dt = x._data.dtype
+        return op.apply(x, *[b.to(dt) for b in bounds], has_min=min is not None,
                         has_max=max is not None)
 
     clip = clamp
@@ -1065,12 +1066,14 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def clamp_min(self, min):
         if isinstance(min, Tensor):
             return self._clamp_tensor(E.ClampMinTensor, min, None)
-        return E.ClampMin.apply(self, min=min)
+        _number_bound("clamp_min", min)
+        return E.ClampMin.apply(E.clamp_operand(self, (min,), "clamp_min_scalar_cpu"), min=min)
 
     def clamp_max(self, max):
         if isinstance(max, Tensor):
             return self._clamp_tensor(E.ClampMaxTensor, None, max)
-        return E.ClampMax.apply(self, max=max)
+        _number_bound("clamp_max", max)
+        return E.ClampMax.apply(E.clamp_operand(self, (max,), "clamp_max_scalar_cpu"), max=max)
 
     def maximum(self, other):
         return self._binary(E.Maximum, other)
@@ -1209,9 +1212,11 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return R.Amin.apply(self, dim=R.norm_dims(dim, self.ndim), keepdim=keepdim)
 
     def argmax(self, dim=None, keepdim=False):
+        _no_bool(self, "argmax")
         return self._arg(np.argmax, dim, keepdim)
 
     def argmin(self, dim=None, keepdim=False):
+        _no_bool(self, "argmin")
         return self._arg(np.argmin, dim, keepdim)
 
     def _arg(self, fn, dim, keepdim):
@@ -1246,12 +1251,23 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
                                  keepdim=keepdim)
 
     def softmax(self, dim, dtype=None):
-        x = self._floating() if dtype is None else self.to(dtype)
+        x = self._softmax_input("softmax", dim, dtype)
         return R.Softmax.apply(x, dim=self._dim(dim), given=dim)
 
     def log_softmax(self, dim, dtype=None):
-        x = self._floating() if dtype is None else self.to(dtype)
+        x = self._softmax_input("log_softmax", dim, dtype)
         return R.LogSoftmax.apply(x, dim=self._dim(dim), given=dim)
+
+    def _softmax_input(self, name: str, dim, dtype) -> Tensor:
+        """An integer or bool input without ``dtype=`` is torch's NotImplementedError (its
+        kernels are floating only): pass dtype=torch.float32, or convert first."""
+        if dtype is not None:
+            return self.to(dtype)
+        if self._data.dtype.kind in "biu":
+            last = self.ndim == 0 or self._dim(dim) == self.ndim - 1
+            raise NotImplementedError(f'"{name}_{"lastdim_" if last else ""}kernel_impl" not '
+                                      f"implemented for '{_SCALAR_TYPES[self._data.dtype.name]}'")
+        return self._floating()
 
     def all(self, dim=None, keepdim=False):
         return self._test(np.all, dim, keepdim)
@@ -2034,6 +2050,13 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def clamp_(self, min=None, max=None):
         if min is None and max is None:
             raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+        if not (isinstance(min, Tensor) or isinstance(max, Tensor)):
+            kernel = _clamp_kernel(min is not None, max is not None)
+            result = E.clamp_operand(self, (min, max), f"{kernel}_scalar_cpu")._data.dtype
+            if result.kind != self._data.dtype.kind and result.kind in "fi":
+                # a bool tensor clamped by ints, an integer one by a float: as torch
+                raise RuntimeError(f"result type {_kind_title(result)} can't be cast to the "
+                                   f"desired output type {_kind_title(self._data.dtype)}")
         return self._inplace(E.Clamp, min=min, max=max)
 
     clip_ = clamp_
@@ -2223,6 +2246,29 @@ def _can_view(data: np.ndarray, shape: tuple) -> bool:
 def _check_broadcast(a: Tensor, b: Tensor) -> None:
     """RuntimeError with torch's wording when two tensors' shapes do not broadcast."""
     check_broadcast(a._data.shape, b._data.shape)
+
+
+_SCALAR_TYPES = {"bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short",
+                 "int32": "Int", "int64": "Long", "uint16": "UInt16", "uint32": "UInt32",
+                 "uint64": "UInt64"}  # (torch's names for the integer types, in its errors)
+
+
+def _no_bool(x, name: str) -> None:
+    if x._data.dtype == np.bool_:
+        raise RuntimeError(f"{name}(): does not support bool input")
+
+
+def _clamp_kernel(has_min: bool, has_max: bool) -> str:
+    """The name torch's errors give the clamp kernel for these bounds."""
+    return "clamp" if has_min and has_max else ("clamp_min" if has_min else "clamp_max")
+
+
+def _number_bound(name: str, bound) -> None:
+    """clamp_min/clamp_max need their bound: None is torch's TypeError, not a no-op."""
+    if bound is None:
+        raise TypeError(f"{name}() received an invalid combination of arguments - got "
+                        f"(NoneType), but expected one of: (Tensor {name[6:]}) or "
+                        f"(Number {name[6:]})")
 
 
 def _as_bool_mask(mask, where: str) -> Tensor:

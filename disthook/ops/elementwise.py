@@ -5,6 +5,7 @@ Binary ops broadcast; the engine sums each gradient back to its input's shape.
 from __future__ import annotations
 
 import cmath
+import functools
 import math
 
 import numpy as np
@@ -815,6 +816,59 @@ class Hardswish(Op):
         return (g * zero.where(a <= -3, middle)).where(a > -3, zero)
 
 
+def clamp_operand(x, bounds, kernel: str, refuse_bool: bool = True):
+    """``x`` in the dtype torch's clamp family computes in with these bounds (None skipped):
+    torch's promotion of the input with the bounds, Python numbers included (a bool tensor
+    with an int bound is int64, an integer one with a float bound the default float), or
+    tensors (a 0-dim bound counts only with a higher category than the others); a bool
+    result is torch's NotImplementedError for ``kernel`` where ``refuse_bool``."""
+    from disthook.ops.base import _category, result_dtype
+    from disthook.tensor import Tensor
+
+    bounds = [b for b in bounds if b is not None]
+    if x._data.dtype.kind == "f" and all(type(b) in (int, float) for b in bounds):
+        return x  # (the hot path: a float tensor keeps its dtype with real numbers)
+    if bounds and isinstance(bounds[0], Tensor):
+        tiers = [[t._data.dtype for t in (x, *bounds) if (t.ndim != 0) == dimensioned]
+                 for dimensioned in (True, False)]
+        shaped, scalar = (functools.reduce(_promote_torch, t) if t else None for t in tiers)
+        dt = scalar if shaped is None or (
+            scalar is not None and _category(scalar) > _category(shaped)) else shaped
+    else:
+        dt = x._data.dtype
+        for b in bounds:
+            dt = result_dtype(x if x._data.dtype == dt else x.to(dt), b)
+    if dt == np.bool_ and refuse_bool:
+        raise NotImplementedError(f'"{kernel}" not implemented for \'Bool\'')
+    return x if x._data.dtype == dt else x.to(dt)
+
+
+_C_NAMES = {"uint8": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "int",
+            "int64": "int64_t"}
+
+
+def _integer_bound(bound, dt):
+    """A Python int bound for an integer tensor, as torch converts it: out of the type's
+    range is torch's RuntimeError; a negative one for an unsigned type wraps (-1 is 255 for
+    uint8) where its magnitude fits."""
+    if dt.kind not in "iu" or not isinstance(bound, int) or isinstance(bound, bool):
+        return bound
+    info = np.iinfo(dt)
+    low = -info.max if dt.kind == "u" else info.min
+    if not low <= bound <= info.max:
+        raise RuntimeError(f"value cannot be converted to type {_C_NAMES.get(dt.name, dt.name)} "
+                           "without overflow")
+    return bound % (info.max + 1) if bound < 0 and dt.kind == "u" else bound
+
+
+def _promote_torch(da, db):
+    """Two tensors' dtype as torch promotes them: a higher category's, or else the wider."""
+    from disthook.ops.base import _category, _promote
+
+    ca, cb = _category(da), _category(db)
+    return _promote(da, db) if ca == cb else (da if ca > cb else db)
+
+
 class Clamp(Op):
     node_name = "ClampBackward1"
     saved_names = ("self",)
@@ -822,7 +876,7 @@ class Clamp(Op):
     @staticmethod
     def forward(ctx, a, min=None, max=None):
         ctx.save_for_backward(a)
-        ctx.bounds = (min, max)
+        ctx.bounds = min, max = [_integer_bound(b, a._data.dtype) for b in (min, max)]
         return np.clip(a._data, min, max).astype(a._data.dtype, copy=False)
 
     @staticmethod

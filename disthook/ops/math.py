@@ -92,6 +92,14 @@ def polygamma_np(n: int, x: np.ndarray) -> np.ndarray:
         power = power / (v * v)
     out = np.asarray((-1) ** (n + 1) * math.factorial(n) * (acc + tail))  # 0-d: an array
     out[pole] = np.inf if n % 2 else np.nan
+    if n == 1 and pole.any():
+        # trigamma at a pole (and -inf): torch's reflection, pi^2 / sin(pi x)^2 - trigamma(1 - x)
+        # with sin(pi x) as rounded (~6.6e32 at -1, nan at -inf) where the exact value is inf
+        # (in float32 for float32, as torch's: its rounding of pi x is what sets the value)
+        ft = np.float32 if np.asarray(x).dtype == np.float32 else np.float64
+        at, pi = np.asarray(x)[pole].astype(ft), ft(np.pi)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            out[pole] = pi * pi / np.sin(pi * at) ** 2 - polygamma_np(1, 1 - at)
     return _same(x, out)
 
 
@@ -372,15 +380,16 @@ class I0(_Unary):
 
 
 class I1(_Unary):
-    """The derivative of i0; its own derivative is i0(x) - i1(x) / x (1/2 at 0)."""
+    """The derivative of i0; its own derivative is i0(x) - i1(x) / x (1/2 at 0 and nan)."""
 
     node_name = "SpecialI1Backward0"
     fn = staticmethod(i1_np)
 
     @staticmethod
     def deriv(a):
-        safe = a.where(a != 0, a.new_ones(()))
-        return (I0.apply(a) - I1.apply(a) / safe).where(a != 0, a.new_full((), 0.5))
+        away = a.abs() > 0  # (false at 0 and at nan: 1/2 there, as torch's)
+        safe = a.where(away, a.new_ones(()))
+        return (I0.apply(a) - I1.apply(a) / safe).where(away, a.new_full((), 0.5))
 
 
 class I0e(_Unary):
@@ -392,16 +401,17 @@ class I0e(_Unary):
 
 
 class I1e(_Unary):
-    """i1(x) exp(-|x|); derivative i0e(x) - i1e(x) (sign(x) + 1 / x), 1/2 at 0."""
+    """i1(x) exp(-|x|); derivative i0e(x) - i1e(x) (sign(x) + 1 / x), 1/2 at 0 and nan."""
 
     node_name = "SpecialI1EBackward0"
     fn = staticmethod(lambda x: _bessel_i(1, x, scaled=True))
 
     @staticmethod
     def deriv(a):
-        safe = a.where(a != 0, a.new_ones(()))
+        away = a.abs() > 0  # (false at 0 and at nan: 1/2 there, as torch's)
+        safe = a.where(away, a.new_ones(()))
         return (I0e.apply(a) - I1e.apply(a) * (a.sign() + 1 / safe)).where(
-            a != 0, a.new_full((), 0.5))
+            away, a.new_full((), 0.5))
 
 
 def erfcx_np(x: np.ndarray) -> np.ndarray:
@@ -451,6 +461,41 @@ class LogNdtr(_Unary):
     def deriv(a):
         quotient = math.sqrt(2 / math.pi) / Erfcx.apply(-a / math.sqrt(2))
         return quotient.where(a != -math.inf, a.new_full((), math.nan))  # torch's nan at -inf
+
+
+def ndtri_np(p: np.ndarray) -> np.ndarray:
+    """The normal's quantile: from the smaller tail q = min(p, 1 - p), a rational start
+    (Abramowitz and Stegun 26.2.23) refined by Newton steps on log Q(x) = log q, with Q's
+    log and Q / pdf from erfcx, so the far tails stay exact (p = 1e-300 is -37.05, not the
+    -inf that erfinv(2p - 1) gives once 2p - 1 rounds to -1)."""
+    v = np.asarray(p, np.float64)
+    q = np.clip(np.where(v < 0.5, v, 1 - v), 1e-320, 0.5)
+    t = np.sqrt(-2 * np.log(q))
+    x = t - (2.515517 + t * (0.802853 + t * 0.010328)) / (
+        1 + t * (1.432788 + t * (0.189269 + t * 0.001308)))
+    for _ in range(4):
+        ratio = erfcx_np(x / math.sqrt(2)) * math.sqrt(math.pi / 2)  # Q(x) / pdf(x)
+        x = x + (np.log(ratio / math.sqrt(2 * math.pi)) - x * x / 2 - np.log(q)) * ratio
+    out = np.where(v < 0.5, -x, x)
+    out = np.where(v == 0, -np.inf, np.where(v == 1, np.inf, np.where(v == 0.5, 0.0, out)))
+    return _same(np.asarray(p), np.where((v < 0) | (v > 1) | np.isnan(v), np.nan, out))
+
+
+class Ndtri(Op):
+    """ndtri; derivative sqrt(2 pi) exp(ndtri(p)^2 / 2), from the output, as torch's."""
+
+    node_name = "SpecialNdtriBackward0"
+    saved_names = ("result",)
+
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(OUTPUT)
+        return ndtri_np(a._data)
+
+    @staticmethod
+    def backward(ctx, g):
+        (out,) = ctx.saved_tensors
+        return g * ((out * out / 2).exp() * math.sqrt(2 * math.pi))
 
 
 def entr_np(x: np.ndarray) -> np.ndarray:
@@ -649,6 +694,16 @@ class _Modulus(Op):
         a, b = ctx.saved_tensors
         gb = -g * getattr(a / b, ctx.rounding)() if _needs(ctx, 1) else None
         return g, gb
+
+
+def wrapped_divisor(tensor, other):
+    """fmod/remainder's Python int divisor for an integer tensor, cast into the tensor's type
+    with wraparound as torch casts it (uint8 by -1 divides by 255, by 300 by 44; one that
+    wraps to 0 is torch's division by zero); anything else unchanged."""
+    dt = tensor._data.dtype
+    if type(other) is not int or dt.kind not in "iu" or not -2**63 <= other < 2**64:
+        return other
+    return np.array(other % 2**64, dtype=np.uint64).astype(dt).item()
 
 
 class Fmod(_Modulus):

@@ -370,7 +370,31 @@ class Prod(Op):
         g = expand_back(g, a.shape, ctx.dim, ctx.keepdim)
         if not (a._data == 0).any():
             return g * expand_back(out, a.shape, ctx.dim, ctx.keepdim) / a
-        return g * _prod_of_others(a, ctx.dim)
+        if np.isfinite(a._data).all():
+            return g * _prod_of_others(a, ctx.dim)
+        return g * plain_tensor(_products_before_and_after(a, g, ctx.dim))
+
+
+def _products_before_and_after(a, g, dim) -> np.ndarray:
+    """With zeros and an inf or nan in ``a``: for each element, the product of the elements
+    before it times that of those after it, as torch (so 0 * inf is nan only where torch's
+    is); all zeros, as torch, for a whole-tensor prod with two zeros outside grad mode."""
+    from disthook.autograd import grad_mode
+    from disthook.ops.scan import no_second_order
+
+    no_second_order(g, "prod of an input with zeros and infinities", a.requires_grad)
+    x = a._data.reshape(-1) if dim is None else a._data
+    axis = 0 if dim is None else dim[0]
+    if dim is None and (x == 0).sum() > 1 and not grad_mode._state.enabled:
+        return np.zeros_like(a._data)
+    ones = np.ones_like(np.take(x, [0], axis=axis))
+    before = np.multiply.accumulate(
+        np.concatenate([ones, np.delete(x, -1, axis=axis)], axis=axis), axis=axis)
+    after = np.flip(np.multiply.accumulate(
+        np.concatenate([ones, np.flip(np.delete(x, 0, axis=axis), axis)], axis=axis),
+        axis=axis), axis)
+    with np.errstate(invalid="ignore"):
+        return (before * after).reshape(a._data.shape)
 
 
 def _prod_of_others(a, dim):

@@ -53,16 +53,32 @@ class Cumprod(Op):
             return g
         if not bool((a._data == 0).any()):
             return _flip_cumsum(g * out, dim) / a
-        # with zeros: d out[j] / d a[k] is the product of a[i] for i <= j, i != k (j >= k)
         no_second_order(g, "cumprod of an input with zeros", a.requires_grad)
         x, w = np.moveaxis(a._data, dim, -1), np.moveaxis(g._data, dim, -1)
-        n = x.shape[-1]
-        grad = np.zeros_like(x)
-        for k in range(n):
-            others = x.copy()
-            others[..., k] = 1
-            grad[..., k] = (np.cumprod(others, axis=-1)[..., k:] * w[..., k:]).sum(-1)
-        return _tensor(np.moveaxis(grad, -1, dim))
+        y = np.moveaxis(out._data, dim, -1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return _tensor(np.moveaxis(_cumprod_grad_with_zeros(x, w, y), -1, dim))
+
+
+def _cumprod_grad_with_zeros(x, w, y):
+    """cumprod's gradient along the last axis of ``x`` (with zeros; ``w`` the incoming
+    gradient, ``y`` the output) in torch's three parts, so that an inf or nan beside a zero
+    gives what torch's does: before a slice's first zero, the suffix sums of w * y over x;
+    at it, the output just before it times the sum over the outputs up to the second zero
+    of w times the product of the elements after the first zero; after it, 0."""
+    zeros_so_far = np.cumsum(x == 0, axis=-1)
+    before = zeros_so_far == 0
+    suffix = np.flip(np.cumsum(np.flip(np.where(before, w * y, 0), -1), axis=-1), -1)
+    grad = np.where(before, suffix / np.where(before, x, 1), 0).astype(x.dtype)
+    first_run = zeros_so_far == 1
+    z1 = np.argmax(first_run, axis=-1)[..., None]
+    first = np.zeros_like(first_run)
+    np.put_along_axis(first, z1, True, axis=-1)
+    first &= first_run
+    between = first_run & ~first
+    inner = (np.cumprod(np.where(between, x, 1), axis=-1) * np.where(first_run, w, 0)).sum(-1)
+    lead = np.where(z1 == 0, 1, np.take_along_axis(y, np.maximum(z1 - 1, 0), axis=-1))
+    return np.where(first, (inner[..., None] * lead).astype(x.dtype), grad)
 
 
 class Logcumsumexp(Op):
