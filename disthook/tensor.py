@@ -909,6 +909,18 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def __ixor__(self, other):
         return self._inplace_binary(E.BitXor, other) if _is_operand(other) else NotImplemented
 
+    def __ifloordiv__(self, other):
+        return self.floor_divide_(other) if _is_operand(other) else NotImplemented
+
+    def __imod__(self, other):
+        return self.remainder_(other) if _is_operand(other) else NotImplemented
+
+    def __ilshift__(self, other):
+        return self.bitwise_left_shift_(other) if _is_operand(other) else NotImplemented
+
+    def __irshift__(self, other):
+        return self.bitwise_right_shift_(other) if _is_operand(other) else NotImplemented
+
     def add(self, other, *, alpha=1):
         return self._binary(E.Add, other, alpha=_scalar("add", "alpha", alpha))
 
