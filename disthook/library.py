@@ -5,9 +5,9 @@ compiler and not needed here. The other names (``Library``, ``triton_op``...) re
 from __future__ import annotations
 
 import inspect
-import types
+import types as _types
 
-from disthook.autograd.function import Function
+from disthook.autograd.function import Function as _Function
 
 __all__ = ["CustomOpDef", "custom_op", "register_autograd", "register_fake", "register_kernel"]
 
@@ -79,7 +79,7 @@ class CustomOpDef:
             return grads_in if isinstance(grads_in, tuple) else (grads_in,)
 
         name = f"GeneratedBackwardFor_{self._namespace}_{self._name}_default"
-        return type(name, (Function,), {"forward": staticmethod(forward),
+        return type(name, (_Function,), {"forward": staticmethod(forward),
                                         "setup_context": staticmethod(setup_context),
                                         "backward": staticmethod(backward)})
 
@@ -140,10 +140,10 @@ def register_autograd(op, backward, /, *, setup_context=None, lib=None) -> None:
     _op(op).register_autograd(backward, setup_context=setup_context)
 
 
-def op_namespace(name: str):
+def _op_namespace(name: str):
     """``torch.ops.<name>``: the operators made under that namespace, as attributes."""
     found = {op._name: op for qualname, op in _OPS.items() if op._namespace == name}
     if not found:
         raise AttributeError(f"module 'disthook.ops' has no attribute {name!r} (no custom "
                              "operator was made in that namespace)")
-    return types.SimpleNamespace(**found)
+    return _types.SimpleNamespace(**found)

@@ -3,6 +3,6 @@
 
 def __getattr__(name: str):
     """``torch.ops.<namespace>``: the operators ``torch.library.custom_op`` made there."""
-    from disthook.library import op_namespace
+    from disthook.library import _op_namespace
 
-    return op_namespace(name)
+    return _op_namespace(name)
