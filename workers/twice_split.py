@@ -33,7 +33,7 @@ def _hook_names(node, module) -> list:
             path = next((n for n, p in module.named_parameters() if p is variable), "?")
             names.append(f"a hook on the parameter {path!r}")
         return names
-    if any(node._tensor_hooks.values()) if node._tensor_hooks else False:
+    if node._tensor_hooks and any(node._tensor_hooks.values()):
         names.append(f"a tensor hook on an activation (the output of {node.name()})")
     if node._retains:
         names.append(f"retain_grad() of an activation (the output of {node.name()})")
