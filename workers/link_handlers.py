@@ -50,6 +50,7 @@ class LinkHandlers:
         self._links_wait: select.poll | None = None
         self._zmq_fds: tuple = ()
         self.link_waits = 0  # pipeline waits that ended on the links alone (status)
+        self.wait_ticks = 0  # ticks run inside such waits (status)
         if not links_enabled():
             return
         try:
@@ -156,8 +157,8 @@ class LinkHandlers:
         links read as ``links_first`` reads it, no wait opened, no thread handed over.
         Whether one of ``keys`` came; False (nothing taken from ZeroMQ) as soon as anything
         else needs the loop: a job to start or go on, an outbox to flush, a ZeroMQ socket
-        with something to read, the tick, a link that closed, the worker stopping: the
-        caller then waits through the loop as before (``sleep_on``)."""
+        with something to read, a second tick (the first runs here), a link that closed, the
+        worker stopping: the caller then waits through the loop as before (``sleep_on``)."""
         if (not self.links_in or self._outboxes or self._todo or self.runners.ready
                 or not self._running):
             return False
@@ -179,15 +180,26 @@ class LinkHandlers:
             self.holding = holding
 
     def _links_alone(self, keys, poll, router, control, mailbox) -> bool:
-        """``wait_on_links``'s loop."""
+        """``wait_on_links``'s loop. The first tick that falls due meanwhile runs here (the
+        beat, other jobs' deadlines: ``tick_now``) and the wait goes on; the next one ends it,
+        so that a wait longer than a tick interval goes the general way, under its deadline
+        (``WorkerState.wait_for_pipe``), as before."""
         zmq_fds, polled = self._zmq_fds, self._polled
+        ticked = False
         while True:
             if (router.getsockopt(zmq.EVENTS) & _POLLIN
                     or control.getsockopt(zmq.EVENTS) & _POLLIN):
                 return False
             timeout = self._next_tick - time.monotonic()
             if timeout <= 0:
-                return False
+                if ticked:
+                    return False
+                ticked = True
+                self.tick_now()
+                self.wait_ticks += 1
+                if self._todo or self.runners.ready or self._outboxes or not self._running:
+                    return False  # (what the tick ended or sent needs the loop)
+                continue  # (the tick may have read ZeroMQ: asked again at the top)
             for fd, _ in poll.poll(math.ceil(timeout * 1000)):
                 if fd in zmq_fds:
                     continue  # (asked again at the top)
@@ -327,6 +339,7 @@ class LinkHandlers:
                 # records whose arrays went through the links' arenas (workers/arena.py):
                 # placed by this worker's stages, taken from its neighbours'
                 "waits": self.link_waits,  # a step's waits that ended on the links alone
+                "wait_ticks": self.wait_ticks,  # the loop's ticks run inside those waits
                 "arena_records": {
                     "placed": sum(n.arena.records for n in dialed if n.arena is not None),
                     "taken": sum(n.arena.records for n in self.links_in.values()

@@ -229,10 +229,15 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
             if start_jobs:
                 self._start_jobs()
         if time.monotonic() >= self._next_tick:
-            if self.parent_pid is not None and os.getppid() != self.parent_pid:
-                self.stop(f"parent process {self.parent_pid} is gone")
-            self.tick()
-            self._next_tick = time.monotonic() + self.tick_interval
+            self.tick_now()
+
+    def tick_now(self) -> None:
+        """The loop's tick (due: its caller looked), the next one a tick interval on; the
+        worker stops where the process that started it is gone."""
+        if self.parent_pid is not None and os.getppid() != self.parent_pid:
+            self.stop(f"parent process {self.parent_pid} is gone")
+        self.tick()
+        self._next_tick = time.monotonic() + self.tick_interval
 
     def _on_router(self) -> None:
         """Take what has come on the endpoint: up to ``ROUTER_BURST`` messages, one poll
