@@ -75,3 +75,45 @@ def test_a_forwards_cpu_in_the_timeline_leaves_out_the_workers_bookkeeping():
         assert cpu < BURN_S / 5
     assert stats["busy"] < BURN_S  # (wall time: the two forwards' notes took 2 x BURN_S)
     assert len(stats["losses"]) == 2 and lin.weight.grad is not None
+
+
+def test_memory_is_read_at_a_new_most_of_held_graphs_and_at_the_steps_end(monkeypatch):
+    """``peak_rss``: the process's resident memory read at the step's start, after a forward
+    that leaves the step holding more forwards' graphs than any read before (where their
+    activations peak), and at its end (what it keeps: the weights' gradients). Under 1F1B's
+    steady state (a forward after each backward) no read a forward, as there was before."""
+    from workers import steps
+
+    disthook.manual_seed(0)
+    lin = nn.Linear(8, 4)
+    st = _stage(lin)
+    vars(st).update(module=lin, shared=False, neighbours={}, params=list(lin.parameters()),
+                    hook_info={}, hook_records=[], forwards=0, owner=b"c", index=0)
+    worker = _StepWorker(st)
+    worker.keep_step_graph = super(_StepWorker, worker).keep_step_graph  # (no burn)
+    reads = []
+
+    def rss():  # what each read finds: 100 more each time
+        reads.append(100 * (len(reads) + 1))
+        return reads[-1]
+
+    monkeypatch.setattr(steps, "rss_bytes", rss)
+    rng = np.random.default_rng(0)
+    m = 4
+    for order, expected in [
+            ([("forward", 0), ("backward", 0)], 3),  # start, F0, end
+            ([(k, i) for i in range(m) for k in ("forward", "backward")], 3),  # steady
+            ([("forward", i) for i in range(m)] + [("backward", i) for i in range(m)],
+             m + 2),  # GPipe: each forward holds one more
+            ([("forward", 0), ("forward", 1), ("backward", 0), ("forward", 2),
+              ("backward", 1), ("forward", 3), ("backward", 2), ("backward", 3)], 4)]:
+        n = 1 + max(i for _, i in order)
+        msg = _Msg(step="s", model="m", schedule=order,
+                   inputs=[rng.standard_normal((3, 8)).astype(np.float32) for _ in range(n)],
+                   targets=[rng.standard_normal((3, 4)).astype(np.float32) for _ in range(n)],
+                   scales=[1 / n] * n, loss={"function": "mse_loss"})
+        reads.clear()
+        job = types.SimpleNamespace(msg=msg, client=b"c", spec=None, rng=None,
+                                    micro_batch=None, retained=[])
+        stats = worker.on_train_step(job)
+        assert len(reads) == expected and stats["peak_rss"] == max(reads)

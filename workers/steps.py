@@ -62,7 +62,9 @@ class StepHandlers:
         received: dict[tuple, np.ndarray] = {}
         grads_in: dict[int, object] = {}
         losses: dict[int, float] = {}
-        busy, peak = 0.0, rss_bytes() or 0  # compute time; the most memory held
+        # compute time; the most memory held, read when the step holds more forwards'
+        # graphs (their activations, up to their W's) than at any read before, and at its end
+        busy, peak, most = 0.0, rss_bytes() or 0, 0
         waited_since, waited_cpu = None, 0.0
         try:
             # (a loss refused here, or a request missing what this stage needs, aborts
@@ -129,7 +131,9 @@ class StepHandlers:
                     # what the worker notes of it (the graph's bytes, against the client's
                     # cap; the memory held) after its timeline's entry: not the forward's
                     self.keep_step_graph(st, job.client, step, mb, held[mb])  # (limits)
-                    peak = max(peak, rss_bytes() or 0)
+                    if len(held) + len(weights_later) > most:  # (1F1B's steady state: not
+                        most = len(held) + len(weights_later)  # a read a forward)
+                        peak = max(peak, rss_bytes() or 0)
                     continue
                 elif kind == "send_act":  # the output's array itself (no detached Tensor
                     # made only to read it; not numpy(), which refuses bfloat16 as torch's)
@@ -170,6 +174,7 @@ class StepHandlers:
                     self._pipe_send(st, "prev", step, "grad", mb, g._data)
                 timeline.append([kind, mb, time.thread_time() - cpu, started,
                                  time.perf_counter()])
+            peak = max(peak, rss_bytes() or 0)  # (what the step ends with: its gradients)
         except BaseException as exc:
             for side in ("prev", "next"):  # the neighbours must not wait for us
                 if side in st.neighbours:
