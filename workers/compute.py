@@ -218,18 +218,19 @@ class ComputeHandlers:
             call = self._resolve_refs(job, st.model, msg["call"], kept)
 
             given: list = []  # the program's tensors the part is given (given_now)
+            given_kept: list = []  # and the values kept on workers (given_now too)
             changed, casts = [None], [None]  # changed_arguments's, region_casts's
             keeps: list = []  # those it changed with a graph: outputs of the call too
 
             def received(a, flag, name):
                 t = _as_received(leaf(a, flag), name or id(a) in kept)
-                if id(a) not in kept:
-                    given.append(given_now(t, len(inputs) - 1))
+                (given_kept if id(a) in kept else given).append(given_now(t, len(inputs) - 1))
                 return values.as_argument(t, len(inputs) - 1)
 
             def compute():
                 inputs.clear()  # fresh leaves each time the forward runs
                 given.clear()
+                given_kept.clear()
                 keeps.clear()
                 args, kwargs = unpack(call, received)
                 held = [] if msg.get("op") else values.containers_in((args, kwargs))
@@ -247,8 +248,8 @@ class ComputeHandlers:
                     else:
                         out = module(*args, **kwargs)
                     casts[0] = region_casts(given)
-                if not msg.get("op"):  # (an in-place op on a kept value changes it there)
-                    changed[0] = changed_arguments(given, path,
+                if not msg.get("op"):  # (a kept value too: the program's tensor stands for it)
+                    changed[0] = changed_arguments(given + given_kept, path,
                                                    keeps if msg.get("keep") else None)
                     given_args.refuse_changed_containers(held, path)
                 return out
