@@ -124,6 +124,7 @@ class ComputeHandlers:
                 if nxt is None and not isinstance(out, disthook.Tensor):  # (tuples, dicts)
                     return answer_items(self, job, out, inputs, grad, st.name, {
                         "rng": _stream_state(msg), "changed": onward[0], "cast": onward[1],
+                        "unreached": _stages_unreached(msg, grad, list(tensors_in(out)), st),
                         "attrs": attr_changes.merged(msg.get("attrs"), snap.changes()),
                         "forms": form.forms(st, job, msg.get("forms"))}, ahead)
                 if not isinstance(out, disthook.Tensor):
@@ -135,6 +136,7 @@ class ComputeHandlers:
                 # the output's graph misses the stage's input here or at an earlier stage
                 cut = bool(grad and out.requires_grad and (
                     msg.get("cut") or values.unreached_inputs([out], inputs)))
+                unreached = _stages_unreached(msg, grad, [out], st)  # (and its parameters)
                 if nxt is not None:
                     fields = {"model": st.model, "stage": st.index + 1,
                               "inputs": [out.detach()._data], "grad_enabled": grad,
@@ -146,6 +148,8 @@ class ComputeHandlers:
                               "names": self._names_of(job, [out])}
                     if cut:
                         fields["cut"] = True
+                    if unreached:
+                        fields["unreached"] = unreached
                     if values.custom_view(out) is not None:  # (a full backward hook's view)
                         fields["custom_view"] = values.custom_view(out)
                     passed = form.forms(st, job, msg.get("forms"))
@@ -167,7 +171,8 @@ class ComputeHandlers:
                         "custom_view": values.custom_view(out),
                         "saved": values.saved_by_its_node(out),
                         "argument": values.returned_argument(out),
-                        "cut": cut, "rng": rng, "changed": onward[0], "cast": onward[1],
+                        "cut": cut, "unreached": unreached, "rng": rng,
+                        "changed": onward[0], "cast": onward[1],
                         "attrs": attr_changes.merged(msg.get("attrs"), snap.changes()),
                         "forms": form.forms(st, job, msg.get("forms"))}, "ahead": ahead})
 
@@ -284,6 +289,7 @@ class ComputeHandlers:
                     "rng": _stream_state(msg), "pin": job.as_of, "attrs": attrs,
                     "changed": changed[0], "casts": casts[0],
                     "cut": values.unreached_inputs(outs, inputs) if grad else [],
+                    "unreached": _unreached_params(msg, grad, outs, module, path),
                     "forms": form.forms(st, job)}, "ahead": ahead})
 
             early = EarlyAnswer(finish)
@@ -538,3 +544,21 @@ class ComputeHandlers:
                 "model": st.model, "contexts": msg["contexts"],
                 "reply_to": job.client.hex()}))
         return NO_REPLY
+
+
+def _unreached_params(msg, grad: bool, outs: list, module, path: str = "") -> list | None:
+    """The names of ``module``'s parameters (in the whole model, under each of a tied one's
+    names) that the graph of ``outs`` does not reach (``values.unreached_params``), for the
+    client's node of the call (all where the outputs have no graph: a chain's later stage
+    may have one); None for an op's call, or outside grad mode."""
+    if msg.get("op") or not grad:
+        return None
+    return values.unreached_params(outs, list(module.named_parameters(
+        prefix=path, remove_duplicate=False)))
+
+
+def _stages_unreached(msg, grad: bool, outs: list, st) -> list | None:
+    """A chain's stage: the parameters of the earlier stages that their graphs do not reach
+    (the forward carries them), and its own that the graph of ``outs`` does not."""
+    return [*(msg.get("unreached") or ()),
+            *(_unreached_params(msg, grad, outs, st.module) or ())] or None

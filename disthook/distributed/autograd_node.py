@@ -230,9 +230,19 @@ class RemoteBackward0(LiveEdges):
                                               np.dtype(p.dtype.np))
         return covered
 
+    _unreached: frozenset = frozenset()  # its parameters the graph there misses (by name)
+
+    def unreached(self, names_by_answer: list) -> None:
+        """Take the ``unreached`` of the call's answers (one per micro-batch: a parameter
+        none of their graphs reaches, ``values.unreached_params``, is none of its edges)."""
+        self._unreached = frozenset.intersection(*(frozenset(n or ()) for n in names_by_answer))
+
     def uses_parameter(self, path: str) -> bool:
         """Whether the workers' backward of this call computes the gradient of its model's
-        parameter at ``path`` (a parameter of the part, or of the stages, it stands for)."""
+        parameter at ``path`` (a parameter of the part, or of the stages, it stands for,
+        which the call's graph there reaches)."""
+        if self._unreached and not self._unreached.isdisjoint(_names(self._model, path)):
+            return False
         if self._call:
             return _in_part(self._model, self._part, path)
         stage = self._model._layout.stage_of(path)
@@ -583,9 +593,13 @@ def _grad_in(model, address: str, g):
 def _in_part(model, part: str, path: str) -> bool:
     """Whether the part at ``part`` uses the parameter ``path``, under any of its names (a
     tied weight is every part's that holds it)."""
-    names = [name for name, first in model._canonical.items() if first == path]
     return part == "" or any(name == part or name.startswith(part + ".")
-                             for name in names or [path])
+                             for name in _names(model, path))
+
+
+def _names(model, path: str) -> list:
+    """Every name of the model's parameter at ``path`` (a tied one has several)."""
+    return [name for name, first in model._canonical.items() if first == path] or [path]
 
 
 PARAM_TAP = "param:"  # a tap key naming a parameter of the model (wants_parameter)

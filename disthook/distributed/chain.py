@@ -135,6 +135,7 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
         node._casts = [(id(model), None)] if any(r.get("cast") for r in results) else []
         if all(r.get("cut") for r in results):  # the workers' graph misses the input
             node.next_functions, node.needs_input_grad = ((None, 0),), (False,)
+        node.unreached([r.get("unreached") for r in results])  # and parameters
         out = Tensor._make(out, node, 0)
         views = [r.get("custom_view") for r in results]
         if all(views):  # the last module's full backward hook's view (see Tensor._inplace)
@@ -168,6 +169,7 @@ def _items(model: Deployment, x: Tensor, results: list, ctx_ids: list, grad: boo
         node._casts = [(id(model), None)] if result.get("cast") else []
         if result.get("cut"):  # the workers' graph misses the input
             node.next_functions, node.needs_input_grad = ((None, 0),), (False,)
+        node.unreached([result.get("unreached")])  # and parameters
     else:
         model._hub.taps.pop(ctx_ids[0], None)
     made: list = []

@@ -412,6 +412,7 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
         # call's backward that cast one of them too is refused (autocast_mode.check_one_cast)
         node._casts = [(id(model), address, k) if kind == "w" else ("arg", id(inputs[k]))
                        for kind, k in result.get("casts") or ()]
+        node.unreached([result.get("unreached")])  # and parameters of the part
         for k in result.get("cut") or ():  # the part's graph misses its input there
             node.next_functions = (*node._edges[:k], (None, 0), *node._edges[k + 1:])
             node.needs_input_grad = (*node._needs[:k], False, *node._needs[k + 1:])

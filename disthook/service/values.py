@@ -179,8 +179,26 @@ def unreached_inputs(outs: list, inputs: list) -> list[int]:
     ``outs`` reaches (a forward pre-hook gave the module a detached tensor): the client's
     node of the call then has no edge to the program's tensor there, as one process's graph
     has none (its backward runs nothing on the way to it, its hooks do not fire)."""
-    left = {id(t): k for k, t in enumerate(inputs)  # (leaves: a kept value has a graph)
-            if isinstance(t, Tensor) and t._requires_grad and t._grad_fn is None}
+    return sorted(_unreached(outs, {  # (leaves: a kept value has a graph)
+        id(t): k for k, t in enumerate(inputs)
+        if isinstance(t, Tensor) and t._requires_grad and t._grad_fn is None}))
+
+
+def unreached_params(outs: list, named: list) -> list[str] | None:
+    """The names (``named``: (name, parameter) pairs, a tied one under each of its names) of
+    the parameters that require grad and that the graph of no tensor of ``outs`` reaches (a
+    forward hook replaced a layer's output by one computed under no_grad): the client's node
+    of the call then has no edge to their accumulators, as one process's graph has none (a
+    backward whose ``inputs=`` name only such parameters runs nothing of the call, and the
+    hooks on its outputs do not fire). None where the graph reaches them all."""
+    left = _unreached(outs, {id(p): id(p) for _, p in named if p.requires_grad})
+    return [name for name, p in named if id(p) in left] or None
+
+
+def _unreached(outs: list, leaves: dict) -> set:
+    """The keys of ``leaves`` (id of a leaf -> key) whose leaf the graph of no tensor of
+    ``outs`` reaches."""
+    left = dict(leaves)
     seen, todo = set(), [o._grad_fn for o in outs if o._grad_fn is not None]
     while todo and left:
         node = todo.pop()
@@ -189,7 +207,7 @@ def unreached_inputs(outs: list, inputs: list) -> list[int]:
             if nxt is not None and id(nxt) not in seen:
                 seen.add(id(nxt))
                 todo.append(nxt)
-    return sorted(left.values())
+    return set(left.values())
 
 
 def kept_record(vid: str, t: Tensor, inline_bytes: int = 0) -> dict:
