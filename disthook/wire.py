@@ -372,7 +372,11 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # unreached: the names of the earlier stages' parameters that their outputs' graphs miss
     # (a forward hook replaced a layer's output by one made under no_grad), each stage adding
     # its own; the answer carries them (result["unreached"], as a part's call's answer does
-    # its part's): the client's node has no edge to them (added in 22, absent: none)
+    # its part's): the client's node has no edge to them (added in 22, absent: none). A part's
+    # call answers "saved_args" too: the numbers of its arguments its graph saved for
+    # backward, and a kept output's record says "saved": "later" where a later op of the
+    # call saved it (True: the node that made it), for the client's node to check their
+    # versions (added in 22, absent: none)
     # forms: the revisions of the stages a forward passed (workers/form.py), to answer an
     # attached client with; the ok answers of its forwards and backwards carry them too
     # within: the context of the client's call whose hook, running now, makes this call (a

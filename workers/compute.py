@@ -267,6 +267,8 @@ class ComputeHandlers:
                 attrs = snap and snap.changes(with_graph)
                 if with_graph is not None:
                     outs += with_graph.tensors + keeps
+                saved: set = set()  # (what the graph saved: the same walk)
+                unreached = _unreached_params(msg, grad, outs, module, path, saved)
                 if msg.get("keep"):  # room for the values first: refused, it keeps no graph
                     self.check_value_room(job, st.model, len(outs),
                                           sum(o._data.nbytes for o in outs))
@@ -276,7 +278,8 @@ class ComputeHandlers:
                     job.client, inputs, outs, job.retained, time.monotonic(),
                     direct=True, taps=job.taps))
                 if msg.get("keep"):  # the values stay here: the client gets what they are
-                    records = iter(self._keep_outputs(job, st.model, msg.ctx, outs))
+                    records = iter(self._keep_outputs(job, st.model, msg.ctx, outs,
+                                                      saved=saved))
                     packed = pack(out, lambda _t: next(records))
                     with_graph.fill(records)
                     for entry in changed[0] or ():  # (then those of keeps)
@@ -289,7 +292,8 @@ class ComputeHandlers:
                     "rng": _stream_state(msg), "pin": job.as_of, "attrs": attrs,
                     "changed": changed[0], "casts": casts[0],
                     "cut": values.unreached_inputs(outs, inputs) if grad else [],
-                    "unreached": _unreached_params(msg, grad, outs, module, path),
+                    "unreached": unreached, "saved_args": [  # (the given ones, copied)
+                        nr for t, nr, *_ in given + given_kept if id(t._vc) in saved] or None,
                     "forms": form.forms(st, job)}, "ahead": ahead})
 
             early = EarlyAnswer(finish)
@@ -546,15 +550,17 @@ class ComputeHandlers:
         return NO_REPLY
 
 
-def _unreached_params(msg, grad: bool, outs: list, module, path: str = "") -> list | None:
+def _unreached_params(msg, grad: bool, outs: list, module, path: str = "",
+                      saved: set | None = None) -> list | None:
     """The names of ``module``'s parameters (in the whole model, under each of a tied one's
-    names) that the graph of ``outs`` does not reach (``values.unreached_params``), for the
-    client's node of the call (all where the outputs have no graph: a chain's later stage
-    may have one); None for an op's call, or outside grad mode."""
-    if msg.get("op") or not grad:
+    names) that the graph of ``outs`` does not reach (``values.unreached_params``, which puts
+    in ``saved`` what the graph saved), for the client's node of the call (all where the
+    outputs have no graph: a chain's later stage may have one); None for an op's call, or
+    outside grad mode."""
+    if not grad:
         return None
-    return values.unreached_params(outs, list(module.named_parameters(
-        prefix=path, remove_duplicate=False)))
+    return values.unreached_params(outs, [] if msg.get("op") else list(
+        module.named_parameters(prefix=path, remove_duplicate=False)), saved)
 
 
 def _stages_unreached(msg, grad: bool, outs: list, st) -> list | None:

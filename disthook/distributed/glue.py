@@ -444,6 +444,8 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
     attr_changes.apply(model, result.get("attrs"), kept=output)
     # the program's tensors the part changed in place (with a graph: outputs of the call too)
     changed_args.write_back(inputs, result.get("changed"), what, kept=output)
+    for k in result.get("saved_args") or () if node is not None else ():
+        node.saved_input(inputs[k], k)  # (saved on the worker: a change here is refused)
     if node is not None:
         node._output_meta = tuple(node._output_meta)
     for i, hooks, value in (call or {}).get("outs", ()):
