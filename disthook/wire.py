@@ -356,7 +356,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
                 "within": "str?", "attrs": "list[attr_change]?", "names": "list[str]?",
                 "default_dtype": "str?", "autocast": "str?", "forms": "map?", "cut": "bool?",
                 "changed": "list?", "cast": "bool?", "inference": "list?",
-                "custom_view": "list?", "unreached": "list[str]?"},
+                "custom_view": "list?", "unreached": "list[str]?", "saved_input": "bool?"},
     # changed: the chain's input its first stage changed in place ({"arg", "value",
     # "moved"}: workers/given_args.py), passed on to the answer (result["changed"], as a
     # call's answer carries its arguments changed in place), which the client writes back
@@ -376,7 +376,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # call answers "saved_args" too: the numbers of its arguments its graph saved for
     # backward, and a kept output's record says "saved": "later" where a later op of the
     # call saved it (True: the node that made it), for the client's node to check their
-    # versions (added in 22, absent: none)
+    # versions (added in 22, absent: none); a chain's forward and answer "saved_input": stage
+    # 0's graph saved the program's input, for the same check (added in 22, absent: False)
     # forms: the revisions of the stages a forward passed (workers/form.py), to answer an
     # attached client with; the ok answers of its forwards and backwards carry them too
     # within: the context of the client's call whose hook, running now, makes this call (a

@@ -83,8 +83,9 @@ class ComputeHandlers:
                 return self._call_submodule(job, st, path, grad, leaf, inputs)
             flags = msg.get("requires_grad") or [True] * len(msg["inputs"])
             # what goes on to the answer: the program's input changed in place at stage 0
-            # (changed_arguments), whether a stage's region kept a cast (check_one_cast)
-            onward: list = [None, None]
+            # (changed_arguments), whether a stage's region kept a cast (check_one_cast),
+            # and (stage 0) the program's input as the stage takes it (_stage_facts)
+            onward: list = [None, None, ()]
 
             def compute():
                 inputs.clear()  # fresh leaves each time the forward runs
@@ -104,6 +105,7 @@ class ComputeHandlers:
                     for t, name in zip(given, msg.get("names") or ()):  # the previous
                         self.name_as(job, t, name)  # stage's output: one object (hooks)
                     before = [given_now(t, i) for i, t in enumerate(given) if st.index == 0]
+                    onward[2] = given if st.index == 0 else ()
                     if msg.get("custom_view") and st.index > 0:
                         values.mark_custom_view(given[0], msg["custom_view"])
                     if stop_here:  # the output of module `stop` is the answer: no later stage
@@ -124,7 +126,7 @@ class ComputeHandlers:
                 if nxt is None and not isinstance(out, disthook.Tensor):  # (tuples, dicts)
                     return answer_items(self, job, out, inputs, grad, st.name, {
                         "rng": _stream_state(msg), "changed": onward[0], "cast": onward[1],
-                        "unreached": _stages_unreached(msg, grad, list(tensors_in(out)), st),
+                        **_stage_facts(msg, grad, list(tensors_in(out)), st, onward[2]),
                         "attrs": attr_changes.merged(msg.get("attrs"), snap.changes()),
                         "forms": form.forms(st, job, msg.get("forms"))}, ahead)
                 if not isinstance(out, disthook.Tensor):
@@ -136,7 +138,7 @@ class ComputeHandlers:
                 # the output's graph misses the stage's input here or at an earlier stage
                 cut = bool(grad and out.requires_grad and (
                     msg.get("cut") or values.unreached_inputs([out], inputs)))
-                unreached = _stages_unreached(msg, grad, [out], st)  # (and its parameters)
+                facts = _stage_facts(msg, grad, [out], st, onward[2])  # (and its parameters)
                 if nxt is not None:
                     fields = {"model": st.model, "stage": st.index + 1,
                               "inputs": [out.detach()._data], "grad_enabled": grad,
@@ -148,8 +150,7 @@ class ComputeHandlers:
                               "names": self._names_of(job, [out])}
                     if cut:
                         fields["cut"] = True
-                    if unreached:
-                        fields["unreached"] = unreached
+                    fields.update(facts)
                     if values.custom_view(out) is not None:  # (a full backward hook's view)
                         fields["custom_view"] = values.custom_view(out)
                     passed = form.forms(st, job, msg.get("forms"))
@@ -171,7 +172,7 @@ class ComputeHandlers:
                         "custom_view": values.custom_view(out),
                         "saved": values.saved_by_its_node(out),
                         "argument": values.returned_argument(out),
-                        "cut": cut, "unreached": unreached, "rng": rng,
+                        "cut": cut, **facts, "rng": rng,
                         "changed": onward[0], "cast": onward[1],
                         "attrs": attr_changes.merged(msg.get("attrs"), snap.changes()),
                         "forms": form.forms(st, job, msg.get("forms"))}, "ahead": ahead})
@@ -563,8 +564,15 @@ def _unreached_params(msg, grad: bool, outs: list, module, path: str = "",
         module.named_parameters(prefix=path, remove_duplicate=False)), saved)
 
 
-def _stages_unreached(msg, grad: bool, outs: list, st) -> list | None:
-    """A chain's stage: the parameters of the earlier stages that their graphs do not reach
-    (the forward carries them), and its own that the graph of ``outs`` does not."""
-    return [*(msg.get("unreached") or ()),
-            *(_unreached_params(msg, grad, outs, st.module) or ())] or None
+def _stage_facts(msg, grad: bool, outs: list, st, firsts) -> dict:
+    """What a chain's stage passes on to the answer, those of the earlier stages with its
+    own (where there are any): ``unreached``, the parameters their graphs do not reach;
+    ``saved_input``, whether stage 0's graph saved the program's input (``firsts``: the
+    tensors it took), which the client's node then checks for a change in place."""
+    saved = set() if firsts else None
+    unreached = [*(msg.get("unreached") or ()),
+                 *(_unreached_params(msg, grad, outs, st.module, saved=saved) or ())]
+    facts = {"unreached": unreached} if unreached else {}
+    if msg.get("saved_input") or saved and any(id(t._vc) in saved for t in firsts):
+        facts["saved_input"] = True
+    return facts

@@ -81,3 +81,29 @@ def test_changed_after_the_call_what_the_part_saved(cluster, where):
         assert g == w  # (which names the tensor as one process does: output 0 of Mul)
     for name, g in want[2].items():
         np.testing.assert_allclose(got[2][name], g, rtol=1e-5, atol=1e-6)
+
+
+def _chain():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 2))
+
+
+@pytest.mark.filterwarnings("ignore:the backward failed after")
+@pytest.mark.parametrize("chunks", [1, 2])
+def test_changed_after_the_call_the_input_a_chain_saved(cluster, chunks):
+    def run(model):
+        x = torch.tensor([[0.1, 0.2, -0.3], [0.5, -0.4, 0.2]], requires_grad=True)
+        h = x * 2
+        out = model(h)
+        h.mul_(-1)
+        log = [_outcome(lambda: out.sum().backward())]
+        model.zero_grad()
+        model(x * 2).pow(2).sum().backward()  # nothing changed: one process's gradients
+        log.append({n: p.grad.numpy().copy() for n, p in model.named_parameters()})
+        return log
+
+    got, want = deployed_run(cluster, _chain, run, stages=2, chunks=chunks)
+    assert want[0] is not None and "modified by an inplace operation" in want[0]
+    assert got[0] == want[0]
+    for name, g in want[1].items():
+        np.testing.assert_allclose(got[1][name], g, rtol=1e-5, atol=1e-6)
