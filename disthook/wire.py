@@ -356,7 +356,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
                 "within": "str?", "attrs": "list[attr_change]?", "names": "list[str]?",
                 "default_dtype": "str?", "autocast": "str?", "forms": "map?", "cut": "bool?",
                 "changed": "list?", "cast": "bool?", "inference": "list?",
-                "custom_view": "list?"},
+                "custom_view": "list?", "unreached": "list[str]?", "saved_input": "bool?"},
     # changed: the chain's input its first stage changed in place ({"arg", "value",
     # "moved"}: workers/given_args.py), passed on to the answer (result["changed"], as a
     # call's answer carries its arguments changed in place), which the client writes back
@@ -369,6 +369,15 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # for it and refuses an in-place change as one process does (new since 21, as above)
     # cut: the output's graph at an earlier stage missed that stage's input (a forward
     # pre-hook gave the module a detached tensor); the answer carries it (result["cut"])
+    # unreached: the names of the earlier stages' parameters that their outputs' graphs miss
+    # (a forward hook replaced a layer's output by one made under no_grad), each stage adding
+    # its own; the answer carries them (result["unreached"], as a part's call's answer does
+    # its part's): the client's node has no edge to them (added in 22, absent: none). A part's
+    # call answers "saved_args" too: the numbers of its arguments its graph saved for
+    # backward, and a kept output's record says "saved": "later" where a later op of the
+    # call saved it (True: the node that made it), for the client's node to check their
+    # versions (added in 22, absent: none); a chain's forward and answer "saved_input": stage
+    # 0's graph saved the program's input, for the same check (added in 22, absent: False)
     # forms: the revisions of the stages a forward passed (workers/form.py), to answer an
     # attached client with; the ok answers of its forwards and backwards carry them too
     # within: the context of the client's call whose hook, running now, makes this call (a

@@ -83,8 +83,9 @@ class ComputeHandlers:
                 return self._call_submodule(job, st, path, grad, leaf, inputs)
             flags = msg.get("requires_grad") or [True] * len(msg["inputs"])
             # what goes on to the answer: the program's input changed in place at stage 0
-            # (changed_arguments), whether a stage's region kept a cast (check_one_cast)
-            onward: list = [None, None]
+            # (changed_arguments), whether a stage's region kept a cast (check_one_cast),
+            # and (stage 0) the program's input as the stage takes it (_stage_facts)
+            onward: list = [None, None, ()]
 
             def compute():
                 inputs.clear()  # fresh leaves each time the forward runs
@@ -104,6 +105,7 @@ class ComputeHandlers:
                     for t, name in zip(given, msg.get("names") or ()):  # the previous
                         self.name_as(job, t, name)  # stage's output: one object (hooks)
                     before = [given_now(t, i) for i, t in enumerate(given) if st.index == 0]
+                    onward[2] = given if st.index == 0 else ()
                     if msg.get("custom_view") and st.index > 0:
                         values.mark_custom_view(given[0], msg["custom_view"])
                     if stop_here:  # the output of module `stop` is the answer: no later stage
@@ -124,6 +126,7 @@ class ComputeHandlers:
                 if nxt is None and not isinstance(out, disthook.Tensor):  # (tuples, dicts)
                     return answer_items(self, job, out, inputs, grad, st.name, {
                         "rng": _stream_state(msg), "changed": onward[0], "cast": onward[1],
+                        **_stage_facts(msg, grad, list(tensors_in(out)), st, onward[2]),
                         "attrs": attr_changes.merged(msg.get("attrs"), snap.changes()),
                         "forms": form.forms(st, job, msg.get("forms"))}, ahead)
                 if not isinstance(out, disthook.Tensor):
@@ -135,6 +138,7 @@ class ComputeHandlers:
                 # the output's graph misses the stage's input here or at an earlier stage
                 cut = bool(grad and out.requires_grad and (
                     msg.get("cut") or values.unreached_inputs([out], inputs)))
+                facts = _stage_facts(msg, grad, [out], st, onward[2])  # (and its parameters)
                 if nxt is not None:
                     fields = {"model": st.model, "stage": st.index + 1,
                               "inputs": [out.detach()._data], "grad_enabled": grad,
@@ -146,6 +150,7 @@ class ComputeHandlers:
                               "names": self._names_of(job, [out])}
                     if cut:
                         fields["cut"] = True
+                    fields.update(facts)
                     if values.custom_view(out) is not None:  # (a full backward hook's view)
                         fields["custom_view"] = values.custom_view(out)
                     passed = form.forms(st, job, msg.get("forms"))
@@ -167,7 +172,8 @@ class ComputeHandlers:
                         "custom_view": values.custom_view(out),
                         "saved": values.saved_by_its_node(out),
                         "argument": values.returned_argument(out),
-                        "cut": cut, "rng": rng, "changed": onward[0], "cast": onward[1],
+                        "cut": cut, **facts, "rng": rng,
+                        "changed": onward[0], "cast": onward[1],
                         "attrs": attr_changes.merged(msg.get("attrs"), snap.changes()),
                         "forms": form.forms(st, job, msg.get("forms"))}, "ahead": ahead})
 
@@ -218,18 +224,19 @@ class ComputeHandlers:
             call = self._resolve_refs(job, st.model, msg["call"], kept)
 
             given: list = []  # the program's tensors the part is given (given_now)
+            given_kept: list = []  # and the values kept on workers (given_now too)
             changed, casts = [None], [None]  # changed_arguments's, region_casts's
             keeps: list = []  # those it changed with a graph: outputs of the call too
 
             def received(a, flag, name):
                 t = _as_received(leaf(a, flag), name or id(a) in kept)
-                if id(a) not in kept:
-                    given.append(given_now(t, len(inputs) - 1))
+                (given_kept if id(a) in kept else given).append(given_now(t, len(inputs) - 1))
                 return values.as_argument(t, len(inputs) - 1)
 
             def compute():
                 inputs.clear()  # fresh leaves each time the forward runs
                 given.clear()
+                given_kept.clear()
                 keeps.clear()
                 args, kwargs = unpack(call, received)
                 held = [] if msg.get("op") else values.containers_in((args, kwargs))
@@ -247,8 +254,8 @@ class ComputeHandlers:
                     else:
                         out = module(*args, **kwargs)
                     casts[0] = region_casts(given)
-                if not msg.get("op"):  # (an in-place op on a kept value changes it there)
-                    changed[0] = changed_arguments(given, path,
+                if not msg.get("op"):  # (a kept value too: the program's tensor stands for it)
+                    changed[0] = changed_arguments(given + given_kept, path,
                                                    keeps if msg.get("keep") else None)
                     given_args.refuse_changed_containers(held, path)
                 return out
@@ -261,6 +268,8 @@ class ComputeHandlers:
                 attrs = snap and snap.changes(with_graph)
                 if with_graph is not None:
                     outs += with_graph.tensors + keeps
+                saved: set = set()  # (what the graph saved: the same walk)
+                unreached = _unreached_params(msg, grad, outs, module, path, saved)
                 if msg.get("keep"):  # room for the values first: refused, it keeps no graph
                     self.check_value_room(job, st.model, len(outs),
                                           sum(o._data.nbytes for o in outs))
@@ -270,7 +279,8 @@ class ComputeHandlers:
                     job.client, inputs, outs, job.retained, time.monotonic(),
                     direct=True, taps=job.taps))
                 if msg.get("keep"):  # the values stay here: the client gets what they are
-                    records = iter(self._keep_outputs(job, st.model, msg.ctx, outs))
+                    records = iter(self._keep_outputs(job, st.model, msg.ctx, outs,
+                                                      saved=saved))
                     packed = pack(out, lambda _t: next(records))
                     with_graph.fill(records)
                     for entry in changed[0] or ():  # (then those of keeps)
@@ -283,6 +293,8 @@ class ComputeHandlers:
                     "rng": _stream_state(msg), "pin": job.as_of, "attrs": attrs,
                     "changed": changed[0], "casts": casts[0],
                     "cut": values.unreached_inputs(outs, inputs) if grad else [],
+                    "unreached": unreached, "saved_args": [  # (the given ones, copied)
+                        nr for t, nr, *_ in given + given_kept if id(t._vc) in saved] or None,
                     "forms": form.forms(st, job)}, "ahead": ahead})
 
             early = EarlyAnswer(finish)
@@ -537,3 +549,30 @@ class ComputeHandlers:
                 "model": st.model, "contexts": msg["contexts"],
                 "reply_to": job.client.hex()}))
         return NO_REPLY
+
+
+def _unreached_params(msg, grad: bool, outs: list, module, path: str = "",
+                      saved: set | None = None) -> list | None:
+    """The names of ``module``'s parameters (in the whole model, under each of a tied one's
+    names) that the graph of ``outs`` does not reach (``values.unreached_params``, which puts
+    in ``saved`` what the graph saved), for the client's node of the call (all where the
+    outputs have no graph: a chain's later stage may have one); None for an op's call, or
+    outside grad mode."""
+    if not grad:
+        return None
+    return values.unreached_params(outs, [] if msg.get("op") else list(
+        module.named_parameters(prefix=path, remove_duplicate=False)), saved)
+
+
+def _stage_facts(msg, grad: bool, outs: list, st, firsts) -> dict:
+    """What a chain's stage passes on to the answer, those of the earlier stages with its
+    own (where there are any): ``unreached``, the parameters their graphs do not reach;
+    ``saved_input``, whether stage 0's graph saved the program's input (``firsts``: the
+    tensors it took), which the client's node then checks for a change in place."""
+    saved = set() if firsts else None
+    unreached = [*(msg.get("unreached") or ()),
+                 *(_unreached_params(msg, grad, outs, st.module, saved=saved) or ())]
+    facts = {"unreached": unreached} if unreached else {}
+    if msg.get("saved_input") or saved and any(id(t._vc) in saved for t in firsts):
+        facts["saved_input"] = True
+    return facts

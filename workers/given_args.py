@@ -26,7 +26,10 @@ def changed_arguments(given: list, path: str, keeps: list | None = None) -> list
     code or a hook on it; ``given``: ``given_now``'s tuples), each as ``{"arg": nr,
     "value": array, "moved": n}`` (``n``: how far its version counter moved), for the client
     to change the program's tensor as one process does; None where none changed. (A value
-    kept on the workers, which the program does not hold, changes there.) One changed by an
+    kept on a worker, given by the program's tensor that stands for it, counts too: another
+    part's worker, which saved it for backward, keeps its old value and version, and the
+    client's tensor takes the change, its node's check then refusing that backward as one
+    process's saved-tensor check does.) One changed by an
     op that recorded a graph takes that op's history in one process: where the call keeps
     its outputs here (``keeps``, a list), the tensor goes into ``keeps`` to be one more
     output of the call (its entry says ``"graph": True``, for its record), whose node the

@@ -170,16 +170,16 @@ class ValueHandlers:
         return out
 
     def _keep_outputs(self, job, model: str, prefix: str, tensors: list,
-                      inline: bool = True) -> list[dict]:
+                      inline: bool = True, saved: set | None = None) -> list[dict]:
         """Keep ``tensors`` (detached) for the job's client under ``<prefix>.<i>``; what
-        the answer says of each."""
+        the answer says of each (``saved``: see ``kept_record``)."""
         self.check_value_room(job, model, len(tensors),
                               sum(t._data.nbytes for t in tensors))
         records = []
         for i, t in enumerate(tensors):
             vid = f"{prefix}.{i}"
             self.state.keep_value(model, job.client, vid, t.detach())
-            records.append(kept_record(vid, t, INLINE_BYTES if inline else 0))
+            records.append(kept_record(vid, t, INLINE_BYTES if inline else 0, saved))
         return records
 
     def check_value_room(self, job, model: str, count: int, nbytes: int) -> None:

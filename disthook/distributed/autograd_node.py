@@ -20,12 +20,12 @@ from disthook import wire
 from disthook.amp import autocast_mode
 from disthook.autograd import engine, grad_mode
 from disthook.autograd.graph import SECOND_BACKWARD_MSG, gradient_edge
-from disthook.autograd.saved_hooks import current_pair
 from disthook.distributed import async_calls, attr_changes
 from disthook.distributed.backward_state import given_changed, say_stopped
 from disthook.distributed.graph_grads import create_graph_chain_refused
 from disthook.distributed.placement import split_rows
 from disthook.distributed.remote_values import from_record, grad_data
+from disthook.distributed.saved_here import SavedHere
 from disthook.distributed.tap_node import (
     LiveEdges,
     RemoteTapBackward0,
@@ -45,7 +45,7 @@ __all__ = ["RemoteBackward0"]
 _OWN_MODULES = ("disthook.", "workers.", "coordinator.")
 
 
-class RemoteBackward0(LiveEdges):
+class RemoteBackward0(SavedHere, LiveEdges):
     """The client-side node of one remote forward: backward crosses to the workers. With
     micro-batches, one context per micro-batch: their backwards are sent at once and flow
     back through the stages as a pipeline."""
@@ -109,33 +109,6 @@ class RemoteBackward0(LiveEdges):
         """Whether a parameter of the deployed model requires grad: the call's graph on the
         workers then leads to leaves (torch.func's transforms keep their results' graph)."""
         return any(p.requires_grad for p in self._model._local.parameters())
-    # outputs that the node which made them on the worker saved for backward (tanh's
-    # result): (output_nr, version counter, version, shape, np dtype, whether saved-tensor
-    # hooks applied here) each
-    _saved_outputs: tuple | list = ()
-
-    def saved_output(self, t: Tensor) -> None:
-        """``t``, this call's output here, was saved for backward by its node on the worker:
-        changed in place here (which the worker's copy never sees), this node's backward
-        raises as that node's does in one process."""
-        if not self._saved_outputs:
-            self._saved_outputs = []
-        self._saved_outputs.append((t._output_nr, t._vc, t._vc[0], t._data.shape,
-                                    t._data.dtype, current_pair() is not None))
-
-    def _check_saved_outputs(self) -> None:
-        for nr, vc, version, shape, dtype, hooked in self._saved_outputs:
-            if vc[0] == version:
-                continue
-            if hooked:  # one process: the hooks keep the tensor, the backward uses its change
-                raise NotImplementedError(
-                    f"output {nr} of the deployed call {self._path or ''!r}, which its worker "
-                    "saved for backward, was changed in place here after a forward under "
-                    "save_on_cpu() (or checkpoint): in one process the backward would use "
-                    "the changed value, which the worker's saved copy does not have. Change "
-                    "a clone() of the output instead")
-            raise engine.inplace_error(_SavedOutput(nr, vc, version, shape, dtype), self)
-
     @property
     def _part(self) -> str | None:
         """The part whose call this node's graph on the worker comes from: for the node of
@@ -230,9 +203,19 @@ class RemoteBackward0(LiveEdges):
                                               np.dtype(p.dtype.np))
         return covered
 
+    _unreached: frozenset = frozenset()  # its parameters the graph there misses (by name)
+
+    def unreached(self, names_by_answer: list) -> None:
+        """Take the ``unreached`` of the call's answers (one per micro-batch: a parameter
+        none of their graphs reaches, ``values.unreached_params``, is none of its edges)."""
+        self._unreached = frozenset.intersection(*(frozenset(n or ()) for n in names_by_answer))
+
     def uses_parameter(self, path: str) -> bool:
         """Whether the workers' backward of this call computes the gradient of its model's
-        parameter at ``path`` (a parameter of the part, or of the stages, it stands for)."""
+        parameter at ``path`` (a parameter of the part, or of the stages, it stands for,
+        which the call's graph there reaches)."""
+        if self._unreached and not self._unreached.isdisjoint(_names(self._model, path)):
+            return False
         if self._call:
             return _in_part(self._model, self._part, path)
         stage = self._model._layout.stage_of(path)
@@ -557,16 +540,6 @@ class RemoteBackward0(LiveEdges):
         self._freed = True
 
 
-class _SavedOutput:
-    """What ``engine.inplace_error`` reads of a saved tensor, for an output of a call."""
-
-    tensor, is_output = None, True
-
-    def __init__(self, nr: int, vc: list, version: int, shape: tuple, dtype):
-        self.output_nr, self.vc, self.version = nr, vc, version
-        self.data = np.empty(shape, dtype)
-
-
 _NAMED: dict[str, type] = {}  # worker node name -> its RemoteBackward0 subclass
 _backwards = itertools.count()  # numbers the backwards of a call (ids of kept gradients)
 
@@ -583,9 +556,13 @@ def _grad_in(model, address: str, g):
 def _in_part(model, part: str, path: str) -> bool:
     """Whether the part at ``part`` uses the parameter ``path``, under any of its names (a
     tied weight is every part's that holds it)."""
-    names = [name for name, first in model._canonical.items() if first == path]
     return part == "" or any(name == part or name.startswith(part + ".")
-                             for name in names or [path])
+                             for name in _names(model, path))
+
+
+def _names(model, path: str) -> list:
+    """Every name of the model's parameter at ``path`` (a tied one has several)."""
+    return [name for name, first in model._canonical.items() if first == path] or [path]
 
 
 PARAM_TAP = "param:"  # a tap key naming a parameter of the model (wants_parameter)

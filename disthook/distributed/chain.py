@@ -135,12 +135,15 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
         node._casts = [(id(model), None)] if any(r.get("cast") for r in results) else []
         if all(r.get("cut") for r in results):  # the workers' graph misses the input
             node.next_functions, node.needs_input_grad = ((None, 0),), (False,)
+        node.unreached([r.get("unreached") for r in results])  # and parameters
         out = Tensor._make(out, node, 0)
         views = [r.get("custom_view") for r in results]
         if all(views):  # the last module's full backward hook's view (see Tensor._inplace)
             out.__dict__["_custom_view"] = (int(views[0][0]), str(views[0][1]))
         if any(r.get("saved") for r in results):
             node.saved_output(out)
+        if any(r.get("saved_input") for r in results):  # (stage 0 saved a copy of it)
+            node.saved_input(x, 0)
         return out
     for ctx_id in ctx_ids:  # no graph: nothing to differentiate against
         model._hub.taps.pop(ctx_id, None)
@@ -168,6 +171,9 @@ def _items(model: Deployment, x: Tensor, results: list, ctx_ids: list, grad: boo
         node._casts = [(id(model), None)] if result.get("cast") else []
         if result.get("cut"):  # the workers' graph misses the input
             node.next_functions, node.needs_input_grad = ((None, 0),), (False,)
+        node.unreached([result.get("unreached")])  # and parameters
+        if result.get("saved_input"):  # (stage 0 saved a copy of it)
+            node.saved_input(x, 0)
     else:
         model._hub.taps.pop(ctx_ids[0], None)
     made: list = []

@@ -7,7 +7,11 @@ moves its version counter by as much, so that a later in-place check, a saved te
 version, a ``_version`` read see what one process's do. A change the worker recorded with a
 graph (a non-leaf argument that requires grad, changed under grad mode) is one more output
 of a part's call, kept there: the program's tensor takes that output's history (the call's
-node, whose backward reaches the worker's in-place op), as one process's takes the op's."""
+node, whose backward reaches the worker's in-place op), as one process's takes the op's.
+An argument that is a value kept on a worker (another part's output, a ``RemoteValue``) is
+written so too: it becomes a local tensor over the new value, and its version moves, so that
+the node of the call that made it, whose worker saved the old value for backward, refuses a
+backward through it (``RemoteBackward0._check_saved_outputs``) as one process's node does."""
 from __future__ import annotations
 
 import numpy as np
@@ -67,5 +71,13 @@ def _write(inputs: list, nr: int, value: np.ndarray, moved: int, what: str) -> N
                 "tensor): in one process the change shows in both, but the worker was "
                 "given a copy of each, and computed with the other one unchanged. Pass "
                 "tensors that share no memory (x.clone()), or change a clone in the part")
+    if isinstance(target, RemoteValue):  # kept on a worker: its old value is not read first
+        target.__dict__["_ref"].value = _read_only(value)
     _write_with(target, None, value)  # (moves the counter by one: the rest after)
     target._vc[0] += moved - 1
+
+
+def _read_only(value: np.ndarray) -> np.ndarray:
+    value = np.array(value)
+    value.flags.writeable = False
+    return value

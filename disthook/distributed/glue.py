@@ -412,6 +412,7 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
         # call's backward that cast one of them too is refused (autocast_mode.check_one_cast)
         node._casts = [(id(model), address, k) if kind == "w" else ("arg", id(inputs[k]))
                        for kind, k in result.get("casts") or ()]
+        node.unreached([result.get("unreached")])  # and parameters of the part
         for k in result.get("cut") or ():  # the part's graph misses its input there
             node.next_functions = (*node._edges[:k], (None, 0), *node._edges[k + 1:])
             node.needs_input_grad = (*node._needs[:k], False, *node._needs[k + 1:])
@@ -443,6 +444,8 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
     attr_changes.apply(model, result.get("attrs"), kept=output)
     # the program's tensors the part changed in place (with a graph: outputs of the call too)
     changed_args.write_back(inputs, result.get("changed"), what, kept=output)
+    for k in result.get("saved_args") or () if node is not None else ():
+        node.saved_input(inputs[k], k)  # (saved on the worker: a change here is refused)
     if node is not None:
         node._output_meta = tuple(node._output_meta)
     for i, hooks, value in (call or {}).get("outs", ()):

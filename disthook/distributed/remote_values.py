@@ -295,7 +295,7 @@ def from_record(model, address: str, record: dict, node, output_nr: int) -> Remo
     if node is not None and view is not None:  # (see Tensor._inplace)
         t.__dict__["_custom_view"] = (int(view[0]), str(view[1]))
     if node is not None and record.get("saved"):
-        node.saved_output(t)
+        node.saved_output(t, by_its_node=record["saved"] is True)
     return t
 
 

@@ -179,23 +179,57 @@ def unreached_inputs(outs: list, inputs: list) -> list[int]:
     ``outs`` reaches (a forward pre-hook gave the module a detached tensor): the client's
     node of the call then has no edge to the program's tensor there, as one process's graph
     has none (its backward runs nothing on the way to it, its hooks do not fire)."""
-    left = {id(t): k for k, t in enumerate(inputs)  # (leaves: a kept value has a graph)
-            if isinstance(t, Tensor) and t._requires_grad and t._grad_fn is None}
+    return sorted(_unreached(outs, {  # (leaves: a kept value has a graph)
+        id(t): k for k, t in enumerate(inputs)
+        if isinstance(t, Tensor) and t._requires_grad and t._grad_fn is None}))
+
+
+def unreached_params(outs: list, named: list, saved: set | None = None) -> list[str] | None:
+    """The names (``named``: (name, parameter) pairs, a tied one under each of its names) of
+    the parameters that require grad and that the graph of no tensor of ``outs`` reaches (a
+    forward hook replaced a layer's output by one computed under no_grad): the client's node
+    of the call then has no edge to their accumulators, as one process's graph has none (a
+    backward whose ``inputs=`` name only such parameters runs nothing of the call, and the
+    hooks on its outputs do not fire). None where the graph reaches them all. With
+    ``saved``, the same walk puts there what ``saved_in_graph`` gives."""
+    left = _unreached(outs, {id(p): id(p) for _, p in named if p.requires_grad}, saved)
+    return [name for name, p in named if id(p) in left] or None
+
+
+def saved_in_graph(outs: list) -> set[int]:
+    """The ids of the version counters of the tensors that the nodes of the graph of
+    ``outs`` saved for backward: an argument of the call among them (a linear layer's
+    input), or an output that a later op of the call saved (``y * y`` beside ``return y``),
+    is one that the client's node checks for a change in place (``RemoteBackward0``)."""
+    saved: set[int] = set()
+    _unreached(outs, {}, saved)
+    return saved
+
+
+def _unreached(outs: list, leaves: dict, saved: set | None = None) -> set:
+    """The keys of ``leaves`` (id of a leaf -> key) whose leaf the graph of no tensor of
+    ``outs`` reaches; with ``saved``, the whole graph is walked and the ids of the version
+    counters its nodes saved are put there."""
+    left = dict(leaves)
     seen, todo = set(), [o._grad_fn for o in outs if o._grad_fn is not None]
-    while todo and left:
+    while todo and (left or saved is not None):
         node = todo.pop()
         left.pop(id(getattr(node, "variable", None)), None)
+        if saved is not None and node._saved:
+            saved.update(id(vc) for t in node._saved if (vc := getattr(t, "vc", None)))
         for nxt, _ in node.next_functions:
             if nxt is not None and id(nxt) not in seen:
                 seen.add(id(nxt))
                 todo.append(nxt)
-    return sorted(left.values())
+    return set(left.values())
 
 
-def kept_record(vid: str, t: Tensor, inline_bytes: int = 0) -> dict:
+def kept_record(vid: str, t: Tensor, inline_bytes: int = 0, saved: set | None = None) -> dict:
     """What a worker answers for its tensor ``t`` kept under ``vid`` (its value stays there):
     shape, dtype, whether it requires grad and the node that made it, and the value itself
-    when it has at most ``inline_bytes`` bytes (a loss: no round trip to read it)."""
+    when it has at most ``inline_bytes`` bytes (a loss: no round trip to read it). ``saved``
+    (``saved_in_graph``): its call's saved tensors, beyond those of the node that made it
+    ("saved": "later", where that node did not save it)."""
     data = t._data
     record = {"kept": vid, "shape": list(data.shape), "dtype": data.dtype.str,
               "strides": list(data.strides), "requires_grad": bool(t._requires_grad)}
@@ -206,6 +240,8 @@ def kept_record(vid: str, t: Tensor, inline_bytes: int = 0) -> dict:
         record["custom_view"] = view
     if saved_by_its_node(t):
         record["saved"] = True
+    elif saved is not None and id(t._vc) in saved:
+        record["saved"] = "later"
     argument = returned_argument(t)
     if argument is not None:
         record["argument"] = argument
