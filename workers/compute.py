@@ -126,7 +126,8 @@ class ComputeHandlers:
                 if nxt is None and not isinstance(out, disthook.Tensor):  # (tuples, dicts)
                     return answer_items(self, job, out, inputs, grad, st.name, {
                         "rng": _stream_state(msg), "changed": onward[0], "cast": onward[1],
-                        **_stage_facts(msg, grad, list(tensors_in(out)), st, onward[2]),
+                        **_stage_facts(msg, grad, list(tensors_in(out)), st, onward[2],
+                                       inputs)[1],
                         "attrs": attr_changes.merged(msg.get("attrs"), snap.changes()),
                         "forms": form.forms(st, job, msg.get("forms"))}, ahead)
                 if not isinstance(out, disthook.Tensor):
@@ -136,9 +137,8 @@ class ComputeHandlers:
                     job.client, inputs, out, job.retained, time.monotonic(), taps=job.taps))
                 rng = _stream_state(msg)
                 # the output's graph misses the stage's input here or at an earlier stage
-                cut = bool(grad and out.requires_grad and (
-                    msg.get("cut") or values.unreached_inputs([out], inputs)))
-                facts = _stage_facts(msg, grad, [out], st, onward[2])  # (and its parameters)
+                inputs_cut, facts = _stage_facts(msg, grad, [out], st, onward[2], inputs)
+                cut = bool(grad and out.requires_grad and (msg.get("cut") or inputs_cut))
                 if nxt is not None:
                     fields = {"model": st.model, "stage": st.index + 1,
                               "inputs": [out.detach()._data], "grad_enabled": grad,
@@ -269,7 +269,7 @@ class ComputeHandlers:
                 if with_graph is not None:
                     outs += with_graph.tensors + keeps
                 saved: set = set()  # (what the graph saved: the same walk)
-                unreached = _unreached_params(msg, grad, outs, module, path, saved)
+                cut, unreached = _graph_facts(msg, grad, outs, inputs, module, path, saved)
                 if msg.get("keep"):  # room for the values first: refused, it keeps no graph
                     self.check_value_room(job, st.model, len(outs),
                                           sum(o._data.nbytes for o in outs))
@@ -292,7 +292,7 @@ class ComputeHandlers:
                     "output": packed, "requires_grad": [o.requires_grad for o in outs],
                     "rng": _stream_state(msg), "pin": job.as_of, "attrs": attrs,
                     "changed": changed[0], "casts": casts[0],
-                    "cut": values.unreached_inputs(outs, inputs) if grad else [],
+                    "cut": cut,
                     "unreached": unreached, "saved_args": [  # (the given ones, copied)
                         nr for t, nr, *_ in given + given_kept if id(t._vc) in saved] or None,
                     "forms": form.forms(st, job)}, "ahead": ahead})
@@ -551,28 +551,30 @@ class ComputeHandlers:
         return NO_REPLY
 
 
-def _unreached_params(msg, grad: bool, outs: list, module, path: str = "",
-                      saved: set | None = None) -> list | None:
-    """The names of ``module``'s parameters (in the whole model, under each of a tied one's
-    names) that the graph of ``outs`` does not reach (``values.unreached_params``, which puts
-    in ``saved`` what the graph saved), for the client's node of the call (all where the
-    outputs have no graph: a chain's later stage may have one); None for an op's call, or
-    outside grad mode."""
+def _graph_facts(msg, grad: bool, outs: list, inputs: list, module, path: str = "",
+                 saved: set | None = None) -> tuple[list[int], list | None]:
+    """From one walk of the graph of ``outs`` (``values.graph_facts``, which puts in
+    ``saved`` what the graph saved), for the client's node of the call: the numbers of
+    ``inputs`` it does not reach, and the names of ``module``'s parameters (in the whole
+    model, under each of a tied one's names) it does not reach (all where the outputs have
+    no graph: a chain's later stage may have one; None for an op's call). Nothing outside
+    grad mode."""
     if not grad:
-        return None
-    return values.unreached_params(outs, [] if msg.get("op") else list(
+        return [], None
+    return values.graph_facts(outs, inputs, [] if msg.get("op") else list(
         module.named_parameters(prefix=path, remove_duplicate=False)), saved)
 
 
-def _stage_facts(msg, grad: bool, outs: list, st, firsts) -> dict:
-    """What a chain's stage passes on to the answer, those of the earlier stages with its
+def _stage_facts(msg, grad: bool, outs: list, st, firsts, inputs: list) -> tuple:
+    """The numbers of ``inputs`` (the stage's) that the graph of ``outs`` does not reach,
+    and what a chain's stage passes on to the answer, those of the earlier stages with its
     own (where there are any): ``unreached``, the parameters their graphs do not reach;
     ``saved_input``, whether stage 0's graph saved the program's input (``firsts``: the
-    tensors it took), which the client's node then checks for a change in place."""
+    tensors it took), which the client's node then checks for a change in place. One walk."""
     saved = set() if firsts else None
-    unreached = [*(msg.get("unreached") or ()),
-                 *(_unreached_params(msg, grad, outs, st.module, saved=saved) or ())]
+    cut, mine = _graph_facts(msg, grad, outs, inputs, st.module, saved=saved)
+    unreached = [*(msg.get("unreached") or ()), *(mine or ())]
     facts = {"unreached": unreached} if unreached else {}
     if msg.get("saved_input") or saved and any(id(t._vc) in saved for t in firsts):
         facts["saved_input"] = True
-    return facts
+    return cut, facts

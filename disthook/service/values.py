@@ -196,6 +196,19 @@ def unreached_params(outs: list, named: list, saved: set | None = None) -> list[
     return [name for name, p in named if id(p) in left] or None
 
 
+def graph_facts(outs: list, inputs: list, named: list,
+                saved: set | None = None) -> tuple[list[int], list[str] | None]:
+    """``unreached_inputs``'s and ``unreached_params``'s answers from one walk of the graph
+    of ``outs`` (a call's answer needs both; each walk costs about as much as the other)."""
+    leaves = {id(t): ("input", k) for k, t in enumerate(inputs)
+              if isinstance(t, Tensor) and t._requires_grad and t._grad_fn is None}
+    leaves.update((id(p), ("param", id(p))) for _, p in named if p.requires_grad)
+    left = _unreached(outs, leaves, saved)
+    params = {key for kind, key in left if kind == "param"}
+    return (sorted(key for kind, key in left if kind == "input"),
+            [name for name, p in named if id(p) in params] or None)
+
+
 def saved_in_graph(outs: list) -> set[int]:
     """The ids of the version counters of the tensors that the nodes of the graph of
     ``outs`` saved for backward: an argument of the call among them (a linear layer's
