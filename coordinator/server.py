@@ -247,7 +247,13 @@ class Coordinator(Service):
                                          link_host=msg.get("link_host"))
         self.log.info("coordinator: worker %s registered (pid %d, %s)", wid, msg["pid"],
                       msg["address"])
-        return {"heartbeat": self.heartbeat}
+        # every worker knows the others' addresses and local links: a client has a worker
+        # dial only those (send_value, load_stage's neighbours)
+        addresses = sorted({a for r in self.workers.values() for a in (r.address, r.link) if a})
+        for record in self.workers.values():
+            if record.identity != sender:
+                self.reply(self.router, record.identity, 0, "workers", {"addresses": addresses})
+        return {"heartbeat": self.heartbeat, "workers": addresses}
 
     def on_heartbeat(self, msg, sender: bytes):
         # (with keys, from a worker's key only: a client that dialled with a dead worker's

@@ -20,6 +20,10 @@ from disthook.service import frame_cap
 from workers.peers import neighbour_identity
 
 CONTROL_CAP = wire.DEFAULT_LIMITS.frame_cap(arrays=False)
+# addresses of the cluster's workers kept (each registration's list is added to those told
+# before, so that a coordinator that restarts, whose workers register again one by one,
+# takes none away meanwhile); past this the oldest go
+MAX_KNOWN_WORKERS = 4096
 
 
 class ControlLine:
@@ -33,6 +37,30 @@ class ControlLine:
         self._control_monitor = self.control.get_monitor_socket(frame_cap.EVENTS)
         self.poller.register(self._control_monitor, zmq.POLLIN)
         self._control_closed: float | None = None  # when it closed, not dialed again since
+
+    def note_workers(self, addresses) -> None:
+        """The coordinator says these are its workers' addresses (see ``is_worker``)."""
+        known = self.__dict__.setdefault("_cluster_workers", {})
+        for address in addresses:
+            known.pop(address, None)
+            known[address] = None  # (the latest last)
+        while len(known) > MAX_KNOWN_WORKERS:
+            known.pop(next(iter(known)))
+
+    def check_worker(self, address: str, what: str = "send_value") -> None:
+        """Refuse (``PermissionError``) an address a client names for this worker to dial
+        (``send_value``'s, a ``load_stage``'s neighbours and their local links) that no
+        worker of this cluster registered: the client would have this worker dial any host
+        and port, or any Unix socket of its host. A registration the coordinator told of
+        while this request waited is read first."""
+        known = self.__dict__.setdefault("_cluster_workers", {})
+        while address not in known and self.control.poll(0):
+            self._on_control()
+        if address not in known:
+            raise PermissionError(
+                f"{what} goes only to the workers of this cluster (those registered at "
+                f"its coordinator, {len(known)} known to worker {self.id}), and {address!r} "
+                "is none of them: name a worker's address as status() lists it")
 
     def _on_control_monitor(self) -> None:
         while self._control_monitor.poll(0):

@@ -441,6 +441,7 @@ class Worker(ControlLine, StageHandlers, ComputeHandlers, HookHandlers, ParamHan
         elif msg.type == "ok" and not self.registered:
             self.registered = True
             result = msg.get("result") or {}
+            self.note_workers(result.get("workers") or ())  # (send_value's, control.py)
             self.heartbeat = float(result.get("heartbeat", self.heartbeat))
             self.tick_interval = min(self.heartbeat, wire.HEARTBEAT_S)  # (never slower)
             # the first beat a beat from now, not a second after the start (the wait for this
@@ -448,6 +449,8 @@ class Worker(ControlLine, StageHandlers, ComputeHandlers, HookHandlers, ParamHan
             self.next_beat = self.last_heard + self.heartbeat
             self.log.info("worker %s: registered at %s, serving on %s", self.id,
                           self.coordinator_address, self.address)
+        elif msg.type == "workers":
+            self.note_workers(msg["addresses"])
         elif msg.type == "error":
             self.log.warning("worker %s: the coordinator says %s: %s; registering again",
                              self.id, msg["kind"], msg["message"])
