@@ -139,8 +139,10 @@ class Coordinator(Service):
         self.started = time.time()
         self._restored_at = time.monotonic()
         self.state = state  # the file the registry is kept in (None: memory only)
+        self._store = None if state is None else registry_store.RegistryLog(
+            state, lambda: [(p.record, p.owner_key) for p in self.models.values()])
         if state is not None:
-            entries, dropped = registry_store.load(state)
+            entries, dropped = self._store.load()
             for why in dropped:
                 self.log.warning("coordinator: %s", why)
             for record, owner_key in entries:
@@ -149,11 +151,15 @@ class Coordinator(Service):
                 self.log.info("coordinator: %d published model(s) restored from %s",
                               len(entries), state)
 
-    def _save(self) -> None:
-        """Keep the registry in the state file (if any): after every change of it."""
-        if self.state is not None:
-            registry_store.save(self.state, [(p.record, p.owner_key)
-                                             for p in self.models.values()])
+    def _save(self, name: str) -> None:
+        """Keep the registry in the state file (if any): after every change of it, that of
+        ``name`` (published, or given up), appended (registry_store.py)."""
+        if self._store is not None:
+            published = self.models.get(name)
+            if published is None:
+                self._store.drop(name)
+            else:
+                self._store.put(published.record, published.owner_key)
 
     def _owns(self, published: Published, sender: bytes) -> bool:
         """Whether the connection ``sender`` is the deployer of ``published``: the connection
@@ -188,7 +194,7 @@ class Coordinator(Service):
         for name, published in list(self.models.items()):
             if published.owner == sender:
                 del self.models[name]
-                self._save()
+                self._save(name)
                 if published.owner_key is not None:
                     published.owner = None  # (live while its workers hold it: _live)
                     self._left[name] = published
@@ -365,7 +371,7 @@ class Coordinator(Service):
                 f"{MAX_PUBLISHED_BYTES_PER_CLIENT >> 20} MiB: close the deployments it no "
                 "longer shares")
         self.models[name] = Published(record, sender, owner_key=owner_key, nbytes=msg.nbytes)
-        self._save()
+        self._save(name)
         self.log.info("coordinator: %s published %r (%s, %d stage(s))", record["owner"], name,
                       record["class"], len(record["workers"]))
 
@@ -399,7 +405,7 @@ class Coordinator(Service):
             raise PermissionError(f"{msg['name']!r} was published by {held.record['owner']}: "
                                   "only its deployer unpublishes it (by closing it)")
         del self.models[msg["name"]]
-        self._save()
+        self._save(msg["name"])
         self.log.info("coordinator: %r unpublished by its deployer", msg["name"])
         return True
 
