@@ -72,3 +72,27 @@ def test_a_frame_over_the_cap_from_the_coordinator_is_not_read(caplog):
     finally:
         w.close()
         router.close()
+
+
+def test_a_frame_over_the_cap_from_a_peer_worker_is_not_read():
+    """The sockets a worker dials to other workers (a neighbour stage's, ``send_value``'s)
+    take nothing from them in the protocol (a fault, logged): a frame over a header's cap
+    from what answers at such an address is not received either. Before, a process at an
+    address registered as a worker's (without keys, any peer may register one) made the
+    worker that dialed it hold a frame of any size."""
+    router, address = _coordinator()
+    ghost = zmq.Context.instance().socket(zmq.ROUTER)
+    ghost.setsockopt(zmq.LINGER, 0)
+    ghost_address = f"tcp://127.0.0.1:{ghost.bind_to_random_port('tcp://127.0.0.1')}"
+    w = Worker(address, worker_id="dialer")
+    try:
+        sock = w._peer(ghost_address)
+        sock.send_multipart(wire.encode("status", {}))
+        assert ghost.poll(10_000)
+        identity, *_ = ghost.recv_multipart()
+        ghost.send_multipart([identity, b"\x00" * BIG])
+        assert not sock.poll(3000)  # before: the 8 MiB frame was there to read
+    finally:
+        w.close()
+        ghost.close()
+        router.close()

@@ -19,7 +19,9 @@ from disthook import wire
 from disthook.service import frame_cap
 from workers.peers import neighbour_identity
 
-CONTROL_CAP = wire.DEFAULT_LIMITS.frame_cap(arrays=False)
+# what a socket a worker dials takes: the coordinator's messages to it are headers, and a
+# neighbour stage or a peer worker sends nothing on it (their answers are a fault, logged)
+DIALED_CAP = wire.DEFAULT_LIMITS.frame_cap(arrays=False)
 # addresses of the cluster's workers kept (each registration's list is added to those told
 # before, so that a coordinator that restarts, whose workers register again one by one,
 # takes none away meanwhile); past this the oldest go
@@ -31,8 +33,7 @@ class ControlLine:
 
     def _dial_control(self) -> None:
         self.control = self._dial(self.coordinator_address,
-                                  neighbour_identity(self.id, "coordinator"), linger=0,
-                                  cap=CONTROL_CAP)
+                                  neighbour_identity(self.id, "coordinator"), linger=0)
         self.poller.register(self.control, zmq.POLLIN)
         self._control_monitor = self.control.get_monitor_socket(frame_cap.EVENTS)
         self.poller.register(self._control_monitor, zmq.POLLIN)
@@ -81,7 +82,7 @@ class ControlLine:
             "worker's cap of %g MiB (a coordinator's messages are headers of at most 1 MiB); "
             "ZeroMQ closed the connection unread. Dialing again and registering anew: if this "
             "repeats, what listens there is not a disthook coordinator of this version",
-            self.id, self.coordinator_address, CONTROL_CAP / (1 << 20))
+            self.id, self.coordinator_address, DIALED_CAP / (1 << 20))
         for sock in (self._control_monitor, self.control):
             self.poller.unregister(sock)
         self.control.disable_monitor()

@@ -49,7 +49,7 @@ from workers import limits, queues
 from workers.batches import Batches
 from workers.client_hooks import HookHandlers
 from workers.compute import ComputeHandlers
-from workers.control import ControlLine
+from workers.control import DIALED_CAP, ControlLine
 from workers.error_reply import error_reply
 from workers.limits import MAX_GRAPH_BYTES, LimitChecks
 from workers.link_handlers import LinkHandlers
@@ -156,13 +156,12 @@ class Worker(ControlLine, StageHandlers, ComputeHandlers, HookHandlers, ParamHan
         self._beats = BeatFrames()
         self._next_tick = 0.0
 
-    def _dial(self, address: str, identity: bytes, *, linger: int,
-              cap: int | None = None) -> zmq.Socket:
-        """A DEALER connected to ``address`` (with the cluster's keys, when it has them),
-        taking no frame over ``cap`` bytes when given."""
+    def _dial(self, address: str, identity: bytes, *, linger: int) -> zmq.Socket:
+        """A DEALER connected to ``address`` (with the cluster's keys, when it has them).
+        What it may receive is a header at most (control.py): the coordinator's answers;
+        a neighbour or a peer worker sends nothing on it."""
         sock = self.ctx.socket(zmq.DEALER)
-        if cap is not None:
-            sock.setsockopt(zmq.MAXMSGSIZE, cap)
+        sock.setsockopt(zmq.MAXMSGSIZE, DIALED_CAP)
         sock.setsockopt(zmq.LINGER, linger)
         sock.setsockopt(zmq.IDENTITY, identity)
         sock.setsockopt(zmq.SNDTIMEO, 0)  # never waits: a full queue raises (send_frames)
