@@ -47,6 +47,7 @@ RESTORED_GRACE_S = 10.0  # a restored model's workers have this long to register
 # what one client may hold in the registry (with keys: one key, every connection of it)
 MAX_PUBLISHED_PER_CLIENT = 64  # names it has published
 MAX_ATTACHED_PER_CLIENT = 64  # attachments to one published model
+MAX_WORKER_ADDRESS_BYTES = 256 << 10  # told to each worker (see _addresses)
 MAX_LEFT_NAMES = 4096  # names kept for the key of a deployer that went (Coordinator._left)
 MAX_NAME_CHARS = 256  # of a published model's name and id (its class: 4 times as many)
 # what a name may not hold: control and invisible characters (a zero-width space made "gpt\u200b"
@@ -58,6 +59,18 @@ def _unseen(name: str) -> str | None:
     """The first character of ``name`` that does not show as itself, as U+XXXX, or None."""
     return next((f"U+{ord(c):04X}" for c in name if unicodedata.category(c) in _UNSEEN
                  or (c.isspace() and c != " ")), None)
+
+
+def _addresses(workers) -> list[str]:
+    """The addresses and local links of ``workers``, the latest registered first, up to
+    ``MAX_WORKER_ADDRESS_BYTES`` in all (a worker's answer and message stay far below the
+    header's cap, however many registered)."""
+    out, size = {}, 0
+    for r in sorted(workers, key=lambda r: r.registered, reverse=True):
+        for a in (r.address, r.link):
+            if a and a not in out and size + len(a) <= MAX_WORKER_ADDRESS_BYTES:
+                out[a], size = None, size + len(a)
+    return sorted(out)
 
 
 def _look(name: str) -> str:
@@ -253,12 +266,14 @@ class Coordinator(Service):
                                          link_host=msg.get("link_host"))
         self.log.info("coordinator: worker %s registered (pid %d, %s)", wid, msg["pid"],
                       msg["address"])
-        # every worker knows the others' addresses and local links: a client has a worker
-        # dial only those (send_value, load_stage's neighbours)
-        addresses = sorted({a for r in self.workers.values() for a in (r.address, r.link) if a})
-        for record in self.workers.values():
+        # every live worker knows the others' addresses and local links: a client has a
+        # worker dial only those (send_value, load_stage's neighbours)
+        live = [r for r in self.workers.values() if now - r.last_seen <= self.lost_after]
+        addresses = _addresses(live)
+        frames = wire.encode("workers", {"addresses": addresses})  # (once for them all)
+        for record in live:
             if record.identity != sender:
-                self.reply(self.router, record.identity, 0, "workers", {"addresses": addresses})
+                self._send(self.router, record.identity, frames)
         return {"heartbeat": self.heartbeat, "workers": addresses}
 
     def on_heartbeat(self, msg, sender: bytes):
