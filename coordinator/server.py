@@ -266,12 +266,12 @@ class Coordinator(Service):
                                          link_host=msg.get("link_host"))
         self.log.info("coordinator: worker %s registered (pid %d, %s)", wid, msg["pid"],
                       msg["address"])
-        # every live worker knows the others' addresses and local links: a client has a
-        # worker dial only those (send_value, load_stage's neighbours)
-        live = [r for r in self.workers.values() if now - r.last_seen <= self.lost_after]
-        addresses = _addresses(live)
+        # every worker knows the others' addresses and local links: a client has a worker
+        # dial only those (send_value, load_stage's neighbours). Those not heard from lately
+        # too: a worker whose job runs long sends no beat meanwhile
+        addresses = _addresses(self.workers.values())
         frames = wire.encode("workers", {"addresses": addresses})  # (once for them all)
-        for record in live:
+        for record in self.workers.values():
             if record.identity != sender:
                 self._send(self.router, record.identity, frames)
         return {"heartbeat": self.heartbeat, "workers": addresses}
