@@ -47,6 +47,7 @@ RESTORED_GRACE_S = 10.0  # a restored model's workers have this long to register
 # what one client may hold in the registry (with keys: one key, every connection of it)
 MAX_PUBLISHED_PER_CLIENT = 64  # names it has published
 MAX_ATTACHED_PER_CLIENT = 64  # attachments to one published model
+MAX_WORKER_ADDRESS_BYTES = 256 << 10  # told to each worker (see _addresses)
 MAX_LEFT_NAMES = 4096  # names kept for the key of a deployer that went (Coordinator._left)
 MAX_NAME_CHARS = 256  # of a published model's name and id (its class: 4 times as many)
 # what a name may not hold: control and invisible characters (a zero-width space made "gpt\u200b"
@@ -58,6 +59,18 @@ def _unseen(name: str) -> str | None:
     """The first character of ``name`` that does not show as itself, as U+XXXX, or None."""
     return next((f"U+{ord(c):04X}" for c in name if unicodedata.category(c) in _UNSEEN
                  or (c.isspace() and c != " ")), None)
+
+
+def _addresses(workers) -> list[str]:
+    """The addresses and local links of ``workers``, the latest registered first, up to
+    ``MAX_WORKER_ADDRESS_BYTES`` in all (a worker's answer and message stay far below the
+    header's cap, however many registered)."""
+    out, size = {}, 0
+    for r in sorted(workers, key=lambda r: r.registered, reverse=True):
+        for a in (r.address, r.link):
+            if a and a not in out and size + len(a) <= MAX_WORKER_ADDRESS_BYTES:
+                out[a], size = None, size + len(a)
+    return sorted(out)
 
 
 def _look(name: str) -> str:
@@ -139,8 +152,10 @@ class Coordinator(Service):
         self.started = time.time()
         self._restored_at = time.monotonic()
         self.state = state  # the file the registry is kept in (None: memory only)
+        self._store = None if state is None else registry_store.RegistryLog(
+            state, lambda: [(p.record, p.owner_key) for p in self.models.values()])
         if state is not None:
-            entries, dropped = registry_store.load(state)
+            entries, dropped = self._store.load()
             for why in dropped:
                 self.log.warning("coordinator: %s", why)
             for record, owner_key in entries:
@@ -149,11 +164,15 @@ class Coordinator(Service):
                 self.log.info("coordinator: %d published model(s) restored from %s",
                               len(entries), state)
 
-    def _save(self) -> None:
-        """Keep the registry in the state file (if any): after every change of it."""
-        if self.state is not None:
-            registry_store.save(self.state, [(p.record, p.owner_key)
-                                             for p in self.models.values()])
+    def _save(self, name: str) -> None:
+        """Keep the registry in the state file (if any): after every change of it, that of
+        ``name`` (published, or given up), appended (registry_store.py)."""
+        if self._store is not None:
+            published = self.models.get(name)
+            if published is None:
+                self._store.drop(name)
+            else:
+                self._store.put(published.record, published.owner_key)
 
     def _owns(self, published: Published, sender: bytes) -> bool:
         """Whether the connection ``sender`` is the deployer of ``published``: the connection
@@ -188,7 +207,7 @@ class Coordinator(Service):
         for name, published in list(self.models.items()):
             if published.owner == sender:
                 del self.models[name]
-                self._save()
+                self._save(name)
                 if published.owner_key is not None:
                     published.owner = None  # (live while its workers hold it: _live)
                     self._left[name] = published
@@ -247,7 +266,15 @@ class Coordinator(Service):
                                          link_host=msg.get("link_host"))
         self.log.info("coordinator: worker %s registered (pid %d, %s)", wid, msg["pid"],
                       msg["address"])
-        return {"heartbeat": self.heartbeat}
+        # every worker knows the others' addresses and local links: a client has a worker
+        # dial only those (send_value, load_stage's neighbours). Those not heard from lately
+        # too: a worker whose job runs long sends no beat meanwhile
+        addresses = _addresses(self.workers.values())
+        frames = wire.encode("workers", {"addresses": addresses})  # (once for them all)
+        for record in self.workers.values():
+            if record.identity != sender:
+                self._send(self.router, record.identity, frames)
+        return {"heartbeat": self.heartbeat, "workers": addresses}
 
     def on_heartbeat(self, msg, sender: bytes):
         # (with keys, from a worker's key only: a client that dialled with a dead worker's
@@ -359,7 +386,7 @@ class Coordinator(Service):
                 f"{MAX_PUBLISHED_BYTES_PER_CLIENT >> 20} MiB: close the deployments it no "
                 "longer shares")
         self.models[name] = Published(record, sender, owner_key=owner_key, nbytes=msg.nbytes)
-        self._save()
+        self._save(name)
         self.log.info("coordinator: %s published %r (%s, %d stage(s))", record["owner"], name,
                       record["class"], len(record["workers"]))
 
@@ -393,7 +420,7 @@ class Coordinator(Service):
             raise PermissionError(f"{msg['name']!r} was published by {held.record['owner']}: "
                                   "only its deployer unpublishes it (by closing it)")
         del self.models[msg["name"]]
-        self._save()
+        self._save(msg["name"])
         self.log.info("coordinator: %r unpublished by its deployer", msg["name"])
         return True
 

@@ -311,6 +311,10 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # answer: the worker asks the coordinator to answer this beat (it says nothing otherwise)
     "heartbeat": {"worker": "str", "memory": "int?", "stages": "list?", "answer": "bool?"},
     "shutdown": {"reason": "str?"},
+    # coordinator -> worker, at each registration: the registered workers' addresses and
+    # local links, the only ones a client may have a worker dial (send_value, load_stage's
+    # neighbours); also in the answer to "register", as "workers"
+    "workers": {"addresses": "list[str]"},
     "status": {"model": "str?"},  # (a client's channel names its model in every message)
     # a worker's running requests, their waits and its queues (a stall's diagnosis)
     "waits": {},

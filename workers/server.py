@@ -49,11 +49,12 @@ from workers import limits, queues
 from workers.batches import Batches
 from workers.client_hooks import HookHandlers
 from workers.compute import ComputeHandlers
+from workers.control import DIALED_CAP, ControlLine
 from workers.error_reply import error_reply
 from workers.limits import MAX_GRAPH_BYTES, LimitChecks
 from workers.link_handlers import LinkHandlers
 from workers.params import ParamHandlers
-from workers.peers import Peers, neighbour_identity
+from workers.peers import Peers
 from workers.runners import Runners
 from workers.stage_parts import leave_stream, rss_bytes
 from workers.stages import StageHandlers
@@ -80,8 +81,8 @@ ROUTER_BURST = 32  # messages taken off the endpoint per poll, at most
 _SRCFD = int(zmq.SRCFD)
 
 
-class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, VersionHandlers,
-             LimitChecks, ValueHandlers, StatusHandlers, StepHandlers, Batches, LinkHandlers,
+class Worker(ControlLine, StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers,
+             VersionHandlers, LimitChecks, ValueHandlers, StatusHandlers, StepHandlers, Batches, LinkHandlers,
              Service):
     role = "worker"
 
@@ -109,9 +110,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         self.bound = self.address
         self.address = endpoint.advertised_address(self.bound, advertise, self.log)  # what peers dial
         self.coordinator_address = coordinator
-        self.control = self._dial(coordinator, neighbour_identity(wid, "coordinator"),
-                                  linger=0)
-        self.poller.register(self.control, zmq.POLLIN)
+        self._dial_control()  # capped, dialed again after a frame over the cap (control.py)
         self.heartbeat = self.tick_interval = wire.HEARTBEAT_S  # a tick a beat (each wakes it)
         self.orphan_after = orphan_after
         self.registered = False
@@ -158,8 +157,11 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         self._next_tick = 0.0
 
     def _dial(self, address: str, identity: bytes, *, linger: int) -> zmq.Socket:
-        """A DEALER connected to ``address`` (with the cluster's keys, when it has them)."""
+        """A DEALER connected to ``address`` (with the cluster's keys, when it has them).
+        What it may receive is a header at most (control.py): the coordinator's answers;
+        a neighbour or a peer worker sends nothing on it."""
         sock = self.ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.MAXMSGSIZE, DIALED_CAP)
         sock.setsockopt(zmq.LINGER, linger)
         sock.setsockopt(zmq.IDENTITY, identity)
         sock.setsockopt(zmq.SNDTIMEO, 0)  # never waits: a full queue raises (send_frames)
@@ -221,6 +223,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
                 self._on_control()
             elif sock is self._monitor:
                 self.read_monitor()
+            elif sock is self._control_monitor:
+                self._on_control_monitor()
             else:  # a neighbour: they never send to us on our dialled sockets; a fault
                 frames = recv_now(sock)
                 if frames is not None:
@@ -441,6 +445,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
         elif msg.type == "ok" and not self.registered:
             self.registered = True
             result = msg.get("result") or {}
+            self.note_workers(result.get("workers") or ())  # (send_value's, control.py)
             self.heartbeat = float(result.get("heartbeat", self.heartbeat))
             self.tick_interval = min(self.heartbeat, wire.HEARTBEAT_S)  # (never slower)
             # the first beat a beat from now, not a second after the start (the wait for this
@@ -448,6 +453,8 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
             self.next_beat = self.last_heard + self.heartbeat
             self.log.info("worker %s: registered at %s, serving on %s", self.id,
                           self.coordinator_address, self.address)
+        elif msg.type == "workers":
+            self.note_workers(msg["addresses"])
         elif msg.type == "error":
             self.log.warning("worker %s: the coordinator says %s: %s; registering again",
                              self.id, msg["kind"], msg["message"])
@@ -463,6 +470,7 @@ class Worker(StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers, Versio
                       f"{self.orphan_after:g} s")
             return
         self._execute(self.state.handle(Tick(now)))
+        self._redial_control(now)
         if now >= self.next_beat:
             self._beat()
 

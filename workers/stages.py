@@ -213,6 +213,9 @@ class StageHandlers:
         module = self._stage_module(msg)
         _check_reload(self.stages.get(msg["model"]), job.client)
         self._check_retired(msg["model"], job.client)
+        for field in ("prev", "next", "prev_link", "next_link"):  # a worker's (control.py)
+            if msg.get(field):
+                self.check_worker(msg[field], f"load_stage's {field}")
         stage = Stage(msg["model"], msg["stage"], module, owner=job.client,
                       writable=bool(msg.get("writable")), public=bool(msg.get("public")))
         self.check_models(job.client, stage.model, stage.nbytes)

@@ -29,7 +29,7 @@ class StatusHandlers:
                 "data": {m: dict(c) for m, c in self.__dict__.get("data_stats", {}).items()
                          if any(st.model == m and mine(st.keeper) for st in stages)},
                 "waits": counts["waits"], "queued": counts["queued"],
-                "hooks_fired": dict(self.captures.fired),
+                "hooks_fired": self.captures.fired_for(mine),  # (a key's own, with keys)
                 "messages": wire.decoded_count(),
                 # per stage: micro-batch forwards run so far, client and worker hooks held,
                 # client hook firings run ahead of their answers, passes run again since,

@@ -61,6 +61,7 @@ class ValueHandlers:
         msg = job.msg
         st = self._stage(job)
         parse(msg["to"], "send_value's address")  # (a ValueError that says so, no socket)
+        self.check_worker(msg["to"])  # a worker of the cluster only (control.py)
         self._check_named(job, msg["to"])
         sock = self._peer(msg["to"])
         for vid in msg["values"]:

@@ -142,7 +142,8 @@ class Captures:
     what they hold is counted against ``max_bytes`` per client: past it a capture is refused
     (the hook raises, saying to fetch the buffers). ``micro_batch`` is set by the worker
     while it runs a micro-batch (None otherwise). ``fired`` counts the hook calls on this
-    worker by hook name ("client" for client hooks)."""
+    worker by whose they are (as ``account`` names a client) and hook name ("client" for
+    client hooks): ``status`` shows a key its own (``fired_for``)."""
 
     def __init__(self, max_bytes: int = MAX_CAPTURE_BYTES):
         self.buffers: dict[tuple[bytes, str], list] = {}
@@ -193,10 +194,29 @@ class Captures:
             self._freed(client, items)
         return items
 
+    def count(self, name: str) -> None:
+        """A hook of kind ``name`` was called, for the request that runs now."""
+        job = self.current()
+        self.fired[None if job is None else self.account(job.client), name] += 1
+
+    def fired_for(self, mine) -> dict[str, int]:
+        """The hook calls by hook name of the clients ``mine`` passes (as named by
+        ``account``): before, every client's together went to every key's ``status``,
+        which told another key which kinds of hooks a client holds and each call it makes
+        through them (tests/integration/test_s11_status_hooks.py)."""
+        out: collections.Counter = collections.Counter()
+        for (who, name), n in self.fired.items():
+            if mine(who):
+                out[name] += n
+        return dict(out)
+
     def forget(self, client: bytes) -> None:
-        """Drop every buffer of ``client`` (its connection closed)."""
+        """Drop every buffer of ``client`` (its connection closed), and its hook counts
+        where they are its connection's (without keys; a key's outlast it)."""
         for key in [k for k in self.buffers if k[0] == client]:
             self._freed(client, self.buffers.pop(key))
+        for key in [k for k in self.fired if k[0] == client]:
+            del self.fired[key]
 
     def _freed(self, client: bytes, items) -> None:
         who = self.account(client)
@@ -294,7 +314,7 @@ def build(spec: dict, kind: str, path: str, captures: Captures, allowed: tuple[s
                          "clamp_grad, scale_grad, clip_grad_norm, check_finite or by_path")
 
     def counted(*args):
-        captures.fired[name] += 1
+        captures.count(name)
         return hook(*args)
 
     counted.__name__ = f"worker_hook_{name}"
