@@ -108,8 +108,15 @@ def jvp(func, inputs, v=None, create_graph: bool = False, strict: bool = False):
     outputs, one_out = _call(func, variables, "jvp")
     with enable_grad():
         dummies = tuple(zeros_like(o).requires_grad_(True) for o in outputs)
-        transposed = _grads(outputs, variables, dummies, True, strict, "The output of the "
-                            "user-provided function")
+        try:
+            transposed = _grads(outputs, variables, dummies, True, strict, "The output of the "
+                                "user-provided function")
+        except NotImplementedError as exc:  # (a model deployed as a chain of stages)
+            raise NotImplementedError(
+                "jvp (torch.func.jvp or torch.autograd.functional.jvp) is computed here with "
+                "two reverse passes, the second differentiating the first (disthook has no "
+                "forward mode), so it needs the first to keep its graph, whatever "
+                f"create_graph says; that could not be done: {exc}") from exc
         products = _grads(transposed, dummies, tangents, create_graph, False, "")
     outputs, products = _finish(outputs, create_graph), _finish(products, create_graph)
     return (outputs[0] if one_out else outputs), (products[0] if one_out else products)

@@ -17,7 +17,7 @@ from disthook.autograd import _vmap_functions
 from disthook.autograd import functional as _F
 from disthook.autograd import grad as _autograd_grad
 from disthook.autograd.function import Function
-from disthook.autograd.grad_mode import enable_grad
+from disthook.autograd.grad_mode import enable_grad, is_grad_enabled
 from disthook.autograd.graph import AccumulateGrad, walk
 from disthook.tensor import Tensor, stack, tensor
 
@@ -64,12 +64,19 @@ def _argnums(argnums, nargs: int, fn_name: str) -> tuple[tuple, bool]:
     return tuple(n % nargs for n in nums), single
 
 
-def _variable(x):
-    """What to differentiate with respect to: a view when an outer transform (or the caller)
-    tracks ``x`` (so results stay differentiable), else a fresh leaf."""
+def _nested(leaves) -> bool:
+    """Whether an outer autograd tracks a transform's inputs (an outer transform's, or the
+    caller's leaves): never under the caller's no_grad, where torch's results carry no graph
+    (the transform still differentiates inside)."""
+    return is_grad_enabled() and any(isinstance(x, Tensor) and x.requires_grad for x in leaves)
+
+
+def _variable(x, nested: bool):
+    """What to differentiate with respect to: a view when an outer autograd tracks ``x``
+    (``nested``: so results stay differentiable), else a fresh leaf."""
     if not isinstance(x, Tensor):
         return x
-    return x.view_as(x) if x.requires_grad else x.detach().requires_grad_(True)
+    return x.view_as(x) if nested and x.requires_grad else x.detach().requires_grad_(True)
 
 
 def _tracked_outside(outputs, wrt) -> bool:
@@ -153,10 +160,10 @@ def grad_and_value(func, argnums=0, has_aux: bool = False):
     def wrapper(*args, **kwargs):
         nums, single = _argnums(argnums, len(args), "grad_and_value")
         args = list(args)
-        nested = any(leaf.requires_grad for n in nums for leaf in _leaves(args[n])
-                     if isinstance(leaf, Tensor))
+        tracks = is_grad_enabled()  # (the caller's mode: an outer no_grad tracks nothing)
+        nested = _nested(leaf for n in nums for leaf in _leaves(args[n]))
         for n in nums:
-            args[n] = _map(_variable, args[n])
+            args[n] = _map(lambda x: _variable(x, nested), args[n])
         with enable_grad():
             output, aux = _split_aux(func(*args, **kwargs), has_aux, "grad_and_value")
         if not isinstance(output, Tensor):
@@ -168,7 +175,7 @@ def grad_and_value(func, argnums=0, has_aux: bool = False):
                                f"Tensor, got tensor with {output.dim()} dims. Maybe you wanted "
                                "to use the vjp or jacrev APIs instead?")
         wrt = [leaf for n in nums for leaf in _leaves(args[n])]
-        outside = not nested and _tracked_outside([output], wrt)
+        outside = tracks and not nested and _tracked_outside([output], wrt)
         nested = nested or outside
         if not output.requires_grad:
             grads = [None] * len(wrt)
@@ -205,20 +212,21 @@ def grad(func, argnums=0, has_aux: bool = False):
 def vjp(func, *primals, has_aux: bool = False):
     """``(func(*primals), vjp_fn[, aux])``; ``vjp_fn(cotangents)`` gives one gradient per
     primal, as a tuple."""
-    nested = any(isinstance(p, Tensor) and p.requires_grad for p in _leaves(primals))
-    variables = tuple(_map(_variable, p) for p in primals)
+    tracks = is_grad_enabled()  # (the caller's mode: an outer no_grad tracks nothing)
+    nested = _nested(_leaves(primals))
+    variables = tuple(_map(lambda x: _variable(x, nested), p) for p in primals)
     with enable_grad():
         output, aux = _split_aux(func(*variables), has_aux, "vjp")
     outs = _leaves(output)
     outside = not nested and _tracked_outside(outs, _leaves(variables))
-    nested = nested or outside
+    kept = nested or outside  # (vjp_fn's results are tracked as its caller's mode says)
 
     def vjp_fn(cotangents, *, retain_graph=True, create_graph=None):
         seeds = _leaves(cotangents)
         if len(seeds) != len(outs):
             raise RuntimeError("Expected pytree structure of cotangents to be the same as "
                                "pytree structure of outputs to the function")
-        deep = nested if create_graph is None else create_graph
+        deep = kept and is_grad_enabled() if create_graph is None else create_graph
         wrt = _leaves(variables)
         live = [(o, s) for o, s in zip(outs, seeds) if o.requires_grad]
 
@@ -229,7 +237,7 @@ def vjp(func, *primals, has_aux: bool = False):
 
         if not live:
             grads = [None] * len(wrt)
-        elif outside and create_graph is None:  # (see _kept_or_refused)
+        elif outside and deep and create_graph is None:  # (see _kept_or_refused)
             grads = _kept_or_refused(lambda deep: compute(deep, True))
         else:
             grads = compute(deep)
@@ -237,8 +245,8 @@ def vjp(func, *primals, has_aux: bool = False):
                       for g, x in zip(grads, wrt)])
         return tuple(_rebuild(p, grads) for p in variables)
 
-    shown = output if nested else _map(lambda t: t.detach(), output)
-    return (shown, vjp_fn, _shown_aux(aux, nested)) if has_aux else (shown, vjp_fn)
+    shown = output if kept and tracks else _map(lambda t: t.detach(), output)
+    return (shown, vjp_fn, _shown_aux(aux, kept and tracks)) if has_aux else (shown, vjp_fn)
 
 
 def jvp(func, primals, tangents, *, strict: bool = False, has_aux: bool = False):
@@ -252,12 +260,13 @@ def jvp(func, primals, tangents, *, strict: bool = False, has_aux: bool = False)
         raise RuntimeError("jvp(f, primals, tangents): Expected primals and tangents to have "
                            "the same python structure.")
     aux_box, out_box = [], []
-    nested = any(isinstance(p, Tensor) and p.requires_grad for p in flat_primals)
+    tracks = is_grad_enabled()  # (the caller's mode: an outer no_grad tracks nothing)
+    nested = _nested(flat_primals)
 
     def plain(*leaves):
         it = iter(leaves)
         out, aux = _split_aux(func(*(_rebuild(p, it) for p in primals)), has_aux, "jvp")
-        if not nested and _tracked_outside(_leaves(out), leaves):
+        if tracks and not nested and _tracked_outside(_leaves(out), leaves):
             raise _TrackedOutside  # (computed again, keeping the graph)
         aux_box.append(aux)
         out_box.append(out)
@@ -290,14 +299,15 @@ def jacrev(func, argnums=0, *, has_aux: bool = False, chunk_size=None):
                 raise ValueError(  # noqa: TRY004  # torch's type and text
                     f"Thing passed to transform API must be Tensor, got {type(leaf)}")
         aux_box, out_box = [], []
-        nested = any(leaf.requires_grad for leaf in wrt)
+        tracks = is_grad_enabled()  # (the caller's mode: an outer no_grad tracks nothing)
+        nested = _nested(wrt)
 
         def of_leaves(*leaves):
             full, it = list(args), iter(leaves)
             for n, arg in zip(nums, chosen):
                 full[n] = _rebuild(arg, it)
             out, aux = _split_aux(func(*full), has_aux, "jacrev")
-            if not nested and _tracked_outside(_leaves(out), leaves):
+            if tracks and not nested and _tracked_outside(_leaves(out), leaves):
                 raise _TrackedOutside  # (before any row: computed again, keeping the graph)
             aux_box.append(aux)
             out_box.append(out)
