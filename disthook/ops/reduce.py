@@ -568,6 +568,15 @@ def _rounding(dtype):
     return lambda x: x.astype(dtype).astype(np.float32)
 
 
+def flip_cumsum(g, dim: int):
+    """Suffix sums along ``dim``: out[k] = sum of g[j] for j >= k, summed from the end as
+    torch does (never total - prefix, which loses small terms beside large ones and gives
+    nan beside an inf)."""
+    if g.ndim == 0 or g.shape[dim] <= 1:
+        return g
+    return g.flip(dim).cumsum(dim).flip(dim)
+
+
 class Cumsum(Op):
     @staticmethod
     def forward(ctx, a, dim):
@@ -582,5 +591,5 @@ class Cumsum(Op):
 
     @staticmethod
     def backward(ctx, g):
-        # the gradient of a prefix sum is the suffix sum: total - prefix + own
-        return g.sum(dim=ctx.dim, keepdim=True) - g.cumsum(ctx.dim) + g
+        # the gradient of a prefix sum is the suffix sum
+        return flip_cumsum(g, ctx.dim)
