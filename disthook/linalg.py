@@ -16,15 +16,10 @@ from disthook.tensor import Tensor
 
 def vector_norm(x: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:
     """The ``ord``-norm of the elements over ``dim`` (all when None)."""
-    if dtype is None and not x.is_floating_point():
-        raise RuntimeError("linalg.vector_norm: Expected a floating point or complex tensor as "
-                           f"input. Got {_dtype.scalar_type_name(x.dtype)}")
     if not isinstance(ord, numbers.Number):
         raise TypeError(f"linalg.vector_norm(): argument 'ord' must be Number, not "
                         f"{type(ord).__name__}")
-    x = x if dtype is None else x.to(dtype)
-    return R.LinalgVectorNorm.apply(x, ord=float(ord), dim=R.norm_dims(dim, x.ndim),
-                                    keepdim=keepdim)
+    return R.vector_norm(x, float(ord), dim, keepdim, dtype)
 
 
 def matrix_norm(A: Tensor, ord="fro", dim=(-2, -1), keepdim: bool = False, *,
