@@ -594,6 +594,8 @@ def flip_cumsum(g, dim: int):
 
 
 class Cumsum(Op):
+    complex_ok = True  # linear: the same rule for complex
+
     @staticmethod
     def forward(ctx, a, dim):
         ctx.dim = dim
