@@ -16,15 +16,10 @@ from disthook.tensor import Tensor
 
 def vector_norm(x: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:
     """The ``ord``-norm of the elements over ``dim`` (all when None)."""
-    if dtype is None and not x.is_floating_point():
-        raise RuntimeError("linalg.vector_norm: Expected a floating point or complex tensor as "
-                           f"input. Got {_dtype.scalar_type_name(x.dtype)}")
     if not isinstance(ord, numbers.Number):
         raise TypeError(f"linalg.vector_norm(): argument 'ord' must be Number, not "
                         f"{type(ord).__name__}")
-    x = x if dtype is None else x.to(dtype)
-    return R.LinalgVectorNorm.apply(x, ord=float(ord), dim=R.norm_dims(dim, x.ndim),
-                                    keepdim=keepdim)
+    return R.vector_norm(x, float(ord), dim, keepdim, dtype)
 
 
 def matrix_norm(A: Tensor, ord="fro", dim=(-2, -1), keepdim: bool = False, *,
@@ -238,7 +233,21 @@ def qr(A: Tensor, mode: str = "reduced"):
     return _Result(("Q", "R"), (q, r))
 
 
+def _no_gradient_through(A: Tensor, name: str) -> None:
+    """Refuse, before computing, a decomposition whose gradient is not done here when the
+    graph would need it."""
+    from disthook.autograd import grad_mode
+
+    if grad_mode._state.enabled and A.requires_grad:
+        raise NotImplementedError(
+            f"{name} is computed by disthook without a gradient; this input requires grad. "
+            f"Compute it under torch.no_grad() or on A.detach() (as an initialisation does), "
+            "or, for a real symmetric matrix, with a real dtype (linalg.eigh differentiates)")
+
+
 def eigh(A: Tensor, UPLO: str = "L"):
+    if A.is_complex():
+        _no_gradient_through(A, "linalg.eigh of a complex matrix")
     values, vectors = D.LinalgEigh.apply(A, upper=UPLO == "U")
     return _Result(("eigenvalues", "eigenvectors"), (values, vectors))
 
@@ -687,12 +696,23 @@ def _check_eig_input(A: Tensor, name: str) -> None:
 
 
 def eigvals(A: Tensor) -> Tensor:
-    _check_eig_input(A, "linalg.eigvals")
-    raise NotImplementedError("linalg.eigvals returns complex tensors, which disthook does not "
-                              "have; for symmetric matrices use linalg.eigvalsh")
+    return _eig(A, "linalg.eigvals")[0]
 
 
 def eig(A: Tensor):
-    _check_eig_input(A, "linalg.eig")
+    return _Result(("eigenvalues", "eigenvectors"), _eig(A, "linalg.eig"))
+
+
+def _eig(A: Tensor, name: str) -> tuple:
+    """Eigenvalues and eigenvectors of a general square matrix, complex (as torch's, even for
+    real ones), each eigenvector of norm 1 (LAPACK's geev, as torch); no gradient here."""
+    _check_eig_input(A, name)
+    _no_gradient_through(A, name)
+    if A.dtype in (_dtype.float16, _dtype.bfloat16):
+        raise NotImplementedError(f'"linalg_eig_out_cpu" not implemented for '
+                                  f"'{_dtype.scalar_type_name(A.dtype)}'")
+    values, vectors = np.linalg.eig(A.detach().numpy())
+    kind = (A.dtype if A.is_complex() else A.dtype.to_complex()).np
+    return Tensor._make(values.astype(kind), None, 0), Tensor._make(vectors.astype(kind), None, 0)
     raise NotImplementedError("linalg.eig returns complex tensors, which disthook does not "
                               "have; for symmetric matrices use linalg.eigh")

@@ -1296,12 +1296,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
         if not isinstance(p, numbers.Number) and p != "fro":
             raise NotImplementedError(f"norm(p={p!r}) is not supported by disthook")
-        if dtype is None and not self.is_floating_point():
-            raise RuntimeError("linalg.vector_norm: Expected a floating point or complex tensor "
-                               f"as input. Got {_dtype.scalar_type_name(self.dtype)}")
-        x = self if dtype is None else self.to(dtype)
-        return R.LinalgVectorNorm.apply(x, ord=2.0 if p == "fro" else builtins.float(p),
-                                        dim=R.norm_dims(dim, self.ndim), keepdim=keepdim)
+        return R.vector_norm(self, 2.0 if p == "fro" else builtins.float(p), dim, keepdim, dtype)
 
     def cumsum(self, dim, *, dtype=None):
         x = self if dtype is None else self.to(dtype)

@@ -1006,7 +1006,7 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
     """Resize the spatial dims (all after the first two) to ``size`` or by ``scale_factor``
     with 'nearest', 'nearest-exact', '(bi/tri)linear', 'bicubic' (``align_corners`` picks
     whether the corner pixels' centres or edges line up; ``antialias`` widens the bilinear
-    or bicubic filter when shrinking) or 'area' (adaptive average pooling, 1-d and 2-d)."""
+    or bicubic filter when shrinking) or 'area' (adaptive average pooling)."""
     if mode in ("nearest", "area", "nearest-exact"):
         if align_corners is not None:
             raise ValueError("align_corners option can only be set with the interpolating "
@@ -1047,9 +1047,9 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
     if linear_dims is not None and dims != linear_dims and dims in (1, 2, 3):
         raise NotImplementedError(f"Got {input.ndim}D input, but {mode} mode needs "
                                   f"{linear_dims + 2}D input")
-    if mode == "area" and dims in (1, 2):
-        pool = adaptive_avg_pool1d if dims == 1 else adaptive_avg_pool2d
-        return pool(input, tuple(sizes) if dims == 2 else sizes[0])
+    if mode == "area" and dims in (1, 2, 3):
+        pool = (adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d)[dims - 1]
+        return pool(input, sizes[0] if dims == 1 else tuple(sizes))
     if dims not in (1, 2, 3) or mode not in ("nearest", "nearest-exact", *_LINEAR_MODES) \
             and not (mode == "bicubic" and dims == 2):
         raise NotImplementedError(

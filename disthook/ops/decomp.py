@@ -31,7 +31,7 @@ def check_square(shape: tuple, name: str) -> None:
 
 def _square(a, name: str) -> None:
     check_square(a._data.shape, f"linalg.{name}")
-    if _dtype.kind(a._data.dtype) != "f":
+    if _dtype.kind(a._data.dtype) not in "fc":  # (complex: allowed by the op's complex_ok)
         raise RuntimeError(f"linalg.{name}: Expected a floating point or complex tensor as "
                            f"input. Got {a.dtype}")
 
@@ -281,6 +281,7 @@ class LinalgQr(Op):
 
 class LinalgEigh(Op):
     saved_names = ("A",)
+    complex_ok = True  # a Hermitian matrix's, without a gradient (linalg.eigh refuses one)
 
     @staticmethod
     def forward(ctx, a, upper):
@@ -288,7 +289,8 @@ class LinalgEigh(Op):
         ctx.save_for_backward(a)
         ctx.upper = upper
         values, vectors = np.linalg.eigh(a._data, UPLO="U" if upper else "L")
-        return values.astype(a._data.dtype), vectors.astype(a._data.dtype)
+        # (the eigenvalues are real, in the real dtype of a complex input, as torch's)
+        return values.astype(a._data.real.dtype), vectors.astype(a._data.dtype)
 
     @staticmethod
     def backward(ctx, gl, gv):

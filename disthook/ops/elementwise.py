@@ -182,24 +182,39 @@ class PowScalar(Op):
         return times_conj(g, e * a ** (e - 1) if e != 2 else 2 * a)
 
 
+def _complex_power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a ** b`` for complex arrays as torch computes it: numpy's power, but exp(b log a)
+    where a is 0 or either is not finite (torch's 0 ** 0 is nan, 0 ** -1 is inf + nan j)."""
+    out = np.power(a, b)
+    edge = (a == 0) | ~np.isfinite(a) | ~np.isfinite(b)
+    if edge.any():
+        with np.errstate(all="ignore"):
+            out = np.where(edge, np.exp(b * np.log(a)), out)
+    return out
+
+
 class Pow(Op):
     node_name = "PowBackward1"
     saved_names = ("self", "exponent", "result")
+    complex_ok = True  # the gradients are conjugated, as torch's
 
     @staticmethod
     def forward(ctx, a, b):
         ctx.save_for_backward(a, b, OUTPUT)
+        if a._data.dtype.kind == "c":
+            return _complex_power(a._data, b._data)
         return np.power(a._data, b._data)
 
     @staticmethod
     def backward(ctx, g):
         a, b, out = ctx.saved_tensors
         # torch's: 0 where the exponent is 0 (not 0 * inf at a = 0), and for the exponent,
-        # 0 where a = 0 and b >= 0; a negative base's log is nan, as torch's
-        ga = (g * b * a ** (b - 1)).where(b != 0, 0.0) if _needs(ctx, 0) else None
+        # 0 where a = 0 and b is real and >= 0; a negative real base's log is nan, as torch's
+        ga = times_conj(g, b * a ** (b - 1)).where(b != 0, 0.0) if _needs(ctx, 0) else None
         gb = None
         if _needs(ctx, 1):
-            gb = (g * out * a.log()).where((a != 0) | (b < 0), 0.0)
+            real_b = b if b._data.dtype.kind != "c" else b.real.where(b.imag == 0, -1.0)
+            gb = times_conj(g, out * a.log()).where((a != 0) | (real_b < 0), 0.0)
         return ga, gb
 
 

@@ -541,13 +541,28 @@ class Frac(Op):
 
 
 class Sgn(Op):
+    """``sgn``: the sign of a real tensor; z / |z| of a complex one (0 at 0)."""
+
+    complex_ok = True
+
     @staticmethod
     def forward(ctx, a):
-        return sign_array(a._data)
+        x = a._data
+        if x.dtype.kind != "c":
+            return sign_array(x)
+        ctx.save_for_backward(a, OUTPUT)
+        size = np.abs(x)
+        return np.where(size == 0, 0, x / np.where(size == 0, 1, size)).astype(x.dtype)
 
     @staticmethod
     def backward(ctx, g):
-        return g * 0
+        if not ctx.saved_tensors:
+            return g * 0
+        # torch's: the part of g along the unit circle's tangent, over |z|; 0 where z = 0
+        # (divided by |z| itself there, as torch: a second derivative at z = 0 is nan)
+        a, out = ctx.saved_tensors
+        size = a.abs()
+        return ((g - out * out * g.conj()) / (2 * size)).masked_fill(size == 0, 0)
 
 
 class _Scale(Op):

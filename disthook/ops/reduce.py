@@ -419,6 +419,22 @@ class ProdAll(Prod):
     node_name = "ProdBackward0"
 
 
+def vector_norm(x, ord: float, dim, keepdim: bool, dtype):
+    """The ``ord``-norm of ``x`` over ``dim`` (all when None), in ``dtype`` when given: torch's
+    checks of the dtype, and a complex tensor's norm is that of its absolute values (real)."""
+    if x.is_complex():
+        if dtype is not None and not dtype.is_complex:
+            raise RuntimeError("linalg.vector_norm: dtype should be complex for complex inputs, "
+                               f"but got {_dtype.scalar_type_name(dtype)}")
+        x = (x if dtype is None else x.to(dtype)).abs()
+    elif dtype is None and not x.is_floating_point():
+        raise RuntimeError("linalg.vector_norm: Expected a floating point or complex tensor as "
+                           f"input. Got {_dtype.scalar_type_name(x.dtype)}")
+    elif dtype is not None:
+        x = x.to(dtype)
+    return LinalgVectorNorm.apply(x, ord=ord, dim=norm_dims(dim, x.ndim), keepdim=keepdim)
+
+
 class LinalgVectorNorm(Op):
     """``norm(p, dim)``: the p-norm of the elements over ``dims`` (all when None)."""
 
@@ -446,8 +462,8 @@ class LinalgVectorNorm(Op):
         a, out = ctx.saved_tensors
         p = ctx.ord
         g = expand_back(g, a.shape, ctx.dims, ctx.keepdim)
-        if p == 0:
-            return g * 0
+        if p == 0:  # a count: no gradient (None, so .grad stays None as torch's)
+            return None
         if p == 1:
             return g * a.sign()
         norm = expand_back(out, a.shape, ctx.dims, ctx.keepdim)
@@ -568,7 +584,18 @@ def _rounding(dtype):
     return lambda x: x.astype(dtype).astype(np.float32)
 
 
+def flip_cumsum(g, dim: int):
+    """Suffix sums along ``dim``: out[k] = sum of g[j] for j >= k, summed from the end as
+    torch does (never total - prefix, which loses small terms beside large ones and gives
+    nan beside an inf)."""
+    if g.ndim == 0 or g.shape[dim] <= 1:
+        return g
+    return g.flip(dim).cumsum(dim).flip(dim)
+
+
 class Cumsum(Op):
+    complex_ok = True  # linear: the same rule for complex
+
     @staticmethod
     def forward(ctx, a, dim):
         ctx.dim = dim
@@ -582,5 +609,5 @@ class Cumsum(Op):
 
     @staticmethod
     def backward(ctx, g):
-        # the gradient of a prefix sum is the suffix sum: total - prefix + own
-        return g.sum(dim=ctx.dim, keepdim=True) - g.cumsum(ctx.dim) + g
+        # the gradient of a prefix sum is the suffix sum
+        return flip_cumsum(g, ctx.dim)

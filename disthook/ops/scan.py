@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from disthook.ops.base import OUTPUT, Op
-from disthook.ops.reduce import expand_back
+from disthook.ops.reduce import expand_back, flip_cumsum
 
 
 def _tensor(array):
@@ -25,11 +25,6 @@ def no_second_order(g, what: str, depends_on_inputs: bool = True) -> None:
     if grad_mode._state.enabled and (g.requires_grad or depends_on_inputs):
         raise NotImplementedError(f"the second derivative of {what} is not implemented in "
                                   "disthook (its first derivative is computed in numpy)")
-
-
-def _flip_cumsum(g, dim: int):
-    """Suffix sums along ``dim``: out[k] = sum of g[j] for j >= k."""
-    return g.flip(dim).cumsum(dim).flip(dim)
 
 
 class Cumprod(Op):
@@ -52,7 +47,7 @@ class Cumprod(Op):
         if a.ndim == 0:
             return g
         if not bool((a._data == 0).any()):
-            return _flip_cumsum(g * out, dim) / a
+            return flip_cumsum(g * out, dim) / a
         no_second_order(g, "cumprod of an input with zeros", a.requires_grad)
         x, w = np.moveaxis(a._data, dim, -1), np.moveaxis(g._data, dim, -1)
         y = np.moveaxis(out._data, dim, -1)
@@ -98,7 +93,7 @@ class Logcumsumexp(Op):
             return g
         # d out[j] / d a[k] = exp(a[k] - out[j]) for j >= k; shift by the max to stay finite
         top = a.detach().amax(ctx.dim, keepdim=True)
-        return (a - top).exp() * _flip_cumsum(g * (top - out).exp(), ctx.dim)
+        return (a - top).exp() * flip_cumsum(g * (top - out).exp(), ctx.dim)
 
 
 class Nansum(Op):

@@ -644,6 +644,7 @@ class ScatterAlong(Op):
     """Zeros of ``shape`` with ``g`` placed at ``index`` along ``dim`` (max/min backward)."""
 
     node_name = "ScatterBackward0"
+    complex_ok = True  # moves values: the same rule for complex
 
     @staticmethod
     def forward(ctx, g, index, dim, shape):
@@ -660,6 +661,7 @@ class ScatterAlong(Op):
 
 class GatherAlong(Op):
     node_name = "GatherBackward0"
+    complex_ok = True  # moves values: the same rule for complex
 
     @staticmethod
     def forward(ctx, a, index, dim):
@@ -677,6 +679,7 @@ class GatherAlong(Op):
 
 class ScatterAddAlong(Op):
     node_name = "ScatterAddBackward0"
+    complex_ok = True  # moves values: the same rule for complex
 
     @staticmethod
     def forward(ctx, g, index, dim, shape):
@@ -743,6 +746,8 @@ class ConstantPad(Op):
 
 class Tril(Op):
     """The lower triangle of the last two dims (above diagonal ``k`` zeroed)."""
+
+    complex_ok = True  # moves values: the same rule for complex
 
     fn = staticmethod(np.tril)
     method = "tril"

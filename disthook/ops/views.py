@@ -24,6 +24,7 @@ def diagonal_view(x: np.ndarray, offset: int, dim1: int, dim2: int) -> np.ndarra
 
 class Diagonal(Op):
     view = True
+    complex_ok = True  # moves values: the same rule for complex
 
     @staticmethod
     def forward(ctx, a, offset=0, dim1=0, dim2=1):
@@ -39,6 +40,8 @@ class Diagonal(Op):
 class DiagEmbed(Op):
     """Zeros of ``shape`` with ``a`` (whose last dim runs along the diagonal) written on the
     diagonal over (dim1, dim2): the adjoint of Diagonal."""
+
+    complex_ok = True
 
     @staticmethod
     def forward(ctx, a, shape, offset=0, dim1=0, dim2=1):
