@@ -1083,7 +1083,9 @@ def compare_deployed(got, want, warned=()) -> tuple[str, str | None]:
 # the entries of hooks that fire in a backward, besides those of the program's hooks
 # ("h<i>:..."): the order among them may be a worker's (compare_deployed)
 _BACKWARD_HOOK_ENTRIES = ("out_hook", "node_pre", "node_post", "multi_all", "multi_any",
-                          "post_acc_again", "view_hook", "vmap_hook", "stopping")
+                          "post_acc_again", "view_hook", "vmap_hook", "stopping",
+                          "registered bwd", "registered tensor", "first pre", "first out",
+                          "view in fwd", "view of out")
 
 
 def _backward_sorted(log) -> list:
