@@ -151,6 +151,8 @@ class ComputeHandlers:
                     if cut:
                         fields["cut"] = True
                     fields.update(facts)
+                    if out.is_inference():  # (a hook's result made in inference_mode)
+                        fields["inference"] = [True]
                     if values.custom_view(out) is not None:  # (a full backward hook's view)
                         fields["custom_view"] = values.custom_view(out)
                     passed = form.forms(st, job, msg.get("forms"))
@@ -170,6 +172,7 @@ class ComputeHandlers:
                         "output": out.detach()._data, "requires_grad": out.requires_grad,
                         "grad_fn": None if out.grad_fn is None else out.grad_fn.name(),
                         "custom_view": values.custom_view(out),
+                        "inference": out.is_inference() or None,
                         "saved": values.saved_by_its_node(out),
                         "argument": values.returned_argument(out),
                         "cut": cut, **facts, "rng": rng,

@@ -251,6 +251,8 @@ def kept_record(vid: str, t: Tensor, inline_bytes: int = 0, saved: set | None = 
     view = custom_view(t)
     if view is not None:
         record["custom_view"] = view
+    if t.is_inference():  # (a hook's result made in inference_mode, under no_grad)
+        record["inference"] = True
     if saved_by_its_node(t):
         record["saved"] = True
     elif saved is not None and id(t._vc) in saved:
