@@ -562,7 +562,7 @@ def _inplace_view(name: str):
         if type(self._vc) is not list:
             inference.check_inplace(self)
         out = getattr(self, name)(*args, **kwargs)
-        if self._requires_grad and self._grad_fn is None:
+        if self._leaf_requiring_grad():
             from disthook.tensor import LEAF_INPLACE_MSG
 
             raise RuntimeError(LEAF_INPLACE_MSG)

@@ -439,7 +439,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         if type(self._vc) is not list:
             inference.check_inplace(self)
         if grad_mode._state.enabled:
-            if self._grad_fn is None and self._requires_grad:
+            if self._leaf_requiring_grad():
                 raise RuntimeError(LEAF_INPLACE_MSG)
             if source is not None and source._requires_grad:
                 raise NotImplementedError(
@@ -1824,8 +1824,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
 
     def __setitem__(self, item, value):
         index = check_index(self._data.shape, index_arg(item))
-        if (self._grad_fn is None and self._requires_grad and grad_mode._state.enabled
-                and _is_basic(index)):
+        if self._leaf_requiring_grad() and grad_mode._state.enabled and _is_basic(index):
             # torch writes a basic index through a view of self: the error says so
             raise RuntimeError(VIEW_OF_LEAF_INPLACE_MSG)
         if not isinstance(value, Tensor) or value._data.size == 1:
@@ -1913,7 +1912,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             _write(self, out._data)
             return self
         if self._base is None:
-            if self._grad_fn is None and self._requires_grad:
+            if self._leaf_requiring_grad():
                 raise RuntimeError(LEAF_INPLACE_MSG)
             if "_custom_view" in self.__dict__:  # a placed call's output that is a custom
                 self._check_view_inplace()  # Function's view on its worker (a hook's)
@@ -1930,6 +1929,13 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         else:
             S.rebase_on_view_inplace(self, out._grad_fn)
         return self
+
+    def _leaf_requiring_grad(self) -> bool:
+        """A leaf that requires grad, whose in-place change torch refuses under grad mode; or
+        a deployed model's client hook's stand-in for one (the call's argument, which is the
+        program's leaf: distributed.given_tensors.mark_leaf_argument)."""
+        return self._grad_fn is None and self._requires_grad \
+            or "_leaf_argument" in self.__dict__
 
     def _check_view_inplace(self) -> None:
         """Errors torch gives for a recorded in-place op on a view it cannot rebase."""
@@ -1952,7 +1958,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
                        "grad mode enabled.")
             raise RuntimeError(msg + _VIEW_HINTS[creation])
         root = self._base
-        if root._grad_fn is None and root._requires_grad:
+        if root._leaf_requiring_grad():
             raise RuntimeError(VIEW_OF_LEAF_INPLACE_MSG)
         if self._data.dtype != root._data.dtype:
             raise RuntimeError("a view is being modified inplace while its base's gradient is "

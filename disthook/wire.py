@@ -360,7 +360,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
                 "within": "str?", "attrs": "list[attr_change]?", "names": "list[str]?",
                 "default_dtype": "str?", "autocast": "str?", "forms": "map?", "cut": "bool?",
                 "changed": "list?", "cast": "bool?", "inference": "list?",
-                "custom_view": "list?", "unreached": "list[str]?", "saved_input": "bool?"},
+                "custom_view": "list?", "unreached": "list[str]?", "saved_input": "bool?",
+                "views": "list?"},
     # changed: the chain's input its first stage changed in place ({"arg", "value",
     # "moved"}: workers/given_args.py), passed on to the answer (result["changed"], as a
     # call's answer carries its arguments changed in place), which the client writes back
@@ -371,6 +372,11 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # custom_view: in a forward passed on, [output_nr, name] where the previous stage's output
     # is a custom Function's view (a full backward hook's wrapping): the stage's input stands
     # for it and refuses an in-place change as one process does (new since 21, as above)
+    # views: in a call of a part ("call"), for each of its tensors in the order packed,
+    # [output_nr, name] where the client's tensor is a custom Function's view (a placed
+    # call's output wrapped by a full backward hook), else None (sent only where one is):
+    # the worker's copy refuses an in-place change as one process does (added in 22,
+    # absent: none)
     # cut: the output's graph at an earlier stage missed that stage's input (a forward
     # pre-hook gave the module a detached tensor); the answer carries it (result["cut"])
     # unreached: the names of the earlier stages' parameters that their outputs' graphs miss

@@ -8,7 +8,9 @@ keyword arguments or return tuples, dicts and tuples holding None), hooks of eve
 with what each does (log, return a replacement, raise, remove itself or another hook,
 register a tensor hook or retain_grad on what it sees), and rounds of forward and
 backward (no_grad and inference regions, in-place changes of the output, retain_graph
-twice, ``backward(inputs=)``, ``autograd.grad(inputs=)``). ``run(T, program)`` carries it
+twice, ``backward(inputs=)``, ``autograd.grad(inputs=)``; from the eighth round on, hooks
+that take ``autograd.grad`` in the forward or register hooks there, hooks on views of
+outputs, a block run without grad: F12_EXTRAS). ``run(T, program)`` carries it
 out against the library ``T`` and returns its log: every hook call in order (which hook,
 on which module or tensor, its arguments' values, what it returned), the outputs, every
 ``.grad`` and the errors (their type). ``compare`` names the first difference of two logs.
@@ -111,6 +113,13 @@ def generate(seed: int, *, deployable: bool = False, extras: bool | None = None)
     seventh = random.Random(f"f9-{seed}")
     for rnd in prog["rounds"]:
         rnd["f9"] = [e for e in F9_EXTRAS if seventh.random() < 0.12] if wider else []
+    # shapes of the eighth round (F12), from a seventh stream, with the extras: the steps of
+    # F12_EXTRAS, and which view of an output they take
+    eighth = random.Random(f"f12-{seed}")
+    for rnd in prog["rounds"]:
+        drawn, view = [eighth.random() < 0.12 for _ in F12_EXTRAS], eighth.choice(VIEWS)
+        rnd["f12"] = [e for e, d in zip(F12_EXTRAS, drawn) if d] if wider else []
+        rnd["view"] = view
     return prog
 
 
@@ -145,6 +154,19 @@ F6_EXTRAS = ("autocast", "vmap_out", "view_hook", "post_acc_again", "raise_then_
 # the program's hooks; and a first backward (retain_graph) after which every hook of the
 # program is removed before the round's own backward
 F9_EXTRAS = ("pre_and_tensor", "hook_mid_backward", "retain_then_unhook")
+
+# what a round may add in the eighth round: a forward hook on the first block that takes
+# autograd.grad of its output to its argument (retain_graph) in the forward; one that
+# registers, during the forward, a full backward hook on the last module and a tensor hook
+# on its output; a full backward pre-hook on the first block returning halved gradients
+# beside a tensor hook on that block's output; a forward hook on the first block returning
+# its output rebuilt from views of it (a round's VIEWS choice), a tensor hook on the first
+# view and retain_grad on the second; views of the model's output, hooked and retained the
+# same way, in the loss; and the first block called under set_grad_enabled(False) (the
+# model's own forward: not a chain)
+F12_EXTRAS = ("grad_in_fwd", "reg_in_fwd", "bpre_beside_tensor", "views_in_fwd",
+              "views_of_out", "grad_off")
+VIEWS = ("chunk", "split", "unbind", "narrow")
 
 
 def _hook(rng, modules, params, deployable) -> dict:
@@ -307,20 +329,28 @@ def build(T, prog):
             super().__init__()
             self.blocks = nn.ModuleList(blocks)
 
+        grad_off = False  # (F12's grad_off: the first block called without grad)
+
         def forward(self, x):
-            for kind, block in zip(prog["blocks"], self.blocks):
-                if kind == "kw":
-                    x = block(x, scale=0.5)
-                elif kind == "tuple":
-                    a, b = block(x)
-                    x = a + b
-                elif kind == "none_tuple":
-                    x = block(x)[0]
-                elif kind == "dict":
-                    x = block(x)["y"]
+            for i, (kind, block) in enumerate(zip(prog["blocks"], self.blocks)):
+                if i == 0 and self.grad_off:
+                    with T.set_grad_enabled(False):
+                        x = _block(kind, block, x)
                 else:
-                    x = block(x)
+                    x = _block(kind, block, x)
             return x
+
+    def _block(kind, block, x):
+        if kind == "kw":
+            return block(x, scale=0.5)
+        if kind == "tuple":
+            a, b = block(x)
+            return a + b
+        if kind == "none_tuple":
+            return block(x)[0]
+        if kind == "dict":
+            return block(x)["y"]
+        return block(x)
 
     class Buffered(nn.Linear):
         """A Linear that adds its buffer ``shift`` and, in training, moves it (no_grad)."""
@@ -564,6 +594,7 @@ def _one_round(T, prog, rnd, model, x, params, handles, kept, log):
     if "pre_and_tensor" in rnd.get("f9", ()):
         whole = model.register_full_backward_pre_hook(
             lambda m, g: (log.append(("whole pre", summary(g))), _halved(g))[1])
+    eighth = _eighth_hooks(T, prog, rnd, model, log, kept)
     try:
         _round_steps(T, prog, rnd, model, x, params, kept, log, handles)
     except Stop:
@@ -571,10 +602,89 @@ def _one_round(T, prog, rnd, model, x, params, handles, kept, log):
     finally:
         if whole is not None:
             whole.remove()
+        for h in eighth:
+            h.remove()
+        if not prog["chain"]:
+            type(model).grad_off = False
     for name, p in params.items():
         log.append(("grad", name, summary(p.grad)))
     for name, b in model.named_buffers():
         log.append(("buffer", name, summary(b)))
+
+
+def _views(t, how):
+    """Views of ``t`` (a round's VIEWS choice), two or more, that rebuild it whole."""
+    if how == "chunk":
+        return list(t.chunk(2, dim=-1))
+    if how == "split":
+        return list(t.split([1, t.shape[-1] - 1], dim=-1))
+    if how == "unbind":
+        return list(t.unbind(0))
+    return [t.narrow(-1, 0, 2), t.narrow(-1, 2, t.shape[-1] - 2)]
+
+
+def _rebuilt(T, views, how):
+    return T.stack(views, 0) if how == "unbind" else T.cat(views, -1)
+
+
+def _watch_views(views, tag, kept, key, log):
+    """A tensor hook on the first of ``views``, retain_grad on the second (kept under
+    ``key``: its .grad is logged after the backward)."""
+    if views[0].requires_grad:
+        views[0].register_hook(lambda g: log.append((tag, summary(g))))
+    if views[1].requires_grad:
+        views[1].retain_grad()
+        kept[key] = views[1]
+
+
+def _eighth_hooks(T, prog, rnd, model, log, kept) -> list:
+    """F12_EXTRAS's hooks for one round (removed when it ends): each on the first block,
+    and the last module for reg_in_fwd; grad_off set on the model (not a chain)."""
+    eighth = rnd.get("f12", ())
+    paths = _module_paths(prog["blocks"], prog["chain"])
+    first = model.get_submodule("0" if prog["chain"] else "blocks.0")
+    last = model.get_submodule(paths[-1])
+    handles = []
+    if "grad_off" in eighth and not prog["chain"]:
+        type(model).grad_off = True
+    if "grad_in_fwd" in eighth:
+        def grads(m, args, out):
+            o, a = _first_tensor(out), _first_tensor(args)
+            if o is not None and a is not None and o.requires_grad and a.requires_grad:
+                got = T.autograd.grad(o.sum(), a, retain_graph=True, allow_unused=True)
+                log.append(("grad in fwd", summary(got)))
+
+        handles.append(first.register_forward_hook(grads))
+    if "reg_in_fwd" in eighth:
+        def registers(m, args, out):
+            log.append(("registering",))
+            handles.append(last.register_full_backward_hook(
+                lambda m2, gi, go: log.append(("registered bwd", summary(gi), summary(go)))))
+            o = _first_tensor(out)
+            if o is not None and o.requires_grad:
+                o.register_hook(lambda g: log.append(("registered tensor", summary(g))))
+
+        handles.append(first.register_forward_hook(registers))
+    if "bpre_beside_tensor" in eighth:
+        handles.append(first.register_full_backward_pre_hook(
+            lambda m, g: (log.append(("first pre", summary(g))), _halved(g))[1]))
+
+        def beside(m, args, out):
+            o = _first_tensor(out)
+            if o is not None and o.requires_grad:
+                o.register_hook(lambda g: log.append(("first out", summary(g))))
+
+        handles.append(first.register_forward_hook(beside))
+    if "views_in_fwd" in eighth:
+        def rebuilt(m, args, out):
+            if not isinstance(out, T.Tensor) or out.dim() != 2:
+                return None
+            views = _views(out, rnd["view"])
+            _watch_views(views, "view in fwd", kept, 1000, log)
+            return _rebuilt(T, views, rnd["view"])
+
+        handles.append(first.register_forward_hook(rebuilt))
+    return handles
 
 
 def _in(region, fn):
@@ -662,7 +772,14 @@ def _round_steps(T, prog, rnd, model, x, params, kept, log, handles):
     if rnd["backward"] == "none":
         return
     c = T.tensor(np.arange(1, 1 + 2 * WIDTH, dtype=np.float32).reshape(2, WIDTH) / 4)
-    loss = step(log, "loss", lambda: (out * c).sum())
+    if "views_of_out" in rnd.get("f12", ()):  # views of the output, hooked, in the loss
+        views = step(log, "views", lambda: _views(out, rnd["view"]))
+        step(log, "watch views", lambda: _watch_views(views, "view of out", kept, 1001,
+                                                      log))
+        loss = step(log, "loss", lambda: (out * c).sum() + sum(
+            (v * (k + 2.0)).sum() for k, v in enumerate(views)))
+    else:
+        loss = step(log, "loss", lambda: (out * c).sum())
     if rnd["retain_out"]:
         step(log, "retain_grad", out.retain_grad)
     if rnd["out_hook"]:
@@ -966,7 +1083,9 @@ def compare_deployed(got, want, warned=()) -> tuple[str, str | None]:
 # the entries of hooks that fire in a backward, besides those of the program's hooks
 # ("h<i>:..."): the order among them may be a worker's (compare_deployed)
 _BACKWARD_HOOK_ENTRIES = ("out_hook", "node_pre", "node_post", "multi_all", "multi_any",
-                          "post_acc_again", "view_hook", "vmap_hook", "stopping")
+                          "post_acc_again", "view_hook", "vmap_hook", "stopping",
+                          "registered bwd", "registered tensor", "first pre", "first out",
+                          "view in fwd", "view of out")
 
 
 def _backward_sorted(log) -> list:

@@ -81,6 +81,11 @@ def test_the_programs_use_every_hook_kind_and_block():
     assert {e for p in made for r in p["rounds"] for e in r["f9"]} == set(programs.F9_EXTRAS)
     assert not any(r["f9"] for seed in range(50)
                    for r in programs.generate(seed, deployable=True)["rounds"])
+    # (F12's steps and the views they take; none in deployable programs unless asked)
+    assert {e for p in made for r in p["rounds"] for e in r["f12"]} == set(programs.F12_EXTRAS)
+    assert {r["view"] for p in made for r in p["rounds"]} == set(programs.VIEWS)
+    assert not any(r["f12"] for seed in range(50)
+                   for r in programs.generate(seed, deployable=True)["rounds"])
     assert {h["does"] for p in made for h in p["hooks"]} >= {
         "log", "replace", "raise", "remove_self", "remove_other", "inplace", "bad",
         "act_hook", "act_retain"}

@@ -151,6 +151,8 @@ class ComputeHandlers:
                     if cut:
                         fields["cut"] = True
                     fields.update(facts)
+                    if out.is_inference():  # (a hook's result made in inference_mode)
+                        fields["inference"] = [True]
                     if values.custom_view(out) is not None:  # (a full backward hook's view)
                         fields["custom_view"] = values.custom_view(out)
                     passed = form.forms(st, job, msg.get("forms"))
@@ -170,6 +172,7 @@ class ComputeHandlers:
                         "output": out.detach()._data, "requires_grad": out.requires_grad,
                         "grad_fn": None if out.grad_fn is None else out.grad_fn.name(),
                         "custom_view": values.custom_view(out),
+                        "inference": out.is_inference() or None,
                         "saved": values.saved_by_its_node(out),
                         "argument": values.returned_argument(out),
                         "cut": cut, **facts, "rng": rng,
@@ -222,6 +225,7 @@ class ComputeHandlers:
                 snap = attr_changes.snapshot(module, path, st.shared)
             kept = set()  # (the arrays of values kept on workers, not the caller's tensors)
             call = self._resolve_refs(job, st.model, msg["call"], kept)
+            views = msg.get("views") or ()  # [output_nr, name] of each that is a custom view
 
             given: list = []  # the program's tensors the part is given (given_now)
             given_kept: list = []  # and the values kept on workers (given_now too)
@@ -230,6 +234,9 @@ class ComputeHandlers:
 
             def received(a, flag, name):
                 t = _as_received(leaf(a, flag), name or id(a) in kept)
+                view = views[len(inputs) - 1] if len(inputs) <= len(views) else None
+                if view and t.grad_fn is not None:  # the client's tensor is a custom view
+                    values.mark_custom_view(t, view)
                 (given_kept if id(a) in kept else given).append(given_now(t, len(inputs) - 1))
                 return values.as_argument(t, len(inputs) - 1)
 

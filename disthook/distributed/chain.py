@@ -16,6 +16,7 @@ import numpy as np
 from disthook import _dtype, random
 from disthook.amp import autocast_mode
 from disthook.autograd import grad_mode
+from disthook.autograd.inference import made_inference
 from disthook.distributed import attr_changes, changed_args
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.distributed.glue import _checkpointing as checkpointing
@@ -147,7 +148,10 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
         return out
     for ctx_id in ctx_ids:  # no graph: nothing to differentiate against
         model._hub.taps.pop(ctx_id, None)
-    return Tensor._make(out, None, 0)
+    out = Tensor._make(out, None, 0)
+    if all(r.get("inference") for r in results):  # (a last hook's result made there)
+        made_inference(out)
+    return out
 
 def _items(model: Deployment, x: Tensor, results: list, ctx_ids: list, grad: bool,
            stop: str | None):

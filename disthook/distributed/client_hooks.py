@@ -319,6 +319,9 @@ class HookServer:
                     t = given_tensors.as_made_by(grad_fn or "CloneBackward0").apply(base)
                 t._grad_fn._hook_ctx = event.ctx  # (a tensor of this call's, to a vjp)
                 t._reach_from = unlinked_taps_refused(t, event.ctx, proxy, kind)
+                if kind in ("forward", "forward_pre"):
+                    given_tensors.mark_leaf_argument(t, given_tensors.program_argument(
+                        inputs, event.get("arguments"), len(leaves), array))
             elif requires_grad and kind in ("forward", "forward_pre"):
                 # no graph recorded (no_grad): the worker's copy of the call's argument; the
                 # hook gets the program's own tensor where the event says which it is, as
@@ -362,7 +365,8 @@ class HookServer:
         name = getattr(fn, "__name__", type(fn).__name__)  # (for _pack_value)
         self._packing = (since, f"the {kind} hook {name!r} on {event['path']!r}")
         firsts = given_tensors.first_places(leaves)  # (a tensor given twice changes once)
-        changed = [{"arg": i, "value": self._pack_value(t, bases, f"{key}:{i}", leaves),
+        changed = [{"arg": i, "value": self._pack_value(given_tensors.as_changed(t), bases,
+                                                         f"{key}:{i}", leaves),
                     "moved": t._vc[0] - versions[i]}
                    for i, t in enumerate(leaves) if t._vc[0] != versions[i] and firsts[i]]
         for i, t in enumerate(leaves):  # hooked, then changed in place: on its old version

@@ -141,6 +141,22 @@ def program_argument(arguments: list | None, numbers: list | None, index: int,
     return own
 
 
+def mark_leaf_argument(t: Tensor, own: Tensor | None) -> None:
+    """``t``, a forward (pre-)hook's tensor, stands for the program's own tensor ``own``
+    (``program_argument``): where that is a leaf requiring grad, ``t`` refuses an in-place
+    change under grad mode with torch's leaf error, at the hook's statement, as one process
+    does (Tensor._leaf_requiring_grad), not on the worker after the hook ran on."""
+    if own is not None and own._grad_fn is None:
+        t.__dict__["_leaf_argument"] = True
+
+
+def as_changed(t: Tensor) -> Tensor:
+    """What a hook's tensor that it changed in place is sent as: a stand-in for the
+    program's leaf (``mark_leaf_argument``) could only be changed unrecorded (no_grad), as
+    that leaf: its value alone, which the worker's copy takes unrecorded too."""
+    return t.detach() if "_leaf_argument" in t.__dict__ else t
+
+
 def mark_view(t: Tensor, views: list | None, index: int) -> None:
     """Tensor ``index`` of a hook event stands for a custom Function's view output on the
     worker (``views``, the event's "views": a full backward hook's wrapping of a module's

@@ -30,7 +30,7 @@ from disthook.autograd.saved_hooks import current_pair
 from disthook.distributed import async_calls, attr_changes, changed_args, remote_values
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.nn.modules.module import Module
-from disthook.service.values import opaque_in, tensors_in, unpack
+from disthook.service.values import custom_view, opaque_in, tensors_in, unpack
 from disthook.tensor import Tensor
 from disthook.utils.checkpoint import _Frame
 from disthook.utils.hooks import RemovableHandle
@@ -345,6 +345,9 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
               "call": remote_values.pack_args((args, kwargs), address, model),
               "reply_to": hub.reply_to, "keep": True, "optimizer_calls": carried, **pin,
               **_dtype.default_dtype_field()}
+    views = [custom_view(t) for t in inputs] if grad else ()
+    if any(views):  # custom Functions' views (a full backward hook's): the worker's copy too
+        fields["views"] = views
     if op is None:  # (an op on a kept value had its arguments cast here, as autocast casts)
         fields.update(region)
     if hub.firing and hub.firing_ctx is not None:  # from inside a hook of a call there

@@ -291,6 +291,8 @@ def from_record(model, address: str, record: dict, node, output_nr: int) -> Remo
                       None if strides is None else tuple(strides))
     t = make_remote(_Ref(model, address, record["kept"], inline_value(record)), meta, node,
                     output_nr)
+    if record.get("inference") is True and type(t._vc) is not InferenceVersion:
+        t._vc = InferenceVersion(t._vc)  # made in inference_mode there, as one process has it
     view = record.get("custom_view")
     if node is not None and view is not None:  # (see Tensor._inplace)
         t.__dict__["_custom_view"] = (int(view[0]), str(view[1]))

@@ -196,6 +196,10 @@ class RemoteTapBackward0(LiveEdges):
                 g = Tensor._make(g._data - given._data, None, 0)
         if grad_mode.is_grad_enabled():
             raise NotImplementedError(_CREATE_GRAPH)
+        if node is None and self._hub.firing and self._hub.firing_ctx == self._ctx_id:
+            # a hook of the call, before it answered (a tensor an earlier hook of the call
+            # got links the two here): the worker has no graph of the call yet
+            raise NotImplementedError(_UNLINKED.format(what="a forward hook"))
         stage = self._hub.holders.get(self._address, (None, 0))[1]
         tasks = getattr(engine._running, "tasks", None)
         task = tasks[-1] if tasks else None
@@ -279,16 +283,18 @@ def unlinked_taps_refused(t: Tensor, ctx_id: str, module, kind: str):
         if t is None or t._grad_fn in nodes:
             return
         if any(n.__dict__.get("_hook_ctx") == ctx_id for n in nodes):
-            raise NotImplementedError(
-                f"autograd.grad to a tensor that {what} of a deployed model got, from a "
-                "tensor of the same call computed on its worker: the worker's graph does not "
-                "link the two here (inside the forward hook that got them, the worker keeps "
-                "them in its graph only once the hook has answered; in a chain cut into "
-                "micro-batches, not at all). Take the product after the forward, keeping the "
-                "tensors (module.input0, module.output = args[0], output), or in the layer's "
-                "backward hook")
+            raise NotImplementedError(_UNLINKED.format(what=what))
 
     return reach_from
+
+
+_UNLINKED = (
+    "autograd.grad to a tensor that {what} of a deployed model got, from a tensor of the "
+    "same call computed on its worker: the worker's graph does not link the two here (inside "
+    "the forward hook that got them, the worker keeps them in its graph only once the hook "
+    "has answered; in a chain cut into micro-batches, not at all). Take the product after "
+    "the forward, keeping the tensors (module.input0, module.output = args[0], output), or "
+    "in the layer's backward hook")
 
 
 _CREATE_GRAPH = (

@@ -98,8 +98,8 @@ def custom_view(t: Tensor) -> list | None:
     (a full backward hook's wrapping of a module's output), else None: the client's tensor
     that stands for it refuses an in-place change as one process does (Tensor._inplace)."""
     view = t.__dict__.get("_custom_view")
-    if view is None or t._vc[0] != t.__dict__["_view_version"]:
-        return None
+    if view is None or t._vc[0] != t.__dict__.get("_view_version", t._vc[0]):
+        return None  # (a placed call's output on the client has no version of its own)
     return list(view)
 
 
@@ -251,6 +251,8 @@ def kept_record(vid: str, t: Tensor, inline_bytes: int = 0, saved: set | None = 
     view = custom_view(t)
     if view is not None:
         record["custom_view"] = view
+    if t.is_inference():  # (a hook's result made in inference_mode, under no_grad)
+        record["inference"] = True
     if saved_by_its_node(t):
         record["saved"] = True
     elif saved is not None and id(t._vc) in saved:
