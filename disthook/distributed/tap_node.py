@@ -14,8 +14,8 @@ from disthook.autograd.graph import Node, gradient_edge
 from disthook.distributed import attr_changes
 from disthook.tensor import Tensor
 
-__all__ = ["LiveEdges", "RemoteTapBackward0", "serving_vjp", "unlinked_taps_refused",
-           "workers_keep", "workers_keeping"]
+__all__ = ["LiveEdges", "RemoteTapBackward0", "kept_result_left_out", "serving_vjp",
+           "unlinked_taps_refused", "workers_keep", "workers_keeping"]
 
 
 class _Vjp(threading.local):
@@ -307,3 +307,19 @@ _CLIENT_USE = (
     "passes, and that hook would fire in each with a part of the gradient. Remove the "
     "backward hook for this step, compute that term in the model (or in a hook that returns "
     "the changed output), or detach() the hook's tensor")
+
+
+def kept_result_left_out(key: str, t: Tensor) -> bool:
+    """Whether ``t``, a tensor a forward hook computed and returned (its tap key ends in
+    "="), is left out of this backward's edges: the vjp the worker asks for gives what it
+    is computed from their gradients, and runs its tensor hooks and retain_grad, so an edge
+    to it, where no gradient comes, would run those and the hooks past it (a learned
+    steering vector's) again with None. It is an edge only for a backward that names its
+    inputs (autograd.grad(out, kept), which stops there), and one without hooks of its own
+    (naming such a one, autograd.grad finds it unused, as it did before it was a tap)."""
+    if not key.endswith("="):
+        return False
+    node = t._grad_fn
+    return not engine.names_inputs() or node is None or (
+        bool((node._tensor_hooks or {}).get(t._output_nr))
+        or t._output_nr in (node._retains or {}))
