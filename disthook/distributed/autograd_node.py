@@ -30,6 +30,7 @@ from disthook.distributed.tap_node import (
     LiveEdges,
     RemoteTapBackward0,
     kept_result_left_out,
+    kept_result_only,
     used_here,
     workers_keeping,
 )
@@ -325,6 +326,7 @@ class RemoteBackward0(LiveEdges):
                 # (its hooks and retain_grad are served by its vjp, which the worker asks)
                 if task is not None and task.needed is not None and self._needed_here(
                         task, node, {}):
+                    kept_result_only(task, node)
                     wanted.append(key)
                 continue
             hooked = bool((node._tensor_hooks or {}).get(nr)) or nr in (node._retains or {})

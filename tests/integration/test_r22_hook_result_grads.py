@@ -103,3 +103,39 @@ def test_plain_backward_fires_a_kept_clone_hook_once(cluster, make):
     got, want = deployed_run(cluster, make, hooked_backward)
     assert len(got) == len(want)
     same_logs(got, want, where="hooked clone")
+
+
+def _kept_and_input(model, together):
+    kept = {}
+
+    def pre_hook(module, args):
+        kept["t"] = args[0] * 1.5
+        return (kept["t"],)
+
+    handle = _layer(model).register_forward_pre_hook(pre_hook)
+    x = _x().requires_grad_(True)
+    loss = (model(x) ** 2).sum()
+    try:
+        if together:
+            return list(torch.autograd.grad(loss, [kept["t"], x]))
+        return [torch.autograd.grad(loss, kept["t"], retain_graph=True)[0].numpy(),
+                torch.autograd.grad(loss, x)[0].numpy()]
+    finally:
+        handle.remove()
+
+
+@pytest.mark.parametrize("make", [tree, chain], ids=["tree", "chain"])
+def test_kept_result_then_the_input_in_two_calls(cluster, make):
+    got, want = deployed_run(cluster, make, lambda m: _kept_and_input(m, False))
+    same_logs(got, want, where="two autograd.grad calls")
+
+
+def test_kept_result_and_the_input_in_one_call_is_refused(cluster):
+    """The workers give the input's gradient through the hook's vjp; going on from the kept
+    tensor too would count it twice: refused, saying to take them in two calls."""
+    remote = cluster.deploy(tree(), stages=2)
+    try:
+        with pytest.raises(NotImplementedError, match="Take them in two calls"):
+            _kept_and_input(remote, True)
+    finally:
+        remote.close()
