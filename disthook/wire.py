@@ -1430,7 +1430,8 @@ def _check_hook_value(where, value, depth):
     {"dict": {str: value}}; {"named": {"class": str, "fields": value, "items": value}} (a
     namedtuple); {"opaque": type name}), or as a hook's result refers to the
     worker's tensors ({"same": index}; {"tensor": array, "vjp": key}, with "own": true when
-    it is computed from the client's own tensors that require grad too), or stands for a
+    it is computed from the client's own tensors that require grad too, and with "tap": key
+    where a forward hook returned it, under which the worker keeps it), or stands for a
     tensor of the client that requires grad ({"tensor": array, "feed": key}: the worker's
     copy is a leaf whose gradient a backward may ask for), or is a tensor made in
     inference_mode ({"tensor": array, "inference": true}), or in a hook event of a pass run
@@ -1462,10 +1463,12 @@ def _walk_hook_value(where, value, depth):
         return value
     if value.keys() in ({"tensor", "requires_grad"}, {"tensor", "vjp"}, {"tensor", "feed"},
                         {"tensor", "requires_grad", "grad_fn"}, {"tensor", "vjp", "own"},
+                        {"tensor", "vjp", "tap"}, {"tensor", "vjp", "own", "tap"},
                         {"tensor", "inference"}):
         _field_value(f"{where}.tensor", "array", "array", None, value["tensor"], depth)
         for name, kind in (("requires_grad", "bool"), ("vjp", "str"), ("grad_fn", "str"),
-                           ("feed", "str"), ("own", "bool"), ("inference", "bool")):
+                           ("feed", "str"), ("own", "bool"), ("inference", "bool"),
+                           ("tap", "str")):
             if name in value:
                 _field_value(f"{where}.{name}", kind, kind, None, value[name], depth)
         return value

@@ -396,8 +396,11 @@ def _unpack_result(data, originals: list, worker, client: bytes, hook_id: int):
             # learned through a frozen model): it requires grad here too, so that the
             # backward reaches it and the client gives those tensors their gradients
             inputs = [_OWN]
-        return _ClientFunction.apply(worker, client, hook_id, data["vjp"], data["tensor"],
-                                     *inputs)
+        out = _ClientFunction.apply(worker, client, hook_id, data["vjp"], data["tensor"],
+                                    *inputs)
+        if "tap" in data and out.requires_grad:  # the client may differentiate to it
+            worker.current_job().taps[data["tap"]] = out
+        return out
     if isinstance(data, dict) and len(data) == 1 and next(iter(data)) in ("tuple", "list"):
         (tag, items), = data.items()
         out = [_unpack_result(v, originals, worker, client, hook_id) for v in items]

@@ -443,6 +443,7 @@ def execute(roots, grads, *, retain_graph: bool, create_graph: bool, inputs=None
     """
     task = _GraphTask(retain_graph, accumulate)
     task.hold, _held.spec = _held.spec, None
+    _running.preparing = inputs is not None  # (see names_inputs)
     root_nodes = []
     for t, g in zip(roots, grads):
         node, nr = gradient_edge(t)
@@ -475,6 +476,7 @@ def execute(roots, grads, *, retain_graph: bool, create_graph: bool, inputs=None
     prev_hooks = saved_hooks.snapshot()
     running = _running.__dict__.setdefault("tasks", [])
     running.append(task)
+    _running.preparing = None
     try:
         _run(task, root_nodes, results, len(roots) == 1)
     except Exception as exc:
@@ -532,6 +534,16 @@ def current_task_id() -> int:
     """The id of the backward now running in this thread, -1 outside backward."""
     tasks = getattr(_running, "tasks", None)
     return tasks[-1].id if tasks else -1
+
+
+def names_inputs() -> bool:
+    """Whether the backward this thread is preparing (reading its graph's edges), else the
+    one running, was given ``inputs`` (autograd.grad, backward(inputs=))."""
+    preparing = getattr(_running, "preparing", None)
+    if preparing is not None:
+        return preparing
+    tasks = getattr(_running, "tasks", None)
+    return bool(tasks) and tasks[-1].needed is not None
 
 
 def will_execute(task: _GraphTask, node) -> bool:

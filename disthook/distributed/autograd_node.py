@@ -29,6 +29,8 @@ from disthook.distributed.saved_here import SavedHere
 from disthook.distributed.tap_node import (
     LiveEdges,
     RemoteTapBackward0,
+    kept_result_left_out,
+    kept_result_only,
     used_here,
     workers_keeping,
 )
@@ -168,7 +170,7 @@ class RemoteBackward0(SavedHere, LiveEdges):
                 "__name__", "").startswith(_OWN_MODULES):  # (read by the program itself)
             self._say_collapsed()  # (an op run where its operands are is one node, as here)
         live = [(key, *gradient_edge(t), shape, dtype) for key, ref, shape, dtype
-                in self._taps if (t := ref()) is not None]
+                in self._taps if (t := ref()) is not None and not kept_result_left_out(key, t)]
         return live + [(key, p._accumulator, 0, shape, dtype) for key, (ref, shape, dtype)
                        in self._params.items() if (p := ref()) is not None]
 
@@ -301,6 +303,13 @@ class RemoteBackward0(SavedHere, LiveEdges):
                 # (a plain backward adds its gradient to .grad on the worker already)
                 if task is not None and task.needed is not None and engine.will_execute(
                         task, node):
+                    wanted.append(key)
+                continue
+            if key.endswith("="):  # a forward hook's result: where a backward names it
+                # (its hooks and retain_grad are served by its vjp, which the worker asks)
+                if task is not None and task.needed is not None and self._needed_here(
+                        task, node, {}):
+                    kept_result_only(task, node)
                     wanted.append(key)
                 continue
             hooked = bool((node._tensor_hooks or {}).get(nr)) or nr in (node._retains or {})

@@ -382,8 +382,9 @@ class HookServer:
                     "return it")
         if kind == "forward" and out is args[-1]:
             out = None  # the output itself: the output stays what it is, as None says
-        value = None if out is None else self._pack_result(out, leaves, bases, key,
-                                                           event.ctx if diff else None)
+        value = None if out is None else self._pack_result(
+            out, leaves, bases, key, event.ctx if diff else None,
+            kept=diff and kind in ("forward_pre", "forward"))
         if diff and kind in ("forward_pre", "forward"):
             self._relocate(event, leaves, bounds, proxy)
         # tensors the hook put tensor hooks on (the Grad-CAM pattern): the worker hooks the
@@ -521,13 +522,18 @@ class HookServer:
                     call["outs"].append((i, list(t._backward_hooks.values()), t._data.copy()))
                     t._backward_hooks.clear()
 
-    def _pack_result(self, value, leaves: list, bases: list, key: str, ctx: str | None):
+    def _pack_result(self, value, leaves: list, bases: list, key: str, ctx: str | None,
+                     kept: bool = False):
         """A hook's result: one of the tensors it was given as ``{"same": i}`` (changed in
         place or not: the worker makes the same change), a tensor computed from them with a
         key for its vector-Jacobian product, a tensor of the client's own that requires grad
         (a leaf: Captum's layer attributions return such inputs) with a key under which the
         worker's backward gives its gradient to this context's RemoteBackward0, containers
-        element by element. ``ctx``: the forward's context when its graph is recorded."""
+        element by element. ``ctx``: the forward's context when its graph is recorded.
+        ``kept``: a forward (pre-)hook's, whose computed tensors the program may keep and
+        differentiate to (Captum's layer gradients return ``output.clone()`` and take
+        ``autograd.grad(out, that_clone)``): each is a tap too, keyed as its vjp with a
+        trailing "=", under which the worker keeps the tensor that stands for it."""
         if isinstance(value, Tensor):
             for i, t in enumerate(leaves):
                 if value is t:
@@ -545,13 +551,17 @@ class HookServer:
                     "no_grad), or clone() it outside the mode before returning it")
             if value.is_inference():  # (a backward hook's gradient): one there too
                 return {"tensor": value._data, "inference": True}
-            return self._pack_value(value, bases, key, leaves)
+            packed = self._pack_value(value, bases, key, leaves)
+            if kept and ctx is not None and isinstance(packed, dict) and "vjp" in packed:
+                self.taps.setdefault(ctx, []).append((f"{key}=", value, None))
+                packed["tap"] = f"{key}="
+            return packed
         if isinstance(value, (tuple, list)):
-            items = [self._pack_result(v, leaves, bases, f"{key}.{i}", ctx)
+            items = [self._pack_result(v, leaves, bases, f"{key}.{i}", ctx, kept)
                      for i, v in enumerate(value)]
             return {"tuple" if isinstance(value, tuple) else "list": items}
         if type(value) is dict and all(type(k) is str for k in value):  # ({"y": out * 2})
-            return {"dict": {k: self._pack_result(v, leaves, bases, f"{key}.{k}", ctx)
+            return {"dict": {k: self._pack_result(v, leaves, bases, f"{key}.{k}", ctx, kept)
                              for k, v in value.items()}}
         return pack(value)
 

@@ -45,7 +45,12 @@ class SocketLock:
 
     def acquire(self, blocking: bool = True) -> bool:
         me = threading.get_ident()
-        with self._cond:
+        # without blocking, not even on the lock of the condition: a graph's finalizer
+        # (releases.py) that the garbage collector runs while this thread is inside one of
+        # these methods would otherwise wait on that lock, held by its own thread, for ever
+        if not self._cond.acquire(blocking):
+            return False
+        try:
             if not self._may_take(me):
                 if not blocking:
                     return False
@@ -53,6 +58,8 @@ class SocketLock:
             self._owner = me
             self._depth += 1
             return True
+        finally:
+            self._cond.release()
 
     def _wait(self, me: int) -> None:
         """Until ``me`` may take the lock; ``RuntimeError`` once it waited ``timeout``

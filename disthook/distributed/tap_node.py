@@ -14,8 +14,8 @@ from disthook.autograd.graph import Node, gradient_edge
 from disthook.distributed import attr_changes
 from disthook.tensor import Tensor
 
-__all__ = ["LiveEdges", "RemoteTapBackward0", "serving_vjp", "unlinked_taps_refused",
-           "workers_keep", "workers_keeping"]
+__all__ = ["LiveEdges", "RemoteTapBackward0", "kept_result_left_out", "kept_result_only",
+           "serving_vjp", "unlinked_taps_refused", "workers_keep", "workers_keeping"]
 
 
 class _Vjp(threading.local):
@@ -313,3 +313,35 @@ _CLIENT_USE = (
     "passes, and that hook would fire in each with a part of the gradient. Remove the "
     "backward hook for this step, compute that term in the model (or in a hook that returns "
     "the changed output), or detach() the hook's tensor")
+
+
+def kept_result_left_out(key: str, t: Tensor) -> bool:
+    """Whether ``t``, a tensor a forward hook computed and returned (its tap key ends in
+    "="), is left out of this backward's edges: the vjp the worker asks for gives what it
+    is computed from their gradients, and runs its tensor hooks and retain_grad, so an edge
+    to it, where no gradient comes, would run those and the hooks past it (a learned
+    steering vector's) again with None. It is an edge only for a backward that names its
+    inputs (autograd.grad(out, kept), which stops there), and one without hooks of its own
+    (naming such a one, autograd.grad finds it unused, as it did before it was a tap)."""
+    if not key.endswith("="):
+        return False
+    node = t._grad_fn
+    return not engine.names_inputs() or node is None or (
+        bool((node._tensor_hooks or {}).get(t._output_nr))
+        or t._output_nr in (node._retains or {}))
+
+
+def kept_result_only(task, node) -> None:
+    """A backward that names a tensor a forward hook returned (its node ``node``) may stop
+    there; one that also goes on from it (it names the model's input, a parameter, or a
+    tensor the hook's result was computed from, besides it) is refused: the workers give
+    those gradients through their own backward, which asks for the hook's vjp, and a
+    second route from the kept tensor would count them twice."""
+    if task.runs is not None and node in task.runs:
+        raise NotImplementedError(
+            "a backward (autograd.grad or backward(inputs=...)) names a tensor that a "
+            "forward hook of the deployed model returned and kept, and also tensors its "
+            "gradient reaches past it (the model's input, its parameters, what the hook "
+            "computed it from): the workers give those through their own backward, so one "
+            "pass cannot also go on from the kept tensor. Take them in two calls: "
+            "autograd.grad(out, kept, retain_graph=True), then autograd.grad(out, others)")
