@@ -738,10 +738,11 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             a, b = binary_operands(self, other)
         if reverse:
             a, b = b, a
-        sa, sb = a._data.shape, b._data.shape
-        # (one shape the other's trailing dims, as a bias's: broadcasts, nothing to check)
-        if sa != sb and sa and sb and sa[-len(sb):] != sb and sb[-len(sa):] != sa:
-            check_broadcast(sa, sb)
+        if a._data.shape != b._data.shape and b._data.ndim and a._data.ndim:
+            sa, sb = a._data.shape, b._data.shape
+            # (one shape the other's trailing dims, as a bias's: broadcasts, nothing to check)
+            if sa[-len(sb):] != sb and sb[-len(sa):] != sa:
+                check_broadcast(sa, sb)
         if grad_mode._state.enabled and (a._requires_grad or b._requires_grad):
             return op.apply(a, b, **params)
         if a._data.dtype.kind in "cV":  # (complex: refused or not; bfloat16: in float32)
