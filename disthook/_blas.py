@@ -43,7 +43,8 @@ SMALL_ROWS = 32
 ALIGN = 64
 ALIGN_MIN_BYTES = 1 << 16
 
-_state: dict = {"loaded": False, "lib": None, "why": "not loaded yet", "threads": None}
+_state: dict = {"loaded": False, "lib": None, "why": "not loaded yet", "threads": None,
+                "gemm": {}, "direct": {}}
 
 
 def _library_path() -> str | None:
@@ -89,14 +90,18 @@ def _load():
     elif _state["threads"] is not None:
         lib.MKL_Set_Num_Threads(_state["threads"])
     _state["lib"], _state["why"] = lib, path
-    _state["gemm"] = {np.dtype(np.float32): _caller(lib.cblas_sgemm, ctypes.c_float),
-                      np.dtype(np.float64): _caller(lib.cblas_dgemm, ctypes.c_double)}
+    callers = {np.dtype(np.float32): _caller(lib.cblas_sgemm, ctypes.c_float),
+               np.dtype(np.float64): _caller(lib.cblas_dgemm, ctypes.c_double)}
+    _state["gemm"] = {dtype: call for dtype, (call, _) in callers.items()}
+    _state["direct"] = {dtype: direct for dtype, (_, direct) in callers.items()}
     return lib
 
 
 def _caller(fn, real):
     """``call(trans_a, trans_b, m, n, k, a, lda, b, ldb, accumulate, c, ldc)``: MKL's
-    row-major ``c = a @ b`` (``+=`` with ``accumulate``) at the addresses ``a``, ``b``, ``c``.
+    row-major ``c = a @ b`` (``+=`` with ``accumulate``) at the addresses ``a``, ``b``, ``c``
+    (ints), and ``direct``, the same call without ``accumulate`` and with ``a``, ``b``, ``c``
+    ctypes pointers, passed as they are (``gemm``: no int made and wrapped again).
 
     ``fn`` has no ``argtypes``: with them ctypes converts each of the 14 arguments through
     its type's ``from_param`` on every call, ~8,000 instructions (cachegrind; a small
@@ -111,7 +116,10 @@ def _caller(fn, real):
         fn(_ROW_MAJOR, trans_a, trans_b, m, n, k, one, ptr(a), lda, ptr(b), ldb,
            one if accumulate else zero, ptr(c), ldc)
 
-    return call
+    def direct(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc):
+        fn(_ROW_MAJOR, trans_a, trans_b, m, n, k, one, a, lda, b, ldb, zero, c, ldc)
+
+    return call, direct
 
 
 def _lib():
@@ -146,30 +154,63 @@ def _data_offset() -> int | None:
 _DATA_AT = _data_offset()
 
 
+_pointer = ctypes.c_void_p.from_address  # (a ctypes pointer read at an address)
+
+
 def address(a: np.ndarray) -> int:
     """The address of ``a``'s first element, as ``a.ctypes.data`` gives it, read where the
     array object keeps it (``.ctypes.data`` and ``__array_interface__`` cost 2-8 us a call,
     several per product)."""
     if _DATA_AT is None:
         return a.ctypes.data
-    return ctypes.c_void_p.from_address(id(a) + _DATA_AT).value or 0
+    return _pointer(id(a) + _DATA_AT).value or 0
+
+
+def _pointer_of(a: np.ndarray):
+    """``a``'s first element's address as a ctypes pointer, to pass to a C function as it is
+    (read where ``address`` reads it: no int made and wrapped again)."""
+    if _DATA_AT is None:
+        return ctypes.c_void_p(a.ctypes.data)
+    return _pointer(id(a) + _DATA_AT)
+
+
+_EMPTY_PLANS: dict = {}  # (shape, dtype as given) -> (dtype, bytes, reshaped) or None: numpy's
+_UNPLANNED = object()
+
+
+def _empty_plan(shape: tuple, dtype):
+    """What ``empty(shape, dtype)`` makes, worked out once per shape and dtype: None for
+    numpy's own array (under ALIGN_MIN_BYTES), else the dtype, its byte count and whether
+    the flat array is reshaped."""
+    given = dtype
+    dtype = np.dtype(dtype)
+    nbytes = dtype.itemsize
+    for n in shape:
+        nbytes *= n
+    plan = (dtype, nbytes, len(shape) != 1) if nbytes >= ALIGN_MIN_BYTES else None
+    if len(_EMPTY_PLANS) >= 512:  # (a program of many shapes: start again)
+        _EMPTY_PLANS.clear()
+    _EMPTY_PLANS[shape, given] = plan
+    return plan
 
 
 def empty(shape: tuple, dtype) -> np.ndarray:
     """A new C-ordered array, starting on an ALIGN-byte line where it has ALIGN_MIN_BYTES or
     more. It is the root of its own memory as numpy's are: its base chain ends in a
     memoryview, not in the larger buffer under it (``owns_memory``), so storages, offsets and
-    sharing read as for any new array."""
-    dtype = np.dtype(dtype)
-    nbytes = dtype.itemsize
-    for n in shape:
-        nbytes *= n
-    if nbytes < ALIGN_MIN_BYTES:
+    sharing read as for any new array. ``shape`` is a tuple."""
+    plan = _EMPTY_PLANS.get((shape, dtype), _UNPLANNED)
+    if plan is _UNPLANNED:
+        plan = _empty_plan(shape, dtype)
+    if plan is None:
         return np.empty(shape, dtype)
+    dtype, nbytes, reshaped = plan
     raw = np.empty(nbytes + ALIGN, np.uint8)
-    start = -address(raw) % ALIGN
-    out = np.frombuffer(memoryview(raw)[start:start + nbytes], dtype)
-    return out.reshape(shape) if len(shape) != 1 else out
+    at = _DATA_AT  # (``address``, without its call)
+    start = -(raw.ctypes.data if at is None else _pointer(id(raw) + at).value) % ALIGN
+    # (the flat array's base is a memoryview of all of raw: the chain ends there)
+    out = np.frombuffer(memoryview(raw), dtype, nbytes // dtype.itemsize, start)
+    return out.reshape(shape) if reshaped else out
 
 
 def owns_memory(a: np.ndarray) -> bool:
@@ -210,16 +251,15 @@ def _layout(a: np.ndarray):
 def gemm(x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
     """``x @ y`` for 2-D operands of one float dtype, C-ordered, on MKL; None where numpy
     should take it (no MKL, another dtype, too small, operands MKL cannot read in place)."""
-    lib = _lib()
-    if lib is None:
-        return None
+    if not _state["loaded"]:
+        _load()
     dtype = x.dtype
-    if dtype != y.dtype or x.ndim != 2 or y.ndim != 2:
+    fn = _state["direct"].get(dtype)  # (empty without MKL)
+    if fn is None or dtype != y.dtype or x.ndim != 2 or y.ndim != 2:
         return None
-    fn = _state["gemm"].get(dtype)
     m, k = x.shape
     n = y.shape[1]
-    if (fn is None or y.shape[0] != k or m * n * k < MIN_WORK
+    if (y.shape[0] != k or m * n * k < MIN_WORK
             or max(m, n, k) > _INT_MAX // 2):  # (numpy says what is wrong with the shapes)
         return None
     lx, ly = _layout(x), _layout(y)
@@ -229,13 +269,14 @@ def gemm(x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
     if m <= SMALL_ROWS and ly[0] == _TRANS and lx[0] == _NO_TRANS:
         # (y.T @ x.T).T: y.T lies row-major, x.T is x read transposed
         out = empty((n, m), dtype)
-        fn(_NO_TRANS, _TRANS, n, m, k, address(y), ly[1], address(x), lx[1], False,
-           address(out), m)
+        fn(_NO_TRANS, _TRANS, n, m, k, _pointer_of(y), ly[1], _pointer_of(x),
+           lx[1], _pointer_of(out), m)
         result = empty((m, n), dtype)
         np.copyto(result, out.T)
         return result
     out = empty((m, n), dtype)
-    fn(lx[0], ly[0], m, n, k, address(x), lx[1], address(y), ly[1], False, address(out), n)
+    fn(lx[0], ly[0], m, n, k, _pointer_of(x), lx[1], _pointer_of(y), ly[1],
+       _pointer_of(out), n)
     return out
 
 

@@ -739,7 +739,10 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         if reverse:
             a, b = b, a
         if a._data.shape != b._data.shape and b._data.ndim and a._data.ndim:
-            _check_broadcast(a, b)
+            sa, sb = a._data.shape, b._data.shape
+            # (one shape the other's trailing dims, as a bias's: broadcasts, nothing to check)
+            if sa[-len(sb):] != sb and sb[-len(sa):] != sa:
+                check_broadcast(sa, sb)
         if grad_mode._state.enabled and (a._requires_grad or b._requires_grad):
             return op.apply(a, b, **params)
         if a._data.dtype.kind in "cV":  # (complex: refused or not; bfloat16: in float32)
@@ -836,9 +839,6 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             integral = isinstance(base, (int, np.integer))
             x = self.float() if not integral else self.long() if self.dtype.np.kind == "b" else self
         return E.RPowScalar.apply(x, base=base)
-
-    def __matmul__(self, other):
-        return self.matmul(other)
 
     def __rmatmul__(self, other):
         # a tensor keeps its graph: Python calls this first where the right operand's class
@@ -1540,6 +1540,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             L.check_same_dtype(self, other, "mm")
             return C.product(L.matmul, (self, other))
         return L.matmul(self, other)
+
+    __matmul__ = matmul  # (``x @ w`` is torch.matmul, as in torch: one call fewer a product)
 
     @cpu_policy.covered(cpu_policy.LOWER)
     def mm(self, mat2):

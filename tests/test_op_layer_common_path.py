@@ -124,3 +124,103 @@ def test_under_anomaly_mode_the_accumulator_records_where_it_was_made():
     with disthook.autograd.detect_anomaly():
         acc = (w * 2).grad_fn.next_functions[0][0]
     assert "traceback_" in acc.metadata
+
+
+# ---- the Python a large product and a bias add run (issue 33, fifteenth session) ---------------
+
+def _functions_called(fn, *args) -> list:
+    """The Python functions (qualified names) called while ``fn(*args)`` runs."""
+    calls = []
+
+    def profile(frame, event, arg):
+        if event == "call":
+            calls.append(frame.f_code.co_qualname)
+
+    sys.setprofile(profile)
+    try:
+        fn(*args)
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def _mlp_layer():
+    rng = np.random.default_rng(1)
+    x = disthook.tensor(rng.standard_normal((128, 1024)).astype(np.float32))
+    w = disthook.tensor(rng.standard_normal((1024, 1024)).astype(np.float32), requires_grad=True)
+    b = disthook.tensor(rng.standard_normal(1024).astype(np.float32), requires_grad=True)
+    return x, w, b
+
+
+def test_a_large_product_and_its_bias_take_no_frame_they_need_not():
+    """``x @ w + b`` of an MLP layer: ``@`` is matmul itself, MKL's pointers passed as read (no int made and wrapped again), the output's layout
+    worked out once per shape, a bias's shape seen to broadcast without a check's frames."""
+    x, w, b = _mlp_layer()
+    x @ w + b  # (the shapes' first time)
+    h = x @ w
+    called = _functions_called(lambda: x @ w) + _functions_called(lambda: h + b)
+    assert not {"Tensor.__matmul__", "_lib", "address", "_empty_plan",
+                "_check_broadcast", "check_broadcast"} & set(called), called
+    assert "gemm" in called
+
+
+@pytest.mark.parametrize("shapes", [((4, 3), (5, 3)), ((2, 4, 3), (5, 3)), ((3,), (2, 4))])
+def test_shapes_that_do_not_broadcast_still_say_what_torch_says(shapes):
+    errors = []
+    for lib in (disthook, torch):
+        a, b = (lib.ones(*s) for s in shapes)
+        with pytest.raises(RuntimeError) as info:
+            a + b
+        errors.append(str(info.value))
+    assert errors[0] == errors[1]
+
+
+@pytest.mark.parametrize("shape", [(128, 1024), (1 << 14,), (3, 5, 4096), (64, 64, 2, 2)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.dtype(np.int64)])
+def test_an_aligned_new_array_is_the_root_of_its_own_memory(shape, dtype):
+    """``_blas.empty``: on a 64-byte line, writable, C-ordered, its base chain ending in a
+    memoryview (a storage of exactly its bytes), the same again from its cached layout."""
+    from disthook import _blas
+
+    for _ in range(2):
+        a = _blas.empty(shape, dtype)
+        assert a.shape == shape and a.dtype == np.dtype(dtype) and a.flags.c_contiguous
+        assert a.flags.writeable and _blas.address(a) % _blas.ALIGN == 0
+        assert _blas.owns_memory(a) or a.ndim == 1  # (a flat one's base is the memoryview)
+        flat = a if a.ndim == 1 else a.base
+        assert flat.ndim == 1 and flat.nbytes == a.nbytes and type(flat.base) is memoryview
+        t = disthook.Tensor._make(a, None, 0)
+        assert t.untyped_storage().nbytes() == a.nbytes and t.storage_offset() == 0
+    small = _blas.empty((3, 4), dtype)  # under ALIGN_MIN_BYTES: numpy's own
+    assert small.base is None and small.shape == (3, 4)
+
+
+def test_mkl_takes_its_pointers_as_read_and_gives_the_int_calls_bits():
+    """The pointer call ``gemm`` makes gives what the int-address call (a convolution's,
+    ``matmul_into``) gives for the same product, bit for bit, for each layout of the
+    operands, the few-rows transposed one taken as ``(y.T @ x.T).T`` by both."""
+    from disthook import _blas
+
+    if not _blas.backend().startswith("mkl"):
+        pytest.skip("needs disthook[mkl]")
+
+    def by_address(a, b):
+        if (a.shape[0] <= _blas.SMALL_ROWS and _blas._layout(a)[0] == 111  # (row-major)
+                and _blas._layout(b)[0] == 112):  # (read transposed)
+            out = _blas.empty((b.shape[1], a.shape[0]), a.dtype)
+            assert _blas.matmul_into(b.T, a.T, out)
+            return out.T
+        out = _blas.empty((a.shape[0], b.shape[1]), a.dtype)  # (aligned as gemm's)
+        assert _blas.matmul_into(a, b, out)
+        return out
+
+    rng = np.random.default_rng(2)
+    for dtype in (np.float32, np.float64):
+        w = rng.standard_normal((512, 384)).astype(dtype)
+        for rows in (16, 64):
+            x = rng.standard_normal((rows, 512)).astype(dtype)
+            for a, b in ((x, w), (x, np.asfortranarray(w)), (np.asfortranarray(x), w),
+                         (x[:, :384], w[:384]), (x[:, :384], w[:384].T)):
+                got = _blas.gemm(a, b)
+                assert got is not None and got.flags.c_contiguous
+                assert got.tobytes() == np.ascontiguousarray(by_address(a, b)).tobytes()
