@@ -2,7 +2,7 @@
 leaves no graph open on the stages that already ran: the error reaches the program, the next
 call works, and the workers' contexts stay flat over hundreds of such calls (before, each
 failed call left its earlier stages' contexts, one per micro-batch, until their time ran out:
-the T4 soak's coordinator-side worker counted 2 more for every raised hook)."""
+in the T4 soak stage 0's worker counted 2 more for every raised hook)."""
 import pytest
 from clusters import worker_statuses
 
