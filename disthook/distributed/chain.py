@@ -98,6 +98,9 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
         # a stage failed before passing them on: they go again (a stage that ran one
         # skips it)
         model._hub.pending_optimizer[:0] = taken
+        # the stages before the one that failed keep their graphs for a backward that will
+        # not come: they go with the next request (a context a stage never made is ignored)
+        model._hub.release(ctx_ids)
         raise
     finally:
         model._hub.pending_inputs.pop(ctx_ids[0], None)
