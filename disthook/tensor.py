@@ -1982,7 +1982,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         else:
             a, b = binary_operands(self, other)
         if a._data.dtype != self._data.dtype:
-            if not np.can_cast(a._data.dtype, self._data.dtype, "same_kind"):
+            if not _dtype.can_cast(a._data.dtype, self._data.dtype):
                 raise RuntimeError(
                     f"result type {_kind_title(a._data.dtype)} can't be cast to the desired "
                     f"output type {_kind_title(self._data.dtype)}")
@@ -2012,15 +2012,17 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def div_(self, other, *, rounding_mode=None):
         if rounding_mode is not None:
             result = self.div(other, rounding_mode=rounding_mode)
-            if result._data.dtype.kind != self._data.dtype.kind:
+            if not _dtype.can_cast(result._data.dtype, self._data.dtype):
                 raise RuntimeError(f"result type {_kind_title(result._data.dtype)} can't be "
                                    f"cast to the desired output type "
                                    f"{_kind_title(self._data.dtype)}")
             return self.copy_(result)
-        if _dtype.kind(self._data.dtype) not in "fc" and result_dtype(self, other).kind != "f":
-            # true division of integers is floating, which an integer tensor cannot hold
-            raise RuntimeError(f"result type Float can't be cast to the desired output type "
-                               f"{_kind_title(self._data.dtype)}")
+        quotient = result_dtype(self, other)
+        if _dtype.kind(quotient) not in "fc":
+            quotient = _dtype.get_default_dtype().np  # integers' true quotient is floating
+        if not _dtype.can_cast(quotient, self._data.dtype):
+            raise RuntimeError(f"result type {_kind_title(quotient)} can't be cast to the "
+                               f"desired output type {_kind_title(self._data.dtype)}")
         return self._inplace_binary(E.Div, other)
 
     def pow_(self, exponent):
@@ -2068,7 +2070,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             if result.kind != self._data.dtype.kind and result.kind in "fi":
                 # a bool tensor clamped by ints, an integer one by a float: as torch
                 raise RuntimeError(f"result type {_kind_title(result)} can't be cast to the "
-                                   f"desired output type {_kind_title(self._data.dtype)}")
+                                   f"desired output type {_dtype.c_type_name(self.dtype)}")
         return self._inplace(E.Clamp, min=min, max=max)
 
     clip_ = clamp_
@@ -2226,9 +2228,8 @@ def _scalar(fn: str, name: str, value):
 
 
 def _kind_title(dt) -> str:
-    if dt.kind == "c":
-        return "ComplexDouble" if dt == np.complex128 else "ComplexFloat"
-    return {"f": "Float", "i": "Long", "b": "Bool", "u": "Byte"}[dt.kind]
+    """torch's name for the numpy dtype ``dt`` in its cast errors: ``Int``, ``Half``, ``Long``."""
+    return _dtype.scalar_type_name(_dtype.from_numpy_dtype(dt))
 
 
 def _data_of(x):
