@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from disthook import _dtype
 from disthook.ops._bf16 import half_in_float32, half_up
 from disthook.ops.base import _NO_CTX, OUTPUT, Op, plain_float, plain_tensor, save_crossed
 
@@ -1089,6 +1090,31 @@ def _trunc_divide(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.floor_divide(x - np.fmod(x, y), y)
 
 
-FloorDiv = type("FloorDiv", (_RoundedDivision,), {"fn": staticmethod(np.floor_divide)})
+def floored_remainder(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """torch's remainder: C's fmod moved by one divisor where it is nonzero and its sign is not
+    the divisor's; a zero result keeps the dividend's sign (-4 % 2 is -0.0), where numpy's
+    gives the divisor's."""
+    if _dtype.kind(x.dtype) != "f":
+        return np.remainder(x, y)
+    with np.errstate(invalid="ignore"):
+        mod = np.fmod(x, y)
+        return np.where((mod != 0) & ((y < 0) != (mod < 0)), mod + y, mod)
+
+
+def _floor_divide(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """torch's floor division of floats: (x - fmod(x, y)) / y, one less where the remainder's
+    sign is not the divisor's, rounded to the nearest whole; -5 // inf is -1 (numpy: -0.0)."""
+    if _dtype.kind(x.dtype) != "f":
+        return np.floor_divide(x, y)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mod = np.fmod(x, y)
+        div = (x - mod) / y
+        div = div - ((mod != 0) & ((y < 0) != (mod < 0)))
+        whole = np.floor(div)
+        whole = whole + (div - whole > 0.5)
+        out = np.where(div != 0, whole, np.copysign(np.zeros((), div.dtype), x / y))
+        return np.where(y == 0, x / y, out).astype(div.dtype, copy=False)
+
+
+FloorDiv = type("FloorDiv", (_RoundedDivision,), {"fn": staticmethod(_floor_divide)})
 TruncDiv = type("TruncDiv", (_RoundedDivision,), {"fn": staticmethod(_trunc_divide)})
-Remainder = _nograd_op("Remainder", np.remainder)
