@@ -12,7 +12,15 @@ import numpy as np
 
 from disthook import _dtype
 from disthook.ops._bf16 import half_in_float32, half_up
-from disthook.ops.base import _NO_CTX, OUTPUT, Op, plain_float, plain_tensor, save_crossed
+from disthook.ops.base import (
+    _NO_CTX,
+    OUTPUT,
+    Op,
+    floating_kernel,
+    plain_float,
+    plain_tensor,
+    save_crossed,
+)
 
 
 def _needs(ctx, i: int) -> bool:
@@ -669,6 +677,7 @@ class LeakyRelu(Op):
 
     @staticmethod
     def forward(ctx, a, negative_slope=0.01):
+        floating_kernel(a, "leaky_relu_cpu")
         ctx.save_for_backward(a)
         ctx.slope = negative_slope
         x = a._data
@@ -685,6 +694,7 @@ class Gelu(Op):
 
     @staticmethod
     def forward(ctx, a, approximate="none"):
+        floating_kernel(a, "GeluKernelImpl")
         ctx.save_for_backward(a)
         ctx.approximate = approximate
         x = half_up(a._data)
@@ -716,6 +726,7 @@ class Silu(Op):
 
     @staticmethod
     def forward(ctx, a):
+        floating_kernel(a, "silu_cpu")
         ctx.save_for_backward(a)
         x = half_up(a._data)
         e = np.exp(-np.abs(x))
@@ -740,6 +751,7 @@ class Elu(Op):
 
     @staticmethod
     def forward(ctx, a, alpha=1.0):
+        floating_kernel(a, "elu_cpu")
         ctx.save_for_backward(a)
         ctx.alpha = alpha
         x = a._data
@@ -765,6 +777,7 @@ class Softplus(Op):
 
     @staticmethod
     def forward(ctx, a, beta=1.0, threshold=20.0):
+        floating_kernel(a, "softplus_cpu")
         ctx.save_for_backward(a)
         ctx.beta, ctx.threshold = beta, threshold
         x = a._data
@@ -786,6 +799,7 @@ class Mish(Op):
 
     @staticmethod
     def forward(ctx, a):
+        floating_kernel(a, "mish_cpu")
         ctx.save_for_backward(a)
         x = a._data
         return (x * np.tanh(np.logaddexp(0, x))).astype(x.dtype, copy=False)
@@ -804,6 +818,7 @@ class Hardswish(Op):
 
     @staticmethod
     def forward(ctx, a):
+        floating_kernel(a, "hardswish_cpu")
         ctx.save_for_backward(a)
         x = a._data
         return (x * np.clip(x + 3, 0, 6) / 6).astype(x.dtype, copy=False)
