@@ -40,6 +40,7 @@ from disthook.ops.base import (
     RemoteOperand,
     binary_operands,
     check_broadcast,
+    floating_kernel,
     refuse_complex,
     result_dtype,
 )
@@ -1111,6 +1112,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return S.MaskedFill.apply(self, mask, value=value)
 
     def lerp(self, end, weight):
+        floating_kernel(self, f"lerp_kernel_{'tensor' if isinstance(weight, Tensor) else 'scalar'}")
         return _bf16.rounded_once(lambda a, b: a + weight * (b - a), self, end)
 
     def eq(self, other):
@@ -1347,6 +1349,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         n = self.shape[d] if self.ndim else 1
         if not 0 <= k <= n:
             raise RuntimeError("selected index k out of range")
+        if self._data.dtype.kind == "b":
+            raise RuntimeError("topk does not support bool dtypes on CPU")
         values, indices = SortOps.Topk.apply(self, k=builtins.int(k), dim=d, largest=largest,
                                              sorted=sorted)
         return _ValuesIndices(values, indices, "topk")

@@ -209,10 +209,11 @@ def _edge(t) -> tuple:
     return (grad_accumulator(t), 0) if t._requires_grad else _NO_EDGE
 
 
-def floating_kernel(t, kernel: str) -> None:
-    """torch's NotImplementedError for an integer or bool input to an op whose kernel takes
-    floating types only (F.gelu of an int tensor), named as torch names ``kernel``."""
-    if t._data.dtype.kind in "biu":
+def floating_kernel(t, kernel: str, kinds: str = "biu") -> None:
+    """torch's NotImplementedError for an integer or bool input (numpy kinds ``kinds``) to an
+    op whose kernel does not take it (F.gelu of an int tensor), named as torch names
+    ``kernel``."""
+    if t._data.dtype.kind in kinds:
         raise NotImplementedError(
             f"\"{kernel}\" not implemented for '{_dtype.scalar_type_name(t.dtype)}'; convert the "
             "input with .float() first")
