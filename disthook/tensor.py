@@ -739,9 +739,13 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             a, b = binary_operands(self, other)
         if reverse:
             a, b = b, a
+            if b._data.dtype.kind == "V" and "_wrapped_number" in a.__dict__:
+                a = _bf16.wrapped_in_bfloat16(a)  # torch rounds a number first to bfloat16
         if a._data.shape != b._data.shape and b._data.ndim and a._data.ndim:
             _check_broadcast(a, b)
         if grad_mode._state.enabled and (a._requires_grad or b._requires_grad):
+            return op.apply(a, b, **params)
+        if reverse and b._data.dtype.kind == "V":  # (a number % a bfloat16 tensor: bfloat16)
             return op.apply(a, b, **params)
         if a._data.dtype.kind in "cV":  # (complex: refused or not; bfloat16: in float32)
             if a._data.dtype.kind == "V":
