@@ -21,6 +21,16 @@ def kind(np_dtype) -> str:
     return "f" if np_dtype == BF16 and BF16 is not None else np_dtype.kind
 
 
+_CAST_ORDER = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
+
+
+def can_cast(src_np, dst_np) -> bool:
+    """torch's rule for writing a result of numpy dtype ``src_np`` into ``dst_np`` (in-place
+    ops, out=, torch.can_cast): never complex into real, floating into integer, nor anything
+    but bool into bool; any integer into any other (uint8 takes int16, as torch)."""
+    return _CAST_ORDER[kind(src_np)] <= _CAST_ORDER[kind(dst_np)]
+
+
 class dtype:
     """A tensor element type; wraps a numpy dtype."""
 

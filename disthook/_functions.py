@@ -409,8 +409,7 @@ def promote_types(type1, type2):
 
 
 def can_cast(from_, to) -> bool:
-    order = {"b": 0, "u": 1, "i": 1, "f": 2}
-    return order[from_.np.kind] <= order[to.np.kind]
+    return _dtype.can_cast(from_.np, to.np)
 
 
 def is_complex(input: Tensor) -> bool:

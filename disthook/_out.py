@@ -10,10 +10,8 @@ from __future__ import annotations
 import functools
 import warnings
 
-from disthook._dtype import scalar_type_name
+from disthook._dtype import can_cast, scalar_type_name
 from disthook.autograd import grad_mode
-
-_KIND_ORDER = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
 
 
 def write_out(name: str, result, out):
@@ -98,7 +96,7 @@ def _copy_into(result, out) -> None:
 
     if not isinstance(out, Tensor):
         raise TypeError(f"argument 'out' must be Tensor, not {type(out).__name__}")
-    if _KIND_ORDER[result._data.dtype.kind] > _KIND_ORDER[out._data.dtype.kind]:
+    if not can_cast(result._data.dtype, out._data.dtype):
         raise RuntimeError(f"result type {scalar_type_name(result.dtype)} can't be cast to "
                            f"the desired output type {scalar_type_name(out.dtype)}")
     with grad_mode.no_grad():

@@ -409,7 +409,7 @@ class _Call:
             raise RuntimeError(f"output with shape {list(t.shape)} doesn't match the broadcast "
                                f"shape {list(out.shape)}")
         src, dst = out._data.dtype, t._data.dtype
-        if src != dst and not np.can_cast(src, dst, "same_kind") and src.kind != "b":
+        if not _dtype.can_cast(src, dst):
             from disthook.tensor import _kind_title
 
             raise RuntimeError(f"result type {_kind_title(src)} can't be cast to the desired "

@@ -16,7 +16,7 @@ from disthook import _dtype
 from disthook.amp import cpu_policy
 from disthook.ops import _bf16
 from disthook.ops import scan as C
-from disthook.ops.base import refuse_complex
+from disthook.ops.base import floating_kernel, refuse_complex
 from disthook.ops.reduce import norm_dims
 
 
@@ -91,16 +91,19 @@ class ReduceMethods:
         return _values_indices(values, indices, name)
 
     def median(self, dim=None, keepdim=False):
+        floating_kernel(self, "median_cpu" if dim is None else "median_out", "b")
         if dim is None and self.numel():  # one node, ties sharing the gradient (torch's)
             return C.MedianAll.apply(self)
         return self._pick(C.Median, "median", dim, keepdim)
 
     def nanmedian(self, dim=None, keepdim=False):
+        floating_kernel(self, "median_cpu" if dim is None else "median_out", "b")
         if dim is None and self.numel():
             return C.NanmedianAll.apply(self)
         return self._pick(C.Nanmedian, "nanmedian", dim, keepdim)
 
     def kthvalue(self, k, dim=-1, keepdim=False):
+        floating_kernel(self, "kthvalue_cpu", "b")
         return self._pick(C.Kthvalue, "kthvalue", dim, keepdim, k=int(k))
 
     def mode(self, dim=-1, keepdim=False):
@@ -150,6 +153,8 @@ class ReduceMethods:
     def histc(self, bins=100, min=0, max=0):
         if self._data.dtype.kind == "c":
             refuse_complex("histc", self)
+        floating_kernel(self, "linspace_cpu", "b")
+        floating_kernel(self, "histogram_cpu", "iu")
         x = self._data
         lo, hi = builtins.float(min), builtins.float(max)
         if lo == hi and x.size:

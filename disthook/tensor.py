@@ -40,6 +40,7 @@ from disthook.ops.base import (
     RemoteOperand,
     binary_operands,
     check_broadcast,
+    floating_kernel,
     refuse_complex,
     result_dtype,
 )
@@ -738,12 +739,16 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             a, b = binary_operands(self, other)
         if reverse:
             a, b = b, a
+            if b._data.dtype.kind == "V" and "_wrapped_number" in a.__dict__:
+                a = _bf16.wrapped_in_bfloat16(a)  # torch rounds a number first to bfloat16
         if a._data.shape != b._data.shape and b._data.ndim and a._data.ndim:
             sa, sb = a._data.shape, b._data.shape
             # (one shape the other's trailing dims, as a bias's: broadcasts, nothing to check)
             if sa[-len(sb):] != sb and sb[-len(sa):] != sa:
                 check_broadcast(sa, sb)
         if grad_mode._state.enabled and (a._requires_grad or b._requires_grad):
+            return op.apply(a, b, **params)
+        if reverse and b._data.dtype.kind == "V":  # (a number % a bfloat16 tensor: bfloat16)
             return op.apply(a, b, **params)
         if a._data.dtype.kind in "cV":  # (complex: refused or not; bfloat16: in float32)
             if a._data.dtype.kind == "V":
@@ -1111,6 +1116,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return S.MaskedFill.apply(self, mask, value=value)
 
     def lerp(self, end, weight):
+        floating_kernel(self, f"lerp_kernel_{'tensor' if isinstance(weight, Tensor) else 'scalar'}")
         return _bf16.rounded_once(lambda a, b: a + weight * (b - a), self, end)
 
     def eq(self, other):
@@ -1342,6 +1348,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         n = self.shape[d] if self.ndim else 1
         if not 0 <= k <= n:
             raise RuntimeError("selected index k out of range")
+        if self._data.dtype.kind == "b":
+            raise RuntimeError("topk does not support bool dtypes on CPU")
         values, indices = SortOps.Topk.apply(self, k=builtins.int(k), dim=d, largest=largest,
                                              sorted=sorted)
         return _ValuesIndices(values, indices, "topk")
@@ -1985,7 +1993,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         else:
             a, b = binary_operands(self, other)
         if a._data.dtype != self._data.dtype:
-            if not np.can_cast(a._data.dtype, self._data.dtype, "same_kind"):
+            if not _dtype.can_cast(a._data.dtype, self._data.dtype):
                 raise RuntimeError(
                     f"result type {_kind_title(a._data.dtype)} can't be cast to the desired "
                     f"output type {_kind_title(self._data.dtype)}")
@@ -2015,15 +2023,17 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     def div_(self, other, *, rounding_mode=None):
         if rounding_mode is not None:
             result = self.div(other, rounding_mode=rounding_mode)
-            if result._data.dtype.kind != self._data.dtype.kind:
+            if not _dtype.can_cast(result._data.dtype, self._data.dtype):
                 raise RuntimeError(f"result type {_kind_title(result._data.dtype)} can't be "
                                    f"cast to the desired output type "
                                    f"{_kind_title(self._data.dtype)}")
             return self.copy_(result)
-        if _dtype.kind(self._data.dtype) not in "fc" and result_dtype(self, other).kind != "f":
-            # true division of integers is floating, which an integer tensor cannot hold
-            raise RuntimeError(f"result type Float can't be cast to the desired output type "
-                               f"{_kind_title(self._data.dtype)}")
+        quotient = result_dtype(self, other)
+        if _dtype.kind(quotient) not in "fc":
+            quotient = _dtype.get_default_dtype().np  # integers' true quotient is floating
+        if not _dtype.can_cast(quotient, self._data.dtype):
+            raise RuntimeError(f"result type {_kind_title(quotient)} can't be cast to the "
+                               f"desired output type {_kind_title(self._data.dtype)}")
         return self._inplace_binary(E.Div, other)
 
     def pow_(self, exponent):
@@ -2071,7 +2081,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             if result.kind != self._data.dtype.kind and result.kind in "fi":
                 # a bool tensor clamped by ints, an integer one by a float: as torch
                 raise RuntimeError(f"result type {_kind_title(result)} can't be cast to the "
-                                   f"desired output type {_kind_title(self._data.dtype)}")
+                                   f"desired output type {_dtype.c_type_name(self.dtype)}")
         return self._inplace(E.Clamp, min=min, max=max)
 
     clip_ = clamp_
@@ -2229,9 +2239,8 @@ def _scalar(fn: str, name: str, value):
 
 
 def _kind_title(dt) -> str:
-    if dt.kind == "c":
-        return "ComplexDouble" if dt == np.complex128 else "ComplexFloat"
-    return {"f": "Float", "i": "Long", "b": "Bool", "u": "Byte"}[dt.kind]
+    """torch's name for the numpy dtype ``dt`` in its cast errors: ``Int``, ``Half``, ``Long``."""
+    return _dtype.scalar_type_name(_dtype.from_numpy_dtype(dt))
 
 
 def _data_of(x):

@@ -130,6 +130,14 @@ def _make_twin(cls):
     return twin
 
 
+def wrapped_in_bfloat16(t):
+    """A python number's wrapped tensor ``t`` rounded to bfloat16: torch's kernels take a
+    number that comes first (-6.1 % x, 1.1 ** x) in the bfloat16 tensor's dtype."""
+    out = t.__class__._make(t._data.astype(BF16), None, 0)
+    out.__dict__["_wrapped_number"] = True
+    return out
+
+
 def mixed_float(a, b) -> bool:
     """Whether tensors ``a`` and ``b`` are a bfloat16 one and one of another float dtype
     (whose op ``compute_in_float32`` runs as torch's mixed kernel, in the wider dtype)."""

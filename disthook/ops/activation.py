@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from disthook.ops.base import Op, sum_to
+from disthook.ops.base import Op, floating_kernel, sum_to
 from disthook.ops.elementwise import LeakyRelu, MaskedGrad
 
 
@@ -80,6 +80,7 @@ class Hardsigmoid(Op):
 
     @staticmethod
     def forward(ctx, a):
+        floating_kernel(a, "hardsigmoid_cpu")
         ctx.save_for_backward(a)
         x = a._data
         return (np.clip(x + 3, 0, 6) / 6).astype(x.dtype, copy=False)
@@ -97,6 +98,7 @@ class Hardshrink(Op):
 
     @staticmethod
     def forward(ctx, a, lambd=0.5):
+        floating_kernel(a, "hardshrink_cpu")
         ctx.save_for_backward(a)
         ctx.lambd = lambd
         x = a._data
@@ -115,6 +117,7 @@ class Softshrink(Op):
 
     @staticmethod
     def forward(ctx, a, lambd=0.5):
+        floating_kernel(a, "softshrink_check")
         ctx.save_for_backward(a)
         ctx.lambd = lambd
         x = a._data
@@ -134,6 +137,7 @@ class LogSigmoid(Op):
 
     @staticmethod
     def forward(ctx, a):
+        floating_kernel(a, "log_sigmoid_cpu")
         ctx.save_for_backward(a)
         x = a._data
         return (-np.logaddexp(0, -x)).astype(x.dtype, copy=False)
@@ -153,6 +157,7 @@ class ScaledElu(Op):
 
     @staticmethod
     def forward(ctx, a, alpha=1.0, scale=1.0, input_scale=1.0):
+        floating_kernel(a, "elu_cpu")
         ctx.save_for_backward(a)
         ctx.params = (alpha, scale, input_scale)
         x = a._data

@@ -209,6 +209,16 @@ def _edge(t) -> tuple:
     return (grad_accumulator(t), 0) if t._requires_grad else _NO_EDGE
 
 
+def floating_kernel(t, kernel: str, kinds: str = "biu") -> None:
+    """torch's NotImplementedError for an integer or bool input (numpy kinds ``kinds``) to an
+    op whose kernel does not take it (F.gelu of an int tensor), named as torch names
+    ``kernel``."""
+    if t._data.dtype.kind in kinds:
+        raise NotImplementedError(
+            f"\"{kernel}\" not implemented for '{_dtype.scalar_type_name(t.dtype)}'; convert the "
+            "input with .float() first")
+
+
 def refuse_complex(op, t) -> None:
     """The error for a complex input to an op that has not been made right for complex
     numbers (``op``: its class or its name): torch's kind, naming the op and the dtype."""

@@ -10,8 +10,17 @@ import math
 
 import numpy as np
 
+from disthook import _dtype
 from disthook.ops._bf16 import half_in_float32, half_up
-from disthook.ops.base import _NO_CTX, OUTPUT, Op, plain_float, plain_tensor, save_crossed
+from disthook.ops.base import (
+    _NO_CTX,
+    OUTPUT,
+    Op,
+    floating_kernel,
+    plain_float,
+    plain_tensor,
+    save_crossed,
+)
 
 
 def _needs(ctx, i: int) -> bool:
@@ -683,6 +692,7 @@ class LeakyRelu(Op):
 
     @staticmethod
     def forward(ctx, a, negative_slope=0.01):
+        floating_kernel(a, "leaky_relu_cpu")
         ctx.save_for_backward(a)
         ctx.slope = negative_slope
         x = a._data
@@ -699,6 +709,7 @@ class Gelu(Op):
 
     @staticmethod
     def forward(ctx, a, approximate="none"):
+        floating_kernel(a, "GeluKernelImpl")
         ctx.save_for_backward(a)
         ctx.approximate = approximate
         x = half_up(a._data)
@@ -730,6 +741,7 @@ class Silu(Op):
 
     @staticmethod
     def forward(ctx, a):
+        floating_kernel(a, "silu_cpu")
         ctx.save_for_backward(a)
         x = half_up(a._data)
         e = np.exp(-np.abs(x))
@@ -754,6 +766,7 @@ class Elu(Op):
 
     @staticmethod
     def forward(ctx, a, alpha=1.0):
+        floating_kernel(a, "elu_cpu")
         ctx.save_for_backward(a)
         ctx.alpha = alpha
         x = a._data
@@ -779,6 +792,7 @@ class Softplus(Op):
 
     @staticmethod
     def forward(ctx, a, beta=1.0, threshold=20.0):
+        floating_kernel(a, "softplus_cpu")
         ctx.save_for_backward(a)
         ctx.beta, ctx.threshold = beta, threshold
         x = a._data
@@ -800,6 +814,7 @@ class Mish(Op):
 
     @staticmethod
     def forward(ctx, a):
+        floating_kernel(a, "mish_cpu")
         ctx.save_for_backward(a)
         x = a._data
         return (x * np.tanh(np.logaddexp(0, x))).astype(x.dtype, copy=False)
@@ -818,6 +833,7 @@ class Hardswish(Op):
 
     @staticmethod
     def forward(ctx, a):
+        floating_kernel(a, "hardswish_cpu")
         ctx.save_for_backward(a)
         x = a._data
         return (x * np.clip(x + 3, 0, 6) / 6).astype(x.dtype, copy=False)
@@ -1104,6 +1120,31 @@ def _trunc_divide(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.floor_divide(x - np.fmod(x, y), y)
 
 
-FloorDiv = type("FloorDiv", (_RoundedDivision,), {"fn": staticmethod(np.floor_divide)})
+def floored_remainder(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """torch's remainder: C's fmod moved by one divisor where it is nonzero and its sign is not
+    the divisor's; a zero result keeps the dividend's sign (-4 % 2 is -0.0), where numpy's
+    gives the divisor's."""
+    if _dtype.kind(x.dtype) != "f":
+        return np.remainder(x, y)
+    with np.errstate(invalid="ignore"):
+        mod = np.fmod(x, y)
+        return np.where((mod != 0) & ((y < 0) != (mod < 0)), mod + y, mod)
+
+
+def _floor_divide(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """torch's floor division of floats: (x - fmod(x, y)) / y, one less where the remainder's
+    sign is not the divisor's, rounded to the nearest whole; -5 // inf is -1 (numpy: -0.0)."""
+    if _dtype.kind(x.dtype) != "f":
+        return np.floor_divide(x, y)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mod = np.fmod(x, y)
+        div = (x - mod) / y
+        div = div - ((mod != 0) & ((y < 0) != (mod < 0)))
+        whole = np.floor(div)
+        whole = whole + (div - whole > 0.5)
+        out = np.where(div != 0, whole, np.copysign(np.zeros((), div.dtype), x / y))
+        return np.where(y == 0, x / y, out).astype(div.dtype, copy=False)
+
+
+FloorDiv = type("FloorDiv", (_RoundedDivision,), {"fn": staticmethod(_floor_divide)})
 TruncDiv = type("TruncDiv", (_RoundedDivision,), {"fn": staticmethod(_trunc_divide)})
-Remainder = _nograd_op("Remainder", np.remainder)

@@ -14,7 +14,7 @@ import numpy as np
 
 from disthook import _dtype
 from disthook.ops.base import OUTPUT, Op
-from disthook.ops.elementwise import sign_array, times_conj
+from disthook.ops.elementwise import floored_remainder, sign_array, times_conj
 
 
 def _needs(ctx, i: int) -> bool:
@@ -707,7 +707,9 @@ class _Modulus(Op):
     @staticmethod
     def backward(ctx, g):
         a, b = ctx.saved_tensors
-        gb = -g * getattr(a / b, ctx.rounding)() if _needs(ctx, 1) else None
+        # (a // b is torch's floor division: -5 // inf is -1, where floor(-5 / inf) is -0.0)
+        quotient = a // b if ctx.rounding == "floor" else getattr(a / b, ctx.rounding)()
+        gb = -g * quotient if _needs(ctx, 1) else None
         return g, gb
 
 
@@ -733,7 +735,7 @@ class Remainder(_Modulus):
     """Python's modulus (the sign of the divisor): the quotient floored."""
 
     node_name = "RemainderBackward1"
-    fn = staticmethod(np.remainder)
+    fn = staticmethod(floored_remainder)
     rounding = "floor"
 
 
