@@ -948,7 +948,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
                 f"'{rounding_mode}'")
         if _integral_division(self, other):  # integers stay integers, exact (torch's)
             return self._binary(E.FloorDiv if rounding_mode == "floor" else E.TruncDiv, other)
-        return getattr(self / other, rounding_mode)()
+        return self._binary(E.FloorDivGrad if rounding_mode == "floor" else E.TruncDivGrad,
+                            other)
 
     divide = true_divide = div
 

@@ -1148,3 +1148,34 @@ def _floor_divide(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 FloorDiv = type("FloorDiv", (_RoundedDivision,), {"fn": staticmethod(_floor_divide)})
 TruncDiv = type("TruncDiv", (_RoundedDivision,), {"fn": staticmethod(_trunc_divide)})
+
+
+class _RoundedDivisionGrad(Op):
+    """``div(a, b, rounding_mode=...)`` of floats, with torch's node: the quotient rounded
+    as ``//``'s (-5 / inf floors to -1, where ``floor(a / b)`` gives -0.0), and zeros for
+    both gradients (the rounded quotient is flat), even where ``b`` is 0 or inf (through
+    ``floor(a / b)`` they were NaN)."""
+
+    node_name = "DivBackward2"
+    fn = None
+
+    @classmethod
+    def forward(cls, ctx, a, b):
+        return cls.fn(a._data, b._data)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.new_zeros(g.shape), g.new_zeros(g.shape)
+
+
+FloorDivGrad = type("FloorDivGrad", (_RoundedDivisionGrad,),
+                    {"fn": staticmethod(_floor_divide)})
+def _trunc_quotient(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """a / b rounded toward zero, as torch's float ``div_trunc``: -5 / inf is -0.0 and x / 0
+    is ±inf or NaN (``_trunc_divide``'s exact integer path gave 0.0 and NaN there)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.trunc(x / y)
+
+
+TruncDivGrad = type("TruncDivGrad", (_RoundedDivisionGrad,),
+                    {"fn": staticmethod(_trunc_quotient)})
