@@ -1981,16 +1981,19 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             raise RuntimeError(VIEW_INPLACE_MSG.format(i=custom_view[0], name=custom_view[1]))
         creation = self._view_creation
         if creation:
-            if self._grad_fn is not None:
-                name = _strip_backward(self._grad_fn.name())
-                msg = (f"Output {self._output_nr} of {name} is a view and is being modified "
-                       "inplace.")
-            elif creation == S.INFERENCE_VIEW:
-                msg = ("A view was created in inference mode and is being modified inplace in "
-                       "normal mode.")
+            if creation == S.INFERENCE_VIEW:
+                msg = ("created in inference mode and is being modified inplace in normal "
+                       "mode.")
             else:
-                msg = ("A view was created in no_grad mode and is being modified inplace with "
-                       "grad mode enabled.")
+                msg = ("created in no_grad mode and is being modified inplace with grad mode "
+                       "enabled.")
+            if self._grad_fn is None:
+                msg = "A view was " + msg
+            else:  # (a view taken under grad mode of one made under no_grad: its history)
+                name = _strip_backward(self._grad_fn.name())
+                msg = (f"Output {self._output_nr} of {name} is a view " + (
+                    "and is being modified inplace." if creation == S.MULTI_OUTPUT_VIEW
+                    else "of a view which was " + msg))
             raise RuntimeError(msg + _VIEW_HINTS[creation])
         root = self._base
         if root._leaf_requiring_grad():

@@ -194,6 +194,16 @@ def _inplace(mode, where):
     return case
 
 
+def _view_of_view_inplace(mode):
+    def case(lib):
+        x = _x(lib)
+        with getattr(lib, mode)():
+            v = x[0]
+        w = v[1:]  # under grad mode: its history leads to v, which takes no gradient
+        w.mul_(2)
+    return case
+
+
 def _used_after_base_changed(use):
     def case(lib):
         x = _x(lib)
@@ -252,6 +262,12 @@ CASES = {
     "of_non_leaf": (_of_non_leaf, (True, True, None, None)),
     "inplace_view_grad": (_inplace("grad", "view"), (RuntimeError, NO_GRAD_INPLACE)),
     "inplace_split_grad": (_inplace("grad", "split"), (RuntimeError, NO_GRAD_INPLACE)),
+    "inplace_view_of_view": (_view_of_view_inplace("no_grad"), (
+        RuntimeError, ("Output 0 of Slice is a view of a view which was created in no_grad "
+                      "mode and is being modified inplace with grad mode enabled. Given"))),
+    "inplace_view_of_inference_view": (_view_of_view_inplace("inference_mode"), (
+        RuntimeError, ("Output 0 of Slice is a view of a view which was created in inference "
+                      "mode and is being modified inplace in normal mode. Given"))),
     "inplace_view_no_grad": (_inplace("no_grad", "view"), True),
     "inplace_base_no_grad": (_inplace("no_grad", "base"), True),
     "base_changed_grad_fn": (_used_after_base_changed("grad_fn"),
