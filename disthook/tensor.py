@@ -219,6 +219,11 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
     _view_creation = 0  # ops.base.DEFAULT_VIEW / NO_GRAD_VIEW / ... (how a view was made)
     _views = None  # on a root: weak references to its views whose history follows it
     _grad_acc = None
+    # a view made under no_grad (or inference mode) of a tensor that requires grad: it requires
+    # grad through its base only, has no grad_fn and no AccumulateGrad, so that no gradient
+    # reaches it or its base through it (torch's view of a no_grad-made view)
+    _grad_from_base = False
+    _made_at_version = 0  # such a view's version when made (see _check_base_unchanged)
     # numpy scalars and arrays defer to Tensor's reflected operators, as they do for torch's
     __array_priority__ = 1000
 
@@ -359,7 +364,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             raise RuntimeError(
                 "only Tensors of floating point and complex dtype can require gradients")
         inference.check_requires_grad(self, value)
-        self._requires_grad = builtins.bool(value)
+        self._set_requires_grad(builtins.bool(value))
 
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
         # torch words these two checks differently from the property setter's
@@ -370,16 +375,44 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         if requires_grad and _dtype.kind(self._data.dtype) not in "fc":
             raise RuntimeError("only Tensors of floating point dtype can require gradients")
         inference.check_requires_grad(self, requires_grad)
-        self._requires_grad = builtins.bool(requires_grad)
+        self._set_requires_grad(builtins.bool(requires_grad))
         return self
+
+    def _set_requires_grad(self, value: bool) -> None:
+        """A leaf's own flag. On a view made under no_grad of a tensor that requires grad,
+        False leaves it requiring grad through its base, and True makes it a leaf of its own
+        whose .grad fills, as in torch."""
+        if "_grad_from_base" in self.__dict__:
+            self._grad_from_base = not value
+            value = True
+        self._requires_grad = value
 
     @property
     def grad_fn(self):
-        return self._grad_fn
+        node = self._grad_fn
+        if node is None and self._grad_from_base:
+            self._check_base_unchanged()
+        return node
 
     @property
     def is_leaf(self) -> bool:
+        if self._grad_from_base:
+            self._check_base_unchanged()
         return self._grad_fn is None
+
+    def _check_base_unchanged(self) -> None:
+        """torch's error for a view made under no_grad (or inference mode) of a tensor that
+        requires grad, once it or its base was changed in place (in any mode): its history
+        would be ambiguous, so its grad_fn and every recorded use of it are refused."""
+        if self._vc[0] == self._made_at_version or self._grad_fn is not None:
+            return
+        if self._view_creation == S.INFERENCE_VIEW:
+            msg = ("A view was created in inference mode and its base or another view of its "
+                   "base has been modified inplace in normal mode.")
+        else:
+            msg = ("A view was created in no_grad mode and its base or another view of its base "
+                   "has been modified inplace with grad mode enabled.")
+        raise RuntimeError(msg + _VIEW_HINTS[self._view_creation])
 
     @property
     def grad(self):
@@ -1957,16 +1990,19 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             raise RuntimeError(VIEW_INPLACE_MSG.format(i=custom_view[0], name=custom_view[1]))
         creation = self._view_creation
         if creation:
-            if self._grad_fn is not None:
-                name = _strip_backward(self._grad_fn.name())
-                msg = (f"Output {self._output_nr} of {name} is a view and is being modified "
-                       "inplace.")
-            elif creation == S.INFERENCE_VIEW:
-                msg = ("A view was created in inference mode and is being modified inplace in "
-                       "normal mode.")
+            if creation == S.INFERENCE_VIEW:
+                msg = ("created in inference mode and is being modified inplace in normal "
+                       "mode.")
             else:
-                msg = ("A view was created in no_grad mode and is being modified inplace with "
-                       "grad mode enabled.")
+                msg = ("created in no_grad mode and is being modified inplace with grad mode "
+                       "enabled.")
+            if self._grad_fn is None:
+                msg = "A view was " + msg
+            else:  # (a view taken under grad mode of one made under no_grad: its history)
+                name = _strip_backward(self._grad_fn.name())
+                msg = (f"Output {self._output_nr} of {name} is a view " + (
+                    "and is being modified inplace." if creation == S.MULTI_OUTPUT_VIEW
+                    else "of a view which was " + msg))
             raise RuntimeError(msg + _VIEW_HINTS[creation])
         root = self._base
         if root._leaf_requiring_grad():

@@ -208,7 +208,8 @@ def _run_backward(outputs: tuple, seeds: tuple, retain_graph: bool, create_graph
     if len(outputs) != len(seeds):
         raise RuntimeError(f"got {len(outputs)} tensors and {len(seeds)} gradients")
     for i, out in enumerate(outputs):
-        if type(out) is not graph.GradientEdge and not out._requires_grad:
+        if type(out) is not graph.GradientEdge and (
+                not out._requires_grad or out._grad_from_base and out._grad_fn is None):
             msg = f"element {i} of tensors does not require grad and does not have a grad_fn"
             for t in inputs:  # a deployed parameter knows where its graph went, if it does
                 why = getattr(t, "_graph_elsewhere", None)

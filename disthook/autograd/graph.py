@@ -370,8 +370,9 @@ _INF = float("inf")
 _PLAIN_INIT = Node.__init__
 
 
-def grad_accumulator(t) -> AccumulateGrad:
-    """The leaf's AccumulateGrad; the same object while anything holds it.
+def grad_accumulator(t) -> AccumulateGrad | None:
+    """The leaf's AccumulateGrad; the same object while anything holds it. None for a view
+    made under no_grad that requires grad through its base only (``Tensor._grad_from_base``).
 
     As in torch, a new one each step (the graph that held the last is gone): it is made
     here without its two ``__init__`` calls, which cost ~20 us a product in a training step,
@@ -380,6 +381,9 @@ def grad_accumulator(t) -> AccumulateGrad:
     ref = t._grad_acc
     node = ref() if ref is not None else None
     if node is None:
+        if t._grad_from_base:  # a view made under no_grad: no gradient reaches it
+            t._check_base_unchanged()
+            return None
         if Node.__init__ is not _PLAIN_INIT:
             node = AccumulateGrad(t)
         else:  # AccumulateGrad.__init__'s and Node.__init__'s fields, the sequence as they do

@@ -296,6 +296,9 @@ def _as_view(t, base, view) -> None:
     t._base = root
     if not grad_mode._state.enabled:
         t._view_creation = INFERENCE_VIEW if grad_mode._state.inference else NO_GRAD_VIEW
+        if root._requires_grad:  # torch: it requires grad through its base, yet is a leaf
+            t._requires_grad = t._grad_from_base = True  # that no gradient reaches
+            t._made_at_version = t._vc[0]
         return
     creation = MULTI_OUTPUT_VIEW if view == MULTI_OUTPUT_VIEW else base._view_creation
     if creation:
