@@ -28,6 +28,8 @@ class _Shell:
     def tick(self):
         self.ticks += 1
 
+    tick_now = Worker.tick_now  # (the loop's tick, as a worker runs it)
+
 
 def test_a_round_under_a_millisecond_before_its_tick_waits_for_it():
     shell = _Shell(due_in_s=0.0004)

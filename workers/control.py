@@ -13,10 +13,10 @@ from __future__ import annotations
 import time
 
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 from disthook import wire
 from disthook.service import frame_cap
+from disthook.service.loop import monitor_event
 from workers.peers import neighbour_identity
 
 # what a socket a worker dials takes: the coordinator's messages to it are headers, and a
@@ -65,7 +65,7 @@ class ControlLine:
 
     def _on_control_monitor(self) -> None:
         while self._control_monitor.poll(0):
-            event = recv_monitor_message(self._control_monitor)["event"]
+            event = monitor_event(self._control_monitor)["event"]
             if event == zmq.EVENT_DISCONNECTED:
                 self._control_closed = time.monotonic()
             else:  # dialed again (or a handshake that failed: not the cap)
