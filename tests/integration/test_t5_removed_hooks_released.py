@@ -59,7 +59,7 @@ def test_a_hook_removed_by_a_running_hook_is_released_after_the_call(remote):
         big = Big()
         refs.append(weakref.ref(big))
         later = remote[2].register_forward_hook(lambda m, a, o, big=big: fired.append("later"))
-        first = remote[0].register_forward_hook(lambda m, a, o: later.remove())
+        first = remote[0].register_forward_hook(lambda m, a, o, later=later: later.remove())
         out = remote(x)
         first.remove()
         del big, later, first
