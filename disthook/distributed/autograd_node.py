@@ -23,6 +23,7 @@ from disthook.autograd.graph import SECOND_BACKWARD_MSG, gradient_edge
 from disthook.distributed import async_calls, attr_changes
 from disthook.distributed.backward_state import given_changed, say_stopped
 from disthook.distributed.graph_grads import create_graph_chain_refused
+from disthook.distributed.hook_table import graph_keeps_removed
 from disthook.distributed.placement import split_rows
 from disthook.distributed.remote_values import from_record, grad_data
 from disthook.distributed.saved_here import SavedHere
@@ -92,6 +93,8 @@ class RemoteBackward0(SavedHere, LiveEdges):
         # a graph dropped without a backward that freed it: the workers free theirs. (Bound
         # to the hub, not to its list of pending releases, which a flush replaces.)
         self._finalizer = weakref.finalize(self, model._hub.release, ctx_ids)
+        # the hooks removed from now on, which this graph's backward may still fire
+        self._removed_hooks = graph_keeps_removed(model._hub)
         self._path = None  # the part called, for a call from code running here
         self._op_params = None  # an op's call: its parameters, which its answers depend on
         self._ran_in = None  # the id of the backward it last ran in
@@ -410,6 +413,7 @@ class RemoteBackward0(SavedHere, LiveEdges):
                                wanted)
         if not retain:
             self._finalizer.detach()  # the workers closed the contexts themselves
+            self._removed_hooks = None  # (and fire no hook of theirs again)
             for ctx_id in self._ctx_ids:
                 model._hub.drop_context(ctx_id)
         gxs = [r["result"]["grads"][0] for r in replies]

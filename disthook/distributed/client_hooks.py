@@ -22,6 +22,7 @@ from disthook.distributed.hook_graphs import (
     _reaches_remote,
     _warn_fired_apart,
 )
+from disthook.distributed.hook_table import RemovedHooks
 from disthook.distributed.micro_batches import note_hook_error
 from disthook.distributed.tap_node import (
     RemoteTapBackward0,
@@ -84,9 +85,10 @@ class HookServer:
         self.firing = 0  # > 0 while a hook a worker fired runs here
         # a deployed parameter's tensor hook -> the backward it fired in last
         self._param_hook_fired: dict[int, tuple] = {}
-        # hooks removed by a hook while it ran: id -> entry, for the firings the call
-        # running then had taken (Deployment._remove_hooks)
+        # hooks removed: id -> entry, for the firings the call running then had taken and
+        # the graphs recorded before, while they live (hook_table.RemovedHooks)
         self.removed_while_firing: dict[int, tuple] = {}
+        self.removed_newest = RemovedHooks(self.removed_while_firing)
         # rounds of passes run ahead whose later events are stale (see _serve_event)
         self._broken_rounds: dict[str, None] = {}
         # (round, writes made before it ran) of each hook running now, outermost first

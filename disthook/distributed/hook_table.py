@@ -1,21 +1,20 @@
 """The table of client hooks of a deployment: ``HookTable``, the part of ``Deployment`` that
 registers hooks on the workers holding their modules (one request per worker, all or none;
 hooks of parts that run here are registered here), removes them (keeping those a running
-hook removed for the firings under way) and lists what the workers hold. Hook ids come from
-the one counter every handle's id comes from (``next_hook_id``)."""
+hook removed for the firings under way and the graphs recorded before: ``RemovedHooks``) and
+lists what the workers hold. Hook ids come from the one counter every handle's id comes from
+(``next_hook_id``)."""
 from __future__ import annotations
 
 import contextlib
+import weakref
 
 from disthook.distributed.placed import RemoteHandle
 from disthook.service import hook_kinds
 from disthook.service.worker_hooks import WorkerHook
 from disthook.utils.hooks import RemovableHandle
 
-__all__ = ["HookTable", "next_hook_id"]
-
-# hooks removed by a running hook, kept for the firings already under way (_remove_hooks)
-_REMOVED_KEPT = 1024
+__all__ = ["HookTable", "RemovedHooks", "graph_keeps_removed", "next_hook_id"]
 
 
 class HookTable:
@@ -93,10 +92,9 @@ class HookTable:
                 # backward); removed by a hook that runs now, a pass run ahead of this
                 # answer runs again without it
                 hub.removed_while_firing[hook_id] = entry
+                RemovedHooks.keep(hub, hook_id)
                 if hub.firing:
                     hub.writes += 1
-                while len(hub.removed_while_firing) > _REMOVED_KEPT:
-                    del hub.removed_while_firing[next(iter(hub.removed_while_firing))]
             if entry is not None:
                 # asked where the module is now (a recovered model's stages may have moved)
                 shares.setdefault(self._owner(entry[3]["path"]), []).append(hook_id)
@@ -111,6 +109,50 @@ class HookTable:
                                         what="list_hooks")
         return [{**entry, "worker": w.id} for w, reply in zip(self._workers, replies)
                 for entry in reply["result"]]
+
+
+class RemovedHooks:
+    """The hooks removed while one generation of graphs was the newest: a graph (its
+    ``RemoteBackward0``) holds the generation that was the newest when it was recorded, each
+    generation holds the next, so a graph keeps every hook removed after it was recorded,
+    as one process's graph keeps the hooks it took; with none of its graphs alive and no
+    call under way, a generation goes, and its hooks (and what they capture) leave the
+    hub's ``removed_while_firing``."""
+
+    __slots__ = ("__weakref__", "ids", "next")
+
+    def __init__(self, removed: dict):
+        self.ids: list[int] = []
+        self.next: RemovedHooks | None = None
+        weakref.finalize(self, _forget, removed, self.ids)
+
+    @staticmethod
+    def keep(hub, hook_id: int) -> None:
+        """``hook_id`` (in ``hub.removed_while_firing``) was removed: kept by the graphs
+        alive now, and by a call under way (which may record a graph when it ends)."""
+        newest = hub.removed_newest
+        newest.ids.append(hook_id)
+        if not hub.firing and not hub.in_flight:
+            _next_generation(hub)
+
+
+def graph_keeps_removed(hub) -> RemovedHooks:
+    """What a graph recorded now holds: the newest generation (hooks removed while its call
+    ran, and later ones)."""
+    newest = hub.removed_newest
+    if newest.ids and not hub.firing and not hub.in_flight:
+        _next_generation(hub)  # (no call runs now that took its hooks before)
+    return newest
+
+
+def _next_generation(hub) -> None:
+    newest = hub.removed_newest
+    newest.next = hub.removed_newest = RemovedHooks(hub.removed_while_firing)
+
+
+def _forget(removed: dict, ids: list[int]) -> None:
+    for hook_id in ids:
+        removed.pop(hook_id, None)
 
 
 def next_hook_id() -> int:
