@@ -221,16 +221,15 @@ def become_output(t: Tensor | None, out: Tensor) -> Tensor:
     returns: marks, ``is`` tests, ``retain_grad`` and tensor hooks put on it later are the
     output's. ``t`` takes ``out``'s node; the tensor hooks the hook put on it
     stay on the worker's tensor, where they fire with the gradient of the value the hook
-    saw (``worker_hooks``); a ``retain_grad`` it asked for is retained here instead,
-    following the tensor through in-place changes the program makes later, as torch's
-    does (the worker's retained gradient is then not used: client_hooks "retained").
+    saw (``worker_hooks``); a ``retain_grad`` it asked for is retained here too, for where
+    the program changes the output in place later (``take_retained``).
     ``t`` has ``out``'s value already (``stand_in_of(as_given=True)``)."""
     if t is None:
         return out
     d = t.__dict__
-    if d.pop("_retains_output", False):  # a tensor of its own: it takes the output's
-        out.retain_grad()  # gradient, retained here (take_retained)
-        d["_grad_of"] = out
+    if d.pop("_retains_output", False):  # a tensor of its own: where the program changes
+        out.retain_grad()  # the output in place, it takes the output's gradient, retained
+        d["_grad_of"] = (out, out._vc[0])  # here (take_retained)
         return out
     worker_retains = bool(d.pop("_retain_on_worker", False))
     for field in ("retain_grad", "register_hook", "_reach_from", "_leaf_argument",
@@ -245,9 +244,9 @@ def become_output(t: Tensor | None, out: Tensor) -> Tensor:
     t._retains_grad = False
     if "_custom_view" in out.__dict__:  # (see Tensor._inplace)
         d["_custom_view"] = out.__dict__["_custom_view"]
-    d["_output_here"] = True
     if worker_retains:
         t.retain_grad()
+        d["_grad_of"] = (t, t._vc[0])
     return t
 
 
@@ -267,9 +266,12 @@ def drop_taps(taps: dict, ctx: str, stand_ins: list) -> None:
 
 def take_retained(t: Tensor, grad: Tensor) -> None:
     """The gradient the worker's tensor retained for ``t`` (``retain_on_worker``) is its
-    ``.grad``; not where ``t`` became the call's output, which retains its own here (the
-    gradient of what it is after later in-place changes: ``become_output``)."""
-    if "_grad_of" in t.__dict__:  # (the output's, retained here: become_output)
-        t._grad = t.__dict__["_grad_of"]._grad
-    elif "_output_here" not in t.__dict__:
+    ``.grad``: the whole of it, the part's own uses of that tensor too (a part that returns
+    ``h, h.sigmoid()``). Not where ``t`` stands for a call's output that the program changed
+    in place since (``become_output``): as torch's retain_grad follows the tensor, it is
+    then the gradient of what the output is now, which the output retained here."""
+    of = t.__dict__.get("_grad_of")
+    if of is None or of[0]._vc[0] == of[1]:
         t._grad = grad
+    else:
+        t._grad = of[0]._grad

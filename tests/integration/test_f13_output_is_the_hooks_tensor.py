@@ -153,3 +153,50 @@ def test_a_hooks_tensor_changed_by_it_retains_the_outputs_gradient(cluster, kind
         assert _changed_by_the_hook(remote) == want
     finally:
         remote.close()
+
+
+class _Pair(nn.Linear):
+    def forward(self, x):
+        h = super().forward(x)
+        return h, h.sigmoid()  # h is used inside the part too
+
+
+class _PairRoot(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.blocks = nn.ModuleList([_Pair(3, 3)])
+
+    def forward(self, x):
+        a, b = self.blocks[0](x)
+        if self.change:
+            a.mul_(2)
+        return a + b
+
+    change = False
+
+
+def _used_inside(model, change: bool):
+    """A hook retains the first of a part's outputs, which the part used for the second:
+    its gradient has both paths (unless the program changed it in place since)."""
+    kept = []
+
+    def keep(module, args, out):
+        out[0].retain_grad()
+        kept.append(out[0])
+
+    model.blocks[0].register_forward_hook(keep)
+    model.change = change
+    x = torch.ones(2, 3, requires_grad=True)
+    (model(x) * torch.arange(6.0).reshape(2, 3)).sum().backward()
+    return kept[0].grad.numpy().round(5).tolist(), x.grad.numpy().round(4).tolist()
+
+
+@pytest.mark.parametrize("change", [False, True])
+def test_a_kept_output_the_part_used_too_retains_its_whole_gradient(cluster, change):
+    want = _used_inside(_PairRoot(), change)
+    remote = cluster.deploy(_PairRoot(), stages=1)
+    try:
+        assert _used_inside(remote, change) == want
+    finally:
+        remote.close()
