@@ -388,6 +388,11 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # call saved it (True: the node that made it), for the client's node to check their
     # versions (added in 22, absent: none); a chain's forward and answer "saved_input": stage
     # 0's graph saved the program's input, for the same check (added in 22, absent: False)
+    # a chain's answer "name": the worker's name of its output where its events sent that
+    # tensor to a client hook ("ids"), whose tensor for it the call returns here, one object
+    # as in one process (given_tensors.become_output; new since 22, absent: none; a client
+    # of 22 ignores it); a part's call answers "names" for its outputs the same way (None
+    # for each not sent; absent where none was)
     # forms: the revisions of the stages a forward passed (workers/form.py), to answer an
     # attached client with; the ok answers of its forwards and backwards carry them too
     # within: the context of the client's call whose hook, running now, makes this call (a

@@ -191,6 +191,18 @@ class HookHandlers:
         return ids
 
     @staticmethod
+    def output_names(job, outs: list) -> list | None:
+        """The names of a call's outputs (``outs``) that an event of ``job`` sent to a
+        client hook, None for the others: the client's call then returns the hook's tensor
+        for each (``disthook.distributed.given_tensors.become_output``); None where none."""
+        names = []
+        for t in outs:
+            seen = job.named.get(id(t))
+            names.append(None if seen is None or seen[0] is not t
+                         else f"{seen[1]}@{t._vc[0] + seen[2]}")
+        return names if any(names) else None
+
+    @staticmethod
     def name_as(job, t, name: str) -> None:
         """Name ``t`` (a stage's input) in ``job``'s events as the tensor it came from (the
         previous stage's output, ``name`` as that stage's events name it): in one process

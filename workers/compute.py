@@ -178,7 +178,9 @@ class ComputeHandlers:
                         "cut": cut, **facts, "rng": rng,
                         "changed": onward[0], "cast": onward[1],
                         "attrs": attr_changes.merged(msg.get("attrs"), snap.changes()),
-                        "forms": form.forms(st, job, msg.get("forms"))}, "ahead": ahead})
+                        "forms": form.forms(st, job, msg.get("forms")),
+                        "name": (self.output_names(job, [out]) or [None])[0]},
+                     "ahead": ahead})
 
             early = EarlyAnswer(finish) if nxt is None else None
             with attr_changes.watching(job, snap):
@@ -302,7 +304,8 @@ class ComputeHandlers:
                     "cut": cut,
                     "unreached": unreached, "saved_args": [  # (the given ones, copied)
                         nr for t, nr, *_ in given + given_kept if id(t._vc) in saved] or None,
-                    "forms": form.forms(st, job)}, "ahead": ahead})
+                    "forms": form.forms(st, job),
+                    "names": self.output_names(job, outs)}, "ahead": ahead})
 
             early = EarlyAnswer(finish)
             with attr_changes.watching(job, snap):

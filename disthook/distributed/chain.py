@@ -17,7 +17,7 @@ from disthook import _dtype, random
 from disthook.amp import autocast_mode
 from disthook.autograd import grad_mode
 from disthook.autograd.inference import made_inference
-from disthook.distributed import attr_changes, changed_args
+from disthook.distributed import attr_changes, changed_args, given_tensors
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.distributed.glue import _checkpointing as checkpointing
 from disthook.distributed.glue import refuse_saved_tensors_hooks
@@ -132,6 +132,11 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
     # one micro-batch: the received array itself (a writable view of its frame)
     out = np.concatenate(outs) if len(outs) > 1 else outs[0]
     if grad and all(r["requires_grad"] for r in results):
+        # the hook's tensor for the output, where a hook here was given it: returned as
+        # the output itself (one object, as in one process), no longer a tap of its own
+        given = given_tensors.stand_in_of(model._hub.stand_ins, ctx_ids[0], results[-1].get(
+            "name"), out.shape, out.dtype, as_given=True) if sizes is None else None
+        given_tensors.drop_taps(model._hub.taps, ctx_ids[0], [given])
         stage = None if stop is None else model._stage_of(stop)
         node = RemoteBackward0(model, ctx_ids, x, sizes, stage)
         node.made_by(results[-1].get("grad_fn"))
@@ -140,7 +145,7 @@ def run_stages(model: Deployment, x: Tensor, stop: str | None = None) -> Tensor:
         if all(r.get("cut") for r in results):  # the workers' graph misses the input
             node.next_functions, node.needs_input_grad = ((None, 0),), (False,)
         node.unreached([r.get("unreached") for r in results])  # and parameters
-        out = Tensor._make(out, node, 0)
+        out = given_tensors.become_output(given, Tensor._make(out, node, 0))
         views = [r.get("custom_view") for r in results]
         if all(views):  # the last module's full backward hook's view (see Tensor._inplace)
             out.__dict__["_custom_view"] = (int(views[0][0]), str(views[0][1]))

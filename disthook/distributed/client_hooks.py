@@ -39,7 +39,6 @@ __all__ = ["HookServer"]
 _BROKEN_ROUNDS_KEPT = 1024  # a worker never sends a round's events after hearing its answers
 
 
-
 def _hook_on_a_copy_refused(hook):
     """``register_hook`` on a tensor a client hook got in a forward that records no graph
     (no_grad) and that requires grad: the worker's copy of the call's own argument, a leaf
@@ -101,6 +100,8 @@ class HookServer:
         # what that is computed from here, the versions): see given_tensors. A worker names
         # the tensors of one request's events (its job's): forgotten when the requests end
         self.given: dict[str, dict] = {}
+        # "<context>|<worker tensor>" -> its hook's tensor, while alive (become_output)
+        self.stand_ins: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
     def _serve_event(self, sock: zmq.Socket, event: wire.Message) -> None:
         """Run the hook a worker asked for and answer it on the socket the event came on.
@@ -236,14 +237,14 @@ class HookServer:
         if kind == "retained":  # the gradient a worker's tensor retained, after its backward
             key, _, index = event["path"].rpartition("#")
             (grad,) = [unpack(a) for a in given]
-            self.watched[key][int(index)]._grad = grad
+            given_tensors.take_retained(self.watched[key][int(index)], grad)
             return {}
         if kind == "leaf_hook":
             key, _, index = event["path"].rpartition("#")
             leaf = self.watched[key][int(index)]
             (grad,) = [unpack(a) for a in given]
             version = grad._vc[0]
-            out = engine.run_tensor_hooks(leaf._backward_hooks, grad)
+            out = engine.run_tensor_hooks(given_tensors.worker_hooks(leaf), grad)
             # a hook that changed the gradient in place changed it for the worker too
             return {} if out is grad and grad._vc[0] == version else {"result": pack(out)}
         if kind == "vjp":
@@ -297,6 +298,7 @@ class HookServer:
                     lambda: made(array, requires_grad, grad_fn))
                 if before:
                     again.add(id(t))
+                given_tensors.note_stand_in(self.stand_ins, event.ctx, names[len(leaves)], t)
             else:
                 t, base = made(array, requires_grad, grad_fn)
             given_tensors.mark_view(t, views, len(leaves))

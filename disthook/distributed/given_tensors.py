@@ -18,8 +18,9 @@ import numpy as np
 
 from disthook.tensor import Clone, Tensor
 
-__all__ = ["as_made_by", "first_places", "given", "made_here", "mark_view", "once_on_worker",
-           "program_argument", "retain_on_worker"]
+__all__ = ["as_made_by", "become_output", "first_places", "given", "made_here", "mark_view",
+           "note_stand_in", "once_on_worker", "program_argument", "retain_on_worker",
+           "take_retained", "worker_hooks"]
 
 
 def given(store: dict, name: str, array, make) -> tuple[Tensor, Tensor, bool]:
@@ -183,3 +184,94 @@ def retain_on_worker(t: Tensor) -> None:
         return  # retain_grad does on a frozen model): its .grad accumulates here, a no-op
     t._retain_on_worker = True
     t._retains_grad = True  # its .grad (the worker's, sent here) is expected: no warning
+
+
+def note_stand_in(stand_ins, ctx: str, name: str, t: Tensor) -> None:
+    """Remember ``t`` as the hook's tensor for the worker's tensor ``name`` in context
+    ``ctx`` (a weak map: while the program or a graph holds it), for ``become_output``."""
+    if "retain_grad" in t.__dict__ and t._grad_fn is not None:  # (a stand-in with a graph)
+        stand_ins[f"{ctx}|{name.rpartition('@')[0]}"] = t
+        t.__dict__["_worker_name"] = name
+
+
+def stand_in_of(stand_ins, ctx: str, name: str | None, shape: tuple | None = None,
+                dtype=None, as_given: bool = False) -> Tensor | None:
+    """The hook's tensor for the worker's tensor ``name`` that a call returned (of
+    ``shape`` and ``dtype``, where given), where a hook here was given that tensor; else None.
+    ``as_given``: only where the worker did not change it since (its value is the one the
+    hook was given, which the call's answer does not carry)."""
+    if not name:
+        return None
+    t = stand_ins.pop(f"{ctx}|{name.rpartition('@')[0]}", None)
+    if t is None or shape is not None and (t._data.shape != tuple(shape)
+                                           or t._data.dtype != dtype):
+        return None
+    if as_given and t.__dict__.get("_worker_name") != name:
+        # changed since (by the hook itself, recorded here from its own graph): it stays a
+        # tensor of its own, but a gradient it retains is the output's (become_output)
+        if not t.__dict__.get("_retain_on_worker"):
+            return None
+        t.__dict__["_retains_output"] = True
+    return t
+
+
+def become_output(t: Tensor | None, out: Tensor) -> Tensor:
+    """The call's output ``out`` as the one object the hook was given for it (``t``, from
+    ``stand_in_of``), as in one process, where a forward hook's output *is* what the call
+    returns: marks, ``is`` tests, ``retain_grad`` and tensor hooks put on it later are the
+    output's. ``t`` takes ``out``'s node; the tensor hooks the hook put on it
+    stay on the worker's tensor, where they fire with the gradient of the value the hook
+    saw (``worker_hooks``); a ``retain_grad`` it asked for is retained here too, for where
+    the program changes the output in place later (``take_retained``).
+    ``t`` has ``out``'s value already (``stand_in_of(as_given=True)``)."""
+    if t is None:
+        return out
+    d = t.__dict__
+    if d.pop("_retains_output", False):  # a tensor of its own: where the program changes
+        out.retain_grad()  # the output in place, it takes the output's gradient, retained
+        d["_grad_of"] = (out, out._vc[0])  # here (take_retained)
+        return out
+    worker_retains = bool(d.pop("_retain_on_worker", False))
+    for field in ("retain_grad", "register_hook", "_reach_from", "_leaf_argument",
+                  "_custom_view", "_worker_name"):
+        d.pop(field, None)
+    if t._backward_hooks:
+        d["_worker_hooks"] = t._backward_hooks
+    if t._grad_fn is not None and t._grad_fn._retains:
+        t._grad_fn._retains.pop(t._output_nr, None)
+    t._grad_fn, t._output_nr, t._requires_grad = out._grad_fn, out._output_nr, True
+    t._backward_hooks = None
+    t._retains_grad = False
+    if "_custom_view" in out.__dict__:  # (see Tensor._inplace)
+        d["_custom_view"] = out.__dict__["_custom_view"]
+    if worker_retains:
+        t.retain_grad()
+        d["_grad_of"] = (t, t._vc[0])
+    return t
+
+
+def worker_hooks(t: Tensor):
+    """The tensor hooks a client hook put on ``t`` that fire with the worker's tensor's
+    gradient (leaf_hook events): its own, or those it had when it became a call's output."""
+    return t.__dict__.get("_worker_hooks", t._backward_hooks)
+
+
+def drop_taps(taps: dict, ctx: str, stand_ins: list) -> None:
+    """``stand_ins`` (``stand_in_of``'s, None for none) become outputs of context ``ctx``'s
+    node: no taps of their own (their gradients are the node's outputs')."""
+    ids = {id(t) for t in stand_ins if t is not None}
+    if ids and ctx in taps:
+        taps[ctx] = [e for e in taps[ctx] if id(e[1]) not in ids]
+
+
+def take_retained(t: Tensor, grad: Tensor) -> None:
+    """The gradient the worker's tensor retained for ``t`` (``retain_on_worker``) is its
+    ``.grad``: the whole of it, the part's own uses of that tensor too (a part that returns
+    ``h, h.sigmoid()``). Not where ``t`` stands for a call's output that the program changed
+    in place since (``become_output``): as torch's retain_grad follows the tensor, it is
+    then the gradient of what the output is now, which the output retained here."""
+    of = t.__dict__.get("_grad_of")
+    if of is None or of[0]._vc[0] == of[1]:
+        t._grad = grad
+    else:
+        t._grad = of[0]._grad

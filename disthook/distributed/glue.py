@@ -27,7 +27,13 @@ from disthook import _dtype, random, wire
 from disthook.amp import autocast_mode
 from disthook.autograd import grad_mode
 from disthook.autograd.saved_hooks import current_pair
-from disthook.distributed import async_calls, attr_changes, changed_args, remote_values
+from disthook.distributed import (
+    async_calls,
+    attr_changes,
+    changed_args,
+    given_tensors,
+    remote_values,
+)
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.nn.modules.module import Module
 from disthook.service.values import custom_view, opaque_in, tensors_in, unpack
@@ -406,6 +412,11 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
         hub.carried(address, carried[stage])
     flags = result["requires_grad"]
     node = None
+    # the hooks' tensors for the outputs, where hooks here were given them as they are:
+    # returned as the outputs themselves (one object each, as in one process)
+    given = [given_tensors.stand_in_of(hub.stand_ins, ctx_id, name, as_given=True)
+             for name in result.get("names") or ()] if grad and any(flags) else []
+    given_tensors.drop_taps(hub.taps, ctx_id, given)
     if grad and any(flags):
         node = RemoteBackward0(model, [ctx_id], inputs, None, stage)
         node._path = path if op is None else f"<{op.rpartition('.')[2]}>"
@@ -437,6 +448,12 @@ def call_remote(model: Deployment, address: str, args: list, kwargs: dict, *,
             made_refs[record["kept"]] = t.__dict__["_ref"]
         if record.get("argument") is not None:  # the part returned its argument as it is
             t = inputs[record["argument"]]  # (nn.Identity): the program's own tensor
+        elif tracked and nr < len(given) and (stand := given[nr]) is not None and (
+                stand._data.shape == tuple(record["shape"])
+                and stand._data.dtype == wire.dtype_named(record["dtype"])):
+            t = given_tensors.become_output(stand, t)
+            if record.get("saved"):
+                node.saved_output(t, by_its_node=record["saved"] is True)
         made.append(t)
         return t
 
