@@ -552,7 +552,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self._data.tolist()
 
     def __float__(self) -> float:
-        if self._requires_grad:
+        if self._requires_grad and grad_mode._state.enabled:  # (torch: not under no_grad)
             warnings.warn(TO_SCALAR_WARNING, UserWarning, stacklevel=2)
         return builtins.float(self._real_scalar("double"))
 
@@ -560,7 +560,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return builtins.int(self._real_scalar("int64_t"))
 
     def __complex__(self) -> complex:
-        if self._requires_grad:
+        if self._requires_grad and grad_mode._state.enabled:
             warnings.warn(TO_SCALAR_WARNING, UserWarning, stacklevel=2)
         return builtins.complex(self._scalar())
 

@@ -593,3 +593,22 @@ def test_tensor_copies_tensor_input(T):
     b.add_(1)
     assert a.tolist() == [1.0, 2.0]
     assert T.as_tensor(a) is a
+
+
+def test_float_of_requires_grad_tensor_under_no_grad_does_not_warn():
+    # torch warns only in grad mode (a fresh process: no warning under no_grad or
+    # inference_mode, then one in grad mode); a view taken under no_grad of a tensor that
+    # requires grad requires grad too, and a stage's float(x[0, 0]) under no_grad warned here
+    import warnings
+
+    import disthook as T
+
+    x = T.zeros(2, requires_grad=True)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        with T.no_grad():
+            float(x[0])
+            complex(x[1])
+        with T.inference_mode():
+            float(x[0])
+    assert [str(m.message) for m in w] == []
