@@ -212,7 +212,7 @@ class RemoteBackward0(SavedHere, LiveEdges):
 
     def unreached(self, names_by_answer: list) -> None:
         """Take the ``unreached`` of the call's answers (one per micro-batch: a parameter
-        none of their graphs reaches, ``values.unreached_params``, is none of its edges)."""
+        none of their graphs reaches, ``values.graph_facts``, is none of its edges)."""
         self._unreached = frozenset.intersection(*(frozenset(n or ()) for n in names_by_answer))
 
     def uses_parameter(self, path: str) -> bool:

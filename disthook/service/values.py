@@ -184,22 +184,20 @@ def unreached_inputs(outs: list, inputs: list) -> list[int]:
         if isinstance(t, Tensor) and t._requires_grad and t._grad_fn is None}))
 
 
-def unreached_params(outs: list, named: list, saved: set | None = None) -> list[str] | None:
-    """The names (``named``: (name, parameter) pairs, a tied one under each of its names) of
-    the parameters that require grad and that the graph of no tensor of ``outs`` reaches (a
-    forward hook replaced a layer's output by one computed under no_grad): the client's node
-    of the call then has no edge to their accumulators, as one process's graph has none (a
-    backward whose ``inputs=`` name only such parameters runs nothing of the call, and the
-    hooks on its outputs do not fire). None where the graph reaches them all. With
-    ``saved``, the same walk puts there what ``saved_in_graph`` gives."""
-    left = _unreached(outs, {id(p): id(p) for _, p in named if p.requires_grad}, saved)
-    return [name for name, p in named if id(p) in left] or None
-
-
 def graph_facts(outs: list, inputs: list, named: list,
                 saved: set | None = None) -> tuple[list[int], list[str] | None]:
-    """``unreached_inputs``'s and ``unreached_params``'s answers from one walk of the graph
-    of ``outs`` (a call's answer needs both; each walk costs about as much as the other)."""
+    """From one walk of the graph of ``outs`` (a call's answer needs both; each walk would
+    cost about as much as the other): ``unreached_inputs``'s answer, and the names
+    (``named``: (name, parameter) pairs, a tied one under each of its names) of the
+    parameters that require grad and that the graph of no tensor of ``outs`` reaches (a
+    forward hook replaced a layer's output by one computed under no_grad), None where it
+    reaches them all: the client's node of the call then has no edge to their accumulators,
+    as one process's graph has none (a backward whose ``inputs=`` name only such parameters
+    runs nothing of the call, and the hooks on its outputs do not fire). With ``saved``, the
+    whole graph is walked and the ids of the version counters of the tensors its nodes saved
+    for backward are put there: an argument of the call among them (a linear layer's input),
+    or an output that a later op of the call saved (``y * y`` beside ``return y``), is one
+    that the client's node checks for a change in place (``RemoteBackward0``)."""
     leaves = {id(t): ("input", k) for k, t in enumerate(inputs)
               if isinstance(t, Tensor) and t._requires_grad and t._grad_fn is None}
     leaves.update((id(p), ("param", id(p))) for _, p in named if p.requires_grad)
@@ -207,16 +205,6 @@ def graph_facts(outs: list, inputs: list, named: list,
     params = {key for kind, key in left if kind == "param"}
     return (sorted(key for kind, key in left if kind == "input"),
             [name for name, p in named if id(p) in params] or None)
-
-
-def saved_in_graph(outs: list) -> set[int]:
-    """The ids of the version counters of the tensors that the nodes of the graph of
-    ``outs`` saved for backward: an argument of the call among them (a linear layer's
-    input), or an output that a later op of the call saved (``y * y`` beside ``return y``),
-    is one that the client's node checks for a change in place (``RemoteBackward0``)."""
-    saved: set[int] = set()
-    _unreached(outs, {}, saved)
-    return saved
 
 
 def _unreached(outs: list, leaves: dict, saved: set | None = None) -> set:
@@ -241,7 +229,7 @@ def kept_record(vid: str, t: Tensor, inline_bytes: int = 0, saved: set | None = 
     """What a worker answers for its tensor ``t`` kept under ``vid`` (its value stays there):
     shape, dtype, whether it requires grad and the node that made it, and the value itself
     when it has at most ``inline_bytes`` bytes (a loss: no round trip to read it). ``saved``
-    (``saved_in_graph``): its call's saved tensors, beyond those of the node that made it
+    (``graph_facts``' ``saved``): its call's saved tensors, beyond those of the node that made it
     ("saved": "later", where that node did not save it)."""
     data = t._data
     record = {"kept": vid, "shape": list(data.shape), "dtype": data.dtype.str,
