@@ -19,11 +19,12 @@ import zmq
 
 from disthook import wire
 from disthook.distributed import answer_cap, post_accumulate
-from disthook.distributed.client_hooks import HookServer, _issue_warning
+from disthook.distributed.client_hooks import HookServer
 from disthook.distributed.optimizer_calls import OptimizerCalls
 from disthook.distributed.releases import Releases
 from disthook.distributed.send_together import Together, received
 from disthook.distributed.socket_lock import SocketLock
+from disthook.distributed.worker_warnings import issue_warning
 from disthook.service.loop import ping_options
 from disthook.service.rpc import (
     ClusterError,
@@ -480,7 +481,7 @@ class _Hub(Releases, OptimizerCalls, HookServer):
             self._serve_event(sock, reply)
             deadline.renew()  # the worker is alive
         elif reply.type == "warning":
-            _issue_warning(reply)
+            issue_warning(reply)
         elif reply.req in self.in_flight:
             self._landed(reply)
             deadline.renew()  # the workers go on

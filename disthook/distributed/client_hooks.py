@@ -590,18 +590,3 @@ class HookServer:
         for store in (self.vjps, self.watched):
             for key in [k for k in store if k.startswith(prefix)]:
                 del store[key]
-
-
-_WARNING_CLASSES = {cls.__name__: cls for cls in (
-    Warning, UserWarning, DeprecationWarning, PendingDeprecationWarning, SyntaxWarning,
-    RuntimeWarning, FutureWarning, ImportWarning, UnicodeWarning, BytesWarning,
-    ResourceWarning)}
-
-
-def _issue_warning(msg: wire.Message) -> None:
-    """A worker's warning, as the client's own (its category kept when it is a built-in)."""
-    from disthook.utils.hooks import _caller_stacklevel
-
-    category = _WARNING_CLASSES.get(msg["category"], UserWarning)
-    # pointed at the user's line that made the call, as a warning in one process would be
-    warnings.warn(msg["message"], category, stacklevel=_caller_stacklevel())
