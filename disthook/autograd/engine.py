@@ -444,30 +444,34 @@ def execute(roots, grads, *, retain_graph: bool, create_graph: bool, inputs=None
     task = _GraphTask(retain_graph, accumulate)
     task.hold, _held.spec = _held.spec, None
     _running.preparing = inputs is not None  # (see names_inputs)
-    root_nodes = []
-    for t, g in zip(roots, grads):
-        node, nr = gradient_edge(t)
-        buf = task.buffers.get(node)
-        if buf is None:
-            buf = task.buffers[node] = [None] * _num_outputs(node)
-            root_nodes.append(node)
-        buf[nr] = g if buf[nr] is None else buf[nr] + g
-    task.deps = _count_dependencies(root_nodes)
-    task.roots = root_nodes
-
-    results = None
-    if inputs is not None:
-        targets = set()
-        for i, t in enumerate(inputs):
+    try:  # (a preparation that raises leaves no stale flag for names_inputs)
+        root_nodes = []
+        for t, g in zip(roots, grads):
             node, nr = gradient_edge(t)
-            if accumulate:
-                targets.add(node)  # backward(inputs=): the input's node runs
-            else:
-                task.captures.setdefault((node, nr), []).append(i)
-        if not accumulate:
-            results = [None] * len(inputs)
-        task.needed, task.runs = _execution_plan(
-            root_nodes, targets, {node for node, _ in task.captures})
+            buf = task.buffers.get(node)
+            if buf is None:
+                buf = task.buffers[node] = [None] * _num_outputs(node)
+                root_nodes.append(node)
+            buf[nr] = g if buf[nr] is None else buf[nr] + g
+        task.deps = _count_dependencies(root_nodes)
+        task.roots = root_nodes
+
+        results = None
+        if inputs is not None:
+            targets = set()
+            for i, t in enumerate(inputs):
+                node, nr = gradient_edge(t)
+                if accumulate:
+                    targets.add(node)  # backward(inputs=): the input's node runs
+                else:
+                    task.captures.setdefault((node, nr), []).append(i)
+            if not accumulate:
+                results = [None] * len(inputs)
+            task.needed, task.runs = _execution_plan(
+                root_nodes, targets, {node for node, _ in task.captures})
+    except BaseException:
+        _running.preparing = None
+        raise
 
     prev = grad_mode.is_grad_enabled()
     grad_mode._state.enabled = create_graph
