@@ -17,6 +17,7 @@ import zmq
 from disthook import wire
 from disthook.service import frame_cap
 from disthook.service.loop import monitor_event
+from disthook.service.monitors import watch
 from workers.peers import neighbour_identity
 
 # what a socket a worker dials takes: the coordinator's messages to it are headers, and a
@@ -35,7 +36,7 @@ class ControlLine:
         self.control = self._dial(self.coordinator_address,
                                   neighbour_identity(self.id, "coordinator"), linger=0)
         self.poller.register(self.control, zmq.POLLIN)
-        self._control_monitor = self.control.get_monitor_socket(frame_cap.EVENTS)
+        self._control_monitor = watch(self.control, frame_cap.EVENTS)
         self.poller.register(self._control_monitor, zmq.POLLIN)
         self._control_closed: float | None = None  # when it closed, not dialed again since
 

@@ -26,6 +26,7 @@ from disthook.distributed.send_together import Together, received
 from disthook.distributed.socket_lock import SocketLock
 from disthook.distributed.worker_warnings import issue_warning
 from disthook.service.loop import ping_options
+from disthook.service.monitors import watch
 from disthook.service.rpc import (
     ClusterError,
     Deadline,
@@ -110,7 +111,7 @@ class _Hub(Releases, OptimizerCalls, HookServer):
                                       else {}).items():
                     sock.setsockopt(option, value)
                 # a worker that dies closes its connection: the monitor reports it at once
-                monitor = sock.get_monitor_socket(answer_cap.EVENTS)
+                monitor = watch(sock, answer_cap.EVENTS, idle_owner=True)
                 self.poller.register(monitor, zmq.POLLIN)
                 self.monitors[monitor] = address
                 sock.connect(address)

@@ -24,6 +24,7 @@ import zmq
 
 from disthook import wire
 from disthook.service.endpoint import EndpointInUse, parse
+from disthook.service.monitors import watch
 from disthook.service.rpc import error_fields
 from disthook.service.security import (
     HANDSHAKE_FAILURES,
@@ -116,7 +117,7 @@ class Service:
             # a peer without keys never reaches the key check: its handshake fails; log it
             # (refused keys are logged by the key check itself)
             events |= HANDSHAKE_FAILURES & ~zmq.EVENT_HANDSHAKE_FAILED_AUTH
-        self._monitor = self.router.get_monitor_socket(events) if events else None
+        self._monitor = watch(self.router, events) if events else None
         if self._monitor is not None:
             self.poller.register(self._monitor, zmq.POLLIN)
         try:

@@ -19,6 +19,7 @@ import zmq
 from disthook import wire
 from disthook.service import frame_cap
 from disthook.service.endpoint import parse
+from disthook.service.monitors import watch
 from disthook.service.security import (
     HANDSHAKE_FAILURES,
     AuthenticationError,
@@ -226,8 +227,8 @@ def dial_once(address: str, *, keys=None, within: float = 1.0) -> bool | None:
     sock.setsockopt(zmq.LINGER, 0)
     if keys is not None:
         keys.dial(sock)
-    monitor = sock.get_monitor_socket(zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_CONNECTED
-                                      | zmq.EVENT_HANDSHAKE_SUCCEEDED | HANDSHAKE_FAILURES)
+    monitor = watch(sock, zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_CONNECTED
+                    | zmq.EVENT_HANDSHAKE_SUCCEEDED | HANDSHAKE_FAILURES)
     connected = False
     try:
         sock.connect(str(parse(address)))
@@ -330,7 +331,7 @@ class Peer:
         # lied (or was not ours) could make this process hold a frame of any size
         self._sock.setsockopt(zmq.MAXMSGSIZE, int(max_frame_mb * (1 << 20)) + wire.FRAME_SLACK)
         # a server that refuses us never answers: its refusal shows on the monitor
-        self._refusals = self._sock.get_monitor_socket(HANDSHAKE_FAILURES | frame_cap.EVENTS)
+        self._refusals = watch(self._sock, HANDSHAKE_FAILURES | frame_cap.EVENTS, idle_owner=True)
         self._poller = zmq.Poller()
         self._poller.register(self._sock, zmq.POLLIN)
         self._poller.register(self._refusals, zmq.POLLIN)
