@@ -19,7 +19,9 @@ from workers.versions import Versions
 
 __all__ = ["Stage", "StageHandlers"]
 
-CALLS_REMEMBERED = 4096  # optimizer calls per stage known as run (see Stage.first_time)
+# optimizer calls known as run (see Stage.first_time): per client, and per stage in all
+CALLS_PER_CLIENT = 1024
+CALLS_REMEMBERED = 4096
 _MISSING = object()
 
 
@@ -72,9 +74,11 @@ class Stage:
                           .values())
         self.keeper: bytes | str = owner
         self.optimizers: dict[tuple, object] = {}  # (client, optimizer id) -> local share
-        # (client, call number) of optimizer calls that rode with a forward or training
-        # step and ran here: one sent again (its carrier failed on a later stage) is skipped
-        self.calls_done: dict[tuple, None] = {}
+        # client -> the numbers of its optimizer calls that rode with a forward or training
+        # step and ran here, oldest first: one sent again (its carrier failed on a later
+        # stage) is skipped; self.calls_kept counts them all
+        self.calls_done: dict[bytes, dict[int, None]] = {}
+        self.calls_kept = 0
         # (pass, training mode) -> whether such a pass ("forward", "backward") left the
         # parameters and buffers as they were (learnt from the passes client hooks
         # watched), and (client, hook id, kind) -> what its answers showed so far: whether
@@ -135,21 +139,36 @@ class Stage:
             del self.held[key]
         for key in [k for k in self.optimizers if k[0] == client]:
             del self.optimizers[key]
-        for key in [k for k in self.calls_done if k[0] == client]:
-            del self.calls_done[key]
+        self.calls_kept -= len(self.calls_done.pop(client, ()))
 
     def first_time(self, client: bytes, call: int | None) -> bool:
         """Whether ``client``'s optimizer call number ``call`` runs here for the first time
-        (a call without a number always does); it is remembered as run from now on."""
+        (a call without a number always does); it is remembered as run from now on. A
+        client's record forgets its own oldest past ``CALLS_PER_CLIENT``, and past
+        ``CALLS_REMEMBERED`` on the stage the largest record forgets its oldest: another
+        client's calls never push out those of a client that keeps fewer. Before, one
+        record of the stage forgot the oldest of any client, and another client's 4096
+        calls (zero_grad of an optimizer of its own) made a call that was sent again run
+        a second time: its optimizer stepped twice, silently."""
         if call is None:
             return True
-        key = (client, call)
-        if key in self.calls_done:
+        mine = self.calls_done.setdefault(client, {})
+        if call in mine:
             return False
-        self.calls_done[key] = None
-        while len(self.calls_done) > CALLS_REMEMBERED:
-            del self.calls_done[next(iter(self.calls_done))]
+        mine[call] = None
+        self.calls_kept += 1
+        if len(mine) > CALLS_PER_CLIENT:
+            self._forget_oldest_call(client)
+        while self.calls_kept > CALLS_REMEMBERED:
+            self._forget_oldest_call(max(self.calls_done, key=lambda c: len(self.calls_done[c])))
         return True
+
+    def _forget_oldest_call(self, client: bytes) -> None:
+        calls = self.calls_done[client]
+        del calls[next(iter(calls))]
+        self.calls_kept -= 1
+        if not calls:
+            del self.calls_done[client]
 
     def check_write(self, client: bytes, what: str) -> None:
         """``PermissionError`` unless ``client`` may change the stage's weights."""
