@@ -183,12 +183,15 @@ class LimitChecks:
 
     def on_waits(self, job):
         """What this worker runs, waits for and has queued now, per client (named as status
-        names them): what a stalled call is stuck behind."""
-        return {"id": self.id, **self.state.describe(self.peers.label),
+        names them): what a stalled call is stuck behind. With keys, a key reads its own
+        (the cluster's own keys: everyone's), as in ``status``: before, any key read every
+        client's calls, their models' ids and whose they were, as they ran."""
+        mine, own = self.view_of(job.client)  # (with keys, a key's own: workers/status.py)
+        return {"id": self.id, **self.state.describe(self.peers.label, own),
                 "versions": {st.name: {"forks": st.versions.forks,
                                        "kept": len(st.versions.pending),
                                        "announced": len(st.versions.announced)}
-                             for st in self.stages.values()}}
+                             for st in self.stages.values() if mine(st.keeper)}}
 
     def keeper(self, client: bytes) -> bytes | str:
         """Who a stage ``client`` loads is counted against: with keys its key's name (so

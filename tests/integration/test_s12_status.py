@@ -1,0 +1,76 @@
+"""With keys, what a worker's ``status`` and ``waits`` tell a key of the others. Before,
+every key read the names of all the stages a worker held (another key's model ids, which
+the client library makes from the model's class), the worker's totals over every client
+(kept graphs, kept values, training steps' bytes and mailbox, waits, queued requests,
+messages decoded), which moved with each call of another client, and, from ``waits``,
+every client's running and queued calls with their models and key names. Now a key reads
+the names of its own and the published stages, its own key's totals, its own calls; the
+cluster's own keys read everything, as before."""
+import threading
+
+import pytest
+
+import disthook as torch
+from disthook import nn
+from disthook.distributed import connect, deployment_of, local_cluster
+from disthook.service.rpc import Peer
+from disthook.service.security import Keys, add_client
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _ask(address: str, keys, what: str = "status") -> dict:
+    with Peer(address, keys=keys) as peer:
+        return peer.request(what, timeout=20)["result"]
+
+
+def test_a_key_reads_its_own_stages_and_totals_not_another_keys():
+    with local_cluster(workers=1, secure=True) as cluster:
+        keys = cluster.keys.directory
+        for name in ("alice", "bob"):
+            add_client(keys, name)
+        (worker,) = cluster.workers()
+        with connect(cluster.address, keys=keys, key_name="alice") as alice:
+            own = alice.deploy(nn.Sequential(nn.Linear(3, 5), nn.ReLU()), stages=1)
+            shared = alice.deploy(nn.Sequential(nn.Linear(3, 2)), stages=1, name="s12-shared")
+            private = f"stage 0 of {deployment_of(own)._model_id}"
+            public = f"stage 0 of {deployment_of(shared)._model_id}"
+            bob = Keys.load(keys, "bob")
+            before = _ask(worker.address, bob)
+            kept = [own(torch.ones(2, 3, requires_grad=True)) for _ in range(3)]  # alice's
+            after = _ask(worker.address, bob)
+            assert before["stages"] == after["stages"] == [public]  # before: private too
+            for total in ("contexts", "values", "step_bytes", "mailbox", "waits", "queued"):
+                assert before[total] == after[total] == 0, (total, before, after)
+            assert "messages" not in after  # (every client's messages: the cluster's keys)
+            assert private not in str(after)
+
+            # a call of alice's that waits on her hook: bob's ``waits`` does not show it
+            entered, go_on = threading.Event(), threading.Event()
+
+            def hook(module, args, output):
+                entered.set()
+                go_on.wait(30)
+
+            handle = own[0].register_forward_hook(hook)
+            call = threading.Thread(target=own, args=(torch.ones(2, 3),))
+            call.start()
+            try:
+                assert entered.wait(30)
+                waits = _ask(worker.address, bob, "waits")
+                assert private not in str(waits) and "alice" not in str(waits), waits
+                assert _ask(worker.address, bob)["waits"] == 0
+                seen = _ask(worker.address, cluster.keys, "waits")  # the admin's: all
+                assert private in str(seen) and "alice" in str(seen), seen
+            finally:
+                go_on.set()
+                call.join(30)
+            handle.remove()
+
+            mine = _ask(worker.address, Keys.load(keys, "alice"))
+            assert sorted(mine["stages"]) == sorted([private, public])
+            assert mine["contexts"] == 3  # alice's own graphs
+            admin = _ask(worker.address, cluster.keys)
+            assert sorted(admin["stages"]) == sorted([private, public])
+            assert admin["contexts"] == 3 and admin["messages"] > 0
+            del kept
