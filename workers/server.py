@@ -482,7 +482,7 @@ class Worker(ControlLine, StageHandlers, ComputeHandlers, HookHandlers, ParamHan
             # an answer only where one is awaited (--orphan-after): each wakes this loop
             self._to_coordinator("heartbeat", {
                 "worker": self.id, "memory": rss_bytes(),
-                "stages": [st.name for st in self.stages.values()],
+                "stages": [st.name for st in self.stages.values()], **self.keepers(),
                 **({"answer": True} if self.orphan_after else {})})
         else:
             self._register()

@@ -87,6 +87,19 @@ class StatusHandlers:
         return (self.peers.keys is None or self.keeper(asker) == CLIENT
                 or self.peers.is_worker(asker))
 
+    def keepers(self) -> dict:
+        """A heartbeat's ``keepers``, with keys: whose each stage is, by its index in the
+        beat's ``stages`` (key name -> indices; "" -> published), so that the coordinator's
+        status names a stage only to whom this worker's does. Nothing without keys."""
+        if self.peers.keys is None:
+            return {}
+        out: dict[str, list[int]] = {}
+        for i, st in enumerate(self.stages.values()):
+            keeper = "" if st.public else st.keeper
+            if isinstance(keeper, str):  # (a key's name; a connection's: no key, nobody's)
+                out.setdefault(keeper, []).append(i)
+        return {"keepers": out}
+
     def _links(self, visible: set[str] | None) -> dict:
         """``link_status``, to a key that does not see everything (``visible``: the names of
         the stages it sees) without the other stages and the counts every client's steps

@@ -7,6 +7,7 @@ every client's running and queued calls with their models and key names. Now a k
 the names of its own and the published stages, its own key's totals, its own calls; the
 cluster's own keys read everything, as before."""
 import threading
+import time
 
 import pytest
 
@@ -74,3 +75,33 @@ def test_a_key_reads_its_own_stages_and_totals_not_another_keys():
             assert sorted(admin["stages"]) == sorted([private, public])
             assert admin["contexts"] == 3 and admin["messages"] > 0
             del kept
+
+
+def test_the_coordinators_status_names_to_a_key_its_own_and_the_published_stages():
+    """The coordinator's ``status`` (``workers()``) listed every worker's stages by name to
+    every key: another key's unpublished model ids. Now a key reads its own and the
+    published ones by name, and of another key's only that there is one (a deploy places
+    stages on the workers holding the fewest); the cluster's own keys read every name."""
+    with local_cluster(workers=1, secure=True) as cluster:
+        keys = cluster.keys.directory
+        for name in ("alice", "bob"):
+            add_client(keys, name)
+        with connect(cluster.address, keys=keys, key_name="alice") as alice, \
+                connect(cluster.address, keys=keys, key_name="bob") as bob:
+            own = alice.deploy(nn.Sequential(nn.Linear(3, 5), nn.ReLU()), stages=1)
+            shared = alice.deploy(nn.Sequential(nn.Linear(3, 2)), stages=1, name="s12-seen")
+            theirs = bob.deploy(nn.Sequential(nn.Linear(3, 2)), stages=1)
+            private, public, bobs = (f"stage 0 of {deployment_of(m)._model_id}"
+                                     for m in (own, shared, theirs))
+            every = {private, public, bobs}
+            deadline = time.monotonic() + 30  # (the worker's next beat names them)
+            while set(cluster.workers()[0].stages) != every:
+                assert time.monotonic() < deadline, cluster.workers()
+                time.sleep(0.2)
+            (seen,) = bob.workers()
+            assert set(seen.stages) == {public, bobs, "stage 0 of another key's model (1)"}
+            assert private not in str(bob.status())  # before: every key read it
+            assert "messages" not in bob.status()["coordinator"]
+            (seen,) = alice.workers()
+            assert set(seen.stages) == {private, public, "stage 0 of another key's model (1)"}
+            assert "messages" in cluster.status()["coordinator"]
