@@ -412,7 +412,9 @@ class Coordinator(StatusHandlers, Service):
         return True
 
     def on_models(self, msg, sender: bytes):
-        return [self._summary(published) for published in self.models.values()]
+        key = self._status_key(sender)
+        return [self._summary(published, None if key is None or published.owner_key == key
+                              else sender) for published in self.models.values()]
 
     def on_lookup(self, msg, sender: bytes):
         return self._find(msg["name"]).record
@@ -508,8 +510,12 @@ class Coordinator(StatusHandlers, Service):
                 return False
         return True
 
-    def _summary(self, published: Published) -> dict:
-        """A published model as ``models`` lists it (the record less its structure)."""
+    def _summary(self, published: Published, asker: bytes | None = None) -> dict:
+        """A published model as ``models`` lists it (the record less its structure); of the
+        clients attached, to ``asker`` its own key's only (None: every one, for the model's
+        deployer's key and the cluster's own keys, and without keys). Before, every key
+        read who was attached to every model and since when
+        (tests/integration/test_s12_models.py)."""
         record, now = published.record, time.monotonic()
         return {
             "name": record["name"], "model": record["model"], "class": record["class"],
@@ -519,7 +525,8 @@ class Coordinator(StatusHandlers, Service):
                         "alive": self._worker_alive(s["worker"], now)}
                        for s in record["workers"]],
             "clients": [{"client": who, "since": since}  # attached
-                        for _, since, who in published.attached.values()],
+                        for connection, since, who in published.attached.values()
+                        if asker is None or self._same_client(connection, asker)],
         }
 
     def on_shutdown(self, msg, sender: bytes):
