@@ -79,6 +79,8 @@ __all__ = ["Worker"]
 
 ROUTER_BURST = 32  # messages taken off the endpoint per poll, at most
 _SRCFD = int(zmq.SRCFD)
+# requests that may give their client gradients on a stage (LimitChecks.check_grad_copy)
+_GIVES_GRADS = frozenset({"backward", "train_step", "grad_op"})
 
 
 class Worker(ControlLine, StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers,
@@ -523,6 +525,8 @@ class Worker(ControlLine, StageHandlers, ComputeHandlers, HookHandlers, ParamHan
         job.stage = st
         st.shared = st.shared or job.client != st.owner
         st.use_client(job.client)  # this client's gradients and attributes, for the job
+        if msg.type in _GIVES_GRADS and (msg.type != "grad_op" or msg["op"] in ("set", "add")):
+            self.check_grad_copy(st, job.client)  # (workers/limits.py)
         if job.version is None and msg.type == "backward":  # the weights of its forward
             ctx = self.state.context(st.model, job.client, msg.ctx)
             job.version = None if ctx is None else ctx.version
