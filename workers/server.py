@@ -517,7 +517,7 @@ class Worker(ControlLine, StageHandlers, ComputeHandlers, HookHandlers, ParamHan
         st = self.stages.get(msg["model"])
         index = msg.get("stage")
         if st is None:
-            held = ", ".join(s.name for s in self.stages.values()) or "nothing"
+            held = ", ".join(self.stage_names_for(job.client)) or "nothing"
             raise RuntimeError(f"worker {self.id} holds no stage of model {msg['model']!r} "
                                f"(it holds {held}); was the model closed?")
         if index is not None and index != st.index:

@@ -20,7 +20,7 @@ class StatusHandlers:
         stages = [st for st in self.stages.values() if mine(st.keeper) or st.public]
         steps = self.step_graph_bytes()
         return {"id": self.id, "pid": os.getpid(), "address": self.address,
-                "stages": [st.name for st in stages],
+                "stages": self.stage_names_for(job.client),
                 "memory": rss_bytes(),
                 "threads": blas_threads(),  # the BLAS threads set (None: numpy's default)
                 # the asker's key's own (with keys; the cluster's own keys: everyone's)
@@ -86,6 +86,14 @@ class StatusHandlers:
         values, waits, queued requests and messages."""
         return (self.peers.keys is None or self.keeper(asker) == CLIENT
                 or self.peers.is_worker(asker))
+
+    def stage_names_for(self, asker: bytes) -> list[str]:
+        """The names of the stages ``asker`` may read of (its key's own and the published
+        ones; every one for the cluster's own keys and without keys): what ``status`` and
+        an error naming what this worker holds tell it. Before, a request naming a model
+        this worker does not hold was answered with every stage's name."""
+        mine = self._status_of(asker)
+        return [st.name for st in self.stages.values() if mine(st.keeper) or st.public]
 
     def keepers(self) -> dict:
         """A heartbeat's ``keepers``, with keys: whose each stage is, by its index in the

@@ -5,7 +5,8 @@ the client library makes from the model's class), the worker's totals over every
 messages decoded), which moved with each call of another client, and, from ``waits``,
 every client's running and queued calls with their models and key names. Now a key reads
 the names of its own and the published stages, its own key's totals, its own calls; the
-cluster's own keys read everything, as before."""
+cluster's own keys read everything, as before. An error that says what a worker holds
+(a request naming a model it does not) named every stage too."""
 import threading
 import time
 
@@ -13,7 +14,7 @@ import pytest
 
 import disthook as torch
 from disthook import nn
-from disthook.distributed import connect, deployment_of, local_cluster
+from disthook.distributed import RemoteError, connect, deployment_of, local_cluster
 from disthook.service.rpc import Peer
 from disthook.service.security import Keys, add_client
 
@@ -45,6 +46,10 @@ def test_a_key_reads_its_own_stages_and_totals_not_another_keys():
                 assert before[total] == after[total] == 0, (total, before, after)
             assert "messages" not in after  # (every client's messages: the cluster's keys)
             assert private not in str(after)
+            with Peer(worker.address, keys=bob) as peer, pytest.raises(
+                    RemoteError, match="holds no stage of model 'nope'") as no:
+                peer.request("get_state", {"model": "nope"}, timeout=20)  # (nor an error's)
+            assert private not in str(no.value) and public in str(no.value), no.value
 
             # a call of alice's that waits on her hook: bob's ``waits`` does not show it
             entered, go_on = threading.Event(), threading.Event()
