@@ -216,6 +216,30 @@ def _check_reload(held: Stage | None, client: bytes) -> None:
             f"{weights}")
 
 
+def _retire(held: dict, model: str, owner: bytes, keeper) -> None:
+    """Remember in ``held["_retired"]`` (model id -> (owner, keeper)) that ``owner``'s model
+    was unloaded, and in ``held["_retired_by"]`` (keeper -> its ids, oldest first) whose
+    account it was. Past ``MAX_RETIRED`` the account that retired the most forgets its
+    oldest: before, the oldest of all went, and a client that loaded and unloaded 65536
+    models of its own made the worker forget another's id, which it could then load a
+    model of its own under, for the clients still attached to that id to compute with."""
+    retired = held.setdefault("_retired", {})
+    by = held.setdefault("_retired_by", {})
+    if model in retired:
+        _, was = retired.pop(model)
+        by[was].pop(model, None)
+        if not by[was]:
+            del by[was]
+    retired[model] = (owner, keeper)
+    by.setdefault(keeper, {})[model] = None
+    while len(retired) > MAX_RETIRED:
+        most = max(by, key=lambda k: len(by[k]))
+        oldest = next(iter(by[most]))
+        del by[most][oldest], retired[oldest]
+        if not by[most]:
+            del by[most]
+
+
 class StageHandlers:
     """Loading and unloading stages, for ``Worker`` (a mixin: it uses the worker's sockets,
     state and helpers)."""
@@ -311,7 +335,7 @@ class StageHandlers:
         """A model id another client's stage held here before it was unloaded is not taken
         again: the clients attached to that model are bound to its id and this worker, and
         would go on computing, unwarned, with whatever was loaded under it."""
-        owner = self.__dict__.get("_retired", {}).get(model)
+        owner = self.__dict__.get("_retired", {}).get(model, (None,))[0]
         if owner is not None and owner != client:
             raise PermissionError(
                 f"model id {model!r} was another client's model on worker {self.id}, "
@@ -323,11 +347,7 @@ class StageHandlers:
         self.state.unload(model)
         if stage is None:
             return False
-        retired = self.__dict__.setdefault("_retired", {})  # model id -> its owner, bounded
-        retired.pop(model, None)
-        retired[model] = stage.owner
-        while len(retired) > MAX_RETIRED:
-            del retired[next(iter(retired))]
+        _retire(self.__dict__, model, stage.owner, stage.keeper)
         for sock in stage.neighbours.values():
             self.drop_neighbour(sock)
         for handle in stage.hooks.values():
