@@ -54,8 +54,8 @@ def _stages_shown(record, key: str) -> list[str]:
     A worker that says nothing of whose they are (no keepers: without keys, or older)
     has all its stages shown so."""
     keepers = record.keepers if isinstance(record.keepers, dict) else {}
-    shown = {i for who in ("", key) for i in (keepers.get(who) or ())
-             if isinstance(i, int)}
+    lists = [keepers.get(who) for who in ("", key)]
+    shown = {i for held in lists if isinstance(held, list) for i in held if isinstance(i, int)}
     out, hidden = [], 0
     for i, stage in enumerate(record.stages):
         if i in shown:
