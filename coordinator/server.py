@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import os
-import socket
 import time
 import unicodedata
 
@@ -31,6 +29,7 @@ import zmq
 import zmq.auth
 
 from coordinator import registry_store
+from coordinator.status import StatusHandlers
 from disthook import wire
 from disthook.service.loop import (
     LOG_LEVELS,
@@ -99,6 +98,9 @@ class WorkerRecord:
     last_seen: float
     memory: int | None = None
     stages: list = dataclasses.field(default_factory=list)  # as the worker last reported
+    # with keys: key name -> indices in stages of that key's unpublished stages; "" ->
+    # the published ones' (the heartbeat's keepers: whom status names each stage to)
+    keepers: dict = dataclasses.field(default_factory=dict)
     code: bool = False  # it takes models pickled by value from deploying clients
     # its socket for neighbour stages on its host, and what tells that host (workers/links.py)
     link: str | None = None
@@ -120,7 +122,7 @@ class Published:
     nbytes: int = 0  # what its record holds here, as decoded (0: restored)
 
 
-class Coordinator(Service):
+class Coordinator(StatusHandlers, Service):
     role = "coordinator"
 
     def __init__(self, bind: str, *, heartbeat: float = HEARTBEAT_S,
@@ -289,28 +291,13 @@ class Coordinator(Service):
         record.last_seen = time.monotonic()
         record.memory = msg.get("memory")
         record.stages = list(msg.get("stages") or [])
+        record.keepers = msg.get("keepers") or {}
         # answered only when asked: each answer wakes the worker's loop and I/O thread, and
         # a worker needs one only to know that the coordinator is there (--orphan-after);
         # a beat the coordinator refuses is always answered (the worker registers again)
         return None if msg.get("answer") else NO_REPLY
 
     # ---- from clients ------------------------------------------------------------------------
-    def on_status(self, msg, sender: bytes):
-        now = time.monotonic()
-        return {
-            "coordinator": {"address": self.address, "pid": os.getpid(),
-                            "host": socket.gethostname(), "uptime": time.time() - self.started,
-                            "heartbeat": self.heartbeat,
-                            "messages": wire.decoded_count()},
-            "workers": [
-                {"id": r.id, "address": r.address, "pid": r.pid, "host": r.host,
-                 "stages": r.stages, "alive": now - r.last_seen <= self.lost_after,
-                 "last_seen": now - r.last_seen, "memory": r.memory, "code": r.code,
-                 **({"link": r.link, "link_host": r.link_host} if r.link else {})}
-                for r in sorted(self.workers.values(), key=lambda r: r.registered)
-            ],
-        }
-
     def peer_name(self, identity: bytes) -> str:
         """A peer as the logs name it: a registered worker by its id, a client as models()
         names it (with keys, its key's name), never by the identity it chose."""
@@ -425,7 +412,9 @@ class Coordinator(Service):
         return True
 
     def on_models(self, msg, sender: bytes):
-        return [self._summary(published) for published in self.models.values()]
+        key = self._status_key(sender)
+        return [self._summary(published, None if key is None or published.owner_key == key
+                              else sender) for published in self.models.values()]
 
     def on_lookup(self, msg, sender: bytes):
         return self._find(msg["name"]).record
@@ -521,8 +510,12 @@ class Coordinator(Service):
                 return False
         return True
 
-    def _summary(self, published: Published) -> dict:
-        """A published model as ``models`` lists it (the record less its structure)."""
+    def _summary(self, published: Published, asker: bytes | None = None) -> dict:
+        """A published model as ``models`` lists it (the record less its structure); of the
+        clients attached, to ``asker`` its own key's only (None: every one, for the model's
+        deployer's key and the cluster's own keys, and without keys). Before, every key
+        read who was attached to every model and since when
+        (tests/integration/test_s12_models.py)."""
         record, now = published.record, time.monotonic()
         return {
             "name": record["name"], "model": record["model"], "class": record["class"],
@@ -532,7 +525,8 @@ class Coordinator(Service):
                         "alive": self._worker_alive(s["worker"], now)}
                        for s in record["workers"]],
             "clients": [{"client": who, "since": since}  # attached
-                        for _, since, who in published.attached.values()],
+                        for connection, since, who in published.attached.values()
+                        if asker is None or self._same_client(connection, asker)],
         }
 
     def on_shutdown(self, msg, sender: bytes):
@@ -585,3 +579,4 @@ def main(argv=None) -> int:
     print(f"disthook coordinator listening on {coordinator.address}", flush=True)
     coordinator.serve_forever()
     return 0
+

@@ -309,7 +309,11 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "register": {"worker": "str", "address": "str", "pid": "int", "host": "str?",
                  "code": "bool?", "link": "str?", "link_host": "str?"},
     # answer: the worker asks the coordinator to answer this beat (it says nothing otherwise)
-    "heartbeat": {"worker": "str", "memory": "int?", "stages": "list?", "answer": "bool?"},
+    # keepers (optional, with keys): key name -> the indices in stages of that key's
+    # unpublished stages, "" -> those of published ones (the coordinator's status names a
+    # stage to its key, or to every key when published, and to the cluster's keys)
+    "heartbeat": {"worker": "str", "memory": "int?", "stages": "list?", "answer": "bool?",
+                  "keepers": "map?"},
     "shutdown": {"reason": "str?"},
     # coordinator -> worker, at each registration: the registered workers' addresses and
     # local links, the only ones a client may have a worker dial (send_value, load_stage's

@@ -144,15 +144,60 @@ class LimitChecks:
         skip = {id(_root(t._data)) for t in st.versions.tensors}
         context.nbytes = graph_nbytes(context, skip)
         fellows = self._fellows(client)
-        held = sum(c.nbytes for (_, who, _), c in self.state.contexts.items() if who in fellows)
-        held += sum(sum(kept.values()) for (_, who, _), kept in self.state.step_graphs.items()
-                    if who in fellows)
+        held = self._graph_bytes(fellows) + self._grad_copies(fellows)
         if held + context.nbytes > self.max_graph_bytes:
             raise RuntimeError(
                 f"this client's forward graphs kept on this worker for their backward hold "
                 f"{mib(held)}, and this call's {mib(context.nbytes)} more would pass the cap "
                 f"of {mib(self.max_graph_bytes)} (--max-graph-mb): run backward on the "
                 "outputs it keeps (or drop them), or call under no_grad()")
+
+    def _graph_bytes(self, fellows: set[bytes]) -> int:
+        """What the kept forward graphs of ``fellows`` (one client's connections) hold here,
+        those its training steps keep included."""
+        held = sum(c.nbytes for (_, who, _), c in self.state.contexts.items() if who in fellows)
+        return held + sum(sum(kept.values()) for (_, who, _), kept
+                          in self.state.step_graphs.items() if who in fellows)
+
+    def _grad_copies(self, fellows: set[bytes], adding: tuple = ()) -> int:
+        """The bytes of the gradients ``fellows`` (one key's connections) hold on this
+        worker's stages past the largest copy of each stage (``adding``: (a stage, the bytes
+        of a copy more there)): each connection of a client has gradients of its own, and
+        one copy per stage is the client's as in one process; more are weighed as graphs."""
+        if len(fellows) < 2:
+            return 0
+        total = 0
+        for st in self.stages.values():
+            copies = [n for n in (grad_bytes(st, c) for c in fellows) if n]
+            if adding and adding[0] is st:
+                copies.append(adding[1])
+            total += sum(copies) - max(copies, default=0)
+        return total
+
+    def check_grad_copy(self, st, client: bytes) -> None:
+        """Refuse a request that would give ``client`` gradients on stage ``st`` (a backward,
+        a training step, a gradient set) when its key's other connections hold some there
+        already and that copy more would pass ``--max-graph-mb`` with the key's kept graphs.
+        Before, every connection of a key kept a copy of a stage's gradients of its own,
+        unweighed: 30 connections of one key that each ran a backward through a published
+        model of 8 MiB of weights grew its worker by 259 MiB
+        (tests/integration/test_s12_grad_copies.py),
+        and the per-key caps were for nothing against them."""
+        fellows = self._fellows(client)
+        if len(fellows) < 2 or grad_bytes(st, client):  # (it has its copy: adds to it)
+            return
+        copy = sum(p._data.nbytes for p in st.params if p.requires_grad)
+        before = self._grad_copies(fellows)
+        more = self._grad_copies(fellows, (st, copy)) - before
+        held = self._graph_bytes(fellows) + before
+        if more and held + more > self.max_graph_bytes:
+            raise RuntimeError(
+                f"this client's connections hold gradients of {st.name} already, and a copy "
+                f"more for this connection ({mib(copy)}), with the {mib(held)} its graphs "
+                f"and other copies hold on this worker, would pass the cap of "
+                f"{mib(self.max_graph_bytes)} (--max-graph-mb): each connection keeps "
+                "gradients of its own; take them on fewer connections, or free them "
+                "(zero_grad(), which sets them to None) on those that no longer need them")
 
     def keep_step_graph(self, st, client: bytes, step: str, mb: int, kept: tuple) -> None:
         """Count the forward of micro-batch ``mb`` that ``client``'s training ``step`` keeps
@@ -183,12 +228,15 @@ class LimitChecks:
 
     def on_waits(self, job):
         """What this worker runs, waits for and has queued now, per client (named as status
-        names them): what a stalled call is stuck behind."""
-        return {"id": self.id, **self.state.describe(self.peers.label),
+        names them): what a stalled call is stuck behind. With keys, a key reads its own
+        (the cluster's own keys: everyone's), as in ``status``: before, any key read every
+        client's calls, their models' ids and whose they were, as they ran."""
+        mine, own = self.view_of(job.client)  # (with keys, a key's own: workers/status.py)
+        return {"id": self.id, **self.state.describe(self.peers.label, own),
                 "versions": {st.name: {"forks": st.versions.forks,
                                        "kept": len(st.versions.pending),
                                        "announced": len(st.versions.announced)}
-                             for st in self.stages.values()}}
+                             for st in self.stages.values() if mine(st.keeper)}}
 
     def keeper(self, client: bytes) -> bytes | str:
         """Who a stage ``client`` loads is counted against: with keys its key's name (so
@@ -244,6 +292,13 @@ class LimitChecks:
                 f"this client holds {held} hooks on {st.name}; {adding} more would pass "
                 f"{self.max_hooks}, the most one client may (--max-hooks): remove the hooks "
                 "it no longer needs (handle.remove())")
+
+
+def grad_bytes(st, client: bytes) -> int:
+    """The bytes of ``client``'s gradients on stage ``st``: in its parameters' ``.grad``
+    while it is the stage's installed client, else kept aside (``Stage.use_client``)."""
+    grads = [p._grad for p in st.params] if client == st.installed else st.grads.get(client, ())
+    return sum(g._data.nbytes for g in grads if g is not None)
 
 
 class _StepForward:

@@ -10,7 +10,7 @@ training step's record, so that no client's values push out another's steps.
 """
 from __future__ import annotations
 
-__all__ = ["VALUES_PER_CLIENT", "admit", "client_of_value", "forget_values"]
+__all__ = ["VALUES_PER_CLIENT", "admit", "client_of_value", "forget_values", "whose"]
 
 VALUES_PER_CLIENT = 1024  # values pushed here for one client, not yet taken by its calls
 
@@ -18,6 +18,14 @@ VALUES_PER_CLIENT = 1024  # values pushed here for one client, not yet taken by 
 def client_of_value(key: tuple) -> str | None:
     """The client (its identity, hex) a mailbox key's value is for; None for a step's."""
     return key[1].partition("/")[0] if key[2] == "value" else None
+
+
+def whose(key: tuple, step_clients: dict) -> bytes | None:
+    """The client (its identity) a mailbox record is for: a value's, or the client running
+    the training step a step's record belongs to (``step_clients``: (model, step) -> it);
+    None when not known."""
+    value_of = client_of_value(key)
+    return step_clients.get(key[:2]) if value_of is None else _identity(value_of)
 
 
 def admit(mailbox: dict, key: tuple, msg, limit: int, worker_id: str,

@@ -79,6 +79,8 @@ __all__ = ["Worker"]
 
 ROUTER_BURST = 32  # messages taken off the endpoint per poll, at most
 _SRCFD = int(zmq.SRCFD)
+# requests that may give their client gradients on a stage (LimitChecks.check_grad_copy)
+_GIVES_GRADS = frozenset({"backward", "train_step", "grad_op"})
 
 
 class Worker(ControlLine, StageHandlers, ComputeHandlers, HookHandlers, ParamHandlers,
@@ -482,7 +484,7 @@ class Worker(ControlLine, StageHandlers, ComputeHandlers, HookHandlers, ParamHan
             # an answer only where one is awaited (--orphan-after): each wakes this loop
             self._to_coordinator("heartbeat", {
                 "worker": self.id, "memory": rss_bytes(),
-                "stages": [st.name for st in self.stages.values()],
+                "stages": [st.name for st in self.stages.values()], **self.keepers(),
                 **({"answer": True} if self.orphan_after else {})})
         else:
             self._register()
@@ -515,7 +517,7 @@ class Worker(ControlLine, StageHandlers, ComputeHandlers, HookHandlers, ParamHan
         st = self.stages.get(msg["model"])
         index = msg.get("stage")
         if st is None:
-            held = ", ".join(s.name for s in self.stages.values()) or "nothing"
+            held = ", ".join(self.stage_names_for(job.client)) or "nothing"
             raise RuntimeError(f"worker {self.id} holds no stage of model {msg['model']!r} "
                                f"(it holds {held}); was the model closed?")
         if index is not None and index != st.index:
@@ -523,6 +525,8 @@ class Worker(ControlLine, StageHandlers, ComputeHandlers, HookHandlers, ParamHan
         job.stage = st
         st.shared = st.shared or job.client != st.owner
         st.use_client(job.client)  # this client's gradients and attributes, for the job
+        if msg.type in _GIVES_GRADS and (msg.type != "grad_op" or msg["op"] in ("set", "add")):
+            self.check_grad_copy(st, job.client)  # (workers/limits.py)
         if job.version is None and msg.type == "backward":  # the weights of its forward
             ctx = self.state.context(st.model, job.client, msg.ctx)
             job.version = None if ctx is None else ctx.version

@@ -19,7 +19,9 @@ from workers.versions import Versions
 
 __all__ = ["Stage", "StageHandlers"]
 
-CALLS_REMEMBERED = 4096  # optimizer calls per stage known as run (see Stage.first_time)
+# optimizer calls known as run (see Stage.first_time): per client, and per stage in all
+CALLS_PER_CLIENT = 1024
+CALLS_REMEMBERED = 4096
 _MISSING = object()
 
 
@@ -72,9 +74,11 @@ class Stage:
                           .values())
         self.keeper: bytes | str = owner
         self.optimizers: dict[tuple, object] = {}  # (client, optimizer id) -> local share
-        # (client, call number) of optimizer calls that rode with a forward or training
-        # step and ran here: one sent again (its carrier failed on a later stage) is skipped
-        self.calls_done: dict[tuple, None] = {}
+        # client -> the numbers of its optimizer calls that rode with a forward or training
+        # step and ran here, oldest first: one sent again (its carrier failed on a later
+        # stage) is skipped; self.calls_kept counts them all
+        self.calls_done: dict[bytes, dict[int, None]] = {}
+        self.calls_kept = 0
         # (pass, training mode) -> whether such a pass ("forward", "backward") left the
         # parameters and buffers as they were (learnt from the passes client hooks
         # watched), and (client, hook id, kind) -> what its answers showed so far: whether
@@ -135,21 +139,36 @@ class Stage:
             del self.held[key]
         for key in [k for k in self.optimizers if k[0] == client]:
             del self.optimizers[key]
-        for key in [k for k in self.calls_done if k[0] == client]:
-            del self.calls_done[key]
+        self.calls_kept -= len(self.calls_done.pop(client, ()))
 
     def first_time(self, client: bytes, call: int | None) -> bool:
         """Whether ``client``'s optimizer call number ``call`` runs here for the first time
-        (a call without a number always does); it is remembered as run from now on."""
+        (a call without a number always does); it is remembered as run from now on. A
+        client's record forgets its own oldest past ``CALLS_PER_CLIENT``, and past
+        ``CALLS_REMEMBERED`` on the stage the largest record forgets its oldest: another
+        client's calls never push out those of a client that keeps fewer. Before, one
+        record of the stage forgot the oldest of any client, and another client's 4096
+        calls (zero_grad of an optimizer of its own) made a call that was sent again run
+        a second time: its optimizer stepped twice, silently."""
         if call is None:
             return True
-        key = (client, call)
-        if key in self.calls_done:
+        mine = self.calls_done.setdefault(client, {})
+        if call in mine:
             return False
-        self.calls_done[key] = None
-        while len(self.calls_done) > CALLS_REMEMBERED:
-            del self.calls_done[next(iter(self.calls_done))]
+        mine[call] = None
+        self.calls_kept += 1
+        if len(mine) > CALLS_PER_CLIENT:
+            self._forget_oldest_call(client)
+        while self.calls_kept > CALLS_REMEMBERED:
+            self._forget_oldest_call(max(self.calls_done, key=lambda c: len(self.calls_done[c])))
         return True
+
+    def _forget_oldest_call(self, client: bytes) -> None:
+        calls = self.calls_done[client]
+        del calls[next(iter(calls))]
+        self.calls_kept -= 1
+        if not calls:
+            del self.calls_done[client]
 
     def check_write(self, client: bytes, what: str) -> None:
         """``PermissionError`` unless ``client`` may change the stage's weights."""
@@ -195,6 +214,30 @@ def _check_reload(held: Stage | None, client: bytes) -> None:
             f"loading {held.name} again would replace it (its modules, neighbours and owner, "
             f"and what every client holds on it): only the client that deployed it may; "
             f"{weights}")
+
+
+def _retire(held: dict, model: str, owner: bytes, keeper) -> None:
+    """Remember in ``held["_retired"]`` (model id -> (owner, keeper)) that ``owner``'s model
+    was unloaded, and in ``held["_retired_by"]`` (keeper -> its ids, oldest first) whose
+    account it was. Past ``MAX_RETIRED`` the account that retired the most forgets its
+    oldest: before, the oldest of all went, and a client that loaded and unloaded 65536
+    models of its own made the worker forget another's id, which it could then load a
+    model of its own under, for the clients still attached to that id to compute with."""
+    retired = held.setdefault("_retired", {})
+    by = held.setdefault("_retired_by", {})
+    if model in retired:
+        _, was = retired.pop(model)
+        by[was].pop(model, None)
+        if not by[was]:
+            del by[was]
+    retired[model] = (owner, keeper)
+    by.setdefault(keeper, {})[model] = None
+    while len(retired) > MAX_RETIRED:
+        most = max(by, key=lambda k: len(by[k]))
+        oldest = next(iter(by[most]))
+        del by[most][oldest], retired[oldest]
+        if not by[most]:
+            del by[most]
 
 
 class StageHandlers:
@@ -292,7 +335,7 @@ class StageHandlers:
         """A model id another client's stage held here before it was unloaded is not taken
         again: the clients attached to that model are bound to its id and this worker, and
         would go on computing, unwarned, with whatever was loaded under it."""
-        owner = self.__dict__.get("_retired", {}).get(model)
+        owner = self.__dict__.get("_retired", {}).get(model, (None,))[0]
         if owner is not None and owner != client:
             raise PermissionError(
                 f"model id {model!r} was another client's model on worker {self.id}, "
@@ -304,11 +347,7 @@ class StageHandlers:
         self.state.unload(model)
         if stage is None:
             return False
-        retired = self.__dict__.setdefault("_retired", {})  # model id -> its owner, bounded
-        retired.pop(model, None)
-        retired[model] = stage.owner
-        while len(retired) > MAX_RETIRED:
-            del retired[next(iter(retired))]
+        _retire(self.__dict__, model, stage.owner, stage.keeper)
         for sock in stage.neighbours.values():
             self.drop_neighbour(sock)
         for handle in stage.hooks.values():

@@ -26,7 +26,7 @@ import itertools
 import time
 from typing import Any
 
-from workers.mailbox import admit, forget_values
+from workers.mailbox import admit, forget_values, whose
 from workers.queues import QueueCaps
 
 __all__ = ["ANSWERS", "ClientGone", "Context", "Job", "JobDone", "Log", "MessageIn", "Reply",
@@ -530,10 +530,12 @@ class WorkerState:
         kept = self.values.get((model, client), {})
         return sum(kept.pop(v, None) is not None for v in vids)
 
-    def describe(self, label) -> dict:
+    def describe(self, label, own=None) -> dict:
         """What runs, what it waits for and for how long, and what is queued behind it (the
-        ``waits`` request: a stall's diagnosis); clients named by ``label(identity)``."""
+        ``waits`` request: a stall's diagnosis); clients named by ``label(identity)``; of
+        the clients ``own(client)`` passes only (None: of every client)."""
         now = self.clock()
+        own = own or (lambda client: True)
 
         def job_view(job: Job) -> dict:
             wait = job.waiting
@@ -542,22 +544,32 @@ class WorkerState:
                     "waiting_s": None if wait is None else round(
                         now - (wait.deadline - wait.timeout), 3)}
 
-        return {"running": [job_view(j) for j in self.jobs],
+        counts = self.counts(own)
+        return {"running": [job_view(j) for j in self.jobs if own(j.client)],
                 "queued": [{"model": lane[0], "client": label(lane[1]),
                             "kinds": [j.kind for j in queue]}
-                           for lane, queue in self.lanes.items() if queue],
-                "held_writes": [job_view(j) for j in self.held_writes],
+                           for lane, queue in self.lanes.items() if queue and own(lane[1])],
+                "held_writes": [job_view(j) for j in self.held_writes if own(j.client)],
                 "waits": [{"what": w.what, "kind": w.job.kind, "client": label(w.job.client),
                            "age_s": round(now - (w.deadline - w.timeout), 3)}
-                          for w in self.waits.values()],
-                "mailbox": len(self.mailbox), "contexts": len(self.contexts)}
+                          for w in self.waits.values() if own(w.job.client)],
+                "mailbox": counts["mailbox"], "contexts": counts["contexts"]}
 
-    def counts(self) -> dict:
-        """For status: graphs kept, mailbox entries, jobs running and waiting, queued."""
-        return {"contexts": len(self.contexts), "mailbox": len(self.mailbox),
-                "values": sum(len(kept) for kept in self.values.values()),
-                "jobs": len(self.jobs), "waits": len(self.waits),
-                "queued": sum(len(q) for q in self.lanes.values())}
+    def counts(self, own=None) -> dict:
+        """For status: graphs kept, mailbox entries, kept values, jobs running and waiting,
+        queued; of the clients ``own(client)`` passes only (None: of every client)."""
+        if own is None:
+            return {"contexts": len(self.contexts), "mailbox": len(self.mailbox),
+                    "values": sum(len(kept) for kept in self.values.values()),
+                    "jobs": len(self.jobs), "waits": len(self.waits),
+                    "queued": sum(len(q) for q in self.lanes.values())}
+        steps = self.step_clients
+        return {"contexts": sum(1 for _, who, _ in self.contexts if own(who)),
+                "mailbox": sum(1 for key in self.mailbox if own(whose(key, steps) or b"")),
+                "values": sum(len(kept) for (_, who), kept in self.values.items() if own(who)),
+                "jobs": sum(1 for job in self.jobs if own(job.client)),
+                "waits": sum(1 for w in self.waits.values() if own(w.job.client)),
+                "queued": sum(len(q) for (_, who), q in self.lanes.items() if own(who))}
 
 
 def _writes(msg) -> bool:

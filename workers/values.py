@@ -22,11 +22,14 @@ from workers.limits import mib
 from workers.peers import neighbour_identity
 
 __all__ = ["INLINE_BYTES", "MAX_PEERS_NAMED", "MAX_PEER_SOCKETS", "MAX_VALUES",
-           "MAX_VALUE_BYTES", "ValueHandlers", "kept_grads_changed"]
+           "MAX_VALUE_BYTES", "VALUE_OVERHEAD_BYTES", "ValueHandlers", "kept_grads_changed"]
 
 INLINE_BYTES = 256  # a kept value this small goes to the client with its description too
 MAX_VALUES = 65536  # values one client may keep on one model here
 MAX_VALUE_BYTES = 1 << 30  # the arrays one client's kept values may hold, per worker
+# what a kept value costs here beyond its array's bytes (its tensor, id and entry: measured
+# 417 B for one of one element), weighed with them by --max-value-mb
+VALUE_OVERHEAD_BYTES = 512
 # workers this one keeps a connection to for send_value at once: a client names the address
 # (``to``), so past this the least recently used goes (closed once what it queued is sent)
 MAX_PEER_SOCKETS = 64
@@ -186,19 +189,25 @@ class ValueHandlers:
     def check_value_room(self, job, model: str, count: int, nbytes: int) -> None:
         """Refuse to keep ``count`` more values of ``nbytes`` for the job's client past
         ``MAX_VALUES`` (on this model) or ``--max-value-mb`` (all it keeps here; with keys,
-        every connection of its key together); the refusal is logged."""
+        every connection of its key together), each value weighed with what keeping it
+        costs besides its array (``VALUE_OVERHEAD_BYTES``); the refusal is logged. Before,
+        only the arrays were weighed: values of one element each (4 bytes counted, 417
+        kept) held 26 MiB per model and connection where the cap counted 0.25 MiB, and a
+        key that kept them on its 64 models would hold 1.7 GiB under a cap of 1 GiB."""
         why = None
         if self.state.values_of(model, job.client) + count > MAX_VALUES:
             why = (f"this client keeps {MAX_VALUES} values of this model on worker {self.id}, "
                    "the most one client may")
         else:
             fellows = self._fellows(job.client)
-            held = sum(t._data.nbytes for (_, who), kept in self.state.values.items()
-                       if who in fellows for t in kept.values())
+            held = sum(t._data.nbytes + VALUE_OVERHEAD_BYTES for (_, who), kept
+                       in self.state.values.items() if who in fellows for t in kept.values())
+            nbytes += count * VALUE_OVERHEAD_BYTES
             if held + nbytes > self.max_value_bytes:
                 why = (f"this client's values kept on worker {self.id} hold {mib(held)}, and "
                        f"{mib(nbytes)} more would pass the cap of "
-                       f"{mib(self.max_value_bytes)} (--max-value-mb)")
+                       f"{mib(self.max_value_bytes)} (--max-value-mb), each value weighed "
+                       f"with {VALUE_OVERHEAD_BYTES} bytes more for keeping it")
         if why is not None:
             self.peer_log.warning(job.sender, "worker %s: refused to keep values for %s: %s",
                                   self.id, self.who(job.client), why)

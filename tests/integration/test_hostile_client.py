@@ -175,5 +175,6 @@ def test_a_client_cannot_announce_calls_or_make_a_worker_keep_versions(deployed)
             "pins": [["00" * 8, f"ctx-{i}", None] for i in range(64)]}, timeout=30)
         assert np.asarray(out["result"]["output"]).shape == (5, 2)  # it ran, as its sender
         remote.load_state_dict(remote.state_dict())  # a write: nothing kept for those
-        (kept,) = s1.request("waits", timeout=30)["result"]["versions"].values()
+        with Peer(a1, keys=cluster.keys) as admin:  # (with keys: not the attacker's to read)
+            (kept,) = admin.request("waits", timeout=30)["result"]["versions"].values()
         assert kept == {"forks": 0, "kept": 0, "announced": 0}

@@ -34,7 +34,8 @@ def test_another_keys_client_cannot_use_a_model_that_was_not_published():
         with Peer(worker.address, keys=mallory, identity=me) as peer:
             own_id, shared_id = _model_id(own), _model_id(shared)
             stages = peer.request("status", timeout=20)["result"]["stages"]
-            assert f"stage 0 of {own_id}" in stages  # (the id is no secret)
+            # not named to another key (test_s12_status.py), and refused when it is known
+            assert f"stage 0 of {own_id}" not in stages and f"stage 0 of {shared_id}" in stages
             x = np.ones((1, 3), np.float32)
             hook = {"hook": 1, "kind": "forward", "path": "0", "options": {},
                     "worker_hook": {"name": "capture", "options": {"buffer": "stolen"}}}
