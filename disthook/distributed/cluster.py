@@ -96,7 +96,11 @@ class Cluster:
         self._processes = list(_processes or [])
         self._lock = threading.Lock()
         self._closed = False
-        self._deployments: list = []
+        # the program's open deployments, by id(): held weakly, so that a model the
+        # program drops unloads (distributed/dropped.py), and forgotten once closed; those
+        # published under a name are held in _published too (other clients use them)
+        self._deployments: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+        self._published: dict = {}
         self._restarter: tuple | None = None  # (stop event, thread) of restart=True
         self._cleanups: list = []  # run after the processes are gone (a scratch key dir)
         self._heartbeat: float | None = None
@@ -199,7 +203,7 @@ class Cluster:
         except BaseException:
             remote.close()
             raise
-        self._deployments.append(remote)
+        self._keep(remote)
         return model
 
     def load(self, path: str, *, trust_code: bool = False):
@@ -232,8 +236,20 @@ class Cluster:
         from disthook.distributed.placed import deployment_of
 
         model = registry.attach(self, name, trust_code=trust_code, owner=owner)
-        self._deployments.append(deployment_of(model))
+        self._keep(deployment_of(model))
         return model
+
+    def _keep(self, remote) -> None:
+        """Count ``remote`` among the open deployments that ``close`` closes (a published
+        one held alive: others use it under its name)."""
+        self._deployments[id(remote)] = remote
+        if remote._published:
+            self._published[id(remote)] = remote
+
+    def _forget(self, remote) -> None:
+        """``remote`` closed: nothing of the cluster holds it any more."""
+        self._deployments.pop(id(remote), None)
+        self._published.pop(id(remote), None)
 
     def models(self, *, calls: bool = True) -> list[dict]:
         """The published models, as the coordinator knows them: per model its ``name``,
@@ -271,7 +287,7 @@ class Cluster:
         # each client's buffers are its own on a worker, by the connection its hooks came
         # on: asked over each model's own connections (one per worker and client identity)
         items, asked = [], set()
-        for remote in self._deployments:
+        for remote in list(self._deployments.values()):
             hub = getattr(remote, "_hub", None)
             if hub is None or getattr(remote, "_closed", False) or not hub.socks:
                 continue
@@ -337,7 +353,7 @@ class Cluster:
         if self._restarter is not None:  # workers stopping now must not be replaced
             self._restarter[0].set()
             self._restarter[1].join()
-        for remote in self._deployments:
+        for remote in list(self._deployments.values()):
             remote.close(unload=not self._processes)  # a local cluster's workers stop anyway
         try:
             if self._processes and self._processes[0].poll() is not None and not (
