@@ -33,6 +33,7 @@ from disthook.service.rpc import (
     CoordinatorUnreachable,
     Deadline,
     Peer,
+    RemoteError,
     RemoteTimeout,
     dial_once,
     greet,
@@ -101,6 +102,7 @@ class Cluster:
         # published under a name are held in _published too (other clients use them)
         self._deployments: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
         self._published: dict = {}
+        self._left_behind: list = []  # (message, fields) for the coordinator (attach)
         self._restarter: tuple | None = None  # (stop event, thread) of restart=True
         self._cleanups: list = []  # run after the processes are gone (a scratch key dir)
         self._heartbeat: float | None = None
@@ -235,9 +237,30 @@ class Cluster:
         self._check_open()
         from disthook.distributed.placed import deployment_of
 
+        self._send_left_behind()
         model = registry.attach(self, name, trust_code=trust_code, owner=owner)
-        self._keep(deployment_of(model))
+        remote = deployment_of(model)
+        self._keep(remote)
+        # dropped unclosed, it detaches before this client's next attach (its finalizer may
+        # not use the coordinator's connection: it runs inside whatever the program does)
+        detach = weakref.finalize(remote._hub, self._left_behind.append, ("detach", {
+            "name": name, "model": remote._model_id, "client": registry.client_id(remote)}))
+        detach.atexit = False
+        object.__setattr__(remote, "_detach_when_dropped", detach)
         return model
+
+    def _send_left_behind(self) -> None:
+        """What the attached models dropped unclosed owe the coordinator: their detach (it
+        counts a client's attachments, and refuses one past its limit). Before, a program
+        that attached and dropped a model 64 times was refused every attach after."""
+        from disthook.distributed.registry import LEAVE_TIMEOUT_S
+
+        while self._left_behind:
+            msg_type, fields = self._left_behind.pop(0)
+            try:
+                self._coordinator.request(msg_type, fields, timeout=LEAVE_TIMEOUT_S)
+            except (RemoteTimeout, RemoteError, OSError):
+                pass  # the coordinator gone: it forgot this connection's attachments then
 
     def _keep(self, remote) -> None:
         """Count ``remote`` among the open deployments that ``close`` closes (a published

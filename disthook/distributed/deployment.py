@@ -441,6 +441,9 @@ class Deployment(HookTable):
         if not self._closed:
             from disthook.distributed import registry
 
+            detach = self.__dict__.get("_detach_when_dropped")  # (Cluster.attach's)
+            if detach is not None:
+                detach.detach()  # left now
             registry.leave(self)
             unload = unload and not self._attached
             values = grads = None

@@ -3,8 +3,9 @@ program drops without ``close()`` (a notebook cell deploying again and again) un
 the workers and closes its sockets once collected, as a dropped model's memory goes in one
 process. Before, the cluster held every deployment until it closed: each dropped model kept
 two sockets (and their descriptors) per worker here and its stage loaded on the workers,
-and each closed one stayed in memory with its model, and each deployment ever made added an
-exit function to the interpreter's list."""
+and each closed one stayed in memory with its model, each deployment ever made added an
+exit function to the interpreter's list, and an attached model dropped unclosed stayed
+counted by the coordinator against the client's limit of attachments."""
 import atexit
 import gc
 
@@ -13,6 +14,7 @@ import zmq
 from clusters import wait_until, worker_statuses
 
 import disthook as torch
+from coordinator.server import MAX_ATTACHED_PER_CLIENT
 from disthook import nn
 from disthook.distributed import connect
 from disthook.distributed.deployment import Deployment
@@ -99,3 +101,22 @@ def test_a_published_model_stays_when_its_deployer_drops_it(cluster):
     for remote in list(cluster._deployments.values()):
         remote.close()
     assert _stages_held(cluster) == 0
+
+
+def test_attaching_and_dropping_past_the_coordinators_limit(cluster):
+    # the coordinator counts a client's attachments to a name and refuses one past its
+    # limit: a dropped one detaches (before, the program was refused from then on)
+    torch.manual_seed(0)
+    net, x = _net(), torch.randn(2, 4)
+    want = net(x).detach().numpy().copy()
+    published = cluster.deploy(net, stages=2, name="t6-many")
+    with connect(cluster.address) as other:
+        for _ in range(MAX_ATTACHED_PER_CLIENT + 2):
+            attached = other.attach("t6-many")
+            del attached
+        gc.collect()  # (each collected one detaches before the next attach)
+        attached = other.attach("t6-many")
+        assert abs(attached(x).detach().numpy() - want).max() < 1e-6
+        [entry] = other.models(calls=False)
+        assert len(entry["clients"]) == 1, entry["clients"]
+    published.close()
