@@ -184,11 +184,10 @@ class _Hub(Releases, OptimizerCalls, HookServer):
         self.late_error: wire.Message | None = None
         # optimizer steps still pending when the program ends go then (weights the stages
         # keep must not miss a step the program made)
-        if not _HUBS:  # moved last again (it runs before what was registered since, as
-            # each hub's own exit function did, e.g. before a local cluster's processes stop)
-            atexit.unregister(_flush_all_at_exit)
-            atexit.register(_flush_all_at_exit)
-        _HUBS[next(_hub_numbers)] = self
+        number = next(_hub_numbers)
+        if not number:  # with the first hub: it runs before the finalizers registered
+            atexit.register(_flush_all_at_exit)  # earlier (a local cluster's processes stop)
+        _HUBS[number] = self
 
     reply_to = property(lambda self: self.identity.hex())
 
