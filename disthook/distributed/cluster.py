@@ -106,6 +106,7 @@ class Cluster:
         self._restarter: tuple | None = None  # (stop event, thread) of restart=True
         self._cleanups: list = []  # run after the processes are gone (a scratch key dir)
         self._heartbeat: float | None = None
+        self._started = False  # (a local cluster's: once every worker first registered)
         # the processes must not outlive an unreferenced cluster object either
         self._finalizer = weakref.finalize(self, stop_abandoned, self._processes)
 
@@ -127,7 +128,8 @@ class Cluster:
         return [WorkerInfo(**w) for w in self.status()["workers"]]
 
     def wait_for_workers(self, n: int, timeout: float = 60.0) -> list[WorkerInfo]:
-        """Block until ``n`` workers are registered and alive (``ClusterError`` at the deadline)."""
+        """Block until ``n`` workers are registered and alive (``ClusterError`` at the deadline;
+        at once when a process of a local cluster ended, unless ``restart=True`` replaces it)."""
         deadline = time.monotonic() + timeout
         answered = None  # what the coordinator said last (None: it never answered)
         while True:
@@ -450,6 +452,8 @@ class Cluster:
             raise ClusterError(f"the cluster at {self.address} is closed")
 
     def _check_processes(self) -> None:
+        if self._restarter is not None and self._started:  # one that ended is replaced:
+            return  # no error (before: it "exited ... during start-up", killed long after)
         for proc in self._processes:
             if proc.poll() is not None:
                 role = "coordinator" if proc.args[2:3] == ["coordinator"] else "worker"
@@ -589,4 +593,5 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
     except BaseException:
         cluster.close()
         raise
+    cluster._started = True
     return cluster
