@@ -308,6 +308,12 @@ class Worker(ControlLine, StageHandlers, ComputeHandlers, HookHandlers, ParamHan
         self.peer_left(sender)  # (the replies kept for it go: nobody is there to read them)
         self.forget_batches(sender)
         self.peers.forget(sender)
+        # the stages it deployed and published to nobody: no one reaches them now (a stage
+        # answers its deployer's connection alone), unloaded as its own unload would be, behind
+        # its running request; before, they stayed for the worker's life (test_t6_deployer_gone)
+        for model in [m for m, st in self.stages.items() if st.owner == sender and not st.public]:
+            unload = wire.Message("unload", 0, None, {"model": model})
+            self._execute(self.state.handle(MessageIn(sender, unload)))
 
     def peer_name(self, identity: bytes) -> str:
         return self.who(identity)

@@ -9,6 +9,7 @@ worker (``send_together``)."""
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import threading
 import uuid
@@ -51,11 +52,23 @@ MAX_AHEAD = 256
 EXIT_FLUSH_TIMEOUT_S = 10.0
 
 
-def _flush_at_exit(ref) -> None:
+# this process's hubs by creation number, for the flush at exit (held weakly); one exit
+# function for them all, registered with the first: before, each hub registered its own,
+# and the interpreter's list of exit functions grew by one per deployment ever made
+_HUBS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_hub_numbers = itertools.count()
+
+
+def _flush_all_at_exit() -> None:
+    """Each hub's flush at exit, the newest first (as exit functions run)."""
+    for hub in reversed(list(_HUBS.values())):
+        _flush_at_exit(hub)
+
+
+def _flush_at_exit(hub) -> None:
     """At interpreter exit: send the optimizer calls a program made after its last request
     to a model it did not close (an attached client's last step lands on stages that stay),
     waiting a few seconds at most; a warning if they cannot go."""
-    hub = ref()
     if not hub or not hub.socks or not hub.pending_optimizer or os.getpid() != hub._pid or hub._busy:
         return
     hub.timeout = min(hub.timeout, EXIT_FLUSH_TIMEOUT_S)
@@ -171,7 +184,10 @@ class _Hub(Releases, OptimizerCalls, HookServer):
         self.late_error: wire.Message | None = None
         # optimizer steps still pending when the program ends go then (weights the stages
         # keep must not miss a step the program made)
-        atexit.register(_flush_at_exit, weakref.ref(self))
+        number = next(_hub_numbers)
+        if not number:  # with the first hub: it runs before the finalizers registered
+            atexit.register(_flush_all_at_exit)  # earlier (a local cluster's processes stop)
+        _HUBS[number] = self
 
     reply_to = property(lambda self: self.identity.hex())
 

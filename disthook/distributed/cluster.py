@@ -33,6 +33,7 @@ from disthook.service.rpc import (
     CoordinatorUnreachable,
     Deadline,
     Peer,
+    RemoteError,
     RemoteTimeout,
     dial_once,
     greet,
@@ -96,10 +97,16 @@ class Cluster:
         self._processes = list(_processes or [])
         self._lock = threading.Lock()
         self._closed = False
-        self._deployments: list = []
+        # the program's open deployments, by id(): held weakly, so that a model the
+        # program drops unloads (distributed/dropped.py), and forgotten once closed; those
+        # published under a name are held in _published too (other clients use them)
+        self._deployments: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+        self._published: dict = {}
+        self._left_behind: list = []  # (message, fields) for the coordinator (attach)
         self._restarter: tuple | None = None  # (stop event, thread) of restart=True
         self._cleanups: list = []  # run after the processes are gone (a scratch key dir)
         self._heartbeat: float | None = None
+        self._started = False  # (a local cluster's: once every worker first registered)
         # the processes must not outlive an unreferenced cluster object either
         self._finalizer = weakref.finalize(self, stop_abandoned, self._processes)
 
@@ -121,7 +128,8 @@ class Cluster:
         return [WorkerInfo(**w) for w in self.status()["workers"]]
 
     def wait_for_workers(self, n: int, timeout: float = 60.0) -> list[WorkerInfo]:
-        """Block until ``n`` workers are registered and alive (``ClusterError`` at the deadline)."""
+        """Block until ``n`` workers are registered and alive (``ClusterError`` at the deadline;
+        at once when a process of a local cluster ended, unless ``restart=True`` replaces it)."""
         deadline = time.monotonic() + timeout
         answered = None  # what the coordinator said last (None: it never answered)
         while True:
@@ -199,7 +207,7 @@ class Cluster:
         except BaseException:
             remote.close()
             raise
-        self._deployments.append(remote)
+        self._keep(remote)
         return model
 
     def load(self, path: str, *, trust_code: bool = False):
@@ -231,9 +239,42 @@ class Cluster:
         self._check_open()
         from disthook.distributed.placed import deployment_of
 
+        self._send_left_behind()
         model = registry.attach(self, name, trust_code=trust_code, owner=owner)
-        self._deployments.append(deployment_of(model))
+        remote = deployment_of(model)
+        self._keep(remote)
+        # dropped unclosed, it detaches before this client's next attach (its finalizer may
+        # not use the coordinator's connection: it runs inside whatever the program does)
+        detach = weakref.finalize(remote._hub, self._left_behind.append, ("detach", {
+            "name": name, "model": remote._model_id, "client": registry.client_id(remote)}))
+        detach.atexit = False
+        object.__setattr__(remote, "_detach_when_dropped", detach)
         return model
+
+    def _send_left_behind(self) -> None:
+        """What the attached models dropped unclosed owe the coordinator: their detach (it
+        counts a client's attachments, and refuses one past its limit). Before, a program
+        that attached and dropped a model 64 times was refused every attach after."""
+        from disthook.distributed.registry import LEAVE_TIMEOUT_S
+
+        while self._left_behind:
+            msg_type, fields = self._left_behind.pop(0)
+            try:
+                self._coordinator.request(msg_type, fields, timeout=LEAVE_TIMEOUT_S)
+            except (RemoteTimeout, RemoteError, OSError):
+                pass  # the coordinator gone: it forgot this connection's attachments then
+
+    def _keep(self, remote) -> None:
+        """Count ``remote`` among the open deployments that ``close`` closes (a published
+        one held alive: others use it under its name)."""
+        self._deployments[id(remote)] = remote
+        if remote._published:
+            self._published[id(remote)] = remote
+
+    def _forget(self, remote) -> None:
+        """``remote`` closed: nothing of the cluster holds it any more."""
+        self._deployments.pop(id(remote), None)
+        self._published.pop(id(remote), None)
 
     def models(self, *, calls: bool = True) -> list[dict]:
         """The published models, as the coordinator knows them: per model its ``name``,
@@ -271,7 +312,7 @@ class Cluster:
         # each client's buffers are its own on a worker, by the connection its hooks came
         # on: asked over each model's own connections (one per worker and client identity)
         items, asked = [], set()
-        for remote in self._deployments:
+        for remote in list(self._deployments.values()):
             hub = getattr(remote, "_hub", None)
             if hub is None or getattr(remote, "_closed", False) or not hub.socks:
                 continue
@@ -337,7 +378,7 @@ class Cluster:
         if self._restarter is not None:  # workers stopping now must not be replaced
             self._restarter[0].set()
             self._restarter[1].join()
-        for remote in self._deployments:
+        for remote in list(self._deployments.values()):
             remote.close(unload=not self._processes)  # a local cluster's workers stop anyway
         try:
             if self._processes and self._processes[0].poll() is not None and not (
@@ -411,6 +452,8 @@ class Cluster:
             raise ClusterError(f"the cluster at {self.address} is closed")
 
     def _check_processes(self) -> None:
+        if self._restarter is not None and self._started:  # one that ended is replaced:
+            return  # no error (before: it "exited ... during start-up", killed long after)
         for proc in self._processes:
             if proc.poll() is not None:
                 role = "coordinator" if proc.args[2:3] == ["coordinator"] else "worker"
@@ -550,4 +593,5 @@ def local_cluster(workers: int = 2, *, host: str = "127.0.0.1", port: int = 0,
     except BaseException:
         cluster.close()
         raise
+    cluster._started = True
     return cluster

@@ -93,7 +93,7 @@ def deploy(cluster, module: Module, stages: int, split_points=None,
         stage_modules = [tree.stage_module(module, paths) for paths in lay.stages]
     alive = [w for w in cluster.workers() if w.alive and w.address not in (_exclude or ())]
     busy: dict[str, set] = {}  # worker id -> stages this client placed there a moment ago
-    for other in getattr(cluster, "_deployments", []):
+    for other in list(getattr(cluster, "_deployments", {}).values()):
         if not other._closed:
             for i, w in enumerate(other._workers):
                 busy.setdefault(w.id, set()).add(f"stage {i} of {other._model_id}")

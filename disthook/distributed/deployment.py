@@ -31,6 +31,7 @@ from disthook.distributed import chain, checkpoint, client_modes, glue, hook_syn
 from disthook.distributed import placing, remote_values, state_entries
 from disthook.distributed.autograd_node import RemoteBackward0
 from disthook.distributed.channel import _Hub
+from disthook.distributed.dropped import close_when_dropped
 from disthook.distributed.hook_table import HookTable
 from disthook.distributed.optimizer import DistributedOptimizer
 from disthook.distributed.parameters import RemoteParameter, RemoteStorage
@@ -100,6 +101,9 @@ class Deployment(HookTable):
                               max_answer_mb=cluster.max_answer_mb)
         if not fields["_glue"] and not whole:  # a chain: its writes travel it (write_all)
             fields["_hub"].chain = fields["_addresses"]
+        # dropped unclosed, its sockets close and the stages it loaded (none when it
+        # attached to a published model: given that model's id) unload
+        close_when_dropped(fields["_hub"], unload=model_id is None)
         for name, value in fields.items():  # plain attributes, not submodules
             object.__setattr__(self, name, value)
 
@@ -437,6 +441,9 @@ class Deployment(HookTable):
         if not self._closed:
             from disthook.distributed import registry
 
+            detach = self.__dict__.get("_detach_when_dropped")  # (Cluster.attach's)
+            if detach is not None:
+                detach.detach()  # left now
             registry.leave(self)
             unload = unload and not self._attached
             values = grads = None
@@ -468,6 +475,7 @@ class Deployment(HookTable):
                         except (ClusterError, RemoteTimeout):
                             pass  # the workers are gone or do not answer: so are the stages
             finally:
+                self._cluster._forget(self)
                 self._hub.flush_releases()
                 self._hub.close(unload)
 

@@ -92,7 +92,7 @@ class SharedClusters:
         cluster = self._clusters.get(workers)
         if cluster is None:
             cluster = self._clusters[workers] = local_cluster(workers=workers, start_timeout=120)
-        deployed_before = len(cluster._deployments)
+        deployed_before = set(cluster._deployments)
         try:
             yield cluster
         finally:
@@ -105,7 +105,7 @@ class SharedClusters:
             self._clusters.popitem()[1].close()
 
 
-def _tidied(cluster, workers: int, deployed_before: int) -> bool:
+def _tidied(cluster, workers: int, deployed_before: set) -> bool:
     """Close what was deployed on ``cluster`` since it was lent; whether it is now as it was
     lent: its processes alive, and ``workers`` workers, each holding no stage, graph or value
     (asked of each worker: the coordinator's view follows the heartbeats). A worker's
@@ -116,9 +116,9 @@ def _tidied(cluster, workers: int, deployed_before: int) -> bool:
     if any(proc.poll() is not None for proc in cluster._processes):
         return False
     try:
-        for deployment in cluster._deployments[deployed_before:]:
-            deployment.close()
-        del cluster._deployments[deployed_before:]
+        for key, deployment in list(cluster._deployments.items()):
+            if key not in deployed_before:
+                deployment.close()  # (a closed deployment leaves cluster._deployments)
         statuses = worker_statuses(cluster)
     except Exception:  # noqa: BLE001 - any failure here means: do not lend it again
         return False
