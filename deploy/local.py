@@ -177,6 +177,14 @@ def _catches(pid: int, signum: int) -> bool:
     return False
 
 
+def _is_ours(path: str, module: str) -> bool:
+    """Whether ``path`` is this project's own ``module`` (run from the project's checkout,
+    its ``workers/__init__.py`` is the role's module, no stranger's)."""
+    project = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    own = os.path.join(project, module, "__init__.py")
+    return os.path.exists(own) and os.path.samefile(path, own)
+
+
 def why_it_ended(proc: subprocess.Popen, when: str = "during start-up") -> str:
     """What to say about a child that ended during start-up, after its role and pid: its
     exit code, its last stderr lines, and a file of the working directory named like its
@@ -186,7 +194,7 @@ def why_it_ended(proc: subprocess.Popen, when: str = "during start-up") -> str:
     said = ("; its last stderr lines:\n  " + "\n  ".join(tail[-5:]) if tail
             else "; it wrote nothing to stderr" if hasattr(proc, "stderr_lines") else "")
     shadows = [name for name in (f"{module}.py", os.path.join(module, "__init__.py"))
-               if os.path.exists(name)]
+               if os.path.exists(name) and not _is_ours(name, module)]
     hint = (f"; note: {os.path.abspath(shadows[0])} in the working directory has the name of "
             f"disthook's {module!r} module, which `python -m {module}` would run instead of "
             "the role: rename it" if shadows else "")

@@ -73,3 +73,16 @@ def test_the_roles_start_without_importing_what_only_later_or_other_programs_nee
                          text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "[]"
+
+
+def test_a_role_started_from_the_projects_own_checkout_names_no_shadowing_file(monkeypatch):
+    # run from the project's root its workers/__init__.py is the role's own module: before,
+    # the note called it a stranger's file to rename
+    from pathlib import Path
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    proc = spawn(Role("workers", ("--coordinator", "tcp://127.0.0.1:1", "--bind", "nowhere")))
+    proc.wait(60)
+    said = why_it_ended(proc)
+    assert "--bind must look like tcp://HOST:PORT" in said
+    assert "note:" not in said, said
