@@ -47,3 +47,13 @@ def test_one_clients_churn_does_not_free_another_clients_unloaded_id(monkeypatch
     with pytest.raises(PermissionError):
         worker._check_retired("m199", b"alice")
     worker._check_retired("alice-model", b"alice")  # its deployer may load it again
+
+
+def test_an_unloaded_models_byte_counts_go_with_it():
+    # before: status's per-model counts of bytes sent (data_stats) stayed for every model
+    # ever loaded, a slow growth with a worker's life over many deploys
+    worker = _Worker()
+    for n in range(50):
+        worker.__dict__.setdefault("data_stats", {})[f"m{n}"] = {"bytes_to_peers": 8}
+        _load_and_unload(worker, f"m{n}", b"alice")
+    assert worker.data_stats == {}

@@ -345,6 +345,7 @@ class StageHandlers:
     def _drop(self, model: str) -> bool:
         stage = self.stages.pop(model, None)
         self.state.unload(model)
+        self.__dict__.get("data_stats", {}).pop(model, None)  # (status's bytes sent for it)
         if stage is None:
             return False
         _retire(self.__dict__, model, stage.owner, stage.keeper)
