@@ -33,6 +33,7 @@ from disthook.nn.modules.module import (
     Placement,
     checked_state_value,
     note_unexpected,
+    placement_of,
 )
 from disthook.service.values import opaque_in, pack
 from disthook.tensor import Tensor
@@ -52,7 +53,7 @@ DEPLOYMENT_API = frozenset({
 
 def deployment_of(module) -> Deployment | None:
     """The deployment ``module`` belongs to (placed part or model), or None."""
-    placement = getattr(module, "__dict__", {}).get("_placement")
+    placement = placement_of(module)
     return placement.deployment if isinstance(placement, _Placed) else None
 
 
@@ -253,7 +254,7 @@ class PartPlacement(_Placed):
         by its own ``_apply`` (those set here converted here)."""
         tensors = [*module.named_parameters(), *module.named_buffers()]
         if not all(isinstance(t, RemoteStorage) for _, t in tensors) or not all(
-                isinstance(m.__dict__.get("_placement"), PartPlacement)
+                isinstance(placement_of(m), PartPlacement)
                 for m in module.modules()):
             d = module.__dict__
             mine = {n: t for n, t in (*d["_parameters"].items(), *d["_buffers"].items())
@@ -354,7 +355,7 @@ def changed_here(module: Module) -> bool:
     set here since the deploy that its worker's copy lacks (``PartPlacement.forward_for``):
     a forward, a method or value its forward reads that cannot travel, or a tensor that
     functional_call put in place of one of its own."""
-    placement = module.__dict__.get("_placement")
+    placement = placement_of(module)
     if placement is None:
         return False
     code_changes.check(placement.deployment)  # its class swapped or patched since
