@@ -161,6 +161,9 @@ class PartPlacement(_Placed):
             if value is not d["_parameters"][name]:  # a tensor of its own: used here
                 self.change_structure(module, f"parameter {name!r}")
             return False
+        if _set_by_class(module, name) and code_changes.changed(self.deployment, module):
+            return False  # a property of the class it has now, not of its worker's copy
+            # (register_parametrization's ``weight``): its setter runs here
         if name in self.shared or _on_class(module, name):  # what the worker's code reads
             if isinstance(value, Tensor) and value.grad_fn is not None:
                 self._recomputed(module, name)
@@ -348,6 +351,15 @@ class PartPlacement(_Placed):
 def _on_class(module: Module, name: str) -> bool:
     """Whether ``name`` is an attribute of the module's class (a method, a default)."""
     return not name.startswith("__") and any(name in k.__dict__ for k in type(module).__mro__)
+
+
+def _set_by_class(module: Module, name: str) -> bool:
+    """Whether ``module.name = value`` runs code of the module's class (a property's
+    setter, any data descriptor)."""
+    for k in type(module).__mro__:
+        if name in k.__dict__:
+            return hasattr(type(k.__dict__[name]), "__set__")
+    return False
 
 
 def changed_here(module: Module) -> bool:
