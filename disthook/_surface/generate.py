@@ -32,9 +32,13 @@ RECORDED = COVERED + (
     "torch.types", "torch.utils", "torch.utils.checkpoint", "torch.utils.data.dataloader",
     "torch.utils.data.dataset", "torch.utils.data.distributed", "torch.utils.data.sampler",
     "torch.utils.data._utils.collate", "torch.utils.hooks",
+    "torch.distributed._tensor.experimental", "torch.distributed._composable.fsdp",
 )
-# private modules that programs import by name (their public names are recorded like any)
-PRIVATE_MODULES = ("torch.utils.data._utils", "torch.utils.data._utils.collate")
+# private modules that programs import by name (their public names are recorded like any):
+# opacus imports the last four as it loads, for its FSDP paths
+PRIVATE_MODULES = ("torch.utils.data._utils", "torch.utils.data._utils.collate",
+                   "torch.distributed._tensor", "torch.distributed._tensor.experimental",
+                   "torch.distributed._composable", "torch.distributed._composable.fsdp")
 
 
 def _kind(obj) -> str:

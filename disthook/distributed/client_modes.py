@@ -63,7 +63,7 @@ def install(dep: Deployment) -> None:
     placement) a ``HerePlacement``, and send their modes."""
     for path, module in dep._local.named_modules():
         if path and dep._layout.stage_of(path) is None and "_placement" not in module.__dict__:
-            module.__dict__["_placement"] = HerePlacement(dep)
+            module.__dict__["_placement"] = HerePlacement(dep).own(module)
     publish(dep)
 
 

@@ -21,7 +21,7 @@ import types
 
 from disthook.nn.modules.module import Module
 
-__all__ = ["check", "mentions", "snapshot"]
+__all__ = ["changed", "check", "mentions", "snapshot"]
 
 # what Python or a library writes into a class dict on its own (caches), never the program
 _CACHES = frozenset({"__annotations__", "__annotate__", "__slotnames__", "__doc__",
@@ -124,6 +124,12 @@ def snapshot(dep, placed: list) -> None:
         before)
     if before:
         check(dep)
+
+
+def changed(dep, module: Module) -> bool:
+    """Whether ``module``'s code is no longer what its worker's copy has (``check``)."""
+    check(dep)
+    return _WHAT in getattr(module.__dict__.get("_placement"), "here", ())
 
 
 def check(dep) -> None:

@@ -33,6 +33,7 @@ from disthook.nn.modules.module import (
     Placement,
     checked_state_value,
     note_unexpected,
+    placement_of,
 )
 from disthook.service.values import opaque_in, pack
 from disthook.tensor import Tensor
@@ -52,7 +53,7 @@ DEPLOYMENT_API = frozenset({
 
 def deployment_of(module) -> Deployment | None:
     """The deployment ``module`` belongs to (placed part or model), or None."""
-    placement = getattr(module, "__dict__", {}).get("_placement")
+    placement = placement_of(module)
     return placement.deployment if isinstance(placement, _Placed) else None
 
 
@@ -160,6 +161,9 @@ class PartPlacement(_Placed):
             if value is not d["_parameters"][name]:  # a tensor of its own: used here
                 self.change_structure(module, f"parameter {name!r}")
             return False
+        if _set_by_class(module, name) and code_changes.changed(self.deployment, module):
+            return False  # a property of the class it has now, not of its worker's copy
+            # (register_parametrization's ``weight``): its setter runs here
         if name in self.shared or _on_class(module, name):  # what the worker's code reads
             if isinstance(value, Tensor) and value.grad_fn is not None:
                 self._recomputed(module, name)
@@ -253,7 +257,7 @@ class PartPlacement(_Placed):
         by its own ``_apply`` (those set here converted here)."""
         tensors = [*module.named_parameters(), *module.named_buffers()]
         if not all(isinstance(t, RemoteStorage) for _, t in tensors) or not all(
-                isinstance(m.__dict__.get("_placement"), PartPlacement)
+                isinstance(placement_of(m), PartPlacement)
                 for m in module.modules()):
             d = module.__dict__
             mine = {n: t for n, t in (*d["_parameters"].items(), *d["_buffers"].items())
@@ -349,12 +353,21 @@ def _on_class(module: Module, name: str) -> bool:
     return not name.startswith("__") and any(name in k.__dict__ for k in type(module).__mro__)
 
 
+def _set_by_class(module: Module, name: str) -> bool:
+    """Whether ``module.name = value`` runs code of the module's class (a property's
+    setter, any data descriptor)."""
+    for k in type(module).__mro__:
+        if name in k.__dict__:
+            return hasattr(type(k.__dict__[name]), "__set__")
+    return False
+
+
 def changed_here(module: Module) -> bool:
     """Whether ``module`` (the model, or a placed part) or a module inside it had something
     set here since the deploy that its worker's copy lacks (``PartPlacement.forward_for``):
     a forward, a method or value its forward reads that cannot travel, or a tensor that
     functional_call put in place of one of its own."""
-    placement = module.__dict__.get("_placement")
+    placement = placement_of(module)
     if placement is None:
         return False
     code_changes.check(placement.deployment)  # its class swapped or patched since

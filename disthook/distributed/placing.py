@@ -49,15 +49,15 @@ def place(dep: Deployment, root: Module) -> None:
         if path:
             shared = {k for k in module.__dict__ if not k.startswith("_")}
             aliases = tuple(p for p in paths_of[id(module)] if p != path)
-            placement = module.__dict__["_placement"] = PartPlacement(dep, path, shared,
-                                                                      aliases)
+            placement = PartPlacement(dep, path, shared, aliases).own(module)
+            module.__dict__["_placement"] = placement
             module.__dict__["_modules"] = _Children(module._modules, placement)
             for kind in ("parameters", "buffers"):
                 key = f"_{kind}"
                 module.__dict__[key] = OwnTensors(module.__dict__[key], placement, kind)
             for name in _recomputed_here(module):
                 placement._mark(name, True)
-    root.__dict__["_placement"] = RootPlacement(dep, "")
+    root.__dict__["_placement"] = RootPlacement(dep, "").own(root)
     root.__dict__["_modules"] = _Children(root._modules, root.__dict__["_placement"])
     dep.__dict__["_placed_modules"] = placed
     dep.__dict__["_synced"] = {}

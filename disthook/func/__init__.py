@@ -427,7 +427,9 @@ def _swapped(module, tensors: dict, strict: bool):
 def _tell_placement(owner, leaf: str, swapped: bool) -> None:
     """A deployed module hears of the swap (its forward then runs here, with the tensor
     given: its worker's copy has only its own)."""
-    placement = owner.__dict__.get("_placement")
+    from disthook.nn.modules.module import placement_of
+
+    placement = placement_of(owner)
     if placement is not None:
         placement.swapped(owner, leaf, swapped)
 

@@ -358,6 +358,8 @@ class Module:
     # ---- the one dispatch point ---------------------------------------------------------
     def _call_impl(self, *args, **kwargs):
         placement = self.__dict__.get("_placement")
+        if placement is not None:
+            placement = placement_of(self)
         if placement is None:
             forward_call = self.forward
         else:  # a deployed module: it runs where it lives, or its forward does
@@ -573,7 +575,7 @@ class Module:
     def _placed_hook(self, handle: RemovableHandle) -> RemovableHandle:
         """A hook just registered on a deployed module goes where the module lives (if it
         cannot, it is removed again and the error says why)."""
-        placement = self.__dict__.get("_placement")
+        placement = placement_of(self)
         if placement is None:
             return handle
         try:
@@ -593,7 +595,7 @@ class Module:
             return d["_buffers"][name]
         if "_modules" in d and name in d["_modules"]:
             return d["_modules"][name]
-        if "_placement" in d and not name.startswith("__"):
+        if "_placement" in d and not name.startswith("__") and placement_of(self) is not None:
             try:
                 return d["_placement"].attribute(self, name)
             except AttributeError:
@@ -602,7 +604,8 @@ class Module:
 
     def __setattr__(self, name: str, value) -> None:
         d = self.__dict__
-        if "_placement" in d and d["_placement"].set_attr(self, name, value):
+        if ("_placement" in d and placement_of(self) is not None
+                and d["_placement"].set_attr(self, name, value)):
             return
         params = d.get("_parameters")
         if isinstance(value, Parameter):
@@ -647,7 +650,8 @@ class Module:
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name: str) -> None:
-        if "_placement" in self.__dict__ and self.__dict__["_placement"].del_attr(self, name):
+        placement = placement_of(self)
+        if placement is not None and placement.del_attr(self, name):
             return
         if name in self._parameters:
             del self._parameters[name]
@@ -660,9 +664,10 @@ class Module:
             object.__delattr__(self, name)
 
     def __getstate__(self) -> dict:
+        placement = placement_of(self)
         state = self.__dict__.copy()
-        if "_placement" in state:  # a copy or a pickle of a deployed module is a plain one
-            state = state["_placement"].detached(self, state)
+        if placement is not None:  # a copy or a pickle of a deployed module is a plain one
+            state = placement.detached(self, state)
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -698,7 +703,7 @@ class Module:
         if tensor is not None and not isinstance(tensor, Tensor):
             raise TypeError(f"cannot assign '{_typename(tensor)}' object to buffer '{name}' "
                             "(torch Tensor or None required)")
-        if "_placement" in self.__dict__:
+        if placement_of(self) is not None:
             self.__dict__["_placement"].register_buffer(self, name, tensor, persistent)
             return
         self._buffers[name] = _run_registration_hooks(_global_buffer_registration_hooks, self,
@@ -712,7 +717,7 @@ class Module:
         """Add ``param`` under ``name`` (``None`` keeps the name with no parameter)."""
         if "_parameters" not in self.__dict__:
             raise AttributeError("cannot assign parameter before Module.__init__() call")
-        if "_placement" in self.__dict__:
+        if placement_of(self) is not None:
             self.__dict__["_placement"].change_structure(self, "register_parameter()")
         if not isinstance(name, str):
             raise TypeError(f"parameter name should be a string. Got {_typename(name)}")
@@ -740,7 +745,7 @@ class Module:
         """Add ``module`` as the child ``name``."""
         if not isinstance(module, Module) and module is not None:
             raise TypeError(f"{_typename(module)} is not a Module subclass")
-        if "_placement" in self.__dict__:
+        if placement_of(self) is not None:
             self.__dict__["_placement"].change_structure(self, "add_module()")
         if not isinstance(name, str):
             raise TypeError(f"module name should be a string. Got {_typename(name)}")
@@ -881,7 +886,7 @@ class Module:
     def train(self, mode: bool = True) -> Module:
         if not isinstance(mode, bool):
             raise ValueError("training mode is expected to be boolean")
-        if "_placement" in self.__dict__:  # the worker's copy and this tree, at once
+        if placement_of(self) is not None:  # the worker's copy and this tree, at once
             self.__dict__["_placement"].train(self, mode)
             return self
         self.training = mode
@@ -918,7 +923,7 @@ class Module:
     # ---- conversion ---------------------------------------------------------------------
     def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> Module:
         """Convert every parameter (in place: same Parameter object) and buffer with ``fn``."""
-        if "_placement" in self.__dict__:
+        if placement_of(self) is not None:
             self.__dict__["_placement"].apply(self, fn)
             return self
         if recurse:
@@ -1070,7 +1075,7 @@ class Module:
         return getattr(type(self), method, None) is not getattr(Module, method)
 
     def _save_to_state_dict(self, destination, prefix: str, keep_vars: bool) -> None:
-        if "_placement" in self.__dict__:
+        if placement_of(self) is not None:
             self.__dict__["_placement"].save_state(self, destination, prefix, keep_vars)
             return
         for name, param in self._parameters.items():
@@ -1127,7 +1132,7 @@ class Module:
         for hook in tuple(self._load_state_dict_pre_hooks.values()):
             hook(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                  error_msgs)
-        if "_placement" in self.__dict__:
+        if placement_of(self) is not None:
             self.__dict__["_placement"].load_state(self, state_dict, prefix, local_metadata,
                                                    missing_keys, unexpected_keys, error_msgs,
                                                    strict)
@@ -1207,7 +1212,7 @@ class Module:
                 if hook(module, incompatible_keys) is not None:
                     raise AssertionError(LOAD_POST_HOOK_RETURN_MSG)
 
-        placement = self.__dict__.get("_placement")
+        placement = placement_of(self)
         if placement is None:
             load(self, state_dict)
         else:
@@ -1257,6 +1262,20 @@ def _discard(name: str, *containers) -> None:
                 c.discard(name)
 
 
+def placement_of(module) -> Placement | None:
+    """``module``'s placement, or None for a module that lives here. A module whose
+    ``__dict__`` was copied entry by entry from a deployed one (higher's monkeypatched copy
+    of a model, ``new.__dict__.update(old.__dict__)``) holds the deployed module's placement
+    but is another module, with its own tensors and children: it lives here, as the copy
+    does in one process, and the copied entry is dropped."""
+    d = getattr(module, "__dict__", None)
+    placement = None if d is None else d.get("_placement")
+    if placement is None or placement._owner is None or placement._owner() is module:
+        return placement
+    del d["_placement"]
+    return None
+
+
 class _PlacedHandle(RemovableHandle):
     """The handle of a hook on a deployed module: removing it removes the hook where the
     module lives too."""
@@ -1269,7 +1288,7 @@ class _PlacedHandle(RemovableHandle):
     def remove(self) -> None:
         super().remove()
         module = getattr(self, "_module_ref", lambda: None)()
-        if module is not None and module.__dict__.get("_placement") is self._placement:
+        if module is not None and placement_of(module) is self._placement:
             self._placement.hooks_changed(module)
 
     def __getstate__(self):
@@ -1282,6 +1301,13 @@ class Placement:
     knows more). A module has a placement when ``module.__dict__["_placement"]`` holds one;
     a module without is an ordinary module. Each method is asked only by the ``Module``
     method of the same purpose."""
+
+    _owner = None  # the module it is the placement of (``own``), by weak reference
+
+    def own(self, module: Module) -> Placement:
+        """This is ``module``'s placement, and no other module's (see ``placement_of``)."""
+        self._owner = weakref.ref(module)
+        return self
 
     def forward_for(self, module: Module, args: tuple = (), kwargs: dict | None = None):
         """The forward that ``__call__`` runs between the module's hooks here, or None: the

@@ -8,13 +8,18 @@ has no effect (tensors live in CPU memory). Batches are the same as with workers
 from __future__ import annotations
 
 import warnings
-from typing import Generic
+from collections.abc import Callable
+from typing import Any, Generic
 
 from disthook.utils.data.collate import default_collate, default_convert
 from disthook.utils.data.dataset import IterableDataset, T_co
 from disthook.utils.data.sampler import BatchSampler, RandomSampler, SequentialSampler
 
 __all__ = ["DataLoader", "get_worker_info"]
+
+# torch's type aliases of the two callables (libraries import them: opacus's DPDataLoader)
+_collate_fn_t = Callable[[list], Any]
+_worker_init_fn_t = Callable[[int], None]
 
 IN_PROCESS_WARNING = (
     "disthook's DataLoader loads data in the main process: num_workers={} is run as "
