@@ -1102,6 +1102,38 @@ BitXor = _nograd_op("BitXor", np.bitwise_xor)
 BitNot = _nograd_op("BitNot", np.invert)
 
 
+class ComparedInPlace(Op):
+    """``t.eq_(other)`` and the other comparisons in place, on a tensor whose graph is
+    recorded: torch records a node for them (``EqBackward0`` for a number, ``EqBackward1``
+    for a tensor ``other``) that gives every input a zero gradient. ``value``: the
+    comparison's result, computed by the out-of-place method."""
+
+    @staticmethod
+    def forward(ctx, a, *others, value):
+        return value.astype(a._data.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        return tuple(g.new_zeros(shape) if meta else None
+                     for meta, shape in ((m, m and m[0]) for m in ctx._input_meta))
+
+
+_COMPARED = {"eq": "Eq", "ne": "Ne", "not_equal": "Ne", "lt": "Lt", "less": "Lt", "le": "Le",
+             "less_equal": "Le", "gt": "Gt", "greater": "Gt", "ge": "Ge",
+             "greater_equal": "Ge"}
+
+
+@functools.cache
+def compared_in_place(name: str, tensor_other: bool) -> type | None:
+    """The op ``<name>_`` records in place (``ComparedInPlace``, named as torch names its
+    node), None when ``name`` is no comparison."""
+    short = _COMPARED.get(name)
+    if short is None:
+        return None
+    node = f"{short}Backward{int(tensor_other)}"
+    return type(f"{short}InPlace", (ComparedInPlace,), {"node_name": node})
+
+
 class _RoundedDivision(_NoGrad):
     """a / b rounded as ``fn`` rounds it, exact for integers (no trip through floats, which
     loses the low digits past 2**24 or 2**53); an integer divided by zero is torch's
@@ -1146,7 +1178,36 @@ def _floor_divide(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.where(y == 0, x / y, out).astype(div.dtype, copy=False)
 
 
-FloorDiv = type("FloorDiv", (_RoundedDivision,), {"fn": staticmethod(_floor_divide)})
+class NoDerivative(Op):
+    """An op torch defines no derivative for: its output takes part in the graph (it
+    requires grad when an input does), and backward through it is torch's error naming the
+    op, ``aten::<torch_name>`` (``<torch_name>_`` for the in-place form: ``in_place``)."""
+
+    node_name = "NotImplemented"
+    fn = None
+    torch_name = ""
+
+    @classmethod
+    def forward(cls, ctx, *xs):
+        return cls.fn(*[x._data for x in xs])
+
+    @staticmethod
+    def backward(ctx, *grads):
+        suffix = "_" if ctx.__dict__.get("in_place") else ""
+        raise RuntimeError(f"derivative for aten::{ctx.torch_name}{suffix} is not implemented")
+
+
+class FloorDiv(_RoundedDivision, NoDerivative):
+    """``a // b`` (torch.floor_divide): a float quotient of a tensor that requires grad
+    requires grad too, and its backward is torch's error (``div(rounding_mode="floor")``
+    is the form with a gradient: zero)."""
+
+    differentiable = True
+    node_name = "NotImplemented"  # (each op class names its own node: Op.__init_subclass__)
+    torch_name = "floor_divide"
+    fn = staticmethod(_floor_divide)
+
+
 TruncDiv = type("TruncDiv", (_RoundedDivision,), {"fn": staticmethod(_trunc_divide)})
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from disthook import _dtype
 from disthook.ops.base import OUTPUT, Op
-from disthook.ops.elementwise import floored_remainder, sign_array, times_conj
+from disthook.ops.elementwise import NoDerivative, floored_remainder, sign_array, times_conj
 
 
 def _needs(ctx, i: int) -> bool:
@@ -818,32 +818,23 @@ class Igammac(Igamma):
 Igamma.torch_name = "igamma"
 
 
-class _NoDerivative(Op):
-    """An op torch defines no derivative for: the output takes part in the graph, and
-    backward through it is torch's error naming the op."""
-
-    fn = None
-    torch_name = ""
-
-    @classmethod
-    def forward(cls, ctx, *xs):
-        return cls.fn(*[x._data for x in xs])
-
-    @staticmethod
-    def backward(ctx, *grads):
-        raise RuntimeError(f"the derivative for '{ctx.torch_name}' is not implemented.")
-
-
-class Heaviside(_NoDerivative):
+class Heaviside(NoDerivative):
     node_name = "NotImplemented"
     torch_name = "heaviside"
     fn = staticmethod(lambda x, v: np.heaviside(x, v).astype(x.dtype, copy=False))
 
 
-class Nextafter(_NoDerivative):
-    node_name = "NotImplemented"
-    torch_name = "nextafter"
-    fn = staticmethod(np.nextafter)
+class Nextafter(Op):
+    """The next float after ``a`` toward ``b``: torch passes the gradient to ``a`` unchanged
+    and gives ``b`` zeros."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        return np.nextafter(a._data, b._data)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, g.new_zeros(g.shape) if ctx.needs_input_grad[1] else None
 
 
 class RandomFill(Op):
