@@ -2804,9 +2804,7 @@ def einsum(equation, *operands) -> Tensor:
                 raise RuntimeError(f"einsum(): subscript {c} has size {n} for operand {k} which "
                                    f"does not broadcast with previously seen size {seen}")
             sizes[c] = builtins.max(seen, n)
-    dt = operands[0]._data.dtype
-    for t in operands[1:]:
-        dt = np.promote_types(dt, t._data.dtype)
+    dt = L.einsum_dtype(inputs, output, [t._data for t in operands], sizes)
     expanded = []
     for subs, t in zip(inputs, operands):
         shape = tuple(sizes[c] for c in subs)
