@@ -443,6 +443,8 @@ class LinalgVectorNorm(Op):
         ctx.save_for_backward(a, OUTPUT)
         ctx.ord, ctx.dims, ctx.keepdim = ord, dim, keepdim
         x = np.abs(a._data)
+        if x.dtype == np.float16:  # torch sums half's powers in float32 and rounds once:
+            x = x.astype(np.float32)  # the norm of [300, 400] is 500, not inf (300² > 65504)
         if ord == np.inf:
             out = np.max(x, axis=dim, keepdims=keepdim)
         elif ord == -np.inf:
