@@ -436,16 +436,24 @@ def _scaled_sum(self, product, beta, alpha):
 def _quantile(x, q, dim, keepdim, interpolation, ignore_nan):
     from disthook.tensor import Tensor, stack, tensor
 
-    name = "nanquantile" if ignore_nan else "quantile"
-    if not x.is_floating_point() or x.dtype is _dtype.bfloat16:
-        raise RuntimeError(f"{name}() input tensor must be either float or double dtype")
-    if interpolation not in ("linear", "lower", "higher", "midpoint", "nearest"):
-        raise RuntimeError(f"{name}() interpolation must be one of linear, lower, higher, "
-                           f"midpoint or nearest. Got {interpolation}")
+    # torch's checks, in its order, each naming quantile() (nanquantile's too)
     scalar_q = not isinstance(q, Tensor)
+    if scalar_q and not 0 <= q <= 1:
+        raise RuntimeError(f"quantile() q must be in the range [0, 1] but got {q}")
+    if interpolation not in ("linear", "lower", "higher", "midpoint", "nearest"):
+        raise RuntimeError("quantile() interpolation must be one of linear, lower, higher, "
+                           f"midpoint or nearest, but got {interpolation}")
+    if x.numel() == 0:
+        raise RuntimeError("quantile() input tensor must be non-empty")
+    if x._data.dtype not in (np.float32, np.float64):  # (no half, bfloat16 or integers)
+        raise RuntimeError("quantile() input tensor must be either float or double dtype")
     qs = tensor(q, dtype=x.dtype) if scalar_q else q
+    if qs.ndim > 1:
+        raise RuntimeError("quantile() q must be a scalar or 1D tensor")
+    if qs._data.dtype != x._data.dtype:
+        raise RuntimeError("quantile() q tensor must be same dtype as the input tensor")
     if bool(((qs._data < 0) | (qs._data > 1)).any()):
-        raise RuntimeError(f"{name}() q values must be in the range [0, 1]")
+        raise RuntimeError("quantile() q values must be in the range [0, 1]")
     src = x.reshape(-1) if dim is None else x.movedim(x._dim(dim), -1)
     values = src.sort(-1)[0]  # nans sort last
     n = values.shape[-1]
