@@ -806,9 +806,13 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self._binary(E.Add, other, reverse=isinstance(other, Tensor))
 
     def __sub__(self, other):
+        if self._data.dtype.kind == "b" or type(other) is builtins.bool or _bool_tensor(other):
+            E.refuse_bool_subtraction(self, other)
         return self._binary(E.Sub, other)
 
     def __rsub__(self, other):
+        if self._data.dtype.kind == "b" or type(other) is builtins.bool or _bool_tensor(other):
+            E.refuse_bool_subtraction(other, self)
         if isinstance(other, (numbers.Number, np.generic)) and not isinstance(other, Tensor):
             dt = result_dtype(self, other)
             keep = self._data.dtype == dt or self._data.dtype.kind == "b"  # (the op refuses)
@@ -963,6 +967,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self._binary(E.Add, other, alpha=_scalar("add", "alpha", alpha))
 
     def sub(self, other, *, alpha=1):
+        E.refuse_bool_subtraction(self, other)
         return self._binary(E.Sub, other, alpha=_scalar("sub", "alpha", alpha))
 
     subtract = sub
@@ -2052,6 +2057,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self._inplace_binary(E.Add, other, alpha=_scalar("add_", "alpha", alpha))
 
     def sub_(self, other, *, alpha=1):
+        E.refuse_bool_subtraction(self, other)
         return self._inplace_binary(E.Sub, other, alpha=_scalar("sub_", "alpha", alpha))
 
     def mul_(self, other):
@@ -2513,6 +2519,10 @@ def _infer_dtype(data) -> np.dtype:
     if kind == "c":
         return arr.dtype if isinstance(data, np.ndarray) else _dtype.default_complex_dtype().np
     raise TypeError(f"Could not infer dtype of {type(data).__name__}")
+
+
+def _bool_tensor(x) -> bool:
+    return isinstance(x, Tensor) and x._data.dtype.kind == "b"
 
 
 def _integral_division(a: Tensor, b) -> bool:

@@ -44,6 +44,28 @@ class Add(Op):
         return g, (g if ctx.alpha == 1 else g * ctx.alpha)
 
 
+def refuse_bool_subtraction(a, b) -> None:
+    """torch's RuntimeError for a subtraction with a bool operand (a tensor, or a Python bool
+    beside a tensor), checked before the operands are promoted (``b - 1`` was int64 here)."""
+    a_bool, b_bool = (isinstance(x, (bool, np.bool_)) or getattr(x, "_data", None) is not None
+                      and x._data.dtype == np.bool_ for x in (a, b))
+    if a_bool and b_bool:
+        raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not "
+                           "supported. Use the `^` or `logical_xor()` operator instead.")
+    if a_bool or b_bool:
+        raise RuntimeError(
+            "Subtraction, the `-` operator, with a bool tensor is not supported. If you are "
+            "trying to invert a mask, use the `~` or `logical_not()` operator instead.")
+
+
+def refuse_bool_kernel(kernel: str, *arrays: np.ndarray) -> None:
+    """torch's NotImplementedError for bool operands only (a bool result) of an op whose
+    kernel, named ``kernel``, takes no bool (``b // b``, ``b % b``, ``b ** b``, ``b.abs()``;
+    numpy gave int8 or bool)."""
+    if all(x.dtype == np.bool_ for x in arrays):
+        raise NotImplementedError(f'"{kernel}" not implemented for \'Bool\'')
+
+
 class Sub(Op):
     complex_ok = True  # linear: the same rule for complex
     alpha = 1
@@ -212,6 +234,7 @@ class Pow(Op):
         ctx.save_for_backward(a, b, OUTPUT)
         if a._data.dtype.kind == "c":
             return _complex_power(a._data, b._data)
+        refuse_bool_kernel("pow", a._data, b._data)
         return np.power(a._data, b._data)
 
     @staticmethod
@@ -264,6 +287,8 @@ class Abs(Op):
     @staticmethod
     def forward(ctx, a):
         ctx.save_for_backward(a)
+        if a._data.dtype == np.bool_:
+            refuse_bool_kernel("abs_cpu", a._data)
         return np.abs(a._data)
 
     @staticmethod
@@ -1139,9 +1164,12 @@ class _RoundedDivision(_NoGrad):
     loses the low digits past 2**24 or 2**53); an integer divided by zero is torch's
     ZeroDivisionError, where numpy gives 0."""
 
+    kernel = ""  # torch's kernel's name, for the error of bool operands
+
     @classmethod
     def forward(cls, ctx, a, b):
         x, y = a._data, b._data
+        refuse_bool_kernel(cls.kernel, x, y)
         if x.dtype.kind in "iub" and y.dtype.kind in "iub" and not np.all(y):
             raise RuntimeError("ZeroDivisionError")
         return cls.fn(x, y)
@@ -1205,10 +1233,12 @@ class FloorDiv(_RoundedDivision, NoDerivative):
     differentiable = True
     node_name = "NotImplemented"  # (each op class names its own node: Op.__init_subclass__)
     torch_name = "floor_divide"
+    kernel = "div_floor_cpu"
     fn = staticmethod(_floor_divide)
 
 
-TruncDiv = type("TruncDiv", (_RoundedDivision,), {"fn": staticmethod(_trunc_divide)})
+TruncDiv = type("TruncDiv", (_RoundedDivision,), {"fn": staticmethod(_trunc_divide),
+                                                  "kernel": "div_trunc_cpu"})
 
 
 class _RoundedDivisionGrad(Op):
@@ -1219,9 +1249,11 @@ class _RoundedDivisionGrad(Op):
 
     node_name = "DivBackward2"
     fn = None
+    kernel = ""  # torch's kernel's name, for the error of bool operands
 
     @classmethod
     def forward(cls, ctx, a, b):
+        refuse_bool_kernel(cls.kernel, a._data, b._data)
         return cls.fn(a._data, b._data)
 
     @staticmethod
@@ -1230,7 +1262,7 @@ class _RoundedDivisionGrad(Op):
 
 
 FloorDivGrad = type("FloorDivGrad", (_RoundedDivisionGrad,),
-                    {"fn": staticmethod(_floor_divide)})
+                    {"fn": staticmethod(_floor_divide), "kernel": FloorDiv.kernel})
 def _trunc_quotient(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """a / b rounded toward zero, as torch's float ``div_trunc``: -5 / inf is -0.0 and x / 0
     is ±inf or NaN (``_trunc_divide``'s exact integer path gave 0.0 and NaN there)."""
@@ -1239,4 +1271,4 @@ def _trunc_quotient(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 TruncDivGrad = type("TruncDivGrad", (_RoundedDivisionGrad,),
-                    {"fn": staticmethod(_trunc_quotient)})
+                    {"fn": staticmethod(_trunc_quotient), "kernel": TruncDiv.kernel})

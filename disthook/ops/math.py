@@ -14,7 +14,13 @@ import numpy as np
 
 from disthook import _dtype
 from disthook.ops.base import OUTPUT, Op
-from disthook.ops.elementwise import NoDerivative, floored_remainder, sign_array, times_conj
+from disthook.ops.elementwise import (
+    NoDerivative,
+    floored_remainder,
+    refuse_bool_kernel,
+    sign_array,
+    times_conj,
+)
 
 
 def _needs(ctx, i: int) -> bool:
@@ -695,11 +701,13 @@ class _Modulus(Op):
 
     saved_names = ("self", "other")
     fn = rounding = None
+    kernel = ""  # torch's kernel's name, for the error of bool operands
 
     @classmethod
     def forward(cls, ctx, a, b):
         ctx.save_for_backward(a, b)
         x, y = a._data, b._data
+        refuse_bool_kernel(cls.kernel, x, y)
         if x.dtype.kind in "iu" and (y == 0).any():
             raise RuntimeError("ZeroDivisionError")
         return cls.fn(x, y)
@@ -727,6 +735,7 @@ class Fmod(_Modulus):
     """C's fmod (the sign of the dividend): the quotient truncated."""
 
     node_name = "FmodBackward1"
+    kernel = "fmod_cpu"
     fn = staticmethod(np.fmod)
     rounding = "trunc"
 
@@ -735,6 +744,7 @@ class Remainder(_Modulus):
     """Python's modulus (the sign of the divisor): the quotient floored."""
 
     node_name = "RemainderBackward1"
+    kernel = "remainder_cpu"
     fn = staticmethod(floored_remainder)
     rounding = "floor"
 

@@ -11,17 +11,9 @@ from __future__ import annotations
 import pytest
 
 import disthook
+from parity.l6_outcome import outcome
 
 torch = pytest.importorskip("torch")
-
-
-def outcome(fn):
-    """The result's dtype, shape and values, or the error's type and first line."""
-    try:
-        r = fn()
-    except Exception as e:  # noqa: BLE001 - the error is the result compared
-        return (type(e).__name__, str(e).splitlines()[0])
-    return (str(r.dtype).replace("torch.", ""), tuple(r.shape), r.tolist())
 
 
 def same(call, *shapes, dtype="bool"):

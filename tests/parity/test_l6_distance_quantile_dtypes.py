@@ -9,21 +9,12 @@ from __future__ import annotations
 import pytest
 
 import disthook
+from parity.l6_outcome import outcome
 
 torch = pytest.importorskip("torch")
 
 DTYPES = ["int64", "int32", "uint8", "bool", "float16", "bfloat16", "float32", "float64",
           "complex64"]
-
-
-def outcome(fn):
-    """The result's dtype and values, or the error's type and first line (torch's, without
-    the hint disthook adds after a ';')."""
-    try:
-        r = fn()
-    except Exception as e:  # noqa: BLE001 - the error is the result compared
-        return (type(e).__name__, str(e).splitlines()[0].split(";")[0])
-    return (str(r.dtype).replace("torch.", ""), r.float().tolist())
 
 
 def same(call):

@@ -10,18 +10,11 @@ from __future__ import annotations
 import pytest
 
 import disthook
+from parity.l6_outcome import outcome
 
 torch = pytest.importorskip("torch")
 
 LIBS = (torch, disthook)
-
-
-def outcome(fn):
-    """What ``fn()`` gave, or the first line of the error it raised, with the error's type."""
-    try:
-        return fn()
-    except Exception as e:  # noqa: BLE001 - the error is the result compared
-        return (type(e).__name__, str(e).splitlines()[0])
 
 
 FLOOR_DIVISIONS = {
