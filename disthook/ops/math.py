@@ -828,6 +828,31 @@ class Igammac(Igamma):
 Igamma.torch_name = "igamma"
 
 
+class Zeta(Op):
+    """The Hurwitz zeta function zeta(x, q): torch differentiates it in ``q`` only,
+    -x zeta(x + 1, q); backward to ``x`` is torch's error."""
+
+    node_name = "SpecialZetaBackward0"
+
+    @staticmethod
+    def forward(ctx, x, q):
+        ctx.save_for_backward(x, q)
+        with np.errstate(over="ignore", invalid="ignore"):  # (inf and nan silently, as torch)
+            return zeta_np(x._data, q._data).astype(x._data.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, g):
+        if ctx.needs_input_grad[0]:
+            raise NotImplementedError("the derivative for 'zeta' is not implemented.")
+        x, q = ctx.saved_tensors
+        return None, g * -x * Zeta.apply(x + 1, q)
+
+
+# torch's nodes when x (1) or q (2) is a number
+ZetaOfNumber = type("ZetaOfNumber", (Zeta,), {"node_name": "SpecialZetaBackward1"})
+ZetaAtNumber = type("ZetaAtNumber", (Zeta,), {"node_name": "SpecialZetaBackward2"})
+
+
 class Heaviside(NoDerivative):
     node_name = "NotImplemented"
     torch_name = "heaviside"
