@@ -408,7 +408,7 @@ def _prod_of_others(a, dim):
     nonzero_prod = nonzero.prod() if dim is None else nonzero.prod(dim[0], keepdim=True)
     # the zeros among the others multiply in: 1 if none, the one zero itself (its value 0,
     # its gradient 1) if one, 0 if more
-    zeros_left = total(zeros) - zeros
+    zeros_left = total(zeros) - zeros.long()  # (a count less a bool: torch refuses bool -)
     zero_kept = a * zeros
     lone_zero = (total(zero_kept) - zero_kept).where(zeros_left == 1, 0.0)
     zero_factor = lone_zero.where(zeros_left != 0, 1.0)
