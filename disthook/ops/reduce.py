@@ -355,6 +355,7 @@ class MinDim(MaxDim):
 
 class Prod(Op):
     node_name = "ProdBackward1"
+    complex_ok = True  # the gradient is conjugated, as torch's: g * conj(product of others)
 
     @staticmethod
     def forward(ctx, a, dim=None, keepdim=False):
@@ -368,6 +369,8 @@ class Prod(Op):
     def backward(ctx, g):
         a, out = ctx.saved_tensors
         g = expand_back(g, a.shape, ctx.dim, ctx.keepdim)
+        if a._data.dtype.kind == "c":
+            a, out = a.conj(), out.conj()
         if not (a._data == 0).any():
             return g * expand_back(out, a.shape, ctx.dim, ctx.keepdim) / a
         if np.isfinite(a._data).all():
