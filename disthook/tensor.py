@@ -880,6 +880,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         elif _dtype.kind(self._data.dtype) not in "fc":
             integral = isinstance(base, (int, np.integer))
             x = self.float() if not integral else self.long() if self.dtype.np.kind == "b" else self
+        if x._data.dtype == _bf16.BF16 and isinstance(base, builtins.float):
+            return E.RPowScalar.apply(x, base=_bf16.scalar_as_bfloat16(base), exact_base=base)
         return E.RPowScalar.apply(x, base=base)
 
     def __rmatmul__(self, other):

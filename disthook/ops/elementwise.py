@@ -258,12 +258,16 @@ class RPowScalar(Op):
     complex_ok = True
 
     @staticmethod
-    def forward(ctx, b, base):
+    def forward(ctx, b, base, exact_base=None):
+        """``exact_base``: the number as written, where ``base`` is it rounded to bfloat16
+        (torch's bfloat16 kernel takes it so; its gradient, the log of the written one)."""
         ctx.save_for_backward(b, OUTPUT)
-        if isinstance(base, complex) or b._data.dtype.kind == "c":
-            ctx.log_base = cmath.log(base) if base != 0 else -math.inf
+        log_of = base if exact_base is None else exact_base
+        if isinstance(log_of, complex) or b._data.dtype.kind == "c":
+            ctx.log_base = cmath.log(log_of) if log_of != 0 else -math.inf
         else:
-            ctx.log_base = math.log(base) if base > 0 else -math.inf if base == 0 else math.nan
+            ctx.log_base = math.log(log_of) if log_of > 0 else -math.inf if log_of == 0 \
+                else math.nan
         x = b._data
         if x.dtype.kind in "iu" and (x < 0).any():
             # an integer to a negative power truncates toward zero, as in torch
