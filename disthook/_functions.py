@@ -13,7 +13,6 @@ import numpy as np
 from disthook import _dtype
 from disthook._out import factory_out
 from disthook.amp import cpu_policy
-from disthook.ops import _bf16
 from disthook.ops import margin as _margin
 from disthook.ops.base import refuse_complex
 from disthook.tensor import Tensor, _factory, cat, stack, tensor
@@ -192,11 +191,10 @@ def chain_matmul(*matrices) -> Tensor:
 
 @cpu_policy.covered(cpu_policy.FP32)
 def cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode=None) -> Tensor:
-    if _dtype.bfloat16 in (x1.dtype, x2.dtype):  # (torch has no bfloat16 kernel for it)
-        _bf16.refuse("cdist")
-    if p == 2 and (compute_mode == "use_mm_for_euclid_dist" or compute_mode in (
-            None, "use_mm_for_euclid_dist_if_necessary") and max(x1.shape[-2], x2.shape[-2]) > 25):
-        # torch's matrix-product form, composed of ops: it differentiates twice
+    by_product = p == 2 and (compute_mode == "use_mm_for_euclid_dist" or compute_mode in (
+        None, "use_mm_for_euclid_dist_if_necessary") and max(x1.shape[-2], x2.shape[-2]) > 25)
+    _margin.check_distance_dtypes("cdist", x1, x2, by_product)
+    if by_product:  # torch's matrix-product form, composed of ops: it differentiates twice
         return (x1.unsqueeze(-2) - x2.unsqueeze(-3)).norm(2, dim=-1)
     return _margin.Cdist.apply(x1, x2, p=float(p))
 

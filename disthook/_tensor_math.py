@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from disthook import _dtype
+from disthook.autograd import grad_mode
 from disthook.ops import complex as C
 from disthook.ops import elementwise as E
 from disthook.ops import math as M
@@ -405,6 +406,11 @@ class _Call:
 
     def apply(self, t, *tensors):
         out = self.method(t, *self.args, **self.kwargs)
+        if out._grad_fn is None and grad_mode._state.enabled \
+                and (t._requires_grad or builtins.any(x._requires_grad for x in tensors)):
+            out = self._recorded(t, tensors, out)
+        elif isinstance(out._grad_fn, E.NoDerivative):
+            out._grad_fn.in_place = True  # its error names the in-place op, as torch's
         if out._data.shape != t._data.shape:
             raise RuntimeError(f"output with shape {list(t.shape)} doesn't match the broadcast "
                                f"shape {list(out.shape)}")
@@ -415,6 +421,18 @@ class _Call:
             raise RuntimeError(f"result type {_kind_title(src)} can't be cast to the desired "
                                f"output type {_kind_title(dst)}")
         return out
+
+    def _recorded(self, t, tensors: tuple, out):
+        """The node torch records for an in-place op whose out-of-place form records none
+        (a comparison's bool result): the comparisons' zero gradients; any other such op is
+        refused, since its in-place result would take part in the graph without a node."""
+        op = E.compared_in_place(self.name, builtins.bool(tensors))
+        if op is None:
+            raise RuntimeError(
+                f"{self.name}_(): disthook records no gradient for this in-place op on a "
+                "tensor that requires grad (torch records one); call it under "
+                f"torch.no_grad(), or take {self.name}() out of place into a new tensor")
+        return op.apply(t, *tensors, value=out._data)
 
 
 def inplace_of(name: str):

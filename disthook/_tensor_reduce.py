@@ -17,6 +17,7 @@ from disthook.amp import cpu_policy
 from disthook.ops import _bf16
 from disthook.ops import scan as C
 from disthook.ops.base import floating_kernel, refuse_complex
+from disthook.ops.linalg import refuse_bool
 from disthook.ops.reduce import norm_dims
 
 
@@ -145,6 +146,8 @@ class ReduceMethods:
     def trace(self):
         if self.ndim != 2:
             raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {self.ndim}")
+        if self._data.dtype == np.bool_:
+            raise NotImplementedError("\"trace\" not implemented for 'Bool'")
         return self.diagonal().sum()
 
     def dist(self, other, p=2):
@@ -261,6 +264,8 @@ class ReduceMethods:
             raise RuntimeError(f"linalg.cross: inputs dimension {dim} must have length 3. Got "
                                f"{self.shape[d] if self.ndim > d else 0} and "
                                f"{other.shape[d] if other.ndim > d else 0}")
+        if a._data.dtype == np.bool_:
+            raise NotImplementedError("\"cross\" not implemented for 'Bool'")
         a0, a1, a2 = a.unbind(d)
         b0, b1, b2 = b.unbind(d)
         return stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], d)
@@ -290,11 +295,15 @@ class ReduceMethods:
 
     @cpu_policy.covered(cpu_policy.LOWER)
     def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
-        return _bf16.rounded_once(lambda s, x, y: _scaled_sum(s, x.bmm(y).sum(0), beta, alpha),
-                                  self, batch1, batch2)
+        # torch's kernel sums the batch's products as addmm's: in their dtype, no bool
+        _refuse_bool_batches("addmm_impl_cpu_", self, batch1)
+        return _bf16.rounded_once(
+            lambda s, x, y: _scaled_sum(s, x.bmm(y).sum(0, dtype=x.dtype), beta, alpha),
+            self, batch1, batch2)
 
     @cpu_policy.covered(cpu_policy.LOWER)
     def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
+        _refuse_bool_batches("baddbmm", self, batch1)
         return _bf16.rounded_once(lambda s, x, y: _scaled_sum(s, x.bmm(y), beta, alpha),
                                   self, batch1, batch2)
 
@@ -427,16 +436,24 @@ def _scaled_sum(self, product, beta, alpha):
 def _quantile(x, q, dim, keepdim, interpolation, ignore_nan):
     from disthook.tensor import Tensor, stack, tensor
 
-    name = "nanquantile" if ignore_nan else "quantile"
-    if not x.is_floating_point() or x.dtype is _dtype.bfloat16:
-        raise RuntimeError(f"{name}() input tensor must be either float or double dtype")
-    if interpolation not in ("linear", "lower", "higher", "midpoint", "nearest"):
-        raise RuntimeError(f"{name}() interpolation must be one of linear, lower, higher, "
-                           f"midpoint or nearest. Got {interpolation}")
+    # torch's checks, in its order, each naming quantile() (nanquantile's too)
     scalar_q = not isinstance(q, Tensor)
+    if scalar_q and not 0 <= q <= 1:
+        raise RuntimeError(f"quantile() q must be in the range [0, 1] but got {q}")
+    if interpolation not in ("linear", "lower", "higher", "midpoint", "nearest"):
+        raise RuntimeError("quantile() interpolation must be one of linear, lower, higher, "
+                           f"midpoint or nearest, but got {interpolation}")
+    if x.numel() == 0:
+        raise RuntimeError("quantile() input tensor must be non-empty")
+    if x._data.dtype not in (np.float32, np.float64):  # (no half, bfloat16 or integers)
+        raise RuntimeError("quantile() input tensor must be either float or double dtype")
     qs = tensor(q, dtype=x.dtype) if scalar_q else q
+    if qs.ndim > 1:
+        raise RuntimeError("quantile() q must be a scalar or 1D tensor")
+    if qs._data.dtype != x._data.dtype:
+        raise RuntimeError("quantile() q tensor must be same dtype as the input tensor")
     if bool(((qs._data < 0) | (qs._data > 1)).any()):
-        raise RuntimeError(f"{name}() q values must be in the range [0, 1]")
+        raise RuntimeError("quantile() q values must be in the range [0, 1]")
     src = x.reshape(-1) if dim is None else x.movedim(x._dim(dim), -1)
     values = src.sort(-1)[0]  # nans sort last
     n = values.shape[-1]
@@ -474,3 +491,10 @@ def _quantile(x, q, dim, keepdim, interpolation, ignore_nan):
     if scalar_q:
         return outs[0]
     return stack(outs, 0).reshape(tuple(qs.shape) + tuple(outs[0].shape))
+
+
+def _refuse_bool_batches(kernel: str, out, batch1) -> None:
+    """torch's error for bool batches of ``addbmm``/``baddbmm`` (its ``kernel``)."""
+    data = getattr(batch1, "_data", None)
+    if data is not None and data.dtype == np.bool_ and data.ndim == 3:
+        refuse_bool(kernel, data, out._data.size, data.shape[-1])

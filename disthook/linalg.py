@@ -349,7 +349,15 @@ def multi_dot(tensors) -> Tensor:
 
 
 def vecdot(x: Tensor, y: Tensor, *, dim: int = -1) -> Tensor:
-    return (x * y).sum(dim)
+    """The dot product along ``dim`` of floats or complex numbers, ``x`` conjugated."""
+    if x.dtype != y.dtype:
+        raise RuntimeError(f"linalg.vecdot: Expected x and y to have the same dtype, but found "
+                           f"x of type {_dtype.scalar_type_name(x.dtype)} and y of type "
+                           f"{_dtype.scalar_type_name(y.dtype)} instead")
+    if not (x.is_floating_point() or x.is_complex()):
+        raise RuntimeError("linalg.vecdot: Expected a floating point or complex tensor as "
+                           f"input. Got {_dtype.scalar_type_name(x.dtype)}")
+    return (x.conj() * y).sum(dim)
 
 
 def cross(input: Tensor, other: Tensor, *, dim: int = -1) -> Tensor:

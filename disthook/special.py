@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from disthook import _dtype
 from disthook.ops import math as M
 from disthook.tensor import Tensor
 
@@ -160,13 +161,14 @@ def spherical_bessel_j0(input: Tensor) -> Tensor:
 
 
 def zeta(input, other) -> Tensor:
-    """The Hurwitz zeta function zeta(x, q); no gradient, as in torch."""
+    """The Hurwitz zeta function zeta(x, q), with torch's gradient in ``q``."""
+    op = M.Zeta if isinstance(input, Tensor) and isinstance(other, Tensor) else \
+        M.ZetaAtNumber if isinstance(input, Tensor) else M.ZetaOfNumber
     x = input if isinstance(input, Tensor) else other.new_tensor(input)
     q = other if isinstance(other, Tensor) else x.new_tensor(other)
     x, q = x._floating(), q._floating()
-    dt = np.result_type(x._data.dtype, q._data.dtype)
-    with np.errstate(over="ignore", invalid="ignore"):  # (inf and nan silently, as torch's)
-        return Tensor._make(M.zeta_np(x._data, q._data).astype(dt), None, 0)
+    dt = _dtype.from_numpy_dtype(np.result_type(x._data.dtype, q._data.dtype))
+    return op.apply(x.to(dt), q.to(dt))
 
 
 def _polynomial(name: str, first, step):

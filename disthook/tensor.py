@@ -806,9 +806,13 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self._binary(E.Add, other, reverse=isinstance(other, Tensor))
 
     def __sub__(self, other):
+        if self._data.dtype.kind == "b" or type(other) is builtins.bool or _bool_tensor(other):
+            E.refuse_bool_subtraction(self, other)
         return self._binary(E.Sub, other)
 
     def __rsub__(self, other):
+        if self._data.dtype.kind == "b" or type(other) is builtins.bool or _bool_tensor(other):
+            E.refuse_bool_subtraction(other, self)
         if isinstance(other, (numbers.Number, np.generic)) and not isinstance(other, Tensor):
             dt = result_dtype(self, other)
             keep = self._data.dtype == dt or self._data.dtype.kind == "b"  # (the op refuses)
@@ -876,6 +880,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         elif _dtype.kind(self._data.dtype) not in "fc":
             integral = isinstance(base, (int, np.integer))
             x = self.float() if not integral else self.long() if self.dtype.np.kind == "b" else self
+        if x._data.dtype == _bf16.BF16 and isinstance(base, builtins.float):
+            return E.RPowScalar.apply(x, base=_bf16.scalar_as_bfloat16(base), exact_base=base)
         return E.RPowScalar.apply(x, base=base)
 
     def __rmatmul__(self, other):
@@ -963,6 +969,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self._binary(E.Add, other, alpha=_scalar("add", "alpha", alpha))
 
     def sub(self, other, *, alpha=1):
+        E.refuse_bool_subtraction(self, other)
         return self._binary(E.Sub, other, alpha=_scalar("sub", "alpha", alpha))
 
     subtract = sub
@@ -2052,6 +2059,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self._inplace_binary(E.Add, other, alpha=_scalar("add_", "alpha", alpha))
 
     def sub_(self, other, *, alpha=1):
+        E.refuse_bool_subtraction(self, other)
         return self._inplace_binary(E.Sub, other, alpha=_scalar("sub_", "alpha", alpha))
 
     def mul_(self, other):
@@ -2515,6 +2523,10 @@ def _infer_dtype(data) -> np.dtype:
     raise TypeError(f"Could not infer dtype of {type(data).__name__}")
 
 
+def _bool_tensor(x) -> bool:
+    return isinstance(x, Tensor) and x._data.dtype.kind == "b"
+
+
 def _integral_division(a: Tensor, b) -> bool:
     """Whether ``a / b`` rounded has an integer dtype in torch: both integral (bools with an
     integer; bools alone torch does not divide so)."""
@@ -2804,9 +2816,7 @@ def einsum(equation, *operands) -> Tensor:
                 raise RuntimeError(f"einsum(): subscript {c} has size {n} for operand {k} which "
                                    f"does not broadcast with previously seen size {seen}")
             sizes[c] = builtins.max(seen, n)
-    dt = operands[0]._data.dtype
-    for t in operands[1:]:
-        dt = np.promote_types(dt, t._data.dtype)
+    dt = L.einsum_dtype(inputs, output, [t._data for t in operands], sizes)
     expanded = []
     for subs, t in zip(inputs, operands):
         shape = tuple(sizes[c] for c in subs)

@@ -228,7 +228,8 @@ def refuse_complex(op, t) -> None:
         f'"{name.lower()}" not implemented for \'{kind}\' in disthook. Complex tensors are '
         "supported by "
         "+, -, *, /, neg, exp, log, sqrt, pow, sin, cos, tanh, sigmoid and their kin, sum, "
-        "mean, cumsum, norms, matmul, einsum, the view and indexing ops, cat, stack, conj, abs, angle, real, "
+        "mean, cumsum, prod, cumprod, norms, matmul, einsum, linalg.inv, linalg.solve, the "
+        "view and indexing ops, cat, stack, conj, abs, angle, real, "
         "imag, view_as_real and torch.fft; take the real "
         "part first (z.real, z.abs() or torch.view_as_real(z)) for anything else")
 

@@ -46,8 +46,15 @@ class LinAlgError(RuntimeError):
     singular matrix, one that is not positive-definite); a RuntimeError, as torch's."""
 
 
+def _adjoint(x):
+    """The conjugate transpose of a batch of matrices (the transpose of real ones), which
+    torch's complex gradients of inv and solve take where the real ones transpose."""
+    return x.mH if x._data.dtype.kind == "c" else x.mT
+
+
 class LinalgInvEx(Op):
     saved_names = ("inverse",)
+    complex_ok = True  # (its gradient takes the conjugate transposes)
 
     @staticmethod
     def forward(ctx, a):
@@ -63,7 +70,8 @@ class LinalgInvEx(Op):
     @staticmethod
     def backward(ctx, g):
         (inv,) = ctx.saved_tensors
-        return -inv.mT.matmul(g).matmul(inv.mT)
+        inv_h = _adjoint(inv)
+        return -inv_h.matmul(g).matmul(inv_h)
 
 
 def adjugate_t(a: np.ndarray) -> np.ndarray:
@@ -146,6 +154,7 @@ class LinalgSolveEx(Op):
     """X with A X = B (``vector``: B is a batch of vectors)."""
 
     saved_names = ("A", "result")
+    complex_ok = True  # (its gradient takes the conjugate transposes)
 
     @staticmethod
     def forward(ctx, a, b, vector):
@@ -163,11 +172,11 @@ class LinalgSolveEx(Op):
     @staticmethod
     def backward(ctx, g):
         a, x = ctx.saved_tensors
-        gb = LinalgSolveEx.apply(a.mT, g, vector=ctx.vector)
+        gb = LinalgSolveEx.apply(_adjoint(a), g, vector=ctx.vector)
         if ctx.vector:
-            ga = -gb.unsqueeze(-1) * x.unsqueeze(-2)
+            ga = -gb.unsqueeze(-1) * (x.conj() if x.is_complex() else x).unsqueeze(-2)
         else:
-            ga = -gb.matmul(x.mT)
+            ga = -gb.matmul(_adjoint(x))
         return (ga if ctx.needs_input_grad[0] else None), (
             gb if ctx.needs_input_grad[1] else None)
 

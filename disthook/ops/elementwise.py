@@ -44,6 +44,28 @@ class Add(Op):
         return g, (g if ctx.alpha == 1 else g * ctx.alpha)
 
 
+def refuse_bool_subtraction(a, b) -> None:
+    """torch's RuntimeError for a subtraction with a bool operand (a tensor, or a Python bool
+    beside a tensor), checked before the operands are promoted (``b - 1`` was int64 here)."""
+    a_bool, b_bool = (isinstance(x, (bool, np.bool_)) or getattr(x, "_data", None) is not None
+                      and x._data.dtype == np.bool_ for x in (a, b))
+    if a_bool and b_bool:
+        raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not "
+                           "supported. Use the `^` or `logical_xor()` operator instead.")
+    if a_bool or b_bool:
+        raise RuntimeError(
+            "Subtraction, the `-` operator, with a bool tensor is not supported. If you are "
+            "trying to invert a mask, use the `~` or `logical_not()` operator instead.")
+
+
+def refuse_bool_kernel(kernel: str, *arrays: np.ndarray) -> None:
+    """torch's NotImplementedError for bool operands only (a bool result) of an op whose
+    kernel, named ``kernel``, takes no bool (``b // b``, ``b % b``, ``b ** b``, ``b.abs()``;
+    numpy gave int8 or bool)."""
+    if all(x.dtype == np.bool_ for x in arrays):
+        raise NotImplementedError(f'"{kernel}" not implemented for \'Bool\'')
+
+
 class Sub(Op):
     complex_ok = True  # linear: the same rule for complex
     alpha = 1
@@ -212,6 +234,7 @@ class Pow(Op):
         ctx.save_for_backward(a, b, OUTPUT)
         if a._data.dtype.kind == "c":
             return _complex_power(a._data, b._data)
+        refuse_bool_kernel("pow", a._data, b._data)
         return np.power(a._data, b._data)
 
     @staticmethod
@@ -235,12 +258,16 @@ class RPowScalar(Op):
     complex_ok = True
 
     @staticmethod
-    def forward(ctx, b, base):
+    def forward(ctx, b, base, exact_base=None):
+        """``exact_base``: the number as written, where ``base`` is it rounded to bfloat16
+        (torch's bfloat16 kernel takes it so; its gradient, the log of the written one)."""
         ctx.save_for_backward(b, OUTPUT)
-        if isinstance(base, complex) or b._data.dtype.kind == "c":
-            ctx.log_base = cmath.log(base) if base != 0 else -math.inf
+        log_of = base if exact_base is None else exact_base
+        if isinstance(log_of, complex) or b._data.dtype.kind == "c":
+            ctx.log_base = cmath.log(log_of) if log_of != 0 else -math.inf
         else:
-            ctx.log_base = math.log(base) if base > 0 else -math.inf if base == 0 else math.nan
+            ctx.log_base = math.log(log_of) if log_of > 0 else -math.inf if log_of == 0 \
+                else math.nan
         x = b._data
         if x.dtype.kind in "iu" and (x < 0).any():
             # an integer to a negative power truncates toward zero, as in torch
@@ -264,6 +291,8 @@ class Abs(Op):
     @staticmethod
     def forward(ctx, a):
         ctx.save_for_backward(a)
+        if a._data.dtype == np.bool_:
+            refuse_bool_kernel("abs_cpu", a._data)
         return np.abs(a._data)
 
     @staticmethod
@@ -1102,14 +1131,49 @@ BitXor = _nograd_op("BitXor", np.bitwise_xor)
 BitNot = _nograd_op("BitNot", np.invert)
 
 
+class ComparedInPlace(Op):
+    """``t.eq_(other)`` and the other comparisons in place, on a tensor whose graph is
+    recorded: torch records a node for them (``EqBackward0`` for a number, ``EqBackward1``
+    for a tensor ``other``) that gives every input a zero gradient. ``value``: the
+    comparison's result, computed by the out-of-place method."""
+
+    @staticmethod
+    def forward(ctx, a, *others, value):
+        return value.astype(a._data.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        return tuple(g.new_zeros(shape) if meta else None
+                     for meta, shape in ((m, m and m[0]) for m in ctx._input_meta))
+
+
+_COMPARED = {"eq": "Eq", "ne": "Ne", "not_equal": "Ne", "lt": "Lt", "less": "Lt", "le": "Le",
+             "less_equal": "Le", "gt": "Gt", "greater": "Gt", "ge": "Ge",
+             "greater_equal": "Ge"}
+
+
+@functools.cache
+def compared_in_place(name: str, tensor_other: bool) -> type | None:
+    """The op ``<name>_`` records in place (``ComparedInPlace``, named as torch names its
+    node), None when ``name`` is no comparison."""
+    short = _COMPARED.get(name)
+    if short is None:
+        return None
+    node = f"{short}Backward{int(tensor_other)}"
+    return type(f"{short}InPlace", (ComparedInPlace,), {"node_name": node})
+
+
 class _RoundedDivision(_NoGrad):
     """a / b rounded as ``fn`` rounds it, exact for integers (no trip through floats, which
     loses the low digits past 2**24 or 2**53); an integer divided by zero is torch's
     ZeroDivisionError, where numpy gives 0."""
 
+    kernel = ""  # torch's kernel's name, for the error of bool operands
+
     @classmethod
     def forward(cls, ctx, a, b):
         x, y = a._data, b._data
+        refuse_bool_kernel(cls.kernel, x, y)
         if x.dtype.kind in "iub" and y.dtype.kind in "iub" and not np.all(y):
             raise RuntimeError("ZeroDivisionError")
         return cls.fn(x, y)
@@ -1146,8 +1210,39 @@ def _floor_divide(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.where(y == 0, x / y, out).astype(div.dtype, copy=False)
 
 
-FloorDiv = type("FloorDiv", (_RoundedDivision,), {"fn": staticmethod(_floor_divide)})
-TruncDiv = type("TruncDiv", (_RoundedDivision,), {"fn": staticmethod(_trunc_divide)})
+class NoDerivative(Op):
+    """An op torch defines no derivative for: its output takes part in the graph (it
+    requires grad when an input does), and backward through it is torch's error naming the
+    op, ``aten::<torch_name>`` (``<torch_name>_`` for the in-place form: ``in_place``)."""
+
+    node_name = "NotImplemented"
+    fn = None
+    torch_name = ""
+
+    @classmethod
+    def forward(cls, ctx, *xs):
+        return cls.fn(*[x._data for x in xs])
+
+    @staticmethod
+    def backward(ctx, *grads):
+        suffix = "_" if ctx.__dict__.get("in_place") else ""
+        raise RuntimeError(f"derivative for aten::{ctx.torch_name}{suffix} is not implemented")
+
+
+class FloorDiv(_RoundedDivision, NoDerivative):
+    """``a // b`` (torch.floor_divide): a float quotient of a tensor that requires grad
+    requires grad too, and its backward is torch's error (``div(rounding_mode="floor")``
+    is the form with a gradient: zero)."""
+
+    differentiable = True
+    node_name = "NotImplemented"  # (each op class names its own node: Op.__init_subclass__)
+    torch_name = "floor_divide"
+    kernel = "div_floor_cpu"
+    fn = staticmethod(_floor_divide)
+
+
+TruncDiv = type("TruncDiv", (_RoundedDivision,), {"fn": staticmethod(_trunc_divide),
+                                                  "kernel": "div_trunc_cpu"})
 
 
 class _RoundedDivisionGrad(Op):
@@ -1158,9 +1253,11 @@ class _RoundedDivisionGrad(Op):
 
     node_name = "DivBackward2"
     fn = None
+    kernel = ""  # torch's kernel's name, for the error of bool operands
 
     @classmethod
     def forward(cls, ctx, a, b):
+        refuse_bool_kernel(cls.kernel, a._data, b._data)
         return cls.fn(a._data, b._data)
 
     @staticmethod
@@ -1169,7 +1266,7 @@ class _RoundedDivisionGrad(Op):
 
 
 FloorDivGrad = type("FloorDivGrad", (_RoundedDivisionGrad,),
-                    {"fn": staticmethod(_floor_divide)})
+                    {"fn": staticmethod(_floor_divide), "kernel": FloorDiv.kernel})
 def _trunc_quotient(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """a / b rounded toward zero, as torch's float ``div_trunc``: -5 / inf is -0.0 and x / 0
     is ±inf or NaN (``_trunc_divide``'s exact integer path gave 0.0 and NaN there)."""
@@ -1178,4 +1275,4 @@ def _trunc_quotient(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 TruncDivGrad = type("TruncDivGrad", (_RoundedDivisionGrad,),
-                    {"fn": staticmethod(_trunc_quotient)})
+                    {"fn": staticmethod(_trunc_quotient), "kernel": TruncDiv.kernel})

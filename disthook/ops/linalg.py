@@ -1,6 +1,9 @@
 """Matrix products: mm, mv, dot, batched matmul, addmm (the linear layer's op)."""
 from __future__ import annotations
 
+import functools
+from collections import Counter
+
 import numpy as np
 
 from disthook import _blas, _dtype
@@ -32,6 +35,15 @@ def check_same_dtype(a, b, kind: str) -> None:
     else:
         msg = f"expected scalar type {s(a.dtype)} but found {s(b.dtype)}"
     raise RuntimeError(msg)
+
+
+def refuse_bool(kernel: str, x: np.ndarray, out_size: int = 1, inner: int = 1) -> None:
+    """torch's NotImplementedError for a bool operand of a matrix product, named by the
+    kernel torch's call reaches (``addmm_impl_cpu_``, ``addmv_impl_cpu``, ``bmm``, ``dot``):
+    they take no bool (integers they compute), though an empty product (no output, or nothing
+    to sum: ``out_size`` or ``inner`` 0) returns before it, but for ``dot``."""
+    if x.dtype == np.bool_ and (kernel == "dot" or out_size and inner):
+        raise NotImplementedError(f'"{kernel}" not implemented for \'Bool\'')
 
 
 def stack_rows(node, rows: list, grads: list, edges) -> dict | None:
@@ -73,6 +85,8 @@ class Mm(Op):
         x, y = a._data, b._data
         if x.shape[1] != y.shape[0]:
             raise _cannot_multiply(x, y)
+        if x.dtype.kind == "b":
+            refuse_bool("addmm_impl_cpu_", x, x.shape[0] * y.shape[1], x.shape[1])
         save_crossed(ctx, a, b)
         ctx.b_transposed = _transposed(y)
         return _product(x, y)
@@ -139,6 +153,8 @@ class Mv(Op):
         if x.shape[1] != y.shape[0]:
             raise RuntimeError(f"size mismatch, got input ({x.shape[0]}), mat ({x.shape[0]}x"
                                f"{x.shape[1]}), vec ({y.shape[0]})")
+        if x.dtype.kind == "b":
+            refuse_bool("addmv_impl_cpu", x, x.shape[0], x.shape[1])
         save_crossed(ctx, a, v)
         return x @ y
 
@@ -161,6 +177,7 @@ class Dot(Op):
                 f"inconsistent tensor size, expected tensor [{x.shape[0]}] and src "
                 f"[{y.shape[0]}] to have the same number of elements, but got {x.shape[0]} and "
                 f"{y.shape[0]} elements respectively")
+        refuse_bool("dot", x)
         save_crossed(ctx, a, b)
         return np.dot(x, y)
 
@@ -184,6 +201,9 @@ class Bmm(Op):
                                f"{list(x.shape[:-2]) + [x.shape[-1]]} but got: "
                                f"{list(y.shape[:-1])}.")
         check_broadcast(x.shape[:-2], y.shape[:-2])
+        if x.dtype.kind == "b":
+            batch = np.broadcast_shapes(x.shape[:-2], y.shape[:-2])
+            refuse_bool("bmm", x, int(np.prod(batch)) * x.shape[-2] * y.shape[-1], x.shape[-1])
         save_crossed(ctx, a, b)
         return np.matmul(x, y)
 
@@ -207,6 +227,8 @@ class Addmm(Op):
         x, y = a._data, b._data
         if x.shape[1] != y.shape[0]:
             raise _cannot_multiply(x, y)
+        if x.dtype.kind == "b":
+            refuse_bool("addmm_impl_cpu_", x, x.shape[0] * y.shape[1], x.shape[1])
         need = ctx.needs_input_grad
         if need:  # each matrix only for the other's gradient
             ctx.save_for_backward(a if need[2] else None, b if need[1] else None)
@@ -246,11 +268,14 @@ def matmul(a, b):
         return Mm.apply(a.unsqueeze(0), b).squeeze(0)
     if da == 2 and db == 2:
         return Mm.apply(a, b)
-    if db == 2 and a.shape[-1] != b.shape[0]:
-        # torch folds the batch into the rows of one mm, and its error says so
+    if db <= 2:  # torch folds the batch into the rows of one mm (mv), and its errors say so
         rows = int(np.prod(a.shape[:-1]))
-        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({rows}x{a.shape[-1]} "
-                           f"and {b.shape[0]}x{b.shape[1]})")
+        if db == 2 and a.shape[-1] != b.shape[0]:
+            raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({rows}x"
+                               f"{a.shape[-1]} and {b.shape[0]}x{b.shape[1]})")
+        if a._data.dtype.kind == "b":
+            refuse_bool("addmm_impl_cpu_" if db == 2 else "addmv_impl_cpu", a._data,
+                        rows * (b.shape[1] if db == 2 else 1), a.shape[-1])
     if db == 1:
         return Bmm.apply(a, b.unsqueeze(-1)).squeeze(-1)
     if da == 1:
@@ -314,6 +339,32 @@ class Einsum(Op):
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
+def einsum_dtype(inputs: tuple, output: str, arrays: list, sizes: dict) -> np.dtype:
+    """The dtype torch's einsum computes in, with its errors. An operand's letters that no
+    other operand and not the output has are summed away first: an integer or bool operand's
+    sum is int64, as torch's sum. Letters shared by operands and not in the output are
+    contracted by ``bmm``, which takes operands of one dtype only and no bool (unless the
+    product is empty); without them the operands are multiplied, promoting."""
+    counts = Counter(c for subs in inputs for c in set(subs))
+    dtypes = []
+    for subs, x in zip(inputs, arrays):
+        dt = x.dtype
+        if dt.kind in "biu" and any(counts[c] == 1 and c not in output for c in subs):
+            dt = np.dtype(np.int64)
+        dtypes.append(dt)
+    contracted = [c for c, n in counts.items() if n > 1 and c not in output]
+    if not contracted or len(arrays) < 2:
+        return functools.reduce(np.promote_types, dtypes)
+    inner = int(np.prod([sizes[c] for c in contracted]))  # (the first operand's dtype picks
+    refuse_bool("bmm", np.empty(0, dtypes[0]), int(np.prod([sizes[c] for c in output])), inner)
+    name = _dtype.scalar_type_name  # the kernel, which then checks the others)
+    for dt in dtypes[1:]:
+        if dt != dtypes[0]:
+            raise RuntimeError(f"expected scalar type {name(_dtype.from_numpy_dtype(dtypes[0]))}"
+                               f" but found {name(_dtype.from_numpy_dtype(dt))}")
+    return dtypes[0]
+
+
 def parse_einsum(equation: str, shapes: list) -> tuple:
     """(input subscripts, output subscripts) of ``equation`` with the ellipsis replaced by
     letters and an implicit output made explicit (letters seen once, in alphabetical order,
@@ -326,7 +377,7 @@ def parse_einsum(equation: str, shapes: list) -> tuple:
                            "equation" if len(shapes) > len(inputs) else
                            "einsum(): fewer operands were provided than specified in the "
                            "equation")
-    used = set(c for c in eq if c.isalpha())
+    used = {c for c in eq if c.isalpha()}
     spare = [c for c in _LETTERS if c not in used]
     ell = max((len(shape) - len(s.replace("...", "")) for s, shape in zip(inputs, shapes)
                if "..." in s), default=0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from disthook import _dtype
 from disthook.ops.base import Op
 from disthook.ops.loss import _reduce
 
@@ -131,6 +132,28 @@ class MultilabelMarginLoss(Op):
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
         return MultilabelMarginLossGrad.apply(g, x, grad=ctx.grad, reduced=ctx.reduced)
+
+
+def check_distance_dtypes(name: str, x1, x2=None, by_product: bool = False) -> None:
+    """torch's dtype checks of ``cdist`` (``x1``, ``x2``) and ``pdist`` (``x1``): floating
+    inputs only; then, but for cdist's matrix-product form (``by_product``: it computes
+    half and bfloat16, and its operands must have one dtype as ``mm``'s), no half or
+    bfloat16 kernel (named by ``x1``'s) and one dtype for both."""
+    s = _dtype.scalar_type_name
+    for label, t in (("X1", x1), ("X2", x2)):
+        if t is not None and not t.is_floating_point():
+            raise RuntimeError(f"{name} only supports floating-point dtypes"
+                               + (f", {label} got: {s(t.dtype)}" if x2 is not None else ""))
+    if by_product:
+        from disthook.ops.linalg import check_same_dtype
+
+        check_same_dtype(x1, x2, "mm")
+        return
+    if x1.dtype in (_dtype.float16, _dtype.bfloat16):
+        raise NotImplementedError(f"\"{name}\" not implemented for '{s(x1.dtype)}'; convert "
+                                  "the input with .float() first")
+    if x2 is not None and x2.dtype != x1.dtype:
+        raise RuntimeError(f"expected scalar type {s(x1.dtype)} but found {s(x2.dtype)}")
 
 
 class Pdist(Op):

@@ -14,7 +14,13 @@ import numpy as np
 
 from disthook import _dtype
 from disthook.ops.base import OUTPUT, Op
-from disthook.ops.elementwise import floored_remainder, sign_array, times_conj
+from disthook.ops.elementwise import (
+    NoDerivative,
+    floored_remainder,
+    refuse_bool_kernel,
+    sign_array,
+    times_conj,
+)
 
 
 def _needs(ctx, i: int) -> bool:
@@ -695,11 +701,13 @@ class _Modulus(Op):
 
     saved_names = ("self", "other")
     fn = rounding = None
+    kernel = ""  # torch's kernel's name, for the error of bool operands
 
     @classmethod
     def forward(cls, ctx, a, b):
         ctx.save_for_backward(a, b)
         x, y = a._data, b._data
+        refuse_bool_kernel(cls.kernel, x, y)
         if x.dtype.kind in "iu" and (y == 0).any():
             raise RuntimeError("ZeroDivisionError")
         return cls.fn(x, y)
@@ -727,6 +735,7 @@ class Fmod(_Modulus):
     """C's fmod (the sign of the dividend): the quotient truncated."""
 
     node_name = "FmodBackward1"
+    kernel = "fmod_cpu"
     fn = staticmethod(np.fmod)
     rounding = "trunc"
 
@@ -735,6 +744,7 @@ class Remainder(_Modulus):
     """Python's modulus (the sign of the divisor): the quotient floored."""
 
     node_name = "RemainderBackward1"
+    kernel = "remainder_cpu"
     fn = staticmethod(floored_remainder)
     rounding = "floor"
 
@@ -818,32 +828,48 @@ class Igammac(Igamma):
 Igamma.torch_name = "igamma"
 
 
-class _NoDerivative(Op):
-    """An op torch defines no derivative for: the output takes part in the graph, and
-    backward through it is torch's error naming the op."""
+class Zeta(Op):
+    """The Hurwitz zeta function zeta(x, q): torch differentiates it in ``q`` only,
+    -x zeta(x + 1, q); backward to ``x`` is torch's error."""
 
-    fn = None
-    torch_name = ""
-
-    @classmethod
-    def forward(cls, ctx, *xs):
-        return cls.fn(*[x._data for x in xs])
+    node_name = "SpecialZetaBackward0"
 
     @staticmethod
-    def backward(ctx, *grads):
-        raise RuntimeError(f"the derivative for '{ctx.torch_name}' is not implemented.")
+    def forward(ctx, x, q):
+        ctx.save_for_backward(x, q)
+        with np.errstate(over="ignore", invalid="ignore"):  # (inf and nan silently, as torch)
+            return zeta_np(x._data, q._data).astype(x._data.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, g):
+        if ctx.needs_input_grad[0]:
+            raise NotImplementedError("the derivative for 'zeta' is not implemented.")
+        x, q = ctx.saved_tensors
+        return None, g * -x * Zeta.apply(x + 1, q)
 
 
-class Heaviside(_NoDerivative):
+# torch's nodes when x (1) or q (2) is a number
+ZetaOfNumber = type("ZetaOfNumber", (Zeta,), {"node_name": "SpecialZetaBackward1"})
+ZetaAtNumber = type("ZetaAtNumber", (Zeta,), {"node_name": "SpecialZetaBackward2"})
+
+
+class Heaviside(NoDerivative):
     node_name = "NotImplemented"
     torch_name = "heaviside"
     fn = staticmethod(lambda x, v: np.heaviside(x, v).astype(x.dtype, copy=False))
 
 
-class Nextafter(_NoDerivative):
-    node_name = "NotImplemented"
-    torch_name = "nextafter"
-    fn = staticmethod(np.nextafter)
+class Nextafter(Op):
+    """The next float after ``a`` toward ``b``: torch passes the gradient to ``a`` unchanged
+    and gives ``b`` zeros."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        return np.nextafter(a._data, b._data)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, g.new_zeros(g.shape) if ctx.needs_input_grad[1] else None
 
 
 class RandomFill(Op):

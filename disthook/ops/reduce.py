@@ -355,6 +355,7 @@ class MinDim(MaxDim):
 
 class Prod(Op):
     node_name = "ProdBackward1"
+    complex_ok = True  # the gradient is conjugated, as torch's: g * conj(product of others)
 
     @staticmethod
     def forward(ctx, a, dim=None, keepdim=False):
@@ -368,6 +369,8 @@ class Prod(Op):
     def backward(ctx, g):
         a, out = ctx.saved_tensors
         g = expand_back(g, a.shape, ctx.dim, ctx.keepdim)
+        if a._data.dtype.kind == "c":
+            a, out = a.conj(), out.conj()
         if not (a._data == 0).any():
             return g * expand_back(out, a.shape, ctx.dim, ctx.keepdim) / a
         if np.isfinite(a._data).all():
@@ -408,7 +411,7 @@ def _prod_of_others(a, dim):
     nonzero_prod = nonzero.prod() if dim is None else nonzero.prod(dim[0], keepdim=True)
     # the zeros among the others multiply in: 1 if none, the one zero itself (its value 0,
     # its gradient 1) if one, 0 if more
-    zeros_left = total(zeros) - zeros
+    zeros_left = total(zeros) - zeros.long()  # (a count less a bool: torch refuses bool -)
     zero_kept = a * zeros
     lone_zero = (total(zero_kept) - zero_kept).where(zeros_left == 1, 0.0)
     zero_factor = lone_zero.where(zeros_left != 0, 1.0)
@@ -443,6 +446,8 @@ class LinalgVectorNorm(Op):
         ctx.save_for_backward(a, OUTPUT)
         ctx.ord, ctx.dims, ctx.keepdim = ord, dim, keepdim
         x = np.abs(a._data)
+        if x.dtype == np.float16:  # torch sums half's powers in float32 and rounds once:
+            x = x.astype(np.float32)  # the norm of [300, 400] is 500, not inf (300² > 65504)
         if ord == np.inf:
             out = np.max(x, axis=dim, keepdims=keepdim)
         elif ord == -np.inf:

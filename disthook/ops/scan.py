@@ -29,6 +29,7 @@ def no_second_order(g, what: str, depends_on_inputs: bool = True) -> None:
 
 class Cumprod(Op):
     saved_names = ("self", "result")
+    complex_ok = True  # the gradient is conjugated, as torch's (the conjugates' formula)
 
     @staticmethod
     def forward(ctx, a, dim):
@@ -46,6 +47,8 @@ class Cumprod(Op):
         dim = ctx.dim if a.ndim else 0
         if a.ndim == 0:
             return g
+        if a._data.dtype.kind == "c":
+            a, out = a.conj(), out.conj()
         if not bool((a._data == 0).any()):
             return flip_cumsum(g * out, dim) / a
         no_second_order(g, "cumprod of an input with zeros", a.requires_grad)

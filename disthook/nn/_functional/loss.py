@@ -254,6 +254,7 @@ def pdist(input: Tensor, p: float = 2.0) -> Tensor:
         raise RuntimeError(f"pdist only supports 2D tensors, got: {input.ndim}D")
     if p < 0:
         raise RuntimeError("pdist only supports non-negative p values")
+    M.check_distance_dtypes("pdist", input)
     return M.Pdist.apply(input, p=float(p))
 
 
