@@ -582,7 +582,10 @@ class HookServer:
         if value.requires_grad and value.grad_fn is not None:
             since, where = self._packing
             own = where if _reaches_own(value, leaves, bases, since) else None
-            self.vjps[key] = (value, bases, leaves, own)
+            # (the value's node as the hook left it: the tensor itself may take another
+            # history later, the call's output node where the call returns it)
+            self.vjps[key] = (Tensor._make(value._data, value._grad_fn, value._output_nr),
+                              bases, leaves, own)
             return {"tensor": value.detach()._data, "vjp": key, **({"own": True} if own else {})}
         return pack(value)
 
