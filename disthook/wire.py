@@ -227,8 +227,10 @@ RECORDS: dict[str, dict[str, str]] = {
     # the loss of a training step: a module (its spec) or a function of nn.functional
     "loss_spec": {"module": "map?", "function": "str?"},
     # a tensor a client hook was given (by index) and changed in place: its new value, and
-    # how far its version counter moved (absent: one)
-    "changed_arg": {"arg": "int", "value": "hook_value", "moved": "int?"},
+    # how far its version counter moved (absent: one); ``inference``: the client's copy is
+    # an inference tensor, which took the change as one process's would (absent: False)
+    "changed_arg": {"arg": "int", "value": "hook_value", "moved": "int?",
+                    "inference": "bool?"},
     # a backward's hold: several calls of the model run their backwards in one backward of
     # the client, ``task`` its id; ``later``: the contexts of its calls still to run on this
     # worker after this one, in the first request of that backward to the worker (absent in

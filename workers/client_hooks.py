@@ -8,6 +8,8 @@ The answer is used as torch would use the hook's return value.
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 import disthook
@@ -324,12 +326,18 @@ def _apply_changes(answer, originals: list, worker, client: bytes, hook_id: int,
             raise RuntimeError(f"the client's hook on {path!r} changed tensor {change.arg} in "
                                f"place to something that is not a tensor of its shape "
                                f"{tuple(target.shape)}")
-        if value.requires_grad and grad_mode.is_grad_enabled():
-            target.copy_(value)
-        else:
-            with disthook.no_grad():
+        # (an inference tensor whose copy on the client took the change, which it refuses
+        # outside inference_mode as one process does: here too, inside the mode; one the
+        # client's copy of is plain, a gradient a hook made there, is checked here)
+        with (disthook.inference_mode() if change.get("inference")
+              and type(target._vc) is inference.InferenceVersion
+              else contextlib.nullcontext()):
+            if value.requires_grad and grad_mode.is_grad_enabled():
                 target.copy_(value)
-        target._vc[0] += max(int(change.get("moved") or 1), 1) - 1  # (copy_ moved it one)
+            else:
+                with disthook.no_grad():
+                    target.copy_(value)
+            target._vc[0] += max(int(change.get("moved") or 1), 1) - 1  # (copy_ moved one)
 
 
 def _original(originals: list, i: int, path: str):

@@ -364,6 +364,7 @@ class _GraphTask:
         self.runs: set | None = None
         self.needed: set | None = None
         self.captures: dict = {}  # (node, output_nr) -> slot indices in the results
+        self.named: frozenset = frozenset()  # the nodes of the inputs it names
         self.roots: list = []
         # a backward split in two (disthook.autograd.split): the nodes that lead only to the
         # deferred leaves (they do not run here), the edges into them per node that runs,
@@ -445,6 +446,8 @@ def execute(roots, grads, *, retain_graph: bool, create_graph: bool, inputs=None
     task.hold, _held.spec = _held.spec, None
     _running.preparing = inputs is not None  # (see names_inputs)
     try:  # (a preparation that raises leaves no stale flag for names_inputs)
+        if inputs is not None:  # (see named_input_nodes)
+            task.named = _running.named = frozenset(gradient_edge(t)[0] for t in inputs)
         root_nodes = []
         for t, g in zip(roots, grads):
             node, nr = gradient_edge(t)
@@ -548,6 +551,15 @@ def names_inputs() -> bool:
         return preparing
     tasks = getattr(_running, "tasks", None)
     return bool(tasks) and tasks[-1].needed is not None
+
+
+def named_input_nodes() -> frozenset:
+    """The nodes of the ``inputs`` that the backward this thread is preparing, else the one
+    running, names (empty where it names none)."""
+    if getattr(_running, "preparing", None):
+        return _running.named
+    tasks = getattr(_running, "tasks", None)
+    return tasks[-1].named if tasks else frozenset()
 
 
 def will_execute(task: _GraphTask, node) -> bool:

@@ -172,8 +172,8 @@ class RemoteBackward0(SavedHere, LiveEdges):
         if not (self._path or "").startswith("<") and not sys._getframe(2).f_globals.get(
                 "__name__", "").startswith(_OWN_MODULES):  # (read by the program itself)
             self._say_collapsed()  # (an op run where its operands are is one node, as here)
-        live = [(key, *gradient_edge(t), shape, dtype) for key, ref, shape, dtype
-                in self._taps if (t := ref()) is not None and not kept_result_left_out(key, t)]
+        live = [(key, *gradient_edge(t), shape, dtype) for key, ref, shape, dtype in self._taps
+                if (t := ref()) is not None and not kept_result_left_out(key, t, self)]
         return live + [(key, p._accumulator, 0, shape, dtype) for key, (ref, shape, dtype)
                        in self._params.items() if (p := ref()) is not None]
 

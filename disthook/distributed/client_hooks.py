@@ -369,9 +369,12 @@ class HookServer:
         name = getattr(fn, "__name__", type(fn).__name__)  # (for _pack_value)
         self._packing = (since, f"the {kind} hook {name!r} on {event['path']!r}")
         firsts = given_tensors.first_places(leaves)  # (a tensor given twice changes once)
+        # (an inference tensor here took the change as one process's would, its check
+        # passed: the worker's copy takes it inside the mode, "inference", optional)
         changed = [{"arg": i, "value": self._pack_value(given_tensors.as_changed(t), bases,
                                                          f"{key}:{i}", leaves),
-                    "moved": t._vc[0] - versions[i]}
+                    "moved": t._vc[0] - versions[i], **({"inference": True}
+                                                        if t.is_inference() else {})}
                    for i, t in enumerate(leaves) if t._vc[0] != versions[i] and firsts[i]]
         for i, t in enumerate(leaves):  # hooked, then changed in place: on its old version
             old = nodes[i]
@@ -579,7 +582,10 @@ class HookServer:
         if value.requires_grad and value.grad_fn is not None:
             since, where = self._packing
             own = where if _reaches_own(value, leaves, bases, since) else None
-            self.vjps[key] = (value, bases, leaves, own)
+            # (the value's node as the hook left it: the tensor itself may take another
+            # history later, the call's output node where the call returns it)
+            self.vjps[key] = (Tensor._make(value._data, value._grad_fn, value._output_nr),
+                              bases, leaves, own)
             return {"tensor": value.detach()._data, "vjp": key, **({"own": True} if own else {})}
         return pack(value)
 

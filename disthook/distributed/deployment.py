@@ -23,6 +23,7 @@ import contextlib
 import copy
 import time
 import uuid
+import weakref
 from collections import OrderedDict
 
 import numpy as np
@@ -125,15 +126,20 @@ class Deployment(HookTable):
     def _route_legacy_hooks(self) -> None:
         """A legacy backward hook on the model sees the gradients of the last op of its
         forward, which for a chain runs on the last worker: one hook there (on the last
-        child, whose output is the model's) runs the model's legacy hooks, as they are when
-        it fires, with the model as their module."""
+        child, whose output is the model's) runs the model's legacy hooks, those it held
+        when the call that fires began (as one process registers them on that call's output
+        node: kept by ``forward``; as they are now for a call that did not go through it),
+        with the model as their module."""
         if self.__dict__.get("_legacy_router") is not None or not self._local._backward_hooks:
             return
         model = self._local
+        calls = self.__dict__.setdefault("_legacy_calls", weakref.WeakValueDictionary())
 
         def run_legacy_hooks(module, grad_input, grad_output):
             changed = None
-            for hook in list(model._backward_hooks.values()):
+            node = calls.get(self._hub.firing_ctx)
+            for hook in (node._legacy_hooks if node is not None
+                         else list(model._backward_hooks.values())):
                 result = hook(model, grad_input if changed is None else changed, grad_output)
                 if result is not None:
                     changed = result
@@ -154,7 +160,15 @@ class Deployment(HookTable):
             raise TypeError(f"this deployed {self._class_name} chains its children: it takes "
                             f"one Tensor, got {len(args)} argument(s)"
                             f"{' and keywords ' + ', '.join(kwargs) if kwargs else ''}")
-        return chain.run_stages(self, args[0])
+        out = chain.run_stages(self, args[0])
+        # the model's legacy backward hooks as this call began (RootPlacement), for its node
+        hooks = self.__dict__.pop("_legacy_now", [])
+        node = out.grad_fn
+        if "_legacy_calls" in self.__dict__ and isinstance(node, RemoteBackward0):
+            node.__dict__["_legacy_hooks"] = hooks
+            for ctx_id in node._ctx_ids:
+                self._legacy_calls[ctx_id] = node
+        return out
 
     def _run_until(self, x: Tensor, path: str):
         """``hooks.run_until``: the stages up to the one holding ``path``, or, for a forward

@@ -384,6 +384,7 @@ class RootPlacement(_Placed):
     def forward_for(self, module: Module, args: tuple = (), kwargs: dict | None = None):
         dep = self.deployment
         sync_all(dep)
+        dep.__dict__.pop("_legacy_now", None)  # (one an earlier call left: legacy_backward_hooks)
         if module._is_full_backward_hook is False and module._backward_hooks:
             dep._route_root_legacy_hooks()
         # its own forward here, each placed part on its worker: a model of its own forward,
@@ -405,8 +406,12 @@ class RootPlacement(_Placed):
         return dep.forward
 
     def legacy_backward_hooks(self, module: Module, hooks: list) -> list:
-        """A chain's legacy hooks fire on the worker of its last op (routed), not here."""
-        return hooks if self.deployment._glue else []
+        """A chain's legacy hooks fire on the worker of its last op (routed), not here:
+        those of this call, kept for its output's node (``Deployment.forward``)."""
+        if self.deployment._glue:
+            return hooks
+        self.deployment.__dict__["_legacy_now"] = list(hooks)
+        return []
 
     def register_buffer(self, module: Module, name: str, tensor, persistent: bool) -> None:
         if self.deployment._whole:

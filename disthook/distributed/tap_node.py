@@ -315,20 +315,45 @@ _CLIENT_USE = (
     "the changed output), or detach() the hook's tensor")
 
 
-def kept_result_left_out(key: str, t: Tensor) -> bool:
+def kept_result_left_out(key: str, t: Tensor, owner: Node) -> bool:
     """Whether ``t``, a tensor a forward hook computed and returned (its tap key ends in
     "="), is left out of this backward's edges: the vjp the worker asks for gives what it
     is computed from their gradients, and runs its tensor hooks and retain_grad, so an edge
     to it, where no gradient comes, would run those and the hooks past it (a learned
     steering vector's) again with None. It is an edge only for a backward that names its
     inputs (autograd.grad(out, kept), which stops there), and one without hooks of its own
-    (naming such a one, autograd.grad finds it unused, as it did before it was a tap)."""
+    (naming such a one, autograd.grad finds it unused, as it did before it was a tap), and
+    only where the backward names it or what lies between it and the tensors of the call of
+    ``owner`` (its RemoteBackward0) the hook was given: else the gradient the engine would
+    take through it is the call's own, which the worker's backward and the vjp give, and the
+    edge would run the hooks there with None (``_names_within``)."""
     if not key.endswith("="):
         return False
     node = t._grad_fn
     return not engine.names_inputs() or node is None or (
         bool((node._tensor_hooks or {}).get(t._output_nr))
-        or t._output_nr in (node._retains or {}))
+        or t._output_nr in (node._retains or {})) or not _names_within(
+        node, engine.named_input_nodes(), owner)
+
+
+def _names_within(node: Node, named: frozenset, owner: Node) -> bool:
+    """Whether the graph of a hook's result, from ``node`` down to the call's tensors the
+    hook was given (the taps ``owner`` keeps), holds a node of ``named``; another node
+    that stands for a worker's graph there counts too (what lies past it may be named)."""
+    stack, seen = [node], set()
+    while stack:
+        n = stack.pop()
+        if n is None or n in seen:
+            continue
+        seen.add(n)
+        if n in named:
+            return True
+        if isinstance(n, LiveEdges):
+            if isinstance(n, RemoteTapBackward0) and n._keeps is owner:
+                continue  # (the call's own tensor: its graph is the worker's backward)
+            return True
+        stack.extend(nxt for nxt, _ in n.next_functions)
+    return False
 
 
 def kept_result_only(task, node) -> None:
