@@ -80,3 +80,23 @@ def test_an_interrupt_while_a_hook_lends_the_sockets_leaves_them_usable():
 
     assert _within(interrupted_in_lend) == (None, 0)
     assert _within(lambda: lock.acquire(blocking=False)) is True
+
+
+def test_an_interrupt_once_the_sockets_were_taken_by_with_gives_them_back():
+    lock = SocketLock(lambda: 5.0)
+    take = lock.acquire
+
+    def taken_then_interrupted(*args, **kwargs):
+        take(*args, **kwargs)
+        raise KeyboardInterrupt  # where a signal's handler runs once acquire returned
+
+    def interrupted_call():
+        lock.acquire = taken_then_interrupted
+        with pytest.raises(KeyboardInterrupt), lock:
+            pass
+        del lock.acquire
+        return lock._owner, lock._depth
+
+    assert _within(interrupted_call) == (None, 0)
+    # another thread's call (a later cell's, run from a thread) takes the sockets at once
+    assert _within(lambda: lock.acquire(blocking=False)) is True

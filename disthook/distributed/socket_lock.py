@@ -109,7 +109,17 @@ class SocketLock:
             self._let_go()
 
     def __enter__(self) -> bool:
-        return self.acquire()
+        me = threading.get_ident()
+        depth = self._depth if self._owner == me else 0
+        try:
+            return self.acquire()
+        except BaseException:
+            # a KeyboardInterrupt that lands once ``acquire`` returned, before ``with``
+            # could call ``__exit__``: the sockets stayed this thread's for ever, and another
+            # thread's call (a later cell's, run from a thread) waited for them for ever
+            if self._owner == me and self._depth > depth:
+                self.release()
+            raise
 
     def __exit__(self, *exc) -> None:
         self.release()
