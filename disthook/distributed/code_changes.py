@@ -26,9 +26,13 @@ __all__ = ["changed", "check", "mentions", "snapshot"]
 # what Python or a library writes into a class dict on its own (caches), never the program
 _CACHES = frozenset({"__annotations__", "__annotate__", "__slotnames__", "__doc__",
                      "__dict__", "__weakref__", "__abstractmethods__", "_abc_impl"})
-_WHAT = "its code (its class, or a function it calls, changed since the deploy)"
-# what a method may call by name: a patch of one is a change of code (a number or tensor
-# the program rebinds at the top of its script is not watched)
+_WHAT = ("its code (its class, a function it calls, or a global its methods read, changed "
+         "since the deploy)")
+# what a method may call by name as an attribute of a module it names: a patch of one is a
+# change of code. Of its own module's globals every name it loads is watched, whatever it
+# holds: a number, a string or a tensor that the program binds again (a notebook's later
+# cell, ``SCALE = 2.0``) is read at call time in one process, while the worker's copy of
+# the function keeps the value it was deployed with
 _CODE = (types.FunctionType, types.BuiltinFunctionType, functools.partial, type)
 
 
@@ -67,9 +71,9 @@ def _codes(code):
 
 
 def _called(cls: type, into: dict) -> None:
-    """What the methods of ``cls`` name that is code: ``(namespace, name) -> [the value,
-    the namespace, the name, classes]``, a global of their module, or an attribute of a
-    module they name (``F.gelu``)."""
+    """What the methods of ``cls`` read that may change under them: ``(namespace, name) ->
+    [the value, the namespace, the name, classes]``, any global of their module they load,
+    or an attribute of a module they name that is code (``F.gelu``)."""
     for fn in _functions(cls):
         codes = list(_codes(fn.__code__))
         names = {n for c in codes for n in c.co_names}
@@ -77,12 +81,12 @@ def _called(cls: type, into: dict) -> None:
         # ``torch.nn.init``, is no call of a global named ``init``)
         loaded = {i.argval for c in codes for i in dis.get_instructions(c)
                   if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
-        spaces = [(fn.__globals__, loaded)]
-        spaces += [(v.__dict__, names) for n in loaded
+        spaces = [(fn.__globals__, loaded, object)]
+        spaces += [(v.__dict__, names, _CODE) for n in loaded
                    if isinstance(v := fn.__globals__.get(n), types.ModuleType)]
-        for space, named in spaces:
+        for space, named, watched in spaces:
             for n in named & space.keys():
-                if isinstance(space[n], _CODE):
+                if isinstance(space[n], watched):
                     into.setdefault((id(space), n), [space[n], space, n, set()])[3].add(cls)
 
 

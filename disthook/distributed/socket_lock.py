@@ -25,7 +25,9 @@ class SocketLock:
 
     def __init__(self, timeout):
         """``timeout()``: the model's timeout in seconds, read when a wait passes it."""
-        self._cond = threading.Condition(threading.Lock())
+        # reentrant only so that ``_cond._is_owned()`` says whether this thread holds it:
+        # see ``_let_go``
+        self._cond = threading.Condition(threading.RLock())
         self._owner: int | None = None
         self._depth = 0
         # one entry per hook running now, innermost last: (its thread, the depth it held
@@ -45,12 +47,18 @@ class SocketLock:
 
     def acquire(self, blocking: bool = True) -> bool:
         me = threading.get_ident()
-        # without blocking, not even on the lock of the condition: a graph's finalizer
-        # (releases.py) that the garbage collector runs while this thread is inside one of
-        # these methods would otherwise wait on that lock, held by its own thread, for ever
-        if not self._cond.acquire(blocking):
-            return False
+        # a graph's finalizer (releases.py) that the garbage collector runs while this
+        # thread is inside one of these methods: its condition's lock is this thread's
+        # already, and the bookkeeping half done, so the answer is no, at once
+        if self._cond._is_owned():
+            if not blocking:
+                return False
+            raise RuntimeError(
+                "a deployed model was called from code that interrupted its own call's "
+                "bookkeeping (a finalizer or a signal handler); call it from outside")
         try:
+            if not self._cond.acquire(blocking):
+                return False
             if not self._may_take(me):
                 if not blocking:
                     return False
@@ -59,6 +67,16 @@ class SocketLock:
             self._depth += 1
             return True
         finally:
+            self._let_go()
+
+    def _let_go(self) -> None:
+        """Gives the condition's lock back if this thread holds it. Each method takes that
+        lock inside its ``try`` and gives it back here, so a KeyboardInterrupt (Ctrl-C, a
+        signal handler's exception) that lands right after the lock was taken cannot keep
+        it: before, it stayed taken and every later call of the model (the next notebook
+        cell's) hung for ever. (``with self._cond`` has that gap; a generator's context
+        would hold the lock as long as the interrupt's traceback lives.)"""
+        if self._cond._is_owned():
             self._cond.release()
 
     def _wait(self, me: int) -> None:
@@ -79,16 +97,29 @@ class SocketLock:
                         "pool) inside the hook: its calls then run within the hook's call")
 
     def release(self) -> None:
-        with self._cond:
+        try:
+            self._cond.acquire()
             if self._owner != threading.get_ident():
                 raise RuntimeError("cannot release un-acquired lock")
             self._depth -= 1
             if self._depth == 0:
                 self._owner = None
                 self._cond.notify_all()
+        finally:
+            self._let_go()
 
     def __enter__(self) -> bool:
-        return self.acquire()
+        me = threading.get_ident()
+        depth = self._depth if self._owner == me else 0
+        try:
+            return self.acquire()
+        except BaseException:
+            # a KeyboardInterrupt that lands once ``acquire`` returned, before ``with``
+            # could call ``__exit__``: the sockets stayed this thread's for ever, and another
+            # thread's call (a later cell's, run from a thread) waited for them for ever
+            if self._owner == me and self._depth > depth:
+                self.release()
+            raise
 
     def __exit__(self, *exc) -> None:
         self.release()
@@ -98,24 +129,29 @@ class SocketLock:
         """While a client hook runs in this thread: the threads started from now on (and
         this one) may take the sockets; back once they are done with them."""
         me = threading.get_ident()
-        with self._cond:
-            if self._owner != me:  # (a hook served outside a call: nothing to lend)
-                lending = False
-            else:
-                lending = True
+        lending = False
+        try:
+            self._cond.acquire()
+            if self._owner == me:  # (else a hook served outside a call: nothing to lend)
                 before = frozenset(t.ident for t in threading.enumerate()) - {me}
                 self._loans.append((me, self._depth, before, time.monotonic()))
                 self._owner, self._depth = None, 0
+                lending = True
                 self._cond.notify_all()
+        finally:
+            self._let_go()
         try:
             yield
         finally:
             if lending:
-                with self._cond:
+                try:
+                    self._cond.acquire()
                     while not (self._owner is None and self._loans[-1][0] == me):
                         self._cond.wait()
                     _, depth, _, _ = self._loans.pop()
                     self._owner, self._depth = me, depth
+                finally:
+                    self._let_go()
 
 
 
