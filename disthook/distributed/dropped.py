@@ -11,6 +11,7 @@ loop kept every closed deployment too (tests/integration/test_t6_dropped_deploym
 """
 from __future__ import annotations
 
+import _thread
 import os
 import weakref
 
@@ -37,6 +38,14 @@ def _close(socks: dict, monitors: dict, lost: dict, model: str, unload: bool,
     sends it), then the socket. A channel closed already has nothing left open."""
     if os.getpid() != pid:  # a forked child must not close the parent's sockets
         return
+    try:
+        _close_all(socks, monitors, lost, model, unload)
+    except KeyboardInterrupt:  # (Ctrl-C while it closed): raised again in the program,
+        _thread.interrupt_main()  # where a finalizer's error is only printed
+        _close_all(socks, monitors, lost, model, unload=False)  # the rest closed all the same
+
+
+def _close_all(socks: dict, monitors: dict, lost: dict, model: str, unload: bool) -> None:
     for sock in socks.values():
         if not sock.closed:
             sock.disable_monitor()

@@ -7,6 +7,7 @@ operations sends at once. A drop never overtakes a request that uses its value: 
 chunked step holds for its stages' order goes first."""
 from __future__ import annotations
 
+import _thread
 import os
 import threading
 
@@ -25,15 +26,19 @@ class Releases:
         thread that uses the sockets and between socket operations the release is sent at
         once, anywhere else it goes with the next call."""
         self.pending_releases.extend(ctx_ids)
-        if not self.lock.acquire(blocking=False):  # another thread's request is under way
-            return
+        depth = self.lock.depth_here()
         try:
+            if not self.lock.acquire(blocking=False):  # another thread's request is under way
+                return
             if not self._busy and threading.get_ident() == self._thread:
                 self.flush_releases()
         except zmq.ZMQError:  # the sockets are going away (the interpreter exits)
             pass
-        finally:
-            self.lock.release()
+        except KeyboardInterrupt:  # (Ctrl-C while the finalizer sent): raised again in the
+            _thread.interrupt_main()  # program, where a finalizer's error is only printed
+        finally:  # the lock given back if this call took it, wherever an interrupt landed
+            if self.lock.depth_here() > depth:
+                self.lock.release()
 
     def drop_values(self, addresses: set, vid: str) -> None:
         """No client tensor holds kept value ``vid`` any more: the workers at ``addresses``

@@ -108,9 +108,13 @@ class SocketLock:
         finally:
             self._let_go()
 
+    def depth_here(self) -> int:
+        """How many times this thread holds the lock now (0: not at all)."""
+        return self._depth if self._owner == threading.get_ident() else 0
+
     def __enter__(self) -> bool:
         me = threading.get_ident()
-        depth = self._depth if self._owner == me else 0
+        depth = self.depth_here()
         try:
             return self.acquire()
         except BaseException:
