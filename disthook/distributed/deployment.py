@@ -23,6 +23,7 @@ import contextlib
 import copy
 import time
 import uuid
+import warnings
 import weakref
 from collections import OrderedDict
 
@@ -474,6 +475,8 @@ class Deployment(HookTable):
                     remote_values.fetch_held(self)
                 except (ClusterError, RemoteError, RemoteTimeout):
                     pass  # a call that made them failed: reading one says so
+            if values is None and not self._attached:
+                _say_not_home(self)
             params = [(p, p._path) for p in self._local.parameters()
                       if isinstance(p, RemoteStorage)]
             placing.unplace(self, values)
@@ -524,3 +527,19 @@ def _first_names(module: Module) -> dict[str, str]:
     first: dict[int, str] = {}
     return {name: first.setdefault(id(p), name)
             for name, p in module.named_parameters(remove_duplicate=False)}
+
+
+def _say_not_home(dep: Deployment) -> None:
+    """``close()`` could not bring the model back (a worker holding a stage is lost, or none
+    answered): say so, where before it returned as if the model were the program's again."""
+    lost = ", ".join(f"stage {dep._hub.holders.get(a, (a, '?'))[1]} on worker "
+                     f"{dep._hub.holders.get(a, (a, '?'))[0]}" for a in dep._hub.lost)
+    why = (f"{lost} is lost with its weights" if lost
+           else "its workers did not answer with its weights")
+    warnings.warn(
+        f"close() of the deployed {dep._class_name} could not bring the model back to this "
+        f"program: {why}; the module is not usable here (each use raises). Make the model "
+        "again and load a checkpoint into it, or recover() the deployment from its last "
+        "checkpoint (remote.save(path) makes one)",
+        RuntimeWarning, stacklevel=3)
+
