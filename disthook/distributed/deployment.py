@@ -39,7 +39,7 @@ from disthook.distributed.optimizer import DistributedOptimizer
 from disthook.distributed.parameters import RemoteParameter, RemoteStorage
 from disthook.distributed.placement import chains_its_children, partition
 from disthook.distributed.tree import Layout
-from disthook.nn.modules.module import Module
+from disthook.nn.modules.module import Module, _first_tensor
 from disthook.service.rpc import DEFAULT_TIMEOUT, ClusterError, RemoteError, RemoteTimeout
 from disthook.tensor import Tensor
 
@@ -164,7 +164,8 @@ class Deployment(HookTable):
         out = chain.run_stages(self, args[0])
         # the model's legacy backward hooks as this call began (RootPlacement), for its node
         hooks = self.__dict__.pop("_legacy_now", [])
-        node = out.grad_fn
+        first = _first_tensor(out) if "_legacy_calls" in self.__dict__ else None
+        node = first.grad_fn if first is not None else None
         if "_legacy_calls" in self.__dict__ and isinstance(node, RemoteBackward0):
             node.__dict__["_legacy_hooks"] = hooks
             for ctx_id in node._ctx_ids:

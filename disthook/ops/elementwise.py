@@ -1152,15 +1152,23 @@ _COMPARED = {"eq": "Eq", "ne": "Ne", "not_equal": "Ne", "lt": "Lt", "less": "Lt"
              "greater_equal": "Ge"}
 
 
-@functools.cache
+# one op class per comparison and kind of ``other`` (a number: 0, a tensor: 1), made here
+# once, each under a name of its own in this module: a worker finds an op by its name, and
+# two classes of one name (made on demand before) stood for one op there
+_COMPARED_IN_PLACE: dict[tuple[str, int], type] = {}
+for _short in sorted(set(_COMPARED.values())):
+    for _other in (0, 1):
+        _op = type(f"{_short}InPlace{_other}", (ComparedInPlace,),
+                   {"node_name": f"{_short}Backward{_other}", "__module__": __name__})
+        globals()[_op.__name__] = _COMPARED_IN_PLACE[_short, _other] = _op
+del _short, _other, _op
+
+
 def compared_in_place(name: str, tensor_other: bool) -> type | None:
     """The op ``<name>_`` records in place (``ComparedInPlace``, named as torch names its
     node), None when ``name`` is no comparison."""
     short = _COMPARED.get(name)
-    if short is None:
-        return None
-    node = f"{short}Backward{int(tensor_other)}"
-    return type(f"{short}InPlace", (ComparedInPlace,), {"node_name": node})
+    return None if short is None else _COMPARED_IN_PLACE[short, int(tensor_other)]
 
 
 class _RoundedDivision(_NoGrad):
