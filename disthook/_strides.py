@@ -1,0 +1,139 @@
+"""Memory layouts as torch chooses them: which strides ``clone()``, ``contiguous()`` and the
+``*_like`` factories give their new tensor (``memory_format=``), and which layout
+``is_contiguous(memory_format=...)`` asks about.
+
+torch's rule for ``preserve_format`` (every one's default): a source that is dense and
+non-overlapping keeps its strides exactly; any other source (expanded, sliced with steps)
+gets dense strides that keep the order of its dimensions in memory. Strides here are in
+elements, as ``Tensor.stride()`` gives them."""
+from __future__ import annotations
+
+import numpy as np
+
+from disthook import _blas
+from disthook._layout import contiguous_strides
+from disthook._limits import channels_last, channels_last_3d, contiguous_format, memory_format
+
+# channels_last's dimension order from the fastest: C, then the spatial dimensions, then N
+_LAST_ORDER = {channels_last: (4, (1, 3, 2, 0)), channels_last_3d: (5, (1, 4, 3, 2, 0))}
+
+
+def element_strides(data: np.ndarray) -> tuple:
+    return tuple(s // data.itemsize for s in data.strides)
+
+
+def _dense(shape, strides) -> bool:
+    """Non-overlapping and dense: the elements fill one block with no gap and no repeat
+    (dimensions of size 0 or 1 do not count, as in torch)."""
+    order = sorted((d for d in range(len(shape)) if shape[d] > 1), key=lambda d: strides[d])
+    if any(n == 0 for n in shape):
+        return True
+    need = 1
+    for d in order:
+        if strides[d] != need:
+            return False
+        need *= shape[d]
+    return True
+
+
+def _inferred(shape, strides) -> tuple:
+    """Dense strides keeping the memory order of ``strides``' dimensions: the fastest first,
+    a tie broken by size, a zero stride leaving a dimension where it is (torch's order)."""
+    ndim = len(shape)
+    perm = list(range(ndim - 1, -1, -1))
+
+    def compare(a, b):
+        if strides[a] == 0 or strides[b] == 0:
+            return 0
+        if strides[a] != strides[b]:
+            return -1 if strides[a] < strides[b] else 1
+        return 1 if shape[a] > shape[b] else 0
+
+    for i in range(1, ndim):  # an insertion sort that stops at an undecided pair
+        j = i
+        for k in range(i - 1, -1, -1):
+            c = compare(perm[k], perm[j])
+            if c > 0:
+                perm[k], perm[j] = perm[j], perm[k]
+                j = k
+            elif c < 0:
+                break
+    out, step = [0] * ndim, 1
+    for d in perm:
+        out[d] = step
+        step *= max(shape[d], 1)
+    return tuple(out)
+
+
+def _format_strides(shape, fmt) -> tuple | None:
+    """The strides ``fmt`` (channels_last or channels_last_3d) gives ``shape``; None for a
+    contiguous layout."""
+    if fmt not in _LAST_ORDER:
+        return None
+    rank, order = _LAST_ORDER[fmt]
+    if len(shape) != rank:
+        name = "channels_last" if rank == 4 else "channels_last_3d"
+        raise RuntimeError(f"required rank {rank} tensor to use {name} format")
+    out, step = [0] * rank, 1
+    for d in order:
+        out[d] = step
+        step *= max(shape[d], 1)
+    return tuple(out)
+
+
+def _strided_empty(shape, strides, dtype) -> np.ndarray:
+    if strides == contiguous_strides(shape):
+        return _blas.empty(shape, dtype)
+    numel = int(np.prod(shape, dtype=np.int64))
+    flat = _blas.empty((numel,), dtype)
+    return np.ndarray(shape, dtype, buffer=flat, strides=[s * dtype.itemsize for s in strides])
+
+
+def new_like(data, shape, dtype, fmt=None) -> np.ndarray:
+    """A new (unfilled) array of ``shape`` and ``dtype`` laid out as torch lays out a new
+    tensor made from ``data`` under memory format ``fmt`` (None: preserve_format). ``data``
+    is the source's array, or None where only its shape is known (C order then)."""
+    if fmt is not None and not isinstance(fmt, memory_format):
+        raise TypeError(f"memory_format must be torch.memory_format, not {type(fmt).__name__}")
+    dtype = np.dtype(dtype)
+    shape = tuple(shape)
+    last = _format_strides(shape, fmt)
+    if last is not None:
+        return _strided_empty(shape, last, dtype)
+    if fmt == contiguous_format or data is None:
+        return _blas.empty(shape, dtype)
+    strides = element_strides(data)
+    if any(s < 0 for s in strides) or data.shape != shape:  # (torch has no negative strides: its copies are C order)
+        return _blas.empty(shape, dtype)
+    keep = strides if _dense(shape, strides) else _inferred(shape, strides)
+    return _strided_empty(shape, keep, dtype)
+
+
+def is_contiguous_as(data: np.ndarray, fmt) -> bool:
+    """``is_contiguous(memory_format=fmt)``: C order, or channels_last's order for a tensor of
+    its rank (False for any other rank); dimensions of size 1 do not count."""
+    if fmt not in _LAST_ORDER:
+        return bool(data.flags.c_contiguous)
+    rank, order = _LAST_ORDER[fmt]
+    if data.ndim != rank:
+        return False
+    strides, need = element_strides(data), 1
+    for d in order:
+        if data.shape[d] != 1:
+            if strides[d] != need:
+                return False
+            need *= data.shape[d]
+    return True
+
+
+def relaid(source, array: np.ndarray, fmt=None) -> np.ndarray:
+    """``array`` (new, C order, shaped as ``source``) moved into the layout torch gives a
+    ``*_like`` of tensor ``source`` under ``fmt`` (``rand_like``'s values, drawn in C order)."""
+    data = getattr(source, "_data", None)
+    if (fmt is None or fmt is contiguous_format) and (
+            not isinstance(data, np.ndarray) or data.flags.c_contiguous and data.size):
+        return array
+    out = new_like(data if isinstance(data, np.ndarray) else None, array.shape, array.dtype,
+                   fmt)
+    np.copyto(out, array)
+    return out
