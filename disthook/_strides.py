@@ -110,19 +110,28 @@ def new_like(data, shape, dtype, fmt=None) -> np.ndarray:
 
 
 def is_contiguous_as(data: np.ndarray, fmt) -> bool:
-    """``is_contiguous(memory_format=fmt)``: C order, or channels_last's order for a tensor of
-    its rank (False for any other rank); dimensions of size 1 do not count."""
+    """``is_contiguous(memory_format=fmt)`` of array ``data``."""
     if fmt not in _LAST_ORDER:
         return bool(data.flags.c_contiguous)
+    return lies_as(data.shape, element_strides(data), fmt)
+
+
+def lies_as(shape, strides, fmt) -> bool:
+    """Whether ``strides`` (in elements) are ``fmt``'s order for ``shape``: C order, or
+    channels_last's for a tensor of its rank (False for any other rank); dimensions of size 1
+    do not count."""
+    if fmt not in _LAST_ORDER:
+        return 0 in shape or all(
+            a == b for a, b, n in zip(strides, contiguous_strides(shape), shape) if n != 1)
     rank, order = _LAST_ORDER[fmt]
-    if data.ndim != rank:
+    if len(shape) != rank:
         return False
-    strides, need = element_strides(data), 1
+    need = 1
     for d in order:
-        if data.shape[d] != 1:
+        if shape[d] != 1:
             if strides[d] != need:
                 return False
-            need *= data.shape[d]
+            need *= shape[d]
     return True
 
 
