@@ -501,7 +501,9 @@ class ShapeMethods:
         values = x[starts]
         if dim is not None:
             values = np.moveaxis(values, 0, self._dim(dim))
-        out = [self._make(np.ascontiguousarray(values), None, 0)]
+        from disthook.ops.shape import UniqueConsecutive  # (torch's node: backward its error)
+
+        out = [UniqueConsecutive.apply(self, result=np.ascontiguousarray(values))]
         if return_inverse:
             inverse = np.cumsum(np.isin(np.arange(n), starts)) - 1
             out.append(self._make(inverse.reshape(self.shape if dim is None else (n,))

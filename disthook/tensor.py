@@ -1386,7 +1386,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
                                             return_counts=True, axis=axis)
         if axis is None:
             inverse = inverse.reshape(self.shape)
-        out = [Tensor._make(values.astype(self._data.dtype), None, 0)]
+        node = S.Unique2 if axis is None else S.UniqueDim  # (torch's node, backward its error)
+        out = [node.apply(self, result=values.astype(self._data.dtype))]
         if return_inverse:
             out.append(Tensor._make(inverse.reshape(-1 if axis is not None else self.shape)
                                     .astype(np.int64), None, 0))
