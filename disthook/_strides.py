@@ -135,6 +135,34 @@ def lies_as(shape, strides, fmt) -> bool:
     return True
 
 
+def exactly(data: np.ndarray, fmt) -> bool:
+    """Whether ``data`` has the very strides a new tensor in format ``fmt`` gets (size-1
+    dimensions included)."""
+    shape = data.shape
+    return element_strides(data) == (_format_strides(shape, fmt) or contiguous_strides(shape))
+
+
+def suggested(data: np.ndarray):
+    """The memory format ``data``'s strides look like (torch's ``suggest_memory_format``):
+    channels_last (or _3d) where the channel dimension is the fastest and the rest follow in
+    that format's order, an ambiguous case counting as C order; else contiguous_format."""
+    for fmt, (rank, order) in _LAST_ORDER.items():
+        if data.ndim == rank and _strides_like(data.shape, element_strides(data), order):
+            return fmt
+    return contiguous_format
+
+
+def _strides_like(shape, strides, order) -> bool:
+    least = 0
+    if strides[1] == 0:
+        return False
+    for d in order:
+        if shape[d] == 0 or strides[d] < least or d == 0 and least == strides[1]:
+            return False
+        least = strides[d] * max(shape[d], 1)
+    return True
+
+
 def relaid(source, array: np.ndarray, fmt=None) -> np.ndarray:
     """``array`` (new, C order, shaped as ``source``) moved into the layout torch gives a
     ``*_like`` of tensor ``source`` under ``fmt`` (``rand_like``'s values, drawn in C order)."""

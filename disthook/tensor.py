@@ -671,7 +671,18 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
             memory_format=memory_format)
 
     def to(self, *args, **kwargs) -> "Tensor":
-        """``to(dtype)``, ``to(device)``, ``to(device, dtype)``, ``to(other)``; CPU only."""
+        """``to(dtype)``, ``to(device)``, ``to(device, dtype)``, ``to(other)``; CPU only. A
+        ``memory_format=`` other than preserve_format lays the result out in that order (the
+        tensor itself where it lies so already), as torch's."""
+        fmt = kwargs.get("memory_format")
+        check_memory_format(fmt, "to")
+        out = self._to(args, kwargs)
+        if fmt is None or fmt is preserve_format or (
+                _strides.suggested(self._data) is fmt if out is self else _strides.exactly(out._data, fmt)):
+            return out
+        return FormatCopy.apply(out, memory_format=fmt)
+
+    def _to(self, args, kwargs) -> Tensor:
         target = kwargs.get("dtype")
         copy = kwargs.get("copy", False)
         _check_device(kwargs.get("device"))
@@ -2438,6 +2449,12 @@ class Clone(Op):
     @staticmethod
     def backward(ctx, g):
         return g
+
+
+class FormatCopy(Clone):
+    """``to(memory_format=...)``'s copy: torch records it as a ToCopy."""
+
+    node_name = "ToCopyBackward0"
 
 
 class ToCopy(Op):

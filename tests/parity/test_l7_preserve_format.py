@@ -31,6 +31,9 @@ SOURCES = {
     "scalar": lambda lib: lib.tensor(2.5),
     "empty_transpose": lambda lib: lib.ones(0, 3).t(),
     "contiguous": lambda lib: lib.arange(6.).reshape(2, 3),
+    "size_one_spatial": lambda lib: lib.arange(6.).reshape(2, 3, 1, 1),
+    "channels_last_size_one": lambda lib: lib.arange(6.).reshape(2, 1, 3, 1).contiguous(
+        memory_format=lib.channels_last),
 }
 
 MAKERS = {
@@ -98,3 +101,27 @@ def test_gradient_through_a_preserved_clone():
         (y * lib.arange(4.).reshape(4, 1, 1)).sum().backward()
         grads.append((w.grad.stride(), w.grad.numpy().tolist(), y.stride()))
     assert grads[1] == grads[0]
+
+
+TO_CALLS = {
+    "to_channels_last": lambda lib, x: x.to(memory_format=lib.channels_last),
+    "to_contiguous_format": lambda lib, x: x.to(memory_format=lib.contiguous_format),
+    "to_dtype_channels_last": lambda lib, x: x.to(lib.float64, memory_format=lib.channels_last),
+    "to_dtype_preserve": lambda lib, x: x.to(lib.float64),
+    "double": lambda lib, x: x.double(),
+}
+
+
+@pytest.mark.parametrize("source", ["permute", "channels_last", "stepped", "contiguous4d",
+                                    "size_one_spatial", "channels_last_size_one"])
+@pytest.mark.parametrize("call", sorted(TO_CALLS))
+def test_to_memory_format_as_torch(source, call):
+    make = SOURCES.get(source, lambda lib: lib.arange(120.).reshape(2, 3, 4, 5))
+    seen = []
+    for lib in (torch, disthook):
+        x = make(lib).requires_grad_()
+        y = TO_CALLS[call](lib, x)
+        (y * lib.arange(float(y.shape[-1]))).sum().backward()
+        seen.append((layout(y), y is x, y.grad_fn.name() if y is not x else None,
+                     y.detach().numpy().tolist(), x.grad.numpy().tolist(), x.grad.stride()))
+    assert seen[1] == seen[0]
