@@ -1477,7 +1477,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         shape = list(x.shape)
         out_shape = shape[:d] + [shape[d] * r] + shape[d + 1:]
         spread = x.unsqueeze(d + 1).expand(*shape[:d + 1], r, *shape[d + 1:])
-        return spread.clone().view(out_shape)
+        return spread.contiguous().view(out_shape)
 
     def index_select(self, dim, index):
         d = self._dim(dim)

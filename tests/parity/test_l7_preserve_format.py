@@ -125,3 +125,31 @@ def test_to_memory_format_as_torch(source, call):
         seen.append((layout(y), y is x, y.grad_fn.name() if y is not x else None,
                      y.detach().numpy().tolist(), x.grad.numpy().tolist(), x.grad.stride()))
     assert seen[1] == seen[0]
+
+
+COPIES = {  # torch's ``*_copy`` ops, ``narrow_copy`` and repeat_interleave give C order
+    "permute_copy": lambda lib, x: lib.permute_copy(x, (2, 0, 1)),
+    "transpose_copy": lambda lib, x: lib.transpose_copy(x, 0, 2),
+    "t_copy": lambda lib, x: lib.t_copy(x[0]),
+    "slice_copy": lambda lib, x: lib.slice_copy(x.transpose(0, 2), 0, 0, 4, 2),
+    "select_copy": lambda lib, x: lib.select_copy(x.transpose(0, 2), 0, 1),
+    "diagonal_copy": lambda lib, x: lib.diagonal_copy(x),
+    "alias_copy": lambda lib, x: lib.alias_copy(x.transpose(0, 2)),
+    "detach_copy": lambda lib, x: lib.detach_copy(x.transpose(0, 2)),
+    "unbind_copy": lambda lib, x: lib.unbind_copy(x.transpose(0, 2))[1],
+    "split_copy": lambda lib, x: lib.split_copy(x.transpose(0, 2), 2)[0],
+    "narrow_copy": lambda lib, x: x.transpose(0, 2).narrow_copy(0, 1, 2),
+    "repeat_interleave": lambda lib, x: x.transpose(0, 2).repeat_interleave(2, dim=0),
+    "as_strided_scatter": lambda lib, x: x.transpose(0, 2).as_strided_scatter(
+        lib.zeros(2), (2,), (1,)),
+    "slice_scatter": lambda lib, x: x.transpose(0, 2).slice_scatter(lib.zeros(2, 3, 2), 0, 0, 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COPIES))
+def test_copies_lay_out_as_torch(name):
+    seen = []
+    for lib in (torch, disthook):
+        y = COPIES[name](lib, lib.arange(24.).reshape(2, 3, 4))
+        seen.append((layout(y), y.tolist()))
+    assert seen[1] == seen[0]
