@@ -100,7 +100,8 @@ def new_like(data, shape, dtype, fmt=None) -> np.ndarray:
     last = _format_strides(shape, fmt)
     if last is not None:
         return _strided_empty(shape, last, dtype)
-    if fmt == contiguous_format or data is None:
+    if fmt == contiguous_format or data is None or (
+            data.flags.c_contiguous and data.size and 1 not in shape):
         return _blas.empty(shape, dtype)
     strides = element_strides(data)
     if any(s < 0 for s in strides) or data.shape != shape:  # (torch has no negative strides: its copies are C order)

@@ -2442,8 +2442,12 @@ class Clone(Op):
 
     @staticmethod
     def forward(ctx, a, memory_format=None):
-        out = _strides.new_like(a._data, a._data.shape, a._data.dtype, memory_format)
-        np.copyto(out, a._data)
+        data = a._data
+        if memory_format is None and data.flags.c_contiguous and data.size and (
+                1 not in data.shape):  # (C order, no size-1 stride to keep: numpy's copy)
+            return data.copy()
+        out = _strides.new_like(data, data.shape, data.dtype, memory_format)
+        np.copyto(out, data)
         return out
 
     @staticmethod
