@@ -18,6 +18,20 @@ from disthook._limits import channels_last, channels_last_3d, contiguous_format,
 _LAST_ORDER = {channels_last: (4, (1, 3, 2, 0)), channels_last_3d: (5, (1, 4, 3, 2, 0))}
 
 
+def held(t) -> np.ndarray | None:
+    """Tensor ``t``'s own array, read without fetching: a deployed model's parameter holds a
+    stand-in there (strides 0, giving C order, as its value lies on its worker); None for
+    anything else, or a tensor whose array was never set."""
+    from disthook.tensor import Tensor
+
+    if not isinstance(t, Tensor):
+        return None
+    try:
+        return Tensor.__dict__["_data"].__get__(t)
+    except AttributeError:
+        return None
+
+
 def element_strides(data: np.ndarray) -> tuple:
     return tuple(s // data.itemsize for s in data.strides)
 
@@ -167,11 +181,10 @@ def _strides_like(shape, strides, order) -> bool:
 def relaid(source, array: np.ndarray, fmt=None) -> np.ndarray:
     """``array`` (new, C order, shaped as ``source``) moved into the layout torch gives a
     ``*_like`` of tensor ``source`` under ``fmt`` (``rand_like``'s values, drawn in C order)."""
-    data = getattr(source, "_data", None)
+    data = held(source)
     if (fmt is None or fmt is contiguous_format) and (
-            not isinstance(data, np.ndarray) or data.flags.c_contiguous and data.size):
+            data is None or data.flags.c_contiguous and data.size):
         return array
-    out = new_like(data if isinstance(data, np.ndarray) else None, array.shape, array.dtype,
-                   fmt)
+    out = new_like(data, array.shape, array.dtype, fmt)
     np.copyto(out, array)
     return out

@@ -2693,8 +2693,7 @@ def _like(t: Tensor, dtype):
 def _like_filled(t, dtype, memory_format, value) -> np.ndarray:
     """A new array of ``value`` shaped as ``t`` and laid out as torch lays out a ``*_like``
     of it (``memory_format``; a deployed parameter without its value: C order)."""
-    data = t._data if isinstance(getattr(t, "_data", None), np.ndarray) else None
-    out = _strides.new_like(data, tuple(t.shape), _like(t, dtype), memory_format)
+    out = _strides.new_like(_strides.held(t), tuple(t.shape), _like(t, dtype), memory_format)
     out.fill(value)
     return out
 

@@ -128,9 +128,7 @@ def accumulate_into_grad(t, grad, fresh: bool = False) -> None:
         elif fresh:
             t._grad = grad.detach()
         else:  # (a copy laid out as the leaf, torch's layout contract for .grad)
-            data = getattr(t, "_data", None)
-            out = _strides.new_like(data if isinstance(data, np.ndarray) else None,
-                                    grad._data.shape, grad._data.dtype)
+            out = _strides.new_like(_strides.held(t), grad._data.shape, grad._data.dtype)
             np.copyto(out, grad._data)
             t._grad = _loaded["disthook.tensor"].Tensor._make(out, None, 0)
     elif grad_mode.is_grad_enabled():
