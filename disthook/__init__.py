@@ -14,6 +14,7 @@ from disthook._settings import quiet_float_warnings as _quiet_float_warnings
 _quiet_float_warnings()
 
 from disthook import (  # noqa: F401
+    _strides,
     _surface,  # first: from here on, torch's names that disthook lacks refuse at use
     autograd,
     cuda,
@@ -179,15 +180,19 @@ def randn(*args, size=None, dtype=None, device=None, requires_grad=False,  # noq
 def rand_like(input: Tensor, *, generator=None, dtype=None, device=None,  # noqa: F811
               requires_grad=False, memory_format=None) -> Tensor:  # noqa: F811 (torch's names)
     _check_memory_format(memory_format, "rand_like")
-    return rand(input.shape, dtype=dtype or input.dtype, device=device,
-                requires_grad=requires_grad, generator=generator)
+    out = rand(input.shape, dtype=dtype or input.dtype, device=device,
+              requires_grad=requires_grad, generator=generator)
+    out._data = _strides.relaid(input, out._data, memory_format)  # (torch's layout)
+    return out
 
 
 def randn_like(input: Tensor, *, generator=None, dtype=None, device=None,  # noqa: F811
                requires_grad=False, memory_format=None) -> Tensor:  # noqa: F811 (torch's names)
     _check_memory_format(memory_format, "randn_like")
-    return randn(input.shape, dtype=dtype or input.dtype, device=device,
-                 requires_grad=requires_grad, generator=generator)
+    out = randn(input.shape, dtype=dtype or input.dtype, device=device,
+               requires_grad=requires_grad, generator=generator)
+    out._data = _strides.relaid(input, out._data, memory_format)  # (torch's layout)
+    return out
 
 
 def randint(low=None, high=None, size=None, *, dtype=None, device=None, requires_grad=False,

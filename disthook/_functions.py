@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from disthook import _dtype
+from disthook._limits import contiguous_format
 from disthook._out import factory_out
 from disthook.amp import cpu_policy
 from disthook.ops import margin as _margin
@@ -641,10 +642,15 @@ eig = _removed("eig", "torch.linalg.eig, whose results are complex (not supporte
 
 # ---- copies of views: ``<view>_copy`` is the view's values in new memory --------------------------
 
+def _c_copy(t: Tensor) -> Tensor:
+    # (torch's ``*_copy`` ops give C order, where clone() would keep a view's strides)
+    return t.clone(memory_format=contiguous_format)
+
+
 def _copy_of(view: str):
     def fn(input: Tensor, *args, **kwargs):
         out = getattr(input, view)(*args, **kwargs)
-        return tuple(o.clone() for o in out) if isinstance(out, tuple) else out.clone()
+        return tuple(_c_copy(o) for o in out) if isinstance(out, tuple) else _c_copy(out)
 
     fn.__name__ = view + "_copy"
     fn.__doc__ = f"``torch.{view}_copy``: ``{view}`` without aliasing the input."
@@ -653,11 +659,11 @@ def _copy_of(view: str):
 
 def slice_copy(input: Tensor, dim: int = 0, start=None, end=None, step: int = 1) -> Tensor:
     d = input._dim(dim)
-    return input[(builtins.slice(None),) * d + (builtins.slice(start, end, step),)].clone()
+    return _c_copy(input[(builtins.slice(None),) * d + (builtins.slice(start, end, step),)])
 
 
 def alias_copy(input: Tensor) -> Tensor:
-    return input.clone()
+    return _c_copy(input)
 
 
 as_strided_copy = _copy_of("as_strided")

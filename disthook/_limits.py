@@ -1,6 +1,6 @@
 """``torch.finfo`` / ``torch.iinfo`` (a dtype's numeric limits), the constants torch exports
-(``inf``, ``nan``, ``pi``, ``e``, ``newaxis``) and the memory formats (dense CPU tensors have
-one layout; ``contiguous(memory_format=...)`` and ``to(memory_format=...)`` take them)."""
+(``inf``, ``nan``, ``pi``, ``e``, ``newaxis``) and the memory formats (names; the strides each
+gives a new tensor are disthook._strides')."""
 from __future__ import annotations
 
 import math
@@ -73,7 +73,7 @@ class iinfo:
 
 
 class memory_format:
-    """A memory format: a name only (one layout for dense CPU tensors)."""
+    """A memory format's name (its strides: disthook._strides)."""
 
     def __init__(self, name: str):
         self._name = name
@@ -90,7 +90,7 @@ preserve_format = memory_format("preserve_format")
 
 def check_memory_format(value, fn: str) -> None:
     """A ``memory_format=`` keyword as torch checks it (``fn`` names the function): None or a
-    memory format; every one gives the one dense layout here."""
+    memory format (the layout it asks for: disthook._strides)."""
     if value is not None and not isinstance(value, memory_format):
         raise TypeError(f"{fn}(): argument 'memory_format' must be torch.memory_format, not "
                         f"{type(value).__name__}")

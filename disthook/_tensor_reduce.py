@@ -189,8 +189,13 @@ class ReduceMethods:
             raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
         w = None if weights is None else weights._data
         out = np.bincount(self._data, weights=w, minlength=minlength)
-        dt = np.int64 if w is None else (w.dtype if _dtype.kind(w.dtype) == "f" else np.float64)
-        return self._make(out.astype(dt), None, 0)
+        # (torch: float32 weights give float32, any other weights float64)
+        dt = np.int64 if w is None else (np.float32 if w.dtype == np.float32 else np.float64)
+        if weights is None:
+            return self._make(out.astype(dt), None, 0)
+        from disthook.ops.shape import Bincount  # (torch's node: backward its error)
+
+        return Bincount.apply(weights, result=out.astype(dt))
 
     def cov(self, *, correction=1, fweights=None, aweights=None):
         x = (self if self.ndim == 2 else self.reshape(1, -1))._floating()

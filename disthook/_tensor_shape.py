@@ -13,6 +13,7 @@ import itertools
 import numpy as np
 
 from disthook import _dtype
+from disthook._limits import contiguous_format
 from disthook.autograd import inference
 from disthook.ops import views as V
 from disthook.ops.base import check_broadcast, refuse_complex
@@ -407,7 +408,8 @@ class ShapeMethods:
         return self.split_with_sizes(split_sizes, dim)
 
     def narrow_copy(self, dim, start, length):
-        return self.narrow(dim, start, length).clone()
+        # (C order, as torch's, where clone() would keep the view's strides)
+        return self.narrow(dim, start, length).clone(memory_format=contiguous_format)
 
     # ---- indexing ------------------------------------------------------------------------
     def take(self, index):
@@ -501,7 +503,9 @@ class ShapeMethods:
         values = x[starts]
         if dim is not None:
             values = np.moveaxis(values, 0, self._dim(dim))
-        out = [self._make(np.ascontiguousarray(values), None, 0)]
+        from disthook.ops.shape import UniqueConsecutive  # (torch's node: backward its error)
+
+        out = [UniqueConsecutive.apply(self, result=np.ascontiguousarray(values))]
         if return_inverse:
             inverse = np.cumsum(np.isin(np.arange(n), starts)) - 1
             out.append(self._make(inverse.reshape(self.shape if dim is None else (n,))

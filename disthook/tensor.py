@@ -14,13 +14,13 @@ from collections import OrderedDict
 
 import numpy as np
 
-from disthook import _blas, _dtype
+from disthook import _blas, _dtype, _strides
 from disthook import random as _random
 from disthook._dtype import dtype as _DType
 from disthook._indexing import check_index, check_number_fill, index_arg, numpy_words
 from disthook._keywords import take_torch_keywords
 from disthook._layout import empty_laid_out
-from disthook._limits import check_memory_format
+from disthook._limits import check_memory_format, contiguous_format, preserve_format
 from disthook._out import check_layout, check_pin_memory, factory_out, write_out
 from disthook._tensor_math import INPLACE_NAMES, MathMethods, inplace_of
 from disthook._tensor_reduce import ReduceMethods
@@ -303,7 +303,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self._data.dtype.kind == "c"
 
     def is_contiguous(self, memory_format=None) -> bool:
-        return self._data.flags.c_contiguous
+        check_memory_format(memory_format, "is_contiguous")
+        return _strides.is_contiguous_as(self._data, memory_format)
 
     def stride(self, dim=None):
         st = tuple(s // self._data.itemsize for s in self._data.strides)
@@ -655,13 +656,33 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         return self
 
     def clone(self, *, memory_format=None) -> "Tensor":
-        return Clone.apply(self)
+        """A copy laid out as torch lays it out: ``preserve_format`` (the default) keeps a
+        dense source's strides (see disthook._strides)."""
+        check_memory_format(memory_format, "clone")
+        return Clone.apply(self, memory_format=memory_format)
 
     def contiguous(self, memory_format=None) -> "Tensor":
-        return self if self._data.flags.c_contiguous else self.clone()
+        """Itself where it already lies in ``memory_format``'s order (C order by default),
+        else a copy in that order."""
+        check_memory_format(memory_format, "contiguous")
+        if memory_format is None or memory_format is preserve_format:
+            memory_format = contiguous_format
+        return self if self.is_contiguous(memory_format) else self.clone(
+            memory_format=memory_format)
 
     def to(self, *args, **kwargs) -> "Tensor":
-        """``to(dtype)``, ``to(device)``, ``to(device, dtype)``, ``to(other)``; CPU only."""
+        """``to(dtype)``, ``to(device)``, ``to(device, dtype)``, ``to(other)``; CPU only. A
+        ``memory_format=`` other than preserve_format lays the result out in that order (the
+        tensor itself where it lies so already), as torch's."""
+        fmt = kwargs.get("memory_format")
+        check_memory_format(fmt, "to")
+        out = self._to(args, kwargs)
+        if fmt is None or fmt is preserve_format or (
+                _strides.suggested(self._data) is fmt if out is self else _strides.exactly(out._data, fmt)):
+            return out
+        return FormatCopy.apply(out, memory_format=fmt)
+
+    def _to(self, args, kwargs) -> Tensor:
         target = kwargs.get("dtype")
         copy = kwargs.get("copy", False)
         _check_device(kwargs.get("device"))
@@ -1376,7 +1397,8 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
                                             return_counts=True, axis=axis)
         if axis is None:
             inverse = inverse.reshape(self.shape)
-        out = [Tensor._make(values.astype(self._data.dtype), None, 0)]
+        node = S.Unique2 if axis is None else S.UniqueDim  # (torch's node, backward its error)
+        out = [node.apply(self, result=values.astype(self._data.dtype))]
         if return_inverse:
             out.append(Tensor._make(inverse.reshape(-1 if axis is not None else self.shape)
                                     .astype(np.int64), None, 0))
@@ -1455,7 +1477,7 @@ class Tensor(MathMethods, ShapeMethods, ReduceMethods):
         shape = list(x.shape)
         out_shape = shape[:d] + [shape[d] * r] + shape[d + 1:]
         spread = x.unsqueeze(d + 1).expand(*shape[:d + 1], r, *shape[d + 1:])
-        return spread.clone().view(out_shape)
+        return spread.contiguous().view(out_shape)
 
     def index_select(self, dim, index):
         d = self._dim(dim)
@@ -2419,12 +2441,24 @@ class Clone(Op):
     complex_ok = True
 
     @staticmethod
-    def forward(ctx, a):
-        return a._data.copy()
+    def forward(ctx, a, memory_format=None):
+        data = a._data
+        if memory_format is None and data.flags.c_contiguous and data.size and (
+                1 not in data.shape):  # (C order, no size-1 stride to keep: numpy's copy)
+            return data.copy()
+        out = _strides.new_like(data, data.shape, data.dtype, memory_format)
+        np.copyto(out, data)
+        return out
 
     @staticmethod
     def backward(ctx, g):
         return g
+
+
+class FormatCopy(Clone):
+    """``to(memory_format=...)``'s copy: torch records it as a ToCopy."""
+
+    node_name = "ToCopyBackward0"
 
 
 class ToCopy(Op):
@@ -2656,28 +2690,36 @@ def _like(t: Tensor, dtype):
     return _np_dtype(t.dtype if dtype is None else dtype)
 
 
+def _like_filled(t, dtype, memory_format, value) -> np.ndarray:
+    """A new array of ``value`` shaped as ``t`` and laid out as torch lays out a ``*_like``
+    of it (``memory_format``; a deployed parameter without its value: C order)."""
+    out = _strides.new_like(_strides.held(t), tuple(t.shape), _like(t, dtype), memory_format)
+    out.fill(value)
+    return out
+
+
 def zeros_like(input, *, dtype=None, device=None, requires_grad=False,
                memory_format=None) -> Tensor:
     check_memory_format(memory_format, "zeros_like")
-    return _factory(_filled(input.shape, _like(input, dtype), 0), requires_grad, device)
+    return _factory(_like_filled(input, dtype, memory_format, 0), requires_grad, device)
 
 
 def ones_like(input, *, dtype=None, device=None, requires_grad=False,
               memory_format=None) -> Tensor:
     check_memory_format(memory_format, "ones_like")
-    return _factory(_filled(input.shape, _like(input, dtype), 1), requires_grad, device)
+    return _factory(_like_filled(input, dtype, memory_format, 1), requires_grad, device)
 
 
 def empty_like(input, *, dtype=None, device=None, requires_grad=False,
                memory_format=None) -> Tensor:
     check_memory_format(memory_format, "empty_like")
-    return _factory(_filled(input.shape, _like(input, dtype), 0), requires_grad, device)
+    return _factory(_like_filled(input, dtype, memory_format, 0), requires_grad, device)
 
 
 def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False,
               memory_format=None) -> Tensor:
     check_memory_format(memory_format, "full_like")
-    return _factory(np.full(input.shape, fill_value, _like(input, dtype)), requires_grad, device)
+    return _factory(_like_filled(input, dtype, memory_format, fill_value), requires_grad, device)
 
 
 @factory_out

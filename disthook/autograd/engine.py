@@ -18,7 +18,7 @@ from sys import modules as _loaded
 
 import numpy as np
 
-from disthook import _blas
+from disthook import _blas, _strides
 from disthook.autograd import grad_mode, saved_hooks
 from disthook.autograd.graph import AccumulateGrad, Node, gradient_edge
 
@@ -127,8 +127,10 @@ def accumulate_into_grad(t, grad, fresh: bool = False) -> None:
             t._grad = CopyFrom.apply(Tensor._make(grad._data, None, 0), grad)
         elif fresh:
             t._grad = grad.detach()
-        else:
-            t._grad = grad.detach().clone()
+        else:  # (a copy laid out as the leaf, torch's layout contract for .grad)
+            out = _strides.new_like(_strides.held(t), grad._data.shape, grad._data.dtype)
+            np.copyto(out, grad._data)
+            t._grad = _loaded["disthook.tensor"].Tensor._make(out, None, 0)
     elif grad_mode.is_grad_enabled():
         t._grad = t._grad + grad
     else:

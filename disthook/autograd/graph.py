@@ -76,7 +76,9 @@ class Node:
 
     # ---- identity -------------------------------------------------------------------------
     def name(self) -> str:
-        return type(self).__name__
+        name = type(self).__name__
+        # torch's hand-written C++ nodes have qualified names; its generated ones do not
+        return f"torch::autograd::{name}" if name == "NotImplemented" else name
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} object at {hex(id(self))}>"

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from disthook import _strides
 from disthook._layout import contiguous_strides
 from disthook.autograd import grad_mode
 from disthook.autograd.graph import AccumulateGrad
@@ -118,7 +119,8 @@ class RemoteStorage:
         return self._twin.is_floating_point()
 
     def is_contiguous(self, memory_format=None) -> bool:
-        return True
+        # (its value lies in C order on the worker: a channels_last format asks of that)
+        return _strides.lies_as(self.shape, contiguous_strides(self.shape), memory_format)
 
     def stride(self, dim=None):  # contiguous, as is_contiguous says (the meta array's are 0)
         strides = contiguous_strides(self.shape)

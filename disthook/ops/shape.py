@@ -938,3 +938,42 @@ class PixelUnshuffle(Op):
     @staticmethod
     def backward(ctx, g):
         return PixelShuffle.apply(g, upscale_factor=ctx.r)
+
+
+class NoGradient(Op):
+    """The node torch records for an op it defines no derivative for, over a result computed
+    already (``result``): the output requires grad when the input does, and backward through
+    it raises torch's error, ``error(message)``. A subclass per op names the node."""
+
+    differentiable = True
+    error = NotImplementedError
+    message = ""
+
+    @staticmethod
+    def forward(ctx, a, result=None):
+        return result
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise ctx.error(ctx.message)
+
+
+class Unique2(NoGradient):
+    node_name = "Unique2Backward0"
+    message = "the derivative for '_unique2' is not implemented."
+
+
+class UniqueDim(NoGradient):
+    node_name = "UniqueDimBackward0"
+    message = "the derivative for 'unique_dim' is not implemented."
+
+
+class UniqueConsecutive(NoGradient):
+    node_name = "UniqueConsecutiveBackward0"
+    message = "the derivative for 'unique_consecutive' is not implemented."
+
+
+class Bincount(NoGradient):
+    node_name = "NotImplemented"
+    error = RuntimeError
+    message = "derivative for aten::bincount is not implemented"
