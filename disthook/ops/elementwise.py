@@ -1220,19 +1220,26 @@ def _floor_divide(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 class NoDerivative(Op):
     """An op torch defines no derivative for: its output takes part in the graph (it
-    requires grad when an input does), and backward through it is torch's error naming the
-    op, ``aten::<torch_name>`` (``<torch_name>_`` for the in-place form: ``in_place``)."""
+    requires grad when an input does), and backward through it is torch's error: by default
+    a ``RuntimeError`` naming the op, ``aten::<torch_name>`` (``<torch_name>_`` for the
+    in-place form: ``in_place``); an op whose node torch names (``unique``'s) gives its own
+    ``error(message)``. ``fn`` computes the output from the inputs' arrays, or the caller
+    passes the output computed already (``result=``)."""
 
     node_name = "NotImplemented"
     fn = None
     torch_name = ""
+    error = RuntimeError
+    message = ""
 
     @classmethod
-    def forward(cls, ctx, *xs):
-        return cls.fn(*[x._data for x in xs])
+    def forward(cls, ctx, *xs, result=None):
+        return cls.fn(*[x._data for x in xs]) if result is None else result
 
     @staticmethod
     def backward(ctx, *grads):
+        if ctx.message:
+            raise ctx.error(ctx.message)
         suffix = "_" if ctx.__dict__.get("in_place") else ""
         raise RuntimeError(f"derivative for aten::{ctx.torch_name}{suffix} is not implemented")
 

@@ -23,6 +23,7 @@ from disthook.ops.base import (  # noqa: F401
     shown_dims,
     sum_to,
 )
+from disthook.ops.elementwise import NoDerivative
 
 
 class View(Op):
@@ -940,40 +941,25 @@ class PixelUnshuffle(Op):
         return PixelShuffle.apply(g, upscale_factor=ctx.r)
 
 
-class NoGradient(Op):
-    """The node torch records for an op it defines no derivative for, over a result computed
-    already (``result``): the output requires grad when the input does, and backward through
-    it raises torch's error, ``error(message)``. A subclass per op names the node."""
-
-    differentiable = True
-    error = NotImplementedError
-    message = ""
-
-    @staticmethod
-    def forward(ctx, a, result=None):
-        return result
-
-    @staticmethod
-    def backward(ctx, *grads):
-        raise ctx.error(ctx.message)
-
-
-class Unique2(NoGradient):
+# ops torch defines no derivative for, over their result computed already (``result=``)
+class Unique2(NoDerivative):
     node_name = "Unique2Backward0"
+    error = NotImplementedError
     message = "the derivative for '_unique2' is not implemented."
 
 
-class UniqueDim(NoGradient):
+class UniqueDim(NoDerivative):
     node_name = "UniqueDimBackward0"
+    error = NotImplementedError
     message = "the derivative for 'unique_dim' is not implemented."
 
 
-class UniqueConsecutive(NoGradient):
+class UniqueConsecutive(NoDerivative):
     node_name = "UniqueConsecutiveBackward0"
+    error = NotImplementedError
     message = "the derivative for 'unique_consecutive' is not implemented."
 
 
-class Bincount(NoGradient):
-    node_name = "NotImplemented"
-    error = RuntimeError
-    message = "derivative for aten::bincount is not implemented"
+class Bincount(NoDerivative):
+    node_name = "NotImplemented"  # (each op class names its own node: Op.__init_subclass__)
+    torch_name = "bincount"
